@@ -1,0 +1,83 @@
+# fusedgpt build.
+#   make train      ./train (host C11 + CUDA kernels; links cudart, cuBLAS, cuBLASLt, NCCL)
+#   make test       CPU tests (what CI runs); SANITIZE=1 builds them with ASan + UBSan
+#   make test-gpu   GPU tests (needs a GPU)      make bench   output-layer benchmark (needs a GPU)
+#   make data       default corpus -> tokenizer + shards      make clean
+#   DEBUG=1         -g -O0 everywhere
+# Host library sources are every .c in model/, data/ and tokenizer/ (none of them has a main);
+# CUDA sources are every .cu in kernels/ and model/.
+
+CC       ?= gcc
+NVCC     ?= nvcc
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
+CUDA_GENCODE ?= -gencode arch=compute_90a,code=sm_90a
+
+OPT      := -O3
+ifeq ($(DEBUG),1)
+OPT      := -g -O0
+endif
+BUILD    := build
+SANFLAGS :=
+ifeq ($(SANITIZE),1)
+BUILD    := build-san
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g
+endif
+
+CFLAGS   += -std=c11 $(OPT) -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -fopenmp -I. $(SANFLAGS)
+NVFLAGS  += $(OPT) -std=c++17 $(CUDA_GENCODE) -I. -Xcompiler -Wall,-Wno-unused-parameter
+LDLIBS   += -lm -lpthread
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lnccl -lcudart
+
+HOST_SRC := $(wildcard model/*.c data/*.c tokenizer/*.c)
+CUDA_SRC := $(wildcard kernels/*.cu model/*.cu)
+HOST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(HOST_SRC))
+CUDA_OBJ := $(patsubst %.cu,$(BUILD)/%.cu.o,$(CUDA_SRC))
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) tests/runner.c)
+GPU_TEST_SRC := $(wildcard tests/test_*_gpu.cu)
+GPU_TEST_OBJ := $(patsubst %.cu,$(BUILD)/%.cu.o,$(GPU_TEST_SRC))
+
+.PHONY: all train test test-gpu bench data clean
+.DEFAULT_GOAL := train
+all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer
+
+train: ./train
+
+./train: $(BUILD)/train.o $(HOST_OBJ) $(CUDA_OBJ)
+	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp $(patsubst -fsanitize%,,$(SANFLAGS:-fsanitize=address,undefined=)) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
+
+# CPU tests: host library only (no CUDA), so the sanitizer build stays clean. Tests that check the
+# command line run ./train, which is built first.
+$(BUILD)/run_tests: $(TEST_OBJ) $(HOST_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+test: $(BUILD)/run_tests ./train
+	FUSEDGPT_TRAIN=./train ./$(BUILD)/run_tests $(FILTER)
+
+$(BUILD)/run_gpu_tests: $(GPU_TEST_OBJ) $(BUILD)/tests/runner.o $(HOST_OBJ) $(CUDA_OBJ)
+	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+
+test-gpu: $(BUILD)/run_gpu_tests ./train
+	FUSEDGPT_TRAIN=./train ./$(BUILD)/run_gpu_tests $(FILTER)
+
+$(BUILD)/bench_output_layer: $(BUILD)/dev/bench_output_layer.cu.o $(HOST_OBJ) $(CUDA_OBJ)
+	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+
+bench: $(BUILD)/bench_output_layer
+	./$(BUILD)/bench_output_layer
+
+data: ./train
+	./train prepare --default-corpus
+
+clean:
+	rm -rf build build-san ./train
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

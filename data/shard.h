@@ -1,0 +1,52 @@
+/* data/shard.h - token shards: the on-disk format, its writer and its validating reader.
+ *
+ * Layout (little-endian), 64-byte header then the tokens:
+ *   0  char[8]  magic "FGPTTOK1"
+ *   8  uint32   format version (1)
+ *   12 uint32   bytes per token: 2 (vocabulary <= 65536) or 4
+ *   16 uint32   vocabulary size the tokens were produced with
+ *   20 uint32   reserved (0)
+ *   24 uint64   token count
+ *   32 ..63     reserved (0)
+ *   64 tokens   uint16 or uint32 each
+ * All functions return 0 on success; on failure they return -1 and write one line naming the
+ * problem and the fix into err (FGPT_ERR_LEN bytes). */
+#ifndef FUSEDGPT_SHARD_H
+#define FUSEDGPT_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FGPT_ERR_LEN 512
+#define SHARD_MAGIC "FGPTTOK1"
+#define SHARD_VERSION 1u
+#define SHARD_HEADER_BYTES 64
+
+typedef struct {
+    uint32_t version;
+    uint32_t bytes_per_token;
+    uint32_t vocab_size;
+    uint64_t num_tokens;
+} ShardHeader;
+
+/* Streaming writer: tokens go to "<path>.tmp"; close patches the count, flushes and renames, so a
+ * crash never leaves a half-written shard under the final name. */
+typedef struct ShardWriter ShardWriter;
+ShardWriter *shard_writer_open(const char *path, uint32_t vocab_size, char *err);
+int shard_writer_append(ShardWriter *w, const uint32_t *tokens, size_t n, char *err);
+int shard_writer_close(ShardWriter *w, char *err);
+/* Drops the temporary file without touching a shard of the same name. */
+void shard_writer_abort(ShardWriter *w);
+
+/* Writes a whole shard in one call (tests, small corpora). */
+int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t vocab_size, char *err);
+
+/* Reads the header only, validating magic, version, width and the file length. */
+int shard_read_header(const char *path, ShardHeader *hdr, char *err);
+
+/* Reads and validates a whole shard; every token must be < model_vocab (the model's unpadded
+ * vocabulary). On success *tokens is malloc'ed (caller frees) and *n holds the count. */
+int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64_t *n, ShardHeader *hdr,
+               char *err);
+
+#endif
