@@ -1,0 +1,238 @@
+/* data/shard.c - token shard writer and validating reader (format in shard.h). */
+#include "data/shard.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct ShardWriter {
+    FILE *f;
+    char path[1024], tmp_path[1040];
+    uint32_t vocab_size, bytes_per_token;
+    uint64_t count;
+};
+
+static uint32_t width_for_vocab(uint32_t vocab_size) {
+    return vocab_size <= 65536u ? 2u : 4u;
+}
+
+static void encode_header(unsigned char h[SHARD_HEADER_BYTES], uint32_t bytes_per_token, uint32_t vocab,
+                          uint64_t count) {
+    memset(h, 0, SHARD_HEADER_BYTES);
+    memcpy(h, SHARD_MAGIC, 8);
+    uint32_t version = SHARD_VERSION;
+    memcpy(h + 8, &version, 4);
+    memcpy(h + 12, &bytes_per_token, 4);
+    memcpy(h + 16, &vocab, 4);
+    memcpy(h + 24, &count, 8);
+}
+
+ShardWriter *shard_writer_open(const char *path, uint32_t vocab_size, char *err) {
+    if (vocab_size == 0) {
+        snprintf(err, FGPT_ERR_LEN, "shard %s: vocabulary size 0 (pass the tokenizer's vocabulary size)", path);
+        return NULL;
+    }
+    ShardWriter *w = calloc(1, sizeof *w);
+    if (!w) {
+        snprintf(err, FGPT_ERR_LEN, "out of memory opening shard %s", path);
+        return NULL;
+    }
+    snprintf(w->path, sizeof w->path, "%s", path);
+    snprintf(w->tmp_path, sizeof w->tmp_path, "%s.tmp", path);
+    w->vocab_size = vocab_size;
+    w->bytes_per_token = width_for_vocab(vocab_size);
+    w->f = fopen(w->tmp_path, "wb");
+    unsigned char h[SHARD_HEADER_BYTES];
+    encode_header(h, w->bytes_per_token, vocab_size, 0);
+    if (!w->f || fwrite(h, 1, sizeof h, w->f) != sizeof h) {
+        snprintf(err, FGPT_ERR_LEN, "cannot write shard %s: %s (check the directory exists and is writable)",
+                 w->tmp_path, strerror(errno));
+        if (w->f) fclose(w->f);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+int shard_writer_append(ShardWriter *w, const uint32_t *tokens, size_t n, char *err) {
+    enum { CHUNK = 4096 };
+    unsigned char buf[CHUNK * 4];
+    for (size_t i = 0; i < n;) {
+        size_t k = n - i < CHUNK ? n - i : CHUNK;
+        for (size_t j = 0; j < k; j++) {
+            uint32_t tok = tokens[i + j];
+            if (tok >= w->vocab_size) {
+                snprintf(err, FGPT_ERR_LEN, "token %u is >= the shard's vocabulary %u (writing %s)", tok,
+                         w->vocab_size, w->path);
+                return -1;
+            }
+            if (w->bytes_per_token == 2) {
+                uint16_t t16 = (uint16_t)tok;
+                memcpy(buf + 2 * j, &t16, 2);
+            } else {
+                memcpy(buf + 4 * j, &tok, 4);
+            }
+        }
+        if (fwrite(buf, w->bytes_per_token, k, w->f) != k) {
+            snprintf(err, FGPT_ERR_LEN, "cannot write shard %s: %s (disk full?)", w->tmp_path, strerror(errno));
+            return -1;
+        }
+        i += k;
+        w->count += k;
+    }
+    return 0;
+}
+
+void shard_writer_abort(ShardWriter *w) {
+    if (!w) return;
+    if (w->f) fclose(w->f);
+    unlink(w->tmp_path);
+    free(w);
+}
+
+int shard_writer_close(ShardWriter *w, char *err) {
+    unsigned char h[SHARD_HEADER_BYTES];
+    encode_header(h, w->bytes_per_token, w->vocab_size, w->count);
+    int ok = fseek(w->f, 0, SEEK_SET) == 0 && fwrite(h, 1, sizeof h, w->f) == sizeof h && fflush(w->f) == 0 &&
+             fsync(fileno(w->f)) == 0;
+    ok = (fclose(w->f) == 0) && ok;
+    w->f = NULL;
+    if (!ok || rename(w->tmp_path, w->path) != 0) {
+        snprintf(err, FGPT_ERR_LEN, "cannot finish shard %s: %s", w->path, strerror(errno));
+        shard_writer_abort(w);
+        return -1;
+    }
+    free(w);
+    return 0;
+}
+
+int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t vocab_size, char *err) {
+    ShardWriter *w = shard_writer_open(path, vocab_size, err);
+    if (!w) return -1;
+    if (shard_writer_append(w, tokens, n, err) != 0) {
+        shard_writer_abort(w);
+        return -1;
+    }
+    return shard_writer_close(w, err);
+}
+
+/* Opens path and validates its header against the file's length. */
+static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, FGPT_ERR_LEN, "cannot open token shard %s: %s (check -i/-j, or run `make data`)", path,
+                 strerror(errno));
+        return NULL;
+    }
+    unsigned char h[SHARD_HEADER_BYTES];
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || fread(h, 1, sizeof h, f) != sizeof h) {
+        snprintf(err, FGPT_ERR_LEN, "token shard %s is shorter than its %d-byte header (truncated; re-create it)",
+                 path, SHARD_HEADER_BYTES);
+        fclose(f);
+        return NULL;
+    }
+    if (memcmp(h, SHARD_MAGIC, 8) != 0) {
+        snprintf(err, FGPT_ERR_LEN, "%s is not a token shard (bad magic; expected one written by `train prepare`)",
+                 path);
+        fclose(f);
+        return NULL;
+    }
+    memcpy(&hdr->version, h + 8, 4);
+    memcpy(&hdr->bytes_per_token, h + 12, 4);
+    memcpy(&hdr->vocab_size, h + 16, 4);
+    memcpy(&hdr->num_tokens, h + 24, 8);
+    if (hdr->version != SHARD_VERSION) {
+        snprintf(err, FGPT_ERR_LEN, "token shard %s has format version %u, this build reads %u (re-create it)", path,
+                 hdr->version, SHARD_VERSION);
+        fclose(f);
+        return NULL;
+    }
+    if (hdr->bytes_per_token != 2 && hdr->bytes_per_token != 4) {
+        snprintf(err, FGPT_ERR_LEN, "token shard %s has %u bytes per token (must be 2 or 4; corrupt header)", path,
+                 hdr->bytes_per_token);
+        fclose(f);
+        return NULL;
+    }
+    if (hdr->bytes_per_token == 2 && hdr->vocab_size > 65536u) {
+        snprintf(err, FGPT_ERR_LEN, "token shard %s stores 2-byte tokens for a %u-token vocabulary (corrupt header)",
+                 path, hdr->vocab_size);
+        fclose(f);
+        return NULL;
+    }
+    uint64_t expect = SHARD_HEADER_BYTES + hdr->num_tokens * hdr->bytes_per_token;
+    if (hdr->num_tokens > ((uint64_t)1 << 60) || (uint64_t)st.st_size != expect) {
+        snprintf(err, FGPT_ERR_LEN,
+                 "token shard %s is %lld bytes but its header promises %llu tokens (%llu bytes): truncated or "
+                 "corrupt, re-create it",
+                 path, (long long)st.st_size, (unsigned long long)hdr->num_tokens, (unsigned long long)expect);
+        fclose(f);
+        return NULL;
+    }
+    return f;
+}
+
+int shard_read_header(const char *path, ShardHeader *hdr, char *err) {
+    FILE *f = open_and_check(path, hdr, err);
+    if (!f) return -1;
+    fclose(f);
+    return 0;
+}
+
+int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64_t *n, ShardHeader *hdr,
+               char *err) {
+    *tokens = NULL;
+    *n = 0;
+    FILE *f = open_and_check(path, hdr, err);
+    if (!f) return -1;
+    uint64_t count = hdr->num_tokens;
+    uint32_t *out = malloc((count ? count : 1) * sizeof(uint32_t));
+    if (!out) {
+        snprintf(err, FGPT_ERR_LEN, "out of memory reading %llu tokens from %s", (unsigned long long)count, path);
+        fclose(f);
+        return -1;
+    }
+    enum { CHUNK = 1 << 16 };
+    unsigned char *buf = malloc((size_t)CHUNK * 4);
+    int rc = buf ? 0 : -1;
+    if (!buf) snprintf(err, FGPT_ERR_LEN, "out of memory reading %s", path);
+    for (uint64_t i = 0; rc == 0 && i < count;) {
+        size_t k = count - i < CHUNK ? (size_t)(count - i) : CHUNK;
+        if (fread(buf, hdr->bytes_per_token, k, f) != k) {
+            snprintf(err, FGPT_ERR_LEN, "read error in token shard %s: %s", path, strerror(errno));
+            rc = -1;
+            break;
+        }
+        for (size_t j = 0; j < k; j++) {
+            uint32_t tok;
+            if (hdr->bytes_per_token == 2) {
+                uint16_t t16;
+                memcpy(&t16, buf + 2 * j, 2);
+                tok = t16;
+            } else {
+                memcpy(&tok, buf + 4 * j, 4);
+            }
+            if (tok >= model_vocab) {
+                snprintf(err, FGPT_ERR_LEN,
+                         "token %u at position %llu in shard %s is >= vocabulary %u (re-tokenize, or pass -v %u)",
+                         tok, (unsigned long long)(i + j), path, model_vocab, tok + 1);
+                rc = -1;
+                break;
+            }
+            out[i + j] = tok;
+        }
+        i += k;
+    }
+    free(buf);
+    fclose(f);
+    if (rc != 0) {
+        free(out);
+        return -1;
+    }
+    *tokens = out;
+    *n = count;
+    return 0;
+}

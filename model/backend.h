@@ -1,0 +1,68 @@
+/* model/backend.h - what the training loop asks of a backend (CPU reference or CUDA).
+ *
+ * A backend owns the parameters (fp32 master copy), their gradients, the AdamW moments and the
+ * activations for micro-batches of B sequences of T tokens. Inputs and targets are int32 [B, T];
+ * a target of -1 is ignored. All host-visible arrays below are fp32 in the parameter table's
+ * layout (model/gpt.h). */
+#ifndef FUSEDGPT_BACKEND_H
+#define FUSEDGPT_BACKEND_H
+
+#include <stddef.h>
+
+#include "model/gpt.h"
+
+typedef enum { OUTPUT_FUSED, OUTPUT_CANONICAL } OutputKind;
+
+typedef struct {
+    float lr;
+    float beta1, beta2, eps;
+    float weight_decay; /* applied to tensors whose table entry says so */
+    float grad_scale;   /* multiplies every gradient first (global-norm clipping) */
+    int step;           /* 1-based, for bias correction */
+} AdamWStep;
+
+/* One line of the start-up memory table. */
+typedef struct {
+    const char *what;
+    size_t bytes;
+} MemoryItem;
+
+#define MAX_MEMORY_ITEMS 16
+
+typedef struct Backend Backend;
+
+typedef struct {
+    /* Forward and backward of one micro-batch; gradients are ADDED, scaled so that the gradient of
+     * (mean loss over valid targets)·loss_scale results. Returns the micro-batch's mean loss. */
+    float (*train_micro_step)(Backend *be, const int *inputs, const int *targets, float loss_scale);
+    /* Forward only; returns the mean loss over valid targets (0 if none). */
+    float (*eval_loss)(Backend *be, const int *inputs, const int *targets);
+    /* Forward of tokens [B, T] and the full-vocabulary logits (V of them) of sequence 0 at
+     * position pos, for sampling. */
+    void (*logits_at)(Backend *be, const int *tokens, int pos, float *logits);
+    void (*zero_grad)(Backend *be);
+    /* Sum of squares of all parameter gradients (the caller takes the root and clips). */
+    double (*grad_sumsq)(Backend *be);
+    void (*adamw_update)(Backend *be, const AdamWStep *s);
+    /* Copies of the fp32 master weights and moments, in table layout, to/from the host. */
+    void (*read_state)(Backend *be, float *params, float *m, float *v);
+    void (*write_state)(Backend *be, const float *params, const float *m, const float *v);
+    /* Host copy of the parameter gradients (tests). */
+    void (*read_grads)(Backend *be, float *grads);
+    /* Lines for the start-up memory table; returns how many were written. */
+    int (*memory_items)(Backend *be, MemoryItem *items);
+    void (*destroy)(Backend *be);
+} BackendOps;
+
+struct Backend {
+    const BackendOps *ops;
+    const ParamTable *table;
+    int B, T;
+    OutputKind output;
+};
+
+/* CPU reference backend; params initialised from seed. NULL + err on failure (allocation). */
+Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind output, unsigned long long seed,
+                            char *err);
+
+#endif
