@@ -1,0 +1,186 @@
+/* tokenizer/pretokenize.c - the hand-written scanner that splits text into chunks as GPT-4's
+ * cl100k pattern does, and the helper that cuts a text where chunking restarts cleanly.
+ *
+ * The pattern's alternatives, tried in order at each position (PCRE semantics, leftmost first):
+ *   1 '(?i:[sdmt]|ll|ve|re)              contractions
+ *   2 [^\r\n\p{L}\p{N}]?+\p{L}+          a word, with one leading non-letter (a space, a quote...)
+ *   3 \p{N}{1,3}                         numbers, three digits at most
+ *   4 ' '?[^\s\p{L}\p{N}]++[\r\n]*        a punctuation run, optional space before, newlines after
+ *   5 \s*[\r\n]                          white space up to and including its last newline
+ *   6 \s+(?!\S)                          white space except its last character when a non-space follows
+ *   7 \s+                                what remains (one white space character)
+ * Classes come from tokenizer/unicode_table.c; a byte that is not valid UTF-8 is one "other"
+ * character, so the scanner never stalls or reads past the end. */
+#include <unistd.h>
+
+#include "tokenizer/tokenizer_internal.h"
+#include "tokenizer/unicode_table.h"
+
+/* Character classes as the scanner sees them: \r and \n apart from other white space. */
+enum { C_OTHER = 0, C_LETTER = 1, C_NUMBER = 2, C_SPACE = 3, C_NEWLINE = 4 };
+
+static const uint8_t ascii_class[128] = {
+    /* 0x00-0x1f: controls; \t \v \f are space (White_Space), \n \r newline */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, C_SPACE, C_NEWLINE, C_SPACE, C_SPACE, C_NEWLINE, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    /* ' ' ! " # $ % & ' ( ) * + , - . / */
+    C_SPACE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    /* 0-9, then : ; < = > ? */
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0,
+    /* @ A-O */
+    0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    /* P-Z [ \ ] ^ _ */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0,
+    /* ` a-o */
+    0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    /* p-z { | } ~ DEL */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0,
+};
+
+/* Class and byte length of the character at s[i] (i < len). */
+static inline int char_at(const uint8_t *s, size_t len, size_t i, size_t *nbytes) {
+    uint8_t b = s[i];
+    if (b < 0x80) {
+        *nbytes = 1;
+        return ascii_class[b];
+    }
+    uint32_t cp;
+    size_t need;
+    if (b >= 0xc2 && b <= 0xdf) {
+        need = 2;
+        cp = b & 0x1f;
+    } else if (b >= 0xe0 && b <= 0xef) {
+        need = 3;
+        cp = b & 0x0f;
+    } else if (b >= 0xf0 && b <= 0xf4) {
+        need = 4;
+        cp = b & 0x07;
+    } else {
+        *nbytes = 1; /* continuation byte or never-valid lead byte */
+        return C_OTHER;
+    }
+    if (i + need > len) {
+        *nbytes = 1;
+        return C_OTHER;
+    }
+    for (size_t k = 1; k < need; k++) {
+        uint8_t c = s[i + k];
+        if ((c & 0xc0) != 0x80) {
+            *nbytes = 1;
+            return C_OTHER;
+        }
+        cp = (cp << 6) | (c & 0x3f);
+    }
+    /* Overlong forms, surrogates and code points past U+10FFFF are not valid UTF-8. */
+    if ((need == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (need == 4 && (cp < 0x10000 || cp > 0x10ffff))) {
+        *nbytes = 1;
+        return C_OTHER;
+    }
+    *nbytes = need;
+    return unicode_class(cp);
+}
+
+static inline int lower_ascii(uint8_t c) {
+    return (c >= 'A' && c <= 'Z') ? c + 32 : c;
+}
+
+/* End of the run of characters of class cls starting at i. */
+static inline size_t run_of(const uint8_t *s, size_t len, size_t i, int cls) {
+    while (i < len) {
+        size_t nb;
+        if (char_at(s, len, i, &nb) != cls) break;
+        i += nb;
+    }
+    return i;
+}
+
+/* End of a run of "other" characters (rule 4's [^\s\p{L}\p{N}]++), then of its [\r\n]*. */
+static inline size_t punct_then_newlines(const uint8_t *s, size_t len, size_t i) {
+    i = run_of(s, len, i, C_OTHER);
+    while (i < len && (s[i] == '\r' || s[i] == '\n')) i++;
+    return i;
+}
+
+size_t tokenizer_chunk_len(const char *text, size_t len) {
+    const uint8_t *s = (const uint8_t *)text;
+    if (len == 0) return 0;
+    size_t n0;
+    int c0 = char_at(s, len, 0, &n0);
+
+    /* 1: contractions */
+    if (s[0] == '\'' && len >= 2) {
+        int a = lower_ascii(s[1]);
+        if (a == 's' || a == 'd' || a == 'm' || a == 't') return 2;
+        if (len >= 3) {
+            int b = lower_ascii(s[2]);
+            if ((a == 'l' && b == 'l') || (a == 'v' && b == 'e') || (a == 'r' && b == 'e')) return 3;
+        }
+    }
+    /* 2: letters, with one optional leading character that is not \r, \n, a letter or a number */
+    if (c0 == C_LETTER) return run_of(s, len, n0, C_LETTER);
+    size_t n1 = 0;
+    int c1 = n0 < len ? char_at(s, len, n0, &n1) : -1;
+    if ((c0 == C_OTHER || c0 == C_SPACE) && c1 == C_LETTER) return run_of(s, len, n0 + n1, C_LETTER);
+    /* 3: one to three numbers */
+    if (c0 == C_NUMBER) {
+        size_t i = n0;
+        for (int k = 1; k < 3 && i < len; k++) {
+            size_t nb;
+            if (char_at(s, len, i, &nb) != C_NUMBER) break;
+            i += nb;
+        }
+        return i;
+    }
+    /* 4: punctuation run, with an optional space before and newlines after */
+    if (s[0] == ' ' && c1 == C_OTHER) return punct_then_newlines(s, len, n0);
+    if (c0 == C_OTHER) return punct_then_newlines(s, len, 0);
+
+    /* c0 is white space. Find its run and the end of the run's last newline. */
+    size_t i = 0, last_nl_end = 0, last_char_start = 0;
+    while (i < len) {
+        size_t nb;
+        int c = char_at(s, len, i, &nb);
+        if (c != C_SPACE && c != C_NEWLINE) break;
+        last_char_start = i;
+        i += nb;
+        if (c == C_NEWLINE) last_nl_end = i;
+    }
+    /* 5: \s*[\r\n] takes the run up to its last newline */
+    if (last_nl_end) return last_nl_end;
+    /* 6: \s+(?!\S) - the whole run at the end of the text, else all but its last character */
+    if (i == len) return i;
+    if (last_char_start > 0) return last_char_start;
+    /* 7: a single white space character before a non-space */
+    return i;
+}
+
+/* A chunk always starts right after '\n' when the next byte is printable ASCII: no alternative can
+ * carry a newline into the following character (rule 2's prefix excludes \r\n, rules 4 and 5 end at
+ * a newline, rule 6 needs white space after), and the scanner never looks behind. */
+static int is_cut_point(const uint8_t *s, size_t len, size_t i) {
+    return i > 0 && i < len && s[i - 1] == '\n' && s[i] > 0x20 && s[i] < 0x7f;
+}
+
+int tokenizer_cut_text(const char *text, size_t len, int parts, size_t *cuts) {
+    const uint8_t *s = (const uint8_t *)text;
+    if (parts < 1) parts = 1;
+    int k = 0;
+    cuts[0] = 0;
+    for (int p = 1; p < parts; p++) {
+        size_t target = (size_t)((double)len * p / parts);
+        if (target <= cuts[k]) continue;
+        size_t i = target;
+        while (i < len && !is_cut_point(s, len, i)) i++;
+        if (i >= len) break;
+        cuts[++k] = i;
+    }
+    cuts[++k] = len;
+    return k;
+}
+
+int tokenizer_default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    if (n > 64) n = 64;
+    return (int)n;
+}

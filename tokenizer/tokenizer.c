@@ -1,0 +1,153 @@
+/* tokenizer/tokenizer.c - the Tokenizer object: built from its merge list, its queries, and decode. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/tokenizer_internal.h"
+
+void tok_error(char *err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, TOKENIZER_ERR_LEN, fmt, ap);
+    va_end(ap);
+}
+
+Tokenizer *tokenizer_from_merges(const uint32_t *merges, uint32_t n_merges, char *err) {
+    if (n_merges > UINT32_MAX - TOKENIZER_MIN_VOCAB) {
+        tok_error(err, "tokenizer has %u merges, more than a 32-bit token id can name", n_merges);
+        return NULL;
+    }
+    Tokenizer *t = calloc(1, sizeof *t);
+    const char *oom = "out of memory building the tokenizer; free memory or use a smaller vocabulary";
+    if (!t) {
+        tok_error(err, "%s", oom);
+        return NULL;
+    }
+    t->n_merges = n_merges;
+    t->eot = 256 + n_merges;
+    t->vocab_size = t->eot + 1;
+    t->merges = malloc(((size_t)n_merges + 1) * 2 * sizeof *t->merges);
+    t->tok_off = malloc(((size_t)t->vocab_size + 1) * sizeof *t->tok_off);
+    if (!t->merges || !t->tok_off || pair_map_init(&t->merge_map, n_merges) != 0) {
+        tok_error(err, "%s", oom);
+        tokenizer_free(t);
+        return NULL;
+    }
+    if (n_merges) memcpy(t->merges, merges, (size_t)n_merges * 2 * sizeof *merges);
+
+    /* Token lengths first, to size the byte table in one allocation. */
+    const size_t eot_len = strlen(TOKENIZER_EOT_TEXT);
+    uint64_t total = 256 + eot_len;
+    for (uint32_t i = 0; i < n_merges; i++) {
+        uint32_t a = merges[2 * i], b = merges[2 * i + 1], id = 256 + i;
+        if (a >= id || b >= id) {
+            snprintf(err, TOKENIZER_ERR_LEN,
+                     "tokenizer merge %u uses token %u, which does not exist yet; the file is corrupt, re-train it", i,
+                     a >= id ? a : b);
+            tokenizer_free(t);
+            return NULL;
+        }
+        int inserted;
+        int64_t slot = pair_map_upsert(&t->merge_map, pair_key(a, b), id, &inserted);
+        if (slot < 0) {
+            tok_error(err, "%s", oom);
+            tokenizer_free(t);
+            return NULL;
+        }
+        if (!inserted) {
+            snprintf(err, TOKENIZER_ERR_LEN,
+                     "tokenizer merges %u and %u join the same pair (%u, %u); the file is corrupt, re-train it",
+                     t->merge_map.values[slot] - 256, i, a, b);
+            tokenizer_free(t);
+            return NULL;
+        }
+    }
+    /* Offsets: tok_off[id + 1] - tok_off[id] is the length of token id. Lengths add up, so build the
+     * offsets from lengths computed in id order (a merge only uses earlier ids). */
+    uint64_t *len = malloc((size_t)t->vocab_size * sizeof *len);
+    if (!len) {
+        tok_error(err, "%s", oom);
+        tokenizer_free(t);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < 256; i++) len[i] = 1;
+    for (uint32_t i = 0; i < n_merges; i++) {
+        len[256 + i] = len[merges[2 * i]] + len[merges[2 * i + 1]];
+        total += len[256 + i];
+    }
+    len[t->eot] = eot_len;
+    t->tok_bytes = malloc(total ? total : 1);
+    if (!t->tok_bytes) {
+        free(len);
+        tok_error(err, "%s", oom);
+        tokenizer_free(t);
+        return NULL;
+    }
+    t->tok_off[0] = 0;
+    for (uint32_t id = 0; id < t->vocab_size; id++) t->tok_off[id + 1] = t->tok_off[id] + len[id];
+    free(len);
+    for (uint32_t i = 0; i < 256; i++) t->tok_bytes[i] = (uint8_t)i;
+    for (uint32_t i = 0; i < n_merges; i++) {
+        uint32_t a = merges[2 * i], b = merges[2 * i + 1];
+        uint8_t *dst = t->tok_bytes + t->tok_off[256 + i];
+        size_t la = t->tok_off[a + 1] - t->tok_off[a];
+        memcpy(dst, t->tok_bytes + t->tok_off[a], la);
+        memcpy(dst + la, t->tok_bytes + t->tok_off[b], t->tok_off[b + 1] - t->tok_off[b]);
+    }
+    memcpy(t->tok_bytes + t->tok_off[t->eot], TOKENIZER_EOT_TEXT, eot_len);
+    return t;
+}
+
+void tokenizer_free(Tokenizer *t) {
+    if (!t) return;
+    pair_map_free(&t->merge_map);
+    free(t->tok_bytes);
+    free(t->tok_off);
+    free(t->merges);
+    free(t);
+}
+
+uint32_t tokenizer_vocab_size(const Tokenizer *t) {
+    return t->vocab_size;
+}
+
+uint32_t tokenizer_eot_token(const Tokenizer *t) {
+    return t->eot;
+}
+
+uint32_t tokenizer_num_merges(const Tokenizer *t) {
+    return t->n_merges;
+}
+
+const uint8_t *tokenizer_token_bytes(const Tokenizer *t, uint32_t id, size_t *len) {
+    if (id >= t->vocab_size) return NULL;
+    *len = t->tok_off[id + 1] - t->tok_off[id];
+    return t->tok_bytes + t->tok_off[id];
+}
+
+int tokenizer_merge_pair(const Tokenizer *t, uint32_t id, uint32_t *left, uint32_t *right) {
+    if (id < 256 || id >= t->eot) return -1;
+    *left = t->merges[2 * (id - 256)];
+    *right = t->merges[2 * (id - 256) + 1];
+    return 0;
+}
+
+size_t tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char *out, size_t cap) {
+    static const char replacement[] = "\xef\xbf\xbd"; /* U+FFFD */
+    size_t need = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *src;
+        size_t len;
+        if (ids[i] < t->vocab_size) {
+            src = t->tok_bytes + t->tok_off[ids[i]];
+            len = t->tok_off[ids[i] + 1] - t->tok_off[ids[i]];
+        } else {
+            src = (const uint8_t *)replacement;
+            len = 3;
+        }
+        if (need < cap) memcpy(out + need, src, len <= cap - need ? len : cap - need);
+        need += len;
+    }
+    return need;
+}

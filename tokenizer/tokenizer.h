@@ -1,0 +1,81 @@
+/* tokenizer/tokenizer.h - byte-level BPE: train, encode, decode, save, load.
+ *
+ * Tokens 0..255 are the bytes, so any byte sequence (invalid UTF-8 included) round-trips. Tokens
+ * 256.. are merges, in the order they were learned. The last token is the special document
+ * separator "<|endoftext|>" (the EOT token). Before merging, text is split into chunks the way
+ * GPT-4's cl100k pattern does (contractions, letter runs, 1-3 digit numbers, punctuation runs,
+ * newlines, white space); merges never cross a chunk boundary.
+ *
+ * Functions that can fail take err (TOKENIZER_ERR_LEN bytes) and write one line naming the problem
+ * and the fix. This module knows nothing else of the project. */
+#ifndef FUSEDGPT_TOKENIZER_H
+#define FUSEDGPT_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TOKENIZER_ERR_LEN 512
+#define TOKENIZER_EOT_TEXT "<|endoftext|>"
+/* 256 byte tokens + the EOT token: the smallest vocabulary there is. */
+#define TOKENIZER_MIN_VOCAB 257u
+
+typedef struct Tokenizer Tokenizer;
+
+/* ---- training ---- */
+typedef struct {
+    uint32_t vocab_size; /* tokens wanted, EOT included */
+    int threads;         /* threads for counting chunks; 0 = all cores */
+    int verbose;         /* 1: a progress line on stderr */
+} TokenizerTrainOptions;
+
+/* Learns merges from text until the vocabulary has opt->vocab_size tokens, or until no pair occurs
+ * twice (then the vocabulary is smaller: check tokenizer_vocab_size). "<|endoftext|>" in the text
+ * separates documents and is never merged into. Returns NULL + message on error (empty corpus,
+ * vocabulary below TOKENIZER_MIN_VOCAB, out of memory). Deterministic: the same text and options
+ * give the same tokenizer, whatever the thread count. */
+Tokenizer *tokenizer_train(const char *text, size_t len, const TokenizerTrainOptions *opt, char *err);
+
+/* ---- files ---- */
+/* One versioned binary file (see tokenizer/tokenizer_file.c for the layout), written to a
+ * temporary name and renamed. Returns 0, or -1 + message. */
+int tokenizer_save(const Tokenizer *t, const char *path, char *err);
+/* NULL + message on error: missing, truncated or corrupt file, unknown version. */
+Tokenizer *tokenizer_load(const char *path, char *err);
+void tokenizer_free(Tokenizer *t);
+
+/* ---- queries ---- */
+uint32_t tokenizer_vocab_size(const Tokenizer *t); /* includes the EOT token */
+uint32_t tokenizer_eot_token(const Tokenizer *t);
+uint32_t tokenizer_num_merges(const Tokenizer *t);
+/* Bytes of token id (not NUL-terminated) and their count in *len; NULL if id is out of range. */
+const uint8_t *tokenizer_token_bytes(const Tokenizer *t, uint32_t id, size_t *len);
+/* The pair merged into token id (>= 256, not the EOT token); -1 otherwise. */
+int tokenizer_merge_pair(const Tokenizer *t, uint32_t id, uint32_t *left, uint32_t *right);
+
+/* ---- encode / decode ---- */
+/* Encodes len bytes of text into out (capacity cap) on the calling thread. With allow_special, each
+ * "<|endoftext|>" in the text becomes the EOT token; without, it is encoded as ordinary text.
+ * Returns the number of tokens the text needs, which never exceeds len; only the first cap are
+ * written, so cap >= len always suffices. */
+size_t tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int allow_special, uint32_t *out,
+                        size_t cap);
+
+/* The same result as tokenizer_encode, computed by `threads` threads (0 = all cores) over pieces of
+ * the text cut where a chunk boundary is certain. *out is malloc'ed (caller frees). Returns 0, or
+ * -1 + message (out of memory). */
+int tokenizer_encode_parallel(const Tokenizer *t, const char *text, size_t len, int allow_special, int threads,
+                              uint32_t **out, size_t *n_out, char *err);
+
+/* Writes the bytes of ids[0..n) into out (capacity cap, no terminating NUL) and returns the number
+ * of bytes needed, which may exceed cap. The EOT token decodes as "<|endoftext|>"; an id outside the
+ * vocabulary decodes as U+FFFD (the replacement character) so a bad id is visible, never a crash. */
+size_t tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char *out, size_t cap);
+
+/* ---- the pre-tokenizer, for tests and tools ---- */
+/* Length in bytes of the chunk that starts at text[0] (len > 0): GPT-4 cl100k's split pattern
+ *   '(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+
+ * A byte that is not part of valid UTF-8 counts as one character of its own, neither letter,
+ * number nor space. */
+size_t tokenizer_chunk_len(const char *text, size_t len);
+
+#endif

@@ -1,0 +1,163 @@
+/* tokenizer/tokenizer_file.c - the tokenizer file: save and validating load.
+ *
+ * Layout (little-endian):
+ *   0   char[8]  magic "FGPTBPE1"
+ *   8   uint32   format version (1)
+ *   12  uint32   vocabulary size V = 256 + merges + 1
+ *   16  uint32   merges M
+ *   20  uint32   EOT token id (256 + M)
+ *   24  uint32   length S of the EOT text
+ *   28  S bytes  the EOT text, "<|endoftext|>"
+ *   ..  M x (uint32 left, uint32 right): the pair that makes token 256 + i
+ *   ..  uint64   FNV-1a 64 checksum of every byte before it
+ * Token bytes are not stored: they follow from the merges. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/tokenizer_internal.h"
+
+#define TOKENIZER_MAGIC "FGPTBPE1"
+#define TOKENIZER_VERSION 1u
+#define FIXED_HEADER 28
+
+static void put_u32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_u64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get_u64(const uint8_t *p) {
+    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+
+static uint64_t fnv1a(const uint8_t *p, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+int tokenizer_save(const Tokenizer *t, const char *path, char *err) {
+    const size_t eot_len = strlen(TOKENIZER_EOT_TEXT);
+    size_t size = FIXED_HEADER + eot_len + (size_t)t->n_merges * 8 + 8;
+    uint8_t *buf = malloc(size);
+    if (!buf) {
+        tok_error(err, "out of memory saving the tokenizer to %s", path);
+        return -1;
+    }
+    memcpy(buf, TOKENIZER_MAGIC, 8);
+    put_u32(buf + 8, TOKENIZER_VERSION);
+    put_u32(buf + 12, t->vocab_size);
+    put_u32(buf + 16, t->n_merges);
+    put_u32(buf + 20, t->eot);
+    put_u32(buf + 24, (uint32_t)eot_len);
+    memcpy(buf + FIXED_HEADER, TOKENIZER_EOT_TEXT, eot_len);
+    uint8_t *m = buf + FIXED_HEADER + eot_len;
+    for (uint32_t i = 0; i < 2 * t->n_merges; i++) put_u32(m + 4 * (size_t)i, t->merges[i]);
+    put_u64(buf + size - 8, fnv1a(buf, size - 8));
+
+    /* Temporary name then rename, so an interrupted save never leaves half a file under path. */
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        tok_error(err, "tokenizer path is too long (%zu bytes); use a shorter path", strlen(path));
+        free(buf);
+        return -1;
+    }
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        tok_error(err, "cannot write %s: %s (check the folder exists and is writable)", tmp,
+                 strerror(errno));
+        free(buf);
+        return -1;
+    }
+    int ok = fwrite(buf, 1, size, f) == size;
+    ok &= fclose(f) == 0;
+    free(buf);
+    if (!ok || rename(tmp, path) != 0) {
+        tok_error(err, "cannot write %s: %s (disk full?)", path, strerror(errno));
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+Tokenizer *tokenizer_load(const char *path, char *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        tok_error(err, "cannot open tokenizer %s: %s (train one with `./train prepare`)", path,
+                 strerror(errno));
+        return NULL;
+    }
+    uint8_t *buf = NULL;
+    size_t size = 0, cap = 0;
+    for (;;) {
+        if (size == cap) {
+            cap = cap ? 2 * cap : 1 << 16;
+            uint8_t *b = realloc(buf, cap);
+            if (!b) {
+                free(buf);
+                fclose(f);
+                tok_error(err, "out of memory reading tokenizer %s", path);
+                return NULL;
+            }
+            buf = b;
+        }
+        size_t got = fread(buf + size, 1, cap - size, f);
+        size += got;
+        if (got == 0) break;
+    }
+    int read_error = ferror(f);
+    fclose(f);
+    Tokenizer *t = NULL;
+    const size_t eot_len = strlen(TOKENIZER_EOT_TEXT);
+    if (read_error) {
+        tok_error(err, "cannot read tokenizer %s (I/O error); check the disk", path);
+    } else if (size < 8 || memcmp(buf, TOKENIZER_MAGIC, 8) != 0) {
+        snprintf(err, TOKENIZER_ERR_LEN,
+                 "%s is not a fusedgpt tokenizer file (bad magic); pass the tokenizer.bin that `./train prepare` wrote",
+                 path);
+    } else if (size < FIXED_HEADER) {
+        tok_error(err, "tokenizer %s is truncated (%zu bytes); re-run `./train prepare`", path, size);
+    } else if (get_u32(buf + 8) != TOKENIZER_VERSION) {
+        snprintf(err, TOKENIZER_ERR_LEN,
+                 "tokenizer %s has format version %u, this build reads version %u; re-run `./train prepare`", path,
+                 get_u32(buf + 8), TOKENIZER_VERSION);
+    } else {
+        uint32_t V = get_u32(buf + 12), M = get_u32(buf + 16), eot = get_u32(buf + 20), S = get_u32(buf + 24);
+        uint64_t expected = (uint64_t)FIXED_HEADER + S + (uint64_t)M * 8 + 8;
+        if (S != eot_len || (uint64_t)M + TOKENIZER_MIN_VOCAB != V || eot != 256 + M) {
+            snprintf(err, TOKENIZER_ERR_LEN,
+                     "tokenizer %s has an inconsistent header (vocab %u, merges %u, eot %u); the file is corrupt, "
+                     "re-run `./train prepare`",
+                     path, V, M, eot);
+        } else if (size != expected) {
+            snprintf(err, TOKENIZER_ERR_LEN,
+                     "tokenizer %s is %s (%zu bytes, its header says %llu); re-run `./train prepare`", path,
+                     size < expected ? "truncated" : "longer than its header says", size,
+                     (unsigned long long)expected);
+        } else if (get_u64(buf + size - 8) != fnv1a(buf, size - 8)) {
+            tok_error(err, "tokenizer %s fails its checksum (the file is corrupt); re-run `./train prepare`",
+                     path);
+        } else if (memcmp(buf + FIXED_HEADER, TOKENIZER_EOT_TEXT, eot_len) != 0) {
+            tok_error(err, "tokenizer %s names an unknown special token; re-run `./train prepare`", path);
+        } else {
+            uint32_t *merges = malloc(((size_t)M + 1) * 2 * sizeof *merges);
+            if (!merges) {
+                tok_error(err, "out of memory reading tokenizer %s", path);
+            } else {
+                const uint8_t *m = buf + FIXED_HEADER + S;
+                for (size_t i = 0; i < 2 * (size_t)M; i++) merges[i] = get_u32(m + 4 * i);
+                char why[TOKENIZER_ERR_LEN];
+                t = tokenizer_from_merges(merges, M, why);
+                if (!t) tok_error(err, "%s: %s", path, why);
+                free(merges);
+            }
+        }
+    }
+    free(buf);
+    return t;
+}
