@@ -12,6 +12,8 @@ NVCC     ?= nvcc
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 CUDA_GENCODE ?= -gencode arch=compute_90a,code=sm_90a
 
+comma := ,
+space := $(empty) $(empty)
 OPT      := -O3
 ifeq ($(DEBUG),1)
 OPT      := -g -O0
@@ -23,7 +25,7 @@ BUILD    := build-san
 SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g
 endif
 
-CFLAGS   += -std=c11 $(OPT) -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -fopenmp -I. $(SANFLAGS)
+CFLAGS   += -std=c11 $(OPT) -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -D_GNU_SOURCE -fopenmp -I. $(SANFLAGS)
 NVFLAGS  += $(OPT) -std=c++17 $(CUDA_GENCODE) -I. -Xcompiler -Wall,-Wno-unused-parameter
 LDLIBS   += -lm -lpthread
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lnccl -lcudart
@@ -33,18 +35,16 @@ CUDA_SRC := $(wildcard kernels/*.cu model/*.cu)
 HOST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(HOST_SRC))
 CUDA_OBJ := $(patsubst %.cu,$(BUILD)/%.cu.o,$(CUDA_SRC))
 TEST_SRC := $(wildcard tests/test_*.c)
-TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) tests/runner.c)
+TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) tests/runner.c tests/test_util.c)
 GPU_TEST_SRC := $(wildcard tests/test_*_gpu.cu)
 GPU_TEST_OBJ := $(patsubst %.cu,$(BUILD)/%.cu.o,$(GPU_TEST_SRC))
 
-.PHONY: all train test test-gpu bench data clean
+.PHONY: all test test-gpu bench data clean
 .DEFAULT_GOAL := train
 all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer
 
-train: ./train
-
-./train: $(BUILD)/train.o $(HOST_OBJ) $(CUDA_OBJ)
-	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp $(patsubst -fsanitize%,,$(SANFLAGS:-fsanitize=address,undefined=)) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+train: $(BUILD)/train.o $(HOST_OBJ) $(CUDA_OBJ)
+	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp $(if $(SANFLAGS),-Xcompiler $(subst $(space),$(comma),$(strip $(SANFLAGS)))) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -59,14 +59,22 @@ $(BUILD)/%.cu.o: %.cu
 $(BUILD)/run_tests: $(TEST_OBJ) $(HOST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-test: $(BUILD)/run_tests ./train
+TEST_LIBS ?=
+$(BUILD)/run_tests: LDLIBS += $(TEST_LIBS)
+
+# Under SANITIZE=1 the tests still run the regular ./train (build it first with `make train`).
+ifeq ($(SANITIZE),1)
+test: $(BUILD)/run_tests
+else
+test: $(BUILD)/run_tests train
+endif
 	FUSEDGPT_TRAIN=./train ./$(BUILD)/run_tests $(FILTER)
 
-$(BUILD)/run_gpu_tests: $(GPU_TEST_OBJ) $(BUILD)/tests/runner.o $(HOST_OBJ) $(CUDA_OBJ)
+$(BUILD)/run_gpu_tests: $(GPU_TEST_OBJ) $(BUILD)/tests/runner.o $(BUILD)/tests/test_util.o $(HOST_OBJ) $(CUDA_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
-test-gpu: $(BUILD)/run_gpu_tests ./train
-	FUSEDGPT_TRAIN=./train ./$(BUILD)/run_gpu_tests $(FILTER)
+test-gpu: $(BUILD)/run_gpu_tests
+	./$(BUILD)/run_gpu_tests $(FILTER)
 
 $(BUILD)/bench_output_layer: $(BUILD)/dev/bench_output_layer.cu.o $(HOST_OBJ) $(CUDA_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
@@ -74,7 +82,7 @@ $(BUILD)/bench_output_layer: $(BUILD)/dev/bench_output_layer.cu.o $(HOST_OBJ) $(
 bench: $(BUILD)/bench_output_layer
 	./$(BUILD)/bench_output_layer
 
-data: ./train
+data: train
 	./train prepare --default-corpus
 
 clean:

@@ -41,6 +41,7 @@ typedef struct {
     float *scratch;                /* backing store of LayerScratch */
     LayerScratch s;
     float *out_ws;                 /* output-layer workspace */
+    float *row_losses;             /* [N] */
     size_t out_ws_floats;
     float *attproj_tmp, *fcproj_tmp; /* [N,C] projection outputs before the residual add */
 } CpuBackend;
@@ -128,6 +129,7 @@ static double output_layer(CpuBackend *cb, const int *targets, float grad_scale,
         .grad_scale = grad_scale,
         .dH = with_grads ? cb->dlnf : NULL,
         .dW = with_grads ? whole_tensor(cb->t, cb->grads, ROLE_WTE) : NULL,
+        .losses = cb->row_losses,
     };
     if (cb->base.output == OUTPUT_CANONICAL) return output_layer_canonical_cpu(&a, cb->out_ws);
     return output_layer_fused_cpu(&a, cb->out_ws);
@@ -263,6 +265,7 @@ static int cpu_memory_items(Backend *be, MemoryItem *items) {
 static void cpu_destroy(Backend *be) {
     CpuBackend *cb = (CpuBackend *)be;
     if (!cb) return;
+    free(cb->row_losses);
     free(cb->out_ws);
     free(cb->acts);
     free(cb->layer);
@@ -309,7 +312,8 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
     cb->out_ws_floats = output == OUTPUT_CANONICAL ? output_layer_canonical_cpu_workspace(N, V)
                                                    : output_layer_fused_cpu_workspace(N);
     cb->out_ws = calloc(cb->out_ws_floats, sizeof(float));
-    if (!cb->acts || !cb->out_ws) goto oom;
+    cb->row_losses = calloc((size_t)N, sizeof(float));
+    if (!cb->acts || !cb->out_ws || !cb->row_losses) goto oom;
     layout_acts(cb, cb->acts);
     param_init(table, cb->params, seed);
     return &cb->base;

@@ -24,6 +24,12 @@ size_t output_layer_fused_cpu_workspace(int N) {
     return 2 * (size_t)N;
 }
 
+static double sum_rows(const float *losses, int N) {
+    double total = 0.0;
+    for (int n = 0; n < N; n++) total += losses[n];
+    return total;
+}
+
 static inline float dot(const float *a, const float *b, int C) {
     float s = 0.0f;
     for (int i = 0; i < C; i++) s += a[i] * b[i];
@@ -32,15 +38,14 @@ static inline float dot(const float *a, const float *b, int C) {
 
 double output_layer_canonical_cpu(const OutputLayerCpu *a, float *logits) {
     const int N = a->N, C = a->C, V = a->V;
-    double total = 0.0;
-#pragma omp parallel for reduction(+ : total)
+#pragma omp parallel for
     for (int n = 0; n < N; n++) {
         float *z = logits + (size_t)n * V;
         const float *h = a->H + (size_t)n * C;
         for (int v = 0; v < V; v++) z[v] = dot(h, a->W + (size_t)v * C, C);
         int y = a->targets[n];
         if (y == -1) {
-            if (a->losses) a->losses[n] = 0.0f;
+            a->losses[n] = 0.0f;
             continue;
         }
         float m = -INFINITY;
@@ -48,12 +53,11 @@ double output_layer_canonical_cpu(const OutputLayerCpu *a, float *logits) {
         double s = 0.0;
         for (int v = 0; v < V; v++) s += exp((double)z[v] - m);
         float lse = m + (float)log(s);
-        float loss = lse - z[y];
-        if (a->losses) a->losses[n] = loss;
-        total += loss;
+        a->losses[n] = lse - z[y];
         /* z becomes dlogits = grad_scale·(softmax − onehot) in place, as on the GPU. */
         for (int v = 0; v < V; v++) z[v] = a->grad_scale * (expf(z[v] - lse) - (v == y ? 1.0f : 0.0f));
     }
+    double total = sum_rows(a->losses, N);
     if (!a->dH) return total;
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
@@ -81,13 +85,12 @@ double output_layer_canonical_cpu(const OutputLayerCpu *a, float *logits) {
 double output_layer_fused_cpu(const OutputLayerCpu *a, float *row_stats) {
     const int N = a->N, C = a->C, V = a->V;
     float *lse = row_stats, *target_logit = row_stats + N;
-    double total = 0.0;
     /* Forward (Algorithm 1): one sweep over vocabulary tiles per row, online softmax. */
-#pragma omp parallel for reduction(+ : total)
+#pragma omp parallel for
     for (int n = 0; n < N; n++) {
         int y = a->targets[n];
         if (y == -1) {
-            if (a->losses) a->losses[n] = 0.0f;
+            a->losses[n] = 0.0f;
             lse[n] = 0.0f;
             target_logit[n] = 0.0f;
             continue;
@@ -112,10 +115,9 @@ double output_layer_fused_cpu(const OutputLayerCpu *a, float *row_stats) {
         }
         lse[n] = m + (float)log(s);
         target_logit[n] = zt;
-        float loss = lse[n] - zt;
-        if (a->losses) a->losses[n] = loss;
-        total += loss;
+        a->losses[n] = lse[n] - zt;
     }
+    double total = sum_rows(a->losses, N);
     if (!a->dH) return total;
     /* Backward (Algorithm 2): recompute each logit from the saved lse; never store a row of P.
      * dH is owned by rows, dW by vocabulary entries, so both loops write without races. */

@@ -19,7 +19,8 @@ typedef struct {
     int N, C, V;
     float grad_scale;
     float *dH, *dW;  /* both NULL: loss only */
-    float *losses;   /* optional [N]: per-row loss, 0 for ignored rows */
+    float *losses;   /* [N]: per-row loss, 0 for ignored rows (summed in row order afterwards, so the
+                      * total does not depend on the thread count) */
 } OutputLayerCpu;
 
 /* Rows whose target is not -1. */
@@ -30,7 +31,6 @@ int output_layer_count_valid(const int *targets, int N);
 double output_layer_canonical_cpu(const OutputLayerCpu *a, float *logits);
 double output_layer_fused_cpu(const OutputLayerCpu *a, float *row_stats);
 
-/* Canonical: N·V floats; fused: 2·N floats. */
 size_t output_layer_canonical_cpu_workspace(int N, int V);
 size_t output_layer_fused_cpu_workspace(int N);
 

@@ -1,0 +1,293 @@
+/* model/checkpoint.c - checkpoint writer and reader (see checkpoint.h for the layout). */
+#include "model/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STATE_MAGIC "FGPTSTAT"
+#define STATE_VERSION 1u
+#define PATH_LEN 1200
+
+typedef struct {
+    char magic[8];
+    uint32_t version, reserved;
+    int32_t num_layers, num_heads, dim, max_seq_len, vocab_size, padded_vocab_size;
+    int32_t step, B, T, total_batch;
+    uint64_t seed, loader_epoch, loader_position, rng[4];
+    uint64_t total_params;
+} StateHeader;
+
+static int write_all(FILE *f, const void *p, size_t bytes) {
+    return fwrite(p, 1, bytes, f) == bytes;
+}
+
+/* Closes f after flushing it to disk; 1 on success. */
+static int close_synced(FILE *f) {
+    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    return (fclose(f) == 0) && ok;
+}
+
+static int write_state(const char *path, const ParamTable *t, const float *params, const float *m, const float *v,
+                       const TrainState *st) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return 0;
+    StateHeader h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, STATE_MAGIC, 8);
+    h.version = STATE_VERSION;
+    h.num_layers = t->cfg.num_layers;
+    h.num_heads = t->cfg.num_heads;
+    h.dim = t->cfg.dim;
+    h.max_seq_len = t->cfg.max_seq_len;
+    h.vocab_size = t->cfg.vocab_size;
+    h.padded_vocab_size = t->cfg.padded_vocab_size;
+    h.step = st->step;
+    h.B = st->B;
+    h.T = st->T;
+    h.total_batch = st->total_batch;
+    h.seed = st->seed;
+    h.loader_epoch = st->loader_epoch;
+    h.loader_position = st->loader_position;
+    memcpy(h.rng, st->rng, sizeof h.rng);
+    h.total_params = t->total;
+    size_t n = t->total * sizeof(float);
+    int ok = write_all(f, &h, sizeof h) && write_all(f, params, n) && write_all(f, m, n) && write_all(f, v, n);
+    return close_synced(f) && ok;
+}
+
+/* Appends s to the growing JSON header. */
+static void append(char **buf, size_t *len, size_t *cap, const char *s) {
+    size_t k = strlen(s);
+    if (*len + k + 1 > *cap) {
+        *cap = (*len + k + 1) * 2;
+        *buf = realloc(*buf, *cap);
+        if (!*buf) {
+            fprintf(stderr, "error: out of host memory writing a checkpoint header\n");
+            exit(1);
+        }
+    }
+    memcpy(*buf + *len, s, k + 1);
+    *len += k;
+}
+
+/* Rows of the tensor as HF sees it: wte loses its padded rows. */
+static size_t hf_rows(const ParamTable *t, const ParamInfo *p) {
+    return p->role == ROLE_WTE ? (size_t)t->cfg.vocab_size : p->rows;
+}
+
+static int write_safetensors(const char *path, const ParamTable *t, const float *params) {
+    char *hdr = NULL, item[512];
+    size_t len = 0, cap = 0, offset = 0;
+    append(&hdr, &len, &cap, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < t->count; i++) {
+        const ParamInfo *p = &t->params[i];
+        size_t rows = hf_rows(t, p), cols = p->cols, bytes = rows * cols * sizeof(float);
+        if (p->ndim == 1)
+            snprintf(item, sizeof item, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu],\"data_offsets\":[%zu,%zu]}",
+                     p->name, cols, offset, offset + bytes);
+        else if (p->hf_transposed)
+            snprintf(item, sizeof item,
+                     ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],\"data_offsets\":[%zu,%zu]}", p->name, cols,
+                     rows, offset, offset + bytes);
+        else
+            snprintf(item, sizeof item,
+                     ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],\"data_offsets\":[%zu,%zu]}", p->name, rows,
+                     cols, offset, offset + bytes);
+        append(&hdr, &len, &cap, item);
+        offset += bytes;
+    }
+    append(&hdr, &len, &cap, "}");
+    while (len % 8) append(&hdr, &len, &cap, " "); /* the format asks for 8-byte aligned data */
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        free(hdr);
+        return 0;
+    }
+    uint64_t hlen = len;
+    int ok = write_all(f, &hlen, 8) && write_all(f, hdr, len);
+    free(hdr);
+    float *tmp = NULL;
+    for (int i = 0; ok && i < t->count; i++) {
+        const ParamInfo *p = &t->params[i];
+        const float *x = params + p->offset;
+        size_t rows = hf_rows(t, p);
+        if (!p->hf_transposed) {
+            ok = write_all(f, x, rows * p->cols * sizeof(float));
+            continue;
+        }
+        tmp = realloc(tmp, p->numel * sizeof(float));
+        if (!tmp) {
+            ok = 0;
+            break;
+        }
+        for (size_t r = 0; r < p->rows; r++)
+            for (size_t c = 0; c < p->cols; c++) tmp[c * p->rows + r] = x[r * p->cols + c];
+        ok = write_all(f, tmp, p->numel * sizeof(float));
+    }
+    free(tmp);
+    return close_synced(f) && ok;
+}
+
+static int write_config_json(const char *path, const GPTConfig *cfg) {
+    FILE *f = fopen(path, "w");
+    if (!f) return 0;
+    fprintf(f,
+            "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+            "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n"
+            "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
+            "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+            "  \"initializer_range\": 0.02,\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
+            "  \"attn_pdrop\": 0.0,\n  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
+            cfg->vocab_size, cfg->max_seq_len, cfg->max_seq_len, cfg->dim, cfg->num_layers, cfg->num_heads);
+    return close_synced(f);
+}
+
+static void remove_checkpoint_dir(const char *dir) {
+    static const char *files[] = {"model.safetensors", "config.json", "state.bin"};
+    char p[PATH_LEN];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
+static int compare_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Removes step_* checkpoints beyond the newest `keep` (names sort by step: zero-padded). */
+static void prune_checkpoints(const char *run_dir, int keep) {
+    DIR *d = opendir(run_dir);
+    if (!d) return;
+    char *names[4096];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 4096)
+        if (strncmp(e->d_name, "step_", 5) == 0 && !strstr(e->d_name, ".tmp")) names[n++] = strdup(e->d_name);
+    closedir(d);
+    qsort(names, n, sizeof names[0], compare_names);
+    char p[PATH_LEN];
+    for (int i = 0; i < n; i++) {
+        if (i < n - keep) {
+            snprintf(p, sizeof p, "%s/%s", run_dir, names[i]);
+            remove_checkpoint_dir(p);
+        }
+        free(names[i]);
+    }
+}
+
+int checkpoint_save(const char *run_dir, const ParamTable *t, const float *params, const float *m, const float *v,
+                    const TrainState *st, int keep, char *err) {
+    char final_dir[PATH_LEN], tmp_dir[PATH_LEN], p[PATH_LEN + 32];
+    snprintf(final_dir, sizeof final_dir, "%s/step_%08d", run_dir, st->step);
+    snprintf(tmp_dir, sizeof tmp_dir, "%s.tmp", final_dir);
+    remove_checkpoint_dir(tmp_dir); /* leftovers of a crash */
+    if (mkdir(run_dir, 0755) != 0 && errno != EEXIST) {
+        snprintf(err, 512, "cannot create run directory %s: %s (check -o)", run_dir, strerror(errno));
+        return -1;
+    }
+    if (mkdir(tmp_dir, 0755) != 0) {
+        snprintf(err, 512, "cannot create checkpoint directory %s: %s", tmp_dir, strerror(errno));
+        return -1;
+    }
+    int ok = 1;
+    snprintf(p, sizeof p, "%s/state.bin", tmp_dir);
+    ok = ok && write_state(p, t, params, m, v, st);
+    snprintf(p, sizeof p, "%s/model.safetensors", tmp_dir);
+    ok = ok && write_safetensors(p, t, params);
+    snprintf(p, sizeof p, "%s/config.json", tmp_dir);
+    ok = ok && write_config_json(p, &t->cfg);
+    if (!ok) {
+        snprintf(err, 512, "cannot write checkpoint files in %s: %s (disk full?); the previous checkpoint is intact",
+                 tmp_dir, strerror(errno));
+        remove_checkpoint_dir(tmp_dir);
+        return -1;
+    }
+    remove_checkpoint_dir(final_dir); /* a checkpoint of the same step from an earlier run */
+    if (rename(tmp_dir, final_dir) != 0) {
+        snprintf(err, 512, "cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
+        return -1;
+    }
+    char latest[PATH_LEN], latest_tmp[PATH_LEN + 8];
+    snprintf(latest, sizeof latest, "%s/latest", run_dir);
+    snprintf(latest_tmp, sizeof latest_tmp, "%s.tmp", latest);
+    FILE *f = fopen(latest_tmp, "w");
+    if (!f || fprintf(f, "step_%08d\n", st->step) < 0 || !close_synced(f) || rename(latest_tmp, latest) != 0) {
+        snprintf(err, 512, "cannot update %s: %s", latest, strerror(errno));
+        return -1;
+    }
+    prune_checkpoints(run_dir, keep);
+    return 0;
+}
+
+#define CHECK_FIELD(field, ours, flag)                                                                   \
+    if ((h.field) != (ours)) {                                                                           \
+        snprintf(err, 512, "checkpoint %s has " #field " %d but this run has %d (pass %s %d, or start a " \
+                 "new run with another -o)", path, (int)(h.field), (int)(ours), flag, (int)(h.field));      \
+        fclose(f);                                                                                       \
+        return -1;                                                                                       \
+    }
+
+int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *params, float *m, float *v,
+                           TrainState *st, char *err) {
+    char latest[PATH_LEN], name[256] = {0}, path[PATH_LEN + 300];
+    snprintf(latest, sizeof latest, "%s/latest", run_dir);
+    FILE *lf = fopen(latest, "r");
+    if (!lf) {
+        snprintf(err, 512, "no checkpoint to resume in %s (%s missing; drop -y or check -o)", run_dir, latest);
+        return -1;
+    }
+    int got = fscanf(lf, "%255s", name);
+    fclose(lf);
+    if (got != 1 || strncmp(name, "step_", 5) != 0 || strchr(name, '/')) {
+        snprintf(err, 512, "%s is corrupt (expected a name like step_00000100)", latest);
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/%s/state.bin", run_dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, 512, "cannot open %s: %s (checkpoint incomplete?)", path, strerror(errno));
+        return -1;
+    }
+    StateHeader h;
+    struct stat sb;
+    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, STATE_MAGIC, 8) != 0 || h.version != STATE_VERSION) {
+        snprintf(err, 512, "%s is not a fusedgpt state file of version %u (corrupt or from another version)", path,
+                 STATE_VERSION);
+        fclose(f);
+        return -1;
+    }
+    CHECK_FIELD(num_layers, t->cfg.num_layers, "--layers");
+    CHECK_FIELD(num_heads, t->cfg.num_heads, "--heads");
+    CHECK_FIELD(dim, t->cfg.dim, "--dim");
+    CHECK_FIELD(max_seq_len, t->cfg.max_seq_len, "--max-seq-len");
+    CHECK_FIELD(vocab_size, t->cfg.vocab_size, "-v");
+    size_t n = t->total * sizeof(float);
+    if (fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size != sizeof h + 3 * n || h.total_params != t->total) {
+        snprintf(err, 512, "%s is truncated or corrupt (expected %zu bytes); resume from an older checkpoint", path,
+                 sizeof h + 3 * n);
+        fclose(f);
+        return -1;
+    }
+    if (fread(params, 1, n, f) != n || fread(m, 1, n, f) != n || fread(v, 1, n, f) != n) {
+        snprintf(err, 512, "read error in %s: %s", path, strerror(errno));
+        fclose(f);
+        return -1;
+    }
+    fclose(f);
+    st->step = h.step;
+    st->B = h.B;
+    st->T = h.T;
+    st->total_batch = h.total_batch;
+    st->seed = h.seed;
+    st->loader_epoch = h.loader_epoch;
+    st->loader_position = h.loader_position;
+    memcpy(st->rng, h.rng, sizeof st->rng);
+    return 0;
+}

@@ -1,0 +1,35 @@
+/* model/checkpoint.h - checkpoints a resumed run continues from bit for bit.
+ *
+ * A checkpoint is a directory <run>/step_NNNNNNNN/ holding
+ *   model.safetensors  fp32 weights named and oriented as HF GPT2LMHeadModel (wte unpadded)
+ *   config.json        HF GPT2Config, so transformers.GPT2LMHeadModel.from_pretrained(dir) loads it
+ *   state.bin          config, step, data position, RNG, and the fp32 master weights and AdamW m, v
+ *                      in our table layout (resume reads only this file)
+ * It is written as step_NNNNNNNN.tmp/ and renamed when complete; then <run>/latest (the name of the
+ * newest checkpoint) is replaced by rename, so a crash leaves the previous checkpoint intact. */
+#ifndef FUSEDGPT_CHECKPOINT_H
+#define FUSEDGPT_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "model/gpt.h"
+
+typedef struct {
+    int step;                       /* optimizer steps completed */
+    uint64_t loader_epoch, loader_position;
+    uint64_t rng[4];
+    int B, T, total_batch;          /* must match on resume: they decide the data order */
+    uint64_t seed;
+} TrainState;
+
+/* Writes a checkpoint of params/m/v (table layout, fp32) and st. Keeps the newest `keep`
+ * checkpoints and removes older ones. Returns 0, or -1 with a one-line message in err. */
+int checkpoint_save(const char *run_dir, const ParamTable *t, const float *params, const float *m, const float *v,
+                    const TrainState *st, int keep, char *err);
+
+/* Loads the checkpoint named by <run_dir>/latest into params/m/v (each table->total floats) and st.
+ * The checkpoint's model config must equal t->cfg; otherwise -1 with a message naming the field. */
+int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *params, float *m, float *v,
+                           TrainState *st, char *err);
+
+#endif

@@ -1,0 +1,15 @@
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include "model/cuda_device.h"
+
+extern "C" int cuda_device_count(char *why) {
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        snprintf(why, 512, "%s", cudaGetErrorString(err));
+        return 0;
+    }
+    if (n == 0) snprintf(why, 512, "the CUDA runtime reports no devices");
+    return n;
+}

@@ -1,0 +1,16 @@
+/* model/cuda_device.h - is there a usable CUDA GPU? Safe to call on a machine without one. */
+#ifndef FUSEDGPT_CUDA_DEVICE_H
+#define FUSEDGPT_CUDA_DEVICE_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of CUDA devices; 0 with the reason in why (512 bytes) when there is none or no driver. */
+int cuda_device_count(char *why);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,53 @@
+#include "model/runlog.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int runlog_open(RunLog *log, const char *run_dir, char *err) {
+    char path[1100];
+    if (mkdir(run_dir, 0755) != 0 && errno != EEXIST) {
+        snprintf(err, 512, "cannot create run directory %s: %s (check -o)", run_dir, strerror(errno));
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/log.jsonl", run_dir);
+    log->f = fopen(path, "a");
+    if (!log->f) {
+        snprintf(err, 512, "cannot open %s for writing: %s (check -o)", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+void runlog_close(RunLog *log) {
+    if (log->f) fclose(log->f);
+    log->f = NULL;
+}
+
+/* Records reach the disk at each line, so a crashed run still has its curve. */
+void runlog_step(RunLog *log, int step, float loss, float lr, float grad_norm, double ms, double tokens_per_s) {
+    fprintf(log->f,
+            "{\"type\":\"step\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,"
+            "\"tokens_per_s\":%.1f}\n",
+            step, loss, lr, grad_norm, ms, tokens_per_s);
+    fflush(log->f);
+}
+
+void runlog_eval(RunLog *log, int step, float val_loss) {
+    fprintf(log->f, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f}\n", step, val_loss);
+    fflush(log->f);
+}
+
+void runlog_sample(RunLog *log, int step, const char *text) {
+    fprintf(log->f, "{\"type\":\"sample\",\"step\":%d,\"text\":\"", step);
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            fprintf(log->f, "\\%c", *c);
+        else if (*c < 0x20)
+            fprintf(log->f, "\\u%04x", *c);
+        else
+            fputc(*c, log->f);
+    }
+    fprintf(log->f, "\"}\n");
+    fflush(log->f);
+}

@@ -1,0 +1,74 @@
+#include "tests/test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "data/shard.h"
+#include "tests/test.h"
+
+void fill_normal(float *x, size_t n, float std, Rng *rng) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)(rng_normal(rng) * std);
+}
+
+double rel_l2(const float *a, const float *b, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    if (den == 0.0) return num == 0.0 ? 0.0 : INFINITY;
+    return sqrt(num / den);
+}
+
+double max_abs(const float *x, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+int run_train(const char *args, char **output) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", test_train_binary(), args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    size_t k;
+    while ((k = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += k;
+        if (len + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = 0;
+    int st = pclose(p);
+    *output = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int write_pattern_shard(const char *path, uint64_t n, uint32_t vocab, uint64_t seed) {
+    /* Tokens follow t[i+1] = (5·t[i] + 3) mod vocab, restarting at a random token every 16 steps:
+     * a model can learn it (loss far below ln vocab) but not from the unigram counts alone. */
+    uint32_t *t = malloc(n * sizeof(uint32_t));
+    Rng rng;
+    rng_seed(&rng, seed);
+    for (uint64_t i = 0; i < n; i++)
+        t[i] = (i % 16 == 0) ? (uint32_t)rng_below(&rng, vocab) : (5 * t[i - 1] + 3) % vocab;
+    char err[FGPT_ERR_LEN];
+    int rc = shard_write(path, t, n, vocab, err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    free(t);
+    return rc;
+}
+
+int parse_losses(const char *output, float *losses, int max) {
+    int n = 0;
+    const char *p = output;
+    while (n < max && (p = strstr(p, "| loss ")) != NULL) {
+        p += 7;
+        losses[n++] = strtof(p, NULL);
+    }
+    return n;
+}

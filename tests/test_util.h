@@ -1,0 +1,26 @@
+/* tests/test_util.h - helpers shared by the CPU tests: random arrays, relative errors, running
+ * ./train and capturing its output. */
+#ifndef FUSEDGPT_TEST_UTIL_H
+#define FUSEDGPT_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/rng.h"
+
+void fill_normal(float *x, size_t n, float std, Rng *rng);
+/* ||a - b|| / ||b|| (0 when both are 0). */
+double rel_l2(const float *a, const float *b, size_t n);
+double max_abs(const float *x, size_t n);
+
+/* Runs `<train binary> <args>` through the shell with stdout+stderr captured into *output
+ * (malloc'ed, caller frees). Returns the exit status (or -1 if it could not run). */
+int run_train(const char *args, char **output);
+
+/* Writes a token shard of n tokens following a fixed learnable pattern over vocab tokens. */
+int write_pattern_shard(const char *path, uint64_t n, uint32_t vocab, uint64_t seed);
+
+/* Extracts the losses printed by ./train ("step k/N | loss x") into losses[]; returns how many. */
+int parse_losses(const char *output, float *losses, int max);
+
+#endif

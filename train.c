@@ -1,0 +1,533 @@
+/* train.c - the fusedgpt command line and training loop.
+ *
+ *   ./train [flags]            train a GPT-2 (see --help; defaults come from one table below)
+ *   ./train prepare [flags]    turn text into a tokenizer and token shards (data/prepare.c)
+ *
+ * Everything else lives in model/ (the network, backends, checkpoints), data/ (shards, loader) and
+ * tokenizer/. Exit status: 0 success, 1 runtime failure, 2 bad command line. */
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "data/loader.h"
+#include "data/prepare.h"
+#include "data/rng.h"
+#include "model/backend.h"
+#include "model/checkpoint.h"
+#include "model/cuda_device.h"
+#include "model/gpt.h"
+#include "model/runlog.h"
+#include "model/sample.h"
+#include "model/schedule.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct {
+    const char *preset;
+    int layers, heads, dim, max_seq_len;
+    int vocab, batch, seq_len, total_batch, steps;
+    float lr, lr_final, weight_decay, grad_clip;
+    int warmup;
+    int seed;
+    const char *train_data, *val_data, *out, *cache_dir, *tokenizer, *prompt;
+    int checkpoint_every, keep_checkpoints, resume;
+    int val_every, val_batches, sample_every, gen_tokens;
+    const char *output, *device;
+    int gpus;
+    int help;
+} Options;
+
+typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_FLAG } OptType;
+
+typedef struct {
+    char short_name; /* 0: long form only */
+    const char *long_name;
+    OptType type;
+    size_t offset;
+    const char *default_value; /* parsed like a command-line value, so defaults obey the same rules */
+    const char *meta;
+    const char *help;
+} OptSpec;
+
+#define O(field) offsetof(Options, field)
+
+/* The one table of flags and defaults; --help is generated from it. */
+static const OptSpec options[] = {
+    {'e', "preset", OPT_STR, O(preset), "d12", "NAME", "model preset: tiny, d6, d12 (GPT-2 124M), d24, d36, d48"},
+    {0, "layers", OPT_INT, O(layers), "0", "L", "layers (0: from the preset)"},
+    {0, "heads", OPT_INT, O(heads), "0", "NH", "attention heads (0: from the preset)"},
+    {0, "dim", OPT_INT, O(dim), "0", "C", "model width (0: from the preset)"},
+    {0, "max-seq-len", OPT_INT, O(max_seq_len), "1024", "T", "context length of the model (position table)"},
+    {'v', "vocab", OPT_INT, O(vocab), "50257", "V", "vocabulary size (padded to a multiple of 128 inside)"},
+    {'b', "batch", OPT_INT, O(batch), "4", "B", "micro-batch size in sequences"},
+    {'t', "seq-len", OPT_INT, O(seq_len), "1024", "T", "sequence length of a batch"},
+    {'d', "total-batch", OPT_INT, O(total_batch), "0", "TOKENS",
+     "tokens per optimizer step (0: B*T); gradient accumulation = TOKENS/(B*T)"},
+    {'x', "steps", OPT_INT, O(steps), "1000", "N", "optimizer steps"},
+    {'l', "lr", OPT_FLOAT, O(lr), "6e-4", "LR", "peak learning rate"},
+    {0, "warmup", OPT_INT, O(warmup), "100", "N", "linear warmup steps"},
+    {0, "lr-final", OPT_FLOAT, O(lr_final), "6e-5", "LR", "learning rate at the last step (cosine decay)"},
+    {0, "weight-decay", OPT_FLOAT, O(weight_decay), "0.1", "WD", "AdamW decoupled weight decay (matrices only)"},
+    {0, "grad-clip", OPT_FLOAT, O(grad_clip), "1.0", "NORM", "clip the global gradient norm (0: off)"},
+    {0, "seed", OPT_INT, O(seed), "1337", "S", "seed for init, data order and sampling"},
+    {'i', "train-data", OPT_STR, O(train_data), "", "FILE", "train token shard (default: the default corpus)"},
+    {'j', "val-data", OPT_STR, O(val_data), "", "FILE", "validation token shard"},
+    {0, "tokenizer", OPT_STR, O(tokenizer), "", "FILE", "tokenizer file, to decode samples"},
+    {0, "cache-dir", OPT_STR, O(cache_dir), ".cache", "DIR", "where the default corpus is prepared and cached"},
+    {'o', "out", OPT_STR, O(out), "runs/default", "DIR", "run directory: log.jsonl and checkpoints"},
+    {'n', "checkpoint-every", OPT_INT, O(checkpoint_every), "0", "N",
+     "checkpoint every N steps (0: only at the end)"},
+    {0, "keep-checkpoints", OPT_INT, O(keep_checkpoints), "2", "N", "checkpoints kept in the run directory"},
+    {'y', "resume", OPT_INT, O(resume), "0", "0|1", "1: resume from the run directory's latest checkpoint"},
+    {0, "val-every", OPT_INT, O(val_every), "100", "N", "validation loss every N steps (0: off)"},
+    {0, "val-batches", OPT_INT, O(val_batches), "10", "N", "micro-batches per validation"},
+    {'s', "sample-every", OPT_INT, O(sample_every), "500", "N", "generate a sample every N steps (0: off)"},
+    {'G', "gen-tokens", OPT_INT, O(gen_tokens), "64", "N", "tokens per sample"},
+    {0, "prompt", OPT_STR, O(prompt), "", "TEXT", "text that samples start from (needs a tokenizer)"},
+    {0, "output", OPT_STR, O(output), "fused", "KIND", "output layer: fused (no logits tensor) or canonical"},
+    {0, "device", OPT_STR, O(device), "cuda", "KIND", "cuda or cpu (the fp32 reference backend)"},
+    {'g', "gpus", OPT_INT, O(gpus), "1", "N", "GPUs on this host, one process each"},
+    {'h', "help", OPT_FLAG, O(help), "0", "", "this text"},
+};
+#define NUM_OPTIONS ((int)(sizeof options / sizeof options[0]))
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: ./train [flags]          train a GPT-2\n"
+               "       ./train prepare --help   text -> tokenizer + token shards\n\nflags:\n");
+    for (int i = 0; i < NUM_OPTIONS; i++) {
+        const OptSpec *o = &options[i];
+        char left[64];
+        if (o->short_name)
+            snprintf(left, sizeof left, "-%c, --%s %s", o->short_name, o->long_name, o->meta);
+        else
+            snprintf(left, sizeof left, "    --%s %s", o->long_name, o->meta);
+        fprintf(f, "  %-30s %s", left, o->help);
+        if (o->type != OPT_FLAG && o->default_value[0]) fprintf(f, " [%s]", o->default_value);
+        fputc('\n', f);
+    }
+}
+
+static void die_usage(const char *fmt, const char *a, const char *b) {
+    fprintf(stderr, "error: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, " (see ./train --help)\n");
+    exit(2);
+}
+
+static void flag_name(const OptSpec *o, char *buf, size_t n) {
+    if (o->short_name)
+        snprintf(buf, n, "-%c/--%s", o->short_name, o->long_name);
+    else
+        snprintf(buf, n, "--%s", o->long_name);
+}
+
+static void set_value(Options *opt, const OptSpec *o, const char *value) {
+    char name[64];
+    flag_name(o, name, sizeof name);
+    void *dst = (char *)opt + o->offset;
+    char *end = NULL;
+    errno = 0;
+    switch (o->type) {
+    case OPT_INT: {
+        long v = strtol(value, &end, 10);
+        if (!*value || *end || errno || v < -2147483647L || v > 2147483647L)
+            die_usage("%s expects an integer, got '%s'", name, value);
+        *(int *)dst = (int)v;
+        break;
+    }
+    case OPT_FLOAT: {
+        float v = strtof(value, &end);
+        if (!*value || *end || errno || !isfinite(v)) die_usage("%s expects a number, got '%s'", name, value);
+        *(float *)dst = v;
+        break;
+    }
+    case OPT_STR: *(const char **)dst = value; break;
+    case OPT_FLAG: *(int *)dst = 1; break;
+    }
+}
+
+static void parse_args(Options *opt, int argc, char **argv) {
+    memset(opt, 0, sizeof *opt);
+    for (int i = 0; i < NUM_OPTIONS; i++)
+        if (options[i].type != OPT_FLAG) set_value(opt, &options[i], options[i].default_value);
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *inline_value = NULL;
+        const OptSpec *o = NULL;
+        char longname[64];
+        if (arg[0] == '-' && arg[1] == '-' && arg[2]) {
+            const char *eq = strchr(arg + 2, '=');
+            size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+            snprintf(longname, sizeof longname, "%.*s", (int)len, arg + 2);
+            if (eq) inline_value = eq + 1;
+            for (int k = 0; k < NUM_OPTIONS; k++)
+                if (strcmp(options[k].long_name, longname) == 0) o = &options[k];
+        } else if (arg[0] == '-' && arg[1] && !arg[2]) {
+            for (int k = 0; k < NUM_OPTIONS; k++)
+                if (options[k].short_name == arg[1]) o = &options[k];
+        }
+        if (!o) die_usage("unknown flag '%s'%s", arg, "");
+        if (o->type == OPT_FLAG) {
+            set_value(opt, o, "1");
+            continue;
+        }
+        const char *value = inline_value;
+        if (!value) {
+            if (i + 1 >= argc) {
+                char name[64];
+                flag_name(o, name, sizeof name);
+                die_usage("%s needs a value%s", name, "");
+            }
+            value = argv[++i];
+        }
+        set_value(opt, o, value);
+    }
+}
+
+static void bad(const char *flag, const char *why) {
+    die_usage("%s %s", flag, why);
+}
+
+/* Fills cfg from the options and rejects contradictory combinations. */
+static void validate(Options *opt, GPTConfig *cfg) {
+    const GPTPreset *p = gpt_find_preset(opt->preset);
+    if (!p) bad("-e/--preset", "must be one of tiny, d6, d12, d24, d36, d48");
+    cfg->num_layers = opt->layers ? opt->layers : p->num_layers;
+    cfg->num_heads = opt->heads ? opt->heads : p->num_heads;
+    cfg->dim = opt->dim ? opt->dim : p->dim;
+    cfg->max_seq_len = opt->max_seq_len;
+    cfg->vocab_size = opt->vocab;
+    if (opt->layers < 0 || cfg->num_layers < 1 || cfg->num_layers > GPT_MAX_LAYERS)
+        bad("--layers", "must be between 1 and 128");
+    if (opt->heads < 0 || cfg->num_heads < 1) bad("--heads", "must be positive");
+    if (opt->dim < 0 || cfg->dim < 1) bad("--dim", "must be positive");
+    if (cfg->dim % cfg->num_heads) bad("--heads", "must divide --dim (the model width)");
+    if (opt->max_seq_len < 1) bad("--max-seq-len", "must be positive");
+    if (opt->vocab < 2 || opt->vocab > 2000000000) bad("-v/--vocab", "must be between 2 and 2e9");
+    if (opt->batch < 1) bad("-b/--batch", "must be positive");
+    if (opt->seq_len < 1) bad("-t/--seq-len", "must be positive");
+    if (opt->seq_len > cfg->max_seq_len) bad("-t/--seq-len", "is above the model's context (--max-seq-len)");
+    if (opt->steps < 1) bad("-x/--steps", "must be positive");
+    if (!(opt->lr > 0)) bad("-l/--lr", "must be positive");
+    if (opt->lr_final < 0 || opt->lr_final > opt->lr) bad("--lr-final", "must be between 0 and the peak -l/--lr");
+    if (opt->warmup < 0) bad("--warmup", "must be 0 or more");
+    if (opt->weight_decay < 0) bad("--weight-decay", "must be 0 or more");
+    if (opt->grad_clip < 0) bad("--grad-clip", "must be 0 (off) or positive");
+    if (opt->checkpoint_every < 0) bad("-n/--checkpoint-every", "must be 0 or more");
+    if (opt->keep_checkpoints < 1) bad("--keep-checkpoints", "must be at least 1");
+    if (opt->resume != 0 && opt->resume != 1) bad("-y/--resume", "must be 0 or 1");
+    if (opt->val_every < 0) bad("--val-every", "must be 0 or more");
+    if (opt->val_batches < 1) bad("--val-batches", "must be positive");
+    if (opt->sample_every < 0) bad("-s/--sample-every", "must be 0 or more");
+    if (opt->gen_tokens < 1) bad("-G/--gen-tokens", "must be positive");
+    if (opt->gpus < 1) bad("-g/--gpus", "must be positive");
+    if (strcmp(opt->output, "fused") && strcmp(opt->output, "canonical"))
+        bad("--output", "must be fused or canonical");
+    if (strcmp(opt->device, "cuda") && strcmp(opt->device, "cpu")) bad("--device", "must be cuda or cpu");
+    long long bt = (long long)opt->batch * opt->seq_len;
+    if (opt->total_batch == 0) opt->total_batch = (int)bt;
+    if (opt->total_batch < 0) bad("-d/--total-batch", "must be positive");
+    if (opt->total_batch % (bt * opt->gpus))
+        bad("-d/--total-batch", "must be a multiple of B*T*gpus (-b times -t times -g)");
+    if (!opt->out[0]) bad("-o/--out", "must name a directory");
+    gpt_config_finish(cfg);
+}
+
+/* Prints the start-up memory table. */
+static void print_memory(Backend *be) {
+    MemoryItem items[MAX_MEMORY_ITEMS];
+    int n = be->ops->memory_items(be, items);
+    size_t total = 0;
+    printf("memory:\n");
+    for (int i = 0; i < n; i++) {
+        printf("  %-36s %10.2f MB\n", items[i].what, items[i].bytes / 1e6);
+        total += items[i].bytes;
+    }
+    printf("  %-36s %10.2f MB\n", "total", total / 1e6);
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static float validation_loss(Backend *be, Loader *val, int batches, int *inputs, int *targets) {
+    loader_reset(val);
+    double sum = 0.0;
+    for (int i = 0; i < batches; i++) {
+        loader_next_batch(val, inputs, targets);
+        sum += be->ops->eval_loss(be, inputs, targets);
+    }
+    return (float)(sum / batches);
+}
+
+/* Generates from the prompt (or the end-of-text token) and prints/logs the text. */
+static void generate_sample(Backend *be, const Tokenizer *tok, const Options *opt, Rng *rng, int step,
+                            RunLog *log, int *tokens, float *logits) {
+    int B = be->B, T = be->T, V = be->table->cfg.vocab_size;
+    int start = 1;
+    for (int i = 0; i < B * T; i++) tokens[i] = tok ? (int)tokenizer_eot_token(tok) : 0;
+    if (tok && opt->prompt[0]) {
+        size_t len = strlen(opt->prompt);
+        uint32_t *ids = malloc((len + 1) * sizeof(uint32_t));
+        if (ids) {
+            size_t n = tokenizer_encode(tok, opt->prompt, len, 0, ids, len + 1);
+            start = 0;
+            for (size_t i = 0; i < n && start < T - 1; i++) tokens[start++] = (int)ids[i];
+            free(ids);
+        }
+        if (start == 0) start = 1;
+    }
+    int end = start + opt->gen_tokens < T ? start + opt->gen_tokens : T;
+    for (int pos = start; pos < end; pos++) {
+        be->ops->logits_at(be, tokens, pos - 1, logits);
+        tokens[pos] = sample_token(logits, V, 1.0f, rng);
+    }
+    size_t cap = 16 * (size_t)(end + 1) + 64;
+    char *text = malloc(cap);
+    if (!text) return;
+    if (tok) {
+        uint32_t ids[1024 * 4];
+        int n = end < (int)(sizeof ids / sizeof ids[0]) ? end : (int)(sizeof ids / sizeof ids[0]);
+        for (int i = 0; i < n; i++) ids[i] = (uint32_t)tokens[i];
+        size_t need = tokenizer_decode(tok, ids, (size_t)n, text, cap - 1);
+        text[need < cap - 1 ? need : cap - 1] = 0;
+    } else {
+        size_t len = 0;
+        for (int i = 0; i < end && len + 16 < cap; i++) len += (size_t)snprintf(text + len, cap - len, "%d ", tokens[i]);
+    }
+    printf("sample at step %d: %s\n", step, text);
+    runlog_sample(log, step, text);
+    free(text);
+}
+
+static int check_finite(float loss, float norm, int step) {
+    if (isfinite(loss) && isfinite(norm)) return 1;
+    fprintf(stderr,
+            "error: %s is %s at step %d; stopping (the last checkpoint is untouched; lower -l/--lr or check the "
+            "data)\n",
+            isfinite(loss) ? "gradient norm" : "loss", isfinite(loss) ? (isnan(norm) ? "NaN" : "Inf")
+                                                                      : (isnan(loss) ? "NaN" : "Inf"),
+            step);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "prepare") == 0) return prepare_main(argc - 1, argv + 1);
+    Options opt;
+    GPTConfig cfg;
+    parse_args(&opt, argc, argv);
+    if (opt.help) {
+        usage(stdout);
+        return 0;
+    }
+    validate(&opt, &cfg);
+    char err[FGPT_ERR_LEN];
+
+    if (strcmp(opt.device, "cuda") == 0) {
+        char why[512] = "";
+        int n = cuda_device_count(why);
+        if (n == 0) {
+            fprintf(stderr, "error: no CUDA GPU available (%s); use --device cpu for the CPU reference backend\n",
+                    why);
+            return 1;
+        }
+        if (opt.gpus > n) {
+            fprintf(stderr, "error: -g/--gpus %d but this host has %d CUDA GPU(s)\n", opt.gpus, n);
+            return 2;
+        }
+        fprintf(stderr, "error: the CUDA training backend is not built yet; use --device cpu for now\n");
+        return 1;
+    }
+    if (opt.gpus != 1) {
+        fprintf(stderr, "error: -g/--gpus applies to --device cuda only\n");
+        return 2;
+    }
+
+    /* Data: the user's shards, or the default corpus prepared for this vocabulary. */
+    PreparedData prepared;
+    memset(&prepared, 0, sizeof prepared);
+    const char *train_path = opt.train_data, *val_path = opt.val_data, *tok_path = opt.tokenizer;
+    if (!train_path[0]) {
+        if (val_path[0]) bad("-j/--val-data", "needs -i/--train-data too");
+        if (prepare_default_corpus((uint32_t)cfg.vocab_size, opt.cache_dir, &prepared, err) != 0) {
+            fprintf(stderr, "error: %s\n", err);
+            return 1;
+        }
+        train_path = prepared.train_path;
+        val_path = prepared.val_path;
+        if (!tok_path[0]) tok_path = prepared.tokenizer_path;
+        if (prepared.vocab_reached < prepared.vocab_requested)
+            printf("tokenizer: the corpus supports %u of the %u tokens asked for; the model keeps V = %d\n",
+                   prepared.vocab_reached, prepared.vocab_requested, cfg.vocab_size);
+    }
+    Tokenizer *tok = NULL;
+    if (tok_path[0]) {
+        tok = tokenizer_load(tok_path, err);
+        if (!tok) {
+            fprintf(stderr, "error: %s\n", err);
+            return 1;
+        }
+        if (tokenizer_vocab_size(tok) > (uint32_t)cfg.vocab_size) {
+            fprintf(stderr, "error: tokenizer %s has %u tokens but the model's vocabulary is %d (pass -v %u)\n",
+                    tok_path, tokenizer_vocab_size(tok), cfg.vocab_size, tokenizer_vocab_size(tok));
+            return 2;
+        }
+    }
+
+    ParamTable table;
+    if (param_table_build(&table, &cfg, err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return 2;
+    }
+    int B = opt.batch, T = opt.seq_len, accum = opt.total_batch / (B * T);
+    Loader train_loader, val_loader;
+    int have_val = val_path[0] != 0;
+    if (loader_open(&train_loader, train_path, (uint32_t)cfg.vocab_size, B, T, 0, 1, 1, (uint64_t)opt.seed, err) !=
+            0 ||
+        (have_val && loader_open(&val_loader, val_path, (uint32_t)cfg.vocab_size, B, T, 0, 1, 0, 0, err) != 0)) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    OutputKind output = strcmp(opt.output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
+    Backend *be = backend_cpu_create(&table, B, T, output, (uint64_t)opt.seed, err);
+    if (!be) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    Rng rng;
+    rng_seed(&rng, (uint64_t)opt.seed ^ 0x5eed5a3e1eull);
+    int start_step = 0;
+    if (opt.resume) {
+        TrainState st;
+        float *p = malloc(table.total * sizeof(float)), *m = malloc(table.total * sizeof(float)),
+              *v = malloc(table.total * sizeof(float));
+        if (!p || !m || !v) {
+            fprintf(stderr, "error: out of host memory loading the checkpoint\n");
+            return 1;
+        }
+        if (checkpoint_load_latest(opt.out, &table, p, m, v, &st, err) != 0) {
+            fprintf(stderr, "error: %s\n", err);
+            return 2;
+        }
+        if (st.B != B || st.T != T || st.total_batch != opt.total_batch || st.seed != (uint64_t)opt.seed) {
+            fprintf(stderr,
+                    "error: checkpoint in %s was trained with -b %d -t %d -d %d --seed %llu; resume with the same "
+                    "values so the data order continues\n",
+                    opt.out, st.B, st.T, st.total_batch, (unsigned long long)st.seed);
+            return 2;
+        }
+        if (loader_set_state(&train_loader, (LoaderState){st.loader_epoch, st.loader_position}, err) != 0) {
+            fprintf(stderr, "error: %s\n", err);
+            return 2;
+        }
+        be->ops->write_state(be, p, m, v);
+        memcpy(rng.s, st.rng, sizeof rng.s);
+        start_step = st.step;
+        free(v);
+        free(m);
+        free(p);
+        printf("resumed from %s at step %d\n", opt.out, start_step);
+    }
+    RunLog log;
+    if (runlog_open(&log, opt.out, err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+
+    printf("model: L=%d NH=%d C=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", cfg.num_layers, cfg.num_heads,
+           cfg.dim, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, table.total / 1e6);
+    printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches), output layer %s, device %s\n", B, T,
+           opt.total_batch, accum, opt.output, opt.device);
+    print_memory(be);
+
+    int *inputs = malloc((size_t)B * T * sizeof(int)), *targets = malloc((size_t)B * T * sizeof(int));
+    float *logits = malloc((size_t)cfg.vocab_size * sizeof(float));
+    float *params = NULL, *mom1 = NULL, *mom2 = NULL;
+    if (!inputs || !targets || !logits) {
+        fprintf(stderr, "error: out of host memory\n");
+        return 1;
+    }
+    int status = 0;
+    for (int step = start_step; step < opt.steps; step++) {
+        int last = step == opt.steps - 1;
+        if (have_val && opt.val_every && (step % opt.val_every == 0 || last)) {
+            float vl = validation_loss(be, &val_loader, opt.val_batches, inputs, targets);
+            printf("step %5d | val loss %.6f\n", step, vl);
+            runlog_eval(&log, step, vl);
+        }
+        if (opt.sample_every && step > 0 && step % opt.sample_every == 0)
+            generate_sample(be, tok, &opt, &rng, step, &log, inputs, logits);
+
+        double t0 = now_ms();
+        be->ops->zero_grad(be);
+        double loss = 0.0;
+        for (int micro = 0; micro < accum; micro++) {
+            loader_next_batch(&train_loader, inputs, targets);
+            loss += be->ops->train_micro_step(be, inputs, targets, 1.0f / accum);
+        }
+        loss /= accum;
+        float norm = (float)sqrt(be->ops->grad_sumsq(be));
+        if (!check_finite((float)loss, norm, step)) {
+            status = 1;
+            break;
+        }
+        AdamWStep as = {
+            .lr = lr_at_step(step, opt.steps, opt.warmup, opt.lr, opt.lr_final),
+            .beta1 = 0.9f,
+            .beta2 = 0.95f,
+            .eps = 1e-8f,
+            .weight_decay = opt.weight_decay,
+            .grad_scale = (opt.grad_clip > 0 && norm > opt.grad_clip) ? opt.grad_clip / norm : 1.0f,
+            .step = step + 1,
+        };
+        be->ops->adamw_update(be, &as);
+        double ms = now_ms() - t0;
+        double tps = opt.total_batch / (ms / 1e3);
+        printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n", step + 1, opt.steps, loss,
+               as.lr, norm, ms, tps);
+        fflush(stdout);
+        runlog_step(&log, step + 1, (float)loss, as.lr, norm, ms, tps);
+
+        if ((opt.checkpoint_every && (step + 1) % opt.checkpoint_every == 0) || last) {
+            if (!params) {
+                params = malloc(table.total * sizeof(float));
+                mom1 = malloc(table.total * sizeof(float));
+                mom2 = malloc(table.total * sizeof(float));
+                if (!params || !mom1 || !mom2) {
+                    fprintf(stderr, "error: out of host memory for the checkpoint\n");
+                    status = 1;
+                    break;
+                }
+            }
+            be->ops->read_state(be, params, mom1, mom2);
+            LoaderState ls = loader_get_state(&train_loader);
+            TrainState st = {.step = step + 1, .loader_epoch = ls.epoch, .loader_position = ls.position,
+                             .B = B, .T = T, .total_batch = opt.total_batch, .seed = (uint64_t)opt.seed};
+            memcpy(st.rng, rng.s, sizeof st.rng);
+            if (checkpoint_save(opt.out, &table, params, mom1, mom2, &st, opt.keep_checkpoints, err) != 0) {
+                fprintf(stderr, "error: %s\n", err);
+                status = 1;
+                break;
+            }
+            printf("checkpoint: %s/step_%08d\n", opt.out, step + 1);
+        }
+    }
+    free(mom2);
+    free(mom1);
+    free(params);
+    free(logits);
+    free(targets);
+    free(inputs);
+    runlog_close(&log);
+    be->ops->destroy(be);
+    if (have_val) loader_close(&val_loader);
+    loader_close(&train_loader);
+    param_table_free(&table);
+    if (tok) tokenizer_free(tok);
+    return status;
+}
