@@ -455,7 +455,7 @@ int main(int argc, char **argv) {
     int status = 0;
     for (int step = start_step; step < opt.steps; step++) {
         int last = step == opt.steps - 1;
-        if (have_val && opt.val_every && (step % opt.val_every == 0 || last)) {
+        if (have_val && opt.val_every && step % opt.val_every == 0) {
             float vl = validation_loss(be, &val_loader, opt.val_batches, inputs, targets);
             printf("step %5d | val loss %.6f\n", step, vl);
             runlog_eval(&log, step, vl);
@@ -516,6 +516,11 @@ int main(int argc, char **argv) {
             }
             printf("checkpoint: %s/step_%08d\n", opt.out, step + 1);
         }
+    }
+    if (status == 0 && have_val && opt.val_every) {
+        float vl = validation_loss(be, &val_loader, opt.val_batches, inputs, targets);
+        printf("step %5d | val loss %.6f\n", opt.steps, vl);
+        runlog_eval(&log, opt.steps, vl);
     }
     free(mom2);
     free(mom1);

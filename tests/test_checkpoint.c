@@ -1,0 +1,160 @@
+/* Checkpoints: state round trip, HF-compatible safetensors (names, shapes, Conv1D transposes,
+ * unpadded wte), config mismatch errors, and a crashed write leaving the last checkpoint intact. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+#include "data/rng.h"
+#include "model/checkpoint.h"
+#include "tests/test.h"
+
+static void tiny_table(ParamTable *t, int vocab) {
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 8, .max_seq_len = 16, .vocab_size = vocab};
+    gpt_config_finish(&cfg);
+    char err[512];
+    if (param_table_build(t, &cfg, err) != 0) fprintf(stderr, "%s\n", err);
+}
+
+static float *random_floats(size_t n, uint64_t seed) {
+    float *x = malloc(n * 4);
+    Rng r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++) x[i] = (float)rng_normal(&r);
+    return x;
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc(*len + 1);
+    if (fread(b, 1, *len, f) != *len) *len = 0;
+    b[*len] = 0;
+    fclose(f);
+    return b;
+}
+
+TEST(checkpoint_round_trip_restores_everything) {
+    ParamTable t;
+    tiny_table(&t, 50);
+    float *p = random_floats(t.total, 1), *m = random_floats(t.total, 2), *v = random_floats(t.total, 3);
+    TrainState st = {.step = 7, .loader_epoch = 2, .loader_position = 5, .rng = {1, 2, 3, 4}, .B = 2, .T = 8,
+                     .total_batch = 32, .seed = 99};
+    char err[512];
+    REQUIRE(checkpoint_save(test_tmpdir(), &t, p, m, v, &st, 2, err) == 0, "%s", err);
+    float *p2 = malloc(t.total * 4), *m2 = malloc(t.total * 4), *v2 = malloc(t.total * 4);
+    TrainState st2;
+    REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, p2, m2, v2, &st2, err) == 0, "%s", err);
+    CHECK(!memcmp(p, p2, t.total * 4) && !memcmp(m, m2, t.total * 4) && !memcmp(v, v2, t.total * 4),
+          "weights or moments differ after the round trip");
+    CHECK(st2.step == 7 && st2.loader_epoch == 2 && st2.loader_position == 5 && st2.B == 2 && st2.T == 8 &&
+              st2.total_batch == 32 && st2.seed == 99 && !memcmp(st.rng, st2.rng, sizeof st.rng),
+          "train state differs after the round trip");
+    free(p);
+    free(m);
+    free(v);
+    free(p2);
+    free(m2);
+    free(v2);
+    param_table_free(&t);
+}
+
+TEST(checkpoint_safetensors_is_laid_out_like_hf_gpt2) {
+    ParamTable t;
+    tiny_table(&t, 50); /* Vp = 128: wte must be exported with 50 rows */
+    float *p = random_floats(t.total, 4);
+    TrainState st = {.step = 3};
+    char err[512], path[700];
+    REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 2, err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/step_00000003/model.safetensors", test_tmpdir());
+    size_t len;
+    char *buf = read_file(path, &len);
+    REQUIRE(buf && len > 8, "cannot read %s", path);
+    uint64_t hlen;
+    memcpy(&hlen, buf, 8);
+    REQUIRE(hlen % 8 == 0 && 8 + hlen <= len, "header length %llu", (unsigned long long)hlen);
+    char *hdr = strndup(buf + 8, hlen);
+    CHECK(strstr(hdr, "\"transformer.wte.weight\":{\"dtype\":\"F32\",\"shape\":[50,8]"), "wte shape: %.200s", hdr);
+    CHECK(strstr(hdr, "\"transformer.h.1.attn.c_attn.weight\":{\"dtype\":\"F32\",\"shape\":[8,24]"),
+          "c_attn must be [in, out] as HF Conv1D");
+    CHECK(strstr(hdr, "\"transformer.h.0.mlp.c_proj.weight\":{\"dtype\":\"F32\",\"shape\":[32,8]"),
+          "mlp.c_proj must be [4C, C]");
+    CHECK(strstr(hdr, "\"transformer.ln_f.bias\":{\"dtype\":\"F32\",\"shape\":[8]"), "ln_f.bias");
+    /* The data of c_attn is our [3C, C] matrix transposed. */
+    const ParamInfo *qkv = param_of_layer(&t, 1, ROLE_QKV_W);
+    char key[] = "\"transformer.h.1.attn.c_attn.weight\":{\"dtype\":\"F32\",\"shape\":[8,24],\"data_offsets\":[";
+    char *at = strstr(hdr, key);
+    REQUIRE(at, "c_attn entry");
+    size_t off = strtoull(at + strlen(key), NULL, 10);
+    const float *data = (const float *)(buf + 8 + hlen + off);
+    int mismatches = 0;
+    for (size_t r = 0; r < qkv->rows; r++)
+        for (size_t c = 0; c < qkv->cols; c++)
+            mismatches += data[c * qkv->rows + r] != p[qkv->offset + r * qkv->cols + c];
+    CHECK(mismatches == 0, "%d elements of c_attn are not the transpose", mismatches);
+    size_t expect = 8 + hlen;
+    for (int i = 0; i < t.count; i++)
+        expect += (t.params[i].role == ROLE_WTE ? 50 * 8 : t.params[i].numel) * 4;
+    CHECK(len == expect, "file is %zu bytes, expected %zu", len, expect);
+    snprintf(path, sizeof path, "%s/step_00000003/config.json", test_tmpdir());
+    char *cfg = read_file(path, &len);
+    CHECK(cfg && strstr(cfg, "\"vocab_size\": 50") && strstr(cfg, "\"n_layer\": 2") && strstr(cfg, "gelu_new"),
+          "config.json lacks the GPT2Config fields");
+    free(cfg);
+    free(hdr);
+    free(buf);
+    free(p);
+    param_table_free(&t);
+}
+
+TEST(checkpoint_with_other_config_is_refused_with_the_flag_to_fix) {
+    ParamTable t, other;
+    tiny_table(&t, 50);
+    tiny_table(&other, 60);
+    float *p = random_floats(t.total, 5);
+    TrainState st = {.step = 1};
+    char err[512] = "";
+    REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 2, err) == 0, "%s", err);
+    float *q = malloc(other.total * 4 * 3);
+    CHECK(checkpoint_load_latest(test_tmpdir(), &other, q, q + other.total, q + 2 * other.total, &st, err) == -1,
+          "mismatched vocabulary accepted");
+    CHECK(strstr(err, "vocab_size 50") && strstr(err, "-v 50"), "message: %s", err);
+    free(q);
+    free(p);
+    param_table_free(&other);
+    param_table_free(&t);
+}
+
+TEST(checkpoint_crash_midway_leaves_latest_intact_and_prunes_old) {
+    ParamTable t;
+    tiny_table(&t, 50);
+    float *p = random_floats(t.total, 6);
+    char err[512], path[700];
+    for (int s = 1; s <= 3; s++) {
+        TrainState st = {.step = s};
+        REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 2, err) == 0, "%s", err);
+    }
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/step_00000001", test_tmpdir());
+    CHECK(stat(path, &sb) != 0, "oldest checkpoint was not pruned (keep 2)");
+    /* a crash during the write of step 4 leaves a .tmp directory and the old latest */
+    snprintf(path, sizeof path, "%s/step_00000004.tmp", test_tmpdir());
+    mkdir(path, 0755);
+    TrainState st;
+    float *q = malloc(t.total * 4 * 3);
+    REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == 0, "%s", err);
+    CHECK(st.step == 3, "latest is step %d, expected 3", st.step);
+    /* a truncated state file is reported, not read */
+    snprintf(path, sizeof path, "%s/step_00000003/state.bin", test_tmpdir());
+    REQUIRE(truncate(path, 200) == 0, "truncate");
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
+              strstr(err, "truncated"),
+          "truncated state accepted: %s", err);
+    free(q);
+    free(p);
+    param_table_free(&t);
+}

@@ -1,0 +1,164 @@
+/* Token shards (round trip at both widths, every header defect, tokens >= vocabulary) and the
+ * loader (coverage, rank slices, seeded shuffling, resumable position). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data/loader.h"
+#include "data/shard.h"
+#include "tests/test.h"
+#include "tests/test_util.h"
+
+static void path_in_tmp(char *buf, size_t n, const char *name) {
+    snprintf(buf, n, "%s/%s", test_tmpdir(), name);
+}
+
+static void round_trip(uint32_t vocab, uint32_t expect_width) {
+    char path[700], err[FGPT_ERR_LEN];
+    path_in_tmp(path, sizeof path, "rt.bin");
+    uint32_t toks[1000];
+    Rng rng;
+    rng_seed(&rng, vocab);
+    for (int i = 0; i < 1000; i++) toks[i] = (uint32_t)rng_below(&rng, vocab);
+    toks[7] = vocab - 1;
+    REQUIRE(shard_write(path, toks, 1000, vocab, err) == 0, "%s", err);
+    uint32_t *back;
+    uint64_t n;
+    ShardHeader h;
+    REQUIRE(shard_read(path, vocab, &back, &n, &h, err) == 0, "%s", err);
+    CHECK(n == 1000 && h.vocab_size == vocab && h.bytes_per_token == expect_width, "header n=%llu width=%u",
+          (unsigned long long)n, h.bytes_per_token);
+    CHECK(memcmp(back, toks, sizeof toks) == 0, "tokens differ after the round trip");
+    free(back);
+}
+
+TEST(shard_round_trip_uint16) {
+    round_trip(50257, 2);
+}
+
+TEST(shard_round_trip_uint32_for_vocab_above_65536) {
+    round_trip(262144, 4);
+}
+
+/* Writes a valid shard, applies a byte patch or truncation, and expects an error containing msg. */
+static void expect_defect(const char *what, long patch_at, const void *patch, size_t patch_len, long truncate_to,
+                          uint32_t model_vocab, const char *msg) {
+    char path[700], err[FGPT_ERR_LEN] = "";
+    path_in_tmp(path, sizeof path, "bad.bin");
+    uint32_t toks[100];
+    for (int i = 0; i < 100; i++) toks[i] = (uint32_t)(i * 7 % 300);
+    REQUIRE(shard_write(path, toks, 100, 300, err) == 0, "%s", err);
+    if (patch) {
+        FILE *f = fopen(path, "r+b");
+        fseek(f, patch_at, SEEK_SET);
+        fwrite(patch, 1, patch_len, f);
+        fclose(f);
+    }
+    if (truncate_to >= 0) REQUIRE(truncate(path, truncate_to) == 0, "truncate");
+    uint32_t *t = NULL;
+    uint64_t n;
+    ShardHeader h;
+    int rc = shard_read(path, model_vocab, &t, &n, &h, err);
+    CHECK(rc == -1 && t == NULL, "%s: accepted", what);
+    CHECK(strstr(err, msg) != NULL, "%s: message '%s' lacks '%s'", what, err, msg);
+    CHECK(strchr(err, '\n') == NULL, "%s: message is not one line", what);
+}
+
+TEST(shard_defects_give_clear_errors) {
+    uint32_t v2 = 2, w3 = 3;
+    uint64_t huge = 1000;
+    expect_defect("bad magic", 0, "NOTATOKS", 8, -1, 300, "not a token shard");
+    expect_defect("future version", 8, &v2, 4, -1, 300, "format version 2");
+    expect_defect("odd width", 12, &w3, 4, -1, 300, "bytes per token");
+    expect_defect("count beyond the file", 24, &huge, 8, -1, 300, "truncated or corrupt");
+    expect_defect("truncated data", 0, NULL, 0, 64 + 150, 300, "truncated or corrupt");
+    expect_defect("truncated header", 0, NULL, 0, 10, 300, "shorter than its 64-byte header");
+    expect_defect("token above the model's vocabulary", 0, NULL, 0, -1, 200, "is >= vocabulary 200");
+    char err[FGPT_ERR_LEN];
+    uint32_t *t;
+    uint64_t n;
+    ShardHeader h;
+    CHECK(shard_read("/nonexistent/x.bin", 10, &t, &n, &h, err) == -1 && strstr(err, "cannot open"),
+          "missing file: %s", err);
+}
+
+static int open_loader(Loader *l, const char *path, int B, int T, int rank, int world, int shuffle) {
+    char err[FGPT_ERR_LEN];
+    int rc = loader_open(l, path, 1000, B, T, rank, world, shuffle, 42, err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    return rc;
+}
+
+TEST(loader_covers_each_window_once_per_epoch_and_ranks_are_disjoint) {
+    char path[700], err[FGPT_ERR_LEN];
+    path_in_tmp(path, sizeof path, "seq.bin");
+    /* tokens 0..n-1 (mod 1000), so a window's first input names the window */
+    enum { NT = 8 * 10 + 1, T = 8 };
+    uint32_t toks[NT];
+    for (int i = 0; i < NT; i++) toks[i] = (uint32_t)i;
+    REQUIRE(shard_write(path, toks, NT, 1000, err) == 0, "%s", err);
+    int seen[10] = {0};
+    for (int rank = 0; rank < 2; rank++) {
+        Loader l;
+        REQUIRE(open_loader(&l, path, 1, T, rank, 2, 1) == 0, "open");
+        CHECK(l.num_windows == 5, "rank %d has %llu windows", rank, (unsigned long long)l.num_windows);
+        int in[T], tg[T];
+        for (int k = 0; k < 5; k++) {
+            loader_next_batch(&l, in, tg);
+            seen[in[0] / T]++;
+            CHECK(in[0] / T % 2 == rank, "rank %d got window %d", rank, in[0] / T);
+            for (int t = 0; t < T; t++) CHECK(tg[t] == in[t] + 1, "targets are inputs shifted by one");
+        }
+        loader_close(&l);
+    }
+    for (int w = 0; w < 10; w++) CHECK(seen[w] == 1, "window %d seen %d times", w, seen[w]);
+}
+
+TEST(loader_shuffle_is_seeded_and_state_resumes_exactly) {
+    char path[700];
+    path_in_tmp(path, sizeof path, "pat.bin");
+    REQUIRE(write_pattern_shard(path, 5000, 1000, 1) == 0, "write");
+    Loader a, b;
+    REQUIRE(open_loader(&a, path, 3, 16, 0, 1, 1) == 0 && open_loader(&b, path, 3, 16, 0, 1, 1) == 0, "open");
+    int ia[48], ta[48], ib[48], tb[48];
+    for (int k = 0; k < 250; k++) { /* crosses several epochs (104 windows each) */
+        loader_next_batch(&a, ia, ta);
+        loader_next_batch(&b, ib, tb);
+    }
+    CHECK(a.epoch >= 2, "test should cross epochs (epoch %llu)", (unsigned long long)a.epoch);
+    LoaderState s = loader_get_state(&a);
+    Loader c;
+    char err[FGPT_ERR_LEN];
+    REQUIRE(open_loader(&c, path, 3, 16, 0, 1, 1) == 0, "open");
+    REQUIRE(loader_set_state(&c, s, err) == 0, "%s", err);
+    int ic[48], tc[48], differs_from_unshuffled = 0;
+    for (int k = 0; k < 50; k++) {
+        loader_next_batch(&a, ia, ta);
+        loader_next_batch(&c, ic, tc);
+        if (memcmp(ia, ic, sizeof ia) || memcmp(ta, tc, sizeof ta)) {
+            CHECK(0, "resumed loader diverges at batch %d", k);
+            break;
+        }
+    }
+    Loader u;
+    REQUIRE(open_loader(&u, path, 3, 16, 0, 1, 0) == 0, "open");
+    loader_next_batch(&u, ic, tc);
+    loader_reset(&b);
+    loader_next_batch(&b, ib, tb);
+    differs_from_unshuffled = memcmp(ib, ic, sizeof ib) != 0;
+    CHECK(differs_from_unshuffled, "shuffled order equals the file order");
+    loader_close(&u);
+    loader_close(&c);
+    loader_close(&b);
+    loader_close(&a);
+}
+
+TEST(loader_rejects_a_shard_too_small_for_one_batch) {
+    char path[700], err[FGPT_ERR_LEN];
+    path_in_tmp(path, sizeof path, "small.bin");
+    REQUIRE(write_pattern_shard(path, 100, 1000, 1) == 0, "write");
+    Loader l;
+    CHECK(loader_open(&l, path, 1000, 4, 64, 0, 1, 1, 1, err) == -1 && strstr(err, "too few for a batch"), "%s",
+          err);
+}

@@ -1,0 +1,154 @@
+/* ./train end to end on the CPU: every bad flag gets a one-line error naming it (exit 2), --help
+ * comes from the option table, no GPU means a clear error, a tiny model learns a synthetic corpus,
+ * and a resumed run prints exactly the losses of the uninterrupted one. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/test.h"
+#include "tests/test_util.h"
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+static void expect_usage_error(const char *args, const char *needle) {
+    char *out = NULL;
+    int rc = run_train(args, &out);
+    REQUIRE(out, "could not run ./train %s", args);
+    CHECK(rc == 2, "'%s': exit status %d, expected 2 (%s)", args, rc, out);
+    CHECK(strncmp(out, "error: ", 7) == 0 && count_lines(out) == 1, "'%s': not one error line: %s", args, out);
+    CHECK(strstr(out, needle) != NULL, "'%s': message lacks '%s': %s", args, needle, out);
+    free(out);
+}
+
+TEST(cli_bad_flags_name_the_flag_and_exit_2) {
+    expect_usage_error("--bogus", "unknown flag '--bogus'");
+    expect_usage_error("-q 3", "unknown flag '-q'");
+    expect_usage_error("-x", "-x/--steps needs a value");
+    expect_usage_error("--steps=abc", "-x/--steps expects an integer");
+    expect_usage_error("-b 0", "-b/--batch must be positive");
+    expect_usage_error("-t -5", "-t/--seq-len must be positive");
+    expect_usage_error("-t 2048", "-t/--seq-len is above the model's context");
+    expect_usage_error("-b 4 -t 64 -d 1000", "-d/--total-batch must be a multiple");
+    expect_usage_error("-e tiny --heads 5", "--heads must divide --dim");
+    expect_usage_error("-e d99", "-e/--preset must be one of");
+    expect_usage_error("-l -1", "-l/--lr must be positive");
+    expect_usage_error("-l 1e-3 --lr-final 1e-2", "--lr-final must be between");
+    expect_usage_error("-v 1", "-v/--vocab");
+    expect_usage_error("--output chunked", "--output must be fused or canonical");
+    expect_usage_error("--device tpu", "--device must be cuda or cpu");
+    expect_usage_error("-y 2", "-y/--resume must be 0 or 1");
+    expect_usage_error("-x 0", "-x/--steps must be positive");
+}
+
+TEST(cli_help_is_generated_from_the_option_table) {
+    char *out = NULL;
+    int rc = run_train("--help", &out);
+    CHECK(rc == 0, "--help exit status %d", rc);
+    const char *flags[] = {"-e, --preset", "-v, --vocab", "-b, --batch", "-t, --seq-len", "-d, --total-batch",
+                           "-x, --steps", "-l, --lr", "--warmup", "--lr-final", "--weight-decay", "--grad-clip",
+                           "--seed", "-i, --train-data", "-j, --val-data", "-o, --out", "-n, --checkpoint-every",
+                           "-y, --resume", "--val-every", "--val-batches", "-s, --sample-every",
+                           "-G, --gen-tokens", "--output", "--device", "--layers", "--heads", "--dim"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        CHECK(out && strstr(out, flags[i]), "--help lacks %s", flags[i]);
+    CHECK(out && strstr(out, "[6e-4]") && strstr(out, "[fused]"), "--help lacks the defaults");
+    free(out);
+}
+
+TEST(cli_without_gpu_or_cuda_backend_says_so_in_one_line) {
+    char *out = NULL;
+    int rc = run_train("-e tiny -x 1", &out);
+    CHECK(rc == 1, "exit status %d, expected 1: %s", rc, out);
+    CHECK(out && strncmp(out, "error: ", 7) == 0 && count_lines(out) == 1 && strstr(out, "--device cpu"),
+          "expected one error line pointing at --device cpu: %s", out);
+    free(out);
+}
+
+/* Shards with a learnable pattern over 64 tokens, in the test's directory. */
+static void make_corpus(char *train, char *val, size_t n) {
+    snprintf(train, n, "%s/train.bin", test_tmpdir());
+    snprintf(val, n, "%s/val.bin", test_tmpdir());
+    write_pattern_shard(train, 40000, 64, 1);
+    write_pattern_shard(val, 4000, 64, 2);
+}
+
+#define TINY_RUN "--device cpu -e tiny -v 64 -b 4 -t 32 -l 3e-3 --warmup 5 --lr-final 3e-4 -s 0"
+
+TEST(cpu_training_loss_falls_well_below_ln_vocab) {
+    char train[700], val[700], args[2400], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    snprintf(args, sizeof args, TINY_RUN " -x 80 --val-every 40 -i %s -j %s -o %s/run", train, val, test_tmpdir());
+    int rc = run_train(args, &out);
+    REQUIRE(rc == 0, "training failed (%d): %s", rc, out);
+    float losses[100];
+    int n = parse_losses(out, losses, 100);
+    REQUIRE(n == 80, "parsed %d losses", n);
+    CHECK(fabsf(losses[0] - logf(64)) < 0.3f, "first loss %.3f should be near ln 64 = %.3f", losses[0], logf(64));
+    CHECK(losses[79] < 0.5f * logf(64), "final loss %.3f is not well below ln 64", losses[79]);
+    CHECK(strstr(out, "val loss") != NULL, "no validation line");
+    char ck[800];
+    snprintf(ck, sizeof ck, "%s/run/step_00000080/model.safetensors", test_tmpdir());
+    FILE *f = fopen(ck, "rb");
+    CHECK(f != NULL, "final checkpoint %s missing", ck);
+    if (f) fclose(f);
+    free(out);
+}
+
+/* The loss lines "step k/N | loss x ..." for k > from, joined, without timings. */
+static void losses_after(const char *out, int from, char *buf, size_t n) {
+    buf[0] = 0;
+    const char *p = out;
+    while ((p = strstr(p, "step ")) != NULL) {
+        int k, total;
+        float loss;
+        if (sscanf(p, "step %d/%d | loss %f", &k, &total, &loss) == 3 && k > from) {
+            const char *e = strstr(p, "| lr");
+            size_t len = strlen(buf);
+            snprintf(buf + len, n - len, "%.*s\n", (int)(e - p), p);
+        }
+        p += 5;
+    }
+}
+
+TEST(resume_prints_exactly_the_losses_of_the_uninterrupted_run) {
+    char train[700], val[700], args[2400], *full = NULL, *resumed = NULL, *bad = NULL;
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    snprintf(args, sizeof args, TINY_RUN " -x 20 -n 10 --keep-checkpoints 3 --val-every 5 -i %s -j %s -o %s/a",
+             train, val, d);
+    REQUIRE(run_train(args, &full) == 0, "first run failed: %s", full);
+    /* a second run directory holding only the step-10 checkpoint */
+    char cmd[3000];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/b && cp -r %s/a/step_00000010 %s/b/ && echo step_00000010 > %s/b/latest",
+             d, d, d, d);
+    REQUIRE(system(cmd) == 0, "copying the checkpoint failed");
+    snprintf(args, sizeof args, TINY_RUN " -x 20 -n 10 --val-every 5 -y 1 -i %s -j %s -o %s/b", train, val, d);
+    REQUIRE(run_train(args, &resumed) == 0, "resumed run failed: %s", resumed);
+    CHECK(strstr(resumed, "resumed from") != NULL, "no resume message");
+    static char a[8192], b[8192];
+    losses_after(full, 10, a, sizeof a);
+    losses_after(resumed, 10, b, sizeof b);
+    CHECK(count_lines(a) == 10, "expected 10 loss lines after step 10, got %d", count_lines(a));
+    CHECK(strcmp(a, b) == 0, "resumed losses differ:\n%s---\n%s", a, b);
+    /* the same checkpoint with another vocabulary is refused, naming the flag */
+    snprintf(args, sizeof args, "--device cpu -e tiny -v 65 -b 4 -t 32 -x 20 -y 1 -i %s -o %s/b", train, d);
+    int rc = run_train(args, &bad);
+    CHECK(rc == 2 && strstr(bad, "-v 64"), "mismatched resume: exit %d: %s", rc, bad);
+    free(bad);
+    free(resumed);
+    free(full);
+}
+
+TEST(tokens_beyond_the_vocabulary_are_reported_with_the_fix) {
+    char train[700], val[700], args[2400], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    snprintf(args, sizeof args, "--device cpu -e tiny -v 32 -b 4 -t 32 -x 1 -i %s -o %s/run", train, test_tmpdir());
+    int rc = run_train(args, &out);
+    CHECK(rc == 1 && strstr(out, "is >= vocabulary 32") && strstr(out, "pass -v"), "exit %d: %s", rc, out);
+    free(out);
+}
