@@ -33,24 +33,28 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lnccl 
 HOST_SRC := $(wildcard model/*.c data/*.c tokenizer/*.c)
 CUDA_SRC := $(wildcard kernels/*.cu model/*.cu)
 HOST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(HOST_SRC))
-CUDA_OBJ := $(patsubst %.cu,$(BUILD)/%.cu.o,$(CUDA_SRC))
+# CUDA objects are never sanitized, so the sanitizer build reuses them from build/.
+CUDA_OBJ := $(patsubst %.cu,build/%.cu.o,$(CUDA_SRC))
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) tests/runner.c tests/test_util.c)
 GPU_TEST_SRC := $(wildcard tests/test_*_gpu.cu)
-GPU_TEST_OBJ := $(patsubst %.cu,$(BUILD)/%.cu.o,$(GPU_TEST_SRC))
+GPU_TEST_OBJ := $(patsubst %.cu,build/%.cu.o,$(GPU_TEST_SRC))
 
-.PHONY: all test test-gpu bench data clean
+.PHONY: all test test-gpu bench data clean deps
 .DEFAULT_GOAL := train
 all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer
 
-train: $(BUILD)/train.o $(HOST_OBJ) $(CUDA_OBJ)
-	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp $(if $(SANFLAGS),-Xcompiler $(subst $(space),$(comma),$(strip $(SANFLAGS)))) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+# Under SANITIZE=1 the tests run a sanitized trainer, $(BUILD)/train; ./train is never sanitized.
+TRAIN_BIN := $(if $(SANFLAGS),$(BUILD)/train,train)
+LINK_SAN  := $(if $(SANFLAGS),-Xcompiler $(subst $(space),$(comma),$(strip $(SANFLAGS))))
+$(TRAIN_BIN): $(BUILD)/train.o $(HOST_OBJ) $(CUDA_OBJ)
+	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp $(LINK_SAN) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/%.cu.o: %.cu
+build/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
@@ -59,16 +63,15 @@ $(BUILD)/%.cu.o: %.cu
 $(BUILD)/run_tests: $(TEST_OBJ) $(HOST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-TEST_LIBS ?=
+TEST_LIBS ?= -lpcre2-8
 $(BUILD)/run_tests: LDLIBS += $(TEST_LIBS)
 
-# Under SANITIZE=1 the tests still run the regular ./train (build it first with `make train`).
-ifeq ($(SANITIZE),1)
-test: $(BUILD)/run_tests
-else
-test: $(BUILD)/run_tests train
-endif
-	FUSEDGPT_TRAIN=./train ./$(BUILD)/run_tests $(FILTER)
+deps:
+	@bash dev/install_deps.sh
+
+test: deps
+	@$(MAKE) --no-print-directory $(BUILD)/run_tests $(TRAIN_BIN)
+	FUSEDGPT_TRAIN=./$(TRAIN_BIN) ./$(BUILD)/run_tests $(FILTER)
 
 $(BUILD)/run_gpu_tests: $(GPU_TEST_OBJ) $(BUILD)/tests/runner.o $(BUILD)/tests/test_util.o $(HOST_OBJ) $(CUDA_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
@@ -76,7 +79,7 @@ $(BUILD)/run_gpu_tests: $(GPU_TEST_OBJ) $(BUILD)/tests/runner.o $(BUILD)/tests/t
 test-gpu: $(BUILD)/run_gpu_tests
 	./$(BUILD)/run_gpu_tests $(FILTER)
 
-$(BUILD)/bench_output_layer: $(BUILD)/dev/bench_output_layer.cu.o $(HOST_OBJ) $(CUDA_OBJ)
+$(BUILD)/bench_output_layer: build/dev/bench_output_layer.cu.o $(HOST_OBJ) $(CUDA_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
 bench: $(BUILD)/bench_output_layer
@@ -88,4 +91,14 @@ data: train
 clean:
 	rm -rf build build-san ./train
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find build $(BUILD) -name '*.d' 2>/dev/null | sort -u)
+
+# tokenizer benchmark (issue 3): training time, merges reached, tokens/byte, encode MB/s on the
+# default corpus (prepared by `make data`); BENCH_TOKENIZER_ARGS overrides file and sizes.
+BENCH_TOKENIZER_ARGS ?= .cache/corpus/default-v1.txt 262144 50304
+$(BUILD)/bench_tokenizer: $(BUILD)/dev/bench_tokenizer.o $(HOST_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+.PHONY: bench-tokenizer
+bench-tokenizer: $(BUILD)/bench_tokenizer
+	./$(BUILD)/bench_tokenizer $(BENCH_TOKENIZER_ARGS)

@@ -1,6 +1,5 @@
 /* tests/runner.c - runs every registered TEST (optionally only those whose name contains argv[1])
  * and prints "N passed, M failed". */
-#define _GNU_SOURCE
 #include "test.h"
 
 #include <stdarg.h>
