@@ -1,0 +1,149 @@
+/* kernels/adamw.cu - deterministic global gradient norm and fused AdamW on fp32 master weights.
+ *
+ * global_sumsq: Σ g² over n fp32 gradients. Pass 1: NORM_BLOCKS blocks (a fixed number, so the
+ *   order of additions never depends on the device or on timing) each sum a grid-stride slice
+ *   (float4 loads) and tree-reduce in shared memory to one partial; pass 2: one block tree-reduces
+ *   the partials in fp64. FLOPs 2n; bytes 4n (memory bound: ~0.17 ms for 124M on an H100).
+ * adamw_update: one block per chunk of ≤ ADAMW_CHUNK elements, every chunk inside one tensor, so
+ *   the weight-decay flag is per block. Per element: read g, m, v, master (16 B), write m, v,
+ *   master, bf16 param (14 B); ~15 FLOPs. Memory bound: 30 B/element (~1.2 ms for 124M). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/kernel_util.cuh"
+#include "kernels/kernels.h"
+
+#define NORM_BLOCKS 512
+#define NORM_THREADS 256
+#define ADAMW_CHUNK 16384
+#define ADAMW_THREADS 256
+
+__global__ void __launch_bounds__(NORM_THREADS) sumsq_partial_kernel(float *partial, const float *g, size_t n) {
+    __shared__ float s[NORM_THREADS];
+    size_t n4 = n / 4;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    float acc = 0.0f;
+    const float4 *g4 = reinterpret_cast<const float4 *>(g);
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+        float4 v = __ldg(g4 + i);
+        acc += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    if (blockIdx.x == 0 && threadIdx.x < n % 4) {
+        float v = g[4 * n4 + threadIdx.x];
+        acc += v * v;
+    }
+    s[threadIdx.x] = acc;
+    __syncthreads(); /* every thread's value is in s before the tree reads it */
+    block_tree_sum(s, NORM_THREADS);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
+}
+
+__global__ void __launch_bounds__(NORM_BLOCKS) sumsq_final_kernel(double *out, const float *partial) {
+    __shared__ double s[NORM_BLOCKS];
+    s[threadIdx.x] = partial[threadIdx.x];
+    __syncthreads();
+    for (int stride = NORM_BLOCKS / 2; stride > 0; stride >>= 1) {
+        if ((int)threadIdx.x < stride) s[threadIdx.x] += s[threadIdx.x + stride];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = s[0];
+}
+
+extern "C" size_t global_sumsq_scratch_bytes(void) {
+    return NORM_BLOCKS * sizeof(float);
+}
+
+extern "C" void global_sumsq(double *sumsq, void *scratch, const float *grads, size_t n, cudaStream_t stream) {
+    if ((uintptr_t)grads % 16 != 0) {
+        fprintf(stderr, "error: global_sumsq needs a 16-byte aligned gradient buffer\n");
+        exit(1);
+    }
+    sumsq_partial_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, stream>>>((float *)scratch, grads, n);
+    CUDA_CHECK(cudaGetLastError());
+    sumsq_final_kernel<<<1, NORM_BLOCKS, 0, stream>>>(sumsq, (const float *)scratch);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+typedef struct {
+    size_t offset;
+    int count;
+    int decay;
+} AdamWChunk;
+
+struct AdamWPlan {
+    AdamWChunk *chunks; /* device */
+    int num_chunks;
+};
+
+extern "C" AdamWPlan *adamw_plan_create(const size_t *offsets, const size_t *numels, const int *weight_decay,
+                                        int count) {
+    size_t total = 0;
+    for (int i = 0; i < count; i++) total += (numels[i] + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+    AdamWChunk *host = (AdamWChunk *)malloc((total ? total : 1) * sizeof *host);
+    AdamWPlan *plan = (AdamWPlan *)malloc(sizeof *plan);
+    if (!host || !plan) {
+        fprintf(stderr, "error: out of host memory building the AdamW plan\n");
+        exit(1);
+    }
+    int k = 0;
+    for (int i = 0; i < count; i++)
+        for (size_t j = 0; j < numels[i]; j += ADAMW_CHUNK) {
+            size_t left = numels[i] - j;
+            host[k++] = (AdamWChunk){offsets[i] + j, (int)(left < ADAMW_CHUNK ? left : ADAMW_CHUNK),
+                                     weight_decay[i] != 0};
+        }
+    plan->num_chunks = k;
+    CUDA_CHECK(cudaMalloc(&plan->chunks, (total ? total : 1) * sizeof *host));
+    CUDA_CHECK(cudaMemcpy(plan->chunks, host, total * sizeof *host, cudaMemcpyHostToDevice));
+    free(host);
+    return plan;
+}
+
+extern "C" void adamw_plan_free(AdamWPlan *plan) {
+    if (!plan) return;
+    CUDA_CHECK(cudaFree(plan->chunks));
+    free(plan);
+}
+
+__global__ void __launch_bounds__(ADAMW_THREADS)
+    adamw_kernel(const AdamWChunk *chunks, float *master, bf16 *params, const float *grads, float *m, float *v,
+                 float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale, float c1,
+                 float c2) {
+    AdamWChunk ch = chunks[blockIdx.x];
+    float wd = ch.decay ? weight_decay : 0.0f;
+    for (int j = threadIdx.x; j < ch.count; j += ADAMW_THREADS) {
+        size_t i = ch.offset + j;
+        float g = grads[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        float p = master[i];
+        p -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + wd * p);
+        m[i] = mi;
+        v[i] = vi;
+        master[i] = p;
+        if (params) params[i] = __float2bfloat16_rn(p);
+    }
+}
+
+extern "C" void adamw_update(const AdamWPlan *plan, float *master, kbf16 *params_bf16, const float *grads,
+                             float *m, float *v, float lr, float beta1, float beta2, float eps, float weight_decay,
+                             float grad_scale, int step, cudaStream_t stream) {
+    if (plan->num_chunks == 0) return;
+    /* Same bias corrections as the CPU reference (model/backend_cpu.c). */
+    float c1 = 1.0f - powf(beta1, (float)step), c2 = 1.0f - powf(beta2, (float)step);
+    adamw_kernel<<<plan->num_chunks, ADAMW_THREADS, 0, stream>>>(plan->chunks, master, params_bf16, grads, m, v,
+                                                                 lr, beta1, beta2, eps, weight_decay, grad_scale,
+                                                                 c1, c2);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+__global__ void convert_kernel(bf16 *out, const float *in, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __float2bfloat16_rn(in[i]);
+}
+
+extern "C" void convert_fp32_to_bf16(kbf16 *out, const float *in, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    convert_kernel<<<ceil_div_u(n, 256), 256, 0, stream>>>(out, in, n);
+    CUDA_CHECK(cudaGetLastError());
+}

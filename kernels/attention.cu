@@ -1,0 +1,545 @@
+/* kernels/attention.cu - causal multi-head self-attention in the flash-attention manner, forward
+ * and backward, on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation).
+ *
+ * Shapes: qkv [B,T,3C] (q, k, v each C wide, head h at columns h·HS..), out [B,T,C],
+ * lse [B,NH,T] fp32, dqkv [B,T,3C]; HS = C/NH ∈ {64, 128}; any T >= 1.
+ * Math: S = scale·q·kᵀ (scale = 1/√HS), causal (key ≤ query), P = softmax(S), out = P·v.
+ *   The kernels work in base 2: s2 = S·log2(e), P = exp2(s2 − lse2), and lse stores
+ *   lse2 = max + log2(Σ exp2(s2 − max)) per query row: the one statistic the backward needs.
+ *
+ * Forward: grid (⌈T/64⌉, B·NH), 4 warps; a block owns 64 query rows (16 per warp, Q fragments in
+ *   registers), loops over 64-key tiles up to the diagonal (K, V double-buffered through cp.async),
+ *   online softmax in registers; no T×T tensor ever exists. Heaviest (last) query tiles start first.
+ * Backward (deterministic, no atomics): D = rowsum(dout ∘ out) first; then
+ *   dK,dV kernel: a block owns 64 keys (16 per warp), loops over query tiles from the diagonal on,
+ *     recomputes Pᵀ = exp2(K·Qᵀ·c − lse), dV += Pᵀ·dO, dPᵀ = V·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − D), dK += dSᵀ·Q;
+ *   dQ kernel: a block owns 64 queries, loops over key tiles up to the diagonal, recomputes P and dP,
+ *     dQ += dS·K. P is recomputed twice (7 products instead of FA2's 5) in exchange for no atomics.
+ * FLOPs (causal, ≈ half of T²): forward 2·B·NH·T²·HS (two products over T²/2 pairs); backward
+ *   ≈ 7/2 of that. Bytes: forward reads qkv once per query tile (K, V re-read ⌈T/64⌉/2 times from
+ *   L2), writes out and lse; compute bound for T ≳ 256.
+ *
+ * Fragment layouts used below (PTX ISA, mma.m16n8k16 .bf16): with g = lane/4, t = lane%4,
+ *   A (16×16, row): a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
+ *   B (16×8, col):  b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g)
+ *   C (16×8):       c0,c1 (g, 2t..2t+1), c2,c3 (g+8, 2t..2t+1)
+ * ldmatrix.x4 gives lane the row lane/4, columns 2·(lane%4).. of each of its four 8×8 matrices
+ * (the transposed element with .trans), so a C fragment pair of adjacent n-tiles is exactly an A
+ * fragment: this is how P and dS go from accumulators straight into the next product. */
+#include <math.h>
+
+#include "kernels/kernel_util.cuh"
+#include "kernels/kernels.h"
+
+#define ATT_THREADS 128 /* 4 warps */
+#define ATT_TILE 64     /* query rows per forward / dQ block, keys per dK,dV block, key tile */
+#define LOG2E 1.4426950408889634f
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const bf16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+/* c += a·b for one 16×8×16 tile. */
+__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi); /* lo in the low half: the lower column */
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+/* 16-byte asynchronous copy; src_bytes = 0 writes zeros (rows past T must be zeros, not garbage:
+ * a NaN bit pattern times a zero probability would still be NaN). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* ROWS rows of one head (HS bf16 each) starting at token t0 into a shared tile of row stride
+ * HS + 8 (the 16-byte pad puts the 8 rows of every ldmatrix in different banks). */
+template <int HS, int ROWS>
+__device__ __forceinline__ void load_rows(bf16 *dst, const bf16 *src, size_t row_stride, int t0, int T) {
+    constexpr int CHUNKS = HS / 8, SROW = HS + 8;
+    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += ATT_THREADS) {
+        int r = i / CHUNKS, c = (i % CHUNKS) * 8, t = t0 + r;
+        bool valid = t < T;
+        cp_async16(dst + r * SROW + c, src + (size_t)(valid ? t : 0) * row_stride + c, valid);
+    }
+}
+
+/* A fragment (16 rows × 16 cols at row0, col0) of a row-major shared tile. */
+template <int SROW>
+__device__ __forceinline__ void load_a(uint32_t a[4], const bf16 *tile, int row0, int col0, int lane) {
+    ldmatrix_x4(a, tile + (row0 + (lane % 8) + ((lane / 8) % 2) * 8) * SROW + col0 + (lane / 16) * 8);
+}
+/* B fragments of two adjacent n-tiles (n0..n0+15) when the tile is stored [n][k] (k contiguous):
+ * r0,r1 = b0,b1 of n-tile n0; r2,r3 = b0,b1 of n-tile n0+8. */
+template <int SROW>
+__device__ __forceinline__ void load_b_nk(uint32_t r[4], const bf16 *tile, int n0, int k0, int lane) {
+    ldmatrix_x4(r, tile + (n0 + (lane % 8) + (lane / 16) * 8) * SROW + k0 + ((lane / 8) % 2) * 8);
+}
+/* The same when the tile is stored [k][n] (n contiguous): the transposing ldmatrix. */
+template <int SROW>
+__device__ __forceinline__ void load_b_kn(uint32_t r[4], const bf16 *tile, int k0, int n0, int lane) {
+    ldmatrix_x4_trans(r, tile + (k0 + (lane % 8) + ((lane / 8) % 2) * 8) * SROW + n0 + (lane / 16) * 8);
+}
+
+/* acc[16 × 8·NT] += A-tile(16 × 16·KS, rows row0 of `a_tile`) · Bᵀ where B is stored [n][k] in b_tile. */
+template <int SROW, int KS, int NT>
+__device__ __forceinline__ void mma_abt(float acc[NT][4], const bf16 *a_tile, int row0, const bf16 *b_tile,
+                                        int lane) {
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        uint32_t a[4];
+        load_a<SROW>(a, a_tile, row0, ks * 16, lane);
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t r[4];
+            load_b_nk<SROW>(r, b_tile, np * 16, ks * 16, lane);
+            mma_bf16(acc[2 * np], a, r[0], r[1]);
+            mma_bf16(acc[2 * np + 1], a, r[2], r[3]);
+        }
+    }
+}
+
+/* acc[16 × HS] += P(16 × 16·KT, in C-fragment registers) · V where V is stored [k][n] in v_tile. */
+template <int SROW, int KT, int HS>
+__device__ __forceinline__ void mma_pv(float acc[HS / 8][4], const float p[2 * KT][4], const bf16 *v_tile,
+                                       int lane) {
+#pragma unroll
+    for (int kk = 0; kk < KT; kk++) {
+        uint32_t a[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
+                         pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                         pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < HS / 16; dp++) {
+            uint32_t r[4];
+            load_b_kn<SROW>(r, v_tile, kk * 16, dp * 16, lane);
+            mma_bf16(acc[2 * dp], a, r[0], r[1]);
+            mma_bf16(acc[2 * dp + 1], a, r[2], r[3]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Forward. Shared: Q [64][HS+8], K [2][64][HS+8], V [2][64][HS+8]. */
+template <int HS>
+__global__ void __launch_bounds__(ATT_THREADS)
+    attention_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, float sl2) {
+    constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = TILE / 8, DT = HS / 8;
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *Qs = reinterpret_cast<bf16 *>(att_smem);
+    bf16 *Ks = Qs + TILE * SROW, *Vs = Ks + 2 * TILE * SROW;
+
+    int C = NH * HS;
+    size_t C3 = 3 * (size_t)C;
+    int qb = gridDim.x - 1 - blockIdx.x;
+    int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
+    int q0 = qb * TILE;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+
+    load_rows<HS, TILE>(Qs, qbase, C3, q0, T);
+    load_rows<HS, TILE>(Ks, kbase, C3, 0, T);
+    load_rows<HS, TILE>(Vs, vbase, C3, 0, T);
+    cp_async_commit();
+
+    float o[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    uint32_t qf[HS / 16][4];
+    int nkv = qb + 1; /* key tiles 0..qb: the query and key tiles are the same size */
+
+    for (int j = 0; j < nkv; j++) {
+        if (j + 1 < nkv) {
+            int nb = (j + 1) & 1;
+            load_rows<HS, TILE>(Ks + nb * TILE * SROW, kbase, C3, (j + 1) * TILE, T);
+            load_rows<HS, TILE>(Vs + nb * TILE * SROW, vbase, C3, (j + 1) * TILE, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        /* Tile j (and Q) landed for every thread's copies before anyone reads them. */
+        __syncthreads();
+        if (j == 0) {
+#pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++) load_a<SROW>(qf[ks], Qs, warp * 16, ks * 16, lane);
+        }
+        const bf16 *Kt = Ks + (j & 1) * TILE * SROW, *Vt = Vs + (j & 1) * TILE * SROW;
+
+        float s[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < HS / 16; ks++)
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                uint32_t r[4];
+                load_b_nk<SROW>(r, Kt, np * 16, ks * 16, lane);
+                mma_bf16(s[2 * np], qf[ks], r[0], r[1]);
+                mma_bf16(s[2 * np + 1], qf[ks], r[2], r[3]);
+            }
+
+        /* Only the diagonal tile needs the mask; it also masks keys >= T (they are > every query). */
+        bool diag = j == nkv - 1;
+        int k0 = j * TILE, qrow = q0 + warp * 16 + g;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = s[nt][e] * sl2;
+                int key = k0 + nt * 8 + 2 * tq + (e & 1), qi = qrow + (e >= 2 ? 8 : 0);
+                s[nt][e] = (diag && key > qi) ? -INFINITY : x;
+            }
+
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = mrow[r];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            /* mx is finite: every row sees key 0 in tile 0 and its own key on the diagonal. */
+            float alpha = exp2f(mrow[r] - mx);
+            mrow[r] = mx;
+            lrow[r] *= alpha;
+#pragma unroll
+            for (int dt = 0; dt < DT; dt++) {
+                o[dt][2 * r] *= alpha;
+                o[dt][2 * r + 1] *= alpha;
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                float p0 = exp2f(s[nt][2 * r] - mx), p1 = exp2f(s[nt][2 * r + 1] - mx);
+                s[nt][2 * r] = p0;
+                s[nt][2 * r + 1] = p1;
+                lrow[r] += p0 + p1;
+            }
+        }
+        mma_pv<SROW, TILE / 16, HS>(o, s, Vt, lane);
+        /* Everyone is done with buffer j&1 before iteration j+1 refills it with tile j+2. */
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = lrow[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        int qi = q0 + warp * 16 + g + 8 * r;
+        if (qi >= T) continue;
+        float inv = 1.0f / l;
+        bf16 *orow = out + ((size_t)b * T + qi) * C + h * HS;
+#pragma unroll
+        for (int dt = 0; dt < DT; dt++)
+            *reinterpret_cast<__nv_bfloat162 *>(orow + dt * 8 + 2 * tq) =
+                __floats2bfloat162_rn(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+        if (tq == 0) lse[(size_t)blockIdx.y * T + qi] = mrow[r] + log2f(l);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* D[b,h,t] = Σ_d dout[b,t,h·HS+d]·out[b,t,h·HS+d]: one warp per (b, t, h). */
+__global__ void attention_backward_dsum_kernel(float *D, const bf16 *dout, const bf16 *out, int B, int T, int NH,
+                                               int HS) {
+    size_t wid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    int lane = threadIdx.x % 32;
+    if (wid >= (size_t)B * T * NH) return;
+    int h = (int)(wid % NH);
+    size_t bt = wid / NH;
+    int b = (int)(bt / T), t = (int)(bt % T);
+    size_t off = bt * (size_t)NH * HS + (size_t)h * HS;
+    float acc = 0.0f;
+    for (int d = 2 * lane; d < HS; d += 64) {
+        float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(dout + off + d));
+        float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(out + off + d));
+        acc += x.x * y.x + x.y * y.y;
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) D[((size_t)b * NH + h) * T + t] = acc;
+}
+
+/* dQ. Shared: Q, dO [64][HS+8], K, V [2][64][HS+8]. */
+template <int HS>
+__global__ void __launch_bounds__(ATT_THREADS)
+    attention_backward_dq_kernel(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse, const float *D,
+                                 int T, int NH, float sl2, float scale) {
+    constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = TILE / 8, DT = HS / 8;
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *Qs = reinterpret_cast<bf16 *>(att_smem);
+    bf16 *dOs = Qs + TILE * SROW, *Ks = dOs + TILE * SROW, *Vs = Ks + 2 * TILE * SROW;
+
+    int C = NH * HS;
+    size_t C3 = 3 * (size_t)C;
+    int qb = gridDim.x - 1 - blockIdx.x;
+    int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
+    const bf16 *dobase = dout + (size_t)b * T * C + h * HS;
+    int q0 = qb * TILE;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+
+    load_rows<HS, TILE>(Qs, qbase, C3, q0, T);
+    load_rows<HS, TILE>(dOs, dobase, C, q0, T);
+    load_rows<HS, TILE>(Ks, kbase, C3, 0, T);
+    load_rows<HS, TILE>(Vs, vbase, C3, 0, T);
+    cp_async_commit();
+
+    /* Rows past T: zero Q and dO give finite P and dS = P·(0 − 0) = 0; they are never stored. */
+    float lse_r[2], D_r[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int qi = q0 + warp * 16 + g + 8 * r;
+        lse_r[r] = qi < T ? lse[(size_t)blockIdx.y * T + qi] : 0.0f;
+        D_r[r] = qi < T ? D[(size_t)blockIdx.y * T + qi] : 0.0f;
+    }
+    float dq[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+    int nkv = qb + 1;
+
+    for (int j = 0; j < nkv; j++) {
+        if (j + 1 < nkv) {
+            int nb = (j + 1) & 1;
+            load_rows<HS, TILE>(Ks + nb * TILE * SROW, kbase, C3, (j + 1) * TILE, T);
+            load_rows<HS, TILE>(Vs + nb * TILE * SROW, vbase, C3, (j + 1) * TILE, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        /* Tile j (and Q, dO) landed for every thread's copies before anyone reads them. */
+        __syncthreads();
+        const bf16 *Kt = Ks + (j & 1) * TILE * SROW, *Vt = Vs + (j & 1) * TILE * SROW;
+
+        float s[NT][4], dp[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; i++) {
+            s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+            dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.0f;
+        }
+        mma_abt<SROW, HS / 16, NT>(s, Qs, warp * 16, Kt, lane);
+        mma_abt<SROW, HS / 16, NT>(dp, dOs, warp * 16, Vt, lane);
+
+        bool diag = j == nkv - 1;
+        int k0 = j * TILE, qrow = q0 + warp * 16 + g;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int key = k0 + nt * 8 + 2 * tq + (e & 1), r = e >> 1, qi = qrow + 8 * r;
+                float p = (diag && key > qi) ? 0.0f : exp2f(s[nt][e] * sl2 - lse_r[r]);
+                s[nt][e] = p * (dp[nt][e] - D_r[r]); /* dS (without the scale) */
+            }
+        mma_pv<SROW, TILE / 16, HS>(dq, s, Kt, lane);
+        /* Everyone is done with buffer j&1 before iteration j+1 refills it. */
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int qi = q0 + warp * 16 + g + 8 * r;
+        if (qi >= T) continue;
+        bf16 *row = dqkv + ((size_t)b * T + qi) * C3 + h * HS;
+#pragma unroll
+        for (int dt = 0; dt < DT; dt++)
+            *reinterpret_cast<__nv_bfloat162 *>(row + dt * 8 + 2 * tq) =
+                __floats2bfloat162_rn(dq[dt][2 * r] * scale, dq[dt][2 * r + 1] * scale);
+    }
+}
+
+/* dK, dV. Shared: K, V [64][HS+8]; Q, dO [2][BQ][HS+8]; lse, D [2][BQ]. */
+template <int HS, int BQ>
+__global__ void __launch_bounds__(ATT_THREADS)
+    attention_backward_dkdv_kernel(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse,
+                                   const float *D, int T, int NH, float sl2, float scale) {
+    constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = BQ / 8, DT = HS / 8;
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *Ks = reinterpret_cast<bf16 *>(att_smem);
+    bf16 *Vs = Ks + TILE * SROW, *Qs = Vs + TILE * SROW, *dOs = Qs + 2 * BQ * SROW;
+    float *lse_s = reinterpret_cast<float *>(dOs + 2 * BQ * SROW), *D_s = lse_s + 2 * BQ;
+
+    int C = NH * HS;
+    size_t C3 = 3 * (size_t)C;
+    int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
+    const bf16 *dobase = dout + (size_t)b * T * C + h * HS;
+    const float *lse_h = lse + (size_t)blockIdx.y * T, *D_h = D + (size_t)blockIdx.y * T;
+    int k0 = blockIdx.x * TILE;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    int qt0 = k0 / BQ, nqt = (T + BQ - 1) / BQ; /* query tiles that can see these keys */
+
+    load_rows<HS, TILE>(Ks, kbase, C3, k0, T);
+    load_rows<HS, TILE>(Vs, vbase, C3, k0, T);
+    load_rows<HS, BQ>(Qs, qbase, C3, qt0 * BQ, T);
+    load_rows<HS, BQ>(dOs, dobase, C, qt0 * BQ, T);
+    cp_async_commit();
+    /* Queries past T get lse = +inf, so their P = exp2(finite − inf) = 0. */
+    for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
+        int t = qt0 * BQ + i;
+        lse_s[i] = t < T ? lse_h[t] : INFINITY;
+        D_s[i] = t < T ? D_h[t] : 0.0f;
+    }
+
+    float dk[DT][4], dv[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; i++) {
+        dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = 0.0f;
+        dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.0f;
+    }
+    int krow = k0 + warp * 16 + g;
+
+    for (int qt = qt0; qt < nqt; qt++) {
+        int buf = (qt - qt0) & 1;
+        if (qt + 1 < nqt) {
+            int nb = buf ^ 1, t1 = (qt + 1) * BQ;
+            load_rows<HS, BQ>(Qs + nb * BQ * SROW, qbase, C3, t1, T);
+            load_rows<HS, BQ>(dOs + nb * BQ * SROW, dobase, C, t1, T);
+            cp_async_commit();
+            for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
+                int t = t1 + i;
+                lse_s[nb * BQ + i] = t < T ? lse_h[t] : INFINITY;
+                D_s[nb * BQ + i] = t < T ? D_h[t] : 0.0f;
+            }
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        /* Query tile qt (copies and the lse/D stores) visible to all before use. */
+        __syncthreads();
+        const bf16 *Qt = Qs + buf * BQ * SROW, *dOt = dOs + buf * BQ * SROW;
+        const float *lse_t = lse_s + buf * BQ, *D_t = D_s + buf * BQ;
+
+        float st[NT][4], dpt[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; i++) {
+            st[i][0] = st[i][1] = st[i][2] = st[i][3] = 0.0f;
+            dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
+        }
+        mma_abt<SROW, HS / 16, NT>(st, Ks, warp * 16, Qt, lane);  /* Sᵀ = K·Qᵀ */
+        mma_abt<SROW, HS / 16, NT>(dpt, Vs, warp * 16, dOt, lane); /* dPᵀ = V·dOᵀ */
+
+        int q0 = qt * BQ;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int col = nt * 8 + 2 * tq + (e & 1), key = krow + 8 * (e >> 1);
+                float p = key > q0 + col ? 0.0f : exp2f(st[nt][e] * sl2 - lse_t[col]);
+                st[nt][e] = p;
+                dpt[nt][e] = p * (dpt[nt][e] - D_t[col]);
+            }
+        mma_pv<SROW, BQ / 16, HS>(dv, st, dOt, lane);  /* dV += Pᵀ·dO */
+        mma_pv<SROW, BQ / 16, HS>(dk, dpt, Qt, lane);  /* dK += dSᵀ·Q */
+        /* Everyone is done with buffer `buf` before the next iteration refills it. */
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int key = krow + 8 * r;
+        if (key >= T) continue;
+        bf16 *row = dqkv + ((size_t)b * T + key) * C3 + h * HS;
+#pragma unroll
+        for (int dt = 0; dt < DT; dt++) {
+            *reinterpret_cast<__nv_bfloat162 *>(row + C + dt * 8 + 2 * tq) =
+                __floats2bfloat162_rn(dk[dt][2 * r] * scale, dk[dt][2 * r + 1] * scale);
+            *reinterpret_cast<__nv_bfloat162 *>(row + 2 * C + dt * 8 + 2 * tq) =
+                __floats2bfloat162_rn(dv[dt][2 * r], dv[dt][2 * r + 1]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+static void check_head_size(int C, int NH) {
+    if (NH <= 0 || C % NH != 0 || (C / NH != 64 && C / NH != 128)) {
+        fprintf(stderr, "error: attention supports head sizes 64 and 128, got C=%d NH=%d\n", C, NH);
+        exit(1);
+    }
+}
+
+template <int HS>
+static void launch_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, cudaStream_t stream) {
+    size_t smem = (size_t)5 * ATT_TILE * (HS + 8) * sizeof(bf16);
+    static bool attr_set = false; /* once per instantiation */
+    if (!attr_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+        attr_set = true;
+    }
+    dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+    float sl2 = LOG2E / sqrtf((float)HS);
+    attention_forward_kernel<HS><<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, T, NH, sl2);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, int B, int T, int C, int NH,
+                                  cudaStream_t stream) {
+    check_head_size(C, NH);
+    if (C / NH == 64)
+        launch_forward<64>(out, lse, qkv, B, T, NH, stream);
+    else
+        launch_forward<128>(out, lse, qkv, B, T, NH, stream);
+}
+
+extern "C" size_t attention_backward_scratch_bytes(int B, int T, int NH) {
+    return (size_t)B * NH * T * sizeof(float);
+}
+
+template <int HS, int BQ>
+static void launch_backward(bf16 *dqkv, float *D, const bf16 *dout, const bf16 *qkv, const float *lse, int B,
+                            int T, int NH, cudaStream_t stream) {
+    size_t smem_dq = (size_t)6 * ATT_TILE * (HS + 8) * sizeof(bf16);
+    size_t smem_kv = (size_t)(2 * ATT_TILE + 4 * BQ) * (HS + 8) * sizeof(bf16) + 4 * BQ * sizeof(float);
+    static bool attr_set = false;
+    if (!attr_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_kernel<HS>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_kernel<HS, BQ>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+        attr_set = true;
+    }
+    float scale = 1.0f / sqrtf((float)HS), sl2 = LOG2E * scale;
+    dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+    attention_backward_dkdv_kernel<HS, BQ><<<grid, ATT_THREADS, smem_kv, stream>>>(dqkv, qkv, dout, lse, D, T, NH,
+                                                                                  sl2, scale);
+    CUDA_CHECK(cudaGetLastError());
+    attention_backward_dq_kernel<HS><<<grid, ATT_THREADS, smem_dq, stream>>>(dqkv, qkv, dout, lse, D, T, NH, sl2,
+                                                                            scale);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+extern "C" void attention_backward(kbf16 *dqkv, void *scratch, const kbf16 *dout, const kbf16 *qkv,
+                                   const kbf16 *out, const float *lse, int B, int T, int C, int NH,
+                                   cudaStream_t stream) {
+    check_head_size(C, NH);
+    int HS = C / NH;
+    float *D = (float *)scratch;
+    size_t warps = (size_t)B * T * NH;
+    attention_backward_dsum_kernel<<<ceil_div_u(warps * 32, 256), 256, 0, stream>>>(D, dout, out, B, T, NH, HS);
+    CUDA_CHECK(cudaGetLastError());
+    if (HS == 64)
+        launch_backward<64, 64>(dqkv, D, dout, qkv, lse, B, T, NH, stream);
+    else
+        launch_backward<128, 32>(dqkv, D, dout, qkv, lse, B, T, NH, stream);
+}

@@ -1,0 +1,132 @@
+/* kernels/kernels.h - the CUDA kernels of one GPT-2 training step (all but the output layer, which
+ * has its own header), as extern "C" launchers that a C or CUDA backend calls.
+ *
+ * Shapes: B batch, T time, C channels, NH heads, HS = C/NH head size, OC output channels,
+ * N = B·T rows, Vp padded vocabulary, maxT context length. Row-major everywhere; matmul weights are
+ * [OC, C] (llm.c's layout), qkv is [B, T, 3C] (q, k, v each C wide, heads contiguous within each)
+ * exactly as in model/layers_cpu.h.
+ *
+ * Precisions: activations and weights bf16 (kbf16); parameter gradients, master weights, AdamW
+ * moments, LayerNorm mean/rstd and attention log-sum-exp fp32.
+ *
+ * The += / = convention (differs from layers_cpu.h where the bf16 buffers would pay for it):
+ *   - parameter gradients (fp32) are always ADDED to (+=), so micro-batches accumulate;
+ *   - activation gradients are OVERWRITTEN (=), except layernorm_backward's dinp, which is ADDED
+ *     to because it is the residual stream's gradient (every block adds into it).
+ *
+ * Alignment: every pointer 16-byte aligned (cudaMalloc gives 256), C, OC and HS multiples of 8.
+ * Every launcher is asynchronous on its stream, checks its launches, and never allocates, except
+ * the first matmul call of each shape (plan + heuristic, cached) and the first call that creates
+ * the cuBLASLt handle and workspace; matmul_free() releases them. Not thread-safe: one host
+ * thread per device, as in the trainer. Scratch buffers are owned by the caller; their sizes come
+ * from the *_scratch_bytes functions (call them once at start-up, they do not depend on data). */
+#ifndef FUSEDGPT_KERNELS_H
+#define FUSEDGPT_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+typedef __nv_bfloat16 kbf16;
+#else
+typedef uint16_t kbf16; /* a bf16 as stored: C code only moves pointers and converts on the host */
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- encoder.cu: token + position embedding ---------------------------------------------- */
+/* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]   (= ; fp32 add, one bf16 rounding). inp on the device,
+ * every token in [0, Vp). */
+void encoder_forward(kbf16 *out, const int *inp, const kbf16 *wte, const kbf16 *wpe, int B, int T, int C,
+                     cudaStream_t stream);
+/* dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += Σ_b dout[b,t,:]   (+= into fp32, deterministic:
+ * positions are sorted by token (stable radix sort) and each token's rows summed in position order
+ * by one block; no atomics). scratch: encoder_backward_scratch_bytes(B·T, Vp) bytes. */
+size_t encoder_backward_scratch_bytes(int N, int Vp);
+void encoder_backward(float *dwte, float *dwpe, void *scratch, const kbf16 *dout, const int *inp, int B, int T,
+                      int C, int Vp, cudaStream_t stream);
+
+/* ---- layernorm.cu: residual add fused with LayerNorm ------------------------------------ */
+/* residual = a + b (rounded to bf16; skipped when b == NULL, then residual may be NULL and the
+ * LayerNorm reads a), ln = LN(residual)·weight + bias, mean/rstd [N] fp32 saved for the backward.
+ * All outputs =. LN normalises the bf16 residual as stored, so the backward sees the same input. */
+void residual_layernorm_forward(kbf16 *residual, kbf16 *ln, float *mean, float *rstd, const kbf16 *a,
+                                const kbf16 *b, const kbf16 *weight, const kbf16 *bias, int N, int C,
+                                cudaStream_t stream);
+/* dinp += LN-backward(dout)  (bf16 read-add-write: the residual stream's gradient);
+ * dweight += Σ_n dout·norm, dbias += Σ_n dout  (fp32, fixed-order two-pass reduction).
+ * inp is the LN input (the residual), mean/rstd from the forward.
+ * scratch: layernorm_backward_scratch_bytes(C) bytes. */
+size_t layernorm_backward_scratch_bytes(int C);
+void layernorm_backward(kbf16 *dinp, float *dweight, float *dbias, void *scratch, const kbf16 *dout,
+                        const kbf16 *inp, const kbf16 *weight, const float *mean, const float *rstd, int N,
+                        int C, cudaStream_t stream);
+
+/* ---- attention.cu: causal self-attention, flash-attention style ------------------------- */
+/* out [B,T,C] (=), lse [B,NH,T] (=; fp32 log2-sum-exp of the scaled logits, the only saved state
+ * besides out). HS = C/NH must be 64 or 128; any T >= 1. Never stores T×T. */
+void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, int B, int T, int C, int NH,
+                       cudaStream_t stream);
+/* dqkv [B,T,3C] (= ; q, k and v parts all written). Recomputes the probabilities from qkv and lse;
+ * two kernels (dK,dV by key tile; dQ by query tile), so no atomics: deterministic.
+ * scratch: attention_backward_scratch_bytes(B, T, NH) bytes (holds rowsum(dout·out)). */
+size_t attention_backward_scratch_bytes(int B, int T, int NH);
+void attention_backward(kbf16 *dqkv, void *scratch, const kbf16 *dout, const kbf16 *qkv, const kbf16 *out,
+                        const float *lse, int B, int T, int C, int NH, cudaStream_t stream);
+
+/* ---- gelu.cu: GELU (tanh approximation) and bias gradients ------------------------------- */
+/* out = gelu(inp) (=). n elements, a multiple of 8. */
+void gelu_forward(kbf16 *out, const kbf16 *inp, size_t n, cudaStream_t stream);
+/* dinp = gelu'(inp)·dout (=; dinp may alias dout). */
+void gelu_backward(kbf16 *dinp, const kbf16 *inp, const kbf16 *dout, size_t n, cudaStream_t stream);
+/* dbias[oc] += Σ_n dout[n,oc]  (fp32, fixed-order two-pass). scratch: bias_backward_scratch_bytes(OC). */
+size_t bias_backward_scratch_bytes(int OC);
+void bias_backward(float *dbias, void *scratch, const kbf16 *dout, int N, int OC, cudaStream_t stream);
+
+/* ---- matmul.cu: cuBLASLt, plans and heuristics cached per shape ------------------------- */
+/* out[N,OC] = inp[N,C]·weight[OC,C]^T (+ bias[OC] when bias != NULL)   (=).
+ * When pre_gelu != NULL the GELU epilogue is fused: pre_gelu = inp·W^T + bias, out = gelu(pre_gelu). */
+void matmul_forward(kbf16 *out, kbf16 *pre_gelu, const kbf16 *inp, const kbf16 *weight, const kbf16 *bias,
+                    int N, int C, int OC, cudaStream_t stream);
+/* dinp[N,C] = dout[N,OC]·weight   (=, bf16), and when pre_gelu != NULL the dGELU epilogue is fused:
+ * dinp = (dout·weight) ∘ gelu'(pre_gelu), pre_gelu [N,C] being the pre-activation whose GELU was this
+ * matmul's input. dweight[OC,C] += dout^T·inp (fp32 accumulate, in cuBLASLt). dbias[OC] += Σ_n dout
+ * when dbias != NULL (needs scratch of bias_backward_scratch_bytes(OC) bytes, else scratch may be
+ * NULL). dinp == NULL skips that product (e.g. for the first layer's input). */
+void matmul_backward(kbf16 *dinp, float *dweight, float *dbias, void *scratch, const kbf16 *dout,
+                     const kbf16 *inp, const kbf16 *weight, const kbf16 *pre_gelu, int N, int C, int OC,
+                     cudaStream_t stream);
+/* Frees the cuBLASLt handle, workspace and cached plans (call once at shutdown). */
+void matmul_free(void);
+
+/* ---- adamw.cu: global gradient norm and fused AdamW -------------------------------------- */
+/* *sumsq = Σ grads[i]^2 over n fp32 values (=, fp64 result on the device), fixed-order two-pass
+ * reduction with a fixed grid: bit-identical across runs. scratch: global_sumsq_scratch_bytes(). */
+size_t global_sumsq_scratch_bytes(void);
+void global_sumsq(double *sumsq, void *scratch, const float *grads, size_t n, cudaStream_t stream);
+
+/* The parameter tensors laid out in one flat buffer: which ranges decay. Built once at start-up
+ * (uploads a small chunk table: every chunk lies inside one tensor). */
+typedef struct AdamWPlan AdamWPlan;
+AdamWPlan *adamw_plan_create(const size_t *offsets, const size_t *numels, const int *weight_decay, int count);
+void adamw_plan_free(AdamWPlan *plan);
+/* For every element i of the plan's tensors (PyTorch AdamW, as model/backend_cpu.c):
+ *   g = grads[i]·grad_scale; m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²;
+ *   master -= lr·( (m/(1−β1^step)) / (sqrt(v/(1−β2^step)) + eps) + wd·master ),  wd = 0 unless flagged;
+ *   params_bf16[i] = round_to_nearest_bf16(master).
+ * master, m, v updated in place (fp32); params_bf16 (=) may be NULL. grads are read only. */
+void adamw_update(const AdamWPlan *plan, float *master, kbf16 *params_bf16, const float *grads, float *m,
+                  float *v, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                  int step, cudaStream_t stream);
+/* params_bf16[i] = bf16(master[i]) for n values (start-up and after loading a checkpoint). */
+void convert_fp32_to_bf16(kbf16 *out, const float *in, size_t n, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

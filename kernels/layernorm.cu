@@ -1,0 +1,180 @@
+/* kernels/layernorm.cu - the residual add fused with LayerNorm, forward and backward.
+ *
+ * Forward:  residual = a + b (bf16); ln = (residual − mean)·rstd·weight + bias; mean, rstd fp32 [N].
+ *   launch: one warp per row, 4 warps a block; the row's bf16 values are kept in shared memory
+ *   (C·2 bytes per warp) so the variance is a second pass over exact values, not E[x²]−E[x]².
+ *   FLOPs ~8·N·C; bytes N·C·2·(2 read + 2 written) + 8N (memory bound).
+ * Backward: dinp += rstd·(dnorm − mean(dnorm) − norm·mean(dnorm·norm)), dnorm = weight·dout;
+ *   dweight += Σ_n norm·dout, dbias += Σ_n dout.
+ *   launch: LN_BWD_BLOCKS blocks (fixed, for determinism) of 4 warps, a warp per row (grid-stride);
+ *   each warp accumulates dweight/dbias for its rows in its own shared-memory slice (each lane owns
+ *   fixed columns, so no atomics), the block sums its 4 slices in order into scratch, and a second
+ *   kernel sums the LN_BWD_BLOCKS partials in order into dweight/dbias.
+ *   FLOPs ~12·N·C; bytes N·C·2·(3 read + 1 written) (+ the row is read twice, from L1/L2). */
+#include "kernels/kernel_util.cuh"
+#include "kernels/kernels.h"
+
+#define LN_EPS 1e-5f /* = LAYERNORM_EPS of model/layers_cpu.h */
+#define LN_WARPS 4
+#define LN_BWD_BLOCKS 264 /* fixed grid: partial-sum order never depends on the device */
+
+/* Each lane handles 8-channel groups c = 8·(lane + 32·k). */
+__global__ void __launch_bounds__(LN_WARPS * 32)
+    residual_layernorm_forward_kernel(bf16 *residual, bf16 *ln, float *mean, float *rstd, const bf16 *a,
+                                      const bf16 *b, const bf16 *weight, const bf16 *bias, int N, int C) {
+    extern __shared__ __align__(16) unsigned char ln_smem[];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    bf16 *row_s = reinterpret_cast<bf16 *>(ln_smem) + (size_t)warp * C;
+    int row = blockIdx.x * LN_WARPS + warp;
+    if (row >= N) return;
+    size_t base = (size_t)row * C;
+
+    float sum = 0.0f;
+    for (int c = lane * 8; c < C; c += 256) {
+        bf16x8 x = load_bf16x8(a + base + c);
+        if (b) {
+            float fa[8], fb[8];
+            bf16x8_to_float(x, fa);
+            bf16x8_to_float(load_bf16x8(b + base + c), fb);
+#pragma unroll
+            for (int i = 0; i < 8; i++) fa[i] += fb[i];
+            x = float_to_bf16x8(fa);
+            store_bf16x8(residual + base + c, x);
+        }
+        store_bf16x8(row_s + c, x);
+        float f[8];
+        bf16x8_to_float(x, f);
+#pragma unroll
+        for (int i = 0; i < 8; i++) sum += f[i];
+    }
+    float m = warp_sum(sum) / C;
+    float var = 0.0f;
+    for (int c = lane * 8; c < C; c += 256) {
+        float f[8];
+        bf16x8_to_float(*reinterpret_cast<const bf16x8 *>(row_s + c), f);
+#pragma unroll
+        for (int i = 0; i < 8; i++) var += (f[i] - m) * (f[i] - m);
+    }
+    float s = rsqrtf(warp_sum(var) / C + LN_EPS);
+    for (int c = lane * 8; c < C; c += 256) {
+        float f[8], w[8], bi[8];
+        bf16x8_to_float(*reinterpret_cast<const bf16x8 *>(row_s + c), f);
+        bf16x8_to_float(load_bf16x8(weight + c), w);
+        bf16x8_to_float(load_bf16x8(bias + c), bi);
+#pragma unroll
+        for (int i = 0; i < 8; i++) f[i] = (f[i] - m) * s * w[i] + bi[i];
+        store_bf16x8(ln + base + c, float_to_bf16x8(f));
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+extern "C" void residual_layernorm_forward(kbf16 *residual, kbf16 *ln, float *mean, float *rstd, const kbf16 *a,
+                                           const kbf16 *b, const kbf16 *weight, const kbf16 *bias, int N, int C,
+                                           cudaStream_t stream) {
+    size_t smem = (size_t)LN_WARPS * C * sizeof(bf16);
+    if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(residual_layernorm_forward_kernel,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    residual_layernorm_forward_kernel<<<ceil_div_u(N, LN_WARPS), LN_WARPS * 32, smem, stream>>>(
+        residual, ln, mean, rstd, a, b, weight, bias, N, C);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* Shared memory: per warp, dweight then dbias partials (2·C floats). */
+__global__ void __launch_bounds__(LN_WARPS * 32)
+    layernorm_backward_kernel(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp, const bf16 *weight,
+                              const float *mean, const float *rstd, int N, int C) {
+    extern __shared__ __align__(16) unsigned char ln_smem[];
+    float *acc_all = reinterpret_cast<float *>(ln_smem);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float *dw_s = acc_all + (size_t)warp * 2 * C, *db_s = dw_s + C;
+    for (int c = lane; c < C; c += 32) {
+        dw_s[c] = 0.0f;
+        db_s[c] = 0.0f;
+    }
+    __syncwarp(); /* the zeroing above is strided across lanes; the updates below are by owner */
+    /* Each lane touches only its own columns of its own warp's slice until the barrier below. */
+    for (int row = blockIdx.x * LN_WARPS + warp; row < N; row += gridDim.x * LN_WARPS) {
+        size_t base = (size_t)row * C;
+        float m = mean[row], s = rstd[row];
+        float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+        for (int c = lane * 8; c < C; c += 256) {
+            float d[8], x[8], w[8];
+            bf16x8_to_float(load_bf16x8(dout + base + c), d);
+            bf16x8_to_float(load_bf16x8(inp + base + c), x);
+            bf16x8_to_float(load_bf16x8(weight + c), w);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                float dn = w[i] * d[i];
+                dnorm_sum += dn;
+                dnorm_norm_sum += dn * (x[i] - m) * s;
+            }
+        }
+        float dnorm_mean = warp_sum(dnorm_sum) / C, dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
+        for (int c = lane * 8; c < C; c += 256) {
+            float d[8], x[8], w[8], dx[8];
+            bf16x8_to_float(load_bf16x8(dout + base + c), d);
+            bf16x8_to_float(load_bf16x8(inp + base + c), x);
+            bf16x8_to_float(load_bf16x8(weight + c), w);
+            bf16x8_to_float(load_bf16x8_rw(dinp + base + c), dx);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                float norm = (x[i] - m) * s;
+                dw_s[c + i] += norm * d[i];
+                db_s[c + i] += d[i];
+                dx[i] += s * (w[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean);
+            }
+            store_bf16x8(dinp + base + c, float_to_bf16x8(dx));
+        }
+    }
+    /* All warps' slices complete before any thread sums across them. */
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float dw = 0.0f, db = 0.0f;
+        for (int w = 0; w < LN_WARPS; w++) {
+            dw += acc_all[(size_t)w * 2 * C + c];
+            db += acc_all[(size_t)w * 2 * C + C + c];
+        }
+        partial[(size_t)blockIdx.x * 2 * C + c] = dw;
+        partial[(size_t)blockIdx.x * 2 * C + C + c] = db;
+    }
+}
+
+/* dweight[c] += Σ_blocks partial (in block order), dbias likewise. */
+__global__ void layernorm_backward_reduce_kernel(float *dweight, float *dbias, const float *partial, int nblocks,
+                                                 int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float dw = 0.0f, db = 0.0f;
+    for (int k = 0; k < nblocks; k++) {
+        dw += partial[(size_t)k * 2 * C + c];
+        db += partial[(size_t)k * 2 * C + C + c];
+    }
+    dweight[c] += dw;
+    dbias[c] += db;
+}
+
+extern "C" size_t layernorm_backward_scratch_bytes(int C) {
+    return (size_t)LN_BWD_BLOCKS * 2 * C * sizeof(float);
+}
+
+extern "C" void layernorm_backward(kbf16 *dinp, float *dweight, float *dbias, void *scratch, const kbf16 *dout,
+                                   const kbf16 *inp, const kbf16 *weight, const float *mean, const float *rstd,
+                                   int N, int C, cudaStream_t stream) {
+    size_t smem = (size_t)LN_WARPS * 2 * C * sizeof(float);
+    if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+    float *partial = (float *)scratch;
+    /* The grid is fixed (not sized by N) so the summation order is the same for every N; blocks
+     * beyond the rows simply contribute zeros. */
+    layernorm_backward_kernel<<<LN_BWD_BLOCKS, LN_WARPS * 32, smem, stream>>>(dinp, partial, dout, inp, weight,
+                                                                             mean, rstd, N, C);
+    CUDA_CHECK(cudaGetLastError());
+    layernorm_backward_reduce_kernel<<<ceil_div_u(C, 256), 256, 0, stream>>>(dweight, dbias, partial,
+                                                                             LN_BWD_BLOCKS, C);
+    CUDA_CHECK(cudaGetLastError());
+}

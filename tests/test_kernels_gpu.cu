@@ -1,0 +1,651 @@
+/* tests/test_kernels_gpu.cu - every kernel of kernels/kernels.h against the fp32 CPU reference
+ * (model/layers_cpu.h) on fresh random inputs, at sizes that are not multiples of the tiles.
+ *
+ * Method: inputs are drawn N(0,1) (weights N(0, 0.02..1)), rounded to bf16 once, and the SAME
+ * rounded values feed both sides, so the error measured is the kernel's own. Outputs written with
+ * = are poisoned first (0xFF bytes: NaN in bf16 and fp32), so an unwritten element fails; outputs
+ * that are += start from random values on both sides. Errors are ‖gpu − cpu‖₂ / ‖cpu‖₂.
+ *
+ * Tolerances (relative L2), from the roundings each path makes:
+ *   one bf16 rounding of the result (encoder, residual)          4e-3
+ *   bf16 result of fp32 math (LayerNorm, GELU, matmuls)           1e-2
+ *   attention forward (P rounded to bf16 for P·V)                 1e-2
+ *   attention backward (P and dS rounded to bf16, then products)  2e-2
+ *   fp32 accumulations of bf16 products (dweight, dbias, dwte)    1e-3 (1e-5 for plain sums)
+ *   AdamW, fp32 vs fp64 reference                                 1e-5
+ * Determinism: each kernel with a reduction runs twice on the same inputs; results must be
+ * bitwise identical. Every test prints its measured errors, so the margins are visible. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_bf16.h>
+
+#include "kernels/cuda_check.h"
+#include "kernels/kernels.h"
+#include "tests/test.h"
+
+extern "C" {
+#include "model/layers_cpu.h"
+}
+
+typedef __nv_bfloat16 bf16;
+
+/* ---- host helpers ---------------------------------------------------------------------- */
+
+static uint64_t g_rng_state;
+static uint64_t g_seed;
+
+/* A fresh seed per test (printed with every failure), unless FUSEDGPT_TEST_SEED fixes it. */
+static void seed_fresh(void) {
+    const char *env = getenv("FUSEDGPT_TEST_SEED");
+    static uint64_t counter = 0;
+    g_seed = env ? strtoull(env, NULL, 10) : ((uint64_t)time(NULL) * 2654435761u) ^ (++counter * 0x9E3779B97F4A7C15ull);
+    g_rng_state = g_seed ? g_seed : 1;
+}
+
+static uint64_t rng_u64(void) { /* splitmix64 */
+    uint64_t z = (g_rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float rng_uniform(void) { return (float)((rng_u64() >> 40) + 0.5) / (float)(1 << 24); }
+static void fill_normal(float *x, size_t n, float std) {
+    for (size_t i = 0; i < n; i++) {
+        float u1 = rng_uniform(), u2 = rng_uniform();
+        x[i] = std * sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+    }
+}
+
+static uint16_t f2bf_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest even (inputs are finite) */
+    return (uint16_t)(u >> 16);
+}
+static float bf_bits2f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static void round_bf16(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = bf_bits2f(f2bf_bits(x[i]));
+}
+
+static double rel_l2(const float *a, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    if (num != num) return INFINITY; /* NaN: an unwritten (poisoned) or broken element */
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Device buffers of one test, freed together at its end. */
+#define MAX_BUFS 64
+static void *g_bufs[MAX_BUFS];
+static int g_nbufs;
+static void *dalloc(size_t bytes) {
+    void *p;
+    CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 16));
+    if (g_nbufs == MAX_BUFS) {
+        fprintf(stderr, "error: raise MAX_BUFS in tests/test_kernels_gpu.cu\n");
+        exit(2);
+    }
+    g_bufs[g_nbufs++] = p;
+    return p;
+}
+static void dfree_all(void) {
+    while (g_nbufs) CUDA_CHECK(cudaFree(g_bufs[--g_nbufs]));
+}
+static float *hmalloc(size_t n) {
+    float *p = (float *)malloc((n ? n : 1) * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "error: out of host memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static bf16 *up_bf16(const float *h, size_t n) {
+    uint16_t *tmp = (uint16_t *)malloc((n ? n : 1) * 2);
+    for (size_t i = 0; i < n; i++) tmp[i] = f2bf_bits(h[i]);
+    bf16 *d = (bf16 *)dalloc(n * 2);
+    CUDA_CHECK(cudaMemcpy(d, tmp, n * 2, cudaMemcpyHostToDevice));
+    free(tmp);
+    return d;
+}
+static float *up_f32(const float *h, size_t n) {
+    float *d = (float *)dalloc(n * 4);
+    CUDA_CHECK(cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice));
+    return d;
+}
+static void down_bf16(float *h, const bf16 *d, size_t n) {
+    uint16_t *tmp = (uint16_t *)malloc((n ? n : 1) * 2);
+    CUDA_CHECK(cudaMemcpy(tmp, d, n * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) h[i] = bf_bits2f(tmp[i]);
+    free(tmp);
+}
+static void down_f32(float *h, const float *d, size_t n) {
+    CUDA_CHECK(cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost));
+}
+static void poison(void *d, size_t bytes) { CUDA_CHECK(cudaMemset(d, 0xFF, bytes)); }
+static int same_bytes(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
+static void dsync(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+#define NOTE(...)                              \
+    do {                                       \
+        fprintf(stderr, "\n      ");           \
+        fprintf(stderr, __VA_ARGS__);          \
+    } while (0)
+#define CHECK_REL(err, tol, what)                                                                    \
+    do {                                                                                          \
+        double e_ = (err);                                                                        \
+        NOTE("%-44s rel L2 %.2e (tol %.0e)", what, e_, (double)(tol));                            \
+        CHECK(e_ <= (tol), "%s: rel L2 %.3e > %.1e (seed %llu)", what, e_, (double)(tol),          \
+              (unsigned long long)g_seed);                                                        \
+    } while (0)
+
+/* ---- encoder ----------------------------------------------------------------------------- */
+
+static void encoder_case(int B, int T, int C, int Vp, int skewed) {
+    int N = B * T;
+    char what[96];
+    int *inp = (int *)malloc(N * sizeof(int));
+    /* skewed: half the positions are one token, so one run of the sorted tokens is long. */
+    for (int i = 0; i < N; i++) inp[i] = (skewed && (rng_u64() & 1)) ? 3 % Vp : (int)(rng_u64() % Vp);
+    float *wte = hmalloc((size_t)Vp * C), *wpe = hmalloc((size_t)T * C), *out = hmalloc((size_t)N * C),
+          *ref = hmalloc((size_t)N * C);
+    fill_normal(wte, (size_t)Vp * C, 1.0f);
+    fill_normal(wpe, (size_t)T * C, 1.0f);
+    round_bf16(wte, (size_t)Vp * C);
+    round_bf16(wpe, (size_t)T * C);
+    int *d_inp = (int *)dalloc(N * sizeof(int));
+    CUDA_CHECK(cudaMemcpy(d_inp, inp, N * sizeof(int), cudaMemcpyHostToDevice));
+    bf16 *d_wte = up_bf16(wte, (size_t)Vp * C), *d_wpe = up_bf16(wpe, (size_t)T * C);
+    bf16 *d_out = (bf16 *)dalloc((size_t)N * C * 2);
+    poison(d_out, (size_t)N * C * 2);
+    encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, 0);
+    dsync();
+    down_bf16(out, d_out, (size_t)N * C);
+    encoder_forward_cpu(ref, inp, wte, wpe, B, T, C);
+    snprintf(what, sizeof what, "encoder fwd B=%d T=%d C=%d Vp=%d", B, T, C, Vp);
+    CHECK_REL(rel_l2(out, ref, (size_t)N * C), 4e-3, what);
+
+    /* Backward: += into random fp32 gradients, twice from the same start for determinism. */
+    float *dout = hmalloc((size_t)N * C), *dwte0 = hmalloc((size_t)Vp * C), *dwpe0 = hmalloc((size_t)T * C);
+    float *dwte_ref = hmalloc((size_t)Vp * C), *dwpe_ref = hmalloc((size_t)T * C);
+    float *dwte1 = hmalloc((size_t)Vp * C), *dwpe1 = hmalloc((size_t)T * C);
+    float *dwte2 = hmalloc((size_t)Vp * C), *dwpe2 = hmalloc((size_t)T * C);
+    fill_normal(dout, (size_t)N * C, 1.0f);
+    round_bf16(dout, (size_t)N * C);
+    fill_normal(dwte0, (size_t)Vp * C, 1.0f);
+    fill_normal(dwpe0, (size_t)T * C, 1.0f);
+    memcpy(dwte_ref, dwte0, (size_t)Vp * C * 4);
+    memcpy(dwpe_ref, dwpe0, (size_t)T * C * 4);
+    encoder_backward_cpu(dwte_ref, dwpe_ref, dout, inp, B, T, C);
+    bf16 *d_dout = up_bf16(dout, (size_t)N * C);
+    void *scratch = dalloc(encoder_backward_scratch_bytes(N, Vp));
+    for (int run = 0; run < 2; run++) {
+        float *d_dwte = up_f32(dwte0, (size_t)Vp * C), *d_dwpe = up_f32(dwpe0, (size_t)T * C);
+        encoder_backward(d_dwte, d_dwpe, scratch, d_dout, d_inp, B, T, C, Vp, 0);
+        dsync();
+        down_f32(run ? dwte2 : dwte1, d_dwte, (size_t)Vp * C);
+        down_f32(run ? dwpe2 : dwpe1, d_dwpe, (size_t)T * C);
+    }
+    snprintf(what, sizeof what, "encoder bwd dwte%s", skewed ? " (skewed tokens)" : "");
+    CHECK_REL(rel_l2(dwte1, dwte_ref, (size_t)Vp * C), 1e-5, what);
+    CHECK_REL(rel_l2(dwpe1, dwpe_ref, (size_t)T * C), 1e-5, "encoder bwd dwpe");
+    CHECK(same_bytes(dwte1, dwte2, (size_t)Vp * C * 4) && same_bytes(dwpe1, dwpe2, (size_t)T * C * 4),
+          "encoder backward is not bitwise deterministic (B=%d T=%d)", B, T);
+    free(inp); free(wte); free(wpe); free(out); free(ref); free(dout); free(dwte0); free(dwpe0);
+    free(dwte_ref); free(dwpe_ref); free(dwte1); free(dwpe1); free(dwte2); free(dwpe2);
+    dfree_all();
+}
+
+TEST(kernels_encoder_matches_cpu_and_backward_is_deterministic) {
+    seed_fresh();
+    encoder_case(1, 1, 64, 128, 0);
+    encoder_case(3, 7, 72, 136, 0);
+    encoder_case(5, 127, 64, 64, 1);
+    encoder_case(2, 1024, 768, 50304, 0);
+}
+
+/* ---- layernorm --------------------------------------------------------------------------- */
+
+static void layernorm_case(int N, int C, int with_residual) {
+    char what[96];
+    size_t nc = (size_t)N * C;
+    float *a = hmalloc(nc), *bb = hmalloc(nc), *w = hmalloc(C), *bias = hmalloc(C);
+    fill_normal(a, nc, 1.0f);
+    fill_normal(bb, nc, 1.0f);
+    fill_normal(w, C, 1.0f);
+    fill_normal(bias, C, 1.0f);
+    round_bf16(a, nc); round_bf16(bb, nc); round_bf16(w, C); round_bf16(bias, C);
+    /* CPU: the residual rounded to bf16 (as the GPU stores it), then LN of that. */
+    float *res = hmalloc(nc), *ln_ref = hmalloc(nc), *mean_ref = hmalloc(N), *rstd_ref = hmalloc(N);
+    if (with_residual) {
+        residual_forward_cpu(res, a, bb, nc);
+        round_bf16(res, nc);
+    } else {
+        memcpy(res, a, nc * 4);
+    }
+    layernorm_forward_cpu(ln_ref, mean_ref, rstd_ref, res, w, bias, 1, N, C);
+
+    bf16 *d_a = up_bf16(a, nc), *d_b = up_bf16(bb, nc), *d_w = up_bf16(w, C), *d_bias = up_bf16(bias, C);
+    bf16 *d_res = (bf16 *)dalloc(nc * 2), *d_ln = (bf16 *)dalloc(nc * 2);
+    float *d_mean = (float *)dalloc(N * 4), *d_rstd = (float *)dalloc(N * 4);
+    poison(d_res, nc * 2); poison(d_ln, nc * 2); poison(d_mean, N * 4); poison(d_rstd, N * 4);
+    residual_layernorm_forward(with_residual ? d_res : NULL, d_ln, d_mean, d_rstd, d_a, with_residual ? d_b : NULL,
+                               d_w, d_bias, N, C, 0);
+    dsync();
+    float *res_g = hmalloc(nc), *ln_g = hmalloc(nc), *mean_g = hmalloc(N), *rstd_g = hmalloc(N);
+    down_bf16(res_g, d_res, nc);
+    down_bf16(ln_g, d_ln, nc);
+    down_f32(mean_g, d_mean, N);
+    down_f32(rstd_g, d_rstd, N);
+    snprintf(what, sizeof what, "layernorm fwd N=%d C=%d%s: ln", N, C, with_residual ? " +res" : "");
+    CHECK_REL(rel_l2(ln_g, ln_ref, nc), 1e-2, what);
+    if (with_residual) CHECK_REL(rel_l2(res_g, res, nc), 1e-6, "  residual (exact up to rounding mode)");
+    CHECK_REL(rel_l2(mean_g, mean_ref, N), 1e-4, "  mean");
+    CHECK_REL(rel_l2(rstd_g, rstd_ref, N), 1e-4, "  rstd");
+
+    /* Backward from the CPU statistics (so both sides see the same mean/rstd). */
+    float *dout = hmalloc(nc), *dinp0 = hmalloc(nc), *dw0 = hmalloc(C), *db0 = hmalloc(C);
+    fill_normal(dout, nc, 1.0f);
+    fill_normal(dinp0, nc, 1.0f);
+    fill_normal(dw0, C, 1.0f);
+    fill_normal(db0, C, 1.0f);
+    round_bf16(dout, nc);
+    round_bf16(dinp0, nc);
+    float *dinp_ref = hmalloc(nc), *dw_ref = hmalloc(C), *db_ref = hmalloc(C);
+    memcpy(dinp_ref, dinp0, nc * 4);
+    memcpy(dw_ref, dw0, C * 4);
+    memcpy(db_ref, db0, C * 4);
+    layernorm_backward_cpu(dinp_ref, dw_ref, db_ref, dout, res, w, mean_ref, rstd_ref, 1, N, C);
+    bf16 *d_dout = up_bf16(dout, nc), *d_inp = up_bf16(res, nc);
+    float *d_meanr = up_f32(mean_ref, N), *d_rstdr = up_f32(rstd_ref, N);
+    void *scratch = dalloc(layernorm_backward_scratch_bytes(C));
+    float *dinp_g[2], *dw_g[2], *db_g[2];
+    for (int run = 0; run < 2; run++) {
+        bf16 *d_dinp = up_bf16(dinp0, nc);
+        float *d_dw = up_f32(dw0, C), *d_db = up_f32(db0, C);
+        layernorm_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_inp, d_w, d_meanr, d_rstdr, N, C, 0);
+        dsync();
+        dinp_g[run] = hmalloc(nc); dw_g[run] = hmalloc(C); db_g[run] = hmalloc(C);
+        down_bf16(dinp_g[run], d_dinp, nc);
+        down_f32(dw_g[run], d_dw, C);
+        down_f32(db_g[run], d_db, C);
+    }
+    CHECK(same_bytes(dinp_g[0], dinp_g[1], nc * 4) && same_bytes(dw_g[0], dw_g[1], C * 4) &&
+              same_bytes(db_g[0], db_g[1], C * 4),
+          "layernorm backward is not bitwise deterministic (N=%d C=%d)", N, C);
+    /* The += is checked on the increments (the random start would hide small errors). */
+    for (size_t i = 0; i < nc; i++) { dinp_g[0][i] -= dinp0[i]; dinp_ref[i] -= dinp0[i]; }
+    for (int i = 0; i < C; i++) { dw_g[0][i] -= dw0[i]; dw_ref[i] -= dw0[i]; db_g[0][i] -= db0[i]; db_ref[i] -= db0[i]; }
+    CHECK_REL(rel_l2(dinp_g[0], dinp_ref, nc), 2e-2, "  bwd dinp increment (bf16 += rounding)");
+    CHECK_REL(rel_l2(dw_g[0], dw_ref, C), 1e-4, "  bwd dweight increment");
+    CHECK_REL(rel_l2(db_g[0], db_ref, C), 1e-4, "  bwd dbias increment");
+    for (int r = 0; r < 2; r++) { free(dinp_g[r]); free(dw_g[r]); free(db_g[r]); }
+    free(a); free(bb); free(w); free(bias); free(res); free(ln_ref); free(mean_ref); free(rstd_ref);
+    free(res_g); free(ln_g); free(mean_g); free(rstd_g); free(dout); free(dinp0); free(dw0); free(db0);
+    free(dinp_ref); free(dw_ref); free(db_ref);
+    dfree_all();
+}
+
+TEST(kernels_residual_layernorm_matches_cpu_and_backward_is_deterministic) {
+    seed_fresh();
+    layernorm_case(1, 768, 1);
+    layernorm_case(3 * 127, 768, 1);
+    layernorm_case(7, 1000, 0);
+    layernorm_case(5 * 7, 1600, 1);
+    layernorm_case(2048, 264, 1);
+}
+
+/* ---- GELU and bias gradient ------------------------------------------------------------- */
+
+TEST(kernels_gelu_and_bias_backward_match_cpu) {
+    seed_fresh();
+    size_t n = 8 * 1001;
+    float *x = hmalloc(n), *d = hmalloc(n), *ref = hmalloc(n), *got = hmalloc(n), *dref = hmalloc(n);
+    fill_normal(x, n, 2.0f);
+    fill_normal(d, n, 1.0f);
+    round_bf16(x, n);
+    round_bf16(d, n);
+    bf16 *d_x = up_bf16(x, n), *d_d = up_bf16(d, n), *d_o = (bf16 *)dalloc(n * 2);
+    poison(d_o, n * 2);
+    gelu_forward(d_o, d_x, n, 0);
+    dsync();
+    down_bf16(got, d_o, n);
+    gelu_forward_cpu(ref, x, n);
+    CHECK_REL(rel_l2(got, ref, n), 1e-2, "gelu forward");
+    poison(d_o, n * 2);
+    gelu_backward(d_o, d_x, d_d, n, 0);
+    dsync();
+    down_bf16(got, d_o, n);
+    memset(dref, 0, n * 4);
+    gelu_backward_cpu(dref, x, d, n);
+    CHECK_REL(rel_l2(got, dref, n), 1e-2, "gelu backward");
+    gelu_backward(d_d, d_x, d_d, n, 0); /* in place, as documented */
+    dsync();
+    down_bf16(got, d_d, n);
+    CHECK_REL(rel_l2(got, dref, n), 1e-2, "gelu backward in place");
+    free(x); free(d); free(ref); free(got); free(dref);
+    dfree_all();
+
+    int shapes[][2] = {{1, 8}, {381, 776}, {4099, 2304}};
+    for (int s = 0; s < 3; s++) {
+        int N = shapes[s][0], OC = shapes[s][1];
+        size_t nn = (size_t)N * OC;
+        float *dout = hmalloc(nn), *db0 = hmalloc(OC), *dbr = hmalloc(OC), *g1 = hmalloc(OC), *g2 = hmalloc(OC);
+        fill_normal(dout, nn, 1.0f);
+        round_bf16(dout, nn);
+        fill_normal(db0, OC, 1.0f);
+        for (int o = 0; o < OC; o++) {
+            double acc = 0;
+            for (int i = 0; i < N; i++) acc += dout[(size_t)i * OC + o];
+            dbr[o] = (float)acc;
+        }
+        bf16 *d_dout = up_bf16(dout, nn);
+        void *scratch = dalloc(bias_backward_scratch_bytes(OC));
+        for (int run = 0; run < 2; run++) {
+            float *d_db = up_f32(db0, OC);
+            bias_backward(d_db, scratch, d_dout, N, OC, 0);
+            dsync();
+            down_f32(run ? g2 : g1, d_db, OC);
+        }
+        CHECK(same_bytes(g1, g2, OC * 4), "bias_backward is not bitwise deterministic (N=%d OC=%d)", N, OC);
+        for (int o = 0; o < OC; o++) g1[o] -= db0[o];
+        char what[64];
+        snprintf(what, sizeof what, "bias backward N=%d OC=%d (increment)", N, OC);
+        CHECK_REL(rel_l2(g1, dbr, OC), 1e-5, what);
+        free(dout); free(db0); free(dbr); free(g1); free(g2);
+        dfree_all();
+    }
+}
+
+/* ---- matmul ------------------------------------------------------------------------------ */
+
+static void matmul_case(int N, int C, int OC, int with_bias, int gelu) {
+    char what[128];
+    size_t nc = (size_t)N * C, no = (size_t)N * OC, oc_c = (size_t)OC * C;
+    float *inp = hmalloc(nc), *w = hmalloc(oc_c), *bias = hmalloc(OC);
+    fill_normal(inp, nc, 1.0f);
+    fill_normal(w, oc_c, 1.0f / sqrtf((float)C));
+    fill_normal(bias, OC, 0.5f);
+    round_bf16(inp, nc); round_bf16(w, oc_c); round_bf16(bias, OC);
+    float *pre_ref = hmalloc(no), *out_ref = hmalloc(no);
+    matmul_forward_cpu(pre_ref, inp, w, with_bias ? bias : NULL, N, C, OC);
+    if (gelu) gelu_forward_cpu(out_ref, pre_ref, no); else memcpy(out_ref, pre_ref, no * 4);
+
+    bf16 *d_inp = up_bf16(inp, nc), *d_w = up_bf16(w, oc_c), *d_bias = up_bf16(bias, OC);
+    bf16 *d_out = (bf16 *)dalloc(no * 2), *d_pre = gelu ? (bf16 *)dalloc(no * 2) : NULL;
+    float *got = hmalloc(no);
+    /* Twice, the second time into a fresh output buffer: the cached plan must follow the pointers. */
+    for (int run = 0; run < 2; run++) {
+        if (run) {
+            d_out = (bf16 *)dalloc(no * 2);
+            if (gelu) d_pre = (bf16 *)dalloc(no * 2);
+        }
+        poison(d_out, no * 2);
+        if (gelu) poison(d_pre, no * 2);
+        matmul_forward(d_out, d_pre, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC, 0);
+        dsync();
+        down_bf16(got, d_out, no);
+        snprintf(what, sizeof what, "matmul fwd N=%d C=%d OC=%d bias=%d gelu=%d run %d", N, C, OC, with_bias, gelu,
+                 run);
+        CHECK_REL(rel_l2(got, out_ref, no), 1e-2, what);
+        if (gelu) {
+            down_bf16(got, d_pre, no);
+            CHECK_REL(rel_l2(got, pre_ref, no), 1e-2, "  pre_gelu (aux output)");
+        }
+    }
+
+    /* Backward. With gelu: this matmul's input is gelu(pre_in) and dinp must come out as the
+     * gradient of pre_in (dGELU epilogue). */
+    float *dout = hmalloc(no), *dw0 = hmalloc(oc_c), *db0 = hmalloc(OC), *pre_in = hmalloc(nc), *x = hmalloc(nc);
+    fill_normal(dout, no, 1.0f);
+    round_bf16(dout, no);
+    fill_normal(dw0, oc_c, 1.0f);
+    fill_normal(db0, OC, 1.0f);
+    fill_normal(pre_in, nc, 1.5f);
+    round_bf16(pre_in, nc);
+    const float *xin = inp;
+    if (gelu) { /* the forward input is gelu(pre_in), as the GPU would have stored it (bf16) */
+        gelu_forward_cpu(x, pre_in, nc);
+        round_bf16(x, nc);
+        xin = x;
+    }
+    float *dx_ref = hmalloc(nc), *dw_ref = hmalloc(oc_c), *db_ref = hmalloc(OC);
+    memset(dx_ref, 0, nc * 4);
+    memcpy(dw_ref, dw0, oc_c * 4);
+    memcpy(db_ref, db0, OC * 4);
+    matmul_backward_cpu(dx_ref, dw_ref, db_ref, dout, xin, w, N, C, OC);
+    if (gelu) {
+        float *tmp = hmalloc(nc);
+        memset(tmp, 0, nc * 4);
+        gelu_backward_cpu(tmp, pre_in, dx_ref, nc);
+        memcpy(dx_ref, tmp, nc * 4);
+        free(tmp);
+    }
+    bf16 *d_dout = up_bf16(dout, no), *d_x = up_bf16(xin, nc), *d_pre_in = up_bf16(pre_in, nc);
+    void *scratch = dalloc(bias_backward_scratch_bytes(OC));
+    float *dx_g = hmalloc(nc), *dw_g[2], *db_g[2];
+    for (int run = 0; run < 2; run++) {
+        bf16 *d_dx = (bf16 *)dalloc(nc * 2);
+        poison(d_dx, nc * 2);
+        float *d_dw = up_f32(dw0, oc_c), *d_db = up_f32(db0, OC);
+        matmul_backward(d_dx, d_dw, with_bias ? d_db : NULL, scratch, d_dout, d_x, d_w, gelu ? d_pre_in : NULL, N, C,
+                        OC, 0);
+        dsync();
+        if (run == 0) down_bf16(dx_g, d_dx, nc);
+        dw_g[run] = hmalloc(oc_c);
+        db_g[run] = hmalloc(OC);
+        down_f32(dw_g[run], d_dw, oc_c);
+        down_f32(db_g[run], d_db, OC);
+    }
+    CHECK(same_bytes(dw_g[0], dw_g[1], oc_c * 4) && same_bytes(db_g[0], db_g[1], OC * 4),
+          "matmul backward is not bitwise deterministic (N=%d C=%d OC=%d)", N, C, OC);
+    CHECK_REL(rel_l2(dx_g, dx_ref, nc), 1e-2, gelu ? "  bwd dinp (dGELU epilogue)" : "  bwd dinp");
+    for (size_t i = 0; i < oc_c; i++) { dw_g[0][i] -= dw0[i]; dw_ref[i] -= dw0[i]; }
+    CHECK_REL(rel_l2(dw_g[0], dw_ref, oc_c), 1e-3, "  bwd dweight increment (fp32 +=)");
+    if (with_bias) {
+        for (int i = 0; i < OC; i++) { db_g[0][i] -= db0[i]; db_ref[i] -= db0[i]; }
+        CHECK_REL(rel_l2(db_g[0], db_ref, OC), 1e-4, "  bwd dbias increment");
+    } else {
+        CHECK(same_bytes(db_g[0], db0, OC * 4), "dbias touched although NULL was passed");
+    }
+    for (int r = 0; r < 2; r++) { free(dw_g[r]); free(db_g[r]); }
+    free(inp); free(w); free(bias); free(pre_ref); free(out_ref); free(got); free(dout); free(dw0); free(db0);
+    free(pre_in); free(x); free(dx_ref); free(dw_ref); free(db_ref); free(dx_g);
+    dfree_all();
+}
+
+TEST(kernels_matmul_with_epilogues_matches_cpu) {
+    seed_fresh();
+    matmul_case(1, 64, 64, 1, 0);
+    matmul_case(7 * 3, 264, 200, 1, 0);
+    matmul_case(381, 256, 1024, 1, 1);  /* fc: bias + GELU */
+    matmul_case(381, 1024, 256, 1, 1);  /* fc_proj backward with dGELU (C = 4·OC) */
+    matmul_case(127, 128, 384, 0, 0);
+    matmul_case(1024, 768, 2304, 1, 0); /* GPT-2 qkv */
+}
+
+/* ---- attention --------------------------------------------------------------------------- */
+
+static void attention_case(int B, int T, int NH, int HS) {
+    char what[128];
+    int C = NH * HS;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    float *qkv = hmalloc(nqkv), *out_ref = hmalloc(nout), *att = hmalloc(natt), *out_g = hmalloc(nout);
+    fill_normal(qkv, nqkv, 1.0f);
+    round_bf16(qkv, nqkv);
+    attention_forward_cpu(out_ref, att, qkv, B, T, C, NH);
+
+    bf16 *d_qkv = up_bf16(qkv, nqkv);
+    bf16 *d_out = (bf16 *)dalloc(nout * 2);
+    float *d_lse = (float *)dalloc((size_t)B * NH * T * 4);
+    poison(d_out, nout * 2);
+    poison(d_lse, (size_t)B * NH * T * 4);
+    attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, 0);
+    dsync();
+    down_bf16(out_g, d_out, nout);
+    snprintf(what, sizeof what, "attention fwd B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+    CHECK_REL(rel_l2(out_g, out_ref, nout), 1e-2, what);
+    float *lse = hmalloc((size_t)B * NH * T);
+    down_f32(lse, d_lse, (size_t)B * NH * T);
+    int lse_ok = 1;
+    for (size_t i = 0; i < (size_t)B * NH * T; i++) lse_ok &= isfinite(lse[i]) != 0;
+    CHECK(lse_ok, "attention lse has non-finite or unwritten values (seed %llu)", (unsigned long long)g_seed);
+
+    /* Backward: the GPU gets its own out and lse (what the trainer saves); the CPU its att. */
+    float *dout = hmalloc(nout), *dqkv_ref = hmalloc(nqkv), *dqkv_g = hmalloc(nqkv), *dqkv_g2 = hmalloc(nqkv);
+    fill_normal(dout, nout, 1.0f);
+    round_bf16(dout, nout);
+    memset(dqkv_ref, 0, nqkv * 4);
+    attention_backward_cpu(dqkv_ref, dout, qkv, att, B, T, C, NH);
+    bf16 *d_dout = up_bf16(dout, nout), *d_dqkv = (bf16 *)dalloc(nqkv * 2);
+    void *scratch = dalloc(attention_backward_scratch_bytes(B, T, NH));
+    for (int run = 0; run < 2; run++) {
+        poison(d_dqkv, nqkv * 2);
+        attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0);
+        dsync();
+        down_bf16(run ? dqkv_g2 : dqkv_g, d_dqkv, nqkv);
+    }
+    CHECK(same_bytes(dqkv_g, dqkv_g2, nqkv * 4), "attention backward is not bitwise deterministic");
+    /* Per part, so a wrong dK cannot hide behind a right dQ. */
+    const char *names[3] = {"  bwd dq", "  bwd dk", "  bwd dv"};
+    for (int part = 0; part < 3; part++) {
+        float *g = hmalloc(nout), *r = hmalloc(nout);
+        for (size_t bt = 0; bt < (size_t)B * T; bt++)
+            for (int c = 0; c < C; c++) {
+                g[bt * C + c] = dqkv_g[bt * 3 * C + part * C + c];
+                r[bt * C + c] = dqkv_ref[bt * 3 * C + part * C + c];
+            }
+        CHECK_REL(rel_l2(g, r, nout), 2e-2, names[part]);
+        free(g);
+        free(r);
+    }
+    /* The forward too must be deterministic (it has no reductions across blocks; cheap to check). */
+    float *out_g2 = hmalloc(nout);
+    attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, 0);
+    dsync();
+    down_bf16(out_g2, d_out, nout);
+    CHECK(same_bytes(out_g, out_g2, nout * 4), "attention forward is not bitwise deterministic");
+    free(qkv); free(out_ref); free(att); free(out_g); free(out_g2); free(lse); free(dout); free(dqkv_ref);
+    free(dqkv_g); free(dqkv_g2);
+    dfree_all();
+}
+
+TEST(kernels_attention_matches_cpu_head64) {
+    seed_fresh();
+    attention_case(1, 1, 2, 64);
+    attention_case(3, 7, 2, 64);
+    attention_case(2, 127, 3, 64);
+    attention_case(1, 1024, 2, 64);
+    attention_case(3, 65, 1, 64);
+}
+
+TEST(kernels_attention_matches_cpu_head128) {
+    seed_fresh();
+    attention_case(1, 1, 1, 128);
+    attention_case(3, 7, 2, 128);
+    attention_case(2, 127, 3, 128);
+    attention_case(1, 1024, 1, 128);
+    attention_case(1, 200, 2, 128);
+}
+
+/* ---- AdamW and the global norm ---------------------------------------------------------- */
+
+TEST(kernels_global_sumsq_is_exact_and_deterministic) {
+    seed_fresh();
+    size_t sizes[] = {1, 7, 1000003, 5u << 20};
+    for (int s = 0; s < 4; s++) {
+        size_t n = sizes[s];
+        float *g = hmalloc(n);
+        fill_normal(g, n, 1e-2f);
+        double ref = 0;
+        for (size_t i = 0; i < n; i++) ref += (double)g[i] * g[i];
+        float *d_g = up_f32(g, n);
+        double *d_out = (double *)dalloc(8);
+        void *scratch = dalloc(global_sumsq_scratch_bytes());
+        double got[2];
+        for (int run = 0; run < 2; run++) {
+            poison(d_out, 8);
+            global_sumsq(d_out, scratch, d_g, n, 0);
+            dsync();
+            CUDA_CHECK(cudaMemcpy(&got[run], d_out, 8, cudaMemcpyDeviceToHost));
+        }
+        double rel = fabs(got[0] - ref) / ref;
+        char what[64];
+        snprintf(what, sizeof what, "global sumsq n=%zu", n);
+        CHECK_REL(rel, 1e-5, what);
+        CHECK(same_bytes(&got[0], &got[1], 8), "global_sumsq is not bitwise deterministic (n=%zu)", n);
+        free(g);
+        dfree_all();
+    }
+}
+
+TEST(kernels_adamw_matches_reference) {
+    seed_fresh();
+    /* Three tensors of awkward sizes, the middle one not decayed, the first one spanning chunks. */
+    size_t numels[3] = {16384 * 2 + 5, 777, 100003};
+    int decay[3] = {1, 0, 1};
+    size_t offsets[3] = {0, numels[0], numels[0] + numels[1]};
+    size_t n = numels[0] + numels[1] + numels[2];
+    float *p = hmalloc(n), *m = hmalloc(n), *v = hmalloc(n), *g = hmalloc(n);
+    fill_normal(p, n, 0.02f);
+    fill_normal(m, n, 1e-3f);
+    for (size_t i = 0; i < n; i++) v[i] = 1e-6f * rng_uniform();
+    float *d_p = up_f32(p, n), *d_m = up_f32(m, n), *d_v = up_f32(v, n);
+    bf16 *d_pb = (bf16 *)dalloc(n * 2);
+    AdamWPlan *plan = adamw_plan_create(offsets, numels, decay, 3);
+    double *rp = (double *)malloc(n * 8), *rm = (double *)malloc(n * 8), *rv = (double *)malloc(n * 8);
+    for (size_t i = 0; i < n; i++) { rp[i] = p[i]; rm[i] = m[i]; rv[i] = v[i]; }
+    float lr = 6e-4f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f;
+    for (int step = 1; step <= 3; step++) {
+        fill_normal(g, n, 1e-2f);
+        float *d_g = up_f32(g, n);
+        poison(d_pb, n * 2);
+        adamw_update(plan, d_p, d_pb, d_g, d_m, d_v, lr, b1, b2, eps, wd, gs, step, 0);
+        dsync();
+        double c1 = 1.0 - pow(b1, step), c2 = 1.0 - pow(b2, step);
+        for (int t = 0; t < 3; t++)
+            for (size_t j = 0; j < numels[t]; j++) {
+                size_t i = offsets[t] + j;
+                double gg = (double)g[i] * gs;
+                rm[i] = b1 * rm[i] + (1 - b1) * gg;
+                rv[i] = b2 * rv[i] + (1 - b2) * gg * gg;
+                rp[i] -= lr * ((rm[i] / c1) / (sqrt(rv[i] / c2) + eps) + (decay[t] ? wd : 0.0) * rp[i]);
+            }
+    }
+    float *gp = hmalloc(n), *gm = hmalloc(n), *gv = hmalloc(n), *gpb = hmalloc(n);
+    down_f32(gp, d_p, n);
+    down_f32(gm, d_m, n);
+    down_f32(gv, d_v, n);
+    down_bf16(gpb, d_pb, n);
+    for (size_t i = 0; i < n; i++) { p[i] = (float)rp[i]; m[i] = (float)rm[i]; v[i] = (float)rv[i]; }
+    CHECK_REL(rel_l2(gp, p, n), 1e-5, "adamw master weights after 3 steps");
+    CHECK_REL(rel_l2(gm, m, n), 1e-5, "adamw m");
+    CHECK_REL(rel_l2(gv, v, n), 1e-5, "adamw v");
+    int bf_ok = 1;
+    for (size_t i = 0; i < n; i++) bf_ok &= bf_bits2f(f2bf_bits(gp[i])) == gpb[i];
+    CHECK(bf_ok, "adamw bf16 weights are not round-to-nearest of the master weights");
+    /* The start-up conversion must agree with the optimizer's own bf16 write. */
+    float *tmp = hmalloc(n);
+    convert_fp32_to_bf16(d_pb, d_p, n, 0);
+    dsync();
+    down_bf16(tmp, d_pb, n);
+    CHECK(same_bytes(tmp, gpb, n * 4), "convert_fp32_to_bf16 differs from the AdamW bf16 write");
+    adamw_plan_free(plan);
+    free(p); free(m); free(v); free(g); free(rp); free(rm); free(rv); free(gp); free(gm); free(gv); free(gpb);
+    free(tmp);
+    dfree_all();
+}
