@@ -1,23 +1,406 @@
-/* data/prepare.c - placeholder until the tokenizer issue lands: reports that the default corpus
- * is not available yet, so users pass their own shards with -i/-j. */
+/* data/prepare.c - text -> tokenizer + train/val token shards (`./train prepare`), and the default
+ * corpus prepared on first use and cached (prepare_default_corpus).
+ *
+ * Text files are joined into one text, one document per file, with "<|endoftext|>" between them
+ * ("<|endoftext|>" already inside a file also separates documents). The tokenizer is trained on
+ * all of it; the last ~val_fraction of the bytes, starting at a document boundary, becomes the
+ * validation shard. Shards are written through data/shard.h with the vocabulary size the tokenizer
+ * reached (which can be below the one asked for on a small corpus). */
 #include "data/prepare.h"
 
+#include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
+#include "data/corpus.h"
 #include "data/shard.h"
+#include "tokenizer/tokenizer.h"
+
+#define PREPARE_DEFAULT_VOCAB 50257u
+#define PREPARE_DEFAULT_VAL 0.01
+
+typedef struct {
+    uint32_t vocab;
+    double val_fraction;
+    int threads;
+    const char *tokenizer_in; /* encode with this tokenizer instead of training one */
+} PrepareOptions;
+
+static void set_err(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_err(char *err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, FGPT_ERR_LEN, fmt, ap);
+    va_end(ap);
+}
+
+static double seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int path_join(char *dst, const char *dir, const char *name, char *err) {
+    if ((size_t)snprintf(dst, PREPARE_PATH_LEN, "%s/%s", dir, name) >= PREPARE_PATH_LEN) {
+        set_err(err, "path %s/%s is longer than %d bytes; use a shorter folder", dir, name, PREPARE_PATH_LEN - 1);
+        return -1;
+    }
+    return 0;
+}
+
+static int make_dirs(const char *path, char *err) {
+    char tmp[PREPARE_PATH_LEN];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) break;
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+        set_err(err, "cannot create folder %s: %s (choose a writable place)", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Appends a file to *buf; -1 + message when it cannot be read. */
+static int append_file(const char *path, char **buf, size_t *len, size_t *cap, char *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        set_err(err, "cannot open text file %s: %s (check the path)", path, strerror(errno));
+        return -1;
+    }
+    for (;;) {
+        if (*cap - *len < (1 << 16)) {
+            size_t c = *cap ? 2 * *cap : 1 << 20;
+            char *b = realloc(*buf, c);
+            if (!b) {
+                fclose(f);
+                set_err(err, "out of memory reading %s; prepare fewer or smaller files", path);
+                return -1;
+            }
+            *buf = b;
+            *cap = c;
+        }
+        size_t got = fread(*buf + *len, 1, *cap - *len, f);
+        *len += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        set_err(err, "cannot read text file %s (I/O error)", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Byte where validation starts: the document boundary (just after a separator) nearest at or after
+ * the target, else before it, else a line start, else the target itself. */
+static size_t val_cut(const char *text, size_t len, double fraction) {
+    size_t target = (size_t)((double)len * (1.0 - fraction));
+    const size_t eot_len = strlen(TOKENIZER_EOT_TEXT);
+    if (target >= len) return len;
+    const char *e = memmem(text + target, len - target, TOKENIZER_EOT_TEXT, eot_len);
+    if (e && (size_t)(e - text) + eot_len < len) return (size_t)(e - text) + eot_len;
+    for (size_t i = target; i > 0; i--)
+        if (i >= eot_len && memcmp(text + i - eot_len, TOKENIZER_EOT_TEXT, eot_len) == 0) return i;
+    const char *nl = memchr(text + target, '\n', len - target);
+    if (nl && (size_t)(nl - text) + 1 < len) return (size_t)(nl - text) + 1;
+    return target;
+}
+
+/* Encodes one part and writes it as a shard. */
+static int write_part(const Tokenizer *tok, const char *text, size_t len, int threads, const char *path,
+                      uint64_t *n_tokens, char *err) {
+    uint32_t *ids = NULL;
+    size_t n = 0;
+    char terr[TOKENIZER_ERR_LEN];
+    if (tokenizer_encode_parallel(tok, text, len, 1, threads, &ids, &n, terr) != 0) {
+        set_err(err, "%s", terr);
+        return -1;
+    }
+    int rc = shard_write(path, ids, n, tokenizer_vocab_size(tok), err);
+    free(ids);
+    *n_tokens = n;
+    return rc;
+}
+
+/* The whole pipeline on a text in memory: tokenizer (trained or loaded), then the two shards. */
+static int prepare_text(const char *text, size_t len, const PrepareOptions *opt, const char *out_dir,
+                        PreparedData *out, char *err) {
+    memset(out, 0, sizeof *out);
+    if (make_dirs(out_dir, err) != 0 || path_join(out->train_path, out_dir, "train.bin", err) != 0 ||
+        path_join(out->val_path, out_dir, "val.bin", err) != 0 ||
+        path_join(out->tokenizer_path, out_dir, "tokenizer.bin", err) != 0)
+        return -1;
+    out->vocab_requested = opt->vocab;
+    char terr[TOKENIZER_ERR_LEN];
+    Tokenizer *tok;
+    double t0 = seconds();
+    if (opt->tokenizer_in) {
+        tok = tokenizer_load(opt->tokenizer_in, terr);
+        if (tok) out->vocab_requested = tokenizer_vocab_size(tok);
+    } else {
+        fprintf(stderr, "prepare: training a %u-token tokenizer on %.1f MB of text\n", opt->vocab, len / 1e6);
+        TokenizerTrainOptions topt = {opt->vocab, opt->threads, 1};
+        tok = tokenizer_train(text, len, &topt, terr);
+    }
+    if (!tok) {
+        set_err(err, "%s", terr);
+        return -1;
+    }
+    out->vocab_reached = tokenizer_vocab_size(tok);
+    if (!opt->tokenizer_in) {
+        fprintf(stderr, "prepare: tokenizer has %u tokens (%u asked for) after %.1f s\n", out->vocab_reached, opt->vocab,
+                seconds() - t0);
+    }
+    if (tokenizer_save(tok, out->tokenizer_path, terr) != 0) {
+        set_err(err, "%s", terr);
+        tokenizer_free(tok);
+        return -1;
+    }
+    size_t cut = val_cut(text, len, opt->val_fraction);
+    uint64_t n_train = 0, n_val = 0;
+    t0 = seconds();
+    fprintf(stderr, "prepare: encoding %.1f MB (train) + %.2f MB (validation)\n", cut / 1e6, (len - cut) / 1e6);
+    int rc = write_part(tok, text, cut, opt->threads, out->train_path, &n_train, err);
+    if (rc == 0) rc = write_part(tok, text + cut, len - cut, opt->threads, out->val_path, &n_val, err);
+    if (rc == 0)
+        fprintf(stderr, "prepare: %llu train + %llu validation tokens (%.3f tokens/byte) in %.1f s -> %s\n",
+                (unsigned long long)n_train, (unsigned long long)n_val, (double)(n_train + n_val) / (double)len,
+                seconds() - t0, out_dir);
+    if (rc == 0 && n_val == 0) {
+        set_err(err, "the validation part of the text is empty (%zu bytes in all); give more text or raise "
+                     "--val-fraction", len);
+        rc = -1;
+    }
+    tokenizer_free(tok);
+    return rc;
+}
+
+/* FNV-1a over the corpus: the cache key says which text the shards came from. */
+static uint64_t text_hash(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* A cached preparation is complete when its tokenizer loads and both shards pass their header
+ * checks; anything less is prepared again. */
+static int cached_ok(const char *dir, uint32_t vocab, PreparedData *out) {
+    char err[FGPT_ERR_LEN], terr[TOKENIZER_ERR_LEN];
+    if (path_join(out->train_path, dir, "train.bin", err) || path_join(out->val_path, dir, "val.bin", err) ||
+        path_join(out->tokenizer_path, dir, "tokenizer.bin", err))
+        return 0;
+    ShardHeader h;
+    if (shard_read_header(out->train_path, &h, err) != 0 || shard_read_header(out->val_path, &h, err) != 0) return 0;
+    Tokenizer *tok = tokenizer_load(out->tokenizer_path, terr);
+    if (!tok) return 0;
+    out->vocab_requested = vocab;
+    out->vocab_reached = tokenizer_vocab_size(tok);
+    tokenizer_free(tok);
+    return h.vocab_size == out->vocab_reached;
+}
 
 int prepare_default_corpus(uint32_t vocab_size, const char *cache_dir, PreparedData *out, char *err) {
-    (void)cache_dir;
-    (void)out;
-    snprintf(err, FGPT_ERR_LEN,
-             "no default corpus for -v %u yet (tokenizer not built); pass token shards with -i and -j",
-             vocab_size);
-    return -1;
+    memset(out, 0, sizeof *out);
+    if (vocab_size < TOKENIZER_MIN_VOCAB) {
+        set_err(err, "vocabulary size %u is below %u (256 byte tokens + <|endoftext|>); pass -v %u or more", vocab_size,
+                TOKENIZER_MIN_VOCAB, TOKENIZER_MIN_VOCAB);
+        return -1;
+    }
+    char text_path[PREPARE_PATH_LEN], name[32];
+    if (corpus_default(cache_dir, text_path, sizeof text_path, name, err) != 0) return -1;
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    if (append_file(text_path, &text, &len, &cap, err) != 0) {
+        free(text);
+        return -1;
+    }
+    char key[96], dir[PREPARE_PATH_LEN];
+    snprintf(key, sizeof key, "%s-%012llx-v%u", name, (unsigned long long)(text_hash(text, len) >> 16), vocab_size);
+    if (path_join(dir, cache_dir, key, err) != 0) {
+        free(text);
+        return -1;
+    }
+    if (cached_ok(dir, vocab_size, out)) {
+        free(text);
+        return 0;
+    }
+    fprintf(stderr, "prepare: first use of the %s corpus with -v %u; preparing it once into %s\n", name, vocab_size,
+            dir);
+    PrepareOptions opt = {vocab_size, PREPARE_DEFAULT_VAL, 0, NULL};
+    int rc = prepare_text(text, len, &opt, dir, out, err);
+    free(text);
+    return rc;
+}
+
+/* ---- the `./train prepare` command line ---- */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ./train prepare [options] FILE...        text files -> tokenizer + train/val token shards\n"
+            "       ./train prepare --default-corpus [-v V]  fetch, clean and prepare the default corpus (cached)\n"
+            "\n"
+            "options:\n"
+            "  -v, --vocab V          tokens in the tokenizer, <|endoftext|> included (default %u)\n"
+            "  -o, --out DIR          where tokenizer.bin, train.bin and val.bin go (default: prepared)\n"
+            "      --tokenizer FILE   encode with this tokenizer instead of training one\n"
+            "      --val-fraction F   share of the text held out for validation, from its end (default %.2f)\n"
+            "      --cache-dir DIR    where the default corpus is cached (default .cache)\n"
+            "      --threads N        threads for counting and encoding (default: all cores)\n"
+            "  -h, --help             this text\n"
+            "Each FILE is one document; \"<|endoftext|>\" inside a file also separates documents.\n"
+            "Then train with: ./train -i DIR/train.bin -j DIR/val.bin --tokenizer DIR/tokenizer.bin -v <tokens>\n",
+            PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL);
+}
+
+static int bad_arg(const char *flag, const char *why) {
+    fprintf(stderr, "error: prepare %s: %s (see ./train prepare --help)\n", flag, why);
+    return 2;
+}
+
+static int parse_u32(const char *s, uint32_t *v) {
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, 10);
+    if (errno || end == s || *end || x > UINT32_MAX || s[0] == '-') return -1;
+    *v = (uint32_t)x;
+    return 0;
 }
 
 int prepare_main(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "error: `train prepare` is not available yet\n");
-    return 2;
+    PrepareOptions opt = {PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL, 0, NULL};
+    const char *out_dir = "prepared", *cache_dir = ".cache";
+    int default_corpus = 0, n_files = 0;
+    const char **files = calloc((size_t)argc + 1, sizeof *files);
+    if (!files) return 1;
+    int status = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            status = 0;
+            goto done;
+        } else if (!strcmp(a, "--default-corpus")) {
+            default_corpus = 1;
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--vocab")) {
+            if (!val || parse_u32(val, &opt.vocab) != 0) {
+                status = bad_arg(a, "needs a whole number of tokens, e.g. -v 50257");
+                goto done;
+            }
+            if (opt.vocab < TOKENIZER_MIN_VOCAB) {
+                fprintf(stderr, "error: prepare -v %u: a vocabulary needs at least %u tokens (256 bytes + <|endoftext|>)\n",
+                        opt.vocab, TOKENIZER_MIN_VOCAB);
+                goto done;
+            }
+            i++;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
+            if (!val) {
+                status = bad_arg(a, "needs a folder");
+                goto done;
+            }
+            out_dir = val;
+            i++;
+        } else if (!strcmp(a, "--tokenizer")) {
+            if (!val) {
+                status = bad_arg(a, "needs a tokenizer file");
+                goto done;
+            }
+            opt.tokenizer_in = val;
+            i++;
+        } else if (!strcmp(a, "--val-fraction")) {
+            char *end;
+            opt.val_fraction = val ? strtod(val, &end) : -1;
+            if (!val || *end || !(opt.val_fraction > 0 && opt.val_fraction <= 0.5)) {
+                status = bad_arg(a, "needs a fraction in (0, 0.5], e.g. 0.01");
+                goto done;
+            }
+            i++;
+        } else if (!strcmp(a, "--cache-dir")) {
+            if (!val) {
+                status = bad_arg(a, "needs a folder");
+                goto done;
+            }
+            cache_dir = val;
+            i++;
+        } else if (!strcmp(a, "--threads")) {
+            uint32_t t;
+            if (!val || parse_u32(val, &t) != 0 || t < 1 || t > 64) {
+                status = bad_arg(a, "needs a thread count from 1 to 64");
+                goto done;
+            }
+            opt.threads = (int)t;
+            i++;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "error: prepare: unknown option %s (see ./train prepare --help)\n", a);
+            goto done;
+        } else {
+            files[n_files++] = a;
+        }
+    }
+    char err[FGPT_ERR_LEN];
+    PreparedData out;
+    if (default_corpus) {
+        if (n_files || opt.tokenizer_in) {
+            status = bad_arg("--default-corpus", "takes no text files and no --tokenizer");
+            goto done;
+        }
+        if (prepare_default_corpus(opt.vocab, cache_dir, &out, err) != 0) {
+            fprintf(stderr, "error: %s\n", err);
+            status = 1;
+            goto done;
+        }
+    } else {
+        if (n_files == 0) {
+            fprintf(stderr, "error: prepare: no text files given (pass FILE..., or --default-corpus)\n");
+            goto done;
+        }
+        char *text = NULL;
+        size_t len = 0, cap = 0;
+        status = 1;
+        for (int f = 0; f < n_files; f++) {
+            if (f > 0) {
+                /* one document per file */
+                if (cap - len < sizeof TOKENIZER_EOT_TEXT) {
+                    char *b = realloc(text, cap + (1 << 20));
+                    if (!b) {
+                        fprintf(stderr, "error: out of memory joining the text files\n");
+                        free(text);
+                        goto done;
+                    }
+                    text = b;
+                    cap += 1 << 20;
+                }
+                memcpy(text + len, TOKENIZER_EOT_TEXT, sizeof TOKENIZER_EOT_TEXT - 1);
+                len += sizeof TOKENIZER_EOT_TEXT - 1;
+            }
+            if (append_file(files[f], &text, &len, &cap, err) != 0) {
+                fprintf(stderr, "error: %s\n", err);
+                free(text);
+                goto done;
+            }
+        }
+        int rc = prepare_text(text, len, &opt, out_dir, &out, err);
+        free(text);
+        if (rc != 0) {
+            fprintf(stderr, "error: %s\n", err);
+            goto done;
+        }
+    }
+    printf("prepared: %s %s %s (vocabulary %u of %u asked for)\n", out.tokenizer_path, out.train_path, out.val_path,
+           out.vocab_reached, out.vocab_requested);
+    printf("train with: ./train -i %s -j %s --tokenizer %s -v %u\n", out.train_path, out.val_path, out.tokenizer_path,
+           out.vocab_reached);
+    status = 0;
+done:
+    free(files);
+    return status;
 }
