@@ -46,6 +46,12 @@ void textbuf_append(TextBuf *b, const char *s, size_t n) {
     b->data[b->len] = 0;
 }
 
+/* Shortens the text to len bytes, keeping it NUL-terminated. */
+static void textbuf_truncate(TextBuf *b, size_t len) {
+    b->len = len;
+    if (b->data) b->data[len] = 0;
+}
+
 static void textbuf_str(TextBuf *b, const char *s) {
     textbuf_append(b, s, strlen(s));
 }
@@ -79,7 +85,7 @@ static void gcide_clean_line(const char *s, size_t n, TextBuf *out) {
             const char *close = memchr(s + i + 1, '\\', n - i - 1);
             if (close) {
                 /* "Affect \Af*fect"\, v. t." -> "Affect, v. t.": drop the space before it too. */
-                if (out->len && out->data[out->len - 1] == ' ') out->len--;
+                if (out->len && out->data[out->len - 1] == ' ') textbuf_truncate(out, out->len - 1);
                 i = (size_t)(close - s) + 1;
                 continue;
             }
@@ -130,7 +136,7 @@ void corpus_clean_gcide_entry(const char *entry, size_t n, TextBuf *out) {
         if (in_paragraph) textbuf_append(out, " ", 1);
         gcide_clean_line(entry + a, b - a, out);
         if (out->len == before + (in_paragraph ? 1 : 0)) { /* nothing survived the cleaning */
-            out->len = before;
+            textbuf_truncate(out, before);
             continue;
         }
         in_paragraph = 1;
@@ -189,7 +195,8 @@ void corpus_clean_fortunes(const char *text, size_t n, TextBuf *out) {
             textbuf_append(out, "\n", 1);
         }
         /* A fortune ends: drop trailing blank lines; drop it whole if empty. */
-        while (out->len > doc_start && (out->data[out->len - 1] == '\n' || out->data[out->len - 1] == ' ')) out->len--;
+        while (out->len > doc_start && (out->data[out->len - 1] == '\n' || out->data[out->len - 1] == ' '))
+            textbuf_truncate(out, out->len - 1);
         if (out->len > doc_start) {
             textbuf_append(out, "\n", 1);
             textbuf_append(out, EOT, EOT_LEN);
@@ -199,7 +206,8 @@ void corpus_clean_fortunes(const char *text, size_t n, TextBuf *out) {
         if (last) break;
     }
     /* The caller joins sources with its own separators: no trailing one here. */
-    if (any && out->len >= EOT_LEN && memcmp(out->data + out->len - EOT_LEN, EOT, EOT_LEN) == 0) out->len -= EOT_LEN;
+    if (any && out->len >= EOT_LEN && memcmp(out->data + out->len - EOT_LEN, EOT, EOT_LEN) == 0)
+        textbuf_truncate(out, out->len - EOT_LEN);
 }
 
 /* ---- the synthetic corpus ---- */
@@ -242,7 +250,7 @@ static void pseudo_word(uint64_t k, TextBuf *out) {
 /* Zipf-like: small k far more often than large. */
 static uint64_t zipf_index(Rng *rng, uint64_t n) {
     double u = rng_uniform(rng);
-    return (uint64_t)(n * u * u * u) % n;
+    return (uint64_t)(n * u * u) % n;
 }
 
 static void noun_phrase(Rng *rng, TextBuf *out) {
@@ -252,7 +260,7 @@ static void noun_phrase(Rng *rng, TextBuf *out) {
         textbuf_str(out, PICK(rng, syn_adj));
         textbuf_str(out, " ");
     }
-    if (rng_below(rng, 3) == 0) pseudo_word(zipf_index(rng, 400000), out);
+    if (rng_below(rng, 2) == 0) pseudo_word(zipf_index(rng, 2000000), out);
     else textbuf_str(out, PICK(rng, syn_noun));
 }
 
@@ -265,7 +273,7 @@ void corpus_synthetic(uint64_t seed, size_t bytes, TextBuf *out) {
         for (int s = 0; s < sentences; s++) {
             size_t at = out->len;
             noun_phrase(&rng, out);
-            out->data[at] = (char)(out->data[at] - 32); /* capitalize: every determiner is lower-case ASCII */
+            if (!out->oom) out->data[at] = (char)(out->data[at] - 32); /* capitalize: determiners are lower-case ASCII */
             textbuf_str(out, " ");
             textbuf_str(out, PICK(&rng, syn_verb));
             textbuf_str(out, " ");
@@ -432,7 +440,7 @@ static int gcide_text(const char *dir, const char *log, TextBuf *out) {
             if (!first) textbuf_append(out, EOT, EOT_LEN);
             size_t body = out->len;
             corpus_clean_gcide_entry(d + spans[k].off, spans[k].len, out);
-            if (out->len == body) out->len = before; /* an entry with nothing left */
+            if (out->len == body) textbuf_truncate(out, before); /* an entry with nothing left */
             else first = 0;
         }
     }

@@ -1,0 +1,188 @@
+/* tests/test_prepare.c - the default corpus cleaners (on small hand-made samples of each source,
+ * so nothing is downloaded) and `./train prepare` on generated text files: shards that decode back
+ * to the input, the validation tail, and every bad argument's error. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data/corpus.h"
+#include "data/prepare.h"
+#include "data/shard.h"
+#include "tests/test.h"
+#include "tokenizer/tokenizer.h"
+
+TEST(corpus_gcide_entry_loses_pronunciation_tags_and_braces) {
+    const char *entry =
+        "Affect \\Af*fect\"\\, v. t. [imp. & p. p. {Affected}; p. pr. & vb.\n"
+        "   n. {Affecting}.] [L. affectus, p. p. of afficere. See {Fact}.]\n"
+        "   1. To act upon; to produce an effect or change upon.\n"
+        "      [1913 Webster]\n"
+        "\n"
+        "            As might affect the earth with cold heat. --Milton.\n"
+        "      [1913 Webster]\n"
+        "\n"
+        "   2. AS. [=a]f?ran. [Obs.] [PJC]\n";
+    TextBuf out = {0};
+    corpus_clean_gcide_entry(entry, strlen(entry), &out);
+    const char *want =
+        "Affect, v. t. [imp. & p. p. Affected; p. pr. & vb. n. Affecting.] [L. affectus, p. p. of afficere. See Fact.] "
+        "1. To act upon; to produce an effect or change upon.\n"
+        "As might affect the earth with cold heat. --Milton.\n"
+        "2. AS. af?ran. [Obs.] \n";
+    CHECK(out.data && strcmp(out.data, want) == 0, "cleaned entry is:\n%s\nexpected:\n%s", out.data ? out.data : "",
+          want);
+    textbuf_free(&out);
+}
+
+TEST(corpus_bible_strips_references_one_chapter_per_document) {
+    const char *raw = "Ge1:1 In the beginning God created the heaven and the earth.\n"
+                      "Ge1:2 And the earth was without form.\n"
+                      "Ge2:1 Thus the heavens and the earth were finished.\n";
+    TextBuf out = {0};
+    corpus_clean_bible(raw, strlen(raw), &out);
+    const char *want = "In the beginning God created the heaven and the earth.\n"
+                       "And the earth was without form.\n"
+                       "<|endoftext|>Thus the heavens and the earth were finished.\n";
+    CHECK(out.data && strcmp(out.data, want) == 0, "cleaned bible is:\n%s", out.data ? out.data : "");
+    textbuf_free(&out);
+}
+
+TEST(corpus_fortunes_drop_percent_lines) {
+    const char *raw = "A fortune.\n\t\t-- Someone\n%\nSecond\nfortune.\n\n%\n%\nLast one.\n";
+    TextBuf out = {0};
+    corpus_clean_fortunes(raw, strlen(raw), &out);
+    const char *want = "A fortune.\n\t\t-- Someone\n<|endoftext|>Second\nfortune.\n<|endoftext|>Last one.\n";
+    CHECK(out.data && strcmp(out.data, want) == 0, "cleaned fortunes are:\n%s", out.data ? out.data : "");
+    textbuf_free(&out);
+}
+
+TEST(corpus_synthetic_is_deterministic_and_varied) {
+    TextBuf a = {0}, b = {0}, c = {0};
+    corpus_synthetic(1, 200000, &a);
+    corpus_synthetic(1, 200000, &b);
+    corpus_synthetic(2, 200000, &c);
+    REQUIRE(a.len >= 200000 && b.len == a.len, "sizes %zu and %zu", a.len, b.len);
+    CHECK(memcmp(a.data, b.data, a.len) == 0, "same seed, different text");
+    CHECK(c.len != a.len || memcmp(a.data, c.data, a.len) != 0, "different seeds, same text");
+    CHECK(strstr(a.data, "<|endoftext|>") != NULL, "documents are separated");
+    /* Enough distinct pseudo-words that a tokenizer finds over 2000 merges in 200 kB (the full
+     * 36 MiB synthetic corpus reaches 262144 tokens: see dev/RESULTS.md). */
+    char err[TOKENIZER_ERR_LEN];
+    TokenizerTrainOptions opt = {8000, 1, 0};
+    Tokenizer *t = tokenizer_train(a.data, a.len, &opt, err);
+    REQUIRE(t, "%s", err);
+    CHECK(tokenizer_vocab_size(t) > 2000, "only %u tokens reachable", tokenizer_vocab_size(t));
+    tokenizer_free(t);
+    textbuf_free(&a);
+    textbuf_free(&b);
+    textbuf_free(&c);
+}
+
+static void write_text_file(const char *path, const char *s, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite(s, 1, n, f);
+        fclose(f);
+    }
+}
+
+/* Runs prepare_main with its stdout and stderr sent to a log in the test folder, so the test
+ * output stays one line per test; the descriptors are restored after. */
+static int run_prepare(int argc, const char **argv) {
+    char log[1100];
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    fflush(stdout);
+    fflush(stderr);
+    int saved_out = dup(1), saved_err = dup(2);
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+    }
+    int rc = prepare_main(argc, (char **)argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(saved_out, 1);
+    dup2(saved_err, 2);
+    close(saved_out);
+    close(saved_err);
+    return rc;
+}
+
+TEST(prepare_text_files_into_shards_that_decode_back) {
+    char f1[1100], f2[1100], out[1100];
+    snprintf(f1, sizeof f1, "%s/a.txt", test_tmpdir());
+    snprintf(f2, sizeof f2, "%s/b.txt", test_tmpdir());
+    snprintf(out, sizeof out, "%s/prepared", test_tmpdir());
+    TextBuf a = {0}, b = {0};
+    corpus_synthetic(5, 150000, &a);
+    corpus_synthetic(6, 50000, &b);
+    write_text_file(f1, a.data, a.len);
+    write_text_file(f2, b.data, b.len);
+    const char *argv[] = {"prepare", "-v", "3000", "-o", out, "--threads", "2", f1, f2};
+    REQUIRE(run_prepare(9, argv) == 0, "prepare failed");
+
+    char tok_path[1200], train_path[1200], val_path[1200], err[FGPT_ERR_LEN];
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", out);
+    snprintf(train_path, sizeof train_path, "%s/train.bin", out);
+    snprintf(val_path, sizeof val_path, "%s/val.bin", out);
+    Tokenizer *t = tokenizer_load(tok_path, err);
+    REQUIRE(t, "%s", err);
+    uint32_t V = tokenizer_vocab_size(t);
+    uint32_t *tr = NULL, *va = NULL;
+    uint64_t ntr = 0, nva = 0;
+    ShardHeader h1, h2;
+    REQUIRE(shard_read(train_path, V, &tr, &ntr, &h1, err) == 0, "%s", err);
+    REQUIRE(shard_read(val_path, V, &va, &nva, &h2, err) == 0, "%s", err);
+    CHECK(h1.vocab_size == V && h2.vocab_size == V, "shards record the tokenizer's %u tokens (%u, %u)", V,
+          h1.vocab_size, h2.vocab_size);
+    CHECK(nva > 0 && nva * 50 < ntr, "validation is a small tail: %llu of %llu tokens", (unsigned long long)nva,
+          (unsigned long long)ntr);
+    /* train + val decode to the files joined by one separator. */
+    size_t total = a.len + 13 + b.len;
+    char *back = malloc(total + 64);
+    size_t n1 = tokenizer_decode(t, tr, ntr, back, total + 64);
+    size_t n2 = n1 <= total ? tokenizer_decode(t, va, nva, back + n1, total + 64 - n1) : 0;
+    CHECK(n1 + n2 == total && memcmp(back, a.data, a.len) == 0 && memcmp(back + a.len, "<|endoftext|>", 13) == 0 &&
+              memcmp(back + a.len + 13, b.data, b.len) == 0,
+          "decoded shards (%zu bytes) differ from the input (%zu bytes)", n1 + n2, total);
+    CHECK(n1 >= 13 && memcmp(back + n1 - 13, "<|endoftext|>", 13) == 0, "validation starts at a document boundary");
+
+    /* --tokenizer reuses the file instead of training. */
+    char out2[1200];
+    snprintf(out2, sizeof out2, "%s/again", test_tmpdir());
+    const char *argv2[] = {"prepare", "--tokenizer", tok_path, "-o", out2, f2};
+    CHECK(run_prepare(6, argv2) == 0, "prepare with --tokenizer failed");
+    free(back);
+    free(tr);
+    free(va);
+    tokenizer_free(t);
+    textbuf_free(&a);
+    textbuf_free(&b);
+}
+
+TEST(prepare_rejects_bad_arguments) {
+    char missing[1100], out[1100];
+    snprintf(missing, sizeof missing, "%s/missing.txt", test_tmpdir());
+    snprintf(out, sizeof out, "%s/o", test_tmpdir());
+    const char *no_files[] = {"prepare", "-o", out};
+    CHECK(run_prepare(3, no_files) == 2, "no files is a command-line error");
+    const char *bad_v[] = {"prepare", "-v", "100", missing};
+    CHECK(run_prepare(4, bad_v) == 2, "-v below 257 is a command-line error");
+    const char *word_v[] = {"prepare", "-v", "lots", missing};
+    CHECK(run_prepare(4, word_v) == 2, "-v must be a number");
+    const char *bad_frac[] = {"prepare", "--val-fraction", "0.9", missing};
+    CHECK(run_prepare(4, bad_frac) == 2, "--val-fraction above 0.5 is a command-line error");
+    const char *unknown[] = {"prepare", "--frobnicate", missing};
+    CHECK(run_prepare(3, unknown) == 2, "an unknown flag is a command-line error");
+    const char *miss[] = {"prepare", "-o", out, missing};
+    CHECK(run_prepare(4, miss) == 1, "a missing file is a runtime error");
+    char empty[1100];
+    snprintf(empty, sizeof empty, "%s/empty.txt", test_tmpdir());
+    write_text_file(empty, "", 0);
+    const char *emp[] = {"prepare", "-o", out, empty};
+    CHECK(run_prepare(4, emp) == 1, "an empty corpus is a runtime error");
+}
