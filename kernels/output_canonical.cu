@@ -1,0 +1,131 @@
+/* kernels/output_canonical.cu - the canonical output layer, as llm.c does it: the baseline the fused
+ * layer is measured against.
+ *
+ *   logits[N x V] (bf16, row stride Vp) = H[N x d] . W[V x d]^T      cuBLASLt, fp32 accumulation
+ *   per row: lse = log sum_v exp(logit_v) (fp32), loss = lse - logit_target,
+ *            dlogits = (softmax - onehot) * scale written in place of the logits (fp32 math,
+ *            p - 1 at the target in fp32, one rounding to bf16); ignored rows (target -1) get 0
+ *   dH[N x d] (bf16, =) = dlogits . W                                 cuBLASLt
+ *   dW[V x d] (fp32, +=) += dlogits^T . H                             cuBLASLt, beta = 1
+ * Only columns [0, V) are computed or read: the padded columns Vp - V are never touched.
+ *
+ * Launch: loss kernel one block of 1024 threads per row, two passes over the row (online max/sum,
+ * then the gradient), 16-byte loads.
+ * Work: 3G FLOPs for forward+backward, G = 2 N V d; bytes: the logits are written once by the
+ * GEMM, read twice and written once by the loss kernel, and read twice more by the two GEMMs:
+ * about 12 bytes per logit (N V x 12) on top of the GEMMs' own traffic. Memory: N x Vp x 2 bytes.
+ * The bf16 logits cost accuracy as well: a logit near 10 is stored to +-0.03, so the loss and the
+ * gradients are good to about 1e-3, not to fp32 rounding (the fused layer keeps logits in fp32). */
+#include <math.h>
+
+#include "kernels/cuda_check.h"
+#include "kernels/output_layer_internal.h"
+
+#define LOSS_THREADS 1024
+#define L2E 1.4426950408889634f
+
+typedef __nv_bfloat16 bf16;
+
+/* Combine two (max, sum of exp(x - max)) pairs; -inf maxima (no elements yet) contribute nothing. */
+__device__ __forceinline__ void merge_max_sum(float &m, float &s, float m2, float s2) {
+    float mn = fmaxf(m, m2);
+    float mu = mn == -INFINITY ? 0.0f : mn;
+    s = s * exp2f((m - mu) * L2E) + s2 * exp2f((m2 - mu) * L2E);
+    m = mn;
+}
+
+__global__ void __launch_bounds__(LOSS_THREADS) canonical_loss_kernel(bf16 *logits, int64_t ld, int64_t V,
+                                                                      const int32_t *targets, const float *scalars,
+                                                                      float *row_loss, float *lse_out,
+                                                                      float *lse_user, int write_dlogits) {
+    const int64_t row = blockIdx.x;
+    bf16 *z = logits + row * ld;
+    const int64_t nvec = V / 8; /* full 16-byte vectors; the row start is 256-byte aligned (ld % 128 == 0) */
+
+    /* pass 1: per-thread online max and sum of exponentials, fp32 */
+    float m = -INFINITY, s = 0.0f;
+    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
+        int4 raw = *reinterpret_cast<const int4 *>(z + i * 8);
+        const bf16 *v = reinterpret_cast<const bf16 *>(&raw);
+        float x[8], vmax = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 8; j++) x[j] = __bfloat162float(v[j]), vmax = fmaxf(vmax, x[j]);
+        float mn = fmaxf(m, vmax);
+        float acc = s * exp2f((m - mn) * L2E);
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc += exp2f((x[j] - mn) * L2E);
+        m = mn, s = acc;
+    }
+    for (int64_t i = nvec * 8 + threadIdx.x; i < V; i += blockDim.x)
+        merge_max_sum(m, s, __bfloat162float(z[i]), 1.0f);
+
+    /* block reduction in a fixed order: warp butterflies, then warp 0 over the warps */
+    __shared__ float sm[32], ss[32];
+    __shared__ float row_lse;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, s, off);
+        merge_max_sum(m, s, m2, s2);
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) sm[warp] = m, ss[warp] = s;
+    __syncthreads();
+    if (warp == 0) {
+        const int nw = blockDim.x >> 5;
+        m = lane < nw ? sm[lane] : -INFINITY;
+        s = lane < nw ? ss[lane] : 0.0f;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, s, off);
+            merge_max_sum(m, s, m2, s2);
+        }
+        if (lane == 0) {
+            float lse = m + logf(s);
+            int t = targets[row];
+            row_loss[row] = t == -1 ? 0.0f : lse - __bfloat162float(z[t]);
+            lse_out[row] = lse;
+            if (lse_user) lse_user[row] = lse;
+            row_lse = lse;
+        }
+    }
+    if (!write_dlogits) return;
+    /* every thread must read z[t] (lane 0 above) before any thread overwrites it below */
+    __syncthreads();
+
+    /* pass 2: dlogits = (p - onehot) * scale in place; p - 1 at the target before rounding */
+    const int t = targets[row];
+    const float scale = t == -1 ? 0.0f : scalars[1];
+    const float lse2 = row_lse * L2E;
+    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
+        int4 raw = *reinterpret_cast<const int4 *>(z + i * 8);
+        bf16 *v = reinterpret_cast<bf16 *>(&raw);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float p = exp2f(fmaf(__bfloat162float(v[j]), L2E, -lse2));
+            v[j] = __float2bfloat16((p - (i * 8 + j == t ? 1.0f : 0.0f)) * scale);
+        }
+        *reinterpret_cast<int4 *>(z + i * 8) = raw;
+    }
+    for (int64_t i = nvec * 8 + threadIdx.x; i < V; i += blockDim.x) {
+        float p = exp2f(fmaf(__bfloat162float(z[i]), L2E, -lse2));
+        z[i] = __float2bfloat16((p - (i == t ? 1.0f : 0.0f)) * scale);
+    }
+}
+
+void outl_canonical_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, int write_dlogits,
+                            cudaStream_t stream) {
+    const int64_t N = a->N, V = L->V, Vp = L->Vp, d = L->d;
+    /* column-major view: logits^T [V x N] (ld Vp) = (W stored d x V)^T . (H stored d x N) */
+    outl_gemm(L, CUBLAS_OP_T, CUBLAS_OP_N, V, N, d, a->W, d, a->H, d, L->logits, CUDA_R_16BF, Vp, 0.0f, stream);
+    canonical_loss_kernel<<<(unsigned)N, LOSS_THREADS, 0, stream>>>(L->logits, Vp, V, a->targets, L->scalars,
+                                                                     row_loss, L->lse, a->row_lse, write_dlogits);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+void outl_canonical_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream) {
+    const int64_t N = a->N, V = L->V, Vp = L->Vp, d = L->d;
+    /* dH^T [d x N] = (W stored d x V) . (dlogits stored V x N, ld Vp)       (=, bf16 out) */
+    outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, N, V, a->W, d, L->logits, Vp, a->dH, CUDA_R_16BF, d, 0.0f, stream);
+    /* dW^T [d x V] += (H stored d x N) . (dlogits stored V x N)^T           (+=, fp32) */
+    outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, N, a->H, d, L->logits, Vp, a->dW, CUDA_R_32F, d, 1.0f, stream);
+}

@@ -1,0 +1,306 @@
+/* kernels/output_layer.cu - the public side of kernels/output_layer.h: argument checks, the layer
+ * object (workspace, cuBLASLt handle and plan cache), and the two small reductions both layers
+ * share (valid-target count, loss sum). The layers' own kernels are in output_fused.cu and
+ * output_canonical.cu.
+ *
+ * The reductions are single-block and fixed-order: the loss is the same bits on every run, and the
+ * count stays on the device (the gradient scale 1/count is read by the backward kernels from device
+ * memory, so a training step never waits for the host). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_check.h"
+#include "kernels/output_layer_internal.h"
+
+#define REDUCE_THREADS 1024
+
+/* ---- reductions --------------------------------------------------------------------------- */
+
+__global__ void count_valid_kernel(const int32_t *targets, int64_t N, int mean, float grad_scale,
+                                   float *scalars) {
+    __shared__ int64_t part[REDUCE_THREADS];
+    int64_t c = 0;
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) c += targets[i] != -1;
+    part[threadIdx.x] = c;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        int64_t count = part[0];
+        float inv = 1.0f / (float)(count > 0 ? count : 1);
+        scalars[0] = (float)count;
+        scalars[1] = mean ? grad_scale * inv : grad_scale;
+        scalars[2] = mean ? inv : 1.0f;
+    }
+}
+
+__global__ void reduce_loss_kernel(const float *row_loss, int64_t N, const float *scalars, float *loss) {
+    __shared__ double part[REDUCE_THREADS];
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) s += (double)row_loss[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    /* tree in a fixed order: the same bits every run */
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *loss = (float)(part[0] * (double)scalars[2]);
+}
+
+void outl_count_valid(const int32_t *targets, int64_t N, OutputReduction red, float grad_scale, float *scalars,
+                      cudaStream_t stream) {
+    count_valid_kernel<<<1, REDUCE_THREADS, 0, stream>>>(targets, N, red == OUTPUT_REDUCE_MEAN, grad_scale, scalars);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+void outl_reduce_loss(const float *row_loss, int64_t N, const float *scalars, float *loss, cudaStream_t stream) {
+    reduce_loss_kernel<<<1, REDUCE_THREADS, 0, stream>>>(row_loss, N, scalars, loss);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* ---- cuBLASLt with cached plans ----------------------------------------------------------- */
+
+static OutlPlan *find_or_make_plan(OutputLayer *L, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
+                                   int64_t ldb, int ctype, int64_t ldc, int *temporary) {
+    for (int i = 0; i < L->nplans; i++) {
+        OutlPlan *p = &L->plans[i];
+        if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb &&
+            p->ldc == ldc && p->ctype == ctype) {
+            *temporary = 0;
+            return p;
+        }
+    }
+    /* A full cache still works (a plan made and freed per call picks the same algorithm, the
+     * heuristic being a pure function of the shape); it is only slower. */
+    static OutlPlan spare;
+    OutlPlan *p = L->nplans < OUTL_MAX_PLANS ? &L->plans[L->nplans++] : &spare;
+    *temporary = p == &spare;
+    memset(p, 0, sizeof *p);
+    p->ta = ta, p->tb = tb, p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldb = ldb, p->ldc = ldc, p->ctype = ctype;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t opa = (cublasOperation_t)ta, opb = (cublasOperation_t)tb;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    /* stored shapes (column-major): op(A) is m x k, op(B) is k x n */
+    uint64_t ar = opa == CUBLAS_OP_N ? m : k, ac = opa == CUBLAS_OP_N ? k : m;
+    uint64_t br = opb == CUBLAS_OP_N ? k : n, bc = opb == CUBLAS_OP_N ? n : k;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, ar, ac, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, br, bc, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, (cudaDataType_t)ctype, m, n, ldc));
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = OUTL_LT_WORKSPACE;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    /* Split-K summed in place in the output would make the sum order depend on timing; allow only
+     * schemes that reduce in a fixed order. */
+    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_INPLACE;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                      sizeof schemes));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(L->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &res, &found));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (found < 1) {
+        fprintf(stderr, "error: output layer: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld\n", (long long)m,
+                (long long)n, (long long)k);
+        exit(1);
+    }
+    p->algo = res.algo;
+    return p;
+}
+
+static void free_plan(OutlPlan *p) {
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->c));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->b));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->a));
+    CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+}
+
+void outl_gemm(OutputLayer *L, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+               const void *A, int64_t lda, const void *B, int64_t ldb, void *C, int ctype, int64_t ldc, float beta,
+               cudaStream_t stream) {
+    int temporary;
+    OutlPlan *p = find_or_make_plan(L, (int)ta, (int)tb, m, n, k, lda, ldb, ctype, ldc, &temporary);
+    const float alpha = 1.0f;
+    CUBLAS_CHECK(cublasLtMatmul(L->lt, p->desc, &alpha, A, p->a, B, p->b, &beta, C, p->c, C, p->c, &p->algo,
+                                L->lt_ws, OUTL_LT_WORKSPACE, stream));
+    if (temporary) {
+        /* the spare's descriptors may still be read by the queued call: wait before freeing */
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        free_plan(p);
+    }
+}
+
+/* ---- the layer object ---------------------------------------------------------------------- */
+
+static int check_shape(int64_t max_N, int64_t V, int d) {
+    if (d <= 0 || d % 64 != 0) {
+        fprintf(stderr,
+                "error: output layer: model width d=%d is not a positive multiple of 64 (the tensor-core tiles "
+                "step through d in chunks of 64; choose a width such as 768 or 1024)\n",
+                d);
+        return -1;
+    }
+    if (V < 1 || V > INT32_MAX) {
+        fprintf(stderr, "error: output layer: vocabulary size V=%lld must be in [1, 2^31)\n", (long long)V);
+        return -1;
+    }
+    if (max_N < 1) {
+        fprintf(stderr, "error: output layer: max_N=%lld rows must be at least 1\n", (long long)max_N);
+        return -1;
+    }
+    return 0;
+}
+
+static int device_sms(void) {
+    int dev, sms;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+}
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* Every buffer of the object, in creation order, with its size; shared by workspace_bytes and
+ * create so that the two always agree. */
+typedef struct {
+    size_t lse, row_loss, scalars, win_m, win_a, zt, dz, dh_acc, logits;
+} Sizes;
+
+static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, int slots, OutlFusedSizes *fs) {
+    Sizes s;
+    memset(&s, 0, sizeof s);
+    s.lse = s.row_loss = (size_t)max_N * sizeof(float);
+    s.scalars = 4 * sizeof(float);
+    if (kind == OUTPUT_LAYER_FUSED) {
+        *fs = outl_fused_sizes(max_N, V, d, slots);
+        s.win_m = s.win_a = (size_t)fs->stats_elems * sizeof(float);
+        s.zt = (size_t)max_N * sizeof(float);
+        s.dz = (size_t)fs->chunk_rows * (size_t)fs->window_cols * sizeof(__nv_bfloat16);
+        s.dh_acc = (size_t)fs->chunk_rows * (size_t)d * sizeof(float);
+    } else {
+        memset(fs, 0, sizeof *fs);
+        s.logits = (size_t)max_N * (size_t)round_up(V, 128) * sizeof(__nv_bfloat16);
+    }
+    return s;
+}
+
+size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t V, int d) {
+    if (check_shape(max_N, V, d)) return 0;
+    OutlFusedSizes fs;
+    Sizes s = layer_sizes(kind, max_N, V, d, device_sms() * outl_fused_slots_per_sm(), &fs);
+    return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.scalars + s.win_m + s.win_a + s.zt + s.dz + s.dh_acc + s.logits;
+}
+
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    if (bytes) CUDA_CHECK(cudaMalloc(&p, bytes));
+    return p;
+}
+
+OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V, int d) {
+    if (kind != OUTPUT_LAYER_FUSED && kind != OUTPUT_LAYER_CANONICAL) {
+        fprintf(stderr, "error: output layer: unknown kind %d\n", (int)kind);
+        return NULL;
+    }
+    if (check_shape(max_N, V, d)) return NULL;
+    OutputLayer *L = (OutputLayer *)calloc(1, sizeof *L);
+    if (!L) {
+        fprintf(stderr, "error: output layer: out of host memory\n");
+        exit(1);
+    }
+    L->kind = kind, L->max_N = max_N, L->V = V, L->Vp = round_up(V, 128), L->d = d;
+    L->sms = device_sms();
+    L->fused_slots = L->sms * outl_fused_slots_per_sm();
+    Sizes s = layer_sizes(kind, max_N, V, d, L->fused_slots, &L->fs);
+    CUBLAS_CHECK(cublasLtCreate(&L->lt));
+    L->lt_ws = dev_alloc(OUTL_LT_WORKSPACE);
+    L->lse = (float *)dev_alloc(s.lse);
+    L->row_loss = (float *)dev_alloc(s.row_loss);
+    L->scalars = (float *)dev_alloc(s.scalars);
+    L->win_m = (float *)dev_alloc(s.win_m);
+    L->win_a = (float *)dev_alloc(s.win_a);
+    L->zt = (float *)dev_alloc(s.zt);
+    L->dz = (__nv_bfloat16 *)dev_alloc(s.dz);
+    L->dh_acc = (float *)dev_alloc(s.dh_acc);
+    L->logits = (__nv_bfloat16 *)dev_alloc(s.logits);
+    return L;
+}
+
+void output_layer_destroy(OutputLayer *L) {
+    if (!L) return;
+    for (int i = L->nplans - 1; i >= 0; i--) free_plan(&L->plans[i]);
+    /* reverse order of creation */
+    CUDA_CHECK(cudaFree(L->logits));
+    CUDA_CHECK(cudaFree(L->dh_acc));
+    CUDA_CHECK(cudaFree(L->dz));
+    CUDA_CHECK(cudaFree(L->zt));
+    CUDA_CHECK(cudaFree(L->win_a));
+    CUDA_CHECK(cudaFree(L->win_m));
+    CUDA_CHECK(cudaFree(L->scalars));
+    CUDA_CHECK(cudaFree(L->row_loss));
+    CUDA_CHECK(cudaFree(L->lse));
+    CUDA_CHECK(cudaFree(L->lt_ws));
+    CUBLAS_CHECK(cublasLtDestroy(L->lt));
+    free(L);
+}
+
+const char *output_layer_kind_name(OutputLayerKind kind) {
+    return kind == OUTPUT_LAYER_FUSED ? "fused" : kind == OUTPUT_LAYER_CANONICAL ? "canonical" : "unknown";
+}
+
+/* ---- entry points -------------------------------------------------------------------------- */
+
+static int check_args(const OutputLayer *L, const OutputLayerArgs *a, int backward) {
+    if (!L || !a) {
+        fprintf(stderr, "error: output layer: NULL layer or arguments\n");
+        return -1;
+    }
+    if (a->N < 1 || a->N > L->max_N) {
+        fprintf(stderr, "error: output layer: N=%lld rows outside [1, %lld] (the max_N it was created for)\n",
+                (long long)a->N, (long long)L->max_N);
+        return -1;
+    }
+    if (!a->H || !a->W || !a->targets || !a->loss) {
+        fprintf(stderr, "error: output layer: H, W, targets and loss are required\n");
+        return -1;
+    }
+    if (a->reduction != OUTPUT_REDUCE_MEAN && a->reduction != OUTPUT_REDUCE_SUM) {
+        fprintf(stderr, "error: output layer: unknown reduction %d\n", (int)a->reduction);
+        return -1;
+    }
+    if (backward && (!a->dH || !a->dW)) {
+        fprintf(stderr, "error: output layer: forward_backward needs dH and dW\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int run(OutputLayer *L, const OutputLayerArgs *a, int backward, cudaStream_t stream) {
+    if (check_args(L, a, backward)) return -1;
+    float *row_loss = a->row_loss ? a->row_loss : L->row_loss;
+    outl_count_valid(a->targets, a->N, a->reduction, a->grad_scale, L->scalars, stream);
+    if (L->kind == OUTPUT_LAYER_FUSED) {
+        outl_fused_forward(L, a, row_loss, stream);
+        outl_reduce_loss(row_loss, a->N, L->scalars, a->loss, stream);
+        if (backward) outl_fused_backward(L, a, stream);
+    } else {
+        outl_canonical_forward(L, a, row_loss, backward, stream);
+        outl_reduce_loss(row_loss, a->N, L->scalars, a->loss, stream);
+        if (backward) outl_canonical_backward(L, a, stream);
+    }
+    return 0;
+}
+
+int output_layer_forward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream) {
+    return run(L, a, 0, stream);
+}
+
+int output_layer_forward_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream) {
+    return run(L, a, 1, stream);
+}

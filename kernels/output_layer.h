@@ -1,0 +1,90 @@
+/* kernels/output_layer.h - the output layer (tied projection + softmax cross-entropy) on the GPU,
+ * two implementations behind one signature:
+ *   OUTPUT_LAYER_FUSED      kernels/output_fused.cu: the N x V logits never exist in memory
+ *   OUTPUT_LAYER_CANONICAL  kernels/output_canonical.cu: llm.c's way, logits [N x Vp] in bf16
+ *
+ * Shapes: N rows (B*T tokens), d model width (a multiple of 64), V real vocabulary size. W is the
+ * tied token embedding; the model pads it to Vp rows (a multiple of 128) but passes the real V:
+ * only rows [0, V) of W are read, rows [0, V) of dW are written, padded columns get no mass.
+ *
+ *   H        bf16 [N x d] row-major (device)
+ *   W        bf16 [V x d] row-major (device; row stride d)
+ *   targets  int32 [N] (device), each -1 (ignored: no loss, no gradient, not counted) or in [0, V)
+ *   loss     fp32 scalar (device): mean over the valid rows (0 when there are none) or their sum
+ *   row_loss fp32 [N] (device, optional): per-row loss, 0 for ignored rows
+ *   row_lse  fp32 [N] (device, optional): per-row log-sum-exp of the logits
+ *   dH       bf16 [N x d] (device): OVERWRITTEN with grad_scale * d(loss)/dH
+ *   dW       fp32 [V x d] (device): grad_scale * d(loss)/dW is ADDED (+=), so micro-batches and the
+ *            token-embedding gradient of the encoder accumulate into one buffer
+ * "mean" divides by the number of valid targets, counted on the device (no host sync).
+ *
+ * Both layers are deterministic: the same inputs give bitwise the same loss and gradients.
+ * Every call is asynchronous on `stream`; nothing allocates after output_layer_create. One layer
+ * object per (device, stream): calls on one object must not overlap (they share its workspace).
+ *
+ * Usage (trainer):
+ *   OutputLayer *ol = output_layer_create(OUTPUT_LAYER_FUSED, B*T, V, C);   // once; NULL = bad args
+ *   OutputLayerArgs a = {.H = lnf_out, .W = wte, .targets = d_targets, .N = B*T,
+ *                        .reduction = OUTPUT_REDUCE_MEAN, .grad_scale = 1.0f / grad_accum_steps,
+ *                        .loss = d_loss, .dH = d_lnf_out, .dW = d_wte_grad};
+ *   output_layer_forward_backward(ol, &a, stream);   // training micro-step
+ *   output_layer_forward(ol, &a, stream);            // evaluation: loss (and row_* if set) only
+ *   output_layer_destroy(ol);
+ * output_layer_workspace_bytes() gives what create allocates (for the memory table); it needs the
+ * current CUDA device (it reads its multiprocessor count). */
+#ifndef FUSEDGPT_OUTPUT_LAYER_H
+#define FUSEDGPT_OUTPUT_LAYER_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+typedef __nv_bfloat16 kbf16;
+#else
+typedef uint16_t kbf16; /* a bf16 as stored: C code only moves pointers */
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { OUTPUT_LAYER_FUSED = 0, OUTPUT_LAYER_CANONICAL = 1 } OutputLayerKind;
+typedef enum { OUTPUT_REDUCE_MEAN = 0, OUTPUT_REDUCE_SUM = 1 } OutputReduction;
+
+typedef struct OutputLayer OutputLayer; /* opaque: cuBLASLt handle, cached plans, workspace */
+
+typedef struct {
+    const kbf16 *H;
+    const kbf16 *W;
+    const int32_t *targets;
+    int64_t N;                 /* 1 <= N <= max_N given to create */
+    OutputReduction reduction;
+    float grad_scale;          /* extra multiplier on the gradients only (not on the loss) */
+    float *loss;               /* required */
+    float *row_loss, *row_lse; /* optional (NULL) */
+    kbf16 *dH;                 /* forward_backward only */
+    float *dW;                 /* forward_backward only */
+} OutputLayerArgs;
+
+/* Bytes of device memory output_layer_create(kind, max_N, V, d) allocates beyond the caller's
+ * tensors; 0 with a message on stderr for invalid arguments. Fused: O(max_N) floats plus a fixed
+ * window workspace independent of V; canonical: the bf16 logits [max_N x Vp] dominate. */
+size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t V, int d);
+
+/* NULL with a message on stderr when d is not a positive multiple of 64, V < 1 or max_N < 1. */
+OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V, int d);
+void output_layer_destroy(OutputLayer *layer);
+
+/* 0 on success; -1 with a message on stderr for invalid arguments (nothing is launched). */
+int output_layer_forward(OutputLayer *layer, const OutputLayerArgs *args, cudaStream_t stream);
+int output_layer_forward_backward(OutputLayer *layer, const OutputLayerArgs *args, cudaStream_t stream);
+
+const char *output_layer_kind_name(OutputLayerKind kind); /* "fused" / "canonical" */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,82 @@
+/* kernels/output_layer_internal.h - what output_layer.cu (the public entry points, the layer object,
+ * the cuBLASLt plan cache and the small reductions) shares with output_fused.cu and
+ * output_canonical.cu. Not for use outside kernels/output_*. */
+#ifndef FUSEDGPT_OUTPUT_LAYER_INTERNAL_H
+#define FUSEDGPT_OUTPUT_LAYER_INTERNAL_H
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#include "kernels/output_layer.h"
+
+#define OUTL_MAX_PLANS 64
+#define OUTL_LT_WORKSPACE (32u << 20) /* cuBLASLt's own scratch, as cuBLAS recommends for Hopper */
+
+/* One cached cuBLASLt matmul: descriptors plus the algorithm picked once by the heuristic, so
+ * every call of the same shape runs the same kernel (bitwise reproducible). */
+typedef struct {
+    int ta, tb, ctype;
+    int64_t m, n, k, lda, ldb, ldc;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} OutlPlan;
+
+/* Sizes of the fused layer's workspace for up to max_N rows (one function so that
+ * output_layer_workspace_bytes and create agree). */
+typedef struct {
+    int64_t stats_elems;  /* per-window running max and sum: [windows][rows] each */
+    int64_t chunk_rows;   /* backward: rows per chunk (Nc) */
+    int64_t window_cols;  /* backward: vocabulary columns per window (w), multiple of 128 */
+} OutlFusedSizes;
+
+struct OutputLayer {
+    OutputLayerKind kind;
+    int64_t max_N, V, Vp;
+    int d;
+    int sms;        /* multiprocessors of the device */
+    int fused_slots; /* resident CTAs of the fused tile kernel on the whole device */
+    cublasLtHandle_t lt;
+    void *lt_ws;
+    OutlPlan plans[OUTL_MAX_PLANS];
+    int nplans;
+    /* shared: */
+    float *lse;      /* [max_N] log-sum-exp per row (the backward reads it) */
+    float *row_loss; /* [max_N] per-row loss when the caller passes none */
+    float *scalars;  /* [0] valid count, [1] gradient scale per valid row, [2] loss scale */
+    /* fused: */
+    OutlFusedSizes fs;
+    float *win_m, *win_a; /* [stats_elems] */
+    float *zt;            /* [max_N] target logit */
+    __nv_bfloat16 *dz;    /* [chunk_rows x window_cols] bf16 (P - Y) * scale of one window */
+    float *dh_acc;        /* [chunk_rows x d] fp32 dH of one chunk, summed over windows */
+    /* canonical: */
+    __nv_bfloat16 *logits; /* [max_N x Vp] */
+};
+
+/* C = op(A) op(B) + beta C in cuBLAS's column-major terms; A and B bf16, fp32 accumulation, C
+ * fp32 or bf16 (ctype CUDA_R_32F / CUDA_R_16BF). */
+void outl_gemm(OutputLayer *L, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+               const void *A, int64_t lda, const void *B, int64_t ldb, void *C, int ctype, int64_t ldc, float beta,
+               cudaStream_t stream);
+
+/* scalars[0] = #(targets != -1); scalars[1] = grad_scale / max(count, 1) (mean) or grad_scale;
+ * scalars[2] = 1 / max(count, 1) (mean) or 1. One block, fixed order. */
+void outl_count_valid(const int32_t *targets, int64_t N, OutputReduction red, float grad_scale, float *scalars,
+                      cudaStream_t stream);
+/* loss = scalars[2] * sum(row_loss) summed in a fixed order (fp64). */
+void outl_reduce_loss(const float *row_loss, int64_t N, const float *scalars, float *loss, cudaStream_t stream);
+
+/* output_fused.cu */
+int outl_fused_slots_per_sm(void);
+OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots);
+void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
+void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream);
+
+/* output_canonical.cu: forward computes the logits and, when dlogits is set, the loss kernel writes
+ * (P - Y) * scale in place of the logits; backward then runs the dH and dW GEMMs. */
+void outl_canonical_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, int write_dlogits,
+                            cudaStream_t stream);
+void outl_canonical_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream);
+
+#endif
