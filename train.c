@@ -243,10 +243,11 @@ static void print_memory(Backend *be) {
     size_t total = 0;
     printf("memory:\n");
     for (int i = 0; i < n; i++) {
-        printf("  %-36s %10.2f MB\n", items[i].what, items[i].bytes / 1e6);
-        total += items[i].bytes;
+        printf("  %-40s %10.2f MB%s\n", items[i].what, items[i].bytes / 1e6,
+               items[i].informational ? "   (not allocated; for comparison)" : "");
+        if (!items[i].informational) total += items[i].bytes;
     }
-    printf("  %-36s %10.2f MB\n", "total", total / 1e6);
+    printf("  %-40s %10.2f MB\n", "total allocated", total / 1e6);
 }
 
 static double now_ms(void) {
@@ -340,10 +341,12 @@ int main(int argc, char **argv) {
             fprintf(stderr, "error: -g/--gpus %d but this host has %d CUDA GPU(s)\n", opt.gpus, n);
             return 2;
         }
-        fprintf(stderr, "error: the CUDA training backend is not built yet; use --device cpu for now\n");
-        return 1;
+        if (opt.gpus > 1) {
+            fprintf(stderr, "error: -g/--gpus %d: data-parallel training is not built yet; use -g 1\n", opt.gpus);
+            return 2;
+        }
     }
-    if (opt.gpus != 1) {
+    if (opt.gpus != 1 && strcmp(opt.device, "cpu") == 0) {
         fprintf(stderr, "error: -g/--gpus applies to --device cuda only\n");
         return 2;
     }
@@ -394,7 +397,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     OutputKind output = strcmp(opt.output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
-    Backend *be = backend_cpu_create(&table, B, T, output, (uint64_t)opt.seed, err);
+    Backend *be = strcmp(opt.device, "cpu") == 0 ? backend_cpu_create(&table, B, T, output, (uint64_t)opt.seed, err)
+                                                 : backend_cuda_create(&table, B, T, output, (uint64_t)opt.seed, err);
     if (!be) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
@@ -441,8 +445,10 @@ int main(int argc, char **argv) {
 
     printf("model: L=%d NH=%d C=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", cfg.num_layers, cfg.num_heads,
            cfg.dim, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, table.total / 1e6);
-    printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches), output layer %s, device %s\n", B, T,
-           opt.total_batch, accum, opt.output, opt.device);
+    printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches), output layer %s, device %s (%s)\n", B, T,
+           opt.total_batch, accum, opt.output, opt.device, be->device_name);
+    if (be->peak_flops > 0) printf("MFU against a dense bf16 peak of %.0f TFLOP/s\n", be->peak_flops / 1e12);
+    const double flops_per_step = gpt_flops_per_token(&cfg, T) * opt.total_batch;
     print_memory(be);
 
     int *inputs = malloc((size_t)B * T * sizeof(int)), *targets = malloc((size_t)B * T * sizeof(int));
@@ -488,10 +494,17 @@ int main(int argc, char **argv) {
         be->ops->adamw_update(be, &as);
         double ms = now_ms() - t0;
         double tps = opt.total_batch / (ms / 1e3);
-        printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n", step + 1, opt.steps, loss,
+        printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, opt.steps, loss,
                as.lr, norm, ms, tps);
+        double mfu = -1, mem_gb = -1;
+        if (be->peak_flops > 0) {
+            mfu = 100.0 * flops_per_step / (ms / 1e3) / be->peak_flops;
+            mem_gb = be->ops->memory_in_use(be) / 1e9;
+            printf(" | MFU %.1f%% | %.1f GB", mfu, mem_gb);
+        }
+        printf("\n");
         fflush(stdout);
-        runlog_step(&log, step + 1, (float)loss, as.lr, norm, ms, tps);
+        runlog_step(&log, step + 1, (float)loss, as.lr, norm, ms, tps, mfu, mem_gb);
 
         if ((opt.checkpoint_every && (step + 1) % opt.checkpoint_every == 0) || last) {
             if (!params) {

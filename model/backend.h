@@ -11,6 +11,10 @@
 
 #include "model/gpt.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { OUTPUT_FUSED, OUTPUT_CANONICAL } OutputKind;
 
 typedef struct {
@@ -25,6 +29,7 @@ typedef struct {
 typedef struct {
     const char *what;
     size_t bytes;
+    int informational; /* shown for comparison, not allocated, not in the total */
 } MemoryItem;
 
 #define MAX_MEMORY_ITEMS 16
@@ -51,6 +56,8 @@ typedef struct {
     void (*read_grads)(Backend *be, float *grads);
     /* Lines for the start-up memory table; returns how many were written. */
     int (*memory_items)(Backend *be, MemoryItem *items);
+    /* Bytes of device memory in use now (0 on the CPU). */
+    size_t (*memory_in_use)(Backend *be);
     void (*destroy)(Backend *be);
 } BackendOps;
 
@@ -59,10 +66,23 @@ struct Backend {
     const ParamTable *table;
     int B, T;
     OutputKind output;
+    double peak_flops; /* dense bf16 FLOP/s of the device, for MFU (0: not reported) */
+    char device_name[128];
 };
 
 /* CPU reference backend; params initialised from seed. NULL + err on failure (allocation). */
 Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind output, unsigned long long seed,
                             char *err);
+
+/* CUDA backend on the current device: bf16 weights and activations, fp32 master weights, gradients
+ * and AdamW moments; params initialised from seed exactly as the CPU backend's. NULL + err (one
+ * line) when the configuration is unsupported or will not fit in the GPU's free memory (the
+ * message then gives the estimate and the largest micro-batch that would fit). */
+Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output, unsigned long long seed,
+                             char *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

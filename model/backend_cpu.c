@@ -252,14 +252,22 @@ static int cpu_memory_items(Backend *be, MemoryItem *items) {
     CpuBackend *cb = (CpuBackend *)be;
     size_t p = cb->t->total * sizeof(float);
     int n = 0;
-    items[n++] = (MemoryItem){"parameters (fp32)", p};
-    items[n++] = (MemoryItem){"gradients (fp32)", p};
-    items[n++] = (MemoryItem){"AdamW m, v (fp32)", 2 * p};
-    items[n++] = (MemoryItem){"activations", cb->acts_floats * sizeof(float)};
-    items[n++] = (MemoryItem){be->output == OUTPUT_CANONICAL ? "output layer: logits (canonical)"
-                                                             : "output layer: row stats (fused)",
-                              cb->out_ws_floats * sizeof(float)};
+    int N = be->B * be->T, V = cb->t->cfg.vocab_size;
+    items[n++] = (MemoryItem){"parameters (fp32)", p, 0};
+    items[n++] = (MemoryItem){"gradients (fp32)", p, 0};
+    items[n++] = (MemoryItem){"AdamW m, v (fp32)", 2 * p, 0};
+    items[n++] = (MemoryItem){"activations", cb->acts_floats * sizeof(float), 0};
+    items[n++] = (MemoryItem){"output layer workspace: fused", output_layer_fused_cpu_workspace(N) * sizeof(float),
+                              be->output != OUTPUT_FUSED};
+    items[n++] = (MemoryItem){"output layer workspace: canonical",
+                              output_layer_canonical_cpu_workspace(N, V) * sizeof(float),
+                              be->output != OUTPUT_CANONICAL};
     return n;
+}
+
+static size_t cpu_memory_in_use(Backend *be) {
+    (void)be;
+    return 0;
 }
 
 static void cpu_destroy(Backend *be) {
@@ -287,6 +295,7 @@ static const BackendOps cpu_ops = {
     .write_state = cpu_write_state,
     .read_grads = cpu_read_grads,
     .memory_items = cpu_memory_items,
+    .memory_in_use = cpu_memory_in_use,
     .destroy = cpu_destroy,
 };
 
@@ -297,7 +306,7 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
         snprintf(err, 512, "out of host memory for the CPU backend");
         return NULL;
     }
-    cb->base = (Backend){&cpu_ops, table, B, T, output};
+    cb->base = (Backend){&cpu_ops, table, B, T, output, 0.0, "cpu"};
     cb->t = table;
     size_t P = table->total;
     cb->params = calloc(P, sizeof(float));

@@ -15,6 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define GPT_VOCAB_ALIGN 128
 #define GPT_MAX_LAYERS 128
 
@@ -103,5 +107,9 @@ void param_init(const ParamTable *t, float *params, uint64_t seed);
 
 /* Forward FLOPs per token for MFU (6·params for the matmuls + attention), as in PaLM's appendix. */
 double gpt_flops_per_token(const GPTConfig *cfg, int T);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -25,11 +25,15 @@ void runlog_close(RunLog *log) {
 }
 
 /* Records reach the disk at each line, so a crashed run still has its curve. */
-void runlog_step(RunLog *log, int step, float loss, float lr, float grad_norm, double ms, double tokens_per_s) {
+void runlog_step(RunLog *log, int step, float loss, float lr, float grad_norm, double ms, double tokens_per_s,
+                 double mfu_percent, double gpu_memory_gb) {
     fprintf(log->f,
             "{\"type\":\"step\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,"
-            "\"tokens_per_s\":%.1f}\n",
+            "\"tokens_per_s\":%.1f",
             step, loss, lr, grad_norm, ms, tokens_per_s);
+    if (mfu_percent >= 0) fprintf(log->f, ",\"mfu_percent\":%.2f", mfu_percent);
+    if (gpu_memory_gb >= 0) fprintf(log->f, ",\"gpu_memory_gb\":%.3f", gpu_memory_gb);
+    fprintf(log->f, "}\n");
     fflush(log->f);
 }
 

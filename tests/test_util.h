@@ -8,6 +8,10 @@
 
 #include "data/rng.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void fill_normal(float *x, size_t n, float std, Rng *rng);
 /* ||a - b|| / ||b|| (0 when both are 0). */
 double rel_l2(const float *a, const float *b, size_t n);
@@ -22,5 +26,9 @@ int write_pattern_shard(const char *path, uint64_t n, uint32_t vocab, uint64_t s
 
 /* Extracts the losses printed by ./train ("step k/N | loss x") into losses[]; returns how many. */
 int parse_losses(const char *output, float *losses, int max);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,0 +1,461 @@
+/* model/backend_cuda.cu - the CUDA backend: the GPT-2 step from the kernels in kernels/, either
+ * output layer, AdamW on fp32 master weights.
+ *
+ * Shapes: B, T, C, NH, L, V, Vp; N = B·T. Weights and activations bf16; master weights, gradients,
+ * AdamW moments, LayerNorm statistics, attention log-sum-exp and the loss fp32. Parameter buffers
+ * (bf16 weights, fp32 master/grads/m/v) all use the parameter table's flat layout, so one offset
+ * addresses a tensor in each.
+ *
+ * Per layer the forward keeps: ln1, qkv, atty (+ lse), attproj, residual2, ln2, fch_pre, fch_gelu,
+ * fcproj and residual3, 18·C bf16 values per token; the backward reads them and recomputes nothing.
+ * The residual add before each LayerNorm is fused into it (residual_layernorm_forward). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_check.h"
+#include "kernels/kernels.h"
+#include "kernels/output_layer.h"
+#include "model/backend.h"
+
+/* One layer's saved activations (pointers into the activation arena). */
+typedef struct {
+    kbf16 *ln1, *qkv, *atty, *attproj, *residual2, *ln2, *fch_pre, *fch_gelu, *fcproj, *residual3;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att_lse;
+} CudaLayerActs;
+
+typedef struct {
+    Backend base;
+    const ParamTable *t;
+    cudaStream_t stream;
+    kbf16 *params;                 /* bf16 weights, table layout */
+    float *master, *grads, *m, *v; /* fp32, table layout */
+    AdamWPlan *adamw;
+    void *arena;                   /* every activation and scratch buffer, one allocation */
+    size_t arena_bytes;
+    kbf16 *encoded, *lnf;
+    float *lnf_mean, *lnf_rstd;
+    CudaLayerActs *layer;
+    /* backward scratch, reused by every layer */
+    kbf16 *dres, *dlnf, *dfch, *dln, *datty, *dqkv;
+    void *scratch; /* the largest of the kernels' scratch needs */
+    size_t scratch_bytes;
+    int *d_inputs, *d_targets;
+    float *d_loss;
+    double *d_sumsq;
+    kbf16 *d_logits_row; /* [Vp], sampling */
+    OutputLayer *out;
+    size_t out_ws_bytes;
+} CudaBackend;
+
+/* The one place that lays out the arena: with base == NULL it only counts. Every buffer starts on
+ * a 256-byte boundary (the kernels want 16). */
+static size_t layout_arena(CudaBackend *cb, char *base) {
+    const GPTConfig *cfg = &cb->t->cfg;
+    size_t B = cb->base.B, T = cb->base.T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    size_t off = 0;
+#define TAKE(ptr, type, count)                                        \
+    do {                                                              \
+        if (base) (ptr) = (type *)(base + off);                       \
+        off += ((count) * sizeof(type) + 255) / 256 * 256;            \
+    } while (0)
+    TAKE(cb->encoded, kbf16, N * C);
+    for (int l = 0; l < cfg->num_layers; l++) {
+        CudaLayerActs *a = &cb->layer[l];
+        TAKE(a->ln1, kbf16, N * C);
+        TAKE(a->qkv, kbf16, N * 3 * C);
+        TAKE(a->atty, kbf16, N * C);
+        TAKE(a->attproj, kbf16, N * C);
+        TAKE(a->residual2, kbf16, N * C);
+        TAKE(a->ln2, kbf16, N * C);
+        TAKE(a->fch_pre, kbf16, N * 4 * C);
+        TAKE(a->fch_gelu, kbf16, N * 4 * C);
+        TAKE(a->fcproj, kbf16, N * C);
+        TAKE(a->residual3, kbf16, N * C);
+        TAKE(a->ln1_mean, float, N);
+        TAKE(a->ln1_rstd, float, N);
+        TAKE(a->ln2_mean, float, N);
+        TAKE(a->ln2_rstd, float, N);
+        TAKE(a->att_lse, float, B * NH * T);
+    }
+    TAKE(cb->lnf, kbf16, N * C);
+    TAKE(cb->lnf_mean, float, N);
+    TAKE(cb->lnf_rstd, float, N);
+    TAKE(cb->dres, kbf16, N * C);
+    TAKE(cb->dlnf, kbf16, N * C);
+    TAKE(cb->dfch, kbf16, N * 4 * C);
+    TAKE(cb->dln, kbf16, N * C);
+    TAKE(cb->datty, kbf16, N * C);
+    TAKE(cb->dqkv, kbf16, N * 3 * C);
+    TAKE(cb->scratch, char, cb->scratch_bytes);
+    TAKE(cb->d_inputs, int, N);
+    TAKE(cb->d_targets, int, N);
+    TAKE(cb->d_loss, float, 1);
+    TAKE(cb->d_sumsq, double, 1);
+    TAKE(cb->d_logits_row, kbf16, (size_t)cfg->padded_vocab_size);
+#undef TAKE
+    return off;
+}
+
+static size_t max_size(size_t a, size_t b) {
+    return a > b ? a : b;
+}
+
+static size_t scratch_needed(const GPTConfig *cfg, int B, int T) {
+    int N = B * T, C = cfg->dim;
+    size_t s = encoder_backward_scratch_bytes(N, cfg->padded_vocab_size);
+    s = max_size(s, layernorm_backward_scratch_bytes(C));
+    s = max_size(s, attention_backward_scratch_bytes(B, T, cfg->num_heads));
+    s = max_size(s, bias_backward_scratch_bytes(4 * C));
+    s = max_size(s, global_sumsq_scratch_bytes());
+    return s;
+}
+
+static kbf16 *param_bf16(CudaBackend *cb, const ParamInfo *p) {
+    return cb->params + p->offset;
+}
+
+static void forward_body(CudaBackend *cb, const int *inputs) {
+    const ParamTable *t = cb->t;
+    const GPTConfig *cfg = &t->cfg;
+    int B = cb->base.B, T = cb->base.T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    cudaStream_t s = cb->stream;
+    CUDA_CHECK(cudaMemcpyAsync(cb->d_inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+    encoder_forward(cb->encoded, cb->d_inputs, param_bf16(cb, param_whole(t, ROLE_WTE)),
+                    param_bf16(cb, param_whole(t, ROLE_WPE)), B, T, C, s);
+    for (int l = 0; l < cfg->num_layers; l++) {
+        CudaLayerActs *a = &cb->layer[l];
+#define P(role) param_bf16(cb, param_of_layer(t, l, role))
+        /* ln1 = LN(previous residual2 + previous fcproj), which also stores that sum (residual3) */
+        if (l == 0)
+            residual_layernorm_forward(NULL, a->ln1, a->ln1_mean, a->ln1_rstd, cb->encoded, NULL, P(ROLE_LN1_W),
+                                       P(ROLE_LN1_B), N, C, s);
+        else
+            residual_layernorm_forward(cb->layer[l - 1].residual3, a->ln1, a->ln1_mean, a->ln1_rstd,
+                                       cb->layer[l - 1].residual2, cb->layer[l - 1].fcproj, P(ROLE_LN1_W),
+                                       P(ROLE_LN1_B), N, C, s);
+        const kbf16 *residual_in = l == 0 ? cb->encoded : cb->layer[l - 1].residual3;
+        matmul_forward(a->qkv, NULL, a->ln1, P(ROLE_QKV_W), P(ROLE_QKV_B), N, C, 3 * C, s);
+        attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, s);
+        matmul_forward(a->attproj, NULL, a->atty, P(ROLE_ATTPROJ_W), P(ROLE_ATTPROJ_B), N, C, C, s);
+        residual_layernorm_forward(a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, residual_in, a->attproj,
+                                   P(ROLE_LN2_W), P(ROLE_LN2_B), N, C, s);
+        matmul_forward(a->fch_gelu, a->fch_pre, a->ln2, P(ROLE_FC_W), P(ROLE_FC_B), N, C, 4 * C, s);
+        matmul_forward(a->fcproj, NULL, a->fch_gelu, P(ROLE_FCPROJ_W), P(ROLE_FCPROJ_B), N, 4 * C, C, s);
+#undef P
+    }
+    CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
+    residual_layernorm_forward(last->residual3, cb->lnf, cb->lnf_mean, cb->lnf_rstd, last->residual2, last->fcproj,
+                               param_bf16(cb, param_whole(t, ROLE_LNF_W)), param_bf16(cb, param_whole(t, ROLE_LNF_B)),
+                               N, C, s);
+}
+
+static OutputLayerArgs output_args(CudaBackend *cb, float grad_scale) {
+    OutputLayerArgs a;
+    memset(&a, 0, sizeof a);
+    a.H = cb->lnf;
+    a.W = param_bf16(cb, param_whole(cb->t, ROLE_WTE));
+    a.targets = cb->d_targets;
+    a.N = (int64_t)cb->base.B * cb->base.T;
+    a.reduction = OUTPUT_REDUCE_MEAN;
+    a.grad_scale = grad_scale;
+    a.loss = cb->d_loss;
+    a.dH = cb->dlnf;
+    a.dW = cb->grads + param_whole(cb->t, ROLE_WTE)->offset;
+    return a;
+}
+
+static void upload_targets(CudaBackend *cb, const int *targets) {
+    size_t n = (size_t)cb->base.B * cb->base.T;
+    CUDA_CHECK(cudaMemcpyAsync(cb->d_targets, targets, n * sizeof(int), cudaMemcpyHostToDevice, cb->stream));
+}
+
+static float read_loss(CudaBackend *cb) {
+    float loss;
+    CUDA_CHECK(cudaMemcpyAsync(&loss, cb->d_loss, sizeof loss, cudaMemcpyDeviceToHost, cb->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    return loss;
+}
+
+static float cuda_eval_loss(Backend *be, const int *inputs, const int *targets) {
+    CudaBackend *cb = (CudaBackend *)be;
+    forward_body(cb, inputs);
+    upload_targets(cb, targets);
+    OutputLayerArgs a = output_args(cb, 0.0f);
+    if (output_layer_forward(cb->out, &a, cb->stream) != 0) {
+        fprintf(stderr, "error: output layer rejected its arguments (%s:%d)\n", __FILE__, __LINE__);
+        exit(1);
+    }
+    return read_loss(cb);
+}
+
+static float cuda_train_micro_step(Backend *be, const int *inputs, const int *targets, float loss_scale) {
+    CudaBackend *cb = (CudaBackend *)be;
+    const ParamTable *t = cb->t;
+    const GPTConfig *cfg = &t->cfg;
+    int B = be->B, T = be->T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    cudaStream_t s = cb->stream;
+    forward_body(cb, inputs);
+    upload_targets(cb, targets);
+    OutputLayerArgs oa = output_args(cb, loss_scale);
+    if (output_layer_forward_backward(cb->out, &oa, s) != 0) {
+        fprintf(stderr, "error: output layer rejected its arguments (%s:%d)\n", __FILE__, __LINE__);
+        exit(1);
+    }
+    /* dres is the gradient of the residual stream; each LayerNorm backward ADDS into it. */
+    CUDA_CHECK(cudaMemsetAsync(cb->dres, 0, (size_t)N * C * sizeof(kbf16), s));
+    CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
+    layernorm_backward(cb->dres, cb->grads + param_whole(t, ROLE_LNF_W)->offset,
+                       cb->grads + param_whole(t, ROLE_LNF_B)->offset, cb->scratch, cb->dlnf, last->residual3,
+                       param_bf16(cb, param_whole(t, ROLE_LNF_W)), cb->lnf_mean, cb->lnf_rstd, N, C, s);
+    for (int l = cfg->num_layers - 1; l >= 0; l--) {
+        CudaLayerActs *a = &cb->layer[l];
+        LayerTensors g = layer_tensors(t, cb->grads, l);
+        const kbf16 *residual_in = l == 0 ? cb->encoded : cb->layer[l - 1].residual3;
+#define P(role) param_bf16(cb, param_of_layer(t, l, role))
+        /* MLP: the dGELU epilogue turns d(fch_gelu) into d(fch_pre) inside the matmul */
+        matmul_backward(cb->dfch, g.fcprojw, g.fcprojb, cb->scratch, cb->dres, a->fch_gelu, P(ROLE_FCPROJ_W),
+                        a->fch_pre, N, 4 * C, C, s);
+        matmul_backward(cb->dln, g.fcw, g.fcb, cb->scratch, cb->dfch, a->ln2, P(ROLE_FC_W), NULL, N, C, 4 * C, s);
+        layernorm_backward(cb->dres, g.ln2w, g.ln2b, cb->scratch, cb->dln, a->residual2, P(ROLE_LN2_W), a->ln2_mean,
+                           a->ln2_rstd, N, C, s);
+        /* attention */
+        matmul_backward(cb->datty, g.attprojw, g.attprojb, cb->scratch, cb->dres, a->atty, P(ROLE_ATTPROJ_W), NULL,
+                        N, C, C, s);
+        attention_backward(cb->dqkv, cb->scratch, cb->datty, a->qkv, a->atty, a->att_lse, B, T, C, NH, s);
+        matmul_backward(cb->dln, g.qkvw, g.qkvb, cb->scratch, cb->dqkv, a->ln1, P(ROLE_QKV_W), NULL, N, C, 3 * C, s);
+        layernorm_backward(cb->dres, g.ln1w, g.ln1b, cb->scratch, cb->dln, residual_in, P(ROLE_LN1_W), a->ln1_mean,
+                           a->ln1_rstd, N, C, s);
+#undef P
+    }
+    encoder_backward(cb->grads + param_whole(t, ROLE_WTE)->offset, cb->grads + param_whole(t, ROLE_WPE)->offset,
+                     cb->scratch, cb->dres, cb->d_inputs, B, T, C, cfg->padded_vocab_size, s);
+    return read_loss(cb);
+}
+
+static void cuda_logits_at(Backend *be, const int *tokens, int pos, float *logits) {
+    CudaBackend *cb = (CudaBackend *)be;
+    const GPTConfig *cfg = &cb->t->cfg;
+    forward_body(cb, tokens);
+    matmul_forward(cb->d_logits_row, NULL, cb->lnf + (size_t)pos * cfg->dim, param_bf16(cb, param_whole(cb->t, ROLE_WTE)),
+                   NULL, 1, cfg->dim, cfg->padded_vocab_size, cb->stream);
+    int V = cfg->vocab_size;
+    uint16_t *row = (uint16_t *)malloc((size_t)V * sizeof(uint16_t));
+    if (!row) {
+        fprintf(stderr, "error: out of host memory for sampling\n");
+        exit(1);
+    }
+    CUDA_CHECK(cudaMemcpyAsync(row, cb->d_logits_row, (size_t)V * sizeof(uint16_t), cudaMemcpyDeviceToHost,
+                               cb->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    for (int i = 0; i < V; i++) {
+        uint32_t bits = (uint32_t)row[i] << 16;
+        memcpy(&logits[i], &bits, sizeof(float));
+    }
+    free(row);
+}
+
+static void cuda_zero_grad(Backend *be) {
+    CudaBackend *cb = (CudaBackend *)be;
+    CUDA_CHECK(cudaMemsetAsync(cb->grads, 0, cb->t->total * sizeof(float), cb->stream));
+}
+
+static double cuda_grad_sumsq(Backend *be) {
+    CudaBackend *cb = (CudaBackend *)be;
+    global_sumsq(cb->d_sumsq, cb->scratch, cb->grads, cb->t->total, cb->stream);
+    double s;
+    CUDA_CHECK(cudaMemcpyAsync(&s, cb->d_sumsq, sizeof s, cudaMemcpyDeviceToHost, cb->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    return s;
+}
+
+static void cuda_adamw_update(Backend *be, const AdamWStep *st) {
+    CudaBackend *cb = (CudaBackend *)be;
+    adamw_update(cb->adamw, cb->master, cb->params, cb->grads, cb->m, cb->v, st->lr, st->beta1, st->beta2, st->eps,
+                 st->weight_decay, st->grad_scale, st->step, cb->stream);
+}
+
+static void cuda_read_state(Backend *be, float *params, float *m, float *v) {
+    CudaBackend *cb = (CudaBackend *)be;
+    size_t n = cb->t->total * sizeof(float);
+    if (params) CUDA_CHECK(cudaMemcpyAsync(params, cb->master, n, cudaMemcpyDeviceToHost, cb->stream));
+    if (m) CUDA_CHECK(cudaMemcpyAsync(m, cb->m, n, cudaMemcpyDeviceToHost, cb->stream));
+    if (v) CUDA_CHECK(cudaMemcpyAsync(v, cb->v, n, cudaMemcpyDeviceToHost, cb->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+}
+
+static void cuda_write_state(Backend *be, const float *params, const float *m, const float *v) {
+    CudaBackend *cb = (CudaBackend *)be;
+    size_t n = cb->t->total * sizeof(float);
+    if (params) {
+        CUDA_CHECK(cudaMemcpyAsync(cb->master, params, n, cudaMemcpyHostToDevice, cb->stream));
+        convert_fp32_to_bf16(cb->params, cb->master, cb->t->total, cb->stream);
+    }
+    if (m) CUDA_CHECK(cudaMemcpyAsync(cb->m, m, n, cudaMemcpyHostToDevice, cb->stream));
+    if (v) CUDA_CHECK(cudaMemcpyAsync(cb->v, v, n, cudaMemcpyHostToDevice, cb->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+}
+
+static void cuda_read_grads(Backend *be, float *grads) {
+    CudaBackend *cb = (CudaBackend *)be;
+    CUDA_CHECK(cudaMemcpyAsync(grads, cb->grads, cb->t->total * sizeof(float), cudaMemcpyDeviceToHost, cb->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+}
+
+static int cuda_memory_items(Backend *be, MemoryItem *items) {
+    CudaBackend *cb = (CudaBackend *)be;
+    const ParamTable *t = cb->t;
+    size_t P = t->total, N = (size_t)be->B * be->T;
+    int n = 0;
+    items[n++] = MemoryItem{"parameters (bf16)", P * sizeof(kbf16), 0};
+    items[n++] = MemoryItem{"master weights (fp32)", P * sizeof(float), 0};
+    items[n++] = MemoryItem{"gradients (fp32)", P * sizeof(float), 0};
+    items[n++] = MemoryItem{"AdamW m, v (fp32)", 2 * P * sizeof(float), 0};
+    items[n++] = MemoryItem{"activations and scratch", cb->arena_bytes, 0};
+    /* Both output layers' workspace, so the saving is visible whichever one runs. */
+    size_t fused = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, t->cfg.vocab_size, t->cfg.dim);
+    size_t canon = output_layer_workspace_bytes(OUTPUT_LAYER_CANONICAL, (int64_t)N, t->cfg.vocab_size, t->cfg.dim);
+    items[n++] = MemoryItem{"output layer workspace: fused", fused, be->output != OUTPUT_FUSED};
+    items[n++] = MemoryItem{"output layer workspace: canonical", canon, be->output != OUTPUT_CANONICAL};
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    items[n++] = MemoryItem{"GPU memory free now", free_b, 1};
+    return n;
+}
+
+static size_t cuda_memory_in_use(Backend *be) {
+    (void)be;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return total_b - free_b;
+}
+
+static void cuda_destroy(Backend *be) {
+    CudaBackend *cb = (CudaBackend *)be;
+    if (!cb) return;
+    if (cb->stream) CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    if (cb->out) output_layer_destroy(cb->out);
+    if (cb->adamw) adamw_plan_free(cb->adamw);
+    CUDA_CHECK(cudaFree(cb->arena));
+    CUDA_CHECK(cudaFree(cb->v));
+    CUDA_CHECK(cudaFree(cb->m));
+    CUDA_CHECK(cudaFree(cb->grads));
+    CUDA_CHECK(cudaFree(cb->master));
+    CUDA_CHECK(cudaFree(cb->params));
+    matmul_free();
+    if (cb->stream) CUDA_CHECK(cudaStreamDestroy(cb->stream));
+    free(cb->layer);
+    free(cb);
+}
+
+static const BackendOps cuda_ops = {
+    cuda_train_micro_step, cuda_eval_loss,    cuda_logits_at,    cuda_zero_grad,
+    cuda_grad_sumsq,       cuda_adamw_update, cuda_read_state,   cuda_write_state,
+    cuda_read_grads,       cuda_memory_items, cuda_memory_in_use, cuda_destroy,
+};
+
+/* Dense bf16 tensor-core FLOP/s from the device's own numbers: SMs × clock × FLOPs per SM per
+ * clock for its compute capability (Hopper 4096, Ampere/Ada 2048 counting FMA as 2). */
+static double device_peak_flops(int dev) {
+    int sms = 0, clock_khz = 0, major = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    double per_sm_per_clock = major >= 9 ? 4096.0 : major == 8 ? 2048.0 : 1024.0;
+    return (double)sms * clock_khz * 1e3 * per_sm_per_clock;
+}
+
+extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output,
+                                        unsigned long long seed, char *err) {
+    const GPTConfig *cfg = &table->cfg;
+    int HS = cfg->dim / cfg->num_heads;
+    if (HS != 64 && HS != 128) {
+        snprintf(err, 512, "the CUDA attention needs a head size of 64 or 128, this model has %d (change --heads)",
+                 HS);
+        return NULL;
+    }
+    if (cfg->dim % 64) {
+        snprintf(err, 512, "the CUDA backend needs --dim to be a multiple of 64 (got %d)", cfg->dim);
+        return NULL;
+    }
+    CudaBackend *cb = (CudaBackend *)calloc(1, sizeof *cb);
+    cb->layer = (CudaLayerActs *)calloc((size_t)cfg->num_layers, sizeof(CudaLayerActs));
+    if (!cb || !cb->layer) {
+        snprintf(err, 512, "out of host memory");
+        free(cb);
+        return NULL;
+    }
+    cb->base.ops = &cuda_ops;
+    cb->base.table = table;
+    cb->base.B = B;
+    cb->base.T = T;
+    cb->base.output = output;
+    cb->t = table;
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    snprintf(cb->base.device_name, sizeof cb->base.device_name, "%s", prop.name);
+    cb->base.peak_flops = device_peak_flops(dev);
+
+    /* Fit check before allocating anything large: fixed (parameters and optimizer state) plus
+     * terms proportional to B (activations, output-layer workspace). */
+    size_t N = (size_t)B * T, P = table->total;
+    OutputLayerKind kind = output == OUTPUT_CANONICAL ? OUTPUT_LAYER_CANONICAL : OUTPUT_LAYER_FUSED;
+    cb->scratch_bytes = scratch_needed(cfg, B, T);
+    cb->arena_bytes = layout_arena(cb, NULL);
+    cb->out_ws_bytes = output_layer_workspace_bytes(kind, (int64_t)N, cfg->vocab_size, cfg->dim);
+    size_t fixed = P * (sizeof(kbf16) + 4 * sizeof(float)) + ((size_t)1 << 30); /* + 1 GB: cuBLAS, context */
+    size_t per_batch = cb->arena_bytes + cb->out_ws_bytes;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (fixed + per_batch > free_b) {
+        size_t per_seq = per_batch / (size_t)B;
+        long long fit = free_b > fixed ? (long long)((free_b - fixed) / (per_seq ? per_seq : 1)) : 0;
+        snprintf(err, 512,
+                 "this configuration needs about %.1f GB of GPU memory but %.1f GB are free; the largest "
+                 "micro-batch that fits is -b %lld (or use --output fused, a smaller -t, or -d for accumulation)",
+                 (fixed + per_batch) / 1e9, free_b / 1e9, fit);
+        free(cb->layer);
+        free(cb);
+        return NULL;
+    }
+    CUDA_CHECK(cudaStreamCreate(&cb->stream));
+    CUDA_CHECK(cudaMalloc((void **)&cb->params, P * sizeof(kbf16)));
+    CUDA_CHECK(cudaMalloc((void **)&cb->master, P * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&cb->grads, P * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&cb->m, P * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&cb->v, P * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&cb->arena, cb->arena_bytes));
+    layout_arena(cb, (char *)cb->arena);
+    CUDA_CHECK(cudaMemset(cb->grads, 0, P * sizeof(float)));
+    CUDA_CHECK(cudaMemset(cb->m, 0, P * sizeof(float)));
+    CUDA_CHECK(cudaMemset(cb->v, 0, P * sizeof(float)));
+    cb->out = output_layer_create(kind, (int64_t)N, cfg->vocab_size, cfg->dim);
+    if (!cb->out) {
+        snprintf(err, 512, "cannot create the %s output layer (see the message above)", output_layer_kind_name(kind));
+        cuda_destroy(&cb->base);
+        return NULL;
+    }
+    size_t *offsets = (size_t *)malloc(table->count * sizeof(size_t)), *numels = (size_t *)malloc(table->count * sizeof(size_t));
+    int *decay = (int *)malloc(table->count * sizeof(int));
+    float *init = (float *)malloc(P * sizeof(float));
+    if (!offsets || !numels || !decay || !init) {
+        snprintf(err, 512, "out of host memory for the initial weights (%.1f GB)", P * 4 / 1e9);
+        free(offsets), free(numels), free(decay), free(init);
+        cuda_destroy(&cb->base);
+        return NULL;
+    }
+    for (int i = 0; i < table->count; i++) {
+        offsets[i] = table->params[i].offset;
+        numels[i] = table->params[i].numel;
+        decay[i] = table->params[i].weight_decay;
+    }
+    cb->adamw = adamw_plan_create(offsets, numels, decay, table->count);
+    /* The same init as the CPU backend (host RNG), so the two can be compared step for step. */
+    param_init(table, init, seed);
+    cuda_write_state(&cb->base, init, NULL, NULL);
+    free(init), free(decay), free(numels), free(offsets);
+    return &cb->base;
+}
