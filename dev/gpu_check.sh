@@ -35,7 +35,7 @@ if [[ $sections == *throughput* ]]; then
         for output in canonical fused; do
             log="$OUT/d12_V${V}_${output}.log"
             ./train -e d12 -v $V -b ${B_THROUGHPUT:-16} -t 1024 -x 30 --warmup 10 --val-every 0 -s 0 \
-                --output $output -i /tmp/fg/rand_$V.bin -o /tmp/fg/tp 2>&1 >"$log"
+                --output $output -i /tmp/fg/rand_$V.bin -o /tmp/fg/tp >"$log" 2>&1
             # median of steps 11..30 (after warm-up)
             med=$(grep '| loss' "$log" | tail -20 | awk -F'|' '{print $5}' | awk '{print $1}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
             tok=$(grep '| loss' "$log" | tail -20 | awk -F'|' '{print $6}' | awk '{print $1}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
