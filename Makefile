@@ -40,7 +40,7 @@ TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) tests/runner.c tests/test_ut
 GPU_TEST_SRC := $(wildcard tests/test_*_gpu.cu)
 GPU_TEST_OBJ := $(patsubst %.cu,build/%.cu.o,$(GPU_TEST_SRC))
 
-.PHONY: all test test-gpu bench data clean deps
+.PHONY: all test test-gpu bench data clean deps compare
 .DEFAULT_GOAL := train
 all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer
 
@@ -87,6 +87,11 @@ bench: $(BUILD)/bench_output_layer
 
 data: train
 	./train prepare --default-corpus
+
+# Loss curves of the two output layers on the same model, seed and data (COMPARE_ARGS: train flags).
+COMPARE_ARGS ?= -e d12 -v 262144 -b 16 -t 1024 -x 500
+compare: train
+	bash dev/compare_output_layers.sh runs/compare $(COMPARE_ARGS)
 
 clean:
 	rm -rf build build-san ./train
