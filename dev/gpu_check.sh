@@ -9,7 +9,7 @@ mkdir -p "$OUT" /tmp/fg
 sections=${*:-tests train throughput}
 summary=()
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-make -j16 all >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+make -j16 train build/run_gpu_tests >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 
 if [[ $sections == *tests* ]]; then
     ./build/run_gpu_tests ${GPU_TEST_FILTER:-} 2>&1 | tee "$OUT/gpu_tests.log"
