@@ -34,6 +34,18 @@
 #define ATT_THREADS 128 /* 4 warps */
 #define ATT_TILE 64     /* query rows per forward / dQ block, keys per dK,dV block, key tile */
 #define LOG2E 1.4426950408889634f
+/* Query rows per tile of the dK,dV kernel at head size 64 (128 uses 32, for registers), and the
+ * blocks per SM the backward kernels are compiled for (register cap): measured choices, see
+ * dev/RESULTS.md. */
+#ifndef ATT_BQ64
+#define ATT_BQ64 64
+#endif
+#ifndef ATT_BWD64_MINB
+#define ATT_BWD64_MINB 1
+#endif
+#ifndef ATT_FWD64_MINB
+#define ATT_FWD64_MINB 1
+#endif
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -57,6 +69,14 @@ __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* 2^x in one MUFU op (exp2f adds range fix-ups for denormal results, which we flush anyway);
+ * ex2(-inf) = +0, which the masking relies on. */
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -143,7 +163,7 @@ __device__ __forceinline__ void mma_pv(float acc[HS / 8][4], const float p[2 * K
 /* ------------------------------------------------------------------------------------------ */
 /* Forward. Shared: Q [64][HS+8], K [2][64][HS+8], V [2][64][HS+8]. */
 template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
     attention_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, float sl2) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = TILE / 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];
@@ -201,28 +221,30 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 mma_bf16(s[2 * np + 1], qf[ks], r[2], r[3]);
             }
 
-        /* Only the diagonal tile needs the mask; it also masks keys >= T (they are > every query). */
-        bool diag = j == nkv - 1;
-        int k0 = j * TILE, qrow = q0 + warp * 16 + g;
+        /* Only the diagonal tile needs the mask (a uniform branch); it also masks keys >= T, which
+         * are > every query. The max is taken over raw scores and scaled once (sl2 > 0). */
+        if (j == nkv - 1) {
+            int k0 = j * TILE, qrow = q0 + warp * 16 + g;
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++)
+            for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = s[nt][e] * sl2;
-                int key = k0 + nt * 8 + 2 * tq + (e & 1), qi = qrow + (e >= 2 ? 8 : 0);
-                s[nt][e] = (diag && key > qi) ? -INFINITY : x;
-            }
+                for (int e = 0; e < 4; e++) {
+                    int key = k0 + nt * 8 + 2 * tq + (e & 1), qi = qrow + (e >= 2 ? 8 : 0);
+                    if (key > qi) s[nt][e] = -INFINITY;
+                }
+        }
 
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            float mx = mrow[r];
+            float mx = -INFINITY;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            /* mx is finite: every row sees key 0 in tile 0 and its own key on the diagonal. */
-            float alpha = exp2f(mrow[r] - mx);
-            mrow[r] = mx;
+            /* Finite: every row sees key 0 in tile 0 and its own key on the diagonal. */
+            float mnew = fmaxf(mrow[r], mx * sl2);
+            float alpha = ex2(mrow[r] - mnew); /* 0 on the first tile (mrow = -inf) */
+            mrow[r] = mnew;
             lrow[r] *= alpha;
 #pragma unroll
             for (int dt = 0; dt < DT; dt++) {
@@ -231,7 +253,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
             }
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                float p0 = exp2f(s[nt][2 * r] - mx), p1 = exp2f(s[nt][2 * r + 1] - mx);
+                float p0 = ex2(fmaf(s[nt][2 * r], sl2, -mnew)), p1 = ex2(fmaf(s[nt][2 * r + 1], sl2, -mnew));
                 s[nt][2 * r] = p0;
                 s[nt][2 * r + 1] = p1;
                 lrow[r] += p0 + p1;
@@ -282,7 +304,7 @@ __global__ void attention_backward_dsum_kernel(float *D, const bf16 *dout, const
 
 /* dQ. Shared: Q, dO [64][HS+8], K, V [2][64][HS+8]. */
 template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     attention_backward_dq_kernel(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse, const float *D,
                                  int T, int NH, float sl2, float scale) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = TILE / 8, DT = HS / 8;
@@ -341,14 +363,23 @@ __global__ void __launch_bounds__(ATT_THREADS)
         mma_abt<SROW, HS / 16, NT>(s, Qs, warp * 16, Kt, lane);
         mma_abt<SROW, HS / 16, NT>(dp, dOs, warp * 16, Vt, lane);
 
-        bool diag = j == nkv - 1;
-        int k0 = j * TILE, qrow = q0 + warp * 16 + g;
+        /* Only the diagonal tile needs the mask (a uniform branch). */
+        if (j == nkv - 1) {
+            int k0 = j * TILE, qrow = q0 + warp * 16 + g;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int key = k0 + nt * 8 + 2 * tq + (e & 1), qi = qrow + 8 * (e >> 1);
+                    if (key > qi) s[nt][e] = -INFINITY;
+                }
+        }
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int key = k0 + nt * 8 + 2 * tq + (e & 1), r = e >> 1, qi = qrow + 8 * r;
-                float p = (diag && key > qi) ? 0.0f : exp2f(s[nt][e] * sl2 - lse_r[r]);
+                int r = e >> 1;
+                float p = ex2(fmaf(s[nt][e], sl2, -lse_r[r]));
                 s[nt][e] = p * (dp[nt][e] - D_r[r]); /* dS (without the scale) */
             }
         mma_pv<SROW, TILE / 16, HS>(dq, s, Kt, lane);
@@ -370,7 +401,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
 /* dK, dV. Shared: K, V [64][HS+8]; Q, dO [2][BQ][HS+8]; lse, D [2][BQ]. */
 template <int HS, int BQ>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     attention_backward_dkdv_kernel(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse,
                                    const float *D, int T, int NH, float sl2, float scale) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = BQ / 8, DT = HS / 8;
@@ -439,13 +470,23 @@ __global__ void __launch_bounds__(ATT_THREADS)
         mma_abt<SROW, HS / 16, NT>(st, Ks, warp * 16, Qt, lane);  /* Sᵀ = K·Qᵀ */
         mma_abt<SROW, HS / 16, NT>(dpt, Vs, warp * 16, dOt, lane); /* dPᵀ = V·dOᵀ */
 
+        /* Only tiles that reach below the diagonal need the mask (a uniform branch). */
         int q0 = qt * BQ;
+        if (q0 < k0 + TILE - 1) {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int col = nt * 8 + 2 * tq + (e & 1), key = krow + 8 * (e >> 1);
+                    if (key > q0 + col) st[nt][e] = -INFINITY;
+                }
+        }
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int col = nt * 8 + 2 * tq + (e & 1), key = krow + 8 * (e >> 1);
-                float p = key > q0 + col ? 0.0f : exp2f(st[nt][e] * sl2 - lse_t[col]);
+                int col = nt * 8 + 2 * tq + (e & 1);
+                float p = ex2(fmaf(st[nt][e], sl2, -lse_t[col]));
                 st[nt][e] = p;
                 dpt[nt][e] = p * (dpt[nt][e] - D_t[col]);
             }
@@ -539,7 +580,7 @@ extern "C" void attention_backward(kbf16 *dqkv, void *scratch, const kbf16 *dout
     attention_backward_dsum_kernel<<<ceil_div_u(warps * 32, 256), 256, 0, stream>>>(D, dout, out, B, T, NH, HS);
     CUDA_CHECK(cudaGetLastError());
     if (HS == 64)
-        launch_backward<64, 64>(dqkv, D, dout, qkv, lse, B, T, NH, stream);
+        launch_backward<64, ATT_BQ64>(dqkv, D, dout, qkv, lse, B, T, NH, stream);
     else
         launch_backward<128, 32>(dqkv, D, dout, qkv, lse, B, T, NH, stream);
 }

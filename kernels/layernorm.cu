@@ -6,17 +6,21 @@
  *   FLOPs ~8·N·C; bytes N·C·2·(2 read + 2 written) + 8N (memory bound).
  * Backward: dinp += rstd·(dnorm − mean(dnorm) − norm·mean(dnorm·norm)), dnorm = weight·dout;
  *   dweight += Σ_n norm·dout, dbias += Σ_n dout.
- *   launch: LN_BWD_BLOCKS blocks (fixed, for determinism) of 4 warps, a warp per row (grid-stride);
- *   each warp accumulates dweight/dbias for its rows in its own shared-memory slice (each lane owns
- *   fixed columns, so no atomics), the block sums its 4 slices in order into scratch, and a second
- *   kernel sums the LN_BWD_BLOCKS partials in order into dweight/dbias.
- *   FLOPs ~12·N·C; bytes N·C·2·(3 read + 1 written) (+ the row is read twice, from L1/L2). */
+ *   launch: LN_BWD_BLOCKS blocks (fixed, for determinism) of 8 warps, a warp per row (grid-stride);
+ *   lane owns the fixed 8-column groups c = 8·(lane + 32·k), k < K = ⌈C/256⌉, and keeps their
+ *   dweight/dbias sums in registers (K is a template parameter, C ≤ 2048; larger C takes a slower
+ *   kernel that keeps them in shared memory); the row's dout and inp stay in registers as bf16
+ *   between the two passes. The block sums its 8 warps in order into scratch, and a second kernel
+ *   sums the LN_BWD_BLOCKS partials in order into dweight/dbias: no atomics anywhere.
+ *   FLOPs ~12·N·C; bytes N·C·2·(3 read + 1 written). */
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
 
 #define LN_EPS 1e-5f /* = LAYERNORM_EPS of model/layers_cpu.h */
 #define LN_WARPS 4
 #define LN_BWD_BLOCKS 264 /* fixed grid: partial-sum order never depends on the device */
+#define LN_BWD_WARPS 8
+#define LN_BWD_MAX_K 8    /* register-accumulator kernel for C <= 8·256 */
 
 /* Each lane handles 8-channel groups c = 8·(lane + 32·k). */
 __global__ void __launch_bounds__(LN_WARPS * 32)
@@ -83,7 +87,100 @@ extern "C" void residual_layernorm_forward(kbf16 *residual, kbf16 *ln, float *me
     CUDA_CHECK(cudaGetLastError());
 }
 
-/* Shared memory: per warp, dweight then dbias partials (2·C floats). */
+/* Register-accumulator backward for C <= 256·K. Shared: LN_BWD_WARPS·C floats (dweight sums of every
+ * warp, then dbias sums), for the in-order sum over the block's warps. */
+template <int K>
+__global__ void __launch_bounds__(LN_BWD_WARPS * 32)
+    layernorm_backward_reg_kernel(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp,
+                                  const bf16 *weight, const float *mean, const float *rstd, int N, int C) {
+    extern __shared__ __align__(16) unsigned char ln_smem[];
+    float *red = reinterpret_cast<float *>(ln_smem);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float dw[K][8], db[K][8];
+#pragma unroll
+    for (int k = 0; k < K; k++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) dw[k][i] = db[k][i] = 0.0f;
+
+    for (int row = blockIdx.x * LN_BWD_WARPS + warp; row < N; row += gridDim.x * LN_BWD_WARPS) {
+        size_t base = (size_t)row * C;
+        float m = mean[row], s = rstd[row];
+        bf16x8 draw[K], xraw[K];
+        float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int c = (k * 32 + lane) * 8;
+            if (c >= C) continue;
+            draw[k] = load_bf16x8(dout + base + c);
+            xraw[k] = load_bf16x8(inp + base + c);
+            float d[8], x[8], w[8];
+            bf16x8_to_float(draw[k], d);
+            bf16x8_to_float(xraw[k], x);
+            bf16x8_to_float(load_bf16x8(weight + c), w);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                float dn = w[i] * d[i];
+                dnorm_sum += dn;
+                dnorm_norm_sum += dn * (x[i] - m) * s;
+            }
+        }
+        float dnorm_mean = warp_sum(dnorm_sum) / C, dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int c = (k * 32 + lane) * 8;
+            if (c >= C) continue;
+            float d[8], x[8], w[8], dx[8];
+            bf16x8_to_float(draw[k], d);
+            bf16x8_to_float(xraw[k], x);
+            bf16x8_to_float(load_bf16x8(weight + c), w);
+            bf16x8_to_float(load_bf16x8_rw(dinp + base + c), dx);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                float norm = (x[i] - m) * s;
+                dw[k][i] += norm * d[i];
+                db[k][i] += d[i];
+                dx[i] += s * (w[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean);
+            }
+            store_bf16x8(dinp + base + c, float_to_bf16x8(dx));
+        }
+    }
+    /* Two rounds through one shared buffer: dweight, then dbias. */
+#pragma unroll
+    for (int round = 0; round < 2; round++) {
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int c = (k * 32 + lane) * 8;
+            if (c >= C) continue;
+            float4 *dst = reinterpret_cast<float4 *>(red + (size_t)warp * C + c);
+            const float *v = round ? db[k] : dw[k];
+            dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+            dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+        }
+        /* Every warp's sums are in shared memory before any column is summed across warps. */
+        __syncthreads();
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            float sum = 0.0f;
+            for (int w = 0; w < LN_BWD_WARPS; w++) sum += red[(size_t)w * C + c];
+            partial[(size_t)blockIdx.x * 2 * C + round * C + c] = sum;
+        }
+        /* The sums are read before the next round overwrites the buffer. */
+        __syncthreads();
+    }
+}
+
+template <int K>
+static void launch_ln_bwd_reg(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp, const bf16 *weight,
+                              const float *mean, const float *rstd, int N, int C, cudaStream_t stream) {
+    size_t smem = (size_t)LN_BWD_WARPS * C * sizeof(float);
+    if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_reg_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+    layernorm_backward_reg_kernel<K><<<LN_BWD_BLOCKS, LN_BWD_WARPS * 32, smem, stream>>>(dinp, partial, dout, inp,
+                                                                                       weight, mean, rstd, N, C);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* Shared memory: per warp, dweight then dbias partials (2·C floats). For C > 2048. */
 __global__ void __launch_bounds__(LN_WARPS * 32)
     layernorm_backward_kernel(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp, const bf16 *weight,
                               const float *mean, const float *rstd, int N, int C) {
@@ -164,16 +261,28 @@ extern "C" size_t layernorm_backward_scratch_bytes(int C) {
 extern "C" void layernorm_backward(kbf16 *dinp, float *dweight, float *dbias, void *scratch, const kbf16 *dout,
                                    const kbf16 *inp, const kbf16 *weight, const float *mean, const float *rstd,
                                    int N, int C, cudaStream_t stream) {
-    size_t smem = (size_t)LN_WARPS * 2 * C * sizeof(float);
-    if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)smem));
     float *partial = (float *)scratch;
     /* The grid is fixed (not sized by N) so the summation order is the same for every N; blocks
      * beyond the rows simply contribute zeros. */
-    layernorm_backward_kernel<<<LN_BWD_BLOCKS, LN_WARPS * 32, smem, stream>>>(dinp, partial, dout, inp, weight,
-                                                                             mean, rstd, N, C);
-    CUDA_CHECK(cudaGetLastError());
+    switch ((C + 255) / 256) {
+    case 1: launch_ln_bwd_reg<1>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
+    case 2: launch_ln_bwd_reg<2>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
+    case 3: launch_ln_bwd_reg<3>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
+    case 4: launch_ln_bwd_reg<4>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
+    case 5: launch_ln_bwd_reg<5>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
+    case 6: launch_ln_bwd_reg<6>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
+    case 7: launch_ln_bwd_reg<7>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
+    case 8: launch_ln_bwd_reg<8>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
+    default: {
+        size_t smem = (size_t)LN_WARPS * 2 * C * sizeof(float);
+        if (smem > 48 * 1024)
+            CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)smem));
+        layernorm_backward_kernel<<<LN_BWD_BLOCKS, LN_WARPS * 32, smem, stream>>>(dinp, partial, dout, inp, weight,
+                                                                                 mean, rstd, N, C);
+        CUDA_CHECK(cudaGetLastError());
+    }
+    }
     layernorm_backward_reduce_kernel<<<ceil_div_u(C, 256), 256, 0, stream>>>(dweight, dbias, partial,
                                                                              LN_BWD_BLOCKS, C);
     CUDA_CHECK(cudaGetLastError());

@@ -307,6 +307,7 @@ TEST(kernels_residual_layernorm_matches_cpu_and_backward_is_deterministic) {
     layernorm_case(7, 1000, 0);
     layernorm_case(5 * 7, 1600, 1);
     layernorm_case(2048, 264, 1);
+    layernorm_case(33, 2304, 1); /* C > 2048: the shared-memory backward */
 }
 
 /* ---- GELU and bias gradient ------------------------------------------------------------- */

@@ -1,0 +1,44 @@
+"""dev/bench_attention_torch.py - PyTorch's scaled_dot_product_attention (flash backend, causal,
+bf16) at the shapes dev/bench_kernels.cu times, for a side-by-side with kernels/attention.cu.
+
+Run on the device: python3 dev/bench_attention_torch.py [B]. Medians of CUDA-event timings."""
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def median_ms(fn, reps=20, warmup=3):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    B, T, C = (int(sys.argv[1]) if len(sys.argv) > 1 else 16), 1024, 768
+    for hs in (64, 128):
+        nh = C // hs
+        q, k, v = (torch.randn(B, nh, T, hs, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        dout = torch.randn(B, nh, T, hs, device="cuda", dtype=torch.bfloat16)
+        flops = 2.0 * B * nh * T * T * hs  # causal forward: 4·B·NH·T²·HS / 2
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            fwd = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            bwd = median_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+        print(f"torch sdpa flash HS={hs:3d} B={B} T={T}: fwd {fwd:.3f} ms ({flops / fwd / 1e9:.1f} TFLOP/s), "
+              f"bwd {bwd:.3f} ms ({2.5 * flops / bwd / 1e9:.1f} TFLOP/s, FA2 count)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+/* dev/bench_kernels.cu - times the launchers of kernels/kernels.h at GPT-2 124M shapes (d=768,
+ * T=1024) and prints, per kernel, the median time, the rate, and the floor from METHOD.md's two
+ * numbers (FLOPs at the measured bf16 GEMM rate, bytes at the measured copy rate).
+ *
+ * Build (on the device; links the same objects the trainer does):
+ *   make build/run_gpu_tests && nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I. \
+ *     dev/bench_kernels.cu build/kernels/{encoder,layernorm,attention,gelu,matmul,adamw}.cu.o \
+ *     -lcublasLt -lcublas -lcudart -o build/bench_kernels && ./build/bench_kernels [B [section]]
+ * (dev/kernels_device_run.sh does this, plus the tests and the attention variants.)
+ * Inputs are random (never zeros), medians of 20 runs after 3 warm-ups, CUDA events. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_bf16.h>
+
+#include "kernels/cuda_check.h"
+#include "kernels/kernels.h"
+
+typedef __nv_bfloat16 bf16;
+
+/* Deterministic pseudo-random fill on the device: uniform in [-a, a]. */
+__global__ void fill_bf16_kernel(bf16 *x, size_t n, float a, uint32_t seed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
+    x[i] = __float2bfloat16(a * ((h & 0xFFFFFF) / 8388608.0f - 1.0f));
+}
+__global__ void fill_f32_kernel(float *x, size_t n, float a, uint32_t seed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
+    x[i] = a * ((h & 0xFFFFFF) / 8388608.0f - 1.0f);
+}
+__global__ void square_kernel(float *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = x[i] * x[i];
+}
+__global__ void fill_tokens_kernel(int *x, size_t n, int V, uint32_t seed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15;
+    x[i] = (int)(h % (uint32_t)V);
+}
+
+static uint32_t g_seed = 1234;
+static bf16 *rand_bf16(size_t n, float a) {
+    bf16 *p;
+    CUDA_CHECK(cudaMalloc(&p, n * 2));
+    fill_bf16_kernel<<<(unsigned)((n + 255) / 256), 256>>>(p, n, a, g_seed++);
+    CUDA_CHECK(cudaGetLastError());
+    return p;
+}
+static float *rand_f32(size_t n, float a) {
+    float *p;
+    CUDA_CHECK(cudaMalloc(&p, n * 4));
+    fill_f32_kernel<<<(unsigned)((n + 255) / 256), 256>>>(p, n, a, g_seed++);
+    CUDA_CHECK(cudaGetLastError());
+    return p;
+}
+static void *dmalloc(size_t bytes) {
+    void *p;
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    return p;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static cudaEvent_t ev0, ev1;
+#define REPS 20
+/* Median ms of REPS runs of `body` (a statement), after 3 warm-ups. */
+#define TIME_MS(result, body)                                   \
+    do {                                                        \
+        for (int w_ = 0; w_ < 3; w_++) { body; }                \
+        float t_[REPS];                                         \
+        for (int r_ = 0; r_ < REPS; r_++) {                     \
+            CUDA_CHECK(cudaEventRecord(ev0, 0));                \
+            body;                                               \
+            CUDA_CHECK(cudaEventRecord(ev1, 0));                \
+            CUDA_CHECK(cudaEventSynchronize(ev1));              \
+            CUDA_CHECK(cudaEventElapsedTime(&t_[r_], ev0, ev1)); \
+        }                                                       \
+        qsort(t_, REPS, sizeof(float), cmp_float);              \
+        result = t_[REPS / 2];                                  \
+    } while (0)
+
+static double g_gemm_tflops = 700.0, g_copy_gbs = 3000.0; /* replaced by the measured ceilings */
+
+static void row(const char *name, float ms, double flops, double bytes) {
+    double floor_ms = 1e3 * (flops / (g_gemm_tflops * 1e12) > bytes / (g_copy_gbs * 1e9)
+                                 ? flops / (g_gemm_tflops * 1e12)
+                                 : bytes / (g_copy_gbs * 1e9));
+    printf("%-44s %9.3f ms %8.1f TFLOP/s %8.0f GB/s   floor %7.3f ms (%4.0f%%)\n", name, ms,
+           flops / (ms * 1e-3) / 1e12, bytes / (ms * 1e-3) / 1e9, floor_ms, 100.0 * floor_ms / ms);
+}
+
+int main(int argc, char **argv) {
+    int B = argc > 1 ? atoi(argv[1]) : 16, T = 1024, C = 768, NH = 12, Vp = 50304;
+    const char *only = argc > 2 ? argv[2] : NULL; /* run one section: encoder, layernorm, attention, matmul, optimizer */
+#define WANT(section) (!only || strcmp(only, section) == 0)
+    size_t N = (size_t)B * T;
+    CUDA_CHECK(cudaEventCreate(&ev0));
+    CUDA_CHECK(cudaEventCreate(&ev1));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs; B=%d T=%d C=%d NH=%d (N=%zu)\n", prop.name, prop.multiProcessorCount, B, T, C, NH,
+           N);
+
+    /* Ceilings: a large copy and a large bf16 GEMM, measured here. */
+    {
+        size_t n = (size_t)1 << 28; /* 512 MB of bf16 */
+        bf16 *a = rand_bf16(n, 1.0f), *b = (bf16 *)dmalloc(n * 2);
+        float ms;
+        TIME_MS(ms, CUDA_CHECK(cudaMemcpyAsync(b, a, n * 2, cudaMemcpyDeviceToDevice, 0)));
+        g_copy_gbs = 2.0 * n * 2 / (ms * 1e-3) / 1e9;
+        CUDA_CHECK(cudaFree(a));
+        CUDA_CHECK(cudaFree(b));
+        int M = 8192;
+        bf16 *x = rand_bf16((size_t)M * M, 1.0f), *w = rand_bf16((size_t)M * M, 0.01f), *y = (bf16 *)dmalloc((size_t)M * M * 2);
+        TIME_MS(ms, matmul_forward(y, NULL, x, w, NULL, M, M, M, 0));
+        g_gemm_tflops = 2.0 * M * M * (double)M / (ms * 1e-3) / 1e12;
+        printf("ceilings: copy %.0f GB/s (read+write), bf16 GEMM 8192^3 %.0f TFLOP/s (our matmul_forward)\n",
+               g_copy_gbs, g_gemm_tflops);
+        CUDA_CHECK(cudaFree(x));
+        CUDA_CHECK(cudaFree(w));
+        CUDA_CHECK(cudaFree(y));
+    }
+    printf("%-44s %12s %16s %13s   %s\n", "kernel", "median", "rate", "bandwidth", "floor (share reached)");
+
+    float ms;
+    /* Encoder. */
+    if (WANT("encoder")) {
+        int *tok = (int *)dmalloc(N * 4);
+        fill_tokens_kernel<<<(unsigned)((N + 255) / 256), 256>>>(tok, N, 50257, 7);
+        bf16 *wte = rand_bf16((size_t)Vp * C, 0.1f), *wpe = rand_bf16((size_t)T * C, 0.1f), *out = (bf16 *)dmalloc(N * C * 2);
+        float *dwte = rand_f32((size_t)Vp * C, 0.1f), *dwpe = rand_f32((size_t)T * C, 0.1f);
+        void *scratch = dmalloc(encoder_backward_scratch_bytes((int)N, Vp));
+        TIME_MS(ms, encoder_forward(out, tok, wte, wpe, B, T, C, 0));
+        row("encoder_forward", ms, N * C, 3.0 * N * C * 2);
+        TIME_MS(ms, encoder_backward(dwte, dwpe, scratch, out, tok, B, T, C, Vp, 0));
+        row("encoder_backward (sort + sums)", ms, 2.0 * N * C, 2.0 * N * C * 2 + 2.0 * (N + T) * C * 4);
+        CUDA_CHECK(cudaFree(tok)); CUDA_CHECK(cudaFree(wte)); CUDA_CHECK(cudaFree(wpe)); CUDA_CHECK(cudaFree(out));
+        CUDA_CHECK(cudaFree(dwte)); CUDA_CHECK(cudaFree(dwpe)); CUDA_CHECK(cudaFree(scratch));
+    }
+    /* LayerNorm. */
+    if (WANT("layernorm")) {
+        bf16 *a = rand_bf16(N * C, 1.0f), *b = rand_bf16(N * C, 1.0f), *w = rand_bf16(C, 1.0f), *bi = rand_bf16(C, 1.0f);
+        bf16 *res = (bf16 *)dmalloc(N * C * 2), *ln = (bf16 *)dmalloc(N * C * 2), *dinp = rand_bf16(N * C, 1.0f);
+        float *mean = (float *)dmalloc(N * 4), *rstd = (float *)dmalloc(N * 4);
+        float *dw = rand_f32(C, 1.0f), *db = rand_f32(C, 1.0f);
+        void *scratch = dmalloc(layernorm_backward_scratch_bytes(C));
+        TIME_MS(ms, residual_layernorm_forward(res, ln, mean, rstd, a, b, w, bi, (int)N, C, 0));
+        row("residual_layernorm_forward", ms, 8.0 * N * C, 4.0 * N * C * 2);
+        TIME_MS(ms, layernorm_backward(dinp, dw, db, scratch, ln, res, w, mean, rstd, (int)N, C, 0));
+        row("layernorm_backward (dinp +=)", ms, 12.0 * N * C, 4.0 * N * C * 2);
+        CUDA_CHECK(cudaFree(a)); CUDA_CHECK(cudaFree(b)); CUDA_CHECK(cudaFree(w)); CUDA_CHECK(cudaFree(bi));
+        CUDA_CHECK(cudaFree(res)); CUDA_CHECK(cudaFree(ln)); CUDA_CHECK(cudaFree(dinp)); CUDA_CHECK(cudaFree(mean));
+        CUDA_CHECK(cudaFree(rstd)); CUDA_CHECK(cudaFree(dw)); CUDA_CHECK(cudaFree(db)); CUDA_CHECK(cudaFree(scratch));
+    }
+    /* Attention, HS = 64 (GPT-2) and HS = 128. FLOPs counted as causal: half of 4·B·NH·T²·HS
+     * forward, 2.5× that backward (FA2's count; ours does 3.5× by recomputing P twice). */
+    for (int hs = 64; hs <= 128 && WANT("attention"); hs *= 2) {
+        int nh = C / hs;
+        bf16 *qkv = rand_bf16(N * 3 * C, 1.0f), *out = (bf16 *)dmalloc(N * C * 2), *dout = rand_bf16(N * C, 1.0f);
+        bf16 *dqkv = (bf16 *)dmalloc(N * 3 * C * 2);
+        float *lse = (float *)dmalloc((size_t)B * nh * T * 4);
+        void *scratch = dmalloc(attention_backward_scratch_bytes(B, T, nh));
+        double f = 2.0 * B * nh * (double)T * T * hs; /* causal: 4·B·NH·T²·HS / 2 */
+        char name[64];
+        TIME_MS(ms, attention_forward(out, lse, qkv, B, T, C, nh, 0));
+        snprintf(name, sizeof name, "attention_forward HS=%d", hs);
+        row(name, ms, f, (N * 3 * C + N * C) * 2.0);
+        TIME_MS(ms, attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, nh, 0));
+        snprintf(name, sizeof name, "attention_backward HS=%d (FA2 FLOPs)", hs);
+        row(name, ms, 2.5 * f, (N * 3 * C * 2 + N * C * 2) * 2.0);
+        CUDA_CHECK(cudaFree(qkv)); CUDA_CHECK(cudaFree(out)); CUDA_CHECK(cudaFree(dout)); CUDA_CHECK(cudaFree(dqkv));
+        CUDA_CHECK(cudaFree(lse)); CUDA_CHECK(cudaFree(scratch));
+    }
+    /* Matmuls of one GPT-2 layer. */
+    if (WANT("matmul")) {
+        bf16 *x = rand_bf16(N * 4 * C, 1.0f), *y = (bf16 *)dmalloc(N * 4 * C * 2), *pre = (bf16 *)dmalloc(N * 4 * C * 2);
+        bf16 *w = rand_bf16((size_t)4 * C * C, 0.02f), *bias = rand_bf16(4 * C, 0.02f), *dx = (bf16 *)dmalloc(N * 4 * C * 2);
+        float *dw = rand_f32((size_t)4 * C * C, 0.01f), *db = rand_f32(4 * C, 0.01f);
+        void *scratch = dmalloc(bias_backward_scratch_bytes(4 * C));
+        struct { const char *name; int C, OC, gelu; } mm[] = {
+            {"matmul qkv  768->2304 +bias", C, 3 * C, 0},
+            {"matmul attproj 768->768 +bias", C, C, 0},
+            {"matmul fc 768->3072 +bias+GELU", C, 4 * C, 1},
+            {"matmul fcproj 3072->768 +bias", 4 * C, C, 0},
+        };
+        for (int i = 0; i < 4; i++) {
+            double f = 2.0 * N * mm[i].C * mm[i].OC;
+            double by = 2.0 * (N * mm[i].C + (double)mm[i].C * mm[i].OC + N * mm[i].OC * (mm[i].gelu ? 2 : 1));
+            char name[80];
+            TIME_MS(ms, matmul_forward(y, mm[i].gelu ? pre : NULL, x, w, bias, (int)N, mm[i].C, mm[i].OC, 0));
+            snprintf(name, sizeof name, "%s fwd", mm[i].name);
+            row(name, ms, f, by);
+            /* fcproj's backward carries the dGELU epilogue (its input was gelu(pre)). */
+            int dgelu = mm[i].C == 4 * C;
+            TIME_MS(ms, matmul_backward(dx, dw, db, scratch, y, x, w, dgelu ? pre : NULL, (int)N, mm[i].C, mm[i].OC, 0));
+            snprintf(name, sizeof name, "%s bwd%s", mm[i].name, dgelu ? " +dGELU" : "");
+            row(name, ms, 2 * f, 2 * by);
+        }
+        TIME_MS(ms, gelu_forward(y, x, N * 4 * C, 0));
+        row("gelu_forward (standalone) N x 3072", ms, 20.0 * N * 4 * C, 2.0 * N * 4 * C * 2);
+        TIME_MS(ms, bias_backward(db, scratch, x, (int)N, 4 * C, 0));
+        row("bias_backward N x 3072", ms, 1.0 * N * 4 * C, 1.0 * N * 4 * C * 2);
+        CUDA_CHECK(cudaFree(x)); CUDA_CHECK(cudaFree(y)); CUDA_CHECK(cudaFree(pre)); CUDA_CHECK(cudaFree(w));
+        CUDA_CHECK(cudaFree(bias)); CUDA_CHECK(cudaFree(dx)); CUDA_CHECK(cudaFree(dw)); CUDA_CHECK(cudaFree(db));
+        CUDA_CHECK(cudaFree(scratch));
+    }
+    /* Optimizer over 124M parameters as one tensor list of GPT-2 small's sizes (approximate). */
+    if (WANT("optimizer")) {
+        size_t n = 124439808;
+        float *p = rand_f32(n, 0.02f), *g = rand_f32(n, 0.01f), *m = rand_f32(n, 0.001f), *v = rand_f32(n, 1e-6f);
+        square_kernel<<<(unsigned)((n + 255) / 256), 256>>>(v, n); /* v >= 0 */
+        CUDA_CHECK(cudaGetLastError());
+        bf16 *pb = (bf16 *)dmalloc(n * 2);
+        double *ss = (double *)dmalloc(8);
+        void *scratch = dmalloc(global_sumsq_scratch_bytes());
+        size_t off = 0, numel = n;
+        int decay = 1;
+        AdamWPlan *plan = adamw_plan_create(&off, &numel, &decay, 1);
+        TIME_MS(ms, global_sumsq(ss, scratch, g, n, 0));
+        row("global_sumsq 124M", ms, 2.0 * n, 4.0 * n);
+        int step = 1;
+        TIME_MS(ms, adamw_update(plan, p, pb, g, m, v, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step++, 0));
+        row("adamw_update 124M (fp32 master -> bf16)", ms, 15.0 * n, 30.0 * n);
+        adamw_plan_free(plan);
+        CUDA_CHECK(cudaFree(p)); CUDA_CHECK(cudaFree(g)); CUDA_CHECK(cudaFree(m)); CUDA_CHECK(cudaFree(v));
+        CUDA_CHECK(cudaFree(pb)); CUDA_CHECK(cudaFree(ss)); CUDA_CHECK(cudaFree(scratch));
+    }
+    matmul_free();
+    printf("done\n");
+    return 0;
+}
