@@ -4,7 +4,7 @@
  * Shapes: H [N x d] bf16, W [V x d] bf16 (rows >= V are never read), targets [N] int32 (-1 ignored),
  * d % 64 == 0. G = 2 N V d FLOPs (one logits-sized GEMM).
  *
- * Forward (1G), fused_tile_kernel<MODE_STATS>: a CTA of 256 threads (8 warps as 4 x 2) owns 128
+ * Forward (1G), tile_kernel_mma<MODE_STATS>: a CTA of 256 threads (8 warps as 4 x 2) owns 128
  * rows and sweeps a window of the vocabulary in tiles of 128 columns; per tile the K loop over d
  * runs in 64-wide chunks through a 3-stage cp.async pipeline into swizzled shared memory, ldmatrix
  * and mma.sync m16n8k16 (bf16 in, fp32 accumulate). The 128 x 128 logit tile stays in registers
@@ -18,7 +18,7 @@
  * Bytes: H once per tile from L2; W once per row-block group; no logits. O(N) floats written.
  *
  * Backward (3G), per chunk of Nc rows and window of w columns (Megatron's scheme, the notes'
- * option 1): fused_tile_kernel<MODE_DZ> recomputes the logits of the window and writes
+ * option 1): tile_kernel_mma<MODE_DZ> recomputes the logits of the window and writes
  * dZ = (softmax - onehot) * scale in bf16 (p - 1 at the target in fp32, one rounding) to a
  * [Nc x w] workspace; then cuBLASLt adds dH_chunk (fp32 workspace) += dZ . W_window and
  * dW_window (fp32, the caller's) += dZ^T . H_chunk. Every element of dW and dH is summed in a fixed
@@ -117,7 +117,7 @@ __device__ __forceinline__ void load_stage(const TileArgs &a, bf16 *sA, bf16 *sB
 
 /* acc[mi][ni][e]: row wm*32 + mi*16 + (lane>>2) + 8*(e>>1), column wn*64 + ni*8 + (lane&3)*2 + (e&1) */
 template <int MODE>
-__global__ void __launch_bounds__(THREADS, 2) fused_tile_kernel(const TileArgs a) {
+__global__ void __launch_bounds__(THREADS, 2) tile_kernel_mma(const TileArgs a) {
     extern __shared__ __align__(128) unsigned char smem[];
     bf16 *sA = reinterpret_cast<bf16 *>(smem);
     bf16 *sB = sA + STAGES * BM * BK;
@@ -308,6 +308,248 @@ __global__ void __launch_bounds__(THREADS, 2) fused_tile_kernel(const TileArgs a
     }
 }
 
+/* ---- Hopper tile kernel (sm_90a): wgmma ------------------------------------------------------ */
+/* Same job, layout and epilogues as tile_kernel_mma, on a 128 x 256 tile: two warpgroups, each
+ * issuing wgmma m64n256k16 for 64 of the rows straight from shared memory (the swizzle above is
+ * exactly wgmma's 128-byte swizzle when a tile starts on a 1024-byte boundary). A 4-stage cp.async
+ * ring, loads issued two stages ahead, one wgmma group in flight while the next stage's copies are
+ * issued. The 64 x 256 accumulator is 128 fp32 registers per thread; each row belongs to the 4
+ * threads of one quad, so the end-of-window merge is two shuffles. */
+
+#define WBM 128
+#define WBN 256
+#define WSTAGES 4
+#define W_A_BYTES (WBM * BK * 2)                    /* 16 KiB */
+#define W_STAGE_BYTES (W_A_BYTES + WBN * BK * 2)    /* 48 KiB */
+#define W_SMEM_BYTES (WSTAGES * W_STAGE_BYTES + 1024) /* + slack to align the ring to 1024 B */
+
+/* D[64 x 256] (+)= A[64 x 16] . B[256 x 16]^T, both K-major in 128-byte-swizzled shared memory;
+ * accumulate when scale_d != 0, overwrite when 0. d[i*4 + e]: row (warp%4)*16 + lane/4 + 8*(e>>1),
+ * column i*8 + (lane%4)*2 + (e&1). */
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+    __trap(); /* only the sm_90a build has wgmma; the host never launches this kernel elsewhere */
+#endif
+}
+
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int n> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(n) : "memory");
+}
+/* keeps the compiler from moving accumulator reads or writes across the asynchronous wgmma */
+__device__ __forceinline__ void fence_acc(float (&d)[128]) {
+#pragma unroll
+    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* cp.async writes through the generic proxy, wgmma reads through the async proxy */
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+/* K-major operand, 128-byte swizzle: 8-row atoms of 1024 B (stride byte offset 1024); the leading
+ * byte offset is unused for this layout (16 by convention). */
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(16 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+
+__device__ __forceinline__ void load_stage_w(const TileArgs &a, uint32_t sA, uint32_t sB, int64_t row0,
+                                             int64_t col0, int k0, int tid) {
+#pragma unroll
+    for (int i = 0; i < (WBM * BK / 8) / THREADS; i++) {
+        int c = tid + i * THREADS, r = c >> 3, ch = c & 7;
+        int64_t gr = row0 + r;
+        bool v = gr < a.row_end;
+        cp_async16(sA + 2 * swz(r, ch), a.H + (v ? gr : a.row_begin) * a.d + k0 + ch * 8, v ? 16 : 0);
+    }
+#pragma unroll
+    for (int i = 0; i < (WBN * BK / 8) / THREADS; i++) {
+        int c = tid + i * THREADS, r = c >> 3, ch = c & 7;
+        int64_t gc = col0 + r;
+        bool v = gc < a.col_end;
+        cp_async16(sB + 2 * swz(r, ch), a.W + (v ? gc : 0) * a.d + k0 + ch * 8, v ? 16 : 0);
+    }
+}
+
+template <int MODE>
+__global__ void __launch_bounds__(THREADS, 1) tile_kernel_wgmma(const TileArgs a) {
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t ring = (smem_u32(smem_raw) + 1023) & ~1023u;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wg = warp >> 2, wq = warp & 3; /* warpgroup (64 rows each), warp within it (16 rows) */
+    const int64_t win = MODE == MODE_STATS ? blockIdx.x : blockIdx.y;
+    const int64_t rb = MODE == MODE_STATS ? blockIdx.y : blockIdx.x;
+    const int64_t row0 = a.row_begin + rb * WBM;
+    const int64_t ntiles = (a.col_end - a.col_begin + WBN - 1) / WBN;
+    const int64_t t0 = win * a.tiles_per_cta;
+    const int64_t t1 = min(t0 + (int64_t)a.tiles_per_cta, ntiles);
+    const int KT = a.d / BK;
+    const int iters = (int)(t1 - t0) * KT;
+
+    int tgt[2];
+    float m_run[2], a_run[2], lse2[2];
+    int64_t rows[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        rows[h] = row0 + wg * 64 + wq * 16 + (lane >> 2) + h * 8;
+        bool in = rows[h] < a.row_end;
+        tgt[h] = in ? a.targets[rows[h]] : -1;
+        m_run[h] = -INFINITY;
+        a_run[h] = 0.0f;
+        lse2[h] = (MODE == MODE_DZ && in) ? a.lse[rows[h]] * L2E : 0.0f;
+    }
+    const float gscale = MODE == MODE_DZ ? a.scalars[1] : 0.0f;
+
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+
+    int ld_kc = 0, ld_stage = 0;
+    int64_t ld_col0 = a.col_begin + t0 * WBN;
+#pragma unroll
+    for (int s = 0; s < WSTAGES - 2; s++) {
+        if (s < iters) {
+            const uint32_t base = ring + ld_stage * W_STAGE_BYTES;
+            load_stage_w(a, base, base + W_A_BYTES, row0, ld_col0, ld_kc * BK, tid);
+            if (++ld_kc == KT) ld_kc = 0, ld_col0 += WBN;
+            ld_stage++;
+        }
+        cp_async_commit();
+    }
+
+    int stage = 0, it = 0;
+    for (int64_t tile_col0 = a.col_begin + t0 * WBN; tile_col0 < a.col_begin + t1 * WBN; tile_col0 += WBN) {
+        /* a plain inner K loop (not one flattened loop with a conditional epilogue): ptxas then
+         * sees the accumulators stay in flight only along the chain of wgmma and inserts no waits */
+        for (int kc = 0; kc < KT; kc++, it++) {
+            /* Stage `it` has landed (this thread's copies), is made visible to the async proxy
+             * and, by the barrier, to every thread. Every thread waited for its wgmma group it-2
+             * before the barrier, so the stage loaded below (it+2's, which held it-2) is free. */
+            cp_async_wait<WSTAGES - 3>();
+            fence_proxy_async();
+            __syncthreads();
+            if (it + WSTAGES - 2 < iters) {
+                const uint32_t base = ring + ld_stage * W_STAGE_BYTES;
+                load_stage_w(a, base, base + W_A_BYTES, row0, ld_col0, ld_kc * BK, tid);
+                if (++ld_kc == KT) ld_kc = 0, ld_col0 += WBN;
+                ld_stage = ld_stage + 1 == WSTAGES ? 0 : ld_stage + 1;
+            }
+            cp_async_commit();
+
+            const uint32_t sA = ring + stage * W_STAGE_BYTES + wg * (64 * BK * 2);
+            const uint32_t sB = ring + stage * W_STAGE_BYTES + W_A_BYTES;
+            fence_acc(acc);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++)
+                wgmma_m64n256k16(acc, smem_desc(sA + kk * 32), smem_desc(sB + kk * 32), (kc | kk) != 0);
+            wgmma_commit();
+            stage = stage + 1 == WSTAGES ? 0 : stage + 1;
+            wgmma_wait<1>();
+            fence_acc(acc);
+        }
+        wgmma_wait<0>();
+        fence_acc(acc);
+
+        /* ---- epilogue of one 128 x 256 logit tile; the next tile starts with scale_d = 0 ---- */
+        const int64_t cbase = tile_col0 + (lane & 3) * 2;
+        const bool full = tile_col0 + WBN <= a.col_end;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int t = tgt[h];
+            if (MODE == MODE_STATS) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int i = 0; i < 32; i++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        if (full || cbase + i * 8 + j < a.col_end) mx = fmaxf(mx, acc[i * 4 + h * 2 + j]);
+                    }
+                const float mn = fmaxf(m_run[h], mx);
+                const float mu2 = (mn == -INFINITY ? 0.0f : mn) * L2E;
+                float s0 = a_run[h] * exp2f(fmaf(m_run[h], L2E, -mu2)), s1 = 0.0f;
+                if (full) {
+#pragma unroll
+                    for (int i = 0; i < 32; i++) {
+                        s0 += exp2f(fmaf(acc[i * 4 + h * 2], L2E, -mu2));
+                        s1 += exp2f(fmaf(acc[i * 4 + h * 2 + 1], L2E, -mu2));
+                    }
+                } else { /* the last tile: columns past V add nothing */
+#pragma unroll
+                    for (int i = 0; i < 32; i++) {
+                        if (cbase + i * 8 < a.col_end) s0 += exp2f(fmaf(acc[i * 4 + h * 2], L2E, -mu2));
+                        if (cbase + i * 8 + 1 < a.col_end) s1 += exp2f(fmaf(acc[i * 4 + h * 2 + 1], L2E, -mu2));
+                    }
+                }
+                a_run[h] = s0 + s1;
+                m_run[h] = mn;
+                if (t >= tile_col0 && t < tile_col0 + WBN) { /* rare: the target is in this tile */
+#pragma unroll
+                    for (int i = 0; i < 32; i++)
+#pragma unroll
+                        for (int j = 0; j < 2; j++)
+                            if (cbase + i * 8 + j == t) a.zt[rows[h]] = acc[i * 4 + h * 2 + j];
+                }
+            } else if (rows[h] < a.row_end) {
+                const float sc = t == -1 ? 0.0f : gscale;
+                bf16 *out = a.dz + (rows[h] - a.row_begin) * a.ldz + (cbase - a.col_begin);
+#pragma unroll
+                for (int i = 0; i < 32; i++) {
+                    float g[2];
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        const int64_t col = cbase + i * 8 + j;
+                        float p = exp2f(fmaf(acc[i * 4 + h * 2 + j], L2E, -lse2[h]));
+                        g[j] = (p - (col == t ? 1.0f : 0.0f)) * sc;
+                        if (!full && col >= a.col_end) g[j] = 0.0f; /* padding of the window */
+                    }
+                    *reinterpret_cast<__nv_bfloat162 *>(out + i * 8) = __floats2bfloat162_rn(g[0], g[1]);
+                }
+            }
+        }
+    }
+
+    if (MODE == MODE_STATS) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float m = m_run[h], s = a_run[h];
+#pragma unroll
+            for (int off = 1; off <= 2; off <<= 1) {
+                float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, s, off);
+                float mn = fmaxf(m, m2), mu = mn == -INFINITY ? 0.0f : mn;
+                s = s * exp2f((m - mu) * L2E) + s2 * exp2f((m2 - mu) * L2E);
+                m = mn;
+            }
+            if ((lane & 3) == 0 && rows[h] < a.row_end) {
+                a.win_m[win * a.stats_ld + (rows[h] - a.row_begin)] = m;
+                a.win_a[win * a.stats_ld + (rows[h] - a.row_begin)] = s;
+            }
+        }
+    }
+}
+
 /* lse = M + log sum_w a_w exp(m_w - M) over the windows, loss = lse - z_target (0 if ignored). */
 __global__ void fused_merge_kernel(const float *win_m, const float *win_a, int nwin, int64_t ld, const float *zt,
                                    const int32_t *targets, int64_t N, float *lse_out, float *lse_user,
@@ -339,24 +581,48 @@ __global__ void cast_rows_kernel(bf16 *out, const float *in, int64_t n8) {
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t rup(int64_t a, int64_t b) { return cdiv(a, b) * b; }
 
-int outl_fused_slots_per_sm(void) {
-    static int cached = 0;
-    if (!cached) {
-        CUDA_CHECK(cudaFuncSetAttribute(fused_tile_kernel<MODE_STATS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        SMEM_BYTES));
-        CUDA_CHECK(cudaFuncSetAttribute(fused_tile_kernel<MODE_DZ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        SMEM_BYTES));
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cached, fused_tile_kernel<MODE_STATS>, THREADS,
-                                                                 SMEM_BYTES));
-        if (cached < 1) cached = 1;
+/* The two tile kernels: wgmma on Hopper (the default there), mma.sync everywhere else (and on
+ * Hopper when output_layer_force_portable_kernels(1), for tests and benchmarks). */
+typedef struct {
+    int bn, smem, slots_per_sm;
+    void (*stats)(TileArgs);
+    void (*dz)(TileArgs);
+} Variant;
+
+static int g_force_portable;
+void output_layer_force_portable_kernels(int on) { g_force_portable = on; }
+
+static const Variant *variant(int portable) {
+    static Variant v[2];
+    static int ready, major;
+    if (!ready) {
+        int dev;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        v[0] = (Variant){BN, SMEM_BYTES, 0, tile_kernel_mma<MODE_STATS>, tile_kernel_mma<MODE_DZ>};
+        v[1] = (Variant){WBN, W_SMEM_BYTES, 0, tile_kernel_wgmma<MODE_STATS>, tile_kernel_wgmma<MODE_DZ>};
+        for (int k = 0; k < (major == 9 ? 2 : 1); k++) {
+            CUDA_CHECK(cudaFuncSetAttribute(v[k].stats, cudaFuncAttributeMaxDynamicSharedMemorySize, v[k].smem));
+            CUDA_CHECK(cudaFuncSetAttribute(v[k].dz, cudaFuncAttributeMaxDynamicSharedMemorySize, v[k].smem));
+            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v[k].slots_per_sm, v[k].stats, THREADS,
+                                                                     v[k].smem));
+            if (v[k].slots_per_sm < 1) v[k].slots_per_sm = 1;
+        }
+        ready = 1;
     }
-    return cached;
+    return &v[(major == 9 && !portable) ? 1 : 0];
+}
+
+/* the larger of the two, for bounds that must hold whichever kernel runs */
+int outl_fused_slots_per_sm(void) {
+    int a = variant(1)->slots_per_sm, b = variant(0)->slots_per_sm;
+    return a > b ? a : b;
 }
 
 /* Forward windows: at least two waves of CTAs, few enough rows in flight that their H blocks stay
  * in L2, then the count (within +8) whose last wave is fullest. Returns tiles per CTA. */
-static int64_t forward_tiles_per_cta(int64_t N, int64_t V, int d, int slots, int64_t *nwin_out) {
-    const int64_t rb = cdiv(N, BM), ntiles = cdiv(V, BN);
+static int64_t forward_tiles_per_cta(int64_t N, int64_t V, int d, int slots, int bn, int64_t *nwin_out) {
+    const int64_t rb = cdiv(N, BM), ntiles = cdiv(V, bn);
     int64_t nmin = cdiv(2 * (int64_t)slots, rb);
     int64_t l2min = cdiv((int64_t)slots * BM * d * 2, L2_H_BUDGET);
     if (l2min > nmin) nmin = l2min;
@@ -384,19 +650,21 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots) {
     if (rows < BM) rows = BM;
     if (rows > rup(max_N, BM)) rows = rup(max_N, BM);
     s.chunk_rows = rows;
+    /* windows are whole tiles of either kernel (256 columns) */
     int64_t cols = DZ_BUDGET_ELEMS / rows;
     if (cols > MAX_WINDOW_COLS) cols = MAX_WINDOW_COLS;
-    cols = cols / BN * BN;
-    if (cols < BN) cols = BN;
-    if (cols > rup(V, BN)) cols = rup(V, BN);
+    cols = cols / WBN * WBN;
+    if (cols < WBN) cols = WBN;
+    if (cols > rup(V, WBN)) cols = rup(V, WBN);
     s.window_cols = cols;
     return s;
 }
 
 void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream) {
     const int64_t N = a->N, V = L->V;
+    const Variant *k = variant(g_force_portable);
     int64_t nwin;
-    const int64_t tpc = forward_tiles_per_cta(N, V, L->d, L->fused_slots, &nwin);
+    const int64_t tpc = forward_tiles_per_cta(N, V, L->d, L->sms * k->slots_per_sm, k->bn, &nwin);
     if (nwin * N > L->fs.stats_elems) {
         fprintf(stderr, "error: output layer: internal: %lld windows x %lld rows exceed the statistics workspace\n",
                 (long long)nwin, (long long)N);
@@ -408,7 +676,7 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     t.tiles_per_cta = (int)tpc, t.d = L->d;
     t.win_m = L->win_m, t.win_a = L->win_a, t.stats_ld = N, t.zt = L->zt;
     dim3 grid((unsigned)nwin, (unsigned)cdiv(N, BM));
-    fused_tile_kernel<MODE_STATS><<<grid, THREADS, SMEM_BYTES, stream>>>(t);
+    k->stats<<<grid, THREADS, k->smem, stream>>>(t);
     CUDA_CHECK(cudaGetLastError());
     fused_merge_kernel<<<(unsigned)cdiv(N, 256), 256, 0, stream>>>(L->win_m, L->win_a, (int)nwin, N, L->zt,
                                                                    a->targets, N, L->lse, a->row_lse, row_loss);
@@ -417,11 +685,12 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
 
 void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream) {
     const int64_t N = a->N, V = L->V, d = L->d;
+    const Variant *k = variant(g_force_portable);
     /* balanced chunks and windows, each no larger than the workspace was sized for */
     const int64_t nchunks = cdiv(N, L->fs.chunk_rows);
     const int64_t rows = rup(cdiv(N, nchunks), BM);
     const int64_t nwins = cdiv(V, L->fs.window_cols);
-    const int64_t cols = rup(cdiv(V, nwins), BN);
+    const int64_t cols = rup(cdiv(V, nwins), WBN);
     const bf16 *H = (const bf16 *)a->H, *W = (const bf16 *)a->W;
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t nr = min(rows, N - r0);
@@ -432,8 +701,8 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
             t.row_begin = r0, t.row_end = r0 + nr, t.col_begin = c0, t.col_end = c0 + nc;
             t.tiles_per_cta = 1, t.d = (int)d;
             t.lse = L->lse, t.scalars = L->scalars, t.dz = L->dz, t.ldz = cols;
-            dim3 grid((unsigned)cdiv(nr, BM), (unsigned)cdiv(nc, BN));
-            fused_tile_kernel<MODE_DZ><<<grid, THREADS, SMEM_BYTES, stream>>>(t);
+            dim3 grid((unsigned)cdiv(nr, BM), (unsigned)cdiv(nc, k->bn));
+            k->dz<<<grid, THREADS, k->smem, stream>>>(t);
             CUDA_CHECK(cudaGetLastError());
             /* dH_chunk^T [d x nr] (=/+=) (W_window stored d x nc) . (dZ stored nc x nr, ld cols) */
             outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, nc, W + c0 * d, d, L->dz, cols, L->dh_acc, CUDA_R_32F, d,

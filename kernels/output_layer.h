@@ -83,6 +83,10 @@ int output_layer_forward_backward(OutputLayer *layer, const OutputLayerArgs *arg
 
 const char *output_layer_kind_name(OutputLayerKind kind); /* "fused" / "canonical" */
 
+/* Development switch (tests, benchmarks): 1 makes the fused layer use its portable mma.sync tile
+ * kernel even on Hopper, where it otherwise uses the wgmma one. Takes effect at the next call. */
+void output_layer_force_portable_kernels(int on);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,8 +4,9 @@
  * The reference reads the same bf16-rounded H and W as the GPU, so the only differences are the
  * GPU's fp32 arithmetic and the bf16 rounding of dZ and dH. Tolerances (issue 5): loss relative
  * error <= 1e-5, dH and dW relative L2 <= 2e-3 for the fused layer. The canonical layer keeps its
- * logits in bf16 (as llm.c does), which costs about 1e-3 on logits of size 10: it gets 1e-4 and
- * 5e-3, and the two layers must agree to that. */
+ * logits in bf16 (as llm.c does), which costs up to 2e-3 on a row's loss or log-sum-exp: it gets
+ * 5e-3 for both, and the two layers must agree to that. On Hopper the fused layer runs its wgmma
+ * kernel; the fused_portable_* tests run its mma.sync kernel on the same checks. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -264,7 +265,7 @@ static void check_case(OutputLayerKind kind, Case c, double tol_loss, double tol
 
 #define FUSED_LOSS_TOL 1e-5
 #define FUSED_GRAD_TOL 2e-3
-#define CANON_LOSS_TOL 1e-4
+#define CANON_LOSS_TOL 5e-3 /* a bf16 logit is off by up to 2^-9 of itself, and so is one row's loss */
 #define CANON_GRAD_TOL 5e-3
 
 /* ---- the fused layer against fp64 ---------------------------------------------------------- */
@@ -302,6 +303,22 @@ TEST(fused_output_extreme_logits_beyond_80) {
 TEST(fused_output_sum_reduction_with_grad_scale) {
     check_case(OUTPUT_LAYER_FUSED, Case{300, 5000, 192, 3.0, 0.2, OUTPUT_REDUCE_SUM, 0.25f}, FUSED_LOSS_TOL,
                FUSED_GRAD_TOL);
+}
+
+/* the portable (mma.sync) tile kernel on the same checks */
+TEST(fused_portable_kernel_1000_rows_50257_words_with_ignored) {
+    output_layer_force_portable_kernels(1);
+    check_case(OUTPUT_LAYER_FUSED, Case{1000, 50257, 128, 2.0, 0.1, OUTPUT_REDUCE_MEAN, 1.0f}, FUSED_LOSS_TOL,
+               FUSED_GRAD_TOL);
+    output_layer_force_portable_kernels(0);
+}
+
+TEST(fused_portable_kernel_extreme_logits_and_tiny_shapes) {
+    output_layer_force_portable_kernels(1);
+    check_case(OUTPUT_LAYER_FUSED, Case{1000, 1000, 128, 40.0, 0.1, OUTPUT_REDUCE_MEAN, 1.0f}, FUSED_LOSS_TOL,
+               FUSED_GRAD_TOL);
+    check_case(OUTPUT_LAYER_FUSED, Case{7, 1, 64, 2.0, 0.3, OUTPUT_REDUCE_SUM, 2.0f}, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
+    output_layer_force_portable_kernels(0);
 }
 
 /* ---- the canonical layer against fp64 ------------------------------------------------------ */
@@ -365,6 +382,11 @@ static void check_deterministic(OutputLayerKind kind) {
 }
 
 TEST(fused_output_is_bitwise_deterministic) { check_deterministic(OUTPUT_LAYER_FUSED); }
+TEST(fused_portable_kernel_is_bitwise_deterministic) {
+    output_layer_force_portable_kernels(1);
+    check_deterministic(OUTPUT_LAYER_FUSED);
+    output_layer_force_portable_kernels(0);
+}
 TEST(canonical_output_is_bitwise_deterministic) { check_deterministic(OUTPUT_LAYER_CANONICAL); }
 
 TEST(output_dW_is_added_to_not_overwritten) {
