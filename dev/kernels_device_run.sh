@@ -18,22 +18,30 @@ $NV dev/bench_kernels.cu $MINE build/kernels/attention.cu.o $LIBS -o build/bench
 grep -E "^  kernels|passed|FAILED|^    tests" "$OUT/tests.log"
 ./build/bench_kernels "${B:-16}" 2>&1 | tee "$OUT/bench.log"
 
-# Attention variants: "name:flags".
-for v in "A:" "B:-DATT_FWD64_MINB=4 -DATT_BWD64_MINB=3" "C:-DATT_FWD64_MINB=4 -DATT_BWD64_MINB=3 -DATT_BQ64=32" \
-         "D:-DATT_BWD64_MINB=4 -DATT_BQ64=32"; do
-    name=${v%%:*}
-    flags=${v#*:}
+# Variants, each "name|source|nvcc flags|test filter|bench section": one object rebuilt from
+# `source` with `flags` replaces the default one; its tests and its bench section run.
+VARIANTS=(
+    "att_uncapped|kernels/attention.cu|-DATT_BWD64_MINB=1|kernels_attention|attention"
+    "bgrad_by_kernel|kernels/matmul.cu|-DMATMUL_FUSED_BGRAD=0|kernels_matmul|matmul"
+    "ln_prev|build/variants/layernorm_prev.cu||kernels_residual_layernorm|layernorm"
+)
+for v in "${VARIANTS[@]}"; do
+    IFS='|' read -r name src flags filter section <<< "$v"
+    base=$(basename "$src" .cu); base=${base%_prev}
+    others=$(echo "$MINE build/kernels/attention.cu.o" | tr ' ' '\n' | grep -v "/$base.cu.o" | tr '\n' ' ')
     # PREBUILT=1: the variants were built on the host beside (same nvcc), to save device time.
     if [ "${PREBUILT:-0}" != 1 ]; then
-        $NV $flags -c kernels/attention.cu -o build/variants/att_$name.o || continue
-        $NV dev/bench_kernels.cu $MINE build/variants/att_$name.o $LIBS -o build/variants/bench_$name || continue
-        $NV -Xcompiler -fopenmp build/tests/test_kernels_gpu.cu.o build/tests/runner.o $HOST $MINE \
-            build/variants/att_$name.o $LIBS -lm -o build/variants/tests_$name || continue
+        $NV $flags -c "$src" -o build/variants/$name.o || continue
+        $NV dev/bench_kernels.cu $others build/variants/$name.o $LIBS -o build/variants/bench_$name || continue
+        $NV -Xcompiler -fopenmp build/tests/test_kernels_gpu.cu.o build/tests/runner.o $HOST $others \
+            build/variants/$name.o $LIBS -lm -o build/variants/tests_$name || continue
     fi
-    res=$(./build/variants/tests_$name kernels_attention 2>>"$OUT/variants_tests.log" | tail -1)
-    echo "variant $name [$flags] tests: $res" | tee -a "$OUT/variants.log"
-    ./build/variants/bench_$name "${B:-16}" attention 2>&1 | grep attention_ | tee -a "$OUT/variants.log"
+    res=$(./build/variants/tests_$name "$filter" 2>>"$OUT/variants_tests.log" | tail -1)
+    echo "variant $name [$src $flags] tests: $res" | tee -a "$OUT/variants.log"
+    ./build/variants/bench_$name "${B:-16}" "$section" 2>&1 | grep -v "^device\|^ceilings\|^kernel \|^done" | tee -a "$OUT/variants.log"
 done
+echo "default build, second bench run (spread):" | tee -a "$OUT/variants.log"
+./build/bench_kernels "${B:-16}" 2>&1 | grep -v "^device\|^kernel \|^done" | tee -a "$OUT/variants.log"
 timeout 150 compute-sanitizer --tool memcheck --leak-check no ./build/run_gpu_tests kernels > "$OUT/memcheck.log" 2>&1
 echo "memcheck (rc $?): $(grep -E 'ERROR SUMMARY|passed' "$OUT/memcheck.log" | tr '\n' ' ')" | tee -a "$OUT/variants.log"
 python3 dev/bench_attention_torch.py "${B:-16}" 2>&1 | tee "$OUT/torch.log"

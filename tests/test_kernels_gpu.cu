@@ -194,6 +194,7 @@ static void encoder_case(int B, int T, int C, int Vp, int skewed) {
     bf16 *d_dout = up_bf16(dout, (size_t)N * C);
     void *scratch = dalloc(encoder_backward_scratch_bytes(N, Vp));
     for (int run = 0; run < 2; run++) {
+        poison(scratch, encoder_backward_scratch_bytes(N, Vp)); /* scratch contents must not matter */
         float *d_dwte = up_f32(dwte0, (size_t)Vp * C), *d_dwpe = up_f32(dwpe0, (size_t)T * C);
         encoder_backward(d_dwte, d_dwpe, scratch, d_dout, d_inp, B, T, C, Vp, 0);
         dsync();
@@ -275,6 +276,7 @@ static void layernorm_case(int N, int C, int with_residual) {
     void *scratch = dalloc(layernorm_backward_scratch_bytes(C));
     float *dinp_g[2], *dw_g[2], *db_g[2];
     for (int run = 0; run < 2; run++) {
+        poison(scratch, layernorm_backward_scratch_bytes(C));
         bf16 *d_dinp = up_bf16(dinp0, nc);
         float *d_dw = up_f32(dw0, C), *d_db = up_f32(db0, C);
         layernorm_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_inp, d_w, d_meanr, d_rstdr, N, C, 0);
@@ -357,6 +359,7 @@ TEST(kernels_gelu_and_bias_backward_match_cpu) {
         bf16 *d_dout = up_bf16(dout, nn);
         void *scratch = dalloc(bias_backward_scratch_bytes(OC));
         for (int run = 0; run < 2; run++) {
+            poison(scratch, bias_backward_scratch_bytes(OC));
             float *d_db = up_f32(db0, OC);
             bias_backward(d_db, scratch, d_dout, N, OC, 0);
             dsync();
@@ -440,8 +443,10 @@ static void matmul_case(int N, int C, int OC, int with_bias, int gelu) {
     void *scratch = dalloc(bias_backward_scratch_bytes(OC));
     float *dx_g = hmalloc(nc), *dw_g[2], *db_g[2];
     for (int run = 0; run < 2; run++) {
-        bf16 *d_dx = (bf16 *)dalloc(nc * 2);
-        poison(d_dx, nc * 2);
+        /* Run 1 skips dinp (NULL): dweight and dbias must not depend on it. */
+        bf16 *d_dx = run == 0 ? (bf16 *)dalloc(nc * 2) : NULL;
+        if (d_dx) poison(d_dx, nc * 2);
+        poison(scratch, bias_backward_scratch_bytes(OC));
         float *d_dw = up_f32(dw0, oc_c), *d_db = up_f32(db0, OC);
         matmul_backward(d_dx, d_dw, with_bias ? d_db : NULL, scratch, d_dout, d_x, d_w, gelu ? d_pre_in : NULL, N, C,
                         OC, 0);
@@ -516,6 +521,7 @@ static void attention_case(int B, int T, int NH, int HS) {
     void *scratch = dalloc(attention_backward_scratch_bytes(B, T, NH));
     for (int run = 0; run < 2; run++) {
         poison(d_dqkv, nqkv * 2);
+        poison(scratch, attention_backward_scratch_bytes(B, T, NH));
         attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0);
         dsync();
         down_bf16(run ? dqkv_g2 : dqkv_g, d_dqkv, nqkv);
@@ -580,6 +586,7 @@ TEST(kernels_global_sumsq_is_exact_and_deterministic) {
         double got[2];
         for (int run = 0; run < 2; run++) {
             poison(d_out, 8);
+            poison(scratch, global_sumsq_scratch_bytes());
             global_sumsq(d_out, scratch, d_g, n, 0);
             dsync();
             CUDA_CHECK(cudaMemcpy(&got[run], d_out, 8, cudaMemcpyDeviceToHost));
