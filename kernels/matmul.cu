@@ -5,9 +5,7 @@
  *             writes pre_gelu and out = gelu(pre_gelu))
  *   backward: dinp[N,C] = dout[N,OC]·W                    (epilogue DGELU: ∘ gelu'(pre_gelu))
  *             dW[OC,C] += dout^T·inp                      (fp32 output, beta = 1)
- *             dbias[OC] += Σ_n dout                       (BGRADB epilogue of the dW product into
- *                                                          scratch, then added; gelu.cu's column sum
- *                                                          where cuBLASLt has no such algorithm)
+ *             dbias[OC] += Σ_n dout                       (gelu.cu's deterministic column sum)
  * cuBLASLt is column-major, so each row-major X is used as its transpose: out^T = W·inp^T with W
  * read transposed; dinp^T = W^T·dout^T with nothing transposed; dW^T = inp^T·dout with dout read
  * transposed. FLOPs 2·N·C·OC per product; bf16 operands, fp32 accumulation.
@@ -17,7 +15,10 @@
  * and call cublasLtMatmul. The choice is fixed after that, so results are run-to-run identical.
  * Minimum alignments are declared as 16 bytes, so tensors inside the flat parameter buffer work.
  * Algorithms are not autotuned by timing: a choice that depended on timings could differ between
- * two runs, and with it the rounding (split-K), which would break bitwise-reproducible training. */
+ * two runs, and with it the rounding (split-K), which would break bitwise-reproducible training.
+ * The bias gradient stays a separate kernel: cuBLASLt's BGRADB epilogue on the dW product was
+ * measured slower than dW + bias_backward on an H100 (fc 768->3072 at N=16384: 0.274 vs 0.263 ms;
+ * dev/RESULTS.md, 2026-11-22). */
 #include <string.h>
 
 #include "kernels/kernel_util.cuh"
@@ -25,17 +26,12 @@
 
 #define MATMUL_WORKSPACE_BYTES (32u << 20)
 #define MATMUL_MAX_PLANS 128
-/* 1: bias gradients from the BGRADB epilogue of the dW product; 0: from bias_backward (gelu.cu). */
-#ifndef MATMUL_FUSED_BGRAD
-#define MATMUL_FUSED_BGRAD 1
-#endif
 
 typedef enum { MM_FWD, MM_FWD_GELU, MM_DINP, MM_DINP_DGELU, MM_DW } MatmulKind;
 
 typedef struct {
     MatmulKind kind;
     int m, n, k, has_bias;
-    int bias_in_epilogue; /* the epilogue reads (BIAS) or writes (BGRADB) the bias pointer */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c, d;
     cublasLtMatmulAlgo_t algo;
@@ -88,13 +84,11 @@ static MatmulPlan *plan_get(MatmulKind kind, int m, int n, int k, int has_bias, 
     if (kind == MM_FWD) epi = has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     if (kind == MM_FWD_GELU) epi = has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     if (kind == MM_DINP_DGELU) epi = CUBLASLT_EPILOGUE_DGELU;
-    if (kind == MM_DW && has_bias) epi = CUBLASLT_EPILOGUE_BGRADB; /* Σ over k = N of B = dout: dbias */
     set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
     if (has_bias) {
-        cudaDataType_t bt = kind == MM_DW ? CUDA_R_32F : CUDA_R_16BF;
+        cudaDataType_t bt = CUDA_R_16BF;
         set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
         set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
-        p->bias_in_epilogue = 1;
     }
     if (kind == MM_FWD_GELU || kind == MM_DINP_DGELU) {
         int64_t ld = m; /* the aux matrix is shaped like D */
@@ -125,15 +119,7 @@ static MatmulPlan *plan_get(MatmulKind kind, int m, int n, int k, int has_bias, 
                                                       sizeof align));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->c, p->d, pref, 1, &res, &found);
-    if (kind == MM_DW && has_bias && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {
-        /* No BGRADB algorithm for this shape: plain dW product, bias_backward does the bias. */
-        epi = CUBLASLT_EPILOGUE_DEFAULT;
-        set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-        p->bias_in_epilogue = 0;
-        st = cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->c, p->d, pref, 1, &res, &found);
-    }
-    CUBLAS_CHECK(st);
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->c, p->d, pref, 1, &res, &found));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (found == 0) {
         fprintf(stderr, "error: cuBLASLt has no algorithm for matmul kind %d, m=%d n=%d k=%d bias=%d "
@@ -145,15 +131,9 @@ static MatmulPlan *plan_get(MatmulKind kind, int m, int n, int k, int has_bias, 
     return p;
 }
 
-/* dst[i] += src[i]: the bias gradient from the epilogue's scratch into the fp32 gradient. */
-__global__ void add_into_kernel(float *dst, const float *src, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] += src[i];
-}
-
 static void plan_run(MatmulPlan *p, const void *A, const void *Bm, void *D, float beta, const void *bias,
                      const void *aux, cudaStream_t stream) {
-    if (p->bias_in_epilogue) set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (p->has_bias) set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     if (p->kind == MM_FWD_GELU || p->kind == MM_DINP_DGELU)
         set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     const float alpha = 1.0f;
@@ -178,19 +158,11 @@ extern "C" void matmul_backward(kbf16 *dinp, float *dweight, float *dbias, void 
         MatmulPlan *p = plan_get(kind, C, N, OC, 0, NULL, pre_gelu);
         plan_run(p, weight, dout, dinp, 0.0f, NULL, pre_gelu, stream);
     }
-    int bias_done = 0;
     if (dweight) {
-        /* The epilogue writes (=) the bias gradient into scratch; it is added to dbias below. */
-        int fuse = MATMUL_FUSED_BGRAD && dbias != NULL;
-        MatmulPlan *p = plan_get(MM_DW, C, OC, N, fuse, scratch, NULL);
-        plan_run(p, inp, dout, dweight, 1.0f, scratch, NULL, stream);
-        if (p->bias_in_epilogue) {
-            add_into_kernel<<<ceil_div_u(OC, 256), 256, 0, stream>>>(dbias, (const float *)scratch, OC);
-            CUDA_CHECK(cudaGetLastError());
-            bias_done = 1;
-        }
+        MatmulPlan *p = plan_get(MM_DW, C, OC, N, 0, NULL, NULL);
+        plan_run(p, inp, dout, dweight, 1.0f, NULL, NULL, stream);
     }
-    if (dbias && !bias_done) bias_backward(dbias, scratch, dout, N, OC, stream);
+    if (dbias) bias_backward(dbias, scratch, dout, N, OC, stream);
 }
 
 extern "C" void matmul_free(void) {
