@@ -68,10 +68,12 @@ void layernorm_backward(kbf16 *dinp, float *dweight, float *dbias, void *scratch
 
 /* ---- attention.cu: causal self-attention, flash-attention style ------------------------- */
 /* out [B,T,C] (=), lse [B,NH,T] (=; fp32 log2-sum-exp of the scaled logits, the only saved state
- * besides out). HS = C/NH must be 64 or 128; any T >= 1. Never stores T×T. */
+ * besides out). HS = C/NH must be 64 or 128; any T >= 1; B·NH <= 65535. Never stores T×T.
+ * Softmax scale 1/sqrt(HS), causal, as attention_forward_cpu. */
 void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, int B, int T, int C, int NH,
                        cudaStream_t stream);
-/* dqkv [B,T,3C] (= ; q, k and v parts all written). Recomputes the probabilities from qkv and lse;
+/* dqkv [B,T,3C] (= ; q, k and v parts all written). dout is the gradient of out; out and lse are
+ * the forward's outputs (out is read for rowsum(dout·out)). Recomputes the probabilities;
  * two kernels (dK,dV by key tile; dQ by query tile), so no atomics: deterministic.
  * scratch: attention_backward_scratch_bytes(B, T, NH) bytes (holds rowsum(dout·out)). */
 size_t attention_backward_scratch_bytes(int B, int T, int NH);
