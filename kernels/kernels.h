@@ -102,6 +102,8 @@ void matmul_forward(kbf16 *out, kbf16 *pre_gelu, const kbf16 *inp, const kbf16 *
 void matmul_backward(kbf16 *dinp, float *dweight, float *dbias, void *scratch, const kbf16 *dout,
                      const kbf16 *inp, const kbf16 *weight, const kbf16 *pre_gelu, int N, int C, int OC,
                      cudaStream_t stream);
+/* All matmuls share one 32 MiB cuBLASLt workspace: issue them on one stream, or order the streams
+ * (two matmuls running at once on different streams would race on it). */
 /* Frees the cuBLASLt handle, workspace and cached plans (call once at shutdown). */
 void matmul_free(void);
 
