@@ -543,6 +543,67 @@ static int interleave(TextBuf *src, int n_src, TextBuf *out) {
     return out->oom ? -1 : 0;
 }
 
+/* Length of the valid UTF-8 sequence at s[0], or 0 when s[0] does not start one. */
+static size_t utf8_valid_len(const uint8_t *s, size_t n) {
+    uint8_t b = s[0];
+    if (b < 0x80) return 1;
+    size_t need = (b >= 0xc2 && b <= 0xdf) ? 2 : (b >= 0xe0 && b <= 0xef) ? 3 : (b >= 0xf0 && b <= 0xf4) ? 4 : 0;
+    if (!need || need > n) return 0;
+    uint32_t cp = b & (0x7f >> need);
+    for (size_t k = 1; k < need; k++) {
+        if ((s[k] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (s[k] & 0x3f);
+    }
+    if ((need == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (need == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return need;
+}
+
+/* The sources are UTF-8 but for a few stray Windows-1252 bytes (GCIDE has three). Those become the
+ * characters they were meant to be (Latin-1 for 0xA0-0xFF, the usual quotes and dashes below), so
+ * the corpus is clean UTF-8; anything else is dropped. */
+void corpus_fix_utf8(TextBuf *b) {
+    size_t i = 0, j = 0;
+    uint8_t *s = (uint8_t *)b->data;
+    TextBuf fixed = {0};
+    int changed = 0;
+    for (; i < b->len;) {
+        size_t k = utf8_valid_len(s + i, b->len - i);
+        if (k) {
+            i += k;
+            continue;
+        }
+        if (!changed) textbuf_append(&fixed, b->data, i);
+        else textbuf_append(&fixed, b->data + j, i - j);
+        changed = 1;
+        uint8_t c = s[i++];
+        j = i;
+        uint32_t cp = c >= 0xa0 ? c : c == 0x91 ? 0x2018 : c == 0x92 ? 0x2019 : c == 0x93 ? 0x201c : c == 0x94 ? 0x201d
+                                                : c == 0x96 ? 0x2013 : c == 0x97 ? 0x2014 : 0;
+        if (!cp) continue;
+        char u[3];
+        if (cp < 0x800) {
+            u[0] = (char)(0xc0 | (cp >> 6));
+            u[1] = (char)(0x80 | (cp & 0x3f));
+            textbuf_append(&fixed, u, 2);
+        } else {
+            u[0] = (char)(0xe0 | (cp >> 12));
+            u[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+            u[2] = (char)(0x80 | (cp & 0x3f));
+            textbuf_append(&fixed, u, 3);
+        }
+    }
+    if (!changed) return;
+    textbuf_append(&fixed, b->data + j, b->len - j);
+    if (fixed.oom) {
+        textbuf_free(&fixed);
+        b->oom = 1;
+        return;
+    }
+    textbuf_free(b);
+    *b = fixed;
+}
+
 static int write_text(const char *path, const TextBuf *b) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -576,7 +637,9 @@ static int build_default(const char *dir, const char *final_path, const char *lo
     if (gcide_text(dir, log, &src[1]) != 0 || fortunes_text(dir, &src[2]) != 0) goto done;
     fprintf(stderr, "corpus: bible %.1f MB, dictionary %.1f MB, fortunes %.1f MB of clean text\n", src[0].len / 1e6,
             src[1].len / 1e6, src[2].len / 1e6);
-    if (interleave(src, 3, &all) != 0 || write_text(final_path, &all) != 0) goto done;
+    if (interleave(src, 3, &all) != 0) goto done;
+    corpus_fix_utf8(&all);
+    if (all.oom || write_text(final_path, &all) != 0) goto done;
     rc = 0;
     /* The unpacked tree is only an intermediate; the .debs stay, so a rebuild needs no network. */
     run("rm -rf '%s/root'", dir);

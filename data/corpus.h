@@ -44,6 +44,9 @@ void corpus_clean_gcide_entry(const char *entry, size_t n, TextBuf *out);
 void corpus_clean_bible(const char *text, size_t n, TextBuf *out);
 /* A fortune file -> one document per fortune, separated by "<|endoftext|>". */
 void corpus_clean_fortunes(const char *text, size_t n, TextBuf *out);
+/* Makes the text valid UTF-8: stray Windows-1252/Latin-1 bytes become their characters, other
+ * invalid bytes are dropped. */
+void corpus_fix_utf8(TextBuf *b);
 /* bytes of synthetic English-like text from a seeded grammar over our own word list and a large
  * set of pseudo-words (so large vocabularies stay reachable); deterministic in seed. */
 void corpus_synthetic(uint64_t seed, size_t bytes, TextBuf *out);

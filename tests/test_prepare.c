@@ -186,3 +186,19 @@ TEST(prepare_rejects_bad_arguments) {
     const char *emp[] = {"prepare", "-o", out, empty};
     CHECK(run_prepare(4, emp) == 1, "an empty corpus is a runtime error");
 }
+
+TEST(corpus_fix_utf8_repairs_stray_windows_1252_bytes) {
+    TextBuf b = {0};
+    const char *raw = "market\x92s fa\xe7" "ade \xe2\x80\x94 ok \x81x \xe4\xb8";
+    textbuf_append(&b, raw, strlen(raw));
+    corpus_fix_utf8(&b);
+    const char *want = "market\xe2\x80\x99s fa\xc3\xa7" "ade \xe2\x80\x94 ok x \xc3\xa4\xc2\xb8"; /* 0x81 dropped; e4 b8 cut short read as Latin-1 */
+    CHECK(!b.oom && b.len == strlen(want) && memcmp(b.data, want, b.len) == 0, "repaired text is \"%s\"", b.data);
+    TextBuf clean = {0};
+    textbuf_append(&clean, "caf\xc3\xa9", 5);
+    char *before = clean.data;
+    corpus_fix_utf8(&clean);
+    CHECK(clean.data == before && clean.len == 5, "valid UTF-8 is left alone");
+    textbuf_free(&b);
+    textbuf_free(&clean);
+}
