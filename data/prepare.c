@@ -13,7 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "data/corpus.h"
@@ -208,13 +211,7 @@ static int cached_ok(const char *dir, uint32_t vocab, PreparedData *out) {
     return h.vocab_size == out->vocab_reached;
 }
 
-int prepare_default_corpus(uint32_t vocab_size, const char *cache_dir, PreparedData *out, char *err) {
-    memset(out, 0, sizeof *out);
-    if (vocab_size < TOKENIZER_MIN_VOCAB) {
-        set_err(err, "vocabulary size %u is below %u (256 byte tokens + <|endoftext|>); pass -v %u or more", vocab_size,
-                TOKENIZER_MIN_VOCAB, TOKENIZER_MIN_VOCAB);
-        return -1;
-    }
+static int prepare_default_locked(uint32_t vocab_size, const char *cache_dir, PreparedData *out, char *err) {
     char text_path[PREPARE_PATH_LEN], name[32];
     if (corpus_default(cache_dir, text_path, sizeof text_path, name, err) != 0) return -1;
     char *text = NULL;
@@ -238,6 +235,28 @@ int prepare_default_corpus(uint32_t vocab_size, const char *cache_dir, PreparedD
     PrepareOptions opt = {vocab_size, PREPARE_DEFAULT_VAL, 0, NULL};
     int rc = prepare_text(text, len, &opt, dir, out, err);
     free(text);
+    return rc;
+}
+
+/* Several trainer processes (one per GPU) may ask at once on first use: an exclusive lock on
+ * <cache_dir>/prepare.lock makes one of them prepare while the others wait, then find the cache. */
+int prepare_default_corpus(uint32_t vocab_size, const char *cache_dir, PreparedData *out, char *err) {
+    memset(out, 0, sizeof *out);
+    if (vocab_size < TOKENIZER_MIN_VOCAB) {
+        set_err(err, "vocabulary size %u is below %u (256 byte tokens + <|endoftext|>); pass -v %u or more", vocab_size,
+                TOKENIZER_MIN_VOCAB, TOKENIZER_MIN_VOCAB);
+        return -1;
+    }
+    char lock_path[PREPARE_PATH_LEN];
+    if (make_dirs(cache_dir, err) != 0 || path_join(lock_path, cache_dir, "prepare.lock", err) != 0) return -1;
+    int fd = open(lock_path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0 || flock(fd, LOCK_EX) != 0) {
+        set_err(err, "cannot lock %s: %s (choose a writable --cache-dir)", lock_path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    int rc = prepare_default_locked(vocab_size, cache_dir, out, err);
+    close(fd); /* releases the lock */
     return rc;
 }
 
