@@ -6,7 +6,8 @@
  *   ./build/bench_output_layer --max-seconds S stop starting new shapes after S seconds
  *   ./build/bench_output_layer --shape d,N,V   one shape (repeatable)
  *   ./build/bench_output_layer --no-canonical  skip the canonical layer (and its N x V memory)
- *   ./build/bench_output_layer --portable      the fused layer's mma.sync kernel instead of wgmma
+ *   ./build/bench_output_layer --kernel K      the fused layer's tile kernel: 1 mma.sync, 2 wgmma 128x256
+ *                                              (the default on Hopper), 3 wgmma 128x128
  *
  * Inputs: H ~ N(0,1), W ~ N(0, 0.02^2) bf16, uniform targets, mean loss, as in ../shared/anchors.md.
  * Times: CUDA events, 2 warm-up calls, median of 3..20 timed calls. TFLOP/s counts G = 2 N V d per
@@ -197,7 +198,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--max-seconds") && i + 1 < argc) max_s = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-canonical")) with_canonical = 0;
-        else if (!strcmp(argv[i], "--portable")) output_layer_force_portable_kernels(1);
+        else if (!strcmp(argv[i], "--kernel") && i + 1 < argc) output_layer_select_tile_kernel(atoi(argv[++i]));
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
             Shape s;
             long long n, v;
@@ -208,7 +209,7 @@ int main(int argc, char **argv) {
             s.N = n, s.V = v;
             shapes.push_back(s);
         } else {
-            fprintf(stderr, "usage: %s [--max-seconds S] [--no-canonical] [--portable] [--shape d,N,V]...\n", argv[0]);
+            fprintf(stderr, "usage: %s [--max-seconds S] [--no-canonical] [--kernel K] [--shape d,N,V]...\n", argv[0]);
             return 2;
         }
     }
@@ -228,7 +229,8 @@ int main(int argc, char **argv) {
     CUBLAS_CHECK(cublasCreate(&cublas));
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    printf("device: %s, %d SMs; fused tile kernel: %s\n", prop.name, prop.multiProcessorCount,
+           output_layer_tile_kernel_name());
     printf("%s", HEADER);
     std::vector<Row> rows;
     const double t0 = now_s();

@@ -3,10 +3,11 @@
  *
  *   logits[N x V] (bf16, row stride Vp) = H[N x d] . W[V x d]^T      cuBLASLt, fp32 accumulation
  *   per row: lse = log sum_v exp(logit_v) (fp32), loss = lse - logit_target,
- *            dlogits = (softmax - onehot) * scale written in place of the logits (fp32 math,
- *            p - 1 at the target in fp32, one rounding to bf16); ignored rows (target -1) get 0
- *   dH[N x d] (bf16, =) = dlogits . W                                 cuBLASLt
- *   dW[V x d] (fp32, +=) += dlogits^T . H                             cuBLASLt, beta = 1
+ *            dlogits = softmax - onehot written in place of the logits (fp32 math, p - 1 at the
+ *            target in fp32, one rounding to bf16); ignored rows (target -1) get 0
+ *   dH[N x d] (bf16, =) = scale dlogits . W                           cuBLASLt, alpha = scale
+ *   dW[V x d] (fp32, +=) += scale dlogits^T . H                       cuBLASLt, beta = 1
+ * (scale = grad_scale / count or grad_scale, applied in fp32 as the GEMMs' alpha; see OUTL_SCALE)
  * Only columns [0, V) are computed or read: the padded columns Vp - V are never touched.
  *
  * Launch: loss kernel one block of 1024 threads per row, two passes over the row (online max/sum,
@@ -92,9 +93,9 @@ __global__ void __launch_bounds__(LOSS_THREADS) canonical_loss_kernel(bf16 *logi
     /* every thread must read z[t] (lane 0 above) before any thread overwrites it below */
     __syncthreads();
 
-    /* pass 2: dlogits = (p - onehot) * scale in place; p - 1 at the target before rounding */
+    /* pass 2: dlogits = p - onehot in place; p - 1 at the target before rounding */
     const int t = targets[row];
-    const float scale = t == -1 ? 0.0f : scalars[1];
+    const float scale = t == -1 ? 0.0f : 1.0f;
     const float lse2 = row_lse * L2E;
     for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
         int4 raw = *reinterpret_cast<const int4 *>(z + i * 8);
@@ -116,7 +117,9 @@ void outl_canonical_forward(OutputLayer *L, const OutputLayerArgs *a, float *row
                             cudaStream_t stream) {
     const int64_t N = a->N, V = L->V, Vp = L->Vp, d = L->d;
     /* column-major view: logits^T [V x N] (ld Vp) = (W stored d x V)^T . (H stored d x N) */
-    outl_gemm(L, CUBLAS_OP_T, CUBLAS_OP_N, V, N, d, a->W, d, a->H, d, L->logits, CUDA_R_16BF, Vp, 0.0f, stream);
+    const float *s = L->scalars;
+    outl_gemm(L, CUBLAS_OP_T, CUBLAS_OP_N, V, N, d, a->W, d, a->H, d, L->logits, CUDA_R_16BF, Vp, s + OUTL_ONE,
+              s + OUTL_ZERO, stream);
     canonical_loss_kernel<<<(unsigned)N, LOSS_THREADS, 0, stream>>>(L->logits, Vp, V, a->targets, L->scalars,
                                                                      row_loss, L->lse, a->row_lse, write_dlogits);
     CUDA_CHECK(cudaGetLastError());
@@ -125,7 +128,10 @@ void outl_canonical_forward(OutputLayer *L, const OutputLayerArgs *a, float *row
 void outl_canonical_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream) {
     const int64_t N = a->N, V = L->V, Vp = L->Vp, d = L->d;
     /* dH^T [d x N] = (W stored d x V) . (dlogits stored V x N, ld Vp)       (=, bf16 out) */
-    outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, N, V, a->W, d, L->logits, Vp, a->dH, CUDA_R_16BF, d, 0.0f, stream);
+    const float *s = L->scalars;
+    outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, N, V, a->W, d, L->logits, Vp, a->dH, CUDA_R_16BF, d, s + OUTL_SCALE,
+              s + OUTL_ZERO, stream);
     /* dW^T [d x V] += (H stored d x N) . (dlogits stored V x N)^T           (+=, fp32) */
-    outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, N, a->H, d, L->logits, Vp, a->dW, CUDA_R_32F, d, 1.0f, stream);
+    outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, N, a->H, d, L->logits, Vp, a->dW, CUDA_R_32F, d, s + OUTL_SCALE,
+              s + OUTL_ONE, stream);
 }

@@ -19,9 +19,9 @@
  *
  * Backward (3G), per chunk of Nc rows and window of w columns (Megatron's scheme, the notes'
  * option 1): tile_kernel_mma<MODE_DZ> recomputes the logits of the window and writes
- * dZ = (softmax - onehot) * scale in bf16 (p - 1 at the target in fp32, one rounding) to a
- * [Nc x w] workspace; then cuBLASLt adds dH_chunk (fp32 workspace) += dZ . W_window and
- * dW_window (fp32, the caller's) += dZ^T . H_chunk. Every element of dW and dH is summed in a fixed
+ * dZ = softmax - onehot in bf16 (p - 1 at the target in fp32, one rounding) to a [Nc x w]
+ * workspace; then cuBLASLt adds dH_chunk (fp32 workspace) += scale dZ . W_window and
+ * dW_window (fp32, the caller's) += scale dZ^T . H_chunk, the scale as the GEMMs' alpha in fp32. Every element of dW and dH is summed in a fixed
  * order (windows in order, chunks in order, fixed GEMM algorithms): deterministic, no atomics.
  * dH_chunk is rounded to bf16 once, after its last window.
  * Bytes beyond the GEMMs' operands: dZ written once (2 B per logit) and read twice (4 B per logit).
@@ -63,8 +63,7 @@ typedef struct {
     float *zt; /* [N] target logit, written by the one thread whose tile holds it */
     /* MODE_DZ */
     const float *lse;
-    const float *scalars; /* [1] = gradient scale per valid row */
-    bf16 *dz;
+    bf16 *dz; /* P - Y, unscaled (the GEMMs apply the gradient scale as alpha) */
     int64_t ldz;
 } TileArgs;
 
@@ -149,7 +148,6 @@ __global__ void __launch_bounds__(THREADS, 2) tile_kernel_mma(const TileArgs a) 
             a_run[mi][h] = 0.0f;
             lse2[mi][h] = (MODE == MODE_DZ && in) ? a.lse[row] * L2E : 0.0f;
         }
-    const float gscale = MODE == MODE_DZ ? a.scalars[1] : 0.0f;
 
     float acc[2][8][4];
 #pragma unroll
@@ -249,7 +247,7 @@ __global__ void __launch_bounds__(THREADS, 2) tile_kernel_mma(const TileArgs a) 
                     }
                 } else {
                     if (row < a.row_end) {
-                        const float sc = t == -1 ? 0.0f : gscale;
+                        const float sc = t == -1 ? 0.0f : 1.0f; /* ignored rows: no gradient */
                         bf16 *out = a.dz + (row - a.row_begin) * a.ldz + (cbase - a.col_begin);
 #pragma unroll
                         for (int ni = 0; ni < 8; ni++) {
@@ -317,11 +315,19 @@ __global__ void __launch_bounds__(THREADS, 2) tile_kernel_mma(const TileArgs a) 
  * threads of one quad, so the end-of-window merge is two shuffles. */
 
 #define WBM 128
-#define WBN 256
-#define WSTAGES 4
-#define W_A_BYTES (WBM * BK * 2)                    /* 16 KiB */
-#define W_STAGE_BYTES (W_A_BYTES + WBN * BK * 2)    /* 48 KiB */
-#define W_SMEM_BYTES (WSTAGES * W_STAGE_BYTES + 1024) /* + slack to align the ring to 1024 B */
+#define WBN 256 /* the widest tile: windows are multiples of it */
+#define W_A_BYTES (WBM * BK * 2) /* 16 KiB */
+/* Two shapes: 128 x 256 (4 stages of 48 KiB, one CTA per SM, one wgmma group kept in flight) and
+ * 128 x 128 (3 stages of 32 KiB, two CTAs per SM so that one's epilogue overlaps the other's MMA,
+ * every wgmma group waited for before the next barrier). */
+template <int TBN> struct WShape {
+    static constexpr int stages = TBN == 256 ? 4 : 3;
+    static constexpr int wait_depth = TBN == 256 ? 1 : 0;      /* wgmma groups left in flight */
+    static constexpr int ahead = stages - 1 - wait_depth;        /* stages loaded ahead */
+    static constexpr int stage_bytes = W_A_BYTES + TBN * BK * 2;
+    static constexpr int smem = stages * stage_bytes + 1024;     /* + slack to align the ring */
+    static constexpr int min_ctas = TBN == 256 ? 1 : 2;
+};
 
 /* D[64 x 256] (+)= A[64 x 16] . B[256 x 16]^T, both K-major in 128-byte-swizzled shared memory;
  * accumulate when scale_d != 0, overwrite when 0. d[i*4 + e]: row (warp%4)*16 + lane/4 + 8*(e>>1),
@@ -354,15 +360,44 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
 }
 
 
+/* The same with a 64 x 128 accumulator (64 registers). */
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+    __trap();
+#endif
+}
+
+/* d[i*4 + e] as for wgmma_m64n256k16; TBN is the tile width (the accumulator has TBN / 2 floats) */
+template <int TBN> __device__ __forceinline__ void wgmma_tile(float (&d)[TBN / 2], uint64_t da, uint64_t db, int sd);
+template <> __device__ __forceinline__ void wgmma_tile<256>(float (&d)[128], uint64_t da, uint64_t db, int sd) {
+    wgmma_m64n256k16(d, da, db, sd);
+}
+template <> __device__ __forceinline__ void wgmma_tile<128>(float (&d)[64], uint64_t da, uint64_t db, int sd) {
+    wgmma_m64n128k16(d, da, db, sd);
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int n> __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(n) : "memory");
 }
 /* keeps the compiler from moving accumulator reads or writes across the asynchronous wgmma */
-__device__ __forceinline__ void fence_acc(float (&d)[128]) {
+template <int n> __device__ __forceinline__ void fence_acc(float (&d)[n]) {
 #pragma unroll
-    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < n; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 /* cp.async writes through the generic proxy, wgmma reads through the async proxy */
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -374,6 +409,7 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
            (1ull << 62);
 }
 
+template <int TBN>
 __device__ __forceinline__ void load_stage_w(const TileArgs &a, uint32_t sA, uint32_t sB, int64_t row0,
                                              int64_t col0, int k0, int tid) {
 #pragma unroll
@@ -384,7 +420,7 @@ __device__ __forceinline__ void load_stage_w(const TileArgs &a, uint32_t sA, uin
         cp_async16(sA + 2 * swz(r, ch), a.H + (v ? gr : a.row_begin) * a.d + k0 + ch * 8, v ? 16 : 0);
     }
 #pragma unroll
-    for (int i = 0; i < (WBN * BK / 8) / THREADS; i++) {
+    for (int i = 0; i < (TBN * BK / 8) / THREADS; i++) {
         int c = tid + i * THREADS, r = c >> 3, ch = c & 7;
         int64_t gc = col0 + r;
         bool v = gc < a.col_end;
@@ -392,8 +428,10 @@ __device__ __forceinline__ void load_stage_w(const TileArgs &a, uint32_t sA, uin
     }
 }
 
-template <int MODE>
-__global__ void __launch_bounds__(THREADS, 1) tile_kernel_wgmma(const TileArgs a) {
+template <int MODE, int TBN>
+__global__ void __launch_bounds__(THREADS, WShape<TBN>::min_ctas) tile_kernel_wgmma(const TileArgs a) {
+    typedef WShape<TBN> S;
+    constexpr int NACC = TBN / 2;
     extern __shared__ unsigned char smem_raw[];
     const uint32_t ring = (smem_u32(smem_raw) + 1023) & ~1023u;
 
@@ -402,7 +440,7 @@ __global__ void __launch_bounds__(THREADS, 1) tile_kernel_wgmma(const TileArgs a
     const int64_t win = MODE == MODE_STATS ? blockIdx.x : blockIdx.y;
     const int64_t rb = MODE == MODE_STATS ? blockIdx.y : blockIdx.x;
     const int64_t row0 = a.row_begin + rb * WBM;
-    const int64_t ntiles = (a.col_end - a.col_begin + WBN - 1) / WBN;
+    const int64_t ntiles = (a.col_end - a.col_begin + TBN - 1) / TBN;
     const int64_t t0 = win * a.tiles_per_cta;
     const int64_t t1 = min(t0 + (int64_t)a.tiles_per_cta, ntiles);
     const int KT = a.d / BK;
@@ -420,54 +458,54 @@ __global__ void __launch_bounds__(THREADS, 1) tile_kernel_wgmma(const TileArgs a
         a_run[h] = 0.0f;
         lse2[h] = (MODE == MODE_DZ && in) ? a.lse[rows[h]] * L2E : 0.0f;
     }
-    const float gscale = MODE == MODE_DZ ? a.scalars[1] : 0.0f;
 
-    float acc[128];
+    float acc[NACC];
 #pragma unroll
-    for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+    for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
 
     int ld_kc = 0, ld_stage = 0;
-    int64_t ld_col0 = a.col_begin + t0 * WBN;
+    int64_t ld_col0 = a.col_begin + t0 * TBN;
 #pragma unroll
-    for (int s = 0; s < WSTAGES - 2; s++) {
+    for (int s = 0; s < S::ahead; s++) {
         if (s < iters) {
-            const uint32_t base = ring + ld_stage * W_STAGE_BYTES;
-            load_stage_w(a, base, base + W_A_BYTES, row0, ld_col0, ld_kc * BK, tid);
-            if (++ld_kc == KT) ld_kc = 0, ld_col0 += WBN;
+            const uint32_t base = ring + ld_stage * S::stage_bytes;
+            load_stage_w<TBN>(a, base, base + W_A_BYTES, row0, ld_col0, ld_kc * BK, tid);
+            if (++ld_kc == KT) ld_kc = 0, ld_col0 += TBN;
             ld_stage++;
         }
         cp_async_commit();
     }
 
     int stage = 0, it = 0;
-    for (int64_t tile_col0 = a.col_begin + t0 * WBN; tile_col0 < a.col_begin + t1 * WBN; tile_col0 += WBN) {
+    for (int64_t tile_col0 = a.col_begin + t0 * TBN; tile_col0 < a.col_begin + t1 * TBN; tile_col0 += TBN) {
         /* a plain inner K loop (not one flattened loop with a conditional epilogue): ptxas then
          * sees the accumulators stay in flight only along the chain of wgmma and inserts no waits */
         for (int kc = 0; kc < KT; kc++, it++) {
             /* Stage `it` has landed (this thread's copies), is made visible to the async proxy
-             * and, by the barrier, to every thread. Every thread waited for its wgmma group it-2
-             * before the barrier, so the stage loaded below (it+2's, which held it-2) is free. */
-            cp_async_wait<WSTAGES - 3>();
+             * and, by the barrier, to every thread. Before the barrier every thread waited until
+             * at most wait_depth wgmma groups were in flight, so the stage loaded below (it+ahead's,
+             * which held it + ahead - stages = it - 1 - wait_depth) is no longer read. */
+            cp_async_wait<S::ahead - 1>();
             fence_proxy_async();
             __syncthreads();
-            if (it + WSTAGES - 2 < iters) {
-                const uint32_t base = ring + ld_stage * W_STAGE_BYTES;
-                load_stage_w(a, base, base + W_A_BYTES, row0, ld_col0, ld_kc * BK, tid);
-                if (++ld_kc == KT) ld_kc = 0, ld_col0 += WBN;
-                ld_stage = ld_stage + 1 == WSTAGES ? 0 : ld_stage + 1;
+            if (it + S::ahead < iters) {
+                const uint32_t base = ring + ld_stage * S::stage_bytes;
+                load_stage_w<TBN>(a, base, base + W_A_BYTES, row0, ld_col0, ld_kc * BK, tid);
+                if (++ld_kc == KT) ld_kc = 0, ld_col0 += TBN;
+                ld_stage = ld_stage + 1 == S::stages ? 0 : ld_stage + 1;
             }
             cp_async_commit();
 
-            const uint32_t sA = ring + stage * W_STAGE_BYTES + wg * (64 * BK * 2);
-            const uint32_t sB = ring + stage * W_STAGE_BYTES + W_A_BYTES;
+            const uint32_t sA = ring + stage * S::stage_bytes + wg * (64 * BK * 2);
+            const uint32_t sB = ring + stage * S::stage_bytes + W_A_BYTES;
             fence_acc(acc);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++)
-                wgmma_m64n256k16(acc, smem_desc(sA + kk * 32), smem_desc(sB + kk * 32), (kc | kk) != 0);
+                wgmma_tile<TBN>(acc, smem_desc(sA + kk * 32), smem_desc(sB + kk * 32), (kc | kk) != 0);
             wgmma_commit();
-            stage = stage + 1 == WSTAGES ? 0 : stage + 1;
-            wgmma_wait<1>();
+            stage = stage + 1 == S::stages ? 0 : stage + 1;
+            wgmma_wait<S::wait_depth>();
             fence_acc(acc);
         }
         wgmma_wait<0>();
@@ -475,14 +513,14 @@ __global__ void __launch_bounds__(THREADS, 1) tile_kernel_wgmma(const TileArgs a
 
         /* ---- epilogue of one 128 x 256 logit tile; the next tile starts with scale_d = 0 ---- */
         const int64_t cbase = tile_col0 + (lane & 3) * 2;
-        const bool full = tile_col0 + WBN <= a.col_end;
+        const bool full = tile_col0 + TBN <= a.col_end;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int t = tgt[h];
             if (MODE == MODE_STATS) {
                 float mx = -INFINITY;
 #pragma unroll
-                for (int i = 0; i < 32; i++)
+                for (int i = 0; i < TBN / 8; i++)
 #pragma unroll
                     for (int j = 0; j < 2; j++) {
                         if (full || cbase + i * 8 + j < a.col_end) mx = fmaxf(mx, acc[i * 4 + h * 2 + j]);
@@ -492,31 +530,31 @@ __global__ void __launch_bounds__(THREADS, 1) tile_kernel_wgmma(const TileArgs a
                 float s0 = a_run[h] * exp2f(fmaf(m_run[h], L2E, -mu2)), s1 = 0.0f;
                 if (full) {
 #pragma unroll
-                    for (int i = 0; i < 32; i++) {
+                    for (int i = 0; i < TBN / 8; i++) {
                         s0 += exp2f(fmaf(acc[i * 4 + h * 2], L2E, -mu2));
                         s1 += exp2f(fmaf(acc[i * 4 + h * 2 + 1], L2E, -mu2));
                     }
                 } else { /* the last tile: columns past V add nothing */
 #pragma unroll
-                    for (int i = 0; i < 32; i++) {
+                    for (int i = 0; i < TBN / 8; i++) {
                         if (cbase + i * 8 < a.col_end) s0 += exp2f(fmaf(acc[i * 4 + h * 2], L2E, -mu2));
                         if (cbase + i * 8 + 1 < a.col_end) s1 += exp2f(fmaf(acc[i * 4 + h * 2 + 1], L2E, -mu2));
                     }
                 }
                 a_run[h] = s0 + s1;
                 m_run[h] = mn;
-                if (t >= tile_col0 && t < tile_col0 + WBN) { /* rare: the target is in this tile */
+                if (t >= tile_col0 && t < tile_col0 + TBN) { /* rare: the target is in this tile */
 #pragma unroll
-                    for (int i = 0; i < 32; i++)
+                    for (int i = 0; i < TBN / 8; i++)
 #pragma unroll
                         for (int j = 0; j < 2; j++)
                             if (cbase + i * 8 + j == t) a.zt[rows[h]] = acc[i * 4 + h * 2 + j];
                 }
             } else if (rows[h] < a.row_end) {
-                const float sc = t == -1 ? 0.0f : gscale;
+                const float sc = t == -1 ? 0.0f : 1.0f; /* ignored rows: no gradient */
                 bf16 *out = a.dz + (rows[h] - a.row_begin) * a.ldz + (cbase - a.col_begin);
 #pragma unroll
-                for (int i = 0; i < 32; i++) {
+                for (int i = 0; i < TBN / 8; i++) {
                     float g[2];
 #pragma unroll
                     for (int j = 0; j < 2; j++) {
@@ -581,27 +619,33 @@ __global__ void cast_rows_kernel(bf16 *out, const float *in, int64_t n8) {
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t rup(int64_t a, int64_t b) { return cdiv(a, b) * b; }
 
-/* The two tile kernels: wgmma on Hopper (the default there), mma.sync everywhere else (and on
- * Hopper when output_layer_force_portable_kernels(1), for tests and benchmarks). */
+/* The tile kernels: wgmma on Hopper (the default there), mma.sync everywhere else. The others are
+ * selectable with output_layer_select_tile_kernel, for tests and benchmarks. */
 typedef struct {
+    const char *name;
     int bn, smem, slots_per_sm;
     void (*stats)(TileArgs);
     void (*dz)(TileArgs);
 } Variant;
 
-static int g_force_portable;
-void output_layer_force_portable_kernels(int on) { g_force_portable = on; }
+enum { K_MMA = 0, K_WGMMA_256 = 1, K_WGMMA_128 = 2, K_COUNT };
+static int g_kernel_choice; /* OUTPUT_TILE_KERNEL_* */
 
-static const Variant *variant(int portable) {
-    static Variant v[2];
+void output_layer_select_tile_kernel(int kernel) { g_kernel_choice = kernel; }
+
+static Variant *variants(int *major_out) {
+    static Variant v[K_COUNT];
     static int ready, major;
     if (!ready) {
         int dev;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        v[0] = (Variant){BN, SMEM_BYTES, 0, tile_kernel_mma<MODE_STATS>, tile_kernel_mma<MODE_DZ>};
-        v[1] = (Variant){WBN, W_SMEM_BYTES, 0, tile_kernel_wgmma<MODE_STATS>, tile_kernel_wgmma<MODE_DZ>};
-        for (int k = 0; k < (major == 9 ? 2 : 1); k++) {
+        v[K_MMA] = (Variant){"mma.sync 128x128", BN, SMEM_BYTES, 0, tile_kernel_mma<MODE_STATS>, tile_kernel_mma<MODE_DZ>};
+        v[K_WGMMA_256] = (Variant){"wgmma 128x256", 256, WShape<256>::smem, 0, tile_kernel_wgmma<MODE_STATS, 256>,
+                                   tile_kernel_wgmma<MODE_DZ, 256>};
+        v[K_WGMMA_128] = (Variant){"wgmma 128x128", 128, WShape<128>::smem, 0, tile_kernel_wgmma<MODE_STATS, 128>,
+                                   tile_kernel_wgmma<MODE_DZ, 128>};
+        for (int k = 0; k < (major == 9 ? K_COUNT : 1); k++) {
             CUDA_CHECK(cudaFuncSetAttribute(v[k].stats, cudaFuncAttributeMaxDynamicSharedMemorySize, v[k].smem));
             CUDA_CHECK(cudaFuncSetAttribute(v[k].dz, cudaFuncAttributeMaxDynamicSharedMemorySize, v[k].smem));
             CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v[k].slots_per_sm, v[k].stats, THREADS,
@@ -610,13 +654,30 @@ static const Variant *variant(int portable) {
         }
         ready = 1;
     }
-    return &v[(major == 9 && !portable) ? 1 : 0];
+    *major_out = major;
+    return v;
 }
 
-/* the larger of the two, for bounds that must hold whichever kernel runs */
+static const Variant *variant(void) {
+    int major;
+    Variant *v = variants(&major);
+    if (major != 9) return &v[K_MMA]; /* wgmma exists on sm_90a only */
+    switch (g_kernel_choice) {
+    case OUTPUT_TILE_KERNEL_MMA: return &v[K_MMA];
+    case OUTPUT_TILE_KERNEL_WGMMA_128x256: return &v[K_WGMMA_256];
+    case OUTPUT_TILE_KERNEL_WGMMA_128x128: return &v[K_WGMMA_128];
+    default: return &v[K_WGMMA_256];
+    }
+}
+
+const char *output_layer_tile_kernel_name(void) { return variant()->name; }
+
+/* the most resident CTAs of any kernel, for bounds that must hold whichever kernel runs */
 int outl_fused_slots_per_sm(void) {
-    int a = variant(1)->slots_per_sm, b = variant(0)->slots_per_sm;
-    return a > b ? a : b;
+    int major, m = 1;
+    Variant *v = variants(&major);
+    for (int k = 0; k < (major == 9 ? K_COUNT : 1); k++) m = v[k].slots_per_sm > m ? v[k].slots_per_sm : m;
+    return m;
 }
 
 /* Forward windows: at least two waves of CTAs, few enough rows in flight that their H blocks stay
@@ -662,7 +723,7 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots) {
 
 void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream) {
     const int64_t N = a->N, V = L->V;
-    const Variant *k = variant(g_force_portable);
+    const Variant *k = variant();
     int64_t nwin;
     const int64_t tpc = forward_tiles_per_cta(N, V, L->d, L->sms * k->slots_per_sm, k->bn, &nwin);
     if (nwin * N > L->fs.stats_elems) {
@@ -685,13 +746,14 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
 
 void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream) {
     const int64_t N = a->N, V = L->V, d = L->d;
-    const Variant *k = variant(g_force_portable);
+    const Variant *k = variant();
     /* balanced chunks and windows, each no larger than the workspace was sized for */
     const int64_t nchunks = cdiv(N, L->fs.chunk_rows);
     const int64_t rows = rup(cdiv(N, nchunks), BM);
     const int64_t nwins = cdiv(V, L->fs.window_cols);
     const int64_t cols = rup(cdiv(V, nwins), WBN);
     const bf16 *H = (const bf16 *)a->H, *W = (const bf16 *)a->W;
+    const float *sc = L->scalars;
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t nr = min(rows, N - r0);
         for (int64_t c0 = 0; c0 < V; c0 += cols) {
@@ -700,16 +762,16 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
             t.H = H, t.W = W, t.targets = a->targets;
             t.row_begin = r0, t.row_end = r0 + nr, t.col_begin = c0, t.col_end = c0 + nc;
             t.tiles_per_cta = 1, t.d = (int)d;
-            t.lse = L->lse, t.scalars = L->scalars, t.dz = L->dz, t.ldz = cols;
+            t.lse = L->lse, t.dz = L->dz, t.ldz = cols;
             dim3 grid((unsigned)cdiv(nr, BM), (unsigned)cdiv(nc, k->bn));
             k->dz<<<grid, THREADS, k->smem, stream>>>(t);
             CUDA_CHECK(cudaGetLastError());
             /* dH_chunk^T [d x nr] (=/+=) (W_window stored d x nc) . (dZ stored nc x nr, ld cols) */
             outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, nc, W + c0 * d, d, L->dz, cols, L->dh_acc, CUDA_R_32F, d,
-                      c0 == 0 ? 0.0f : 1.0f, stream);
+                      sc + OUTL_SCALE, sc + (c0 == 0 ? OUTL_ZERO : OUTL_ONE), stream);
             /* dW_window^T [d x nc] += (H_chunk stored d x nr) . (dZ stored nc x nr)^T */
             outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, nc, nr, H + r0 * d, d, L->dz, cols, a->dW + c0 * d, CUDA_R_32F,
-                      d, 1.0f, stream);
+                      d, sc + OUTL_SCALE, sc + OUTL_ONE, stream);
         }
         const int64_t n8 = nr * d / 8;
         cast_rows_kernel<<<(unsigned)cdiv(n8, 256), 256, 0, stream>>>((bf16 *)a->dH + r0 * d, L->dh_acc, n8);

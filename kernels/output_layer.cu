@@ -32,9 +32,11 @@ __global__ void count_valid_kernel(const int32_t *targets, int64_t N, int mean, 
     if (threadIdx.x == 0) {
         int64_t count = part[0];
         float inv = 1.0f / (float)(count > 0 ? count : 1);
-        scalars[0] = (float)count;
-        scalars[1] = mean ? grad_scale * inv : grad_scale;
-        scalars[2] = mean ? inv : 1.0f;
+        scalars[OUTL_COUNT] = (float)count;
+        scalars[OUTL_SCALE] = mean ? grad_scale * inv : grad_scale;
+        scalars[OUTL_LOSS_SCALE] = mean ? inv : 1.0f;
+        scalars[OUTL_ZERO] = 0.0f;
+        scalars[OUTL_ONE] = 1.0f;
     }
 }
 
@@ -49,7 +51,7 @@ __global__ void reduce_loss_kernel(const float *row_loss, int64_t N, const float
         if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
         __syncthreads();
     }
-    if (threadIdx.x == 0) *loss = (float)(part[0] * (double)scalars[2]);
+    if (threadIdx.x == 0) *loss = (float)(part[0] * (double)scalars[OUTL_LOSS_SCALE]);
 }
 
 void outl_count_valid(const int32_t *targets, int64_t N, OutputReduction red, float grad_scale, float *scalars,
@@ -86,6 +88,8 @@ static OutlPlan *find_or_make_plan(OutputLayer *L, int ta, int tb, int64_t m, in
     cublasOperation_t opa = (cublasOperation_t)ta, opb = (cublasOperation_t)tb;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE; /* alpha = the gradient scale, on the device */
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm));
     /* stored shapes (column-major): op(A) is m x k, op(B) is k x n */
     uint64_t ar = opa == CUBLAS_OP_N ? m : k, ac = opa == CUBLAS_OP_N ? k : m;
     uint64_t br = opb == CUBLAS_OP_N ? k : n, bc = opb == CUBLAS_OP_N ? n : k;
@@ -122,12 +126,11 @@ static void free_plan(OutlPlan *p) {
 }
 
 void outl_gemm(OutputLayer *L, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
-               const void *A, int64_t lda, const void *B, int64_t ldb, void *C, int ctype, int64_t ldc, float beta,
-               cudaStream_t stream) {
+               const void *A, int64_t lda, const void *B, int64_t ldb, void *C, int ctype, int64_t ldc,
+               const float *alpha, const float *beta, cudaStream_t stream) {
     int temporary;
     OutlPlan *p = find_or_make_plan(L, (int)ta, (int)tb, m, n, k, lda, ldb, ctype, ldc, &temporary);
-    const float alpha = 1.0f;
-    CUBLAS_CHECK(cublasLtMatmul(L->lt, p->desc, &alpha, A, p->a, B, p->b, &beta, C, p->c, C, p->c, &p->algo,
+    CUBLAS_CHECK(cublasLtMatmul(L->lt, p->desc, alpha, A, p->a, B, p->b, beta, C, p->c, C, p->c, &p->algo,
                                 L->lt_ws, OUTL_LT_WORKSPACE, stream));
     if (temporary) {
         /* the spare's descriptors may still be read by the queued call: wait before freeing */
@@ -176,7 +179,7 @@ static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, 
     Sizes s;
     memset(&s, 0, sizeof s);
     s.lse = s.row_loss = (size_t)max_N * sizeof(float);
-    s.scalars = 4 * sizeof(float);
+    s.scalars = OUTL_NUM_SCALARS * sizeof(float);
     if (kind == OUTPUT_LAYER_FUSED) {
         *fs = outl_fused_sizes(max_N, V, d, slots);
         s.win_m = s.win_a = (size_t)fs->stats_elems * sizeof(float);

@@ -83,9 +83,17 @@ int output_layer_forward_backward(OutputLayer *layer, const OutputLayerArgs *arg
 
 const char *output_layer_kind_name(OutputLayerKind kind); /* "fused" / "canonical" */
 
-/* Development switch (tests, benchmarks): 1 makes the fused layer use its portable mma.sync tile
- * kernel even on Hopper, where it otherwise uses the wgmma one. Takes effect at the next call. */
-void output_layer_force_portable_kernels(int on);
+/* Development switches (tests, benchmarks): which tile kernel the fused layer runs, from the next
+ * call on. AUTO is wgmma 128x256 on Hopper (sm_90a) and mma.sync elsewhere; the wgmma kernels are
+ * only used on Hopper whatever is asked. */
+enum {
+    OUTPUT_TILE_KERNEL_AUTO = 0,
+    OUTPUT_TILE_KERNEL_MMA = 1,             /* portable: mma.sync m16n8k16, 128x128 tiles */
+    OUTPUT_TILE_KERNEL_WGMMA_128x256 = 2,   /* Hopper: two warpgroups, one CTA per SM */
+    OUTPUT_TILE_KERNEL_WGMMA_128x128 = 3    /* Hopper: two warpgroups, two CTAs per SM */
+};
+void output_layer_select_tile_kernel(int kernel);
+const char *output_layer_tile_kernel_name(void); /* of the kernel the next call would run */
 
 #ifdef __cplusplus
 }

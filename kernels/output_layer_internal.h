@@ -43,7 +43,7 @@ struct OutputLayer {
     /* shared: */
     float *lse;      /* [max_N] log-sum-exp per row (the backward reads it) */
     float *row_loss; /* [max_N] per-row loss when the caller passes none */
-    float *scalars;  /* [0] valid count, [1] gradient scale per valid row, [2] loss scale */
+    float *scalars;  /* [OUTL_COUNT..OUTL_ONE], written on the device by outl_count_valid */
     /* fused: */
     OutlFusedSizes fs;
     float *win_m, *win_a; /* [stats_elems] */
@@ -54,17 +54,28 @@ struct OutputLayer {
     __nv_bfloat16 *logits; /* [max_N x Vp] */
 };
 
-/* C = op(A) op(B) + beta C in cuBLAS's column-major terms; A and B bf16, fp32 accumulation, C
- * fp32 or bf16 (ctype CUDA_R_32F / CUDA_R_16BF). */
-void outl_gemm(OutputLayer *L, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
-               const void *A, int64_t lda, const void *B, int64_t ldb, void *C, int ctype, int64_t ldc, float beta,
-               cudaStream_t stream);
+/* The layer's device scalars (indices into L->scalars). The gradient scale stays on the device
+ * (it needs the valid count) and reaches the GEMMs as their alpha, in fp32: dZ itself is stored as
+ * the unscaled P - Y, whose bf16 rounding is then independent from row to row (a scale folded in
+ * before rounding, say 1/900, would round the same way in every row and bias the whole gradient
+ * by up to 2^-9). */
+#define OUTL_COUNT 0 /* number of valid targets */
+#define OUTL_SCALE 1 /* gradient scale per valid row: grad_scale / max(count, 1) (mean) or grad_scale */
+#define OUTL_LOSS_SCALE 2 /* 1 / max(count, 1) (mean) or 1 */
+#define OUTL_ZERO 3  /* 0.0f and 1.0f, for alpha and beta in device pointer mode */
+#define OUTL_ONE 4
+#define OUTL_NUM_SCALARS 8
 
-/* scalars[0] = #(targets != -1); scalars[1] = grad_scale / max(count, 1) (mean) or grad_scale;
- * scalars[2] = 1 / max(count, 1) (mean) or 1. One block, fixed order. */
+/* C = alpha op(A) op(B) + beta C in cuBLAS's column-major terms; A and B bf16, fp32 accumulation,
+ * C fp32 or bf16 (ctype CUDA_R_32F / CUDA_R_16BF); alpha and beta are device pointers. */
+void outl_gemm(OutputLayer *L, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+               const void *A, int64_t lda, const void *B, int64_t ldb, void *C, int ctype, int64_t ldc,
+               const float *alpha, const float *beta, cudaStream_t stream);
+
+/* Fills L->scalars (see OUTL_COUNT...). One block, fixed order. */
 void outl_count_valid(const int32_t *targets, int64_t N, OutputReduction red, float grad_scale, float *scalars,
                       cudaStream_t stream);
-/* loss = scalars[2] * sum(row_loss) summed in a fixed order (fp64). */
+/* loss = scalars[OUTL_LOSS_SCALE] * sum(row_loss) summed in a fixed order (fp64). */
 void outl_reduce_loss(const float *row_loss, int64_t N, const float *scalars, float *loss, cudaStream_t stream);
 
 /* output_fused.cu */

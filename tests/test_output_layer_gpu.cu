@@ -6,7 +6,7 @@
  * error <= 1e-5, dH and dW relative L2 <= 2e-3 for the fused layer. The canonical layer keeps its
  * logits in bf16 (as llm.c does), which costs up to 2e-3 on a row's loss or log-sum-exp: it gets
  * 5e-3 for both, and the two layers must agree to that. On Hopper the fused layer runs its wgmma
- * kernel; the fused_portable_* tests run its mma.sync kernel on the same checks. */
+ * kernel; the *_portable_* and *_wgmma_128x128_* tests run its other tile kernels. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -306,19 +306,33 @@ TEST(fused_output_sum_reduction_with_grad_scale) {
 }
 
 /* the portable (mma.sync) tile kernel on the same checks */
-TEST(fused_portable_kernel_1000_rows_50257_words_with_ignored) {
-    output_layer_force_portable_kernels(1);
+TEST(fused_output_portable_kernel_1000_rows_50257_words_with_ignored) {
+    output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_MMA);
     check_case(OUTPUT_LAYER_FUSED, Case{1000, 50257, 128, 2.0, 0.1, OUTPUT_REDUCE_MEAN, 1.0f}, FUSED_LOSS_TOL,
                FUSED_GRAD_TOL);
-    output_layer_force_portable_kernels(0);
+    output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_AUTO);
 }
 
-TEST(fused_portable_kernel_extreme_logits_and_tiny_shapes) {
-    output_layer_force_portable_kernels(1);
+TEST(fused_output_portable_kernel_extreme_logits_and_tiny_shapes) {
+    output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_MMA);
     check_case(OUTPUT_LAYER_FUSED, Case{1000, 1000, 128, 40.0, 0.1, OUTPUT_REDUCE_MEAN, 1.0f}, FUSED_LOSS_TOL,
                FUSED_GRAD_TOL);
     check_case(OUTPUT_LAYER_FUSED, Case{7, 1, 64, 2.0, 0.3, OUTPUT_REDUCE_SUM, 2.0f}, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
-    output_layer_force_portable_kernels(0);
+    output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_AUTO);
+}
+
+static void check_deterministic(OutputLayerKind kind);
+
+/* the other Hopper tile kernel (128 x 128, two CTAs per SM) */
+TEST(fused_output_wgmma_128x128_kernel_against_fp64) {
+    output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_WGMMA_128x128);
+    check_case(OUTPUT_LAYER_FUSED, Case{1000, 50257, 128, 2.0, 0.1, OUTPUT_REDUCE_MEAN, 1.0f}, FUSED_LOSS_TOL,
+               FUSED_GRAD_TOL);
+    check_case(OUTPUT_LAYER_FUSED, Case{1000, 1000, 128, 40.0, 0.1, OUTPUT_REDUCE_MEAN, 1.0f}, FUSED_LOSS_TOL,
+               FUSED_GRAD_TOL);
+    check_case(OUTPUT_LAYER_FUSED, Case{7, 1, 64, 2.0, 0.3, OUTPUT_REDUCE_SUM, 2.0f}, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
+    check_deterministic(OUTPUT_LAYER_FUSED);
+    output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_AUTO);
 }
 
 /* ---- the canonical layer against fp64 ------------------------------------------------------ */
@@ -382,10 +396,10 @@ static void check_deterministic(OutputLayerKind kind) {
 }
 
 TEST(fused_output_is_bitwise_deterministic) { check_deterministic(OUTPUT_LAYER_FUSED); }
-TEST(fused_portable_kernel_is_bitwise_deterministic) {
-    output_layer_force_portable_kernels(1);
+TEST(fused_output_portable_kernel_is_bitwise_deterministic) {
+    output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_MMA);
     check_deterministic(OUTPUT_LAYER_FUSED);
-    output_layer_force_portable_kernels(0);
+    output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_AUTO);
 }
 TEST(canonical_output_is_bitwise_deterministic) { check_deterministic(OUTPUT_LAYER_CANONICAL); }
 
