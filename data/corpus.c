@@ -669,8 +669,8 @@ int corpus_default(const char *cache_dir, char *path, size_t cap, char *name, ch
         chosen = CORPUS_SYNTHETIC_NAME;
         snprintf(final_path, sizeof final_path, "%s/%s.txt", dir, CORPUS_SYNTHETIC_NAME);
         fprintf(stderr,
-                "corpus: the Debian packages (%s) could not be fetched (see %s); using the synthetic corpus "
-                "instead\n",
+                "corpus: could not fetch the Debian packages %s (see %s; no network, or `apt-get update` "
+                "needed?); using the synthetic corpus instead\n",
                 packages, log);
         if (!file_exists(final_path)) {
             TextBuf b = {0};

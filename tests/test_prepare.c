@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "data/corpus.h"
@@ -201,4 +202,29 @@ TEST(corpus_fix_utf8_repairs_stray_windows_1252_bytes) {
     CHECK(clean.data == before && clean.len == 5, "valid UTF-8 is left alone");
     textbuf_free(&b);
     textbuf_free(&clean);
+}
+
+TEST(corpus_falls_back_to_synthetic_when_packages_cannot_be_fetched) {
+    /* With no apt-get on PATH the fetch fails; the recipe must fall back, not fail. */
+    const char *old = getenv("PATH");
+    char *saved = old ? strdup(old) : NULL;
+    char empty_bin[1100], cache[1100], path[PREPARE_PATH_LEN], name[32], err[FGPT_ERR_LEN] = "";
+    snprintf(empty_bin, sizeof empty_bin, "%s/no-tools", test_tmpdir());
+    snprintf(cache, sizeof cache, "%s/cache", test_tmpdir());
+    mkdir(empty_bin, 0755);
+    setenv("PATH", empty_bin, 1);
+    int saved_err = dup(2);
+    int fd = open("/dev/null", O_WRONLY);
+    dup2(fd, 2); /* the fallback's one-line notice */
+    close(fd);
+    int rc = corpus_default(cache, path, sizeof path, name, err);
+    dup2(saved_err, 2);
+    close(saved_err);
+    if (saved) setenv("PATH", saved, 1);
+    free(saved);
+    REQUIRE(rc == 0, "fallback failed: %s", err);
+    CHECK(strcmp(name, "synthetic-v1") == 0, "corpus name is %s", name);
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && (size_t)st.st_size >= CORPUS_SYNTHETIC_BYTES, "synthetic corpus %s is missing or short",
+          path);
 }
