@@ -354,7 +354,10 @@ static int fetch_packages(const char *dir, const char *log) {
             dir) != 0 &&
         run("cd '%s/debs' && apt-get download %s >>'%s' 2>&1", dir, packages, log) != 0)
         return -1;
-    return run("for d in '%s'/debs/*.deb; do dpkg -x \"$d\" '%s/root' || exit 1; done >>'%s' 2>&1", dir, dir, log);
+    if (run("for d in '%s'/debs/*.deb; do dpkg -x \"$d\" '%s/root' || exit 1; done >>'%s' 2>&1", dir, dir, log) == 0)
+        return 0;
+    run("rm -f '%s'/debs/*.deb", dir); /* a damaged download: fetch afresh next time */
+    return -1;
 }
 
 /* Runs the unpacked `bible` program over the whole book. It needs libreadline; a minimal system may

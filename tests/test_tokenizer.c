@@ -544,3 +544,48 @@ TEST(tokenizer_load_rejects_missing_truncated_and_corrupt_files) {
     CHECK(!tokenizer_load(bad, err) && strstr(err, "cannot open"), "missing file: %s", err);
     free(buf);
 }
+
+static void put32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+TEST(tokenizer_load_rejects_merges_that_name_tokens_not_made_yet) {
+    /* A well-formed file (right sizes, right checksum) whose second merge uses token 258, which
+     * only the third merge would make: the merge list itself is checked, not just the bytes. */
+    unsigned char buf[28 + 13 + 3 * 8 + 8];
+    memcpy(buf, "FGPTBPE1", 8);
+    put32(buf + 8, 1);
+    put32(buf + 12, 256 + 3 + 1);
+    put32(buf + 16, 3);
+    put32(buf + 20, 259);
+    put32(buf + 24, 13);
+    memcpy(buf + 28, "<|endoftext|>", 13);
+    uint32_t merges[6] = {'a', 'b', 258, 'c', 'x', 'y'};
+    for (int i = 0; i < 6; i++) put32(buf + 41 + 4 * i, merges[i]);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < sizeof buf - 8; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
+    for (int i = 0; i < 8; i++) buf[sizeof buf - 8 + i] = (unsigned char)(h >> (8 * i));
+    char path[1200], err[TOKENIZER_ERR_LEN] = "";
+    snprintf(path, sizeof path, "%s/future.bin", test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f, "cannot write %s", path);
+    fwrite(buf, 1, sizeof buf, f);
+    fclose(f);
+    Tokenizer *t = tokenizer_load(path, err);
+    CHECK(!t && strstr(err, "does not exist yet"), "load should name the bad merge: %s", err);
+    tokenizer_free(t);
+    /* Duplicate pair: merges 0 and 1 both join (a, b). */
+    merges[2] = 'a';
+    merges[3] = 'b';
+    for (int i = 0; i < 6; i++) put32(buf + 41 + 4 * i, merges[i]);
+    h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < sizeof buf - 8; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
+    for (int i = 0; i < 8; i++) buf[sizeof buf - 8 + i] = (unsigned char)(h >> (8 * i));
+    f = fopen(path, "wb");
+    REQUIRE(f, "cannot write %s", path);
+    fwrite(buf, 1, sizeof buf, f);
+    fclose(f);
+    t = tokenizer_load(path, err);
+    CHECK(!t && strstr(err, "same pair"), "load should name the repeated pair: %s", err);
+    tokenizer_free(t);
+}

@@ -131,6 +131,10 @@ static uint32_t pair_get_or_add(Trainer *tr, uint32_t left, uint32_t right) {
 }
 
 static void pair_list_word(Trainer *tr, uint32_t pair, uint32_t word) {
+    if (tr->n_nodes >= NO_NODE) { /* node ids are 32-bit: a corpus this large needs a bigger machine */
+        tr->oom = 1;
+        return;
+    }
     if (grow((void **)&tr->nodes, &tr->cap_nodes, tr->n_nodes + 1, sizeof *tr->nodes)) {
         tr->oom = 1;
         return;

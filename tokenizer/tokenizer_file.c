@@ -85,77 +85,88 @@ int tokenizer_save(const Tokenizer *t, const char *path, char *err) {
     return 0;
 }
 
+/* Checks the fixed header; returns the file size it implies, or 0 with a message. */
+static uint64_t check_header(const uint8_t *h, size_t have, const char *path, char *err) {
+    const size_t eot_len = strlen(TOKENIZER_EOT_TEXT);
+    if (have < 8 || memcmp(h, TOKENIZER_MAGIC, 8) != 0) {
+        tok_error(err, "%s is not a fusedgpt tokenizer file (bad magic); pass the tokenizer.bin that `./train prepare` wrote",
+                  path);
+        return 0;
+    }
+    if (have < FIXED_HEADER) {
+        tok_error(err, "tokenizer %s is truncated (%zu bytes); re-run `./train prepare`", path, have);
+        return 0;
+    }
+    if (get_u32(h + 8) != TOKENIZER_VERSION) {
+        tok_error(err, "tokenizer %s has format version %u, this build reads version %u; re-run `./train prepare`", path,
+                  get_u32(h + 8), TOKENIZER_VERSION);
+        return 0;
+    }
+    uint32_t V = get_u32(h + 12), M = get_u32(h + 16), eot = get_u32(h + 20), S = get_u32(h + 24);
+    if (S != eot_len || (uint64_t)M + TOKENIZER_MIN_VOCAB != V || eot != 256 + M) {
+        tok_error(err,
+                  "tokenizer %s has an inconsistent header (vocab %u, merges %u, eot %u); the file is corrupt, re-run "
+                  "`./train prepare`",
+                  path, V, M, eot);
+        return 0;
+    }
+    return (uint64_t)FIXED_HEADER + S + (uint64_t)M * 8 + 8;
+}
+
 Tokenizer *tokenizer_load(const char *path, char *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        tok_error(err, "cannot open tokenizer %s: %s (train one with `./train prepare`)", path,
-                 strerror(errno));
+        tok_error(err, "cannot open tokenizer %s: %s (train one with `./train prepare`)", path, strerror(errno));
         return NULL;
     }
-    uint8_t *buf = NULL;
-    size_t size = 0, cap = 0;
-    for (;;) {
-        if (size == cap) {
-            cap = cap ? 2 * cap : 1 << 16;
-            uint8_t *b = realloc(buf, cap);
-            if (!b) {
-                free(buf);
-                fclose(f);
-                tok_error(err, "out of memory reading tokenizer %s", path);
-                return NULL;
-            }
-            buf = b;
-        }
-        size_t got = fread(buf + size, 1, cap - size, f);
-        size += got;
-        if (got == 0) break;
+    /* The header first, so a wrong file (a shard, a checkpoint) is named without reading it all. */
+    uint8_t head[FIXED_HEADER];
+    size_t have = fread(head, 1, sizeof head, f);
+    uint64_t expected = check_header(head, have, path, err);
+    if (!expected) {
+        fclose(f);
+        return NULL;
     }
-    int read_error = ferror(f);
+    uint64_t size = 0;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long end = ftell(f);
+        size = end > 0 ? (uint64_t)end : 0;
+    }
+    if (size != expected) {
+        tok_error(err, "tokenizer %s is %s (%llu bytes, its header says %llu); re-run `./train prepare`", path,
+                  size < expected ? "truncated" : "longer than its header says", (unsigned long long)size,
+                  (unsigned long long)expected);
+        fclose(f);
+        return NULL;
+    }
+    uint8_t *buf = malloc((size_t)size);
+    if (!buf) {
+        fclose(f);
+        tok_error(err, "out of memory reading tokenizer %s", path);
+        return NULL;
+    }
+    int ok = fseek(f, 0, SEEK_SET) == 0 && fread(buf, 1, (size_t)size, f) == size;
     fclose(f);
     Tokenizer *t = NULL;
     const size_t eot_len = strlen(TOKENIZER_EOT_TEXT);
-    if (read_error) {
+    uint32_t M = get_u32(buf + 16);
+    if (!ok) {
         tok_error(err, "cannot read tokenizer %s (I/O error); check the disk", path);
-    } else if (size < 8 || memcmp(buf, TOKENIZER_MAGIC, 8) != 0) {
-        snprintf(err, TOKENIZER_ERR_LEN,
-                 "%s is not a fusedgpt tokenizer file (bad magic); pass the tokenizer.bin that `./train prepare` wrote",
-                 path);
-    } else if (size < FIXED_HEADER) {
-        tok_error(err, "tokenizer %s is truncated (%zu bytes); re-run `./train prepare`", path, size);
-    } else if (get_u32(buf + 8) != TOKENIZER_VERSION) {
-        snprintf(err, TOKENIZER_ERR_LEN,
-                 "tokenizer %s has format version %u, this build reads version %u; re-run `./train prepare`", path,
-                 get_u32(buf + 8), TOKENIZER_VERSION);
+    } else if (get_u64(buf + size - 8) != fnv1a(buf, size - 8)) {
+        tok_error(err, "tokenizer %s fails its checksum (the file is corrupt); re-run `./train prepare`", path);
+    } else if (memcmp(buf + FIXED_HEADER, TOKENIZER_EOT_TEXT, eot_len) != 0) {
+        tok_error(err, "tokenizer %s names an unknown special token; re-run `./train prepare`", path);
     } else {
-        uint32_t V = get_u32(buf + 12), M = get_u32(buf + 16), eot = get_u32(buf + 20), S = get_u32(buf + 24);
-        uint64_t expected = (uint64_t)FIXED_HEADER + S + (uint64_t)M * 8 + 8;
-        if (S != eot_len || (uint64_t)M + TOKENIZER_MIN_VOCAB != V || eot != 256 + M) {
-            snprintf(err, TOKENIZER_ERR_LEN,
-                     "tokenizer %s has an inconsistent header (vocab %u, merges %u, eot %u); the file is corrupt, "
-                     "re-run `./train prepare`",
-                     path, V, M, eot);
-        } else if (size != expected) {
-            snprintf(err, TOKENIZER_ERR_LEN,
-                     "tokenizer %s is %s (%zu bytes, its header says %llu); re-run `./train prepare`", path,
-                     size < expected ? "truncated" : "longer than its header says", size,
-                     (unsigned long long)expected);
-        } else if (get_u64(buf + size - 8) != fnv1a(buf, size - 8)) {
-            tok_error(err, "tokenizer %s fails its checksum (the file is corrupt); re-run `./train prepare`",
-                     path);
-        } else if (memcmp(buf + FIXED_HEADER, TOKENIZER_EOT_TEXT, eot_len) != 0) {
-            tok_error(err, "tokenizer %s names an unknown special token; re-run `./train prepare`", path);
+        uint32_t *merges = malloc(((size_t)M + 1) * 2 * sizeof *merges);
+        if (!merges) {
+            tok_error(err, "out of memory reading tokenizer %s", path);
         } else {
-            uint32_t *merges = malloc(((size_t)M + 1) * 2 * sizeof *merges);
-            if (!merges) {
-                tok_error(err, "out of memory reading tokenizer %s", path);
-            } else {
-                const uint8_t *m = buf + FIXED_HEADER + S;
-                for (size_t i = 0; i < 2 * (size_t)M; i++) merges[i] = get_u32(m + 4 * i);
-                char why[TOKENIZER_ERR_LEN];
-                t = tokenizer_from_merges(merges, M, why);
-                if (!t) tok_error(err, "%s: %s", path, why);
-                free(merges);
-            }
+            const uint8_t *m = buf + FIXED_HEADER + eot_len;
+            for (size_t i = 0; i < 2 * (size_t)M; i++) merges[i] = get_u32(m + 4 * i);
+            char why[TOKENIZER_ERR_LEN];
+            t = tokenizer_from_merges(merges, M, why);
+            if (!t) tok_error(err, "%s: %s", path, why);
+            free(merges);
         }
     }
     free(buf);
