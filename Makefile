@@ -22,7 +22,7 @@ BUILD    := build
 SANFLAGS :=
 ifeq ($(SANITIZE),1)
 BUILD    := build-san
-SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g
+SANFLAGS := -fsanitize=address -fsanitize=undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g
 endif
 
 CFLAGS   += -std=c11 $(OPT) -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -D_GNU_SOURCE -fopenmp -I. $(SANFLAGS)
@@ -107,3 +107,12 @@ $(BUILD)/bench_tokenizer: $(BUILD)/dev/bench_tokenizer.o $(HOST_OBJ)
 .PHONY: bench-tokenizer
 bench-tokenizer: $(BUILD)/bench_tokenizer
 	./$(BUILD)/bench_tokenizer $(BENCH_TOKENIZER_ARGS)
+
+# The pre-tokenizer against PCRE2 on a whole corpus (the tests do it on generated text).
+SPLIT_FILE ?= .cache/corpus/default-v1.txt
+$(BUILD)/check_split_pcre2: $(BUILD)/dev/check_split_pcre2.o $(HOST_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -lpcre2-8
+
+.PHONY: check-split
+check-split: $(BUILD)/check_split_pcre2
+	./$(BUILD)/check_split_pcre2 $(SPLIT_FILE)

@@ -368,79 +368,91 @@ int main(int argc, char **argv) {
             printf("tokenizer: the corpus supports %u of the %u tokens asked for; the model keeps V = %d\n",
                    prepared.vocab_reached, prepared.vocab_requested, cfg.vocab_size);
     }
+    /* Everything below is released at `done`, whatever path leads there. */
+    int status = 0;
     Tokenizer *tok = NULL;
+    ParamTable table;
+    Loader train_loader, val_loader;
+    Backend *be = NULL;
+    RunLog log = {NULL};
+    float *ck_p = NULL, *ck_m = NULL, *ck_v = NULL; /* checkpoint staging (host) */
+    int *inputs = NULL, *targets = NULL;
+    float *logits = NULL;
+    memset(&table, 0, sizeof table);
+    memset(&train_loader, 0, sizeof train_loader);
+    memset(&val_loader, 0, sizeof val_loader);
+#define FAIL(code)      \
+    do {                \
+        status = (code); \
+        goto done;      \
+    } while (0)
     if (tok_path[0]) {
         tok = tokenizer_load(tok_path, err);
         if (!tok) {
             fprintf(stderr, "error: %s\n", err);
-            return 1;
+            FAIL(1);
         }
         if (tokenizer_vocab_size(tok) > (uint32_t)cfg.vocab_size) {
             fprintf(stderr, "error: tokenizer %s has %u tokens but the model's vocabulary is %d (pass -v %u)\n",
                     tok_path, tokenizer_vocab_size(tok), cfg.vocab_size, tokenizer_vocab_size(tok));
-            return 2;
+            FAIL(2);
         }
     }
 
-    ParamTable table;
     if (param_table_build(&table, &cfg, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
-        return 2;
+        FAIL(2);
     }
     int B = opt.batch, T = opt.seq_len, accum = opt.total_batch / (B * T);
-    Loader train_loader, val_loader;
     int have_val = val_path[0] != 0;
     if (loader_open(&train_loader, train_path, (uint32_t)cfg.vocab_size, B, T, 0, 1, 1, (uint64_t)opt.seed, err) !=
             0 ||
         (have_val && loader_open(&val_loader, val_path, (uint32_t)cfg.vocab_size, B, T, 0, 1, 0, 0, err) != 0)) {
         fprintf(stderr, "error: %s\n", err);
-        return 1;
+        FAIL(1);
     }
     OutputKind output = strcmp(opt.output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
-    Backend *be = strcmp(opt.device, "cpu") == 0 ? backend_cpu_create(&table, B, T, output, (uint64_t)opt.seed, err)
+    be = strcmp(opt.device, "cpu") == 0 ? backend_cpu_create(&table, B, T, output, (uint64_t)opt.seed, err)
                                                  : backend_cuda_create(&table, B, T, output, (uint64_t)opt.seed, err);
     if (!be) {
         fprintf(stderr, "error: %s\n", err);
-        return 1;
+        FAIL(1);
     }
     Rng rng;
     rng_seed(&rng, (uint64_t)opt.seed ^ 0x5eed5a3e1eull);
     int start_step = 0;
     if (opt.resume) {
         TrainState st;
-        float *p = malloc(table.total * sizeof(float)), *m = malloc(table.total * sizeof(float)),
-              *v = malloc(table.total * sizeof(float));
-        if (!p || !m || !v) {
+        ck_p = malloc(table.total * sizeof(float));
+        ck_m = malloc(table.total * sizeof(float));
+        ck_v = malloc(table.total * sizeof(float));
+        if (!ck_p || !ck_m || !ck_v) {
             fprintf(stderr, "error: out of host memory loading the checkpoint\n");
-            return 1;
+            FAIL(1);
         }
-        if (checkpoint_load_latest(opt.out, &table, p, m, v, &st, err) != 0) {
+        if (checkpoint_load_latest(opt.out, &table, ck_p, ck_m, ck_v, &st, err) != 0) {
             fprintf(stderr, "error: %s\n", err);
-            return 2;
+            FAIL(2);
         }
         if (st.B != B || st.T != T || st.total_batch != opt.total_batch || st.seed != (uint64_t)opt.seed) {
             fprintf(stderr,
                     "error: checkpoint in %s was trained with -b %d -t %d -d %d --seed %llu; resume with the same "
                     "values so the data order continues\n",
                     opt.out, st.B, st.T, st.total_batch, (unsigned long long)st.seed);
-            return 2;
+            FAIL(2);
         }
         if (loader_set_state(&train_loader, (LoaderState){st.loader_epoch, st.loader_position}, err) != 0) {
             fprintf(stderr, "error: %s\n", err);
-            return 2;
+            FAIL(2);
         }
-        be->ops->write_state(be, p, m, v);
+        be->ops->write_state(be, ck_p, ck_m, ck_v);
         memcpy(rng.s, st.rng, sizeof rng.s);
         start_step = st.step;
-        free(v);
-        free(m);
-        free(p);
         printf("resumed from %s at step %d\n", opt.out, start_step);
     }
-    RunLog log;
     if (runlog_open(&log, opt.out, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
-        return 1;
+        FAIL(1);
     }
 
     printf("model: L=%d NH=%d C=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", cfg.num_layers, cfg.num_heads,
@@ -451,14 +463,13 @@ int main(int argc, char **argv) {
     const double flops_per_step = gpt_flops_per_token(&cfg, T) * opt.total_batch;
     print_memory(be);
 
-    int *inputs = malloc((size_t)B * T * sizeof(int)), *targets = malloc((size_t)B * T * sizeof(int));
-    float *logits = malloc((size_t)cfg.vocab_size * sizeof(float));
-    float *params = NULL, *mom1 = NULL, *mom2 = NULL;
+    inputs = malloc((size_t)B * T * sizeof(int));
+    targets = malloc((size_t)B * T * sizeof(int));
+    logits = malloc((size_t)cfg.vocab_size * sizeof(float));
     if (!inputs || !targets || !logits) {
         fprintf(stderr, "error: out of host memory\n");
-        return 1;
+        FAIL(1);
     }
-    int status = 0;
     for (int step = start_step; step < opt.steps; step++) {
         int last = step == opt.steps - 1;
         if (have_val && opt.val_every && step % opt.val_every == 0) {
@@ -507,22 +518,22 @@ int main(int argc, char **argv) {
         runlog_step(&log, step + 1, (float)loss, as.lr, norm, ms, tps, mfu, mem_gb);
 
         if ((opt.checkpoint_every && (step + 1) % opt.checkpoint_every == 0) || last) {
-            if (!params) {
-                params = malloc(table.total * sizeof(float));
-                mom1 = malloc(table.total * sizeof(float));
-                mom2 = malloc(table.total * sizeof(float));
-                if (!params || !mom1 || !mom2) {
+            if (!ck_p) {
+                ck_p = malloc(table.total * sizeof(float));
+                ck_m = malloc(table.total * sizeof(float));
+                ck_v = malloc(table.total * sizeof(float));
+                if (!ck_p || !ck_m || !ck_v) {
                     fprintf(stderr, "error: out of host memory for the checkpoint\n");
                     status = 1;
                     break;
                 }
             }
-            be->ops->read_state(be, params, mom1, mom2);
+            be->ops->read_state(be, ck_p, ck_m, ck_v);
             LoaderState ls = loader_get_state(&train_loader);
             TrainState st = {.step = step + 1, .loader_epoch = ls.epoch, .loader_position = ls.position,
                              .B = B, .T = T, .total_batch = opt.total_batch, .seed = (uint64_t)opt.seed};
             memcpy(st.rng, rng.s, sizeof st.rng);
-            if (checkpoint_save(opt.out, &table, params, mom1, mom2, &st, opt.keep_checkpoints, err) != 0) {
+            if (checkpoint_save(opt.out, &table, ck_p, ck_m, ck_v, &st, opt.keep_checkpoints, err) != 0) {
                 fprintf(stderr, "error: %s\n", err);
                 status = 1;
                 break;
@@ -535,17 +546,19 @@ int main(int argc, char **argv) {
         printf("step %5d | val loss %.6f\n", opt.steps, vl);
         runlog_eval(&log, opt.steps, vl);
     }
-    free(mom2);
-    free(mom1);
-    free(params);
+done:
+    free(ck_v);
+    free(ck_m);
+    free(ck_p);
     free(logits);
     free(targets);
     free(inputs);
     runlog_close(&log);
-    be->ops->destroy(be);
-    if (have_val) loader_close(&val_loader);
+    if (be) be->ops->destroy(be);
+    loader_close(&val_loader);
     loader_close(&train_loader);
     param_table_free(&table);
     if (tok) tokenizer_free(tok);
     return status;
+#undef FAIL
 }
