@@ -345,15 +345,33 @@ static char *read_all(const char *path, size_t *len) {
     return b.data;
 }
 
-static const char *const packages = "bible-kjv bible-kjv-text dict-gcide fortunes fortunes-min";
+static const char *const base_packages[] = {"bible-kjv", "bible-kjv-text", "dict-gcide", "fortunes", "fortunes-min"};
+/* The extended recipe's extra dictionaries (Debian main, dictd format): the standard corpus alone
+ * runs out of repeated pairs at ~187k tokens; with these it reaches 262144 (dev/RESULTS.md). */
+static const char *const extra_dicts[] = {"wn", "foldoc", "jargon", "devil", "vera"};
+#define N_BASE (sizeof base_packages / sizeof *base_packages)
+#define N_EXTRA (sizeof extra_dicts / sizeof *extra_dicts)
 
-/* Downloads and unpacks the packages into dir/debs and dir/root. */
-static int fetch_packages(const char *dir, const char *log) {
-    if (run("cd '%s/debs' && ls bible-kjv_*.deb bible-kjv-text_*.deb dict-gcide_*.deb fortunes_*.deb "
-            "fortunes-min_*.deb >/dev/null 2>&1",
-            dir) != 0 &&
-        run("cd '%s/debs' && apt-get download %s >>'%s' 2>&1", dir, packages, log) != 0)
-        return -1;
+/* "pkg pkg ..." for messages and apt-get. */
+static void package_list(int extended, char *out, size_t cap) {
+    size_t n = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < N_BASE; i++) n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? " " : "", base_packages[i]);
+    for (size_t i = 0; extended && i < N_EXTRA; i++) n += (size_t)snprintf(out + n, cap - n, " dict-%s", extra_dicts[i]);
+}
+
+/* Downloads the packages not yet in dir/debs, then unpacks them all into dir/root. */
+static int fetch_packages(const char *dir, const char *log, int extended) {
+    char missing[512] = "";
+    size_t n = 0;
+    for (size_t i = 0; i < N_BASE + (extended ? N_EXTRA : 0); i++) {
+        char pkg[64];
+        if (i < N_BASE) snprintf(pkg, sizeof pkg, "%s", base_packages[i]);
+        else snprintf(pkg, sizeof pkg, "dict-%s", extra_dicts[i - N_BASE]);
+        if (run("ls '%s/debs/%s'_*.deb >/dev/null 2>&1", dir, pkg) != 0)
+            n += (size_t)snprintf(missing + n, sizeof missing - n, " %s", pkg);
+    }
+    if (n && run("cd '%s/debs' && apt-get download%s >>'%s' 2>&1", dir, missing, log) != 0) return -1;
     if (run("for d in '%s'/debs/*.deb; do dpkg -x \"$d\" '%s/root' || exit 1; done >>'%s' 2>&1", dir, dir, log) == 0)
         return 0;
     run("rm -f '%s'/debs/*.deb", dir); /* a damaged download: fetch afresh next time */
@@ -395,14 +413,15 @@ static int compare_spans(const void *a, const void *b) {
     return (x->off > y->off) - (x->off < y->off);
 }
 
-/* gcide.index lines are "headword<TAB>offset<TAB>length" in base64 digits; several headwords can
- * point at one entry, so entries are deduplicated by offset. The 00-database-* entries are the
- * dictionary's own metadata. */
-static int gcide_text(const char *dir, const char *log, TextBuf *out) {
-    char dict[4096], index[4096];
-    snprintf(dict, sizeof dict, "%s/gcide.dict", dir);
-    snprintf(index, sizeof index, "%s/root/usr/share/dictd/gcide.index", dir);
-    if (run("gzip -dc '%s/root/usr/share/dictd/gcide.dict.dz' >'%s' 2>>'%s'", dir, dict, log) != 0) return -1;
+/* A dictd dictionary (<name>.index + <name>.dict.dz). Index lines are "headword<TAB>offset<TAB>
+ * length" in base64 digits; several headwords can point at one entry, so entries are deduplicated
+ * by offset. The 00-database-* entries are the dictionary's own metadata. Every entry goes through
+ * the GCIDE cleaner, whose rules (braces, bracket-only lines, joined lines) fit the others too. */
+static int dictd_text(const char *dir, const char *log, const char *name, TextBuf *out) {
+    char dict[4200], index[4200];
+    snprintf(dict, sizeof dict, "%s/%s.dict", dir, name);
+    snprintf(index, sizeof index, "%s/root/usr/share/dictd/%s.index", dir, name);
+    if (run("gzip -dc '%s/root/usr/share/dictd/%s.dict.dz' >'%s' 2>>'%s'", dir, name, dict, log) != 0) return -1;
     size_t dlen, ilen;
     char *d = read_all(dict, &dlen), *ix = read_all(index, &ilen);
     remove(dict);
@@ -519,8 +538,9 @@ static Span *split_docs(const TextBuf *b, size_t *n_docs) {
 /* Interleaves the sources' documents by relative position (document i of n sits at (i + 0.5) / n),
  * ties to the earlier source, and writes them with separators. */
 static int interleave(TextBuf *src, int n_src, TextBuf *out) {
-    Span *docs[8];
-    size_t count[8], next[8] = {0};
+    Span *docs[16];
+    size_t count[16], next[16] = {0};
+    if (n_src > 16) return -1;
     for (int s = 0; s < n_src; s++) {
         docs[s] = split_docs(&src[s], &count[s]);
         if (!docs[s]) return -1;
@@ -622,25 +642,32 @@ static int write_text(const char *path, const TextBuf *b) {
 }
 
 /* The real corpus; -1 when a step fails (the log says which). */
-static int build_default(const char *dir, const char *final_path, const char *log) {
-    char sub[4200], bible_out[4200];
+static int build_real(const char *dir, const char *final_path, const char *log, int extended) {
+    char sub[4200], bible_out[4200], list[512];
     snprintf(sub, sizeof sub, "%s/debs", dir);
     if (mkdir_p(sub) != 0) return -1;
     snprintf(sub, sizeof sub, "%s/root", dir);
     if (mkdir_p(sub) != 0) return -1;
-    fprintf(stderr, "corpus: fetching %s with apt-get download (log: %s)\n", packages, log);
-    if (fetch_packages(dir, log) != 0) return -1;
+    package_list(extended, list, sizeof list);
+    fprintf(stderr, "corpus: fetching %s with apt-get download (log: %s)\n", list, log);
+    if (fetch_packages(dir, log, extended) != 0) return -1;
     snprintf(bible_out, sizeof bible_out, "%s/bible.out", dir);
-    TextBuf src[3] = {{0}, {0}, {0}}, all = {0};
-    int rc = -1;
+    enum { MAX_SRC = 3 + N_EXTRA };
+    TextBuf src[MAX_SRC], all = {0};
+    memset(src, 0, sizeof src);
+    int n_src = 3, rc = -1;
     size_t blen;
     char *braw = NULL;
     if (bible_text(dir, log, bible_out) != 0 || !(braw = read_all(bible_out, &blen))) goto done;
     corpus_clean_bible(braw, blen, &src[0]);
-    if (gcide_text(dir, log, &src[1]) != 0 || fortunes_text(dir, &src[2]) != 0) goto done;
+    if (dictd_text(dir, log, "gcide", &src[1]) != 0 || fortunes_text(dir, &src[2]) != 0) goto done;
     fprintf(stderr, "corpus: bible %.1f MB, dictionary %.1f MB, fortunes %.1f MB of clean text\n", src[0].len / 1e6,
             src[1].len / 1e6, src[2].len / 1e6);
-    if (interleave(src, 3, &all) != 0) goto done;
+    for (size_t i = 0; extended && i < N_EXTRA; i++, n_src++) {
+        if (dictd_text(dir, log, extra_dicts[i], &src[n_src]) != 0) goto done;
+        fprintf(stderr, "corpus: %s %.1f MB of clean text\n", extra_dicts[i], src[n_src].len / 1e6);
+    }
+    if (interleave(src, n_src, &all) != 0) goto done;
     corpus_fix_utf8(&all);
     if (all.oom || write_text(final_path, &all) != 0) goto done;
     rc = 0;
@@ -649,12 +676,12 @@ static int build_default(const char *dir, const char *final_path, const char *lo
 done:
     remove(bible_out);
     free(braw);
-    for (int s = 0; s < 3; s++) textbuf_free(&src[s]);
+    for (int i = 0; i < MAX_SRC; i++) textbuf_free(&src[i]);
     textbuf_free(&all);
     return rc;
 }
 
-int corpus_default(const char *cache_dir, char *path, size_t cap, char *name, char *err) {
+int corpus_default(const char *cache_dir, int extended, char *path, size_t cap, char *name, char *err) {
     if (strchr(cache_dir, '\'')) {
         set_err(err, "cache directory '%s' contains a quote; pass --cache-dir without quotes", cache_dir);
         return -1;
@@ -665,16 +692,18 @@ int corpus_default(const char *cache_dir, char *path, size_t cap, char *name, ch
         set_err(err, "cannot create %s: %s (choose a writable --cache-dir)", dir, strerror(errno));
         return -1;
     }
-    snprintf(final_path, sizeof final_path, "%s/%s.txt", dir, CORPUS_DEFAULT_NAME);
+    const char *chosen = extended ? CORPUS_EXTENDED_NAME : CORPUS_DEFAULT_NAME;
+    char list[512];
+    package_list(extended, list, sizeof list);
+    snprintf(final_path, sizeof final_path, "%s/%s.txt", dir, chosen);
     snprintf(log, sizeof log, "%s/fetch.log", dir);
-    const char *chosen = CORPUS_DEFAULT_NAME;
-    if (!file_exists(final_path) && build_default(dir, final_path, log) != 0) {
+    if (!file_exists(final_path) && build_real(dir, final_path, log, extended) != 0) {
         chosen = CORPUS_SYNTHETIC_NAME;
         snprintf(final_path, sizeof final_path, "%s/%s.txt", dir, CORPUS_SYNTHETIC_NAME);
         fprintf(stderr,
                 "corpus: could not fetch the Debian packages %s (see %s; no network, or `apt-get update` "
                 "needed?); using the synthetic corpus instead\n",
-                packages, log);
+                list, log);
         if (!file_exists(final_path)) {
             TextBuf b = {0};
             corpus_synthetic(1, CORPUS_SYNTHETIC_BYTES, &b);

@@ -211,9 +211,10 @@ static int cached_ok(const char *dir, uint32_t vocab, PreparedData *out) {
     return h.vocab_size == out->vocab_reached;
 }
 
-static int prepare_default_locked(uint32_t vocab_size, const char *cache_dir, PreparedData *out, char *err) {
+static int prepare_default_locked(uint32_t vocab_size, const char *cache_dir, int extended, PreparedData *out,
+                                  char *err) {
     char text_path[PREPARE_PATH_LEN], name[32];
-    if (corpus_default(cache_dir, text_path, sizeof text_path, name, err) != 0) return -1;
+    if (corpus_default(cache_dir, extended, text_path, sizeof text_path, name, err) != 0) return -1;
     char *text = NULL;
     size_t len = 0, cap = 0;
     if (append_file(text_path, &text, &len, &cap, err) != 0) {
@@ -240,7 +241,7 @@ static int prepare_default_locked(uint32_t vocab_size, const char *cache_dir, Pr
 
 /* Several trainer processes (one per GPU) may ask at once on first use: an exclusive lock on
  * <cache_dir>/prepare.lock makes one of them prepare while the others wait, then find the cache. */
-int prepare_default_corpus(uint32_t vocab_size, const char *cache_dir, PreparedData *out, char *err) {
+static int prepare_recipe(uint32_t vocab_size, const char *cache_dir, int extended, PreparedData *out, char *err) {
     memset(out, 0, sizeof *out);
     if (vocab_size < TOKENIZER_MIN_VOCAB) {
         set_err(err, "vocabulary size %u is below %u (256 byte tokens + <|endoftext|>); pass -v %u or more", vocab_size,
@@ -255,9 +256,13 @@ int prepare_default_corpus(uint32_t vocab_size, const char *cache_dir, PreparedD
         if (fd >= 0) close(fd);
         return -1;
     }
-    int rc = prepare_default_locked(vocab_size, cache_dir, out, err);
+    int rc = prepare_default_locked(vocab_size, cache_dir, extended, out, err);
     close(fd); /* releases the lock */
     return rc;
+}
+
+int prepare_default_corpus(uint32_t vocab_size, const char *cache_dir, PreparedData *out, char *err) {
+    return prepare_recipe(vocab_size, cache_dir, 0, out, err);
 }
 
 /* ---- the `./train prepare` command line ---- */
@@ -269,6 +274,8 @@ static void usage(FILE *f) {
             "\n"
             "options:\n"
             "  -v, --vocab V          tokens in the tokenizer, <|endoftext|> included (default %u)\n"
+            "      --corpus KIND      with --default-corpus: standard (~37 MB, what ./train uses; reaches\n"
+            "                         ~187.5k tokens) or extended (+5 Debian dictionaries, ~72 MB; reaches 262144)\n"
             "  -o, --out DIR          where tokenizer.bin, train.bin and val.bin go (default: prepared)\n"
             "      --tokenizer FILE   encode with this tokenizer instead of training one\n"
             "      --val-fraction F   share of the text held out for validation, from its end (default %.2f)\n"
@@ -297,7 +304,7 @@ static int parse_u32(const char *s, uint32_t *v) {
 int prepare_main(int argc, char **argv) {
     PrepareOptions opt = {PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL, 0, NULL};
     const char *out_dir = "prepared", *cache_dir = ".cache";
-    int default_corpus = 0, n_files = 0;
+    int default_corpus = 0, extended = 0, n_files = 0;
     const char **files = calloc((size_t)argc + 1, sizeof *files);
     if (!files) return 1;
     int status = 2;
@@ -310,6 +317,13 @@ int prepare_main(int argc, char **argv) {
             goto done;
         } else if (!strcmp(a, "--default-corpus")) {
             default_corpus = 1;
+        } else if (!strcmp(a, "--corpus")) {
+            if (!val || (strcmp(val, "standard") && strcmp(val, "extended"))) {
+                status = bad_arg(a, "is standard or extended");
+                goto done;
+            }
+            extended = !strcmp(val, "extended");
+            i++;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--vocab")) {
             if (!val || parse_u32(val, &opt.vocab) != 0) {
                 status = bad_arg(a, "needs a whole number of tokens, e.g. -v 50257");
@@ -367,12 +381,16 @@ int prepare_main(int argc, char **argv) {
     }
     char err[FGPT_ERR_LEN];
     PreparedData out;
+    if (default_corpus && (n_files || opt.tokenizer_in)) {
+        status = bad_arg("--default-corpus", "takes no text files and no --tokenizer");
+        goto done;
+    }
+    if (!default_corpus && extended) {
+        status = bad_arg("--corpus", "goes with --default-corpus");
+        goto done;
+    }
     if (default_corpus) {
-        if (n_files || opt.tokenizer_in) {
-            status = bad_arg("--default-corpus", "takes no text files and no --tokenizer");
-            goto done;
-        }
-        if (prepare_default_corpus(opt.vocab, cache_dir, &out, err) != 0) {
+        if (prepare_recipe(opt.vocab, cache_dir, extended, &out, err) != 0) {
             fprintf(stderr, "error: %s\n", err);
             status = 1;
             goto done;

@@ -177,6 +177,10 @@ TEST(prepare_rejects_bad_arguments) {
     CHECK(run_prepare(4, word_v) == 2, "-v must be a number");
     const char *bad_frac[] = {"prepare", "--val-fraction", "0.9", missing};
     CHECK(run_prepare(4, bad_frac) == 2, "--val-fraction above 0.5 is a command-line error");
+    const char *corpus_kind[] = {"prepare", "--default-corpus", "--corpus", "huge"};
+    CHECK(run_prepare(4, corpus_kind) == 2, "--corpus takes standard or extended");
+    const char *corpus_files[] = {"prepare", "--corpus", "extended", missing};
+    CHECK(run_prepare(4, corpus_files) == 2, "--corpus without --default-corpus is a command-line error");
     const char *unknown[] = {"prepare", "--frobnicate", missing};
     CHECK(run_prepare(3, unknown) == 2, "an unknown flag is a command-line error");
     const char *miss[] = {"prepare", "-o", out, missing};
@@ -217,7 +221,7 @@ TEST(corpus_falls_back_to_synthetic_when_packages_cannot_be_fetched) {
     int fd = open("/dev/null", O_WRONLY);
     dup2(fd, 2); /* the fallback's one-line notice */
     close(fd);
-    int rc = corpus_default(cache, path, sizeof path, name, err);
+    int rc = corpus_default(cache, 0, path, sizeof path, name, err);
     dup2(saved_err, 2);
     close(saved_err);
     if (saved) setenv("PATH", saved, 1);
