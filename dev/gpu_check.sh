@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # One device call: build for sm_90a, run the GPU tests, a short training run checked against
 # Hugging Face transformers, and trainer throughput at GPT-2 124M. Prints a summary table last.
-#   bash dev/gpu_check.sh [tests] [train] [throughput]     (default: all three)
-# Logs go to $OUT (the device tool brings them back) or ./out.
+#   bash dev/gpu_check.sh [tests] [train] [throughput] [compare] [memory]
+#       (default: tests train throughput; compare and memory need the default corpus, packed by
+#        `dev/pack_corpus.sh --shards -o .carry/corpus.tar.xz` and carried as .carry)
+# Logs go to one archive, $OUT/logs.tar.gz (the device tool brings back at most 8 files), and the
+# summary to $OUT/summary.txt; $OUT defaults to ./out.
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT" /tmp/fg
 sections=${*:-tests train throughput}
+LOGS=/tmp/fg/logs
+mkdir -p "$LOGS"
+if [ -f .carry/corpus.tar.xz ]; then mkdir -p .cache && tar -xJf .carry/corpus.tar.xz -C .cache; fi
 summary=()
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-make -j16 train build/run_gpu_tests >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOGS/gpu.txt"
+make -j16 train build/run_gpu_tests >"$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
 
 if [[ $sections == *tests* ]]; then
-    ./build/run_gpu_tests ${GPU_TEST_FILTER:-} 2>&1 | tee "$OUT/gpu_tests.log"
-    summary+=("gpu tests: $(tail -1 "$OUT/gpu_tests.log")")
+    ./build/run_gpu_tests ${GPU_TEST_FILTER:-} 2>&1 | tee "$LOGS/gpu_tests.log"
+    summary+=("gpu tests: $(tail -1 "$LOGS/gpu_tests.log")")
 fi
 
 if [[ $sections == *train* ]]; then
@@ -21,19 +27,19 @@ if [[ $sections == *train* ]]; then
     python3 dev/make_shard.py /tmp/fg/train.bin 400000 1000 pattern 1
     python3 dev/make_shard.py /tmp/fg/val.bin 40000 1000 pattern 2
     ./train -e tiny -v 1000 -b 8 -t 128 -x 200 -l 3e-3 --warmup 20 --lr-final 3e-4 --val-every 100 \
-        --val-batches 1 -s 0 -i /tmp/fg/train.bin -j /tmp/fg/val.bin -o /tmp/fg/run 2>&1 | tee "$OUT/train_tiny.log"
-    final_val=$(grep "val loss" "$OUT/train_tiny.log" | tail -1 | awk '{print $NF}')
+        --val-batches 1 -s 0 -i /tmp/fg/train.bin -j /tmp/fg/val.bin -o /tmp/fg/run 2>&1 | tee "$LOGS/train_tiny.log"
+    final_val=$(grep "val loss" "$LOGS/train_tiny.log" | tail -1 | awk '{print $NF}')
     python3 dev/hf_crosscheck.py /tmp/fg/run/step_00000200 /tmp/fg/val.bin 8 128 "$final_val" 2>&1 |
-        grep -v Warning | tee "$OUT/hf_crosscheck.log"
-    summary+=("tiny train: first $(grep -m1 '| loss' "$OUT/train_tiny.log" | awk '{print $5}') -> last $(grep '| loss' "$OUT/train_tiny.log" | tail -1 | awk '{print $5}'), val $final_val")
-    summary+=("$(tail -1 "$OUT/hf_crosscheck.log")")
+        grep -v Warning | tee "$LOGS/hf_crosscheck.log"
+    summary+=("tiny train: first $(grep -m1 '| loss' "$LOGS/train_tiny.log" | awk '{print $5}') -> last $(grep '| loss' "$LOGS/train_tiny.log" | tail -1 | awk '{print $5}'), val $final_val")
+    summary+=("$(tail -1 "$LOGS/hf_crosscheck.log")")
 fi
 
 if [[ $sections == *throughput* ]]; then
     for V in 50304 262144; do
         python3 dev/make_shard.py /tmp/fg/rand_$V.bin 20000000 $V random 3
         for output in canonical fused; do
-            log="$OUT/d12_V${V}_${output}.log"
+            log="$LOGS/d12_V${V}_${output}.log"
             ./train -e d12 -v $V -b ${B_THROUGHPUT:-16} -t 1024 -x 30 --warmup 10 --val-every 0 -s 0 \
                 --output $output -i /tmp/fg/rand_$V.bin -o /tmp/fg/tp >"$log" 2>&1
             # median of steps 11..30 (after warm-up)
@@ -46,6 +52,26 @@ if [[ $sections == *throughput* ]]; then
     done
 fi
 
+if [[ $sections == *compare* ]]; then
+    # fused vs canonical on real text, GPT-2 124M at V=262144: the README's loss-curve comparison
+    make compare COMPARE_ARGS="-e d12 -v 262144 -b 16 -t 1024 -x ${COMPARE_STEPS:-500} --val-every 100" \
+        >"$LOGS/compare.log" 2>&1
+    cp -r runs/compare "$LOGS/compare_runs"
+    summary+=("$(grep '^compare:' "$LOGS/compare.log")")
+    for layer in fused canonical; do
+        summary+=("  $layer: $(grep -E '^step +[0-9]+/' runs/compare/$layer.txt | tail -1)")
+        summary+=("  $layer: $(grep 'val loss' runs/compare/$layer.txt | tail -1)")
+    done
+    summary+=("  $(grep -m1 'tokenizer:' runs/compare/fused.txt)")
+fi
+
+if [[ $sections == *memory* ]]; then
+    shard=$(ls .cache/default-v1-*-v262144/train.bin | head -1)
+    bash dev/memory_demo.sh "$shard" 262144 >"$LOGS/memory.log" 2>&1
+    while read -r line; do summary+=("$line"); done < <(grep 'largest\|none of' "$LOGS/memory.log")
+fi
+
+tar -czf "$OUT/logs.tar.gz" -C /tmp/fg logs
 echo
 echo "==== summary ===="
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
