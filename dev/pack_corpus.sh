@@ -26,11 +26,11 @@ while [ $# -gt 0 ]; do
 done
 
 cd "$cache" 2>/dev/null || { echo "error: no cache folder $cache (run \`make data\` first)" >&2; exit 1; }
-texts=$(ls corpus/default-v*.txt corpus/synthetic-v*.txt 2>/dev/null || true)
+texts=$(ls corpus/default-v*.txt corpus/extended-v*.txt corpus/synthetic-v*.txt 2>/dev/null || true)
 [ -n "$texts" ] || { echo "error: no corpus text under $cache/corpus (run \`make data\` first)" >&2; exit 1; }
 items=($texts)
 if [ "$shards" = 1 ]; then
-    for d in default-v*-v* synthetic-v*-v*; do
+    for d in default-v*-v* extended-v*-v* synthetic-v*-v*; do
         [ -f "$d/tokenizer.bin" ] && [ -f "$d/train.bin" ] && [ -f "$d/val.bin" ] && items+=("$d")
     done
 fi
@@ -41,6 +41,6 @@ size=$(stat -c %s "$dest")
 limit=$((64 * 1024 * 1024))
 echo "$out: $((size / 1024 / 1024)) MiB ($size bytes)"
 if [ "$size" -gt "$limit" ]; then
-    echo "error: $out is over 64 MiB; pack without --shards (the text alone is ~9 MiB) and prepare there" >&2
+    echo "error: $out is over 64 MiB; pack without --shards (the standard text is ~9 MiB, the extended ~18 MiB) and prepare there" >&2
     exit 1
 fi
