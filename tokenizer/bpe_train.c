@@ -184,11 +184,12 @@ static void *count_job(void *arg) {
     return NULL;
 }
 
-static const uint8_t *sort_arena;
-static int compare_chunks(const void *a, const void *b) {
+/* qsort_r (not a global arena pointer) so that two trainings on two threads stay independent. */
+static int compare_chunks(const void *a, const void *b, void *arena) {
     const BytesSlot *x = *(BytesSlot *const *)a, *y = *(BytesSlot *const *)b;
+    const uint8_t *bytes = arena;
     size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
-    int c = memcmp(sort_arena + x->key_off, sort_arena + y->key_off, n);
+    int c = memcmp(bytes + x->key_off, bytes + y->key_off, n);
     if (c) return c;
     return (x->key_len > y->key_len) - (x->key_len < y->key_len);
 }
@@ -249,8 +250,7 @@ static int build_words(Trainer *tr, const uint8_t *text, size_t len, int threads
     uint64_t total = 0;
     for (size_t i = 0; i <= all->mask; i++)
         if (all->slots[i].used) order[n++] = &all->slots[i];
-    sort_arena = all->arena;
-    qsort(order, n, sizeof *order, compare_chunks);
+    qsort_r(order, n, sizeof *order, compare_chunks, all->arena);
     uint64_t off = 0;
     for (size_t w = 0; w < n; w++) {
         const uint8_t *bytes = all->arena + order[w]->key_off;
