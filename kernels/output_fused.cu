@@ -438,154 +438,171 @@ __global__ void __launch_bounds__(THREADS, WShape<TBN>::min_ctas) tile_kernel_wg
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wq = warp & 3; /* warpgroup (64 rows each), warp within it (16 rows) */
     const int64_t win = MODE == MODE_STATS ? blockIdx.x : blockIdx.y;
-    const int64_t rb = MODE == MODE_STATS ? blockIdx.y : blockIdx.x;
-    const int64_t row0 = a.row_begin + rb * WBM;
+    /* row blocks of this CTA: rb_first, rb_first + rb_stride, ... (the forward's CTAs are
+     * persistent and sweep their window for one row block after another in lockstep, so the W
+     * tiles they stream are shared in L2; the backward's CTAs take one row block each) */
+    const int64_t rb_first = MODE == MODE_STATS ? blockIdx.y : blockIdx.x;
+    const int64_t rb_stride = MODE == MODE_STATS ? gridDim.y : gridDim.x;
+    const int64_t nrb = (a.row_end - a.row_begin + WBM - 1) / WBM;
+    const int64_t my_rbs = rb_first < nrb ? (nrb - rb_first + rb_stride - 1) / rb_stride : 0;
     const int64_t ntiles = (a.col_end - a.col_begin + TBN - 1) / TBN;
     const int64_t t0 = win * a.tiles_per_cta;
     const int64_t t1 = min(t0 + (int64_t)a.tiles_per_cta, ntiles);
     const int KT = a.d / BK;
-    const int iters = (int)(t1 - t0) * KT;
-
-    int tgt[2];
-    float m_run[2], a_run[2], lse2[2];
-    int64_t rows[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        rows[h] = row0 + wg * 64 + wq * 16 + (lane >> 2) + h * 8;
-        bool in = rows[h] < a.row_end;
-        tgt[h] = in ? a.targets[rows[h]] : -1;
-        m_run[h] = -INFINITY;
-        a_run[h] = 0.0f;
-        lse2[h] = (MODE == MODE_DZ && in) ? a.lse[rows[h]] * L2E : 0.0f;
-    }
+    const int64_t iters = my_rbs * (t1 - t0) * KT;
+    const int64_t wcol0 = a.col_begin + t0 * TBN, wcol1 = a.col_begin + t1 * TBN;
 
     float acc[NACC];
 #pragma unroll
     for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
 
+    /* loader state: the (row block, tile, k chunk) it loads next, in the order they are consumed */
     int ld_kc = 0, ld_stage = 0;
-    int64_t ld_col0 = a.col_begin + t0 * TBN;
+    int64_t ld_col0 = wcol0, ld_row0 = a.row_begin + rb_first * WBM;
 #pragma unroll
     for (int s = 0; s < S::ahead; s++) {
         if (s < iters) {
             const uint32_t base = ring + ld_stage * S::stage_bytes;
-            load_stage_w<TBN>(a, base, base + W_A_BYTES, row0, ld_col0, ld_kc * BK, tid);
-            if (++ld_kc == KT) ld_kc = 0, ld_col0 += TBN;
+            load_stage_w<TBN>(a, base, base + W_A_BYTES, ld_row0, ld_col0, ld_kc * BK, tid);
+            if (++ld_kc == KT) {
+                ld_kc = 0, ld_col0 += TBN;
+                if (ld_col0 == wcol1) ld_col0 = wcol0, ld_row0 += rb_stride * WBM;
+            }
             ld_stage++;
         }
         cp_async_commit();
     }
 
-    int stage = 0, it = 0;
-    for (int64_t tile_col0 = a.col_begin + t0 * TBN; tile_col0 < a.col_begin + t1 * TBN; tile_col0 += TBN) {
-        /* a plain inner K loop (not one flattened loop with a conditional epilogue): ptxas then
-         * sees the accumulators stay in flight only along the chain of wgmma and inserts no waits */
-        for (int kc = 0; kc < KT; kc++, it++) {
-            /* Stage `it` has landed (this thread's copies), is made visible to the async proxy
-             * and, by the barrier, to every thread. Before the barrier every thread waited until
-             * at most wait_depth wgmma groups were in flight, so the stage loaded below (it+ahead's,
-             * which held it + ahead - stages = it - 1 - wait_depth) is no longer read. */
-            cp_async_wait<S::ahead - 1>();
-            fence_proxy_async();
-            __syncthreads();
-            if (it + S::ahead < iters) {
-                const uint32_t base = ring + ld_stage * S::stage_bytes;
-                load_stage_w<TBN>(a, base, base + W_A_BYTES, row0, ld_col0, ld_kc * BK, tid);
-                if (++ld_kc == KT) ld_kc = 0, ld_col0 += TBN;
-                ld_stage = ld_stage + 1 == S::stages ? 0 : ld_stage + 1;
-            }
-            cp_async_commit();
-
-            const uint32_t sA = ring + stage * S::stage_bytes + wg * (64 * BK * 2);
-            const uint32_t sB = ring + stage * S::stage_bytes + W_A_BYTES;
-            fence_acc(acc);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++)
-                wgmma_tile<TBN>(acc, smem_desc(sA + kk * 32), smem_desc(sB + kk * 32), (kc | kk) != 0);
-            wgmma_commit();
-            stage = stage + 1 == S::stages ? 0 : stage + 1;
-            wgmma_wait<S::wait_depth>();
-            fence_acc(acc);
-        }
-        wgmma_wait<0>();
-        fence_acc(acc);
-
-        /* ---- epilogue of one 128 x 256 logit tile; the next tile starts with scale_d = 0 ---- */
-        const int64_t cbase = tile_col0 + (lane & 3) * 2;
-        const bool full = tile_col0 + TBN <= a.col_end;
+    int stage = 0;
+    int64_t it = 0;
+    for (int64_t rbi = rb_first; rbi < nrb; rbi += rb_stride) {
+        const int64_t row0 = a.row_begin + rbi * WBM;
+        int tgt[2];
+        float m_run[2], a_run[2], lse2[2];
+        int64_t rows[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int t = tgt[h];
-            if (MODE == MODE_STATS) {
-                float mx = -INFINITY;
-#pragma unroll
-                for (int i = 0; i < TBN / 8; i++)
-#pragma unroll
-                    for (int j = 0; j < 2; j++) {
-                        if (full || cbase + i * 8 + j < a.col_end) mx = fmaxf(mx, acc[i * 4 + h * 2 + j]);
+            rows[h] = row0 + wg * 64 + wq * 16 + (lane >> 2) + h * 8;
+            bool in = rows[h] < a.row_end;
+            tgt[h] = in ? a.targets[rows[h]] : -1;
+            m_run[h] = -INFINITY;
+            a_run[h] = 0.0f;
+            lse2[h] = (MODE == MODE_DZ && in) ? a.lse[rows[h]] * L2E : 0.0f;
+        }
+
+        for (int64_t tile_col0 = wcol0; tile_col0 < wcol1; tile_col0 += TBN) {
+            /* a plain inner K loop (not one flattened loop with a conditional epilogue): ptxas then
+             * sees the accumulators stay in flight only along the chain of wgmma and inserts no waits */
+            for (int kc = 0; kc < KT; kc++, it++) {
+                /* Stage `it` has landed (this thread's copies), is made visible to the async proxy
+                 * and, by the barrier, to every thread. Before the barrier every thread waited until
+                 * at most wait_depth wgmma groups were in flight, so the stage loaded below (it+ahead's,
+                 * which held it + ahead - stages = it - 1 - wait_depth) is no longer read. */
+                cp_async_wait<S::ahead - 1>();
+                fence_proxy_async();
+                __syncthreads();
+                if (it + S::ahead < iters) {
+                    const uint32_t base = ring + ld_stage * S::stage_bytes;
+                    load_stage_w<TBN>(a, base, base + W_A_BYTES, ld_row0, ld_col0, ld_kc * BK, tid);
+                    if (++ld_kc == KT) {
+                        ld_kc = 0, ld_col0 += TBN;
+                        if (ld_col0 == wcol1) ld_col0 = wcol0, ld_row0 += rb_stride * WBM;
                     }
-                const float mn = fmaxf(m_run[h], mx);
-                const float mu2 = (mn == -INFINITY ? 0.0f : mn) * L2E;
-                float s0 = a_run[h] * exp2f(fmaf(m_run[h], L2E, -mu2)), s1 = 0.0f;
-                if (full) {
-#pragma unroll
-                    for (int i = 0; i < TBN / 8; i++) {
-                        s0 += exp2f(fmaf(acc[i * 4 + h * 2], L2E, -mu2));
-                        s1 += exp2f(fmaf(acc[i * 4 + h * 2 + 1], L2E, -mu2));
-                    }
-                } else { /* the last tile: columns past V add nothing */
-#pragma unroll
-                    for (int i = 0; i < TBN / 8; i++) {
-                        if (cbase + i * 8 < a.col_end) s0 += exp2f(fmaf(acc[i * 4 + h * 2], L2E, -mu2));
-                        if (cbase + i * 8 + 1 < a.col_end) s1 += exp2f(fmaf(acc[i * 4 + h * 2 + 1], L2E, -mu2));
-                    }
+                    ld_stage = ld_stage + 1 == S::stages ? 0 : ld_stage + 1;
                 }
-                a_run[h] = s0 + s1;
-                m_run[h] = mn;
-                if (t >= tile_col0 && t < tile_col0 + TBN) { /* rare: the target is in this tile */
+                cp_async_commit();
+
+                const uint32_t sA = ring + stage * S::stage_bytes + wg * (64 * BK * 2);
+                const uint32_t sB = ring + stage * S::stage_bytes + W_A_BYTES;
+                fence_acc(acc);
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < BK / 16; kk++)
+                    wgmma_tile<TBN>(acc, smem_desc(sA + kk * 32), smem_desc(sB + kk * 32), (kc | kk) != 0);
+                wgmma_commit();
+                stage = stage + 1 == S::stages ? 0 : stage + 1;
+                wgmma_wait<S::wait_depth>();
+                fence_acc(acc);
+            }
+            wgmma_wait<0>();
+            fence_acc(acc);
+
+            /* ---- epilogue of one 128 x 256 logit tile; the next tile starts with scale_d = 0 ---- */
+            const int64_t cbase = tile_col0 + (lane & 3) * 2;
+            const bool full = tile_col0 + TBN <= a.col_end;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int t = tgt[h];
+                if (MODE == MODE_STATS) {
+                    float mx = -INFINITY;
 #pragma unroll
                     for (int i = 0; i < TBN / 8; i++)
 #pragma unroll
-                        for (int j = 0; j < 2; j++)
-                            if (cbase + i * 8 + j == t) a.zt[rows[h]] = acc[i * 4 + h * 2 + j];
-                }
-            } else if (rows[h] < a.row_end) {
-                const float sc = t == -1 ? 0.0f : 1.0f; /* ignored rows: no gradient */
-                bf16 *out = a.dz + (rows[h] - a.row_begin) * a.ldz + (cbase - a.col_begin);
+                        for (int j = 0; j < 2; j++) {
+                            if (full || cbase + i * 8 + j < a.col_end) mx = fmaxf(mx, acc[i * 4 + h * 2 + j]);
+                        }
+                    const float mn = fmaxf(m_run[h], mx);
+                    const float mu2 = (mn == -INFINITY ? 0.0f : mn) * L2E;
+                    float s0 = a_run[h] * exp2f(fmaf(m_run[h], L2E, -mu2)), s1 = 0.0f;
+                    if (full) {
 #pragma unroll
-                for (int i = 0; i < TBN / 8; i++) {
-                    float g[2];
+                        for (int i = 0; i < TBN / 8; i++) {
+                            s0 += exp2f(fmaf(acc[i * 4 + h * 2], L2E, -mu2));
+                            s1 += exp2f(fmaf(acc[i * 4 + h * 2 + 1], L2E, -mu2));
+                        }
+                    } else { /* the last tile: columns past V add nothing */
 #pragma unroll
-                    for (int j = 0; j < 2; j++) {
-                        const int64_t col = cbase + i * 8 + j;
-                        float p = exp2f(fmaf(acc[i * 4 + h * 2 + j], L2E, -lse2[h]));
-                        g[j] = (p - (col == t ? 1.0f : 0.0f)) * sc;
-                        if (!full && col >= a.col_end) g[j] = 0.0f; /* padding of the window */
+                        for (int i = 0; i < TBN / 8; i++) {
+                            if (cbase + i * 8 < a.col_end) s0 += exp2f(fmaf(acc[i * 4 + h * 2], L2E, -mu2));
+                            if (cbase + i * 8 + 1 < a.col_end) s1 += exp2f(fmaf(acc[i * 4 + h * 2 + 1], L2E, -mu2));
+                        }
                     }
-                    *reinterpret_cast<__nv_bfloat162 *>(out + i * 8) = __floats2bfloat162_rn(g[0], g[1]);
+                    a_run[h] = s0 + s1;
+                    m_run[h] = mn;
+                    if (t >= tile_col0 && t < tile_col0 + TBN) { /* rare: the target is in this tile */
+#pragma unroll
+                        for (int i = 0; i < TBN / 8; i++)
+#pragma unroll
+                            for (int j = 0; j < 2; j++)
+                                if (cbase + i * 8 + j == t) a.zt[rows[h]] = acc[i * 4 + h * 2 + j];
+                    }
+                } else if (rows[h] < a.row_end) {
+                    const float sc = t == -1 ? 0.0f : 1.0f; /* ignored rows: no gradient */
+                    bf16 *out = a.dz + (rows[h] - a.row_begin) * a.ldz + (cbase - a.col_begin);
+#pragma unroll
+                    for (int i = 0; i < TBN / 8; i++) {
+                        float g[2];
+#pragma unroll
+                        for (int j = 0; j < 2; j++) {
+                            const int64_t col = cbase + i * 8 + j;
+                            float p = exp2f(fmaf(acc[i * 4 + h * 2 + j], L2E, -lse2[h]));
+                            g[j] = (p - (col == t ? 1.0f : 0.0f)) * sc;
+                            if (!full && col >= a.col_end) g[j] = 0.0f; /* padding of the window */
+                        }
+                        *reinterpret_cast<__nv_bfloat162 *>(out + i * 8) = __floats2bfloat162_rn(g[0], g[1]);
+                    }
                 }
             }
         }
-    }
 
-    if (MODE == MODE_STATS) {
+        if (MODE == MODE_STATS) {
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float m = m_run[h], s = a_run[h];
+            for (int h = 0; h < 2; h++) {
+                float m = m_run[h], s = a_run[h];
 #pragma unroll
-            for (int off = 1; off <= 2; off <<= 1) {
-                float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, s, off);
-                float mn = fmaxf(m, m2), mu = mn == -INFINITY ? 0.0f : mn;
-                s = s * exp2f((m - mu) * L2E) + s2 * exp2f((m2 - mu) * L2E);
-                m = mn;
-            }
-            if ((lane & 3) == 0 && rows[h] < a.row_end) {
-                a.win_m[win * a.stats_ld + (rows[h] - a.row_begin)] = m;
-                a.win_a[win * a.stats_ld + (rows[h] - a.row_begin)] = s;
+                for (int off = 1; off <= 2; off <<= 1) {
+                    float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, s, off);
+                    float mn = fmaxf(m, m2), mu = mn == -INFINITY ? 0.0f : mn;
+                    s = s * exp2f((m - mu) * L2E) + s2 * exp2f((m2 - mu) * L2E);
+                    m = mn;
+                }
+                if ((lane & 3) == 0 && rows[h] < a.row_end) {
+                    a.win_m[win * a.stats_ld + (rows[h] - a.row_begin)] = m;
+                    a.win_a[win * a.stats_ld + (rows[h] - a.row_begin)] = s;
+                }
             }
         }
-    }
+    } /* row blocks */
 }
 
 /* lse = M + log sum_w a_w exp(m_w - M) over the windows, loss = lse - z_target (0 if ignored). */
@@ -624,6 +641,7 @@ static int64_t rup(int64_t a, int64_t b) { return cdiv(a, b) * b; }
 typedef struct {
     const char *name;
     int bn, smem, slots_per_sm;
+    int persistent; /* forward CTAs loop over row blocks (wgmma kernels) */
     void (*stats)(TileArgs);
     void (*dz)(TileArgs);
 } Variant;
@@ -640,10 +658,11 @@ static Variant *variants(int *major_out) {
         int dev;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        v[K_MMA] = (Variant){"mma.sync 128x128", BN, SMEM_BYTES, 0, tile_kernel_mma<MODE_STATS>, tile_kernel_mma<MODE_DZ>};
-        v[K_WGMMA_256] = (Variant){"wgmma 128x256", 256, WShape<256>::smem, 0, tile_kernel_wgmma<MODE_STATS, 256>,
+        v[K_MMA] = (Variant){"mma.sync 128x128", BN, SMEM_BYTES, 0, 0, tile_kernel_mma<MODE_STATS>,
+                             tile_kernel_mma<MODE_DZ>};
+        v[K_WGMMA_256] = (Variant){"wgmma 128x256", 256, WShape<256>::smem, 0, 1, tile_kernel_wgmma<MODE_STATS, 256>,
                                    tile_kernel_wgmma<MODE_DZ, 256>};
-        v[K_WGMMA_128] = (Variant){"wgmma 128x128", 128, WShape<128>::smem, 0, tile_kernel_wgmma<MODE_STATS, 128>,
+        v[K_WGMMA_128] = (Variant){"wgmma 128x128", 128, WShape<128>::smem, 0, 1, tile_kernel_wgmma<MODE_STATS, 128>,
                                    tile_kernel_wgmma<MODE_DZ, 128>};
         for (int k = 0; k < (major == 9 ? K_COUNT : 1); k++) {
             CUDA_CHECK(cudaFuncSetAttribute(v[k].stats, cudaFuncAttributeMaxDynamicSharedMemorySize, v[k].smem));
@@ -721,11 +740,42 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots) {
     return s;
 }
 
+/* Persistent forward (wgmma kernels): G windows x P row-block slots = at most one CTA per
+ * resident slot; each CTA sweeps its window for row blocks p, p + P, ... Every CTA does the same
+ * work per row block, so they stay in step: the P CTAs of a window stream the same W tiles (read
+ * from DRAM about once per pass) and the G CTAs of a row block share its H block. G is at least
+ * what keeps the P row blocks' H in L2, then chosen (within +8) to waste the fewest slots. */
+static void persistent_plan(int64_t N, int64_t V, int d, int slots, int bn, int64_t *G_out, int64_t *P_out,
+                            int64_t *tpc_out) {
+    const int64_t rb = cdiv(N, BM), ntiles = cdiv(V, bn);
+    int64_t gmin = cdiv((int64_t)slots * BM * d * 2, L2_H_BUDGET);
+    const int64_t g_fill = cdiv(slots, rb); /* few row blocks: more windows to fill the GPU */
+    if (g_fill > gmin) gmin = g_fill;
+    if (gmin > ntiles) gmin = ntiles;
+    *G_out = 1, *P_out = 1, *tpc_out = ntiles;
+    double best = -1.0;
+    for (int64_t g = gmin; g <= gmin + 8 && g <= ntiles; g++) {
+        const int64_t tpc = cdiv(ntiles, g), ge = cdiv(ntiles, tpc);
+        int64_t P = slots / ge;
+        if (P < 1) P = 1;
+        if (P > rb) P = rb;
+        /* busy fraction: slots used x row-block passes filled x tiles per window filled */
+        const double eff = (double)(ge * P) / slots * ((double)rb / (double)(cdiv(rb, P) * P)) *
+                           ((double)ntiles / (double)(ge * tpc));
+        if (eff > best + 1e-3) best = eff, *G_out = ge, *P_out = P, *tpc_out = tpc;
+    }
+}
+
 void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream) {
     const int64_t N = a->N, V = L->V;
     const Variant *k = variant();
-    int64_t nwin;
-    const int64_t tpc = forward_tiles_per_cta(N, V, L->d, L->sms * k->slots_per_sm, k->bn, &nwin);
+    int64_t nwin = 1, tpc = 1, P = 1;
+    if (k->persistent) {
+        persistent_plan(N, V, L->d, L->sms * k->slots_per_sm, k->bn, &nwin, &P, &tpc);
+    } else {
+        tpc = forward_tiles_per_cta(N, V, L->d, L->sms * k->slots_per_sm, k->bn, &nwin);
+        P = cdiv(N, BM);
+    }
     if (nwin * N > L->fs.stats_elems) {
         fprintf(stderr, "error: output layer: internal: %lld windows x %lld rows exceed the statistics workspace\n",
                 (long long)nwin, (long long)N);
@@ -736,7 +786,7 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     t.row_begin = 0, t.row_end = N, t.col_begin = 0, t.col_end = V;
     t.tiles_per_cta = (int)tpc, t.d = L->d;
     t.win_m = L->win_m, t.win_a = L->win_a, t.stats_ld = N, t.zt = L->zt;
-    dim3 grid((unsigned)nwin, (unsigned)cdiv(N, BM));
+    dim3 grid((unsigned)nwin, (unsigned)P);
     k->stats<<<grid, THREADS, k->smem, stream>>>(t);
     CUDA_CHECK(cudaGetLastError());
     fused_merge_kernel<<<(unsigned)cdiv(N, 256), 256, 0, stream>>>(L->win_m, L->win_a, (int)nwin, N, L->zt,
