@@ -23,6 +23,7 @@ if [[ $sections == *tests* ]]; then
 fi
 
 if [[ $sections == *train* ]]; then
+    echo "gpu_check: tiny training run and HF cross-check $(date +%T)"
     # tiny model on a learnable synthetic corpus: loss must fall; its checkpoint loads into HF
     python3 dev/make_shard.py /tmp/fg/train.bin 400000 1000 pattern 1
     python3 dev/make_shard.py /tmp/fg/val.bin 40000 1000 pattern 2
@@ -36,6 +37,7 @@ if [[ $sections == *train* ]]; then
 fi
 
 if [[ $sections == *throughput* ]]; then
+    echo "gpu_check: throughput $(date +%T)"
     for V in 50304 262144; do
         python3 dev/make_shard.py /tmp/fg/rand_$V.bin 20000000 $V random 3
         for output in canonical fused; do
@@ -53,10 +55,16 @@ if [[ $sections == *throughput* ]]; then
 fi
 
 if [[ $sections == *compare* ]]; then
+    echo "gpu_check: compare (fused vs canonical, real text) $(date +%T)"
     # fused vs canonical on real text, GPT-2 124M at V=262144: the README's loss-curve comparison
     make compare COMPARE_ARGS="-e d12 -v 262144 -b 16 -t 1024 -x ${COMPARE_STEPS:-500} --val-every 100" \
         >"$LOGS/compare.log" 2>&1
-    cp -r runs/compare "$LOGS/compare_runs"
+    mkdir -p "$LOGS/compare"
+    for layer in fused canonical; do   # logs only: the checkpoints are gigabytes
+        cp "runs/compare/$layer.txt" "$LOGS/compare/$layer.txt"
+        cp "runs/compare/$layer/log.jsonl" "$LOGS/compare/$layer.jsonl"
+    done
+    cp runs/compare/loss_curves.png "$OUT/" 2>/dev/null
     summary+=("$(grep '^compare:' "$LOGS/compare.log")")
     for layer in fused canonical; do
         summary+=("  $layer: $(grep -E '^step +[0-9]+/' runs/compare/$layer.txt | tail -1)")
@@ -66,6 +74,7 @@ if [[ $sections == *compare* ]]; then
 fi
 
 if [[ $sections == *memory* ]]; then
+    echo "gpu_check: memory demo $(date +%T)"
     shard=$(ls .cache/default-v1-*-v262144/train.bin | head -1)
     bash dev/memory_demo.sh "$shard" 262144 >"$LOGS/memory.log" 2>&1
     while read -r line; do summary+=("$line"); done < <(grep 'largest\|none of' "$LOGS/memory.log")
