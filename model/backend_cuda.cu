@@ -415,8 +415,9 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
         long long fit = free_b > fixed ? (long long)((free_b - fixed) / (per_seq ? per_seq : 1)) : 0;
         snprintf(err, 512,
                  "this configuration needs about %.1f GB of GPU memory but %.1f GB are free; the largest "
-                 "micro-batch that fits is -b %lld (or use --output fused, a smaller -t, or -d for accumulation)",
-                 (fixed + per_batch) / 1e9, free_b / 1e9, fit);
+                 "micro-batch that fits is -b %lld (keep the total batch with -d for accumulation%s)",
+                 (fixed + per_batch) / 1e9, free_b / 1e9, fit,
+                 output == OUTPUT_CANONICAL ? ", or drop the logits with --output fused" : "");
         free(cb->layer);
         free(cb);
         return NULL;
