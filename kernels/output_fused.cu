@@ -3,29 +3,35 @@
  *
  * Shapes: H [N x d] bf16, W [V x d] bf16 (rows >= V are never read), targets [N] int32 (-1 ignored),
  * d % 64 == 0. G = 2 N V d FLOPs (one logits-sized GEMM).
+ * Work: forward 1G; forward + backward 4G (the backward recomputes the logits). Bytes that must
+ * move: H, W once (plus dH, dW once); everything of size N x V stays on chip except the backward's
+ * bf16 dZ window (written once, read by two GEMMs: 6 bytes per logit).
  *
- * Forward (1G), tile_kernel_mma<MODE_STATS>: a CTA of 256 threads (8 warps as 4 x 2) owns 128
- * rows and sweeps a window of the vocabulary in tiles of 128 columns; per tile the K loop over d
- * runs in 64-wide chunks through a 3-stage cp.async pipeline into swizzled shared memory, ldmatrix
- * and mma.sync m16n8k16 (bf16 in, fp32 accumulate). The 128 x 128 logit tile stays in registers
- * (64 fp32 per thread); each thread keeps a running max and sum of exponentials for its 4 rows over
- * its own columns (no cross-thread traffic per tile) and stores the target logit when its tile
- * holds it. At the end of the window the per-thread statistics are merged (quad shuffles, then the
- * two column-warps through shared memory) into (max, sum) per row and window; fused_merge_kernel
- * combines the windows: lse = M + log sum_w a_w exp(m_w - M), loss = lse - z_target.
- * Windows exist so that small N still fills the GPU, and so that the rows whose H blocks are being
- * re-read at one time (one CTA re-reads its 128 x d block of H for every tile) fit in L2.
- * Bytes: H once per tile from L2; W once per row-block group; no logits. O(N) floats written.
+ * Tile kernels (two epilogues each, MODE_STATS for the forward, MODE_DZ for the backward):
+ *  - tile_kernel_wgmma<MODE, 256> (Hopper, the default): a CTA of two warpgroups owns 128 rows and
+ *    computes 128 x 256 logit tiles with wgmma m64n256k16 from shared memory (4-stage cp.async
+ *    ring, 128-byte swizzle); the tile (128 fp32 per thread) never leaves registers. The forward's
+ *    CTAs are persistent: G windows x P row-block slots, each CTA sweeping its window for one row
+ *    block after another, so that the CTAs stream W in step and share it in L2.
+ *  - tile_kernel_wgmma<MODE, 128>: 128 x 128 tiles, two CTAs per SM (measured slower, kept for
+ *    comparison).
+ *  - tile_kernel_mma<MODE> (portable sm_80+): 128 x 128 tiles, 8 warps, ldmatrix + mma.sync
+ *    m16n8k16, 3-stage cp.async, one CTA per (window, row block).
+ * STATS epilogue: each thread keeps a running max m and sum a of exp(z - m) for its rows over its
+ * own columns (no cross-thread traffic per tile) and stores the target logit when its tile holds
+ * it; at the end of a window the quad (and, for mma, the two column-warps) merge into (m, a) per
+ * row and window; fused_merge_kernel then gives lse = M + log sum_w a_w exp(m_w - M) and
+ * loss = lse - z_target. DZ epilogue: dZ = softmax - onehot from the saved lse (p - 1 at the
+ * target in fp32), one rounding to bf16, 0 for ignored rows and columns past V.
  *
  * Backward (3G), per chunk of Nc rows and window of w columns (Megatron's scheme, the notes'
- * option 1): tile_kernel_mma<MODE_DZ> recomputes the logits of the window and writes
- * dZ = softmax - onehot in bf16 (p - 1 at the target in fp32, one rounding) to a [Nc x w]
- * workspace; then cuBLASLt adds dH_chunk (fp32 workspace) += scale dZ . W_window and
- * dW_window (fp32, the caller's) += scale dZ^T . H_chunk, the scale as the GEMMs' alpha in fp32. Every element of dW and dH is summed in a fixed
- * order (windows in order, chunks in order, fixed GEMM algorithms): deterministic, no atomics.
- * dH_chunk is rounded to bf16 once, after its last window.
- * Bytes beyond the GEMMs' operands: dZ written once (2 B per logit) and read twice (4 B per logit).
- * Workspace: Nc x w x 2 B (<= 64 MiB) + Nc x d x 4 B (<= 32 MiB): independent of V and of N. */
+ * option 1): the DZ kernel writes the window's dZ to a [Nc x w] workspace; then cuBLASLt adds
+ * dH_chunk (fp32 workspace) += scale dZ . W_window and dW_window (fp32, the caller's) +=
+ * scale dZ^T . H_chunk, the gradient scale as the GEMMs' fp32 alpha. Every element of dW and dH
+ * is summed in a fixed order (windows in order, chunks in order, fixed GEMM algorithms):
+ * deterministic, no atomics. dH_chunk is rounded to bf16 once, after its last window.
+ * Workspace: Nc x w x 2 B (<= 64 MiB) + Nc x d x 4 B (<= 32 MiB) + per-window statistics
+ * (windows x N floats, windows <= about 20): independent of V. */
 #include <math.h>
 #include <stdio.h>
 
