@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call: build for sm_90a, run the GPU tests, a short training run checked against
 # Hugging Face transformers, and trainer throughput at GPT-2 124M. Prints a summary table last.
-#   bash dev/gpu_check.sh [tests] [train] [throughput] [compare] [memory]
-#       (default: tests train throughput; compare and memory need the default corpus, packed by
+#   bash dev/gpu_check.sh [tests] [train] [throughput] [cli] [compare] [memory]
+#       (default: tests train throughput; cli, compare and memory need the default corpus, packed by
 #        `dev/pack_corpus.sh --shards -o .carry/corpus.tar.xz` and carried as .carry)
 # Logs go to one archive, $OUT/logs.tar.gz (the device tool brings back at most 8 files), and the
 # summary to $OUT/summary.txt; $OUT defaults to ./out.
@@ -52,6 +52,28 @@ if [[ $sections == *throughput* ]]; then
             grep -q error "$log" && summary+=("  $(grep error "$log" | head -1)")
         done
     done
+fi
+
+if [[ $sections == *cli* ]]; then
+    echo "gpu_check: the README's run command, real text, sampling, resume $(date +%T)"
+    # the main command (shortened): default preset d12, fused layer, samples decoded by the tokenizer
+    ./train -v 262144 -x 60 --val-every 30 -s 30 -G 32 --prompt "And God said" -o /tmp/fg/main \
+        >"$LOGS/main_v262144.log" 2>&1
+    summary+=("./train -v 262144 -x 60: exit $? | $(grep -E '^step +1/' "$LOGS/main_v262144.log") -> $(grep -E '^step +60/' "$LOGS/main_v262144.log" | cut -d'|' -f2)")
+    summary+=("  $(grep -m1 '^sample at' "$LOGS/main_v262144.log" | cut -c1-150)")
+    # issue 4's done-when: GPT-2 124M at V=50304 on real text
+    ./train -e d12 -v 50304 -b 16 -x 300 --val-every 100 -s 0 -o /tmp/fg/v50304 >"$LOGS/d12_v50304_real.log" 2>&1
+    summary+=("./train -e d12 -v 50304 -b 16 -x 300: exit $? | $(grep 'val loss' "$LOGS/d12_v50304_real.log" | tr '\n' ' ')")
+    summary+=("  $(grep -E '^step +300/' "$LOGS/d12_v50304_real.log")")
+    # resume on the GPU: 20 steps with a checkpoint at 10, then steps 11-20 again from it
+    a="-e d12 -v 50304 -b 8 -t 256 -x 20 -n 10 --keep-checkpoints 3 --val-every 0 -s 0"
+    ./train $a -o /tmp/fg/ra >"$LOGS/resume_full.log" 2>&1
+    mkdir -p /tmp/fg/rb && cp -r /tmp/fg/ra/step_00000010 /tmp/fg/rb/ && echo step_00000010 >/tmp/fg/rb/latest
+    ./train $a -y 1 -o /tmp/fg/rb >"$LOGS/resume_part.log" 2>&1
+    full=$(grep -E '^step +(1[1-9]|20)/' "$LOGS/resume_full.log" | cut -d'|' -f1-2)
+    part=$(grep -E '^step +(1[1-9]|20)/' "$LOGS/resume_part.log" | cut -d'|' -f1-2)
+    if [ -n "$full" ] && [ "$full" = "$part" ]; then summary+=("GPU resume: steps 11-20 identical ($(echo "$full" | wc -l) lines)");
+    else summary+=("GPU resume: DIFFERENT"); fi
 fi
 
 if [[ $sections == *compare* ]]; then
