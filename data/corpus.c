@@ -3,6 +3,7 @@
  * External programs run through the shell with their output in <cache_dir>/corpus/fetch.log, so a
  * failure names a file the user can read. */
 #include "data/corpus.h"
+#include "data/paths.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -303,18 +304,6 @@ void corpus_synthetic(uint64_t seed, size_t bytes, TextBuf *out) {
 static int file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
-}
-
-static int mkdir_p(const char *path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return mkdir(tmp, 0755) == 0 || errno == EEXIST ? 0 : -1;
 }
 
 static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -645,9 +634,9 @@ static int write_text(const char *path, const TextBuf *b) {
 static int build_real(const char *dir, const char *final_path, const char *log, int extended) {
     char sub[4200], bible_out[4200], list[512];
     snprintf(sub, sizeof sub, "%s/debs", dir);
-    if (mkdir_p(sub) != 0) return -1;
+    if (make_dirs(sub) != 0) return -1;
     snprintf(sub, sizeof sub, "%s/root", dir);
-    if (mkdir_p(sub) != 0) return -1;
+    if (make_dirs(sub) != 0) return -1;
     package_list(extended, list, sizeof list);
     fprintf(stderr, "corpus: fetching %s with apt-get download (log: %s)\n", list, log);
     if (fetch_packages(dir, log, extended) != 0) return -1;
@@ -686,10 +675,11 @@ int corpus_default(const char *cache_dir, int extended, char *path, size_t cap, 
         set_err(err, "cache directory '%s' contains a quote; pass --cache-dir without quotes", cache_dir);
         return -1;
     }
-    char dir[4096], final_path[4200], log[4200];
-    snprintf(dir, sizeof dir, "%s/corpus", cache_dir);
-    if (mkdir_p(dir) != 0) {
-        set_err(err, "cannot create %s: %s (choose a writable --cache-dir)", dir, strerror(errno));
+    char dir[4096], final_path[4200], log[4200], rel[4096];
+    snprintf(rel, sizeof rel, "%s/corpus", cache_dir);
+    /* Absolute, because the fetch commands change into the cache and write their log by this path. */
+    if (make_dirs(rel) != 0 || !realpath(rel, dir)) {
+        set_err(err, "cannot create %s: %s (choose a writable --cache-dir)", rel, strerror(errno));
         return -1;
     }
     const char *chosen = extended ? CORPUS_EXTENDED_NAME : CORPUS_DEFAULT_NAME;

@@ -7,6 +7,7 @@
  * validation shard. Shards are written through data/shard.h with the vocabulary size the tokenizer
  * reached (which can be below the one asked for on a small corpus). */
 #include "data/prepare.h"
+#include "data/paths.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -55,16 +56,8 @@ static int path_join(char *dst, const char *dir, const char *name, char *err) {
     return 0;
 }
 
-static int make_dirs(const char *path, char *err) {
-    char tmp[PREPARE_PATH_LEN];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) break;
-        *p = '/';
-    }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+static int make_dirs_or_err(const char *path, char *err) {
+    if (make_dirs(path) != 0) {
         set_err(err, "cannot create folder %s: %s (choose a writable place)", path, strerror(errno));
         return -1;
     }
@@ -138,7 +131,7 @@ static int write_part(const Tokenizer *tok, const char *text, size_t len, int th
 static int prepare_text(const char *text, size_t len, const PrepareOptions *opt, const char *out_dir,
                         PreparedData *out, char *err) {
     memset(out, 0, sizeof *out);
-    if (make_dirs(out_dir, err) != 0 || path_join(out->train_path, out_dir, "train.bin", err) != 0 ||
+    if (make_dirs_or_err(out_dir, err) != 0 || path_join(out->train_path, out_dir, "train.bin", err) != 0 ||
         path_join(out->val_path, out_dir, "val.bin", err) != 0 ||
         path_join(out->tokenizer_path, out_dir, "tokenizer.bin", err) != 0)
         return -1;
@@ -249,7 +242,7 @@ static int prepare_recipe(uint32_t vocab_size, const char *cache_dir, int extend
         return -1;
     }
     char lock_path[PREPARE_PATH_LEN];
-    if (make_dirs(cache_dir, err) != 0 || path_join(lock_path, cache_dir, "prepare.lock", err) != 0) return -1;
+    if (make_dirs_or_err(cache_dir, err) != 0 || path_join(lock_path, cache_dir, "prepare.lock", err) != 0) return -1;
     int fd = open(lock_path, O_RDWR | O_CREAT, 0644);
     if (fd < 0 || flock(fd, LOCK_EX) != 0) {
         set_err(err, "cannot lock %s: %s (choose a writable --cache-dir)", lock_path, strerror(errno));

@@ -1,4 +1,5 @@
 /* model/checkpoint.c - checkpoint writer and reader (see checkpoint.h for the layout). */
+#include "data/paths.h"
 #include "model/checkpoint.h"
 
 #include <dirent.h>
@@ -188,7 +189,7 @@ int checkpoint_save(const char *run_dir, const ParamTable *t, const float *param
     snprintf(final_dir, sizeof final_dir, "%s/step_%08d", run_dir, st->step);
     snprintf(tmp_dir, sizeof tmp_dir, "%s.tmp", final_dir);
     remove_checkpoint_dir(tmp_dir); /* leftovers of a crash */
-    if (mkdir(run_dir, 0755) != 0 && errno != EEXIST) {
+    if (make_dirs(run_dir) != 0) {
         snprintf(err, 512, "cannot create run directory %s: %s (check -o)", run_dir, strerror(errno));
         return -1;
     }

@@ -1,4 +1,5 @@
 #include "model/runlog.h"
+#include "data/paths.h"
 
 #include <errno.h>
 #include <string.h>
@@ -6,7 +7,7 @@
 
 int runlog_open(RunLog *log, const char *run_dir, char *err) {
     char path[1100];
-    if (mkdir(run_dir, 0755) != 0 && errno != EEXIST) {
+    if (make_dirs(run_dir) != 0) {
         snprintf(err, 512, "cannot create run directory %s: %s (check -o)", run_dir, strerror(errno));
         return -1;
     }

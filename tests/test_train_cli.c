@@ -82,7 +82,9 @@ static void make_corpus(char *train, char *val, size_t n) {
 TEST(cpu_training_loss_falls_well_below_ln_vocab) {
     char train[700], val[700], args[2400], *out = NULL;
     make_corpus(train, val, sizeof train);
-    snprintf(args, sizeof args, TINY_RUN " -x 80 --val-every 40 -i %s -j %s -o %s/run", train, val, test_tmpdir());
+    /* a run directory whose parents do not exist yet, like the default runs/default */
+    snprintf(args, sizeof args, TINY_RUN " -x 80 --val-every 40 -i %s -j %s -o %s/runs/a/run", train, val,
+             test_tmpdir());
     int rc = run_train(args, &out);
     REQUIRE(rc == 0, "training failed (%d): %s", rc, out);
     float losses[100];
@@ -92,7 +94,7 @@ TEST(cpu_training_loss_falls_well_below_ln_vocab) {
     CHECK(losses[79] < 0.5f * logf(64), "final loss %.3f is not well below ln 64", losses[79]);
     CHECK(strstr(out, "val loss") != NULL, "no validation line");
     char ck[800];
-    snprintf(ck, sizeof ck, "%s/run/step_00000080/model.safetensors", test_tmpdir());
+    snprintf(ck, sizeof ck, "%s/runs/a/run/step_00000080/model.safetensors", test_tmpdir());
     FILE *f = fopen(ck, "rb");
     CHECK(f != NULL, "final checkpoint %s missing", ck);
     if (f) fclose(f);
