@@ -8,6 +8,7 @@
  *   ./build/bench_output_layer --no-canonical  skip the canonical layer (and its N x V memory)
  *   ./build/bench_output_layer --kernel K      the fused layer's tile kernel: 1 mma.sync, 2 wgmma 128x256
  *                                              (the default on Hopper), 3 wgmma 128x128
+ *   ./build/bench_output_layer --l2-mb MB      H bytes the persistent kernels keep in L2 (tuning)
  *
  * Inputs: H ~ N(0,1), W ~ N(0, 0.02^2) bf16, uniform targets, mean loss, as in ../shared/anchors.md.
  * Times: CUDA events, 2 warm-up calls, median of 3..20 timed calls. TFLOP/s counts G = 2 N V d per
@@ -199,6 +200,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--max-seconds") && i + 1 < argc) max_s = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-canonical")) with_canonical = 0;
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc) output_layer_select_tile_kernel(atoi(argv[++i]));
+        else if (!strcmp(argv[i], "--l2-mb") && i + 1 < argc) output_layer_set_l2_budget((size_t)(atof(argv[++i]) * 1048576));
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
             Shape s;
             long long n, v;
@@ -209,7 +211,7 @@ int main(int argc, char **argv) {
             s.N = n, s.V = v;
             shapes.push_back(s);
         } else {
-            fprintf(stderr, "usage: %s [--max-seconds S] [--no-canonical] [--kernel K] [--shape d,N,V]...\n", argv[0]);
+            fprintf(stderr, "usage: %s [--max-seconds S] [--no-canonical] [--kernel K] [--l2-mb MB] [--shape d,N,V]...\n", argv[0]);
             return 2;
         }
     }

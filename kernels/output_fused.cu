@@ -52,7 +52,7 @@ typedef __nv_bfloat16 bf16;
 #define DH_BUDGET_ELEMS ((int64_t)8 << 20)   /* fp32 dH chunk: 32 MiB */
 #define MAX_CHUNK_ROWS 4096
 #define MAX_WINDOW_COLS 32768
-#define L2_H_BUDGET ((int64_t)16 << 20)     /* bytes of H blocks re-read at one time in the forward */
+#define L2_H_BUDGET ((int64_t)16 << 20)     /* bytes of H blocks re-read at one time (default) */
 
 enum { MODE_STATS = 0, MODE_DZ = 1 };
 
@@ -751,16 +751,20 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots) {
  * work per row block, so they stay in step: the P CTAs of a window stream the same W tiles (read
  * from DRAM about once per pass) and the G CTAs of a row block share its H block. G is at least
  * what keeps the P row blocks' H in L2, then chosen (within +8) to waste the fewest slots. */
-static void persistent_plan(int64_t N, int64_t V, int d, int slots, int bn, int64_t *G_out, int64_t *P_out,
-                            int64_t *tpc_out) {
+static int64_t g_l2_budget = L2_H_BUDGET;
+void output_layer_set_l2_budget(size_t bytes) { g_l2_budget = bytes ? (int64_t)bytes : L2_H_BUDGET; }
+
+static void persistent_plan(int64_t N, int64_t V, int d, int slots, int bn, int64_t max_windows, int64_t *G_out,
+                            int64_t *P_out, int64_t *tpc_out) {
     const int64_t rb = cdiv(N, BM), ntiles = cdiv(V, bn);
-    int64_t gmin = cdiv((int64_t)slots * BM * d * 2, L2_H_BUDGET);
+    int64_t gmin = cdiv((int64_t)slots * BM * d * 2, g_l2_budget);
+    if (gmin > max_windows - 8) gmin = max_windows - 8 > 1 ? max_windows - 8 : 1; /* the statistics workspace */
     const int64_t g_fill = cdiv(slots, rb); /* few row blocks: more windows to fill the GPU */
     if (g_fill > gmin) gmin = g_fill;
     if (gmin > ntiles) gmin = ntiles;
     *G_out = 1, *P_out = 1, *tpc_out = ntiles;
     double best = -1.0;
-    for (int64_t g = gmin; g <= gmin + 8 && g <= ntiles; g++) {
+    for (int64_t g = gmin; g <= gmin + 8 && g <= ntiles && g <= max_windows; g++) {
         const int64_t tpc = cdiv(ntiles, g), ge = cdiv(ntiles, tpc);
         int64_t P = slots / ge;
         if (P < 1) P = 1;
@@ -777,7 +781,7 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     const Variant *k = variant();
     int64_t nwin = 1, tpc = 1, P = 1;
     if (k->persistent) {
-        persistent_plan(N, V, L->d, L->sms * k->slots_per_sm, k->bn, &nwin, &P, &tpc);
+        persistent_plan(N, V, L->d, L->sms * k->slots_per_sm, k->bn, L->fs.stats_elems / N, &nwin, &P, &tpc);
     } else {
         tpc = forward_tiles_per_cta(N, V, L->d, L->sms * k->slots_per_sm, k->bn, &nwin);
         P = cdiv(N, BM);
@@ -820,6 +824,18 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
             t.tiles_per_cta = 1, t.d = (int)d;
             t.lse = L->lse, t.dz = L->dz, t.ldz = cols;
             dim3 grid((unsigned)cdiv(nr, BM), (unsigned)cdiv(nc, k->bn));
+            if (k->persistent) {
+                /* P row blocks at a time (their H blocks stay in L2), the window's tiles split
+                 * among the remaining slots; each CTA sweeps its tiles row block after row block */
+                const int64_t nrb = cdiv(nr, BM), nt = cdiv(nc, k->bn), slots = (int64_t)L->sms * k->slots_per_sm;
+                int64_t P = g_l2_budget / (BM * d * 2);
+                P = P < 1 ? 1 : P > nrb ? nrb : P;
+                int64_t G = slots / P;
+                G = G < 1 ? 1 : G > nt ? nt : G;
+                const int64_t tpc = cdiv(nt, G);
+                t.tiles_per_cta = (int)tpc;
+                grid = dim3((unsigned)P, (unsigned)cdiv(nt, tpc));
+            }
             k->dz<<<grid, THREADS, k->smem, stream>>>(t);
             CUDA_CHECK(cudaGetLastError());
             /* dH_chunk^T [d x nr] (=/+=) (W_window stored d x nc) . (dZ stored nc x nr, ld cols) */

@@ -94,6 +94,8 @@ enum {
 };
 void output_layer_select_tile_kernel(int kernel);
 const char *output_layer_tile_kernel_name(void); /* of the kernel the next call would run */
+/* Bytes of H row blocks the persistent (wgmma) kernels keep in flight, i.e. in L2 (0: default). */
+void output_layer_set_l2_budget(size_t bytes);
 
 #ifdef __cplusplus
 }
