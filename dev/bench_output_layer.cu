@@ -7,7 +7,7 @@
  *   ./build/bench_output_layer --shape d,N,V   one shape (repeatable)
  *   ./build/bench_output_layer --no-canonical  skip the canonical layer (and its N x V memory)
  *   ./build/bench_output_layer --kernel K      the fused layer's tile kernel: 1 mma.sync, 2 wgmma 128x256
- *                                              (the default on Hopper), 3 wgmma 128x128
+ *                                              (the default on Hopper), 3 wgmma 128x128, 4 TMA-fed wgmma
  *   ./build/bench_output_layer --l2-mb MB      H bytes the persistent kernels keep in L2 (tuning)
  *
  * Inputs: H ~ N(0,1), W ~ N(0, 0.02^2) bf16, uniform targets, mean loss, as in ../shared/anchors.md.

@@ -32,6 +32,7 @@
  * deterministic, no atomics. dH_chunk is rounded to bf16 once, after its last window.
  * Workspace: Nc x w x 2 B (<= 64 MiB) + Nc x d x 4 B (<= 32 MiB) + per-window statistics
  * (windows x N floats, windows <= about 20): independent of V. */
+#include <cuda.h> /* CUtensorMap (the driver entry point is fetched through the runtime) */
 #include <math.h>
 #include <stdio.h>
 
@@ -434,6 +435,93 @@ __device__ __forceinline__ void load_stage_w(const TileArgs &a, uint32_t sA, uin
     }
 }
 
+/* Epilogue of one 128 x TBN logit tile held by a warpgroup (acc[i*4 + e]: row rows[e>>1], column
+ * tile_col0 + i*8 + (lane&3)*2 + (e&1)): MODE_STATS updates the running max and sum and picks up the
+ * target logit; MODE_DZ writes dZ = softmax - onehot. */
+template <int MODE, int TBN>
+__device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float (&acc)[TBN / 2], int64_t tile_col0,
+                                                 int lane, const int64_t (&rows)[2], const int (&tgt)[2],
+                                                 float (&m_run)[2], float (&a_run)[2], const float (&lse2)[2]) {
+    const int64_t cbase = tile_col0 + (lane & 3) * 2;
+    const bool full = tile_col0 + TBN <= a.col_end;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int t = tgt[h];
+        if (MODE == MODE_STATS) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < TBN / 8; i++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    if (full || cbase + i * 8 + j < a.col_end) mx = fmaxf(mx, acc[i * 4 + h * 2 + j]);
+                }
+            const float mn = fmaxf(m_run[h], mx);
+            const float mu2 = (mn == -INFINITY ? 0.0f : mn) * L2E;
+            float s0 = a_run[h] * exp2f(fmaf(m_run[h], L2E, -mu2)), s1 = 0.0f;
+            if (full) {
+#pragma unroll
+                for (int i = 0; i < TBN / 8; i++) {
+                    s0 += exp2f(fmaf(acc[i * 4 + h * 2], L2E, -mu2));
+                    s1 += exp2f(fmaf(acc[i * 4 + h * 2 + 1], L2E, -mu2));
+                }
+            } else { /* the last tile: columns past V add nothing */
+#pragma unroll
+                for (int i = 0; i < TBN / 8; i++) {
+                    if (cbase + i * 8 < a.col_end) s0 += exp2f(fmaf(acc[i * 4 + h * 2], L2E, -mu2));
+                    if (cbase + i * 8 + 1 < a.col_end) s1 += exp2f(fmaf(acc[i * 4 + h * 2 + 1], L2E, -mu2));
+                }
+            }
+            a_run[h] = s0 + s1;
+            m_run[h] = mn;
+            if (t >= tile_col0 && t < tile_col0 + TBN) { /* rare: the target is in this tile */
+#pragma unroll
+                for (int i = 0; i < TBN / 8; i++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++)
+                        if (cbase + i * 8 + j == t) a.zt[rows[h]] = acc[i * 4 + h * 2 + j];
+            }
+        } else if (rows[h] < a.row_end) {
+            const float sc = t == -1 ? 0.0f : 1.0f; /* ignored rows: no gradient */
+            bf16 *out = a.dz + (rows[h] - a.row_begin) * a.ldz + (cbase - a.col_begin);
+#pragma unroll
+            for (int i = 0; i < TBN / 8; i++) {
+                float g[2];
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const int64_t col = cbase + i * 8 + j;
+                    float p = exp2f(fmaf(acc[i * 4 + h * 2 + j], L2E, -lse2[h]));
+                    g[j] = (p - (col == t ? 1.0f : 0.0f)) * sc;
+                    if (!full && col >= a.col_end) g[j] = 0.0f; /* padding of the window */
+                }
+                *reinterpret_cast<__nv_bfloat162 *>(out + i * 8) = __floats2bfloat162_rn(g[0], g[1]);
+            }
+        }
+    }
+}
+
+/* End of a window for one row block: merge the quad's statistics and store (max, sum) per row. */
+template <int MODE>
+__device__ __forceinline__ void wg_window_end(const TileArgs &a, int64_t win, int lane, const int64_t (&rows)[2],
+                                              const float (&m_run)[2], const float (&a_run)[2]) {
+    if (MODE == MODE_STATS) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float m = m_run[h], s = a_run[h];
+#pragma unroll
+            for (int off = 1; off <= 2; off <<= 1) {
+                float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, s, off);
+                float mn = fmaxf(m, m2), mu = mn == -INFINITY ? 0.0f : mn;
+                s = s * exp2f((m - mu) * L2E) + s2 * exp2f((m2 - mu) * L2E);
+                m = mn;
+            }
+            if ((lane & 3) == 0 && rows[h] < a.row_end) {
+                a.win_m[win * a.stats_ld + (rows[h] - a.row_begin)] = m;
+                a.win_a[win * a.stats_ld + (rows[h] - a.row_begin)] = s;
+            }
+        }
+    }
+}
+
 template <int MODE, int TBN>
 __global__ void __launch_bounds__(THREADS, WShape<TBN>::min_ctas) tile_kernel_wgmma(const TileArgs a) {
     typedef WShape<TBN> S;
@@ -533,82 +621,152 @@ __global__ void __launch_bounds__(THREADS, WShape<TBN>::min_ctas) tile_kernel_wg
             wgmma_wait<0>();
             fence_acc(acc);
 
-            /* ---- epilogue of one 128 x 256 logit tile; the next tile starts with scale_d = 0 ---- */
-            const int64_t cbase = tile_col0 + (lane & 3) * 2;
-            const bool full = tile_col0 + TBN <= a.col_end;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int t = tgt[h];
-                if (MODE == MODE_STATS) {
-                    float mx = -INFINITY;
-#pragma unroll
-                    for (int i = 0; i < TBN / 8; i++)
-#pragma unroll
-                        for (int j = 0; j < 2; j++) {
-                            if (full || cbase + i * 8 + j < a.col_end) mx = fmaxf(mx, acc[i * 4 + h * 2 + j]);
-                        }
-                    const float mn = fmaxf(m_run[h], mx);
-                    const float mu2 = (mn == -INFINITY ? 0.0f : mn) * L2E;
-                    float s0 = a_run[h] * exp2f(fmaf(m_run[h], L2E, -mu2)), s1 = 0.0f;
-                    if (full) {
-#pragma unroll
-                        for (int i = 0; i < TBN / 8; i++) {
-                            s0 += exp2f(fmaf(acc[i * 4 + h * 2], L2E, -mu2));
-                            s1 += exp2f(fmaf(acc[i * 4 + h * 2 + 1], L2E, -mu2));
-                        }
-                    } else { /* the last tile: columns past V add nothing */
-#pragma unroll
-                        for (int i = 0; i < TBN / 8; i++) {
-                            if (cbase + i * 8 < a.col_end) s0 += exp2f(fmaf(acc[i * 4 + h * 2], L2E, -mu2));
-                            if (cbase + i * 8 + 1 < a.col_end) s1 += exp2f(fmaf(acc[i * 4 + h * 2 + 1], L2E, -mu2));
-                        }
-                    }
-                    a_run[h] = s0 + s1;
-                    m_run[h] = mn;
-                    if (t >= tile_col0 && t < tile_col0 + TBN) { /* rare: the target is in this tile */
-#pragma unroll
-                        for (int i = 0; i < TBN / 8; i++)
-#pragma unroll
-                            for (int j = 0; j < 2; j++)
-                                if (cbase + i * 8 + j == t) a.zt[rows[h]] = acc[i * 4 + h * 2 + j];
-                    }
-                } else if (rows[h] < a.row_end) {
-                    const float sc = t == -1 ? 0.0f : 1.0f; /* ignored rows: no gradient */
-                    bf16 *out = a.dz + (rows[h] - a.row_begin) * a.ldz + (cbase - a.col_begin);
-#pragma unroll
-                    for (int i = 0; i < TBN / 8; i++) {
-                        float g[2];
-#pragma unroll
-                        for (int j = 0; j < 2; j++) {
-                            const int64_t col = cbase + i * 8 + j;
-                            float p = exp2f(fmaf(acc[i * 4 + h * 2 + j], L2E, -lse2[h]));
-                            g[j] = (p - (col == t ? 1.0f : 0.0f)) * sc;
-                            if (!full && col >= a.col_end) g[j] = 0.0f; /* padding of the window */
-                        }
-                        *reinterpret_cast<__nv_bfloat162 *>(out + i * 8) = __floats2bfloat162_rn(g[0], g[1]);
-                    }
-                }
-            }
+            /* the next tile starts with scale_d = 0 */
+            wg_tile_epilogue<MODE, TBN>(a, acc, tile_col0, lane, rows, tgt, m_run, a_run, lse2);
         }
-
-        if (MODE == MODE_STATS) {
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float m = m_run[h], s = a_run[h];
-#pragma unroll
-                for (int off = 1; off <= 2; off <<= 1) {
-                    float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, s, off);
-                    float mn = fmaxf(m, m2), mu = mn == -INFINITY ? 0.0f : mn;
-                    s = s * exp2f((m - mu) * L2E) + s2 * exp2f((m2 - mu) * L2E);
-                    m = mn;
-                }
-                if ((lane & 3) == 0 && rows[h] < a.row_end) {
-                    a.win_m[win * a.stats_ld + (rows[h] - a.row_begin)] = m;
-                    a.win_a[win * a.stats_ld + (rows[h] - a.row_begin)] = s;
-                }
-            }
-        }
+        wg_window_end<MODE>(a, win, lane, rows, m_run, a_run);
     } /* row blocks */
+}
+
+/* ---- Hopper tile kernel fed by TMA (sm_90a) ------------------------------------------------- */
+/* The 128 x 256 wgmma tile of tile_kernel_wgmma, fed by the tensor memory accelerator: one thread
+ * (thread 0) issues two bulk tensor copies per stage, completing on the stage's "full" mbarrier,
+ * STAGES - 1 stages ahead; both warpgroups wait on "full", run their wgmma (64 rows each), and
+ * release the stage on its "empty" mbarrier once the wgmma completed. No __syncthreads and no
+ * address arithmetic for the copies in the main loop; rows and columns past the tensors' ends are
+ * zero-filled by the TMA unit; its 128-byte swizzle is the layout the wgmma descriptors describe.
+ * (A separate producer warp would cap the consumers at 168 registers, and the accumulator plus
+ * the softmax epilogue need more.) */
+
+#define T_STAGES 4
+#define T_THREADS 256
+#define T_STAGE_BYTES (W_A_BYTES + 256 * BK * 2)           /* 48 KiB */
+#define T_SMEM (T_STAGES * T_STAGE_BYTES + 1024 + 128)       /* ring, alignment slack, barriers */
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
+
+template <int MODE>
+__global__ void __launch_bounds__(T_THREADS, 1)
+    tile_kernel_tma(const TileArgs a, const __grid_constant__ CUtensorMap tm_h, const __grid_constant__ CUtensorMap tm_w) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int TBN = 256, NACC = 128;
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t ring = (smem_u32(smem_raw) + 1023) & ~1023u;
+    const uint32_t full_bar = ring + T_STAGES * T_STAGE_BYTES, empty_bar = full_bar + 8 * T_STAGES;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wg = warp >> 2, wq = warp & 3;
+    const int64_t win = MODE == MODE_STATS ? blockIdx.x : blockIdx.y;
+    const int64_t rb_first = MODE == MODE_STATS ? blockIdx.y : blockIdx.x;
+    const int64_t rb_stride = MODE == MODE_STATS ? gridDim.y : gridDim.x;
+    const int64_t nrb = (a.row_end - a.row_begin + WBM - 1) / WBM;
+    const int64_t my_rbs = rb_first < nrb ? (nrb - rb_first + rb_stride - 1) / rb_stride : 0;
+    const int64_t ntiles = (a.col_end - a.col_begin + TBN - 1) / TBN;
+    const int64_t t0 = win * a.tiles_per_cta;
+    const int64_t t1 = min(t0 + (int64_t)a.tiles_per_cta, ntiles);
+    const int KT = a.d / BK;
+    const int64_t iters = my_rbs * (t1 - t0) * KT;
+    const int64_t wcol0 = a.col_begin + t0 * TBN, wcol1 = a.col_begin + t1 * TBN;
+
+    if (tid == 0) {
+        for (int s = 0; s < T_STAGES; s++) {
+            mbar_init(full_bar + 8 * s, 1);    /* the issuing thread's arrive + the copies' bytes */
+            mbar_init(empty_bar + 8 * s, T_THREADS); /* every thread, after its wgmma on the stage */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    /* the copy issuer's position in the (row block, tile, k chunk) sequence (used by thread 0) */
+    int64_t ld_it = 0, ld_row0 = a.row_begin + rb_first * WBM, ld_col0 = wcol0;
+    int ld_kc = 0;
+    auto issue = [&]() {
+        const int s = (int)(ld_it % T_STAGES);
+        if (ld_it >= T_STAGES) mbar_wait(empty_bar + 8 * s, (uint32_t)((ld_it / T_STAGES - 1) & 1));
+        const uint32_t base = ring + s * T_STAGE_BYTES;
+        mbar_expect_tx(full_bar + 8 * s, T_STAGE_BYTES);
+        tma_load_2d(base, &tm_h, ld_kc * BK, (int)ld_row0, full_bar + 8 * s);
+        tma_load_2d(base + W_A_BYTES, &tm_w, ld_kc * BK, (int)ld_col0, full_bar + 8 * s);
+        ld_it++;
+        if (++ld_kc == KT) {
+            ld_kc = 0, ld_col0 += TBN;
+            if (ld_col0 == wcol1) ld_col0 = wcol0, ld_row0 += rb_stride * WBM;
+        }
+    };
+    if (tid == 0)
+        while (ld_it < iters && ld_it < T_STAGES - 1) issue();
+
+    float acc[NACC];
+#pragma unroll
+    for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
+    int64_t it = 0;
+    for (int64_t rbi = rb_first; rbi < nrb; rbi += rb_stride) {
+        const int64_t row0 = a.row_begin + rbi * WBM;
+        int tgt[2];
+        float m_run[2], a_run[2], lse2[2];
+        int64_t rows[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            rows[h] = row0 + wg * 64 + wq * 16 + (lane >> 2) + h * 8;
+            bool in = rows[h] < a.row_end;
+            tgt[h] = in ? a.targets[rows[h]] : -1;
+            m_run[h] = -INFINITY;
+            a_run[h] = 0.0f;
+            lse2[h] = (MODE == MODE_DZ && in) ? a.lse[rows[h]] * L2E : 0.0f;
+        }
+        for (int64_t tile_col0 = wcol0; tile_col0 < wcol1; tile_col0 += TBN) {
+            for (int kc = 0; kc < KT; kc++, it++) {
+                /* keep STAGES - 1 stages in flight: the stage refilled here was released by both
+                 * warpgroups after iteration it - 1 (thread 0 may wait for the other one) */
+                if (tid == 0 && ld_it < iters) issue();
+                const int s = (int)(it % T_STAGES);
+                mbar_wait(full_bar + 8 * s, (uint32_t)((it / T_STAGES) & 1));
+                const uint32_t sA = ring + s * T_STAGE_BYTES + wg * (64 * BK * 2);
+                const uint32_t sB = ring + s * T_STAGE_BYTES + W_A_BYTES;
+                __syncwarp(); /* wgmma is .aligned: the warp must be converged after the waits */
+                fence_acc(acc);
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < BK / 16; kk++)
+                    wgmma_m64n256k16(acc, smem_desc(sA + kk * 32), smem_desc(sB + kk * 32), (kc | kk) != 0);
+                wgmma_commit();
+                /* the other warpgroup's wgmma keeps the tensor cores busy while this one waits */
+                wgmma_wait<0>();
+                fence_acc(acc);
+                mbar_arrive(empty_bar + 8 * s);
+            }
+            wg_tile_epilogue<MODE, TBN>(a, acc, tile_col0, lane, rows, tgt, m_run, a_run, lse2);
+        }
+        wg_window_end<MODE>(a, win, lane, rows, m_run, a_run);
+    }
+#else
+    __trap();
+#endif
 }
 
 /* lse = M + log sum_w a_w exp(m_w - M) over the windows, loss = lse - z_target (0 if ignored). */
@@ -644,15 +802,18 @@ static int64_t rup(int64_t a, int64_t b) { return cdiv(a, b) * b; }
 
 /* The tile kernels: wgmma on Hopper (the default there), mma.sync everywhere else. The others are
  * selectable with output_layer_select_tile_kernel, for tests and benchmarks. */
+typedef void (*TmaKernel)(const TileArgs, const CUtensorMap, const CUtensorMap);
 typedef struct {
     const char *name;
     int bn, smem, slots_per_sm;
     int persistent; /* forward CTAs loop over row blocks (wgmma kernels) */
-    void (*stats)(TileArgs);
+    int threads;
+    void (*stats)(TileArgs); /* cp.async kernels */
     void (*dz)(TileArgs);
+    TmaKernel stats_tma, dz_tma; /* TMA kernels (then stats and dz are NULL) */
 } Variant;
 
-enum { K_MMA = 0, K_WGMMA_256 = 1, K_WGMMA_128 = 2, K_COUNT };
+enum { K_MMA = 0, K_WGMMA_256 = 1, K_WGMMA_128 = 2, K_TMA = 3, K_COUNT };
 static int g_kernel_choice; /* OUTPUT_TILE_KERNEL_* */
 
 void output_layer_select_tile_kernel(int kernel) { g_kernel_choice = kernel; }
@@ -664,17 +825,20 @@ static Variant *variants(int *major_out) {
         int dev;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        v[K_MMA] = (Variant){"mma.sync 128x128", BN, SMEM_BYTES, 0, 0, tile_kernel_mma<MODE_STATS>,
-                             tile_kernel_mma<MODE_DZ>};
-        v[K_WGMMA_256] = (Variant){"wgmma 128x256", 256, WShape<256>::smem, 0, 1, tile_kernel_wgmma<MODE_STATS, 256>,
-                                   tile_kernel_wgmma<MODE_DZ, 256>};
-        v[K_WGMMA_128] = (Variant){"wgmma 128x128", 128, WShape<128>::smem, 0, 1, tile_kernel_wgmma<MODE_STATS, 128>,
-                                   tile_kernel_wgmma<MODE_DZ, 128>};
+        v[K_MMA] = (Variant){"mma.sync 128x128", BN, SMEM_BYTES, 0, 0, THREADS, tile_kernel_mma<MODE_STATS>,
+                             tile_kernel_mma<MODE_DZ>, NULL, NULL};
+        v[K_WGMMA_256] = (Variant){"wgmma 128x256", 256, WShape<256>::smem, 0, 1, THREADS,
+                                   tile_kernel_wgmma<MODE_STATS, 256>, tile_kernel_wgmma<MODE_DZ, 256>, NULL, NULL};
+        v[K_WGMMA_128] = (Variant){"wgmma 128x128", 128, WShape<128>::smem, 0, 1, THREADS,
+                                   tile_kernel_wgmma<MODE_STATS, 128>, tile_kernel_wgmma<MODE_DZ, 128>, NULL, NULL};
+        v[K_TMA] = (Variant){"wgmma 128x256 + TMA producer", 256, T_SMEM, 0, 1, T_THREADS, NULL, NULL,
+                             tile_kernel_tma<MODE_STATS>, tile_kernel_tma<MODE_DZ>};
         for (int k = 0; k < (major == 9 ? K_COUNT : 1); k++) {
-            CUDA_CHECK(cudaFuncSetAttribute(v[k].stats, cudaFuncAttributeMaxDynamicSharedMemorySize, v[k].smem));
-            CUDA_CHECK(cudaFuncSetAttribute(v[k].dz, cudaFuncAttributeMaxDynamicSharedMemorySize, v[k].smem));
-            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v[k].slots_per_sm, v[k].stats, THREADS,
-                                                                     v[k].smem));
+            const void *fs = v[k].stats ? (const void *)v[k].stats : (const void *)v[k].stats_tma;
+            const void *fd = v[k].dz ? (const void *)v[k].dz : (const void *)v[k].dz_tma;
+            CUDA_CHECK(cudaFuncSetAttribute(fs, cudaFuncAttributeMaxDynamicSharedMemorySize, v[k].smem));
+            CUDA_CHECK(cudaFuncSetAttribute(fd, cudaFuncAttributeMaxDynamicSharedMemorySize, v[k].smem));
+            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v[k].slots_per_sm, fs, v[k].threads, v[k].smem));
             if (v[k].slots_per_sm < 1) v[k].slots_per_sm = 1;
         }
         ready = 1;
@@ -691,6 +855,7 @@ static const Variant *variant(void) {
     case OUTPUT_TILE_KERNEL_MMA: return &v[K_MMA];
     case OUTPUT_TILE_KERNEL_WGMMA_128x256: return &v[K_WGMMA_256];
     case OUTPUT_TILE_KERNEL_WGMMA_128x128: return &v[K_WGMMA_128];
+    case OUTPUT_TILE_KERNEL_TMA: return &v[K_TMA];
     default: return &v[K_WGMMA_256];
     }
 }
@@ -751,6 +916,39 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots) {
  * work per row block, so they stay in step: the P CTAs of a window stream the same W tiles (read
  * from DRAM about once per pass) and the G CTAs of a row block share its H block. G is at least
  * what keeps the P row blocks' H in L2, then chosen (within +8) to waste the fewest slots. */
+/* cuTensorMapEncodeTiled through the runtime's driver entry point (no link to libcuda) */
+typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* A [rows x d] bf16 row-major tensor read in boxes of box_rows x 64 with the 128-byte swizzle;
+ * rows past the end read as zeros. */
+static CUtensorMap tensor_map(const bf16 *ptr, int64_t rows, int d, int box_rows) {
+    static EncodeTiledFn encode;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult q;
+        void *fn = NULL;
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+        if (q != cudaDriverEntryPointSuccess || !fn) {
+            fprintf(stderr, "error: output layer: the driver has no cuTensorMapEncodeTiled (update the driver)\n");
+            exit(1);
+        }
+        encode = (EncodeTiledFn)fn;
+    }
+    CUtensorMap m;
+    const cuuint64_t dims[2] = {(cuuint64_t)d, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)d * sizeof(bf16)};
+    const cuuint32_t box[2] = {BK, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+    CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, elem,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "error: output layer: cuTensorMapEncodeTiled failed (CUresult %d)\n", (int)r);
+        exit(1);
+    }
+    return m;
+}
+
 static int64_t g_l2_budget = L2_H_BUDGET;
 void output_layer_set_l2_budget(size_t bytes) { g_l2_budget = bytes ? (int64_t)bytes : L2_H_BUDGET; }
 
@@ -797,7 +995,11 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     t.tiles_per_cta = (int)tpc, t.d = L->d;
     t.win_m = L->win_m, t.win_a = L->win_a, t.stats_ld = N, t.zt = L->zt;
     dim3 grid((unsigned)nwin, (unsigned)P);
-    k->stats<<<grid, THREADS, k->smem, stream>>>(t);
+    if (k->stats_tma)
+        k->stats_tma<<<grid, k->threads, k->smem, stream>>>(t, tensor_map(t.H, N, L->d, WBM),
+                                                            tensor_map(t.W, V, L->d, 256));
+    else
+        k->stats<<<grid, k->threads, k->smem, stream>>>(t);
     CUDA_CHECK(cudaGetLastError());
     fused_merge_kernel<<<(unsigned)cdiv(N, 256), 256, 0, stream>>>(L->win_m, L->win_a, (int)nwin, N, L->zt,
                                                                    a->targets, N, L->lse, a->row_lse, row_loss);
@@ -814,6 +1016,8 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
     const int64_t cols = rup(cdiv(V, nwins), WBN);
     const bf16 *H = (const bf16 *)a->H, *W = (const bf16 *)a->W;
     const float *sc = L->scalars;
+    CUtensorMap tm_h, tm_w;
+    if (k->dz_tma) tm_h = tensor_map(H, N, (int)d, WBM), tm_w = tensor_map(W, V, (int)d, 256);
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t nr = min(rows, N - r0);
         for (int64_t c0 = 0; c0 < V; c0 += cols) {
@@ -836,7 +1040,10 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
                 t.tiles_per_cta = (int)tpc;
                 grid = dim3((unsigned)P, (unsigned)cdiv(nt, tpc));
             }
-            k->dz<<<grid, THREADS, k->smem, stream>>>(t);
+            if (k->dz_tma)
+                k->dz_tma<<<grid, k->threads, k->smem, stream>>>(t, tm_h, tm_w);
+            else
+                k->dz<<<grid, k->threads, k->smem, stream>>>(t);
             CUDA_CHECK(cudaGetLastError());
             /* dH_chunk^T [d x nr] (=/+=) (W_window stored d x nc) . (dZ stored nc x nr, ld cols) */
             outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, nc, W + c0 * d, d, L->dz, cols, L->dh_acc, CUDA_R_32F, d,

@@ -335,6 +335,22 @@ TEST(fused_output_wgmma_128x128_kernel_against_fp64) {
     output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_AUTO);
 }
 
+/* the Hopper tile kernel fed by TMA */
+TEST(fused_output_tma_kernel_against_fp64) {
+    output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_TMA);
+    check_case(OUTPUT_LAYER_FUSED, Case{1000, 50257, 128, 2.0, 0.1, OUTPUT_REDUCE_MEAN, 1.0f}, FUSED_LOSS_TOL,
+               FUSED_GRAD_TOL);
+    check_case(OUTPUT_LAYER_FUSED, Case{4097, 131073, 64, 2.0, 0.05, OUTPUT_REDUCE_MEAN, 1.0f}, FUSED_LOSS_TOL,
+               FUSED_GRAD_TOL);
+    check_case(OUTPUT_LAYER_FUSED, Case{1000, 1000, 128, 40.0, 0.1, OUTPUT_REDUCE_MEAN, 1.0f}, FUSED_LOSS_TOL,
+               FUSED_GRAD_TOL);
+    check_case(OUTPUT_LAYER_FUSED, Case{7, 1, 64, 2.0, 0.3, OUTPUT_REDUCE_SUM, 2.0f}, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
+    check_case(OUTPUT_LAYER_FUSED, Case{1, 50257, 768, 2.0, 0.0, OUTPUT_REDUCE_MEAN, 1.0f}, FUSED_LOSS_TOL,
+               FUSED_GRAD_TOL);
+    check_deterministic(OUTPUT_LAYER_FUSED);
+    output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_AUTO);
+}
+
 /* ---- the canonical layer against fp64 ------------------------------------------------------ */
 
 TEST(canonical_output_7_rows_1000_words_with_ignored) {
