@@ -5,8 +5,8 @@
  * GPU's fp32 arithmetic and the bf16 rounding of dZ and dH. Tolerances (issue 5): loss relative
  * error <= 1e-5, dH and dW relative L2 <= 2e-3 for the fused layer. The canonical layer keeps its
  * logits in bf16 (as llm.c does), which costs up to 2e-3 on a row's loss or log-sum-exp: it gets
- * 5e-3 for both, and the two layers must agree to that. On Hopper the fused layer runs its wgmma
- * kernel; the *_portable_* and *_wgmma_128x128_* tests run its other tile kernels. */
+ * 5e-3 for both, and the two layers must agree to that. On Hopper the fused layer runs its
+ * TMA-fed wgmma kernel; the *_portable_*, *_wgmma_* and *_tma_* tests name each tile kernel. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -323,9 +323,9 @@ TEST(fused_output_portable_kernel_extreme_logits_and_tiny_shapes) {
 
 static void check_deterministic(OutputLayerKind kind);
 
-/* the other Hopper tile kernel (128 x 128, two CTAs per SM) */
-TEST(fused_output_wgmma_128x128_kernel_against_fp64) {
-    output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_WGMMA_128x128);
+/* the cp.async-fed Hopper tile kernels (128 x 256 one CTA per SM; 128 x 128 two per SM) */
+static void check_cp_async_wgmma(int kernel) {
+    output_layer_select_tile_kernel(kernel);
     check_case(OUTPUT_LAYER_FUSED, Case{1000, 50257, 128, 2.0, 0.1, OUTPUT_REDUCE_MEAN, 1.0f}, FUSED_LOSS_TOL,
                FUSED_GRAD_TOL);
     check_case(OUTPUT_LAYER_FUSED, Case{1000, 1000, 128, 40.0, 0.1, OUTPUT_REDUCE_MEAN, 1.0f}, FUSED_LOSS_TOL,
@@ -334,8 +334,10 @@ TEST(fused_output_wgmma_128x128_kernel_against_fp64) {
     check_deterministic(OUTPUT_LAYER_FUSED);
     output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_AUTO);
 }
+TEST(fused_output_wgmma_128x256_kernel_against_fp64) { check_cp_async_wgmma(OUTPUT_TILE_KERNEL_WGMMA_128x256); }
+TEST(fused_output_wgmma_128x128_kernel_against_fp64) { check_cp_async_wgmma(OUTPUT_TILE_KERNEL_WGMMA_128x128); }
 
-/* the Hopper tile kernel fed by TMA */
+/* the Hopper tile kernel fed by TMA (the default on Hopper; spelled out so it stays tested) */
 TEST(fused_output_tma_kernel_against_fp64) {
     output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_TMA);
     check_case(OUTPUT_LAYER_FUSED, Case{1000, 50257, 128, 2.0, 0.1, OUTPUT_REDUCE_MEAN, 1.0f}, FUSED_LOSS_TOL,
