@@ -154,3 +154,30 @@ TEST(tokens_beyond_the_vocabulary_are_reported_with_the_fix) {
     CHECK(rc == 1 && strstr(out, "is >= vocabulary 32") && strstr(out, "pass -v"), "exit %d: %s", rc, out);
     free(out);
 }
+
+TEST(nan_loss_stops_the_run_and_keeps_the_last_checkpoint) {
+    char train[700], val[700], args[2400], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    /* an absurd learning rate drives the weights to Inf within a few steps */
+    snprintf(args, sizeof args,
+             "--device cpu -e tiny -v 64 -b 4 -t 32 -l 1e30 --lr-final 1e30 --warmup 0 -x 20 -n 1 -s 0 "
+             "--val-every 0 -i %s -o %s/run",
+             train, test_tmpdir());
+    int rc = run_train(args, &out);
+    REQUIRE(out, "could not run ./train");
+    CHECK(rc == 1, "exit status %d, expected 1: %s", rc, out);
+    const char *e = strstr(out, "error: ");
+    CHECK(e && (strstr(e, "is NaN at step") || strstr(e, "is Inf at step")), "no NaN/Inf error line: %s", out);
+    /* the checkpoint `latest` names was written by a step whose loss was finite */
+    char path[800], name[64] = "";
+    snprintf(path, sizeof path, "%s/run/latest", test_tmpdir());
+    FILE *f = fopen(path, "r");
+    REQUIRE(f, "no checkpoint was written before the failure");
+    CHECK(fscanf(f, "%63s", name) == 1, "latest is empty");
+    fclose(f);
+    int last_step = atoi(name + 5), failed_step = -1;
+    if (e && (e = strstr(e, "at step "))) failed_step = atoi(e + 8);
+    CHECK(last_step >= 1 && last_step <= failed_step, "latest is %s but the failure was at step %d", name,
+          failed_step);
+    free(out);
+}
