@@ -6,8 +6,11 @@
  * (bf16 weights, fp32 master/grads/m/v) all use the parameter table's flat layout, so one offset
  * addresses a tensor in each.
  *
- * Per layer the forward keeps: ln1, qkv, atty (+ lse), attproj, residual2, ln2, fch_pre, fch_gelu,
- * fcproj and residual3, 18·C bf16 values per token; the backward reads them and recomputes nothing.
+ * Per layer the forward keeps: ln1, qkv, atty (+ lse), residual2, ln2, fch_pre, fch_gelu and
+ * residual3, 16·C bf16 values per token. The two projections that feed the residual stream
+ * (attproj, fcproj) are consumed by the next residual add and live in one shared buffer each. When
+ * the micro-batch would not fit otherwise, fch_gelu is not kept either (12·C per token): the
+ * backward recomputes it from fch_pre, one elementwise pass per layer.
  * The residual add before each LayerNorm is fused into it (residual_layernorm_forward). */
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +24,7 @@
 
 /* One layer's saved activations (pointers into the activation arena). */
 typedef struct {
-    kbf16 *ln1, *qkv, *atty, *attproj, *residual2, *ln2, *fch_pre, *fch_gelu, *fcproj, *residual3;
+    kbf16 *ln1, *qkv, *atty, *residual2, *ln2, *fch_pre, *fch_gelu, *residual3;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att_lse;
 } CudaLayerActs;
 
@@ -35,6 +38,9 @@ typedef struct {
     void *arena;                   /* every activation and scratch buffer, one allocation */
     size_t arena_bytes;
     kbf16 *encoded, *lnf;
+    kbf16 *attproj, *fcproj; /* [N,C] each: a layer's projections, consumed by the next residual add */
+    kbf16 *gelu_tmp;         /* [N,4C] when recompute_gelu: every layer's fch_gelu, one at a time */
+    int recompute_gelu;
     float *lnf_mean, *lnf_rstd;
     CudaLayerActs *layer;
     /* backward scratch, reused by every layer */
@@ -66,18 +72,22 @@ static size_t layout_arena(CudaBackend *cb, char *base) {
         TAKE(a->ln1, kbf16, N * C);
         TAKE(a->qkv, kbf16, N * 3 * C);
         TAKE(a->atty, kbf16, N * C);
-        TAKE(a->attproj, kbf16, N * C);
         TAKE(a->residual2, kbf16, N * C);
         TAKE(a->ln2, kbf16, N * C);
         TAKE(a->fch_pre, kbf16, N * 4 * C);
-        TAKE(a->fch_gelu, kbf16, N * 4 * C);
-        TAKE(a->fcproj, kbf16, N * C);
+        if (!cb->recompute_gelu) TAKE(a->fch_gelu, kbf16, N * 4 * C);
         TAKE(a->residual3, kbf16, N * C);
         TAKE(a->ln1_mean, float, N);
         TAKE(a->ln1_rstd, float, N);
         TAKE(a->ln2_mean, float, N);
         TAKE(a->ln2_rstd, float, N);
         TAKE(a->att_lse, float, B * NH * T);
+    }
+    TAKE(cb->attproj, kbf16, N * C);
+    TAKE(cb->fcproj, kbf16, N * C);
+    if (cb->recompute_gelu) {
+        TAKE(cb->gelu_tmp, kbf16, N * 4 * C);
+        for (int l = 0; base && l < cfg->num_layers; l++) cb->layer[l].fch_gelu = cb->gelu_tmp;
     }
     TAKE(cb->lnf, kbf16, N * C);
     TAKE(cb->lnf_mean, float, N);
@@ -133,20 +143,20 @@ static void forward_body(CudaBackend *cb, const int *inputs) {
                                        P(ROLE_LN1_B), N, C, s);
         else
             residual_layernorm_forward(cb->layer[l - 1].residual3, a->ln1, a->ln1_mean, a->ln1_rstd,
-                                       cb->layer[l - 1].residual2, cb->layer[l - 1].fcproj, P(ROLE_LN1_W),
+                                       cb->layer[l - 1].residual2, cb->fcproj, P(ROLE_LN1_W),
                                        P(ROLE_LN1_B), N, C, s);
         const kbf16 *residual_in = l == 0 ? cb->encoded : cb->layer[l - 1].residual3;
         matmul_forward(a->qkv, NULL, a->ln1, P(ROLE_QKV_W), P(ROLE_QKV_B), N, C, 3 * C, s);
         attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, s);
-        matmul_forward(a->attproj, NULL, a->atty, P(ROLE_ATTPROJ_W), P(ROLE_ATTPROJ_B), N, C, C, s);
-        residual_layernorm_forward(a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, residual_in, a->attproj,
+        matmul_forward(cb->attproj, NULL, a->atty, P(ROLE_ATTPROJ_W), P(ROLE_ATTPROJ_B), N, C, C, s);
+        residual_layernorm_forward(a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, residual_in, cb->attproj,
                                    P(ROLE_LN2_W), P(ROLE_LN2_B), N, C, s);
         matmul_forward(a->fch_gelu, a->fch_pre, a->ln2, P(ROLE_FC_W), P(ROLE_FC_B), N, C, 4 * C, s);
-        matmul_forward(a->fcproj, NULL, a->fch_gelu, P(ROLE_FCPROJ_W), P(ROLE_FCPROJ_B), N, 4 * C, C, s);
+        matmul_forward(cb->fcproj, NULL, a->fch_gelu, P(ROLE_FCPROJ_W), P(ROLE_FCPROJ_B), N, 4 * C, C, s);
 #undef P
     }
     CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
-    residual_layernorm_forward(last->residual3, cb->lnf, cb->lnf_mean, cb->lnf_rstd, last->residual2, last->fcproj,
+    residual_layernorm_forward(last->residual3, cb->lnf, cb->lnf_mean, cb->lnf_rstd, last->residual2, cb->fcproj,
                                param_bf16(cb, param_whole(t, ROLE_LNF_W)), param_bf16(cb, param_whole(t, ROLE_LNF_B)),
                                N, C, s);
 }
@@ -215,6 +225,7 @@ static float cuda_train_micro_step(Backend *be, const int *inputs, const int *ta
         const kbf16 *residual_in = l == 0 ? cb->encoded : cb->layer[l - 1].residual3;
 #define P(role) param_bf16(cb, param_of_layer(t, l, role))
         /* MLP: the dGELU epilogue turns d(fch_gelu) into d(fch_pre) inside the matmul */
+        if (cb->recompute_gelu) gelu_forward(a->fch_gelu, a->fch_pre, (size_t)N * 4 * C, s);
         matmul_backward(cb->dfch, g.fcprojw, g.fcprojb, cb->scratch, cb->dres, a->fch_gelu, P(ROLE_FCPROJ_W),
                         a->fch_pre, N, 4 * C, C, s);
         matmul_backward(cb->dln, g.fcw, g.fcb, cb->scratch, cb->dfch, a->ln2, P(ROLE_FC_W), NULL, N, C, 4 * C, s);
@@ -312,7 +323,8 @@ static int cuda_memory_items(Backend *be, MemoryItem *items) {
     items[n++] = MemoryItem{"master weights (fp32)", P * sizeof(float), 0};
     items[n++] = MemoryItem{"gradients (fp32)", P * sizeof(float), 0};
     items[n++] = MemoryItem{"AdamW m, v (fp32)", 2 * P * sizeof(float), 0};
-    items[n++] = MemoryItem{"activations and scratch", cb->arena_bytes, 0};
+    items[n++] = MemoryItem{cb->recompute_gelu ? "activations and scratch (GELU recomputed)" : "activations and scratch",
+                            cb->arena_bytes, 0};
     /* Both output layers' workspace, so the saving is visible whichever one runs. */
     size_t fused = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, t->cfg.vocab_size, t->cfg.dim);
     size_t canon = output_layer_workspace_bytes(OUTPUT_LAYER_CANONICAL, (int64_t)N, t->cfg.vocab_size, t->cfg.dim);
@@ -410,6 +422,14 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     size_t per_batch = cb->arena_bytes + cb->out_ws_bytes;
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    /* FUSEDGPT_RECOMPUTE_GELU=1 forces the recompute path (tests exercise it at small sizes). */
+    const char *force = getenv("FUSEDGPT_RECOMPUTE_GELU");
+    if (fixed + per_batch > free_b || (force && strcmp(force, "1") == 0)) {
+        /* Trade one elementwise pass per layer in the backward for 4·C values per token. */
+        cb->recompute_gelu = 1;
+        cb->arena_bytes = layout_arena(cb, NULL);
+        per_batch = cb->arena_bytes + cb->out_ws_bytes;
+    }
     if (fixed + per_batch > free_b) {
         size_t per_seq = per_batch / (size_t)B;
         long long fit = free_b > fixed ? (long long)((free_b - fixed) / (per_seq ? per_seq : 1)) : 0;

@@ -60,6 +60,12 @@ static void compare_with_cpu(OutputKind output, int heads, int dim, int vocab, i
     Backend *cpu = backend_cpu_create(&s.table, B, T, output, 42, err);
     Backend *gpu = backend_cuda_create(&s.table, B, T, output, 42, err);
     REQUIRE(cpu && gpu, "%s", err);
+    if (getenv("FUSEDGPT_RECOMPUTE_GELU")) {
+        MemoryItem items[MAX_MEMORY_ITEMS];
+        int n = gpu->ops->memory_items(gpu, items), found = 0;
+        for (int i = 0; i < n; i++) found |= strstr(items[i].what, "GELU recomputed") != NULL;
+        CHECK(found, "the backend did not take the recompute path");
+    }
     float lc = step(cpu, &s, 0, 0), lg = step(gpu, &s, 0, 0);
     CHECK(fabsf(lg - lc) <= 1e-2f * fabsf(lc), "loss GPU %.6f CPU %.6f", lg, lc);
     size_t P = s.table.total;
@@ -99,6 +105,13 @@ TEST(backend_cuda_matches_cpu_canonical_head64) {
 
 TEST(backend_cuda_matches_cpu_fused_head128) {
     compare_with_cpu(OUTPUT_FUSED, 2, 256, 515, 2, 64);
+}
+
+TEST(backend_cuda_matches_cpu_when_gelu_is_recomputed) {
+    /* the path large micro-batches take when the saved GELU output would not fit */
+    setenv("FUSEDGPT_RECOMPUTE_GELU", "1", 1);
+    compare_with_cpu(OUTPUT_FUSED, 2, 128, 1000, 3, 37);
+    unsetenv("FUSEDGPT_RECOMPUTE_GELU");
 }
 
 TEST(backend_cuda_is_deterministic_and_resumes_bit_exact) {
