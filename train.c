@@ -20,6 +20,7 @@
 #include "model/backend.h"
 #include "model/checkpoint.h"
 #include "model/cuda_device.h"
+#include "model/dist.h"
 #include "model/gpt.h"
 #include "model/runlog.h"
 #include "model/sample.h"
@@ -90,7 +91,7 @@ static const OptSpec options[] = {
     {0, "prompt", OPT_STR, O(prompt), "", "TEXT", "text that samples start from (needs a tokenizer)"},
     {0, "output", OPT_STR, O(output), "fused", "KIND", "output layer: fused (no logits tensor) or canonical"},
     {0, "device", OPT_STR, O(device), "cuda", "KIND", "cuda or cpu (the fp32 reference backend)"},
-    {'g', "gpus", OPT_INT, O(gpus), "1", "N", "GPUs on this host, one process each"},
+    {'g', "gpus", OPT_INT, O(gpus), "1", "N", "GPUs on this host, one process each (data parallel)"},
     {'h', "help", OPT_FLAG, O(help), "0", "", "this text"},
 };
 #define NUM_OPTIONS ((int)(sizeof options / sizeof options[0]))
@@ -230,6 +231,7 @@ static void validate(Options *opt, GPTConfig *cfg) {
     long long bt = (long long)opt->batch * opt->seq_len;
     if (opt->total_batch == 0) opt->total_batch = (int)bt;
     if (opt->total_batch < 0) bad("-d/--total-batch", "must be positive");
+    if (opt->total_batch == (int)bt && opt->gpus > 1) opt->total_batch = (int)(bt * opt->gpus);
     if (opt->total_batch % (bt * opt->gpus))
         bad("-d/--total-batch", "must be a multiple of B*T*gpus (-b times -t times -g)");
     if (!opt->out[0]) bad("-o/--out", "must name a directory");
@@ -263,7 +265,7 @@ static float validation_loss(Backend *be, Loader *val, int batches, int *inputs,
         loader_next_batch(val, inputs, targets);
         sum += be->ops->eval_loss(be, inputs, targets);
     }
-    return (float)(sum / batches);
+    return (float)(be->dist ? dist_mean_scalar(be->dist, sum / batches) : sum / batches);
 }
 
 /* Generates from the prompt (or the end-of-text token) and prints/logs the text. */
@@ -329,6 +331,20 @@ int main(int argc, char **argv) {
     validate(&opt, &cfg);
     char err[FGPT_ERR_LEN];
 
+    /* A worker started by `-g N` knows its rank from the environment; anything else is either the
+     * launcher (-g N > 1) or a world of one. */
+    Dist dist;
+    if (dist_from_env(&dist, err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return 2;
+    }
+    const int is_worker = getenv("FUSEDGPT_RANK") != NULL;
+    const char *test_launcher = getenv("FUSEDGPT_TEST_LAUNCHER");
+    if (test_launcher && strcmp(test_launcher, "1") == 0) {
+        /* the launcher and rendezvous without GPUs (tests) */
+        if (!is_worker) return dist_launch(argc, argv, opt.gpus);
+        return dist_selftest_worker(&dist);
+    }
     if (strcmp(opt.device, "cuda") == 0) {
         char why[512] = "";
         int n = cuda_device_count(why);
@@ -341,14 +357,24 @@ int main(int argc, char **argv) {
             fprintf(stderr, "error: -g/--gpus %d but this host has %d CUDA GPU(s)\n", opt.gpus, n);
             return 2;
         }
-        if (opt.gpus > 1) {
-            fprintf(stderr, "error: -g/--gpus %d: data-parallel training is not built yet; use -g 1\n", opt.gpus);
+        if (opt.gpus > 1 && !is_worker) return dist_launch(argc, argv, opt.gpus);
+        if (is_worker && dist.world != opt.gpus) {
+            fprintf(stderr, "error: worker of a %d-rank group started with -g %d\n", dist.world, opt.gpus);
             return 2;
+        }
+        if (dist_nccl_init(&dist, err) != 0) {
+            fprintf(stderr, "error: %s\n", err);
+            return 1;
         }
     }
     if (opt.gpus != 1 && strcmp(opt.device, "cpu") == 0) {
         fprintf(stderr, "error: -g/--gpus applies to --device cuda only\n");
         return 2;
+    }
+    /* Rank 0 alone prints, logs, samples and checkpoints; the others keep stderr for errors. */
+    if (dist.rank != 0 && !freopen("/dev/null", "w", stdout)) {
+        fprintf(stderr, "error: rank %d cannot silence its stdout\n", dist.rank);
+        return 1;
     }
 
     /* Data: the user's shards, or the default corpus prepared for this vocabulary. */
@@ -403,11 +429,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err);
         FAIL(2);
     }
-    int B = opt.batch, T = opt.seq_len, accum = opt.total_batch / (B * T);
+    int B = opt.batch, T = opt.seq_len, accum = opt.total_batch / (B * T * dist.world);
     int have_val = val_path[0] != 0;
-    if (loader_open(&train_loader, train_path, (uint32_t)cfg.vocab_size, B, T, 0, 1, 1, (uint64_t)opt.seed, err) !=
-            0 ||
-        (have_val && loader_open(&val_loader, val_path, (uint32_t)cfg.vocab_size, B, T, 0, 1, 0, 0, err) != 0)) {
+    if (loader_open(&train_loader, train_path, (uint32_t)cfg.vocab_size, B, T, dist.rank, dist.world, accum, 1,
+                    (uint64_t)opt.seed, err) != 0 ||
+        (have_val && loader_open(&val_loader, val_path, (uint32_t)cfg.vocab_size, B, T, dist.rank, dist.world,
+                                 opt.val_batches, 0, 0, err) != 0)) {
         fprintf(stderr, "error: %s\n", err);
         FAIL(1);
     }
@@ -418,6 +445,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err);
         FAIL(1);
     }
+    be->dist = &dist;
     Rng rng;
     rng_seed(&rng, (uint64_t)opt.seed ^ 0x5eed5a3e1eull);
     int start_step = 0;
@@ -450,15 +478,15 @@ int main(int argc, char **argv) {
         start_step = st.step;
         printf("resumed from %s at step %d\n", opt.out, start_step);
     }
-    if (runlog_open(&log, opt.out, err) != 0) {
+    if (dist.rank == 0 && runlog_open(&log, opt.out, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
         FAIL(1);
     }
 
     printf("model: L=%d NH=%d C=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", cfg.num_layers, cfg.num_heads,
            cfg.dim, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, table.total / 1e6);
-    printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches), output layer %s, device %s (%s)\n", B, T,
-           opt.total_batch, accum, opt.output, opt.device, be->device_name);
+    printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches x %d rank(s)), output layer %s, device %s (%s)\n",
+           B, T, opt.total_batch, accum, dist.world, opt.output, opt.device, be->device_name);
     if (be->peak_flops > 0) printf("MFU against a dense bf16 peak of %.0f TFLOP/s\n", be->peak_flops / 1e12);
     const double flops_per_step = gpt_flops_per_token(&cfg, T) * opt.total_batch;
     print_memory(be);
@@ -477,7 +505,7 @@ int main(int argc, char **argv) {
             printf("step %5d | val loss %.6f\n", step, vl);
             runlog_eval(&log, step, vl);
         }
-        if (opt.sample_every && step > 0 && step % opt.sample_every == 0)
+        if (dist.rank == 0 && opt.sample_every && step > 0 && step % opt.sample_every == 0)
             generate_sample(be, tok, &opt, &rng, step, &log, inputs, logits);
 
         double t0 = now_ms();
@@ -487,7 +515,8 @@ int main(int argc, char **argv) {
             loader_next_batch(&train_loader, inputs, targets);
             loss += be->ops->train_micro_step(be, inputs, targets, 1.0f / accum);
         }
-        loss /= accum;
+        loss = dist_mean_scalar(&dist, loss / accum);
+        be->ops->reduce_grads(be);
         float norm = (float)sqrt(be->ops->grad_sumsq(be));
         if (!check_finite((float)loss, norm, step)) {
             status = 1;
@@ -517,7 +546,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
         runlog_step(&log, step + 1, (float)loss, as.lr, norm, ms, tps, mfu, mem_gb);
 
-        if ((opt.checkpoint_every && (step + 1) % opt.checkpoint_every == 0) || last) {
+        if (dist.rank == 0 && ((opt.checkpoint_every && (step + 1) % opt.checkpoint_every == 0) || last)) {
             if (!ck_p) {
                 ck_p = malloc(table.total * sizeof(float));
                 ck_m = malloc(table.total * sizeof(float));
@@ -559,6 +588,7 @@ done:
     loader_close(&train_loader);
     param_table_free(&table);
     if (tok) tokenizer_free(tok);
+    dist_nccl_free(&dist);
     return status;
 #undef FAIL
 }

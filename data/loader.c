@@ -8,11 +8,11 @@
 #include "data/rng.h"
 
 static void build_order(Loader *l) {
-    for (uint64_t i = 0; i < l->num_windows; i++) l->order[i] = (uint64_t)l->rank + i * (uint64_t)l->world;
+    for (uint64_t i = 0; i < l->total_windows; i++) l->order[i] = i;
     if (!l->shuffle) return;
     Rng rng;
     rng_seed(&rng, l->seed * 0x9e3779b97f4a7c15ull + l->epoch);
-    for (uint64_t i = l->num_windows; i > 1; i--) { /* Fisher-Yates */
+    for (uint64_t i = l->total_windows; i > 1; i--) { /* Fisher-Yates */
         uint64_t j = rng_below(&rng, i);
         uint64_t tmp = l->order[i - 1];
         l->order[i - 1] = l->order[j];
@@ -20,8 +20,8 @@ static void build_order(Loader *l) {
     }
 }
 
-int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T, int rank, int world, int shuffle,
-                uint64_t seed, char *err) {
+int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T, int rank, int world, int accum,
+                int shuffle, uint64_t seed, char *err) {
     memset(l, 0, sizeof *l);
     ShardHeader hdr;
     if (shard_read(path, model_vocab, &l->tokens, &l->num_tokens, &hdr, err) != 0) return -1;
@@ -31,18 +31,18 @@ int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T,
     l->world = world;
     l->shuffle = shuffle;
     l->seed = seed;
-    uint64_t windows = l->num_tokens > 0 ? (l->num_tokens - 1) / (uint64_t)T : 0;
-    l->num_windows = windows > (uint64_t)rank ? (windows - (uint64_t)rank + world - 1) / world : 0;
-    if (l->num_windows < (uint64_t)B) {
+    l->total_windows = l->num_tokens > 0 ? (l->num_tokens - 1) / (uint64_t)T : 0;
+    l->num_batches = l->total_windows / (uint64_t)B / ((uint64_t)world * accum) * accum;
+    if (l->num_batches == 0) {
         snprintf(err, FGPT_ERR_LEN,
-                 "shard %s has %llu tokens: too few for a batch of %d x %d on each of %d rank(s) (need %llu; lower "
-                 "-b or -t, or use more data)",
-                 path, (unsigned long long)l->num_tokens, B, T + 1, world,
-                 (unsigned long long)B * T * world + 1);
+                 "shard %s has %llu tokens: too few for a batch of %d x %d on each of %d rank(s) with %d "
+                 "micro-batch(es) per step (need %llu; lower -b, -t or -d, or use more data)",
+                 path, (unsigned long long)l->num_tokens, B, T + 1, world, accum,
+                 (unsigned long long)B * T * world * accum + 1);
         loader_close(l);
         return -1;
     }
-    l->order = malloc(l->num_windows * sizeof(uint64_t));
+    l->order = malloc(l->total_windows * sizeof(uint64_t));
     if (!l->order) {
         snprintf(err, FGPT_ERR_LEN, "out of memory for the batch order of %s", path);
         loader_close(l);
@@ -60,13 +60,15 @@ void loader_close(Loader *l) {
 
 void loader_next_batch(Loader *l, int *inputs, int *targets) {
     int T = l->T;
+    if (l->position == l->num_batches) {
+        l->epoch++;
+        l->position = 0;
+        build_order(l);
+    }
+    uint64_t batch = l->position * (uint64_t)l->world + (uint64_t)l->rank; /* dealt round-robin */
+    l->position++;
     for (int b = 0; b < l->B; b++) {
-        if (l->position == l->num_windows) {
-            l->epoch++;
-            l->position = 0;
-            build_order(l);
-        }
-        const uint32_t *w = l->tokens + l->order[l->position++] * (uint64_t)T;
+        const uint32_t *w = l->tokens + l->order[batch * (uint64_t)l->B + (uint64_t)b] * (uint64_t)T;
         for (int t = 0; t < T; t++) {
             inputs[b * T + t] = (int)w[t];
             targets[b * T + t] = (int)w[t + 1];
@@ -85,11 +87,11 @@ LoaderState loader_get_state(const Loader *l) {
 }
 
 int loader_set_state(Loader *l, LoaderState s, char *err) {
-    if (s.position > l->num_windows) {
+    if (s.position > l->num_batches) {
         snprintf(err, FGPT_ERR_LEN,
-                 "checkpoint's data position %llu is beyond this shard's %llu windows (resume with the same data, "
-                 "-b and -t)",
-                 (unsigned long long)s.position, (unsigned long long)l->num_windows);
+                 "checkpoint's data position %llu is beyond this shard's %llu batches per rank (resume with the "
+                 "same data, -b, -t and -g)",
+                 (unsigned long long)s.position, (unsigned long long)l->num_batches);
         return -1;
     }
     l->epoch = s.epoch;

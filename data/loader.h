@@ -1,9 +1,12 @@
 /* data/loader.h - batches of (B, T+1) token windows from one shard.
  *
  * The shard is cut into non-overlapping windows of T+1 tokens (stride T, so every token is a
- * target once per epoch). Rank r of W takes windows r, r+W, r+2W, ... With shuffling on, the
- * order of the rank's windows is a permutation drawn from (seed, epoch), so the whole state is
- * (epoch, position): checkpoints save those two numbers and resume exactly. */
+ * target once per epoch). Each epoch orders all windows (a permutation drawn from (seed, epoch)
+ * when shuffling, file order otherwise) and deals them out in batches of B: batch k goes to rank
+ * k mod W. So W ranks with accumulation A see, step for step, exactly the batches one rank sees
+ * with accumulation A·W, and an epoch is a whole number of optimizer steps on every rank (the
+ * remainder of the windows is skipped). The whole state is (epoch, position), the same on every rank:
+ * checkpoints save those two numbers and resume exactly. */
 #ifndef FUSEDGPT_LOADER_H
 #define FUSEDGPT_LOADER_H
 
@@ -18,8 +21,9 @@ typedef struct {
     int rank, world;
     int shuffle;
     uint64_t seed;
-    uint64_t num_windows; /* this rank's windows per epoch */
-    uint64_t *order;      /* this rank's window indices, in this epoch's order */
+    uint64_t total_windows; /* in the shard */
+    uint64_t num_batches;   /* this rank's batches per epoch */
+    uint64_t *order;        /* every window index, in this epoch's order */
     uint64_t epoch, position;
 } Loader;
 
@@ -27,9 +31,11 @@ typedef struct {
     uint64_t epoch, position;
 } LoaderState;
 
-/* Reads and validates the shard against model_vocab. Returns 0, or -1 with a message in err. */
-int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T, int rank, int world, int shuffle,
-                uint64_t seed, char *err);
+/* Reads and validates the shard against model_vocab. accum is the number of micro-batches per
+ * optimizer step on each rank: an epoch ends on a whole step, so epochs line up whatever the split
+ * between ranks and accumulation. Returns 0, or -1 with a message in err. */
+int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T, int rank, int world, int accum,
+                int shuffle, uint64_t seed, char *err);
 void loader_close(Loader *l);
 
 /* Fills inputs and targets (int32 [B, T]) with the next B windows. */

@@ -46,6 +46,8 @@ typedef struct {
      * position pos, for sampling. */
     void (*logits_at)(Backend *be, const int *tokens, int pos, float *logits);
     void (*zero_grad)(Backend *be);
+    /* Averages the parameter gradients across data-parallel ranks (be->dist); a no-op for one. */
+    void (*reduce_grads)(Backend *be);
     /* Sum of squares of all parameter gradients (the caller takes the root and clips). */
     double (*grad_sumsq)(Backend *be);
     void (*adamw_update)(Backend *be, const AdamWStep *s);
@@ -67,6 +69,7 @@ struct Backend {
     int B, T;
     OutputKind output;
     double peak_flops; /* dense bf16 FLOP/s of the device, for MFU (0: not reported) */
+    const struct Dist *dist; /* data-parallel group (model/dist.h), set by the caller; NULL: alone */
     char device_name[128];
 };
 

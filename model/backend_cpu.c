@@ -202,6 +202,10 @@ static void cpu_zero_grad(Backend *be) {
     memset(cb->grads, 0, cb->t->total * sizeof(float));
 }
 
+static void cpu_reduce_grads(Backend *be) {
+    (void)be; /* the CPU backend trains alone */
+}
+
 static double cpu_grad_sumsq(Backend *be) {
     CpuBackend *cb = (CpuBackend *)be;
     double s = 0.0;
@@ -289,6 +293,7 @@ static const BackendOps cpu_ops = {
     .eval_loss = cpu_eval_loss,
     .logits_at = cpu_logits_at,
     .zero_grad = cpu_zero_grad,
+    .reduce_grads = cpu_reduce_grads,
     .grad_sumsq = cpu_grad_sumsq,
     .adamw_update = cpu_adamw_update,
     .read_state = cpu_read_state,
@@ -306,7 +311,7 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
         snprintf(err, 512, "out of host memory for the CPU backend");
         return NULL;
     }
-    cb->base = (Backend){&cpu_ops, table, B, T, output, 0.0, "cpu"};
+    cb->base = (Backend){&cpu_ops, table, B, T, output, 0.0, NULL, "cpu"};
     cb->t = table;
     size_t P = table->total;
     cb->params = calloc(P, sizeof(float));

@@ -21,6 +21,7 @@
 #include "kernels/kernels.h"
 #include "kernels/output_layer.h"
 #include "model/backend.h"
+#include "model/dist.h"
 
 /* One layer's saved activations (pointers into the activation arena). */
 typedef struct {
@@ -272,6 +273,11 @@ static void cuda_zero_grad(Backend *be) {
     CUDA_CHECK(cudaMemsetAsync(cb->grads, 0, cb->t->total * sizeof(float), cb->stream));
 }
 
+static void cuda_reduce_grads(Backend *be) {
+    CudaBackend *cb = (CudaBackend *)be;
+    if (be->dist) dist_allreduce_mean(be->dist, cb->grads, cb->t->total, cb->stream);
+}
+
 static double cuda_grad_sumsq(Backend *be) {
     CudaBackend *cb = (CudaBackend *)be;
     global_sumsq(cb->d_sumsq, cb->scratch, cb->grads, cb->t->total, cb->stream);
@@ -362,9 +368,9 @@ static void cuda_destroy(Backend *be) {
 }
 
 static const BackendOps cuda_ops = {
-    cuda_train_micro_step, cuda_eval_loss,    cuda_logits_at,    cuda_zero_grad,
-    cuda_grad_sumsq,       cuda_adamw_update, cuda_read_state,   cuda_write_state,
-    cuda_read_grads,       cuda_memory_items, cuda_memory_in_use, cuda_destroy,
+    cuda_train_micro_step, cuda_eval_loss,    cuda_logits_at,  cuda_zero_grad,    cuda_reduce_grads,
+    cuda_grad_sumsq,       cuda_adamw_update, cuda_read_state, cuda_write_state,  cuda_read_grads,
+    cuda_memory_items,     cuda_memory_in_use, cuda_destroy,
 };
 
 /* Dense bf16 tensor-core FLOP/s from the device's own numbers: SMs × clock × FLOPs per SM per

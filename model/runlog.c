@@ -28,6 +28,7 @@ void runlog_close(RunLog *log) {
 /* Records reach the disk at each line, so a crashed run still has its curve. */
 void runlog_step(RunLog *log, int step, float loss, float lr, float grad_norm, double ms, double tokens_per_s,
                  double mfu_percent, double gpu_memory_gb) {
+    if (!log->f) return; /* ranks other than 0 keep no log */
     fprintf(log->f,
             "{\"type\":\"step\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,"
             "\"tokens_per_s\":%.1f",
@@ -39,11 +40,13 @@ void runlog_step(RunLog *log, int step, float loss, float lr, float grad_norm, d
 }
 
 void runlog_eval(RunLog *log, int step, float val_loss) {
+    if (!log->f) return; /* ranks other than 0 keep no log */
     fprintf(log->f, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f}\n", step, val_loss);
     fflush(log->f);
 }
 
 void runlog_sample(RunLog *log, int step, const char *text) {
+    if (!log->f) return; /* ranks other than 0 keep no log */
     fprintf(log->f, "{\"type\":\"sample\",\"step\":%d,\"text\":\"", step);
     for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
         if (*c == '"' || *c == '\\')

@@ -83,11 +83,16 @@ TEST(shard_defects_give_clear_errors) {
           "missing file: %s", err);
 }
 
-static int open_loader(Loader *l, const char *path, int B, int T, int rank, int world, int shuffle) {
+static int open_loader_accum(Loader *l, const char *path, int B, int T, int rank, int world, int accum,
+                             int shuffle) {
     char err[FGPT_ERR_LEN];
-    int rc = loader_open(l, path, 1000, B, T, rank, world, shuffle, 42, err);
+    int rc = loader_open(l, path, 1000, B, T, rank, world, accum, shuffle, 42, err);
     if (rc) fprintf(stderr, "%s\n", err);
     return rc;
+}
+
+static int open_loader(Loader *l, const char *path, int B, int T, int rank, int world, int shuffle) {
+    return open_loader_accum(l, path, B, T, rank, world, 1, shuffle);
 }
 
 TEST(loader_covers_each_window_once_per_epoch_and_ranks_are_disjoint) {
@@ -102,12 +107,11 @@ TEST(loader_covers_each_window_once_per_epoch_and_ranks_are_disjoint) {
     for (int rank = 0; rank < 2; rank++) {
         Loader l;
         REQUIRE(open_loader(&l, path, 1, T, rank, 2, 1) == 0, "open");
-        CHECK(l.num_windows == 5, "rank %d has %llu windows", rank, (unsigned long long)l.num_windows);
+        CHECK(l.num_batches == 5, "rank %d has %llu batches", rank, (unsigned long long)l.num_batches);
         int in[T], tg[T];
         for (int k = 0; k < 5; k++) {
             loader_next_batch(&l, in, tg);
             seen[in[0] / T]++;
-            CHECK(in[0] / T % 2 == rank, "rank %d got window %d", rank, in[0] / T);
             for (int t = 0; t < T; t++) CHECK(tg[t] == in[t] + 1, "targets are inputs shifted by one");
         }
         loader_close(&l);
@@ -127,6 +131,9 @@ TEST(loader_shuffle_is_seeded_and_state_resumes_exactly) {
         loader_next_batch(&b, ib, tb);
     }
     CHECK(a.epoch >= 2, "test should cross epochs (epoch %llu)", (unsigned long long)a.epoch);
+    /* 312 windows -> 104 batches of 3 per epoch; 250 batches end at epoch 2, position 42 */
+    CHECK(a.epoch == 2 && a.position == 42, "epoch %llu position %llu", (unsigned long long)a.epoch,
+          (unsigned long long)a.position);
     LoaderState s = loader_get_state(&a);
     Loader c;
     char err[FGPT_ERR_LEN];
@@ -154,11 +161,36 @@ TEST(loader_shuffle_is_seeded_and_state_resumes_exactly) {
     loader_close(&a);
 }
 
+TEST(loader_two_ranks_see_the_batches_one_rank_sees_with_accumulation_two) {
+    char path[700];
+    path_in_tmp(path, sizeof path, "deal.bin");
+    REQUIRE(write_pattern_shard(path, 3000, 1000, 4) == 0, "write");
+    Loader one, r0, r1;
+    REQUIRE(open_loader_accum(&one, path, 2, 16, 0, 1, 2, 1) == 0 && open_loader(&r0, path, 2, 16, 0, 2, 1) == 0 &&
+                open_loader(&r1, path, 2, 16, 1, 2, 1) == 0,
+            "open");
+    int a[32], at[32], b[32], bt[32];
+    for (int step = 0; step < 200; step++) { /* several epochs */
+        loader_next_batch(&one, a, at);
+        loader_next_batch(&r0, b, bt);
+        CHECK(!memcmp(a, b, sizeof a) && !memcmp(at, bt, sizeof at), "step %d: rank 0 differs from micro-batch 0",
+              step);
+        loader_next_batch(&one, a, at);
+        loader_next_batch(&r1, b, bt);
+        CHECK(!memcmp(a, b, sizeof a) && !memcmp(at, bt, sizeof at), "step %d: rank 1 differs from micro-batch 1",
+              step);
+        if (memcmp(a, b, sizeof a)) break;
+    }
+    loader_close(&r1);
+    loader_close(&r0);
+    loader_close(&one);
+}
+
 TEST(loader_rejects_a_shard_too_small_for_one_batch) {
     char path[700], err[FGPT_ERR_LEN];
     path_in_tmp(path, sizeof path, "small.bin");
     REQUIRE(write_pattern_shard(path, 100, 1000, 1) == 0, "write");
     Loader l;
-    CHECK(loader_open(&l, path, 1000, 4, 64, 0, 1, 1, 1, err) == -1 && strstr(err, "too few for a batch"), "%s",
+    CHECK(loader_open(&l, path, 1000, 4, 64, 0, 1, 1, 1, 1, err) == -1 && strstr(err, "too few for a batch"), "%s",
           err);
 }

@@ -1,0 +1,73 @@
+/* model/dist_nccl.cu - the NCCL side of data parallelism: one communicator per worker, gradient
+ * averaging, and scalar averaging for the printed losses. */
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_check.h"
+#include "model/dist.h"
+
+static_assert(sizeof(ncclUniqueId) == DIST_ID_BYTES, "DIST_ID_BYTES must match ncclUniqueId");
+
+static void nccl_check_impl(ncclResult_t r, const char *what, const char *file, int line) {
+    if (r != ncclSuccess) {
+        fprintf(stderr, "error: NCCL call %s failed at %s:%d: %s\n", what, file, line, ncclGetErrorString(r));
+        exit(1);
+    }
+}
+#define NCCL_CHECK(call) nccl_check_impl((call), #call, __FILE__, __LINE__)
+
+typedef struct {
+    ncclComm_t comm;
+    double *d_scalar;
+} NcclState;
+
+extern "C" int dist_nccl_init(Dist *d, char *err) {
+    int devices = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&devices));
+    if (d->local_rank >= devices) {
+        snprintf(err, 512, "rank %d needs GPU %d but this host has %d", d->rank, d->local_rank, devices);
+        return -1;
+    }
+    CUDA_CHECK(cudaSetDevice(d->local_rank));
+    if (d->world == 1) return 0;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (d->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    if (dist_exchange_id(d, (unsigned char *)&id, err) != 0) return -1;
+    NcclState *s = (NcclState *)calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, 512, "out of host memory");
+        return -1;
+    }
+    NCCL_CHECK(ncclCommInitRank(&s->comm, d->world, id, d->rank));
+    CUDA_CHECK(cudaMalloc((void **)&s->d_scalar, sizeof(double)));
+    d->nccl = s;
+    return 0;
+}
+
+extern "C" void dist_nccl_free(Dist *d) {
+    NcclState *s = (NcclState *)d->nccl;
+    if (!s) return;
+    CUDA_CHECK(cudaFree(s->d_scalar));
+    NCCL_CHECK(ncclCommDestroy(s->comm));
+    free(s);
+    d->nccl = NULL;
+}
+
+extern "C" void dist_allreduce_mean(const Dist *d, float *device_values, size_t n, void *cuda_stream) {
+    NcclState *s = (NcclState *)d->nccl;
+    if (!s) return;
+    NCCL_CHECK(ncclAllReduce(device_values, device_values, n, ncclFloat32, ncclAvg, s->comm,
+                             (cudaStream_t)cuda_stream));
+}
+
+extern "C" double dist_mean_scalar(const Dist *d, double value) {
+    NcclState *s = (NcclState *)d->nccl;
+    if (!s) return value;
+    CUDA_CHECK(cudaMemcpy(s->d_scalar, &value, sizeof value, cudaMemcpyHostToDevice));
+    NCCL_CHECK(ncclAllReduce(s->d_scalar, s->d_scalar, 1, ncclFloat64, ncclAvg, s->comm, 0));
+    CUDA_CHECK(cudaMemcpy(&value, s->d_scalar, sizeof value, cudaMemcpyDeviceToHost));
+    return value;
+}
