@@ -67,7 +67,7 @@ static const OptSpec options[] = {
     {'b', "batch", OPT_INT, O(batch), "4", "B", "micro-batch size in sequences"},
     {'t', "seq-len", OPT_INT, O(seq_len), "1024", "T", "sequence length of a batch"},
     {'d', "total-batch", OPT_INT, O(total_batch), "0", "TOKENS",
-     "tokens per optimizer step (0: B*T); gradient accumulation = TOKENS/(B*T)"},
+     "tokens per optimizer step (0: B*T*gpus); gradient accumulation = TOKENS/(B*T*gpus)"},
     {'x', "steps", OPT_INT, O(steps), "1000", "N", "optimizer steps"},
     {'l', "lr", OPT_FLOAT, O(lr), "6e-4", "LR", "peak learning rate"},
     {0, "warmup", OPT_INT, O(warmup), "100", "N", "linear warmup steps"},
@@ -229,9 +229,8 @@ static void validate(Options *opt, GPTConfig *cfg) {
         bad("--output", "must be fused or canonical");
     if (strcmp(opt->device, "cuda") && strcmp(opt->device, "cpu")) bad("--device", "must be cuda or cpu");
     long long bt = (long long)opt->batch * opt->seq_len;
-    if (opt->total_batch == 0) opt->total_batch = (int)bt;
+    if (opt->total_batch == 0) opt->total_batch = (int)(bt * opt->gpus); /* no accumulation */
     if (opt->total_batch < 0) bad("-d/--total-batch", "must be positive");
-    if (opt->total_batch == (int)bt && opt->gpus > 1) opt->total_batch = (int)(bt * opt->gpus);
     if (opt->total_batch % (bt * opt->gpus))
         bad("-d/--total-batch", "must be a multiple of B*T*gpus (-b times -t times -g)");
     if (!opt->out[0]) bad("-o/--out", "must name a directory");
