@@ -85,7 +85,7 @@ static const OptSpec options[] = {
     {0, "keep-checkpoints", OPT_INT, O(keep_checkpoints), "2", "N", "checkpoints kept in the run directory"},
     {'y', "resume", OPT_INT, O(resume), "0", "0|1", "1: resume from the run directory's latest checkpoint"},
     {0, "val-every", OPT_INT, O(val_every), "100", "N", "validation loss every N steps (0: off)"},
-    {0, "val-batches", OPT_INT, O(val_batches), "10", "N", "micro-batches per validation"},
+    {0, "val-batches", OPT_INT, O(val_batches), "10", "N", "micro-batches per validation (over all GPUs)"},
     {'s', "sample-every", OPT_INT, O(sample_every), "500", "N", "generate a sample every N steps (0: off)"},
     {'G', "gen-tokens", OPT_INT, O(gen_tokens), "64", "N", "tokens per sample"},
     {0, "prompt", OPT_STR, O(prompt), "", "TEXT", "text that samples start from (needs a tokenizer)"},
@@ -429,11 +429,13 @@ int main(int argc, char **argv) {
         FAIL(2);
     }
     int B = opt.batch, T = opt.seq_len, accum = opt.total_batch / (B * T * dist.world);
+    /* --val-batches counts batches over all ranks, so N GPUs evaluate what one GPU evaluates */
+    int val_batches_per_rank = (opt.val_batches + dist.world - 1) / dist.world;
     int have_val = val_path[0] != 0;
     if (loader_open(&train_loader, train_path, (uint32_t)cfg.vocab_size, B, T, dist.rank, dist.world, accum, 1,
                     (uint64_t)opt.seed, err) != 0 ||
         (have_val && loader_open(&val_loader, val_path, (uint32_t)cfg.vocab_size, B, T, dist.rank, dist.world,
-                                 opt.val_batches, 0, 0, err) != 0)) {
+                                 val_batches_per_rank, 0, 0, err) != 0)) {
         fprintf(stderr, "error: %s\n", err);
         FAIL(1);
     }
@@ -500,7 +502,7 @@ int main(int argc, char **argv) {
     for (int step = start_step; step < opt.steps; step++) {
         int last = step == opt.steps - 1;
         if (have_val && opt.val_every && step % opt.val_every == 0) {
-            float vl = validation_loss(be, &val_loader, opt.val_batches, inputs, targets);
+            float vl = validation_loss(be, &val_loader, val_batches_per_rank, inputs, targets);
             printf("step %5d | val loss %.6f\n", step, vl);
             runlog_eval(&log, step, vl);
         }
@@ -570,7 +572,7 @@ int main(int argc, char **argv) {
         }
     }
     if (status == 0 && have_val && opt.val_every) {
-        float vl = validation_loss(be, &val_loader, opt.val_batches, inputs, targets);
+        float vl = validation_loss(be, &val_loader, val_batches_per_rank, inputs, targets);
         printf("step %5d | val loss %.6f\n", opt.steps, vl);
         runlog_eval(&log, opt.steps, vl);
     }

@@ -23,10 +23,10 @@ python3 - <<'PY' | tee /tmp/mg/compare.txt
 import re
 def losses(p):
     return [float(m.group(1)) for m in re.finditer(r"^step +\d+/\d+ \| loss ([0-9.]+)", open(p).read(), re.M)]
-a, b = losses("/tmp/mg/one.log"), losses("/tmp/mg/two.log"
+a, b = losses("/tmp/mg/one.log"), losses("/tmp/mg/two.log")
 n = min(len(a), len(b))
 worst = max((abs(x - y) for x, y in zip(a, b)), default=float("nan"))
-print(f"1 vs 2 GPUs: {len(a)} and {len(b)} steps, largest |loss difference| {worst:.2e}, final {a[-1] if a else 'none'} vs {b[-1] if b else 'none'}"
+print(f"1 vs 2 GPUs: {len(a)} and {len(b)} steps, largest |loss difference| {worst:.2e}, final {a[-1] if a else 'none'} vs {b[-1] if b else 'none'}")
 PY
 note "$(cat /tmp/mg/compare.txt)"
 note "  1 GPU: $(grep 'val loss' /tmp/mg/one.log | tail -1) | 2 GPUs: $(grep 'val loss' /tmp/mg/two.log | tail -1)"
