@@ -539,7 +539,7 @@ int main(int argc, char **argv) {
                as.lr, norm, ms, tps);
         double mfu = -1, mem_gb = -1;
         if (be->peak_flops > 0) {
-            mfu = 100.0 * flops_per_step / (ms / 1e3) / be->peak_flops;
+            mfu = 100.0 * flops_per_step / (ms / 1e3) / (be->peak_flops * dist.world); /* per GPU */
             mem_gb = be->ops->memory_in_use(be) / 1e9;
             printf(" | MFU %.1f%% | %.1f GB", mfu, mem_gb);
         }
