@@ -366,8 +366,8 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    if (opt.gpus != 1 && strcmp(opt.device, "cpu") == 0) {
-        fprintf(stderr, "error: -g/--gpus applies to --device cuda only\n");
+    if ((opt.gpus != 1 || dist.world != 1) && strcmp(opt.device, "cpu") == 0) {
+        fprintf(stderr, "error: -g/--gpus (data parallel) applies to --device cuda only\n");
         return 2;
     }
     /* Rank 0 alone prints, logs, samples and checkpoints; the others keep stderr for errors. */
@@ -461,6 +461,13 @@ int main(int argc, char **argv) {
         }
         if (checkpoint_load_latest(opt.out, &table, ck_p, ck_m, ck_v, &st, err) != 0) {
             fprintf(stderr, "error: %s\n", err);
+            FAIL(2);
+        }
+        if (st.world != dist.world) {
+            fprintf(stderr,
+                    "error: checkpoint in %s was written by a run on %d GPU(s); resume it with -g %d (the data "
+                    "position counts per GPU)\n",
+                    opt.out, st.world, st.world);
             FAIL(2);
         }
         if (st.B != B || st.T != T || st.total_batch != opt.total_batch || st.seed != (uint64_t)opt.seed) {
@@ -561,7 +568,8 @@ int main(int argc, char **argv) {
             be->ops->read_state(be, ck_p, ck_m, ck_v);
             LoaderState ls = loader_get_state(&train_loader);
             TrainState st = {.step = step + 1, .loader_epoch = ls.epoch, .loader_position = ls.position,
-                             .B = B, .T = T, .total_batch = opt.total_batch, .seed = (uint64_t)opt.seed};
+                             .B = B, .T = T, .total_batch = opt.total_batch, .world = dist.world,
+                             .seed = (uint64_t)opt.seed};
             memcpy(st.rng, rng.s, sizeof st.rng);
             if (checkpoint_save(opt.out, &table, ck_p, ck_m, ck_v, &st, opt.keep_checkpoints, err) != 0) {
                 fprintf(stderr, "error: %s\n", err);

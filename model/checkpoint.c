@@ -16,7 +16,7 @@
 
 typedef struct {
     char magic[8];
-    uint32_t version, reserved;
+    uint32_t version, world; /* world: data-parallel ranks; 0 in files of one-rank runs */
     int32_t num_layers, num_heads, dim, max_seq_len, vocab_size, padded_vocab_size;
     int32_t step, B, T, total_batch;
     uint64_t seed, loader_epoch, loader_position, rng[4];
@@ -41,6 +41,7 @@ static int write_state(const char *path, const ParamTable *t, const float *param
     memset(&h, 0, sizeof h);
     memcpy(h.magic, STATE_MAGIC, 8);
     h.version = STATE_VERSION;
+    h.world = (uint32_t)(st->world > 1 ? st->world : 1);
     h.num_layers = t->cfg.num_layers;
     h.num_heads = t->cfg.num_heads;
     h.dim = t->cfg.dim;
@@ -286,6 +287,7 @@ int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *para
     st->B = h.B;
     st->T = h.T;
     st->total_batch = h.total_batch;
+    st->world = h.world ? (int)h.world : 1;
     st->seed = h.seed;
     st->loader_epoch = h.loader_epoch;
     st->loader_position = h.loader_position;

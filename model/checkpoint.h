@@ -19,6 +19,7 @@ typedef struct {
     uint64_t loader_epoch, loader_position;
     uint64_t rng[4];
     int B, T, total_batch;          /* must match on resume: they decide the data order */
+    int world;                      /* data-parallel ranks (the data position counts per rank) */
     uint64_t seed;
 } TrainState;
 

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "tests/test.h"
@@ -141,6 +142,22 @@ TEST(resume_prints_exactly_the_losses_of_the_uninterrupted_run) {
     snprintf(args, sizeof args, "--device cpu -e tiny -v 65 -b 4 -t 32 -x 20 -y 1 -i %s -o %s/b", train, d);
     int rc = run_train(args, &bad);
     CHECK(rc == 2 && strstr(bad, "-v 64"), "mismatched resume: exit %d: %s", rc, bad);
+    free(bad);
+    /* a checkpoint written by a 2-GPU run names the -g to resume with (the field after the magic
+     * and version in state.bin holds the number of ranks) */
+    char state[800];
+    snprintf(state, sizeof state, "%s/b/step_00000010/state.bin", d);
+    FILE *f = fopen(state, "r+b");
+    REQUIRE(f, "cannot open %s", state);
+    uint32_t two = 2;
+    fseek(f, 12, SEEK_SET);
+    fwrite(&two, 4, 1, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "echo step_00000010 > %s/b/latest", d);
+    REQUIRE(system(cmd) == 0, "rewriting latest");
+    snprintf(args, sizeof args, TINY_RUN " -x 20 -y 1 -i %s -o %s/b", train, d);
+    rc = run_train(args, &bad);
+    CHECK(rc == 2 && strstr(bad, "written by a run on 2 GPU(s); resume it with -g 2"), "exit %d: %s", rc, bad);
     free(bad);
     free(resumed);
     free(full);
