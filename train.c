@@ -526,7 +526,7 @@ int main(int argc, char **argv) {
         loss = dist_mean_scalar(&dist, loss / accum);
         be->ops->reduce_grads(be);
         float norm = (float)sqrt(be->ops->grad_sumsq(be));
-        if (!check_finite((float)loss, norm, step)) {
+        if (!check_finite((float)loss, norm, step + 1)) {
             status = 1;
             break;
         }
