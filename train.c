@@ -39,6 +39,7 @@ typedef struct {
     int val_every, val_batches, sample_every, gen_tokens;
     const char *output, *device;
     int gpus;
+    int zero, overlap_comm;
     int help;
 } Options;
 
@@ -92,6 +93,10 @@ static const OptSpec options[] = {
     {0, "output", OPT_STR, O(output), "fused", "KIND", "output layer: fused (no logits tensor) or canonical"},
     {0, "device", OPT_STR, O(device), "cuda", "KIND", "cuda or cpu (the fp32 reference backend)"},
     {'g', "gpus", OPT_INT, O(gpus), "1", "N", "GPUs on this host, one process each (data parallel)"},
+    {0, "zero", OPT_INT, O(zero), "0", "0|1",
+     "1: ZeRO-1, each GPU keeps 1/N of the master weights and AdamW moments (data parallel)"},
+    {0, "overlap-comm", OPT_INT, O(overlap_comm), "1", "0|1",
+     "1: reduce gradients during the backward; 0: after it (data parallel)"},
     {'h', "help", OPT_FLAG, O(help), "0", "", "this text"},
 };
 #define NUM_OPTIONS ((int)(sizeof options / sizeof options[0]))
@@ -225,6 +230,8 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->sample_every < 0) bad("-s/--sample-every", "must be 0 or more");
     if (opt->gen_tokens < 1) bad("-G/--gen-tokens", "must be positive");
     if (opt->gpus < 1) bad("-g/--gpus", "must be positive");
+    if (opt->zero != 0 && opt->zero != 1) bad("--zero", "must be 0 or 1");
+    if (opt->overlap_comm != 0 && opt->overlap_comm != 1) bad("--overlap-comm", "must be 0 or 1");
     if (strcmp(opt->output, "fused") && strcmp(opt->output, "canonical"))
         bad("--output", "must be fused or canonical");
     if (strcmp(opt->device, "cuda") && strcmp(opt->device, "cpu")) bad("--device", "must be cuda or cpu");
@@ -440,8 +447,9 @@ int main(int argc, char **argv) {
         FAIL(1);
     }
     OutputKind output = strcmp(opt.output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
+    DataParallel dp = {.dist = &dist, .zero1 = opt.zero, .overlap = opt.overlap_comm};
     be = strcmp(opt.device, "cpu") == 0 ? backend_cpu_create(&table, B, T, output, (uint64_t)opt.seed, err)
-                                                 : backend_cuda_create(&table, B, T, output, (uint64_t)opt.seed, err);
+                                        : backend_cuda_create(&table, B, T, output, (uint64_t)opt.seed, &dp, err);
     if (!be) {
         fprintf(stderr, "error: %s\n", err);
         FAIL(1);
@@ -521,10 +529,10 @@ int main(int argc, char **argv) {
         double loss = 0.0;
         for (int micro = 0; micro < accum; micro++) {
             loader_next_batch(&train_loader, inputs, targets);
-            loss += be->ops->train_micro_step(be, inputs, targets, 1.0f / accum);
+            loss += be->ops->train_micro_step(be, inputs, targets, 1.0f / accum, micro == accum - 1);
         }
-        loss = dist_mean_scalar(&dist, loss / accum);
         be->ops->reduce_grads(be);
+        loss = dist_mean_scalar(&dist, loss / accum);
         float norm = (float)sqrt(be->ops->grad_sumsq(be));
         if (!check_finite((float)loss, norm, step + 1)) {
             status = 1;
@@ -540,10 +548,13 @@ int main(int argc, char **argv) {
             .step = step + 1,
         };
         be->ops->adamw_update(be, &as);
+        /* data parallel: what the step waited on communication (the rest hid under the backward) */
+        double comm_ms = dist.world > 1 ? be->ops->comm_wait_ms(be) : -1.0;
         double ms = now_ms() - t0;
         double tps = opt.total_batch / (ms / 1e3);
         printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, opt.steps, loss,
                as.lr, norm, ms, tps);
+        if (comm_ms >= 0) printf(" | comm %.2f ms", comm_ms);
         double mfu = -1, mem_gb = -1;
         if (be->peak_flops > 0) {
             mfu = 100.0 * flops_per_step / (ms / 1e3) / (be->peak_flops * dist.world); /* per GPU */
@@ -552,10 +563,11 @@ int main(int argc, char **argv) {
         }
         printf("\n");
         fflush(stdout);
-        runlog_step(&log, step + 1, (float)loss, as.lr, norm, ms, tps, mfu, mem_gb);
+        runlog_step(&log, step + 1, (float)loss, as.lr, norm, ms, tps, mfu, mem_gb, comm_ms);
 
-        if (dist.rank == 0 && ((opt.checkpoint_every && (step + 1) % opt.checkpoint_every == 0) || last)) {
-            if (!ck_p) {
+        if ((opt.checkpoint_every && (step + 1) % opt.checkpoint_every == 0) || last) {
+            /* every rank takes part in reading the state (ZeRO-1 gathers the shards); rank 0 writes */
+            if (!ck_p && dist.rank == 0) {
                 ck_p = malloc(table.total * sizeof(float));
                 ck_m = malloc(table.total * sizeof(float));
                 ck_v = malloc(table.total * sizeof(float));
@@ -566,6 +578,7 @@ int main(int argc, char **argv) {
                 }
             }
             be->ops->read_state(be, ck_p, ck_m, ck_v);
+            if (dist.rank != 0) continue;
             LoaderState ls = loader_get_state(&train_loader);
             TrainState st = {.step = step + 1, .loader_epoch = ls.epoch, .loader_position = ls.position,
                              .B = B, .T = T, .total_batch = opt.total_batch, .world = dist.world,

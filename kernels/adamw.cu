@@ -8,6 +8,7 @@
  *   the weight-decay flag is per block. Per element: read g, m, v, master (16 B), write m, v,
  *   master, bf16 param (14 B); ~15 FLOPs. Memory bound: 30 B/element (~1.2 ms for 124M). */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "kernels/kernel_util.cuh"
@@ -65,7 +66,8 @@ extern "C" void global_sumsq(double *sumsq, void *scratch, const float *grads, s
 }
 
 typedef struct {
-    size_t offset;
+    size_t offset;       /* element index of the bf16 weights */
+    size_t state_offset; /* element index of master, m, v and the gradients (a shard, or = offset) */
     int count;
     int decay;
 } AdamWChunk;
@@ -75,28 +77,48 @@ struct AdamWPlan {
     int num_chunks;
 };
 
-extern "C" AdamWPlan *adamw_plan_create(const size_t *offsets, const size_t *numels, const int *weight_decay,
-                                        int count) {
-    size_t total = 0;
-    for (int i = 0; i < count; i++) total += (numels[i] + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+/* Chunks of tensor i ∩ range r, each at most ADAMW_CHUNK long; counts them when out is NULL. */
+static int plan_chunks(const size_t *offsets, const size_t *numels, const int *weight_decay, int count,
+                       const AdamWRange *ranges, int nranges, AdamWChunk *out) {
+    const AdamWRange whole = {0, SIZE_MAX, 0};
+    if (!ranges) ranges = &whole, nranges = 1;
+    int k = 0;
+    for (int r = 0; r < nranges; r++) {
+        size_t r_end = ranges[r].count == SIZE_MAX ? SIZE_MAX : ranges[r].begin + ranges[r].count;
+        for (int i = 0; i < count; i++) {
+            size_t lo = offsets[i] > ranges[r].begin ? offsets[i] : ranges[r].begin;
+            size_t hi = offsets[i] + numels[i] < r_end ? offsets[i] + numels[i] : r_end;
+            for (size_t j = lo; j < hi; j += ADAMW_CHUNK) {
+                size_t left = hi - j;
+                if (out)
+                    out[k] = (AdamWChunk){j, ranges[r].state_offset + (j - ranges[r].begin),
+                                          (int)(left < ADAMW_CHUNK ? left : ADAMW_CHUNK), weight_decay[i] != 0};
+                k++;
+            }
+        }
+    }
+    return k;
+}
+
+extern "C" AdamWPlan *adamw_plan_create_ranges(const size_t *offsets, const size_t *numels, const int *weight_decay,
+                                               int count, const AdamWRange *ranges, int nranges) {
+    int total = plan_chunks(offsets, numels, weight_decay, count, ranges, nranges, NULL);
     AdamWChunk *host = (AdamWChunk *)malloc((total ? total : 1) * sizeof *host);
     AdamWPlan *plan = (AdamWPlan *)malloc(sizeof *plan);
     if (!host || !plan) {
         fprintf(stderr, "error: out of host memory building the AdamW plan\n");
         exit(1);
     }
-    int k = 0;
-    for (int i = 0; i < count; i++)
-        for (size_t j = 0; j < numels[i]; j += ADAMW_CHUNK) {
-            size_t left = numels[i] - j;
-            host[k++] = (AdamWChunk){offsets[i] + j, (int)(left < ADAMW_CHUNK ? left : ADAMW_CHUNK),
-                                     weight_decay[i] != 0};
-        }
-    plan->num_chunks = k;
+    plan->num_chunks = plan_chunks(offsets, numels, weight_decay, count, ranges, nranges, host);
     CUDA_CHECK(cudaMalloc(&plan->chunks, (total ? total : 1) * sizeof *host));
     CUDA_CHECK(cudaMemcpy(plan->chunks, host, total * sizeof *host, cudaMemcpyHostToDevice));
     free(host);
     return plan;
+}
+
+extern "C" AdamWPlan *adamw_plan_create(const size_t *offsets, const size_t *numels, const int *weight_decay,
+                                        int count) {
+    return adamw_plan_create_ranges(offsets, numels, weight_decay, count, NULL, 0);
 }
 
 extern "C" void adamw_plan_free(AdamWPlan *plan) {
@@ -112,7 +134,7 @@ __global__ void __launch_bounds__(ADAMW_THREADS)
     AdamWChunk ch = chunks[blockIdx.x];
     float wd = ch.decay ? weight_decay : 0.0f;
     for (int j = threadIdx.x; j < ch.count; j += ADAMW_THREADS) {
-        size_t i = ch.offset + j;
+        size_t i = ch.state_offset + j;
         float g = grads[i] * grad_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
         float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
@@ -121,7 +143,7 @@ __global__ void __launch_bounds__(ADAMW_THREADS)
         m[i] = mi;
         v[i] = vi;
         master[i] = p;
-        if (params) params[i] = __float2bfloat16_rn(p);
+        if (params) params[ch.offset + j] = __float2bfloat16_rn(p);
     }
 }
 
@@ -145,5 +167,16 @@ __global__ void convert_kernel(bf16 *out, const float *in, size_t n) {
 extern "C" void convert_fp32_to_bf16(kbf16 *out, const float *in, size_t n, cudaStream_t stream) {
     if (n == 0) return;
     convert_kernel<<<ceil_div_u(n, 256), 256, 0, stream>>>(out, in, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+__global__ void accumulate_kernel(float *dst, const float *src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] += src[i];
+}
+
+extern "C" void accumulate_fp32(float *dst, const float *src, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    accumulate_kernel<<<ceil_div_u(n, 256), 256, 0, stream>>>(dst, src, n);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -117,9 +117,17 @@ void global_sumsq(double *sumsq, void *scratch, const float *grads, size_t n, cu
  * (uploads a small chunk table: every chunk lies inside one tensor). */
 typedef struct AdamWPlan AdamWPlan;
 AdamWPlan *adamw_plan_create(const size_t *offsets, const size_t *numels, const int *weight_decay, int count);
+/* A plan over part of the flat layout (a data-parallel rank's shard, ZeRO-1): elements
+ * [begin, begin + count) of the weights live at state_offset.. in master, m, v and grads. */
+typedef struct {
+    size_t begin, count, state_offset;
+} AdamWRange;
+AdamWPlan *adamw_plan_create_ranges(const size_t *offsets, const size_t *numels, const int *weight_decay,
+                                    int count, const AdamWRange *ranges, int nranges);
 void adamw_plan_free(AdamWPlan *plan);
-/* For every element i of the plan's tensors (PyTorch AdamW, as model/backend_cpu.c):
- *   g = grads[i]·grad_scale; m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²;
+/* For every element i of the plan's tensors (PyTorch AdamW, as model/backend_cpu.c), s its state
+ * index (s = i for a plan without ranges):
+ *   g = grads[s]·grad_scale; m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²;
  *   master -= lr·( (m/(1−β1^step)) / (sqrt(v/(1−β2^step)) + eps) + wd·master ),  wd = 0 unless flagged;
  *   params_bf16[i] = round_to_nearest_bf16(master).
  * master, m, v updated in place (fp32); params_bf16 (=) may be NULL. grads are read only. */
@@ -128,6 +136,8 @@ void adamw_update(const AdamWPlan *plan, float *master, kbf16 *params_bf16, cons
                   int step, cudaStream_t stream);
 /* params_bf16[i] = bf16(master[i]) for n values (start-up and after loading a checkpoint). */
 void convert_fp32_to_bf16(kbf16 *out, const float *in, size_t n, cudaStream_t stream);
+/* dst[i] += src[i] for n fp32 values. */
+void accumulate_fp32(float *dst, const float *src, size_t n, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -38,8 +38,10 @@ typedef struct Backend Backend;
 
 typedef struct {
     /* Forward and backward of one micro-batch; gradients are ADDED, scaled so that the gradient of
-     * (mean loss over valid targets)·loss_scale results. Returns the micro-batch's mean loss. */
-    float (*train_micro_step)(Backend *be, const int *inputs, const int *targets, float loss_scale);
+     * (mean loss over valid targets)·loss_scale results (after reduce_grads: averaged over the
+     * data-parallel ranks). last: the step's last micro-batch, whose backward may already start
+     * reducing gradients across ranks. Returns the micro-batch's mean loss. */
+    float (*train_micro_step)(Backend *be, const int *inputs, const int *targets, float loss_scale, int last);
     /* Forward only; returns the mean loss over valid targets (0 if none). */
     float (*eval_loss)(Backend *be, const int *inputs, const int *targets);
     /* Forward of tokens [B, T] and the full-vocabulary logits (V of them) of sequence 0 at
@@ -48,10 +50,15 @@ typedef struct {
     void (*zero_grad)(Backend *be);
     /* Averages the parameter gradients across data-parallel ranks (be->dist); a no-op for one. */
     void (*reduce_grads)(Backend *be);
+    /* Milliseconds of the last step spent waiting on communication (0 for one rank). */
+    double (*comm_wait_ms)(Backend *be);
     /* Sum of squares of all parameter gradients (the caller takes the root and clips). */
     double (*grad_sumsq)(Backend *be);
     void (*adamw_update)(Backend *be, const AdamWStep *s);
-    /* Copies of the fp32 master weights and moments, in table layout, to/from the host. */
+    /* Copies of the fp32 master weights and moments, in table layout, to/from the host. With
+     * data parallelism every rank must call both (ZeRO-1 gathers/scatters the shards); read_state
+     * may then get NULL pointers on ranks that do not want the values, and both may overwrite the
+     * gradients (call them between steps). */
     void (*read_state)(Backend *be, float *params, float *m, float *v);
     void (*write_state)(Backend *be, const float *params, const float *m, const float *v);
     /* Host copy of the parameter gradients (tests). */
@@ -69,7 +76,7 @@ struct Backend {
     int B, T;
     OutputKind output;
     double peak_flops; /* dense bf16 FLOP/s of the device, for MFU (0: not reported) */
-    const struct Dist *dist; /* data-parallel group (model/dist.h), set by the caller; NULL: alone */
+    const struct Dist *dist; /* data-parallel group (model/dist.h); NULL: alone */
     char device_name[128];
 };
 
@@ -77,12 +84,19 @@ struct Backend {
 Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind output, unsigned long long seed,
                             char *err);
 
+/* How a CUDA backend takes part in data parallelism. */
+typedef struct {
+    const struct Dist *dist; /* NULL or a world of one: alone */
+    int zero1;   /* shard fp32 master weights, AdamW moments and reduced gradients across ranks */
+    int overlap; /* reduce gradients bucket by bucket during the backward (else after it) */
+} DataParallel;
+
 /* CUDA backend on the current device: bf16 weights and activations, fp32 master weights, gradients
- * and AdamW moments; params initialised from seed exactly as the CPU backend's. NULL + err (one
- * line) when the configuration is unsupported or will not fit in the GPU's free memory (the
- * message then gives the estimate and the largest micro-batch that would fit). */
+ * and AdamW moments; params initialised from seed exactly as the CPU backend's. dp NULL: alone.
+ * NULL + err (one line) when the configuration is unsupported or will not fit in the GPU's free
+ * memory (the message then gives the estimate and the largest micro-batch that would fit). */
 Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output, unsigned long long seed,
-                             char *err);
+                             const DataParallel *dp, char *err);
 
 #ifdef __cplusplus
 }

@@ -143,7 +143,9 @@ static float cpu_eval_loss(Backend *be, const int *inputs, const int *targets) {
     return valid ? (float)(sum / valid) : 0.0f;
 }
 
-static float cpu_train_micro_step(Backend *be, const int *inputs, const int *targets, float loss_scale) {
+static float cpu_train_micro_step(Backend *be, const int *inputs, const int *targets, float loss_scale,
+                                  int last_micro) {
+    (void)last_micro; /* alone: nothing to reduce */
     CpuBackend *cb = (CpuBackend *)be;
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
@@ -204,6 +206,11 @@ static void cpu_zero_grad(Backend *be) {
 
 static void cpu_reduce_grads(Backend *be) {
     (void)be; /* the CPU backend trains alone */
+}
+
+static double cpu_comm_wait_ms(Backend *be) {
+    (void)be;
+    return 0.0;
 }
 
 static double cpu_grad_sumsq(Backend *be) {
@@ -294,6 +301,7 @@ static const BackendOps cpu_ops = {
     .logits_at = cpu_logits_at,
     .zero_grad = cpu_zero_grad,
     .reduce_grads = cpu_reduce_grads,
+    .comm_wait_ms = cpu_comm_wait_ms,
     .grad_sumsq = cpu_grad_sumsq,
     .adamw_update = cpu_adamw_update,
     .read_state = cpu_read_state,

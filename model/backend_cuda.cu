@@ -11,7 +11,12 @@
  * (attproj, fcproj) are consumed by the next residual add and live in one shared buffer each. When
  * the micro-batch would not fit otherwise, fch_gelu is not kept either (12·C per token): the
  * backward recomputes it from fch_pre, one elementwise pass per layer.
- * The residual add before each LayerNorm is fused into it (residual_layernorm_forward). */
+ * The residual add before each LayerNorm is fused into it (residual_layernorm_forward).
+ *
+ * Data parallel (model/grad_sync.h): each rank scales its gradients by 1/world and the ranks sum
+ * them, during the backward of the step's last micro-batch. Under ZeRO-1 master weights, moments
+ * and reduced gradients exist only for this rank's shard ("state" below: the shard, or the whole
+ * layout without ZeRO-1); bf16 weights and the accumulating gradients stay whole. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +27,7 @@
 #include "kernels/output_layer.h"
 #include "model/backend.h"
 #include "model/dist.h"
+#include "model/grad_sync.h"
 
 /* One layer's saved activations (pointers into the activation arena). */
 typedef struct {
@@ -33,8 +39,13 @@ typedef struct {
     Backend base;
     const ParamTable *t;
     cudaStream_t stream;
-    kbf16 *params;                 /* bf16 weights, table layout */
-    float *master, *grads, *m, *v; /* fp32, table layout */
+    kbf16 *params;                 /* bf16 weights, table layout (padded_total) */
+    float *grads;                  /* fp32, table layout (padded_total) */
+    float *master, *m, *v;         /* fp32, state_elems: table layout, or this rank's shard */
+    float *state_grads;            /* the reduced gradients AdamW reads: grads, or the shard's */
+    size_t padded_total, state_elems;
+    GradSync *sync;                /* NULL when training alone */
+    size_t sync_bytes;             /* what sync allocated */
     AdamWPlan *adamw;
     void *arena;                   /* every activation and scratch buffer, one allocation */
     size_t arena_bytes;
@@ -201,25 +212,31 @@ static float cuda_eval_loss(Backend *be, const int *inputs, const int *targets) 
     return read_loss(cb);
 }
 
-static float cuda_train_micro_step(Backend *be, const int *inputs, const int *targets, float loss_scale) {
+static float cuda_train_micro_step(Backend *be, const int *inputs, const int *targets, float loss_scale,
+                                   int last_micro) {
     CudaBackend *cb = (CudaBackend *)be;
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
     int B = be->B, T = be->T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
     cudaStream_t s = cb->stream;
+    GradSync *sync = last_micro ? cb->sync : NULL; /* hooks only in the step's last backward */
+    float *grads = cb->grads;
     forward_body(cb, inputs);
     upload_targets(cb, targets);
-    OutputLayerArgs oa = output_args(cb, loss_scale);
+    /* ranks sum their gradients: each contributes 1/world of the mean */
+    OutputLayerArgs oa = output_args(cb, cb->sync ? loss_scale / (float)be->dist->world : loss_scale);
     if (output_layer_forward_backward(cb->out, &oa, s) != 0) {
         fprintf(stderr, "error: output layer rejected its arguments (%s:%d)\n", __FILE__, __LINE__);
         exit(1);
     }
+    grad_sync_ready(sync, SYNC_AFTER_OUTPUT, -1, grads, s);
     /* dres is the gradient of the residual stream; each LayerNorm backward ADDS into it. */
     CUDA_CHECK(cudaMemsetAsync(cb->dres, 0, (size_t)N * C * sizeof(kbf16), s));
     CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
     layernorm_backward(cb->dres, cb->grads + param_whole(t, ROLE_LNF_W)->offset,
                        cb->grads + param_whole(t, ROLE_LNF_B)->offset, cb->scratch, cb->dlnf, last->residual3,
                        param_bf16(cb, param_whole(t, ROLE_LNF_W)), cb->lnf_mean, cb->lnf_rstd, N, C, s);
+    grad_sync_ready(sync, SYNC_AFTER_LNF, -1, grads, s);
     for (int l = cfg->num_layers - 1; l >= 0; l--) {
         CudaLayerActs *a = &cb->layer[l];
         LayerTensors g = layer_tensors(t, cb->grads, l);
@@ -240,9 +257,15 @@ static float cuda_train_micro_step(Backend *be, const int *inputs, const int *ta
         layernorm_backward(cb->dres, g.ln1w, g.ln1b, cb->scratch, cb->dln, residual_in, P(ROLE_LN1_W), a->ln1_mean,
                            a->ln1_rstd, N, C, s);
 #undef P
+        grad_sync_ready(sync, SYNC_AFTER_LAYER, l, grads, s);
     }
-    encoder_backward(cb->grads + param_whole(t, ROLE_WTE)->offset, cb->grads + param_whole(t, ROLE_WPE)->offset,
-                     cb->scratch, cb->dres, cb->d_inputs, B, T, C, cfg->padded_vocab_size, s);
+    if (sync && grad_sync_owns_encoder(sync)) {
+        grad_sync_encoder(sync, grads, cb->dres, cb->d_inputs, s);
+    } else {
+        encoder_backward(grads + param_whole(t, ROLE_WTE)->offset, grads + param_whole(t, ROLE_WPE)->offset,
+                         cb->scratch, cb->dres, cb->d_inputs, B, T, C, cfg->padded_vocab_size, s);
+        grad_sync_ready(sync, SYNC_AFTER_ENCODER, -1, grads, s);
+    }
     return read_loss(cb);
 }
 
@@ -270,17 +293,23 @@ static void cuda_logits_at(Backend *be, const int *tokens, int pos, float *logit
 
 static void cuda_zero_grad(Backend *be) {
     CudaBackend *cb = (CudaBackend *)be;
-    CUDA_CHECK(cudaMemsetAsync(cb->grads, 0, cb->t->total * sizeof(float), cb->stream));
+    CUDA_CHECK(cudaMemsetAsync(cb->grads, 0, cb->padded_total * sizeof(float), cb->stream));
 }
 
 static void cuda_reduce_grads(Backend *be) {
     CudaBackend *cb = (CudaBackend *)be;
-    if (be->dist) dist_allreduce_mean(be->dist, cb->grads, cb->t->total, cb->stream);
+    grad_sync_finish(cb->sync, cb->grads, cb->stream);
+}
+
+static double cuda_comm_wait_ms(Backend *be) {
+    return grad_sync_wait_ms(((CudaBackend *)be)->sync);
 }
 
 static double cuda_grad_sumsq(Backend *be) {
     CudaBackend *cb = (CudaBackend *)be;
-    global_sumsq(cb->d_sumsq, cb->scratch, cb->grads, cb->t->total, cb->stream);
+    global_sumsq(cb->d_sumsq, cb->scratch, cb->state_grads, cb->state_elems, cb->stream);
+    /* ZeRO-1: each rank summed its shard */
+    if (grad_sync_grad_shard(cb->sync)) dist_allreduce_sum(be->dist, cb->d_sumsq, 1, DIST_FLOAT64, cb->stream);
     double s;
     CUDA_CHECK(cudaMemcpyAsync(&s, cb->d_sumsq, sizeof s, cudaMemcpyDeviceToHost, cb->stream));
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
@@ -289,28 +318,49 @@ static double cuda_grad_sumsq(Backend *be) {
 
 static void cuda_adamw_update(Backend *be, const AdamWStep *st) {
     CudaBackend *cb = (CudaBackend *)be;
-    adamw_update(cb->adamw, cb->master, cb->params, cb->grads, cb->m, cb->v, st->lr, st->beta1, st->beta2, st->eps,
-                 st->weight_decay, st->grad_scale, st->step, cb->stream);
+    adamw_update(cb->adamw, cb->master, cb->params, cb->state_grads, cb->m, cb->v, st->lr, st->beta1, st->beta2,
+                 st->eps, st->weight_decay, st->grad_scale, st->step, cb->stream);
+    grad_sync_gather_weights(cb->sync, cb->params, cb->stream);
+}
+
+static int sharded(const CudaBackend *cb) {
+    return grad_sync_grad_shard(cb->sync) != NULL;
 }
 
 static void cuda_read_state(Backend *be, float *params, float *m, float *v) {
     CudaBackend *cb = (CudaBackend *)be;
     size_t n = cb->t->total * sizeof(float);
-    if (params) CUDA_CHECK(cudaMemcpyAsync(params, cb->master, n, cudaMemcpyDeviceToHost, cb->stream));
-    if (m) CUDA_CHECK(cudaMemcpyAsync(m, cb->m, n, cudaMemcpyDeviceToHost, cb->stream));
-    if (v) CUDA_CHECK(cudaMemcpyAsync(v, cb->v, n, cudaMemcpyDeviceToHost, cb->stream));
-    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    float *state[3] = {cb->master, cb->m, cb->v}, *host[3] = {params, m, v};
+    for (int i = 0; i < 3; i++) {
+        const float *from = state[i];
+        if (sharded(cb)) {
+            /* every rank's shard into the gradient buffer, which the step no longer needs */
+            grad_sync_gather_shard(cb->sync, state[i], cb->grads, cb->stream);
+            from = cb->grads;
+        }
+        if (host[i]) CUDA_CHECK(cudaMemcpyAsync(host[i], from, n, cudaMemcpyDeviceToHost, cb->stream));
+        CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    }
 }
 
 static void cuda_write_state(Backend *be, const float *params, const float *m, const float *v) {
     CudaBackend *cb = (CudaBackend *)be;
     size_t n = cb->t->total * sizeof(float);
     if (params) {
-        CUDA_CHECK(cudaMemcpyAsync(cb->master, params, n, cudaMemcpyHostToDevice, cb->stream));
-        convert_fp32_to_bf16(cb->params, cb->master, cb->t->total, cb->stream);
+        /* bf16 weights are whole on every rank: convert from a full fp32 copy (the gradient buffer) */
+        CUDA_CHECK(cudaMemcpyAsync(cb->grads, params, n, cudaMemcpyHostToDevice, cb->stream));
+        convert_fp32_to_bf16(cb->params, cb->grads, cb->t->total, cb->stream);
     }
-    if (m) CUDA_CHECK(cudaMemcpyAsync(cb->m, m, n, cudaMemcpyHostToDevice, cb->stream));
-    if (v) CUDA_CHECK(cudaMemcpyAsync(cb->v, v, n, cudaMemcpyHostToDevice, cb->stream));
+    const float *host[3] = {params, m, v};
+    float *state[3] = {cb->master, cb->m, cb->v};
+    for (int i = 0; i < 3; i++) {
+        if (!host[i]) continue;
+        if (sharded(cb))
+            grad_sync_scatter_shard(cb->sync, host[i], state[i], cb->stream);
+        else
+            CUDA_CHECK(cudaMemcpyAsync(state[i], host[i], n, cudaMemcpyHostToDevice, cb->stream));
+    }
+    CUDA_CHECK(cudaMemsetAsync(cb->grads, 0, cb->padded_total * sizeof(float), cb->stream));
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
 }
 
@@ -323,12 +373,17 @@ static void cuda_read_grads(Backend *be, float *grads) {
 static int cuda_memory_items(Backend *be, MemoryItem *items) {
     CudaBackend *cb = (CudaBackend *)be;
     const ParamTable *t = cb->t;
-    size_t P = t->total, N = (size_t)be->B * be->T;
+    size_t N = (size_t)be->B * be->T;
     int n = 0;
-    items[n++] = MemoryItem{"parameters (bf16)", P * sizeof(kbf16), 0};
-    items[n++] = MemoryItem{"master weights (fp32)", P * sizeof(float), 0};
-    items[n++] = MemoryItem{"gradients (fp32)", P * sizeof(float), 0};
-    items[n++] = MemoryItem{"AdamW m, v (fp32)", 2 * P * sizeof(float), 0};
+    size_t S = cb->state_elems;
+    int zero1 = sharded(cb);
+    items[n++] = MemoryItem{"parameters (bf16)", cb->padded_total * sizeof(kbf16), 0};
+    items[n++] = MemoryItem{zero1 ? "master weights (fp32, this rank's shard)" : "master weights (fp32)",
+                            S * sizeof(float), 0};
+    items[n++] = MemoryItem{"gradients (fp32)", cb->padded_total * sizeof(float), 0};
+    items[n++] = MemoryItem{zero1 ? "AdamW m, v (fp32, this rank's shard)" : "AdamW m, v (fp32)",
+                            2 * S * sizeof(float), 0};
+    if (cb->sync) items[n++] = MemoryItem{"data parallel buffers", cb->sync_bytes, 0};
     items[n++] = MemoryItem{cb->recompute_gelu ? "activations and scratch (GELU recomputed)" : "activations and scratch",
                             cb->arena_bytes, 0};
     /* Both output layers' workspace, so the saving is visible whichever one runs. */
@@ -355,6 +410,7 @@ static void cuda_destroy(Backend *be) {
     if (cb->stream) CUDA_CHECK(cudaStreamSynchronize(cb->stream));
     if (cb->out) output_layer_destroy(cb->out);
     if (cb->adamw) adamw_plan_free(cb->adamw);
+    grad_sync_free(cb->sync);
     CUDA_CHECK(cudaFree(cb->arena));
     CUDA_CHECK(cudaFree(cb->v));
     CUDA_CHECK(cudaFree(cb->m));
@@ -368,9 +424,9 @@ static void cuda_destroy(Backend *be) {
 }
 
 static const BackendOps cuda_ops = {
-    cuda_train_micro_step, cuda_eval_loss,    cuda_logits_at,  cuda_zero_grad,    cuda_reduce_grads,
-    cuda_grad_sumsq,       cuda_adamw_update, cuda_read_state, cuda_write_state,  cuda_read_grads,
-    cuda_memory_items,     cuda_memory_in_use, cuda_destroy,
+    cuda_train_micro_step, cuda_eval_loss,   cuda_logits_at,    cuda_zero_grad,  cuda_reduce_grads,
+    cuda_comm_wait_ms,     cuda_grad_sumsq,  cuda_adamw_update, cuda_read_state, cuda_write_state,
+    cuda_read_grads,       cuda_memory_items, cuda_memory_in_use, cuda_destroy,
 };
 
 /* Dense bf16 tensor-core FLOP/s from the device's own numbers: SMs × clock × FLOPs per SM per
@@ -385,7 +441,9 @@ static double device_peak_flops(int dev) {
 }
 
 extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output,
-                                        unsigned long long seed, char *err) {
+                                        unsigned long long seed, const DataParallel *dp, char *err) {
+    const Dist *dist = dp && dp->dist && dp->dist->world > 1 ? dp->dist : NULL;
+    const int zero1 = dist && dp->zero1, overlap = dist && dp->overlap;
     const GPTConfig *cfg = &table->cfg;
     int HS = cfg->dim / cfg->num_heads;
     if (HS != 64 && HS != 128) {
@@ -410,6 +468,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     cb->base.T = T;
     cb->base.output = output;
     cb->t = table;
+    cb->base.dist = dist;
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     cudaDeviceProp prop;
@@ -424,7 +483,11 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     cb->scratch_bytes = scratch_needed(cfg, B, T);
     cb->arena_bytes = layout_arena(cb, NULL);
     cb->out_ws_bytes = output_layer_workspace_bytes(kind, (int64_t)N, cfg->vocab_size, cfg->dim);
-    size_t fixed = P * (sizeof(kbf16) + 4 * sizeof(float)) + ((size_t)1 << 30); /* + 1 GB: cuBLAS, context */
+    /* bf16 weights and gradients whole; master and moments whole or 1/world (ZeRO-1) */
+    size_t state_estimate = zero1 ? P / (size_t)dist->world + 1 : P;
+    cb->sync_bytes = grad_sync_bytes(table, dist, zero1, overlap, B, T);
+    size_t fixed = P * (sizeof(kbf16) + sizeof(float)) + state_estimate * 3 * sizeof(float) + cb->sync_bytes +
+                   ((size_t)1 << 30); /* + 1 GB: cuBLAS, NCCL, context */
     size_t per_batch = cb->arena_bytes + cb->out_ws_bytes;
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -449,16 +512,27 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
         return NULL;
     }
     CUDA_CHECK(cudaStreamCreate(&cb->stream));
-    CUDA_CHECK(cudaMalloc((void **)&cb->params, P * sizeof(kbf16)));
-    CUDA_CHECK(cudaMalloc((void **)&cb->master, P * sizeof(float)));
-    CUDA_CHECK(cudaMalloc((void **)&cb->grads, P * sizeof(float)));
-    CUDA_CHECK(cudaMalloc((void **)&cb->m, P * sizeof(float)));
-    CUDA_CHECK(cudaMalloc((void **)&cb->v, P * sizeof(float)));
+    cb->sync = grad_sync_create(table, dist, zero1, overlap, B, T, err);
+    if (!cb->sync && err[0]) {
+        cuda_destroy(&cb->base);
+        return NULL;
+    }
+    const ShardPiece *pieces = NULL;
+    int npieces = grad_sync_pieces(cb->sync, &pieces, &cb->state_elems);
+    cb->padded_total = cb->sync ? grad_sync_padded_total(cb->sync) : P;
+    if (!npieces) cb->state_elems = P;
+    CUDA_CHECK(cudaMalloc((void **)&cb->params, cb->padded_total * sizeof(kbf16)));
+    CUDA_CHECK(cudaMalloc((void **)&cb->grads, cb->padded_total * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&cb->master, cb->state_elems * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&cb->m, cb->state_elems * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&cb->v, cb->state_elems * sizeof(float)));
+    cb->state_grads = npieces ? grad_sync_grad_shard(cb->sync) : cb->grads;
     CUDA_CHECK(cudaMalloc(&cb->arena, cb->arena_bytes));
     layout_arena(cb, (char *)cb->arena);
-    CUDA_CHECK(cudaMemset(cb->grads, 0, P * sizeof(float)));
-    CUDA_CHECK(cudaMemset(cb->m, 0, P * sizeof(float)));
-    CUDA_CHECK(cudaMemset(cb->v, 0, P * sizeof(float)));
+    CUDA_CHECK(cudaMemset(cb->params, 0, cb->padded_total * sizeof(kbf16)));
+    CUDA_CHECK(cudaMemset(cb->grads, 0, cb->padded_total * sizeof(float)));
+    CUDA_CHECK(cudaMemset(cb->m, 0, cb->state_elems * sizeof(float)));
+    CUDA_CHECK(cudaMemset(cb->v, 0, cb->state_elems * sizeof(float)));
     cb->out = output_layer_create(kind, (int64_t)N, cfg->vocab_size, cfg->dim);
     if (!cb->out) {
         snprintf(err, 512, "cannot create the %s output layer (see the message above)", output_layer_kind_name(kind));
@@ -479,7 +553,18 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
         numels[i] = table->params[i].numel;
         decay[i] = table->params[i].weight_decay;
     }
-    cb->adamw = adamw_plan_create(offsets, numels, decay, table->count);
+    if (npieces) {
+        AdamWRange *ranges = (AdamWRange *)malloc((size_t)npieces * sizeof *ranges);
+        if (!ranges) {
+            fprintf(stderr, "error: out of host memory for the AdamW plan\n");
+            exit(1);
+        }
+        for (int i = 0; i < npieces; i++) ranges[i] = AdamWRange{pieces[i].begin, pieces[i].count, pieces[i].shard_offset};
+        cb->adamw = adamw_plan_create_ranges(offsets, numels, decay, table->count, ranges, npieces);
+        free(ranges);
+    } else {
+        cb->adamw = adamw_plan_create(offsets, numels, decay, table->count);
+    }
     /* The same init as the CPU backend (host RNG), so the two can be compared step for step. */
     param_init(table, init, seed);
     cuda_write_state(&cb->base, init, NULL, NULL);

@@ -44,10 +44,21 @@ int dist_selftest_worker(const Dist *d);
 /* Selects this rank's GPU and creates the communicator. 0, or -1 with a message in err. */
 int dist_nccl_init(Dist *d, char *err);
 void dist_nccl_free(Dist *d);
-/* In-place average of n floats on the device across ranks, on the given CUDA stream. */
-void dist_allreduce_mean(const Dist *d, float *device_values, size_t n, void *cuda_stream);
 /* Average of one host value across ranks (blocks). */
 double dist_mean_scalar(const Dist *d, double value);
+
+/* ---- gradient and weight collectives (model/dist_nccl.cu), enqueued on a CUDA stream ---- */
+typedef enum { DIST_FLOAT32, DIST_BFLOAT16, DIST_INT32, DIST_FLOAT64 } DistType;
+/* In-place sum of n values across ranks. */
+void dist_allreduce_sum(const Dist *d, void *values, size_t n, DistType type, void *cuda_stream);
+/* send holds world·count fp32 values; recv (count) gets the sum over ranks of this rank's part. */
+void dist_reduce_scatter_sum(const Dist *d, const float *send, float *recv, size_t count, void *cuda_stream);
+/* recv (world·count values) gets every rank's send (count values) in rank order; send may be
+ * recv + rank·count (in place). */
+void dist_allgather(const Dist *d, const void *send, void *recv, size_t count, DistType type, void *cuda_stream);
+/* Collectives between these two calls are launched as one (NCCL group). */
+void dist_group_begin(const Dist *d);
+void dist_group_end(const Dist *d);
 
 #ifdef __cplusplus
 }

@@ -56,13 +56,6 @@ extern "C" void dist_nccl_free(Dist *d) {
     d->nccl = NULL;
 }
 
-extern "C" void dist_allreduce_mean(const Dist *d, float *device_values, size_t n, void *cuda_stream) {
-    NcclState *s = (NcclState *)d->nccl;
-    if (!s) return;
-    NCCL_CHECK(ncclAllReduce(device_values, device_values, n, ncclFloat32, ncclAvg, s->comm,
-                             (cudaStream_t)cuda_stream));
-}
-
 extern "C" double dist_mean_scalar(const Dist *d, double value) {
     NcclState *s = (NcclState *)d->nccl;
     if (!s) return value;
@@ -70,4 +63,42 @@ extern "C" double dist_mean_scalar(const Dist *d, double value) {
     NCCL_CHECK(ncclAllReduce(s->d_scalar, s->d_scalar, 1, ncclFloat64, ncclAvg, s->comm, 0));
     CUDA_CHECK(cudaMemcpy(&value, s->d_scalar, sizeof value, cudaMemcpyDeviceToHost));
     return value;
+}
+
+static ncclDataType_t nccl_type(DistType t) {
+    switch (t) {
+    case DIST_FLOAT32: return ncclFloat32;
+    case DIST_BFLOAT16: return ncclBfloat16;
+    case DIST_INT32: return ncclInt32;
+    case DIST_FLOAT64: return ncclFloat64;
+    }
+    return ncclFloat32;
+}
+
+extern "C" void dist_allreduce_sum(const Dist *d, void *values, size_t n, DistType type, void *cuda_stream) {
+    NcclState *s = (NcclState *)d->nccl;
+    if (!s) return;
+    NCCL_CHECK(ncclAllReduce(values, values, n, nccl_type(type), ncclSum, s->comm, (cudaStream_t)cuda_stream));
+}
+
+extern "C" void dist_reduce_scatter_sum(const Dist *d, const float *send, float *recv, size_t count,
+                                        void *cuda_stream) {
+    NcclState *s = (NcclState *)d->nccl;
+    if (!s) return;
+    NCCL_CHECK(ncclReduceScatter(send, recv, count, ncclFloat32, ncclSum, s->comm, (cudaStream_t)cuda_stream));
+}
+
+extern "C" void dist_allgather(const Dist *d, const void *send, void *recv, size_t count, DistType type,
+                               void *cuda_stream) {
+    NcclState *s = (NcclState *)d->nccl;
+    if (!s) return;
+    NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(type), s->comm, (cudaStream_t)cuda_stream));
+}
+
+extern "C" void dist_group_begin(const Dist *d) {
+    if (d->nccl) NCCL_CHECK(ncclGroupStart());
+}
+
+extern "C" void dist_group_end(const Dist *d) {
+    if (d->nccl) NCCL_CHECK(ncclGroupEnd());
 }

@@ -27,7 +27,7 @@ void runlog_close(RunLog *log) {
 
 /* Records reach the disk at each line, so a crashed run still has its curve. */
 void runlog_step(RunLog *log, int step, float loss, float lr, float grad_norm, double ms, double tokens_per_s,
-                 double mfu_percent, double gpu_memory_gb) {
+                 double mfu_percent, double gpu_memory_gb, double comm_wait_ms) {
     if (!log->f) return; /* ranks other than 0 keep no log */
     fprintf(log->f,
             "{\"type\":\"step\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,"
@@ -35,6 +35,7 @@ void runlog_step(RunLog *log, int step, float loss, float lr, float grad_norm, d
             step, loss, lr, grad_norm, ms, tokens_per_s);
     if (mfu_percent >= 0) fprintf(log->f, ",\"mfu_percent\":%.2f", mfu_percent);
     if (gpu_memory_gb >= 0) fprintf(log->f, ",\"gpu_memory_gb\":%.3f", gpu_memory_gb);
+    if (comm_wait_ms >= 0) fprintf(log->f, ",\"comm_wait_ms\":%.3f", comm_wait_ms);
     fprintf(log->f, "}\n");
     fflush(log->f);
 }

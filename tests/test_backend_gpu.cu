@@ -45,7 +45,7 @@ static void teardown(Setup *s) {
 static float step(Backend *be, Setup *s, int k, int t_step) {
     size_t off = (size_t)k * s->B * s->T;
     be->ops->zero_grad(be);
-    float loss = be->ops->train_micro_step(be, s->inputs + off, s->targets + off, 1.0f);
+    float loss = be->ops->train_micro_step(be, s->inputs + off, s->targets + off, 1.0f, 1);
     if (t_step > 0) {
         AdamWStep a = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, t_step};
         be->ops->adamw_update(be, &a);
@@ -58,7 +58,7 @@ static void compare_with_cpu(OutputKind output, int heads, int dim, int vocab, i
     setup(&s, heads, dim, vocab, B, T, 10, 3);
     char err[512];
     Backend *cpu = backend_cpu_create(&s.table, B, T, output, 42, err);
-    Backend *gpu = backend_cuda_create(&s.table, B, T, output, 42, err);
+    Backend *gpu = backend_cuda_create(&s.table, B, T, output, 42, NULL, err);
     REQUIRE(cpu && gpu, "%s", err);
     if (getenv("FUSEDGPT_RECOMPUTE_GELU")) {
         MemoryItem items[MAX_MEMORY_ITEMS];
@@ -118,7 +118,7 @@ TEST(backend_cuda_is_deterministic_and_resumes_bit_exact) {
     Setup s;
     setup(&s, 2, 128, 1000, 3, 37, 10, 5);
     char err[512];
-    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, 9, err);
+    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, 9, NULL, err);
     REQUIRE(a, "%s", err);
     float la[10];
     size_t P = s.table.total;
@@ -128,14 +128,14 @@ TEST(backend_cuda_is_deterministic_and_resumes_bit_exact) {
         if (k == 4) a->ops->read_state(a, p, m, v);
     }
     a->ops->destroy(a);
-    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, 9, err);
+    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, 9, NULL, err);
     REQUIRE(b, "%s", err);
     for (int k = 0; k < 10; k++) {
         float lb = step(b, &s, k, k + 1);
         CHECK(memcmp(&lb, &la[k], 4) == 0, "run 2 step %d loss %.9g vs %.9g (not deterministic)", k, lb, la[k]);
     }
     b->ops->destroy(b);
-    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, 1234, err);
+    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, 1234, NULL, err);
     REQUIRE(c, "%s", err);
     c->ops->write_state(c, p, m, v);
     for (int k = 5; k < 10; k++) {

@@ -657,3 +657,63 @@ TEST(kernels_adamw_matches_reference) {
     free(tmp);
     dfree_all();
 }
+
+TEST(kernels_adamw_on_shard_ranges_matches_the_whole_update) {
+    seed_fresh();
+    /* A ZeRO-1 shard: two ranges cutting through tensors, state kept compact; every covered weight
+     * must get exactly what the whole update gives it, and no other weight may be written. */
+    size_t numels[3] = {16384 * 2 + 5, 777, 100003};
+    int decay[3] = {1, 0, 1};
+    size_t offsets[3] = {0, numels[0], numels[0] + numels[1]};
+    size_t n = numels[0] + numels[1] + numels[2];
+    AdamWRange ranges[2] = {{5, 33000, 0}, {60001, n - 60001 - 3, 33000}};
+    size_t shard = ranges[0].count + ranges[1].count;
+    float *p = hmalloc(n), *m = hmalloc(n), *v = hmalloc(n), *g = hmalloc(n);
+    fill_normal(p, n, 0.02f);
+    fill_normal(m, n, 1e-3f);
+    fill_normal(g, n, 1e-2f);
+    for (size_t i = 0; i < n; i++) v[i] = 1e-6f * rng_uniform();
+    float *sp = hmalloc(shard), *sm = hmalloc(shard), *sv = hmalloc(shard), *sg = hmalloc(shard);
+    for (int r = 0; r < 2; r++)
+        for (size_t j = 0; j < ranges[r].count; j++) {
+            size_t i = ranges[r].begin + j, s = ranges[r].state_offset + j;
+            sp[s] = p[i], sm[s] = m[i], sv[s] = v[i], sg[s] = g[i];
+        }
+    AdamWPlan *whole = adamw_plan_create(offsets, numels, decay, 3);
+    AdamWPlan *part = adamw_plan_create_ranges(offsets, numels, decay, 3, ranges, 2);
+    float *d_p = up_f32(p, n), *d_m = up_f32(m, n), *d_v = up_f32(v, n), *d_g = up_f32(g, n);
+    float *d_sp = up_f32(sp, shard), *d_sm = up_f32(sm, shard), *d_sv = up_f32(sv, shard), *d_sg = up_f32(sg, shard);
+    bf16 *d_pb = (bf16 *)dalloc(n * 2), *d_spb = (bf16 *)dalloc(n * 2);
+    poison(d_pb, n * 2);
+    poison(d_spb, n * 2);
+    adamw_update(whole, d_p, d_pb, d_g, d_m, d_v, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 2, 0);
+    adamw_update(part, d_sp, d_spb, d_sg, d_sm, d_sv, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 2, 0);
+    dsync();
+    down_f32(p, d_p, n);
+    down_f32(m, d_m, n);
+    down_f32(sp, d_sp, shard);
+    down_f32(sm, d_sm, shard);
+    uint16_t *pb = (uint16_t *)malloc(n * 2), *spb = (uint16_t *)malloc(n * 2), *poisoned = (uint16_t *)malloc(n * 2);
+    CUDA_CHECK(cudaMemcpy(pb, d_pb, n * 2, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(spb, d_spb, n * 2, cudaMemcpyDeviceToHost));
+    poison(d_pb, n * 2);
+    dsync();
+    CUDA_CHECK(cudaMemcpy(poisoned, d_pb, n * 2, cudaMemcpyDeviceToHost));
+    size_t wrong = 0, touched = 0;
+    for (int r = 0; r < 2; r++)
+        for (size_t j = 0; j < ranges[r].count; j++) {
+            size_t i = ranges[r].begin + j, s = ranges[r].state_offset + j;
+            wrong += !same_bytes(&p[i], &sp[s], 4) || !same_bytes(&m[i], &sm[s], 4) || pb[i] != spb[i];
+        }
+    for (size_t i = 0; i < n; i++) {
+        int inside = (i >= ranges[0].begin && i < ranges[0].begin + ranges[0].count) ||
+                     (i >= ranges[1].begin && i < ranges[1].begin + ranges[1].count);
+        touched += !inside && spb[i] != poisoned[i];
+    }
+    CHECK(wrong == 0, "%zu shard elements differ from the whole update", wrong);
+    CHECK(touched == 0, "%zu weights outside the shard were written", touched);
+    adamw_plan_free(whole);
+    adamw_plan_free(part);
+    free(p); free(m); free(v); free(g); free(sp); free(sm); free(sv); free(sg); free(pb); free(spb); free(poisoned);
+    dfree_all();
+}

@@ -40,7 +40,7 @@ static void check_gradients(OutputKind output) {
     }
     targets[3] = -1;
     be->ops->zero_grad(be);
-    be->ops->train_micro_step(be, inputs, targets, 1.0f);
+    be->ops->train_micro_step(be, inputs, targets, 1.0f, 1);
     be->ops->read_grads(be, g);
 
     const float eps = 1e-2f;

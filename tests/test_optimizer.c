@@ -24,7 +24,7 @@ TEST(adamw_two_steps_match_hand_computation) {
     be->ops->read_state(be, hp, NULL, NULL);
     for (int step = 1; step <= 2; step++) {
         be->ops->zero_grad(be);
-        be->ops->train_micro_step(be, in, tg, 1.0f);
+        be->ops->train_micro_step(be, in, tg, 1.0f, 1);
         be->ops->read_grads(be, g);
         be->ops->read_state(be, p0, NULL, NULL);
         AdamWStep s = {lr, b1, b2, eps, wd, clip, step};

@@ -1,0 +1,121 @@
+/* The data-parallel bucket plan (model/grad_buckets.c): buckets tile the layout, each holds only
+ * values the backward has finished when the bucket is reduced, and ZeRO-1 shards split evenly. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/grad_buckets.h"
+#include "tests/test.h"
+
+/* Position of a sync point in the backward: output layer, ln_f, layers L-1..0, encoder. */
+static int point_time(SyncPoint p, int layer, int L) {
+    switch (p) {
+    case SYNC_AFTER_OUTPUT: return 0;
+    case SYNC_AFTER_LNF: return 1;
+    case SYNC_AFTER_LAYER: return 2 + (L - 1 - layer);
+    case SYNC_AFTER_ENCODER: return 2 + L;
+    }
+    return -1;
+}
+
+/* When the backward has finished element i (before any reduction). With early embeddings the
+ * encoder's share is added after the reduction, so the embeddings count as finished after the
+ * output layer. */
+static int element_time(const ParamTable *t, size_t i, int early_embeddings) {
+    int L = t->cfg.num_layers;
+    for (int k = 0; k < t->count; k++) {
+        const ParamInfo *p = &t->params[k];
+        if (i < p->offset || i >= p->offset + p->numel) continue;
+        if (p->role == ROLE_WTE || p->role == ROLE_WPE) return early_embeddings ? 0 : 2 + L;
+        if (p->role == ROLE_LNF_W || p->role == ROLE_LNF_B) return 1;
+        return 2 + (L - 1 - p->layer);
+    }
+    return 0; /* padding: zero from the start */
+}
+
+static void check_plan(int L, int C, int V, int world, int zero1, int early) {
+    GPTConfig cfg = {.num_layers = L, .num_heads = 1, .dim = C, .max_seq_len = 16, .vocab_size = V};
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[512];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    BucketPlan plan[8];
+    for (int r = 0; r < world; r++)
+        REQUIRE(bucket_plan_build(&plan[r], &t, world, r, zero1, early, err) == 0, "%s", err);
+    const BucketPlan *p = &plan[0];
+    CHECK(p->padded_total >= t.total && p->padded_total < t.total + (size_t)world,
+          "padded total %zu for %zu values, world %d", p->padded_total, t.total, world);
+    if (zero1) CHECK(p->padded_total % (size_t)world == 0, "padded total %zu, world %d", p->padded_total, world);
+    /* tiling: every element in exactly one bucket */
+    unsigned char *seen = calloc(p->padded_total, 1);
+    int last_time = -1;
+    for (int b = 0; b < p->num_buckets; b++) {
+        const GradBucket *g = &p->buckets[b];
+        int when = point_time(g->point, g->layer, L);
+        CHECK(when >= last_time, "L=%d world=%d: bucket %d (time %d) comes after time %d", L, world, b, when,
+              last_time);
+        last_time = when;
+        CHECK(g->count > 0, "bucket %d is empty", b);
+        if (zero1) CHECK(g->count % (size_t)world == 0, "bucket %d of %zu values, world %d", b, g->count, world);
+        for (size_t i = g->begin; i < g->begin + g->count && i < p->padded_total; i++) {
+            seen[i]++;
+            int fin = element_time(&t, i, early);
+            if (fin > when) {
+                CHECK(0, "L=%d C=%d world=%d zero1=%d early=%d: element %zu (finished at %d) is in bucket %d "
+                      "reduced at %d", L, C, world, zero1, early, i, fin, b, when);
+                break;
+            }
+        }
+    }
+    size_t bad = 0;
+    for (size_t i = 0; i < p->padded_total; i++) bad += seen[i] != 1;
+    CHECK(bad == 0, "L=%d world=%d zero1=%d: %zu elements not in exactly one bucket", L, world, zero1, bad);
+    /* ZeRO-1: the ranks' pieces of each bucket tile it; each rank's shard is compact */
+    if (zero1) {
+        memset(seen, 0, p->padded_total);
+        for (int r = 0; r < world; r++) {
+            size_t off = 0;
+            CHECK(plan[r].shard_elems == p->padded_total / (size_t)world, "rank %d shard %zu of %zu", r,
+                  plan[r].shard_elems, p->padded_total);
+            for (int k = 0; k < plan[r].num_buckets; k++) {
+                const ShardPiece *s = &plan[r].pieces[k];
+                CHECK(s->shard_offset == off, "rank %d piece %d at %zu, expected %zu", r, k, s->shard_offset, off);
+                off += s->count;
+                for (size_t i = s->begin; i < s->begin + s->count; i++) seen[i]++;
+                const ShardPiece *q = bucket_plan_piece(&plan[r], k);
+                const GradBucket *g = &plan[r].buckets[k];
+                CHECK(q && q->begin == g->begin + (size_t)r * (g->count / (size_t)world),
+                      "rank %d: bucket %d's piece is not its rank-th part", r, k);
+            }
+        }
+        bad = 0;
+        for (size_t i = 0; i < p->padded_total; i++) bad += seen[i] != 1;
+        CHECK(bad == 0, "L=%d world=%d: %zu elements in no shard or in two", L, world, bad);
+    }
+    free(seen);
+    for (int r = 0; r < world; r++) bucket_plan_free(&plan[r]);
+    param_table_free(&t);
+}
+
+TEST(grad_buckets_tile_the_layout_and_hold_only_finished_values) {
+    const int worlds[] = {1, 2, 3, 4, 7, 8};
+    for (int w = 0; w < 6; w++)
+        for (int zero1 = 0; zero1 <= 1; zero1++)
+            for (int early = 0; early <= !zero1; early++) {
+                check_plan(1, 8, 11, worlds[w], zero1, early);
+                check_plan(3, 24, 300, worlds[w], zero1, early);
+                check_plan(5, 64, 1001, worlds[w], zero1, early);
+            }
+}
+
+TEST(grad_buckets_reject_a_bad_rank) {
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 1, .dim = 8, .max_seq_len = 4, .vocab_size = 11};
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[512];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    BucketPlan p;
+    CHECK(bucket_plan_build(&p, &t, 2, 2, 1, 0, err) == -1, "rank 2 of 2 accepted");
+    CHECK(bucket_plan_build(&p, &t, 0, 0, 1, 0, err) == -1, "world 0 accepted");
+    CHECK(bucket_plan_build(&p, &t, 2, 0, 1, 1, err) == -1, "ZeRO-1 with early embeddings accepted");
+    param_table_free(&t);
+}
