@@ -39,7 +39,7 @@ typedef struct {
     int val_every, val_batches, sample_every, gen_tokens;
     const char *output, *device;
     int gpus;
-    int zero, overlap_comm;
+    int zero, overlap_comm, bucket_mb;
     int help;
 } Options;
 
@@ -97,6 +97,8 @@ static const OptSpec options[] = {
      "1: ZeRO-1, each GPU keeps 1/N of the master weights and AdamW moments (data parallel)"},
     {0, "overlap-comm", OPT_INT, O(overlap_comm), "1", "0|1",
      "1: reduce gradients during the backward; 0: after it (data parallel)"},
+    {0, "bucket-mb", OPT_INT, O(bucket_mb), "0", "MB",
+     "gradients per reduction at least, in MB of fp32 (layers merge; 0: one per layer)"},
     {'h', "help", OPT_FLAG, O(help), "0", "", "this text"},
 };
 #define NUM_OPTIONS ((int)(sizeof options / sizeof options[0]))
@@ -232,6 +234,7 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->gpus < 1) bad("-g/--gpus", "must be positive");
     if (opt->zero != 0 && opt->zero != 1) bad("--zero", "must be 0 or 1");
     if (opt->overlap_comm != 0 && opt->overlap_comm != 1) bad("--overlap-comm", "must be 0 or 1");
+    if (opt->bucket_mb < 0) bad("--bucket-mb", "must be 0 or more");
     if (strcmp(opt->output, "fused") && strcmp(opt->output, "canonical"))
         bad("--output", "must be fused or canonical");
     if (strcmp(opt->device, "cuda") && strcmp(opt->device, "cpu")) bad("--device", "must be cuda or cpu");
@@ -447,7 +450,8 @@ int main(int argc, char **argv) {
         FAIL(1);
     }
     OutputKind output = strcmp(opt.output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
-    DataParallel dp = {.dist = &dist, .zero1 = opt.zero, .overlap = opt.overlap_comm};
+    DataParallel dp = {.dist = &dist, .zero1 = opt.zero, .overlap = opt.overlap_comm,
+                       .bucket_bytes = (size_t)opt.bucket_mb << 20};
     be = strcmp(opt.device, "cpu") == 0 ? backend_cpu_create(&table, B, T, output, (uint64_t)opt.seed, err)
                                         : backend_cuda_create(&table, B, T, output, (uint64_t)opt.seed, &dp, err);
     if (!be) {

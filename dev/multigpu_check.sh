@@ -3,7 +3,7 @@
 # every mode against one GPU at the same global batch, resume on 2 GPUs, a killed worker, and
 # GPT-2 124M tokens/s on 1 and 2 GPUs with the time each step waited on communication. Prints a
 # summary last. NCCL's environment (NCCL_NVLS_ENABLE=0 on the lent machines) is left as the machine
-# sets it. SECTIONS picks parts: tests correct resume kill throughput (default: all).
+# sets it. SECTIONS picks parts: tests correct resume kill throughput sweep (default: all but sweep).
 set -uo pipefail
 OUT=${OUT:-out}
 SECTIONS=${SECTIONS:-tests correct resume kill throughput}
@@ -31,8 +31,9 @@ def losses(p):
     return [float(m.group(1)) for m in re.finditer(r"^step +\d+/\d+ \| loss ([0-9.]+)", open(p).read(), re.M)]
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
 worst = max((abs(x - y) for x, y in zip(a, b)), default=float("nan"))
-ok = len(a) == len(b) and len(a) > 0 and worst <= 1e-3
-print(f"{sys.argv[3]}: {len(a)} vs {len(b)} steps, largest |loss difference| {worst:.2e} ({\"ok\" if ok else \"FAIL\"}, bound 1e-3), final {a[-1] if a else None} vs {b[-1] if b else None}")
+verdict = "ok" if len(a) == len(b) and len(a) > 0 and worst <= 1e-3 else "FAIL"
+last_a, last_b = (a[-1] if a else None), (b[-1] if b else None)
+print(f"{sys.argv[3]}: {len(a)} vs {len(b)} steps, largest |loss difference| {worst:.2e} ({verdict}, bound 1e-3), final {last_a} vs {last_b}")
 '
 common="-e tiny -v 1000 -b 8 -t 128 -x 50 -l 2e-3 --warmup 5 --val-every 25 --val-batches 2 -s 0 -i /tmp/mg/train.bin -j /tmp/mg/val.bin"
 if has correct; then
@@ -76,19 +77,30 @@ if has kill; then
     rc=$?
     note "killed worker pid $victim: launcher exit $rc after $(( $(date +%s) - t0 )) s: $(grep 'error' /tmp/mg/kill.log | head -3 | tr '\n' ' ')"
 fi
-if has throughput; then
-    # GPT-2 124M, T=1024, B=32 per GPU (as the DDP anchors); median of the last 10 of 20 steps
+# GPT-2 124M, T=1024, B=32 per GPU (as the DDP anchors): median ms and tok/s of the last 30 of 40
+# steps, and the median time a step waited on communication. $1: V, $2: tag, rest: env/flags.
+throughput() {
+    local V=$1 tag=$2; shift 2
+    local log=/tmp/mg/tp_${V}_$tag.log
+    env "$@" -e d12 -v $V -b 32 -t 1024 -x 40 --warmup 5 --val-every 0 -s 0 -i /tmp/mg/rand_$V.bin -o /tmp/mg/tp >$log 2>&1
+    col() { grep '| loss' $log | tail -30 | awk -F'|' -v c=$1 '{print $c}' | awk '{print $1}' | sort -n | sed -n 15p; }
+    local comm=$(grep '| loss' $log | tail -30 | grep -o 'comm [0-9.]*' | awk '{print $2}' | sort -n | sed -n 15p)
+    note "d12 V=$V B=32/GPU $tag: median $(col 5) ms/step, $(col 6) tok/s, comm wait ${comm:-0} ms, $(grep '| loss' $log | tail -1 | grep -o '[0-9.]* GB') $(grep -m1 error $log)"
+}
+if has throughput || has sweep; then
     for V in 50304 262144; do
         python3 dev/make_shard.py /tmp/mg/rand_$V.bin 40000000 $V random 3
-        for run in "1" "$G --overlap-comm 1" "$G --overlap-comm 0" "$G --zero 1"; do
-            g=${run%% *}
-            tag="$(echo "$run" | tr -d ' -')"
-            log=/tmp/mg/tp_${V}_$tag.log
-            ./train -g $run -e d12 -v $V -b 32 -t 1024 -x 20 --warmup 5 --val-every 0 -s 0 -i /tmp/mg/rand_$V.bin -o /tmp/mg/tp >$log 2>&1
-            col() { grep '| loss' $log | tail -10 | awk -F'|' -v c=$1 '{print $c}' | awk '{print $1}' | sort -n | sed -n 5p; }
-            comm=$(grep '| loss' $log | tail -10 | grep -o 'comm [0-9.]*' | awk '{print $2}' | sort -n | sed -n 5p)
-            note "d12 V=$V B=32/GPU -g $run: median $(col 5) ms/step, $(col 6) tok/s, comm wait ${comm:-0} ms, $(grep '| loss' $log | tail -1 | grep -o '[0-9.]* GB') $(grep -m1 error $log)"
-        done
+        throughput $V 1gpu ./train -g 1
+        throughput $V allreduce_after ./train -g $G --overlap-comm 0
+        throughput $V overlap ./train -g $G
+        throughput $V zero1 ./train -g $G --zero 1
+        if has sweep; then
+            throughput $V overlap_b128 ./train -g $G --bucket-mb 128
+            throughput $V overlap_ctas4 NCCL_MAX_CTAS=4 ./train -g $G
+            throughput $V overlap_b128_ctas8 NCCL_MAX_CTAS=8 ./train -g $G --bucket-mb 128
+            throughput $V zero1_after ./train -g $G --zero 1 --overlap-comm 0
+            throughput $V zero1_b128_ctas8 NCCL_MAX_CTAS=8 ./train -g $G --zero 1 --bucket-mb 128
+        fi
     done
 fi
 tar -czf "$OUT/mg_logs.tar.gz" -C /tmp/mg $(cd /tmp/mg && ls *.log)

@@ -89,6 +89,7 @@ typedef struct {
     const struct Dist *dist; /* NULL or a world of one: alone */
     int zero1;   /* shard fp32 master weights, AdamW moments and reduced gradients across ranks */
     int overlap; /* reduce gradients bucket by bucket during the backward (else after it) */
+    size_t bucket_bytes; /* fp32 gradient bytes per bucket at least (layers merge; 0: per layer) */
 } DataParallel;
 
 /* CUDA backend on the current device: bf16 weights and activations, fp32 master weights, gradients

@@ -14,7 +14,7 @@ static void add_bucket(BucketPlan *p, size_t begin, size_t end, SyncPoint point,
 }
 
 int bucket_plan_build(BucketPlan *p, const ParamTable *t, int world, int rank, int zero1, int early_embeddings,
-                      char *err) {
+                      size_t min_bucket, char *err) {
     memset(p, 0, sizeof *p);
     const int L = t->cfg.num_layers;
     if (world < 1 || rank < 0 || rank >= world) {
@@ -45,8 +45,14 @@ int bucket_plan_build(BucketPlan *p, const ParamTable *t, int world, int rank, i
     for (int l = 0; l < L; l++) edge[l] = round_up(param_of_layer(t, l, ROLE_LN1_W)->offset, unit);
     edge[L] = round_up(param_whole(t, ROLE_LNF_W)->offset, unit);
     if (early_embeddings) add_bucket(p, 0, edge[0], SYNC_AFTER_OUTPUT, -1);
-    add_bucket(p, edge[L], p->padded_total, SYNC_AFTER_LNF, -1);
-    for (int l = L - 1; l >= 0; l--) add_bucket(p, edge[l], edge[l + 1], SYNC_AFTER_LAYER, l);
+    /* ln_f, layer L-1, ..., layer 0 lie downward in the layout; consecutive ones merge until a
+     * bucket holds min_bucket values, and a bucket is reduced when its lowest part is final */
+    size_t hi = p->padded_total;
+    for (int l = L; l >= 0; l--) {
+        if (hi - edge[l] < min_bucket && l > 0) continue;
+        add_bucket(p, edge[l], hi, l == L ? SYNC_AFTER_LNF : SYNC_AFTER_LAYER, l == L ? -1 : l);
+        hi = edge[l];
+    }
     if (!early_embeddings) add_bucket(p, 0, edge[0], SYNC_AFTER_ENCODER, -1);
     free(edge);
     if (zero1) {

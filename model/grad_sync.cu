@@ -40,7 +40,8 @@ size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overla
     return bytes;
 }
 
-GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int overlap, int B, int T, char *err) {
+GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int overlap, size_t min_bucket, int B,
+                           int T, char *err) {
     err[0] = 0;
     if (!d || d->world < 2) return NULL;
     GradSync *gs = (GradSync *)calloc(1, sizeof *gs);
@@ -49,7 +50,7 @@ GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int ov
         return NULL;
     }
     const int early_embeddings = owns_encoder(zero1, overlap, d->world);
-    if (bucket_plan_build(&gs->plan, t, d->world, d->rank, zero1, early_embeddings, err) != 0) {
+    if (bucket_plan_build(&gs->plan, t, d->world, d->rank, zero1, early_embeddings, min_bucket, err) != 0) {
         free(gs);
         return NULL;
     }
@@ -62,7 +63,10 @@ GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int ov
     gs->wte_offset = param_whole(t, ROLE_WTE)->offset;
     gs->wpe_offset = param_whole(t, ROLE_WPE)->offset;
     gs->total = t->total;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&gs->comm, cudaStreamNonBlocking));
+    /* the highest priority: a reduction starts as soon as SMs free up, not after the next kernels */
+    int least = 0, greatest = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&gs->comm, cudaStreamNonBlocking, greatest));
     CUDA_CHECK(cudaEventCreateWithFlags(&gs->ready, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreate(&gs->compute_done));
     CUDA_CHECK(cudaEventCreate(&gs->comm_done));

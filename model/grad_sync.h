@@ -32,9 +32,11 @@
 
 typedef struct GradSync GradSync;
 
-/* NULL + err when d is a world of one (nothing to do) or on failure (err set, non-empty). B, T:
- * the micro-batch (for the all-gathered encoder gradient). */
-GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int overlap, int B, int T, char *err);
+/* NULL + err when d is a world of one (nothing to do) or on failure (err set, non-empty).
+ * min_bucket: values per bucket at least (grad_buckets.h). B, T: the micro-batch (for the
+ * all-gathered encoder gradient). */
+GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int overlap, size_t min_bucket, int B,
+                           int T, char *err);
 void grad_sync_free(GradSync *gs);
 
 /* Elements of the parameter and gradient buffers (the table's total rounded up to a multiple of

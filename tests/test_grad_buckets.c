@@ -32,7 +32,7 @@ static int element_time(const ParamTable *t, size_t i, int early_embeddings) {
     return 0; /* padding: zero from the start */
 }
 
-static void check_plan(int L, int C, int V, int world, int zero1, int early) {
+static void check_plan(int L, int C, int V, int world, int zero1, int early, size_t min_bucket) {
     GPTConfig cfg = {.num_layers = L, .num_heads = 1, .dim = C, .max_seq_len = 16, .vocab_size = V};
     gpt_config_finish(&cfg);
     ParamTable t;
@@ -40,7 +40,7 @@ static void check_plan(int L, int C, int V, int world, int zero1, int early) {
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
     BucketPlan plan[8];
     for (int r = 0; r < world; r++)
-        REQUIRE(bucket_plan_build(&plan[r], &t, world, r, zero1, early, err) == 0, "%s", err);
+        REQUIRE(bucket_plan_build(&plan[r], &t, world, r, zero1, early, min_bucket, err) == 0, "%s", err);
     const BucketPlan *p = &plan[0];
     CHECK(p->padded_total >= t.total && p->padded_total < t.total + (size_t)world,
           "padded total %zu for %zu values, world %d", p->padded_total, t.total, world);
@@ -55,6 +55,9 @@ static void check_plan(int L, int C, int V, int world, int zero1, int early) {
               last_time);
         last_time = when;
         CHECK(g->count > 0, "bucket %d is empty", b);
+        int lowest = g->point == SYNC_AFTER_LAYER && g->layer == 0;
+        if (g->point == SYNC_AFTER_LNF || (g->point == SYNC_AFTER_LAYER && !lowest))
+            CHECK(g->count >= min_bucket, "bucket %d holds %zu values, fewer than %zu", b, g->count, min_bucket);
         if (zero1) CHECK(g->count % (size_t)world == 0, "bucket %d of %zu values, world %d", b, g->count, world);
         for (size_t i = g->begin; i < g->begin + g->count && i < p->padded_total; i++) {
             seen[i]++;
@@ -101,9 +104,11 @@ TEST(grad_buckets_tile_the_layout_and_hold_only_finished_values) {
     for (int w = 0; w < 6; w++)
         for (int zero1 = 0; zero1 <= 1; zero1++)
             for (int early = 0; early <= !zero1; early++) {
-                check_plan(1, 8, 11, worlds[w], zero1, early);
-                check_plan(3, 24, 300, worlds[w], zero1, early);
-                check_plan(5, 64, 1001, worlds[w], zero1, early);
+                for (size_t min_bucket = 0; min_bucket <= 100000; min_bucket += 20000) {
+                    check_plan(1, 8, 11, worlds[w], zero1, early, min_bucket);
+                    check_plan(3, 24, 300, worlds[w], zero1, early, min_bucket);
+                    check_plan(5, 64, 1001, worlds[w], zero1, early, min_bucket);
+                }
             }
 }
 
@@ -114,8 +119,8 @@ TEST(grad_buckets_reject_a_bad_rank) {
     char err[512];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
     BucketPlan p;
-    CHECK(bucket_plan_build(&p, &t, 2, 2, 1, 0, err) == -1, "rank 2 of 2 accepted");
-    CHECK(bucket_plan_build(&p, &t, 0, 0, 1, 0, err) == -1, "world 0 accepted");
-    CHECK(bucket_plan_build(&p, &t, 2, 0, 1, 1, err) == -1, "ZeRO-1 with early embeddings accepted");
+    CHECK(bucket_plan_build(&p, &t, 2, 2, 1, 0, 0, err) == -1, "rank 2 of 2 accepted");
+    CHECK(bucket_plan_build(&p, &t, 0, 0, 1, 0, 0, err) == -1, "world 0 accepted");
+    CHECK(bucket_plan_build(&p, &t, 2, 0, 1, 1, 0, err) == -1, "ZeRO-1 with early embeddings accepted");
     param_table_free(&t);
 }
