@@ -38,7 +38,8 @@ typedef struct {
     int checkpoint_every, keep_checkpoints, resume;
     int val_every, val_batches, sample_every, gen_tokens;
     const char *output, *device;
-    int gpus;
+    int gpus, nodes, node_rank;
+    const char *master;
     int zero, overlap_comm, bucket_mb;
     int help;
 } Options;
@@ -68,7 +69,7 @@ static const OptSpec options[] = {
     {'b', "batch", OPT_INT, O(batch), "4", "B", "micro-batch size in sequences"},
     {'t', "seq-len", OPT_INT, O(seq_len), "1024", "T", "sequence length of a batch"},
     {'d', "total-batch", OPT_INT, O(total_batch), "0", "TOKENS",
-     "tokens per optimizer step (0: B*T*gpus); gradient accumulation = TOKENS/(B*T*gpus)"},
+     "tokens per optimizer step (0: B*T*ranks); gradient accumulation = TOKENS/(B*T*ranks), ranks = gpus*nodes"},
     {'x', "steps", OPT_INT, O(steps), "1000", "N", "optimizer steps"},
     {'l', "lr", OPT_FLOAT, O(lr), "6e-4", "LR", "peak learning rate"},
     {0, "warmup", OPT_INT, O(warmup), "100", "N", "linear warmup steps"},
@@ -93,6 +94,9 @@ static const OptSpec options[] = {
     {0, "output", OPT_STR, O(output), "fused", "KIND", "output layer: fused (no logits tensor) or canonical"},
     {0, "device", OPT_STR, O(device), "cuda", "KIND", "cuda or cpu (the fp32 reference backend)"},
     {'g', "gpus", OPT_INT, O(gpus), "1", "N", "GPUs on this host, one process each (data parallel)"},
+    {0, "nodes", OPT_INT, O(nodes), "1", "M", "hosts taking part, each started with the same flags"},
+    {0, "node-rank", OPT_INT, O(node_rank), "0", "K", "this host's place, 0..M-1 (node 0 serves the rendezvous)"},
+    {0, "master", OPT_STR, O(master), "", "HOST:PORT", "node 0's address and a free port (needed with --nodes > 1)"},
     {0, "zero", OPT_INT, O(zero), "0", "0|1",
      "1: ZeRO-1, each GPU keeps 1/N of the master weights and AdamW moments (data parallel)"},
     {0, "overlap-comm", OPT_INT, O(overlap_comm), "1", "0|1",
@@ -102,6 +106,19 @@ static const OptSpec options[] = {
     {'h', "help", OPT_FLAG, O(help), "0", "", "this text"},
 };
 #define NUM_OPTIONS ((int)(sizeof options / sizeof options[0]))
+
+/* Flags that the environment may give instead (a flag on the command line wins), so that a cluster
+ * scheduler's launch script can start every node with the same command. */
+static const struct {
+    const char *long_name, *env;
+} option_env[] = {{"nodes", "FUSEDGPT_NODES"}, {"node-rank", "FUSEDGPT_NODE_RANK"}, {"master", "FUSEDGPT_MASTER"}};
+#define NUM_OPTION_ENV ((int)(sizeof option_env / sizeof option_env[0]))
+
+static const char *env_of(const OptSpec *o) {
+    for (int i = 0; i < NUM_OPTION_ENV; i++)
+        if (strcmp(option_env[i].long_name, o->long_name) == 0) return option_env[i].env;
+    return NULL;
+}
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ./train [flags]          train a GPT-2\n"
@@ -115,6 +132,7 @@ static void usage(FILE *f) {
             snprintf(left, sizeof left, "    --%s %s", o->long_name, o->meta);
         fprintf(f, "  %-30s %s", left, o->help);
         if (o->type != OPT_FLAG && o->default_value[0]) fprintf(f, " [%s]", o->default_value);
+        if (env_of(o)) fprintf(f, " (env %s)", env_of(o));
         fputc('\n', f);
     }
 }
@@ -133,9 +151,15 @@ static void flag_name(const OptSpec *o, char *buf, size_t n) {
         snprintf(buf, n, "--%s", o->long_name);
 }
 
-static void set_value(Options *opt, const OptSpec *o, const char *value) {
-    char name[64];
+/* source: where the value came from, for errors (NULL: the flag itself). */
+static void set_value(Options *opt, const OptSpec *o, const char *value, const char *source) {
+    char name[128];
     flag_name(o, name, sizeof name);
+    if (source) {
+        char flag[64];
+        snprintf(flag, sizeof flag, "%s", name);
+        snprintf(name, sizeof name, "%s (for %s)", source, flag);
+    }
     void *dst = (char *)opt + o->offset;
     char *end = NULL;
     errno = 0;
@@ -161,7 +185,11 @@ static void set_value(Options *opt, const OptSpec *o, const char *value) {
 static void parse_args(Options *opt, int argc, char **argv) {
     memset(opt, 0, sizeof *opt);
     for (int i = 0; i < NUM_OPTIONS; i++)
-        if (options[i].type != OPT_FLAG) set_value(opt, &options[i], options[i].default_value);
+        if (options[i].type != OPT_FLAG) set_value(opt, &options[i], options[i].default_value, NULL);
+    for (int i = 0; i < NUM_OPTIONS; i++) { /* the environment, which flags then override */
+        const char *env = env_of(&options[i]), *v = env ? getenv(env) : NULL;
+        if (v && *v) set_value(opt, &options[i], v, env);
+    }
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *inline_value = NULL;
         const OptSpec *o = NULL;
@@ -179,7 +207,7 @@ static void parse_args(Options *opt, int argc, char **argv) {
         }
         if (!o) die_usage("unknown flag '%s'%s", arg, "");
         if (o->type == OPT_FLAG) {
-            set_value(opt, o, "1");
+            set_value(opt, o, "1", NULL);
             continue;
         }
         const char *value = inline_value;
@@ -191,7 +219,7 @@ static void parse_args(Options *opt, int argc, char **argv) {
             }
             value = argv[++i];
         }
-        set_value(opt, o, value);
+        set_value(opt, o, value, NULL);
     }
 }
 
@@ -232,17 +260,33 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->sample_every < 0) bad("-s/--sample-every", "must be 0 or more");
     if (opt->gen_tokens < 1) bad("-G/--gen-tokens", "must be positive");
     if (opt->gpus < 1) bad("-g/--gpus", "must be positive");
+    if (opt->nodes < 1) bad("--nodes", "must be positive");
+    char why[160], host[256];
+    int port;
+    if (opt->node_rank < 0 || opt->node_rank >= opt->nodes) {
+        snprintf(why, sizeof why, "--node-rank %d is out of range for --nodes %d (0..%d)", opt->node_rank, opt->nodes,
+                 opt->nodes - 1);
+        die_usage("%s%s", why, "");
+    }
+    if ((long long)opt->gpus * opt->nodes > DIST_MAX_WORLD) bad("--nodes", "times -g/--gpus is above 1024 ranks");
+    if (opt->master[0] && dist_parse_master(opt->master, host, sizeof host, &port) != 0)
+        die_usage("--master expects HOST:PORT (node 0's address, a port 1..65535), got '%s'%s", opt->master, "");
+    if (opt->nodes > 1 && !opt->master[0]) {
+        snprintf(why, sizeof why, "--nodes %d needs --master HOST:PORT (node 0's address, the same on every node)",
+                 opt->nodes);
+        die_usage("%s%s", why, "");
+    }
     if (opt->zero != 0 && opt->zero != 1) bad("--zero", "must be 0 or 1");
     if (opt->overlap_comm != 0 && opt->overlap_comm != 1) bad("--overlap-comm", "must be 0 or 1");
     if (opt->bucket_mb < 0) bad("--bucket-mb", "must be 0 or more");
     if (strcmp(opt->output, "fused") && strcmp(opt->output, "canonical"))
         bad("--output", "must be fused or canonical");
     if (strcmp(opt->device, "cuda") && strcmp(opt->device, "cpu")) bad("--device", "must be cuda or cpu");
-    long long bt = (long long)opt->batch * opt->seq_len;
-    if (opt->total_batch == 0) opt->total_batch = (int)(bt * opt->gpus); /* no accumulation */
+    long long bt = (long long)opt->batch * opt->seq_len, ranks = (long long)opt->gpus * opt->nodes;
+    if (opt->total_batch == 0) opt->total_batch = (int)(bt * ranks); /* no accumulation */
     if (opt->total_batch < 0) bad("-d/--total-batch", "must be positive");
-    if (opt->total_batch % (bt * opt->gpus))
-        bad("-d/--total-batch", "must be a multiple of B*T*gpus (-b times -t times -g)");
+    if (opt->total_batch % (bt * ranks))
+        bad("-d/--total-batch", "must be a multiple of B*T*ranks (-b times -t times -g times --nodes)");
     if (!opt->out[0]) bad("-o/--out", "must name a directory");
     gpt_config_finish(cfg);
 }
@@ -341,7 +385,7 @@ int main(int argc, char **argv) {
     char err[FGPT_ERR_LEN];
 
     /* A worker started by `-g N` knows its rank from the environment; anything else is either the
-     * launcher (-g N > 1) or a world of one. */
+     * launcher of this node (-g N > 1 or --nodes M > 1) or a world of one. */
     Dist dist;
     if (dist_from_env(&dist, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
@@ -351,7 +395,7 @@ int main(int argc, char **argv) {
     const char *test_launcher = getenv("FUSEDGPT_TEST_LAUNCHER");
     if (test_launcher && strcmp(test_launcher, "1") == 0) {
         /* the launcher and rendezvous without GPUs (tests) */
-        if (!is_worker) return dist_launch(argc, argv, opt.gpus);
+        if (!is_worker) return dist_launch(argv, opt.gpus, opt.nodes, opt.node_rank, opt.master);
         return dist_selftest_worker(&dist);
     }
     if (strcmp(opt.device, "cuda") == 0) {
@@ -366,9 +410,11 @@ int main(int argc, char **argv) {
             fprintf(stderr, "error: -g/--gpus %d but this host has %d CUDA GPU(s)\n", opt.gpus, n);
             return 2;
         }
-        if (opt.gpus > 1 && !is_worker) return dist_launch(argc, argv, opt.gpus);
-        if (is_worker && dist.world != opt.gpus) {
-            fprintf(stderr, "error: worker of a %d-rank group started with -g %d\n", dist.world, opt.gpus);
+        if ((opt.gpus > 1 || opt.nodes > 1) && !is_worker)
+            return dist_launch(argv, opt.gpus, opt.nodes, opt.node_rank, opt.master);
+        if (is_worker && dist.world != opt.gpus * opt.nodes) {
+            fprintf(stderr, "error: worker of a %d-rank group started with -g %d --nodes %d\n", dist.world, opt.gpus,
+                    opt.nodes);
             return 2;
         }
         if (dist_nccl_init(&dist, err) != 0) {
@@ -376,8 +422,8 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    if ((opt.gpus != 1 || dist.world != 1) && strcmp(opt.device, "cpu") == 0) {
-        fprintf(stderr, "error: -g/--gpus (data parallel) applies to --device cuda only\n");
+    if ((opt.gpus != 1 || opt.nodes != 1 || dist.world != 1) && strcmp(opt.device, "cpu") == 0) {
+        fprintf(stderr, "error: -g/--gpus and --nodes (data parallel) apply to --device cuda only\n");
         return 2;
     }
     /* Rank 0 alone prints, logs, samples and checkpoints; the others keep stderr for errors. */
@@ -615,6 +661,7 @@ done:
     param_table_free(&table);
     if (tok) tokenizer_free(tok);
     dist_nccl_free(&dist);
+    if (status == 0) dist_finish(&dist); /* without it, node 0's launcher counts this rank as failed */
     return status;
 #undef FAIL
 }

@@ -23,6 +23,25 @@ typedef struct {
     double *d_scalar;
 } NcclState;
 
+/* The watchdog's hooks (model/dist_worker.c calls them from its own thread, which NCCL allows for
+ * these two calls): abort the communicator so that collectives waiting on a dead peer return, and
+ * report an error NCCL found in the background (a peer's connection closed, a timeout). */
+static void nccl_abort_hook(void *ctx) {
+    ncclCommAbort(((NcclState *)ctx)->comm);
+}
+
+static int nccl_async_error_hook(void *ctx, char *msg, size_t n) {
+    NcclState *s = (NcclState *)ctx;
+    ncclResult_t async = ncclSuccess, r = ncclCommGetAsyncError(s->comm, &async);
+    if (r != ncclSuccess) {
+        snprintf(msg, n, "ncclCommGetAsyncError: %s", ncclGetErrorString(r));
+        return 1;
+    }
+    if (async == ncclSuccess || async == ncclInProgress) return 0;
+    snprintf(msg, n, "%s (%s)", ncclGetErrorString(async), ncclGetLastError(s->comm));
+    return 1;
+}
+
 extern "C" int dist_nccl_init(Dist *d, char *err) {
     int devices = 0;
     CUDA_CHECK(cudaGetDeviceCount(&devices));
@@ -36,6 +55,9 @@ extern "C" int dist_nccl_init(Dist *d, char *err) {
     memset(&id, 0, sizeof id);
     if (d->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     if (dist_exchange_id(d, (unsigned char *)&id, err) != 0) return -1;
+    /* Watch from here on: a peer that dies inside ncclCommInitRank would otherwise block us in it
+     * (without hooks yet, the watchdog just exits). */
+    if (dist_watchdog_start(d, err) != 0) return -1;
     NcclState *s = (NcclState *)calloc(1, sizeof *s);
     if (!s) {
         snprintf(err, 512, "out of host memory");
@@ -44,12 +66,14 @@ extern "C" int dist_nccl_init(Dist *d, char *err) {
     NCCL_CHECK(ncclCommInitRank(&s->comm, d->world, id, d->rank));
     CUDA_CHECK(cudaMalloc((void **)&s->d_scalar, sizeof(double)));
     d->nccl = s;
+    dist_set_fault_hooks(d, nccl_abort_hook, nccl_async_error_hook, s);
     return 0;
 }
 
 extern "C" void dist_nccl_free(Dist *d) {
     NcclState *s = (NcclState *)d->nccl;
     if (!s) return;
+    dist_set_fault_hooks(d, NULL, NULL, NULL); /* the watchdog must not touch a destroyed communicator */
     CUDA_CHECK(cudaFree(s->d_scalar));
     NCCL_CHECK(ncclCommDestroy(s->comm));
     free(s);

@@ -4,7 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "data/shard.h"
 #include "tests/test.h"
@@ -46,6 +49,46 @@ int run_train(const char *args, char **output) {
     int st = pclose(p);
     *output = buf;
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int spawn_train(const char *args, const char *log_path) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "exec %s %s > '%s' 2>&1", test_train_binary(), args, log_path);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0); /* its own process group, so that a timeout can end all of it */
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid > 0 ? (int)pid : -1;
+}
+
+int wait_train(int pid, int seconds) {
+    int st;
+    for (int waited = 0; waited < seconds * 100; waited++) {
+        if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    kill(-pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+}
+
+char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 12, len = 0, k;
+    char *buf = malloc(cap);
+    while ((k = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += k;
+        if (len + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = 0;
+    fclose(f);
+    return buf;
 }
 
 int write_pattern_shard(const char *path, uint64_t n, uint32_t vocab, uint64_t seed) {

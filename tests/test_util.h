@@ -21,6 +21,15 @@ double max_abs(const float *x, size_t n);
  * (malloc'ed, caller frees). Returns the exit status (or -1 if it could not run). */
 int run_train(const char *args, char **output);
 
+/* Starts `<train binary> <args>` in the background, stdout+stderr into log_path; returns its pid, or
+ * -1. For tests that need several processes at once (two nodes of a run). */
+int spawn_train(const char *args, const char *log_path);
+/* Waits at most `seconds` for a process from spawn_train: its exit status, or -1 when it ran longer
+ * (it is then killed, with everything it started). */
+int wait_train(int pid, int seconds);
+/* A whole text file (malloc'ed, caller frees), or NULL. */
+char *read_text(const char *path);
+
 /* Writes a token shard of n tokens following a fixed learnable pattern over vocab tokens. */
 int write_pattern_shard(const char *path, uint64_t n, uint32_t vocab, uint64_t seed);
 
