@@ -9,6 +9,11 @@
  *   ./build/bench_output_layer --kernel K      the fused layer's tile kernel: 1 mma.sync, 2 wgmma 128x256
  *                                              (the default on Hopper), 3 wgmma 128x128, 4 TMA-fed wgmma
  *   ./build/bench_output_layer --l2-mb MB      H bytes the persistent kernels keep in L2 (tuning)
+ *   ./build/bench_output_layer --fb-only       time only the fused forward+backward (no yardstick GEMM, no
+ *                                              canonical, no forward alone): cheap repeated runs of a shape
+ *   ./build/bench_output_layer --reps R        R timed calls (after the 2 warm-ups) instead of 3..20
+ * The fused backward's chunk and window budgets come from FUSEDGPT_OUTL_DZ_MB, _CHUNK_ROWS, _DH_MB
+ * (kernels/output_fused.cu; dev/output_layer_sweep.sh sweeps them).
  *
  * Inputs: H ~ N(0,1), W ~ N(0, 0.02^2) bf16, uniform targets, mean loss, as in ../shared/anchors.md.
  * Times: CUDA events, 2 warm-up calls, median of 3..20 timed calls. TFLOP/s counts G = 2 N V d per
@@ -64,6 +69,7 @@ __global__ void fill_targets_kernel(int32_t *t, int64_t n, int64_t V, uint64_t s
 }
 
 static cudaEvent_t ev0, ev1;
+static int g_reps; /* --reps: fixed number of timed calls; 0: 3..20, about 1.5 s */
 
 /* median ms of fn() over reps, after 2 warm-up calls */
 template <typename F> static double time_ms(F fn) {
@@ -76,7 +82,7 @@ template <typename F> static double time_ms(F fn) {
     float first;
     CUDA_CHECK(cudaEventElapsedTime(&first, ev0, ev1));
     int reps = (int)ceil(1500.0 / (first > 0.01 ? first : 0.01));
-    reps = std::max(3, std::min(20, reps));
+    reps = g_reps > 0 ? g_reps : std::max(3, std::min(20, reps));
     std::vector<float> t(reps);
     for (int r = 0; r < reps; r++) {
         CUDA_CHECK(cudaEventRecord(ev0));
@@ -95,7 +101,7 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static Row bench_shape(Shape s, int with_canonical, cublasHandle_t cublas) {
+static Row bench_shape(Shape s, int with_canonical, int fb_only, cublasHandle_t cublas) {
     Row r = {};
     r.s = s;
     const int64_t N = s.N, V = s.V, Vp = (V + 127) / 128 * 128;
@@ -121,11 +127,11 @@ static Row bench_shape(Shape s, int with_canonical, cublasHandle_t cublas) {
     a.H = H, a.W = W, a.targets = tg, a.N = N, a.reduction = OUTPUT_REDUCE_MEAN, a.grad_scale = 1.0f;
     a.loss = loss, a.dH = dH, a.dW = dW;
 
-    r.gemm_ms = r.canon_fwd_ms = r.canon_fb_ms = NAN;
+    r.gemm_ms = r.canon_fwd_ms = r.canon_fb_ms = r.fused_fwd_ms = NAN;
     size_t free_b, total_b;
     const size_t logits_bytes = (size_t)N * Vp * 2, margin = (size_t)256 << 20;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    if (logits_bytes + margin < free_b) {
+    if (!fb_only && logits_bytes + margin < free_b) {
         /* yardstick: logits^T [V x N] (ld Vp) = (W stored d x V)^T (H stored d x N), bf16 out, fp32
          * accumulation, cuBLAS's own algorithm choice */
         __nv_bfloat16 *out;
@@ -139,7 +145,7 @@ static Row bench_shape(Shape s, int with_canonical, cublasHandle_t cublas) {
         CUDA_CHECK(cudaFree(out));
     }
     r.canon_mem = (double)output_layer_workspace_bytes(OUTPUT_LAYER_CANONICAL, N, V, d);
-    if (with_canonical && (size_t)r.canon_mem + margin < free_b) {
+    if (with_canonical && !fb_only && (size_t)r.canon_mem + margin < free_b) {
         OutputLayer *L = output_layer_create(OUTPUT_LAYER_CANONICAL, N, V, d);
         if (!L) exit(1);
         r.canon_fwd_ms = time_ms([&] {
@@ -155,9 +161,10 @@ static Row bench_shape(Shape s, int with_canonical, cublasHandle_t cublas) {
     OutputLayer *F = output_layer_create(OUTPUT_LAYER_FUSED, N, V, d);
     if (!F) exit(1);
     r.fused_mem = (double)output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, N, V, d);
-    r.fused_fwd_ms = time_ms([&] {
-        if (output_layer_forward(F, &a, 0)) exit(1);
-    });
+    if (!fb_only)
+        r.fused_fwd_ms = time_ms([&] {
+            if (output_layer_forward(F, &a, 0)) exit(1);
+        });
     r.fused_fb_ms = time_ms([&] {
         if (output_layer_forward_backward(F, &a, 0)) exit(1);
     });
@@ -194,11 +201,13 @@ static const char *HEADER =
 
 int main(int argc, char **argv) {
     double max_s = 1e30;
-    int with_canonical = 1;
+    int with_canonical = 1, fb_only = 0;
     std::vector<Shape> shapes;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--max-seconds") && i + 1 < argc) max_s = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-canonical")) with_canonical = 0;
+        else if (!strcmp(argv[i], "--fb-only")) fb_only = 1;
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc) output_layer_select_tile_kernel(atoi(argv[++i]));
         else if (!strcmp(argv[i], "--l2-mb") && i + 1 < argc) output_layer_set_l2_budget((size_t)(atof(argv[++i]) * 1048576));
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
@@ -211,7 +220,8 @@ int main(int argc, char **argv) {
             s.N = n, s.V = v;
             shapes.push_back(s);
         } else {
-            fprintf(stderr, "usage: %s [--max-seconds S] [--no-canonical] [--kernel K] [--l2-mb MB] [--shape d,N,V]...\n", argv[0]);
+            fprintf(stderr, "usage: %s [--max-seconds S] [--no-canonical] [--fb-only] [--reps R] [--kernel K] [--l2-mb MB] "
+                            "[--shape d,N,V]...\n", argv[0]);
             return 2;
         }
     }
@@ -241,7 +251,7 @@ int main(int argc, char **argv) {
             printf("(stopped: --max-seconds %.0f reached; %zu shapes not run)\n", max_s, shapes.size() - rows.size());
             break;
         }
-        rows.push_back(bench_shape(s, with_canonical, cublas));
+        rows.push_back(bench_shape(s, with_canonical, fb_only, cublas));
         print_row(&rows.back());
     }
     printf("csv,d,N,V,gemm_ms,canonical_fwd_ms,canonical_fwdbwd_ms,fused_fwd_ms,fused_fwdbwd_ms,canonical_tflops_3G,"

@@ -1,13 +1,22 @@
-"""dev/bench_output_layer_torch.py - PyTorch torch.compile reference timings for the output layer,
-run on the device in the same call as dev/bench_output_layer so that the ratios are same-run.
+"""dev/bench_output_layer_torch.py - PyTorch reference timings (torch.compile and eager) for the
+output layer, run on the device in the same call as dev/bench_output_layer so that the ratios are
+same-run.
 
-    python3 dev/bench_output_layer_torch.py [d,N,V ...]
+    python3 dev/bench_output_layer_torch.py [--no-fwd] [--no-eager] [--reps R] [d,N,V ...]
 
 Same inputs and method as the C benchmark and ../shared/anchors.md: H ~ N(0,1), W ~ N(0, 0.02^2)
 bf16, uniform targets, mean loss; logits = nn.Linear-style H W^T in bf16, F.cross_entropy on the
-fp32 upcast, gradients for H and W. CUDA events, warm-up, median. Extra memory = peak allocated
-during the call beyond the inputs (dH and dW included, as in anchors.md). Development only: PyTorch
-is never a dependency of the product."""
+fp32 upcast, gradients for H and W. torch.compile with static shapes (dynamic=False: one graph per
+shape, as a training run with a fixed shape gets). CUDA events, 3 warm-up calls (the first compiles),
+median of R timed calls. Extra memory = peak allocated during the call beyond the inputs (dH and dW
+included, as in anchors.md). Eager fwd+bwd is "OOM" where it does not fit. Needs no network.
+Development only: PyTorch is never a dependency of the product.
+
+Prints one line per shape and CSV lines:
+    csv_torch,d,N,V,compile_fwd_ms,compile_fwdbwd_ms,compile_extra_GB,eager_fwdbwd_ms,eager_extra_GB
+(nan where not measured or out of memory)."""
+import gc
+import math
 import statistics
 import sys
 
@@ -19,7 +28,11 @@ def loss_fn(h, w, t):
     return F.cross_entropy(F.linear(h, w).float(), t)
 
 
-compiled = torch.compile(loss_fn)
+# one static graph per shape and mode; allow enough of them for every shape of one run
+for name in ("recompile_limit", "cache_size_limit"):
+    if hasattr(torch._dynamo.config, name):
+        setattr(torch._dynamo.config, name, 64)
+compiled = torch.compile(loss_fn, dynamic=False)
 
 
 def median_ms(fn, reps):
@@ -36,7 +49,19 @@ def median_ms(fn, reps):
     return statistics.median(times)
 
 
-def bench(d, n, v):
+def measure(fn, reps):
+    """(median ms, extra GB beyond what was allocated before), or (nan, nan) when out of memory"""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    try:
+        ms = median_ms(fn, reps)
+    except torch.cuda.OutOfMemoryError:
+        return math.nan, math.nan
+    return ms, (torch.cuda.max_memory_allocated() - base) / 1e9
+
+
+def bench(d, n, v, fwd_too, eager_too, reps):
     g = torch.Generator(device="cuda").manual_seed(0)
     h = torch.randn(n, d, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
     w = (torch.randn(v, d, device="cuda", dtype=torch.bfloat16, generator=g) * 0.02).requires_grad_()
@@ -46,28 +71,54 @@ def bench(d, n, v):
         with torch.no_grad():
             compiled(h, w, t)
 
-    def fwd_bwd():
-        h.grad = None
-        w.grad = None
-        compiled(h, w, t).backward()
+    def fwd_bwd(f):
+        def run():
+            h.grad = None
+            w.grad = None
+            f(h, w, t).backward()
+
+        return run
 
     gemm_g = 2.0 * n * v * d
-    fwd_ms = median_ms(fwd, 10)
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    fb_ms = median_ms(fwd_bwd, 10)
-    extra_gb = (torch.cuda.max_memory_allocated() - base) / 1e9
-    print(f"torch {d:5d} {n:6d} {v:7d} | compile fwd {fwd_ms:8.2f} ms ({gemm_g / fwd_ms / 1e9:5.0f} TF) | "
-          f"fwd+bwd {fb_ms:8.2f} ms ({3 * gemm_g / fb_ms / 1e9:5.0f} TF at 3G) | extra {extra_gb:6.2f} GB",
-          flush=True)
-    print(f"csv_torch,{d},{n},{v},{fwd_ms:.3f},{fb_ms:.3f},{extra_gb:.3f}", flush=True)
+    fwd_ms = measure(fwd, reps)[0] if fwd_too else math.nan
+    fb_ms, fb_gb = measure(fwd_bwd(compiled), reps)
+    h.grad = w.grad = None
+    eager_ms, eager_gb = math.nan, math.nan
+    if eager_too:
+        eager_ms, eager_gb = measure(fwd_bwd(loss_fn), reps)
+        h.grad = w.grad = None
+        gc.collect()
+        torch.cuda.empty_cache()
+
+    def ms(x):
+        return "     OOM" if math.isnan(x) else f"{x:8.2f}"
+
+    print(f"torch {d:5d} {n:6d} {v:7d} | compile fwd {ms(fwd_ms)} ms | compile fwd+bwd {ms(fb_ms)} ms "
+          f"({3 * gemm_g / fb_ms / 1e9 if fb_ms == fb_ms else 0:5.0f} TF at 3G), extra {fb_gb:6.2f} GB | "
+          f"eager fwd+bwd {ms(eager_ms)} ms, extra {eager_gb:6.2f} GB", flush=True)
+    print(f"csv_torch,{d},{n},{v},{fwd_ms:.3f},{fb_ms:.3f},{fb_gb:.3f},{eager_ms:.3f},{eager_gb:.3f}", flush=True)
     del h, w, t
+    gc.collect()
     torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
-    shapes = sys.argv[1:] or ["768,16384,50304", "768,65536,262144", "4096,16384,262144"]
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    fwd_too, eager_too, reps, shapes = True, True, 10, []
+    args = iter(sys.argv[1:])
+    for a in args:
+        if a == "--no-fwd":
+            fwd_too = False
+        elif a == "--no-eager":
+            eager_too = False
+        elif a == "--reps":
+            reps = int(next(args))
+        elif not a.startswith("--") and a.count(",") == 2:
+            shapes.append(a)
+        else:
+            sys.exit(f"usage: {sys.argv[0]} [--no-fwd] [--no-eager] [--reps R] [d,N,V ...]  (got {a!r})")
+    shapes = shapes or ["768,16384,50304", "768,65536,262144", "4096,16384,262144"]
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
+    print("csv_torch,d,N,V,compile_fwd_ms,compile_fwdbwd_ms,compile_extra_GB,eager_fwdbwd_ms,eager_extra_GB",
+          flush=True)
     for s in shapes:
-        bench(*map(int, s.split(",")))
+        bench(*map(int, s.split(",")), fwd_too, eager_too, reps)

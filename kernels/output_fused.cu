@@ -34,10 +34,13 @@
  * is summed in a fixed order (windows in order, chunks in order, fixed GEMM algorithms):
  * deterministic, no atomics. dH_chunk is rounded to bf16 once, after its last window.
  * Workspace: Nc x w x 2 B (<= 64 MiB) + Nc x d x 4 B (<= 32 MiB) + per-window statistics
- * (windows x N floats, windows <= about 20): independent of V. */
+ * (windows x N floats, windows <= about 20): independent of V. The first two are default budgets;
+ * FUSEDGPT_OUTL_DZ_MB, _CHUNK_ROWS and _DH_MB override them for tuning (see outl_fused_sizes). */
 #include <cuda.h> /* CUtensorMap (the driver entry point is fetched through the runtime) */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "kernels/cuda_check.h"
 #include "kernels/output_layer_internal.h"
@@ -52,6 +55,7 @@ typedef __nv_bfloat16 bf16;
 #define SMEM_BYTES (STAGES * (BM + BN) * BK * (int)sizeof(bf16)) /* 96 KiB: two CTAs per SM */
 #define L2E 1.4426950408889634f
 
+/* Backward workspace defaults (not swept; FUSEDGPT_OUTL_* below override them for tuning) */
 #define DZ_BUDGET_ELEMS ((int64_t)32 << 20)  /* dZ window workspace: 64 MiB of bf16 */
 #define DH_BUDGET_ELEMS ((int64_t)8 << 20)   /* fp32 dH chunk: 32 MiB */
 #define MAX_CHUNK_ROWS 4096
@@ -892,20 +896,67 @@ static int64_t forward_tiles_per_cta(int64_t N, int64_t V, int d, int slots, int
     return best_tpc;
 }
 
+/* Backward workspace budgets, from the environment for tuning (dev/output_layer_sweep.sh), read
+ * once per process so that workspace_bytes and create always agree:
+ *   FUSEDGPT_OUTL_DZ_MB       dZ window budget in MiB (default 64): window columns = budget / rows
+ *                             (2 B each), rounded down to 256 and capped at MAX_WINDOW_COLS
+ *   FUSEDGPT_OUTL_CHUNK_ROWS  most rows per chunk, a multiple of 128 (default 4096); also lifts the
+ *                             dH budget to exactly that many rows (dh_acc = rows x d x 4 B) unless
+ *   FUSEDGPT_OUTL_DH_MB       fp32 dH chunk budget in MiB (default 32) is set too (rows = the smaller)
+ * An invalid value is a one-line error (exit 1), never silently the default. */
+typedef struct {
+    int64_t dz_elems, dh_elems, max_rows; /* dh_elems 0: max_rows x d when rows_set, else the default */
+    int rows_set, overridden;
+} Budgets;
+
+static int64_t env_int(const char *name, int64_t lo, int64_t hi, int64_t multiple, int64_t dflt, int *set) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    errno = 0;
+    const long long x = strtoll(v, &end, 10);
+    if (errno || *end || x < lo || x > hi || x % multiple) {
+        fprintf(stderr, "error: output layer: %s=%s is not an integer in [%lld, %lld]%s\n", name, v, (long long)lo,
+                (long long)hi, multiple > 1 ? ", multiple of 128" : "");
+        exit(1);
+    }
+    *set = 1;
+    return x;
+}
+
+static const Budgets *budgets(void) {
+    static Budgets b;
+    static int done; /* any thread that races here computes the same values */
+    if (!done) {
+        int dz = 0, rows = 0, dh = 0;
+        b.dz_elems = env_int("FUSEDGPT_OUTL_DZ_MB", 1, 16384, 1, DZ_BUDGET_ELEMS >> 19, &dz) << 19;
+        b.max_rows = env_int("FUSEDGPT_OUTL_CHUNK_ROWS", BM, (int64_t)1 << 22, BM, MAX_CHUNK_ROWS, &rows);
+        b.dh_elems = env_int("FUSEDGPT_OUTL_DH_MB", 1, 65536, 1, 0, &dh) << 18;
+        b.rows_set = rows;
+        b.overridden = dz || rows || dh;
+        done = 1;
+    }
+    return &b;
+}
+
+int outl_fused_sizes_overridden(void) { return budgets()->overridden; }
+
 OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots) {
     OutlFusedSizes s;
+    const Budgets *b = budgets();
     const int64_t rb = cdiv(max_N, BM);
     /* windows x rows <= (2 slots / rb + 1 + 8 + L2 term) x rb x 128 for every N <= max_N */
     const int64_t l2min = cdiv((int64_t)slots * BM * d * 2, L2_H_BUDGET);
     s.stats_elems = (int64_t)BM * (2 * (int64_t)slots + rb * (10 + l2min));
-    int64_t rows = DH_BUDGET_ELEMS / d;
-    if (rows > MAX_CHUNK_ROWS) rows = MAX_CHUNK_ROWS;
+    const int64_t dh_elems = b->dh_elems ? b->dh_elems : b->rows_set ? b->max_rows * d : DH_BUDGET_ELEMS;
+    int64_t rows = dh_elems / d;
+    if (rows > b->max_rows) rows = b->max_rows;
     rows = rows / BM * BM;
     if (rows < BM) rows = BM;
     if (rows > rup(max_N, BM)) rows = rup(max_N, BM);
     s.chunk_rows = rows;
     /* windows are whole tiles of either kernel (256 columns) */
-    int64_t cols = DZ_BUDGET_ELEMS / rows;
+    int64_t cols = b->dz_elems / rows;
     if (cols > MAX_WINDOW_COLS) cols = MAX_WINDOW_COLS;
     cols = cols / WBN * WBN;
     if (cols < WBN) cols = WBN;
@@ -1037,6 +1088,10 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
                 const int64_t nrb = cdiv(nr, BM), nt = cdiv(nc, k->bn), slots = (int64_t)L->sms * k->slots_per_sm;
                 int64_t P = g_l2_budget / (BM * d * 2);
                 P = P < 1 ? 1 : P > nrb ? nrb : P;
+                /* equal passes over the row blocks: a chunk of more row blocks than fit (only with
+                 * FUSEDGPT_OUTL_CHUNK_ROWS; the default budgets give nrb <= P) would otherwise run
+                 * e.g. 128 blocks as 85 + 43 with G = 1: 85 CTAs, half of them idle half the time */
+                P = cdiv(nrb, cdiv(nrb, P));
                 int64_t G = slots / P;
                 G = G < 1 ? 1 : G > nt ? nt : G;
                 const int64_t tpc = cdiv(nt, G);

@@ -221,6 +221,11 @@ OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V,
     L->sms = device_sms();
     L->fused_slots = L->sms * outl_fused_slots_per_sm();
     Sizes s = layer_sizes(kind, max_N, V, d, L->fused_slots, &L->fs);
+    if (kind == OUTPUT_LAYER_FUSED && outl_fused_sizes_overridden())
+        /* a tuning run: say which chunk x window structure the environment gave */
+        fprintf(stderr, "output layer: FUSEDGPT_OUTL_* set: backward chunks <= %lld rows x windows <= %lld columns "
+                "(dZ %.1f MiB, dH %.1f MiB) at d=%d max_N=%lld V=%lld\n", (long long)L->fs.chunk_rows,
+                (long long)L->fs.window_cols, s.dz / 1048576.0, s.dh_acc / 1048576.0, d, (long long)max_N, (long long)V);
     CUBLAS_CHECK(cublasLtCreate(&L->lt));
     L->lt_ws = dev_alloc(OUTL_LT_WORKSPACE);
     L->lse = (float *)dev_alloc(s.lse);

@@ -81,6 +81,8 @@ void outl_reduce_loss(const float *row_loss, int64_t N, const float *scalars, fl
 /* output_fused.cu */
 int outl_fused_slots_per_sm(void);
 OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots);
+/* 1 when FUSEDGPT_OUTL_DZ_MB, _CHUNK_ROWS or _DH_MB set the backward's budgets (tuning) */
+int outl_fused_sizes_overridden(void);
 void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
 void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream);
 
