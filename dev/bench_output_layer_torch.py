@@ -2,7 +2,7 @@
 output layer, run on the device in the same call as dev/bench_output_layer so that the ratios are
 same-run.
 
-    python3 dev/bench_output_layer_torch.py [--no-fwd] [--no-eager] [--reps R] [d,N,V ...]
+    python3 dev/bench_output_layer_torch.py [--no-fwd] [--no-eager] [--peers] [--reps R] [d,N,V ...]
 
 Same inputs and method as the C benchmark and ../shared/anchors.md: H ~ N(0,1), W ~ N(0, 0.02^2)
 bf16, uniform targets, mean loss; logits = nn.Linear-style H W^T in bf16, F.cross_entropy on the
@@ -14,7 +14,13 @@ Development only: PyTorch is never a dependency of the product.
 
 Prints one line per shape and CSV lines:
     csv_torch,d,N,V,compile_fwd_ms,compile_fwdbwd_ms,compile_extra_GB,eager_fwdbwd_ms,eager_extra_GB
-(nan where not measured or out of memory)."""
+(nan where not measured or out of memory).
+
+--peers also times the two fused peers of anchors.md when their packages import (they are not in
+the device image: carry them as wheels, see dev/output_layer_sweep.sh): Liger-Kernel's
+liger_fused_linear_cross_entropy (its defaults) and Apple's Cut Cross-Entropy with filter_eps=None
+(dense: no gradient block skipped, the fair figure for pretraining). One line per shape:
+    csv_peer,d,N,V,liger_fwdbwd_ms,liger_extra_GB,cce_fwdbwd_ms,cce_extra_GB"""
 import gc
 import math
 import statistics
@@ -61,7 +67,25 @@ def measure(fn, reps):
     return ms, (torch.cuda.max_memory_allocated() - base) / 1e9
 
 
-def bench(d, n, v, fwd_too, eager_too, reps):
+def peer_losses():
+    """{name: loss_fn(h, w, t)} for the peers that import"""
+    found = {}
+    try:
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+        found["liger"] = lambda h, w, t: liger_fused_linear_cross_entropy(h, w, t)
+    except Exception as e:  # a missing or broken package: say so, measure the rest
+        print(f"peer liger unavailable: {e!r}", flush=True)
+    try:
+        from cut_cross_entropy import linear_cross_entropy
+
+        found["cce"] = lambda h, w, t: linear_cross_entropy(h, w, t, filter_eps=None, impl="cce")
+    except Exception as e:
+        print(f"peer cce unavailable: {e!r}", flush=True)
+    return found
+
+
+def bench(d, n, v, fwd_too, eager_too, reps, peers):
     g = torch.Generator(device="cuda").manual_seed(0)
     h = torch.randn(n, d, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
     w = (torch.randn(v, d, device="cuda", dtype=torch.bfloat16, generator=g) * 0.02).requires_grad_()
@@ -93,6 +117,18 @@ def bench(d, n, v, fwd_too, eager_too, reps):
     def ms(x):
         return "     OOM" if math.isnan(x) else f"{x:8.2f}"
 
+    if peers:
+        got = {}
+        for name in ("liger", "cce"):
+            got[name] = measure(fwd_bwd(peers[name]), max(3, reps // 2)) if name in peers else (math.nan, math.nan)
+            h.grad = w.grad = None
+            gc.collect()
+            torch.cuda.empty_cache()
+        print(f"peers {d:5d} {n:6d} {v:7d} | liger fwd+bwd {ms(got['liger'][0])} ms, extra {got['liger'][1]:6.2f} GB"
+              f" | cce dense fwd+bwd {ms(got['cce'][0])} ms, extra {got['cce'][1]:6.2f} GB", flush=True)
+        print(f"csv_peer,{d},{n},{v},{got['liger'][0]:.3f},{got['liger'][1]:.3f},{got['cce'][0]:.3f},"
+              f"{got['cce'][1]:.3f}", flush=True)
+
     print(f"torch {d:5d} {n:6d} {v:7d} | compile fwd {ms(fwd_ms)} ms | compile fwd+bwd {ms(fb_ms)} ms "
           f"({3 * gemm_g / fb_ms / 1e9 if fb_ms == fb_ms else 0:5.0f} TF at 3G), extra {fb_gb:6.2f} GB | "
           f"eager fwd+bwd {ms(eager_ms)} ms, extra {eager_gb:6.2f} GB", flush=True)
@@ -103,22 +139,24 @@ def bench(d, n, v, fwd_too, eager_too, reps):
 
 
 if __name__ == "__main__":
-    fwd_too, eager_too, reps, shapes = True, True, 10, []
+    fwd_too, eager_too, reps, shapes, peers = True, True, 10, [], {}
     args = iter(sys.argv[1:])
     for a in args:
         if a == "--no-fwd":
             fwd_too = False
         elif a == "--no-eager":
             eager_too = False
+        elif a == "--peers":
+            peers = peer_losses()
         elif a == "--reps":
             reps = int(next(args))
         elif not a.startswith("--") and a.count(",") == 2:
             shapes.append(a)
         else:
-            sys.exit(f"usage: {sys.argv[0]} [--no-fwd] [--no-eager] [--reps R] [d,N,V ...]  (got {a!r})")
+            sys.exit(f"usage: {sys.argv[0]} [--no-fwd] [--no-eager] [--peers] [--reps R] [d,N,V ...]  (got {a!r})")
     shapes = shapes or ["768,16384,50304", "768,65536,262144", "4096,16384,262144"]
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
     print("csv_torch,d,N,V,compile_fwd_ms,compile_fwdbwd_ms,compile_extra_GB,eager_fwdbwd_ms,eager_extra_GB",
           flush=True)
     for s in shapes:
-        bench(*map(int, s.split(",")), fwd_too, eager_too, reps)
+        bench(*map(int, s.split(",")), fwd_too, eager_too, reps, peers)

@@ -16,7 +16,16 @@ mkdir -p "$OUT"
 T0=$SECONDS
 say() { echo "[$((SECONDS - T0)) s] $*"; }
 SWEEP_DEADLINE=${SWEEP_DEADLINE:-200}
-TORCH_TIMEOUT=${TORCH_TIMEOUT:-135}
+TORCH_TIMEOUT=${TORCH_TIMEOUT:-200}
+# Liger-Kernel and Cut Cross-Entropy are not in the device image: when their wheels were fetched
+# here into .whl/ (pip download --no-deps liger-kernel cut-cross-entropy, see the device README)
+# and carried, they are installed for the PyTorch step, which then times them too (--peers).
+PEERS=()
+if ls .whl/*.whl >/dev/null 2>&1 &&
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    PEERS=(--peers)
+fi
 SHAPES=(768,65536,262144 768,16384,262144 4096,16384,262144)
 # (dZ MiB : chunk rows), most informative first in case the deadline cuts the list. Window columns
 # = dZ / (rows x 2 B): at rows 4096, 8 MiB -> 1024 columns, 16 -> 2048, 32 -> 4096, 44 -> 5632 (6 x 22
@@ -96,10 +105,11 @@ nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheade
 
 # ---- PyTorch in the same run (static-shape torch.compile and eager, fwd+bwd; the headline shape
 # first, each line printed as it finishes so that a timeout keeps the earlier ones) ----
-say "torch: python3 dev/bench_output_layer_torch.py --no-fwd ${SHAPES[*]}"
-timeout -k 10 "$TORCH_TIMEOUT" python3 dev/bench_output_layer_torch.py --no-fwd "${SHAPES[@]}" >"$OUT/torch.log" 2>&1
+say "torch: python3 dev/bench_output_layer_torch.py --no-fwd ${PEERS[*]} ${SHAPES[*]}"
+timeout -k 10 "$TORCH_TIMEOUT" python3 dev/bench_output_layer_torch.py --no-fwd "${PEERS[@]}" "${SHAPES[@]}" \
+    >"$OUT/torch.log" 2>&1
 echo "(torch rc $?)"
-grep -E "^torch|Error" "$OUT/torch.log" | head -8
+grep -E "^torch|^peer|Error" "$OUT/torch.log" | head -12
 
 # ---- table ----
 python3 - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
