@@ -512,7 +512,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
         return NULL;
     }
     CUDA_CHECK(cudaStreamCreate(&cb->stream));
-    cb->sync = grad_sync_create(table, dist, zero1, overlap, dp->bucket_bytes / sizeof(float), B, T, err);
+    cb->sync = grad_sync_create(table, dist, zero1, overlap, dist ? dp->bucket_bytes / sizeof(float) : 0, B, T, err);
     if (!cb->sync && err[0]) {
         cuda_destroy(&cb->base);
         return NULL;

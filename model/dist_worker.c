@@ -57,9 +57,13 @@ static struct {
 } wd = {.fd = -1, .wake = {-1, -1}, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Ends this process after a fault elsewhere: abort the communicator so that nothing waits on the
- * dead peer, but never longer than 10 s (SIGALRM's default action ends us if ncclCommAbort sticks). */
+ * dead peer, but never longer than 10 s (SIGALRM's default action ends us if ncclCommAbort sticks).
+ * The reason is already printed; stderr then goes to /dev/null, because the abort makes the main
+ * thread's next CUDA call fail ("illegal memory access") and its message would bury the reason. */
 _Noreturn static void stop_this_rank(void) {
     fflush(stderr);
+    int null_fd = open("/dev/null", O_WRONLY);
+    if (null_fd >= 0) dup2(null_fd, STDERR_FILENO);
     alarm(10);
     pthread_mutex_lock(&wd.lock);
     if (wd.abort_hook) wd.abort_hook(wd.ctx);
