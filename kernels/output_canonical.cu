@@ -119,7 +119,7 @@ void outl_canonical_forward(OutputLayer *L, const OutputLayerArgs *a, float *row
     /* column-major view: logits^T [V x N] (ld Vp) = (W stored d x V)^T . (H stored d x N) */
     const float *s = L->scalars;
     outl_gemm(L, CUBLAS_OP_T, CUBLAS_OP_N, V, N, d, a->W, d, a->H, d, L->logits, CUDA_R_16BF, Vp, s + OUTL_ONE,
-              s + OUTL_ZERO, L->lt_ws, stream);
+              s + OUTL_ZERO, stream);
     canonical_loss_kernel<<<(unsigned)N, LOSS_THREADS, 0, stream>>>(L->logits, Vp, V, a->targets, L->scalars,
                                                                      row_loss, L->lse, a->row_lse, write_dlogits);
     CUDA_CHECK(cudaGetLastError());
@@ -130,8 +130,8 @@ void outl_canonical_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStrea
     /* dH^T [d x N] = (W stored d x V) . (dlogits stored V x N, ld Vp)       (=, bf16 out) */
     const float *s = L->scalars;
     outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, N, V, a->W, d, L->logits, Vp, a->dH, CUDA_R_16BF, d, s + OUTL_SCALE,
-              s + OUTL_ZERO, L->lt_ws, stream);
+              s + OUTL_ZERO, stream);
     /* dW^T [d x V] += (H stored d x N) . (dlogits stored V x N)^T           (+=, fp32) */
     outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, N, a->H, d, L->logits, Vp, a->dW, CUDA_R_32F, d, s + OUTL_SCALE,
-              s + OUTL_ONE, L->lt_ws, stream);
+              s + OUTL_ONE, stream);
 }

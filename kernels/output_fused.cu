@@ -33,14 +33,9 @@
  * scale dZ^T . H_chunk, the gradient scale as the GEMMs' fp32 alpha. Every element of dW and dH
  * is summed in a fixed order (windows in order, chunks in order, fixed GEMM algorithms):
  * deterministic, no atomics. dH_chunk is rounded to bf16 once, after its last window.
- * The two GEMMs of a window are thin (d = 768 rows of output: ~100-200 tiles for 132 SMs), so they
- * run on two side streams beside each other, and with two dZ buffers beside the next window's
- * recompute on the caller's stream; events order them, and each output is still summed on one
- * stream in the same order, so the result does not depend on the overlap.
- * Workspace: 2 x Nc x w x 2 B (<= 2 x 64 MiB) + Nc x d x 4 B (<= 32 MiB) + a second cuBLASLt
- * scratch (32 MiB) + per-window statistics (windows x N floats, windows <= about 20): independent
- * of V. The first two are default budgets; FUSEDGPT_OUTL_DZ_MB, _CHUNK_ROWS, _DH_MB and
- * _DZ_BUFFERS override them for tuning (see outl_fused_sizes). */
+ * Workspace: Nc x w x 2 B (<= 64 MiB) + Nc x d x 4 B (<= 32 MiB) + per-window statistics
+ * (windows x N floats, windows <= about 20): independent of V. The first two are default budgets;
+ * FUSEDGPT_OUTL_DZ_MB, _CHUNK_ROWS and _DH_MB override them for tuning (see outl_fused_sizes). */
 #include <cuda.h> /* CUtensorMap (the driver entry point is fetched through the runtime) */
 #include <errno.h>
 #include <math.h>
@@ -908,12 +903,10 @@ static int64_t forward_tiles_per_cta(int64_t N, int64_t V, int d, int slots, int
  *   FUSEDGPT_OUTL_CHUNK_ROWS  most rows per chunk, a multiple of 128 (default 4096); also lifts the
  *                             dH budget to exactly that many rows (dh_acc = rows x d x 4 B) unless
  *   FUSEDGPT_OUTL_DH_MB       fp32 dH chunk budget in MiB (default 32) is set too (rows = the smaller)
- *   FUSEDGPT_OUTL_DZ_BUFFERS  dZ windows in flight, 1 or 2 (default 2; each gets the dZ budget): with
- *                             2 the next window's recompute runs beside this window's GEMMs
  * An invalid value is a one-line error (exit 1), never silently the default. */
 typedef struct {
     int64_t dz_elems, dh_elems, max_rows; /* dh_elems 0: max_rows x d when rows_set, else the default */
-    int dz_buffers, rows_set, overridden;
+    int rows_set, overridden;
 } Budgets;
 
 static int64_t env_int(const char *name, int64_t lo, int64_t hi, int64_t multiple, int64_t dflt, int *set) {
@@ -935,13 +928,12 @@ static const Budgets *budgets(void) {
     static Budgets b;
     static int done; /* any thread that races here computes the same values */
     if (!done) {
-        int dz = 0, rows = 0, dh = 0, bufs = 0;
+        int dz = 0, rows = 0, dh = 0;
         b.dz_elems = env_int("FUSEDGPT_OUTL_DZ_MB", 1, 16384, 1, DZ_BUDGET_ELEMS >> 19, &dz) << 19;
         b.max_rows = env_int("FUSEDGPT_OUTL_CHUNK_ROWS", BM, (int64_t)1 << 22, BM, MAX_CHUNK_ROWS, &rows);
         b.dh_elems = env_int("FUSEDGPT_OUTL_DH_MB", 1, 65536, 1, 0, &dh) << 18;
-        b.dz_buffers = (int)env_int("FUSEDGPT_OUTL_DZ_BUFFERS", 1, 2, 1, 2, &bufs);
         b.rows_set = rows;
-        b.overridden = dz || rows || dh || bufs;
+        b.overridden = dz || rows || dh;
         done = 1;
     }
     return &b;
@@ -970,7 +962,6 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots) {
     if (cols < WBN) cols = WBN;
     if (cols > rup(V, WBN)) cols = rup(V, WBN);
     s.window_cols = cols;
-    s.dz_buffers = b->dz_buffers;
     return s;
 }
 
@@ -1081,28 +1072,15 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
     const float *sc = L->scalars;
     CUtensorMap tm_h, tm_w;
     if (k->dz_tma) tm_h = tensor_map(H, N, (int)d, WBM), tm_w = tensor_map(W, V, (int)d, 256);
-    /* fork: the side streams see everything queued so far (the forward's lse, the scalars, dW) */
-    cudaStream_t sh = L->side[0], sw = L->side[1];
-    CUDA_CHECK(cudaEventRecord(L->ev_fork, stream));
-    CUDA_CHECK(cudaStreamWaitEvent(sh, L->ev_fork, 0));
-    CUDA_CHECK(cudaStreamWaitEvent(sw, L->ev_fork, 0));
-    const int nbuf = L->fs.dz_buffers;
-    int64_t step = 0;
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t nr = min(rows, N - r0);
-        for (int64_t c0 = 0; c0 < V; c0 += cols, step++) {
+        for (int64_t c0 = 0; c0 < V; c0 += cols) {
             const int64_t nc = min(cols, V - c0);
-            const int b = (int)(step % nbuf);
-            bf16 *dz = L->dz[b];
-            if (step >= nbuf) { /* both GEMMs of the window that last used this buffer have read it */
-                CUDA_CHECK(cudaStreamWaitEvent(stream, L->ev_read[b][0], 0));
-                CUDA_CHECK(cudaStreamWaitEvent(stream, L->ev_read[b][1], 0));
-            }
             TileArgs t = {};
             t.H = H, t.W = W, t.targets = a->targets;
             t.row_begin = r0, t.row_end = r0 + nr, t.col_begin = c0, t.col_end = c0 + nc;
             t.tiles_per_cta = 1, t.d = (int)d;
-            t.lse = L->lse, t.dz = dz, t.ldz = cols;
+            t.lse = L->lse, t.dz = L->dz, t.ldz = cols;
             dim3 grid((unsigned)cdiv(nr, BM), (unsigned)cdiv(nc, k->bn));
             if (k->persistent) {
                 /* P row blocks at a time (their H blocks stay in L2), the window's tiles split
@@ -1125,26 +1103,15 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
             else
                 k->dz<<<grid, k->threads, k->smem, stream>>>(t);
             CUDA_CHECK(cudaGetLastError());
-            CUDA_CHECK(cudaEventRecord(L->ev_dz[b], stream));
-            /* dH_chunk^T [d x nr] (=/+=) (W_window stored d x nc) . (dZ stored nc x nr, ld cols), on side 0 */
-            CUDA_CHECK(cudaStreamWaitEvent(sh, L->ev_dz[b], 0));
-            outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, nc, W + c0 * d, d, dz, cols, L->dh_acc, CUDA_R_32F, d,
-                      sc + OUTL_SCALE, sc + (c0 == 0 ? OUTL_ZERO : OUTL_ONE), L->lt_ws, sh);
-            CUDA_CHECK(cudaEventRecord(L->ev_read[b][0], sh));
-            /* dW_window^T [d x nc] += (H_chunk stored d x nr) . (dZ stored nc x nr)^T, on side 1 */
-            CUDA_CHECK(cudaStreamWaitEvent(sw, L->ev_dz[b], 0));
-            outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, nc, nr, H + r0 * d, d, dz, cols, a->dW + c0 * d, CUDA_R_32F,
-                      d, sc + OUTL_SCALE, sc + OUTL_ONE, L->lt_ws_side, sw);
-            CUDA_CHECK(cudaEventRecord(L->ev_read[b][1], sw));
+            /* dH_chunk^T [d x nr] (=/+=) (W_window stored d x nc) . (dZ stored nc x nr, ld cols) */
+            outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, nc, W + c0 * d, d, L->dz, cols, L->dh_acc, CUDA_R_32F, d,
+                      sc + OUTL_SCALE, sc + (c0 == 0 ? OUTL_ZERO : OUTL_ONE), stream);
+            /* dW_window^T [d x nc] += (H_chunk stored d x nr) . (dZ stored nc x nr)^T */
+            outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, nc, nr, H + r0 * d, d, L->dz, cols, a->dW + c0 * d, CUDA_R_32F,
+                      d, sc + OUTL_SCALE, sc + OUTL_ONE, stream);
         }
-        /* after the chunk's last dH GEMM, before the next chunk's first (beta 0) one: same stream */
         const int64_t n8 = nr * d / 8;
-        cast_rows_kernel<<<(unsigned)cdiv(n8, 256), 256, 0, sh>>>((bf16 *)a->dH + r0 * d, L->dh_acc, n8);
+        cast_rows_kernel<<<(unsigned)cdiv(n8, 256), 256, 0, stream>>>((bf16 *)a->dH + r0 * d, L->dh_acc, n8);
         CUDA_CHECK(cudaGetLastError());
     }
-    /* join: the caller's stream continues after both sides */
-    CUDA_CHECK(cudaEventRecord(L->ev_join[0], sh));
-    CUDA_CHECK(cudaEventRecord(L->ev_join[1], sw));
-    CUDA_CHECK(cudaStreamWaitEvent(stream, L->ev_join[0], 0));
-    CUDA_CHECK(cudaStreamWaitEvent(stream, L->ev_join[1], 0));
 }

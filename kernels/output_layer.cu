@@ -127,11 +127,11 @@ static void free_plan(OutlPlan *p) {
 
 void outl_gemm(OutputLayer *L, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
                const void *A, int64_t lda, const void *B, int64_t ldb, void *C, int ctype, int64_t ldc,
-               const float *alpha, const float *beta, void *lt_ws, cudaStream_t stream) {
+               const float *alpha, const float *beta, cudaStream_t stream) {
     int temporary;
     OutlPlan *p = find_or_make_plan(L, (int)ta, (int)tb, m, n, k, lda, ldb, ctype, ldc, &temporary);
     CUBLAS_CHECK(cublasLtMatmul(L->lt, p->desc, alpha, A, p->a, B, p->b, beta, C, p->c, C, p->c, &p->algo,
-                                lt_ws, OUTL_LT_WORKSPACE, stream));
+                                L->lt_ws, OUTL_LT_WORKSPACE, stream));
     if (temporary) {
         /* the spare's descriptors may still be read by the queued call: wait before freeing */
         CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -172,7 +172,7 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 /* Every buffer of the object, in creation order, with its size; shared by workspace_bytes and
  * create so that the two always agree. */
 typedef struct {
-    size_t lse, row_loss, scalars, win_m, win_a, zt, dz, dh_acc, lt_ws_side, logits; /* dz: each buffer */
+    size_t lse, row_loss, scalars, win_m, win_a, zt, dz, dh_acc, logits;
 } Sizes;
 
 static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, int slots, OutlFusedSizes *fs) {
@@ -186,7 +186,6 @@ static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, 
         s.zt = (size_t)max_N * sizeof(float);
         s.dz = (size_t)fs->chunk_rows * (size_t)fs->window_cols * sizeof(__nv_bfloat16);
         s.dh_acc = (size_t)fs->chunk_rows * (size_t)d * sizeof(float);
-        s.lt_ws_side = OUTL_LT_WORKSPACE;
     } else {
         memset(fs, 0, sizeof *fs);
         s.logits = (size_t)max_N * (size_t)round_up(V, 128) * sizeof(__nv_bfloat16);
@@ -198,8 +197,7 @@ size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t
     if (check_shape(max_N, V, d)) return 0;
     OutlFusedSizes fs;
     Sizes s = layer_sizes(kind, max_N, V, d, device_sms() * outl_fused_slots_per_sm(), &fs);
-    return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.scalars + s.win_m + s.win_a + s.zt +
-           s.dz * (size_t)(kind == OUTPUT_LAYER_FUSED ? fs.dz_buffers : 0) + s.dh_acc + s.lt_ws_side + s.logits;
+    return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.scalars + s.win_m + s.win_a + s.zt + s.dz + s.dh_acc + s.logits;
 }
 
 static void *dev_alloc(size_t bytes) {
@@ -226,9 +224,8 @@ OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V,
     if (kind == OUTPUT_LAYER_FUSED && outl_fused_sizes_overridden())
         /* a tuning run: say which chunk x window structure the environment gave */
         fprintf(stderr, "output layer: FUSEDGPT_OUTL_* set: backward chunks <= %lld rows x windows <= %lld columns "
-                "(dZ %d x %.1f MiB, dH %.1f MiB) at d=%d max_N=%lld V=%lld\n", (long long)L->fs.chunk_rows,
-                (long long)L->fs.window_cols, L->fs.dz_buffers, s.dz / 1048576.0, s.dh_acc / 1048576.0, d,
-                (long long)max_N, (long long)V);
+                "(dZ %.1f MiB, dH %.1f MiB) at d=%d max_N=%lld V=%lld\n", (long long)L->fs.chunk_rows,
+                (long long)L->fs.window_cols, s.dz / 1048576.0, s.dh_acc / 1048576.0, d, (long long)max_N, (long long)V);
     CUBLAS_CHECK(cublasLtCreate(&L->lt));
     L->lt_ws = dev_alloc(OUTL_LT_WORKSPACE);
     L->lse = (float *)dev_alloc(s.lse);
@@ -237,21 +234,9 @@ OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V,
     L->win_m = (float *)dev_alloc(s.win_m);
     L->win_a = (float *)dev_alloc(s.win_a);
     L->zt = (float *)dev_alloc(s.zt);
-    for (int b = 0; b < (kind == OUTPUT_LAYER_FUSED ? L->fs.dz_buffers : 0); b++)
-        L->dz[b] = (__nv_bfloat16 *)dev_alloc(s.dz);
+    L->dz = (__nv_bfloat16 *)dev_alloc(s.dz);
     L->dh_acc = (float *)dev_alloc(s.dh_acc);
-    L->lt_ws_side = dev_alloc(s.lt_ws_side);
     L->logits = (__nv_bfloat16 *)dev_alloc(s.logits);
-    if (kind == OUTPUT_LAYER_FUSED) {
-        for (int i = 0; i < 2; i++) {
-            CUDA_CHECK(cudaStreamCreateWithFlags(&L->side[i], cudaStreamNonBlocking));
-            CUDA_CHECK(cudaEventCreateWithFlags(&L->ev_dz[i], cudaEventDisableTiming));
-            CUDA_CHECK(cudaEventCreateWithFlags(&L->ev_read[i][0], cudaEventDisableTiming));
-            CUDA_CHECK(cudaEventCreateWithFlags(&L->ev_read[i][1], cudaEventDisableTiming));
-            CUDA_CHECK(cudaEventCreateWithFlags(&L->ev_join[i], cudaEventDisableTiming));
-        }
-        CUDA_CHECK(cudaEventCreateWithFlags(&L->ev_fork, cudaEventDisableTiming));
-    }
     return L;
 }
 
@@ -259,24 +244,9 @@ void output_layer_destroy(OutputLayer *L) {
     if (!L) return;
     for (int i = L->nplans - 1; i >= 0; i--) free_plan(&L->plans[i]);
     /* reverse order of creation */
-    if (L->kind == OUTPUT_LAYER_FUSED) {
-        /* work queued on the side streams may still read the buffers below */
-        CUDA_CHECK(cudaStreamSynchronize(L->side[0]));
-        CUDA_CHECK(cudaStreamSynchronize(L->side[1]));
-        CUDA_CHECK(cudaEventDestroy(L->ev_fork));
-        for (int i = 1; i >= 0; i--) {
-            CUDA_CHECK(cudaEventDestroy(L->ev_join[i]));
-            CUDA_CHECK(cudaEventDestroy(L->ev_read[i][1]));
-            CUDA_CHECK(cudaEventDestroy(L->ev_read[i][0]));
-            CUDA_CHECK(cudaEventDestroy(L->ev_dz[i]));
-            CUDA_CHECK(cudaStreamDestroy(L->side[i]));
-        }
-    }
     CUDA_CHECK(cudaFree(L->logits));
-    CUDA_CHECK(cudaFree(L->lt_ws_side));
     CUDA_CHECK(cudaFree(L->dh_acc));
-    CUDA_CHECK(cudaFree(L->dz[1]));
-    CUDA_CHECK(cudaFree(L->dz[0]));
+    CUDA_CHECK(cudaFree(L->dz));
     CUDA_CHECK(cudaFree(L->zt));
     CUDA_CHECK(cudaFree(L->win_a));
     CUDA_CHECK(cudaFree(L->win_m));

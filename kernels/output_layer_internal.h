@@ -28,8 +28,6 @@ typedef struct {
     int64_t stats_elems;  /* per-window running max and sum: [windows][rows] each */
     int64_t chunk_rows;   /* backward: rows per chunk (Nc) */
     int64_t window_cols;  /* backward: vocabulary columns per window (w), multiple of 128 */
-    int dz_buffers;       /* backward: dZ windows in flight (2: the next window's recompute overlaps
-                           * this window's GEMMs) */
 } OutlFusedSizes;
 
 struct OutputLayer {
@@ -39,8 +37,7 @@ struct OutputLayer {
     int sms;        /* multiprocessors of the device */
     int fused_slots; /* resident CTAs of the fused tile kernel on the whole device */
     cublasLtHandle_t lt;
-    void *lt_ws;      /* cuBLASLt scratch of GEMMs on the caller's stream and on side[0] */
-    void *lt_ws_side; /* fused: cuBLASLt scratch of the dW GEMMs on side[1] (they run beside side[0]'s) */
+    void *lt_ws;
     OutlPlan plans[OUTL_MAX_PLANS];
     int nplans;
     /* shared: */
@@ -51,13 +48,8 @@ struct OutputLayer {
     OutlFusedSizes fs;
     float *win_m, *win_a; /* [stats_elems] */
     float *zt;            /* [max_N] target logit */
-    __nv_bfloat16 *dz[2]; /* [chunk_rows x window_cols] bf16 P - Y of one window, fs.dz_buffers of them */
+    __nv_bfloat16 *dz;    /* [chunk_rows x window_cols] bf16 (P - Y) * scale of one window */
     float *dh_acc;        /* [chunk_rows x d] fp32 dH of one chunk, summed over windows */
-    /* The fused backward forks from the caller's stream: the dZ recompute stays on it, the dH GEMMs
-     * run on side[0] and the dW GEMMs on side[1], ordered by events (fork, dZ written, dZ read by
-     * each side per buffer, join). Each output is still summed on one stream in a fixed order. */
-    cudaStream_t side[2];
-    cudaEvent_t ev_fork, ev_dz[2], ev_read[2][2], ev_join[2];
     /* canonical: */
     __nv_bfloat16 *logits; /* [max_N x Vp] */
 };
@@ -75,11 +67,10 @@ struct OutputLayer {
 #define OUTL_NUM_SCALARS 8
 
 /* C = alpha op(A) op(B) + beta C in cuBLAS's column-major terms; A and B bf16, fp32 accumulation,
- * C fp32 or bf16 (ctype CUDA_R_32F / CUDA_R_16BF); alpha and beta are device pointers. lt_ws:
- * OUTL_LT_WORKSPACE bytes of cuBLASLt scratch that no GEMM running at the same time uses. */
+ * C fp32 or bf16 (ctype CUDA_R_32F / CUDA_R_16BF); alpha and beta are device pointers. */
 void outl_gemm(OutputLayer *L, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
                const void *A, int64_t lda, const void *B, int64_t ldb, void *C, int ctype, int64_t ldc,
-               const float *alpha, const float *beta, void *lt_ws, cudaStream_t stream);
+               const float *alpha, const float *beta, cudaStream_t stream);
 
 /* Fills L->scalars (see OUTL_COUNT...). One block, fixed order. */
 void outl_count_valid(const int32_t *targets, int64_t N, OutputReduction red, float grad_scale, float *scalars,
