@@ -3,10 +3,15 @@
 # every mode against one GPU at the same global batch, resume on 2 GPUs, a killed worker, and
 # GPT-2 124M tokens/s on 1 and 2 GPUs with the time each step waited on communication. Prints a
 # summary last. NCCL's environment (NCCL_NVLS_ENABLE=0 on the lent machines) is left as the machine
-# sets it. SECTIONS picks parts: tests correct resume kill throughput sweep (default: all but sweep).
+# sets it. SECTIONS picks parts: tests correct nodes resume kill throughput sweep real (default: all
+# but sweep and real). nodes: two "hosts" on this one (a launcher per GPU, --nodes 2 over loopback
+# TCP). real: ./train -g G -v 262144 on the default corpus (carried as .carry/corpus.tar.xz, see
+# dev/pack_corpus.sh) against one GPU at the same global batch. TP_VOCABS: vocabularies of the
+# throughput and sweep sections (default "50304 262144").
 set -uo pipefail
 OUT=${OUT:-out}
-SECTIONS=${SECTIONS:-tests correct resume kill throughput}
+SECTIONS=${SECTIONS:-tests correct nodes resume kill throughput}
+TP_VOCABS=${TP_VOCABS:-50304 262144}
 G=${G:-2} # GPUs to compare with one
 mkdir -p "$OUT" /tmp/mg
 summary=()
@@ -50,6 +55,24 @@ if has correct; then
         done
     done
 fi
+if has nodes; then
+    # two launchers, as on two hosts, one GPU each, meeting at node 0's rendezvous on loopback
+    d=$((1024 * G))
+    [ -f /tmp/mg/one_$d.log ] || ./train $common -d $d -o /tmp/mg/one_$d >/tmp/mg/one_$d.log 2>&1
+    pids=()
+    for n in 0 1; do
+        CUDA_VISIBLE_DEVICES=$n ./train --nodes 2 --node-rank $n --master 127.0.0.1:29517 $common -d $d \
+            -o /tmp/mg/nodes_$n >/tmp/mg/nodes_$n.log 2>&1 &
+        pids+=($!)
+    done
+    wait ${pids[0]}; rc0=$?; wait ${pids[1]}; rc1=$?
+    note "$(python3 -c "$losses_py" /tmp/mg/one_$d.log /tmp/mg/nodes_0.log "-d $d, 1 GPU vs 2 nodes x 1 GPU (exit $rc0, $rc1)") $(grep -m1 error /tmp/mg/nodes_*.log)"
+    # a node that never shows up: node 0 alone must give up with an error, not hang
+    t0=$(date +%s)
+    CUDA_VISIBLE_DEVICES=0 FUSEDGPT_RENDEZVOUS_TIMEOUT=20 timeout 200 ./train --nodes 2 --node-rank 0 \
+        --master 127.0.0.1:29518 $common -o /tmp/mg/nodes_alone >/tmp/mg/nodes_alone.log 2>&1
+    note "node 1 never starts: node 0 exit $? after $(( $(date +%s) - t0 )) s: $(grep -m1 error /tmp/mg/nodes_alone.log)"
+fi
 if has resume; then
     # resume on G GPUs: 20 steps with a checkpoint at 10, then 11-20 again from it
     for mode in "--zero 0" "--zero 1"; do
@@ -88,7 +111,7 @@ throughput() {
     note "d12 V=$V B=32/GPU $tag: median $(col 5) ms/step, $(col 6) tok/s, comm wait ${comm:-0} ms, $(grep '| loss' $log | tail -1 | grep -o '[0-9.]* GB') $(grep -m1 error $log)"
 }
 if has throughput || has sweep; then
-    for V in 50304 262144; do
+    for V in $TP_VOCABS; do
         python3 dev/make_shard.py /tmp/mg/rand_$V.bin 40000000 $V random 3
         throughput $V 1gpu ./train -g 1
         throughput $V allreduce_after ./train -g $G --overlap-comm 0
@@ -102,6 +125,16 @@ if has throughput || has sweep; then
             throughput $V zero1_b128_ctas8 NCCL_MAX_CTAS=8 ./train -g $G --zero 1 --bucket-mb 128
         fi
     done
+fi
+if has real; then
+    # the issue's done-when: ./train -g G -v 262144 on real text, against one GPU accumulating G
+    # micro-batches (same global batch, same data order); 60 steps of GPT-2 124M, B=16, T=1024
+    if [ -f .carry/corpus.tar.xz ]; then mkdir -p .cache && tar -xJf .carry/corpus.tar.xz -C .cache; fi
+    r="-v 262144 -b 16 -t 1024 -x 60 --warmup 20 --val-every 30 --val-batches 4 -s 0 -d $((16384 * G))"
+    ./train $r -o /tmp/mg/real_1 >/tmp/mg/real_1.log 2>&1
+    ./train -g $G $r -o /tmp/mg/real_$G >/tmp/mg/real_$G.log 2>&1
+    note "$(python3 -c "${losses_py//1e-3/1e-2}" /tmp/mg/real_1.log /tmp/mg/real_$G.log "real text d12 V=262144, 1 vs $G GPUs") $(grep -m1 error /tmp/mg/real_*.log)"
+    note "    val: $(grep 'val loss' /tmp/mg/real_1.log | tail -1 | cut -d'|' -f2) vs $(grep 'val loss' /tmp/mg/real_$G.log | tail -1 | cut -d'|' -f2); $(grep -m1 'tokenizer' /tmp/mg/real_1.log)"
 fi
 tar -czf "$OUT/mg_logs.tar.gz" -C /tmp/mg $(cd /tmp/mg && ls *.log)
 echo
