@@ -669,6 +669,33 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
             : "memory");
     } while (!done);
 }
+/* arrive on the mbarrier at the same shared-memory offset in CTA `rank` of the cluster (itself
+ * included); release at CTA scope, as a local arrive (what it orders are this warp's wgmma reads) */
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+    asm volatile(
+        "{\n.reg .b32 r;\nmapa.shared::cluster.u32 r, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [r];\n}\n" ::"r"(
+            bar),
+        "r"(rank)
+        : "memory");
+}
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+/* the box lands at the same offset in every CTA of ctas (a bit mask), completing on each one's
+ * mbarrier at the offset of bar */
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                                      uint32_t bar, uint16_t ctas) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+        "%3}], [%4], %5;\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(ctas)
+        : "memory");
+}
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
@@ -677,7 +704,12 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
         : "memory");
 }
 
-template <int MODE>
+/* CL = 2: the CTAs of a 2-CTA cluster take the two row blocks of a 256-row unit against the same
+ * W tiles: each CTA's copy engine fetches half of every W stage and multicasts it into both CTAs,
+ * so W is read from L2 once per pair (a CTA's L2 reads per stage drop from 48 to 32 KiB). A stage
+ * is refilled only when the consumers of both CTAs released it (each warp arrives on both CTAs'
+ * "empty" barriers); both CTAs run the same number of iterations (rows past the end are zeros). */
+template <int MODE, int CL>
 __global__ void __launch_bounds__(T_THREADS, 1)
     tile_kernel_tma(const TileArgs a, const __grid_constant__ CUtensorMap tm_h, const __grid_constant__ CUtensorMap tm_w) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -689,40 +721,50 @@ __global__ void __launch_bounds__(T_THREADS, 1)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wq = warp & 3;
     const int64_t win = MODE == MODE_STATS ? blockIdx.x : blockIdx.y;
-    const int64_t rb_first = MODE == MODE_STATS ? blockIdx.y : blockIdx.x;
-    const int64_t rb_stride = MODE == MODE_STATS ? gridDim.y : gridDim.x;
-    const int64_t nrb = (a.row_end - a.row_begin + WBM - 1) / WBM;
-    const int64_t my_rbs = rb_first < nrb ? (nrb - rb_first + rb_stride - 1) / rb_stride : 0;
+    /* row-block slots: the cluster's axis; unit q (CL row blocks) and this CTA's block within it */
+    const int64_t slot = MODE == MODE_STATS ? blockIdx.y : blockIdx.x;
+    const int64_t nslots = MODE == MODE_STATS ? gridDim.y : gridDim.x;
+    const uint32_t rank = CL > 1 ? cluster_rank() : 0;
+    const int64_t q_first = slot / CL, q_stride = nslots / CL;
+    const int64_t nrb = (a.row_end - a.row_begin + WBM - 1) / WBM, nunits = (nrb + CL - 1) / CL;
+    const int64_t my_units = q_first < nunits ? (nunits - q_first + q_stride - 1) / q_stride : 0;
     const int64_t ntiles = (a.col_end - a.col_begin + TBN - 1) / TBN;
     const int64_t t0 = win * a.tiles_per_cta;
     const int64_t t1 = min(t0 + (int64_t)a.tiles_per_cta, ntiles);
     const int KT = a.d / BK;
-    const int64_t iters = my_rbs * (t1 - t0) * KT;
+    const int64_t iters = my_units * (t1 - t0) * KT;
     const int64_t wcol0 = a.col_begin + t0 * TBN, wcol1 = a.col_begin + t1 * TBN;
 
     if (tid == 0) {
         for (int s = 0; s < T_STAGES; s++) {
-            mbar_init(full_bar + 8 * s, 1);    /* the issuing thread's arrive + the copies' bytes */
-            mbar_init(empty_bar + 8 * s, T_THREADS); /* every thread, after its wgmma on the stage */
+            mbar_init(full_bar + 8 * s, 1);       /* the issuing thread's arrive + the copies' bytes */
+            mbar_init(empty_bar + 8 * s, 8 * CL); /* every warp of every CTA, after its wgmma on the stage */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();
+    if (CL > 1)
+        cluster_sync_all(); /* the peer's barriers are initialised before any copy or arrive reaches them */
+    else
+        __syncthreads();
 
-    /* the copy issuer's position in the (row block, tile, k chunk) sequence (used by thread 0) */
-    int64_t ld_it = 0, ld_row0 = a.row_begin + rb_first * WBM, ld_col0 = wcol0;
+    /* the copy issuer's position in the (unit, tile, k chunk) sequence (used by thread 0) */
+    int64_t ld_it = 0, ld_row0 = a.row_begin + (q_first * CL + rank) * WBM, ld_col0 = wcol0;
     int ld_kc = 0;
     auto issue = [&]() {
         const int s = (int)(ld_it % T_STAGES);
         if (ld_it >= T_STAGES) mbar_wait(empty_bar + 8 * s, (uint32_t)((ld_it / T_STAGES - 1) & 1));
         const uint32_t base = ring + s * T_STAGE_BYTES;
-        mbar_expect_tx(full_bar + 8 * s, T_STAGE_BYTES);
+        mbar_expect_tx(full_bar + 8 * s, T_STAGE_BYTES); /* H + the whole W stage, whoever fetches it */
         tma_load_2d(base, &tm_h, ld_kc * BK, (int)ld_row0, full_bar + 8 * s);
-        tma_load_2d(base + W_A_BYTES, &tm_w, ld_kc * BK, (int)ld_col0, full_bar + 8 * s);
+        if (CL > 1)
+            tma_load_2d_multicast(base + W_A_BYTES + rank * (TBN / CL) * BK * 2, &tm_w, ld_kc * BK,
+                                  (int)(ld_col0 + rank * (TBN / CL)), full_bar + 8 * s, (uint16_t)((1u << CL) - 1));
+        else
+            tma_load_2d(base + W_A_BYTES, &tm_w, ld_kc * BK, (int)ld_col0, full_bar + 8 * s);
         ld_it++;
         if (++ld_kc == KT) {
             ld_kc = 0, ld_col0 += TBN;
-            if (ld_col0 == wcol1) ld_col0 = wcol0, ld_row0 += rb_stride * WBM;
+            if (ld_col0 == wcol1) ld_col0 = wcol0, ld_row0 += q_stride * CL * WBM;
         }
     };
     if (tid == 0)
@@ -732,8 +774,8 @@ __global__ void __launch_bounds__(T_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
     int64_t it = 0;
-    for (int64_t rbi = rb_first; rbi < nrb; rbi += rb_stride) {
-        const int64_t row0 = a.row_begin + rbi * WBM;
+    for (int64_t u = q_first; u < nunits; u += q_stride) {
+        const int64_t row0 = a.row_begin + (u * CL + rank) * WBM;
         int tgt[2];
         float m_run[2], a_run[2], lse2[2];
         int64_t rows[2];
@@ -748,9 +790,6 @@ __global__ void __launch_bounds__(T_THREADS, 1)
         }
         for (int64_t tile_col0 = wcol0; tile_col0 < wcol1; tile_col0 += TBN) {
             for (int kc = 0; kc < KT; kc++, it++) {
-                /* keep STAGES - 1 stages in flight: the stage refilled here was released by both
-                 * warpgroups after iteration it - 1 (thread 0 may wait for the other one) */
-                if (tid == 0 && ld_it < iters) issue();
                 const int s = (int)(it % T_STAGES);
                 mbar_wait(full_bar + 8 * s, (uint32_t)((it / T_STAGES) & 1));
                 const uint32_t sA = ring + s * T_STAGE_BYTES + wg * (64 * BK * 2);
@@ -762,15 +801,29 @@ __global__ void __launch_bounds__(T_THREADS, 1)
                 for (int kk = 0; kk < BK / 16; kk++)
                     wgmma_m64n256k16(acc, smem_desc(sA + kk * 32), smem_desc(sB + kk * 32), (kc | kk) != 0);
                 wgmma_commit();
+                /* keep STAGES - 1 stages in flight: the stage refilled here is released once every
+                 * warp (of both CTAs) finished iteration it - 1. Thread 0 waits for that while its
+                 * own wgmma runs, so a late peer (a remote arrive takes a while) stalls no MMA. */
+                if (tid == 0 && ld_it < iters) issue();
+                __syncwarp();
                 /* the other warpgroup's wgmma keeps the tensor cores busy while this one waits */
                 wgmma_wait<0>();
                 fence_acc(acc);
-                mbar_arrive(empty_bar + 8 * s);
+                __syncwarp();
+                /* the last lane: thread 0, the copy issuer, would first wait for its own copies */
+                if (lane == 31) {
+                    if (CL > 1)
+#pragma unroll
+                        for (int c = 0; c < CL; c++) mbar_arrive_cluster(empty_bar + 8 * s, (uint32_t)c);
+                    else
+                        mbar_arrive(empty_bar + 8 * s);
+                }
             }
             wg_tile_epilogue<MODE, TBN>(a, acc, tile_col0, lane, rows, tgt, m_run, a_run, lse2);
         }
         wg_window_end<MODE>(a, win, lane, rows, m_run, a_run);
     }
+    if (CL > 1) cluster_sync_all(); /* no CTA leaves while its peer may still signal its barriers */
 #else
     __trap();
 #endif
@@ -815,12 +868,14 @@ typedef struct {
     int bn, smem, slots_per_sm;
     int persistent; /* forward CTAs loop over row blocks (wgmma kernels) */
     int threads;
+    int cluster; /* CTAs per cluster along the row blocks (TMA multicast of W), 1 otherwise */
     void (*stats)(TileArgs); /* cp.async kernels */
     void (*dz)(TileArgs);
     TmaKernel stats_tma, dz_tma; /* TMA kernels (then stats and dz are NULL) */
+    int clusters_resident;       /* cluster kernels: how many clusters the GPU holds at once */
 } Variant;
 
-enum { K_MMA = 0, K_WGMMA_256 = 1, K_WGMMA_128 = 2, K_TMA = 3, K_COUNT };
+enum { K_MMA = 0, K_WGMMA_256 = 1, K_WGMMA_128 = 2, K_TMA = 3, K_TMA_CLUSTER = 4, K_COUNT };
 static int g_kernel_choice; /* OUTPUT_TILE_KERNEL_* */
 
 void output_layer_select_tile_kernel(int kernel) { g_kernel_choice = kernel; }
@@ -832,14 +887,16 @@ static Variant *variants(int *major_out) {
         int dev;
         CUDA_CHECK(cudaGetDevice(&dev));
         CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        v[K_MMA] = (Variant){"mma.sync 128x128", BN, SMEM_BYTES, 0, 0, THREADS, tile_kernel_mma<MODE_STATS>,
+        v[K_MMA] = (Variant){"mma.sync 128x128", BN, SMEM_BYTES, 0, 0, THREADS, 1, tile_kernel_mma<MODE_STATS>,
                              tile_kernel_mma<MODE_DZ>, NULL, NULL};
-        v[K_WGMMA_256] = (Variant){"wgmma 128x256", 256, WShape<256>::smem, 0, 1, THREADS,
+        v[K_WGMMA_256] = (Variant){"wgmma 128x256", 256, WShape<256>::smem, 0, 1, THREADS, 1,
                                    tile_kernel_wgmma<MODE_STATS, 256>, tile_kernel_wgmma<MODE_DZ, 256>, NULL, NULL};
-        v[K_WGMMA_128] = (Variant){"wgmma 128x128", 128, WShape<128>::smem, 0, 1, THREADS,
+        v[K_WGMMA_128] = (Variant){"wgmma 128x128", 128, WShape<128>::smem, 0, 1, THREADS, 1,
                                    tile_kernel_wgmma<MODE_STATS, 128>, tile_kernel_wgmma<MODE_DZ, 128>, NULL, NULL};
-        v[K_TMA] = (Variant){"wgmma 128x256 + TMA producer", 256, T_SMEM, 0, 1, T_THREADS, NULL, NULL,
-                             tile_kernel_tma<MODE_STATS>, tile_kernel_tma<MODE_DZ>};
+        v[K_TMA] = (Variant){"wgmma 128x256 + TMA", 256, T_SMEM, 0, 1, T_THREADS, 1, NULL, NULL,
+                             tile_kernel_tma<MODE_STATS, 1>, tile_kernel_tma<MODE_DZ, 1>};
+        v[K_TMA_CLUSTER] = (Variant){"wgmma 128x256 + TMA, 2-CTA clusters sharing W", 256, T_SMEM, 0, 1, T_THREADS, 2,
+                                     NULL, NULL, tile_kernel_tma<MODE_STATS, 2>, tile_kernel_tma<MODE_DZ, 2>};
         for (int k = 0; k < (major == 9 ? K_COUNT : 1); k++) {
             const void *fs = v[k].stats ? (const void *)v[k].stats : (const void *)v[k].stats_tma;
             const void *fd = v[k].dz ? (const void *)v[k].dz : (const void *)v[k].dz_tma;
@@ -847,6 +904,17 @@ static Variant *variants(int *major_out) {
             CUDA_CHECK(cudaFuncSetAttribute(fd, cudaFuncAttributeMaxDynamicSharedMemorySize, v[k].smem));
             CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v[k].slots_per_sm, fs, v[k].threads, v[k].smem));
             if (v[k].slots_per_sm < 1) v[k].slots_per_sm = 1;
+            if (v[k].cluster > 1) {
+                /* a cluster's CTAs share a GPC, so an odd SM left in a GPC holds none */
+                cudaLaunchConfig_t cfg = {};
+                cudaLaunchAttribute at = {};
+                at.id = cudaLaunchAttributeClusterDimension;
+                at.val.clusterDim.x = (unsigned)v[k].cluster, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
+                cfg.gridDim = dim3((unsigned)v[k].cluster * 64), cfg.blockDim = dim3((unsigned)v[k].threads);
+                cfg.dynamicSmemBytes = (size_t)v[k].smem, cfg.attrs = &at, cfg.numAttrs = 1;
+                CUDA_CHECK(cudaOccupancyMaxActiveClusters(&v[k].clusters_resident, fs, &cfg));
+                if (v[k].clusters_resident < 1) v[k].clusters_resident = 1;
+            }
         }
         ready = 1;
     }
@@ -863,11 +931,18 @@ static const Variant *variant(void) {
     case OUTPUT_TILE_KERNEL_WGMMA_128x256: return &v[K_WGMMA_256];
     case OUTPUT_TILE_KERNEL_WGMMA_128x128: return &v[K_WGMMA_128];
     case OUTPUT_TILE_KERNEL_TMA: return &v[K_TMA];
+    case OUTPUT_TILE_KERNEL_TMA_CLUSTER: return &v[K_TMA_CLUSTER];
     default: return &v[K_TMA]; /* measured fastest on the H100 (dev/RESULTS.md) */
     }
 }
 
-const char *output_layer_tile_kernel_name(void) { return variant()->name; }
+const char *output_layer_tile_kernel_name(void) {
+    static char buf[160];
+    const Variant *k = variant();
+    if (k->cluster == 1) return k->name;
+    snprintf(buf, sizeof buf, "%s (%d clusters resident)", k->name, k->clusters_resident);
+    return buf;
+}
 
 /* the most resident CTAs of any kernel, for bounds that must hold whichever kernel runs */
 int outl_fused_slots_per_sm(void) {
@@ -875,6 +950,27 @@ int outl_fused_slots_per_sm(void) {
     Variant *v = variants(&major);
     for (int k = 0; k < (major == 9 ? K_COUNT : 1); k++) m = v[k].slots_per_sm > m ? v[k].slots_per_sm : m;
     return m;
+}
+
+/* Row blocks a kernel's CTAs work on together (a cluster's), and how many such units are resident */
+static int unit_rows(const Variant *k) { return BM * k->cluster; }
+static int64_t resident_units(const Variant *k, int sms) {
+    return k->cluster > 1 ? k->clusters_resident : (int64_t)sms * k->slots_per_sm;
+}
+
+/* Launches a TMA tile kernel; cluster kernels cluster along the grid axis of the row blocks
+ * (y for the forward's statistics, x for the backward's dZ). */
+static void launch_tma(const Variant *k, TmaKernel f, dim3 grid, int rows_on_y, const TileArgs &t,
+                       const CUtensorMap &tm_h, const CUtensorMap &tm_w, cudaStream_t stream) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at = {};
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = rows_on_y ? 1u : (unsigned)k->cluster;
+    at.val.clusterDim.y = rows_on_y ? (unsigned)k->cluster : 1u;
+    at.val.clusterDim.z = 1;
+    cfg.gridDim = grid, cfg.blockDim = dim3((unsigned)k->threads), cfg.dynamicSmemBytes = (size_t)k->smem;
+    cfg.stream = stream, cfg.attrs = &at, cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, f, t, tm_h, tm_w));
 }
 
 /* Forward windows: at least two waves of CTAs, few enough rows in flight that their H blocks stay
@@ -1006,10 +1102,10 @@ static CUtensorMap tensor_map(const bf16 *ptr, int64_t rows, int d, int box_rows
 static int64_t g_l2_budget = L2_H_BUDGET;
 void output_layer_set_l2_budget(size_t bytes) { g_l2_budget = bytes ? (int64_t)bytes : L2_H_BUDGET; }
 
-static void persistent_plan(int64_t N, int64_t V, int d, int slots, int bn, int64_t max_windows, int64_t *G_out,
-                            int64_t *P_out, int64_t *tpc_out) {
-    const int64_t rb = cdiv(N, BM), ntiles = cdiv(V, bn);
-    int64_t gmin = cdiv((int64_t)slots * BM * d * 2, g_l2_budget);
+static void persistent_plan(int64_t N, int64_t V, int d, int64_t slots, int urows, int bn, int64_t max_windows,
+                            int64_t *G_out, int64_t *P_out, int64_t *tpc_out) {
+    const int64_t rb = cdiv(N, urows), ntiles = cdiv(V, bn);
+    int64_t gmin = cdiv(slots * urows * d * 2, g_l2_budget);
     if (gmin > max_windows - 8) gmin = max_windows - 8 > 1 ? max_windows - 8 : 1; /* the statistics workspace */
     const int64_t g_fill = cdiv(slots, rb); /* few row blocks: more windows to fill the GPU */
     if (g_fill > gmin) gmin = g_fill;
@@ -1033,7 +1129,10 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     const Variant *k = variant();
     int64_t nwin = 1, tpc = 1, P = 1;
     if (k->persistent) {
-        persistent_plan(N, V, L->d, L->sms * k->slots_per_sm, k->bn, L->fs.stats_elems / N, &nwin, &P, &tpc);
+        /* P counts units (clusters): the grid has P x cluster row-block slots */
+        persistent_plan(N, V, L->d, resident_units(k, L->sms), unit_rows(k), k->bn, L->fs.stats_elems / N, &nwin,
+                        &P, &tpc);
+        P *= k->cluster;
     } else {
         tpc = forward_tiles_per_cta(N, V, L->d, L->sms * k->slots_per_sm, k->bn, &nwin);
         P = cdiv(N, BM);
@@ -1050,8 +1149,8 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     t.win_m = L->win_m, t.win_a = L->win_a, t.stats_ld = N, t.zt = L->zt;
     dim3 grid((unsigned)nwin, (unsigned)P);
     if (k->stats_tma)
-        k->stats_tma<<<grid, k->threads, k->smem, stream>>>(t, tensor_map(t.H, N, L->d, WBM),
-                                                            tensor_map(t.W, V, L->d, 256));
+        launch_tma(k, k->stats_tma, grid, 1, t, tensor_map(t.H, N, L->d, WBM),
+                   tensor_map(t.W, V, L->d, 256 / k->cluster), stream);
     else
         k->stats<<<grid, k->threads, k->smem, stream>>>(t);
     CUDA_CHECK(cudaGetLastError());
@@ -1071,7 +1170,7 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
     const bf16 *H = (const bf16 *)a->H, *W = (const bf16 *)a->W;
     const float *sc = L->scalars;
     CUtensorMap tm_h, tm_w;
-    if (k->dz_tma) tm_h = tensor_map(H, N, (int)d, WBM), tm_w = tensor_map(W, V, (int)d, 256);
+    if (k->dz_tma) tm_h = tensor_map(H, N, (int)d, WBM), tm_w = tensor_map(W, V, (int)d, 256 / k->cluster);
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t nr = min(rows, N - r0);
         for (int64_t c0 = 0; c0 < V; c0 += cols) {
@@ -1083,10 +1182,11 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
             t.lse = L->lse, t.dz = L->dz, t.ldz = cols;
             dim3 grid((unsigned)cdiv(nr, BM), (unsigned)cdiv(nc, k->bn));
             if (k->persistent) {
-                /* P row blocks at a time (their H blocks stay in L2), the window's tiles split
-                 * among the remaining slots; each CTA sweeps its tiles row block after row block */
-                const int64_t nrb = cdiv(nr, BM), nt = cdiv(nc, k->bn), slots = (int64_t)L->sms * k->slots_per_sm;
-                int64_t P = g_l2_budget / (BM * d * 2);
+                /* P row-block units at a time (their H blocks stay in L2), the window's tiles split
+                 * among the remaining slots; each CTA sweeps its tiles unit after unit */
+                const int64_t ur = unit_rows(k), nrb = cdiv(nr, ur), nt = cdiv(nc, k->bn);
+                const int64_t slots = resident_units(k, L->sms);
+                int64_t P = g_l2_budget / (ur * d * 2);
                 P = P < 1 ? 1 : P > nrb ? nrb : P;
                 /* equal passes over the row blocks: a chunk of more row blocks than fit (only with
                  * FUSEDGPT_OUTL_CHUNK_ROWS; the default budgets give nrb <= P) would otherwise run
@@ -1096,10 +1196,10 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
                 G = G < 1 ? 1 : G > nt ? nt : G;
                 const int64_t tpc = cdiv(nt, G);
                 t.tiles_per_cta = (int)tpc;
-                grid = dim3((unsigned)P, (unsigned)cdiv(nt, tpc));
+                grid = dim3((unsigned)(P * k->cluster), (unsigned)cdiv(nt, tpc));
             }
             if (k->dz_tma)
-                k->dz_tma<<<grid, k->threads, k->smem, stream>>>(t, tm_h, tm_w);
+                launch_tma(k, k->dz_tma, grid, 0, t, tm_h, tm_w, stream);
             else
                 k->dz<<<grid, k->threads, k->smem, stream>>>(t);
             CUDA_CHECK(cudaGetLastError());

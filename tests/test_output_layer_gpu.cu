@@ -337,9 +337,10 @@ static void check_cp_async_wgmma(int kernel) {
 TEST(fused_output_wgmma_128x256_kernel_against_fp64) { check_cp_async_wgmma(OUTPUT_TILE_KERNEL_WGMMA_128x256); }
 TEST(fused_output_wgmma_128x128_kernel_against_fp64) { check_cp_async_wgmma(OUTPUT_TILE_KERNEL_WGMMA_128x128); }
 
-/* the Hopper tile kernel fed by TMA (the default on Hopper; spelled out so it stays tested) */
-TEST(fused_output_tma_kernel_against_fp64) {
-    output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_TMA);
+/* the Hopper tile kernels fed by TMA (the default on Hopper; spelled out so they stay tested): one
+ * CTA alone, and 2-CTA clusters that multicast W (odd row-block counts leave a CTA all padding) */
+static void check_tma_kernel(int kernel) {
+    output_layer_select_tile_kernel(kernel);
     check_case(OUTPUT_LAYER_FUSED, Case{1000, 50257, 128, 2.0, 0.1, OUTPUT_REDUCE_MEAN, 1.0f}, FUSED_LOSS_TOL,
                FUSED_GRAD_TOL);
     check_case(OUTPUT_LAYER_FUSED, Case{4097, 131073, 64, 2.0, 0.05, OUTPUT_REDUCE_MEAN, 1.0f}, FUSED_LOSS_TOL,
@@ -352,6 +353,8 @@ TEST(fused_output_tma_kernel_against_fp64) {
     check_deterministic(OUTPUT_LAYER_FUSED);
     output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_AUTO);
 }
+TEST(fused_output_tma_kernel_against_fp64) { check_tma_kernel(OUTPUT_TILE_KERNEL_TMA); }
+TEST(fused_output_tma_cluster_kernel_against_fp64) { check_tma_kernel(OUTPUT_TILE_KERNEL_TMA_CLUSTER); }
 
 /* ---- the canonical layer against fp64 ------------------------------------------------------ */
 
