@@ -31,7 +31,8 @@ SHAPES=(768,65536,262144 768,16384,262144 4096,16384,262144)
 # = dZ / (rows x 2 B): at rows 4096, 8 MiB -> 1024 columns, 16 -> 2048, 32 -> 4096, 44 -> 5632 (6 x 22
 # = 132 tiles of 128 x 256 in a d=768 dW GEMM); the defaults are 64 MiB, 4096 rows (d=768: 8192
 # columns) and 2048 rows at d=4096 (32 MiB dH budget; 16384 columns). Windows under 1024 columns
-# are left out (thousands of small GEMMs). SWEEP_SETTINGS="dz:rows ..." replaces the list.
+# are left out (thousands of small GEMMs). SWEEP_SETTINGS="dz:rows[:lt] ..." replaces the list (lt:
+# cuBLASLt's scratch in MiB, FUSEDGPT_OUTL_LT_MB; default 32).
 SETTINGS=(16:4096 32:4096 8:4096 128:8192 64:16384 256:16384 32:8192 64:8192 128:16384 32:16384 24:4096
     44:4096 128:4096 16:8192 16:2048 64:2048)
 [ -n "${SWEEP_SETTINGS:-}" ] && read -r -a SETTINGS <<<"$SWEEP_SETTINGS"
@@ -79,11 +80,11 @@ grep -E "FAILED|passed" "$OUT/tests_dz8_rows8192.log" "$OUT/tests_dz2_rows1024.l
 SHAPE_ARGS=()
 for s in "${SHAPES[@]}"; do SHAPE_ARGS+=(--shape "$s"); done
 : >"$OUT/sweep.csv"
-run_setting() { # tag dz_mb rows (empty: the default)
+run_setting() { # tag dz_mb rows [lt_mb] (empty: the default)
     local tag=$1 log="$OUT/sweep_$1.log"
     if [ -n "$2" ]; then
-        FUSEDGPT_OUTL_DZ_MB=$2 FUSEDGPT_OUTL_CHUNK_ROWS=$3 timeout -k 10 90 $BENCH --fb-only --reps 5 \
-            "${SHAPE_ARGS[@]}" >"$log" 2>&1
+        FUSEDGPT_OUTL_DZ_MB=$2 FUSEDGPT_OUTL_CHUNK_ROWS=$3 FUSEDGPT_OUTL_LT_MB=${4:-32} timeout -k 10 90 $BENCH \
+            --fb-only --reps 5 "${SHAPE_ARGS[@]}" >"$log" 2>&1
     else
         timeout -k 10 90 $BENCH --fb-only --reps 5 "${SHAPE_ARGS[@]}" >"$log" 2>&1
     fi
@@ -99,7 +100,8 @@ for st in "${SETTINGS[@]}"; do
         say "SWEEP_DEADLINE ${SWEEP_DEADLINE} s reached: settings from $st on not run"
         break
     fi
-    run_setting "dz${st%:*}_rows${st#*:}" "${st%:*}" "${st#*:}"
+    IFS=: read -r dz rows lt <<<"$st"
+    run_setting "dz${dz}_rows${rows}${lt:+_lt$lt}" "$dz" "$rows" "$lt"
 done
 run_setting default_again
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee -a "$OUT/gpu.txt"

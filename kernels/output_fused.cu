@@ -8,9 +8,12 @@
  * bf16 dZ window (written once, read by two GEMMs: 6 bytes per logit).
  *
  * Tile kernels (two epilogues each, MODE_STATS for the forward, MODE_DZ for the backward):
- *  - tile_kernel_tma<MODE> (Hopper, the default): tile_kernel_wgmma<MODE, 256>'s tiles and
+ *  - tile_kernel_tma<MODE, CL> (Hopper): tile_kernel_wgmma<MODE, 256>'s tiles and
  *    epilogues, its shared memory filled by the TMA unit (4-stage mbarrier ring, one issuing
- *    thread, no __syncthreads in the main loop): forward 1.07x one cuBLAS GEMM at d=768.
+ *    thread, no __syncthreads in the main loop). CL = 2, the default: 2-CTA clusters take two
+ *    row blocks against the same W tiles, each CTA fetching half of every W stage and multicasting
+ *    it to both (W read from L2 once per pair): forward 1.04-1.05x one cuBLAS GEMM at d=768 and
+ *    d=4096 (CL = 1: 1.0x and 1.35x).
  *  - tile_kernel_wgmma<MODE, 256>: a CTA of two warpgroups owns 128 rows and
  *    computes 128 x 256 logit tiles with wgmma m64n256k16 from shared memory (4-stage cp.async
  *    ring, 128-byte swizzle); the tile (128 fp32 per thread) never leaves registers. The forward's
@@ -932,7 +935,7 @@ static const Variant *variant(void) {
     case OUTPUT_TILE_KERNEL_WGMMA_128x128: return &v[K_WGMMA_128];
     case OUTPUT_TILE_KERNEL_TMA: return &v[K_TMA];
     case OUTPUT_TILE_KERNEL_TMA_CLUSTER: return &v[K_TMA_CLUSTER];
-    default: return &v[K_TMA]; /* measured fastest on the H100 (dev/RESULTS.md) */
+    default: return &v[K_TMA_CLUSTER]; /* measured fastest on the H100 (dev/RESULTS.md) */
     }
 }
 
@@ -999,9 +1002,12 @@ static int64_t forward_tiles_per_cta(int64_t N, int64_t V, int d, int slots, int
  *   FUSEDGPT_OUTL_CHUNK_ROWS  most rows per chunk, a multiple of 128 (default 4096); also lifts the
  *                             dH budget to exactly that many rows (dh_acc = rows x d x 4 B) unless
  *   FUSEDGPT_OUTL_DH_MB       fp32 dH chunk budget in MiB (default 32) is set too (rows = the smaller)
+ *   FUSEDGPT_OUTL_LT_MB       cuBLASLt's scratch in MiB (default 32, as cuBLAS recommends for Hopper;
+ *                             both layers)
  * An invalid value is a one-line error (exit 1), never silently the default. */
 typedef struct {
     int64_t dz_elems, dh_elems, max_rows; /* dh_elems 0: max_rows x d when rows_set, else the default */
+    int64_t lt_bytes;
     int rows_set, overridden;
 } Budgets;
 
@@ -1024,18 +1030,20 @@ static const Budgets *budgets(void) {
     static Budgets b;
     static int done; /* any thread that races here computes the same values */
     if (!done) {
-        int dz = 0, rows = 0, dh = 0;
+        int dz = 0, rows = 0, dh = 0, lt = 0;
         b.dz_elems = env_int("FUSEDGPT_OUTL_DZ_MB", 1, 16384, 1, DZ_BUDGET_ELEMS >> 19, &dz) << 19;
         b.max_rows = env_int("FUSEDGPT_OUTL_CHUNK_ROWS", BM, (int64_t)1 << 22, BM, MAX_CHUNK_ROWS, &rows);
         b.dh_elems = env_int("FUSEDGPT_OUTL_DH_MB", 1, 65536, 1, 0, &dh) << 18;
+        b.lt_bytes = env_int("FUSEDGPT_OUTL_LT_MB", 1, 1024, 1, OUTL_LT_WORKSPACE_DEFAULT >> 20, &lt) << 20;
         b.rows_set = rows;
-        b.overridden = dz || rows || dh;
+        b.overridden = dz || rows || dh || lt;
         done = 1;
     }
     return &b;
 }
 
 int outl_fused_sizes_overridden(void) { return budgets()->overridden; }
+size_t outl_lt_workspace_bytes(void) { return (size_t)budgets()->lt_bytes; }
 
 OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots) {
     OutlFusedSizes s;

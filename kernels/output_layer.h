@@ -84,8 +84,8 @@ int output_layer_forward_backward(OutputLayer *layer, const OutputLayerArgs *arg
 const char *output_layer_kind_name(OutputLayerKind kind); /* "fused" / "canonical" */
 
 /* Development switches (tests, benchmarks): which tile kernel the fused layer runs, from the next
- * call on. AUTO is the TMA-fed wgmma kernel on Hopper (sm_90a) and mma.sync elsewhere; the
- * Hopper kernels are only used on Hopper whatever is asked. */
+ * call on. AUTO is the TMA-fed wgmma kernel in 2-CTA clusters on Hopper (sm_90a) and mma.sync
+ * elsewhere; the Hopper kernels are only used on Hopper whatever is asked. */
 enum {
     OUTPUT_TILE_KERNEL_AUTO = 0,
     OUTPUT_TILE_KERNEL_MMA = 1,             /* portable: mma.sync m16n8k16, 128x128 tiles */

@@ -10,7 +10,7 @@
 #include "kernels/output_layer.h"
 
 #define OUTL_MAX_PLANS 64
-#define OUTL_LT_WORKSPACE (32u << 20) /* cuBLASLt's own scratch, as cuBLAS recommends for Hopper */
+#define OUTL_LT_WORKSPACE_DEFAULT (32u << 20) /* cuBLASLt's own scratch, as cuBLAS recommends for Hopper */
 
 /* One cached cuBLASLt matmul: descriptors plus the algorithm picked once by the heuristic, so
  * every call of the same shape runs the same kernel (bitwise reproducible). */
@@ -81,8 +81,10 @@ void outl_reduce_loss(const float *row_loss, int64_t N, const float *scalars, fl
 /* output_fused.cu */
 int outl_fused_slots_per_sm(void);
 OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots);
-/* 1 when FUSEDGPT_OUTL_DZ_MB, _CHUNK_ROWS or _DH_MB set the backward's budgets (tuning) */
+/* 1 when FUSEDGPT_OUTL_DZ_MB, _CHUNK_ROWS, _DH_MB or _LT_MB set the workspace budgets (tuning) */
 int outl_fused_sizes_overridden(void);
+/* cuBLASLt's scratch (both layers): 32 MiB unless FUSEDGPT_OUTL_LT_MB says otherwise */
+size_t outl_lt_workspace_bytes(void);
 void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
 void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream);
 
