@@ -10,7 +10,9 @@
 #include "kernels/output_layer.h"
 
 #define OUTL_MAX_PLANS 64
-#define OUTL_LT_WORKSPACE_DEFAULT (32u << 20) /* cuBLASLt's own scratch, as cuBLAS recommends for Hopper */
+/* cuBLASLt's own scratch: cuBLAS recommends 32 MiB on Hopper, but 8 MiB (and 4) measured as fast
+ * for every GEMM of both layers (dev/RESULTS.md, "cluster kernel") and saves 24 MiB */
+#define OUTL_LT_WORKSPACE_DEFAULT (8u << 20)
 
 /* One cached cuBLASLt matmul: descriptors plus the algorithm picked once by the heuristic, so
  * every call of the same shape runs the same kernel (bitwise reproducible). */
@@ -83,7 +85,7 @@ int outl_fused_slots_per_sm(void);
 OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots);
 /* 1 when FUSEDGPT_OUTL_DZ_MB, _CHUNK_ROWS, _DH_MB or _LT_MB set the workspace budgets (tuning) */
 int outl_fused_sizes_overridden(void);
-/* cuBLASLt's scratch (both layers): 32 MiB unless FUSEDGPT_OUTL_LT_MB says otherwise */
+/* cuBLASLt's scratch (both layers): 8 MiB unless FUSEDGPT_OUTL_LT_MB says otherwise */
 size_t outl_lt_workspace_bytes(void);
 void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
 void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream);
