@@ -1114,7 +1114,9 @@ static void persistent_plan(int64_t N, int64_t V, int d, int64_t slots, int urow
     const int64_t rb = cdiv(N, urows), ntiles = cdiv(V, bn);
     int64_t gmin = cdiv(slots * urows * d * 2, g_l2_budget);
     if (gmin > max_windows - 8) gmin = max_windows - 8 > 1 ? max_windows - 8 : 1; /* the statistics workspace */
-    const int64_t g_fill = cdiv(slots, rb); /* few row blocks: more windows to fill the GPU */
+    /* few row blocks: more windows to fill the GPU, but no more than fit beside all row blocks at
+     * once (rounding up would leave one block for a second pass: N = 1024 ran at 1.3x a GEMM) */
+    const int64_t g_fill = slots / rb > 1 ? slots / rb : 1;
     if (g_fill > gmin) gmin = g_fill;
     if (gmin > ntiles) gmin = ntiles;
     *G_out = 1, *P_out = 1, *tpc_out = ntiles;
