@@ -490,11 +490,15 @@ int main(int argc, char **argv) {
     int have_val = val_path[0] != 0;
     if (loader_open(&train_loader, train_path, (uint32_t)cfg.vocab_size, B, T, dist.rank, dist.world, accum, 1,
                     (uint64_t)opt.seed, err) != 0 ||
-        (have_val && loader_open(&val_loader, val_path, (uint32_t)cfg.vocab_size, B, T, dist.rank, dist.world,
-                                 val_batches_per_rank, 0, 0, err) != 0)) {
+        (have_val && loader_open(&val_loader, val_path, (uint32_t)cfg.vocab_size, B, T, dist.rank, dist.world, 1,
+                                 0, 0, err) != 0)) {
         fprintf(stderr, "error: %s\n", err);
         FAIL(1);
     }
+    /* a small validation shard (1 % of a small corpus) is used whole rather than refused */
+    const int val_batches_asked = val_batches_per_rank;
+    if (have_val && val_loader.num_batches < (uint64_t)val_batches_per_rank)
+        val_batches_per_rank = (int)val_loader.num_batches;
     OutputKind output = strcmp(opt.output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
     DataParallel dp = {.dist = &dist, .zero1 = opt.zero, .overlap = opt.overlap_comm,
                        .bucket_bytes = (size_t)opt.bucket_mb << 20};
@@ -554,6 +558,9 @@ int main(int argc, char **argv) {
     printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches x %d rank(s)), output layer %s, device %s (%s)\n",
            B, T, opt.total_batch, accum, dist.world, opt.output, opt.device, be->device_name);
     if (be->peak_flops > 0) printf("MFU against a dense bf16 peak of %.0f TFLOP/s\n", be->peak_flops / 1e12);
+    if (val_batches_per_rank < val_batches_asked)
+        printf("validation: %s holds %d batch(es) of %d x %d per rank, fewer than --val-batches asks; using those\n",
+               val_path, val_batches_per_rank, B, T + 1);
     const double flops_per_step = gpt_flops_per_token(&cfg, T) * opt.total_batch;
     print_memory(be);
 

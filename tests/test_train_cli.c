@@ -102,6 +102,26 @@ TEST(cpu_training_loss_falls_well_below_ln_vocab) {
     free(out);
 }
 
+TEST(cpu_small_validation_shard_is_used_whole_and_a_too_small_one_is_an_error) {
+    char train[700], val[700], tiny[700], args[2400], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    /* 4000 tokens hold 124 windows of 33, i.e. 31 batches of 4: fewer than --val-batches 100 */
+    snprintf(args, sizeof args, TINY_RUN " -x 2 --val-every 1 --val-batches 100 -i %s -j %s -o %s/runs/v", train,
+             val, test_tmpdir());
+    int rc = run_train(args, &out);
+    CHECK(rc == 0, "training failed (%d): %s", rc, out);
+    CHECK(out && strstr(out, "holds 31 batch(es) of 4 x 33 per rank"), "no note on the 31 batches used: %s", out);
+    CHECK(out && strstr(out, "val loss"), "no validation line: %s", out);
+    free(out);
+    snprintf(tiny, sizeof tiny, "%s/tiny_val.bin", test_tmpdir());
+    write_pattern_shard(tiny, 100, 64, 3); /* not even one batch of 4 x 33 */
+    snprintf(args, sizeof args, TINY_RUN " -x 2 -i %s -j %s -o %s/runs/w", train, tiny, test_tmpdir());
+    rc = run_train(args, &out);
+    CHECK(rc == 1, "exit status %d, expected 1: %s", rc, out);
+    CHECK(out && strstr(out, "error: shard") && strstr(out, "too few for a batch"), "no clear error: %s", out);
+    free(out);
+}
+
 /* The loss lines "step k/N | loss x ..." for k > from, joined, without timings. */
 static void losses_after(const char *out, int from, char *buf, size_t n) {
     buf[0] = 0;
