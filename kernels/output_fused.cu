@@ -883,6 +883,21 @@ static int g_kernel_choice; /* OUTPUT_TILE_KERNEL_* */
 
 void output_layer_select_tile_kernel(int kernel) { g_kernel_choice = kernel; }
 
+/* A launch of a TMA tile kernel in clusters of k->cluster CTAs along the grid axis of the row
+ * blocks (y for the forward's statistics, x for the backward's dZ); *at must outlive the config. */
+static cudaLaunchConfig_t cluster_config(const Variant *k, dim3 grid, int rows_on_y, cudaLaunchAttribute *at,
+                                         cudaStream_t stream) {
+    *at = cudaLaunchAttribute{};
+    at->id = cudaLaunchAttributeClusterDimension;
+    at->val.clusterDim.x = rows_on_y ? 1u : (unsigned)k->cluster;
+    at->val.clusterDim.y = rows_on_y ? (unsigned)k->cluster : 1u;
+    at->val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = dim3((unsigned)k->threads), cfg.dynamicSmemBytes = (size_t)k->smem;
+    cfg.stream = stream, cfg.attrs = at, cfg.numAttrs = 1;
+    return cfg;
+}
+
 static Variant *variants(int *major_out) {
     static Variant v[K_COUNT];
     static int ready, major;
@@ -909,12 +924,8 @@ static Variant *variants(int *major_out) {
             if (v[k].slots_per_sm < 1) v[k].slots_per_sm = 1;
             if (v[k].cluster > 1) {
                 /* a cluster's CTAs share a GPC, so an odd SM left in a GPC holds none */
-                cudaLaunchConfig_t cfg = {};
-                cudaLaunchAttribute at = {};
-                at.id = cudaLaunchAttributeClusterDimension;
-                at.val.clusterDim.x = (unsigned)v[k].cluster, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
-                cfg.gridDim = dim3((unsigned)v[k].cluster * 64), cfg.blockDim = dim3((unsigned)v[k].threads);
-                cfg.dynamicSmemBytes = (size_t)v[k].smem, cfg.attrs = &at, cfg.numAttrs = 1;
+                cudaLaunchAttribute at;
+                const cudaLaunchConfig_t cfg = cluster_config(&v[k], dim3((unsigned)v[k].cluster * 64), 0, &at, 0);
                 CUDA_CHECK(cudaOccupancyMaxActiveClusters(&v[k].clusters_resident, fs, &cfg));
                 if (v[k].clusters_resident < 1) v[k].clusters_resident = 1;
             }
@@ -961,18 +972,10 @@ static int64_t resident_units(const Variant *k, int sms) {
     return k->cluster > 1 ? k->clusters_resident : (int64_t)sms * k->slots_per_sm;
 }
 
-/* Launches a TMA tile kernel; cluster kernels cluster along the grid axis of the row blocks
- * (y for the forward's statistics, x for the backward's dZ). */
 static void launch_tma(const Variant *k, TmaKernel f, dim3 grid, int rows_on_y, const TileArgs &t,
                        const CUtensorMap &tm_h, const CUtensorMap &tm_w, cudaStream_t stream) {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at = {};
-    at.id = cudaLaunchAttributeClusterDimension;
-    at.val.clusterDim.x = rows_on_y ? 1u : (unsigned)k->cluster;
-    at.val.clusterDim.y = rows_on_y ? (unsigned)k->cluster : 1u;
-    at.val.clusterDim.z = 1;
-    cfg.gridDim = grid, cfg.blockDim = dim3((unsigned)k->threads), cfg.dynamicSmemBytes = (size_t)k->smem;
-    cfg.stream = stream, cfg.attrs = &at, cfg.numAttrs = 1;
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t cfg = cluster_config(k, grid, rows_on_y, &at, stream);
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, f, t, tm_h, tm_w));
 }
 

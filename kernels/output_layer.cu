@@ -98,7 +98,7 @@ static OutlPlan *find_or_make_plan(OutputLayer *L, int ta, int tb, int64_t m, in
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, (cudaDataType_t)ctype, m, n, ldc));
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = outl_lt_workspace_bytes();
+    size_t ws = L->lt_ws_bytes;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     /* Split-K summed in place in the output would make the sum order depend on timing; allow only
      * schemes that reduce in a fixed order. */
@@ -131,7 +131,7 @@ void outl_gemm(OutputLayer *L, cublasOperation_t ta, cublasOperation_t tb, int64
     int temporary;
     OutlPlan *p = find_or_make_plan(L, (int)ta, (int)tb, m, n, k, lda, ldb, ctype, ldc, &temporary);
     CUBLAS_CHECK(cublasLtMatmul(L->lt, p->desc, alpha, A, p->a, B, p->b, beta, C, p->c, C, p->c, &p->algo,
-                                L->lt_ws, outl_lt_workspace_bytes(), stream));
+                                L->lt_ws, L->lt_ws_bytes, stream));
     if (temporary) {
         /* the spare's descriptors may still be read by the queued call: wait before freeing */
         CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -227,7 +227,8 @@ OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V,
                 "(dZ %.1f MiB, dH %.1f MiB, cuBLASLt %zu MiB) at d=%d max_N=%lld V=%lld\n", (long long)L->fs.chunk_rows,
                 (long long)L->fs.window_cols, s.dz / 1048576.0, s.dh_acc / 1048576.0, outl_lt_workspace_bytes() >> 20, d, (long long)max_N, (long long)V);
     CUBLAS_CHECK(cublasLtCreate(&L->lt));
-    L->lt_ws = dev_alloc(outl_lt_workspace_bytes());
+    L->lt_ws_bytes = outl_lt_workspace_bytes();
+    L->lt_ws = dev_alloc(L->lt_ws_bytes);
     L->lse = (float *)dev_alloc(s.lse);
     L->row_loss = (float *)dev_alloc(s.row_loss);
     L->scalars = (float *)dev_alloc(s.scalars);

@@ -40,6 +40,7 @@ struct OutputLayer {
     int fused_slots; /* resident CTAs of the fused tile kernel on the whole device */
     cublasLtHandle_t lt;
     void *lt_ws;
+    size_t lt_ws_bytes; /* its size, fixed at create */
     OutlPlan plans[OUTL_MAX_PLANS];
     int nplans;
     /* shared: */
