@@ -334,6 +334,7 @@ __global__ void __launch_bounds__(THREADS, 2) tile_kernel_mma(const TileArgs a) 
 #define WBM 128
 #define WBN 256 /* the widest tile: windows are multiples of it */
 #define W_A_BYTES (WBM * BK * 2) /* 16 KiB */
+#define DZ_SCRATCH_BYTES (8 * 512) /* per warp (8 of them), where the dZ epilogue regroups columns */
 /* Two shapes: 128 x 256 (4 stages of 48 KiB, one CTA per SM, one wgmma group kept in flight) and
  * 128 x 128 (3 stages of 32 KiB, two CTAs per SM so that one's epilogue overlaps the other's MMA,
  * every wgmma group waited for before the next barrier). */
@@ -342,7 +343,7 @@ template <int TBN> struct WShape {
     static constexpr int wait_depth = TBN == 256 ? 1 : 0;      /* wgmma groups left in flight */
     static constexpr int ahead = stages - 1 - wait_depth;        /* stages loaded ahead */
     static constexpr int stage_bytes = W_A_BYTES + TBN * BK * 2;
-    static constexpr int smem = stages * stage_bytes + 1024;     /* + slack to align the ring */
+    static constexpr int smem = stages * stage_bytes + 1024 + DZ_SCRATCH_BYTES; /* + slack to align the ring */
     static constexpr int min_ctas = TBN == 256 ? 1 : 2;
 };
 
@@ -418,6 +419,16 @@ template <int n> __device__ __forceinline__ void fence_acc(float (&d)[n]) {
 }
 /* cp.async writes through the generic proxy, wgmma reads through the async proxy */
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+                 "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+    return v;
+}
 
 /* K-major operand, 128-byte swizzle: 8-row atoms of 1024 B (stride byte offset 1024); the leading
  * byte offset is unused for this layout (16 by convention). */
@@ -451,7 +462,8 @@ __device__ __forceinline__ void load_stage_w(const TileArgs &a, uint32_t sA, uin
 template <int MODE, int TBN>
 __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float (&acc)[TBN / 2], int64_t tile_col0,
                                                  int lane, const int64_t (&rows)[2], const int (&tgt)[2],
-                                                 float (&m_run)[2], float (&a_run)[2], const float (&lse2)[2]) {
+                                                 float (&m_run)[2], float (&a_run)[2], const float (&lse2)[2],
+                                                 uint32_t scratch) {
     const int64_t cbase = tile_col0 + (lane & 3) * 2;
     const bool full = tile_col0 + TBN <= a.col_end;
 #pragma unroll
@@ -490,20 +502,42 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
                     for (int j = 0; j < 2; j++)
                         if (cbase + i * 8 + j == t) a.zt[rows[h]] = acc[i * 4 + h * 2 + j];
             }
-        } else if (rows[h] < a.row_end) {
+        } else {
+            /* dZ = (softmax - onehot) in bf16, written 16 bytes per lane: a warp holds, per group of
+             * four column octets, 8 rows x 32 columns whose octets are spread over the quads'
+             * lanes; stmatrix puts them in its shared scratch as rows of 16 bytes and each lane reads
+             * one back (an octet of its own row), so every store fills whole sectors (four 4-byte
+             * stores per lane wrote 16 of every 32 bytes per row and cost 4x the instructions). */
             const float sc = t == -1 ? 0.0f : 1.0f; /* ignored rows: no gradient */
-            bf16 *out = a.dz + (rows[h] - a.row_begin) * a.ldz + (cbase - a.col_begin);
+            const int tl = t >= tile_col0 && t < tile_col0 + TBN ? (int)(t - tile_col0) : -1;
+            const int lim = full ? TBN : (int)(a.col_end - tile_col0);
+            const int q = lane & 3;
+            const uint32_t st_addr = scratch + (uint32_t)(((lane & 7) * 4 + ((lane >> 3) ^ ((lane >> 1) & 3))) * 16);
+            const uint32_t ld_addr = scratch + (uint32_t)(((lane >> 2) * 4 + (q ^ ((lane >> 3) & 3))) * 16);
+            bf16 *out = a.dz + (rows[h] - a.row_begin) * a.ldz + (tile_col0 - a.col_begin);
+            const bool row_in = rows[h] < a.row_end;
 #pragma unroll
-            for (int i = 0; i < TBN / 8; i++) {
-                float g[2];
+            for (int g = 0; g < TBN / 32; g++) {
+                uint32_t w[4];
 #pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    const int64_t col = cbase + i * 8 + j;
-                    float p = exp2f(fmaf(acc[i * 4 + h * 2 + j], L2E, -lse2[h]));
-                    g[j] = (p - (col == t ? 1.0f : 0.0f)) * sc;
-                    if (!full && col >= a.col_end) g[j] = 0.0f; /* padding of the window */
+                for (int m = 0; m < 4; m++) {
+                    const int i = g * 4 + m;
+                    float v[2];
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        const int col = i * 8 + q * 2 + j; /* within the tile */
+                        const float p = exp2f(fmaf(acc[i * 4 + h * 2 + j], L2E, -lse2[h]));
+                        v[j] = (p - (col == tl ? 1.0f : 0.0f)) * sc;
+                        if (!full && col >= lim) v[j] = 0.0f; /* padding of the window */
+                    }
+                    __nv_bfloat162 b = __floats2bfloat162_rn(v[0], v[1]);
+                    w[m] = *reinterpret_cast<uint32_t *>(&b);
                 }
-                *reinterpret_cast<__nv_bfloat162 *>(out + i * 8) = __floats2bfloat162_rn(g[0], g[1]);
+                stmatrix_x4(st_addr, w);
+                __syncwarp();
+                const uint4 o = lds128(ld_addr);
+                __syncwarp(); /* the next group's stmatrix overwrites the scratch */
+                if (row_in) *reinterpret_cast<uint4 *>(out + (g * 4 + q) * 8) = o;
             }
         }
     }
@@ -632,7 +666,8 @@ __global__ void __launch_bounds__(THREADS, WShape<TBN>::min_ctas) tile_kernel_wg
             fence_acc(acc);
 
             /* the next tile starts with scale_d = 0 */
-            wg_tile_epilogue<MODE, TBN>(a, acc, tile_col0, lane, rows, tgt, m_run, a_run, lse2);
+            wg_tile_epilogue<MODE, TBN>(a, acc, tile_col0, lane, rows, tgt, m_run, a_run, lse2,
+                                        ring + S::stages * S::stage_bytes + warp * 512);
         }
         wg_window_end<MODE>(a, win, lane, rows, m_run, a_run);
     } /* row blocks */
@@ -651,7 +686,7 @@ __global__ void __launch_bounds__(THREADS, WShape<TBN>::min_ctas) tile_kernel_wg
 #define T_STAGES 4
 #define T_THREADS 256
 #define T_STAGE_BYTES (W_A_BYTES + 256 * BK * 2)           /* 48 KiB */
-#define T_SMEM (T_STAGES * T_STAGE_BYTES + 1024 + 128)       /* ring, alignment slack, barriers */
+#define T_SMEM (T_STAGES * T_STAGE_BYTES + 1024 + 128 + DZ_SCRATCH_BYTES) /* ring, slack, barriers, scratch */
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
@@ -822,7 +857,8 @@ __global__ void __launch_bounds__(T_THREADS, 1)
                         mbar_arrive(empty_bar + 8 * s);
                 }
             }
-            wg_tile_epilogue<MODE, TBN>(a, acc, tile_col0, lane, rows, tgt, m_run, a_run, lse2);
+            wg_tile_epilogue<MODE, TBN>(a, acc, tile_col0, lane, rows, tgt, m_run, a_run, lse2,
+                                        full_bar + 128 + warp * 512);
         }
         wg_window_end<MODE>(a, win, lane, rows, m_run, a_run);
     }

@@ -1,0 +1,42 @@
+#!/bin/bash
+# dev/output_layer_profile.sh - where the fused output layer's time goes (issue 5): one device call.
+#   bash dev/output_layer_profile.sh [d,N,V ...]     (from the repository root; logs in $OUT, or ./out)
+# For each shape: Nsight Compute times every kernel of 3 fused forward+backward calls
+# (bench_output_layer --fb-only --reps 1: 2 warm-ups + 1 timed), with the caches left alone and
+# clocks as they are, and the kernels are summed by name (ms per call, launches per call, share).
+# Then dev/lt_algo_probe times every cuBLASLt algorithm for the backward's two GEMM shapes of the
+# default structure. ncu serializes kernels, so the sums exceed the event time a little.
+set -o pipefail
+cd "$(dirname "$0")/.." || exit 1
+OUT=${OUT:-out}
+mkdir -p "$OUT" build
+SHAPES=("$@")
+[ ${#SHAPES[@]} -eq 0 ] && SHAPES=(768,16384,262144 4096,16384,262144)
+make -j16 build/bench_output_layer >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+nvcc -O2 -I. -gencode arch=compute_90a,code=sm_90a dev/lt_algo_probe.cu -lcublasLt -lcublas \
+    -o build/lt_algo_probe >>"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+for s in "${SHAPES[@]}"; do
+    f="$OUT/ncu_${s//,/_}.csv"
+    timeout -k 10 400 ncu --csv --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+        ./build/bench_output_layer --fb-only --reps 1 --no-canonical --shape "$s" >"$f" 2>"$f.err" ||
+        { echo "ncu failed for $s"; tail -5 "$f.err"; continue; }
+    python3 - "$f" "$s" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+head, body = rows[0], rows[1:]
+ki, vi, ui = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
+tot, cnt = collections.Counter(), collections.Counter()
+for r in body:
+    v = float(r[vi].replace(",", ""))
+    v *= {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0}[r[ui]]
+    name = r[ki].split("(")[0][:60]
+    tot[name] += v; cnt[name] += 1
+calls = 3
+all_ms = sum(tot.values()) / calls
+print(f"== {sys.argv[2]}: {all_ms:.2f} ms per forward+backward (sum of kernel times)")
+for name, v in tot.most_common():
+    print(f"  {v / calls:9.3f} ms  {cnt[name] // calls:5d} launches  {100 * v / calls / all_ms:5.1f} %  {name}")
+PY
+done
+./build/lt_algo_probe 768 4096 8192 8
+./build/lt_algo_probe 4096 2048 16384 8
