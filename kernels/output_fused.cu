@@ -62,6 +62,7 @@ typedef __nv_bfloat16 bf16;
 #define DZ_BUDGET_ELEMS ((int64_t)32 << 20)  /* dZ window workspace: 64 MiB of bf16 */
 #define DH_BUDGET_ELEMS ((int64_t)8 << 20)   /* fp32 dH chunk: 32 MiB */
 #define MAX_CHUNK_ROWS 4096
+#define SQUARE_WINDOW 8192                   /* rows = columns of the large problems' dZ window */
 #define MAX_WINDOW_COLS 32768
 #define L2_H_BUDGET ((int64_t)16 << 20)     /* bytes of H blocks re-read at one time (default) */
 
@@ -857,6 +858,8 @@ __global__ void __launch_bounds__(T_THREADS, 1)
                         mbar_arrive(empty_bar + 8 * s);
                 }
             }
+            /* launched early (launch_tma): the previous kernel may still read the dZ buffer */
+            if (MODE == MODE_DZ && it == KT) asm volatile("griddepcontrol.wait;\n" ::: "memory");
             wg_tile_epilogue<MODE, TBN>(a, acc, tile_col0, lane, rows, tgt, m_run, a_run, lse2,
                                         full_bar + 128 + warp * 512);
         }
@@ -1008,10 +1011,21 @@ static int64_t resident_units(const Variant *k, int sms) {
     return k->cluster > 1 ? k->clusters_resident : (int64_t)sms * k->slots_per_sm;
 }
 
-static void launch_tma(const Variant *k, TmaKernel f, dim3 grid, int rows_on_y, const TileArgs &t,
+/* early: a programmatic dependent launch. Its CTAs may start while the previous kernel on the
+ * stream (a backward GEMM) is finishing, and load and multiply their first tile meanwhile; the
+ * kernel waits for that kernel's completion (griddepcontrol.wait) before it writes the dZ buffer
+ * that GEMM reads. Only where the previous kernel is ours to know: it must not write H, W, lse or
+ * targets. */
+static void launch_tma(const Variant *k, TmaKernel f, dim3 grid, int rows_on_y, int early, const TileArgs &t,
                        const CUtensorMap &tm_h, const CUtensorMap &tm_w, cudaStream_t stream) {
-    cudaLaunchAttribute at;
-    const cudaLaunchConfig_t cfg = cluster_config(k, grid, rows_on_y, &at, stream);
+    cudaLaunchAttribute at[2];
+    cudaLaunchConfig_t cfg = cluster_config(k, grid, rows_on_y, &at[0], stream);
+    if (early) {
+        at[1] = cudaLaunchAttribute{};
+        at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[1].val.programmaticStreamSerializationAllowed = 1;
+        cfg.numAttrs = 2;
+    }
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, f, t, tm_h, tm_w));
 }
 
@@ -1036,17 +1050,18 @@ static int64_t forward_tiles_per_cta(int64_t N, int64_t V, int d, int slots, int
 
 /* Backward workspace budgets, from the environment for tuning (dev/output_layer_sweep.sh), read
  * once per process so that workspace_bytes and create always agree:
- *   FUSEDGPT_OUTL_DZ_MB       dZ window budget in MiB (default 64): window columns = budget / rows
+ *   FUSEDGPT_OUTL_DZ_MB       dZ window budget in MiB (default 64, or 128 for the square windows of
+ *                             outl_fused_sizes): window columns = budget / rows
  *                             (2 B each), rounded down to 256 and capped at MAX_WINDOW_COLS
  *   FUSEDGPT_OUTL_CHUNK_ROWS  most rows per chunk, a multiple of 128 (default 4096); also lifts the
  *                             dH budget to exactly that many rows (dh_acc = rows x d x 4 B) unless
  *   FUSEDGPT_OUTL_DH_MB       fp32 dH chunk budget in MiB (default 32) is set too (rows = the smaller)
- *   FUSEDGPT_OUTL_LT_MB       cuBLASLt's scratch in MiB (default 8; both layers)
+ *   FUSEDGPT_OUTL_LT_MB       cuBLASLt's scratch in MiB (default 4; both layers)
  * An invalid value is a one-line error (exit 1), never silently the default. */
 typedef struct {
     int64_t dz_elems, dh_elems, max_rows; /* dh_elems 0: max_rows x d when rows_set, else the default */
     int64_t lt_bytes;
-    int rows_set, overridden;
+    int dz_set, rows_set, dh_set, overridden;
 } Budgets;
 
 static int64_t env_int(const char *name, int64_t lo, int64_t hi, int64_t multiple, int64_t dflt, int *set) {
@@ -1073,7 +1088,7 @@ static const Budgets *budgets(void) {
         b.max_rows = env_int("FUSEDGPT_OUTL_CHUNK_ROWS", BM, (int64_t)1 << 22, BM, MAX_CHUNK_ROWS, &rows);
         b.dh_elems = env_int("FUSEDGPT_OUTL_DH_MB", 1, 65536, 1, 0, &dh) << 18;
         b.lt_bytes = env_int("FUSEDGPT_OUTL_LT_MB", 1, 1024, 1, OUTL_LT_WORKSPACE_DEFAULT >> 20, &lt) << 20;
-        b.rows_set = rows;
+        b.dz_set = dz, b.rows_set = rows, b.dh_set = dh;
         b.overridden = dz || rows || dh || lt;
         done = 1;
     }
@@ -1090,15 +1105,22 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots) {
     /* windows x rows <= (2 slots / rb + 1 + 8 + L2 term) x rb x 128 for every N <= max_N */
     const int64_t l2min = cdiv((int64_t)slots * BM * d * 2, L2_H_BUDGET);
     s.stats_elems = (int64_t)BM * (2 * (int64_t)slots + rb * (10 + l2min));
+    /* Large problems at narrow widths get square windows of 8192 x 8192 (128 MiB): 1-2 % faster at
+     * d = 768 than 4096 x 8192 (dev/RESULTS.md, 2026-11-23), the fp32 dH chunk of 8192 rows still
+     * fits its 32 MiB, and 128 MiB is under 2 % of the logits it stands in for (>= 4 GiB). */
+    const bool square = !b->dz_set && !b->rows_set && !b->dh_set && (int64_t)SQUARE_WINDOW * d <= DH_BUDGET_ELEMS &&
+                        max_N * V * 2 >= ((int64_t)4 << 30);
+    const int64_t max_rows = square ? SQUARE_WINDOW : b->max_rows;
+    const int64_t dz_elems = square ? (int64_t)SQUARE_WINDOW * SQUARE_WINDOW : b->dz_elems;
     const int64_t dh_elems = b->dh_elems ? b->dh_elems : b->rows_set ? b->max_rows * d : DH_BUDGET_ELEMS;
     int64_t rows = dh_elems / d;
-    if (rows > b->max_rows) rows = b->max_rows;
+    if (rows > max_rows) rows = max_rows;
     rows = rows / BM * BM;
     if (rows < BM) rows = BM;
     if (rows > rup(max_N, BM)) rows = rup(max_N, BM);
     s.chunk_rows = rows;
     /* windows are whole tiles of either kernel (256 columns) */
-    int64_t cols = b->dz_elems / rows;
+    int64_t cols = dz_elems / rows;
     if (cols > MAX_WINDOW_COLS) cols = MAX_WINDOW_COLS;
     cols = cols / WBN * WBN;
     if (cols < WBN) cols = WBN;
@@ -1197,7 +1219,7 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     t.win_m = L->win_m, t.win_a = L->win_a, t.stats_ld = N, t.zt = L->zt;
     dim3 grid((unsigned)nwin, (unsigned)P);
     if (k->stats_tma)
-        launch_tma(k, k->stats_tma, grid, 1, t, tensor_map(t.H, N, L->d, WBM),
+        launch_tma(k, k->stats_tma, grid, 1, 0, t, tensor_map(t.H, N, L->d, WBM),
                    tensor_map(t.W, V, L->d, 256 / k->cluster), stream);
     else
         k->stats<<<grid, k->threads, k->smem, stream>>>(t);
@@ -1247,7 +1269,7 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
                 grid = dim3((unsigned)(P * k->cluster), (unsigned)cdiv(nt, tpc));
             }
             if (k->dz_tma)
-                launch_tma(k, k->dz_tma, grid, 0, t, tm_h, tm_w, stream);
+                launch_tma(k, k->dz_tma, grid, 0, r0 > 0 || c0 > 0, t, tm_h, tm_w, stream);
             else
                 k->dz<<<grid, k->threads, k->smem, stream>>>(t);
             CUDA_CHECK(cudaGetLastError());
