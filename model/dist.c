@@ -117,24 +117,33 @@ static void fail(Launcher *L, int rank, const char *host, const char *text) {
 }
 
 static void report_exit(int rank, int st) {
-    if (WIFSIGNALED(st))
+    if (WIFEXITED(st) && WEXITSTATUS(st) == DIST_EXIT_STOPPED)
+        fprintf(stderr, "error: rank %d stopped after a failure elsewhere; stopping the other ranks\n", rank);
+    else if (WIFSIGNALED(st))
         fprintf(stderr, "error: rank %d was killed by signal %d; stopping the other ranks\n", rank, WTERMSIG(st));
     else
         fprintf(stderr, "error: rank %d exited with status %d; stopping the other ranks\n", rank, WEXITSTATUS(st));
 }
 
-/* Collects the local workers that ended; the first that failed fails the run. */
+/* Collects the local workers that ended; a failed one fails the run. A worker that stopped
+ * because another rank failed (DIST_EXIT_STOPPED) is named only when no worker collected in the
+ * same poll failed on its own: that one, which ended first, is the cause. */
 static void reap(Launcher *L) {
+    int st[DIST_MAX_GPUS], ended[DIST_MAX_GPUS], n = 0;
     for (int i = 0; i < L->gpus; i++) {
-        int st;
-        if (L->pids[i] <= 0 || waitpid(L->pids[i], &st, WNOHANG) != L->pids[i]) continue;
+        if (L->pids[i] <= 0 || waitpid(L->pids[i], &st[n], WNOHANG) != L->pids[i]) continue;
         L->pids[i] = 0;
         L->alive--;
-        if ((!WIFEXITED(st) || WEXITSTATUS(st) != 0) && !L->failed) {
-            report_exit(L->base + i, st);
-            fail(L, L->base + i, L->host, NULL);
-        }
+        ended[n++] = i;
     }
+    for (int pass = 0; pass < 2 && !L->failed; pass++)
+        for (int j = 0; j < n && !L->failed; j++) {
+            const int ok = WIFEXITED(st[j]) && WEXITSTATUS(st[j]) == 0;
+            const int echo = WIFEXITED(st[j]) && WEXITSTATUS(st[j]) == DIST_EXIT_STOPPED;
+            if (ok || (pass == 0 && echo)) continue;
+            report_exit(L->base + ended[j], st[j]);
+            fail(L, L->base + ended[j], L->host, NULL);
+        }
 }
 
 /* ---- the rendezvous server ---- */

@@ -36,6 +36,7 @@ extern "C" {
 #define DIST_WAIT_SECONDS 60   /* longest the rendezvous waits for every rank (env FUSEDGPT_RENDEZVOUS_TIMEOUT) */
 #define DIST_MAX_GPUS 64       /* workers per launcher */
 #define DIST_MAX_WORLD 1024    /* ranks in all */
+#define DIST_EXIT_STOPPED 75   /* a worker's status when it stopped because another rank failed */
 
 typedef struct Dist {
     int rank, world, local_rank, node_rank;

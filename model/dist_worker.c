@@ -67,7 +67,7 @@ _Noreturn static void stop_this_rank(void) {
     alarm(10);
     pthread_mutex_lock(&wd.lock);
     if (wd.abort_hook) wd.abort_hook(wd.ctx);
-    _exit(1);
+    _exit(DIST_EXIT_STOPPED); /* the launcher names the rank that failed first, not us */
 }
 
 static void *watchdog_main(void *arg) {
