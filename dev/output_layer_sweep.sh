@@ -34,7 +34,7 @@ SHAPES=(768,65536,262144 768,16384,262144 4096,16384,262144)
 # 2048 rows at d=4096 (32 MiB dH budget; 16384 columns). Setting any of them drops the square
 # default (64:4096 is the old d=768 default). Windows under 1024 columns
 # are left out (thousands of small GEMMs). SWEEP_SETTINGS="dz:rows[:lt] ..." replaces the list (lt:
-# cuBLASLt's scratch in MiB, FUSEDGPT_OUTL_LT_MB; default 4).
+# cuBLASLt's scratch in MiB, FUSEDGPT_OUTL_LT_MB; default 1).
 SETTINGS=(16:4096 32:4096 8:4096 128:8192 64:16384 256:16384 32:8192 64:8192 128:16384 32:16384 24:4096
     44:4096 128:4096 16:8192 16:2048 64:2048)
 [ -n "${SWEEP_SETTINGS:-}" ] && read -r -a SETTINGS <<<"$SWEEP_SETTINGS"
@@ -85,7 +85,7 @@ for s in "${SHAPES[@]}"; do SHAPE_ARGS+=(--shape "$s"); done
 run_setting() { # tag dz_mb rows [lt_mb] (empty: the default)
     local tag=$1 log="$OUT/sweep_$1.log"
     if [ -n "$2" ]; then
-        FUSEDGPT_OUTL_DZ_MB=$2 FUSEDGPT_OUTL_CHUNK_ROWS=$3 FUSEDGPT_OUTL_LT_MB=${4:-4} timeout -k 10 90 $BENCH \
+        FUSEDGPT_OUTL_DZ_MB=$2 FUSEDGPT_OUTL_CHUNK_ROWS=$3 FUSEDGPT_OUTL_LT_MB=${4:-1} timeout -k 10 90 $BENCH \
             --fb-only --reps 5 "${SHAPE_ARGS[@]}" >"$log" 2>&1
     else
         timeout -k 10 90 $BENCH --fb-only --reps 5 "${SHAPE_ARGS[@]}" >"$log" 2>&1

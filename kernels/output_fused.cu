@@ -1056,7 +1056,7 @@ static int64_t forward_tiles_per_cta(int64_t N, int64_t V, int d, int slots, int
  *   FUSEDGPT_OUTL_CHUNK_ROWS  most rows per chunk, a multiple of 128 (default 4096); also lifts the
  *                             dH budget to exactly that many rows (dh_acc = rows x d x 4 B) unless
  *   FUSEDGPT_OUTL_DH_MB       fp32 dH chunk budget in MiB (default 32) is set too (rows = the smaller)
- *   FUSEDGPT_OUTL_LT_MB       cuBLASLt's scratch in MiB (default 4; both layers)
+ *   FUSEDGPT_OUTL_LT_MB       cuBLASLt's scratch in MiB (default 1; both layers)
  * An invalid value is a one-line error (exit 1), never silently the default. */
 typedef struct {
     int64_t dz_elems, dh_elems, max_rows; /* dh_elems 0: max_rows x d when rows_set, else the default */

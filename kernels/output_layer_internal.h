@@ -10,10 +10,11 @@
 #include "kernels/output_layer.h"
 
 #define OUTL_MAX_PLANS 64
-/* cuBLASLt's own scratch: cuBLAS recommends 32 MiB on Hopper, but 8 and 4 MiB measured as fast for
- * every GEMM of both layers (dev/RESULTS.md, "cluster kernel" and 2026-11-23), and the algorithms
- * picked for the fused backward's GEMMs use none of it (dev/lt_algo_probe.cu) */
-#define OUTL_LT_WORKSPACE_DEFAULT (4u << 20)
+/* cuBLASLt's own scratch: cuBLAS recommends 32 MiB on Hopper, but 8, 4, 2 and 1 MiB measured as
+ * fast for every GEMM of both layers at the benchmark's shapes (dev/RESULTS.md, "cluster kernel"
+ * and 2026-11-23); the algorithms the heuristic picks for the fused backward use none of it
+ * (dev/lt_algo_probe.cu) */
+#define OUTL_LT_WORKSPACE_DEFAULT (1u << 20)
 
 /* One cached cuBLASLt matmul: descriptors plus the algorithm picked once by the heuristic, so
  * every call of the same shape runs the same kernel (bitwise reproducible). */
