@@ -375,10 +375,9 @@ TEST(canonical_output_one_row_one_word_and_sum) {
 
 /* ---- behaviour ------------------------------------------------------------------------------ */
 
-TEST(fused_matches_canonical_with_ignored_targets) {
+/* The two layers on the GPU, same bf16 inputs: the fused one within bf16 noise of the canonical. */
+static void check_fused_matches_canonical(int64_t N, int64_t V, int d) {
     uint64_t seed = fresh_seed(), s = seed;
-    const int64_t N = 777, V = 20011;
-    const int d = 256;
     Bf16Tensor H, W;
     fill_normal(&H, (size_t)N * d, 1.0, &s);
     fill_normal(&W, (size_t)V * d, 2.0 / sqrt((double)d), &s);
@@ -395,6 +394,21 @@ TEST(fused_matches_canonical_with_ignored_targets) {
     CHECK(el <= CANON_LOSS_TOL, "loss fused %.9g canonical %.9g (seed %llu)", f.loss, c.loss, (unsigned long long)seed);
     CHECK(edh <= CANON_GRAD_TOL, "dH differ by %.3g (seed %llu)", edh, (unsigned long long)seed);
     CHECK(edw <= CANON_GRAD_TOL, "dW differ by %.3g (seed %llu)", edw, (unsigned long long)seed);
+}
+
+TEST(fused_matches_canonical_with_ignored_targets) { check_fused_matches_canonical(777, 20011, 256); }
+
+TEST(fused_matches_canonical_with_square_windows) {
+    /* logits of >= 4 GiB at a narrow width: the default backward switches to 8192 x 8192 windows
+     * (too large for the fp64 reference); 8448 rows = two chunks, V odd = a ragged last window */
+    const int64_t N = 8448, V = 262147;
+    const int d = 128;
+    /* (dev/output_layer_sweep.sh reruns the tests with FUSEDGPT_OUTL_* structures instead) */
+    const bool structure_set = getenv("FUSEDGPT_OUTL_DZ_MB") || getenv("FUSEDGPT_OUTL_CHUNK_ROWS") ||
+                               getenv("FUSEDGPT_OUTL_DH_MB");
+    REQUIRE(structure_set || output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, N, V, d) >= ((size_t)128 << 20),
+            "this shape no longer selects the square windows: pick one that does");
+    check_fused_matches_canonical(N, V, d);
 }
 
 static void check_deterministic(OutputLayerKind kind) {
