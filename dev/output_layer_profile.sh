@@ -1,8 +1,8 @@
 #!/bin/bash
 # dev/output_layer_profile.sh - where the fused output layer's time goes (issue 5): one device call.
 #   bash dev/output_layer_profile.sh [d,N,V ...]     (from the repository root; logs in $OUT, or ./out)
-# For each shape: Nsight Compute times every kernel of 3 fused forward+backward calls
-# (bench_output_layer --fb-only --reps 1: 2 warm-ups + 1 timed), with the caches left alone and
+# For each shape: Nsight Compute times every kernel of 4 fused forward+backward calls
+# (bench_output_layer --fb-only --reps 1: 2 warm-ups, 1 sizing call, 1 timed), with the caches left alone and
 # clocks as they are, and the kernels are summed by name (ms per call, launches per call, share).
 # Then dev/lt_algo_probe times every cuBLASLt algorithm for the backward's two GEMM shapes of the
 # default structure. ncu serializes kernels, so the sums exceed the event time a little.
@@ -31,7 +31,7 @@ for r in body:
     v *= {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0}[r[ui]]
     name = r[ki].split("(")[0][:60]
     tot[name] += v; cnt[name] += 1
-calls = 3
+calls = 4  # 2 warm-ups, the call that sizes the repetitions, 1 timed
 all_ms = sum(tot.values()) / calls
 print(f"== {sys.argv[2]}: {all_ms:.2f} ms per forward+backward (sum of kernel times)")
 for name, v in tot.most_common():
