@@ -2,7 +2,7 @@
  * layer's backward GEMMs (issue 5), to see how far its first choice is from the best one.
  *
  *   nvcc -O2 -gencode arch=compute_90a,code=sm_90a dev/lt_algo_probe.cu -lcublasLt -lcublas -o build/lt_algo_probe
- *   ./build/lt_algo_probe d rows cols [ws_mib]
+ *   ./build/lt_algo_probe d rows cols [ws_mib (default 1)]
  *
  * The two GEMMs of one (chunk rows x window cols) block, as kernels/output_fused.cu issues them
  * (column-major, fp32 output, alpha from the device, beta = 1):
@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const int64_t d = atoll(argv[1]), rows = atoll(argv[2]), cols = atoll(argv[3]);
-    const size_t ws_bytes = (size_t)(argc > 4 ? atoll(argv[4]) : 8) << 20;
+    const size_t ws_bytes = (size_t)(argc > 4 ? atoll(argv[4]) : 1) << 20;
     cublasLtHandle_t lt;
     CUBLAS_CHECK(cublasLtCreate(&lt));
     __nv_bfloat16 *W, *H, *dz;
