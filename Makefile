@@ -42,7 +42,7 @@ GPU_TEST_OBJ := $(patsubst %.cu,build/%.cu.o,$(GPU_TEST_SRC))
 
 .PHONY: all test test-gpu bench data clean deps compare
 .DEFAULT_GOAL := train
-all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer
+all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer $(BUILD)/lt_algo_probe
 
 # Under SANITIZE=1 the tests run a sanitized trainer, $(BUILD)/train; ./train is never sanitized.
 TRAIN_BIN := $(if $(SANFLAGS),$(BUILD)/train,train)
@@ -81,6 +81,10 @@ test-gpu: $(BUILD)/run_gpu_tests
 
 $(BUILD)/bench_output_layer: build/dev/bench_output_layer.cu.o $(HOST_OBJ) $(CUDA_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+
+# every cuBLASLt algorithm for the fused backward's GEMM shapes (dev/output_layer_profile.sh runs it)
+$(BUILD)/lt_algo_probe: build/dev/lt_algo_probe.cu.o
+	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
 
 bench: $(BUILD)/bench_output_layer
 	./$(BUILD)/bench_output_layer

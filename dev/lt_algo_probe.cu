@@ -1,7 +1,7 @@
 /* dev/lt_algo_probe.cu - times every algorithm cuBLASLt's heuristic offers for the fused output
  * layer's backward GEMMs (issue 5), to see how far its first choice is from the best one.
  *
- *   nvcc -O2 -gencode arch=compute_90a,code=sm_90a dev/lt_algo_probe.cu -lcublasLt -lcublas -o build/lt_algo_probe
+ *   make build/lt_algo_probe
  *   ./build/lt_algo_probe d rows cols [ws_mib (default 1)]
  *
  * The two GEMMs of one (chunk rows x window cols) block, as kernels/output_fused.cu issues them
@@ -45,6 +45,14 @@ static float median_ms(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasLtM
     return t[t.size() / 2];
 }
 
+/* every attribute printed is a 32-bit integer */
+static int algo_attr(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+    int32_t v = 0;
+    size_t written;
+    CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(algo, attr, &v, sizeof v, &written));
+    return v;
+}
+
 static void probe(cublasLtHandle_t lt, const char *name, cublasOperation_t opb, int64_t m, int64_t n, int64_t k,
                   const void *A, int64_t lda, const void *B, int64_t ldb, void *C, const float *alpha,
                   const float *beta, void *ws, size_t ws_bytes) {
@@ -74,16 +82,13 @@ static void probe(cublasLtHandle_t lt, const char *name, cublasOperation_t opb, 
     printf("%s m=%lld n=%lld k=%lld ws=%zu MiB: %d algorithms\n", name, (long long)m, (long long)n, (long long)k,
            ws_bytes >> 20, found);
     for (int i = 0; i < found; i++) {
-        int id = 0, tile = 0, stages = 0, splitk = 0, red = 0, cluster = 0, swz = 0;
-        size_t w;
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &w);
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red, &w);
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
-                                             sizeof cluster, &w);
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof swz, &w);
+        const cublasLtMatmulAlgo_t *al = &res[i].algo;
+        const int id = algo_attr(al, CUBLASLT_ALGO_CONFIG_ID), tile = algo_attr(al, CUBLASLT_ALGO_CONFIG_TILE_ID);
+        const int stages = algo_attr(al, CUBLASLT_ALGO_CONFIG_STAGES_ID);
+        const int splitk = algo_attr(al, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+        const int red = algo_attr(al, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+        const int cluster = algo_attr(al, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
+        const int swz = algo_attr(al, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
         const float ms = median_ms(lt, desc, a, b, c, &res[i].algo, A, B, C, alpha, beta, ws, ws_bytes);
         printf("  #%-2d id %3d tile %3d stages %3d splitk %2d red %d cluster %3d swz %d ws %8zu  %8.4f ms  %6.1f TF/s\n",
                i, id, tile, stages, splitk, red, cluster, swz, res[i].workspaceSize, ms,

@@ -13,9 +13,7 @@ OUT=${OUT:-out}
 mkdir -p "$OUT" build
 SHAPES=("$@")
 [ ${#SHAPES[@]} -eq 0 ] && SHAPES=(768,16384,262144 4096,16384,262144)
-make -j16 build/bench_output_layer >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
-nvcc -O2 -I. -gencode arch=compute_90a,code=sm_90a dev/lt_algo_probe.cu -lcublasLt -lcublas \
-    -o build/lt_algo_probe >>"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+make -j16 build/bench_output_layer build/lt_algo_probe >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
 for s in "${SHAPES[@]}"; do
     f="$OUT/ncu_${s//,/_}.csv"
     timeout -k 10 400 ncu --csv --clock-control none --cache-control none --metrics gpu__time_duration.sum \
