@@ -88,7 +88,7 @@ int outl_fused_slots_per_sm(void);
 OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots);
 /* 1 when FUSEDGPT_OUTL_DZ_MB, _CHUNK_ROWS, _DH_MB or _LT_MB set the workspace budgets (tuning) */
 int outl_fused_sizes_overridden(void);
-/* cuBLASLt's scratch (both layers): 8 MiB unless FUSEDGPT_OUTL_LT_MB says otherwise */
+/* cuBLASLt's scratch (both layers): OUTL_LT_WORKSPACE_DEFAULT unless FUSEDGPT_OUTL_LT_MB says otherwise */
 size_t outl_lt_workspace_bytes(void);
 void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
 void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream);
