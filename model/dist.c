@@ -27,6 +27,7 @@
 /* After a failure, how long the other local workers get to stop through their own watchdogs (they
  * then say which rank they stopped for) before the launcher sends SIGTERM. */
 #define GRACE_SECONDS 15
+#define STOPPED_GRACE_SECONDS 1.0 /* see reap() */
 
 /* SIGCHLD writes a byte here, so that the poll loop wakes the moment a worker ends: the first
  * worker to fail is then reaped before the ones its failure makes stop. */
@@ -95,6 +96,9 @@ typedef struct {
     /* a failure stops the run; the local workers get until grace_end to stop by themselves */
     int failed;
     double grace_end;
+    /* the first local worker that stopped because of a failure elsewhere, -1 while none */
+    int stopped_rank;
+    double stopped_deadline;
 } Launcher;
 
 /* Sends ABORT to every rank still working, except the one that failed. */
@@ -117,33 +121,40 @@ static void fail(Launcher *L, int rank, const char *host, const char *text) {
 }
 
 static void report_exit(int rank, int st) {
-    if (WIFEXITED(st) && WEXITSTATUS(st) == DIST_EXIT_STOPPED)
-        fprintf(stderr, "error: rank %d stopped after a failure elsewhere; stopping the other ranks\n", rank);
-    else if (WIFSIGNALED(st))
+    if (WIFSIGNALED(st))
         fprintf(stderr, "error: rank %d was killed by signal %d; stopping the other ranks\n", rank, WTERMSIG(st));
     else
         fprintf(stderr, "error: rank %d exited with status %d; stopping the other ranks\n", rank, WEXITSTATUS(st));
 }
 
-/* Collects the local workers that ended; a failed one fails the run. A worker that stopped
- * because another rank failed (DIST_EXIT_STOPPED) is named only when no worker collected in the
- * same poll failed on its own: that one, which ended first, is the cause. */
+/* Collects the local workers that ended; one that failed on its own fails the run. A worker that
+ * stopped because another rank failed (DIST_EXIT_STOPPED) is not the cause: if the cause is a local
+ * worker, it ended first but its exit can be collected a poll later, so the stopped one is named
+ * only when no such exit turns up within STOPPED_GRACE_SECONDS. */
 static void reap(Launcher *L) {
-    int st[DIST_MAX_GPUS], ended[DIST_MAX_GPUS], n = 0;
     for (int i = 0; i < L->gpus; i++) {
-        if (L->pids[i] <= 0 || waitpid(L->pids[i], &st[n], WNOHANG) != L->pids[i]) continue;
+        int st;
+        if (L->pids[i] <= 0 || waitpid(L->pids[i], &st, WNOHANG) != L->pids[i]) continue;
         L->pids[i] = 0;
         L->alive--;
-        ended[n++] = i;
-    }
-    for (int pass = 0; pass < 2 && !L->failed; pass++)
-        for (int j = 0; j < n && !L->failed; j++) {
-            const int ok = WIFEXITED(st[j]) && WEXITSTATUS(st[j]) == 0;
-            const int echo = WIFEXITED(st[j]) && WEXITSTATUS(st[j]) == DIST_EXIT_STOPPED;
-            if (ok || (pass == 0 && echo)) continue;
-            report_exit(L->base + ended[j], st[j]);
-            fail(L, L->base + ended[j], L->host, NULL);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == DIST_EXIT_STOPPED) {
+            if (L->stopped_rank < 0) {
+                L->stopped_rank = L->base + i;
+                L->stopped_deadline = wire_now() + STOPPED_GRACE_SECONDS;
+            }
+            continue;
         }
+        if (!L->failed) {
+            report_exit(L->base + i, st);
+            fail(L, L->base + i, L->host, NULL);
+        }
+    }
+    if (!L->failed && L->stopped_rank >= 0 && wire_now() >= L->stopped_deadline) {
+        fprintf(stderr, "error: rank %d stopped after a failure elsewhere; stopping the other ranks\n",
+                L->stopped_rank);
+        fail(L, L->stopped_rank, L->host, NULL);
+    }
 }
 
 /* ---- the rendezvous server ---- */
@@ -379,6 +390,7 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
     L.base = node_rank * gpus;
     L.world = nodes * gpus;
     L.listen_fd = -1;
+    L.stopped_rank = -1;
     L.wait_s = wire_wait_seconds();
     if (gethostname(L.host, sizeof L.host - 1) != 0) snprintf(L.host, sizeof L.host, "?");
 
@@ -454,7 +466,7 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
         reap(&L); /* also every 50 ms: a signal can be missed between reap and poll */
         launcher_poll(&L, 50);
         if (L.listen_fd >= 0) server_check_deadline(&L);
-        if (!L.failed && L.alive == 0 && (L.listen_fd < 0 || L.done == L.world)) {
+        if (!L.failed && L.alive == 0 && L.stopped_rank < 0 && (L.listen_fd < 0 || L.done == L.world)) {
             status = 0;
             break;
         }

@@ -174,6 +174,26 @@ TEST(dist_failed_rank_on_node_1_stops_node_0_by_watchdog) {
     free_two_nodes(&t);
 }
 
+TEST(dist_node_whose_ranks_were_only_stopped_still_fails) {
+    /* rank 0 (node 0) fails; node 1's ranks end only because node 0 told them to
+     * (DIST_EXIT_STOPPED): node 1's launcher must still exit 1 and say why, not 0 */
+    setenv("FUSEDGPT_TEST_LAUNCHER", "1", 1);
+    setenv("FUSEDGPT_TEST_FAIL_RANK", "0", 1);
+    setenv("FUSEDGPT_TEST_FAIL_WHEN", "after", 1);
+    TwoNodes t;
+    run_two_nodes("2", free_port(), &t);
+    unsetenv("FUSEDGPT_TEST_FAIL_WHEN");
+    unsetenv("FUSEDGPT_TEST_FAIL_RANK");
+    unsetenv("FUSEDGPT_TEST_LAUNCHER");
+    REQUIRE(t.log[0] && t.log[1], "could not run ./train");
+    CHECK(t.rc[0] == 1 && strstr(t.log[0], "error: rank 0 exited with status 3"), "node 0: exit %d:\n%s", t.rc[0],
+          t.log[0]);
+    CHECK(t.rc[1] == 1 && strstr(t.log[1], "error: rank 2: stopping because rank 0 failed") &&
+              strstr(t.log[1], "stopped after a failure elsewhere"),
+          "node 1: exit %d:\n%s", t.rc[1], t.log[1]);
+    free_two_nodes(&t);
+}
+
 TEST(dist_master_port_in_use_fails_at_once) {
     int port = 0, fd = listen_on_free_port(&port);
     REQUIRE(fd >= 0, "cannot listen on a free port");
