@@ -871,191 +871,6 @@ __global__ void __launch_bounds__(T_THREADS, 1)
 #endif
 }
 
-/* ---- Hopper ping-pong tile kernel (sm_90a) -------------------------------------------------- */
-/* tile_kernel_tma runs its two warpgroups in step, so both reach their softmax epilogue at once and
- * the tensor cores wait through it (~15 % of a tile at d = 768). Here the two consumer warpgroups
- * take turns: each owns whole 128 x 128 logit tiles (all 128 rows of the block: two m64n128
- * accumulators, 128 registers), warpgroup 0 the even steps of the CTA's (unit, tile) sequence and
- * warpgroup 1 the odd ones, and a warpgroup issues a tile's MMAs only once the other has issued all
- * of its previous tile's (named barriers 1 and 2). While one runs its epilogue, the other's MMAs
- * have the tensor cores to themselves. A third warpgroup issues the copies (each consumer spends
- * part of its time in the epilogue) and gives its registers to the consumers (setmaxnreg: 40 / 232); a stage is 128 rows of H and 128 columns of W (32 KiB, 6 deep), the W
- * half multicast in 2-CTA clusters as in tile_kernel_tma. The price: H is read once per 128 columns
- * instead of per 256 (1.5x the L2 reads per logit of tile_kernel_tma<MODE, 2>). Each warpgroup
- * keeps its own running statistics, written as sub-window 2 win + warpgroup; fused_merge_kernel
- * merges sub-windows like windows. */
-#define P_STAGES 6
-#define P_THREADS 384 /* two consumer warpgroups + the copy warpgroup (one thread of it issues) */
-#define P_TBN 128
-#define P_STAGE_BYTES (W_A_BYTES + P_TBN * BK * 2) /* 32 KiB */
-#define P_SMEM (P_STAGES * P_STAGE_BYTES + 1024 + 128 + DZ_SCRATCH_BYTES)
-
-__device__ __forceinline__ void named_bar_sync(int id, int count) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ void named_bar_arrive(int id, int count) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-
-template <int MODE, int CL>
-__global__ void __launch_bounds__(P_THREADS, 1) tile_kernel_pingpong(const TileArgs a,
-                                                                     const __grid_constant__ CUtensorMap tm_h,
-                                                                     const __grid_constant__ CUtensorMap tm_w) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int TBN = P_TBN;
-    extern __shared__ unsigned char smem_raw[];
-    const uint32_t ring = (smem_u32(smem_raw) + 1023) & ~1023u;
-    const uint32_t full_bar = ring + P_STAGES * P_STAGE_BYTES, empty_bar = full_bar + 8 * P_STAGES;
-
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int64_t win = MODE == MODE_STATS ? blockIdx.x : blockIdx.y;
-    const int64_t slot = MODE == MODE_STATS ? blockIdx.y : blockIdx.x;
-    const int64_t nslots = MODE == MODE_STATS ? gridDim.y : gridDim.x;
-    const uint32_t rank = CL > 1 ? cluster_rank() : 0;
-    const int64_t q_first = slot / CL, q_stride = nslots / CL;
-    const int64_t nrb = (a.row_end - a.row_begin + WBM - 1) / WBM, nunits = (nrb + CL - 1) / CL;
-    const int64_t my_units = q_first < nunits ? (nunits - q_first + q_stride - 1) / q_stride : 0;
-    const int64_t ntiles = (a.col_end - a.col_begin + TBN - 1) / TBN;
-    const int64_t t0 = win * a.tiles_per_cta;
-    const int64_t nt = max(min(t0 + (int64_t)a.tiles_per_cta, ntiles) - t0, (int64_t)0);
-    const int KT = a.d / BK;
-    const int64_t steps = my_units * nt, iters = steps * KT;
-    const int64_t wcol0 = a.col_begin + t0 * TBN;
-
-    if (tid == 0) {
-        for (int s = 0; s < P_STAGES; s++) {
-            mbar_init(full_bar + 8 * s, 1);
-            mbar_init(empty_bar + 8 * s, 4 * CL); /* the 4 warps of the consuming warpgroup, in every CTA */
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    if (CL > 1)
-        cluster_sync_all();
-    else
-        __syncthreads();
-
-    if (warp >= 8) { /* the copy warpgroup: one thread walks the stages in the order they are consumed */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory"); /* registers to the consumers */
-        if (warp == 8 && lane == 0) {
-            int64_t row0 = a.row_begin + (q_first * CL + rank) * WBM, col0 = wcol0;
-            int kc = 0;
-            for (int64_t g = 0; g < iters; g++) {
-                const int s = (int)(g % P_STAGES);
-                if (g >= P_STAGES) mbar_wait(empty_bar + 8 * s, (uint32_t)((g / P_STAGES - 1) & 1));
-                const uint32_t base = ring + s * P_STAGE_BYTES;
-                mbar_expect_tx(full_bar + 8 * s, P_STAGE_BYTES);
-                tma_load_2d(base, &tm_h, kc * BK, (int)row0, full_bar + 8 * s);
-                if (CL > 1)
-                    tma_load_2d_multicast(base + W_A_BYTES + rank * (TBN / CL) * BK * 2, &tm_w, kc * BK,
-                                          (int)(col0 + rank * (TBN / CL)), full_bar + 8 * s, (uint16_t)((1u << CL) - 1));
-                else
-                    tma_load_2d(base + W_A_BYTES, &tm_w, kc * BK, (int)col0, full_bar + 8 * s);
-                if (++kc == KT) {
-                    kc = 0, col0 += TBN;
-                    if (col0 == wcol0 + nt * TBN) col0 = wcol0, row0 += q_stride * CL * WBM;
-                }
-            }
-        }
-    } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-        const int wg = warp >> 2, wq = warp & 3;
-        const uint32_t scratch = full_bar + 128 + warp * 512;
-        /* the stage of step s, k chunk kc is g = s KT + kc; lane 31 of each warp releases it */
-        auto release = [&](int64_t g) {
-            __syncwarp();
-            if (lane == 31) {
-                const uint32_t bar = empty_bar + 8 * (uint32_t)(g % P_STAGES);
-                if (CL > 1)
-#pragma unroll
-                    for (int c = 0; c < CL; c++) mbar_arrive_cluster(bar, (uint32_t)c);
-                else
-                    mbar_arrive(bar);
-            }
-        };
-        float acc0[64], acc1[64]; /* rows 0-63 and 64-127 of the block */
-#pragma unroll
-        for (int i = 0; i < 64; i++) acc0[i] = acc1[i] = 0.0f;
-        int64_t s = 0;
-        bool dep_waited = false;
-        for (int64_t u = q_first; u < nunits; u += q_stride) {
-            const int64_t row0 = a.row_begin + (u * CL + rank) * WBM;
-            float m_run[2][2], a_run[2][2];
-#pragma unroll
-            for (int x = 0; x < 2; x++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) m_run[x][h] = -INFINITY, a_run[x][h] = 0.0f;
-            /* this thread's rows: (half x, h) -> row0 + x 64 + h 8 + r_in; targets and lse are re-read
-             * per tile (L1 hits) rather than held: registers are what the two accumulators leave */
-            const int r_in = wq * 16 + (lane >> 2);
-            auto row_state = [&](int x, int64_t (&rows)[2], int (&tgt)[2], float (&lse2)[2]) {
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    rows[h] = row0 + x * 64 + h * 8 + r_in;
-                    const bool in = rows[h] < a.row_end;
-                    tgt[h] = in ? a.targets[rows[h]] : -1;
-                    lse2[h] = (MODE == MODE_DZ && in) ? a.lse[rows[h]] * L2E : 0.0f;
-                }
-            };
-            for (int64_t t = 0; t < nt; t++, s++) {
-                if ((int)(s & 1) != wg) continue;
-                if (s > 0) named_bar_sync(1 + wg, 256); /* the other warpgroup issued step s - 1 */
-                const int64_t g0 = s * KT;
-                for (int kc = 0; kc < KT; kc++) {
-                    const int64_t g = g0 + kc;
-                    mbar_wait(full_bar + 8 * (uint32_t)(g % P_STAGES), (uint32_t)((g / P_STAGES) & 1));
-                    const uint32_t sA = ring + (uint32_t)(g % P_STAGES) * P_STAGE_BYTES, sB = sA + W_A_BYTES;
-                    __syncwarp(); /* wgmma is .aligned: the warp must be converged after the wait */
-                    fence_acc(acc0);
-                    fence_acc(acc1);
-                    wgmma_fence();
-#pragma unroll
-                    for (int kk = 0; kk < BK / 16; kk++) {
-                        wgmma_m64n128k16(acc0, smem_desc(sA + kk * 32), smem_desc(sB + kk * 32), (kc | kk) != 0);
-                        wgmma_m64n128k16(acc1, smem_desc(sA + 64 * BK * 2 + kk * 32), smem_desc(sB + kk * 32),
-                                         (kc | kk) != 0);
-                    }
-                    wgmma_commit();
-                    if (kc > 0) { /* one group stays in flight; the stage before it is free */
-                        wgmma_wait<1>();
-                        fence_acc(acc0);
-                        fence_acc(acc1);
-                        release(g - 1);
-                    }
-                }
-                if (s + 1 < steps) named_bar_arrive(1 + (wg ^ 1), 256); /* the other warpgroup's turn */
-                wgmma_wait<0>();
-                fence_acc(acc0);
-                fence_acc(acc1);
-                release(g0 + KT - 1);
-                const int64_t tile_col0 = wcol0 + t * TBN;
-                if (MODE == MODE_DZ && !dep_waited) { /* launched early: the previous GEMM may still read dZ */
-                    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-                    dep_waited = true;
-                }
-                {
-                    int64_t rows[2];
-                    int tgt[2];
-                    float lse2[2];
-                    row_state(0, rows, tgt, lse2);
-                    wg_tile_epilogue<MODE, TBN>(a, acc0, tile_col0, lane, rows, tgt, m_run[0], a_run[0], lse2, scratch);
-                    row_state(1, rows, tgt, lse2);
-                    wg_tile_epilogue<MODE, TBN>(a, acc1, tile_col0, lane, rows, tgt, m_run[1], a_run[1], lse2, scratch);
-                }
-            }
-            /* every unit, also one where this warpgroup had no tile: its sub-window then holds (-inf, 0) */
-#pragma unroll
-            for (int x = 0; x < 2; x++) {
-                const int64_t rows[2] = {row0 + x * 64 + r_in, row0 + x * 64 + 8 + r_in};
-                wg_window_end<MODE>(a, 2 * win + wg, lane, rows, m_run[x], a_run[x]);
-            }
-        }
-    }
-    if (CL > 1) cluster_sync_all(); /* no CTA leaves while its peer may still signal its barriers */
-#else
-    __trap();
-#endif
-}
-
 /* lse = M + log sum_w a_w exp(m_w - M) over the windows, loss = lse - z_target (0 if ignored). */
 __global__ void fused_merge_kernel(const float *win_m, const float *win_a, int nwin, int64_t ld, const float *zt,
                                    const int32_t *targets, int64_t N, float *lse_out, float *lse_user,
@@ -1100,10 +915,9 @@ typedef struct {
     void (*dz)(TileArgs);
     TmaKernel stats_tma, dz_tma; /* TMA kernels (then stats and dz are NULL) */
     int clusters_resident;       /* cluster kernels: how many clusters the GPU holds at once */
-    int stat_splits;             /* statistics sub-windows per forward window (ping-pong: one per warpgroup) */
 } Variant;
 
-enum { K_MMA = 0, K_WGMMA_256 = 1, K_WGMMA_128 = 2, K_TMA = 3, K_TMA_CLUSTER = 4, K_PINGPONG = 5, K_COUNT };
+enum { K_MMA = 0, K_WGMMA_256 = 1, K_WGMMA_128 = 2, K_TMA = 3, K_TMA_CLUSTER = 4, K_COUNT };
 static int g_kernel_choice; /* OUTPUT_TILE_KERNEL_* */
 
 void output_layer_select_tile_kernel(int kernel) { g_kernel_choice = kernel; }
@@ -1140,10 +954,6 @@ static Variant *variants(int *major_out) {
                              tile_kernel_tma<MODE_STATS, 1>, tile_kernel_tma<MODE_DZ, 1>};
         v[K_TMA_CLUSTER] = (Variant){"wgmma 128x256 + TMA, 2-CTA clusters sharing W", 256, T_SMEM, 0, 1, T_THREADS, 2,
                                      NULL, NULL, tile_kernel_tma<MODE_STATS, 2>, tile_kernel_tma<MODE_DZ, 2>};
-        v[K_PINGPONG] = (Variant){"wgmma 128x128 ping-pong + TMA, 2-CTA clusters sharing W", P_TBN, P_SMEM, 0, 1,
-                                  P_THREADS, 2, NULL, NULL, tile_kernel_pingpong<MODE_STATS, 2>,
-                                  tile_kernel_pingpong<MODE_DZ, 2>};
-        for (int k = 0; k < K_COUNT; k++) v[k].stat_splits = k == K_PINGPONG ? 2 : 1;
         for (int k = 0; k < (major == 9 ? K_COUNT : 1); k++) {
             const void *fs = v[k].stats ? (const void *)v[k].stats : (const void *)v[k].stats_tma;
             const void *fd = v[k].dz ? (const void *)v[k].dz : (const void *)v[k].dz_tma;
@@ -1175,7 +985,6 @@ static const Variant *variant(void) {
     case OUTPUT_TILE_KERNEL_WGMMA_128x128: return &v[K_WGMMA_128];
     case OUTPUT_TILE_KERNEL_TMA: return &v[K_TMA];
     case OUTPUT_TILE_KERNEL_TMA_CLUSTER: return &v[K_TMA_CLUSTER];
-    case OUTPUT_TILE_KERNEL_PINGPONG: return &v[K_PINGPONG];
     default: return &v[K_TMA_CLUSTER]; /* measured fastest on the H100 (dev/RESULTS.md) */
     }
 }
@@ -1391,16 +1200,16 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     int64_t nwin = 1, tpc = 1, P = 1;
     if (k->persistent) {
         /* P counts units (clusters): the grid has P x cluster row-block slots */
-        persistent_plan(N, V, L->d, resident_units(k, L->sms), unit_rows(k), k->bn,
-                        L->fs.stats_elems / N / k->stat_splits, &nwin, &P, &tpc);
+        persistent_plan(N, V, L->d, resident_units(k, L->sms), unit_rows(k), k->bn, L->fs.stats_elems / N, &nwin,
+                        &P, &tpc);
         P *= k->cluster;
     } else {
         tpc = forward_tiles_per_cta(N, V, L->d, L->sms * k->slots_per_sm, k->bn, &nwin);
         P = cdiv(N, BM);
     }
-    if (nwin * k->stat_splits * N > L->fs.stats_elems) {
+    if (nwin * N > L->fs.stats_elems) {
         fprintf(stderr, "error: output layer: internal: %lld windows x %lld rows exceed the statistics workspace\n",
-                (long long)(nwin * k->stat_splits), (long long)N);
+                (long long)nwin, (long long)N);
         exit(1);
     }
     TileArgs t = {};
@@ -1411,11 +1220,11 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     dim3 grid((unsigned)nwin, (unsigned)P);
     if (k->stats_tma)
         launch_tma(k, k->stats_tma, grid, 1, 0, t, tensor_map(t.H, N, L->d, WBM),
-                   tensor_map(t.W, V, L->d, k->bn / k->cluster), stream);
+                   tensor_map(t.W, V, L->d, 256 / k->cluster), stream);
     else
         k->stats<<<grid, k->threads, k->smem, stream>>>(t);
     CUDA_CHECK(cudaGetLastError());
-    fused_merge_kernel<<<(unsigned)cdiv(N, 256), 256, 0, stream>>>(L->win_m, L->win_a, (int)(nwin * k->stat_splits), N, L->zt,
+    fused_merge_kernel<<<(unsigned)cdiv(N, 256), 256, 0, stream>>>(L->win_m, L->win_a, (int)nwin, N, L->zt,
                                                                    a->targets, N, L->lse, a->row_lse, row_loss);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -1431,7 +1240,7 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
     const bf16 *H = (const bf16 *)a->H, *W = (const bf16 *)a->W;
     const float *sc = L->scalars;
     CUtensorMap tm_h, tm_w;
-    if (k->dz_tma) tm_h = tensor_map(H, N, (int)d, WBM), tm_w = tensor_map(W, V, (int)d, k->bn / k->cluster);
+    if (k->dz_tma) tm_h = tensor_map(H, N, (int)d, WBM), tm_w = tensor_map(W, V, (int)d, 256 / k->cluster);
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t nr = min(rows, N - r0);
         for (int64_t c0 = 0; c0 < V; c0 += cols) {
