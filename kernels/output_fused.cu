@@ -743,11 +743,12 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
         : "memory");
 }
 
-/* CL = 2: the CTAs of a 2-CTA cluster take the two row blocks of a 256-row unit against the same
- * W tiles: each CTA's copy engine fetches half of every W stage and multicasts it into both CTAs,
- * so W is read from L2 once per pair (a CTA's L2 reads per stage drop from 48 to 32 KiB). A stage
- * is refilled only when the consumers of both CTAs released it (each warp arrives on both CTAs'
- * "empty" barriers); both CTAs run the same number of iterations (rows past the end are zeros). */
+/* CL > 1: the CTAs of a CL-CTA cluster take the CL row blocks of a unit of CL x 128 rows against
+ * the same W tiles: each CTA's copy engine fetches 1/CL of every W stage and multicasts it into all
+ * of them, so W is read from L2 once per cluster (a CTA's L2 reads per stage drop from 48 KiB to
+ * 16 + 32/CL KiB). A stage is refilled only when the consumers of every CTA released it (each warp
+ * arrives on every CTA's "empty" barrier); all CTAs run the same number of iterations (rows past
+ * the end are zeros). */
 template <int MODE, int CL>
 __global__ void __launch_bounds__(T_THREADS, 1)
     tile_kernel_tma(const TileArgs a, const __grid_constant__ CUtensorMap tm_h, const __grid_constant__ CUtensorMap tm_w) {
@@ -917,7 +918,7 @@ typedef struct {
     int clusters_resident;       /* cluster kernels: how many clusters the GPU holds at once */
 } Variant;
 
-enum { K_MMA = 0, K_WGMMA_256 = 1, K_WGMMA_128 = 2, K_TMA = 3, K_TMA_CLUSTER = 4, K_COUNT };
+enum { K_MMA = 0, K_WGMMA_256 = 1, K_WGMMA_128 = 2, K_TMA = 3, K_TMA_CLUSTER = 4, K_TMA_CLUSTER4 = 5, K_TMA_CLUSTER8 = 6, K_COUNT };
 static int g_kernel_choice; /* OUTPUT_TILE_KERNEL_* */
 
 void output_layer_select_tile_kernel(int kernel) { g_kernel_choice = kernel; }
@@ -954,6 +955,10 @@ static Variant *variants(int *major_out) {
                              tile_kernel_tma<MODE_STATS, 1>, tile_kernel_tma<MODE_DZ, 1>};
         v[K_TMA_CLUSTER] = (Variant){"wgmma 128x256 + TMA, 2-CTA clusters sharing W", 256, T_SMEM, 0, 1, T_THREADS, 2,
                                      NULL, NULL, tile_kernel_tma<MODE_STATS, 2>, tile_kernel_tma<MODE_DZ, 2>};
+        v[K_TMA_CLUSTER4] = (Variant){"wgmma 128x256 + TMA, 4-CTA clusters sharing W", 256, T_SMEM, 0, 1, T_THREADS,
+                                      4, NULL, NULL, tile_kernel_tma<MODE_STATS, 4>, tile_kernel_tma<MODE_DZ, 4>};
+        v[K_TMA_CLUSTER8] = (Variant){"wgmma 128x256 + TMA, 8-CTA clusters sharing W", 256, T_SMEM, 0, 1, T_THREADS,
+                                      8, NULL, NULL, tile_kernel_tma<MODE_STATS, 8>, tile_kernel_tma<MODE_DZ, 8>};
         for (int k = 0; k < (major == 9 ? K_COUNT : 1); k++) {
             const void *fs = v[k].stats ? (const void *)v[k].stats : (const void *)v[k].stats_tma;
             const void *fd = v[k].dz ? (const void *)v[k].dz : (const void *)v[k].dz_tma;
@@ -975,16 +980,27 @@ static Variant *variants(int *major_out) {
     return v;
 }
 
+static int64_t env_int(const char *name, int64_t lo, int64_t hi, int64_t multiple, int64_t dflt, int *set);
+
 static const Variant *variant(void) {
     int major;
     Variant *v = variants(&major);
     if (major != 9) return &v[K_MMA]; /* wgmma exists on sm_90a only */
-    switch (g_kernel_choice) {
+    /* FUSEDGPT_OUTL_KERNEL (an OUTPUT_TILE_KERNEL_* number) picks the kernel where no call did: for
+     * comparing kernels inside the trainer */
+    static int env_choice = -1;
+    if (env_choice < 0) {
+        int set = 0;
+        env_choice = (int)env_int("FUSEDGPT_OUTL_KERNEL", 0, OUTPUT_TILE_KERNEL_TMA_CLUSTER8, 1, 0, &set);
+    }
+    switch (g_kernel_choice ? g_kernel_choice : env_choice) {
     case OUTPUT_TILE_KERNEL_MMA: return &v[K_MMA];
     case OUTPUT_TILE_KERNEL_WGMMA_128x256: return &v[K_WGMMA_256];
     case OUTPUT_TILE_KERNEL_WGMMA_128x128: return &v[K_WGMMA_128];
     case OUTPUT_TILE_KERNEL_TMA: return &v[K_TMA];
     case OUTPUT_TILE_KERNEL_TMA_CLUSTER: return &v[K_TMA_CLUSTER];
+    case OUTPUT_TILE_KERNEL_TMA_CLUSTER4: return &v[K_TMA_CLUSTER4];
+    case OUTPUT_TILE_KERNEL_TMA_CLUSTER8: return &v[K_TMA_CLUSTER8];
     default: return &v[K_TMA_CLUSTER]; /* measured fastest on the H100 (dev/RESULTS.md) */
     }
 }
@@ -1057,6 +1073,7 @@ static int64_t forward_tiles_per_cta(int64_t N, int64_t V, int d, int slots, int
  *                             dH budget to exactly that many rows (dh_acc = rows x d x 4 B) unless
  *   FUSEDGPT_OUTL_DH_MB       fp32 dH chunk budget in MiB (default 32) is set too (rows = the smaller)
  *   FUSEDGPT_OUTL_LT_MB       cuBLASLt's scratch in MiB (default 1; both layers)
+ *   FUSEDGPT_OUTL_KERNEL      the tile kernel, an OUTPUT_TILE_KERNEL_* number (see variant())
  * An invalid value is a one-line error (exit 1), never silently the default. */
 typedef struct {
     int64_t dz_elems, dh_elems, max_rows; /* dh_elems 0: max_rows x d when rows_set, else the default */
