@@ -8,8 +8,7 @@
  *   ./build/bench_output_layer --no-canonical  skip the canonical layer (and its N x V memory)
  *   ./build/bench_output_layer --kernel K      the fused layer's tile kernel: 1 mma.sync, 2 wgmma 128x256,
  *                                              3 wgmma 128x128, 4 TMA-fed wgmma (the default on Hopper),
- *                                              5 TMA-fed wgmma in 2-CTA clusters (W multicast), 6 and 7 the
- *                                              same in 4- and 8-CTA clusters
+ *                                              5 TMA-fed wgmma in 2-CTA clusters (W multicast)
  *   ./build/bench_output_layer --l2-mb MB      H bytes the persistent kernels keep in L2 (tuning)
  *   ./build/bench_output_layer --fb-only       time only the fused forward+backward (no yardstick GEMM, no
  *                                              canonical, no forward alone): cheap repeated runs of a shape

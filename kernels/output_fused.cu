@@ -918,7 +918,7 @@ typedef struct {
     int clusters_resident;       /* cluster kernels: how many clusters the GPU holds at once */
 } Variant;
 
-enum { K_MMA = 0, K_WGMMA_256 = 1, K_WGMMA_128 = 2, K_TMA = 3, K_TMA_CLUSTER = 4, K_TMA_CLUSTER4 = 5, K_TMA_CLUSTER8 = 6, K_COUNT };
+enum { K_MMA = 0, K_WGMMA_256 = 1, K_WGMMA_128 = 2, K_TMA = 3, K_TMA_CLUSTER = 4, K_COUNT };
 static int g_kernel_choice; /* OUTPUT_TILE_KERNEL_* */
 
 void output_layer_select_tile_kernel(int kernel) { g_kernel_choice = kernel; }
@@ -955,10 +955,6 @@ static Variant *variants(int *major_out) {
                              tile_kernel_tma<MODE_STATS, 1>, tile_kernel_tma<MODE_DZ, 1>};
         v[K_TMA_CLUSTER] = (Variant){"wgmma 128x256 + TMA, 2-CTA clusters sharing W", 256, T_SMEM, 0, 1, T_THREADS, 2,
                                      NULL, NULL, tile_kernel_tma<MODE_STATS, 2>, tile_kernel_tma<MODE_DZ, 2>};
-        v[K_TMA_CLUSTER4] = (Variant){"wgmma 128x256 + TMA, 4-CTA clusters sharing W", 256, T_SMEM, 0, 1, T_THREADS,
-                                      4, NULL, NULL, tile_kernel_tma<MODE_STATS, 4>, tile_kernel_tma<MODE_DZ, 4>};
-        v[K_TMA_CLUSTER8] = (Variant){"wgmma 128x256 + TMA, 8-CTA clusters sharing W", 256, T_SMEM, 0, 1, T_THREADS,
-                                      8, NULL, NULL, tile_kernel_tma<MODE_STATS, 8>, tile_kernel_tma<MODE_DZ, 8>};
         for (int k = 0; k < (major == 9 ? K_COUNT : 1); k++) {
             const void *fs = v[k].stats ? (const void *)v[k].stats : (const void *)v[k].stats_tma;
             const void *fd = v[k].dz ? (const void *)v[k].dz : (const void *)v[k].dz_tma;
@@ -991,7 +987,7 @@ static const Variant *variant(void) {
     static int env_choice = -1;
     if (env_choice < 0) {
         int set = 0;
-        env_choice = (int)env_int("FUSEDGPT_OUTL_KERNEL", 0, OUTPUT_TILE_KERNEL_TMA_CLUSTER8, 1, 0, &set);
+        env_choice = (int)env_int("FUSEDGPT_OUTL_KERNEL", 0, OUTPUT_TILE_KERNEL_TMA_CLUSTER, 1, 0, &set);
     }
     switch (g_kernel_choice ? g_kernel_choice : env_choice) {
     case OUTPUT_TILE_KERNEL_MMA: return &v[K_MMA];
@@ -999,8 +995,6 @@ static const Variant *variant(void) {
     case OUTPUT_TILE_KERNEL_WGMMA_128x128: return &v[K_WGMMA_128];
     case OUTPUT_TILE_KERNEL_TMA: return &v[K_TMA];
     case OUTPUT_TILE_KERNEL_TMA_CLUSTER: return &v[K_TMA_CLUSTER];
-    case OUTPUT_TILE_KERNEL_TMA_CLUSTER4: return &v[K_TMA_CLUSTER4];
-    case OUTPUT_TILE_KERNEL_TMA_CLUSTER8: return &v[K_TMA_CLUSTER8];
     default: return &v[K_TMA_CLUSTER]; /* measured fastest on the H100 (dev/RESULTS.md) */
     }
 }

@@ -355,8 +355,6 @@ static void check_tma_kernel(int kernel) {
 }
 TEST(fused_output_tma_kernel_against_fp64) { check_tma_kernel(OUTPUT_TILE_KERNEL_TMA); }
 TEST(fused_output_tma_cluster_kernel_against_fp64) { check_tma_kernel(OUTPUT_TILE_KERNEL_TMA_CLUSTER); }
-TEST(fused_output_tma_cluster4_kernel_against_fp64) { check_tma_kernel(OUTPUT_TILE_KERNEL_TMA_CLUSTER4); }
-TEST(fused_output_tma_cluster8_kernel_against_fp64) { check_tma_kernel(OUTPUT_TILE_KERNEL_TMA_CLUSTER8); }
 
 /* ---- the canonical layer against fp64 ------------------------------------------------------ */
 

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# One device call: the fused layer's TMA tile kernel in 2-, 4- and 8-CTA clusters (OUTPUT_TILE_KERNEL
-# 5, 6, 7), i.e. W read from L2 once per 2, 4 or 8 row blocks. Builds, runs the GPU tests of those
-# kernels against fp64, times them interleaved (bench_output_layer, fused only, with the cuBLAS GEMM
-# yardstick), every output test with the fastest (FUSEDGPT_OUTL_KERNEL), the trainer (GPT-2 124M,
-# V=262144, B=32) with each kernel, and torch.compile at one shape if time is left. Summary last.
-#   bash dev/output_layer_clusters.sh          (KERNELS="5 6 7", MAX_SECONDS=400 by default)
+# One device call that compares the fused layer's tile kernels (OUTPUT_TILE_KERNEL_* numbers of
+# kernels/output_layer.h): builds, runs the GPU tests whose names contain TEST_FILTER, times the
+# kernels interleaved twice (bench_output_layer, fused only, with the cuBLAS GEMM yardstick), runs
+# every output test with the fastest if it is not the default (FUSEDGPT_OUTL_KERNEL), then the trainer
+# (GPT-2 124M, V=262144, B=32) with each kernel, and torch.compile at one shape if time is left.
+# Summary last. Used for the 4- and 8-CTA cluster variants (dev/RESULTS.md, 2026-11-23).
+#   KERNELS="4 5" TEST_FILTER=tma MAX_SECONDS=400 bash dev/output_layer_kernels.sh   (the defaults)
 set -uo pipefail
 OUT=${OUT:-out}
-KERNELS=${KERNELS:-5 6 7}
+KERNELS=${KERNELS:-4 5}
+TEST_FILTER=${TEST_FILTER:-tma}
 MAX_SECONDS=${MAX_SECONDS:-400}
 SHAPES=${SHAPES:-"768,16384,262144 768,65536,262144 768,16384,50304 4096,16384,262144"}
 mkdir -p "$OUT" /tmp/oc
@@ -20,8 +22,8 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 make -j16 train build/run_gpu_tests build/bench_output_layer >/tmp/oc/build.log 2>&1 || { tail -30 /tmp/oc/build.log; exit 1; }
 note "build done after $(($(date +%s) - start)) s"
 
-timeout -k 5 150 ./build/run_gpu_tests tma_cluster >"$OUT/gpu_tests_clusters.log" 2>&1
-note "GPU tests (tma_cluster*): $(tail -1 "$OUT/gpu_tests_clusters.log") $(grep -m3 FAILED "$OUT/gpu_tests_clusters.log")"
+timeout -k 5 150 ./build/run_gpu_tests "$TEST_FILTER" >"$OUT/gpu_tests_kernels.log" 2>&1
+note "GPU tests (*$TEST_FILTER*): $(tail -1 "$OUT/gpu_tests_kernels.log") $(grep -m3 FAILED "$OUT/gpu_tests_kernels.log")"
 
 args=""
 for s in $SHAPES; do args="$args --shape $s"; done
@@ -39,7 +41,7 @@ while read -r line; do note "  $line"; done <"$OUT/bench.csv"
 # the kernel with the smallest summed fused forward+backward time: its run of every output test
 best=$(awk -F, '{t[$2] += $11} END {for (k in t) print t[k], k}' "$OUT/bench.csv" | sort -n | head -1 | awk '{print $2}')
 note "fastest over the shapes: kernel ${best:-none}"
-if [ -n "$best" ] && [ "$best" != 5 ] && [ "$(left)" -gt 160 ]; then
+if [ -n "$best" ] && [ "$best" != 5 ] && [ "$best" != 0 ] && [ "$(left)" -gt 160 ]; then
     FUSEDGPT_OUTL_KERNEL=$best timeout -k 5 120 ./build/run_gpu_tests output_ >"$OUT/gpu_tests_output_k$best.log" 2>&1
     note "GPU tests (output_*, FUSEDGPT_OUTL_KERNEL=$best): $(tail -1 "$OUT/gpu_tests_output_k$best.log") $(grep -m3 FAILED "$OUT/gpu_tests_output_k$best.log")"
 fi
