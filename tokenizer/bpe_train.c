@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tokenizer/tokenizer_internal.h"
 
@@ -376,7 +377,10 @@ Tokenizer *tokenizer_train(const char *text, size_t len, const TokenizerTrainOpt
 
     uint32_t m = 0;
     int64_t last_count = 0;
-    uint32_t report_every = want / 100 ? want / 100 : 1;
+    /* a terminal gets one line rewritten 100 times; a log file (not a terminal) 10 lines */
+    const int tty = isatty(fileno(stderr));
+    const uint32_t parts = tty ? 100 : 10;
+    uint32_t report_every = want / parts ? want / parts : 1;
     while (m < want && tr.n_heap > 0 && !tr.oom) {
         HeapEntry top = heap_pop(&tr);
         Pair *best = &tr.pairs[top.pair];
@@ -402,9 +406,10 @@ Tokenizer *tokenizer_train(const char *text, size_t len, const TokenizerTrainOpt
             if (tr.pairs[tr.touched[i]].count >= 2) heap_push(&tr, tr.touched[i]);
         m++;
         if (opt->verbose && (m % report_every == 0 || m == want))
-            fprintf(stderr, "\rtokenizer: %u/%u merges (last pair seen %lld times)   ", m, want, (long long)last_count);
+            fprintf(stderr, "%stokenizer: %u/%u merges (last pair seen %lld times)%s", tty ? "\r" : "", m, want,
+                    (long long)last_count, tty ? "   " : "\n");
     }
-    if (opt->verbose) fprintf(stderr, "\n");
+    if (opt->verbose && tty) fprintf(stderr, "\n");
     if (tr.oom) {
         tok_error(err, "%s", oom);
         free(merges);
