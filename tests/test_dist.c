@@ -149,17 +149,22 @@ TEST(dist_launcher_fails_naming_the_rank_that_failed) {
     free(out);
 }
 
-TEST(dist_failed_rank_on_node_1_stops_node_0_by_watchdog) {
-    /* rank 3 (node 1) fails after the rendezvous; ranks 0-1 (node 0) sleep as if blocked in NCCL
-     * for 120 s, so only their watchdogs (ABORT from node 0's launcher) can end them in time */
+/* Two nodes of two ranks each; rank fail_rank fails after the rendezvous while the others sleep as
+ * if blocked in NCCL for 120 s, so only their watchdogs (ABORT from node 0's launcher) can end
+ * them in time. */
+static void run_two_nodes_with_a_failure(const char *fail_rank, TwoNodes *t) {
     setenv("FUSEDGPT_TEST_LAUNCHER", "1", 1);
-    setenv("FUSEDGPT_TEST_FAIL_RANK", "3", 1);
+    setenv("FUSEDGPT_TEST_FAIL_RANK", fail_rank, 1);
     setenv("FUSEDGPT_TEST_FAIL_WHEN", "after", 1);
-    TwoNodes t;
-    run_two_nodes("2", free_port(), &t);
+    run_two_nodes("2", free_port(), t);
     unsetenv("FUSEDGPT_TEST_FAIL_WHEN");
     unsetenv("FUSEDGPT_TEST_FAIL_RANK");
     unsetenv("FUSEDGPT_TEST_LAUNCHER");
+}
+
+TEST(dist_failed_rank_on_node_1_stops_node_0_by_watchdog) {
+    TwoNodes t;
+    run_two_nodes_with_a_failure("3", &t);
     REQUIRE(t.log[0] && t.log[1], "could not run ./train");
     CHECK(t.rc[0] == 1 && t.seconds0 < 15, "node 0: exit %d after %.1f s:\n%s", t.rc[0], t.seconds0, t.log[0]);
     CHECK(strstr(t.log[0], "error: rank 3 (host ") && strstr(t.log[0], ") stopped without finishing; stopping the "
@@ -177,14 +182,8 @@ TEST(dist_failed_rank_on_node_1_stops_node_0_by_watchdog) {
 TEST(dist_node_whose_ranks_were_only_stopped_still_fails) {
     /* rank 0 (node 0) fails; node 1's ranks end only because node 0 told them to
      * (DIST_EXIT_STOPPED): node 1's launcher must still exit 1 and say why, not 0 */
-    setenv("FUSEDGPT_TEST_LAUNCHER", "1", 1);
-    setenv("FUSEDGPT_TEST_FAIL_RANK", "0", 1);
-    setenv("FUSEDGPT_TEST_FAIL_WHEN", "after", 1);
     TwoNodes t;
-    run_two_nodes("2", free_port(), &t);
-    unsetenv("FUSEDGPT_TEST_FAIL_WHEN");
-    unsetenv("FUSEDGPT_TEST_FAIL_RANK");
-    unsetenv("FUSEDGPT_TEST_LAUNCHER");
+    run_two_nodes_with_a_failure("0", &t);
     REQUIRE(t.log[0] && t.log[1], "could not run ./train");
     CHECK(t.rc[0] == 1 && strstr(t.log[0], "error: rank 0 exited with status 3"), "node 0: exit %d:\n%s", t.rc[0],
           t.log[0]);
