@@ -525,13 +525,6 @@ int main(int argc, char **argv) {
             fprintf(stderr, "error: %s\n", err);
             FAIL(2);
         }
-        if (st.world != dist.world) {
-            fprintf(stderr,
-                    "error: checkpoint in %s was written by a run on %d GPU(s); resume it with -g %d (the data "
-                    "position counts per GPU)\n",
-                    opt.out, st.world, st.world);
-            FAIL(2);
-        }
         if (st.B != B || st.T != T || st.total_batch != opt.total_batch || st.seed != (uint64_t)opt.seed) {
             fprintf(stderr,
                     "error: checkpoint in %s was trained with -b %d -t %d -d %d --seed %llu; resume with the same "
@@ -539,7 +532,26 @@ int main(int argc, char **argv) {
                     opt.out, st.B, st.T, st.total_batch, (unsigned long long)st.seed);
             FAIL(2);
         }
-        if (loader_set_state(&train_loader, (LoaderState){st.loader_epoch, st.loader_position}, err) != 0) {
+        LoaderState ls = {st.loader_epoch, st.loader_position};
+        if (st.world != dist.world) {
+            /* the checkpoint holds the whole model and optimizer state, so only the data position
+             * depends on the number of ranks; a step's micro-batches must split over both counts */
+            const int per_step = opt.total_batch / (B * T);
+            const char *why = NULL;
+            if (st.world < 1 || per_step % st.world)
+                why = "that many ranks cannot share its batch (a damaged state.bin?)";
+            else if (loader_state_for_world(&ls, st.world, dist.world, err) != 0)
+                why = err;
+            if (why) {
+                fprintf(stderr, "error: checkpoint in %s (%d rank(s), %d micro-batches per step): %s\n", opt.out,
+                        st.world, per_step, why);
+                FAIL(2);
+            }
+            printf("resuming a run of %d rank(s) on %d: the data order goes on where it stopped; losses follow the "
+                   "%d-rank run's to rounding, not bit for bit\n",
+                   st.world, dist.world, st.world);
+        }
+        if (loader_set_state(&train_loader, ls, err) != 0) {
             fprintf(stderr, "error: %s\n", err);
             FAIL(2);
         }

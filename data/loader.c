@@ -86,11 +86,24 @@ LoaderState loader_get_state(const Loader *l) {
     return (LoaderState){l->epoch, l->position};
 }
 
+int loader_state_for_world(LoaderState *s, int from_world, int to_world, char *err) {
+    const uint64_t consumed = s->position * (uint64_t)from_world;
+    if (from_world < 1 || to_world < 1 || consumed % (uint64_t)to_world) {
+        snprintf(err, FGPT_ERR_LEN,
+                 "the checkpoint's data position (%llu batches on each of %d rank(s)) is not a whole number of "
+                 "batches on %d rank(s) (resume with -g %d)",
+                 (unsigned long long)s->position, from_world, to_world, from_world);
+        return -1;
+    }
+    s->position = consumed / (uint64_t)to_world;
+    return 0;
+}
+
 int loader_set_state(Loader *l, LoaderState s, char *err) {
     if (s.position > l->num_batches) {
         snprintf(err, FGPT_ERR_LEN,
                  "checkpoint's data position %llu is beyond this shard's %llu batches per rank (resume with the "
-                 "same data, -b, -t and -g)",
+                 "same data, -b, -t and -d)",
                  (unsigned long long)s.position, (unsigned long long)l->num_batches);
         return -1;
     }

@@ -45,6 +45,12 @@ void loader_next_batch(Loader *l, int *inputs, int *targets);
 void loader_reset(Loader *l);
 
 LoaderState loader_get_state(const Loader *l);
+/* The same data position for a run on another number of ranks (the same global batch). Ranks are
+ * dealt the batches of one global order round-robin, so at a step boundary a run on from_world
+ * ranks has consumed position x from_world batches of the epoch, and a run on to_world ranks goes
+ * on from position x from_world / to_world. Returns 0, or -1 with a message if that is not a whole
+ * number of batches. */
+int loader_state_for_world(LoaderState *s, int from_world, int to_world, char *err);
 /* Returns 0, or -1 with a message if the state does not fit this loader (different data). */
 int loader_set_state(Loader *l, LoaderState s, char *err);
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # One call on a machine with two or more GPUs (the nvidia-h200-x2 kind): data-parallel training in
-# every mode against one GPU at the same global batch, resume on 2 GPUs, a killed worker, and
-# GPT-2 124M tokens/s on 1 and 2 GPUs with the time each step waited on communication. Prints a
-# summary last. NCCL's environment (NCCL_NVLS_ENABLE=0 on the lent machines) is left as the machine
-# sets it. SECTIONS picks parts: tests correct nodes resume kill throughput sweep real (default: all
-# but sweep and real). nodes: two "hosts" on this one (a launcher per GPU, --nodes 2 over loopback
-# TCP). real: ./train -g G -v 262144 on the default corpus (carried as .carry/corpus.tar.xz, see
-# dev/pack_corpus.sh) against one GPU at the same global batch. TP_VOCABS: vocabularies of the
-# throughput and sweep sections (default "50304 262144").
+# every mode against one GPU at the same global batch, resume on 2 GPUs (and their checkpoint
+# resumed on one GPU), a killed worker, and GPT-2 124M tokens/s on 1 and 2 GPUs with the time each
+# step waited on communication. Prints a summary last. NCCL's environment (NCCL_NVLS_ENABLE=0 on
+# the lent machines) is left as the machine sets it. SECTIONS picks parts: tests correct nodes
+# resume kill throughput sweep real (default: all but sweep and real). nodes: two "hosts" on this
+# one (a launcher per GPU, --nodes 2 over loopback TCP). real: ./train -g G -v 262144 on the default
+# corpus (carried as .carry/corpus.tar.xz, see dev/pack_corpus.sh) against one GPU at the same
+# global batch. TP_VOCABS: vocabularies of the throughput and sweep sections (default "50304 262144").
 set -uo pipefail
 OUT=${OUT:-out}
 SECTIONS=${SECTIONS:-tests correct nodes resume kill throughput}
@@ -86,6 +86,12 @@ if has resume; then
         part=$(grep -E '^step +(1[1-9]|20)/' /tmp/mg/rb_$tag.log | cut -d'|' -f1-2)
         if [ -n "$full" ] && [ "$full" = "$part" ]; then note "$G-GPU resume $mode: steps 11-20 identical";
         else note "$G-GPU resume $mode: DIFFERENT ($(echo "$full" | wc -l) vs $(echo "$part" | wc -l) lines) $(grep -m1 error /tmp/mg/rb_$tag.log)"; fi
+        # the same checkpoint resumed on one GPU (accumulating G): the same data, losses to rounding
+        mkdir -p /tmp/mg/rc_$tag && cp -r /tmp/mg/ra_$tag/step_00000010 /tmp/mg/rc_$tag/ &&
+            echo step_00000010 >/tmp/mg/rc_$tag/latest
+        ./train ${r#-g $G } -y 1 -o /tmp/mg/rc_$tag >/tmp/mg/rc_$tag.log 2>&1
+        grep -E '^step +(1[1-9]|20)/' /tmp/mg/ra_$tag.log >/tmp/mg/ra_tail_$tag.log
+        note "$(python3 -c "$losses_py" /tmp/mg/ra_tail_$tag.log /tmp/mg/rc_$tag.log "steps 11-20, $G GPUs vs their checkpoint resumed on 1 GPU $mode") $(grep -m1 error /tmp/mg/rc_$tag.log)"
     done
 fi
 if has kill; then

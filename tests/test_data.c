@@ -186,6 +186,52 @@ TEST(loader_two_ranks_see_the_batches_one_rank_sees_with_accumulation_two) {
     loader_close(&one);
 }
 
+TEST(loader_state_moves_between_rank_counts_at_step_boundaries) {
+    /* one global batch of 4 micro-batches: 1 rank x 4, 2 ranks x 2, 4 ranks x 1 */
+    char path[700], err[FGPT_ERR_LEN];
+    path_in_tmp(path, sizeof path, "regroup.bin");
+    REQUIRE(write_pattern_shard(path, 5000, 1000, 4) == 0, "write");
+    const int worlds[3] = {1, 2, 4};
+    int a[32], at[32], b[32], bt[32];
+    /* 312 windows = 156 batches of 2 = 39 steps an epoch: switch at its last step (the rollover still
+     * pending) and two steps into the next */
+    const int switch_at[2] = {39, 41};
+    for (int sw = 0; sw < 2; sw++)
+    for (int from = 0; from < 3; from++)
+        for (int to = 0; to < 3; to++) {
+            const int fw = worlds[from], tw = worlds[to];
+            Loader src[4], dst[4], ref;
+            for (int r = 0; r < fw; r++) REQUIRE(open_loader_accum(&src[r], path, 2, 16, r, fw, 4 / fw, 1) == 0, "open");
+            for (int r = 0; r < tw; r++) REQUIRE(open_loader_accum(&dst[r], path, 2, 16, r, tw, 4 / tw, 1) == 0, "open");
+            REQUIRE(open_loader_accum(&ref, path, 2, 16, 0, 1, 4, 1) == 0, "open");
+            for (int step = 0; step < switch_at[sw]; step++)
+                for (int k = 0; k < 4; k++) {
+                    loader_next_batch(&ref, a, at);
+                    loader_next_batch(&src[k % fw], b, bt);
+                }
+            for (int r = 0; r < tw; r++) {
+                LoaderState s = loader_get_state(&src[0]);
+                REQUIRE(loader_state_for_world(&s, fw, tw, err) == 0, "%d -> %d ranks: %s", fw, tw, err);
+                REQUIRE(loader_set_state(&dst[r], s, err) == 0, "%s", err);
+            }
+            /* the next 3 steps on tw ranks are the micro-batches one rank with accumulation 4 sees */
+            for (int step = 0; step < 3; step++)
+                for (int k = 0; k < 4; k++) {
+                    loader_next_batch(&ref, a, at);
+                    loader_next_batch(&dst[k % tw], b, bt);
+                    CHECK(!memcmp(a, b, sizeof a) && !memcmp(at, bt, sizeof at),
+                          "%d -> %d ranks after %d steps: step %d micro-batch %d differs", fw, tw, switch_at[sw], step,
+                          k);
+                }
+            loader_close(&ref);
+            for (int r = 0; r < tw; r++) loader_close(&dst[r]);
+            for (int r = 0; r < fw; r++) loader_close(&src[r]);
+        }
+    /* a position that no step boundary of the other count reaches is refused with the -g to use */
+    LoaderState odd = {0, 3};
+    CHECK(loader_state_for_world(&odd, 1, 2, err) == -1 && strstr(err, "resume with -g 1"), "got: %s", err);
+}
+
 TEST(loader_rejects_a_shard_too_small_for_one_batch) {
     char path[700], err[FGPT_ERR_LEN];
     path_in_tmp(path, sizeof path, "small.bin");

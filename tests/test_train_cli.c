@@ -138,6 +138,24 @@ static void losses_after(const char *out, int from, char *buf, size_t n) {
     }
 }
 
+/* A run directory dst holding only checkpoint step_NNNNNNNN of run directory src. */
+static int copy_checkpoint(const char *src, int step, const char *dst) {
+    char cmd[3000];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && cp -r %s/step_%08d %s/ && echo step_%08d > %s/latest", dst, src, step,
+             dst, step, dst);
+    return system(cmd);
+}
+
+/* state.bin's header: the number of ranks (uint32) at byte 12, the loader's position (uint64) at 72 */
+#define STATE_WORLD_AT 12
+#define STATE_POSITION_AT 72
+static int rewrite_state(const char *state, long at, const void *value, size_t bytes) {
+    FILE *f = fopen(state, "r+b");
+    if (!f) return -1;
+    int ok = fseek(f, at, SEEK_SET) == 0 && fwrite(value, bytes, 1, f) == 1;
+    return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
 TEST(resume_prints_exactly_the_losses_of_the_uninterrupted_run) {
     char train[700], val[700], args[2400], *full = NULL, *resumed = NULL, *bad = NULL;
     make_corpus(train, val, sizeof train);
@@ -146,10 +164,10 @@ TEST(resume_prints_exactly_the_losses_of_the_uninterrupted_run) {
              train, val, d);
     REQUIRE(run_train(args, &full) == 0, "first run failed: %s", full);
     /* a second run directory holding only the step-10 checkpoint */
-    char cmd[3000];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s/b && cp -r %s/a/step_00000010 %s/b/ && echo step_00000010 > %s/b/latest",
-             d, d, d, d);
-    REQUIRE(system(cmd) == 0, "copying the checkpoint failed");
+    char src[800], dst[800];
+    snprintf(src, sizeof src, "%s/a", d);
+    snprintf(dst, sizeof dst, "%s/b", d);
+    REQUIRE(copy_checkpoint(src, 10, dst) == 0, "copying the checkpoint failed");
     snprintf(args, sizeof args, TINY_RUN " -x 20 -n 10 --val-every 5 -y 1 -i %s -j %s -o %s/b", train, val, d);
     REQUIRE(run_train(args, &resumed) == 0, "resumed run failed: %s", resumed);
     CHECK(strstr(resumed, "resumed from") != NULL, "no resume message");
@@ -163,22 +181,54 @@ TEST(resume_prints_exactly_the_losses_of_the_uninterrupted_run) {
     int rc = run_train(args, &bad);
     CHECK(rc == 2 && strstr(bad, "-v 64"), "mismatched resume: exit %d: %s", rc, bad);
     free(bad);
-    /* a checkpoint written by a 2-GPU run names the -g to resume with (the field after the magic
-     * and version in state.bin holds the number of ranks) */
+    /* a state.bin claiming 2 ranks for a batch of one micro-batch per step is refused, not used */
     char state[800];
     snprintf(state, sizeof state, "%s/b/step_00000010/state.bin", d);
-    FILE *f = fopen(state, "r+b");
-    REQUIRE(f, "cannot open %s", state);
     uint32_t two = 2;
-    fseek(f, 12, SEEK_SET);
-    fwrite(&two, 4, 1, f);
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "echo step_00000010 > %s/b/latest", d);
+    REQUIRE(rewrite_state(state, STATE_WORLD_AT, &two, 4) == 0, "cannot rewrite %s", state);
+    char cmd[1000];
+    snprintf(cmd, sizeof cmd, "echo step_00000010 > %s/latest", dst); /* the resumed run moved it to step 20 */
     REQUIRE(system(cmd) == 0, "rewriting latest");
     snprintf(args, sizeof args, TINY_RUN " -x 20 -y 1 -i %s -o %s/b", train, d);
     rc = run_train(args, &bad);
-    CHECK(rc == 2 && strstr(bad, "written by a run on 2 GPU(s); resume it with -g 2"), "exit %d: %s", rc, bad);
+    CHECK(rc == 2 && strstr(bad, "(2 rank(s), 1 micro-batches per step): that many ranks cannot share its batch"),
+          "exit %d: %s", rc, bad);
     free(bad);
+    free(resumed);
+    free(full);
+}
+
+TEST(resume_on_another_number_of_ranks_continues_the_same_data) {
+    /* -d 256 = 2 micro-batches per step: one rank accumulating 2 or two ranks taking one each. The
+     * step-10 checkpoint of the one-rank run, rewritten as the two-rank run would have written it
+     * (2 ranks, half the per-rank position), resumed on one rank repeats the uninterrupted losses. */
+    char train[700], val[700], args[2400], *full = NULL, *resumed = NULL;
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    snprintf(args, sizeof args, TINY_RUN " -d 256 -x 20 -n 10 --val-every 0 -i %s -o %s/r1", train, d);
+    REQUIRE(run_train(args, &full) == 0, "first run failed: %s", full);
+    char src[800], dst[800], state[900];
+    snprintf(src, sizeof src, "%s/r1", d);
+    snprintf(dst, sizeof dst, "%s/r2", d);
+    REQUIRE(copy_checkpoint(src, 10, dst) == 0, "copying the checkpoint failed");
+    snprintf(state, sizeof state, "%s/step_00000010/state.bin", dst);
+    FILE *f = fopen(state, "rb");
+    uint64_t position = 0;
+    REQUIRE(f && fseek(f, STATE_POSITION_AT, SEEK_SET) == 0 && fread(&position, 8, 1, f) == 1, "reading %s", state);
+    fclose(f);
+    REQUIRE(position % 2 == 0, "one rank with accumulation 2 is at the odd position %llu", (unsigned long long)position);
+    const uint32_t two = 2;
+    const uint64_t half = position / 2;
+    REQUIRE(rewrite_state(state, STATE_WORLD_AT, &two, 4) == 0 && rewrite_state(state, STATE_POSITION_AT, &half, 8) == 0,
+            "cannot rewrite %s", state);
+    snprintf(args, sizeof args, TINY_RUN " -d 256 -x 20 --val-every 0 -y 1 -i %s -o %s", train, dst);
+    REQUIRE(run_train(args, &resumed) == 0, "resumed run failed: %s", resumed);
+    CHECK(strstr(resumed, "resuming a run of 2 rank(s) on 1") != NULL, "no note of the rank change: %s", resumed);
+    static char a[8192], b[8192];
+    losses_after(full, 10, a, sizeof a);
+    losses_after(resumed, 10, b, sizeof b);
+    CHECK(count_lines(a) == 10, "expected 10 loss lines after step 10, got %d", count_lines(a));
+    CHECK(strcmp(a, b) == 0, "resumed losses differ:\n%s---\n%s", a, b);
     free(resumed);
     free(full);
 }
