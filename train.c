@@ -583,6 +583,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: out of host memory\n");
         FAIL(1);
     }
+    /* one training step (1-based, as printed) inside a profiler's capture range: dev/step_profile.sh */
+    const char *profile_env = getenv("FUSEDGPT_PROFILE_STEP");
+    const int profile_step = profile_env && strcmp(opt.device, "cpu") != 0 ? atoi(profile_env) : 0;
+    /* GPU time of the step's parts on each step line (the backend's marks, summed over micro-steps) */
+    const int show_parts = getenv("FUSEDGPT_STEP_PARTS") != NULL;
     for (int step = start_step; step < opt.steps; step++) {
         int last = step == opt.steps - 1;
         if (have_val && opt.val_every && step % opt.val_every == 0) {
@@ -593,6 +598,7 @@ int main(int argc, char **argv) {
         if (dist.rank == 0 && opt.sample_every && step > 0 && step % opt.sample_every == 0)
             generate_sample(be, tok, &opt, &rng, step, &log, inputs, logits);
 
+        if (step + 1 == profile_step) cuda_profiler_range(1);
         double t0 = now_ms();
         be->ops->zero_grad(be);
         double loss = 0.0;
@@ -617,6 +623,7 @@ int main(int argc, char **argv) {
             .step = step + 1,
         };
         be->ops->adamw_update(be, &as);
+        if (step + 1 == profile_step) cuda_profiler_range(0);
         /* data parallel: what the step waited on communication (the rest hid under the backward) */
         double comm_ms = dist.world > 1 ? be->ops->comm_wait_ms(be) : -1.0;
         double ms = now_ms() - t0;
@@ -624,6 +631,11 @@ int main(int argc, char **argv) {
         printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, opt.steps, loss,
                as.lr, norm, ms, tps);
         if (comm_ms >= 0) printf(" | comm %.2f ms", comm_ms);
+        if (show_parts && be->ops->phase_ms) {
+            double part[3];
+            be->ops->phase_ms(be, part);
+            printf(" | fwd %.1f out %.1f bwd %.1f ms", part[0], part[1], part[2]);
+        }
         double mfu = -1, mem_gb = -1;
         if (be->peak_flops > 0) {
             mfu = 100.0 * flops_per_step / (ms / 1e3) / (be->peak_flops * dist.world); /* per GPU */

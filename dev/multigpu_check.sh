@@ -4,7 +4,8 @@
 # resumed on one GPU), a killed worker, and GPT-2 124M tokens/s on 1 and 2 GPUs with the time each
 # step waited on communication. Prints a summary last. NCCL's environment (NCCL_NVLS_ENABLE=0 on
 # the lent machines) is left as the machine sets it. SECTIONS picks parts: tests correct nodes
-# resume kill throughput sweep real (default: all but sweep and real). nodes: two "hosts" on this
+# resume kill throughput sweep skew real (default: all but sweep, skew and real). skew: one GPU
+# alone on each GPU and beside an independent run on the other. nodes: two "hosts" on this
 # one (a launcher per GPU, --nodes 2 over loopback TCP). real: ./train -g G -v 262144 on the default
 # corpus (carried as .carry/corpus.tar.xz, see dev/pack_corpus.sh) against one GPU at the same
 # global batch. TP_VOCABS: vocabularies of the throughput and sweep sections (default "50304 262144").
@@ -111,18 +112,30 @@ fi
 throughput() {
     local V=$1 tag=$2; shift 2
     local log=/tmp/mg/tp_${V}_$tag.log
-    env "$@" -e d12 -v $V -b 32 -t 1024 -x 40 --warmup 5 --val-every 0 -s 0 -i /tmp/mg/rand_$V.bin -o /tmp/mg/tp >$log 2>&1
+    env FUSEDGPT_STEP_PARTS=1 "$@" -e d12 -v $V -b 32 -t 1024 -x 40 --warmup 5 --val-every 0 -s 0 -i /tmp/mg/rand_$V.bin -o /tmp/mg/tp >$log 2>&1
     col() { grep '| loss' $log | tail -30 | awk -F'|' -v c=$1 '{print $c}' | awk '{print $1}' | sort -n | sed -n 15p; }
     local comm=$(grep '| loss' $log | tail -30 | grep -o 'comm [0-9.]*' | awk '{print $2}' | sort -n | sed -n 15p)
+    local parts=$(grep '| loss' $log | tail -30 | grep -o 'fwd [0-9.]* out [0-9.]* bwd [0-9.]*' | sort -t' ' -k4 -n | sed -n 15p)
     note "d12 V=$V B=32/GPU $tag: median $(col 5) ms/step, $(col 6) tok/s, comm wait ${comm:-0} ms, $(grep '| loss' $log | tail -1 | grep -o '[0-9.]* GB') $(grep -m1 error $log)"
+    note "    GPU ms of a step's parts (a middle step by output layer time): ${parts:-none}"
 }
-if has throughput || has sweep; then
+if has throughput || has sweep || has skew; then
     for V in $TP_VOCABS; do
         python3 dev/make_shard.py /tmp/mg/rand_$V.bin 40000000 $V random 3
         throughput $V 1gpu ./train -g 1
         throughput $V allreduce_after ./train -g $G --overlap-comm 0
         throughput $V overlap ./train -g $G
         throughput $V zero1 ./train -g $G --zero 1
+        if has skew; then
+            # is the two-GPU step longer than the communication it waits on because the GPUs differ
+            # or slow each other down? each GPU alone, then both at once as two independent runs
+            throughput $V 1gpu_on_gpu1 CUDA_VISIBLE_DEVICES=1 ./train -g 1
+            CUDA_VISIBLE_DEVICES=1 ./train -e d12 -v $V -b 32 -t 1024 -x 40 --warmup 5 --val-every 0 -s 0 \
+                -i /tmp/mg/rand_$V.bin -o /tmp/mg/tp_side >/tmp/mg/tp_${V}_side.log 2>&1 &
+            side=$!
+            throughput $V 1gpu_beside_another CUDA_VISIBLE_DEVICES=0 ./train -g 1
+            wait $side
+        fi
         if has sweep; then
             throughput $V overlap_b128 ./train -g $G --bucket-mb 128
             throughput $V overlap_ctas4 NCCL_MAX_CTAS=4 ./train -g $G

@@ -67,6 +67,9 @@ typedef struct {
     int (*memory_items)(Backend *be, MemoryItem *items);
     /* Bytes of device memory in use now (0 on the CPU). */
     size_t (*memory_in_use)(Backend *be);
+    /* GPU milliseconds of the body's forward, the output layer (forward and backward) and the body's
+     * backward since the last call, summed over micro-steps (NULL on the CPU). */
+    void (*phase_ms)(Backend *be, double ms[3]);
     void (*destroy)(Backend *be);
 } BackendOps;
 

@@ -65,6 +65,10 @@ typedef struct {
     kbf16 *d_logits_row; /* [Vp], sampling */
     OutputLayer *out;
     size_t out_ws_bytes;
+    /* marks between the parts of a micro-step, and the milliseconds they took since phase_ms read
+     * them: body forward, output layer forward+backward, body backward */
+    cudaEvent_t mark[4];
+    double part_ms[3];
 } CudaBackend;
 
 /* The one place that lays out the arena: with base == NULL it only counts. Every buffer starts on
@@ -221,7 +225,9 @@ static float cuda_train_micro_step(Backend *be, const int *inputs, const int *ta
     cudaStream_t s = cb->stream;
     GradSync *sync = last_micro ? cb->sync : NULL; /* hooks only in the step's last backward */
     float *grads = cb->grads;
+    CUDA_CHECK(cudaEventRecord(cb->mark[0], s));
     forward_body(cb, inputs);
+    CUDA_CHECK(cudaEventRecord(cb->mark[1], s));
     upload_targets(cb, targets);
     /* ranks sum their gradients: each contributes 1/world of the mean */
     OutputLayerArgs oa = output_args(cb, cb->sync ? loss_scale / (float)be->dist->world : loss_scale);
@@ -230,6 +236,7 @@ static float cuda_train_micro_step(Backend *be, const int *inputs, const int *ta
         exit(1);
     }
     grad_sync_ready(sync, SYNC_AFTER_OUTPUT, -1, grads, s);
+    CUDA_CHECK(cudaEventRecord(cb->mark[2], s));
     /* dres is the gradient of the residual stream; each LayerNorm backward ADDS into it. */
     CUDA_CHECK(cudaMemsetAsync(cb->dres, 0, (size_t)N * C * sizeof(kbf16), s));
     CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
@@ -266,7 +273,19 @@ static float cuda_train_micro_step(Backend *be, const int *inputs, const int *ta
                          cb->scratch, cb->dres, cb->d_inputs, B, T, C, cfg->padded_vocab_size, s);
         grad_sync_ready(sync, SYNC_AFTER_ENCODER, -1, grads, s);
     }
-    return read_loss(cb);
+    CUDA_CHECK(cudaEventRecord(cb->mark[3], s));
+    float loss = read_loss(cb); /* synchronizes: the marks are done */
+    for (int i = 0; i < 3; i++) {
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, cb->mark[i], cb->mark[i + 1]));
+        cb->part_ms[i] += ms;
+    }
+    return loss;
+}
+
+static void cuda_phase_ms(Backend *be, double ms[3]) {
+    CudaBackend *cb = (CudaBackend *)be;
+    for (int i = 0; i < 3; i++) ms[i] = cb->part_ms[i], cb->part_ms[i] = 0.0;
 }
 
 static void cuda_logits_at(Backend *be, const int *tokens, int pos, float *logits) {
@@ -411,6 +430,8 @@ static void cuda_destroy(Backend *be) {
     if (cb->out) output_layer_destroy(cb->out);
     if (cb->adamw) adamw_plan_free(cb->adamw);
     grad_sync_free(cb->sync);
+    for (int i = 0; i < 4; i++)
+        if (cb->mark[i]) CUDA_CHECK(cudaEventDestroy(cb->mark[i]));
     CUDA_CHECK(cudaFree(cb->arena));
     CUDA_CHECK(cudaFree(cb->v));
     CUDA_CHECK(cudaFree(cb->m));
@@ -426,7 +447,7 @@ static void cuda_destroy(Backend *be) {
 static const BackendOps cuda_ops = {
     cuda_train_micro_step, cuda_eval_loss,   cuda_logits_at,    cuda_zero_grad,  cuda_reduce_grads,
     cuda_comm_wait_ms,     cuda_grad_sumsq,  cuda_adamw_update, cuda_read_state, cuda_write_state,
-    cuda_read_grads,       cuda_memory_items, cuda_memory_in_use, cuda_destroy,
+    cuda_read_grads,       cuda_memory_items, cuda_memory_in_use, cuda_phase_ms,     cuda_destroy,
 };
 
 /* Dense bf16 tensor-core FLOP/s from the device's own numbers: SMs × clock × FLOPs per SM per
@@ -512,6 +533,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
         return NULL;
     }
     CUDA_CHECK(cudaStreamCreate(&cb->stream));
+    for (int i = 0; i < 4; i++) CUDA_CHECK(cudaEventCreate(&cb->mark[i]));
     cb->sync = grad_sync_create(table, dist, zero1, overlap, dist ? dp->bucket_bytes / sizeof(float) : 0, B, T, err);
     if (!cb->sync && err[0]) {
         cuda_destroy(&cb->base);

@@ -1,6 +1,8 @@
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 
+#include "kernels/cuda_check.h"
 #include "model/cuda_device.h"
 
 extern "C" int cuda_device_count(char *why) {
@@ -12,4 +14,11 @@ extern "C" int cuda_device_count(char *why) {
     }
     if (n == 0) snprintf(why, 512, "the CUDA runtime reports no devices");
     return n;
+}
+
+extern "C" void cuda_profiler_range(int on) {
+    if (on)
+        CUDA_CHECK(cudaProfilerStart());
+    else
+        CUDA_CHECK(cudaProfilerStop());
 }

@@ -9,6 +9,10 @@ extern "C" {
 /* Number of CUDA devices; 0 with the reason in why (512 bytes) when there is none or no driver. */
 int cuda_device_count(char *why);
 
+/* Starts (on = 1) or stops the range a profiler started with --profile-from-start off records
+ * (Nsight Compute: `ncu --profile-from-start off`); see dev/step_profile.sh. */
+void cuda_profiler_range(int on);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# dev/step_profile.sh - where one training step's GPU time goes: one device call.
+#   bash dev/step_profile.sh            (from the repository root; output in $OUT, or ./out)
+# For each vocabulary in VOCABS (default "50304 262144") and output layer in OUTPUTS (default
+# "fused"): GPT-2 124M (d12), B=32 (B_PROFILE), T=1024 on random tokens,
+#   1. the step time without a profiler: median of steps 11-30, with the GPU time of its parts
+#      (FUSEDGPT_STEP_PARTS=1: events between body forward, output layer, body backward) and the SM
+#      clock and power nvidia-smi reads meanwhile;
+#   2. Nsight Compute times every kernel of step 3 alone (FUSEDGPT_PROFILE_STEP=3 opens the capture
+#      range, ncu --profile-from-start off; clocks and caches left alone), and the kernels are summed
+#      by part of the step (body forward, output layer, body backward, optimizer) and by name, the
+#      cuBLAS GEMMs also by grid so each matmul shape has its own line.
+# The sum of kernel times leaves out the gaps between kernels; step time minus that sum is what the
+# GPU spent idle or overlapping (memsets and copies are not kernels and are not counted).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+OUT=${OUT:-out}
+VOCABS=${VOCABS:-50304 262144}
+OUTPUTS=${OUTPUTS:-fused}
+B=${B_PROFILE:-32}
+mkdir -p "$OUT" /tmp/sp
+make -j16 train >"$OUT/step_profile_build.log" 2>&1 || { tail -20 "$OUT/step_profile_build.log"; exit 1; }
+for V in $VOCABS; do
+    python3 dev/make_shard.py /tmp/sp/rand_$V.bin 20000000 $V random 3 >/dev/null
+    for output in $OUTPUTS; do
+        tag=d12_V${V}_B${B}_$output
+        args="-e d12 -v $V -b $B -t 1024 --warmup 10 --val-every 0 -s 0 --output $output -i /tmp/sp/rand_$V.bin -o /tmp/sp/run"
+        # clocks and power while it trains: is a slow part slow or throttled?
+        nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 250 \
+            >"$OUT/${tag}_clocks.csv" 2>/dev/null &
+        smi=$!
+        FUSEDGPT_STEP_PARTS=1 ./train $args -x 30 >"$OUT/${tag}_steps.log" 2>&1
+        kill $smi 2>/dev/null
+        step_ms=$(grep '| loss' "$OUT/${tag}_steps.log" | tail -20 | awk -F'|' '{print $5}' | awk '{print $1}' |
+            sort -n | sed -n 10p)
+        python3 - "$OUT/${tag}_steps.log" "$OUT/${tag}_clocks.csv" <<'PY' | tee "$OUT/${tag}_parts.txt"
+import re, sys, statistics as st
+lines = [l for l in open(sys.argv[1]) if "| loss" in l][-20:]
+parts = [tuple(map(float, m.groups())) for l in lines
+         for m in [re.search(r"fwd ([0-9.]+) out ([0-9.]+) bwd ([0-9.]+) ms", l)] if m]
+if parts:
+    print("GPU time per part without the profiler (events, median of steps 11-30): body forward %.2f, "
+          "output layer %.2f, body backward %.2f ms" % tuple(st.median(p[i] for p in parts) for i in range(3)))
+busy = [tuple(map(float, l.split(","))) for l in open(sys.argv[2]) if l.count(",") == 2]
+busy = [b for b in busy if b[1] > 200]  # samples while it computes
+if busy:
+    print("while training: SM clock median %.0f MHz (min %.0f), power median %.0f W, temperature max %.0f C"
+          % (st.median(b[0] for b in busy), min(b[0] for b in busy), st.median(b[1] for b in busy), max(b[2] for b in busy)))
+PY
+        FUSEDGPT_PROFILE_STEP=3 timeout -k 10 500 ncu --csv --profile-from-start off --clock-control none \
+            --cache-control none --metrics gpu__time_duration.sum ./train $args -x 3 \
+            >"$OUT/${tag}_ncu.csv" 2>"$OUT/${tag}_ncu.err" || { echo "ncu failed: $tag"; tail -5 "$OUT/${tag}_ncu.err"; continue; }
+        python3 - "$OUT/${tag}_ncu.csv" "$tag" "${step_ms:-nan}" <<'PY' | tee "$OUT/${tag}_profile.txt"
+import csv, sys, collections, re
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+head, body = rows[0], rows[1:]
+col = {h: i for i, h in enumerate(head)}
+unit = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0}
+kernels = []
+for r in sorted(body, key=lambda r: int(r[col["ID"]])):
+    name = r[col["Kernel Name"]]
+    ms = float(r[col["Metric Value"]].replace(",", "")) * unit[r[col["Metric Unit"]]]
+    grid = r[col["Grid Size"]] if "Grid Size" in col else ""
+    kernels.append((name, grid, ms))
+output_layer = re.compile(r"tile_kernel|count_valid|canonical_loss|fused_merge|reduce_loss")
+part, parts = "body forward", []
+for name, grid, ms in kernels:
+    if part == "body forward" and output_layer.search(name): part = "output layer"
+    elif part == "output layer" and name.startswith("layernorm_backward"): part = "body backward"
+    elif name.startswith(("sumsq", "adamw")): part = "optimizer"
+    parts.append(part)
+def short(name):
+    n = name.split("(")[0]
+    n = re.sub(r"<.*", "", n)
+    return n[:58]
+def is_gemm(name):
+    return bool(re.search(r"gemm|nvjet|xmma|cutlass|sm90_", name)) and not short(name).endswith("_kernel")
+total = sum(ms for _, _, ms in kernels)
+step = float(sys.argv[3])
+print(f"== {sys.argv[2]}: {len(kernels)} kernels, {total:.2f} ms of kernel time; step {step:.2f} ms without the profiler"
+      f" (gaps and overlap: {step - total:+.2f} ms)")
+by_part = collections.OrderedDict()
+for (name, grid, ms), p in zip(kernels, parts):
+    by_part.setdefault(p, collections.Counter())
+    key = (("GEMM " + grid) if is_gemm(name) else short(name))
+    by_part[p][key] += ms
+for p, c in by_part.items():
+    s = sum(c.values())
+    print(f"  {p}: {s:.2f} ms ({100 * s / total:.1f} %)")
+    for k, v in c.most_common():
+        if v >= 0.02 * s or v >= 0.3:
+            print(f"      {v:8.3f} ms  {100 * v / total:5.1f} %  {k}")
+fam = collections.Counter()
+for name, grid, ms in kernels:
+    fam["cuBLAS GEMMs" if is_gemm(name) else short(name)] += ms
+print("  by kernel, whole step:")
+for k, v in fam.most_common(14):
+    print(f"      {v:8.3f} ms  {100 * v / total:5.1f} %  {k}")
+PY
+    done
+done
