@@ -174,9 +174,13 @@ int main(int argc, char **argv) {
         void *scratch = dmalloc(attention_backward_scratch_bytes(B, T, nh));
         double f = 2.0 * B * nh * (double)T * T * hs; /* causal: 4·B·NH·T²·HS / 2 */
         char name[64];
-        TIME_MS(ms, attention_forward(out, lse, qkv, B, T, C, nh, 0));
-        snprintf(name, sizeof name, "attention_forward HS=%d", hs);
-        row(name, ms, f, (N * 3 * C + N * C) * 2.0);
+        for (int wgmma = hs == 64; wgmma >= 0; wgmma--) {
+            attention_use_wgmma(wgmma);
+            TIME_MS(ms, attention_forward(out, lse, qkv, B, T, C, nh, 0));
+            snprintf(name, sizeof name, "attention_forward HS=%d%s", hs, wgmma ? " wgmma" : hs == 64 ? " mma.sync" : "");
+            row(name, ms, f, (N * 3 * C + N * C) * 2.0);
+        }
+        attention_use_wgmma(1);
         TIME_MS(ms, attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, nh, 0));
         snprintf(name, sizeof name, "attention_backward HS=%d (FA2 FLOPs)", hs);
         row(name, ms, 2.5 * f, (N * 3 * C * 2 + N * C * 2) * 2.0);

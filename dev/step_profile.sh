@@ -10,7 +10,7 @@
 #      range, ncu --profile-from-start off; clocks and caches left alone), and the kernels are summed
 #      by part of the step (body forward, output layer, body backward, optimizer) and by name, the
 #      cuBLAS GEMMs also by grid so each matmul shape has its own line.
-# The sum of kernel times leaves out the gaps between kernels; step time minus that sum is what the
+# NCU=0 skips part 2. The sum of kernel times leaves out the gaps between kernels; step time minus that sum is what the
 # GPU spent idle or overlapping (memsets and copies are not kernels and are not counted).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -47,6 +47,7 @@ if busy:
     print("while training: SM clock median %.0f MHz (min %.0f), power median %.0f W, temperature max %.0f C"
           % (st.median(b[0] for b in busy), min(b[0] for b in busy), st.median(b[1] for b in busy), max(b[2] for b in busy)))
 PY
+        [ "${NCU:-1}" = 0 ] && continue
         FUSEDGPT_PROFILE_STEP=3 timeout -k 10 500 ncu --csv --profile-from-start off --clock-control none \
             --cache-control none --metrics gpu__time_duration.sum ./train $args -x 3 \
             >"$OUT/${tag}_ncu.csv" 2>"$OUT/${tag}_ncu.err" || { echo "ncu failed: $tag"; tail -5 "$OUT/${tag}_ncu.err"; continue; }

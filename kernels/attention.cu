@@ -30,6 +30,7 @@
 
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
+#include "kernels/wgmma.cuh"
 
 #define ATT_THREADS 128 /* 4 warps */
 #define ATT_TILE 64     /* query rows per forward / dQ block, keys per dK,dV block, key tile */
@@ -282,24 +283,185 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* D[b,h,t] = Σ_d dout[b,t,h·HS+d]·out[b,t,h·HS+d]: one warp per (b, t, h). */
-__global__ void attention_backward_dsum_kernel(float *D, const bf16 *dout, const bf16 *out, int B, int T, int NH,
-                                               int HS) {
-    size_t wid = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    int lane = threadIdx.x % 32;
-    if (wid >= (size_t)B * T * NH) return;
-    int h = (int)(wid % NH);
-    size_t bt = wid / NH;
-    int b = (int)(bt / T), t = (int)(bt % T);
-    size_t off = bt * (size_t)NH * HS + (size_t)h * HS;
-    float acc = 0.0f;
-    for (int d = 2 * lane; d < HS; d += 64) {
-        float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(dout + off + d));
-        float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(out + off + d));
-        acc += x.x * y.x + x.y * y.y;
+/* Forward on Hopper tensor cores, HS = 64: the blocks, loads and online softmax of
+ * attention_forward_kernel, with both products as warpgroup MMAs (the block's 4 warps are one
+ * warpgroup; each warp's 16 rows of S and O sit in the same registers as with mma.sync).
+ *   S = Q·Kᵀ: wgmma m64n64k16 ×4, Q and K K-major from shared memory;
+ *   O += P·V: wgmma m64n64k16 ×4, P from registers (the S accumulators packed to bf16 pairs), V
+ *   MN-major from shared memory (its rows are keys: the transposed operand).
+ * Shared tiles [64][64] bf16 in wgmma's 128-byte swizzle: Q, K [2], V [2]. */
+__device__ __forceinline__ void cp_async16_to(uint32_t dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void load_rows_swizzled(uint32_t dst, const bf16 *src, size_t row_stride, int t0, int T) {
+    for (int i = threadIdx.x; i < ATT_TILE * 8; i += ATT_THREADS) {
+        int r = i / 8, ch = i % 8, t = t0 + r;
+        bool valid = t < T;
+        cp_async16_to(dst + swz128(r, ch), src + (size_t)(valid ? t : 0) * row_stride + ch * 8, valid);
     }
-    acc = warp_sum(acc);
-    if (lane == 0) D[((size_t)b * NH + h) * T + t] = acc;
+}
+
+/* The A fragment of k-step kk (columns 16kk..16kk+15) from a 64-column accumulator, as bf16 pairs. */
+__device__ __forceinline__ void pack_a_fragment(uint32_t (&a)[4], const float (&acc)[32], int kk) {
+    a[0] = pack_bf16(acc[8 * kk + 0], acc[8 * kk + 1]);
+    a[1] = pack_bf16(acc[8 * kk + 2], acc[8 * kk + 3]);
+    a[2] = pack_bf16(acc[8 * kk + 4], acc[8 * kk + 5]);
+    a[3] = pack_bf16(acc[8 * kk + 6], acc[8 * kk + 7]);
+}
+
+/* acc[64 x 64] (=, or += when accumulate) = A·Bᵀ, A and B [64][64] K-major swizzled tiles. */
+__device__ __forceinline__ void wgmma_abt(float (&acc)[32], uint32_t A, uint32_t B) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wgmma_m64n64k16_ss(acc, smem_desc(A + kk * 32), smem_desc(B + kk * 32), kk > 0);
+}
+
+/* acc[64 x 64] += X·B, X in accumulator registers (packed to bf16 here), B a [64][64] swizzled tile
+ * read MN-major (its rows are X's columns). Waits for completion: the packed registers are free after. */
+__device__ __forceinline__ void wgmma_xb(float (&acc)[32], const float (&x)[32], uint32_t B) {
+    uint32_t a[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) pack_a_fragment(a[kk], x, kk);
+    fence_acc(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wgmma_m64n64k16_rs_mn(acc, a[kk], smem_desc(B + kk * 16 * 128), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(acc);
+}
+
+__global__ void __launch_bounds__(ATT_THREADS)
+    attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, float sl2) {
+    constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
+    extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
+    const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, Ks = Qs + TILE_BYTES, Vs = Ks + 2 * TILE_BYTES;
+
+    int C = NH * HS;
+    size_t C3 = 3 * (size_t)C;
+    int qb = gridDim.x - 1 - blockIdx.x;
+    int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
+    int q0 = qb * TILE;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+
+    load_rows_swizzled(Qs, qbase, C3, q0, T);
+    load_rows_swizzled(Ks, kbase, C3, 0, T);
+    load_rows_swizzled(Vs, vbase, C3, 0, T);
+    cp_async_commit();
+
+    float o[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) o[i] = 0.0f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    int nkv = qb + 1;
+
+    for (int j = 0; j < nkv; j++) {
+        if (j + 1 < nkv) {
+            int nb = (j + 1) & 1;
+            load_rows_swizzled(Ks + nb * TILE_BYTES, kbase, C3, (j + 1) * TILE, T);
+            load_rows_swizzled(Vs + nb * TILE_BYTES, vbase, C3, (j + 1) * TILE, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async(); /* the copies are read by wgmma, through the async proxy */
+        __syncthreads();
+        const uint32_t Kt = Ks + (j & 1) * TILE_BYTES, Vt = Vs + (j & 1) * TILE_BYTES;
+
+        float s[32];
+        wgmma_fence();
+        wgmma_abt(s, Qs, Kt);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_acc(s);
+
+        if (j == nkv - 1) {
+            int k0 = j * TILE, qrow = q0 + warp * 16 + g;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int key = k0 + nt * 8 + 2 * tq + (e & 1), qi = qrow + (e >= 2 ? 8 : 0);
+                    if (key > qi) s[nt * 4 + e] = -INFINITY;
+                }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float mnew = fmaxf(mrow[r], mx * sl2);
+            float alpha = ex2(mrow[r] - mnew);
+            mrow[r] = mnew;
+            lrow[r] *= alpha;
+#pragma unroll
+            for (int dt = 0; dt < 8; dt++) {
+                o[dt * 4 + 2 * r] *= alpha;
+                o[dt * 4 + 2 * r + 1] *= alpha;
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+                float p0 = ex2(fmaf(s[nt * 4 + 2 * r], sl2, -mnew)), p1 = ex2(fmaf(s[nt * 4 + 2 * r + 1], sl2, -mnew));
+                s[nt * 4 + 2 * r] = p0;
+                s[nt * 4 + 2 * r + 1] = p1;
+                lrow[r] += p0 + p1;
+            }
+        }
+        wgmma_xb(o, s, Vt); /* O += P·V */
+        __syncthreads(); /* buffer j&1 is refilled with tile j+2 by the next iteration */
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = lrow[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        int qi = q0 + warp * 16 + g + 8 * r;
+        if (qi >= T) continue;
+        float inv = 1.0f / l;
+        bf16 *orow = out + ((size_t)b * T + qi) * C + h * HS;
+#pragma unroll
+        for (int dt = 0; dt < 8; dt++)
+            *reinterpret_cast<__nv_bfloat162 *>(orow + dt * 8 + 2 * tq) =
+                __floats2bfloat162_rn(o[dt * 4 + 2 * r] * inv, o[dt * 4 + 2 * r + 1] * inv);
+        if (tq == 0) lse[(size_t)blockIdx.y * T + qi] = mrow[r] + log2f(l);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* D[b,h,t] = Σ_d dout[b,t,h·HS+d]·out[b,t,h·HS+d]. A thread takes 8 adjacent values of both (one
+ * 16-byte load each) and the HS/8 threads of a (b, t, h) sum by shuffles: with one 4-byte load per
+ * lane and tensor (a warp per row) this ran at under half the copy bandwidth. */
+template <int HS>
+__global__ void attention_backward_dsum_kernel(float *D, const bf16 *dout, const bf16 *out, int T, int NH,
+                                               size_t rows) {
+    constexpr int LANES = HS / 8; /* per (b, t, h): 8 or 16, a power of two within the warp */
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t row = i / LANES; /* (b·T + t)·NH + h */
+    float acc = 0.0f;
+    if (row < rows) {
+        uint4 x = *reinterpret_cast<const uint4 *>(dout + i * 8);
+        uint4 y = *reinterpret_cast<const uint4 *>(out + i * 8);
+        const __nv_bfloat162 *xp = reinterpret_cast<const __nv_bfloat162 *>(&x);
+        const __nv_bfloat162 *yp = reinterpret_cast<const __nv_bfloat162 *>(&y);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 a = __bfloat1622float2(xp[k]), b = __bfloat1622float2(yp[k]);
+            acc += a.x * b.x + a.y * b.y;
+        }
+    }
+#pragma unroll
+    for (int o = LANES / 2; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (row < rows && i % LANES == 0) {
+        int h = (int)(row % NH);
+        size_t bt = row / NH;
+        size_t b = bt / T, t = bt % T;
+        D[(b * NH + h) * T + t] = acc;
+    }
 }
 
 /* dQ. Shared: Q, dO [64][HS+8], K, V [2][64][HS+8]. */
@@ -512,6 +674,203 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Backward on Hopper tensor cores, HS = 64: attention_backward_dq_kernel and
+ * attention_backward_dkdv_kernel (BQ = 64) with every product a warpgroup MMA: the two score-like
+ * products (S and dP, or Sᵀ and dPᵀ) from K-major shared tiles, the two gradient products from
+ * registers times an MN-major shared tile. Same blocks, order, masking and arithmetic. */
+__global__ void __launch_bounds__(ATT_THREADS)
+    attention_backward_dq_wgmma_kernel(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse,
+                                       const float *D, int T, int NH, float sl2, float scale) {
+    constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
+    extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
+    const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, dOs = Qs + TILE_BYTES, Ks = dOs + TILE_BYTES,
+                   Vs = Ks + 2 * TILE_BYTES;
+
+    int C = NH * HS;
+    size_t C3 = 3 * (size_t)C;
+    int qb = gridDim.x - 1 - blockIdx.x;
+    int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
+    const bf16 *dobase = dout + (size_t)b * T * C + h * HS;
+    int q0 = qb * TILE;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+
+    load_rows_swizzled(Qs, qbase, C3, q0, T);
+    load_rows_swizzled(dOs, dobase, C, q0, T);
+    load_rows_swizzled(Ks, kbase, C3, 0, T);
+    load_rows_swizzled(Vs, vbase, C3, 0, T);
+    cp_async_commit();
+
+    float lse_r[2], D_r[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int qi = q0 + warp * 16 + g + 8 * r;
+        lse_r[r] = qi < T ? lse[(size_t)blockIdx.y * T + qi] : 0.0f;
+        D_r[r] = qi < T ? D[(size_t)blockIdx.y * T + qi] : 0.0f;
+    }
+    float dq[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) dq[i] = 0.0f;
+    int nkv = qb + 1;
+
+    for (int j = 0; j < nkv; j++) {
+        if (j + 1 < nkv) {
+            int nb = (j + 1) & 1;
+            load_rows_swizzled(Ks + nb * TILE_BYTES, kbase, C3, (j + 1) * TILE, T);
+            load_rows_swizzled(Vs + nb * TILE_BYTES, vbase, C3, (j + 1) * TILE, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async();
+        __syncthreads();
+        const uint32_t Kt = Ks + (j & 1) * TILE_BYTES, Vt = Vs + (j & 1) * TILE_BYTES;
+
+        float s[32], dp[32];
+        wgmma_fence();
+        wgmma_abt(s, Qs, Kt);   /* S = Q·Kᵀ */
+        wgmma_abt(dp, dOs, Vt); /* dP = dO·Vᵀ */
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_acc(s);
+        fence_acc(dp);
+
+        if (j == nkv - 1) {
+            int k0 = j * TILE, qrow = q0 + warp * 16 + g;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int key = k0 + nt * 8 + 2 * tq + (e & 1), qi = qrow + 8 * (e >> 1);
+                    if (key > qi) s[nt * 4 + e] = -INFINITY;
+                }
+        }
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            int r = (i >> 1) & 1;
+            float p = ex2(fmaf(s[i], sl2, -lse_r[r]));
+            s[i] = p * (dp[i] - D_r[r]); /* dS (without the scale) */
+        }
+        wgmma_xb(dq, s, Kt); /* dQ += dS·K */
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int qi = q0 + warp * 16 + g + 8 * r;
+        if (qi >= T) continue;
+        bf16 *row = dqkv + ((size_t)b * T + qi) * C3 + h * HS;
+#pragma unroll
+        for (int dt = 0; dt < 8; dt++)
+            *reinterpret_cast<__nv_bfloat162 *>(row + dt * 8 + 2 * tq) =
+                __floats2bfloat162_rn(dq[dt * 4 + 2 * r] * scale, dq[dt * 4 + 2 * r + 1] * scale);
+    }
+}
+
+__global__ void __launch_bounds__(ATT_THREADS)
+    attention_backward_dkdv_wgmma_kernel(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse,
+                                         const float *D, int T, int NH, float sl2, float scale) {
+    constexpr int HS = 64, TILE = ATT_TILE, BQ = ATT_TILE, TILE_BYTES = TILE * HS * 2;
+    extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
+    const uint32_t Ks = (smem_addr(att_smem) + 1023) & ~1023u, Vs = Ks + TILE_BYTES, Qs = Vs + TILE_BYTES,
+                   dOs = Qs + 2 * TILE_BYTES;
+    __shared__ float lse_s[2 * BQ], D_s[2 * BQ];
+
+    int C = NH * HS;
+    size_t C3 = 3 * (size_t)C;
+    int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
+    const bf16 *dobase = dout + (size_t)b * T * C + h * HS;
+    const float *lse_h = lse + (size_t)blockIdx.y * T, *D_h = D + (size_t)blockIdx.y * T;
+    int k0 = blockIdx.x * TILE;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    int qt0 = k0 / BQ, nqt = (T + BQ - 1) / BQ;
+
+    load_rows_swizzled(Ks, kbase, C3, k0, T);
+    load_rows_swizzled(Vs, vbase, C3, k0, T);
+    load_rows_swizzled(Qs, qbase, C3, qt0 * BQ, T);
+    load_rows_swizzled(dOs, dobase, C, qt0 * BQ, T);
+    cp_async_commit();
+    for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
+        int t = qt0 * BQ + i;
+        lse_s[i] = t < T ? lse_h[t] : INFINITY;
+        D_s[i] = t < T ? D_h[t] : 0.0f;
+    }
+
+    float dk[32], dv[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.0f;
+    int krow = k0 + warp * 16 + g;
+
+    for (int qt = qt0; qt < nqt; qt++) {
+        int buf = (qt - qt0) & 1;
+        if (qt + 1 < nqt) {
+            int nb = buf ^ 1, t1 = (qt + 1) * BQ;
+            load_rows_swizzled(Qs + nb * TILE_BYTES, qbase, C3, t1, T);
+            load_rows_swizzled(dOs + nb * TILE_BYTES, dobase, C, t1, T);
+            cp_async_commit();
+            for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
+                int t = t1 + i;
+                lse_s[nb * BQ + i] = t < T ? lse_h[t] : INFINITY;
+                D_s[nb * BQ + i] = t < T ? D_h[t] : 0.0f;
+            }
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async();
+        __syncthreads();
+        const uint32_t Qt = Qs + buf * TILE_BYTES, dOt = dOs + buf * TILE_BYTES;
+        const float *lse_t = lse_s + buf * BQ, *D_t = D_s + buf * BQ;
+
+        float st[32], dpt[32];
+        wgmma_fence();
+        wgmma_abt(st, Ks, Qt);   /* Sᵀ = K·Qᵀ */
+        wgmma_abt(dpt, Vs, dOt); /* dPᵀ = V·dOᵀ */
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_acc(st);
+        fence_acc(dpt);
+
+        int q0 = qt * BQ;
+        if (q0 < k0 + TILE - 1) {
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int col = nt * 8 + 2 * tq + (e & 1), key = krow + 8 * (e >> 1);
+                    if (key > q0 + col) st[nt * 4 + e] = -INFINITY;
+                }
+        }
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            int col = (i >> 2) * 8 + 2 * tq + (i & 1);
+            float p = ex2(fmaf(st[i], sl2, -lse_t[col]));
+            st[i] = p;
+            dpt[i] = p * (dpt[i] - D_t[col]);
+        }
+        wgmma_xb(dv, st, dOt); /* dV += Pᵀ·dO */
+        wgmma_xb(dk, dpt, Qt); /* dK += dSᵀ·Q */
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int key = krow + 8 * r;
+        if (key >= T) continue;
+        bf16 *row = dqkv + ((size_t)b * T + key) * C3 + h * HS;
+#pragma unroll
+        for (int dt = 0; dt < 8; dt++) {
+            *reinterpret_cast<__nv_bfloat162 *>(row + C + dt * 8 + 2 * tq) =
+                __floats2bfloat162_rn(dk[dt * 4 + 2 * r] * scale, dk[dt * 4 + 2 * r + 1] * scale);
+            *reinterpret_cast<__nv_bfloat162 *>(row + 2 * C + dt * 8 + 2 * tq) =
+                __floats2bfloat162_rn(dv[dt * 4 + 2 * r], dv[dt * 4 + 2 * r + 1]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
 static void check_shape(int B, int T, int C, int NH) {
     if (NH <= 0 || C % NH != 0 || (C / NH != 64 && C / NH != 128)) {
         fprintf(stderr, "error: attention supports head sizes 64 and 128, got C=%d NH=%d\n", C, NH);
@@ -538,10 +897,30 @@ static void launch_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T,
     CUDA_CHECK(cudaGetLastError());
 }
 
+static int use_wgmma = 1;
+extern "C" void attention_use_wgmma(int on) {
+    use_wgmma = on;
+}
+
+static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, cudaStream_t stream) {
+    const size_t smem = 5 * ATT_TILE * 64 * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
+    static bool attr_set = false;
+    if (!attr_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+        attr_set = true;
+    }
+    dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+    attention_forward_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, T, NH, LOG2E / 8.0f);
+    CUDA_CHECK(cudaGetLastError());
+}
+
 extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, int B, int T, int C, int NH,
                                   cudaStream_t stream) {
     check_shape(B, T, C, NH);
-    if (C / NH == 64)
+    if (C / NH == 64 && use_wgmma)
+        launch_forward_wgmma(out, lse, qkv, B, T, NH, stream);
+    else if (C / NH == 64)
         launch_forward<64>(out, lse, qkv, B, T, NH, stream);
     else
         launch_forward<128>(out, lse, qkv, B, T, NH, stream);
@@ -574,16 +953,42 @@ static void launch_backward(bf16 *dqkv, float *D, const bf16 *dout, const bf16 *
     CUDA_CHECK(cudaGetLastError());
 }
 
+static void launch_backward_wgmma(bf16 *dqkv, float *D, const bf16 *dout, const bf16 *qkv, const float *lse, int B,
+                                  int T, int NH, cudaStream_t stream) {
+    const size_t smem = 6 * ATT_TILE * 64 * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
+    static bool attr_set = false;
+    if (!attr_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_wgmma_kernel,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma_kernel,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attr_set = true;
+    }
+    const float scale = 0.125f, sl2 = LOG2E * scale; /* 1/sqrt(64) */
+    dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+    attention_backward_dkdv_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(dqkv, qkv, dout, lse, D, T, NH, sl2,
+                                                                            scale);
+    CUDA_CHECK(cudaGetLastError());
+    attention_backward_dq_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(dqkv, qkv, dout, lse, D, T, NH, sl2,
+                                                                          scale);
+    CUDA_CHECK(cudaGetLastError());
+}
+
 extern "C" void attention_backward(kbf16 *dqkv, void *scratch, const kbf16 *dout, const kbf16 *qkv,
                                    const kbf16 *out, const float *lse, int B, int T, int C, int NH,
                                    cudaStream_t stream) {
     check_shape(B, T, C, NH);
     int HS = C / NH;
     float *D = (float *)scratch;
-    size_t warps = (size_t)B * T * NH;
-    attention_backward_dsum_kernel<<<ceil_div_u(warps * 32, 256), 256, 0, stream>>>(D, dout, out, B, T, NH, HS);
-    CUDA_CHECK(cudaGetLastError());
+    size_t rows = (size_t)B * T * NH, threads = rows * (HS / 8);
     if (HS == 64)
+        attention_backward_dsum_kernel<64><<<ceil_div_u(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
+    else
+        attention_backward_dsum_kernel<128><<<ceil_div_u(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
+    CUDA_CHECK(cudaGetLastError());
+    if (HS == 64 && use_wgmma)
+        launch_backward_wgmma(dqkv, D, dout, qkv, lse, B, T, NH, stream);
+    else if (HS == 64)
         launch_backward<64, ATT_BQ64>(dqkv, D, dout, qkv, lse, B, T, NH, stream);
     else
         launch_backward<128, 32>(dqkv, D, dout, qkv, lse, B, T, NH, stream);

@@ -72,6 +72,9 @@ void layernorm_backward(kbf16 *dinp, float *dweight, float *dbias, void *scratch
  * Softmax scale 1/sqrt(HS), causal, as attention_forward_cpu. */
 void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, int B, int T, int C, int NH,
                        cudaStream_t stream);
+/* Head size 64 uses Hopper's warpgroup MMA for the forward unless turned off here (0: the mma.sync
+ * kernel, which head size 128 always uses); for tests and benchmarks that compare the two. */
+void attention_use_wgmma(int on);
 /* dqkv [B,T,3C] (= ; q, k and v parts all written). dout is the gradient of out; out and lse are
  * the forward's outputs (out is read for rowsum(dout·out)). Recomputes the probabilities;
  * two kernels (dK,dV by key tile; dQ by query tile), so no atomics: deterministic.

@@ -47,6 +47,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/output_layer_internal.h"
+#include "kernels/wgmma.cuh"
 
 typedef __nv_bfloat16 bf16;
 
@@ -408,18 +409,6 @@ template <> __device__ __forceinline__ void wgmma_tile<128>(float (&d)[64], uint
     wgmma_m64n128k16(d, da, db, sd);
 }
 
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int n> __device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(n) : "memory");
-}
-/* keeps the compiler from moving accumulator reads or writes across the asynchronous wgmma */
-template <int n> __device__ __forceinline__ void fence_acc(float (&d)[n]) {
-#pragma unroll
-    for (int i = 0; i < n; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-/* cp.async writes through the generic proxy, wgmma reads through the async proxy */
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
                  "r"(r[2]), "r"(r[3])
@@ -429,13 +418,6 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
     uint4 v;
     asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
     return v;
-}
-
-/* K-major operand, 128-byte swizzle: 8-row atoms of 1024 B (stride byte offset 1024); the leading
- * byte offset is unused for this layout (16 by convention). */
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(16 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           (1ull << 62);
 }
 
 template <int TBN>

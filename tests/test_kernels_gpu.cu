@@ -553,11 +553,16 @@ static void attention_case(int B, int T, int NH, int HS) {
 
 TEST(kernels_attention_matches_cpu_head64) {
     seed_fresh();
-    attention_case(1, 1, 2, 64);
-    attention_case(3, 7, 2, 64);
-    attention_case(2, 127, 3, 64);
-    attention_case(1, 1024, 2, 64);
-    attention_case(3, 65, 1, 64);
+    for (int wgmma = 1; wgmma >= 0; wgmma--) { /* the Hopper forward (default) and the mma.sync one */
+        attention_use_wgmma(wgmma);
+        attention_case(1, 1, 2, 64);
+        attention_case(3, 7, 2, 64);
+        attention_case(2, 127, 3, 64);
+        attention_case(1, 1024, 2, 64);
+        attention_case(3, 65, 1, 64);
+        attention_case(2, 200, 2, 64);
+    }
+    attention_use_wgmma(1);
 }
 
 TEST(kernels_attention_matches_cpu_head128) {

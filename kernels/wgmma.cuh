@@ -1,0 +1,77 @@
+/* kernels/wgmma.cuh - Hopper (sm_90a) warpgroup MMA helpers shared by the kernels that use wgmma:
+ * the fused output layer's tile kernels and attention's forward.
+ *
+ * Shared-memory operands use the 128-byte swizzle: a tile of rows of 64 bf16 (128 bytes), 16-byte
+ * chunk c of row r stored at chunk c ^ (r & 7), the tile starting on a 1024-byte boundary (8-row
+ * atoms of 1024 bytes). That one layout serves both a K-major operand (rows along M or N, k
+ * contiguous) and an MN-major one (rows along k, m or n contiguous, 64 wide), with the same
+ * descriptor; the instruction's transpose flag tells them apart. */
+#ifndef FUSEDGPT_WGMMA_CUH
+#define FUSEDGPT_WGMMA_CUH
+
+#include <stdint.h>
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int n> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(n) : "memory");
+}
+/* keeps the compiler from moving accumulator reads or writes across the asynchronous wgmma */
+template <int n> __device__ __forceinline__ void fence_acc(float (&d)[n]) {
+#pragma unroll
+    for (int i = 0; i < n; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* cp.async writes through the generic proxy, wgmma reads through the async proxy */
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+/* 128-byte swizzle: 8-row atoms of 1024 B (stride byte offset 1024); the leading byte offset is
+ * unused when one atom spans the whole 64-element row (16 by convention). */
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(16 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+
+/* Byte offset of 16-byte chunk ch of row r in such a tile. */
+__device__ __forceinline__ uint32_t swz128(int r, int ch) { return (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4)); }
+
+/* D[64 x 64] (+)= A[64 x 16] . B[64 x 16]^T, A and B K-major in 128-byte-swizzled shared memory
+ * (smem_desc). Accumulates when scale_d != 0. d[i*4 + e]: row (warp%4)*16 + lane/4 + 8*(e>>1),
+ * column i*8 + (lane%4)*2 + (e&1). */
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        :
+          "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+    __trap(); /* only the sm_90a build has wgmma; the host launches no wgmma kernel elsewhere */
+#endif
+}
+
+/* D[64 x 64] (+)= A[64 x 16] . B[16 x 64], A in registers (per warp the 16 x 16 fragment of
+ * mma.m16n8k16: a[0] (row g, cols 2t..2t+1), a[1] (g+8, 2t..), a[2] (g, 2t+8..), a[3] (g+8, 2t+8..),
+ * g = lane/4, t = lane%4, rows offset by 16 per warp), B MN-major ([k][n], n contiguous) in
+ * 128-byte-swizzled shared memory: the transposed operand, smem_desc of its first k row. */
+__device__ __forceinline__ void wgmma_m64n64k16_rs_mn(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                                      int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        :
+          "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#else
+    __trap();
+#endif
+}
+
+#endif
