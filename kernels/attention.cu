@@ -1,5 +1,7 @@
 /* kernels/attention.cu - causal multi-head self-attention in the flash-attention manner, forward
- * and backward, on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation).
+ * and backward, on bf16 tensor cores with fp32 accumulation: Hopper's warpgroup MMA (wgmma) for
+ * head size 64, mma.sync m16n8k16 for 128 (and for 64 when attention_use_wgmma(0)). Both paths share
+ * the blocks, the order of work and the arithmetic below; only how the products are issued differs.
  *
  * Shapes: qkv [B,T,3C] (q, k, v each C wide, head h at columns h·HS..), out [B,T,C],
  * lse [B,NH,T] fp32, dqkv [B,T,3C]; HS = C/NH ∈ {64, 128}; any T >= 1.
