@@ -46,6 +46,12 @@
 #ifndef ATT_BWD64_MINB
 #define ATT_BWD64_MINB 3 /* 12 warps/SM: 0.54 ms vs 0.62 ms (uncapped, 8 warps) at B=16, T=1024 */
 #endif
+#ifndef ATT_WG_BWD_MINB
+#define ATT_WG_BWD_MINB 1 /* the wgmma backward kernels' blocks per SM for the register cap */
+#endif
+#ifndef ATT_WG_DKDV_ONE_WAIT
+#define ATT_WG_DKDV_ONE_WAIT 0 /* dV and dK products issued as one wgmma group, one wait */
+#endif
 #ifndef ATT_FWD64_MINB
 #define ATT_FWD64_MINB 1 /* capping to 4 blocks (128 regs) spilled and ran slower */
 #endif
@@ -680,7 +686,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
  * attention_backward_dkdv_kernel (BQ = 64) with every product a warpgroup MMA: the two score-like
  * products (S and dP, or Sᵀ and dPᵀ) from K-major shared tiles, the two gradient products from
  * registers times an MN-major shared tile. Same blocks, order, masking and arithmetic. */
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     attention_backward_dq_wgmma_kernel(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse,
                                        const float *D, int T, int NH, float sl2, float scale) {
     constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
@@ -770,7 +776,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
 }
 
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     attention_backward_dkdv_wgmma_kernel(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse,
                                          const float *D, int T, int NH, float sl2, float scale) {
     constexpr int HS = 64, TILE = ATT_TILE, BQ = ATT_TILE, TILE_BYTES = TILE * HS * 2;
@@ -852,8 +858,27 @@ __global__ void __launch_bounds__(ATT_THREADS)
             st[i] = p;
             dpt[i] = p * (dpt[i] - D_t[col]);
         }
+#if ATT_WG_DKDV_ONE_WAIT
+        { /* both products in one group: dV += Pᵀ·dO, dK += dSᵀ·Q */
+            uint32_t ap[4][4], ad[4][4];
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) pack_a_fragment(ap[kk], st, kk), pack_a_fragment(ad[kk], dpt, kk);
+            fence_acc(dv);
+            fence_acc(dk);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_m64n64k16_rs_mn(dv, ap[kk], smem_desc(dOt + kk * 16 * 128), 1);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_m64n64k16_rs_mn(dk, ad[kk], smem_desc(Qt + kk * 16 * 128), 1);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_acc(dv);
+            fence_acc(dk);
+        }
+#else
         wgmma_xb(dv, st, dOt); /* dV += Pᵀ·dO */
         wgmma_xb(dk, dpt, Qt); /* dK += dSᵀ·Q */
+#endif
         __syncthreads();
     }
 

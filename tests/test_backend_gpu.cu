@@ -68,6 +68,13 @@ static void compare_with_cpu(OutputKind output, int heads, int dim, int vocab, i
     }
     float lc = step(cpu, &s, 0, 0), lg = step(gpu, &s, 0, 0);
     CHECK(fabsf(lg - lc) <= 1e-2f * fabsf(lc), "loss GPU %.6f CPU %.6f", lg, lc);
+    /* the step line's parts: every part took time, and reading them starts the next count at 0 */
+    double part[3], again[3];
+    gpu->ops->phase_ms(gpu, part);
+    gpu->ops->phase_ms(gpu, again);
+    CHECK(part[0] > 0 && part[1] > 0 && part[2] > 0 && part[0] + part[1] + part[2] < 60e3,
+          "step parts %.3g %.3g %.3g ms", part[0], part[1], part[2]);
+    CHECK(again[0] == 0 && again[1] == 0 && again[2] == 0, "step parts not reset when read");
     size_t P = s.table.total;
     float *gc = (float *)malloc(P * 4), *gg = (float *)malloc(P * 4);
     cpu->ops->read_grads(cpu, gc);
