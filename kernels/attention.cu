@@ -46,11 +46,14 @@
 #ifndef ATT_BWD64_MINB
 #define ATT_BWD64_MINB 3 /* 12 warps/SM: 0.54 ms vs 0.62 ms (uncapped, 8 warps) at B=16, T=1024 */
 #endif
+/* The wgmma backward kernels' blocks per SM (register cap) and whether the dK,dV kernel issues its
+ * two gradient products as one group with one wait: measured best together (3 blocks, 167
+ * registers; one wait uncapped needs 196 registers, 2 blocks); dev/attention_variants.sh. */
 #ifndef ATT_WG_BWD_MINB
-#define ATT_WG_BWD_MINB 1 /* the wgmma backward kernels' blocks per SM for the register cap */
+#define ATT_WG_BWD_MINB 3
 #endif
 #ifndef ATT_WG_DKDV_ONE_WAIT
-#define ATT_WG_DKDV_ONE_WAIT 0 /* dV and dK products issued as one wgmma group, one wait */
+#define ATT_WG_DKDV_ONE_WAIT 1
 #endif
 #ifndef ATT_FWD64_MINB
 #define ATT_FWD64_MINB 1 /* capping to 4 blocks (128 regs) spilled and ran slower */
