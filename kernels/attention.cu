@@ -342,6 +342,34 @@ __device__ __forceinline__ void wgmma_xb(float (&acc)[32], const float (&x)[32],
     fence_acc(acc);
 }
 
+/* Starts the copies of key/value tile j+1 into the other buffer (when there is one) and waits for
+ * tile j's; the caller fences and synchronizes before reading. */
+__device__ __forceinline__ void next_kv_tile_or_wait(uint32_t Ks, uint32_t Vs, const bf16 *kbase, const bf16 *vbase,
+                                                     size_t row_stride, int j, int nkv, int T) {
+    constexpr int TILE_BYTES = ATT_TILE * 64 * 2;
+    if (j + 1 < nkv) {
+        int nb = (j + 1) & 1;
+        load_rows_swizzled(Ks + nb * TILE_BYTES, kbase, row_stride, (j + 1) * ATT_TILE, T);
+        load_rows_swizzled(Vs + nb * TILE_BYTES, vbase, row_stride, (j + 1) * ATT_TILE, T);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+}
+
+/* Causal mask of the diagonal tile (keys from k0; this thread's rows qrow and qrow + 8): also masks
+ * keys >= T, which are > every query. Only the diagonal tile needs it (a uniform branch). */
+__device__ __forceinline__ void mask_diagonal_tile(float (&s)[32], int k0, int qrow, int tq) {
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int key = k0 + nt * 8 + 2 * tq + (e & 1), qi = qrow + 8 * (e >> 1);
+            if (key > qi) s[nt * 4 + e] = -INFINITY;
+        }
+}
+
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, float sl2) {
     constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
@@ -368,15 +396,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     int nkv = qb + 1;
 
     for (int j = 0; j < nkv; j++) {
-        if (j + 1 < nkv) {
-            int nb = (j + 1) & 1;
-            load_rows_swizzled(Ks + nb * TILE_BYTES, kbase, C3, (j + 1) * TILE, T);
-            load_rows_swizzled(Vs + nb * TILE_BYTES, vbase, C3, (j + 1) * TILE, T);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        next_kv_tile_or_wait(Ks, Vs, kbase, vbase, C3, j, nkv, T);
         fence_proxy_async(); /* the copies are read by wgmma, through the async proxy */
         __syncthreads();
         const uint32_t Kt = Ks + (j & 1) * TILE_BYTES, Vt = Vs + (j & 1) * TILE_BYTES;
@@ -388,16 +408,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         wgmma_wait<0>();
         fence_acc(s);
 
-        if (j == nkv - 1) {
-            int k0 = j * TILE, qrow = q0 + warp * 16 + g;
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int key = k0 + nt * 8 + 2 * tq + (e & 1), qi = qrow + (e >= 2 ? 8 : 0);
-                    if (key > qi) s[nt * 4 + e] = -INFINITY;
-                }
-        }
+        if (j == nkv - 1) mask_diagonal_tile(s, j * TILE, q0 + warp * 16 + g, tq);
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             float mx = -INFINITY;
@@ -725,15 +736,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     int nkv = qb + 1;
 
     for (int j = 0; j < nkv; j++) {
-        if (j + 1 < nkv) {
-            int nb = (j + 1) & 1;
-            load_rows_swizzled(Ks + nb * TILE_BYTES, kbase, C3, (j + 1) * TILE, T);
-            load_rows_swizzled(Vs + nb * TILE_BYTES, vbase, C3, (j + 1) * TILE, T);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        next_kv_tile_or_wait(Ks, Vs, kbase, vbase, C3, j, nkv, T);
         fence_proxy_async();
         __syncthreads();
         const uint32_t Kt = Ks + (j & 1) * TILE_BYTES, Vt = Vs + (j & 1) * TILE_BYTES;
@@ -747,16 +750,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
         fence_acc(s);
         fence_acc(dp);
 
-        if (j == nkv - 1) {
-            int k0 = j * TILE, qrow = q0 + warp * 16 + g;
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int key = k0 + nt * 8 + 2 * tq + (e & 1), qi = qrow + 8 * (e >> 1);
-                    if (key > qi) s[nt * 4 + e] = -INFINITY;
-                }
-        }
+        if (j == nkv - 1) mask_diagonal_tile(s, j * TILE, q0 + warp * 16 + g, tq);
 #pragma unroll
         for (int i = 0; i < 32; i++) {
             int r = (i >> 1) & 1;
