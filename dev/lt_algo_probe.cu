@@ -1,17 +1,23 @@
-/* dev/lt_algo_probe.cu - times every algorithm cuBLASLt's heuristic offers for the fused output
- * layer's backward GEMMs (issue 5), to see how far its first choice is from the best one.
+/* dev/lt_algo_probe.cu - times every algorithm cuBLASLt's heuristic offers for a GEMM shape, to see
+ * how far its first choice is from the best one.
  *
  *   make build/lt_algo_probe
- *   ./build/lt_algo_probe d rows cols [ws_mib (default 1)]
+ *   ./build/lt_algo_probe d rows cols [ws_mib (default 1)]     the fused output layer's backward
+ *   ./build/lt_algo_probe body C OC N [ws_mib (default 32)]   one linear layer of the model body
  *
- * The two GEMMs of one (chunk rows x window cols) block, as kernels/output_fused.cu issues them
- * (column-major, fp32 output, alpha from the device, beta = 1):
+ * Output layer: the two GEMMs of one (chunk rows x window cols) block, as kernels/output_fused.cu
+ * issues them (column-major, fp32 output, alpha from the device, beta = 1):
  *   dH  C[d x rows] += W_window[d x cols] . dZ[cols x rows]
  *   dW  C[d x cols] += H_chunk[d x rows] . dZ[cols x rows]^T
+ * Body: the products kernels/matmul.cu issues for a layer with weight [OC, C] at N rows, with the
+ * same transposes, types and epilogues (forward with bias or GELU+bias, input gradient with or
+ * without dGELU, weight gradient in fp32 with beta = 1), and the input gradient once more with the
+ * DGELU_BGRAD epilogue (bias gradient fused), to see what that epilogue costs.
  * Events, 3 warm-ups, median of 15. Prints one line per algorithm with its tile, stages, split-K and
- * cluster attributes; the heuristic's order is kept (index 0 is what the layer uses today). */
+ * cluster attributes; the heuristic's order is kept (index 0 is what the code uses today). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <algorithm>
 #include <vector>
@@ -53,34 +59,66 @@ static int algo_attr(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigA
     return v;
 }
 
-static void probe(cublasLtHandle_t lt, const char *name, cublasOperation_t opb, int64_t m, int64_t n, int64_t k,
-                  const void *A, int64_t lda, const void *B, int64_t ldb, void *C, const float *alpha,
-                  const float *beta, void *ws, size_t ws_bytes) {
+/* One GEMM as cuBLASLt sees it (column-major): D[m x n] = op(A)[m x k] . op(B)[k x n] (+ beta D). */
+typedef struct {
+    const char *name;
+    cublasOperation_t opa, opb;
+    int64_t m, n, k, lda, ldb;
+    const void *A, *B;
+    void *D;
+    cudaDataType_t dtype;
+    const float *alpha, *beta;
+    cublasLtPointerMode_t pointer_mode;
+    cublasLtEpilogue_t epilogue;
+    const void *bias; /* BIAS / BGRAD epilogues: bias[m] (bf16 for BIAS, fp32 for BGRAD) */
+    cudaDataType_t bias_type;
+    const void *aux; /* GELU_AUX / DGELU epilogues: bf16 [m x n] */
+} GemmSpec;
+
+static void probe(cublasLtHandle_t lt, const GemmSpec *g, void *ws, size_t ws_bytes, int reduction_inplace) {
     cublasLtMatmulDesc_t desc;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t opa = CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &g->opa, sizeof g->opa));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &g->opb, sizeof g->opb));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &g->pointer_mode,
+                                                sizeof g->pointer_mode));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g->epilogue, sizeof g->epilogue));
+    if (g->bias) {
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &g->bias_type,
+                                                    sizeof g->bias_type));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
+    }
+    if (g->aux) {
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g->m, sizeof g->m));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux,
+                                                    sizeof g->aux));
+    }
     cublasLtMatrixLayout_t a, b, c;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, m, k, lda));
-    if (opb == CUBLAS_OP_N) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, n, ldb));
-    else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, n, k, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, m, n, m));
+    if (g->opa == CUBLAS_OP_N) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, g->m, g->k, g->lda));
+    else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, g->k, g->m, g->lda));
+    if (g->opb == CUBLAS_OP_N) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, g->k, g->n, g->ldb));
+    else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, g->n, g->k, g->ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, g->dtype, g->m, g->n, g->m));
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                       sizeof ws_bytes));
-    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_INPLACE;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
-                                                      sizeof schemes));
+    if (!reduction_inplace) {
+        uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_INPLACE;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                          sizeof schemes));
+    }
+    uint32_t align = 16;
+    for (cublasLtMatmulPreferenceAttributes_t at :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, at, &align, sizeof align));
     cublasLtMatmulHeuristicResult_t res[32];
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, c, c, pref, 32, res, &found));
-    const double flop = 2.0 * m * n * k;
-    printf("%s m=%lld n=%lld k=%lld ws=%zu MiB: %d algorithms\n", name, (long long)m, (long long)n, (long long)k,
-           ws_bytes >> 20, found);
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, c, c, pref, 32, res, &found);
+    const double flop = 2.0 * g->m * g->n * g->k;
+    printf("%s m=%lld n=%lld k=%lld ws=%zu MiB: %d algorithms%s\n", g->name, (long long)g->m, (long long)g->n,
+           (long long)g->k, ws_bytes >> 20, found, hs == CUBLAS_STATUS_SUCCESS ? "" : " (heuristic refused)");
     for (int i = 0; i < found; i++) {
         const cublasLtMatmulAlgo_t *al = &res[i].algo;
         const int id = algo_attr(al, CUBLASLT_ALGO_CONFIG_ID), tile = algo_attr(al, CUBLASLT_ALGO_CONFIG_TILE_ID);
@@ -89,7 +127,7 @@ static void probe(cublasLtHandle_t lt, const char *name, cublasOperation_t opb, 
         const int red = algo_attr(al, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
         const int cluster = algo_attr(al, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
         const int swz = algo_attr(al, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
-        const float ms = median_ms(lt, desc, a, b, c, &res[i].algo, A, B, C, alpha, beta, ws, ws_bytes);
+        const float ms = median_ms(lt, desc, a, b, c, &res[i].algo, g->A, g->B, g->D, g->alpha, g->beta, ws, ws_bytes);
         printf("  #%-2d id %3d tile %3d stages %3d splitk %2d red %d cluster %3d swz %d ws %8zu  %8.4f ms  %6.1f TF/s\n",
                i, id, tile, stages, splitk, red, cluster, swz, res[i].workspaceSize, ms,
                ms > 0 ? flop / (ms * 1e-3) / 1e12 : 0.0);
@@ -106,32 +144,81 @@ __global__ void fill_kernel(__nv_bfloat16 *x, int64_t n, float scale) {
         x[i] = __float2bfloat16(scale * (float)((i * 2654435761ull) % 2001 - 1000) / 1000.0f);
 }
 
-int main(int argc, char **argv) {
-    if (argc < 4) {
-        fprintf(stderr, "usage: %s d rows cols [ws_mib]\n", argv[0]);
-        return 1;
-    }
-    const int64_t d = atoll(argv[1]), rows = atoll(argv[2]), cols = atoll(argv[3]);
-    const size_t ws_bytes = (size_t)(argc > 4 ? atoll(argv[4]) : 1) << 20;
-    cublasLtHandle_t lt;
-    CUBLAS_CHECK(cublasLtCreate(&lt));
-    __nv_bfloat16 *W, *H, *dz;
-    float *C, *scal;
-    void *ws;
-    CUDA_CHECK(cudaMalloc(&W, d * cols * 2));
-    CUDA_CHECK(cudaMalloc(&H, d * rows * 2));
-    CUDA_CHECK(cudaMalloc(&dz, rows * cols * 2));
-    CUDA_CHECK(cudaMalloc(&C, d * std::max(rows, cols) * 4));
-    CUDA_CHECK(cudaMalloc(&scal, 2 * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
-    fill_kernel<<<1024, 256>>>(W, d * cols, 0.02f);
-    fill_kernel<<<1024, 256>>>(H, d * rows, 1.0f);
-    fill_kernel<<<1024, 256>>>(dz, rows * cols, 1e-4f);
+static __nv_bfloat16 *random_bf16(int64_t n, float scale) {
+    __nv_bfloat16 *x;
+    CUDA_CHECK(cudaMalloc(&x, n * 2));
+    fill_kernel<<<1024, 256>>>(x, n, scale);
     CUDA_CHECK(cudaGetLastError());
+    return x;
+}
+
+/* The fused output layer's backward GEMMs for one (rows x cols) block. */
+static void probe_output_layer(cublasLtHandle_t lt, int64_t d, int64_t rows, int64_t cols, void *ws, size_t ws_bytes) {
+    __nv_bfloat16 *W = random_bf16(d * cols, 0.02f), *H = random_bf16(d * rows, 1.0f);
+    __nv_bfloat16 *dz = random_bf16(rows * cols, 1e-4f);
+    float *C, *scal;
+    CUDA_CHECK(cudaMalloc(&C, d * std::max(rows, cols) * 4));
     CUDA_CHECK(cudaMemset(C, 0, d * std::max(rows, cols) * 4));
+    CUDA_CHECK(cudaMalloc(&scal, 2 * sizeof(float)));
     const float hs[2] = {1.0f / 65536, 1.0f};
     CUDA_CHECK(cudaMemcpy(scal, hs, sizeof hs, cudaMemcpyHostToDevice));
-    probe(lt, "dH", CUBLAS_OP_N, d, rows, cols, W, d, dz, cols, C, scal, scal + 1, ws, ws_bytes);
-    probe(lt, "dW", CUBLAS_OP_T, d, cols, rows, H, d, dz, cols, C, scal, scal + 1, ws, ws_bytes);
+    GemmSpec dh = {"dH", CUBLAS_OP_N, CUBLAS_OP_N, d, rows, cols, d, cols, W, dz, C, CUDA_R_32F, scal, scal + 1,
+                   CUBLASLT_POINTER_MODE_DEVICE, CUBLASLT_EPILOGUE_DEFAULT, NULL, CUDA_R_32F, NULL};
+    GemmSpec dw = {"dW", CUBLAS_OP_N, CUBLAS_OP_T, d, cols, rows, d, cols, H, dz, C, CUDA_R_32F, scal, scal + 1,
+                   CUBLASLT_POINTER_MODE_DEVICE, CUBLASLT_EPILOGUE_DEFAULT, NULL, CUDA_R_32F, NULL};
+    probe(lt, &dh, ws, ws_bytes, 0);
+    probe(lt, &dw, ws, ws_bytes, 0);
+}
+
+/* kernels/matmul.cu's products for weight [OC, C] at N rows (row-major there, so each matrix is its
+ * transpose here); gelu: the layer is fc (GELU after the forward, dGELU on its input gradient). */
+static void probe_body(cublasLtHandle_t lt, int64_t C, int64_t OC, int64_t N, void *ws, size_t ws_bytes) {
+    __nv_bfloat16 *Wt = random_bf16(OC * C, 0.02f), *inp = random_bf16(N * C, 1.0f);
+    __nv_bfloat16 *out = random_bf16(N * OC, 1.0f), *aux = random_bf16(N * std::max(C, OC), 1.0f);
+    __nv_bfloat16 *bias = random_bf16(OC, 0.1f), *dinp = random_bf16(N * C, 1.0f);
+    float *dW, *dbias;
+    CUDA_CHECK(cudaMalloc(&dW, C * OC * 4));
+    CUDA_CHECK(cudaMemset(dW, 0, C * OC * 4));
+    CUDA_CHECK(cudaMalloc(&dbias, std::max(C, OC) * 4));
+    static const float one = 1.0f, zero = 0.0f;
+    const cublasLtPointerMode_t host = CUBLASLT_POINTER_MODE_HOST;
+    const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
+    GemmSpec fwd = {"forward, bias", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, C, C, Wt, inp, out, CUDA_R_16BF, &one, &zero,
+                    host, CUBLASLT_EPILOGUE_BIAS, bias, CUDA_R_16BF, NULL};
+    probe(lt, &fwd, ws, ws_bytes, 1);
+    fwd.name = "forward, GELU + bias (as fc)";
+    fwd.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    fwd.aux = aux;
+    probe(lt, &fwd, ws, ws_bytes, 1);
+    GemmSpec din = {"input gradient", CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, C, OC, Wt, out, dinp, CUDA_R_16BF, &one,
+                    &zero, host, none, NULL, CUDA_R_32F, NULL};
+    probe(lt, &din, ws, ws_bytes, 1);
+    din.name = "input gradient, dGELU (as fcproj)";
+    din.epilogue = CUBLASLT_EPILOGUE_DGELU;
+    din.aux = aux;
+    probe(lt, &din, ws, ws_bytes, 1);
+    din.name = "input gradient, dGELU + bias gradient (DGELU_BGRAD)";
+    din.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    din.bias = dbias;
+    probe(lt, &din, ws, ws_bytes, 1);
+    GemmSpec dw = {"weight gradient", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, C, OC, inp, out, dW, CUDA_R_32F, &one, &one,
+                   host, none, NULL, CUDA_R_32F, NULL};
+    probe(lt, &dw, ws, ws_bytes, 1);
+}
+
+int main(int argc, char **argv) {
+    const int body = argc > 1 && strcmp(argv[1], "body") == 0;
+    if (argc < 4 + body) {
+        fprintf(stderr, "usage: %s d rows cols [ws_mib]\n       %s body C OC N [ws_mib]\n", argv[0], argv[0]);
+        return 1;
+    }
+    const int64_t x = atoll(argv[1 + body]), y = atoll(argv[2 + body]), z = atoll(argv[3 + body]);
+    const size_t ws_bytes = (size_t)(argc > 4 + body ? atoll(argv[4 + body]) : body ? 32 : 1) << 20;
+    cublasLtHandle_t lt;
+    CUBLAS_CHECK(cublasLtCreate(&lt));
+    void *ws;
+    CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+    if (body) probe_body(lt, x, y, z, ws, ws_bytes);
+    else probe_output_layer(lt, x, y, z, ws, ws_bytes);
     return 0;
 }
