@@ -51,11 +51,11 @@ static float median_ms(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasLtM
     return t[t.size() / 2];
 }
 
-/* every attribute printed is a 32-bit integer */
+/* every attribute printed is a 32-bit integer; -1 where this algorithm has no such attribute */
 static int algo_attr(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
     int32_t v = 0;
     size_t written;
-    CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(algo, attr, &v, sizeof v, &written));
+    if (cublasLtMatmulAlgoConfigGetAttribute(algo, attr, &v, sizeof v, &written) != CUBLAS_STATUS_SUCCESS) return -1;
     return v;
 }
 
