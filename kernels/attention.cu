@@ -30,6 +30,7 @@
  * fragment: this is how P and dS go from accumulators straight into the next product. */
 #include <math.h>
 
+#include "kernels/fast_math.cuh"
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
 #include "kernels/wgmma.cuh"
@@ -81,14 +82,6 @@ __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* 2^x in one MUFU op (exp2f adds range fix-ups for denormal results, which we flush anyway);
- * ex2(-inf) = +0, which the masking relies on. */
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {

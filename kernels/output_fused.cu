@@ -46,6 +46,7 @@
 #include <stdlib.h>
 
 #include "kernels/cuda_check.h"
+#include "kernels/fast_math.cuh"
 #include "kernels/output_layer_internal.h"
 #include "kernels/wgmma.cuh"
 
@@ -250,11 +251,11 @@ __global__ void __launch_bounds__(THREADS, 2) tile_kernel_mma(const TileArgs a) 
                         }
                     const float mn = fmaxf(m_run[mi][h], mx);
                     const float mu2 = (mn == -INFINITY ? 0.0f : mn) * L2E; /* no inf - inf */
-                    float s = a_run[mi][h] * exp2f(fmaf(m_run[mi][h], L2E, -mu2));
+                    float s = a_run[mi][h] * ex2(fmaf(m_run[mi][h], L2E, -mu2));
 #pragma unroll
                     for (int ni = 0; ni < 8; ni++)
 #pragma unroll
-                        for (int j = 0; j < 2; j++) s += exp2f(fmaf(acc[mi][ni][h * 2 + j], L2E, -mu2));
+                        for (int j = 0; j < 2; j++) s += ex2(fmaf(acc[mi][ni][h * 2 + j], L2E, -mu2));
                     a_run[mi][h] = s;
                     m_run[mi][h] = mn;
                     if (t >= tile_col0 && t < tile_col0 + BN) { /* rare: the target is in this tile */
@@ -274,7 +275,7 @@ __global__ void __launch_bounds__(THREADS, 2) tile_kernel_mma(const TileArgs a) 
 #pragma unroll
                             for (int j = 0; j < 2; j++) {
                                 const int64_t col = cbase + ni * 8 + j;
-                                float p = exp2f(fmaf(acc[mi][ni][h * 2 + j], L2E, -lse2[mi][h]));
+                                float p = ex2(fmaf(acc[mi][ni][h * 2 + j], L2E, -lse2[mi][h]));
                                 g[j] = (p - (col == t ? 1.0f : 0.0f)) * sc;
                                 if (!full && col >= a.col_end) g[j] = 0.0f; /* padding of the window */
                             }
@@ -303,7 +304,7 @@ __global__ void __launch_bounds__(THREADS, 2) tile_kernel_mma(const TileArgs a) 
                 for (int off = 1; off <= 2; off <<= 1) {
                     float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, s, off);
                     float mn = fmaxf(m, m2), mu = mn == -INFINITY ? 0.0f : mn;
-                    s = s * exp2f((m - mu) * L2E) + s2 * exp2f((m2 - mu) * L2E);
+                    s = s * ex2((m - mu) * L2E) + s2 * ex2((m2 - mu) * L2E);
                     m = mn;
                 }
                 if ((lane & 3) == 0) {
@@ -317,7 +318,7 @@ __global__ void __launch_bounds__(THREADS, 2) tile_kernel_mma(const TileArgs a) 
             if (row < a.row_end) {
                 float m = red_m[0][tid], s = red_a[0][tid], m2 = red_m[1][tid], s2 = red_a[1][tid];
                 float mn = fmaxf(m, m2), mu = mn == -INFINITY ? 0.0f : mn;
-                s = s * exp2f((m - mu) * L2E) + s2 * exp2f((m2 - mu) * L2E);
+                s = s * ex2((m - mu) * L2E) + s2 * ex2((m2 - mu) * L2E);
                 a.win_m[win * a.stats_ld + (row - a.row_begin)] = mn;
                 a.win_a[win * a.stats_ld + (row - a.row_begin)] = s;
             }
@@ -439,6 +440,40 @@ __device__ __forceinline__ void load_stage_w(const TileArgs &a, uint32_t sA, uin
     }
 }
 
+/* One half (h: rows lane/4 and lane/4 + 8) of a warp's dZ rows of a tile, through the warp's
+ * 512-byte shared scratch (see wg_tile_epilogue). PLAIN: no target column (tl < 0) and no padding
+ * (lim = TBN) anywhere in the warp's rows. */
+template <int TBN, bool PLAIN>
+__device__ __forceinline__ void store_dz_rows(const float (&acc)[TBN / 2], int h, int lane, float lse2, int tl,
+                                              int lim, uint32_t st_addr, uint32_t ld_addr, bf16 *out, bool row_in) {
+    const int q = lane & 3;
+#pragma unroll
+    for (int g = 0; g < TBN / 32; g++) {
+        uint32_t w[4];
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            const int i = g * 4 + m;
+            float v[2];
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                v[j] = ex2(fmaf(acc[i * 4 + h * 2 + j], L2E, -lse2));
+                if (!PLAIN) {
+                    const int col = i * 8 + q * 2 + j; /* within the tile */
+                    if (col == tl) v[j] -= 1.0f;
+                    if (col >= lim) v[j] = 0.0f; /* padding of the window */
+                }
+            }
+            __nv_bfloat162 b = __floats2bfloat162_rn(v[0], v[1]);
+            w[m] = *reinterpret_cast<uint32_t *>(&b);
+        }
+        stmatrix_x4(st_addr, w);
+        __syncwarp();
+        const uint4 o = lds128(ld_addr);
+        __syncwarp(); /* the next group's stmatrix overwrites the scratch */
+        if (row_in) *reinterpret_cast<uint4 *>(out + (g * 4 + q) * 8) = o;
+    }
+}
+
 /* Epilogue of one 128 x TBN logit tile held by a warpgroup (acc[i*4 + e]: row rows[e>>1], column
  * tile_col0 + i*8 + (lane&3)*2 + (e&1)): MODE_STATS updates the running max and sum and picks up the
  * target logit; MODE_DZ writes dZ = softmax - onehot. */
@@ -454,26 +489,30 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
         const int t = tgt[h];
         if (MODE == MODE_STATS) {
             float mx = -INFINITY;
+            if (full) {
 #pragma unroll
-            for (int i = 0; i < TBN / 8; i++)
+                for (int i = 0; i < TBN / 8; i++) mx = fmaxf(mx, fmaxf(acc[i * 4 + h * 2], acc[i * 4 + h * 2 + 1]));
+            } else {
 #pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    if (full || cbase + i * 8 + j < a.col_end) mx = fmaxf(mx, acc[i * 4 + h * 2 + j]);
-                }
+                for (int i = 0; i < TBN / 8; i++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++)
+                        if (cbase + i * 8 + j < a.col_end) mx = fmaxf(mx, acc[i * 4 + h * 2 + j]);
+            }
             const float mn = fmaxf(m_run[h], mx);
             const float mu2 = (mn == -INFINITY ? 0.0f : mn) * L2E;
-            float s0 = a_run[h] * exp2f(fmaf(m_run[h], L2E, -mu2)), s1 = 0.0f;
+            float s0 = a_run[h] * ex2(fmaf(m_run[h], L2E, -mu2)), s1 = 0.0f;
             if (full) {
 #pragma unroll
                 for (int i = 0; i < TBN / 8; i++) {
-                    s0 += exp2f(fmaf(acc[i * 4 + h * 2], L2E, -mu2));
-                    s1 += exp2f(fmaf(acc[i * 4 + h * 2 + 1], L2E, -mu2));
+                    s0 += ex2(fmaf(acc[i * 4 + h * 2], L2E, -mu2));
+                    s1 += ex2(fmaf(acc[i * 4 + h * 2 + 1], L2E, -mu2));
                 }
             } else { /* the last tile: columns past V add nothing */
 #pragma unroll
                 for (int i = 0; i < TBN / 8; i++) {
-                    if (cbase + i * 8 < a.col_end) s0 += exp2f(fmaf(acc[i * 4 + h * 2], L2E, -mu2));
-                    if (cbase + i * 8 + 1 < a.col_end) s1 += exp2f(fmaf(acc[i * 4 + h * 2 + 1], L2E, -mu2));
+                    if (cbase + i * 8 < a.col_end) s0 += ex2(fmaf(acc[i * 4 + h * 2], L2E, -mu2));
+                    if (cbase + i * 8 + 1 < a.col_end) s1 += ex2(fmaf(acc[i * 4 + h * 2 + 1], L2E, -mu2));
                 }
             }
             a_run[h] = s0 + s1;
@@ -490,38 +529,21 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
              * four column octets, 8 rows x 32 columns whose octets are spread over the quads'
              * lanes; stmatrix puts them in its shared scratch as rows of 16 bytes and each lane reads
              * one back (an octet of its own row), so every store fills whole sectors (four 4-byte
-             * stores per lane wrote 16 of every 32 bytes per row and cost 4x the instructions). */
-            const float sc = t == -1 ? 0.0f : 1.0f; /* ignored rows: no gradient */
+             * stores per lane wrote 16 of every 32 bytes per row and cost 4x the instructions).
+             * Ignored rows have lse2 = +inf, so their softmax is 0 without a multiply. */
             const int tl = t >= tile_col0 && t < tile_col0 + TBN ? (int)(t - tile_col0) : -1;
-            const int lim = full ? TBN : (int)(a.col_end - tile_col0);
-            const int q = lane & 3;
             const uint32_t st_addr = scratch + (uint32_t)(((lane & 7) * 4 + ((lane >> 3) ^ ((lane >> 1) & 3))) * 16);
-            const uint32_t ld_addr = scratch + (uint32_t)(((lane >> 2) * 4 + (q ^ ((lane >> 3) & 3))) * 16);
+            const uint32_t ld_addr = scratch + (uint32_t)(((lane >> 2) * 4 + ((lane & 3) ^ ((lane >> 3) & 3))) * 16);
             bf16 *out = a.dz + (rows[h] - a.row_begin) * a.ldz + (tile_col0 - a.col_begin);
             const bool row_in = rows[h] < a.row_end;
-#pragma unroll
-            for (int g = 0; g < TBN / 32; g++) {
-                uint32_t w[4];
-#pragma unroll
-                for (int m = 0; m < 4; m++) {
-                    const int i = g * 4 + m;
-                    float v[2];
-#pragma unroll
-                    for (int j = 0; j < 2; j++) {
-                        const int col = i * 8 + q * 2 + j; /* within the tile */
-                        const float p = exp2f(fmaf(acc[i * 4 + h * 2 + j], L2E, -lse2[h]));
-                        v[j] = (p - (col == tl ? 1.0f : 0.0f)) * sc;
-                        if (!full && col >= lim) v[j] = 0.0f; /* padding of the window */
-                    }
-                    __nv_bfloat162 b = __floats2bfloat162_rn(v[0], v[1]);
-                    w[m] = *reinterpret_cast<uint32_t *>(&b);
-                }
-                stmatrix_x4(st_addr, w);
-                __syncwarp();
-                const uint4 o = lds128(ld_addr);
-                __syncwarp(); /* the next group's stmatrix overwrites the scratch */
-                if (row_in) *reinterpret_cast<uint4 *>(out + (g * 4 + q) * 8) = o;
-            }
+            /* nearly every tile holds none of its 16 rows' targets and lies inside the vocabulary:
+             * there each element is one FMA and one exponential (the vote keeps the warp's path
+             * uniform, as stmatrix needs) */
+            if (__all_sync(0xffffffffu, full && tl < 0))
+                store_dz_rows<TBN, true>(acc, h, lane, lse2[h], -1, TBN, st_addr, ld_addr, out, row_in);
+            else
+                store_dz_rows<TBN, false>(acc, h, lane, lse2[h], tl, full ? TBN : (int)(a.col_end - tile_col0),
+                                          st_addr, ld_addr, out, row_in);
         }
     }
 }
@@ -538,7 +560,7 @@ __device__ __forceinline__ void wg_window_end(const TileArgs &a, int64_t win, in
             for (int off = 1; off <= 2; off <<= 1) {
                 float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, s, off);
                 float mn = fmaxf(m, m2), mu = mn == -INFINITY ? 0.0f : mn;
-                s = s * exp2f((m - mu) * L2E) + s2 * exp2f((m2 - mu) * L2E);
+                s = s * ex2((m - mu) * L2E) + s2 * ex2((m2 - mu) * L2E);
                 m = mn;
             }
             if ((lane & 3) == 0 && rows[h] < a.row_end) {
@@ -608,7 +630,7 @@ __global__ void __launch_bounds__(THREADS, WShape<TBN>::min_ctas) tile_kernel_wg
             tgt[h] = in ? a.targets[rows[h]] : -1;
             m_run[h] = -INFINITY;
             a_run[h] = 0.0f;
-            lse2[h] = (MODE == MODE_DZ && in) ? a.lse[rows[h]] * L2E : 0.0f;
+            lse2[h] = (MODE == MODE_DZ && in && tgt[h] >= 0) ? a.lse[rows[h]] * L2E : INFINITY; /* ignored: dZ = 0 */
         }
 
         for (int64_t tile_col0 = wcol0; tile_col0 < wcol1; tile_col0 += TBN) {
@@ -821,7 +843,7 @@ __global__ void __launch_bounds__(T_THREADS, 1)
             tgt[h] = in ? a.targets[rows[h]] : -1;
             m_run[h] = -INFINITY;
             a_run[h] = 0.0f;
-            lse2[h] = (MODE == MODE_DZ && in) ? a.lse[rows[h]] * L2E : 0.0f;
+            lse2[h] = (MODE == MODE_DZ && in && tgt[h] >= 0) ? a.lse[rows[h]] * L2E : INFINITY; /* ignored: dZ = 0 */
         }
         for (int64_t tile_col0 = wcol0; tile_col0 < wcol1; tile_col0 += TBN) {
             for (int kc = 0; kc < KT; kc++, it++) {
@@ -886,7 +908,7 @@ __global__ void fused_merge_kernel(const float *win_m, const float *win_a, int n
     float M = -INFINITY;
     for (int w = 0; w < nwin; w++) M = fmaxf(M, win_m[w * ld + row]);
     float S = 0.0f;
-    for (int w = 0; w < nwin; w++) S += win_a[w * ld + row] * exp2f((win_m[w * ld + row] - M) * L2E);
+    for (int w = 0; w < nwin; w++) S += win_a[w * ld + row] * ex2((win_m[w * ld + row] - M) * L2E);
     const float lse = M + logf(S);
     const int t = targets[row];
     row_loss[row] = t == -1 ? 0.0f : lse - zt[row];
