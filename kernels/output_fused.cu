@@ -753,10 +753,7 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
  * 16 + 32/CL KiB). A stage is refilled only when the consumers of every CTA released it (each warp
  * arrives on every CTA's "empty" barrier); all CTAs run the same number of iterations (rows past
  * the end are zeros). */
-/* PIPE = 1: each warpgroup keeps one wgmma group in flight across k steps (it waits for the
- * previous step's group, releases that stage, then the issuer refills it), so its tensor-core queue
- * never drains between k steps; PIPE = 0 waits for each step's own group before the next. */
-template <int MODE, int CL, int PIPE>
+template <int MODE, int CL>
 __global__ void __launch_bounds__(T_THREADS, 1)
     tile_kernel_tma(const TileArgs a, const __grid_constant__ CUtensorMap tm_h, const __grid_constant__ CUtensorMap tm_w) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -858,33 +855,16 @@ __global__ void __launch_bounds__(T_THREADS, 1)
                 for (int kk = 0; kk < BK / 16; kk++)
                     wgmma_m64n256k16(acc, smem_desc(sA + kk * 32), smem_desc(sB + kk * 32), (kc | kk) != 0);
                 wgmma_commit();
-                if (PIPE) {
-                    /* step it - 1's group is done: release its stage, which the issuer refills with
-                     * step it + STAGES - 1 while this step's group runs */
-                    __syncwarp();
-                    wgmma_wait<1>();
-                    __syncwarp();
-                    if (kc > 0) release(s == 0 ? T_STAGES - 1 : s - 1);
-                    if (tid == 0 && ld_it < iters) issue();
-                } else {
-                    /* keep STAGES - 1 stages in flight: the stage refilled here is released once
-                     * every warp (of both CTAs) finished iteration it - 1. Thread 0 waits for that
-                     * while its own wgmma runs, so a late peer (a remote arrive takes a while)
-                     * stalls no MMA. */
-                    if (tid == 0 && ld_it < iters) issue();
-                    __syncwarp();
-                    /* the other warpgroup's wgmma keeps the tensor cores busy while this one waits */
-                    wgmma_wait<0>();
-                    fence_acc(acc);
-                    __syncwarp();
-                    release(s);
-                }
-            }
-            if (PIPE) { /* the tile's last group, before the epilogue reads the accumulators */
+                /* keep STAGES - 1 stages in flight: the stage refilled here is released once every
+                 * warp (of both CTAs) finished iteration it - 1. Thread 0 waits for that while its
+                 * own wgmma runs, so a late peer (a remote arrive takes a while) stalls no MMA. */
+                if (tid == 0 && ld_it < iters) issue();
+                __syncwarp();
+                /* the other warpgroup's wgmma keeps the tensor cores busy while this one waits */
                 wgmma_wait<0>();
                 fence_acc(acc);
                 __syncwarp();
-                release((int)((it - 1) % T_STAGES));
+                release(s);
             }
             /* launched early (launch_tma): the previous kernel may still read the dZ buffer */
             if (MODE == MODE_DZ && it == KT) asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -945,7 +925,7 @@ typedef struct {
     int clusters_resident;       /* cluster kernels: how many clusters the GPU holds at once */
 } Variant;
 
-enum { K_MMA = 0, K_WGMMA_256 = 1, K_WGMMA_128 = 2, K_TMA = 3, K_TMA_CLUSTER = 4, K_TMA_CLUSTER_PIPE = 5, K_COUNT };
+enum { K_MMA = 0, K_WGMMA_256 = 1, K_WGMMA_128 = 2, K_TMA = 3, K_TMA_CLUSTER = 4, K_COUNT };
 static int g_kernel_choice; /* OUTPUT_TILE_KERNEL_* */
 
 void output_layer_select_tile_kernel(int kernel) { g_kernel_choice = kernel; }
@@ -979,12 +959,9 @@ static Variant *variants(int *major_out) {
         v[K_WGMMA_128] = (Variant){"wgmma 128x128", 128, WShape<128>::smem, 0, 1, THREADS, 1,
                                    tile_kernel_wgmma<MODE_STATS, 128>, tile_kernel_wgmma<MODE_DZ, 128>, NULL, NULL};
         v[K_TMA] = (Variant){"wgmma 128x256 + TMA", 256, T_SMEM, 0, 1, T_THREADS, 1, NULL, NULL,
-                             tile_kernel_tma<MODE_STATS, 1, 0>, tile_kernel_tma<MODE_DZ, 1, 0>};
+                             tile_kernel_tma<MODE_STATS, 1>, tile_kernel_tma<MODE_DZ, 1>};
         v[K_TMA_CLUSTER] = (Variant){"wgmma 128x256 + TMA, 2-CTA clusters sharing W", 256, T_SMEM, 0, 1, T_THREADS, 2,
-                                     NULL, NULL, tile_kernel_tma<MODE_STATS, 2, 0>, tile_kernel_tma<MODE_DZ, 2, 0>};
-        v[K_TMA_CLUSTER_PIPE] = (Variant){"wgmma 128x256 + TMA, 2-CTA clusters sharing W, one group in flight", 256,
-                                          T_SMEM, 0, 1, T_THREADS, 2, NULL, NULL, tile_kernel_tma<MODE_STATS, 2, 1>,
-                                          tile_kernel_tma<MODE_DZ, 2, 1>};
+                                     NULL, NULL, tile_kernel_tma<MODE_STATS, 2>, tile_kernel_tma<MODE_DZ, 2>};
         for (int k = 0; k < (major == 9 ? K_COUNT : 1); k++) {
             const void *fs = v[k].stats ? (const void *)v[k].stats : (const void *)v[k].stats_tma;
             const void *fd = v[k].dz ? (const void *)v[k].dz : (const void *)v[k].dz_tma;
@@ -1017,7 +994,7 @@ static const Variant *variant(void) {
     static int env_choice = -1;
     if (env_choice < 0) {
         int set = 0;
-        env_choice = (int)env_int("FUSEDGPT_OUTL_KERNEL", 0, OUTPUT_TILE_KERNEL_TMA_CLUSTER_PIPE, 1, 0, &set);
+        env_choice = (int)env_int("FUSEDGPT_OUTL_KERNEL", 0, OUTPUT_TILE_KERNEL_TMA_CLUSTER, 1, 0, &set);
     }
     switch (g_kernel_choice ? g_kernel_choice : env_choice) {
     case OUTPUT_TILE_KERNEL_MMA: return &v[K_MMA];
@@ -1025,7 +1002,6 @@ static const Variant *variant(void) {
     case OUTPUT_TILE_KERNEL_WGMMA_128x128: return &v[K_WGMMA_128];
     case OUTPUT_TILE_KERNEL_TMA: return &v[K_TMA];
     case OUTPUT_TILE_KERNEL_TMA_CLUSTER: return &v[K_TMA_CLUSTER];
-    case OUTPUT_TILE_KERNEL_TMA_CLUSTER_PIPE: return &v[K_TMA_CLUSTER_PIPE];
     default: return &v[K_TMA_CLUSTER]; /* measured fastest on the H100 (dev/RESULTS.md) */
     }
 }

@@ -92,8 +92,7 @@ enum {
     OUTPUT_TILE_KERNEL_WGMMA_128x256 = 2,   /* Hopper: two warpgroups, cp.async, one CTA per SM */
     OUTPUT_TILE_KERNEL_WGMMA_128x128 = 3,   /* Hopper: two warpgroups, two CTAs per SM */
     OUTPUT_TILE_KERNEL_TMA = 4,             /* Hopper: 128x256, fed by TMA (one issuing thread) */
-    OUTPUT_TILE_KERNEL_TMA_CLUSTER = 5,     /* Hopper: the same in 2-CTA clusters, W tiles multicast */
-    OUTPUT_TILE_KERNEL_TMA_CLUSTER_PIPE = 6 /* Hopper: the same, one wgmma group in flight across k steps */
+    OUTPUT_TILE_KERNEL_TMA_CLUSTER = 5      /* Hopper: the same in 2-CTA clusters, W tiles multicast */
 };
 void output_layer_select_tile_kernel(int kernel);
 const char *output_layer_tile_kernel_name(void); /* of the kernel the next call would run */

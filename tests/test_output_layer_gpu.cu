@@ -355,9 +355,6 @@ static void check_tma_kernel(int kernel) {
 }
 TEST(fused_output_tma_kernel_against_fp64) { check_tma_kernel(OUTPUT_TILE_KERNEL_TMA); }
 TEST(fused_output_tma_cluster_kernel_against_fp64) { check_tma_kernel(OUTPUT_TILE_KERNEL_TMA_CLUSTER); }
-TEST(fused_output_tma_cluster_pipelined_kernel_against_fp64) {
-    check_tma_kernel(OUTPUT_TILE_KERNEL_TMA_CLUSTER_PIPE);
-}
 
 /* ---- the canonical layer against fp64 ------------------------------------------------------ */
 
