@@ -399,7 +399,7 @@ static void check_fused_matches_canonical(int64_t N, int64_t V, int d) {
 TEST(fused_matches_canonical_with_ignored_targets) { check_fused_matches_canonical(777, 20011, 256); }
 
 TEST(fused_matches_canonical_with_square_windows) {
-    /* logits of >= 4 GiB at a narrow width: the default backward switches to 8192 x 8192 windows
+    /* logits of >= 2 GiB at a narrow width: the default backward switches to 8192 x 8192 windows
      * (too large for the fp64 reference); 8448 rows = two chunks, V odd = a ragged last window */
     const int64_t N = 8448, V = 262147;
     const int d = 128;
