@@ -8,11 +8,13 @@
 # alone on each GPU and beside an independent run on the other. nodes: two "hosts" on this
 # one (a launcher per GPU, --nodes 2 over loopback TCP). real: ./train -g G -v 262144 on the default
 # corpus (carried as .carry/corpus.tar.xz, see dev/pack_corpus.sh) against one GPU at the same
-# global batch. TP_VOCABS: vocabularies of the throughput and sweep sections (default "50304 262144").
+# global batch. TP_VOCABS: vocabularies of the throughput and sweep sections (default "50304 262144");
+# TP_OUTPUTS: output layers of the throughput section (default fused; "fused canonical" for both).
 set -uo pipefail
 OUT=${OUT:-out}
 SECTIONS=${SECTIONS:-tests correct nodes resume kill throughput}
 TP_VOCABS=${TP_VOCABS:-50304 262144}
+TP_OUTPUTS=${TP_OUTPUTS:-fused} # output layers of the throughput section ("fused canonical": both)
 G=${G:-2} # GPUs to compare with one
 mkdir -p "$OUT" /tmp/mg
 summary=()
@@ -122,10 +124,13 @@ throughput() {
 if has throughput || has sweep || has skew; then
     for V in $TP_VOCABS; do
         python3 dev/make_shard.py /tmp/mg/rand_$V.bin 40000000 $V random 3
-        throughput $V 1gpu ./train -g 1
-        throughput $V allreduce_after ./train -g $G --overlap-comm 0
-        throughput $V overlap ./train -g $G
-        throughput $V zero1 ./train -g $G --zero 1
+        for out in $TP_OUTPUTS; do
+            sfx=$([ $out = fused ] || echo _$out)
+            throughput $V 1gpu$sfx ./train -g 1 --output $out
+            throughput $V allreduce_after$sfx ./train -g $G --overlap-comm 0 --output $out
+            throughput $V overlap$sfx ./train -g $G --output $out
+            throughput $V zero1$sfx ./train -g $G --zero 1 --output $out
+        done
         if has skew; then
             # is the two-GPU step longer than the communication it waits on because the GPUs differ
             # or slow each other down? each GPU alone, then both at once as two independent runs
