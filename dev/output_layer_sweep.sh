@@ -30,7 +30,7 @@ SHAPES=(768,65536,262144 768,16384,262144 4096,16384,262144)
 # (dZ MiB : chunk rows), most informative first in case the deadline cuts the list. Window columns
 # = dZ / (rows x 2 B): at rows 4096, 8 MiB -> 1024 columns, 16 -> 2048, 32 -> 4096, 44 -> 5632 (6 x 22
 # = 132 tiles of 128 x 256 in a d=768 dW GEMM); the defaults are 128 MiB, 8192 rows (8192 columns)
-# at d=768 when the logits would be >= 4 GiB (the first two shapes), else 64 MiB, 4096 rows, and
+# at d=768 when the logits would be >= 2 GiB (the first two shapes), else 64 MiB, 4096 rows, and
 # 2048 rows at d=4096 (32 MiB dH budget; 16384 columns). Setting any of them drops the square
 # default (64:4096 is the old d=768 default). Windows under 1024 columns
 # are left out (thousands of small GEMMs). SWEEP_SETTINGS="dz:rows[:lt] ..." replaces the list (lt:
@@ -146,10 +146,13 @@ full = open(f"{out}/sweep_table.txt", "w")
 def emit(s, short):
     if short: print(s)
     full.write(s + "\n")
-DEF = {768: "4096x8192", 4096: "2048x16384"}
+def default_struct(key):  # kernels/output_fused.cu's outl_fused_sizes, for a label
+    d, n, v = key
+    if d <= 1024 and n * v * 2 >= 2 << 30: return "8192x8192"
+    return "4096x8192" if d <= 1024 else "2048x16384"
 hdr = f"{'d,N,V':>18} {'setting':>16} {'rows x cols':>11} {'fwd+bwd ms':>10} {'vs default':>10} {'vs compile':>10} {'MB':>5}"
 print("== output layer sweep: fused fwd+bwd (median of 5) by backward structure; full list in sweep_table.txt")
-print("   rows x cols = caps on chunk rows and window columns (default: 8192x8192 at d<=1024 when N x V x 2 B >= 4 GiB, else 4096x8192; 2048x16384 at d=4096)")
+print("   rows x cols = caps on chunk rows and window columns (default: 8192x8192 at d<=1024 when N x V x 2 B >= 2 GiB, else 4096x8192; 2048x16384 at d=4096)")
 emit(hdr, True)
 for key in shapes:
     defs = [ms[(key, t)] for t in ("default", "default_again") if (key, t) in ms and not math.isnan(ms[(key, t)])]
@@ -160,7 +163,7 @@ for key in shapes:
     best = [r for r in rows if not r[1].startswith("default")]
     shown = set(t for _, t in best[:4]) | ({best[-1][1]} if best else set()) | {"default", "default_again"}
     for v, t in rows:
-        st = struct.get((key, t), DEF.get(key[0], "?") if t.startswith("default") else "?")
+        st = struct.get((key, t), default_struct(key) if t.startswith("default") else "?")
         emit(f"{name:>18} {t:>16} {st:>11} {v:10.2f} {v / base:10.3f} {v / tc:10.3f} {mb[(key, t)]:5.0f}",
              t in shown)
     emit(f"{name:>18} {'torch.compile':>16} {'':>11} {tc:10.2f} {tc / base:10.3f} {1.0:10.3f}", True)
