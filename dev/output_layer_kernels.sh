@@ -6,9 +6,10 @@
 # (GPT-2 124M, V=262144, B=32) with each kernel, and torch.compile at one shape if time is left.
 # Summary last. Used for the 4- and 8-CTA cluster variants (dev/RESULTS.md, 2026-11-23).
 #   KERNELS="4 5" TEST_FILTER=tma MAX_SECONDS=400 bash dev/output_layer_kernels.sh   (the defaults)
-# BASE_FUSED=file (an older kernels/output_fused.cu, carried, e.g. `git show REV:kernels/output_fused.cu
-# >.carry/output_fused_base.cu`) also builds the benchmark with that file in a copy of the tree; a
-# KERNELS entry "base:K" then times that build's kernel K, interleaved with the others.
+# BASES="name=file ..." (other versions of kernels/output_fused.cu, carried, e.g. `git show
+# REV:kernels/output_fused.cu >.carry/output_fused_base.cu`) also builds the benchmark with each file
+# in a copy of the tree; a KERNELS entry "name:K" then times that build's kernel K, interleaved with
+# the others.
 set -uo pipefail
 OUT=${OUT:-out}
 KERNELS=${KERNELS:-4 5}
@@ -23,14 +24,15 @@ note() { summary+=("$1"); echo "$1" >>"$OUT/summary.txt"; }
 : >"$OUT/summary.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 make -j16 train build/run_gpu_tests build/bench_output_layer >/tmp/oc/build.log 2>&1 || { tail -30 /tmp/oc/build.log; exit 1; }
-if [ -n "${BASE_FUSED:-}" ]; then
-    rm -rf /tmp/oc/base && mkdir -p /tmp/oc/base
-    cp -r Makefile train.c kernels model data tokenizer dev tests /tmp/oc/base/
-    cp "$BASE_FUSED" /tmp/oc/base/kernels/output_fused.cu
-    (cd /tmp/oc/base && make -j16 build/bench_output_layer >/tmp/oc/build_base.log 2>&1) ||
-        { tail -30 /tmp/oc/build_base.log; exit 1; }
-fi
-bench_of() { case $1 in base:*) echo /tmp/oc/base/build/bench_output_layer ;; *) echo ./build/bench_output_layer ;; esac; }
+for base in ${BASES:-}; do
+    name=${base%%=*}
+    rm -rf /tmp/oc/$name && mkdir -p /tmp/oc/$name
+    cp -r Makefile train.c kernels model data tokenizer dev tests /tmp/oc/$name/
+    cp "${base#*=}" /tmp/oc/$name/kernels/output_fused.cu
+    (cd /tmp/oc/$name && make -j16 build/bench_output_layer >/tmp/oc/build_$name.log 2>&1) ||
+        { tail -30 /tmp/oc/build_$name.log; exit 1; }
+done
+bench_of() { case $1 in *:*) echo /tmp/oc/${1%%:*}/build/bench_output_layer ;; *) echo ./build/bench_output_layer ;; esac; }
 note "build done after $(($(date +%s) - start)) s"
 
 timeout -k 5 150 ./build/run_gpu_tests "$TEST_FILTER" >"$OUT/gpu_tests_kernels.log" 2>&1
@@ -41,7 +43,7 @@ for s in $SHAPES; do args="$args --shape $s"; done
 for round in 1 2; do
     for k in $KERNELS; do
         [ "$(left)" -gt 150 ] || break
-        timeout -k 5 90 "$(bench_of "$k")" --kernel "${k#base:}" --no-canonical --reps 5 $args \
+        timeout -k 5 90 "$(bench_of "$k")" --kernel "${k#*:}" --no-canonical --reps 5 $args \
             >"/tmp/oc/bench_${k/:/_}_$round.log" 2>&1
         grep '^csv,[0-9]' "/tmp/oc/bench_${k/:/_}_$round.log" | sed "s/^csv,/bench,$k,$round,/" >>"$OUT/bench.csv"
     done
@@ -52,7 +54,7 @@ while read -r line; do note "  $line"; done <"$OUT/bench.csv"
 # the kernel with the smallest summed fused forward+backward time: its run of every output test
 best=$(awk -F, '{t[$2] += $11} END {for (k in t) print t[k], k}' "$OUT/bench.csv" | sort -n | head -1 | awk '{print $2}')
 note "fastest over the shapes: kernel ${best:-none}"
-if [ -n "$best" ] && [ "$best" != 5 ] && [ "$best" != 0 ] && [ "${best#base:}" = "$best" ] && [ "$(left)" -gt 160 ]; then
+if [ -n "$best" ] && [ "$best" != 5 ] && [ "$best" != 0 ] && [ "${best#*:}" = "$best" ] && [ "$(left)" -gt 160 ]; then
     FUSEDGPT_OUTL_KERNEL=$best timeout -k 5 120 ./build/run_gpu_tests output_ >"$OUT/gpu_tests_output_k$best.log" 2>&1
     note "GPU tests (output_*, FUSEDGPT_OUTL_KERNEL=$best): $(tail -1 "$OUT/gpu_tests_output_k$best.log") $(grep -m3 FAILED "$OUT/gpu_tests_output_k$best.log")"
 fi
@@ -61,7 +63,7 @@ if [ "$(left)" -gt 100 ]; then
     python3 dev/make_shard.py /tmp/oc/rand.bin 20000000 262144 random 3 >/dev/null
     for k in $KERNELS; do
         [ "$(left)" -gt 40 ] || break
-        [ "${k#base:}" = "$k" ] || continue # the trainer is built from this tree only
+        [ "${k#*:}" = "$k" ] || continue # the trainer is built from this tree only
         log=/tmp/oc/train_$k.log
         FUSEDGPT_OUTL_KERNEL=$k timeout -k 5 60 ./train -e d12 -v 262144 -b 32 -t 1024 -x 30 --warmup 10 \
             --val-every 0 -s 0 -i /tmp/oc/rand.bin -o /tmp/oc/run_$k >"$log" 2>&1
