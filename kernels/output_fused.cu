@@ -441,10 +441,8 @@ __device__ __forceinline__ void load_stage_w(const TileArgs &a, uint32_t sA, uin
 }
 
 /* One half (h: rows lane/4 and lane/4 + 8) of a warp's dZ rows of a tile, through the warp's
- * 512-byte shared scratch (see wg_tile_epilogue). PLAIN: no target column (tl < 0), no padding
- * (lim = TBN) and no ignored row anywhere in the warp's rows; there every fourth column octet's
- * exponentials run on the FMA pipes (ex2_fma), the rest on MUFU, which alone would take ~14 % of
- * the tile's time at d = 768 with the tensor cores idle. */
+ * 512-byte shared scratch (see wg_tile_epilogue). PLAIN: no target column (tl < 0) and no padding
+ * (lim = TBN) anywhere in the warp's rows. */
 template <int TBN, bool PLAIN>
 __device__ __forceinline__ void store_dz_rows(const float (&acc)[TBN / 2], int h, int lane, float lse2, int tl,
                                               int lim, uint32_t st_addr, uint32_t ld_addr, bf16 *out, bool row_in) {
@@ -458,8 +456,7 @@ __device__ __forceinline__ void store_dz_rows(const float (&acc)[TBN / 2], int h
             float v[2];
 #pragma unroll
             for (int j = 0; j < 2; j++) {
-                const float x = fmaf(acc[i * 4 + h * 2 + j], L2E, -lse2);
-                v[j] = PLAIN && m == 3 ? ex2_fma(x) : ex2(x);
+                v[j] = ex2(fmaf(acc[i * 4 + h * 2 + j], L2E, -lse2));
                 if (!PLAIN) {
                     const int col = i * 8 + q * 2 + j; /* within the tile */
                     if (col == tl) v[j] -= 1.0f;
@@ -539,10 +536,10 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
             const uint32_t ld_addr = scratch + (uint32_t)(((lane >> 2) * 4 + ((lane & 3) ^ ((lane >> 3) & 3))) * 16);
             bf16 *out = a.dz + (rows[h] - a.row_begin) * a.ldz + (tile_col0 - a.col_begin);
             const bool row_in = rows[h] < a.row_end;
-            /* nearly every tile holds none of its 16 rows' targets, no ignored row, and lies inside
-             * the vocabulary: there each element is one FMA and one exponential (the vote keeps the
-             * warp's path uniform, as stmatrix needs) */
-            if (__all_sync(0xffffffffu, full && tl < 0 && t >= 0))
+            /* nearly every tile holds none of its 16 rows' targets and lies inside the vocabulary:
+             * there each element is one FMA and one exponential (the vote keeps the warp's path
+             * uniform, as stmatrix needs) */
+            if (__all_sync(0xffffffffu, full && tl < 0))
                 store_dz_rows<TBN, true>(acc, h, lane, lse2[h], -1, TBN, st_addr, ld_addr, out, row_in);
             else
                 store_dz_rows<TBN, false>(acc, h, lane, lse2[h], tl, full ? TBN : (int)(a.col_end - tile_col0),
