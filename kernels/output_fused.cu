@@ -813,16 +813,6 @@ __global__ void __launch_bounds__(T_THREADS, 1)
     };
     if (tid == 0)
         while (ld_it < iters && ld_it < T_STAGES - 1) issue();
-    /* a warp is done with stage s (its wgmma completed); the last lane arrives because thread 0,
-     * the copy issuer, would first wait for its own copies */
-    auto release = [&](int s) {
-        if (lane != 31) return;
-        if (CL > 1)
-#pragma unroll
-            for (int c = 0; c < CL; c++) mbar_arrive_cluster(empty_bar + 8 * s, (uint32_t)c);
-        else
-            mbar_arrive(empty_bar + 8 * s);
-    };
 
     float acc[NACC];
 #pragma unroll
@@ -864,7 +854,14 @@ __global__ void __launch_bounds__(T_THREADS, 1)
                 wgmma_wait<0>();
                 fence_acc(acc);
                 __syncwarp();
-                release(s);
+                /* the last lane: thread 0, the copy issuer, would first wait for its own copies */
+                if (lane == 31) {
+                    if (CL > 1)
+#pragma unroll
+                        for (int c = 0; c < CL; c++) mbar_arrive_cluster(empty_bar + 8 * s, (uint32_t)c);
+                    else
+                        mbar_arrive(empty_bar + 8 * s);
+                }
             }
             /* launched early (launch_tma): the previous kernel may still read the dZ buffer */
             if (MODE == MODE_DZ && it == KT) asm volatile("griddepcontrol.wait;\n" ::: "memory");
