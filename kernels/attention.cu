@@ -577,6 +577,39 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
 }
 
 /* dK, dV. Shared: K, V [64][HS+8]; Q, dO [2][BQ][HS+8]; lse, D [2][BQ]. */
+/* The log-sum-exp and D = rowsum(dO∘O) of query rows t0 .. t0 + BQ - 1 into shared memory for the
+ * dK,dV kernels; queries past T get lse = +inf, so their P = exp2(finite − inf) = 0. */
+template <int BQ>
+__device__ __forceinline__ void load_query_stats(float *lse_s, float *D_s, const float *lse_h, const float *D_h, int t0,
+                                                 int T) {
+    for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
+        int t = t0 + i;
+        lse_s[i] = t < T ? lse_h[t] : INFINITY;
+        D_s[i] = t < T ? D_h[t] : 0.0f;
+    }
+}
+
+/* A dK,dV kernel's result for its key rows krow and krow + 8: accumulator element dt·4 + e holds
+ * columns dt·8 + 2·tq + (e & 1) of row krow + 8·(e >> 1), as both the mma.sync and the wgmma
+ * layouts place them; dK takes the softmax scale here. */
+template <int HS>
+__device__ __forceinline__ void store_key_grads(bf16 *dqkv, const float *dk, const float *dv, int b, int h, int krow,
+                                                int tq, int T, int C, size_t C3, float scale) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int key = krow + 8 * r;
+        if (key >= T) continue;
+        bf16 *row = dqkv + ((size_t)b * T + key) * C3 + h * HS;
+#pragma unroll
+        for (int dt = 0; dt < HS / 8; dt++) {
+            *reinterpret_cast<__nv_bfloat162 *>(row + C + dt * 8 + 2 * tq) =
+                __floats2bfloat162_rn(dk[dt * 4 + 2 * r] * scale, dk[dt * 4 + 2 * r + 1] * scale);
+            *reinterpret_cast<__nv_bfloat162 *>(row + 2 * C + dt * 8 + 2 * tq) =
+                __floats2bfloat162_rn(dv[dt * 4 + 2 * r], dv[dt * 4 + 2 * r + 1]);
+        }
+    }
+}
+
 template <int HS, int BQ>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     attention_backward_dkdv_kernel(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse,
@@ -602,12 +635,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     load_rows<HS, BQ>(Qs, qbase, C3, qt0 * BQ, T);
     load_rows<HS, BQ>(dOs, dobase, C, qt0 * BQ, T);
     cp_async_commit();
-    /* Queries past T get lse = +inf, so their P = exp2(finite − inf) = 0. */
-    for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
-        int t = qt0 * BQ + i;
-        lse_s[i] = t < T ? lse_h[t] : INFINITY;
-        D_s[i] = t < T ? D_h[t] : 0.0f;
-    }
+    load_query_stats<BQ>(lse_s, D_s, lse_h, D_h, qt0 * BQ, T);
 
     float dk[DT][4], dv[DT][4];
 #pragma unroll
@@ -624,11 +652,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
             load_rows<HS, BQ>(Qs + nb * BQ * SROW, qbase, C3, t1, T);
             load_rows<HS, BQ>(dOs + nb * BQ * SROW, dobase, C, t1, T);
             cp_async_commit();
-            for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
-                int t = t1 + i;
-                lse_s[nb * BQ + i] = t < T ? lse_h[t] : INFINITY;
-                D_s[nb * BQ + i] = t < T ? D_h[t] : 0.0f;
-            }
+            load_query_stats<BQ>(lse_s + nb * BQ, D_s + nb * BQ, lse_h, D_h, t1, T);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -673,19 +697,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
         __syncthreads();
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int key = krow + 8 * r;
-        if (key >= T) continue;
-        bf16 *row = dqkv + ((size_t)b * T + key) * C3 + h * HS;
-#pragma unroll
-        for (int dt = 0; dt < DT; dt++) {
-            *reinterpret_cast<__nv_bfloat162 *>(row + C + dt * 8 + 2 * tq) =
-                __floats2bfloat162_rn(dk[dt][2 * r] * scale, dk[dt][2 * r + 1] * scale);
-            *reinterpret_cast<__nv_bfloat162 *>(row + 2 * C + dt * 8 + 2 * tq) =
-                __floats2bfloat162_rn(dv[dt][2 * r], dv[dt][2 * r + 1]);
-        }
-    }
+    store_key_grads<HS>(dqkv, &dk[0][0], &dv[0][0], b, h, krow, tq, T, C, C3, scale);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -790,11 +802,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     load_rows_swizzled(Qs, qbase, C3, qt0 * BQ, T);
     load_rows_swizzled(dOs, dobase, C, qt0 * BQ, T);
     cp_async_commit();
-    for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
-        int t = qt0 * BQ + i;
-        lse_s[i] = t < T ? lse_h[t] : INFINITY;
-        D_s[i] = t < T ? D_h[t] : 0.0f;
-    }
+    load_query_stats<BQ>(lse_s, D_s, lse_h, D_h, qt0 * BQ, T);
 
     float dk[32], dv[32];
 #pragma unroll
@@ -808,11 +816,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
             load_rows_swizzled(Qs + nb * TILE_BYTES, qbase, C3, t1, T);
             load_rows_swizzled(dOs + nb * TILE_BYTES, dobase, C, t1, T);
             cp_async_commit();
-            for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
-                int t = t1 + i;
-                lse_s[nb * BQ + i] = t < T ? lse_h[t] : INFINITY;
-                D_s[nb * BQ + i] = t < T ? D_h[t] : 0.0f;
-            }
+            load_query_stats<BQ>(lse_s + nb * BQ, D_s + nb * BQ, lse_h, D_h, t1, T);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -872,19 +876,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
         __syncthreads();
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int key = krow + 8 * r;
-        if (key >= T) continue;
-        bf16 *row = dqkv + ((size_t)b * T + key) * C3 + h * HS;
-#pragma unroll
-        for (int dt = 0; dt < 8; dt++) {
-            *reinterpret_cast<__nv_bfloat162 *>(row + C + dt * 8 + 2 * tq) =
-                __floats2bfloat162_rn(dk[dt * 4 + 2 * r] * scale, dk[dt * 4 + 2 * r + 1] * scale);
-            *reinterpret_cast<__nv_bfloat162 *>(row + 2 * C + dt * 8 + 2 * tq) =
-                __floats2bfloat162_rn(dv[dt * 4 + 2 * r], dv[dt * 4 + 2 * r + 1]);
-        }
-    }
+    store_key_grads<HS>(dqkv, dk, dv, b, h, krow, tq, T, C, C3, scale);
 }
 
 /* ------------------------------------------------------------------------------------------ */
