@@ -167,6 +167,31 @@ __device__ __forceinline__ void mma_pv(float acc[HS / 8][4], const float p[2 * K
 
 /* ------------------------------------------------------------------------------------------ */
 /* Forward. Shared: Q [64][HS+8], K [2][64][HS+8], V [2][64][HS+8]. */
+/* The forward's result for a thread's query rows qrow and qrow + 8: O divided by the row's softmax
+ * sum (a quad's four partial sums added first) and lse = max + log2(sum), in log2 units.
+ * Accumulator element dt·4 + e holds columns dt·8 + 2·tq + (e & 1) of row qrow + 8·(e >> 1), as both
+ * the mma.sync and the wgmma layouts place them. */
+template <int HS>
+__device__ __forceinline__ void store_forward_rows(bf16 *out, float *lse, const float *o, const float (&lrow)[2],
+                                                   const float (&mrow)[2], int b, int h, int qrow, int tq, int T,
+                                                   int C) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = lrow[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        int qi = qrow + 8 * r;
+        if (qi >= T) continue;
+        float inv = 1.0f / l;
+        bf16 *orow = out + ((size_t)b * T + qi) * C + h * HS;
+#pragma unroll
+        for (int dt = 0; dt < HS / 8; dt++)
+            *reinterpret_cast<__nv_bfloat162 *>(orow + dt * 8 + 2 * tq) =
+                __floats2bfloat162_rn(o[dt * 4 + 2 * r] * inv, o[dt * 4 + 2 * r + 1] * inv);
+        if (tq == 0) lse[(size_t)blockIdx.y * T + qi] = mrow[r] + log2f(l);
+    }
+}
+
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
     attention_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, float sl2) {
@@ -269,21 +294,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
         __syncthreads();
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = lrow[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        int qi = q0 + warp * 16 + g + 8 * r;
-        if (qi >= T) continue;
-        float inv = 1.0f / l;
-        bf16 *orow = out + ((size_t)b * T + qi) * C + h * HS;
-#pragma unroll
-        for (int dt = 0; dt < DT; dt++)
-            *reinterpret_cast<__nv_bfloat162 *>(orow + dt * 8 + 2 * tq) =
-                __floats2bfloat162_rn(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
-        if (tq == 0) lse[(size_t)blockIdx.y * T + qi] = mrow[r] + log2f(l);
-    }
+    store_forward_rows<HS>(out, lse, &o[0][0], lrow, mrow, b, h, q0 + warp * 16 + g, tq, T, C);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -430,21 +441,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         __syncthreads(); /* buffer j&1 is refilled with tile j+2 by the next iteration */
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = lrow[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        int qi = q0 + warp * 16 + g + 8 * r;
-        if (qi >= T) continue;
-        float inv = 1.0f / l;
-        bf16 *orow = out + ((size_t)b * T + qi) * C + h * HS;
-#pragma unroll
-        for (int dt = 0; dt < 8; dt++)
-            *reinterpret_cast<__nv_bfloat162 *>(orow + dt * 8 + 2 * tq) =
-                __floats2bfloat162_rn(o[dt * 4 + 2 * r] * inv, o[dt * 4 + 2 * r + 1] * inv);
-        if (tq == 0) lse[(size_t)blockIdx.y * T + qi] = mrow[r] + log2f(l);
-    }
+    store_forward_rows<HS>(out, lse, o, lrow, mrow, b, h, q0 + warp * 16 + g, tq, T, C);
 }
 
 /* ------------------------------------------------------------------------------------------ */
