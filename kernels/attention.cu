@@ -476,6 +476,37 @@ __global__ void attention_backward_dsum_kernel(float *D, const bf16 *dout, const
     }
 }
 
+/* The log-sum-exp and D = rowsum(dO∘O) of query rows t0 .. t0 + BQ - 1 into shared memory for the
+ * dK,dV kernels; queries past T get lse = +inf, so their P = exp2(finite − inf) = 0. */
+template <int BQ>
+__device__ __forceinline__ void load_query_stats(float *lse_s, float *D_s, const float *lse_h, const float *D_h, int t0,
+                                                 int T) {
+    for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
+        int t = t0 + i;
+        lse_s[i] = t < T ? lse_h[t] : INFINITY;
+        D_s[i] = t < T ? D_h[t] : 0.0f;
+    }
+}
+
+/* One of a backward kernel's gradients (dQ, dK or dV: columns col0 .. col0 + HS - 1 of head h in
+ * dqkv) for a thread's rows row0 and row0 + 8, times scale: accumulator element dt·4 + e holds
+ * columns dt·8 + 2·tq + (e & 1) of row row0 + 8·(e >> 1), as both the mma.sync and the wgmma
+ * layouts place them. */
+template <int HS>
+__device__ __forceinline__ void store_head_grad(bf16 *dqkv, const float *acc, float scale, size_t col0, int b, int h,
+                                                int row0, int tq, int T, size_t C3) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int t = row0 + 8 * r;
+        if (t >= T) continue;
+        bf16 *row = dqkv + ((size_t)b * T + t) * C3 + col0 + h * HS;
+#pragma unroll
+        for (int dt = 0; dt < HS / 8; dt++)
+            *reinterpret_cast<__nv_bfloat162 *>(row + dt * 8 + 2 * tq) =
+                __floats2bfloat162_rn(acc[dt * 4 + 2 * r] * scale, acc[dt * 4 + 2 * r + 1] * scale);
+    }
+}
+
 /* dQ. Shared: Q, dO [64][HS+8], K, V [2][64][HS+8]. */
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
@@ -561,52 +592,10 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
         __syncthreads();
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int qi = q0 + warp * 16 + g + 8 * r;
-        if (qi >= T) continue;
-        bf16 *row = dqkv + ((size_t)b * T + qi) * C3 + h * HS;
-#pragma unroll
-        for (int dt = 0; dt < DT; dt++)
-            *reinterpret_cast<__nv_bfloat162 *>(row + dt * 8 + 2 * tq) =
-                __floats2bfloat162_rn(dq[dt][2 * r] * scale, dq[dt][2 * r + 1] * scale);
-    }
+    store_head_grad<HS>(dqkv, &dq[0][0], scale, 0, b, h, q0 + warp * 16 + g, tq, T, C3);
 }
 
 /* dK, dV. Shared: K, V [64][HS+8]; Q, dO [2][BQ][HS+8]; lse, D [2][BQ]. */
-/* The log-sum-exp and D = rowsum(dO∘O) of query rows t0 .. t0 + BQ - 1 into shared memory for the
- * dK,dV kernels; queries past T get lse = +inf, so their P = exp2(finite − inf) = 0. */
-template <int BQ>
-__device__ __forceinline__ void load_query_stats(float *lse_s, float *D_s, const float *lse_h, const float *D_h, int t0,
-                                                 int T) {
-    for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
-        int t = t0 + i;
-        lse_s[i] = t < T ? lse_h[t] : INFINITY;
-        D_s[i] = t < T ? D_h[t] : 0.0f;
-    }
-}
-
-/* A dK,dV kernel's result for its key rows krow and krow + 8: accumulator element dt·4 + e holds
- * columns dt·8 + 2·tq + (e & 1) of row krow + 8·(e >> 1), as both the mma.sync and the wgmma
- * layouts place them; dK takes the softmax scale here. */
-template <int HS>
-__device__ __forceinline__ void store_key_grads(bf16 *dqkv, const float *dk, const float *dv, int b, int h, int krow,
-                                                int tq, int T, int C, size_t C3, float scale) {
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int key = krow + 8 * r;
-        if (key >= T) continue;
-        bf16 *row = dqkv + ((size_t)b * T + key) * C3 + h * HS;
-#pragma unroll
-        for (int dt = 0; dt < HS / 8; dt++) {
-            *reinterpret_cast<__nv_bfloat162 *>(row + C + dt * 8 + 2 * tq) =
-                __floats2bfloat162_rn(dk[dt * 4 + 2 * r] * scale, dk[dt * 4 + 2 * r + 1] * scale);
-            *reinterpret_cast<__nv_bfloat162 *>(row + 2 * C + dt * 8 + 2 * tq) =
-                __floats2bfloat162_rn(dv[dt * 4 + 2 * r], dv[dt * 4 + 2 * r + 1]);
-        }
-    }
-}
-
 template <int HS, int BQ>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     attention_backward_dkdv_kernel(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse,
@@ -694,7 +683,8 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
         __syncthreads();
     }
 
-    store_key_grads<HS>(dqkv, &dk[0][0], &dv[0][0], b, h, krow, tq, T, C, C3, scale);
+    store_head_grad<HS>(dqkv, &dk[0][0], scale, C, b, h, krow, tq, T, C3);
+    store_head_grad<HS>(dqkv, &dv[0][0], 1.0f, 2 * (size_t)C, b, h, krow, tq, T, C3);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -763,16 +753,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
         __syncthreads();
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int qi = q0 + warp * 16 + g + 8 * r;
-        if (qi >= T) continue;
-        bf16 *row = dqkv + ((size_t)b * T + qi) * C3 + h * HS;
-#pragma unroll
-        for (int dt = 0; dt < 8; dt++)
-            *reinterpret_cast<__nv_bfloat162 *>(row + dt * 8 + 2 * tq) =
-                __floats2bfloat162_rn(dq[dt * 4 + 2 * r] * scale, dq[dt * 4 + 2 * r + 1] * scale);
-    }
+    store_head_grad<HS>(dqkv, dq, scale, 0, b, h, q0 + warp * 16 + g, tq, T, C3);
 }
 
 __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
@@ -873,7 +854,8 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
         __syncthreads();
     }
 
-    store_key_grads<HS>(dqkv, dk, dv, b, h, krow, tq, T, C, C3, scale);
+    store_head_grad<HS>(dqkv, dk, scale, C, b, h, krow, tq, T, C3);
+    store_head_grad<HS>(dqkv, dv, 1.0f, 2 * (size_t)C, b, h, krow, tq, T, C3);
 }
 
 /* ------------------------------------------------------------------------------------------ */
