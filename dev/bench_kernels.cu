@@ -105,7 +105,6 @@ int main(int argc, char **argv) {
     int B = argc > 1 ? atoi(argv[1]) : 16, T = 1024, C = 768, NH = 12, Vp = 50304;
     const char *only = argc > 2 ? argv[2] : NULL; /* run one section: encoder, layernorm, attention, matmul, optimizer */
 #define WANT(section) (!only || strcmp(only, section) == 0)
-    const int want_wg_variants = only && strcmp(only, "attention") == 0;
     size_t N = (size_t)B * T;
     CUDA_CHECK(cudaEventCreate(&ev0));
     CUDA_CHECK(cudaEventCreate(&ev1));
@@ -185,23 +184,6 @@ int main(int argc, char **argv) {
         TIME_MS(ms, attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, nh, 0));
         snprintf(name, sizeof name, "attention_backward HS=%d (FA2 FLOPs)", hs);
         row(name, ms, 2.5 * f, (N * 3 * C * 2 + N * C * 2) * 2.0);
-        /* Head size 64 with wgmma: warpgroups per block (forward / dQ / dK,dV), variants in turn over
-         * rounds (the clock drifts within a process), then the defaults back. */
-        static const int wgs[][3] = {{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 2}, {2, 2, 1}};
-        for (int round = 0; hs == 64 && want_wg_variants && round < 3; round++)
-            for (size_t v = 0; v < sizeof wgs / sizeof wgs[0]; v++) {
-                attention_set_warpgroups(wgs[v][0], wgs[v][1], wgs[v][2]);
-                float fwd_ms, bwd_ms;
-                TIME_MS(fwd_ms, attention_forward(out, lse, qkv, B, T, C, nh, 0));
-                TIME_MS(bwd_ms, attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, nh, 0));
-                snprintf(name, sizeof name, "  round %d warpgroups %d/%d/%d fwd", round, wgs[v][0], wgs[v][1],
-                         wgs[v][2]);
-                row(name, fwd_ms, f, (N * 3 * C + N * C) * 2.0);
-                snprintf(name, sizeof name, "  round %d warpgroups %d/%d/%d bwd", round, wgs[v][0], wgs[v][1],
-                         wgs[v][2]);
-                row(name, bwd_ms, 2.5 * f, (N * 3 * C * 2 + N * C * 2) * 2.0);
-            }
-        attention_set_warpgroups(0, 0, 0);
         CUDA_CHECK(cudaFree(qkv)); CUDA_CHECK(cudaFree(out)); CUDA_CHECK(cudaFree(dout)); CUDA_CHECK(cudaFree(dqkv));
         CUDA_CHECK(cudaFree(lse)); CUDA_CHECK(cudaFree(scratch));
     }

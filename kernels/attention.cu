@@ -53,24 +53,6 @@
 #ifndef ATT_WG_BWD_MINB
 #define ATT_WG_BWD_MINB 3
 #endif
-/* Warpgroups per block of the wgmma kernels (the forward, dQ and dK,dV: 1 or 2; each can be
- * changed at run time by attention_set_warpgroups) and the blocks per SM the two-warpgroup
- * backward kernels are compiled for. */
-#ifndef ATT_WG_FWD
-#define ATT_WG_FWD 2
-#endif
-#ifndef ATT_WG_DQ
-#define ATT_WG_DQ 2
-#endif
-#ifndef ATT_WG_DKDV
-#define ATT_WG_DKDV 2
-#endif
-#ifndef ATT_WG2_DQ_MINB
-#define ATT_WG2_DQ_MINB 2 /* 128 registers, no spills: 16 warps per SM instead of 8 */
-#endif
-#ifndef ATT_WG2_DKDV_MINB
-#define ATT_WG2_DKDV_MINB 1
-#endif
 #ifndef ATT_WG_DKDV_ONE_WAIT
 #define ATT_WG_DKDV_ONE_WAIT 1
 #endif
@@ -327,9 +309,8 @@ __device__ __forceinline__ void cp_async16_to(uint32_t dst, const void *src, boo
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
 
-template <int NTHR = ATT_THREADS>
 __device__ __forceinline__ void load_rows_swizzled(uint32_t dst, const bf16 *src, size_t row_stride, int t0, int T) {
-    for (int i = threadIdx.x; i < ATT_TILE * 8; i += NTHR) {
+    for (int i = threadIdx.x; i < ATT_TILE * 8; i += ATT_THREADS) {
         int r = i / 8, ch = i % 8, t = t0 + r;
         bool valid = t < T;
         cp_async16_to(dst + swz128(r, ch), src + (size_t)(valid ? t : 0) * row_stride + ch * 8, valid);
@@ -366,15 +347,14 @@ __device__ __forceinline__ void wgmma_xb(float (&acc)[32], const float (&x)[32],
 }
 
 /* Starts the copies of key/value tile j+1 into the other buffer (when there is one) and waits for
- * tile j's; the caller fences and synchronizes before reading. NTHR threads share the copies. */
-template <int NTHR>
+ * tile j's; the caller fences and synchronizes before reading. */
 __device__ __forceinline__ void next_kv_tile_or_wait(uint32_t Ks, uint32_t Vs, const bf16 *kbase, const bf16 *vbase,
                                                      size_t row_stride, int j, int nkv, int T) {
     constexpr int TILE_BYTES = ATT_TILE * 64 * 2;
     if (j + 1 < nkv) {
         int nb = (j + 1) & 1;
-        load_rows_swizzled<NTHR>(Ks + nb * TILE_BYTES, kbase, row_stride, (j + 1) * ATT_TILE, T);
-        load_rows_swizzled<NTHR>(Vs + nb * TILE_BYTES, vbase, row_stride, (j + 1) * ATT_TILE, T);
+        load_rows_swizzled(Ks + nb * TILE_BYTES, kbase, row_stride, (j + 1) * ATT_TILE, T);
+        load_rows_swizzled(Vs + nb * TILE_BYTES, vbase, row_stride, (j + 1) * ATT_TILE, T);
         cp_async_commit();
         cp_async_wait<1>();
     } else {
@@ -394,87 +374,74 @@ __device__ __forceinline__ void mask_diagonal_tile(float (&s)[32], int k0, int q
         }
 }
 
-/* WG warpgroups per block, each with its own 64 query rows (block rows 64·WG): they share every
- * key/value tile the block loads, so the tiles cross from L2 once per 64·WG rows instead of once
- * per 64 (at T = 1024 the one-warpgroup forward moves ~2 MB of K and V per head through L2 for
- * 0.13 MB of Q). A warpgroup skips the tiles past its own diagonal (uniform within it). */
-template <int WG>
-__global__ void __launch_bounds__(ATT_THREADS * WG, WG == 1 ? 1 : 2)
+__global__ void __launch_bounds__(ATT_THREADS)
     attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, float sl2) {
-    constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2, NTHR = ATT_THREADS * WG;
+    constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
-    const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, Ks = Qs + WG * TILE_BYTES, Vs = Ks + 2 * TILE_BYTES;
+    const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, Ks = Qs + TILE_BYTES, Vs = Ks + 2 * TILE_BYTES;
 
     int C = NH * HS;
     size_t C3 = 3 * (size_t)C;
     int qb = gridDim.x - 1 - blockIdx.x;
     int b = blockIdx.y / NH, h = blockIdx.y % NH;
     const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
-    int wg = WG == 1 ? 0 : threadIdx.x / ATT_THREADS, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4,
-        tq = lane % 4;
-    int q0 = (qb * WG + wg) * TILE; /* this warpgroup's first query row */
-    const uint32_t Qw = Qs + wg * TILE_BYTES;
+    int q0 = qb * TILE;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 
-#pragma unroll
-    for (int w = 0; w < WG; w++) load_rows_swizzled<NTHR>(Qs + w * TILE_BYTES, qbase, C3, (qb * WG + w) * TILE, T);
-    load_rows_swizzled<NTHR>(Ks, kbase, C3, 0, T);
-    load_rows_swizzled<NTHR>(Vs, vbase, C3, 0, T);
+    load_rows_swizzled(Qs, qbase, C3, q0, T);
+    load_rows_swizzled(Ks, kbase, C3, 0, T);
+    load_rows_swizzled(Vs, vbase, C3, 0, T);
     cp_async_commit();
 
     float o[32];
 #pragma unroll
     for (int i = 0; i < 32; i++) o[i] = 0.0f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
-    /* key tiles 0 .. the block's last diagonal (query and key tiles are the same size), none past T */
-    int nkv = min((qb + 1) * WG, (T + TILE - 1) / TILE);
-    int diag = qb * WG + wg;
-    bool active = q0 < T; /* a second warpgroup's rows may all lie past T */
+    int nkv = qb + 1;
 
     for (int j = 0; j < nkv; j++) {
-        next_kv_tile_or_wait<NTHR>(Ks, Vs, kbase, vbase, C3, j, nkv, T);
+        next_kv_tile_or_wait(Ks, Vs, kbase, vbase, C3, j, nkv, T);
         fence_proxy_async(); /* the copies are read by wgmma, through the async proxy */
         __syncthreads();
         const uint32_t Kt = Ks + (j & 1) * TILE_BYTES, Vt = Vs + (j & 1) * TILE_BYTES;
 
-        if (WG == 1 || (active && j <= diag)) { /* always, with one warpgroup */
-            float s[32];
-            wgmma_fence();
-            wgmma_abt(s, Qw, Kt);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_acc(s);
+        float s[32];
+        wgmma_fence();
+        wgmma_abt(s, Qs, Kt);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_acc(s);
 
-            if (j == diag) mask_diagonal_tile(s, j * TILE, q0 + warp * 16 + g, tq);
+        if (j == nkv - 1) mask_diagonal_tile(s, j * TILE, q0 + warp * 16 + g, tq);
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float mx = -INFINITY;
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
 #pragma unroll
-                for (int nt = 0; nt < 8; nt++) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                float mnew = fmaxf(mrow[r], mx * sl2);
-                float alpha = ex2(mrow[r] - mnew);
-                mrow[r] = mnew;
-                lrow[r] *= alpha;
+            for (int nt = 0; nt < 8; nt++) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float mnew = fmaxf(mrow[r], mx * sl2);
+            float alpha = ex2(mrow[r] - mnew);
+            mrow[r] = mnew;
+            lrow[r] *= alpha;
 #pragma unroll
-                for (int dt = 0; dt < 8; dt++) {
-                    o[dt * 4 + 2 * r] *= alpha;
-                    o[dt * 4 + 2 * r + 1] *= alpha;
-                }
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
-                    float p0 = ex2(fmaf(s[nt * 4 + 2 * r], sl2, -mnew)), p1 = ex2(fmaf(s[nt * 4 + 2 * r + 1], sl2, -mnew));
-                    s[nt * 4 + 2 * r] = p0;
-                    s[nt * 4 + 2 * r + 1] = p1;
-                    lrow[r] += p0 + p1;
-                }
+            for (int dt = 0; dt < 8; dt++) {
+                o[dt * 4 + 2 * r] *= alpha;
+                o[dt * 4 + 2 * r + 1] *= alpha;
             }
-            wgmma_xb(o, s, Vt); /* O += P·V */
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+                float p0 = ex2(fmaf(s[nt * 4 + 2 * r], sl2, -mnew)), p1 = ex2(fmaf(s[nt * 4 + 2 * r + 1], sl2, -mnew));
+                s[nt * 4 + 2 * r] = p0;
+                s[nt * 4 + 2 * r + 1] = p1;
+                lrow[r] += p0 + p1;
+            }
         }
+        wgmma_xb(o, s, Vt); /* O += P·V */
         __syncthreads(); /* buffer j&1 is refilled with tile j+2 by the next iteration */
     }
 
-    if (WG == 1 || active) store_forward_rows<HS>(out, lse, o, lrow, mrow, b, h, q0 + warp * 16 + g, tq, T, C);
+    store_forward_rows<HS>(out, lse, o, lrow, mrow, b, h, q0 + warp * 16 + g, tq, T, C);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -511,10 +478,10 @@ __global__ void attention_backward_dsum_kernel(float *D, const bf16 *dout, const
 
 /* The log-sum-exp and D = rowsum(dO∘O) of query rows t0 .. t0 + BQ - 1 into shared memory for the
  * dK,dV kernels; queries past T get lse = +inf, so their P = exp2(finite − inf) = 0. */
-template <int BQ, int NTHR = ATT_THREADS>
+template <int BQ>
 __device__ __forceinline__ void load_query_stats(float *lse_s, float *D_s, const float *lse_h, const float *D_h, int t0,
                                                  int T) {
-    for (int i = threadIdx.x; i < BQ; i += NTHR) {
+    for (int i = threadIdx.x; i < BQ; i += ATT_THREADS) {
         int t = t0 + i;
         lse_s[i] = t < T ? lse_h[t] : INFINITY;
         D_s[i] = t < T ? D_h[t] : 0.0f;
@@ -725,14 +692,12 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
  * attention_backward_dkdv_kernel (BQ = 64) with every product a warpgroup MMA: the two score-like
  * products (S and dP, or Sᵀ and dPᵀ) from K-major shared tiles, the two gradient products from
  * registers times an MN-major shared tile. Same blocks, order, masking and arithmetic. */
-/* WG warpgroups per block as in the forward: each its own 64 query rows, sharing the K, V tiles. */
-template <int WG>
-__global__ void __launch_bounds__(ATT_THREADS * WG, WG == 1 ? ATT_WG_BWD_MINB : ATT_WG2_DQ_MINB)
+__global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     attention_backward_dq_wgmma_kernel(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse,
                                        const float *D, int T, int NH, float sl2, float scale) {
-    constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2, NTHR = ATT_THREADS * WG;
+    constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
-    const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, dOs = Qs + WG * TILE_BYTES, Ks = dOs + WG * TILE_BYTES,
+    const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, dOs = Qs + TILE_BYTES, Ks = dOs + TILE_BYTES,
                    Vs = Ks + 2 * TILE_BYTES;
 
     int C = NH * HS;
@@ -741,18 +706,13 @@ __global__ void __launch_bounds__(ATT_THREADS * WG, WG == 1 ? ATT_WG_BWD_MINB : 
     int b = blockIdx.y / NH, h = blockIdx.y % NH;
     const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
     const bf16 *dobase = dout + (size_t)b * T * C + h * HS;
-    int wg = WG == 1 ? 0 : threadIdx.x / ATT_THREADS, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4,
-        tq = lane % 4;
-    int q0 = (qb * WG + wg) * TILE; /* this warpgroup's first query row */
-    const uint32_t Qw = Qs + wg * TILE_BYTES, dOw = dOs + wg * TILE_BYTES;
+    int q0 = qb * TILE;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 
-#pragma unroll
-    for (int w = 0; w < WG; w++) {
-        load_rows_swizzled<NTHR>(Qs + w * TILE_BYTES, qbase, C3, (qb * WG + w) * TILE, T);
-        load_rows_swizzled<NTHR>(dOs + w * TILE_BYTES, dobase, C, (qb * WG + w) * TILE, T);
-    }
-    load_rows_swizzled<NTHR>(Ks, kbase, C3, 0, T);
-    load_rows_swizzled<NTHR>(Vs, vbase, C3, 0, T);
+    load_rows_swizzled(Qs, qbase, C3, q0, T);
+    load_rows_swizzled(dOs, dobase, C, q0, T);
+    load_rows_swizzled(Ks, kbase, C3, 0, T);
+    load_rows_swizzled(Vs, vbase, C3, 0, T);
     cp_async_commit();
 
     float lse_r[2], D_r[2];
@@ -765,49 +725,43 @@ __global__ void __launch_bounds__(ATT_THREADS * WG, WG == 1 ? ATT_WG_BWD_MINB : 
     float dq[32];
 #pragma unroll
     for (int i = 0; i < 32; i++) dq[i] = 0.0f;
-    int nkv = min((qb + 1) * WG, (T + TILE - 1) / TILE);
-    int diag = qb * WG + wg;
-    bool active = q0 < T;
+    int nkv = qb + 1;
 
     for (int j = 0; j < nkv; j++) {
-        next_kv_tile_or_wait<NTHR>(Ks, Vs, kbase, vbase, C3, j, nkv, T);
+        next_kv_tile_or_wait(Ks, Vs, kbase, vbase, C3, j, nkv, T);
         fence_proxy_async();
         __syncthreads();
         const uint32_t Kt = Ks + (j & 1) * TILE_BYTES, Vt = Vs + (j & 1) * TILE_BYTES;
 
-        if (WG == 1 || (active && j <= diag)) { /* always, with one warpgroup */
-            float s[32], dp[32];
-            wgmma_fence();
-            wgmma_abt(s, Qw, Kt);   /* S = Q·Kᵀ */
-            wgmma_abt(dp, dOw, Vt); /* dP = dO·Vᵀ */
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_acc(s);
-            fence_acc(dp);
+        float s[32], dp[32];
+        wgmma_fence();
+        wgmma_abt(s, Qs, Kt);   /* S = Q·Kᵀ */
+        wgmma_abt(dp, dOs, Vt); /* dP = dO·Vᵀ */
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_acc(s);
+        fence_acc(dp);
 
-            if (j == diag) mask_diagonal_tile(s, j * TILE, q0 + warp * 16 + g, tq);
+        if (j == nkv - 1) mask_diagonal_tile(s, j * TILE, q0 + warp * 16 + g, tq);
 #pragma unroll
-            for (int i = 0; i < 32; i++) {
-                int r = (i >> 1) & 1;
-                float p = ex2(fmaf(s[i], sl2, -lse_r[r]));
-                s[i] = p * (dp[i] - D_r[r]); /* dS (without the scale) */
-            }
-            wgmma_xb(dq, s, Kt); /* dQ += dS·K */
+        for (int i = 0; i < 32; i++) {
+            int r = (i >> 1) & 1;
+            float p = ex2(fmaf(s[i], sl2, -lse_r[r]));
+            s[i] = p * (dp[i] - D_r[r]); /* dS (without the scale) */
         }
+        wgmma_xb(dq, s, Kt); /* dQ += dS·K */
         __syncthreads();
     }
 
-    if (WG == 1 || active) store_head_grad<HS>(dqkv, dq, scale, 0, b, h, q0 + warp * 16 + g, tq, T, C3);
+    store_head_grad<HS>(dqkv, dq, scale, 0, b, h, q0 + warp * 16 + g, tq, T, C3);
 }
 
-/* WG warpgroups per block, each with its own 64 keys, sharing the query tiles (Q, dO, lse, D). */
-template <int WG>
-__global__ void __launch_bounds__(ATT_THREADS * WG, WG == 1 ? ATT_WG_BWD_MINB : ATT_WG2_DKDV_MINB)
+__global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     attention_backward_dkdv_wgmma_kernel(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse,
                                          const float *D, int T, int NH, float sl2, float scale) {
-    constexpr int HS = 64, TILE = ATT_TILE, BQ = ATT_TILE, TILE_BYTES = TILE * HS * 2, NTHR = ATT_THREADS * WG;
+    constexpr int HS = 64, TILE = ATT_TILE, BQ = ATT_TILE, TILE_BYTES = TILE * HS * 2;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
-    const uint32_t Ks = (smem_addr(att_smem) + 1023) & ~1023u, Vs = Ks + WG * TILE_BYTES, Qs = Vs + WG * TILE_BYTES,
+    const uint32_t Ks = (smem_addr(att_smem) + 1023) & ~1023u, Vs = Ks + TILE_BYTES, Qs = Vs + TILE_BYTES,
                    dOs = Qs + 2 * TILE_BYTES;
     __shared__ float lse_s[2 * BQ], D_s[2 * BQ];
 
@@ -817,36 +771,30 @@ __global__ void __launch_bounds__(ATT_THREADS * WG, WG == 1 ? ATT_WG_BWD_MINB : 
     const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
     const bf16 *dobase = dout + (size_t)b * T * C + h * HS;
     const float *lse_h = lse + (size_t)blockIdx.y * T, *D_h = D + (size_t)blockIdx.y * T;
-    int wg = WG == 1 ? 0 : threadIdx.x / ATT_THREADS, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4,
-        tq = lane % 4;
-    int qt0 = blockIdx.x * WG, nqt = (T + BQ - 1) / BQ; /* the block's first query tile: its first keys' */
-    int k0 = (qt0 + wg) * TILE;                        /* this warpgroup's first key */
-    const uint32_t Kw = Ks + wg * TILE_BYTES, Vw = Vs + wg * TILE_BYTES;
+    int k0 = blockIdx.x * TILE;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    int qt0 = k0 / BQ, nqt = (T + BQ - 1) / BQ;
 
-#pragma unroll
-    for (int w = 0; w < WG; w++) {
-        load_rows_swizzled<NTHR>(Ks + w * TILE_BYTES, kbase, C3, (qt0 + w) * TILE, T);
-        load_rows_swizzled<NTHR>(Vs + w * TILE_BYTES, vbase, C3, (qt0 + w) * TILE, T);
-    }
-    load_rows_swizzled<NTHR>(Qs, qbase, C3, qt0 * BQ, T);
-    load_rows_swizzled<NTHR>(dOs, dobase, C, qt0 * BQ, T);
+    load_rows_swizzled(Ks, kbase, C3, k0, T);
+    load_rows_swizzled(Vs, vbase, C3, k0, T);
+    load_rows_swizzled(Qs, qbase, C3, qt0 * BQ, T);
+    load_rows_swizzled(dOs, dobase, C, qt0 * BQ, T);
     cp_async_commit();
-    load_query_stats<BQ, NTHR>(lse_s, D_s, lse_h, D_h, qt0 * BQ, T);
+    load_query_stats<BQ>(lse_s, D_s, lse_h, D_h, qt0 * BQ, T);
 
     float dk[32], dv[32];
 #pragma unroll
     for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.0f;
     int krow = k0 + warp * 16 + g;
-    bool active = k0 < T; /* a second warpgroup's keys may all lie past T */
 
     for (int qt = qt0; qt < nqt; qt++) {
         int buf = (qt - qt0) & 1;
         if (qt + 1 < nqt) {
             int nb = buf ^ 1, t1 = (qt + 1) * BQ;
-            load_rows_swizzled<NTHR>(Qs + nb * TILE_BYTES, qbase, C3, t1, T);
-            load_rows_swizzled<NTHR>(dOs + nb * TILE_BYTES, dobase, C, t1, T);
+            load_rows_swizzled(Qs + nb * TILE_BYTES, qbase, C3, t1, T);
+            load_rows_swizzled(dOs + nb * TILE_BYTES, dobase, C, t1, T);
             cp_async_commit();
-            load_query_stats<BQ, NTHR>(lse_s + nb * BQ, D_s + nb * BQ, lse_h, D_h, t1, T);
+            load_query_stats<BQ>(lse_s + nb * BQ, D_s + nb * BQ, lse_h, D_h, t1, T);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -856,62 +804,58 @@ __global__ void __launch_bounds__(ATT_THREADS * WG, WG == 1 ? ATT_WG_BWD_MINB : 
         const uint32_t Qt = Qs + buf * TILE_BYTES, dOt = dOs + buf * TILE_BYTES;
         const float *lse_t = lse_s + buf * BQ, *D_t = D_s + buf * BQ;
 
-        if (WG == 1 || (active && qt * BQ >= k0)) { /* query tiles before this warpgroup's keys see none of them */
-            float st[32], dpt[32];
+        float st[32], dpt[32];
+        wgmma_fence();
+        wgmma_abt(st, Ks, Qt);   /* Sᵀ = K·Qᵀ */
+        wgmma_abt(dpt, Vs, dOt); /* dPᵀ = V·dOᵀ */
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_acc(st);
+        fence_acc(dpt);
+
+        int q0 = qt * BQ;
+        if (q0 < k0 + TILE - 1) {
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int col = nt * 8 + 2 * tq + (e & 1), key = krow + 8 * (e >> 1);
+                    if (key > q0 + col) st[nt * 4 + e] = -INFINITY;
+                }
+        }
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            int col = (i >> 2) * 8 + 2 * tq + (i & 1);
+            float p = ex2(fmaf(st[i], sl2, -lse_t[col]));
+            st[i] = p;
+            dpt[i] = p * (dpt[i] - D_t[col]);
+        }
+#if ATT_WG_DKDV_ONE_WAIT
+        { /* both products in one group: dV += Pᵀ·dO, dK += dSᵀ·Q */
+            uint32_t ap[4][4], ad[4][4];
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) pack_a_fragment(ap[kk], st, kk), pack_a_fragment(ad[kk], dpt, kk);
+            fence_acc(dv);
+            fence_acc(dk);
             wgmma_fence();
-            wgmma_abt(st, Kw, Qt);   /* Sᵀ = K·Qᵀ */
-            wgmma_abt(dpt, Vw, dOt); /* dPᵀ = V·dOᵀ */
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_m64n64k16_rs_mn(dv, ap[kk], smem_desc(dOt + kk * 16 * 128), 1);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_m64n64k16_rs_mn(dk, ad[kk], smem_desc(Qt + kk * 16 * 128), 1);
             wgmma_commit();
             wgmma_wait<0>();
-            fence_acc(st);
-            fence_acc(dpt);
-
-            int q0 = qt * BQ;
-            if (q0 < k0 + TILE - 1) {
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int col = nt * 8 + 2 * tq + (e & 1), key = krow + 8 * (e >> 1);
-                        if (key > q0 + col) st[nt * 4 + e] = -INFINITY;
-                    }
-            }
-#pragma unroll
-            for (int i = 0; i < 32; i++) {
-                int col = (i >> 2) * 8 + 2 * tq + (i & 1);
-                float p = ex2(fmaf(st[i], sl2, -lse_t[col]));
-                st[i] = p;
-                dpt[i] = p * (dpt[i] - D_t[col]);
-            }
-#if ATT_WG_DKDV_ONE_WAIT
-            { /* both products in one group: dV += Pᵀ·dO, dK += dSᵀ·Q */
-                uint32_t ap[4][4], ad[4][4];
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++) pack_a_fragment(ap[kk], st, kk), pack_a_fragment(ad[kk], dpt, kk);
-                fence_acc(dv);
-                fence_acc(dk);
-                wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++) wgmma_m64n64k16_rs_mn(dv, ap[kk], smem_desc(dOt + kk * 16 * 128), 1);
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++) wgmma_m64n64k16_rs_mn(dk, ad[kk], smem_desc(Qt + kk * 16 * 128), 1);
-                wgmma_commit();
-                wgmma_wait<0>();
-                fence_acc(dv);
-                fence_acc(dk);
-            }
-#else
-            wgmma_xb(dv, st, dOt); /* dV += Pᵀ·dO */
-            wgmma_xb(dk, dpt, Qt); /* dK += dSᵀ·Q */
-#endif
+            fence_acc(dv);
+            fence_acc(dk);
         }
+#else
+        wgmma_xb(dv, st, dOt); /* dV += Pᵀ·dO */
+        wgmma_xb(dk, dpt, Qt); /* dK += dSᵀ·Q */
+#endif
         __syncthreads();
     }
 
-    if (WG == 1 || active) {
-        store_head_grad<HS>(dqkv, dk, scale, C, b, h, krow, tq, T, C3);
-        store_head_grad<HS>(dqkv, dv, 1.0f, 2 * (size_t)C, b, h, krow, tq, T, C3);
-    }
+    store_head_grad<HS>(dqkv, dk, scale, C, b, h, krow, tq, T, C3);
+    store_head_grad<HS>(dqkv, dv, 1.0f, 2 * (size_t)C, b, h, krow, tq, T, C3);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -946,38 +890,24 @@ extern "C" void attention_use_wgmma(int on) {
     use_wgmma = on;
 }
 
-/* Warpgroups per block of the wgmma forward, dQ and dK,dV kernels (each 1 or 2). */
-static int wg_fwd = ATT_WG_FWD, wg_dq = ATT_WG_DQ, wg_dkdv = ATT_WG_DKDV;
-extern "C" void attention_set_warpgroups(int fwd, int dq, int dkdv) {
-    if (fwd < 0 || fwd > 2 || dq < 0 || dq > 2 || dkdv < 0 || dkdv > 2) {
-        fprintf(stderr, "error: attention_set_warpgroups(%d, %d, %d): each must be 1, 2 or 0 (the default)\n", fwd,
-                dq, dkdv);
-        exit(1);
-    }
-    wg_fwd = fwd ? fwd : ATT_WG_FWD, wg_dq = dq ? dq : ATT_WG_DQ, wg_dkdv = dkdv ? dkdv : ATT_WG_DKDV;
-}
-
-template <int WG>
 static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, cudaStream_t stream) {
-    const size_t smem = (WG + 4) * ATT_TILE * 64 * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
-    static bool attr_set = false; /* once per instantiation */
+    const size_t smem = 5 * ATT_TILE * 64 * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
+    static bool attr_set = false;
     if (!attr_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel<WG>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
         attr_set = true;
     }
-    dim3 grid((T + ATT_TILE * WG - 1) / (ATT_TILE * WG), B * NH);
-    attention_forward_wgmma_kernel<WG><<<grid, ATT_THREADS * WG, smem, stream>>>(out, lse, qkv, T, NH, LOG2E / 8.0f);
+    dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+    attention_forward_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, T, NH, LOG2E / 8.0f);
     CUDA_CHECK(cudaGetLastError());
 }
 
 extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, int B, int T, int C, int NH,
                                   cudaStream_t stream) {
     check_shape(B, T, C, NH);
-    if (C / NH == 64 && use_wgmma && wg_fwd == 2)
-        launch_forward_wgmma<2>(out, lse, qkv, B, T, NH, stream);
-    else if (C / NH == 64 && use_wgmma)
-        launch_forward_wgmma<1>(out, lse, qkv, B, T, NH, stream);
+    if (C / NH == 64 && use_wgmma)
+        launch_forward_wgmma(out, lse, qkv, B, T, NH, stream);
     else if (C / NH == 64)
         launch_forward<64>(out, lse, qkv, B, T, NH, stream);
     else
@@ -1011,36 +941,24 @@ static void launch_backward(bf16 *dqkv, float *D, const bf16 *dout, const bf16 *
     CUDA_CHECK(cudaGetLastError());
 }
 
-/* The two wgmma backward kernels, each with WG warpgroups per block; both read D (written first). */
-template <int WG>
-static void launch_backward_dkdv_wgmma(bf16 *dqkv, const float *D, const bf16 *dout, const bf16 *qkv,
-                                       const float *lse, int B, int T, int NH, cudaStream_t stream) {
-    const size_t smem = (2 * WG + 4) * ATT_TILE * 64 * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
+static void launch_backward_wgmma(bf16 *dqkv, float *D, const bf16 *dout, const bf16 *qkv, const float *lse, int B,
+                                  int T, int NH, cudaStream_t stream) {
+    const size_t smem = 6 * ATT_TILE * 64 * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
     static bool attr_set = false;
     if (!attr_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma_kernel<WG>,
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_wgmma_kernel,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma_kernel,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         attr_set = true;
     }
-    dim3 grid((T + ATT_TILE * WG - 1) / (ATT_TILE * WG), B * NH);
-    attention_backward_dkdv_wgmma_kernel<WG><<<grid, ATT_THREADS * WG, smem, stream>>>(dqkv, qkv, dout, lse, D, T, NH,
-                                                                                      LOG2E * 0.125f, 0.125f);
+    const float scale = 0.125f, sl2 = LOG2E * scale; /* 1/sqrt(64) */
+    dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+    attention_backward_dkdv_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(dqkv, qkv, dout, lse, D, T, NH, sl2,
+                                                                            scale);
     CUDA_CHECK(cudaGetLastError());
-}
-
-template <int WG>
-static void launch_backward_dq_wgmma(bf16 *dqkv, const float *D, const bf16 *dout, const bf16 *qkv, const float *lse,
-                                     int B, int T, int NH, cudaStream_t stream) {
-    const size_t smem = (2 * WG + 4) * ATT_TILE * 64 * sizeof(bf16) + 1024;
-    static bool attr_set = false;
-    if (!attr_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_wgmma_kernel<WG>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        attr_set = true;
-    }
-    dim3 grid((T + ATT_TILE * WG - 1) / (ATT_TILE * WG), B * NH);
-    attention_backward_dq_wgmma_kernel<WG><<<grid, ATT_THREADS * WG, smem, stream>>>(dqkv, qkv, dout, lse, D, T, NH,
-                                                                                    LOG2E * 0.125f, 0.125f);
+    attention_backward_dq_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(dqkv, qkv, dout, lse, D, T, NH, sl2,
+                                                                          scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -1056,16 +974,8 @@ extern "C" void attention_backward(kbf16 *dqkv, void *scratch, const kbf16 *dout
     else
         attention_backward_dsum_kernel<128><<<ceil_div_u(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
     CUDA_CHECK(cudaGetLastError());
-    if (HS == 64 && use_wgmma) { /* scale 1/sqrt(64) */
-        if (wg_dkdv == 2)
-            launch_backward_dkdv_wgmma<2>(dqkv, D, dout, qkv, lse, B, T, NH, stream);
-        else
-            launch_backward_dkdv_wgmma<1>(dqkv, D, dout, qkv, lse, B, T, NH, stream);
-        if (wg_dq == 2)
-            launch_backward_dq_wgmma<2>(dqkv, D, dout, qkv, lse, B, T, NH, stream);
-        else
-            launch_backward_dq_wgmma<1>(dqkv, D, dout, qkv, lse, B, T, NH, stream);
-    }
+    if (HS == 64 && use_wgmma)
+        launch_backward_wgmma(dqkv, D, dout, qkv, lse, B, T, NH, stream);
     else if (HS == 64)
         launch_backward<64, ATT_BQ64>(dqkv, D, dout, qkv, lse, B, T, NH, stream);
     else

@@ -75,9 +75,6 @@ void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, int B, int T, i
 /* Head size 64 uses Hopper's warpgroup MMA for the forward unless turned off here (0: the mma.sync
  * kernel, which head size 128 always uses); for tests and benchmarks that compare the two. */
 void attention_use_wgmma(int on);
-/* Warpgroups (64 rows each) per block of the wgmma forward, dQ and dK,dV kernels, each 1 or 2
- * or 0 for the default (attention.cu); for tests and benchmarks. Another value: an error, exit 1. */
-void attention_set_warpgroups(int fwd, int dq, int dkdv);
 /* dqkv [B,T,3C] (= ; q, k and v parts all written). dout is the gradient of out; out and lse are
  * the forward's outputs (out is read for rowsum(dout·out)). Recomputes the probabilities;
  * two kernels (dK,dV by key tile; dQ by query tile), so no atomics: deterministic.

@@ -553,22 +553,16 @@ static void attention_case(int B, int T, int NH, int HS) {
 
 TEST(kernels_attention_matches_cpu_head64) {
     seed_fresh();
-    /* the Hopper kernels with one and with two warpgroups per block (T = 65, 127, 200: a block whose
-     * second warpgroup has a few rows or keys, or none, before T), then the mma.sync ones */
-    static const int variants[][2] = {{1, 1}, {1, 2}, {0, 1}};
-    for (int v = 0; v < 3; v++) {
-        attention_use_wgmma(variants[v][0]);
-        attention_set_warpgroups(variants[v][1], variants[v][1], variants[v][1]);
+    for (int wgmma = 1; wgmma >= 0; wgmma--) { /* the Hopper forward (default) and the mma.sync one */
+        attention_use_wgmma(wgmma);
         attention_case(1, 1, 2, 64);
         attention_case(3, 7, 2, 64);
         attention_case(2, 127, 3, 64);
         attention_case(1, 1024, 2, 64);
         attention_case(3, 65, 1, 64);
         attention_case(2, 200, 2, 64);
-        attention_case(1, 64, 2, 64);
     }
     attention_use_wgmma(1);
-    attention_set_warpgroups(0, 0, 0);
 }
 
 TEST(kernels_attention_matches_cpu_head128) {
