@@ -14,16 +14,6 @@ for layer in fused canonical; do
     ./train "$@" --output "$layer" -o "$out/$layer" -s 0 | tee "$out/$layer.txt" | grep -E "^step +[0-9]+/" | tail -1
 done
 # per-step |fused - canonical| / canonical, from the two JSON logs
-python3 - "$out" <<'PY' || awk -v d="$out" 'BEGIN{print "python3 missing: compare " d "/*/log.jsonl by hand"}'
-import json, sys
-d = sys.argv[1]
-def losses(layer):
-    return {r["step"]: r["loss"] for r in map(json.loads, open(f"{d}/{layer}/log.jsonl")) if r["type"] == "step"}
-f, c = losses("fused"), losses("canonical")
-steps = sorted(set(f) & set(c))
-worst = max(steps, key=lambda s: abs(f[s] - c[s]) / abs(c[s]))
-rel = abs(f[worst] - c[worst]) / abs(c[worst])
-print(f"compare: {len(steps)} steps, largest |fused - canonical| / canonical = {rel:.3e} at step {worst} "
-      f"(fused {f[worst]:.6f}, canonical {c[worst]:.6f}); final fused {f[steps[-1]]:.6f} canonical {c[steps[-1]]:.6f}")
-PY
+python3 dev/compare_losses.py "$out/fused/log.jsonl" "$out/canonical/log.jsonl" fused canonical ||
+    echo "compare: python3 missing or failed: compare $out/*/log.jsonl by hand"
 bash dev/plot_losses.sh "$out/loss_curves.png" "$out/fused/log.jsonl" "$out/canonical/log.jsonl" || true

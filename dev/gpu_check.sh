@@ -87,7 +87,7 @@ if [[ $sections == *compare* ]]; then
         cp "runs/compare/$layer/log.jsonl" "$LOGS/compare/$layer.jsonl"
     done
     cp runs/compare/loss_curves.png "$OUT/" 2>/dev/null
-    summary+=("$(grep '^compare:' "$LOGS/compare.log")")
+    summary+=("$(grep '^compare' "$LOGS/compare.log")")
     for layer in fused canonical; do
         summary+=("  $layer: $(grep -E '^step +[0-9]+/' runs/compare/$layer.txt | tail -1)")
         summary+=("  $layer: $(grep 'val loss' runs/compare/$layer.txt | tail -1)")
