@@ -19,14 +19,6 @@
 #define EOT "<|endoftext|>"
 #define EOT_LEN (sizeof EOT - 1)
 
-static void set_err(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_err(char *err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, FGPT_ERR_LEN, fmt, ap);
-    va_end(ap);
-}
-
 /* ---- growable text ---- */
 
 void textbuf_append(TextBuf *b, const char *s, size_t n) {
@@ -672,14 +664,14 @@ done:
 
 int corpus_default(const char *cache_dir, int extended, char *path, size_t cap, char *name, char *err) {
     if (strchr(cache_dir, '\'')) {
-        set_err(err, "cache directory '%s' contains a quote; pass --cache-dir without quotes", cache_dir);
+        fgpt_set_err(err, "cache directory '%s' contains a quote; pass --cache-dir without quotes", cache_dir);
         return -1;
     }
     char dir[4096], final_path[4200], log[4200], rel[4096];
     snprintf(rel, sizeof rel, "%s/corpus", cache_dir);
     /* Absolute, because the fetch commands change into the cache and write their log by this path. */
     if (make_dirs(rel) != 0 || !realpath(rel, dir)) {
-        set_err(err, "cannot create %s: %s (choose a writable --cache-dir)", rel, strerror(errno));
+        fgpt_set_err(err, "cannot create %s: %s (choose a writable --cache-dir)", rel, strerror(errno));
         return -1;
     }
     const char *chosen = extended ? CORPUS_EXTENDED_NAME : CORPUS_DEFAULT_NAME;
@@ -700,13 +692,13 @@ int corpus_default(const char *cache_dir, int extended, char *path, size_t cap, 
             int bad = b.oom || write_text(final_path, &b) != 0;
             textbuf_free(&b);
             if (bad) {
-                set_err(err, "cannot write the synthetic corpus to %s (disk full or not writable?)", final_path);
+                fgpt_set_err(err, "cannot write the synthetic corpus to %s (disk full or not writable?)", final_path);
                 return -1;
             }
         }
     }
     if ((size_t)snprintf(path, cap, "%s", final_path) >= cap) {
-        set_err(err, "corpus path %s is too long; use a shorter --cache-dir", final_path);
+        fgpt_set_err(err, "corpus path %s is too long; use a shorter --cache-dir", final_path);
         return -1;
     }
     snprintf(name, 32, "%s", chosen);

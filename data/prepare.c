@@ -10,7 +10,6 @@
 #include "data/paths.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,14 +33,6 @@ typedef struct {
     const char *tokenizer_in; /* encode with this tokenizer instead of training one */
 } PrepareOptions;
 
-static void set_err(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_err(char *err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, FGPT_ERR_LEN, fmt, ap);
-    va_end(ap);
-}
-
 static double seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -50,7 +41,7 @@ static double seconds(void) {
 
 static int path_join(char *dst, const char *dir, const char *name, char *err) {
     if ((size_t)snprintf(dst, PREPARE_PATH_LEN, "%s/%s", dir, name) >= PREPARE_PATH_LEN) {
-        set_err(err, "path %s/%s is longer than %d bytes; use a shorter folder", dir, name, PREPARE_PATH_LEN - 1);
+        fgpt_set_err(err, "path %s/%s is longer than %d bytes; use a shorter folder", dir, name, PREPARE_PATH_LEN - 1);
         return -1;
     }
     return 0;
@@ -58,7 +49,7 @@ static int path_join(char *dst, const char *dir, const char *name, char *err) {
 
 static int make_dirs_or_err(const char *path, char *err) {
     if (make_dirs(path) != 0) {
-        set_err(err, "cannot create folder %s: %s (choose a writable place)", path, strerror(errno));
+        fgpt_set_err(err, "cannot create folder %s: %s (choose a writable place)", path, strerror(errno));
         return -1;
     }
     return 0;
@@ -68,7 +59,7 @@ static int make_dirs_or_err(const char *path, char *err) {
 static int append_file(const char *path, char **buf, size_t *len, size_t *cap, char *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        set_err(err, "cannot open text file %s: %s (check the path)", path, strerror(errno));
+        fgpt_set_err(err, "cannot open text file %s: %s (check the path)", path, strerror(errno));
         return -1;
     }
     for (;;) {
@@ -77,7 +68,7 @@ static int append_file(const char *path, char **buf, size_t *len, size_t *cap, c
             char *b = realloc(*buf, c);
             if (!b) {
                 fclose(f);
-                set_err(err, "out of memory reading %s; prepare fewer or smaller files", path);
+                fgpt_set_err(err, "out of memory reading %s; prepare fewer or smaller files", path);
                 return -1;
             }
             *buf = b;
@@ -90,7 +81,7 @@ static int append_file(const char *path, char **buf, size_t *len, size_t *cap, c
     int bad = ferror(f);
     fclose(f);
     if (bad) {
-        set_err(err, "cannot read text file %s (I/O error)", path);
+        fgpt_set_err(err, "cannot read text file %s (I/O error)", path);
         return -1;
     }
     return 0;
@@ -118,7 +109,7 @@ static int write_part(const Tokenizer *tok, const char *text, size_t len, int th
     size_t n = 0;
     char terr[TOKENIZER_ERR_LEN];
     if (tokenizer_encode_parallel(tok, text, len, 1, threads, &ids, &n, terr) != 0) {
-        set_err(err, "%s", terr);
+        fgpt_set_err(err, "%s", terr);
         return -1;
     }
     int rc = shard_write(path, ids, n, tokenizer_vocab_size(tok), err);
@@ -148,7 +139,7 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
         tok = tokenizer_train(text, len, &topt, terr);
     }
     if (!tok) {
-        set_err(err, "%s", terr);
+        fgpt_set_err(err, "%s", terr);
         return -1;
     }
     out->vocab_reached = tokenizer_vocab_size(tok);
@@ -157,7 +148,7 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
                 seconds() - t0);
     }
     if (tokenizer_save(tok, out->tokenizer_path, terr) != 0) {
-        set_err(err, "%s", terr);
+        fgpt_set_err(err, "%s", terr);
         tokenizer_free(tok);
         return -1;
     }
@@ -172,7 +163,7 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
                 (unsigned long long)n_train, (unsigned long long)n_val, (double)(n_train + n_val) / (double)len,
                 seconds() - t0, out_dir);
     if (rc == 0 && n_val == 0) {
-        set_err(err, "the validation part of the text is empty (%zu bytes in all); give more text or raise "
+        fgpt_set_err(err, "the validation part of the text is empty (%zu bytes in all); give more text or raise "
                      "--val-fraction", len);
         rc = -1;
     }
@@ -237,7 +228,7 @@ static int prepare_default_locked(uint32_t vocab_size, const char *cache_dir, in
 static int prepare_recipe(uint32_t vocab_size, const char *cache_dir, int extended, PreparedData *out, char *err) {
     memset(out, 0, sizeof *out);
     if (vocab_size < TOKENIZER_MIN_VOCAB) {
-        set_err(err, "vocabulary size %u is below %u (256 byte tokens + <|endoftext|>); pass -v %u or more", vocab_size,
+        fgpt_set_err(err, "vocabulary size %u is below %u (256 byte tokens + <|endoftext|>); pass -v %u or more", vocab_size,
                 TOKENIZER_MIN_VOCAB, TOKENIZER_MIN_VOCAB);
         return -1;
     }
@@ -245,7 +236,7 @@ static int prepare_recipe(uint32_t vocab_size, const char *cache_dir, int extend
     if (make_dirs_or_err(cache_dir, err) != 0 || path_join(lock_path, cache_dir, "prepare.lock", err) != 0) return -1;
     int fd = open(lock_path, O_RDWR | O_CREAT, 0644);
     if (fd < 0 || flock(fd, LOCK_EX) != 0) {
-        set_err(err, "cannot lock %s: %s (choose a writable --cache-dir)", lock_path, strerror(errno));
+        fgpt_set_err(err, "cannot lock %s: %s (choose a writable --cache-dir)", lock_path, strerror(errno));
         if (fd >= 0) close(fd);
         return -1;
     }

@@ -2,11 +2,19 @@
 #include "data/shard.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+void fgpt_set_err(char *err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, FGPT_ERR_LEN, fmt, ap);
+    va_end(ap);
+}
 
 struct ShardWriter {
     FILE *f;

@@ -18,6 +18,8 @@
 #include <stdint.h>
 
 #define FGPT_ERR_LEN 512
+/* Formats one error line into err (FGPT_ERR_LEN bytes), the data layer's error convention. */
+void fgpt_set_err(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define SHARD_MAGIC "FGPTTOK1"
 #define SHARD_VERSION 1u
 #define SHARD_HEADER_BYTES 64

@@ -111,6 +111,23 @@ __device__ __forceinline__ void load_rows(bf16 *dst, const bf16 *src, size_t row
     }
 }
 
+/* Starts the copies of key/value tile j+1 into the other buffer of Ks, Vs ([2][64][HS+8] each)
+ * when there is one, and waits for tile j's; the caller synchronizes before reading. */
+template <int HS>
+__device__ __forceinline__ void next_kv_tile_or_wait_padded(bf16 *Ks, bf16 *Vs, const bf16 *kbase, const bf16 *vbase,
+                                                            size_t row_stride, int j, int nkv, int T) {
+    constexpr int TILE_ELEMS = ATT_TILE * (HS + 8);
+    if (j + 1 < nkv) {
+        int nb = (j + 1) & 1;
+        load_rows<HS, ATT_TILE>(Ks + nb * TILE_ELEMS, kbase, row_stride, (j + 1) * ATT_TILE, T);
+        load_rows<HS, ATT_TILE>(Vs + nb * TILE_ELEMS, vbase, row_stride, (j + 1) * ATT_TILE, T);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+}
+
 /* A fragment (16 rows × 16 cols at row0, col0) of a row-major shared tile. */
 template <int SROW>
 __device__ __forceinline__ void load_a(uint32_t a[4], const bf16 *tile, int row0, int col0, int lane) {
@@ -221,15 +238,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
     int nkv = qb + 1; /* key tiles 0..qb: the query and key tiles are the same size */
 
     for (int j = 0; j < nkv; j++) {
-        if (j + 1 < nkv) {
-            int nb = (j + 1) & 1;
-            load_rows<HS, TILE>(Ks + nb * TILE * SROW, kbase, C3, (j + 1) * TILE, T);
-            load_rows<HS, TILE>(Vs + nb * TILE * SROW, vbase, C3, (j + 1) * TILE, T);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        next_kv_tile_or_wait_padded<HS>(Ks, Vs, kbase, vbase, C3, j, nkv, T);
         /* Tile j (and Q) landed for every thread's copies before anyone reads them. */
         __syncthreads();
         if (j == 0) {
@@ -546,15 +555,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     int nkv = qb + 1;
 
     for (int j = 0; j < nkv; j++) {
-        if (j + 1 < nkv) {
-            int nb = (j + 1) & 1;
-            load_rows<HS, TILE>(Ks + nb * TILE * SROW, kbase, C3, (j + 1) * TILE, T);
-            load_rows<HS, TILE>(Vs + nb * TILE * SROW, vbase, C3, (j + 1) * TILE, T);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        next_kv_tile_or_wait_padded<HS>(Ks, Vs, kbase, vbase, C3, j, nkv, T);
         /* Tile j (and Q, dO) landed for every thread's copies before anyone reads them. */
         __syncthreads();
         const bf16 *Kt = Ks + (j & 1) * TILE * SROW, *Vt = Vs + (j & 1) * TILE * SROW;

@@ -87,6 +87,31 @@ extern "C" void residual_layernorm_forward(kbf16 *residual, kbf16 *ln, float *me
     CUDA_CHECK(cudaGetLastError());
 }
 
+/* The backward's arithmetic on 8 adjacent columns of one row (mean m, rstd s), shared by both
+ * kernels below. First pass: the row sums of dnorm = w·d and of dnorm·norm. */
+__device__ __forceinline__ void accumulate_dnorm(const float (&d)[8], const float (&x)[8], const float (&w)[8],
+                                                 float m, float s, float &dnorm_sum, float &dnorm_norm_sum) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float dn = w[i] * d[i];
+        dnorm_sum += dn;
+        dnorm_norm_sum += dn * (x[i] - m) * s;
+    }
+}
+
+/* Second pass: dweight and dbias partial sums (registers or shared memory), dinp += the input gradient. */
+__device__ __forceinline__ void accumulate_grads(const float (&d)[8], const float (&x)[8], const float (&w)[8],
+                                                 float m, float s, float dnorm_mean, float dnorm_norm_mean,
+                                                 float *dw, float *db, float (&dx)[8]) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float norm = (x[i] - m) * s;
+        dw[i] += norm * d[i];
+        db[i] += d[i];
+        dx[i] += s * (w[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean);
+    }
+}
+
 /* Register-accumulator backward for C <= 256·K. Shared: LN_BWD_WARPS·C floats (dweight sums of every
  * warp, then dbias sums), for the in-order sum over the block's warps. */
 template <int K>
@@ -119,12 +144,7 @@ __global__ void __launch_bounds__(LN_BWD_WARPS * 32)
             bf16x8_to_float(draw[k], d);
             bf16x8_to_float(xraw[k], x);
             bf16x8_to_float(load_bf16x8(weight + c), w);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                float dn = w[i] * d[i];
-                dnorm_sum += dn;
-                dnorm_norm_sum += dn * (x[i] - m) * s;
-            }
+            accumulate_dnorm(d, x, w, m, s, dnorm_sum, dnorm_norm_sum);
         }
         float dnorm_mean = warp_sum(dnorm_sum) / C, dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
 #pragma unroll
@@ -136,13 +156,7 @@ __global__ void __launch_bounds__(LN_BWD_WARPS * 32)
             bf16x8_to_float(xraw[k], x);
             bf16x8_to_float(load_bf16x8(weight + c), w);
             bf16x8_to_float(dxraw[k], dx);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                float norm = (x[i] - m) * s;
-                dw[k][i] += norm * d[i];
-                db[k][i] += d[i];
-                dx[i] += s * (w[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean);
-            }
+            accumulate_grads(d, x, w, m, s, dnorm_mean, dnorm_norm_mean, dw[k], db[k], dx);
             store_bf16x8(dinp + base + c, float_to_bf16x8(dx));
         }
     }
@@ -205,12 +219,7 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
             bf16x8_to_float(load_bf16x8(dout + base + c), d);
             bf16x8_to_float(load_bf16x8(inp + base + c), x);
             bf16x8_to_float(load_bf16x8(weight + c), w);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                float dn = w[i] * d[i];
-                dnorm_sum += dn;
-                dnorm_norm_sum += dn * (x[i] - m) * s;
-            }
+            accumulate_dnorm(d, x, w, m, s, dnorm_sum, dnorm_norm_sum);
         }
         float dnorm_mean = warp_sum(dnorm_sum) / C, dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
         for (int c = lane * 8; c < C; c += 256) {
@@ -219,13 +228,7 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
             bf16x8_to_float(load_bf16x8(inp + base + c), x);
             bf16x8_to_float(load_bf16x8(weight + c), w);
             bf16x8_to_float(load_bf16x8_rw(dinp + base + c), dx);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                float norm = (x[i] - m) * s;
-                dw_s[c + i] += norm * d[i];
-                db_s[c + i] += d[i];
-                dx[i] += s * (w[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean);
-            }
+            accumulate_grads(d, x, w, m, s, dnorm_mean, dnorm_norm_mean, dw_s + c, db_s + c, dx);
             store_bf16x8(dinp + base + c, float_to_bf16x8(dx));
         }
     }

@@ -548,6 +548,24 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
     }
 }
 
+/* Start of a row block for one thread's two rows (first_row and first_row + 8): their indices,
+ * targets (-1 past the end), empty running statistics and, for dZ, lse in log2 units (+inf for an
+ * ignored row, whose dZ is then 0). */
+template <int MODE>
+__device__ __forceinline__ void wg_row_block_begin(const TileArgs &a, int64_t first_row, int64_t (&rows)[2],
+                                                   int (&tgt)[2], float (&m_run)[2], float (&a_run)[2],
+                                                   float (&lse2)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        rows[h] = first_row + h * 8;
+        bool in = rows[h] < a.row_end;
+        tgt[h] = in ? a.targets[rows[h]] : -1;
+        m_run[h] = -INFINITY;
+        a_run[h] = 0.0f;
+        lse2[h] = (MODE == MODE_DZ && in && tgt[h] >= 0) ? a.lse[rows[h]] * L2E : INFINITY;
+    }
+}
+
 /* End of a window for one row block: merge the quad's statistics and store (max, sum) per row. */
 template <int MODE>
 __device__ __forceinline__ void wg_window_end(const TileArgs &a, int64_t win, int lane, const int64_t (&rows)[2],
@@ -623,15 +641,7 @@ __global__ void __launch_bounds__(THREADS, WShape<TBN>::min_ctas) tile_kernel_wg
         int tgt[2];
         float m_run[2], a_run[2], lse2[2];
         int64_t rows[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            rows[h] = row0 + wg * 64 + wq * 16 + (lane >> 2) + h * 8;
-            bool in = rows[h] < a.row_end;
-            tgt[h] = in ? a.targets[rows[h]] : -1;
-            m_run[h] = -INFINITY;
-            a_run[h] = 0.0f;
-            lse2[h] = (MODE == MODE_DZ && in && tgt[h] >= 0) ? a.lse[rows[h]] * L2E : INFINITY; /* ignored: dZ = 0 */
-        }
+        wg_row_block_begin<MODE>(a, row0 + wg * 64 + wq * 16 + (lane >> 2), rows, tgt, m_run, a_run, lse2);
 
         for (int64_t tile_col0 = wcol0; tile_col0 < wcol1; tile_col0 += TBN) {
             /* a plain inner K loop (not one flattened loop with a conditional epilogue): ptxas then
@@ -823,15 +833,7 @@ __global__ void __launch_bounds__(T_THREADS, 1)
         int tgt[2];
         float m_run[2], a_run[2], lse2[2];
         int64_t rows[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            rows[h] = row0 + wg * 64 + wq * 16 + (lane >> 2) + h * 8;
-            bool in = rows[h] < a.row_end;
-            tgt[h] = in ? a.targets[rows[h]] : -1;
-            m_run[h] = -INFINITY;
-            a_run[h] = 0.0f;
-            lse2[h] = (MODE == MODE_DZ && in && tgt[h] >= 0) ? a.lse[rows[h]] * L2E : INFINITY; /* ignored: dZ = 0 */
-        }
+        wg_row_block_begin<MODE>(a, row0 + wg * 64 + wq * 16 + (lane >> 2), rows, tgt, m_run, a_run, lse2);
         for (int64_t tile_col0 = wcol0; tile_col0 < wcol1; tile_col0 += TBN) {
             for (int kc = 0; kc < KT; kc++, it++) {
                 const int s = (int)(it % T_STAGES);
