@@ -497,6 +497,17 @@ __device__ __forceinline__ void load_query_stats(float *lse_s, float *D_s, const
     }
 }
 
+/* The dQ kernels' statistics of a thread's query rows row0 and row0 + 8 of head blockIdx.y (0 past T). */
+__device__ __forceinline__ void load_row_stats(float (&lse_r)[2], float (&D_r)[2], const float *lse, const float *D,
+                                               int row0, int T) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int qi = row0 + 8 * r;
+        lse_r[r] = qi < T ? lse[(size_t)blockIdx.y * T + qi] : 0.0f;
+        D_r[r] = qi < T ? D[(size_t)blockIdx.y * T + qi] : 0.0f;
+    }
+}
+
 /* One of a backward kernel's gradients (dQ, dK or dV: columns col0 .. col0 + HS - 1 of head h in
  * dqkv) for a thread's rows row0 and row0 + 8, times scale: accumulator element dt·4 + e holds
  * columns dt·8 + 2·tq + (e & 1) of row row0 + 8·(e >> 1), as both the mma.sync and the wgmma
@@ -543,12 +554,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
 
     /* Rows past T: zero Q and dO give finite P and dS = P·(0 − 0) = 0; they are never stored. */
     float lse_r[2], D_r[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int qi = q0 + warp * 16 + g + 8 * r;
-        lse_r[r] = qi < T ? lse[(size_t)blockIdx.y * T + qi] : 0.0f;
-        D_r[r] = qi < T ? D[(size_t)blockIdx.y * T + qi] : 0.0f;
-    }
+    load_row_stats(lse_r, D_r, lse, D, q0 + warp * 16 + g, T);
     float dq[DT][4];
 #pragma unroll
     for (int i = 0; i < DT; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
@@ -717,12 +723,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     cp_async_commit();
 
     float lse_r[2], D_r[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int qi = q0 + warp * 16 + g + 8 * r;
-        lse_r[r] = qi < T ? lse[(size_t)blockIdx.y * T + qi] : 0.0f;
-        D_r[r] = qi < T ? D[(size_t)blockIdx.y * T + qi] : 0.0f;
-    }
+    load_row_stats(lse_r, D_r, lse, D, q0 + warp * 16 + g, T);
     float dq[32];
 #pragma unroll
     for (int i = 0; i < 32; i++) dq[i] = 0.0f;
