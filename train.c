@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "data/loader.h"
+#include "data/shard.h"
 #include "data/prepare.h"
 #include "data/rng.h"
 #include "model/backend.h"
@@ -258,7 +259,7 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->val_every < 0) bad("--val-every", "must be 0 or more");
     if (opt->val_batches < 1) bad("--val-batches", "must be positive");
     if (opt->sample_every < 0) bad("-s/--sample-every", "must be 0 or more");
-    if (opt->gen_tokens < 1) bad("-G/--gen-tokens", "must be positive");
+    if (opt->gen_tokens < 1 || opt->gen_tokens > 1048576) bad("-G/--gen-tokens", "must be between 1 and 2^20");
     if (opt->gpus < 1) bad("-g/--gpus", "must be positive");
     if (opt->nodes < 1) bad("--nodes", "must be positive");
     char why[160], host[256];
@@ -283,12 +284,18 @@ static void validate(Options *opt, GPTConfig *cfg) {
         bad("--output", "must be fused or canonical");
     if (strcmp(opt->device, "cuda") && strcmp(opt->device, "cpu")) bad("--device", "must be cuda or cpu");
     long long bt = (long long)opt->batch * opt->seq_len, ranks = (long long)opt->gpus * opt->nodes;
+    if (bt * ranks > INT32_MAX) bad("-b/--batch", "times -t, -g and --nodes is above 2^31 tokens per step");
     if (opt->total_batch == 0) opt->total_batch = (int)(bt * ranks); /* no accumulation */
     if (opt->total_batch < 0) bad("-d/--total-batch", "must be positive");
     if (opt->total_batch % (bt * ranks))
         bad("-d/--total-batch", "must be a multiple of B*T*ranks (-b times -t times -g times --nodes)");
     if (!opt->out[0]) bad("-o/--out", "must name a directory");
     gpt_config_finish(cfg);
+}
+
+/* -i given without -j: there is nothing to validate on, whatever --val-every says. */
+static int have_val_flags_without_data(const Options *opt, const char *val_path) {
+    return opt->train_data[0] && !val_path[0] && opt->val_every > 0;
 }
 
 /* Prints the start-up memory table. */
@@ -426,6 +433,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: -g/--gpus and --nodes (data parallel) apply to --device cuda only\n");
         return 2;
     }
+    if ((opt.zero || !opt.overlap_comm || opt.bucket_mb) && strcmp(opt.device, "cpu") == 0) {
+        fprintf(stderr, "error: --zero, --overlap-comm and --bucket-mb set how GPUs share gradients: they apply to "
+                        "--device cuda with -g/--nodes, not to the CPU backend\n");
+        return 2;
+    }
     /* Rank 0 alone prints, logs, samples and checkpoints; the others keep stderr for errors. */
     if (dist.rank != 0 && !freopen("/dev/null", "w", stdout)) {
         fprintf(stderr, "error: rank %d cannot silence its stdout\n", dist.rank);
@@ -467,6 +479,16 @@ int main(int argc, char **argv) {
         status = (code); \
         goto done;      \
     } while (0)
+    if (opt.prompt[0] && !tok_path[0]) {
+        fprintf(stderr, "error: --prompt needs a tokenizer to encode it: pass --tokenizer FILE (the one that made "
+                        "-i's tokens)\n");
+        FAIL(2);
+    }
+    if (have_val_flags_without_data(&opt, val_path))
+        printf("validation: off (no -j/--val-data shard beside -i); --val-every has nothing to evaluate\n");
+    if (opt.warmup >= opt.steps)
+        printf("schedule: --warmup %d is not below -x %d: the learning rate never reaches -l %g\n", opt.warmup,
+               opt.steps, opt.lr);
     if (tok_path[0]) {
         tok = tokenizer_load(tok_path, err);
         if (!tok) {
@@ -494,6 +516,18 @@ int main(int argc, char **argv) {
                                  0, 0, err) != 0)) {
         fprintf(stderr, "error: %s\n", err);
         FAIL(1);
+    }
+    if (have_val) { /* the two shards must come from one tokenizer, or the validation loss means nothing */
+        ShardHeader th, vh;
+        if (shard_read_header(train_path, &th, err) != 0 || shard_read_header(val_path, &vh, err) != 0) {
+            fprintf(stderr, "error: %s\n", err);
+            FAIL(1);
+        }
+        if (th.vocab_size != vh.vocab_size) {
+            fprintf(stderr, "error: %s was tokenized for a vocabulary of %u but %s for %u: pass a validation shard "
+                            "made by the same tokenizer\n", train_path, th.vocab_size, val_path, vh.vocab_size);
+            FAIL(2);
+        }
     }
     /* a small validation shard (1 % of a small corpus) is used whole rather than refused */
     const int val_batches_asked = val_batches_per_rank;
@@ -559,8 +593,24 @@ int main(int argc, char **argv) {
         memcpy(rng.s, st.rng, sizeof rng.s);
         start_step = st.step;
         printf("resumed from %s at step %d\n", opt.out, start_step);
+        if (start_step >= opt.steps) {
+            printf("nothing to train: the checkpoint is at step %d and -x is %d (pass a larger -x to go on)\n",
+                   start_step, opt.steps);
+            FAIL(0);
+        }
+    } else if (dist.rank == 0) {
+        char latest[1100], name[64] = "";
+        snprintf(latest, sizeof latest, "%s/latest", opt.out);
+        FILE *lf = fopen(latest, "r");
+        if (lf) {
+            if (fscanf(lf, "%63s", name) != 1) name[0] = 0;
+            fclose(lf);
+            printf("note: %s holds an earlier run (latest checkpoint %s); this one starts afresh beside it (-y 1 "
+                   "would have continued it), its log goes to log.jsonl and the old log to log.jsonl.prev\n",
+                   opt.out, name[0] ? name : "?");
+        }
     }
-    if (dist.rank == 0 && runlog_open(&log, opt.out, err) != 0) {
+    if (dist.rank == 0 && runlog_open(&log, opt.out, !opt.resume, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
         FAIL(1);
     }

@@ -137,6 +137,12 @@ static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
     }
     unsigned char h[SHARD_HEADER_BYTES];
     struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(err, FGPT_ERR_LEN, "%s is a directory, not a token shard (pass the shard file, e.g. DIR/train.bin)",
+                 path);
+        fclose(f);
+        return NULL;
+    }
     if (fstat(fileno(f), &st) != 0 || fread(h, 1, sizeof h, f) != sizeof h) {
         snprintf(err, FGPT_ERR_LEN, "token shard %s is shorter than its %d-byte header (truncated; re-create it)",
                  path, SHARD_HEADER_BYTES);
@@ -171,8 +177,20 @@ static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
         fclose(f);
         return NULL;
     }
+    if (hdr->vocab_size == 0) {
+        snprintf(err, FGPT_ERR_LEN, "token shard %s records a vocabulary of 0 tokens (corrupt header; re-create it)",
+                 path);
+        fclose(f);
+        return NULL;
+    }
+    if (hdr->num_tokens > ((uint64_t)1 << 60)) {
+        snprintf(err, FGPT_ERR_LEN, "token shard %s promises %llu tokens, more than any file holds (corrupt header; "
+                 "re-create it)", path, (unsigned long long)hdr->num_tokens);
+        fclose(f);
+        return NULL;
+    }
     uint64_t expect = SHARD_HEADER_BYTES + hdr->num_tokens * hdr->bytes_per_token;
-    if (hdr->num_tokens > ((uint64_t)1 << 60) || (uint64_t)st.st_size != expect) {
+    if ((uint64_t)st.st_size != expect) {
         snprintf(err, FGPT_ERR_LEN,
                  "token shard %s is %lld bytes but its header promises %llu tokens (%llu bytes): truncated or "
                  "corrupt, re-create it",
@@ -226,7 +244,8 @@ int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64
             if (tok >= model_vocab) {
                 snprintf(err, FGPT_ERR_LEN,
                          "token %u at position %llu in shard %s is >= vocabulary %u (re-tokenize, or pass -v %u)",
-                         tok, (unsigned long long)(i + j), path, model_vocab, tok + 1);
+                         tok, (unsigned long long)(i + j), path, model_vocab,
+                         hdr->vocab_size > tok ? hdr->vocab_size : tok + 1); /* the shard's own vocabulary */
                 rc = -1;
                 break;
             }

@@ -340,7 +340,7 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
     param_init(table, cb->params, seed);
     return &cb->base;
 oom:
-    snprintf(err, 512, "out of host memory for the CPU backend (needs about %.1f GB; lower -b or -t)",
+    snprintf(err, 512, "out of host memory for the CPU backend (needs about %.1f GB; lower -b or -t, or the model: -e, -v, --max-seq-len)",
              (table->total * 4 + cb->acts_floats + cb->out_ws_floats) * sizeof(float) / 1e9);
     cpu_destroy(&cb->base);
     return NULL;

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #define STATE_MAGIC "FGPTSTAT"
-#define STATE_VERSION 1u
+#define STATE_VERSION 2u /* 2: a checksum of the whole file in the header */
 #define PATH_LEN 1200
 
 typedef struct {
@@ -21,7 +21,42 @@ typedef struct {
     int32_t step, B, T, total_batch;
     uint64_t seed, loader_epoch, loader_position, rng[4];
     uint64_t total_params;
+    uint64_t checksum; /* state_checksum of the header (this field 0) and the three arrays */
 } StateHeader;
+
+/* 64-bit checksum of a byte range: four independent lanes over 32-byte blocks (multiply, rotate)
+ * so that it runs near memory speed on the GBs of a large model's state, then the tail. Catches
+ * bit flips and overwritten ranges; not cryptographic. */
+#define H_P1 0x9E3779B185EBCA87ull
+#define H_P2 0xC2B2AE3D27D4EB4Full
+static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static uint64_t hash_round(uint64_t acc, uint64_t w) { return rotl64(acc + w * H_P2, 31) * H_P1; }
+
+static uint64_t hash_bytes(const void *data, size_t n, uint64_t seed) {
+    const unsigned char *p = data;
+    uint64_t lane[4] = {seed + H_P1 + H_P2, seed + H_P2, seed, seed - H_P1};
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++) {
+            uint64_t w;
+            memcpy(&w, p + i + 8 * k, 8);
+            lane[k] = hash_round(lane[k], w);
+        }
+    uint64_t h = rotl64(lane[0], 1) + rotl64(lane[1], 7) + rotl64(lane[2], 12) + rotl64(lane[3], 18) + (uint64_t)n;
+    for (; i < n; i++) h = rotl64(h ^ (p[i] * H_P1), 11) * H_P2;
+    h ^= h >> 33, h *= H_P2, h ^= h >> 29, h *= H_P1, h ^= h >> 32;
+    return h;
+}
+
+/* The file's checksum: the header with its checksum field 0, then params, m, v (n bytes each). */
+static uint64_t state_checksum(const StateHeader *h, const float *params, const float *m, const float *v, size_t n) {
+    StateHeader z = *h;
+    z.checksum = 0;
+    uint64_t c = hash_bytes(&z, sizeof z, 0);
+    c = hash_bytes(params, n, c);
+    c = hash_bytes(m, n, c);
+    return hash_bytes(v, n, c);
+}
 
 static int write_all(FILE *f, const void *p, size_t bytes) {
     return fwrite(p, 1, bytes, f) == bytes;
@@ -58,6 +93,7 @@ static int write_state(const char *path, const ParamTable *t, const float *param
     memcpy(h.rng, st->rng, sizeof h.rng);
     h.total_params = t->total;
     size_t n = t->total * sizeof(float);
+    h.checksum = state_checksum(&h, params, m, v, n);
     int ok = write_all(f, &h, sizeof h) && write_all(f, params, n) && write_all(f, m, n) && write_all(f, v, n);
     return close_synced(f) && ok;
 }
@@ -159,28 +195,33 @@ static void remove_checkpoint_dir(const char *dir) {
     rmdir(dir);
 }
 
-static int compare_names(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+static int compare_steps(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
 }
 
-/* Removes step_* checkpoints beyond the newest `keep` (names sort by step: zero-padded). */
-static void prune_checkpoints(const char *run_dir, int keep) {
+/* Keeps the checkpoint just written (step `current`) and the newest keep - 1 older ones; removes the
+ * rest of the older ones. Checkpoints of later steps (an earlier run in the same directory, or a
+ * future the user rolled back from by editing `latest`) are left alone: only this run's own
+ * history is pruned, and `latest` never names a removed checkpoint. */
+static void prune_checkpoints(const char *run_dir, int current, int keep) {
     DIR *d = opendir(run_dir);
     if (!d) return;
-    char *names[4096];
+    int steps[4096];
     int n = 0;
     struct dirent *e;
-    while ((e = readdir(d)) && n < 4096)
-        if (strncmp(e->d_name, "step_", 5) == 0 && !strstr(e->d_name, ".tmp")) names[n++] = strdup(e->d_name);
+    while ((e = readdir(d)) && n < 4096) {
+        int step;
+        char tail;
+        /* step_NNNNNNNN exactly (no .tmp): one integer and nothing after it */
+        if (sscanf(e->d_name, "step_%d%c", &step, &tail) == 1 && step >= 0 && step < current) steps[n++] = step;
+    }
     closedir(d);
-    qsort(names, n, sizeof names[0], compare_names);
+    qsort(steps, n, sizeof steps[0], compare_steps);
     char p[PATH_LEN];
-    for (int i = 0; i < n; i++) {
-        if (i < n - keep) {
-            snprintf(p, sizeof p, "%s/%s", run_dir, names[i]);
-            remove_checkpoint_dir(p);
-        }
-        free(names[i]);
+    for (int i = 0; i < n - (keep - 1); i++) {
+        snprintf(p, sizeof p, "%s/step_%08d", run_dir, steps[i]);
+        remove_checkpoint_dir(p);
     }
 }
 
@@ -224,9 +265,12 @@ int checkpoint_save(const char *run_dir, const ParamTable *t, const float *param
         snprintf(err, 512, "cannot update %s: %s", latest, strerror(errno));
         return -1;
     }
-    prune_checkpoints(run_dir, keep);
+    prune_checkpoints(run_dir, st->step, keep);
     return 0;
 }
+
+#define OLDER_CHECKPOINT_HINT \
+    "to resume from an older checkpoint, write its directory name (step_NNNNNNNN) into the run's latest file"
 
 #define CHECK_FIELD(field, ours, flag)                                                                   \
     if ((h.field) != (ours)) {                                                                           \
@@ -259,9 +303,14 @@ int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *para
     }
     StateHeader h;
     struct stat sb;
-    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, STATE_MAGIC, 8) != 0 || h.version != STATE_VERSION) {
-        snprintf(err, 512, "%s is not a fusedgpt state file of version %u (corrupt or from another version)", path,
-                 STATE_VERSION);
+    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, STATE_MAGIC, 8) != 0) {
+        snprintf(err, 512, "%s is not a fusedgpt state file (corrupt); %s", path, OLDER_CHECKPOINT_HINT);
+        fclose(f);
+        return -1;
+    }
+    if (h.version != STATE_VERSION) {
+        snprintf(err, 512, "%s is a state file of version %u, this fusedgpt reads version %u: resume it with the "
+                 "fusedgpt that wrote it, or start a new run with another -o", path, h.version, STATE_VERSION);
         fclose(f);
         return -1;
     }
@@ -272,8 +321,8 @@ int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *para
     CHECK_FIELD(vocab_size, t->cfg.vocab_size, "-v");
     size_t n = t->total * sizeof(float);
     if (fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size != sizeof h + 3 * n || h.total_params != t->total) {
-        snprintf(err, 512, "%s is truncated or corrupt (expected %zu bytes); resume from an older checkpoint", path,
-                 sizeof h + 3 * n);
+        snprintf(err, 512, "%s is truncated or corrupt (expected %zu bytes); %s", path, sizeof h + 3 * n,
+                 OLDER_CHECKPOINT_HINT);
         fclose(f);
         return -1;
     }
@@ -283,6 +332,17 @@ int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *para
         return -1;
     }
     fclose(f);
+    int named_step;
+    char tail;
+    if (state_checksum(&h, params, m, v, n) != h.checksum) {
+        snprintf(err, 512, "%s does not match its checksum (corrupt on disk); %s", path, OLDER_CHECKPOINT_HINT);
+        return -1;
+    }
+    if (sscanf(name, "step_%d%c", &named_step, &tail) != 1 || named_step != h.step || h.step < 0) {
+        snprintf(err, 512, "%s says step %d but its directory is %s (a checkpoint moved by hand?); %s", path, h.step,
+                 name, OLDER_CHECKPOINT_HINT);
+        return -1;
+    }
     st->step = h.step;
     st->B = h.B;
     st->T = h.T;
@@ -292,5 +352,30 @@ int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *para
     st->loader_epoch = h.loader_epoch;
     st->loader_position = h.loader_position;
     memcpy(st->rng, h.rng, sizeof st->rng);
+    return 0;
+}
+
+int checkpoint_state_reseal(const char *path, char *err) {
+    FILE *f = fopen(path, "r+b");
+    StateHeader h;
+    struct stat sb;
+    if (!f || fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, STATE_MAGIC, 8) != 0 || h.version != STATE_VERSION ||
+        fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size != sizeof h + 3 * h.total_params * sizeof(float)) {
+        snprintf(err, 512, "%s is not a complete fusedgpt state file of version %u", path, STATE_VERSION);
+        if (f) fclose(f);
+        return -1;
+    }
+    size_t n = h.total_params * sizeof(float);
+    float *x = malloc(3 * n);
+    int ok = x && fread(x, 1, 3 * n, f) == 3 * n;
+    if (ok) {
+        h.checksum = state_checksum(&h, x, x + h.total_params, x + 2 * h.total_params, n);
+        ok = fseek(f, 0, SEEK_SET) == 0 && write_all(f, &h, sizeof h);
+    }
+    free(x);
+    if (!close_synced(f) || !ok) {
+        snprintf(err, 512, "cannot reseal %s: %s", path, strerror(errno));
+        return -1;
+    }
     return 0;
 }

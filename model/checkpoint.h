@@ -4,7 +4,7 @@
  *   model.safetensors  fp32 weights named and oriented as HF GPT2LMHeadModel (wte unpadded)
  *   config.json        HF GPT2Config, so transformers.GPT2LMHeadModel.from_pretrained(dir) loads it
  *   state.bin          config, step, data position, RNG, and the fp32 master weights and AdamW m, v
- *                      in our table layout (resume reads only this file)
+ *                      in our table layout (resume reads only this file), with a checksum
  * It is written as step_NNNNNNNN.tmp/ and renamed when complete; then <run>/latest (the name of the
  * newest checkpoint) is replaced by rename, so a crash leaves the previous checkpoint intact. */
 #ifndef FUSEDGPT_CHECKPOINT_H
@@ -23,14 +23,20 @@ typedef struct {
     uint64_t seed;
 } TrainState;
 
-/* Writes a checkpoint of params/m/v (table layout, fp32) and st. Keeps the newest `keep`
- * checkpoints and removes older ones. Returns 0, or -1 with a one-line message in err. */
+/* Writes a checkpoint of params/m/v (table layout, fp32) and st. Keeps it and the newest keep - 1
+ * checkpoints of earlier steps, removes older ones (never one of a later step: see
+ * prune_checkpoints). Returns 0, or -1 with a one-line message in err. */
 int checkpoint_save(const char *run_dir, const ParamTable *t, const float *params, const float *m, const float *v,
                     const TrainState *st, int keep, char *err);
 
 /* Loads the checkpoint named by <run_dir>/latest into params/m/v (each table->total floats) and st.
- * The checkpoint's model config must equal t->cfg; otherwise -1 with a message naming the field. */
+ * The checkpoint's model config must equal t->cfg; otherwise -1 with a message naming the field.
+ * state.bin carries a checksum of all its bytes: a file changed on disk is refused, never used. */
 int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *params, float *m, float *v,
                            TrainState *st, char *err);
+
+/* Recomputes the checksum of a state.bin whose header fields were rewritten on purpose (a tool that
+ * converts a checkpoint; the tests do). 0, or -1 with a message in err. */
+int checkpoint_state_reseal(const char *path, char *err);
 
 #endif

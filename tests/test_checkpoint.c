@@ -158,3 +158,83 @@ TEST(checkpoint_crash_midway_leaves_latest_intact_and_prunes_old) {
     free(p);
     param_table_free(&t);
 }
+
+/* Flips one byte of a file at offset at. */
+static void flip_byte(const char *path, long at) {
+    FILE *f = fopen(path, "r+b");
+    unsigned char c = 0;
+    if (!f || fseek(f, at, SEEK_SET) != 0 || fread(&c, 1, 1, f) != 1) fprintf(stderr, "flip_byte: cannot read %s\n", path);
+    c ^= 0x10;
+    if (f && (fseek(f, at, SEEK_SET) != 0 || fwrite(&c, 1, 1, f) != 1)) fprintf(stderr, "flip_byte: cannot write\n");
+    if (f) fclose(f);
+}
+
+TEST(checkpoint_changed_on_disk_is_refused_and_a_resealed_one_accepted) {
+    ParamTable t;
+    tiny_table(&t, 50);
+    float *p = random_floats(t.total, 8), *q = malloc(t.total * 4 * 3);
+    TrainState st = {.step = 5, .B = 2, .T = 8, .total_batch = 16};
+    char err[512] = "", path[700];
+    REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 2, err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/step_00000005/state.bin", test_tmpdir());
+    const long at[] = {100 /* the RNG state, in the header */, 400 /* a weight */, 400 + (long)t.total * 8 /* v */};
+    for (int i = 0; i < 3; i++) {
+        flip_byte(path, at[i]);
+        CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
+                  strstr(err, "does not match its checksum") && strstr(err, "latest"),
+              "byte %ld changed: %s", at[i], err);
+        flip_byte(path, at[i]); /* back */
+        CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == 0,
+              "restored file refused: %s", err);
+    }
+    /* a header rewritten on purpose (a tool that converts checkpoints) and resealed loads */
+    flip_byte(path, 100);
+    REQUIRE(checkpoint_state_reseal(path, err) == 0, "%s", err);
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == 0,
+          "resealed file refused: %s", err);
+    /* a checkpoint directory renamed by hand: its step and its name disagree */
+    char moved[700];
+    snprintf(path, sizeof path, "%s/step_00000005", test_tmpdir());
+    snprintf(moved, sizeof moved, "%s/step_00000009", test_tmpdir());
+    REQUIRE(rename(path, moved) == 0, "rename");
+    snprintf(path, sizeof path, "%s/latest", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    REQUIRE(f && fprintf(f, "step_00000009\n") > 0 && fclose(f) == 0, "writing latest");
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
+              strstr(err, "says step 5 but its directory is step_00000009"),
+          "renamed checkpoint: %s", err);
+    free(q);
+    free(p);
+    param_table_free(&t);
+}
+
+TEST(checkpoint_of_a_new_run_among_an_old_runs_later_steps_is_kept) {
+    /* an earlier run left steps 2 and 4; a new run in the same directory saves step 1 (keep 2):
+     * its checkpoint must survive and latest must name it; the earlier run's are not its to prune */
+    ParamTable t;
+    tiny_table(&t, 50);
+    float *p = random_floats(t.total, 9), *q = malloc(t.total * 4 * 3);
+    char err[512] = "", path[700];
+    struct stat sb;
+    for (int s = 2; s <= 4; s += 2) {
+        TrainState st = {.step = s};
+        REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 2, err) == 0, "%s", err);
+    }
+    for (int s = 1; s <= 3; s++) { /* the new run: steps 1, 2 (replaces the old 2), 3 */
+        TrainState st = {.step = s};
+        REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 2, err) == 0, "%s", err);
+        TrainState got;
+        REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &got, err) == 0,
+                "after saving step %d: %s", s, err);
+        CHECK(got.step == s, "latest is step %d after saving step %d", got.step, s);
+    }
+    const int expect[] = {0, 0, 1, 1, 1}; /* steps 1..4: 1 pruned (keep 2 of this run's), 2 3 kept, 4 untouched */
+    for (int s = 1; s <= 4; s++) {
+        snprintf(path, sizeof path, "%s/step_%08d", test_tmpdir(), s);
+        CHECK((stat(path, &sb) == 0) == expect[s], "step %d: exists %d, expected %d", s, stat(path, &sb) == 0,
+              expect[s]);
+    }
+    free(q);
+    free(p);
+    param_table_free(&t);
+}

@@ -74,13 +74,20 @@ TEST(shard_defects_give_clear_errors) {
     expect_defect("count beyond the file", 24, &huge, 8, -1, 300, "truncated or corrupt");
     expect_defect("truncated data", 0, NULL, 0, 64 + 150, 300, "truncated or corrupt");
     expect_defect("truncated header", 0, NULL, 0, 10, 300, "shorter than its 64-byte header");
-    expect_defect("token above the model's vocabulary", 0, NULL, 0, -1, 200, "is >= vocabulary 200");
+    /* the fix names the shard's own vocabulary (300), not the first token that did not fit */
+    expect_defect("token above the model's vocabulary", 0, NULL, 0, -1, 200, "is >= vocabulary 200 (re-tokenize, or pass -v 300)");
+    uint32_t zero = 0;
+    uint64_t absurd = ((uint64_t)1 << 63) + 5000;
+    expect_defect("vocabulary 0 in the header", 16, &zero, 4, -1, 300, "vocabulary of 0 tokens");
+    expect_defect("count no file holds", 24, &absurd, 8, -1, 300, "promises 9223372036854780808 tokens, more than");
     char err[FGPT_ERR_LEN];
     uint32_t *t;
     uint64_t n;
     ShardHeader h;
     CHECK(shard_read("/nonexistent/x.bin", 10, &t, &n, &h, err) == -1 && strstr(err, "cannot open"),
           "missing file: %s", err);
+    CHECK(shard_read(test_tmpdir(), 10, &t, &n, &h, err) == -1 && strstr(err, "is a directory, not a token shard"),
+          "a directory: %s", err);
 }
 
 static int open_loader_accum(Loader *l, const char *path, int B, int T, int rank, int world, int accum,

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "model/checkpoint.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 
@@ -44,6 +45,8 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("--device tpu", "--device must be cuda or cpu");
     expect_usage_error("-y 2", "-y/--resume must be 0 or 1");
     expect_usage_error("-x 0", "-x/--steps must be positive");
+    /* 2^32 tokens per step: an int would wrap to 0 and divide by it */
+    expect_usage_error("-b 65536 -t 65536 --max-seq-len 65536", "-b/--batch times -t, -g and --nodes is above");
 }
 
 TEST(cli_help_is_generated_from_the_option_table) {
@@ -153,7 +156,9 @@ static int rewrite_state(const char *state, long at, const void *value, size_t b
     FILE *f = fopen(state, "r+b");
     if (!f) return -1;
     int ok = fseek(f, at, SEEK_SET) == 0 && fwrite(value, bytes, 1, f) == 1;
-    return (fclose(f) == 0 && ok) ? 0 : -1;
+    char err[512];
+    /* as a conversion tool would: the checksum follows the rewritten header */
+    return (fclose(f) == 0 && ok && checkpoint_state_reseal(state, err) == 0) ? 0 : -1;
 }
 
 TEST(resume_prints_exactly_the_losses_of_the_uninterrupted_run) {
@@ -266,5 +271,65 @@ TEST(nan_loss_stops_the_run_and_keeps_the_last_checkpoint) {
     if (e && (e = strstr(e, "at step "))) failed_step = atoi(e + 8);
     CHECK(last_step >= 1 && last_step <= failed_step, "latest is %s but the failure was at step %d", name,
           failed_step);
+    free(out);
+}
+
+TEST(a_new_run_in_a_used_directory_leaves_the_old_one_and_a_finished_resume_says_so) {
+    char train[700], val[700], args[2400], path[900], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    snprintf(args, sizeof args, TINY_RUN " -x 4 -n 2 --val-every 0 -i %s -o %s/u", train, d);
+    REQUIRE(run_train(args, &out) == 0, "first run failed: %s", out);
+    free(out);
+    /* a new run, not a resume, into the same directory: said at the start; its checkpoint is kept
+     * and latest names it (the first run's later step_00000004 stays); the old log moves aside */
+    snprintf(args, sizeof args, TINY_RUN " -x 1 --val-every 0 -i %s -o %s/u", train, d);
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && strstr(out, "holds an earlier run (latest checkpoint step_00000004)"), "exit %d: %s", rc, out);
+    free(out);
+    snprintf(path, sizeof path, "%s/u/log.jsonl.prev", d);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "the earlier run's log was not kept as %s", path);
+    if (f) fclose(f);
+    /* resuming it: the checkpoint is step 1, and -x 1 leaves nothing to do */
+    snprintf(args, sizeof args, TINY_RUN " -x 1 --val-every 0 -y 1 -i %s -o %s/u", train, d);
+    rc = run_train(args, &out);
+    CHECK(rc == 0 && strstr(out, "resumed from") && strstr(out, "at step 1") &&
+              strstr(out, "nothing to train: the checkpoint is at step 1 and -x is 1"),
+          "exit %d: %s", rc, out);
+    free(out);
+    /* and with a larger -x it goes on from step 1 */
+    snprintf(args, sizeof args, TINY_RUN " -x 2 --val-every 0 -y 1 -i %s -o %s/u", train, d);
+    rc = run_train(args, &out);
+    CHECK(rc == 0 && strstr(out, "step     2/2"), "exit %d: %s", rc, out);
+    free(out);
+}
+
+TEST(inputs_that_would_be_silently_useless_are_refused_or_named) {
+    char train[700], val[700], other[800], args[2400], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    snprintf(args, sizeof args, TINY_RUN " -x 1 --prompt hello -i %s -o %s/p", train, d);
+    int rc = run_train(args, &out);
+    CHECK(rc == 2 && strstr(out, "--prompt needs a tokenizer"), "prompt without tokenizer: exit %d: %s", rc, out);
+    free(out);
+    /* a validation shard from another tokenizer (vocabulary 60 against 64) */
+    snprintf(other, sizeof other, "%s/val60.bin", d);
+    REQUIRE(write_pattern_shard(other, 4000, 60, 3) == 0, "writing %s", other);
+    snprintf(args, sizeof args, TINY_RUN " -x 1 -i %s -j %s -o %s/q", train, other, d);
+    rc = run_train(args, &out);
+    CHECK(rc == 2 && strstr(out, "for a vocabulary of 64 but") && strstr(out, "for 60"),
+          "mismatched validation shard: exit %d: %s", rc, out);
+    free(out);
+    snprintf(args, sizeof args, TINY_RUN " -x 1 --zero 1 -i %s -o %s/z", train, d);
+    rc = run_train(args, &out);
+    CHECK(rc == 2 && strstr(out, "not to the CPU backend"), "--zero on the CPU: exit %d: %s", rc, out);
+    free(out);
+    /* notes, not errors: no validation shard for --val-every; a warmup the run never finishes */
+    snprintf(args, sizeof args, "--device cpu -e tiny -v 64 -b 4 -t 32 -s 0 -x 2 --warmup 10 --val-every 1 -i %s -o %s/r",
+             train, d);
+    rc = run_train(args, &out);
+    CHECK(rc == 0 && strstr(out, "validation: off (no -j/--val-data") && strstr(out, "--warmup 10 is not below -x 2"),
+          "exit %d: %s", rc, out);
     free(out);
 }
