@@ -2,6 +2,7 @@
  * comes from the option table, no GPU means a clear error, a tiny model learns a synthetic corpus,
  * and a resumed run prints exactly the losses of the uninterrupted one. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -274,62 +275,53 @@ TEST(nan_loss_stops_the_run_and_keeps_the_last_checkpoint) {
     free(out);
 }
 
+/* Runs ./train with the flags fmt makes; its exit status must be rc and its output must hold
+ * `needle` and, unless NULL, `needle2`. */
+static void expect_run(int rc, const char *needle, const char *needle2, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void expect_run(int rc, const char *needle, const char *needle2, const char *fmt, ...) {
+    char args[2400], *out = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    int got = run_train(args, &out);
+    CHECK(out && got == rc && strstr(out, needle) && (!needle2 || strstr(out, needle2)),
+          "./train %s: exit %d (expected %d), output lacks '%s'%s%s: %s", args, got, rc, needle, needle2 ? " or " : "",
+          needle2 ? needle2 : "", out ? out : "");
+    free(out);
+}
+
 TEST(a_new_run_in_a_used_directory_leaves_the_old_one_and_a_finished_resume_says_so) {
-    char train[700], val[700], args[2400], path[900], *out = NULL;
+    char train[700], val[700], path[900];
     make_corpus(train, val, sizeof train);
     const char *d = test_tmpdir();
-    snprintf(args, sizeof args, TINY_RUN " -x 4 -n 2 --val-every 0 -i %s -o %s/u", train, d);
-    REQUIRE(run_train(args, &out) == 0, "first run failed: %s", out);
-    free(out);
+    expect_run(0, "step     4/4", NULL, TINY_RUN " -x 4 -n 2 --val-every 0 -i %s -o %s/u", train, d);
     /* a new run, not a resume, into the same directory: said at the start; its checkpoint is kept
      * and latest names it (the first run's later step_00000004 stays); the old log moves aside */
-    snprintf(args, sizeof args, TINY_RUN " -x 1 --val-every 0 -i %s -o %s/u", train, d);
-    int rc = run_train(args, &out);
-    CHECK(rc == 0 && strstr(out, "holds an earlier run (latest checkpoint step_00000004)"), "exit %d: %s", rc, out);
-    free(out);
+    expect_run(0, "holds an earlier run (latest checkpoint step_00000004)", NULL,
+               TINY_RUN " -x 1 --val-every 0 -i %s -o %s/u", train, d);
     snprintf(path, sizeof path, "%s/u/log.jsonl.prev", d);
     FILE *f = fopen(path, "r");
     CHECK(f != NULL, "the earlier run's log was not kept as %s", path);
     if (f) fclose(f);
-    /* resuming it: the checkpoint is step 1, and -x 1 leaves nothing to do */
-    snprintf(args, sizeof args, TINY_RUN " -x 1 --val-every 0 -y 1 -i %s -o %s/u", train, d);
-    rc = run_train(args, &out);
-    CHECK(rc == 0 && strstr(out, "resumed from") && strstr(out, "at step 1") &&
-              strstr(out, "nothing to train: the checkpoint is at step 1 and -x is 1"),
-          "exit %d: %s", rc, out);
-    free(out);
-    /* and with a larger -x it goes on from step 1 */
-    snprintf(args, sizeof args, TINY_RUN " -x 2 --val-every 0 -y 1 -i %s -o %s/u", train, d);
-    rc = run_train(args, &out);
-    CHECK(rc == 0 && strstr(out, "step     2/2"), "exit %d: %s", rc, out);
-    free(out);
+    /* resuming it: the checkpoint is step 1, and -x 1 leaves nothing to do; -x 2 goes on */
+    expect_run(0, "resumed from", "nothing to train: the checkpoint is at step 1 and -x is 1",
+               TINY_RUN " -x 1 --val-every 0 -y 1 -i %s -o %s/u", train, d);
+    expect_run(0, "at step 1", "step     2/2", TINY_RUN " -x 2 --val-every 0 -y 1 -i %s -o %s/u", train, d);
 }
 
 TEST(inputs_that_would_be_silently_useless_are_refused_or_named) {
-    char train[700], val[700], other[800], args[2400], *out = NULL;
+    char train[700], val[700], other[800];
     make_corpus(train, val, sizeof train);
     const char *d = test_tmpdir();
-    snprintf(args, sizeof args, TINY_RUN " -x 1 --prompt hello -i %s -o %s/p", train, d);
-    int rc = run_train(args, &out);
-    CHECK(rc == 2 && strstr(out, "--prompt needs a tokenizer"), "prompt without tokenizer: exit %d: %s", rc, out);
-    free(out);
+    expect_run(2, "--prompt needs a tokenizer", NULL, TINY_RUN " -x 1 --prompt hello -i %s -o %s/p", train, d);
     /* a validation shard from another tokenizer (vocabulary 60 against 64) */
     snprintf(other, sizeof other, "%s/val60.bin", d);
     REQUIRE(write_pattern_shard(other, 4000, 60, 3) == 0, "writing %s", other);
-    snprintf(args, sizeof args, TINY_RUN " -x 1 -i %s -j %s -o %s/q", train, other, d);
-    rc = run_train(args, &out);
-    CHECK(rc == 2 && strstr(out, "for a vocabulary of 64 but") && strstr(out, "for 60"),
-          "mismatched validation shard: exit %d: %s", rc, out);
-    free(out);
-    snprintf(args, sizeof args, TINY_RUN " -x 1 --zero 1 -i %s -o %s/z", train, d);
-    rc = run_train(args, &out);
-    CHECK(rc == 2 && strstr(out, "not to the CPU backend"), "--zero on the CPU: exit %d: %s", rc, out);
-    free(out);
+    expect_run(2, "for a vocabulary of 64 but", "for 60", TINY_RUN " -x 1 -i %s -j %s -o %s/q", train, other, d);
+    expect_run(2, "not to the CPU backend", NULL, TINY_RUN " -x 1 --zero 1 -i %s -o %s/z", train, d);
     /* notes, not errors: no validation shard for --val-every; a warmup the run never finishes */
-    snprintf(args, sizeof args, "--device cpu -e tiny -v 64 -b 4 -t 32 -s 0 -x 2 --warmup 10 --val-every 1 -i %s -o %s/r",
-             train, d);
-    rc = run_train(args, &out);
-    CHECK(rc == 0 && strstr(out, "validation: off (no -j/--val-data") && strstr(out, "--warmup 10 is not below -x 2"),
-          "exit %d: %s", rc, out);
-    free(out);
+    expect_run(0, "validation: off (no -j/--val-data", "--warmup 10 is not below -x 2",
+               "--device cpu -e tiny -v 64 -b 4 -t 32 -s 0 -x 2 --warmup 10 --val-every 1 -i %s -o %s/r", train, d);
 }
