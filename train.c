@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "data/loader.h"
+#include "data/paths.h"
 #include "data/shard.h"
 #include "data/prepare.h"
 #include "data/rng.h"
@@ -441,6 +442,17 @@ int main(int argc, char **argv) {
     /* Rank 0 alone prints, logs, samples and checkpoints; the others keep stderr for errors. */
     if (dist.rank != 0 && !freopen("/dev/null", "w", stdout)) {
         fprintf(stderr, "error: rank %d cannot silence its stdout\n", dist.rank);
+        return 1;
+    }
+
+    /* One trainer per run directory: two would interleave their checkpoints, latest and log. */
+    if (dist.rank == 0 && lock_dir(opt.out) < 0) {
+        if (errno == EWOULDBLOCK)
+            fprintf(stderr, "error: another trainer is using run directory %s; wait for it to finish or pass "
+                            "another -o\n", opt.out);
+        else
+            fprintf(stderr, "error: cannot create or lock run directory %s: %s (check -o)\n", opt.out,
+                    strerror(errno));
         return 1;
     }
 

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "data/paths.h"
 #include "model/checkpoint.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
@@ -322,6 +324,14 @@ TEST(inputs_that_would_be_silently_useless_are_refused_or_named) {
     expect_run(2, "for a vocabulary of 64 but", "for 60", TINY_RUN " -x 1 -i %s -j %s -o %s/q", train, other, d);
     expect_run(2, "not to the CPU backend", NULL, TINY_RUN " -x 1 --zero 1 -i %s -o %s/z", train, d);
     /* notes, not errors: no validation shard for --val-every; a warmup the run never finishes */
+    /* a second trainer in a run directory in use */
+    char dir[800];
+    snprintf(dir, sizeof dir, "%s/busy", d);
+    int fd = lock_dir(dir);
+    REQUIRE(fd >= 0, "cannot lock %s", dir);
+    expect_run(1, "another trainer is using run directory", NULL, TINY_RUN " -x 1 -i %s -o %s", train, dir);
+    close(fd);
+    expect_run(0, "step     1/1", NULL, TINY_RUN " -x 1 -i %s -o %s", train, dir);
     expect_run(0, "validation: off (no -j/--val-data", "--warmup 10 is not below -x 2",
                "--device cpu -e tiny -v 64 -b 4 -t 32 -s 0 -x 2 --warmup 10 --val-every 1 -i %s -o %s/r", train, d);
 }
