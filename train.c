@@ -16,7 +16,6 @@
 
 #include "data/loader.h"
 #include "data/paths.h"
-#include "data/shard.h"
 #include "data/prepare.h"
 #include "data/rng.h"
 #include "model/backend.h"
@@ -294,11 +293,6 @@ static void validate(Options *opt, GPTConfig *cfg) {
     gpt_config_finish(cfg);
 }
 
-/* -i given without -j: there is nothing to validate on, whatever --val-every says. */
-static int have_val_flags_without_data(const Options *opt, const char *val_path) {
-    return opt->train_data[0] && !val_path[0] && opt->val_every > 0;
-}
-
 /* Prints the start-up memory table. */
 static void print_memory(Backend *be) {
     MemoryItem items[MAX_MEMORY_ITEMS];
@@ -496,7 +490,7 @@ int main(int argc, char **argv) {
                         "-i's tokens)\n");
         FAIL(2);
     }
-    if (have_val_flags_without_data(&opt, val_path))
+    if (opt.train_data[0] && !val_path[0] && opt.val_every > 0) /* -i without -j: nothing to validate on */
         printf("validation: off (no -j/--val-data shard beside -i); --val-every has nothing to evaluate\n");
     if (opt.warmup >= opt.steps)
         printf("schedule: --warmup %d is not below -x %d: the learning rate never reaches -l %g\n", opt.warmup,
@@ -529,17 +523,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err);
         FAIL(1);
     }
-    if (have_val) { /* the two shards must come from one tokenizer, or the validation loss means nothing */
-        ShardHeader th, vh;
-        if (shard_read_header(train_path, &th, err) != 0 || shard_read_header(val_path, &vh, err) != 0) {
-            fprintf(stderr, "error: %s\n", err);
-            FAIL(1);
-        }
-        if (th.vocab_size != vh.vocab_size) {
-            fprintf(stderr, "error: %s was tokenized for a vocabulary of %u but %s for %u: pass a validation shard "
-                            "made by the same tokenizer\n", train_path, th.vocab_size, val_path, vh.vocab_size);
-            FAIL(2);
-        }
+    /* the two shards must come from one tokenizer, or the validation loss means nothing */
+    if (have_val && train_loader.shard_vocab != val_loader.shard_vocab) {
+        fprintf(stderr, "error: %s was tokenized for a vocabulary of %u but %s for %u: pass a validation shard "
+                        "made by the same tokenizer\n", train_path, train_loader.shard_vocab, val_path,
+                val_loader.shard_vocab);
+        FAIL(2);
     }
     /* a small validation shard (1 % of a small corpus) is used whole rather than refused */
     const int val_batches_asked = val_batches_per_rank;
@@ -611,16 +600,11 @@ int main(int argc, char **argv) {
             FAIL(0);
         }
     } else if (dist.rank == 0) {
-        char latest[1100], name[64] = "";
-        snprintf(latest, sizeof latest, "%s/latest", opt.out);
-        FILE *lf = fopen(latest, "r");
-        if (lf) {
-            if (fscanf(lf, "%63s", name) != 1) name[0] = 0;
-            fclose(lf);
+        char name[256];
+        if (checkpoint_latest_name(opt.out, name, sizeof name, err) == 0)
             printf("note: %s holds an earlier run (latest checkpoint %s); this one starts afresh beside it (-y 1 "
                    "would have continued it), its log goes to log.jsonl and the old log to log.jsonl.prev\n",
-                   opt.out, name[0] ? name : "?");
-        }
+                   opt.out, name);
     }
     if (dist.rank == 0 && runlog_open(&log, opt.out, !opt.resume, err) != 0) {
         fprintf(stderr, "error: %s\n", err);

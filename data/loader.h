@@ -17,6 +17,7 @@
 typedef struct {
     uint32_t *tokens;
     uint64_t num_tokens;
+    uint32_t shard_vocab; /* the vocabulary the shard's header records (its tokenizer's) */
     int B, T;
     int rank, world;
     int shuffle;

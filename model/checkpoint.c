@@ -280,21 +280,29 @@ int checkpoint_save(const char *run_dir, const ParamTable *t, const float *param
         return -1;                                                                                       \
     }
 
-int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *params, float *m, float *v,
-                           TrainState *st, char *err) {
-    char latest[PATH_LEN], name[256] = {0}, path[PATH_LEN + 300];
+int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *err) {
+    char latest[PATH_LEN];
     snprintf(latest, sizeof latest, "%s/latest", run_dir);
     FILE *lf = fopen(latest, "r");
     if (!lf) {
         snprintf(err, 512, "no checkpoint to resume in %s (%s missing; drop -y or check -o)", run_dir, latest);
         return -1;
     }
-    int got = fscanf(lf, "%255s", name);
+    char buf[256] = {0};
+    int got = fscanf(lf, "%255s", buf);
     fclose(lf);
-    if (got != 1 || strncmp(name, "step_", 5) != 0 || strchr(name, '/')) {
+    if (got != 1 || strncmp(buf, "step_", 5) != 0 || strchr(buf, '/') || strlen(buf) >= size) {
         snprintf(err, 512, "%s is corrupt (expected a name like step_00000100)", latest);
         return -1;
     }
+    memcpy(name, buf, strlen(buf) + 1);
+    return 0;
+}
+
+int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *params, float *m, float *v,
+                           TrainState *st, char *err) {
+    char name[256], path[PATH_LEN + 300];
+    if (checkpoint_latest_name(run_dir, name, sizeof name, err) != 0) return -1;
     snprintf(path, sizeof path, "%s/%s/state.bin", run_dir, name);
     FILE *f = fopen(path, "rb");
     if (!f) {

@@ -10,6 +10,7 @@
 #ifndef FUSEDGPT_CHECKPOINT_H
 #define FUSEDGPT_CHECKPOINT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "model/gpt.h"
@@ -28,6 +29,10 @@ typedef struct {
  * prune_checkpoints). Returns 0, or -1 with a one-line message in err. */
 int checkpoint_save(const char *run_dir, const ParamTable *t, const float *params, const float *m, const float *v,
                     const TrainState *st, int keep, char *err);
+
+/* The checkpoint directory name <run_dir>/latest holds (step_NNNNNNNN) into name (size bytes):
+ * 0, or -1 with a message in err when there is none or it is not such a name. */
+int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *err);
 
 /* Loads the checkpoint named by <run_dir>/latest into params/m/v (each table->total floats) and st.
  * The checkpoint's model config must equal t->cfg; otherwise -1 with a message naming the field.
