@@ -5,6 +5,7 @@
  *
  * Everything else lives in model/ (the network, backends, checkpoints), data/ (shards, loader) and
  * tokenizer/. Exit status: 0 success, 1 runtime failure, 2 bad command line. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -43,6 +44,7 @@ typedef struct {
     const char *master;
     int zero, overlap_comm, bucket_mb;
     int help;
+    unsigned from_env; /* bit k: option_env[k]'s value came from its environment variable */
 } Options;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_FLAG } OptType;
@@ -115,10 +117,26 @@ static const struct {
 } option_env[] = {{"nodes", "FUSEDGPT_NODES"}, {"node-rank", "FUSEDGPT_NODE_RANK"}, {"master", "FUSEDGPT_MASTER"}};
 #define NUM_OPTION_ENV ((int)(sizeof option_env / sizeof option_env[0]))
 
-static const char *env_of(const OptSpec *o) {
+static int env_index(const char *long_name) {
     for (int i = 0; i < NUM_OPTION_ENV; i++)
-        if (strcmp(option_env[i].long_name, o->long_name) == 0) return option_env[i].env;
-    return NULL;
+        if (strcmp(option_env[i].long_name, long_name) == 0) return i;
+    return -1;
+}
+
+static const char *env_of(const OptSpec *o) {
+    int i = env_index(o->long_name);
+    return i < 0 ? NULL : option_env[i].env;
+}
+
+/* How an error names the flag: "--nodes", or "FUSEDGPT_NODES (for --nodes)" when that is where the
+ * value came from, so the user knows what to change. */
+static const char *source_name(const Options *opt, const char *long_name, char *buf, size_t n) {
+    int i = env_index(long_name);
+    if (i >= 0 && (opt->from_env >> i & 1))
+        snprintf(buf, n, "%s (for --%s)", option_env[i].env, long_name);
+    else
+        snprintf(buf, n, "--%s", long_name);
+    return buf;
 }
 
 static void usage(FILE *f) {
@@ -167,21 +185,40 @@ static void set_value(Options *opt, const OptSpec *o, const char *value, const c
     switch (o->type) {
     case OPT_INT: {
         long v = strtol(value, &end, 10);
-        if (!*value || *end || errno || v < -2147483647L || v > 2147483647L)
+        if (!*value || isspace((unsigned char)*value) || *end || errno || v < -2147483647L || v > 2147483647L)
             die_usage("%s expects an integer, got '%s'", name, value);
         *(int *)dst = (int)v;
         break;
     }
     case OPT_FLOAT: {
         float v = strtof(value, &end);
-        if (!*value || *end || errno || !isfinite(v)) die_usage("%s expects a number, got '%s'", name, value);
+        if (!*value || isspace((unsigned char)*value) || *end || errno || !isfinite(v)) die_usage("%s expects a number, got '%s'", name, value);
         *(float *)dst = v;
         break;
     }
     case OPT_STR: *(const char **)dst = value; break;
     case OPT_FLAG: *(int *)dst = 1; break;
     }
+    int k = env_index(o->long_name);
+    if (k >= 0) opt->from_env = source ? opt->from_env | 1u << k : opt->from_env & ~(1u << k);
 }
+
+/* The option a command-line word names (-x, --steps, --steps=5), or NULL. */
+static const OptSpec *find_option(const char *arg) {
+    if (arg[0] == '-' && arg[1] == '-' && arg[2]) {
+        const char *eq = strchr(arg + 2, '=');
+        size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+        for (int k = 0; k < NUM_OPTIONS; k++)
+            if (strlen(options[k].long_name) == len && strncmp(options[k].long_name, arg + 2, len) == 0)
+                return &options[k];
+    } else if (arg[0] == '-' && arg[1] && !arg[2]) {
+        for (int k = 0; k < NUM_OPTIONS; k++)
+            if (options[k].short_name == arg[1]) return &options[k];
+    }
+    return NULL;
+}
+
+static int is_flag(const char *arg) { return find_option(arg) != NULL; }
 
 static void parse_args(Options *opt, int argc, char **argv) {
     memset(opt, 0, sizeof *opt);
@@ -192,33 +229,29 @@ static void parse_args(Options *opt, int argc, char **argv) {
         if (v && *v) set_value(opt, &options[i], v, env);
     }
     for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *inline_value = NULL;
-        const OptSpec *o = NULL;
-        char longname[64];
-        if (arg[0] == '-' && arg[1] == '-' && arg[2]) {
-            const char *eq = strchr(arg + 2, '=');
-            size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-            snprintf(longname, sizeof longname, "%.*s", (int)len, arg + 2);
-            if (eq) inline_value = eq + 1;
-            for (int k = 0; k < NUM_OPTIONS; k++)
-                if (strcmp(options[k].long_name, longname) == 0) o = &options[k];
-        } else if (arg[0] == '-' && arg[1] && !arg[2]) {
-            for (int k = 0; k < NUM_OPTIONS; k++)
-                if (options[k].short_name == arg[1]) o = &options[k];
-        }
+        const char *arg = argv[i], *eq = arg[0] == '-' && arg[1] == '-' ? strchr(arg, '=') : NULL;
+        const char *inline_value = eq ? eq + 1 : NULL;
+        const OptSpec *o = find_option(arg);
         if (!o) die_usage("unknown flag '%s'%s", arg, "");
+        char name[64];
+        flag_name(o, name, sizeof name);
         if (o->type == OPT_FLAG) {
+            if (inline_value) die_usage("%s takes no value, got '%s'", name, arg);
             set_value(opt, o, "1", NULL);
             continue;
         }
         const char *value = inline_value;
         if (!value) {
-            if (i + 1 >= argc) {
-                char name[64];
-                flag_name(o, name, sizeof name);
-                die_usage("%s needs a value%s", name, "");
-            }
+            if (i + 1 >= argc) die_usage("%s needs a value%s", name, "");
             value = argv[++i];
+            /* "-o -x 10" would otherwise train into a directory named -x; a value that really is
+             * such a name can still be given as --out=-x */
+            if (is_flag(value)) {
+                char why[256];
+                snprintf(why, sizeof why, "%s needs a value, got the flag '%s' (if that is the value, write --%s=%s)",
+                         name, value, o->long_name, value);
+                die_usage("%s%s", why, "");
+            }
         }
         set_value(opt, o, value, NULL);
     }
@@ -261,19 +294,22 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->sample_every < 0) bad("-s/--sample-every", "must be 0 or more");
     if (opt->gen_tokens < 1 || opt->gen_tokens > 1048576) bad("-G/--gen-tokens", "must be between 1 and 2^20");
     if (opt->gpus < 1) bad("-g/--gpus", "must be positive");
-    if (opt->nodes < 1) bad("--nodes", "must be positive");
-    char why[160], host[256];
+    char nodes[64], node_rank[64], master[64], why[400], host[256];
+    source_name(opt, "nodes", nodes, sizeof nodes);
+    source_name(opt, "node-rank", node_rank, sizeof node_rank);
+    source_name(opt, "master", master, sizeof master);
+    if (opt->nodes < 1) bad(nodes, "must be positive");
     int port;
     if (opt->node_rank < 0 || opt->node_rank >= opt->nodes) {
-        snprintf(why, sizeof why, "--node-rank %d is out of range for --nodes %d (0..%d)", opt->node_rank, opt->nodes,
-                 opt->nodes - 1);
+        snprintf(why, sizeof why, "%s %d is out of range for %s %d (0..%d)", node_rank, opt->node_rank, nodes,
+                 opt->nodes, opt->nodes - 1);
         die_usage("%s%s", why, "");
     }
-    if ((long long)opt->gpus * opt->nodes > DIST_MAX_WORLD) bad("--nodes", "times -g/--gpus is above 1024 ranks");
+    if ((long long)opt->gpus * opt->nodes > DIST_MAX_WORLD) bad(nodes, "times -g/--gpus is above 1024 ranks");
     if (opt->master[0] && dist_parse_master(opt->master, host, sizeof host, &port) != 0)
-        die_usage("--master expects HOST:PORT (node 0's address, a port 1..65535), got '%s'%s", opt->master, "");
+        die_usage("%s expects HOST:PORT (node 0's address, a port 1..65535), got '%s'", master, opt->master);
     if (opt->nodes > 1 && !opt->master[0]) {
-        snprintf(why, sizeof why, "--nodes %d needs --master HOST:PORT (node 0's address, the same on every node)",
+        snprintf(why, sizeof why, "%s %d needs --master HOST:PORT (node 0's address, the same on every node)", nodes,
                  opt->nodes);
         die_usage("%s%s", why, "");
     }

@@ -50,6 +50,28 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("-x 0", "-x/--steps must be positive");
     /* 2^32 tokens per step: an int would wrap to 0 and divide by it */
     expect_usage_error("-b 65536 -t 65536 --max-seq-len 65536", "-b/--batch times -t, -g and --nodes is above");
+    /* a forgotten value must not swallow the next flag (it would train into a directory named -x) */
+    expect_usage_error("-o -x 3", "-o/--out needs a value, got the flag '-x' (if that is the value, write --out=-x)");
+    expect_usage_error("--prompt --steps 3", "--prompt needs a value, got the flag '--steps'");
+    expect_usage_error("--help=1", "-h/--help takes no value");
+    expect_usage_error("-b ' 4'", "-b/--batch expects an integer, got ' 4'");
+    expect_usage_error("--lr nan", "-l/--lr expects a number, got 'nan'");
+}
+
+/* Errors about a value from the environment name the variable, which is what the user must change. */
+TEST(cli_errors_name_the_environment_variable_a_value_came_from) {
+    setenv("FUSEDGPT_NODES", "2", 1);
+    setenv("FUSEDGPT_NODE_RANK", "3", 1);
+    expect_usage_error("", "FUSEDGPT_NODE_RANK (for --node-rank) 3 is out of range for FUSEDGPT_NODES (for --nodes) 2");
+    expect_usage_error("--node-rank 2", "--node-rank 2 is out of range for FUSEDGPT_NODES (for --nodes) 2");
+    setenv("FUSEDGPT_NODE_RANK", "x", 1);
+    expect_usage_error("", "FUSEDGPT_NODE_RANK (for --node-rank) expects an integer, got 'x'");
+    unsetenv("FUSEDGPT_NODE_RANK");
+    setenv("FUSEDGPT_MASTER", "nohost", 1);
+    expect_usage_error("", "FUSEDGPT_MASTER (for --master) expects HOST:PORT");
+    unsetenv("FUSEDGPT_MASTER");
+    expect_usage_error("", "FUSEDGPT_NODES (for --nodes) 2 needs --master HOST:PORT");
+    unsetenv("FUSEDGPT_NODES");
 }
 
 TEST(cli_help_is_generated_from_the_option_table) {
