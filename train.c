@@ -603,6 +603,16 @@ int main(int argc, char **argv) {
                     opt.out, st.B, st.T, st.total_batch, (unsigned long long)st.seed);
             FAIL(2);
         }
+        if ((st.data_tokens || st.data_fingerprint) &&
+            (st.data_tokens != train_loader.num_tokens || st.data_fingerprint != train_loader.fingerprint)) {
+            fprintf(stderr,
+                    "error: checkpoint in %s was trained on other data (a shard of %llu tokens) than %s (%llu tokens%s); "
+                    "resume with the same -i so the data order continues\n",
+                    opt.out, (unsigned long long)st.data_tokens, train_path,
+                    (unsigned long long)train_loader.num_tokens,
+                    st.data_tokens == train_loader.num_tokens ? ", other values" : "");
+            FAIL(2);
+        }
         LoaderState ls = {st.loader_epoch, st.loader_position};
         if (st.world != dist.world) {
             /* the checkpoint holds the whole model and optimizer state, so only the data position
@@ -745,7 +755,8 @@ int main(int argc, char **argv) {
             LoaderState ls = loader_get_state(&train_loader);
             TrainState st = {.step = step + 1, .loader_epoch = ls.epoch, .loader_position = ls.position,
                              .B = B, .T = T, .total_batch = opt.total_batch, .world = dist.world,
-                             .seed = (uint64_t)opt.seed};
+                             .seed = (uint64_t)opt.seed, .data_tokens = train_loader.num_tokens,
+                             .data_fingerprint = train_loader.fingerprint};
             memcpy(st.rng, rng.s, sizeof st.rng);
             if (checkpoint_save(opt.out, &table, ck_p, ck_m, ck_v, &st, opt.keep_checkpoints, err) != 0) {
                 fprintf(stderr, "error: %s\n", err);

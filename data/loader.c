@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/hash.h"
 #include "data/rng.h"
 
 static void build_order(Loader *l) {
@@ -26,6 +27,7 @@ int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T,
     ShardHeader hdr;
     if (shard_read(path, model_vocab, &l->tokens, &l->num_tokens, &hdr, err) != 0) return -1;
     l->shard_vocab = hdr.vocab_size;
+    l->fingerprint = fgpt_hash64(l->tokens, l->num_tokens * sizeof(uint32_t), l->num_tokens);
     l->B = B;
     l->T = T;
     l->rank = rank;

@@ -18,6 +18,7 @@ typedef struct {
     uint32_t *tokens;
     uint64_t num_tokens;
     uint32_t shard_vocab; /* the vocabulary the shard's header records (its tokenizer's) */
+    uint64_t fingerprint; /* hash of the tokens: the same data gives the same value, whatever its file or token width */
     int B, T;
     int rank, world;
     int shuffle;

@@ -1,4 +1,5 @@
 /* model/checkpoint.c - checkpoint writer and reader (see checkpoint.h for the layout). */
+#include "data/hash.h"
 #include "data/paths.h"
 #include "model/checkpoint.h"
 
@@ -11,7 +12,7 @@
 #include <unistd.h>
 
 #define STATE_MAGIC "FGPTSTAT"
-#define STATE_VERSION 2u /* 2: a checksum of the whole file in the header */
+#define STATE_VERSION 3u /* 2: a checksum of the whole file in the header; 3: the training data's fingerprint */
 #define PATH_LEN 1200
 
 typedef struct {
@@ -21,41 +22,18 @@ typedef struct {
     int32_t step, B, T, total_batch;
     uint64_t seed, loader_epoch, loader_position, rng[4];
     uint64_t total_params;
+    uint64_t data_tokens, data_fingerprint; /* the training shard's (loader.h); 0: not recorded */
     uint64_t checksum; /* state_checksum of the header (this field 0) and the three arrays */
 } StateHeader;
-
-/* 64-bit checksum of a byte range: four independent lanes over 32-byte blocks (multiply, rotate)
- * so that it runs near memory speed on the GBs of a large model's state, then the tail. Catches
- * bit flips and overwritten ranges; not cryptographic. */
-#define H_P1 0x9E3779B185EBCA87ull
-#define H_P2 0xC2B2AE3D27D4EB4Full
-static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-static uint64_t hash_round(uint64_t acc, uint64_t w) { return rotl64(acc + w * H_P2, 31) * H_P1; }
-
-static uint64_t hash_bytes(const void *data, size_t n, uint64_t seed) {
-    const unsigned char *p = data;
-    uint64_t lane[4] = {seed + H_P1 + H_P2, seed + H_P2, seed, seed - H_P1};
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        for (int k = 0; k < 4; k++) {
-            uint64_t w;
-            memcpy(&w, p + i + 8 * k, 8);
-            lane[k] = hash_round(lane[k], w);
-        }
-    uint64_t h = rotl64(lane[0], 1) + rotl64(lane[1], 7) + rotl64(lane[2], 12) + rotl64(lane[3], 18) + (uint64_t)n;
-    for (; i < n; i++) h = rotl64(h ^ (p[i] * H_P1), 11) * H_P2;
-    h ^= h >> 33, h *= H_P2, h ^= h >> 29, h *= H_P1, h ^= h >> 32;
-    return h;
-}
 
 /* The file's checksum: the header with its checksum field 0, then params, m, v (n bytes each). */
 static uint64_t state_checksum(const StateHeader *h, const float *params, const float *m, const float *v, size_t n) {
     StateHeader z = *h;
     z.checksum = 0;
-    uint64_t c = hash_bytes(&z, sizeof z, 0);
-    c = hash_bytes(params, n, c);
-    c = hash_bytes(m, n, c);
-    return hash_bytes(v, n, c);
+    uint64_t c = fgpt_hash64(&z, sizeof z, 0);
+    c = fgpt_hash64(params, n, c);
+    c = fgpt_hash64(m, n, c);
+    return fgpt_hash64(v, n, c);
 }
 
 static int write_all(FILE *f, const void *p, size_t bytes) {
@@ -92,6 +70,8 @@ static int write_state(const char *path, const ParamTable *t, const float *param
     h.loader_position = st->loader_position;
     memcpy(h.rng, st->rng, sizeof h.rng);
     h.total_params = t->total;
+    h.data_tokens = st->data_tokens;
+    h.data_fingerprint = st->data_fingerprint;
     size_t n = t->total * sizeof(float);
     h.checksum = state_checksum(&h, params, m, v, n);
     int ok = write_all(f, &h, sizeof h) && write_all(f, params, n) && write_all(f, m, n) && write_all(f, v, n);
@@ -360,6 +340,8 @@ int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *para
     st->loader_epoch = h.loader_epoch;
     st->loader_position = h.loader_position;
     memcpy(st->rng, h.rng, sizeof st->rng);
+    st->data_tokens = h.data_tokens;
+    st->data_fingerprint = h.data_fingerprint;
     return 0;
 }
 

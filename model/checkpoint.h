@@ -22,6 +22,8 @@ typedef struct {
     int B, T, total_batch;          /* must match on resume: they decide the data order */
     int world;                      /* data-parallel ranks (the data position counts per rank) */
     uint64_t seed;
+    uint64_t data_tokens, data_fingerprint; /* the training shard (Loader.fingerprint): a resume on other data
+                                               is refused; 0 0: not recorded (not checked) */
 } TrainState;
 
 /* Writes a checkpoint of params/m/v (table layout, fp32) and st. Keeps it and the newest keep - 1

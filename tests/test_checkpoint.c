@@ -43,7 +43,8 @@ TEST(checkpoint_round_trip_restores_everything) {
     tiny_table(&t, 50);
     float *p = random_floats(t.total, 1), *m = random_floats(t.total, 2), *v = random_floats(t.total, 3);
     TrainState st = {.step = 7, .loader_epoch = 2, .loader_position = 5, .rng = {1, 2, 3, 4}, .B = 2, .T = 8,
-                     .total_batch = 32, .world = 4, .seed = 99};
+                     .total_batch = 32, .world = 4, .seed = 99, .data_tokens = 123456789012ull,
+                     .data_fingerprint = 0xfedcba9876543210ull};
     char err[512];
     REQUIRE(checkpoint_save(test_tmpdir(), &t, p, m, v, &st, 2, err) == 0, "%s", err);
     float *p2 = malloc(t.total * 4), *m2 = malloc(t.total * 4), *v2 = malloc(t.total * 4);
@@ -52,7 +53,8 @@ TEST(checkpoint_round_trip_restores_everything) {
     CHECK(!memcmp(p, p2, t.total * 4) && !memcmp(m, m2, t.total * 4) && !memcmp(v, v2, t.total * 4),
           "weights or moments differ after the round trip");
     CHECK(st2.step == 7 && st2.loader_epoch == 2 && st2.loader_position == 5 && st2.B == 2 && st2.T == 8 &&
-              st2.total_batch == 32 && st2.world == 4 && st2.seed == 99 && !memcmp(st.rng, st2.rng, sizeof st.rng),
+              st2.total_batch == 32 && st2.world == 4 && st2.seed == 99 && !memcmp(st.rng, st2.rng, sizeof st.rng) &&
+              st2.data_tokens == st.data_tokens && st2.data_fingerprint == st.data_fingerprint,
           "train state differs after the round trip");
     free(p);
     free(m);

@@ -211,6 +211,13 @@ TEST(resume_prints_exactly_the_losses_of_the_uninterrupted_run) {
     int rc = run_train(args, &bad);
     CHECK(rc == 2 && strstr(bad, "-v 64"), "mismatched resume: exit %d: %s", rc, bad);
     free(bad);
+    /* ... and so is a resume on another shard of the same vocabulary (the data position would point
+     * into other data) */
+    snprintf(args, sizeof args, TINY_RUN " -x 20 -y 1 -i %s -o %s/b", val, d);
+    rc = run_train(args, &bad);
+    CHECK(rc == 2 && strstr(bad, "was trained on other data") && strstr(bad, "resume with the same -i"),
+          "resume on other data: exit %d: %s", rc, bad);
+    free(bad);
     /* a state.bin claiming 2 ranks for a batch of one micro-batch per step is refused, not used */
     char state[800];
     snprintf(state, sizeof state, "%s/b/step_00000010/state.bin", d);
