@@ -240,7 +240,12 @@ TEST(dist_launch_flag_errors_name_the_flag) {
         {"--master host:70000", NULL, "error: --master expects HOST:PORT"},
         {"--nodes 2", NULL, "error: --nodes 2 needs --master HOST:PORT"},
         {"--nodes 0", NULL, "error: --nodes must be positive"},
-        {"", "FUSEDGPT_NODES=2", "error: --nodes 2 needs --master HOST:PORT"},
+        /* a value from the environment: the error names the variable, which is what to change */
+        {"", "FUSEDGPT_NODES=2", "error: FUSEDGPT_NODES (for --nodes) 2 needs --master HOST:PORT"},
+        {"--nodes 2", "FUSEDGPT_NODE_RANK=3",
+         "error: FUSEDGPT_NODE_RANK (for --node-rank) 3 is out of range for --nodes 2 (0..1)"},
+        {"--nodes 2 --node-rank 2", "FUSEDGPT_NODE_RANK=1", "error: --node-rank 2 is out of range"},
+        {"", "FUSEDGPT_MASTER=nohost", "error: FUSEDGPT_MASTER (for --master) expects HOST:PORT"},
         {"", "FUSEDGPT_NODE_RANK=x", "error: FUSEDGPT_NODE_RANK (for --node-rank) expects an integer, got 'x'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

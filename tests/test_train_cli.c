@@ -58,22 +58,6 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("--lr nan", "-l/--lr expects a number, got 'nan'");
 }
 
-/* Errors about a value from the environment name the variable, which is what the user must change. */
-TEST(cli_errors_name_the_environment_variable_a_value_came_from) {
-    setenv("FUSEDGPT_NODES", "2", 1);
-    setenv("FUSEDGPT_NODE_RANK", "3", 1);
-    expect_usage_error("", "FUSEDGPT_NODE_RANK (for --node-rank) 3 is out of range for FUSEDGPT_NODES (for --nodes) 2");
-    expect_usage_error("--node-rank 2", "--node-rank 2 is out of range for FUSEDGPT_NODES (for --nodes) 2");
-    setenv("FUSEDGPT_NODE_RANK", "x", 1);
-    expect_usage_error("", "FUSEDGPT_NODE_RANK (for --node-rank) expects an integer, got 'x'");
-    unsetenv("FUSEDGPT_NODE_RANK");
-    setenv("FUSEDGPT_MASTER", "nohost", 1);
-    expect_usage_error("", "FUSEDGPT_MASTER (for --master) expects HOST:PORT");
-    unsetenv("FUSEDGPT_MASTER");
-    expect_usage_error("", "FUSEDGPT_NODES (for --nodes) 2 needs --master HOST:PORT");
-    unsetenv("FUSEDGPT_NODES");
-}
-
 TEST(cli_help_is_generated_from_the_option_table) {
     char *out = NULL;
     int rc = run_train("--help", &out);
