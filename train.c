@@ -192,7 +192,8 @@ static void set_value(Options *opt, const OptSpec *o, const char *value, const c
     }
     case OPT_FLOAT: {
         float v = strtof(value, &end);
-        if (!*value || isspace((unsigned char)*value) || *end || errno || !isfinite(v)) die_usage("%s expects a number, got '%s'", name, value);
+        if (!*value || isspace((unsigned char)*value) || *end || errno || !isfinite(v))
+            die_usage("%s expects a number, got '%s'", name, value);
         *(float *)dst = v;
         break;
     }
@@ -399,6 +400,13 @@ static void generate_sample(Backend *be, const Tokenizer *tok, const Options *op
     free(text);
 }
 
+/* 1 when every rank holds this value. Every rank makes both calls and reaches the same answer, so
+ * all of them go on or all stop (a rank that skipped a collective would leave the others waiting). */
+static int ranks_agree(const Dist *dist, double value) {
+    const double largest = dist_max_scalar(dist, value), smallest = -dist_max_scalar(dist, -value);
+    return largest == smallest;
+}
+
 static int check_finite(float loss, float norm, int step) {
     if (isfinite(loss) && isfinite(norm)) return 1;
     fprintf(stderr,
@@ -475,15 +483,29 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    /* A resume with nothing to resume stops before it creates the directory (a typo in -o). */
+    if (opt.resume && dist.rank == 0) {
+        char name[256];
+        if (checkpoint_latest_name(opt.out, name, sizeof name, err) != 0) {
+            fprintf(stderr, "error: %s\n", err);
+            return 2;
+        }
+    }
     /* One trainer per run directory: two would interleave their checkpoints, latest and log. */
     if (dist.rank == 0 && lock_dir(opt.out) < 0) {
-        if (errno == EWOULDBLOCK)
+        if (errno == EWOULDBLOCK) {
             fprintf(stderr, "error: another trainer is using run directory %s; wait for it to finish or pass "
                             "another -o\n", opt.out);
-        else
+            return 1;
+        }
+        if (errno != ENOSYS && errno != ENOLCK && errno != EOPNOTSUPP) {
             fprintf(stderr, "error: cannot create or lock run directory %s: %s (check -o)\n", opt.out,
                     strerror(errno));
-        return 1;
+            return 1;
+        }
+        /* a cluster file system mounted without locks: train, but nothing stops a second trainer */
+        printf("note: run directory %s cannot be locked (%s); do not start a second trainer on it\n", opt.out,
+               strerror(errno));
     }
 
     /* Data: the user's shards, or the default corpus prepared for this vocabulary. */
@@ -596,6 +618,17 @@ int main(int argc, char **argv) {
             fprintf(stderr, "error: %s\n", err);
             FAIL(2);
         }
+        /* each rank read the checkpoint itself; on hosts that do not share -o they may have read
+         * different ones, and would train different replicas or wait for each other forever */
+        const int same_step = ranks_agree(&dist, st.step);
+        const int same_high = ranks_agree(&dist, (double)(st.checksum >> 32));
+        const int same_low = ranks_agree(&dist, (double)(st.checksum & 0xffffffffu));
+        if (!same_step || !same_high || !same_low) {
+            fprintf(stderr, "error: rank %d read a checkpoint of step %d in %s that differs from another rank's; "
+                            "every host needs the same checkpoint (-o on a shared file system, or a copy)\n",
+                    dist.rank, st.step, opt.out);
+            FAIL(2);
+        }
         if (st.B != B || st.T != T || st.total_batch != opt.total_batch || st.seed != (uint64_t)opt.seed) {
             fprintf(stderr,
                     "error: checkpoint in %s was trained with -b %d -t %d -d %d --seed %llu; resume with the same "
@@ -606,8 +639,8 @@ int main(int argc, char **argv) {
         if ((st.data_tokens || st.data_fingerprint) &&
             (st.data_tokens != train_loader.num_tokens || st.data_fingerprint != train_loader.fingerprint)) {
             fprintf(stderr,
-                    "error: checkpoint in %s was trained on other data (a shard of %llu tokens) than %s (%llu tokens%s); "
-                    "resume with the same -i so the data order continues\n",
+                    "error: checkpoint in %s was trained on other data (a shard of %llu tokens) than %s (%llu "
+                    "tokens%s); resume with the same -i so the data order continues\n",
                     opt.out, (unsigned long long)st.data_tokens, train_path,
                     (unsigned long long)train_loader.num_tokens,
                     st.data_tokens == train_loader.num_tokens ? ", other values" : "");
@@ -637,6 +670,10 @@ int main(int argc, char **argv) {
             FAIL(2);
         }
         be->ops->write_state(be, ck_p, ck_m, ck_v);
+        if (dist.rank != 0) { /* only rank 0 stages checkpoints: 12 bytes per parameter on every rank */
+            free(ck_p), free(ck_m), free(ck_v);
+            ck_p = ck_m = ck_v = NULL;
+        }
         memcpy(rng.s, st.rng, sizeof rng.s);
         start_step = st.step;
         printf("resumed from %s at step %d\n", opt.out, start_step);
@@ -646,13 +683,20 @@ int main(int argc, char **argv) {
             FAIL(0);
         }
     } else if (dist.rank == 0) {
-        char name[256];
-        if (checkpoint_latest_name(opt.out, name, sizeof name, err) == 0)
-            printf("note: %s holds an earlier run (latest checkpoint %s); this one starts afresh beside it (-y 1 "
-                   "would have continued it), its log goes to log.jsonl and the old log to log.jsonl.prev\n",
-                   opt.out, name);
+        /* a new run: nothing of an earlier one in this directory is overwritten, pruned or mixed in */
+        char name[256] = "", moved_to[1300];
+        int had_latest = checkpoint_latest_name(opt.out, name, sizeof name, err) == 0;
+        int moved = checkpoint_set_aside_run(opt.out, moved_to, sizeof moved_to, err);
+        if (moved < 0) {
+            fprintf(stderr, "error: %s\n", err);
+            FAIL(1);
+        }
+        if (moved)
+            printf("note: %s held an earlier run%s%s%s; moved it to %s (-y 1 would have continued it; remove that "
+                   "directory when it is not needed)\n",
+                   opt.out, had_latest ? " (latest checkpoint " : "", name, had_latest ? ")" : "", moved_to);
     }
-    if (dist.rank == 0 && runlog_open(&log, opt.out, !opt.resume, err) != 0) {
+    if (dist.rank == 0 && runlog_open(&log, opt.out, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
         FAIL(1);
     }

@@ -42,6 +42,7 @@ if [[ $sections == *throughput* ]]; then
         python3 dev/make_shard.py /tmp/fg/rand_$V.bin 20000000 $V random 3
         for output in canonical fused; do
             log="$LOGS/d12_V${V}_${output}.log"
+            rm -rf /tmp/fg/tp # a new run sets an earlier one aside whole: GBs of checkpoints each
             ./train -e d12 -v $V -b ${B_THROUGHPUT:-16} -t 1024 -x 30 --warmup 10 --val-every 0 -s 0 \
                 --output $output -i /tmp/fg/rand_$V.bin -o /tmp/fg/tp >"$log" 2>&1
             # median of steps 11..30 (after warm-up)

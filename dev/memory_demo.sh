@@ -12,6 +12,7 @@ sizes=${*:-256 224 192 160 128 112 96 80 64 48 32 16}
 for layer in fused canonical; do
     found=""
     for B in $sizes; do
+        rm -rf /tmp/memory_demo # a new run sets an earlier one aside whole
         log=$(./train -e d12 -v "$V" -b "$B" -t 1024 -x 2 --warmup 1 --val-every 0 -s 0 --output "$layer" \
             -i "$shard" -o /tmp/memory_demo 2>&1)
         if [ $? -eq 0 ]; then

@@ -114,6 +114,7 @@ fi
 throughput() {
     local V=$1 tag=$2; shift 2
     local log=/tmp/mg/tp_${V}_$tag.log
+    rm -rf /tmp/mg/tp # a new run sets an earlier one aside whole: GBs of checkpoints each
     env FUSEDGPT_STEP_PARTS=1 "$@" -e d12 -v $V -b 32 -t 1024 -x 40 --warmup 5 --val-every 0 -s 0 -i /tmp/mg/rand_$V.bin -o /tmp/mg/tp >$log 2>&1
     col() { grep '| loss' $log | tail -30 | awk -F'|' -v c=$1 '{print $c}' | awk '{print $1}' | sort -n | sed -n 15p; }
     local comm=$(grep '| loss' $log | tail -30 | grep -o 'comm [0-9.]*' | awk '{print $2}' | sort -n | sed -n 15p)
@@ -135,6 +136,7 @@ if has throughput || has sweep || has skew; then
             # is the two-GPU step longer than the communication it waits on because the GPUs differ
             # or slow each other down? each GPU alone, then both at once as two independent runs
             throughput $V 1gpu_on_gpu1 CUDA_VISIBLE_DEVICES=1 ./train -g 1
+            rm -rf /tmp/mg/tp_side
             CUDA_VISIBLE_DEVICES=1 ./train -e d12 -v $V -b 32 -t 1024 -x 40 --warmup 5 --val-every 0 -s 0 \
                 -i /tmp/mg/rand_$V.bin -o /tmp/mg/tp_side >/tmp/mg/tp_${V}_side.log 2>&1 &
             side=$!

@@ -29,6 +29,7 @@ for V in $VOCABS; do
         nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 250 \
             >"$OUT/${tag}_clocks.csv" 2>/dev/null &
         smi=$!
+        rm -rf /tmp/sp/run # a new run sets an earlier one aside whole: GBs of checkpoints each
         FUSEDGPT_STEP_PARTS=1 ./train $args -x 30 >"$OUT/${tag}_steps.log" 2>&1
         kill $smi 2>/dev/null
         step_ms=$(grep '| loss' "$OUT/${tag}_steps.log" | tail -20 | awk -F'|' '{print $5}' | awk '{print $1}' |
@@ -48,6 +49,7 @@ if busy:
           % (st.median(b[0] for b in busy), min(b[0] for b in busy), st.median(b[1] for b in busy), max(b[2] for b in busy)))
 PY
         [ "${NCU:-1}" = 0 ] && continue
+        rm -rf /tmp/sp/run
         FUSEDGPT_PROFILE_STEP=3 timeout -k 10 500 ncu --csv --profile-from-start off --clock-control none \
             --cache-control none --metrics gpu__time_duration.sum ./train $args -x 3 \
             >"$OUT/${tag}_ncu.csv" 2>"$OUT/${tag}_ncu.err" || { echo "ncu failed: $tag"; tail -5 "$OUT/${tag}_ncu.err"; continue; }

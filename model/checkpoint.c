@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,15 @@ static int write_all(FILE *f, const void *p, size_t bytes) {
 static int close_synced(FILE *f) {
     int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
     return (fclose(f) == 0) && ok;
+}
+
+/* Makes the renames inside dir durable: without it a power loss can undo a rename whose files
+ * reached the disk, after pruning removed the older checkpoints. 1 on success. */
+static int sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int ok = fsync(fd) == 0;
+    return (close(fd) == 0) && ok;
 }
 
 static int write_state(const char *path, const ParamTable *t, const float *params, const float *m, const float *v,
@@ -181,9 +191,9 @@ static int compare_steps(const void *a, const void *b) {
 }
 
 /* Keeps the checkpoint just written (step `current`) and the newest keep - 1 older ones; removes the
- * rest of the older ones. Checkpoints of later steps (an earlier run in the same directory, or a
- * future the user rolled back from by editing `latest`) are left alone: only this run's own
- * history is pruned, and `latest` never names a removed checkpoint. */
+ * rest of the older ones. Checkpoints of later steps (a future the user rolled back from by editing
+ * `latest`) are left alone, so `latest` never names a removed checkpoint. An earlier run's
+ * checkpoints are not here to prune: a new run sets them aside first (checkpoint_set_aside_run). */
 static void prune_checkpoints(const char *run_dir, int current, int keep) {
     DIR *d = opendir(run_dir);
     if (!d) return;
@@ -232,21 +242,84 @@ int checkpoint_save(const char *run_dir, const ParamTable *t, const float *param
         remove_checkpoint_dir(tmp_dir);
         return -1;
     }
-    remove_checkpoint_dir(final_dir); /* a checkpoint of the same step from an earlier run */
-    if (rename(tmp_dir, final_dir) != 0) {
+    /* A checkpoint of the same step (a future the user rolled back from) is replaced, and only
+     * removed once the new one is in its place. */
+    char replaced[PATH_LEN + 16];
+    snprintf(replaced, sizeof replaced, "%s.replaced", final_dir);
+    remove_checkpoint_dir(replaced);
+    if (rename(final_dir, replaced) != 0 && errno != ENOENT) {
+        snprintf(err, 512, "cannot move %s aside: %s", final_dir, strerror(errno));
+        return -1;
+    }
+    if (rename(tmp_dir, final_dir) != 0 || !sync_dir(run_dir)) {
         snprintf(err, 512, "cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
         return -1;
     }
+    remove_checkpoint_dir(replaced);
     char latest[PATH_LEN], latest_tmp[PATH_LEN + 8];
     snprintf(latest, sizeof latest, "%s/latest", run_dir);
     snprintf(latest_tmp, sizeof latest_tmp, "%s.tmp", latest);
     FILE *f = fopen(latest_tmp, "w");
-    if (!f || fprintf(f, "step_%08d\n", st->step) < 0 || !close_synced(f) || rename(latest_tmp, latest) != 0) {
+    if (!f || fprintf(f, "step_%08d\n", st->step) < 0 || !close_synced(f) || rename(latest_tmp, latest) != 0 ||
+        !sync_dir(run_dir)) {
         snprintf(err, 512, "cannot update %s: %s", latest, strerror(errno));
         return -1;
     }
     prune_checkpoints(run_dir, st->step, keep);
     return 0;
+}
+
+/* What a run leaves in its directory, besides .lock: latest, the log, the checkpoints (also
+ * step_*.tmp and .replaced leftovers of a crash). */
+static int is_run_file(const char *name) {
+    return strcmp(name, "latest") == 0 || strcmp(name, "latest.tmp") == 0 || strcmp(name, "log.jsonl") == 0 ||
+           strcmp(name, "log.jsonl.prev") == 0 || strncmp(name, "step_", 5) == 0;
+}
+
+/* Up to max names of run files in run_dir into names; the count, or -1 with errno set. */
+static int list_run_files(const char *run_dir, char (*names)[256], int max) {
+    DIR *d = opendir(run_dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while (n < max && (e = readdir(d)))
+        if (is_run_file(e->d_name) && strlen(e->d_name) < 256) memcpy(names[n++], e->d_name, strlen(e->d_name) + 1);
+    closedir(d);
+    return n;
+}
+
+int checkpoint_set_aside_run(const char *run_dir, char *moved_to, size_t size, char *err) {
+    char names[256][256];
+    int n = list_run_files(run_dir, names, 256);
+    if (n <= 0) {
+        if (n == 0 || errno == ENOENT) return 0;
+        snprintf(err, 512, "cannot read run directory %s: %s (check -o)", run_dir, strerror(errno));
+        return -1;
+    }
+    char dest[PATH_LEN], from[PATH_LEN + 260], to[2 * PATH_LEN];
+    for (int k = 1;; k++) { /* earlier_run_1, _2, ...: the first free name */
+        snprintf(dest, sizeof dest, "%s/earlier_run_%d", run_dir, k);
+        if (mkdir(dest, 0755) == 0) break;
+        if (errno != EEXIST || k == 100000) {
+            snprintf(err, 512, "cannot create %s: %s (check -o)", dest, strerror(errno));
+            return -1;
+        }
+    }
+    for (; n > 0; n = list_run_files(run_dir, names, 256)) /* a directory is not read while it changes */
+        for (int i = 0; i < n; i++) {
+            snprintf(from, sizeof from, "%s/%s", run_dir, names[i]);
+            snprintf(to, sizeof to, "%s/%s", dest, names[i]);
+            if (rename(from, to) != 0) {
+                snprintf(err, 512, "cannot move %s to %s: %s (check -o)", from, dest, strerror(errno));
+                return -1;
+            }
+        }
+    if (n < 0 || !sync_dir(run_dir)) {
+        snprintf(err, 512, "cannot set aside the earlier run in %s: %s (check -o)", run_dir, strerror(errno));
+        return -1;
+    }
+    snprintf(moved_to, size, "%s", dest);
+    return 1;
 }
 
 #define OLDER_CHECKPOINT_HINT \
@@ -342,6 +415,7 @@ int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *para
     memcpy(st->rng, h.rng, sizeof st->rng);
     st->data_tokens = h.data_tokens;
     st->data_fingerprint = h.data_fingerprint;
+    st->checksum = h.checksum;
     return 0;
 }
 

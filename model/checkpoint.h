@@ -24,6 +24,7 @@ typedef struct {
     uint64_t seed;
     uint64_t data_tokens, data_fingerprint; /* the training shard (Loader.fingerprint): a resume on other data
                                                is refused; 0 0: not recorded (not checked) */
+    uint64_t checksum; /* set by checkpoint_load_latest: the state file's, which ranks compare */
 } TrainState;
 
 /* Writes a checkpoint of params/m/v (table layout, fp32) and st. Keeps it and the newest keep - 1
@@ -31,6 +32,12 @@ typedef struct {
  * prune_checkpoints). Returns 0, or -1 with a one-line message in err. */
 int checkpoint_save(const char *run_dir, const ParamTable *t, const float *params, const float *m, const float *v,
                     const TrainState *st, int keep, char *err);
+
+/* A new run in a directory that holds an earlier run's files (latest, log.jsonl, step_* checkpoints)
+ * moves them into <run_dir>/earlier_run_N (the first free N), so that nothing of the earlier run is
+ * overwritten or pruned. 1 with that directory in moved_to, 0 when there was nothing to move
+ * (or no directory yet), -1 with a message in err. */
+int checkpoint_set_aside_run(const char *run_dir, char *moved_to, size_t size, char *err);
 
 /* The checkpoint directory name <run_dir>/latest holds (step_NNNNNNNN) into name (size bytes):
  * 0, or -1 with a message in err when there is none or it is not such a name. */

@@ -99,6 +99,7 @@ typedef struct {
     /* the first local worker that stopped because of a failure elsewhere, -1 while none */
     int stopped_rank;
     double stopped_deadline;
+    int usage_error; /* the local worker that failed the run exited with 2 (bad flag or input) */
 } Launcher;
 
 /* Sends ABORT to every rank still working, except the one that failed. */
@@ -147,6 +148,7 @@ static void reap(Launcher *L) {
         }
         if (!L->failed) {
             report_exit(L->base + i, st);
+            L->usage_error = WIFEXITED(st) && WEXITSTATUS(st) == 2;
             fail(L, L->base + i, L->host, NULL);
         }
     }
@@ -472,7 +474,7 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
         }
         if (L.failed && (L.alive == 0 || wire_now() >= L.grace_end)) {
             stop_workers(L.pids, gpus);
-            status = 1;
+            status = L.usage_error ? 2 : 1;
             break;
         }
     }

@@ -47,7 +47,8 @@ typedef struct Dist {
 /* The launcher of one node: serves the rendezvous when node_rank is 0 (master NULL or "" on one
  * node: 127.0.0.1 and a free port), runs `gpus` workers of this program (argv as given) and waits.
  * Returns the exit status for the launcher: 0 when every rank finished, 1 when one failed or the
- * rendezvous did (the others are stopped), 2 for sizes out of range. */
+ * rendezvous did (the others are stopped), 2 for sizes out of range or when the failed worker of
+ * this node exited with 2 (a bad flag or input, which the user fixes as for one GPU). */
 int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *master);
 
 /* Splits "HOST:PORT" (port 1..65535). 0, or -1 when s is not of that form. */
@@ -78,7 +79,7 @@ void dist_finish(Dist *d);
 
 /* Test mode of the launcher (FUSEDGPT_TEST_LAUNCHER=1): each worker joins the rendezvous with a
  * random id, prints "rank R of W: id <hash>", starts its watchdog and finishes. With
- * FUSEDGPT_TEST_FAIL_RANK=r, rank r exits 3 (FUSEDGPT_TEST_FAIL_WHEN=before the rendezvous, the
+ * FUSEDGPT_TEST_FAIL_RANK=r, rank r exits 3 (or FUSEDGPT_TEST_FAIL_STATUS) (FUSEDGPT_TEST_FAIL_WHEN=before the rendezvous, the
  * default, or after it) and the others sleep as if blocked in NCCL until their watchdog ends them.
  * Returns the worker's exit status. */
 int dist_selftest_worker(Dist *d);
@@ -89,6 +90,8 @@ int dist_nccl_init(Dist *d, char *err);
 void dist_nccl_free(Dist *d);
 /* Average of one host value across ranks (blocks). */
 double dist_mean_scalar(const Dist *d, double value);
+/* Largest of one host value across ranks (blocks; exact, so ranks can check they agree). */
+double dist_max_scalar(const Dist *d, double value);
 
 /* ---- gradient and weight collectives (model/dist_nccl.cu), enqueued on a CUDA stream ---- */
 typedef enum { DIST_FLOAT32, DIST_BFLOAT16, DIST_INT32, DIST_FLOAT64 } DistType;

@@ -80,14 +80,17 @@ extern "C" void dist_nccl_free(Dist *d) {
     d->nccl = NULL;
 }
 
-extern "C" double dist_mean_scalar(const Dist *d, double value) {
+static double allreduce_scalar(const Dist *d, double value, ncclRedOp_t op) {
     NcclState *s = (NcclState *)d->nccl;
     if (!s) return value;
     CUDA_CHECK(cudaMemcpy(s->d_scalar, &value, sizeof value, cudaMemcpyHostToDevice));
-    NCCL_CHECK(ncclAllReduce(s->d_scalar, s->d_scalar, 1, ncclFloat64, ncclAvg, s->comm, 0));
+    NCCL_CHECK(ncclAllReduce(s->d_scalar, s->d_scalar, 1, ncclFloat64, op, s->comm, 0));
     CUDA_CHECK(cudaMemcpy(&value, s->d_scalar, sizeof value, cudaMemcpyDeviceToHost));
     return value;
 }
+
+extern "C" double dist_mean_scalar(const Dist *d, double value) { return allreduce_scalar(d, value, ncclAvg); }
+extern "C" double dist_max_scalar(const Dist *d, double value) { return allreduce_scalar(d, value, ncclMax); }
 
 static ncclDataType_t nccl_type(DistType t) {
     switch (t) {

@@ -252,12 +252,12 @@ int dist_exchange_id(Dist *d, unsigned char *bytes, char *err) {
 int dist_selftest_worker(Dist *d) {
     unsigned char id[DIST_ID_BYTES] = {0};
     char err[512];
-    const int fail_rank = env_int("FUSEDGPT_TEST_FAIL_RANK", -1);
+    const int fail_rank = env_int("FUSEDGPT_TEST_FAIL_RANK", -1), fail_status = env_int("FUSEDGPT_TEST_FAIL_STATUS", 3);
     const char *when = getenv("FUSEDGPT_TEST_FAIL_WHEN");
     const int fail_after = when && strcmp(when, "after") == 0;
     if (fail_rank == d->rank && !fail_after) {
         fprintf(stderr, "rank %d: failing on purpose before the rendezvous (FUSEDGPT_TEST_FAIL_RANK)\n", d->rank);
-        return 3;
+        return fail_status;
     }
     if (d->rank == 0) {
         Rng rng;
@@ -274,7 +274,7 @@ int dist_selftest_worker(Dist *d) {
     fflush(stdout);
     if (fail_rank == d->rank) {
         fprintf(stderr, "rank %d: failing on purpose after the rendezvous (FUSEDGPT_TEST_FAIL_RANK)\n", d->rank);
-        return 3; /* no DONE: the master sees this rank stop without finishing */
+        return fail_status; /* no DONE: the master sees this rank stop without finishing */
     }
     if (fail_rank >= 0) { /* (a rank outside the world: everyone waits, for tests that kill one) */
         /* as if blocked in a collective with the failed rank: only the watchdog can end this */

@@ -5,18 +5,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int runlog_open(RunLog *log, const char *run_dir, int fresh, char *err) {
-    char path[1100], prev[1120];
+int runlog_open(RunLog *log, const char *run_dir, char *err) {
+    char path[1100];
     if (make_dirs(run_dir) != 0) {
         snprintf(err, 512, "cannot create run directory %s: %s (check -o)", run_dir, strerror(errno));
         return -1;
     }
     snprintf(path, sizeof path, "%s/log.jsonl", run_dir);
-    snprintf(prev, sizeof prev, "%s.prev", path);
-    if (fresh && rename(path, prev) != 0 && errno != ENOENT) {
-        snprintf(err, 512, "cannot move the earlier run's %s to %s: %s (check -o)", path, prev, strerror(errno));
-        return -1;
-    }
     log->f = fopen(path, "a");
     if (!log->f) {
         snprintf(err, 512, "cannot open %s for writing: %s (check -o)", path, strerror(errno));

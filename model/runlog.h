@@ -9,10 +9,9 @@ typedef struct {
     FILE *f;
 } RunLog;
 
-/* Opens <run_dir>/log.jsonl for appending (a resumed run continues the same log); a fresh run
- * (fresh != 0) first moves an earlier run's log to log.jsonl.prev, so one log never mixes two runs.
- * 0 or -1+err. */
-int runlog_open(RunLog *log, const char *run_dir, int fresh, char *err);
+/* Opens <run_dir>/log.jsonl for appending: a resumed run continues the same log (a new run found
+ * an earlier run's log set aside, checkpoint_set_aside_run). 0 or -1+err. */
+int runlog_open(RunLog *log, const char *run_dir, char *err);
 void runlog_close(RunLog *log);
 /* mfu_percent, gpu_memory_gb and comm_wait_ms < 0 are left out (the CPU backend has no GPU; one
  * rank does not communicate). */

@@ -210,9 +210,9 @@ TEST(checkpoint_changed_on_disk_is_refused_and_a_resealed_one_accepted) {
     param_table_free(&t);
 }
 
-TEST(checkpoint_of_a_new_run_among_an_old_runs_later_steps_is_kept) {
-    /* an earlier run left steps 2 and 4; a new run in the same directory saves step 1 (keep 2):
-     * its checkpoint must survive and latest must name it; the earlier run's are not its to prune */
+TEST(checkpoint_saved_below_later_steps_is_kept_and_the_later_ones_too) {
+    /* steps 2 and 4 exist (a future the user rolled back from by editing latest); the run saves steps
+     * 1..3 (keep 2): each must survive its own pruning and latest must name it; step 4 is left alone */
     ParamTable t;
     tiny_table(&t, 50);
     float *p = random_floats(t.total, 9), *q = malloc(t.total * 4 * 3);
@@ -236,6 +236,53 @@ TEST(checkpoint_of_a_new_run_among_an_old_runs_later_steps_is_kept) {
         CHECK((stat(path, &sb) == 0) == expect[s], "step %d: exists %d, expected %d", s, stat(path, &sb) == 0,
               expect[s]);
     }
+    free(q);
+    free(p);
+    param_table_free(&t);
+}
+
+static int exists(const char *dir, const char *name) {
+    char p[1200];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &sb) == 0;
+}
+
+TEST(a_new_run_sets_the_earlier_runs_files_aside_whole) {
+    ParamTable t;
+    tiny_table(&t, 50);
+    float *p = random_floats(t.total, 4);
+    char err[512] = "", moved[1300], dir[800];
+    snprintf(dir, sizeof dir, "%s/run", test_tmpdir());
+    CHECK(checkpoint_set_aside_run(dir, moved, sizeof moved, err) == 0, "no directory yet: %s", err);
+    for (int s = 3; s <= 6; s += 3) {
+        TrainState st = {.step = s};
+        REQUIRE(checkpoint_save(dir, &t, p, p, p, &st, 5, err) == 0, "%s", err);
+    }
+    const char *others[] = {"log.jsonl", "step_00000009.tmp", "notes.txt", ".lock"};
+    for (int i = 0; i < 4; i++) {
+        char f[1200];
+        snprintf(f, sizeof f, "%s/%s", dir, others[i]);
+        FILE *fp = fopen(f, "w");
+        REQUIRE(fp && fclose(fp) == 0, "creating %s", f);
+    }
+    REQUIRE(checkpoint_set_aside_run(dir, moved, sizeof moved, err) == 1, "set aside: %s", err);
+    CHECK(strstr(moved, "/run/earlier_run_1"), "moved to %s", moved);
+    const char *run_files[] = {"latest", "log.jsonl", "step_00000003", "step_00000006", "step_00000009.tmp"};
+    for (int i = 0; i < 5; i++)
+        CHECK(exists(moved, run_files[i]) && !exists(dir, run_files[i]), "%s was not moved", run_files[i]);
+    CHECK(exists(dir, "notes.txt") && exists(dir, ".lock"), "files that are not the run's were moved");
+    /* the earlier run resumes from where it went: its checkpoint is whole */
+    TrainState got;
+    float *q = malloc(t.total * 4 * 3);
+    CHECK(checkpoint_load_latest(moved, &t, q, q + t.total, q + 2 * t.total, &got, err) == 0 && got.step == 6,
+          "the moved run does not load: %s", err);
+    CHECK(checkpoint_set_aside_run(dir, moved, sizeof moved, err) == 0, "nothing left to move: %s", err);
+    TrainState st = {.step = 1};
+    REQUIRE(checkpoint_save(dir, &t, p, p, p, &st, 1, err) == 0, "%s", err);
+    REQUIRE(checkpoint_set_aside_run(dir, moved, sizeof moved, err) == 1, "second set aside: %s", err);
+    CHECK(strstr(moved, "/run/earlier_run_2") && exists(moved, "step_00000001") && exists(moved, "latest"),
+          "second run moved to %s", moved);
     free(q);
     free(p);
     param_table_free(&t);

@@ -149,6 +149,22 @@ TEST(dist_launcher_fails_naming_the_rank_that_failed) {
     free(out);
 }
 
+TEST(dist_launcher_passes_on_a_workers_bad_input_status) {
+    /* a worker that stops on a bad flag or input (exit 2, e.g. a checkpoint that does not fit the
+     * flags) makes the launcher exit 2 too, as one GPU would */
+    char *out = NULL;
+    setenv("FUSEDGPT_TEST_LAUNCHER", "1", 1);
+    setenv("FUSEDGPT_TEST_FAIL_RANK", "1", 1);
+    setenv("FUSEDGPT_TEST_FAIL_STATUS", "2", 1);
+    int rc = run_train("-g 2", &out);
+    unsetenv("FUSEDGPT_TEST_FAIL_STATUS");
+    unsetenv("FUSEDGPT_TEST_FAIL_RANK");
+    unsetenv("FUSEDGPT_TEST_LAUNCHER");
+    REQUIRE(out, "could not run ./train");
+    CHECK(rc == 2 && strstr(out, "error: rank 1 exited with status 2"), "exit %d: %s", rc, out);
+    free(out);
+}
+
 /* Two nodes of two ranks each; rank fail_rank fails after the rendezvous while the others sleep as
  * if blocked in NCCL for 120 s, so only their watchdogs (ABORT from node 0's launcher) can end
  * them in time. */

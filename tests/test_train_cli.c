@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "data/paths.h"
@@ -307,23 +308,31 @@ static void expect_run(int rc, const char *needle, const char *needle2, const ch
     free(out);
 }
 
-TEST(a_new_run_in_a_used_directory_leaves_the_old_one_and_a_finished_resume_says_so) {
+TEST(a_new_run_in_a_used_directory_sets_the_old_one_aside_and_a_finished_resume_says_so) {
     char train[700], val[700], path[900];
     make_corpus(train, val, sizeof train);
     const char *d = test_tmpdir();
     expect_run(0, "step     4/4", NULL, TINY_RUN " -x 4 -n 2 --val-every 0 -i %s -o %s/u", train, d);
-    /* a new run, not a resume, into the same directory: said at the start; its checkpoint is kept
-     * and latest names it (the first run's later step_00000004 stays); the old log moves aside */
-    expect_run(0, "holds an earlier run (latest checkpoint step_00000004)", NULL,
+    /* a new run, not a resume, into the same directory: said at the start, and the earlier run's
+     * checkpoints, latest and log move whole into earlier_run_1 (nothing of it pruned or mixed) */
+    expect_run(0, "held an earlier run (latest checkpoint step_00000004); moved it to", NULL,
                TINY_RUN " -x 1 --val-every 0 -i %s -o %s/u", train, d);
-    snprintf(path, sizeof path, "%s/u/log.jsonl.prev", d);
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL, "the earlier run's log was not kept as %s", path);
-    if (f) fclose(f);
-    /* resuming it: the checkpoint is step 1, and -x 1 leaves nothing to do; -x 2 goes on */
+    const char *kept[] = {"earlier_run_1/step_00000002", "earlier_run_1/step_00000004", "earlier_run_1/latest",
+                          "earlier_run_1/log.jsonl", "step_00000001", "latest", "log.jsonl"};
+    struct stat sb;
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
+        snprintf(path, sizeof path, "%s/u/%s", d, kept[i]);
+        CHECK(stat(path, &sb) == 0, "%s is missing", path);
+    }
+    snprintf(path, sizeof path, "%s/u/step_00000004", d);
+    CHECK(stat(path, &sb) != 0, "the earlier run's checkpoint was left among the new run's");
+    /* resuming the new run: the checkpoint is step 1, and -x 1 leaves nothing to do; -x 2 goes on */
     expect_run(0, "resumed from", "nothing to train: the checkpoint is at step 1 and -x is 1",
                TINY_RUN " -x 1 --val-every 0 -y 1 -i %s -o %s/u", train, d);
     expect_run(0, "at step 1", "step     2/2", TINY_RUN " -x 2 --val-every 0 -y 1 -i %s -o %s/u", train, d);
+    /* and the earlier run still resumes where it stopped */
+    expect_run(0, "at step 4", "step     5/5", TINY_RUN " -x 5 --val-every 0 -y 1 -i %s -o %s/u/earlier_run_1",
+               train, d);
 }
 
 TEST(inputs_that_would_be_silently_useless_are_refused_or_named) {
@@ -336,7 +345,12 @@ TEST(inputs_that_would_be_silently_useless_are_refused_or_named) {
     REQUIRE(write_pattern_shard(other, 4000, 60, 3) == 0, "writing %s", other);
     expect_run(2, "for a vocabulary of 64 but", "for 60", TINY_RUN " -x 1 -i %s -j %s -o %s/q", train, other, d);
     expect_run(2, "not to the CPU backend", NULL, TINY_RUN " -x 1 --zero 1 -i %s -o %s/z", train, d);
-    /* notes, not errors: no validation shard for --val-every; a warmup the run never finishes */
+    /* a resume from a directory that does not exist says so and does not create it */
+    struct stat sb;
+    expect_run(2, "no checkpoint to resume in", "drop -y or check -o", TINY_RUN " -x 1 -y 1 -i %s -o %s/typo/run",
+               train, d);
+    snprintf(other, sizeof other, "%s/typo", d);
+    CHECK(stat(other, &sb) != 0, "a failed resume created %s", other);
     /* a second trainer in a run directory in use */
     char dir[800];
     snprintf(dir, sizeof dir, "%s/busy", d);
@@ -345,6 +359,7 @@ TEST(inputs_that_would_be_silently_useless_are_refused_or_named) {
     expect_run(1, "another trainer is using run directory", NULL, TINY_RUN " -x 1 -i %s -o %s", train, dir);
     close(fd);
     expect_run(0, "step     1/1", NULL, TINY_RUN " -x 1 -i %s -o %s", train, dir);
+    /* notes, not errors: no validation shard for --val-every; a warmup the run never finishes */
     expect_run(0, "validation: off (no -j/--val-data", "--warmup 10 is not below -x 2",
                "--device cpu -e tiny -v 64 -b 4 -t 32 -s 0 -x 2 --warmup 10 --val-every 1 -i %s -o %s/r", train, d);
 }
