@@ -249,6 +249,12 @@ int dist_exchange_id(Dist *d, unsigned char *bytes, char *err) {
 
 /* ---- self-test of the launcher without GPUs ---- */
 
+static uint64_t id_hash(const unsigned char *id) { /* FNV-1a: one short number to compare */
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < DIST_ID_BYTES; i++) h = (h ^ id[i]) * 1099511628211ull;
+    return h;
+}
+
 int dist_selftest_worker(Dist *d) {
     unsigned char id[DIST_ID_BYTES] = {0};
     char err[512];
@@ -263,14 +269,13 @@ int dist_selftest_worker(Dist *d) {
         Rng rng;
         rng_seed(&rng, (uint64_t)time(NULL) ^ (uint64_t)getpid());
         for (int i = 0; i < DIST_ID_BYTES; i++) id[i] = (unsigned char)rng_next(&rng);
+        printf("rank 0 brings id %016llx\n", (unsigned long long)id_hash(id));
     }
     if (dist_exchange_id(d, id, err) != 0 || dist_watchdog_start(d, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
-    uint64_t h = 1469598103934665603ull; /* FNV-1a of the id: one short number to compare */
-    for (int i = 0; i < DIST_ID_BYTES; i++) h = (h ^ id[i]) * 1099511628211ull;
-    printf("rank %d of %d: id %016llx\n", d->rank, d->world, (unsigned long long)h);
+    printf("rank %d of %d: id %016llx\n", d->rank, d->world, (unsigned long long)id_hash(id));
     fflush(stdout);
     if (fail_rank == d->rank) {
         fprintf(stderr, "rank %d: failing on purpose after the rendezvous (FUSEDGPT_TEST_FAIL_RANK)\n", d->rank);

@@ -9,6 +9,7 @@
 #include "data/rng.h"
 #include "model/checkpoint.h"
 #include "tests/test.h"
+#include "tests/test_util.h"
 
 static void tiny_table(ParamTable *t, int vocab) {
     GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 8, .max_seq_len = 16, .vocab_size = vocab};
@@ -23,19 +24,6 @@ static float *random_floats(size_t n, uint64_t seed) {
     rng_seed(&r, seed);
     for (size_t i = 0; i < n; i++) x[i] = (float)rng_normal(&r);
     return x;
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc(*len + 1);
-    if (fread(b, 1, *len, f) != *len) *len = 0;
-    b[*len] = 0;
-    fclose(f);
-    return b;
 }
 
 TEST(checkpoint_round_trip_restores_everything) {
@@ -86,18 +74,32 @@ TEST(checkpoint_safetensors_is_laid_out_like_hf_gpt2) {
     CHECK(strstr(hdr, "\"transformer.h.0.mlp.c_proj.weight\":{\"dtype\":\"F32\",\"shape\":[32,8]"),
           "mlp.c_proj must be [4C, C]");
     CHECK(strstr(hdr, "\"transformer.ln_f.bias\":{\"dtype\":\"F32\",\"shape\":[8]"), "ln_f.bias");
-    /* The data of c_attn is our [3C, C] matrix transposed. */
-    const ParamInfo *qkv = param_of_layer(&t, 1, ROLE_QKV_W);
-    char key[] = "\"transformer.h.1.attn.c_attn.weight\":{\"dtype\":\"F32\",\"shape\":[8,24],\"data_offsets\":[";
-    char *at = strstr(hdr, key);
-    REQUIRE(at, "c_attn entry");
-    size_t off = strtoull(at + strlen(key), NULL, 10);
-    const float *data = (const float *)(buf + 8 + hlen + off);
-    int mismatches = 0;
-    for (size_t r = 0; r < qkv->rows; r++)
-        for (size_t c = 0; c < qkv->cols; c++)
-            mismatches += data[c * qkv->rows + r] != p[qkv->offset + r * qkv->cols + c];
-    CHECK(mismatches == 0, "%d elements of c_attn are not the transpose", mismatches);
+    /* Every tensor's data as HF lays it out, by HF's rule rather than our table's flags: the 2-D
+     * weights inside the blocks are Conv1D, [in, out], our [out, in] transposed; wte loses its
+     * padded rows; everything else is as we store it. */
+    for (int i = 0; i < t.count; i++) {
+        const ParamInfo *pi = &t.params[i];
+        char key[200];
+        snprintf(key, sizeof key, "\"%s\":{", pi->name);
+        char *at = strstr(hdr, key), *offs = at ? strstr(at, "\"data_offsets\":[") : NULL;
+        REQUIRE(at && offs, "%s is not in the header", pi->name);
+        const int conv1d = pi->ndim == 2 && strncmp(pi->name, "transformer.h.", 14) == 0;
+        const size_t rows = pi->role == ROLE_WTE ? 50 : pi->rows, cols = pi->cols;
+        char shape[80];
+        if (pi->ndim == 1)
+            snprintf(shape, sizeof shape, "\"shape\":[%zu]", rows * cols);
+        else
+            snprintf(shape, sizeof shape, "\"shape\":[%zu,%zu]", conv1d ? cols : rows, conv1d ? rows : cols);
+        CHECK(strncmp(at + strlen(key), "\"dtype\":\"F32\",", 14) == 0 && strstr(at, shape) &&
+                  strstr(at, shape) < offs,
+              "%s: expected %s in %.120s", pi->name, shape, at);
+        const float *data = (const float *)(buf + 8 + hlen + strtoull(offs + 16, NULL, 10));
+        int mismatches = 0;
+        for (size_t r = 0; r < rows; r++)
+            for (size_t c = 0; c < cols; c++)
+                mismatches += data[conv1d ? c * rows + r : r * cols + c] != p[pi->offset + r * cols + c];
+        CHECK(mismatches == 0, "%s: %d elements not where HF expects them", pi->name, mismatches);
+    }
     size_t expect = 8 + hlen;
     for (int i = 0; i < t.count; i++)
         expect += (t.params[i].role == ROLE_WTE ? 50 * 8 : t.params[i].numel) * 4;

@@ -162,6 +162,12 @@ TEST(loader_shuffle_is_seeded_and_state_resumes_exactly) {
     loader_next_batch(&b, ib, tb);
     differs_from_unshuffled = memcmp(ib, ic, sizeof ib) != 0;
     CHECK(differs_from_unshuffled, "shuffled order equals the file order");
+    /* another seed, another order */
+    Loader other;
+    REQUIRE(loader_open(&other, path, 1000, 3, 16, 0, 1, 1, 1, 43, err) == 0, "%s", err);
+    loader_next_batch(&other, ic, tc);
+    CHECK(memcmp(ib, ic, sizeof ib) != 0, "seeds 42 and 43 give the same first batch");
+    loader_close(&other);
     loader_close(&u);
     loader_close(&c);
     loader_close(&b);

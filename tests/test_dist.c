@@ -95,6 +95,10 @@ TEST(dist_launcher_workers_agree_on_the_id) {
     CHECK(collect_ids(out, 3, ids) == 3, "not every rank reported: %s", out);
     CHECK(ids[0][0] && !strcmp(ids[0], ids[1]) && !strcmp(ids[0], ids[2]), "ranks disagree: %s / %s / %s", ids[0],
           ids[1], ids[2]);
+    /* ... on the id rank 0 brought, not merely on whatever the rendezvous handed out */
+    const char *brought = strstr(out, "rank 0 brings id ");
+    CHECK(brought && ids[0][0] && strncmp(brought + 17, ids[0], strlen(ids[0])) == 0, "rank 0 brought another id: %s",
+          out);
     free(out);
 }
 

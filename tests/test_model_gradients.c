@@ -39,6 +39,18 @@ static void check_gradients(OutputKind output) {
         targets[i] = (int)rng_below(&rng, cfg.vocab_size);
     }
     targets[3] = -1;
+    /* the loss is the mean over the 9 targets that count: the sum of the single-target losses / 9
+     * (the gradient and eval_loss share the divisor, so the finite differences cannot see it) */
+    double sum_single = 0;
+    for (int i = 0; i < B * T; i++) {
+        if (targets[i] < 0) continue;
+        int only[10];
+        for (int k = 0; k < B * T; k++) only[k] = k == i ? targets[i] : -1;
+        sum_single += be->ops->eval_loss(be, inputs, only);
+    }
+    const double mean = be->ops->eval_loss(be, inputs, targets);
+    CHECK(fabs(mean - sum_single / 9) <= 1e-5 * fabs(mean), "loss %.7g, mean of the 9 counted targets %.7g", mean,
+          sum_single / 9);
     be->ops->zero_grad(be);
     be->ops->train_micro_step(be, inputs, targets, 1.0f, 1);
     be->ops->read_grads(be, g);

@@ -99,8 +99,9 @@ TEST(output_fused_matches_canonical_vocab_of_one) {
 }
 
 TEST(output_fused_matches_canonical_extreme_logits) {
-    /* logits of magnitude ~80 exercise the running max: a naive exp would overflow */
-    check_fused_vs_canonical(9, 64, 257, 0.0, 10.0f, 4);
+    /* logits of std ~320, up to ~1000: exp overflows even in fp64 (above ~710), so only a running
+     * max that rescales the sum keeps the loss finite */
+    check_fused_vs_canonical(9, 64, 257, 0.0, 40.0f, 4);
 }
 
 TEST(output_all_targets_ignored_gives_zero_loss_and_gradients) {

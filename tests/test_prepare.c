@@ -12,6 +12,7 @@
 #include "data/prepare.h"
 #include "data/shard.h"
 #include "tests/test.h"
+#include "tests/test_util.h"
 #include "tokenizer/tokenizer.h"
 
 TEST(corpus_gcide_entry_loses_pronunciation_tags_and_braces) {
@@ -157,6 +158,27 @@ TEST(prepare_text_files_into_shards_that_decode_back) {
     snprintf(out2, sizeof out2, "%s/again", test_tmpdir());
     const char *argv2[] = {"prepare", "--tokenizer", tok_path, "-o", out2, f2};
     CHECK(run_prepare(6, argv2) == 0, "prepare with --tokenizer failed");
+    char tok2[1300], train2[1300], val2[1300];
+    snprintf(tok2, sizeof tok2, "%s/tokenizer.bin", out2);
+    snprintf(train2, sizeof train2, "%s/train.bin", out2);
+    snprintf(val2, sizeof val2, "%s/val.bin", out2);
+    size_t len1 = 0, len2 = 0;
+    char *bytes1 = read_file(tok_path, &len1), *bytes2 = read_file(tok2, &len2);
+    CHECK(bytes1 && bytes2 && len1 == len2 && memcmp(bytes1, bytes2, len1) == 0,
+          "the tokenizer beside the new shards is not the one given (%zu vs %zu bytes)", len2, len1);
+    free(bytes1);
+    free(bytes2);
+    /* and the given tokenizer, not another, encoded them: they decode back to the text */
+    uint32_t *tr2 = NULL, *va2 = NULL;
+    uint64_t ntr2 = 0, nva2 = 0;
+    REQUIRE(shard_read(train2, V, &tr2, &ntr2, &h1, err) == 0 && shard_read(val2, V, &va2, &nva2, &h2, err) == 0, "%s",
+            err);
+    n1 = tokenizer_decode(t, tr2, ntr2, back, total + 64);
+    n2 = n1 <= total ? tokenizer_decode(t, va2, nva2, back + n1, total + 64 - n1) : 0;
+    CHECK(n1 + n2 == b.len && memcmp(back, b.data, b.len) == 0, "shards of --tokenizer decode to %zu bytes, not the "
+          "%zu of the text", n1 + n2, b.len);
+    free(tr2);
+    free(va2);
     free(back);
     free(tr);
     free(va);

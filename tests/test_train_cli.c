@@ -286,8 +286,24 @@ TEST(nan_loss_stops_the_run_and_keeps_the_last_checkpoint) {
     fclose(f);
     int last_step = atoi(name + 5), failed_step = -1;
     if (e && (e = strstr(e, "at step "))) failed_step = atoi(e + 8);
-    CHECK(last_step >= 1 && last_step <= failed_step, "latest is %s but the failure was at step %d", name,
+    CHECK(last_step >= 1 && last_step < failed_step, "latest is %s but the failure was at step %d", name,
           failed_step);
+    /* ... and holds finite weights and moments */
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 128, .max_seq_len = 1024, .vocab_size = 64};
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[512];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    float *state = malloc(3 * t.total * sizeof(float));
+    TrainState st;
+    snprintf(path, sizeof path, "%s/run", test_tmpdir());
+    REQUIRE(state && checkpoint_load_latest(path, &t, state, state + t.total, state + 2 * t.total, &st, err) == 0,
+            "%s", err);
+    size_t bad = 0;
+    for (size_t i = 0; i < 3 * t.total; i++) bad += !isfinite(state[i]);
+    CHECK(bad == 0, "the kept checkpoint (%s) holds %zu non-finite values", name, bad);
+    free(state);
+    param_table_free(&t);
     free(out);
 }
 

@@ -77,7 +77,7 @@ int wait_train(int pid, int seconds) {
     return -1;
 }
 
-char *read_text(const char *path) {
+char *read_file(const char *path, size_t *length) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     size_t cap = 1 << 12, len = 0, k;
@@ -88,8 +88,11 @@ char *read_text(const char *path) {
     }
     buf[len] = 0;
     fclose(f);
+    if (length) *length = len;
     return buf;
 }
+
+char *read_text(const char *path) { return read_file(path, NULL); }
 
 int write_pattern_shard(const char *path, uint64_t n, uint32_t vocab, uint64_t seed) {
     /* Tokens follow t[i+1] = (5·t[i] + 3) mod vocab, restarting at a random token every 16 steps:

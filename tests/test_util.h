@@ -27,7 +27,9 @@ int spawn_train(const char *args, const char *log_path);
 /* Waits at most `seconds` for a process from spawn_train: its exit status, or -1 when it ran longer
  * (it is then killed, with everything it started). */
 int wait_train(int pid, int seconds);
-/* A whole text file (malloc'ed, caller frees), or NULL. */
+/* A whole file (malloc'ed, caller frees, with a 0 after its bytes) and its length, or NULL. */
+char *read_file(const char *path, size_t *length);
+/* The same for a text file. */
 char *read_text(const char *path);
 
 /* Writes a token shard of n tokens following a fixed learnable pattern over vocab tokens. */
