@@ -328,7 +328,8 @@ TEST(kernels_gelu_and_bias_backward_match_cpu) {
     dsync();
     down_bf16(got, d_o, n);
     gelu_forward_cpu(ref, x, n);
-    CHECK_REL(rel_l2(got, ref, n), 1e-2, "gelu forward");
+    /* bf16 output rounding alone is ~1.7e-3; x*sigmoid(1.702x) in place of tanh-GELU would be 7.7e-3 */
+    CHECK_REL(rel_l2(got, ref, n), 5e-3, "gelu forward");
     poison(d_o, n * 2);
     gelu_backward(d_o, d_x, d_d, n, 0);
     dsync();
