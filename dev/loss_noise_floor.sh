@@ -29,6 +29,7 @@ for seed in $SEEDS; do
                 --output $layer -o "$runs/$name" >"$OUT/noise_floor/$name.txt" 2>&1 ||
                 summary+=("$name failed: $(grep -m1 error "$OUT/noise_floor/$name.txt")")
             cp "$runs/$name/log.jsonl" "$OUT/noise_floor/$name.jsonl" 2>/dev/null
+            rm -rf "${runs:?}/$name" # its final checkpoint (4.5 GB at V = 262144): 12 runs fill the disk
         done
     done
     c() { python3 dev/compare_losses.py "$OUT/noise_floor/$1_seed$seed.jsonl" "$OUT/noise_floor/$2_seed$seed.jsonl" "$1" "$2"; }
