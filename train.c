@@ -219,8 +219,6 @@ static const OptSpec *find_option(const char *arg) {
     return NULL;
 }
 
-static int is_flag(const char *arg) { return find_option(arg) != NULL; }
-
 static void parse_args(Options *opt, int argc, char **argv) {
     memset(opt, 0, sizeof *opt);
     for (int i = 0; i < NUM_OPTIONS; i++)
@@ -247,7 +245,7 @@ static void parse_args(Options *opt, int argc, char **argv) {
             value = argv[++i];
             /* "-o -x 10" would otherwise train into a directory named -x; a value that really is
              * such a name can still be given as --out=-x */
-            if (is_flag(value)) {
+            if (find_option(value)) {
                 char why[256];
                 snprintf(why, sizeof why, "%s needs a value, got the flag '%s' (if that is the value, write --%s=%s)",
                          name, value, o->long_name, value);
@@ -588,6 +586,7 @@ int main(int argc, char **argv) {
                 val_loader.shard_vocab);
         FAIL(2);
     }
+    const uint64_t train_fingerprint = loader_fingerprint(&train_loader); /* checkpoints record it */
     /* a small validation shard (1 % of a small corpus) is used whole rather than refused */
     const int val_batches_asked = val_batches_per_rank;
     if (have_val && val_loader.num_batches < (uint64_t)val_batches_per_rank)
@@ -637,7 +636,7 @@ int main(int argc, char **argv) {
             FAIL(2);
         }
         if ((st.data_tokens || st.data_fingerprint) &&
-            (st.data_tokens != train_loader.num_tokens || st.data_fingerprint != train_loader.fingerprint)) {
+            (st.data_tokens != train_loader.num_tokens || st.data_fingerprint != train_fingerprint)) {
             fprintf(stderr,
                     "error: checkpoint in %s was trained on other data (a shard of %llu tokens) than %s (%llu "
                     "tokens%s); resume with the same -i so the data order continues\n",
@@ -800,7 +799,7 @@ int main(int argc, char **argv) {
             TrainState st = {.step = step + 1, .loader_epoch = ls.epoch, .loader_position = ls.position,
                              .B = B, .T = T, .total_batch = opt.total_batch, .world = dist.world,
                              .seed = (uint64_t)opt.seed, .data_tokens = train_loader.num_tokens,
-                             .data_fingerprint = train_loader.fingerprint};
+                             .data_fingerprint = train_fingerprint};
             memcpy(st.rng, rng.s, sizeof st.rng);
             if (checkpoint_save(opt.out, &table, ck_p, ck_m, ck_v, &st, opt.keep_checkpoints, err) != 0) {
                 fprintf(stderr, "error: %s\n", err);

@@ -27,7 +27,6 @@ int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T,
     ShardHeader hdr;
     if (shard_read(path, model_vocab, &l->tokens, &l->num_tokens, &hdr, err) != 0) return -1;
     l->shard_vocab = hdr.vocab_size;
-    l->fingerprint = fgpt_hash64(l->tokens, l->num_tokens * sizeof(uint32_t), l->num_tokens);
     l->B = B;
     l->T = T;
     l->rank = rank;
@@ -87,6 +86,10 @@ void loader_reset(Loader *l) {
 
 LoaderState loader_get_state(const Loader *l) {
     return (LoaderState){l->epoch, l->position};
+}
+
+uint64_t loader_fingerprint(const Loader *l) {
+    return fgpt_hash64(l->tokens, l->num_tokens * sizeof(uint32_t), l->num_tokens);
 }
 
 int loader_state_for_world(LoaderState *s, int from_world, int to_world, char *err) {

@@ -18,7 +18,6 @@ typedef struct {
     uint32_t *tokens;
     uint64_t num_tokens;
     uint32_t shard_vocab; /* the vocabulary the shard's header records (its tokenizer's) */
-    uint64_t fingerprint; /* hash of the tokens: the same data gives the same value, whatever its file or token width */
     int B, T;
     int rank, world;
     int shuffle;
@@ -47,6 +46,9 @@ void loader_next_batch(Loader *l, int *inputs, int *targets);
 void loader_reset(Loader *l);
 
 LoaderState loader_get_state(const Loader *l);
+/* A hash of the shard's tokens (one pass over them): the same data gives the same value, whatever
+ * its file or token width. Checkpoints record the training shard's, so a resume can tell. */
+uint64_t loader_fingerprint(const Loader *l);
 /* The same data position for a run on another number of ranks (the same global batch). Ranks are
  * dealt the batches of one global order round-robin, so at a step boundary a run on from_world
  * ranks has consumed position x from_world batches of the epoch, and a run on to_world ranks goes

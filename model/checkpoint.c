@@ -276,46 +276,47 @@ static int is_run_file(const char *name) {
            strcmp(name, "log.jsonl.prev") == 0 || strncmp(name, "step_", 5) == 0;
 }
 
-/* Up to max names of run files in run_dir into names; the count, or -1 with errno set. */
-static int list_run_files(const char *run_dir, char (*names)[256], int max) {
-    DIR *d = opendir(run_dir);
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *e;
-    while (n < max && (e = readdir(d)))
-        if (is_run_file(e->d_name) && strlen(e->d_name) < 256) memcpy(names[n++], e->d_name, strlen(e->d_name) + 1);
-    closedir(d);
-    return n;
+/* Creates <run_dir>/earlier_run_N, the first free N, into dest. 0, or -1 with a message in err. */
+static int create_earlier_dir(const char *run_dir, char *dest, size_t n, char *err) {
+    for (int k = 1; k <= 100000; k++) {
+        snprintf(dest, n, "%s/earlier_run_%d", run_dir, k);
+        if (mkdir(dest, 0755) == 0) return 0;
+        if (errno != EEXIST) break;
+    }
+    snprintf(err, 512, "cannot create %s: %s (check -o)", dest, strerror(errno));
+    dest[0] = 0;
+    return -1;
 }
 
 int checkpoint_set_aside_run(const char *run_dir, char *moved_to, size_t size, char *err) {
-    char names[256][256];
-    int n = list_run_files(run_dir, names, 256);
-    if (n <= 0) {
-        if (n == 0 || errno == ENOENT) return 0;
+    DIR *d = opendir(run_dir);
+    if (!d) {
+        if (errno == ENOENT) return 0;
         snprintf(err, 512, "cannot read run directory %s: %s (check -o)", run_dir, strerror(errno));
         return -1;
     }
-    char dest[PATH_LEN], from[PATH_LEN + 260], to[2 * PATH_LEN];
-    for (int k = 1;; k++) { /* earlier_run_1, _2, ...: the first free name */
-        snprintf(dest, sizeof dest, "%s/earlier_run_%d", run_dir, k);
-        if (mkdir(dest, 0755) == 0) break;
-        if (errno != EEXIST || k == 100000) {
-            snprintf(err, 512, "cannot create %s: %s (check -o)", dest, strerror(errno));
-            return -1;
+    /* Renaming entries out while reading is fine: readdir still returns every other entry once,
+     * and the new earlier_run_N is not a run file. */
+    char dest[PATH_LEN] = "", from[PATH_LEN + 260], to[2 * PATH_LEN];
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d))) {
+        if (!is_run_file(e->d_name)) continue;
+        if (!dest[0] && create_earlier_dir(run_dir, dest, sizeof dest, err) != 0) {
+            rc = -1;
+            break;
+        }
+        snprintf(from, sizeof from, "%s/%s", run_dir, e->d_name);
+        snprintf(to, sizeof to, "%s/%s", dest, e->d_name);
+        if (rename(from, to) != 0) {
+            snprintf(err, 512, "cannot move %s to %s: %s (check -o)", from, dest, strerror(errno));
+            rc = -1;
         }
     }
-    for (; n > 0; n = list_run_files(run_dir, names, 256)) /* a directory is not read while it changes */
-        for (int i = 0; i < n; i++) {
-            snprintf(from, sizeof from, "%s/%s", run_dir, names[i]);
-            snprintf(to, sizeof to, "%s/%s", dest, names[i]);
-            if (rename(from, to) != 0) {
-                snprintf(err, 512, "cannot move %s to %s: %s (check -o)", from, dest, strerror(errno));
-                return -1;
-            }
-        }
-    if (n < 0 || !sync_dir(run_dir)) {
-        snprintf(err, 512, "cannot set aside the earlier run in %s: %s (check -o)", run_dir, strerror(errno));
+    closedir(d);
+    if (rc < 0 || !dest[0]) return rc;
+    if (!sync_dir(run_dir)) {
+        snprintf(err, 512, "cannot sync run directory %s: %s", run_dir, strerror(errno));
         return -1;
     }
     snprintf(moved_to, size, "%s", dest);
