@@ -10,9 +10,10 @@ OUT=${OUT:-out}
 B=${B:-32}
 ROUNDS=${ROUNDS:-3}
 # (2026-11-23: two waits uncapped; 4 blocks; one wait, 3 blocks, the default since; one wait
-#  uncapped. Seventh session: the softmax overlapped with tensor-core work, at 3 and 2 blocks.)
-# VARIANTS_ENV="name|flags;name|flags" replaces the list.
-VARIANTS=("default|" "pipelined|-DATT_WG_PIPELINE=1" "pipelined_bwd_2_blocks|-DATT_WG_PIPELINE=1 -DATT_WG_BWD_MINB=2")
+#  uncapped. Seventh session: the softmax overlapped with tensor-core work at 3 and 2 blocks,
+#  commit afa72d1, no faster, reverted.) VARIANTS_ENV="name|flags;name|flags" replaces the list.
+VARIANTS=("default|" "two_waits_uncapped|-DATT_WG_DKDV_ONE_WAIT=0 -DATT_WG_BWD_MINB=1"
+    "bwd_4_blocks|-DATT_WG_DKDV_ONE_WAIT=0 -DATT_WG_BWD_MINB=4" "one_wait_uncapped|-DATT_WG_BWD_MINB=1")
 if [ -n "${VARIANTS_ENV:-}" ]; then IFS=';' read -r -a VARIANTS <<<"$VARIANTS_ENV"; fi
 NV="nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I."
 LIBS="-lcublasLt -lcublas -lcudart"

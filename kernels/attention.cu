@@ -56,13 +56,6 @@
 #ifndef ATT_WG_DKDV_ONE_WAIT
 #define ATT_WG_DKDV_ONE_WAIT 1
 #endif
-/* Whether the wgmma kernels overlap their softmax with tensor-core work (FA3's intra-warpgroup
- * pipelining): the forward issues S(j+1) = Q·K(j+1)ᵀ and O += P(j)·V(j) before the softmax of
- * S(j+1), over three K/V stages; the backward kernels issue their two score products as two groups
- * and the gradient products one by one, so each exponential pass runs beside the next product. */
-#ifndef ATT_WG_PIPELINE
-#define ATT_WG_PIPELINE 0
-#endif
 #ifndef ATT_FWD64_MINB
 #define ATT_FWD64_MINB 1 /* capping to 4 blocks (128 regs) spilled and ran slower */
 #endif
@@ -349,38 +342,17 @@ __device__ __forceinline__ void wgmma_abt(float (&acc)[32], uint32_t A, uint32_t
 
 /* acc[64 x 64] += X·B, X in accumulator registers (packed to bf16 here), B a [64][64] swizzled tile
  * read MN-major (its rows are X's columns). Waits for completion: the packed registers are free after. */
-__device__ __forceinline__ void pack_a_fragments(uint32_t (&a)[4][4], const float (&x)[32]) {
+__device__ __forceinline__ void wgmma_xb(float (&acc)[32], const float (&x)[32], uint32_t B) {
+    uint32_t a[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) pack_a_fragment(a[kk], x, kk);
-}
-
-/* Issues acc += X·B as one group, X as packed A fragments, B as in wgmma_xb; does not wait. The
- * caller fences acc before the first wgmma it issues (fence_acc: ptxas serializes the pipeline when
- * it sees accumulators read inside it), and until the wait that retires the group, acc and a stay
- * untouched (fence_acc, fence_frags after it). */
-__device__ __forceinline__ void wgmma_xb_issue(float (&acc)[32], const uint32_t (&a)[4][4], uint32_t B) {
+    fence_acc(acc);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) wgmma_m64n64k16_rs_mn(acc, a[kk], smem_desc(B + kk * 16 * 128), 1);
     wgmma_commit();
-}
-
-/* keeps A fragments read by an asynchronous wgmma alive (and unmoved) until after its wait */
-__device__ __forceinline__ void fence_frags(uint32_t (&a)[4][4]) {
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) asm volatile("" : "+r"(a[kk][i])::"memory");
-}
-
-__device__ __forceinline__ void wgmma_xb(float (&acc)[32], const float (&x)[32], uint32_t B) {
-    uint32_t a[4][4];
-    pack_a_fragments(a, x);
-    fence_acc(acc);
-    wgmma_xb_issue(acc, a, B);
     wgmma_wait<0>();
     fence_acc(acc);
-    fence_frags(a);
 }
 
 /* Starts the copies of key/value tile j+1 into the other buffer (when there is one) and waits for
@@ -411,98 +383,11 @@ __device__ __forceinline__ void mask_diagonal_tile(float (&s)[32], int k0, int q
         }
 }
 
-/* The online softmax of one key tile for this thread's rows qrow and qrow + 8: s (scores) becomes
- * P = exp2(s·sl2 − m) with m the rows' new running maxima (a quad's four threads agree on them),
- * lrow is rescaled and gets P's sums, and alpha = exp2(m_old − m) is what O must be multiplied by. */
-__device__ __forceinline__ void online_softmax_tile(float (&s)[32], float (&mrow)[2], float (&lrow)[2],
-                                                    float (&alpha)[2], float sl2) {
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        float mnew = fmaxf(mrow[r], mx * sl2);
-        alpha[r] = ex2(mrow[r] - mnew);
-        mrow[r] = mnew;
-        lrow[r] *= alpha[r];
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-            float p0 = ex2(fmaf(s[nt * 4 + 2 * r], sl2, -mnew)), p1 = ex2(fmaf(s[nt * 4 + 2 * r + 1], sl2, -mnew));
-            s[nt * 4 + 2 * r] = p0;
-            s[nt * 4 + 2 * r + 1] = p1;
-            lrow[r] += p0 + p1;
-        }
-    }
-}
-
-__device__ __forceinline__ void rescale_rows(float (&o)[32], const float (&alpha)[2]) {
-#pragma unroll
-    for (int dt = 0; dt < 8; dt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) o[dt * 4 + e] *= alpha[e >> 1];
-}
-
-#if ATT_WG_PIPELINE
-#define ATT_FWD_KV_STAGES 3
-#else
-#define ATT_FWD_KV_STAGES 2
-#endif
-
-#if ATT_WG_PIPELINE
-/* Iteration j < nkv - 1 of the pipelined forward: S(j+1) and O += P(j)·V(j) go to the tensor cores
- * back to back, the softmax of S(j+1) runs while P(j)·V(j) does, and O is rescaled once that group
- * is retired. Tile j+2 is loaded into the stage that P(j-1)·V(j-1) freed, a tile ahead of its use.
- * No branch around a wgmma (ptxas serializes a pipeline it cannot follow through branches). */
-__device__ __forceinline__ void forward_pipelined_step(float (&o)[32], float (&s)[32], uint32_t (&p)[4][4],
-                                                       uint32_t (&p_next)[4][4], float (&mrow)[2], float (&lrow)[2],
-                                                       uint32_t Qs, uint32_t Ks, uint32_t Vs, const bf16 *kbase,
-                                                       const bf16 *vbase, size_t C3, int j, int nkv, int T, int qrow,
-                                                       int tq, float sl2) {
-    constexpr int TILE = ATT_TILE, TILE_BYTES = TILE * 64 * 2, STAGES = ATT_FWD_KV_STAGES;
-    if (j + 2 < nkv) {
-        const uint32_t st = ((j + 2) % STAGES) * TILE_BYTES;
-        load_rows_swizzled(Ks + st, kbase, C3, (j + 2) * TILE, T);
-        load_rows_swizzled(Vs + st, vbase, C3, (j + 2) * TILE, T);
-    }
-    cp_async_commit();
-    cp_async_wait<1>(); /* tile j+1 */
-    fence_proxy_async();
-    __syncthreads();
-    fence_acc(o);
-    wgmma_fence();
-    wgmma_abt(s, Qs, Ks + ((j + 1) % STAGES) * TILE_BYTES); /* S(j+1) */
-    wgmma_commit();
-    wgmma_xb_issue(o, p, Vs + (j % STAGES) * TILE_BYTES); /* O += P(j)·V(j) */
-    wgmma_wait<1>();                                      /* S(j+1) */
-    fence_acc(s);
-    if (j + 1 == nkv - 1) mask_diagonal_tile(s, (j + 1) * TILE, qrow, tq);
-    float alpha[2];
-    online_softmax_tile(s, mrow, lrow, alpha, sl2);
-    pack_a_fragments(p_next, s);
-    wgmma_wait<0>(); /* P(j)·V(j) */
-    fence_acc(o);
-    fence_frags(p);
-    rescale_rows(o, alpha);
-    __syncthreads(); /* stage j is refilled with tile j+3 by the next iteration */
-}
-
-/* O += P(j)·V(j) for the last key tile j (already loaded and synchronized by the step before). */
-__device__ __forceinline__ void forward_last_tile(float (&o)[32], uint32_t (&p)[4][4], uint32_t Vs, int j) {
-    fence_acc(o);
-    wgmma_xb_issue(o, p, Vs + (j % ATT_FWD_KV_STAGES) * ATT_TILE * 64 * 2);
-    wgmma_wait<0>();
-    fence_acc(o);
-    fence_frags(p);
-}
-#endif
-
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, float sl2) {
-    constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2, STAGES = ATT_FWD_KV_STAGES;
+    constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
-    const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, Ks = Qs + TILE_BYTES, Vs = Ks + STAGES * TILE_BYTES;
+    const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, Ks = Qs + TILE_BYTES, Vs = Ks + 2 * TILE_BYTES;
 
     int C = NH * HS;
     size_t C3 = 3 * (size_t)C;
@@ -511,7 +396,6 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    const int qrow = q0 + warp * 16 + g;
 
     load_rows_swizzled(Qs, qbase, C3, q0, T);
     load_rows_swizzled(Ks, kbase, C3, 0, T);
@@ -521,41 +405,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
     float o[32];
 #pragma unroll
     for (int i = 0; i < 32; i++) o[i] = 0.0f;
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f}, alpha[2];
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
     int nkv = qb + 1;
 
-#if ATT_WG_PIPELINE
-    if (nkv > 1) {
-        load_rows_swizzled(Ks + TILE_BYTES, kbase, C3, TILE, T);
-        load_rows_swizzled(Vs + TILE_BYTES, vbase, C3, TILE, T);
-    }
-    cp_async_commit(); /* possibly empty: one group per tile keeps the counting below uniform */
-    cp_async_wait<1>();
-    fence_proxy_async();
-    __syncthreads();
-
-    float s[32];
-    uint32_t pa[4][4], pb[4][4]; /* P(j) and P(j+1) in turn: never one set written while read */
-    wgmma_fence();
-    wgmma_abt(s, Qs, Ks); /* S(0) */
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_acc(s);
-    if (nkv == 1) mask_diagonal_tile(s, 0, qrow, tq);
-    online_softmax_tile(s, mrow, lrow, alpha, sl2); /* O is still 0: nothing to rescale */
-    pack_a_fragments(pa, s);
-    int j = 0;
-    for (; j + 2 < nkv; j += 2) {
-        forward_pipelined_step(o, s, pa, pb, mrow, lrow, Qs, Ks, Vs, kbase, vbase, C3, j, nkv, T, qrow, tq, sl2);
-        forward_pipelined_step(o, s, pb, pa, mrow, lrow, Qs, Ks, Vs, kbase, vbase, C3, j + 1, nkv, T, qrow, tq, sl2);
-    }
-    if (j + 1 < nkv) { /* two tiles left */
-        forward_pipelined_step(o, s, pa, pb, mrow, lrow, Qs, Ks, Vs, kbase, vbase, C3, j, nkv, T, qrow, tq, sl2);
-        forward_last_tile(o, pb, Vs, j + 1);
-    } else {
-        forward_last_tile(o, pa, Vs, j);
-    }
-#else
     for (int j = 0; j < nkv; j++) {
         next_kv_tile_or_wait(Ks, Vs, kbase, vbase, C3, j, nkv, T);
         fence_proxy_async(); /* the copies are read by wgmma, through the async proxy */
@@ -569,15 +421,36 @@ __global__ void __launch_bounds__(ATT_THREADS)
         wgmma_wait<0>();
         fence_acc(s);
 
-        if (j == nkv - 1) mask_diagonal_tile(s, j * TILE, qrow, tq);
-        online_softmax_tile(s, mrow, lrow, alpha, sl2);
-        rescale_rows(o, alpha);
+        if (j == nkv - 1) mask_diagonal_tile(s, j * TILE, q0 + warp * 16 + g, tq);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float mnew = fmaxf(mrow[r], mx * sl2);
+            float alpha = ex2(mrow[r] - mnew);
+            mrow[r] = mnew;
+            lrow[r] *= alpha;
+#pragma unroll
+            for (int dt = 0; dt < 8; dt++) {
+                o[dt * 4 + 2 * r] *= alpha;
+                o[dt * 4 + 2 * r + 1] *= alpha;
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+                float p0 = ex2(fmaf(s[nt * 4 + 2 * r], sl2, -mnew)), p1 = ex2(fmaf(s[nt * 4 + 2 * r + 1], sl2, -mnew));
+                s[nt * 4 + 2 * r] = p0;
+                s[nt * 4 + 2 * r + 1] = p1;
+                lrow[r] += p0 + p1;
+            }
+        }
         wgmma_xb(o, s, Vt); /* O += P·V */
         __syncthreads(); /* buffer j&1 is refilled with tile j+2 by the next iteration */
     }
-#endif
 
-    store_forward_rows<HS>(out, lse, o, lrow, mrow, b, h, qrow, tq, T, C);
+    store_forward_rows<HS>(out, lse, o, lrow, mrow, b, h, q0 + warp * 16 + g, tq, T, C);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -864,23 +737,9 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
 
         float s[32], dp[32];
         wgmma_fence();
-        wgmma_abt(s, Qs, Kt); /* S = Q·Kᵀ */
-#if ATT_WG_PIPELINE
-        wgmma_commit(); /* P is formed while dP is computed */
-#endif
+        wgmma_abt(s, Qs, Kt);   /* S = Q·Kᵀ */
         wgmma_abt(dp, dOs, Vt); /* dP = dO·Vᵀ */
         wgmma_commit();
-#if ATT_WG_PIPELINE
-        wgmma_wait<1>();
-        fence_acc(s);
-        if (j == nkv - 1) mask_diagonal_tile(s, j * TILE, q0 + warp * 16 + g, tq);
-#pragma unroll
-        for (int i = 0; i < 32; i++) s[i] = ex2(fmaf(s[i], sl2, -lse_r[(i >> 1) & 1]));
-        wgmma_wait<0>();
-        fence_acc(dp);
-#pragma unroll
-        for (int i = 0; i < 32; i++) s[i] *= dp[i] - D_r[(i >> 1) & 1]; /* dS (without the scale) */
-#else
         wgmma_wait<0>();
         fence_acc(s);
         fence_acc(dp);
@@ -892,7 +751,6 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
             float p = ex2(fmaf(s[i], sl2, -lse_r[r]));
             s[i] = p * (dp[i] - D_r[r]); /* dS (without the scale) */
         }
-#endif
         wgmma_xb(dq, s, Kt); /* dQ += dS·K */
         __syncthreads();
     }
@@ -950,20 +808,12 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
 
         float st[32], dpt[32];
         wgmma_fence();
-        wgmma_abt(st, Ks, Qt); /* Sᵀ = K·Qᵀ */
-#if ATT_WG_PIPELINE
-        wgmma_commit(); /* Pᵀ is formed while dPᵀ is computed */
-#endif
+        wgmma_abt(st, Ks, Qt);   /* Sᵀ = K·Qᵀ */
         wgmma_abt(dpt, Vs, dOt); /* dPᵀ = V·dOᵀ */
         wgmma_commit();
-#if ATT_WG_PIPELINE
-        wgmma_wait<1>();
-        fence_acc(st);
-#else
         wgmma_wait<0>();
         fence_acc(st);
         fence_acc(dpt);
-#endif
 
         int q0 = qt * BQ;
         if (q0 < k0 + TILE - 1) {
@@ -975,26 +825,6 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
                     if (key > q0 + col) st[nt * 4 + e] = -INFINITY;
                 }
         }
-#if ATT_WG_PIPELINE
-        /* dV += Pᵀ·dO runs while dSᵀ is formed; its fragments are freed before dK's are packed (the
-         * register cap of 3 blocks per SM holds one set, not two) */
-#pragma unroll
-        for (int i = 0; i < 32; i++) st[i] = ex2(fmaf(st[i], sl2, -lse_t[(i >> 2) * 8 + 2 * tq + (i & 1)]));
-        {
-            uint32_t ap[4][4];
-            pack_a_fragments(ap, st);
-            fence_acc(dv);
-            wgmma_xb_issue(dv, ap, dOt);
-            wgmma_wait<1>(); /* dPᵀ */
-            fence_acc(dpt);
-#pragma unroll
-            for (int i = 0; i < 32; i++) dpt[i] = st[i] * (dpt[i] - D_t[(i >> 2) * 8 + 2 * tq + (i & 1)]);
-            wgmma_wait<0>();
-            fence_acc(dv);
-            fence_frags(ap);
-        }
-        wgmma_xb(dk, dpt, Qt); /* dK += dSᵀ·Q */
-#else
 #pragma unroll
         for (int i = 0; i < 32; i++) {
             int col = (i >> 2) * 8 + 2 * tq + (i & 1);
@@ -1005,8 +835,8 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
 #if ATT_WG_DKDV_ONE_WAIT
         { /* both products in one group: dV += Pᵀ·dO, dK += dSᵀ·Q */
             uint32_t ap[4][4], ad[4][4];
-            pack_a_fragments(ap, st);
-            pack_a_fragments(ad, dpt);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) pack_a_fragment(ap[kk], st, kk), pack_a_fragment(ad[kk], dpt, kk);
             fence_acc(dv);
             fence_acc(dk);
             wgmma_fence();
@@ -1022,7 +852,6 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
 #else
         wgmma_xb(dv, st, dOt); /* dV += Pᵀ·dO */
         wgmma_xb(dk, dpt, Qt); /* dK += dSᵀ·Q */
-#endif
 #endif
         __syncthreads();
     }
@@ -1064,8 +893,7 @@ extern "C" void attention_use_wgmma(int on) {
 }
 
 static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, cudaStream_t stream) {
-    /* Q and K, V in stages; + alignment to 1024 bytes */
-    const size_t smem = (1 + 2 * ATT_FWD_KV_STAGES) * ATT_TILE * 64 * sizeof(bf16) + 1024;
+    const size_t smem = 5 * ATT_TILE * 64 * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
     static bool attr_set = false;
     if (!attr_set) {
         CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
