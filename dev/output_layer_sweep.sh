@@ -30,7 +30,7 @@ SHAPES=(768,65536,262144 768,16384,262144 4096,16384,262144)
 # (dZ MiB : chunk rows), most informative first in case the deadline cuts the list. Window columns
 # = dZ / (rows x 2 B): at rows 4096, 8 MiB -> 1024 columns, 16 -> 2048, 32 -> 4096, 44 -> 5632 (6 x 22
 # = 132 tiles of 128 x 256 in a d=768 dW GEMM); the defaults are 128 MiB, 8192 rows (8192 columns)
-# at d=768 when the logits would be >= 2 GiB (the first two shapes), else 64 MiB, 4096 rows, and
+# at d=768 when the logits would be >= 1.5 GiB (the first two shapes), else 64 MiB, 4096 rows, and
 # 2048 rows at d=4096 (32 MiB dH budget; 16384 columns). Setting any of them drops the square
 # default (64:4096 is the old d=768 default). Windows under 1024 columns
 # are left out (thousands of small GEMMs). SWEEP_SETTINGS="dz:rows[:lt] ..." replaces the list (lt:
@@ -152,7 +152,7 @@ def default_struct(key):  # kernels/output_fused.cu's outl_fused_sizes, for a la
     return "4096x8192" if d <= 1024 else "2048x16384"
 hdr = f"{'d,N,V':>18} {'setting':>16} {'rows x cols':>11} {'fwd+bwd ms':>10} {'vs default':>10} {'vs compile':>10} {'MB':>5}"
 print("== output layer sweep: fused fwd+bwd (median of 5) by backward structure; full list in sweep_table.txt")
-print("   rows x cols = caps on chunk rows and window columns (default: 8192x8192 at d<=1024 when N x V x 2 B >= 2 GiB, else 4096x8192; 2048x16384 at d=4096)")
+print("   rows x cols = caps on chunk rows and window columns (default: 8192x8192 at d<=1024 when N x V x 2 B >= 1.5 GiB, else 4096x8192; 2048x16384 at d=4096)")
 emit(hdr, True)
 for key in shapes:
     defs = [ms[(key, t)] for t in ("default", "default_again") if (key, t) in ms and not math.isnan(ms[(key, t)])]

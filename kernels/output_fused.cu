@@ -1122,12 +1122,13 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots) {
     /* windows x rows <= (2 slots / rb + 1 + 8 + L2 term) x rb x 128 for every N <= max_N */
     const int64_t l2min = cdiv((int64_t)slots * BM * d * 2, L2_H_BUDGET);
     s.stats_elems = (int64_t)BM * (2 * (int64_t)slots + rb * (10 + l2min));
-    /* Large problems at narrow widths get square windows of 8192 x 8192 (128 MiB): 1-2 % faster at
-     * d = 768 than 4096 x 8192 (dev/RESULTS.md, 2026-11-23; cuBLAS runs the window's dW product at
-     * 722 instead of 604 TFLOP/s), the fp32 dH chunk of 8192 rows still fits its 32 MiB, and 128 MiB
-     * is at most 6 % of the logits it stands in for (>= 2 GiB: GPT-2 at V = 50304 from B = 32 on). */
+    /* Large problems at narrow widths get square windows of 8192 x 8192 (128 MiB): faster at d = 768
+     * than 4096 x 8192 (dev/RESULTS.md, 2026-11-23: 1-2 % at N = 65536, 5 % at 768/16384/50304;
+     * cuBLAS runs the window's dW product at 722 instead of 604 TFLOP/s), the fp32 dH chunk of 8192
+     * rows still fits its 32 MiB, and 128 MiB is at most 8 % of the logits it stands in for
+     * (>= 1.5 GiB: GPT-2 at V = 50304 from B = 16 on). */
     const bool square = !b->dz_set && !b->rows_set && !b->dh_set && (int64_t)SQUARE_WINDOW * d <= DH_BUDGET_ELEMS &&
-                        max_N * V * 2 >= ((int64_t)2 << 30);
+                        max_N * V * 2 >= ((int64_t)3 << 29);
     const int64_t max_rows = square ? SQUARE_WINDOW : b->max_rows;
     const int64_t dz_elems = square ? (int64_t)SQUARE_WINDOW * SQUARE_WINDOW : b->dz_elems;
     const int64_t dh_elems = b->dh_elems ? b->dh_elems : b->rows_set ? b->max_rows * d : DH_BUDGET_ELEMS;

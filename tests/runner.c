@@ -1,5 +1,6 @@
 /* tests/runner.c - runs every registered TEST (optionally only those whose name contains argv[1])
- * and prints "N passed, M failed". */
+ * and prints "N passed, M failed" last, followed by the failed tests' names, so that the one line a
+ * script keeps from a long log still says what failed. */
 #include "test.h"
 
 #include <stdarg.h>
@@ -70,6 +71,7 @@ int main(int argc, char **argv) {
     }
 
     int passed = 0, failed = 0;
+    const char *failed_names[MAX_TESTS];
     for (int i = 0; i < num_tests; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;
         snprintf(current_tmpdir, sizeof current_tmpdir, "%s/%d", tmpdir_root, i);
@@ -88,12 +90,14 @@ int main(int argc, char **argv) {
             passed++;
         } else {
             fprintf(stderr, "  ^ FAILED (%s)\n", tests[i].file);
-            failed++;
+            failed_names[failed++] = tests[i].name;
         }
     }
     char cmd[800];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir_root);
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmpdir_root);
-    printf("%d passed, %d failed\n", passed, failed);
+    printf("%d passed, %d failed", passed, failed);
+    for (int i = 0; i < failed; i++) printf("%s%s", i ? ", " : ": ", failed_names[i]);
+    printf("\n");
     return failed ? 1 : 0;
 }
