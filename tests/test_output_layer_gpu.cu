@@ -267,6 +267,19 @@ static void check_case(OutputLayerKind kind, Case c, double tol_loss, double tol
 #define FUSED_GRAD_TOL 2e-3
 #define CANON_LOSS_TOL 5e-3 /* a bf16 logit is off by up to 2^-9 of itself, and so is one row's loss */
 #define CANON_GRAD_TOL 5e-3
+/* With a handful of counted rows the gradient error is not an average: dZ reaches the GEMMs in
+ * bf16, so each row's target entry p - 1 is off by up to 2^-9 of itself, an error that is the same
+ * across the row's d values and dominates its dH row; with dH's own rounding to bf16 (again up to
+ * 2^-9) the worst case is sqrt(2) 2^-9 = 2.8e-3. At N = 7 (about 5 counted rows) a correct layer
+ * exceeds 2e-3 in about 1 draw of 20 (dev/rounding_error_sim.c: 711 of 16000 draws, largest
+ * 2.8e-3; the canonical layer has the same term), most likely the one failure of this file's tests
+ * in 16 GPU runs (2026-11-23). The bound for few rows is therefore that worst case; from 1000 rows
+ * on, 2e-3 holds with a wide margin. */
+#define FEW_ROWS_GRAD_TOL 3e-3
+/* The canonical layer's bf16 logits add an error of up to |z| 2^-9 to every softmax exponent (1.6 %
+ * of p at z = 8), which few rows do not average out either: its 7-row case exceeded 5e-3 in 6 of
+ * 6000 draws of dev/rounding_error_sim.c (largest 6.2e-3). */
+#define FEW_ROWS_CANON_GRAD_TOL 1e-2
 
 /* ---- the fused layer against fp64 ---------------------------------------------------------- */
 
@@ -276,7 +289,7 @@ TEST(fused_output_one_row_one_word) {
 
 TEST(fused_output_7_rows_1000_words_with_ignored) {
     check_case(OUTPUT_LAYER_FUSED, Case{7, 1000, 128, 2.0, 0.3, OUTPUT_REDUCE_MEAN, 1.0f}, FUSED_LOSS_TOL,
-               FUSED_GRAD_TOL);
+               FEW_ROWS_GRAD_TOL);
 }
 
 TEST(fused_output_1000_rows_50257_words_with_ignored) {
@@ -360,7 +373,7 @@ TEST(fused_output_tma_cluster_kernel_against_fp64) { check_tma_kernel(OUTPUT_TIL
 
 TEST(canonical_output_7_rows_1000_words_with_ignored) {
     check_case(OUTPUT_LAYER_CANONICAL, Case{7, 1000, 128, 2.0, 0.3, OUTPUT_REDUCE_MEAN, 1.0f}, CANON_LOSS_TOL,
-               CANON_GRAD_TOL);
+               FEW_ROWS_CANON_GRAD_TOL);
 }
 
 TEST(canonical_output_1000_rows_50257_words_with_ignored) {
