@@ -4,7 +4,7 @@
  * rows the relative L2 error is not an average, and a correct layer can exceed 2e-3.
  *
  *   gcc -O2 -o /tmp/rounding_error_sim dev/rounding_error_sim.c -lm
- *   /tmp/rounding_error_sim fused|canonical N V d logit_std ignore_frac draws [tol]
+ *   /tmp/rounding_error_sim fused|fused_exact_target|canonical N V d logit_std ignore_frac draws [tol [first_draw]]
  *   e.g. /tmp/rounding_error_sim fused 7 1000 128 2.0 0.3 16000 2e-3
  *
  * Inputs as in the tests (H ~ N(0,1), W ~ N(0, logit_std^2/d), both rounded to bf16; targets
@@ -12,7 +12,10 @@
  *   fused:     logits and softmax in fp32, dZ = p - onehot rounded to bf16, products summed in
  *              double (the GPU's fp32 accumulation adds far less than the bf16 roundings), dH
  *              rounded to bf16, dW kept in fp32;
- *   canonical: logits rounded to bf16 first (llm.c), then as above.
+ *   fused_exact_target: the same, but dH gets each row's target entry p - 1 unrounded, as a layer
+ *              would that added the residual (p - 1) - bf16(p - 1) back in fp32 (not built: what
+ *              that would buy);
+ *   canonical: logits rounded to bf16 first (llm.c), then as fused.
  * Prints, per quantity, how many draws exceed the tolerance and the largest error seen. */
 #include <math.h>
 #include <stdint.h>
@@ -51,13 +54,20 @@ static double rel_l2(const double *got, const double *ref, size_t n) {
 
 int main(int argc, char **argv) {
     if (argc < 8) {
-        fprintf(stderr, "usage: %s fused|canonical N V d logit_std ignore_frac draws [tol]\n", argv[0]);
+        fprintf(stderr,
+                "usage: %s fused|fused_exact_target|canonical N V d logit_std ignore_frac draws [tol [first_draw]]\n",
+                argv[0]);
         return 2;
     }
-    const int canonical = strcmp(argv[1], "canonical") == 0;
+    const int canonical = strcmp(argv[1], "canonical") == 0, exact_target = strcmp(argv[1], "fused_exact_target") == 0;
+    if (!canonical && !exact_target && strcmp(argv[1], "fused") != 0) {
+        fprintf(stderr, "error: the layer is fused, fused_exact_target or canonical, got '%s'\n", argv[1]);
+        return 2;
+    }
     const int N = atoi(argv[2]), V = atoi(argv[3]), d = atoi(argv[4]), draws = atoi(argv[7]);
     const double logit_std = atof(argv[5]), ignore_frac = atof(argv[6]);
     const double tol = argc > 8 ? atof(argv[8]) : 2e-3;
+    const int first_draw = argc > 9 ? atoi(argv[9]) : 0; /* draws are numbered: disjoint runs in parallel */
     if (N < 1 || V < 1 || d < 1 || draws < 1) {
         fprintf(stderr, "error: N, V, d and draws must be positive\n");
         return 2;
@@ -74,7 +84,7 @@ int main(int argc, char **argv) {
     int over_dH = 0, over_dW = 0;
     double max_dH = 0, max_dW = 0, sum_dH = 0;
     for (int draw = 0; draw < draws; draw++) {
-        rng_state = 987654321ull + (uint64_t)draw * 7919u;
+        rng_state = 987654321ull + (uint64_t)(first_draw + draw) * 7919u;
         for (size_t i = 0; i < (size_t)N * d; i++) H[i] = round_bf16((float)normal());
         for (size_t i = 0; i < (size_t)V * d; i++) W[i] = round_bf16((float)(normal() * logit_std / sqrt(d)));
         int counted = 0;
@@ -104,9 +114,10 @@ int main(int argc, char **argv) {
                 const double g = (exp(z[v] - lse) - (v == t)) * scale;
                 const float p = (float)exp(zr[v] - lse_r);
                 const double gr = round_bf16(p - (v == t ? 1.0f : 0.0f)) * scale;
+                const double gr_dH = exact_target && v == t ? (double)(p - 1.0f) * scale : gr;
                 for (int k = 0; k < d; k++) {
                     dH_ref[(size_t)n * d + k] += g * W[(size_t)v * d + k];
-                    dH[(size_t)n * d + k] += gr * W[(size_t)v * d + k];
+                    dH[(size_t)n * d + k] += gr_dH * W[(size_t)v * d + k];
                     dW_ref[(size_t)v * d + k] += g * H[(size_t)n * d + k];
                     dW[(size_t)v * d + k] += gr * H[(size_t)n * d + k];
                 }
@@ -119,7 +130,7 @@ int main(int argc, char **argv) {
     }
     printf("%s N=%d V=%d d=%d logit_std=%g ignored=%g: over %g in dH %d, dW %d of %d draws; largest dH %.3g, "
            "dW %.3g; mean dH %.3g\n",
-           canonical ? "canonical" : "fused", N, V, d, logit_std, ignore_frac, tol, over_dH, over_dW, draws, max_dH,
+           argv[1], N, V, d, logit_std, ignore_frac, tol, over_dH, over_dW, draws, max_dH,
            max_dW, sum_dH / draws);
     return 0;
 }
