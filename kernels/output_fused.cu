@@ -1125,7 +1125,7 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots) {
     /* Large problems at narrow widths get square windows of 8192 x 8192 (128 MiB): faster at d = 768
      * than 4096 x 8192 (dev/RESULTS.md, 2026-11-23: 1-2 % at N = 65536, 5 % at 768/16384/50304;
      * cuBLAS runs the window's dW product at 722 instead of 604 TFLOP/s), the fp32 dH chunk of 8192
-     * rows still fits its 32 MiB, and 128 MiB is at most 8 % of the logits it stands in for
+     * rows still fits its 32 MiB, and 128 MiB is at most a twelfth of the logits it stands in for
      * (>= 1.5 GiB: GPT-2 at V = 50304 from B = 16 on). */
     const bool square = !b->dz_set && !b->rows_set && !b->dh_set && (int64_t)SQUARE_WINDOW * d <= DH_BUDGET_ELEMS &&
                         max_N * V * 2 >= ((int64_t)3 << 29);
