@@ -130,7 +130,6 @@ int main(int argc, char **argv) {
     }
     printf("%s N=%d V=%d d=%d logit_std=%g ignored=%g: over %g in dH %d, dW %d of %d draws; largest dH %.3g, "
            "dW %.3g; mean dH %.3g\n",
-           argv[1], N, V, d, logit_std, ignore_frac, tol, over_dH, over_dW, draws, max_dH,
-           max_dW, sum_dH / draws);
+           argv[1], N, V, d, logit_std, ignore_frac, tol, over_dH, over_dW, draws, max_dH, max_dW, sum_dH / draws);
     return 0;
 }
