@@ -40,6 +40,7 @@ typedef struct {
     int checkpoint_every, keep_checkpoints, resume;
     int val_every, val_batches, sample_every, gen_tokens;
     const char *output, *device;
+    int logits_mb;
     int gpus, nodes, node_rank;
     const char *master;
     int zero, overlap_comm, bucket_mb;
@@ -94,7 +95,9 @@ static const OptSpec options[] = {
     {'s', "sample-every", OPT_INT, O(sample_every), "500", "N", "generate a sample every N steps (0: off)"},
     {'G', "gen-tokens", OPT_INT, O(gen_tokens), "64", "N", "tokens per sample"},
     {0, "prompt", OPT_STR, O(prompt), "", "TEXT", "text that samples start from (needs a tokenizer)"},
-    {0, "output", OPT_STR, O(output), "fused", "KIND", "output layer: fused (no logits tensor) or canonical"},
+    {0, "output", OPT_STR, O(output), "fused", "KIND",
+     "output layer: fused (no logits tensor), canonical (all logits) or chunked (logits of --logits-mb at a time)"},
+    {0, "logits-mb", OPT_INT, O(logits_mb), "4096", "MB", "--output chunked: memory for one block of logits"},
     {0, "device", OPT_STR, O(device), "cuda", "KIND", "cuda or cpu (the fp32 reference backend)"},
     {'g', "gpus", OPT_INT, O(gpus), "1", "N", "GPUs on this host, one process each (data parallel)"},
     {0, "nodes", OPT_INT, O(nodes), "1", "M", "hosts taking part, each started with the same flags"},
@@ -315,8 +318,9 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->zero != 0 && opt->zero != 1) bad("--zero", "must be 0 or 1");
     if (opt->overlap_comm != 0 && opt->overlap_comm != 1) bad("--overlap-comm", "must be 0 or 1");
     if (opt->bucket_mb < 0) bad("--bucket-mb", "must be 0 or more");
-    if (strcmp(opt->output, "fused") && strcmp(opt->output, "canonical"))
-        bad("--output", "must be fused or canonical");
+    if (strcmp(opt->output, "fused") && strcmp(opt->output, "canonical") && strcmp(opt->output, "chunked"))
+        bad("--output", "must be fused, canonical or chunked");
+    if (opt->logits_mb < 1) bad("--logits-mb", "must be at least 1");
     if (strcmp(opt->device, "cuda") && strcmp(opt->device, "cpu")) bad("--device", "must be cuda or cpu");
     long long bt = (long long)opt->batch * opt->seq_len, ranks = (long long)opt->gpus * opt->nodes;
     if (bt * ranks > INT32_MAX) bad("-b/--batch", "times -t, -g and --nodes is above 2^31 tokens per step");
@@ -591,11 +595,14 @@ int main(int argc, char **argv) {
     const int val_batches_asked = val_batches_per_rank;
     if (have_val && val_loader.num_batches < (uint64_t)val_batches_per_rank)
         val_batches_per_rank = (int)val_loader.num_batches;
-    OutputKind output = strcmp(opt.output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
+    OutputKind output = strcmp(opt.output, "canonical") == 0 ? OUTPUT_CANONICAL
+                        : strcmp(opt.output, "chunked") == 0 ? OUTPUT_CHUNKED
+                                                               : OUTPUT_FUSED;
     DataParallel dp = {.dist = &dist, .zero1 = opt.zero, .overlap = opt.overlap_comm,
                        .bucket_bytes = (size_t)opt.bucket_mb << 20};
     be = strcmp(opt.device, "cpu") == 0 ? backend_cpu_create(&table, B, T, output, (uint64_t)opt.seed, err)
-                                        : backend_cuda_create(&table, B, T, output, (uint64_t)opt.seed, &dp, err);
+                                        : backend_cuda_create(&table, B, T, output, (size_t)opt.logits_mb << 20,
+                                                                      (uint64_t)opt.seed, &dp, err);
     if (!be) {
         fprintf(stderr, "error: %s\n", err);
         FAIL(1);

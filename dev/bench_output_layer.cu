@@ -1,4 +1,4 @@
-/* dev/bench_output_layer.cu - times the two output layers of kernels/output_layer.h (the same
+/* dev/bench_output_layer.cu - times the output layers of kernels/output_layer.h (the same
  * launchers the trainer calls) on the grid of issue 5, with one cuBLAS logits-sized GEMM as the
  * yardstick.
  *
@@ -6,6 +6,8 @@
  *   ./build/bench_output_layer --max-seconds S stop starting new shapes after S seconds
  *   ./build/bench_output_layer --shape d,N,V   one shape (repeatable)
  *   ./build/bench_output_layer --no-canonical  skip the canonical layer (and its N x V memory)
+ *   ./build/bench_output_layer --no-chunked    skip the chunked layer (canonical in blocks of 4 GiB of logits)
+ *   ./build/bench_output_layer --logits-mb MB  the chunked layer's budget for one block of logits
  *   ./build/bench_output_layer --kernel K      the fused layer's tile kernel: 1 mma.sync, 2 wgmma 128x256,
  *                                              3 wgmma 128x128, 4 TMA-fed wgmma (the default on Hopper),
  *                                              5 TMA-fed wgmma in 2-CTA clusters (W multicast)
@@ -19,7 +21,7 @@
  * Inputs: H ~ N(0,1), W ~ N(0, 0.02^2) bf16, uniform targets, mean loss, as in ../shared/anchors.md.
  * Times: CUDA events, 2 warm-up calls, median of 3..20 timed calls. TFLOP/s counts G = 2 N V d per
  * logits-sized GEMM: 1G forward, 4G fused forward+backward (the backward recomputes the logits),
- * 3G canonical forward+backward. Extra memory: output_layer_workspace_bytes (beyond H, W, targets,
+ * 3G canonical and chunked forward+backward. Extra memory: output_layer_workspace_bytes (beyond H, W, targets,
  * dH, dW). Prints a table, then CSV lines starting with "csv,". */
 #include <math.h>
 #include <stdint.h>
@@ -44,8 +46,8 @@ typedef struct {
 
 typedef struct {
     Shape s;
-    double gemm_ms, canon_fwd_ms, canon_fb_ms, fused_fwd_ms, fused_fb_ms;
-    double canon_mem, fused_mem; /* bytes */
+    double gemm_ms, canon_fwd_ms, canon_fb_ms, fused_fwd_ms, fused_fb_ms, chunk_fb_ms;
+    double canon_mem, fused_mem, chunk_mem; /* bytes */
 } Row;
 
 __device__ __forceinline__ uint64_t mix(uint64_t z) {
@@ -102,7 +104,9 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static Row bench_shape(Shape s, int with_canonical, int fb_only, cublasHandle_t cublas) {
+static size_t g_logits_budget; /* --logits-mb; 0: the chunked layer's default */
+
+static Row bench_shape(Shape s, int with_canonical, int with_chunked, int fb_only, cublasHandle_t cublas) {
     Row r = {};
     r.s = s;
     const int64_t N = s.N, V = s.V, Vp = (V + 127) / 128 * 128;
@@ -128,7 +132,7 @@ static Row bench_shape(Shape s, int with_canonical, int fb_only, cublasHandle_t 
     a.H = H, a.W = W, a.targets = tg, a.N = N, a.reduction = OUTPUT_REDUCE_MEAN, a.grad_scale = 1.0f;
     a.loss = loss, a.dH = dH, a.dW = dW;
 
-    r.gemm_ms = r.canon_fwd_ms = r.canon_fb_ms = r.fused_fwd_ms = NAN;
+    r.gemm_ms = r.canon_fwd_ms = r.canon_fb_ms = r.fused_fwd_ms = r.chunk_fb_ms = NAN;
     size_t free_b, total_b;
     const size_t logits_bytes = (size_t)N * Vp * 2, margin = (size_t)256 << 20;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -145,9 +149,9 @@ static Row bench_shape(Shape s, int with_canonical, int fb_only, cublasHandle_t 
         });
         CUDA_CHECK(cudaFree(out));
     }
-    r.canon_mem = (double)output_layer_workspace_bytes(OUTPUT_LAYER_CANONICAL, N, V, d);
+    r.canon_mem = (double)output_layer_workspace_bytes(OUTPUT_LAYER_CANONICAL, N, V, d, 0);
     if (with_canonical && !fb_only && (size_t)r.canon_mem + margin < free_b) {
-        OutputLayer *L = output_layer_create(OUTPUT_LAYER_CANONICAL, N, V, d);
+        OutputLayer *L = output_layer_create(OUTPUT_LAYER_CANONICAL, N, V, d, 0);
         if (!L) exit(1);
         r.canon_fwd_ms = time_ms([&] {
             if (output_layer_forward(L, &a, 0)) exit(1);
@@ -159,9 +163,20 @@ static Row bench_shape(Shape s, int with_canonical, int fb_only, cublasHandle_t 
         output_layer_destroy(L);
     }
 
-    OutputLayer *F = output_layer_create(OUTPUT_LAYER_FUSED, N, V, d);
+    r.chunk_mem = (double)output_layer_workspace_bytes(OUTPUT_LAYER_CHUNKED, N, V, d, g_logits_budget);
+    if (with_chunked && !fb_only && (size_t)r.chunk_mem + margin < free_b) {
+        OutputLayer *L = output_layer_create(OUTPUT_LAYER_CHUNKED, N, V, d, g_logits_budget);
+        if (!L) exit(1);
+        r.chunk_fb_ms = time_ms([&] {
+            if (output_layer_forward_backward(L, &a, 0)) exit(1);
+        });
+        CUDA_CHECK(cudaDeviceSynchronize());
+        output_layer_destroy(L);
+    }
+
+    OutputLayer *F = output_layer_create(OUTPUT_LAYER_FUSED, N, V, d, 0);
     if (!F) exit(1);
-    r.fused_mem = (double)output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, N, V, d);
+    r.fused_mem = (double)output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, N, V, d, 0);
     if (!fb_only)
         r.fused_fwd_ms = time_ms([&] {
             if (output_layer_forward(F, &a, 0)) exit(1);
@@ -190,23 +205,27 @@ static double tflops(double g_count, Shape s, double ms) {
 
 static void print_row(const Row *r) {
     const Shape s = r->s;
-    printf("%5d %6lld %7lld | %7.2f | %8.2f %8.2f %7.0f | %8.2f %8.2f %7.0f | %5.0f %5.0f | %9.1f %8.1f\n", s.d,
-           (long long)s.N, (long long)s.V, r->gemm_ms, r->canon_fwd_ms, r->canon_fb_ms,
+    printf("%5d %6lld %7lld | %7.2f | %8.2f %8.2f %7.0f | %8.2f %8.2f %7.0f | %5.0f %5.0f | %9.1f %8.1f | %8.2f %8.1f\n",
+           s.d, (long long)s.N, (long long)s.V, r->gemm_ms, r->canon_fwd_ms, r->canon_fb_ms,
            tflops(3, s, r->canon_fb_ms), r->fused_fwd_ms, r->fused_fb_ms, tflops(4, s, r->fused_fb_ms),
-           tflops(1, s, r->fused_fwd_ms), tflops(1, s, r->gemm_ms), r->canon_mem / 1e6, r->fused_mem / 1e6);
+           tflops(1, s, r->fused_fwd_ms), tflops(1, s, r->gemm_ms), r->canon_mem / 1e6, r->fused_mem / 1e6,
+           r->chunk_fb_ms, r->chunk_mem / 1e6);
     fflush(stdout);
 }
 
 static const char *HEADER =
-    "    d      N       V | gemm ms | can fwd  can f+b  TF(3G) | fus fwd  fus f+b  TF(4G) | TFfwd TFgem | can MB    fus MB\n";
+    "    d      N       V | gemm ms | can fwd  can f+b  TF(3G) | fus fwd  fus f+b  TF(4G) | TFfwd TFgem | can MB    fus MB"
+    " | chk f+b   chk MB\n";
 
 int main(int argc, char **argv) {
     double max_s = 1e30;
-    int with_canonical = 1, fb_only = 0;
+    int with_canonical = 1, with_chunked = 1, fb_only = 0;
     std::vector<Shape> shapes;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--max-seconds") && i + 1 < argc) max_s = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-canonical")) with_canonical = 0;
+        else if (!strcmp(argv[i], "--no-chunked")) with_chunked = 0;
+        else if (!strcmp(argv[i], "--logits-mb") && i + 1 < argc) g_logits_budget = (size_t)(atof(argv[++i]) * 1048576);
         else if (!strcmp(argv[i], "--fb-only")) fb_only = 1;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc) output_layer_select_tile_kernel(atoi(argv[++i]));
@@ -221,7 +240,7 @@ int main(int argc, char **argv) {
             s.N = n, s.V = v;
             shapes.push_back(s);
         } else {
-            fprintf(stderr, "usage: %s [--max-seconds S] [--no-canonical] [--fb-only] [--reps R] [--kernel K] [--l2-mb MB] "
+            fprintf(stderr, "usage: %s [--max-seconds S] [--no-canonical] [--no-chunked] [--logits-mb MB] [--fb-only] [--reps R] [--kernel K] [--l2-mb MB] "
                             "[--shape d,N,V]...\n", argv[0]);
             return 2;
         }
@@ -252,16 +271,17 @@ int main(int argc, char **argv) {
             printf("(stopped: --max-seconds %.0f reached; %zu shapes not run)\n", max_s, shapes.size() - rows.size());
             break;
         }
-        rows.push_back(bench_shape(s, with_canonical, fb_only, cublas));
+        rows.push_back(bench_shape(s, with_canonical, with_chunked, fb_only, cublas));
         print_row(&rows.back());
     }
     printf("csv,d,N,V,gemm_ms,canonical_fwd_ms,canonical_fwdbwd_ms,fused_fwd_ms,fused_fwdbwd_ms,canonical_tflops_3G,"
-           "fused_tflops_4G,fused_fwd_tflops,gemm_tflops,canonical_extra_MB,fused_extra_MB\n");
+           "fused_tflops_4G,fused_fwd_tflops,gemm_tflops,canonical_extra_MB,fused_extra_MB,chunked_fwdbwd_ms,chunked_extra_MB\n");
     for (const Row &r : rows)
-        printf("csv,%d,%lld,%lld,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n", r.s.d, (long long)r.s.N,
-               (long long)r.s.V, r.gemm_ms, r.canon_fwd_ms, r.canon_fb_ms, r.fused_fwd_ms, r.fused_fb_ms,
-               tflops(3, r.s, r.canon_fb_ms), tflops(4, r.s, r.fused_fb_ms), tflops(1, r.s, r.fused_fwd_ms),
-               tflops(1, r.s, r.gemm_ms), r.canon_mem / 1e6, r.fused_mem / 1e6);
+        printf("csv,%d,%lld,%lld,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.3f,%.1f\n", r.s.d,
+               (long long)r.s.N, (long long)r.s.V, r.gemm_ms, r.canon_fwd_ms, r.canon_fb_ms, r.fused_fwd_ms,
+               r.fused_fb_ms, tflops(3, r.s, r.canon_fb_ms), tflops(4, r.s, r.fused_fb_ms),
+               tflops(1, r.s, r.fused_fwd_ms), tflops(1, r.s, r.gemm_ms), r.canon_mem / 1e6, r.fused_mem / 1e6,
+               r.chunk_fb_ms, r.chunk_mem / 1e6);
     printf("\n%s", HEADER);
     for (const Row &r : rows) print_row(&r);
     CUBLAS_CHECK(cublasDestroy(cublas));

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # One device call: build for sm_90a, run the GPU tests, a short training run checked against
 # Hugging Face transformers, and trainer throughput at GPT-2 124M. Prints a summary table last.
-#   bash dev/gpu_check.sh [tests] [train] [throughput] [cli] [compare] [memory]
+#   bash dev/gpu_check.sh [tests] [train] [throughput] [bench] [cli] [compare] [memory]
 #       (default: tests train throughput; cli, compare and memory need the default corpus, packed by
 #        `dev/pack_corpus.sh --shards -o .carry/corpus.tar.xz` and carried as .carry)
+#   TP_OUTPUTS="canonical fused chunked"  output layers the throughput section trains with
+#   B_THROUGHPUT=32                         its micro-batch (default 16)
+#   BENCH_SHAPES="768,16384,262144 ..."     shapes of the output-layer benchmark (bench section)
 # Logs go to one archive, $OUT/logs.tar.gz (the device tool brings back at most 8 files), and the
 # summary to $OUT/summary.txt; $OUT defaults to ./out.
 set -uo pipefail
@@ -40,7 +43,7 @@ if [[ $sections == *throughput* ]]; then
     echo "gpu_check: throughput $(date +%T)"
     for V in 50304 262144; do
         python3 dev/make_shard.py /tmp/fg/rand_$V.bin 20000000 $V random 3
-        for output in canonical fused; do
+        for output in ${TP_OUTPUTS:-canonical fused}; do
             log="$LOGS/d12_V${V}_${output}.log"
             rm -rf /tmp/fg/tp # a new run sets an earlier one aside whole: GBs of checkpoints each
             ./train -e d12 -v $V -b ${B_THROUGHPUT:-16} -t 1024 -x 30 --warmup 10 --val-every 0 -s 0 \
@@ -53,6 +56,18 @@ if [[ $sections == *throughput* ]]; then
             grep -q error "$log" && summary+=("  $(grep error "$log" | head -1)")
         done
     done
+fi
+
+if [[ $sections == *bench* ]]; then
+    echo "gpu_check: output-layer benchmark $(date +%T)"
+    make -j16 build/bench_output_layer >>"$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
+    args=()
+    for s in ${BENCH_SHAPES:-768,16384,50304 768,16384,262144 768,65536,262144 4096,16384,262144}; do
+        args+=(--shape "$s")
+    done
+    ./build/bench_output_layer "${args[@]}" 2>&1 | tee "$LOGS/bench_output_layer.log"
+    summary+=("output layer (ms; MB):")
+    while read -r line; do summary+=("  $line"); done < <(sed -n '/^$/,$p' "$LOGS/bench_output_layer.log" | grep '|')
 fi
 
 if [[ $sections == *cli* ]]; then

@@ -175,9 +175,19 @@ typedef struct {
     size_t lse, row_loss, scalars, win_m, win_a, zt, dz, dh_acc, logits;
 } Sizes;
 
-static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, int slots, OutlFusedSizes *fs) {
+int64_t output_layer_chunk_rows(int64_t max_N, int64_t V, size_t logits_budget) {
+    if (max_N < 1 || V < 1) return 0;
+    size_t budget = logits_budget ? logits_budget : OUTPUT_CHUNKED_DEFAULT_BYTES;
+    int64_t rows = (int64_t)(budget / ((size_t)round_up(V, 128) * sizeof(__nv_bfloat16))) / 128 * 128;
+    if (rows < 128) rows = 128;
+    return rows < max_N ? rows : max_N;
+}
+
+static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, int slots, size_t logits_budget,
+                         OutlFusedSizes *fs, int64_t *logits_rows) {
     Sizes s;
     memset(&s, 0, sizeof s);
+    *logits_rows = 0;
     s.lse = s.row_loss = (size_t)max_N * sizeof(float);
     s.scalars = OUTL_NUM_SCALARS * sizeof(float);
     if (kind == OUTPUT_LAYER_FUSED) {
@@ -188,15 +198,24 @@ static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, 
         s.dh_acc = (size_t)fs->chunk_rows * (size_t)d * sizeof(float);
     } else {
         memset(fs, 0, sizeof *fs);
-        s.logits = (size_t)max_N * (size_t)round_up(V, 128) * sizeof(__nv_bfloat16);
+        *logits_rows = kind == OUTPUT_LAYER_CHUNKED ? output_layer_chunk_rows(max_N, V, logits_budget) : max_N;
+        s.logits = (size_t)*logits_rows * (size_t)round_up(V, 128) * sizeof(__nv_bfloat16);
     }
     return s;
 }
 
-size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t V, int d) {
-    if (check_shape(max_N, V, d)) return 0;
+static int check_kind(OutputLayerKind kind) {
+    if (kind == OUTPUT_LAYER_FUSED || kind == OUTPUT_LAYER_CANONICAL || kind == OUTPUT_LAYER_CHUNKED) return 0;
+    fprintf(stderr, "error: output layer: unknown kind %d\n", (int)kind);
+    return -1;
+}
+
+size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t logits_budget) {
+    if (check_kind(kind) || check_shape(max_N, V, d)) return 0;
     OutlFusedSizes fs;
-    Sizes s = layer_sizes(kind, max_N, V, d, device_sms() * outl_fused_slots_per_sm(), &fs);
+    int64_t logits_rows;
+    Sizes s = layer_sizes(kind, max_N, V, d, device_sms() * outl_fused_slots_per_sm(), logits_budget, &fs,
+                          &logits_rows);
     return outl_lt_workspace_bytes() + s.lse + s.row_loss + s.scalars + s.win_m + s.win_a + s.zt + s.dz + s.dh_acc + s.logits;
 }
 
@@ -206,12 +225,8 @@ static void *dev_alloc(size_t bytes) {
     return p;
 }
 
-OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V, int d) {
-    if (kind != OUTPUT_LAYER_FUSED && kind != OUTPUT_LAYER_CANONICAL) {
-        fprintf(stderr, "error: output layer: unknown kind %d\n", (int)kind);
-        return NULL;
-    }
-    if (check_shape(max_N, V, d)) return NULL;
+OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t logits_budget) {
+    if (check_kind(kind) || check_shape(max_N, V, d)) return NULL;
     OutputLayer *L = (OutputLayer *)calloc(1, sizeof *L);
     if (!L) {
         fprintf(stderr, "error: output layer: out of host memory\n");
@@ -220,7 +235,7 @@ OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V,
     L->kind = kind, L->max_N = max_N, L->V = V, L->Vp = round_up(V, 128), L->d = d;
     L->sms = device_sms();
     L->fused_slots = L->sms * outl_fused_slots_per_sm();
-    Sizes s = layer_sizes(kind, max_N, V, d, L->fused_slots, &L->fs);
+    Sizes s = layer_sizes(kind, max_N, V, d, L->fused_slots, logits_budget, &L->fs, &L->logits_rows);
     if (kind == OUTPUT_LAYER_FUSED && outl_fused_sizes_overridden())
         /* a tuning run: say which chunk x window structure the environment gave */
         fprintf(stderr, "output layer: FUSEDGPT_OUTL_* set: backward chunks <= %lld rows x windows <= %lld columns "
@@ -260,7 +275,10 @@ void output_layer_destroy(OutputLayer *L) {
 }
 
 const char *output_layer_kind_name(OutputLayerKind kind) {
-    return kind == OUTPUT_LAYER_FUSED ? "fused" : kind == OUTPUT_LAYER_CANONICAL ? "canonical" : "unknown";
+    return kind == OUTPUT_LAYER_FUSED       ? "fused"
+           : kind == OUTPUT_LAYER_CANONICAL ? "canonical"
+           : kind == OUTPUT_LAYER_CHUNKED   ? "chunked"
+                                            : "unknown";
 }
 
 /* ---- entry points -------------------------------------------------------------------------- */
@@ -299,9 +317,8 @@ static int run(OutputLayer *L, const OutputLayerArgs *a, int backward, cudaStrea
         outl_reduce_loss(row_loss, a->N, L->scalars, a->loss, stream);
         if (backward) outl_fused_backward(L, a, stream);
     } else {
-        outl_canonical_forward(L, a, row_loss, backward, stream);
+        outl_canonical_run(L, a, row_loss, backward, stream);
         outl_reduce_loss(row_loss, a->N, L->scalars, a->loss, stream);
-        if (backward) outl_canonical_backward(L, a, stream);
     }
     return 0;
 }

@@ -1,7 +1,9 @@
 /* kernels/output_layer.h - the output layer (tied projection + softmax cross-entropy) on the GPU,
- * two implementations behind one signature:
- *   OUTPUT_LAYER_FUSED      kernels/output_fused.cu: the N x V logits never exist in memory
- *   OUTPUT_LAYER_CANONICAL  kernels/output_canonical.cu: llm.c's way, logits [N x Vp] in bf16
+ * three implementations behind one signature:
+ *   OUTPUT_LAYER_FUSED      kernels/output_fused.cu: the N x V logits never exist in memory (4G)
+ *   OUTPUT_LAYER_CANONICAL  kernels/output_canonical.cu: llm.c's way, logits [N x Vp] in bf16 (3G)
+ *   OUTPUT_LAYER_CHUNKED    the canonical layer over blocks of rows whose logits fit a budget: the
+ *                           canonical's 3G and numerics in bounded memory (Liger's middle ground)
  *
  * Shapes: N rows (B*T tokens), d model width (a multiple of 64), V real vocabulary size. W is the
  * tied token embedding; the model pads it to Vp rows (a multiple of 128) but passes the real V:
@@ -23,7 +25,7 @@
  * object per (device, stream): calls on one object must not overlap (they share its workspace).
  *
  * Usage (trainer):
- *   OutputLayer *ol = output_layer_create(OUTPUT_LAYER_FUSED, B*T, V, C);   // once; NULL = bad args
+ *   OutputLayer *ol = output_layer_create(OUTPUT_LAYER_FUSED, B*T, V, C, 0); // once; NULL = bad args
  *   OutputLayerArgs a = {.H = lnf_out, .W = wte, .targets = d_targets, .N = B*T,
  *                        .reduction = OUTPUT_REDUCE_MEAN, .grad_scale = 1.0f / grad_accum_steps,
  *                        .loss = d_loss, .dH = d_lnf_out, .dW = d_wte_grad};
@@ -50,7 +52,7 @@ typedef uint16_t kbf16; /* a bf16 as stored: C code only moves pointers */
 extern "C" {
 #endif
 
-typedef enum { OUTPUT_LAYER_FUSED = 0, OUTPUT_LAYER_CANONICAL = 1 } OutputLayerKind;
+typedef enum { OUTPUT_LAYER_FUSED = 0, OUTPUT_LAYER_CANONICAL = 1, OUTPUT_LAYER_CHUNKED = 2 } OutputLayerKind;
 typedef enum { OUTPUT_REDUCE_MEAN = 0, OUTPUT_REDUCE_SUM = 1 } OutputReduction;
 
 typedef struct OutputLayer OutputLayer; /* opaque: cuBLASLt handle, cached plans, workspace */
@@ -68,20 +70,31 @@ typedef struct {
     float *dW;                 /* forward_backward only */
 } OutputLayerArgs;
 
-/* Bytes of device memory output_layer_create(kind, max_N, V, d) allocates beyond the caller's
- * tensors; 0 with a message on stderr for invalid arguments. Fused: O(max_N) floats plus a fixed
- * window workspace independent of V; canonical: the bf16 logits [max_N x Vp] dominate. */
-size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t V, int d);
+/* The chunked layer's logits budget when the caller passes 0: at V = 262144 that is blocks of 8192
+ * rows, large enough that re-reading dW once per block costs a few percent (output_canonical.cu). */
+#define OUTPUT_CHUNKED_DEFAULT_BYTES ((size_t)4 << 30)
 
-/* NULL with a message on stderr when d is not a positive multiple of 64, V < 1 or max_N < 1. */
-OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V, int d);
+/* Rows per block of the chunked layer for this budget (0: the default): as many as fit, in
+ * multiples of 128, at least 128 (a budget below 128 rows of logits is exceeded), at most max_N. */
+int64_t output_layer_chunk_rows(int64_t max_N, int64_t V, size_t logits_budget);
+
+/* Bytes of device memory output_layer_create(kind, max_N, V, d, logits_budget) allocates beyond
+ * the caller's tensors; 0 with a message on stderr for invalid arguments. Fused: O(max_N) floats
+ * plus a fixed window workspace independent of V; canonical: the bf16 logits [max_N x Vp]
+ * dominate; chunked: logits of output_layer_chunk_rows rows. */
+size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t logits_budget);
+
+/* NULL with a message on stderr when d is not a positive multiple of 64, V < 1 or max_N < 1.
+ * logits_budget: the chunked layer's logits buffer in bytes (0: OUTPUT_CHUNKED_DEFAULT_BYTES);
+ * the other kinds ignore it. */
+OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t logits_budget);
 void output_layer_destroy(OutputLayer *layer);
 
 /* 0 on success; -1 with a message on stderr for invalid arguments (nothing is launched). */
 int output_layer_forward(OutputLayer *layer, const OutputLayerArgs *args, cudaStream_t stream);
 int output_layer_forward_backward(OutputLayer *layer, const OutputLayerArgs *args, cudaStream_t stream);
 
-const char *output_layer_kind_name(OutputLayerKind kind); /* "fused" / "canonical" */
+const char *output_layer_kind_name(OutputLayerKind kind); /* "fused" / "canonical" / "chunked" */
 
 /* Development switches (tests, benchmarks): which tile kernel the fused layer runs, from the next
  * call on. AUTO is the TMA-fed wgmma kernel in 2-CTA clusters on Hopper (sm_90a) and mma.sync

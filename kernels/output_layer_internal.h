@@ -55,8 +55,9 @@ struct OutputLayer {
     float *zt;            /* [max_N] target logit */
     __nv_bfloat16 *dz;    /* [chunk_rows x window_cols] bf16 (P - Y) * scale of one window */
     float *dh_acc;        /* [chunk_rows x d] fp32 dH of one chunk, summed over windows */
-    /* canonical: */
-    __nv_bfloat16 *logits; /* [max_N x Vp] */
+    /* canonical and chunked: */
+    int64_t logits_rows;   /* rows of logits the buffer holds: max_N (canonical) or a chunk */
+    __nv_bfloat16 *logits; /* [logits_rows x Vp] */
 };
 
 /* The layer's device scalars (indices into L->scalars). The gradient scale stays on the device
@@ -93,10 +94,8 @@ size_t outl_lt_workspace_bytes(void);
 void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
 void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream);
 
-/* output_canonical.cu: forward computes the logits and, when dlogits is set, the loss kernel writes
- * (P - Y) * scale in place of the logits; backward then runs the dH and dW GEMMs. */
-void outl_canonical_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, int write_dlogits,
-                            cudaStream_t stream);
-void outl_canonical_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream);
+/* output_canonical.cu: rows in blocks of L->logits_rows (one block for the canonical layer): logits,
+ * the loss kernel, and with backward (P - Y) written in place and the block's dH and dW GEMMs. */
+void outl_canonical_run(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, int backward, cudaStream_t stream);
 
 #endif

@@ -15,7 +15,9 @@
 extern "C" {
 #endif
 
-typedef enum { OUTPUT_FUSED, OUTPUT_CANONICAL } OutputKind;
+/* chunked: the canonical layer over blocks of rows (kernels/output_layer.h); the CPU backend
+ * runs the canonical reference for it */
+typedef enum { OUTPUT_FUSED, OUTPUT_CANONICAL, OUTPUT_CHUNKED } OutputKind;
 
 typedef struct {
     float lr;
@@ -97,10 +99,11 @@ typedef struct {
 
 /* CUDA backend on the current device: bf16 weights and activations, fp32 master weights, gradients
  * and AdamW moments; params initialised from seed exactly as the CPU backend's. dp NULL: alone.
+ * logits_budget: bytes for one block of logits with OUTPUT_CHUNKED (0: the layer's default).
  * NULL + err (one line) when the configuration is unsupported or will not fit in the GPU's free
  * memory (the message then gives the estimate and the largest micro-batch that would fit). */
-Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output, unsigned long long seed,
-                             const DataParallel *dp, char *err);
+Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output, size_t logits_budget,
+                             unsigned long long seed, const DataParallel *dp, char *err);
 
 #ifdef __cplusplus
 }

@@ -131,7 +131,7 @@ static double output_layer(CpuBackend *cb, const int *targets, float grad_scale,
         .dW = with_grads ? whole_tensor(cb->t, cb->grads, ROLE_WTE) : NULL,
         .losses = cb->row_losses,
     };
-    if (cb->base.output == OUTPUT_CANONICAL) return output_layer_canonical_cpu(&a, cb->out_ws);
+    if (cb->base.output != OUTPUT_FUSED) return output_layer_canonical_cpu(&a, cb->out_ws);
     return output_layer_fused_cpu(&a, cb->out_ws);
 }
 
@@ -272,7 +272,7 @@ static int cpu_memory_items(Backend *be, MemoryItem *items) {
                               be->output != OUTPUT_FUSED};
     items[n++] = (MemoryItem){"output layer workspace: canonical",
                               output_layer_canonical_cpu_workspace(N, V) * sizeof(float),
-                              be->output != OUTPUT_CANONICAL};
+                              be->output == OUTPUT_FUSED};
     return n;
 }
 
@@ -331,8 +331,8 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
     cb->acts_floats = layout_acts(cb, NULL);
     cb->acts = calloc(cb->acts_floats, sizeof(float));
     int N = B * T, V = table->cfg.vocab_size;
-    cb->out_ws_floats = output == OUTPUT_CANONICAL ? output_layer_canonical_cpu_workspace(N, V)
-                                                   : output_layer_fused_cpu_workspace(N);
+    cb->out_ws_floats = output != OUTPUT_FUSED ? output_layer_canonical_cpu_workspace(N, V)
+                                               : output_layer_fused_cpu_workspace(N);
     cb->out_ws = calloc(cb->out_ws_floats, sizeof(float));
     cb->row_losses = calloc((size_t)N, sizeof(float));
     if (!cb->acts || !cb->out_ws || !cb->row_losses) goto oom;

@@ -65,6 +65,7 @@ typedef struct {
     kbf16 *d_logits_row; /* [Vp], sampling */
     OutputLayer *out;
     size_t out_ws_bytes;
+    size_t logits_budget; /* the chunked output layer's, as asked (0: its default) */
     /* marks between the parts of a micro-step, and the milliseconds they took since phase_ms read
      * them: body forward, output layer forward+backward, body backward */
     cudaEvent_t mark[4];
@@ -73,6 +74,12 @@ typedef struct {
 
 /* The one place that lays out the arena: with base == NULL it only counts. Every buffer starts on
  * a 256-byte boundary (the kernels want 16). */
+static OutputLayerKind output_layer_kind(OutputKind output) {
+    return output == OUTPUT_CANONICAL ? OUTPUT_LAYER_CANONICAL
+           : output == OUTPUT_CHUNKED ? OUTPUT_LAYER_CHUNKED
+                                      : OUTPUT_LAYER_FUSED;
+}
+
 static size_t layout_arena(CudaBackend *cb, char *base) {
     const GPTConfig *cfg = &cb->t->cfg;
     size_t B = cb->base.B, T = cb->base.T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
@@ -405,11 +412,15 @@ static int cuda_memory_items(Backend *be, MemoryItem *items) {
     if (cb->sync) items[n++] = MemoryItem{"data parallel buffers", cb->sync_bytes, 0};
     items[n++] = MemoryItem{cb->recompute_gelu ? "activations and scratch (GELU recomputed)" : "activations and scratch",
                             cb->arena_bytes, 0};
-    /* Both output layers' workspace, so the saving is visible whichever one runs. */
-    size_t fused = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, t->cfg.vocab_size, t->cfg.dim);
-    size_t canon = output_layer_workspace_bytes(OUTPUT_LAYER_CANONICAL, (int64_t)N, t->cfg.vocab_size, t->cfg.dim);
-    items[n++] = MemoryItem{"output layer workspace: fused", fused, be->output != OUTPUT_FUSED};
-    items[n++] = MemoryItem{"output layer workspace: canonical", canon, be->output != OUTPUT_CANONICAL};
+    /* Every output layer's workspace, so the saving is visible whichever one runs. */
+    static const OutputKind kinds[] = {OUTPUT_FUSED, OUTPUT_CANONICAL, OUTPUT_CHUNKED};
+    static const char *names[] = {"output layer workspace: fused", "output layer workspace: canonical",
+                                  "output layer workspace: chunked"};
+    for (int k = 0; k < 3; k++)
+        items[n++] = MemoryItem{names[k],
+                                output_layer_workspace_bytes(output_layer_kind(kinds[k]), (int64_t)N, t->cfg.vocab_size,
+                                                             t->cfg.dim, cb->logits_budget),
+                                be->output != kinds[k]};
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     items[n++] = MemoryItem{"GPU memory free now", free_b, 1};
@@ -462,7 +473,8 @@ static double device_peak_flops(int dev) {
 }
 
 extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output,
-                                        unsigned long long seed, const DataParallel *dp, char *err) {
+                                        size_t logits_budget, unsigned long long seed, const DataParallel *dp,
+                                        char *err) {
     const Dist *dist = dp && dp->dist && dp->dist->world > 1 ? dp->dist : NULL;
     const int zero1 = dist && dp->zero1, overlap = dist && dp->overlap;
     const GPTConfig *cfg = &table->cfg;
@@ -500,10 +512,11 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     /* Fit check before allocating anything large: fixed (parameters and optimizer state) plus
      * terms proportional to B (activations, output-layer workspace). */
     size_t N = (size_t)B * T, P = table->total;
-    OutputLayerKind kind = output == OUTPUT_CANONICAL ? OUTPUT_LAYER_CANONICAL : OUTPUT_LAYER_FUSED;
+    OutputLayerKind kind = output_layer_kind(output);
+    cb->logits_budget = logits_budget;
     cb->scratch_bytes = scratch_needed(cfg, B, T);
     cb->arena_bytes = layout_arena(cb, NULL);
-    cb->out_ws_bytes = output_layer_workspace_bytes(kind, (int64_t)N, cfg->vocab_size, cfg->dim);
+    cb->out_ws_bytes = output_layer_workspace_bytes(kind, (int64_t)N, cfg->vocab_size, cfg->dim, logits_budget);
     /* bf16 weights and gradients whole; master and moments whole or 1/world (ZeRO-1) */
     size_t state_estimate = zero1 ? P / (size_t)dist->world + 1 : P;
     cb->sync_bytes = grad_sync_bytes(table, dist, zero1, overlap, B, T);
@@ -527,7 +540,9 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
                  "this configuration needs about %.1f GB of GPU memory but %.1f GB are free; the largest "
                  "micro-batch that fits is -b %lld (keep the total batch with -d for accumulation%s)",
                  (fixed + per_batch) / 1e9, free_b / 1e9, fit,
-                 output == OUTPUT_CANONICAL ? ", or drop the logits with --output fused" : "");
+                 output == OUTPUT_CANONICAL ? ", or drop the logits with --output fused"
+                 : output == OUTPUT_CHUNKED ? ", or give the logits less room with --logits-mb or --output fused"
+                                            : "");
         free(cb->layer);
         free(cb);
         return NULL;
@@ -555,7 +570,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     CUDA_CHECK(cudaMemset(cb->grads, 0, cb->padded_total * sizeof(float)));
     CUDA_CHECK(cudaMemset(cb->m, 0, cb->state_elems * sizeof(float)));
     CUDA_CHECK(cudaMemset(cb->v, 0, cb->state_elems * sizeof(float)));
-    cb->out = output_layer_create(kind, (int64_t)N, cfg->vocab_size, cfg->dim);
+    cb->out = output_layer_create(kind, (int64_t)N, cfg->vocab_size, cfg->dim, logits_budget);
     if (!cb->out) {
         snprintf(err, 512, "cannot create the %s output layer (see the message above)", output_layer_kind_name(kind));
         cuda_destroy(&cb->base);

@@ -175,10 +175,14 @@ template <typename T> static T *upload(const std::vector<T> &v) {
 
 /* Runs one layer (forward_backward when dW0 is given, else forward) with every output poisoned
  * with NaN first; dW starts from dW0 (the += is part of the contract). */
+/* The chunked layer runs in the smallest blocks (128 rows) unless a test asks for more room, so
+ * that every case of more than 128 rows crosses block boundaries. */
+static size_t g_logits_budget = 1;
+
 static int run_layer(OutputLayerKind kind, const Bf16Tensor &H, const Bf16Tensor &W, const std::vector<int32_t> &tg,
                      int64_t N, int64_t V, int d, OutputReduction red, float grad_scale, const std::vector<float> *dW0,
                      GpuOut *out) {
-    OutputLayer *L = output_layer_create(kind, N, V, d);
+    OutputLayer *L = output_layer_create(kind, N, V, d, g_logits_budget);
     if (!L) return -1;
     const int grads = dW0 != NULL;
     __nv_bfloat16 *dHd = upload(H.b), *dWt = upload(W.b);
@@ -387,6 +391,74 @@ TEST(canonical_output_one_row_one_word_and_sum) {
                CANON_GRAD_TOL);
 }
 
+/* Chunked: blocks of 128 rows (g_logits_budget), so 1000 rows are 7 full blocks and a ragged one. */
+TEST(chunked_output_1000_rows_50257_words_in_8_blocks_with_ignored) {
+    check_case(OUTPUT_LAYER_CHUNKED, Case{1000, 50257, 128, 2.0, 0.1, OUTPUT_REDUCE_MEAN, 1.0f}, CANON_LOSS_TOL,
+               CANON_GRAD_TOL);
+}
+
+TEST(chunked_output_sum_reduction_with_grad_scale_in_3_blocks) {
+    check_case(OUTPUT_LAYER_CHUNKED, Case{300, 5000, 192, 3.0, 0.2, OUTPUT_REDUCE_SUM, 0.25f}, CANON_LOSS_TOL,
+               CANON_GRAD_TOL);
+}
+
+TEST(chunked_output_blocks_of_384_rows_7_rows_and_one_word) {
+    g_logits_budget = (size_t)384 * 1024 * 2; /* V = 1000 -> Vp = 1024: 384 rows per block */
+    check_case(OUTPUT_LAYER_CHUNKED, Case{1001, 1000, 64, 2.0, 0.1, OUTPUT_REDUCE_MEAN, 1.0f}, CANON_LOSS_TOL,
+               CANON_GRAD_TOL);
+    check_case(OUTPUT_LAYER_CHUNKED, Case{7, 1000, 128, 2.0, 0.3, OUTPUT_REDUCE_MEAN, 1.0f}, CANON_LOSS_TOL,
+               FEW_ROWS_CANON_GRAD_TOL);
+    check_case(OUTPUT_LAYER_CHUNKED, Case{1, 1, 64, 2.0, 0.0, OUTPUT_REDUCE_SUM, 0.5f}, CANON_LOSS_TOL,
+               CANON_GRAD_TOL);
+    g_logits_budget = 1;
+}
+
+/* The chunked layer is the canonical one in blocks: the same logits, rows and scale, so it agrees
+ * with the canonical layer far below bf16 noise (the GEMMs may pick other algorithms for the
+ * block shapes, and dW sums the blocks in another order). */
+TEST(chunked_output_matches_canonical_closely) {
+    uint64_t seed = fresh_seed(), s = seed;
+    const int64_t N = 1500, V = 20011;
+    const int d = 256;
+    Bf16Tensor H, W;
+    fill_normal(&H, (size_t)N * d, 1.0, &s);
+    fill_normal(&W, (size_t)V * d, 2.0 / sqrt((double)d), &s);
+    std::vector<int32_t> tg = random_targets(N, V, 0.15, &s);
+    std::vector<float> dW0((size_t)V * d, 0.0f);
+    GpuOut k, c;
+    REQUIRE(run_layer(OUTPUT_LAYER_CHUNKED, H, W, tg, N, V, d, OUTPUT_REDUCE_MEAN, 1.0f, &dW0, &k) == 0,
+            "chunked failed");
+    REQUIRE(run_layer(OUTPUT_LAYER_CANONICAL, H, W, tg, N, V, d, OUTPUT_REDUCE_MEAN, 1.0f, &dW0, &c) == 0,
+            "canonical failed");
+    std::vector<double> cdH(c.dH.begin(), c.dH.end()), cdW(c.dW.begin(), c.dW.end());
+    double el = fabs(k.loss - c.loss) / fabs(c.loss);
+    double edh = rel_l2(k.dH.data(), cdH.data(), cdH.size()), edw = rel_l2(k.dW.data(), cdW.data(), cdW.size());
+    fprintf(stderr, "[loss %.1e dH %.1e dW %.1e] ", el, edh, edw);
+    CHECK(el <= 1e-5, "loss chunked %.9g canonical %.9g (seed %llu)", k.loss, c.loss, (unsigned long long)seed);
+    CHECK(edh <= 1e-3, "dH differ by %.3g (seed %llu)", edh, (unsigned long long)seed);
+    CHECK(edw <= 1e-3, "dW differ by %.3g (seed %llu)", edw, (unsigned long long)seed);
+}
+
+TEST(chunked_output_workspace_follows_the_budget) {
+    CHECK(output_layer_chunk_rows(65536, 262144, 0) == 8192, "default blocks at V=262144: %lld rows",
+          (long long)output_layer_chunk_rows(65536, 262144, 0));
+    CHECK(output_layer_chunk_rows(32768, 50304, 0) == 32768, "V=50304, 32768 rows should be one block: %lld",
+          (long long)output_layer_chunk_rows(32768, 50304, 0));
+    CHECK(output_layer_chunk_rows(65536, 50304, 0) == 42624, "V=50304 default: %lld rows, expected 42624",
+          (long long)output_layer_chunk_rows(65536, 50304, 0));
+    CHECK(output_layer_chunk_rows(1000, 1000, 1) == 128, "a tiny budget gives %lld rows, expected 128",
+          (long long)output_layer_chunk_rows(1000, 1000, 1));
+    CHECK(output_layer_chunk_rows(100, 1000, 1) == 100, "fewer rows than a block: %lld",
+          (long long)output_layer_chunk_rows(100, 1000, 1));
+    size_t k = output_layer_workspace_bytes(OUTPUT_LAYER_CHUNKED, 65536, 262144, 768, 0);
+    size_t c = output_layer_workspace_bytes(OUTPUT_LAYER_CANONICAL, 65536, 262144, 768, 0);
+    size_t k1 = output_layer_workspace_bytes(OUTPUT_LAYER_CHUNKED, 65536, 262144, 768, (size_t)1 << 30);
+    fprintf(stderr, "[chunked %.2f GB, 1 GiB budget %.2f GB, canonical %.1f GB] ", k / 1e9, k1 / 1e9, c / 1e9);
+    CHECK(k >= OUTPUT_CHUNKED_DEFAULT_BYTES && k < OUTPUT_CHUNKED_DEFAULT_BYTES + ((size_t)64 << 20),
+          "chunked workspace %zu bytes for a %zu-byte budget", k, (size_t)OUTPUT_CHUNKED_DEFAULT_BYTES);
+    CHECK(k1 >= ((size_t)1 << 30) && k1 < ((size_t)1 << 30) + ((size_t)64 << 20), "1 GiB budget gave %zu bytes", k1);
+}
+
 /* ---- behaviour ------------------------------------------------------------------------------ */
 
 /* The two layers on the GPU, same bf16 inputs: the fused one within bf16 noise of the canonical. */
@@ -421,9 +493,9 @@ static void check_fused_matches_canonical(int64_t N, int64_t V, int d, int last_
     }
 }
 
-TEST(fused_matches_canonical_with_ignored_targets) { check_fused_matches_canonical(777, 20011, 256); }
+TEST(fused_output_matches_canonical_with_ignored_targets) { check_fused_matches_canonical(777, 20011, 256); }
 
-TEST(fused_matches_canonical_with_square_windows) {
+TEST(fused_output_matches_canonical_with_square_windows) {
     /* logits of >= 1.5 GiB at a narrow width: the default backward switches to 8192 x 8192 windows
      * (too large for the fp64 reference); 8448 rows = two chunks, V odd = a ragged last window */
     const int64_t N = 8448, V = 262147;
@@ -431,10 +503,12 @@ TEST(fused_matches_canonical_with_square_windows) {
     /* (dev/output_layer_sweep.sh reruns the tests with FUSEDGPT_OUTL_* structures instead) */
     const bool structure_set = getenv("FUSEDGPT_OUTL_DZ_MB") || getenv("FUSEDGPT_OUTL_CHUNK_ROWS") ||
                                getenv("FUSEDGPT_OUTL_DH_MB");
-    REQUIRE(structure_set || output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, N, V, d) >= ((size_t)128 << 20),
+    REQUIRE(structure_set || output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, N, V, d, 0) >= ((size_t)128 << 20),
             "this shape no longer selects the square windows: pick one that does");
     check_fused_matches_canonical(N, V, d, (int)(V % 8192));
 }
+
+static const OutputLayerKind ALL_KINDS[] = {OUTPUT_LAYER_FUSED, OUTPUT_LAYER_CANONICAL, OUTPUT_LAYER_CHUNKED};
 
 static void check_deterministic(OutputLayerKind kind) {
     uint64_t seed = fresh_seed(), s = seed;
@@ -462,10 +536,10 @@ TEST(fused_output_portable_kernel_is_bitwise_deterministic) {
     output_layer_select_tile_kernel(OUTPUT_TILE_KERNEL_AUTO);
 }
 TEST(canonical_output_is_bitwise_deterministic) { check_deterministic(OUTPUT_LAYER_CANONICAL); }
+TEST(chunked_output_is_bitwise_deterministic) { check_deterministic(OUTPUT_LAYER_CHUNKED); }
 
 TEST(output_dW_is_added_to_not_overwritten) {
-    for (int k = 0; k < 2; k++) {
-        OutputLayerKind kind = k ? OUTPUT_LAYER_CANONICAL : OUTPUT_LAYER_FUSED;
+    for (OutputLayerKind kind : ALL_KINDS) {
         uint64_t seed = fresh_seed(), s = seed;
         const int64_t N = 300, V = 3000;
         const int d = 64;
@@ -487,8 +561,7 @@ TEST(output_dW_is_added_to_not_overwritten) {
 }
 
 TEST(output_all_targets_ignored_gives_zero_loss_and_gradients) {
-    for (int k = 0; k < 2; k++) {
-        OutputLayerKind kind = k ? OUTPUT_LAYER_CANONICAL : OUTPUT_LAYER_FUSED;
+    for (OutputLayerKind kind : ALL_KINDS) {
         uint64_t s = fresh_seed();
         const int64_t N = 130, V = 700;
         const int d = 64;
@@ -509,8 +582,7 @@ TEST(output_all_targets_ignored_gives_zero_loss_and_gradients) {
 }
 
 TEST(output_forward_only_matches_forward_backward_and_writes_everything) {
-    for (int k = 0; k < 2; k++) {
-        OutputLayerKind kind = k ? OUTPUT_LAYER_CANONICAL : OUTPUT_LAYER_FUSED;
+    for (OutputLayerKind kind : ALL_KINDS) {
         uint64_t seed = fresh_seed(), s = seed;
         const int64_t N = 1031, V = 4099;
         const int d = 128;
@@ -534,14 +606,15 @@ TEST(output_forward_only_matches_forward_backward_and_writes_everything) {
 }
 
 TEST(output_width_not_multiple_of_64_is_an_error) {
-    fprintf(stderr, "(expect two error lines) ");
-    CHECK(output_layer_create(OUTPUT_LAYER_FUSED, 16, 1000, 100) == NULL, "d=100 accepted by the fused layer");
-    CHECK(output_layer_create(OUTPUT_LAYER_CANONICAL, 16, 1000, 96) == NULL, "d=96 accepted by the canonical layer");
-    CHECK(output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, 16, 1000, 0) == 0, "d=0 gave a workspace size");
+    fprintf(stderr, "(expect four error lines) ");
+    CHECK(output_layer_create(OUTPUT_LAYER_FUSED, 16, 1000, 100, 0) == NULL, "d=100 accepted by the fused layer");
+    CHECK(output_layer_create(OUTPUT_LAYER_CANONICAL, 16, 1000, 96, 0) == NULL, "d=96 accepted by the canonical layer");
+    CHECK(output_layer_create(OUTPUT_LAYER_CHUNKED, 16, 1000, 32, 0) == NULL, "d=32 accepted by the chunked layer");
+    CHECK(output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, 16, 1000, 0, 0) == 0, "d=0 gave a workspace size");
 }
 
 TEST(output_more_rows_than_created_for_is_an_error) {
-    OutputLayer *L = output_layer_create(OUTPUT_LAYER_FUSED, 16, 1000, 64);
+    OutputLayer *L = output_layer_create(OUTPUT_LAYER_FUSED, 16, 1000, 64, 0);
     REQUIRE(L != NULL, "create failed");
     OutputLayerArgs a = {};
     a.N = 17; /* checked before any pointer is used */
@@ -552,9 +625,9 @@ TEST(output_more_rows_than_created_for_is_an_error) {
 }
 
 TEST(fused_workspace_is_independent_of_vocabulary) {
-    size_t a = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, 65536, 262144, 768);
-    size_t b = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, 65536, 4 * 262144, 768);
-    size_t c = output_layer_workspace_bytes(OUTPUT_LAYER_CANONICAL, 65536, 262144, 768);
+    size_t a = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, 65536, 262144, 768, 0);
+    size_t b = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, 65536, 4 * 262144, 768, 0);
+    size_t c = output_layer_workspace_bytes(OUTPUT_LAYER_CANONICAL, 65536, 262144, 768, 0);
     fprintf(stderr, "[fused %.1f MB, canonical %.1f MB] ", a / 1e6, c / 1e6);
     CHECK(a == b, "fused workspace grows with V: %zu -> %zu bytes", a, b);
     CHECK(a < (size_t)200 << 20, "fused workspace %zu bytes at N=65536, d=768", a);
