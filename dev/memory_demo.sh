@@ -4,12 +4,13 @@
 # run. The trainer refuses sizes its estimate says will not fit (one line, no allocation), so the
 # misses are quick.
 #   bash dev/memory_demo.sh SHARD.bin [V] [batch sizes...]
+#   LAYERS="fused chunked" bash dev/memory_demo.sh ...   (default: fused canonical chunked)
 set -uo pipefail
 shard=$1
 V=${2:-262144}
 shift 2 || shift $#
 sizes=${*:-256 224 192 160 128 112 96 80 64 48 32 16}
-for layer in fused canonical; do
+for layer in ${LAYERS:-fused canonical chunked}; do
     found=""
     for B in $sizes; do
         rm -rf /tmp/memory_demo # a new run sets an earlier one aside whole
