@@ -2,11 +2,13 @@
 # One device call: build for sm_90a, run the GPU tests, a short training run checked against
 # Hugging Face transformers, and trainer throughput at GPT-2 124M. Prints a summary table last.
 #   bash dev/gpu_check.sh [tests] [train] [throughput] [bench] [cli] [compare] [memory]
-#       (default: tests train throughput; cli, compare and memory need the default corpus, packed by
+#       (default: tests train throughput; cli and compare need the default corpus, packed by
 #        `dev/pack_corpus.sh --shards -o .carry/corpus.tar.xz` and carried as .carry)
-#   TP_OUTPUTS="canonical fused chunked"  output layers the throughput section trains with
-#   B_THROUGHPUT=32                         its micro-batch (default 16)
+#   TP_OUTPUTS="canonical fused chunked"  output layers the throughput section trains with ("chunked:MB"
+#                                           adds --logits-mb MB)
+#   B_THROUGHPUT=32 TP_VOCABS=262144        its micro-batch (default 16) and vocabularies (50304 262144)
 #   BENCH_SHAPES="768,16384,262144 ..."     shapes of the output-layer benchmark (bench section)
+#   LAYERS="fused chunked" MEMORY_SIZES="288 256"  the memory section's layers and batch sizes
 # Logs go to one archive, $OUT/logs.tar.gz (the device tool brings back at most 8 files), and the
 # summary to $OUT/summary.txt; $OUT defaults to ./out.
 set -uo pipefail
@@ -41,13 +43,15 @@ fi
 
 if [[ $sections == *throughput* ]]; then
     echo "gpu_check: throughput $(date +%T)"
-    for V in 50304 262144; do
+    for V in ${TP_VOCABS:-50304 262144}; do
         python3 dev/make_shard.py /tmp/fg/rand_$V.bin 20000000 $V random 3
         for output in ${TP_OUTPUTS:-canonical fused}; do
-            log="$LOGS/d12_V${V}_${output}.log"
+            log="$LOGS/d12_V${V}_${output/:/_}.log"
+            layer_args=(--output "${output%%:*}")
+            [[ $output == *:* ]] && layer_args+=(--logits-mb "${output#*:}")
             rm -rf /tmp/fg/tp # a new run sets an earlier one aside whole: GBs of checkpoints each
             ./train -e d12 -v $V -b ${B_THROUGHPUT:-16} -t 1024 -x 30 --warmup 10 --val-every 0 -s 0 \
-                --output $output -i /tmp/fg/rand_$V.bin -o /tmp/fg/tp >"$log" 2>&1
+                "${layer_args[@]}" -i /tmp/fg/rand_$V.bin -o /tmp/fg/tp >"$log" 2>&1
             # median of steps 11..30 (after warm-up)
             med=$(grep '| loss' "$log" | tail -20 | awk -F'|' '{print $5}' | awk '{print $1}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
             tok=$(grep '| loss' "$log" | tail -20 | awk -F'|' '{print $6}' | awk '{print $1}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
@@ -113,8 +117,13 @@ fi
 
 if [[ $sections == *memory* ]]; then
     echo "gpu_check: memory demo $(date +%T)"
-    shard=$(ls .cache/default-v1-*-v262144/train.bin | head -1)
-    bash dev/memory_demo.sh "$shard" 262144 >"$LOGS/memory.log" 2>&1
+    # the default corpus when carried, else random tokens (what fits does not depend on the text)
+    shard=$(ls .cache/default-v1-*-v262144/train.bin 2>/dev/null | head -1)
+    if [ -z "$shard" ]; then
+        shard=/tmp/fg/rand_262144.bin
+        [ -f $shard ] || python3 dev/make_shard.py $shard 20000000 262144 random 3
+    fi
+    bash dev/memory_demo.sh "$shard" 262144 ${MEMORY_SIZES:-} >"$LOGS/memory.log" 2>&1
     while read -r line; do summary+=("$line"); done < <(grep 'largest\|none of' "$LOGS/memory.log")
 fi
 
