@@ -7,6 +7,7 @@
  *   ./build/bench_output_layer --shape d,N,V   one shape (repeatable)
  *   ./build/bench_output_layer --no-canonical  skip the canonical layer (and its N x V memory)
  *   ./build/bench_output_layer --no-chunked    skip the chunked layer (canonical in blocks of 4 GiB of logits)
+ *   ./build/bench_output_layer --no-fused      skip the fused layer
  *   ./build/bench_output_layer --logits-mb MB  the chunked layer's budget for one block of logits
  *   ./build/bench_output_layer --kernel K      the fused layer's tile kernel: 1 mma.sync, 2 wgmma 128x256,
  *                                              3 wgmma 128x128, 4 TMA-fed wgmma (the default on Hopper),
@@ -106,6 +107,8 @@ static double now_s(void) {
 
 static size_t g_logits_budget; /* --logits-mb; 0: the chunked layer's default */
 
+static int g_with_fused = 1; /* --no-fused: 0 */
+
 static Row bench_shape(Shape s, int with_canonical, int with_chunked, int fb_only, cublasHandle_t cublas) {
     Row r = {};
     r.s = s;
@@ -174,21 +177,24 @@ static Row bench_shape(Shape s, int with_canonical, int with_chunked, int fb_onl
         output_layer_destroy(L);
     }
 
-    OutputLayer *F = output_layer_create(OUTPUT_LAYER_FUSED, N, V, d, 0);
-    if (!F) exit(1);
     r.fused_mem = (double)output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, N, V, d, 0);
-    if (!fb_only)
-        r.fused_fwd_ms = time_ms([&] {
-            if (output_layer_forward(F, &a, 0)) exit(1);
+    r.fused_fb_ms = NAN;
+    if (g_with_fused) {
+        OutputLayer *F = output_layer_create(OUTPUT_LAYER_FUSED, N, V, d, 0);
+        if (!F) exit(1);
+        if (!fb_only)
+            r.fused_fwd_ms = time_ms([&] {
+                if (output_layer_forward(F, &a, 0)) exit(1);
+            });
+        r.fused_fb_ms = time_ms([&] {
+            if (output_layer_forward_backward(F, &a, 0)) exit(1);
         });
-    r.fused_fb_ms = time_ms([&] {
-        if (output_layer_forward_backward(F, &a, 0)) exit(1);
-    });
-    float l;
-    CUDA_CHECK(cudaMemcpy(&l, loss, 4, cudaMemcpyDeviceToHost));
-    if (!(l > 0 && l < 100)) fprintf(stderr, "warning: fused loss %g looks wrong at d=%d N=%lld V=%lld\n", l, d,
-                                     (long long)N, (long long)V);
-    output_layer_destroy(F);
+        float l;
+        CUDA_CHECK(cudaMemcpy(&l, loss, 4, cudaMemcpyDeviceToHost));
+        if (!(l > 0 && l < 100)) fprintf(stderr, "warning: fused loss %g looks wrong at d=%d N=%lld V=%lld\n", l, d,
+                                         (long long)N, (long long)V);
+        output_layer_destroy(F);
+    }
 
     CUDA_CHECK(cudaFree(loss));
     CUDA_CHECK(cudaFree(tg));
@@ -225,6 +231,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--max-seconds") && i + 1 < argc) max_s = atof(argv[++i]);
         else if (!strcmp(argv[i], "--no-canonical")) with_canonical = 0;
         else if (!strcmp(argv[i], "--no-chunked")) with_chunked = 0;
+        else if (!strcmp(argv[i], "--no-fused")) g_with_fused = 0;
         else if (!strcmp(argv[i], "--logits-mb") && i + 1 < argc) g_logits_budget = (size_t)(atof(argv[++i]) * 1048576);
         else if (!strcmp(argv[i], "--fb-only")) fb_only = 1;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
@@ -240,7 +247,7 @@ int main(int argc, char **argv) {
             s.N = n, s.V = v;
             shapes.push_back(s);
         } else {
-            fprintf(stderr, "usage: %s [--max-seconds S] [--no-canonical] [--no-chunked] [--logits-mb MB] [--fb-only] [--reps R] [--kernel K] [--l2-mb MB] "
+            fprintf(stderr, "usage: %s [--max-seconds S] [--no-canonical] [--no-chunked] [--no-fused] [--logits-mb MB] [--fb-only] [--reps R] [--kernel K] [--l2-mb MB] "
                             "[--shape d,N,V]...\n", argv[0]);
             return 2;
         }
