@@ -25,7 +25,6 @@
  * The bf16 logits cost accuracy as well: a logit near 10 is stored to +-0.03, so the loss and the
  * gradients are good to about 1e-3, not to fp32 rounding (the fused layer keeps logits in fp32). */
 #include <math.h>
-#include <stdlib.h>
 
 #include "kernels/cuda_check.h"
 #include "kernels/output_layer_internal.h"
@@ -43,9 +42,12 @@ __device__ __forceinline__ void merge_max_sum(float &m, float &s, float m2, floa
     m = mn;
 }
 
-__device__ __forceinline__ void canonical_loss_row(bf16 *z, int64_t V, int64_t row, const int32_t *targets,
-                                                   float *row_loss, float *lse_out, float *lse_user,
-                                                   int write_dlogits, int reverse) {
+__global__ void __launch_bounds__(LOSS_THREADS) canonical_loss_kernel(bf16 *logits, int64_t ld, int64_t V,
+                                                                      const int32_t *targets, const float *scalars,
+                                                                      float *row_loss, float *lse_out,
+                                                                      float *lse_user, int write_dlogits) {
+    const int64_t row = blockIdx.x;
+    bf16 *z = logits + row * ld;
     const int64_t nvec = V / 8; /* full 16-byte vectors; the row start is 256-byte aligned (ld % 128 == 0) */
 
     /* pass 1: per-thread online max and sum of exponentials, fp32 */
@@ -102,8 +104,7 @@ __device__ __forceinline__ void canonical_loss_row(bf16 *z, int64_t V, int64_t r
     const int t = targets[row];
     const float scale = t == -1 ? 0.0f : 1.0f;
     const float lse2 = row_lse * L2E;
-    for (int64_t k = threadIdx.x; k < nvec; k += blockDim.x) {
-        const int64_t i = reverse ? nvec - 1 - k : k;
+    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
         int4 raw = *reinterpret_cast<const int4 *>(z + i * 8);
         bf16 *v = reinterpret_cast<bf16 *>(&raw);
 #pragma unroll
@@ -119,33 +120,6 @@ __device__ __forceinline__ void canonical_loss_row(bf16 *z, int64_t V, int64_t r
     }
 }
 
-__global__ void __launch_bounds__(LOSS_THREADS) canonical_loss_kernel(bf16 *logits, int64_t ld, int64_t V, int64_t rows,
-                                                                      const int32_t *targets, float *row_loss,
-                                                                      float *lse_out, float *lse_user,
-                                                                      int write_dlogits, int reverse) {
-    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-        canonical_loss_row(logits + row * ld, V, row, targets, row_loss, lse_out, lse_user, write_dlogits, reverse);
-        __syncthreads(); /* the row's shared scratch is reused by the next row */
-    }
-}
-
-/* Tuning (dev): FUSEDGPT_OUTL_LOSS_BLOCKS = rows in flight (0: one block per row),
- * FUSEDGPT_OUTL_LOSS_REVERSE = 1: the gradient pass walks each row backwards. */
-typedef struct {
-    int64_t blocks;
-    int reverse;
-} LossLaunch;
-
-static LossLaunch loss_launch(void) {
-    static LossLaunch k = {-1, 0};
-    if (k.blocks < 0) {
-        const char *b = getenv("FUSEDGPT_OUTL_LOSS_BLOCKS"), *r = getenv("FUSEDGPT_OUTL_LOSS_REVERSE");
-        k.blocks = b ? atoll(b) : 0;
-        k.reverse = r ? atoi(r) : 0;
-    }
-    return k;
-}
-
 /* Rows [r0, r0 + n) of the layer: logits into the buffer, the loss kernel, and with backward the dH
  * rows and this chunk's share of dW. */
 static void run_chunk(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, int backward, int64_t r0, int64_t n,
@@ -156,12 +130,9 @@ static void run_chunk(OutputLayer *L, const OutputLayerArgs *a, float *row_loss,
     /* column-major view: logits^T [V x n] (ld Vp) = (W stored d x V)^T . (H stored d x n) */
     outl_gemm(L, CUBLAS_OP_T, CUBLAS_OP_N, V, n, d, a->W, d, H, d, L->logits, CUDA_R_16BF, Vp, s + OUTL_ONE,
               s + OUTL_ZERO, stream);
-    const LossLaunch k = loss_launch();
-    const int64_t grid = k.blocks > 0 && k.blocks < n ? k.blocks : n;
-    canonical_loss_kernel<<<(unsigned)grid, LOSS_THREADS, 0, stream>>>(L->logits, Vp, V, n, a->targets + r0,
-                                                                        row_loss + r0, L->lse + r0,
-                                                                        a->row_lse ? a->row_lse + r0 : NULL, backward,
-                                                                        k.reverse);
+    canonical_loss_kernel<<<(unsigned)n, LOSS_THREADS, 0, stream>>>(L->logits, Vp, V, a->targets + r0, s,
+                                                                     row_loss + r0, L->lse + r0,
+                                                                     a->row_lse ? a->row_lse + r0 : NULL, backward);
     CUDA_CHECK(cudaGetLastError());
     if (!backward) return;
     /* dH^T [d x n] = (W stored d x V) . (dlogits stored V x n, ld Vp)       (=, bf16 out) */
