@@ -72,14 +72,14 @@ typedef struct {
     double part_ms[3];
 } CudaBackend;
 
-/* The one place that lays out the arena: with base == NULL it only counts. Every buffer starts on
- * a 256-byte boundary (the kernels want 16). */
 static OutputLayerKind output_layer_kind(OutputKind output) {
     return output == OUTPUT_CANONICAL ? OUTPUT_LAYER_CANONICAL
            : output == OUTPUT_CHUNKED ? OUTPUT_LAYER_CHUNKED
                                       : OUTPUT_LAYER_FUSED;
 }
 
+/* The one place that lays out the arena: with base == NULL it only counts. Every buffer starts on
+ * a 256-byte boundary (the kernels want 16). */
 static size_t layout_arena(CudaBackend *cb, char *base) {
     const GPTConfig *cfg = &cb->t->cfg;
     size_t B = cb->base.B, T = cb->base.T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
