@@ -552,6 +552,8 @@ int main(int argc, char **argv) {
     }
     if (opt.train_data[0] && !val_path[0] && opt.val_every > 0) /* -i without -j: nothing to validate on */
         printf("validation: off (no -j/--val-data shard beside -i); --val-every has nothing to evaluate\n");
+    if (opt.logits_mb != 4096 /* the option table's default */ && strcmp(opt.output, "chunked"))
+        printf("output layer: --logits-mb sizes the chunked layer's logits; --output %s does not use it\n", opt.output);
     if (opt.warmup >= opt.steps)
         printf("schedule: --warmup %d is not below -x %d: the learning rate never reaches -l %g\n", opt.warmup,
                opt.steps, opt.lr);
