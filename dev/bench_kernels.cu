@@ -158,11 +158,15 @@ int main(int argc, char **argv) {
         void *scratch = dmalloc(layernorm_backward_scratch_bytes(C));
         TIME_MS(ms, residual_layernorm_forward(res, ln, mean, rstd, a, b, w, bi, (int)N, C, 0));
         row("residual_layernorm_forward", ms, 8.0 * N * C, 4.0 * N * C * 2);
-        TIME_MS(ms, layernorm_backward(dinp, dw, db, scratch, ln, res, w, mean, rstd, (int)N, C, 0));
+        TIME_MS(ms, layernorm_backward(dinp, dw, db, NULL, scratch, ln, res, w, mean, rstd, (int)N, C, 0));
         row("layernorm_backward (dinp +=)", ms, 12.0 * N * C, 4.0 * N * C * 2);
+        float *dsum = (float *)dmalloc(C * sizeof(float));
+        TIME_MS(ms, layernorm_backward(dinp, dw, db, dsum, scratch, ln, res, w, mean, rstd, (int)N, C, 0));
+        row("layernorm_backward + dinp column sums", ms, 13.0 * N * C, 4.0 * N * C * 2);
         CUDA_CHECK(cudaFree(a)); CUDA_CHECK(cudaFree(b)); CUDA_CHECK(cudaFree(w)); CUDA_CHECK(cudaFree(bi));
         CUDA_CHECK(cudaFree(res)); CUDA_CHECK(cudaFree(ln)); CUDA_CHECK(cudaFree(dinp)); CUDA_CHECK(cudaFree(mean));
         CUDA_CHECK(cudaFree(rstd)); CUDA_CHECK(cudaFree(dw)); CUDA_CHECK(cudaFree(db)); CUDA_CHECK(cudaFree(scratch));
+        CUDA_CHECK(cudaFree(dsum));
     }
     /* Attention, HS = 64 (GPT-2) and HS = 128. FLOPs counted as causal: half of 4·B·NH·T²·HS
      * forward, 2.5× that backward (FA2's count; ours does 3.5× by recomputing P twice). */
@@ -214,8 +218,13 @@ int main(int argc, char **argv) {
         }
         TIME_MS(ms, gelu_forward(y, x, N * 4 * C, 0));
         row("gelu_forward (standalone) N x 3072", ms, 20.0 * N * 4 * C, 2.0 * N * 4 * C * 2);
-        TIME_MS(ms, bias_backward(db, scratch, x, (int)N, 4 * C, 0));
-        row("bias_backward N x 3072", ms, 1.0 * N * 4 * C, 1.0 * N * 4 * C * 2);
+        for (int oc = C; oc <= 4 * C; oc += C) {
+            if (oc == 2 * C) continue; /* the trainer's widths: attproj/fcproj, qkv, fc */
+            char name[64];
+            snprintf(name, sizeof name, "bias_backward N x %d", oc);
+            TIME_MS(ms, bias_backward(db, scratch, x, (int)N, oc, 0));
+            row(name, ms, 1.0 * N * oc, 1.0 * N * oc * 2);
+        }
         CUDA_CHECK(cudaFree(x)); CUDA_CHECK(cudaFree(y)); CUDA_CHECK(cudaFree(pre)); CUDA_CHECK(cudaFree(w));
         CUDA_CHECK(cudaFree(bias)); CUDA_CHECK(cudaFree(dx)); CUDA_CHECK(cudaFree(dw)); CUDA_CHECK(cudaFree(db));
         CUDA_CHECK(cudaFree(scratch));

@@ -58,13 +58,15 @@ void residual_layernorm_forward(kbf16 *residual, kbf16 *ln, float *mean, float *
                                 const kbf16 *b, const kbf16 *weight, const kbf16 *bias, int N, int C,
                                 cudaStream_t stream);
 /* dinp += LN-backward(dout)  (bf16 read-add-write: the residual stream's gradient);
- * dweight += Σ_n dout·norm, dbias += Σ_n dout  (fp32, fixed-order two-pass reduction).
+ * dweight += Σ_n dout·norm, dbias += Σ_n dout  (fp32, fixed-order two-pass reduction);
+ * when dinp_sum != NULL also dinp_sum[c] += Σ_n dinp[n,c] over the updated bf16 values (the bias
+ * gradient of the projection whose output fed this residual, as bias_backward would give it).
  * inp is the LN input (the residual), mean/rstd from the forward.
  * scratch: layernorm_backward_scratch_bytes(C) bytes. */
 size_t layernorm_backward_scratch_bytes(int C);
-void layernorm_backward(kbf16 *dinp, float *dweight, float *dbias, void *scratch, const kbf16 *dout,
-                        const kbf16 *inp, const kbf16 *weight, const float *mean, const float *rstd, int N,
-                        int C, cudaStream_t stream);
+void layernorm_backward(kbf16 *dinp, float *dweight, float *dbias, float *dinp_sum, void *scratch,
+                        const kbf16 *dout, const kbf16 *inp, const kbf16 *weight, const float *mean,
+                        const float *rstd, int N, int C, cudaStream_t stream);
 
 /* ---- attention.cu: causal self-attention, flash-attention style ------------------------- */
 /* out [B,T,C] (=), lse [B,NH,T] (=; fp32 log2-sum-exp of the scaled logits, the only saved state

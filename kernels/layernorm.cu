@@ -12,6 +12,10 @@
  *   kernel that keeps them in shared memory); the row's dout and inp stay in registers as bf16
  *   between the two passes. The block sums its 8 warps in order into scratch, and a second kernel
  *   sums the LN_BWD_BLOCKS partials in order into dweight/dbias: no atomics anywhere.
+ *   Optionally also dinp_sum += Σ_n dinp (the updated values, as stored): the residual stream's
+ *   gradient here is the dout of the projection that fed it, so that sum is the projection's bias
+ *   gradient, taken while dinp is in registers instead of by bias_backward's own pass over it
+ *   (C ≤ 768; wider rows leave it to bias_backward).
  *   FLOPs ~12·N·C; bytes N·C·2·(3 read + 1 written). */
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
@@ -21,6 +25,9 @@
 #define LN_BWD_BLOCKS 264 /* fixed grid: partial-sum order never depends on the device */
 #define LN_BWD_WARPS 8
 #define LN_BWD_MAX_K 8    /* register-accumulator kernel for C <= 8·256 */
+/* Up to C = 3·256 the kernel keeps two blocks per SM (128 registers) with the dinp sums too; wider,
+ * they would spill, and bias_backward's own pass takes them. */
+#define LN_BWD_SUM_MAX_K 3
 
 /* Each lane handles 8-channel groups c = 8·(lane + 32·k). */
 __global__ void __launch_bounds__(LN_WARPS * 32)
@@ -113,19 +120,21 @@ __device__ __forceinline__ void accumulate_grads(const float (&d)[8], const floa
 }
 
 /* Register-accumulator backward for C <= 256·K. Shared: LN_BWD_WARPS·C floats (dweight sums of every
- * warp, then dbias sums), for the in-order sum over the block's warps. */
-template <int K>
-__global__ void __launch_bounds__(LN_BWD_WARPS * 32)
+ * warp, then dbias sums, then with DINP_SUM the dinp sums), for the in-order sum over the block's
+ * warps. Scratch: per block, 2 (3 with DINP_SUM) rows of C partial sums. */
+template <int K, bool DINP_SUM>
+__global__ void __launch_bounds__(LN_BWD_WARPS * 32, K <= LN_BWD_SUM_MAX_K ? 2 : 1)
     layernorm_backward_reg_kernel(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp,
                                   const bf16 *weight, const float *mean, const float *rstd, int N, int C) {
     extern __shared__ __align__(16) unsigned char ln_smem[];
+    constexpr int ROUNDS = DINP_SUM ? 3 : 2;
     float *red = reinterpret_cast<float *>(ln_smem);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float dw[K][8], db[K][8];
+    float dw[K][8], db[K][8], ds[DINP_SUM ? K : 1][8];
 #pragma unroll
     for (int k = 0; k < K; k++)
 #pragma unroll
-        for (int i = 0; i < 8; i++) dw[k][i] = db[k][i] = 0.0f;
+        for (int i = 0; i < 8; i++) dw[k][i] = db[k][i] = ds[DINP_SUM ? k : 0][i] = 0.0f;
 
     for (int row = blockIdx.x * LN_BWD_WARPS + warp; row < N; row += gridDim.x * LN_BWD_WARPS) {
         size_t base = (size_t)row * C;
@@ -157,18 +166,25 @@ __global__ void __launch_bounds__(LN_BWD_WARPS * 32)
             bf16x8_to_float(load_bf16x8(weight + c), w);
             bf16x8_to_float(dxraw[k], dx);
             accumulate_grads(d, x, w, m, s, dnorm_mean, dnorm_norm_mean, dw[k], db[k], dx);
-            store_bf16x8(dinp + base + c, float_to_bf16x8(dx));
+            bf16x8 stored = float_to_bf16x8(dx);
+            store_bf16x8(dinp + base + c, stored);
+            if (DINP_SUM) {
+                float v[8];
+                bf16x8_to_float(stored, v);
+#pragma unroll
+                for (int i = 0; i < 8; i++) ds[k][i] += v[i];
+            }
         }
     }
-    /* Two rounds through one shared buffer: dweight, then dbias. */
+    /* Rounds through one shared buffer: dweight, dbias, then the dinp sums. */
 #pragma unroll
-    for (int round = 0; round < 2; round++) {
+    for (int round = 0; round < ROUNDS; round++) {
 #pragma unroll
         for (int k = 0; k < K; k++) {
             int c = (k * 32 + lane) * 8;
             if (c >= C) continue;
             float4 *dst = reinterpret_cast<float4 *>(red + (size_t)warp * C + c);
-            const float *v = round ? db[k] : dw[k];
+            const float *v = round == 0 ? dw[k] : round == 1 ? db[k] : ds[DINP_SUM ? k : 0];
             dst[0] = make_float4(v[0], v[1], v[2], v[3]);
             dst[1] = make_float4(v[4], v[5], v[6], v[7]);
         }
@@ -177,23 +193,36 @@ __global__ void __launch_bounds__(LN_BWD_WARPS * 32)
         for (int c = threadIdx.x; c < C; c += blockDim.x) {
             float sum = 0.0f;
             for (int w = 0; w < LN_BWD_WARPS; w++) sum += red[(size_t)w * C + c];
-            partial[(size_t)blockIdx.x * 2 * C + round * C + c] = sum;
+            partial[(size_t)blockIdx.x * ROUNDS * C + round * C + c] = sum;
         }
         /* The sums are read before the next round overwrites the buffer. */
         __syncthreads();
     }
 }
 
-template <int K>
-static void launch_ln_bwd_reg(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp, const bf16 *weight,
-                              const float *mean, const float *rstd, int N, int C, cudaStream_t stream) {
+template <int K, bool DINP_SUM>
+static void launch_ln_bwd_reg_as(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp, const bf16 *weight,
+                                 const float *mean, const float *rstd, int N, int C, cudaStream_t stream) {
     size_t smem = (size_t)LN_BWD_WARPS * C * sizeof(float);
     if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_reg_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)smem));
-    layernorm_backward_reg_kernel<K><<<LN_BWD_BLOCKS, LN_BWD_WARPS * 32, smem, stream>>>(dinp, partial, dout, inp,
-                                                                                       weight, mean, rstd, N, C);
+        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_reg_kernel<K, DINP_SUM>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    layernorm_backward_reg_kernel<K, DINP_SUM>
+        <<<LN_BWD_BLOCKS, LN_BWD_WARPS * 32, smem, stream>>>(dinp, partial, dout, inp, weight, mean, rstd, N, C);
     CUDA_CHECK(cudaGetLastError());
+}
+
+template <int K>
+static void launch_ln_bwd_reg(bool dinp_sum, bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp,
+                              const bf16 *weight, const float *mean, const float *rstd, int N, int C,
+                              cudaStream_t stream) {
+    if constexpr (K <= LN_BWD_SUM_MAX_K) {
+        if (dinp_sum) {
+            launch_ln_bwd_reg_as<K, true>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream);
+            return;
+        }
+    }
+    launch_ln_bwd_reg_as<K, false>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream);
 }
 
 /* Shared memory: per warp, dweight then dbias partials (2·C floats). For C > 2048. */
@@ -245,39 +274,28 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
     }
 }
 
-/* dweight[c] += Σ_blocks partial (in block order), dbias likewise. */
-__global__ void layernorm_backward_reduce_kernel(float *dweight, float *dbias, const float *partial, int nblocks,
-                                                 int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float dw = 0.0f, db = 0.0f;
-    for (int k = 0; k < nblocks; k++) {
-        dw += partial[(size_t)k * 2 * C + c];
-        db += partial[(size_t)k * 2 * C + C + c];
-    }
-    dweight[c] += dw;
-    dbias[c] += db;
-}
-
 extern "C" size_t layernorm_backward_scratch_bytes(int C) {
-    return (size_t)LN_BWD_BLOCKS * 2 * C * sizeof(float);
+    /* three rows of partials per block (dweight, dbias, dinp sums); bias_backward's for C > 2048
+     * (128 rows) fits in that too */
+    return (size_t)LN_BWD_BLOCKS * 3 * C * sizeof(float);
 }
 
-extern "C" void layernorm_backward(kbf16 *dinp, float *dweight, float *dbias, void *scratch, const kbf16 *dout,
-                                   const kbf16 *inp, const kbf16 *weight, const float *mean, const float *rstd,
-                                   int N, int C, cudaStream_t stream) {
+extern "C" void layernorm_backward(kbf16 *dinp, float *dweight, float *dbias, float *dinp_sum, void *scratch,
+                                   const kbf16 *dout, const kbf16 *inp, const kbf16 *weight, const float *mean,
+                                   const float *rstd, int N, int C, cudaStream_t stream) {
     float *partial = (float *)scratch;
+    bool fused_sum = dinp_sum != NULL && C <= LN_BWD_SUM_MAX_K * 256;
     /* The grid is fixed (not sized by N) so the summation order is the same for every N; blocks
      * beyond the rows simply contribute zeros. */
     switch ((C + 255) / 256) {
-    case 1: launch_ln_bwd_reg<1>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
-    case 2: launch_ln_bwd_reg<2>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
-    case 3: launch_ln_bwd_reg<3>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
-    case 4: launch_ln_bwd_reg<4>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
-    case 5: launch_ln_bwd_reg<5>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
-    case 6: launch_ln_bwd_reg<6>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
-    case 7: launch_ln_bwd_reg<7>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
-    case 8: launch_ln_bwd_reg<8>(dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
+    case 1: launch_ln_bwd_reg<1>(fused_sum, dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
+    case 2: launch_ln_bwd_reg<2>(fused_sum, dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
+    case 3: launch_ln_bwd_reg<3>(fused_sum, dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
+    case 4: launch_ln_bwd_reg<4>(fused_sum, dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
+    case 5: launch_ln_bwd_reg<5>(fused_sum, dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
+    case 6: launch_ln_bwd_reg<6>(fused_sum, dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
+    case 7: launch_ln_bwd_reg<7>(fused_sum, dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
+    case 8: launch_ln_bwd_reg<8>(fused_sum, dinp, partial, dout, inp, weight, mean, rstd, N, C, stream); break;
     default: {
         size_t smem = (size_t)LN_WARPS * 2 * C * sizeof(float);
         if (smem > 48 * 1024)
@@ -288,7 +306,8 @@ extern "C" void layernorm_backward(kbf16 *dinp, float *dweight, float *dbias, vo
         CUDA_CHECK(cudaGetLastError());
     }
     }
-    layernorm_backward_reduce_kernel<<<ceil_div_u(C, 256), 256, 0, stream>>>(dweight, dbias, partial,
-                                                                             LN_BWD_BLOCKS, C);
-    CUDA_CHECK(cudaGetLastError());
+    int rows = fused_sum ? 3 : 2;
+    add_partial_sums(PartialSumOutputs{{dweight, dbias, dinp_sum}}, rows, partial, LN_BWD_BLOCKS, (size_t)rows * C, C,
+                     stream);
+    if (dinp_sum && !fused_sum) bias_backward(dinp_sum, scratch, dinp, N, C, stream);
 }

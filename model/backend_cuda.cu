@@ -247,9 +247,13 @@ static float cuda_train_micro_step(Backend *be, const int *inputs, const int *ta
     /* dres is the gradient of the residual stream; each LayerNorm backward ADDS into it. */
     CUDA_CHECK(cudaMemsetAsync(cb->dres, 0, (size_t)N * C * sizeof(kbf16), s));
     CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
+    /* Each LayerNorm backward also sums the residual gradient it leaves, which is the dout of the
+     * projection below it (fcproj, attproj): that projection's bias gradient, saved a pass. */
     layernorm_backward(cb->dres, cb->grads + param_whole(t, ROLE_LNF_W)->offset,
-                       cb->grads + param_whole(t, ROLE_LNF_B)->offset, cb->scratch, cb->dlnf, last->residual3,
-                       param_bf16(cb, param_whole(t, ROLE_LNF_W)), cb->lnf_mean, cb->lnf_rstd, N, C, s);
+                       cb->grads + param_whole(t, ROLE_LNF_B)->offset,
+                       layer_tensors(t, cb->grads, cfg->num_layers - 1).fcprojb, cb->scratch, cb->dlnf,
+                       last->residual3, param_bf16(cb, param_whole(t, ROLE_LNF_W)), cb->lnf_mean, cb->lnf_rstd, N,
+                       C, s);
     grad_sync_ready(sync, SYNC_AFTER_LNF, -1, grads, s);
     for (int l = cfg->num_layers - 1; l >= 0; l--) {
         CudaLayerActs *a = &cb->layer[l];
@@ -258,18 +262,20 @@ static float cuda_train_micro_step(Backend *be, const int *inputs, const int *ta
 #define P(role) param_bf16(cb, param_of_layer(t, l, role))
         /* MLP: the dGELU epilogue turns d(fch_gelu) into d(fch_pre) inside the matmul */
         if (cb->recompute_gelu) gelu_forward(a->fch_gelu, a->fch_pre, (size_t)N * 4 * C, s);
-        matmul_backward(cb->dfch, g.fcprojw, g.fcprojb, cb->scratch, cb->dres, a->fch_gelu, P(ROLE_FCPROJ_W),
-                        a->fch_pre, N, 4 * C, C, s);
+        /* fcproj's bias gradient came with the LayerNorm backward above this layer */
+        matmul_backward(cb->dfch, g.fcprojw, NULL, cb->scratch, cb->dres, a->fch_gelu, P(ROLE_FCPROJ_W), a->fch_pre,
+                        N, 4 * C, C, s);
         matmul_backward(cb->dln, g.fcw, g.fcb, cb->scratch, cb->dfch, a->ln2, P(ROLE_FC_W), NULL, N, C, 4 * C, s);
-        layernorm_backward(cb->dres, g.ln2w, g.ln2b, cb->scratch, cb->dln, a->residual2, P(ROLE_LN2_W), a->ln2_mean,
-                           a->ln2_rstd, N, C, s);
+        layernorm_backward(cb->dres, g.ln2w, g.ln2b, g.attprojb, cb->scratch, cb->dln, a->residual2, P(ROLE_LN2_W),
+                           a->ln2_mean, a->ln2_rstd, N, C, s);
         /* attention */
-        matmul_backward(cb->datty, g.attprojw, g.attprojb, cb->scratch, cb->dres, a->atty, P(ROLE_ATTPROJ_W), NULL,
-                        N, C, C, s);
+        matmul_backward(cb->datty, g.attprojw, NULL, cb->scratch, cb->dres, a->atty, P(ROLE_ATTPROJ_W), NULL, N, C,
+                        C, s);
         attention_backward(cb->dqkv, cb->scratch, cb->datty, a->qkv, a->atty, a->att_lse, B, T, C, NH, s);
         matmul_backward(cb->dln, g.qkvw, g.qkvb, cb->scratch, cb->dqkv, a->ln1, P(ROLE_QKV_W), NULL, N, C, 3 * C, s);
-        layernorm_backward(cb->dres, g.ln1w, g.ln1b, cb->scratch, cb->dln, residual_in, P(ROLE_LN1_W), a->ln1_mean,
-                           a->ln1_rstd, N, C, s);
+        /* below layer 0 is the encoder, which has no bias */
+        layernorm_backward(cb->dres, g.ln1w, g.ln1b, l > 0 ? layer_tensors(t, cb->grads, l - 1).fcprojb : NULL,
+                           cb->scratch, cb->dln, residual_in, P(ROLE_LN1_W), a->ln1_mean, a->ln1_rstd, N, C, s);
 #undef P
         grad_sync_ready(sync, SYNC_AFTER_LAYER, l, grads, s);
     }

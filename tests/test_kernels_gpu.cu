@@ -274,28 +274,51 @@ static void layernorm_case(int N, int C, int with_residual) {
     bf16 *d_dout = up_bf16(dout, nc), *d_inp = up_bf16(res, nc);
     float *d_meanr = up_f32(mean_ref, N), *d_rstdr = up_f32(rstd_ref, N);
     void *scratch = dalloc(layernorm_backward_scratch_bytes(C));
-    float *dinp_g[2], *dw_g[2], *db_g[2];
+    /* The sum of the updated dinp (a projection's bias gradient) is asked for in the cases with a
+     * residual, so both kernels run with and without it. */
+    int with_sum = with_residual;
+    float *ds0 = hmalloc(C);
+    fill_normal(ds0, C, 1.0f);
+    float *dinp_g[2], *dw_g[2], *db_g[2], *ds_g[2];
     for (int run = 0; run < 2; run++) {
         poison(scratch, layernorm_backward_scratch_bytes(C));
         bf16 *d_dinp = up_bf16(dinp0, nc);
-        float *d_dw = up_f32(dw0, C), *d_db = up_f32(db0, C);
-        layernorm_backward(d_dinp, d_dw, d_db, scratch, d_dout, d_inp, d_w, d_meanr, d_rstdr, N, C, 0);
+        float *d_dw = up_f32(dw0, C), *d_db = up_f32(db0, C), *d_ds = up_f32(ds0, C);
+        layernorm_backward(d_dinp, d_dw, d_db, with_sum ? d_ds : NULL, scratch, d_dout, d_inp, d_w, d_meanr, d_rstdr,
+                           N, C, 0);
         dsync();
-        dinp_g[run] = hmalloc(nc); dw_g[run] = hmalloc(C); db_g[run] = hmalloc(C);
+        dinp_g[run] = hmalloc(nc); dw_g[run] = hmalloc(C); db_g[run] = hmalloc(C); ds_g[run] = hmalloc(C);
         down_bf16(dinp_g[run], d_dinp, nc);
         down_f32(dw_g[run], d_dw, C);
         down_f32(db_g[run], d_db, C);
+        down_f32(ds_g[run], d_ds, C);
     }
     CHECK(same_bytes(dinp_g[0], dinp_g[1], nc * 4) && same_bytes(dw_g[0], dw_g[1], C * 4) &&
-              same_bytes(db_g[0], db_g[1], C * 4),
+              same_bytes(db_g[0], db_g[1], C * 4) && same_bytes(ds_g[0], ds_g[1], C * 4),
           "layernorm backward is not bitwise deterministic (N=%d C=%d)", N, C);
+    /* The dinp sum is checked against the values the GPU stored (fp64 column sums): it must add
+     * exactly those, whatever their rounding; untouched when not asked for. */
+    double worst = 0.0; /* error over what fp32 sums of these terms may lose: 2e-6·Σ|v| + 1e-6 */
+    for (int c = 0; c < C; c++) {
+        double sum = 0.0, sum_abs = 0.0;
+        for (int n = 0; n < N; n++) {
+            sum += dinp_g[0][(size_t)n * C + c];
+            sum_abs += fabs(dinp_g[0][(size_t)n * C + c]);
+        }
+        double err = fabs(ds_g[0][c] - (with_sum ? ds0[c] + sum : ds0[c]));
+        if (!with_sum && err != 0.0) worst = INFINITY;
+        worst = fmax(worst, err / (2e-6 * sum_abs + 1e-6));
+    }
+    CHECK(worst <= 1.0, "layernorm backward dinp sum (N=%d C=%d, asked %d): error %.3g of the allowed", N, C,
+          with_sum, worst);
     /* The += is checked on the increments (the random start would hide small errors). */
     for (size_t i = 0; i < nc; i++) { dinp_g[0][i] -= dinp0[i]; dinp_ref[i] -= dinp0[i]; }
     for (int i = 0; i < C; i++) { dw_g[0][i] -= dw0[i]; dw_ref[i] -= dw0[i]; db_g[0][i] -= db0[i]; db_ref[i] -= db0[i]; }
     CHECK_REL(rel_l2(dinp_g[0], dinp_ref, nc), 2e-2, "  bwd dinp increment (bf16 += rounding)");
     CHECK_REL(rel_l2(dw_g[0], dw_ref, C), 1e-4, "  bwd dweight increment");
     CHECK_REL(rel_l2(db_g[0], db_ref, C), 1e-4, "  bwd dbias increment");
-    for (int r = 0; r < 2; r++) { free(dinp_g[r]); free(dw_g[r]); free(db_g[r]); }
+    for (int r = 0; r < 2; r++) { free(dinp_g[r]); free(dw_g[r]); free(db_g[r]); free(ds_g[r]); }
+    free(ds0);
     free(a); free(bb); free(w); free(bias); free(res); free(ln_ref); free(mean_ref); free(rstd_ref);
     free(res_g); free(ln_g); free(mean_g); free(rstd_g); free(dout); free(dinp0); free(dw0); free(db0);
     free(dinp_ref); free(dw_ref); free(db_ref);
