@@ -511,26 +511,65 @@ __device__ __forceinline__ void load_row_stats(float (&lse_r)[2], float (&D_r)[2
 /* One of a backward kernel's gradients (dQ, dK or dV: columns col0 .. col0 + HS - 1 of head h in
  * dqkv) for a thread's rows row0 and row0 + 8, times scale: accumulator element dt·4 + e holds
  * columns dt·8 + 2·tq + (e & 1) of row row0 + 8·(e >> 1), as both the mma.sync and the wgmma
- * layouts place them. */
+ * layouts place them.
+ * With bias_part (the block's row of partial sums, 3C wide; NULL: none), also the column sums of
+ * the block's 64 rows as stored (bf16), at bias_part[col0 + h·HS + c]: that slice of the qkv bias
+ * gradient, taken from registers instead of a pass over dqkv. Every thread of the block calls it
+ * (4 warps of 16 rows each). */
 template <int HS>
-__device__ __forceinline__ void store_head_grad(bf16 *dqkv, const float *acc, float scale, size_t col0, int b, int h,
-                                                int row0, int tq, int T, size_t C3) {
+__device__ __forceinline__ void store_head_grad(bf16 *dqkv, float *bias_part, const float *acc, float scale,
+                                                size_t col0, int b, int h, int row0, int tq, int T, size_t C3) {
+    float colsum[HS / 8][2];
+#pragma unroll
+    for (int dt = 0; dt < HS / 8; dt++) colsum[dt][0] = colsum[dt][1] = 0.0f;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int t = row0 + 8 * r;
         if (t >= T) continue;
         bf16 *row = dqkv + ((size_t)b * T + t) * C3 + col0 + h * HS;
 #pragma unroll
-        for (int dt = 0; dt < HS / 8; dt++)
-            *reinterpret_cast<__nv_bfloat162 *>(row + dt * 8 + 2 * tq) =
-                __floats2bfloat162_rn(acc[dt * 4 + 2 * r] * scale, acc[dt * 4 + 2 * r + 1] * scale);
+        for (int dt = 0; dt < HS / 8; dt++) {
+            __nv_bfloat162 v = __floats2bfloat162_rn(acc[dt * 4 + 2 * r] * scale, acc[dt * 4 + 2 * r + 1] * scale);
+            *reinterpret_cast<__nv_bfloat162 *>(row + dt * 8 + 2 * tq) = v;
+            float2 f = __bfloat1622float2(v);
+            colsum[dt][0] += f.x;
+            colsum[dt][1] += f.y;
+        }
     }
+    if (!bias_part) return; /* uniform across the block */
+    __shared__ float warp_sums[ATT_THREADS / 32][HS];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int dt = 0; dt < HS / 8; dt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float v = colsum[dt][e]; /* the warp's 8 row groups (lanes tq, tq + 4, ...) in a fixed tree */
+            v += __shfl_xor_sync(0xffffffffu, v, 4);
+            v += __shfl_xor_sync(0xffffffffu, v, 8);
+            v += __shfl_xor_sync(0xffffffffu, v, 16);
+            if (lane < 4) warp_sums[warp][dt * 8 + 2 * lane + e] = v;
+        }
+    /* Every warp's sums are in shared memory before they are added across warps. */
+    __syncthreads();
+    for (int c = threadIdx.x; c < HS; c += ATT_THREADS) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATT_THREADS / 32; w++) v += warp_sums[w][c];
+        bias_part[col0 + h * HS + c] = v;
+    }
+    /* Read before a second call (dV after dK) overwrites them. */
+    __syncthreads();
+}
+
+/* The block's row of qkv bias partials (NULL when not asked): row b·tiles + tile of [B·tiles][3C]. */
+__device__ __forceinline__ float *bias_part_row(float *bias_part, int b, int tile, size_t C3) {
+    return bias_part ? bias_part + ((size_t)b * gridDim.x + tile) * C3 : NULL;
 }
 
 /* dQ. Shared: Q, dO [64][HS+8], K, V [2][64][HS+8]. */
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
-    attention_backward_dq_kernel(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse, const float *D,
+    attention_backward_dq_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout, const float *lse, const float *D,
                                  int T, int NH, float sl2, float scale) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = TILE / 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];
@@ -599,13 +638,14 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
         __syncthreads();
     }
 
-    store_head_grad<HS>(dqkv, &dq[0][0], scale, 0, b, h, q0 + warp * 16 + g, tq, T, C3);
+    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, qb, C3), &dq[0][0], scale, 0, b, h, q0 + warp * 16 + g,
+                        tq, T, C3);
 }
 
 /* dK, dV. Shared: K, V [64][HS+8]; Q, dO [2][BQ][HS+8]; lse, D [2][BQ]. */
 template <int HS, int BQ>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
-    attention_backward_dkdv_kernel(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse,
+    attention_backward_dkdv_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout, const float *lse,
                                    const float *D, int T, int NH, float sl2, float scale) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = BQ / 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];
@@ -690,8 +730,10 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
         __syncthreads();
     }
 
-    store_head_grad<HS>(dqkv, &dk[0][0], scale, C, b, h, krow, tq, T, C3);
-    store_head_grad<HS>(dqkv, &dv[0][0], 1.0f, 2 * (size_t)C, b, h, krow, tq, T, C3);
+    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, blockIdx.x, C3), &dk[0][0], scale, C, b, h, krow, tq,
+                        T, C3);
+    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, blockIdx.x, C3), &dv[0][0], 1.0f, 2 * (size_t)C, b, h, krow, tq,
+                        T, C3);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -700,7 +742,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
  * products (S and dP, or Sᵀ and dPᵀ) from K-major shared tiles, the two gradient products from
  * registers times an MN-major shared tile. Same blocks, order, masking and arithmetic. */
 __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
-    attention_backward_dq_wgmma_kernel(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse,
+    attention_backward_dq_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout, const float *lse,
                                        const float *D, int T, int NH, float sl2, float scale) {
     constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
@@ -755,11 +797,12 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
         __syncthreads();
     }
 
-    store_head_grad<HS>(dqkv, dq, scale, 0, b, h, q0 + warp * 16 + g, tq, T, C3);
+    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, qb, C3), dq, scale, 0, b, h, q0 + warp * 16 + g, tq, T,
+                        C3);
 }
 
 __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
-    attention_backward_dkdv_wgmma_kernel(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse,
+    attention_backward_dkdv_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout, const float *lse,
                                          const float *D, int T, int NH, float sl2, float scale) {
     constexpr int HS = 64, TILE = ATT_TILE, BQ = ATT_TILE, TILE_BYTES = TILE * HS * 2;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
@@ -856,8 +899,10 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
         __syncthreads();
     }
 
-    store_head_grad<HS>(dqkv, dk, scale, C, b, h, krow, tq, T, C3);
-    store_head_grad<HS>(dqkv, dv, 1.0f, 2 * (size_t)C, b, h, krow, tq, T, C3);
+    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, blockIdx.x, C3), dk, scale, C, b, h, krow, tq,
+                        T, C3);
+    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, blockIdx.x, C3), dv, 1.0f, 2 * (size_t)C, b, h, krow, tq,
+                        T, C3);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -916,13 +961,19 @@ extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, int 
         launch_forward<128>(out, lse, qkv, B, T, NH, stream);
 }
 
-extern "C" size_t attention_backward_scratch_bytes(int B, int T, int NH) {
-    return (size_t)B * NH * T * sizeof(float);
+/* Scratch: D = rowsum(dout·out) [B·NH·T], then the qkv bias partials [B·tiles][3C]. */
+static size_t dsum_floats(int B, int T, int NH) {
+    return ((size_t)B * NH * T + 63) / 64 * 64; /* the partials start 256-byte aligned */
+}
+
+extern "C" size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
+    size_t tiles = (T + ATT_TILE - 1) / ATT_TILE;
+    return (dsum_floats(B, T, NH) + (size_t)B * tiles * 3 * C) * sizeof(float);
 }
 
 template <int HS, int BQ>
-static void launch_backward(bf16 *dqkv, float *D, const bf16 *dout, const bf16 *qkv, const float *lse, int B,
-                            int T, int NH, cudaStream_t stream) {
+static void launch_backward(bf16 *dqkv, float *bias_part, float *D, const bf16 *dout, const bf16 *qkv,
+                            const float *lse, int B, int T, int NH, cudaStream_t stream) {
     size_t smem_dq = (size_t)6 * ATT_TILE * (HS + 8) * sizeof(bf16);
     size_t smem_kv = (size_t)(2 * ATT_TILE + 4 * BQ) * (HS + 8) * sizeof(bf16) + 4 * BQ * sizeof(float);
     static bool attr_set = false;
@@ -935,16 +986,16 @@ static void launch_backward(bf16 *dqkv, float *D, const bf16 *dout, const bf16 *
     }
     float scale = 1.0f / sqrtf((float)HS), sl2 = LOG2E * scale;
     dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
-    attention_backward_dkdv_kernel<HS, BQ><<<grid, ATT_THREADS, smem_kv, stream>>>(dqkv, qkv, dout, lse, D, T, NH,
-                                                                                  sl2, scale);
+    attention_backward_dkdv_kernel<HS, BQ><<<grid, ATT_THREADS, smem_kv, stream>>>(dqkv, bias_part, qkv, dout, lse,
+                                                                                  D, T, NH, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
-    attention_backward_dq_kernel<HS><<<grid, ATT_THREADS, smem_dq, stream>>>(dqkv, qkv, dout, lse, D, T, NH, sl2,
-                                                                            scale);
+    attention_backward_dq_kernel<HS><<<grid, ATT_THREADS, smem_dq, stream>>>(dqkv, bias_part, qkv, dout, lse, D, T,
+                                                                            NH, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
-static void launch_backward_wgmma(bf16 *dqkv, float *D, const bf16 *dout, const bf16 *qkv, const float *lse, int B,
-                                  int T, int NH, cudaStream_t stream) {
+static void launch_backward_wgmma(bf16 *dqkv, float *bias_part, float *D, const bf16 *dout, const bf16 *qkv,
+                                  const float *lse, int B, int T, int NH, cudaStream_t stream) {
     const size_t smem = 6 * ATT_TILE * 64 * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
     static bool attr_set = false;
     if (!attr_set) {
@@ -956,20 +1007,21 @@ static void launch_backward_wgmma(bf16 *dqkv, float *D, const bf16 *dout, const 
     }
     const float scale = 0.125f, sl2 = LOG2E * scale; /* 1/sqrt(64) */
     dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
-    attention_backward_dkdv_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(dqkv, qkv, dout, lse, D, T, NH, sl2,
-                                                                            scale);
+    attention_backward_dkdv_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(dqkv, bias_part, qkv, dout, lse, D, T,
+                                                                            NH, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
-    attention_backward_dq_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(dqkv, qkv, dout, lse, D, T, NH, sl2,
-                                                                          scale);
+    attention_backward_dq_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(dqkv, bias_part, qkv, dout, lse, D, T,
+                                                                          NH, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
-extern "C" void attention_backward(kbf16 *dqkv, void *scratch, const kbf16 *dout, const kbf16 *qkv,
-                                   const kbf16 *out, const float *lse, int B, int T, int C, int NH,
-                                   cudaStream_t stream) {
+extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch, const kbf16 *dout,
+                                   const kbf16 *qkv, const kbf16 *out, const float *lse, int B, int T, int C,
+                                   int NH, cudaStream_t stream) {
     check_shape(B, T, C, NH);
     int HS = C / NH;
     float *D = (float *)scratch;
+    float *bias_part = dbias_qkv ? D + dsum_floats(B, T, NH) : NULL;
     size_t rows = (size_t)B * T * NH, threads = rows * (HS / 8);
     if (HS == 64)
         attention_backward_dsum_kernel<64><<<ceil_div_u(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
@@ -977,9 +1029,14 @@ extern "C" void attention_backward(kbf16 *dqkv, void *scratch, const kbf16 *dout
         attention_backward_dsum_kernel<128><<<ceil_div_u(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
     CUDA_CHECK(cudaGetLastError());
     if (HS == 64 && use_wgmma)
-        launch_backward_wgmma(dqkv, D, dout, qkv, lse, B, T, NH, stream);
+        launch_backward_wgmma(dqkv, bias_part, D, dout, qkv, lse, B, T, NH, stream);
     else if (HS == 64)
-        launch_backward<64, ATT_BQ64>(dqkv, D, dout, qkv, lse, B, T, NH, stream);
+        launch_backward<64, ATT_BQ64>(dqkv, bias_part, D, dout, qkv, lse, B, T, NH, stream);
     else
-        launch_backward<128, 32>(dqkv, D, dout, qkv, lse, B, T, NH, stream);
+        launch_backward<128, 32>(dqkv, bias_part, D, dout, qkv, lse, B, T, NH, stream);
+    if (dbias_qkv) {
+        int tiles = (T + ATT_TILE - 1) / ATT_TILE;
+        add_partial_sums(PartialSumOutputs{{dbias_qkv, NULL, NULL}}, 1, bias_part, B * tiles, 3 * (size_t)C, 3 * C,
+                         stream);
+    }
 }

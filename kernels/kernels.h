@@ -80,10 +80,12 @@ void attention_use_wgmma(int on);
 /* dqkv [B,T,3C] (= ; q, k and v parts all written). dout is the gradient of out; out and lse are
  * the forward's outputs (out is read for rowsum(dout·out)). Recomputes the probabilities;
  * two kernels (dK,dV by key tile; dQ by query tile), so no atomics: deterministic.
- * scratch: attention_backward_scratch_bytes(B, T, NH) bytes (holds rowsum(dout·out)). */
-size_t attention_backward_scratch_bytes(int B, int T, int NH);
-void attention_backward(kbf16 *dqkv, void *scratch, const kbf16 *dout, const kbf16 *qkv, const kbf16 *out,
-                        const float *lse, int B, int T, int C, int NH, cudaStream_t stream);
+ * When dbias_qkv != NULL also dbias_qkv[c] += Σ_n dqkv[n,c] over the stored bf16 values (the qkv
+ * projection's bias gradient, as bias_backward would give it), summed as the kernels store.
+ * scratch: attention_backward_scratch_bytes(B, T, C, NH) bytes (rowsum(dout·out), bias partials). */
+size_t attention_backward_scratch_bytes(int B, int T, int C, int NH);
+void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch, const kbf16 *dout, const kbf16 *qkv,
+                        const kbf16 *out, const float *lse, int B, int T, int C, int NH, cudaStream_t stream);
 
 /* ---- gelu.cu: GELU (tanh approximation) and bias gradients ------------------------------- */
 /* out = gelu(inp) (=). n elements, a multiple of 8. */

@@ -139,7 +139,7 @@ static size_t scratch_needed(const GPTConfig *cfg, int B, int T) {
     int N = B * T, C = cfg->dim;
     size_t s = encoder_backward_scratch_bytes(N, cfg->padded_vocab_size);
     s = max_size(s, layernorm_backward_scratch_bytes(C));
-    s = max_size(s, attention_backward_scratch_bytes(B, T, cfg->num_heads));
+    s = max_size(s, attention_backward_scratch_bytes(B, T, C, cfg->num_heads));
     s = max_size(s, bias_backward_scratch_bytes(4 * C));
     s = max_size(s, global_sumsq_scratch_bytes());
     return s;
@@ -271,8 +271,9 @@ static float cuda_train_micro_step(Backend *be, const int *inputs, const int *ta
         /* attention */
         matmul_backward(cb->datty, g.attprojw, NULL, cb->scratch, cb->dres, a->atty, P(ROLE_ATTPROJ_W), NULL, N, C,
                         C, s);
-        attention_backward(cb->dqkv, cb->scratch, cb->datty, a->qkv, a->atty, a->att_lse, B, T, C, NH, s);
-        matmul_backward(cb->dln, g.qkvw, g.qkvb, cb->scratch, cb->dqkv, a->ln1, P(ROLE_QKV_W), NULL, N, C, 3 * C, s);
+        /* qkv's bias gradient is summed as the attention backward stores dqkv */
+        attention_backward(cb->dqkv, g.qkvb, cb->scratch, cb->datty, a->qkv, a->atty, a->att_lse, B, T, C, NH, s);
+        matmul_backward(cb->dln, g.qkvw, NULL, cb->scratch, cb->dqkv, a->ln1, P(ROLE_QKV_W), NULL, N, C, 3 * C, s);
         /* below layer 0 is the encoder, which has no bias */
         layernorm_backward(cb->dres, g.ln1w, g.ln1b, l > 0 ? layer_tensors(t, cb->grads, l - 1).fcprojb : NULL,
                            cb->scratch, cb->dln, residual_in, P(ROLE_LN1_W), a->ln1_mean, a->ln1_rstd, N, C, s);

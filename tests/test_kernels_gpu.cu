@@ -219,6 +219,26 @@ TEST(kernels_encoder_matches_cpu_and_backward_is_deterministic) {
     encoder_case(2, 1024, 768, 50304, 0);
 }
 
+/* A kernel that also sums the columns of what it stored (a bias gradient, +=): sums must be start
+ * plus the fp64 column sums of values [rows × cols] (the stored values, as read back), within what
+ * fp32 sums of those terms may lose (2e-6·Σ|v| + 1e-6); or exactly start when not asked. Returns
+ * the worst error as a share of that allowance. */
+static double column_sums_error(const float *sums, const float *start, const float *values, int rows, int cols,
+                                int asked) {
+    double worst = 0.0;
+    for (int c = 0; c < cols; c++) {
+        double sum = 0.0, sum_abs = 0.0;
+        for (int n = 0; n < rows; n++) {
+            sum += values[(size_t)n * cols + c];
+            sum_abs += fabs(values[(size_t)n * cols + c]);
+        }
+        double err = fabs(sums[c] - (asked ? start[c] + sum : start[c]));
+        if (!asked && err != 0.0) return INFINITY;
+        worst = fmax(worst, err / (2e-6 * sum_abs + 1e-6));
+    }
+    return worst;
+}
+
 /* ---- layernorm --------------------------------------------------------------------------- */
 
 static void layernorm_case(int N, int C, int with_residual) {
@@ -296,19 +316,8 @@ static void layernorm_case(int N, int C, int with_residual) {
     CHECK(same_bytes(dinp_g[0], dinp_g[1], nc * 4) && same_bytes(dw_g[0], dw_g[1], C * 4) &&
               same_bytes(db_g[0], db_g[1], C * 4) && same_bytes(ds_g[0], ds_g[1], C * 4),
           "layernorm backward is not bitwise deterministic (N=%d C=%d)", N, C);
-    /* The dinp sum is checked against the values the GPU stored (fp64 column sums): it must add
-     * exactly those, whatever their rounding; untouched when not asked for. */
-    double worst = 0.0; /* error over what fp32 sums of these terms may lose: 2e-6·Σ|v| + 1e-6 */
-    for (int c = 0; c < C; c++) {
-        double sum = 0.0, sum_abs = 0.0;
-        for (int n = 0; n < N; n++) {
-            sum += dinp_g[0][(size_t)n * C + c];
-            sum_abs += fabs(dinp_g[0][(size_t)n * C + c]);
-        }
-        double err = fabs(ds_g[0][c] - (with_sum ? ds0[c] + sum : ds0[c]));
-        if (!with_sum && err != 0.0) worst = INFINITY;
-        worst = fmax(worst, err / (2e-6 * sum_abs + 1e-6));
-    }
+    /* The dinp sum: exactly the column sums of what the GPU stored; untouched when not asked for. */
+    double worst = column_sums_error(ds_g[0], ds0, dinp_g[0], N, C, with_sum);
     CHECK(worst <= 1.0, "layernorm backward dinp sum (N=%d C=%d, asked %d): error %.3g of the allowed", N, C,
           with_sum, worst);
     /* The += is checked on the increments (the random start would hide small errors). */
@@ -542,15 +551,33 @@ static void attention_case(int B, int T, int NH, int HS) {
     memset(dqkv_ref, 0, nqkv * 4);
     attention_backward_cpu(dqkv_ref, dout, qkv, att, B, T, C, NH);
     bf16 *d_dout = up_bf16(dout, nout), *d_dqkv = (bf16 *)dalloc(nqkv * 2);
-    void *scratch = dalloc(attention_backward_scratch_bytes(B, T, NH));
+    size_t scratch_bytes = attention_backward_scratch_bytes(B, T, C, NH);
+    void *scratch = dalloc(scratch_bytes);
+    /* The qkv bias gradient summed as dqkv is stored: += onto a random start. */
+    float *db0 = hmalloc(3 * C), *db_g[2] = {hmalloc(3 * C), hmalloc(3 * C)};
+    fill_normal(db0, 3 * C, 1.0f);
+    float *d_db = (float *)dalloc(3 * C * 4);
     for (int run = 0; run < 2; run++) {
         poison(d_dqkv, nqkv * 2);
-        poison(scratch, attention_backward_scratch_bytes(B, T, NH));
-        attention_backward(d_dqkv, scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0);
+        poison(scratch, scratch_bytes);
+        CUDA_CHECK(cudaMemcpy(d_db, db0, 3 * C * 4, cudaMemcpyHostToDevice));
+        attention_backward(d_dqkv, d_db, scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0);
         dsync();
         down_bf16(run ? dqkv_g2 : dqkv_g, d_dqkv, nqkv);
+        down_f32(db_g[run], d_db, 3 * C);
     }
-    CHECK(same_bytes(dqkv_g, dqkv_g2, nqkv * 4), "attention backward is not bitwise deterministic");
+    CHECK(same_bytes(dqkv_g, dqkv_g2, nqkv * 4) && same_bytes(db_g[0], db_g[1], 3 * C * 4),
+          "attention backward is not bitwise deterministic");
+    double worst = column_sums_error(db_g[0], db0, dqkv_g, B * T, 3 * C, 1);
+    CHECK(worst <= 1.0, "attention backward qkv bias sums (B=%d T=%d NH=%d HS=%d): error %.3g of the allowed", B, T,
+          NH, HS, worst);
+    /* Without the sums, the same dqkv. */
+    poison(d_dqkv, nqkv * 2);
+    attention_backward(d_dqkv, NULL, scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0);
+    dsync();
+    down_bf16(dqkv_g2, d_dqkv, nqkv);
+    CHECK(same_bytes(dqkv_g, dqkv_g2, nqkv * 4), "attention backward without the bias sums differs from with them");
+    free(db0); free(db_g[0]); free(db_g[1]);
     /* Per part, so a wrong dK cannot hide behind a right dQ. */
     const char *names[3] = {"  bwd dq", "  bwd dk", "  bwd dv"};
     for (int part = 0; part < 3; part++) {
