@@ -61,6 +61,11 @@ typedef struct {
 } OptSpec;
 
 #define O(field) offsetof(Options, field)
+/* --logits-mb's default (kernels/output_layer.h's OUTPUT_CHUNKED_DEFAULT_BYTES, in MiB); the note
+ * for a --logits-mb that the chosen layer ignores compares against it */
+#define LOGITS_MB_DEFAULT 4096
+#define STRINGIFY(x) #x
+#define DEFAULT_STRING(x) STRINGIFY(x)
 
 /* The one table of flags and defaults; --help is generated from it. */
 static const OptSpec options[] = {
@@ -97,7 +102,7 @@ static const OptSpec options[] = {
     {0, "prompt", OPT_STR, O(prompt), "", "TEXT", "text that samples start from (needs a tokenizer)"},
     {0, "output", OPT_STR, O(output), "fused", "KIND",
      "output layer: fused (no logits tensor), canonical (all logits) or chunked (logits of --logits-mb at a time)"},
-    {0, "logits-mb", OPT_INT, O(logits_mb), "4096", "MB", "--output chunked: memory for one block of logits"},
+    {0, "logits-mb", OPT_INT, O(logits_mb), DEFAULT_STRING(LOGITS_MB_DEFAULT), "MB", "--output chunked: memory for one block of logits"},
     {0, "device", OPT_STR, O(device), "cuda", "KIND", "cuda or cpu (the fp32 reference backend)"},
     {'g', "gpus", OPT_INT, O(gpus), "1", "N", "GPUs on this host, one process each (data parallel)"},
     {0, "nodes", OPT_INT, O(nodes), "1", "M", "hosts taking part, each started with the same flags"},
@@ -552,7 +557,7 @@ int main(int argc, char **argv) {
     }
     if (opt.train_data[0] && !val_path[0] && opt.val_every > 0) /* -i without -j: nothing to validate on */
         printf("validation: off (no -j/--val-data shard beside -i); --val-every has nothing to evaluate\n");
-    if (opt.logits_mb != 4096 /* the option table's default */ && strcmp(opt.output, "chunked"))
+    if (opt.logits_mb != LOGITS_MB_DEFAULT && strcmp(opt.output, "chunked"))
         printf("output layer: --logits-mb sizes the chunked layer's logits; --output %s does not use it\n", opt.output);
     if (opt.warmup >= opt.steps)
         printf("schedule: --warmup %d is not below -x %d: the learning rate never reaches -l %g\n", opt.warmup,
