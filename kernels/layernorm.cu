@@ -11,7 +11,8 @@
  *   dweight/dbias sums in registers (K is a template parameter, C ≤ 2048; larger C takes a slower
  *   kernel that keeps them in shared memory); the row's dout and inp stay in registers as bf16
  *   between the two passes. The block sums its 8 warps in order into scratch, and a second kernel
- *   sums the LN_BWD_BLOCKS partials in order into dweight/dbias: no atomics anywhere.
+ *   (add_partial_sums) sums the LN_BWD_BLOCKS partials in a fixed order into dweight/dbias (and
+ *   dinp_sum): no atomics anywhere.
  *   Optionally also dinp_sum += Σ_n dinp (the updated values, as stored): the residual stream's
  *   gradient here is the dout of the projection that fed it, so that sum is the projection's bias
  *   gradient, taken while dinp is in registers instead of by bias_backward's own pass over it
@@ -168,7 +169,7 @@ __global__ void __launch_bounds__(LN_BWD_WARPS * 32, K <= LN_BWD_SUM_MAX_K ? 2 :
             accumulate_grads(d, x, w, m, s, dnorm_mean, dnorm_norm_mean, dw[k], db[k], dx);
             bf16x8 stored = float_to_bf16x8(dx);
             store_bf16x8(dinp + base + c, stored);
-            if (DINP_SUM) {
+            if constexpr (DINP_SUM) {
                 float v[8];
                 bf16x8_to_float(stored, v);
 #pragma unroll
@@ -275,8 +276,8 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
 }
 
 extern "C" size_t layernorm_backward_scratch_bytes(int C) {
-    /* three rows of partials per block (dweight, dbias, dinp sums); bias_backward's for C > 2048
-     * (128 rows) fits in that too */
+    /* three rows of partials per block (dweight, dbias, dinp sums); bias_backward's (128 rows), which
+     * takes the dinp sums for C > 768, fits in that too */
     return (size_t)LN_BWD_BLOCKS * 3 * C * sizeof(float);
 }
 
