@@ -46,6 +46,7 @@ typedef struct {
     int zero, overlap_comm, bucket_mb;
     int help;
     unsigned from_env; /* bit k: option_env[k]'s value came from its environment variable */
+    char repeated[256]; /* flags given more than once on the command line (the last value holds) */
 } Options;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_FLAG } OptType;
@@ -235,6 +236,7 @@ static void parse_args(Options *opt, int argc, char **argv) {
         const char *env = env_of(&options[i]), *v = env ? getenv(env) : NULL;
         if (v && *v) set_value(opt, &options[i], v, env);
     }
+    unsigned char given[NUM_OPTIONS] = {0};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *eq = arg[0] == '-' && arg[1] == '-' ? strchr(arg, '=') : NULL;
         const char *inline_value = eq ? eq + 1 : NULL;
@@ -242,6 +244,11 @@ static void parse_args(Options *opt, int argc, char **argv) {
         if (!o) die_usage("unknown flag '%s'%s", arg, "");
         char name[64];
         flag_name(o, name, sizeof name);
+        /* the last value holds (scripts override their defaults this way), but the user hears of it */
+        if (given[o - options]++ == 1 && o->type != OPT_FLAG) {
+            size_t len = strlen(opt->repeated);
+            snprintf(opt->repeated + len, sizeof opt->repeated - len, "%s%s", len ? ", " : "", name);
+        }
         if (o->type == OPT_FLAG) {
             if (inline_value) die_usage("%s takes no value, got '%s'", name, arg);
             set_value(opt, o, "1", NULL);
@@ -557,6 +564,7 @@ int main(int argc, char **argv) {
     }
     if (opt.train_data[0] && !val_path[0] && opt.val_every > 0) /* -i without -j: nothing to validate on */
         printf("validation: off (no -j/--val-data shard beside -i); --val-every has nothing to evaluate\n");
+    if (opt.repeated[0]) printf("note: given more than once, the last value is used: %s\n", opt.repeated);
     if (opt.logits_mb != LOGITS_MB_DEFAULT && strcmp(opt.output, "chunked"))
         printf("output layer: --logits-mb sizes the chunked layer's logits; --output %s does not use it\n", opt.output);
     if (opt.warmup >= opt.steps)

@@ -399,6 +399,10 @@ TEST(inputs_that_would_be_silently_useless_are_refused_or_named) {
     expect_run(0, "step     1/1", NULL, TINY_RUN " -x 1 -i %s -o %s", train, dir);
     expect_run(0, "--logits-mb sizes the chunked layer's logits; --output fused does not use it", NULL,
                TINY_RUN " -x 1 --logits-mb 64 -i %s -o %s/lm", train, d);
+    /* flags given again (TINY_RUN has -b 4): the last value holds (-x 2 trains two steps), each named
+     * once in a note */
+    expect_run(0, "note: given more than once, the last value is used: -b/--batch, -x/--steps\n", "step     2/2",
+               TINY_RUN " -x 1 -b 2 -x 9 -b 4 -x 2 -i %s -o %s/twice", train, d);
     /* notes, not errors: no validation shard for --val-every; a warmup the run never finishes */
     expect_run(0, "validation: off (no -j/--val-data", "--warmup 10 is not below -x 2",
                "--device cpu -e tiny -v 64 -b 4 -t 32 -s 0 -x 2 --warmup 10 --val-every 1 -i %s -o %s/r", train, d);
