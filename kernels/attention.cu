@@ -569,8 +569,8 @@ __device__ __forceinline__ float *bias_part_row(float *bias_part, int b, int til
 /* dQ. Shared: Q, dO [64][HS+8], K, V [2][64][HS+8]. */
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
-    attention_backward_dq_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout, const float *lse, const float *D,
-                                 int T, int NH, float sl2, float scale) {
+    attention_backward_dq_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout, const float *lse,
+                                 const float *D, int T, int NH, float sl2, float scale) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = TILE / 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(att_smem);
@@ -730,10 +730,9 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
         __syncthreads();
     }
 
-    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, blockIdx.x, C3), &dk[0][0], scale, C, b, h, krow, tq,
-                        T, C3);
-    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, blockIdx.x, C3), &dv[0][0], 1.0f, 2 * (size_t)C, b, h, krow, tq,
-                        T, C3);
+    float *bias_row = bias_part_row(bias_part, b, blockIdx.x, C3);
+    store_head_grad<HS>(dqkv, bias_row, &dk[0][0], scale, C, b, h, krow, tq, T, C3);
+    store_head_grad<HS>(dqkv, bias_row, &dv[0][0], 1.0f, 2 * (size_t)C, b, h, krow, tq, T, C3);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -742,8 +741,8 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
  * products (S and dP, or Sᵀ and dPᵀ) from K-major shared tiles, the two gradient products from
  * registers times an MN-major shared tile. Same blocks, order, masking and arithmetic. */
 __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
-    attention_backward_dq_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout, const float *lse,
-                                       const float *D, int T, int NH, float sl2, float scale) {
+    attention_backward_dq_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
+                                       const float *lse, const float *D, int T, int NH, float sl2, float scale) {
     constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
     const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, dOs = Qs + TILE_BYTES, Ks = dOs + TILE_BYTES,
@@ -802,8 +801,8 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
 }
 
 __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
-    attention_backward_dkdv_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout, const float *lse,
-                                         const float *D, int T, int NH, float sl2, float scale) {
+    attention_backward_dkdv_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
+                                         const float *lse, const float *D, int T, int NH, float sl2, float scale) {
     constexpr int HS = 64, TILE = ATT_TILE, BQ = ATT_TILE, TILE_BYTES = TILE * HS * 2;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
     const uint32_t Ks = (smem_addr(att_smem) + 1023) & ~1023u, Vs = Ks + TILE_BYTES, Qs = Vs + TILE_BYTES,
@@ -899,10 +898,9 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
         __syncthreads();
     }
 
-    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, blockIdx.x, C3), dk, scale, C, b, h, krow, tq,
-                        T, C3);
-    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, blockIdx.x, C3), dv, 1.0f, 2 * (size_t)C, b, h, krow, tq,
-                        T, C3);
+    float *bias_row = bias_part_row(bias_part, b, blockIdx.x, C3);
+    store_head_grad<HS>(dqkv, bias_row, dk, scale, C, b, h, krow, tq, T, C3);
+    store_head_grad<HS>(dqkv, bias_row, dv, 1.0f, 2 * (size_t)C, b, h, krow, tq, T, C3);
 }
 
 /* ------------------------------------------------------------------------------------------ */

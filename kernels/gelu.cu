@@ -138,5 +138,6 @@ extern "C" void bias_backward(float *dbias, void *scratch, const kbf16 *dout, in
     dim3 grid(ceil_div_u(OC, 256), BIAS_ROW_CHUNKS);
     bias_partial_kernel<<<grid, 256, 0, stream>>>((float *)scratch, dout, N, OC);
     CUDA_CHECK(cudaGetLastError());
-    add_partial_sums(PartialSumOutputs{{dbias, NULL, NULL}}, 1, (const float *)scratch, BIAS_ROW_CHUNKS, OC, OC, stream);
+    add_partial_sums(PartialSumOutputs{{dbias, NULL, NULL}}, 1, (const float *)scratch, BIAS_ROW_CHUNKS, OC, OC,
+                     stream);
 }
