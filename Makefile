@@ -82,6 +82,11 @@ test-gpu: $(BUILD)/run_gpu_tests
 $(BUILD)/bench_output_layer: build/dev/bench_output_layer.cu.o $(HOST_OBJ) $(CUDA_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
+# the body kernels' benchmark (dev/bench_kernels.cu): kernels/ alone, no model code
+KERNEL_OBJ := $(patsubst %.cu,build/%.cu.o,$(wildcard kernels/*.cu))
+$(BUILD)/bench_kernels: build/dev/bench_kernels.cu.o $(KERNEL_OBJ)
+	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
+
 # every cuBLASLt algorithm for the fused backward's GEMM shapes (dev/output_layer_profile.sh runs it)
 $(BUILD)/lt_algo_probe: build/dev/lt_algo_probe.cu.o
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)

@@ -8,12 +8,9 @@ OUT=${OUT:-out}
 B=${B:-32}
 N=$((B * 1024))
 mkdir -p "$OUT"
-make -j16 build/lt_algo_probe build/run_gpu_tests >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+make -j16 build/lt_algo_probe build/run_gpu_tests build/bench_kernels >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
 nvidia-smi --query-gpu=name,clocks.sm,power.draw --format=csv,noheader
 for shape in "768 2304" "768 768" "768 3072" "3072 768"; do
     ./build/lt_algo_probe body $shape $N
 done 2>&1 | tee "$OUT/body_gemm_probe.log"
-NV="nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I."
-$NV dev/bench_kernels.cu build/kernels/{encoder,layernorm,attention,gelu,matmul,adamw}.cu.o \
-    -lcublasLt -lcublas -lcudart -o build/bench_kernels || exit 1
 for section in matmul layernorm optimizer; do ./build/bench_kernels "$B" $section; done 2>&1 | tee "$OUT/bench_kernels.log"

@@ -12,7 +12,7 @@
  * Body: the products kernels/matmul.cu issues for a layer with weight [OC, C] at N rows, with the
  * same transposes, types and epilogues (forward with bias or GELU+bias, input gradient with or
  * without dGELU, weight gradient in fp32 with beta = 1), and the input gradient once more with the
- * DGELU_BGRAD epilogue (bias gradient fused), to see what that epilogue costs.
+ * DGELU_BGRAD epilogue (bias gradient fused; fp32, then bf16), to see what that epilogue costs.
  * Events, 3 warm-ups, median of 15. Prints one line per algorithm with its tile, stages, split-K and
  * cluster attributes; the heuristic's order is kept (index 0 is what the code uses today). */
 #include <stdio.h>
@@ -70,7 +70,7 @@ typedef struct {
     const float *alpha, *beta;
     cublasLtPointerMode_t pointer_mode;
     cublasLtEpilogue_t epilogue;
-    const void *bias; /* BIAS / BGRAD epilogues: bias[m] (bf16 for BIAS, fp32 for BGRAD) */
+    const void *bias; /* BIAS / BGRAD epilogues: bias[m] (bf16 for BIAS, fp32 or bf16 for BGRAD) */
     cudaDataType_t bias_type;
     const void *aux; /* GELU_AUX / DGELU epilogues: bf16 [m x n] */
 } GemmSpec;
@@ -200,6 +200,9 @@ static void probe_body(cublasLtHandle_t lt, int64_t C, int64_t OC, int64_t N, vo
     din.name = "input gradient, dGELU + bias gradient (DGELU_BGRAD)";
     din.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
     din.bias = dbias;
+    probe(lt, &din, ws, ws_bytes, 1);
+    din.name = "input gradient, dGELU + bf16 bias gradient (DGELU_BGRAD)";
+    din.bias_type = CUDA_R_16BF;
     probe(lt, &din, ws, ws_bytes, 1);
     GemmSpec dw = {"weight gradient", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, C, OC, inp, out, dW, CUDA_R_32F, &one, &one,
                    host, none, NULL, CUDA_R_32F, NULL};
