@@ -17,7 +17,7 @@ VARIANTS=("default|" "two_waits_uncapped|-DATT_WG_DKDV_ONE_WAIT=0 -DATT_WG_BWD_M
 if [ -n "${VARIANTS_ENV:-}" ]; then IFS=';' read -r -a VARIANTS <<<"$VARIANTS_ENV"; fi
 NV="nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I."
 LIBS="-lcublasLt -lcublas -lcudart"
-MINE="build/kernels/encoder.cu.o build/kernels/layernorm.cu.o build/kernels/gelu.cu.o build/kernels/matmul.cu.o build/kernels/matmul_dgelu.cu.o build/kernels/adamw.cu.o"
+MINE="build/kernels/encoder.cu.o build/kernels/layernorm.cu.o build/kernels/gelu.cu.o build/kernels/matmul.cu.o build/kernels/adamw.cu.o"
 mkdir -p "$OUT" build/variants
 make -j16 build/run_gpu_tests >"$OUT/att_build.log" 2>&1 || { tail -20 "$OUT/att_build.log"; exit 1; }
 # the test runner's objects as the Makefile links them, with the variant's attention object instead

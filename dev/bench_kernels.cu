@@ -199,7 +199,7 @@ int main(int argc, char **argv) {
         bf16 *x = rand_bf16(N * 4 * C, 1.0f), *y = (bf16 *)dmalloc(N * 4 * C * 2), *pre = (bf16 *)dmalloc(N * 4 * C * 2);
         bf16 *w = rand_bf16((size_t)4 * C * C, 0.02f), *bias = rand_bf16(4 * C, 0.02f), *dx = (bf16 *)dmalloc(N * 4 * C * 2);
         float *dw = rand_f32((size_t)4 * C * C, 0.01f), *db = rand_f32(4 * C, 0.01f);
-        void *scratch = dmalloc(matmul_backward_scratch_bytes((int)N, 4 * C, C));
+        void *scratch = dmalloc(bias_backward_scratch_bytes(4 * C));
         struct { const char *name; int C, OC, gelu; } mm[] = {
             {"matmul qkv  768->2304 +bias", C, 3 * C, 0},
             {"matmul attproj 768->768 +bias", C, C, 0},
@@ -215,22 +215,9 @@ int main(int argc, char **argv) {
             row(name, ms, f, by);
             /* fcproj's backward carries the dGELU epilogue (its input was gelu(pre)). */
             int dgelu = mm[i].C == 4 * C;
-            TIME_MS(ms, matmul_backward(dx, dw, db, NULL, scratch, y, x, w, dgelu ? pre : NULL, (int)N, mm[i].C,
-                                        mm[i].OC, 0));
+            TIME_MS(ms, matmul_backward(dx, dw, db, scratch, y, x, w, dgelu ? pre : NULL, (int)N, mm[i].C, mm[i].OC, 0));
             snprintf(name, sizeof name, "%s bwd%s", mm[i].name, dgelu ? " +dGELU" : "");
             row(name, ms, 2 * f, 2 * by);
-        }
-        /* fcproj's input gradient with dGELU and fc's bias gradient (its column sums), as the
-         * trainer asks for it: matmul_dgelu.cu's kernel, then cuBLASLt's DGELU epilogue + the sum pass */
-        {
-            double f = 2.0 * N * 4 * C * C, by = 2.0 * (N * C + 4.0 * C * C + 2.0 * N * 4 * C);
-            for (int lt = 0; lt < 2; lt++) {
-                matmul_use_dgelu_kernel(!lt);
-                TIME_MS(ms, matmul_backward(dx, NULL, NULL, db, scratch, y, x, w, pre, (int)N, 4 * C, C, 0));
-                row(lt ? "fcproj dinp +dGELU +fc bias sums: cuBLASLt + pass" : "fcproj dinp +dGELU +fc bias sums: kernel",
-                    ms, f, by);
-            }
-            matmul_use_dgelu_kernel(1);
         }
         TIME_MS(ms, gelu_forward(y, x, N * 4 * C, 0));
         row("gelu_forward (standalone) N x 3072", ms, 20.0 * N * 4 * C, 2.0 * N * 4 * C * 2);

@@ -8,7 +8,7 @@ OUT=${OUT:-/tmp/kernels_out}
 mkdir -p "$OUT" build/variants
 NV="nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I."
 LIBS="-lcublasLt -lcublas -lcudart"
-MINE="build/kernels/encoder.cu.o build/kernels/layernorm.cu.o build/kernels/gelu.cu.o build/kernels/matmul.cu.o build/kernels/matmul_dgelu.cu.o build/kernels/adamw.cu.o"
+MINE="build/kernels/encoder.cu.o build/kernels/layernorm.cu.o build/kernels/gelu.cu.o build/kernels/matmul.cu.o build/kernels/adamw.cu.o"
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$OUT/device.txt"
 make -j16 build/run_gpu_tests 2>&1 | tail -3

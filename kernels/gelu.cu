@@ -11,11 +11,21 @@
  *   which layernorm.cu's backward shares) sums the BIAS_ROW_CHUNKS partials of a column in a fixed
  *   order: deterministic, no atomics.
  *   FLOPs N·OC; bytes N·OC·2 + 2·BIAS_ROW_CHUNKS·OC·4. */
-#include "kernels/gelu.cuh"
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
 
+#define GELU_S 0.7978845608028654f
 #define BIAS_ROW_CHUNKS 128
+
+__device__ __forceinline__ float gelu_f(float x) {
+    return 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
+}
+
+__device__ __forceinline__ float gelu_grad_f(float x) {
+    float th = tanhf(GELU_S * (x + 0.044715f * x * x * x));
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+}
 
 __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, size_t n8) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

@@ -103,25 +103,12 @@ void matmul_forward(kbf16 *out, kbf16 *pre_gelu, const kbf16 *inp, const kbf16 *
                     int N, int C, int OC, cudaStream_t stream);
 /* dinp[N,C] = dout[N,OC]·weight   (=, bf16), and when pre_gelu != NULL the dGELU epilogue is fused:
  * dinp = (dout·weight) ∘ gelu'(pre_gelu), pre_gelu [N,C] being the pre-activation whose GELU was this
- * matmul's input; then dinp_sum[C] += Σ_n dinp (the values as stored: the bias gradient of the
- * layer that produced pre_gelu) when dinp_sum != NULL. On Hopper, with C a multiple of 256 and OC
- * of 64, that product is matmul_dgelu.cu's kernel; elsewhere cuBLASLt's and a column-sum pass.
- * dweight[OC,C] += dout^T·inp (fp32 accumulate, in cuBLASLt). dbias[OC] += Σ_n dout when
- * dbias != NULL. scratch: matmul_backward_scratch_bytes(N, C, OC) bytes (NULL when neither sum is
- * asked for and pre_gelu is NULL). dinp == NULL skips that product (e.g. for the first layer's input). */
-size_t matmul_backward_scratch_bytes(int N, int C, int OC);
-void matmul_backward(kbf16 *dinp, float *dweight, float *dbias, float *dinp_sum, void *scratch, const kbf16 *dout,
+ * matmul's input. dweight[OC,C] += dout^T·inp (fp32 accumulate, in cuBLASLt). dbias[OC] += Σ_n dout
+ * when dbias != NULL (needs scratch of bias_backward_scratch_bytes(OC) bytes, else scratch may be
+ * NULL). dinp == NULL skips that product (e.g. for the first layer's input). */
+void matmul_backward(kbf16 *dinp, float *dweight, float *dbias, void *scratch, const kbf16 *dout,
                      const kbf16 *inp, const kbf16 *weight, const kbf16 *pre_gelu, int N, int C, int OC,
                      cudaStream_t stream);
-/* ---- matmul_dgelu.cu: the dGELU input gradient and its column sums in one Hopper kernel ---- */
-/* Whether matmul_dgelu runs here (an sm_90 device, C % 256 == 0, K % 64 == 0, not switched off). */
-int matmul_dgelu_applies(int N, int C, int K);
-/* 0: matmul_backward takes the cuBLASLt path everywhere (tests and benchmarks compare the two). */
-void matmul_use_dgelu_kernel(int on);
-size_t matmul_dgelu_scratch_bytes(int N, int C, int K);
-/* dinp[N,C] = (dout[N,K]·weight[K,C]) ∘ gelu'(pre_gelu) (=, bf16); dbias[C] += Σ_n dinp when != NULL. */
-void matmul_dgelu(kbf16 *dinp, float *dbias, void *scratch, const kbf16 *dout, const kbf16 *weight,
-                  const kbf16 *pre_gelu, int N, int C, int K, cudaStream_t stream);
 /* All matmuls share one 32 MiB cuBLASLt workspace: issue them on one stream, or order the streams
  * (two matmuls running at once on different streams would race on it). */
 /* Frees the cuBLASLt handle, workspace and cached plans (call once at shutdown). */

@@ -18,8 +18,7 @@
  * two runs, and with it the rounding (split-K), which would break bitwise-reproducible training.
  * The bias gradient stays a separate kernel: cuBLASLt's BGRADB epilogue on the dW product was
  * measured slower than dW + bias_backward on an H100 (fc 768->3072 at N=16384: 0.274 vs 0.263 ms;
- * dev/RESULTS.md, 2026-11-22). The dGELU input gradient is matmul_dgelu.cu's kernel where it
- * applies (it also sums the columns for the bias gradient of the layer below). */
+ * dev/RESULTS.md, 2026-11-22). */
 #include <string.h>
 
 #include "kernels/kernel_util.cuh"
@@ -150,26 +149,14 @@ extern "C" void matmul_forward(kbf16 *out, kbf16 *pre_gelu, const kbf16 *inp, co
     plan_run(p, weight, inp, out, 0.0f, bias, pre_gelu, stream);
 }
 
-extern "C" size_t matmul_backward_scratch_bytes(int N, int C, int OC) {
-    size_t s = bias_backward_scratch_bytes(OC > C ? OC : C);
-    if (matmul_dgelu_applies(N, C, OC)) {
-        size_t d = matmul_dgelu_scratch_bytes(N, C, OC);
-        if (d > s) s = d;
-    }
-    return s;
-}
-
-extern "C" void matmul_backward(kbf16 *dinp, float *dweight, float *dbias, float *dinp_sum, void *scratch,
-                                const kbf16 *dout, const kbf16 *inp, const kbf16 *weight, const kbf16 *pre_gelu, int N,
-                                int C, int OC, cudaStream_t stream) {
+extern "C" void matmul_backward(kbf16 *dinp, float *dweight, float *dbias, void *scratch, const kbf16 *dout,
+                                const kbf16 *inp, const kbf16 *weight, const kbf16 *pre_gelu, int N, int C, int OC,
+                                cudaStream_t stream) {
     matmul_lazy_init();
-    if (dinp && pre_gelu && matmul_dgelu_applies(N, C, OC)) {
-        matmul_dgelu(dinp, dinp_sum, scratch, dout, weight, pre_gelu, N, C, OC, stream);
-    } else if (dinp) {
+    if (dinp) {
         MatmulKind kind = pre_gelu ? MM_DINP_DGELU : MM_DINP;
         MatmulPlan *p = plan_get(kind, C, N, OC, 0, NULL, pre_gelu);
         plan_run(p, weight, dout, dinp, 0.0f, NULL, pre_gelu, stream);
-        if (dinp_sum) bias_backward(dinp_sum, scratch, dinp, N, C, stream);
     }
     if (dweight) {
         MatmulPlan *p = plan_get(MM_DW, C, OC, N, 0, NULL, NULL);

@@ -39,6 +39,7 @@
  * Workspace: Nc x w x 2 B (<= 64 MiB) + Nc x d x 4 B (<= 32 MiB) + per-window statistics
  * (windows x N floats, windows <= about 20): independent of V. The first two are default budgets;
  * FUSEDGPT_OUTL_DZ_MB, _CHUNK_ROWS and _DH_MB override them for tuning (see outl_fused_sizes). */
+#include <cuda.h> /* CUtensorMap (the driver entry point is fetched through the runtime) */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -47,7 +48,6 @@
 #include "kernels/cuda_check.h"
 #include "kernels/fast_math.cuh"
 #include "kernels/output_layer_internal.h"
-#include "kernels/tma.cuh"
 #include "kernels/wgmma.cuh"
 
 typedef __nv_bfloat16 bf16;
@@ -350,6 +350,35 @@ template <int TBN> struct WShape {
     static constexpr int min_ctas = TBN == 256 ? 1 : 2;
 };
 
+/* D[64 x 256] (+)= A[64 x 16] . B[256 x 16]^T, both K-major in 128-byte-swizzled shared memory;
+ * accumulate when scale_d != 0, overwrite when 0. d[i*4 + e]: row (warp%4)*16 + lane/4 + 8*(e>>1),
+ * column i*8 + (lane%4)*2 + (e&1). */
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+    __trap(); /* only the sm_90a build has wgmma; the host never launches this kernel elsewhere */
+#endif
+}
 
 
 /* The same with a 64 x 128 accumulator (64 registers). */
@@ -381,6 +410,16 @@ template <> __device__ __forceinline__ void wgmma_tile<128>(float (&d)[64], uint
     wgmma_m64n128k16(d, da, db, sd);
 }
 
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+                 "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+    return v;
+}
 
 template <int TBN>
 __device__ __forceinline__ void load_stage_w(const TileArgs &a, uint32_t sA, uint32_t sB, int64_t row0,
@@ -427,7 +466,10 @@ __device__ __forceinline__ void store_dz_rows(const float (&acc)[TBN / 2], int h
             __nv_bfloat162 b = __floats2bfloat162_rn(v[0], v[1]);
             w[m] = *reinterpret_cast<uint32_t *>(&b);
         }
-        const uint4 o = regroup_octets(st_addr, ld_addr, w);
+        stmatrix_x4(st_addr, w);
+        __syncwarp();
+        const uint4 o = lds128(ld_addr);
+        __syncwarp(); /* the next group's stmatrix overwrites the scratch */
         if (row_in) *reinterpret_cast<uint4 *>(out + (g * 4 + q) * 8) = o;
     }
 }
@@ -483,12 +525,15 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
                         if (cbase + i * 8 + j == t) a.zt[rows[h]] = acc[i * 4 + h * 2 + j];
             }
         } else {
-            /* dZ = (softmax - onehot) in bf16, written 16 bytes per lane through regroup_octets
-             * (wgmma.cuh; four 4-byte stores per lane wrote 16 of every 32 bytes per row and cost 4x
-             * the instructions). Ignored rows have lse2 = +inf, so their softmax is 0 without a
-             * multiply. */
+            /* dZ = (softmax - onehot) in bf16, written 16 bytes per lane: a warp holds, per group of
+             * four column octets, 8 rows x 32 columns whose octets are spread over the quads'
+             * lanes; stmatrix puts them in its shared scratch as rows of 16 bytes and each lane reads
+             * one back (an octet of its own row), so every store fills whole sectors (four 4-byte
+             * stores per lane wrote 16 of every 32 bytes per row and cost 4x the instructions).
+             * Ignored rows have lse2 = +inf, so their softmax is 0 without a multiply. */
             const int tl = t >= tile_col0 && t < tile_col0 + TBN ? (int)(t - tile_col0) : -1;
-            const uint32_t st_addr = regroup_store_addr(scratch, lane), ld_addr = regroup_load_addr(scratch, lane);
+            const uint32_t st_addr = scratch + (uint32_t)(((lane & 7) * 4 + ((lane >> 3) ^ ((lane >> 1) & 3))) * 16);
+            const uint32_t ld_addr = scratch + (uint32_t)(((lane >> 2) * 4 + ((lane & 3) ^ ((lane >> 3) & 3))) * 16);
             bf16 *out = a.dz + (rows[h] - a.row_begin) * a.ldz + (tile_col0 - a.col_begin);
             const bool row_in = rows[h] < a.row_end;
             /* nearly every tile holds none of its 16 rows' targets and lies inside the vocabulary:
@@ -658,6 +703,25 @@ __global__ void __launch_bounds__(THREADS, WShape<TBN>::min_ctas) tile_kernel_wg
 #define T_STAGE_BYTES (W_A_BYTES + 256 * BK * 2)           /* 48 KiB */
 #define T_SMEM (T_STAGES * T_STAGE_BYTES + 1024 + 128 + DZ_SCRATCH_BYTES) /* ring, slack, barriers, scratch */
 
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
 /* arrive on the mbarrier at the same shared-memory offset in CTA `rank` of the cluster (itself
  * included); release at CTA scope, as a local arrive (what it orders are this warp's wgmma reads) */
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
@@ -683,6 +747,13 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtens
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
         "%3}], [%4], %5;\n" ::"r"(dst),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(ctas)
+        : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
         : "memory");
 }
 
@@ -1082,6 +1153,38 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots) {
  * work per row block, so they stay in step: the P CTAs of a window stream the same W tiles (read
  * from DRAM about once per pass) and the G CTAs of a row block share its H block. G is at least
  * what keeps the P row blocks' H in L2, then chosen (within +8) to waste the fewest slots. */
+/* cuTensorMapEncodeTiled through the runtime's driver entry point (no link to libcuda) */
+typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* A [rows x d] bf16 row-major tensor read in boxes of box_rows x 64 with the 128-byte swizzle;
+ * rows past the end read as zeros. */
+static CUtensorMap tensor_map(const bf16 *ptr, int64_t rows, int d, int box_rows) {
+    static EncodeTiledFn encode;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult q;
+        void *fn = NULL;
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+        if (q != cudaDriverEntryPointSuccess || !fn) {
+            fprintf(stderr, "error: output layer: the driver has no cuTensorMapEncodeTiled (update the driver)\n");
+            exit(1);
+        }
+        encode = (EncodeTiledFn)fn;
+    }
+    CUtensorMap m;
+    const cuuint64_t dims[2] = {(cuuint64_t)d, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)d * sizeof(bf16)};
+    const cuuint32_t box[2] = {BK, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+    CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, elem,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "error: output layer: cuTensorMapEncodeTiled failed (CUresult %d)\n", (int)r);
+        exit(1);
+    }
+    return m;
+}
 
 static int64_t g_l2_budget = L2_H_BUDGET;
 void output_layer_set_l2_budget(size_t bytes) { g_l2_budget = bytes ? (int64_t)bytes : L2_H_BUDGET; }
@@ -1135,8 +1238,8 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     t.win_m = L->win_m, t.win_a = L->win_a, t.stats_ld = N, t.zt = L->zt;
     dim3 grid((unsigned)nwin, (unsigned)P);
     if (k->stats_tma)
-        launch_tma(k, k->stats_tma, grid, 1, 0, t, tma_map_rows(t.H, N, L->d, WBM),
-                   tma_map_rows(t.W, V, L->d, 256 / k->cluster), stream);
+        launch_tma(k, k->stats_tma, grid, 1, 0, t, tensor_map(t.H, N, L->d, WBM),
+                   tensor_map(t.W, V, L->d, 256 / k->cluster), stream);
     else
         k->stats<<<grid, k->threads, k->smem, stream>>>(t);
     CUDA_CHECK(cudaGetLastError());
@@ -1156,7 +1259,7 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
     const bf16 *H = (const bf16 *)a->H, *W = (const bf16 *)a->W;
     const float *sc = L->scalars;
     CUtensorMap tm_h, tm_w;
-    if (k->dz_tma) tm_h = tma_map_rows(H, N, d, WBM), tm_w = tma_map_rows(W, V, d, 256 / k->cluster);
+    if (k->dz_tma) tm_h = tensor_map(H, N, (int)d, WBM), tm_w = tensor_map(W, V, (int)d, 256 / k->cluster);
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t nr = min(rows, N - r0);
         for (int64_t c0 = 0; c0 < V; c0 += cols) {

@@ -140,7 +140,7 @@ static size_t scratch_needed(const GPTConfig *cfg, int B, int T) {
     size_t s = encoder_backward_scratch_bytes(N, cfg->padded_vocab_size);
     s = max_size(s, layernorm_backward_scratch_bytes(C));
     s = max_size(s, attention_backward_scratch_bytes(B, T, C, cfg->num_heads));
-    s = max_size(s, matmul_backward_scratch_bytes(N, 4 * C, C));
+    s = max_size(s, bias_backward_scratch_bytes(4 * C));
     s = max_size(s, global_sumsq_scratch_bytes());
     return s;
 }
@@ -262,19 +262,18 @@ static float cuda_train_micro_step(Backend *be, const int *inputs, const int *ta
 #define P(role) param_bf16(cb, param_of_layer(t, l, role))
         /* MLP: the dGELU epilogue turns d(fch_gelu) into d(fch_pre) inside the matmul */
         if (cb->recompute_gelu) gelu_forward(a->fch_gelu, a->fch_pre, (size_t)N * 4 * C, s);
-        /* fcproj's bias gradient came with the LayerNorm backward above this layer; fc's is the
-         * column sum of the input gradient this product stores */
-        matmul_backward(cb->dfch, g.fcprojw, NULL, g.fcb, cb->scratch, cb->dres, a->fch_gelu, P(ROLE_FCPROJ_W), a->fch_pre,
+        /* fcproj's bias gradient came with the LayerNorm backward above this layer */
+        matmul_backward(cb->dfch, g.fcprojw, NULL, cb->scratch, cb->dres, a->fch_gelu, P(ROLE_FCPROJ_W), a->fch_pre,
                         N, 4 * C, C, s);
-        matmul_backward(cb->dln, g.fcw, NULL, NULL, cb->scratch, cb->dfch, a->ln2, P(ROLE_FC_W), NULL, N, C, 4 * C, s);
+        matmul_backward(cb->dln, g.fcw, g.fcb, cb->scratch, cb->dfch, a->ln2, P(ROLE_FC_W), NULL, N, C, 4 * C, s);
         layernorm_backward(cb->dres, g.ln2w, g.ln2b, g.attprojb, cb->scratch, cb->dln, a->residual2, P(ROLE_LN2_W),
                            a->ln2_mean, a->ln2_rstd, N, C, s);
         /* attention */
-        matmul_backward(cb->datty, g.attprojw, NULL, NULL, cb->scratch, cb->dres, a->atty, P(ROLE_ATTPROJ_W), NULL, N, C,
+        matmul_backward(cb->datty, g.attprojw, NULL, cb->scratch, cb->dres, a->atty, P(ROLE_ATTPROJ_W), NULL, N, C,
                         C, s);
         /* qkv's bias gradient is summed as the attention backward stores dqkv */
         attention_backward(cb->dqkv, g.qkvb, cb->scratch, cb->datty, a->qkv, a->atty, a->att_lse, B, T, C, NH, s);
-        matmul_backward(cb->dln, g.qkvw, NULL, NULL, cb->scratch, cb->dqkv, a->ln1, P(ROLE_QKV_W), NULL, N, C, 3 * C, s);
+        matmul_backward(cb->dln, g.qkvw, NULL, cb->scratch, cb->dqkv, a->ln1, P(ROLE_QKV_W), NULL, N, C, 3 * C, s);
         /* below layer 0 is the encoder, which has no bias */
         layernorm_backward(cb->dres, g.ln1w, g.ln1b, l > 0 ? layer_tensors(t, cb->grads, l - 1).fcprojb : NULL,
                            cb->scratch, cb->dln, residual_in, P(ROLE_LN1_W), a->ln1_mean, a->ln1_rstd, N, C, s);
