@@ -4,8 +4,9 @@
 # resumed on one GPU), a killed worker, and GPT-2 124M tokens/s on 1 and 2 GPUs with the time each
 # step waited on communication. Prints a summary last. NCCL's environment (NCCL_NVLS_ENABLE=0 on
 # the lent machines) is left as the machine sets it. SECTIONS picks parts: tests correct nodes
-# resume kill throughput sweep skew real (default: all but sweep, skew and real). skew: one GPU
-# alone on each GPU and beside an independent run on the other. nodes: two "hosts" on this
+# resume kill throughput sweep skew real (default: all but sweep, skew and real). throughput: one
+# GPU alone on each GPU, then every mode on G GPUs, with scaling against each GPU alone and their
+# mean (two GPUs move at the slower one's pace). skew: GPU 0 beside an independent run on GPU 1. nodes: two "hosts" on this
 # one (a launcher per GPU, --nodes 2 over loopback TCP). real: ./train -g G -v 262144 on the default
 # corpus (carried as .carry/corpus.tar.xz, see dev/pack_corpus.sh) against one GPU at the same
 # global batch. TP_VOCABS: vocabularies of the throughput and sweep sections (default "50304 262144");
@@ -125,23 +126,37 @@ throughput() {
     col() { grep '| loss' $log | tail -30 | awk -F'|' -v c=$1 '{print $c}' | awk '{print $1}' | sort -n | sed -n 15p; }
     local comm=$(grep '| loss' $log | tail -30 | grep -o 'comm [0-9.]*' | awk '{print $2}' | sort -n | sed -n 15p)
     local parts=$(grep '| loss' $log | tail -30 | grep -o 'fwd [0-9.]* out [0-9.]* bwd [0-9.]*' | sort -t' ' -k4 -n | sed -n 15p)
-    note "d12 V=$V B=32/GPU $tag: median $(col 5) ms/step, $(col 6) tok/s, comm wait ${comm:-0} ms, $(grep '| loss' $log | tail -1 | grep -o '[0-9.]* GB') $(grep -m1 error $log)"
+    TP_TOK=$(col 6)
+    note "d12 V=$V B=32/GPU $tag: median $(col 5) ms/step, $TP_TOK tok/s, comm wait ${comm:-0} ms, $(grep '| loss' $log | tail -1 | grep -o '[0-9.]* GB') $(grep -m1 error $log)"
     note "    GPU ms of a step's parts (a middle step by output layer time): ${parts:-none}"
 }
 if has throughput || has sweep || has skew; then
     for V in $TP_VOCABS; do
         python3 dev/make_shard.py /tmp/mg/rand_$V.bin 40000000 $V random 3
         for out in $TP_OUTPUTS; do
+            has throughput || break
             sfx=$([ $out = fused ] || echo _$out)
+            # one GPU on each GPU: two GPUs move at the slower one's pace, and the lent H200s have
+            # differed by 2.8 % (dev/RESULTS.md), so scaling is given against each and their mean
             throughput $V 1gpu$sfx ./train -g 1 --output $out
-            throughput $V allreduce_after$sfx ./train -g $G --overlap-comm 0 --output $out
-            throughput $V overlap$sfx ./train -g $G --output $out
-            throughput $V zero1$sfx ./train -g $G --zero 1 --output $out
+            one0=$TP_TOK
+            throughput $V 1gpu_on_gpu1$sfx CUDA_VISIBLE_DEVICES=1 ./train -g 1 --output $out
+            one1=$TP_TOK
+            for mode in "allreduce_after|--overlap-comm 0" "overlap|" "zero1|--zero 1"; do
+                IFS='|' read -r tag flags <<<"$mode"
+                throughput $V $tag$sfx ./train -g $G $flags --output $out
+                note "    scaling: $(python3 -c "
+t, a, b, V = float('${TP_TOK:-0}'), float('${one0:-0}'), float('${one1:-0}'), $V
+ddp = {50304: 970e3, 262144: 473e3}.get(V)  # PyTorch DDP's two-GPU tokens/s, ../shared/anchors.md
+if a and b:
+    print(f'{t / a:.3f}x GPU 0 alone, {t / b:.3f}x GPU 1 alone, {2 * t / (a + b):.3f}x their mean'
+          + (f'; {t / ddp:.3f}x PyTorch DDP' if ddp and $G == 2 else ''))
+" 2>/dev/null || echo none)"
+            done
         done
         if has skew; then
-            # is the two-GPU step longer than the communication it waits on because the GPUs differ
-            # or slow each other down? each GPU alone, then both at once as two independent runs
-            throughput $V 1gpu_on_gpu1 CUDA_VISIBLE_DEVICES=1 ./train -g 1
+            # do the GPUs slow each other down? GPU 0 beside an independent run on GPU 1 (each GPU
+            # alone: the throughput section)
             rm -rf /tmp/mg/tp_side
             CUDA_VISIBLE_DEVICES=1 ./train -e d12 -v $V -b 32 -t 1024 -x 40 --warmup 5 --val-every 0 -s 0 \
                 -i /tmp/mg/rand_$V.bin -o /tmp/mg/tp_side >/tmp/mg/tp_${V}_side.log 2>&1 &
