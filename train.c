@@ -27,6 +27,7 @@
 #include "model/runlog.h"
 #include "model/sample.h"
 #include "model/schedule.h"
+#include "model/step_check.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
@@ -422,17 +423,6 @@ static int ranks_agree(const Dist *dist, double value) {
     return largest == smallest;
 }
 
-static int check_finite(float loss, float norm, int step) {
-    if (isfinite(loss) && isfinite(norm)) return 1;
-    fprintf(stderr,
-            "error: %s is %s at step %d; stopping (the last checkpoint is untouched; lower -l/--lr or check the "
-            "data)\n",
-            isfinite(loss) ? "gradient norm" : "loss", isfinite(loss) ? (isnan(norm) ? "NaN" : "Inf")
-                                                                      : (isnan(loss) ? "NaN" : "Inf"),
-            step);
-    return 0;
-}
-
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "prepare") == 0) return prepare_main(argc - 1, argv + 1);
     Options opt;
@@ -767,7 +757,9 @@ int main(int argc, char **argv) {
         be->ops->reduce_grads(be);
         loss = dist_mean_scalar(&dist, loss / accum);
         float norm = (float)sqrt(be->ops->grad_sumsq(be));
-        if (!check_finite((float)loss, norm, step + 1)) {
+        char why[256];
+        if (!step_is_finite((float)loss, norm, step + 1, why, sizeof why)) {
+            fprintf(stderr, "%s\n", why);
             status = 1;
             break;
         }

@@ -12,6 +12,7 @@
 
 #include "data/paths.h"
 #include "model/checkpoint.h"
+#include "model/step_check.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 
@@ -284,6 +285,31 @@ TEST(tokens_beyond_the_vocabulary_are_reported_with_the_fix) {
     int rc = run_train(args, &out);
     CHECK(rc == 1 && strstr(out, "is >= vocabulary 32") && strstr(out, "pass -v"), "exit %d: %s", rc, out);
     free(out);
+}
+
+TEST(a_non_finite_loss_or_gradient_norm_stops_the_step_and_is_named) {
+    const struct {
+        float loss, norm;
+        const char *want; /* NULL: the step goes on */
+    } cases[] = {
+        {2.5f, 1.0f, NULL},
+        {2.5f, 0.0f, NULL},
+        {NAN, 1.0f, "error: loss is NaN at step 7;"},
+        {INFINITY, NAN, "error: loss is Inf at step 7;"}, /* the loss is named first */
+        {-INFINITY, 1.0f, "error: loss is Inf at step 7;"},
+        {2.5f, NAN, "error: gradient norm is NaN at step 7;"},
+        {2.5f, INFINITY, "error: gradient norm is Inf at step 7;"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char msg[256] = "";
+        int ok = step_is_finite(cases[i].loss, cases[i].norm, 7, msg, sizeof msg);
+        if (!cases[i].want) {
+            CHECK(ok == 1 && msg[0] == 0, "case %zu: a finite step was stopped: %s", i, msg);
+        } else {
+            CHECK(ok == 0 && strstr(msg, cases[i].want) == msg && strstr(msg, "lower -l/--lr"),
+                  "case %zu: wanted '%s...' with the fix, got '%s'", i, cases[i].want, msg);
+        }
+    }
 }
 
 TEST(nan_loss_stops_the_run_and_keeps_the_last_checkpoint) {
