@@ -4,12 +4,14 @@
 # resumed on one GPU), a killed worker, and GPT-2 124M tokens/s on 1 and 2 GPUs with the time each
 # step waited on communication. Prints a summary last. NCCL's environment (NCCL_NVLS_ENABLE=0 on
 # the lent machines) is left as the machine sets it. SECTIONS picks parts: tests correct nodes
-# resume kill throughput sweep skew real (default: all but sweep, skew and real). throughput: one
-# GPU alone on each GPU, then every mode on G GPUs, with scaling against each GPU alone and their
-# mean (two GPUs move at the slower one's pace). skew: GPU 0 beside an independent run on GPU 1. nodes: two "hosts" on this
-# one (a launcher per GPU, --nodes 2 over loopback TCP). real: ./train -g G -v 262144 on the default
-# corpus (carried as .carry/corpus.tar.xz, see dev/pack_corpus.sh) against one GPU at the same
-# global batch. TP_VOCABS: vocabularies of the throughput and sweep sections (default "50304 262144");
+# resume kill throughput sweep skew real (default: all but sweep, skew and real).
+#   throughput: one GPU alone on each GPU, then every mode on G GPUs, with the scaling against each
+#     GPU alone and against their mean (two GPUs move at the slower one's pace).
+#   skew: GPU 0 beside an independent run on GPU 1 (do they slow each other down?).
+#   nodes: two "hosts" on this one (a launcher per GPU, --nodes 2 over loopback TCP).
+#   real: ./train -g G -v 262144 on the default corpus (carried as .carry/corpus.tar.xz, see
+#     dev/pack_corpus.sh) against one GPU at the same global batch.
+# TP_VOCABS: vocabularies of the throughput and sweep sections (default "50304 262144");
 # TP_OUTPUTS: output layers of the throughput section (default fused; "fused chunked canonical" for all).
 set -uo pipefail
 OUT=${OUT:-out}
