@@ -63,9 +63,9 @@ typedef struct {
 } OptSpec;
 
 #define O(field) offsetof(Options, field)
-/* --logits-mb's default (kernels/output_layer.h's OUTPUT_CHUNKED_DEFAULT_BYTES, in MiB); the note
+/* --logits-mb's default (kernels/output_layer.h's OUTPUT_FUSED_DEFAULT_BUDGET, in MiB); the note
  * for a --logits-mb that the chosen layer ignores compares against it */
-#define LOGITS_MB_DEFAULT 4096
+#define LOGITS_MB_DEFAULT 2048
 #define STRINGIFY(x) #x
 #define DEFAULT_STRING(x) STRINGIFY(x)
 
@@ -103,9 +103,9 @@ static const OptSpec options[] = {
     {'G', "gen-tokens", OPT_INT, O(gen_tokens), "64", "N", "tokens per sample"},
     {0, "prompt", OPT_STR, O(prompt), "", "TEXT", "text that samples start from (needs a tokenizer)"},
     {0, "output", OPT_STR, O(output), "fused", "KIND",
-     "output layer: fused (no logits tensor), canonical (all logits) or chunked (logits of --logits-mb at a time)"},
+     "output layer: fused (no logits tensor) or canonical (all logits, the baseline)"},
     {0, "logits-mb", OPT_INT, O(logits_mb), DEFAULT_STRING(LOGITS_MB_DEFAULT), "MB",
-     "--output chunked: memory for one block of logits"},
+     "fused layer: memory for a chunk of rows' scaled exponentials (3G; less if the GPU lacks it); 0: streaming (4G)"},
     {0, "device", OPT_STR, O(device), "cuda", "KIND", "cuda or cpu (the fp32 reference backend)"},
     {'g', "gpus", OPT_INT, O(gpus), "1", "N", "GPUs on this host, one process each (data parallel)"},
     {0, "nodes", OPT_INT, O(nodes), "1", "M", "hosts taking part, each started with the same flags"},
@@ -332,9 +332,9 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->zero != 0 && opt->zero != 1) bad("--zero", "must be 0 or 1");
     if (opt->overlap_comm != 0 && opt->overlap_comm != 1) bad("--overlap-comm", "must be 0 or 1");
     if (opt->bucket_mb < 0) bad("--bucket-mb", "must be 0 or more");
-    if (strcmp(opt->output, "fused") && strcmp(opt->output, "canonical") && strcmp(opt->output, "chunked"))
-        bad("--output", "must be fused, canonical or chunked");
-    if (opt->logits_mb < 1) bad("--logits-mb", "must be at least 1");
+    if (strcmp(opt->output, "fused") && strcmp(opt->output, "canonical"))
+        bad("--output", "must be fused or canonical");
+    if (opt->logits_mb < 0) bad("--logits-mb", "must be at least 0 (0: the streaming path)");
     if (strcmp(opt->device, "cuda") && strcmp(opt->device, "cpu")) bad("--device", "must be cuda or cpu");
     long long bt = (long long)opt->batch * opt->seq_len, ranks = (long long)opt->gpus * opt->nodes;
     if (bt * ranks > INT32_MAX) bad("-b/--batch", "times -t, -g and --nodes is above 2^31 tokens per step");
@@ -556,8 +556,8 @@ int main(int argc, char **argv) {
     if (opt.train_data[0] && !val_path[0] && opt.val_every > 0) /* -i without -j: nothing to validate on */
         printf("validation: off (no -j/--val-data shard beside -i); --val-every has nothing to evaluate\n");
     if (opt.repeated[0]) printf("note: given more than once, the last value is used: %s\n", opt.repeated);
-    if (opt.logits_mb != LOGITS_MB_DEFAULT && strcmp(opt.output, "chunked"))
-        printf("output layer: --logits-mb sizes the chunked layer's logits; --output %s does not use it\n", opt.output);
+    if (opt.logits_mb != LOGITS_MB_DEFAULT && strcmp(opt.output, "fused"))
+        printf("output layer: --logits-mb sizes the fused layer's chunks; --output %s does not use it\n", opt.output);
     if (opt.warmup >= opt.steps)
         printf("schedule: --warmup %d is not below -x %d: the learning rate never reaches -l %g\n", opt.warmup,
                opt.steps, opt.lr);
@@ -601,9 +601,7 @@ int main(int argc, char **argv) {
     const int val_batches_asked = val_batches_per_rank;
     if (have_val && val_loader.num_batches < (uint64_t)val_batches_per_rank)
         val_batches_per_rank = (int)val_loader.num_batches;
-    OutputKind output = strcmp(opt.output, "canonical") == 0 ? OUTPUT_CANONICAL
-                        : strcmp(opt.output, "chunked") == 0 ? OUTPUT_CHUNKED
-                                                               : OUTPUT_FUSED;
+    OutputKind output = strcmp(opt.output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
     DataParallel dp = {.dist = &dist, .zero1 = opt.zero, .overlap = opt.overlap_comm,
                        .bucket_bytes = (size_t)opt.bucket_mb << 20};
     be = strcmp(opt.device, "cpu") == 0 ? backend_cpu_create(&table, B, T, output, (uint64_t)opt.seed, err)
@@ -717,6 +715,7 @@ int main(int argc, char **argv) {
            cfg.dim, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, table.total / 1e6);
     printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches x %d rank(s)), output layer %s, device %s (%s)\n",
            B, T, opt.total_batch, accum, dist.world, opt.output, opt.device, be->device_name);
+    if (be->output_path[0]) printf("output layer: %s\n", be->output_path);
     if (be->peak_flops > 0) printf("MFU against a dense bf16 peak of %.0f TFLOP/s\n", be->peak_flops / 1e12);
     if (val_batches_per_rank < val_batches_asked)
         printf("validation: %s holds %d batch(es) of %d x %d per rank, fewer than --val-batches asks; using those\n",

@@ -1,29 +1,22 @@
 /* dev/bench_output_layer.cu - times the output layers of kernels/output_layer.h (the same
- * launchers the trainer calls) on the grid of issue 5, with one cuBLAS logits-sized GEMM as the
- * yardstick.
+ * launchers the trainer calls) beside the cuBLAS GEMMs they are built from.
  *
  *   ./build/bench_output_layer                 the grid, most important shapes first
  *   ./build/bench_output_layer --max-seconds S stop starting new shapes after S seconds
  *   ./build/bench_output_layer --shape d,N,V   one shape (repeatable)
  *   ./build/bench_output_layer --no-canonical  skip the canonical layer (and its N x V memory)
- *   ./build/bench_output_layer --no-chunked    skip the chunked layer (canonical in blocks of 4 GiB of logits)
- *   ./build/bench_output_layer --no-fused      skip the fused layer
- *   ./build/bench_output_layer --logits-mb MB  the chunked layer's budget for one block of logits
- *   ./build/bench_output_layer --kernel K      the fused layer's tile kernel: 1 mma.sync, 2 wgmma 128x256,
- *                                              3 wgmma 128x128, 4 TMA-fed wgmma (the default on Hopper),
- *                                              5 TMA-fed wgmma in 2-CTA clusters (W multicast)
- *   ./build/bench_output_layer --l2-mb MB      H bytes the persistent kernels keep in L2 (tuning)
- *   ./build/bench_output_layer --fb-only       time only the fused forward+backward (no yardstick GEMM, no
- *                                              canonical, no forward alone): cheap repeated runs of a shape
+ *   ./build/bench_output_layer --no-streaming  skip the fused layer's streaming path
+ *   ./build/bench_output_layer --logits-mb MB  the fused layer's chunk budget (default: the layer's default)
  *   ./build/bench_output_layer --reps R        R timed calls (after the 2 warm-ups) instead of 3..20
- * The fused backward's chunk and window budgets come from FUSEDGPT_OUTL_DZ_MB, _CHUNK_ROWS, _DH_MB
- * (kernels/output_fused.cu; dev/output_layer_sweep.sh sweeps them).
  *
+ * Columns: one logits-sized GEMM (bf16 out) and the three a 3G layer needs (logits, dH = dZ W in
+ * bf16, dW += dZ^T H in fp32), cuBLAS's own algorithm choice: the bound for any 3G layer; the fused
+ * layer forward + backward on its default path (scaled exponentials in chunks) and on its streaming
+ * path (budget 0, 4G); the canonical layer; the fused forward alone (evaluation) against one GEMM.
  * Inputs: H ~ N(0,1), W ~ N(0, 0.02^2) bf16, uniform targets, mean loss, as in ../shared/anchors.md.
- * Times: CUDA events, 2 warm-up calls, median of 3..20 timed calls. TFLOP/s counts G = 2 N V d per
- * logits-sized GEMM: 1G forward, 4G fused forward+backward (the backward recomputes the logits),
- * 3G canonical and chunked forward+backward. Extra memory: output_layer_workspace_bytes (beyond H, W, targets,
- * dH, dW). Prints a table, then CSV lines starting with "csv,". */
+ * Times: CUDA events, 2 warm-up calls, median of 3..20 timed calls. Extra memory:
+ * output_layer_workspace_bytes (beyond H, W, targets, dH, dW). Prints a table, then CSV lines
+ * starting with "csv,". */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,8 +40,9 @@ typedef struct {
 
 typedef struct {
     Shape s;
-    double gemm_ms, canon_fwd_ms, canon_fb_ms, fused_fwd_ms, fused_fb_ms, chunk_fb_ms;
-    double canon_mem, fused_mem, chunk_mem; /* bytes */
+    double gemm_ms, gemm3_ms, canon_fb_ms, fused_fwd_ms, fused_fb_ms, stream_fb_ms;
+    double canon_mem, fused_mem, stream_mem; /* bytes */
+    long long chunk_rows;
 } Row;
 
 __device__ __forceinline__ uint64_t mix(uint64_t z) {
@@ -105,11 +99,33 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static size_t g_logits_budget; /* --logits-mb; 0: the chunked layer's default */
+static size_t g_budget = OUTPUT_FUSED_DEFAULT_BUDGET; /* --logits-mb */
 
-static int g_with_fused = 1; /* --no-fused: 0 */
+/* median ms of forward + backward (or forward alone) of one layer, NAN when it does not fit */
+static double time_layer(OutputLayerKind kind, size_t budget, OutputLayerArgs *a, int backward, int64_t V, int d,
+                         double *mem, long long *chunk_rows) {
+    size_t free_b, total_b;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    *mem = (double)output_layer_workspace_bytes(kind, a->N, V, d, budget);
+    if (*mem + (256 << 20) > (double)free_b) return NAN;
+    OutputLayer *L = output_layer_create(kind, a->N, V, d, budget);
+    if (!L) exit(1);
+    if (chunk_rows) *chunk_rows = (long long)output_layer_fused_chunk_rows(L);
+    const double ms = time_ms([&] {
+        if ((backward ? output_layer_forward_backward(L, a, 0) : output_layer_forward(L, a, 0)) != 0) exit(1);
+    });
+    float l;
+    CUDA_CHECK(cudaMemcpy(&l, a->loss, 4, cudaMemcpyDeviceToHost));
+    if (!(l > 0 && l < 100)) fprintf(stderr, "warning: %s loss %g looks wrong at d=%d N=%lld V=%lld\n",
+                                     output_layer_kind_name(kind), l, d, (long long)a->N, (long long)V);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    output_layer_destroy(L);
+    return ms;
+}
 
-static Row bench_shape(Shape s, int with_canonical, int with_chunked, int fb_only, cublasHandle_t cublas) {
+static int g_with_canonical = 1, g_with_streaming = 1;
+
+static Row bench_shape(Shape s, cublasHandle_t cublas) {
     Row r = {};
     r.s = s;
     const int64_t N = s.N, V = s.V, Vp = (V + 127) / 128 * 128;
@@ -135,66 +151,40 @@ static Row bench_shape(Shape s, int with_canonical, int with_chunked, int fb_onl
     a.H = H, a.W = W, a.targets = tg, a.N = N, a.reduction = OUTPUT_REDUCE_MEAN, a.grad_scale = 1.0f;
     a.loss = loss, a.dH = dH, a.dW = dW;
 
-    r.gemm_ms = r.canon_fwd_ms = r.canon_fb_ms = r.fused_fwd_ms = r.chunk_fb_ms = NAN;
+    r.gemm_ms = r.gemm3_ms = r.canon_fb_ms = r.stream_fb_ms = NAN;
     size_t free_b, total_b;
     const size_t logits_bytes = (size_t)N * Vp * 2, margin = (size_t)256 << 20;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    if (!fb_only && logits_bytes + margin < free_b) {
-        /* yardstick: logits^T [V x N] (ld Vp) = (W stored d x V)^T (H stored d x N), bf16 out, fp32
-         * accumulation, cuBLAS's own algorithm choice */
-        __nv_bfloat16 *out;
+    if (logits_bytes + margin < free_b) {
+        /* column-major views as in output_canonical.cu: logits^T [V x N] (ld Vp) = W^T H;
+         * dH^T [d x N] = W . logits; dW^T [d x V] += H . logits^T */
+        __nv_bfloat16 *z;
         const float one = 1.0f, zero = 0.0f;
-        CUDA_CHECK(cudaMalloc(&out, logits_bytes));
-        r.gemm_ms = time_ms([&] {
+        CUDA_CHECK(cudaMalloc(&z, logits_bytes));
+        fill_normal_kernel<<<1024, 256>>>(z, N * Vp, 1e-3f, 99); /* the product GEMMs read it: no zeros */
+        CUDA_CHECK(cudaGetLastError());
+        auto logits = [&] {
             CUBLAS_CHECK(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)V, (int)N, d, &one, W, CUDA_R_16BF, d, H,
-                                      CUDA_R_16BF, d, &zero, out, CUDA_R_16BF, (int)Vp, CUBLAS_COMPUTE_32F,
+                                      CUDA_R_16BF, d, &zero, z, CUDA_R_16BF, (int)Vp, CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT));
+        };
+        r.gemm_ms = time_ms(logits);
+        r.gemm3_ms = time_ms([&] {
+            logits();
+            CUBLAS_CHECK(cublasGemmEx(cublas, CUBLAS_OP_N, CUBLAS_OP_N, d, (int)N, (int)V, &one, W, CUDA_R_16BF, d, z,
+                                      CUDA_R_16BF, (int)Vp, &zero, dH, CUDA_R_16BF, d, CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT));
+            CUBLAS_CHECK(cublasGemmEx(cublas, CUBLAS_OP_N, CUBLAS_OP_T, d, (int)V, (int)N, &one, H, CUDA_R_16BF, d, z,
+                                      CUDA_R_16BF, (int)Vp, &one, dW, CUDA_R_32F, d, CUBLAS_COMPUTE_32F,
                                       CUBLAS_GEMM_DEFAULT));
         });
-        CUDA_CHECK(cudaFree(out));
+        CUDA_CHECK(cudaFree(z));
     }
-    r.canon_mem = (double)output_layer_workspace_bytes(OUTPUT_LAYER_CANONICAL, N, V, d, 0);
-    if (with_canonical && !fb_only && (size_t)r.canon_mem + margin < free_b) {
-        OutputLayer *L = output_layer_create(OUTPUT_LAYER_CANONICAL, N, V, d, 0);
-        if (!L) exit(1);
-        r.canon_fwd_ms = time_ms([&] {
-            if (output_layer_forward(L, &a, 0)) exit(1);
-        });
-        r.canon_fb_ms = time_ms([&] {
-            if (output_layer_forward_backward(L, &a, 0)) exit(1);
-        });
-        CUDA_CHECK(cudaDeviceSynchronize());
-        output_layer_destroy(L);
-    }
-
-    r.chunk_mem = (double)output_layer_workspace_bytes(OUTPUT_LAYER_CHUNKED, N, V, d, g_logits_budget);
-    if (with_chunked && !fb_only && (size_t)r.chunk_mem + margin < free_b) {
-        OutputLayer *L = output_layer_create(OUTPUT_LAYER_CHUNKED, N, V, d, g_logits_budget);
-        if (!L) exit(1);
-        r.chunk_fb_ms = time_ms([&] {
-            if (output_layer_forward_backward(L, &a, 0)) exit(1);
-        });
-        CUDA_CHECK(cudaDeviceSynchronize());
-        output_layer_destroy(L);
-    }
-
-    r.fused_mem = (double)output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, N, V, d, 0);
-    r.fused_fb_ms = NAN;
-    if (g_with_fused) {
-        OutputLayer *F = output_layer_create(OUTPUT_LAYER_FUSED, N, V, d, 0);
-        if (!F) exit(1);
-        if (!fb_only)
-            r.fused_fwd_ms = time_ms([&] {
-                if (output_layer_forward(F, &a, 0)) exit(1);
-            });
-        r.fused_fb_ms = time_ms([&] {
-            if (output_layer_forward_backward(F, &a, 0)) exit(1);
-        });
-        float l;
-        CUDA_CHECK(cudaMemcpy(&l, loss, 4, cudaMemcpyDeviceToHost));
-        if (!(l > 0 && l < 100)) fprintf(stderr, "warning: fused loss %g looks wrong at d=%d N=%lld V=%lld\n", l, d,
-                                         (long long)N, (long long)V);
-        output_layer_destroy(F);
-    }
+    if (g_with_canonical) r.canon_fb_ms = time_layer(OUTPUT_LAYER_CANONICAL, 0, &a, 1, V, d, &r.canon_mem, NULL);
+    if (g_with_streaming) r.stream_fb_ms = time_layer(OUTPUT_LAYER_FUSED, 0, &a, 1, V, d, &r.stream_mem, NULL);
+    double unused;
+    r.fused_fwd_ms = time_layer(OUTPUT_LAYER_FUSED, g_budget, &a, 0, V, d, &unused, NULL);
+    r.fused_fb_ms = time_layer(OUTPUT_LAYER_FUSED, g_budget, &a, 1, V, d, &r.fused_mem, &r.chunk_rows);
 
     CUDA_CHECK(cudaFree(loss));
     CUDA_CHECK(cudaFree(tg));
@@ -205,38 +195,30 @@ static Row bench_shape(Shape s, int with_canonical, int with_chunked, int fb_onl
     return r;
 }
 
-static double tflops(double g_count, Shape s, double ms) {
-    return g_count * 2.0 * (double)s.N * (double)s.V * s.d / (ms * 1e-3) / 1e12;
-}
-
 static void print_row(const Row *r) {
     const Shape s = r->s;
-    printf("%5d %6lld %7lld | %7.2f | %8.2f %8.2f %7.0f | %8.2f %8.2f %7.0f | %5.0f %5.0f | %9.1f %8.1f | %8.2f %8.1f\n",
-           s.d, (long long)s.N, (long long)s.V, r->gemm_ms, r->canon_fwd_ms, r->canon_fb_ms,
-           tflops(3, s, r->canon_fb_ms), r->fused_fwd_ms, r->fused_fb_ms, tflops(4, s, r->fused_fb_ms),
-           tflops(1, s, r->fused_fwd_ms), tflops(1, s, r->gemm_ms), r->canon_mem / 1e6, r->fused_mem / 1e6,
-           r->chunk_fb_ms, r->chunk_mem / 1e6);
+    printf("%5d %6lld %7lld | %7.2f %7.2f | %8.2f %5.2fx %7.2f %5lld | %8.2f %5.2fx %6.2f | %8.2f %5.2fx %6.2f |"
+           " %7.2f %5.2fx\n",
+           s.d, (long long)s.N, (long long)s.V, r->gemm_ms, r->gemm3_ms, r->fused_fb_ms, r->fused_fb_ms / r->gemm3_ms,
+           r->fused_mem / 1e9, r->chunk_rows, r->stream_fb_ms, r->stream_fb_ms / r->gemm3_ms, r->stream_mem / 1e9,
+           r->canon_fb_ms, r->canon_fb_ms / r->gemm3_ms, r->canon_mem / 1e9, r->fused_fwd_ms,
+           r->fused_fwd_ms / r->gemm_ms);
     fflush(stdout);
 }
 
 static const char *HEADER =
-    "    d      N       V | gemm ms | can fwd  can f+b  TF(3G) | fus fwd  fus f+b  TF(4G) | TFfwd TFgem | can MB    fus MB"
-    " | chk f+b   chk MB\n";
+    "    d      N       V |  1 GEMM 3 GEMMs | fused f+b /3GEMM     GB  rows | stream f+b /3GEMM     GB |"
+    "  canon f+b /3GEMM     GB | fus fwd /GEMM\n";
 
 int main(int argc, char **argv) {
     double max_s = 1e30;
-    int with_canonical = 1, with_chunked = 1, fb_only = 0;
     std::vector<Shape> shapes;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--max-seconds") && i + 1 < argc) max_s = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--no-canonical")) with_canonical = 0;
-        else if (!strcmp(argv[i], "--no-chunked")) with_chunked = 0;
-        else if (!strcmp(argv[i], "--no-fused")) g_with_fused = 0;
-        else if (!strcmp(argv[i], "--logits-mb") && i + 1 < argc) g_logits_budget = (size_t)(atof(argv[++i]) * 1048576);
-        else if (!strcmp(argv[i], "--fb-only")) fb_only = 1;
+        else if (!strcmp(argv[i], "--no-canonical")) g_with_canonical = 0;
+        else if (!strcmp(argv[i], "--no-streaming")) g_with_streaming = 0;
+        else if (!strcmp(argv[i], "--logits-mb") && i + 1 < argc) g_budget = (size_t)(atof(argv[++i]) * 1048576);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--kernel") && i + 1 < argc) output_layer_select_tile_kernel(atoi(argv[++i]));
-        else if (!strcmp(argv[i], "--l2-mb") && i + 1 < argc) output_layer_set_l2_budget((size_t)(atof(argv[++i]) * 1048576));
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
             Shape s;
             long long n, v;
@@ -247,15 +229,15 @@ int main(int argc, char **argv) {
             s.N = n, s.V = v;
             shapes.push_back(s);
         } else {
-            fprintf(stderr, "usage: %s [--max-seconds S] [--no-canonical] [--no-chunked] [--no-fused] [--logits-mb MB] [--fb-only] [--reps R] [--kernel K] [--l2-mb MB] "
+            fprintf(stderr, "usage: %s [--max-seconds S] [--no-canonical] [--no-streaming] [--logits-mb MB] [--reps R] "
                             "[--shape d,N,V]...\n", argv[0]);
             return 2;
         }
     }
     if (shapes.empty()) {
         /* the shapes the targets name first, then the rest of the paper's grid */
-        const Shape first[] = {{768, 16384, 50304},  {768, 16384, 262144}, {768, 65536, 50304},
-                               {768, 65536, 262144}, {4096, 16384, 262144}, {4096, 32768, 262144}};
+        const Shape first[] = {{768, 16384, 50304},  {768, 16384, 262144}, {768, 65536, 262144},
+                               {4096, 8192, 131072}, {4096, 16384, 262144}, {4096, 32768, 262144}};
         for (const Shape &s : first) shapes.push_back(s);
         const int64_t Ns[] = {1024, 4096, 8192, 16384, 32768}, Vs[] = {32768, 65536, 131072, 262144};
         for (int64_t n : Ns)
@@ -268,8 +250,8 @@ int main(int argc, char **argv) {
     CUBLAS_CHECK(cublasCreate(&cublas));
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, %d SMs; fused tile kernel: %s\n", prop.name, prop.multiProcessorCount,
-           output_layer_tile_kernel_name());
+    printf("device: %s, %d SMs; fused layer budget %.0f MiB\n", prop.name, prop.multiProcessorCount,
+           g_budget / 1048576.0);
     printf("%s", HEADER);
     std::vector<Row> rows;
     const double t0 = now_s();
@@ -278,17 +260,15 @@ int main(int argc, char **argv) {
             printf("(stopped: --max-seconds %.0f reached; %zu shapes not run)\n", max_s, shapes.size() - rows.size());
             break;
         }
-        rows.push_back(bench_shape(s, with_canonical, with_chunked, fb_only, cublas));
+        rows.push_back(bench_shape(s, cublas));
         print_row(&rows.back());
     }
-    printf("csv,d,N,V,gemm_ms,canonical_fwd_ms,canonical_fwdbwd_ms,fused_fwd_ms,fused_fwdbwd_ms,canonical_tflops_3G,"
-           "fused_tflops_4G,fused_fwd_tflops,gemm_tflops,canonical_extra_MB,fused_extra_MB,chunked_fwdbwd_ms,chunked_extra_MB\n");
+    printf("csv,d,N,V,gemm_ms,gemm3_ms,fused_fwdbwd_ms,fused_extra_GB,chunk_rows,streaming_fwdbwd_ms,"
+           "streaming_extra_GB,canonical_fwdbwd_ms,canonical_extra_GB,fused_fwd_ms\n");
     for (const Row &r : rows)
-        printf("csv,%d,%lld,%lld,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.3f,%.1f\n", r.s.d,
-               (long long)r.s.N, (long long)r.s.V, r.gemm_ms, r.canon_fwd_ms, r.canon_fb_ms, r.fused_fwd_ms,
-               r.fused_fb_ms, tflops(3, r.s, r.canon_fb_ms), tflops(4, r.s, r.fused_fb_ms),
-               tflops(1, r.s, r.fused_fwd_ms), tflops(1, r.s, r.gemm_ms), r.canon_mem / 1e6, r.fused_mem / 1e6,
-               r.chunk_fb_ms, r.chunk_mem / 1e6);
+        printf("csv,%d,%lld,%lld,%.3f,%.3f,%.3f,%.3f,%lld,%.3f,%.3f,%.3f,%.3f,%.3f\n", r.s.d, (long long)r.s.N,
+               (long long)r.s.V, r.gemm_ms, r.gemm3_ms, r.fused_fb_ms, r.fused_mem / 1e9, r.chunk_rows, r.stream_fb_ms,
+               r.stream_mem / 1e9, r.canon_fb_ms, r.canon_mem / 1e9, r.fused_fwd_ms);
     printf("\n%s", HEADER);
     for (const Row &r : rows) print_row(&r);
     CUBLAS_CHECK(cublasDestroy(cublas));

@@ -4,11 +4,12 @@
 #   bash dev/gpu_check.sh [tests] [train] [throughput] [bench] [cli] [compare] [memory]
 #       (default: tests train throughput; cli and compare need the default corpus, packed by
 #        `dev/pack_corpus.sh --shards -o .carry/corpus.tar.xz` and carried as .carry)
-#   TP_OUTPUTS="canonical fused chunked"  output layers the throughput section trains with ("chunked:MB"
-#                                           adds --logits-mb MB)
+#   TP_OUTPUTS="canonical fused fused:0"  output layers the throughput section trains with ("fused:MB"
+#                                           adds --logits-mb MB; 0 is the fused layer's streaming path)
 #   B_THROUGHPUT=32 TP_VOCABS=262144        its micro-batch (default 16) and vocabularies (50304 262144)
 #   BENCH_SHAPES="768,16384,262144 ..."     shapes of the output-layer benchmark (bench section)
-#   LAYERS="fused chunked" MEMORY_SIZES="288 256"  the memory section's layers and batch sizes
+#   LAYERS="fused canonical" MEMORY_SIZES="288 256"  the memory section's layers and batch sizes
+#   bench: also dev/bench_output_layer_torch.py (torch.compile and eager) on the same shapes
 # Logs go to one archive, $OUT/logs.tar.gz (the device tool brings back at most 8 files), and the
 # summary to $OUT/summary.txt; $OUT defaults to ./out.
 set -uo pipefail
@@ -70,8 +71,13 @@ if [[ $sections == *bench* ]]; then
         args+=(--shape "$s")
     done
     ./build/bench_output_layer "${args[@]}" 2>&1 | tee "$LOGS/bench_output_layer.log"
-    summary+=("output layer (ms; MB):")
+    summary+=("output layer, forward + backward (ms; ratio to the 3 cuBLAS GEMMs; extra GB):")
     while read -r line; do summary+=("  $line"); done < <(sed -n '/^$/,$p' "$LOGS/bench_output_layer.log" | grep '|')
+    # PyTorch in the same call, same shapes: the ratios to torch.compile are same-run
+    PYTHONUNBUFFERED=1 timeout 300 python3 dev/bench_output_layer_torch.py --no-eager ${BENCH_SHAPES:-768,16384,50304 768,16384,262144 768,65536,262144 4096,16384,262144} \
+        2>&1 | tee "$LOGS/bench_output_layer_torch.log"
+    summary+=("torch (csv_torch,d,N,V,compile_fwd_ms,compile_fwdbwd_ms,compile_extra_GB,...):")
+    while read -r line; do summary+=("  $line"); done < <(grep '^csv_torch,[0-9]' "$LOGS/bench_output_layer_torch.log")
 fi
 
 if [[ $sections == *cli* ]]; then

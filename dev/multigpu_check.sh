@@ -12,7 +12,8 @@
 #   real: ./train -g G -v 262144 on the default corpus (carried as .carry/corpus.tar.xz, see
 #     dev/pack_corpus.sh) against one GPU at the same global batch.
 # TP_VOCABS: vocabularies of the throughput and sweep sections (default "50304 262144");
-# TP_OUTPUTS: output layers of the throughput section (default fused; "fused chunked canonical" for all).
+# TP_OUTPUTS: output layers of the throughput section (default fused; "fused fused:0 canonical" for all,
+#   "fused:MB" passing --logits-mb MB: 0 is the fused layer's streaming path).
 set -uo pipefail
 OUT=${OUT:-out}
 SECTIONS=${SECTIONS:-tests correct nodes resume kill throughput}
@@ -60,8 +61,8 @@ if has correct; then
             note "    val: $(grep 'val loss' /tmp/mg/one_$d.log | tail -1 | cut -d'|' -f2) vs $(grep 'val loss' $log | tail -1 | cut -d'|' -f2); comm $(grep '| loss' $log | tail -1 | grep -o 'comm [0-9.]* ms')"
         done
     done
-    # the chunked output layer in blocks of 128 rows (8 per GPU's micro-batch), 1 vs G GPUs
-    d=$((1024 * G)) chunked="--output chunked --logits-mb 1"
+    # the fused layer's other path, streaming (the runs above take its default, scaled exponentials), 1 vs G GPUs
+    d=$((1024 * G)) chunked="--output fused --logits-mb 0"
     ./train $common -d $d $chunked -o /tmp/mg/one_chunked >/tmp/mg/one_chunked.log 2>&1
     ./train -g $G $common -d $d $chunked -o /tmp/mg/dp_chunked >/tmp/mg/dp_chunked.log 2>&1
     rc=$?

@@ -2,7 +2,7 @@
 # dev/output_layer_profile.sh - where the fused output layer's time goes (issue 5): one device call.
 #   bash dev/output_layer_profile.sh [d,N,V ...]     (from the repository root; logs in $OUT, or ./out)
 # For each shape: Nsight Compute times every kernel of 4 fused forward+backward calls
-# (bench_output_layer --fb-only --reps 1: 2 warm-ups, 1 sizing call, 1 timed), with the caches left alone and
+# (bench_output_layer --reps 1 --no-canonical --no-streaming: 2 warm-ups, 1 timed, for the forward alone and then forward + backward), with the caches left alone and
 # clocks as they are, and the kernels are summed by name (ms per call, launches per call, share).
 # Then dev/lt_algo_probe times every cuBLASLt algorithm for the backward's two GEMM shapes of the
 # default structure (d=768: 8192 x 8192 windows; d=4096: 2048 x 16384). The sums leave out the gaps
@@ -17,7 +17,7 @@ make -j16 build/bench_output_layer build/lt_algo_probe >"$OUT/build.log" 2>&1 ||
 for s in "${SHAPES[@]}"; do
     f="$OUT/ncu_${s//,/_}.csv"
     timeout -k 10 400 ncu --csv --clock-control none --cache-control none --metrics gpu__time_duration.sum \
-        ./build/bench_output_layer --fb-only --reps 1 --no-canonical --shape "$s" >"$f" 2>"$f.err" ||
+        ./build/bench_output_layer --reps 1 --no-canonical --no-streaming --shape "$s" >"$f" 2>"$f.err" ||
         { echo "ncu failed for $s"; tail -5 "$f.err"; continue; }
     python3 - "$f" "$s" <<'PY'
 import csv, sys, collections

@@ -1,5 +1,5 @@
 /* kernels/output_canonical.cu - the canonical output layer, as llm.c does it: the baseline the fused
- * layer is measured against, and its chunked form.
+ * layer is measured against.
  *
  *   logits[N x V] (bf16, row stride Vp) = H[N x d] . W[V x d]^T      cuBLASLt, fp32 accumulation
  *   per row: lse = log sum_v exp(logit_v) (fp32), loss = lse - logit_target,
@@ -10,18 +10,11 @@
  * (scale = grad_scale / count or grad_scale, applied in fp32 as the GEMMs' alpha; see OUTL_SCALE)
  * Only columns [0, V) are computed or read: the padded columns Vp - V are never touched.
  *
- * Chunked (OUTPUT_LAYER_CHUNKED): the same, for blocks of L->logits_rows rows at a time, each block's
- * dH and dW done before the next block's logits overwrite the buffer. The valid-target count
- * (hence the scale) is taken over all N rows first, so the result is the canonical one up to the
- * order of dW's sum over rows. What a block costs beyond the canonical layer: dW (fp32) is read
- * and written once more per block, 8 V d bytes against the block's 6 n V d FLOPs, a few percent
- * of the GEMMs' time at n = 8192 on an H100; what it saves: all but n rows of the logits.
- *
  * Launch: loss kernel one block of 1024 threads per row, two passes over the row (online max/sum,
  * then the gradient), 16-byte loads.
  * Work: 3G FLOPs for forward+backward, G = 2 N V d; bytes: the logits are written once by the
  * GEMM, read twice and written once by the loss kernel, and read twice more by the two GEMMs:
- * about 12 bytes per logit (N V x 12) on top of the GEMMs' own traffic. Memory: rows x Vp x 2 bytes.
+ * about 12 bytes per logit (N V x 12) on top of the GEMMs' own traffic. Memory: N x Vp x 2 bytes.
  * The bf16 logits cost accuracy as well: a logit near 10 is stored to +-0.03, so the loss and the
  * gradients are good to about 1e-3, not to fp32 rounding (the fused layer keeps logits in fp32). */
 #include <math.h>
@@ -120,32 +113,20 @@ __global__ void __launch_bounds__(LOSS_THREADS) canonical_loss_kernel(bf16 *logi
     }
 }
 
-/* Rows [r0, r0 + n) of the layer: logits into the buffer, the loss kernel, and with backward the dH
- * rows and this chunk's share of dW. */
-static void run_chunk(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, int backward, int64_t r0, int64_t n,
-                      cudaStream_t stream) {
-    const int64_t V = L->V, Vp = L->Vp, d = L->d;
+void outl_canonical_run(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, int backward, cudaStream_t stream) {
+    const int64_t n = a->N, V = L->V, Vp = L->Vp, d = L->d;
     const float *s = L->scalars;
-    const kbf16 *H = a->H + r0 * d;
     /* column-major view: logits^T [V x n] (ld Vp) = (W stored d x V)^T . (H stored d x n) */
-    outl_gemm(L, CUBLAS_OP_T, CUBLAS_OP_N, V, n, d, a->W, d, H, d, L->logits, CUDA_R_16BF, Vp, s + OUTL_ONE,
+    outl_gemm(L, CUBLAS_OP_T, CUBLAS_OP_N, V, n, d, a->W, d, a->H, d, L->logits, CUDA_R_16BF, Vp, s + OUTL_ONE,
               s + OUTL_ZERO, stream);
-    canonical_loss_kernel<<<(unsigned)n, LOSS_THREADS, 0, stream>>>(L->logits, Vp, V, a->targets + r0, s,
-                                                                     row_loss + r0, L->lse + r0,
-                                                                     a->row_lse ? a->row_lse + r0 : NULL, backward);
+    canonical_loss_kernel<<<(unsigned)n, LOSS_THREADS, 0, stream>>>(L->logits, Vp, V, a->targets, s, row_loss, L->lse,
+                                                                     a->row_lse, backward);
     CUDA_CHECK(cudaGetLastError());
     if (!backward) return;
     /* dH^T [d x n] = (W stored d x V) . (dlogits stored V x n, ld Vp)       (=, bf16 out) */
-    outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, n, V, a->W, d, L->logits, Vp, a->dH + r0 * d, CUDA_R_16BF, d,
-              s + OUTL_SCALE, s + OUTL_ZERO, stream);
+    outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, n, V, a->W, d, L->logits, Vp, a->dH, CUDA_R_16BF, d, s + OUTL_SCALE,
+              s + OUTL_ZERO, stream);
     /* dW^T [d x V] += (H stored d x n) . (dlogits stored V x n)^T           (+=, fp32) */
-    outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, n, H, d, L->logits, Vp, a->dW, CUDA_R_32F, d, s + OUTL_SCALE,
+    outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, n, a->H, d, L->logits, Vp, a->dW, CUDA_R_32F, d, s + OUTL_SCALE,
               s + OUTL_ONE, stream);
-}
-
-void outl_canonical_run(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, int backward, cudaStream_t stream) {
-    for (int64_t r0 = 0; r0 < a->N; r0 += L->logits_rows) {
-        int64_t n = a->N - r0 < L->logits_rows ? a->N - r0 : L->logits_rows;
-        run_chunk(L, a, row_loss, backward, r0, n, stream);
-    }
 }

@@ -172,51 +172,42 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 /* Every buffer of the object, in creation order, with its size; shared by workspace_bytes and
  * create so that the two always agree. */
 typedef struct {
-    size_t lse, row_loss, scalars, win_m, win_a, zt, dz, dh_acc, logits;
+    size_t lse, row_loss, scalars, win_m, win_a, zt, ex, ex_stats, dz, dh_acc, logits;
 } Sizes;
 
-int64_t output_layer_chunk_rows(int64_t max_N, int64_t V, size_t logits_budget) {
-    if (max_N < 1 || V < 1) return 0;
-    size_t budget = logits_budget ? logits_budget : OUTPUT_CHUNKED_DEFAULT_BYTES;
-    int64_t rows = (int64_t)(budget / ((size_t)round_up(V, 128) * sizeof(__nv_bfloat16))) / 128 * 128;
-    if (rows < 128) rows = 128;
-    return rows < max_N ? rows : max_N;
-}
-
-static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, int slots, size_t logits_budget,
-                         OutlFusedSizes *fs, int64_t *logits_rows) {
+static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, int sms, size_t budget,
+                         OutlFusedSizes *fs) {
     Sizes s;
     memset(&s, 0, sizeof s);
-    *logits_rows = 0;
+    memset(fs, 0, sizeof *fs);
     s.lse = s.row_loss = (size_t)max_N * sizeof(float);
     s.scalars = OUTL_NUM_SCALARS * sizeof(float);
     if (kind == OUTPUT_LAYER_FUSED) {
-        *fs = outl_fused_sizes(max_N, V, d, slots);
+        *fs = outl_fused_sizes(max_N, V, d, sms, budget);
         s.win_m = s.win_a = (size_t)fs->stats_elems * sizeof(float);
         s.zt = (size_t)max_N * sizeof(float);
+        s.ex = (size_t)fs->exp_rows * (size_t)fs->exp_ld * sizeof(__nv_bfloat16);
+        s.ex_stats = (size_t)fs->exp_rows * (size_t)fs->exp_tiles * sizeof(float2);
         s.dz = (size_t)fs->chunk_rows * (size_t)fs->window_cols * sizeof(__nv_bfloat16);
         s.dh_acc = (size_t)fs->chunk_rows * (size_t)d * sizeof(float);
     } else {
-        memset(fs, 0, sizeof *fs);
-        *logits_rows = kind == OUTPUT_LAYER_CHUNKED ? output_layer_chunk_rows(max_N, V, logits_budget) : max_N;
-        s.logits = (size_t)*logits_rows * (size_t)round_up(V, 128) * sizeof(__nv_bfloat16);
+        s.logits = (size_t)max_N * (size_t)round_up(V, 128) * sizeof(__nv_bfloat16);
     }
     return s;
 }
 
 static int check_kind(OutputLayerKind kind) {
-    if (kind == OUTPUT_LAYER_FUSED || kind == OUTPUT_LAYER_CANONICAL || kind == OUTPUT_LAYER_CHUNKED) return 0;
+    if (kind == OUTPUT_LAYER_FUSED || kind == OUTPUT_LAYER_CANONICAL) return 0;
     fprintf(stderr, "error: output layer: unknown kind %d\n", (int)kind);
     return -1;
 }
 
-size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t logits_budget) {
+size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t budget) {
     if (check_kind(kind) || check_shape(max_N, V, d)) return 0;
     OutlFusedSizes fs;
-    int64_t logits_rows;
-    Sizes s = layer_sizes(kind, max_N, V, d, device_sms() * outl_fused_slots_per_sm(), logits_budget, &fs,
-                          &logits_rows);
-    return outl_lt_workspace_bytes() + s.lse + s.row_loss + s.scalars + s.win_m + s.win_a + s.zt + s.dz + s.dh_acc + s.logits;
+    Sizes s = layer_sizes(kind, max_N, V, d, device_sms(), budget, &fs);
+    return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.scalars + s.win_m + s.win_a + s.zt + s.ex + s.ex_stats + s.dz +
+           s.dh_acc + s.logits;
 }
 
 static void *dev_alloc(size_t bytes) {
@@ -225,24 +216,18 @@ static void *dev_alloc(size_t bytes) {
     return p;
 }
 
-OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t logits_budget) {
+OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t budget) {
     if (check_kind(kind) || check_shape(max_N, V, d)) return NULL;
     OutputLayer *L = (OutputLayer *)calloc(1, sizeof *L);
     if (!L) {
         fprintf(stderr, "error: output layer: out of host memory\n");
-        exit(1);
+        return NULL;
     }
     L->kind = kind, L->max_N = max_N, L->V = V, L->Vp = round_up(V, 128), L->d = d;
     L->sms = device_sms();
-    L->fused_slots = L->sms * outl_fused_slots_per_sm();
-    Sizes s = layer_sizes(kind, max_N, V, d, L->fused_slots, logits_budget, &L->fs, &L->logits_rows);
-    if (kind == OUTPUT_LAYER_FUSED && outl_fused_sizes_overridden())
-        /* a tuning run: say which chunk x window structure the environment gave */
-        fprintf(stderr, "output layer: FUSEDGPT_OUTL_* set: backward chunks <= %lld rows x windows <= %lld columns "
-                "(dZ %.1f MiB, dH %.1f MiB, cuBLASLt %zu MiB) at d=%d max_N=%lld V=%lld\n", (long long)L->fs.chunk_rows,
-                (long long)L->fs.window_cols, s.dz / 1048576.0, s.dh_acc / 1048576.0, outl_lt_workspace_bytes() >> 20, d, (long long)max_N, (long long)V);
+    Sizes s = layer_sizes(kind, max_N, V, d, L->sms, budget, &L->fs);
     CUBLAS_CHECK(cublasLtCreate(&L->lt));
-    L->lt_ws_bytes = outl_lt_workspace_bytes();
+    L->lt_ws_bytes = OUTL_LT_WORKSPACE;
     L->lt_ws = dev_alloc(L->lt_ws_bytes);
     L->lse = (float *)dev_alloc(s.lse);
     L->row_loss = (float *)dev_alloc(s.row_loss);
@@ -250,6 +235,8 @@ OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V,
     L->win_m = (float *)dev_alloc(s.win_m);
     L->win_a = (float *)dev_alloc(s.win_a);
     L->zt = (float *)dev_alloc(s.zt);
+    L->ex = (__nv_bfloat16 *)dev_alloc(s.ex);
+    L->ex_stats = (float2 *)dev_alloc(s.ex_stats);
     L->dz = (__nv_bfloat16 *)dev_alloc(s.dz);
     L->dh_acc = (float *)dev_alloc(s.dh_acc);
     L->logits = (__nv_bfloat16 *)dev_alloc(s.logits);
@@ -263,6 +250,8 @@ void output_layer_destroy(OutputLayer *L) {
     CUDA_CHECK(cudaFree(L->logits));
     CUDA_CHECK(cudaFree(L->dh_acc));
     CUDA_CHECK(cudaFree(L->dz));
+    CUDA_CHECK(cudaFree(L->ex_stats));
+    CUDA_CHECK(cudaFree(L->ex));
     CUDA_CHECK(cudaFree(L->zt));
     CUDA_CHECK(cudaFree(L->win_a));
     CUDA_CHECK(cudaFree(L->win_m));
@@ -274,11 +263,12 @@ void output_layer_destroy(OutputLayer *L) {
     free(L);
 }
 
+int64_t output_layer_fused_chunk_rows(const OutputLayer *L) {
+    return L && L->kind == OUTPUT_LAYER_FUSED ? L->fs.exp_rows : 0;
+}
+
 const char *output_layer_kind_name(OutputLayerKind kind) {
-    return kind == OUTPUT_LAYER_FUSED       ? "fused"
-           : kind == OUTPUT_LAYER_CANONICAL ? "canonical"
-           : kind == OUTPUT_LAYER_CHUNKED   ? "chunked"
-                                            : "unknown";
+    return kind == OUTPUT_LAYER_FUSED ? "fused" : kind == OUTPUT_LAYER_CANONICAL ? "canonical" : "unknown";
 }
 
 /* ---- entry points -------------------------------------------------------------------------- */
@@ -312,7 +302,10 @@ static int run(OutputLayer *L, const OutputLayerArgs *a, int backward, cudaStrea
     if (check_args(L, a, backward)) return -1;
     float *row_loss = a->row_loss ? a->row_loss : L->row_loss;
     outl_count_valid(a->targets, a->N, a->reduction, a->grad_scale, L->scalars, stream);
-    if (L->kind == OUTPUT_LAYER_FUSED) {
+    if (L->kind == OUTPUT_LAYER_FUSED && backward && L->fs.exp_rows > 0) {
+        outl_fused_exp_forward_backward(L, a, row_loss, stream);
+        outl_reduce_loss(row_loss, a->N, L->scalars, a->loss, stream);
+    } else if (L->kind == OUTPUT_LAYER_FUSED) {
         outl_fused_forward(L, a, row_loss, stream);
         outl_reduce_loss(row_loss, a->N, L->scalars, a->loss, stream);
         if (backward) outl_fused_backward(L, a, stream);

@@ -1,9 +1,11 @@
 /* kernels/output_layer.h - the output layer (tied projection + softmax cross-entropy) on the GPU,
- * three implementations behind one signature:
- *   OUTPUT_LAYER_FUSED      kernels/output_fused.cu: the N x V logits never exist in memory (4G)
- *   OUTPUT_LAYER_CANONICAL  kernels/output_canonical.cu: llm.c's way, logits [N x Vp] in bf16 (3G)
- *   OUTPUT_LAYER_CHUNKED    the canonical layer over blocks of rows whose logits fit a budget: the
- *                           canonical's 3G and numerics in bounded memory (Liger's middle ground)
+ * two implementations behind one signature:
+ *   OUTPUT_LAYER_FUSED      kernels/output_fused.cu: the N x V logits never exist in memory. Two
+ *                           exact paths: chunks of rows whose scaled exponentials fit a budget (3G,
+ *                           the budget's memory), or, when the budget holds no row, streaming over
+ *                           vocabulary tiles with the logits recomputed in the backward (4G, O(N))
+ *   OUTPUT_LAYER_CANONICAL  kernels/output_canonical.cu: llm.c's way, logits [N x Vp] in bf16 (3G):
+ *                           the baseline for comparisons
  *
  * Shapes: N rows (B*T tokens), d model width (a multiple of 64), V real vocabulary size. W is the
  * tied token embedding; the model pads it to Vp rows (a multiple of 128) but passes the real V:
@@ -20,12 +22,14 @@
  *            token-embedding gradient of the encoder accumulate into one buffer
  * "mean" divides by the number of valid targets, counted on the device (no host sync).
  *
- * Both layers are deterministic: the same inputs give bitwise the same loss and gradients.
+ * Both layers, and both fused paths, are deterministic: the same inputs give bitwise the same loss
+ * and gradients.
  * Every call is asynchronous on `stream`; nothing allocates after output_layer_create. One layer
  * object per (device, stream): calls on one object must not overlap (they share its workspace).
  *
  * Usage (trainer):
- *   OutputLayer *ol = output_layer_create(OUTPUT_LAYER_FUSED, B*T, V, C, 0); // once; NULL = bad args
+ *   OutputLayer *ol = output_layer_create(OUTPUT_LAYER_FUSED, B*T, V, C,
+ *                                        OUTPUT_FUSED_DEFAULT_BUDGET);      // once; NULL = bad args
  *   OutputLayerArgs a = {.H = lnf_out, .W = wte, .targets = d_targets, .N = B*T,
  *                        .reduction = OUTPUT_REDUCE_MEAN, .grad_scale = 1.0f / grad_accum_steps,
  *                        .loss = d_loss, .dH = d_lnf_out, .dW = d_wte_grad};
@@ -52,7 +56,7 @@ typedef uint16_t kbf16; /* a bf16 as stored: C code only moves pointers */
 extern "C" {
 #endif
 
-typedef enum { OUTPUT_LAYER_FUSED = 0, OUTPUT_LAYER_CANONICAL = 1, OUTPUT_LAYER_CHUNKED = 2 } OutputLayerKind;
+typedef enum { OUTPUT_LAYER_FUSED = 0, OUTPUT_LAYER_CANONICAL = 1 } OutputLayerKind;
 typedef enum { OUTPUT_REDUCE_MEAN = 0, OUTPUT_REDUCE_SUM = 1 } OutputReduction;
 
 typedef struct OutputLayer OutputLayer; /* opaque: cuBLASLt handle, cached plans, workspace */
@@ -70,47 +74,38 @@ typedef struct {
     float *dW;                 /* forward_backward only */
 } OutputLayerArgs;
 
-/* The chunked layer's logits budget when the caller passes 0: at V = 262144 that is blocks of 8192
- * rows, large enough that re-reading dW once per block costs a few percent (output_canonical.cu). */
-#define OUTPUT_CHUNKED_DEFAULT_BYTES ((size_t)4 << 30)
+/* The fused layer's budget for its chunks of scaled exponentials when the caller has no other
+ * figure: at V = 262144 chunks of 4033 rows (2 bytes per logit plus 8 per row and 256-column tile),
+ * enough that re-reading dW once per chunk costs a few percent of the chunk's GEMMs. */
+#define OUTPUT_FUSED_DEFAULT_BUDGET ((size_t)2 << 30)
 
-/* Rows per block of the chunked layer for this budget (0: the default): as many as fit, in
- * multiples of 128, at least 128 (a budget below 128 rows of logits is exceeded), at most max_N. */
-int64_t output_layer_chunk_rows(int64_t max_N, int64_t V, size_t logits_budget);
+/* Rows per chunk of the fused layer's scaled-exponential path for this budget in bytes: as many as
+ * fit, at most max_N; 0 when not one row fits, and then the streaming path runs (budget 0 asks for
+ * it). */
+int64_t output_layer_chunk_rows(int64_t max_N, int64_t V, size_t budget);
 
-/* Bytes of device memory output_layer_create(kind, max_N, V, d, logits_budget) allocates beyond
- * the caller's tensors; 0 with a message on stderr for invalid arguments. Fused: O(max_N) floats
- * plus a fixed window workspace independent of V; canonical: the bf16 logits [max_N x Vp]
- * dominate; chunked: logits of output_layer_chunk_rows rows. */
-size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t logits_budget);
+/* Bytes of device memory output_layer_create(kind, max_N, V, d, budget) allocates beyond the
+ * caller's tensors; 0 with a message on stderr for invalid arguments. Fused: O(max_N) floats, plus
+ * the chunk of output_layer_chunk_rows rows (about the budget) or, on the streaming path, a fixed
+ * window workspace independent of V; canonical: the bf16 logits [max_N x Vp] dominate. */
+size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t budget);
 
 /* NULL with a message on stderr when d is not a positive multiple of 64, V < 1 or max_N < 1.
- * logits_budget: the chunked layer's logits buffer in bytes (0: OUTPUT_CHUNKED_DEFAULT_BYTES);
- * the other kinds ignore it. */
-OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t logits_budget);
+ * budget: the fused layer's chunk of scaled exponentials in bytes (see output_layer_chunk_rows);
+ * the canonical layer ignores it. */
+OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t budget);
 void output_layer_destroy(OutputLayer *layer);
 
-/* 0 on success; -1 with a message on stderr for invalid arguments (nothing is launched). */
+/* Rows per chunk of the fused layer's scaled-exponential path; 0 for the streaming path (and for
+ * the canonical layer). */
+int64_t output_layer_fused_chunk_rows(const OutputLayer *layer);
+
+/* 0 on success; -1 with a message on stderr for invalid arguments (nothing is launched). The
+ * forward alone (evaluation) runs the fused layer's streaming statistics, 1G, whatever the path. */
 int output_layer_forward(OutputLayer *layer, const OutputLayerArgs *args, cudaStream_t stream);
 int output_layer_forward_backward(OutputLayer *layer, const OutputLayerArgs *args, cudaStream_t stream);
 
-const char *output_layer_kind_name(OutputLayerKind kind); /* "fused" / "canonical" / "chunked" */
-
-/* Development switches (tests, benchmarks): which tile kernel the fused layer runs, from the next
- * call on. AUTO is the TMA-fed wgmma kernel in 2-CTA clusters on Hopper (sm_90a) and mma.sync
- * elsewhere; the Hopper kernels are only used on Hopper whatever is asked. */
-enum {
-    OUTPUT_TILE_KERNEL_AUTO = 0,
-    OUTPUT_TILE_KERNEL_MMA = 1,             /* portable: mma.sync m16n8k16, 128x128 tiles */
-    OUTPUT_TILE_KERNEL_WGMMA_128x256 = 2,   /* Hopper: two warpgroups, cp.async, one CTA per SM */
-    OUTPUT_TILE_KERNEL_WGMMA_128x128 = 3,   /* Hopper: two warpgroups, two CTAs per SM */
-    OUTPUT_TILE_KERNEL_TMA = 4,             /* Hopper: 128x256, fed by TMA (one issuing thread) */
-    OUTPUT_TILE_KERNEL_TMA_CLUSTER = 5      /* Hopper: the same in 2-CTA clusters, W tiles multicast */
-};
-void output_layer_select_tile_kernel(int kernel);
-const char *output_layer_tile_kernel_name(void); /* of the kernel the next call would run */
-/* Bytes of H row blocks the persistent (wgmma) kernels keep in flight, i.e. in L2 (0: default). */
-void output_layer_set_l2_budget(size_t bytes);
+const char *output_layer_kind_name(OutputLayerKind kind); /* "fused" / "canonical" */
 
 #ifdef __cplusplus
 }

@@ -11,10 +11,9 @@
 
 #define OUTL_MAX_PLANS 64
 /* cuBLASLt's own scratch: cuBLAS recommends 32 MiB on Hopper, but 8, 4, 2 and 1 MiB measured as
- * fast for every GEMM of both layers at the benchmark's shapes (dev/RESULTS.md, "cluster kernel"
- * and 2026-11-23); the algorithms the heuristic picks for the fused backward use none of it
- * (dev/lt_algo_probe.cu) */
-#define OUTL_LT_WORKSPACE_DEFAULT (1u << 20)
+ * fast for every GEMM of both layers at the benchmark's shapes (dev/RESULTS.md, output layer); the
+ * algorithms the heuristic picks for the fused backward use none of it (dev/lt_algo_probe.cu) */
+#define OUTL_LT_WORKSPACE (1u << 20)
 
 /* One cached cuBLASLt matmul: descriptors plus the algorithm picked once by the heuristic, so
  * every call of the same shape runs the same kernel (bitwise reproducible). */
@@ -29,9 +28,14 @@ typedef struct {
 /* Sizes of the fused layer's workspace for up to max_N rows (one function so that
  * output_layer_workspace_bytes and create agree). */
 typedef struct {
-    int64_t stats_elems;  /* per-window running max and sum: [windows][rows] each */
-    int64_t chunk_rows;   /* backward: rows per chunk (Nc) */
-    int64_t window_cols;  /* backward: vocabulary columns per window (w), multiple of 128 */
+    int64_t stats_elems;  /* forward: per-window running max and sum, [windows][rows] each */
+    /* scaled-exponential path (exp_rows > 0): chunks of at most exp_rows rows */
+    int64_t exp_rows;     /* rows per chunk; 0: the streaming path runs the backward */
+    int64_t exp_ld;       /* row stride of E: V rounded up to a whole tile (256) */
+    int64_t exp_tiles;    /* vocabulary tiles per row: (k, sum) pairs per row */
+    /* streaming backward (exp_rows == 0) */
+    int64_t chunk_rows;   /* rows per chunk (Nc) */
+    int64_t window_cols;  /* vocabulary columns per window (w), a multiple of 256 */
 } OutlFusedSizes;
 
 struct OutputLayer {
@@ -39,7 +43,6 @@ struct OutputLayer {
     int64_t max_N, V, Vp;
     int d;
     int sms;        /* multiprocessors of the device */
-    int fused_slots; /* resident CTAs of the fused tile kernel on the whole device */
     cublasLtHandle_t lt;
     void *lt_ws;
     size_t lt_ws_bytes; /* its size, fixed at create */
@@ -53,11 +56,12 @@ struct OutputLayer {
     OutlFusedSizes fs;
     float *win_m, *win_a; /* [stats_elems] */
     float *zt;            /* [max_N] target logit */
-    __nv_bfloat16 *dz;    /* [chunk_rows x window_cols] bf16 (P - Y) * scale of one window */
+    __nv_bfloat16 *ex;    /* [exp_rows x exp_ld] E = exp(z - k ln 2), then P - Y in place (unscaled) */
+    float2 *ex_stats;     /* [exp_rows x exp_tiles] (k, sum of E) per row and tile */
+    __nv_bfloat16 *dz;    /* [chunk_rows x window_cols] P - Y (unscaled) of one window */
     float *dh_acc;        /* [chunk_rows x d] fp32 dH of one chunk, summed over windows */
-    /* canonical and chunked: */
-    int64_t logits_rows;   /* rows of logits the buffer holds: max_N (canonical) or a chunk */
-    __nv_bfloat16 *logits; /* [logits_rows x Vp] */
+    /* canonical: */
+    __nv_bfloat16 *logits; /* [max_N x Vp] */
 };
 
 /* The layer's device scalars (indices into L->scalars). The gradient scale stays on the device
@@ -84,18 +88,17 @@ void outl_count_valid(const int32_t *targets, int64_t N, OutputReduction red, fl
 /* loss = scalars[OUTL_LOSS_SCALE] * sum(row_loss) summed in a fixed order (fp64). */
 void outl_reduce_loss(const float *row_loss, int64_t N, const float *scalars, float *loss, cudaStream_t stream);
 
-/* output_fused.cu */
-int outl_fused_slots_per_sm(void);
-OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int slots);
-/* 1 when FUSEDGPT_OUTL_DZ_MB, _CHUNK_ROWS, _DH_MB or _LT_MB set the workspace budgets (tuning) */
-int outl_fused_sizes_overridden(void);
-/* cuBLASLt's scratch (both layers): OUTL_LT_WORKSPACE_DEFAULT unless FUSEDGPT_OUTL_LT_MB says otherwise */
-size_t outl_lt_workspace_bytes(void);
+/* output_fused.cu. budget: bytes for the scaled-exponential chunks (0: the streaming path). */
+OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int sms, size_t budget);
+/* forward only (the streaming statistics, 1G): loss, row_loss, lse */
 void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
+/* after outl_fused_forward: the streaming backward (3G more) */
 void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream);
+/* loss, row_loss, lse, dH and dW through the scaled exponentials (3G in all) */
+void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
 
-/* output_canonical.cu: rows in blocks of L->logits_rows (one block for the canonical layer): logits,
- * the loss kernel, and with backward (P - Y) written in place and the block's dH and dW GEMMs. */
+/* output_canonical.cu: logits, the loss kernel, and with backward (P - Y) written in place and the
+ * dH and dW GEMMs. */
 void outl_canonical_run(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, int backward, cudaStream_t stream);
 
 #endif

@@ -15,9 +15,8 @@
 extern "C" {
 #endif
 
-/* chunked: the canonical layer over blocks of rows (kernels/output_layer.h); the CPU backend
- * runs the canonical reference for it */
-typedef enum { OUTPUT_FUSED, OUTPUT_CANONICAL, OUTPUT_CHUNKED } OutputKind;
+/* The output layers of kernels/output_layer.h (the CPU backend has the same two in fp32). */
+typedef enum { OUTPUT_FUSED, OUTPUT_CANONICAL } OutputKind;
 
 typedef struct {
     float lr;
@@ -83,6 +82,7 @@ struct Backend {
     double peak_flops; /* dense bf16 FLOP/s of the device, for MFU (0: not reported) */
     const struct Dist *dist; /* data-parallel group (model/dist.h); NULL: alone */
     char device_name[128];
+    char output_path[128]; /* how the output layer runs, for the run header ("" : just its kind) */
 };
 
 /* CPU reference backend; params initialised from seed. NULL + err on failure (allocation). */
@@ -99,10 +99,13 @@ typedef struct {
 
 /* CUDA backend on the current device: bf16 weights and activations, fp32 master weights, gradients
  * and AdamW moments; params initialised from seed exactly as the CPU backend's. dp NULL: alone.
- * logits_budget: bytes for one block of logits with OUTPUT_CHUNKED (0: the layer's default).
+ * fused_budget: bytes for the fused layer's chunks of scaled exponentials (kernels/output_layer.h;
+ * 0: the streaming path). Where the GPU lacks the room, the chunk shrinks to what is free once
+ * everything else is allocated, and when that holds fewer than min(B*T, 1024) rows the streaming
+ * path runs instead (it is then the faster of the two); output_path says which.
  * NULL + err (one line) when the configuration is unsupported or will not fit in the GPU's free
  * memory (the message then gives the estimate and the largest micro-batch that would fit). */
-Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output, size_t logits_budget,
+Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output, size_t fused_budget,
                              unsigned long long seed, const DataParallel *dp, char *err);
 
 #ifdef __cplusplus

@@ -319,7 +319,7 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
         snprintf(err, 512, "out of host memory for the CPU backend");
         return NULL;
     }
-    cb->base = (Backend){&cpu_ops, table, B, T, output, 0.0, NULL, "cpu"};
+    cb->base = (Backend){.ops = &cpu_ops, .table = table, .B = B, .T = T, .output = output, .device_name = "cpu"};
     cb->t = table;
     size_t P = table->total;
     cb->params = calloc(P, sizeof(float));

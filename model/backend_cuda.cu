@@ -65,7 +65,8 @@ typedef struct {
     kbf16 *d_logits_row; /* [Vp], sampling */
     OutputLayer *out;
     size_t out_ws_bytes;
-    size_t logits_budget; /* the chunked output layer's, as asked (0: its default) */
+    size_t fused_budget;  /* the fused layer's chunk budget as it runs (0: streaming), after the fit */
+    char out_ws_label[96]; /* the memory table's line for the workspace of the layer that runs */
     /* marks between the parts of a micro-step, and the milliseconds they took since phase_ms read
      * them: body forward, output layer forward+backward, body backward */
     cudaEvent_t mark[4];
@@ -73,9 +74,7 @@ typedef struct {
 } CudaBackend;
 
 static OutputLayerKind output_layer_kind(OutputKind output) {
-    return output == OUTPUT_CANONICAL ? OUTPUT_LAYER_CANONICAL
-           : output == OUTPUT_CHUNKED ? OUTPUT_LAYER_CHUNKED
-                                      : OUTPUT_LAYER_FUSED;
+    return output == OUTPUT_CANONICAL ? OUTPUT_LAYER_CANONICAL : OUTPUT_LAYER_FUSED;
 }
 
 /* The one place that lays out the arena: with base == NULL it only counts. Every buffer starts on
@@ -419,15 +418,21 @@ static int cuda_memory_items(Backend *be, MemoryItem *items) {
     if (cb->sync) items[n++] = MemoryItem{"data parallel buffers", cb->sync_bytes, 0};
     items[n++] = MemoryItem{cb->recompute_gelu ? "activations and scratch (GELU recomputed)" : "activations and scratch",
                             cb->arena_bytes, 0};
-    /* Every output layer's workspace, so the saving is visible whichever one runs. */
-    static const OutputKind kinds[] = {OUTPUT_FUSED, OUTPUT_CANONICAL, OUTPUT_CHUNKED};
-    static const char *names[] = {"output layer workspace: fused", "output layer workspace: canonical",
-                                  "output layer workspace: chunked"};
-    for (int k = 0; k < 3; k++)
-        items[n++] = MemoryItem{names[k],
-                                output_layer_workspace_bytes(output_layer_kind(kinds[k]), (int64_t)N, t->cfg.vocab_size,
-                                                             t->cfg.dim, cb->logits_budget),
-                                be->output != kinds[k]};
+    /* The workspace of the layer that runs, then the others' for comparison, so the saving is
+     * visible whichever one runs. */
+    items[n++] = MemoryItem{cb->out_ws_label, cb->out_ws_bytes, 0};
+    const int64_t V = t->cfg.vocab_size;
+    const int d = t->cfg.dim;
+    if (be->output == OUTPUT_FUSED) {
+        items[n++] = MemoryItem{"output layer workspace: canonical (not used)",
+                                output_layer_workspace_bytes(OUTPUT_LAYER_CANONICAL, (int64_t)N, V, d, 0), 1};
+        if (cb->fused_budget)
+            items[n++] = MemoryItem{"output layer workspace: fused, streaming (not used)",
+                                    output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, V, d, 0), 1};
+    } else {
+        items[n++] = MemoryItem{"output layer workspace: fused, streaming (not used)",
+                                output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, V, d, 0), 1};
+    }
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     items[n++] = MemoryItem{"GPU memory free now", free_b, 1};
@@ -479,8 +484,51 @@ static double device_peak_flops(int dev) {
     return (double)sms * clock_khz * 1e3 * per_sm_per_clock;
 }
 
+/* Below this many rows per chunk (or all N rows) the fused layer's scaled-exponential path loses
+ * to the streaming one: every chunk re-reads and re-writes dW (8 V d bytes), which at 1024 rows
+ * costs about what the streaming path's extra logits GEMM costs on an H100. */
+#define FUSED_MIN_CHUNK_ROWS 1024
+
+static size_t fused_budget_for(size_t budget, size_t N, const GPTConfig *cfg) {
+    const int64_t min_rows = (int64_t)N < FUSED_MIN_CHUNK_ROWS ? (int64_t)N : FUSED_MIN_CHUNK_ROWS;
+    return output_layer_chunk_rows((int64_t)N, cfg->vocab_size, budget) < min_rows ? 0 : budget;
+}
+
+/* Shrinks the fused layer's chunk budget to what the GPU has free beside everything else. */
+static void fit_fused_budget(CudaBackend *cb, size_t fixed, size_t free_b, size_t N, const GPTConfig *cfg) {
+    if (!cb->fused_budget) return;
+    const size_t streaming = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, cfg->vocab_size, cfg->dim, 0);
+    const size_t used = fixed + cb->arena_bytes + streaming;
+    size_t budget = free_b > used ? free_b - used : 0;
+    if (budget > cb->fused_budget) budget = cb->fused_budget;
+    cb->fused_budget = fused_budget_for(budget, N, cfg);
+    cb->out_ws_bytes = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, cfg->vocab_size, cfg->dim,
+                                                    cb->fused_budget);
+}
+
+/* The run header's line and the memory table's label for the output layer as it runs. */
+static void describe_output_layer(CudaBackend *cb, OutputKind output, size_t asked) {
+    const long long rows = (long long)output_layer_fused_chunk_rows(cb->out);
+    if (output == OUTPUT_CANONICAL) {
+        snprintf(cb->out_ws_label, sizeof cb->out_ws_label, "output layer workspace: canonical (bf16 logits)");
+        snprintf(cb->base.output_path, sizeof cb->base.output_path, "canonical, bf16 logits of all %d rows (3G)",
+                 cb->base.B * cb->base.T);
+    } else if (rows > 0) {
+        snprintf(cb->out_ws_label, sizeof cb->out_ws_label, "output layer workspace: fused, chunks of %lld rows", rows);
+        snprintf(cb->base.output_path, sizeof cb->base.output_path,
+                 "fused, scaled exponentials in chunks of %lld rows (3G)%s", rows,
+                 cb->fused_budget < asked ? "; --logits-mb reduced to what the GPU has free" : "");
+    } else {
+        snprintf(cb->out_ws_label, sizeof cb->out_ws_label, "output layer workspace: fused, streaming");
+        snprintf(cb->base.output_path, sizeof cb->base.output_path,
+                 "fused, streaming (4G: the backward recomputes the logits)%s",
+                 !asked ? ", as --logits-mb 0 asks"
+                        : "; --logits-mb or the free memory holds fewer than 1024 rows of scaled exponentials");
+    }
+}
+
 extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output,
-                                        size_t logits_budget, unsigned long long seed, const DataParallel *dp,
+                                        size_t fused_budget, unsigned long long seed, const DataParallel *dp,
                                         char *err) {
     const Dist *dist = dp && dp->dist && dp->dist->world > 1 ? dp->dist : NULL;
     const int zero1 = dist && dp->zero1, overlap = dist && dp->overlap;
@@ -496,7 +544,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
         return NULL;
     }
     CudaBackend *cb = (CudaBackend *)calloc(1, sizeof *cb);
-    cb->layer = (CudaLayerActs *)calloc((size_t)cfg->num_layers, sizeof(CudaLayerActs));
+    if (cb) cb->layer = (CudaLayerActs *)calloc((size_t)cfg->num_layers, sizeof(CudaLayerActs));
     if (!cb || !cb->layer) {
         snprintf(err, 512, "out of host memory");
         free(cb);
@@ -520,10 +568,11 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
      * terms proportional to B (activations, output-layer workspace). */
     size_t N = (size_t)B * T, P = table->total;
     OutputLayerKind kind = output_layer_kind(output);
-    cb->logits_budget = logits_budget;
+    const size_t asked = output == OUTPUT_FUSED ? fused_budget : 0;
+    cb->fused_budget = fused_budget = fused_budget_for(asked, N, cfg);
     cb->scratch_bytes = scratch_needed(cfg, B, T);
     cb->arena_bytes = layout_arena(cb, NULL);
-    cb->out_ws_bytes = output_layer_workspace_bytes(kind, (int64_t)N, cfg->vocab_size, cfg->dim, logits_budget);
+    cb->out_ws_bytes = output_layer_workspace_bytes(kind, (int64_t)N, cfg->vocab_size, cfg->dim, cb->fused_budget);
     /* bf16 weights and gradients whole; master and moments whole or 1/world (ZeRO-1) */
     size_t state_estimate = zero1 ? P / (size_t)dist->world + 1 : P;
     cb->sync_bytes = grad_sync_bytes(table, dist, zero1, overlap, B, T);
@@ -534,10 +583,19 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     /* FUSEDGPT_RECOMPUTE_GELU=1 forces the recompute path (tests exercise it at small sizes). */
     const char *force = getenv("FUSEDGPT_RECOMPUTE_GELU");
+    /* The fused layer's chunk first gives way to what is free (its speed barely changes down to
+     * 1024 rows), then the activations (GELU recomputed), then the chunk again with what that freed. */
+    if (fixed + per_batch > free_b) fit_fused_budget(cb, fixed, free_b, N, cfg);
+    per_batch = cb->arena_bytes + cb->out_ws_bytes;
     if (fixed + per_batch > free_b || (force && strcmp(force, "1") == 0)) {
         /* Trade one elementwise pass per layer in the backward for 4·C values per token. */
         cb->recompute_gelu = 1;
         cb->arena_bytes = layout_arena(cb, NULL);
+        if (cb->fused_budget != fused_budget && output == OUTPUT_FUSED) {
+            cb->fused_budget = fused_budget;
+            cb->out_ws_bytes = output_layer_workspace_bytes(kind, (int64_t)N, cfg->vocab_size, cfg->dim, fused_budget);
+            if (fixed + cb->arena_bytes + cb->out_ws_bytes > free_b) fit_fused_budget(cb, fixed, free_b, N, cfg);
+        }
         per_batch = cb->arena_bytes + cb->out_ws_bytes;
     }
     if (fixed + per_batch > free_b) {
@@ -547,9 +605,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
                  "this configuration needs about %.1f GB of GPU memory but %.1f GB are free; the largest "
                  "micro-batch that fits is -b %lld (keep the total batch with -d for accumulation%s)",
                  (fixed + per_batch) / 1e9, free_b / 1e9, fit,
-                 output == OUTPUT_CANONICAL ? ", or drop the logits with --output fused"
-                 : output == OUTPUT_CHUNKED ? ", or give the logits less room with --logits-mb or --output fused"
-                                            : "");
+                 output == OUTPUT_CANONICAL ? ", or drop the logits with --output fused" : "");
         free(cb->layer);
         free(cb);
         return NULL;
@@ -577,12 +633,13 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     CUDA_CHECK(cudaMemset(cb->grads, 0, cb->padded_total * sizeof(float)));
     CUDA_CHECK(cudaMemset(cb->m, 0, cb->state_elems * sizeof(float)));
     CUDA_CHECK(cudaMemset(cb->v, 0, cb->state_elems * sizeof(float)));
-    cb->out = output_layer_create(kind, (int64_t)N, cfg->vocab_size, cfg->dim, logits_budget);
+    cb->out = output_layer_create(kind, (int64_t)N, cfg->vocab_size, cfg->dim, cb->fused_budget);
     if (!cb->out) {
         snprintf(err, 512, "cannot create the %s output layer (see the message above)", output_layer_kind_name(kind));
         cuda_destroy(&cb->base);
         return NULL;
     }
+    describe_output_layer(cb, output, asked);
     size_t *offsets = (size_t *)malloc(table->count * sizeof(size_t)), *numels = (size_t *)malloc(table->count * sizeof(size_t));
     int *decay = (int *)malloc(table->count * sizeof(int));
     float *init = (float *)malloc(P * sizeof(float));

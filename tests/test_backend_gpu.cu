@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/output_layer.h"
 #include "model/backend.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
@@ -54,12 +55,12 @@ static float step(Backend *be, Setup *s, int k, int t_step) {
 }
 
 static void compare_with_cpu(OutputKind output, int heads, int dim, int vocab, int B, int T,
-                             size_t logits_budget = 0) {
+                             size_t fused_budget = OUTPUT_FUSED_DEFAULT_BUDGET) {
     Setup s;
     setup(&s, heads, dim, vocab, B, T, 10, 3);
     char err[512];
     Backend *cpu = backend_cpu_create(&s.table, B, T, output, 42, err);
-    Backend *gpu = backend_cuda_create(&s.table, B, T, output, logits_budget, 42, NULL, err);
+    Backend *gpu = backend_cuda_create(&s.table, B, T, output, fused_budget, 42, NULL, err);
     REQUIRE(cpu && gpu, "%s", err);
     if (getenv("FUSEDGPT_RECOMPUTE_GELU")) {
         MemoryItem items[MAX_MEMORY_ITEMS];
@@ -111,9 +112,9 @@ TEST(backend_cuda_matches_cpu_canonical_head64) {
     compare_with_cpu(OUTPUT_CANONICAL, 2, 128, 1000, 3, 37);
 }
 
-TEST(backend_cuda_matches_cpu_chunked_in_three_blocks) {
-    /* 5 x 60 = 300 rows, V = 1000 (Vp 1024): a budget of 128 rows gives blocks of 128, 128, 44 */
-    compare_with_cpu(OUTPUT_CHUNKED, 2, 128, 1000, 5, 60, (size_t)128 * 1024 * 2);
+TEST(backend_cuda_matches_cpu_fused_streaming) {
+    /* --logits-mb 0: the fused layer's streaming path */
+    compare_with_cpu(OUTPUT_FUSED, 2, 128, 1000, 5, 60, 0);
 }
 
 TEST(backend_cuda_matches_cpu_fused_head128) {
@@ -131,7 +132,7 @@ TEST(backend_cuda_is_deterministic_and_resumes_bit_exact) {
     Setup s;
     setup(&s, 2, 128, 1000, 3, 37, 10, 5);
     char err[512];
-    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, 0, 9, NULL, err);
+    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 9, NULL, err);
     REQUIRE(a, "%s", err);
     float la[10];
     size_t P = s.table.total;
@@ -141,14 +142,14 @@ TEST(backend_cuda_is_deterministic_and_resumes_bit_exact) {
         if (k == 4) a->ops->read_state(a, p, m, v);
     }
     a->ops->destroy(a);
-    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, 0, 9, NULL, err);
+    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 9, NULL, err);
     REQUIRE(b, "%s", err);
     for (int k = 0; k < 10; k++) {
         float lb = step(b, &s, k, k + 1);
         CHECK(memcmp(&lb, &la[k], 4) == 0, "run 2 step %d loss %.9g vs %.9g (not deterministic)", k, lb, la[k]);
     }
     b->ops->destroy(b);
-    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, 0, 1234, NULL, err);
+    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 1234, NULL, err);
     REQUIRE(c, "%s", err);
     c->ops->write_state(c, p, m, v);
     for (int k = 5; k < 10; k++) {
