@@ -8,6 +8,8 @@
  *   ./build/bench_output_layer --no-streaming  skip the fused layer's streaming path
  *   ./build/bench_output_layer --logits-mb MB  the fused layer's chunk budget (default: the layer's default)
  *   ./build/bench_output_layer --reps R        R timed calls (after the 2 warm-ups) instead of 3..20
+ *   ./build/bench_output_layer --fb-only       only the fused layer's forward + backward on its default path
+ *                                              (for profilers: dev/output_layer_profile.sh)
  *
  * Columns: one logits-sized GEMM (bf16 out) and the three a 3G layer needs (logits, dH = dZ W in
  * bf16, dW += dZ^T H in fp32), cuBLAS's own algorithm choice: the bound for any 3G layer; the fused
@@ -123,7 +125,7 @@ static double time_layer(OutputLayerKind kind, size_t budget, OutputLayerArgs *a
     return ms;
 }
 
-static int g_with_canonical = 1, g_with_streaming = 1;
+static int g_with_canonical = 1, g_with_streaming = 1, g_fb_only = 0;
 
 static Row bench_shape(Shape s, cublasHandle_t cublas) {
     Row r = {};
@@ -155,7 +157,7 @@ static Row bench_shape(Shape s, cublasHandle_t cublas) {
     size_t free_b, total_b;
     const size_t logits_bytes = (size_t)N * Vp * 2, margin = (size_t)256 << 20;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    if (logits_bytes + margin < free_b) {
+    if (!g_fb_only && logits_bytes + margin < free_b) {
         /* column-major views as in output_canonical.cu: logits^T [V x N] (ld Vp) = W^T H;
          * dH^T [d x N] = W . logits; dW^T [d x V] += H . logits^T */
         __nv_bfloat16 *z;
@@ -180,10 +182,10 @@ static Row bench_shape(Shape s, cublasHandle_t cublas) {
         });
         CUDA_CHECK(cudaFree(z));
     }
-    if (g_with_canonical) r.canon_fb_ms = time_layer(OUTPUT_LAYER_CANONICAL, 0, &a, 1, V, d, &r.canon_mem, NULL);
-    if (g_with_streaming) r.stream_fb_ms = time_layer(OUTPUT_LAYER_FUSED, 0, &a, 1, V, d, &r.stream_mem, NULL);
+    if (g_with_canonical && !g_fb_only) r.canon_fb_ms = time_layer(OUTPUT_LAYER_CANONICAL, 0, &a, 1, V, d, &r.canon_mem, NULL);
+    if (g_with_streaming && !g_fb_only) r.stream_fb_ms = time_layer(OUTPUT_LAYER_FUSED, 0, &a, 1, V, d, &r.stream_mem, NULL);
     double unused;
-    r.fused_fwd_ms = time_layer(OUTPUT_LAYER_FUSED, g_budget, &a, 0, V, d, &unused, NULL);
+    r.fused_fwd_ms = g_fb_only ? NAN : time_layer(OUTPUT_LAYER_FUSED, g_budget, &a, 0, V, d, &unused, NULL);
     r.fused_fb_ms = time_layer(OUTPUT_LAYER_FUSED, g_budget, &a, 1, V, d, &r.fused_mem, &r.chunk_rows);
 
     CUDA_CHECK(cudaFree(loss));
@@ -219,6 +221,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-streaming")) g_with_streaming = 0;
         else if (!strcmp(argv[i], "--logits-mb") && i + 1 < argc) g_budget = (size_t)(atof(argv[++i]) * 1048576);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--fb-only")) g_fb_only = 1;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
             Shape s;
             long long n, v;
@@ -229,7 +232,7 @@ int main(int argc, char **argv) {
             s.N = n, s.V = v;
             shapes.push_back(s);
         } else {
-            fprintf(stderr, "usage: %s [--max-seconds S] [--no-canonical] [--no-streaming] [--logits-mb MB] [--reps R] "
+            fprintf(stderr, "usage: %s [--max-seconds S] [--no-canonical] [--no-streaming] [--logits-mb MB] [--reps R] [--fb-only] "
                             "[--shape d,N,V]...\n", argv[0]);
             return 2;
         }

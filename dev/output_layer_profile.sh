@@ -2,22 +2,21 @@
 # dev/output_layer_profile.sh - where the fused output layer's time goes (issue 5): one device call.
 #   bash dev/output_layer_profile.sh [d,N,V ...]     (from the repository root; logs in $OUT, or ./out)
 # For each shape: Nsight Compute times every kernel of 4 fused forward+backward calls
-# (bench_output_layer --reps 1 --no-canonical --no-streaming: 2 warm-ups, 1 timed, for the forward alone and then forward + backward), with the caches left alone and
+# (bench_output_layer --fb-only --reps 1: 2 warm-ups, 1 sizing call, 1 timed), with the caches left alone and
 # clocks as they are, and the kernels are summed by name (ms per call, launches per call, share).
-# Then dev/lt_algo_probe times every cuBLASLt algorithm for the backward's two GEMM shapes of the
-# default structure (d=768: 8192 x 8192 windows; d=4096: 2048 x 16384). The sums leave out the gaps
-# between kernels (43.9 ms of kernels in a 47.3 ms call at 768/16384/262144).
+# PROFILE_ARGS="--logits-mb 0" profiles the streaming path instead. The sums leave out the gaps
+# between kernels.
 set -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-out}
 mkdir -p "$OUT" build
 SHAPES=("$@")
 [ ${#SHAPES[@]} -eq 0 ] && SHAPES=(768,16384,262144 4096,16384,262144)
-make -j16 build/bench_output_layer build/lt_algo_probe >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+make -j16 build/bench_output_layer >"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
 for s in "${SHAPES[@]}"; do
     f="$OUT/ncu_${s//,/_}.csv"
     timeout -k 10 400 ncu --csv --clock-control none --cache-control none --metrics gpu__time_duration.sum \
-        ./build/bench_output_layer --reps 1 --no-canonical --no-streaming --shape "$s" >"$f" 2>"$f.err" ||
+        ./build/bench_output_layer --fb-only --reps 1 $PROFILE_ARGS --shape "$s" >"$f" 2>"$f.err" ||
         { echo "ncu failed for $s"; tail -5 "$f.err"; continue; }
     python3 - "$f" "$s" <<'PY'
 import csv, sys, collections
@@ -37,5 +36,3 @@ for name, v in tot.most_common():
     print(f"  {v / calls:9.3f} ms  {cnt[name] // calls:5d} launches  {100 * v / calls / all_ms:5.1f} %  {name}")
 PY
 done
-./build/lt_algo_probe 768 8192 8192 1
-./build/lt_algo_probe 4096 2048 16384 1

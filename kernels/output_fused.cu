@@ -4,14 +4,15 @@
  *  - scaled exponentials (3G), per chunk of C rows whose buffer fits the budget:
  *      tile kernel, MODE_EXP: z = H W^T stays in fp32 registers; per (row, 256-column tile) the
  *        reference s = k ln 2, k = ceil(max_tile z / ln 2), so E = exp(z - s) lies in (0, 1] and is
- *        stored in bf16 (relative error 2^-9, like any bf16 gradient); the tile's fp32 sum of
- *        exp(z - s) and k go to a [C x tiles] table; the target logit is picked up in fp32.
+ *        stored in fp16 (relative error 2^-12, so that dZ's one rounding to bf16 is what counts);
+ *        the tile's fp32 sum of exp(z - s) and k go to a [C x tiles] table; the target logit is
+ *        picked up in fp32.
  *      exp_finish_kernel, one CTA per row: lse = ln 2 (K + log2 sum_t S_t 2^(k_t - K)) with the
  *        powers of two exact, loss = lse - z_target, then in place dZ = E 2^(k_t - lse / ln 2) - Y,
  *        the target's p - 1 taken as expm1(z_target - lse) from the fp32 logit: where p is near 1,
  *        p - 1 would otherwise inherit E's bf16 error in full.
  *      cuBLASLt: dH_chunk (bf16, =) = scale dZ W and dW (fp32, +=) += scale dZ^T H_chunk.
- *    Memory: C x V bf16 plus C x V/256 float2. Bytes per logit: E written once, read and written
+ *    Memory: C x V x 2 bytes plus C x V/256 float2. Bytes per logit: E written once, read and written
  *    by the finish pass, read by the two GEMMs (10 B, as the canonical layer's logits, minus its
  *    second read).
  *  - streaming (4G), when no chunk fits: MODE_STATS keeps a running max and sum per row over
@@ -38,6 +39,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include <cuda_fp16.h>
 
 #include "kernels/cuda_check.h"
 #include "kernels/fast_math.cuh"
@@ -83,9 +86,9 @@ typedef struct {
     float *zt; /* [N] target logit (STATS and EXP), written by the one thread whose tile holds it */
     /* MODE_DZ */
     const float *lse;
-    /* MODE_DZ: P - Y, unscaled (the GEMMs apply the gradient scale as alpha); MODE_EXP: E */
-    bf16 *dz;
-    int64_t ldz;
+    bf16 *dz;   /* MODE_DZ: P - Y, unscaled (the GEMMs apply the gradient scale as alpha) */
+    __half *ex; /* MODE_EXP: E */
+    int64_t ldz; /* row stride of dz or ex */
     /* MODE_EXP: (k, sum of exp(z - k ln 2)) per (row - row_begin, tile) */
     float2 *tile_stats;
     int64_t ntiles;
@@ -105,14 +108,15 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
 }
 
 /* One half (h: rows lane/4 and lane/4 + 8) of a warp's rows of a tile, value(x, col) of each
- * logit x at column col (within the tile) rounded to bf16, written 16 bytes per lane: a warp holds,
+ * logit x at column col (within the tile) rounded to fp16 (HALF) or bf16, written 16 bytes per lane: a warp holds,
  * per group of four column octets, 8 rows x 32 columns whose octets are spread over the quads'
  * lanes; stmatrix puts them in the warp's 512-byte shared scratch as rows of 16 bytes and each lane
  * reads one back (an octet of its own row), so every store fills whole sectors (four 4-byte stores
  * per lane wrote 16 of every 32 bytes per row and cost 4x the instructions). */
-template <class Value>
+template <bool HALF, class Value>
 __device__ __forceinline__ void store_tile_rows(const float (&acc)[TN / 2], int h, int lane, Value value,
-                                                uint32_t scratch, bf16 *out, bool row_in) {
+                                                uint32_t scratch, void *out_row, bool row_in) {
+    uint16_t *out = static_cast<uint16_t *>(out_row);
     const int q = lane & 3;
     const uint32_t st_addr = scratch + (uint32_t)(((lane & 7) * 4 + ((lane >> 3) ^ ((lane >> 1) & 3))) * 16);
     const uint32_t ld_addr = scratch + (uint32_t)(((lane >> 2) * 4 + ((lane & 3) ^ ((lane >> 3) & 3))) * 16);
@@ -125,8 +129,13 @@ __device__ __forceinline__ void store_tile_rows(const float (&acc)[TN / 2], int 
             float v[2];
 #pragma unroll
             for (int j = 0; j < 2; j++) v[j] = value(acc[i * 4 + h * 2 + j], i * 8 + q * 2 + j);
-            __nv_bfloat162 b = __floats2bfloat162_rn(v[0], v[1]);
-            w[m] = *reinterpret_cast<uint32_t *>(&b);
+            if (HALF) {
+                __half2 b = __floats2half2_rn(v[0], v[1]);
+                w[m] = *reinterpret_cast<uint32_t *>(&b);
+            } else {
+                __nv_bfloat162 b = __floats2bfloat162_rn(v[0], v[1]);
+                w[m] = *reinterpret_cast<uint32_t *>(&b);
+            }
         }
         stmatrix_x4(st_addr, w);
         __syncwarp();
@@ -206,10 +215,10 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
              * there each element is one FMA and one exponential (the vote keeps the warp's path
              * uniform, as stmatrix needs) */
             if (__all_sync(0xffffffffu, full && tl < 0))
-                store_tile_rows(acc, h, lane, [&](float x, int) { return ex2(fmaf(x, L2E, -l2)); }, scratch, out,
-                                row_in);
+                store_tile_rows<false>(acc, h, lane, [&](float x, int) { return ex2(fmaf(x, L2E, -l2)); }, scratch,
+                                       out, row_in);
             else
-                store_tile_rows(acc, h, lane, [&](float x, int col) {
+                store_tile_rows<false>(acc, h, lane, [&](float x, int col) {
                     const float p = ex2(fmaf(x, L2E, -l2));
                     return col >= lim ? 0.0f : col == tl ? p - 1.0f : p; /* p - 1 in fp32, padding 0 */
                 }, scratch, out, row_in);
@@ -218,18 +227,21 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             /* the tile's reference in log2 units: an integer, so that merging tiles and rescaling
-             * by 2^k are exact, and >= every z / ln 2, so that E <= 1 never overflows */
+             * by 2^k are exact, and >= every z / ln 2, so that E lies in (0, 1]. E is stored in
+             * fp16, whose 11 significant bits there (against bf16's 8) keep the finish pass's
+             * rounding to bf16 the only one that matters; what fp16 cannot hold, E < 2^-24, is a
+             * probability under 2^-24 of the tile's largest and adds nothing a bf16 gradient keeps. */
             const float k = ceilf(mx * L2E);
-            bf16 *out = a.dz + (rows[h] - a.row_begin) * a.ldz + (tile_col0 - a.col_begin);
+            __half *out = a.ex + (rows[h] - a.row_begin) * a.ldz + (tile_col0 - a.col_begin);
             float s = 0.0f;
             if (__all_sync(0xffffffffu, full))
-                store_tile_rows(acc, h, lane, [&](float x, int) {
+                store_tile_rows<true>(acc, h, lane, [&](float x, int) {
                     const float e = ex2(fmaf(x, L2E, -k));
                     s += e;
                     return e;
                 }, scratch, out, row_in);
             else
-                store_tile_rows(acc, h, lane, [&](float x, int col) {
+                store_tile_rows<true>(acc, h, lane, [&](float x, int col) {
                     const float e = col < lim ? ex2(fmaf(x, L2E, -k)) : 0.0f;
                     s += e;
                     return e;
@@ -503,7 +515,7 @@ __global__ void cast_rows_kernel(bf16 *out, const float *in, int64_t n8) {
  * with write_dz, dZ = P - Y in place of E. Every sum in a fixed order (deterministic). */
 #define FINISH_THREADS 256
 __global__ void __launch_bounds__(FINISH_THREADS)
-    exp_finish_kernel(bf16 *E, int64_t ldE, const float2 *tile_stats, int64_t ntiles, int64_t V, int64_t row0,
+    exp_finish_kernel(void *E, int64_t ldE, const float2 *tile_stats, int64_t ntiles, int64_t V, int64_t row0,
                       const int32_t *targets, const float *zt, float *lse_out, float *lse_user, float *row_loss,
                       int write_dz) {
     __shared__ float red[FINISH_THREADS];
@@ -535,25 +547,28 @@ __global__ void __launch_bounds__(FINISH_THREADS)
     __syncthreads();
     if (!write_dz) return;
 
-    bf16 *e = E + r * ldE;
+    /* E (fp16) is read and dZ (bf16) written in its place, 16 bytes per thread at a time */
+    __half *e = static_cast<__half *>(E) + r * ldE;
+    bf16 *dz = static_cast<bf16 *>(E) + r * ldE;
     const int64_t nvec = V / 8; /* rows start 512-byte aligned (ldE % 256 == 0) */
     /* p = E 2^(k_t - lse2) = E 2^((k_t - K) + c): the integer part exact, c of moderate size */
     const float c = t == -1 ? -INFINITY : (float)((double)K - row_lse2); /* ignored rows: p = 0 */
     for (int64_t i = tid; i < nvec; i += FINISH_THREADS) {
         const float f = ex2((st[(i * 8) / TN].x - K) + c);
         int4 raw = *reinterpret_cast<const int4 *>(e + i * 8);
-        __nv_bfloat162 *v = reinterpret_cast<__nv_bfloat162 *>(&raw);
+        __half2 *in = reinterpret_cast<__half2 *>(&raw);
+        __nv_bfloat162 *out = reinterpret_cast<__nv_bfloat162 *>(&raw);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const float2 x = __bfloat1622float2(v[j]);
-            v[j] = __floats2bfloat162_rn(x.x * f, x.y * f);
+            const float2 x = __half22float2(in[j]);
+            out[j] = __floats2bfloat162_rn(x.x * f, x.y * f);
         }
-        *reinterpret_cast<int4 *>(e + i * 8) = raw;
+        *reinterpret_cast<int4 *>(dz + i * 8) = raw;
     }
     for (int64_t col = nvec * 8 + tid; col < V; col += FINISH_THREADS)
-        e[col] = __float2bfloat16(__bfloat162float(e[col]) * ex2((st[col / TN].x - K) + c));
+        dz[col] = __float2bfloat16(__half2float(e[col]) * ex2((st[col / TN].x - K) + c));
     __syncthreads(); /* the target's element is written last, by one thread */
-    if (tid == 0 && t != -1) e[t] = __float2bfloat16((float)expm1(((double)zt[row] * (double)L2E - row_lse2) * LN2));
+    if (tid == 0 && t != -1) dz[t] = __float2bfloat16((float)expm1(((double)zt[row] * (double)L2E - row_lse2) * LN2));
 }
 
 /* ---- host side ---------------------------------------------------------------------------- */
@@ -803,7 +818,7 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
         t.H = H, t.W = W, t.targets = a->targets;
         t.row_begin = r0, t.row_end = r0 + nr, t.col_begin = 0, t.col_end = V;
         t.d = (int)d;
-        t.zt = L->zt, t.dz = L->ex, t.ldz = ld, t.tile_stats = L->ex_stats, t.ntiles = L->fs.exp_tiles;
+        t.zt = L->zt, t.ex = (__half *)L->ex, t.ldz = ld, t.tile_stats = L->ex_stats, t.ntiles = L->fs.exp_tiles;
         const dim3 grid = row_sweep_grid(nr, V, d, &t);
         /* the kernel before it (the previous chunk's dW GEMM) reads E, which this one overwrites */
         launch_tile_kernel(tile_kernel<MODE_EXP>, grid, 0, r0 > 0, t, tm_h, tm_w, stream);

@@ -235,7 +235,7 @@ OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V,
     L->win_m = (float *)dev_alloc(s.win_m);
     L->win_a = (float *)dev_alloc(s.win_a);
     L->zt = (float *)dev_alloc(s.zt);
-    L->ex = (__nv_bfloat16 *)dev_alloc(s.ex);
+    L->ex = dev_alloc(s.ex);
     L->ex_stats = (float2 *)dev_alloc(s.ex_stats);
     L->dz = (__nv_bfloat16 *)dev_alloc(s.dz);
     L->dh_acc = (float *)dev_alloc(s.dh_acc);

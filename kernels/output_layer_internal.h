@@ -56,7 +56,7 @@ struct OutputLayer {
     OutlFusedSizes fs;
     float *win_m, *win_a; /* [stats_elems] */
     float *zt;            /* [max_N] target logit */
-    __nv_bfloat16 *ex;    /* [exp_rows x exp_ld] E = exp(z - k ln 2), then P - Y in place (unscaled) */
+    void *ex;             /* [exp_rows x exp_ld] E = exp(z - k ln 2) in fp16, then P - Y in bf16 in place */
     float2 *ex_stats;     /* [exp_rows x exp_tiles] (k, sum of E) per row and tile */
     __nv_bfloat16 *dz;    /* [chunk_rows x window_cols] P - Y (unscaled) of one window */
     float *dh_acc;        /* [chunk_rows x d] fp32 dH of one chunk, summed over windows */

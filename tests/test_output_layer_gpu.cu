@@ -263,7 +263,7 @@ typedef struct {
     double logit_std, ignore_frac;
     OutputReduction red;
     float grad_scale;
-    double shift;       /* added to every logit (through H's column 0 = 1 and W's column 0 = shift) */
+    double shift;       /* added to every logit (through H's column 0 = shift and W's column 0 = 1) */
     double peaked_frac; /* this share of the rows aims at its row's largest logit */
 } Case;
 
@@ -271,10 +271,13 @@ typedef struct {
 static void make_inputs(const Case &c, uint64_t *s, Bf16Tensor *H, Bf16Tensor *W, std::vector<int32_t> *tg) {
     fill_normal(H, (size_t)c.N * c.d, 1.0, s);
     fill_normal(W, (size_t)c.V * c.d, c.logit_std / sqrt((double)c.d), s);
-    if (c.shift != 0.0) { /* both exact in bf16: 1 and a power of two */
-        for (int64_t n = 0; n < c.N; n++) H->b[(size_t)n * c.d] = __float2bfloat16(1.0f), H->f[(size_t)n * c.d] = 1.0;
-        for (int64_t v = 0; v < c.V; v++)
-            W->b[(size_t)v * c.d] = __float2bfloat16((float)c.shift), W->f[(size_t)v * c.d] = c.shift;
+    /* Both exact in bf16: a power of two and 1. The shift rides on H, not on W: through W's shared
+     * column it would reach dH[:, 0] = shift * sum_v (p_v - y_v), zero in exact arithmetic, where
+     * any bf16 gradient leaves noise of shift * 2^-9 that dwarfs the rest of dH. */
+    if (c.shift != 0.0) {
+        for (int64_t n = 0; n < c.N; n++)
+            H->b[(size_t)n * c.d] = __float2bfloat16((float)c.shift), H->f[(size_t)n * c.d] = c.shift;
+        for (int64_t v = 0; v < c.V; v++) W->b[(size_t)v * c.d] = __float2bfloat16(1.0f), W->f[(size_t)v * c.d] = 1.0;
     }
     *tg = random_targets(c.N, c.V, c.ignore_frac, s);
     if (c.peaked_frac > 0)
@@ -370,6 +373,13 @@ static void show_canonical(Case c) {
  * about 2^-8, one bf16 rounding's largest relative error; the largest of 64000 simulated draws was
  * 2.97e-3. */
 #define FEW_ROWS_GRAD_TOL 4e-3
+/* The same bound holds, for the same reason, wherever each row's gradient has few terms that
+ * matter: a vocabulary under one tile, or rows whose mass sits on one or two words (p(target) near
+ * 1). At large V with spread-out rows, p - 1 at the target is near -1, whose bf16 rounding is tiny,
+ * and the other terms average out; with few terms, one dZ rounding (RMS 1.7e-3 relative) adds to
+ * dH's own (the same), about 2.3e-3 for any layer that feeds the GEMMs bf16 (the streaming path
+ * included: 2.0e-3 and 3.1e-3 were seen on the first runs of these cases). */
+#define FEW_TERMS_GRAD_TOL FEW_ROWS_GRAD_TOL
 /* The canonical layer's bf16 logits add an error of up to |z| 2^-9 to every softmax exponent (1.6 %
  * of p at z = 8), which few rows do not average out either: its 7-row case exceeded 5e-3 in 6 of
  * 6000 draws of dev/rounding_error_sim.c (the largest of 30000: 6.2e-3). */
@@ -401,7 +411,7 @@ TEST(fused_output_one_row_wide_model_many_windows) {
 }
 
 TEST(fused_output_vocabulary_smaller_than_one_tile) {
-    check_fused(C_(300, 100, 64, 2.0, 0.1), 128, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
+    check_fused(C_(300, 100, 64, 2.0, 0.1), 128, FUSED_LOSS_TOL, FEW_TERMS_GRAD_TOL);
 }
 
 TEST(fused_output_extreme_logits_beyond_80) {
@@ -416,10 +426,10 @@ TEST(fused_output_logits_near_128) { check_fused(SHIFTED, 400, FUSED_LOSS_TOL, F
 /* p(target) near 1 on most rows: P - Y cancels at the target, and the loss is small */
 static const Case PEAKED = {1000, 2000, 128, 24.0, 0.05, OUTPUT_REDUCE_MEAN, 1.0f, 0.0, 0.9};
 TEST(fused_output_peaked_rows_where_p_minus_y_cancels) {
-    check_fused(PEAKED, 300, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
+    check_fused(PEAKED, 300, FUSED_LOSS_TOL, FEW_TERMS_GRAD_TOL);
     Case c = PEAKED;
     c.shift = 64.0; /* and with every logit near 64 as well */
-    check_fused(c, 300, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
+    check_fused(c, 300, FUSED_LOSS_TOL, FEW_TERMS_GRAD_TOL);
 }
 
 TEST(fused_output_sum_reduction_with_grad_scale) {
