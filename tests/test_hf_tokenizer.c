@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/shard.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -241,4 +242,53 @@ TEST(hf_tokenizer_unknown_split_pattern_is_refused_naming_it) {
     CHECK(!t && strstr(err, "Split pattern") && strstr(err, "{1,4}") && strstr(err, "is not one we split by hand"),
           "an unknown pattern: %s", err);
     tokenizer_free(t);
+}
+
+/* `./train prepare --tokenizer tokenizer.json` on the document: its train and validation shards
+ * together hold exactly the ids `tokenizers` gives the document (the cut falls after a separator). */
+static void expect_prepare_matches_tokenizers(const char *name) {
+    char args[1200], path[800], err[FGPT_ERR_LEN];
+    snprintf(args, sizeof args, "prepare --tokenizer tests/fixtures/%s.json --val-fraction 0.5 -o %s/prep " DOCUMENT,
+             name, test_tmpdir());
+    char *out = NULL;
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "/prep/tokenizer.json"), "prepare with %s: (%d) %s", name, rc, out);
+    free(out);
+    uint32_t *ids[2] = {NULL, NULL};
+    uint64_t n[2] = {0, 0};
+    const char *parts[2] = {"train", "val"};
+    for (int k = 0; k < 2; k++) {
+        ShardHeader h;
+        snprintf(path, sizeof path, "%s/prep/%s.bin", test_tmpdir(), parts[k]);
+        REQUIRE(shard_read(path, 700, &ids[k], &n[k], &h, err) == 0, "%s", err);
+        CHECK(h.vocab_size == 700, "%s: the shard records vocabulary %u", path, h.vocab_size);
+    }
+    CHECK(n[1] > 0 && n[0] > 0, "%s: %llu train and %llu validation tokens", name, (unsigned long long)n[0],
+          (unsigned long long)n[1]);
+    uint32_t *all = malloc((n[0] + n[1] + 1) * sizeof *all);
+    memcpy(all, ids[0], n[0] * sizeof *all);
+    memcpy(all + n[0], ids[1], n[1] * sizeof *all);
+    char ids_path[256];
+    snprintf(ids_path, sizeof ids_path, "tests/fixtures/%s.ids", name);
+    size_t n_want;
+    uint32_t *want = read_ids(ids_path, &n_want);
+    REQUIRE(want, "cannot read %s", ids_path);
+    expect_same_ids(all, n[0] + n[1], want, n_want, name);
+    /* the tokenizer.json beside the shards is the file as it was */
+    snprintf(path, sizeof path, "%s/prep/tokenizer.json", test_tmpdir());
+    char *copy = read_text(path), *orig = NULL;
+    snprintf(ids_path, sizeof ids_path, "tests/fixtures/%s.json", name);
+    orig = read_text(ids_path);
+    CHECK(copy && orig && strcmp(copy, orig) == 0, "%s: prepare's tokenizer.json is not the file given", name);
+    free(copy);
+    free(orig);
+    free(want);
+    free(all);
+    free(ids[0]);
+    free(ids[1]);
+}
+
+TEST(hf_tokenizer_prepare_gives_the_ids_tokenizers_gives) {
+    expect_prepare_matches_tokenizers("hf_gpt2_style");
+    expect_prepare_matches_tokenizers("hf_llama3_style");
 }
