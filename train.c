@@ -597,6 +597,10 @@ int main(int argc, char **argv) {
         train_path = prepared.train_path;
         val_path = prepared.val_path;
         if (!tok_path[0]) tok_path = prepared.tokenizer_path;
+        printf("data: the default corpus %s%s, tokenizer of %u tokens\n", prepared.corpus,
+               prepare_wants_extended_corpus((uint32_t)cfg.vocab_size) ? " (the standard one supports fewer tokens than -v)"
+                                                                       : "",
+               prepared.vocab_reached);
         if (prepared.vocab_reached < prepared.vocab_requested)
             printf("tokenizer: the corpus supports %u of the %u tokens asked for; the model keeps V = %d\n",
                    prepared.vocab_reached, prepared.vocab_requested, cfg.vocab_size);

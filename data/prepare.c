@@ -236,6 +236,7 @@ static int prepare_default_locked(uint32_t vocab_size, const char *cache_dir, in
         return -1;
     }
     if (cached_ok(dir, vocab_size, out)) {
+        snprintf(out->corpus, sizeof out->corpus, "%s", name);
         free(text);
         return 0;
     }
@@ -243,6 +244,7 @@ static int prepare_default_locked(uint32_t vocab_size, const char *cache_dir, in
             dir);
     PrepareOptions opt = {vocab_size, PREPARE_DEFAULT_VAL, 0, NULL};
     int rc = prepare_text(text, len, &opt, NULL, dir, out, err);
+    snprintf(out->corpus, sizeof out->corpus, "%s", name);
     free(text);
     return rc;
 }
@@ -269,8 +271,12 @@ static int prepare_recipe(uint32_t vocab_size, const char *cache_dir, int extend
     return rc;
 }
 
+int prepare_wants_extended_corpus(uint32_t vocab_size) {
+    return vocab_size > PREPARE_STANDARD_CORPUS_VOCAB;
+}
+
 int prepare_default_corpus(uint32_t vocab_size, const char *cache_dir, PreparedData *out, char *err) {
-    return prepare_recipe(vocab_size, cache_dir, 0, out, err);
+    return prepare_recipe(vocab_size, cache_dir, prepare_wants_extended_corpus(vocab_size), out, err);
 }
 
 /* ---- the `./train prepare` command line ---- */
@@ -282,8 +288,9 @@ static void usage(FILE *f) {
             "\n"
             "options:\n"
             "  -v, --vocab V          tokens in the tokenizer, <|endoftext|> included (default %u)\n"
-            "      --corpus KIND      with --default-corpus: standard (~37 MB, what ./train uses; reaches\n"
-            "                         ~187.5k tokens) or extended (+5 Debian dictionaries, ~72 MB; reaches 262144)\n"
+            "      --corpus KIND      with --default-corpus: standard (~37 MB; reaches ~187.5k tokens) or extended\n"
+            "                         (+5 Debian dictionaries, ~72 MB; reaches 262144); default: extended for a -v\n"
+            "                         above 187536, as ./train does\n"
             "  -o, --out DIR          where tokenizer.bin, train.bin and val.bin go (default: prepared)\n"
             "      --tokenizer FILE   encode with this tokenizer instead of training one (ours, or a Hugging Face\n"
             "                         tokenizer.json of a byte-level BPE: GPT-2, Llama 3, Qwen 2 style)\n"
@@ -314,7 +321,7 @@ static int parse_u32(const char *s, uint32_t *v) {
 int prepare_main(int argc, char **argv) {
     PrepareOptions opt = {PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL, 0, NULL};
     const char *out_dir = "prepared", *cache_dir = ".cache";
-    int default_corpus = 0, extended = 0, n_files = 0;
+    int default_corpus = 0, extended = -1, n_files = 0; /* extended -1: chosen by -v */
     const char **files = calloc((size_t)argc + 1, sizeof *files);
     if (!files) return 1;
     int status = 2;
@@ -395,11 +402,12 @@ int prepare_main(int argc, char **argv) {
         status = bad_arg("--default-corpus", "takes no text files and no --tokenizer");
         goto done;
     }
-    if (!default_corpus && extended) {
+    if (!default_corpus && extended >= 0) {
         status = bad_arg("--corpus", "goes with --default-corpus");
         goto done;
     }
     if (default_corpus) {
+        if (extended < 0) extended = prepare_wants_extended_corpus(opt.vocab);
         if (prepare_recipe(opt.vocab, cache_dir, extended, &out, err) != 0) {
             fprintf(stderr, "error: %s\n", err);
             status = 1;
