@@ -44,7 +44,7 @@ static void usage(FILE *f) {
             "      --seed S           seed of the draws (default 1337)\n"
             "      --device KIND      cuda or cpu (the fp32 reference backend) (default cuda)\n"
             "      --tokenizer FILE   tokenizer, where the checkpoint carries none\n"
-            "      --ids              also print the generated token ids, one line\n"
+            "      --ids              also print the prompt's and the generated token ids, a line each\n"
             "  -h, --help             this text\n");
 }
 
@@ -188,6 +188,11 @@ static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, c
             fputc('\n', stdout);
             free(text);
         }
+    }
+    if (o->print_ids && n_prompt) {
+        printf("prompt ids:");
+        for (size_t i = 0; i < n_prompt; i++) printf(" %u", prompt[i]);
+        printf("\n");
     }
     if (o->print_ids || !tok) {
         printf("ids:");
