@@ -237,6 +237,12 @@ int sample_main(int argc, char **argv) {
     size_t n_prompt = 0;
     if (o.prompt) {
         size_t len = strlen(o.prompt);
+        char terr[TOKENIZER_ERR_LEN];
+        if (tokenizer_check_text(tok, o.prompt, len, terr) != 0) {
+            fprintf(stderr, "error: --prompt: %s\n", terr);
+            tokenizer_free(tok);
+            return 2;
+        }
         prompt = malloc((len + 1) * sizeof *prompt);
         if (prompt) n_prompt = tokenizer_encode(tok, o.prompt, len, 1, prompt, len + 1);
     }

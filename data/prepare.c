@@ -174,6 +174,11 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
         if (tok != given) tokenizer_free(tok);
         return -1;
     }
+    if (tokenizer_check_text(tok, text, len, terr) != 0) {
+        fgpt_set_err(err, "%s", terr);
+        if (tok != given) tokenizer_free(tok);
+        return -1;
+    }
     size_t eot_len;
     const char *eot = tokenizer_eot_text(tok, &eot_len);
     size_t cut = val_cut(text, len, opt->val_fraction, eot, eot_len);

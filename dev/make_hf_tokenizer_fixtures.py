@@ -8,13 +8,13 @@ tool without needing Python:
 Styles: GPT-2 (ByteLevel pre-tokenizer with its regex; merges written in the "a b" string form
 GPT-2's own file uses), Llama 3 (Split on Llama 3's pattern, then ByteLevel without its regex,
 ignore_merges; merges in the [a, b] pair form) and Qwen 2 (the same with Qwen 2's pattern, one
-digit per number).
+digit per number, and Qwen 2's NFC normalizer).
 """
 import json
 import os
 import sys
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 FIX = "tests/fixtures"
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
@@ -32,8 +32,9 @@ def corpus():
     return [doc, readme, doc.upper()]
 
 
-def train(pre, specials, vocab, ignore_merges=False):
+def train(pre, specials, vocab, ignore_merges=False, normalizer=None):
     tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    tok.normalizer = normalizer
     tok.pre_tokenizer = pre
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials, show_progress=False,
@@ -72,4 +73,5 @@ if __name__ == "__main__":
          string_merges=True)
     save(train(split_then_bytes(LLAMA3), ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>"],
                700, ignore_merges=True), "hf_llama3_style")
-    save(train(split_then_bytes(QWEN2), ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], 700), "hf_qwen2_style")
+    save(train(split_then_bytes(QWEN2), ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], 700,
+               normalizer=normalizers.NFC()), "hf_qwen2_style")

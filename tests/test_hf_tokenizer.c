@@ -292,3 +292,32 @@ TEST(hf_tokenizer_prepare_gives_the_ids_tokenizers_gives) {
     expect_prepare_matches_tokenizers("hf_gpt2_style");
     expect_prepare_matches_tokenizers("hf_llama3_style");
 }
+
+/* Qwen 2's NFC normalizer: text that is already NFC encodes as `tokenizers` does (above); text
+ * that NFC would rewrite is refused, naming the place, never encoded differently. */
+TEST(hf_tokenizer_nfc_normalizer_refuses_text_it_would_rewrite) {
+    char err[TOKENIZER_ERR_LEN] = "";
+    Tokenizer *t = tokenizer_load("tests/fixtures/hf_qwen2_style.json", err);
+    REQUIRE(t, "%s", err);
+    const char *nfc = "caf\xc3\xa9 \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4 \xce\xac"; /* é, Korean syllables, ά */
+    CHECK(tokenizer_check_text(t, nfc, strlen(nfc), err) == 0, "NFC text refused: %s", err);
+    const char *decomposed = "cafe\xcc\x81!"; /* e + U+0301: NFC makes it é */
+    CHECK(tokenizer_check_text(t, decomposed, strlen(decomposed), err) != 0 && strstr(err, "U+0301 at byte 4"),
+          "decomposed text: %s", err);
+    tokenizer_free(t);
+    t = tokenizer_load("tests/fixtures/hf_llama3_style.json", err);
+    REQUIRE(t, "%s", err);
+    CHECK(tokenizer_check_text(t, decomposed, strlen(decomposed), err) == 0, "no normalizer: nothing to refuse");
+    tokenizer_free(t);
+    char path[800], args[1600], *out = NULL;
+    snprintf(path, sizeof path, "%s/doc.txt", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    REQUIRE(f, "cannot write %s", path);
+    fputs("plain text, then a cafe\xcc\x81 written with a combining accent\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "prepare --tokenizer tests/fixtures/hf_qwen2_style.json -o %s/p %s", test_tmpdir(), path);
+    int rc = run_train(args, &out);
+    CHECK(rc != 0 && out && strstr(out, "error: the text holds U+0301") && strstr(out, "normalize the text to NFC"),
+          "prepare: (%d) %s", rc, out);
+    free(out);
+}

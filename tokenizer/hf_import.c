@@ -150,14 +150,20 @@ static int pre_tokenizer_split(const JsonValue *pt, const char *path, char *err)
     return -1;
 }
 
-/* Everything of the file besides the model: refused where it would change the ids. */
-static int check_pipeline(const JsonValue *root, const char *path, char *err) {
+/* Everything of the file besides the model: refused where it would change the ids. NFC (Qwen 2's
+ * normalizer) is kept in *nfc: it leaves text alone that holds none of the code points of
+ * tokenizer/nfc_table.c, and tokenizer_check_text refuses text that does. */
+static int check_pipeline(const JsonValue *root, const char *path, int *nfc, char *err) {
     const JsonValue *norm = json_get(root, "normalizer");
     if (norm && norm->type != JSON_NULL) {
         const JsonValue *list = json_get(norm, "normalizers");
-        int empty_sequence = strcmp(type_of(norm), "Sequence") == 0 && list && list->type == JSON_ARRAY && list->len == 0;
-        if (!empty_sequence) {
-            tok_error(err, "%s: normalizer %s is not supported (it rewrites text before encoding)", path, type_of(norm));
+        const int sequence = strcmp(type_of(norm), "Sequence") == 0 && list && list->type == JSON_ARRAY;
+        const JsonValue *only = sequence && list->len == 1 ? &list->items[0] : norm;
+        if (strcmp(type_of(only), "NFC") == 0) {
+            *nfc = 1;
+        } else if (!(sequence && list->len == 0)) {
+            tok_error(err, "%s: normalizer %s is not supported (it rewrites text before encoding)", path,
+                      sequence && list->len ? type_of(&list->items[0]) : type_of(norm));
             return -1;
         }
     }
@@ -432,7 +438,7 @@ Tokenizer *tokenizer_from_hf_json(const char *text, size_t len, const char *path
     }
     Import im = {.root = root};
     Tokenizer *t = calloc(1, sizeof *t);
-    int ok = t && check_pipeline(root, path, err) == 0;
+    int ok = t && check_pipeline(root, path, &t->nfc, err) == 0;
     int split = ok ? pre_tokenizer_split(json_get(root, "pre_tokenizer"), path, err) : -1;
     ok = ok && split >= 0;
     if (ok) {

@@ -215,7 +215,8 @@ size_t tokenizer_split_len(const char *split, const char *text, size_t len) {
 
 /* A chunk always starts right after '\n' when the next byte is printable ASCII: no alternative can
  * carry a newline into the following character (rule 2's prefix excludes \r\n, rules 4 and 5 end at
- * a newline, rule 6 needs white space after), and the scanner never looks behind. */
+ * a newline, rule 6 needs white space after), and the scanner never looks behind. The same holds
+ * for GPT-2's pattern: its only prefix is ' ', and its white space rules stop before a non-space. */
 static int is_cut_point(const uint8_t *s, size_t len, size_t i) {
     return i > 0 && i < len && s[i - 1] == '\n' && s[i] > 0x20 && s[i] < 0x7f;
 }

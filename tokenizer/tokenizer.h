@@ -86,6 +86,11 @@ int tokenizer_encode_parallel(const Tokenizer *t, const char *text, size_t len, 
  * vocabulary decodes as U+FFFD (the replacement character) so a bad id is visible, never a crash. */
 size_t tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char *out, size_t cap);
 
+/* 0 when encoding gives what the tokenizer's own pipeline would; -1 with a message naming the
+ * byte and code point when an imported tokenizer's NFC normalizer could rewrite the text there
+ * (we do not normalize: normalize such text to NFC first). */
+int tokenizer_check_text(const Tokenizer *t, const char *text, size_t len, char *err);
+
 /* ---- the pre-tokenizer, for tests and tools ---- */
 /* Length in bytes of the chunk that starts at text[0] (len > 0): GPT-4 cl100k's split pattern
  *   '(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+

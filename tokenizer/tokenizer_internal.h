@@ -109,6 +109,7 @@ struct Tokenizer {
     char *hf_json;
     size_t hf_json_len;
     char *hf_config; /* the tokenizer_config.json beside it, if any */
+    int nfc;         /* its normalizer is NFC: text must already be NFC (tokenizer_check_text) */
 };
 
 /* Builds a tokenizer from its merges (copied); checks that each merge uses only earlier tokens and
