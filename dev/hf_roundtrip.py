@@ -24,7 +24,7 @@ a = ap.parse_args()
 
 torch.backends.cuda.matmul.allow_tf32 = False  # fp32 as ours: no TF32 rounding in the matmuls
 tok = AutoTokenizer.from_pretrained(a.ckpt, local_files_only=True)
-model = AutoModelForCausalLM.from_pretrained(a.ckpt, local_files_only=True, torch_dtype=torch.float32)
+model = AutoModelForCausalLM.from_pretrained(a.ckpt, local_files_only=True).float()  # the fp32 checkpoint
 model.to(a.device).eval()
 ours_prompt = [int(x) for x in a.prompt_ids.split()]
 ours = [int(x) for x in a.ids.split()]

@@ -31,7 +31,7 @@ if [ -z "$run" ]; then
     ./train -i "$WORK/prep/train.bin" -j "$WORK/prep/val.bin" --tokenizer "$WORK/prep/tokenizer.bin" -v 4096 \
         $model -x "$STEPS" --warmup 20 -l 1e-3 --lr-final 1e-4 -s 0 --val-every "$STEPS" --device "$DEVICE" \
         -o "$run" > "$WORK/train.log" 2>&1 || { tail -5 "$WORK/train.log"; echo "FAIL: training"; exit 1; }
-    grep "val loss" "$WORK/train.log" | tail -2
+    grep "val loss" "$WORK/train.log" | tail -2 || true
 fi
 ckpt="$run/$(cat "$run/latest")"
 echo "checkpoint: $ckpt ($(ls "$ckpt" | tr '\n' ' '))"
