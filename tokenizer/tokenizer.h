@@ -6,6 +6,9 @@
  * GPT-4's cl100k pattern does (contractions, letter runs, 1-3 digit numbers, punctuation runs,
  * newlines, white space); merges never cross a chunk boundary.
  *
+ * tokenizer_load also reads a Hugging Face tokenizer.json of a byte-level BPE (hf_import.c): its
+ * ids, merge ranks, specials and split are its own, and everything below works the same on it.
+ *
  * Functions that can fail take err (TOKENIZER_ERR_LEN bytes) and write one line naming the problem
  * and the fix. This module knows nothing else of the project. */
 #ifndef FUSEDGPT_TOKENIZER_H
@@ -64,7 +67,8 @@ int tokenizer_is_imported(const Tokenizer *t);
 uint32_t tokenizer_num_merges(const Tokenizer *t);
 /* Bytes of token id (not NUL-terminated) and their count in *len; NULL if id is out of range. */
 const uint8_t *tokenizer_token_bytes(const Tokenizer *t, uint32_t id, size_t *len);
-/* The pair merged into token id (>= 256, not the EOT token); -1 otherwise. */
+/* The pair merged into token id (>= 256, not the EOT token) of one of our tokenizers; -1 otherwise
+ * (and for an imported one). */
 int tokenizer_merge_pair(const Tokenizer *t, uint32_t id, uint32_t *left, uint32_t *right);
 
 /* ---- encode / decode ---- */
