@@ -5,7 +5,8 @@
 #   make data       default corpus -> tokenizer + shards      make clean
 #   DEBUG=1         -g -O0 everywhere
 # Host library sources are every .c in model/, data/ and tokenizer/ (none of them has a main);
-# CUDA sources are every .cu in kernels/ and model/.
+# CUDA sources are every .cu in kernels/ and model/. train.c and sample.c (`./train sample`) make
+# the trainer.
 
 CC       ?= gcc
 NVCC     ?= nvcc
@@ -47,7 +48,7 @@ all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer
 # Under SANITIZE=1 the tests run a sanitized trainer, $(BUILD)/train; ./train is never sanitized.
 TRAIN_BIN := $(if $(SANFLAGS),$(BUILD)/train,train)
 LINK_SAN  := $(if $(SANFLAGS),-Xcompiler $(subst $(space),$(comma),$(strip $(SANFLAGS))))
-$(TRAIN_BIN): $(BUILD)/train.o $(HOST_OBJ) $(CUDA_OBJ)
+$(TRAIN_BIN): $(BUILD)/train.o $(BUILD)/sample.o $(HOST_OBJ) $(CUDA_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp $(LINK_SAN) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
 $(BUILD)/%.o: %.c

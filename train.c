@@ -2,6 +2,7 @@
  *
  *   ./train [flags]            train a GPT-2 (see --help; defaults come from one table below)
  *   ./train prepare [flags]    turn text into a tokenizer and token shards (data/prepare.c)
+ *   ./train sample [flags]     generate text from a checkpoint (sample.c)
  *
  * Everything else lives in model/ (the network, backends, checkpoints), data/ (shards, loader) and
  * tokenizer/. Exit status: 0 success, 1 runtime failure, 2 bad command line. */
@@ -24,10 +25,12 @@
 #include "model/cuda_device.h"
 #include "model/dist.h"
 #include "model/gpt.h"
+#include "model/hf_weights.h"
 #include "model/runlog.h"
 #include "model/sample.h"
 #include "model/schedule.h"
 #include "model/step_check.h"
+#include "sample.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
@@ -37,7 +40,7 @@ typedef struct {
     float lr, lr_final, weight_decay, grad_clip;
     int warmup;
     int seed;
-    const char *train_data, *val_data, *out, *cache_dir, *tokenizer, *prompt;
+    const char *train_data, *val_data, *out, *cache_dir, *tokenizer, *prompt, *init_from;
     int checkpoint_every, keep_checkpoints, resume;
     int val_every, val_batches, sample_every, gen_tokens;
     const char *output, *device;
@@ -90,7 +93,10 @@ static const OptSpec options[] = {
     {0, "seed", OPT_INT, O(seed), "1337", "S", "seed for init, data order and sampling"},
     {'i', "train-data", OPT_STR, O(train_data), "", "FILE", "train token shard (default: the default corpus)"},
     {'j', "val-data", OPT_STR, O(val_data), "", "FILE", "validation token shard"},
-    {0, "tokenizer", OPT_STR, O(tokenizer), "", "FILE", "tokenizer file, to decode samples"},
+    {0, "tokenizer", OPT_STR, O(tokenizer), "", "FILE",
+     "tokenizer (ours, or a Hugging Face tokenizer.json), to decode samples; checkpoints carry it"},
+    {0, "init-from", OPT_STR, O(init_from), "", "DIR",
+     "start from a Hugging Face GPT-2 checkpoint (model.safetensors + config.json), ours or GPT-2's"},
     {0, "cache-dir", OPT_STR, O(cache_dir), ".cache", "DIR", "where the default corpus is prepared and cached"},
     {'o', "out", OPT_STR, O(out), "runs/default", "DIR", "run directory: log.jsonl and checkpoints"},
     {'n', "checkpoint-every", OPT_INT, O(checkpoint_every), "0", "N",
@@ -152,7 +158,8 @@ static const char *source_name(const Options *opt, const char *long_name, char *
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ./train [flags]          train a GPT-2\n"
-               "       ./train prepare --help   text -> tokenizer + token shards\n\nflags:\n");
+               "       ./train prepare --help   text -> tokenizer + token shards\n"
+               "       ./train sample --help    generate from a checkpoint\n\nflags:\n");
     for (int i = 0; i < NUM_OPTIONS; i++) {
         const OptSpec *o = &options[i];
         char left[64];
@@ -346,6 +353,48 @@ static void validate(Options *opt, GPTConfig *cfg) {
     gpt_config_finish(cfg);
 }
 
+/* --init-from's model must be the one the flags describe: each difference is refused with the
+ * flag that would make them agree (exit 2). */
+static void check_init_from(const Options *opt, const GPTConfig *cfg) {
+    GPTConfig hf;
+    char err[512];
+    if (hf_read_config(opt->init_from, &hf, err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        exit(1);
+    }
+    const struct {
+        const char *what, *flag;
+        int theirs, ours;
+    } fields[] = {
+        {"layers", "--layers", hf.num_layers, cfg->num_layers},
+        {"heads", "--heads", hf.num_heads, cfg->num_heads},
+        {"width", "--dim", hf.dim, cfg->dim},
+        {"context (n_positions)", "--max-seq-len", hf.max_seq_len, cfg->max_seq_len},
+        {"vocabulary", "-v", hf.vocab_size, cfg->vocab_size},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        if (fields[i].theirs == fields[i].ours) continue;
+        fprintf(stderr, "error: --init-from %s has %s %d but the flags give %d (pass %s %d)\n", opt->init_from,
+                fields[i].what, fields[i].theirs, fields[i].ours, fields[i].flag, fields[i].theirs);
+        exit(2);
+    }
+}
+
+/* The tokenizer as Hugging Face files for every checkpoint; 0 when it cannot be written in that
+ * format (said once, and checkpoints then carry none). */
+static int checkpoint_tokenizer(const Tokenizer *tok, int max_seq_len, CheckpointTokenizer *ck) {
+    char err[TOKENIZER_ERR_LEN];
+    size_t len = 0;
+    char *json = tokenizer_hf_json(tok, &len, err), *config = json ? tokenizer_hf_config_json(tok, max_seq_len, err) : NULL;
+    if (!json || !config) {
+        printf("note: checkpoints will carry no tokenizer.json: %s\n", err);
+        free(json);
+        return 0;
+    }
+    *ck = (CheckpointTokenizer){json, len, config, (int)tokenizer_eot_token(tok)};
+    return 1;
+}
+
 /* Prints the start-up memory table. */
 static void print_memory(Backend *be) {
     MemoryItem items[MAX_MEMORY_ITEMS];
@@ -416,6 +465,26 @@ static void generate_sample(Backend *be, const Tokenizer *tok, const Options *op
     free(text);
 }
 
+/* Fine-tuning: the weights of a Hugging Face checkpoint, AdamW's moments at zero. Every rank reads
+ * the file (ZeRO-1 scatters from each rank's copy). 0, or -1 after printing the error. */
+static int init_from_weights(Backend *be, const ParamTable *table, const char *dir) {
+    char err[512];
+    float *p = malloc(table->total * sizeof(float)), *zero = calloc(table->total, sizeof(float));
+    int rc = -1;
+    if (!p || !zero) {
+        fprintf(stderr, "error: out of host memory reading --init-from %s\n", dir);
+    } else if (hf_read_weights(dir, table, p, err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+    } else {
+        be->ops->write_state(be, p, zero, zero);
+        printf("init: weights from %s\n", dir);
+        rc = 0;
+    }
+    free(zero);
+    free(p);
+    return rc;
+}
+
 /* 1 when every rank holds this value. Every rank makes both calls and reaches the same answer, so
  * all of them go on or all stop (a rank that skipped a collective would leave the others waiting). */
 static int ranks_agree(const Dist *dist, double value) {
@@ -425,6 +494,7 @@ static int ranks_agree(const Dist *dist, double value) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "prepare") == 0) return prepare_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "sample") == 0) return sample_main(argc - 1, argv + 1);
     Options opt;
     GPTConfig cfg;
     parse_args(&opt, argc, argv);
@@ -433,6 +503,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     validate(&opt, &cfg);
+    if (opt.init_from[0]) check_init_from(&opt, &cfg);
     char err[FGPT_ERR_LEN];
 
     /* A worker started by `-g N` knows its rank from the environment; anything else is either the
@@ -526,6 +597,10 @@ int main(int argc, char **argv) {
         train_path = prepared.train_path;
         val_path = prepared.val_path;
         if (!tok_path[0]) tok_path = prepared.tokenizer_path;
+        printf("data: the default corpus %s%s, tokenizer of %u tokens\n", prepared.corpus,
+               prepare_wants_extended_corpus((uint32_t)cfg.vocab_size) ? " (the standard one supports fewer tokens than -v)"
+                                                                       : "",
+               prepared.vocab_reached);
         if (prepared.vocab_reached < prepared.vocab_requested)
             printf("tokenizer: the corpus supports %u of the %u tokens asked for; the model keeps V = %d\n",
                    prepared.vocab_reached, prepared.vocab_requested, cfg.vocab_size);
@@ -538,6 +613,8 @@ int main(int argc, char **argv) {
     Backend *be = NULL;
     RunLog log = {NULL};
     float *ck_p = NULL, *ck_m = NULL, *ck_v = NULL; /* checkpoint staging (host) */
+    CheckpointTokenizer ck_tok = {0};
+    int have_ck_tok = 0;
     int *inputs = NULL, *targets = NULL;
     float *logits = NULL;
     memset(&table, 0, sizeof table);
@@ -572,6 +649,9 @@ int main(int argc, char **argv) {
                     tok_path, tokenizer_vocab_size(tok), cfg.vocab_size, tokenizer_vocab_size(tok));
             FAIL(2);
         }
+        have_ck_tok = dist.rank == 0 && checkpoint_tokenizer(tok, cfg.max_seq_len, &ck_tok);
+    } else if (dist.rank == 0) {
+        printf("note: no --tokenizer: checkpoints will carry no tokenizer.json\n");
     }
 
     if (param_table_build(&table, &cfg, err) != 0) {
@@ -692,7 +772,12 @@ int main(int argc, char **argv) {
                    start_step, opt.steps);
             FAIL(0);
         }
-    } else if (dist.rank == 0) {
+    } else if (opt.init_from[0] && init_from_weights(be, &table, opt.init_from) != 0) {
+        FAIL(1);
+    }
+    if (opt.resume && opt.init_from[0])
+        printf("note: resuming: the checkpoint holds the weights, --init-from %s is not read\n", opt.init_from);
+    if (!opt.resume && dist.rank == 0) {
         /* a new run: nothing of an earlier one in this directory is overwritten, pruned or mixed in */
         char name[256] = "", moved_to[1300];
         int had_latest = checkpoint_latest_name(opt.out, name, sizeof name, err) == 0;
@@ -815,7 +900,8 @@ int main(int argc, char **argv) {
                              .seed = (uint64_t)opt.seed, .data_tokens = train_loader.num_tokens,
                              .data_fingerprint = train_fingerprint};
             memcpy(st.rng, rng.s, sizeof st.rng);
-            if (checkpoint_save(opt.out, &table, ck_p, ck_m, ck_v, &st, opt.keep_checkpoints, err) != 0) {
+            if (checkpoint_save_with(opt.out, &table, ck_p, ck_m, ck_v, &st, have_ck_tok ? &ck_tok : NULL,
+                                     opt.keep_checkpoints, err) != 0) {
                 fprintf(stderr, "error: %s\n", err);
                 status = 1;
                 break;
@@ -829,6 +915,8 @@ int main(int argc, char **argv) {
         runlog_eval(&log, opt.steps, vl);
     }
 done:
+    free((char *)ck_tok.tokenizer_json);
+    free((char *)ck_tok.tokenizer_config_json);
     free(ck_v);
     free(ck_m);
     free(ck_p);

@@ -21,8 +21,8 @@
 #define CORPUS_DEFAULT_NAME "default-v1"
 /* The standard sources plus Debian main's dict-wn, dict-foldoc, dict-jargon, dict-devil and
  * dict-vera (~72 MB): enough repeated pairs for a 262144-token vocabulary, which the standard
- * ~37 MB is not (it stops near 187.5k tokens). Opt-in: `./train prepare --default-corpus
- * --corpus extended`. */
+ * ~37 MB is not (it stops near 187.5k tokens). Taken for any -v above what the standard one
+ * supports (data/prepare.h), or asked for: `./train prepare --default-corpus --corpus extended`. */
 #define CORPUS_EXTENDED_NAME "extended-v1"
 #define CORPUS_SYNTHETIC_NAME "synthetic-v1"
 #define CORPUS_SYNTHETIC_BYTES (36u << 20)

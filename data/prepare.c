@@ -89,14 +89,13 @@ static int append_file(const char *path, char **buf, size_t *len, size_t *cap, c
 
 /* Byte where validation starts: the document boundary (just after a separator) nearest at or after
  * the target, else before it, else a line start, else the target itself. */
-static size_t val_cut(const char *text, size_t len, double fraction) {
+static size_t val_cut(const char *text, size_t len, double fraction, const char *eot, size_t eot_len) {
     size_t target = (size_t)((double)len * (1.0 - fraction));
-    const size_t eot_len = strlen(TOKENIZER_EOT_TEXT);
     if (target >= len) return len;
-    const char *e = memmem(text + target, len - target, TOKENIZER_EOT_TEXT, eot_len);
+    const char *e = memmem(text + target, len - target, eot, eot_len);
     if (e && (size_t)(e - text) + eot_len < len) return (size_t)(e - text) + eot_len;
     for (size_t i = target; i > 0; i--)
-        if (i >= eot_len && memcmp(text + i - eot_len, TOKENIZER_EOT_TEXT, eot_len) == 0) return i;
+        if (i >= eot_len && memcmp(text + i - eot_len, eot, eot_len) == 0) return i;
     const char *nl = memchr(text + target, '\n', len - target);
     if (nl && (size_t)(nl - text) + 1 < len) return (size_t)(nl - text) + 1;
     return target;
@@ -118,21 +117,43 @@ static int write_part(const Tokenizer *tok, const char *text, size_t len, int th
     return rc;
 }
 
-/* The whole pipeline on a text in memory: tokenizer (trained or loaded), then the two shards. */
-static int prepare_text(const char *text, size_t len, const PrepareOptions *opt, const char *out_dir,
-                        PreparedData *out, char *err) {
+/* Writes an imported tokenizer's tokenizer.json beside the shards, as it was read. */
+static int save_hf_json(const Tokenizer *tok, const char *path, char *err) {
+    char terr[TOKENIZER_ERR_LEN];
+    size_t n;
+    char *json = tokenizer_hf_json(tok, &n, terr);
+    if (!json) {
+        fgpt_set_err(err, "%s", terr);
+        return -1;
+    }
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(json, 1, n, f) == n;
+    ok = (f && fclose(f) == 0) && ok;
+    free(json);
+    if (!ok) {
+        fgpt_set_err(err, "cannot write %s: %s (check the folder is writable)", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* The whole pipeline on a text in memory: tokenizer (trained, or `given`, which stays the
+ * caller's), then the two shards. */
+static int prepare_text(const char *text, size_t len, const PrepareOptions *opt, Tokenizer *given,
+                        const char *out_dir, PreparedData *out, char *err) {
     memset(out, 0, sizeof *out);
+    const int imported = given && tokenizer_is_imported(given);
     if (make_dirs_or_err(out_dir, err) != 0 || path_join(out->train_path, out_dir, "train.bin", err) != 0 ||
         path_join(out->val_path, out_dir, "val.bin", err) != 0 ||
-        path_join(out->tokenizer_path, out_dir, "tokenizer.bin", err) != 0)
+        path_join(out->tokenizer_path, out_dir, imported ? "tokenizer.json" : "tokenizer.bin", err) != 0)
         return -1;
     out->vocab_requested = opt->vocab;
     char terr[TOKENIZER_ERR_LEN];
     Tokenizer *tok;
     double t0 = seconds();
-    if (opt->tokenizer_in) {
-        tok = tokenizer_load(opt->tokenizer_in, terr);
-        if (tok) out->vocab_requested = tokenizer_vocab_size(tok);
+    if (given) {
+        tok = given;
+        out->vocab_requested = tokenizer_vocab_size(tok);
     } else {
         fprintf(stderr, "prepare: training a %u-token tokenizer on %.1f MB of text\n", opt->vocab, len / 1e6);
         TokenizerTrainOptions topt = {opt->vocab, opt->threads, 1};
@@ -143,16 +164,24 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
         return -1;
     }
     out->vocab_reached = tokenizer_vocab_size(tok);
-    if (!opt->tokenizer_in) {
+    if (!given) {
         fprintf(stderr, "prepare: tokenizer has %u tokens (%u asked for) after %.1f s\n", out->vocab_reached, opt->vocab,
                 seconds() - t0);
     }
-    if (tokenizer_save(tok, out->tokenizer_path, terr) != 0) {
-        fgpt_set_err(err, "%s", terr);
-        tokenizer_free(tok);
+    int saved = imported ? save_hf_json(tok, out->tokenizer_path, err) : tokenizer_save(tok, out->tokenizer_path, terr);
+    if (saved != 0) {
+        if (!imported) fgpt_set_err(err, "%s", terr);
+        if (tok != given) tokenizer_free(tok);
         return -1;
     }
-    size_t cut = val_cut(text, len, opt->val_fraction);
+    if (tokenizer_check_text(tok, text, len, terr) != 0) {
+        fgpt_set_err(err, "%s", terr);
+        if (tok != given) tokenizer_free(tok);
+        return -1;
+    }
+    size_t eot_len;
+    const char *eot = tokenizer_eot_text(tok, &eot_len);
+    size_t cut = val_cut(text, len, opt->val_fraction, eot, eot_len);
     uint64_t n_train = 0, n_val = 0;
     t0 = seconds();
     fprintf(stderr, "prepare: encoding %.1f MB (train) + %.2f MB (validation)\n", cut / 1e6, (len - cut) / 1e6);
@@ -167,7 +196,7 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
                      "--val-fraction", len);
         rc = -1;
     }
-    tokenizer_free(tok);
+    if (tok != given) tokenizer_free(tok);
     return rc;
 }
 
@@ -212,13 +241,15 @@ static int prepare_default_locked(uint32_t vocab_size, const char *cache_dir, in
         return -1;
     }
     if (cached_ok(dir, vocab_size, out)) {
+        snprintf(out->corpus, sizeof out->corpus, "%s", name);
         free(text);
         return 0;
     }
     fprintf(stderr, "prepare: first use of the %s corpus with -v %u; preparing it once into %s\n", name, vocab_size,
             dir);
     PrepareOptions opt = {vocab_size, PREPARE_DEFAULT_VAL, 0, NULL};
-    int rc = prepare_text(text, len, &opt, dir, out, err);
+    int rc = prepare_text(text, len, &opt, NULL, dir, out, err);
+    snprintf(out->corpus, sizeof out->corpus, "%s", name);
     free(text);
     return rc;
 }
@@ -245,8 +276,12 @@ static int prepare_recipe(uint32_t vocab_size, const char *cache_dir, int extend
     return rc;
 }
 
+int prepare_wants_extended_corpus(uint32_t vocab_size) {
+    return vocab_size > PREPARE_STANDARD_CORPUS_VOCAB;
+}
+
 int prepare_default_corpus(uint32_t vocab_size, const char *cache_dir, PreparedData *out, char *err) {
-    return prepare_recipe(vocab_size, cache_dir, 0, out, err);
+    return prepare_recipe(vocab_size, cache_dir, prepare_wants_extended_corpus(vocab_size), out, err);
 }
 
 /* ---- the `./train prepare` command line ---- */
@@ -258,15 +293,18 @@ static void usage(FILE *f) {
             "\n"
             "options:\n"
             "  -v, --vocab V          tokens in the tokenizer, <|endoftext|> included (default %u)\n"
-            "      --corpus KIND      with --default-corpus: standard (~37 MB, what ./train uses; reaches\n"
-            "                         ~187.5k tokens) or extended (+5 Debian dictionaries, ~72 MB; reaches 262144)\n"
+            "      --corpus KIND      with --default-corpus: standard (~37 MB; reaches ~187.5k tokens) or extended\n"
+            "                         (+5 Debian dictionaries, ~72 MB; reaches 262144); default: extended for a -v\n"
+            "                         above 187536, as ./train does\n"
             "  -o, --out DIR          where tokenizer.bin, train.bin and val.bin go (default: prepared)\n"
-            "      --tokenizer FILE   encode with this tokenizer instead of training one\n"
+            "      --tokenizer FILE   encode with this tokenizer instead of training one (ours, or a Hugging Face\n"
+            "                         tokenizer.json of a byte-level BPE: GPT-2, Llama 3, Qwen 2 style)\n"
             "      --val-fraction F   share of the text held out for validation, from its end (default %.2f)\n"
             "      --cache-dir DIR    where the default corpus is cached (default .cache)\n"
             "      --threads N        threads for counting and encoding (default: all cores)\n"
             "  -h, --help             this text\n"
-            "Each FILE is one document; \"<|endoftext|>\" inside a file also separates documents.\n"
+            "Each FILE is one document; the tokenizer's separator (\"<|endoftext|>\", or Llama 3's\n"
+            "\"<|end_of_text|>\") inside a file also separates documents.\n"
             "Then train with: ./train -i DIR/train.bin -j DIR/val.bin --tokenizer DIR/tokenizer.bin -v <tokens>\n",
             PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL);
 }
@@ -288,7 +326,7 @@ static int parse_u32(const char *s, uint32_t *v) {
 int prepare_main(int argc, char **argv) {
     PrepareOptions opt = {PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL, 0, NULL};
     const char *out_dir = "prepared", *cache_dir = ".cache";
-    int default_corpus = 0, extended = 0, n_files = 0;
+    int default_corpus = 0, extended = -1, n_files = 0; /* extended -1: chosen by -v */
     const char **files = calloc((size_t)argc + 1, sizeof *files);
     if (!files) return 1;
     int status = 2;
@@ -369,11 +407,12 @@ int prepare_main(int argc, char **argv) {
         status = bad_arg("--default-corpus", "takes no text files and no --tokenizer");
         goto done;
     }
-    if (!default_corpus && extended) {
+    if (!default_corpus && extended >= 0) {
         status = bad_arg("--corpus", "goes with --default-corpus");
         goto done;
     }
     if (default_corpus) {
+        if (extended < 0) extended = prepare_wants_extended_corpus(opt.vocab);
         if (prepare_recipe(opt.vocab, cache_dir, extended, &out, err) != 0) {
             fprintf(stderr, "error: %s\n", err);
             status = 1;
@@ -387,29 +426,46 @@ int prepare_main(int argc, char **argv) {
         char *text = NULL;
         size_t len = 0, cap = 0;
         status = 1;
+        /* documents are joined by the tokenizer's separator: "<|endoftext|>" unless a given
+         * tokenizer has another (Llama 3's "<|end_of_text|>") */
+        Tokenizer *given = NULL;
+        const char *sep = TOKENIZER_EOT_TEXT;
+        size_t sep_len = strlen(sep);
+        if (opt.tokenizer_in) {
+            char terr[TOKENIZER_ERR_LEN];
+            given = tokenizer_load(opt.tokenizer_in, terr);
+            if (!given) {
+                fprintf(stderr, "error: %s\n", terr);
+                goto done;
+            }
+            sep = tokenizer_eot_text(given, &sep_len);
+        }
         for (int f = 0; f < n_files; f++) {
             if (f > 0) {
                 /* one document per file */
-                if (cap - len < sizeof TOKENIZER_EOT_TEXT) {
-                    char *b = realloc(text, cap + (1 << 20));
+                if (cap - len < sep_len) {
+                    char *b = realloc(text, cap + sep_len + (1 << 20));
                     if (!b) {
                         fprintf(stderr, "error: out of memory joining the text files\n");
                         free(text);
+                        tokenizer_free(given);
                         goto done;
                     }
                     text = b;
-                    cap += 1 << 20;
+                    cap += sep_len + (1 << 20);
                 }
-                memcpy(text + len, TOKENIZER_EOT_TEXT, sizeof TOKENIZER_EOT_TEXT - 1);
-                len += sizeof TOKENIZER_EOT_TEXT - 1;
+                memcpy(text + len, sep, sep_len);
+                len += sep_len;
             }
             if (append_file(files[f], &text, &len, &cap, err) != 0) {
                 fprintf(stderr, "error: %s\n", err);
                 free(text);
+                tokenizer_free(given);
                 goto done;
             }
         }
-        int rc = prepare_text(text, len, &opt, out_dir, &out, err);
+        int rc = prepare_text(text, len, &opt, given, out_dir, &out, err);
+        tokenizer_free(given);
         free(text);
         if (rc != 0) {
             fprintf(stderr, "error: %s\n", err);

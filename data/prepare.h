@@ -16,9 +16,18 @@ typedef struct {
     char tokenizer_path[PREPARE_PATH_LEN]; /* tokenizer file, for decoding samples */
     uint32_t vocab_requested;              /* V asked for */
     uint32_t vocab_reached;                /* tokens the tokenizer actually has (<= requested) */
+    char corpus[32];                       /* the default corpus's name (data/corpus.h), "" otherwise */
 } PreparedData;
 
-/* Makes sure the default corpus is prepared with a vocab_size-token tokenizer under cache_dir.
+/* Tokens the standard default corpus supports (beyond it no pair of tokens occurs twice); a larger
+ * vocabulary takes the extended corpus. */
+#define PREPARE_STANDARD_CORPUS_VOCAB 187536u
+
+/* 1 when a vocab_size-token tokenizer needs the extended default corpus. */
+int prepare_wants_extended_corpus(uint32_t vocab_size);
+
+/* Makes sure the default corpus is prepared with a vocab_size-token tokenizer under cache_dir:
+ * the standard corpus, or the extended one when vocab_size is more than the standard supports.
  * Returns 0 and fills *out, or -1 with a one-line message in err (FGPT_ERR_LEN bytes). */
 int prepare_default_corpus(uint32_t vocab_size, const char *cache_dir, PreparedData *out, char *err);
 

@@ -127,6 +127,49 @@ int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t v
     return shard_writer_close(w, err);
 }
 
+/* An llm.c file, recognised by its magic in the first int32 of a 256 x int32 header: checks the
+ * version that goes with the magic and the file length against header[2], the token count, and
+ * leaves f at the first token. The header records no vocabulary, so the one llm.c's scripts use for
+ * that magic stands in (for the train/validation comparison and the -v an error suggests). */
+static FILE *open_llmc(FILE *f, const char *path, const int32_t llmc[3], const struct stat *st, ShardHeader *hdr,
+                       char *err) {
+    const int gpt2 = llmc[0] == LLMC_MAGIC_GPT2;
+    const int32_t version = gpt2 ? LLMC_VERSION_GPT2 : LLMC_VERSION_LLAMA3;
+    hdr->version = (uint32_t)llmc[1];
+    hdr->bytes_per_token = gpt2 ? 2 : 4;
+    hdr->vocab_size = gpt2 ? LLMC_VOCAB_GPT2 : LLMC_VOCAB_LLAMA3;
+    hdr->header_bytes = LLMC_HEADER_BYTES;
+    if (llmc[1] != version) {
+        snprintf(err, FGPT_ERR_LEN, "llm.c shard %s has magic %d with version %d, but that magic goes with version %d "
+                 "(corrupt header; re-create it with llm.c's dev/data scripts)", path, (int)llmc[0], (int)llmc[1],
+                 (int)version);
+        fclose(f);
+        return NULL;
+    }
+    if (llmc[2] < 0) {
+        snprintf(err, FGPT_ERR_LEN, "llm.c shard %s records %d tokens (corrupt header; re-create it)", path,
+                 (int)llmc[2]);
+        fclose(f);
+        return NULL;
+    }
+    hdr->num_tokens = (uint64_t)llmc[2];
+    uint64_t expect = LLMC_HEADER_BYTES + hdr->num_tokens * hdr->bytes_per_token;
+    if ((uint64_t)st->st_size != expect) {
+        snprintf(err, FGPT_ERR_LEN,
+                 "token shard %s is %lld bytes but its header promises %llu tokens (%llu bytes): truncated or "
+                 "corrupt, re-create it",
+                 path, (long long)st->st_size, (unsigned long long)hdr->num_tokens, (unsigned long long)expect);
+        fclose(f);
+        return NULL;
+    }
+    if (fseek(f, LLMC_HEADER_BYTES, SEEK_SET) != 0) {
+        snprintf(err, FGPT_ERR_LEN, "cannot read token shard %s: %s", path, strerror(errno));
+        fclose(f);
+        return NULL;
+    }
+    return f;
+}
+
 /* Opens path and validates its header against the file's length. */
 static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
     FILE *f = fopen(path, "rb");
@@ -149,12 +192,16 @@ static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
         fclose(f);
         return NULL;
     }
+    int32_t llmc[3];
+    memcpy(llmc, h, sizeof llmc);
+    if (llmc[0] == LLMC_MAGIC_GPT2 || llmc[0] == LLMC_MAGIC_LLAMA3) return open_llmc(f, path, llmc, &st, hdr, err);
     if (memcmp(h, SHARD_MAGIC, 8) != 0) {
-        snprintf(err, FGPT_ERR_LEN, "%s is not a token shard (bad magic; expected one written by `train prepare`)",
-                 path);
+        snprintf(err, FGPT_ERR_LEN, "%s is not a token shard (bad magic; expected one written by `train prepare`, "
+                 "or an llm.c .bin file)", path);
         fclose(f);
         return NULL;
     }
+    hdr->header_bytes = SHARD_HEADER_BYTES;
     memcpy(&hdr->version, h + 8, 4);
     memcpy(&hdr->bytes_per_token, h + 12, 4);
     memcpy(&hdr->vocab_size, h + 16, 4);

@@ -9,6 +9,9 @@
  *   24 uint64   token count
  *   32 ..63     reserved (0)
  *   64 tokens   uint16 or uint32 each
+ * The reader also takes llm.c's .bin files as they are: a 256 x int32 header (magic, version, token
+ * count, then zeros) and the tokens; GPT-2 files (magic 20240520, version 1) hold uint16 tokens,
+ * Llama 3 files (magic 20240801, version 7) uint32 tokens. The same checks apply to them.
  * All functions return 0 on success; on failure they return -1 and write one line naming the
  * problem and the fix into err (FGPT_ERR_LEN bytes). */
 #ifndef FUSEDGPT_SHARD_H
@@ -23,12 +26,21 @@ void fgpt_set_err(char *err, const char *fmt, ...) __attribute__((format(printf,
 #define SHARD_MAGIC "FGPTTOK1"
 #define SHARD_VERSION 1u
 #define SHARD_HEADER_BYTES 64
+#define LLMC_HEADER_BYTES 1024
+#define LLMC_MAGIC_GPT2 20240520
+#define LLMC_VERSION_GPT2 1
+#define LLMC_MAGIC_LLAMA3 20240801
+#define LLMC_VERSION_LLAMA3 7
+/* llm.c's headers record no vocabulary; these are the tokenizers its scripts use for each magic. */
+#define LLMC_VOCAB_GPT2 50257u
+#define LLMC_VOCAB_LLAMA3 128256u
 
 typedef struct {
     uint32_t version;
     uint32_t bytes_per_token;
     uint32_t vocab_size;
     uint64_t num_tokens;
+    uint32_t header_bytes; /* where the tokens start: 64, or 1024 in an llm.c file */
 } ShardHeader;
 
 /* Streaming writer: tokens go to "<path>.tmp"; close patches the count, flushes and renames, so a

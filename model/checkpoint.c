@@ -161,11 +161,14 @@ static int write_safetensors(const char *path, const ParamTable *t, const float 
     return close_synced(f) && ok;
 }
 
-static int write_config_json(const char *path, const GPTConfig *cfg) {
+/* eos: the tokenizer's separator id, named as bos and eos (-1: no tokenizer; GPT2Config's defaults) */
+static int write_config_json(const char *path, const GPTConfig *cfg, int eos) {
     FILE *f = fopen(path, "w");
     if (!f) return 0;
+    if (eos >= 0) fprintf(f, "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,", eos, eos);
+    else fprintf(f, "{");
     fprintf(f,
-            "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+            "\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
             "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n"
             "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
             "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
@@ -176,7 +179,8 @@ static int write_config_json(const char *path, const GPTConfig *cfg) {
 }
 
 static void remove_checkpoint_dir(const char *dir) {
-    static const char *files[] = {"model.safetensors", "config.json", "state.bin"};
+    static const char *files[] = {"model.safetensors", "config.json", "state.bin", "tokenizer.json",
+                                  "tokenizer_config.json"};
     char p[PATH_LEN];
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, files[i]);
@@ -215,8 +219,20 @@ static void prune_checkpoints(const char *run_dir, int current, int keep) {
     }
 }
 
+static int write_text(const char *path, const char *text, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return 0;
+    int ok = write_all(f, text, len);
+    return close_synced(f) && ok;
+}
+
 int checkpoint_save(const char *run_dir, const ParamTable *t, const float *params, const float *m, const float *v,
                     const TrainState *st, int keep, char *err) {
+    return checkpoint_save_with(run_dir, t, params, m, v, st, NULL, keep, err);
+}
+
+int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *params, const float *m,
+                         const float *v, const TrainState *st, const CheckpointTokenizer *tok, int keep, char *err) {
     char final_dir[PATH_LEN], tmp_dir[PATH_LEN], p[PATH_LEN + 32];
     snprintf(final_dir, sizeof final_dir, "%s/step_%08d", run_dir, st->step);
     snprintf(tmp_dir, sizeof tmp_dir, "%s.tmp", final_dir);
@@ -235,7 +251,13 @@ int checkpoint_save(const char *run_dir, const ParamTable *t, const float *param
     snprintf(p, sizeof p, "%s/model.safetensors", tmp_dir);
     ok = ok && write_safetensors(p, t, params);
     snprintf(p, sizeof p, "%s/config.json", tmp_dir);
-    ok = ok && write_config_json(p, &t->cfg);
+    ok = ok && write_config_json(p, &t->cfg, tok ? tok->eos_token_id : -1);
+    if (tok) {
+        snprintf(p, sizeof p, "%s/tokenizer.json", tmp_dir);
+        ok = ok && write_text(p, tok->tokenizer_json, tok->tokenizer_json_len);
+        snprintf(p, sizeof p, "%s/tokenizer_config.json", tmp_dir);
+        ok = ok && write_text(p, tok->tokenizer_config_json, strlen(tok->tokenizer_config_json));
+    }
     if (!ok) {
         snprintf(err, 512, "cannot write checkpoint files in %s: %s (disk full?); the previous checkpoint is intact",
                  tmp_dir, strerror(errno));

@@ -5,6 +5,8 @@
  *   config.json        HF GPT2Config, so transformers.GPT2LMHeadModel.from_pretrained(dir) loads it
  *   state.bin          config, step, data position, RNG, and the fp32 master weights and AdamW m, v
  *                      in our table layout (resume reads only this file), with a checksum
+ *   tokenizer.json, tokenizer_config.json   the run's tokenizer in Hugging Face's format, when the
+ *                      run has one (checkpoint_save_with), so AutoTokenizer loads it beside the model
  * It is written as step_NNNNNNNN.tmp/ and renamed when complete; then <run>/latest (the name of the
  * newest checkpoint) is replaced by rename, so a crash leaves the previous checkpoint intact. */
 #ifndef FUSEDGPT_CHECKPOINT_H
@@ -32,6 +34,19 @@ typedef struct {
  * prune_checkpoints). Returns 0, or -1 with a one-line message in err. */
 int checkpoint_save(const char *run_dir, const ParamTable *t, const float *params, const float *m, const float *v,
                     const TrainState *st, int keep, char *err);
+
+/* The run's tokenizer as Hugging Face files: their texts, and the separator's id, which config.json
+ * then names as bos_token_id and eos_token_id (generate stops there). */
+typedef struct {
+    const char *tokenizer_json;
+    size_t tokenizer_json_len;
+    const char *tokenizer_config_json;
+    int eos_token_id;
+} CheckpointTokenizer;
+
+/* checkpoint_save, with the tokenizer files written into the checkpoint too (tok NULL: none). */
+int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *params, const float *m,
+                         const float *v, const TrainState *st, const CheckpointTokenizer *tok, int keep, char *err);
 
 /* A new run in a directory that holds an earlier run's files (latest, log.jsonl, step_* checkpoints)
  * moves them into <run_dir>/earlier_run_N (the first free N), so that nothing of the earlier run is

@@ -7,4 +7,8 @@
 /* Softmax of logits[0..V) at the given temperature, then one draw. */
 int sample_token(const float *logits, int V, float temperature, Rng *rng);
 
+/* The same over the top_k largest logits only (top_k <= 0 or >= V: all of them); temperature 0
+ * (or top_k 1) is greedy: the largest logit, the lowest id among equals, with no draw. */
+int sample_token_top_k(const float *logits, int V, float temperature, int top_k, Rng *rng);
+
 #endif

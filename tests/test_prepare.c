@@ -254,3 +254,10 @@ TEST(corpus_falls_back_to_synthetic_when_packages_cannot_be_fetched) {
     CHECK(stat(path, &st) == 0 && (size_t)st.st_size >= CORPUS_SYNTHETIC_BYTES, "synthetic corpus %s is missing or short",
           path);
 }
+
+TEST(prepare_takes_the_extended_corpus_for_a_vocabulary_the_standard_one_cannot_reach) {
+    CHECK(!prepare_wants_extended_corpus(50257) && !prepare_wants_extended_corpus(PREPARE_STANDARD_CORPUS_VOCAB),
+          "the standard corpus reaches these");
+    CHECK(prepare_wants_extended_corpus(PREPARE_STANDARD_CORPUS_VOCAB + 1) && prepare_wants_extended_corpus(262144),
+          "262144 needs the extended corpus");
+}

@@ -170,26 +170,56 @@ static const char *const cl100k_pattern =
 
 /* Compares our chunk boundaries with PCRE2's on s; returns the offset of the first disagreement
  * or SIZE_MAX when they agree. */
-static size_t split_disagreement(pcre2_code *re, pcre2_match_data *md, const char *s, size_t n) {
+static size_t split_disagreement(pcre2_code *re, pcre2_match_data *md, const char *split, const char *s, size_t n) {
     size_t at = 0;
     while (at < n) {
         int rc = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, NULL);
         if (rc < 0) return at;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         if (ov[0] != at) return at;
-        size_t ours = tokenizer_chunk_len(s + at, n - at);
+        size_t ours = split ? tokenizer_split_len(split, s + at, n - at) : tokenizer_chunk_len(s + at, n - at);
         if (ours != ov[1] - ov[0]) return at;
         at += ours;
     }
     return SIZE_MAX;
 }
 
+/* The patterns of Hugging Face tokenizer.json files we split by hand, spelled as those files do. */
+static const char *const llama3_pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char *const qwen2_pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char *const gpt2_pattern =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+/* Our split (NULL: tokenizer_chunk_len, else tokenizer_split_len's name) against PCRE2 running
+ * pattern, on generated text. */
+static void check_split_against_pcre2(const char *pattern, const char *split);
+
 TEST(tokenizer_split_matches_pcre2_cl100k_oracle) {
+    check_split_against_pcre2(cl100k_pattern, NULL);
+}
+
+TEST(tokenizer_split_matches_pcre2_on_llama3s_spelling_of_the_pattern) {
+    check_split_against_pcre2(llama3_pattern, "cl100k");
+}
+
+TEST(tokenizer_split_qwen2_matches_pcre2) {
+    check_split_against_pcre2(qwen2_pattern, "qwen2");
+}
+
+TEST(tokenizer_split_gpt2_matches_pcre2) {
+    check_split_against_pcre2(gpt2_pattern, "gpt2");
+}
+
+static void check_split_against_pcre2(const char *pattern, const char *split) {
     int errcode;
     PCRE2_SIZE erroff;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)cl100k_pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &errcode,
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &errcode,
                                    &erroff, NULL);
-    REQUIRE(re, "PCRE2 did not compile the cl100k pattern (error %d at %zu)", errcode, (size_t)erroff);
+    REQUIRE(re, "PCRE2 did not compile the pattern %s (error %d at %zu)", pattern, errcode, (size_t)erroff);
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
     Rng rng;
     rng_seed(&rng, 2024);
@@ -197,7 +227,7 @@ TEST(tokenizer_split_matches_pcre2_cl100k_oracle) {
     for (int i = 0; i < 2000; i++) {
         size_t len;
         char *text = make_text(&rng, 1 + rng_below(&rng, 120), &len);
-        size_t bad = split_disagreement(re, md, text, len);
+        size_t bad = split_disagreement(re, md, split, text, len);
         if (bad != SIZE_MAX) {
             test_fail(__FILE__, __LINE__, "split differs from PCRE2 at byte %zu of \"%.*s\"", bad, (int)len, text);
             free(text);
@@ -215,7 +245,7 @@ TEST(tokenizer_split_matches_pcre2_cl100k_oracle) {
             memcpy(glued + n, w, strlen(w));
             n += strlen(w);
         }
-        size_t bad = split_disagreement(re, md, glued, n);
+        size_t bad = split_disagreement(re, md, split, glued, n);
         if (bad != SIZE_MAX) {
             test_fail(__FILE__, __LINE__, "split differs from PCRE2 at byte %zu of \"%.*s\"", bad, (int)n, glued);
             break;
@@ -223,7 +253,7 @@ TEST(tokenizer_split_matches_pcre2_cl100k_oracle) {
     }
     size_t len;
     char *text = make_text(&rng, 1000000, &len);
-    size_t bad = split_disagreement(re, md, text, len);
+    size_t bad = split_disagreement(re, md, split, text, len);
     CHECK(bad == SIZE_MAX, "split differs from PCRE2 at byte %zu of the generated text: \"%.*s\"", bad, 40,
           bad < len ? text + bad : "");
     free(text);

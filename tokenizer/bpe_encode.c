@@ -19,14 +19,15 @@
 #define CACHE_MAX_ENTRIES (1u << 20)
 
 static inline uint32_t rank_of(const Tokenizer *t, uint32_t a, uint32_t b) {
-    return pair_map_get(&t->merge_map, pair_key(a, b)); /* merged id, UINT32_MAX when no merge */
+    return pair_map_get(&t->merge_map, pair_key(a, b)); /* merge rank, UINT32_MAX when no merge */
 }
 
-/* Short chunks: keep the merged id of each adjacent pair; each step merges the lowest one (the
- * leftmost on ties, as training does) and recomputes only its two neighbours. */
+/* Short chunks: keep the merge rank of each adjacent pair; each step merges the lowest one (the
+ * leftmost on ties, as training does and as Hugging Face's BPE does) and recomputes only its two
+ * neighbours. */
 static size_t bpe_quadratic(const Tokenizer *t, const uint8_t *s, size_t n, uint32_t *sym) {
     uint32_t rank[SHORT_CHUNK];
-    for (size_t i = 0; i < n; i++) sym[i] = s[i];
+    for (size_t i = 0; i < n; i++) sym[i] = t->byte_token[s[i]];
     for (size_t i = 0; i + 1 < n; i++) rank[i] = rank_of(t, sym[i], sym[i + 1]);
     while (n > 1) {
         uint32_t best = UINT32_MAX;
@@ -37,7 +38,7 @@ static size_t bpe_quadratic(const Tokenizer *t, const uint8_t *s, size_t n, uint
                 at = i;
             }
         if (best == UINT32_MAX) break;
-        sym[at] = best;
+        sym[at] = t->merge_result[best];
         memmove(sym + at + 1, sym + at + 2, (n - at - 2) * sizeof *sym);
         memmove(rank + at + 1, rank + at + 2, (n - at - 2) * sizeof *rank);
         n--;
@@ -47,9 +48,9 @@ static size_t bpe_quadratic(const Tokenizer *t, const uint8_t *s, size_t n, uint
     return n;
 }
 
-/* Long chunks: a doubly linked list of symbols and a min-heap of (merged id, position). An entry
- * is stale when its symbol is gone or its pair changed; the (id, position) order merges the
- * leftmost occurrence of the lowest id first. */
+/* Long chunks: a doubly linked list of symbols and a min-heap of (merge rank, position). An entry
+ * is stale when its symbol is gone or its pair changed; the (rank, position) order merges the
+ * leftmost occurrence of the lowest rank first. */
 typedef struct {
     uint32_t rank;
     uint32_t pos;
@@ -95,7 +96,7 @@ static size_t bpe_heap(const Tokenizer *t, const uint8_t *s, size_t n, uint32_t 
     const uint32_t NONE = UINT32_MAX;
     size_t nh = 0;
     for (size_t i = 0; i < n; i++) {
-        sym[i] = s[i];
+        sym[i] = t->byte_token[s[i]];
         next[i] = i + 1 < n ? (uint32_t)(i + 1) : NONE;
         prev[i] = i > 0 ? (uint32_t)(i - 1) : NONE;
         alive[i] = 1;
@@ -108,7 +109,7 @@ static size_t bpe_heap(const Tokenizer *t, const uint8_t *s, size_t n, uint32_t 
         BpeEntry e = bpe_pop(heap, &nh);
         uint32_t i = e.pos, j = next[i];
         if (!alive[i] || j == NONE || rank_of(t, sym[i], sym[j]) != e.rank) continue;
-        sym[i] = e.rank;
+        sym[i] = t->merge_result[e.rank];
         alive[j] = 0;
         next[i] = next[j];
         if (next[j] != NONE) prev[next[j]] = i;
@@ -177,11 +178,18 @@ void encode_ctx_free(EncodeCtx *c) {
 /* Tokens of one chunk into out (room for n tokens always: a chunk never needs more tokens than
  * bytes). Returns the count. */
 static size_t encode_chunk(EncodeCtx *c, const uint8_t *s, size_t n, uint32_t *out) {
+    if (c->t->ignore_merges) { /* a chunk that is a token as a whole stays whole (Llama 3) */
+        BytesSlot *whole = bytes_map_find(&c->t->whole_tokens, s, n, bytes_hash(s, n));
+        if (whole) {
+            out[0] = (uint32_t)whole->value;
+            return 1;
+        }
+    }
     if (n > SHORT_CHUNK) {
         size_t k = bpe_heap(c->t, s, n, out);
         if (k == SIZE_MAX) { /* out of memory: bytes are still a correct (if long) encoding */
             c->oom = 1;
-            for (size_t i = 0; i < n; i++) out[i] = s[i];
+            for (size_t i = 0; i < n; i++) out[i] = c->t->byte_token[s[i]];
             return n;
         }
         return k;
@@ -222,7 +230,7 @@ static size_t encode_plain(EncodeCtx *c, const uint8_t *s, size_t len, uint32_t 
     uint32_t spill[SHORT_CHUNK];
     size_t i = 0;
     while (i < len) {
-        size_t n = tokenizer_chunk_len((const char *)s + i, len - i);
+        size_t n = split_chunk_len(c->t->split, s + i, len - i);
         if (done + n <= cap) {
             done += encode_chunk(c, s + i, n, out + done); /* room for the worst case: write in place */
         } else if (n <= SHORT_CHUNK) {
@@ -248,19 +256,50 @@ static size_t encode_plain(EncodeCtx *c, const uint8_t *s, size_t len, uint32_t 
     return done;
 }
 
+/* The leftmost special in s[0..len) (the longest one starting there, as Hugging Face matches
+ * added tokens), or NULL; its id and length in *id, *n. */
+static const uint8_t *next_special(const Tokenizer *t, const uint8_t *s, size_t len, uint32_t *id, size_t *n) {
+    size_t one_len;
+    const uint8_t *one = tokenizer_token_bytes(t, t->special_ids[0], &one_len);
+    if (t->n_specials == 1) { /* ours: memmem is much faster than the scan below */
+        const uint8_t *at = one_len ? memmem(s, len, one, one_len) : NULL;
+        *id = t->special_ids[0];
+        *n = one_len;
+        return at;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (!t->special_first[s[i]]) continue;
+        size_t best = 0;
+        for (uint32_t k = 0; k < t->n_specials; k++) {
+            size_t l;
+            const uint8_t *b = tokenizer_token_bytes(t, t->special_ids[k], &l);
+            if (l > best && l <= len - i && memcmp(s + i, b, l) == 0) {
+                best = l;
+                *id = t->special_ids[k];
+            }
+        }
+        if (best) {
+            *n = best;
+            return s + i;
+        }
+    }
+    return NULL;
+}
+
 size_t encode_with_ctx(EncodeCtx *c, const uint8_t *text, size_t len, int allow_special, uint32_t *out,
                        size_t cap) {
-    const size_t eot_len = strlen(TOKENIZER_EOT_TEXT);
     size_t done = 0;
     while (len > 0) {
-        const uint8_t *eot = allow_special ? memmem(text, len, TOKENIZER_EOT_TEXT, eot_len) : NULL;
-        size_t piece = eot ? (size_t)(eot - text) : len;
+        uint32_t id = 0;
+        size_t special_len = 0;
+        const uint8_t *special = allow_special ? next_special(c->t, text, len, &id, &special_len) : NULL;
+        size_t piece = special ? (size_t)(special - text) : len;
         done = encode_plain(c, text, piece, out, cap, done);
-        if (!eot) break;
-        if (done < cap) out[done] = c->t->eot;
+        if (!special) break;
+        if (done < cap) out[done] = id;
         done++;
-        text += piece + eot_len;
-        len -= piece + eot_len;
+        text += piece + special_len;
+        len -= piece + special_len;
     }
     return done;
 }
@@ -303,6 +342,7 @@ static void *encode_job(void *arg) {
 int tokenizer_encode_parallel(const Tokenizer *t, const char *text, size_t len, int allow_special, int threads,
                               uint32_t **out, size_t *n_out, char *err) {
     if (threads <= 0) threads = tokenizer_default_threads();
+    if (t->special_has_newline) threads = 1;
     if (threads > 64) threads = 64;
     /* Several pieces per thread would balance better, but one each keeps memory at 1x the tokens
      * and documents are similar enough that the pieces finish together. A cut may fall inside

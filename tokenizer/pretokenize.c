@@ -1,5 +1,6 @@
-/* tokenizer/pretokenize.c - the hand-written scanner that splits text into chunks as GPT-4's
- * cl100k pattern does, and the helper that cuts a text where chunking restarts cleanly.
+/* tokenizer/pretokenize.c - the hand-written scanners that split text into chunks as GPT-4's
+ * cl100k pattern (and its Qwen 2 variant) and GPT-2's pattern do, and the helper that cuts a text
+ * where chunking restarts cleanly.
  *
  * The pattern's alternatives, tried in order at each position (PCRE semantics, leftmost first):
  *   1 '(?i:[sdmt]|ll|ve|re)              contractions
@@ -9,6 +10,15 @@
  *   5 \s*[\r\n]                          white space up to and including its last newline
  *   6 \s+(?!\S)                          white space except its last character when a non-space follows
  *   7 \s+                                what remains (one white space character)
+ * Llama 3's tokenizer.json writes the same pattern without possessive quantifiers and with
+ * \s*[\r\n]+ in rule 5; neither changes a match (rule 2's optional prefix can never be given back
+ * usefully, a newline never follows a punctuation run's last character inside it, and the longest
+ * \s*[\r\n]+ ends at the run's last newline too). Qwen 2's takes one digit in rule 3 (\p{N}).
+ *
+ * GPT-2's pattern, tried in order:
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * (contractions case-sensitive, numbers of any length, only ' ' as a prefix, newlines plain white
+ * space).
  * Classes come from tokenizer/unicode_table.c; a byte that is not valid UTF-8 is one "other"
  * character, so the scanner never stalls or reads past the end. */
 #include <unistd.h>
@@ -101,8 +111,7 @@ static inline size_t punct_then_newlines(const uint8_t *s, size_t len, size_t i)
     return i;
 }
 
-size_t tokenizer_chunk_len(const char *text, size_t len) {
-    const uint8_t *s = (const uint8_t *)text;
+static size_t cl100k_chunk_len(const uint8_t *s, size_t len, int max_digits) {
     if (len == 0) return 0;
     size_t n0;
     int c0 = char_at(s, len, 0, &n0);
@@ -124,7 +133,7 @@ size_t tokenizer_chunk_len(const char *text, size_t len) {
     /* 3: one to three numbers */
     if (c0 == C_NUMBER) {
         size_t i = n0;
-        for (int k = 1; k < 3 && i < len; k++) {
+        for (int k = 1; k < max_digits && i < len; k++) {
             size_t nb;
             if (char_at(s, len, i, &nb) != C_NUMBER) break;
             i += nb;
@@ -154,9 +163,60 @@ size_t tokenizer_chunk_len(const char *text, size_t len) {
     return i;
 }
 
+/* White space run at s[0]: rules 6 and 7 of both patterns (rule 5 of cl100k is handled by its
+ * caller): the whole run at the end of the text, else all but its last character, else the one
+ * character. */
+static size_t space_run_len(const uint8_t *s, size_t len) {
+    size_t i = 0, last_char_start = 0;
+    while (i < len) {
+        size_t nb;
+        int c = char_at(s, len, i, &nb);
+        if (c != C_SPACE && c != C_NEWLINE) break;
+        last_char_start = i;
+        i += nb;
+    }
+    if (i == len) return i;
+    return last_char_start > 0 ? last_char_start : i;
+}
+
+static size_t gpt2_chunk_len(const uint8_t *s, size_t len) {
+    if (len == 0) return 0;
+    /* contractions, as written (no case folding) */
+    if (s[0] == '\'' && len >= 2) {
+        if (s[1] == 's' || s[1] == 't' || s[1] == 'm' || s[1] == 'd') return 2;
+        if (len >= 3 && ((s[1] == 'r' && s[2] == 'e') || (s[1] == 'v' && s[2] == 'e') || (s[1] == 'l' && s[2] == 'l')))
+            return 3;
+    }
+    size_t n0, n1 = 0;
+    int c0 = char_at(s, len, 0, &n0);
+    int c1 = n0 < len ? char_at(s, len, n0, &n1) : -1;
+    /* ' ?' then a run of letters, of numbers, or of other characters */
+    if (c0 == C_LETTER || c0 == C_NUMBER || c0 == C_OTHER) return run_of(s, len, n0, c0);
+    if (s[0] == ' ' && (c1 == C_LETTER || c1 == C_NUMBER || c1 == C_OTHER)) return run_of(s, len, n0 + n1, c1);
+    return space_run_len(s, len);
+}
+
+size_t split_chunk_len(SplitKind kind, const uint8_t *s, size_t len) {
+    switch (kind) {
+    case SPLIT_GPT2: return gpt2_chunk_len(s, len);
+    case SPLIT_QWEN2: return cl100k_chunk_len(s, len, 1);
+    default: return cl100k_chunk_len(s, len, 3);
+    }
+}
+
+size_t tokenizer_chunk_len(const char *text, size_t len) {
+    return cl100k_chunk_len((const uint8_t *)text, len, 3);
+}
+
+size_t tokenizer_split_len(const char *split, const char *text, size_t len) {
+    SplitKind k = strcmp(split, "gpt2") == 0 ? SPLIT_GPT2 : strcmp(split, "qwen2") == 0 ? SPLIT_QWEN2 : SPLIT_CL100K;
+    return split_chunk_len(k, (const uint8_t *)text, len);
+}
+
 /* A chunk always starts right after '\n' when the next byte is printable ASCII: no alternative can
  * carry a newline into the following character (rule 2's prefix excludes \r\n, rules 4 and 5 end at
- * a newline, rule 6 needs white space after), and the scanner never looks behind. */
+ * a newline, rule 6 needs white space after), and the scanner never looks behind. The same holds
+ * for GPT-2's pattern: its only prefix is ' ', and its white space rules stop before a non-space. */
 static int is_cut_point(const uint8_t *s, size_t len, size_t i) {
     return i > 0 && i < len && s[i - 1] == '\n' && s[i] > 0x20 && s[i] < 0x7f;
 }

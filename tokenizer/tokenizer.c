@@ -1,9 +1,11 @@
-/* tokenizer/tokenizer.c - the Tokenizer object: built from its merge list, its queries, and decode. */
+/* tokenizer/tokenizer.c - the Tokenizer object: built from its merge list (ours; tokenizer.json
+ * imports build theirs in hf_import.c), its queries, and decode. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenizer/nfc_table.h"
 #include "tokenizer/tokenizer_internal.h"
 
 void tok_error(char *err, const char *fmt, ...) {
@@ -28,8 +30,10 @@ Tokenizer *tokenizer_from_merges(const uint32_t *merges, uint32_t n_merges, char
     t->eot = 256 + n_merges;
     t->vocab_size = t->eot + 1;
     t->merges = malloc(((size_t)n_merges + 1) * 2 * sizeof *t->merges);
+    t->merge_result = malloc(((size_t)n_merges + 1) * sizeof *t->merge_result);
     t->tok_off = malloc(((size_t)t->vocab_size + 1) * sizeof *t->tok_off);
-    if (!t->merges || !t->tok_off || pair_map_init(&t->merge_map, n_merges) != 0) {
+    t->special_ids = malloc(sizeof *t->special_ids);
+    if (!t->merges || !t->merge_result || !t->tok_off || !t->special_ids || pair_map_init(&t->merge_map, n_merges) != 0) {
         tok_error(err, "%s", oom);
         tokenizer_free(t);
         return NULL;
@@ -49,7 +53,7 @@ Tokenizer *tokenizer_from_merges(const uint32_t *merges, uint32_t n_merges, char
             return NULL;
         }
         int inserted;
-        int64_t slot = pair_map_upsert(&t->merge_map, pair_key(a, b), id, &inserted);
+        int64_t slot = pair_map_upsert(&t->merge_map, pair_key(a, b), i, &inserted);
         if (slot < 0) {
             tok_error(err, "%s", oom);
             tokenizer_free(t);
@@ -58,7 +62,7 @@ Tokenizer *tokenizer_from_merges(const uint32_t *merges, uint32_t n_merges, char
         if (!inserted) {
             snprintf(err, TOKENIZER_ERR_LEN,
                      "tokenizer merges %u and %u join the same pair (%u, %u); the file is corrupt, re-train it",
-                     t->merge_map.values[slot] - 256, i, a, b);
+                     t->merge_map.values[slot], i, a, b);
             tokenizer_free(t);
             return NULL;
         }
@@ -96,12 +100,35 @@ Tokenizer *tokenizer_from_merges(const uint32_t *merges, uint32_t n_merges, char
         memcpy(dst + la, t->tok_bytes + t->tok_off[b], t->tok_off[b + 1] - t->tok_off[b]);
     }
     memcpy(t->tok_bytes + t->tok_off[t->eot], TOKENIZER_EOT_TEXT, eot_len);
+    for (uint32_t i = 0; i < n_merges; i++) t->merge_result[i] = 256 + i;
+    for (uint32_t b = 0; b < 256; b++) t->byte_token[b] = b;
+    t->split = SPLIT_CL100K;
+    t->special_ids[0] = t->eot;
+    t->n_specials = 1;
+    tokenizer_index_specials(t);
     return t;
+}
+
+void tokenizer_index_specials(Tokenizer *t) {
+    memset(t->special_first, 0, sizeof t->special_first);
+    t->special_has_newline = 0;
+    for (uint32_t i = 0; i < t->n_specials; i++) {
+        size_t len;
+        const uint8_t *s = tokenizer_token_bytes(t, t->special_ids[i], &len);
+        if (!s || !len) continue;
+        t->special_first[s[0]] = 1;
+        if (memchr(s, '\n', len)) t->special_has_newline = 1;
+    }
 }
 
 void tokenizer_free(Tokenizer *t) {
     if (!t) return;
     pair_map_free(&t->merge_map);
+    if (t->ignore_merges) bytes_map_free(&t->whole_tokens);
+    free(t->hf_json);
+    free(t->hf_config);
+    free(t->special_ids);
+    free(t->merge_result);
     free(t->tok_bytes);
     free(t->tok_off);
     free(t->merges);
@@ -116,6 +143,14 @@ uint32_t tokenizer_eot_token(const Tokenizer *t) {
     return t->eot;
 }
 
+const char *tokenizer_eot_text(const Tokenizer *t, size_t *len) {
+    return (const char *)tokenizer_token_bytes(t, t->eot, len);
+}
+
+int tokenizer_is_imported(const Tokenizer *t) {
+    return t->hf_json != NULL;
+}
+
 uint32_t tokenizer_num_merges(const Tokenizer *t) {
     return t->n_merges;
 }
@@ -127,7 +162,7 @@ const uint8_t *tokenizer_token_bytes(const Tokenizer *t, uint32_t id, size_t *le
 }
 
 int tokenizer_merge_pair(const Tokenizer *t, uint32_t id, uint32_t *left, uint32_t *right) {
-    if (id < 256 || id >= t->eot) return -1;
+    if (t->hf_json || id < 256 || id >= t->eot) return -1;
     *left = t->merges[2 * (id - 256)];
     *right = t->merges[2 * (id - 256) + 1];
     return 0;
@@ -150,4 +185,27 @@ size_t tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char 
         need += len;
     }
     return need;
+}
+
+int tokenizer_check_text(const Tokenizer *t, const char *text, size_t len, char *err) {
+    if (!t->nfc) return 0;
+    const uint8_t *s = (const uint8_t *)text;
+    for (size_t i = 0; i < len;) {
+        uint8_t b = s[i];
+        if (b < 0xcc) { /* ASCII, continuation bytes and code points below U+0300: never rewritten */
+            i++;
+            continue;
+        }
+        size_t need = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : 2;
+        if (i + need > len) break;
+        uint32_t cp = b & (need == 2 ? 0x1fu : need == 3 ? 0x0fu : 0x07u);
+        for (size_t k = 1; k < need; k++) cp = cp << 6 | (s[i + k] & 0x3fu);
+        if (nfc_may_change(cp)) {
+            tok_error(err, "the text holds U+%04X at byte %zu, which this tokenizer's NFC normalizer may rewrite; "
+                      "normalize the text to NFC first (e.g. uconv -x any-nfc)", cp, i);
+            return -1;
+        }
+        i += need;
+    }
+    return 0;
 }

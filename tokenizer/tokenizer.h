@@ -6,6 +6,9 @@
  * GPT-4's cl100k pattern does (contractions, letter runs, 1-3 digit numbers, punctuation runs,
  * newlines, white space); merges never cross a chunk boundary.
  *
+ * tokenizer_load also reads a Hugging Face tokenizer.json of a byte-level BPE (hf_import.c): its
+ * ids, merge ranks, specials and split are its own, and everything below works the same on it.
+ *
  * Functions that can fail take err (TOKENIZER_ERR_LEN bytes) and write one line naming the problem
  * and the fix. This module knows nothing else of the project. */
 #ifndef FUSEDGPT_TOKENIZER_H
@@ -39,17 +42,33 @@ Tokenizer *tokenizer_train(const char *text, size_t len, const TokenizerTrainOpt
 /* One versioned binary file (see tokenizer/tokenizer_file.c for the layout), written to a
  * temporary name and renamed. Returns 0, or -1 + message. */
 int tokenizer_save(const Tokenizer *t, const char *path, char *err);
-/* NULL + message on error: missing, truncated or corrupt file, unknown version. */
+/* Reads our file, or a Hugging Face tokenizer.json of a byte-level BPE model (told apart by their
+ * content; hf_import.c says what of tokenizer.json is honoured and what is refused). NULL +
+ * message on error: missing, truncated or corrupt file, unknown version, unsupported tokenizer. */
 Tokenizer *tokenizer_load(const char *path, char *err);
 void tokenizer_free(Tokenizer *t);
+/* Hugging Face's format (hf_export.c). tokenizer.json's text (malloc'ed, *len bytes, NUL after):
+ * an imported tokenizer's file as it was, or ours exported; NULL + message when ours has two
+ * tokens of the same bytes (the format cannot hold them). */
+char *tokenizer_hf_json(const Tokenizer *t, size_t *len, char *err);
+/* tokenizer_config.json's text (malloc'ed): the one beside an imported tokenizer.json, else one
+ * naming PreTrainedTokenizerFast, the separator as BOS and EOS, and model_max_length. */
+char *tokenizer_hf_config_json(const Tokenizer *t, int model_max_length, char *err);
 
 /* ---- queries ---- */
 uint32_t tokenizer_vocab_size(const Tokenizer *t); /* includes the EOT token */
+/* The document separator: ours "<|endoftext|>"; an imported tokenizer's special token of that
+ * text, else "<|end_of_text|>", else its first special token. */
 uint32_t tokenizer_eot_token(const Tokenizer *t);
+/* Its text (not NUL-terminated), what `./train prepare` puts between documents. */
+const char *tokenizer_eot_text(const Tokenizer *t, size_t *len);
+/* 1 for a tokenizer read from a Hugging Face tokenizer.json. */
+int tokenizer_is_imported(const Tokenizer *t);
 uint32_t tokenizer_num_merges(const Tokenizer *t);
 /* Bytes of token id (not NUL-terminated) and their count in *len; NULL if id is out of range. */
 const uint8_t *tokenizer_token_bytes(const Tokenizer *t, uint32_t id, size_t *len);
-/* The pair merged into token id (>= 256, not the EOT token); -1 otherwise. */
+/* The pair merged into token id (>= 256, not the EOT token) of one of our tokenizers; -1 otherwise
+ * (and for an imported one). */
 int tokenizer_merge_pair(const Tokenizer *t, uint32_t id, uint32_t *left, uint32_t *right);
 
 /* ---- encode / decode ---- */
@@ -71,11 +90,20 @@ int tokenizer_encode_parallel(const Tokenizer *t, const char *text, size_t len, 
  * vocabulary decodes as U+FFFD (the replacement character) so a bad id is visible, never a crash. */
 size_t tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char *out, size_t cap);
 
+/* 0 when encoding gives what the tokenizer's own pipeline would; -1 with a message naming the
+ * byte and code point when an imported tokenizer's NFC normalizer could rewrite the text there
+ * (we do not normalize: normalize such text to NFC first). */
+int tokenizer_check_text(const Tokenizer *t, const char *text, size_t len, char *err);
+
 /* ---- the pre-tokenizer, for tests and tools ---- */
 /* Length in bytes of the chunk that starts at text[0] (len > 0): GPT-4 cl100k's split pattern
  *   '(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+
  * A byte that is not part of valid UTF-8 counts as one character of its own, neither letter,
  * number nor space. */
 size_t tokenizer_chunk_len(const char *text, size_t len);
+/* The same for the other splits an imported tokenizer may use: split "cl100k" (the above, also
+ * Llama 3's), "qwen2" (one digit per number) or "gpt2" (GPT-2's ByteLevel pattern
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ ). */
+size_t tokenizer_split_len(const char *split, const char *text, size_t len);
 
 #endif

@@ -10,7 +10,8 @@
  *   28  S bytes  the EOT text, "<|endoftext|>"
  *   ..  M x (uint32 left, uint32 right): the pair that makes token 256 + i
  *   ..  uint64   FNV-1a 64 checksum of every byte before it
- * Token bytes are not stored: they follow from the merges. */
+ * Token bytes are not stored: they follow from the merges. tokenizer_load also reads a Hugging Face
+ * tokenizer.json (hf_import.c), told apart by its first character. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,7 +90,8 @@ int tokenizer_save(const Tokenizer *t, const char *path, char *err) {
 static uint64_t check_header(const uint8_t *h, size_t have, const char *path, char *err) {
     const size_t eot_len = strlen(TOKENIZER_EOT_TEXT);
     if (have < 8 || memcmp(h, TOKENIZER_MAGIC, 8) != 0) {
-        tok_error(err, "%s is not a fusedgpt tokenizer file (bad magic); pass the tokenizer.bin that `./train prepare` wrote",
+        tok_error(err, "%s is not a fusedgpt tokenizer file (bad magic) nor a tokenizer.json; pass the tokenizer.bin "
+                  "that `./train prepare` wrote, or a Hugging Face tokenizer.json",
                   path);
         return 0;
     }
@@ -113,12 +115,58 @@ static uint64_t check_header(const uint8_t *h, size_t have, const char *path, ch
     return (uint64_t)FIXED_HEADER + S + (uint64_t)M * 8 + 8;
 }
 
+/* A whole file, NUL after its bytes (malloc'ed), or NULL. */
+static char *slurp(FILE *f, size_t *len) {
+    if (fseek(f, 0, SEEK_END) != 0) return NULL;
+    long end = ftell(f);
+    if (end < 0 || fseek(f, 0, SEEK_SET) != 0) return NULL;
+    char *buf = malloc((size_t)end + 1);
+    if (!buf) return NULL;
+    if (fread(buf, 1, (size_t)end, f) != (size_t)end) {
+        free(buf);
+        return NULL;
+    }
+    buf[end] = 0;
+    *len = (size_t)end;
+    return buf;
+}
+
+/* A Hugging Face tokenizer.json, and the tokenizer_config.json beside it when there is one (a
+ * checkpoint hands both on as they were). */
+static Tokenizer *load_hf(FILE *f, const char *path, char *err) {
+    size_t len = 0;
+    char *text = slurp(f, &len);
+    fclose(f);
+    if (!text) {
+        tok_error(err, "cannot read tokenizer %s (I/O error or out of memory)", path);
+        return NULL;
+    }
+    Tokenizer *t = tokenizer_from_hf_json(text, len, path, err);
+    free(text);
+    if (!t) return NULL;
+    char config[4200];
+    const char *slash = strrchr(path, '/');
+    int dir_len = slash ? (int)(slash - path) : 1;
+    snprintf(config, sizeof config, "%.*s/tokenizer_config.json", dir_len, slash ? path : ".");
+    FILE *c = fopen(config, "rb");
+    if (c) {
+        size_t clen;
+        t->hf_config = slurp(c, &clen);
+        fclose(c);
+    }
+    return t;
+}
+
 Tokenizer *tokenizer_load(const char *path, char *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         tok_error(err, "cannot open tokenizer %s: %s (train one with `./train prepare`)", path, strerror(errno));
         return NULL;
     }
+    int first = ' ';
+    while (first == ' ' || first == '\t' || first == '\n' || first == '\r') first = fgetc(f);
+    if (first == '{') return load_hf(f, path, err);
+    rewind(f);
     /* The header first, so a wrong file (a shard, a checkpoint) is named without reading it all. */
     uint8_t head[FIXED_HEADER];
     size_t have = fread(head, 1, sizeof head, f);

@@ -76,19 +76,57 @@ BytesSlot *bytes_map_upsert(BytesMap *m, const uint8_t *s, size_t n, uint64_t h,
 BytesSlot *bytes_map_find(const BytesMap *m, const uint8_t *s, size_t n, uint64_t h);
 
 /* ---- the tokenizer ---- */
+/* How text is cut into chunks before BPE (pretokenize.c). */
+typedef enum {
+    SPLIT_CL100K, /* GPT-4's cl100k pattern (ours; Llama 3's is the same split) */
+    SPLIT_QWEN2,  /* the same with one digit per number chunk instead of up to three */
+    SPLIT_GPT2,   /* GPT-2's ByteLevel pattern */
+} SplitKind;
+
+size_t split_chunk_len(SplitKind kind, const uint8_t *s, size_t len);
+
 struct Tokenizer {
     uint32_t n_merges;
-    uint32_t vocab_size;  /* 256 + n_merges + 1 */
-    uint32_t eot;         /* 256 + n_merges */
-    uint32_t *merges;     /* 2 * n_merges: the pair that makes token 256 + i */
-    uint64_t *tok_off;    /* vocab_size + 1 offsets into tok_bytes (EOT included, as its text) */
+    uint32_t vocab_size;  /* ours: 256 + n_merges + 1; imported: the largest id + 1 */
+    uint32_t eot;         /* the document separator; ours: 256 + n_merges, the last token */
+    uint32_t *merges;     /* 2 * n_merges: the pair of merge i (rank i: lower ranks merge first) */
+    uint32_t *merge_result; /* n_merges: the token merge i makes; ours: 256 + i */
+    uint64_t *tok_off;    /* vocab_size + 1 offsets into tok_bytes (specials included, as their text) */
     uint8_t *tok_bytes;
-    PairMap merge_map;    /* (left, right) -> merged token id, for encoding */
+    PairMap merge_map;    /* (left, right) -> merge rank, for encoding */
+    uint32_t byte_token[256]; /* the token of each single byte; ours: the byte itself */
+    SplitKind split;
+    /* Specials: texts that become one token wherever they occur (with allow_special), found before
+     * the text is split. Ours: "<|endoftext|>" alone. */
+    uint32_t n_specials;
+    uint32_t *special_ids;
+    uint8_t special_first[256]; /* 1: some special starts with this byte */
+    int special_has_newline;    /* a cut for threads could fall inside one: encode on one thread */
+    /* ignore_merges: a chunk that is itself a token becomes that token without BPE */
+    int ignore_merges;
+    BytesMap whole_tokens; /* token bytes -> id, when ignore_merges */
+    /* imported from a Hugging Face tokenizer.json: the file as it was, for checkpoints */
+    char *hf_json;
+    size_t hf_json_len;
+    char *hf_config; /* the tokenizer_config.json beside it, if any */
+    int nfc;         /* its normalizer is NFC: text must already be NFC (tokenizer_check_text) */
 };
 
 /* Builds a tokenizer from its merges (copied); checks that each merge uses only earlier tokens and
  * that no pair repeats. NULL + message on error. */
 Tokenizer *tokenizer_from_merges(const uint32_t *merges, uint32_t n_merges, char *err);
+
+/* Recognises the specials of t (special_ids and their token bytes set): fills special_first and
+ * special_has_newline. */
+void tokenizer_index_specials(Tokenizer *t);
+
+/* Hugging Face's ByteLevel alphabet: the code point that stands for each byte in token strings
+ * (printable Latin-1 bytes stand for themselves, the rest for U+0100 onwards in byte order). */
+void byte_level_alphabet(uint32_t cp_of_byte[256]);
+
+/* A Hugging Face tokenizer.json (text[0..len), named path in messages) as a Tokenizer; the text is
+ * kept (hf_json). NULL + message. */
+Tokenizer *tokenizer_from_hf_json(const char *text, size_t len, const char *path, char *err);
 
 /* ---- cutting a text for threads ---- */
 /* Splits [0, len) into at most `parts` pieces at positions where the pre-tokenizer is certain to

@@ -1,0 +1,323 @@
+/* Hugging Face tokenizer.json in and out: the fixtures trained by `tokenizers` in the GPT-2,
+ * Llama 3 and Qwen 2 styles (dev/make_hf_tokenizer_fixtures.py) encode a document exactly as
+ * `tokenizers` did and decode back to it; ours, exported, re-imports to the same ids (and, where
+ * Python's `tokenizers` is installed, it gives the same ids too); what we do not support is
+ * refused in one line naming it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/shard.h"
+#include "tests/test.h"
+#include "tests/test_util.h"
+#include "tokenizer/tokenizer.h"
+
+#define DOCUMENT "tests/fixtures/hf_document.txt"
+
+/* Ids, one per line, into a malloc'ed array. */
+static uint32_t *read_ids(const char *path, size_t *n) {
+    char *text = read_text(path);
+    if (!text) return NULL;
+    size_t cap = 1024;
+    uint32_t *ids = malloc(cap * sizeof *ids);
+    *n = 0;
+    for (char *p = text; *p;) {
+        char *end;
+        unsigned long v = strtoul(p, &end, 10);
+        if (end == p) break;
+        if (*n == cap) ids = realloc(ids, (cap *= 2) * sizeof *ids);
+        ids[(*n)++] = (uint32_t)v;
+        p = end;
+        while (*p == '\n') p++;
+    }
+    free(text);
+    return ids;
+}
+
+static uint32_t *encode_file(const Tokenizer *t, const char *path, size_t *n) {
+    size_t len;
+    char *text = read_file(path, &len);
+    if (!text) return NULL;
+    uint32_t *ids = malloc((len + 1) * sizeof *ids);
+    *n = tokenizer_encode(t, text, len, 1, ids, len + 1);
+    free(text);
+    return ids;
+}
+
+static void expect_same_ids(const uint32_t *ours, size_t n_ours, const uint32_t *want, size_t n_want,
+                            const char *what) {
+    size_t i = 0;
+    while (i < n_ours && i < n_want && ours[i] == want[i]) i++;
+    CHECK(i == n_ours && i == n_want, "%s: ids differ at %zu (ours %u of %zu, expected %u of %zu)", what, i,
+          i < n_ours ? ours[i] : 0, n_ours, i < n_want ? want[i] : 0, n_want);
+}
+
+static void expect_fixture_matches_tokenizers(const char *name) {
+    char path[256], ids_path[256], err[TOKENIZER_ERR_LEN];
+    snprintf(path, sizeof path, "tests/fixtures/%s.json", name);
+    snprintf(ids_path, sizeof ids_path, "tests/fixtures/%s.ids", name);
+    Tokenizer *t = tokenizer_load(path, err);
+    REQUIRE(t, "%s", err);
+    CHECK(tokenizer_is_imported(t) && tokenizer_vocab_size(t) == 700, "%s: vocabulary %u", name,
+          tokenizer_vocab_size(t));
+    size_t n_want = 0, n_ours = 0;
+    uint32_t *want = read_ids(ids_path, &n_want), *ours = encode_file(t, DOCUMENT, &n_ours);
+    REQUIRE(want && ours, "cannot read %s or %s", ids_path, DOCUMENT);
+    expect_same_ids(ours, n_ours, want, n_want, name);
+    /* the ids decode back to the document */
+    size_t len;
+    char *doc = read_file(DOCUMENT, &len);
+    char *back = malloc(len + 64);
+    size_t got = tokenizer_decode(t, ours, n_ours, back, len + 64);
+    CHECK(got == len && memcmp(back, doc, len) == 0, "%s: decoding gives %zu bytes, not the %zu of the document", name,
+          got, len);
+    /* and the parallel encoder agrees with the serial one */
+    uint32_t *par = NULL;
+    size_t n_par = 0;
+    REQUIRE(tokenizer_encode_parallel(t, doc, len, 1, 3, &par, &n_par, err) == 0, "%s", err);
+    expect_same_ids(par, n_par, want, n_want, "parallel");
+    free(par);
+    free(back);
+    free(doc);
+    free(want);
+    free(ours);
+    tokenizer_free(t);
+}
+
+TEST(hf_tokenizer_gpt2_style_encodes_as_tokenizers_does) {
+    expect_fixture_matches_tokenizers("hf_gpt2_style");
+}
+
+TEST(hf_tokenizer_llama3_style_encodes_as_tokenizers_does) {
+    expect_fixture_matches_tokenizers("hf_llama3_style");
+}
+
+TEST(hf_tokenizer_qwen2_style_encodes_as_tokenizers_does) {
+    expect_fixture_matches_tokenizers("hf_qwen2_style");
+}
+
+TEST(hf_tokenizer_separator_is_endoftext_or_end_of_text) {
+    char err[TOKENIZER_ERR_LEN];
+    Tokenizer *t = tokenizer_load("tests/fixtures/hf_llama3_style.json", err);
+    REQUIRE(t, "%s", err);
+    size_t n;
+    const char *s = tokenizer_eot_text(t, &n);
+    CHECK(n == 15 && memcmp(s, "<|end_of_text|>", 15) == 0 && tokenizer_eot_token(t) == 1, "Llama 3 style: %.*s",
+          (int)n, s);
+    tokenizer_free(t);
+    t = tokenizer_load("tests/fixtures/hf_gpt2_style.json", err);
+    REQUIRE(t, "%s", err);
+    s = tokenizer_eot_text(t, &n);
+    CHECK(n == 13 && memcmp(s, "<|endoftext|>", 13) == 0 && tokenizer_eot_token(t) == 0, "GPT-2 style: %.*s",
+          (int)n, s);
+    tokenizer_free(t);
+}
+
+/* Ours, trained on the README, written as tokenizer.json into the test's folder. */
+static Tokenizer *exported_tokenizer(char *json_path, size_t size) {
+    size_t len;
+    char *text = read_file("README.md", &len), err[TOKENIZER_ERR_LEN];
+    if (!text) return NULL;
+    TokenizerTrainOptions opt = {1500, 1, 0};
+    Tokenizer *t = tokenizer_train(text, len, &opt, err);
+    free(text);
+    if (!t) return NULL;
+    size_t n;
+    char *json = tokenizer_hf_json(t, &n, err);
+    snprintf(json_path, size, "%s/tokenizer.json", test_tmpdir());
+    FILE *f = fopen(json_path, "wb");
+    int ok = json && f && fwrite(json, 1, n, f) == n;
+    if (f) fclose(f);
+    free(json);
+    if (!ok) {
+        fprintf(stderr, "%s\n", err);
+        tokenizer_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+TEST(hf_tokenizer_our_export_reimports_to_the_same_ids) {
+    char path[700], err[TOKENIZER_ERR_LEN];
+    Tokenizer *ours = exported_tokenizer(path, sizeof path);
+    REQUIRE(ours, "could not train and export a tokenizer");
+    Tokenizer *back = tokenizer_load(path, err);
+    REQUIRE(back, "%s", err);
+    CHECK(tokenizer_vocab_size(back) == tokenizer_vocab_size(ours) &&
+              tokenizer_eot_token(back) == tokenizer_eot_token(ours),
+          "vocabulary %u eot %u, expected %u %u", tokenizer_vocab_size(back), tokenizer_eot_token(back),
+          tokenizer_vocab_size(ours), tokenizer_eot_token(ours));
+    for (uint32_t id = 0; id < tokenizer_vocab_size(ours); id++) {
+        size_t a, b;
+        const uint8_t *x = tokenizer_token_bytes(ours, id, &a), *y = tokenizer_token_bytes(back, id, &b);
+        if (a != b || memcmp(x, y, a) != 0) {
+            test_fail(__FILE__, __LINE__, "token %u has other bytes after the round trip", id);
+            break;
+        }
+    }
+    const char *files[] = {DOCUMENT, "README.md", "train.c"};
+    for (int f = 0; f < 3; f++) {
+        size_t n1 = 0, n2 = 0;
+        uint32_t *a = encode_file(ours, files[f], &n1), *b = encode_file(back, files[f], &n2);
+        expect_same_ids(b, n2, a, n1, files[f]);
+        free(a);
+        free(b);
+    }
+    tokenizer_free(back);
+    tokenizer_free(ours);
+}
+
+/* The oracle itself, where Python's `tokenizers` is installed (dev/install_deps.sh does not need
+ * it: the fixtures above carry its answers into every run). */
+TEST(hf_tokenizer_our_export_encodes_as_tokenizers_does_when_python_has_it) {
+    if (system("python3 -c 'import tokenizers' >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "(python3 tokenizers not installed: skipped) ");
+        return;
+    }
+    char path[700], cmd[2000], ids_path[800];
+    Tokenizer *ours = exported_tokenizer(path, sizeof path);
+    REQUIRE(ours, "could not train and export a tokenizer");
+    const char *files[] = {DOCUMENT, "README.md"};
+    for (int f = 0; f < 2; f++) {
+        snprintf(ids_path, sizeof ids_path, "%s/ids.txt", test_tmpdir());
+        snprintf(cmd, sizeof cmd, "python3 dev/hf_encode.py '%s' '%s' > '%s'", path, files[f], ids_path);
+        REQUIRE(system(cmd) == 0, "%s failed", cmd);
+        size_t n_want = 0, n_ours = 0;
+        uint32_t *want = read_ids(ids_path, &n_want), *got = encode_file(ours, files[f], &n_ours);
+        expect_same_ids(got, n_ours, want, n_want, files[f]);
+        free(want);
+        free(got);
+    }
+    tokenizer_free(ours);
+}
+
+/* The GPT-2 style fixture with one text replaced, loaded: expects an error containing msg. */
+static void expect_refused(const char *from, const char *to, const char *msg) {
+    char *json = read_text("tests/fixtures/hf_gpt2_style.json"), path[700], err[TOKENIZER_ERR_LEN] = "";
+    REQUIRE(json, "cannot read the fixture");
+    char *at = strstr(json, from);
+    REQUIRE(at, "the fixture has no '%s'", from);
+    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f, "cannot write %s", path);
+    fwrite(json, 1, (size_t)(at - json), f);
+    fputs(to, f);
+    fputs(at + strlen(from), f);
+    fclose(f);
+    free(json);
+    Tokenizer *t = tokenizer_load(path, err);
+    CHECK(!t, "'%s' was accepted", to);
+    CHECK(strstr(err, msg) && !strchr(err, '\n'), "'%s': message '%s' lacks '%s' or is not one line", to, err, msg);
+    tokenizer_free(t);
+}
+
+TEST(hf_tokenizer_unsupported_parts_are_refused_by_name) {
+    expect_refused("\"type\": \"BPE\"", "\"type\": \"Unigram\"", "model Unigram is not supported");
+    expect_refused("\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "model WordPiece is not supported");
+    expect_refused("\"normalizer\": null", "\"normalizer\": {\"type\": \"Lowercase\"}",
+                   "normalizer Lowercase is not supported");
+    expect_refused("\"normalizer\": null", "\"normalizer\": {\"type\": \"NFKC\"}", "normalizer NFKC");
+    expect_refused("\"add_prefix_space\": false", "\"add_prefix_space\": true", "add_prefix_space");
+    expect_refused("\"pre_tokenizer\": {", "\"pre_tokenizer\": {\"type\": \"Whitespace\"}, \"x\": {",
+                   "pre_tokenizer Whitespace is not supported");
+    expect_refused("\"byte_fallback\": false", "\"byte_fallback\": true", "byte_fallback");
+    expect_refused("\"lstrip\": false", "\"lstrip\": true", "strips space");
+    expect_refused("\"decoder\": {", "\"decoder\": {\"type\": \"Metaspace\"}, \"y\": {", "decoder Metaspace");
+    expect_refused("\"version\"", "\"version\" [", "is not valid JSON: line 2");
+    expect_refused("\"!\": ", "\"no-byte\": ", "has no token for the byte 0x21");
+}
+
+TEST(hf_tokenizer_unknown_split_pattern_is_refused_naming_it) {
+    char *json = read_text("tests/fixtures/hf_llama3_style.json"), path[700], err[TOKENIZER_ERR_LEN] = "";
+    REQUIRE(json, "cannot read the fixture");
+    char *at = strstr(json, "\\\\p{N}{1,3}");
+    REQUIRE(at, "the fixture's pattern has no \\p{N}{1,3}");
+    memcpy(at, "\\\\p{N}{1,4}", 11);
+    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    fputs(json, f);
+    fclose(f);
+    free(json);
+    Tokenizer *t = tokenizer_load(path, err);
+    CHECK(!t && strstr(err, "Split pattern") && strstr(err, "{1,4}") && strstr(err, "is not one we split by hand"),
+          "an unknown pattern: %s", err);
+    tokenizer_free(t);
+}
+
+/* `./train prepare --tokenizer tokenizer.json` on the document: its train and validation shards
+ * together hold exactly the ids `tokenizers` gives the document (the cut falls after a separator). */
+static void expect_prepare_matches_tokenizers(const char *name) {
+    char args[1200], path[800], err[FGPT_ERR_LEN];
+    snprintf(args, sizeof args, "prepare --tokenizer tests/fixtures/%s.json --val-fraction 0.5 -o %s/prep " DOCUMENT,
+             name, test_tmpdir());
+    char *out = NULL;
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "/prep/tokenizer.json"), "prepare with %s: (%d) %s", name, rc, out);
+    free(out);
+    uint32_t *ids[2] = {NULL, NULL};
+    uint64_t n[2] = {0, 0};
+    const char *parts[2] = {"train", "val"};
+    for (int k = 0; k < 2; k++) {
+        ShardHeader h;
+        snprintf(path, sizeof path, "%s/prep/%s.bin", test_tmpdir(), parts[k]);
+        REQUIRE(shard_read(path, 700, &ids[k], &n[k], &h, err) == 0, "%s", err);
+        CHECK(h.vocab_size == 700, "%s: the shard records vocabulary %u", path, h.vocab_size);
+    }
+    CHECK(n[1] > 0 && n[0] > 0, "%s: %llu train and %llu validation tokens", name, (unsigned long long)n[0],
+          (unsigned long long)n[1]);
+    uint32_t *all = malloc((n[0] + n[1] + 1) * sizeof *all);
+    memcpy(all, ids[0], n[0] * sizeof *all);
+    memcpy(all + n[0], ids[1], n[1] * sizeof *all);
+    char ids_path[256];
+    snprintf(ids_path, sizeof ids_path, "tests/fixtures/%s.ids", name);
+    size_t n_want;
+    uint32_t *want = read_ids(ids_path, &n_want);
+    REQUIRE(want, "cannot read %s", ids_path);
+    expect_same_ids(all, n[0] + n[1], want, n_want, name);
+    /* the tokenizer.json beside the shards is the file as it was */
+    snprintf(path, sizeof path, "%s/prep/tokenizer.json", test_tmpdir());
+    char *copy = read_text(path), *orig = NULL;
+    snprintf(ids_path, sizeof ids_path, "tests/fixtures/%s.json", name);
+    orig = read_text(ids_path);
+    CHECK(copy && orig && strcmp(copy, orig) == 0, "%s: prepare's tokenizer.json is not the file given", name);
+    free(copy);
+    free(orig);
+    free(want);
+    free(all);
+    free(ids[0]);
+    free(ids[1]);
+}
+
+TEST(hf_tokenizer_prepare_gives_the_ids_tokenizers_gives) {
+    expect_prepare_matches_tokenizers("hf_gpt2_style");
+    expect_prepare_matches_tokenizers("hf_llama3_style");
+}
+
+/* Qwen 2's NFC normalizer: text that is already NFC encodes as `tokenizers` does (above); text
+ * that NFC would rewrite is refused, naming the place, never encoded differently. */
+TEST(hf_tokenizer_nfc_normalizer_refuses_text_it_would_rewrite) {
+    char err[TOKENIZER_ERR_LEN] = "";
+    Tokenizer *t = tokenizer_load("tests/fixtures/hf_qwen2_style.json", err);
+    REQUIRE(t, "%s", err);
+    const char *nfc = "caf\xc3\xa9 \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4 \xce\xac"; /* é, Korean syllables, ά */
+    CHECK(tokenizer_check_text(t, nfc, strlen(nfc), err) == 0, "NFC text refused: %s", err);
+    const char *decomposed = "cafe\xcc\x81!"; /* e + U+0301: NFC makes it é */
+    CHECK(tokenizer_check_text(t, decomposed, strlen(decomposed), err) != 0 && strstr(err, "U+0301 at byte 4"),
+          "decomposed text: %s", err);
+    tokenizer_free(t);
+    t = tokenizer_load("tests/fixtures/hf_llama3_style.json", err);
+    REQUIRE(t, "%s", err);
+    CHECK(tokenizer_check_text(t, decomposed, strlen(decomposed), err) == 0, "no normalizer: nothing to refuse");
+    tokenizer_free(t);
+    char path[800], args[1600], *out = NULL;
+    snprintf(path, sizeof path, "%s/doc.txt", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    REQUIRE(f, "cannot write %s", path);
+    fputs("plain text, then a cafe\xcc\x81 written with a combining accent\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "prepare --tokenizer tests/fixtures/hf_qwen2_style.json -o %s/p %s", test_tmpdir(), path);
+    int rc = run_train(args, &out);
+    CHECK(rc != 0 && out && strstr(out, "error: the text holds U+0301") && strstr(out, "normalize the text to NFC"),
+          "prepare: (%d) %s", rc, out);
+    free(out);
+}

@@ -1,0 +1,275 @@
+/* Starting from Hugging Face GPT-2 weights: a checkpoint we export reads back bit for bit and gives
+ * the same loss on the CPU backend; GPT-2's own layout (names without "transformer.", the mask
+ * buffers, lm_head.weight, half precision) reads too; what is not a GPT-2 of ours is refused; and
+ * ./train --init-from refuses flags that disagree with the checkpoint, naming the flag. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/rng.h"
+#include "model/backend.h"
+#include "model/checkpoint.h"
+#include "model/hf_weights.h"
+#include "tests/test.h"
+#include "tests/test_util.h"
+
+static int tiny_table(ParamTable *t, int vocab) {
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 16, .max_seq_len = 32, .vocab_size = vocab};
+    gpt_config_finish(&cfg);
+    char err[512];
+    int rc = param_table_build(t, &cfg, err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    return rc;
+}
+
+static float loss_of(const ParamTable *t, const float *params, const int *in, const int *tg) {
+    char err[512];
+    Backend *be = backend_cpu_create(t, 2, 16, OUTPUT_FUSED, 1, err);
+    if (!be) return NAN;
+    float *zero = calloc(t->total, sizeof *zero);
+    be->ops->write_state(be, params, zero, zero);
+    float loss = be->ops->eval_loss(be, in, tg);
+    be->ops->destroy(be);
+    free(zero);
+    return loss;
+}
+
+TEST(hf_weights_export_then_import_gives_the_same_loss_bit_for_bit) {
+    ParamTable t;
+    REQUIRE(tiny_table(&t, 300) == 0, "table");
+    float *p = malloc(t.total * sizeof *p), *back = malloc(t.total * sizeof *back);
+    param_init(&t, p, 42);
+    TrainState st = {.step = 5};
+    char err[512], dir[800];
+    REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 1, err) == 0, "%s", err);
+    snprintf(dir, sizeof dir, "%s/step_00000005", test_tmpdir());
+    GPTConfig cfg;
+    REQUIRE(hf_read_config(dir, &cfg, err) == 0, "%s", err);
+    CHECK(cfg.num_layers == 2 && cfg.num_heads == 2 && cfg.dim == 16 && cfg.max_seq_len == 32 && cfg.vocab_size == 300 &&
+              cfg.padded_vocab_size == t.cfg.padded_vocab_size,
+          "config read back as L=%d NH=%d C=%d T=%d V=%d", cfg.num_layers, cfg.num_heads, cfg.dim, cfg.max_seq_len,
+          cfg.vocab_size);
+    REQUIRE(hf_read_weights(dir, &t, back, err) == 0, "%s", err);
+    CHECK(memcmp(p, back, t.total * sizeof *p) == 0, "the weights differ after export and import");
+    int in[32], tg[32];
+    Rng r;
+    rng_seed(&r, 7);
+    for (int i = 0; i < 32; i++) in[i] = (int)rng_below(&r, 300), tg[i] = (int)rng_below(&r, 300);
+    float a = loss_of(&t, p, in, tg), b = loss_of(&t, back, in, tg);
+    CHECK(isfinite(a) && memcmp(&a, &b, sizeof a) == 0, "loss %.9g before export, %.9g after import", a, b);
+    free(back);
+    free(p);
+    param_table_free(&t);
+}
+
+/* ---- GPT-2's own layout, written here as Hugging Face's hub file has it ---- */
+
+typedef struct {
+    char name[96];
+    const char *dtype;
+    size_t d0, d1; /* d0 0: a vector of d1 */
+    size_t bytes;
+    void *data;
+} Tensor;
+
+static void write_safetensors(const char *path, Tensor *ts, int n) {
+    char *hdr = malloc(1 << 16);
+    size_t len = 0, off = 0;
+    len += (size_t)sprintf(hdr + len, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < n; i++) {
+        if (ts[i].d0)
+            len += (size_t)sprintf(hdr + len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%zu,%zu],\"data_offsets\":[%zu,%zu]}",
+                                   ts[i].name, ts[i].dtype, ts[i].d0, ts[i].d1, off, off + ts[i].bytes);
+        else
+            len += (size_t)sprintf(hdr + len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%zu],\"data_offsets\":[%zu,%zu]}",
+                                   ts[i].name, ts[i].dtype, ts[i].d1, off, off + ts[i].bytes);
+        off += ts[i].bytes;
+    }
+    len += (size_t)sprintf(hdr + len, "}");
+    FILE *f = fopen(path, "wb");
+    uint64_t hl = len;
+    fwrite(&hl, 8, 1, f);
+    fwrite(hdr, 1, len, f);
+    for (int i = 0; i < n; i++) fwrite(ts[i].data, 1, ts[i].bytes, f);
+    fclose(f);
+    free(hdr);
+}
+
+static uint16_t to_bf16(float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    return (uint16_t)(b >> 16); /* truncation: the test compares with the same rounding */
+}
+
+/* GPT-2's hub config, with its extra fields. */
+static void write_gpt2_config(const char *dir, const char *extra) {
+    char path[900];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "{\"activation_function\": \"gelu_new\", \"architectures\": [\"GPT2LMHeadModel\"], \"attn_pdrop\": 0.1,"
+               " \"bos_token_id\": 50256, \"embd_pdrop\": 0.1, \"eos_token_id\": 50256, \"initializer_range\": 0.02,"
+               " \"layer_norm_epsilon\": 1e-05, \"model_type\": \"gpt2\", \"n_ctx\": 32, \"n_embd\": 16, \"n_head\": 2,"
+               " \"n_layer\": 2, \"n_positions\": 32, \"resid_pdrop\": 0.1, \"summary_activation\": null,"
+               " \"task_specific_params\": {\"text-generation\": {\"do_sample\": true, \"max_length\": 50}},"
+               " \"vocab_size\": 300%s}", extra);
+    fclose(f);
+}
+
+TEST(hf_weights_reads_gpt2s_own_layout_buffers_lm_head_and_bf16) {
+    ParamTable t;
+    REQUIRE(tiny_table(&t, 300) == 0, "table");
+    float *p = malloc(t.total * sizeof *p), *back = malloc(t.total * sizeof *back);
+    param_init(&t, p, 3);
+    Tensor ts[64];
+    int n = 0;
+    for (int i = 0; i < t.count; i++) {
+        const ParamInfo *pi = &t.params[i];
+        size_t rows = pi->role == ROLE_WTE ? 300 : pi->rows, cols = pi->cols;
+        Tensor *x = &ts[n++];
+        snprintf(x->name, sizeof x->name, "%s", pi->name + 12); /* GPT-2's names: no "transformer." */
+        x->dtype = "BF16";
+        x->d0 = pi->ndim == 1 ? 0 : pi->hf_transposed ? cols : rows;
+        x->d1 = pi->ndim == 1 ? cols : pi->hf_transposed ? rows : cols;
+        x->bytes = rows * cols * 2;
+        uint16_t *d = malloc(x->bytes);
+        for (size_t r = 0; r < rows; r++)
+            for (size_t c = 0; c < cols; c++) {
+                float v = p[pi->offset + r * cols + c];
+                d[pi->hf_transposed ? c * rows + r : r * cols + c] = to_bf16(v);
+            }
+        x->data = d;
+        /* what the reader must give back: the bf16 value */
+        for (size_t k = 0; k < rows * cols; k++) {
+            uint32_t b = (uint32_t)to_bf16(p[pi->offset + k]) << 16;
+            memcpy(&p[pi->offset + k], &b, 4);
+        }
+        if (pi->role == ROLE_WTE) { /* the tied head, stored again as the hub file does */
+            Tensor *h = &ts[n++];
+            *h = *x;
+            snprintf(h->name, sizeof h->name, "lm_head.weight");
+            h->data = malloc(x->bytes);
+            memcpy(h->data, d, x->bytes);
+        }
+        if (pi->role == ROLE_LN1_W) { /* the causal mask buffer some GPT-2 files carry */
+            Tensor *m = &ts[n++];
+            snprintf(m->name, sizeof m->name, "h.%d.attn.bias", pi->layer);
+            m->dtype = "F32";
+            m->d0 = 32;
+            m->d1 = 32;
+            m->bytes = 32 * 32 * 4;
+            m->data = calloc(32 * 32, 4);
+        }
+    }
+    char path[900], err[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", test_tmpdir());
+    write_safetensors(path, ts, n);
+    write_gpt2_config(test_tmpdir(), "");
+    GPTConfig cfg;
+    REQUIRE(hf_read_config(test_tmpdir(), &cfg, err) == 0, "%s", err);
+    REQUIRE(hf_read_weights(test_tmpdir(), &t, back, err) == 0, "%s", err);
+    CHECK(memcmp(p, back, t.total * sizeof *p) == 0, "GPT-2's layout read back other weights");
+    /* an lm_head that is not the embedding is an untied model */
+    for (int i = 0; i < n; i++)
+        if (!strcmp(ts[i].name, "lm_head.weight")) ((uint16_t *)ts[i].data)[5] ^= 0x40;
+    write_safetensors(path, ts, n);
+    CHECK(hf_read_weights(test_tmpdir(), &t, back, err) != 0 && strstr(err, "lm_head.weight is not the token embedding"),
+          "an untied lm_head: %s", err);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(ts[i].name, "lm_head.weight")) ((uint16_t *)ts[i].data)[5] ^= 0x40;
+    /* a missing tensor, a wrong shape, a foreign tensor */
+    int k = 0;
+    while (k < n && strcmp(ts[k].name, "h.0.ln_1.weight")) k++;
+    REQUIRE(k < n, "no h.0.ln_1.weight");
+    write_safetensors(path, ts, n - 1);
+    CHECK(hf_read_weights(test_tmpdir(), &t, back, err) != 0 && strstr(err, "has no tensor"), "missing tensor: %s", err);
+    ts[k].d1 += 1;
+    ts[k].bytes += 2;
+    ts[k].data = realloc(ts[k].data, ts[k].bytes);
+    write_safetensors(path, ts, n);
+    CHECK(hf_read_weights(test_tmpdir(), &t, back, err) != 0 && strstr(err, "but the model needs"), "shape: %s", err);
+    ts[k].d1 -= 1;
+    ts[k].bytes -= 2;
+    snprintf(ts[k].name, sizeof ts[k].name, "model.layers.0.mlp.gate_proj.weight");
+    write_safetensors(path, ts, n);
+    CHECK(hf_read_weights(test_tmpdir(), &t, back, err) != 0 && strstr(err, "that GPT2LMHeadModel does not"),
+          "foreign tensor: %s", err);
+    for (int i = 0; i < n; i++) free(ts[i].data);
+    free(back);
+    free(p);
+    param_table_free(&t);
+}
+
+TEST(hf_weights_config_of_another_model_is_refused_naming_the_field) {
+    char err[512];
+    GPTConfig cfg;
+    const struct {
+        const char *extra, *msg;
+    } cases[] = {
+        {", \"model_type\": \"llama\"", "model_type llama is not supported"},
+        {", \"activation_function\": \"relu\"", "activation_function relu"},
+        {", \"n_inner\": 100", "n_inner is not 4 x n_embd"},
+        {", \"tie_word_embeddings\": false", "tie_word_embeddings is false"},
+        {", \"layer_norm_epsilon\": 1e-6", "layer_norm_epsilon"},
+        {", \"n_layer\": -2", "\"n_layer\" is missing or not a positive integer"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_gpt2_config(test_tmpdir(), cases[i].extra);
+        CHECK(hf_read_config(test_tmpdir(), &cfg, err) != 0 && strstr(err, cases[i].msg),
+              "'%s': message '%s' lacks '%s'", cases[i].extra, err, cases[i].msg);
+    }
+    CHECK(hf_read_config("/nonexistent", &cfg, err) != 0 && strstr(err, "cannot open /nonexistent/config.json"),
+          "a missing directory: %s", err);
+}
+
+/* ---- the trainer ---- */
+
+static void run_ok(const char *args, char **out) {
+    int rc = run_train(args, out);
+    CHECK(rc == 0, "./train %s: exit %d: %s", args, rc, *out ? *out : "");
+}
+
+/* The value after "step <step> | val loss " in the output, or NAN. */
+static float val_loss_at(const char *out, int step) {
+    char key[64];
+    snprintf(key, sizeof key, "step %5d | val loss ", step);
+    const char *p = out ? strstr(out, key) : NULL;
+    return p ? strtof(p + strlen(key), NULL) : NAN;
+}
+
+TEST(train_init_from_continues_from_the_exported_weights_and_refuses_other_shapes) {
+    char shard[800], args[2400], ck[900];
+    snprintf(shard, sizeof shard, "%s/data.bin", test_tmpdir());
+    REQUIRE(write_pattern_shard(shard, 20000, 300, 1) == 0, "shard");
+    const char *common = "--device cpu -e tiny -v 300 -b 2 -t 32 --max-seq-len 64 -s 0 --val-batches 4";
+    char *out = NULL;
+    snprintf(args, sizeof args, "-i %s -j %s %s -x 6 --val-every 6 -o %s/a", shard, shard, common, test_tmpdir());
+    run_ok(args, &out);
+    float trained = val_loss_at(out, 6);
+    free(out);
+    snprintf(ck, sizeof ck, "%s/a/step_00000006", test_tmpdir());
+    /* the new run's validation before its first step is the exported model's, bit for bit */
+    snprintf(args, sizeof args, "-i %s -j %s %s -x 1 --val-every 1 --init-from %s -o %s/b", shard, shard, common, ck,
+             test_tmpdir());
+    run_ok(args, &out);
+    float imported = val_loss_at(out, 0);
+    CHECK(out && strstr(out, "init: weights from"), "no init line: %s", out);
+    CHECK(!isnan(trained) && trained == imported, "validation loss %.6f after training, %.6f from --init-from", trained,
+          imported);
+    free(out);
+    const struct {
+        const char *flags, *msg;
+    } cases[] = {
+        {"-e d6", "has layers 2 but the flags give 6 (pass --layers 2)"},
+        {"-e tiny --dim 64 --heads 2", "has width 128 but the flags give 64 (pass --dim 128)"},
+        {"-e tiny --max-seq-len 128", "has context (n_positions) 64 but the flags give 128 (pass --max-seq-len 64)"},
+        {"-e tiny --max-seq-len 64 -v 512", "has vocabulary 300 but the flags give 512 (pass -v 300)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(args, sizeof args, "-i %s --device cpu -b 2 -t 32 -x 1 %s -v 300 %s --init-from %s -o %s/c", shard,
+                 cases[i].flags, strstr(cases[i].flags, "-v 512") ? "-v 512" : "", ck, test_tmpdir());
+        int rc = run_train(args, &out);
+        CHECK(rc == 2 && out && strstr(out, cases[i].msg), "'%s': (%d) %s", cases[i].flags, rc, out);
+        free(out);
+    }
+}

@@ -1,0 +1,143 @@
+/* Sampling: greedy, temperature and top-k draws; `./train sample` from a run's checkpoint on the
+ * CPU (repeatable, --step, the checkpoint's own tokenizer, an imported tokenizer.json), and its
+ * errors. Checkpoints carry the run's tokenizer in Hugging Face's format. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/rng.h"
+#include "model/sample.h"
+#include "tests/test.h"
+#include "tests/test_util.h"
+
+TEST(sample_greedy_takes_the_largest_logit_lowest_id_on_ties) {
+    float l[6] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f, 0.0f};
+    Rng r;
+    rng_seed(&r, 1);
+    CHECK(sample_token_top_k(l, 6, 0.0f, 0, &r) == 1, "temperature 0");
+    CHECK(sample_token_top_k(l, 6, 1.0f, 1, &r) == 1, "top-k 1");
+}
+
+TEST(sample_top_k_draws_only_among_the_k_likeliest) {
+    float l[8] = {1.0f, 0.9f, 5.0f, 0.8f, 4.0f, 4.5f, 0.7f, 0.6f};
+    Rng r;
+    rng_seed(&r, 2);
+    int count[8] = {0};
+    for (int i = 0; i < 3000; i++) count[sample_token_top_k(l, 8, 2.0f, 3, &r)]++;
+    CHECK(count[2] > 0 && count[4] > 0 && count[5] > 0, "the top three are drawn: %d %d %d", count[2], count[4],
+          count[5]);
+    CHECK(count[0] + count[1] + count[3] + count[6] + count[7] == 0, "a token outside the top three was drawn");
+    /* top-k of V or more is the plain softmax draw */
+    Rng a, b;
+    rng_seed(&a, 9);
+    rng_seed(&b, 9);
+    int same = 1;
+    for (int i = 0; i < 100; i++) same &= sample_token_top_k(l, 8, 1.0f, 8, &a) == sample_token(l, 8, 1.0f, &b);
+    CHECK(same, "top-k 8 of 8 differs from the full draw");
+}
+
+/* A tiny run on the README with our tokenizer (or `tokenizer`, a file): checkpoints at steps 4, 8. */
+static void train_tiny_run(const char *run, const char *tokenizer) {
+    char args[2400], prep[800];
+    snprintf(prep, sizeof prep, "%s/prep", test_tmpdir());
+    char *out = NULL;
+    if (tokenizer)
+        snprintf(args, sizeof args, "prepare --tokenizer %s -o %s README.md train.c", tokenizer, prep);
+    else
+        snprintf(args, sizeof args, "prepare -v 400 -o %s README.md train.c", prep);
+    int rc = run_train(args, &out);
+    CHECK(rc == 0, "prepare: %s", out);
+    free(out);
+    snprintf(args, sizeof args,
+             "-i %s/train.bin --tokenizer %s%s -v %d --device cpu -e tiny -b 2 -t 32 --max-seq-len 128 -x 8 -n 4 "
+             "--keep-checkpoints 2 -s 0 -o %s",
+             prep, tokenizer ? tokenizer : prep, tokenizer ? "" : "/tokenizer.bin", tokenizer ? 700 : 400, run);
+    rc = run_train(args, &out);
+    CHECK(rc == 0, "train: %s", out);
+    free(out);
+}
+
+TEST(sample_from_a_checkpoint_is_repeatable_and_decodes_with_its_tokenizer) {
+    char run[800], args[1200], path[900];
+    snprintf(run, sizeof run, "%s/run", test_tmpdir());
+    train_tiny_run(run, NULL);
+    /* the checkpoint carries the tokenizer in Hugging Face's format, and config.json names its separator */
+    snprintf(path, sizeof path, "%s/step_00000008/tokenizer_config.json", run);
+    char *config = read_text(path);
+    CHECK(config && strstr(config, "PreTrainedTokenizerFast") && strstr(config, "\"model_max_length\": 128"),
+          "tokenizer_config.json: %s", config);
+    free(config);
+    snprintf(path, sizeof path, "%s/step_00000008/config.json", run);
+    config = read_text(path);
+    CHECK(config && strstr(config, "\"eos_token_id\": 399"), "config.json names no eos_token_id 399: %s", config);
+    free(config);
+    char *a = NULL, *b = NULL, *c = NULL;
+    snprintf(args, sizeof args, "sample -o %s --device cpu --prompt 'The trainer' -G 24 --temperature 0 --ids", run);
+    CHECK(run_train(args, &a) == 0 && run_train(args, &b) == 0, "sample failed: %s", a);
+    CHECK(a && b && strcmp(a, b) == 0, "greedy sampling twice differs:\n%s\n%s", a, b);
+    CHECK(a && strncmp(a, "The trainer", 11) == 0, "the text does not start with the prompt: %s", a);
+    const char *ids = a ? strstr(a, "\nids:") : NULL;
+    if (ids) ids++;
+    int n = 0;
+    for (const char *p = ids; p && *p && *p != '\n'; p++) n += *p == ' ';
+    CHECK(n == 24, "%d ids printed, 24 asked for: %s", n, a);
+    /* an earlier step's checkpoint, drawn with top-k */
+    snprintf(args, sizeof args, "sample -o %s --step 4 --device cpu -G 10 --top-k 5 --seed 3", run);
+    CHECK(run_train(args, &c) == 0, "sample --step 4: %s", c);
+    free(a);
+    free(b);
+    free(c);
+}
+
+TEST(sample_with_an_imported_tokenizer_json_and_its_checkpoint_copy) {
+    char run[800], args[1200], path[900];
+    snprintf(run, sizeof run, "%s/run", test_tmpdir());
+    train_tiny_run(run, "tests/fixtures/hf_gpt2_style.json");
+    snprintf(path, sizeof path, "%s/step_00000008/tokenizer.json", run);
+    char *copy = read_text(path), *orig = read_text("tests/fixtures/hf_gpt2_style.json");
+    CHECK(copy && orig && strcmp(copy, orig) == 0, "the checkpoint's tokenizer.json is not the imported file");
+    free(copy);
+    free(orig);
+    char *out = NULL;
+    snprintf(args, sizeof args, "sample -o %s --device cpu --prompt 'Hello' -G 8 --temperature 0.7 --ids", run);
+    CHECK(run_train(args, &out) == 0 && out && strncmp(out, "Hello", 5) == 0 && strstr(out, "ids:"), "sample: %s", out);
+    free(out);
+}
+
+TEST(sample_errors_name_the_problem) {
+    char args[1200], *out = NULL;
+    const struct {
+        const char *args, *msg;
+        int status;
+    } cases[] = {
+        {"sample --device cpu", "-o/--out or --checkpoint: give one of them", 2},
+        {"sample -o /nonexistent/run --device cpu", "no checkpoint to resume in /nonexistent/run", 2},
+        {"sample -o /nonexistent/run --step 5 --device cpu", "has no checkpoint of step 5", 2},
+        {"sample -o x --temperature -1", "--temperature must be 0 or more", 2},
+        {"sample -o x --top-k abc", "--top-k must be 0 or more", 2},
+        {"sample -o x --bogus 1", "unknown flag '--bogus'", 2},
+        {"sample --checkpoint /nonexistent --device cpu", "cannot open /nonexistent/config.json", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = run_train(cases[i].args, &out);
+        CHECK(rc == cases[i].status && out && strncmp(out, "error: ", 7) == 0 && strstr(out, cases[i].msg),
+              "'%s': (%d) %s", cases[i].args, rc, out);
+        free(out);
+    }
+    /* a run without a tokenizer: ids only, and a prompt is refused */
+    char shard[800];
+    snprintf(shard, sizeof shard, "%s/d.bin", test_tmpdir());
+    REQUIRE(write_pattern_shard(shard, 5000, 300, 1) == 0, "shard");
+    snprintf(args, sizeof args, "-i %s --device cpu -e tiny -v 300 -b 2 -t 32 --max-seq-len 64 -x 2 -s 0 -o %s/r", shard,
+             test_tmpdir());
+    REQUIRE(run_train(args, &out) == 0, "train: %s", out);
+    CHECK(strstr(out, "checkpoints will carry no tokenizer.json"), "no note on the missing tokenizer: %s", out);
+    free(out);
+    snprintf(args, sizeof args, "sample -o %s/r --device cpu -G 5", test_tmpdir());
+    CHECK(run_train(args, &out) == 0 && out && strncmp(out, "ids: ", 5) == 0, "ids only: %s", out);
+    free(out);
+    snprintf(args, sizeof args, "sample -o %s/r --device cpu --prompt hi", test_tmpdir());
+    CHECK(run_train(args, &out) == 2 && out && strstr(out, "--prompt needs a tokenizer"), "prompt: %s", out);
+    free(out);
+}

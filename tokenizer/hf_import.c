@@ -1,0 +1,502 @@
+/* tokenizer/hf_import.c - a Hugging Face tokenizer.json of a byte-level BPE model as a Tokenizer.
+ *
+ * What is honoured: the model's vocabulary and merges (rank = place in the list; the "a b" string
+ * form and the ["a", "b"] pair form), ignore_merges, the added tokens (found in the text before it
+ * is split, the longest at the leftmost place, as Hugging Face does), and the pre-tokenizer: GPT-2's
+ * ByteLevel with its regex, or a Split on the Llama 3 / GPT-4 / Qwen 2 pattern followed by a
+ * ByteLevel without its regex. Token strings are in ByteLevel's alphabet (one code point per
+ * byte); a string with a character outside it stands for its own UTF-8 bytes, as Hugging Face's
+ * ByteLevel decoder does. Anything that would make our ids differ from Hugging Face's (another
+ * model type, a normalizer that rewrites text, an unknown pattern, byte fallback, added tokens that
+ * strip space) is refused with one line naming it. The post-processor (a BOS token some add) is
+ * not applied: `./train prepare` separates documents with the separator token instead. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/json.h"
+#include "tokenizer/tokenizer_internal.h"
+
+/* The patterns we split by hand (pretokenize.c), as tokenizer.json files spell them. */
+static const struct {
+    const char *regex;
+    SplitKind kind;
+    const char *name;
+} known_patterns[] = {
+    {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+     "\\s+(?!\\S)|\\s+",
+     SPLIT_CL100K, "Llama 3"},
+    {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+     "\\s+(?!\\S)|\\s+",
+     SPLIT_QWEN2, "Qwen 2"},
+    {"'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*|\\s*[\\r\\n]|"
+     "\\s+(?!\\S)|\\s+",
+     SPLIT_CL100K, "GPT-4 cl100k"},
+    {"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", SPLIT_GPT2, "GPT-2"},
+};
+
+void byte_level_alphabet(uint32_t cp_of_byte[256]) {
+    uint32_t next = 256;
+    for (uint32_t b = 0; b < 256; b++) {
+        int printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae);
+        cp_of_byte[b] = printable ? b : next++;
+    }
+}
+
+/* Next code point of s[*i..n), or UINT32_MAX for a byte that is not valid UTF-8 (skipped). */
+static uint32_t next_cp(const uint8_t *s, size_t n, size_t *i) {
+    uint8_t b = s[*i];
+    size_t need = b < 0x80 ? 1 : b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+    if (!need || *i + need > n) {
+        (*i)++;
+        return UINT32_MAX;
+    }
+    uint32_t cp = need == 1 ? b : need == 2 ? b & 0x1fu : need == 3 ? b & 0x0fu : b & 0x07u;
+    for (size_t k = 1; k < need; k++) {
+        if ((s[*i + k] & 0xc0) != 0x80) {
+            (*i)++;
+            return UINT32_MAX;
+        }
+        cp = cp << 6 | (s[*i + k] & 0x3fu);
+    }
+    *i += need;
+    return cp;
+}
+
+/* The bytes a token string stands for, into out (room for n bytes: never longer than the string);
+ * returns their count. */
+static size_t token_string_bytes(const int16_t *byte_of_cp, const char *str, size_t n, uint8_t *out) {
+    size_t i = 0, k = 0;
+    while (i < n) {
+        uint32_t cp = next_cp((const uint8_t *)str, n, &i);
+        if (cp >= 324 || byte_of_cp[cp] < 0) { /* outside the alphabet: the string's own bytes */
+            memcpy(out, str, n);
+            return n;
+        }
+        out[k++] = (uint8_t)byte_of_cp[cp];
+    }
+    return k;
+}
+
+static int is_false_or_absent(const JsonValue *v) {
+    return !v || v->type == JSON_FALSE || v->type == JSON_NULL;
+}
+
+static int is_empty_or_absent(const JsonValue *v) {
+    return !v || v->type == JSON_NULL || (v->type == JSON_STRING && v->len == 0);
+}
+
+static const char *type_of(const JsonValue *v) {
+    const char *s = json_string(json_get(v, "type"));
+    return s ? s : "(no type)";
+}
+
+/* The split of the pre_tokenizer, or -1 with a message. */
+static int pre_tokenizer_split(const JsonValue *pt, const char *path, char *err) {
+    if (!pt || pt->type == JSON_NULL) {
+        tok_error(err, "%s has no pre_tokenizer; only byte-level BPE tokenizers (ByteLevel, or a Split then ByteLevel) "
+                  "are supported", path);
+        return -1;
+    }
+    const JsonValue *split = NULL, *byte_level = pt;
+    if (strcmp(type_of(pt), "Sequence") == 0) {
+        const JsonValue *list = json_get(pt, "pretokenizers");
+        if (!list || list->type != JSON_ARRAY || list->len != 2) {
+            tok_error(err, "%s: pre_tokenizer Sequence of %zu steps is not supported (a Split then a ByteLevel is)", path,
+                      list && list->type == JSON_ARRAY ? list->len : 0);
+            return -1;
+        }
+        split = &list->items[0];
+        byte_level = &list->items[1];
+        if (strcmp(type_of(split), "Split") != 0) {
+            tok_error(err, "%s: pre_tokenizer %s is not supported (a Split then a ByteLevel is)", path, type_of(split));
+            return -1;
+        }
+    }
+    if (strcmp(type_of(byte_level), "ByteLevel") != 0) {
+        tok_error(err, "%s: pre_tokenizer %s is not supported (only byte-level BPE tokenizers are)", path,
+                  type_of(byte_level));
+        return -1;
+    }
+    if (!is_false_or_absent(json_get(byte_level, "add_prefix_space"))) {
+        tok_error(err, "%s: pre_tokenizer ByteLevel with add_prefix_space is not supported", path);
+        return -1;
+    }
+    const JsonValue *use_regex = json_get(byte_level, "use_regex");
+    const int byte_level_regex = !use_regex || use_regex->type == JSON_TRUE; /* Hugging Face's default: true */
+    if (!split) {
+        if (!byte_level_regex) {
+            tok_error(err, "%s: pre_tokenizer ByteLevel without its regex and without a Split is not supported", path);
+            return -1;
+        }
+        return SPLIT_GPT2;
+    }
+    if (byte_level_regex) {
+        tok_error(err, "%s: pre_tokenizer Split followed by a ByteLevel that splits again (use_regex true) is not "
+                  "supported", path);
+        return -1;
+    }
+    const char *behavior = json_string(json_get(split, "behavior"));
+    const char *regex = json_string(json_get(json_get(split, "pattern"), "Regex"));
+    if (!behavior || strcmp(behavior, "Isolated") != 0 || !is_false_or_absent(json_get(split, "invert"))) {
+        tok_error(err, "%s: pre_tokenizer Split with behavior %s%s is not supported (Isolated is)", path,
+                  behavior ? behavior : "(none)", is_false_or_absent(json_get(split, "invert")) ? "" : " inverted");
+        return -1;
+    }
+    for (size_t i = 0; regex && i < sizeof known_patterns / sizeof known_patterns[0]; i++)
+        if (strcmp(regex, known_patterns[i].regex) == 0) return (int)known_patterns[i].kind;
+    tok_error(err, "%s: pre_tokenizer Split pattern %.120s is not one we split by hand (GPT-2, GPT-4, Llama 3 or Qwen 2)",
+              path, regex ? regex : "(not a Regex)");
+    return -1;
+}
+
+/* Everything of the file besides the model: refused where it would change the ids. NFC (Qwen 2's
+ * normalizer) is kept in *nfc: it leaves text alone that holds none of the code points of
+ * tokenizer/nfc_table.c, and tokenizer_check_text refuses text that does. */
+static int check_pipeline(const JsonValue *root, const char *path, int *nfc, char *err) {
+    const JsonValue *norm = json_get(root, "normalizer");
+    if (norm && norm->type != JSON_NULL) {
+        const JsonValue *list = json_get(norm, "normalizers");
+        const int sequence = strcmp(type_of(norm), "Sequence") == 0 && list && list->type == JSON_ARRAY;
+        const JsonValue *only = sequence && list->len == 1 ? &list->items[0] : norm;
+        if (strcmp(type_of(only), "NFC") == 0) {
+            *nfc = 1;
+        } else if (!(sequence && list->len == 0)) {
+            tok_error(err, "%s: normalizer %s is not supported (it rewrites text before encoding)", path,
+                      sequence && list->len ? type_of(&list->items[0]) : type_of(norm));
+            return -1;
+        }
+    }
+    const JsonValue *dec = json_get(root, "decoder");
+    if (dec && dec->type != JSON_NULL && strcmp(type_of(dec), "ByteLevel") != 0) {
+        tok_error(err, "%s: decoder %s is not supported (ByteLevel is)", path, type_of(dec));
+        return -1;
+    }
+    const JsonValue *model = json_get(root, "model");
+    if (!model || model->type != JSON_OBJECT) {
+        tok_error(err, "%s has no model object; is it a Hugging Face tokenizer.json?", path);
+        return -1;
+    }
+    const char *type = json_string(json_get(model, "type"));
+    if (type ? strcmp(type, "BPE") != 0 : !json_get(model, "merges")) {
+        tok_error(err, "%s: model %s is not supported (only byte-level BPE is)", path, type ? type : "without merges");
+        return -1;
+    }
+    if (!is_false_or_absent(json_get(model, "byte_fallback"))) {
+        tok_error(err, "%s: BPE with byte_fallback is not supported (it is not byte-level)", path);
+        return -1;
+    }
+    const JsonValue *dropout = json_get(model, "dropout");
+    if (dropout && dropout->type != JSON_NULL) {
+        tok_error(err, "%s: BPE dropout is not supported (encoding would be random)", path);
+        return -1;
+    }
+    if (!is_empty_or_absent(json_get(model, "continuing_subword_prefix")) ||
+        !is_empty_or_absent(json_get(model, "end_of_word_suffix"))) {
+        tok_error(err, "%s: BPE with a continuing_subword_prefix or end_of_word_suffix is not supported", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Builds the tokenizer; `strings` holds each id's string (NULL: no token has that id). */
+typedef struct {
+    const JsonValue *root, *vocab, *merges, *added;
+    const char **strings;
+    size_t *string_lens;
+    uint32_t vocab_size;
+    BytesMap by_string; /* model vocabulary string -> id */
+} Import;
+
+static int collect_ids(Import *im, const char *path, char *err) {
+    uint64_t top = 0;
+    for (size_t i = 0; i < im->vocab->len; i++) {
+        long long id;
+        if (!json_int(&im->vocab->members[i].value, 0, 0x7ffffffe, &id)) {
+            tok_error(err, "%s: vocabulary entry \"%.40s\" has no valid id", path, im->vocab->members[i].key);
+            return -1;
+        }
+        if ((uint64_t)id + 1 > top) top = (uint64_t)id + 1;
+    }
+    for (size_t i = 0; i < im->added->len; i++) {
+        long long id;
+        const JsonValue *a = &im->added->items[i];
+        if (!json_int(json_get(a, "id"), 0, 0x7ffffffe, &id) || !json_string(json_get(a, "content")) ||
+            json_get(a, "content")->len == 0) {
+            tok_error(err, "%s: added token %zu has no valid id or content", path, i);
+            return -1;
+        }
+        if (!is_false_or_absent(json_get(a, "lstrip")) || !is_false_or_absent(json_get(a, "rstrip")) ||
+            !is_false_or_absent(json_get(a, "single_word"))) {
+            tok_error(err, "%s: added token \"%.40s\" strips space or matches single words only; that is not supported",
+                      path, json_string(json_get(a, "content")));
+            return -1;
+        }
+        if ((uint64_t)id + 1 > top) top = (uint64_t)id + 1;
+    }
+    if (top < 1) {
+        tok_error(err, "%s has an empty vocabulary", path);
+        return -1;
+    }
+    im->vocab_size = (uint32_t)top;
+    im->strings = calloc(top, sizeof *im->strings);
+    im->string_lens = calloc(top, sizeof *im->string_lens);
+    if (!im->strings || !im->string_lens || bytes_map_init(&im->by_string, im->vocab->len) != 0) {
+        tok_error(err, "out of memory reading %s", path);
+        return -1;
+    }
+    for (size_t i = 0; i < im->vocab->len; i++) {
+        const JsonMember *m = &im->vocab->members[i];
+        uint32_t id = (uint32_t)m->value.number;
+        if (im->strings[id]) {
+            tok_error(err, "%s: tokens \"%.40s\" and \"%.40s\" share id %u", path, im->strings[id], m->key, id);
+            return -1;
+        }
+        im->strings[id] = m->key;
+        im->string_lens[id] = m->key_len;
+        int inserted;
+        BytesSlot *slot = bytes_map_upsert(&im->by_string, (const uint8_t *)m->key, m->key_len,
+                                           bytes_hash((const uint8_t *)m->key, m->key_len), &inserted);
+        if (!slot) {
+            tok_error(err, "out of memory reading %s", path);
+            return -1;
+        }
+        slot->value = id;
+    }
+    /* an added token's content is what its id decodes to */
+    for (size_t i = 0; i < im->added->len; i++) {
+        const JsonValue *c = json_get(&im->added->items[i], "content");
+        uint32_t id = (uint32_t)json_get(&im->added->items[i], "id")->number;
+        im->strings[id] = c->string;
+        im->string_lens[id] = c->len;
+    }
+    return 0;
+}
+
+static int lookup(const Import *im, const char *s, size_t n, uint32_t *id) {
+    BytesSlot *slot = bytes_map_find(&im->by_string, (const uint8_t *)s, n, bytes_hash((const uint8_t *)s, n));
+    if (!slot) return 0;
+    *id = (uint32_t)slot->value;
+    return 1;
+}
+
+static int build_token_bytes(Tokenizer *t, const Import *im, const int16_t *byte_of_cp, const char *path, char *err) {
+    static const char replacement[] = "\xef\xbf\xbd"; /* an id no token has decodes as U+FFFD */
+    uint64_t total = 0;
+    for (uint32_t id = 0; id < im->vocab_size; id++) total += im->strings[id] ? im->string_lens[id] : 3;
+    t->tok_off = malloc(((size_t)im->vocab_size + 1) * sizeof *t->tok_off);
+    t->tok_bytes = malloc(total ? total : 1);
+    if (!t->tok_off || !t->tok_bytes) {
+        tok_error(err, "out of memory reading %s", path);
+        return -1;
+    }
+    uint64_t at = 0;
+    for (uint32_t id = 0; id < im->vocab_size; id++) {
+        t->tok_off[id] = at;
+        if (im->strings[id]) {
+            at += token_string_bytes(byte_of_cp, im->strings[id], im->string_lens[id], t->tok_bytes + at);
+        } else {
+            memcpy(t->tok_bytes + at, replacement, 3);
+            at += 3;
+        }
+    }
+    t->tok_off[im->vocab_size] = at;
+    return 0;
+}
+
+/* One merge's two strings: "a b" or ["a", "b"]. */
+static int merge_strings(const JsonValue *m, const char **a, size_t *na, const char **b, size_t *nb) {
+    if (m->type == JSON_STRING) {
+        const char *sp = memchr(m->string, ' ', m->len);
+        if (!sp || memchr(sp + 1, ' ', m->len - (size_t)(sp + 1 - m->string))) return 0;
+        *a = m->string;
+        *na = (size_t)(sp - m->string);
+        *b = sp + 1;
+        *nb = m->len - *na - 1;
+        return *na > 0 && *nb > 0;
+    }
+    if (m->type != JSON_ARRAY || m->len != 2 || m->items[0].type != JSON_STRING || m->items[1].type != JSON_STRING)
+        return 0;
+    *a = m->items[0].string;
+    *na = m->items[0].len;
+    *b = m->items[1].string;
+    *nb = m->items[1].len;
+    return 1;
+}
+
+static int build_merges(Tokenizer *t, const Import *im, const char *path, char *err) {
+    size_t n = im->merges->len;
+    t->n_merges = (uint32_t)n;
+    t->merges = malloc((n + 1) * 2 * sizeof *t->merges);
+    t->merge_result = malloc((n + 1) * sizeof *t->merge_result);
+    char *joined = NULL;
+    size_t joined_cap = 0;
+    if (!t->merges || !t->merge_result || pair_map_init(&t->merge_map, n) != 0) {
+        tok_error(err, "out of memory reading %s", path);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *a, *b;
+        size_t na, nb;
+        uint32_t ia, ib, ir;
+        if (!merge_strings(&im->merges->items[i], &a, &na, &b, &nb)) {
+            tok_error(err, "%s: merge %zu is neither \"a b\" nor [\"a\", \"b\"]", path, i);
+            free(joined);
+            return -1;
+        }
+        if (na + nb > joined_cap) {
+            joined_cap = 2 * (na + nb);
+            char *j = realloc(joined, joined_cap);
+            if (!j) {
+                tok_error(err, "out of memory reading %s", path);
+                free(joined);
+                return -1;
+            }
+            joined = j;
+        }
+        memcpy(joined, a, na);
+        memcpy(joined + na, b, nb);
+        if (!lookup(im, a, na, &ia) || !lookup(im, b, nb, &ib) || !lookup(im, joined, na + nb, &ir)) {
+            tok_error(err, "%s: merge %zu (\"%.*s\" \"%.*s\") uses or makes a token the vocabulary lacks", path, i,
+                      (int)(na < 40 ? na : 40), a, (int)(nb < 40 ? nb : 40), b);
+            free(joined);
+            return -1;
+        }
+        t->merges[2 * i] = ia;
+        t->merges[2 * i + 1] = ib;
+        t->merge_result[i] = ir;
+        int inserted;
+        int64_t slot = pair_map_upsert(&t->merge_map, pair_key(ia, ib), (uint32_t)i, &inserted);
+        if (slot < 0) {
+            tok_error(err, "out of memory reading %s", path);
+            free(joined);
+            return -1;
+        }
+        t->merge_map.values[slot] = (uint32_t)i; /* a repeated pair: the later rank, as Hugging Face keeps it */
+    }
+    free(joined);
+    return 0;
+}
+
+static int build_specials(Tokenizer *t, const Import *im, const char *path, char *err) {
+    t->special_ids = malloc((im->added->len + 1) * sizeof *t->special_ids);
+    if (!t->special_ids) {
+        tok_error(err, "out of memory reading %s", path);
+        return -1;
+    }
+    /* every added token is cut out of the text before splitting, special or not */
+    int64_t eot = -1, first_special = -1;
+    for (size_t i = 0; i < im->added->len; i++) {
+        const JsonValue *a = &im->added->items[i];
+        uint32_t id = (uint32_t)json_get(a, "id")->number;
+        t->special_ids[t->n_specials++] = id;
+        if (json_get(a, "special") && json_get(a, "special")->type == JSON_TRUE) {
+            const char *c = json_string(json_get(a, "content"));
+            if (first_special < 0) first_special = id;
+            if (strcmp(c, TOKENIZER_EOT_TEXT) == 0) eot = id;
+            if (strcmp(c, "<|end_of_text|>") == 0 && eot < 0) eot = id;
+        }
+    }
+    if (eot < 0) eot = first_special;
+    if (eot < 0) {
+        tok_error(err, "%s has no special added token to separate documents; add one (e.g. %s)", path,
+                  TOKENIZER_EOT_TEXT);
+        return -1;
+    }
+    t->eot = (uint32_t)eot;
+    tokenizer_index_specials(t);
+    return 0;
+}
+
+static int build_whole_tokens(Tokenizer *t, const Import *im, const char *path, char *err) {
+    if (bytes_map_init(&t->whole_tokens, im->vocab->len) != 0) {
+        tok_error(err, "out of memory reading %s", path);
+        return -1;
+    }
+    t->ignore_merges = 1;
+    for (size_t i = 0; i < im->vocab->len; i++) {
+        uint32_t id = (uint32_t)im->vocab->members[i].value.number;
+        size_t n;
+        const uint8_t *s = tokenizer_token_bytes(t, id, &n);
+        int inserted;
+        BytesSlot *slot = bytes_map_upsert(&t->whole_tokens, s, n, bytes_hash(s, n), &inserted);
+        if (!slot) {
+            tok_error(err, "out of memory reading %s", path);
+            return -1;
+        }
+        if (inserted) slot->value = id;
+    }
+    return 0;
+}
+
+Tokenizer *tokenizer_from_hf_json(const char *text, size_t len, const char *path, char *err) {
+    char jerr[JSON_ERR_LEN];
+    JsonValue *root = json_parse(text, len, path, jerr);
+    if (!root) {
+        tok_error(err, "%s", jerr);
+        return NULL;
+    }
+    Import im = {.root = root};
+    Tokenizer *t = calloc(1, sizeof *t);
+    int ok = t && check_pipeline(root, path, &t->nfc, err) == 0;
+    int split = ok ? pre_tokenizer_split(json_get(root, "pre_tokenizer"), path, err) : -1;
+    ok = ok && split >= 0;
+    if (ok) {
+        const JsonValue *model = json_get(root, "model");
+        static const JsonValue empty_array = {.type = JSON_ARRAY};
+        im.vocab = json_get(model, "vocab");
+        im.merges = json_get(model, "merges");
+        im.added = json_get(root, "added_tokens");
+        if (!im.added || im.added->type == JSON_NULL) im.added = &empty_array;
+        if (!im.vocab || im.vocab->type != JSON_OBJECT || !im.merges || im.merges->type != JSON_ARRAY ||
+            im.added->type != JSON_ARRAY) {
+            tok_error(err, "%s: model.vocab must be an object, model.merges and added_tokens arrays", path);
+            ok = 0;
+        }
+    }
+    ok = ok && collect_ids(&im, path, err) == 0;
+    uint32_t cp_of_byte[256];
+    int16_t byte_of_cp[324];
+    byte_level_alphabet(cp_of_byte);
+    memset(byte_of_cp, 0xff, sizeof byte_of_cp);
+    for (int b = 0; b < 256; b++) byte_of_cp[cp_of_byte[b]] = (int16_t)b;
+    if (ok) {
+        t->vocab_size = im.vocab_size;
+        t->split = (SplitKind)split;
+        ok = build_token_bytes(t, &im, byte_of_cp, path, err) == 0;
+    }
+    for (int b = 0; ok && b < 256; b++) { /* every byte needs its token, or some text has no encoding */
+        char s[4];
+        size_t n = cp_of_byte[b] < 0x80 ? (s[0] = (char)cp_of_byte[b], 1)
+                                        : (s[0] = (char)(0xc0 | cp_of_byte[b] >> 6), s[1] = (char)(0x80 | (cp_of_byte[b] & 0x3f)), 2);
+        if (!lookup(&im, s, n, &t->byte_token[b])) {
+            tok_error(err, "%s has no token for the byte 0x%02x (\"%.*s\"); a byte-level BPE needs all 256", path, b,
+                      (int)n, s);
+            ok = 0;
+        }
+    }
+    ok = ok && build_merges(t, &im, path, err) == 0 && build_specials(t, &im, path, err) == 0;
+    const JsonValue *ignore = json_get(json_get(root, "model"), "ignore_merges");
+    if (ok && ignore && ignore->type == JSON_TRUE) ok = build_whole_tokens(t, &im, path, err) == 0;
+    if (ok) {
+        t->hf_json = malloc(len + 1);
+        if (t->hf_json) {
+            memcpy(t->hf_json, text, len);
+            t->hf_json[len] = 0;
+            t->hf_json_len = len;
+        } else {
+            tok_error(err, "out of memory reading %s", path);
+            ok = 0;
+        }
+    }
+    if (!t) tok_error(err, "out of memory reading %s", path);
+    if (im.strings) bytes_map_free(&im.by_string);
+    free(im.strings);
+    free(im.string_lens);
+    json_free(root);
+    if (!ok) {
+        tokenizer_free(t);
+        return NULL;
+    }
+    return t;
+}

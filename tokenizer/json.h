@@ -1,0 +1,51 @@
+/* tokenizer/json.h - a small JSON reader: the whole document into a tree of values.
+ *
+ * It reads what Hugging Face writes (tokenizer.json, config.json, a safetensors header): RFC 8259
+ * JSON, strings decoded to UTF-8 (\uXXXX escapes and surrogate pairs included, so a string may hold
+ * a NUL: use its len), numbers as double. Anything else (a trailing comma, a comment, a lone
+ * surrogate, nesting deeper than JSON_MAX_DEPTH, bytes after the value) is an error naming the line
+ * and column. It knows nothing of the rest of the project. */
+#ifndef FUSEDGPT_JSON_H
+#define FUSEDGPT_JSON_H
+
+#include <stddef.h>
+
+#define JSON_ERR_LEN 512
+#define JSON_MAX_DEPTH 200
+
+typedef enum { JSON_NULL, JSON_FALSE, JSON_TRUE, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT } JsonType;
+
+typedef struct JsonValue JsonValue;
+typedef struct JsonMember JsonMember;
+
+struct JsonValue {
+    JsonType type;
+    size_t len;          /* string: bytes (a NUL follows them); array, object: elements */
+    double number;       /* JSON_NUMBER */
+    char *string;        /* JSON_STRING */
+    JsonValue *items;    /* JSON_ARRAY: len values */
+    JsonMember *members; /* JSON_OBJECT: len members, in document order */
+};
+
+struct JsonMember {
+    char *key; /* NUL after key_len bytes */
+    size_t key_len;
+    JsonValue value;
+};
+
+/* Parses text[0..len). NULL with a one-line message in err (JSON_ERR_LEN bytes) naming `what` (a
+ * file name, for the message), the line and column, and what was expected. */
+JsonValue *json_parse(const char *text, size_t len, const char *what, char *err);
+void json_free(JsonValue *v);
+
+/* The value of key in an object (the last one if the key repeats, as most readers do), or NULL
+ * when v is not an object or has no such key. */
+const JsonValue *json_get(const JsonValue *v, const char *key);
+/* The string of v when it is one, else NULL. */
+const char *json_string(const JsonValue *v);
+/* 1 when v is a number holding an integer in [lo, hi], stored in *out. */
+int json_int(const JsonValue *v, long long lo, long long hi, long long *out);
+/* The type's name, for messages ("an object", "a string", ...). */
+const char *json_type_name(JsonType t);
+
+#endif
