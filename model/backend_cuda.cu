@@ -514,9 +514,12 @@ static void describe_output_layer(CudaBackend *cb, OutputKind output, size_t ask
         snprintf(cb->base.output_path, sizeof cb->base.output_path, "canonical, bf16 logits of all %d rows (3G)",
                  cb->base.B * cb->base.T);
     } else if (rows > 0) {
+        /* the layer balances its chunks: N rows in ceil(N / rows) chunks of equal size */
+        const long long N = (long long)cb->base.B * cb->base.T, chunks = (N + rows - 1) / rows;
         snprintf(cb->out_ws_label, sizeof cb->out_ws_label, "output layer workspace: fused, chunks of %lld rows", rows);
         snprintf(cb->base.output_path, sizeof cb->base.output_path,
-                 "fused, scaled exponentials in chunks of %lld rows (3G)%s", rows,
+                 "fused, scaled exponentials, %lld chunk%s of %lld rows (3G; room for %lld)%s", chunks,
+                 chunks > 1 ? "s" : "", (N + chunks - 1) / chunks, rows,
                  cb->fused_budget < asked ? "; --logits-mb reduced to what the GPU has free" : "");
     } else {
         snprintf(cb->out_ws_label, sizeof cb->out_ws_label, "output layer workspace: fused, streaming");
