@@ -17,7 +17,7 @@ Prints one line per shape and CSV lines:
 (nan where not measured or out of memory).
 
 --peers also times the two fused peers of anchors.md when their packages import (they are not in
-the device image: carry them as wheels, see dev/output_layer_sweep.sh): Liger-Kernel's
+the device image: download their wheels where there is network and install them with pip --no-index): Liger-Kernel's
 liger_fused_linear_cross_entropy (its defaults) and Apple's Cut Cross-Entropy with filter_eps=None
 (dense: no gradient block skipped, the fair figure for pretraining). One line per shape:
     csv_peer,d,N,V,liger_fwdbwd_ms,liger_extra_GB,cce_fwdbwd_ms,cce_extra_GB"""
