@@ -490,9 +490,9 @@ __global__ void cast_rows_kernel(bf16 *out, const float *in, int64_t n8) {
                            __floats2bfloat162_rn(y.x, y.y), __floats2bfloat162_rn(y.z, y.w)};
     reinterpret_cast<int4 *>(out)[i] = *reinterpret_cast<int4 *>(o);
 }
-/* One CTA per row of a chunk: the row's log-sum-exp and loss from its tiles' (k, sum) pairs and,
- * for the gradient kernels (output_fused_grads.cu), the row's scale per tile, 2^(k_t - lse / ln 2)
- * (0 for an ignored row), and p - 1 at its target. Every sum in a fixed order (deterministic). */
+/* One CTA per row of a chunk (gridDim.x = its rows): the row's log-sum-exp and loss from its tiles'
+ * (k, sum) pairs and, for the gradient kernels (output_fused_grads.cu), the row's scale per tile,
+ * 2^(k_t - lse / ln 2) (0 for an ignored row), and p - 1 at its target. Every sum in a fixed order (deterministic). */
 #define ROW_THREADS 256
 __global__ void __launch_bounds__(ROW_THREADS)
     exp_rows_kernel(const float2 *tile_stats, int64_t ntiles, int64_t row0, const int32_t *targets, const float *zt,
@@ -530,7 +530,8 @@ __global__ void __launch_bounds__(ROW_THREADS)
     __syncthreads();
     /* p = E 2^(k_t - lse2) = E 2^((k_t - K) + c): the integer part exact, c of moderate size */
     const float c = t == -1 ? -INFINITY : (float)((double)K - row_lse2); /* ignored rows: p = 0 */
-    for (int64_t i = tid; i < ntiles; i += ROW_THREADS) scale[r * ntiles + i] = ex2((st[i].x - K) + c);
+    /* tile-major ([tiles x rows]): dW's CTAs read one tile's scales for consecutive rows */
+    for (int64_t i = tid; i < ntiles; i += ROW_THREADS) scale[i * gridDim.x + r] = ex2((st[i].x - K) + c);
 }
 
 /* ---- host side ---------------------------------------------------------------------------- */

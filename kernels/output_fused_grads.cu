@@ -3,7 +3,7 @@
  * never stored.
  *
  * Shapes (one chunk): E [R x V] fp16 (row stride ldE), the chunk's H [R x d] and targets [R], W
- * [V x d] bf16; scale [R x tiles] = 2^(k_t - lse / ln 2) per row and 256-column tile (0 for an
+ * [V x d] bf16; scale [tiles x R] = 2^(k_t - lse / ln 2) per 256-column tile and row (0 for an
  * ignored row), tval [R] = p - 1 at the row's target, taken from its fp32 logit.
  *   dZ[r][v] = E[r][v] * scale[r][v / 256], or tval[r] at v = target[r]       (fp32, then bf16)
  *   dH[R x d]  = gscale dZ W          grad_kernel<GRAD_DH>: tiles of 128 rows x 256 of d, K = V
@@ -15,8 +15,8 @@
  * A CTA: thread 0 issues the TMA copies (4-stage mbarrier ring, 48 KiB a stage: E's tile and four
  * 64 x 64 boxes of the B operand), two warpgroups of 64 output rows each load E with ldmatrix
  * (transposed for dW, whose A operand is E^T), scale it in fp32, round once to bf16 and feed it to
- * wgmma from registers (m64n64k16, B = W or H, whose d runs along N: MN-major in shared memory),
- * four n64 products per k16 step for the 256 columns. The rounding of dZ is the only one between
+ * wgmma from registers (m64n256k16; B = W or H, whose d runs along N: MN-major in shared memory,
+ * four 64-column boxes). The rounding of dZ is the only one between
  * E (fp16, 11 bits) and the fp32 accumulators, as in the streaming path.
  *
  * dH's K = V is long and its tiles few (R / 128 x d / 256): V is split into slices whose fp32
@@ -48,8 +48,7 @@ typedef struct {
     int64_t rows;          /* R */
     int64_t V;
     int d;
-    int64_t tiles;         /* row stride of scale */
-    const float *scale;    /* [R x tiles] */
+    const float *scale;    /* [tiles x R] */
     const float *tval;     /* [R] */
     const int32_t *targets; /* [R], the chunk's */
     int64_t slice_cols;    /* GRAD_DH: columns of V per slice (a multiple of G_TILE) */
@@ -140,11 +139,9 @@ __global__ void __launch_bounds__(G_THREADS, 1)
             if (my_m[h] < a.rows) tgt[h] = a.targets[my_m[h]], tv[h] = a.tval[my_m[h]];
     const int64_t dw_tile = m0 / G_TILE; /* GRAD_DW: the 128 words lie in one scale tile */
 
-    float acc[4][32];
+    float acc[128];
 #pragma unroll
-    for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int i = 0; i < 32; i++) acc[j][i] = 0.0f;
+    for (int i = 0; i < 128; i++) acc[i] = 0.0f;
 
     for (int it = 0; it < iters; it++) {
         const int s = it % G_STAGES;
@@ -153,7 +150,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
         const uint32_t sE = ring + s * G_STAGE_BYTES, sB = sE + 2 * G_BOX_BYTES;
         if (MODE == GRAD_DH && (it == 0 || k0 % G_TILE == 0)) /* a new tile of V: its scales */
 #pragma unroll
-            for (int h = 0; h < 2; h++) sc[h] = my_m[h] < a.rows ? a.scale[my_m[h] * a.tiles + k0 / G_TILE] : 0.0f;
+            for (int h = 0; h < 2; h++) sc[h] = my_m[h] < a.rows ? a.scale[(k0 / G_TILE) * a.rows + my_m[h]] : 0.0f;
         uint32_t af[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
@@ -181,7 +178,7 @@ __global__ void __launch_bounds__(G_THREADS, 1)
                 for (int u = 0; u < 4; u++) { /* this thread's k: 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9 */
                     const int64_t r = k0 + kk * 16 + 2 * t4 + (u >> 1) * 8 + (u & 1);
                     const bool in = r < a.rows;
-                    ks[u] = in ? a.scale[r * a.tiles + dw_tile] : 0.0f;
+                    ks[u] = in ? a.scale[dw_tile * a.rows + r] : 0.0f;
                     kt[u] = in ? a.targets[r] : -1;
                     kv[u] = in ? a.tval[r] : 0.0f;
                 }
@@ -193,40 +190,33 @@ __global__ void __launch_bounds__(G_THREADS, 1)
                 }
             }
         }
-#pragma unroll
-        for (int j = 0; j < 4; j++) fence_acc(acc[j]);
+        fence_acc(acc);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                wgmma_m64n64k16_rs_mn(acc[j], af[kk], smem_desc(sB + j * G_BOX_BYTES + kk * 16 * 128),
-                                      (it | kk) != 0);
+            wgmma_m64n256k16_rs_mn(acc, af[kk], smem_desc_mn(sB + kk * 16 * 128, G_BOX_BYTES), (it | kk) != 0);
         wgmma_commit();
         /* refill the stage every warp released last iteration; thread 0 waits for the slowest warp
          * while its own products run */
         if (tid == 0 && ld_it < iters) issue();
         __syncwarp();
         wgmma_wait<0>();
-#pragma unroll
-        for (int j = 0; j < 4; j++) fence_acc(acc[j]);
+        fence_acc(acc);
         __syncwarp();
         if (lane == 0) mbar_arrive(empty_bar + 8 * s);
     }
 
-    /* acc[j][i*4 + e]: output row my_m[e >> 1], column n0 + 64 j + 8 i + 2 t4 + (e & 1) */
+    /* acc[i*4 + e]: output row my_m[e >> 1], column n0 + 8 i + 2 t4 + (e & 1) */
     const float gs = *a.gscale;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int64_t m = my_m[h];
         if (MODE == GRAD_DH ? m >= a.rows : m >= a.V) continue;
 #pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const int64_t n = n0 + 64 * j + 8 * i + 2 * t4;
+        for (int i = 0; i < 32; i++) {
+                const int64_t n = n0 + 8 * i + 2 * t4;
                 if (n >= a.d) continue; /* d need only be a multiple of 64 */
-                const float x = acc[j][i * 4 + h * 2], y = acc[j][i * 4 + h * 2 + 1];
+                const float x = acc[i * 4 + h * 2], y = acc[i * 4 + h * 2 + 1];
                 if (MODE == GRAD_DW) {
                     float2 *p = reinterpret_cast<float2 *>(a.dW + m * a.d + n);
                     const float2 o = *p;
@@ -287,11 +277,11 @@ int outl_grad_slices(int64_t rows, int d, int sms, int max_slices) {
 }
 
 void outl_fused_exp_grads(OutputLayer *L, const OutputLayerArgs *a, int64_t r0, int64_t nr, cudaStream_t stream) {
-    const int64_t V = L->V, ld = L->fs.exp_ld, tiles = L->fs.exp_tiles;
+    const int64_t V = L->V, ld = L->fs.exp_ld;
     const int d = L->d;
     set_smem_limits();
     GradArgs g = {};
-    g.rows = nr, g.V = V, g.d = d, g.tiles = tiles;
+    g.rows = nr, g.V = V, g.d = d;
     g.scale = L->ex_scale, g.tval = L->ex_tval, g.targets = a->targets + r0;
     g.gscale = L->scalars + OUTL_SCALE;
     const bf16 *H = (const bf16 *)a->H + r0 * d;

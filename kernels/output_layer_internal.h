@@ -60,7 +60,7 @@ struct OutputLayer {
     float *zt;            /* [max_N] target logit */
     void *ex;             /* [exp_rows x exp_ld] E = exp(z - k ln 2) in fp16, then P - Y in bf16 in place */
     float2 *ex_stats;     /* [exp_rows x exp_tiles] (k, sum of E) per row and tile */
-    float *ex_scale;      /* [exp_rows x exp_tiles] 2^(k - lse / ln 2): p = E x scale */
+    float *ex_scale;      /* [exp_tiles x rows of the chunk] 2^(k - lse / ln 2): p = E x scale */
     float *ex_tval;       /* [exp_rows] p - 1 at the row's target */
     float *dh_part;       /* [exp_slices x exp_rows x d] dH's partial sums over slices of V */
     __nv_bfloat16 *dz;    /* [chunk_rows x window_cols] P - Y (unscaled) of one window */
