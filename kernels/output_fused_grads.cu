@@ -143,15 +143,15 @@ __global__ void __launch_bounds__(G_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < 128; i++) acc[i] = 0.0f;
 
-    for (int it = 0; it < iters; it++) {
+    /* dZ fragments of iteration it (its stage waited for): four k16 steps of 4 registers */
+    auto fragments = [&](int it, uint32_t (&af)[4][4]) {
         const int s = it % G_STAGES;
         const int64_t k0 = k_begin + (int64_t)it * G_K;
         mbar_wait(full_bar + 8 * s, (uint32_t)((it / G_STAGES) & 1));
-        const uint32_t sE = ring + s * G_STAGE_BYTES, sB = sE + 2 * G_BOX_BYTES;
+        const uint32_t sE = ring + s * G_STAGE_BYTES;
         if (MODE == GRAD_DH && (it == 0 || k0 % G_TILE == 0)) /* a new tile of V: its scales */
 #pragma unroll
             for (int h = 0; h < 2; h++) sc[h] = my_m[h] < a.rows ? a.scale[(k0 / G_TILE) * a.rows + my_m[h]] : 0.0f;
-        uint32_t af[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
             uint32_t e[4];
@@ -190,20 +190,35 @@ __global__ void __launch_bounds__(G_THREADS, 1)
                 }
             }
         }
+    };
+    /* Iteration it: its products (fragments made the iteration before) go to the tensor cores, and
+     * while they run this warpgroup makes the next iteration's fragments; the stage is released
+     * once the products completed. Two fragment buffers, named, so no register array is indexed
+     * at run time. */
+    auto step = [&](int it, uint32_t (&cur)[4][4], uint32_t (&next)[4][4]) {
+        const int s = it % G_STAGES;
+        const uint32_t sB = ring + s * G_STAGE_BYTES + 2 * G_BOX_BYTES;
         fence_acc(acc);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
-            wgmma_m64n256k16_rs_mn(acc, af[kk], smem_desc_mn(sB + kk * 16 * 128, G_BOX_BYTES), (it | kk) != 0);
+            wgmma_m64n256k16_rs_mn(acc, cur[kk], smem_desc_mn(sB + kk * 16 * 128, G_BOX_BYTES), (it | kk) != 0);
         wgmma_commit();
         /* refill the stage every warp released last iteration; thread 0 waits for the slowest warp
          * while its own products run */
         if (tid == 0 && ld_it < iters) issue();
         __syncwarp();
+        if (it + 1 < iters) fragments(it + 1, next);
         wgmma_wait<0>();
         fence_acc(acc);
         __syncwarp();
         if (lane == 0) mbar_arrive(empty_bar + 8 * s);
+    };
+    uint32_t af0[4][4], af1[4][4];
+    if (iters > 0) fragments(0, af0);
+    for (int it = 0; it < iters; it += 2) {
+        step(it, af0, af1);
+        if (it + 1 < iters) step(it + 1, af1, af0);
     }
 
     /* acc[i*4 + e]: output row my_m[e >> 1], column n0 + 8 i + 2 t4 + (e & 1) */
