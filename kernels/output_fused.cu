@@ -7,14 +7,14 @@
  *        stored in fp16 (relative error 2^-12, so that dZ's one rounding to bf16 is what counts);
  *        the tile's fp32 sum of exp(z - s) and k go to a [C x tiles] table; the target logit is
  *        picked up in fp32.
- *      exp_rows_kernel, one CTA per row: lse = ln 2 (K + log2 sum_t S_t 2^(k_t - K)) with the
- *        powers of two exact, loss = lse - z_target, the row's scale per tile 2^(k_t - lse / ln 2),
- *        and the target's p - 1 as expm1(z_target - lse) from the fp32 logit: where p is near 1,
- *        p - 1 would otherwise inherit E's rounding in full.
- *      output_fused_grads.cu: dH_chunk (bf16, =) = scale dZ W and dW (fp32, +=) += scale dZ^T H_chunk,
- *        dZ = E x its row's tile scale - Y formed in registers as E is loaded, never stored.
- *    Memory: C x V x 2 bytes plus C x V/256 x 12 bytes. Bytes per logit: E written once and read by
- *        the two gradient kernels (6 B, against the canonical layer's 12).
+ *      exp_finish_kernel, one CTA per row: lse = ln 2 (K + log2 sum_t S_t 2^(k_t - K)) with the
+ *        powers of two exact, loss = lse - z_target, then in place dZ = E 2^(k_t - lse / ln 2) - Y,
+ *        the target's p - 1 taken as expm1(z_target - lse) from the fp32 logit: where p is near 1,
+ *        p - 1 would otherwise inherit E's bf16 error in full.
+ *      cuBLASLt: dH_chunk (bf16, =) = scale dZ W and dW (fp32, +=) += scale dZ^T H_chunk.
+ *    Memory: C x V x 2 bytes plus C x V/256 float2. Bytes per logit: E written once, read and written
+ *    by the finish pass, read by the two GEMMs (10 B, as the canonical layer's logits, minus its
+ *    second read).
  *  - streaming (4G), when no chunk fits: MODE_STATS keeps a running max and sum per row over
  *    vocabulary windows (fused_merge_kernel merges the windows into lse); the backward recomputes
  *    the logits per chunk of rows and window of columns, MODE_DZ writing dZ = P - Y (p - 1 at the
@@ -45,7 +45,6 @@
 #include "kernels/cuda_check.h"
 #include "kernels/fast_math.cuh"
 #include "kernels/output_layer_internal.h"
-#include "kernels/tma.cuh"
 #include "kernels/wgmma.cuh"
 
 typedef __nv_bfloat16 bf16;
@@ -95,6 +94,7 @@ typedef struct {
     int64_t ntiles;
 } TileArgs;
 
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
@@ -312,6 +312,22 @@ __device__ __forceinline__ void wg_window_end(const TileArgs &a, int64_t win, in
  * describe. (A separate producer warp would cap the consumers at 168 registers, and the
  * accumulator plus the softmax epilogue need more.) */
 
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
 /* arrive on the mbarrier at the same shared-memory offset in CTA `rank` of the cluster (itself
  * included); release at CTA scope, as a local arrive (what it orders are this warp's wgmma reads) */
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
@@ -321,17 +337,14 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank)
         "r"(rank)
         : "memory");
 }
-
 __device__ __forceinline__ void cluster_sync_all() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-
 __device__ __forceinline__ uint32_t cluster_rank() {
     uint32_t r;
     asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
     return r;
 }
-
 /* the box lands at the same offset in every CTA of ctas (a bit mask), completing on each one's
  * mbarrier at the offset of bar */
 __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1,
@@ -340,6 +353,14 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtens
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
         "%3}], [%4], %5;\n" ::"r"(dst),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(ctas)
+        : "memory");
+}
+
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
         : "memory");
 }
 
@@ -490,48 +511,64 @@ __global__ void cast_rows_kernel(bf16 *out, const float *in, int64_t n8) {
                            __floats2bfloat162_rn(y.x, y.y), __floats2bfloat162_rn(y.z, y.w)};
     reinterpret_cast<int4 *>(out)[i] = *reinterpret_cast<int4 *>(o);
 }
-/* One CTA per row of a chunk (gridDim.x = its rows): the row's log-sum-exp and loss from its tiles'
- * (k, sum) pairs and, for the gradient kernels (output_fused_grads.cu), the row's scale per tile,
- * 2^(k_t - lse / ln 2) (0 for an ignored row), and p - 1 at its target. Every sum in a fixed order (deterministic). */
-#define ROW_THREADS 256
-__global__ void __launch_bounds__(ROW_THREADS)
-    exp_rows_kernel(const float2 *tile_stats, int64_t ntiles, int64_t row0, const int32_t *targets, const float *zt,
-                    float *lse_out, float *lse_user, float *row_loss, float *scale, float *tval) {
-    __shared__ float red[ROW_THREADS];
+/* One CTA per row of a chunk: the row's log-sum-exp and loss from its tiles' (k, sum) pairs, then,
+ * with write_dz, dZ = P - Y in place of E. Every sum in a fixed order (deterministic). */
+#define FINISH_THREADS 256
+__global__ void __launch_bounds__(FINISH_THREADS)
+    exp_finish_kernel(void *E, int64_t ldE, const float2 *tile_stats, int64_t ntiles, int64_t V, int64_t row0,
+                      const int32_t *targets, const float *zt, float *lse_out, float *lse_user, float *row_loss,
+                      int write_dz) {
+    __shared__ float red[FINISH_THREADS];
     __shared__ double row_lse2;
     const int tid = threadIdx.x;
     const int64_t r = blockIdx.x, row = row0 + r;
     const float2 *st = tile_stats + r * ntiles;
 
     float K = -INFINITY;
-    for (int64_t i = tid; i < ntiles; i += ROW_THREADS) K = fmaxf(K, st[i].x);
+    for (int64_t i = tid; i < ntiles; i += FINISH_THREADS) K = fmaxf(K, st[i].x);
     red[tid] = K;
     __syncthreads();
-    for (int w = ROW_THREADS / 2; w > 0; w >>= 1) {
+    for (int w = FINISH_THREADS / 2; w > 0; w >>= 1) {
         if (tid < w) red[tid] = fmaxf(red[tid], red[tid + w]);
         __syncthreads();
     }
     K = red[0];
     __syncthreads(); /* everyone has K before red is reused */
     float S = 0.0f;
-    for (int64_t i = tid; i < ntiles; i += ROW_THREADS) S += ldexpf(st[i].y, (int)(st[i].x - K)); /* exact scaling */
+    for (int64_t i = tid; i < ntiles; i += FINISH_THREADS) S += ldexpf(st[i].y, (int)(st[i].x - K)); /* exact scaling */
     red[tid] = S;
     __syncthreads();
-    for (int w = ROW_THREADS / 2; w > 0; w >>= 1) {
+    for (int w = FINISH_THREADS / 2; w > 0; w >>= 1) {
         if (tid < w) red[tid] += red[tid + w];
         __syncthreads();
     }
     const int t = targets[row];
-    if (tid == 0) {
-        row_lse2 = finish_row(K, red[0], t, zt[row], row, lse_out, lse_user, row_loss);
-        /* p - 1 from the fp32 target logit: where p is near 1, E's rounding would be all of it */
-        tval[r] = t == -1 ? 0.0f : (float)expm1(((double)zt[row] * (double)L2E - row_lse2) * LN2);
-    }
+    if (tid == 0) row_lse2 = finish_row(K, red[0], t, zt[row], row, lse_out, lse_user, row_loss);
     __syncthreads();
+    if (!write_dz) return;
+
+    /* E (fp16) is read and dZ (bf16) written in its place, 16 bytes per thread at a time */
+    __half *e = static_cast<__half *>(E) + r * ldE;
+    bf16 *dz = static_cast<bf16 *>(E) + r * ldE;
+    const int64_t nvec = V / 8; /* rows start 512-byte aligned (ldE % 256 == 0) */
     /* p = E 2^(k_t - lse2) = E 2^((k_t - K) + c): the integer part exact, c of moderate size */
     const float c = t == -1 ? -INFINITY : (float)((double)K - row_lse2); /* ignored rows: p = 0 */
-    /* tile-major ([tiles x rows]): dW's CTAs read one tile's scales for consecutive rows */
-    for (int64_t i = tid; i < ntiles; i += ROW_THREADS) scale[i * gridDim.x + r] = ex2((st[i].x - K) + c);
+    for (int64_t i = tid; i < nvec; i += FINISH_THREADS) {
+        const float f = ex2((st[(i * 8) / TN].x - K) + c);
+        int4 raw = *reinterpret_cast<const int4 *>(e + i * 8);
+        __half2 *in = reinterpret_cast<__half2 *>(&raw);
+        __nv_bfloat162 *out = reinterpret_cast<__nv_bfloat162 *>(&raw);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 x = __half22float2(in[j]);
+            out[j] = __floats2bfloat162_rn(x.x * f, x.y * f);
+        }
+        *reinterpret_cast<int4 *>(dz + i * 8) = raw;
+    }
+    for (int64_t col = nvec * 8 + tid; col < V; col += FINISH_THREADS)
+        dz[col] = __float2bfloat16(__half2float(e[col]) * ex2((st[col / TN].x - K) + c));
+    __syncthreads(); /* the target's element is written last, by one thread */
+    if (tid == 0 && t != -1) dz[t] = __float2bfloat16((float)expm1(((double)zt[row] * (double)L2E - row_lse2) * LN2));
 }
 
 /* ---- host side ---------------------------------------------------------------------------- */
@@ -608,11 +645,6 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int sms, size_t
     if (s.exp_rows > 0) {
         s.exp_ld = rup(V, TN);
         s.exp_tiles = cdiv(V, TN);
-        /* dH's partial sums over slices of V: at most 64 MiB (5 slices at 4096 x 768; none at d = 4096,
-         * whose tiles fill the GPU alone) */
-        const int64_t per_slice = s.exp_rows * d * 4;
-        s.exp_slices = (int)(((int64_t)64 << 20) / per_slice);
-        s.exp_slices = s.exp_slices < 1 ? 1 : s.exp_slices > 8 ? 8 : s.exp_slices;
         return s;
     }
     /* The streaming backward's chunk x window. Large problems at narrow widths get square windows
@@ -642,11 +674,9 @@ typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t
                                   const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
-/* A row-major 2-D tensor of `type` ([rows x cols], rows row_bytes apart) read in boxes of
- * box_rows x box_cols (box_cols x element size = 128 bytes) with the 128-byte swizzle; what lies
- * past the ends reads as zeros. */
-CUtensorMap outl_tensor_map(const void *ptr, CUtensorMapDataType type, int64_t cols, int64_t rows, int64_t row_bytes,
-                            int box_cols, int box_rows) {
+/* A [rows x d] bf16 row-major tensor read in boxes of box_rows x BK with the 128-byte swizzle;
+ * rows past the end read as zeros. */
+static CUtensorMap tensor_map(const bf16 *ptr, int64_t rows, int d, int box_rows) {
     static EncodeTiledFn encode;
     if (!encode) {
         cudaDriverEntryPointQueryResult q;
@@ -659,21 +689,17 @@ CUtensorMap outl_tensor_map(const void *ptr, CUtensorMapDataType type, int64_t c
         encode = (EncodeTiledFn)fn;
     }
     CUtensorMap m;
-    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
-    const cuuint64_t strides[1] = {(cuuint64_t)row_bytes};
-    const cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows}, elem[2] = {1, 1};
-    CUresult r = encode(&m, type, 2, const_cast<void *>(ptr), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const cuuint64_t dims[2] = {(cuuint64_t)d, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)d * sizeof(bf16)};
+    const cuuint32_t box[2] = {BK, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+    CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, elem,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
         fprintf(stderr, "error: output layer: cuTensorMapEncodeTiled failed (CUresult %d)\n", (int)r);
         exit(1);
     }
     return m;
-}
-
-/* H or W: [rows x d] bf16 in boxes of box_rows x BK */
-static CUtensorMap tensor_map(const bf16 *ptr, int64_t rows, int d, int box_rows) {
-    return outl_tensor_map(ptr, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d, rows, (int64_t)d * 2, BK, box_rows);
 }
 
 
@@ -784,6 +810,7 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
     const int64_t N = a->N, V = L->V, d = L->d, ld = L->fs.exp_ld;
     const int64_t nchunks = cdiv(N, L->fs.exp_rows), rows = cdiv(N, nchunks); /* balanced chunks */
     const bf16 *H = (const bf16 *)a->H, *W = (const bf16 *)a->W;
+    const float *sc = L->scalars;
     const CUtensorMap tm_h = tensor_map(H, N, (int)d, BM), tm_w = tensor_map(W, V, (int)d, TN / CLUSTER);
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t nr = min(rows, N - r0);
@@ -793,13 +820,18 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
         t.d = (int)d;
         t.zt = L->zt, t.ex = (__half *)L->ex, t.ldz = ld, t.tile_stats = L->ex_stats, t.ntiles = L->fs.exp_tiles;
         const dim3 grid = row_sweep_grid(nr, V, d, &t);
-        /* the kernel before it (the previous chunk's dW kernel) reads E, which this one overwrites */
+        /* the kernel before it (the previous chunk's dW GEMM) reads E, which this one overwrites */
         launch_tile_kernel(tile_kernel<MODE_EXP>, grid, 0, r0 > 0, t, tm_h, tm_w, stream);
         CUDA_CHECK(cudaGetLastError());
-        exp_rows_kernel<<<(unsigned)nr, ROW_THREADS, 0, stream>>>(L->ex_stats, L->fs.exp_tiles, r0, a->targets, L->zt,
-                                                                  L->lse, a->row_lse, row_loss, L->ex_scale,
-                                                                  L->ex_tval);
+        exp_finish_kernel<<<(unsigned)nr, FINISH_THREADS, 0, stream>>>(L->ex, ld, L->ex_stats, L->fs.exp_tiles, V, r0,
+                                                                      a->targets, L->zt, L->lse, a->row_lse,
+                                                                      row_loss, 1);
         CUDA_CHECK(cudaGetLastError());
-        outl_fused_exp_grads(L, a, r0, nr, stream);
+        /* dH_chunk^T [d x nr] = (W stored d x V) . (dZ stored V x nr, ld)          (=, bf16 out) */
+        outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, V, W, d, L->ex, ld, a->dH + r0 * d, CUDA_R_16BF, d,
+                  sc + OUTL_SCALE, sc + OUTL_ZERO, stream);
+        /* dW^T [d x V] += (H_chunk stored d x nr) . (dZ stored V x nr)^T              (+=, fp32) */
+        outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, nr, H + r0 * d, d, L->ex, ld, a->dW, CUDA_R_32F, d,
+                  sc + OUTL_SCALE, sc + OUTL_ONE, stream);
     }
 }

@@ -5,7 +5,6 @@
 #define FUSEDGPT_OUTPUT_LAYER_INTERNAL_H
 
 #include <cublasLt.h>
-#include <cuda.h>
 #include <cuda_bf16.h>
 
 #include "kernels/output_layer.h"
@@ -33,8 +32,7 @@ typedef struct {
     /* scaled-exponential path (exp_rows > 0): chunks of at most exp_rows rows */
     int64_t exp_rows;     /* rows per chunk; 0: the streaming path runs the backward */
     int64_t exp_ld;       /* row stride of E: V rounded up to a whole tile (256) */
-    int64_t exp_tiles;    /* vocabulary tiles per row: (k, sum) pairs and scales per row */
-    int exp_slices;       /* most slices of V dH's partial sums have room for (1: no partial sums) */
+    int64_t exp_tiles;    /* vocabulary tiles per row: (k, sum) pairs per row */
     /* streaming backward (exp_rows == 0) */
     int64_t chunk_rows;   /* rows per chunk (Nc) */
     int64_t window_cols;  /* vocabulary columns per window (w), a multiple of 256 */
@@ -60,9 +58,6 @@ struct OutputLayer {
     float *zt;            /* [max_N] target logit */
     void *ex;             /* [exp_rows x exp_ld] E = exp(z - k ln 2) in fp16, then P - Y in bf16 in place */
     float2 *ex_stats;     /* [exp_rows x exp_tiles] (k, sum of E) per row and tile */
-    float *ex_scale;      /* [exp_tiles x rows of the chunk] 2^(k - lse / ln 2): p = E x scale */
-    float *ex_tval;       /* [exp_rows] p - 1 at the row's target */
-    float *dh_part;       /* [exp_slices x exp_rows x d] dH's partial sums over slices of V */
     __nv_bfloat16 *dz;    /* [chunk_rows x window_cols] P - Y (unscaled) of one window */
     float *dh_acc;        /* [chunk_rows x d] fp32 dH of one chunk, summed over windows */
     /* canonical: */
@@ -101,16 +96,6 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
 void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream);
 /* loss, row_loss, lse, dH and dW through the scaled exponentials (3G in all) */
 void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
-
-/* output_fused_grads.cu: dH of rows [r0, r0 + nr) and their share of dW from E, ex_scale and
- * ex_tval; outl_grad_slices: how many slices of V dH's products take on `sms` multiprocessors. */
-void outl_fused_exp_grads(OutputLayer *L, const OutputLayerArgs *a, int64_t r0, int64_t nr, cudaStream_t stream);
-int outl_grad_slices(int64_t rows, int d, int sms, int max_slices);
-
-/* A row-major [rows x cols] tensor for the TMA unit, boxes of box_rows x box_cols (128 bytes wide),
- * 128-byte swizzle, zeros past the ends (output_fused.cu). */
-CUtensorMap outl_tensor_map(const void *ptr, CUtensorMapDataType type, int64_t cols, int64_t rows, int64_t row_bytes,
-                            int box_cols, int box_rows);
 
 /* output_canonical.cu: logits, the loss kernel, and with backward (P - Y) written in place and the
  * dH and dW GEMMs. */
