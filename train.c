@@ -292,7 +292,7 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->dim < 0 || cfg->dim < 1) bad("--dim", "must be positive");
     if (cfg->dim % cfg->num_heads) bad("--heads", "must divide --dim (the model width)");
     if (opt->max_seq_len < 1) bad("--max-seq-len", "must be positive");
-    if (opt->vocab < 2 || opt->vocab > 2000000000) bad("-v/--vocab", "must be between 2 and 2e9");
+    if (opt->vocab < 2 || opt->vocab > (long long)FGPT_MAX_VOCAB) bad("-v/--vocab", "must be between 2 and 2e9");
     if (opt->batch < 1) bad("-b/--batch", "must be positive");
     if (opt->seq_len < 1) bad("-t/--seq-len", "must be positive");
     if (opt->seq_len > cfg->max_seq_len) bad("-t/--seq-len", "is above the model's context (--max-seq-len)");
@@ -396,7 +396,7 @@ static size_t encode_prompt(const Tokenizer *tok, const char *prompt, uint32_t *
 /* A sample fills one window of -t tokens: the prompt's first -t - 1 tokens (or the end-of-text
  * token), then generated ones. Says so at the start when that cuts --prompt or -G. */
 static void note_sample_window(const Tokenizer *tok, const Options *opt) {
-    if (!opt->sample_every) return;
+    if (!opt->sample_every || opt->sample_every >= opt->steps) return; /* no sample in this run */
     const int T = opt->seq_len;
     uint32_t *ids;
     const size_t n = encode_prompt(tok, opt->prompt, &ids);
@@ -648,7 +648,15 @@ int main(int argc, char **argv) {
                     (uint64_t)opt.seed, err) != 0 ||
         (have_val && loader_open(&val_loader, val_path, (uint32_t)cfg.vocab_size, B, T, dist.rank, dist.world, 1,
                                  0, 0, err) != 0)) {
-        fprintf(stderr, "error: %s\n", err);
+        if (prepared.train_path[0]) { /* the default corpus: its cache, which the trainer made, is damaged */
+            char dir[PREPARE_PATH_LEN];
+            snprintf(dir, sizeof dir, "%s", prepared.train_path);
+            if (strrchr(dir, '/')) *strrchr(dir, '/') = 0;
+            fprintf(stderr, "error: %s; it belongs to the default corpus's cache: delete %s and run again to prepare "
+                            "it anew\n", err, dir);
+        } else {
+            fprintf(stderr, "error: %s\n", err);
+        }
         FAIL(1);
     }
     /* the two shards must come from one tokenizer, or the validation loss means nothing */

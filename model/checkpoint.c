@@ -429,6 +429,20 @@ int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, si
         return -1;                                                                                       \
     }
 
+/* The model's shape differs: the flags that give the checkpoint's, its preset when it has one. */
+static void model_shape_mismatch(char *err, const char *path, const StateHeader *h, const GPTConfig *ours) {
+    const GPTPreset *p = gpt_presets;
+    while (p->name && !(p->num_layers == h->num_layers && p->num_heads == h->num_heads && p->dim == h->dim)) p++;
+    char fix[128];
+    if (p->name)
+        snprintf(fix, sizeof fix, "-e %s", p->name);
+    else
+        snprintf(fix, sizeof fix, "--layers %d --heads %d --dim %d", h->num_layers, h->num_heads, h->dim);
+    snprintf(err, 512, "checkpoint %s is a model of %d layers, %d heads and width %d but this run's is %d, %d and %d "
+             "(pass %s, or start a new run with another -o)", path, h->num_layers, h->num_heads, h->dim,
+             ours->num_layers, ours->num_heads, ours->dim, fix);
+}
+
 int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *err) {
     char latest[FGPT_PATH_LEN];
     FILE *lf = path_format(latest, "%s/latest", run_dir) == 0 ? fopen(latest, "r") : NULL;
@@ -469,9 +483,11 @@ int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *para
         fclose(f);
         return -1;
     }
-    CHECK_FIELD(num_layers, t->cfg.num_layers, "--layers");
-    CHECK_FIELD(num_heads, t->cfg.num_heads, "--heads");
-    CHECK_FIELD(dim, t->cfg.dim, "--dim");
+    if (h.num_layers != t->cfg.num_layers || h.num_heads != t->cfg.num_heads || h.dim != t->cfg.dim) {
+        model_shape_mismatch(err, path, &h, &t->cfg);
+        fclose(f);
+        return -1;
+    }
     CHECK_FIELD(max_seq_len, t->cfg.max_seq_len, "--max-seq-len");
     CHECK_FIELD(vocab_size, t->cfg.vocab_size, "-v");
     size_t n = t->total * sizeof(float);
