@@ -433,13 +433,11 @@ int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, si
 static void model_shape_mismatch(char *err, const char *path, const StateHeader *h, const GPTConfig *ours) {
     const GPTPreset *p = gpt_presets;
     while (p->name && !(p->num_layers == h->num_layers && p->num_heads == h->num_heads && p->dim == h->dim)) p++;
-    char fix[128];
-    if (p->name)
-        snprintf(fix, sizeof fix, "-e %s", p->name);
-    else
-        snprintf(fix, sizeof fix, "--layers %d --heads %d --dim %d", h->num_layers, h->num_heads, h->dim);
+    char fix[160];
+    int k = p->name ? snprintf(fix, sizeof fix, "-e %s, or ", p->name) : 0;
+    snprintf(fix + k, sizeof fix - k, "--layers %d --heads %d --dim %d", h->num_layers, h->num_heads, h->dim);
     snprintf(err, 512, "checkpoint %s is a model of %d layers, %d heads and width %d but this run's is %d, %d and %d "
-             "(pass %s, or start a new run with another -o)", path, h->num_layers, h->num_heads, h->dim,
+             "(pass %s; or start a new run with another -o)", path, h->num_layers, h->num_heads, h->dim,
              ours->num_layers, ours->num_heads, ours->dim, fix);
 }
 
