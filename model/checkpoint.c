@@ -168,7 +168,9 @@ static int write_safetensors(const char *path, const ParamTable *t, const float 
     uint64_t hlen = len;
     int ok = write_all(f, &hlen, 8) && write_all(f, hdr, len);
     free(hdr);
-    float *tmp = NULL;
+    /* transposed tensors go out through a fixed buffer: a save allocates nothing that could fail
+     * after hours of training */
+    float chunk[4096];
     for (int i = 0; ok && i < t->count; i++) {
         const ParamInfo *p = &t->params[i];
         const float *x = params + p->offset;
@@ -177,16 +179,14 @@ static int write_safetensors(const char *path, const ParamTable *t, const float 
             ok = write_all(f, x, rows * p->cols * sizeof(float));
             continue;
         }
-        tmp = realloc(tmp, p->numel * sizeof(float));
-        if (!tmp) {
-            ok = 0;
-            break;
-        }
-        for (size_t r = 0; r < p->rows; r++)
-            for (size_t c = 0; c < p->cols; c++) tmp[c * p->rows + r] = x[r * p->cols + c];
-        ok = write_all(f, tmp, p->numel * sizeof(float));
+        size_t k = 0;
+        for (size_t c = 0; ok && c < p->cols; c++)
+            for (size_t r = 0; ok && r < p->rows; r++) {
+                chunk[k++] = x[r * p->cols + c];
+                if (k == sizeof chunk / sizeof chunk[0]) ok = write_all(f, chunk, sizeof chunk), k = 0;
+            }
+        ok = ok && write_all(f, chunk, k * sizeof(float));
     }
-    free(tmp);
     return close_synced(f) && ok;
 }
 
