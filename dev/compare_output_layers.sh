@@ -5,7 +5,7 @@
 #   bash dev/compare_output_layers.sh OUT_DIR [train flags...]
 # Example (GPU):
 #   bash dev/compare_output_layers.sh runs/compare -e d12 -v 262144 -b 16 -t 1024 -x 500 -i train.bin -j val.bin
-# Without a GPU: make compare COMPARE_ARGS="--device cpu -e tiny -v 4096 -b 8 -t 64 -x 150 --warmup 15 -l 3e-3"
+# Without a GPU: make compare COMPARE_ARGS="--device cpu -e tiny -v 512 -b 4 -t 64 -x 120 --warmup 10 -l 3e-3"
 set -euo pipefail
 out=$1
 shift
@@ -17,7 +17,7 @@ for layer in fused canonical; do
         case " $* " in
         *" --device cpu "*) ;;
         *) echo "compare: without a GPU, compare on the CPU backend with a tiny model:" \
-               "make compare COMPARE_ARGS=\"--device cpu -e tiny -v 4096 -b 8 -t 64 -x 150 --warmup 15 -l 3e-3\"" >&2 ;;
+               "make compare COMPARE_ARGS=\"--device cpu -e tiny -v 512 -b 4 -t 64 -x 120 --warmup 10 -l 3e-3\"" >&2 ;;
         esac
         exit 1
     fi
