@@ -458,7 +458,7 @@ static int ranks_agree(const Dist *dist, double value) {
 /* A resume from the checkpoint of step `step` continues one timeline: checkpoints of later steps
  * (latest rolled back by hand) move aside with their log records, and records that a stopped run
  * wrote after its last checkpoint leave the log, since this run writes them again. */
-static int leave_later_timeline(const char *run_dir, int step, char *err) {
+static int leave_later_timeline(const char *run_dir, int step, int eval_again, int sample_again, char *err) {
     char moved_to[FGPT_PATH_LEN], moved_log[FGPT_PATH_LEN];
     int moved = checkpoint_set_aside_after(run_dir, step, moved_to, sizeof moved_to, err);
     if (moved < 0) return -1;
@@ -466,7 +466,7 @@ static int leave_later_timeline(const char *run_dir, int step, char *err) {
         snprintf(err, FGPT_ERR_LEN, "run directory %s is too long a path (pass a shorter -o)", run_dir);
         return -1;
     }
-    int records = runlog_trim_after(run_dir, step, moved ? moved_log : NULL, err);
+    int records = runlog_trim_after(run_dir, step, eval_again, sample_again, moved ? moved_log : NULL, err);
     if (records < 0) return -1;
     if (moved)
         printf("note: %s held %d checkpoint(s) after step %d, where this run resumes; moved them and %d log "
@@ -759,7 +759,10 @@ int main(int argc, char **argv) {
                    start_step, opt.steps);
             FAIL(0);
         }
-        if (dist.rank == 0 && leave_later_timeline(opt.out, start_step, err) != 0) {
+        /* the records of step start_step that the loop below writes again */
+        const int eval_again = have_val && opt.val_every && start_step % opt.val_every == 0;
+        const int sample_again = opt.sample_every && start_step % opt.sample_every == 0;
+        if (dist.rank == 0 && leave_later_timeline(opt.out, start_step, eval_again, sample_again, err) != 0) {
             fprintf(stderr, "error: %s\n", err);
             FAIL(1);
         }

@@ -109,16 +109,23 @@ int runlog_sample(RunLog *log, int step, const char *text) {
     return finish_record(log);
 }
 
-/* Whether a record (one line, its newline included) belongs to the timeline up to the checkpoint of
- * step `step`. Lines this file did not write are kept as they are. */
-static int before_checkpoint(const char *line, size_t len, int step) {
+/* Which records of the earlier timeline a resume from the checkpoint of step `step` keeps. */
+typedef struct {
+    int step, eval_again, sample_again;
+} Resume;
+
+/* Whether a record (one line, its newline included) belongs to the timeline up to the checkpoint.
+ * Lines this file did not write are kept as they are. */
+static int before_checkpoint(const char *line, size_t len, const Resume *r) {
     char type[16];
     int at;
     if (len == 0 || line[len - 1] != '\n') return 0; /* cut short by a crash */
     if (sscanf(line, "{\"type\":\"%15[a-z]\",\"step\":%d", type, &at) != 2) return 1;
     /* a step record is written at the end of its step; eval and sample records of step k at the
-     * start of step k + 1, after the checkpoint of step k, which the resumed run writes again */
-    return strcmp(type, "step") == 0 ? at <= step : at < step;
+     * start of step k + 1, after the checkpoint of step k (or, for the last eval, after the loop) */
+    if (strcmp(type, "step") == 0) return at <= r->step;
+    if (at != r->step) return at < r->step;
+    return strcmp(type, "eval") == 0 ? !r->eval_again : strcmp(type, "sample") == 0 ? !r->sample_again : 1;
 }
 
 /* fsync of the directory that holds path, so that a rename in it survives a power loss. */
@@ -133,7 +140,9 @@ static int sync_parent(const char *path) {
     return close(fd) == 0 && ok;
 }
 
-int runlog_trim_after(const char *run_dir, int step, const char *moved_log, char *err) {
+int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_again, const char *moved_log,
+                      char *err) {
+    const Resume r = {step, eval_again, sample_again};
     char path[FGPT_PATH_LEN], tmp[FGPT_PATH_LEN];
     if (path_format(path, "%s/log.jsonl", run_dir) != 0 || path_format(tmp, "%s.tmp", path) != 0) {
         snprintf(err, 512, "run directory %s is too long a path for its log (pass a shorter -o)", run_dir);
@@ -150,7 +159,7 @@ int runlog_trim_after(const char *run_dir, int step, const char *moved_log, char
     size_t cap = 0;
     ssize_t len;
     int leaving = 0;
-    while ((len = getline(&line, &cap, in)) > 0) leaving += !before_checkpoint(line, (size_t)len, step);
+    while ((len = getline(&line, &cap, in)) > 0) leaving += !before_checkpoint(line, (size_t)len, &r);
     if (leaving == 0 || ferror(in)) {
         int bad = ferror(in);
         free(line);
@@ -162,7 +171,7 @@ int runlog_trim_after(const char *run_dir, int step, const char *moved_log, char
     FILE *out = fopen(tmp, "w"), *moved = moved_log ? fopen(moved_log, "a") : NULL;
     int ok = out && (!moved_log || moved);
     while (ok && (len = getline(&line, &cap, in)) > 0) {
-        int keep = before_checkpoint(line, (size_t)len, step);
+        int keep = before_checkpoint(line, (size_t)len, &r);
         if (keep)
             ok = fwrite(line, 1, (size_t)len, out) == (size_t)len;
         else if (moved && line[len - 1] == '\n')

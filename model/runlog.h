@@ -36,9 +36,11 @@ int runlog_sample(RunLog *log, int step, const char *text);
 
 /* For a run resumed from the checkpoint of step `step`: rewrites <run_dir>/log.jsonl (by rename, so
  * a crash leaves the old one) without the records that came after that checkpoint in the earlier
- * timeline, which the resumed run writes anew: step records above `step`, eval and sample records
- * at `step` or above, and a last line cut short by a crash. With moved_log they are appended to that
- * file, else dropped. How many records left the log (0: the file is untouched), or -1 with err. */
-int runlog_trim_after(const char *run_dir, int step, const char *moved_log, char *err);
+ * timeline: step records above `step`, eval and sample records above it, those at `step` itself
+ * that the resumed run writes again (eval_again, sample_again: its schedule has one there), and a
+ * last line cut short by a crash. With moved_log they are appended to that file, else dropped. How
+ * many records left the log (0: the file is untouched), or -1 with a message in err. */
+int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_again, const char *moved_log,
+                      char *err);
 
 #endif

@@ -292,3 +292,26 @@ TEST(progress_lines_reach_a_redirected_stdout_as_they_happen) {
           "the start-up lines were lost with the process: '%s'", out ? out : "");
     free(out);
 }
+
+TEST(a_resume_keeps_the_records_of_its_step_that_it_will_not_write_again) {
+    /* a run that ended at step 3: its last eval (at 3) is the resumed run's too unless it evaluates
+     * at step 3 itself; a sample at 3 it writes again; a line cut short by a crash goes */
+    char path[800], err[512];
+    snprintf(path, sizeof path, "%s/log.jsonl", test_tmpdir());
+    const char *before = "{\"type\":\"step\",\"step\":3,\"loss\":1.0}\n"
+                         "{\"type\":\"eval\",\"step\":3,\"val_loss\":2.0}\n"
+                         "{\"type\":\"sample\",\"step\":3,\"text\":\"a\"}\n"
+                         "{\"type\":\"step\",\"step\":4,\"loss\":0.9}\n"
+                         "{\"type\":\"eval\",\"step\":4,\"val_loss\":1.9}\n"
+                         "{\"type\":\"step\",\"step\":5,\"lo";
+    FILE *f = fopen(path, "w");
+    REQUIRE(f && fputs(before, f) >= 0 && fclose(f) == 0, "writing %s", path);
+    CHECK(runlog_trim_after(test_tmpdir(), 3, 0, 1, NULL, err) == 4, "trimming: %s", err);
+    char *after = read_text(path);
+    CHECK(after && strcmp(after, "{\"type\":\"step\",\"step\":3,\"loss\":1.0}\n"
+                                 "{\"type\":\"eval\",\"step\":3,\"val_loss\":2.0}\n") == 0,
+          "the log after the trim:\n%s", after ? after : "");
+    free(after);
+    /* nothing left to trim: the file is not rewritten */
+    CHECK(runlog_trim_after(test_tmpdir(), 3, 0, 1, NULL, err) == 0, "a second trim moved records: %s", err);
+}
