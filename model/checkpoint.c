@@ -168,8 +168,8 @@ static int write_safetensors(const char *path, const ParamTable *t, const float 
     uint64_t hlen = len;
     int ok = write_all(f, &hlen, 8) && write_all(f, hdr, len);
     free(hdr);
-    /* transposed tensors go out through a fixed buffer: a save allocates nothing that could fail
-     * after hours of training */
+    /* transposed tensors go out through a fixed buffer: a save allocates nothing the size of a
+     * tensor, which could fail after hours of training */
     float chunk[4096];
     for (int i = 0; ok && i < t->count; i++) {
         const ParamInfo *p = &t->params[i];
