@@ -355,7 +355,8 @@ static void validate(Options *opt, GPTConfig *cfg) {
 }
 
 /* --init-from's model must be the one the flags describe: each difference is refused with the
- * flag that would make them agree (exit 2). */
+ * flag that would make them agree (exit 1, as for a checkpoint of another model: a file that does
+ * not match the flags). */
 static void check_init_from(const Options *opt, const GPTConfig *cfg) {
     GPTConfig hf;
     char err[512];
@@ -377,7 +378,7 @@ static void check_init_from(const Options *opt, const GPTConfig *cfg) {
         if (fields[i].theirs == fields[i].ours) continue;
         fprintf(stderr, "error: --init-from %s has %s %d but the flags give %d (pass %s %d)\n", opt->init_from,
                 fields[i].what, fields[i].theirs, fields[i].ours, fields[i].flag, fields[i].theirs);
-        exit(2);
+        exit(1);
     }
 }
 
