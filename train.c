@@ -499,10 +499,18 @@ static void generate_sample(Backend *be, const Tokenizer *tok, const Options *op
 }
 
 /* Fine-tuning: the weights of a Hugging Face checkpoint, AdamW's moments at zero. Every rank reads
- * the file (ZeRO-1 scatters from each rank's copy). 0, or -1 after printing the error. */
-static int init_from_weights(Backend *be, const ParamTable *table, const char *dir) {
+ * the file (ZeRO-1 scatters from each rank's copy): into the checkpoint buffers where the rank has
+ * them (each save refills them from the backend), else into buffers of its own. 0, or -1 after
+ * printing the error. */
+static int init_from_weights(Backend *be, const ParamTable *table, const char *dir, const CheckpointBuffers *ck) {
     char err[512];
-    float *p = malloc(table->total * sizeof(float)), *zero = calloc(table->total, sizeof(float));
+    float *own_p = NULL, *own_zero = NULL, *p = ck->params, *zero = ck->m;
+    if (p) {
+        memset(zero, 0, table->total * sizeof(float));
+    } else {
+        p = own_p = malloc(table->total * sizeof(float));
+        zero = own_zero = calloc(table->total, sizeof(float));
+    }
     int rc = -1;
     if (!p || !zero) {
         fprintf(stderr, "error: out of host memory reading --init-from %s\n", dir);
@@ -513,8 +521,8 @@ static int init_from_weights(Backend *be, const ParamTable *table, const char *d
         printf("init: weights from %s\n", dir);
         rc = 0;
     }
-    free(zero);
-    free(p);
+    free(own_zero);
+    free(own_p);
     return rc;
 }
 
@@ -845,14 +853,14 @@ int main(int argc, char **argv) {
             fprintf(stderr, "error: %s\n", err);
             FAIL(1);
         }
-    } else if (opt.init_from[0] && init_from_weights(be, &table, opt.init_from) != 0) {
+    } else if (opt.init_from[0] && init_from_weights(be, &table, opt.init_from, &ck) != 0) {
         FAIL(1);
     }
     if (opt.resume && opt.init_from[0])
         printf("note: resuming: the checkpoint holds the weights, --init-from %s is not read\n", opt.init_from);
     if (!opt.resume && dist.rank == 0) {
         /* a new run: nothing of an earlier one in this directory is overwritten, pruned or mixed in */
-        char name[256] = "", moved_to[1300];
+        char name[256] = "", moved_to[FGPT_PATH_LEN];
         int had_latest = checkpoint_latest_name(opt.out, name, sizeof name, err) == 0;
         int moved = checkpoint_set_aside_run(opt.out, moved_to, sizeof moved_to, err);
         if (moved < 0) {

@@ -315,3 +315,49 @@ TEST(a_resume_keeps_the_records_of_its_step_that_it_will_not_write_again) {
     /* nothing left to trim: the file is not rewritten */
     CHECK(runlog_trim_after(test_tmpdir(), 3, 0, 1, NULL, err) == 0, "a second trim moved records: %s", err);
 }
+
+TEST(checkpoints_with_a_tokenizer_keep_it_through_pruning_and_a_rollback_at_the_longest_o) {
+    /* a run with a tokenizer writes tokenizer.json and tokenizer_config.json into every checkpoint:
+     * they fit below the longest -o, go with the checkpoints that pruning removes and with the
+     * future a rollback moves aside */
+    char prep[800], args[6000], run[FGPT_PATH_LEN], *out = NULL;
+    const char *d = test_tmpdir();
+    snprintf(prep, sizeof prep, "%s/tokprep", d);
+    snprintf(args, sizeof args, "prepare -v 300 -o %s README.md", prep);
+    REQUIRE(run_train(args, &out) == 0, "prepare: %s", out);
+    free(out);
+    size_t len = (size_t)snprintf(run, sizeof run, "%s/longtok", d);
+    /* folders of at most 200 bytes that make the path exactly CHECKPOINT_RUN_DIR_MAX bytes */
+    const size_t total = CHECKPOINT_RUN_DIR_MAX - len, n = (total + 200) / 201;
+    for (size_t i = 0; i < n; i++) {
+        size_t part = (total - n) / n + (i < (total - n) % n);
+        run[len++] = '/';
+        memset(run + len, 'k', part);
+        len += part;
+    }
+    run[len] = 0;
+    REQUIRE(len == CHECKPOINT_RUN_DIR_MAX, "the run directory is %zu bytes", len);
+    const char *flags = "--device cpu -e tiny -v 300 -b 2 -t 32 -s 0 --val-every 0 --keep-checkpoints 2";
+    snprintf(args, sizeof args, "%s -x 4 -n 1 -i %s/train.bin --tokenizer %s/tokenizer.bin -o %s", flags, prep, prep,
+             run);
+    int rc = run_train(args, &out);
+    REQUIRE(rc == 0, "a run at a %zu-byte -o failed (%d): %.300s", len, rc, out);
+    free(out);
+    CHECK(exists("%s/%s", run, "step_00000004/tokenizer.json") && exists("%s/%s", run, "step_00000004/tokenizer_config.json"),
+          "the checkpoint lacks its tokenizer files");
+    CHECK(!exists("%s/%s", run, "step_00000001") && !exists("%s/%s", run, "step_00000002"),
+          "a pruned checkpoint with tokenizer files was not removed whole");
+    /* roll back to step 3: step 4 moves aside with its tokenizer files, and is written anew */
+    char latest[FGPT_PATH_LEN];
+    REQUIRE(path_format(latest, "%s/latest", run) == 0, "latest's path");
+    FILE *f = fopen(latest, "w");
+    REQUIRE(f && fputs("step_00000003\n", f) >= 0 && fclose(f) == 0, "rewriting latest");
+    snprintf(args, sizeof args, "%s -x 4 -n 1 -y 1 -i %s/train.bin --tokenizer %s/tokenizer.bin -o %s", flags, prep,
+             prep, run);
+    rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "held 1 checkpoint(s) after step 3"), "the resume (%d): %.300s", rc, out);
+    free(out);
+    CHECK(exists("%s/%s", run, "earlier_run_1/step_00000004/tokenizer_config.json") &&
+              exists("%s/%s", run, "step_00000004/tokenizer_config.json"),
+          "the set-aside or the new step 4 lacks its tokenizer files");
+}
