@@ -1,5 +1,5 @@
 # fusedgpt build.
-#   make train      ./train (host C11 + CUDA kernels; links cudart, cuBLAS, cuBLASLt, NCCL)
+#   make train      ./train (host C11 + CUDA kernels; links cudart, cuBLAS, cuBLASLt, NCCL), one compile per core
 #   make test       CPU tests (what CI runs); SANITIZE=1 builds them with ASan + UBSan
 #   make test-gpu   GPU tests (needs a GPU)      make bench   output-layer benchmark (needs a GPU)
 #   make data       default corpus -> tokenizer + shards      make clean
@@ -7,6 +7,12 @@
 # Host library sources are every .c in model/, data/ and tokenizer/ (none of them has a main);
 # CUDA sources are every .cu in kernels/ and model/. train.c and sample.c (`./train sample`) make
 # the trainer.
+
+# Compiles run in parallel, one per core, unless -j is given; not with `clean` among the goals, which
+# must not race the build, and not in the sub-makes, which share the top one's job slots.
+ifeq ($(MAKELEVEL)$(filter clean,$(MAKECMDGOALS)),0)
+MAKEFLAGS += -j$(shell nproc)
+endif
 
 CC       ?= gcc
 NVCC     ?= nvcc

@@ -111,43 +111,50 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
     }
     if (!o->run == !o->checkpoint) return bad("-o/--out", "or --checkpoint: give one of them");
     if (o->checkpoint && o->step >= 0) return bad("--step", "goes with -o RUN, not --checkpoint");
+    /* every file read below the directory must fit the system's paths, uncut */
+    char err[512];
+    if (o->run && checkpoint_run_dir_ok(o->run, err) != 0) {
+        fprintf(stderr, "error: sample %s\n", err);
+        return 2;
+    }
+    if (o->checkpoint && strlen(o->checkpoint) > CHECKPOINT_RUN_DIR_MAX)
+        return bad("--checkpoint", "is too long a path for the files in it to fit the system's paths");
     return 0;
 }
 
-/* The checkpoint directory the options name, into dir. 0, or 2 after the message. */
-static int checkpoint_dir(const SampleOptions *o, char *dir, size_t size) {
+/* The checkpoint directory the options name, into dir (FGPT_PATH_LEN bytes). 0, or 1 after the
+ * message. */
+static int checkpoint_dir(const SampleOptions *o, char *dir) {
     char err[512], name[256];
     if (o->checkpoint) {
-        snprintf(dir, size, "%s", o->checkpoint);
+        path_format(dir, "%s", o->checkpoint); /* parse checked its length */
         return 0;
     }
     if (o->step >= 0) {
-        snprintf(dir, size, "%s/step_%08d", o->run, o->step);
+        path_format(dir, "%s/step_%08d", o->run, o->step);
         struct stat st;
         if (stat(dir, &st) != 0) {
             fprintf(stderr, "error: run %s has no checkpoint of step %d (%s missing; see its step_* directories)\n",
                     o->run, o->step, dir);
-            return 2;
+            return 1;
         }
         return 0;
     }
     if (checkpoint_latest_name(o->run, name, sizeof name, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
-        return 2;
+        return 1;
     }
-    snprintf(dir, size, "%s/%s", o->run, name);
+    path_format(dir, "%s/%s", o->run, name);
     return 0;
 }
 
 /* The tokenizer: --tokenizer, else the checkpoint's tokenizer.json, else none (NULL, *status 0). */
 static Tokenizer *open_tokenizer(const SampleOptions *o, const char *dir, int *status) {
-    char path[1400], err[TOKENIZER_ERR_LEN];
+    char path[FGPT_PATH_LEN], err[TOKENIZER_ERR_LEN];
     struct stat st;
     *status = 0;
-    if (o->tokenizer) snprintf(path, sizeof path, "%s", o->tokenizer);
-    else snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    if (!o->tokenizer && stat(path, &st) != 0) return NULL;
-    Tokenizer *t = tokenizer_load(path, err);
+    if (!o->tokenizer && (path_format(path, "%s/tokenizer.json", dir) != 0 || stat(path, &st) != 0)) return NULL;
+    Tokenizer *t = tokenizer_load(o->tokenizer ? o->tokenizer : path, err);
     if (!t) {
         fprintf(stderr, "error: %s\n", err);
         *status = 1;
@@ -214,8 +221,8 @@ int sample_main(int argc, char **argv) {
         if (help) usage(stdout);
         return status;
     }
-    char dir[1200], err[512];
-    if ((status = checkpoint_dir(&o, dir, sizeof dir)) != 0) return status;
+    char dir[FGPT_PATH_LEN], err[512];
+    if ((status = checkpoint_dir(&o, dir)) != 0) return status;
     GPTConfig cfg;
     if (hf_read_config(dir, &cfg, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
@@ -225,13 +232,13 @@ int sample_main(int argc, char **argv) {
     if (status) return status;
     if (o.prompt && !tok) {
         fprintf(stderr, "error: --prompt needs a tokenizer: %s has no tokenizer.json (pass --tokenizer FILE)\n", dir);
-        return 2;
+        return 1;
     }
     if (tok && tokenizer_vocab_size(tok) > (uint32_t)cfg.vocab_size) {
         fprintf(stderr, "error: the tokenizer has %u tokens but the model's vocabulary is %d (pass the tokenizer the "
                         "model was trained with)\n", tokenizer_vocab_size(tok), cfg.vocab_size);
         tokenizer_free(tok);
-        return 2;
+        return 1;
     }
     uint32_t *prompt = NULL;
     size_t n_prompt = 0;
@@ -241,7 +248,7 @@ int sample_main(int argc, char **argv) {
         if (tokenizer_check_text(tok, o.prompt, len, terr) != 0) {
             fprintf(stderr, "error: --prompt: %s\n", terr);
             tokenizer_free(tok);
-            return 2;
+            return 1;
         }
         prompt = malloc((len + 1) * sizeof *prompt);
         if (prompt) n_prompt = tokenizer_encode(tok, o.prompt, len, 1, prompt, len + 1);
@@ -255,7 +262,7 @@ int sample_main(int argc, char **argv) {
                 cfg.max_seq_len);
         free(prompt);
         tokenizer_free(tok);
-        return 2;
+        return 1;
     }
     ParamTable table;
     memset(&table, 0, sizeof table);

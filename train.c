@@ -299,7 +299,7 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->dim < 0 || cfg->dim < 1) bad("--dim", "must be positive");
     if (cfg->dim % cfg->num_heads) bad("--heads", "must divide --dim (the model width)");
     if (opt->max_seq_len < 1) bad("--max-seq-len", "must be positive");
-    if (opt->vocab < 2 || opt->vocab > 2000000000) bad("-v/--vocab", "must be between 2 and 2e9");
+    if (opt->vocab < 2 || opt->vocab > (long long)FGPT_MAX_VOCAB) bad("-v/--vocab", "must be between 2 and 2e9");
     if (opt->batch < 1) bad("-b/--batch", "must be positive");
     if (opt->seq_len < 1) bad("-t/--seq-len", "must be positive");
     if (opt->seq_len > cfg->max_seq_len) bad("-t/--seq-len", "is above the model's context (--max-seq-len)");
@@ -317,7 +317,7 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->sample_every < 0) bad("-s/--sample-every", "must be 0 or more");
     if (opt->gen_tokens < 1 || opt->gen_tokens > 1048576) bad("-G/--gen-tokens", "must be between 1 and 2^20");
     if (opt->gpus < 1) bad("-g/--gpus", "must be positive");
-    char nodes[64], node_rank[64], master[64], why[400], host[256];
+    char nodes[64], node_rank[64], master[64], why[512], host[256];
     source_name(opt, "nodes", nodes, sizeof nodes);
     source_name(opt, "node-rank", node_rank, sizeof node_rank);
     source_name(opt, "master", master, sizeof master);
@@ -350,11 +350,13 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->total_batch % (bt * ranks))
         bad("-d/--total-batch", "must be a multiple of B*T*ranks (-b times -t times -g times --nodes)");
     if (!opt->out[0]) bad("-o/--out", "must name a directory");
+    if (checkpoint_run_dir_ok(opt->out, why) != 0) die_usage("%s%s", why, "");
     gpt_config_finish(cfg);
 }
 
 /* --init-from's model must be the one the flags describe: each difference is refused with the
- * flag that would make them agree (exit 2). */
+ * flag that would make them agree (exit 1, as for a checkpoint of another model: a file that does
+ * not match the flags). */
 static void check_init_from(const Options *opt, const GPTConfig *cfg) {
     GPTConfig hf;
     char err[512];
@@ -376,7 +378,7 @@ static void check_init_from(const Options *opt, const GPTConfig *cfg) {
         if (fields[i].theirs == fields[i].ours) continue;
         fprintf(stderr, "error: --init-from %s has %s %d but the flags give %d (pass %s %d)\n", opt->init_from,
                 fields[i].what, fields[i].theirs, fields[i].ours, fields[i].flag, fields[i].theirs);
-        exit(2);
+        exit(1);
     }
 }
 
@@ -395,18 +397,26 @@ static int checkpoint_tokenizer(const Tokenizer *tok, int max_seq_len, Checkpoin
     return 1;
 }
 
-/* Prints the start-up memory table. */
-static void print_memory(Backend *be) {
+/* Prints the start-up memory table: the backend's, and the host buffers checkpoints are written
+ * from (checkpoint_bytes, 0 on ranks that write none), in the total when the backend's memory is
+ * host memory too. */
+static void print_memory(Backend *be, size_t checkpoint_bytes, int host_backend) {
     MemoryItem items[MAX_MEMORY_ITEMS];
     int n = be->ops->memory_items(be, items);
     size_t total = 0;
+    const char *ck_what = "checkpoint buffers (fp32 weights, m, v)";
     printf("memory:\n");
     for (int i = 0; i < n; i++) {
         printf("  %-40s %10.2f MB%s\n", items[i].what, items[i].bytes / 1e6,
                items[i].informational ? "   (not allocated; for comparison)" : "");
         if (!items[i].informational) total += items[i].bytes;
     }
+    if (checkpoint_bytes && host_backend) {
+        printf("  %-40s %10.2f MB\n", ck_what, checkpoint_bytes / 1e6);
+        total += checkpoint_bytes;
+    }
     printf("  %-40s %10.2f MB\n", "total allocated", total / 1e6);
+    if (checkpoint_bytes && !host_backend) printf("  %-40s %10.2f MB   (host memory)\n", ck_what, checkpoint_bytes / 1e6);
 }
 
 static double now_ms(void) {
@@ -425,23 +435,46 @@ static float validation_loss(Backend *be, Loader *val, int batches, int *inputs,
     return (float)(be->dist ? dist_mean_scalar(be->dist, sum / batches) : sum / batches);
 }
 
+/* The prompt's tokens (all of them; a sample keeps those that fit its window) into ids, allocated
+ * here (NULL with 0 when there is no prompt or no memory). */
+static size_t encode_prompt(const Tokenizer *tok, const char *prompt, uint32_t **ids) {
+    size_t len = strlen(prompt);
+    *ids = tok && len ? malloc((len + 1) * sizeof(uint32_t)) : NULL;
+    return *ids ? tokenizer_encode(tok, prompt, len, 0, *ids, len + 1) : 0;
+}
+
+/* A sample fills one window of -t tokens: the prompt's first -t - 1 tokens (or the end-of-text
+ * token), then generated ones. Says so at the start when that cuts --prompt or -G. */
+static void note_sample_window(const Tokenizer *tok, const Options *opt) {
+    if (!opt->sample_every || opt->sample_every >= opt->steps) return; /* no sample in this run */
+    const int T = opt->seq_len;
+    uint32_t *ids;
+    const size_t n = encode_prompt(tok, opt->prompt, &ids);
+    free(ids);
+    int start = n < (size_t)(T - 1) ? (int)n : T - 1;
+    if (start == 0) start = 1;
+    if (n > (size_t)(T - 1))
+        printf("note: --prompt is %zu tokens, more than a sample's window of -t %d holds: samples start from its "
+               "first %d\n", n, T, T - 1);
+    if ((long long)start + opt->gen_tokens > T)
+        printf("note: a sample's window holds -t %d tokens, so samples generate %d tokens, not -G %d\n", T,
+               T - start, opt->gen_tokens);
+}
+
 /* Generates from the prompt (or the end-of-text token) and prints/logs the text. */
 static void generate_sample(Backend *be, const Tokenizer *tok, const Options *opt, Rng *rng, int step,
                             RunLog *log, int *tokens, float *logits) {
     int B = be->B, T = be->T, V = be->table->cfg.vocab_size;
     int start = 1;
     for (int i = 0; i < B * T; i++) tokens[i] = tok ? (int)tokenizer_eot_token(tok) : 0;
-    if (tok && opt->prompt[0]) {
-        size_t len = strlen(opt->prompt);
-        uint32_t *ids = malloc((len + 1) * sizeof(uint32_t));
-        if (ids) {
-            size_t n = tokenizer_encode(tok, opt->prompt, len, 0, ids, len + 1);
-            start = 0;
-            for (size_t i = 0; i < n && start < T - 1; i++) tokens[start++] = (int)ids[i];
-            free(ids);
-        }
+    uint32_t *ids;
+    const size_t n = encode_prompt(tok, opt->prompt, &ids);
+    if (n) {
+        start = 0;
+        for (size_t i = 0; i < n && start < T - 1; i++) tokens[start++] = (int)ids[i];
         if (start == 0) start = 1;
     }
+    free(ids);
     int end = start + opt->gen_tokens < T ? start + opt->gen_tokens : T;
     for (int pos = start; pos < end; pos++) {
         be->ops->logits_at(be, tokens, pos - 1, logits);
@@ -466,10 +499,18 @@ static void generate_sample(Backend *be, const Tokenizer *tok, const Options *op
 }
 
 /* Fine-tuning: the weights of a Hugging Face checkpoint, AdamW's moments at zero. Every rank reads
- * the file (ZeRO-1 scatters from each rank's copy). 0, or -1 after printing the error. */
-static int init_from_weights(Backend *be, const ParamTable *table, const char *dir) {
+ * the file (ZeRO-1 scatters from each rank's copy): into the checkpoint buffers where the rank has
+ * them (each save refills them from the backend), else into buffers of its own. 0, or -1 after
+ * printing the error. */
+static int init_from_weights(Backend *be, const ParamTable *table, const char *dir, const CheckpointBuffers *ck) {
     char err[512];
-    float *p = malloc(table->total * sizeof(float)), *zero = calloc(table->total, sizeof(float));
+    float *own_p = NULL, *own_zero = NULL, *p = ck->params, *zero = ck->m;
+    if (p) {
+        memset(zero, 0, table->total * sizeof(float));
+    } else {
+        p = own_p = malloc(table->total * sizeof(float));
+        zero = own_zero = calloc(table->total, sizeof(float));
+    }
     int rc = -1;
     if (!p || !zero) {
         fprintf(stderr, "error: out of host memory reading --init-from %s\n", dir);
@@ -480,8 +521,8 @@ static int init_from_weights(Backend *be, const ParamTable *table, const char *d
         printf("init: weights from %s\n", dir);
         rc = 0;
     }
-    free(zero);
-    free(p);
+    free(own_zero);
+    free(own_p);
     return rc;
 }
 
@@ -492,9 +533,38 @@ static int ranks_agree(const Dist *dist, double value) {
     return largest == smallest;
 }
 
+/* A resume from the checkpoint of step `step` continues one timeline: checkpoints of later steps
+ * (latest rolled back by hand) move aside with their log records, and records that a stopped run
+ * wrote after its last checkpoint leave the log, since this run writes them again. */
+static int leave_later_timeline(const char *run_dir, int step, int eval_again, int sample_again, char *err) {
+    char moved_to[FGPT_PATH_LEN], moved_log[FGPT_PATH_LEN];
+    int moved = checkpoint_set_aside_after(run_dir, step, moved_to, sizeof moved_to, err);
+    if (moved < 0) return -1;
+    if (moved && path_format(moved_log, "%s/log.jsonl", moved_to) != 0) {
+        snprintf(err, FGPT_ERR_LEN, "run directory %s is too long a path (pass a shorter -o)", run_dir);
+        return -1;
+    }
+    int records = runlog_trim_after(run_dir, step, eval_again, sample_again, moved ? moved_log : NULL, err);
+    if (records < 0) return -1;
+    if (moved)
+        printf("note: %s held %d checkpoint(s) after step %d, where this run resumes; moved them and %d log "
+               "record(s) after that step to %s (-o %s -y 1 resumes them; remove it when it is not needed)\n",
+               run_dir, moved, step, records, moved_to, moved_to);
+    else if (records)
+        printf("note: %s/log.jsonl held %d record(s) after step %d, from a run stopped before its next checkpoint; "
+               "dropped them, this run writes them again\n", run_dir, records, step);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    /* progress lines appear as they happen, also when stdout is a file or a pipe */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc > 1 && strcmp(argv[1], "prepare") == 0) return prepare_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "sample") == 0) return sample_main(argc - 1, argv + 1);
+    if (argc == 2 && strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
     Options opt;
     GPTConfig cfg;
     parse_args(&opt, argc, argv);
@@ -530,7 +600,7 @@ int main(int argc, char **argv) {
         }
         if (opt.gpus > n) {
             fprintf(stderr, "error: -g/--gpus %d but this host has %d CUDA GPU(s)\n", opt.gpus, n);
-            return 2;
+            return 1;
         }
         if ((opt.gpus > 1 || opt.nodes > 1) && !is_worker)
             return dist_launch(argv, opt.gpus, opt.nodes, opt.node_rank, opt.master);
@@ -564,7 +634,7 @@ int main(int argc, char **argv) {
         char name[256];
         if (checkpoint_latest_name(opt.out, name, sizeof name, err) != 0) {
             fprintf(stderr, "error: %s\n", err);
-            return 2;
+            return 1;
         }
     }
     /* One trainer per run directory: two would interleave their checkpoints, latest and log. */
@@ -612,7 +682,7 @@ int main(int argc, char **argv) {
     Loader train_loader, val_loader;
     Backend *be = NULL;
     RunLog log = {NULL};
-    float *ck_p = NULL, *ck_m = NULL, *ck_v = NULL; /* checkpoint staging (host) */
+    CheckpointBuffers ck = {NULL, NULL, NULL};
     CheckpointTokenizer ck_tok = {0};
     int have_ck_tok = 0;
     int *inputs = NULL, *targets = NULL;
@@ -647,13 +717,14 @@ int main(int argc, char **argv) {
         if (tokenizer_vocab_size(tok) > (uint32_t)cfg.vocab_size) {
             fprintf(stderr, "error: tokenizer %s has %u tokens but the model's vocabulary is %d (pass -v %u)\n",
                     tok_path, tokenizer_vocab_size(tok), cfg.vocab_size, tokenizer_vocab_size(tok));
-            FAIL(2);
+            FAIL(1);
         }
         have_ck_tok = dist.rank == 0 && checkpoint_tokenizer(tok, cfg.max_seq_len, &ck_tok);
     } else if (dist.rank == 0) {
         printf("note: no --tokenizer: checkpoints will carry no tokenizer.json\n");
     }
 
+    note_sample_window(tok, &opt);
     if (param_table_build(&table, &cfg, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
         FAIL(2);
@@ -666,7 +737,15 @@ int main(int argc, char **argv) {
                     (uint64_t)opt.seed, err) != 0 ||
         (have_val && loader_open(&val_loader, val_path, (uint32_t)cfg.vocab_size, B, T, dist.rank, dist.world, 1,
                                  0, 0, err) != 0)) {
-        fprintf(stderr, "error: %s\n", err);
+        if (prepared.train_path[0]) { /* the default corpus: its cache, which the trainer made, is damaged */
+            char dir[PREPARE_PATH_LEN];
+            snprintf(dir, sizeof dir, "%s", prepared.train_path);
+            if (strrchr(dir, '/')) *strrchr(dir, '/') = 0;
+            fprintf(stderr, "error: %s; it belongs to the default corpus's cache: delete %s and run again to prepare "
+                            "it anew\n", err, dir);
+        } else {
+            fprintf(stderr, "error: %s\n", err);
+        }
         FAIL(1);
     }
     /* the two shards must come from one tokenizer, or the validation loss means nothing */
@@ -674,7 +753,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s was tokenized for a vocabulary of %u but %s for %u: pass a validation shard "
                         "made by the same tokenizer\n", train_path, train_loader.shard_vocab, val_path,
                 val_loader.shard_vocab);
-        FAIL(2);
+        FAIL(1);
     }
     const uint64_t train_fingerprint = loader_fingerprint(&train_loader); /* checkpoints record it */
     /* a small validation shard (1 % of a small corpus) is used whole rather than refused */
@@ -692,21 +771,19 @@ int main(int argc, char **argv) {
         FAIL(1);
     }
     be->dist = &dist;
+    /* rank 0 writes every checkpoint; a resume has each rank read one */
+    if ((dist.rank == 0 || opt.resume) && checkpoint_buffers_alloc(&ck, &table, err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        FAIL(1);
+    }
     Rng rng;
     rng_seed(&rng, (uint64_t)opt.seed ^ 0x5eed5a3e1eull);
     int start_step = 0;
     if (opt.resume) {
         TrainState st;
-        ck_p = malloc(table.total * sizeof(float));
-        ck_m = malloc(table.total * sizeof(float));
-        ck_v = malloc(table.total * sizeof(float));
-        if (!ck_p || !ck_m || !ck_v) {
-            fprintf(stderr, "error: out of host memory loading the checkpoint\n");
-            FAIL(1);
-        }
-        if (checkpoint_load_latest(opt.out, &table, ck_p, ck_m, ck_v, &st, err) != 0) {
+        if (checkpoint_load_latest(opt.out, &table, ck.params, ck.m, ck.v, &st, err) != 0) {
             fprintf(stderr, "error: %s\n", err);
-            FAIL(2);
+            FAIL(1);
         }
         /* each rank read the checkpoint itself; on hosts that do not share -o they may have read
          * different ones, and would train different replicas or wait for each other forever */
@@ -717,14 +794,14 @@ int main(int argc, char **argv) {
             fprintf(stderr, "error: rank %d read a checkpoint of step %d in %s that differs from another rank's; "
                             "every host needs the same checkpoint (-o on a shared file system, or a copy)\n",
                     dist.rank, st.step, opt.out);
-            FAIL(2);
+            FAIL(1);
         }
         if (st.B != B || st.T != T || st.total_batch != opt.total_batch || st.seed != (uint64_t)opt.seed) {
             fprintf(stderr,
                     "error: checkpoint in %s was trained with -b %d -t %d -d %d --seed %llu; resume with the same "
                     "values so the data order continues\n",
                     opt.out, st.B, st.T, st.total_batch, (unsigned long long)st.seed);
-            FAIL(2);
+            FAIL(1);
         }
         if ((st.data_tokens || st.data_fingerprint) &&
             (st.data_tokens != train_loader.num_tokens || st.data_fingerprint != train_fingerprint)) {
@@ -734,7 +811,7 @@ int main(int argc, char **argv) {
                     opt.out, (unsigned long long)st.data_tokens, train_path,
                     (unsigned long long)train_loader.num_tokens,
                     st.data_tokens == train_loader.num_tokens ? ", other values" : "");
-            FAIL(2);
+            FAIL(1);
         }
         LoaderState ls = {st.loader_epoch, st.loader_position};
         if (st.world != dist.world) {
@@ -749,7 +826,7 @@ int main(int argc, char **argv) {
             if (why) {
                 fprintf(stderr, "error: checkpoint in %s (%d rank(s), %d micro-batches per step): %s\n", opt.out,
                         st.world, per_step, why);
-                FAIL(2);
+                FAIL(1);
             }
             printf("resuming a run of %d rank(s) on %d: the data order goes on where it stopped; losses follow the "
                    "%d-rank run's to rounding, not bit for bit\n",
@@ -757,13 +834,10 @@ int main(int argc, char **argv) {
         }
         if (loader_set_state(&train_loader, ls, err) != 0) {
             fprintf(stderr, "error: %s\n", err);
-            FAIL(2);
+            FAIL(1);
         }
-        be->ops->write_state(be, ck_p, ck_m, ck_v);
-        if (dist.rank != 0) { /* only rank 0 stages checkpoints: 12 bytes per parameter on every rank */
-            free(ck_p), free(ck_m), free(ck_v);
-            ck_p = ck_m = ck_v = NULL;
-        }
+        be->ops->write_state(be, ck.params, ck.m, ck.v);
+        if (dist.rank != 0) checkpoint_buffers_free(&ck); /* only rank 0 writes checkpoints */
         memcpy(rng.s, st.rng, sizeof rng.s);
         start_step = st.step;
         printf("resumed from %s at step %d\n", opt.out, start_step);
@@ -772,24 +846,35 @@ int main(int argc, char **argv) {
                    start_step, opt.steps);
             FAIL(0);
         }
-    } else if (opt.init_from[0] && init_from_weights(be, &table, opt.init_from) != 0) {
+        /* the records of step start_step that the loop below writes again */
+        const int eval_again = have_val && opt.val_every && start_step % opt.val_every == 0;
+        const int sample_again = opt.sample_every && start_step % opt.sample_every == 0;
+        if (dist.rank == 0 && leave_later_timeline(opt.out, start_step, eval_again, sample_again, err) != 0) {
+            fprintf(stderr, "error: %s\n", err);
+            FAIL(1);
+        }
+    } else if (opt.init_from[0] && init_from_weights(be, &table, opt.init_from, &ck) != 0) {
         FAIL(1);
     }
     if (opt.resume && opt.init_from[0])
         printf("note: resuming: the checkpoint holds the weights, --init-from %s is not read\n", opt.init_from);
     if (!opt.resume && dist.rank == 0) {
         /* a new run: nothing of an earlier one in this directory is overwritten, pruned or mixed in */
-        char name[256] = "", moved_to[1300];
+        char name[256] = "", moved_to[FGPT_PATH_LEN];
         int had_latest = checkpoint_latest_name(opt.out, name, sizeof name, err) == 0;
         int moved = checkpoint_set_aside_run(opt.out, moved_to, sizeof moved_to, err);
         if (moved < 0) {
             fprintf(stderr, "error: %s\n", err);
             FAIL(1);
         }
-        if (moved)
-            printf("note: %s held an earlier run%s%s%s; moved it to %s (-y 1 would have continued it; remove that "
+        if (moved && had_latest)
+            printf("note: %s held an earlier run (latest checkpoint %s); moved it to %s (-y 1 would have continued "
+                   "it; remove that directory when it is not needed)\n",
+                   opt.out, name, moved_to);
+        else if (moved)
+            printf("note: %s held files of an earlier run that wrote no checkpoint; moved them to %s (remove that "
                    "directory when it is not needed)\n",
-                   opt.out, had_latest ? " (latest checkpoint " : "", name, had_latest ? ")" : "", moved_to);
+                   opt.out, moved_to);
     }
     if (dist.rank == 0 && runlog_open(&log, opt.out, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
@@ -806,7 +891,7 @@ int main(int argc, char **argv) {
         printf("validation: %s holds %d batch(es) of %d x %d per rank, fewer than --val-batches asks; using those\n",
                val_path, val_batches_per_rank, B, T + 1);
     const double flops_per_step = gpt_flops_per_token(&cfg, T) * opt.total_batch;
-    print_memory(be);
+    print_memory(be, ck.params ? checkpoint_buffers_bytes(&table) : 0, strcmp(opt.device, "cpu") == 0);
 
     inputs = malloc((size_t)B * T * sizeof(int));
     targets = malloc((size_t)B * T * sizeof(int));
@@ -825,7 +910,11 @@ int main(int argc, char **argv) {
         if (have_val && opt.val_every && step % opt.val_every == 0) {
             float vl = validation_loss(be, &val_loader, val_batches_per_rank, inputs, targets);
             printf("step %5d | val loss %.6f\n", step, vl);
-            runlog_eval(&log, step, vl);
+            if (runlog_eval(&log, step, vl) != 0) {
+                fprintf(stderr, "error: %s\n", log.err);
+                status = 1;
+                break;
+            }
         }
         if (dist.rank == 0 && opt.sample_every && step > 0 && step % opt.sample_every == 0)
             generate_sample(be, tok, &opt, &rng, step, &log, inputs, logits);
@@ -878,21 +967,16 @@ int main(int argc, char **argv) {
         }
         printf("\n");
         fflush(stdout);
-        runlog_step(&log, step + 1, (float)loss, as.lr, norm, ms, tps, mfu, mem_gb, comm_ms);
+        /* also reports a failed sample record of this step */
+        if (runlog_step(&log, step + 1, (float)loss, as.lr, norm, ms, tps, mfu, mem_gb, comm_ms) != 0) {
+            fprintf(stderr, "error: %s\n", log.err);
+            status = 1;
+            break;
+        }
 
         if ((opt.checkpoint_every && (step + 1) % opt.checkpoint_every == 0) || last) {
             /* every rank takes part in reading the state (ZeRO-1 gathers the shards); rank 0 writes */
-            if (!ck_p && dist.rank == 0) {
-                ck_p = malloc(table.total * sizeof(float));
-                ck_m = malloc(table.total * sizeof(float));
-                ck_v = malloc(table.total * sizeof(float));
-                if (!ck_p || !ck_m || !ck_v) {
-                    fprintf(stderr, "error: out of host memory for the checkpoint\n");
-                    status = 1;
-                    break;
-                }
-            }
-            be->ops->read_state(be, ck_p, ck_m, ck_v);
+            be->ops->read_state(be, ck.params, ck.m, ck.v);
             if (dist.rank != 0) continue;
             LoaderState ls = loader_get_state(&train_loader);
             TrainState st = {.step = step + 1, .loader_epoch = ls.epoch, .loader_position = ls.position,
@@ -900,7 +984,7 @@ int main(int argc, char **argv) {
                              .seed = (uint64_t)opt.seed, .data_tokens = train_loader.num_tokens,
                              .data_fingerprint = train_fingerprint};
             memcpy(st.rng, rng.s, sizeof st.rng);
-            if (checkpoint_save_with(opt.out, &table, ck_p, ck_m, ck_v, &st, have_ck_tok ? &ck_tok : NULL,
+            if (checkpoint_save_with(opt.out, &table, ck.params, ck.m, ck.v, &st, have_ck_tok ? &ck_tok : NULL,
                                      opt.keep_checkpoints, err) != 0) {
                 fprintf(stderr, "error: %s\n", err);
                 status = 1;
@@ -912,14 +996,15 @@ int main(int argc, char **argv) {
     if (status == 0 && have_val && opt.val_every) {
         float vl = validation_loss(be, &val_loader, val_batches_per_rank, inputs, targets);
         printf("step %5d | val loss %.6f\n", opt.steps, vl);
-        runlog_eval(&log, opt.steps, vl);
+        if (runlog_eval(&log, opt.steps, vl) != 0) {
+            fprintf(stderr, "error: %s\n", log.err);
+            status = 1;
+        }
     }
 done:
     free((char *)ck_tok.tokenizer_json);
     free((char *)ck_tok.tokenizer_config_json);
-    free(ck_v);
-    free(ck_m);
-    free(ck_p);
+    checkpoint_buffers_free(&ck);
     free(logits);
     free(targets);
     free(inputs);

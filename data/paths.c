@@ -2,14 +2,28 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+int path_format(char *dst, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(dst, FGPT_PATH_LEN, fmt, ap);
+    va_end(ap);
+    if (n < 0 || n >= FGPT_PATH_LEN) {
+        dst[0] = 0;
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return 0;
+}
+
 int make_dirs(const char *path) {
-    char tmp[4096];
+    char tmp[FGPT_PATH_LEN];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s", path) >= sizeof tmp) {
         errno = ENAMETOOLONG;
         return -1;
@@ -24,12 +38,8 @@ int make_dirs(const char *path) {
 }
 
 int lock_dir(const char *dir) {
-    char path[4200];
-    if (make_dirs(dir) != 0) return -1;
-    if ((size_t)snprintf(path, sizeof path, "%s/.lock", dir) >= sizeof path) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
+    char path[FGPT_PATH_LEN];
+    if (make_dirs(dir) != 0 || path_format(path, "%s/.lock", dir) != 0) return -1;
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return -1;
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {

@@ -6,6 +6,14 @@
 extern "C" {
 #endif
 
+/* The longest path the system accepts (PATH_MAX on Linux): path buffers for files inside a run or
+ * data folder have this size, and path_format refuses to cut a path to fit. */
+#define FGPT_PATH_LEN 4096
+
+/* snprintf into dst (FGPT_PATH_LEN bytes). 0, or -1 with errno ENAMETOOLONG when the path does not
+ * fit: a cut path would name a file outside the folder it belongs to. */
+int path_format(char *dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* mkdir -p: creates path and its missing parents. 0, or -1 with errno set. */
 int make_dirs(const char *path);
 

@@ -57,6 +57,11 @@ static int make_dirs_or_err(const char *path, char *err) {
 
 /* Appends a file to *buf; -1 + message when it cannot be read. */
 static int append_file(const char *path, char **buf, size_t *len, size_t *cap, char *err) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fgpt_set_err(err, "%s is a folder, not a text file: pass the files in it (e.g. %s/*.txt)", path, path);
+        return -1;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
         fgpt_set_err(err, "cannot open text file %s: %s (check the path)", path, strerror(errno));
@@ -87,15 +92,22 @@ static int append_file(const char *path, char **buf, size_t *len, size_t *cap, c
     return 0;
 }
 
-/* Byte where validation starts: the document boundary (just after a separator) nearest at or after
- * the target, else before it, else a line start, else the target itself. */
-static size_t val_cut(const char *text, size_t len, double fraction, const char *eot, size_t eot_len) {
+/* Byte where validation starts, near the target that leaves `fraction` of the bytes to it: the
+ * document boundary (just after the separator `eot`) nearest at or after the target, else the
+ * nearest before it; where that would give validation more than twice its share (one long last
+ * document: a last file of 37% of the text), a line start at or after the target, else the target
+ * itself. *at_boundary tells whether it is a document boundary. */
+static size_t val_cut(const char *text, size_t len, double fraction, const char *eot, size_t eot_len,
+                      int *at_boundary) {
     size_t target = (size_t)((double)len * (1.0 - fraction));
+    const size_t most = 2 * (len - target);
+    *at_boundary = 1;
     if (target >= len) return len;
     const char *e = memmem(text + target, len - target, eot, eot_len);
     if (e && (size_t)(e - text) + eot_len < len) return (size_t)(e - text) + eot_len;
-    for (size_t i = target; i > 0; i--)
+    for (size_t i = target; i > 0 && len - i <= most; i--)
         if (i >= eot_len && memcmp(text + i - eot_len, eot, eot_len) == 0) return i;
+    *at_boundary = 0;
     const char *nl = memchr(text + target, '\n', len - target);
     if (nl && (size_t)(nl - text) + 1 < len) return (size_t)(nl - text) + 1;
     return target;
@@ -143,12 +155,31 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
                         const char *out_dir, PreparedData *out, char *err) {
     memset(out, 0, sizeof *out);
     const int imported = given && tokenizer_is_imported(given);
+    char terr[TOKENIZER_ERR_LEN];
+    /* what can be refused from the text alone (and the given tokenizer) is, before anything is
+     * written; a trained tokenizer separates documents with "<|endoftext|>" and normalizes nothing */
+    if (len == 0) {
+        fgpt_set_err(err, "the text is empty (0 bytes): give files that hold text");
+        return -1;
+    }
+    if (given && tokenizer_check_text(given, text, len, terr) != 0) {
+        fgpt_set_err(err, "%s", terr);
+        return -1;
+    }
+    size_t eot_len = strlen(TOKENIZER_EOT_TEXT);
+    const char *eot = given ? tokenizer_eot_text(given, &eot_len) : TOKENIZER_EOT_TEXT;
+    int at_boundary;
+    const size_t cut = val_cut(text, len, opt->val_fraction, eot, eot_len, &at_boundary);
+    if (cut == len) {
+        fgpt_set_err(err, "the validation part of the text is empty (%zu bytes in all); give more text or raise "
+                     "--val-fraction", len);
+        return -1;
+    }
     if (make_dirs_or_err(out_dir, err) != 0 || path_join(out->train_path, out_dir, "train.bin", err) != 0 ||
         path_join(out->val_path, out_dir, "val.bin", err) != 0 ||
         path_join(out->tokenizer_path, out_dir, imported ? "tokenizer.json" : "tokenizer.bin", err) != 0)
         return -1;
     out->vocab_requested = opt->vocab;
-    char terr[TOKENIZER_ERR_LEN];
     Tokenizer *tok;
     double t0 = seconds();
     if (given) {
@@ -174,14 +205,9 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
         if (tok != given) tokenizer_free(tok);
         return -1;
     }
-    if (tokenizer_check_text(tok, text, len, terr) != 0) {
-        fgpt_set_err(err, "%s", terr);
-        if (tok != given) tokenizer_free(tok);
-        return -1;
-    }
-    size_t eot_len;
-    const char *eot = tokenizer_eot_text(tok, &eot_len);
-    size_t cut = val_cut(text, len, opt->val_fraction, eot, eot_len);
+    if (!at_boundary)
+        fprintf(stderr, "prepare: no document boundary near the last %g of the text: validation starts at a line "
+                "inside the last document\n", opt->val_fraction);
     uint64_t n_train = 0, n_val = 0;
     t0 = seconds();
     fprintf(stderr, "prepare: encoding %.1f MB (train) + %.2f MB (validation)\n", cut / 1e6, (len - cut) / 1e6);
@@ -326,7 +352,7 @@ static int parse_u32(const char *s, uint32_t *v) {
 int prepare_main(int argc, char **argv) {
     PrepareOptions opt = {PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL, 0, NULL};
     const char *out_dir = "prepared", *cache_dir = ".cache";
-    int default_corpus = 0, extended = -1, n_files = 0; /* extended -1: chosen by -v */
+    int default_corpus = 0, extended = -1, n_files = 0, vocab_given = 0; /* extended -1: chosen by -v */
     const char **files = calloc((size_t)argc + 1, sizeof *files);
     if (!files) return 1;
     int status = 2;
@@ -356,6 +382,7 @@ int prepare_main(int argc, char **argv) {
                         opt.vocab, TOKENIZER_MIN_VOCAB);
                 goto done;
             }
+            vocab_given = 1;
             i++;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
             if (!val) {
@@ -405,6 +432,11 @@ int prepare_main(int argc, char **argv) {
     PreparedData out;
     if (default_corpus && (n_files || opt.tokenizer_in)) {
         status = bad_arg("--default-corpus", "takes no text files and no --tokenizer");
+        goto done;
+    }
+    if (vocab_given && opt.tokenizer_in) {
+        status = bad_arg("-v", "sizes a tokenizer that prepare trains; --tokenizer FILE brings its own vocabulary "
+                               "(drop -v, or drop --tokenizer to train one)");
         goto done;
     }
     if (!default_corpus && extended >= 0) {

@@ -289,10 +289,19 @@ int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64
                 memcpy(&tok, buf + 4 * j, 4);
             }
             if (tok >= model_vocab) {
-                snprintf(err, FGPT_ERR_LEN,
-                         "token %u at position %llu in shard %s is >= vocabulary %u (re-tokenize, or pass -v %u)",
-                         tok, (unsigned long long)(i + j), path, model_vocab,
-                         hdr->vocab_size > tok ? hdr->vocab_size : tok + 1); /* the shard's own vocabulary */
+                if (tok >= hdr->vocab_size) /* the shard contradicts its own header: no -v makes it right */
+                    snprintf(err, FGPT_ERR_LEN,
+                             "token %u at position %llu in shard %s is beyond the shard's own vocabulary of %u (the "
+                             "shard is corrupt: re-create it)", tok, (unsigned long long)(i + j), path, hdr->vocab_size);
+                else if (hdr->vocab_size > FGPT_MAX_VOCAB)
+                    snprintf(err, FGPT_ERR_LEN,
+                             "token %u at position %llu in shard %s is >= vocabulary %u (re-tokenize: the shard's "
+                             "vocabulary of %u is above the largest a model takes, -v %u)", tok,
+                             (unsigned long long)(i + j), path, model_vocab, hdr->vocab_size, FGPT_MAX_VOCAB);
+                else
+                    snprintf(err, FGPT_ERR_LEN,
+                             "token %u at position %llu in shard %s is >= vocabulary %u (re-tokenize, or pass -v %u)",
+                             tok, (unsigned long long)(i + j), path, model_vocab, hdr->vocab_size);
                 rc = -1;
                 break;
             }

@@ -21,6 +21,8 @@
 #include <stdint.h>
 
 #define FGPT_ERR_LEN 512
+/* The largest vocabulary a model takes (./train -v): a shard's fix-it hints never suggest more. */
+#define FGPT_MAX_VOCAB 2000000000u
 /* Formats one error line into err (FGPT_ERR_LEN bytes), the data layer's error convention. */
 void fgpt_set_err(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define SHARD_MAGIC "FGPTTOK1"

@@ -14,7 +14,6 @@
 
 #define STATE_MAGIC "FGPTSTAT"
 #define STATE_VERSION 3u /* 2: a checksum of the whole file in the header; 3: the training data's fingerprint */
-#define PATH_LEN 1200
 
 typedef struct {
     char magic[8];
@@ -26,6 +25,36 @@ typedef struct {
     uint64_t data_tokens, data_fingerprint; /* the training shard's (loader.h); 0: not recorded */
     uint64_t checksum; /* state_checksum of the header (this field 0) and the three arrays */
 } StateHeader;
+
+size_t checkpoint_buffers_bytes(const ParamTable *t) {
+    return 3 * t->total * sizeof(float);
+}
+
+int checkpoint_buffers_alloc(CheckpointBuffers *b, const ParamTable *t, char *err) {
+    size_t n = t->total * sizeof(float);
+    b->params = malloc(n);
+    b->m = malloc(n);
+    b->v = malloc(n);
+    if (!b->params || !b->m || !b->v) {
+        checkpoint_buffers_free(b);
+        snprintf(err, 512, "out of host memory for the checkpoint buffers (%.2f GB: a host copy of the weights and "
+                 "AdamW moments, which every save writes from); free memory or train a smaller model (-e, -v)",
+                 checkpoint_buffers_bytes(t) / 1e9);
+        return -1;
+    }
+    /* an untouched allocation can still fail later, at the first save, on a system that overcommits */
+    memset(b->params, 0, n);
+    memset(b->m, 0, n);
+    memset(b->v, 0, n);
+    return 0;
+}
+
+void checkpoint_buffers_free(CheckpointBuffers *b) {
+    free(b->v);
+    free(b->m);
+    free(b->params);
+    b->params = b->m = b->v = NULL;
+}
 
 /* The file's checksum: the header with its checksum field 0, then params, m, v (n bytes each). */
 static uint64_t state_checksum(const StateHeader *h, const float *params, const float *m, const float *v, size_t n) {
@@ -43,7 +72,7 @@ static int write_all(FILE *f, const void *p, size_t bytes) {
 
 /* Closes f after flushing it to disk; 1 on success. */
 static int close_synced(FILE *f) {
-    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int ok = fflush(f) == 0 && !ferror(f) && fsync(fileno(f)) == 0;
     return (fclose(f) == 0) && ok;
 }
 
@@ -139,7 +168,9 @@ static int write_safetensors(const char *path, const ParamTable *t, const float 
     uint64_t hlen = len;
     int ok = write_all(f, &hlen, 8) && write_all(f, hdr, len);
     free(hdr);
-    float *tmp = NULL;
+    /* transposed tensors go out through a fixed buffer: a save allocates nothing the size of a
+     * tensor, which could fail after hours of training */
+    float chunk[4096];
     for (int i = 0; ok && i < t->count; i++) {
         const ParamInfo *p = &t->params[i];
         const float *x = params + p->offset;
@@ -148,16 +179,14 @@ static int write_safetensors(const char *path, const ParamTable *t, const float 
             ok = write_all(f, x, rows * p->cols * sizeof(float));
             continue;
         }
-        tmp = realloc(tmp, p->numel * sizeof(float));
-        if (!tmp) {
-            ok = 0;
-            break;
-        }
-        for (size_t r = 0; r < p->rows; r++)
-            for (size_t c = 0; c < p->cols; c++) tmp[c * p->rows + r] = x[r * p->cols + c];
-        ok = write_all(f, tmp, p->numel * sizeof(float));
+        size_t k = 0;
+        for (size_t c = 0; ok && c < p->cols; c++)
+            for (size_t r = 0; ok && r < p->rows; r++) {
+                chunk[k++] = x[r * p->cols + c];
+                if (k == sizeof chunk / sizeof chunk[0]) ok = write_all(f, chunk, sizeof chunk), k = 0;
+            }
+        ok = ok && write_all(f, chunk, k * sizeof(float));
     }
-    free(tmp);
     return close_synced(f) && ok;
 }
 
@@ -181,17 +210,22 @@ static int write_config_json(const char *path, const GPTConfig *cfg, int eos) {
 static void remove_checkpoint_dir(const char *dir) {
     static const char *files[] = {"model.safetensors", "config.json", "state.bin", "tokenizer.json",
                                   "tokenizer_config.json"};
-    char p[PATH_LEN];
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
-        unlink(p);
-    }
+    char p[FGPT_PATH_LEN];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        if (path_format(p, "%s/%s", dir, files[i]) == 0) unlink(p);
     rmdir(dir);
 }
 
 static int compare_steps(const void *a, const void *b) {
     int x = *(const int *)a, y = *(const int *)b;
     return (x > y) - (x < y);
+}
+
+/* The step of a checkpoint directory named step_NNNNNNNN exactly (no .tmp), or -1. */
+static int checkpoint_dir_step(const char *name) {
+    int step;
+    char tail;
+    return sscanf(name, "step_%d%c", &step, &tail) == 1 && step >= 0 ? step : -1;
 }
 
 /* Keeps the checkpoint just written (step `current`) and the newest keep - 1 older ones; removes the
@@ -205,18 +239,33 @@ static void prune_checkpoints(const char *run_dir, int current, int keep) {
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)) && n < 4096) {
-        int step;
-        char tail;
-        /* step_NNNNNNNN exactly (no .tmp): one integer and nothing after it */
-        if (sscanf(e->d_name, "step_%d%c", &step, &tail) == 1 && step >= 0 && step < current) steps[n++] = step;
+        int step = checkpoint_dir_step(e->d_name);
+        if (step >= 0 && step < current) steps[n++] = step;
     }
     closedir(d);
     qsort(steps, n, sizeof steps[0], compare_steps);
-    char p[PATH_LEN];
-    for (int i = 0; i < n - (keep - 1); i++) {
-        snprintf(p, sizeof p, "%s/step_%08d", run_dir, steps[i]);
-        remove_checkpoint_dir(p);
-    }
+    char p[FGPT_PATH_LEN];
+    for (int i = 0; i < n - (keep - 1); i++)
+        if (path_format(p, "%s/step_%08d", run_dir, steps[i]) == 0) remove_checkpoint_dir(p);
+}
+
+int checkpoint_run_dir_ok(const char *run_dir, char *err) {
+    size_t len = strlen(run_dir);
+    if (len <= CHECKPOINT_RUN_DIR_MAX) return 0;
+    snprintf(err, 512, "-o/--out is %zu bytes long; the files of a run directory must fit the system's limit of "
+             "%d bytes per path, so -o may be at most %d bytes: pass a shorter -o", len, FGPT_PATH_LEN - 1,
+             CHECKPOINT_RUN_DIR_MAX);
+    return -1;
+}
+
+/* What a failed save leaves the run, said truthfully: a crash-safe save only keeps what was there. */
+static void save_failed(char *err, const char *what, const char *path, int errnum, const char *run_dir) {
+    char name[256], ignored[512];
+    if (checkpoint_latest_name(run_dir, name, sizeof name, ignored) == 0)
+        snprintf(err, 512, "%s %s: %s (disk full?); the previous checkpoint (%s) is intact", what, path,
+                 strerror(errnum), name);
+    else
+        snprintf(err, 512, "%s %s: %s (disk full?); this run has no checkpoint yet", what, path, strerror(errnum));
 }
 
 static int write_text(const char *path, const char *text, size_t len) {
@@ -233,41 +282,48 @@ int checkpoint_save(const char *run_dir, const ParamTable *t, const float *param
 
 int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *params, const float *m,
                          const float *v, const TrainState *st, const CheckpointTokenizer *tok, int keep, char *err) {
-    char final_dir[PATH_LEN], tmp_dir[PATH_LEN], p[PATH_LEN + 32];
-    snprintf(final_dir, sizeof final_dir, "%s/step_%08d", run_dir, st->step);
-    snprintf(tmp_dir, sizeof tmp_dir, "%s.tmp", final_dir);
+    char final_dir[FGPT_PATH_LEN], tmp_dir[FGPT_PATH_LEN], replaced[FGPT_PATH_LEN], p[FGPT_PATH_LEN];
+    char latest[FGPT_PATH_LEN], latest_tmp[FGPT_PATH_LEN];
+    if (path_format(final_dir, "%s/step_%08d", run_dir, st->step) != 0 ||
+        path_format(tmp_dir, "%s.tmp", final_dir) != 0 || path_format(replaced, "%s.replaced", final_dir) != 0 ||
+        path_format(p, "%s/tokenizer_config.json", replaced) != 0 || path_format(latest, "%s/latest", run_dir) != 0 ||
+        path_format(latest_tmp, "%s.tmp", latest) != 0) {
+        snprintf(err, 512, "the checkpoint paths in %s are longer than %d bytes: pass a shorter -o", run_dir,
+                 FGPT_PATH_LEN - 1);
+        return -1;
+    }
     remove_checkpoint_dir(tmp_dir); /* leftovers of a crash */
     if (make_dirs(run_dir) != 0) {
         snprintf(err, 512, "cannot create run directory %s: %s (check -o)", run_dir, strerror(errno));
         return -1;
     }
     if (mkdir(tmp_dir, 0755) != 0) {
-        snprintf(err, 512, "cannot create checkpoint directory %s: %s", tmp_dir, strerror(errno));
+        save_failed(err, "cannot create checkpoint directory", tmp_dir, errno, run_dir);
         return -1;
     }
     int ok = 1;
-    snprintf(p, sizeof p, "%s/state.bin", tmp_dir);
+    path_format(p, "%s/state.bin", tmp_dir);
     ok = ok && write_state(p, t, params, m, v, st);
-    snprintf(p, sizeof p, "%s/model.safetensors", tmp_dir);
+    if (ok) path_format(p, "%s/model.safetensors", tmp_dir);
     ok = ok && write_safetensors(p, t, params);
-    snprintf(p, sizeof p, "%s/config.json", tmp_dir);
+    if (ok) path_format(p, "%s/config.json", tmp_dir);
     ok = ok && write_config_json(p, &t->cfg, tok ? tok->eos_token_id : -1);
-    if (tok) {
-        snprintf(p, sizeof p, "%s/tokenizer.json", tmp_dir);
-        ok = ok && write_text(p, tok->tokenizer_json, tok->tokenizer_json_len);
-        snprintf(p, sizeof p, "%s/tokenizer_config.json", tmp_dir);
-        ok = ok && write_text(p, tok->tokenizer_config_json, strlen(tok->tokenizer_config_json));
+    if (ok && tok) {
+        path_format(p, "%s/tokenizer.json", tmp_dir);
+        ok = write_text(p, tok->tokenizer_json, tok->tokenizer_json_len);
+    }
+    if (ok && tok) {
+        path_format(p, "%s/tokenizer_config.json", tmp_dir);
+        ok = write_text(p, tok->tokenizer_config_json, strlen(tok->tokenizer_config_json));
     }
     if (!ok) {
-        snprintf(err, 512, "cannot write checkpoint files in %s: %s (disk full?); the previous checkpoint is intact",
-                 tmp_dir, strerror(errno));
+        int e = errno;
         remove_checkpoint_dir(tmp_dir);
+        save_failed(err, "cannot write checkpoint file", p, e, run_dir);
         return -1;
     }
     /* A checkpoint of the same step (a future the user rolled back from) is replaced, and only
      * removed once the new one is in its place. */
-    char replaced[PATH_LEN + 16];
-    snprintf(replaced, sizeof replaced, "%s.replaced", final_dir);
     remove_checkpoint_dir(replaced);
     if (rename(final_dir, replaced) != 0 && errno != ENOENT) {
         snprintf(err, 512, "cannot move %s aside: %s", final_dir, strerror(errno));
@@ -278,9 +334,6 @@ int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *
         return -1;
     }
     remove_checkpoint_dir(replaced);
-    char latest[PATH_LEN], latest_tmp[PATH_LEN + 8];
-    snprintf(latest, sizeof latest, "%s/latest", run_dir);
-    snprintf(latest_tmp, sizeof latest_tmp, "%s.tmp", latest);
     FILE *f = fopen(latest_tmp, "w");
     if (!f || fprintf(f, "step_%08d\n", st->step) < 0 || !close_synced(f) || rename(latest_tmp, latest) != 0 ||
         !sync_dir(run_dir)) {
@@ -291,26 +344,25 @@ int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *
     return 0;
 }
 
-/* What a run leaves in its directory, besides .lock: latest, the log, the checkpoints (also
- * step_*.tmp and .replaced leftovers of a crash). */
-static int is_run_file(const char *name) {
-    return strcmp(name, "latest") == 0 || strcmp(name, "latest.tmp") == 0 || strcmp(name, "log.jsonl") == 0 ||
-           strcmp(name, "log.jsonl.prev") == 0 || strncmp(name, "step_", 5) == 0;
-}
-
-/* Creates <run_dir>/earlier_run_N, the first free N, into dest. 0, or -1 with a message in err. */
-static int create_earlier_dir(const char *run_dir, char *dest, size_t n, char *err) {
+/* Creates <run_dir>/earlier_run_N, the first free N, into dest (FGPT_PATH_LEN bytes). 0, or -1 with a
+ * message in err. */
+static int create_earlier_dir(const char *run_dir, char *dest, char *err) {
     for (int k = 1; k <= 100000; k++) {
-        snprintf(dest, n, "%s/earlier_run_%d", run_dir, k);
+        if (path_format(dest, "%s/earlier_run_%d", run_dir, k) != 0) break;
         if (mkdir(dest, 0755) == 0) return 0;
         if (errno != EEXIST) break;
     }
-    snprintf(err, 512, "cannot create %s: %s (check -o)", dest, strerror(errno));
+    snprintf(err, 512, "cannot create %s/earlier_run_N: %s (check -o)", run_dir, strerror(errno));
     dest[0] = 0;
     return -1;
 }
 
-int checkpoint_set_aside_run(const char *run_dir, char *moved_to, size_t size, char *err) {
+/* Moves the entries of run_dir that take(name, after) selects into a new <run_dir>/earlier_run_N,
+ * whose path goes to dest (FGPT_PATH_LEN bytes). How many moved (0: none, and no directory made),
+ * or -1 with a message in err. */
+static int move_aside(const char *run_dir, int (*take)(const char *name, int after), int after, char *dest,
+                      char *err) {
+    dest[0] = 0;
     DIR *d = opendir(run_dir);
     if (!d) {
         if (errno == ENOENT) return 0;
@@ -318,31 +370,76 @@ int checkpoint_set_aside_run(const char *run_dir, char *moved_to, size_t size, c
         return -1;
     }
     /* Renaming entries out while reading is fine: readdir still returns every other entry once,
-     * and the new earlier_run_N is not a run file. */
-    char dest[PATH_LEN] = "", from[PATH_LEN + 260], to[2 * PATH_LEN];
+     * and the new earlier_run_N is not selected. */
+    char from[FGPT_PATH_LEN], to[FGPT_PATH_LEN];
     struct dirent *e;
-    int rc = 0;
-    while (rc == 0 && (e = readdir(d))) {
-        if (!is_run_file(e->d_name)) continue;
-        if (!dest[0] && create_earlier_dir(run_dir, dest, sizeof dest, err) != 0) {
-            rc = -1;
+    int moved = 0;
+    while ((e = readdir(d))) {
+        if (!take(e->d_name, after)) continue;
+        if (!dest[0] && create_earlier_dir(run_dir, dest, err) != 0) {
+            moved = -1;
             break;
         }
-        snprintf(from, sizeof from, "%s/%s", run_dir, e->d_name);
-        snprintf(to, sizeof to, "%s/%s", dest, e->d_name);
-        if (rename(from, to) != 0) {
-            snprintf(err, 512, "cannot move %s to %s: %s (check -o)", from, dest, strerror(errno));
-            rc = -1;
+        if (path_format(from, "%s/%s", run_dir, e->d_name) != 0 || path_format(to, "%s/%s", dest, e->d_name) != 0 ||
+            rename(from, to) != 0) {
+            snprintf(err, 512, "cannot move %s/%s to %s: %s (check -o)", run_dir, e->d_name, dest, strerror(errno));
+            moved = -1;
+            break;
         }
+        moved++;
     }
     closedir(d);
-    if (rc < 0 || !dest[0]) return rc;
-    if (!sync_dir(run_dir)) {
+    if (moved > 0 && !sync_dir(run_dir)) {
         snprintf(err, 512, "cannot sync run directory %s: %s", run_dir, strerror(errno));
         return -1;
     }
+    return moved;
+}
+
+/* What a run leaves in its directory, besides .lock: latest, the log, the checkpoints (also
+ * step_*.tmp and .replaced leftovers of a crash). */
+static int is_run_file(const char *name, int unused) {
+    (void)unused;
+    return strcmp(name, "latest") == 0 || strcmp(name, "latest.tmp") == 0 || strcmp(name, "log.jsonl") == 0 ||
+           strcmp(name, "log.jsonl.tmp") == 0 || strcmp(name, "log.jsonl.prev") == 0 || strncmp(name, "step_", 5) == 0;
+}
+
+int checkpoint_set_aside_run(const char *run_dir, char *moved_to, size_t size, char *err) {
+    char dest[FGPT_PATH_LEN];
+    int moved = move_aside(run_dir, is_run_file, 0, dest, err);
+    if (moved <= 0) return moved;
     snprintf(moved_to, size, "%s", dest);
     return 1;
+}
+
+static int is_checkpoint_after(const char *name, int step) {
+    return checkpoint_dir_step(name) > step;
+}
+
+/* The newest step_NNNNNNNN in dir, or -1. */
+static int newest_checkpoint(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int newest = -1;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (checkpoint_dir_step(e->d_name) > newest) newest = checkpoint_dir_step(e->d_name);
+    closedir(d);
+    return newest;
+}
+
+int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, size_t size, char *err) {
+    char dest[FGPT_PATH_LEN], latest[FGPT_PATH_LEN];
+    int moved = move_aside(run_dir, is_checkpoint_after, step, dest, err);
+    if (moved <= 0) return moved;
+    /* the set-aside future resumes from its newest checkpoint, as an earlier run does */
+    FILE *f = path_format(latest, "%s/latest", dest) == 0 ? fopen(latest, "w") : NULL;
+    if (!f || fprintf(f, "step_%08d\n", newest_checkpoint(dest)) < 0 || !close_synced(f) || !sync_dir(dest)) {
+        snprintf(err, 512, "cannot write %s/latest: %s", dest, strerror(errno));
+        return -1;
+    }
+    snprintf(moved_to, size, "%s", dest);
+    return moved;
 }
 
 #define OLDER_CHECKPOINT_HINT \
@@ -356,10 +453,21 @@ int checkpoint_set_aside_run(const char *run_dir, char *moved_to, size_t size, c
         return -1;                                                                                       \
     }
 
+/* The model's shape differs: the flags that give the checkpoint's, its preset when it has one. */
+static void model_shape_mismatch(char *err, const char *path, const StateHeader *h, const GPTConfig *ours) {
+    const GPTPreset *p = gpt_presets;
+    while (p->name && !(p->num_layers == h->num_layers && p->num_heads == h->num_heads && p->dim == h->dim)) p++;
+    char fix[160];
+    int k = p->name ? snprintf(fix, sizeof fix, "-e %s, or ", p->name) : 0;
+    snprintf(fix + k, sizeof fix - k, "--layers %d --heads %d --dim %d", h->num_layers, h->num_heads, h->dim);
+    snprintf(err, 512, "checkpoint %s is a model of %d layers, %d heads and width %d but this run's is %d, %d and %d "
+             "(pass %s; or start a new run with another -o)", path, h->num_layers, h->num_heads, h->dim,
+             ours->num_layers, ours->num_heads, ours->dim, fix);
+}
+
 int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *err) {
-    char latest[PATH_LEN];
-    snprintf(latest, sizeof latest, "%s/latest", run_dir);
-    FILE *lf = fopen(latest, "r");
+    char latest[FGPT_PATH_LEN];
+    FILE *lf = path_format(latest, "%s/latest", run_dir) == 0 ? fopen(latest, "r") : NULL;
     if (!lf) {
         snprintf(err, 512, "no checkpoint to resume in %s (%s missing; drop -y or check -o)", run_dir, latest);
         return -1;
@@ -377,10 +485,9 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
 
 int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *params, float *m, float *v,
                            TrainState *st, char *err) {
-    char name[256], path[PATH_LEN + 300];
+    char name[256], path[FGPT_PATH_LEN];
     if (checkpoint_latest_name(run_dir, name, sizeof name, err) != 0) return -1;
-    snprintf(path, sizeof path, "%s/%s/state.bin", run_dir, name);
-    FILE *f = fopen(path, "rb");
+    FILE *f = path_format(path, "%s/%s/state.bin", run_dir, name) == 0 ? fopen(path, "rb") : NULL;
     if (!f) {
         snprintf(err, 512, "cannot open %s: %s (checkpoint incomplete?)", path, strerror(errno));
         return -1;
@@ -398,9 +505,11 @@ int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *para
         fclose(f);
         return -1;
     }
-    CHECK_FIELD(num_layers, t->cfg.num_layers, "--layers");
-    CHECK_FIELD(num_heads, t->cfg.num_heads, "--heads");
-    CHECK_FIELD(dim, t->cfg.dim, "--dim");
+    if (h.num_layers != t->cfg.num_layers || h.num_heads != t->cfg.num_heads || h.dim != t->cfg.dim) {
+        model_shape_mismatch(err, path, &h, &t->cfg);
+        fclose(f);
+        return -1;
+    }
     CHECK_FIELD(max_seq_len, t->cfg.max_seq_len, "--max-seq-len");
     CHECK_FIELD(vocab_size, t->cfg.vocab_size, "-v");
     size_t n = t->total * sizeof(float);

@@ -15,7 +15,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data/paths.h"
 #include "model/gpt.h"
+
+/* The longest run directory (-o) whose files all fit a path of FGPT_PATH_LEN bytes: the deepest
+ * name a run writes below it is /step_NNNNNNNNNN.replaced/tokenizer_config.json (47 bytes). */
+#define CHECKPOINT_RUN_DIR_MAX (FGPT_PATH_LEN - 64)
 
 typedef struct {
     int step;                       /* optimizer steps completed */
@@ -28,6 +33,24 @@ typedef struct {
                                                is refused; 0 0: not recorded (not checked) */
     uint64_t checksum; /* set by checkpoint_load_latest: the state file's, which ranks compare */
 } TrainState;
+
+/* Host copies of the fp32 weights and AdamW moments in table layout: what checkpoint_save writes
+ * from and checkpoint_load_latest reads into, 12 bytes per parameter. A run takes them before its
+ * first step, so that it never trains for hours and then finds no memory to save what it learned. */
+typedef struct {
+    float *params, *m, *v;
+} CheckpointBuffers;
+
+size_t checkpoint_buffers_bytes(const ParamTable *t);
+/* Allocates and touches (so that the memory is really there) the three arrays. 0, or -1 with a
+ * message in err and nothing allocated. */
+int checkpoint_buffers_alloc(CheckpointBuffers *b, const ParamTable *t, char *err);
+void checkpoint_buffers_free(CheckpointBuffers *b);
+
+/* 0 when every file of a run in run_dir fits the system's path limit, else -1 with a message naming
+ * -o in err: a checked length up front, so that no path is ever cut to fit (a cut path names a file
+ * outside the run directory). */
+int checkpoint_run_dir_ok(const char *run_dir, char *err);
 
 /* Writes a checkpoint of params/m/v (table layout, fp32) and st. Keeps it and the newest keep - 1
  * checkpoints of earlier steps, removes older ones (never one of a later step: see
@@ -53,6 +76,14 @@ int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *
  * overwritten or pruned. 1 with that directory in moved_to, 0 when there was nothing to move
  * (or no directory yet), -1 with a message in err. */
 int checkpoint_set_aside_run(const char *run_dir, char *moved_to, size_t size, char *err);
+
+/* A resume from step `step` (latest rolled back by hand, or an older checkpoint named in latest)
+ * moves the checkpoints of later steps, a future this run abandons, into <run_dir>/earlier_run_N
+ * with a latest naming the newest of them, so that they are neither pruned in place of this run's
+ * checkpoints nor mixed into its timeline, and `-o <run_dir>/earlier_run_N -y 1` still resumes them.
+ * How many were moved (0: none, no directory made), with that directory in moved_to, or -1 with a
+ * message in err. */
+int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, size_t size, char *err);
 
 /* The checkpoint directory name <run_dir>/latest holds (step_NNNNNNNN) into name (size bytes):
  * 0, or -1 with a message in err when there is none or it is not such a name. */

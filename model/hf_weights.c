@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/paths.h"
 #include "tokenizer/json.h"
 
 #define ERR_LEN 512
@@ -50,8 +51,11 @@ static int get_int(const JsonValue *cfg, const char *key, const char *path, long
 }
 
 int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
-    char path[1100], jerr[JSON_ERR_LEN];
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    char path[FGPT_PATH_LEN], jerr[JSON_ERR_LEN];
+    if (path_format(path, "%s/config.json", dir) != 0) {
+        snprintf(err, ERR_LEN, "%.200s...: too long a path for its config.json", dir);
+        return -1;
+    }
     size_t len;
     char *text = read_whole(path, &len, err);
     if (!text) return -1;
@@ -213,9 +217,12 @@ io:
 }
 
 int hf_read_weights(const char *dir, const ParamTable *t, float *params, char *err) {
-    char path[1100], jerr[JSON_ERR_LEN];
+    char path[FGPT_PATH_LEN], jerr[JSON_ERR_LEN];
     err[0] = 0;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (path_format(path, "%s/model.safetensors", dir) != 0) {
+        snprintf(err, ERR_LEN, "%.200s...: too long a path for its model.safetensors", dir);
+        return -1;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, ERR_LEN, "cannot open %s: %s (--init-from needs a Hugging Face GPT-2 directory)", path,

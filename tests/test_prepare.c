@@ -261,3 +261,75 @@ TEST(prepare_takes_the_extended_corpus_for_a_vocabulary_the_standard_one_cannot_
     CHECK(prepare_wants_extended_corpus(PREPARE_STANDARD_CORPUS_VOCAB + 1) && prepare_wants_extended_corpus(262144),
           "262144 needs the extended corpus");
 }
+
+/* Lines of plain text, no document separator inside: n bytes. */
+static void write_lines(const char *path, size_t n, unsigned seed) {
+    FILE *f = fopen(path, "wb");
+    static const char *words[] = {"alpha", "beta", "gamma", "delta", "sigma", "omega", "river", "stone"};
+    size_t written = 0;
+    while (f && written < n) {
+        seed = seed * 1103515245u + 12345u;
+        int k = fprintf(f, "%s %s %s.\n", words[seed >> 16 & 7], words[seed >> 20 & 7], words[seed >> 24 & 7]);
+        written += (size_t)k;
+    }
+    if (f) fclose(f);
+}
+
+TEST(prepare_keeps_the_validation_share_near_the_one_asked_for_with_a_long_last_file) {
+    /* two files, the last 37% of the text: its start is the only document boundary */
+    char f1[1100], f2[1100], out[1100];
+    snprintf(f1, sizeof f1, "%s/a.txt", test_tmpdir());
+    snprintf(f2, sizeof f2, "%s/b.txt", test_tmpdir());
+    snprintf(out, sizeof out, "%s/prepared", test_tmpdir());
+    write_lines(f1, 63000, 1);
+    write_lines(f2, 37000, 2);
+    const char *argv[] = {"prepare", "-v", "300", "--val-fraction", "0.01", "-o", out, "--threads", "1", f1, f2};
+    REQUIRE(run_prepare(11, argv) == 0, "prepare failed");
+    char train_path[1200], val_path[1200], err[FGPT_ERR_LEN];
+    snprintf(train_path, sizeof train_path, "%s/train.bin", out);
+    snprintf(val_path, sizeof val_path, "%s/val.bin", out);
+    ShardHeader h1, h2;
+    REQUIRE(shard_read_header(train_path, &h1, err) == 0 && shard_read_header(val_path, &h2, err) == 0, "%s", err);
+    double share = (double)h2.num_tokens / (double)(h1.num_tokens + h2.num_tokens);
+    CHECK(share > 0.005 && share <= 0.02, "validation holds %.1f%% of the tokens, asked for 1%%", 100 * share);
+    char log[1200];
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    char *said = read_text(log);
+    CHECK(said && strstr(said, "no document boundary near the last 0.01 of the text"), "prepare did not say where "
+          "validation starts: %s", said ? said : "");
+    free(said);
+}
+
+TEST(prepare_names_a_folder_given_as_text_and_a_vocabulary_its_tokenizer_decides) {
+    char dir[1100], out[1100], log[1200], tok[1100];
+    snprintf(dir, sizeof dir, "%s/texts", test_tmpdir());
+    snprintf(out, sizeof out, "%s/o", test_tmpdir());
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    snprintf(tok, sizeof tok, "%s/tok.bin", test_tmpdir());
+    mkdir(dir, 0755);
+    const char *folder[] = {"prepare", "-o", out, dir};
+    CHECK(run_prepare(4, folder) == 1, "a folder as input is a runtime error");
+    char *said = read_text(log);
+    CHECK(said && strstr(said, "texts is a folder, not a text file: pass the files in it") && !strstr(said, "I/O error"),
+          "prepare said: %s", said ? said : "");
+    free(said);
+    unlink(log);
+    /* -v sizes a tokenizer prepare trains: with --tokenizer it would be ignored */
+    const char *both[] = {"prepare", "-v", "5000", "--tokenizer", tok, "-o", out, dir};
+    CHECK(run_prepare(8, both) == 2, "-v with --tokenizer is a command-line error");
+    said = read_text(log);
+    CHECK(said && strstr(said, "error: prepare -v:") && strstr(said, "--tokenizer FILE brings its own vocabulary"),
+          "prepare said: %s", said ? said : "");
+    free(said);
+}
+
+TEST(prepare_of_an_empty_text_creates_nothing) {
+    char empty[1100], out[1100];
+    snprintf(empty, sizeof empty, "%s/empty.txt", test_tmpdir());
+    snprintf(out, sizeof out, "%s/out", test_tmpdir());
+    write_text_file(empty, "", 0);
+    const char *argv[] = {"prepare", "-o", out, empty};
+    CHECK(run_prepare(4, argv) == 1, "an empty corpus is a runtime error");
+    struct stat sb;
+    CHECK(stat(out, &sb) != 0, "the failed prepare left %s behind", out);
+}

@@ -112,8 +112,8 @@ TEST(sample_errors_name_the_problem) {
         int status;
     } cases[] = {
         {"sample --device cpu", "-o/--out or --checkpoint: give one of them", 2},
-        {"sample -o /nonexistent/run --device cpu", "no checkpoint to resume in /nonexistent/run", 2},
-        {"sample -o /nonexistent/run --step 5 --device cpu", "has no checkpoint of step 5", 2},
+        {"sample -o /nonexistent/run --device cpu", "no checkpoint to resume in /nonexistent/run", 1},
+        {"sample -o /nonexistent/run --step 5 --device cpu", "has no checkpoint of step 5", 1},
         {"sample -o x --temperature -1", "--temperature must be 0 or more", 2},
         {"sample -o x --top-k abc", "--top-k must be 0 or more", 2},
         {"sample -o x --bogus 1", "unknown flag '--bogus'", 2},
@@ -125,6 +125,15 @@ TEST(sample_errors_name_the_problem) {
               "'%s': (%d) %s", cases[i].args, rc, out);
         free(out);
     }
+    /* an -o whose files could not fit the system's paths: a command-line error */
+    char long_args[4400];
+    int k = snprintf(long_args, sizeof long_args, "sample --device cpu -o /");
+    memset(long_args + k, 'r', 4100);
+    long_args[k + 4100] = 0;
+    int rc = run_train(long_args, &out);
+    CHECK(rc == 2 && out && strncmp(out, "error: sample -o/--out is", 25) == 0 && strstr(out, "pass a shorter -o"),
+          "a long -o: (%d) %.200s", rc, out);
+    free(out);
     /* a run without a tokenizer: ids only, and a prompt is refused */
     char shard[800];
     snprintf(shard, sizeof shard, "%s/d.bin", test_tmpdir());
@@ -138,6 +147,6 @@ TEST(sample_errors_name_the_problem) {
     CHECK(run_train(args, &out) == 0 && out && strncmp(out, "ids: ", 5) == 0, "ids only: %s", out);
     free(out);
     snprintf(args, sizeof args, "sample -o %s/r --device cpu --prompt hi", test_tmpdir());
-    CHECK(run_train(args, &out) == 2 && out && strstr(out, "--prompt needs a tokenizer"), "prompt: %s", out);
+    CHECK(run_train(args, &out) == 1 && out && strstr(out, "--prompt needs a tokenizer"), "prompt: %s", out);
     free(out);
 }

@@ -11,10 +11,12 @@
 #include <unistd.h>
 
 #include "data/paths.h"
+#include "data/shard.h"
 #include "model/checkpoint.h"
 #include "model/step_check.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
+#include "tokenizer/tokenizer.h"
 
 static int count_lines(const char *s) {
     int n = 0;
@@ -194,16 +196,17 @@ TEST(resume_prints_exactly_the_losses_of_the_uninterrupted_run) {
     losses_after(resumed, 10, b, sizeof b);
     CHECK(count_lines(a) == 10, "expected 10 loss lines after step 10, got %d", count_lines(a));
     CHECK(strcmp(a, b) == 0, "resumed losses differ:\n%s---\n%s", a, b);
-    /* the same checkpoint with another vocabulary is refused, naming the flag */
+    /* the same checkpoint with another vocabulary is refused, naming the flag (a runtime failure: the
+     * command line alone is not wrong) */
     snprintf(args, sizeof args, "--device cpu -e tiny -v 65 -b 4 -t 32 -x 20 -y 1 -i %s -o %s/b", train, d);
     int rc = run_train(args, &bad);
-    CHECK(rc == 2 && strstr(bad, "-v 64"), "mismatched resume: exit %d: %s", rc, bad);
+    CHECK(rc == 1 && strstr(bad, "-v 64"), "mismatched resume: exit %d: %s", rc, bad);
     free(bad);
     /* ... and so is a resume on another shard of the same vocabulary (the data position would point
      * into other data) */
     snprintf(args, sizeof args, TINY_RUN " -x 20 -y 1 -i %s -o %s/b", val, d);
     rc = run_train(args, &bad);
-    CHECK(rc == 2 && strstr(bad, "was trained on other data") && strstr(bad, "resume with the same -i"),
+    CHECK(rc == 1 && strstr(bad, "was trained on other data") && strstr(bad, "resume with the same -i"),
           "resume on other data: exit %d: %s", rc, bad);
     free(bad);
     /* a state.bin claiming 2 ranks for a batch of one micro-batch per step is refused, not used */
@@ -216,7 +219,7 @@ TEST(resume_prints_exactly_the_losses_of_the_uninterrupted_run) {
     REQUIRE(system(cmd) == 0, "rewriting latest");
     snprintf(args, sizeof args, TINY_RUN " -x 20 -y 1 -i %s -o %s/b", train, d);
     rc = run_train(args, &bad);
-    CHECK(rc == 2 && strstr(bad, "(2 rank(s), 1 micro-batches per step): that many ranks cannot share its batch"),
+    CHECK(rc == 1 && strstr(bad, "(2 rank(s), 1 micro-batches per step): that many ranks cannot share its batch"),
           "exit %d: %s", rc, bad);
     free(bad);
     free(resumed);
@@ -387,11 +390,11 @@ TEST(inputs_that_would_be_silently_useless_are_refused_or_named) {
     /* a validation shard from another tokenizer (vocabulary 60 against 64) */
     snprintf(other, sizeof other, "%s/val60.bin", d);
     REQUIRE(write_pattern_shard(other, 4000, 60, 3) == 0, "writing %s", other);
-    expect_run(2, "for a vocabulary of 64 but", "for 60", TINY_RUN " -x 1 -i %s -j %s -o %s/q", train, other, d);
+    expect_run(1, "for a vocabulary of 64 but", "for 60", TINY_RUN " -x 1 -i %s -j %s -o %s/q", train, other, d);
     expect_run(2, "not to the CPU backend", NULL, TINY_RUN " -x 1 --zero 1 -i %s -o %s/z", train, d);
     /* a resume from a directory that does not exist says so and does not create it */
     struct stat sb;
-    expect_run(2, "no checkpoint to resume in", "drop -y or check -o", TINY_RUN " -x 1 -y 1 -i %s -o %s/typo/run",
+    expect_run(1, "no checkpoint to resume in", "drop -y or check -o", TINY_RUN " -x 1 -y 1 -i %s -o %s/typo/run",
                train, d);
     snprintf(other, sizeof other, "%s/typo", d);
     CHECK(stat(other, &sb) != 0, "a failed resume created %s", other);
@@ -412,4 +415,102 @@ TEST(inputs_that_would_be_silently_useless_are_refused_or_named) {
     /* notes, not errors: no validation shard for --val-every; a warmup the run never finishes */
     expect_run(0, "validation: off (no -j/--val-data", "--warmup 10 is not below -x 2",
                "--device cpu -e tiny -v 64 -b 4 -t 32 -s 0 -x 2 --warmup 10 --val-every 1 -i %s -o %s/r", train, d);
+}
+
+TEST(cli_help_as_a_word_prints_the_help) {
+    char *out = NULL;
+    int rc = run_train("help", &out);
+    CHECK(rc == 0 && out && strncmp(out, "usage: ./train", 14) == 0 && strstr(out, "-o, --out"),
+          "./train help: exit %d: %.200s", rc, out ? out : "");
+    free(out);
+}
+
+TEST(a_checkpoint_of_another_shape_or_a_changed_one_is_a_runtime_failure_naming_the_fix) {
+    char train[700], val[700], state[800];
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    expect_run(0, "step     1/1", NULL, TINY_RUN " -x 1 --val-every 0 -i %s -o %s/c", train, d);
+    /* a tiny run resumed as d6: the preset, not one of its numbers, is the fix */
+    expect_run(1, "is a model of 2 layers, 2 heads and width 128 but this run's is 6, 6 and 384 (pass -e tiny, or "
+               "--layers 2 --heads 2 --dim 128;", NULL, "--device cpu -e d6 -v 64 -b 4 -t 32 -s 0 -x 2 -y 1 -i %s -o %s/c",
+               train, d);
+    /* and a shape no preset has gets the three flags alone */
+    expect_run(0, "step     1/1", NULL, TINY_RUN " --layers 3 -x 1 --val-every 0 -i %s -o %s/c3", train, d);
+    expect_run(1, "(pass --layers 3 --heads 2 --dim 128;", NULL, TINY_RUN " -x 2 -y 1 -i %s -o %s/c3", train, d);
+    /* a state file changed on disk */
+    snprintf(state, sizeof state, "%s/c/step_00000001/state.bin", d);
+    FILE *f = fopen(state, "r+b");
+    REQUIRE(f && fseek(f, 1000, SEEK_SET) == 0 && fputc(0x55, f) != EOF && fclose(f) == 0, "changing %s", state);
+    expect_run(1, "does not match its checksum", NULL, TINY_RUN " -x 2 -y 1 -i %s -o %s/c", train, d);
+}
+
+TEST(samples_that_cannot_hold_the_prompt_or_the_asked_tokens_say_so) {
+    char train[700], val[700], tok_path[800], err[TOKENIZER_ERR_LEN];
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    /* a byte-level tokenizer of 257 tokens (no merges): a prompt's tokens are its bytes */
+    const char *text = "hello world";
+    TokenizerTrainOptions topt = {257, 1, 0};
+    Tokenizer *tok = tokenizer_train(text, strlen(text), &topt, err);
+    REQUIRE(tok, "%s", err);
+    snprintf(tok_path, sizeof tok_path, "%s/tok.bin", d);
+    REQUIRE(tokenizer_save(tok, tok_path, err) == 0, "%s", err);
+    tokenizer_free(tok);
+    /* a 40-byte prompt in a window of -t 16: samples start from its first 15 tokens and generate one */
+    expect_run(0, "note: --prompt is 40 tokens, more than a sample's window of -t 16 holds: samples start from its first 15",
+               "note: a sample's window holds -t 16 tokens, so samples generate 1 tokens, not -G 8",
+               "--device cpu -e tiny -v 257 -b 4 -t 16 -x 2 -s 1 -G 8 --val-every 0 --tokenizer %s "
+               "--prompt 0123456789012345678901234567890123456789 -i %s -o %s/s", tok_path, train, d);
+    /* without a prompt, -G beyond the window is named alone */
+    expect_run(0, "samples generate 15 tokens, not -G 64", NULL,
+               "--device cpu -e tiny -v 257 -b 4 -t 16 -x 2 -s 1 --val-every 0 --tokenizer %s -i %s -o %s/t",
+               tok_path, train, d);
+}
+
+TEST(a_shard_token_no_vocabulary_flag_can_fix_gets_no_such_hint) {
+    char path[800];
+    const char *d = test_tmpdir();
+    /* a shard whose header allows 2^32 - 1 tokens, holding token 2^31 + 5: -v cannot go that high */
+    snprintf(path, sizeof path, "%s/wide.bin", d);
+    uint32_t t[64];
+    for (int i = 0; i < 64; i++) t[i] = i == 40 ? 2147483653u : (uint32_t)i;
+    char err[FGPT_ERR_LEN];
+    REQUIRE(shard_write(path, t, 64, UINT32_MAX, err) == 0, "%s", err);
+    expect_run(1, "token 2147483653 at position 40", "(re-tokenize: the shard's vocabulary of 4294967295 is above the "
+               "largest a model takes, -v 2000000000)", "--device cpu -e tiny -v 64 -b 1 -t 8 -x 1 -i %s -o %s/w",
+               path, d);
+    /* a shard whose token contradicts its own header is corrupt, whatever -v is */
+    snprintf(path, sizeof path, "%s/bad.bin", d);
+    for (int i = 0; i < 64; i++) t[i] = (uint32_t)i % 50;
+    REQUIRE(shard_write(path, t, 64, 64, err) == 0, "%s", err);
+    FILE *f = fopen(path, "r+b");
+    REQUIRE(f && fseek(f, SHARD_HEADER_BYTES + 2 * 10, SEEK_SET) == 0 && fputc(0xff, f) != EOF &&
+                fputc(0xff, f) != EOF && fclose(f) == 0,
+            "corrupting %s", path);
+    expect_run(1, "token 65535 at position 10", "is beyond the shard's own vocabulary of 64 (the shard is corrupt: "
+               "re-create it)", "--device cpu -e tiny -v 64 -b 1 -t 8 -x 1 -i %s -o %s/b", path, d);
+}
+
+TEST(a_damaged_default_corpus_cache_is_named_with_its_fix) {
+    char cache[800], nobin[800], prefix[900], *out = NULL, args[1600];
+    const char *d = test_tmpdir();
+    snprintf(cache, sizeof cache, "%s/cache", d);
+    snprintf(nobin, sizeof nobin, "%s/nobin", d);
+    mkdir(nobin, 0755);
+    /* without apt-get on PATH the default corpus is the synthetic one, prepared here in seconds */
+    snprintf(prefix, sizeof prefix, "PATH=%s", nobin);
+    snprintf(args, sizeof args, "--device cpu -e tiny -v 300 -b 2 -t 16 -x 1 -s 0 --val-every 0 --cache-dir %s -o %s/r",
+             cache, d);
+    int rc = run_train_under(prefix, args, &out);
+    REQUIRE(rc == 0, "first run failed (%d): %s", rc, out);
+    free(out);
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd, "printf '\\377\\377' | dd of=$(ls -d %s/synthetic-v1-*-v300)/train.bin bs=1 seek=1000 "
+             "conv=notrunc 2>/dev/null", cache);
+    REQUIRE(system(cmd) == 0, "corrupting the cached shard");
+    rc = run_train_under(prefix, args, &out);
+    CHECK(rc == 1 && strstr(out, "the shard is corrupt") && strstr(out, "it belongs to the default corpus's cache: delete ") &&
+              strstr(out, "-v300 and run again") && !strstr(out, "pass -v"),
+          "exit %d: %s", rc, out);
+    free(out);
 }

@@ -34,9 +34,16 @@ double max_abs(const float *x, size_t n) {
 }
 
 int run_train(const char *args, char **output) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", test_train_binary(), args);
+    return run_train_under("", args, output);
+}
+
+int run_train_under(const char *shell_prefix, const char *args, char **output) {
+    /* -o may be as long as the system's paths (4096 bytes) */
+    size_t n = strlen(shell_prefix) + strlen(test_train_binary()) + strlen(args) + 32;
+    char *cmd = malloc(n);
+    snprintf(cmd, n, "%s %s %s 2>&1", shell_prefix, test_train_binary(), args);
     FILE *p = popen(cmd, "r");
+    free(cmd);
     if (!p) return -1;
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap);

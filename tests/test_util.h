@@ -20,6 +20,9 @@ double max_abs(const float *x, size_t n);
 /* Runs `<train binary> <args>` through the shell with stdout+stderr captured into *output
  * (malloc'ed, caller frees). Returns the exit status (or -1 if it could not run). */
 int run_train(const char *args, char **output);
+/* The same, with shell commands before it in the same shell (`ulimit -f 0;`, `VAR=x`): limits and
+ * environment for that run alone. */
+int run_train_under(const char *shell_prefix, const char *args, char **output);
 
 /* Starts `<train binary> <args>` in the background, stdout+stderr into log_path; returns its pid, or
  * -1. For tests that need several processes at once (two nodes of a run). */

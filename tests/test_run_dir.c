@@ -1,0 +1,363 @@
+/* The run directory and its log never lie: every file of a run stays inside -o whatever its length,
+ * a resume continues one timeline (an abandoned future moves aside, a stopped run's extra records
+ * leave the log), a failed write stops the run with a true message, what a save needs is taken
+ * before step 1, and every log line is valid JSON in valid UTF-8. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "data/shard.h"
+#include "model/checkpoint.h"
+#include "model/runlog.h"
+#include "tests/test.h"
+#include "tests/test_util.h"
+
+#define RUN "--device cpu -e tiny -v 64 -b 4 -t 32 -s 0"
+
+/* A learnable training shard in the test's directory. */
+static const char *train_shard(void) {
+    static char path[700];
+    snprintf(path, sizeof path, "%s/train.bin", test_tmpdir());
+    if (access(path, F_OK) != 0) write_pattern_shard(path, 40000, 64, 1);
+    return path;
+}
+
+static int exists(const char *fmt, const char *a, const char *b) {
+    char p[4200];
+    struct stat sb;
+    snprintf(p, sizeof p, fmt, a, b);
+    return stat(p, &sb) == 0;
+}
+
+/* The steps of a log's step records, in file order, into steps[]; how many. Every line must be one
+ * complete record. */
+static int logged_steps(const char *log_path, int *steps, int max) {
+    char *text = read_text(log_path);
+    int n = 0;
+    for (char *line = text; line && *line && n < max;) {
+        char *end = strchr(line, '\n');
+        int step;
+        if (sscanf(line, "{\"type\":\"step\",\"step\":%d,", &step) == 1) steps[n++] = step;
+        if (!end) break;
+        line = end + 1;
+    }
+    free(text);
+    return n;
+}
+
+static int count_lines_holding(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)); p++) n++;
+    return n;
+}
+
+TEST(a_long_run_directory_keeps_every_file_inside_it_or_is_refused_before_training) {
+    /* 6 folders of 200 bytes: longer than any fixed path buffer of a kilobyte */
+    char top[800], run[2400], args[3200], *out = NULL;
+    snprintf(top, sizeof top, "%s/long", test_tmpdir());
+    size_t len = (size_t)snprintf(run, sizeof run, "%s", top);
+    for (int i = 0; i < 6; i++) {
+        run[len++] = '/';
+        memset(run + len, 'a' + i, 200);
+        len += 200;
+    }
+    run[len] = 0;
+    snprintf(args, sizeof args, RUN " -x 2 -n 1 -i %s -o %s", train_shard(), run);
+    int rc = run_train(args, &out);
+    CHECK(rc == 0, "a %zu-byte -o failed (%d): %.300s", len, rc, out);
+    free(out);
+    CHECK(exists("%s/%s", run, "log.jsonl") && exists("%s/%s", run, "step_00000002/state.bin") &&
+              exists("%s/%s", run, "latest"),
+          "the log, the checkpoint or latest is not in the run directory");
+    int steps[8];
+    char log[2500];
+    snprintf(log, sizeof log, "%s/log.jsonl", run);
+    CHECK(logged_steps(log, steps, 8) == 2, "the run's log does not hold its two steps");
+    /* nothing beside the run directory: every path under top is one of its parents or inside it */
+    char cmd[1000];
+    snprintf(cmd, sizeof cmd, "find '%s' -mindepth 1", top);
+    FILE *p = popen(cmd, "r");
+    REQUIRE(p, "cannot list %s", top);
+    char line[4200];
+    int outside = 0;
+    while (fgets(line, sizeof line, p)) {
+        line[strcspn(line, "\n")] = 0;
+        size_t k = strlen(line);
+        int ancestor = strncmp(run, line, k) == 0 && (run[k] == '/' || run[k] == 0);
+        int inside = strncmp(line, run, len) == 0 && line[len] == '/';
+        if (!ancestor && !inside) {
+            outside++;
+            CHECK(0, "a file landed outside the run directory: %.80s... (%zu bytes)", line, k);
+        }
+    }
+    pclose(p);
+    CHECK(outside == 0, "%d files outside the run directory", outside);
+
+    /* a -o whose files could not fit the system's 4096-byte paths: one error line before anything */
+    char far[4300], far_args[5000];
+    size_t flen = (size_t)snprintf(far, sizeof far, "%s/far", test_tmpdir());
+    while (flen + 201 < 4090) {
+        far[flen++] = '/';
+        memset(far + flen, 'z', 200);
+        flen += 200;
+    }
+    far[flen] = 0;
+    snprintf(far_args, sizeof far_args, RUN " -x 2 -i %s -o %s", train_shard(), far);
+    rc = run_train(far_args, &out);
+    CHECK(rc == 2 && strncmp(out, "error: -o/--out is", 18) == 0 && strstr(out, "pass a shorter -o") &&
+              count_lines_holding(out, "\n") == 1,
+          "a %zu-byte -o: exit %d: %.300s", flen, rc, out);
+    CHECK(!exists("%s/%s", test_tmpdir(), "far"), "the refused run created its directory");
+    free(out);
+}
+
+TEST(what_a_checkpoint_needs_is_taken_and_counted_before_the_first_step) {
+    char args[1200], *out = NULL;
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 128, .max_seq_len = 1024, .vocab_size = 64};
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[512], want[128];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    snprintf(want, sizeof want, "  %-40s %10.2f MB\n", "checkpoint buffers (fp32 weights, m, v)", 12.0 * t.total / 1e6);
+    param_table_free(&t);
+    snprintf(args, sizeof args, RUN " -x 1 -i %s -o %s/run", train_shard(), test_tmpdir());
+    REQUIRE(run_train(args, &out) == 0, "run failed: %s", out);
+    const char *total = strstr(out, "total allocated");
+    CHECK(strstr(out, want) && total && strstr(out, want) < total, "the memory table lacks '%s' in its total: %s",
+          want, out);
+    free(out);
+#ifndef __SANITIZE_ADDRESS__ /* AddressSanitizer reserves terabytes of address space: no ulimit -v for it */
+    /* V = 1e6: the backend's weights, gradients and moments are 2.05 GB, the checkpoint buffers 1.54 GB
+     * more; 3.5 GB of address space (with the libraries' mappings, about 1 GB) holds the first alone */
+    snprintf(args, sizeof args, "--device cpu -e tiny -v 1000000 -b 2 -t 32 -s 0 --val-every 0 -x 1 -i %s -o %s/big",
+             train_shard(), test_tmpdir());
+    int rc = run_train_under("ulimit -v 3500000; OMP_NUM_THREADS=2", args, &out);
+    CHECK(rc == 1 && strstr(out, "error: out of host memory for the checkpoint buffers") &&
+              !strstr(out, "step     1/1"),
+          "a checkpoint that cannot fit must stop the run before step 1: exit %d: %s", rc, out);
+    free(out);
+#endif
+}
+
+TEST(the_run_log_writes_any_sample_bytes_as_valid_utf8_json) {
+    RunLog log = {NULL};
+    char err[512];
+    REQUIRE(runlog_open(&log, test_tmpdir(), err) == 0, "%s", err);
+    /* valid 2-, 3- and 4-byte characters; then a character cut short at the end of the sample (the
+     * case of a sample decoded from a few tokens), a stray continuation byte, an overlong '/', an
+     * encoded surrogate and a byte that never starts a character */
+    const char *text = "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \"q\"\\ \t|\x80|\xc0\xaf|\xed\xa0\x80|\xff|\xe2\x82";
+    CHECK(runlog_sample(&log, 7, text) == 0, "writing the sample failed: %s", log.err);
+    runlog_close(&log);
+    char path[700];
+    snprintf(path, sizeof path, "%s/log.jsonl", test_tmpdir());
+    char *got = read_text(path);
+    const char *want = "{\"type\":\"sample\",\"step\":7,\"text\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 "
+                       "\\\"q\\\"\\\\ \\u0009|\\ufffd|\\ufffd\\ufffd|\\ufffd\\ufffd\\ufffd|\\ufffd|\\ufffd\\ufffd\"}\n";
+    CHECK(got && strcmp(got, want) == 0, "the log line is\n%s\nexpected\n%s", got ? got : "(none)", want);
+    free(got);
+}
+
+TEST(a_rollback_by_hand_moves_the_abandoned_future_aside_and_keeps_the_resume_point) {
+    char args[1200], path[800], *out = NULL;
+    const char *d = test_tmpdir();
+    snprintf(args, sizeof args, RUN " -x 6 -n 2 --keep-checkpoints 3 -i %s -o %s/r", train_shard(), d);
+    REQUIRE(run_train(args, &out) == 0, "first run failed: %s", out);
+    free(out);
+    snprintf(path, sizeof path, "%s/r/latest", d);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f && fputs("step_00000004\n", f) >= 0 && fclose(f) == 0, "rewriting latest");
+    snprintf(args, sizeof args, RUN " -x 10 -y 1 -i %s -o %s/r", train_shard(), d);
+    int rc = run_train(args, &out);
+    REQUIRE(rc == 0, "resumed run failed (%d): %s", rc, out);
+    CHECK(strstr(out, "held 1 checkpoint(s) after step 4, where this run resumes; moved them and 2 log record(s)"),
+          "the resume does not say what it moved aside: %s", out);
+    free(out);
+    char run[800];
+    snprintf(run, sizeof run, "%s/r", d);
+    /* the resume point survives the pruning at step 10 (keep 2); the abandoned step 6 is not among them */
+    CHECK(exists("%s/%s", run, "step_00000004") && exists("%s/%s", run, "step_00000010"),
+          "the resume point or the new checkpoint is missing");
+    CHECK(!exists("%s/%s", run, "step_00000006") && !exists("%s/%s", run, "step_00000002"),
+          "the abandoned step 6 (or the pruned step 2) is still in the run directory");
+    /* the abandoned future: its checkpoint, a latest naming it, its log records */
+    CHECK(exists("%s/%s", run, "earlier_run_1/step_00000006/state.bin"), "the abandoned checkpoint was not kept aside");
+    char *latest = NULL;
+    snprintf(path, sizeof path, "%s/r/earlier_run_1/latest", d);
+    latest = read_text(path);
+    CHECK(latest && strcmp(latest, "step_00000006\n") == 0, "earlier_run_1/latest is '%s'", latest ? latest : "");
+    free(latest);
+    int steps[32], n;
+    snprintf(path, sizeof path, "%s/r/earlier_run_1/log.jsonl", d);
+    n = logged_steps(path, steps, 32);
+    CHECK(n == 2 && steps[0] == 5 && steps[1] == 6, "the abandoned log holds %d records", n);
+    /* the run's log: one record per step of the surviving timeline */
+    snprintf(path, sizeof path, "%s/r/log.jsonl", d);
+    n = logged_steps(path, steps, 32);
+    CHECK(n == 10, "the log holds %d step records for 10 steps", n);
+    for (int i = 0; i < n && i < 10; i++) CHECK(steps[i] == i + 1, "record %d is of step %d", i + 1, steps[i]);
+    /* the future set aside still resumes */
+    snprintf(args, sizeof args, RUN " -x 7 -y 1 -i %s -o %s/r/earlier_run_1", train_shard(), d);
+    rc = run_train(args, &out);
+    CHECK(rc == 0 && strstr(out, "at step 6") && strstr(out, "step     7/7"), "the abandoned future: %s", out);
+    free(out);
+}
+
+TEST(a_resume_after_a_kill_leaves_one_log_record_per_step) {
+    /* a run killed after step 5 with its last checkpoint at step 4: what -x 5 -n 2 leaves without its
+     * final checkpoint */
+    char args[1200], path[800], *out = NULL;
+    const char *d = test_tmpdir();
+    snprintf(args, sizeof args, RUN " -x 5 -n 2 --val-every 2 -j %s -i %s -o %s/k", train_shard(), train_shard(), d);
+    REQUIRE(run_train(args, &out) == 0, "first run failed: %s", out);
+    free(out);
+    snprintf(args, sizeof args, "rm -r %s/k/step_00000005 && echo step_00000004 > %s/k/latest && printf "
+             "'{\"type\":\"step\",\"step\":6,\"lo' >> %s/k/log.jsonl", d, d, d);
+    REQUIRE(system(args) == 0, "making the killed run's directory");
+    snprintf(args, sizeof args, RUN " -x 8 -n 2 --val-every 2 -j %s -y 1 -i %s -o %s/k", train_shard(),
+             train_shard(), d);
+    int rc = run_train(args, &out);
+    REQUIRE(rc == 0, "resumed run failed (%d): %s", rc, out);
+    CHECK(strstr(out, "held 4 record(s) after step 4") && strstr(out, "dropped them, this run writes them again"),
+          "the resume does not say what it dropped: %s", out);
+    free(out);
+    int steps[32];
+    snprintf(path, sizeof path, "%s/k/log.jsonl", d);
+    int n = logged_steps(path, steps, 32);
+    CHECK(n == 8, "the log holds %d step records for 8 steps", n);
+    for (int i = 0; i < n && i < 8; i++) CHECK(steps[i] == i + 1, "record %d is of step %d", i + 1, steps[i]);
+    /* evaluations at 0, 2, 4, 6 and the last at 8, once each; every line a whole record */
+    char *log = read_text(path);
+    REQUIRE(log, "no log");
+    CHECK(count_lines_holding(log, "\"type\":\"eval\"") == 5 && count_lines_holding(log, "\"type\":\"eval\",\"step\":4,") == 1,
+          "evaluations repeated or lost:\n%s", log);
+    int lines = count_lines_holding(log, "\n"), records = count_lines_holding(log, "{\"type\":");
+    CHECK(lines == records && log[strlen(log) - 1] == '\n', "a line is not one whole record:\n%s", log);
+    free(log);
+}
+
+TEST(a_failed_log_or_checkpoint_write_stops_the_run_and_says_what_is_left) {
+    /* RLIMIT_FSIZE stands in for a full disk: writes past it fail with EFBIG (SIGXFSZ ignored) */
+    char args[1200], *out = NULL;
+    const char *d = test_tmpdir();
+    snprintf(args, sizeof args, RUN " -x 5 -i %s -o %s/full", train_shard(), d);
+    int rc = run_train_under("trap '' XFSZ; ulimit -f 0;", args, &out);
+    CHECK(rc == 1 && strstr(out, "error: cannot write the run log") && strstr(out, "full/log.jsonl") &&
+              strstr(out, "step     1/5") && !strstr(out, "step     2/5"),
+          "a log that cannot be written must stop the run at its first record: exit %d: %s", rc, out);
+    free(out);
+    /* 4 KB: the log fits, a checkpoint does not; the run has none yet */
+    snprintf(args, sizeof args, RUN " -x 3 -i %s -o %s/small", train_shard(), d);
+    rc = run_train_under("trap '' XFSZ; ulimit -f 8;", args, &out);
+    CHECK(rc == 1 && strstr(out, "error: cannot write checkpoint file") && strstr(out, "this run has no checkpoint yet") &&
+              !strstr(out, "intact"),
+          "exit %d: %s", rc, out);
+    free(out);
+    /* with a checkpoint written earlier, that one is named as intact */
+    snprintf(args, sizeof args, RUN " -x 2 -i %s -o %s/small", train_shard(), d);
+    REQUIRE(run_train(args, &out) == 0, "%s", out);
+    free(out);
+    snprintf(args, sizeof args, RUN " -x 3 -y 1 -i %s -o %s/small", train_shard(), d);
+    rc = run_train_under("trap '' XFSZ; ulimit -f 8;", args, &out);
+    CHECK(rc == 1 && strstr(out, "the previous checkpoint (step_00000002) is intact"), "exit %d: %s", rc, out);
+    free(out);
+}
+
+TEST(a_new_run_beside_an_earlier_one_without_checkpoints_does_not_offer_to_continue_it) {
+    char args[1200], path[800], *out = NULL;
+    snprintf(path, sizeof path, "%s/n", test_tmpdir());
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/n/log.jsonl", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    REQUIRE(f && fputs("{\"type\":\"step\",\"step\":1,\"loss\":4.0}\n", f) >= 0 && fclose(f) == 0, "writing %s", path);
+    snprintf(args, sizeof args, RUN " -x 1 -i %s -o %s/n", train_shard(), test_tmpdir());
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && strstr(out, "held files of an earlier run that wrote no checkpoint; moved them to") &&
+              !strstr(out, "-y 1 would have continued it"),
+          "exit %d: %s", rc, out);
+    free(out);
+}
+
+TEST(progress_lines_reach_a_redirected_stdout_as_they_happen) {
+    /* the first log write, the validation before step 1, kills the run (SIGXFSZ, not ignored): what
+     * it printed before must already be out, not lost in a buffer */
+    char args[1200], *out = NULL;
+    snprintf(args, sizeof args, RUN " -x 2 --val-every 1 -i %s -j %s -o %s/p", train_shard(), train_shard(),
+             test_tmpdir());
+    run_train_under("ulimit -f 0;", args, &out);
+    CHECK(out && strstr(out, "model: L=2") && strstr(out, "total allocated"),
+          "the start-up lines were lost with the process: '%s'", out ? out : "");
+    free(out);
+}
+
+TEST(a_resume_keeps_the_records_of_its_step_that_it_will_not_write_again) {
+    /* a run that ended at step 3: its last eval (at 3) is the resumed run's too unless it evaluates
+     * at step 3 itself; a sample at 3 it writes again; a line cut short by a crash goes */
+    char path[800], err[512];
+    snprintf(path, sizeof path, "%s/log.jsonl", test_tmpdir());
+    const char *before = "{\"type\":\"step\",\"step\":3,\"loss\":1.0}\n"
+                         "{\"type\":\"eval\",\"step\":3,\"val_loss\":2.0}\n"
+                         "{\"type\":\"sample\",\"step\":3,\"text\":\"a\"}\n"
+                         "{\"type\":\"step\",\"step\":4,\"loss\":0.9}\n"
+                         "{\"type\":\"eval\",\"step\":4,\"val_loss\":1.9}\n"
+                         "{\"type\":\"step\",\"step\":5,\"lo";
+    FILE *f = fopen(path, "w");
+    REQUIRE(f && fputs(before, f) >= 0 && fclose(f) == 0, "writing %s", path);
+    CHECK(runlog_trim_after(test_tmpdir(), 3, 0, 1, NULL, err) == 4, "trimming: %s", err);
+    char *after = read_text(path);
+    CHECK(after && strcmp(after, "{\"type\":\"step\",\"step\":3,\"loss\":1.0}\n"
+                                 "{\"type\":\"eval\",\"step\":3,\"val_loss\":2.0}\n") == 0,
+          "the log after the trim:\n%s", after ? after : "");
+    free(after);
+    /* nothing left to trim: the file is not rewritten */
+    CHECK(runlog_trim_after(test_tmpdir(), 3, 0, 1, NULL, err) == 0, "a second trim moved records: %s", err);
+}
+
+TEST(checkpoints_with_a_tokenizer_keep_it_through_pruning_and_a_rollback_at_the_longest_o) {
+    /* a run with a tokenizer writes tokenizer.json and tokenizer_config.json into every checkpoint:
+     * they fit below the longest -o, go with the checkpoints that pruning removes and with the
+     * future a rollback moves aside */
+    char prep[800], args[6000], run[FGPT_PATH_LEN], *out = NULL;
+    const char *d = test_tmpdir();
+    snprintf(prep, sizeof prep, "%s/tokprep", d);
+    snprintf(args, sizeof args, "prepare -v 300 -o %s README.md", prep);
+    REQUIRE(run_train(args, &out) == 0, "prepare: %s", out);
+    free(out);
+    size_t len = (size_t)snprintf(run, sizeof run, "%s/longtok", d);
+    /* folders of at most 200 bytes that make the path exactly CHECKPOINT_RUN_DIR_MAX bytes */
+    const size_t total = CHECKPOINT_RUN_DIR_MAX - len, n = (total + 200) / 201;
+    for (size_t i = 0; i < n; i++) {
+        size_t part = (total - n) / n + (i < (total - n) % n);
+        run[len++] = '/';
+        memset(run + len, 'k', part);
+        len += part;
+    }
+    run[len] = 0;
+    REQUIRE(len == CHECKPOINT_RUN_DIR_MAX, "the run directory is %zu bytes", len);
+    const char *flags = "--device cpu -e tiny -v 300 -b 2 -t 32 -s 0 --val-every 0 --keep-checkpoints 2";
+    snprintf(args, sizeof args, "%s -x 4 -n 1 -i %s/train.bin --tokenizer %s/tokenizer.bin -o %s", flags, prep, prep,
+             run);
+    int rc = run_train(args, &out);
+    REQUIRE(rc == 0, "a run at a %zu-byte -o failed (%d): %.300s", len, rc, out);
+    free(out);
+    CHECK(exists("%s/%s", run, "step_00000004/tokenizer.json") && exists("%s/%s", run, "step_00000004/tokenizer_config.json"),
+          "the checkpoint lacks its tokenizer files");
+    CHECK(!exists("%s/%s", run, "step_00000001") && !exists("%s/%s", run, "step_00000002"),
+          "a pruned checkpoint with tokenizer files was not removed whole");
+    /* roll back to step 3: step 4 moves aside with its tokenizer files, and is written anew */
+    char latest[FGPT_PATH_LEN];
+    REQUIRE(path_format(latest, "%s/latest", run) == 0, "latest's path");
+    FILE *f = fopen(latest, "w");
+    REQUIRE(f && fputs("step_00000003\n", f) >= 0 && fclose(f) == 0, "rewriting latest");
+    snprintf(args, sizeof args, "%s -x 4 -n 1 -y 1 -i %s/train.bin --tokenizer %s/tokenizer.bin -o %s", flags, prep,
+             prep, run);
+    rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "held 1 checkpoint(s) after step 3"), "the resume (%d): %.300s", rc, out);
+    free(out);
+    CHECK(exists("%s/%s", run, "earlier_run_1/step_00000004/tokenizer_config.json") &&
+              exists("%s/%s", run, "step_00000004/tokenizer_config.json"),
+          "the set-aside or the new step 4 lacks its tokenizer files");
+}
