@@ -114,7 +114,7 @@ clean:
 
 -include $(shell find build $(BUILD) -name '*.d' 2>/dev/null | sort -u)
 
-# tokenizer benchmark (issue 3): training time, merges reached, tokens/byte, encode MB/s on the
+# tokenizer benchmark: training time, merges reached, tokens/byte, encode MB/s on the
 # default corpus (prepared by `make data`); BENCH_TOKENIZER_ARGS overrides file and sizes.
 BENCH_TOKENIZER_ARGS ?= .cache/corpus/default-v1.txt 262144 50304
 $(BUILD)/bench_tokenizer: $(BUILD)/dev/bench_tokenizer.o $(HOST_OBJ)

@@ -87,7 +87,7 @@ if [[ $sections == *cli* ]]; then
         >"$LOGS/main_v262144.log" 2>&1
     summary+=("./train -v 262144 -x 60: exit $? | $(grep -E '^step +1/' "$LOGS/main_v262144.log") -> $(grep -E '^step +60/' "$LOGS/main_v262144.log" | cut -d'|' -f2)")
     summary+=("  $(grep -m1 '^sample at' "$LOGS/main_v262144.log" | cut -c1-150)")
-    # issue 4's done-when: GPT-2 124M at V=50304 on real text
+    # GPT-2 124M at V=50304 on real text
     ./train -e d12 -v 50304 -b 16 -x 300 --val-every 100 -s 0 -o /tmp/fg/v50304 >"$LOGS/d12_v50304_real.log" 2>&1
     summary+=("./train -e d12 -v 50304 -b 16 -x 300: exit $? | $(grep 'val loss' "$LOGS/d12_v50304_real.log" | tr '\n' ' ')")
     summary+=("  $(grep -E '^step +300/' "$LOGS/d12_v50304_real.log")")

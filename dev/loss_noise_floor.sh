@@ -8,7 +8,7 @@
 # The two batchings see the same sequences in every step and compute the same mean loss (checked
 # on the CPU, fp32: the same losses to 1e-6), so a pair that differs only in batching differs only
 # in rounding: the GEMMs' and attention's shapes, the order of the gradient sums. Printed per
-# seed (dev/compare_losses.py): fused vs canonical at each batching (the issue's comparison) and
+# seed (dev/compare_losses.py): fused vs canonical at each batching (the comparison that matters) and
 # canonical vs canonical, fused vs fused across batchings (the noise floor). Logs in $OUT/noise_floor.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1

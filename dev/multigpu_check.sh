@@ -177,7 +177,7 @@ if a and b:
     done
 fi
 if has real; then
-    # the done-when: ./train -g G -v 262144 on real text, against one GPU accumulating G
+    # the check that matters: ./train -g G -v 262144 on real text, against one GPU accumulating G
     # micro-batches (same global batch, same data order); 60 steps of GPT-2 124M, B=16, T=1024
     if [ -f .carry/corpus.tar.xz ]; then mkdir -p .cache && tar -xJf .carry/corpus.tar.xz -C .cache; fi
     r="-v 262144 -b 16 -t 1024 -x 60 --warmup 20 --val-every 30 --val-batches 4 -s 0 -d $((16384 * G))"

@@ -1,5 +1,5 @@
 #!/bin/bash
-# dev/output_layer_profile.sh - where the fused output layer's time goes (issue 5): one device call.
+# dev/output_layer_profile.sh - where the fused output layer's time goes: one device call.
 #   bash dev/output_layer_profile.sh [d,N,V ...]     (from the repository root; logs in $OUT, or ./out)
 # For each shape: Nsight Compute times every kernel of 4 fused forward+backward calls
 # (bench_output_layer --fb-only --reps 1: 2 warm-ups, 1 sizing call, 1 timed), with the caches left alone and
