@@ -2,7 +2,7 @@
  *
  *   ./train [flags]            train a GPT-2 (see --help; defaults come from one table below)
  *   ./train prepare [flags]    turn text into a tokenizer and token shards (data/prepare.c)
- *   ./train sample [flags]     generate text from a checkpoint (sample.c)
+ *   ./train sample [flags]     generate text from a checkpoint (model/sample_cmd.c)
  *
  * Everything else lives in model/ (the network, backends, checkpoints), data/ (shards, loader) and
  * tokenizer/. Exit status: 0 success, 1 runtime failure, 2 bad command line. */
@@ -28,9 +28,9 @@
 #include "model/hf_weights.h"
 #include "model/runlog.h"
 #include "model/sample.h"
+#include "model/sample_cmd.h"
 #include "model/schedule.h"
 #include "model/step_check.h"
-#include "sample.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {

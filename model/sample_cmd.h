@@ -1,4 +1,4 @@
-/* sample.h - `./train sample`: text from a checkpoint, without training. */
+/* model/sample_cmd.h - `./train sample`: text from a checkpoint, without training. */
 #ifndef FUSEDGPT_SAMPLE_CMD_H
 #define FUSEDGPT_SAMPLE_CMD_H
 

@@ -1,11 +1,11 @@
-/* sample.c - `./train sample`: generates text from a checkpoint, on the GPU or the CPU.
+/* model/sample_cmd.c - `./train sample`: generates text from a checkpoint, on the GPU or the CPU.
  *
  * The checkpoint is read as Hugging Face reads it: config.json and model.safetensors
  * (model/hf_weights.c), and the tokenizer.json beside them, so whatever `transformers` loads from
  * a checkpoint directory is what samples here (a directory of GPT-2's own files works too, with
  * --checkpoint). The model runs forward over a window of T tokens (the prompt and what it has
  * generated so far, T a multiple of 64 up to the model's context) for each new token. */
-#include "sample.h"
+#include "model/sample_cmd.h"
 
 #include <errno.h>
 #include <stdio.h>
