@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda_check.h"
 #include "kernels/output_layer.h"
 #include "model/backend.h"
 #include "tests/test.h"
@@ -160,5 +161,43 @@ TEST(backend_cuda_is_deterministic_and_resumes_bit_exact) {
     free(p);
     free(m);
     free(v);
+    teardown(&s);
+}
+
+/* The fused layer's chunk gives way to the memory the GPU has free: with a little more than the
+ * streaming path needs it runs a smaller chunk or streams (the run header says which), and the
+ * step's loss is the unconstrained one's. */
+TEST(backend_cuda_fused_chunk_gives_way_to_free_memory) {
+    Setup s;
+    setup(&s, 2, 128, 262144, 16, 128, 1, 7); /* N = 2048: a full chunk is 1.1 GB */
+    char err[512];
+    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 9, NULL, err);
+    REQUIRE(a, "%s", err);
+    CHECK(strstr(a->output_path, "chunk") && !strstr(a->output_path, "reduced"), "with room: %s", a->output_path);
+    const float la = step(a, &s, 0, 0);
+    a->ops->destroy(a);
+
+    size_t free0, free1, total;
+    CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, 0, 9, NULL, err);
+    REQUIRE(b, "%s", err);
+    CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+    b->ops->destroy(b);
+    const size_t streaming_uses = free0 - free1;
+    /* leave what the streaming backend took, the backend's 1 GB allowance for libraries, and 300 MB */
+    const size_t leave = streaming_uses + ((size_t)1 << 30) + ((size_t)300 << 20);
+    CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+    REQUIRE(free0 > leave + ((size_t)256 << 20), "too little GPU memory for this test");
+    void *filler = NULL;
+    CUDA_CHECK(cudaMalloc(&filler, free0 - leave));
+    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 9, NULL, err);
+    REQUIRE(c, "with %zu MB free: %s", leave >> 20, err);
+    fprintf(stderr, "[%zu MB free: %s] ", leave >> 20, c->output_path);
+    CHECK(strstr(c->output_path, "streaming") || strstr(c->output_path, "reduced"), "without room: %s",
+          c->output_path);
+    const float lc = step(c, &s, 0, 0);
+    CHECK(fabsf(lc - la) <= 1e-4f * fabsf(la), "loss %.7f with little memory, %.7f with room", lc, la);
+    c->ops->destroy(c);
+    CUDA_CHECK(cudaFree(filler));
     teardown(&s);
 }
