@@ -169,7 +169,7 @@ TEST(backend_cuda_is_deterministic_and_resumes_bit_exact) {
  * step's loss is the unconstrained one's. */
 TEST(backend_cuda_fused_chunk_gives_way_to_free_memory) {
     Setup s;
-    setup(&s, 2, 128, 262144, 16, 128, 1, 7); /* N = 2048: a full chunk is 1.1 GB */
+    setup(&s, 2, 128, 262144, 32, 64, 1, 7); /* N = 2048: a full chunk is 1.1 GB */
     char err[512];
     Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 9, NULL, err);
     REQUIRE(a, "%s", err);
