@@ -2,6 +2,7 @@
 #include "model/sample.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 int sample_token(const float *logits, int V, float temperature, Rng *rng) {
@@ -52,4 +53,26 @@ int sample_token_top_k(const float *logits, int V, float temperature, int top_k,
     }
     free(ids);
     return pick;
+}
+
+char *sample_text(const Tokenizer *tok, const int *tokens, int n) {
+    if (!tok) { /* "id " each: at most 11 bytes for an int, and the space */
+        char *text = malloc(12 * (size_t)n + 1);
+        if (!text) return NULL;
+        size_t len = 0;
+        text[0] = 0;
+        for (int i = 0; i < n; i++) len += (size_t)sprintf(text + len, "%d ", tokens[i]);
+        return text;
+    }
+    uint32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
+    if (!ids) return NULL;
+    for (int i = 0; i < n; i++) ids[i] = (uint32_t)tokens[i];
+    const size_t need = tokenizer_decode(tok, ids, (size_t)n, NULL, 0); /* how long the text is */
+    char *text = malloc(need + 1);
+    if (text) {
+        tokenizer_decode(tok, ids, (size_t)n, text, need);
+        text[need] = 0;
+    }
+    free(ids);
+    return text;
 }

@@ -37,6 +37,33 @@ TEST(sample_top_k_draws_only_among_the_k_likeliest) {
     CHECK(same, "top-k 8 of 8 differs from the full draw");
 }
 
+/* A sample's text holds every token of its window, however long (a window of -t 8192 tokens, each
+ * of which decodes to two bytes, and the ids where there is no tokenizer). */
+TEST(sample_text_decodes_every_token_of_a_long_window) {
+    char err[TOKENIZER_ERR_LEN];
+    const char *corpus = "ab ab ab ab ab ab ab ab ab ab ab ab";
+    TokenizerTrainOptions o = {.vocab_size = 300, .threads = 1};
+    Tokenizer *t = tokenizer_train(corpus, strlen(corpus), &o, err);
+    REQUIRE(t, "tokenizer: %s", err);
+    uint32_t ab;
+    REQUIRE(tokenizer_encode(t, "ab", 2, 0, &ab, 1) == 1, "'ab' is not one token");
+    enum { N = 8192 };
+    int *tokens = malloc(N * sizeof *tokens);
+    REQUIRE(tokens, "memory");
+    for (int i = 0; i < N; i++) tokens[i] = (int)ab;
+    char *text = sample_text(t, tokens, N);
+    CHECK(text && strlen(text) == 2 * N, "decoded %zu bytes of %d", text ? strlen(text) : 0, 2 * N);
+    free(text);
+    text = sample_text(NULL, tokens, N);
+    char want[16];
+    snprintf(want, sizeof want, "%d ", (int)ab);
+    CHECK(text && strlen(text) == N * strlen(want), "ids: %zu bytes of %zu", text ? strlen(text) : 0,
+          N * strlen(want));
+    free(text);
+    free(tokens);
+    tokenizer_free(t);
+}
+
 /* A tiny run on the README with our tokenizer (or `tokenizer`, a file): checkpoints at steps 4, 8. */
 static void train_tiny_run(const char *run, const char *tokenizer) {
     char args[2400], prep[800];

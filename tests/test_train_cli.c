@@ -514,3 +514,18 @@ TEST(a_damaged_default_corpus_cache_is_named_with_its_fix) {
           "exit %d: %s", rc, out);
     free(out);
 }
+
+/* A command line that is wrong is refused before anything touches the disk: no run directory, no
+ * lock file. */
+TEST(a_usage_error_leaves_no_run_directory_behind) {
+    char train[700], val[700], dir[800];
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    struct stat sb;
+    expect_run(2, "-j/--val-data needs -i/--train-data too", NULL, "--device cpu -j %s -o %s/nodisk_j", val, d);
+    snprintf(dir, sizeof dir, "%s/nodisk_j", d);
+    CHECK(stat(dir, &sb) != 0, "a usage error created %s", dir);
+    expect_run(2, "--prompt needs a tokenizer", NULL, TINY_RUN " -x 1 --prompt hi -i %s -o %s/nodisk_p", train, d);
+    snprintf(dir, sizeof dir, "%s/nodisk_p", d);
+    CHECK(stat(dir, &sb) != 0, "a usage error created %s", dir);
+}
