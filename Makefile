@@ -34,7 +34,7 @@ SANFLAGS := -fsanitize=address -fsanitize=undefined -fno-sanitize-recover=undefi
 endif
 
 CFLAGS   += -std=c11 $(OPT) -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -D_GNU_SOURCE -fopenmp -I. $(SANFLAGS)
-NVFLAGS  += $(OPT) -std=c++17 $(CUDA_GENCODE) -I. -Xcompiler -Wall,-Wno-unused-parameter,-Wno-format-truncation
+NVFLAGS  += $(OPT) -std=c++17 $(CUDA_GENCODE) -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Wno-format-truncation
 LDLIBS   += -lm -lpthread
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lnccl -lcudart
 
