@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "data/err.h"
 #include "data/loader.h"
 #include "data/paths.h"
 #include "data/prepare.h"
@@ -49,7 +50,7 @@ typedef struct {
     int gpus, nodes, node_rank;
     const char *master;
     int zero, overlap_comm, bucket_mb;
-    int profile_step, step_parts;
+    int recompute_gelu, profile_step, step_parts;
     int help;
     unsigned from_env; /* bit k: option_env[k]'s value came from its environment variable */
     char repeated[256]; /* flags given more than once on the command line (the last value holds) */
@@ -125,6 +126,8 @@ static const OptSpec options[] = {
      "1: reduce gradients during the backward; 0: after it (data parallel)"},
     {0, "bucket-mb", OPT_INT, O(bucket_mb), "0", "MB",
      "gradients per reduction at least, in MB of fp32 (layers merge; 0: one per layer)"},
+    {0, "recompute-gelu", OPT_INT, O(recompute_gelu), "0", "0|1",
+     "1: the backward recomputes GELU rather than storing it (less memory; automatic when memory is short)"},
     {0, "profile-step", OPT_INT, O(profile_step), "0", "N",
      "CUDA: step N (1-based) alone inside the profiler's capture range (nsys --capture-range=cudaProfilerApi; 0: none)"},
     {0, "step-parts", OPT_INT, O(step_parts), "0", "0|1",
@@ -325,7 +328,7 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->sample_every < 0) bad("-s/--sample-every", "must be 0 or more");
     if (opt->gen_tokens < 1 || opt->gen_tokens > 1048576) bad("-G/--gen-tokens", "must be between 1 and 2^20");
     if (opt->gpus < 1) bad("-g/--gpus", "must be positive");
-    char nodes[64], node_rank[64], master[64], why[512], host[256];
+    char nodes[64], node_rank[64], master[64], why[ERR_LEN], host[256];
     source_name(opt, "nodes", nodes, sizeof nodes);
     source_name(opt, "node-rank", node_rank, sizeof node_rank);
     source_name(opt, "master", master, sizeof master);
@@ -342,6 +345,7 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->zero != 0 && opt->zero != 1) bad("--zero", "must be 0 or 1");
     if (opt->overlap_comm != 0 && opt->overlap_comm != 1) bad("--overlap-comm", "must be 0 or 1");
     if (opt->bucket_mb < 0) bad("--bucket-mb", "must be 0 or more");
+    if (opt->recompute_gelu != 0 && opt->recompute_gelu != 1) bad("--recompute-gelu", "must be 0 or 1");
     if (opt->profile_step < 0) bad("--profile-step", "must be 0 (off) or a step number");
     if (opt->step_parts != 0 && opt->step_parts != 1) bad("--step-parts", "must be 0 or 1");
     if (strcmp(opt->output, "fused") && strcmp(opt->output, "canonical"))
@@ -368,7 +372,7 @@ static void validate(Options *opt, GPTConfig *cfg) {
  * not match the flags). 0, or -1 after printing the error. */
 static int check_init_from(const Options *opt, const GPTConfig *cfg) {
     GPTConfig hf;
-    char err[512];
+    char err[ERR_LEN];
     if (!opt->init_from[0]) return 0;
     if (hf_read_config(opt->init_from, &hf, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
@@ -396,7 +400,7 @@ static int check_init_from(const Options *opt, const GPTConfig *cfg) {
 /* The tokenizer as Hugging Face files for every checkpoint; 0 when it cannot be written in that
  * format (said once, and checkpoints then carry none). */
 static int checkpoint_tokenizer(const Tokenizer *tok, int max_seq_len, CheckpointTokenizer *ck) {
-    char err[TOKENIZER_ERR_LEN];
+    char err[ERR_LEN];
     size_t len = 0;
     char *json = tokenizer_hf_json(tok, &len, err), *config = json ? tokenizer_hf_config_json(tok, max_seq_len, err) : NULL;
     if (!json || !config) {
@@ -504,7 +508,7 @@ static void generate_sample(Backend *be, const Tokenizer *tok, const Options *op
  * them (each save refills them from the backend), else into buffers of its own. 0, or -1 after
  * printing the error. */
 static int init_from_weights(Backend *be, const ParamTable *table, const char *dir, const CheckpointBuffers *ck) {
-    char err[512];
+    char err[ERR_LEN];
     float *own_p = NULL, *own_zero = NULL, *p = ck->params, *zero = ck->m;
     if (p) {
         memset(zero, 0, table->total * sizeof(float));
@@ -542,7 +546,7 @@ static int leave_later_timeline(const char *run_dir, int step, int eval_again, i
     int moved = checkpoint_set_aside_after(run_dir, step, moved_to, sizeof moved_to, err);
     if (moved < 0) return -1;
     if (moved && path_format(moved_log, "%s/log.jsonl", moved_to) != 0) {
-        snprintf(err, FGPT_ERR_LEN, "run directory %s is too long a path (pass a shorter -o)", run_dir);
+        snprintf(err, ERR_LEN, "run directory %s is too long a path (pass a shorter -o)", run_dir);
         return -1;
     }
     int records = runlog_trim_after(run_dir, step, eval_again, sample_again, moved ? moved_log : NULL, err);
@@ -585,7 +589,7 @@ typedef struct {
     int start_step;
     RunLog log;
     double flops_per_step;
-    char err[FGPT_ERR_LEN];
+    char err[ERR_LEN];
 } Run;
 
 /* What one optimizer step measured, for its log line. */
@@ -627,7 +631,7 @@ static int start_world(Run *r, char **argv) {
     }
     const int cpu = strcmp(opt->device, "cpu") == 0;
     if (!cpu) {
-        char why[512] = "";
+        char why[ERR_LEN] = "";
         int n = cuda_device_count(why);
         if (n == 0) {
             fprintf(stderr, "error: no CUDA GPU available (%s); use --device cpu for the CPU reference backend\n",
@@ -780,7 +784,7 @@ static int create_backend(Run *r) {
     r->be = strcmp(opt->device, "cpu") == 0
                 ? backend_cpu_create(&r->table, r->B, r->T, output, (uint64_t)opt->seed, r->err)
                 : backend_cuda_create(&r->table, r->B, r->T, output, (size_t)opt->logits_mb << 20,
-                                      (uint64_t)opt->seed, &dp, r->err);
+                                      opt->recompute_gelu, (uint64_t)opt->seed, &dp, r->err);
     if (!r->be) return fail(r->err);
     r->be->dist = &r->dist;
     /* rank 0 writes every checkpoint; a resume has each rank read one */
@@ -906,7 +910,9 @@ static void print_header(Run *r) {
     printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches x %d rank(s)), output layer %s, device %s (%s)\n",
            r->B, r->T, opt->total_batch, r->accum, r->dist.world, opt->output, opt->device, be->device_name);
     if (be->output_path[0]) printf("output layer: %s\n", be->output_path);
-    if (be->peak_flops > 0) printf("MFU against a dense bf16 peak of %.0f TFLOP/s\n", be->peak_flops / 1e12);
+    if (be->peak_flops > 0)
+        printf("MFU against a dense bf16 peak of %.0f TFLOP/s (%s)\n", be->peak_flops / 1e12,
+               be->peak_source ? be->peak_source : "published");
     if (r->val_batches_per_rank < r->val_batches_asked)
         printf("validation: %s holds %d batch(es) of %d x %d per rank, fewer than --val-batches asks; using those\n",
                r->val_path, r->val_batches_per_rank, r->B, r->T + 1);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "model/backend.h"
 #include "model/layers_cpu.h"
 #include "model/output_layer_cpu.h"
@@ -316,7 +317,7 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
                             char *err) {
     CpuBackend *cb = calloc(1, sizeof *cb);
     if (!cb) {
-        snprintf(err, 512, "out of host memory for the CPU backend");
+        snprintf(err, ERR_LEN, "out of host memory for the CPU backend");
         return NULL;
     }
     cb->base = (Backend){.ops = &cpu_ops, .table = table, .B = B, .T = T, .output = output, .device_name = "cpu"};
@@ -340,7 +341,7 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
     param_init(table, cb->params, seed);
     return &cb->base;
 oom:
-    snprintf(err, 512, "out of host memory for the CPU backend (needs about %.1f GB; lower -b or -t, or the model: -e, -v, --max-seq-len)",
+    snprintf(err, ERR_LEN, "out of host memory for the CPU backend (needs about %.1f GB; lower -b or -t, or the model: -e, -v, --max-seq-len)",
              (table->total * 4 + cb->acts_floats + cb->out_ws_floats) * sizeof(float) / 1e9);
     cpu_destroy(&cb->base);
     return NULL;

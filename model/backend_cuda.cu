@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
 #include "kernels/output_layer.h"
@@ -468,19 +469,51 @@ static void cuda_destroy(Backend *be) {
 }
 
 static const BackendOps cuda_ops = {
-    cuda_train_micro_step, cuda_eval_loss,   cuda_logits_at,    cuda_zero_grad,  cuda_reduce_grads,
-    cuda_comm_wait_ms,     cuda_grad_sumsq,  cuda_adamw_update, cuda_read_state, cuda_write_state,
-    cuda_read_grads,       cuda_memory_items, cuda_memory_in_use, cuda_phase_ms,     cuda_destroy,
+    .train_micro_step = cuda_train_micro_step,
+    .eval_loss = cuda_eval_loss,
+    .logits_at = cuda_logits_at,
+    .zero_grad = cuda_zero_grad,
+    .reduce_grads = cuda_reduce_grads,
+    .comm_wait_ms = cuda_comm_wait_ms,
+    .grad_sumsq = cuda_grad_sumsq,
+    .adamw_update = cuda_adamw_update,
+    .read_state = cuda_read_state,
+    .write_state = cuda_write_state,
+    .read_grads = cuda_read_grads,
+    .memory_items = cuda_memory_items,
+    .memory_in_use = cuda_memory_in_use,
+    .phase_ms = cuda_phase_ms,
+    .destroy = cuda_destroy,
 };
 
-/* Dense bf16 tensor-core FLOP/s from the device's own numbers: SMs × clock × FLOPs per SM per
- * clock for its compute capability (Hopper 4096, Ampere/Ada 2048 counting FMA as 2). */
-static double device_peak_flops(int dev) {
+/* Dense bf16 tensor-core FLOP/s for MFU: the published peak where the device is one we know (so
+ * our MFU compares with llm.c's and PyTorch's, which use the same figures), else one computed from
+ * the device's own numbers, SMs × maximum clock × FLOPs per SM per clock for its compute capability
+ * (Hopper 4096, Ampere/Ada 2048, counting an FMA as 2), which is above the published figure where
+ * both exist (1071 against 989 TFLOP/s on the H100 SXM). *source says which. */
+static double device_peak_flops(int dev, const char *name, const char **source) {
+    static const struct {
+        const char *model, *variant; /* both in the device name (variant NULL: any) */
+        double tflops;
+    } published[] = {
+        {"H100", "PCIe", 756.0}, /* checked before the SXM entry: both names hold "H100" */
+        {"H100", "HBM3", 989.0}, /* the SXM module reports itself as "NVIDIA H100 80GB HBM3" */
+        {"H100", "SXM", 989.0},
+        {"H200", NULL, 989.0},
+    };
+    for (size_t i = 0; i < sizeof published / sizeof published[0]; i++) {
+        if (!strstr(name, published[i].model)) continue;
+        if (published[i].variant && !strstr(name, published[i].variant)) continue;
+        if (strstr(name, "NVL")) break; /* the NVL parts run at lower clocks: no figure here */
+        *source = "published";
+        return published[i].tflops * 1e12;
+    }
     int sms = 0, clock_khz = 0, major = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     double per_sm_per_clock = major >= 9 ? 4096.0 : major == 8 ? 2048.0 : 1024.0;
+    *source = "computed from SMs x maximum clock: no published figure for this device";
     return (double)sms * clock_khz * 1e3 * per_sm_per_clock;
 }
 
@@ -531,25 +564,25 @@ static void describe_output_layer(CudaBackend *cb, OutputKind output, size_t ask
 }
 
 extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output,
-                                        size_t fused_budget, unsigned long long seed, const DataParallel *dp,
-                                        char *err) {
+                                        size_t fused_budget, int recompute_gelu, unsigned long long seed,
+                                        const DataParallel *dp, char *err) {
     const Dist *dist = dp && dp->dist && dp->dist->world > 1 ? dp->dist : NULL;
     const int zero1 = dist && dp->zero1, overlap = dist && dp->overlap;
     const GPTConfig *cfg = &table->cfg;
     int HS = cfg->dim / cfg->num_heads;
     if (HS != 64 && HS != 128) {
-        snprintf(err, 512, "the CUDA attention needs a head size of 64 or 128, this model has %d (change --heads)",
+        snprintf(err, ERR_LEN, "the CUDA attention needs a head size of 64 or 128, this model has %d (change --heads)",
                  HS);
         return NULL;
     }
     if (cfg->dim % 64) {
-        snprintf(err, 512, "the CUDA backend needs --dim to be a multiple of 64 (got %d)", cfg->dim);
+        snprintf(err, ERR_LEN, "the CUDA backend needs --dim to be a multiple of 64 (got %d)", cfg->dim);
         return NULL;
     }
     CudaBackend *cb = (CudaBackend *)calloc(1, sizeof *cb);
     if (cb) cb->layer = (CudaLayerActs *)calloc((size_t)cfg->num_layers, sizeof(CudaLayerActs));
     if (!cb || !cb->layer) {
-        snprintf(err, 512, "out of host memory");
+        snprintf(err, ERR_LEN, "out of host memory");
         free(cb);
         return NULL;
     }
@@ -565,7 +598,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
     snprintf(cb->base.device_name, sizeof cb->base.device_name, "%s", prop.name);
-    cb->base.peak_flops = device_peak_flops(dev);
+    cb->base.peak_flops = device_peak_flops(dev, prop.name, &cb->base.peak_source);
 
     /* Fit check before allocating anything large: fixed (parameters and optimizer state) plus
      * terms proportional to B (activations, output-layer workspace). */
@@ -584,13 +617,11 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     size_t per_batch = cb->arena_bytes + cb->out_ws_bytes;
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    /* FUSEDGPT_RECOMPUTE_GELU=1 forces the recompute path (tests exercise it at small sizes). */
-    const char *force = getenv("FUSEDGPT_RECOMPUTE_GELU");
     /* The fused layer's chunk first gives way to what is free (its speed barely changes down to
      * 1024 rows), then the activations (GELU recomputed), then the chunk again with what that freed. */
     if (fixed + per_batch > free_b) fit_fused_budget(cb, fixed, free_b, N, cfg);
     per_batch = cb->arena_bytes + cb->out_ws_bytes;
-    if (fixed + per_batch > free_b || (force && strcmp(force, "1") == 0)) {
+    if (fixed + per_batch > free_b || recompute_gelu) {
         /* Trade one elementwise pass per layer in the backward for 4·C values per token. */
         cb->recompute_gelu = 1;
         cb->arena_bytes = layout_arena(cb, NULL);
@@ -604,7 +635,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     if (fixed + per_batch > free_b) {
         size_t per_seq = per_batch / (size_t)B;
         long long fit = free_b > fixed ? (long long)((free_b - fixed) / (per_seq ? per_seq : 1)) : 0;
-        snprintf(err, 512,
+        snprintf(err, ERR_LEN,
                  "this configuration needs about %.1f GB of GPU memory but %.1f GB are free; the largest "
                  "micro-batch that fits is -b %lld (keep the total batch with -d for accumulation%s)",
                  (fixed + per_batch) / 1e9, free_b / 1e9, fit,
@@ -638,7 +669,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     CUDA_CHECK(cudaMemset(cb->v, 0, cb->state_elems * sizeof(float)));
     cb->out = output_layer_create(kind, (int64_t)N, cfg->vocab_size, cfg->dim, cb->fused_budget);
     if (!cb->out) {
-        snprintf(err, 512, "cannot create the %s output layer (see the message above)", output_layer_kind_name(kind));
+        snprintf(err, ERR_LEN, "cannot create the %s output layer (see the message above)", output_layer_kind_name(kind));
         cuda_destroy(&cb->base);
         return NULL;
     }
@@ -647,7 +678,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     int *decay = (int *)malloc(table->count * sizeof(int));
     float *init = (float *)malloc(P * sizeof(float));
     if (!offsets || !numels || !decay || !init) {
-        snprintf(err, 512, "out of host memory for the initial weights (%.1f GB)", P * 4 / 1e9);
+        snprintf(err, ERR_LEN, "out of host memory for the initial weights (%.1f GB)", P * 4 / 1e9);
         free(offsets), free(numels), free(decay), free(init);
         cuda_destroy(&cb->base);
         return NULL;

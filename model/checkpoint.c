@@ -1,4 +1,5 @@
 /* model/checkpoint.c - checkpoint writer and reader (see checkpoint.h for the layout). */
+#include "data/err.h"
 #include "data/hash.h"
 #include "data/paths.h"
 #include "model/checkpoint.h"
@@ -37,7 +38,7 @@ int checkpoint_buffers_alloc(CheckpointBuffers *b, const ParamTable *t, char *er
     b->v = malloc(n);
     if (!b->params || !b->m || !b->v) {
         checkpoint_buffers_free(b);
-        snprintf(err, 512, "out of host memory for the checkpoint buffers (%.2f GB: a host copy of the weights and "
+        snprintf(err, ERR_LEN, "out of host memory for the checkpoint buffers (%.2f GB: a host copy of the weights and "
                  "AdamW moments, which every save writes from); free memory or train a smaller model (-e, -v)",
                  checkpoint_buffers_bytes(t) / 1e9);
         return -1;
@@ -117,19 +118,23 @@ static int write_state(const char *path, const ParamTable *t, const float *param
     return close_synced(f) && ok;
 }
 
-/* Appends s to the growing JSON header. */
-static void append(char **buf, size_t *len, size_t *cap, const char *s) {
+/* Appends s to the growing JSON header; 0 when out of memory (the header is then freed, and the
+ * checkpoint's write fails as a write that could not finish does). */
+static int append(char **buf, size_t *len, size_t *cap, const char *s) {
     size_t k = strlen(s);
     if (*len + k + 1 > *cap) {
         *cap = (*len + k + 1) * 2;
-        *buf = realloc(*buf, *cap);
-        if (!*buf) {
-            fprintf(stderr, "error: out of host memory writing a checkpoint header\n");
-            exit(1);
+        char *grown = realloc(*buf, *cap);
+        if (!grown) {
+            free(*buf);
+            *buf = NULL;
+            return 0;
         }
+        *buf = grown;
     }
     memcpy(*buf + *len, s, k + 1);
     *len += k;
+    return 1;
 }
 
 /* Rows of the tensor as HF sees it: wte loses its padded rows. */
@@ -140,7 +145,7 @@ static size_t hf_rows(const ParamTable *t, const ParamInfo *p) {
 static int write_safetensors(const char *path, const ParamTable *t, const float *params) {
     char *hdr = NULL, item[512];
     size_t len = 0, cap = 0, offset = 0;
-    append(&hdr, &len, &cap, "{\"__metadata__\":{\"format\":\"pt\"}");
+    int ok = append(&hdr, &len, &cap, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (int i = 0; i < t->count; i++) {
         const ParamInfo *p = &t->params[i];
         size_t rows = hf_rows(t, p), cols = p->cols, bytes = rows * cols * sizeof(float);
@@ -155,18 +160,18 @@ static int write_safetensors(const char *path, const ParamTable *t, const float 
             snprintf(item, sizeof item,
                      ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],\"data_offsets\":[%zu,%zu]}", p->name, rows,
                      cols, offset, offset + bytes);
-        append(&hdr, &len, &cap, item);
+        ok = ok && append(&hdr, &len, &cap, item);
         offset += bytes;
     }
-    append(&hdr, &len, &cap, "}");
-    while (len % 8) append(&hdr, &len, &cap, " "); /* the format asks for 8-byte aligned data */
-    FILE *f = fopen(path, "wb");
+    ok = ok && append(&hdr, &len, &cap, "}");
+    while (ok && len % 8) ok = append(&hdr, &len, &cap, " "); /* the format asks for 8-byte aligned data */
+    FILE *f = ok ? fopen(path, "wb") : NULL;
     if (!f) {
         free(hdr);
         return 0;
     }
     uint64_t hlen = len;
-    int ok = write_all(f, &hlen, 8) && write_all(f, hdr, len);
+    ok = write_all(f, &hlen, 8) && write_all(f, hdr, len);
     free(hdr);
     /* transposed tensors go out through a fixed buffer: a save allocates nothing the size of a
      * tensor, which could fail after hours of training */
@@ -252,7 +257,7 @@ static void prune_checkpoints(const char *run_dir, int current, int keep) {
 int checkpoint_run_dir_ok(const char *run_dir, char *err) {
     size_t len = strlen(run_dir);
     if (len <= CHECKPOINT_RUN_DIR_MAX) return 0;
-    snprintf(err, 512, "-o/--out is %zu bytes long; the files of a run directory must fit the system's limit of "
+    snprintf(err, ERR_LEN, "-o/--out is %zu bytes long; the files of a run directory must fit the system's limit of "
              "%d bytes per path, so -o may be at most %d bytes: pass a shorter -o", len, FGPT_PATH_LEN - 1,
              CHECKPOINT_RUN_DIR_MAX);
     return -1;
@@ -260,12 +265,12 @@ int checkpoint_run_dir_ok(const char *run_dir, char *err) {
 
 /* What a failed save leaves the run, said truthfully: a crash-safe save only keeps what was there. */
 static void save_failed(char *err, const char *what, const char *path, int errnum, const char *run_dir) {
-    char name[256], ignored[512];
+    char name[256], ignored[ERR_LEN];
     if (checkpoint_latest_name(run_dir, name, sizeof name, ignored) == 0)
-        snprintf(err, 512, "%s %s: %s (disk full?); the previous checkpoint (%s) is intact", what, path,
+        snprintf(err, ERR_LEN, "%s %s: %s (disk full?); the previous checkpoint (%s) is intact", what, path,
                  strerror(errnum), name);
     else
-        snprintf(err, 512, "%s %s: %s (disk full?); this run has no checkpoint yet", what, path, strerror(errnum));
+        snprintf(err, ERR_LEN, "%s %s: %s (disk full?); this run has no checkpoint yet", what, path, strerror(errnum));
 }
 
 static int write_text(const char *path, const char *text, size_t len) {
@@ -288,13 +293,13 @@ int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *
         path_format(tmp_dir, "%s.tmp", final_dir) != 0 || path_format(replaced, "%s.replaced", final_dir) != 0 ||
         path_format(p, "%s/tokenizer_config.json", replaced) != 0 || path_format(latest, "%s/latest", run_dir) != 0 ||
         path_format(latest_tmp, "%s.tmp", latest) != 0) {
-        snprintf(err, 512, "the checkpoint paths in %s are longer than %d bytes: pass a shorter -o", run_dir,
+        snprintf(err, ERR_LEN, "the checkpoint paths in %s are longer than %d bytes: pass a shorter -o", run_dir,
                  FGPT_PATH_LEN - 1);
         return -1;
     }
     remove_checkpoint_dir(tmp_dir); /* leftovers of a crash */
     if (make_dirs(run_dir) != 0) {
-        snprintf(err, 512, "cannot create run directory %s: %s (check -o)", run_dir, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot create run directory %s: %s (check -o)", run_dir, strerror(errno));
         return -1;
     }
     if (mkdir(tmp_dir, 0755) != 0) {
@@ -326,18 +331,18 @@ int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *
      * removed once the new one is in its place. */
     remove_checkpoint_dir(replaced);
     if (rename(final_dir, replaced) != 0 && errno != ENOENT) {
-        snprintf(err, 512, "cannot move %s aside: %s", final_dir, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot move %s aside: %s", final_dir, strerror(errno));
         return -1;
     }
     if (rename(tmp_dir, final_dir) != 0 || !sync_dir(run_dir)) {
-        snprintf(err, 512, "cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
         return -1;
     }
     remove_checkpoint_dir(replaced);
     FILE *f = fopen(latest_tmp, "w");
     if (!f || fprintf(f, "step_%08d\n", st->step) < 0 || !close_synced(f) || rename(latest_tmp, latest) != 0 ||
         !sync_dir(run_dir)) {
-        snprintf(err, 512, "cannot update %s: %s", latest, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot update %s: %s", latest, strerror(errno));
         return -1;
     }
     prune_checkpoints(run_dir, st->step, keep);
@@ -352,7 +357,7 @@ static int create_earlier_dir(const char *run_dir, char *dest, char *err) {
         if (mkdir(dest, 0755) == 0) return 0;
         if (errno != EEXIST) break;
     }
-    snprintf(err, 512, "cannot create %s/earlier_run_N: %s (check -o)", run_dir, strerror(errno));
+    snprintf(err, ERR_LEN, "cannot create %s/earlier_run_N: %s (check -o)", run_dir, strerror(errno));
     dest[0] = 0;
     return -1;
 }
@@ -366,7 +371,7 @@ static int move_aside(const char *run_dir, int (*take)(const char *name, int aft
     DIR *d = opendir(run_dir);
     if (!d) {
         if (errno == ENOENT) return 0;
-        snprintf(err, 512, "cannot read run directory %s: %s (check -o)", run_dir, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot read run directory %s: %s (check -o)", run_dir, strerror(errno));
         return -1;
     }
     /* Renaming entries out while reading is fine: readdir still returns every other entry once,
@@ -382,7 +387,7 @@ static int move_aside(const char *run_dir, int (*take)(const char *name, int aft
         }
         if (path_format(from, "%s/%s", run_dir, e->d_name) != 0 || path_format(to, "%s/%s", dest, e->d_name) != 0 ||
             rename(from, to) != 0) {
-            snprintf(err, 512, "cannot move %s/%s to %s: %s (check -o)", run_dir, e->d_name, dest, strerror(errno));
+            snprintf(err, ERR_LEN, "cannot move %s/%s to %s: %s (check -o)", run_dir, e->d_name, dest, strerror(errno));
             moved = -1;
             break;
         }
@@ -390,7 +395,7 @@ static int move_aside(const char *run_dir, int (*take)(const char *name, int aft
     }
     closedir(d);
     if (moved > 0 && !sync_dir(run_dir)) {
-        snprintf(err, 512, "cannot sync run directory %s: %s", run_dir, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot sync run directory %s: %s", run_dir, strerror(errno));
         return -1;
     }
     return moved;
@@ -435,7 +440,7 @@ int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, si
     /* the set-aside future resumes from its newest checkpoint, as an earlier run does */
     FILE *f = path_format(latest, "%s/latest", dest) == 0 ? fopen(latest, "w") : NULL;
     if (!f || fprintf(f, "step_%08d\n", newest_checkpoint(dest)) < 0 || !close_synced(f) || !sync_dir(dest)) {
-        snprintf(err, 512, "cannot write %s/latest: %s", dest, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot write %s/latest: %s", dest, strerror(errno));
         return -1;
     }
     snprintf(moved_to, size, "%s", dest);
@@ -447,7 +452,7 @@ int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, si
 
 #define CHECK_FIELD(field, ours, flag)                                                                   \
     if ((h.field) != (ours)) {                                                                           \
-        snprintf(err, 512, "checkpoint %s has " #field " %d but this run has %d (pass %s %d, or start a " \
+        snprintf(err, ERR_LEN, "checkpoint %s has " #field " %d but this run has %d (pass %s %d, or start a " \
                  "new run with another -o)", path, (int)(h.field), (int)(ours), flag, (int)(h.field));      \
         fclose(f);                                                                                       \
         return -1;                                                                                       \
@@ -460,7 +465,7 @@ static void model_shape_mismatch(char *err, const char *path, const StateHeader 
     char fix[160];
     int k = p->name ? snprintf(fix, sizeof fix, "-e %s, or ", p->name) : 0;
     snprintf(fix + k, sizeof fix - k, "--layers %d --heads %d --dim %d", h->num_layers, h->num_heads, h->dim);
-    snprintf(err, 512, "checkpoint %s is a model of %d layers, %d heads and width %d but this run's is %d, %d and %d "
+    snprintf(err, ERR_LEN, "checkpoint %s is a model of %d layers, %d heads and width %d but this run's is %d, %d and %d "
              "(pass %s; or start a new run with another -o)", path, h->num_layers, h->num_heads, h->dim,
              ours->num_layers, ours->num_heads, ours->dim, fix);
 }
@@ -469,14 +474,14 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
     char latest[FGPT_PATH_LEN];
     FILE *lf = path_format(latest, "%s/latest", run_dir) == 0 ? fopen(latest, "r") : NULL;
     if (!lf) {
-        snprintf(err, 512, "no checkpoint to resume in %s (%s missing; drop -y or check -o)", run_dir, latest);
+        snprintf(err, ERR_LEN, "no checkpoint to resume in %s (%s missing; drop -y or check -o)", run_dir, latest);
         return -1;
     }
     char buf[256] = {0};
     int got = fscanf(lf, "%255s", buf);
     fclose(lf);
     if (got != 1 || strncmp(buf, "step_", 5) != 0 || strchr(buf, '/') || strlen(buf) >= size) {
-        snprintf(err, 512, "%s is corrupt (expected a name like step_00000100)", latest);
+        snprintf(err, ERR_LEN, "%s is corrupt (expected a name like step_00000100)", latest);
         return -1;
     }
     memcpy(name, buf, strlen(buf) + 1);
@@ -489,18 +494,18 @@ int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *para
     if (checkpoint_latest_name(run_dir, name, sizeof name, err) != 0) return -1;
     FILE *f = path_format(path, "%s/%s/state.bin", run_dir, name) == 0 ? fopen(path, "rb") : NULL;
     if (!f) {
-        snprintf(err, 512, "cannot open %s: %s (checkpoint incomplete?)", path, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot open %s: %s (checkpoint incomplete?)", path, strerror(errno));
         return -1;
     }
     StateHeader h;
     struct stat sb;
     if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, STATE_MAGIC, 8) != 0) {
-        snprintf(err, 512, "%s is not a fusedgpt state file (corrupt); %s", path, OLDER_CHECKPOINT_HINT);
+        snprintf(err, ERR_LEN, "%s is not a fusedgpt state file (corrupt); %s", path, OLDER_CHECKPOINT_HINT);
         fclose(f);
         return -1;
     }
     if (h.version != STATE_VERSION) {
-        snprintf(err, 512, "%s is a state file of version %u, this fusedgpt reads version %u: resume it with the "
+        snprintf(err, ERR_LEN, "%s is a state file of version %u, this fusedgpt reads version %u: resume it with the "
                  "fusedgpt that wrote it, or start a new run with another -o", path, h.version, STATE_VERSION);
         fclose(f);
         return -1;
@@ -514,13 +519,13 @@ int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *para
     CHECK_FIELD(vocab_size, t->cfg.vocab_size, "-v");
     size_t n = t->total * sizeof(float);
     if (fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size != sizeof h + 3 * n || h.total_params != t->total) {
-        snprintf(err, 512, "%s is truncated or corrupt (expected %zu bytes); %s", path, sizeof h + 3 * n,
+        snprintf(err, ERR_LEN, "%s is truncated or corrupt (expected %zu bytes); %s", path, sizeof h + 3 * n,
                  OLDER_CHECKPOINT_HINT);
         fclose(f);
         return -1;
     }
     if (fread(params, 1, n, f) != n || fread(m, 1, n, f) != n || fread(v, 1, n, f) != n) {
-        snprintf(err, 512, "read error in %s: %s", path, strerror(errno));
+        snprintf(err, ERR_LEN, "read error in %s: %s", path, strerror(errno));
         fclose(f);
         return -1;
     }
@@ -528,11 +533,11 @@ int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *para
     int named_step;
     char tail;
     if (state_checksum(&h, params, m, v, n) != h.checksum) {
-        snprintf(err, 512, "%s does not match its checksum (corrupt on disk); %s", path, OLDER_CHECKPOINT_HINT);
+        snprintf(err, ERR_LEN, "%s does not match its checksum (corrupt on disk); %s", path, OLDER_CHECKPOINT_HINT);
         return -1;
     }
     if (sscanf(name, "step_%d%c", &named_step, &tail) != 1 || named_step != h.step || h.step < 0) {
-        snprintf(err, 512, "%s says step %d but its directory is %s (a checkpoint moved by hand?); %s", path, h.step,
+        snprintf(err, ERR_LEN, "%s says step %d but its directory is %s (a checkpoint moved by hand?); %s", path, h.step,
                  name, OLDER_CHECKPOINT_HINT);
         return -1;
     }
@@ -557,7 +562,7 @@ int checkpoint_state_reseal(const char *path, char *err) {
     struct stat sb;
     if (!f || fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, STATE_MAGIC, 8) != 0 || h.version != STATE_VERSION ||
         fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size != sizeof h + 3 * h.total_params * sizeof(float)) {
-        snprintf(err, 512, "%s is not a complete fusedgpt state file of version %u", path, STATE_VERSION);
+        snprintf(err, ERR_LEN, "%s is not a complete fusedgpt state file of version %u", path, STATE_VERSION);
         if (f) fclose(f);
         return -1;
     }
@@ -570,7 +575,7 @@ int checkpoint_state_reseal(const char *path, char *err) {
     }
     free(x);
     if (!close_synced(f) || !ok) {
-        snprintf(err, 512, "cannot reseal %s: %s", path, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot reseal %s: %s", path, strerror(errno));
         return -1;
     }
     return 0;

@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 
+#include "data/err.h"
 #include "kernels/cuda_check.h"
 #include "model/cuda_device.h"
 
@@ -9,10 +10,10 @@ extern "C" int cuda_device_count(char *why) {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess) {
-        snprintf(why, 512, "%s", cudaGetErrorString(err));
+        snprintf(why, ERR_LEN, "%s", cudaGetErrorString(err));
         return 0;
     }
-    if (n == 0) snprintf(why, 512, "the CUDA runtime reports no devices");
+    if (n == 0) snprintf(why, ERR_LEN, "the CUDA runtime reports no devices");
     return n;
 }
 

@@ -6,7 +6,7 @@
 extern "C" {
 #endif
 
-/* Number of CUDA devices; 0 with the reason in why (512 bytes) when there is none or no driver. */
+/* Number of CUDA devices; 0 with the reason in why (ERR_LEN bytes) when there is none or no driver. */
 int cuda_device_count(char *why);
 
 /* Starts (on = 1) or stops the range a profiler started with --profile-from-start off records

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "kernels/cuda_check.h"
 #include "model/dist.h"
 
@@ -46,7 +47,7 @@ extern "C" int dist_nccl_init(Dist *d, char *err) {
     int devices = 0;
     CUDA_CHECK(cudaGetDeviceCount(&devices));
     if (d->local_rank >= devices) {
-        snprintf(err, 512, "rank %d needs GPU %d but this host has %d", d->rank, d->local_rank, devices);
+        snprintf(err, ERR_LEN, "rank %d needs GPU %d but this host has %d", d->rank, d->local_rank, devices);
         return -1;
     }
     CUDA_CHECK(cudaSetDevice(d->local_rank));
@@ -60,7 +61,7 @@ extern "C" int dist_nccl_init(Dist *d, char *err) {
     if (dist_watchdog_start(d, err) != 0) return -1;
     NcclState *s = (NcclState *)calloc(1, sizeof *s);
     if (!s) {
-        snprintf(err, 512, "out of host memory");
+        snprintf(err, ERR_LEN, "out of host memory");
         return -1;
     }
     NCCL_CHECK(ncclCommInitRank(&s->comm, d->world, id, d->rank));

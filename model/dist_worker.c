@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "data/err.h"
 #include "data/rng.h"
 #include "model/dist.h"
 #include "model/dist_wire.h"
@@ -31,12 +32,12 @@ int dist_from_env(Dist *d, char *err) {
     const char *master = getenv("FUSEDGPT_MASTER");
     snprintf(d->master, sizeof d->master, "%s", master ? master : "");
     if (d->world < 1 || d->rank < 0 || d->rank >= d->world) {
-        snprintf(err, 512, "FUSEDGPT_RANK=%d / FUSEDGPT_WORLD_SIZE=%d are inconsistent (start workers with -g)",
+        snprintf(err, ERR_LEN, "FUSEDGPT_RANK=%d / FUSEDGPT_WORLD_SIZE=%d are inconsistent (start workers with -g)",
                  d->rank, d->world);
         return -1;
     }
     if (d->world > 1 && !d->master[0]) {
-        snprintf(err, 512, "FUSEDGPT_MASTER is not set for rank %d of %d (start workers with -g)", d->rank,
+        snprintf(err, ERR_LEN, "FUSEDGPT_MASTER is not set for rank %d of %d (start workers with -g)", d->rank,
                  d->world);
         return -1;
     }
@@ -114,13 +115,13 @@ static void *watchdog_main(void *arg) {
 int dist_watchdog_start(Dist *d, char *err) {
     if (d->world == 1 || wd.fd < 0 || wd.running) return 0;
     if (pipe(wd.wake) != 0) {
-        snprintf(err, 512, "rank %d cannot create the watchdog's pipe: %s", d->rank, strerror(errno));
+        snprintf(err, ERR_LEN, "rank %d cannot create the watchdog's pipe: %s", d->rank, strerror(errno));
         return -1;
     }
     wd.rank = d->rank;
     int rc = pthread_create(&wd.thread, NULL, watchdog_main, NULL);
     if (rc != 0) {
-        snprintf(err, 512, "rank %d cannot start the watchdog thread: %s", d->rank, strerror(rc));
+        snprintf(err, ERR_LEN, "rank %d cannot start the watchdog thread: %s", d->rank, strerror(rc));
         return -1;
     }
     wd.running = 1;
@@ -186,7 +187,7 @@ int dist_exchange_id(Dist *d, unsigned char *bytes, char *err) {
     char host[256], port_s[16];
     int port = 0, wait_s = wire_wait_seconds();
     if (dist_parse_master(d->master, host, sizeof host, &port) != 0) {
-        snprintf(err, 512, "rank %d: FUSEDGPT_MASTER '%s' is not HOST:PORT", d->rank, d->master);
+        snprintf(err, ERR_LEN, "rank %d: FUSEDGPT_MASTER '%s' is not HOST:PORT", d->rank, d->master);
         return -1;
     }
     snprintf(port_s, sizeof port_s, "%d", port);
@@ -196,7 +197,7 @@ int dist_exchange_id(Dist *d, unsigned char *bytes, char *err) {
     hints.ai_socktype = SOCK_STREAM;
     int gai = getaddrinfo(host, port_s, &hints, &ais);
     if (gai != 0) {
-        snprintf(err, 512, "rank %d cannot resolve the master host '%s' (--master HOST:PORT): %s", d->rank, host,
+        snprintf(err, ERR_LEN, "rank %d cannot resolve the master host '%s' (--master HOST:PORT): %s", d->rank, host,
                  gai_strerror(gai));
         return -1;
     }
@@ -212,7 +213,7 @@ int dist_exchange_id(Dist *d, unsigned char *bytes, char *err) {
     }
     freeaddrinfo(ais);
     if (fd < 0) {
-        snprintf(err, 512, "rank %d cannot reach the master %s within %d s (is node 0 started, is the port open?)",
+        snprintf(err, ERR_LEN, "rank %d cannot reach the master %s within %d s (is node 0 started, is the port open?)",
                  d->rank, d->master, wait_s);
         return -1;
     }
@@ -220,7 +221,7 @@ int dist_exchange_id(Dist *d, unsigned char *bytes, char *err) {
     WireMsg m = wire_msg(MSG_HELLO, d->rank, d->world, d->node_rank);
     if (d->rank == 0) memcpy(m.id, bytes, DIST_ID_BYTES);
     if (wire_send(fd, &m) != 0) {
-        snprintf(err, 512, "rank %d lost the master %s while joining: %s", d->rank, d->master, strerror(errno));
+        snprintf(err, ERR_LEN, "rank %d lost the master %s while joining: %s", d->rank, d->master, strerror(errno));
         close(fd);
         return -1;
     }
@@ -233,15 +234,15 @@ int dist_exchange_id(Dist *d, unsigned char *bytes, char *err) {
         return 0;
     }
     if (r == 1 && m.type == MSG_ABORT && m.rank >= 0)
-        snprintf(err, 512, "rank %d: stopping because rank %d failed (on host %s)", d->rank, m.rank, m.host);
+        snprintf(err, ERR_LEN, "rank %d: stopping because rank %d failed (on host %s)", d->rank, m.rank, m.host);
     else if (r == 1 && m.type == MSG_ABORT)
-        snprintf(err, 512, "rank %d: stopping: %s", d->rank, m.text);
+        snprintf(err, ERR_LEN, "rank %d: stopping: %s", d->rank, m.text);
     else if (r == 1 && m.type == MSG_REJECT)
-        snprintf(err, 512, "rank %d: the master %s refused it: %s", d->rank, d->master, m.text);
+        snprintf(err, ERR_LEN, "rank %d: the master %s refused it: %s", d->rank, d->master, m.text);
     else if (r == -2)
-        snprintf(err, 512, "rank %d: the master %s did not answer within %d s", d->rank, d->master, wait_s + 15);
+        snprintf(err, ERR_LEN, "rank %d: the master %s did not answer within %d s", d->rank, d->master, wait_s + 15);
     else
-        snprintf(err, 512, "rank %d: lost the master %s during the rendezvous (node 0's launcher stopped)", d->rank,
+        snprintf(err, ERR_LEN, "rank %d: lost the master %s during the rendezvous (node 0's launcher stopped)", d->rank,
                  d->master);
     close(fd);
     return -1;
@@ -257,7 +258,7 @@ static uint64_t id_hash(const unsigned char *id) { /* FNV-1a: one short number t
 
 int dist_selftest_worker(Dist *d) {
     unsigned char id[DIST_ID_BYTES] = {0};
-    char err[512];
+    char err[ERR_LEN];
     const int fail_rank = env_int("FUSEDGPT_TEST_FAIL_RANK", -1), fail_status = env_int("FUSEDGPT_TEST_FAIL_STATUS", 3);
     const char *when = getenv("FUSEDGPT_TEST_FAIL_WHEN");
     const int fail_after = when && strcmp(when, "after") == 0;

@@ -1,5 +1,6 @@
 /* model/grad_buckets.c - the gradient bucket and ZeRO-1 shard plan (see grad_buckets.h). */
 #include "model/grad_buckets.h"
+#include "data/err.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,18 +19,18 @@ int bucket_plan_build(BucketPlan *p, const ParamTable *t, int world, int rank, i
     memset(p, 0, sizeof *p);
     const int L = t->cfg.num_layers;
     if (world < 1 || rank < 0 || rank >= world) {
-        snprintf(err, 512, "bucket plan: rank %d of %d is out of range", rank, world);
+        snprintf(err, ERR_LEN, "bucket plan: rank %d of %d is out of range", rank, world);
         return -1;
     }
     if (zero1 && early_embeddings) {
         /* rounding the embeddings' edge up would take in values of layer 0 that are not final */
-        snprintf(err, 512, "bucket plan: ZeRO-1 reduces the embeddings last, not early");
+        snprintf(err, ERR_LEN, "bucket plan: ZeRO-1 reduces the embeddings last, not early");
         return -1;
     }
     p->buckets = calloc((size_t)L + 3, sizeof *p->buckets);
     p->pieces = zero1 ? calloc((size_t)L + 3, sizeof *p->pieces) : NULL;
     if (!p->buckets || (zero1 && !p->pieces)) {
-        snprintf(err, 512, "out of host memory for the gradient buckets");
+        snprintf(err, ERR_LEN, "out of host memory for the gradient buckets");
         bucket_plan_free(p);
         return -1;
     }
@@ -38,7 +39,7 @@ int bucket_plan_build(BucketPlan *p, const ParamTable *t, int world, int rank, i
     /* edge[l]: where layer l's bucket starts; edge[L]: where ln_f's starts */
     size_t *edge = malloc(((size_t)L + 1) * sizeof *edge);
     if (!edge) {
-        snprintf(err, 512, "out of host memory for the gradient buckets");
+        snprintf(err, ERR_LEN, "out of host memory for the gradient buckets");
         bucket_plan_free(p);
         return -1;
     }

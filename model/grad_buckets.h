@@ -42,7 +42,7 @@ typedef struct {
     size_t padded_total; /* the table's total rounded up to the bucket edge unit (padding stays 0) */
 } BucketPlan;
 
-/* 0, or -1 with a message in err (512 bytes); zero1 excludes early_embeddings. min_bucket: values
+/* 0, or -1 with a message in err (ERR_LEN bytes); zero1 excludes early_embeddings. min_bucket: values
  * per bucket at least (layers merge; 0: one bucket per layer and one for ln_f). */
 int bucket_plan_build(BucketPlan *p, const ParamTable *t, int world, int rank, int zero1, int early_embeddings,
                       size_t min_bucket, char *err);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "kernels/cuda_check.h"
 #include "model/grad_sync.h"
 
@@ -46,7 +47,7 @@ GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int ov
     if (!d || d->world < 2) return NULL;
     GradSync *gs = (GradSync *)calloc(1, sizeof *gs);
     if (!gs) {
-        snprintf(err, 512, "out of host memory for the gradient buckets");
+        snprintf(err, ERR_LEN, "out of host memory for the gradient buckets");
         return NULL;
     }
     const int early_embeddings = owns_encoder(zero1, overlap, d->world);

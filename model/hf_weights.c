@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "data/paths.h"
 #include "tokenizer/json.h"
 
-#define ERR_LEN 512
 #define MAX_HEADER (100u << 20) /* a header larger than this is not a GPT-2's */
 
 /* A whole file, NUL after its bytes (malloc'ed), or NULL with a message. */
@@ -51,7 +51,7 @@ static int get_int(const JsonValue *cfg, const char *key, const char *path, long
 }
 
 int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
-    char path[FGPT_PATH_LEN], jerr[JSON_ERR_LEN];
+    char path[FGPT_PATH_LEN], jerr[ERR_LEN];
     if (path_format(path, "%s/config.json", dir) != 0) {
         snprintf(err, ERR_LEN, "%.200s...: too long a path for its config.json", dir);
         return -1;
@@ -217,7 +217,7 @@ io:
 }
 
 int hf_read_weights(const char *dir, const ParamTable *t, float *params, char *err) {
-    char path[FGPT_PATH_LEN], jerr[JSON_ERR_LEN];
+    char path[FGPT_PATH_LEN], jerr[ERR_LEN];
     err[0] = 0;
     if (path_format(path, "%s/model.safetensors", dir) != 0) {
         snprintf(err, ERR_LEN, "%.200s...: too long a path for its model.safetensors", dir);

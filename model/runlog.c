@@ -1,4 +1,5 @@
 #include "model/runlog.h"
+#include "data/err.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,16 +13,16 @@ int runlog_open(RunLog *log, const char *run_dir, char *err) {
     log->failed = 0;
     log->err[0] = 0;
     if (make_dirs(run_dir) != 0) {
-        snprintf(err, 512, "cannot create run directory %s: %s (check -o)", run_dir, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot create run directory %s: %s (check -o)", run_dir, strerror(errno));
         return -1;
     }
     if (path_format(log->path, "%s/log.jsonl", run_dir) != 0) {
-        snprintf(err, 512, "run directory %s is too long a path for its log (pass a shorter -o)", run_dir);
+        snprintf(err, ERR_LEN, "run directory %s is too long a path for its log (pass a shorter -o)", run_dir);
         return -1;
     }
     log->f = fopen(log->path, "a");
     if (!log->f) {
-        snprintf(err, 512, "cannot open %s for writing: %s (check -o)", log->path, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot open %s for writing: %s (check -o)", log->path, strerror(errno));
         return -1;
     }
     return 0;
@@ -145,13 +146,13 @@ int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_
     const Resume r = {step, eval_again, sample_again};
     char path[FGPT_PATH_LEN], tmp[FGPT_PATH_LEN];
     if (path_format(path, "%s/log.jsonl", run_dir) != 0 || path_format(tmp, "%s.tmp", path) != 0) {
-        snprintf(err, 512, "run directory %s is too long a path for its log (pass a shorter -o)", run_dir);
+        snprintf(err, ERR_LEN, "run directory %s is too long a path for its log (pass a shorter -o)", run_dir);
         return -1;
     }
     FILE *in = fopen(path, "r");
     if (!in) {
         if (errno == ENOENT) return 0;
-        snprintf(err, 512, "cannot read %s: %s", path, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot read %s: %s", path, strerror(errno));
         return -1;
     }
     /* a first pass decides whether anything leaves, so that a log that needs nothing is not rewritten */
@@ -164,7 +165,7 @@ int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_
         int bad = ferror(in);
         free(line);
         fclose(in);
-        if (bad) snprintf(err, 512, "cannot read %s (I/O error)", path);
+        if (bad) snprintf(err, ERR_LEN, "cannot read %s (I/O error)", path);
         return bad ? -1 : 0;
     }
     rewind(in);
@@ -183,7 +184,7 @@ int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_
     if (moved) ok = (fflush(moved) == 0 && fsync(fileno(moved)) == 0) & (fclose(moved) == 0) && ok;
     if (out) ok = (fflush(out) == 0 && fsync(fileno(out)) == 0) & (fclose(out) == 0) && ok;
     if (!ok || rename(tmp, path) != 0 || !sync_parent(path)) {
-        snprintf(err, 512, "cannot rewrite %s without the records after step %d: %s", path, step, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot rewrite %s without the records after step %d: %s", path, step, strerror(errno));
         unlink(tmp);
         return -1;
     }

@@ -9,13 +9,14 @@
 
 #include <stdio.h>
 
+#include "data/err.h"
 #include "data/paths.h"
 
 typedef struct {
     FILE *f;
     char path[FGPT_PATH_LEN];
     int failed;   /* a write failed: err says which and why */
-    char err[512];
+    char err[ERR_LEN];
 } RunLog;
 
 /* Opens <run_dir>/log.jsonl for appending: a resumed run continues the same log (a new run found

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "data/err.h"
 #include "data/rng.h"
 #include "model/backend.h"
 #include "model/checkpoint.h"
@@ -112,7 +113,7 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
     if (!o->run == !o->checkpoint) return bad("-o/--out", "or --checkpoint: give one of them");
     if (o->checkpoint && o->step >= 0) return bad("--step", "goes with -o RUN, not --checkpoint");
     /* every file read below the directory must fit the system's paths, uncut */
-    char err[512];
+    char err[ERR_LEN];
     if (o->run && checkpoint_run_dir_ok(o->run, err) != 0) {
         fprintf(stderr, "error: sample %s\n", err);
         return 2;
@@ -125,7 +126,7 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
 /* The checkpoint directory the options name, into dir (FGPT_PATH_LEN bytes). 0, or 1 after the
  * message. */
 static int checkpoint_dir(const SampleOptions *o, char *dir) {
-    char err[512], name[256];
+    char err[ERR_LEN], name[256];
     if (o->checkpoint) {
         path_format(dir, "%s", o->checkpoint); /* parse checked its length */
         return 0;
@@ -150,7 +151,7 @@ static int checkpoint_dir(const SampleOptions *o, char *dir) {
 
 /* The tokenizer: --tokenizer, else the checkpoint's tokenizer.json, else none (NULL, *status 0). */
 static Tokenizer *open_tokenizer(const SampleOptions *o, const char *dir, int *status) {
-    char path[FGPT_PATH_LEN], err[TOKENIZER_ERR_LEN];
+    char path[FGPT_PATH_LEN], err[ERR_LEN];
     struct stat st;
     *status = 0;
     if (!o->tokenizer && (path_format(path, "%s/tokenizer.json", dir) != 0 || stat(path, &st) != 0)) return NULL;
@@ -221,7 +222,7 @@ int sample_main(int argc, char **argv) {
         if (help) usage(stdout);
         return status;
     }
-    char dir[FGPT_PATH_LEN], err[512];
+    char dir[FGPT_PATH_LEN], err[ERR_LEN];
     if ((status = checkpoint_dir(&o, dir)) != 0) return status;
     GPTConfig cfg;
     if (hf_read_config(dir, &cfg, err) != 0) {
@@ -244,7 +245,7 @@ int sample_main(int argc, char **argv) {
     size_t n_prompt = 0;
     if (o.prompt) {
         size_t len = strlen(o.prompt);
-        char terr[TOKENIZER_ERR_LEN];
+        char terr[ERR_LEN];
         if (tokenizer_check_text(tok, o.prompt, len, terr) != 0) {
             fprintf(stderr, "error: --prompt: %s\n", terr);
             tokenizer_free(tok);
@@ -284,12 +285,12 @@ int sample_main(int argc, char **argv) {
         goto done;
     }
     if (strcmp(o.device, "cuda") == 0) {
-        char why[512] = "";
+        char why[ERR_LEN] = "";
         if (cuda_device_count(why) == 0) {
             fprintf(stderr, "error: no CUDA GPU available (%s); use --device cpu for the CPU reference backend\n", why);
             goto done;
         }
-        be = backend_cuda_create(&table, 1, T, OUTPUT_FUSED, 0, o.seed, NULL, err);
+        be = backend_cuda_create(&table, 1, T, OUTPUT_FUSED, 0, 0, o.seed, NULL, err);
     } else {
         be = backend_cpu_create(&table, 1, T, OUTPUT_FUSED, o.seed, err);
     }

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "model/grad_buckets.h"
 #include "tests/test.h"
 
@@ -36,7 +37,7 @@ static void check_plan(int L, int C, int V, int world, int zero1, int early, siz
     GPTConfig cfg = {.num_layers = L, .num_heads = 1, .dim = C, .max_seq_len = 16, .vocab_size = V};
     gpt_config_finish(&cfg);
     ParamTable t;
-    char err[512];
+    char err[ERR_LEN];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
     BucketPlan plan[8];
     for (int r = 0; r < world; r++)
@@ -116,7 +117,7 @@ TEST(grad_buckets_reject_a_bad_rank) {
     GPTConfig cfg = {.num_layers = 2, .num_heads = 1, .dim = 8, .max_seq_len = 4, .vocab_size = 11};
     gpt_config_finish(&cfg);
     ParamTable t;
-    char err[512];
+    char err[ERR_LEN];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
     BucketPlan p;
     CHECK(bucket_plan_build(&p, &t, 2, 2, 1, 0, 0, err) == -1, "rank 2 of 2 accepted");

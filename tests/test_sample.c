@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "data/rng.h"
 #include "model/sample.h"
 #include "tests/test.h"
@@ -40,7 +41,7 @@ TEST(sample_top_k_draws_only_among_the_k_likeliest) {
 /* A sample's text holds every token of its window, however long (a window of -t 8192 tokens, each
  * of which decodes to two bytes, and the ids where there is no tokenizer). */
 TEST(sample_text_decodes_every_token_of_a_long_window) {
-    char err[TOKENIZER_ERR_LEN];
+    char err[ERR_LEN];
     const char *corpus = "ab ab ab ab ab ab ab ab ab ab ab ab";
     TokenizerTrainOptions o = {.vocab_size = 300, .threads = 1};
     Tokenizer *t = tokenizer_train(corpus, strlen(corpus), &o, err);
