@@ -2,7 +2,7 @@
  *
  *   ./train [flags]            train a GPT-2 (see --help; defaults come from one table below)
  *   ./train prepare [flags]    turn text into a tokenizer and token shards (data/prepare.c)
- *   ./train sample [flags]     generate text from a checkpoint (model/sample_cmd.c)
+ *   ./train sample [flags]     generate text from a checkpoint (model/train/sample_cmd.c)
  *
  * Everything else lives in model/ (the network, backends, checkpoints), data/ (shards, loader) and
  * tokenizer/. Exit status: 0 success, 1 runtime failure, 2 bad command line. */
@@ -23,16 +23,16 @@
 #include "data/prepare.h"
 #include "data/rng.h"
 #include "model/backend.h"
-#include "model/checkpoint.h"
-#include "model/cuda_device.h"
-#include "model/dist.h"
+#include "model/train/checkpoint.h"
+#include "model/cuda/cuda_device.h"
+#include "model/dist/dist.h"
 #include "model/gpt.h"
-#include "model/hf_weights.h"
-#include "model/runlog.h"
-#include "model/sample.h"
-#include "model/sample_cmd.h"
-#include "model/schedule.h"
-#include "model/step_check.h"
+#include "model/train/hf_weights.h"
+#include "model/train/runlog.h"
+#include "model/train/sample.h"
+#include "model/train/sample_cmd.h"
+#include "model/train/schedule.h"
+#include "model/train/step_check.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {

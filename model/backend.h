@@ -81,7 +81,7 @@ struct Backend {
     OutputKind output;
     double peak_flops;       /* dense bf16 FLOP/s of the device, for MFU (0: not reported) */
     const char *peak_source; /* where peak_flops comes from, for the run header ("published", ...) */
-    const struct Dist *dist; /* data-parallel group (model/dist.h); NULL: alone */
+    const struct Dist *dist; /* data-parallel group (model/dist/dist.h); NULL: alone */
     char device_name[128];
     char output_path[128]; /* how the output layer runs, for the run header ("" : just its kind) */
 };

@@ -8,7 +8,7 @@
 
 #include "data/err.h"
 #include "data/rng.h"
-#include "model/checkpoint.h"
+#include "model/train/checkpoint.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 

@@ -1,10 +1,10 @@
-/* The data-parallel bucket plan (model/grad_buckets.c): buckets tile the layout, each holds only
+/* The data-parallel bucket plan (model/dist/grad_buckets.c): buckets tile the layout, each holds only
  * values the backward has finished when the bucket is reduced, and ZeRO-1 shards split evenly. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "data/err.h"
-#include "model/grad_buckets.h"
+#include "model/dist/grad_buckets.h"
 #include "tests/test.h"
 
 /* Position of a sync point in the backward: output layer, ln_f, layers L-1..0, encoder. */

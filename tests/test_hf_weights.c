@@ -10,8 +10,8 @@
 #include "data/err.h"
 #include "data/rng.h"
 #include "model/backend.h"
-#include "model/checkpoint.h"
-#include "model/hf_weights.h"
+#include "model/train/checkpoint.h"
+#include "model/train/hf_weights.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 

@@ -1,5 +1,5 @@
 /* tests/test_kernels_gpu.cu - every kernel of kernels/kernels.h against the fp32 CPU reference
- * (model/layers_cpu.h) on fresh random inputs, at sizes that are not multiples of the tiles.
+ * (model/cpu/layers_cpu.h) on fresh random inputs, at sizes that are not multiples of the tiles.
  *
  * Method: inputs are drawn N(0,1) (weights N(0, 0.02..1)), rounded to bf16 once, and the SAME
  * rounded values feed both sides, so the error measured is the kernel's own. Outputs written with
@@ -29,7 +29,7 @@
 #include "tests/test.h"
 
 extern "C" {
-#include "model/layers_cpu.h"
+#include "model/cpu/layers_cpu.h"
 }
 
 typedef __nv_bfloat16 bf16;

@@ -5,7 +5,7 @@
 
 #include "data/err.h"
 #include "model/backend.h"
-#include "model/schedule.h"
+#include "model/train/schedule.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 

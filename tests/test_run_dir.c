@@ -11,8 +11,8 @@
 
 #include "data/err.h"
 #include "data/shard.h"
-#include "model/checkpoint.h"
-#include "model/runlog.h"
+#include "model/train/checkpoint.h"
+#include "model/train/runlog.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 

@@ -8,7 +8,7 @@
 
 #include "data/err.h"
 #include "data/rng.h"
-#include "model/sample.h"
+#include "model/train/sample.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 
