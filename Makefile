@@ -4,10 +4,10 @@
 #   make test-gpu   GPU tests (needs a GPU)      make bench   output-layer benchmark (needs a GPU)
 #   make data       default corpus -> tokenizer + shards      make clean
 #   DEBUG=1         -g -O0 everywhere
-# Host library sources are every .c in model/, data/ and tokenizer/ (none of them has a main) but
-# model/sample_cmd.c (`./train sample`), which calls the CUDA backend and so links into the trainer
-# only; CUDA sources are every .cu in kernels/ and model/. train.c and model/sample_cmd.c make the
-# trainer.
+# Host library sources are every .c in model/ (and its groups: cpu/, cuda/, dist/, train/), data/ and
+# tokenizer/ (none of them has a main) but model/train/sample_cmd.c (`./train sample`), which calls
+# the CUDA backend and so links into the trainer only; CUDA sources are every .cu in kernels/ and
+# model/. train.c and model/train/sample_cmd.c make the trainer.
 
 # Compiles run in parallel, one per core, unless -j is given; not with `clean` among the goals, which
 # must not race the build, and not in the sub-makes, which share the top one's job slots.
@@ -34,12 +34,12 @@ SANFLAGS := -fsanitize=address -fsanitize=undefined -fno-sanitize-recover=undefi
 endif
 
 CFLAGS   += -std=c11 $(OPT) -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -D_GNU_SOURCE -fopenmp -I. $(SANFLAGS)
-NVFLAGS  += $(OPT) -std=c++17 $(CUDA_GENCODE) -I. -Xcompiler -Wall,-Wno-unused-parameter,-Wno-format-truncation
+NVFLAGS  += $(OPT) -std=c++17 $(CUDA_GENCODE) -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Wno-format-truncation
 LDLIBS   += -lm -lpthread
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lnccl -lcudart
 
-HOST_SRC := $(filter-out model/sample_cmd.c,$(wildcard model/*.c data/*.c tokenizer/*.c))
-CUDA_SRC := $(wildcard kernels/*.cu model/*.cu)
+HOST_SRC := $(filter-out model/train/sample_cmd.c,$(wildcard model/*.c model/*/*.c data/*.c tokenizer/*.c))
+CUDA_SRC := $(wildcard kernels/*.cu model/*.cu model/*/*.cu)
 HOST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(HOST_SRC))
 # CUDA objects are never sanitized, so the sanitizer build reuses them from build/.
 CUDA_OBJ := $(patsubst %.cu,build/%.cu.o,$(CUDA_SRC))
@@ -55,7 +55,7 @@ all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer
 # Under SANITIZE=1 the tests run a sanitized trainer, $(BUILD)/train; ./train is never sanitized.
 TRAIN_BIN := $(if $(SANFLAGS),$(BUILD)/train,train)
 LINK_SAN  := $(if $(SANFLAGS),-Xcompiler $(subst $(space),$(comma),$(strip $(SANFLAGS))))
-$(TRAIN_BIN): $(BUILD)/train.o $(BUILD)/model/sample_cmd.o $(HOST_OBJ) $(CUDA_OBJ)
+$(TRAIN_BIN): $(BUILD)/train.o $(BUILD)/model/train/sample_cmd.o $(HOST_OBJ) $(CUDA_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp $(LINK_SAN) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
 $(BUILD)/%.o: %.c

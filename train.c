@@ -2,13 +2,14 @@
  *
  *   ./train [flags]            train a GPT-2 (see --help; defaults come from one table below)
  *   ./train prepare [flags]    turn text into a tokenizer and token shards (data/prepare.c)
- *   ./train sample [flags]     generate text from a checkpoint (model/sample_cmd.c)
+ *   ./train sample [flags]     generate text from a checkpoint (model/train/sample_cmd.c)
  *
  * Everything else lives in model/ (the network, backends, checkpoints), data/ (shards, loader) and
  * tokenizer/. Exit status: 0 success, 1 runtime failure, 2 bad command line. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,21 +17,22 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "data/err.h"
 #include "data/loader.h"
 #include "data/paths.h"
 #include "data/prepare.h"
 #include "data/rng.h"
 #include "model/backend.h"
-#include "model/checkpoint.h"
-#include "model/cuda_device.h"
-#include "model/dist.h"
+#include "model/train/checkpoint.h"
+#include "model/cuda/cuda_device.h"
+#include "model/dist/dist.h"
 #include "model/gpt.h"
-#include "model/hf_weights.h"
-#include "model/runlog.h"
-#include "model/sample.h"
-#include "model/sample_cmd.h"
-#include "model/schedule.h"
-#include "model/step_check.h"
+#include "model/train/hf_weights.h"
+#include "model/train/runlog.h"
+#include "model/train/sample.h"
+#include "model/train/sample_cmd.h"
+#include "model/train/schedule.h"
+#include "model/train/step_check.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
@@ -48,6 +50,7 @@ typedef struct {
     int gpus, nodes, node_rank;
     const char *master;
     int zero, overlap_comm, bucket_mb;
+    int recompute_gelu, profile_step, step_parts;
     int help;
     unsigned from_env; /* bit k: option_env[k]'s value came from its environment variable */
     char repeated[256]; /* flags given more than once on the command line (the last value holds) */
@@ -123,6 +126,12 @@ static const OptSpec options[] = {
      "1: reduce gradients during the backward; 0: after it (data parallel)"},
     {0, "bucket-mb", OPT_INT, O(bucket_mb), "0", "MB",
      "gradients per reduction at least, in MB of fp32 (layers merge; 0: one per layer)"},
+    {0, "recompute-gelu", OPT_INT, O(recompute_gelu), "0", "0|1",
+     "1: the backward recomputes GELU rather than storing it (less memory; automatic when memory is short)"},
+    {0, "profile-step", OPT_INT, O(profile_step), "0", "N",
+     "CUDA: step N (1-based) alone inside the profiler's capture range (nsys --capture-range=cudaProfilerApi; 0: none)"},
+    {0, "step-parts", OPT_INT, O(step_parts), "0", "0|1",
+     "1: GPU time of the forward, output layer and backward on each step line (CUDA)"},
     {'h', "help", OPT_FLAG, O(help), "0", "", "this text"},
 };
 #define NUM_OPTIONS ((int)(sizeof options / sizeof options[0]))
@@ -174,10 +183,15 @@ static void usage(FILE *f) {
     }
 }
 
-static void die_usage(const char *fmt, const char *a, const char *b) {
+/* A command-line error: one line naming the flag, exit status 2. */
+static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die_usage(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "error: ");
-    fprintf(stderr, fmt, a, b);
+    vfprintf(stderr, fmt, ap);
     fprintf(stderr, " (see ./train --help)\n");
+    va_end(ap);
     exit(2);
 }
 
@@ -250,7 +264,7 @@ static void parse_args(Options *opt, int argc, char **argv) {
         const char *arg = argv[i], *eq = arg[0] == '-' && arg[1] == '-' ? strchr(arg, '=') : NULL;
         const char *inline_value = eq ? eq + 1 : NULL;
         const OptSpec *o = find_option(arg);
-        if (!o) die_usage("unknown flag '%s'%s", arg, "");
+        if (!o) die_usage("unknown flag '%s'", arg);
         char name[64];
         flag_name(o, name, sizeof name);
         /* the last value holds (scripts override their defaults this way), but the user hears of it */
@@ -265,16 +279,13 @@ static void parse_args(Options *opt, int argc, char **argv) {
         }
         const char *value = inline_value;
         if (!value) {
-            if (i + 1 >= argc) die_usage("%s needs a value%s", name, "");
+            if (i + 1 >= argc) die_usage("%s needs a value", name);
             value = argv[++i];
             /* "-o -x 10" would otherwise train into a directory named -x; a value that really is
              * such a name can still be given as --out=-x */
-            if (find_option(value)) {
-                char why[256];
-                snprintf(why, sizeof why, "%s needs a value, got the flag '%s' (if that is the value, write --%s=%s)",
-                         name, value, o->long_name, value);
-                die_usage("%s%s", why, "");
-            }
+            if (find_option(value))
+                die_usage("%s needs a value, got the flag '%s' (if that is the value, write --%s=%s)", name, value,
+                          o->long_name, value);
         }
         set_value(opt, o, value, NULL);
     }
@@ -317,28 +328,26 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->sample_every < 0) bad("-s/--sample-every", "must be 0 or more");
     if (opt->gen_tokens < 1 || opt->gen_tokens > 1048576) bad("-G/--gen-tokens", "must be between 1 and 2^20");
     if (opt->gpus < 1) bad("-g/--gpus", "must be positive");
-    char nodes[64], node_rank[64], master[64], why[512], host[256];
+    char nodes[64], node_rank[64], master[64], why[ERR_LEN], host[256];
     source_name(opt, "nodes", nodes, sizeof nodes);
     source_name(opt, "node-rank", node_rank, sizeof node_rank);
     source_name(opt, "master", master, sizeof master);
     if (opt->nodes < 1) bad(nodes, "must be positive");
     int port;
-    if (opt->node_rank < 0 || opt->node_rank >= opt->nodes) {
-        snprintf(why, sizeof why, "%s %d is out of range for %s %d (0..%d)", node_rank, opt->node_rank, nodes,
-                 opt->nodes, opt->nodes - 1);
-        die_usage("%s%s", why, "");
-    }
+    if (opt->node_rank < 0 || opt->node_rank >= opt->nodes)
+        die_usage("%s %d is out of range for %s %d (0..%d)", node_rank, opt->node_rank, nodes, opt->nodes,
+                  opt->nodes - 1);
     if ((long long)opt->gpus * opt->nodes > DIST_MAX_WORLD) bad(nodes, "times -g/--gpus is above 1024 ranks");
     if (opt->master[0] && dist_parse_master(opt->master, host, sizeof host, &port) != 0)
         die_usage("%s expects HOST:PORT (node 0's address, a port 1..65535), got '%s'", master, opt->master);
-    if (opt->nodes > 1 && !opt->master[0]) {
-        snprintf(why, sizeof why, "%s %d needs --master HOST:PORT (node 0's address, the same on every node)", nodes,
-                 opt->nodes);
-        die_usage("%s%s", why, "");
-    }
+    if (opt->nodes > 1 && !opt->master[0])
+        die_usage("%s %d needs --master HOST:PORT (node 0's address, the same on every node)", nodes, opt->nodes);
     if (opt->zero != 0 && opt->zero != 1) bad("--zero", "must be 0 or 1");
     if (opt->overlap_comm != 0 && opt->overlap_comm != 1) bad("--overlap-comm", "must be 0 or 1");
     if (opt->bucket_mb < 0) bad("--bucket-mb", "must be 0 or more");
+    if (opt->recompute_gelu != 0 && opt->recompute_gelu != 1) bad("--recompute-gelu", "must be 0 or 1");
+    if (opt->profile_step < 0) bad("--profile-step", "must be 0 (off) or a step number");
+    if (opt->step_parts != 0 && opt->step_parts != 1) bad("--step-parts", "must be 0 or 1");
     if (strcmp(opt->output, "fused") && strcmp(opt->output, "canonical"))
         bad("--output", "must be fused or canonical");
     if (opt->logits_mb < 0) bad("--logits-mb", "must be at least 0 (0: the streaming path)");
@@ -350,19 +359,24 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->total_batch % (bt * ranks))
         bad("-d/--total-batch", "must be a multiple of B*T*ranks (-b times -t times -g times --nodes)");
     if (!opt->out[0]) bad("-o/--out", "must name a directory");
-    if (checkpoint_run_dir_ok(opt->out, why) != 0) die_usage("%s%s", why, "");
+    if (checkpoint_run_dir_ok(opt->out, why) != 0) die_usage("%s", why);
+    /* what the data flags leave open is decided here too, before anything touches the disk */
+    if (!opt->train_data[0] && opt->val_data[0]) bad("-j/--val-data", "needs -i/--train-data too");
+    if (opt->prompt[0] && opt->train_data[0] && !opt->tokenizer[0]) /* the default corpus brings its tokenizer */
+        bad("--prompt", "needs a tokenizer to encode it: pass --tokenizer FILE (the one that made -i's tokens)");
     gpt_config_finish(cfg);
 }
 
 /* --init-from's model must be the one the flags describe: each difference is refused with the
  * flag that would make them agree (exit 1, as for a checkpoint of another model: a file that does
- * not match the flags). */
-static void check_init_from(const Options *opt, const GPTConfig *cfg) {
+ * not match the flags). 0, or -1 after printing the error. */
+static int check_init_from(const Options *opt, const GPTConfig *cfg) {
     GPTConfig hf;
-    char err[512];
+    char err[ERR_LEN];
+    if (!opt->init_from[0]) return 0;
     if (hf_read_config(opt->init_from, &hf, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
-        exit(1);
+        return -1;
     }
     const struct {
         const char *what, *flag;
@@ -378,14 +392,15 @@ static void check_init_from(const Options *opt, const GPTConfig *cfg) {
         if (fields[i].theirs == fields[i].ours) continue;
         fprintf(stderr, "error: --init-from %s has %s %d but the flags give %d (pass %s %d)\n", opt->init_from,
                 fields[i].what, fields[i].theirs, fields[i].ours, fields[i].flag, fields[i].theirs);
-        exit(1);
+        return -1;
     }
+    return 0;
 }
 
 /* The tokenizer as Hugging Face files for every checkpoint; 0 when it cannot be written in that
  * format (said once, and checkpoints then carry none). */
 static int checkpoint_tokenizer(const Tokenizer *tok, int max_seq_len, CheckpointTokenizer *ck) {
-    char err[TOKENIZER_ERR_LEN];
+    char err[ERR_LEN];
     size_t len = 0;
     char *json = tokenizer_hf_json(tok, &len, err), *config = json ? tokenizer_hf_config_json(tok, max_seq_len, err) : NULL;
     if (!json || !config) {
@@ -461,7 +476,8 @@ static void note_sample_window(const Tokenizer *tok, const Options *opt) {
                T - start, opt->gen_tokens);
 }
 
-/* Generates from the prompt (or the end-of-text token) and prints/logs the text. */
+/* Generates from the prompt (or the end-of-text token) into the window of -t tokens (tokens, B*T
+ * of them) and prints and logs the text. */
 static void generate_sample(Backend *be, const Tokenizer *tok, const Options *opt, Rng *rng, int step,
                             RunLog *log, int *tokens, float *logits) {
     int B = be->B, T = be->T, V = be->table->cfg.vocab_size;
@@ -480,19 +496,8 @@ static void generate_sample(Backend *be, const Tokenizer *tok, const Options *op
         be->ops->logits_at(be, tokens, pos - 1, logits);
         tokens[pos] = sample_token(logits, V, 1.0f, rng);
     }
-    size_t cap = 16 * (size_t)(end + 1) + 64;
-    char *text = malloc(cap);
+    char *text = sample_text(tok, tokens, end);
     if (!text) return;
-    if (tok) {
-        uint32_t ids[1024 * 4];
-        int n = end < (int)(sizeof ids / sizeof ids[0]) ? end : (int)(sizeof ids / sizeof ids[0]);
-        for (int i = 0; i < n; i++) ids[i] = (uint32_t)tokens[i];
-        size_t need = tokenizer_decode(tok, ids, (size_t)n, text, cap - 1);
-        text[need < cap - 1 ? need : cap - 1] = 0;
-    } else {
-        size_t len = 0;
-        for (int i = 0; i < end && len + 16 < cap; i++) len += (size_t)snprintf(text + len, cap - len, "%d ", tokens[i]);
-    }
     printf("sample at step %d: %s\n", step, text);
     runlog_sample(log, step, text);
     free(text);
@@ -503,7 +508,7 @@ static void generate_sample(Backend *be, const Tokenizer *tok, const Options *op
  * them (each save refills them from the backend), else into buffers of its own. 0, or -1 after
  * printing the error. */
 static int init_from_weights(Backend *be, const ParamTable *table, const char *dir, const CheckpointBuffers *ck) {
-    char err[512];
+    char err[ERR_LEN];
     float *own_p = NULL, *own_zero = NULL, *p = ck->params, *zero = ck->m;
     if (p) {
         memset(zero, 0, table->total * sizeof(float));
@@ -541,7 +546,7 @@ static int leave_later_timeline(const char *run_dir, int step, int eval_again, i
     int moved = checkpoint_set_aside_after(run_dir, step, moved_to, sizeof moved_to, err);
     if (moved < 0) return -1;
     if (moved && path_format(moved_log, "%s/log.jsonl", moved_to) != 0) {
-        snprintf(err, FGPT_ERR_LEN, "run directory %s is too long a path (pass a shorter -o)", run_dir);
+        snprintf(err, ERR_LEN, "run directory %s is too long a path (pass a shorter -o)", run_dir);
         return -1;
     }
     int records = runlog_trim_after(run_dir, step, eval_again, sample_again, moved ? moved_log : NULL, err);
@@ -556,6 +561,479 @@ static int leave_later_timeline(const char *run_dir, int step, int eval_again, i
     return 0;
 }
 
+/* ---- the run: what a training run holds, set up in stages and released by close_run ---- */
+
+/* A stage's answer: RUN_ON while the run goes on, else the exit status the process stops with. */
+#define RUN_ON (-1)
+
+typedef struct {
+    Options opt;
+    GPTConfig cfg;
+    ParamTable table;
+    Dist dist;
+    int launcher; /* this process started the ranks (or is the launcher's self-test): it trains nothing */
+    PreparedData prepared; /* the default corpus, when there is no -i */
+    const char *train_path, *val_path, *tok_path;
+    Tokenizer *tok;
+    CheckpointTokenizer ck_tok; /* the tokenizer as checkpoints carry it (rank 0) */
+    int have_ck_tok;
+    int B, T, accum;           /* micro-batch, sequence, micro-batches per step on each rank */
+    Loader train_loader, val_loader;
+    int have_val, val_batches_per_rank, val_batches_asked;
+    uint64_t train_fingerprint; /* checkpoints record it */
+    Backend *be;
+    CheckpointBuffers ck; /* host copies of the weights and moments that checkpoints are read into and written from */
+    int *inputs, *targets;
+    float *logits; /* one row, for samples */
+    Rng rng;       /* samples' draws */
+    int start_step;
+    RunLog log;
+    double flops_per_step;
+    char err[ERR_LEN];
+} Run;
+
+/* What one optimizer step measured, for its log line. */
+typedef struct {
+    double loss, ms, tokens_per_s, comm_ms;
+    float lr, norm;
+} StepResult;
+
+static int fail(const char *err) {
+    fprintf(stderr, "error: %s\n", err);
+    return 1;
+}
+
+/* The parameter table of the model the flags describe (before anything touches the disk). */
+static int plan_model(Run *r) {
+    if (param_table_build(&r->table, &r->cfg, r->err) != 0) {
+        fprintf(stderr, "error: %s\n", r->err);
+        return 2;
+    }
+    return RUN_ON;
+}
+
+/* The ranks of this run: a worker started by `-g N` knows its rank from the environment; anything
+ * else is either the launcher of this node (-g N > 1 or --nodes M > 1) or a world of one. The
+ * launcher returns the workers' status; a worker joins NCCL. */
+static int start_world(Run *r, char **argv) {
+    const Options *opt = &r->opt;
+    if (dist_from_env(&r->dist, r->err) != 0) {
+        fprintf(stderr, "error: %s\n", r->err);
+        return 2;
+    }
+    const int is_worker = getenv("FUSEDGPT_RANK") != NULL;
+    const char *test_launcher = getenv("FUSEDGPT_TEST_LAUNCHER");
+    if (test_launcher && strcmp(test_launcher, "1") == 0) {
+        /* the launcher and rendezvous without GPUs (tests) */
+        r->launcher = 1;
+        if (!is_worker) return dist_launch(argv, opt->gpus, opt->nodes, opt->node_rank, opt->master);
+        return dist_selftest_worker(&r->dist);
+    }
+    const int cpu = strcmp(opt->device, "cpu") == 0;
+    if (!cpu) {
+        char why[ERR_LEN] = "";
+        int n = cuda_device_count(why);
+        if (n == 0) {
+            fprintf(stderr, "error: no CUDA GPU available (%s); use --device cpu for the CPU reference backend\n",
+                    why);
+            return 1;
+        }
+        if (opt->gpus > n) {
+            fprintf(stderr, "error: -g/--gpus %d but this host has %d CUDA GPU(s)\n", opt->gpus, n);
+            return 1;
+        }
+        if ((opt->gpus > 1 || opt->nodes > 1) && !is_worker) {
+            r->launcher = 1;
+            return dist_launch(argv, opt->gpus, opt->nodes, opt->node_rank, opt->master);
+        }
+        if (is_worker && r->dist.world != opt->gpus * opt->nodes) {
+            fprintf(stderr, "error: worker of a %d-rank group started with -g %d --nodes %d\n", r->dist.world,
+                    opt->gpus, opt->nodes);
+            return 2;
+        }
+        if (dist_nccl_init(&r->dist, r->err) != 0) return fail(r->err);
+    }
+    if (cpu && (opt->gpus != 1 || opt->nodes != 1 || r->dist.world != 1)) {
+        fprintf(stderr, "error: -g/--gpus and --nodes (data parallel) apply to --device cuda only\n");
+        return 2;
+    }
+    if (cpu && (opt->zero || !opt->overlap_comm || opt->bucket_mb)) {
+        fprintf(stderr, "error: --zero, --overlap-comm and --bucket-mb set how GPUs share gradients: they apply to "
+                        "--device cuda with -g/--nodes, not to the CPU backend\n");
+        return 2;
+    }
+    /* Rank 0 alone prints, logs, samples and checkpoints; the others keep stderr for errors. */
+    if (r->dist.rank != 0 && !freopen("/dev/null", "w", stdout)) {
+        fprintf(stderr, "error: rank %d cannot silence its stdout\n", r->dist.rank);
+        return 1;
+    }
+    return RUN_ON;
+}
+
+/* One trainer per run directory: two would interleave their checkpoints, latest and log. A resume
+ * with nothing to resume stops before it creates the directory (a typo in -o). */
+static int claim_run_dir(Run *r) {
+    const Options *opt = &r->opt;
+    if (r->dist.rank != 0) return RUN_ON;
+    if (opt->resume) {
+        char name[256];
+        if (checkpoint_latest_name(opt->out, name, sizeof name, r->err) != 0) return fail(r->err);
+    }
+    if (lock_dir(opt->out) < 0) {
+        if (errno == EWOULDBLOCK) {
+            fprintf(stderr, "error: another trainer is using run directory %s; wait for it to finish or pass "
+                            "another -o\n", opt->out);
+            return 1;
+        }
+        if (errno != ENOSYS && errno != ENOLCK && errno != EOPNOTSUPP) {
+            fprintf(stderr, "error: cannot create or lock run directory %s: %s (check -o)\n", opt->out,
+                    strerror(errno));
+            return 1;
+        }
+        /* a cluster file system mounted without locks: train, but nothing stops a second trainer */
+        printf("note: run directory %s cannot be locked (%s); do not start a second trainer on it\n", opt->out,
+               strerror(errno));
+    }
+    return RUN_ON;
+}
+
+/* Data: the user's shards, or the default corpus prepared for this vocabulary; the tokenizer; the
+ * loaders, each rank reading its share. */
+static int resolve_data(Run *r) {
+    const Options *opt = &r->opt;
+    const GPTConfig *cfg = &r->cfg;
+    r->train_path = opt->train_data, r->val_path = opt->val_data, r->tok_path = opt->tokenizer;
+    if (!r->train_path[0]) {
+        if (prepare_default_corpus((uint32_t)cfg->vocab_size, opt->cache_dir, &r->prepared, r->err) != 0)
+            return fail(r->err);
+        r->train_path = r->prepared.train_path;
+        r->val_path = r->prepared.val_path;
+        if (!r->tok_path[0]) r->tok_path = r->prepared.tokenizer_path;
+        printf("data: the default corpus %s%s, tokenizer of %u tokens\n", r->prepared.corpus,
+               prepare_wants_extended_corpus((uint32_t)cfg->vocab_size)
+                   ? " (the standard one supports fewer tokens than -v)"
+                   : "",
+               r->prepared.vocab_reached);
+        if (r->prepared.vocab_reached < r->prepared.vocab_requested)
+            printf("tokenizer: the corpus supports %u of the %u tokens asked for; the model keeps V = %d\n",
+                   r->prepared.vocab_reached, r->prepared.vocab_requested, cfg->vocab_size);
+    }
+    if (opt->train_data[0] && !r->val_path[0] && opt->val_every > 0) /* -i without -j: nothing to validate on */
+        printf("validation: off (no -j/--val-data shard beside -i); --val-every has nothing to evaluate\n");
+    if (opt->repeated[0]) printf("note: given more than once, the last value is used: %s\n", opt->repeated);
+    if (opt->logits_mb != LOGITS_MB_DEFAULT && strcmp(opt->output, "fused"))
+        printf("output layer: --logits-mb sizes the fused layer's chunks; --output %s does not use it\n", opt->output);
+    if (opt->warmup >= opt->steps)
+        printf("schedule: --warmup %d is not below -x %d: the learning rate never reaches -l %g\n", opt->warmup,
+               opt->steps, opt->lr);
+    if (r->tok_path[0]) {
+        r->tok = tokenizer_load(r->tok_path, r->err);
+        if (!r->tok) return fail(r->err);
+        if (tokenizer_vocab_size(r->tok) > (uint32_t)cfg->vocab_size) {
+            fprintf(stderr, "error: tokenizer %s has %u tokens but the model's vocabulary is %d (pass -v %u)\n",
+                    r->tok_path, tokenizer_vocab_size(r->tok), cfg->vocab_size, tokenizer_vocab_size(r->tok));
+            return 1;
+        }
+        r->have_ck_tok = r->dist.rank == 0 && checkpoint_tokenizer(r->tok, cfg->max_seq_len, &r->ck_tok);
+    } else if (r->dist.rank == 0) {
+        printf("note: no --tokenizer: checkpoints will carry no tokenizer.json\n");
+    }
+    note_sample_window(r->tok, opt);
+
+    const int world = r->dist.world, rank = r->dist.rank;
+    r->B = opt->batch, r->T = opt->seq_len, r->accum = opt->total_batch / (r->B * r->T * world);
+    /* --val-batches counts batches over all ranks, so N GPUs evaluate what one GPU evaluates */
+    r->val_batches_per_rank = (opt->val_batches + world - 1) / world;
+    r->have_val = r->val_path[0] != 0;
+    if (loader_open(&r->train_loader, r->train_path, (uint32_t)cfg->vocab_size, r->B, r->T, rank, world, r->accum,
+                    1, (uint64_t)opt->seed, r->err) != 0 ||
+        (r->have_val && loader_open(&r->val_loader, r->val_path, (uint32_t)cfg->vocab_size, r->B, r->T, rank, world,
+                                    1, 0, 0, r->err) != 0)) {
+        if (r->prepared.train_path[0]) { /* the default corpus: its cache, which the trainer made, is damaged */
+            char dir[PREPARE_PATH_LEN];
+            snprintf(dir, sizeof dir, "%s", r->prepared.train_path);
+            if (strrchr(dir, '/')) *strrchr(dir, '/') = 0;
+            fprintf(stderr, "error: %s; it belongs to the default corpus's cache: delete %s and run again to prepare "
+                            "it anew\n", r->err, dir);
+            return 1;
+        }
+        return fail(r->err);
+    }
+    /* the two shards must come from one tokenizer, or the validation loss means nothing */
+    if (r->have_val && r->train_loader.shard_vocab != r->val_loader.shard_vocab) {
+        fprintf(stderr, "error: %s was tokenized for a vocabulary of %u but %s for %u: pass a validation shard "
+                        "made by the same tokenizer\n", r->train_path, r->train_loader.shard_vocab, r->val_path,
+                r->val_loader.shard_vocab);
+        return 1;
+    }
+    r->train_fingerprint = loader_fingerprint(&r->train_loader);
+    /* a small validation shard (1 % of a small corpus) is used whole rather than refused */
+    r->val_batches_asked = r->val_batches_per_rank;
+    if (r->have_val && r->val_loader.num_batches < (uint64_t)r->val_batches_per_rank)
+        r->val_batches_per_rank = (int)r->val_loader.num_batches;
+    return RUN_ON;
+}
+
+/* The backend that trains (CPU reference or CUDA), the checkpoint buffers and the host buffers of a
+ * batch. */
+static int create_backend(Run *r) {
+    const Options *opt = &r->opt;
+    OutputKind output = strcmp(opt->output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
+    DataParallel dp = {.dist = &r->dist, .zero1 = opt->zero, .overlap = opt->overlap_comm,
+                       .bucket_bytes = (size_t)opt->bucket_mb << 20};
+    r->be = strcmp(opt->device, "cpu") == 0
+                ? backend_cpu_create(&r->table, r->B, r->T, output, (uint64_t)opt->seed, r->err)
+                : backend_cuda_create(&r->table, r->B, r->T, output, (size_t)opt->logits_mb << 20,
+                                      opt->recompute_gelu, (uint64_t)opt->seed, &dp, r->err);
+    if (!r->be) return fail(r->err);
+    r->be->dist = &r->dist;
+    /* rank 0 writes every checkpoint; a resume has each rank read one */
+    if ((r->dist.rank == 0 || opt->resume) && checkpoint_buffers_alloc(&r->ck, &r->table, r->err) != 0)
+        return fail(r->err);
+    r->inputs = malloc((size_t)r->B * r->T * sizeof(int));
+    r->targets = malloc((size_t)r->B * r->T * sizeof(int));
+    r->logits = malloc((size_t)r->cfg.vocab_size * sizeof(float));
+    if (!r->inputs || !r->targets || !r->logits) return fail("out of host memory");
+    rng_seed(&r->rng, (uint64_t)opt->seed ^ 0x5eed5a3e1eull);
+    return RUN_ON;
+}
+
+/* -y 1: the latest checkpoint's weights, moments, data position and draws, after checking that it
+ * belongs to this run (the same on every rank, batch, seed and data). 0 when it is already at -x. */
+static int resume(Run *r) {
+    const Options *opt = &r->opt;
+    const Dist *dist = &r->dist;
+    char *err = r->err;
+    TrainState st;
+    if (checkpoint_load_latest(opt->out, &r->table, r->ck.params, r->ck.m, r->ck.v, &st, err) != 0) return fail(err);
+    /* each rank read the checkpoint itself; on hosts that do not share -o they may have read
+     * different ones, and would train different replicas or wait for each other forever */
+    const int same_step = ranks_agree(dist, st.step);
+    const int same_high = ranks_agree(dist, (double)(st.checksum >> 32));
+    const int same_low = ranks_agree(dist, (double)(st.checksum & 0xffffffffu));
+    if (!same_step || !same_high || !same_low) {
+        fprintf(stderr, "error: rank %d read a checkpoint of step %d in %s that differs from another rank's; "
+                        "every host needs the same checkpoint (-o on a shared file system, or a copy)\n",
+                dist->rank, st.step, opt->out);
+        return 1;
+    }
+    if (st.B != r->B || st.T != r->T || st.total_batch != opt->total_batch || st.seed != (uint64_t)opt->seed) {
+        fprintf(stderr,
+                "error: checkpoint in %s was trained with -b %d -t %d -d %d --seed %llu; resume with the same "
+                "values so the data order continues\n",
+                opt->out, st.B, st.T, st.total_batch, (unsigned long long)st.seed);
+        return 1;
+    }
+    const Loader *train = &r->train_loader;
+    if ((st.data_tokens || st.data_fingerprint) &&
+        (st.data_tokens != train->num_tokens || st.data_fingerprint != r->train_fingerprint)) {
+        fprintf(stderr,
+                "error: checkpoint in %s was trained on other data (a shard of %llu tokens) than %s (%llu "
+                "tokens%s); resume with the same -i so the data order continues\n",
+                opt->out, (unsigned long long)st.data_tokens, r->train_path, (unsigned long long)train->num_tokens,
+                st.data_tokens == train->num_tokens ? ", other values" : "");
+        return 1;
+    }
+    LoaderState ls = {st.loader_epoch, st.loader_position};
+    if (st.world != dist->world) {
+        /* the checkpoint holds the whole model and optimizer state, so only the data position
+         * depends on the number of ranks; a step's micro-batches must split over both counts */
+        const int per_step = opt->total_batch / (r->B * r->T);
+        const char *why = NULL;
+        if (st.world < 1 || per_step % st.world)
+            why = "that many ranks cannot share its batch (a damaged state.bin?)";
+        else if (loader_state_for_world(&ls, st.world, dist->world, err) != 0)
+            why = err;
+        if (why) {
+            fprintf(stderr, "error: checkpoint in %s (%d rank(s), %d micro-batches per step): %s\n", opt->out,
+                    st.world, per_step, why);
+            return 1;
+        }
+        printf("resuming a run of %d rank(s) on %d: the data order goes on where it stopped; losses follow the "
+               "%d-rank run's to rounding, not bit for bit\n",
+               st.world, dist->world, st.world);
+    }
+    if (loader_set_state(&r->train_loader, ls, err) != 0) return fail(err);
+    r->be->ops->write_state(r->be, r->ck.params, r->ck.m, r->ck.v);
+    if (dist->rank != 0) checkpoint_buffers_free(&r->ck); /* only rank 0 writes checkpoints */
+    memcpy(r->rng.s, st.rng, sizeof r->rng.s);
+    r->start_step = st.step;
+    printf("resumed from %s at step %d\n", opt->out, r->start_step);
+    if (r->start_step >= opt->steps) {
+        printf("nothing to train: the checkpoint is at step %d and -x is %d (pass a larger -x to go on)\n",
+               r->start_step, opt->steps);
+        return 0;
+    }
+    /* the records of step start_step that the loop writes again */
+    const int eval_again = r->have_val && opt->val_every && r->start_step % opt->val_every == 0;
+    const int sample_again = opt->sample_every && r->start_step % opt->sample_every == 0;
+    if (dist->rank == 0 && leave_later_timeline(opt->out, r->start_step, eval_again, sample_again, err) != 0)
+        return fail(err);
+    if (opt->init_from[0])
+        printf("note: resuming: the checkpoint holds the weights, --init-from %s is not read\n", opt->init_from);
+    return RUN_ON;
+}
+
+/* A new run: the seed's weights or --init-from's; nothing of an earlier run in this directory is
+ * overwritten, pruned or mixed in (it moves aside). */
+static int start_new(Run *r) {
+    const Options *opt = &r->opt;
+    if (opt->init_from[0] && init_from_weights(r->be, &r->table, opt->init_from, &r->ck) != 0) return 1;
+    if (r->dist.rank != 0) return RUN_ON;
+    char name[256] = "", moved_to[FGPT_PATH_LEN];
+    int had_latest = checkpoint_latest_name(opt->out, name, sizeof name, r->err) == 0;
+    int moved = checkpoint_set_aside_run(opt->out, moved_to, sizeof moved_to, r->err);
+    if (moved < 0) return fail(r->err);
+    if (moved && had_latest)
+        printf("note: %s held an earlier run (latest checkpoint %s); moved it to %s (-y 1 would have continued "
+               "it; remove that directory when it is not needed)\n",
+               opt->out, name, moved_to);
+    else if (moved)
+        printf("note: %s held files of an earlier run that wrote no checkpoint; moved them to %s (remove that "
+               "directory when it is not needed)\n",
+               opt->out, moved_to);
+    return RUN_ON;
+}
+
+static int open_log(Run *r) {
+    if (r->dist.rank == 0 && runlog_open(&r->log, r->opt.out, r->err) != 0) return fail(r->err);
+    return RUN_ON;
+}
+
+/* The model, the batch, the device and the start-up memory table. */
+static void print_header(Run *r) {
+    const Options *opt = &r->opt;
+    const GPTConfig *cfg = &r->cfg;
+    Backend *be = r->be;
+    printf("model: L=%d NH=%d C=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", cfg->num_layers, cfg->num_heads,
+           cfg->dim, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, r->table.total / 1e6);
+    printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches x %d rank(s)), output layer %s, device %s (%s)\n",
+           r->B, r->T, opt->total_batch, r->accum, r->dist.world, opt->output, opt->device, be->device_name);
+    if (be->output_path[0]) printf("output layer: %s\n", be->output_path);
+    if (be->peak_flops > 0)
+        printf("MFU against a dense bf16 peak of %.0f TFLOP/s (%s)\n", be->peak_flops / 1e12,
+               be->peak_source ? be->peak_source : "published");
+    if (r->val_batches_per_rank < r->val_batches_asked)
+        printf("validation: %s holds %d batch(es) of %d x %d per rank, fewer than --val-batches asks; using those\n",
+               r->val_path, r->val_batches_per_rank, r->B, r->T + 1);
+    r->flops_per_step = gpt_flops_per_token(cfg, r->T) * opt->total_batch;
+    print_memory(be, r->ck.params ? checkpoint_buffers_bytes(&r->table) : 0, strcmp(opt->device, "cpu") == 0);
+}
+
+/* The validation loss at `step`, printed and logged. */
+static int evaluate(Run *r, int step) {
+    float vl = validation_loss(r->be, &r->val_loader, r->val_batches_per_rank, r->inputs, r->targets);
+    printf("step %5d | val loss %.6f\n", step, vl);
+    return runlog_eval(&r->log, step, vl) != 0 ? fail(r->log.err) : RUN_ON;
+}
+
+/* One optimizer step (0-based `step`): -d/--total-batch tokens in micro-batches, their gradients
+ * reduced over the ranks, checked for a non-finite loss or norm, clipped, and AdamW. */
+static int take_step(Run *r, int step, StepResult *s) {
+    const Options *opt = &r->opt;
+    Backend *be = r->be;
+    const int profiled = step + 1 == opt->profile_step && strcmp(opt->device, "cpu") != 0;
+    if (profiled) cuda_profiler_range(1);
+    double t0 = now_ms();
+    be->ops->zero_grad(be);
+    double loss = 0.0;
+    for (int micro = 0; micro < r->accum; micro++) {
+        loader_next_batch(&r->train_loader, r->inputs, r->targets);
+        loss += be->ops->train_micro_step(be, r->inputs, r->targets, 1.0f / r->accum, micro == r->accum - 1);
+    }
+    be->ops->reduce_grads(be);
+    s->loss = dist_mean_scalar(&r->dist, loss / r->accum);
+    s->norm = (float)sqrt(be->ops->grad_sumsq(be));
+    char why[256];
+    if (!step_is_finite((float)s->loss, s->norm, step + 1, why, sizeof why)) {
+        fprintf(stderr, "%s\n", why);
+        return 1;
+    }
+    AdamWStep as = {
+        .lr = lr_at_step(step, opt->steps, opt->warmup, opt->lr, opt->lr_final),
+        .beta1 = 0.9f,
+        .beta2 = 0.95f,
+        .eps = 1e-8f,
+        .weight_decay = opt->weight_decay,
+        .grad_scale = (opt->grad_clip > 0 && s->norm > opt->grad_clip) ? opt->grad_clip / s->norm : 1.0f,
+        .step = step + 1,
+    };
+    be->ops->adamw_update(be, &as);
+    if (profiled) cuda_profiler_range(0);
+    /* data parallel: what the step waited on communication (the rest hid under the backward) */
+    s->comm_ms = r->dist.world > 1 ? be->ops->comm_wait_ms(be) : -1.0;
+    s->ms = now_ms() - t0;
+    s->tokens_per_s = opt->total_batch / (s->ms / 1e3);
+    s->lr = as.lr;
+    return RUN_ON;
+}
+
+/* The step's line on stdout and its record in log.jsonl. */
+static int log_step(Run *r, int step, const StepResult *s) {
+    const Options *opt = &r->opt;
+    Backend *be = r->be;
+    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, opt->steps, s->loss,
+           s->lr, s->norm, s->ms, s->tokens_per_s);
+    if (s->comm_ms >= 0) printf(" | comm %.2f ms", s->comm_ms);
+    if (opt->step_parts && be->ops->phase_ms) {
+        double part[3];
+        be->ops->phase_ms(be, part);
+        printf(" | fwd %.1f out %.1f bwd %.1f ms", part[0], part[1], part[2]);
+    }
+    double mfu = -1, mem_gb = -1;
+    if (be->peak_flops > 0) {
+        mfu = 100.0 * r->flops_per_step / (s->ms / 1e3) / (be->peak_flops * r->dist.world); /* per GPU */
+        mem_gb = be->ops->memory_in_use(be) / 1e9;
+        printf(" | MFU %.1f%% | %.1f GB", mfu, mem_gb);
+    }
+    printf("\n");
+    fflush(stdout);
+    /* also reports a failed sample record of this step */
+    if (runlog_step(&r->log, step + 1, (float)s->loss, s->lr, s->norm, s->ms, s->tokens_per_s, mfu, mem_gb,
+                    s->comm_ms) != 0)
+        return fail(r->log.err);
+    return RUN_ON;
+}
+
+/* The checkpoint after `steps_done` steps: every rank takes part in reading the state (ZeRO-1
+ * gathers the shards); rank 0 writes it. */
+static int save_checkpoint(Run *r, int steps_done) {
+    const Options *opt = &r->opt;
+    r->be->ops->read_state(r->be, r->ck.params, r->ck.m, r->ck.v);
+    if (r->dist.rank != 0) return RUN_ON;
+    LoaderState ls = loader_get_state(&r->train_loader);
+    TrainState st = {.step = steps_done, .loader_epoch = ls.epoch, .loader_position = ls.position,
+                     .B = r->B, .T = r->T, .total_batch = opt->total_batch, .world = r->dist.world,
+                     .seed = (uint64_t)opt->seed, .data_tokens = r->train_loader.num_tokens,
+                     .data_fingerprint = r->train_fingerprint};
+    memcpy(st.rng, r->rng.s, sizeof st.rng);
+    if (checkpoint_save_with(opt->out, &r->table, r->ck.params, r->ck.m, r->ck.v, &st,
+                             r->have_ck_tok ? &r->ck_tok : NULL, opt->keep_checkpoints, r->err) != 0)
+        return fail(r->err);
+    printf("checkpoint: %s/step_%08d\n", opt->out, steps_done);
+    return RUN_ON;
+}
+
+/* Releases everything the stages created, in reverse order, whichever stage stopped the run; a rank
+ * that succeeded tells the rendezvous so (without it, node 0's launcher counts the rank as failed). */
+static int close_run(Run *r, int status) {
+    runlog_close(&r->log);
+    free(r->logits);
+    free(r->targets);
+    free(r->inputs);
+    checkpoint_buffers_free(&r->ck);
+    if (r->be) r->be->ops->destroy(r->be);
+    loader_close(&r->val_loader);
+    loader_close(&r->train_loader);
+    free((char *)r->ck_tok.tokenizer_json);
+    free((char *)r->ck_tok.tokenizer_config_json);
+    if (r->tok) tokenizer_free(r->tok);
+    dist_nccl_free(&r->dist);
+    if (status == 0 && !r->launcher) dist_finish(&r->dist);
+    param_table_free(&r->table);
+    return status;
+}
+
 int main(int argc, char **argv) {
     /* progress lines appear as they happen, also when stdout is a file or a pipe */
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -565,457 +1043,44 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    Options opt;
-    GPTConfig cfg;
-    parse_args(&opt, argc, argv);
-    if (opt.help) {
+    static Run run; /* zero: nothing created yet */
+    Run *r = &run;
+    const Options *opt = &r->opt;
+    parse_args(&r->opt, argc, argv);
+    if (opt->help) {
         usage(stdout);
         return 0;
     }
-    validate(&opt, &cfg);
-    if (opt.init_from[0]) check_init_from(&opt, &cfg);
-    char err[FGPT_ERR_LEN];
 
-    /* A worker started by `-g N` knows its rank from the environment; anything else is either the
-     * launcher of this node (-g N > 1 or --nodes M > 1) or a world of one. */
-    Dist dist;
-    if (dist_from_env(&dist, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        return 2;
-    }
-    const int is_worker = getenv("FUSEDGPT_RANK") != NULL;
-    const char *test_launcher = getenv("FUSEDGPT_TEST_LAUNCHER");
-    if (test_launcher && strcmp(test_launcher, "1") == 0) {
-        /* the launcher and rendezvous without GPUs (tests) */
-        if (!is_worker) return dist_launch(argv, opt.gpus, opt.nodes, opt.node_rank, opt.master);
-        return dist_selftest_worker(&dist);
-    }
-    if (strcmp(opt.device, "cuda") == 0) {
-        char why[512] = "";
-        int n = cuda_device_count(why);
-        if (n == 0) {
-            fprintf(stderr, "error: no CUDA GPU available (%s); use --device cpu for the CPU reference backend\n",
-                    why);
-            return 1;
-        }
-        if (opt.gpus > n) {
-            fprintf(stderr, "error: -g/--gpus %d but this host has %d CUDA GPU(s)\n", opt.gpus, n);
-            return 1;
-        }
-        if ((opt.gpus > 1 || opt.nodes > 1) && !is_worker)
-            return dist_launch(argv, opt.gpus, opt.nodes, opt.node_rank, opt.master);
-        if (is_worker && dist.world != opt.gpus * opt.nodes) {
-            fprintf(stderr, "error: worker of a %d-rank group started with -g %d --nodes %d\n", dist.world, opt.gpus,
-                    opt.nodes);
-            return 2;
-        }
-        if (dist_nccl_init(&dist, err) != 0) {
-            fprintf(stderr, "error: %s\n", err);
-            return 1;
-        }
-    }
-    if ((opt.gpus != 1 || opt.nodes != 1 || dist.world != 1) && strcmp(opt.device, "cpu") == 0) {
-        fprintf(stderr, "error: -g/--gpus and --nodes (data parallel) apply to --device cuda only\n");
-        return 2;
-    }
-    if ((opt.zero || !opt.overlap_comm || opt.bucket_mb) && strcmp(opt.device, "cpu") == 0) {
-        fprintf(stderr, "error: --zero, --overlap-comm and --bucket-mb set how GPUs share gradients: they apply to "
-                        "--device cuda with -g/--nodes, not to the CPU backend\n");
-        return 2;
-    }
-    /* Rank 0 alone prints, logs, samples and checkpoints; the others keep stderr for errors. */
-    if (dist.rank != 0 && !freopen("/dev/null", "w", stdout)) {
-        fprintf(stderr, "error: rank %d cannot silence its stdout\n", dist.rank);
-        return 1;
-    }
+    /* ---- set up: the command line is checked whole before anything touches the disk ---- */
+    validate(&r->opt, &r->cfg); /* exits with status 2 */
+    if (check_init_from(opt, &r->cfg) != 0) return 1;
+    int status = plan_model(r);
+    if (status == RUN_ON) status = start_world(r, argv);
+    if (status == RUN_ON) status = claim_run_dir(r);
+    if (status == RUN_ON) status = resolve_data(r);
+    if (status == RUN_ON) status = create_backend(r);
+    if (status == RUN_ON) status = opt->resume ? resume(r) : start_new(r);
+    if (status == RUN_ON) status = open_log(r);
+    if (status == RUN_ON) print_header(r);
 
-    /* A resume with nothing to resume stops before it creates the directory (a typo in -o). */
-    if (opt.resume && dist.rank == 0) {
-        char name[256];
-        if (checkpoint_latest_name(opt.out, name, sizeof name, err) != 0) {
-            fprintf(stderr, "error: %s\n", err);
-            return 1;
+    /* ---- the training loop ---- */
+    for (int step = r->start_step; status == RUN_ON && step < opt->steps; step++) {
+        if (r->have_val && opt->val_every && step % opt->val_every == 0) {
+            status = evaluate(r, step);
+            if (status != RUN_ON) break;
         }
+        if (r->dist.rank == 0 && opt->sample_every && step > 0 && step % opt->sample_every == 0)
+            generate_sample(r->be, r->tok, opt, &r->rng, step, &r->log, r->inputs, r->logits);
+        StepResult s;
+        status = take_step(r, step, &s);
+        if (status == RUN_ON) status = log_step(r, step, &s);
+        const int checkpoint_due = (opt->checkpoint_every && (step + 1) % opt->checkpoint_every == 0) ||
+                                   step == opt->steps - 1;
+        if (status == RUN_ON && checkpoint_due) status = save_checkpoint(r, step + 1);
     }
-    /* One trainer per run directory: two would interleave their checkpoints, latest and log. */
-    if (dist.rank == 0 && lock_dir(opt.out) < 0) {
-        if (errno == EWOULDBLOCK) {
-            fprintf(stderr, "error: another trainer is using run directory %s; wait for it to finish or pass "
-                            "another -o\n", opt.out);
-            return 1;
-        }
-        if (errno != ENOSYS && errno != ENOLCK && errno != EOPNOTSUPP) {
-            fprintf(stderr, "error: cannot create or lock run directory %s: %s (check -o)\n", opt.out,
-                    strerror(errno));
-            return 1;
-        }
-        /* a cluster file system mounted without locks: train, but nothing stops a second trainer */
-        printf("note: run directory %s cannot be locked (%s); do not start a second trainer on it\n", opt.out,
-               strerror(errno));
-    }
+    if (status == RUN_ON && r->have_val && opt->val_every) status = evaluate(r, opt->steps);
 
-    /* Data: the user's shards, or the default corpus prepared for this vocabulary. */
-    PreparedData prepared;
-    memset(&prepared, 0, sizeof prepared);
-    const char *train_path = opt.train_data, *val_path = opt.val_data, *tok_path = opt.tokenizer;
-    if (!train_path[0]) {
-        if (val_path[0]) bad("-j/--val-data", "needs -i/--train-data too");
-        if (prepare_default_corpus((uint32_t)cfg.vocab_size, opt.cache_dir, &prepared, err) != 0) {
-            fprintf(stderr, "error: %s\n", err);
-            return 1;
-        }
-        train_path = prepared.train_path;
-        val_path = prepared.val_path;
-        if (!tok_path[0]) tok_path = prepared.tokenizer_path;
-        printf("data: the default corpus %s%s, tokenizer of %u tokens\n", prepared.corpus,
-               prepare_wants_extended_corpus((uint32_t)cfg.vocab_size) ? " (the standard one supports fewer tokens than -v)"
-                                                                       : "",
-               prepared.vocab_reached);
-        if (prepared.vocab_reached < prepared.vocab_requested)
-            printf("tokenizer: the corpus supports %u of the %u tokens asked for; the model keeps V = %d\n",
-                   prepared.vocab_reached, prepared.vocab_requested, cfg.vocab_size);
-    }
-    /* Everything below is released at `done`, whatever path leads there. */
-    int status = 0;
-    Tokenizer *tok = NULL;
-    ParamTable table;
-    Loader train_loader, val_loader;
-    Backend *be = NULL;
-    RunLog log = {NULL};
-    CheckpointBuffers ck = {NULL, NULL, NULL};
-    CheckpointTokenizer ck_tok = {0};
-    int have_ck_tok = 0;
-    int *inputs = NULL, *targets = NULL;
-    float *logits = NULL;
-    memset(&table, 0, sizeof table);
-    memset(&train_loader, 0, sizeof train_loader);
-    memset(&val_loader, 0, sizeof val_loader);
-#define FAIL(code)      \
-    do {                \
-        status = (code); \
-        goto done;      \
-    } while (0)
-    if (opt.prompt[0] && !tok_path[0]) {
-        fprintf(stderr, "error: --prompt needs a tokenizer to encode it: pass --tokenizer FILE (the one that made "
-                        "-i's tokens)\n");
-        FAIL(2);
-    }
-    if (opt.train_data[0] && !val_path[0] && opt.val_every > 0) /* -i without -j: nothing to validate on */
-        printf("validation: off (no -j/--val-data shard beside -i); --val-every has nothing to evaluate\n");
-    if (opt.repeated[0]) printf("note: given more than once, the last value is used: %s\n", opt.repeated);
-    if (opt.logits_mb != LOGITS_MB_DEFAULT && strcmp(opt.output, "fused"))
-        printf("output layer: --logits-mb sizes the fused layer's chunks; --output %s does not use it\n", opt.output);
-    if (opt.warmup >= opt.steps)
-        printf("schedule: --warmup %d is not below -x %d: the learning rate never reaches -l %g\n", opt.warmup,
-               opt.steps, opt.lr);
-    if (tok_path[0]) {
-        tok = tokenizer_load(tok_path, err);
-        if (!tok) {
-            fprintf(stderr, "error: %s\n", err);
-            FAIL(1);
-        }
-        if (tokenizer_vocab_size(tok) > (uint32_t)cfg.vocab_size) {
-            fprintf(stderr, "error: tokenizer %s has %u tokens but the model's vocabulary is %d (pass -v %u)\n",
-                    tok_path, tokenizer_vocab_size(tok), cfg.vocab_size, tokenizer_vocab_size(tok));
-            FAIL(1);
-        }
-        have_ck_tok = dist.rank == 0 && checkpoint_tokenizer(tok, cfg.max_seq_len, &ck_tok);
-    } else if (dist.rank == 0) {
-        printf("note: no --tokenizer: checkpoints will carry no tokenizer.json\n");
-    }
-
-    note_sample_window(tok, &opt);
-    if (param_table_build(&table, &cfg, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        FAIL(2);
-    }
-    int B = opt.batch, T = opt.seq_len, accum = opt.total_batch / (B * T * dist.world);
-    /* --val-batches counts batches over all ranks, so N GPUs evaluate what one GPU evaluates */
-    int val_batches_per_rank = (opt.val_batches + dist.world - 1) / dist.world;
-    int have_val = val_path[0] != 0;
-    if (loader_open(&train_loader, train_path, (uint32_t)cfg.vocab_size, B, T, dist.rank, dist.world, accum, 1,
-                    (uint64_t)opt.seed, err) != 0 ||
-        (have_val && loader_open(&val_loader, val_path, (uint32_t)cfg.vocab_size, B, T, dist.rank, dist.world, 1,
-                                 0, 0, err) != 0)) {
-        if (prepared.train_path[0]) { /* the default corpus: its cache, which the trainer made, is damaged */
-            char dir[PREPARE_PATH_LEN];
-            snprintf(dir, sizeof dir, "%s", prepared.train_path);
-            if (strrchr(dir, '/')) *strrchr(dir, '/') = 0;
-            fprintf(stderr, "error: %s; it belongs to the default corpus's cache: delete %s and run again to prepare "
-                            "it anew\n", err, dir);
-        } else {
-            fprintf(stderr, "error: %s\n", err);
-        }
-        FAIL(1);
-    }
-    /* the two shards must come from one tokenizer, or the validation loss means nothing */
-    if (have_val && train_loader.shard_vocab != val_loader.shard_vocab) {
-        fprintf(stderr, "error: %s was tokenized for a vocabulary of %u but %s for %u: pass a validation shard "
-                        "made by the same tokenizer\n", train_path, train_loader.shard_vocab, val_path,
-                val_loader.shard_vocab);
-        FAIL(1);
-    }
-    const uint64_t train_fingerprint = loader_fingerprint(&train_loader); /* checkpoints record it */
-    /* a small validation shard (1 % of a small corpus) is used whole rather than refused */
-    const int val_batches_asked = val_batches_per_rank;
-    if (have_val && val_loader.num_batches < (uint64_t)val_batches_per_rank)
-        val_batches_per_rank = (int)val_loader.num_batches;
-    OutputKind output = strcmp(opt.output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
-    DataParallel dp = {.dist = &dist, .zero1 = opt.zero, .overlap = opt.overlap_comm,
-                       .bucket_bytes = (size_t)opt.bucket_mb << 20};
-    be = strcmp(opt.device, "cpu") == 0 ? backend_cpu_create(&table, B, T, output, (uint64_t)opt.seed, err)
-                                        : backend_cuda_create(&table, B, T, output, (size_t)opt.logits_mb << 20,
-                                                                      (uint64_t)opt.seed, &dp, err);
-    if (!be) {
-        fprintf(stderr, "error: %s\n", err);
-        FAIL(1);
-    }
-    be->dist = &dist;
-    /* rank 0 writes every checkpoint; a resume has each rank read one */
-    if ((dist.rank == 0 || opt.resume) && checkpoint_buffers_alloc(&ck, &table, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        FAIL(1);
-    }
-    Rng rng;
-    rng_seed(&rng, (uint64_t)opt.seed ^ 0x5eed5a3e1eull);
-    int start_step = 0;
-    if (opt.resume) {
-        TrainState st;
-        if (checkpoint_load_latest(opt.out, &table, ck.params, ck.m, ck.v, &st, err) != 0) {
-            fprintf(stderr, "error: %s\n", err);
-            FAIL(1);
-        }
-        /* each rank read the checkpoint itself; on hosts that do not share -o they may have read
-         * different ones, and would train different replicas or wait for each other forever */
-        const int same_step = ranks_agree(&dist, st.step);
-        const int same_high = ranks_agree(&dist, (double)(st.checksum >> 32));
-        const int same_low = ranks_agree(&dist, (double)(st.checksum & 0xffffffffu));
-        if (!same_step || !same_high || !same_low) {
-            fprintf(stderr, "error: rank %d read a checkpoint of step %d in %s that differs from another rank's; "
-                            "every host needs the same checkpoint (-o on a shared file system, or a copy)\n",
-                    dist.rank, st.step, opt.out);
-            FAIL(1);
-        }
-        if (st.B != B || st.T != T || st.total_batch != opt.total_batch || st.seed != (uint64_t)opt.seed) {
-            fprintf(stderr,
-                    "error: checkpoint in %s was trained with -b %d -t %d -d %d --seed %llu; resume with the same "
-                    "values so the data order continues\n",
-                    opt.out, st.B, st.T, st.total_batch, (unsigned long long)st.seed);
-            FAIL(1);
-        }
-        if ((st.data_tokens || st.data_fingerprint) &&
-            (st.data_tokens != train_loader.num_tokens || st.data_fingerprint != train_fingerprint)) {
-            fprintf(stderr,
-                    "error: checkpoint in %s was trained on other data (a shard of %llu tokens) than %s (%llu "
-                    "tokens%s); resume with the same -i so the data order continues\n",
-                    opt.out, (unsigned long long)st.data_tokens, train_path,
-                    (unsigned long long)train_loader.num_tokens,
-                    st.data_tokens == train_loader.num_tokens ? ", other values" : "");
-            FAIL(1);
-        }
-        LoaderState ls = {st.loader_epoch, st.loader_position};
-        if (st.world != dist.world) {
-            /* the checkpoint holds the whole model and optimizer state, so only the data position
-             * depends on the number of ranks; a step's micro-batches must split over both counts */
-            const int per_step = opt.total_batch / (B * T);
-            const char *why = NULL;
-            if (st.world < 1 || per_step % st.world)
-                why = "that many ranks cannot share its batch (a damaged state.bin?)";
-            else if (loader_state_for_world(&ls, st.world, dist.world, err) != 0)
-                why = err;
-            if (why) {
-                fprintf(stderr, "error: checkpoint in %s (%d rank(s), %d micro-batches per step): %s\n", opt.out,
-                        st.world, per_step, why);
-                FAIL(1);
-            }
-            printf("resuming a run of %d rank(s) on %d: the data order goes on where it stopped; losses follow the "
-                   "%d-rank run's to rounding, not bit for bit\n",
-                   st.world, dist.world, st.world);
-        }
-        if (loader_set_state(&train_loader, ls, err) != 0) {
-            fprintf(stderr, "error: %s\n", err);
-            FAIL(1);
-        }
-        be->ops->write_state(be, ck.params, ck.m, ck.v);
-        if (dist.rank != 0) checkpoint_buffers_free(&ck); /* only rank 0 writes checkpoints */
-        memcpy(rng.s, st.rng, sizeof rng.s);
-        start_step = st.step;
-        printf("resumed from %s at step %d\n", opt.out, start_step);
-        if (start_step >= opt.steps) {
-            printf("nothing to train: the checkpoint is at step %d and -x is %d (pass a larger -x to go on)\n",
-                   start_step, opt.steps);
-            FAIL(0);
-        }
-        /* the records of step start_step that the loop below writes again */
-        const int eval_again = have_val && opt.val_every && start_step % opt.val_every == 0;
-        const int sample_again = opt.sample_every && start_step % opt.sample_every == 0;
-        if (dist.rank == 0 && leave_later_timeline(opt.out, start_step, eval_again, sample_again, err) != 0) {
-            fprintf(stderr, "error: %s\n", err);
-            FAIL(1);
-        }
-    } else if (opt.init_from[0] && init_from_weights(be, &table, opt.init_from, &ck) != 0) {
-        FAIL(1);
-    }
-    if (opt.resume && opt.init_from[0])
-        printf("note: resuming: the checkpoint holds the weights, --init-from %s is not read\n", opt.init_from);
-    if (!opt.resume && dist.rank == 0) {
-        /* a new run: nothing of an earlier one in this directory is overwritten, pruned or mixed in */
-        char name[256] = "", moved_to[FGPT_PATH_LEN];
-        int had_latest = checkpoint_latest_name(opt.out, name, sizeof name, err) == 0;
-        int moved = checkpoint_set_aside_run(opt.out, moved_to, sizeof moved_to, err);
-        if (moved < 0) {
-            fprintf(stderr, "error: %s\n", err);
-            FAIL(1);
-        }
-        if (moved && had_latest)
-            printf("note: %s held an earlier run (latest checkpoint %s); moved it to %s (-y 1 would have continued "
-                   "it; remove that directory when it is not needed)\n",
-                   opt.out, name, moved_to);
-        else if (moved)
-            printf("note: %s held files of an earlier run that wrote no checkpoint; moved them to %s (remove that "
-                   "directory when it is not needed)\n",
-                   opt.out, moved_to);
-    }
-    if (dist.rank == 0 && runlog_open(&log, opt.out, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
-        FAIL(1);
-    }
-
-    printf("model: L=%d NH=%d C=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", cfg.num_layers, cfg.num_heads,
-           cfg.dim, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, table.total / 1e6);
-    printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches x %d rank(s)), output layer %s, device %s (%s)\n",
-           B, T, opt.total_batch, accum, dist.world, opt.output, opt.device, be->device_name);
-    if (be->output_path[0]) printf("output layer: %s\n", be->output_path);
-    if (be->peak_flops > 0) printf("MFU against a dense bf16 peak of %.0f TFLOP/s\n", be->peak_flops / 1e12);
-    if (val_batches_per_rank < val_batches_asked)
-        printf("validation: %s holds %d batch(es) of %d x %d per rank, fewer than --val-batches asks; using those\n",
-               val_path, val_batches_per_rank, B, T + 1);
-    const double flops_per_step = gpt_flops_per_token(&cfg, T) * opt.total_batch;
-    print_memory(be, ck.params ? checkpoint_buffers_bytes(&table) : 0, strcmp(opt.device, "cpu") == 0);
-
-    inputs = malloc((size_t)B * T * sizeof(int));
-    targets = malloc((size_t)B * T * sizeof(int));
-    logits = malloc((size_t)cfg.vocab_size * sizeof(float));
-    if (!inputs || !targets || !logits) {
-        fprintf(stderr, "error: out of host memory\n");
-        FAIL(1);
-    }
-    /* one training step (1-based, as printed) inside a profiler's capture range: dev/step_profile.sh */
-    const char *profile_env = getenv("FUSEDGPT_PROFILE_STEP");
-    const int profile_step = profile_env && strcmp(opt.device, "cpu") != 0 ? atoi(profile_env) : 0;
-    /* GPU time of the step's parts on each step line (the backend's marks, summed over micro-steps) */
-    const int show_parts = getenv("FUSEDGPT_STEP_PARTS") != NULL;
-    for (int step = start_step; step < opt.steps; step++) {
-        int last = step == opt.steps - 1;
-        if (have_val && opt.val_every && step % opt.val_every == 0) {
-            float vl = validation_loss(be, &val_loader, val_batches_per_rank, inputs, targets);
-            printf("step %5d | val loss %.6f\n", step, vl);
-            if (runlog_eval(&log, step, vl) != 0) {
-                fprintf(stderr, "error: %s\n", log.err);
-                status = 1;
-                break;
-            }
-        }
-        if (dist.rank == 0 && opt.sample_every && step > 0 && step % opt.sample_every == 0)
-            generate_sample(be, tok, &opt, &rng, step, &log, inputs, logits);
-
-        if (step + 1 == profile_step) cuda_profiler_range(1);
-        double t0 = now_ms();
-        be->ops->zero_grad(be);
-        double loss = 0.0;
-        for (int micro = 0; micro < accum; micro++) {
-            loader_next_batch(&train_loader, inputs, targets);
-            loss += be->ops->train_micro_step(be, inputs, targets, 1.0f / accum, micro == accum - 1);
-        }
-        be->ops->reduce_grads(be);
-        loss = dist_mean_scalar(&dist, loss / accum);
-        float norm = (float)sqrt(be->ops->grad_sumsq(be));
-        char why[256];
-        if (!step_is_finite((float)loss, norm, step + 1, why, sizeof why)) {
-            fprintf(stderr, "%s\n", why);
-            status = 1;
-            break;
-        }
-        AdamWStep as = {
-            .lr = lr_at_step(step, opt.steps, opt.warmup, opt.lr, opt.lr_final),
-            .beta1 = 0.9f,
-            .beta2 = 0.95f,
-            .eps = 1e-8f,
-            .weight_decay = opt.weight_decay,
-            .grad_scale = (opt.grad_clip > 0 && norm > opt.grad_clip) ? opt.grad_clip / norm : 1.0f,
-            .step = step + 1,
-        };
-        be->ops->adamw_update(be, &as);
-        if (step + 1 == profile_step) cuda_profiler_range(0);
-        /* data parallel: what the step waited on communication (the rest hid under the backward) */
-        double comm_ms = dist.world > 1 ? be->ops->comm_wait_ms(be) : -1.0;
-        double ms = now_ms() - t0;
-        double tps = opt.total_batch / (ms / 1e3);
-        printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, opt.steps, loss,
-               as.lr, norm, ms, tps);
-        if (comm_ms >= 0) printf(" | comm %.2f ms", comm_ms);
-        if (show_parts && be->ops->phase_ms) {
-            double part[3];
-            be->ops->phase_ms(be, part);
-            printf(" | fwd %.1f out %.1f bwd %.1f ms", part[0], part[1], part[2]);
-        }
-        double mfu = -1, mem_gb = -1;
-        if (be->peak_flops > 0) {
-            mfu = 100.0 * flops_per_step / (ms / 1e3) / (be->peak_flops * dist.world); /* per GPU */
-            mem_gb = be->ops->memory_in_use(be) / 1e9;
-            printf(" | MFU %.1f%% | %.1f GB", mfu, mem_gb);
-        }
-        printf("\n");
-        fflush(stdout);
-        /* also reports a failed sample record of this step */
-        if (runlog_step(&log, step + 1, (float)loss, as.lr, norm, ms, tps, mfu, mem_gb, comm_ms) != 0) {
-            fprintf(stderr, "error: %s\n", log.err);
-            status = 1;
-            break;
-        }
-
-        if ((opt.checkpoint_every && (step + 1) % opt.checkpoint_every == 0) || last) {
-            /* every rank takes part in reading the state (ZeRO-1 gathers the shards); rank 0 writes */
-            be->ops->read_state(be, ck.params, ck.m, ck.v);
-            if (dist.rank != 0) continue;
-            LoaderState ls = loader_get_state(&train_loader);
-            TrainState st = {.step = step + 1, .loader_epoch = ls.epoch, .loader_position = ls.position,
-                             .B = B, .T = T, .total_batch = opt.total_batch, .world = dist.world,
-                             .seed = (uint64_t)opt.seed, .data_tokens = train_loader.num_tokens,
-                             .data_fingerprint = train_fingerprint};
-            memcpy(st.rng, rng.s, sizeof st.rng);
-            if (checkpoint_save_with(opt.out, &table, ck.params, ck.m, ck.v, &st, have_ck_tok ? &ck_tok : NULL,
-                                     opt.keep_checkpoints, err) != 0) {
-                fprintf(stderr, "error: %s\n", err);
-                status = 1;
-                break;
-            }
-            printf("checkpoint: %s/step_%08d\n", opt.out, step + 1);
-        }
-    }
-    if (status == 0 && have_val && opt.val_every) {
-        float vl = validation_loss(be, &val_loader, val_batches_per_rank, inputs, targets);
-        printf("step %5d | val loss %.6f\n", opt.steps, vl);
-        if (runlog_eval(&log, opt.steps, vl) != 0) {
-            fprintf(stderr, "error: %s\n", log.err);
-            status = 1;
-        }
-    }
-done:
-    free((char *)ck_tok.tokenizer_json);
-    free((char *)ck_tok.tokenizer_config_json);
-    checkpoint_buffers_free(&ck);
-    free(logits);
-    free(targets);
-    free(inputs);
-    runlog_close(&log);
-    if (be) be->ops->destroy(be);
-    loader_close(&val_loader);
-    loader_close(&train_loader);
-    param_table_free(&table);
-    if (tok) tokenizer_free(tok);
-    dist_nccl_free(&dist);
-    if (status == 0) dist_finish(&dist); /* without it, node 0's launcher counts this rank as failed */
-    return status;
-#undef FAIL
+    /* ---- tear down ---- */
+    return close_run(r, status == RUN_ON ? 0 : status);
 }

@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data/err.h"
+
 /* Bumped whenever the recipe changes what text comes out, so caches keyed on it are rebuilt. */
 #define CORPUS_DEFAULT_NAME "default-v1"
 /* The standard sources plus Debian main's dict-wn, dict-foldoc, dict-jargon, dict-devil and
@@ -31,7 +33,7 @@
  * extended one), fetching and cleaning on first use, and writes its path into path (cap bytes) and
  * the corpus name into name (32 bytes). Falls back to the synthetic corpus, saying so in one line
  * on stderr, when the packages cannot be fetched. Returns 0, or -1 with a one-line message in err
- * (FGPT_ERR_LEN bytes). */
+ * (ERR_LEN bytes). */
 int corpus_default(const char *cache_dir, int extended, char *path, size_t cap, char *name, char *err);
 
 /* Cleaners, one source each; exposed for tests. Each appends to *out (a growable buffer). */

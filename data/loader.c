@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "data/hash.h"
 #include "data/rng.h"
 
@@ -36,7 +37,7 @@ int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T,
     l->total_windows = l->num_tokens > 0 ? (l->num_tokens - 1) / (uint64_t)T : 0;
     l->num_batches = l->total_windows / (uint64_t)B / ((uint64_t)world * accum) * accum;
     if (l->num_batches == 0) {
-        snprintf(err, FGPT_ERR_LEN,
+        snprintf(err, ERR_LEN,
                  "shard %s has %llu tokens: too few for a batch of %d x %d on each of %d rank(s) with %d "
                  "micro-batch(es) per step (need %llu; lower -b, -t or -d, or use more data)",
                  path, (unsigned long long)l->num_tokens, B, T + 1, world, accum,
@@ -46,7 +47,7 @@ int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T,
     }
     l->order = malloc(l->total_windows * sizeof(uint64_t));
     if (!l->order) {
-        snprintf(err, FGPT_ERR_LEN, "out of memory for the batch order of %s", path);
+        snprintf(err, ERR_LEN, "out of memory for the batch order of %s", path);
         loader_close(l);
         return -1;
     }
@@ -95,7 +96,7 @@ uint64_t loader_fingerprint(const Loader *l) {
 int loader_state_for_world(LoaderState *s, int from_world, int to_world, char *err) {
     const uint64_t consumed = s->position * (uint64_t)from_world;
     if (from_world < 1 || to_world < 1 || consumed % (uint64_t)to_world) {
-        snprintf(err, FGPT_ERR_LEN,
+        snprintf(err, ERR_LEN,
                  "the checkpoint's data position (%llu batches on each of %d rank(s)) is not a whole number of "
                  "batches on %d rank(s) (resume with -g %d)",
                  (unsigned long long)s->position, from_world, to_world, from_world);
@@ -107,7 +108,7 @@ int loader_state_for_world(LoaderState *s, int from_world, int to_world, char *e
 
 int loader_set_state(Loader *l, LoaderState s, char *err) {
     if (s.position > l->num_batches) {
-        snprintf(err, FGPT_ERR_LEN,
+        snprintf(err, ERR_LEN,
                  "checkpoint's data position %llu is beyond this shard's %llu batches per rank (resume with the "
                  "same data, -b, -t and -d)",
                  (unsigned long long)s.position, (unsigned long long)l->num_batches);

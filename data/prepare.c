@@ -7,6 +7,7 @@
  * validation shard. Shards are written through data/shard.h with the vocabulary size the tokenizer
  * reached (which can be below the one asked for on a small corpus). */
 #include "data/prepare.h"
+#include "data/err.h"
 #include "data/paths.h"
 
 #include <errno.h>
@@ -118,7 +119,7 @@ static int write_part(const Tokenizer *tok, const char *text, size_t len, int th
                       uint64_t *n_tokens, char *err) {
     uint32_t *ids = NULL;
     size_t n = 0;
-    char terr[TOKENIZER_ERR_LEN];
+    char terr[ERR_LEN];
     if (tokenizer_encode_parallel(tok, text, len, 1, threads, &ids, &n, terr) != 0) {
         fgpt_set_err(err, "%s", terr);
         return -1;
@@ -131,7 +132,7 @@ static int write_part(const Tokenizer *tok, const char *text, size_t len, int th
 
 /* Writes an imported tokenizer's tokenizer.json beside the shards, as it was read. */
 static int save_hf_json(const Tokenizer *tok, const char *path, char *err) {
-    char terr[TOKENIZER_ERR_LEN];
+    char terr[ERR_LEN];
     size_t n;
     char *json = tokenizer_hf_json(tok, &n, terr);
     if (!json) {
@@ -155,7 +156,7 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
                         const char *out_dir, PreparedData *out, char *err) {
     memset(out, 0, sizeof *out);
     const int imported = given && tokenizer_is_imported(given);
-    char terr[TOKENIZER_ERR_LEN];
+    char terr[ERR_LEN];
     /* what can be refused from the text alone (and the given tokenizer) is, before anything is
      * written; a trained tokenizer separates documents with "<|endoftext|>" and normalizes nothing */
     if (len == 0) {
@@ -236,7 +237,7 @@ static uint64_t text_hash(const char *s, size_t n) {
 /* A cached preparation is complete when its tokenizer loads and both shards pass their header
  * checks; anything less is prepared again. */
 static int cached_ok(const char *dir, uint32_t vocab, PreparedData *out) {
-    char err[FGPT_ERR_LEN], terr[TOKENIZER_ERR_LEN];
+    char err[ERR_LEN], terr[ERR_LEN];
     if (path_join(out->train_path, dir, "train.bin", err) || path_join(out->val_path, dir, "val.bin", err) ||
         path_join(out->tokenizer_path, dir, "tokenizer.bin", err))
         return 0;
@@ -428,7 +429,7 @@ int prepare_main(int argc, char **argv) {
             files[n_files++] = a;
         }
     }
-    char err[FGPT_ERR_LEN];
+    char err[ERR_LEN];
     PreparedData out;
     if (default_corpus && (n_files || opt.tokenizer_in)) {
         status = bad_arg("--default-corpus", "takes no text files and no --tokenizer");
@@ -464,7 +465,7 @@ int prepare_main(int argc, char **argv) {
         const char *sep = TOKENIZER_EOT_TEXT;
         size_t sep_len = strlen(sep);
         if (opt.tokenizer_in) {
-            char terr[TOKENIZER_ERR_LEN];
+            char terr[ERR_LEN];
             given = tokenizer_load(opt.tokenizer_in, terr);
             if (!given) {
                 fprintf(stderr, "error: %s\n", terr);

@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "data/err.h"
+
 #define PREPARE_PATH_LEN 1024
 
 typedef struct {
@@ -28,7 +30,7 @@ int prepare_wants_extended_corpus(uint32_t vocab_size);
 
 /* Makes sure the default corpus is prepared with a vocab_size-token tokenizer under cache_dir:
  * the standard corpus, or the extended one when vocab_size is more than the standard supports.
- * Returns 0 and fills *out, or -1 with a one-line message in err (FGPT_ERR_LEN bytes). */
+ * Returns 0 and fills *out, or -1 with a one-line message in err (ERR_LEN bytes). */
 int prepare_default_corpus(uint32_t vocab_size, const char *cache_dir, PreparedData *out, char *err);
 
 /* The `./train prepare` sub-command; argv[0] is "prepare". Returns the process exit status. */

@@ -1,5 +1,6 @@
 /* data/shard.c - token shard writer and validating reader (format in shard.h). */
 #include "data/shard.h"
+#include "data/err.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -12,7 +13,7 @@
 void fgpt_set_err(char *err, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, FGPT_ERR_LEN, fmt, ap);
+    vsnprintf(err, ERR_LEN, fmt, ap);
     va_end(ap);
 }
 
@@ -40,12 +41,12 @@ static void encode_header(unsigned char h[SHARD_HEADER_BYTES], uint32_t bytes_pe
 
 ShardWriter *shard_writer_open(const char *path, uint32_t vocab_size, char *err) {
     if (vocab_size == 0) {
-        snprintf(err, FGPT_ERR_LEN, "shard %s: vocabulary size 0 (pass the tokenizer's vocabulary size)", path);
+        snprintf(err, ERR_LEN, "shard %s: vocabulary size 0 (pass the tokenizer's vocabulary size)", path);
         return NULL;
     }
     ShardWriter *w = calloc(1, sizeof *w);
     if (!w) {
-        snprintf(err, FGPT_ERR_LEN, "out of memory opening shard %s", path);
+        snprintf(err, ERR_LEN, "out of memory opening shard %s", path);
         return NULL;
     }
     snprintf(w->path, sizeof w->path, "%s", path);
@@ -56,7 +57,7 @@ ShardWriter *shard_writer_open(const char *path, uint32_t vocab_size, char *err)
     unsigned char h[SHARD_HEADER_BYTES];
     encode_header(h, w->bytes_per_token, vocab_size, 0);
     if (!w->f || fwrite(h, 1, sizeof h, w->f) != sizeof h) {
-        snprintf(err, FGPT_ERR_LEN, "cannot write shard %s: %s (check the directory exists and is writable)",
+        snprintf(err, ERR_LEN, "cannot write shard %s: %s (check the directory exists and is writable)",
                  w->tmp_path, strerror(errno));
         if (w->f) fclose(w->f);
         free(w);
@@ -73,7 +74,7 @@ int shard_writer_append(ShardWriter *w, const uint32_t *tokens, size_t n, char *
         for (size_t j = 0; j < k; j++) {
             uint32_t tok = tokens[i + j];
             if (tok >= w->vocab_size) {
-                snprintf(err, FGPT_ERR_LEN, "token %u is >= the shard's vocabulary %u (writing %s)", tok,
+                snprintf(err, ERR_LEN, "token %u is >= the shard's vocabulary %u (writing %s)", tok,
                          w->vocab_size, w->path);
                 return -1;
             }
@@ -85,7 +86,7 @@ int shard_writer_append(ShardWriter *w, const uint32_t *tokens, size_t n, char *
             }
         }
         if (fwrite(buf, w->bytes_per_token, k, w->f) != k) {
-            snprintf(err, FGPT_ERR_LEN, "cannot write shard %s: %s (disk full?)", w->tmp_path, strerror(errno));
+            snprintf(err, ERR_LEN, "cannot write shard %s: %s (disk full?)", w->tmp_path, strerror(errno));
             return -1;
         }
         i += k;
@@ -109,7 +110,7 @@ int shard_writer_close(ShardWriter *w, char *err) {
     ok = (fclose(w->f) == 0) && ok;
     w->f = NULL;
     if (!ok || rename(w->tmp_path, w->path) != 0) {
-        snprintf(err, FGPT_ERR_LEN, "cannot finish shard %s: %s", w->path, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot finish shard %s: %s", w->path, strerror(errno));
         shard_writer_abort(w);
         return -1;
     }
@@ -140,14 +141,14 @@ static FILE *open_llmc(FILE *f, const char *path, const int32_t llmc[3], const s
     hdr->vocab_size = gpt2 ? LLMC_VOCAB_GPT2 : LLMC_VOCAB_LLAMA3;
     hdr->header_bytes = LLMC_HEADER_BYTES;
     if (llmc[1] != version) {
-        snprintf(err, FGPT_ERR_LEN, "llm.c shard %s has magic %d with version %d, but that magic goes with version %d "
+        snprintf(err, ERR_LEN, "llm.c shard %s has magic %d with version %d, but that magic goes with version %d "
                  "(corrupt header; re-create it with llm.c's dev/data scripts)", path, (int)llmc[0], (int)llmc[1],
                  (int)version);
         fclose(f);
         return NULL;
     }
     if (llmc[2] < 0) {
-        snprintf(err, FGPT_ERR_LEN, "llm.c shard %s records %d tokens (corrupt header; re-create it)", path,
+        snprintf(err, ERR_LEN, "llm.c shard %s records %d tokens (corrupt header; re-create it)", path,
                  (int)llmc[2]);
         fclose(f);
         return NULL;
@@ -155,7 +156,7 @@ static FILE *open_llmc(FILE *f, const char *path, const int32_t llmc[3], const s
     hdr->num_tokens = (uint64_t)llmc[2];
     uint64_t expect = LLMC_HEADER_BYTES + hdr->num_tokens * hdr->bytes_per_token;
     if ((uint64_t)st->st_size != expect) {
-        snprintf(err, FGPT_ERR_LEN,
+        snprintf(err, ERR_LEN,
                  "token shard %s is %lld bytes but its header promises %llu tokens (%llu bytes): truncated or "
                  "corrupt, re-create it",
                  path, (long long)st->st_size, (unsigned long long)hdr->num_tokens, (unsigned long long)expect);
@@ -163,7 +164,7 @@ static FILE *open_llmc(FILE *f, const char *path, const int32_t llmc[3], const s
         return NULL;
     }
     if (fseek(f, LLMC_HEADER_BYTES, SEEK_SET) != 0) {
-        snprintf(err, FGPT_ERR_LEN, "cannot read token shard %s: %s", path, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot read token shard %s: %s", path, strerror(errno));
         fclose(f);
         return NULL;
     }
@@ -174,20 +175,20 @@ static FILE *open_llmc(FILE *f, const char *path, const int32_t llmc[3], const s
 static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, FGPT_ERR_LEN, "cannot open token shard %s: %s (check -i/-j, or run `make data`)", path,
+        snprintf(err, ERR_LEN, "cannot open token shard %s: %s (check -i/-j, or run `make data`)", path,
                  strerror(errno));
         return NULL;
     }
     unsigned char h[SHARD_HEADER_BYTES];
     struct stat st;
     if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(err, FGPT_ERR_LEN, "%s is a directory, not a token shard (pass the shard file, e.g. DIR/train.bin)",
+        snprintf(err, ERR_LEN, "%s is a directory, not a token shard (pass the shard file, e.g. DIR/train.bin)",
                  path);
         fclose(f);
         return NULL;
     }
     if (fstat(fileno(f), &st) != 0 || fread(h, 1, sizeof h, f) != sizeof h) {
-        snprintf(err, FGPT_ERR_LEN, "token shard %s is shorter than its %d-byte header (truncated; re-create it)",
+        snprintf(err, ERR_LEN, "token shard %s is shorter than its %d-byte header (truncated; re-create it)",
                  path, SHARD_HEADER_BYTES);
         fclose(f);
         return NULL;
@@ -196,7 +197,7 @@ static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
     memcpy(llmc, h, sizeof llmc);
     if (llmc[0] == LLMC_MAGIC_GPT2 || llmc[0] == LLMC_MAGIC_LLAMA3) return open_llmc(f, path, llmc, &st, hdr, err);
     if (memcmp(h, SHARD_MAGIC, 8) != 0) {
-        snprintf(err, FGPT_ERR_LEN, "%s is not a token shard (bad magic; expected one written by `train prepare`, "
+        snprintf(err, ERR_LEN, "%s is not a token shard (bad magic; expected one written by `train prepare`, "
                  "or an llm.c .bin file)", path);
         fclose(f);
         return NULL;
@@ -207,38 +208,38 @@ static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
     memcpy(&hdr->vocab_size, h + 16, 4);
     memcpy(&hdr->num_tokens, h + 24, 8);
     if (hdr->version != SHARD_VERSION) {
-        snprintf(err, FGPT_ERR_LEN, "token shard %s has format version %u, this build reads %u (re-create it)", path,
+        snprintf(err, ERR_LEN, "token shard %s has format version %u, this build reads %u (re-create it)", path,
                  hdr->version, SHARD_VERSION);
         fclose(f);
         return NULL;
     }
     if (hdr->bytes_per_token != 2 && hdr->bytes_per_token != 4) {
-        snprintf(err, FGPT_ERR_LEN, "token shard %s has %u bytes per token (must be 2 or 4; corrupt header)", path,
+        snprintf(err, ERR_LEN, "token shard %s has %u bytes per token (must be 2 or 4; corrupt header)", path,
                  hdr->bytes_per_token);
         fclose(f);
         return NULL;
     }
     if (hdr->bytes_per_token == 2 && hdr->vocab_size > 65536u) {
-        snprintf(err, FGPT_ERR_LEN, "token shard %s stores 2-byte tokens for a %u-token vocabulary (corrupt header)",
+        snprintf(err, ERR_LEN, "token shard %s stores 2-byte tokens for a %u-token vocabulary (corrupt header)",
                  path, hdr->vocab_size);
         fclose(f);
         return NULL;
     }
     if (hdr->vocab_size == 0) {
-        snprintf(err, FGPT_ERR_LEN, "token shard %s records a vocabulary of 0 tokens (corrupt header; re-create it)",
+        snprintf(err, ERR_LEN, "token shard %s records a vocabulary of 0 tokens (corrupt header; re-create it)",
                  path);
         fclose(f);
         return NULL;
     }
     if (hdr->num_tokens > ((uint64_t)1 << 60)) {
-        snprintf(err, FGPT_ERR_LEN, "token shard %s promises %llu tokens, more than any file holds (corrupt header; "
+        snprintf(err, ERR_LEN, "token shard %s promises %llu tokens, more than any file holds (corrupt header; "
                  "re-create it)", path, (unsigned long long)hdr->num_tokens);
         fclose(f);
         return NULL;
     }
     uint64_t expect = SHARD_HEADER_BYTES + hdr->num_tokens * hdr->bytes_per_token;
     if ((uint64_t)st.st_size != expect) {
-        snprintf(err, FGPT_ERR_LEN,
+        snprintf(err, ERR_LEN,
                  "token shard %s is %lld bytes but its header promises %llu tokens (%llu bytes): truncated or "
                  "corrupt, re-create it",
                  path, (long long)st.st_size, (unsigned long long)hdr->num_tokens, (unsigned long long)expect);
@@ -264,18 +265,18 @@ int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64
     uint64_t count = hdr->num_tokens;
     uint32_t *out = malloc((count ? count : 1) * sizeof(uint32_t));
     if (!out) {
-        snprintf(err, FGPT_ERR_LEN, "out of memory reading %llu tokens from %s", (unsigned long long)count, path);
+        snprintf(err, ERR_LEN, "out of memory reading %llu tokens from %s", (unsigned long long)count, path);
         fclose(f);
         return -1;
     }
     enum { CHUNK = 1 << 16 };
     unsigned char *buf = malloc((size_t)CHUNK * 4);
     int rc = buf ? 0 : -1;
-    if (!buf) snprintf(err, FGPT_ERR_LEN, "out of memory reading %s", path);
+    if (!buf) snprintf(err, ERR_LEN, "out of memory reading %s", path);
     for (uint64_t i = 0; rc == 0 && i < count;) {
         size_t k = count - i < CHUNK ? (size_t)(count - i) : CHUNK;
         if (fread(buf, hdr->bytes_per_token, k, f) != k) {
-            snprintf(err, FGPT_ERR_LEN, "read error in token shard %s: %s", path, strerror(errno));
+            snprintf(err, ERR_LEN, "read error in token shard %s: %s", path, strerror(errno));
             rc = -1;
             break;
         }
@@ -290,16 +291,16 @@ int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64
             }
             if (tok >= model_vocab) {
                 if (tok >= hdr->vocab_size) /* the shard contradicts its own header: no -v makes it right */
-                    snprintf(err, FGPT_ERR_LEN,
+                    snprintf(err, ERR_LEN,
                              "token %u at position %llu in shard %s is beyond the shard's own vocabulary of %u (the "
                              "shard is corrupt: re-create it)", tok, (unsigned long long)(i + j), path, hdr->vocab_size);
                 else if (hdr->vocab_size > FGPT_MAX_VOCAB)
-                    snprintf(err, FGPT_ERR_LEN,
+                    snprintf(err, ERR_LEN,
                              "token %u at position %llu in shard %s is >= vocabulary %u (re-tokenize: the shard's "
                              "vocabulary of %u is above the largest a model takes, -v %u)", tok,
                              (unsigned long long)(i + j), path, model_vocab, hdr->vocab_size, FGPT_MAX_VOCAB);
                 else
-                    snprintf(err, FGPT_ERR_LEN,
+                    snprintf(err, ERR_LEN,
                              "token %u at position %llu in shard %s is >= vocabulary %u (re-tokenize, or pass -v %u)",
                              tok, (unsigned long long)(i + j), path, model_vocab, hdr->vocab_size);
                 rc = -1;

@@ -13,17 +13,18 @@
  * count, then zeros) and the tokens; GPT-2 files (magic 20240520, version 1) hold uint16 tokens,
  * Llama 3 files (magic 20240801, version 7) uint32 tokens. The same checks apply to them.
  * All functions return 0 on success; on failure they return -1 and write one line naming the
- * problem and the fix into err (FGPT_ERR_LEN bytes). */
+ * problem and the fix into err (ERR_LEN bytes). */
 #ifndef FUSEDGPT_SHARD_H
 #define FUSEDGPT_SHARD_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define FGPT_ERR_LEN 512
+#include "data/err.h"
+
 /* The largest vocabulary a model takes (./train -v): a shard's fix-it hints never suggest more. */
 #define FGPT_MAX_VOCAB 2000000000u
-/* Formats one error line into err (FGPT_ERR_LEN bytes), the data layer's error convention. */
+/* Formats one error line into err (ERR_LEN bytes), the data layer's error convention. */
 void fgpt_set_err(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define SHARD_MAGIC "FGPTTOK1"
 #define SHARD_VERSION 1u

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "data/err.h"
 #include "tokenizer/tokenizer.h"
 
 static double now(void) {
@@ -46,7 +47,7 @@ int main(int argc, char **argv) {
     }
     printf("corpus: %s, %.2f MB\n", argv[1], len / 1e6);
     for (int a = 2; a < argc; a++) {
-        char err[TOKENIZER_ERR_LEN];
+        char err[ERR_LEN];
         TokenizerTrainOptions opt = {(uint32_t)strtoul(argv[a], NULL, 10), 0, 0};
         double t0 = now();
         Tokenizer *t = tokenizer_train(text, len, &opt, err);

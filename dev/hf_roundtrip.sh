@@ -24,7 +24,7 @@ if [ -z "$run" ]; then
     run=$WORK/run
     rm -rf "$WORK" && mkdir -p "$WORK"
     # the repository's own text: no network needed
-    ./train prepare -v 4096 -o "$WORK/prep" README.md dev/RESULTS.md train.c data/*.c model/*.c tokenizer/*.c \
+    ./train prepare -v 4096 -o "$WORK/prep" README.md dev/RESULTS.md train.c data/*.c model/*.c model/*/*.c tokenizer/*.c \
         > "$WORK/prepare.log" 2>&1
     if [ "$DEVICE" = cpu ]; then model="-e tiny -b 8 -t 128 --max-seq-len 256"; else model="-e d6 -b 16 -t 256 --max-seq-len 256"; fi
     # shellcheck disable=SC2086

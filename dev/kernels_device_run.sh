@@ -1,11 +1,11 @@
 #!/bin/bash
 # dev/kernels_device_run.sh - on the device: build and run the kernel tests, time every launcher
-# of kernels/kernels.h (dev/bench_kernels.cu), compare attention variants (dev/attention_variants.sh:
-# compile-time choices, each also checked by the attention tests) and PyTorch's flash attention.
+# of kernels/kernels.h (dev/bench_kernels.cu) twice (the spread between runs), and PyTorch's flash
+# attention.
 # Full logs go to $OUT; a short summary is printed last.
 set -o pipefail
 OUT=${OUT:-/tmp/kernels_out}
-mkdir -p "$OUT" build/variants
+mkdir -p "$OUT"
 NV="nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I."
 LIBS="-lcublasLt -lcublas -lcudart"
 MINE="build/kernels/encoder.cu.o build/kernels/layernorm.cu.o build/kernels/gelu.cu.o build/kernels/matmul.cu.o build/kernels/adamw.cu.o"
@@ -17,10 +17,6 @@ $NV dev/bench_kernels.cu $MINE build/kernels/attention.cu.o $LIBS -o build/bench
 grep -E "^  kernels|passed|FAILED|^    tests" "$OUT/tests.log"
 ./build/bench_kernels "${B:-16}" 2>&1 | tee "$OUT/bench.log"
 
-# Compile-time variants of the attention kernels, tested and timed in rounds (one mechanism for
-# variants: dev/attention_variants.sh; until 2026-11-23 this script built its own, e.g.
-# -DATT_BWD64_MINB=1 for the mma.sync backward, see dev/RESULTS.md).
-OUT="$OUT" B="${B:-16}" bash dev/attention_variants.sh 2>&1 | tee -a "$OUT/variants.log"
 echo "default build, second bench run (spread):" | tee -a "$OUT/variants.log"
 ./build/bench_kernels "${B:-16}" 2>&1 | grep -v "^device\|^kernel \|^done" | tee -a "$OUT/variants.log"
 timeout 150 compute-sanitizer --tool memcheck --leak-check no ./build/run_gpu_tests kernels > "$OUT/memcheck.log" 2>&1

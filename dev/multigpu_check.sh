@@ -125,7 +125,7 @@ throughput() {
     local V=$1 tag=$2; shift 2
     local log=/tmp/mg/tp_${V}_$tag.log
     rm -rf /tmp/mg/tp # a new run sets an earlier one aside whole: GBs of checkpoints each
-    env FUSEDGPT_STEP_PARTS=1 "$@" -e d12 -v $V -b 32 -t 1024 -x 40 --warmup 5 --val-every 0 -s 0 -i /tmp/mg/rand_$V.bin -o /tmp/mg/tp >$log 2>&1
+    env "$@" --step-parts 1 -e d12 -v $V -b 32 -t 1024 -x 40 --warmup 5 --val-every 0 -s 0 -i /tmp/mg/rand_$V.bin -o /tmp/mg/tp >$log 2>&1
     col() { grep '| loss' $log | tail -30 | awk -F'|' -v c=$1 '{print $c}' | awk '{print $1}' | sort -n | sed -n 15p; }
     local comm=$(grep '| loss' $log | tail -30 | grep -o 'comm [0-9.]*' | awk '{print $2}' | sort -n | sed -n 15p)
     local parts=$(grep '| loss' $log | tail -30 | grep -o 'fwd [0-9.]* out [0-9.]* bwd [0-9.]*' | sort -t' ' -k4 -n | sed -n 15p)

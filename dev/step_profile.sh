@@ -4,9 +4,9 @@
 # For each vocabulary in VOCABS (default "50304 262144") and output layer in OUTPUTS (default
 # "fused"): GPT-2 124M (d12), B=32 (B_PROFILE), T=1024 on random tokens,
 #   1. the step time without a profiler: median of steps 11-30, with the GPU time of its parts
-#      (FUSEDGPT_STEP_PARTS=1: events between body forward, output layer, body backward) and the SM
+#      (--step-parts 1: events between body forward, output layer, body backward) and the SM
 #      clock and power nvidia-smi reads meanwhile;
-#   2. Nsight Compute times every kernel of step 3 alone (FUSEDGPT_PROFILE_STEP=3 opens the capture
+#   2. Nsight Compute times every kernel of step 3 alone (--profile-step 3 opens the capture
 #      range, ncu --profile-from-start off; clocks and caches left alone), and the kernels are summed
 #      by part of the step (body forward, output layer, body backward, optimizer) and by name, the
 #      cuBLAS GEMMs also by grid so each matmul shape has its own line.
@@ -30,7 +30,7 @@ for V in $VOCABS; do
             >"$OUT/${tag}_clocks.csv" 2>/dev/null &
         smi=$!
         rm -rf /tmp/sp/run # a new run sets an earlier one aside whole: GBs of checkpoints each
-        FUSEDGPT_STEP_PARTS=1 ./train $args -x 30 >"$OUT/${tag}_steps.log" 2>&1
+        ./train $args --step-parts 1 -x 30 >"$OUT/${tag}_steps.log" 2>&1
         kill $smi 2>/dev/null
         step_ms=$(grep '| loss' "$OUT/${tag}_steps.log" | tail -20 | awk -F'|' '{print $5}' | awk '{print $1}' |
             sort -n | sed -n 10p)
@@ -50,8 +50,8 @@ if busy:
 PY
         [ "${NCU:-1}" = 0 ] && continue
         rm -rf /tmp/sp/run
-        FUSEDGPT_PROFILE_STEP=3 timeout -k 10 500 ncu --csv --profile-from-start off --clock-control none \
-            --cache-control none --metrics gpu__time_duration.sum ./train $args -x 3 \
+        timeout -k 10 500 ncu --csv --profile-from-start off --clock-control none \
+            --cache-control none --metrics gpu__time_duration.sum ./train $args --profile-step 3 -x 3 \
             >"$OUT/${tag}_ncu.csv" 2>"$OUT/${tag}_ncu.err" || { echo "ncu failed: $tag"; tail -5 "$OUT/${tag}_ncu.err"; continue; }
         python3 - "$OUT/${tag}_ncu.csv" "$tag" "${step_ms:-nan}" <<'PY' | tee "$OUT/${tag}_profile.txt"
 import csv, sys, collections, re

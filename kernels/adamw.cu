@@ -151,7 +151,7 @@ extern "C" void adamw_update(const AdamWPlan *plan, float *master, kbf16 *params
                              float *m, float *v, float lr, float beta1, float beta2, float eps, float weight_decay,
                              float grad_scale, int step, cudaStream_t stream) {
     if (plan->num_chunks == 0) return;
-    /* Same bias corrections as the CPU reference (model/backend_cpu.c). */
+    /* Same bias corrections as the CPU reference (model/cpu/backend_cpu.c). */
     float c1 = 1.0f - powf(beta1, (float)step), c2 = 1.0f - powf(beta2, (float)step);
     adamw_kernel<<<plan->num_chunks, ADAMW_THREADS, 0, stream>>>(plan->chunks, master, params_bf16, grads, m, v,
                                                                  lr, beta1, beta2, eps, weight_decay, grad_scale,

@@ -30,6 +30,7 @@
  * fragment: this is how P and dS go from accumulators straight into the next product. */
 #include <math.h>
 
+#include "kernels/device_util.cuh"
 #include "kernels/fast_math.cuh"
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
@@ -37,67 +38,14 @@
 
 #define ATT_THREADS 128 /* 4 warps */
 #define ATT_TILE 64     /* query rows per forward / dQ block, keys per dK,dV block, key tile */
-#define LOG2E 1.4426950408889634f
 /* Query rows per tile of the dK,dV kernel at head size 64 (128 uses 32, for registers), and the
- * blocks per SM the backward kernels are compiled for (register cap): measured choices, see
- * dev/RESULTS.md. */
-#ifndef ATT_BQ64
+ * blocks per SM the kernels are compiled for (register cap): measured choices, dev/RESULTS.md
+ * (attention). The wgmma dK,dV kernel issues its two gradient products as one group with one wait:
+ * best together with 3 blocks (167 registers; one wait uncapped needs 196 registers, 2 blocks). */
 #define ATT_BQ64 64
-#endif
-#ifndef ATT_BWD64_MINB
-#define ATT_BWD64_MINB 3 /* 12 warps/SM: 0.54 ms vs 0.62 ms (uncapped, 8 warps) at B=16, T=1024 */
-#endif
-/* The wgmma backward kernels' blocks per SM (register cap) and whether the dK,dV kernel issues its
- * two gradient products as one group with one wait: measured best together (3 blocks, 167
- * registers; one wait uncapped needs 196 registers, 2 blocks); dev/attention_variants.sh. */
-#ifndef ATT_WG_BWD_MINB
+#define ATT_BWD64_MINB 3    /* 12 warps/SM: 0.54 ms vs 0.62 ms (uncapped, 8 warps) at B=16, T=1024 */
 #define ATT_WG_BWD_MINB 3
-#endif
-#ifndef ATT_WG_DKDV_ONE_WAIT
-#define ATT_WG_DKDV_ONE_WAIT 1
-#endif
-#ifndef ATT_FWD64_MINB
-#define ATT_FWD64_MINB 1 /* capping to 4 blocks (128 regs) spilled and ran slower */
-#endif
-
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16 *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const bf16 *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-/* c += a·b for one 16×8×16 tile. */
-__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi); /* lo in the low half: the lower column */
-    return *reinterpret_cast<uint32_t *>(&h);
-}
-
-/* 16-byte asynchronous copy; src_bytes = 0 writes zeros (rows past T must be zeros, not garbage:
- * a NaN bit pattern times a zero probability would still be NaN). */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+#define ATT_FWD64_MINB 1    /* capping to 4 blocks (128 regs) spilled and ran slower */
 
 /* ROWS rows of one head (HS bf16 each) starting at token t0 into a shared tile of row stride
  * HS + 8 (the 16-byte pad puts the 8 rows of every ldmatrix in different banks). */
@@ -314,10 +262,6 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
  *   O += P·V: wgmma m64n64k16 ×4, P from registers (the S accumulators packed to bf16 pairs), V
  *   MN-major from shared memory (its rows are keys: the transposed operand).
  * Shared tiles [64][64] bf16 in wgmma's 128-byte swizzle: Q, K [2], V [2]. */
-__device__ __forceinline__ void cp_async16_to(uint32_t dst, const void *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-
 __device__ __forceinline__ void load_rows_swizzled(uint32_t dst, const bf16 *src, size_t row_stride, int t0, int T) {
     for (int i = threadIdx.x; i < ATT_TILE * 8; i += ATT_THREADS) {
         int r = i / 8, ch = i % 8, t = t0 + r;
@@ -874,7 +818,6 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
             st[i] = p;
             dpt[i] = p * (dpt[i] - D_t[col]);
         }
-#if ATT_WG_DKDV_ONE_WAIT
         { /* both products in one group: dV += Pᵀ·dO, dK += dSᵀ·Q */
             uint32_t ap[4][4], ad[4][4];
 #pragma unroll
@@ -891,10 +834,6 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
             fence_acc(dv);
             fence_acc(dk);
         }
-#else
-        wgmma_xb(dv, st, dOt); /* dV += Pᵀ·dO */
-        wgmma_xb(dk, dpt, Qt); /* dK += dSᵀ·Q */
-#endif
         __syncthreads();
     }
 

@@ -1,6 +1,6 @@
-/* kernels/kernel_util.cuh - small device helpers shared by the kernels of kernels.h (not by the
- * output layers, which keep their own): 16-byte bf16 vectors, warp reductions, fixed-order block
- * reductions, and the fixed grid sizes that make the two-pass reductions deterministic.
+/* kernels/kernel_util.cuh - small device helpers shared by the kernels of kernels.h (those that
+ * the output layers use too are in kernels/device_util.cuh): 16-byte bf16 vectors, warp
+ * reductions, fixed-order block reductions, and the fixed grid sizes that make the two-pass reductions deterministic.
  *
  * Determinism: every reduction here combines partial sums in an order fixed by the launch shape
  * (never by timing), so two runs on the same device give bit-identical results. No float atomics. */
@@ -12,8 +12,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda_check.h"
-
-typedef __nv_bfloat16 bf16;
+#include "kernels/device_util.cuh"
 
 /* Eight bf16 in one 16-byte load or store: the width that saturates memory per thread. */
 struct __align__(16) bf16x8 {

@@ -4,7 +4,7 @@
  * Shapes: B batch, T time, C channels, NH heads, HS = C/NH head size, OC output channels,
  * N = B·T rows, Vp padded vocabulary, maxT context length. Row-major everywhere; matmul weights are
  * [OC, C] (llm.c's layout), qkv is [B, T, 3C] (q, k, v each C wide, heads contiguous within each)
- * exactly as in model/layers_cpu.h.
+ * exactly as in model/cpu/layers_cpu.h.
  *
  * Precisions: activations and weights bf16 (kbf16); parameter gradients, master weights, AdamW
  * moments, LayerNorm mean/rstd and attention log-sum-exp fp32.
@@ -132,7 +132,7 @@ typedef struct {
 AdamWPlan *adamw_plan_create_ranges(const size_t *offsets, const size_t *numels, const int *weight_decay,
                                     int count, const AdamWRange *ranges, int nranges);
 void adamw_plan_free(AdamWPlan *plan);
-/* For every element i of the plan's tensors (PyTorch AdamW, as model/backend_cpu.c), s its state
+/* For every element i of the plan's tensors (PyTorch AdamW, as model/cpu/backend_cpu.c), s its state
  * index (s = i for a plan without ranges):
  *   g = grads[s]·grad_scale; m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²;
  *   master -= lr·( (m/(1−β1^step)) / (sqrt(v/(1−β2^step)) + eps) + wd·master ),  wd = 0 unless flagged;

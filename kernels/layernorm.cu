@@ -21,7 +21,7 @@
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
 
-#define LN_EPS 1e-5f /* = LAYERNORM_EPS of model/layers_cpu.h */
+#define LN_EPS 1e-5f /* = LAYERNORM_EPS of model/cpu/layers_cpu.h */
 #define LN_WARPS 4
 #define LN_BWD_BLOCKS 264 /* fixed grid: partial-sum order never depends on the device */
 #define LN_BWD_WARPS 8

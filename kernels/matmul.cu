@@ -15,7 +15,8 @@
  * and call cublasLtMatmul. The choice is fixed after that, so results are run-to-run identical.
  * Minimum alignments are declared as 16 bytes, so tensors inside the flat parameter buffer work.
  * Algorithms are not autotuned by timing: a choice that depended on timings could differ between
- * two runs, and with it the rounding (split-K), which would break bitwise-reproducible training.
+ * two runs, and with it the rounding (split-K), which would break bitwise-reproducible training;
+ * for the same reason split-K may not reduce in place (in whatever order the pieces finish).
  * The bias gradient stays a separate kernel: cuBLASLt's BGRADB epilogue on the dW product was
  * measured slower than dW + bias_backward on an H100 (fc 768->3072 at N=16384: 0.274 vs 0.263 ms;
  * dev/RESULTS.md, 2026-11-22). */
@@ -117,6 +118,11 @@ static MatmulPlan *plan_get(MatmulKind kind, int m, int n, int k, int has_bias, 
                                                       sizeof align));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align,
                                                       sizeof align));
+    /* Split-K summed in place in the output would make the sum order depend on timing; allow only
+     * schemes that reduce in a fixed order (the output layer's GEMMs follow the same rule). */
+    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_INPLACE;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                      sizeof schemes));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->c, p->d, pref, 1, &res, &found));

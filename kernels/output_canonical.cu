@@ -20,18 +20,16 @@
 #include <math.h>
 
 #include "kernels/cuda_check.h"
+#include "kernels/device_util.cuh"
 #include "kernels/output_layer_internal.h"
 
 #define LOSS_THREADS 1024
-#define L2E 1.4426950408889634f
-
-typedef __nv_bfloat16 bf16;
 
 /* Combine two (max, sum of exp(x - max)) pairs; -inf maxima (no elements yet) contribute nothing. */
 __device__ __forceinline__ void merge_max_sum(float &m, float &s, float m2, float s2) {
     float mn = fmaxf(m, m2);
     float mu = mn == -INFINITY ? 0.0f : mn;
-    s = s * exp2f((m - mu) * L2E) + s2 * exp2f((m2 - mu) * L2E);
+    s = s * exp2f((m - mu) * LOG2E) + s2 * exp2f((m2 - mu) * LOG2E);
     m = mn;
 }
 
@@ -52,9 +50,9 @@ __global__ void __launch_bounds__(LOSS_THREADS) canonical_loss_kernel(bf16 *logi
 #pragma unroll
         for (int j = 0; j < 8; j++) x[j] = __bfloat162float(v[j]), vmax = fmaxf(vmax, x[j]);
         float mn = fmaxf(m, vmax);
-        float acc = s * exp2f((m - mn) * L2E);
+        float acc = s * exp2f((m - mn) * LOG2E);
 #pragma unroll
-        for (int j = 0; j < 8; j++) acc += exp2f((x[j] - mn) * L2E);
+        for (int j = 0; j < 8; j++) acc += exp2f((x[j] - mn) * LOG2E);
         m = mn, s = acc;
     }
     for (int64_t i = nvec * 8 + threadIdx.x; i < V; i += blockDim.x)
@@ -96,19 +94,19 @@ __global__ void __launch_bounds__(LOSS_THREADS) canonical_loss_kernel(bf16 *logi
     /* pass 2: dlogits = p - onehot in place; p - 1 at the target before rounding */
     const int t = targets[row];
     const float scale = t == -1 ? 0.0f : 1.0f;
-    const float lse2 = row_lse * L2E;
+    const float lse2 = row_lse * LOG2E;
     for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
         int4 raw = *reinterpret_cast<const int4 *>(z + i * 8);
         bf16 *v = reinterpret_cast<bf16 *>(&raw);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            float p = exp2f(fmaf(__bfloat162float(v[j]), L2E, -lse2));
+            float p = exp2f(fmaf(__bfloat162float(v[j]), LOG2E, -lse2));
             v[j] = __float2bfloat16((p - (i * 8 + j == t ? 1.0f : 0.0f)) * scale);
         }
         *reinterpret_cast<int4 *>(z + i * 8) = raw;
     }
     for (int64_t i = nvec * 8 + threadIdx.x; i < V; i += blockDim.x) {
-        float p = exp2f(fmaf(__bfloat162float(z[i]), L2E, -lse2));
+        float p = exp2f(fmaf(__bfloat162float(z[i]), LOG2E, -lse2));
         z[i] = __float2bfloat16((p - (i == t ? 1.0f : 0.0f)) * scale);
     }
 }

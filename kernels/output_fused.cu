@@ -43,17 +43,15 @@
 #include <cuda_fp16.h>
 
 #include "kernels/cuda_check.h"
+#include "kernels/device_util.cuh"
 #include "kernels/fast_math.cuh"
 #include "kernels/output_layer_internal.h"
 #include "kernels/wgmma.cuh"
-
-typedef __nv_bfloat16 bf16;
 
 #define BM 128      /* rows per CTA */
 #define TN 256      /* vocabulary columns per tile; windows are whole tiles */
 #define BK 64       /* d per pipeline stage */
 #define CLUSTER 2   /* CTAs per cluster along the row blocks, sharing W stages */
-#define L2E 1.4426950408889634f
 #define LN2 0.6931471805599453
 
 /* Streaming backward workspace */
@@ -93,8 +91,6 @@ typedef struct {
     float2 *tile_stats;
     int64_t ntiles;
 } TileArgs;
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
@@ -189,19 +185,19 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
              * rescaling of the running sum is then exact, and lse comes out as k + log2(sum) with
              * no rounded max * log2(e) in it (at |z| ~ 100 that rounding alone is 4e-6) */
             const float mx = tile_row_max(acc, h, full, cbase, a.col_end);
-            const float kn = fmaxf(m_run[h], ceilf(mx * L2E));
+            const float kn = fmaxf(m_run[h], ceilf(mx * LOG2E));
             float s0 = rescale_sum(a_run[h], m_run[h], kn), s1 = 0.0f;
             if (full) {
 #pragma unroll
                 for (int i = 0; i < TN / 8; i++) {
-                    s0 += ex2(fmaf(acc[i * 4 + h * 2], L2E, -kn));
-                    s1 += ex2(fmaf(acc[i * 4 + h * 2 + 1], L2E, -kn));
+                    s0 += ex2(fmaf(acc[i * 4 + h * 2], LOG2E, -kn));
+                    s1 += ex2(fmaf(acc[i * 4 + h * 2 + 1], LOG2E, -kn));
                 }
             } else { /* the last tile: columns past V add nothing */
 #pragma unroll
                 for (int i = 0; i < TN / 8; i++) {
-                    if (cbase + i * 8 < a.col_end) s0 += ex2(fmaf(acc[i * 4 + h * 2], L2E, -kn));
-                    if (cbase + i * 8 + 1 < a.col_end) s1 += ex2(fmaf(acc[i * 4 + h * 2 + 1], L2E, -kn));
+                    if (cbase + i * 8 < a.col_end) s0 += ex2(fmaf(acc[i * 4 + h * 2], LOG2E, -kn));
+                    if (cbase + i * 8 + 1 < a.col_end) s1 += ex2(fmaf(acc[i * 4 + h * 2 + 1], LOG2E, -kn));
                 }
             }
             a_run[h] = s0 + s1;
@@ -215,11 +211,11 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
              * there each element is one FMA and one exponential (the vote keeps the warp's path
              * uniform, as stmatrix needs) */
             if (__all_sync(0xffffffffu, full && tl < 0))
-                store_tile_rows<false>(acc, h, lane, [&](float x, int) { return ex2(fmaf(x, L2E, -l2)); }, scratch,
+                store_tile_rows<false>(acc, h, lane, [&](float x, int) { return ex2(fmaf(x, LOG2E, -l2)); }, scratch,
                                        out, row_in);
             else
                 store_tile_rows<false>(acc, h, lane, [&](float x, int col) {
-                    const float p = ex2(fmaf(x, L2E, -l2));
+                    const float p = ex2(fmaf(x, LOG2E, -l2));
                     return col >= lim ? 0.0f : col == tl ? p - 1.0f : p; /* p - 1 in fp32, padding 0 */
                 }, scratch, out, row_in);
         } else { /* MODE_EXP */
@@ -231,18 +227,18 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
              * fp16, whose 11 significant bits there (against bf16's 8) keep the finish pass's
              * rounding to bf16 the only one that matters; what fp16 cannot hold, E < 2^-24, is a
              * probability under 2^-24 of the tile's largest and adds nothing a bf16 gradient keeps. */
-            const float k = ceilf(mx * L2E);
+            const float k = ceilf(mx * LOG2E);
             __half *out = a.ex + (rows[h] - a.row_begin) * a.ldz + (tile_col0 - a.col_begin);
             float s = 0.0f;
             if (__all_sync(0xffffffffu, full))
                 store_tile_rows<true>(acc, h, lane, [&](float x, int) {
-                    const float e = ex2(fmaf(x, L2E, -k));
+                    const float e = ex2(fmaf(x, LOG2E, -k));
                     s += e;
                     return e;
                 }, scratch, out, row_in);
             else
                 store_tile_rows<true>(acc, h, lane, [&](float x, int col) {
-                    const float e = col < lim ? ex2(fmaf(x, L2E, -k)) : 0.0f;
+                    const float e = col < lim ? ex2(fmaf(x, LOG2E, -k)) : 0.0f;
                     s += e;
                     return e;
                 }, scratch, out, row_in);
@@ -275,7 +271,7 @@ __device__ __forceinline__ void wg_row_block_begin(const TileArgs &a, int64_t fi
         tgt[h] = in ? a.targets[rows[h]] : -1;
         m_run[h] = -INFINITY;
         a_run[h] = 0.0f;
-        lse2[h] = (MODE == MODE_DZ && in && tgt[h] >= 0) ? a.lse[rows[h]] * L2E : INFINITY;
+        lse2[h] = (MODE == MODE_DZ && in && tgt[h] >= 0) ? a.lse[rows[h]] * LOG2E : INFINITY;
     }
 }
 
@@ -376,7 +372,7 @@ __global__ void __launch_bounds__(T_THREADS, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int CL = CLUSTER, NACC = TN / 2;
     extern __shared__ unsigned char smem_raw[];
-    const uint32_t ring = (smem_u32(smem_raw) + 1023) & ~1023u;
+    const uint32_t ring = (smem_addr(smem_raw) + 1023) & ~1023u;
     const uint32_t full_bar = ring + T_STAGES * T_STAGE_BYTES, empty_bar = full_bar + 8 * T_STAGES;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -483,7 +479,7 @@ __global__ void __launch_bounds__(T_THREADS, 1)
 __device__ __forceinline__ double finish_row(float K, float S, int t, float zt, int64_t row, float *lse_out,
                                              float *lse_user, float *row_loss) {
     const double lse2 = (double)K + log2((double)S);
-    row_loss[row] = t == -1 ? 0.0f : (float)((lse2 - (double)zt * (double)L2E) * LN2);
+    row_loss[row] = t == -1 ? 0.0f : (float)((lse2 - (double)zt * (double)LOG2E) * LN2);
     const float lse = (float)(lse2 * LN2);
     lse_out[row] = lse;
     if (lse_user) lse_user[row] = lse;
@@ -568,12 +564,11 @@ __global__ void __launch_bounds__(FINISH_THREADS)
     for (int64_t col = nvec * 8 + tid; col < V; col += FINISH_THREADS)
         dz[col] = __float2bfloat16(__half2float(e[col]) * ex2((st[col / TN].x - K) + c));
     __syncthreads(); /* the target's element is written last, by one thread */
-    if (tid == 0 && t != -1) dz[t] = __float2bfloat16((float)expm1(((double)zt[row] * (double)L2E - row_lse2) * LN2));
+    if (tid == 0 && t != -1) dz[t] = __float2bfloat16((float)expm1(((double)zt[row] * (double)LOG2E - row_lse2) * LN2));
 }
 
 /* ---- host side ---------------------------------------------------------------------------- */
 
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t rup(int64_t a, int64_t b) { return cdiv(a, b) * b; }
 
 typedef void (*TileKernel)(const TileArgs, const CUtensorMap, const CUtensorMap);

@@ -79,8 +79,9 @@ struct Backend {
     const ParamTable *table;
     int B, T;
     OutputKind output;
-    double peak_flops; /* dense bf16 FLOP/s of the device, for MFU (0: not reported) */
-    const struct Dist *dist; /* data-parallel group (model/dist.h); NULL: alone */
+    double peak_flops;       /* dense bf16 FLOP/s of the device, for MFU (0: not reported) */
+    const char *peak_source; /* where peak_flops comes from, for the run header ("published", ...) */
+    const struct Dist *dist; /* data-parallel group (model/dist/dist.h); NULL: alone */
     char device_name[128];
     char output_path[128]; /* how the output layer runs, for the run header ("" : just its kind) */
 };
@@ -103,10 +104,12 @@ typedef struct {
  * 0: the streaming path). Where the GPU lacks the room, the chunk shrinks to what is free once
  * everything else is allocated, and when that holds fewer than min(B*T, 1024) rows the streaming
  * path runs instead (it is then the faster of the two); output_path says which.
+ * recompute_gelu 1: the backward recomputes GELU instead of reading its stored output (4·C fewer
+ * values per token); 0: only when the activations would not fit otherwise.
  * NULL + err (one line) when the configuration is unsupported or will not fit in the GPU's free
  * memory (the message then gives the estimate and the largest micro-batch that would fit). */
 Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output, size_t fused_budget,
-                             unsigned long long seed, const DataParallel *dp, char *err);
+                             int recompute_gelu, unsigned long long seed, const DataParallel *dp, char *err);
 
 #ifdef __cplusplus
 }

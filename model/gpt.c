@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "data/rng.h"
 
 const GPTPreset gpt_presets[] = {
@@ -62,12 +63,12 @@ int param_table_build(ParamTable *t, const GPTConfig *cfg, char *err) {
     int L = cfg->num_layers;
     size_t C = (size_t)cfg->dim;
     if (L < 1 || L > GPT_MAX_LAYERS) {
-        snprintf(err, 512, "--layers %d is out of range (1..%d)", L, GPT_MAX_LAYERS);
+        snprintf(err, ERR_LEN, "--layers %d is out of range (1..%d)", L, GPT_MAX_LAYERS);
         return -1;
     }
     t->params = calloc((size_t)(4 + L * NUM_LAYER_ROLES), sizeof(ParamInfo));
     if (!t->params) {
-        snprintf(err, 512, "out of host memory for the parameter table");
+        snprintf(err, ERR_LEN, "out of host memory for the parameter table");
         return -1;
     }
     const float std = 0.02f;

@@ -86,7 +86,7 @@ typedef struct {
     int layer_index[GPT_MAX_LAYERS][NUM_LAYER_ROLES];
 } ParamTable;
 
-/* Builds the table; returns 0, or -1 with a message in err (512 bytes). */
+/* Builds the table; returns 0, or -1 with a message in err (ERR_LEN bytes). */
 int param_table_build(ParamTable *t, const GPTConfig *cfg, char *err);
 void param_table_free(ParamTable *t);
 const ParamInfo *param_whole(const ParamTable *t, ParamRole role);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "kernels/cuda_check.h"
 #include "kernels/output_layer.h"
 #include "model/backend.h"
@@ -20,9 +21,10 @@ typedef struct {
 } Setup;
 
 static void setup(Setup *s, int heads, int dim, int vocab, int B, int T, int steps, uint64_t seed) {
-    GPTConfig cfg = {.num_layers = 2, .num_heads = heads, .dim = dim, .max_seq_len = 64, .vocab_size = vocab};
+    GPTConfig cfg = {};
+    cfg.num_layers = 2, cfg.num_heads = heads, cfg.dim = dim, cfg.max_seq_len = 64, cfg.vocab_size = vocab;
     gpt_config_finish(&cfg);
-    char err[512];
+    char err[ERR_LEN];
     if (param_table_build(&s->table, &cfg, err) != 0) fprintf(stderr, "%s\n", err);
     s->B = B;
     s->T = T;
@@ -56,14 +58,14 @@ static float step(Backend *be, Setup *s, int k, int t_step) {
 }
 
 static void compare_with_cpu(OutputKind output, int heads, int dim, int vocab, int B, int T,
-                             size_t fused_budget = OUTPUT_FUSED_DEFAULT_BUDGET) {
+                             size_t fused_budget = OUTPUT_FUSED_DEFAULT_BUDGET, int recompute_gelu = 0) {
     Setup s;
     setup(&s, heads, dim, vocab, B, T, 10, 3);
-    char err[512];
+    char err[ERR_LEN];
     Backend *cpu = backend_cpu_create(&s.table, B, T, output, 42, err);
-    Backend *gpu = backend_cuda_create(&s.table, B, T, output, fused_budget, 42, NULL, err);
+    Backend *gpu = backend_cuda_create(&s.table, B, T, output, fused_budget, recompute_gelu, 42, NULL, err);
     REQUIRE(cpu && gpu, "%s", err);
-    if (getenv("FUSEDGPT_RECOMPUTE_GELU")) {
+    if (recompute_gelu) {
         MemoryItem items[MAX_MEMORY_ITEMS];
         int n = gpu->ops->memory_items(gpu, items), found = 0;
         for (int i = 0; i < n; i++) found |= strstr(items[i].what, "GELU recomputed") != NULL;
@@ -124,16 +126,14 @@ TEST(backend_cuda_matches_cpu_fused_head128) {
 
 TEST(backend_cuda_matches_cpu_when_gelu_is_recomputed) {
     /* the path large micro-batches take when the saved GELU output would not fit */
-    setenv("FUSEDGPT_RECOMPUTE_GELU", "1", 1);
-    compare_with_cpu(OUTPUT_FUSED, 2, 128, 1000, 3, 37);
-    unsetenv("FUSEDGPT_RECOMPUTE_GELU");
+    compare_with_cpu(OUTPUT_FUSED, 2, 128, 1000, 3, 37, OUTPUT_FUSED_DEFAULT_BUDGET, 1);
 }
 
 TEST(backend_cuda_is_deterministic_and_resumes_bit_exact) {
     Setup s;
     setup(&s, 2, 128, 1000, 3, 37, 10, 5);
-    char err[512];
-    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 9, NULL, err);
+    char err[ERR_LEN];
+    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 9, NULL, err);
     REQUIRE(a, "%s", err);
     float la[10];
     size_t P = s.table.total;
@@ -143,14 +143,14 @@ TEST(backend_cuda_is_deterministic_and_resumes_bit_exact) {
         if (k == 4) a->ops->read_state(a, p, m, v);
     }
     a->ops->destroy(a);
-    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 9, NULL, err);
+    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 9, NULL, err);
     REQUIRE(b, "%s", err);
     for (int k = 0; k < 10; k++) {
         float lb = step(b, &s, k, k + 1);
         CHECK(memcmp(&lb, &la[k], 4) == 0, "run 2 step %d loss %.9g vs %.9g (not deterministic)", k, lb, la[k]);
     }
     b->ops->destroy(b);
-    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 1234, NULL, err);
+    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 1234, NULL, err);
     REQUIRE(c, "%s", err);
     c->ops->write_state(c, p, m, v);
     for (int k = 5; k < 10; k++) {
@@ -170,8 +170,8 @@ TEST(backend_cuda_is_deterministic_and_resumes_bit_exact) {
 TEST(backend_cuda_fused_chunk_gives_way_to_free_memory) {
     Setup s;
     setup(&s, 2, 128, 262144, 32, 64, 1, 7); /* N = 2048: a full chunk is 1.1 GB */
-    char err[512];
-    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 9, NULL, err);
+    char err[ERR_LEN];
+    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 9, NULL, err);
     REQUIRE(a, "%s", err);
     CHECK(strstr(a->output_path, "chunk") && !strstr(a->output_path, "reduced"), "with room: %s", a->output_path);
     const float la = step(a, &s, 0, 0);
@@ -179,7 +179,7 @@ TEST(backend_cuda_fused_chunk_gives_way_to_free_memory) {
 
     size_t free0, free1, total;
     CUDA_CHECK(cudaMemGetInfo(&free0, &total));
-    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, 0, 9, NULL, err);
+    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, 0, 0, 9, NULL, err);
     REQUIRE(b, "%s", err);
     CUDA_CHECK(cudaMemGetInfo(&free1, &total));
     b->ops->destroy(b);
@@ -190,7 +190,7 @@ TEST(backend_cuda_fused_chunk_gives_way_to_free_memory) {
     REQUIRE(free0 > leave + ((size_t)256 << 20), "too little GPU memory for this test");
     void *filler = NULL;
     CUDA_CHECK(cudaMalloc(&filler, free0 - leave));
-    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 9, NULL, err);
+    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 9, NULL, err);
     REQUIRE(c, "with %zu MB free: %s", leave >> 20, err);
     fprintf(stderr, "[%zu MB free: %s] ", leave >> 20, c->output_path);
     CHECK(strstr(c->output_path, "streaming") || strstr(c->output_path, "reduced"), "without room: %s",

@@ -6,15 +6,16 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "data/err.h"
 #include "data/rng.h"
-#include "model/checkpoint.h"
+#include "model/train/checkpoint.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 
 static void tiny_table(ParamTable *t, int vocab) {
     GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 8, .max_seq_len = 16, .vocab_size = vocab};
     gpt_config_finish(&cfg);
-    char err[512];
+    char err[ERR_LEN];
     if (param_table_build(t, &cfg, err) != 0) fprintf(stderr, "%s\n", err);
 }
 
@@ -33,7 +34,7 @@ TEST(checkpoint_round_trip_restores_everything) {
     TrainState st = {.step = 7, .loader_epoch = 2, .loader_position = 5, .rng = {1, 2, 3, 4}, .B = 2, .T = 8,
                      .total_batch = 32, .world = 4, .seed = 99, .data_tokens = 123456789012ull,
                      .data_fingerprint = 0xfedcba9876543210ull};
-    char err[512];
+    char err[ERR_LEN];
     REQUIRE(checkpoint_save(test_tmpdir(), &t, p, m, v, &st, 2, err) == 0, "%s", err);
     float *p2 = malloc(t.total * 4), *m2 = malloc(t.total * 4), *v2 = malloc(t.total * 4);
     TrainState st2;
@@ -58,7 +59,7 @@ TEST(checkpoint_safetensors_is_laid_out_like_hf_gpt2) {
     tiny_table(&t, 50); /* Vp = 128: wte must be exported with 50 rows */
     float *p = random_floats(t.total, 4);
     TrainState st = {.step = 3};
-    char err[512], path[700];
+    char err[ERR_LEN], path[700];
     REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 2, err) == 0, "%s", err);
     snprintf(path, sizeof path, "%s/step_00000003/model.safetensors", test_tmpdir());
     size_t len;
@@ -121,7 +122,7 @@ TEST(checkpoint_with_other_config_is_refused_with_the_flag_to_fix) {
     tiny_table(&other, 60);
     float *p = random_floats(t.total, 5);
     TrainState st = {.step = 1};
-    char err[512] = "";
+    char err[ERR_LEN] = "";
     REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 2, err) == 0, "%s", err);
     float *q = malloc(other.total * 4 * 3);
     CHECK(checkpoint_load_latest(test_tmpdir(), &other, q, q + other.total, q + 2 * other.total, &st, err) == -1,
@@ -137,7 +138,7 @@ TEST(checkpoint_crash_midway_leaves_latest_intact_and_prunes_old) {
     ParamTable t;
     tiny_table(&t, 50);
     float *p = random_floats(t.total, 6);
-    char err[512], path[700];
+    char err[ERR_LEN], path[700];
     for (int s = 1; s <= 3; s++) {
         TrainState st = {.step = s};
         REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 2, err) == 0, "%s", err);
@@ -178,7 +179,7 @@ TEST(checkpoint_changed_on_disk_is_refused_and_a_resealed_one_accepted) {
     tiny_table(&t, 50);
     float *p = random_floats(t.total, 8), *q = malloc(t.total * 4 * 3);
     TrainState st = {.step = 5, .B = 2, .T = 8, .total_batch = 16};
-    char err[512] = "", path[700];
+    char err[ERR_LEN] = "", path[700];
     REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 2, err) == 0, "%s", err);
     snprintf(path, sizeof path, "%s/step_00000005/state.bin", test_tmpdir());
     const long at[] = {100 /* the RNG state, in the header */, 400 /* a weight */, 400 + (long)t.total * 8 /* v */};
@@ -218,7 +219,7 @@ TEST(checkpoint_saved_below_later_steps_is_kept_and_the_later_ones_too) {
     ParamTable t;
     tiny_table(&t, 50);
     float *p = random_floats(t.total, 9), *q = malloc(t.total * 4 * 3);
-    char err[512] = "", path[700];
+    char err[ERR_LEN] = "", path[700];
     struct stat sb;
     for (int s = 2; s <= 4; s += 2) {
         TrainState st = {.step = s};
@@ -254,7 +255,7 @@ TEST(a_new_run_sets_the_earlier_runs_files_aside_whole) {
     ParamTable t;
     tiny_table(&t, 50);
     float *p = random_floats(t.total, 4);
-    char err[512] = "", moved[1300], dir[800];
+    char err[ERR_LEN] = "", moved[1300], dir[800];
     snprintf(dir, sizeof dir, "%s/run", test_tmpdir());
     CHECK(checkpoint_set_aside_run(dir, moved, sizeof moved, err) == 0, "no directory yet: %s", err);
     for (int s = 3; s <= 6; s += 3) {

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "data/err.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "tests/test.h"
@@ -15,7 +16,7 @@ static void path_in_tmp(char *buf, size_t n, const char *name) {
 }
 
 static void round_trip(uint32_t vocab, uint32_t expect_width) {
-    char path[700], err[FGPT_ERR_LEN];
+    char path[700], err[ERR_LEN];
     path_in_tmp(path, sizeof path, "rt.bin");
     uint32_t toks[1000];
     Rng rng;
@@ -44,7 +45,7 @@ TEST(shard_round_trip_uint32_for_vocab_above_65536) {
 /* Writes a valid shard, applies a byte patch or truncation, and expects an error containing msg. */
 static void expect_defect(const char *what, long patch_at, const void *patch, size_t patch_len, long truncate_to,
                           uint32_t model_vocab, const char *msg) {
-    char path[700], err[FGPT_ERR_LEN] = "";
+    char path[700], err[ERR_LEN] = "";
     path_in_tmp(path, sizeof path, "bad.bin");
     uint32_t toks[100];
     for (int i = 0; i < 100; i++) toks[i] = (uint32_t)(i * 7 % 300);
@@ -80,7 +81,7 @@ TEST(shard_defects_give_clear_errors) {
     uint64_t absurd = ((uint64_t)1 << 63) + 5000;
     expect_defect("vocabulary 0 in the header", 16, &zero, 4, -1, 300, "vocabulary of 0 tokens");
     expect_defect("count no file holds", 24, &absurd, 8, -1, 300, "promises 9223372036854780808 tokens, more than");
-    char err[FGPT_ERR_LEN];
+    char err[ERR_LEN];
     uint32_t *t;
     uint64_t n;
     ShardHeader h;
@@ -92,7 +93,7 @@ TEST(shard_defects_give_clear_errors) {
 
 static int open_loader_accum(Loader *l, const char *path, int B, int T, int rank, int world, int accum,
                              int shuffle) {
-    char err[FGPT_ERR_LEN];
+    char err[ERR_LEN];
     int rc = loader_open(l, path, 1000, B, T, rank, world, accum, shuffle, 42, err);
     if (rc) fprintf(stderr, "%s\n", err);
     return rc;
@@ -103,7 +104,7 @@ static int open_loader(Loader *l, const char *path, int B, int T, int rank, int 
 }
 
 TEST(loader_covers_each_window_once_per_epoch_and_ranks_are_disjoint) {
-    char path[700], err[FGPT_ERR_LEN];
+    char path[700], err[ERR_LEN];
     path_in_tmp(path, sizeof path, "seq.bin");
     /* tokens 0..n-1 (mod 1000), so a window's first input names the window */
     enum { NT = 8 * 10 + 1, T = 8 };
@@ -143,7 +144,7 @@ TEST(loader_shuffle_is_seeded_and_state_resumes_exactly) {
           (unsigned long long)a.position);
     LoaderState s = loader_get_state(&a);
     Loader c;
-    char err[FGPT_ERR_LEN];
+    char err[ERR_LEN];
     REQUIRE(open_loader(&c, path, 3, 16, 0, 1, 1) == 0, "open");
     REQUIRE(loader_set_state(&c, s, err) == 0, "%s", err);
     int ic[48], tc[48], differs_from_unshuffled = 0;
@@ -201,7 +202,7 @@ TEST(loader_two_ranks_see_the_batches_one_rank_sees_with_accumulation_two) {
 
 TEST(loader_state_moves_between_rank_counts_at_step_boundaries) {
     /* one global batch of 4 micro-batches: 1 rank x 4, 2 ranks x 2, 4 ranks x 1 */
-    char path[700], err[FGPT_ERR_LEN];
+    char path[700], err[ERR_LEN];
     path_in_tmp(path, sizeof path, "regroup.bin");
     REQUIRE(write_pattern_shard(path, 5000, 1000, 4) == 0, "write");
     const int worlds[3] = {1, 2, 4};
@@ -246,7 +247,7 @@ TEST(loader_state_moves_between_rank_counts_at_step_boundaries) {
 }
 
 TEST(loader_rejects_a_shard_too_small_for_one_batch) {
-    char path[700], err[FGPT_ERR_LEN];
+    char path[700], err[ERR_LEN];
     path_in_tmp(path, sizeof path, "small.bin");
     REQUIRE(write_pattern_shard(path, 100, 1000, 1) == 0, "write");
     Loader l;

@@ -1,9 +1,10 @@
-/* The data-parallel bucket plan (model/grad_buckets.c): buckets tile the layout, each holds only
+/* The data-parallel bucket plan (model/dist/grad_buckets.c): buckets tile the layout, each holds only
  * values the backward has finished when the bucket is reduced, and ZeRO-1 shards split evenly. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/grad_buckets.h"
+#include "data/err.h"
+#include "model/dist/grad_buckets.h"
 #include "tests/test.h"
 
 /* Position of a sync point in the backward: output layer, ln_f, layers L-1..0, encoder. */
@@ -36,7 +37,7 @@ static void check_plan(int L, int C, int V, int world, int zero1, int early, siz
     GPTConfig cfg = {.num_layers = L, .num_heads = 1, .dim = C, .max_seq_len = 16, .vocab_size = V};
     gpt_config_finish(&cfg);
     ParamTable t;
-    char err[512];
+    char err[ERR_LEN];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
     BucketPlan plan[8];
     for (int r = 0; r < world; r++)
@@ -116,7 +117,7 @@ TEST(grad_buckets_reject_a_bad_rank) {
     GPTConfig cfg = {.num_layers = 2, .num_heads = 1, .dim = 8, .max_seq_len = 4, .vocab_size = 11};
     gpt_config_finish(&cfg);
     ParamTable t;
-    char err[512];
+    char err[ERR_LEN];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
     BucketPlan p;
     CHECK(bucket_plan_build(&p, &t, 2, 2, 1, 0, 0, err) == -1, "rank 2 of 2 accepted");

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "data/shard.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
@@ -53,7 +54,7 @@ static void expect_same_ids(const uint32_t *ours, size_t n_ours, const uint32_t 
 }
 
 static void expect_fixture_matches_tokenizers(const char *name) {
-    char path[256], ids_path[256], err[TOKENIZER_ERR_LEN];
+    char path[256], ids_path[256], err[ERR_LEN];
     snprintf(path, sizeof path, "tests/fixtures/%s.json", name);
     snprintf(ids_path, sizeof ids_path, "tests/fixtures/%s.ids", name);
     Tokenizer *t = tokenizer_load(path, err);
@@ -97,7 +98,7 @@ TEST(hf_tokenizer_qwen2_style_encodes_as_tokenizers_does) {
 }
 
 TEST(hf_tokenizer_separator_is_endoftext_or_end_of_text) {
-    char err[TOKENIZER_ERR_LEN];
+    char err[ERR_LEN];
     Tokenizer *t = tokenizer_load("tests/fixtures/hf_llama3_style.json", err);
     REQUIRE(t, "%s", err);
     size_t n;
@@ -116,7 +117,7 @@ TEST(hf_tokenizer_separator_is_endoftext_or_end_of_text) {
 /* Ours, trained on the README, written as tokenizer.json into the test's folder. */
 static Tokenizer *exported_tokenizer(char *json_path, size_t size) {
     size_t len;
-    char *text = read_file("README.md", &len), err[TOKENIZER_ERR_LEN];
+    char *text = read_file("README.md", &len), err[ERR_LEN];
     if (!text) return NULL;
     TokenizerTrainOptions opt = {1500, 1, 0};
     Tokenizer *t = tokenizer_train(text, len, &opt, err);
@@ -138,7 +139,7 @@ static Tokenizer *exported_tokenizer(char *json_path, size_t size) {
 }
 
 TEST(hf_tokenizer_our_export_reimports_to_the_same_ids) {
-    char path[700], err[TOKENIZER_ERR_LEN];
+    char path[700], err[ERR_LEN];
     Tokenizer *ours = exported_tokenizer(path, sizeof path);
     REQUIRE(ours, "could not train and export a tokenizer");
     Tokenizer *back = tokenizer_load(path, err);
@@ -193,7 +194,7 @@ TEST(hf_tokenizer_our_export_encodes_as_tokenizers_does_when_python_has_it) {
 
 /* The GPT-2 style fixture with one text replaced, loaded: expects an error containing msg. */
 static void expect_refused(const char *from, const char *to, const char *msg) {
-    char *json = read_text("tests/fixtures/hf_gpt2_style.json"), path[700], err[TOKENIZER_ERR_LEN] = "";
+    char *json = read_text("tests/fixtures/hf_gpt2_style.json"), path[700], err[ERR_LEN] = "";
     REQUIRE(json, "cannot read the fixture");
     char *at = strstr(json, from);
     REQUIRE(at, "the fixture has no '%s'", from);
@@ -228,7 +229,7 @@ TEST(hf_tokenizer_unsupported_parts_are_refused_by_name) {
 }
 
 TEST(hf_tokenizer_unknown_split_pattern_is_refused_naming_it) {
-    char *json = read_text("tests/fixtures/hf_llama3_style.json"), path[700], err[TOKENIZER_ERR_LEN] = "";
+    char *json = read_text("tests/fixtures/hf_llama3_style.json"), path[700], err[ERR_LEN] = "";
     REQUIRE(json, "cannot read the fixture");
     char *at = strstr(json, "\\\\p{N}{1,3}");
     REQUIRE(at, "the fixture's pattern has no \\p{N}{1,3}");
@@ -247,7 +248,7 @@ TEST(hf_tokenizer_unknown_split_pattern_is_refused_naming_it) {
 /* `./train prepare --tokenizer tokenizer.json` on the document: its train and validation shards
  * together hold exactly the ids `tokenizers` gives the document (the cut falls after a separator). */
 static void expect_prepare_matches_tokenizers(const char *name) {
-    char args[1200], path[800], err[FGPT_ERR_LEN];
+    char args[1200], path[800], err[ERR_LEN];
     snprintf(args, sizeof args, "prepare --tokenizer tests/fixtures/%s.json --val-fraction 0.5 -o %s/prep " DOCUMENT,
              name, test_tmpdir());
     char *out = NULL;
@@ -296,7 +297,7 @@ TEST(hf_tokenizer_prepare_gives_the_ids_tokenizers_gives) {
 /* Qwen 2's NFC normalizer: text that is already NFC encodes as `tokenizers` does (above); text
  * that NFC would rewrite is refused, naming the place, never encoded differently. */
 TEST(hf_tokenizer_nfc_normalizer_refuses_text_it_would_rewrite) {
-    char err[TOKENIZER_ERR_LEN] = "";
+    char err[ERR_LEN] = "";
     Tokenizer *t = tokenizer_load("tests/fixtures/hf_qwen2_style.json", err);
     REQUIRE(t, "%s", err);
     const char *nfc = "caf\xc3\xa9 \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4 \xce\xac"; /* é, Korean syllables, ά */

@@ -7,24 +7,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "data/rng.h"
 #include "model/backend.h"
-#include "model/checkpoint.h"
-#include "model/hf_weights.h"
+#include "model/train/checkpoint.h"
+#include "model/train/hf_weights.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 
 static int tiny_table(ParamTable *t, int vocab) {
     GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 16, .max_seq_len = 32, .vocab_size = vocab};
     gpt_config_finish(&cfg);
-    char err[512];
+    char err[ERR_LEN];
     int rc = param_table_build(t, &cfg, err);
     if (rc) fprintf(stderr, "%s\n", err);
     return rc;
 }
 
 static float loss_of(const ParamTable *t, const float *params, const int *in, const int *tg) {
-    char err[512];
+    char err[ERR_LEN];
     Backend *be = backend_cpu_create(t, 2, 16, OUTPUT_FUSED, 1, err);
     if (!be) return NAN;
     float *zero = calloc(t->total, sizeof *zero);
@@ -41,7 +42,7 @@ TEST(hf_weights_export_then_import_gives_the_same_loss_bit_for_bit) {
     float *p = malloc(t.total * sizeof *p), *back = malloc(t.total * sizeof *back);
     param_init(&t, p, 42);
     TrainState st = {.step = 5};
-    char err[512], dir[800];
+    char err[ERR_LEN], dir[800];
     REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 1, err) == 0, "%s", err);
     snprintf(dir, sizeof dir, "%s/step_00000005", test_tmpdir());
     GPTConfig cfg;
@@ -161,7 +162,7 @@ TEST(hf_weights_reads_gpt2s_own_layout_buffers_lm_head_and_bf16) {
             m->data = calloc(32 * 32, 4);
         }
     }
-    char path[900], err[512];
+    char path[900], err[ERR_LEN];
     snprintf(path, sizeof path, "%s/model.safetensors", test_tmpdir());
     write_safetensors(path, ts, n);
     write_gpt2_config(test_tmpdir(), "");
@@ -201,7 +202,7 @@ TEST(hf_weights_reads_gpt2s_own_layout_buffers_lm_head_and_bf16) {
 }
 
 TEST(hf_weights_config_of_another_model_is_refused_naming_the_field) {
-    char err[512];
+    char err[ERR_LEN];
     GPTConfig cfg;
     const struct {
         const char *extra, *msg;

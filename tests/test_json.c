@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "tests/test.h"
 #include "tokenizer/json.h"
 
@@ -11,7 +12,7 @@ static JsonValue *parse(const char *s, char *err) {
 }
 
 TEST(json_reads_every_value_type_in_document_order) {
-    char err[JSON_ERR_LEN];
+    char err[ERR_LEN];
     JsonValue *v = parse(" {\"b\": [1, -2.5e3, 0.125, true, false, null], \"a\": {\"x\": \"y\"}, \"e\": [], \"o\": {}}\n",
                          err);
     REQUIRE(v, "%s", err);
@@ -33,7 +34,7 @@ TEST(json_reads_every_value_type_in_document_order) {
 }
 
 TEST(json_decodes_escapes_and_surrogate_pairs_to_utf8) {
-    char err[JSON_ERR_LEN];
+    char err[ERR_LEN];
     JsonValue *v = parse("[\"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\", \"\\u0120\\u00e9\\u4e2d\\ud83d\\ude00\", \"x\\u0000y\", "
                          "\"\xc4\xa0raw\"]", err);
     REQUIRE(v, "%s", err);
@@ -47,7 +48,7 @@ TEST(json_decodes_escapes_and_surrogate_pairs_to_utf8) {
 }
 
 static void expect_bad(const char *text, const char *needle) {
-    char err[JSON_ERR_LEN] = "";
+    char err[ERR_LEN] = "";
     JsonValue *v = parse(text, err);
     CHECK(v == NULL, "'%s' was accepted", text);
     CHECK(strstr(err, needle) != NULL, "'%s': message '%s' lacks '%s'", text, err, needle);
@@ -83,7 +84,7 @@ TEST(json_refuses_malformed_text_naming_the_place) {
 }
 
 TEST(json_never_reads_past_the_given_length) {
-    char err[JSON_ERR_LEN];
+    char err[ERR_LEN];
     /* the bytes after len would complete the value: they must not be seen */
     const char *s = "[1, 2]";
     CHECK(json_parse(s, 5, "t.json", err) == NULL && strstr(err, "expected ',' or ']'"), "short length: %s", err);

@@ -1,5 +1,5 @@
 /* tests/test_kernels_gpu.cu - every kernel of kernels/kernels.h against the fp32 CPU reference
- * (model/layers_cpu.h) on fresh random inputs, at sizes that are not multiples of the tiles.
+ * (model/cpu/layers_cpu.h) on fresh random inputs, at sizes that are not multiples of the tiles.
  *
  * Method: inputs are drawn N(0,1) (weights N(0, 0.02..1)), rounded to bf16 once, and the SAME
  * rounded values feed both sides, so the error measured is the kernel's own. Outputs written with
@@ -29,7 +29,7 @@
 #include "tests/test.h"
 
 extern "C" {
-#include "model/layers_cpu.h"
+#include "model/cpu/layers_cpu.h"
 }
 
 typedef __nv_bfloat16 bf16;
@@ -520,6 +520,63 @@ TEST(kernels_matmul_with_epilogues_matches_cpu) {
     matmul_case(300, 3072, 768, 0, 1);  /* GPT-2's fc_proj with dGELU, no bias */
     matmul_case(127, 128, 384, 0, 0);
     matmul_case(1024, 768, 2304, 1, 0); /* GPT-2 qkv */
+}
+
+/* One body GEMM, forward and backward, run twice on the same inputs: every output the same bits.
+ * fwd_gelu: the forward's GELU epilogue (fc); bwd_dgelu: the backward's dGELU epilogue (fc_proj). */
+static void matmul_twice_case(int N, int C, int OC, int fwd_gelu, int bwd_dgelu) {
+    size_t nc = (size_t)N * C, no = (size_t)N * OC, oc_c = (size_t)OC * C;
+    float *h = hmalloc(no > oc_c ? (no > nc ? no : nc) : (oc_c > nc ? oc_c : nc));
+    fill_normal(h, nc, 1.0f);
+    bf16 *d_inp = up_bf16(h, nc), *d_pre_in = up_bf16(h, nc);
+    fill_normal(h, oc_c, 1.0f / sqrtf((float)C));
+    bf16 *d_w = up_bf16(h, oc_c);
+    fill_normal(h, OC, 0.5f);
+    bf16 *d_bias = up_bf16(h, OC);
+    fill_normal(h, no, 1.0f);
+    bf16 *d_dout = up_bf16(h, no);
+    void *scratch = dalloc(bias_backward_scratch_bytes(OC));
+    unsigned char *got[2][5];
+    const size_t bytes[5] = {no * 2, no * 2, nc * 2, oc_c * 4, (size_t)OC * 4};
+    for (int run = 0; run < 2; run++) {
+        bf16 *d_out = (bf16 *)dalloc(bytes[0]), *d_pre = (bf16 *)dalloc(bytes[1]), *d_dx = (bf16 *)dalloc(bytes[2]);
+        float *d_dw = (float *)dalloc(bytes[3]), *d_db = (float *)dalloc(bytes[4]);
+        CUDA_CHECK(cudaMemset(d_pre, 0, bytes[1]));
+        CUDA_CHECK(cudaMemset(d_dw, 0, bytes[3]));
+        CUDA_CHECK(cudaMemset(d_db, 0, bytes[4]));
+        matmul_forward(d_out, fwd_gelu ? d_pre : NULL, d_inp, d_w, d_bias, N, C, OC, 0);
+        matmul_backward(d_dx, d_dw, d_db, scratch, d_dout, d_inp, d_w, bwd_dgelu ? d_pre_in : NULL, N, C, OC, 0);
+        dsync();
+        const void *dev[5] = {d_out, d_pre, d_dx, d_dw, d_db};
+        for (int k = 0; k < 5; k++) {
+            got[run][k] = (unsigned char *)malloc(bytes[k]);
+            REQUIRE(got[run][k], "host memory");
+            CUDA_CHECK(cudaMemcpy(got[run][k], dev[k], bytes[k], cudaMemcpyDeviceToHost));
+        }
+    }
+    const char *names[5] = {"out", "pre_gelu", "dinp", "dweight", "dbias"};
+    for (int k = 0; k < 5; k++) {
+        CHECK(same_bytes(got[0][k], got[1][k], bytes[k]), "N=%d C=%d OC=%d: %s differs between two runs", N, C, OC,
+              names[k]);
+        free(got[0][k]);
+        free(got[1][k]);
+    }
+    free(h);
+    dfree_all();
+}
+
+/* Every GEMM of GPT-2 124M's body (C = 768, T = 1024) at two batch sizes: two runs give the same
+ * bits, so no algorithm cuBLASLt picks may sum split-K pieces in the order they finish. */
+TEST(kernels_body_gemms_of_gpt2_124m_are_bitwise_repeatable) {
+    seed_fresh();
+    const int C = 768, T = 1024, batches[2] = {4, 16};
+    for (int i = 0; i < 2; i++) {
+        const int N = batches[i] * T;
+        matmul_twice_case(N, C, 3 * C, 0, 0); /* qkv */
+        matmul_twice_case(N, C, C, 0, 0);     /* attention projection */
+        matmul_twice_case(N, C, 4 * C, 1, 0); /* fc, GELU epilogue */
+        matmul_twice_case(N, 4 * C, C, 0, 1); /* fc_proj, dGELU epilogue in the backward */
+    }
 }
 
 /* ---- attention --------------------------------------------------------------------------- */

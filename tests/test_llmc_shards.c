@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "data/err.h"
 #include "data/shard.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
@@ -22,7 +23,7 @@ static void expect_fixture(const char *path, uint32_t width, uint32_t vocab, uin
     uint32_t *t = NULL;
     uint64_t n = 0;
     ShardHeader h;
-    char err[FGPT_ERR_LEN];
+    char err[ERR_LEN];
     REQUIRE(shard_read(path, vocab, &t, &n, &h, err) == 0, "%s", err);
     CHECK(n == 2000 && h.num_tokens == 2000, "%s: %llu tokens, expected 2000", path, (unsigned long long)n);
     CHECK(h.bytes_per_token == width && h.vocab_size == vocab && h.header_bytes == LLMC_HEADER_BYTES,
@@ -46,7 +47,7 @@ TEST(llmc_llama3_shard_reads_every_uint32_token) {
 /* Copies a fixture into the test's folder, patches or truncates it, expects msg. */
 static void expect_llmc_defect(const char *fixture, const char *what, long patch_at, int32_t patch, long truncate_to,
                                uint32_t model_vocab, const char *msg) {
-    char path[700], err[FGPT_ERR_LEN] = "";
+    char path[700], err[ERR_LEN] = "";
     snprintf(path, sizeof path, "%s/bad.bin", test_tmpdir());
     size_t len;
     char *bytes = read_file(fixture, &len);

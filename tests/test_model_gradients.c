@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "model/backend.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
@@ -17,7 +18,7 @@ static void check_gradients(OutputKind output) {
     GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 16, .max_seq_len = 8, .vocab_size = 37};
     gpt_config_finish(&cfg);
     ParamTable t;
-    char err[512];
+    char err[ERR_LEN];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
     int B = 2, T = 5;
     Backend *be = backend_cpu_create(&t, B, T, output, 7, err);

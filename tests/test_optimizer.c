@@ -3,8 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "model/backend.h"
-#include "model/schedule.h"
+#include "model/train/schedule.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 
@@ -12,7 +13,7 @@ TEST(adamw_two_steps_match_hand_computation) {
     GPTConfig cfg = {.num_layers = 1, .num_heads = 2, .dim = 8, .max_seq_len = 4, .vocab_size = 11};
     gpt_config_finish(&cfg);
     ParamTable t;
-    char err[512];
+    char err[ERR_LEN];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
     Backend *be = backend_cpu_create(&t, 1, 4, OUTPUT_FUSED, 3, err);
     REQUIRE(be, "%s", err);

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/output_layer_cpu.h"
+#include "model/cpu/output_layer_cpu.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "data/corpus.h"
+#include "data/err.h"
 #include "data/prepare.h"
 #include "data/shard.h"
 #include "tests/test.h"
@@ -71,7 +72,7 @@ TEST(corpus_synthetic_is_deterministic_and_varied) {
     CHECK(strstr(a.data, "<|endoftext|>") != NULL, "documents are separated");
     /* Enough distinct pseudo-words that a tokenizer finds over 2000 merges in 200 kB (the full
      * 36 MiB synthetic corpus reaches 262144 tokens: see dev/RESULTS.md). */
-    char err[TOKENIZER_ERR_LEN];
+    char err[ERR_LEN];
     TokenizerTrainOptions opt = {8000, 1, 0};
     Tokenizer *t = tokenizer_train(a.data, a.len, &opt, err);
     REQUIRE(t, "%s", err);
@@ -127,7 +128,7 @@ TEST(prepare_text_files_into_shards_that_decode_back) {
     const char *argv[] = {"prepare", "-v", "3000", "-o", out, "--threads", "2", f1, f2};
     REQUIRE(run_prepare(9, argv) == 0, "prepare failed");
 
-    char tok_path[1200], train_path[1200], val_path[1200], err[FGPT_ERR_LEN];
+    char tok_path[1200], train_path[1200], val_path[1200], err[ERR_LEN];
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", out);
     snprintf(train_path, sizeof train_path, "%s/train.bin", out);
     snprintf(val_path, sizeof val_path, "%s/val.bin", out);
@@ -234,7 +235,7 @@ TEST(corpus_falls_back_to_synthetic_when_packages_cannot_be_fetched) {
     /* With no apt-get on PATH the fetch fails; the recipe must fall back, not fail. */
     const char *old = getenv("PATH");
     char *saved = old ? strdup(old) : NULL;
-    char empty_bin[1100], cache[1100], path[PREPARE_PATH_LEN], name[32], err[FGPT_ERR_LEN] = "";
+    char empty_bin[1100], cache[1100], path[PREPARE_PATH_LEN], name[32], err[ERR_LEN] = "";
     snprintf(empty_bin, sizeof empty_bin, "%s/no-tools", test_tmpdir());
     snprintf(cache, sizeof cache, "%s/cache", test_tmpdir());
     mkdir(empty_bin, 0755);
@@ -285,7 +286,7 @@ TEST(prepare_keeps_the_validation_share_near_the_one_asked_for_with_a_long_last_
     write_lines(f2, 37000, 2);
     const char *argv[] = {"prepare", "-v", "300", "--val-fraction", "0.01", "-o", out, "--threads", "1", f1, f2};
     REQUIRE(run_prepare(11, argv) == 0, "prepare failed");
-    char train_path[1200], val_path[1200], err[FGPT_ERR_LEN];
+    char train_path[1200], val_path[1200], err[ERR_LEN];
     snprintf(train_path, sizeof train_path, "%s/train.bin", out);
     snprintf(val_path, sizeof val_path, "%s/val.bin", out);
     ShardHeader h1, h2;

@@ -9,9 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data/err.h"
 #include "data/shard.h"
-#include "model/checkpoint.h"
-#include "model/runlog.h"
+#include "model/train/checkpoint.h"
+#include "model/train/runlog.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 
@@ -119,7 +120,7 @@ TEST(what_a_checkpoint_needs_is_taken_and_counted_before_the_first_step) {
     GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 128, .max_seq_len = 1024, .vocab_size = 64};
     gpt_config_finish(&cfg);
     ParamTable t;
-    char err[512], want[128];
+    char err[ERR_LEN], want[128];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
     snprintf(want, sizeof want, "  %-40s %10.2f MB\n", "checkpoint buffers (fp32 weights, m, v)", 12.0 * t.total / 1e6);
     param_table_free(&t);
@@ -144,7 +145,7 @@ TEST(what_a_checkpoint_needs_is_taken_and_counted_before_the_first_step) {
 
 TEST(the_run_log_writes_any_sample_bytes_as_valid_utf8_json) {
     RunLog log = {NULL};
-    char err[512];
+    char err[ERR_LEN];
     REQUIRE(runlog_open(&log, test_tmpdir(), err) == 0, "%s", err);
     /* valid 2-, 3- and 4-byte characters; then a character cut short at the end of the sample (the
      * case of a sample decoded from a few tokens), a stray continuation byte, an overlong '/', an
@@ -296,7 +297,7 @@ TEST(progress_lines_reach_a_redirected_stdout_as_they_happen) {
 TEST(a_resume_keeps_the_records_of_its_step_that_it_will_not_write_again) {
     /* a run that ended at step 3: its last eval (at 3) is the resumed run's too unless it evaluates
      * at step 3 itself; a sample at 3 it writes again; a line cut short by a crash goes */
-    char path[800], err[512];
+    char path[800], err[ERR_LEN];
     snprintf(path, sizeof path, "%s/log.jsonl", test_tmpdir());
     const char *before = "{\"type\":\"step\",\"step\":3,\"loss\":1.0}\n"
                          "{\"type\":\"eval\",\"step\":3,\"val_loss\":2.0}\n"

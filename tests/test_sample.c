@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "data/rng.h"
-#include "model/sample.h"
+#include "model/train/sample.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 
@@ -35,6 +36,33 @@ TEST(sample_top_k_draws_only_among_the_k_likeliest) {
     int same = 1;
     for (int i = 0; i < 100; i++) same &= sample_token_top_k(l, 8, 1.0f, 8, &a) == sample_token(l, 8, 1.0f, &b);
     CHECK(same, "top-k 8 of 8 differs from the full draw");
+}
+
+/* A sample's text holds every token of its window, however long (a window of -t 8192 tokens, each
+ * of which decodes to two bytes, and the ids where there is no tokenizer). */
+TEST(sample_text_decodes_every_token_of_a_long_window) {
+    char err[ERR_LEN];
+    const char *corpus = "ab ab ab ab ab ab ab ab ab ab ab ab";
+    TokenizerTrainOptions o = {.vocab_size = 300, .threads = 1};
+    Tokenizer *t = tokenizer_train(corpus, strlen(corpus), &o, err);
+    REQUIRE(t, "tokenizer: %s", err);
+    uint32_t ab;
+    REQUIRE(tokenizer_encode(t, "ab", 2, 0, &ab, 1) == 1, "'ab' is not one token");
+    enum { N = 8192 };
+    int *tokens = malloc(N * sizeof *tokens);
+    REQUIRE(tokens, "memory");
+    for (int i = 0; i < N; i++) tokens[i] = (int)ab;
+    char *text = sample_text(t, tokens, N);
+    CHECK(text && strlen(text) == 2 * N, "decoded %zu bytes of %d", text ? strlen(text) : 0, 2 * N);
+    free(text);
+    text = sample_text(NULL, tokens, N);
+    char want[16];
+    snprintf(want, sizeof want, "%d ", (int)ab);
+    CHECK(text && strlen(text) == N * strlen(want), "ids: %zu bytes of %zu", text ? strlen(text) : 0,
+          N * strlen(want));
+    free(text);
+    free(tokens);
+    tokenizer_free(t);
 }
 
 /* A tiny run on the README with our tokenizer (or `tokenizer`, a file): checkpoints at steps 4, 8. */

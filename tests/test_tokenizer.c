@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "data/rng.h"
 #include "tests/test.h"
 #include "tokenizer/tokenizer.h"
@@ -67,7 +68,7 @@ static size_t make_bytes(Rng *rng, uint8_t *s, size_t max) {
 }
 
 static Tokenizer *train_on(const char *text, size_t len, uint32_t V, int threads) {
-    char err[TOKENIZER_ERR_LEN];
+    char err[ERR_LEN];
     TokenizerTrainOptions opt = {V, threads, 0};
     Tokenizer *t = tokenizer_train(text, len, &opt, err);
     if (!t) test_fail(__FILE__, __LINE__, "training failed: %s", err);
@@ -125,7 +126,7 @@ TEST(tokenizer_round_trips_generated_text_serial_equals_parallel) {
     CHECK(round_trips(t, text, len, 1), "generated text did not round-trip");
     uint32_t *serial = malloc((len + 1) * sizeof *serial), *par = NULL;
     size_t n1 = tokenizer_encode(t, text, len, 1, serial, len + 1), n2 = 0;
-    char err[TOKENIZER_ERR_LEN];
+    char err[ERR_LEN];
     REQUIRE(tokenizer_encode_parallel(t, text, len, 1, 3, &par, &n2, err) == 0, "parallel encode: %s", err);
     CHECK(n1 == n2 && memcmp(serial, par, n1 * sizeof *par) == 0, "parallel encoding (%zu tokens) differs from serial (%zu)",
           n2, n1);
@@ -288,7 +289,7 @@ TEST(tokenizer_training_is_deterministic_across_threads) {
     char *text = make_text(&rng, 300000, &len);
     Tokenizer *a = train_on(text, len, 4000, 1), *b = train_on(text, len, 4000, 2);
     REQUIRE(a && b, "no tokenizer");
-    char pa[1200], pb[1200], err[TOKENIZER_ERR_LEN];
+    char pa[1200], pb[1200], err[ERR_LEN];
     snprintf(pa, sizeof pa, "%s/a.bin", test_tmpdir());
     snprintf(pb, sizeof pb, "%s/b.bin", test_tmpdir());
     REQUIRE(tokenizer_save(a, pa, err) == 0, "save: %s", err);
@@ -430,7 +431,7 @@ TEST(tokenizer_stops_when_no_pair_repeats_and_reports_size) {
 }
 
 TEST(tokenizer_rejects_vocab_below_bytes_plus_specials) {
-    char err[TOKENIZER_ERR_LEN] = "";
+    char err[ERR_LEN] = "";
     TokenizerTrainOptions opt = {256, 1, 0};
     CHECK(!tokenizer_train("hello hello", 11, &opt, err), "V = 256 must be rejected");
     CHECK(strstr(err, "below 257"), "error should name the minimum: %s", err);
@@ -441,7 +442,7 @@ TEST(tokenizer_rejects_vocab_below_bytes_plus_specials) {
 }
 
 TEST(tokenizer_rejects_empty_corpus) {
-    char err[TOKENIZER_ERR_LEN] = "";
+    char err[ERR_LEN] = "";
     TokenizerTrainOptions opt = {1000, 1, 0};
     CHECK(!tokenizer_train("", 0, &opt, err), "an empty corpus must be rejected");
     CHECK(strstr(err, "empty"), "error should say the corpus is empty: %s", err);
@@ -513,7 +514,7 @@ static long file_size(const char *path) {
 TEST(tokenizer_save_load_round_trip) {
     Tokenizer *t = small_tokenizer(1200);
     REQUIRE(t, "no tokenizer");
-    char path[1200], err[TOKENIZER_ERR_LEN];
+    char path[1200], err[ERR_LEN];
     snprintf(path, sizeof path, "%s/tok.bin", test_tmpdir());
     REQUIRE(tokenizer_save(t, path, err) == 0, "save: %s", err);
     Tokenizer *u = tokenizer_load(path, err);
@@ -531,7 +532,7 @@ TEST(tokenizer_save_load_round_trip) {
 TEST(tokenizer_load_rejects_missing_truncated_and_corrupt_files) {
     Tokenizer *t = small_tokenizer(800);
     REQUIRE(t, "no tokenizer");
-    char path[1200], bad[1300], err[TOKENIZER_ERR_LEN];
+    char path[1200], bad[1300], err[ERR_LEN];
     snprintf(path, sizeof path, "%s/tok.bin", test_tmpdir());
     REQUIRE(tokenizer_save(t, path, err) == 0, "save: %s", err);
     tokenizer_free(t);
@@ -595,7 +596,7 @@ TEST(tokenizer_load_rejects_merges_that_name_tokens_not_made_yet) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < sizeof buf - 8; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
     for (int i = 0; i < 8; i++) buf[sizeof buf - 8 + i] = (unsigned char)(h >> (8 * i));
-    char path[1200], err[TOKENIZER_ERR_LEN] = "";
+    char path[1200], err[ERR_LEN] = "";
     snprintf(path, sizeof path, "%s/future.bin", test_tmpdir());
     FILE *f = fopen(path, "wb");
     REQUIRE(f, "cannot write %s", path);

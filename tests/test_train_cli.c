@@ -10,10 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data/err.h"
 #include "data/paths.h"
 #include "data/shard.h"
-#include "model/checkpoint.h"
-#include "model/step_check.h"
+#include "model/train/checkpoint.h"
+#include "model/train/step_check.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -171,7 +172,7 @@ static int rewrite_state(const char *state, long at, const void *value, size_t b
     FILE *f = fopen(state, "r+b");
     if (!f) return -1;
     int ok = fseek(f, at, SEEK_SET) == 0 && fwrite(value, bytes, 1, f) == 1;
-    char err[512];
+    char err[ERR_LEN];
     /* as a conversion tool would: the checksum follows the rewritten header */
     return (fclose(f) == 0 && ok && checkpoint_state_reseal(state, err) == 0) ? 0 : -1;
 }
@@ -323,7 +324,7 @@ TEST(nan_loss_stops_the_run_and_keeps_the_last_checkpoint) {
     GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 128, .max_seq_len = 1024, .vocab_size = 64};
     gpt_config_finish(&cfg);
     ParamTable t;
-    char err[512];
+    char err[ERR_LEN];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
     float *state = malloc(3 * t.total * sizeof(float));
     TrainState st;
@@ -445,7 +446,7 @@ TEST(a_checkpoint_of_another_shape_or_a_changed_one_is_a_runtime_failure_naming_
 }
 
 TEST(samples_that_cannot_hold_the_prompt_or_the_asked_tokens_say_so) {
-    char train[700], val[700], tok_path[800], err[TOKENIZER_ERR_LEN];
+    char train[700], val[700], tok_path[800], err[ERR_LEN];
     make_corpus(train, val, sizeof train);
     const char *d = test_tmpdir();
     /* a byte-level tokenizer of 257 tokens (no merges): a prompt's tokens are its bytes */
@@ -474,7 +475,7 @@ TEST(a_shard_token_no_vocabulary_flag_can_fix_gets_no_such_hint) {
     snprintf(path, sizeof path, "%s/wide.bin", d);
     uint32_t t[64];
     for (int i = 0; i < 64; i++) t[i] = i == 40 ? 2147483653u : (uint32_t)i;
-    char err[FGPT_ERR_LEN];
+    char err[ERR_LEN];
     REQUIRE(shard_write(path, t, 64, UINT32_MAX, err) == 0, "%s", err);
     expect_run(1, "token 2147483653 at position 40", "(re-tokenize: the shard's vocabulary of 4294967295 is above the "
                "largest a model takes, -v 2000000000)", "--device cpu -e tiny -v 64 -b 1 -t 8 -x 1 -i %s -o %s/w",
@@ -513,4 +514,19 @@ TEST(a_damaged_default_corpus_cache_is_named_with_its_fix) {
               strstr(out, "-v300 and run again") && !strstr(out, "pass -v"),
           "exit %d: %s", rc, out);
     free(out);
+}
+
+/* A command line that is wrong is refused before anything touches the disk: no run directory, no
+ * lock file. */
+TEST(a_usage_error_leaves_no_run_directory_behind) {
+    char train[700], val[700], dir[800];
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    struct stat sb;
+    expect_run(2, "-j/--val-data needs -i/--train-data too", NULL, "--device cpu -j %s -o %s/nodisk_j", val, d);
+    snprintf(dir, sizeof dir, "%s/nodisk_j", d);
+    CHECK(stat(dir, &sb) != 0, "a usage error created %s", dir);
+    expect_run(2, "--prompt needs a tokenizer", NULL, TINY_RUN " -x 1 --prompt hi -i %s -o %s/nodisk_p", train, d);
+    snprintf(dir, sizeof dir, "%s/nodisk_p", d);
+    CHECK(stat(dir, &sb) != 0, "a usage error created %s", dir);
 }

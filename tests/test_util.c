@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "data/err.h"
 #include "data/shard.h"
 #include "tests/test.h"
 
@@ -109,7 +110,7 @@ int write_pattern_shard(const char *path, uint64_t n, uint32_t vocab, uint64_t s
     rng_seed(&rng, seed);
     for (uint64_t i = 0; i < n; i++)
         t[i] = (i % 16 == 0) ? (uint32_t)rng_below(&rng, vocab) : (5 * t[i - 1] + 3) % vocab;
-    char err[FGPT_ERR_LEN];
+    char err[ERR_LEN];
     int rc = shard_write(path, t, n, vocab, err);
     if (rc) fprintf(stderr, "%s\n", err);
     free(t);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "data/err.h"
 #include "tokenizer/tokenizer_internal.h"
 
 #define NO_NODE UINT32_MAX
@@ -346,7 +347,7 @@ static void trainer_free(Trainer *tr) {
 Tokenizer *tokenizer_train(const char *text, size_t len, const TokenizerTrainOptions *opt, char *err) {
     uint32_t V = opt->vocab_size;
     if (V < TOKENIZER_MIN_VOCAB) {
-        snprintf(err, TOKENIZER_ERR_LEN,
+        snprintf(err, ERR_LEN,
                  "vocabulary size %u is below %u (256 byte tokens + the <|endoftext|> token); ask for %u or more", V,
                  TOKENIZER_MIN_VOCAB, TOKENIZER_MIN_VOCAB);
         return NULL;
@@ -360,7 +361,7 @@ Tokenizer *tokenizer_train(const char *text, size_t len, const TokenizerTrainOpt
         return NULL;
     }
     if (tr.n_words == 0) {
-        snprintf(err, TOKENIZER_ERR_LEN,
+        snprintf(err, ERR_LEN,
                  "the corpus is empty (no text besides <|endoftext|>); give the tokenizer some text to learn from");
         trainer_free(&tr);
         return NULL;

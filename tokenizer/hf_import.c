@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "tokenizer/json.h"
 #include "tokenizer/tokenizer_internal.h"
 
@@ -430,7 +431,7 @@ static int build_whole_tokens(Tokenizer *t, const Import *im, const char *path, 
 }
 
 Tokenizer *tokenizer_from_hf_json(const char *text, size_t len, const char *path, char *err) {
-    char jerr[JSON_ERR_LEN];
+    char jerr[ERR_LEN];
     JsonValue *root = json_parse(text, len, path, jerr);
     if (!root) {
         tok_error(err, "%s", jerr);

@@ -1,6 +1,7 @@
 /* tokenizer/json.c - the JSON reader (see json.h): recursive descent over the text, one malloc'ed
  * array per container. Containers grow by doubling while they are read, then keep their size. */
 #include "tokenizer/json.h"
+#include "data/err.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -34,7 +35,7 @@ static void fail(Parser *p, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    snprintf(p->err, JSON_ERR_LEN, "%s is not valid JSON: line %zu column %zu: %s", p->what, line, col, why);
+    snprintf(p->err, ERR_LEN, "%s is not valid JSON: line %zu column %zu: %s", p->what, line, col, why);
 }
 
 static void skip_space(Parser *p) {
@@ -332,7 +333,7 @@ JsonValue *json_parse(const char *text, size_t len, const char *what, char *err)
     Parser p = {text, len, 0, what, err, 0};
     JsonValue *root = calloc(1, sizeof *root);
     if (!root) {
-        snprintf(err, JSON_ERR_LEN, "out of memory reading %s", what);
+        snprintf(err, ERR_LEN, "out of memory reading %s", what);
         return NULL;
     }
     if (parse_value(&p, root, 0)) {

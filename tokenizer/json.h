@@ -10,7 +10,8 @@
 
 #include <stddef.h>
 
-#define JSON_ERR_LEN 512
+#include "data/err.h"
+
 #define JSON_MAX_DEPTH 200
 
 typedef enum { JSON_NULL, JSON_FALSE, JSON_TRUE, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT } JsonType;
@@ -33,7 +34,7 @@ struct JsonMember {
     JsonValue value;
 };
 
-/* Parses text[0..len). NULL with a one-line message in err (JSON_ERR_LEN bytes) naming `what` (a
+/* Parses text[0..len). NULL with a one-line message in err (ERR_LEN bytes) naming `what` (a
  * file name, for the message), the line and column, and what was expected. */
 JsonValue *json_parse(const char *text, size_t len, const char *what, char *err);
 void json_free(JsonValue *v);

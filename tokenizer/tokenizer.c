@@ -5,13 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "tokenizer/nfc_table.h"
 #include "tokenizer/tokenizer_internal.h"
 
 void tok_error(char *err, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, TOKENIZER_ERR_LEN, fmt, ap);
+    vsnprintf(err, ERR_LEN, fmt, ap);
     va_end(ap);
 }
 
@@ -46,7 +47,7 @@ Tokenizer *tokenizer_from_merges(const uint32_t *merges, uint32_t n_merges, char
     for (uint32_t i = 0; i < n_merges; i++) {
         uint32_t a = merges[2 * i], b = merges[2 * i + 1], id = 256 + i;
         if (a >= id || b >= id) {
-            snprintf(err, TOKENIZER_ERR_LEN,
+            snprintf(err, ERR_LEN,
                      "tokenizer merge %u uses token %u, which does not exist yet; the file is corrupt, re-train it", i,
                      a >= id ? a : b);
             tokenizer_free(t);
@@ -60,7 +61,7 @@ Tokenizer *tokenizer_from_merges(const uint32_t *merges, uint32_t n_merges, char
             return NULL;
         }
         if (!inserted) {
-            snprintf(err, TOKENIZER_ERR_LEN,
+            snprintf(err, ERR_LEN,
                      "tokenizer merges %u and %u join the same pair (%u, %u); the file is corrupt, re-train it",
                      t->merge_map.values[slot], i, a, b);
             tokenizer_free(t);

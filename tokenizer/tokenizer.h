@@ -9,7 +9,7 @@
  * tokenizer_load also reads a Hugging Face tokenizer.json of a byte-level BPE (hf_import.c): its
  * ids, merge ranks, specials and split are its own, and everything below works the same on it.
  *
- * Functions that can fail take err (TOKENIZER_ERR_LEN bytes) and write one line naming the problem
+ * Functions that can fail take err (ERR_LEN bytes) and write one line naming the problem
  * and the fix. This module knows nothing else of the project. */
 #ifndef FUSEDGPT_TOKENIZER_H
 #define FUSEDGPT_TOKENIZER_H
@@ -17,7 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TOKENIZER_ERR_LEN 512
+#include "data/err.h"
+
 #define TOKENIZER_EOT_TEXT "<|endoftext|>"
 /* 256 byte tokens + the EOT token: the smallest vocabulary there is. */
 #define TOKENIZER_MIN_VOCAB 257u

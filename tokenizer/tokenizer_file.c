@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "tokenizer/tokenizer_internal.h"
 
 #define TOKENIZER_MAGIC "FGPTBPE1"
@@ -211,7 +212,7 @@ Tokenizer *tokenizer_load(const char *path, char *err) {
         } else {
             const uint8_t *m = buf + FIXED_HEADER + eot_len;
             for (size_t i = 0; i < 2 * (size_t)M; i++) merges[i] = get_u32(m + 4 * i);
-            char why[TOKENIZER_ERR_LEN];
+            char why[ERR_LEN];
             t = tokenizer_from_merges(merges, M, why);
             if (!t) tok_error(err, "%s: %s", path, why);
             free(merges);

@@ -8,9 +8,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "data/err.h"
 #include "tokenizer/tokenizer.h"
 
-/* Writes a one-line message into err (TOKENIZER_ERR_LEN bytes), truncating if it must. */
+/* Writes a one-line message into err (ERR_LEN bytes), truncating if it must. */
 void tok_error(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- pair map: (left, right) -> uint32 value, open addressing, linear probing ---- */

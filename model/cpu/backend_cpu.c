@@ -1,0 +1,348 @@
+/* model/cpu/backend_cpu.c - the fp32 CPU reference backend: the whole GPT-2 step from the layers in
+ * layers_cpu.c, either output layer, AdamW. The oracle for the CUDA backend and what
+ * `./train --device cpu` runs. Shapes: B, T, C, NH, L, V, Vp; N = B·T. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/err.h"
+#include "model/backend.h"
+#include "model/cpu/layers_cpu.h"
+#include "model/cpu/output_layer_cpu.h"
+
+/* Activations of one layer, saved by the forward for the backward. */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
+    float *qkv;                       /* [N,3C] */
+    float *atty;                      /* [N,C] attention output before the projection */
+    float *att;                       /* [B,NH,T,T] softmax probabilities */
+    float *residual2;                 /* [N,C] residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fch_gelu;            /* [N,4C] */
+    float *residual3;                 /* [N,C] residual after the MLP: the layer's output */
+} LayerActs;
+
+/* Scratch gradients of one layer's internals (reused by every layer, zeroed before use because
+ * the layer backwards add into them). */
+typedef struct {
+    float *dln1, *dqkv, *datty, *dln2, *dfch, *dfch_gelu;
+} LayerScratch;
+
+typedef struct {
+    Backend base;
+    const ParamTable *t;
+    float *params, *grads, *m, *v; /* each table->total floats */
+    float *acts;                   /* every saved activation, one allocation */
+    size_t acts_floats;
+    float *encoded;                /* [N,C] */
+    LayerActs *layer;              /* [L] */
+    float *lnf, *lnf_mean, *lnf_rstd;
+    float *dres, *dlnf;            /* [N,C] gradient of the residual stream, of lnf */
+    float *scratch;                /* backing store of LayerScratch */
+    LayerScratch s;
+    float *out_ws;                 /* output-layer workspace */
+    float *row_losses;             /* [N] */
+    size_t out_ws_floats;
+    float *attproj_tmp, *fcproj_tmp; /* [N,C] projection outputs before the residual add */
+} CpuBackend;
+
+/* The one place that lays out the activations: called with base = NULL to count, then to assign. */
+static size_t layout_acts(CpuBackend *cb, float *base) {
+    const GPTConfig *cfg = &cb->t->cfg;
+    size_t B = cb->base.B, T = cb->base.T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    size_t off = 0;
+#define TAKE(ptr, n)                              \
+    do {                                          \
+        if (base) (ptr) = base + off;             \
+        off += (n);                               \
+    } while (0)
+    TAKE(cb->encoded, N * C);
+    for (int l = 0; l < cfg->num_layers; l++) {
+        LayerActs *a = &cb->layer[l];
+        TAKE(a->ln1, N * C);
+        TAKE(a->ln1_mean, N);
+        TAKE(a->ln1_rstd, N);
+        TAKE(a->qkv, N * 3 * C);
+        TAKE(a->atty, N * C);
+        TAKE(a->att, B * NH * T * T);
+        TAKE(a->residual2, N * C);
+        TAKE(a->ln2, N * C);
+        TAKE(a->ln2_mean, N);
+        TAKE(a->ln2_rstd, N);
+        TAKE(a->fch, N * 4 * C);
+        TAKE(a->fch_gelu, N * 4 * C);
+        TAKE(a->residual3, N * C);
+    }
+    TAKE(cb->lnf, N * C);
+    TAKE(cb->lnf_mean, N);
+    TAKE(cb->lnf_rstd, N);
+    TAKE(cb->dres, N * C);
+    TAKE(cb->dlnf, N * C);
+    TAKE(cb->attproj_tmp, N * C);
+    TAKE(cb->fcproj_tmp, N * C);
+    TAKE(cb->s.dln1, N * C);
+    TAKE(cb->s.dqkv, N * 3 * C);
+    TAKE(cb->s.datty, N * C);
+    TAKE(cb->s.dln2, N * C);
+    TAKE(cb->s.dfch, N * 4 * C);
+    TAKE(cb->s.dfch_gelu, N * 4 * C);
+#undef TAKE
+    return off;
+}
+
+static void forward_body(CpuBackend *cb, const int *inputs) {
+    const ParamTable *t = cb->t;
+    const GPTConfig *cfg = &t->cfg;
+    int B = cb->base.B, T = cb->base.T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    encoder_forward_cpu(cb->encoded, inputs, whole_tensor(t, cb->params, ROLE_WTE),
+                        whole_tensor(t, cb->params, ROLE_WPE), B, T, C);
+    const float *residual = cb->encoded;
+    for (int l = 0; l < cfg->num_layers; l++) {
+        LayerTensors p = layer_tensors(t, cb->params, l);
+        LayerActs *a = &cb->layer[l];
+        layernorm_forward_cpu(a->ln1, a->ln1_mean, a->ln1_rstd, residual, p.ln1w, p.ln1b, B, T, C);
+        matmul_forward_cpu(a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, 3 * C);
+        attention_forward_cpu(a->atty, a->att, a->qkv, B, T, C, NH);
+        matmul_forward_cpu(cb->attproj_tmp, a->atty, p.attprojw, p.attprojb, N, C, C);
+        residual_forward_cpu(a->residual2, residual, cb->attproj_tmp, (size_t)N * C);
+        layernorm_forward_cpu(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, p.ln2w, p.ln2b, B, T, C);
+        matmul_forward_cpu(a->fch, a->ln2, p.fcw, p.fcb, N, C, 4 * C);
+        gelu_forward_cpu(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+        matmul_forward_cpu(cb->fcproj_tmp, a->fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
+        residual_forward_cpu(a->residual3, a->residual2, cb->fcproj_tmp, (size_t)N * C);
+        residual = a->residual3;
+    }
+    layernorm_forward_cpu(cb->lnf, cb->lnf_mean, cb->lnf_rstd, residual, whole_tensor(t, cb->params, ROLE_LNF_W),
+                          whole_tensor(t, cb->params, ROLE_LNF_B), B, T, C);
+}
+
+/* Runs the selected output layer on lnf; returns the sum of valid losses. */
+static double output_layer(CpuBackend *cb, const int *targets, float grad_scale, int with_grads) {
+    const GPTConfig *cfg = &cb->t->cfg;
+    OutputLayerCpu a = {
+        .H = cb->lnf,
+        .W = whole_tensor(cb->t, cb->params, ROLE_WTE),
+        .targets = targets,
+        .N = cb->base.B * cb->base.T,
+        .C = cfg->dim,
+        .V = cfg->vocab_size,
+        .grad_scale = grad_scale,
+        .dH = with_grads ? cb->dlnf : NULL,
+        .dW = with_grads ? whole_tensor(cb->t, cb->grads, ROLE_WTE) : NULL,
+        .losses = cb->row_losses,
+    };
+    if (cb->base.output != OUTPUT_FUSED) return output_layer_canonical_cpu(&a, cb->out_ws);
+    return output_layer_fused_cpu(&a, cb->out_ws);
+}
+
+static float cpu_eval_loss(Backend *be, const int *inputs, const int *targets) {
+    CpuBackend *cb = (CpuBackend *)be;
+    forward_body(cb, inputs);
+    int valid = output_layer_count_valid(targets, be->B * be->T);
+    double sum = output_layer(cb, targets, 0.0f, 0);
+    return valid ? (float)(sum / valid) : 0.0f;
+}
+
+static float cpu_train_micro_step(Backend *be, const int *inputs, const int *targets, float loss_scale,
+                                  int last_micro) {
+    (void)last_micro; /* alone: nothing to reduce */
+    CpuBackend *cb = (CpuBackend *)be;
+    const ParamTable *t = cb->t;
+    const GPTConfig *cfg = &t->cfg;
+    int B = be->B, T = be->T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    size_t NC = (size_t)N * C;
+
+    forward_body(cb, inputs);
+    int valid = output_layer_count_valid(targets, N);
+    memset(cb->dlnf, 0, NC * sizeof(float));
+    double sum = output_layer(cb, targets, valid ? loss_scale / valid : 0.0f, 1);
+
+    const float *last = cfg->num_layers ? cb->layer[cfg->num_layers - 1].residual3 : cb->encoded;
+    memset(cb->dres, 0, NC * sizeof(float));
+    layernorm_backward_cpu(cb->dres, whole_tensor(t, cb->grads, ROLE_LNF_W), whole_tensor(t, cb->grads, ROLE_LNF_B),
+                           cb->dlnf, last, whole_tensor(t, cb->params, ROLE_LNF_W), cb->lnf_mean, cb->lnf_rstd, B, T,
+                           C);
+    /* dres holds the gradient of the residual stream; walking down a layer, each branch's
+     * LayerNorm backward adds its contribution into it (residual adds pass gradients through). */
+    for (int l = cfg->num_layers - 1; l >= 0; l--) {
+        LayerTensors p = layer_tensors(t, cb->params, l), g = layer_tensors(t, cb->grads, l);
+        LayerActs *a = &cb->layer[l];
+        const float *residual = l == 0 ? cb->encoded : cb->layer[l - 1].residual3;
+        LayerScratch *s = &cb->s;
+        memset(s->dfch_gelu, 0, 4 * NC * sizeof(float));
+        memset(s->dfch, 0, 4 * NC * sizeof(float));
+        memset(s->dln2, 0, NC * sizeof(float));
+        memset(s->datty, 0, NC * sizeof(float));
+        memset(s->dqkv, 0, 3 * NC * sizeof(float));
+        memset(s->dln1, 0, NC * sizeof(float));
+        matmul_backward_cpu(s->dfch_gelu, g.fcprojw, g.fcprojb, cb->dres, a->fch_gelu, p.fcprojw, N, 4 * C, C);
+        gelu_backward_cpu(s->dfch, a->fch, s->dfch_gelu, 4 * NC);
+        matmul_backward_cpu(s->dln2, g.fcw, g.fcb, s->dfch, a->ln2, p.fcw, N, C, 4 * C);
+        layernorm_backward_cpu(cb->dres, g.ln2w, g.ln2b, s->dln2, a->residual2, p.ln2w, a->ln2_mean, a->ln2_rstd, B,
+                               T, C);
+        matmul_backward_cpu(s->datty, g.attprojw, g.attprojb, cb->dres, a->atty, p.attprojw, N, C, C);
+        attention_backward_cpu(s->dqkv, s->datty, a->qkv, a->att, B, T, C, NH);
+        matmul_backward_cpu(s->dln1, g.qkvw, g.qkvb, s->dqkv, a->ln1, p.qkvw, N, C, 3 * C);
+        layernorm_backward_cpu(cb->dres, g.ln1w, g.ln1b, s->dln1, residual, p.ln1w, a->ln1_mean, a->ln1_rstd, B, T,
+                               C);
+    }
+    encoder_backward_cpu(whole_tensor(t, cb->grads, ROLE_WTE), whole_tensor(t, cb->grads, ROLE_WPE), cb->dres,
+                         inputs, B, T, C);
+    return valid ? (float)(sum / valid) : 0.0f;
+}
+
+static void cpu_logits_at(Backend *be, const int *tokens, int pos, float *logits) {
+    CpuBackend *cb = (CpuBackend *)be;
+    forward_body(cb, tokens);
+    const GPTConfig *cfg = &cb->t->cfg;
+    matmul_forward_cpu(logits, cb->lnf + (size_t)pos * cfg->dim, whole_tensor(cb->t, cb->params, ROLE_WTE), NULL, 1,
+                       cfg->dim, cfg->vocab_size);
+}
+
+static void cpu_zero_grad(Backend *be) {
+    CpuBackend *cb = (CpuBackend *)be;
+    memset(cb->grads, 0, cb->t->total * sizeof(float));
+}
+
+static void cpu_reduce_grads(Backend *be) {
+    (void)be; /* the CPU backend trains alone */
+}
+
+static double cpu_comm_wait_ms(Backend *be) {
+    (void)be;
+    return 0.0;
+}
+
+static double cpu_grad_sumsq(Backend *be) {
+    CpuBackend *cb = (CpuBackend *)be;
+    double s = 0.0;
+    for (size_t i = 0; i < cb->t->total; i++) s += (double)cb->grads[i] * cb->grads[i];
+    return s;
+}
+
+static void cpu_adamw_update(Backend *be, const AdamWStep *s) {
+    CpuBackend *cb = (CpuBackend *)be;
+    float c1 = 1.0f - powf(s->beta1, (float)s->step), c2 = 1.0f - powf(s->beta2, (float)s->step);
+    for (int i = 0; i < cb->t->count; i++) {
+        const ParamInfo *pi = &cb->t->params[i];
+        float wd = pi->weight_decay ? s->weight_decay : 0.0f;
+        float *p = cb->params + pi->offset, *g = cb->grads + pi->offset;
+        float *m = cb->m + pi->offset, *v = cb->v + pi->offset;
+        for (size_t j = 0; j < pi->numel; j++) {
+            float grad = g[j] * s->grad_scale;
+            m[j] = s->beta1 * m[j] + (1.0f - s->beta1) * grad;
+            v[j] = s->beta2 * v[j] + (1.0f - s->beta2) * grad * grad;
+            float mhat = m[j] / c1, vhat = v[j] / c2;
+            p[j] -= s->lr * (mhat / (sqrtf(vhat) + s->eps) + wd * p[j]);
+        }
+    }
+}
+
+static void cpu_read_state(Backend *be, float *params, float *m, float *v) {
+    CpuBackend *cb = (CpuBackend *)be;
+    size_t n = cb->t->total * sizeof(float);
+    if (params) memcpy(params, cb->params, n);
+    if (m) memcpy(m, cb->m, n);
+    if (v) memcpy(v, cb->v, n);
+}
+
+static void cpu_write_state(Backend *be, const float *params, const float *m, const float *v) {
+    CpuBackend *cb = (CpuBackend *)be;
+    size_t n = cb->t->total * sizeof(float);
+    if (params) memcpy(cb->params, params, n);
+    if (m) memcpy(cb->m, m, n);
+    if (v) memcpy(cb->v, v, n);
+}
+
+static void cpu_read_grads(Backend *be, float *grads) {
+    CpuBackend *cb = (CpuBackend *)be;
+    memcpy(grads, cb->grads, cb->t->total * sizeof(float));
+}
+
+static int cpu_memory_items(Backend *be, MemoryItem *items) {
+    CpuBackend *cb = (CpuBackend *)be;
+    size_t p = cb->t->total * sizeof(float);
+    int n = 0;
+    int N = be->B * be->T, V = cb->t->cfg.vocab_size;
+    items[n++] = (MemoryItem){"parameters (fp32)", p, 0};
+    items[n++] = (MemoryItem){"gradients (fp32)", p, 0};
+    items[n++] = (MemoryItem){"AdamW m, v (fp32)", 2 * p, 0};
+    items[n++] = (MemoryItem){"activations", cb->acts_floats * sizeof(float), 0};
+    items[n++] = (MemoryItem){"output layer workspace: fused", output_layer_fused_cpu_workspace(N) * sizeof(float),
+                              be->output != OUTPUT_FUSED};
+    items[n++] = (MemoryItem){"output layer workspace: canonical",
+                              output_layer_canonical_cpu_workspace(N, V) * sizeof(float),
+                              be->output == OUTPUT_FUSED};
+    return n;
+}
+
+static size_t cpu_memory_in_use(Backend *be) {
+    (void)be;
+    return 0;
+}
+
+static void cpu_destroy(Backend *be) {
+    CpuBackend *cb = (CpuBackend *)be;
+    if (!cb) return;
+    free(cb->row_losses);
+    free(cb->out_ws);
+    free(cb->acts);
+    free(cb->layer);
+    free(cb->v);
+    free(cb->m);
+    free(cb->grads);
+    free(cb->params);
+    free(cb);
+}
+
+static const BackendOps cpu_ops = {
+    .train_micro_step = cpu_train_micro_step,
+    .eval_loss = cpu_eval_loss,
+    .logits_at = cpu_logits_at,
+    .zero_grad = cpu_zero_grad,
+    .reduce_grads = cpu_reduce_grads,
+    .comm_wait_ms = cpu_comm_wait_ms,
+    .grad_sumsq = cpu_grad_sumsq,
+    .adamw_update = cpu_adamw_update,
+    .read_state = cpu_read_state,
+    .write_state = cpu_write_state,
+    .read_grads = cpu_read_grads,
+    .memory_items = cpu_memory_items,
+    .memory_in_use = cpu_memory_in_use,
+    .destroy = cpu_destroy,
+};
+
+Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind output, unsigned long long seed,
+                            char *err) {
+    CpuBackend *cb = calloc(1, sizeof *cb);
+    if (!cb) {
+        snprintf(err, ERR_LEN, "out of host memory for the CPU backend");
+        return NULL;
+    }
+    cb->base = (Backend){.ops = &cpu_ops, .table = table, .B = B, .T = T, .output = output, .device_name = "cpu"};
+    cb->t = table;
+    size_t P = table->total;
+    cb->params = calloc(P, sizeof(float));
+    cb->grads = calloc(P, sizeof(float));
+    cb->m = calloc(P, sizeof(float));
+    cb->v = calloc(P, sizeof(float));
+    cb->layer = calloc((size_t)table->cfg.num_layers, sizeof(LayerActs));
+    if (!cb->params || !cb->grads || !cb->m || !cb->v || !cb->layer) goto oom;
+    cb->acts_floats = layout_acts(cb, NULL);
+    cb->acts = calloc(cb->acts_floats, sizeof(float));
+    int N = B * T, V = table->cfg.vocab_size;
+    cb->out_ws_floats = output != OUTPUT_FUSED ? output_layer_canonical_cpu_workspace(N, V)
+                                               : output_layer_fused_cpu_workspace(N);
+    cb->out_ws = calloc(cb->out_ws_floats, sizeof(float));
+    cb->row_losses = calloc((size_t)N, sizeof(float));
+    if (!cb->acts || !cb->out_ws || !cb->row_losses) goto oom;
+    layout_acts(cb, cb->acts);
+    param_init(table, cb->params, seed);
+    return &cb->base;
+oom:
+    snprintf(err, ERR_LEN, "out of host memory for the CPU backend (needs about %.1f GB; lower -b or -t, or the model: -e, -v, --max-seq-len)",
+             (table->total * 4 + cb->acts_floats + cb->out_ws_floats) * sizeof(float) / 1e9);
+    cpu_destroy(&cb->base);
+    return NULL;
+}

@@ -1,0 +1,43 @@
+/* model/cpu/layers_cpu.h - the fp32 CPU reference of every GPT-2 layer: the oracle every CUDA kernel
+ * is tested against, and the layers of `./train --device cpu`.
+ *
+ * Shapes: B batch, T time, C channels, NH heads (HS = C/NH), OC output channels, N = B·T.
+ * All layouts are row-major; matmul weights are [OC, C] (llm.c's layout).
+ * Convention (as llm.c): forward functions overwrite their outputs; backward functions ADD (+=)
+ * into every gradient they produce, parameters and inputs alike, so gradient accumulation over
+ * micro-batches and the residual stream's fan-out need no extra buffers. */
+#ifndef FUSEDGPT_LAYERS_CPU_H
+#define FUSEDGPT_LAYERS_CPU_H
+
+#include <stddef.h>
+
+#define LAYERNORM_EPS 1e-5f
+
+/* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] */
+void encoder_forward_cpu(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C);
+void encoder_backward_cpu(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C);
+
+/* mean, rstd: [B·T], kept for the backward. */
+void layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                           const float *bias, int B, int T, int C);
+void layernorm_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                            const float *weight, const float *mean, const float *rstd, int B, int T, int C);
+
+/* out[N, OC] = inp[N, C] · weight[OC, C]^T + bias[OC] (bias may be NULL). */
+void matmul_forward_cpu(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC);
+void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                         const float *weight, int N, int C, int OC);
+
+/* qkv [B, T, 3C] (q, k, v each C wide, heads contiguous within each); out [B, T, C];
+ * att [B, NH, T, T] holds the causal softmax probabilities for the backward. */
+void attention_forward_cpu(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
+                            int C, int NH);
+
+/* GELU, tanh approximation (GPT-2's). */
+void gelu_forward_cpu(float *out, const float *inp, size_t N);
+void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, size_t N);
+
+void residual_forward_cpu(float *out, const float *a, const float *b, size_t N);
+
+#endif

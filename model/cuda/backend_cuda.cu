@@ -1,0 +1,708 @@
+/* model/cuda/backend_cuda.cu - the CUDA backend: the GPT-2 step from the kernels in kernels/, either
+ * output layer, AdamW on fp32 master weights.
+ *
+ * Shapes: B, T, C, NH, L, V, Vp; N = B·T. Weights and activations bf16; master weights, gradients,
+ * AdamW moments, LayerNorm statistics, attention log-sum-exp and the loss fp32. Parameter buffers
+ * (bf16 weights, fp32 master/grads/m/v) all use the parameter table's flat layout, so one offset
+ * addresses a tensor in each.
+ *
+ * Per layer the forward keeps: ln1, qkv, atty (+ lse), residual2, ln2, fch_pre, fch_gelu and
+ * residual3, 16·C bf16 values per token. The two projections that feed the residual stream
+ * (attproj, fcproj) are consumed by the next residual add and live in one shared buffer each. When
+ * the micro-batch would not fit otherwise, fch_gelu is not kept either (12·C per token): the
+ * backward recomputes it from fch_pre, one elementwise pass per layer.
+ * The residual add before each LayerNorm is fused into it (residual_layernorm_forward).
+ *
+ * Data parallel (model/dist/grad_sync.h): each rank scales its gradients by 1/world and the ranks sum
+ * them, during the backward of the step's last micro-batch. Under ZeRO-1 master weights, moments
+ * and reduced gradients exist only for this rank's shard ("state" below: the shard, or the whole
+ * layout without ZeRO-1); bf16 weights and the accumulating gradients stay whole. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/err.h"
+#include "kernels/cuda_check.h"
+#include "kernels/kernels.h"
+#include "kernels/output_layer.h"
+#include "model/backend.h"
+#include "model/dist/dist.h"
+#include "model/dist/grad_sync.h"
+
+/* One layer's saved activations (pointers into the activation arena). */
+typedef struct {
+    kbf16 *ln1, *qkv, *atty, *residual2, *ln2, *fch_pre, *fch_gelu, *residual3;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att_lse;
+} CudaLayerActs;
+
+typedef struct {
+    Backend base;
+    const ParamTable *t;
+    cudaStream_t stream;
+    kbf16 *params;                 /* bf16 weights, table layout (padded_total) */
+    float *grads;                  /* fp32, table layout (padded_total) */
+    float *master, *m, *v;         /* fp32, state_elems: table layout, or this rank's shard */
+    float *state_grads;            /* the reduced gradients AdamW reads: grads, or the shard's */
+    size_t padded_total, state_elems;
+    GradSync *sync;                /* NULL when training alone */
+    size_t sync_bytes;             /* what sync allocated */
+    AdamWPlan *adamw;
+    void *arena;                   /* every activation and scratch buffer, one allocation */
+    size_t arena_bytes;
+    kbf16 *encoded, *lnf;
+    kbf16 *attproj, *fcproj; /* [N,C] each: a layer's projections, consumed by the next residual add */
+    kbf16 *gelu_tmp;         /* [N,4C] when recompute_gelu: every layer's fch_gelu, one at a time */
+    int recompute_gelu;
+    float *lnf_mean, *lnf_rstd;
+    CudaLayerActs *layer;
+    /* backward scratch, reused by every layer */
+    kbf16 *dres, *dlnf, *dfch, *dln, *datty, *dqkv;
+    void *scratch; /* the largest of the kernels' scratch needs */
+    size_t scratch_bytes;
+    int *d_inputs, *d_targets;
+    float *d_loss;
+    double *d_sumsq;
+    kbf16 *d_logits_row; /* [Vp], sampling */
+    OutputLayer *out;
+    size_t out_ws_bytes;
+    size_t fused_budget;  /* the fused layer's chunk budget as it runs (0: streaming), after the fit */
+    char out_ws_label[96]; /* the memory table's line for the workspace of the layer that runs */
+    /* marks between the parts of a micro-step, and the milliseconds they took since phase_ms read
+     * them: body forward, output layer forward+backward, body backward */
+    cudaEvent_t mark[4];
+    double part_ms[3];
+} CudaBackend;
+
+static OutputLayerKind output_layer_kind(OutputKind output) {
+    return output == OUTPUT_CANONICAL ? OUTPUT_LAYER_CANONICAL : OUTPUT_LAYER_FUSED;
+}
+
+/* The one place that lays out the arena: with base == NULL it only counts. Every buffer starts on
+ * a 256-byte boundary (the kernels want 16). */
+static size_t layout_arena(CudaBackend *cb, char *base) {
+    const GPTConfig *cfg = &cb->t->cfg;
+    size_t B = cb->base.B, T = cb->base.T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    size_t off = 0;
+#define TAKE(ptr, type, count)                                        \
+    do {                                                              \
+        if (base) (ptr) = (type *)(base + off);                       \
+        off += ((count) * sizeof(type) + 255) / 256 * 256;            \
+    } while (0)
+    TAKE(cb->encoded, kbf16, N * C);
+    for (int l = 0; l < cfg->num_layers; l++) {
+        CudaLayerActs *a = &cb->layer[l];
+        TAKE(a->ln1, kbf16, N * C);
+        TAKE(a->qkv, kbf16, N * 3 * C);
+        TAKE(a->atty, kbf16, N * C);
+        TAKE(a->residual2, kbf16, N * C);
+        TAKE(a->ln2, kbf16, N * C);
+        TAKE(a->fch_pre, kbf16, N * 4 * C);
+        if (!cb->recompute_gelu) TAKE(a->fch_gelu, kbf16, N * 4 * C);
+        TAKE(a->residual3, kbf16, N * C);
+        TAKE(a->ln1_mean, float, N);
+        TAKE(a->ln1_rstd, float, N);
+        TAKE(a->ln2_mean, float, N);
+        TAKE(a->ln2_rstd, float, N);
+        TAKE(a->att_lse, float, B * NH * T);
+    }
+    TAKE(cb->attproj, kbf16, N * C);
+    TAKE(cb->fcproj, kbf16, N * C);
+    if (cb->recompute_gelu) {
+        TAKE(cb->gelu_tmp, kbf16, N * 4 * C);
+        for (int l = 0; base && l < cfg->num_layers; l++) cb->layer[l].fch_gelu = cb->gelu_tmp;
+    }
+    TAKE(cb->lnf, kbf16, N * C);
+    TAKE(cb->lnf_mean, float, N);
+    TAKE(cb->lnf_rstd, float, N);
+    TAKE(cb->dres, kbf16, N * C);
+    TAKE(cb->dlnf, kbf16, N * C);
+    TAKE(cb->dfch, kbf16, N * 4 * C);
+    TAKE(cb->dln, kbf16, N * C);
+    TAKE(cb->datty, kbf16, N * C);
+    TAKE(cb->dqkv, kbf16, N * 3 * C);
+    TAKE(cb->scratch, char, cb->scratch_bytes);
+    TAKE(cb->d_inputs, int, N);
+    TAKE(cb->d_targets, int, N);
+    TAKE(cb->d_loss, float, 1);
+    TAKE(cb->d_sumsq, double, 1);
+    TAKE(cb->d_logits_row, kbf16, (size_t)cfg->padded_vocab_size);
+#undef TAKE
+    return off;
+}
+
+static size_t max_size(size_t a, size_t b) {
+    return a > b ? a : b;
+}
+
+static size_t scratch_needed(const GPTConfig *cfg, int B, int T) {
+    int N = B * T, C = cfg->dim;
+    size_t s = encoder_backward_scratch_bytes(N, cfg->padded_vocab_size);
+    s = max_size(s, layernorm_backward_scratch_bytes(C));
+    s = max_size(s, attention_backward_scratch_bytes(B, T, C, cfg->num_heads));
+    s = max_size(s, bias_backward_scratch_bytes(4 * C));
+    s = max_size(s, global_sumsq_scratch_bytes());
+    return s;
+}
+
+static kbf16 *param_bf16(CudaBackend *cb, const ParamInfo *p) {
+    return cb->params + p->offset;
+}
+
+static void forward_body(CudaBackend *cb, const int *inputs) {
+    const ParamTable *t = cb->t;
+    const GPTConfig *cfg = &t->cfg;
+    int B = cb->base.B, T = cb->base.T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    cudaStream_t s = cb->stream;
+    CUDA_CHECK(cudaMemcpyAsync(cb->d_inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+    encoder_forward(cb->encoded, cb->d_inputs, param_bf16(cb, param_whole(t, ROLE_WTE)),
+                    param_bf16(cb, param_whole(t, ROLE_WPE)), B, T, C, s);
+    for (int l = 0; l < cfg->num_layers; l++) {
+        CudaLayerActs *a = &cb->layer[l];
+#define P(role) param_bf16(cb, param_of_layer(t, l, role))
+        /* ln1 = LN(previous residual2 + previous fcproj), which also stores that sum (residual3) */
+        if (l == 0)
+            residual_layernorm_forward(NULL, a->ln1, a->ln1_mean, a->ln1_rstd, cb->encoded, NULL, P(ROLE_LN1_W),
+                                       P(ROLE_LN1_B), N, C, s);
+        else
+            residual_layernorm_forward(cb->layer[l - 1].residual3, a->ln1, a->ln1_mean, a->ln1_rstd,
+                                       cb->layer[l - 1].residual2, cb->fcproj, P(ROLE_LN1_W),
+                                       P(ROLE_LN1_B), N, C, s);
+        const kbf16 *residual_in = l == 0 ? cb->encoded : cb->layer[l - 1].residual3;
+        matmul_forward(a->qkv, NULL, a->ln1, P(ROLE_QKV_W), P(ROLE_QKV_B), N, C, 3 * C, s);
+        attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, s);
+        matmul_forward(cb->attproj, NULL, a->atty, P(ROLE_ATTPROJ_W), P(ROLE_ATTPROJ_B), N, C, C, s);
+        residual_layernorm_forward(a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, residual_in, cb->attproj,
+                                   P(ROLE_LN2_W), P(ROLE_LN2_B), N, C, s);
+        matmul_forward(a->fch_gelu, a->fch_pre, a->ln2, P(ROLE_FC_W), P(ROLE_FC_B), N, C, 4 * C, s);
+        matmul_forward(cb->fcproj, NULL, a->fch_gelu, P(ROLE_FCPROJ_W), P(ROLE_FCPROJ_B), N, 4 * C, C, s);
+#undef P
+    }
+    CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
+    residual_layernorm_forward(last->residual3, cb->lnf, cb->lnf_mean, cb->lnf_rstd, last->residual2, cb->fcproj,
+                               param_bf16(cb, param_whole(t, ROLE_LNF_W)), param_bf16(cb, param_whole(t, ROLE_LNF_B)),
+                               N, C, s);
+}
+
+static OutputLayerArgs output_args(CudaBackend *cb, float grad_scale) {
+    OutputLayerArgs a;
+    memset(&a, 0, sizeof a);
+    a.H = cb->lnf;
+    a.W = param_bf16(cb, param_whole(cb->t, ROLE_WTE));
+    a.targets = cb->d_targets;
+    a.N = (int64_t)cb->base.B * cb->base.T;
+    a.reduction = OUTPUT_REDUCE_MEAN;
+    a.grad_scale = grad_scale;
+    a.loss = cb->d_loss;
+    a.dH = cb->dlnf;
+    a.dW = cb->grads + param_whole(cb->t, ROLE_WTE)->offset;
+    return a;
+}
+
+static void upload_targets(CudaBackend *cb, const int *targets) {
+    size_t n = (size_t)cb->base.B * cb->base.T;
+    CUDA_CHECK(cudaMemcpyAsync(cb->d_targets, targets, n * sizeof(int), cudaMemcpyHostToDevice, cb->stream));
+}
+
+static float read_loss(CudaBackend *cb) {
+    float loss;
+    CUDA_CHECK(cudaMemcpyAsync(&loss, cb->d_loss, sizeof loss, cudaMemcpyDeviceToHost, cb->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    return loss;
+}
+
+static float cuda_eval_loss(Backend *be, const int *inputs, const int *targets) {
+    CudaBackend *cb = (CudaBackend *)be;
+    forward_body(cb, inputs);
+    upload_targets(cb, targets);
+    OutputLayerArgs a = output_args(cb, 0.0f);
+    if (output_layer_forward(cb->out, &a, cb->stream) != 0) {
+        fprintf(stderr, "error: output layer rejected its arguments (%s:%d)\n", __FILE__, __LINE__);
+        exit(1);
+    }
+    return read_loss(cb);
+}
+
+static float cuda_train_micro_step(Backend *be, const int *inputs, const int *targets, float loss_scale,
+                                   int last_micro) {
+    CudaBackend *cb = (CudaBackend *)be;
+    const ParamTable *t = cb->t;
+    const GPTConfig *cfg = &t->cfg;
+    int B = be->B, T = be->T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    cudaStream_t s = cb->stream;
+    GradSync *sync = last_micro ? cb->sync : NULL; /* hooks only in the step's last backward */
+    float *grads = cb->grads;
+    CUDA_CHECK(cudaEventRecord(cb->mark[0], s));
+    forward_body(cb, inputs);
+    CUDA_CHECK(cudaEventRecord(cb->mark[1], s));
+    upload_targets(cb, targets);
+    /* ranks sum their gradients: each contributes 1/world of the mean */
+    OutputLayerArgs oa = output_args(cb, cb->sync ? loss_scale / (float)be->dist->world : loss_scale);
+    if (output_layer_forward_backward(cb->out, &oa, s) != 0) {
+        fprintf(stderr, "error: output layer rejected its arguments (%s:%d)\n", __FILE__, __LINE__);
+        exit(1);
+    }
+    grad_sync_ready(sync, SYNC_AFTER_OUTPUT, -1, grads, s);
+    CUDA_CHECK(cudaEventRecord(cb->mark[2], s));
+    /* dres is the gradient of the residual stream; each LayerNorm backward ADDS into it. */
+    CUDA_CHECK(cudaMemsetAsync(cb->dres, 0, (size_t)N * C * sizeof(kbf16), s));
+    CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
+    /* Each LayerNorm backward also sums the residual gradient it leaves, which is the dout of the
+     * projection below it (fcproj, attproj): that projection's bias gradient, saved a pass. */
+    layernorm_backward(cb->dres, cb->grads + param_whole(t, ROLE_LNF_W)->offset,
+                       cb->grads + param_whole(t, ROLE_LNF_B)->offset,
+                       layer_tensors(t, cb->grads, cfg->num_layers - 1).fcprojb, cb->scratch, cb->dlnf,
+                       last->residual3, param_bf16(cb, param_whole(t, ROLE_LNF_W)), cb->lnf_mean, cb->lnf_rstd, N,
+                       C, s);
+    grad_sync_ready(sync, SYNC_AFTER_LNF, -1, grads, s);
+    for (int l = cfg->num_layers - 1; l >= 0; l--) {
+        CudaLayerActs *a = &cb->layer[l];
+        LayerTensors g = layer_tensors(t, cb->grads, l);
+        const kbf16 *residual_in = l == 0 ? cb->encoded : cb->layer[l - 1].residual3;
+#define P(role) param_bf16(cb, param_of_layer(t, l, role))
+        /* MLP: the dGELU epilogue turns d(fch_gelu) into d(fch_pre) inside the matmul */
+        if (cb->recompute_gelu) gelu_forward(a->fch_gelu, a->fch_pre, (size_t)N * 4 * C, s);
+        /* fcproj's bias gradient came with the LayerNorm backward above this layer */
+        matmul_backward(cb->dfch, g.fcprojw, NULL, cb->scratch, cb->dres, a->fch_gelu, P(ROLE_FCPROJ_W), a->fch_pre,
+                        N, 4 * C, C, s);
+        matmul_backward(cb->dln, g.fcw, g.fcb, cb->scratch, cb->dfch, a->ln2, P(ROLE_FC_W), NULL, N, C, 4 * C, s);
+        layernorm_backward(cb->dres, g.ln2w, g.ln2b, g.attprojb, cb->scratch, cb->dln, a->residual2, P(ROLE_LN2_W),
+                           a->ln2_mean, a->ln2_rstd, N, C, s);
+        /* attention */
+        matmul_backward(cb->datty, g.attprojw, NULL, cb->scratch, cb->dres, a->atty, P(ROLE_ATTPROJ_W), NULL, N, C,
+                        C, s);
+        /* qkv's bias gradient is summed as the attention backward stores dqkv */
+        attention_backward(cb->dqkv, g.qkvb, cb->scratch, cb->datty, a->qkv, a->atty, a->att_lse, B, T, C, NH, s);
+        matmul_backward(cb->dln, g.qkvw, NULL, cb->scratch, cb->dqkv, a->ln1, P(ROLE_QKV_W), NULL, N, C, 3 * C, s);
+        /* below layer 0 is the encoder, which has no bias */
+        layernorm_backward(cb->dres, g.ln1w, g.ln1b, l > 0 ? layer_tensors(t, cb->grads, l - 1).fcprojb : NULL,
+                           cb->scratch, cb->dln, residual_in, P(ROLE_LN1_W), a->ln1_mean, a->ln1_rstd, N, C, s);
+#undef P
+        grad_sync_ready(sync, SYNC_AFTER_LAYER, l, grads, s);
+    }
+    if (sync && grad_sync_owns_encoder(sync)) {
+        grad_sync_encoder(sync, grads, cb->dres, cb->d_inputs, s);
+    } else {
+        encoder_backward(grads + param_whole(t, ROLE_WTE)->offset, grads + param_whole(t, ROLE_WPE)->offset,
+                         cb->scratch, cb->dres, cb->d_inputs, B, T, C, cfg->padded_vocab_size, s);
+        grad_sync_ready(sync, SYNC_AFTER_ENCODER, -1, grads, s);
+    }
+    CUDA_CHECK(cudaEventRecord(cb->mark[3], s));
+    float loss = read_loss(cb); /* synchronizes: the marks are done */
+    for (int i = 0; i < 3; i++) {
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, cb->mark[i], cb->mark[i + 1]));
+        cb->part_ms[i] += ms;
+    }
+    return loss;
+}
+
+static void cuda_phase_ms(Backend *be, double ms[3]) {
+    CudaBackend *cb = (CudaBackend *)be;
+    for (int i = 0; i < 3; i++) ms[i] = cb->part_ms[i], cb->part_ms[i] = 0.0;
+}
+
+static void cuda_logits_at(Backend *be, const int *tokens, int pos, float *logits) {
+    CudaBackend *cb = (CudaBackend *)be;
+    const GPTConfig *cfg = &cb->t->cfg;
+    forward_body(cb, tokens);
+    matmul_forward(cb->d_logits_row, NULL, cb->lnf + (size_t)pos * cfg->dim, param_bf16(cb, param_whole(cb->t, ROLE_WTE)),
+                   NULL, 1, cfg->dim, cfg->padded_vocab_size, cb->stream);
+    int V = cfg->vocab_size;
+    uint16_t *row = (uint16_t *)malloc((size_t)V * sizeof(uint16_t));
+    if (!row) {
+        fprintf(stderr, "error: out of host memory for sampling\n");
+        exit(1);
+    }
+    CUDA_CHECK(cudaMemcpyAsync(row, cb->d_logits_row, (size_t)V * sizeof(uint16_t), cudaMemcpyDeviceToHost,
+                               cb->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    for (int i = 0; i < V; i++) {
+        uint32_t bits = (uint32_t)row[i] << 16;
+        memcpy(&logits[i], &bits, sizeof(float));
+    }
+    free(row);
+}
+
+static void cuda_zero_grad(Backend *be) {
+    CudaBackend *cb = (CudaBackend *)be;
+    CUDA_CHECK(cudaMemsetAsync(cb->grads, 0, cb->padded_total * sizeof(float), cb->stream));
+}
+
+static void cuda_reduce_grads(Backend *be) {
+    CudaBackend *cb = (CudaBackend *)be;
+    grad_sync_finish(cb->sync, cb->grads, cb->stream);
+}
+
+static double cuda_comm_wait_ms(Backend *be) {
+    return grad_sync_wait_ms(((CudaBackend *)be)->sync);
+}
+
+static double cuda_grad_sumsq(Backend *be) {
+    CudaBackend *cb = (CudaBackend *)be;
+    global_sumsq(cb->d_sumsq, cb->scratch, cb->state_grads, cb->state_elems, cb->stream);
+    /* ZeRO-1: each rank summed its shard */
+    if (grad_sync_grad_shard(cb->sync)) dist_allreduce_sum(be->dist, cb->d_sumsq, 1, DIST_FLOAT64, cb->stream);
+    double s;
+    CUDA_CHECK(cudaMemcpyAsync(&s, cb->d_sumsq, sizeof s, cudaMemcpyDeviceToHost, cb->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    return s;
+}
+
+static void cuda_adamw_update(Backend *be, const AdamWStep *st) {
+    CudaBackend *cb = (CudaBackend *)be;
+    adamw_update(cb->adamw, cb->master, cb->params, cb->state_grads, cb->m, cb->v, st->lr, st->beta1, st->beta2,
+                 st->eps, st->weight_decay, st->grad_scale, st->step, cb->stream);
+    grad_sync_gather_weights(cb->sync, cb->params, cb->stream);
+}
+
+static int sharded(const CudaBackend *cb) {
+    return grad_sync_grad_shard(cb->sync) != NULL;
+}
+
+static void cuda_read_state(Backend *be, float *params, float *m, float *v) {
+    CudaBackend *cb = (CudaBackend *)be;
+    size_t n = cb->t->total * sizeof(float);
+    float *state[3] = {cb->master, cb->m, cb->v}, *host[3] = {params, m, v};
+    for (int i = 0; i < 3; i++) {
+        const float *from = state[i];
+        if (sharded(cb)) {
+            /* every rank's shard into the gradient buffer, which the step no longer needs */
+            grad_sync_gather_shard(cb->sync, state[i], cb->grads, cb->stream);
+            from = cb->grads;
+        }
+        if (host[i]) CUDA_CHECK(cudaMemcpyAsync(host[i], from, n, cudaMemcpyDeviceToHost, cb->stream));
+        CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    }
+}
+
+static void cuda_write_state(Backend *be, const float *params, const float *m, const float *v) {
+    CudaBackend *cb = (CudaBackend *)be;
+    size_t n = cb->t->total * sizeof(float);
+    if (params) {
+        /* bf16 weights are whole on every rank: convert from a full fp32 copy (the gradient buffer) */
+        CUDA_CHECK(cudaMemcpyAsync(cb->grads, params, n, cudaMemcpyHostToDevice, cb->stream));
+        convert_fp32_to_bf16(cb->params, cb->grads, cb->t->total, cb->stream);
+    }
+    const float *host[3] = {params, m, v};
+    float *state[3] = {cb->master, cb->m, cb->v};
+    for (int i = 0; i < 3; i++) {
+        if (!host[i]) continue;
+        if (sharded(cb))
+            grad_sync_scatter_shard(cb->sync, host[i], state[i], cb->stream);
+        else
+            CUDA_CHECK(cudaMemcpyAsync(state[i], host[i], n, cudaMemcpyHostToDevice, cb->stream));
+    }
+    CUDA_CHECK(cudaMemsetAsync(cb->grads, 0, cb->padded_total * sizeof(float), cb->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+}
+
+static void cuda_read_grads(Backend *be, float *grads) {
+    CudaBackend *cb = (CudaBackend *)be;
+    CUDA_CHECK(cudaMemcpyAsync(grads, cb->grads, cb->t->total * sizeof(float), cudaMemcpyDeviceToHost, cb->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+}
+
+static int cuda_memory_items(Backend *be, MemoryItem *items) {
+    CudaBackend *cb = (CudaBackend *)be;
+    const ParamTable *t = cb->t;
+    size_t N = (size_t)be->B * be->T;
+    int n = 0;
+    size_t S = cb->state_elems;
+    int zero1 = sharded(cb);
+    items[n++] = MemoryItem{"parameters (bf16)", cb->padded_total * sizeof(kbf16), 0};
+    items[n++] = MemoryItem{zero1 ? "master weights (fp32, this rank's shard)" : "master weights (fp32)",
+                            S * sizeof(float), 0};
+    items[n++] = MemoryItem{"gradients (fp32)", cb->padded_total * sizeof(float), 0};
+    items[n++] = MemoryItem{zero1 ? "AdamW m, v (fp32, this rank's shard)" : "AdamW m, v (fp32)",
+                            2 * S * sizeof(float), 0};
+    if (cb->sync) items[n++] = MemoryItem{"data parallel buffers", cb->sync_bytes, 0};
+    items[n++] = MemoryItem{cb->recompute_gelu ? "activations and scratch (GELU recomputed)" : "activations and scratch",
+                            cb->arena_bytes, 0};
+    /* The workspace of the layer that runs, then the others' for comparison, so the saving is
+     * visible whichever one runs. */
+    items[n++] = MemoryItem{cb->out_ws_label, cb->out_ws_bytes, 0};
+    const int64_t V = t->cfg.vocab_size;
+    const int d = t->cfg.dim;
+    if (be->output == OUTPUT_FUSED) {
+        items[n++] = MemoryItem{"output layer workspace: canonical (not used)",
+                                output_layer_workspace_bytes(OUTPUT_LAYER_CANONICAL, (int64_t)N, V, d, 0), 1};
+        if (cb->fused_budget)
+            items[n++] = MemoryItem{"output layer workspace: fused, streaming (not used)",
+                                    output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, V, d, 0), 1};
+    } else {
+        items[n++] = MemoryItem{"output layer workspace: fused, streaming (not used)",
+                                output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, V, d, 0), 1};
+    }
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    items[n++] = MemoryItem{"GPU memory free now", free_b, 1};
+    return n;
+}
+
+static size_t cuda_memory_in_use(Backend *be) {
+    (void)be;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return total_b - free_b;
+}
+
+static void cuda_destroy(Backend *be) {
+    CudaBackend *cb = (CudaBackend *)be;
+    if (!cb) return;
+    if (cb->stream) CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    if (cb->out) output_layer_destroy(cb->out);
+    if (cb->adamw) adamw_plan_free(cb->adamw);
+    grad_sync_free(cb->sync);
+    for (int i = 0; i < 4; i++)
+        if (cb->mark[i]) CUDA_CHECK(cudaEventDestroy(cb->mark[i]));
+    CUDA_CHECK(cudaFree(cb->arena));
+    CUDA_CHECK(cudaFree(cb->v));
+    CUDA_CHECK(cudaFree(cb->m));
+    CUDA_CHECK(cudaFree(cb->grads));
+    CUDA_CHECK(cudaFree(cb->master));
+    CUDA_CHECK(cudaFree(cb->params));
+    matmul_free();
+    if (cb->stream) CUDA_CHECK(cudaStreamDestroy(cb->stream));
+    free(cb->layer);
+    free(cb);
+}
+
+static const BackendOps cuda_ops = {
+    .train_micro_step = cuda_train_micro_step,
+    .eval_loss = cuda_eval_loss,
+    .logits_at = cuda_logits_at,
+    .zero_grad = cuda_zero_grad,
+    .reduce_grads = cuda_reduce_grads,
+    .comm_wait_ms = cuda_comm_wait_ms,
+    .grad_sumsq = cuda_grad_sumsq,
+    .adamw_update = cuda_adamw_update,
+    .read_state = cuda_read_state,
+    .write_state = cuda_write_state,
+    .read_grads = cuda_read_grads,
+    .memory_items = cuda_memory_items,
+    .memory_in_use = cuda_memory_in_use,
+    .phase_ms = cuda_phase_ms,
+    .destroy = cuda_destroy,
+};
+
+/* Dense bf16 tensor-core FLOP/s for MFU: the published peak where the device is one we know (so
+ * our MFU compares with llm.c's and PyTorch's, which use the same figures), else one computed from
+ * the device's own numbers, SMs × maximum clock × FLOPs per SM per clock for its compute capability
+ * (Hopper 4096, Ampere/Ada 2048, counting an FMA as 2), which is above the published figure where
+ * both exist (1071 against 989 TFLOP/s on the H100 SXM). *source says which. */
+static double device_peak_flops(int dev, const char *name, const char **source) {
+    static const struct {
+        const char *model, *variant; /* both in the device name (variant NULL: any) */
+        double tflops;
+    } published[] = {
+        {"H100", "PCIe", 756.0}, /* checked before the SXM entry: both names hold "H100" */
+        {"H100", "HBM3", 989.0}, /* the SXM module reports itself as "NVIDIA H100 80GB HBM3" */
+        {"H100", "SXM", 989.0},
+        {"H200", NULL, 989.0},
+    };
+    for (size_t i = 0; i < sizeof published / sizeof published[0]; i++) {
+        if (!strstr(name, published[i].model)) continue;
+        if (published[i].variant && !strstr(name, published[i].variant)) continue;
+        if (strstr(name, "NVL")) break; /* the NVL parts run at lower clocks: no figure here */
+        *source = "published";
+        return published[i].tflops * 1e12;
+    }
+    int sms = 0, clock_khz = 0, major = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    double per_sm_per_clock = major >= 9 ? 4096.0 : major == 8 ? 2048.0 : 1024.0;
+    *source = "computed from SMs x maximum clock: no published figure for this device";
+    return (double)sms * clock_khz * 1e3 * per_sm_per_clock;
+}
+
+/* Below this many rows per chunk (or all N rows) the fused layer's scaled-exponential path loses
+ * to the streaming one: every chunk re-reads and re-writes dW (8 V d bytes), which at 1024 rows
+ * costs about what the streaming path's extra logits GEMM costs on an H100. */
+#define FUSED_MIN_CHUNK_ROWS 1024
+
+static size_t fused_budget_for(size_t budget, size_t N, const GPTConfig *cfg) {
+    const int64_t min_rows = (int64_t)N < FUSED_MIN_CHUNK_ROWS ? (int64_t)N : FUSED_MIN_CHUNK_ROWS;
+    return output_layer_chunk_rows((int64_t)N, cfg->vocab_size, budget) < min_rows ? 0 : budget;
+}
+
+/* Shrinks the fused layer's chunk budget to what the GPU has free beside everything else. */
+static void fit_fused_budget(CudaBackend *cb, size_t fixed, size_t free_b, size_t N, const GPTConfig *cfg) {
+    if (!cb->fused_budget) return;
+    const size_t streaming = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, cfg->vocab_size, cfg->dim, 0);
+    const size_t used = fixed + cb->arena_bytes + streaming;
+    size_t budget = free_b > used ? free_b - used : 0;
+    if (budget > cb->fused_budget) budget = cb->fused_budget;
+    cb->fused_budget = fused_budget_for(budget, N, cfg);
+    cb->out_ws_bytes = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, cfg->vocab_size, cfg->dim,
+                                                    cb->fused_budget);
+}
+
+/* The run header's line and the memory table's label for the output layer as it runs. */
+static void describe_output_layer(CudaBackend *cb, OutputKind output, size_t asked) {
+    const long long rows = (long long)output_layer_fused_chunk_rows(cb->out);
+    if (output == OUTPUT_CANONICAL) {
+        snprintf(cb->out_ws_label, sizeof cb->out_ws_label, "output layer workspace: canonical (bf16 logits)");
+        snprintf(cb->base.output_path, sizeof cb->base.output_path, "canonical, bf16 logits of all %d rows (3G)",
+                 cb->base.B * cb->base.T);
+    } else if (rows > 0) {
+        /* the layer balances its chunks: N rows in ceil(N / rows) chunks of equal size */
+        const long long N = (long long)cb->base.B * cb->base.T, chunks = (N + rows - 1) / rows;
+        snprintf(cb->out_ws_label, sizeof cb->out_ws_label, "output layer workspace: fused, chunks of %lld rows", rows);
+        snprintf(cb->base.output_path, sizeof cb->base.output_path,
+                 "fused, scaled exponentials, %lld chunk%s of %lld rows (3G; room for %lld)%s", chunks,
+                 chunks > 1 ? "s" : "", (N + chunks - 1) / chunks, rows,
+                 cb->fused_budget < asked ? "; --logits-mb reduced to what the GPU has free" : "");
+    } else {
+        snprintf(cb->out_ws_label, sizeof cb->out_ws_label, "output layer workspace: fused, streaming");
+        snprintf(cb->base.output_path, sizeof cb->base.output_path,
+                 "fused, streaming (4G: the backward recomputes the logits)%s",
+                 !asked ? ", as --logits-mb 0 asks"
+                        : "; --logits-mb or the free memory holds fewer than 1024 rows of scaled exponentials");
+    }
+}
+
+extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output,
+                                        size_t fused_budget, int recompute_gelu, unsigned long long seed,
+                                        const DataParallel *dp, char *err) {
+    const Dist *dist = dp && dp->dist && dp->dist->world > 1 ? dp->dist : NULL;
+    const int zero1 = dist && dp->zero1, overlap = dist && dp->overlap;
+    const GPTConfig *cfg = &table->cfg;
+    int HS = cfg->dim / cfg->num_heads;
+    if (HS != 64 && HS != 128) {
+        snprintf(err, ERR_LEN, "the CUDA attention needs a head size of 64 or 128, this model has %d (change --heads)",
+                 HS);
+        return NULL;
+    }
+    if (cfg->dim % 64) {
+        snprintf(err, ERR_LEN, "the CUDA backend needs --dim to be a multiple of 64 (got %d)", cfg->dim);
+        return NULL;
+    }
+    CudaBackend *cb = (CudaBackend *)calloc(1, sizeof *cb);
+    if (cb) cb->layer = (CudaLayerActs *)calloc((size_t)cfg->num_layers, sizeof(CudaLayerActs));
+    if (!cb || !cb->layer) {
+        snprintf(err, ERR_LEN, "out of host memory");
+        free(cb);
+        return NULL;
+    }
+    cb->base.ops = &cuda_ops;
+    cb->base.table = table;
+    cb->base.B = B;
+    cb->base.T = T;
+    cb->base.output = output;
+    cb->t = table;
+    cb->base.dist = dist;
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    snprintf(cb->base.device_name, sizeof cb->base.device_name, "%s", prop.name);
+    cb->base.peak_flops = device_peak_flops(dev, prop.name, &cb->base.peak_source);
+
+    /* Fit check before allocating anything large: fixed (parameters and optimizer state) plus
+     * terms proportional to B (activations, output-layer workspace). */
+    size_t N = (size_t)B * T, P = table->total;
+    OutputLayerKind kind = output_layer_kind(output);
+    const size_t asked = output == OUTPUT_FUSED ? fused_budget : 0;
+    cb->fused_budget = fused_budget = fused_budget_for(asked, N, cfg);
+    cb->scratch_bytes = scratch_needed(cfg, B, T);
+    cb->arena_bytes = layout_arena(cb, NULL);
+    cb->out_ws_bytes = output_layer_workspace_bytes(kind, (int64_t)N, cfg->vocab_size, cfg->dim, cb->fused_budget);
+    /* bf16 weights and gradients whole; master and moments whole or 1/world (ZeRO-1) */
+    size_t state_estimate = zero1 ? P / (size_t)dist->world + 1 : P;
+    cb->sync_bytes = grad_sync_bytes(table, dist, zero1, overlap, B, T);
+    size_t fixed = P * (sizeof(kbf16) + sizeof(float)) + state_estimate * 3 * sizeof(float) + cb->sync_bytes +
+                   ((size_t)1 << 30); /* + 1 GB: cuBLAS, NCCL, context */
+    size_t per_batch = cb->arena_bytes + cb->out_ws_bytes;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    /* The fused layer's chunk first gives way to what is free (its speed barely changes down to
+     * 1024 rows), then the activations (GELU recomputed), then the chunk again with what that freed. */
+    if (fixed + per_batch > free_b) fit_fused_budget(cb, fixed, free_b, N, cfg);
+    per_batch = cb->arena_bytes + cb->out_ws_bytes;
+    if (fixed + per_batch > free_b || recompute_gelu) {
+        /* Trade one elementwise pass per layer in the backward for 4·C values per token. */
+        cb->recompute_gelu = 1;
+        cb->arena_bytes = layout_arena(cb, NULL);
+        if (cb->fused_budget != fused_budget && output == OUTPUT_FUSED) {
+            cb->fused_budget = fused_budget;
+            cb->out_ws_bytes = output_layer_workspace_bytes(kind, (int64_t)N, cfg->vocab_size, cfg->dim, fused_budget);
+            if (fixed + cb->arena_bytes + cb->out_ws_bytes > free_b) fit_fused_budget(cb, fixed, free_b, N, cfg);
+        }
+        per_batch = cb->arena_bytes + cb->out_ws_bytes;
+    }
+    if (fixed + per_batch > free_b) {
+        size_t per_seq = per_batch / (size_t)B;
+        long long fit = free_b > fixed ? (long long)((free_b - fixed) / (per_seq ? per_seq : 1)) : 0;
+        snprintf(err, ERR_LEN,
+                 "this configuration needs about %.1f GB of GPU memory but %.1f GB are free; the largest "
+                 "micro-batch that fits is -b %lld (keep the total batch with -d for accumulation%s)",
+                 (fixed + per_batch) / 1e9, free_b / 1e9, fit,
+                 output == OUTPUT_CANONICAL ? ", or drop the logits with --output fused" : "");
+        free(cb->layer);
+        free(cb);
+        return NULL;
+    }
+    CUDA_CHECK(cudaStreamCreate(&cb->stream));
+    for (int i = 0; i < 4; i++) CUDA_CHECK(cudaEventCreate(&cb->mark[i]));
+    cb->sync = grad_sync_create(table, dist, zero1, overlap, dist ? dp->bucket_bytes / sizeof(float) : 0, B, T, err);
+    if (!cb->sync && err[0]) {
+        cuda_destroy(&cb->base);
+        return NULL;
+    }
+    const ShardPiece *pieces = NULL;
+    int npieces = grad_sync_pieces(cb->sync, &pieces, &cb->state_elems);
+    cb->padded_total = cb->sync ? grad_sync_padded_total(cb->sync) : P;
+    if (!npieces) cb->state_elems = P;
+    CUDA_CHECK(cudaMalloc((void **)&cb->params, cb->padded_total * sizeof(kbf16)));
+    CUDA_CHECK(cudaMalloc((void **)&cb->grads, cb->padded_total * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&cb->master, cb->state_elems * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&cb->m, cb->state_elems * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&cb->v, cb->state_elems * sizeof(float)));
+    cb->state_grads = npieces ? grad_sync_grad_shard(cb->sync) : cb->grads;
+    CUDA_CHECK(cudaMalloc(&cb->arena, cb->arena_bytes));
+    layout_arena(cb, (char *)cb->arena);
+    CUDA_CHECK(cudaMemset(cb->params, 0, cb->padded_total * sizeof(kbf16)));
+    CUDA_CHECK(cudaMemset(cb->grads, 0, cb->padded_total * sizeof(float)));
+    CUDA_CHECK(cudaMemset(cb->m, 0, cb->state_elems * sizeof(float)));
+    CUDA_CHECK(cudaMemset(cb->v, 0, cb->state_elems * sizeof(float)));
+    cb->out = output_layer_create(kind, (int64_t)N, cfg->vocab_size, cfg->dim, cb->fused_budget);
+    if (!cb->out) {
+        snprintf(err, ERR_LEN, "cannot create the %s output layer (see the message above)", output_layer_kind_name(kind));
+        cuda_destroy(&cb->base);
+        return NULL;
+    }
+    describe_output_layer(cb, output, asked);
+    size_t *offsets = (size_t *)malloc(table->count * sizeof(size_t)), *numels = (size_t *)malloc(table->count * sizeof(size_t));
+    int *decay = (int *)malloc(table->count * sizeof(int));
+    float *init = (float *)malloc(P * sizeof(float));
+    if (!offsets || !numels || !decay || !init) {
+        snprintf(err, ERR_LEN, "out of host memory for the initial weights (%.1f GB)", P * 4 / 1e9);
+        free(offsets), free(numels), free(decay), free(init);
+        cuda_destroy(&cb->base);
+        return NULL;
+    }
+    for (int i = 0; i < table->count; i++) {
+        offsets[i] = table->params[i].offset;
+        numels[i] = table->params[i].numel;
+        decay[i] = table->params[i].weight_decay;
+    }
+    if (npieces) {
+        AdamWRange *ranges = (AdamWRange *)malloc((size_t)npieces * sizeof *ranges);
+        if (!ranges) {
+            fprintf(stderr, "error: out of host memory for the AdamW plan\n");
+            exit(1);
+        }
+        for (int i = 0; i < npieces; i++) ranges[i] = AdamWRange{pieces[i].begin, pieces[i].count, pieces[i].shard_offset};
+        cb->adamw = adamw_plan_create_ranges(offsets, numels, decay, table->count, ranges, npieces);
+        free(ranges);
+    } else {
+        cb->adamw = adamw_plan_create(offsets, numels, decay, table->count);
+    }
+    /* The same init as the CPU backend (host RNG), so the two can be compared step for step. */
+    param_init(table, init, seed);
+    cuda_write_state(&cb->base, init, NULL, NULL);
+    free(init), free(decay), free(numels), free(offsets);
+    return &cb->base;
+}

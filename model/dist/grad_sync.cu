@@ -1,0 +1,231 @@
+/* model/dist/grad_sync.cu - data-parallel gradient reduction and ZeRO-1 sharding (see grad_sync.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/err.h"
+#include "kernels/cuda_check.h"
+#include "model/dist/grad_sync.h"
+
+struct GradSync {
+    const Dist *dist;
+    int zero1, overlap, world, rank;
+    int B, T, C, Vp;
+    size_t wte_offset, wpe_offset, total;
+    BucketPlan plan;
+    float *grad_shard; /* ZeRO-1: this rank's reduced gradients, compact */
+    cudaStream_t comm;
+    cudaEvent_t ready;                    /* reused: record on main, comm waits (ordered use) */
+    cudaEvent_t compute_done, comm_done;  /* timing: the wait not hidden by the backward */
+    cudaEvent_t gather_begin, gather_end; /* timing: ZeRO-1 weight gather */
+    int launched;                         /* collectives enqueued for this step so far */
+    int gathered_weights;
+    /* all-reduce with overlap: the encoder's backward over every rank's micro-batch */
+    kbf16 *dres_all;
+    int *inputs_all;
+    void *encoder_scratch;
+};
+
+static int owns_encoder(int zero1, int overlap, int world) {
+    return world > 1 && overlap && !zero1;
+}
+
+size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overlap, int B, int T) {
+    if (!d || d->world < 2) return 0;
+    size_t bytes = zero1 ? (t->total / (size_t)d->world + (size_t)t->cfg.num_layers + 3) * sizeof(float) : 0;
+    if (owns_encoder(zero1, overlap, d->world)) {
+        size_t n_all = (size_t)d->world * B * T;
+        bytes += n_all * t->cfg.dim * sizeof(kbf16) + n_all * sizeof(int) +
+                 encoder_backward_scratch_bytes((int)n_all, t->cfg.padded_vocab_size);
+    }
+    return bytes;
+}
+
+GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int overlap, size_t min_bucket, int B,
+                           int T, char *err) {
+    err[0] = 0;
+    if (!d || d->world < 2) return NULL;
+    GradSync *gs = (GradSync *)calloc(1, sizeof *gs);
+    if (!gs) {
+        snprintf(err, ERR_LEN, "out of host memory for the gradient buckets");
+        return NULL;
+    }
+    const int early_embeddings = owns_encoder(zero1, overlap, d->world);
+    if (bucket_plan_build(&gs->plan, t, d->world, d->rank, zero1, early_embeddings, min_bucket, err) != 0) {
+        free(gs);
+        return NULL;
+    }
+    gs->dist = d;
+    gs->zero1 = zero1;
+    gs->overlap = overlap;
+    gs->world = d->world;
+    gs->rank = d->rank;
+    gs->B = B, gs->T = T, gs->C = t->cfg.dim, gs->Vp = t->cfg.padded_vocab_size;
+    gs->wte_offset = param_whole(t, ROLE_WTE)->offset;
+    gs->wpe_offset = param_whole(t, ROLE_WPE)->offset;
+    gs->total = t->total;
+    /* the highest priority: a reduction starts as soon as SMs free up, not after the next kernels */
+    int least = 0, greatest = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&gs->comm, cudaStreamNonBlocking, greatest));
+    CUDA_CHECK(cudaEventCreateWithFlags(&gs->ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreate(&gs->compute_done));
+    CUDA_CHECK(cudaEventCreate(&gs->comm_done));
+    CUDA_CHECK(cudaEventCreate(&gs->gather_begin));
+    CUDA_CHECK(cudaEventCreate(&gs->gather_end));
+    if (zero1) CUDA_CHECK(cudaMalloc((void **)&gs->grad_shard, gs->plan.shard_elems * sizeof(float)));
+    if (early_embeddings) {
+        size_t n_all = (size_t)gs->world * B * T;
+        CUDA_CHECK(cudaMalloc((void **)&gs->dres_all, n_all * gs->C * sizeof(kbf16)));
+        CUDA_CHECK(cudaMalloc((void **)&gs->inputs_all, n_all * sizeof(int)));
+        CUDA_CHECK(cudaMalloc(&gs->encoder_scratch, encoder_backward_scratch_bytes((int)n_all, gs->Vp)));
+    }
+    return gs;
+}
+
+void grad_sync_free(GradSync *gs) {
+    if (!gs) return;
+    CUDA_CHECK(cudaStreamSynchronize(gs->comm));
+    CUDA_CHECK(cudaFree(gs->encoder_scratch));
+    CUDA_CHECK(cudaFree(gs->grad_shard));
+    CUDA_CHECK(cudaFree(gs->inputs_all));
+    CUDA_CHECK(cudaFree(gs->dres_all));
+    CUDA_CHECK(cudaEventDestroy(gs->gather_end));
+    CUDA_CHECK(cudaEventDestroy(gs->gather_begin));
+    CUDA_CHECK(cudaEventDestroy(gs->comm_done));
+    CUDA_CHECK(cudaEventDestroy(gs->compute_done));
+    CUDA_CHECK(cudaEventDestroy(gs->ready));
+    CUDA_CHECK(cudaStreamDestroy(gs->comm));
+    bucket_plan_free(&gs->plan);
+    free(gs);
+}
+
+size_t grad_sync_padded_total(const GradSync *gs) {
+    return gs->plan.padded_total;
+}
+
+int grad_sync_pieces(const GradSync *gs, const ShardPiece **pieces, size_t *shard_elems) {
+    if (!gs || !gs->zero1) return 0;
+    *pieces = gs->plan.pieces;
+    *shard_elems = gs->plan.shard_elems;
+    return gs->plan.num_buckets;
+}
+
+float *grad_sync_grad_shard(const GradSync *gs) {
+    return gs && gs->zero1 ? gs->grad_shard : NULL;
+}
+
+int grad_sync_owns_encoder(const GradSync *gs) {
+    return gs && owns_encoder(gs->zero1, gs->overlap, gs->world);
+}
+
+static void reduce_bucket(GradSync *gs, int i, float *grads) {
+    const GradBucket *b = &gs->plan.buckets[i];
+    if (gs->zero1)
+        dist_reduce_scatter_sum(gs->dist, grads + b->begin, gs->grad_shard + bucket_plan_piece(&gs->plan, i)->shard_offset,
+                                b->count / (size_t)gs->world, gs->comm);
+    else
+        dist_allreduce_sum(gs->dist, grads + b->begin, b->count, DIST_FLOAT32, gs->comm);
+}
+
+void grad_sync_ready(GradSync *gs, SyncPoint p, int layer, float *grads, cudaStream_t main) {
+    if (!gs || !gs->overlap) return;
+    int any = 0;
+    for (int i = 0; i < gs->plan.num_buckets; i++) {
+        const GradBucket *b = &gs->plan.buckets[i];
+        if (b->point != p || (p == SYNC_AFTER_LAYER && b->layer != layer)) continue;
+        if (!any) {
+            CUDA_CHECK(cudaEventRecord(gs->ready, main));
+            CUDA_CHECK(cudaStreamWaitEvent(gs->comm, gs->ready, 0));
+            any = 1;
+        }
+        reduce_bucket(gs, i, grads);
+        gs->launched++;
+    }
+}
+
+void grad_sync_encoder(GradSync *gs, float *grads, const kbf16 *dres, const int *inputs, cudaStream_t main) {
+    const size_t N = (size_t)gs->B * gs->T;
+    CUDA_CHECK(cudaEventRecord(gs->ready, main));
+    CUDA_CHECK(cudaStreamWaitEvent(gs->comm, gs->ready, 0));
+    dist_group_begin(gs->dist);
+    dist_allgather(gs->dist, dres, gs->dres_all, N * gs->C, DIST_BFLOAT16, gs->comm);
+    dist_allgather(gs->dist, inputs, gs->inputs_all, N, DIST_INT32, gs->comm);
+    dist_group_end(gs->dist);
+    /* after the embedding bucket's all-reduce (same stream): every rank adds the same values */
+    encoder_backward(grads + gs->wte_offset, grads + gs->wpe_offset, gs->encoder_scratch, gs->dres_all,
+                     gs->inputs_all, gs->world * gs->B, gs->T, gs->C, gs->Vp, gs->comm);
+}
+
+void grad_sync_finish(GradSync *gs, float *grads, cudaStream_t main) {
+    if (!gs) return;
+    CUDA_CHECK(cudaEventRecord(gs->compute_done, main));
+    if (!gs->overlap) {
+        CUDA_CHECK(cudaStreamWaitEvent(gs->comm, gs->compute_done, 0));
+        if (gs->zero1) {
+            dist_group_begin(gs->dist);
+            for (int i = 0; i < gs->plan.num_buckets; i++) reduce_bucket(gs, i, grads);
+            dist_group_end(gs->dist);
+        } else {
+            dist_allreduce_sum(gs->dist, grads, gs->plan.padded_total, DIST_FLOAT32, gs->comm);
+        }
+    } else if (gs->launched != gs->plan.num_buckets) {
+        fprintf(stderr, "error: internal: %d of %d gradient buckets were reduced during the backward\n",
+                gs->launched, gs->plan.num_buckets);
+        exit(1);
+    }
+    gs->launched = 0;
+    gs->gathered_weights = 0;
+    CUDA_CHECK(cudaEventRecord(gs->comm_done, gs->comm));
+    CUDA_CHECK(cudaStreamWaitEvent(main, gs->comm_done, 0));
+}
+
+void grad_sync_gather_weights(GradSync *gs, kbf16 *params, cudaStream_t main) {
+    if (!gs || !gs->zero1) return;
+    CUDA_CHECK(cudaEventRecord(gs->gather_begin, main));
+    dist_group_begin(gs->dist);
+    for (int i = 0; i < gs->plan.num_buckets; i++) {
+        const ShardPiece *piece = bucket_plan_piece(&gs->plan, i);
+        dist_allgather(gs->dist, params + piece->begin, params + gs->plan.buckets[i].begin, piece->count,
+                       DIST_BFLOAT16, main);
+    }
+    dist_group_end(gs->dist);
+    CUDA_CHECK(cudaEventRecord(gs->gather_end, main));
+    gs->gathered_weights = 1;
+}
+
+void grad_sync_gather_shard(GradSync *gs, const float *shard, float *full, cudaStream_t main) {
+    dist_group_begin(gs->dist);
+    for (int i = 0; i < gs->plan.num_buckets; i++) {
+        const ShardPiece *piece = bucket_plan_piece(&gs->plan, i);
+        dist_allgather(gs->dist, shard + piece->shard_offset, full + gs->plan.buckets[i].begin, piece->count,
+                       DIST_FLOAT32, main);
+    }
+    dist_group_end(gs->dist);
+}
+
+void grad_sync_scatter_shard(GradSync *gs, const float *full_host, float *shard, cudaStream_t main) {
+    for (int i = 0; i < gs->plan.num_buckets; i++) {
+        const ShardPiece *p = &gs->plan.pieces[i];
+        /* the host copy has the table's total; the padding past it stays zero */
+        size_t count = p->begin >= gs->total ? 0 : p->begin + p->count > gs->total ? gs->total - p->begin : p->count;
+        if (count < p->count)
+            CUDA_CHECK(cudaMemsetAsync(shard + p->shard_offset + count, 0, (p->count - count) * sizeof(float), main));
+        if (count)
+            CUDA_CHECK(cudaMemcpyAsync(shard + p->shard_offset, full_host + p->begin, count * sizeof(float),
+                                       cudaMemcpyHostToDevice, main));
+    }
+}
+
+double grad_sync_wait_ms(GradSync *gs) {
+    if (!gs) return 0.0;
+    float reduce = 0.0f, gather = 0.0f;
+    CUDA_CHECK(cudaEventSynchronize(gs->comm_done));
+    /* negative when the reduction finished before the backward did: nothing was waited for */
+    CUDA_CHECK(cudaEventElapsedTime(&reduce, gs->compute_done, gs->comm_done));
+    if (gs->gathered_weights) {
+        CUDA_CHECK(cudaEventSynchronize(gs->gather_end));
+        CUDA_CHECK(cudaEventElapsedTime(&gather, gs->gather_begin, gs->gather_end));
+    }
+    return (reduce > 0.0f ? reduce : 0.0f) + gather;
+}

@@ -1,0 +1,73 @@
+/* model/dist/grad_sync.h - data-parallel gradient reduction (and ZeRO-1 weight sharding) for the CUDA
+ * backend.
+ *
+ * The flat parameter layout (model/gpt.h: wte, wpe, layer 0..L-1, ln_f) is cut into buckets that
+ * the backward completes one after another: ln_f, layer L-1, ..., layer 0, and the embeddings. With
+ * overlap on, each bucket's collective is enqueued on a communication stream as soon as the
+ * backward has written it (an event orders the two streams), so the reduction runs under the
+ * backward of the layers below.
+ *
+ * The tied embedding is the largest tensor (Vp·C: 201M values at V = 262144) and the last to be
+ * finished, because the encoder's backward adds to it at the very end. In all-reduce mode it is
+ * reduced right after the output layer instead: what the encoder would add is the same on every
+ * rank once each rank has every rank's residual-stream gradient, so the ranks all-gather that
+ * gradient (N·C bf16 per rank, ~25 MB at B=16, T=1024) and each runs the encoder's backward over
+ * all of it. Its 800 MB reduction then hides under the whole transformer backward.
+ *
+ * Ranks sum their gradients; the backend scales each rank's loss by 1/world, so the sum is the
+ * mean. ZeRO-1: each bucket is reduce-scattered instead, every rank keeps 1/world of each bucket
+ * (its shard: fp32 master weights, AdamW moments and reduced gradients, compact), updates it, and
+ * the bf16 weights are all-gathered after the update. Bucket edges are then rounded up to
+ * multiples of world so that every bucket splits evenly; a bucket still only ever holds values
+ * that are final when it is reduced (model/dist/grad_buckets.h). */
+#ifndef FUSEDGPT_GRAD_SYNC_H
+#define FUSEDGPT_GRAD_SYNC_H
+
+#include <cuda_runtime.h>
+
+#include "kernels/kernels.h"
+#include "model/dist/dist.h"
+#include "model/gpt.h"
+#include "model/dist/grad_buckets.h"
+
+typedef struct GradSync GradSync;
+
+/* NULL + err when d is a world of one (nothing to do) or on failure (err set, non-empty).
+ * min_bucket: values per bucket at least (grad_buckets.h). B, T: the micro-batch (for the
+ * all-gathered encoder gradient). */
+GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int overlap, size_t min_bucket, int B,
+                           int T, char *err);
+void grad_sync_free(GradSync *gs);
+
+/* Elements of the parameter and gradient buffers (the table's total rounded up to a multiple of
+ * world; the padding stays zero). */
+size_t grad_sync_padded_total(const GradSync *gs);
+/* ZeRO-1: this rank's shard pieces and their total; without ZeRO-1 returns 0. */
+int grad_sync_pieces(const GradSync *gs, const ShardPiece **pieces, size_t *shard_elems);
+/* ZeRO-1: this rank's reduced gradients (shard_elems fp32, compact, in piece order); else NULL. */
+float *grad_sync_grad_shard(const GradSync *gs);
+/* Device memory grad_sync itself allocates (bytes). Usable before creating: same arguments. */
+size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overlap, int B, int T);
+
+/* Backward hooks for the last micro-batch of a step, in this order: AFTER_OUTPUT, AFTER_LNF,
+ * AFTER_LAYER for l = L-1..0, then either grad_sync_encoder (when grad_sync_owns_encoder) or the
+ * backend's own encoder backward followed by AFTER_ENCODER. */
+void grad_sync_ready(GradSync *gs, SyncPoint p, int layer, float *grads, cudaStream_t main);
+int grad_sync_owns_encoder(const GradSync *gs);
+/* Adds every rank's token- and position-embedding gradient of this micro-batch (from dres, the
+ * residual-stream gradient [N, C], and inputs [N]) into grads, after the embedding bucket's
+ * reduction. */
+void grad_sync_encoder(GradSync *gs, float *grads, const kbf16 *dres, const int *inputs, cudaStream_t main);
+/* After the last micro-batch: enqueues whatever was not (overlap off), then makes main wait for
+ * the reduced gradients (in grads, or ZeRO-1: in grad_sync_grad_shard). */
+void grad_sync_finish(GradSync *gs, float *grads, cudaStream_t main);
+/* ZeRO-1, after the update: every rank's updated bf16 weights to every rank (on main). */
+void grad_sync_gather_weights(GradSync *gs, kbf16 *params, cudaStream_t main);
+/* ZeRO-1 state transfer: full (Ppad values on the device) <- every rank's shard, or shard <- full. */
+void grad_sync_gather_shard(GradSync *gs, const float *shard, float *full, cudaStream_t main);
+void grad_sync_scatter_shard(GradSync *gs, const float *full_host, float *shard, cudaStream_t main);
+/* Milliseconds of the last step during which the main stream waited on communication (the
+ * reduction not hidden by the backward, plus the ZeRO-1 weight gather). Synchronizes. */
+double grad_sync_wait_ms(GradSync *gs);
+
+#endif

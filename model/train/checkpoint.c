@@ -1,0 +1,582 @@
+/* model/train/checkpoint.c - checkpoint writer and reader (see checkpoint.h for the layout). */
+#include "data/err.h"
+#include "data/hash.h"
+#include "data/paths.h"
+#include "model/train/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STATE_MAGIC "FGPTSTAT"
+#define STATE_VERSION 3u /* 2: a checksum of the whole file in the header; 3: the training data's fingerprint */
+
+typedef struct {
+    char magic[8];
+    uint32_t version, world; /* world: data-parallel ranks; 0 in files of one-rank runs */
+    int32_t num_layers, num_heads, dim, max_seq_len, vocab_size, padded_vocab_size;
+    int32_t step, B, T, total_batch;
+    uint64_t seed, loader_epoch, loader_position, rng[4];
+    uint64_t total_params;
+    uint64_t data_tokens, data_fingerprint; /* the training shard's (loader.h); 0: not recorded */
+    uint64_t checksum; /* state_checksum of the header (this field 0) and the three arrays */
+} StateHeader;
+
+size_t checkpoint_buffers_bytes(const ParamTable *t) {
+    return 3 * t->total * sizeof(float);
+}
+
+int checkpoint_buffers_alloc(CheckpointBuffers *b, const ParamTable *t, char *err) {
+    size_t n = t->total * sizeof(float);
+    b->params = malloc(n);
+    b->m = malloc(n);
+    b->v = malloc(n);
+    if (!b->params || !b->m || !b->v) {
+        checkpoint_buffers_free(b);
+        snprintf(err, ERR_LEN, "out of host memory for the checkpoint buffers (%.2f GB: a host copy of the weights and "
+                 "AdamW moments, which every save writes from); free memory or train a smaller model (-e, -v)",
+                 checkpoint_buffers_bytes(t) / 1e9);
+        return -1;
+    }
+    /* an untouched allocation can still fail later, at the first save, on a system that overcommits */
+    memset(b->params, 0, n);
+    memset(b->m, 0, n);
+    memset(b->v, 0, n);
+    return 0;
+}
+
+void checkpoint_buffers_free(CheckpointBuffers *b) {
+    free(b->v);
+    free(b->m);
+    free(b->params);
+    b->params = b->m = b->v = NULL;
+}
+
+/* The file's checksum: the header with its checksum field 0, then params, m, v (n bytes each). */
+static uint64_t state_checksum(const StateHeader *h, const float *params, const float *m, const float *v, size_t n) {
+    StateHeader z = *h;
+    z.checksum = 0;
+    uint64_t c = fgpt_hash64(&z, sizeof z, 0);
+    c = fgpt_hash64(params, n, c);
+    c = fgpt_hash64(m, n, c);
+    return fgpt_hash64(v, n, c);
+}
+
+static int write_all(FILE *f, const void *p, size_t bytes) {
+    return fwrite(p, 1, bytes, f) == bytes;
+}
+
+/* Closes f after flushing it to disk; 1 on success. */
+static int close_synced(FILE *f) {
+    int ok = fflush(f) == 0 && !ferror(f) && fsync(fileno(f)) == 0;
+    return (fclose(f) == 0) && ok;
+}
+
+/* Makes the renames inside dir durable: without it a power loss can undo a rename whose files
+ * reached the disk, after pruning removed the older checkpoints. 1 on success. */
+static int sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int ok = fsync(fd) == 0;
+    return (close(fd) == 0) && ok;
+}
+
+static int write_state(const char *path, const ParamTable *t, const float *params, const float *m, const float *v,
+                       const TrainState *st) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return 0;
+    StateHeader h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, STATE_MAGIC, 8);
+    h.version = STATE_VERSION;
+    h.world = (uint32_t)(st->world > 1 ? st->world : 1);
+    h.num_layers = t->cfg.num_layers;
+    h.num_heads = t->cfg.num_heads;
+    h.dim = t->cfg.dim;
+    h.max_seq_len = t->cfg.max_seq_len;
+    h.vocab_size = t->cfg.vocab_size;
+    h.padded_vocab_size = t->cfg.padded_vocab_size;
+    h.step = st->step;
+    h.B = st->B;
+    h.T = st->T;
+    h.total_batch = st->total_batch;
+    h.seed = st->seed;
+    h.loader_epoch = st->loader_epoch;
+    h.loader_position = st->loader_position;
+    memcpy(h.rng, st->rng, sizeof h.rng);
+    h.total_params = t->total;
+    h.data_tokens = st->data_tokens;
+    h.data_fingerprint = st->data_fingerprint;
+    size_t n = t->total * sizeof(float);
+    h.checksum = state_checksum(&h, params, m, v, n);
+    int ok = write_all(f, &h, sizeof h) && write_all(f, params, n) && write_all(f, m, n) && write_all(f, v, n);
+    return close_synced(f) && ok;
+}
+
+/* Appends s to the growing JSON header; 0 when out of memory (the header is then freed, and the
+ * checkpoint's write fails as a write that could not finish does). */
+static int append(char **buf, size_t *len, size_t *cap, const char *s) {
+    size_t k = strlen(s);
+    if (*len + k + 1 > *cap) {
+        *cap = (*len + k + 1) * 2;
+        char *grown = realloc(*buf, *cap);
+        if (!grown) {
+            free(*buf);
+            *buf = NULL;
+            return 0;
+        }
+        *buf = grown;
+    }
+    memcpy(*buf + *len, s, k + 1);
+    *len += k;
+    return 1;
+}
+
+/* Rows of the tensor as HF sees it: wte loses its padded rows. */
+static size_t hf_rows(const ParamTable *t, const ParamInfo *p) {
+    return p->role == ROLE_WTE ? (size_t)t->cfg.vocab_size : p->rows;
+}
+
+static int write_safetensors(const char *path, const ParamTable *t, const float *params) {
+    char *hdr = NULL, item[512];
+    size_t len = 0, cap = 0, offset = 0;
+    int ok = append(&hdr, &len, &cap, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < t->count; i++) {
+        const ParamInfo *p = &t->params[i];
+        size_t rows = hf_rows(t, p), cols = p->cols, bytes = rows * cols * sizeof(float);
+        if (p->ndim == 1)
+            snprintf(item, sizeof item, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu],\"data_offsets\":[%zu,%zu]}",
+                     p->name, cols, offset, offset + bytes);
+        else if (p->hf_transposed)
+            snprintf(item, sizeof item,
+                     ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],\"data_offsets\":[%zu,%zu]}", p->name, cols,
+                     rows, offset, offset + bytes);
+        else
+            snprintf(item, sizeof item,
+                     ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],\"data_offsets\":[%zu,%zu]}", p->name, rows,
+                     cols, offset, offset + bytes);
+        ok = ok && append(&hdr, &len, &cap, item);
+        offset += bytes;
+    }
+    ok = ok && append(&hdr, &len, &cap, "}");
+    while (ok && len % 8) ok = append(&hdr, &len, &cap, " "); /* the format asks for 8-byte aligned data */
+    FILE *f = ok ? fopen(path, "wb") : NULL;
+    if (!f) {
+        free(hdr);
+        return 0;
+    }
+    uint64_t hlen = len;
+    ok = write_all(f, &hlen, 8) && write_all(f, hdr, len);
+    free(hdr);
+    /* transposed tensors go out through a fixed buffer: a save allocates nothing the size of a
+     * tensor, which could fail after hours of training */
+    float chunk[4096];
+    for (int i = 0; ok && i < t->count; i++) {
+        const ParamInfo *p = &t->params[i];
+        const float *x = params + p->offset;
+        size_t rows = hf_rows(t, p);
+        if (!p->hf_transposed) {
+            ok = write_all(f, x, rows * p->cols * sizeof(float));
+            continue;
+        }
+        size_t k = 0;
+        for (size_t c = 0; ok && c < p->cols; c++)
+            for (size_t r = 0; ok && r < p->rows; r++) {
+                chunk[k++] = x[r * p->cols + c];
+                if (k == sizeof chunk / sizeof chunk[0]) ok = write_all(f, chunk, sizeof chunk), k = 0;
+            }
+        ok = ok && write_all(f, chunk, k * sizeof(float));
+    }
+    return close_synced(f) && ok;
+}
+
+/* eos: the tokenizer's separator id, named as bos and eos (-1: no tokenizer; GPT2Config's defaults) */
+static int write_config_json(const char *path, const GPTConfig *cfg, int eos) {
+    FILE *f = fopen(path, "w");
+    if (!f) return 0;
+    if (eos >= 0) fprintf(f, "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,", eos, eos);
+    else fprintf(f, "{");
+    fprintf(f,
+            "\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+            "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n"
+            "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
+            "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+            "  \"initializer_range\": 0.02,\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
+            "  \"attn_pdrop\": 0.0,\n  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
+            cfg->vocab_size, cfg->max_seq_len, cfg->max_seq_len, cfg->dim, cfg->num_layers, cfg->num_heads);
+    return close_synced(f);
+}
+
+static void remove_checkpoint_dir(const char *dir) {
+    static const char *files[] = {"model.safetensors", "config.json", "state.bin", "tokenizer.json",
+                                  "tokenizer_config.json"};
+    char p[FGPT_PATH_LEN];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        if (path_format(p, "%s/%s", dir, files[i]) == 0) unlink(p);
+    rmdir(dir);
+}
+
+static int compare_steps(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The step of a checkpoint directory named step_NNNNNNNN exactly (no .tmp), or -1. */
+static int checkpoint_dir_step(const char *name) {
+    int step;
+    char tail;
+    return sscanf(name, "step_%d%c", &step, &tail) == 1 && step >= 0 ? step : -1;
+}
+
+/* Keeps the checkpoint just written (step `current`) and the newest keep - 1 older ones; removes the
+ * rest of the older ones. Checkpoints of later steps (a future the user rolled back from by editing
+ * `latest`) are left alone, so `latest` never names a removed checkpoint. An earlier run's
+ * checkpoints are not here to prune: a new run sets them aside first (checkpoint_set_aside_run). */
+static void prune_checkpoints(const char *run_dir, int current, int keep) {
+    DIR *d = opendir(run_dir);
+    if (!d) return;
+    int steps[4096];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 4096) {
+        int step = checkpoint_dir_step(e->d_name);
+        if (step >= 0 && step < current) steps[n++] = step;
+    }
+    closedir(d);
+    qsort(steps, n, sizeof steps[0], compare_steps);
+    char p[FGPT_PATH_LEN];
+    for (int i = 0; i < n - (keep - 1); i++)
+        if (path_format(p, "%s/step_%08d", run_dir, steps[i]) == 0) remove_checkpoint_dir(p);
+}
+
+int checkpoint_run_dir_ok(const char *run_dir, char *err) {
+    size_t len = strlen(run_dir);
+    if (len <= CHECKPOINT_RUN_DIR_MAX) return 0;
+    snprintf(err, ERR_LEN, "-o/--out is %zu bytes long; the files of a run directory must fit the system's limit of "
+             "%d bytes per path, so -o may be at most %d bytes: pass a shorter -o", len, FGPT_PATH_LEN - 1,
+             CHECKPOINT_RUN_DIR_MAX);
+    return -1;
+}
+
+/* What a failed save leaves the run, said truthfully: a crash-safe save only keeps what was there. */
+static void save_failed(char *err, const char *what, const char *path, int errnum, const char *run_dir) {
+    char name[256], ignored[ERR_LEN];
+    if (checkpoint_latest_name(run_dir, name, sizeof name, ignored) == 0)
+        snprintf(err, ERR_LEN, "%s %s: %s (disk full?); the previous checkpoint (%s) is intact", what, path,
+                 strerror(errnum), name);
+    else
+        snprintf(err, ERR_LEN, "%s %s: %s (disk full?); this run has no checkpoint yet", what, path, strerror(errnum));
+}
+
+static int write_text(const char *path, const char *text, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return 0;
+    int ok = write_all(f, text, len);
+    return close_synced(f) && ok;
+}
+
+int checkpoint_save(const char *run_dir, const ParamTable *t, const float *params, const float *m, const float *v,
+                    const TrainState *st, int keep, char *err) {
+    return checkpoint_save_with(run_dir, t, params, m, v, st, NULL, keep, err);
+}
+
+int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *params, const float *m,
+                         const float *v, const TrainState *st, const CheckpointTokenizer *tok, int keep, char *err) {
+    char final_dir[FGPT_PATH_LEN], tmp_dir[FGPT_PATH_LEN], replaced[FGPT_PATH_LEN], p[FGPT_PATH_LEN];
+    char latest[FGPT_PATH_LEN], latest_tmp[FGPT_PATH_LEN];
+    if (path_format(final_dir, "%s/step_%08d", run_dir, st->step) != 0 ||
+        path_format(tmp_dir, "%s.tmp", final_dir) != 0 || path_format(replaced, "%s.replaced", final_dir) != 0 ||
+        path_format(p, "%s/tokenizer_config.json", replaced) != 0 || path_format(latest, "%s/latest", run_dir) != 0 ||
+        path_format(latest_tmp, "%s.tmp", latest) != 0) {
+        snprintf(err, ERR_LEN, "the checkpoint paths in %s are longer than %d bytes: pass a shorter -o", run_dir,
+                 FGPT_PATH_LEN - 1);
+        return -1;
+    }
+    remove_checkpoint_dir(tmp_dir); /* leftovers of a crash */
+    if (make_dirs(run_dir) != 0) {
+        snprintf(err, ERR_LEN, "cannot create run directory %s: %s (check -o)", run_dir, strerror(errno));
+        return -1;
+    }
+    if (mkdir(tmp_dir, 0755) != 0) {
+        save_failed(err, "cannot create checkpoint directory", tmp_dir, errno, run_dir);
+        return -1;
+    }
+    int ok = 1;
+    path_format(p, "%s/state.bin", tmp_dir);
+    ok = ok && write_state(p, t, params, m, v, st);
+    if (ok) path_format(p, "%s/model.safetensors", tmp_dir);
+    ok = ok && write_safetensors(p, t, params);
+    if (ok) path_format(p, "%s/config.json", tmp_dir);
+    ok = ok && write_config_json(p, &t->cfg, tok ? tok->eos_token_id : -1);
+    if (ok && tok) {
+        path_format(p, "%s/tokenizer.json", tmp_dir);
+        ok = write_text(p, tok->tokenizer_json, tok->tokenizer_json_len);
+    }
+    if (ok && tok) {
+        path_format(p, "%s/tokenizer_config.json", tmp_dir);
+        ok = write_text(p, tok->tokenizer_config_json, strlen(tok->tokenizer_config_json));
+    }
+    if (!ok) {
+        int e = errno;
+        remove_checkpoint_dir(tmp_dir);
+        save_failed(err, "cannot write checkpoint file", p, e, run_dir);
+        return -1;
+    }
+    /* A checkpoint of the same step (a future the user rolled back from) is replaced, and only
+     * removed once the new one is in its place. */
+    remove_checkpoint_dir(replaced);
+    if (rename(final_dir, replaced) != 0 && errno != ENOENT) {
+        snprintf(err, ERR_LEN, "cannot move %s aside: %s", final_dir, strerror(errno));
+        return -1;
+    }
+    if (rename(tmp_dir, final_dir) != 0 || !sync_dir(run_dir)) {
+        snprintf(err, ERR_LEN, "cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
+        return -1;
+    }
+    remove_checkpoint_dir(replaced);
+    FILE *f = fopen(latest_tmp, "w");
+    if (!f || fprintf(f, "step_%08d\n", st->step) < 0 || !close_synced(f) || rename(latest_tmp, latest) != 0 ||
+        !sync_dir(run_dir)) {
+        snprintf(err, ERR_LEN, "cannot update %s: %s", latest, strerror(errno));
+        return -1;
+    }
+    prune_checkpoints(run_dir, st->step, keep);
+    return 0;
+}
+
+/* Creates <run_dir>/earlier_run_N, the first free N, into dest (FGPT_PATH_LEN bytes). 0, or -1 with a
+ * message in err. */
+static int create_earlier_dir(const char *run_dir, char *dest, char *err) {
+    for (int k = 1; k <= 100000; k++) {
+        if (path_format(dest, "%s/earlier_run_%d", run_dir, k) != 0) break;
+        if (mkdir(dest, 0755) == 0) return 0;
+        if (errno != EEXIST) break;
+    }
+    snprintf(err, ERR_LEN, "cannot create %s/earlier_run_N: %s (check -o)", run_dir, strerror(errno));
+    dest[0] = 0;
+    return -1;
+}
+
+/* Moves the entries of run_dir that take(name, after) selects into a new <run_dir>/earlier_run_N,
+ * whose path goes to dest (FGPT_PATH_LEN bytes). How many moved (0: none, and no directory made),
+ * or -1 with a message in err. */
+static int move_aside(const char *run_dir, int (*take)(const char *name, int after), int after, char *dest,
+                      char *err) {
+    dest[0] = 0;
+    DIR *d = opendir(run_dir);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        snprintf(err, ERR_LEN, "cannot read run directory %s: %s (check -o)", run_dir, strerror(errno));
+        return -1;
+    }
+    /* Renaming entries out while reading is fine: readdir still returns every other entry once,
+     * and the new earlier_run_N is not selected. */
+    char from[FGPT_PATH_LEN], to[FGPT_PATH_LEN];
+    struct dirent *e;
+    int moved = 0;
+    while ((e = readdir(d))) {
+        if (!take(e->d_name, after)) continue;
+        if (!dest[0] && create_earlier_dir(run_dir, dest, err) != 0) {
+            moved = -1;
+            break;
+        }
+        if (path_format(from, "%s/%s", run_dir, e->d_name) != 0 || path_format(to, "%s/%s", dest, e->d_name) != 0 ||
+            rename(from, to) != 0) {
+            snprintf(err, ERR_LEN, "cannot move %s/%s to %s: %s (check -o)", run_dir, e->d_name, dest, strerror(errno));
+            moved = -1;
+            break;
+        }
+        moved++;
+    }
+    closedir(d);
+    if (moved > 0 && !sync_dir(run_dir)) {
+        snprintf(err, ERR_LEN, "cannot sync run directory %s: %s", run_dir, strerror(errno));
+        return -1;
+    }
+    return moved;
+}
+
+/* What a run leaves in its directory, besides .lock: latest, the log, the checkpoints (also
+ * step_*.tmp and .replaced leftovers of a crash). */
+static int is_run_file(const char *name, int unused) {
+    (void)unused;
+    return strcmp(name, "latest") == 0 || strcmp(name, "latest.tmp") == 0 || strcmp(name, "log.jsonl") == 0 ||
+           strcmp(name, "log.jsonl.tmp") == 0 || strcmp(name, "log.jsonl.prev") == 0 || strncmp(name, "step_", 5) == 0;
+}
+
+int checkpoint_set_aside_run(const char *run_dir, char *moved_to, size_t size, char *err) {
+    char dest[FGPT_PATH_LEN];
+    int moved = move_aside(run_dir, is_run_file, 0, dest, err);
+    if (moved <= 0) return moved;
+    snprintf(moved_to, size, "%s", dest);
+    return 1;
+}
+
+static int is_checkpoint_after(const char *name, int step) {
+    return checkpoint_dir_step(name) > step;
+}
+
+/* The newest step_NNNNNNNN in dir, or -1. */
+static int newest_checkpoint(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int newest = -1;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (checkpoint_dir_step(e->d_name) > newest) newest = checkpoint_dir_step(e->d_name);
+    closedir(d);
+    return newest;
+}
+
+int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, size_t size, char *err) {
+    char dest[FGPT_PATH_LEN], latest[FGPT_PATH_LEN];
+    int moved = move_aside(run_dir, is_checkpoint_after, step, dest, err);
+    if (moved <= 0) return moved;
+    /* the set-aside future resumes from its newest checkpoint, as an earlier run does */
+    FILE *f = path_format(latest, "%s/latest", dest) == 0 ? fopen(latest, "w") : NULL;
+    if (!f || fprintf(f, "step_%08d\n", newest_checkpoint(dest)) < 0 || !close_synced(f) || !sync_dir(dest)) {
+        snprintf(err, ERR_LEN, "cannot write %s/latest: %s", dest, strerror(errno));
+        return -1;
+    }
+    snprintf(moved_to, size, "%s", dest);
+    return moved;
+}
+
+#define OLDER_CHECKPOINT_HINT \
+    "to resume from an older checkpoint, write its directory name (step_NNNNNNNN) into the run's latest file"
+
+#define CHECK_FIELD(field, ours, flag)                                                                   \
+    if ((h.field) != (ours)) {                                                                           \
+        snprintf(err, ERR_LEN, "checkpoint %s has " #field " %d but this run has %d (pass %s %d, or start a " \
+                 "new run with another -o)", path, (int)(h.field), (int)(ours), flag, (int)(h.field));      \
+        fclose(f);                                                                                       \
+        return -1;                                                                                       \
+    }
+
+/* The model's shape differs: the flags that give the checkpoint's, its preset when it has one. */
+static void model_shape_mismatch(char *err, const char *path, const StateHeader *h, const GPTConfig *ours) {
+    const GPTPreset *p = gpt_presets;
+    while (p->name && !(p->num_layers == h->num_layers && p->num_heads == h->num_heads && p->dim == h->dim)) p++;
+    char fix[160];
+    int k = p->name ? snprintf(fix, sizeof fix, "-e %s, or ", p->name) : 0;
+    snprintf(fix + k, sizeof fix - k, "--layers %d --heads %d --dim %d", h->num_layers, h->num_heads, h->dim);
+    snprintf(err, ERR_LEN, "checkpoint %s is a model of %d layers, %d heads and width %d but this run's is %d, %d and %d "
+             "(pass %s; or start a new run with another -o)", path, h->num_layers, h->num_heads, h->dim,
+             ours->num_layers, ours->num_heads, ours->dim, fix);
+}
+
+int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *err) {
+    char latest[FGPT_PATH_LEN];
+    FILE *lf = path_format(latest, "%s/latest", run_dir) == 0 ? fopen(latest, "r") : NULL;
+    if (!lf) {
+        snprintf(err, ERR_LEN, "no checkpoint to resume in %s (%s missing; drop -y or check -o)", run_dir, latest);
+        return -1;
+    }
+    char buf[256] = {0};
+    int got = fscanf(lf, "%255s", buf);
+    fclose(lf);
+    if (got != 1 || strncmp(buf, "step_", 5) != 0 || strchr(buf, '/') || strlen(buf) >= size) {
+        snprintf(err, ERR_LEN, "%s is corrupt (expected a name like step_00000100)", latest);
+        return -1;
+    }
+    memcpy(name, buf, strlen(buf) + 1);
+    return 0;
+}
+
+int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *params, float *m, float *v,
+                           TrainState *st, char *err) {
+    char name[256], path[FGPT_PATH_LEN];
+    if (checkpoint_latest_name(run_dir, name, sizeof name, err) != 0) return -1;
+    FILE *f = path_format(path, "%s/%s/state.bin", run_dir, name) == 0 ? fopen(path, "rb") : NULL;
+    if (!f) {
+        snprintf(err, ERR_LEN, "cannot open %s: %s (checkpoint incomplete?)", path, strerror(errno));
+        return -1;
+    }
+    StateHeader h;
+    struct stat sb;
+    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, STATE_MAGIC, 8) != 0) {
+        snprintf(err, ERR_LEN, "%s is not a fusedgpt state file (corrupt); %s", path, OLDER_CHECKPOINT_HINT);
+        fclose(f);
+        return -1;
+    }
+    if (h.version != STATE_VERSION) {
+        snprintf(err, ERR_LEN, "%s is a state file of version %u, this fusedgpt reads version %u: resume it with the "
+                 "fusedgpt that wrote it, or start a new run with another -o", path, h.version, STATE_VERSION);
+        fclose(f);
+        return -1;
+    }
+    if (h.num_layers != t->cfg.num_layers || h.num_heads != t->cfg.num_heads || h.dim != t->cfg.dim) {
+        model_shape_mismatch(err, path, &h, &t->cfg);
+        fclose(f);
+        return -1;
+    }
+    CHECK_FIELD(max_seq_len, t->cfg.max_seq_len, "--max-seq-len");
+    CHECK_FIELD(vocab_size, t->cfg.vocab_size, "-v");
+    size_t n = t->total * sizeof(float);
+    if (fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size != sizeof h + 3 * n || h.total_params != t->total) {
+        snprintf(err, ERR_LEN, "%s is truncated or corrupt (expected %zu bytes); %s", path, sizeof h + 3 * n,
+                 OLDER_CHECKPOINT_HINT);
+        fclose(f);
+        return -1;
+    }
+    if (fread(params, 1, n, f) != n || fread(m, 1, n, f) != n || fread(v, 1, n, f) != n) {
+        snprintf(err, ERR_LEN, "read error in %s: %s", path, strerror(errno));
+        fclose(f);
+        return -1;
+    }
+    fclose(f);
+    int named_step;
+    char tail;
+    if (state_checksum(&h, params, m, v, n) != h.checksum) {
+        snprintf(err, ERR_LEN, "%s does not match its checksum (corrupt on disk); %s", path, OLDER_CHECKPOINT_HINT);
+        return -1;
+    }
+    if (sscanf(name, "step_%d%c", &named_step, &tail) != 1 || named_step != h.step || h.step < 0) {
+        snprintf(err, ERR_LEN, "%s says step %d but its directory is %s (a checkpoint moved by hand?); %s", path, h.step,
+                 name, OLDER_CHECKPOINT_HINT);
+        return -1;
+    }
+    st->step = h.step;
+    st->B = h.B;
+    st->T = h.T;
+    st->total_batch = h.total_batch;
+    st->world = h.world ? (int)h.world : 1;
+    st->seed = h.seed;
+    st->loader_epoch = h.loader_epoch;
+    st->loader_position = h.loader_position;
+    memcpy(st->rng, h.rng, sizeof st->rng);
+    st->data_tokens = h.data_tokens;
+    st->data_fingerprint = h.data_fingerprint;
+    st->checksum = h.checksum;
+    return 0;
+}
+
+int checkpoint_state_reseal(const char *path, char *err) {
+    FILE *f = fopen(path, "r+b");
+    StateHeader h;
+    struct stat sb;
+    if (!f || fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, STATE_MAGIC, 8) != 0 || h.version != STATE_VERSION ||
+        fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size != sizeof h + 3 * h.total_params * sizeof(float)) {
+        snprintf(err, ERR_LEN, "%s is not a complete fusedgpt state file of version %u", path, STATE_VERSION);
+        if (f) fclose(f);
+        return -1;
+    }
+    size_t n = h.total_params * sizeof(float);
+    float *x = malloc(3 * n);
+    int ok = x && fread(x, 1, 3 * n, f) == 3 * n;
+    if (ok) {
+        h.checksum = state_checksum(&h, x, x + h.total_params, x + 2 * h.total_params, n);
+        ok = fseek(f, 0, SEEK_SET) == 0 && write_all(f, &h, sizeof h);
+    }
+    free(x);
+    if (!close_synced(f) || !ok) {
+        snprintf(err, ERR_LEN, "cannot reseal %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,102 @@
+/* model/train/checkpoint.h - checkpoints a resumed run continues from bit for bit.
+ *
+ * A checkpoint is a directory <run>/step_NNNNNNNN/ holding
+ *   model.safetensors  fp32 weights named and oriented as HF GPT2LMHeadModel (wte unpadded)
+ *   config.json        HF GPT2Config, so transformers.GPT2LMHeadModel.from_pretrained(dir) loads it
+ *   state.bin          config, step, data position, RNG, and the fp32 master weights and AdamW m, v
+ *                      in our table layout (resume reads only this file), with a checksum
+ *   tokenizer.json, tokenizer_config.json   the run's tokenizer in Hugging Face's format, when the
+ *                      run has one (checkpoint_save_with), so AutoTokenizer loads it beside the model
+ * It is written as step_NNNNNNNN.tmp/ and renamed when complete; then <run>/latest (the name of the
+ * newest checkpoint) is replaced by rename, so a crash leaves the previous checkpoint intact. */
+#ifndef FUSEDGPT_CHECKPOINT_H
+#define FUSEDGPT_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/paths.h"
+#include "model/gpt.h"
+
+/* The longest run directory (-o) whose files all fit a path of FGPT_PATH_LEN bytes: the deepest
+ * name a run writes below it is /step_NNNNNNNNNN.replaced/tokenizer_config.json (47 bytes). */
+#define CHECKPOINT_RUN_DIR_MAX (FGPT_PATH_LEN - 64)
+
+typedef struct {
+    int step;                       /* optimizer steps completed */
+    uint64_t loader_epoch, loader_position;
+    uint64_t rng[4];
+    int B, T, total_batch;          /* must match on resume: they decide the data order */
+    int world;                      /* data-parallel ranks (the data position counts per rank) */
+    uint64_t seed;
+    uint64_t data_tokens, data_fingerprint; /* the training shard (Loader.fingerprint): a resume on other data
+                                               is refused; 0 0: not recorded (not checked) */
+    uint64_t checksum; /* set by checkpoint_load_latest: the state file's, which ranks compare */
+} TrainState;
+
+/* Host copies of the fp32 weights and AdamW moments in table layout: what checkpoint_save writes
+ * from and checkpoint_load_latest reads into, 12 bytes per parameter. A run takes them before its
+ * first step, so that it never trains for hours and then finds no memory to save what it learned. */
+typedef struct {
+    float *params, *m, *v;
+} CheckpointBuffers;
+
+size_t checkpoint_buffers_bytes(const ParamTable *t);
+/* Allocates and touches (so that the memory is really there) the three arrays. 0, or -1 with a
+ * message in err and nothing allocated. */
+int checkpoint_buffers_alloc(CheckpointBuffers *b, const ParamTable *t, char *err);
+void checkpoint_buffers_free(CheckpointBuffers *b);
+
+/* 0 when every file of a run in run_dir fits the system's path limit, else -1 with a message naming
+ * -o in err: a checked length up front, so that no path is ever cut to fit (a cut path names a file
+ * outside the run directory). */
+int checkpoint_run_dir_ok(const char *run_dir, char *err);
+
+/* Writes a checkpoint of params/m/v (table layout, fp32) and st. Keeps it and the newest keep - 1
+ * checkpoints of earlier steps, removes older ones (never one of a later step: see
+ * prune_checkpoints). Returns 0, or -1 with a one-line message in err. */
+int checkpoint_save(const char *run_dir, const ParamTable *t, const float *params, const float *m, const float *v,
+                    const TrainState *st, int keep, char *err);
+
+/* The run's tokenizer as Hugging Face files: their texts, and the separator's id, which config.json
+ * then names as bos_token_id and eos_token_id (generate stops there). */
+typedef struct {
+    const char *tokenizer_json;
+    size_t tokenizer_json_len;
+    const char *tokenizer_config_json;
+    int eos_token_id;
+} CheckpointTokenizer;
+
+/* checkpoint_save, with the tokenizer files written into the checkpoint too (tok NULL: none). */
+int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *params, const float *m,
+                         const float *v, const TrainState *st, const CheckpointTokenizer *tok, int keep, char *err);
+
+/* A new run in a directory that holds an earlier run's files (latest, log.jsonl, step_* checkpoints)
+ * moves them into <run_dir>/earlier_run_N (the first free N), so that nothing of the earlier run is
+ * overwritten or pruned. 1 with that directory in moved_to, 0 when there was nothing to move
+ * (or no directory yet), -1 with a message in err. */
+int checkpoint_set_aside_run(const char *run_dir, char *moved_to, size_t size, char *err);
+
+/* A resume from step `step` (latest rolled back by hand, or an older checkpoint named in latest)
+ * moves the checkpoints of later steps, a future this run abandons, into <run_dir>/earlier_run_N
+ * with a latest naming the newest of them, so that they are neither pruned in place of this run's
+ * checkpoints nor mixed into its timeline, and `-o <run_dir>/earlier_run_N -y 1` still resumes them.
+ * How many were moved (0: none, no directory made), with that directory in moved_to, or -1 with a
+ * message in err. */
+int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, size_t size, char *err);
+
+/* The checkpoint directory name <run_dir>/latest holds (step_NNNNNNNN) into name (size bytes):
+ * 0, or -1 with a message in err when there is none or it is not such a name. */
+int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *err);
+
+/* Loads the checkpoint named by <run_dir>/latest into params/m/v (each table->total floats) and st.
+ * The checkpoint's model config must equal t->cfg; otherwise -1 with a message naming the field.
+ * state.bin carries a checksum of all its bytes: a file changed on disk is refused, never used. */
+int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *params, float *m, float *v,
+                           TrainState *st, char *err);
+
+/* Recomputes the checksum of a state.bin whose header fields were rewritten on purpose (a tool that
+ * converts a checkpoint; the tests do). 0, or -1 with a message in err. */
+int checkpoint_state_reseal(const char *path, char *err);
+
+#endif

@@ -1,0 +1,192 @@
+#include "model/train/runlog.h"
+#include "data/err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int runlog_open(RunLog *log, const char *run_dir, char *err) {
+    log->failed = 0;
+    log->err[0] = 0;
+    if (make_dirs(run_dir) != 0) {
+        snprintf(err, ERR_LEN, "cannot create run directory %s: %s (check -o)", run_dir, strerror(errno));
+        return -1;
+    }
+    if (path_format(log->path, "%s/log.jsonl", run_dir) != 0) {
+        snprintf(err, ERR_LEN, "run directory %s is too long a path for its log (pass a shorter -o)", run_dir);
+        return -1;
+    }
+    log->f = fopen(log->path, "a");
+    if (!log->f) {
+        snprintf(err, ERR_LEN, "cannot open %s for writing: %s (check -o)", log->path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+void runlog_close(RunLog *log) {
+    if (log->f) fclose(log->f);
+    log->f = NULL;
+}
+
+/* Ends a record: it reaches the disk at each line, so a crashed run still has its curve, and a
+ * failed write is reported at the record that hit it. */
+static int finish_record(RunLog *log) {
+    if (fflush(log->f) == 0 && !ferror(log->f)) return 0;
+    if (!log->failed)
+        snprintf(log->err, sizeof log->err, "cannot write the run log %s: %s (disk full? free space or pass "
+                 "another -o)", log->path, strerror(errno ? errno : EIO));
+    log->failed = 1;
+    return -1;
+}
+
+int runlog_step(RunLog *log, int step, float loss, float lr, float grad_norm, double ms, double tokens_per_s,
+                double mfu_percent, double gpu_memory_gb, double comm_wait_ms) {
+    if (!log->f) return 0;
+    if (log->failed) return -1;
+    fprintf(log->f,
+            "{\"type\":\"step\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,"
+            "\"tokens_per_s\":%.1f",
+            step, loss, lr, grad_norm, ms, tokens_per_s);
+    if (mfu_percent >= 0) fprintf(log->f, ",\"mfu_percent\":%.2f", mfu_percent);
+    if (gpu_memory_gb >= 0) fprintf(log->f, ",\"gpu_memory_gb\":%.3f", gpu_memory_gb);
+    if (comm_wait_ms >= 0) fprintf(log->f, ",\"comm_wait_ms\":%.3f", comm_wait_ms);
+    fprintf(log->f, "}\n");
+    return finish_record(log);
+}
+
+int runlog_eval(RunLog *log, int step, float val_loss) {
+    if (!log->f) return 0;
+    if (log->failed) return -1;
+    fprintf(log->f, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f}\n", step, val_loss);
+    return finish_record(log);
+}
+
+/* Bytes of the valid UTF-8 character at s (1 to 4), or 0 when the bytes there are not one: a
+ * character cut short, a stray continuation byte, an overlong form, a surrogate, or above U+10FFFF. */
+static int utf8_char_length(const unsigned char *s) {
+    if (s[0] < 0x80) return 1;
+    int n;
+    uint32_t cp, min;
+    if ((s[0] & 0xe0) == 0xc0)
+        n = 2, cp = s[0] & 0x1f, min = 0x80;
+    else if ((s[0] & 0xf0) == 0xe0)
+        n = 3, cp = s[0] & 0x0f, min = 0x800;
+    else if ((s[0] & 0xf8) == 0xf0)
+        n = 4, cp = s[0] & 0x07, min = 0x10000;
+    else
+        return 0;
+    for (int i = 1; i < n; i++) { /* the string's terminating 0 is no continuation byte, so this stops there */
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return n;
+}
+
+int runlog_sample(RunLog *log, int step, const char *text) {
+    if (!log->f) return 0;
+    if (log->failed) return -1;
+    fprintf(log->f, "{\"type\":\"sample\",\"step\":%d,\"text\":\"", step);
+    for (const unsigned char *c = (const unsigned char *)text; *c;) {
+        int n = utf8_char_length(c);
+        if (n == 0) {
+            fputs("\\ufffd", log->f);
+            c++;
+        } else if (*c == '"' || *c == '\\') {
+            fprintf(log->f, "\\%c", *c++);
+        } else if (*c < 0x20) {
+            fprintf(log->f, "\\u%04x", *c++);
+        } else {
+            fwrite(c, 1, (size_t)n, log->f);
+            c += n;
+        }
+    }
+    fprintf(log->f, "\"}\n");
+    return finish_record(log);
+}
+
+/* Which records of the earlier timeline a resume from the checkpoint of step `step` keeps. */
+typedef struct {
+    int step, eval_again, sample_again;
+} Resume;
+
+/* Whether a record (one line, its newline included) belongs to the timeline up to the checkpoint.
+ * Lines this file did not write are kept as they are. */
+static int before_checkpoint(const char *line, size_t len, const Resume *r) {
+    char type[16];
+    int at;
+    if (len == 0 || line[len - 1] != '\n') return 0; /* cut short by a crash */
+    if (sscanf(line, "{\"type\":\"%15[a-z]\",\"step\":%d", type, &at) != 2) return 1;
+    /* a step record is written at the end of its step; eval and sample records of step k at the
+     * start of step k + 1, after the checkpoint of step k (or, for the last eval, after the loop) */
+    if (strcmp(type, "step") == 0) return at <= r->step;
+    if (at != r->step) return at < r->step;
+    return strcmp(type, "eval") == 0 ? !r->eval_again : strcmp(type, "sample") == 0 ? !r->sample_again : 1;
+}
+
+/* fsync of the directory that holds path, so that a rename in it survives a power loss. */
+static int sync_parent(const char *path) {
+    char dir[FGPT_PATH_LEN];
+    if (path_format(dir, "%s", path) != 0) return 0;
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    int fd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int ok = fsync(fd) == 0;
+    return close(fd) == 0 && ok;
+}
+
+int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_again, const char *moved_log,
+                      char *err) {
+    const Resume r = {step, eval_again, sample_again};
+    char path[FGPT_PATH_LEN], tmp[FGPT_PATH_LEN];
+    if (path_format(path, "%s/log.jsonl", run_dir) != 0 || path_format(tmp, "%s.tmp", path) != 0) {
+        snprintf(err, ERR_LEN, "run directory %s is too long a path for its log (pass a shorter -o)", run_dir);
+        return -1;
+    }
+    FILE *in = fopen(path, "r");
+    if (!in) {
+        if (errno == ENOENT) return 0;
+        snprintf(err, ERR_LEN, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    /* a first pass decides whether anything leaves, so that a log that needs nothing is not rewritten */
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int leaving = 0;
+    while ((len = getline(&line, &cap, in)) > 0) leaving += !before_checkpoint(line, (size_t)len, &r);
+    if (leaving == 0 || ferror(in)) {
+        int bad = ferror(in);
+        free(line);
+        fclose(in);
+        if (bad) snprintf(err, ERR_LEN, "cannot read %s (I/O error)", path);
+        return bad ? -1 : 0;
+    }
+    rewind(in);
+    FILE *out = fopen(tmp, "w"), *moved = moved_log ? fopen(moved_log, "a") : NULL;
+    int ok = out && (!moved_log || moved);
+    while (ok && (len = getline(&line, &cap, in)) > 0) {
+        int keep = before_checkpoint(line, (size_t)len, &r);
+        if (keep)
+            ok = fwrite(line, 1, (size_t)len, out) == (size_t)len;
+        else if (moved && line[len - 1] == '\n')
+            ok = fwrite(line, 1, (size_t)len, moved) == (size_t)len;
+    }
+    ok = ok && !ferror(in);
+    free(line);
+    fclose(in);
+    if (moved) ok = (fflush(moved) == 0 && fsync(fileno(moved)) == 0) & (fclose(moved) == 0) && ok;
+    if (out) ok = (fflush(out) == 0 && fsync(fileno(out)) == 0) & (fclose(out) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0 || !sync_parent(path)) {
+        snprintf(err, ERR_LEN, "cannot rewrite %s without the records after step %d: %s", path, step, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return leaving;
+}

@@ -1,0 +1,78 @@
+/* model/train/sample.c - drawing the next token from logits: all of them, or the top k, or greedily. */
+#include "model/train/sample.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int sample_token(const float *logits, int V, float temperature, Rng *rng) {
+    float m = -INFINITY;
+    for (int i = 0; i < V; i++) m = fmaxf(m, logits[i]);
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) sum += exp((logits[i] - m) / temperature);
+    double r = rng_uniform(rng) * sum, acc = 0.0;
+    for (int i = 0; i < V; i++) {
+        acc += exp((logits[i] - m) / temperature);
+        if (r < acc) return i;
+    }
+    return V - 1;
+}
+
+static int argmax(const float *logits, int V) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+/* The larger logit first, the lower id among equals: the order greedy decoding and top-k agree on. */
+static int by_logit_desc(const void *a, const void *b, void *logits) {
+    const float *l = logits;
+    int x = *(const int *)a, y = *(const int *)b;
+    if (l[x] != l[y]) return l[x] > l[y] ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+int sample_token_top_k(const float *logits, int V, float temperature, int top_k, Rng *rng) {
+    if (temperature <= 0 || top_k == 1) return argmax(logits, V);
+    if (top_k <= 0 || top_k >= V) return sample_token(logits, V, temperature, rng);
+    int *ids = malloc((size_t)V * sizeof *ids);
+    if (!ids) return argmax(logits, V); /* out of memory: the likeliest token is still a fair answer */
+    for (int i = 0; i < V; i++) ids[i] = i;
+    qsort_r(ids, (size_t)V, sizeof *ids, by_logit_desc, (void *)logits);
+    double sum = 0.0, m = logits[ids[0]];
+    for (int k = 0; k < top_k; k++) sum += exp((logits[ids[k]] - m) / temperature);
+    double r = rng_uniform(rng) * sum, acc = 0.0;
+    int pick = ids[top_k - 1];
+    for (int k = 0; k < top_k; k++) {
+        acc += exp((logits[ids[k]] - m) / temperature);
+        if (r < acc) {
+            pick = ids[k];
+            break;
+        }
+    }
+    free(ids);
+    return pick;
+}
+
+char *sample_text(const Tokenizer *tok, const int *tokens, int n) {
+    if (!tok) { /* "id " each: at most 11 bytes for an int, and the space */
+        char *text = malloc(12 * (size_t)n + 1);
+        if (!text) return NULL;
+        size_t len = 0;
+        text[0] = 0;
+        for (int i = 0; i < n; i++) len += (size_t)sprintf(text + len, "%d ", tokens[i]);
+        return text;
+    }
+    uint32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
+    if (!ids) return NULL;
+    for (int i = 0; i < n; i++) ids[i] = (uint32_t)tokens[i];
+    const size_t need = tokenizer_decode(tok, ids, (size_t)n, NULL, 0); /* how long the text is */
+    char *text = malloc(need + 1);
+    if (text) {
+        tokenizer_decode(tok, ids, (size_t)n, text, need);
+        text[need] = 0;
+    }
+    free(ids);
+    return text;
+}

@@ -1,0 +1,311 @@
+/* model/train/sample_cmd.c - `./train sample`: generates text from a checkpoint, on the GPU or the CPU.
+ *
+ * The checkpoint is read as Hugging Face reads it: config.json and model.safetensors
+ * (model/train/hf_weights.c), and the tokenizer.json beside them, so whatever `transformers` loads from
+ * a checkpoint directory is what samples here (a directory of GPT-2's own files works too, with
+ * --checkpoint). The model runs forward over a window of T tokens (the prompt and what it has
+ * generated so far, T a multiple of 64 up to the model's context) for each new token. */
+#include "model/train/sample_cmd.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "data/err.h"
+#include "data/rng.h"
+#include "model/backend.h"
+#include "model/train/checkpoint.h"
+#include "model/cuda/cuda_device.h"
+#include "model/train/hf_weights.h"
+#include "model/train/sample.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct {
+    const char *run, *checkpoint, *prompt, *tokenizer, *device;
+    int step, gen_tokens, top_k, print_ids;
+    float temperature;
+    unsigned long long seed;
+} SampleOptions;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ./train sample -o RUN [--step N] [flags]    generate from a run's checkpoint\n"
+            "       ./train sample --checkpoint DIR [flags]     ... or from any Hugging Face GPT-2 directory\n"
+            "\n"
+            "flags:\n"
+            "  -o, --out RUN          run directory (its latest checkpoint, or --step's)\n"
+            "      --step N           the checkpoint of step N (default: the latest)\n"
+            "      --checkpoint DIR   a directory with config.json + model.safetensors (+ tokenizer.json)\n"
+            "      --prompt TEXT      text to continue (default: start after the document separator)\n"
+            "  -G, --gen-tokens N     tokens to generate (default 64)\n"
+            "      --temperature T    softmax temperature; 0 is greedy (default 1.0)\n"
+            "      --top-k K          draw among the K likeliest tokens only; 0 for all, 1 is greedy (default 0)\n"
+            "      --seed S           seed of the draws (default 1337)\n"
+            "      --device KIND      cuda or cpu (the fp32 reference backend) (default cuda)\n"
+            "      --tokenizer FILE   tokenizer, where the checkpoint carries none\n"
+            "      --ids              also print the prompt's and the generated token ids, a line each\n"
+            "  -h, --help             this text\n");
+}
+
+static int bad(const char *flag, const char *why) {
+    fprintf(stderr, "error: sample %s %s (see ./train sample --help)\n", flag, why);
+    return 2;
+}
+
+static int parse_int(const char *s, long lo, long hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || !*s || *end || errno || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* 0, or the exit status of a bad command line (after its message). */
+static int parse(SampleOptions *o, int argc, char **argv, int *help) {
+    *o = (SampleOptions){.device = "cuda", .step = -1, .gen_tokens = 64, .temperature = 1.0f, .seed = 1337};
+    *help = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes_value = 1;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            *help = 1;
+            return 0;
+        } else if (!strcmp(a, "--ids")) {
+            o->print_ids = 1;
+            takes_value = 0;
+        } else if (!v) {
+            return bad(a, "needs a value");
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
+            o->run = v;
+        } else if (!strcmp(a, "--checkpoint")) {
+            o->checkpoint = v;
+        } else if (!strcmp(a, "--prompt")) {
+            o->prompt = v;
+        } else if (!strcmp(a, "--tokenizer")) {
+            o->tokenizer = v;
+        } else if (!strcmp(a, "--device")) {
+            if (strcmp(v, "cuda") && strcmp(v, "cpu")) return bad(a, "must be cuda or cpu");
+            o->device = v;
+        } else if (!strcmp(a, "--step")) {
+            if (parse_int(v, 0, 2147483647L, &o->step)) return bad(a, "expects a step number");
+        } else if (!strcmp(a, "-G") || !strcmp(a, "--gen-tokens")) {
+            if (parse_int(v, 1, 1 << 20, &o->gen_tokens)) return bad(a, "must be between 1 and 2^20");
+        } else if (!strcmp(a, "--top-k")) {
+            if (parse_int(v, 0, 2147483647L, &o->top_k)) return bad(a, "must be 0 or more");
+        } else if (!strcmp(a, "--seed")) {
+            char *end;
+            errno = 0;
+            o->seed = strtoull(v, &end, 10);
+            if (!*v || *end || errno || v[0] == '-') return bad(a, "expects a whole number");
+        } else if (!strcmp(a, "--temperature")) {
+            char *end;
+            o->temperature = strtof(v, &end);
+            if (!*v || *end || !(o->temperature >= 0 && o->temperature < 1e6)) return bad(a, "must be 0 or more");
+        } else {
+            fprintf(stderr, "error: sample: unknown flag '%s' (see ./train sample --help)\n", a);
+            return 2;
+        }
+        i += takes_value;
+    }
+    if (!o->run == !o->checkpoint) return bad("-o/--out", "or --checkpoint: give one of them");
+    if (o->checkpoint && o->step >= 0) return bad("--step", "goes with -o RUN, not --checkpoint");
+    /* every file read below the directory must fit the system's paths, uncut */
+    char err[ERR_LEN];
+    if (o->run && checkpoint_run_dir_ok(o->run, err) != 0) {
+        fprintf(stderr, "error: sample %s\n", err);
+        return 2;
+    }
+    if (o->checkpoint && strlen(o->checkpoint) > CHECKPOINT_RUN_DIR_MAX)
+        return bad("--checkpoint", "is too long a path for the files in it to fit the system's paths");
+    return 0;
+}
+
+/* The checkpoint directory the options name, into dir (FGPT_PATH_LEN bytes). 0, or 1 after the
+ * message. */
+static int checkpoint_dir(const SampleOptions *o, char *dir) {
+    char err[ERR_LEN], name[256];
+    if (o->checkpoint) {
+        path_format(dir, "%s", o->checkpoint); /* parse checked its length */
+        return 0;
+    }
+    if (o->step >= 0) {
+        path_format(dir, "%s/step_%08d", o->run, o->step);
+        struct stat st;
+        if (stat(dir, &st) != 0) {
+            fprintf(stderr, "error: run %s has no checkpoint of step %d (%s missing; see its step_* directories)\n",
+                    o->run, o->step, dir);
+            return 1;
+        }
+        return 0;
+    }
+    if (checkpoint_latest_name(o->run, name, sizeof name, err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    path_format(dir, "%s/%s", o->run, name);
+    return 0;
+}
+
+/* The tokenizer: --tokenizer, else the checkpoint's tokenizer.json, else none (NULL, *status 0). */
+static Tokenizer *open_tokenizer(const SampleOptions *o, const char *dir, int *status) {
+    char path[FGPT_PATH_LEN], err[ERR_LEN];
+    struct stat st;
+    *status = 0;
+    if (!o->tokenizer && (path_format(path, "%s/tokenizer.json", dir) != 0 || stat(path, &st) != 0)) return NULL;
+    Tokenizer *t = tokenizer_load(o->tokenizer ? o->tokenizer : path, err);
+    if (!t) {
+        fprintf(stderr, "error: %s\n", err);
+        *status = 1;
+    }
+    return t;
+}
+
+/* Generates o->gen_tokens tokens after the prompt and prints them. */
+static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, const uint32_t *prompt, size_t n_prompt) {
+    const int T = be->T, V = be->table->cfg.vocab_size;
+    int *tokens = malloc((size_t)T * sizeof *tokens);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    uint32_t *ids = malloc(((size_t)T + 1) * sizeof *ids);
+    if (!tokens || !logits || !ids) {
+        free(tokens), free(logits), free(ids);
+        fprintf(stderr, "error: out of host memory for sampling\n");
+        return 1;
+    }
+    const int fill = tok ? (int)tokenizer_eot_token(tok) : 0;
+    for (int i = 0; i < T; i++) tokens[i] = fill;
+    for (size_t i = 0; i < n_prompt; i++) tokens[i] = (int)prompt[i];
+    int start = n_prompt ? (int)n_prompt : 1; /* no prompt: after the separator, as a new document */
+    int end = start + o->gen_tokens < T ? start + o->gen_tokens : T;
+    Rng rng;
+    rng_seed(&rng, o->seed);
+    for (int pos = start; pos < end; pos++) {
+        be->ops->logits_at(be, tokens, pos - 1, logits);
+        tokens[pos] = sample_token_top_k(logits, V, o->temperature, o->top_k, &rng);
+    }
+    const int first = n_prompt ? 0 : 1; /* the separator we started from is not text of the sample */
+    for (int i = first; i < end; i++) ids[i - first] = (uint32_t)tokens[i];
+    if (tok) {
+        size_t need = tokenizer_decode(tok, ids, (size_t)(end - first), NULL, 0);
+        char *text = malloc(need + 1);
+        if (text) {
+            tokenizer_decode(tok, ids, (size_t)(end - first), text, need);
+            fwrite(text, 1, need, stdout);
+            fputc('\n', stdout);
+            free(text);
+        }
+    }
+    if (o->print_ids && n_prompt) {
+        printf("prompt ids:");
+        for (size_t i = 0; i < n_prompt; i++) printf(" %u", prompt[i]);
+        printf("\n");
+    }
+    if (o->print_ids || !tok) {
+        printf("ids:");
+        for (int i = start; i < end; i++) printf(" %d", tokens[i]);
+        printf("\n");
+    }
+    if (end - start < o->gen_tokens)
+        fprintf(stderr, "note: stopped at the model's context of %d tokens (%d generated)\n", T, end - start);
+    free(ids);
+    free(logits);
+    free(tokens);
+    return 0;
+}
+
+int sample_main(int argc, char **argv) {
+    SampleOptions o;
+    int help, status = parse(&o, argc, argv, &help);
+    if (status || help) {
+        if (help) usage(stdout);
+        return status;
+    }
+    char dir[FGPT_PATH_LEN], err[ERR_LEN];
+    if ((status = checkpoint_dir(&o, dir)) != 0) return status;
+    GPTConfig cfg;
+    if (hf_read_config(dir, &cfg, err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    Tokenizer *tok = open_tokenizer(&o, dir, &status);
+    if (status) return status;
+    if (o.prompt && !tok) {
+        fprintf(stderr, "error: --prompt needs a tokenizer: %s has no tokenizer.json (pass --tokenizer FILE)\n", dir);
+        return 1;
+    }
+    if (tok && tokenizer_vocab_size(tok) > (uint32_t)cfg.vocab_size) {
+        fprintf(stderr, "error: the tokenizer has %u tokens but the model's vocabulary is %d (pass the tokenizer the "
+                        "model was trained with)\n", tokenizer_vocab_size(tok), cfg.vocab_size);
+        tokenizer_free(tok);
+        return 1;
+    }
+    uint32_t *prompt = NULL;
+    size_t n_prompt = 0;
+    if (o.prompt) {
+        size_t len = strlen(o.prompt);
+        char terr[ERR_LEN];
+        if (tokenizer_check_text(tok, o.prompt, len, terr) != 0) {
+            fprintf(stderr, "error: --prompt: %s\n", terr);
+            tokenizer_free(tok);
+            return 1;
+        }
+        prompt = malloc((len + 1) * sizeof *prompt);
+        if (prompt) n_prompt = tokenizer_encode(tok, o.prompt, len, 1, prompt, len + 1);
+    }
+    /* the window: room for the prompt and what is asked, in multiples of 64, within the context */
+    long want = (long)(n_prompt ? n_prompt : 1) + o.gen_tokens;
+    int T = (int)((want + 63) / 64 * 64);
+    if (T > cfg.max_seq_len) T = cfg.max_seq_len;
+    if ((long)n_prompt >= T) {
+        fprintf(stderr, "error: the prompt is %zu tokens, the model's context %d; shorten --prompt\n", n_prompt,
+                cfg.max_seq_len);
+        free(prompt);
+        tokenizer_free(tok);
+        return 1;
+    }
+    ParamTable table;
+    memset(&table, 0, sizeof table);
+    Backend *be = NULL;
+    float *params = NULL, *zero = NULL;
+    status = 1;
+    if (param_table_build(&table, &cfg, err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        goto done;
+    }
+    params = malloc(table.total * sizeof(float));
+    zero = calloc(table.total, sizeof(float));
+    if (!params || !zero) {
+        fprintf(stderr, "error: out of host memory for the model\n");
+        goto done;
+    }
+    if (hf_read_weights(dir, &table, params, err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        goto done;
+    }
+    if (strcmp(o.device, "cuda") == 0) {
+        char why[ERR_LEN] = "";
+        if (cuda_device_count(why) == 0) {
+            fprintf(stderr, "error: no CUDA GPU available (%s); use --device cpu for the CPU reference backend\n", why);
+            goto done;
+        }
+        be = backend_cuda_create(&table, 1, T, OUTPUT_FUSED, 0, 0, o.seed, NULL, err);
+    } else {
+        be = backend_cpu_create(&table, 1, T, OUTPUT_FUSED, o.seed, err);
+    }
+    if (!be) {
+        fprintf(stderr, "error: %s\n", err);
+        goto done;
+    }
+    be->ops->write_state(be, params, zero, zero);
+    status = generate(&o, be, tok, prompt, n_prompt);
+done:
+    if (be) be->ops->destroy(be);
+    free(zero);
+    free(params);
+    param_table_free(&table);
+    free(prompt);
+    tokenizer_free(tok);
+    return status;
+}
