@@ -126,3 +126,15 @@ int parse_losses(const char *output, float *losses, int max) {
     }
     return n;
 }
+
+void expect_shard_refused(const char *path, uint32_t model_vocab, const char *what, const char *msg) {
+    char err[ERR_LEN] = "";
+    uint32_t *t = NULL;
+    uint64_t n;
+    ShardHeader h;
+    int rc = shard_read(path, model_vocab, &t, &n, &h, err);
+    CHECK(rc == -1 && t == NULL, "%s: accepted", what);
+    CHECK(strstr(err, msg) != NULL, "%s: message '%s' lacks '%s'", what, err, msg);
+    CHECK(strchr(err, '\n') == NULL, "%s: message is not one line", what);
+    free(t);
+}

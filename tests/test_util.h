@@ -38,6 +38,10 @@ char *read_text(const char *path);
 /* Writes a token shard of n tokens following a fixed learnable pattern over vocab tokens. */
 int write_pattern_shard(const char *path, uint64_t n, uint32_t vocab, uint64_t seed);
 
+/* Checks that shard_read refuses the shard at path for a model of model_vocab words with one line
+ * that contains msg (what names the case in failures). */
+void expect_shard_refused(const char *path, uint32_t model_vocab, const char *what, const char *msg);
+
 /* Extracts the losses printed by ./train ("step k/N | loss x") into losses[]; returns how many. */
 int parse_losses(const char *output, float *losses, int max);
 
