@@ -111,6 +111,24 @@ static inline size_t punct_then_newlines(const uint8_t *s, size_t len, size_t i)
     return i;
 }
 
+/* White space run at s[0]: rules 6 and 7 of both patterns, the whole run at the end of the text,
+ * else all but its last character, else the one character. *last_newline_end: where the run's last
+ * newline ends (0: none), for cl100k's rule 5. */
+static size_t space_run_len(const uint8_t *s, size_t len, size_t *last_newline_end) {
+    size_t i = 0, last_char_start = 0;
+    *last_newline_end = 0;
+    while (i < len) {
+        size_t nb;
+        int c = char_at(s, len, i, &nb);
+        if (c != C_SPACE && c != C_NEWLINE) break;
+        last_char_start = i;
+        i += nb;
+        if (c == C_NEWLINE) *last_newline_end = i;
+    }
+    if (i == len) return i;
+    return last_char_start > 0 ? last_char_start : i;
+}
+
 static size_t cl100k_chunk_len(const uint8_t *s, size_t len, int max_digits) {
     if (len == 0) return 0;
     size_t n0;
@@ -144,39 +162,10 @@ static size_t cl100k_chunk_len(const uint8_t *s, size_t len, int max_digits) {
     if (s[0] == ' ' && c1 == C_OTHER) return punct_then_newlines(s, len, n0);
     if (c0 == C_OTHER) return punct_then_newlines(s, len, 0);
 
-    /* c0 is white space. Find its run and the end of the run's last newline. */
-    size_t i = 0, last_nl_end = 0, last_char_start = 0;
-    while (i < len) {
-        size_t nb;
-        int c = char_at(s, len, i, &nb);
-        if (c != C_SPACE && c != C_NEWLINE) break;
-        last_char_start = i;
-        i += nb;
-        if (c == C_NEWLINE) last_nl_end = i;
-    }
-    /* 5: \s*[\r\n] takes the run up to its last newline */
-    if (last_nl_end) return last_nl_end;
-    /* 6: \s+(?!\S) - the whole run at the end of the text, else all but its last character */
-    if (i == len) return i;
-    if (last_char_start > 0) return last_char_start;
-    /* 7: a single white space character before a non-space */
-    return i;
-}
-
-/* White space run at s[0]: rules 6 and 7 of both patterns (rule 5 of cl100k is handled by its
- * caller): the whole run at the end of the text, else all but its last character, else the one
- * character. */
-static size_t space_run_len(const uint8_t *s, size_t len) {
-    size_t i = 0, last_char_start = 0;
-    while (i < len) {
-        size_t nb;
-        int c = char_at(s, len, i, &nb);
-        if (c != C_SPACE && c != C_NEWLINE) break;
-        last_char_start = i;
-        i += nb;
-    }
-    if (i == len) return i;
-    return last_char_start > 0 ? last_char_start : i;
+    /* c0 is white space. 5: \s*[\r\n] takes the run up to its last newline; else 6 and 7 */
+    size_t last_nl_end;
+    const size_t run = space_run_len(s, len, &last_nl_end);
+    return last_nl_end ? last_nl_end : run;
 }
 
 static size_t gpt2_chunk_len(const uint8_t *s, size_t len) {
@@ -193,7 +182,8 @@ static size_t gpt2_chunk_len(const uint8_t *s, size_t len) {
     /* ' ?' then a run of letters, of numbers, or of other characters */
     if (c0 == C_LETTER || c0 == C_NUMBER || c0 == C_OTHER) return run_of(s, len, n0, c0);
     if (s[0] == ' ' && (c1 == C_LETTER || c1 == C_NUMBER || c1 == C_OTHER)) return run_of(s, len, n0 + n1, c1);
-    return space_run_len(s, len);
+    size_t newlines_too; /* GPT-2's pattern has no newline rule: they are white space like any */
+    return space_run_len(s, len, &newlines_too);
 }
 
 size_t split_chunk_len(SplitKind kind, const uint8_t *s, size_t len) {
