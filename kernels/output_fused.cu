@@ -10,7 +10,7 @@
  *      exp_finish_kernel, one CTA per row: lse = ln 2 (K + log2 sum_t S_t 2^(k_t - K)) with the
  *        powers of two exact, loss = lse - z_target, then in place dZ = E 2^(k_t - lse / ln 2) - Y,
  *        the target's p - 1 taken as expm1(z_target - lse) from the fp32 logit: where p is near 1,
- *        p - 1 would otherwise inherit E's bf16 error in full.
+ *        p - 1 would otherwise inherit E's rounding in full.
  *      cuBLASLt: dH_chunk (bf16, =) = scale dZ W and dW (fp32, +=) += scale dZ^T H_chunk.
  *    Memory: C x V x 2 bytes plus C x V/256 float2. Bytes per logit: E written once, read and written
  *    by the finish pass, read by the two GEMMs (10 B, as the canonical layer's logits, minus its
