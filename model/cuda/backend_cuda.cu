@@ -527,13 +527,19 @@ static size_t fused_budget_for(size_t budget, size_t N, const GPTConfig *cfg) {
     return output_layer_chunk_rows((int64_t)N, cfg->vocab_size, budget) < min_rows ? 0 : budget;
 }
 
-/* Shrinks the fused layer's chunk budget to what the GPU has free beside everything else. */
-static void fit_fused_budget(CudaBackend *cb, size_t fixed, size_t free_b, size_t N, const GPTConfig *cfg) {
-    if (!cb->fused_budget) return;
+/* The output layer's workspace for `requested` bytes of the fused layer's chunk (0: the streaming
+ * path, or the canonical layer), the chunk shrunk to what the GPU has free beside everything else
+ * when the whole of it does not fit. */
+static void fit_output_layer(CudaBackend *cb, size_t requested, size_t fixed, size_t free_b, size_t N,
+                             const GPTConfig *cfg) {
+    const OutputLayerKind kind = output_layer_kind(cb->base.output);
+    cb->fused_budget = requested;
+    cb->out_ws_bytes = output_layer_workspace_bytes(kind, (int64_t)N, cfg->vocab_size, cfg->dim, requested);
+    if (!requested || fixed + cb->arena_bytes + cb->out_ws_bytes <= free_b) return;
     const size_t streaming = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, cfg->vocab_size, cfg->dim, 0);
     const size_t used = fixed + cb->arena_bytes + streaming;
     size_t budget = free_b > used ? free_b - used : 0;
-    if (budget > cb->fused_budget) budget = cb->fused_budget;
+    if (budget > requested) budget = requested;
     cb->fused_budget = fused_budget_for(budget, N, cfg);
     cb->out_ws_bytes = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, cfg->vocab_size, cfg->dim,
                                                     cb->fused_budget);
@@ -605,33 +611,26 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     size_t N = (size_t)B * T, P = table->total;
     OutputLayerKind kind = output_layer_kind(output);
     const size_t asked = output == OUTPUT_FUSED ? fused_budget : 0;
-    cb->fused_budget = fused_budget = fused_budget_for(asked, N, cfg);
+    fused_budget = fused_budget_for(asked, N, cfg);
     cb->scratch_bytes = scratch_needed(cfg, B, T);
     cb->arena_bytes = layout_arena(cb, NULL);
-    cb->out_ws_bytes = output_layer_workspace_bytes(kind, (int64_t)N, cfg->vocab_size, cfg->dim, cb->fused_budget);
     /* bf16 weights and gradients whole; master and moments whole or 1/world (ZeRO-1) */
     size_t state_estimate = zero1 ? P / (size_t)dist->world + 1 : P;
     cb->sync_bytes = grad_sync_bytes(table, dist, zero1, overlap, B, T);
     size_t fixed = P * (sizeof(kbf16) + sizeof(float)) + state_estimate * 3 * sizeof(float) + cb->sync_bytes +
                    ((size_t)1 << 30); /* + 1 GB: cuBLAS, NCCL, context */
-    size_t per_batch = cb->arena_bytes + cb->out_ws_bytes;
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     /* The fused layer's chunk first gives way to what is free (its speed barely changes down to
      * 1024 rows), then the activations (GELU recomputed), then the chunk again with what that freed. */
-    if (fixed + per_batch > free_b) fit_fused_budget(cb, fixed, free_b, N, cfg);
-    per_batch = cb->arena_bytes + cb->out_ws_bytes;
-    if (fixed + per_batch > free_b || recompute_gelu) {
+    fit_output_layer(cb, fused_budget, fixed, free_b, N, cfg);
+    if (fixed + cb->arena_bytes + cb->out_ws_bytes > free_b || recompute_gelu) {
         /* Trade one elementwise pass per layer in the backward for 4·C values per token. */
         cb->recompute_gelu = 1;
         cb->arena_bytes = layout_arena(cb, NULL);
-        if (cb->fused_budget != fused_budget && output == OUTPUT_FUSED) {
-            cb->fused_budget = fused_budget;
-            cb->out_ws_bytes = output_layer_workspace_bytes(kind, (int64_t)N, cfg->vocab_size, cfg->dim, fused_budget);
-            if (fixed + cb->arena_bytes + cb->out_ws_bytes > free_b) fit_fused_budget(cb, fixed, free_b, N, cfg);
-        }
-        per_batch = cb->arena_bytes + cb->out_ws_bytes;
+        fit_output_layer(cb, fused_budget, fixed, free_b, N, cfg);
     }
+    const size_t per_batch = cb->arena_bytes + cb->out_ws_bytes;
     if (fixed + per_batch > free_b) {
         size_t per_seq = per_batch / (size_t)B;
         long long fit = free_b > fixed ? (long long)((free_b - fixed) / (per_seq ? per_seq : 1)) : 0;
