@@ -1,23 +1,19 @@
 /* kernels/output_fused.cu - the fused output layer: loss, dH and dW from H, W and the targets, the
  * N x V logits never stored. Two exact paths behind it (kernels/output_layer.h says which runs):
  *
- *  - scaled exponentials (3G), per chunk of C rows, two chunk buffers (chunk i in buffer i mod 2):
+ *  - scaled exponentials (3G), per chunk of C rows whose buffer fits the budget:
  *      tile kernel, MODE_EXP: z = H W^T stays in fp32 registers; per (row, 256-column tile) the
  *        reference s = k ln 2, k = ceil(max_tile z / ln 2), so E = exp(z - s) lies in (0, 1] and is
  *        stored in fp16 (relative error 2^-12, so that dZ's one rounding to bf16 is what counts);
  *        the tile's fp32 sum of exp(z - s) and k go to a [C x tiles] table; the target logit is
- *        picked up in fp32. Meanwhile the same CTAs turn chunk i - 1's E into P in place: each
- *        pipeline stage also brings 6 KiB of that E and its tiles' scales, multiplied and stored
- *        while the wgmma runs. The pass is memory-bound and the tiles compute-bound: alone it cost
- *        17 % of the layer.
- *      exp_merge_kernel, one CTA per row: lse = ln 2 (K + log2 sum_t S_t 2^(k_t - K)) with the
- *        powers of two exact, loss = lse - z_target, the scale p / E = 2^(k_t - lse / ln 2) of each
- *        tile and the target's p - 1, taken as expm1(z_target - lse) from the fp32 logit
- *        (exp_target_kernel writes it over p once the pass is done).
- *      cuBLASLt, one chunk behind: dH_chunk (bf16, =) = scale dZ W and dW (fp32, +=) += scale
- *        dZ^T H_chunk. The last chunk's pass (exp_p_kernel) runs alone.
- *    Memory: 2 C x V x 2 bytes plus 2 C x V/256 x 12. Bytes per logit: E written once, read and
- *    written by the dZ pass, read by the two GEMMs (10 B, as the canonical layer's logits, minus its
+ *        picked up in fp32.
+ *      exp_finish_kernel, one CTA per row: lse = ln 2 (K + log2 sum_t S_t 2^(k_t - K)) with the
+ *        powers of two exact, loss = lse - z_target, then in place dZ = E 2^(k_t - lse / ln 2) - Y,
+ *        the target's p - 1 taken as expm1(z_target - lse) from the fp32 logit: where p is near 1,
+ *        p - 1 would otherwise inherit E's rounding in full.
+ *      cuBLASLt: dH_chunk (bf16, =) = scale dZ W and dW (fp32, +=) += scale dZ^T H_chunk.
+ *    Memory: C x V x 2 bytes plus C x V/256 float2. Bytes per logit: E written once, read and written
+ *    by the finish pass, read by the two GEMMs (10 B, as the canonical layer's logits, minus its
  *    second read).
  *  - streaming (4G), when no chunk fits: MODE_STATS keeps a running max and sum per row over
  *    vocabulary windows (fused_merge_kernel merges the windows into lse); the backward recomputes
@@ -71,13 +67,7 @@
 #define T_STAGES 4
 #define T_THREADS 256
 #define T_STAGE_BYTES (W_A_BYTES + TN * BK * 2)           /* 48 KiB */
-/* MODE_EXP turns the previous chunk's E into dZ while it computes its own logits: each pipeline
- * stage also brings CARRY_OCTETS octets (8 columns, 16 bytes) of that E, 48 per warp */
-#define CARRY_OCTETS 384
-#define CARRY_BYTES (CARRY_OCTETS * 16)
-#define CARRY_STAGE (CARRY_BYTES + 64) /* the octets, then their 12 tiles' scales */
-#define T_SMEM (T_STAGES * T_STAGE_BYTES + 1024 + 128 + DZ_SCRATCH_BYTES + T_STAGES * CARRY_STAGE)
-/* ring, slack, barriers, store scratch, carried octets */
+#define T_SMEM (T_STAGES * T_STAGE_BYTES + 1024 + 128 + DZ_SCRATCH_BYTES) /* ring, slack, barriers, scratch */
 
 enum { MODE_STATS = 0, MODE_DZ = 1, MODE_EXP = 2 };
 
@@ -100,21 +90,12 @@ typedef struct {
     /* MODE_EXP: (k, sum of exp(z - k ln 2)) per (row - row_begin, tile) */
     float2 *tile_stats;
     int64_t ntiles;
-    /* MODE_EXP: the previous chunk, whose E becomes P in place meanwhile (carry_octets 0: none) */
-    void *carry;               /* [rows x ldz] */
-    const float *carry_scale;  /* its p / E per (row, tile) (exp_merge_kernel), 16-byte padded */
-    uint32_t carry_octets;     /* rows x ldz / 8 */
 } TileArgs;
 
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
                  "r"(r[2]), "r"(r[3])
                  : "memory");
-}
-__device__ __forceinline__ float lds32(uint32_t addr) {
-    float v;
-    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
-    return v;
 }
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
     uint4 v;
@@ -163,21 +144,6 @@ __device__ __forceinline__ void store_tile_rows(const float (&acc)[TN / 2], int 
 /* s * 2^(k - kn) for integers k <= kn, exactly (0 for an empty sum, whose k is -inf) */
 __device__ __forceinline__ float rescale_sum(float s, float k, float kn) {
     return s == 0.0f ? 0.0f : ldexpf(s, (int)(k - kn));
-}
-
-/* P of one octet (8 columns, 16 bytes) of a chunk's E, for in-place storage: p = E f, f the
- * octet's (row, tile) scale 2^((k_t - K) + c) (exp_merge_kernel). Octet o of a chunk lies in tile o /
- * 32 of the chunk's [rows x tiles] table (a row is tiles x 32 octets). */
-__device__ __forceinline__ uint4 p_octet(uint4 raw, float f) {
-    const __half2 *in = reinterpret_cast<const __half2 *>(&raw);
-    uint32_t out[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float2 x = __half22float2(in[j]);
-        __nv_bfloat162 b = __floats2bfloat162_rn(x.x * f, x.y * f);
-        out[j] = *reinterpret_cast<uint32_t *>(&b);
-    }
-    return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
 /* The largest of a thread's logits of row half h in the tile, over the columns inside the
@@ -394,13 +360,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
         : "memory");
 }
 
-/* bytes (a multiple of 16) from global memory into this CTA's shared memory, completing on bar */
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-
 /* The CTAs of a CL-CTA cluster take the CL row blocks of a unit of CL x 128 rows against the same W
  * tiles: each CTA's copy engine fetches 1/CL of every W stage and multicasts it into all of them,
  * so W is read from L2 once per cluster (a CTA's L2 reads per stage drop from 48 KiB to
@@ -415,7 +374,6 @@ __global__ void __launch_bounds__(T_THREADS, 1)
     extern __shared__ unsigned char smem_raw[];
     const uint32_t ring = (smem_addr(smem_raw) + 1023) & ~1023u;
     const uint32_t full_bar = ring + T_STAGES * T_STAGE_BYTES, empty_bar = full_bar + 8 * T_STAGES;
-    const uint32_t carry_bar = empty_bar + 8 * T_STAGES; /* per carry buffer: its octets and scales landed */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wq = warp & 3;
@@ -433,32 +391,11 @@ __global__ void __launch_bounds__(T_THREADS, 1)
     const int KT = a.d / BK;
     const int64_t iters = my_units * (t1 - t0) * KT;
     const int64_t wcol0 = a.col_begin + t0 * TN, wcol1 = a.col_begin + t1 * TN;
-    /* MODE_EXP: this CTA's share [carry_begin, carry_end) of the carried chunk's octets, in groups of
-     * CARRY_OCTETS riding on the pipeline stages (with their 12 tiles' scales) from the second tile
-     * on; the rest after the loop. Shares start at multiples of 128 octets, so that each group's
-     * scales start 16-byte aligned, as bulk copies need. */
-    const uint32_t ncta = gridDim.x * gridDim.y, cta = blockIdx.y * gridDim.x + blockIdx.x;
-    const uint32_t carry_units = (uint32_t)cdiv(a.carry_octets, 128);
-    const uint32_t carry_begin = min(a.carry_octets, (uint32_t)((uint64_t)carry_units * cta / ncta) * 128u);
-    const uint32_t carry_end = min(a.carry_octets, (uint32_t)((uint64_t)carry_units * (cta + 1) / ncta) * 128u);
-    const int64_t carry_groups = MODE == MODE_EXP ? cdiv(carry_end - carry_begin, CARRY_OCTETS) : 0;
-    /* group g rides on iteration KT + g * span / groups: spread evenly over the loop (at d = 4096 one
-     * stage in 5 or 6), so that the pass's traffic never crowds the copies of H and W; one group per
-     * iteration when there are more groups than iterations, the rest after the loop */
-    const int64_t carry_span = max(iters - KT, (int64_t)0);
-    const int64_t carry_in_loop = min(carry_groups, carry_span);
-    auto carry_iter = [&](int64_t g) {
-        return g >= carry_in_loop ? (int64_t)-1 : KT + (carry_in_loop < carry_span ? g * carry_span / carry_in_loop : g);
-    };
-    /* the next group to issue (thread 0) and to use, and their iterations */
-    int64_t issue_g = 0, use_g = 0, issue_at = carry_iter(0), use_at = issue_at;
-    const uint32_t carry_smem = full_bar + 128 + DZ_SCRATCH_BYTES;
 
     if (tid == 0) {
         for (int s = 0; s < T_STAGES; s++) {
             mbar_init(full_bar + 8 * s, 1);       /* the issuing thread's arrive + the copies' bytes */
             mbar_init(empty_bar + 8 * s, 8 * CL); /* every warp of every CTA, after its wgmma on the stage */
-            mbar_init(carry_bar + 8 * s, 1);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -471,25 +408,7 @@ __global__ void __launch_bounds__(T_THREADS, 1)
         const int s = (int)(ld_it % T_STAGES);
         if (ld_it >= T_STAGES) mbar_wait(empty_bar + 8 * s, (uint32_t)((ld_it / T_STAGES - 1) & 1));
         const uint32_t base = ring + s * T_STAGE_BYTES;
-        /* H + the whole W stage, whoever fetches it */
-        mbar_expect_tx(full_bar + 8 * s, T_STAGE_BYTES);
-        /* the group of carried octets consumed in this stage's iteration (MODE_EXP), into carry
-         * buffer g mod T_STAGES, on its own barrier: the wgmma never waits for it, and the buffer
-         * is free again when this stage is (its consumers were done with group g - T_STAGES, at
-         * least T_STAGES iterations earlier).
-         * Groups start with the second tile, whose consumers have passed griddepcontrol.wait (the
-         * kernel before may be the merge that writes the scales; E is older). */
-        if (MODE == MODE_EXP && ld_it == issue_at) {
-            const int64_t g = issue_g++;
-            issue_at = carry_iter(issue_g);
-            const uint32_t o0 = carry_begin + (uint32_t)g * CARRY_OCTETS;
-            const uint32_t n = min((uint32_t)CARRY_OCTETS, carry_end - o0);
-            const uint32_t scale_bytes = (n + 127) / 128 * 16; /* 4 tiles' scales per 128 octets */
-            const uint32_t cb = (uint32_t)(g % T_STAGES), dst = carry_smem + cb * CARRY_STAGE;
-            mbar_expect_tx(carry_bar + 8 * cb, (int)(16 * n + scale_bytes));
-            bulk_load(dst, static_cast<const uint4 *>(a.carry) + o0, 16 * n, carry_bar + 8 * cb);
-            bulk_load(dst + CARRY_BYTES, a.carry_scale + o0 / 32, scale_bytes, carry_bar + 8 * cb);
-        }
+        mbar_expect_tx(full_bar + 8 * s, T_STAGE_BYTES); /* H + the whole W stage, whoever fetches it */
         tma_load_2d(base, &tm_h, ld_kc * BK, (int)ld_row0, full_bar + 8 * s);
         tma_load_2d_multicast(base + W_A_BYTES + rank * (TN / CL) * BK * 2, &tm_w, ld_kc * BK,
                               (int)(ld_col0 + rank * (TN / CL)), full_bar + 8 * s, (uint16_t)((1u << CL) - 1));
@@ -530,23 +449,6 @@ __global__ void __launch_bounds__(T_THREADS, 1)
                  * own wgmma runs, so a late peer (a remote arrive takes a while) stalls no MMA. */
                 if (tid == 0 && ld_it < iters) issue();
                 __syncwarp();
-                /* while the wgmma runs: this stage's carried octets, E -> P, straight to global (all
-                 * from shared memory: a global load here would hold the next wgmma for its latency) */
-                if (MODE == MODE_EXP && it == use_at) {
-                    const int64_t g = use_g++;
-                    use_at = carry_iter(use_g);
-                    const uint32_t o0 = carry_begin + (uint32_t)g * CARRY_OCTETS, cb = (uint32_t)(g % T_STAGES);
-                    const uint32_t src = carry_smem + cb * CARRY_STAGE;
-                    mbar_wait(carry_bar + 8 * cb, (uint32_t)((g / T_STAGES) & 1));
-#pragma unroll
-                    for (int rep = 0; rep < 2; rep++) {
-                        const int lo = warp * (CARRY_OCTETS / 8) + rep * 32 + lane;
-                        if ((rep == 0 || lane < CARRY_OCTETS / 8 - 32) && o0 + lo < carry_end) {
-                            const uint4 v = p_octet(lds128(src + lo * 16), lds32(src + CARRY_BYTES + (lo / 32) * 4));
-                            static_cast<uint4 *>(a.carry)[o0 + lo] = v;
-                        }
-                    }
-                }
                 /* the other warpgroup's wgmma keeps the tensor cores busy while this one waits */
                 wgmma_wait<0>();
                 fence_acc(acc);
@@ -563,12 +465,6 @@ __global__ void __launch_bounds__(T_THREADS, 1)
                                         full_bar + 128 + warp * 512);
         }
         wg_window_end<MODE>(a, win, lane, rows, m_run, a_run);
-    }
-    if (MODE == MODE_EXP) { /* the carried octets no stage brought */
-        const uint32_t o0 = carry_begin + (uint32_t)carry_in_loop * CARRY_OCTETS;
-        if (o0 < carry_end) asm volatile("griddepcontrol.wait;\n" ::: "memory");
-        uint4 *e = static_cast<uint4 *>(a.carry);
-        for (uint32_t o = o0 + tid; o < carry_end; o += T_THREADS) e[o] = p_octet(e[o], a.carry_scale[o / 32]);
     }
     cluster_sync_all(); /* no CTA leaves while its peer may still signal its barriers */
 #else
@@ -611,69 +507,64 @@ __global__ void cast_rows_kernel(bf16 *out, const float *in, int64_t n8) {
                            __floats2bfloat162_rn(y.x, y.y), __floats2bfloat162_rn(y.z, y.w)};
     reinterpret_cast<int4 *>(out)[i] = *reinterpret_cast<int4 *>(o);
 }
-/* One CTA per row of a chunk: the row's log-sum-exp and loss from its tiles' (k, sum) pairs, the
- * scale p / E = 2^((k_t - K) + c) of each tile, c = K - lse / ln 2 (0 for an ignored row: its dZ is
- * 0), and the target's p - 1, taken in fp32 from the logit: where p is near 1, p - 1 would
- * otherwise inherit E's rounding in full (exp_target_kernel puts it in place). Every sum in a
- * fixed order (deterministic). */
-#define MERGE_THREADS 256
-__global__ void __launch_bounds__(MERGE_THREADS)
-    exp_merge_kernel(const float2 *tile_stats, int64_t ntiles, int64_t row0, const int32_t *targets, const float *zt,
-                     float *lse_out, float *lse_user, float *row_loss, float *scale, float *pm1) {
-    __shared__ float red[MERGE_THREADS];
-    __shared__ float row_c;
+/* One CTA per row of a chunk: the row's log-sum-exp and loss from its tiles' (k, sum) pairs, then,
+ * with write_dz, dZ = P - Y in place of E. Every sum in a fixed order (deterministic). */
+#define FINISH_THREADS 256
+__global__ void __launch_bounds__(FINISH_THREADS)
+    exp_finish_kernel(void *E, int64_t ldE, const float2 *tile_stats, int64_t ntiles, int64_t V, int64_t row0,
+                      const int32_t *targets, const float *zt, float *lse_out, float *lse_user, float *row_loss,
+                      int write_dz) {
+    __shared__ float red[FINISH_THREADS];
+    __shared__ double row_lse2;
     const int tid = threadIdx.x;
     const int64_t r = blockIdx.x, row = row0 + r;
     const float2 *st = tile_stats + r * ntiles;
 
     float K = -INFINITY;
-    for (int64_t i = tid; i < ntiles; i += MERGE_THREADS) K = fmaxf(K, st[i].x);
+    for (int64_t i = tid; i < ntiles; i += FINISH_THREADS) K = fmaxf(K, st[i].x);
     red[tid] = K;
     __syncthreads();
-    for (int w = MERGE_THREADS / 2; w > 0; w >>= 1) {
+    for (int w = FINISH_THREADS / 2; w > 0; w >>= 1) {
         if (tid < w) red[tid] = fmaxf(red[tid], red[tid + w]);
         __syncthreads();
     }
     K = red[0];
     __syncthreads(); /* everyone has K before red is reused */
     float S = 0.0f;
-    for (int64_t i = tid; i < ntiles; i += MERGE_THREADS) S += ldexpf(st[i].y, (int)(st[i].x - K)); /* exact scaling */
+    for (int64_t i = tid; i < ntiles; i += FINISH_THREADS) S += ldexpf(st[i].y, (int)(st[i].x - K)); /* exact scaling */
     red[tid] = S;
     __syncthreads();
-    for (int w = MERGE_THREADS / 2; w > 0; w >>= 1) {
+    for (int w = FINISH_THREADS / 2; w > 0; w >>= 1) {
         if (tid < w) red[tid] += red[tid + w];
         __syncthreads();
     }
-    if (tid == 0) {
-        const int t = targets[row];
-        const double lse2 = finish_row(K, red[0], t, zt[row], row, lse_out, lse_user, row_loss);
-        row_c = t == -1 ? -INFINITY : (float)((double)K - lse2); /* the integer part apart, c is moderate */
-        pm1[r] = t == -1 ? 0.0f : (float)expm1(((double)zt[row] * (double)LOG2E - lse2) * LN2);
-    }
+    const int t = targets[row];
+    if (tid == 0) row_lse2 = finish_row(K, red[0], t, zt[row], row, lse_out, lse_user, row_loss);
     __syncthreads();
-    const float c = row_c;
-    for (int64_t i = tid; i < ntiles; i += MERGE_THREADS) scale[r * ntiles + i] = ex2((st[i].x - K) + c);
-}
+    if (!write_dz) return;
 
-/* P in place of a chunk's E where no next chunk's tile kernel carries it (the last chunk), four
- * octets per thread in flight */
-__global__ void exp_p_kernel(uint4 *e, uint32_t octets, const float *scale) {
-    const uint32_t stride = gridDim.x * blockDim.x;
-    for (uint32_t o = blockIdx.x * blockDim.x + threadIdx.x; o < octets; o += 4 * stride) {
-        uint4 v[4];
+    /* E (fp16) is read and dZ (bf16) written in its place, 16 bytes per thread at a time */
+    __half *e = static_cast<__half *>(E) + r * ldE;
+    bf16 *dz = static_cast<bf16 *>(E) + r * ldE;
+    const int64_t nvec = V / 8; /* rows start 512-byte aligned (ldE % 256 == 0) */
+    /* p = E 2^(k_t - lse2) = E 2^((k_t - K) + c): the integer part exact, c of moderate size */
+    const float c = t == -1 ? -INFINITY : (float)((double)K - row_lse2); /* ignored rows: p = 0 */
+    for (int64_t i = tid; i < nvec; i += FINISH_THREADS) {
+        const float f = ex2((st[(i * 8) / TN].x - K) + c);
+        int4 raw = *reinterpret_cast<const int4 *>(e + i * 8);
+        __half2 *in = reinterpret_cast<__half2 *>(&raw);
+        __nv_bfloat162 *out = reinterpret_cast<__nv_bfloat162 *>(&raw);
 #pragma unroll
-        for (int j = 0; j < 4; j++)
-            if (o + j * stride < octets) v[j] = e[o + j * stride];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            if (o + j * stride < octets) e[o + j * stride] = p_octet(v[j], scale[(o + j * stride) / 32]);
+        for (int j = 0; j < 4; j++) {
+            const float2 x = __half22float2(in[j]);
+            out[j] = __floats2bfloat162_rn(x.x * f, x.y * f);
+        }
+        *reinterpret_cast<int4 *>(dz + i * 8) = raw;
     }
-}
-
-/* P - Y: each row's target element of P becomes p - 1 (one thread per row) */
-__global__ void exp_target_kernel(bf16 *dz, int64_t ld, int64_t rows, const int32_t *targets, const float *pm1) {
-    const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (r < rows && targets[r] >= 0) dz[r * ld + targets[r]] = __float2bfloat16(pm1[r]);
+    for (int64_t col = nvec * 8 + tid; col < V; col += FINISH_THREADS)
+        dz[col] = __float2bfloat16(__half2float(e[col]) * ex2((st[col / TN].x - K) + c));
+    __syncthreads(); /* the target's element is written last, by one thread */
+    if (tid == 0 && t != -1) dz[t] = __float2bfloat16((float)expm1(((double)zt[row] * (double)LOG2E - row_lse2) * LN2));
 }
 
 /* ---- host side ---------------------------------------------------------------------------- */
@@ -732,34 +623,11 @@ static void launch_tile_kernel(TileKernel f, dim3 grid, int rows_on_y, int early
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, f, t, tm_h, tm_w));
 }
 
-/* Below this many rows per chunk the chunk GEMMs slow down more than turning E into P beside the
- * next chunk's tiles saves (every chunk re-reads and re-writes dW's 8 V d bytes; dev/RESULTS.md):
- * then one buffer of twice the rows, and the pass alone. */
-#define EXP_MIN_DOUBLE_ROWS 4096
-
-/* Rows per chunk and buffers (1 or 2) of the scaled-exponential path for this budget */
-static int64_t exp_chunk_plan(int64_t max_N, int64_t V, size_t budget, int64_t *bufs) {
-    *bufs = 1;
-    if (max_N < 1 || V < 1) return 0;
-    /* E, then per tile (k, sum) and the scale, then the target's p - 1 */
-    const size_t per_row = (size_t)rup(V, TN) * sizeof(bf16) + (size_t)cdiv(V, TN) * (sizeof(float2) + sizeof(float)) +
-                           sizeof(float);
-    const int64_t fit = (int64_t)(budget / per_row); /* rows the budget holds in all */
-    /* octet indices of a chunk stay 32-bit */
-    const int64_t max_rows = ((int64_t)1 << 31) / (rup(V, TN) / 8);
-    int64_t rows = fit < max_N ? fit : max_N;
-    /* two buffers of half as many rows: one chunk's tile kernel turns the previous chunk's E into P
-     * (outl_fused_exp_forward_backward) */
-    if (max_N > 1 && (fit >= max_N || fit / 2 >= EXP_MIN_DOUBLE_ROWS)) rows = min(fit / 2, cdiv(max_N, 2));
-    if (rows > max_rows) rows = max_rows;
-    if (rows > 0 && max_N > rows) *bufs = 2;
-    if (rows > 0 && max_N > rows && fit < 2 * rows) *bufs = 1; /* more chunks, one buffer: the pass alone */
-    return rows;
-}
-
 int64_t output_layer_chunk_rows(int64_t max_N, int64_t V, size_t budget) {
-    int64_t bufs;
-    return exp_chunk_plan(max_N, V, budget, &bufs);
+    if (max_N < 1 || V < 1) return 0;
+    const size_t per_row = (size_t)rup(V, TN) * sizeof(bf16) + (size_t)cdiv(V, TN) * sizeof(float2);
+    const int64_t rows = (int64_t)(budget / per_row);
+    return rows < max_N ? rows : max_N;
 }
 
 OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int sms, size_t budget) {
@@ -768,7 +636,7 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int sms, size_t
     /* windows x rows <= (2 sms / rb + 1 + 8 + L2 term) x rb x 128 for every N <= max_N */
     const int64_t l2min = cdiv((int64_t)sms * BM * d * 2, L2_H_BUDGET);
     s.stats_elems = (int64_t)BM * (2 * (int64_t)sms + rb * (10 + l2min));
-    s.exp_rows = exp_chunk_plan(max_N, V, budget, &s.exp_bufs);
+    s.exp_rows = output_layer_chunk_rows(max_N, V, budget);
     if (s.exp_rows > 0) {
         s.exp_ld = rup(V, TN);
         s.exp_tiles = cdiv(V, TN);
@@ -933,69 +801,32 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
     }
 }
 
-/* dH and dW of one chunk from its dZ (in place of E) */
-static void exp_chunk_gemms(OutputLayer *L, const OutputLayerArgs *a, int64_t r0, int64_t nr, const void *dz,
-                            cudaStream_t stream) {
-    const int64_t V = L->V, d = L->d, ld = L->fs.exp_ld;
+void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream) {
+    const int64_t N = a->N, V = L->V, d = L->d, ld = L->fs.exp_ld;
+    const int64_t nchunks = cdiv(N, L->fs.exp_rows), rows = cdiv(N, nchunks); /* balanced chunks */
     const bf16 *H = (const bf16 *)a->H, *W = (const bf16 *)a->W;
     const float *sc = L->scalars;
-    /* dH_chunk^T [d x nr] = (W stored d x V) . (dZ stored V x nr, ld)          (=, bf16 out) */
-    outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, V, W, d, dz, ld, a->dH + r0 * d, CUDA_R_16BF, d, sc + OUTL_SCALE,
-              sc + OUTL_ZERO, stream);
-    /* dW^T [d x V] += (H_chunk stored d x nr) . (dZ stored V x nr)^T              (+=, fp32) */
-    outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, nr, H + r0 * d, d, dz, ld, a->dW, CUDA_R_32F, d, sc + OUTL_SCALE,
-              sc + OUTL_ONE, stream);
-}
-
-/* With two buffers, chunk i uses buffer i mod 2: its tile kernel writes E while turning chunk i - 1's
- * E into P (a memory-bound pass beside compute-bound tiles), then chunk i's rows are merged, chunk
- * i - 1's targets become p - 1 and its GEMMs run; the last chunk's pass runs alone. With one buffer
- * every chunk runs tiles, merge, pass, targets and GEMMs in turn. */
-void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream) {
-    const int64_t N = a->N, V = L->V, d = L->d, ld = L->fs.exp_ld, nt = L->fs.exp_tiles, cap = L->fs.exp_rows;
-    const int64_t nchunks = cdiv(N, cap), rows = cdiv(N, nchunks); /* balanced chunks */
-    const bool carry = L->fs.exp_bufs == 2;
-    const bf16 *H = (const bf16 *)a->H, *W = (const bf16 *)a->W;
     const CUtensorMap tm_h = tensor_map(H, N, (int)d, BM), tm_w = tensor_map(W, V, (int)d, TN / CLUSTER);
-    auto buf = [&](int64_t i) { return carry ? (i & 1) : 0; };
-    auto E = [&](int64_t i) { return (void *)((__half *)L->ex + buf(i) * cap * ld); };
-    auto stats = [&](int64_t i) { return L->ex_stats + buf(i) * cap * nt; };
-    auto scale = [&](int64_t i) { return L->ex_scale + buf(i) * outl_exp_scale_stride(&L->fs); };
-    auto pm1 = [&](int64_t i) { return L->ex_pm1 + buf(i) * cap; };
-    auto chunk_rows = [&](int64_t i) { return min(rows, N - i * rows); };
-    /* chunk i's pass where no tile kernel carries it */
-    auto pass = [&](int64_t i) {
-        const uint32_t octets = (uint32_t)(chunk_rows(i) * nt * 32);
-        exp_p_kernel<<<(unsigned)min(cdiv(octets, 4 * 256), (int64_t)L->sms * 8), 256, 0, stream>>>((uint4 *)E(i),
-                                                                                                  octets, scale(i));
-        CUDA_CHECK(cudaGetLastError());
-    };
-    /* chunk i's targets become p - 1, then its GEMMs */
-    auto finish = [&](int64_t i) {
-        const int64_t nr = chunk_rows(i);
-        exp_target_kernel<<<(unsigned)cdiv(nr, 256), 256, 0, stream>>>((bf16 *)E(i), ld, nr, a->targets + i * rows,
-                                                                       pm1(i));
-        CUDA_CHECK(cudaGetLastError());
-        exp_chunk_gemms(L, a, i * rows, nr, E(i), stream);
-    };
-    for (int64_t i = 0; i < nchunks; i++) {
-        const int64_t r0 = i * rows, nr = chunk_rows(i);
+    for (int64_t r0 = 0; r0 < N; r0 += rows) {
+        const int64_t nr = min(rows, N - r0);
         TileArgs t = {};
         t.H = H, t.W = W, t.targets = a->targets;
         t.row_begin = r0, t.row_end = r0 + nr, t.col_begin = 0, t.col_end = V;
         t.d = (int)d;
-        t.zt = L->zt, t.ex = (__half *)E(i), t.ldz = ld, t.tile_stats = stats(i), t.ntiles = nt;
-        if (carry && i > 0) /* every chunk but the last has `rows` rows */
-            t.carry = E(i - 1), t.carry_scale = scale(i - 1), t.carry_octets = (uint32_t)(rows * nt * 32);
+        t.zt = L->zt, t.ex = (__half *)L->ex, t.ldz = ld, t.tile_stats = L->ex_stats, t.ntiles = L->fs.exp_tiles;
         const dim3 grid = row_sweep_grid(nr, V, d, &t);
-        /* the kernel before it (a dW GEMM) reads the buffer this one overwrites */
-        launch_tile_kernel(tile_kernel<MODE_EXP>, grid, 0, i > 0, t, tm_h, tm_w, stream);
+        /* the kernel before it (the previous chunk's dW GEMM) reads E, which this one overwrites */
+        launch_tile_kernel(tile_kernel<MODE_EXP>, grid, 0, r0 > 0, t, tm_h, tm_w, stream);
         CUDA_CHECK(cudaGetLastError());
-        exp_merge_kernel<<<(unsigned)nr, MERGE_THREADS, 0, stream>>>(stats(i), nt, r0, a->targets, L->zt, L->lse,
-                                                                     a->row_lse, row_loss, scale(i), pm1(i));
+        exp_finish_kernel<<<(unsigned)nr, FINISH_THREADS, 0, stream>>>(L->ex, ld, L->ex_stats, L->fs.exp_tiles, V, r0,
+                                                                      a->targets, L->zt, L->lse, a->row_lse,
+                                                                      row_loss, 1);
         CUDA_CHECK(cudaGetLastError());
-        if (!carry) pass(i), finish(i);
-        else if (i > 0) finish(i - 1);
+        /* dH_chunk^T [d x nr] = (W stored d x V) . (dZ stored V x nr, ld)          (=, bf16 out) */
+        outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, V, W, d, L->ex, ld, a->dH + r0 * d, CUDA_R_16BF, d,
+                  sc + OUTL_SCALE, sc + OUTL_ZERO, stream);
+        /* dW^T [d x V] += (H_chunk stored d x nr) . (dZ stored V x nr)^T              (+=, fp32) */
+        outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, nr, H + r0 * d, d, L->ex, ld, a->dW, CUDA_R_32F, d,
+                  sc + OUTL_SCALE, sc + OUTL_ONE, stream);
     }
-    if (carry) pass(nchunks - 1), finish(nchunks - 1);
 }

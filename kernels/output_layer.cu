@@ -172,7 +172,7 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 /* Every buffer of the object, in creation order, with its size; shared by workspace_bytes and
  * create so that the two always agree. */
 typedef struct {
-    size_t lse, row_loss, scalars, win_m, win_a, zt, ex, ex_stats, ex_scale, ex_pm1, dz, dh_acc, logits;
+    size_t lse, row_loss, scalars, win_m, win_a, zt, ex, ex_stats, dz, dh_acc, logits;
 } Sizes;
 
 static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, int sms, size_t budget,
@@ -186,10 +186,8 @@ static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, 
         *fs = outl_fused_sizes(max_N, V, d, sms, budget);
         s.win_m = s.win_a = (size_t)fs->stats_elems * sizeof(float);
         s.zt = (size_t)max_N * sizeof(float);
-        s.ex = (size_t)(fs->exp_bufs * fs->exp_rows) * (size_t)fs->exp_ld * sizeof(__nv_bfloat16);
-        s.ex_stats = (size_t)(fs->exp_bufs * fs->exp_rows) * (size_t)fs->exp_tiles * sizeof(float2);
-        s.ex_scale = (size_t)(fs->exp_bufs * outl_exp_scale_stride(fs)) * sizeof(float);
-        s.ex_pm1 = (size_t)(fs->exp_bufs * fs->exp_rows) * sizeof(float);
+        s.ex = (size_t)fs->exp_rows * (size_t)fs->exp_ld * sizeof(__nv_bfloat16);
+        s.ex_stats = (size_t)fs->exp_rows * (size_t)fs->exp_tiles * sizeof(float2);
         s.dz = (size_t)fs->chunk_rows * (size_t)fs->window_cols * sizeof(__nv_bfloat16);
         s.dh_acc = (size_t)fs->chunk_rows * (size_t)d * sizeof(float);
     } else {
@@ -208,7 +206,7 @@ size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t
     if (check_kind(kind) || check_shape(max_N, V, d)) return 0;
     OutlFusedSizes fs;
     Sizes s = layer_sizes(kind, max_N, V, d, device_sms(), budget, &fs);
-    return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.scalars + s.win_m + s.win_a + s.zt + s.ex + s.ex_stats + s.ex_scale + s.ex_pm1 + s.dz +
+    return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.scalars + s.win_m + s.win_a + s.zt + s.ex + s.ex_stats + s.dz +
            s.dh_acc + s.logits;
 }
 
@@ -239,8 +237,6 @@ OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V,
     L->zt = (float *)dev_alloc(s.zt);
     L->ex = dev_alloc(s.ex);
     L->ex_stats = (float2 *)dev_alloc(s.ex_stats);
-    L->ex_scale = (float *)dev_alloc(s.ex_scale);
-    L->ex_pm1 = (float *)dev_alloc(s.ex_pm1);
     L->dz = (__nv_bfloat16 *)dev_alloc(s.dz);
     L->dh_acc = (float *)dev_alloc(s.dh_acc);
     L->logits = (__nv_bfloat16 *)dev_alloc(s.logits);
@@ -254,8 +250,6 @@ void output_layer_destroy(OutputLayer *L) {
     CUDA_CHECK(cudaFree(L->logits));
     CUDA_CHECK(cudaFree(L->dh_acc));
     CUDA_CHECK(cudaFree(L->dz));
-    CUDA_CHECK(cudaFree(L->ex_pm1));
-    CUDA_CHECK(cudaFree(L->ex_scale));
     CUDA_CHECK(cudaFree(L->ex_stats));
     CUDA_CHECK(cudaFree(L->ex));
     CUDA_CHECK(cudaFree(L->zt));

@@ -33,7 +33,6 @@ typedef struct {
     int64_t exp_rows;     /* rows per chunk; 0: the streaming path runs the backward */
     int64_t exp_ld;       /* row stride of E: V rounded up to a whole tile (256) */
     int64_t exp_tiles;    /* vocabulary tiles per row: (k, sum) pairs per row */
-    int64_t exp_bufs;     /* 2 when there is more than one chunk (chunk i in buffer i mod 2), else 1 */
     /* streaming backward (exp_rows == 0) */
     int64_t chunk_rows;   /* rows per chunk (Nc) */
     int64_t window_cols;  /* vocabulary columns per window (w), a multiple of 256 */
@@ -57,21 +56,13 @@ struct OutputLayer {
     OutlFusedSizes fs;
     float *win_m, *win_a; /* [stats_elems] */
     float *zt;            /* [max_N] target logit */
-    void *ex;             /* [exp_bufs][exp_rows x exp_ld] E = exp(z - k ln 2) in fp16, then P - Y in bf16 in place */
-    float2 *ex_stats;     /* [exp_bufs][exp_rows x exp_tiles] (k, sum of E) per row and tile */
-    float *ex_scale;      /* [exp_bufs][outl_exp_scale_stride] p / E per row and tile */
-    float *ex_pm1;        /* [exp_bufs][exp_rows] the target's p - 1 per row */
+    void *ex;             /* [exp_rows x exp_ld] E = exp(z - k ln 2) in fp16, then P - Y in bf16 in place */
+    float2 *ex_stats;     /* [exp_rows x exp_tiles] (k, sum of E) per row and tile */
     __nv_bfloat16 *dz;    /* [chunk_rows x window_cols] P - Y (unscaled) of one window */
     float *dh_acc;        /* [chunk_rows x d] fp32 dH of one chunk, summed over windows */
     /* canonical: */
     __nv_bfloat16 *logits; /* [max_N x Vp] */
 };
-
-/* Floats per buffer of the per-(row, tile) scales: 16-byte aligned, and 16 bytes of slack, as the
- * bulk copies of whole 16-byte groups need. */
-static inline int64_t outl_exp_scale_stride(const OutlFusedSizes *fs) {
-    return (fs->exp_rows * fs->exp_tiles + 3) / 4 * 4 + 4;
-}
 
 /* The layer's device scalars (indices into L->scalars). The gradient scale stays on the device
  * (it needs the valid count) and reaches the GEMMs as their alpha, in fp32: dZ itself is stored as

@@ -183,22 +183,16 @@ typedef struct {
 
 static const Layer STREAMING = {OUTPUT_LAYER_FUSED, 0};
 static const Layer CANONICAL = {OUTPUT_LAYER_CANONICAL, 0};
-/* the scaled-exponential path's memory per row at vocabulary V */
-static size_t exp_row_bytes(int64_t V) {
-    return (size_t)((V + 255) / 256 * 256) * 2 + (size_t)((V + 255) / 256) * 12 + 4;
+/* the scaled-exponential path in chunks of `rows` rows at vocabulary V */
+static Layer exp_chunks(int64_t rows, int64_t V) {
+    const size_t per_row = (size_t)((V + 255) / 256 * 256) * 2 + (size_t)((V + 255) / 256) * 8;
+    return Layer{OUTPUT_LAYER_FUSED, (size_t)rows * per_row};
 }
-/* ... in one buffer of `rows` rows, rows < N and under 2 x 4096: each chunk's pass runs alone */
-static Layer exp_chunks(int64_t rows, int64_t V) { return Layer{OUTPUT_LAYER_FUSED, (size_t)rows * exp_row_bytes(V)}; }
-/* ... with room for all N rows: two buffers of about N / 2, the next chunk's tile kernel turning
- * each chunk's E into P (three chunks when N is odd, so that a buffer is used twice) */
-static Layer exp_double(int64_t N, int64_t V) { return Layer{OUTPUT_LAYER_FUSED, (size_t)N * exp_row_bytes(V)}; }
 
 static const char *layer_name(Layer l, int64_t N, int64_t V, char *buf, size_t n) {
     if (l.kind == OUTPUT_LAYER_CANONICAL) return "canonical";
     if (!l.budget) return "fused/stream";
-    const int64_t rows = output_layer_chunk_rows(N, V, l.budget);
-    snprintf(buf, n, "fused/exp, chunks of %lld%s", (long long)rows,
-             N > rows && l.budget >= 2 * (size_t)rows * exp_row_bytes(V) ? " x2" : "");
+    snprintf(buf, n, "fused/exp, chunks of %lld", (long long)output_layer_chunk_rows(N, V, l.budget));
     return buf;
 }
 
@@ -354,12 +348,11 @@ static void check_case(Layer layer, Case c, double tol_loss, double tol_grad) {
     CHECK(e.dW <= tol_grad, "%s: dW rel L2 %.3g > %.1g (seed %llu)", name, e.dW, tol_grad, (unsigned long long)seed);
 }
 
-/* The fused layer's paths on one case: streaming, scaled exponentials in one buffer of chunk_rows
- * rows (N not a multiple of it unless chunk_rows >= N), and in two buffers. */
+/* The fused layer's two paths on one case: streaming, and scaled exponentials in chunks of
+ * chunk_rows rows (N not a multiple of it unless chunk_rows >= N). */
 static void check_fused(Case c, int64_t chunk_rows, double tol_loss, double tol_grad) {
     check_case(STREAMING, c, tol_loss, tol_grad);
     check_case(exp_chunks(chunk_rows, c.V), c, tol_loss, tol_grad);
-    if (c.N > 1) check_case(exp_double(c.N, c.V), c, tol_loss, tol_grad);
 }
 
 /* Where bf16 logits fail: the canonical layer on a case, its errors printed, nothing asserted but
@@ -451,7 +444,7 @@ TEST(fused_output_sum_reduction_with_grad_scale) {
                 FUSED_GRAD_TOL);
 }
 
-TEST(fused_output_default_budget_halves_these_rows) {
+TEST(fused_output_default_budget_is_one_chunk_here) {
     check_case(Layer{OUTPUT_LAYER_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET}, C_(1000, 50257, 128, 2.0, 0.1), FUSED_LOSS_TOL,
                FUSED_GRAD_TOL);
 }
@@ -479,19 +472,15 @@ TEST(output_canonical_shows_where_bf16_logits_fail) {
 }
 
 TEST(fused_chunk_rows_follow_the_budget) {
-    const size_t per_row_262144 = (size_t)262144 * 2 + 1024 * 12 + 4;
-    const int64_t def = output_layer_chunk_rows(65536, 262144, OUTPUT_FUSED_DEFAULT_BUDGET);
-    CHECK(def == (int64_t)(OUTPUT_FUSED_DEFAULT_BUDGET / per_row_262144), "default chunk at V=262144: %lld rows",
-          (long long)def);
+    const size_t per_row_262144 = (size_t)262144 * 2 + 1024 * 8;
+    CHECK(output_layer_chunk_rows(65536, 262144, OUTPUT_FUSED_DEFAULT_BUDGET) ==
+              (int64_t)(OUTPUT_FUSED_DEFAULT_BUDGET / per_row_262144),
+          "default chunk at V=262144: %lld rows", (long long)output_layer_chunk_rows(65536, 262144, OUTPUT_FUSED_DEFAULT_BUDGET));
     CHECK(output_layer_chunk_rows(65536, 262144, 0) == 0, "budget 0 must select the streaming path");
     CHECK(output_layer_chunk_rows(65536, 262144, per_row_262144 - 1) == 0, "less than a row must stream");
     CHECK(output_layer_chunk_rows(65536, 262144, per_row_262144) == 1, "one row's budget: one row");
-    CHECK(output_layer_chunk_rows(65536, 262144, 3 * per_row_262144) == 3, "three rows' budget: one buffer of three");
-    CHECK(output_layer_chunk_rows(65536, 262144, 8193 * per_row_262144) == 4096, "8193 rows' budget: two of 4096");
-    CHECK(output_layer_chunk_rows(65536, 262144, 8191 * per_row_262144) == 8191, "8191 rows' budget: one buffer");
-    CHECK(output_layer_chunk_rows(100, 1000, (size_t)1 << 30) == 50, "more room than rows: two chunks, got %lld",
+    CHECK(output_layer_chunk_rows(100, 1000, (size_t)1 << 30) == 100, "more room than rows: %lld",
           (long long)output_layer_chunk_rows(100, 1000, (size_t)1 << 30));
-    CHECK(output_layer_chunk_rows(1, 1000, (size_t)1 << 30) == 1, "one row: one chunk");
     const size_t e = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, 65536, 262144, 768, OUTPUT_FUSED_DEFAULT_BUDGET);
     const size_t st = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, 65536, 262144, 768, 0);
     fprintf(stderr, "[exp %.2f GB, streaming %.2f GB] ", e / 1e9, st / 1e9);
@@ -556,9 +545,9 @@ TEST(fused_output_matches_canonical_with_square_windows) {
 
 /* every layer and path, for the behaviour tests */
 static Layer all_layers(int i, int64_t V) {
-    return i == 0 ? STREAMING : i == 1 ? exp_chunks(128, V) : i == 2 ? exp_double(301, V) : CANONICAL;
+    return i == 0 ? STREAMING : i == 1 ? exp_chunks(128, V) : CANONICAL;
 }
-#define NUM_LAYERS 4
+#define NUM_LAYERS 3
 
 static void check_deterministic(Layer layer) {
     uint64_t seed = fresh_seed(), s = seed;
@@ -580,10 +569,7 @@ static void check_deterministic(Layer layer) {
 }
 
 TEST(fused_output_streaming_is_bitwise_deterministic) { check_deterministic(STREAMING); }
-TEST(fused_output_exp_chunks_are_bitwise_deterministic) {
-    check_deterministic(exp_chunks(700, 30000));
-    check_deterministic(exp_double(2000, 30000)); /* two buffers */
-}
+TEST(fused_output_exp_chunks_are_bitwise_deterministic) { check_deterministic(exp_chunks(700, 30000)); }
 TEST(canonical_output_is_bitwise_deterministic) { check_deterministic(CANONICAL); }
 
 TEST(output_dW_is_added_to_not_overwritten) {
