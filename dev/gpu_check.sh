@@ -7,6 +7,7 @@
 #   TP_OUTPUTS="canonical fused fused:0"  output layers the throughput section trains with ("fused:MB"
 #                                           adds --logits-mb MB; 0 is the fused layer's streaming path)
 #   B_THROUGHPUT=32 TP_VOCABS=262144        its micro-batch (default 16) and vocabularies (50304 262144)
+#   TP_TORCH=1                              also the PyTorch peer (dev/bench_trainer_torch.py, torch.compile)
 #   BENCH_SHAPES="768,16384,262144 ..."     shapes of the output-layer benchmark (bench section)
 #   LAYERS="fused canonical" MEMORY_SIZES="288 256"  the memory section's layers and batch sizes
 #   bench: also dev/bench_output_layer_torch.py (torch.compile and eager) on the same shapes
@@ -61,6 +62,12 @@ if [[ $sections == *throughput* ]]; then
             grep -q error "$log" && summary+=("  $(grep error "$log" | head -1)")
         done
     done
+    if [ -n "${TP_TORCH:-}" ]; then # the PyTorch peer (torch.compile) in the same call
+        PYTHONUNBUFFERED=1 timeout 400 python3 dev/bench_trainer_torch.py --vocab ${TP_VOCABS:-50304 262144} \
+            --batch ${B_THROUGHPUT:-16} 2>&1 | grep -v Warning | tee "$LOGS/trainer_torch.log"
+        while read -r line; do summary+=("torch.compile trainer (csv_torch_trainer,V,B,T,ms,tok/s,GB): $line"); done \
+            < <(grep '^csv_torch_trainer' "$LOGS/trainer_torch.log")
+    fi
 fi
 
 if [[ $sections == *bench* ]]; then
