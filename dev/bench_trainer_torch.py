@@ -76,7 +76,7 @@ def run(vocab, B, T, steps, warmup):
     torch.cuda.reset_peak_memory_stats()
     times = []
     for i in range(warmup + steps):
-        x, y = data[i, :, :-1], data[i, :, 1:]
+        x, y = data[i, :, :-1].contiguous(), data[i, :, 1:].contiguous()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         with torch.autocast("cuda", dtype=torch.bfloat16):
