@@ -472,205 +472,6 @@ __global__ void __launch_bounds__(T_THREADS, 1)
 #endif
 }
 
-/* ---- dH from E, P written back: d = 256 c, clusters of c CTAs (c <= DH_MAX_CLUSTER) ------------
- * A cluster owns 128 rows x one slice of V of a chunk; CTA r computes dH's columns [256 r, 256 r +
- * 256). Its rank-0 CTA copies each 128 x 64 tile of E once and multicasts it to all; every CTA
- * scales it into dZ = P - Y in registers (the per-(row, tile) scale, the target's p - 1 in fp32)
- * and feeds wgmma m64n256k16 from registers against its own W boxes (MN-major). The rank-0 CTA also
- * stores the bf16 dZ over E: no other CTA reads those elements again, and cuBLAS's dW GEMM reads
- * them after. So E is read once from DRAM and dZ written once, where a separate pass read E twice
- * (pass, dH GEMM) and wrote dZ once. Slices of V give fp32 partial sums that dh_slices_kernel adds
- * in slice order: deterministic. */
-#define DH_M 128
-#define DH_N 256
-#define DH_K 64
-#define DH_MAX_CLUSTER 4
-#define DH_BOX_BYTES (64 * 64 * 2)
-#define DH_STAGE_BYTES (2 * DH_BOX_BYTES + 4 * DH_BOX_BYTES) /* E (128 x 64) + W (4 boxes of 64 x 64) */
-#define DH_SMEM (T_STAGES * DH_STAGE_BYTES + 1024 + 128)
-#define DH_ALLOC_SLICES 4 /* slices of V whose partial sums the workspace holds */
-
-typedef struct {
-    int64_t rows, V, ld;     /* the chunk's rows, the vocabulary, E's row stride */
-    int d;
-    __half *E;               /* [rows x ld]: E in, dZ (bf16) out */
-    const float *scale;      /* [tiles x rows] p / E per tile and row (0: ignored row) */
-    const float *tval;       /* [rows] the target's p - 1 */
-    const int32_t *targets;  /* [rows] the chunk's */
-    int64_t slice_cols;      /* columns of V per slice, a multiple of TN */
-    float *part;             /* [slices][rows][d] with several slices */
-    bf16 *dH;                /* the chunk's rows, with one slice */
-    const float *gscale;     /* the gradient scale (device) */
-} DhArgs;
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-/* two E values (fp16) times the row's scale, the target's p - 1 where it falls, rounded to bf16 */
-__device__ __forceinline__ uint32_t dz_pair(uint32_t e2, float sc, bool t0, bool t1, float tv) {
-    const float2 x = __half22float2(*reinterpret_cast<const __half2 *>(&e2));
-    __nv_bfloat162 b = __floats2bfloat162_rn(t0 ? tv : x.x * sc, t1 ? tv : x.y * sc);
-    return *reinterpret_cast<uint32_t *>(&b);
-}
-
-/* blockIdx = (CTA of the cluster = 256-column block of d, 128-row block, slice of V) */
-__global__ void __launch_bounds__(T_THREADS, 1)
-    dh_kernel(const DhArgs a, const __grid_constant__ CUtensorMap tm_e, const __grid_constant__ CUtensorMap tm_w) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    extern __shared__ unsigned char smem_raw[];
-    const uint32_t ring = (smem_addr(smem_raw) + 1023) & ~1023u;
-    const uint32_t full_bar = ring + T_STAGES * DH_STAGE_BYTES, empty_bar = full_bar + 8 * T_STAGES;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wq = warp & 3;
-    const int g = lane >> 2, t4 = lane & 3;
-    uint32_t CL;
-    asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(CL));
-    const uint32_t rank = cluster_rank();
-    const int n0 = (int)blockIdx.x * DH_N;
-    const bool writer = blockIdx.x == 0;
-    const int64_t m0 = (int64_t)blockIdx.y * DH_M;
-    const int64_t k_begin = (int64_t)blockIdx.z * a.slice_cols, k_end = min(a.V, k_begin + a.slice_cols);
-    const int iters = (int)((k_end - k_begin + DH_K - 1) / DH_K);
-
-    if (tid == 0) {
-        for (int s = 0; s < T_STAGES; s++) {
-            mbar_init(full_bar + 8 * s, 1);
-            mbar_init(empty_bar + 8 * s, 8 * (int)CL); /* every warp of every CTA: the E tile is shared */
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    cluster_sync_all();
-
-    int ld_it = 0;
-    auto issue = [&]() {
-        const int s = ld_it % T_STAGES;
-        if (ld_it >= T_STAGES) mbar_wait(empty_bar + 8 * s, (uint32_t)((ld_it / T_STAGES - 1) & 1));
-        const uint32_t base = ring + s * DH_STAGE_BYTES, bar = full_bar + 8 * s;
-        const int k0 = (int)(k_begin + (int64_t)ld_it * DH_K);
-        mbar_expect_tx(bar, DH_STAGE_BYTES);
-        if (CL == 1) tma_load_2d(base, &tm_e, k0, (int)m0, bar);
-        else if (rank == 0) tma_load_2d_multicast(base, &tm_e, k0, (int)m0, bar, (uint16_t)((1u << CL) - 1));
-#pragma unroll
-        for (int b = 0; b < 4; b++) /* W [64 words x 64 of d] */
-            tma_load_2d(base + (2 + b) * DH_BOX_BYTES, &tm_w, n0 + 64 * b, k0, bar);
-        ld_it++;
-    };
-    if (tid == 0)
-        while (ld_it < iters && ld_it < T_STAGES - 1) issue();
-
-    /* this thread's two rows */
-    const int64_t my_m[2] = {m0 + 64 * wg + 16 * wq + g, m0 + 64 * wg + 16 * wq + g + 8};
-    int tgt[2] = {-1, -1};
-    float tv[2] = {0.0f, 0.0f}, sc[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-        if (my_m[h] < a.rows) tgt[h] = a.targets[my_m[h]], tv[h] = a.tval[my_m[h]];
-
-    float acc[TN / 2];
-#pragma unroll
-    for (int i = 0; i < TN / 2; i++) acc[i] = 0.0f;
-
-    /* dZ fragments of iteration it (its stage waited for): four k16 steps of 4 registers; the
-     * rank-0 CTA stores them over E */
-    auto fragments = [&](int it, uint32_t (&af)[4][4]) {
-        const int s = it % T_STAGES;
-        const int64_t k0 = k_begin + (int64_t)it * DH_K;
-        mbar_wait(full_bar + 8 * s, (uint32_t)((it / T_STAGES) & 1));
-        const uint32_t sE = ring + s * DH_STAGE_BYTES;
-        if (it == 0 || k0 % TN == 0) /* a new tile of V: its scales */
-#pragma unroll
-            for (int h = 0; h < 2; h++) sc[h] = my_m[h] < a.rows ? a.scale[(k0 / TN) * a.rows + my_m[h]] : 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            uint32_t e[4];
-            const int q = lane >> 3, r8 = lane & 7;
-            /* matrices: rows 0-7 / 8-15 of the warp x k 0-7 / 8-15 of the step */
-            const int row = 64 * wg + 16 * wq + (q & 1) * 8 + r8, ch = kk * 2 + (q >> 1);
-            ldsm_x4(e, sE + row * 128 + ((ch ^ (row & 7)) << 4));
-            const int64_t kc = k0 + kk * 16 + 2 * t4; /* this thread's first column */
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int h = i & 1;
-                const int64_t c = kc + (i >> 1) * 8;
-                af[kk][i] = dz_pair(e[i], sc[h], tgt[h] == c, tgt[h] == c + 1, tv[h]);
-#ifndef DH_NO_STORE
-                if (writer && my_m[h] < a.rows && c < a.ld)
-#else
-                if (writer && my_m[h] < 0)
-#endif
-                    *reinterpret_cast<uint32_t *>(a.E + my_m[h] * a.ld + c) = af[kk][i];
-            }
-        }
-    };
-    /* iteration it: its products (fragments made the iteration before) go to the tensor cores, and
-     * meanwhile this warpgroup makes the next iteration's; the stage is released on every CTA of
-     * the cluster once the products completed */
-    auto step = [&](int it, uint32_t (&cur)[4][4], uint32_t (&next)[4][4]) {
-        const int s = it % T_STAGES;
-        const uint32_t sB = ring + s * DH_STAGE_BYTES + 2 * DH_BOX_BYTES;
-        fence_acc(acc);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-            wgmma_m64n256k16_rs_mn(acc, cur[kk], smem_desc_mn(sB + kk * 16 * 128, DH_BOX_BYTES), (it | kk) != 0);
-        wgmma_commit();
-        if (tid == 0 && ld_it < iters) issue();
-        __syncwarp();
-        if (it + 1 < iters) fragments(it + 1, next);
-        wgmma_wait<0>();
-        fence_acc(acc);
-        __syncwarp();
-        if (lane == 31)
-            for (uint32_t c = 0; c < CL; c++) mbar_arrive_cluster(empty_bar + 8 * s, c);
-    };
-    uint32_t af0[4][4], af1[4][4];
-    if (iters > 0) fragments(0, af0);
-    for (int it = 0; it < iters; it += 2) {
-        step(it, af0, af1);
-        if (it + 1 < iters) step(it + 1, af1, af0);
-    }
-
-    /* acc[i*4 + e]: row my_m[e >> 1], column n0 + 8 i + 2 t4 + (e & 1) */
-    const float gs = *a.gscale;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int64_t m = my_m[h];
-        if (m >= a.rows) continue;
-#pragma unroll
-        for (int i = 0; i < 32; i++) {
-            const int64_t n = n0 + 8 * i + 2 * t4;
-            const float x = acc[i * 4 + h * 2], y = acc[i * 4 + h * 2 + 1];
-            if (a.part)
-                *reinterpret_cast<float2 *>(a.part + ((int64_t)blockIdx.z * a.rows + m) * a.d + n) = make_float2(x, y);
-            else
-                *reinterpret_cast<__nv_bfloat162 *>(a.dH + m * a.d + n) = __floats2bfloat162_rn(gs * x, gs * y);
-        }
-    }
-    cluster_sync_all(); /* no CTA leaves while a peer may still arrive on its barriers */
-#else
-    __trap();
-#endif
-}
-
-/* dH = gscale * the slices' partial sums added in slice order; 8 values per thread */
-__global__ void dh_slices_kernel(bf16 *dH, const float *part, int slices, int64_t n8, const float *gscale) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n8) return;
-    float s[8] = {};
-    for (int z = 0; z < slices; z++) {
-        const float4 x = reinterpret_cast<const float4 *>(part + (int64_t)z * n8 * 8)[2 * i];
-        const float4 y = reinterpret_cast<const float4 *>(part + (int64_t)z * n8 * 8)[2 * i + 1];
-        s[0] += x.x, s[1] += x.y, s[2] += x.z, s[3] += x.w, s[4] += y.x, s[5] += y.y, s[6] += y.z, s[7] += y.w;
-    }
-    const float gs = *gscale;
-    __nv_bfloat162 o[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) o[k] = __floats2bfloat162_rn(gs * s[2 * k], gs * s[2 * k + 1]);
-    reinterpret_cast<int4 *>(dH)[i] = *reinterpret_cast<int4 *>(o);
-}
-
 /* A row's lse and loss from its reference K (an integer, log2 units) and the sum S of
  * 2^(z log2(e) - K) over its logits; returns lse / ln 2. In fp64, and z_target scaled by the same
  * fp32 log2(e) as the exponents, so that the constant's rounding cancels in the loss: at |z| ~ 100
@@ -712,7 +513,7 @@ __global__ void cast_rows_kernel(bf16 *out, const float *in, int64_t n8) {
 __global__ void __launch_bounds__(FINISH_THREADS)
     exp_finish_kernel(void *E, int64_t ldE, const float2 *tile_stats, int64_t ntiles, int64_t V, int64_t row0,
                       const int32_t *targets, const float *zt, float *lse_out, float *lse_user, float *row_loss,
-                      int write_dz, float *scale, float *tval) {
+                      int write_dz) {
     __shared__ float red[FINISH_THREADS];
     __shared__ double row_lse2;
     const int tid = threadIdx.x;
@@ -740,12 +541,6 @@ __global__ void __launch_bounds__(FINISH_THREADS)
     const int t = targets[row];
     if (tid == 0) row_lse2 = finish_row(K, red[0], t, zt[row], row, lse_out, lse_user, row_loss);
     __syncthreads();
-    if (scale) { /* for dh_kernel: the tiles' p / E (tile-major) and the target's p - 1 */
-        const float c = t == -1 ? -INFINITY : (float)((double)K - row_lse2);
-        for (int64_t i = tid; i < ntiles; i += FINISH_THREADS) scale[i * gridDim.x + r] = ex2((st[i].x - K) + c);
-        if (tid == 0)
-            tval[r] = t == -1 ? 0.0f : (float)expm1(((double)zt[row] * (double)LOG2E - row_lse2) * LN2);
-    }
     if (!write_dz) return;
 
     /* E (fp16) is read and dZ (bf16) written in its place, 16 bytes per thread at a time */
@@ -845,7 +640,6 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int sms, size_t
     if (s.exp_rows > 0) {
         s.exp_ld = rup(V, TN);
         s.exp_tiles = cdiv(V, TN);
-        s.dh_slices = d % DH_N == 0 && d / DH_N <= DH_MAX_CLUSTER ? DH_ALLOC_SLICES : 0;
         return s;
     }
     /* The streaming backward's chunk x window. Large problems at narrow widths get square windows
@@ -875,10 +669,9 @@ typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t
                                   const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
-/* A [rows x cols] row-major tensor of 2-byte elements, row_bytes apart, read in boxes of box_rows x
- * 64 with the 128-byte swizzle; what lies past its ends reads as zeros. */
-static CUtensorMap tensor_map_2d(const void *ptr, CUtensorMapDataType type, int64_t rows, int64_t cols,
-                                 int64_t row_bytes, int box_rows) {
+/* A [rows x d] bf16 row-major tensor read in boxes of box_rows x BK with the 128-byte swizzle;
+ * rows past the end read as zeros. */
+static CUtensorMap tensor_map(const bf16 *ptr, int64_t rows, int d, int box_rows) {
     static EncodeTiledFn encode;
     if (!encode) {
         cudaDriverEntryPointQueryResult q;
@@ -891,10 +684,10 @@ static CUtensorMap tensor_map_2d(const void *ptr, CUtensorMapDataType type, int6
         encode = (EncodeTiledFn)fn;
     }
     CUtensorMap m;
-    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
-    const cuuint64_t strides[1] = {(cuuint64_t)row_bytes};
+    const cuuint64_t dims[2] = {(cuuint64_t)d, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)d * sizeof(bf16)};
     const cuuint32_t box[2] = {BK, (cuuint32_t)box_rows}, elem[2] = {1, 1};
-    CUresult r = encode(&m, type, 2, (void *)ptr, dims, strides, box, elem,
+    CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, elem,
                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
@@ -902,11 +695,6 @@ static CUtensorMap tensor_map_2d(const void *ptr, CUtensorMapDataType type, int6
         exit(1);
     }
     return m;
-}
-
-/* A [rows x d] bf16 row-major tensor read in boxes of box_rows x BK */
-static CUtensorMap tensor_map(const bf16 *ptr, int64_t rows, int d, int box_rows) {
-    return tensor_map_2d(ptr, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rows, d, (int64_t)d * sizeof(bf16), box_rows);
 }
 
 
@@ -1013,56 +801,6 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
     }
 }
 
-/* dh_kernel's launch: clusters of d / 256 CTAs, V in as many slices as fill the GPU's clusters
- * best (at most the workspace's) */
-static void launch_dh(OutputLayer *L, const OutputLayerArgs *a, int64_t r0, int64_t nr, cudaStream_t stream) {
-    const int64_t V = L->V, d = L->d, ld = L->fs.exp_ld;
-    const unsigned CL = (unsigned)(d / DH_N);
-    cudaLaunchAttribute at = {};
-    at.id = cudaLaunchAttributeClusterDimension;
-#ifdef DH_NO_CLUSTER
-    at.val.clusterDim.x = 1, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
-#else
-    at.val.clusterDim.x = CL, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
-#endif
-    cudaLaunchConfig_t cfg = {};
-    cfg.blockDim = dim3((unsigned)T_THREADS), cfg.dynamicSmemBytes = (size_t)DH_SMEM;
-    cfg.stream = stream, cfg.attrs = &at, cfg.numAttrs = 1;
-    static int resident[DH_MAX_CLUSTER + 1];
-    if (!resident[CL]) {
-        CUDA_CHECK(cudaFuncSetAttribute((const void *)dh_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DH_SMEM));
-        cfg.gridDim = dim3(CL, 64, 1);
-        int n = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, (const void *)dh_kernel, &cfg));
-        resident[CL] = n < 1 ? 1 : n;
-    }
-    const int64_t rb = cdiv(nr, DH_M);
-    int slices = 1;
-    double best = 0.0;
-    for (int z = 1; z <= L->fs.dh_slices; z++) { /* the fullest last wave, fewest slices on ties */
-        const int64_t c = rb * z;
-        const double eff = (double)c / (double)(cdiv(c, resident[CL]) * resident[CL]);
-        if (eff > best + 0.02) best = eff, slices = z;
-    }
-    DhArgs g = {};
-    g.rows = nr, g.V = V, g.ld = ld, g.d = (int)d;
-    g.E = (__half *)L->ex, g.scale = L->dh_scale, g.tval = L->dh_tval, g.targets = a->targets + r0;
-    g.slice_cols = rup(cdiv(V, slices), TN);
-    const unsigned z = (unsigned)cdiv(V, g.slice_cols);
-    g.part = z > 1 ? L->dh_part : NULL;
-    g.dH = (bf16 *)a->dH + r0 * d;
-    g.gscale = L->scalars + OUTL_SCALE;
-    const CUtensorMap tm_e = tensor_map_2d(L->ex, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, nr, V, ld * 2, DH_M);
-    const CUtensorMap tm_w = tensor_map_2d(a->W, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, V, d, d * 2, 64);
-    cfg.gridDim = dim3(CL, (unsigned)rb, z);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, dh_kernel, g, tm_e, tm_w));
-    if (g.part) {
-        const int64_t n8 = nr * d / 8;
-        dh_slices_kernel<<<(unsigned)cdiv(n8, 256), 256, 0, stream>>>(g.dH, g.part, (int)z, n8, g.gscale);
-        CUDA_CHECK(cudaGetLastError());
-    }
-}
-
 void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream) {
     const int64_t N = a->N, V = L->V, d = L->d, ld = L->fs.exp_ld;
     const int64_t nchunks = cdiv(N, L->fs.exp_rows), rows = cdiv(N, nchunks); /* balanced chunks */
@@ -1080,16 +818,13 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
         /* the kernel before it (the previous chunk's dW GEMM) reads E, which this one overwrites */
         launch_tile_kernel(tile_kernel<MODE_EXP>, grid, 0, r0 > 0, t, tm_h, tm_w, stream);
         CUDA_CHECK(cudaGetLastError());
-        const int own_dh = L->fs.dh_slices > 0;
-        exp_finish_kernel<<<(unsigned)nr, FINISH_THREADS, 0, stream>>>(
-            L->ex, ld, L->ex_stats, L->fs.exp_tiles, V, r0, a->targets, L->zt, L->lse, a->row_lse, row_loss, !own_dh,
-            own_dh ? L->dh_scale : NULL, L->dh_tval);
+        exp_finish_kernel<<<(unsigned)nr, FINISH_THREADS, 0, stream>>>(L->ex, ld, L->ex_stats, L->fs.exp_tiles, V, r0,
+                                                                      a->targets, L->zt, L->lse, a->row_lse,
+                                                                      row_loss, 1);
         CUDA_CHECK(cudaGetLastError());
-        if (own_dh) /* dH, and dZ over E */
-            launch_dh(L, a, r0, nr, stream);
-        else /* dH_chunk^T [d x nr] = (W stored d x V) . (dZ stored V x nr, ld)          (=, bf16 out) */
-            outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, V, W, d, L->ex, ld, a->dH + r0 * d, CUDA_R_16BF, d,
-                      sc + OUTL_SCALE, sc + OUTL_ZERO, stream);
+        /* dH_chunk^T [d x nr] = (W stored d x V) . (dZ stored V x nr, ld)          (=, bf16 out) */
+        outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, V, W, d, L->ex, ld, a->dH + r0 * d, CUDA_R_16BF, d,
+                  sc + OUTL_SCALE, sc + OUTL_ZERO, stream);
         /* dW^T [d x V] += (H_chunk stored d x nr) . (dZ stored V x nr)^T              (+=, fp32) */
         outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, nr, H + r0 * d, d, L->ex, ld, a->dW, CUDA_R_32F, d,
                   sc + OUTL_SCALE, sc + OUTL_ONE, stream);

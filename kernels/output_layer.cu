@@ -172,7 +172,7 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 /* Every buffer of the object, in creation order, with its size; shared by workspace_bytes and
  * create so that the two always agree. */
 typedef struct {
-    size_t lse, row_loss, scalars, win_m, win_a, zt, ex, ex_stats, dh_scale, dh_tval, dh_part, dz, dh_acc, logits;
+    size_t lse, row_loss, scalars, win_m, win_a, zt, ex, ex_stats, dz, dh_acc, logits;
 } Sizes;
 
 static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, int sms, size_t budget,
@@ -188,11 +188,6 @@ static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, 
         s.zt = (size_t)max_N * sizeof(float);
         s.ex = (size_t)fs->exp_rows * (size_t)fs->exp_ld * sizeof(__nv_bfloat16);
         s.ex_stats = (size_t)fs->exp_rows * (size_t)fs->exp_tiles * sizeof(float2);
-        if (fs->dh_slices) {
-            s.dh_scale = (size_t)fs->exp_rows * (size_t)fs->exp_tiles * sizeof(float);
-            s.dh_tval = (size_t)fs->exp_rows * sizeof(float);
-            s.dh_part = (size_t)fs->dh_slices * (size_t)fs->exp_rows * (size_t)d * sizeof(float);
-        }
         s.dz = (size_t)fs->chunk_rows * (size_t)fs->window_cols * sizeof(__nv_bfloat16);
         s.dh_acc = (size_t)fs->chunk_rows * (size_t)d * sizeof(float);
     } else {
@@ -211,7 +206,7 @@ size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t
     if (check_kind(kind) || check_shape(max_N, V, d)) return 0;
     OutlFusedSizes fs;
     Sizes s = layer_sizes(kind, max_N, V, d, device_sms(), budget, &fs);
-    return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.scalars + s.win_m + s.win_a + s.zt + s.ex + s.ex_stats + s.dh_scale + s.dh_tval + s.dh_part + s.dz +
+    return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.scalars + s.win_m + s.win_a + s.zt + s.ex + s.ex_stats + s.dz +
            s.dh_acc + s.logits;
 }
 
@@ -242,9 +237,6 @@ OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V,
     L->zt = (float *)dev_alloc(s.zt);
     L->ex = dev_alloc(s.ex);
     L->ex_stats = (float2 *)dev_alloc(s.ex_stats);
-    L->dh_scale = (float *)dev_alloc(s.dh_scale);
-    L->dh_tval = (float *)dev_alloc(s.dh_tval);
-    L->dh_part = (float *)dev_alloc(s.dh_part);
     L->dz = (__nv_bfloat16 *)dev_alloc(s.dz);
     L->dh_acc = (float *)dev_alloc(s.dh_acc);
     L->logits = (__nv_bfloat16 *)dev_alloc(s.logits);
@@ -258,9 +250,6 @@ void output_layer_destroy(OutputLayer *L) {
     CUDA_CHECK(cudaFree(L->logits));
     CUDA_CHECK(cudaFree(L->dh_acc));
     CUDA_CHECK(cudaFree(L->dz));
-    CUDA_CHECK(cudaFree(L->dh_part));
-    CUDA_CHECK(cudaFree(L->dh_tval));
-    CUDA_CHECK(cudaFree(L->dh_scale));
     CUDA_CHECK(cudaFree(L->ex_stats));
     CUDA_CHECK(cudaFree(L->ex));
     CUDA_CHECK(cudaFree(L->zt));

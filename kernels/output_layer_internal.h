@@ -33,7 +33,6 @@ typedef struct {
     int64_t exp_rows;     /* rows per chunk; 0: the streaming path runs the backward */
     int64_t exp_ld;       /* row stride of E: V rounded up to a whole tile (256) */
     int64_t exp_tiles;    /* vocabulary tiles per row: (k, sum) pairs per row */
-    int64_t dh_slices;    /* > 0: dH by output_fused.cu's dh_kernel, in at most this many slices of V */
     /* streaming backward (exp_rows == 0) */
     int64_t chunk_rows;   /* rows per chunk (Nc) */
     int64_t window_cols;  /* vocabulary columns per window (w), a multiple of 256 */
@@ -59,9 +58,6 @@ struct OutputLayer {
     float *zt;            /* [max_N] target logit */
     void *ex;             /* [exp_rows x exp_ld] E = exp(z - k ln 2) in fp16, then P - Y in bf16 in place */
     float2 *ex_stats;     /* [exp_rows x exp_tiles] (k, sum of E) per row and tile */
-    float *dh_scale;      /* [exp_tiles x exp_rows] p / E per tile and row (dh_slices > 0) */
-    float *dh_tval;       /* [exp_rows] the target's p - 1 */
-    float *dh_part;       /* [dh_slices x exp_rows x d] dH's partial sums over slices of V */
     __nv_bfloat16 *dz;    /* [chunk_rows x window_cols] P - Y (unscaled) of one window */
     float *dh_acc;        /* [chunk_rows x d] fp32 dH of one chunk, summed over windows */
     /* canonical: */
