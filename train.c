@@ -71,7 +71,7 @@ typedef struct {
 #define O(field) offsetof(Options, field)
 /* --logits-mb's default (kernels/output_layer.h's OUTPUT_FUSED_DEFAULT_BUDGET, in MiB); the note
  * for a --logits-mb that the chosen layer ignores compares against it */
-#define LOGITS_MB_DEFAULT 2080
+#define LOGITS_MB_DEFAULT 2064
 #define STRINGIFY(x) #x
 #define DEFAULT_STRING(x) STRINGIFY(x)
 

@@ -40,7 +40,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <cuda_fp16.h>
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_util.cuh"
@@ -85,11 +84,13 @@ typedef struct {
     /* MODE_DZ */
     const float *lse;
     bf16 *dz;   /* MODE_DZ: P - Y, unscaled (the GEMMs apply the gradient scale as alpha) */
-    __half *ex; /* MODE_EXP: E */
-    int64_t ldz; /* row stride of dz or ex */
-    /* MODE_EXP: (k, sum of exp(z - k ln 2)) per (row - row_begin, tile) */
-    float2 *tile_stats;
+    /* MODE_EXP */
+    const float *ref2; /* [N] each row's reference s, in log2 units: E = 2^(z log2(e) - s) */
+    bf16 *ex;          /* E */
+    int64_t ldz;       /* row stride of dz or ex */
+    float *tile_sums;  /* fp32 sum of E per (row - row_begin, tile) */
     int64_t ntiles;
+    const int *run_if; /* non-NULL: the launch does nothing unless *run_if (a device flag) is set */
 } TileArgs;
 
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
@@ -104,12 +105,12 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
 }
 
 /* One half (h: rows lane/4 and lane/4 + 8) of a warp's rows of a tile, value(x, col) of each
- * logit x at column col (within the tile) rounded to fp16 (HALF) or bf16, written 16 bytes per lane: a warp holds,
+ * logit x at column col (within the tile) rounded to bf16, written 16 bytes per lane: a warp holds,
  * per group of four column octets, 8 rows x 32 columns whose octets are spread over the quads'
  * lanes; stmatrix puts them in the warp's 512-byte shared scratch as rows of 16 bytes and each lane
  * reads one back (an octet of its own row), so every store fills whole sectors (four 4-byte stores
  * per lane wrote 16 of every 32 bytes per row and cost 4x the instructions). */
-template <bool HALF, class Value>
+template <class Value>
 __device__ __forceinline__ void store_tile_rows(const float (&acc)[TN / 2], int h, int lane, Value value,
                                                 uint32_t scratch, void *out_row, bool row_in) {
     uint16_t *out = static_cast<uint16_t *>(out_row);
@@ -125,13 +126,8 @@ __device__ __forceinline__ void store_tile_rows(const float (&acc)[TN / 2], int 
             float v[2];
 #pragma unroll
             for (int j = 0; j < 2; j++) v[j] = value(acc[i * 4 + h * 2 + j], i * 8 + q * 2 + j);
-            if (HALF) {
-                __half2 b = __floats2half2_rn(v[0], v[1]);
-                w[m] = *reinterpret_cast<uint32_t *>(&b);
-            } else {
-                __nv_bfloat162 b = __floats2bfloat162_rn(v[0], v[1]);
-                w[m] = *reinterpret_cast<uint32_t *>(&b);
-            }
+            __nv_bfloat162 b = __floats2bfloat162_rn(v[0], v[1]);
+            w[m] = *reinterpret_cast<uint32_t *>(&b);
         }
         stmatrix_x4(st_addr, w);
         __syncwarp();
@@ -211,41 +207,35 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
              * there each element is one FMA and one exponential (the vote keeps the warp's path
              * uniform, as stmatrix needs) */
             if (__all_sync(0xffffffffu, full && tl < 0))
-                store_tile_rows<false>(acc, h, lane, [&](float x, int) { return ex2(fmaf(x, LOG2E, -l2)); }, scratch,
+                store_tile_rows(acc, h, lane, [&](float x, int) { return ex2(fmaf(x, LOG2E, -l2)); }, scratch,
                                        out, row_in);
             else
-                store_tile_rows<false>(acc, h, lane, [&](float x, int col) {
+                store_tile_rows(acc, h, lane, [&](float x, int col) {
                     const float p = ex2(fmaf(x, LOG2E, -l2));
                     return col >= lim ? 0.0f : col == tl ? p - 1.0f : p; /* p - 1 in fp32, padding 0 */
                 }, scratch, out, row_in);
         } else { /* MODE_EXP */
-            float mx = tile_row_max(acc, h, full, cbase, a.col_end);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            /* the tile's reference in log2 units: an integer, so that merging tiles and rescaling
-             * by 2^k are exact, and >= every z / ln 2, so that E lies in (0, 1]. E is stored in
-             * fp16, whose 11 significant bits there (against bf16's 8) keep the finish pass's
-             * rounding to bf16 the only one that matters; what fp16 cannot hold, E < 2^-24, is a
-             * probability under 2^-24 of the tile's largest and adds nothing a bf16 gradient keeps. */
-            const float k = ceilf(mx * LOG2E);
-            __half *out = a.ex + (rows[h] - a.row_begin) * a.ldz + (tile_col0 - a.col_begin);
+            /* E relative to the row's reference (lse2 holds it here): in (0, 2^60] for every row the
+             * merge accepts. Past the vocabulary E is 0, so the GEMMs read zeros there. */
+            const float ref = lse2[h];
+            bf16 *out = a.ex + (rows[h] - a.row_begin) * a.ldz + (tile_col0 - a.col_begin);
             float s = 0.0f;
             if (__all_sync(0xffffffffu, full))
-                store_tile_rows<true>(acc, h, lane, [&](float x, int) {
-                    const float e = ex2(fmaf(x, LOG2E, -k));
+                store_tile_rows(acc, h, lane, [&](float x, int) {
+                    const float e = ex2(fmaf(x, LOG2E, -ref));
                     s += e;
                     return e;
                 }, scratch, out, row_in);
             else
-                store_tile_rows<true>(acc, h, lane, [&](float x, int col) {
-                    const float e = col < lim ? ex2(fmaf(x, LOG2E, -k)) : 0.0f;
+                store_tile_rows(acc, h, lane, [&](float x, int col) {
+                    const float e = col < lim ? ex2(fmaf(x, LOG2E, -ref)) : 0.0f;
                     s += e;
                     return e;
                 }, scratch, out, row_in);
             s += __shfl_xor_sync(0xffffffffu, s, 1);
             s += __shfl_xor_sync(0xffffffffu, s, 2);
             if ((lane & 3) == 0 && row_in)
-                a.tile_stats[(rows[h] - a.row_begin) * a.ntiles + (tile_col0 - a.col_begin) / TN] = make_float2(k, s);
+                a.tile_sums[(rows[h] - a.row_begin) * a.ntiles + (tile_col0 - a.col_begin) / TN] = s;
         }
         if (MODE != MODE_DZ && t >= tile_col0 && t < tile_col0 + TN) { /* rare: the target is in this tile */
 #pragma unroll
@@ -259,7 +249,7 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
 
 /* Start of a row block for one thread's two rows (first_row and first_row + 8): their indices,
  * targets (-1 past the end), empty running statistics and, for dZ, lse in log2 units (+inf for an
- * ignored row, whose dZ is then 0). */
+ * ignored row, whose dZ is then 0), for the scaled exponentials the rows' references. */
 template <int MODE>
 __device__ __forceinline__ void wg_row_block_begin(const TileArgs &a, int64_t first_row, int64_t (&rows)[2],
                                                    int (&tgt)[2], float (&m_run)[2], float (&a_run)[2],
@@ -271,7 +261,8 @@ __device__ __forceinline__ void wg_row_block_begin(const TileArgs &a, int64_t fi
         tgt[h] = in ? a.targets[rows[h]] : -1;
         m_run[h] = -INFINITY;
         a_run[h] = 0.0f;
-        lse2[h] = (MODE == MODE_DZ && in && tgt[h] >= 0) ? a.lse[rows[h]] * LOG2E : INFINITY;
+        if (MODE == MODE_EXP) lse2[h] = in ? a.ref2[rows[h]] : 0.0f;
+        else lse2[h] = (MODE == MODE_DZ && in && tgt[h] >= 0) ? a.lse[rows[h]] * LOG2E : INFINITY;
     }
 }
 
@@ -375,6 +366,7 @@ __global__ void __launch_bounds__(T_THREADS, 1)
     const uint32_t ring = (smem_addr(smem_raw) + 1023) & ~1023u;
     const uint32_t full_bar = ring + T_STAGES * T_STAGE_BYTES, empty_bar = full_bar + 8 * T_STAGES;
 
+    if (a.run_if && !*a.run_if) return; /* every CTA of every cluster alike, before any barrier */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wq = warp & 3;
     const int64_t win = MODE == MODE_STATS ? blockIdx.x : blockIdx.y;
@@ -476,9 +468,9 @@ __global__ void __launch_bounds__(T_THREADS, 1)
  * 2^(z log2(e) - K) over its logits; returns lse / ln 2. In fp64, and z_target scaled by the same
  * fp32 log2(e) as the exponents, so that the constant's rounding cancels in the loss: at |z| ~ 100
  * an fp32 lse - z would lose a confident row's loss (~1e-3) to rounding. */
-__device__ __forceinline__ double finish_row(float K, float S, int t, float zt, int64_t row, float *lse_out,
+__device__ __forceinline__ double finish_row(float K, double S, int t, float zt, int64_t row, float *lse_out,
                                              float *lse_user, float *row_loss) {
-    const double lse2 = (double)K + log2((double)S);
+    const double lse2 = (double)K + log2(S);
     row_loss[row] = t == -1 ? 0.0f : (float)((lse2 - (double)zt * (double)LOG2E) * LN2);
     const float lse = (float)(lse2 * LN2);
     lse_out[row] = lse;
@@ -486,17 +478,19 @@ __device__ __forceinline__ double finish_row(float K, float S, int t, float zt, 
     return lse2;
 }
 
-/* Each row's (k, sum) pairs over the forward's windows merged: lse and loss (0 if ignored). */
+/* Each row's (k, sum) pairs over the forward's windows merged: lse and loss (0 if ignored). With
+ * ref2_out, also lse in log2 units as the row's new reference; with run_if, only if *run_if is set. */
 __global__ void fused_merge_kernel(const float *win_k, const float *win_a, int nwin, int64_t ld, const float *zt,
                                    const int32_t *targets, int64_t N, float *lse_out, float *lse_user,
-                                   float *row_loss) {
+                                   float *row_loss, const int *run_if, float *ref2_out) {
     const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= N) return;
+    if (row >= N || (run_if && !*run_if)) return;
     float K = -INFINITY;
     for (int w = 0; w < nwin; w++) K = fmaxf(K, win_k[w * ld + row]);
     float S = 0.0f;
     for (int w = 0; w < nwin; w++) S += rescale_sum(win_a[w * ld + row], win_k[w * ld + row], K);
-    finish_row(K, S, targets[row], zt[row], row, lse_out, lse_user, row_loss);
+    const double lse2 = finish_row(K, S, targets[row], zt[row], row, lse_out, lse_user, row_loss);
+    if (ref2_out) ref2_out[row] = (float)lse2;
 }
 
 __global__ void cast_rows_kernel(bf16 *out, const float *in, int64_t n8) {
@@ -507,64 +501,91 @@ __global__ void cast_rows_kernel(bf16 *out, const float *in, int64_t n8) {
                            __floats2bfloat162_rn(y.x, y.y), __floats2bfloat162_rn(y.z, y.w)};
     reinterpret_cast<int4 *>(out)[i] = *reinterpret_cast<int4 *>(o);
 }
-/* One CTA per row of a chunk: the row's log-sum-exp and loss from its tiles' (k, sum) pairs, then,
- * with write_dz, dZ = P - Y in place of E. Every sum in a fixed order (deterministic). */
-#define FINISH_THREADS 256
-__global__ void __launch_bounds__(FINISH_THREADS)
-    exp_finish_kernel(void *E, int64_t ldE, const float2 *tile_stats, int64_t ntiles, int64_t V, int64_t row0,
-                      const int32_t *targets, const float *zt, float *lse_out, float *lse_user, float *row_loss,
-                      int write_dz) {
-    __shared__ float red[FINISH_THREADS];
-    __shared__ double row_lse2;
+/* Each row's reference for its scaled exponentials, in log2 units: its target's logit (its
+ * column 0's when the target is ignored), so that E = 1 at the target and the row's sum S is at
+ * least about 1; E overflows only where a logit exceeds the target's by ~40 (S > 2^60: a loss over
+ * 41), which the merge flags. fp32 dot products, a warp per row, in a fixed order. */
+__global__ void reference_logit_kernel(const bf16 *H, const bf16 *W, const int32_t *targets, int64_t N, int d,
+                                       float *ref2) {
+    const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const int t = targets[row];
+    const uint4 *h = reinterpret_cast<const uint4 *>(H + row * d);
+    const uint4 *w = reinterpret_cast<const uint4 *>(W + (int64_t)(t < 0 ? 0 : t) * d);
+    float z = 0.0f;
+    for (int i = lane; i < d / 8; i += 32) {
+        const uint4 hv = h[i], wv = w[i];
+        const __nv_bfloat162 *hp = reinterpret_cast<const __nv_bfloat162 *>(&hv);
+        const __nv_bfloat162 *wp = reinterpret_cast<const __nv_bfloat162 *>(&wv);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 a = __bfloat1622float2(hp[j]), b = __bfloat1622float2(wp[j]);
+            z = fmaf(a.x, b.x, fmaf(a.y, b.y, z));
+        }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) z += __shfl_xor_sync(0xffffffffu, z, off);
+    if (lane == 0) ref2[row] = z * LOG2E;
+}
+
+/* A chunk row's scaled exponentials E = 2^(z log2(e) - s) sum to S = 2^(lse2 - s), so P = E / S.
+ * Beyond this the merge flags (2^60, a loss over 41) the chunk is redone with s = lse2. */
+#define EXP_SUM_LIMIT 1.152921504606846976e18
+
+/* One CTA per row of a chunk, after the tile kernel: the row's lse and loss from its tiles' sums,
+ * then what the GEMMs need to read P - Y out of E without a pass over it:
+ *   row_scale = 1 / S (0 if ignored), and Hs = H / S (bf16), so that dH = scale row_scale (E W)
+ *   and dW += scale E^T Hs;
+ *   at the target, E = (p - 1) S, with p - 1 = expm1(z_target - lse) from the fp32 logit: where p
+ *   is near 1, p - 1 would otherwise inherit E's rounding in full.
+ * A row whose S exceeds EXP_SUM_LIMIT (or is not finite) sets *overflow. The sum is in fp64 and a
+ * fixed order (deterministic). With run_if: only if *run_if is set. */
+#define MERGE_THREADS 256
+__global__ void __launch_bounds__(MERGE_THREADS)
+    exp_merge_kernel(bf16 *E, int64_t ldE, const float *tile_sums, int64_t ntiles, int64_t row0, const bf16 *H,
+                     int d, const int32_t *targets, const float *ref2, const float *zt, float *lse_out,
+                     float *lse_user, float *row_loss, float *row_scale, bf16 *Hs, int *overflow, const int *run_if) {
+    __shared__ double red[MERGE_THREADS];
+    __shared__ float inv_s;
+    if (run_if && !*run_if) return;
     const int tid = threadIdx.x;
     const int64_t r = blockIdx.x, row = row0 + r;
-    const float2 *st = tile_stats + r * ntiles;
-
-    float K = -INFINITY;
-    for (int64_t i = tid; i < ntiles; i += FINISH_THREADS) K = fmaxf(K, st[i].x);
-    red[tid] = K;
-    __syncthreads();
-    for (int w = FINISH_THREADS / 2; w > 0; w >>= 1) {
-        if (tid < w) red[tid] = fmaxf(red[tid], red[tid + w]);
-        __syncthreads();
-    }
-    K = red[0];
-    __syncthreads(); /* everyone has K before red is reused */
-    float S = 0.0f;
-    for (int64_t i = tid; i < ntiles; i += FINISH_THREADS) S += ldexpf(st[i].y, (int)(st[i].x - K)); /* exact scaling */
+    const float *ts = tile_sums + r * ntiles;
+    double S = 0.0;
+    for (int64_t i = tid; i < ntiles; i += MERGE_THREADS) S += (double)ts[i];
     red[tid] = S;
     __syncthreads();
-    for (int w = FINISH_THREADS / 2; w > 0; w >>= 1) {
+    for (int w = MERGE_THREADS / 2; w > 0; w >>= 1) {
         if (tid < w) red[tid] += red[tid + w];
         __syncthreads();
     }
     const int t = targets[row];
-    if (tid == 0) row_lse2 = finish_row(K, red[0], t, zt[row], row, lse_out, lse_user, row_loss);
-    __syncthreads();
-    if (!write_dz) return;
-
-    /* E (fp16) is read and dZ (bf16) written in its place, 16 bytes per thread at a time */
-    __half *e = static_cast<__half *>(E) + r * ldE;
-    bf16 *dz = static_cast<bf16 *>(E) + r * ldE;
-    const int64_t nvec = V / 8; /* rows start 512-byte aligned (ldE % 256 == 0) */
-    /* p = E 2^(k_t - lse2) = E 2^((k_t - K) + c): the integer part exact, c of moderate size */
-    const float c = t == -1 ? -INFINITY : (float)((double)K - row_lse2); /* ignored rows: p = 0 */
-    for (int64_t i = tid; i < nvec; i += FINISH_THREADS) {
-        const float f = ex2((st[(i * 8) / TN].x - K) + c);
-        int4 raw = *reinterpret_cast<const int4 *>(e + i * 8);
-        __half2 *in = reinterpret_cast<__half2 *>(&raw);
-        __nv_bfloat162 *out = reinterpret_cast<__nv_bfloat162 *>(&raw);
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float2 x = __half22float2(in[j]);
-            out[j] = __floats2bfloat162_rn(x.x * f, x.y * f);
-        }
-        *reinterpret_cast<int4 *>(dz + i * 8) = raw;
+    if (tid == 0) {
+        S = red[0];
+        const double lse2 = finish_row(ref2[row], S, t, zt[row], row, lse_out, lse_user, row_loss);
+        if (!(S <= EXP_SUM_LIMIT)) *overflow = 1;
+        inv_s = t == -1 ? 0.0f : (float)(1.0 / S);
+        row_scale[r] = inv_s;
+        if (t != -1)
+            E[r * ldE + t] = __float2bfloat16((float)(expm1(((double)zt[row] * (double)LOG2E - lse2) * LN2) * S));
     }
-    for (int64_t col = nvec * 8 + tid; col < V; col += FINISH_THREADS)
-        dz[col] = __float2bfloat16(__half2float(e[col]) * ex2((st[col / TN].x - K) + c));
-    __syncthreads(); /* the target's element is written last, by one thread */
-    if (tid == 0 && t != -1) dz[t] = __float2bfloat16((float)expm1(((double)zt[row] * (double)LOG2E - row_lse2) * LN2));
+    __syncthreads();
+    const float f = inv_s;
+    for (int j = tid; j < d; j += MERGE_THREADS)
+        Hs[r * d + j] = __float2bfloat16(__bfloat162float(H[row * d + j]) * f);
+}
+
+/* dH of a chunk from its fp32 product E W: dH = scale row_scale (E W) in bf16, a thread per 8 values. */
+__global__ void scale_rows_kernel(bf16 *dH, const float *EW, const float *row_scale, const float *scale, int d,
+                                  int64_t n8) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n8) return;
+    const float f = row_scale[(i * 8) / d] * *scale;
+    const float4 x = reinterpret_cast<const float4 *>(EW)[2 * i], y = reinterpret_cast<const float4 *>(EW)[2 * i + 1];
+    __nv_bfloat162 o[4] = {__floats2bfloat162_rn(x.x * f, x.y * f), __floats2bfloat162_rn(x.z * f, x.w * f),
+                           __floats2bfloat162_rn(y.x * f, y.y * f), __floats2bfloat162_rn(y.z * f, y.w * f)};
+    reinterpret_cast<int4 *>(dH)[i] = *reinterpret_cast<int4 *>(o);
 }
 
 /* ---- host side ---------------------------------------------------------------------------- */
@@ -625,7 +646,7 @@ static void launch_tile_kernel(TileKernel f, dim3 grid, int rows_on_y, int early
 
 int64_t output_layer_chunk_rows(int64_t max_N, int64_t V, size_t budget) {
     if (max_N < 1 || V < 1) return 0;
-    const size_t per_row = (size_t)rup(V, TN) * sizeof(bf16) + (size_t)cdiv(V, TN) * sizeof(float2);
+    const size_t per_row = (size_t)rup(V, TN) * sizeof(bf16) + (size_t)cdiv(V, TN) * sizeof(float);
     const int64_t rows = (int64_t)(budget / per_row);
     return rows < max_N ? rows : max_N;
 }
@@ -762,7 +783,7 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
                        tensor_map(t.H, N, L->d, BM), tensor_map(t.W, V, L->d, TN / CLUSTER), stream);
     CUDA_CHECK(cudaGetLastError());
     fused_merge_kernel<<<(unsigned)cdiv(N, 256), 256, 0, stream>>>(L->win_m, L->win_a, (int)nwin, N, L->zt,
-                                                                   a->targets, N, L->lse, a->row_lse, row_loss);
+                                                                   a->targets, N, L->lse, a->row_lse, row_loss, NULL, NULL);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -801,32 +822,72 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
     }
 }
 
+/* The scaled-exponential path over rows [r0, r0 + nr) again, with each row's reference s = lse2
+ * from the streaming statistics, so that E = P <= 1: the launches do nothing unless the merge
+ * flagged a row (L->exp_overflow), as happens only where a loss exceeds 41. */
+static void exp_chunk_redo(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, int64_t r0, int64_t nr,
+                           const TileArgs &exp_args, dim3 exp_grid, const CUtensorMap &tm_h, const CUtensorMap &tm_w,
+                           cudaStream_t stream) {
+    const int64_t V = L->V, d = L->d;
+    int64_t nwin = 1, tpc = 1, P = 1;
+    persistent_plan(nr, V, (int)d, resident_clusters(), L->fs.stats_elems / nr, &nwin, &P, &tpc);
+    TileArgs t = {};
+    t.H = exp_args.H, t.W = exp_args.W, t.targets = a->targets;
+    t.row_begin = r0, t.row_end = r0 + nr, t.col_begin = 0, t.col_end = V;
+    t.tiles_per_cta = (int)tpc, t.d = (int)d;
+    t.win_m = L->win_m, t.win_a = L->win_a, t.stats_ld = nr, t.zt = L->zt;
+    t.run_if = L->exp_overflow;
+    launch_tile_kernel(tile_kernel<MODE_STATS>, dim3((unsigned)nwin, (unsigned)(P * CLUSTER)), 1, 0, t, tm_h, tm_w,
+                       stream);
+    CUDA_CHECK(cudaGetLastError());
+    fused_merge_kernel<<<(unsigned)cdiv(nr, 256), 256, 0, stream>>>(
+        L->win_m, L->win_a, (int)nwin, nr, L->zt + r0, a->targets + r0, nr, L->lse + r0,
+        a->row_lse ? a->row_lse + r0 : NULL, row_loss + r0, L->exp_overflow, L->exp_ref2 + r0);
+    CUDA_CHECK(cudaGetLastError());
+    launch_tile_kernel(tile_kernel<MODE_EXP>, exp_grid, 0, 0, exp_args, tm_h, tm_w, stream);
+    CUDA_CHECK(cudaGetLastError());
+}
+
 void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream) {
-    const int64_t N = a->N, V = L->V, d = L->d, ld = L->fs.exp_ld;
+    const int64_t N = a->N, V = L->V, d = L->d, ld = L->fs.exp_ld, nt = L->fs.exp_tiles;
     const int64_t nchunks = cdiv(N, L->fs.exp_rows), rows = cdiv(N, nchunks); /* balanced chunks */
     const bf16 *H = (const bf16 *)a->H, *W = (const bf16 *)a->W;
     const float *sc = L->scalars;
     const CUtensorMap tm_h = tensor_map(H, N, (int)d, BM), tm_w = tensor_map(W, V, (int)d, TN / CLUSTER);
+    reference_logit_kernel<<<(unsigned)cdiv(N, 8), 256, 0, stream>>>(H, W, a->targets, N, (int)d, L->exp_ref2);
+    CUDA_CHECK(cudaGetLastError());
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t nr = min(rows, N - r0);
         TileArgs t = {};
         t.H = H, t.W = W, t.targets = a->targets;
         t.row_begin = r0, t.row_end = r0 + nr, t.col_begin = 0, t.col_end = V;
         t.d = (int)d;
-        t.zt = L->zt, t.ex = (__half *)L->ex, t.ldz = ld, t.tile_stats = L->ex_stats, t.ntiles = L->fs.exp_tiles;
+        t.zt = L->zt, t.ref2 = L->exp_ref2, t.ex = (bf16 *)L->ex, t.ldz = ld, t.tile_sums = L->exp_sums, t.ntiles = nt;
         const dim3 grid = row_sweep_grid(nr, V, d, &t);
         /* the kernel before it (the previous chunk's dW GEMM) reads E, which this one overwrites */
         launch_tile_kernel(tile_kernel<MODE_EXP>, grid, 0, r0 > 0, t, tm_h, tm_w, stream);
         CUDA_CHECK(cudaGetLastError());
-        exp_finish_kernel<<<(unsigned)nr, FINISH_THREADS, 0, stream>>>(L->ex, ld, L->ex_stats, L->fs.exp_tiles, V, r0,
-                                                                      a->targets, L->zt, L->lse, a->row_lse,
-                                                                      row_loss, 1);
+        CUDA_CHECK(cudaMemsetAsync(L->exp_overflow, 0, sizeof(int), stream));
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass == 1) {
+                TileArgs redo = t;
+                redo.run_if = L->exp_overflow;
+                exp_chunk_redo(L, a, row_loss, r0, nr, redo, grid, tm_h, tm_w, stream);
+            }
+            exp_merge_kernel<<<(unsigned)nr, MERGE_THREADS, 0, stream>>>(
+                (bf16 *)L->ex, ld, L->exp_sums, nt, r0, H, (int)d, a->targets, L->exp_ref2, L->zt, L->lse, a->row_lse,
+                row_loss, L->exp_row_scale, L->exp_hs, L->exp_overflow, pass == 1 ? L->exp_overflow : NULL);
+            CUDA_CHECK(cudaGetLastError());
+        }
+        /* (E W)^T [d x nr] = (W stored d x V) . (E stored V x nr, ld)                      (fp32) */
+        outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, V, W, d, L->ex, ld, L->dh_acc, CUDA_R_32F, d, sc + OUTL_ONE,
+                  sc + OUTL_ZERO, stream);
+        const int64_t n8 = nr * d / 8;
+        scale_rows_kernel<<<(unsigned)cdiv(n8, 256), 256, 0, stream>>>(a->dH + r0 * d, L->dh_acc, L->exp_row_scale,
+                                                                     sc + OUTL_SCALE, (int)d, n8);
         CUDA_CHECK(cudaGetLastError());
-        /* dH_chunk^T [d x nr] = (W stored d x V) . (dZ stored V x nr, ld)          (=, bf16 out) */
-        outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, V, W, d, L->ex, ld, a->dH + r0 * d, CUDA_R_16BF, d,
-                  sc + OUTL_SCALE, sc + OUTL_ZERO, stream);
-        /* dW^T [d x V] += (H_chunk stored d x nr) . (dZ stored V x nr)^T              (+=, fp32) */
-        outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, nr, H + r0 * d, d, L->ex, ld, a->dW, CUDA_R_32F, d,
+        /* dW^T [d x V] += (Hs stored d x nr) . (E stored V x nr)^T                       (+=, fp32) */
+        outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, nr, L->exp_hs, d, L->ex, ld, a->dW, CUDA_R_32F, d,
                   sc + OUTL_SCALE, sc + OUTL_ONE, stream);
     }
 }

@@ -172,7 +172,8 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 /* Every buffer of the object, in creation order, with its size; shared by workspace_bytes and
  * create so that the two always agree. */
 typedef struct {
-    size_t lse, row_loss, scalars, win_m, win_a, zt, ex, ex_stats, dz, dh_acc, logits;
+    size_t lse, row_loss, scalars, win_m, win_a, zt, exp_ref2, ex, exp_sums, exp_row_scale, exp_hs, exp_overflow, dz,
+        dh_acc, logits;
 } Sizes;
 
 static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, int sms, size_t budget,
@@ -186,10 +187,15 @@ static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, 
         *fs = outl_fused_sizes(max_N, V, d, sms, budget);
         s.win_m = s.win_a = (size_t)fs->stats_elems * sizeof(float);
         s.zt = (size_t)max_N * sizeof(float);
-        s.ex = (size_t)fs->exp_rows * (size_t)fs->exp_ld * sizeof(__nv_bfloat16);
-        s.ex_stats = (size_t)fs->exp_rows * (size_t)fs->exp_tiles * sizeof(float2);
+        const size_t exp_rows = (size_t)fs->exp_rows;
+        s.exp_ref2 = exp_rows ? (size_t)max_N * sizeof(float) : 0;
+        s.ex = exp_rows * (size_t)fs->exp_ld * sizeof(__nv_bfloat16);
+        s.exp_sums = exp_rows * (size_t)fs->exp_tiles * sizeof(float);
+        s.exp_row_scale = exp_rows * sizeof(float);
+        s.exp_hs = exp_rows * (size_t)d * sizeof(__nv_bfloat16);
+        s.exp_overflow = exp_rows ? sizeof(int) : 0;
         s.dz = (size_t)fs->chunk_rows * (size_t)fs->window_cols * sizeof(__nv_bfloat16);
-        s.dh_acc = (size_t)fs->chunk_rows * (size_t)d * sizeof(float);
+        s.dh_acc = (size_t)(fs->chunk_rows + fs->exp_rows) * (size_t)d * sizeof(float); /* one of them is 0 */
     } else {
         s.logits = (size_t)max_N * (size_t)round_up(V, 128) * sizeof(__nv_bfloat16);
     }
@@ -206,8 +212,8 @@ size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t
     if (check_kind(kind) || check_shape(max_N, V, d)) return 0;
     OutlFusedSizes fs;
     Sizes s = layer_sizes(kind, max_N, V, d, device_sms(), budget, &fs);
-    return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.scalars + s.win_m + s.win_a + s.zt + s.ex + s.ex_stats + s.dz +
-           s.dh_acc + s.logits;
+    return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.scalars + s.win_m + s.win_a + s.zt + s.exp_ref2 + s.ex +
+           s.exp_sums + s.exp_row_scale + s.exp_hs + s.exp_overflow + s.dz + s.dh_acc + s.logits;
 }
 
 static void *dev_alloc(size_t bytes) {
@@ -235,8 +241,12 @@ OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V,
     L->win_m = (float *)dev_alloc(s.win_m);
     L->win_a = (float *)dev_alloc(s.win_a);
     L->zt = (float *)dev_alloc(s.zt);
+    L->exp_ref2 = (float *)dev_alloc(s.exp_ref2);
     L->ex = dev_alloc(s.ex);
-    L->ex_stats = (float2 *)dev_alloc(s.ex_stats);
+    L->exp_sums = (float *)dev_alloc(s.exp_sums);
+    L->exp_row_scale = (float *)dev_alloc(s.exp_row_scale);
+    L->exp_hs = (__nv_bfloat16 *)dev_alloc(s.exp_hs);
+    L->exp_overflow = (int *)dev_alloc(s.exp_overflow);
     L->dz = (__nv_bfloat16 *)dev_alloc(s.dz);
     L->dh_acc = (float *)dev_alloc(s.dh_acc);
     L->logits = (__nv_bfloat16 *)dev_alloc(s.logits);
@@ -250,8 +260,12 @@ void output_layer_destroy(OutputLayer *L) {
     CUDA_CHECK(cudaFree(L->logits));
     CUDA_CHECK(cudaFree(L->dh_acc));
     CUDA_CHECK(cudaFree(L->dz));
-    CUDA_CHECK(cudaFree(L->ex_stats));
+    CUDA_CHECK(cudaFree(L->exp_overflow));
+    CUDA_CHECK(cudaFree(L->exp_hs));
+    CUDA_CHECK(cudaFree(L->exp_row_scale));
+    CUDA_CHECK(cudaFree(L->exp_sums));
     CUDA_CHECK(cudaFree(L->ex));
+    CUDA_CHECK(cudaFree(L->exp_ref2));
     CUDA_CHECK(cudaFree(L->zt));
     CUDA_CHECK(cudaFree(L->win_a));
     CUDA_CHECK(cudaFree(L->win_m));

@@ -75,11 +75,12 @@ typedef struct {
 } OutputLayerArgs;
 
 /* The fused layer's budget for its chunks of scaled exponentials when the caller has no other
- * figure: 4096 rows at V = 262144 (2 bytes per logit plus 8 per row and 256-column tile: 2080 MiB),
- * about a quarter of what torch.compile holds at 16384 rows. Every chunk re-reads and re-writes
- * dW (8 V d bytes), about 7 % of a 4096-row chunk's GEMMs on an H100: a larger budget buys speed
- * with memory (kernels/output_fused.cu). */
-#define OUTPUT_FUSED_DEFAULT_BUDGET ((size_t)4096 * (262144 * 2 + 1024 * 8))
+ * figure: 4096 rows at V = 262144 (2 bytes per logit plus 4 per row and 256-column tile: 2064 MiB),
+ * under a quarter of what torch.compile holds at 16384 rows; each chunk row also takes 6 d bytes
+ * beside it (its fp32 E W and bf16 H / S). Every chunk re-reads and re-writes dW (8 V d bytes),
+ * about 7 % of a 4096-row chunk's GEMMs on an H100: a larger budget buys speed with memory
+ * (kernels/output_fused.cu). */
+#define OUTPUT_FUSED_DEFAULT_BUDGET ((size_t)4096 * (262144 * 2 + 1024 * 4))
 
 /* Rows per chunk of the fused layer's scaled-exponential path for this budget in bytes: as many as
  * fit, at most max_N; 0 when not one row fits, and then the streaming path runs (budget 0 asks for

@@ -32,7 +32,7 @@ typedef struct {
     /* scaled-exponential path (exp_rows > 0): chunks of at most exp_rows rows */
     int64_t exp_rows;     /* rows per chunk; 0: the streaming path runs the backward */
     int64_t exp_ld;       /* row stride of E: V rounded up to a whole tile (256) */
-    int64_t exp_tiles;    /* vocabulary tiles per row: (k, sum) pairs per row */
+    int64_t exp_tiles;    /* vocabulary tiles per row: partial sums per row */
     /* streaming backward (exp_rows == 0) */
     int64_t chunk_rows;   /* rows per chunk (Nc) */
     int64_t window_cols;  /* vocabulary columns per window (w), a multiple of 256 */
@@ -56,10 +56,14 @@ struct OutputLayer {
     OutlFusedSizes fs;
     float *win_m, *win_a; /* [stats_elems] */
     float *zt;            /* [max_N] target logit */
-    void *ex;             /* [exp_rows x exp_ld] E = exp(z - k ln 2) in fp16, then P - Y in bf16 in place */
-    float2 *ex_stats;     /* [exp_rows x exp_tiles] (k, sum of E) per row and tile */
+    float *exp_ref2;      /* [max_N] each row's reference for E, log2 units */
+    void *ex;             /* [exp_rows x exp_ld] E = exp(z - reference) in bf16, (p - 1) S at the target */
+    float *exp_sums;      /* [exp_rows x exp_tiles] sum of E per row and tile */
+    float *exp_row_scale; /* [exp_rows] 1 / S per row (0 if ignored) */
+    __nv_bfloat16 *exp_hs; /* [exp_rows x d] H / S */
+    int *exp_overflow;    /* set when a chunk's row has S beyond the limit (the chunk is redone) */
     __nv_bfloat16 *dz;    /* [chunk_rows x window_cols] P - Y (unscaled) of one window */
-    float *dh_acc;        /* [chunk_rows x d] fp32 dH of one chunk, summed over windows */
+    float *dh_acc;        /* [max(chunk_rows, exp_rows) x d] fp32 dH (or E W) of one chunk */
     /* canonical: */
     __nv_bfloat16 *logits; /* [max_N x Vp] */
 };
