@@ -35,6 +35,7 @@
  *
  * Every element of dH and dW is summed in a fixed order (tiles, windows and chunks in order, fixed
  * GEMM algorithms): deterministic, no atomics. */
+#include <cub/cub.cuh>
 #include <cuda.h> /* CUtensorMap (the driver entry point is fetched through the runtime) */
 #include <math.h>
 #include <stdio.h>
@@ -534,18 +535,20 @@ __global__ void reference_logit_kernel(const bf16 *H, const bf16 *W, const int32
 #define EXP_SUM_LIMIT 1.152921504606846976e18
 
 /* One CTA per row of a chunk, after the tile kernel: the row's lse and loss from its tiles' sums,
- * then what the GEMMs need to read P - Y out of E without a pass over it:
- *   row_scale = 1 / S (0 if ignored), and Hs = H / S (bf16), so that dH = scale row_scale (E W)
- *   and dW += scale E^T Hs;
- *   at the target, E = (p - 1) S, with p - 1 = expm1(z_target - lse) from the fp32 logit: where p
- *   is near 1, p - 1 would otherwise inherit E's rounding in full.
+ * then what the GEMMs need to read P out of E without a pass over it: row_scale = 1 / S and
+ * Hs = H / S (bf16; both 0 if ignored), so that the GEMMs' dH = scale row_scale (E W) and
+ * dW += scale E^T Hs hold the softmax's part of the gradient. The one-hot part is kept out of E (its
+ * entry at the target is set to 0) and added in fp32 from tcoef = p - 1 = expm1(z_target - lse):
+ * (p - 1) S rounded to bf16, and H / S, would each carry 2^-9 of the row's largest gradient term,
+ * the same across the row's d values, which no sum averages out.
  * A row whose S exceeds EXP_SUM_LIMIT (or is not finite) sets *overflow. The sum is in fp64 and a
  * fixed order (deterministic). With run_if: only if *run_if is set. */
 #define MERGE_THREADS 256
 __global__ void __launch_bounds__(MERGE_THREADS)
     exp_merge_kernel(bf16 *E, int64_t ldE, const float *tile_sums, int64_t ntiles, int64_t row0, const bf16 *H,
                      int d, const int32_t *targets, const float *ref2, const float *zt, float *lse_out,
-                     float *lse_user, float *row_loss, float *row_scale, bf16 *Hs, int *overflow, const int *run_if) {
+                     float *lse_user, float *row_loss, float *row_scale, float *tcoef, bf16 *Hs, int *overflow,
+                     const int *run_if) {
     __shared__ double red[MERGE_THREADS];
     __shared__ float inv_s;
     if (run_if && !*run_if) return;
@@ -567,8 +570,8 @@ __global__ void __launch_bounds__(MERGE_THREADS)
         if (!(S <= EXP_SUM_LIMIT)) *overflow = 1;
         inv_s = t == -1 ? 0.0f : (float)(1.0 / S);
         row_scale[r] = inv_s;
-        if (t != -1)
-            E[r * ldE + t] = __float2bfloat16((float)(expm1(((double)zt[row] * (double)LOG2E - lse2) * LN2) * S));
+        tcoef[row] = t == -1 ? 0.0f : (float)expm1(((double)zt[row] * (double)LOG2E - lse2) * LN2);
+        if (t != -1) E[r * ldE + t] = __float2bfloat16(0.0f);
     }
     __syncthreads();
     const float f = inv_s;
@@ -576,16 +579,62 @@ __global__ void __launch_bounds__(MERGE_THREADS)
         Hs[r * d + j] = __float2bfloat16(__bfloat162float(H[row * d + j]) * f);
 }
 
-/* dH of a chunk from its fp32 product E W: dH = scale row_scale (E W) in bf16, a thread per 8 values. */
-__global__ void scale_rows_kernel(bf16 *dH, const float *EW, const float *row_scale, const float *scale, int d,
-                                  int64_t n8) {
+/* dH of a chunk from its fp32 product E W: dH = scale (row_scale (E W) + tcoef W[target]) in bf16,
+ * a thread per 8 values. */
+__global__ void exp_dh_kernel(bf16 *dH, const float *EW, const float *row_scale, const float *tcoef,
+                              const int32_t *targets, const bf16 *W, const float *scale, int d, int64_t n8) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n8) return;
-    const float f = row_scale[(i * 8) / d] * *scale;
+    const int64_t r = (i * 8) / d, j = (i * 8) % d;
+    const int t = targets[r];
+    const float g = *scale, f = row_scale[r] * g, c = tcoef[r] * g;
     const float4 x = reinterpret_cast<const float4 *>(EW)[2 * i], y = reinterpret_cast<const float4 *>(EW)[2 * i + 1];
-    __nv_bfloat162 o[4] = {__floats2bfloat162_rn(x.x * f, x.y * f), __floats2bfloat162_rn(x.z * f, x.w * f),
-                           __floats2bfloat162_rn(y.x * f, y.y * f), __floats2bfloat162_rn(y.z * f, y.w * f)};
+    float v[8] = {x.x * f, x.y * f, x.z * f, x.w * f, y.x * f, y.y * f, y.z * f, y.w * f};
+    if (t != -1) {
+        const uint4 wv = *reinterpret_cast<const uint4 *>(W + (int64_t)t * d + j);
+        const __nv_bfloat162 *wp = reinterpret_cast<const __nv_bfloat162 *>(&wv);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float2 w2 = __bfloat1622float2(wp[k]);
+            v[2 * k] = fmaf(c, w2.x, v[2 * k]), v[2 * k + 1] = fmaf(c, w2.y, v[2 * k + 1]);
+        }
+    }
+    __nv_bfloat162 o[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
     reinterpret_cast<int4 *>(dH)[i] = *reinterpret_cast<int4 *>(o);
+}
+
+/* The one-hot part of dW: dW[t] += scale sum of tcoef H over the rows aiming at t, in row order.
+ * keys and rows: the targets and row indices sorted by target (stably), a block per position;
+ * the first position of each target sums its rows, so every dW row has one owner and no atomics. */
+__global__ void exp_onehot_dw_kernel(const int32_t *keys, const int32_t *rows, int64_t N, const float *tcoef,
+                                     const bf16 *H, int d, const float *scale, float *dW) {
+    const int64_t i = blockIdx.x;
+    const int t = keys[i];
+    if (t < 0 || (i > 0 && keys[i - 1] == t)) return;
+    const float g = *scale;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t k = i; k < N && keys[k] == t; k++) {
+            const int64_t r = rows[k];
+            acc = fmaf(tcoef[r], __bfloat162float(H[r * d + j]), acc);
+        }
+        dW[(int64_t)t * d + j] += g * acc;
+    }
+}
+
+__global__ void iota_kernel(int32_t *out, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = (int32_t)i;
+}
+
+/* Bytes of cub's scratch to sort up to max_N (target, row) pairs. */
+size_t outl_target_sort_bytes(int64_t max_N) {
+    size_t bytes = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, bytes, (const int32_t *)NULL, (int32_t *)NULL,
+                                               (const int32_t *)NULL, (int32_t *)NULL, (int)max_N));
+    return bytes;
 }
 
 /* ---- host side ---------------------------------------------------------------------------- */
@@ -856,6 +905,13 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
     const CUtensorMap tm_h = tensor_map(H, N, (int)d, BM), tm_w = tensor_map(W, V, (int)d, TN / CLUSTER);
     reference_logit_kernel<<<(unsigned)cdiv(N, 8), 256, 0, stream>>>(H, W, a->targets, N, (int)d, L->exp_ref2);
     CUDA_CHECK(cudaGetLastError());
+    /* the rows grouped by target, for the one-hot part of dW */
+    int32_t *keys = L->exp_sort, *rows_in = keys + L->max_N, *rows_by_target = rows_in + L->max_N;
+    iota_kernel<<<(unsigned)cdiv(N, 256), 256, 0, stream>>>(rows_in, N);
+    CUDA_CHECK(cudaGetLastError());
+    size_t sort_bytes = L->exp_sort_temp_bytes;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(L->exp_sort_temp, sort_bytes, a->targets, keys, rows_in, rows_by_target,
+                                               (int)N, 0, 32, stream));
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t nr = min(rows, N - r0);
         TileArgs t = {};
@@ -876,18 +932,22 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
             }
             exp_merge_kernel<<<(unsigned)nr, MERGE_THREADS, 0, stream>>>(
                 (bf16 *)L->ex, ld, L->exp_sums, nt, r0, H, (int)d, a->targets, L->exp_ref2, L->zt, L->lse, a->row_lse,
-                row_loss, L->exp_row_scale, L->exp_hs, L->exp_overflow, pass == 1 ? L->exp_overflow : NULL);
+                row_loss, L->exp_row_scale, L->exp_tcoef, L->exp_hs, L->exp_overflow, pass == 1 ? L->exp_overflow : NULL);
             CUDA_CHECK(cudaGetLastError());
         }
         /* (E W)^T [d x nr] = (W stored d x V) . (E stored V x nr, ld)                      (fp32) */
         outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, V, W, d, L->ex, ld, L->dh_acc, CUDA_R_32F, d, sc + OUTL_ONE,
                   sc + OUTL_ZERO, stream);
         const int64_t n8 = nr * d / 8;
-        scale_rows_kernel<<<(unsigned)cdiv(n8, 256), 256, 0, stream>>>(a->dH + r0 * d, L->dh_acc, L->exp_row_scale,
-                                                                     sc + OUTL_SCALE, (int)d, n8);
+        exp_dh_kernel<<<(unsigned)cdiv(n8, 256), 256, 0, stream>>>(a->dH + r0 * d, L->dh_acc, L->exp_row_scale,
+                                                                 L->exp_tcoef + r0, a->targets + r0, W,
+                                                                 sc + OUTL_SCALE, (int)d, n8);
         CUDA_CHECK(cudaGetLastError());
         /* dW^T [d x V] += (Hs stored d x nr) . (E stored V x nr)^T                       (+=, fp32) */
         outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, nr, L->exp_hs, d, L->ex, ld, a->dW, CUDA_R_32F, d,
                   sc + OUTL_SCALE, sc + OUTL_ONE, stream);
     }
+    exp_onehot_dw_kernel<<<(unsigned)N, 128, 0, stream>>>(keys, rows_by_target, N, L->exp_tcoef, H, (int)d,
+                                                          sc + OUTL_SCALE, a->dW);
+    CUDA_CHECK(cudaGetLastError());
 }

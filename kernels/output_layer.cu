@@ -172,7 +172,8 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 /* Every buffer of the object, in creation order, with its size; shared by workspace_bytes and
  * create so that the two always agree. */
 typedef struct {
-    size_t lse, row_loss, scalars, win_m, win_a, zt, exp_ref2, ex, exp_sums, exp_row_scale, exp_hs, exp_overflow, dz,
+    size_t lse, row_loss, scalars, win_m, win_a, zt, exp_ref2, ex, exp_sums, exp_row_scale, exp_hs, exp_tcoef, exp_sort,
+        exp_sort_temp, exp_overflow, dz,
         dh_acc, logits;
 } Sizes;
 
@@ -193,6 +194,9 @@ static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, 
         s.exp_sums = exp_rows * (size_t)fs->exp_tiles * sizeof(float);
         s.exp_row_scale = exp_rows * sizeof(float);
         s.exp_hs = exp_rows * (size_t)d * sizeof(__nv_bfloat16);
+        s.exp_tcoef = exp_rows ? (size_t)max_N * sizeof(float) : 0;
+        s.exp_sort = exp_rows ? 3 * (size_t)max_N * sizeof(int32_t) : 0;
+        s.exp_sort_temp = exp_rows ? outl_target_sort_bytes(max_N) : 0;
         s.exp_overflow = exp_rows ? sizeof(int) : 0;
         s.dz = (size_t)fs->chunk_rows * (size_t)fs->window_cols * sizeof(__nv_bfloat16);
         s.dh_acc = (size_t)(fs->chunk_rows + fs->exp_rows) * (size_t)d * sizeof(float); /* one of them is 0 */
@@ -213,7 +217,8 @@ size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t
     OutlFusedSizes fs;
     Sizes s = layer_sizes(kind, max_N, V, d, device_sms(), budget, &fs);
     return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.scalars + s.win_m + s.win_a + s.zt + s.exp_ref2 + s.ex +
-           s.exp_sums + s.exp_row_scale + s.exp_hs + s.exp_overflow + s.dz + s.dh_acc + s.logits;
+           s.exp_sums + s.exp_row_scale + s.exp_hs + s.exp_tcoef + s.exp_sort + s.exp_sort_temp +
+           s.exp_overflow + s.dz + s.dh_acc + s.logits;
 }
 
 static void *dev_alloc(size_t bytes) {
@@ -246,6 +251,10 @@ OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V,
     L->exp_sums = (float *)dev_alloc(s.exp_sums);
     L->exp_row_scale = (float *)dev_alloc(s.exp_row_scale);
     L->exp_hs = (__nv_bfloat16 *)dev_alloc(s.exp_hs);
+    L->exp_tcoef = (float *)dev_alloc(s.exp_tcoef);
+    L->exp_sort = (int32_t *)dev_alloc(s.exp_sort);
+    L->exp_sort_temp = dev_alloc(s.exp_sort_temp);
+    L->exp_sort_temp_bytes = s.exp_sort_temp;
     L->exp_overflow = (int *)dev_alloc(s.exp_overflow);
     L->dz = (__nv_bfloat16 *)dev_alloc(s.dz);
     L->dh_acc = (float *)dev_alloc(s.dh_acc);
@@ -261,6 +270,9 @@ void output_layer_destroy(OutputLayer *L) {
     CUDA_CHECK(cudaFree(L->dh_acc));
     CUDA_CHECK(cudaFree(L->dz));
     CUDA_CHECK(cudaFree(L->exp_overflow));
+    CUDA_CHECK(cudaFree(L->exp_sort_temp));
+    CUDA_CHECK(cudaFree(L->exp_sort));
+    CUDA_CHECK(cudaFree(L->exp_tcoef));
     CUDA_CHECK(cudaFree(L->exp_hs));
     CUDA_CHECK(cudaFree(L->exp_row_scale));
     CUDA_CHECK(cudaFree(L->exp_sums));

@@ -57,10 +57,14 @@ struct OutputLayer {
     float *win_m, *win_a; /* [stats_elems] */
     float *zt;            /* [max_N] target logit */
     float *exp_ref2;      /* [max_N] each row's reference for E, log2 units */
-    void *ex;             /* [exp_rows x exp_ld] E = exp(z - reference) in bf16, (p - 1) S at the target */
+    void *ex;             /* [exp_rows x exp_ld] E = exp(z - reference) in bf16, 0 at the target */
     float *exp_sums;      /* [exp_rows x exp_tiles] sum of E per row and tile */
     float *exp_row_scale; /* [exp_rows] 1 / S per row (0 if ignored) */
     __nv_bfloat16 *exp_hs; /* [exp_rows x d] H / S */
+    float *exp_tcoef;     /* [max_N] p - 1 at the target (0 if ignored) */
+    int32_t *exp_sort;    /* [3 x max_N] targets sorted, row indices, row indices by target */
+    void *exp_sort_temp;  /* cub's scratch for sorting them */
+    size_t exp_sort_temp_bytes;
     int *exp_overflow;    /* set when a chunk's row has S beyond the limit (the chunk is redone) */
     __nv_bfloat16 *dz;    /* [chunk_rows x window_cols] P - Y (unscaled) of one window */
     float *dh_acc;        /* [max(chunk_rows, exp_rows) x d] fp32 dH (or E W) of one chunk */
@@ -94,6 +98,8 @@ void outl_reduce_loss(const float *row_loss, int64_t N, const float *scalars, fl
 
 /* output_fused.cu. budget: bytes for the scaled-exponential chunks (0: the streaming path). */
 OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int sms, size_t budget);
+/* bytes of scratch for sorting up to max_N rows by target */
+size_t outl_target_sort_bytes(int64_t max_N);
 /* forward only (the streaming statistics, 1G): loss, row_loss, lse */
 void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
 /* after outl_fused_forward: the streaming backward (3G more) */
