@@ -2,19 +2,25 @@
  * N x V logits never stored. Two exact paths behind it (kernels/output_layer.h says which runs):
  *
  *  - scaled exponentials (3G), per chunk of C rows whose buffer fits the budget:
- *      tile kernel, MODE_EXP: z = H W^T stays in fp32 registers; per (row, 256-column tile) the
- *        reference s = k ln 2, k = ceil(max_tile z / ln 2), so E = exp(z - s) lies in (0, 1] and is
- *        stored in fp16 (relative error 2^-12, so that dZ's one rounding to bf16 is what counts);
- *        the tile's fp32 sum of exp(z - s) and k go to a [C x tiles] table; the target logit is
- *        picked up in fp32.
- *      exp_finish_kernel, one CTA per row: lse = ln 2 (K + log2 sum_t S_t 2^(k_t - K)) with the
- *        powers of two exact, loss = lse - z_target, then in place dZ = E 2^(k_t - lse / ln 2) - Y,
- *        the target's p - 1 taken as expm1(z_target - lse) from the fp32 logit: where p is near 1,
- *        p - 1 would otherwise inherit E's rounding in full.
- *      cuBLASLt: dH_chunk (bf16, =) = scale dZ W and dW (fp32, +=) += scale dZ^T H_chunk.
- *    Memory: C x V x 2 bytes plus C x V/256 float2. Bytes per logit: E written once, read and written
- *    by the finish pass, read by the two GEMMs (10 B, as the canonical layer's logits, minus its
- *    second read).
+ *      reference_logit_kernel (once per call): each row's reference s, its target's logit z_t
+ *        (fp32 dot product).
+ *      tile kernel, MODE_EXP: z = H W^T stays in fp32 registers; E = exp(z - s) is stored in bf16
+ *        and the tile's fp32 sum of E goes to a [C x tiles] table; the target logit is picked up in
+ *        fp32. E = 1 at the target, so a row's sum S lies in [~1, 2^60] unless some logit exceeds
+ *        the target's by ~41 (a loss over 41).
+ *      exp_merge_kernel, one CTA per row: S in fp64, lse = s + ln S, loss = lse - z_t; then
+ *        1 / S per row, Hs = H / S in bf16, the one-hot coefficient p - 1 = expm1(z_t - lse) in
+ *        fp32, and 0 in E at the target. P = E / S is never written: the row scale rides on the
+ *        GEMMs' other operand or output.
+ *      cuBLASLt: E W (fp32, the chunk's [C x d]), then exp_dh_kernel: dH = scale (E W / S +
+ *        (p - 1) W[target]) in bf16; dW (fp32, +=) += scale E^T Hs.
+ *      after the last chunk, exp_onehot_dw_kernel: dW[t] += scale sum (p - 1) H over the rows aiming
+ *        at t (rows sorted by target, one owner per dW row, fp32).
+ *      A row with S > 2^60 (or not finite) flags its chunk, and the chunk is redone with s = lse from
+ *        the streaming statistics (MODE_STATS over the chunk's rows), so E = P; those launches read
+ *        the flag on the device and return at once when it is clear (no host sync).
+ *    Memory: C x V x 2 bytes plus C x V/256 floats, and 6 d bytes per row. Bytes per logit: E
+ *    written once, read by the two GEMMs (6 B; the canonical layer's logits take 10).
  *  - streaming (4G), when no chunk fits: MODE_STATS keeps a running max and sum per row over
  *    vocabulary windows (fused_merge_kernel merges the windows into lse); the backward recomputes
  *    the logits per chunk of rows and window of columns, MODE_DZ writing dZ = P - Y (p - 1 at the
@@ -465,8 +471,9 @@ __global__ void __launch_bounds__(T_THREADS, 1)
 #endif
 }
 
-/* A row's lse and loss from its reference K (an integer, log2 units) and the sum S of
- * 2^(z log2(e) - K) over its logits; returns lse / ln 2. In fp64, and z_target scaled by the same
+/* A row's lse and loss from its reference K (log2 units: an integer for the streaming statistics,
+ * the target's logit for the scaled exponentials) and the sum S of 2^(z log2(e) - K) over its
+ * logits; returns lse / ln 2. In fp64, and z_target scaled by the same
  * fp32 log2(e) as the exponents, so that the constant's rounding cancels in the loss: at |z| ~ 100
  * an fp32 lse - z would lose a confident row's loss (~1e-3) to rounding. */
 __device__ __forceinline__ double finish_row(float K, double S, int t, float zt, int64_t row, float *lse_out,

@@ -73,8 +73,8 @@ struct OutputLayer {
 };
 
 /* The layer's device scalars (indices into L->scalars). The gradient scale stays on the device
- * (it needs the valid count) and reaches the GEMMs as their alpha, in fp32: dZ itself is stored as
- * the unscaled P - Y, whose bf16 rounding is then independent from row to row (a scale folded in
+ * (it needs the valid count) and reaches the GEMMs as their alpha, in fp32: dZ (or E) itself is
+ * stored unscaled, whose bf16 rounding is then independent from row to row (a scale folded in
  * before rounding, say 1/900, would round the same way in every row and bias the whole gradient
  * by up to 2^-9). */
 #define OUTL_COUNT 0 /* number of valid targets */
