@@ -501,13 +501,20 @@ __global__ void fused_merge_kernel(const float *win_k, const float *win_a, int n
     if (ref2_out) ref2_out[row] = (float)lse2;
 }
 
+/* Eight floats rounded to bf16, as one 16-byte store. */
+__device__ __forceinline__ void store_bf16x8(bf16 *out, const float (&v)[8]) {
+    __nv_bfloat162 o[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+    *reinterpret_cast<int4 *>(out) = *reinterpret_cast<int4 *>(o);
+}
+
 __global__ void cast_rows_kernel(bf16 *out, const float *in, int64_t n8) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n8) return;
     const float4 x = reinterpret_cast<const float4 *>(in)[2 * i], y = reinterpret_cast<const float4 *>(in)[2 * i + 1];
-    __nv_bfloat162 o[4] = {__floats2bfloat162_rn(x.x, x.y), __floats2bfloat162_rn(x.z, x.w),
-                           __floats2bfloat162_rn(y.x, y.y), __floats2bfloat162_rn(y.z, y.w)};
-    reinterpret_cast<int4 *>(out)[i] = *reinterpret_cast<int4 *>(o);
+    const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+    store_bf16x8(out + 8 * i, v);
 }
 /* Each row's reference for its scaled exponentials, in log2 units: its target's logit (its
  * column 0's when the target is ignored), so that E = 1 at the target and the row's sum S is at
@@ -606,10 +613,7 @@ __global__ void exp_dh_kernel(bf16 *dH, const float *EW, const float *row_scale,
             v[2 * k] = fmaf(c, w2.x, v[2 * k]), v[2 * k + 1] = fmaf(c, w2.y, v[2 * k + 1]);
         }
     }
-    __nv_bfloat162 o[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) o[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-    reinterpret_cast<int4 *>(dH)[i] = *reinterpret_cast<int4 *>(o);
+    store_bf16x8(dH + 8 * i, v);
 }
 
 /* The one-hot part of dW: dW[t] += scale sum of tcoef H over the rows aiming at t, in row order.
@@ -931,17 +935,18 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
         launch_tile_kernel(tile_kernel<MODE_EXP>, grid, 0, r0 > 0, t, tm_h, tm_w, stream);
         CUDA_CHECK(cudaGetLastError());
         CUDA_CHECK(cudaMemsetAsync(L->exp_overflow, 0, sizeof(int), stream));
-        for (int pass = 0; pass < 2; pass++) {
-            if (pass == 1) {
-                TileArgs redo = t;
-                redo.run_if = L->exp_overflow;
-                exp_chunk_redo(L, a, row_loss, r0, nr, redo, grid, tm_h, tm_w, stream);
-            }
+        auto merge = [&](const int *run_if) {
             exp_merge_kernel<<<(unsigned)nr, MERGE_THREADS, 0, stream>>>(
                 (bf16 *)L->ex, ld, L->exp_sums, nt, r0, H, (int)d, a->targets, L->exp_ref2, L->zt, L->lse, a->row_lse,
-                row_loss, L->exp_row_scale, L->exp_tcoef, L->exp_hs, L->exp_overflow, pass == 1 ? L->exp_overflow : NULL);
+                row_loss, L->exp_row_scale, L->exp_tcoef, L->exp_hs, L->exp_overflow, run_if);
             CUDA_CHECK(cudaGetLastError());
-        }
+        };
+        merge(NULL);
+        /* only if the merge flagged a row: the chunk again from the exact lse, and its merge */
+        TileArgs redo = t;
+        redo.run_if = L->exp_overflow;
+        exp_chunk_redo(L, a, row_loss, r0, nr, redo, grid, tm_h, tm_w, stream);
+        merge(L->exp_overflow);
         /* (E W)^T [d x nr] = (W stored d x V) . (E stored V x nr, ld)                      (fp32) */
         outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, V, W, d, L->ex, ld, L->dh_acc, CUDA_R_32F, d, sc + OUTL_ONE,
                   sc + OUTL_ZERO, stream);
