@@ -5,13 +5,19 @@ at 1.0, as ../shared/anchors.md describes its PyTorch row. Not a dependency of t
 puts the peer beside ./train in the same device call.
 
     python3 dev/bench_trainer_torch.py [--vocab V ...] [--batch B] [--steps S] [--warmup W]
+    python3 -m torch.distributed.run --standalone --nproc_per_node G dev/bench_trainer_torch.py ...
 
-Prints one line per vocabulary:
-    csv_torch_trainer,V,B,T,median_ms,tokens_per_s,peak_GB
-median over the timed steps (CUDA events around each whole step), after the warm-up steps (which
-include the compilation)."""
+Under torch.distributed.run it is PyTorch DDP + torch.compile (the compiled DDP module, default
+25 MB buckets, fp32 gradients reduced during the backward), B sequences per GPU, each rank its own
+random tokens: the data-parallel peer of `./train -g G`.
+
+Prints one line per vocabulary (rank 0 only):
+    csv_torch_trainer,V,B,T,median_ms,tokens_per_s,peak_GB,gpus
+tokens_per_s counts every GPU's tokens; median over the timed steps (CUDA events around each whole
+step; with several GPUs, rank 0's), after the warm-up steps (which include the compilation)."""
 import argparse
 import math
+import os
 import statistics
 
 import torch
@@ -64,14 +70,17 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
-def run(vocab, B, T, steps, warmup):
-    torch.manual_seed(0)
+def run(vocab, B, T, steps, warmup, world, rank):
+    torch.manual_seed(0)  # the same initial weights on every rank, as DDP requires
     model = GPT(vocab, T).cuda()
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[torch.cuda.current_device()])
     step_fn = torch.compile(model)
+    torch.manual_seed(1 + rank)
     data = torch.randint(0, vocab, (steps + warmup, B, T + 1), device="cuda")
     torch.cuda.reset_peak_memory_stats()
     times = []
@@ -89,11 +98,13 @@ def run(vocab, B, T, steps, warmup):
         end.synchronize()
         if i >= warmup:
             times.append(start.elapsed_time(end))
-        if i == 0 or i == warmup + steps - 1:
+        if rank == 0 and (i == 0 or i == warmup + steps - 1):
             print(f"V={vocab} step {i + 1}: loss {loss.item():.4f}", flush=True)
     ms = statistics.median(times)
     peak = torch.cuda.max_memory_allocated() / 1e9
-    print(f"csv_torch_trainer,{vocab},{B},{T},{ms:.2f},{B * T / ms * 1e3:.0f},{peak:.1f}", flush=True)
+    if rank == 0:
+        print(f"csv_torch_trainer,{vocab},{B},{T},{ms:.2f},{world * B * T / ms * 1e3:.0f},{peak:.1f},{world}",
+              flush=True)
     del model, opt, step_fn, data
     torch.cuda.empty_cache()
 
@@ -107,8 +118,14 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    if world > 1:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        torch.distributed.init_process_group("nccl")
     for v in a.vocab:
-        run(v, a.batch, a.seq, a.steps, a.warmup)
+        run(v, a.batch, a.seq, a.steps, a.warmup, world, rank)
+    if world > 1:
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
