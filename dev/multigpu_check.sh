@@ -63,6 +63,21 @@ verdict = "ok" if ok else "FAIL"
 print(f"{sys.argv[3]}: {len(a)} vs {len(b)} steps, step 1 {first:.1e} relative, largest |loss difference| {worst:.2e}"
       f" ({verdict}, bound {bound:.2e}), final {a[-1] if a else None} vs {b[-1] if b else None}")
 '
+# AdamW's first moment after one step (m = 0.1 g, the clipped reduced gradient) of two checkpoints'
+# state.bin (params, m, v: fp32, the file's last 3n floats). The same micro-batch gradients summed
+# in another order differ by a few fp32 roundings, relative L2 ~1e-7; the bound 1e-5 is far above
+# that and far below any real fault (a bucket not reduced, a wrong scale: 1e-2 and more).
+moment_py='
+import struct, sys, numpy as np
+def m_of(p):
+    b = open(p, "rb").read()
+    n = struct.unpack_from("<Q", b, 112)[0]
+    return np.frombuffer(b[len(b) - 8 * n:len(b) - 4 * n], dtype=np.float32).astype(np.float64)
+a, b = m_of(sys.argv[1]), m_of(sys.argv[2])
+rel = np.linalg.norm(a - b) / np.linalg.norm(a)
+verdict = "ok" if rel <= 1e-5 else "FAIL"
+print(f"AdamW m relative L2 difference {rel:.2e} ({verdict}, bound 1e-5), {np.mean(a == b) * 100:.1f} % of elements equal")
+'
 # the largest per-step loss difference of two logs
 worst_py='
 import re, sys
@@ -74,12 +89,22 @@ if has correct; then
     # one GPU accumulating G (or 2G) micro-batches against G GPUs taking one (or two) each
     for d in $((1024 * G)) $((2048 * G)); do
         ./train $common -d $d -o /tmp/mg/one_$d >/tmp/mg/one_$d.log 2>&1
-        # the noise floor: the same global batch in micro-batches of 4 (rounding only)
-        ./train ${common/-b 8/-b 4} -d $d -o /tmp/mg/one_b4_$d >/tmp/mg/one_b4_$d.log 2>&1
-        floor=$(python3 -c "$worst_py" /tmp/mg/one_$d.log /tmp/mg/one_b4_$d.log)
-        bound=$(python3 -c "print(f'{2 * float(\"$floor\"):.3e}')")
+        # the noise floor: the same global batch in micro-batches of 4 and of 2 (rounding only);
+        # its size is the largest drift of the three pairs
+        for b in 4 2; do
+            ./train ${common/-b 8/-b $b} -d $d -o /tmp/mg/one_b${b}_$d >/tmp/mg/one_b${b}_$d.log 2>&1
+        done
+        floor=0
+        for pair in "one_$d one_b4_$d" "one_$d one_b2_$d" "one_b4_$d one_b2_$d"; do
+            set -- $pair
+            w=$(python3 -c "$worst_py" /tmp/mg/$1.log /tmp/mg/$2.log)
+            note "-d $d: noise floor $1 vs $2: $(python3 -c "$losses_py" /tmp/mg/$1.log /tmp/mg/$2.log "rounding only" 1)"
+            floor=$(python3 -c "print(max($floor, float('$w')))")
+        done
+        bound=$(python3 -c "print(f'{2 * $floor:.3e}')")
         echo "$bound" >/tmp/mg/bound_$d
-        note "-d $d: noise floor (1 GPU, -b 8 vs -b 4): $(python3 -c "$losses_py" /tmp/mg/one_$d.log /tmp/mg/one_b4_$d.log "largest difference" 1)"
+        # one step's reduced gradient, through AdamW's first moment m = 0.1 g after step 1
+        ./train $common -d $d -x 1 -o /tmp/mg/one_step1_$d >/tmp/mg/one_step1_$d.log 2>&1
         for mode in "--overlap-comm 1" "--overlap-comm 0" "--zero 1" "--zero 1 --overlap-comm 0"; do
             tag="$(echo "$mode" | tr -d ' -')"
             log=/tmp/mg/dp_${d}_$tag.log
@@ -87,6 +112,9 @@ if has correct; then
             rc=$?
             note "$(python3 -c "$losses_py" /tmp/mg/one_$d.log $log "-d $d, 1 vs $G GPUs $mode (exit $rc)" $bound) $(grep -m1 error $log)"
             note "    val: $(grep 'val loss' /tmp/mg/one_$d.log | tail -1 | cut -d'|' -f2) vs $(grep 'val loss' $log | tail -1 | cut -d'|' -f2); comm $(grep '| loss' $log | tail -1 | grep -o 'comm [0-9.]* ms')"
+            ./train -g $G $common -d $d -x 1 $mode -o /tmp/mg/dp_step1_${d}_$tag >/dev/null 2>&1
+            note "    step 1's gradient: $(python3 -c "$moment_py" /tmp/mg/one_step1_$d/step_00000001/state.bin \
+                /tmp/mg/dp_step1_${d}_$tag/step_00000001/state.bin 2>&1 | tail -1)"
         done
     done
     # the fused layer's other path, streaming (the runs above take its default, scaled exponentials), 1 vs G GPUs
