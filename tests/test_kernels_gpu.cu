@@ -835,3 +835,64 @@ TEST(kernels_adamw_on_shard_ranges_matches_the_whole_update) {
     free(p); free(m); free(v); free(g); free(sp); free(sm); free(sv); free(sg); free(pb); free(spb); free(poisoned);
     dfree_all();
 }
+
+/* ZeRO-1 with bf16 on the wire, its ranks simulated in one process: each rank packs a slab of every
+ * part of its bucket, rank r receives every rank's slab of part r (copies stand in for the
+ * exchange), and sums them in rank order, its own values unrounded. The sum is fp32 adds in a fixed
+ * order, so it must equal the host's bit for bit. */
+static void grad_reduce_bf16_case(int world, size_t piece, size_t offset, size_t len) {
+    const size_t n = (size_t)world * piece;
+    float **g = (float **)malloc(world * sizeof *g);
+    float **d_g = (float **)malloc(world * sizeof *d_g);
+    bf16 **d_stage = (bf16 **)malloc(world * sizeof *d_stage);
+    for (int j = 0; j < world; j++) {
+        g[j] = hmalloc(n);
+        fill_normal(g[j], n, 1e-3f);
+        d_g[j] = up_f32(g[j], n);
+        d_stage[j] = (bf16 *)dalloc((size_t)world * len * 2);
+        poison(d_stage[j], (size_t)world * len * 2);
+        grad_pack_bf16(d_stage[j], d_g[j], piece, offset, len, world, 0);
+    }
+    dsync();
+    uint16_t *stage = (uint16_t *)malloc((size_t)world * len * 2);
+    size_t wrong_pack = 0;
+    for (int j = 0; j < world; j++) {
+        CUDA_CHECK(cudaMemcpy(stage, d_stage[j], (size_t)world * len * 2, cudaMemcpyDeviceToHost));
+        for (int p = 0; p < world; p++)
+            for (size_t k = 0; k < len; k++) wrong_pack += stage[p * len + k] != f2bf_bits(g[j][p * piece + offset + k]);
+    }
+    CHECK(wrong_pack == 0, "world %d: %zu packed values are not the bf16 rounding of their gradient", world, wrong_pack);
+    bf16 *d_recv = (bf16 *)dalloc((size_t)world * len * 2);
+    float *d_out = (float *)dalloc(len * 4), *out = hmalloc(len);
+    size_t wrong_sum = 0;
+    for (int r = 0; r < world; r++) {
+        poison(d_recv, (size_t)world * len * 2);
+        poison(d_out, len * 4);
+        for (int j = 0; j < world; j++)
+            if (j != r)
+                CUDA_CHECK(cudaMemcpy(d_recv + (size_t)j * len, d_stage[j] + (size_t)r * len, len * 2,
+                                      cudaMemcpyDeviceToDevice));
+        grad_sum_bf16(d_out, d_g[r] + (size_t)r * piece + offset, d_recv, len, world, r, 0);
+        dsync();
+        down_f32(out, d_out, len);
+        for (size_t k = 0; k < len; k++) {
+            float want = 0.0f;
+            for (int j = 0; j < world; j++) {
+                float x = g[j][r * piece + offset + k];
+                want += j == r ? x : bf_bits2f(f2bf_bits(x));
+            }
+            wrong_sum += !same_bytes(&out[k], &want, 4);
+        }
+    }
+    CHECK(wrong_sum == 0, "world %d: %zu summed values differ from the host's sum in rank order", world, wrong_sum);
+    for (int j = 0; j < world; j++) free(g[j]);
+    free(g); free(d_g); free(d_stage); free(stage); free(out);
+    dfree_all();
+}
+
+TEST(kernels_bf16_gradient_exchange_sums_own_fp32_and_remote_bf16_in_rank_order) {
+    seed_fresh();
+    grad_reduce_bf16_case(2, 70001, 0, 70001);     /* one slab: the whole part */
+    grad_reduce_bf16_case(3, 100003, 30011, 30011); /* a middle slab */
+    grad_reduce_bf16_case(4, 5003, 4000, 1003);     /* the last, short slab */
+}
