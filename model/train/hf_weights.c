@@ -42,6 +42,49 @@ static char *read_whole(const char *path, size_t *len, char *err) {
     return buf;
 }
 
+/* The JSON type transformers writes for each config.json field read here. */
+typedef enum { FIELD_STRING, FIELD_BOOL, FIELD_NUMBER, FIELD_INT, FIELD_INT_OR_NULL } FieldType;
+
+static const struct {
+    const char *key;
+    FieldType type;
+} config_fields[] = {
+    {"model_type", FIELD_STRING},          {"activation_function", FIELD_STRING},
+    {"n_layer", FIELD_INT},                {"n_head", FIELD_INT},
+    {"n_embd", FIELD_INT},                 {"vocab_size", FIELD_INT},
+    {"n_positions", FIELD_INT},            {"n_ctx", FIELD_INT},
+    {"n_inner", FIELD_INT_OR_NULL},        {"tie_word_embeddings", FIELD_BOOL},
+    {"layer_norm_epsilon", FIELD_NUMBER},  {"scale_attn_weights", FIELD_BOOL},
+    {"scale_attn_by_inverse_layer_idx", FIELD_BOOL},
+};
+
+static int has_type(const JsonValue *v, FieldType want) {
+    switch (want) {
+    case FIELD_STRING: return v->type == JSON_STRING;
+    case FIELD_BOOL: return v->type == JSON_TRUE || v->type == JSON_FALSE;
+    case FIELD_NUMBER:
+    case FIELD_INT: return v->type == JSON_NUMBER;
+    case FIELD_INT_OR_NULL: return v->type == JSON_NUMBER || v->type == JSON_NULL;
+    }
+    return 0;
+}
+
+/* Every field read has the type transformers writes: a value of another type (31 for model_type, 0 for
+ * tie_word_embeddings) is a hand-edited or foreign file, and reading around it would be a guess. The
+ * range of an integer is checked where it is read. */
+static int check_field_types(const JsonValue *root, const char *path, char *err) {
+    static const char *expected[] = {"a string", "true or false", "a number", "an integer", "an integer or null"};
+    for (size_t i = 0; i < sizeof config_fields / sizeof config_fields[0]; i++) {
+        const JsonValue *v = json_get(root, config_fields[i].key);
+        if (v && !has_type(v, config_fields[i].type)) {
+            snprintf(err, ERR_LEN, "%s: \"%s\" is %s, expected %s (re-save the config with transformers, or fix the field)", path,
+                     config_fields[i].key, json_type_name(v->type), expected[config_fields[i].type]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int get_int(const JsonValue *cfg, const char *key, const char *path, long long *out, char *err) {
     if (!json_int(json_get(cfg, key), 1, 1 << 30, out)) {
         snprintf(err, ERR_LEN, "%s: \"%s\" is missing or not a positive integer", path, key);
@@ -75,6 +118,8 @@ int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
     long long inner_v = 0;
     if (root->type != JSON_OBJECT) {
         snprintf(err, ERR_LEN, "%s is not a JSON object", path);
+    } else if (check_field_types(root, path, err) != 0) {
+        /* err set */
     } else if (type && strcmp(type, "gpt2") != 0) {
         snprintf(err, ERR_LEN, "%s: model_type %s is not supported (GPT-2's is)", path, type);
     } else if (get_int(root, "n_layer", path, &L, err) || get_int(root, "n_head", path, &NH, err) ||
@@ -88,7 +133,7 @@ int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
         snprintf(err, ERR_LEN, "%s: n_inner is not 4 x n_embd; only GPT-2's MLP width is supported", path);
     } else if (tie && tie->type == JSON_FALSE) {
         snprintf(err, ERR_LEN, "%s: tie_word_embeddings is false; the output layer here is the token embedding", path);
-    } else if (eps && (eps->type != JSON_NUMBER || fabs(eps->number - 1e-5) > 1e-9)) {
+    } else if (eps && fabs(eps->number - 1e-5) > 1e-9) {
         snprintf(err, ERR_LEN, "%s: layer_norm_epsilon is not 1e-5, the one this trainer uses", path);
     } else if ((by_layer && by_layer->type == JSON_TRUE) || (scale && scale->type == JSON_FALSE)) {
         snprintf(err, ERR_LEN, "%s: attention scaled other than by 1/sqrt(head size) is not supported", path);

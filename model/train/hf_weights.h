@@ -9,8 +9,9 @@
 
 /* The model <dir>/config.json describes (n_layer, n_head, n_embd, n_positions, vocab_size; Vp
  * filled in). A config that is not a GPT-2 this trainer computes (another model_type or activation,
- * untied output layer, n_inner other than 4C, ...) is refused naming the field. 0, or -1 with a
- * one-line message in err (ERR_LEN bytes). */
+ * untied output layer, n_inner other than 4C, ...) is refused naming the field, and so is a field
+ * whose JSON type is not the one transformers writes. 0, or -1 with a one-line message in err
+ * (ERR_LEN bytes). */
 int hf_read_config(const char *dir, GPTConfig *cfg, char *err);
 
 /* The weights of <dir>/model.safetensors into params (t->total floats, t's layout; F32, F16 or
