@@ -15,8 +15,9 @@
 int hf_read_config(const char *dir, GPTConfig *cfg, char *err);
 
 /* The weights of <dir>/model.safetensors into params (t->total floats, t's layout; F32, F16 or
- * BF16 tensors; the padded vocabulary rows set to 0). Every tensor of the table must be there with
- * its shape; a tensor GPT2LMHeadModel does not have, or an lm_head.weight that is not the token
+ * BF16 tensors; the padded vocabulary rows set to 0). Every entry of the header must hold the bytes
+ * its dtype and shape take, and the entries must cover the data exactly (no overlap, hole or
+ * trailing bytes). Every tensor of the table must be there with its shape; a tensor GPT2LMHeadModel does not have, or an lm_head.weight that is not the token
  * embedding, is refused. 0, or -1 with a one-line message in err (ERR_LEN bytes). */
 int hf_read_weights(const char *dir, const ParamTable *t, float *params, char *err);
 
