@@ -213,6 +213,16 @@ static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
         fclose(f);
         return NULL;
     }
+    /* the writer leaves them 0: anything else is a field this version does not know, or a corrupt header */
+    static const int reserved[][2] = {{20, 24}, {32, SHARD_HEADER_BYTES}}; /* [from, to) */
+    for (int r = 0; r < 2; r++)
+        for (int i = reserved[r][0]; i < reserved[r][1]; i++)
+            if (h[i] != 0) {
+                snprintf(err, ERR_LEN, "token shard %s: reserved header byte %d is 0x%02x, not 0 (a newer format or "
+                         "a corrupt header; re-create it)", path, i, h[i]);
+                fclose(f);
+                return NULL;
+            }
     if (hdr->bytes_per_token != 2 && hdr->bytes_per_token != 4) {
         snprintf(err, ERR_LEN, "token shard %s has %u bytes per token (must be 2 or 4; corrupt header)", path,
                  hdr->bytes_per_token);
@@ -269,6 +279,11 @@ int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64
         fclose(f);
         return -1;
     }
+    /* Our header records the vocabulary the tokens were made with, so a token at or above it is
+     * corrupt even where the model's is larger. llm.c's records none (its stand-in is a guess from the
+     * magic), so there only the model's vocabulary bounds the tokens. */
+    const int recorded = hdr->header_bytes == SHARD_HEADER_BYTES;
+    const uint32_t bound = recorded && hdr->vocab_size < model_vocab ? hdr->vocab_size : model_vocab;
     enum { CHUNK = 1 << 16 };
     unsigned char *buf = malloc((size_t)CHUNK * 4);
     int rc = buf ? 0 : -1;
@@ -289,20 +304,21 @@ int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64
             } else {
                 memcpy(&tok, buf + 4 * j, 4);
             }
-            if (tok >= model_vocab) {
+            if (tok >= bound) {
+                const unsigned long long at = i + j, byte = hdr->header_bytes + at * hdr->bytes_per_token;
                 if (tok >= hdr->vocab_size) /* the shard contradicts its own header: no -v makes it right */
                     snprintf(err, ERR_LEN,
-                             "token %u at position %llu in shard %s is beyond the shard's own vocabulary of %u (the "
-                             "shard is corrupt: re-create it)", tok, (unsigned long long)(i + j), path, hdr->vocab_size);
+                             "token %u at position %llu (byte %llu) in shard %s is beyond the shard's own vocabulary "
+                             "of %u (the shard is corrupt: re-create it)", tok, at, byte, path, hdr->vocab_size);
                 else if (hdr->vocab_size > FGPT_MAX_VOCAB)
                     snprintf(err, ERR_LEN,
-                             "token %u at position %llu in shard %s is >= vocabulary %u (re-tokenize: the shard's "
-                             "vocabulary of %u is above the largest a model takes, -v %u)", tok,
-                             (unsigned long long)(i + j), path, model_vocab, hdr->vocab_size, FGPT_MAX_VOCAB);
+                             "token %u at position %llu (byte %llu) in shard %s is >= vocabulary %u (re-tokenize: the "
+                             "shard's vocabulary of %u is above the largest a model takes, -v %u)", tok, at, byte,
+                             path, model_vocab, hdr->vocab_size, FGPT_MAX_VOCAB);
                 else
                     snprintf(err, ERR_LEN,
-                             "token %u at position %llu in shard %s is >= vocabulary %u (re-tokenize, or pass -v %u)",
-                             tok, (unsigned long long)(i + j), path, model_vocab, hdr->vocab_size);
+                             "token %u at position %llu (byte %llu) in shard %s is >= vocabulary %u (re-tokenize, or "
+                             "pass -v %u)", tok, at, byte, path, model_vocab, hdr->vocab_size);
                 rc = -1;
                 break;
             }

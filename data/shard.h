@@ -11,7 +11,9 @@
  *   64 tokens   uint16 or uint32 each
  * The reader also takes llm.c's .bin files as they are: a 256 x int32 header (magic, version, token
  * count, then zeros) and the tokens; GPT-2 files (magic 20240520, version 1) hold uint16 tokens,
- * Llama 3 files (magic 20240801, version 7) uint32 tokens. The same checks apply to them.
+ * Llama 3 files (magic 20240801, version 7) uint32 tokens. The same checks apply to them, but for
+ * two that need what only our header records: its reserved bytes must be 0, and every token must be
+ * below its vocabulary (as well as below the model's, the one bound of an llm.c file's tokens).
  * All functions return 0 on success; on failure they return -1 and write one line naming the
  * problem and the fix into err (ERR_LEN bytes). */
 #ifndef FUSEDGPT_SHARD_H
@@ -62,7 +64,7 @@ int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t v
 int shard_read_header(const char *path, ShardHeader *hdr, char *err);
 
 /* Reads and validates a whole shard; every token must be < model_vocab (the model's unpadded
- * vocabulary). On success *tokens is malloc'ed (caller frees) and *n holds the count. */
+ * vocabulary) and, in our format, < the header's. On success *tokens is malloc'ed (caller frees) and *n holds the count. */
 int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64_t *n, ShardHeader *hdr,
                char *err);
 

@@ -213,6 +213,33 @@ TEST(checkpoint_changed_on_disk_is_refused_and_a_resealed_one_accepted) {
     param_table_free(&t);
 }
 
+TEST(a_state_file_whose_padded_vocabulary_differs_from_the_models_is_refused) {
+    /* the padded vocabulary decides the layout of wte and of everything after it; a file that pads
+     * otherwise (resealed by a tool, or by another build) must not be read into this layout */
+    ParamTable t;
+    tiny_table(&t, 50);
+    float *p = random_floats(t.total, 9), *q = malloc(t.total * 4 * 3);
+    TrainState st = {.step = 3, .B = 2, .T = 8, .total_batch = 16};
+    char err[ERR_LEN] = "", path[700];
+    REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 2, err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/step_00000003/state.bin", test_tmpdir());
+    const long padded_at = 8 + 4 + 4 + 5 * 4; /* magic, version, world, then five int32 of the config */
+    const int32_t other = t.cfg.padded_vocab_size + 128;
+    FILE *f = fopen(path, "r+b");
+    REQUIRE(f && fseek(f, padded_at, SEEK_SET) == 0 && fwrite(&other, 4, 1, f) == 1 && fclose(f) == 0, "patching %s",
+            path);
+    REQUIRE(checkpoint_state_reseal(path, err) == 0, "%s", err);
+    char want[200];
+    snprintf(want, sizeof want, "pads its vocabulary of 50 to %d rows but this model pads it to %d", (int)other,
+             t.cfg.padded_vocab_size);
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
+              strstr(err, want),
+          "a state file padded otherwise: %s", err);
+    free(q);
+    free(p);
+    param_table_free(&t);
+}
+
 TEST(checkpoint_saved_below_later_steps_is_kept_and_the_later_ones_too) {
     /* steps 2 and 4 exist (a future the user rolled back from by editing latest); the run saves steps
      * 1..3 (keep 2): each must survive its own pruning and latest must name it; step 4 is left alone */

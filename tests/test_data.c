@@ -85,6 +85,25 @@ TEST(shard_defects_give_clear_errors) {
           "a directory: %s", err);
 }
 
+TEST(a_token_beyond_the_shards_own_vocabulary_is_refused_even_when_the_model_is_larger) {
+    /* tokens 0..299 of a 300-token shard, then 400 at index 17: a model of 1000 words would take it,
+     * but the shard contradicts its own header */
+    uint16_t beyond = 400;
+    expect_defect("token beyond the header's vocabulary", 64 + 2 * 17, &beyond, 2, -1, 1000,
+                  "token 400 at position 17 (byte 98) in shard ");
+    expect_defect("token beyond the header's vocabulary", 64 + 2 * 17, &beyond, 2, -1, 1000,
+                  "bad.bin is beyond the shard's own vocabulary of 300 (the shard is corrupt: re-create it)");
+}
+
+TEST(a_shard_with_nonzero_reserved_header_bytes_is_refused) {
+    /* reserved bytes are 0 in every shard this format's version writes: anything else is a newer
+     * format or a corrupt header, and reading on would misread it */
+    uint8_t one = 1;
+    expect_defect("reserved word after the vocabulary", 20, &one, 1, -1, 300,
+                  "reserved header byte 20 is 0x01, not 0 (a newer format or a corrupt header; re-create it)");
+    expect_defect("reserved bytes after the count", 63, &one, 1, -1, 300, "reserved header byte 63 is 0x01");
+}
+
 static int open_loader_accum(Loader *l, const char *path, int B, int T, int rank, int world, int accum,
                              int shuffle) {
     char err[ERR_LEN];

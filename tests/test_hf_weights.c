@@ -128,7 +128,7 @@ TEST(hf_weights_reads_gpt2s_own_layout_buffers_lm_head_and_bf16) {
         const ParamInfo *pi = &t.params[i];
         size_t rows = pi->role == ROLE_WTE ? 300 : pi->rows, cols = pi->cols;
         Tensor *x = &ts[n++];
-        snprintf(x->name, sizeof x->name, "%s", pi->name + 12); /* GPT-2's names: no "transformer." */
+        snprintf(x->name, sizeof x->name, "%s", pi->name + strlen("transformer.")); /* GPT-2's names */
         x->dtype = "BF16";
         x->d0 = pi->ndim == 1 ? 0 : pi->hf_transposed ? cols : rows;
         x->d1 = pi->ndim == 1 ? cols : pi->hf_transposed ? rows : cols;
@@ -221,6 +221,93 @@ TEST(hf_weights_config_of_another_model_is_refused_naming_the_field) {
     }
     CHECK(hf_read_config("/nonexistent", &cfg, err) != 0 && strstr(err, "cannot open /nonexistent/config.json"),
           "a missing directory: %s", err);
+}
+
+TEST(a_config_field_of_the_wrong_type_is_refused_naming_the_field_and_both_types) {
+    /* every field read has the type transformers writes; another type is a hand-edited or foreign
+     * file, and reading around it (31 as "no model_type", 0 as "not false") would guess */
+    char err[ERR_LEN];
+    GPTConfig cfg;
+    const struct {
+        const char *extra, *msg;
+    } cases[] = {
+        {", \"model_type\": 31", "\"model_type\" is a number, expected a string"},
+        {", \"tie_word_embeddings\": 0", "\"tie_word_embeddings\" is a number, expected true or false"},
+        {", \"activation_function\": false", "\"activation_function\" is false, expected a string"},
+        {", \"scale_attn_weights\": \"yes\"", "\"scale_attn_weights\" is a string, expected true or false"},
+        {", \"scale_attn_by_inverse_layer_idx\": 1", "\"scale_attn_by_inverse_layer_idx\" is a number, expected true"},
+        {", \"layer_norm_epsilon\": \"1e-05\"", "\"layer_norm_epsilon\" is a string, expected a number"},
+        {", \"n_inner\": \"64\"", "\"n_inner\" is a string, expected an integer or null"},
+        {", \"n_layer\": \"2\"", "\"n_layer\" is a string, expected an integer"},
+        {", \"vocab_size\": [300]", "\"vocab_size\" is an array, expected an integer"},
+        {", \"n_positions\": null", "\"n_positions\" is null, expected an integer"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_gpt2_config(test_tmpdir(), cases[i].extra);
+        CHECK(hf_read_config(test_tmpdir(), &cfg, err) != 0 && strstr(err, cases[i].msg) && strstr(err, "config.json"),
+              "'%s': message '%s' lacks '%s'", cases[i].extra, err, cases[i].msg);
+    }
+    /* the types transformers writes are taken: n_inner null, booleans, a float epsilon */
+    write_gpt2_config(test_tmpdir(), ", \"n_inner\": null, \"tie_word_embeddings\": true, \"scale_attn_weights\": true,"
+                                     " \"scale_attn_by_inverse_layer_idx\": false");
+    CHECK(hf_read_config(test_tmpdir(), &cfg, err) == 0 && cfg.num_layers == 2, "GPT-2's own types refused: %s", err);
+}
+
+/* A safetensors file of the given header text and data_len bytes of data (zeros). */
+static void write_raw_safetensors(const char *path, const char *header, size_t data_len) {
+    FILE *f = fopen(path, "wb");
+    uint64_t hl = strlen(header);
+    fwrite(&hl, 8, 1, f);
+    fwrite(header, 1, hl, f);
+    for (size_t i = 0; i < data_len; i++) fputc(0, f);
+    fclose(f);
+}
+
+TEST(a_safetensors_file_whose_data_is_not_exactly_its_tensors_is_refused) {
+    ParamTable t;
+    REQUIRE(tiny_table(&t, 300) == 0, "table");
+    float *p = malloc(t.total * sizeof *p);
+    param_init(&t, p, 5);
+    TrainState st = {.step = 2};
+    char err[ERR_LEN], dir[800], path[900];
+    REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 1, err) == 0, "%s", err);
+    snprintf(dir, sizeof dir, "%s/step_00000002", test_tmpdir());
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    REQUIRE(hf_read_weights(dir, &t, p, err) == 0, "the exported file: %s", err);
+    /* bytes after the last tensor: a corrupt or concatenated file */
+    FILE *f = fopen(path, "ab");
+    REQUIRE(f && fputs("tail", f) >= 0 && fclose(f) == 0, "appending to %s", path);
+    CHECK(hf_read_weights(dir, &t, p, err) != 0 && strstr(err, "model.safetensors has 4 bytes after its last tensor"),
+          "trailing bytes: %s", err);
+    const struct {
+        const char *what, *header;
+        size_t data_len;
+        const char *msg;
+    } cases[] = {
+        {"overlap", "{\"h.0.ln_1.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                    "\"h.0.ln_1.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+         12, "tensors h.0.ln_1.weight and h.0.ln_1.bias overlap"},
+        {"hole", "{\"h.0.ln_1.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                 "\"h.0.ln_1.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}",
+         20, "bytes 8 to 12 of the data belong to no tensor"},
+        {"past the end", "{\"h.0.ln_1.weight\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8,
+         "tensor h.0.ln_1.weight ends at byte 16 of the data, past its end at 8"},
+        {"bytes for the shape", "{\"h.0.ln_1.weight\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}",
+         8, "tensor h.0.ln_1.weight holds 8 bytes but F32 [3] takes 12"},
+        {"a buffer's bytes", "{\"h.0.attn.bias\":{\"dtype\":\"F32\",\"shape\":[1,1,2,2],\"data_offsets\":[0,8]}}",
+         8, "tensor h.0.attn.bias holds 8 bytes but F32 [1, 1, 2, 2] takes 16"},
+        {"unknown dtype", "{\"h.0.ln_1.weight\":{\"dtype\":\"F31\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+         "tensor h.0.ln_1.weight has dtype F31, which safetensors does not define"},
+        {"no offsets", "{\"h.0.ln_1.weight\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8,
+         "tensor h.0.ln_1.weight has no valid dtype, shape or data_offsets"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_raw_safetensors(path, cases[i].header, cases[i].data_len);
+        CHECK(hf_read_weights(dir, &t, p, err) != 0 && strstr(err, cases[i].msg) && strstr(err, "model.safetensors"),
+              "%s: message '%s' lacks '%s'", cases[i].what, err, cases[i].msg);
+    }
+    free(p);
+    param_table_free(&t);
 }
 
 /* ---- the trainer ---- */

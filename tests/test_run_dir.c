@@ -2,6 +2,7 @@
  * a resume continues one timeline (an abandoned future moves aside, a stopped run's extra records
  * leave the log), a failed write stops the run with a true message, what a save needs is taken
  * before step 1, and every log line is valid JSON in valid UTF-8. */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,6 +316,56 @@ TEST(a_resume_keeps_the_records_of_its_step_that_it_will_not_write_again) {
     free(after);
     /* nothing left to trim: the file is not rewritten */
     CHECK(runlog_trim_after(test_tmpdir(), 3, 0, 1, NULL, err) == 0, "a second trim moved records: %s", err);
+}
+
+TEST(a_non_finite_validation_loss_is_logged_as_null_so_the_log_stays_json) {
+    /* JSON has no NaN: a line holding nan would be refused by the next resume */
+    char err[ERR_LEN];
+    RunLog log;
+    REQUIRE(runlog_open(&log, test_tmpdir(), err) == 0, "%s", err);
+    CHECK(runlog_eval(&log, 4, NAN) == 0 && runlog_step(&log, 5, 2.0f, INFINITY, 1.0f, 3.0, INFINITY, -1, -1, -1) == 0,
+          "writing: %s", log.err);
+    runlog_close(&log);
+    char path[800];
+    snprintf(path, sizeof path, "%s/log.jsonl", test_tmpdir());
+    char *text = read_text(path);
+    CHECK(text && strcmp(text, "{\"type\":\"eval\",\"step\":4,\"val_loss\":null}\n"
+                               "{\"type\":\"step\",\"step\":5,\"loss\":2.000000,\"lr\":null,\"grad_norm\":1.000000,"
+                               "\"ms\":3.000,\"tokens_per_s\":null}\n") == 0,
+          "the log:\n%s", text ? text : "");
+    free(text);
+    CHECK(runlog_trim_after(test_tmpdir(), 4, 0, 0, NULL, err) == 1, "the log refused on resume: %s", err);
+}
+
+TEST(a_resume_refuses_a_run_log_line_that_is_not_a_record_naming_its_line) {
+    /* only the last line can be cut short by a crash (it has no newline yet); anything else that is
+     * not a record was written by something else, and trimming around it would keep or drop it blindly */
+    char path[800], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/log.jsonl", test_tmpdir());
+    const char *rec = "{\"type\":\"step\",\"step\":1,\"loss\":1.0}\n";
+    const struct {
+        const char *line, *msg;
+    } cases[] = {
+        {"garbage\n", "line 2 is not a run-log record (not JSON; delete or fix that line"},
+        {"{\"type\":\"step\",\"step\":2,\"lo\n", "line 2 is not a run-log record (not JSON; delete or fix that line"},
+        {"[1,2]\n", "line 2 is not a run-log record (an array, not an object;"},
+        {"{\"type\":\"note\",\"step\":2}\n", "line 2 is not a run-log record (its type is not step, eval or sample;"},
+        {"{\"type\":\"eval\",\"step\":\"2\"}\n", "line 2 is not a run-log record (its step is not a count;"},
+        {"\n", "line 2 is not a run-log record (not JSON; delete or fix that line"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(path, "w");
+        REQUIRE(f && fputs(rec, f) >= 0 && fputs(cases[i].line, f) >= 0 && fputs(rec, f) >= 0 && fclose(f) == 0,
+                "writing %s", path);
+        err[0] = 0;
+        CHECK(runlog_trim_after(test_tmpdir(), 1, 0, 0, NULL, err) == -1 && strstr(err, path) &&
+                  strstr(err, cases[i].msg),
+              "'%.30s': message '%s' lacks '%s'", cases[i].line, err, cases[i].msg);
+        char *after = read_text(path);
+        CHECK(after && strncmp(after, rec, strlen(rec)) == 0 && strstr(after, cases[i].line),
+              "a refused log was changed:\n%s", after ? after : "");
+        free(after);
+    }
 }
 
 TEST(checkpoints_with_a_tokenizer_keep_it_through_pruning_and_a_rollback_at_the_longest_o) {

@@ -517,6 +517,14 @@ int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *para
     }
     CHECK_FIELD(max_seq_len, t->cfg.max_seq_len, "--max-seq-len");
     CHECK_FIELD(vocab_size, t->cfg.vocab_size, "-v");
+    /* no flag sets it: it follows from -v, and it decides where every tensor after wte lies */
+    if (h.padded_vocab_size != t->cfg.padded_vocab_size) {
+        snprintf(err, ERR_LEN, "checkpoint %s pads its vocabulary of %d to %d rows but this model pads it to %d (a "
+                 "state file of another build, or corrupt; start a new run with another -o)", path, (int)h.vocab_size,
+                 (int)h.padded_vocab_size, t->cfg.padded_vocab_size);
+        fclose(f);
+        return -1;
+    }
     size_t n = t->total * sizeof(float);
     if (fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size != sizeof h + 3 * n || h.total_params != t->total) {
         snprintf(err, ERR_LEN, "%s is truncated or corrupt (expected %zu bytes); %s", path, sizeof h + 3 * n,

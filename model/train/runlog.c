@@ -1,8 +1,10 @@
 #include "model/train/runlog.h"
 #include "data/err.h"
+#include "tokenizer/json.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,17 +46,29 @@ static int finish_record(RunLog *log) {
     return -1;
 }
 
+/* ,"key":x in fmt, or null when x is not finite: JSON has no NaN or infinity (a validation loss can
+ * be either), and a line that is not JSON would stop the next resume. */
+static void put_number(FILE *f, const char *key, const char *fmt, double x) {
+    fprintf(f, ",\"%s\":", key);
+    if (isfinite(x))
+        fprintf(f, fmt, x);
+    else
+        fputs("null", f);
+}
+
 int runlog_step(RunLog *log, int step, float loss, float lr, float grad_norm, double ms, double tokens_per_s,
                 double mfu_percent, double gpu_memory_gb, double comm_wait_ms) {
     if (!log->f) return 0;
     if (log->failed) return -1;
-    fprintf(log->f,
-            "{\"type\":\"step\",\"step\":%d,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,"
-            "\"tokens_per_s\":%.1f",
-            step, loss, lr, grad_norm, ms, tokens_per_s);
-    if (mfu_percent >= 0) fprintf(log->f, ",\"mfu_percent\":%.2f", mfu_percent);
-    if (gpu_memory_gb >= 0) fprintf(log->f, ",\"gpu_memory_gb\":%.3f", gpu_memory_gb);
-    if (comm_wait_ms >= 0) fprintf(log->f, ",\"comm_wait_ms\":%.3f", comm_wait_ms);
+    fprintf(log->f, "{\"type\":\"step\",\"step\":%d", step);
+    put_number(log->f, "loss", "%.6f", loss);
+    put_number(log->f, "lr", "%.6e", lr);
+    put_number(log->f, "grad_norm", "%.6f", grad_norm);
+    put_number(log->f, "ms", "%.3f", ms);
+    put_number(log->f, "tokens_per_s", "%.1f", tokens_per_s);
+    if (mfu_percent >= 0) put_number(log->f, "mfu_percent", "%.2f", mfu_percent);
+    if (gpu_memory_gb >= 0) put_number(log->f, "gpu_memory_gb", "%.3f", gpu_memory_gb);
+    if (comm_wait_ms >= 0) put_number(log->f, "comm_wait_ms", "%.3f", comm_wait_ms);
     fprintf(log->f, "}\n");
     return finish_record(log);
 }
@@ -62,7 +76,9 @@ int runlog_step(RunLog *log, int step, float loss, float lr, float grad_norm, do
 int runlog_eval(RunLog *log, int step, float val_loss) {
     if (!log->f) return 0;
     if (log->failed) return -1;
-    fprintf(log->f, "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.6f}\n", step, val_loss);
+    fprintf(log->f, "{\"type\":\"eval\",\"step\":%d", step);
+    put_number(log->f, "val_loss", "%.6f", val_loss);
+    fprintf(log->f, "}\n");
     return finish_record(log);
 }
 
@@ -115,18 +131,39 @@ typedef struct {
     int step, eval_again, sample_again;
 } Resume;
 
-/* Whether a record (one line, its newline included) belongs to the timeline up to the checkpoint.
- * Lines this file did not write are kept as they are. */
-static int before_checkpoint(const char *line, size_t len, const Resume *r) {
-    char type[16];
-    int at;
-    if (len == 0 || line[len - 1] != '\n') return 0; /* cut short by a crash */
-    if (sscanf(line, "{\"type\":\"%15[a-z]\",\"step\":%d", type, &at) != 2) return 1;
+/* Whether a record of `type` at `step` belongs to the timeline up to the checkpoint. */
+static int before_checkpoint(const char *type, long long at, const Resume *r) {
     /* a step record is written at the end of its step; eval and sample records of step k at the
      * start of step k + 1, after the checkpoint of step k (or, for the last eval, after the loop) */
     if (strcmp(type, "step") == 0) return at <= r->step;
     if (at != r->step) return at < r->step;
-    return strcmp(type, "eval") == 0 ? !r->eval_again : strcmp(type, "sample") == 0 ? !r->sample_again : 1;
+    return strcmp(type, "eval") == 0 ? !r->eval_again : !r->sample_again;
+}
+
+/* Whether a line of the log (its newline included) stays in the log of the resume: 1 or 0, or -1
+ * with what is wrong in why (ERR_LEN bytes) when it is not a record. Only the last line can lack its
+ * newline: a crash cut it short (a record reaches the file whole only with its newline), and it
+ * goes. Any other line that is not a record this file writes is refused rather than kept or dropped
+ * blindly: the log's timeline could not be told from it. */
+static int line_stays(const char *line, size_t len, const Resume *r, char *why) {
+    if (line[len - 1] != '\n') return 0;
+    char jerr[ERR_LEN];
+    JsonValue *v = json_parse(line, len, "the line", jerr);
+    const char *type = v ? json_string(json_get(v, "type")) : NULL;
+    long long at = 0;
+    int stays = -1;
+    if (!v)
+        snprintf(why, ERR_LEN, "not JSON");
+    else if (v->type != JSON_OBJECT)
+        snprintf(why, ERR_LEN, "%s, not an object", json_type_name(v->type));
+    else if (!type || (strcmp(type, "step") && strcmp(type, "eval") && strcmp(type, "sample")))
+        snprintf(why, ERR_LEN, "its type is not step, eval or sample");
+    else if (!json_int(json_get(v, "step"), 0, INT32_MAX, &at))
+        snprintf(why, ERR_LEN, "its step is not a count");
+    else
+        stays = before_checkpoint(type, at, r);
+    json_free(v);
+    return stays;
 }
 
 /* fsync of the directory that holds path, so that a rename in it survives a power loss. */
@@ -159,8 +196,21 @@ int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
-    int leaving = 0;
-    while ((len = getline(&line, &cap, in)) > 0) leaving += !before_checkpoint(line, (size_t)len, &r);
+    int leaving = 0, stays = 1;
+    long long number = 0;
+    char why[ERR_LEN];
+    while (stays >= 0 && (len = getline(&line, &cap, in)) > 0) {
+        number++;
+        stays = line_stays(line, (size_t)len, &r, why);
+        leaving += stays == 0;
+    }
+    if (stays < 0) {
+        snprintf(err, ERR_LEN, "%s line %lld is not a run-log record (%s; delete or fix that line, then resume again)",
+                 path, number, why);
+        free(line);
+        fclose(in);
+        return -1;
+    }
     if (leaving == 0 || ferror(in)) {
         int bad = ferror(in);
         free(line);
@@ -172,8 +222,10 @@ int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_
     FILE *out = fopen(tmp, "w"), *moved = moved_log ? fopen(moved_log, "a") : NULL;
     int ok = out && (!moved_log || moved);
     while (ok && (len = getline(&line, &cap, in)) > 0) {
-        int keep = before_checkpoint(line, (size_t)len, &r);
-        if (keep)
+        int keep = line_stays(line, (size_t)len, &r, why);
+        if (keep < 0) /* the file changed since the first pass */
+            ok = 0;
+        else if (keep)
             ok = fwrite(line, 1, (size_t)len, out) == (size_t)len;
         else if (moved && line[len - 1] == '\n')
             ok = fwrite(line, 1, (size_t)len, moved) == (size_t)len;

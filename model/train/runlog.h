@@ -1,7 +1,8 @@
 /* model/train/runlog.h - the machine-readable run log: one JSON object per line in <run>/log.jsonl,
  * {"type":"step",...}, {"type":"eval",...}, {"type":"sample",...}. Plot scripts read it.
  *
- * Every line is valid JSON in valid UTF-8, and the log holds one timeline: a resumed run first
+ * Every line is valid JSON in valid UTF-8 (a number that is not finite is written null), and the
+ * log holds one timeline: a resumed run first
  * drops (or moves aside) the records written after the checkpoint it resumes from. A write that
  * fails (a full disk) is never silent: it makes that call and every later one return -1. */
 #ifndef FUSEDGPT_RUNLOG_H
@@ -40,7 +41,8 @@ int runlog_sample(RunLog *log, int step, const char *text);
  * timeline: step records above `step`, eval and sample records above it, those at `step` itself
  * that the resumed run writes again (eval_again, sample_again: its schedule has one there), and a
  * last line cut short by a crash. With moved_log they are appended to that file, else dropped. How
- * many records left the log (0: the file is untouched), or -1 with a message in err. */
+ * many records left the log (0: the file is untouched), or -1 with a message in err; any other line
+ * that is not a record is such an error, naming the file and the line, and the file is untouched. */
 int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_again, const char *moved_log,
                       char *err);
 
