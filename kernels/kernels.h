@@ -143,8 +143,6 @@ void adamw_update(const AdamWPlan *plan, float *master, kbf16 *params_bf16, cons
                   int step, cudaStream_t stream);
 /* params_bf16[i] = bf16(master[i]) for n values (start-up and after loading a checkpoint). */
 void convert_fp32_to_bf16(kbf16 *out, const float *in, size_t n, cudaStream_t stream);
-/* dst[i] += src[i] for n fp32 values. */
-void accumulate_fp32(float *dst, const float *src, size_t n, cudaStream_t stream);
 
 #ifdef __cplusplus
 }
