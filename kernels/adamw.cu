@@ -166,6 +166,6 @@ __global__ void convert_kernel(bf16 *out, const float *in, size_t n) {
 
 extern "C" void convert_fp32_to_bf16(kbf16 *out, const float *in, size_t n, cudaStream_t stream) {
     if (n == 0) return;
-    convert_kernel<<<ceil_div_u(n, 256), 256, 0, stream>>>(out, in, n);
+    convert_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(out, in, n);
     CUDA_CHECK(cudaGetLastError());
 }

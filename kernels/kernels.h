@@ -27,12 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#ifdef __CUDACC__
-#include <cuda_bf16.h>
-typedef __nv_bfloat16 kbf16;
-#else
-typedef uint16_t kbf16; /* a bf16 as stored: C code only moves pointers and converts on the host */
-#endif
+#include "kernels/host_device.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -167,8 +167,6 @@ static int device_sms(void) {
     return sms;
 }
 
-static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
 /* Every buffer of the object, in creation order, with its size; shared by workspace_bytes and
  * create so that the two always agree. */
 typedef struct {

@@ -8,6 +8,7 @@
 
 #include "data/err.h"
 #include "data/rng.h"
+#include "kernels/host_device.h"
 
 const GPTPreset gpt_presets[] = {
     {"tiny", 2, 2, 128}, /* CPU smoke tests and CI; head size 64, as the GPU attention needs */
@@ -26,7 +27,7 @@ const GPTPreset *gpt_find_preset(const char *name) {
 }
 
 int gpt_round_vocab(int vocab_size) {
-    return (vocab_size + GPT_VOCAB_ALIGN - 1) / GPT_VOCAB_ALIGN * GPT_VOCAB_ALIGN;
+    return (int)round_up(vocab_size, GPT_VOCAB_ALIGN);
 }
 
 void gpt_config_finish(GPTConfig *cfg) {

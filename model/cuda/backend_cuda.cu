@@ -87,7 +87,7 @@ static size_t layout_arena(CudaBackend *cb, char *base) {
 #define TAKE(ptr, type, count)                                        \
     do {                                                              \
         if (base) (ptr) = (type *)(base + off);                       \
-        off += ((count) * sizeof(type) + 255) / 256 * 256;            \
+        off += round_up((count) * sizeof(type), 256);                 \
     } while (0)
     TAKE(cb->encoded, kbf16, N * C);
     for (int l = 0; l < cfg->num_layers; l++) {
@@ -554,11 +554,11 @@ static void describe_output_layer(CudaBackend *cb, OutputKind output, size_t ask
                  cb->base.B * cb->base.T);
     } else if (rows > 0) {
         /* the layer balances its chunks: N rows in ceil(N / rows) chunks of equal size */
-        const long long N = (long long)cb->base.B * cb->base.T, chunks = (N + rows - 1) / rows;
+        const long long N = (long long)cb->base.B * cb->base.T, chunks = ceil_div(N, rows);
         snprintf(cb->out_ws_label, sizeof cb->out_ws_label, "output layer workspace: fused, chunks of %lld rows", rows);
         snprintf(cb->base.output_path, sizeof cb->base.output_path,
                  "fused, scaled exponentials, %lld chunk%s of %lld rows (3G; room for %lld)%s", chunks,
-                 chunks > 1 ? "s" : "", (N + chunks - 1) / chunks, rows,
+                 chunks > 1 ? "s" : "", (long long)ceil_div(N, chunks), rows,
                  cb->fused_budget < asked ? "; --logits-mb reduced to what the GPU has free" : "");
     } else {
         snprintf(cb->out_ws_label, sizeof cb->out_ws_label, "output layer workspace: fused, streaming");
