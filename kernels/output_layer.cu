@@ -1,5 +1,5 @@
 /* kernels/output_layer.cu - the public side of kernels/output_layer.h: argument checks, the layer
- * object (workspace, cuBLASLt handle and plan cache), and the two small reductions both layers
+ * object (workspace, cuBLASLt plans), its GEMMs, and the two small reductions both layers
  * share (valid-target count, loss sum). The layers' own kernels are in output_fused.cu and
  * output_canonical.cu.
  *
@@ -65,78 +65,23 @@ void outl_reduce_loss(const float *row_loss, int64_t N, const float *scalars, fl
     CUDA_CHECK(cudaGetLastError());
 }
 
-/* ---- cuBLASLt with cached plans ----------------------------------------------------------- */
-
-static OutlPlan *find_or_make_plan(OutputLayer *L, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
-                                   int64_t ldb, int ctype, int64_t ldc, int *temporary) {
-    for (int i = 0; i < L->nplans; i++) {
-        OutlPlan *p = &L->plans[i];
-        if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb &&
-            p->ldc == ldc && p->ctype == ctype) {
-            *temporary = 0;
-            return p;
-        }
-    }
-    /* A full cache still works (a plan made and freed per call picks the same algorithm, the
-     * heuristic being a pure function of the shape); it is only slower. */
-    static OutlPlan spare;
-    OutlPlan *p = L->nplans < OUTL_MAX_PLANS ? &L->plans[L->nplans++] : &spare;
-    *temporary = p == &spare;
-    memset(p, 0, sizeof *p);
-    p->ta = ta, p->tb = tb, p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldb = ldb, p->ldc = ldc, p->ctype = ctype;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t opa = (cublasOperation_t)ta, opb = (cublasOperation_t)tb;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE; /* alpha = the gradient scale, on the device */
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm));
-    /* stored shapes (column-major): op(A) is m x k, op(B) is k x n */
-    uint64_t ar = opa == CUBLAS_OP_N ? m : k, ac = opa == CUBLAS_OP_N ? k : m;
-    uint64_t br = opb == CUBLAS_OP_N ? k : n, bc = opb == CUBLAS_OP_N ? n : k;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, ar, ac, lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, br, bc, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, (cudaDataType_t)ctype, m, n, ldc));
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = L->lt_ws_bytes;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    /* Split-K summed in place in the output would make the sum order depend on timing; allow only
-     * schemes that reduce in a fixed order. */
-    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_INPLACE;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
-                                                      sizeof schemes));
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(L->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &res, &found));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (found < 1) {
-        fprintf(stderr, "error: output layer: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld\n", (long long)m,
-                (long long)n, (long long)k);
-        exit(1);
-    }
-    p->algo = res.algo;
-    return p;
-}
-
-static void free_plan(OutlPlan *p) {
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->c));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->b));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->a));
-    CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
-}
+/* ---- GEMMs ---------------------------------------------------------------------------------- */
 
 void outl_gemm(OutputLayer *L, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
                const void *A, int64_t lda, const void *B, int64_t ldb, void *C, int ctype, int64_t ldc,
                const float *alpha, const float *beta, cudaStream_t stream) {
-    int temporary;
-    OutlPlan *p = find_or_make_plan(L, (int)ta, (int)tb, m, n, k, lda, ldb, ctype, ldc, &temporary);
-    CUBLAS_CHECK(cublasLtMatmul(L->lt, p->desc, alpha, A, p->a, B, p->b, beta, C, p->c, C, p->c, &p->algo,
-                                L->lt_ws, L->lt_ws_bytes, stream));
-    if (temporary) {
-        /* the spare's descriptors may still be read by the queued call: wait before freeing */
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        free_plan(p);
+    LtShape s = {};
+    s.ta = ta, s.tb = tb, s.m = m, s.n = n, s.k = k, s.lda = lda, s.ldb = ldb, s.ldc = ldc;
+    s.ctype = (cudaDataType_t)ctype;
+    s.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    s.device_scalars = 1; /* alpha = the gradient scale, on the device */
+    LtPlan *p = lt_plan(&L->lt, &s, NULL, NULL);
+    if (!p) {
+        fprintf(stderr, "error: output layer: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld\n", (long long)m,
+                (long long)n, (long long)k);
+        exit(1);
     }
+    lt_matmul(&L->lt, p, alpha, A, B, beta, C, NULL, NULL, stream);
 }
 
 /* ---- the layer object ---------------------------------------------------------------------- */
@@ -235,9 +180,7 @@ OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V,
     L->kind = kind, L->max_N = max_N, L->V = V, L->Vp = round_up(V, 128), L->d = d;
     L->sms = device_sms();
     Sizes s = layer_sizes(kind, max_N, V, d, L->sms, budget, &L->fs);
-    CUBLAS_CHECK(cublasLtCreate(&L->lt));
-    L->lt_ws_bytes = OUTL_LT_WORKSPACE;
-    L->lt_ws = dev_alloc(L->lt_ws_bytes);
+    lt_plans_create(&L->lt, OUTL_LT_WORKSPACE);
     L->lse = (float *)dev_alloc(s.lse);
     L->row_loss = (float *)dev_alloc(s.row_loss);
     L->scalars = (float *)dev_alloc(s.scalars);
@@ -262,7 +205,6 @@ OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V,
 
 void output_layer_destroy(OutputLayer *L) {
     if (!L) return;
-    for (int i = L->nplans - 1; i >= 0; i--) free_plan(&L->plans[i]);
     /* reverse order of creation */
     CUDA_CHECK(cudaFree(L->logits));
     CUDA_CHECK(cudaFree(L->dh_acc));
@@ -282,8 +224,7 @@ void output_layer_destroy(OutputLayer *L) {
     CUDA_CHECK(cudaFree(L->scalars));
     CUDA_CHECK(cudaFree(L->row_loss));
     CUDA_CHECK(cudaFree(L->lse));
-    CUDA_CHECK(cudaFree(L->lt_ws));
-    CUBLAS_CHECK(cublasLtDestroy(L->lt));
+    lt_plans_destroy(&L->lt);
     free(L);
 }
 
