@@ -1,7 +1,8 @@
 /* kernels/output_fused.cu - the fused output layer: loss, dH and dW from H, W and the targets, the
- * N x V logits never stored. Two exact paths behind it (kernels/output_layer.h says which runs):
+ * N x V logits never stored. Two exact paths behind it (kernels/output_layer.h says which runs);
+ * their work is counted in G = 2 N V d FLOPs, one logits-sized GEMM:
  *
- *  - scaled exponentials (3G), per chunk of C rows whose buffer fits the budget:
+ *  - chunked, through scaled exponentials (3G), per chunk of C rows whose buffer fits the budget:
  *      reference_logit_kernel (once per call): each row's reference s, its target's logit z_t
  *        (fp32 dot product).
  *      tile kernel, MODE_EXP: z = H W^T stays in fp32 registers; E = exp(z - s) is stored in bf16
@@ -21,7 +22,7 @@
  *        the flag on the device and return at once when it is clear (no host sync).
  *    Memory: C x V x 2 bytes plus C x V/256 floats, and 6 d bytes per row. Bytes per logit: E
  *    written once, read by the two GEMMs (6 B; the canonical layer's logits take 10).
- *  - streaming (4G), when no chunk fits: MODE_STATS keeps a running max and sum per row over
+ *  - streaming (4G: the logits are computed twice), when no chunk fits: MODE_STATS keeps a running max and sum per row over
  *    vocabulary windows (fused_merge_kernel merges the windows into lse); the backward recomputes
  *    the logits per chunk of rows and window of columns, MODE_DZ writing dZ = P - Y (p - 1 at the
  *    target in fp32) into a [Nc x w] workspace that two cuBLASLt GEMMs consume: dH_chunk (fp32
@@ -29,7 +30,7 @@
  *  The forward alone (evaluation) is always MODE_STATS: 1G, nothing of size N x V written.
  *
  * Shapes: H [N x d] bf16, W [V x d] bf16 (rows >= V are never read), targets [N] int32 (-1 ignored),
- * d % 64 == 0. G = 2 N V d FLOPs.
+ * d % 64 == 0.
  *
  * The tile kernel: a CTA of two warpgroups owns 128 rows and computes 128 x 256 logit tiles with
  * wgmma m64n256k16 from shared memory filled by the TMA unit (4-stage mbarrier ring, one issuing

@@ -16,6 +16,9 @@
 
 #define REDUCE_THREADS 1024
 
+static_assert(OUTPUT_FUSED_DEFAULT_BUDGET == (size_t)4096 * (262144 * 2 + 1024 * 4),
+              "the default budget is 4096 rows of scaled exponentials at V = 262144 (kernels/output_kind.h)");
+
 /* ---- reductions --------------------------------------------------------------------------- */
 
 __global__ void count_valid_kernel(const int32_t *targets, int64_t N, int mean, float grad_scale,
@@ -120,14 +123,14 @@ typedef struct {
         dh_acc, logits;
 } Sizes;
 
-static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, int sms, size_t budget,
+static Sizes layer_sizes(OutputKind kind, int64_t max_N, int64_t V, int d, int sms, size_t budget,
                          OutlFusedSizes *fs) {
     Sizes s;
     memset(&s, 0, sizeof s);
     memset(fs, 0, sizeof *fs);
     s.lse = s.row_loss = (size_t)max_N * sizeof(float);
     s.scalars = OUTL_NUM_SCALARS * sizeof(float);
-    if (kind == OUTPUT_LAYER_FUSED) {
+    if (kind == OUTPUT_FUSED) {
         *fs = outl_fused_sizes(max_N, V, d, sms, budget);
         s.win_m = s.win_a = (size_t)fs->stats_elems * sizeof(float);
         s.zt = (size_t)max_N * sizeof(float);
@@ -149,13 +152,13 @@ static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, 
     return s;
 }
 
-static int check_kind(OutputLayerKind kind) {
-    if (kind == OUTPUT_LAYER_FUSED || kind == OUTPUT_LAYER_CANONICAL) return 0;
+static int check_kind(OutputKind kind) {
+    if (kind == OUTPUT_FUSED || kind == OUTPUT_CANONICAL) return 0;
     fprintf(stderr, "error: output layer: unknown kind %d\n", (int)kind);
     return -1;
 }
 
-size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t budget) {
+size_t output_layer_workspace_bytes(OutputKind kind, int64_t max_N, int64_t V, int d, size_t budget) {
     if (check_kind(kind) || check_shape(max_N, V, d)) return 0;
     OutlFusedSizes fs;
     Sizes s = layer_sizes(kind, max_N, V, d, device_sms(), budget, &fs);
@@ -170,7 +173,7 @@ static void *dev_alloc(size_t bytes) {
     return p;
 }
 
-OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t budget) {
+OutputLayer *output_layer_create(OutputKind kind, int64_t max_N, int64_t V, int d, size_t budget) {
     if (check_kind(kind) || check_shape(max_N, V, d)) return NULL;
     OutputLayer *L = (OutputLayer *)calloc(1, sizeof *L);
     if (!L) {
@@ -229,11 +232,11 @@ void output_layer_destroy(OutputLayer *L) {
 }
 
 int64_t output_layer_fused_chunk_rows(const OutputLayer *L) {
-    return L && L->kind == OUTPUT_LAYER_FUSED ? L->fs.exp_rows : 0;
+    return L && L->kind == OUTPUT_FUSED ? L->fs.exp_rows : 0;
 }
 
-const char *output_layer_kind_name(OutputLayerKind kind) {
-    return kind == OUTPUT_LAYER_FUSED ? "fused" : kind == OUTPUT_LAYER_CANONICAL ? "canonical" : "unknown";
+const char *output_layer_kind_name(OutputKind kind) {
+    return kind == OUTPUT_FUSED ? "fused" : kind == OUTPUT_CANONICAL ? "canonical" : "unknown";
 }
 
 /* ---- entry points -------------------------------------------------------------------------- */
@@ -267,10 +270,10 @@ static int run(OutputLayer *L, const OutputLayerArgs *a, int backward, cudaStrea
     if (check_args(L, a, backward)) return -1;
     float *row_loss = a->row_loss ? a->row_loss : L->row_loss;
     outl_count_valid(a->targets, a->N, a->reduction, a->grad_scale, L->scalars, stream);
-    if (L->kind == OUTPUT_LAYER_FUSED && backward && L->fs.exp_rows > 0) {
+    if (L->kind == OUTPUT_FUSED && backward && L->fs.exp_rows > 0) {
         outl_fused_exp_forward_backward(L, a, row_loss, stream);
         outl_reduce_loss(row_loss, a->N, L->scalars, a->loss, stream);
-    } else if (L->kind == OUTPUT_LAYER_FUSED) {
+    } else if (L->kind == OUTPUT_FUSED) {
         outl_fused_forward(L, a, row_loss, stream);
         outl_reduce_loss(row_loss, a->N, L->scalars, a->loss, stream);
         if (backward) outl_fused_backward(L, a, stream);

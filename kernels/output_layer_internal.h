@@ -29,7 +29,7 @@ typedef struct {
 } OutlFusedSizes;
 
 struct OutputLayer {
-    OutputLayerKind kind;
+    OutputKind kind;
     int64_t max_N, V, Vp;
     int d;
     int sms;        /* multiprocessors of the device */
@@ -87,11 +87,11 @@ void outl_reduce_loss(const float *row_loss, int64_t N, const float *scalars, fl
 OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int sms, size_t budget);
 /* bytes of scratch for sorting up to max_N rows by target */
 size_t outl_target_sort_bytes(int64_t max_N);
-/* forward only (the streaming statistics, 1G): loss, row_loss, lse */
+/* forward only (the streaming statistics, one logits-sized GEMM's work): loss, row_loss, lse */
 void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
-/* after outl_fused_forward: the streaming backward (3G more) */
+/* after outl_fused_forward: the streaming backward (three GEMMs' work more) */
 void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream);
-/* loss, row_loss, lse, dH and dW through the scaled exponentials (3G in all) */
+/* loss, row_loss, lse, dH and dW through the chunks of scaled exponentials (three GEMMs' work in all) */
 void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
 
 /* output_canonical.cu: logits, the loss kernel, and with backward (P - Y) written in place and the
