@@ -69,15 +69,12 @@ typedef struct {
 } OptSpec;
 
 #define O(field) offsetof(Options, field)
-/* --logits-mb's default (kernels/output_layer.h's OUTPUT_FUSED_DEFAULT_BUDGET, in MiB); the note
- * for a --logits-mb that the chosen layer ignores compares against it */
-#define LOGITS_MB_DEFAULT 2064
 #define STRINGIFY(x) #x
 #define DEFAULT_STRING(x) STRINGIFY(x)
 
 /* The one table of flags and defaults; --help is generated from it. */
 static const OptSpec options[] = {
-    {'e', "preset", OPT_STR, O(preset), "d12", "NAME", "model preset: tiny, d6, d12 (GPT-2 124M), d24, d36, d48"},
+    {'e', "preset", OPT_STR, O(preset), "d12", "NAME", "model preset: "},
     {0, "layers", OPT_INT, O(layers), "0", "L", "layers (0: from the preset)"},
     {0, "heads", OPT_INT, O(heads), "0", "NH", "attention heads (0: from the preset)"},
     {0, "dim", OPT_INT, O(dim), "0", "C", "model width (0: from the preset)"},
@@ -113,8 +110,8 @@ static const OptSpec options[] = {
     {0, "prompt", OPT_STR, O(prompt), "", "TEXT", "text that samples start from (needs a tokenizer)"},
     {0, "output", OPT_STR, O(output), "fused", "KIND",
      "output layer: fused (no logits tensor) or canonical (all logits, the baseline)"},
-    {0, "logits-mb", OPT_INT, O(logits_mb), DEFAULT_STRING(LOGITS_MB_DEFAULT), "MB",
-     "fused layer: memory for a chunk of rows' scaled exponentials (3G; less if the GPU lacks it); 0: streaming (4G)"},
+    {0, "logits-mb", OPT_INT, O(logits_mb), DEFAULT_STRING(OUTPUT_FUSED_DEFAULT_BUDGET_MIB), "MB",
+     "fused layer: memory for the chunked path's scaled exponentials (less if the GPU lacks it); 0: the streaming path"},
     {0, "device", OPT_STR, O(device), "cuda", "KIND", "cuda or cpu (the fp32 reference backend)"},
     {'g', "gpus", OPT_INT, O(gpus), "1", "N", "GPUs on this host, one process each (data parallel)"},
     {0, "nodes", OPT_INT, O(nodes), "1", "M", "hosts taking part, each started with the same flags"},
@@ -156,6 +153,22 @@ static const char *env_of(const OptSpec *o) {
     return i < 0 ? NULL : option_env[i].env;
 }
 
+/* Flags whose allowed values live in a table of their own: their help ends with the list. */
+static const struct {
+    const char *long_name;
+    void (*list)(char *buf, size_t n);
+} option_values[] = {{"preset", gpt_preset_list}};
+#define NUM_OPTION_VALUES ((int)(sizeof option_values / sizeof option_values[0]))
+
+static void print_values_of(const OptSpec *o, FILE *f) {
+    for (int i = 0; i < NUM_OPTION_VALUES; i++) {
+        if (strcmp(option_values[i].long_name, o->long_name)) continue;
+        char values[256];
+        option_values[i].list(values, sizeof values);
+        fputs(values, f);
+    }
+}
+
 /* How an error names the flag: "--nodes", or "FUSEDGPT_NODES (for --nodes)" when that is where the
  * value came from, so the user knows what to change. */
 static const char *source_name(const Options *opt, const char *long_name, char *buf, size_t n) {
@@ -179,6 +192,7 @@ static void usage(FILE *f) {
         else
             snprintf(left, sizeof left, "    --%s %s", o->long_name, o->meta);
         fprintf(f, "  %-30s %s", left, o->help);
+        print_values_of(o, f);
         if (o->type != OPT_FLAG && o->default_value[0]) fprintf(f, " [%s]", o->default_value);
         if (env_of(o)) fprintf(f, " (env %s)", env_of(o));
         fputc('\n', f);
@@ -300,7 +314,11 @@ static void bad(const char *flag, const char *why) {
 /* Fills cfg from the options and rejects contradictory combinations. */
 static void validate(Options *opt, GPTConfig *cfg) {
     const GPTPreset *p = gpt_find_preset(opt->preset);
-    if (!p) bad("-e/--preset", "must be one of tiny, d6, d12, d24, d36, d48");
+    if (!p) {
+        char names[256];
+        gpt_preset_list(names, sizeof names);
+        die_usage("-e/--preset must be one of %s", names);
+    }
     cfg->num_layers = opt->layers ? opt->layers : p->num_layers;
     cfg->num_heads = opt->heads ? opt->heads : p->num_heads;
     cfg->dim = opt->dim ? opt->dim : p->dim;
@@ -725,7 +743,7 @@ static int resolve_data(Run *r) {
     if (opt->train_data[0] && !r->val_path[0] && opt->val_every > 0) /* -i without -j: nothing to validate on */
         printf("validation: off (no -j/--val-data shard beside -i); --val-every has nothing to evaluate\n");
     if (opt->repeated[0]) printf("note: given more than once, the last value is used: %s\n", opt->repeated);
-    if (opt->logits_mb != LOGITS_MB_DEFAULT && strcmp(opt->output, "fused"))
+    if (opt->logits_mb != OUTPUT_FUSED_DEFAULT_BUDGET_MIB && strcmp(opt->output, "fused"))
         printf("output layer: --logits-mb sizes the fused layer's chunks; --output %s does not use it\n", opt->output);
     if (opt->warmup >= opt->steps)
         printf("schedule: --warmup %d is not below -x %d: the learning rate never reaches -l %g\n", opt->warmup,

@@ -104,7 +104,7 @@ static double now_s(void) {
 static size_t g_budget = OUTPUT_FUSED_DEFAULT_BUDGET; /* --logits-mb */
 
 /* median ms of forward + backward (or forward alone) of one layer, NAN when it does not fit */
-static double time_layer(OutputLayerKind kind, size_t budget, OutputLayerArgs *a, int backward, int64_t V, int d,
+static double time_layer(OutputKind kind, size_t budget, OutputLayerArgs *a, int backward, int64_t V, int d,
                          double *mem, long long *chunk_rows) {
     size_t free_b, total_b;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -182,11 +182,11 @@ static Row bench_shape(Shape s, cublasHandle_t cublas) {
         });
         CUDA_CHECK(cudaFree(z));
     }
-    if (g_with_canonical && !g_fb_only) r.canon_fb_ms = time_layer(OUTPUT_LAYER_CANONICAL, 0, &a, 1, V, d, &r.canon_mem, NULL);
-    if (g_with_streaming && !g_fb_only) r.stream_fb_ms = time_layer(OUTPUT_LAYER_FUSED, 0, &a, 1, V, d, &r.stream_mem, NULL);
+    if (g_with_canonical && !g_fb_only) r.canon_fb_ms = time_layer(OUTPUT_CANONICAL, 0, &a, 1, V, d, &r.canon_mem, NULL);
+    if (g_with_streaming && !g_fb_only) r.stream_fb_ms = time_layer(OUTPUT_FUSED, 0, &a, 1, V, d, &r.stream_mem, NULL);
     double unused;
-    r.fused_fwd_ms = g_fb_only ? NAN : time_layer(OUTPUT_LAYER_FUSED, g_budget, &a, 0, V, d, &unused, NULL);
-    r.fused_fb_ms = time_layer(OUTPUT_LAYER_FUSED, g_budget, &a, 1, V, d, &r.fused_mem, &r.chunk_rows);
+    r.fused_fwd_ms = g_fb_only ? NAN : time_layer(OUTPUT_FUSED, g_budget, &a, 0, V, d, &unused, NULL);
+    r.fused_fb_ms = time_layer(OUTPUT_FUSED, g_budget, &a, 1, V, d, &r.fused_mem, &r.chunk_rows);
 
     CUDA_CHECK(cudaFree(loss));
     CUDA_CHECK(cudaFree(tg));

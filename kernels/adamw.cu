@@ -166,17 +166,6 @@ __global__ void convert_kernel(bf16 *out, const float *in, size_t n) {
 
 extern "C" void convert_fp32_to_bf16(kbf16 *out, const float *in, size_t n, cudaStream_t stream) {
     if (n == 0) return;
-    convert_kernel<<<ceil_div_u(n, 256), 256, 0, stream>>>(out, in, n);
-    CUDA_CHECK(cudaGetLastError());
-}
-
-__global__ void accumulate_kernel(float *dst, const float *src, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] += src[i];
-}
-
-extern "C" void accumulate_fp32(float *dst, const float *src, size_t n, cudaStream_t stream) {
-    if (n == 0) return;
-    accumulate_kernel<<<ceil_div_u(n, 256), 256, 0, stream>>>(dst, src, n);
+    convert_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(out, in, n);
     CUDA_CHECK(cudaGetLastError());
 }

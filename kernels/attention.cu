@@ -605,7 +605,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     const float *lse_h = lse + (size_t)blockIdx.y * T, *D_h = D + (size_t)blockIdx.y * T;
     int k0 = blockIdx.x * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    int qt0 = k0 / BQ, nqt = (T + BQ - 1) / BQ; /* query tiles that can see these keys */
+    int qt0 = k0 / BQ, nqt = ceil_div(T, BQ); /* query tiles that can see these keys */
 
     load_rows<HS, TILE>(Ks, kbase, C3, k0, T);
     load_rows<HS, TILE>(Vs, vbase, C3, k0, T);
@@ -761,7 +761,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     const float *lse_h = lse + (size_t)blockIdx.y * T, *D_h = D + (size_t)blockIdx.y * T;
     int k0 = blockIdx.x * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    int qt0 = k0 / BQ, nqt = (T + BQ - 1) / BQ;
+    int qt0 = k0 / BQ, nqt = ceil_div(T, BQ);
 
     load_rows_swizzled(Ks, kbase, C3, k0, T);
     load_rows_swizzled(Vs, vbase, C3, k0, T);
@@ -863,7 +863,7 @@ static void launch_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T,
                                         (int)smem));
         attr_set = true;
     }
-    dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+    dim3 grid(ceil_div(T, ATT_TILE), B * NH);
     float sl2 = LOG2E / sqrtf((float)HS);
     attention_forward_kernel<HS><<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, T, NH, sl2);
     CUDA_CHECK(cudaGetLastError());
@@ -882,7 +882,7 @@ static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, int B, 
                                         (int)smem));
         attr_set = true;
     }
-    dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+    dim3 grid(ceil_div(T, ATT_TILE), B * NH);
     attention_forward_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, T, NH, LOG2E / 8.0f);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -900,11 +900,11 @@ extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, int 
 
 /* Scratch: D = rowsum(dout·out) [B·NH·T], then the qkv bias partials [B·tiles][3C]. */
 static size_t dsum_floats(int B, int T, int NH) {
-    return ((size_t)B * NH * T + 63) / 64 * 64; /* the partials start 256-byte aligned */
+    return (size_t)round_up((int64_t)B * NH * T, 64); /* the partials start 256-byte aligned */
 }
 
 extern "C" size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
-    size_t tiles = (T + ATT_TILE - 1) / ATT_TILE;
+    size_t tiles = ceil_div(T, ATT_TILE);
     return (dsum_floats(B, T, NH) + (size_t)B * tiles * 3 * C) * sizeof(float);
 }
 
@@ -922,7 +922,7 @@ static void launch_backward(bf16 *dqkv, float *bias_part, float *D, const bf16 *
         attr_set = true;
     }
     float scale = 1.0f / sqrtf((float)HS), sl2 = LOG2E * scale;
-    dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+    dim3 grid(ceil_div(T, ATT_TILE), B * NH);
     attention_backward_dkdv_kernel<HS, BQ><<<grid, ATT_THREADS, smem_kv, stream>>>(dqkv, bias_part, qkv, dout, lse,
                                                                                   D, T, NH, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
@@ -943,7 +943,7 @@ static void launch_backward_wgmma(bf16 *dqkv, float *bias_part, float *D, const 
         attr_set = true;
     }
     const float scale = 0.125f, sl2 = LOG2E * scale; /* 1/sqrt(64) */
-    dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+    dim3 grid(ceil_div(T, ATT_TILE), B * NH);
     attention_backward_dkdv_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(dqkv, bias_part, qkv, dout, lse, D, T,
                                                                             NH, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
@@ -961,9 +961,9 @@ extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch,
     float *bias_part = dbias_qkv ? D + dsum_floats(B, T, NH) : NULL;
     size_t rows = (size_t)B * T * NH, threads = rows * (HS / 8);
     if (HS == 64)
-        attention_backward_dsum_kernel<64><<<ceil_div_u(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
+        attention_backward_dsum_kernel<64><<<ceil_div(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
     else
-        attention_backward_dsum_kernel<128><<<ceil_div_u(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
+        attention_backward_dsum_kernel<128><<<ceil_div(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
     CUDA_CHECK(cudaGetLastError());
     if (HS == 64 && use_wgmma)
         launch_backward_wgmma(dqkv, bias_part, D, dout, qkv, lse, B, T, NH, stream);
@@ -972,7 +972,7 @@ extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch,
     else
         launch_backward<128, 32>(dqkv, bias_part, D, dout, qkv, lse, B, T, NH, stream);
     if (dbias_qkv) {
-        int tiles = (T + ATT_TILE - 1) / ATT_TILE;
+        int tiles = ceil_div(T, ATT_TILE);
         add_partial_sums(PartialSumOutputs{{dbias_qkv, NULL, NULL}}, 1, bias_part, B * tiles, 3 * (size_t)C, 3 * C,
                          stream);
     }

@@ -1,8 +1,8 @@
 /* kernels/device_util.cuh - the one home of the small device helpers that more than one kernel file
  * uses: the bf16 type, log2(e) for base-2 exponentials, shared-memory addresses, ldmatrix, the
- * m16n8k16 bf16 MMA, cp.async, and a ceiling division for launch sizes. Hopper's warpgroup MMA
- * helpers and the 128-byte swizzle are in kernels/wgmma.cuh; vectors and reductions of the body
- * kernels in kernels/kernel_util.cuh. */
+ * m16n8k16 bf16 MMA, cp.async, and the row sort by key of two backward passes. Ceiling division, which host code needs too, is in
+ * kernels/host_device.h (included here); Hopper's warpgroup MMA helpers and the 128-byte swizzle
+ * are in kernels/wgmma.cuh; vectors and reductions of the body kernels in kernels/kernel_util.cuh. */
 #ifndef FUSEDGPT_DEVICE_UTIL_CUH
 #define FUSEDGPT_DEVICE_UTIL_CUH
 
@@ -10,12 +10,11 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "kernels/host_device.h"
+
 typedef __nv_bfloat16 bf16;
 
 #define LOG2E 1.4426950408889634f /* exp(x) = exp2(x·LOG2E): ex2 is the hardware's exponential */
-
-/* ⌈a / b⌉ for positive b: blocks to cover a items, tiles to cover a columns. */
-__host__ __device__ __forceinline__ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* The 32-bit shared-state-space address that ldmatrix, cp.async, stmatrix and mbarriers take. */
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -60,5 +59,12 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 /* Waits until at most N of this thread's committed groups are still in flight. */
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* kernels/sort_rows.cu: rows_sorted = the row indices 0..n-1 stably sorted by keys[row] (bits
+ * [0, end_bit) of each key), keys_sorted the keys in that order. rows: n indices of scratch; temp:
+ * sort_rows_by_key_temp_bytes(n, end_bit) bytes. Asynchronous on stream. */
+size_t sort_rows_by_key_temp_bytes(int n, int end_bit);
+void sort_rows_by_key(const int32_t *keys, int32_t *keys_sorted, int32_t *rows, int32_t *rows_sorted, void *temp,
+                      size_t temp_bytes, int n, int end_bit, cudaStream_t stream);
 
 #endif

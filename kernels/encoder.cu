@@ -4,14 +4,12 @@
  *   launch: one thread per 8 channels of one row (16-byte loads), 256 threads a block.
  *   FLOPs N·C; bytes 3·N·C·2 + 4N (memory bound: ~2.4 µs per 1M elements at 3 TB/s).
  * Backward: dwte[tok,:] += Σ_{n: inp[n]=tok} dout[n,:];  dwpe[t,:] += Σ_b dout[b,t,:]   (fp32)
- *   Deterministic without atomics: (token, n) pairs are stable-radix-sorted by token (CUB), so the
- *   rows of one token lie together in increasing n; the block that sees a token's first row sums
- *   all of its rows in that order and adds once. dwpe: one thread per (t, 8 channels) loops over b.
+ *   Deterministic without atomics: the rows n are stable-radix-sorted by token (kernels/sort_rows.cu),
+ *   so the rows of one token lie together in increasing n; the block that sees a token's first row
+ *   sums all of its rows in that order and adds once. dwpe: one thread per (t, 8 channels) loops over b.
  *   FLOPs 2·N·C; bytes 2·N·C·2 (dout read twice) + (U + T)·C·4·2 (U distinct tokens) + the sort.
  *   A token repeated very often makes one block long (its rows are summed serially); on text the
  *   most common token is a few % of N, which stays far below the dwpe pass. */
-#include <cub/device/device_radix_sort.cuh>
-
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
 
@@ -32,7 +30,7 @@ __global__ void encoder_forward_kernel(bf16 *out, const int *inp, const bf16 *wt
 extern "C" void encoder_forward(kbf16 *out, const int *inp, const kbf16 *wte, const kbf16 *wpe, int B, int T,
                                 int C, cudaStream_t stream) {
     size_t threads = (size_t)B * T * (C / 8);
-    encoder_forward_kernel<<<ceil_div_u(threads, 256), 256, 0, stream>>>(out, inp, wte, wpe, B * T, T, C);
+    encoder_forward_kernel<<<ceil_div(threads, 256), 256, 0, stream>>>(out, inp, wte, wpe, B * T, T, C);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -55,14 +53,6 @@ __global__ void encoder_backward_wpe_kernel(float *dwpe, const bf16 *dout, int B
     hi.x += acc[4]; hi.y += acc[5]; hi.z += acc[6]; hi.w += acc[7];
     dst[0] = lo;
     dst[1] = hi;
-}
-
-__global__ void iota_kernel(int *keys, int *vals, const int *inp, int N) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < N) {
-        keys[i] = inp[i];
-        vals[i] = i;
-    }
 }
 
 /* One block per sorted position i; only the block at the first row of a token's run works. Its
@@ -97,39 +87,26 @@ static int bits_for(int Vp) {
     return bits;
 }
 
-/* Scratch layout: keys_in, vals_in, keys_out, vals_out (N ints each, 256-byte aligned), then CUB's
+/* Scratch layout: rows, sorted tokens, sorted rows (N ints each, 256-byte aligned), then the sort's
  * temporary storage. */
-static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
-
-static size_t cub_temp_bytes(int N, int Vp) {
-    size_t bytes = 0;
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, bytes, (const int *)NULL, (int *)NULL, (const int *)NULL,
-                                               (int *)NULL, N, 0, bits_for(Vp)));
-    return bytes;
-}
-
 extern "C" size_t encoder_backward_scratch_bytes(int N, int Vp) {
-    return 4 * align256((size_t)N * sizeof(int)) + align256(cub_temp_bytes(N, Vp));
+    return 3 * round_up(N * sizeof(int), 256) + round_up(sort_rows_by_key_temp_bytes(N, bits_for(Vp)), 256);
 }
 
 extern "C" void encoder_backward(float *dwte, float *dwpe, void *scratch, const kbf16 *dout, const int *inp,
                                  int B, int T, int C, int Vp, cudaStream_t stream) {
     int N = B * T;
-    size_t ints = align256((size_t)N * sizeof(int));
+    size_t ints = round_up(N * sizeof(int), 256);
     char *s = (char *)scratch;
-    int *keys_in = (int *)s, *vals_in = (int *)(s + ints), *keys_out = (int *)(s + 2 * ints),
-        *vals_out = (int *)(s + 3 * ints);
-    void *temp = s + 4 * ints;
-    size_t temp_bytes = cub_temp_bytes(N, Vp);
+    int *rows = (int *)s, *sorted_tok = (int *)(s + ints), *sorted_rows = (int *)(s + 2 * ints);
+    void *temp = s + 3 * ints;
+    size_t temp_bytes = sort_rows_by_key_temp_bytes(N, bits_for(Vp));
 
-    encoder_backward_wpe_kernel<<<ceil_div_u((size_t)T * (C / 8), 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
+    encoder_backward_wpe_kernel<<<ceil_div((size_t)T * (C / 8), 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
     CUDA_CHECK(cudaGetLastError());
 
-    iota_kernel<<<ceil_div_u(N, 256), 256, 0, stream>>>(keys_in, vals_in, inp, N);
-    CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in, vals_out, N, 0,
-                                               bits_for(Vp), stream));
-    int threads = C / 8 < 256 ? ((C / 8 + 31) / 32) * 32 : 256;
-    encoder_backward_wte_kernel<<<N, threads, 0, stream>>>(dwte, dout, keys_out, vals_out, N, C);
+    sort_rows_by_key(inp, sorted_tok, rows, sorted_rows, temp, temp_bytes, N, bits_for(Vp), stream);
+    int threads = C / 8 < 256 ? (int)round_up(C / 8, 32) : 256;
+    encoder_backward_wte_kernel<<<N, threads, 0, stream>>>(dwte, dout, sorted_tok, sorted_rows, N, C);
     CUDA_CHECK(cudaGetLastError());
 }

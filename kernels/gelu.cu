@@ -50,12 +50,12 @@ __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *inp, const bf16 *do
 }
 
 extern "C" void gelu_forward(kbf16 *out, const kbf16 *inp, size_t n, cudaStream_t stream) {
-    gelu_forward_kernel<<<ceil_div_u(n / 8, 256), 256, 0, stream>>>(out, inp, n / 8);
+    gelu_forward_kernel<<<ceil_div(n / 8, 256), 256, 0, stream>>>(out, inp, n / 8);
     CUDA_CHECK(cudaGetLastError());
 }
 
 extern "C" void gelu_backward(kbf16 *dinp, const kbf16 *inp, const kbf16 *dout, size_t n, cudaStream_t stream) {
-    gelu_backward_kernel<<<ceil_div_u(n / 8, 256), 256, 0, stream>>>(dinp, inp, dout, n / 8);
+    gelu_backward_kernel<<<ceil_div(n / 8, 256), 256, 0, stream>>>(dinp, inp, dout, n / 8);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(256) bias_partial_kernel(float *partial, const
     __shared__ float s[8][256 + 8]; /* +8: the 8 row lanes' rows start in different banks */
     int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
     int c = blockIdx.x * 256 + tx * 8;
-    int rows_per_chunk = (N + BIAS_ROW_CHUNKS - 1) / BIAS_ROW_CHUNKS;
+    int rows_per_chunk = (int)ceil_div(N, BIAS_ROW_CHUNKS);
     int r0 = blockIdx.y * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
     float acc[8] = {0};
     if (c < OC) {
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(256) partial_sums_kernel(PartialSumOutputs out
 
 void add_partial_sums(PartialSumOutputs outs, int nouts, const float *partial, int nparts, size_t part_stride, int C,
                       cudaStream_t stream) {
-    partial_sums_kernel<<<dim3(ceil_div_u(C, 32), nouts), 256, 0, stream>>>(outs, partial, nparts, part_stride, C);
+    partial_sums_kernel<<<dim3(ceil_div(C, 32), nouts), 256, 0, stream>>>(outs, partial, nparts, part_stride, C);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -135,7 +135,7 @@ extern "C" size_t bias_backward_scratch_bytes(int OC) {
 }
 
 extern "C" void bias_backward(float *dbias, void *scratch, const kbf16 *dout, int N, int OC, cudaStream_t stream) {
-    dim3 grid(ceil_div_u(OC, 256), BIAS_ROW_CHUNKS);
+    dim3 grid(ceil_div(OC, 256), BIAS_ROW_CHUNKS);
     bias_partial_kernel<<<grid, 256, 0, stream>>>((float *)scratch, dout, N, OC);
     CUDA_CHECK(cudaGetLastError());
     add_partial_sums(PartialSumOutputs{{dbias, NULL, NULL}}, 1, (const float *)scratch, BIAS_ROW_CHUNKS, OC, OC,

@@ -66,10 +66,6 @@ __device__ __forceinline__ void block_tree_sum(float *s, int n) {
     }
 }
 
-static inline unsigned int ceil_div_u(size_t a, size_t b) {
-    return (unsigned int)((a + b - 1) / b);
-}
-
 /* The second pass of the two-pass column sums (gelu.cu): for each of the `nouts` (≤ 3) outputs y,
  * out[y][c] += Σ_k partial[k·part_stride + y·C + c] over k < nparts, c < C, in a fixed order. */
 struct PartialSumOutputs {

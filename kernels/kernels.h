@@ -27,12 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#ifdef __CUDACC__
-#include <cuda_bf16.h>
-typedef __nv_bfloat16 kbf16;
-#else
-typedef uint16_t kbf16; /* a bf16 as stored: C code only moves pointers and converts on the host */
-#endif
+#include "kernels/host_device.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -143,8 +138,6 @@ void adamw_update(const AdamWPlan *plan, float *master, kbf16 *params_bf16, cons
                   int step, cudaStream_t stream);
 /* params_bf16[i] = bf16(master[i]) for n values (start-up and after loading a checkpoint). */
 void convert_fp32_to_bf16(kbf16 *out, const float *in, size_t n, cudaStream_t stream);
-/* dst[i] += src[i] for n fp32 values. */
-void accumulate_fp32(float *dst, const float *src, size_t n, cudaStream_t stream);
 
 /* ---- gradient sums with bf16 on the wire (grad_reduce.cu) ---- */
 /* stage[j·len + k] = bf16(grads[j·piece + offset + k]) for the world parts j of a bucket. */

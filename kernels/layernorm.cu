@@ -90,7 +90,7 @@ extern "C" void residual_layernorm_forward(kbf16 *residual, kbf16 *ln, float *me
     if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(residual_layernorm_forward_kernel,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    residual_layernorm_forward_kernel<<<ceil_div_u(N, LN_WARPS), LN_WARPS * 32, smem, stream>>>(
+    residual_layernorm_forward_kernel<<<ceil_div(N, LN_WARPS), LN_WARPS * 32, smem, stream>>>(
         residual, ln, mean, rstd, a, b, weight, bias, N, C);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -1,7 +1,8 @@
 /* kernels/output_fused.cu - the fused output layer: loss, dH and dW from H, W and the targets, the
- * N x V logits never stored. Two exact paths behind it (kernels/output_layer.h says which runs):
+ * N x V logits never stored. Two exact paths behind it (kernels/output_layer.h says which runs);
+ * their work is counted in G = 2 N V d FLOPs, one logits-sized GEMM:
  *
- *  - scaled exponentials (3G), per chunk of C rows whose buffer fits the budget:
+ *  - chunked, through scaled exponentials (3G), per chunk of C rows whose buffer fits the budget:
  *      reference_logit_kernel (once per call): each row's reference s, its target's logit z_t
  *        (fp32 dot product).
  *      tile kernel, MODE_EXP: z = H W^T stays in fp32 registers; E = exp(z - s) is stored in bf16
@@ -21,7 +22,7 @@
  *        the flag on the device and return at once when it is clear (no host sync).
  *    Memory: C x V x 2 bytes plus C x V/256 floats, and 6 d bytes per row. Bytes per logit: E
  *    written once, read by the two GEMMs (6 B; the canonical layer's logits take 10).
- *  - streaming (4G), when no chunk fits: MODE_STATS keeps a running max and sum per row over
+ *  - streaming (4G: the logits are computed twice), when no chunk fits: MODE_STATS keeps a running max and sum per row over
  *    vocabulary windows (fused_merge_kernel merges the windows into lse); the backward recomputes
  *    the logits per chunk of rows and window of columns, MODE_DZ writing dZ = P - Y (p - 1 at the
  *    target in fp32) into a [Nc x w] workspace that two cuBLASLt GEMMs consume: dH_chunk (fp32
@@ -29,7 +30,7 @@
  *  The forward alone (evaluation) is always MODE_STATS: 1G, nothing of size N x V written.
  *
  * Shapes: H [N x d] bf16, W [V x d] bf16 (rows >= V are never read), targets [N] int32 (-1 ignored),
- * d % 64 == 0. G = 2 N V d FLOPs.
+ * d % 64 == 0.
  *
  * The tile kernel: a CTA of two warpgroups owns 128 rows and computes 128 x 256 logit tiles with
  * wgmma m64n256k16 from shared memory filled by the TMA unit (4-stage mbarrier ring, one issuing
@@ -41,7 +42,6 @@
  *
  * Every element of dH and dW is summed in a fixed order (tiles, windows and chunks in order, fixed
  * GEMM algorithms): deterministic, no atomics. */
-#include <cub/cub.cuh>
 #include <cuda.h> /* CUtensorMap (the driver entry point is fetched through the runtime) */
 #include <math.h>
 #include <stdio.h>
@@ -382,9 +382,9 @@ __global__ void __launch_bounds__(T_THREADS, 1)
     const int64_t nslots = MODE == MODE_STATS ? gridDim.y : gridDim.x;
     const uint32_t rank = cluster_rank();
     const int64_t q_first = slot / CL, q_stride = nslots / CL;
-    const int64_t nrb = (a.row_end - a.row_begin + BM - 1) / BM, nunits = (nrb + CL - 1) / CL;
-    const int64_t my_units = q_first < nunits ? (nunits - q_first + q_stride - 1) / q_stride : 0;
-    const int64_t ntiles = (a.col_end - a.col_begin + TN - 1) / TN;
+    const int64_t nrb = ceil_div(a.row_end - a.row_begin, BM), nunits = ceil_div(nrb, CL);
+    const int64_t my_units = q_first < nunits ? ceil_div(nunits - q_first, q_stride) : 0;
+    const int64_t ntiles = ceil_div(a.col_end - a.col_begin, TN);
     const int64_t t0 = win * a.tiles_per_cta;
     const int64_t t1 = min(t0 + (int64_t)a.tiles_per_cta, ntiles);
     const int KT = a.d / BK;
@@ -635,22 +635,10 @@ __global__ void exp_onehot_dw_kernel(const int32_t *keys, const int32_t *rows, i
     }
 }
 
-__global__ void iota_kernel(int32_t *out, int64_t n) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = (int32_t)i;
-}
-
-/* Bytes of cub's scratch to sort up to max_N (target, row) pairs. */
-size_t outl_target_sort_bytes(int64_t max_N) {
-    size_t bytes = 0;
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, bytes, (const int32_t *)NULL, (int32_t *)NULL,
-                                               (const int32_t *)NULL, (int32_t *)NULL, (int)max_N));
-    return bytes;
-}
+/* Bytes of scratch to sort up to max_N rows by target (all 32 bits: -1 marks an ignored row). */
+size_t outl_target_sort_bytes(int64_t max_N) { return sort_rows_by_key_temp_bytes((int)max_N, 32); }
 
 /* ---- host side ---------------------------------------------------------------------------- */
-
-static int64_t rup(int64_t a, int64_t b) { return cdiv(a, b) * b; }
 
 typedef void (*TileKernel)(const TileArgs, const CUtensorMap, const CUtensorMap);
 
@@ -706,21 +694,21 @@ static void launch_tile_kernel(TileKernel f, dim3 grid, int rows_on_y, int early
 
 int64_t output_layer_chunk_rows(int64_t max_N, int64_t V, size_t budget) {
     if (max_N < 1 || V < 1) return 0;
-    const size_t per_row = (size_t)rup(V, TN) * sizeof(bf16) + (size_t)cdiv(V, TN) * sizeof(float);
+    const size_t per_row = (size_t)round_up(V, TN) * sizeof(bf16) + (size_t)ceil_div(V, TN) * sizeof(float);
     const int64_t rows = (int64_t)(budget / per_row);
     return rows < max_N ? rows : max_N;
 }
 
 OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int sms, size_t budget) {
     OutlFusedSizes s = {};
-    const int64_t rb = cdiv(max_N, BM);
+    const int64_t rb = ceil_div(max_N, BM);
     /* windows x rows <= (2 sms / rb + 1 + 8 + L2 term) x rb x 128 for every N <= max_N */
-    const int64_t l2min = cdiv((int64_t)sms * BM * d * 2, L2_H_BUDGET);
+    const int64_t l2min = ceil_div((int64_t)sms * BM * d * 2, L2_H_BUDGET);
     s.stats_elems = (int64_t)BM * (2 * (int64_t)sms + rb * (10 + l2min));
     s.exp_rows = output_layer_chunk_rows(max_N, V, budget);
     if (s.exp_rows > 0) {
-        s.exp_ld = rup(V, TN);
-        s.exp_tiles = cdiv(V, TN);
+        s.exp_ld = round_up(V, TN);
+        s.exp_tiles = ceil_div(V, TN);
         return s;
     }
     /* The streaming backward's chunk x window. Large problems at narrow widths get square windows
@@ -734,13 +722,13 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int sms, size_t
     if (rows > max_rows) rows = max_rows;
     rows = rows / BM * BM;
     if (rows < BM) rows = BM;
-    if (rows > rup(max_N, BM)) rows = rup(max_N, BM);
+    if (rows > round_up(max_N, BM)) rows = round_up(max_N, BM);
     s.chunk_rows = rows;
     int64_t cols = dz_elems / rows;
     if (cols > MAX_WINDOW_COLS) cols = MAX_WINDOW_COLS;
     cols = cols / TN * TN;
     if (cols < TN) cols = TN;
-    if (cols > rup(V, TN)) cols = rup(V, TN);
+    if (cols > round_up(V, TN)) cols = round_up(V, TN);
     s.window_cols = cols;
     return s;
 }
@@ -786,8 +774,8 @@ static CUtensorMap tensor_map(const bf16 *ptr, int64_t rows, int d, int box_rows
  * L2, then chosen (within +8) to waste the fewest slots. */
 static void persistent_plan(int64_t N, int64_t V, int d, int64_t slots, int64_t max_windows, int64_t *G_out,
                             int64_t *P_out, int64_t *tpc_out) {
-    const int64_t urows = BM * CLUSTER, rb = cdiv(N, urows), ntiles = cdiv(V, TN);
-    int64_t gmin = cdiv(slots * urows * d * 2, L2_H_BUDGET);
+    const int64_t urows = BM * CLUSTER, rb = ceil_div(N, urows), ntiles = ceil_div(V, TN);
+    int64_t gmin = ceil_div(slots * urows * d * 2, L2_H_BUDGET);
     if (gmin > max_windows - 8) gmin = max_windows - 8 > 1 ? max_windows - 8 : 1; /* the statistics workspace */
     /* few row blocks: more windows to fill the GPU, but no more than fit beside all row blocks at
      * once (rounding up would leave one block for a second pass: N = 1024 ran at 1.3x a GEMM) */
@@ -797,12 +785,12 @@ static void persistent_plan(int64_t N, int64_t V, int d, int64_t slots, int64_t 
     *G_out = 1, *P_out = 1, *tpc_out = ntiles;
     double best = -1.0;
     for (int64_t g = gmin; g <= gmin + 8 && g <= ntiles && g <= max_windows; g++) {
-        const int64_t tpc = cdiv(ntiles, g), ge = cdiv(ntiles, tpc);
+        const int64_t tpc = ceil_div(ntiles, g), ge = ceil_div(ntiles, tpc);
         int64_t P = slots / ge;
         if (P < 1) P = 1;
         if (P > rb) P = rb;
         /* busy fraction: slots used x row-block passes filled x tiles per window filled */
-        const double eff = (double)(ge * P) / slots * ((double)rb / (double)(cdiv(rb, P) * P)) *
+        const double eff = (double)(ge * P) / slots * ((double)rb / (double)(ceil_div(rb, P) * P)) *
                            ((double)ntiles / (double)(ge * tpc));
         if (eff > best + 1e-3) best = eff, *G_out = ge, *P_out = P, *tpc_out = tpc;
     }
@@ -812,17 +800,17 @@ static void persistent_plan(int64_t N, int64_t V, int d, int64_t slots, int64_t 
  * a time (their H blocks stay in L2), the columns' tiles split among the remaining slots; each CTA
  * sweeps its tiles unit after unit. Returns the grid (x: units' CTAs, y: tile groups). */
 static dim3 row_sweep_grid(int64_t nr, int64_t nc, int64_t d, TileArgs *t) {
-    const int64_t ur = BM * CLUSTER, nrb = cdiv(nr, ur), nt = cdiv(nc, TN);
+    const int64_t ur = BM * CLUSTER, nrb = ceil_div(nr, ur), nt = ceil_div(nc, TN);
     int64_t P = L2_H_BUDGET / (ur * d * 2);
     P = P < 1 ? 1 : P > nrb ? nrb : P;
     /* equal passes over the row blocks: 128 blocks with room for 85 would otherwise run as 85 + 43
      * with G = 1: 85 CTAs, half of them idle half the time */
-    P = cdiv(nrb, cdiv(nrb, P));
+    P = ceil_div(nrb, ceil_div(nrb, P));
     int64_t G = resident_clusters() / P;
     G = G < 1 ? 1 : G > nt ? nt : G;
-    const int64_t tpc = cdiv(nt, G);
+    const int64_t tpc = ceil_div(nt, G);
     t->tiles_per_cta = (int)tpc;
-    return dim3((unsigned)(P * CLUSTER), (unsigned)cdiv(nt, tpc));
+    return dim3((unsigned)(P * CLUSTER), (unsigned)ceil_div(nt, tpc));
 }
 
 void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream) {
@@ -842,7 +830,7 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     launch_tile_kernel(tile_kernel<MODE_STATS>, dim3((unsigned)nwin, (unsigned)(P * CLUSTER)), 1, 0, t,
                        tensor_map(t.H, N, L->d, BM), tensor_map(t.W, V, L->d, TN / CLUSTER), stream);
     CUDA_CHECK(cudaGetLastError());
-    fused_merge_kernel<<<(unsigned)cdiv(N, 256), 256, 0, stream>>>(L->win_m, L->win_a, (int)nwin, N, L->zt,
+    fused_merge_kernel<<<(unsigned)ceil_div(N, 256), 256, 0, stream>>>(L->win_m, L->win_a, (int)nwin, N, L->zt,
                                                                    a->targets, N, L->lse, a->row_lse, row_loss, NULL, NULL);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -850,10 +838,10 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
 void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream) {
     const int64_t N = a->N, V = L->V, d = L->d;
     /* balanced chunks and windows, each no larger than the workspace was sized for */
-    const int64_t nchunks = cdiv(N, L->fs.chunk_rows);
-    const int64_t rows = rup(cdiv(N, nchunks), BM);
-    const int64_t nwins = cdiv(V, L->fs.window_cols);
-    const int64_t cols = rup(cdiv(V, nwins), TN);
+    const int64_t nchunks = ceil_div(N, L->fs.chunk_rows);
+    const int64_t rows = round_up(ceil_div(N, nchunks), BM);
+    const int64_t nwins = ceil_div(V, L->fs.window_cols);
+    const int64_t cols = round_up(ceil_div(V, nwins), TN);
     const bf16 *H = (const bf16 *)a->H, *W = (const bf16 *)a->W;
     const float *sc = L->scalars;
     const CUtensorMap tm_h = tensor_map(H, N, (int)d, BM), tm_w = tensor_map(W, V, (int)d, TN / CLUSTER);
@@ -877,7 +865,7 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
                       d, sc + OUTL_SCALE, sc + OUTL_ONE, stream);
         }
         const int64_t n8 = nr * d / 8;
-        cast_rows_kernel<<<(unsigned)cdiv(n8, 256), 256, 0, stream>>>((bf16 *)a->dH + r0 * d, L->dh_acc, n8);
+        cast_rows_kernel<<<(unsigned)ceil_div(n8, 256), 256, 0, stream>>>((bf16 *)a->dH + r0 * d, L->dh_acc, n8);
         CUDA_CHECK(cudaGetLastError());
     }
 }
@@ -900,7 +888,7 @@ static void exp_chunk_redo(OutputLayer *L, const OutputLayerArgs *a, float *row_
     launch_tile_kernel(tile_kernel<MODE_STATS>, dim3((unsigned)nwin, (unsigned)(P * CLUSTER)), 1, 0, t, tm_h, tm_w,
                        stream);
     CUDA_CHECK(cudaGetLastError());
-    fused_merge_kernel<<<(unsigned)cdiv(nr, 256), 256, 0, stream>>>(
+    fused_merge_kernel<<<(unsigned)ceil_div(nr, 256), 256, 0, stream>>>(
         L->win_m, L->win_a, (int)nwin, nr, L->zt + r0, a->targets + r0, nr, L->lse + r0,
         a->row_lse ? a->row_lse + r0 : NULL, row_loss + r0, L->exp_overflow, L->exp_ref2 + r0);
     CUDA_CHECK(cudaGetLastError());
@@ -910,19 +898,16 @@ static void exp_chunk_redo(OutputLayer *L, const OutputLayerArgs *a, float *row_
 
 void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream) {
     const int64_t N = a->N, V = L->V, d = L->d, ld = L->fs.exp_ld, nt = L->fs.exp_tiles;
-    const int64_t nchunks = cdiv(N, L->fs.exp_rows), rows = cdiv(N, nchunks); /* balanced chunks */
+    const int64_t nchunks = ceil_div(N, L->fs.exp_rows), rows = ceil_div(N, nchunks); /* balanced chunks */
     const bf16 *H = (const bf16 *)a->H, *W = (const bf16 *)a->W;
     const float *sc = L->scalars;
     const CUtensorMap tm_h = tensor_map(H, N, (int)d, BM), tm_w = tensor_map(W, V, (int)d, TN / CLUSTER);
-    reference_logit_kernel<<<(unsigned)cdiv(N, 8), 256, 0, stream>>>(H, W, a->targets, N, (int)d, L->exp_ref2);
+    reference_logit_kernel<<<(unsigned)ceil_div(N, 8), 256, 0, stream>>>(H, W, a->targets, N, (int)d, L->exp_ref2);
     CUDA_CHECK(cudaGetLastError());
     /* the rows grouped by target, for the one-hot part of dW */
     int32_t *keys = L->exp_sort, *rows_in = keys + L->max_N, *rows_by_target = rows_in + L->max_N;
-    iota_kernel<<<(unsigned)cdiv(N, 256), 256, 0, stream>>>(rows_in, N);
-    CUDA_CHECK(cudaGetLastError());
-    size_t sort_bytes = L->exp_sort_temp_bytes;
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(L->exp_sort_temp, sort_bytes, a->targets, keys, rows_in, rows_by_target,
-                                               (int)N, 0, 32, stream));
+    sort_rows_by_key(a->targets, keys, rows_in, rows_by_target, L->exp_sort_temp, L->exp_sort_temp_bytes, (int)N, 32,
+                     stream);
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t nr = min(rows, N - r0);
         TileArgs t = {};
@@ -951,7 +936,7 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
         outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, V, W, d, L->ex, ld, L->dh_acc, CUDA_R_32F, d, sc + OUTL_ONE,
                   sc + OUTL_ZERO, stream);
         const int64_t n8 = nr * d / 8;
-        exp_dh_kernel<<<(unsigned)cdiv(n8, 256), 256, 0, stream>>>(a->dH + r0 * d, L->dh_acc, L->exp_row_scale,
+        exp_dh_kernel<<<(unsigned)ceil_div(n8, 256), 256, 0, stream>>>(a->dH + r0 * d, L->dh_acc, L->exp_row_scale,
                                                                  L->exp_tcoef + r0, a->targets + r0, W,
                                                                  sc + OUTL_SCALE, (int)d, n8);
         CUDA_CHECK(cudaGetLastError());

@@ -1,5 +1,5 @@
 /* kernels/output_layer.cu - the public side of kernels/output_layer.h: argument checks, the layer
- * object (workspace, cuBLASLt handle and plan cache), and the two small reductions both layers
+ * object (workspace, cuBLASLt plans), its GEMMs, and the two small reductions both layers
  * share (valid-target count, loss sum). The layers' own kernels are in output_fused.cu and
  * output_canonical.cu.
  *
@@ -15,6 +15,9 @@
 #include "kernels/output_layer_internal.h"
 
 #define REDUCE_THREADS 1024
+
+static_assert(OUTPUT_FUSED_DEFAULT_BUDGET == (size_t)4096 * (262144 * 2 + 1024 * 4),
+              "the default budget is 4096 rows of scaled exponentials at V = 262144 (kernels/output_kind.h)");
 
 /* ---- reductions --------------------------------------------------------------------------- */
 
@@ -65,78 +68,23 @@ void outl_reduce_loss(const float *row_loss, int64_t N, const float *scalars, fl
     CUDA_CHECK(cudaGetLastError());
 }
 
-/* ---- cuBLASLt with cached plans ----------------------------------------------------------- */
-
-static OutlPlan *find_or_make_plan(OutputLayer *L, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
-                                   int64_t ldb, int ctype, int64_t ldc, int *temporary) {
-    for (int i = 0; i < L->nplans; i++) {
-        OutlPlan *p = &L->plans[i];
-        if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb &&
-            p->ldc == ldc && p->ctype == ctype) {
-            *temporary = 0;
-            return p;
-        }
-    }
-    /* A full cache still works (a plan made and freed per call picks the same algorithm, the
-     * heuristic being a pure function of the shape); it is only slower. */
-    static OutlPlan spare;
-    OutlPlan *p = L->nplans < OUTL_MAX_PLANS ? &L->plans[L->nplans++] : &spare;
-    *temporary = p == &spare;
-    memset(p, 0, sizeof *p);
-    p->ta = ta, p->tb = tb, p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldb = ldb, p->ldc = ldc, p->ctype = ctype;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t opa = (cublasOperation_t)ta, opb = (cublasOperation_t)tb;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE; /* alpha = the gradient scale, on the device */
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm));
-    /* stored shapes (column-major): op(A) is m x k, op(B) is k x n */
-    uint64_t ar = opa == CUBLAS_OP_N ? m : k, ac = opa == CUBLAS_OP_N ? k : m;
-    uint64_t br = opb == CUBLAS_OP_N ? k : n, bc = opb == CUBLAS_OP_N ? n : k;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, ar, ac, lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, br, bc, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, (cudaDataType_t)ctype, m, n, ldc));
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = L->lt_ws_bytes;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    /* Split-K summed in place in the output would make the sum order depend on timing; allow only
-     * schemes that reduce in a fixed order. */
-    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_INPLACE;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
-                                                      sizeof schemes));
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(L->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &res, &found));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (found < 1) {
-        fprintf(stderr, "error: output layer: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld\n", (long long)m,
-                (long long)n, (long long)k);
-        exit(1);
-    }
-    p->algo = res.algo;
-    return p;
-}
-
-static void free_plan(OutlPlan *p) {
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->c));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->b));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->a));
-    CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
-}
+/* ---- GEMMs ---------------------------------------------------------------------------------- */
 
 void outl_gemm(OutputLayer *L, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
                const void *A, int64_t lda, const void *B, int64_t ldb, void *C, int ctype, int64_t ldc,
                const float *alpha, const float *beta, cudaStream_t stream) {
-    int temporary;
-    OutlPlan *p = find_or_make_plan(L, (int)ta, (int)tb, m, n, k, lda, ldb, ctype, ldc, &temporary);
-    CUBLAS_CHECK(cublasLtMatmul(L->lt, p->desc, alpha, A, p->a, B, p->b, beta, C, p->c, C, p->c, &p->algo,
-                                L->lt_ws, L->lt_ws_bytes, stream));
-    if (temporary) {
-        /* the spare's descriptors may still be read by the queued call: wait before freeing */
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        free_plan(p);
+    LtShape s = {};
+    s.ta = ta, s.tb = tb, s.m = m, s.n = n, s.k = k, s.lda = lda, s.ldb = ldb, s.ldc = ldc;
+    s.ctype = (cudaDataType_t)ctype;
+    s.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    s.device_scalars = 1; /* alpha = the gradient scale, on the device */
+    LtPlan *p = lt_plan(&L->lt, &s, NULL, NULL);
+    if (!p) {
+        fprintf(stderr, "error: output layer: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld\n", (long long)m,
+                (long long)n, (long long)k);
+        exit(1);
     }
+    lt_matmul(&L->lt, p, alpha, A, B, beta, C, NULL, NULL, stream);
 }
 
 /* ---- the layer object ---------------------------------------------------------------------- */
@@ -167,8 +115,6 @@ static int device_sms(void) {
     return sms;
 }
 
-static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
 /* Every buffer of the object, in creation order, with its size; shared by workspace_bytes and
  * create so that the two always agree. */
 typedef struct {
@@ -177,14 +123,14 @@ typedef struct {
         dh_acc, logits;
 } Sizes;
 
-static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, int sms, size_t budget,
+static Sizes layer_sizes(OutputKind kind, int64_t max_N, int64_t V, int d, int sms, size_t budget,
                          OutlFusedSizes *fs) {
     Sizes s;
     memset(&s, 0, sizeof s);
     memset(fs, 0, sizeof *fs);
     s.lse = s.row_loss = (size_t)max_N * sizeof(float);
     s.scalars = OUTL_NUM_SCALARS * sizeof(float);
-    if (kind == OUTPUT_LAYER_FUSED) {
+    if (kind == OUTPUT_FUSED) {
         *fs = outl_fused_sizes(max_N, V, d, sms, budget);
         s.win_m = s.win_a = (size_t)fs->stats_elems * sizeof(float);
         s.zt = (size_t)max_N * sizeof(float);
@@ -206,13 +152,13 @@ static Sizes layer_sizes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, 
     return s;
 }
 
-static int check_kind(OutputLayerKind kind) {
-    if (kind == OUTPUT_LAYER_FUSED || kind == OUTPUT_LAYER_CANONICAL) return 0;
+static int check_kind(OutputKind kind) {
+    if (kind == OUTPUT_FUSED || kind == OUTPUT_CANONICAL) return 0;
     fprintf(stderr, "error: output layer: unknown kind %d\n", (int)kind);
     return -1;
 }
 
-size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t budget) {
+size_t output_layer_workspace_bytes(OutputKind kind, int64_t max_N, int64_t V, int d, size_t budget) {
     if (check_kind(kind) || check_shape(max_N, V, d)) return 0;
     OutlFusedSizes fs;
     Sizes s = layer_sizes(kind, max_N, V, d, device_sms(), budget, &fs);
@@ -227,7 +173,7 @@ static void *dev_alloc(size_t bytes) {
     return p;
 }
 
-OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t budget) {
+OutputLayer *output_layer_create(OutputKind kind, int64_t max_N, int64_t V, int d, size_t budget) {
     if (check_kind(kind) || check_shape(max_N, V, d)) return NULL;
     OutputLayer *L = (OutputLayer *)calloc(1, sizeof *L);
     if (!L) {
@@ -237,9 +183,7 @@ OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V,
     L->kind = kind, L->max_N = max_N, L->V = V, L->Vp = round_up(V, 128), L->d = d;
     L->sms = device_sms();
     Sizes s = layer_sizes(kind, max_N, V, d, L->sms, budget, &L->fs);
-    CUBLAS_CHECK(cublasLtCreate(&L->lt));
-    L->lt_ws_bytes = OUTL_LT_WORKSPACE;
-    L->lt_ws = dev_alloc(L->lt_ws_bytes);
+    lt_plans_create(&L->lt, OUTL_LT_WORKSPACE);
     L->lse = (float *)dev_alloc(s.lse);
     L->row_loss = (float *)dev_alloc(s.row_loss);
     L->scalars = (float *)dev_alloc(s.scalars);
@@ -264,7 +208,6 @@ OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V,
 
 void output_layer_destroy(OutputLayer *L) {
     if (!L) return;
-    for (int i = L->nplans - 1; i >= 0; i--) free_plan(&L->plans[i]);
     /* reverse order of creation */
     CUDA_CHECK(cudaFree(L->logits));
     CUDA_CHECK(cudaFree(L->dh_acc));
@@ -284,17 +227,16 @@ void output_layer_destroy(OutputLayer *L) {
     CUDA_CHECK(cudaFree(L->scalars));
     CUDA_CHECK(cudaFree(L->row_loss));
     CUDA_CHECK(cudaFree(L->lse));
-    CUDA_CHECK(cudaFree(L->lt_ws));
-    CUBLAS_CHECK(cublasLtDestroy(L->lt));
+    lt_plans_destroy(&L->lt);
     free(L);
 }
 
 int64_t output_layer_fused_chunk_rows(const OutputLayer *L) {
-    return L && L->kind == OUTPUT_LAYER_FUSED ? L->fs.exp_rows : 0;
+    return L && L->kind == OUTPUT_FUSED ? L->fs.exp_rows : 0;
 }
 
-const char *output_layer_kind_name(OutputLayerKind kind) {
-    return kind == OUTPUT_LAYER_FUSED ? "fused" : kind == OUTPUT_LAYER_CANONICAL ? "canonical" : "unknown";
+const char *output_layer_kind_name(OutputKind kind) {
+    return kind == OUTPUT_FUSED ? "fused" : kind == OUTPUT_CANONICAL ? "canonical" : "unknown";
 }
 
 /* ---- entry points -------------------------------------------------------------------------- */
@@ -328,10 +270,10 @@ static int run(OutputLayer *L, const OutputLayerArgs *a, int backward, cudaStrea
     if (check_args(L, a, backward)) return -1;
     float *row_loss = a->row_loss ? a->row_loss : L->row_loss;
     outl_count_valid(a->targets, a->N, a->reduction, a->grad_scale, L->scalars, stream);
-    if (L->kind == OUTPUT_LAYER_FUSED && backward && L->fs.exp_rows > 0) {
+    if (L->kind == OUTPUT_FUSED && backward && L->fs.exp_rows > 0) {
         outl_fused_exp_forward_backward(L, a, row_loss, stream);
         outl_reduce_loss(row_loss, a->N, L->scalars, a->loss, stream);
-    } else if (L->kind == OUTPUT_LAYER_FUSED) {
+    } else if (L->kind == OUTPUT_FUSED) {
         outl_fused_forward(L, a, row_loss, stream);
         outl_reduce_loss(row_loss, a->N, L->scalars, a->loss, stream);
         if (backward) outl_fused_backward(L, a, stream);

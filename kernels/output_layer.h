@@ -1,11 +1,12 @@
 /* kernels/output_layer.h - the output layer (tied projection + softmax cross-entropy) on the GPU,
- * two implementations behind one signature:
- *   OUTPUT_LAYER_FUSED      kernels/output_fused.cu: the N x V logits never exist in memory. Two
- *                           exact paths: chunks of rows whose scaled exponentials fit a budget (3G,
- *                           the budget's memory), or, when the budget holds no row, streaming over
- *                           vocabulary tiles with the logits recomputed in the backward (4G, O(N))
- *   OUTPUT_LAYER_CANONICAL  kernels/output_canonical.cu: llm.c's way, logits [N x Vp] in bf16 (3G):
- *                           the baseline for comparisons
+ * two implementations behind one signature (G = 2 N V d FLOPs: one logits-sized GEMM):
+ *   OUTPUT_FUSED      kernels/output_fused.cu: the N x V logits never exist in memory. Two exact
+ *                     paths: chunks of rows whose scaled exponentials fit a budget (three GEMMs'
+ *                     work, 3G, in the budget's memory), or, when the budget holds no row,
+ *                     streaming over vocabulary tiles with the logits recomputed in the backward
+ *                     (four GEMMs' work, 4G, in O(N) memory)
+ *   OUTPUT_CANONICAL  kernels/output_canonical.cu: llm.c's way, logits [N x Vp] in bf16 (three
+ *                     GEMMs' work): the baseline for comparisons
  *
  * Shapes: N rows (B*T tokens), d model width (a multiple of 64), V real vocabulary size. W is the
  * tied token embedding; the model pads it to Vp rows (a multiple of 128) but passes the real V:
@@ -28,7 +29,7 @@
  * object per (device, stream): calls on one object must not overlap (they share its workspace).
  *
  * Usage (trainer):
- *   OutputLayer *ol = output_layer_create(OUTPUT_LAYER_FUSED, B*T, V, C,
+ *   OutputLayer *ol = output_layer_create(OUTPUT_FUSED, B*T, V, C,
  *                                        OUTPUT_FUSED_DEFAULT_BUDGET);      // once; NULL = bad args
  *   OutputLayerArgs a = {.H = lnf_out, .W = wte, .targets = d_targets, .N = B*T,
  *                        .reduction = OUTPUT_REDUCE_MEAN, .grad_scale = 1.0f / grad_accum_steps,
@@ -45,18 +46,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#ifdef __CUDACC__
-#include <cuda_bf16.h>
-typedef __nv_bfloat16 kbf16;
-#else
-typedef uint16_t kbf16; /* a bf16 as stored: C code only moves pointers */
-#endif
+#include "kernels/host_device.h"
+#include "kernels/output_kind.h" /* OutputKind, OUTPUT_FUSED_DEFAULT_BUDGET */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum { OUTPUT_LAYER_FUSED = 0, OUTPUT_LAYER_CANONICAL = 1 } OutputLayerKind;
 typedef enum { OUTPUT_REDUCE_MEAN = 0, OUTPUT_REDUCE_SUM = 1 } OutputReduction;
 
 typedef struct OutputLayer OutputLayer; /* opaque: cuBLASLt handle, cached plans, workspace */
@@ -74,14 +70,6 @@ typedef struct {
     float *dW;                 /* forward_backward only */
 } OutputLayerArgs;
 
-/* The fused layer's budget for its chunks of scaled exponentials when the caller has no other
- * figure: 4096 rows at V = 262144 (2 bytes per logit plus 4 per row and 256-column tile: 2064 MiB),
- * under a quarter of what torch.compile holds at 16384 rows; each chunk row also takes 6 d bytes
- * beside it (its fp32 E W and bf16 H / S). Every chunk re-reads and re-writes dW (8 V d bytes),
- * about 7 % of a 4096-row chunk's GEMMs on an H100: a larger budget buys speed with memory
- * (kernels/output_fused.cu). */
-#define OUTPUT_FUSED_DEFAULT_BUDGET ((size_t)4096 * (262144 * 2 + 1024 * 4))
-
 /* Rows per chunk of the fused layer's scaled-exponential path for this budget in bytes: as many as
  * fit, at most max_N; 0 when not one row fits, and then the streaming path runs (budget 0 asks for
  * it). */
@@ -91,12 +79,12 @@ int64_t output_layer_chunk_rows(int64_t max_N, int64_t V, size_t budget);
  * caller's tensors; 0 with a message on stderr for invalid arguments. Fused: O(max_N) floats, plus
  * the chunk of output_layer_chunk_rows rows (about the budget) or, on the streaming path, a fixed
  * window workspace independent of V; canonical: the bf16 logits [max_N x Vp] dominate. */
-size_t output_layer_workspace_bytes(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t budget);
+size_t output_layer_workspace_bytes(OutputKind kind, int64_t max_N, int64_t V, int d, size_t budget);
 
 /* NULL with a message on stderr when d is not a positive multiple of 64, V < 1 or max_N < 1.
  * budget: the fused layer's chunk of scaled exponentials in bytes (see output_layer_chunk_rows);
  * the canonical layer ignores it. */
-OutputLayer *output_layer_create(OutputLayerKind kind, int64_t max_N, int64_t V, int d, size_t budget);
+OutputLayer *output_layer_create(OutputKind kind, int64_t max_N, int64_t V, int d, size_t budget);
 void output_layer_destroy(OutputLayer *layer);
 
 /* Rows per chunk of the fused layer's scaled-exponential path; 0 for the streaming path (and for
@@ -104,11 +92,12 @@ void output_layer_destroy(OutputLayer *layer);
 int64_t output_layer_fused_chunk_rows(const OutputLayer *layer);
 
 /* 0 on success; -1 with a message on stderr for invalid arguments (nothing is launched). The
- * forward alone (evaluation) runs the fused layer's streaming statistics, 1G, whatever the path. */
+ * forward alone (evaluation) runs the fused layer's streaming statistics (one GEMM's work) whatever
+ * the path. */
 int output_layer_forward(OutputLayer *layer, const OutputLayerArgs *args, cudaStream_t stream);
 int output_layer_forward_backward(OutputLayer *layer, const OutputLayerArgs *args, cudaStream_t stream);
 
-const char *output_layer_kind_name(OutputLayerKind kind); /* "fused" / "canonical" */
+const char *output_layer_kind_name(OutputKind kind); /* "fused" / "canonical" */
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
 /* kernels/output_layer_internal.h - what output_layer.cu (the public entry points, the layer object,
- * the cuBLASLt plan cache and the small reductions) shares with output_fused.cu and
+ * its GEMMs and the small reductions) shares with output_fused.cu and
  * output_canonical.cu. Not for use outside kernels/output_*. */
 #ifndef FUSEDGPT_OUTPUT_LAYER_INTERNAL_H
 #define FUSEDGPT_OUTPUT_LAYER_INTERNAL_H
@@ -7,23 +7,13 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
+#include "kernels/lt_plans.h"
 #include "kernels/output_layer.h"
 
-#define OUTL_MAX_PLANS 64
 /* cuBLASLt's own scratch: cuBLAS recommends 32 MiB on Hopper, but 8, 4, 2 and 1 MiB measured as
  * fast for every GEMM of both layers at the benchmark's shapes (dev/RESULTS.md, output layer); the
  * algorithms the heuristic picks for the fused backward use none of it (dev/lt_algo_probe.cu) */
 #define OUTL_LT_WORKSPACE (1u << 20)
-
-/* One cached cuBLASLt matmul: descriptors plus the algorithm picked once by the heuristic, so
- * every call of the same shape runs the same kernel (bitwise reproducible). */
-typedef struct {
-    int ta, tb, ctype;
-    int64_t m, n, k, lda, ldb, ldc;
-    cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t a, b, c;
-    cublasLtMatmulAlgo_t algo;
-} OutlPlan;
 
 /* Sizes of the fused layer's workspace for up to max_N rows (one function so that
  * output_layer_workspace_bytes and create agree). */
@@ -39,15 +29,11 @@ typedef struct {
 } OutlFusedSizes;
 
 struct OutputLayer {
-    OutputLayerKind kind;
+    OutputKind kind;
     int64_t max_N, V, Vp;
     int d;
     int sms;        /* multiprocessors of the device */
-    cublasLtHandle_t lt;
-    void *lt_ws;
-    size_t lt_ws_bytes; /* its size, fixed at create */
-    OutlPlan plans[OUTL_MAX_PLANS];
-    int nplans;
+    LtPlans lt;     /* cuBLASLt handle, workspace (OUTL_LT_WORKSPACE) and the GEMMs' plans */
     /* shared: */
     float *lse;      /* [max_N] log-sum-exp per row (the backward reads it) */
     float *row_loss; /* [max_N] per-row loss when the caller passes none */
@@ -85,7 +71,8 @@ struct OutputLayer {
 #define OUTL_NUM_SCALARS 8
 
 /* C = alpha op(A) op(B) + beta C in cuBLAS's column-major terms; A and B bf16, fp32 accumulation,
- * C fp32 or bf16 (ctype CUDA_R_32F / CUDA_R_16BF); alpha and beta are device pointers. */
+ * C fp32 or bf16 (ctype CUDA_R_32F / CUDA_R_16BF); alpha and beta are device pointers. Plans are
+ * cached per shape in L->lt. */
 void outl_gemm(OutputLayer *L, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
                const void *A, int64_t lda, const void *B, int64_t ldb, void *C, int ctype, int64_t ldc,
                const float *alpha, const float *beta, cudaStream_t stream);
@@ -100,11 +87,11 @@ void outl_reduce_loss(const float *row_loss, int64_t N, const float *scalars, fl
 OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int sms, size_t budget);
 /* bytes of scratch for sorting up to max_N rows by target */
 size_t outl_target_sort_bytes(int64_t max_N);
-/* forward only (the streaming statistics, 1G): loss, row_loss, lse */
+/* forward only (the streaming statistics, one logits-sized GEMM's work): loss, row_loss, lse */
 void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
-/* after outl_fused_forward: the streaming backward (3G more) */
+/* after outl_fused_forward: the streaming backward (three GEMMs' work more) */
 void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream);
-/* loss, row_loss, lse, dH and dW through the scaled exponentials (3G in all) */
+/* loss, row_loss, lse, dH and dW through the chunks of scaled exponentials (three GEMMs' work in all) */
 void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
 
 /* output_canonical.cu: logits, the loss kernel, and with backward (P - Y) written in place and the

@@ -9,14 +9,12 @@
 
 #include <stddef.h>
 
+#include "kernels/output_kind.h" /* OutputKind: the output layer, fused or canonical */
 #include "model/gpt.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* The output layers of kernels/output_layer.h (the CPU backend has the same two in fp32). */
-typedef enum { OUTPUT_FUSED, OUTPUT_CANONICAL } OutputKind;
 
 typedef struct {
     float lr;
@@ -83,7 +81,7 @@ struct Backend {
     const char *peak_source; /* where peak_flops comes from, for the run header ("published", ...) */
     const struct Dist *dist; /* data-parallel group (model/dist/dist.h); NULL: alone */
     char device_name[128];
-    char output_path[128]; /* how the output layer runs, for the run header ("" : just its kind) */
+    char output_path[192]; /* how the output layer runs, for the run header ("" : just its kind) */
 };
 
 /* CPU reference backend; params initialised from seed. NULL + err on failure (allocation). */

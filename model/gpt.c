@@ -8,15 +8,16 @@
 
 #include "data/err.h"
 #include "data/rng.h"
+#include "kernels/host_device.h"
 
 const GPTPreset gpt_presets[] = {
-    {"tiny", 2, 2, 128}, /* CPU smoke tests and CI; head size 64, as the GPU attention needs */
-    {"d6", 6, 6, 384},
-    {"d12", 12, 12, 768}, /* GPT-2 124M */
-    {"d24", 24, 16, 1024},
-    {"d36", 36, 20, 1280},
-    {"d48", 48, 25, 1600},
-    {NULL, 0, 0, 0},
+    {"tiny", 2, 2, 128, NULL}, /* CPU smoke tests and CI; head size 64, as the GPU attention needs */
+    {"d6", 6, 6, 384, NULL},
+    {"d12", 12, 12, 768, "GPT-2 124M"},
+    {"d24", 24, 16, 1024, NULL},
+    {"d36", 36, 20, 1280, NULL},
+    {"d48", 48, 25, 1600, NULL},
+    {NULL, 0, 0, 0, NULL},
 };
 
 const GPTPreset *gpt_find_preset(const char *name) {
@@ -25,8 +26,17 @@ const GPTPreset *gpt_find_preset(const char *name) {
     return NULL;
 }
 
+void gpt_preset_list(char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (const GPTPreset *p = gpt_presets; p->name && len < n; p++) {
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", p == gpt_presets ? "" : ", ", p->name);
+        if (p->note && len < n) len += (size_t)snprintf(buf + len, n - len, " (%s)", p->note);
+    }
+}
+
 int gpt_round_vocab(int vocab_size) {
-    return (vocab_size + GPT_VOCAB_ALIGN - 1) / GPT_VOCAB_ALIGN * GPT_VOCAB_ALIGN;
+    return (int)round_up(vocab_size, GPT_VOCAB_ALIGN);
 }
 
 void gpt_config_finish(GPTConfig *cfg) {
@@ -66,7 +76,7 @@ int param_table_build(ParamTable *t, const GPTConfig *cfg, char *err) {
         snprintf(err, ERR_LEN, "--layers %d is out of range (1..%d)", L, GPT_MAX_LAYERS);
         return -1;
     }
-    t->params = calloc((size_t)(4 + L * NUM_LAYER_ROLES), sizeof(ParamInfo));
+    t->params = calloc(NUM_WHOLE_ROLES + (size_t)L * NUM_LAYER_ROLES, sizeof(ParamInfo));
     if (!t->params) {
         snprintf(err, ERR_LEN, "out of host memory for the parameter table");
         return -1;

@@ -34,17 +34,22 @@ typedef struct {
 typedef struct {
     const char *name;
     int num_layers, num_heads, dim;
+    const char *note; /* shown beside the name in lists (NULL: none) */
 } GPTPreset;
 
-/* NULL-terminated list of presets (tiny, d6, d12, d24, d36, d48). */
+/* The presets (model/gpt.c), ended by one whose name is NULL: the one list that --help, errors and
+ * lookups read. */
 extern const GPTPreset gpt_presets[];
 const GPTPreset *gpt_find_preset(const char *name);
+/* "tiny, d6, d12 (GPT-2 124M), ...": every preset's name and note, into buf (n bytes). */
+void gpt_preset_list(char *buf, size_t n);
 
 /* Fills Vp from V. */
 void gpt_config_finish(GPTConfig *cfg);
 int gpt_round_vocab(int vocab_size);
 
-/* What a tensor is, within its layer (or for the whole model). */
+/* What a tensor is, within its layer (or for the whole model: the embeddings and the final
+ * LayerNorm). */
 typedef enum {
     ROLE_WTE,      /* token embedding [Vp, C], tied to the output layer */
     ROLE_WPE,      /* position embedding [maxT, C] */
@@ -60,6 +65,8 @@ typedef enum {
 
 #define FIRST_LAYER_ROLE ROLE_LN1_W
 #define NUM_LAYER_ROLES (ROLE_FCPROJ_B - ROLE_LN1_W + 1)
+/* wte, wpe, ln_f weight and bias: the table holds NUM_WHOLE_ROLES + L·NUM_LAYER_ROLES tensors */
+#define NUM_WHOLE_ROLES (NUM_ROLES - NUM_LAYER_ROLES)
 
 typedef enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS } ParamInit;
 

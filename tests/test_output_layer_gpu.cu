@@ -177,20 +177,20 @@ template <typename T> static T *upload(const std::vector<T> &v) {
 
 /* A layer as a test runs it: the kind and the fused layer's budget (0: streaming). */
 typedef struct {
-    OutputLayerKind kind;
+    OutputKind kind;
     size_t budget;
 } Layer;
 
-static const Layer STREAMING = {OUTPUT_LAYER_FUSED, 0};
-static const Layer CANONICAL = {OUTPUT_LAYER_CANONICAL, 0};
+static const Layer STREAMING = {OUTPUT_FUSED, 0};
+static const Layer CANONICAL = {OUTPUT_CANONICAL, 0};
 /* the scaled-exponential path in chunks of `rows` rows at vocabulary V */
 static Layer exp_chunks(int64_t rows, int64_t V) {
     const size_t per_row = (size_t)((V + 255) / 256 * 256) * 2 + (size_t)((V + 255) / 256) * 4;
-    return Layer{OUTPUT_LAYER_FUSED, (size_t)rows * per_row};
+    return Layer{OUTPUT_FUSED, (size_t)rows * per_row};
 }
 
 static const char *layer_name(Layer l, int64_t N, int64_t V, char *buf, size_t n) {
-    if (l.kind == OUTPUT_LAYER_CANONICAL) return "canonical";
+    if (l.kind == OUTPUT_CANONICAL) return "canonical";
     if (!l.budget) return "fused/stream";
     snprintf(buf, n, "fused/exp, chunks of %lld", (long long)output_layer_chunk_rows(N, V, l.budget));
     return buf;
@@ -203,7 +203,7 @@ static int run_layer(Layer layer, const Bf16Tensor &H, const Bf16Tensor &W, cons
                      GpuOut *out) {
     OutputLayer *L = output_layer_create(layer.kind, N, V, d, layer.budget);
     if (!L) return -1;
-    if (layer.kind == OUTPUT_LAYER_FUSED && (output_layer_fused_chunk_rows(L) > 0) != (layer.budget > 0)) {
+    if (layer.kind == OUTPUT_FUSED && (output_layer_fused_chunk_rows(L) > 0) != (layer.budget > 0)) {
         fprintf(stderr, "layer took the wrong path: budget %zu, chunk rows %lld\n", layer.budget,
                 (long long)output_layer_fused_chunk_rows(L));
         output_layer_destroy(L);
@@ -461,7 +461,7 @@ TEST(fused_output_sum_reduction_with_grad_scale) {
 }
 
 TEST(fused_output_default_budget_is_one_chunk_here) {
-    check_case(Layer{OUTPUT_LAYER_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET}, C_(1000, 50257, 128, 2.0, 0.1), FUSED_LOSS_TOL,
+    check_case(Layer{OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET}, C_(1000, 50257, 128, 2.0, 0.1), FUSED_LOSS_TOL,
                FUSED_GRAD_TOL);
 }
 
@@ -497,8 +497,8 @@ TEST(fused_chunk_rows_follow_the_budget) {
     CHECK(output_layer_chunk_rows(65536, 262144, per_row_262144) == 1, "one row's budget: one row");
     CHECK(output_layer_chunk_rows(100, 1000, (size_t)1 << 30) == 100, "more room than rows: %lld",
           (long long)output_layer_chunk_rows(100, 1000, (size_t)1 << 30));
-    const size_t e = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, 65536, 262144, 768, OUTPUT_FUSED_DEFAULT_BUDGET);
-    const size_t st = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, 65536, 262144, 768, 0);
+    const size_t e = output_layer_workspace_bytes(OUTPUT_FUSED, 65536, 262144, 768, OUTPUT_FUSED_DEFAULT_BUDGET);
+    const size_t st = output_layer_workspace_bytes(OUTPUT_FUSED, 65536, 262144, 768, 0);
     fprintf(stderr, "[exp %.2f GB, streaming %.2f GB] ", e / 1e9, st / 1e9);
     CHECK(e > OUTPUT_FUSED_DEFAULT_BUDGET - per_row_262144 && e < OUTPUT_FUSED_DEFAULT_BUDGET + ((size_t)64 << 20),
           "exp workspace %zu bytes for a %zu-byte budget", e, (size_t)OUTPUT_FUSED_DEFAULT_BUDGET);
@@ -553,7 +553,7 @@ TEST(fused_output_matches_canonical_with_square_windows) {
      * window; the scaled exponentials in two chunks of the same rows */
     const int64_t N = 8448, V = 262147;
     const int d = 128;
-    REQUIRE(output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, N, V, d, 0) >= ((size_t)128 << 20),
+    REQUIRE(output_layer_workspace_bytes(OUTPUT_FUSED, N, V, d, 0) >= ((size_t)128 << 20),
             "this shape no longer selects the square windows: pick one that does");
     check_against_canonical(STREAMING, N, V, d, CANON_LOSS_TOL, CANON_GRAD_TOL, (int)(V % 8192));
     check_against_canonical(exp_chunks(4224, V), N, V, d, CANON_LOSS_TOL, CANON_GRAD_TOL, (int)(V % 8192));
@@ -666,15 +666,15 @@ TEST(output_forward_only_matches_forward_backward_and_writes_everything) {
 
 TEST(output_width_not_multiple_of_64_is_an_error) {
     fprintf(stderr, "(expect four error lines) ");
-    CHECK(output_layer_create(OUTPUT_LAYER_FUSED, 16, 1000, 100, 0) == NULL, "d=100 accepted by the fused layer");
-    CHECK(output_layer_create(OUTPUT_LAYER_FUSED, 16, 1000, 32, OUTPUT_FUSED_DEFAULT_BUDGET) == NULL,
+    CHECK(output_layer_create(OUTPUT_FUSED, 16, 1000, 100, 0) == NULL, "d=100 accepted by the fused layer");
+    CHECK(output_layer_create(OUTPUT_FUSED, 16, 1000, 32, OUTPUT_FUSED_DEFAULT_BUDGET) == NULL,
           "d=32 accepted by the fused layer's chunked path");
-    CHECK(output_layer_create(OUTPUT_LAYER_CANONICAL, 16, 1000, 96, 0) == NULL, "d=96 accepted by the canonical layer");
-    CHECK(output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, 16, 1000, 0, 0) == 0, "d=0 gave a workspace size");
+    CHECK(output_layer_create(OUTPUT_CANONICAL, 16, 1000, 96, 0) == NULL, "d=96 accepted by the canonical layer");
+    CHECK(output_layer_workspace_bytes(OUTPUT_FUSED, 16, 1000, 0, 0) == 0, "d=0 gave a workspace size");
 }
 
 TEST(output_more_rows_than_created_for_is_an_error) {
-    OutputLayer *L = output_layer_create(OUTPUT_LAYER_FUSED, 16, 1000, 64, 0);
+    OutputLayer *L = output_layer_create(OUTPUT_FUSED, 16, 1000, 64, 0);
     REQUIRE(L != NULL, "create failed");
     OutputLayerArgs a = {};
     a.N = 17; /* checked before any pointer is used */
@@ -685,9 +685,9 @@ TEST(output_more_rows_than_created_for_is_an_error) {
 }
 
 TEST(fused_streaming_workspace_is_independent_of_vocabulary) {
-    size_t a = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, 65536, 262144, 768, 0);
-    size_t b = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, 65536, 4 * 262144, 768, 0);
-    size_t c = output_layer_workspace_bytes(OUTPUT_LAYER_CANONICAL, 65536, 262144, 768, 0);
+    size_t a = output_layer_workspace_bytes(OUTPUT_FUSED, 65536, 262144, 768, 0);
+    size_t b = output_layer_workspace_bytes(OUTPUT_FUSED, 65536, 4 * 262144, 768, 0);
+    size_t c = output_layer_workspace_bytes(OUTPUT_CANONICAL, 65536, 262144, 768, 0);
     fprintf(stderr, "[fused %.1f MB, canonical %.1f MB] ", a / 1e6, c / 1e6);
     CHECK(a == b, "fused workspace grows with V: %zu -> %zu bytes", a, b);
     CHECK(a < (size_t)200 << 20, "fused workspace %zu bytes at N=65536, d=768", a);

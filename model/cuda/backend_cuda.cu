@@ -74,10 +74,6 @@ typedef struct {
     double part_ms[3];
 } CudaBackend;
 
-static OutputLayerKind output_layer_kind(OutputKind output) {
-    return output == OUTPUT_CANONICAL ? OUTPUT_LAYER_CANONICAL : OUTPUT_LAYER_FUSED;
-}
-
 /* The one place that lays out the arena: with base == NULL it only counts. Every buffer starts on
  * a 256-byte boundary (the kernels want 16). */
 static size_t layout_arena(CudaBackend *cb, char *base) {
@@ -87,7 +83,7 @@ static size_t layout_arena(CudaBackend *cb, char *base) {
 #define TAKE(ptr, type, count)                                        \
     do {                                                              \
         if (base) (ptr) = (type *)(base + off);                       \
-        off += ((count) * sizeof(type) + 255) / 256 * 256;            \
+        off += round_up((count) * sizeof(type), 256);                 \
     } while (0)
     TAKE(cb->encoded, kbf16, N * C);
     for (int l = 0; l < cfg->num_layers; l++) {
@@ -426,13 +422,13 @@ static int cuda_memory_items(Backend *be, MemoryItem *items) {
     const int d = t->cfg.dim;
     if (be->output == OUTPUT_FUSED) {
         items[n++] = MemoryItem{"output layer workspace: canonical (not used)",
-                                output_layer_workspace_bytes(OUTPUT_LAYER_CANONICAL, (int64_t)N, V, d, 0), 1};
+                                output_layer_workspace_bytes(OUTPUT_CANONICAL, (int64_t)N, V, d, 0), 1};
         if (cb->fused_budget)
             items[n++] = MemoryItem{"output layer workspace: fused, streaming (not used)",
-                                    output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, V, d, 0), 1};
+                                    output_layer_workspace_bytes(OUTPUT_FUSED, (int64_t)N, V, d, 0), 1};
     } else {
         items[n++] = MemoryItem{"output layer workspace: fused, streaming (not used)",
-                                output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, V, d, 0), 1};
+                                output_layer_workspace_bytes(OUTPUT_FUSED, (int64_t)N, V, d, 0), 1};
     }
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -532,16 +528,15 @@ static size_t fused_budget_for(size_t budget, size_t N, const GPTConfig *cfg) {
  * when the whole of it does not fit. */
 static void fit_output_layer(CudaBackend *cb, size_t requested, size_t fixed, size_t free_b, size_t N,
                              const GPTConfig *cfg) {
-    const OutputLayerKind kind = output_layer_kind(cb->base.output);
     cb->fused_budget = requested;
-    cb->out_ws_bytes = output_layer_workspace_bytes(kind, (int64_t)N, cfg->vocab_size, cfg->dim, requested);
+    cb->out_ws_bytes = output_layer_workspace_bytes(cb->base.output, (int64_t)N, cfg->vocab_size, cfg->dim, requested);
     if (!requested || fixed + cb->arena_bytes + cb->out_ws_bytes <= free_b) return;
-    const size_t streaming = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, cfg->vocab_size, cfg->dim, 0);
+    const size_t streaming = output_layer_workspace_bytes(OUTPUT_FUSED, (int64_t)N, cfg->vocab_size, cfg->dim, 0);
     const size_t used = fixed + cb->arena_bytes + streaming;
     size_t budget = free_b > used ? free_b - used : 0;
     if (budget > requested) budget = requested;
     cb->fused_budget = fused_budget_for(budget, N, cfg);
-    cb->out_ws_bytes = output_layer_workspace_bytes(OUTPUT_LAYER_FUSED, (int64_t)N, cfg->vocab_size, cfg->dim,
+    cb->out_ws_bytes = output_layer_workspace_bytes(OUTPUT_FUSED, (int64_t)N, cfg->vocab_size, cfg->dim,
                                                     cb->fused_budget);
 }
 
@@ -550,20 +545,20 @@ static void describe_output_layer(CudaBackend *cb, OutputKind output, size_t ask
     const long long rows = (long long)output_layer_fused_chunk_rows(cb->out);
     if (output == OUTPUT_CANONICAL) {
         snprintf(cb->out_ws_label, sizeof cb->out_ws_label, "output layer workspace: canonical (bf16 logits)");
-        snprintf(cb->base.output_path, sizeof cb->base.output_path, "canonical, bf16 logits of all %d rows (3G)",
+        snprintf(cb->base.output_path, sizeof cb->base.output_path, "canonical, bf16 logits of all %d rows",
                  cb->base.B * cb->base.T);
     } else if (rows > 0) {
         /* the layer balances its chunks: N rows in ceil(N / rows) chunks of equal size */
-        const long long N = (long long)cb->base.B * cb->base.T, chunks = (N + rows - 1) / rows;
+        const long long N = (long long)cb->base.B * cb->base.T, chunks = ceil_div(N, rows);
         snprintf(cb->out_ws_label, sizeof cb->out_ws_label, "output layer workspace: fused, chunks of %lld rows", rows);
         snprintf(cb->base.output_path, sizeof cb->base.output_path,
-                 "fused, scaled exponentials, %lld chunk%s of %lld rows (3G; room for %lld)%s", chunks,
-                 chunks > 1 ? "s" : "", (N + chunks - 1) / chunks, rows,
+                 "fused, chunked (scaled exponentials): %lld chunk%s of %lld rows (room for %lld)%s", chunks,
+                 chunks > 1 ? "s" : "", (long long)ceil_div(N, chunks), rows,
                  cb->fused_budget < asked ? "; --logits-mb reduced to what the GPU has free" : "");
     } else {
         snprintf(cb->out_ws_label, sizeof cb->out_ws_label, "output layer workspace: fused, streaming");
         snprintf(cb->base.output_path, sizeof cb->base.output_path,
-                 "fused, streaming (4G: the backward recomputes the logits)%s",
+                 "fused, streaming (the backward recomputes the logits)%s",
                  !asked ? ", as --logits-mb 0 asks"
                         : "; --logits-mb or the free memory holds fewer than 1024 rows of scaled exponentials");
     }
@@ -609,7 +604,6 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     /* Fit check before allocating anything large: fixed (parameters and optimizer state) plus
      * terms proportional to B (activations, output-layer workspace). */
     size_t N = (size_t)B * T, P = table->total;
-    OutputLayerKind kind = output_layer_kind(output);
     const size_t asked = output == OUTPUT_FUSED ? fused_budget : 0;
     fused_budget = fused_budget_for(asked, N, cfg);
     cb->scratch_bytes = scratch_needed(cfg, B, T);
@@ -667,9 +661,9 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     CUDA_CHECK(cudaMemset(cb->grads, 0, cb->padded_total * sizeof(float)));
     CUDA_CHECK(cudaMemset(cb->m, 0, cb->state_elems * sizeof(float)));
     CUDA_CHECK(cudaMemset(cb->v, 0, cb->state_elems * sizeof(float)));
-    cb->out = output_layer_create(kind, (int64_t)N, cfg->vocab_size, cfg->dim, cb->fused_budget);
+    cb->out = output_layer_create(output, (int64_t)N, cfg->vocab_size, cfg->dim, cb->fused_budget);
     if (!cb->out) {
-        snprintf(err, ERR_LEN, "cannot create the %s output layer (see the message above)", output_layer_kind_name(kind));
+        snprintf(err, ERR_LEN, "cannot create the %s output layer (see the message above)", output_layer_kind_name(output));
         cuda_destroy(&cb->base);
         return NULL;
     }

@@ -1,14 +1,11 @@
 /* model/dist/grad_buckets.c - the gradient bucket and ZeRO-1 shard plan (see grad_buckets.h). */
 #include "model/dist/grad_buckets.h"
 #include "data/err.h"
+#include "kernels/host_device.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static size_t round_up(size_t x, size_t m) {
-    return (x + m - 1) / m * m;
-}
 
 static void add_bucket(BucketPlan *p, size_t begin, size_t end, SyncPoint point, int layer) {
     if (end > begin) p->buckets[p->num_buckets++] = (GradBucket){begin, end - begin, point, layer};
