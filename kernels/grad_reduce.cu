@@ -13,10 +13,6 @@
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
 
-static unsigned grid_for(size_t n) {
-    return (unsigned)((n + 255) / 256);
-}
-
 __global__ void grad_pack_bf16_kernel(__nv_bfloat16 *stage, const float *grads, size_t piece, size_t offset,
                                       size_t len, int world) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -37,7 +33,7 @@ __global__ void grad_sum_bf16_kernel(float *out, const float *own, const __nv_bf
 extern "C" void grad_pack_bf16(kbf16 *stage, const float *grads, size_t piece, size_t offset, size_t len, int world,
                                cudaStream_t stream) {
     if (len == 0) return;
-    grad_pack_bf16_kernel<<<grid_for((size_t)world * len), 256, 0, stream>>>((__nv_bfloat16 *)stage, grads, piece,
+    grad_pack_bf16_kernel<<<(unsigned)ceil_div((int64_t)world * (int64_t)len, 256), 256, 0, stream>>>((__nv_bfloat16 *)stage, grads, piece,
                                                                             offset, len, world);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -45,6 +41,7 @@ extern "C" void grad_pack_bf16(kbf16 *stage, const float *grads, size_t piece, s
 extern "C" void grad_sum_bf16(float *out, const float *own, const kbf16 *recv, size_t len, int world, int rank,
                               cudaStream_t stream) {
     if (len == 0) return;
-    grad_sum_bf16_kernel<<<grid_for(len), 256, 0, stream>>>(out, own, (const __nv_bfloat16 *)recv, len, world, rank);
+    grad_sum_bf16_kernel<<<(unsigned)ceil_div((int64_t)len, 256), 256, 0, stream>>>(out, own, (const __nv_bfloat16 *)recv,
+                                                                                   len, world, rank);
     CUDA_CHECK(cudaGetLastError());
 }
