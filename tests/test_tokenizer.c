@@ -420,6 +420,91 @@ TEST(tokenizer_training_matches_brute_force_reference) {
     tokenizer_free(t);
 }
 
+/* Words glued with no white space or punctuation: one chunk of about `bytes` letters. */
+static char *make_long_line(Rng *rng, size_t bytes, size_t *len) {
+    char *s = malloc(bytes + 32);
+    size_t n = 0;
+    while (n < bytes) {
+        const char *w = words[rng_below(rng, sizeof words / sizeof *words)];
+        memcpy(s + n, w, strlen(w));
+        n += strlen(w);
+    }
+    *len = n;
+    return s;
+}
+
+TEST(tokenizer_training_on_one_long_line_matches_the_brute_force_reference) {
+    /* Every merge rewrites the same single word, runs of one letter included ("aaaa..." merges its
+     * overlapping pairs left to right), and ties are broken as the reference breaks them. */
+    Rng rng;
+    rng_seed(&rng, 17);
+    size_t len;
+    char *text = make_long_line(&rng, 20000, &len);
+    memset(text + 1000, 'a', 333);
+    memset(text + 3000, 'e', 64);
+    REQUIRE(tokenizer_chunk_len(text, len) == len, "the text should be one chunk");
+    uint32_t want = 400;
+    uint32_t *ref = malloc(2 * want * sizeof *ref);
+    uint32_t n_ref = reference_train(text, len, want, ref);
+    Tokenizer *t = train_on(text, len, want + TOKENIZER_MIN_VOCAB, 1);
+    REQUIRE(t, "no tokenizer");
+    CHECK(n_ref == want && tokenizer_num_merges(t) == n_ref, "%u merges, reference made %u", tokenizer_num_merges(t),
+          n_ref);
+    for (uint32_t i = 0; i < n_ref && i < tokenizer_num_merges(t); i++) {
+        uint32_t l, r;
+        tokenizer_merge_pair(t, 256 + i, &l, &r);
+        if (l != ref[2 * i] || r != ref[2 * i + 1]) {
+            test_fail(__FILE__, __LINE__, "merge %u is (%u, %u), reference (%u, %u)", i, l, r, ref[2 * i],
+                      ref[2 * i + 1]);
+            break;
+        }
+    }
+    free(ref);
+    free(text);
+    tokenizer_free(t);
+}
+
+TEST(tokenizer_training_on_a_long_line_without_white_space_reaches_the_vocabulary) {
+    /* Half a megabyte in one chunk: every merge rewrites the same word, so the cost of a merge must
+     * follow the occurrences it joins, not the word's length. */
+    Rng rng;
+    rng_seed(&rng, 23);
+    size_t len;
+    char *text = make_long_line(&rng, 500000, &len);
+    Tokenizer *t = train_on(text, len, 2000, 1);
+    REQUIRE(t, "no tokenizer");
+    CHECK(tokenizer_vocab_size(t) == 2000, "reached %u tokens of 2000", tokenizer_vocab_size(t));
+    CHECK(round_trips(t, text, len, 0), "the line did not round-trip");
+    uint32_t *ids = malloc((len + 1) * sizeof *ids);
+    size_t n = tokenizer_encode(t, text, len, 0, ids, len + 1);
+    CHECK(n < len / 4, "2000 tokens learned from the line should compress it (%zu tokens for %zu bytes)", n, len);
+    free(ids);
+    free(text);
+    tokenizer_free(t);
+}
+
+TEST(tokenizer_training_never_makes_a_token_longer_than_the_limit) {
+    /* 100000 a's: merges double a token while its pair repeats; a token of 2048 bytes is never made,
+     * and training stops short of the vocabulary asked for rather than make one. */
+    size_t len = 100000;
+    char *text = malloc(len);
+    memset(text, 'a', len);
+    Tokenizer *t = train_on(text, len, 1000, 1);
+    REQUIRE(t, "no tokenizer");
+    size_t longest = 0;
+    for (uint32_t id = 0; id < tokenizer_eot_token(t); id++) {
+        size_t n;
+        tokenizer_token_bytes(t, id, &n);
+        if (n > longest) longest = n;
+    }
+    CHECK(longest == TOKENIZER_MAX_TOKEN_BYTES, "the longest token is %zu bytes", longest);
+    CHECK(tokenizer_vocab_size(t) < 1000, "reached %u tokens: only a few pairs of a's fit the limit",
+          tokenizer_vocab_size(t));
+    CHECK(round_trips(t, text, len, 0), "the a's did not round-trip");
+    free(text);
+    tokenizer_free(t);
+}
+
 TEST(tokenizer_stops_when_no_pair_repeats_and_reports_size) {
     const char *text = "the cat sat on the mat";
     Tokenizer *t = train_on(text, strlen(text), 262144, 1);
