@@ -39,7 +39,8 @@ typedef struct {
 } TokenizerTrainOptions;
 
 /* Learns merges from text until the vocabulary has opt->vocab_size tokens, or until no pair occurs
- * twice (then the vocabulary is smaller: check tokenizer_vocab_size). "<|endoftext|>" in the text
+ * twice that would make a token of at most TOKENIZER_MAX_TOKEN_BYTES (then the vocabulary is
+ * smaller: check tokenizer_vocab_size). "<|endoftext|>" in the text
  * separates documents and is never merged into. Returns NULL + message on error (empty corpus,
  * vocabulary below TOKENIZER_MIN_VOCAB, out of memory). Deterministic: the same text and options
  * give the same tokenizer, whatever the thread count. */
