@@ -25,7 +25,8 @@
 #include "tokenizer/tokenizer_internal.h"
 
 #define NO_NODE UINT32_MAX
-#define NO_CELL UINT32_MAX /* no neighbour: the cell starts or ends its word */
+#define NO_CELL UINT32_MAX    /* no neighbour: the cell starts or ends its word */
+#define EMPTY_CELL UINT32_MAX /* the symbol of a cell merged into the one on its left */
 
 typedef struct {
     int64_t count;
@@ -52,8 +53,6 @@ typedef struct {
     uint32_t *word_of; /* the word the cell belongs to, for its count */
     size_t n;
 } Cells;
-
-#define EMPTY_CELL UINT32_MAX
 
 typedef struct {
     uint64_t *word_count; /* occurrences of each unique chunk in the corpus */
