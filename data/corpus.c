@@ -662,11 +662,16 @@ done:
     return rc;
 }
 
-int corpus_default(const char *cache_dir, int extended, char *path, size_t cap, char *name, char *err) {
+int corpus_check_cache_dir(const char *cache_dir, char *err) {
     if (strchr(cache_dir, '\'')) {
-        fgpt_set_err(err, "cache directory '%s' contains a quote; pass --cache-dir without quotes", cache_dir);
+        fgpt_set_err(err, "cache directory %s contains a quote; pass --cache-dir without quotes", cache_dir);
         return -1;
     }
+    return 0;
+}
+
+int corpus_default(const char *cache_dir, int extended, char *path, size_t cap, char *name, char *err) {
+    if (corpus_check_cache_dir(cache_dir, err) != 0) return -1;
     char dir[4096], final_path[4200], log[4200], rel[4096];
     snprintf(rel, sizeof rel, "%s/corpus", cache_dir);
     /* Absolute, because the fetch commands change into the cache and write their log by this path. */

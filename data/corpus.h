@@ -29,6 +29,10 @@
 #define CORPUS_SYNTHETIC_NAME "synthetic-v1"
 #define CORPUS_SYNTHETIC_BYTES (36u << 20)
 
+/* 0 when cache_dir can hold the corpus; -1 with a one-line message when it cannot: the fetch
+ * commands quote it with single quotes, so it may hold none. Checked before anything is created. */
+int corpus_check_cache_dir(const char *cache_dir, char *err);
+
 /* Makes sure <cache_dir>/corpus/<name>.txt exists (the standard recipe, or with extended = 1 the
  * extended one), fetching and cleaning on first use, and writes its path into path (cap bytes) and
  * the corpus name into name (32 bytes). Falls back to the synthetic corpus, saying so in one line

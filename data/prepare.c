@@ -56,6 +56,38 @@ static int make_dirs_or_err(const char *path, char *err) {
     return 0;
 }
 
+/* Refuses an output folder that cannot be made or written into, before the text is read or a
+ * tokenizer trained: the nearest part of the path that exists must be a writable folder. */
+static int check_out_dir(const char *dir, char *err) {
+    char path[PREPARE_PATH_LEN];
+    if ((size_t)snprintf(path, sizeof path, "%s", dir) >= sizeof path) {
+        fgpt_set_err(err, "prepare -o: the path is longer than %d bytes; use a shorter folder", PREPARE_PATH_LEN - 1);
+        return -1;
+    }
+    struct stat sb;
+    while (stat(path, &sb) != 0) {
+        if (errno != ENOENT && errno != ENOTDIR) {
+            fgpt_set_err(err, "prepare -o %s: cannot reach %s: %s (choose another folder)", dir, path, strerror(errno));
+            return -1;
+        }
+        char *slash = strrchr(path, '/');
+        if (!slash) snprintf(path, sizeof path, ".");
+        else if (slash == path) path[1] = 0; /* "/x" goes up to "/" */
+        else *slash = 0;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        fgpt_set_err(err, "prepare -o %s: %s is a file, not a folder (pass the folder that is to hold tokenizer.bin, "
+                     "train.bin and val.bin)", dir, path);
+        return -1;
+    }
+    if (access(path, W_OK | X_OK) != 0) {
+        fgpt_set_err(err, "prepare -o %s: cannot write into %s: %s (choose a writable folder)", dir, path,
+                     strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 /* Appends a file to *buf; -1 + message when it cannot be read. */
 static int append_file(const char *path, char **buf, size_t *len, size_t *cap, char *err) {
     struct stat sb;
@@ -291,7 +323,7 @@ static int prepare_recipe(uint32_t vocab_size, const char *cache_dir, int extend
         return -1;
     }
     char lock_path[PREPARE_PATH_LEN];
-    if (make_dirs_or_err(cache_dir, err) != 0 || path_join(lock_path, cache_dir, "prepare.lock", err) != 0) return -1;
+    if (corpus_check_cache_dir(cache_dir, err) != 0 || make_dirs_or_err(cache_dir, err) != 0 || path_join(lock_path, cache_dir, "prepare.lock", err) != 0) return -1;
     int fd = open(lock_path, O_RDWR | O_CREAT, 0644);
     if (fd < 0 || flock(fd, LOCK_EX) != 0) {
         fgpt_set_err(err, "cannot lock %s: %s (choose a writable --cache-dir)", lock_path, strerror(errno));
@@ -386,14 +418,14 @@ int prepare_main(int argc, char **argv) {
             vocab_given = 1;
             i++;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
-            if (!val) {
+            if (!val || !*val) {
                 status = bad_arg(a, "needs a folder");
                 goto done;
             }
             out_dir = val;
             i++;
         } else if (!strcmp(a, "--tokenizer")) {
-            if (!val) {
+            if (!val || !*val) {
                 status = bad_arg(a, "needs a tokenizer file");
                 goto done;
             }
@@ -408,7 +440,7 @@ int prepare_main(int argc, char **argv) {
             }
             i++;
         } else if (!strcmp(a, "--cache-dir")) {
-            if (!val) {
+            if (!val || !*val) {
                 status = bad_arg(a, "needs a folder");
                 goto done;
             }
@@ -456,9 +488,13 @@ int prepare_main(int argc, char **argv) {
             fprintf(stderr, "error: prepare: no text files given (pass FILE..., or --default-corpus)\n");
             goto done;
         }
+        status = 1;
+        if (check_out_dir(out_dir, err) != 0) {
+            fprintf(stderr, "error: %s\n", err);
+            goto done;
+        }
         char *text = NULL;
         size_t len = 0, cap = 0;
-        status = 1;
         /* documents are joined by the tokenizer's separator: "<|endoftext|>" unless a given
          * tokenizer has another (Llama 3's "<|end_of_text|>") */
         Tokenizer *given = NULL;

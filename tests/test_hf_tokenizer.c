@@ -12,6 +12,7 @@
 #include "tests/test.h"
 #include "tests/test_util.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_internal.h"
 
 #define DOCUMENT "tests/fixtures/hf_document.txt"
 
@@ -321,4 +322,100 @@ TEST(hf_tokenizer_nfc_normalizer_refuses_text_it_would_rewrite) {
     CHECK(rc != 0 && out && strstr(out, "error: the text holds U+0301") && strstr(out, "normalize the text to NFC"),
           "prepare: (%d) %s", rc, out);
     free(out);
+}
+
+/* ---- bounds on what a tokenizer.json may ask for ---- */
+
+/* Writes one code point into a JSON string. */
+static void put_json_cp(FILE *f, uint32_t cp) {
+    if (cp == '"' || cp == '\\') fprintf(f, "\\%c", (char)cp);
+    else if (cp < 0x80) fputc((int)cp, f);
+    else fprintf(f, "%c%c", (char)(0xc0 | cp >> 6), (char)(0x80 | (cp & 0x3f)));
+}
+
+/* A byte-level BPE tokenizer.json without merges: the 256 byte tokens (ids 0..255), n_filler more
+ * tokens "t<id>" (ids 256..), a token of long_len 'a's when long_len > 0 (the next id), and the
+ * separator "<|endoftext|>" as an added token of id eot_id. */
+static int write_plain_hf_json(const char *path, uint32_t n_filler, size_t long_len, uint64_t eot_id) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    fputs("{\"added_tokens\": [{\"id\": ", f);
+    fprintf(f, "%llu", (unsigned long long)eot_id);
+    fputs(", \"content\": \"<|endoftext|>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
+          "\"normalized\": false, \"special\": true}],\n \"normalizer\": null,\n"
+          " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true},\n"
+          " \"decoder\": {\"type\": \"ByteLevel\"},\n \"model\": {\"type\": \"BPE\", \"vocab\": {",
+          f);
+    uint32_t cp_of_byte[256];
+    byte_level_alphabet(cp_of_byte);
+    for (uint32_t b = 0; b < 256; b++) {
+        fputs(b ? ", \"" : "\"", f);
+        put_json_cp(f, cp_of_byte[b]);
+        fprintf(f, "\": %u", b);
+    }
+    uint32_t id = 256;
+    for (uint32_t i = 0; i < n_filler; i++, id++) fprintf(f, ", \"t%u\": %u", id, id);
+    if (long_len) {
+        fputs(", \"", f);
+        for (size_t i = 0; i < long_len; i++) fputc('a', f);
+        fprintf(f, "\": %u", id);
+    }
+    fputs("}, \"merges\": []}}\n", f);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+TEST(a_tokenizer_json_whose_ids_leave_more_than_half_their_range_unused_is_refused) {
+    /* 257 tokens listed (256 bytes + the separator): ids up to 513 leave at most half of the range
+     * unused and load; 514, or one id of 268435456, is not a vocabulary but a corrupt file. */
+    char path[700], err[ERR_LEN] = "";
+    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
+    REQUIRE(write_plain_hf_json(path, 0, 0, 513) == 0, "cannot write %s", path);
+    Tokenizer *t = tokenizer_load(path, err);
+    CHECK(t && tokenizer_vocab_size(t) == 514 && tokenizer_eot_token(t) == 513, "ids up to 513 of 257 tokens: %s",
+          t ? "wrong vocabulary" : err);
+    tokenizer_free(t);
+    const uint64_t too_far[] = {514, 268435456};
+    for (int k = 0; k < 2; k++) {
+        REQUIRE(write_plain_hf_json(path, 0, 0, too_far[k]) == 0, "cannot write %s", path);
+        err[0] = 0;
+        t = tokenizer_load(path, err);
+        CHECK(!t, "an id of %llu among 257 tokens was accepted", (unsigned long long)too_far[k]);
+        char want[64];
+        snprintf(want, sizeof want, "id %llu is far beyond the 257 tokens", (unsigned long long)too_far[k]);
+        CHECK(strstr(err, path) && strstr(err, want) && strstr(err, "corrupt") && !strchr(err, '\n'),
+              "the error should name the file and the id on one line: %s", err);
+        tokenizer_free(t);
+    }
+}
+
+TEST(a_tokenizer_json_of_gemma_3s_262144_dense_ids_loads) {
+    char path[700], err[ERR_LEN] = "";
+    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
+    REQUIRE(write_plain_hf_json(path, 262144 - 257, 0, 262143) == 0, "cannot write %s", path);
+    Tokenizer *t = tokenizer_load(path, err);
+    REQUIRE(t, "%s", err);
+    CHECK(tokenizer_vocab_size(t) == 262144 && tokenizer_eot_token(t) == 262143, "vocabulary %u, separator %u",
+          tokenizer_vocab_size(t), tokenizer_eot_token(t));
+    size_t n;
+    const uint8_t *b = tokenizer_token_bytes(t, 100000, &n);
+    CHECK(b && n == 7 && memcmp(b, "t100000", 7) == 0, "token 100000 is \"%.*s\"", (int)n, b ? (const char *)b : "");
+    tokenizer_free(t);
+}
+
+TEST(a_tokenizer_json_token_longer_than_the_limit_is_refused) {
+    char path[700], err[ERR_LEN] = "";
+    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
+    REQUIRE(write_plain_hf_json(path, 0, TOKENIZER_MAX_TOKEN_BYTES, 257) == 0, "cannot write %s", path);
+    Tokenizer *t = tokenizer_load(path, err);
+    size_t n = 0;
+    CHECK(t && tokenizer_token_bytes(t, 256, &n) && n == TOKENIZER_MAX_TOKEN_BYTES,
+          "a token of %u bytes, the limit, should load: %s", TOKENIZER_MAX_TOKEN_BYTES, t ? "wrong length" : err);
+    tokenizer_free(t);
+    REQUIRE(write_plain_hf_json(path, 0, TOKENIZER_MAX_TOKEN_BYTES + 1, 257) == 0, "cannot write %s", path);
+    err[0] = 0;
+    t = tokenizer_load(path, err);
+    CHECK(!t, "a token of %u bytes was accepted", TOKENIZER_MAX_TOKEN_BYTES + 1);
+    CHECK(strstr(err, path) && strstr(err, "token 256 is 1025 bytes") && !strchr(err, '\n'),
+          "the error should name the file and the token on one line: %s", err);
+    tokenizer_free(t);
 }

@@ -334,3 +334,57 @@ TEST(prepare_of_an_empty_text_creates_nothing) {
     struct stat sb;
     CHECK(stat(out, &sb) != 0, "the failed prepare left %s behind", out);
 }
+
+TEST(prepare_refuses_an_output_path_that_is_a_file_before_training) {
+    char text[1100], file[1100], log[1200];
+    snprintf(text, sizeof text, "%s/a.txt", test_tmpdir());
+    snprintf(file, sizeof file, "%s/not-a-folder", test_tmpdir());
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    write_lines(text, 20000, 3);
+    write_text_file(file, "keep me", 7);
+    const char *argv[] = {"prepare", "-v", "300", "-o", file, text};
+    CHECK(run_prepare(6, argv) == 1, "an output path that is a file is a runtime error");
+    char *said = read_text(log);
+    CHECK(said && strstr(said, "error: prepare -o") && strstr(said, "is a file, not a folder") &&
+              !strstr(said, "training a"),
+          "prepare should refuse the output path before training: %s", said ? said : "");
+    free(said);
+    char *kept = read_text(file);
+    CHECK(kept && strcmp(kept, "keep me") == 0, "the file given as -o was changed");
+    free(kept);
+    /* the same one level down: a folder cannot be made under a file */
+    unlink(log);
+    char below[1200];
+    snprintf(below, sizeof below, "%s/sub", file);
+    const char *under[] = {"prepare", "-v", "300", "-o", below, text};
+    CHECK(run_prepare(6, under) == 1, "an output path under a file is a runtime error");
+    said = read_text(log);
+    CHECK(said && strstr(said, "is a file, not a folder") && !strstr(said, "training a"),
+          "prepare should refuse the output path before training: %s", said ? said : "");
+    free(said);
+}
+
+TEST(prepare_with_a_quote_in_the_cache_dir_creates_nothing) {
+    char cache[1100], log[1200];
+    snprintf(cache, sizeof cache, "%s/a'b", test_tmpdir());
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    const char *argv[] = {"prepare", "--default-corpus", "--cache-dir", cache};
+    CHECK(run_prepare(4, argv) == 1, "a cache folder the corpus fetch cannot quote is a runtime error");
+    char *said = read_text(log);
+    CHECK(said && strstr(said, "contains a quote"), "prepare said: %s", said ? said : "");
+    free(said);
+    struct stat sb;
+    CHECK(stat(cache, &sb) != 0, "the refused cache folder %s was created", cache);
+}
+
+TEST(prepare_with_an_empty_path_is_a_usage_error) {
+    char text[1100];
+    snprintf(text, sizeof text, "%s/a.txt", test_tmpdir());
+    write_lines(text, 2000, 4);
+    const char *out[] = {"prepare", "-o", "", text};
+    CHECK(run_prepare(4, out) == 2, "-o '' is a command-line error");
+    const char *tok[] = {"prepare", "--tokenizer", "", text};
+    CHECK(run_prepare(4, tok) == 2, "--tokenizer '' is a command-line error");
+    const char *cache[] = {"prepare", "--default-corpus", "--cache-dir", ""};
+    CHECK(run_prepare(4, cache) == 2, "--cache-dir '' is a command-line error");
+}

@@ -420,6 +420,91 @@ TEST(tokenizer_training_matches_brute_force_reference) {
     tokenizer_free(t);
 }
 
+/* Words glued with no white space or punctuation: one chunk of about `bytes` letters. */
+static char *make_long_line(Rng *rng, size_t bytes, size_t *len) {
+    char *s = malloc(bytes + 32);
+    size_t n = 0;
+    while (n < bytes) {
+        const char *w = words[rng_below(rng, sizeof words / sizeof *words)];
+        memcpy(s + n, w, strlen(w));
+        n += strlen(w);
+    }
+    *len = n;
+    return s;
+}
+
+TEST(tokenizer_training_on_one_long_line_matches_the_brute_force_reference) {
+    /* Every merge rewrites the same single word, runs of one letter included ("aaaa..." merges its
+     * overlapping pairs left to right), and ties are broken as the reference breaks them. */
+    Rng rng;
+    rng_seed(&rng, 17);
+    size_t len;
+    char *text = make_long_line(&rng, 20000, &len);
+    memset(text + 1000, 'a', 333);
+    memset(text + 3000, 'e', 64);
+    REQUIRE(tokenizer_chunk_len(text, len) == len, "the text should be one chunk");
+    uint32_t want = 400;
+    uint32_t *ref = malloc(2 * want * sizeof *ref);
+    uint32_t n_ref = reference_train(text, len, want, ref);
+    Tokenizer *t = train_on(text, len, want + TOKENIZER_MIN_VOCAB, 1);
+    REQUIRE(t, "no tokenizer");
+    CHECK(n_ref == want && tokenizer_num_merges(t) == n_ref, "%u merges, reference made %u", tokenizer_num_merges(t),
+          n_ref);
+    for (uint32_t i = 0; i < n_ref && i < tokenizer_num_merges(t); i++) {
+        uint32_t l, r;
+        tokenizer_merge_pair(t, 256 + i, &l, &r);
+        if (l != ref[2 * i] || r != ref[2 * i + 1]) {
+            test_fail(__FILE__, __LINE__, "merge %u is (%u, %u), reference (%u, %u)", i, l, r, ref[2 * i],
+                      ref[2 * i + 1]);
+            break;
+        }
+    }
+    free(ref);
+    free(text);
+    tokenizer_free(t);
+}
+
+TEST(tokenizer_training_on_a_long_line_without_white_space_reaches_the_vocabulary) {
+    /* Half a megabyte in one chunk: every merge rewrites the same word, so the cost of a merge must
+     * follow the occurrences it joins, not the word's length. */
+    Rng rng;
+    rng_seed(&rng, 23);
+    size_t len;
+    char *text = make_long_line(&rng, 500000, &len);
+    Tokenizer *t = train_on(text, len, 2000, 1);
+    REQUIRE(t, "no tokenizer");
+    CHECK(tokenizer_vocab_size(t) == 2000, "reached %u tokens of 2000", tokenizer_vocab_size(t));
+    CHECK(round_trips(t, text, len, 0), "the line did not round-trip");
+    uint32_t *ids = malloc((len + 1) * sizeof *ids);
+    size_t n = tokenizer_encode(t, text, len, 0, ids, len + 1);
+    CHECK(n < len / 4, "2000 tokens learned from the line should compress it (%zu tokens for %zu bytes)", n, len);
+    free(ids);
+    free(text);
+    tokenizer_free(t);
+}
+
+TEST(tokenizer_training_never_makes_a_token_longer_than_the_limit) {
+    /* 100000 a's: merges double a token while its pair repeats; a token of 2048 bytes is never made,
+     * and training stops short of the vocabulary asked for rather than make one. */
+    size_t len = 100000;
+    char *text = malloc(len);
+    memset(text, 'a', len);
+    Tokenizer *t = train_on(text, len, 1000, 1);
+    REQUIRE(t, "no tokenizer");
+    size_t longest = 0;
+    for (uint32_t id = 0; id < tokenizer_eot_token(t); id++) {
+        size_t n;
+        tokenizer_token_bytes(t, id, &n);
+        if (n > longest) longest = n;
+    }
+    CHECK(longest == TOKENIZER_MAX_TOKEN_BYTES, "the longest token is %zu bytes", longest);
+    CHECK(tokenizer_vocab_size(t) < 1000, "reached %u tokens: only a few pairs of a's fit the limit",
+          tokenizer_vocab_size(t));
+    CHECK(round_trips(t, text, len, 0), "the a's did not round-trip");
+    free(text);
+    tokenizer_free(t);
+}
+
 TEST(tokenizer_stops_when_no_pair_repeats_and_reports_size) {
     const char *text = "the cat sat on the mat";
     Tokenizer *t = train_on(text, strlen(text), 262144, 1);
@@ -580,43 +665,91 @@ static void put32(unsigned char *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-TEST(tokenizer_load_rejects_merges_that_name_tokens_not_made_yet) {
-    /* A well-formed file (right sizes, right checksum) whose second merge uses token 258, which
-     * only the third merge would make: the merge list itself is checked, not just the bytes. */
-    unsigned char buf[28 + 13 + 3 * 8 + 8];
+/* Writes our tokenizer file for merges[0..2 * n_merges) with a right header, sizes and checksum, so
+ * that only the merge list itself can make tokenizer_load refuse it. */
+static int write_merges_file(const char *path, const uint32_t *merges, uint32_t n_merges) {
+    size_t size = 28 + 13 + (size_t)n_merges * 8 + 8;
+    unsigned char *buf = malloc(size);
+    if (!buf) return -1;
     memcpy(buf, "FGPTBPE1", 8);
     put32(buf + 8, 1);
-    put32(buf + 12, 256 + 3 + 1);
-    put32(buf + 16, 3);
-    put32(buf + 20, 259);
+    put32(buf + 12, 256 + n_merges + 1);
+    put32(buf + 16, n_merges);
+    put32(buf + 20, 256 + n_merges);
     put32(buf + 24, 13);
     memcpy(buf + 28, "<|endoftext|>", 13);
-    uint32_t merges[6] = {'a', 'b', 258, 'c', 'x', 'y'};
-    for (int i = 0; i < 6; i++) put32(buf + 41 + 4 * i, merges[i]);
+    for (size_t i = 0; i < 2 * (size_t)n_merges; i++) put32(buf + 41 + 4 * i, merges[i]);
     uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < sizeof buf - 8; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
-    for (int i = 0; i < 8; i++) buf[sizeof buf - 8 + i] = (unsigned char)(h >> (8 * i));
+    for (size_t i = 0; i < size - 8; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
+    for (int i = 0; i < 8; i++) buf[size - 8 + i] = (unsigned char)(h >> (8 * i));
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(buf, 1, size, f) == size;
+    if (f) ok &= fclose(f) == 0;
+    free(buf);
+    return ok ? 0 : -1;
+}
+
+TEST(tokenizer_load_rejects_merges_that_name_tokens_not_made_yet) {
+    /* A well-formed file whose second merge uses token 258, which only the third merge would make:
+     * the merge list itself is checked, not just the bytes. */
+    uint32_t merges[6] = {'a', 'b', 258, 'c', 'x', 'y'};
     char path[1200], err[ERR_LEN] = "";
     snprintf(path, sizeof path, "%s/future.bin", test_tmpdir());
-    FILE *f = fopen(path, "wb");
-    REQUIRE(f, "cannot write %s", path);
-    fwrite(buf, 1, sizeof buf, f);
-    fclose(f);
+    REQUIRE(write_merges_file(path, merges, 3) == 0, "cannot write %s", path);
     Tokenizer *t = tokenizer_load(path, err);
     CHECK(!t && strstr(err, "does not exist yet"), "load should name the bad merge: %s", err);
     tokenizer_free(t);
     /* Duplicate pair: merges 0 and 1 both join (a, b). */
     merges[2] = 'a';
     merges[3] = 'b';
-    for (int i = 0; i < 6; i++) put32(buf + 41 + 4 * i, merges[i]);
-    h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < sizeof buf - 8; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
-    for (int i = 0; i < 8; i++) buf[sizeof buf - 8 + i] = (unsigned char)(h >> (8 * i));
-    f = fopen(path, "wb");
-    REQUIRE(f, "cannot write %s", path);
-    fwrite(buf, 1, sizeof buf, f);
-    fclose(f);
+    REQUIRE(write_merges_file(path, merges, 3) == 0, "cannot write %s", path);
     t = tokenizer_load(path, err);
     CHECK(!t && strstr(err, "same pair"), "load should name the repeated pair: %s", err);
+    tokenizer_free(t);
+}
+
+/* n merges that each join the newest token to itself: token 256 + i is 2^(i + 1) bytes of 'a'. */
+static uint32_t *doubling_merges(uint32_t n) {
+    uint32_t *m = malloc(2 * (size_t)n * sizeof *m);
+    for (uint32_t i = 0; i < n; i++) m[2 * i] = m[2 * i + 1] = i == 0 ? 'a' : 255 + i;
+    return m;
+}
+
+TEST(a_tokenizer_whose_merges_double_a_token_past_the_length_limit_is_refused) {
+    /* 30 merges ask for 2 GiB of token bytes, 33 for 16 GiB, and 63 wrap the 64-bit sum of the
+     * lengths: each is refused at its first token over the limit, naming the file. */
+    const uint32_t counts[] = {30, 33, 63};
+    for (size_t k = 0; k < sizeof counts / sizeof *counts; k++) {
+        char path[1200], err[ERR_LEN] = "";
+        snprintf(path, sizeof path, "%s/doubling%u.bin", test_tmpdir(), counts[k]);
+        uint32_t *merges = doubling_merges(counts[k]);
+        REQUIRE(write_merges_file(path, merges, counts[k]) == 0, "cannot write %s", path);
+        free(merges);
+        Tokenizer *t = tokenizer_load(path, err);
+        CHECK(!t, "%u doubling merges were accepted", counts[k]);
+        CHECK(strstr(err, path) && strstr(err, "merge 10 makes a token of 2048 bytes") && strstr(err, "corrupt") &&
+                  !strchr(err, '\n'),
+              "%u doubling merges: the error should name the file and the first token too long, on one line: %s",
+              counts[k], err);
+        tokenizer_free(t);
+    }
+}
+
+TEST(a_tokenizer_whose_longest_token_is_at_the_length_limit_loads) {
+    /* 10 doubling merges make a token of 1024 bytes, the longest a token may be. */
+    char path[1200], err[ERR_LEN] = "";
+    snprintf(path, sizeof path, "%s/limit.bin", test_tmpdir());
+    uint32_t *merges = doubling_merges(10);
+    REQUIRE(write_merges_file(path, merges, 10) == 0, "cannot write %s", path);
+    free(merges);
+    Tokenizer *t = tokenizer_load(path, err);
+    REQUIRE(t, "a tokenizer whose longest token is %u bytes was refused: %s", TOKENIZER_MAX_TOKEN_BYTES, err);
+    size_t n = 0;
+    const uint8_t *b = tokenizer_token_bytes(t, 265, &n);
+    CHECK(b && n == TOKENIZER_MAX_TOKEN_BYTES && b[0] == 'a' && b[n - 1] == 'a', "token 265 is %zu bytes", n);
+    uint32_t ids[4];
+    char text[TOKENIZER_MAX_TOKEN_BYTES];
+    memset(text, 'a', sizeof text);
+    CHECK(tokenizer_encode(t, text, sizeof text, 0, ids, 4) == 1 && ids[0] == 265, "1024 a's are one token");
     tokenizer_free(t);
 }

@@ -2,15 +2,19 @@
  *
  *   1. Count unique chunks (threads over pieces of the text, one hash map each, merged after).
  *      Sorting the chunks by their bytes makes everything after independent of the thread count.
- *   2. Each unique chunk is a "word": a count and its symbols (initially its bytes). Pair counts are
- *      weighted by word counts; each pair keeps a list of the words that contain it.
+ *   2. Each unique chunk is a "word": a count and its symbols (initially its bytes), laid end to end
+ *      in one array of cells and linked both ways, so a merge rewrites two cells in place. Pair
+ *      counts are weighted by word counts; each pair keeps a list of the cells where it starts.
  *   3. A max-heap of pairs with lazy refresh: an entry whose count is stale is pushed back with the
  *      current count when popped. Counts only fall, except for pairs holding the newest token, which
  *      are pushed once their merge is done, so the first fresh entry popped is the best pair.
- *   4. Merging visits only the words on the pair's list. A word's old pairs are uncounted and its
- *      new pairs counted; new pairs (they hold the new token) list the word.
+ *   4. Merging visits only the cells on the pair's list; at each it joins the two symbols and moves
+ *      the counts of the two neighbouring pairs to the pairs they now form with the new token, which
+ *      list the cell. A merge costs the occurrences it rewrites, however long the word: one line of
+ *      1 MB without white space is one word, and rescanning it at each merge was quadratic.
  * Ties go to the smaller (left, right) token ids, so training is deterministic. Merging stops at
- * the vocabulary size, or when the best pair occurs fewer than twice. */
+ * the vocabulary size, or when no pair occurs twice that would make a token of at most
+ * TOKENIZER_MAX_TOKEN_BYTES. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,23 +25,18 @@
 #include "tokenizer/tokenizer_internal.h"
 
 #define NO_NODE UINT32_MAX
-
-typedef struct {
-    uint64_t count; /* occurrences of the chunk in the corpus */
-    uint64_t off;   /* first symbol in Trainer.symbols */
-    uint32_t len;   /* symbols left after the merges so far */
-    uint32_t stamp; /* last merge that visited the word, so a listed-twice word is merged once */
-} Word;
+#define NO_CELL UINT32_MAX    /* no neighbour: the cell starts or ends its word */
+#define EMPTY_CELL UINT32_MAX /* the symbol of a cell merged into the one on its left */
 
 typedef struct {
     int64_t count;
     uint32_t left, right;
-    uint32_t head;  /* first node of the list of words holding this pair */
+    uint32_t head;  /* first node of the list of cells where this pair starts (some may be stale) */
     uint32_t stamp; /* last merge that touched the pair, to push it once */
 } Pair;
 
 typedef struct {
-    uint32_t word, next;
+    uint32_t cell, next;
 } Node;
 
 typedef struct {
@@ -45,10 +44,21 @@ typedef struct {
     uint32_t left, right, pair;
 } HeapEntry;
 
+/* The words' symbols, one cell per byte of unique text. A merge keeps its symbol in the left cell
+ * and empties the right one; prev and next skip empty cells. */
 typedef struct {
-    Word *words;
+    uint32_t *sym;     /* the symbol starting at the cell; EMPTY_CELL once merged into its left */
+    uint32_t *prev;    /* the cell of the symbol before, or NO_CELL */
+    uint32_t *next;    /* the cell of the symbol after, or NO_CELL */
+    uint32_t *word_of; /* the word the cell belongs to, for its count */
+    size_t n;
+} Cells;
+
+typedef struct {
+    uint64_t *word_count; /* occurrences of each unique chunk in the corpus */
     size_t n_words;
-    uint32_t *symbols;
+    Cells cells;
+    uint32_t *tok_len; /* bytes of each token made so far, for the length limit */
     Pair *pairs;
     size_t n_pairs, cap_pairs;
     PairMap pair_index; /* (left, right) -> index into pairs */
@@ -58,6 +68,9 @@ typedef struct {
     size_t n_heap, cap_heap;
     uint32_t *touched;
     size_t n_touched, cap_touched;
+    uint32_t *at; /* the cells of the pair being merged */
+    size_t cap_at;
+    int too_long; /* some pair occurring twice was left out for making a token over the limit */
     int oom;
 } Trainer;
 
@@ -81,11 +94,15 @@ static inline int heap_before(const HeapEntry *a, const HeapEntry *b) {
 }
 
 static void heap_push(Trainer *tr, uint32_t pair) {
+    const Pair *p = &tr->pairs[pair];
+    if ((uint64_t)tr->tok_len[p->left] + tr->tok_len[p->right] > TOKENIZER_MAX_TOKEN_BYTES) {
+        tr->too_long = 1;
+        return;
+    }
     if (grow((void **)&tr->heap, &tr->cap_heap, tr->n_heap + 1, sizeof *tr->heap)) {
         tr->oom = 1;
         return;
     }
-    const Pair *p = &tr->pairs[pair];
     HeapEntry e = {p->count, p->left, p->right, pair};
     size_t i = tr->n_heap++;
     while (i > 0) {
@@ -132,7 +149,7 @@ static uint32_t pair_get_or_add(Trainer *tr, uint32_t left, uint32_t right) {
     return tr->pair_index.values[slot];
 }
 
-static void pair_list_word(Trainer *tr, uint32_t pair, uint32_t word) {
+static void pair_list_cell(Trainer *tr, uint32_t pair, uint32_t cell) {
     if (tr->n_nodes >= NO_NODE) { /* node ids are 32-bit: a corpus this large needs a bigger machine */
         tr->oom = 1;
         return;
@@ -141,7 +158,7 @@ static void pair_list_word(Trainer *tr, uint32_t pair, uint32_t word) {
         tr->oom = 1;
         return;
     }
-    tr->nodes[tr->n_nodes] = (Node){word, tr->pairs[pair].head};
+    tr->nodes[tr->n_nodes] = (Node){cell, tr->pairs[pair].head};
     tr->pairs[pair].head = (uint32_t)tr->n_nodes++;
 }
 
@@ -196,8 +213,9 @@ static int compare_chunks(const void *a, const void *b, void *arena) {
     return (x->key_len > y->key_len) - (x->key_len < y->key_len);
 }
 
-/* Counts the unique chunks of the text and turns them into words; 0, or -1 on out of memory. */
-static int build_words(Trainer *tr, const uint8_t *text, size_t len, int threads, int verbose) {
+/* Counts the unique chunks of the text and turns them into words; 0, or -1 + message. */
+static int build_words(Trainer *tr, const uint8_t *text, size_t len, int threads, int verbose, char *err) {
+    const char *oom = "out of memory while training the tokenizer; use a smaller corpus or free memory";
     if (threads <= 0) threads = tokenizer_default_threads();
     size_t cuts[65];
     if (threads > 64) threads = 64;
@@ -237,15 +255,29 @@ static int build_words(Trainer *tr, const uint8_t *text, size_t len, int threads
     for (int k = 1; k < parts; k++) bytes_map_free(&jobs[k].map);
     if (!ok) {
         if (parts > 0) bytes_map_free(all);
+        tok_error(err, "%s", oom);
+        return -1;
+    }
+    /* cells are named by 32-bit indices */
+    if (all->arena_len >= NO_CELL) {
+        tok_error(err, "the corpus holds %.1f GB of unique chunks, more than the %.1f GB a tokenizer trains on; "
+                  "train it on a sample of the text", all->arena_len / 1e9, NO_CELL / 1e9);
+        bytes_map_free(all);
         return -1;
     }
 
+    const size_t N = all->arena_len;
+    Cells *c = &tr->cells;
     BytesSlot **order = malloc((all->count + 1) * sizeof *order);
-    tr->words = malloc((all->count + 1) * sizeof *tr->words);
-    tr->symbols = malloc((all->arena_len + 1) * sizeof *tr->symbols);
-    if (!order || !tr->words || !tr->symbols) {
+    tr->word_count = malloc((all->count + 1) * sizeof *tr->word_count);
+    c->sym = malloc((N + 1) * sizeof *c->sym);
+    c->prev = malloc((N + 1) * sizeof *c->prev);
+    c->next = malloc((N + 1) * sizeof *c->next);
+    c->word_of = malloc((N + 1) * sizeof *c->word_of);
+    if (!order || !tr->word_count || !c->sym || !c->prev || !c->next || !c->word_of) {
         free(order);
         bytes_map_free(all);
+        tok_error(err, "%s", oom);
         return -1;
     }
     size_t n = 0;
@@ -253,95 +285,121 @@ static int build_words(Trainer *tr, const uint8_t *text, size_t len, int threads
     for (size_t i = 0; i <= all->mask; i++)
         if (all->slots[i].used) order[n++] = &all->slots[i];
     qsort_r(order, n, sizeof *order, compare_chunks, all->arena);
-    uint64_t off = 0;
+    uint32_t cell = 0;
     for (size_t w = 0; w < n; w++) {
         const uint8_t *bytes = all->arena + order[w]->key_off;
         uint32_t L = order[w]->key_len;
-        tr->words[w] = (Word){order[w]->value, off, L, 0};
-        for (uint32_t i = 0; i < L; i++) tr->symbols[off + i] = bytes[i];
-        off += L;
+        tr->word_count[w] = order[w]->value;
+        for (uint32_t i = 0; i < L; i++, cell++) {
+            c->sym[cell] = bytes[i];
+            c->prev[cell] = i ? cell - 1 : NO_CELL;
+            c->next[cell] = i + 1 < L ? cell + 1 : NO_CELL;
+            c->word_of[cell] = (uint32_t)w;
+        }
         total += order[w]->value;
     }
+    c->n = N;
     tr->n_words = n;
     if (verbose)
         fprintf(stderr, "tokenizer: %llu chunks, %zu unique (%.1f MB of unique text)\n", (unsigned long long)total, n,
-                off / 1e6);
+                N / 1e6);
     free(order);
     bytes_map_free(all);
     return 0;
 }
 
-/* Initial pair counts and word lists. */
+/* Initial pair counts and cell lists. */
 static void count_pairs(Trainer *tr) {
-    for (size_t w = 0; w < tr->n_words && !tr->oom; w++) {
-        const Word *word = &tr->words[w];
-        const uint32_t *sym = tr->symbols + word->off;
-        for (uint32_t i = 0; i + 1 < word->len; i++) {
-            uint32_t p = pair_get_or_add(tr, sym[i], sym[i + 1]);
-            if (tr->oom) return;
-            tr->pairs[p].count += (int64_t)word->count;
-            /* A word lists a pair once however often it holds it: the head is this word if seen. */
-            uint32_t head = tr->pairs[p].head;
-            if (head == NO_NODE || tr->nodes[head].word != w) pair_list_word(tr, p, (uint32_t)w);
-        }
+    const Cells *c = &tr->cells;
+    for (uint32_t i = 0; i < c->n && !tr->oom; i++) {
+        if (c->next[i] == NO_CELL) continue;
+        uint32_t p = pair_get_or_add(tr, c->sym[i], c->sym[i + 1]);
+        if (tr->oom) return;
+        tr->pairs[p].count += (int64_t)tr->word_count[c->word_of[i]];
+        pair_list_cell(tr, p, i);
     }
     for (size_t p = 0; p < tr->n_pairs && !tr->oom; p++)
         if (tr->pairs[p].count >= 2) heap_push(tr, (uint32_t)p);
 }
 
-/* Replaces every (a, b) in word w by z, updating pair counts and lists. */
-static void merge_word(Trainer *tr, uint32_t w, uint32_t a, uint32_t b, uint32_t z, uint32_t stamp) {
-    Word *word = &tr->words[w];
-    uint32_t *sym = tr->symbols + word->off;
-    uint32_t L = word->len;
-    int found = 0;
-    for (uint32_t i = 0; i + 1 < L; i++)
-        if (sym[i] == a && sym[i + 1] == b) {
-            found = 1;
-            break;
-        }
-    if (!found) return; /* a stale list entry: an earlier merge took the pair out of this word */
-    int64_t c = (int64_t)word->count;
-    for (uint32_t i = 0; i + 1 < L; i++)
-        tr->pairs[pair_map_get(&tr->pair_index, pair_key(sym[i], sym[i + 1]))].count -= c;
-    uint32_t j = 0;
-    for (uint32_t i = 0; i < L;) {
-        if (i + 1 < L && sym[i] == a && sym[i + 1] == b) {
-            sym[j++] = z;
-            i += 2;
-        } else {
-            sym[j++] = sym[i++];
-        }
+/* Adds w to the count of the pair (left, right) starting at cell; when it holds the new token z,
+ * the cell joins its list and the pair is marked for the heap. */
+static void recount(Trainer *tr, uint32_t left, uint32_t right, uint32_t cell, int64_t w, uint32_t z,
+                    uint32_t stamp) {
+    uint32_t p = pair_get_or_add(tr, left, right);
+    if (tr->oom) return;
+    tr->pairs[p].count += w;
+    if (left != z && right != z) return;
+    pair_list_cell(tr, p, cell);
+    if (tr->pairs[p].stamp == stamp) return;
+    tr->pairs[p].stamp = stamp;
+    if (grow((void **)&tr->touched, &tr->cap_touched, tr->n_touched + 1, sizeof *tr->touched)) {
+        tr->oom = 1;
+        return;
     }
-    word->len = j;
-    for (uint32_t i = 0; i + 1 < j; i++) {
-        uint32_t p = pair_get_or_add(tr, sym[i], sym[i + 1]);
-        if (tr->oom) return;
-        Pair *pair = &tr->pairs[p];
-        pair->count += c;
-        if (sym[i] == z || sym[i + 1] == z) {
-            uint32_t head = pair->head;
-            if (head == NO_NODE || tr->nodes[head].word != w) pair_list_word(tr, p, w);
-            if (tr->pairs[p].stamp != stamp) {
-                tr->pairs[p].stamp = stamp;
-                if (grow((void **)&tr->touched, &tr->cap_touched, tr->n_touched + 1, sizeof *tr->touched)) {
-                    tr->oom = 1;
-                    return;
-                }
-                tr->touched[tr->n_touched++] = p;
-            }
-        }
+    tr->touched[tr->n_touched++] = p;
+}
+
+/* Joins (a, b) at cell i into z when the pair still starts there, moving the counts of the pairs
+ * either side to the pairs they now form with z. */
+static void merge_at(Trainer *tr, uint32_t i, uint32_t a, uint32_t b, uint32_t z, uint32_t stamp) {
+    Cells *c = &tr->cells;
+    if (c->sym[i] != a) return; /* a stale list entry: an earlier merge rewrote the cell */
+    uint32_t j = c->next[i];
+    if (j == NO_CELL || c->sym[j] != b) return;
+    const int64_t w = (int64_t)tr->word_count[c->word_of[i]];
+    const uint32_t before = c->prev[i], after = c->next[j];
+    tr->pairs[pair_map_get(&tr->pair_index, pair_key(a, b))].count -= w;
+    if (before != NO_CELL) {
+        tr->pairs[pair_map_get(&tr->pair_index, pair_key(c->sym[before], a))].count -= w;
+        recount(tr, c->sym[before], z, before, w, z, stamp);
     }
+    if (after != NO_CELL) {
+        tr->pairs[pair_map_get(&tr->pair_index, pair_key(b, c->sym[after]))].count -= w;
+        recount(tr, z, c->sym[after], i, w, z, stamp);
+        c->prev[after] = i;
+    }
+    c->sym[i] = z;
+    c->sym[j] = EMPTY_CELL;
+    c->next[i] = after;
+}
+
+static int compare_cells(const void *x, const void *y) {
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* Merges (a, b) into z at every cell on the pair's list. */
+static void merge_pair(Trainer *tr, uint32_t pair, uint32_t a, uint32_t b, uint32_t z, uint32_t stamp) {
+    size_t n = 0;
+    for (uint32_t node = tr->pairs[pair].head; node != NO_NODE; node = tr->nodes[node].next) {
+        if (grow((void **)&tr->at, &tr->cap_at, n + 1, sizeof *tr->at)) {
+            tr->oom = 1;
+            return;
+        }
+        tr->at[n++] = tr->nodes[node].cell;
+    }
+    tr->pairs[pair].head = NO_NODE; /* the pair is gone from every word */
+    /* Occurrences of (a, a) overlap in a run (a a a): joining them left to right, as a scan of the
+     * word does, needs them in order. Those of (a, b), a != b, never share a cell, so any order
+     * leaves the same words and counts. */
+    if (a == b) qsort(tr->at, n, sizeof *tr->at, compare_cells);
+    for (size_t k = 0; k < n && !tr->oom; k++) merge_at(tr, tr->at[k], a, b, z, stamp);
 }
 
 static void trainer_free(Trainer *tr) {
+    free(tr->at);
     free(tr->touched);
     free(tr->heap);
     free(tr->nodes);
     pair_map_free(&tr->pair_index);
     free(tr->pairs);
-    free(tr->symbols);
-    free(tr->words);
+    free(tr->tok_len);
+    free(tr->cells.word_of);
+    free(tr->cells.next);
+    free(tr->cells.prev);
+    free(tr->cells.sym);
+    free(tr->word_count);
 }
 
 Tokenizer *tokenizer_train(const char *text, size_t len, const TokenizerTrainOptions *opt, char *err) {
@@ -355,8 +413,7 @@ Tokenizer *tokenizer_train(const char *text, size_t len, const TokenizerTrainOpt
     Trainer tr;
     memset(&tr, 0, sizeof tr);
     const char *oom = "out of memory while training the tokenizer; use a smaller corpus or free memory";
-    if (build_words(&tr, (const uint8_t *)text, len, opt->threads, opt->verbose) != 0) {
-        tok_error(err, "%s", oom);
+    if (build_words(&tr, (const uint8_t *)text, len, opt->threads, opt->verbose, err) != 0) {
         trainer_free(&tr);
         return NULL;
     }
@@ -368,12 +425,14 @@ Tokenizer *tokenizer_train(const char *text, size_t len, const TokenizerTrainOpt
     }
     uint32_t want = V - TOKENIZER_MIN_VOCAB;
     uint32_t *merges = malloc(((size_t)want + 1) * 2 * sizeof *merges);
-    if (!merges || pair_map_init(&tr.pair_index, 1 << 20) != 0) {
+    tr.tok_len = malloc(((size_t)want + 256) * sizeof *tr.tok_len);
+    if (!merges || !tr.tok_len || pair_map_init(&tr.pair_index, 1 << 20) != 0) {
         tok_error(err, "%s", oom);
         free(merges);
         trainer_free(&tr);
         return NULL;
     }
+    for (uint32_t i = 0; i < 256; i++) tr.tok_len[i] = 1;
     count_pairs(&tr);
 
     uint32_t m = 0;
@@ -393,16 +452,9 @@ Tokenizer *tokenizer_train(const char *text, size_t len, const TokenizerTrainOpt
         merges[2 * m] = a;
         merges[2 * m + 1] = b;
         last_count = best->count;
+        tr.tok_len[z] = tr.tok_len[a] + tr.tok_len[b];
         tr.n_touched = 0;
-        for (uint32_t node = best->head; node != NO_NODE && !tr.oom;) {
-            Node nd = tr.nodes[node]; /* copy: merge_word may grow (move) the node pool */
-            if (tr.words[nd.word].stamp != stamp) {
-                tr.words[nd.word].stamp = stamp;
-                merge_word(&tr, nd.word, a, b, z, stamp);
-            }
-            node = nd.next;
-        }
-        tr.pairs[top.pair].head = NO_NODE; /* the pair is gone from every word */
+        merge_pair(&tr, top.pair, a, b, z, stamp);
         for (size_t i = 0; i < tr.n_touched && !tr.oom; i++)
             if (tr.pairs[tr.touched[i]].count >= 2) heap_push(&tr, tr.touched[i]);
         m++;
@@ -417,9 +469,12 @@ Tokenizer *tokenizer_train(const char *text, size_t len, const TokenizerTrainOpt
         trainer_free(&tr);
         return NULL;
     }
-    if (opt->verbose && m < want)
-        fprintf(stderr, "tokenizer: no pair occurs twice after %u merges: vocabulary is %u tokens, not %u\n", m,
-                m + TOKENIZER_MIN_VOCAB, V);
+    if (opt->verbose && m < want) {
+        char limit[96] = "";
+        if (tr.too_long) snprintf(limit, sizeof limit, " that makes a token of at most %u bytes", TOKENIZER_MAX_TOKEN_BYTES);
+        fprintf(stderr, "tokenizer: no pair occurs twice%s after %u merges: vocabulary is %u tokens, not %u\n", limit,
+                m, m + TOKENIZER_MIN_VOCAB, V);
+    }
     trainer_free(&tr);
     Tokenizer *t = tokenizer_from_merges(merges, m, err);
     free(merges);

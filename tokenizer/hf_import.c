@@ -8,8 +8,10 @@
  * byte); a string with a character outside it stands for its own UTF-8 bytes, as Hugging Face's
  * ByteLevel decoder does. Anything that would make our ids differ from Hugging Face's (another
  * model type, a normalizer that rewrites text, an unknown pattern, byte fallback, added tokens that
- * strip space) is refused with one line naming it. The post-processor (a BOS token some add) is
- * not applied: `./train prepare` separates documents with the separator token instead. */
+ * strip space) is refused with one line naming it, and so is a file that asks for more than a
+ * vocabulary needs (an id far past the number of tokens, a token over TOKENIZER_MAX_TOKEN_BYTES).
+ * The post-processor (a BOS token some add) is not applied: `./train prepare` separates documents
+ * with the separator token instead. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,6 +241,16 @@ static int collect_ids(Import *im, const char *path, char *err) {
         tok_error(err, "%s has an empty vocabulary", path);
         return -1;
     }
+    /* Ids index tables sized by the largest: a real vocabulary's run from 0 with few gaps or
+     * none (GPT-2's 50257, Llama 3's, Qwen 2's, Gemma 3's 262144), so an id past twice the number
+     * of tokens listed is a corrupt file, not a vocabulary to allocate. */
+    const size_t listed = im->vocab->len + im->added->len;
+    if (top > 2 * (uint64_t)listed) {
+        tok_error(err, "%s: id %llu is far beyond the %zu tokens the file lists (ids run from 0 with at most half of "
+                  "them unused); the file is corrupt",
+                  path, (unsigned long long)(top - 1), listed);
+        return -1;
+    }
     im->vocab_size = (uint32_t)top;
     im->strings = calloc(top, sizeof *im->strings);
     im->string_lens = calloc(top, sizeof *im->string_lens);
@@ -295,7 +307,13 @@ static int build_token_bytes(Tokenizer *t, const Import *im, const int16_t *byte
     for (uint32_t id = 0; id < im->vocab_size; id++) {
         t->tok_off[id] = at;
         if (im->strings[id]) {
-            at += token_string_bytes(byte_of_cp, im->strings[id], im->string_lens[id], t->tok_bytes + at);
+            size_t n = token_string_bytes(byte_of_cp, im->strings[id], im->string_lens[id], t->tok_bytes + at);
+            if (n > TOKENIZER_MAX_TOKEN_BYTES) {
+                tok_error(err, "%s: token %u is %zu bytes, longer than the %u a token may have", path, id, n,
+                          TOKENIZER_MAX_TOKEN_BYTES);
+                return -1;
+            }
+            at += n;
         } else {
             memcpy(t->tok_bytes + at, replacement, 3);
             at += 3;

@@ -34,61 +34,47 @@ Tokenizer *tokenizer_from_merges(const uint32_t *merges, uint32_t n_merges, char
     t->merge_result = malloc(((size_t)n_merges + 1) * sizeof *t->merge_result);
     t->tok_off = malloc(((size_t)t->vocab_size + 1) * sizeof *t->tok_off);
     t->special_ids = malloc(sizeof *t->special_ids);
-    if (!t->merges || !t->merge_result || !t->tok_off || !t->special_ids || pair_map_init(&t->merge_map, n_merges) != 0) {
-        tok_error(err, "%s", oom);
-        tokenizer_free(t);
-        return NULL;
-    }
+    uint64_t *len = NULL;
+    if (!t->merges || !t->merge_result || !t->tok_off || !t->special_ids || pair_map_init(&t->merge_map, n_merges) != 0)
+        goto out_of_memory;
     if (n_merges) memcpy(t->merges, merges, (size_t)n_merges * 2 * sizeof *merges);
 
-    /* Token lengths first, to size the byte table in one allocation. */
+    /* Token lengths first, to size the byte table in one allocation: lengths add up in id order (a
+     * merge only uses earlier ids), and each is checked against the limit as it is made, so a
+     * corrupt list is refused before anything is sized from it. */
+    len = malloc((size_t)t->vocab_size * sizeof *len);
+    if (!len) goto out_of_memory;
     const size_t eot_len = strlen(TOKENIZER_EOT_TEXT);
+    for (uint32_t i = 0; i < 256; i++) len[i] = 1;
+    len[t->eot] = eot_len;
     uint64_t total = 256 + eot_len;
     for (uint32_t i = 0; i < n_merges; i++) {
         uint32_t a = merges[2 * i], b = merges[2 * i + 1], id = 256 + i;
         if (a >= id || b >= id) {
-            snprintf(err, ERR_LEN,
-                     "tokenizer merge %u uses token %u, which does not exist yet; the file is corrupt, re-train it", i,
-                     a >= id ? a : b);
-            tokenizer_free(t);
-            return NULL;
+            tok_error(err, "tokenizer merge %u uses token %u, which does not exist yet; the file is corrupt, re-train it",
+                      i, a >= id ? a : b);
+            goto fail;
         }
+        len[id] = len[a] + len[b];
+        if (len[id] > TOKENIZER_MAX_TOKEN_BYTES) {
+            tok_error(err, "tokenizer merge %u makes a token of %llu bytes, longer than the %u a token may have; the "
+                      "file is corrupt, re-train it",
+                      i, (unsigned long long)len[id], TOKENIZER_MAX_TOKEN_BYTES);
+            goto fail;
+        }
+        total += len[id];
         int inserted;
         int64_t slot = pair_map_upsert(&t->merge_map, pair_key(a, b), i, &inserted);
-        if (slot < 0) {
-            tok_error(err, "%s", oom);
-            tokenizer_free(t);
-            return NULL;
-        }
+        if (slot < 0) goto out_of_memory;
         if (!inserted) {
-            snprintf(err, ERR_LEN,
-                     "tokenizer merges %u and %u join the same pair (%u, %u); the file is corrupt, re-train it",
-                     t->merge_map.values[slot], i, a, b);
-            tokenizer_free(t);
-            return NULL;
+            tok_error(err, "tokenizer merges %u and %u join the same pair (%u, %u); the file is corrupt, re-train it",
+                      t->merge_map.values[slot], i, a, b);
+            goto fail;
         }
     }
-    /* Offsets: tok_off[id + 1] - tok_off[id] is the length of token id. Lengths add up, so build the
-     * offsets from lengths computed in id order (a merge only uses earlier ids). */
-    uint64_t *len = malloc((size_t)t->vocab_size * sizeof *len);
-    if (!len) {
-        tok_error(err, "%s", oom);
-        tokenizer_free(t);
-        return NULL;
-    }
-    for (uint32_t i = 0; i < 256; i++) len[i] = 1;
-    for (uint32_t i = 0; i < n_merges; i++) {
-        len[256 + i] = len[merges[2 * i]] + len[merges[2 * i + 1]];
-        total += len[256 + i];
-    }
-    len[t->eot] = eot_len;
-    t->tok_bytes = malloc(total ? total : 1);
-    if (!t->tok_bytes) {
-        free(len);
-        tok_error(err, "%s", oom);
-        tokenizer_free(t);
-        return NULL;
-    }
+    t->tok_bytes = malloc(total);
+    if (!t->tok_bytes) goto out_of_memory;
+    /* tok_off[id + 1] - tok_off[id] is the length of token id */
     t->tok_off[0] = 0;
     for (uint32_t id = 0; id < t->vocab_size; id++) t->tok_off[id + 1] = t->tok_off[id] + len[id];
     free(len);
@@ -108,6 +94,13 @@ Tokenizer *tokenizer_from_merges(const uint32_t *merges, uint32_t n_merges, char
     t->n_specials = 1;
     tokenizer_index_specials(t);
     return t;
+
+out_of_memory:
+    tok_error(err, "%s", oom);
+fail:
+    free(len);
+    tokenizer_free(t);
+    return NULL;
 }
 
 void tokenizer_index_specials(Tokenizer *t) {

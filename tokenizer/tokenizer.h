@@ -22,6 +22,12 @@
 #define TOKENIZER_EOT_TEXT "<|endoftext|>"
 /* 256 byte tokens + the EOT token: the smallest vocabulary there is. */
 #define TOKENIZER_MIN_VOCAB 257u
+/* The longest a token may be, in bytes. Real byte-level vocabularies stay far below it (their
+ * longest tokens are runs of spaces or punctuation, tens of bytes to a hundred-odd), while a
+ * merge list that doubles a token 30 times asks for gigabytes: every loader refuses a longer
+ * token, and training never makes one (a long repetitive line would otherwise grow tokens as long
+ * as the line). It also bounds a file's token bytes to 1 KiB a token. */
+#define TOKENIZER_MAX_TOKEN_BYTES 1024u
 
 typedef struct Tokenizer Tokenizer;
 
@@ -33,7 +39,8 @@ typedef struct {
 } TokenizerTrainOptions;
 
 /* Learns merges from text until the vocabulary has opt->vocab_size tokens, or until no pair occurs
- * twice (then the vocabulary is smaller: check tokenizer_vocab_size). "<|endoftext|>" in the text
+ * twice that would make a token of at most TOKENIZER_MAX_TOKEN_BYTES (then the vocabulary is
+ * smaller: check tokenizer_vocab_size). "<|endoftext|>" in the text
  * separates documents and is never merged into. Returns NULL + message on error (empty corpus,
  * vocabulary below TOKENIZER_MIN_VOCAB, out of memory). Deterministic: the same text and options
  * give the same tokenizer, whatever the thread count. */
