@@ -133,23 +133,36 @@ TEST(sample_with_an_imported_tokenizer_json_and_its_checkpoint_copy) {
     free(out);
 }
 
+static int one_line(const char *s) {
+    const char *nl = strchr(s, '\n');
+    return nl && nl[1] == 0;
+}
+
 TEST(sample_errors_name_the_problem) {
     char args[1200], *out = NULL;
+    /* msg must be in the one line; never names a flag that belongs to another command */
     const struct {
-        const char *args, *msg;
+        const char *args, *msg, *never;
         int status;
     } cases[] = {
-        {"sample --device cpu", "-o/--out or --checkpoint: give one of them", 2},
-        {"sample -o /nonexistent/run --device cpu", "no checkpoint to resume in /nonexistent/run", 1},
-        {"sample -o /nonexistent/run --step 5 --device cpu", "has no checkpoint of step 5", 1},
-        {"sample -o x --temperature -1", "--temperature must be 0 or more", 2},
-        {"sample -o x --top-k abc", "--top-k must be 0 or more", 2},
-        {"sample -o x --bogus 1", "unknown flag '--bogus'", 2},
-        {"sample --checkpoint /nonexistent --device cpu", "cannot open /nonexistent/config.json", 1},
+        {"sample --device cpu", "-o/--out or --checkpoint: give one of them", NULL, 2},
+        {"sample -o /nonexistent/run --device cpu", "no run directory /nonexistent/run (pass -o", "-y", 1},
+        {"sample -o tests --device cpu", "tests holds no checkpoint (", "-y", 1},
+        {"sample -o /nonexistent/run --step 5 --device cpu", "has no checkpoint of step 5", NULL, 1},
+        {"sample -o x --temperature -1", "--temperature must be 0 or more", NULL, 2},
+        {"sample -o x --top-k abc", "--top-k must be 0 or more", NULL, 2},
+        {"sample -o x --bogus 1", "unknown flag '--bogus'", NULL, 2},
+        {"sample -o x --bogus", "unknown flag '--bogus'", NULL, 2},
+        {"sample -o x --seed", "--seed needs a value", NULL, 2},
+        {"sample --checkpoint /nonexistent --device cpu", "--checkpoint /nonexistent has no config.json", "--init-from",
+         1},
+        {"sample --checkpoint tests/fixtures --device cpu", "--checkpoint tests/fixtures has no config.json",
+         "--init-from", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = run_train(cases[i].args, &out);
-        CHECK(rc == cases[i].status && out && strncmp(out, "error: ", 7) == 0 && strstr(out, cases[i].msg),
+        CHECK(rc == cases[i].status && out && strncmp(out, "error: ", 7) == 0 && strstr(out, cases[i].msg) &&
+                  one_line(out) && !(cases[i].never && strstr(out, cases[i].never)),
               "'%s': (%d) %s", cases[i].args, rc, out);
         free(out);
     }

@@ -63,6 +63,15 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
     return 0;
 }
 
+/* The flags that take a value, so that an unknown flag is named as such, not as one missing its value. */
+static int flag_takes_value(const char *a) {
+    static const char *const flags[] = {"-o",     "--out",  "--checkpoint", "--prompt", "--tokenizer",   "--device",
+                                        "--step", "-G",     "--gen-tokens", "--top-k",  "--temperature", "--seed"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (!strcmp(a, flags[i])) return 1;
+    return 0;
+}
+
 /* 0, or the exit status of a bad command line (after its message). */
 static int parse(SampleOptions *o, int argc, char **argv, int *help) {
     *o = (SampleOptions){.device = "cuda", .step = -1, .gen_tokens = 64, .temperature = 1.0f, .seed = 1337};
@@ -76,6 +85,9 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
         } else if (!strcmp(a, "--ids")) {
             o->print_ids = 1;
             takes_value = 0;
+        } else if (!flag_takes_value(a)) {
+            fprintf(stderr, "error: sample: unknown flag '%s' (see ./train sample --help)\n", a);
+            return 2;
         } else if (!v) {
             return bad(a, "needs a value");
         } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
@@ -104,9 +116,6 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
             char *end;
             o->temperature = strtof(v, &end);
             if (!*v || *end || !(o->temperature >= 0 && o->temperature < 1e6)) return bad(a, "must be 0 or more");
-        } else {
-            fprintf(stderr, "error: sample: unknown flag '%s' (see ./train sample --help)\n", a);
-            return 2;
         }
         i += takes_value;
     }
@@ -142,10 +151,39 @@ static int checkpoint_dir(const SampleOptions *o, char *dir) {
         return 0;
     }
     if (checkpoint_latest_name(o->run, name, sizeof name, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
+        /* the loader's words are a resume's; a sample has other ways out */
+        struct stat st;
+        path_format(dir, "%s/latest", o->run);
+        if (stat(o->run, &st) != 0 || !S_ISDIR(st.st_mode))
+            fprintf(stderr, "error: no run directory %s (pass -o with the directory a training run wrote, or "
+                            "--checkpoint DIR for a Hugging Face one)\n", o->run);
+        else if (stat(dir, &st) != 0)
+            fprintf(stderr, "error: %s holds no checkpoint (%s missing; pass -o with the directory a training run "
+                            "wrote, or --checkpoint DIR for a Hugging Face one)\n", o->run, dir);
+        else
+            fprintf(stderr, "error: %s\n", err);
         return 1;
     }
     path_format(dir, "%s/%s", o->run, name);
+    return 0;
+}
+
+/* The files the model is read from, checked here so that a missing one is named with the flag that
+ * chose the directory. 0, or 1 after the message. */
+static int checkpoint_files_present(const SampleOptions *o, const char *dir) {
+    static const char *const files[] = {"config.json", "model.safetensors"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[FGPT_PATH_LEN];
+        struct stat st;
+        if (path_format(path, "%s/%s", dir, files[i]) == 0 && stat(path, &st) == 0) continue;
+        if (o->checkpoint)
+            fprintf(stderr, "error: --checkpoint %s has no %s (pass a Hugging Face GPT-2 directory: config.json and "
+                            "model.safetensors)\n", dir, files[i]);
+        else
+            fprintf(stderr, "error: checkpoint %s has no %s (it is incomplete; pass --step with another of the run's "
+                            "step_* directories)\n", dir, files[i]);
+        return 1;
+    }
     return 0;
 }
 
@@ -223,7 +261,7 @@ int sample_main(int argc, char **argv) {
         return status;
     }
     char dir[FGPT_PATH_LEN], err[ERR_LEN];
-    if ((status = checkpoint_dir(&o, dir)) != 0) return status;
+    if ((status = checkpoint_dir(&o, dir)) != 0 || (status = checkpoint_files_present(&o, dir)) != 0) return status;
     GPTConfig cfg;
     if (hf_read_config(dir, &cfg, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
