@@ -8,6 +8,7 @@
 
 #include "data/err.h"
 #include "data/rng.h"
+#include "model/backend.h"
 #include "model/train/sample.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
@@ -36,6 +37,97 @@ TEST(sample_top_k_draws_only_among_the_k_likeliest) {
     int same = 1;
     for (int i = 0; i < 100; i++) same &= sample_token_top_k(l, 8, 1.0f, 8, &a) == sample_token(l, 8, 1.0f, &b);
     CHECK(same, "top-k 8 of 8 differs from the full draw");
+}
+
+/* A tiny GPT-2: 2 layers, 2 heads of 8, a context of 16, 37 tokens. */
+static int tiny_table(ParamTable *t) {
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 16, .max_seq_len = 16, .vocab_size = 37};
+    gpt_config_finish(&cfg);
+    char err[ERR_LEN];
+    return param_table_build(t, &cfg, err);
+}
+
+/* Its CPU backend for B sequences of a window of T tokens, the weights moved away from the init
+ * (so attention is far from uniform), the same on every call. */
+static Backend *tiny_model(const ParamTable *t, int B, int T) {
+    char err[ERR_LEN];
+    Backend *be = backend_cpu_create(t, B, T, OUTPUT_FUSED, 7, err);
+    float *p = malloc(t->total * sizeof *p);
+    if (!be || !p) {
+        free(p);
+        if (be) be->ops->destroy(be);
+        return NULL;
+    }
+    be->ops->read_state(be, p, NULL, NULL);
+    Rng rng;
+    rng_seed(&rng, 11);
+    for (size_t i = 0; i < t->total; i++) p[i] += (float)(0.3 * rng_normal(&rng));
+    be->ops->write_state(be, p, NULL, NULL);
+    free(p);
+    return be;
+}
+
+/* The cache is sequence 0's rows of a micro-batch of B = 2: every row decoded alone against the
+ * cached keys and values has the logits of a whole forward of the window, bit for bit (the same
+ * per-row arithmetic in the same order). The whole forwards run on a second backend, because a
+ * forward overwrites the cache. */
+TEST(sample_decoding_with_the_cache_gives_the_logits_of_a_full_forward) {
+    ParamTable t;
+    REQUIRE(tiny_table(&t) == 0, "table");
+    enum { B = 2, T = 16, V = 37, PROMPT = 5 };
+    Backend *be = tiny_model(&t, B, T), *full_be = tiny_model(&t, B, T);
+    REQUIRE(be && full_be, "backends");
+    int tokens[B * T];
+    Rng rng;
+    rng_seed(&rng, 3);
+    for (int i = 0; i < B * T; i++) tokens[i] = (int)rng_below(&rng, V);
+    float cached[V], full[V];
+    be->ops->prefill(be, tokens, PROMPT, cached);
+    for (int pos = PROMPT - 1; pos < T; pos++) {
+        if (pos >= PROMPT) be->ops->decode_step(be, tokens[pos], pos, cached);
+        full_be->ops->logits_at(full_be, tokens, pos, full);
+        float worst = 0.0f;
+        for (int v = 0; v < V; v++) worst = fmaxf(worst, fabsf(cached[v] - full[v]));
+        CHECK(memcmp(cached, full, sizeof cached) == 0, "position %d: cached logits differ by up to %g", pos, worst);
+    }
+    full_be->ops->destroy(full_be);
+    be->ops->destroy(be);
+    param_table_free(&t);
+}
+
+/* sample_generate against a full forward of the context per token, the window's policy written
+ * out: while the context fits the window of T the draws are the same; when it would not, the
+ * context is its last T/2 tokens, at positions from 0 again. 3 + 30 tokens slide a window of 8
+ * several times. */
+TEST(sample_generate_draws_as_a_full_forward_per_token_and_slides_a_full_window_by_half) {
+    ParamTable t;
+    REQUIRE(tiny_table(&t) == 0, "table");
+    enum { T = 8, V = 37, PROMPT = 3, GEN = 30 };
+    Backend *be = tiny_model(&t, 1, T), *full_be = tiny_model(&t, 1, T);
+    REQUIRE(be && full_be, "backends");
+    int got[PROMPT + GEN] = {4, 20, 9}, want[PROMPT + GEN] = {4, 20, 9}, window[T];
+    float logits[V];
+    Rng a, b;
+    rng_seed(&a, 5);
+    rng_seed(&b, 5);
+    sample_generate(be, got, PROMPT, GEN, 1.0f, 0, &a, logits, NULL, NULL);
+    int first = 0, slides = 0;
+    for (int i = PROMPT; i < PROMPT + GEN; i++) {
+        if (i - first > T) {
+            first = i - T / 2;
+            slides++;
+        }
+        for (int k = 0; k < T; k++) window[k] = first + k < i ? want[first + k] : 0;
+        full_be->ops->logits_at(full_be, window, i - 1 - first, logits);
+        want[i] = sample_token_top_k(logits, V, 1.0f, 0, &b);
+    }
+    CHECK(slides >= 4, "the window slid %d times", slides);
+    CHECK(memcmp(got, want, sizeof got) == 0, "the cached draws differ from the full forwards'");
+    for (int i = 0; i < PROMPT + GEN && memcmp(got, want, sizeof got); i++)
+        if (got[i] != want[i]) CHECK(0, "first difference at token %d: %d, not %d", i, got[i], want[i]);
+    full_be->ops->destroy(full_be);
+    be->ops->destroy(be);
+    param_table_free(&t);
 }
 
 /* A sample's text holds every token of its window, however long (a window of -t 8192 tokens, each
