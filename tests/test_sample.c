@@ -202,6 +202,14 @@ TEST(sample_from_a_checkpoint_is_repeatable_and_decodes_with_its_tokenizer) {
     int n = 0;
     for (const char *p = ids; p && *p && *p != '\n'; p++) n += *p == ' ';
     CHECK(n == 24, "%d ids printed, 24 asked for: %s", n, a);
+    /* past the model's context of 128 the window slides, and every asked token comes */
+    free(b);
+    snprintf(args, sizeof args, "sample -o %s --device cpu --prompt 'The trainer' -G 300 --top-k 3 --ids", run);
+    CHECK(run_train(args, &b) == 0, "sample -G 300: %s", b);
+    ids = b ? strstr(b, "\nids:") : NULL;
+    n = 0;
+    for (const char *p = ids ? ids + 1 : NULL; p && *p && *p != '\n'; p++) n += *p == ' ';
+    CHECK(n == 300, "%d ids printed past the context, 300 asked for", n);
     /* an earlier step's checkpoint, drawn with top-k */
     snprintf(args, sizeof args, "sample -o %s --step 4 --device cpu -G 10 --top-k 5 --seed 3", run);
     CHECK(run_train(args, &c) == 0, "sample --step 4: %s", c);
