@@ -153,14 +153,15 @@ static int checkpoint_dir(const SampleOptions *o, char *dir) {
     }
     if (checkpoint_latest_name(o->run, name, sizeof name, err) != 0) {
         /* the loader's words are a resume's; a sample has other ways out */
+        char latest[FGPT_PATH_LEN];
         struct stat st;
-        path_format(dir, "%s/latest", o->run);
+        path_format(latest, "%s/latest", o->run); /* parse checked the run directory's length */
         if (stat(o->run, &st) != 0 || !S_ISDIR(st.st_mode))
             fprintf(stderr, "error: no run directory %s (pass -o with the directory a training run wrote, or "
                             "--checkpoint DIR for a Hugging Face one)\n", o->run);
-        else if (stat(dir, &st) != 0)
+        else if (stat(latest, &st) != 0)
             fprintf(stderr, "error: %s holds no checkpoint (%s missing; pass -o with the directory a training run "
-                            "wrote, or --checkpoint DIR for a Hugging Face one)\n", o->run, dir);
+                            "wrote, or --checkpoint DIR for a Hugging Face one)\n", o->run, latest);
         else
             fprintf(stderr, "error: %s\n", err);
         return 1;
@@ -234,10 +235,8 @@ static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, c
         fprintf(stderr, "error: out of host memory for sampling\n");
         return 1;
     }
-    if (n_prompt)
-        for (size_t i = 0; i < n_prompt; i++) tokens[i] = (int)prompt[i];
-    else
-        tokens[0] = tok ? (int)tokenizer_eot_token(tok) : 0;
+    for (size_t i = 0; i < n_prompt; i++) tokens[i] = (int)prompt[i];
+    if (!n_prompt) tokens[0] = tok ? (int)tokenizer_eot_token(tok) : 0;
     if (tok)
         write_text(tok, prompt, n_prompt);
     else
