@@ -502,7 +502,7 @@ static void note_sample_window(const Tokenizer *tok, const Options *opt) {
  * of them) and prints and logs the text. */
 static void generate_sample(Backend *be, const Tokenizer *tok, const Options *opt, Rng *rng, int step,
                             RunLog *log, int *tokens, float *logits) {
-    int B = be->B, T = be->T, V = be->table->cfg.vocab_size;
+    int B = be->B, T = be->T;
     int start = 1;
     for (int i = 0; i < B * T; i++) tokens[i] = tok ? (int)tokenizer_eot_token(tok) : 0;
     uint32_t *ids;
@@ -514,10 +514,7 @@ static void generate_sample(Backend *be, const Tokenizer *tok, const Options *op
     }
     free(ids);
     int end = start + opt->gen_tokens < T ? start + opt->gen_tokens : T;
-    for (int pos = start; pos < end; pos++) {
-        be->ops->logits_at(be, tokens, pos - 1, logits);
-        tokens[pos] = sample_token(logits, V, 1.0f, rng);
-    }
+    sample_generate(be, tokens, start, end - start, 1.0f, 0, rng, logits, NULL, NULL);
     char *text = sample_text(tok, tokens, end);
     if (!text) return;
     printf("sample at step %d: %s\n", step, text);

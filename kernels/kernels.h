@@ -82,6 +82,13 @@ size_t attention_backward_scratch_bytes(int B, int T, int C, int NH);
 void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch, const kbf16 *dout, const kbf16 *qkv,
                         const kbf16 *out, const float *lse, int B, int T, int C, int NH, cudaStream_t stream);
 
+/* ---- attention_decode.cu: one query row against cached keys and values ----------------- */
+/* out [C] (=): row t's attention output, softmax(q·kᵀ/√HS)·v over keys 0..t in fp32, as row t of
+ * attention_forward. qkv holds one sequence's rows 0..t ([t+1, 3C], the forward's layout: the
+ * cache is the keys and values the forward left in its qkv rows). HS = C/NH a multiple of 32 up to
+ * 256; any t >= 0. */
+void attention_decode(kbf16 *out, const kbf16 *qkv, int t, int C, int NH, cudaStream_t stream);
+
 /* ---- gelu.cu: GELU (tanh approximation) and bias gradients ------------------------------- */
 /* out = gelu(inp) (=). n elements, a multiple of 8. */
 void gelu_forward(kbf16 *out, const kbf16 *inp, size_t n, cudaStream_t stream);

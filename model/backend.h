@@ -44,8 +44,18 @@ typedef struct {
     /* Forward only; returns the mean loss over valid targets (0 if none). */
     float (*eval_loss)(Backend *be, const int *inputs, const int *targets);
     /* Forward of tokens [B, T] and the full-vocabulary logits (V of them) of sequence 0 at
-     * position pos, for sampling. */
+     * position pos: the whole window recomputed, the reference the cached decoding below is
+     * tested against. */
     void (*logits_at)(Backend *be, const int *tokens, int pos, float *logits);
+    /* Sampling with a key/value cache, in sequence 0's rows of the activations: each layer's qkv
+     * rows keep the keys and values of the tokens so far (so the cache costs no memory of its
+     * own, and a training or eval step in between overwrites it: prefill again after one).
+     * prefill runs tokens[0..n) (1 <= n <= T) through the model and writes the logits of the
+     * token after them; decode_step runs one token at position pos (the tokens before it filled
+     * positions 0..pos-1, 1 <= pos < T), attending to the cached rows, and writes the logits of
+     * the token after it. The logits are those of logits_at over the same tokens, to rounding. */
+    void (*prefill)(Backend *be, const int *tokens, int n, float *logits);
+    void (*decode_step)(Backend *be, int token, int pos, float *logits);
     void (*zero_grad)(Backend *be);
     /* Averages the parameter gradients across data-parallel ranks (be->dist); a no-op for one. */
     void (*reduce_grads)(Backend *be);

@@ -129,6 +129,46 @@ TEST(backend_cuda_matches_cpu_when_gelu_is_recomputed) {
     compare_with_cpu(OUTPUT_FUSED, 2, 128, 1000, 3, 37, OUTPUT_FUSED_DEFAULT_BUDGET, 1);
 }
 
+/* Sampling's cache on the GPU: the prompt's prefill and each decoded row against a whole forward
+ * of the window (logits_at, on a second backend: a forward overwrites the cache), within bf16's
+ * rounding (the GEMMs of one row and of the window may round differently), and against the CPU's
+ * cached logits within the backends' usual gap. Sequence 0 of a micro-batch of two. */
+TEST(backend_cuda_decoding_with_the_cache_gives_the_logits_of_a_full_forward) {
+    Setup s;
+    const int B = 2, T = 61, prompt = 9;
+    setup(&s, 2, 128, 300, B, T, 1, 17);
+    const int V = s.table.cfg.vocab_size;
+    char err[ERR_LEN];
+    Backend *gpu = backend_cuda_create(&s.table, B, T, OUTPUT_FUSED, 0, 0, 5, NULL, err);
+    Backend *full = backend_cuda_create(&s.table, B, T, OUTPUT_FUSED, 0, 0, 5, NULL, err);
+    Backend *cpu = backend_cpu_create(&s.table, B, T, OUTPUT_FUSED, 5, err);
+    REQUIRE(gpu && full && cpu, "%s", err);
+    float *cached = (float *)malloc(V * sizeof(float)), *whole = (float *)malloc(V * sizeof(float)),
+          *ref = (float *)malloc(V * sizeof(float));
+    double worst_full = 0, worst_cpu = 0;
+    gpu->ops->prefill(gpu, s.inputs, prompt, cached);
+    cpu->ops->prefill(cpu, s.inputs, prompt, ref);
+    for (int pos = prompt - 1; pos < T; pos++) {
+        if (pos >= prompt) {
+            gpu->ops->decode_step(gpu, s.inputs[pos], pos, cached);
+            cpu->ops->decode_step(cpu, s.inputs[pos], pos, ref);
+        }
+        full->ops->logits_at(full, s.inputs, pos, whole);
+        worst_full = fmax(worst_full, rel_l2(cached, whole, V));
+        worst_cpu = fmax(worst_cpu, rel_l2(cached, ref, V));
+    }
+    fprintf(stderr, "[cached vs a whole forward: rel L2 %.2e; vs the CPU: %.2e] ", worst_full, worst_cpu);
+    CHECK(worst_full <= 2e-2, "cached logits differ from a whole forward's: rel L2 %.3e", worst_full);
+    CHECK(worst_cpu <= 5e-2, "cached logits differ from the CPU's: rel L2 %.3e", worst_cpu);
+    free(cached);
+    free(whole);
+    free(ref);
+    cpu->ops->destroy(cpu);
+    full->ops->destroy(full);
+    gpu->ops->destroy(gpu);
+    teardown(&s);
+}
+
 TEST(backend_cuda_is_deterministic_and_resumes_bit_exact) {
     Setup s;
     setup(&s, 2, 128, 1000, 3, 37, 10, 5);

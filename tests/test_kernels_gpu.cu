@@ -687,6 +687,43 @@ TEST(kernels_attention_matches_cpu_head128) {
     attention_case(1, 200, 2, 128);
 }
 
+/* ---- decode attention: one query row against the cache ---------------------------------- */
+
+/* Row ctx-1 of a sequence of ctx rows (its keys and values the cache), against the fp32 CPU row on
+ * the same bf16 inputs; the whole of out is checked, so a head left unwritten fails. */
+static void attention_decode_case(int ctx, int NH, int HS) {
+    char what[128];
+    const int C = NH * HS, t = ctx - 1;
+    const size_t nqkv = (size_t)ctx * 3 * C;
+    float *qkv = hmalloc(nqkv), *ref = hmalloc(C), *att = hmalloc((size_t)NH * ctx), *got = hmalloc(C),
+          *again = hmalloc(C);
+    fill_normal(qkv, nqkv, 1.0f);
+    round_bf16(qkv, nqkv);
+    attention_decode_cpu(ref, att, qkv, t, C, NH);
+    bf16 *d_qkv = up_bf16(qkv, nqkv), *d_out = (bf16 *)dalloc((size_t)C * 2);
+    for (int run = 0; run < 2; run++) {
+        poison(d_out, (size_t)C * 2);
+        attention_decode(d_out, d_qkv, t, C, NH, 0);
+        dsync();
+        down_bf16(run ? again : got, d_out, C);
+    }
+    snprintf(what, sizeof what, "attention decode ctx=%d NH=%d HS=%d", ctx, NH, HS);
+    CHECK_REL(rel_l2(got, ref, C), 4e-3, what);
+    CHECK(same_bytes(got, again, (size_t)C * 4), "attention decode is not bitwise repeatable (ctx %d)", ctx);
+    free(qkv); free(ref); free(att); free(got); free(again);
+    dfree_all();
+}
+
+TEST(kernels_attention_decode_matches_the_cpu_row_at_any_context_length) {
+    seed_fresh();
+    attention_decode_case(1, 12, 64);
+    attention_decode_case(7, 12, 64); /* fewer keys than the block's warps */
+    attention_decode_case(37, 12, 64);
+    attention_decode_case(1023, 12, 64);
+    attention_decode_case(1024, 2, 128);
+    attention_decode_case(300, 3, 96);
+}
+
 /* ---- AdamW and the global norm ---------------------------------------------------------- */
 
 TEST(kernels_global_sumsq_is_exact_and_deterministic) {

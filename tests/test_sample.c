@@ -8,6 +8,7 @@
 
 #include "data/err.h"
 #include "data/rng.h"
+#include "model/backend.h"
 #include "model/train/sample.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
@@ -36,6 +37,97 @@ TEST(sample_top_k_draws_only_among_the_k_likeliest) {
     int same = 1;
     for (int i = 0; i < 100; i++) same &= sample_token_top_k(l, 8, 1.0f, 8, &a) == sample_token(l, 8, 1.0f, &b);
     CHECK(same, "top-k 8 of 8 differs from the full draw");
+}
+
+/* A tiny GPT-2: 2 layers, 2 heads of 8, a context of 16, 37 tokens. */
+static int tiny_table(ParamTable *t) {
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 16, .max_seq_len = 16, .vocab_size = 37};
+    gpt_config_finish(&cfg);
+    char err[ERR_LEN];
+    return param_table_build(t, &cfg, err);
+}
+
+/* Its CPU backend for B sequences of a window of T tokens, the weights moved away from the init
+ * (so attention is far from uniform), the same on every call. */
+static Backend *tiny_model(const ParamTable *t, int B, int T) {
+    char err[ERR_LEN];
+    Backend *be = backend_cpu_create(t, B, T, OUTPUT_FUSED, 7, err);
+    float *p = malloc(t->total * sizeof *p);
+    if (!be || !p) {
+        free(p);
+        if (be) be->ops->destroy(be);
+        return NULL;
+    }
+    be->ops->read_state(be, p, NULL, NULL);
+    Rng rng;
+    rng_seed(&rng, 11);
+    for (size_t i = 0; i < t->total; i++) p[i] += (float)(0.3 * rng_normal(&rng));
+    be->ops->write_state(be, p, NULL, NULL);
+    free(p);
+    return be;
+}
+
+/* The cache is sequence 0's rows of a micro-batch of B = 2: every row decoded alone against the
+ * cached keys and values has the logits of a whole forward of the window, bit for bit (the same
+ * per-row arithmetic in the same order). The whole forwards run on a second backend, because a
+ * forward overwrites the cache. */
+TEST(sample_decoding_with_the_cache_gives_the_logits_of_a_full_forward) {
+    ParamTable t;
+    REQUIRE(tiny_table(&t) == 0, "table");
+    enum { B = 2, T = 16, V = 37, PROMPT = 5 };
+    Backend *be = tiny_model(&t, B, T), *full_be = tiny_model(&t, B, T);
+    REQUIRE(be && full_be, "backends");
+    int tokens[B * T];
+    Rng rng;
+    rng_seed(&rng, 3);
+    for (int i = 0; i < B * T; i++) tokens[i] = (int)rng_below(&rng, V);
+    float cached[V], full[V];
+    be->ops->prefill(be, tokens, PROMPT, cached);
+    for (int pos = PROMPT - 1; pos < T; pos++) {
+        if (pos >= PROMPT) be->ops->decode_step(be, tokens[pos], pos, cached);
+        full_be->ops->logits_at(full_be, tokens, pos, full);
+        float worst = 0.0f;
+        for (int v = 0; v < V; v++) worst = fmaxf(worst, fabsf(cached[v] - full[v]));
+        CHECK(memcmp(cached, full, sizeof cached) == 0, "position %d: cached logits differ by up to %g", pos, worst);
+    }
+    full_be->ops->destroy(full_be);
+    be->ops->destroy(be);
+    param_table_free(&t);
+}
+
+/* sample_generate against a full forward of the context per token, the window's policy written
+ * out: while the context fits the window of T the draws are the same; when it would not, the
+ * context is its last T/2 tokens, at positions from 0 again. 3 + 30 tokens slide a window of 8
+ * several times. */
+TEST(sample_generate_draws_as_a_full_forward_per_token_and_slides_a_full_window_by_half) {
+    ParamTable t;
+    REQUIRE(tiny_table(&t) == 0, "table");
+    enum { T = 8, V = 37, PROMPT = 3, GEN = 30 };
+    Backend *be = tiny_model(&t, 1, T), *full_be = tiny_model(&t, 1, T);
+    REQUIRE(be && full_be, "backends");
+    int got[PROMPT + GEN] = {4, 20, 9}, want[PROMPT + GEN] = {4, 20, 9}, window[T];
+    float logits[V];
+    Rng a, b;
+    rng_seed(&a, 5);
+    rng_seed(&b, 5);
+    sample_generate(be, got, PROMPT, GEN, 1.0f, 0, &a, logits, NULL, NULL);
+    int first = 0, slides = 0;
+    for (int i = PROMPT; i < PROMPT + GEN; i++) {
+        if (i - first > T) {
+            first = i - T / 2;
+            slides++;
+        }
+        for (int k = 0; k < T; k++) window[k] = first + k < i ? want[first + k] : 0;
+        full_be->ops->logits_at(full_be, window, i - 1 - first, logits);
+        want[i] = sample_token_top_k(logits, V, 1.0f, 0, &b);
+    }
+    CHECK(slides >= 4, "the window slid %d times", slides);
+    CHECK(memcmp(got, want, sizeof got) == 0, "the cached draws differ from the full forwards'");
+    for (int i = 0; i < PROMPT + GEN && memcmp(got, want, sizeof got); i++)
+        if (got[i] != want[i]) CHECK(0, "first difference at token %d: %d, not %d", i, got[i], want[i]);
+    full_be->ops->destroy(full_be);
+    be->ops->destroy(be);
+    param_table_free(&t);
 }
 
 /* A sample's text holds every token of its window, however long (a window of -t 8192 tokens, each
@@ -110,6 +202,14 @@ TEST(sample_from_a_checkpoint_is_repeatable_and_decodes_with_its_tokenizer) {
     int n = 0;
     for (const char *p = ids; p && *p && *p != '\n'; p++) n += *p == ' ';
     CHECK(n == 24, "%d ids printed, 24 asked for: %s", n, a);
+    /* past the model's context of 128 the window slides, and every asked token comes */
+    free(b);
+    snprintf(args, sizeof args, "sample -o %s --device cpu --prompt 'The trainer' -G 300 --top-k 3 --ids", run);
+    CHECK(run_train(args, &b) == 0, "sample -G 300: %s", b);
+    ids = b ? strstr(b, "\nids:") : NULL;
+    n = 0;
+    for (const char *p = ids ? ids + 1 : NULL; p && *p && *p != '\n'; p++) n += *p == ' ';
+    CHECK(n == 300, "%d ids printed past the context, 300 asked for", n);
     /* an earlier step's checkpoint, drawn with top-k */
     snprintf(args, sizeof args, "sample -o %s --step 4 --device cpu -G 10 --top-k 5 --seed 3", run);
     CHECK(run_train(args, &c) == 0, "sample --step 4: %s", c);
@@ -133,23 +233,36 @@ TEST(sample_with_an_imported_tokenizer_json_and_its_checkpoint_copy) {
     free(out);
 }
 
+static int one_line(const char *s) {
+    const char *nl = strchr(s, '\n');
+    return nl && nl[1] == 0;
+}
+
 TEST(sample_errors_name_the_problem) {
     char args[1200], *out = NULL;
+    /* msg must be in the one line; never names a flag that belongs to another command */
     const struct {
-        const char *args, *msg;
+        const char *args, *msg, *never;
         int status;
     } cases[] = {
-        {"sample --device cpu", "-o/--out or --checkpoint: give one of them", 2},
-        {"sample -o /nonexistent/run --device cpu", "no checkpoint to resume in /nonexistent/run", 1},
-        {"sample -o /nonexistent/run --step 5 --device cpu", "has no checkpoint of step 5", 1},
-        {"sample -o x --temperature -1", "--temperature must be 0 or more", 2},
-        {"sample -o x --top-k abc", "--top-k must be 0 or more", 2},
-        {"sample -o x --bogus 1", "unknown flag '--bogus'", 2},
-        {"sample --checkpoint /nonexistent --device cpu", "cannot open /nonexistent/config.json", 1},
+        {"sample --device cpu", "-o/--out or --checkpoint: give one of them", NULL, 2},
+        {"sample -o /nonexistent/run --device cpu", "no run directory /nonexistent/run (pass -o", "-y", 1},
+        {"sample -o tests --device cpu", "tests holds no checkpoint (", "-y", 1},
+        {"sample -o /nonexistent/run --step 5 --device cpu", "has no checkpoint of step 5", NULL, 1},
+        {"sample -o x --temperature -1", "--temperature must be 0 or more", NULL, 2},
+        {"sample -o x --top-k abc", "--top-k must be 0 or more", NULL, 2},
+        {"sample -o x --bogus 1", "unknown flag '--bogus'", NULL, 2},
+        {"sample -o x --bogus", "unknown flag '--bogus'", NULL, 2},
+        {"sample -o x --seed", "--seed needs a value", NULL, 2},
+        {"sample --checkpoint /nonexistent --device cpu", "--checkpoint /nonexistent has no config.json", "--init-from",
+         1},
+        {"sample --checkpoint tests/fixtures --device cpu", "--checkpoint tests/fixtures has no config.json",
+         "--init-from", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = run_train(cases[i].args, &out);
-        CHECK(rc == cases[i].status && out && strncmp(out, "error: ", 7) == 0 && strstr(out, cases[i].msg),
+        CHECK(rc == cases[i].status && out && strncmp(out, "error: ", 7) == 0 && strstr(out, cases[i].msg) &&
+                  one_line(out) && !(cases[i].never && strstr(out, cases[i].never)),
               "'%s': (%d) %s", cases[i].args, rc, out);
         free(out);
     }

@@ -91,30 +91,41 @@ static size_t layout_acts(CpuBackend *cb, float *base) {
     return off;
 }
 
-static void forward_body(CpuBackend *cb, const int *inputs) {
+/* The body's forward over the activation rows [t0, t0 + B·T): with t0 = 0, B sequences of T
+ * tokens (a micro-batch, or a prompt with B = 1); with t0 > 0, one token (B = T = 1) at position
+ * t0 of sequence 0, whose attention reads the keys and values that rows 0..t0-1 of each layer's
+ * qkv still hold (the sampling cache). inputs: the tokens of those rows. Every other layer works
+ * row by row, so a row computed alone equals the same row of a whole forward. */
+static void forward_body(CpuBackend *cb, const int *inputs, int t0, int B, int T) {
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
-    int B = cb->base.B, T = cb->base.T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
-    encoder_forward_cpu(cb->encoded, inputs, whole_tensor(t, cb->params, ROLE_WTE),
-                        whole_tensor(t, cb->params, ROLE_WPE), B, T, C);
+    int C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    const size_t r = (size_t)t0; /* the first row */
+    encoder_forward_cpu(cb->encoded + r * C, inputs, whole_tensor(t, cb->params, ROLE_WTE),
+                        whole_tensor(t, cb->params, ROLE_WPE) + r * C, B, T, C);
     const float *residual = cb->encoded;
     for (int l = 0; l < cfg->num_layers; l++) {
         LayerTensors p = layer_tensors(t, cb->params, l);
         LayerActs *a = &cb->layer[l];
-        layernorm_forward_cpu(a->ln1, a->ln1_mean, a->ln1_rstd, residual, p.ln1w, p.ln1b, B, T, C);
-        matmul_forward_cpu(a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, 3 * C);
-        attention_forward_cpu(a->atty, a->att, a->qkv, B, T, C, NH);
-        matmul_forward_cpu(cb->attproj_tmp, a->atty, p.attprojw, p.attprojb, N, C, C);
-        residual_forward_cpu(a->residual2, residual, cb->attproj_tmp, (size_t)N * C);
-        layernorm_forward_cpu(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, p.ln2w, p.ln2b, B, T, C);
-        matmul_forward_cpu(a->fch, a->ln2, p.fcw, p.fcb, N, C, 4 * C);
-        gelu_forward_cpu(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-        matmul_forward_cpu(cb->fcproj_tmp, a->fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
-        residual_forward_cpu(a->residual3, a->residual2, cb->fcproj_tmp, (size_t)N * C);
+        layernorm_forward_cpu(a->ln1 + r * C, a->ln1_mean + r, a->ln1_rstd + r, residual + r * C, p.ln1w, p.ln1b, B,
+                              T, C);
+        matmul_forward_cpu(a->qkv + r * 3 * C, a->ln1 + r * C, p.qkvw, p.qkvb, N, C, 3 * C);
+        if (t0 == 0)
+            attention_forward_cpu(a->atty, a->att, a->qkv, B, T, C, NH);
+        else
+            attention_decode_cpu(a->atty + r * C, a->att, a->qkv, t0, C, NH);
+        matmul_forward_cpu(cb->attproj_tmp + r * C, a->atty + r * C, p.attprojw, p.attprojb, N, C, C);
+        residual_forward_cpu(a->residual2 + r * C, residual + r * C, cb->attproj_tmp + r * C, (size_t)N * C);
+        layernorm_forward_cpu(a->ln2 + r * C, a->ln2_mean + r, a->ln2_rstd + r, a->residual2 + r * C, p.ln2w, p.ln2b,
+                              B, T, C);
+        matmul_forward_cpu(a->fch + r * 4 * C, a->ln2 + r * C, p.fcw, p.fcb, N, C, 4 * C);
+        gelu_forward_cpu(a->fch_gelu + r * 4 * C, a->fch + r * 4 * C, (size_t)N * 4 * C);
+        matmul_forward_cpu(cb->fcproj_tmp + r * C, a->fch_gelu + r * 4 * C, p.fcprojw, p.fcprojb, N, 4 * C, C);
+        residual_forward_cpu(a->residual3 + r * C, a->residual2 + r * C, cb->fcproj_tmp + r * C, (size_t)N * C);
         residual = a->residual3;
     }
-    layernorm_forward_cpu(cb->lnf, cb->lnf_mean, cb->lnf_rstd, residual, whole_tensor(t, cb->params, ROLE_LNF_W),
-                          whole_tensor(t, cb->params, ROLE_LNF_B), B, T, C);
+    layernorm_forward_cpu(cb->lnf + r * C, cb->lnf_mean + r, cb->lnf_rstd + r, residual + r * C,
+                          whole_tensor(t, cb->params, ROLE_LNF_W), whole_tensor(t, cb->params, ROLE_LNF_B), B, T, C);
 }
 
 /* Runs the selected output layer on lnf; returns the sum of valid losses. */
@@ -138,7 +149,7 @@ static double output_layer(CpuBackend *cb, const int *targets, float grad_scale,
 
 static float cpu_eval_loss(Backend *be, const int *inputs, const int *targets) {
     CpuBackend *cb = (CpuBackend *)be;
-    forward_body(cb, inputs);
+    forward_body(cb, inputs, 0, be->B, be->T);
     int valid = output_layer_count_valid(targets, be->B * be->T);
     double sum = output_layer(cb, targets, 0.0f, 0);
     return valid ? (float)(sum / valid) : 0.0f;
@@ -153,7 +164,7 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
     int B = be->B, T = be->T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
     size_t NC = (size_t)N * C;
 
-    forward_body(cb, inputs);
+    forward_body(cb, inputs, 0, B, T);
     int valid = output_layer_count_valid(targets, N);
     memset(cb->dlnf, 0, NC * sizeof(float));
     double sum = output_layer(cb, targets, valid ? loss_scale / valid : 0.0f, 1);
@@ -192,12 +203,29 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
     return valid ? (float)(sum / valid) : 0.0f;
 }
 
+/* The full-vocabulary logits of activation row `row` (lnf after a forward). */
+static void logits_of_row(CpuBackend *cb, int row, float *logits) {
+    const GPTConfig *cfg = &cb->t->cfg;
+    matmul_forward_cpu(logits, cb->lnf + (size_t)row * cfg->dim, whole_tensor(cb->t, cb->params, ROLE_WTE), NULL, 1,
+                       cfg->dim, cfg->vocab_size);
+}
+
 static void cpu_logits_at(Backend *be, const int *tokens, int pos, float *logits) {
     CpuBackend *cb = (CpuBackend *)be;
-    forward_body(cb, tokens);
-    const GPTConfig *cfg = &cb->t->cfg;
-    matmul_forward_cpu(logits, cb->lnf + (size_t)pos * cfg->dim, whole_tensor(cb->t, cb->params, ROLE_WTE), NULL, 1,
-                       cfg->dim, cfg->vocab_size);
+    forward_body(cb, tokens, 0, be->B, be->T);
+    logits_of_row(cb, pos, logits);
+}
+
+static void cpu_prefill(Backend *be, const int *tokens, int n, float *logits) {
+    CpuBackend *cb = (CpuBackend *)be;
+    forward_body(cb, tokens, 0, 1, n);
+    logits_of_row(cb, n - 1, logits);
+}
+
+static void cpu_decode_step(Backend *be, int token, int pos, float *logits) {
+    CpuBackend *cb = (CpuBackend *)be;
+    forward_body(cb, &token, pos, 1, 1);
+    logits_of_row(cb, pos, logits);
 }
 
 static void cpu_zero_grad(Backend *be) {
@@ -300,6 +328,8 @@ static const BackendOps cpu_ops = {
     .train_micro_step = cpu_train_micro_step,
     .eval_loss = cpu_eval_loss,
     .logits_at = cpu_logits_at,
+    .prefill = cpu_prefill,
+    .decode_step = cpu_decode_step,
     .zero_grad = cpu_zero_grad,
     .reduce_grads = cpu_reduce_grads,
     .comm_wait_ms = cpu_comm_wait_ms,

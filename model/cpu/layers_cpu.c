@@ -69,7 +69,9 @@ void layernorm_backward_cpu(float *dinp, float *dweight, float *dbias, const flo
 }
 
 void matmul_forward_cpu(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC) {
-#pragma omp parallel for
+    /* One row (decoding a token) stays on one thread: a parallel region per row costs more than it
+     * saves, and far more when the cores are shared. */
+#pragma omp parallel for if (N > 1)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * OC;
@@ -109,38 +111,50 @@ void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float 
     }
 }
 
+/* Head h of query row t of one sequence (qkv its rows, stride 3C) against its rows 0..t: out [HS]
+ * (=), a [t+1] the softmax probabilities (=). The whole forward and the one-row decode both run
+ * this, so a row decoded against cached keys and values is bit-identical to the same row of the
+ * whole forward. */
+static void attend_row(float *out, float *a, const float *qkv, int t, int h, int C, int HS) {
+    const float scale = 1.0f / sqrtf((float)HS);
+    const float *q = qkv + (size_t)t * 3 * C + h * HS;
+    float maxv = -INFINITY;
+    for (int t2 = 0; t2 <= t; t2++) {
+        const float *k = qkv + (size_t)t2 * 3 * C + C + h * HS;
+        float s = 0.0f;
+        for (int i = 0; i < HS; i++) s += q[i] * k[i];
+        s *= scale;
+        a[t2] = s;
+        if (s > maxv) maxv = s;
+    }
+    float sum = 0.0f;
+    for (int t2 = 0; t2 <= t; t2++) {
+        a[t2] = expf(a[t2] - maxv);
+        sum += a[t2];
+    }
+    for (int t2 = 0; t2 <= t; t2++) a[t2] /= sum;
+    for (int i = 0; i < HS; i++) out[i] = 0.0f;
+    for (int t2 = 0; t2 <= t; t2++) {
+        const float *v = qkv + (size_t)t2 * 3 * C + 2 * C + h * HS;
+        for (int i = 0; i < HS; i++) out[i] += a[t2] * v[i];
+    }
+}
+
 void attention_forward_cpu(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
     int HS = C / NH;
-    float scale = 1.0f / sqrtf((float)HS);
 #pragma omp parallel for collapse(3)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * HS;
                 float *a = att + (((size_t)b * NH + h) * T + t) * T;
-                float maxv = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * HS;
-                    float s = 0.0f;
-                    for (int i = 0; i < HS; i++) s += q[i] * k[i];
-                    s *= scale;
-                    a[t2] = s;
-                    if (s > maxv) maxv = s;
-                }
-                float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    a[t2] = expf(a[t2] - maxv);
-                    sum += a[t2];
-                }
-                for (int t2 = 0; t2 <= t; t2++) a[t2] /= sum;
+                attend_row(out + ((size_t)b * T + t) * C + h * HS, a, qkv + (size_t)b * T * 3 * C, t, h, C, HS);
                 for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
-                float *o = out + ((size_t)b * T + t) * C + h * HS;
-                for (int i = 0; i < HS; i++) o[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
-                    for (int i = 0; i < HS; i++) o[i] += a[t2] * v[i];
-                }
             }
+}
+
+void attention_decode_cpu(float *out, float *att, const float *qkv, int t, int C, int NH) {
+    int HS = C / NH;
+    for (int h = 0; h < NH; h++) attend_row(out + (size_t)h * HS, att + (size_t)h * (t + 1), qkv, t, h, C, HS);
 }
 
 void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,

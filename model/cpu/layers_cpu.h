@@ -31,6 +31,11 @@ void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float 
 /* qkv [B, T, 3C] (q, k, v each C wide, heads contiguous within each); out [B, T, C];
  * att [B, NH, T, T] holds the causal softmax probabilities for the backward. */
 void attention_forward_cpu(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+/* Row t alone of one sequence's causal attention, for decoding against cached keys and values:
+ * qkv holds the sequence's rows 0..t ([t+1, 3C], each row's k and v as the forward left them);
+ * out [C] (=) is row t's output, att [NH, t+1] (=) scratch for its probabilities. Bit-identical to
+ * row t of attention_forward_cpu. */
+void attention_decode_cpu(float *out, float *att, const float *qkv, int t, int C, int NH);
 void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
                             int C, int NH);
 

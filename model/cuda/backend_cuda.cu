@@ -145,39 +145,56 @@ static kbf16 *param_bf16(CudaBackend *cb, const ParamInfo *p) {
     return cb->params + p->offset;
 }
 
-static void forward_body(CudaBackend *cb, const int *inputs) {
+/* The body's forward over the activation rows [t0, t0 + B·T), whose tokens are in d_inputs
+ * already: with t0 = 0, B sequences of T tokens (a micro-batch, or a prompt with B = 1); with
+ * t0 > 0, one token (B = T = 1) at position t0 of sequence 0, whose attention reads the keys and
+ * values that rows 0..t0-1 of each layer's qkv still hold (the sampling cache). Every other layer
+ * works row by row, so it runs here on the rows given. */
+static void forward_body(CudaBackend *cb, int t0, int B, int T) {
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
-    int B = cb->base.B, T = cb->base.T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    int C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    const size_t r = (size_t)t0; /* the first row */
     cudaStream_t s = cb->stream;
-    CUDA_CHECK(cudaMemcpyAsync(cb->d_inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
-    encoder_forward(cb->encoded, cb->d_inputs, param_bf16(cb, param_whole(t, ROLE_WTE)),
-                    param_bf16(cb, param_whole(t, ROLE_WPE)), B, T, C, s);
+    encoder_forward(cb->encoded + r * C, cb->d_inputs + r, param_bf16(cb, param_whole(t, ROLE_WTE)),
+                    param_bf16(cb, param_whole(t, ROLE_WPE)) + r * C, B, T, C, s);
     for (int l = 0; l < cfg->num_layers; l++) {
         CudaLayerActs *a = &cb->layer[l];
+        CudaLayerActs *prev = l > 0 ? &cb->layer[l - 1] : NULL;
 #define P(role) param_bf16(cb, param_of_layer(t, l, role))
         /* ln1 = LN(previous residual2 + previous fcproj), which also stores that sum (residual3) */
         if (l == 0)
-            residual_layernorm_forward(NULL, a->ln1, a->ln1_mean, a->ln1_rstd, cb->encoded, NULL, P(ROLE_LN1_W),
-                                       P(ROLE_LN1_B), N, C, s);
+            residual_layernorm_forward(NULL, a->ln1 + r * C, a->ln1_mean + r, a->ln1_rstd + r, cb->encoded + r * C,
+                                       NULL, P(ROLE_LN1_W), P(ROLE_LN1_B), N, C, s);
         else
-            residual_layernorm_forward(cb->layer[l - 1].residual3, a->ln1, a->ln1_mean, a->ln1_rstd,
-                                       cb->layer[l - 1].residual2, cb->fcproj, P(ROLE_LN1_W),
-                                       P(ROLE_LN1_B), N, C, s);
-        const kbf16 *residual_in = l == 0 ? cb->encoded : cb->layer[l - 1].residual3;
-        matmul_forward(a->qkv, NULL, a->ln1, P(ROLE_QKV_W), P(ROLE_QKV_B), N, C, 3 * C, s);
-        attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, s);
-        matmul_forward(cb->attproj, NULL, a->atty, P(ROLE_ATTPROJ_W), P(ROLE_ATTPROJ_B), N, C, C, s);
-        residual_layernorm_forward(a->residual2, a->ln2, a->ln2_mean, a->ln2_rstd, residual_in, cb->attproj,
-                                   P(ROLE_LN2_W), P(ROLE_LN2_B), N, C, s);
-        matmul_forward(a->fch_gelu, a->fch_pre, a->ln2, P(ROLE_FC_W), P(ROLE_FC_B), N, C, 4 * C, s);
-        matmul_forward(cb->fcproj, NULL, a->fch_gelu, P(ROLE_FCPROJ_W), P(ROLE_FCPROJ_B), N, 4 * C, C, s);
+            residual_layernorm_forward(prev->residual3 + r * C, a->ln1 + r * C, a->ln1_mean + r, a->ln1_rstd + r,
+                                       prev->residual2 + r * C, cb->fcproj + r * C, P(ROLE_LN1_W), P(ROLE_LN1_B), N,
+                                       C, s);
+        const kbf16 *residual_in = (l == 0 ? cb->encoded : prev->residual3) + r * C;
+        matmul_forward(a->qkv + r * 3 * C, NULL, a->ln1 + r * C, P(ROLE_QKV_W), P(ROLE_QKV_B), N, C, 3 * C, s);
+        if (t0 == 0)
+            attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, s);
+        else
+            attention_decode(a->atty + r * C, a->qkv, t0, C, NH, s);
+        matmul_forward(cb->attproj + r * C, NULL, a->atty + r * C, P(ROLE_ATTPROJ_W), P(ROLE_ATTPROJ_B), N, C, C, s);
+        residual_layernorm_forward(a->residual2 + r * C, a->ln2 + r * C, a->ln2_mean + r, a->ln2_rstd + r,
+                                   residual_in, cb->attproj + r * C, P(ROLE_LN2_W), P(ROLE_LN2_B), N, C, s);
+        matmul_forward(a->fch_gelu + r * 4 * C, a->fch_pre + r * 4 * C, a->ln2 + r * C, P(ROLE_FC_W), P(ROLE_FC_B),
+                       N, C, 4 * C, s);
+        matmul_forward(cb->fcproj + r * C, NULL, a->fch_gelu + r * 4 * C, P(ROLE_FCPROJ_W), P(ROLE_FCPROJ_B), N,
+                       4 * C, C, s);
 #undef P
     }
     CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
-    residual_layernorm_forward(last->residual3, cb->lnf, cb->lnf_mean, cb->lnf_rstd, last->residual2, cb->fcproj,
-                               param_bf16(cb, param_whole(t, ROLE_LNF_W)), param_bf16(cb, param_whole(t, ROLE_LNF_B)),
-                               N, C, s);
+    residual_layernorm_forward(last->residual3 + r * C, cb->lnf + r * C, cb->lnf_mean + r, cb->lnf_rstd + r,
+                               last->residual2 + r * C, cb->fcproj + r * C, param_bf16(cb, param_whole(t, ROLE_LNF_W)),
+                               param_bf16(cb, param_whole(t, ROLE_LNF_B)), N, C, s);
+}
+
+/* Tokens of rows [t0, t0 + n) into d_inputs. */
+static void upload_inputs(CudaBackend *cb, const int *tokens, int t0, int n) {
+    CUDA_CHECK(cudaMemcpyAsync(cb->d_inputs + t0, tokens, (size_t)n * sizeof(int), cudaMemcpyHostToDevice,
+                               cb->stream));
 }
 
 static OutputLayerArgs output_args(CudaBackend *cb, float grad_scale) {
@@ -209,7 +226,8 @@ static float read_loss(CudaBackend *cb) {
 
 static float cuda_eval_loss(Backend *be, const int *inputs, const int *targets) {
     CudaBackend *cb = (CudaBackend *)be;
-    forward_body(cb, inputs);
+    upload_inputs(cb, inputs, 0, be->B * be->T);
+    forward_body(cb, 0, be->B, be->T);
     upload_targets(cb, targets);
     OutputLayerArgs a = output_args(cb, 0.0f);
     if (output_layer_forward(cb->out, &a, cb->stream) != 0) {
@@ -229,7 +247,8 @@ static float cuda_train_micro_step(Backend *be, const int *inputs, const int *ta
     GradSync *sync = last_micro ? cb->sync : NULL; /* hooks only in the step's last backward */
     float *grads = cb->grads;
     CUDA_CHECK(cudaEventRecord(cb->mark[0], s));
-    forward_body(cb, inputs);
+    upload_inputs(cb, inputs, 0, N);
+    forward_body(cb, 0, B, T);
     CUDA_CHECK(cudaEventRecord(cb->mark[1], s));
     upload_targets(cb, targets);
     /* ranks sum their gradients: each contributes 1/world of the mean */
@@ -298,26 +317,46 @@ static void cuda_phase_ms(Backend *be, double ms[3]) {
     for (int i = 0; i < 3; i++) ms[i] = cb->part_ms[i], cb->part_ms[i] = 0.0;
 }
 
-static void cuda_logits_at(Backend *be, const int *tokens, int pos, float *logits) {
-    CudaBackend *cb = (CudaBackend *)be;
+/* The full-vocabulary logits of activation row `row` (lnf after a forward), to the host. */
+static void logits_of_row(CudaBackend *cb, int row, float *logits) {
     const GPTConfig *cfg = &cb->t->cfg;
-    forward_body(cb, tokens);
-    matmul_forward(cb->d_logits_row, NULL, cb->lnf + (size_t)pos * cfg->dim, param_bf16(cb, param_whole(cb->t, ROLE_WTE)),
+    matmul_forward(cb->d_logits_row, NULL, cb->lnf + (size_t)row * cfg->dim, param_bf16(cb, param_whole(cb->t, ROLE_WTE)),
                    NULL, 1, cfg->dim, cfg->padded_vocab_size, cb->stream);
     int V = cfg->vocab_size;
-    uint16_t *row = (uint16_t *)malloc((size_t)V * sizeof(uint16_t));
-    if (!row) {
+    uint16_t *bits = (uint16_t *)malloc((size_t)V * sizeof(uint16_t));
+    if (!bits) {
         fprintf(stderr, "error: out of host memory for sampling\n");
         exit(1);
     }
-    CUDA_CHECK(cudaMemcpyAsync(row, cb->d_logits_row, (size_t)V * sizeof(uint16_t), cudaMemcpyDeviceToHost,
+    CUDA_CHECK(cudaMemcpyAsync(bits, cb->d_logits_row, (size_t)V * sizeof(uint16_t), cudaMemcpyDeviceToHost,
                                cb->stream));
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
     for (int i = 0; i < V; i++) {
-        uint32_t bits = (uint32_t)row[i] << 16;
-        memcpy(&logits[i], &bits, sizeof(float));
+        uint32_t f = (uint32_t)bits[i] << 16;
+        memcpy(&logits[i], &f, sizeof(float));
     }
-    free(row);
+    free(bits);
+}
+
+static void cuda_logits_at(Backend *be, const int *tokens, int pos, float *logits) {
+    CudaBackend *cb = (CudaBackend *)be;
+    upload_inputs(cb, tokens, 0, be->B * be->T);
+    forward_body(cb, 0, be->B, be->T);
+    logits_of_row(cb, pos, logits);
+}
+
+static void cuda_prefill(Backend *be, const int *tokens, int n, float *logits) {
+    CudaBackend *cb = (CudaBackend *)be;
+    upload_inputs(cb, tokens, 0, n);
+    forward_body(cb, 0, 1, n);
+    logits_of_row(cb, n - 1, logits);
+}
+
+static void cuda_decode_step(Backend *be, int token, int pos, float *logits) {
+    CudaBackend *cb = (CudaBackend *)be;
+    upload_inputs(cb, &token, pos, 1);
+    forward_body(cb, pos, 1, 1);
+    logits_of_row(cb, pos, logits);
 }
 
 static void cuda_zero_grad(Backend *be) {
@@ -468,6 +507,8 @@ static const BackendOps cuda_ops = {
     .train_micro_step = cuda_train_micro_step,
     .eval_loss = cuda_eval_loss,
     .logits_at = cuda_logits_at,
+    .prefill = cuda_prefill,
+    .decode_step = cuda_decode_step,
     .zero_grad = cuda_zero_grad,
     .reduce_grads = cuda_reduce_grads,
     .comm_wait_ms = cuda_comm_wait_ms,

@@ -55,6 +55,24 @@ int sample_token_top_k(const float *logits, int V, float temperature, int top_k,
     return pick;
 }
 
+void sample_generate(Backend *be, int *tokens, int n, int gen, float temperature, int top_k, Rng *rng,
+                     float *logits, void (*each)(int token, void *ctx), void *ctx) {
+    const int T = be->T, V = be->table->cfg.vocab_size, keep = T > 1 ? T / 2 : 1;
+    int first = 0; /* the context's first token, at position 0 of the window */
+    be->ops->prefill(be, tokens, n, logits);
+    for (int i = n; i < n + gen; i++) {
+        tokens[i] = sample_token_top_k(logits, V, temperature, top_k, rng);
+        if (each) each(tokens[i], ctx);
+        if (i + 1 == n + gen) break;
+        if (i - first < T) {
+            be->ops->decode_step(be, tokens[i], i - first, logits);
+        } else { /* the window is full: its last half, tokens[i] included, starts again at position 0 */
+            first = i + 1 - keep;
+            be->ops->prefill(be, tokens + first, keep, logits);
+        }
+    }
+}
+
 char *sample_text(const Tokenizer *tok, const int *tokens, int n) {
     if (!tok) { /* "id " each: at most 11 bytes for an int, and the space */
         char *text = malloc(12 * (size_t)n + 1);

@@ -3,6 +3,7 @@
 #define FUSEDGPT_SAMPLE_H
 
 #include "data/rng.h"
+#include "model/backend.h"
 #include "tokenizer/tokenizer.h"
 
 /* Softmax of logits[0..V) at the given temperature, then one draw. */
@@ -11,6 +12,16 @@ int sample_token(const float *logits, int V, float temperature, Rng *rng);
 /* The same over the top_k largest logits only (top_k <= 0 or >= V: all of them); temperature 0
  * (or top_k 1) is greedy: the largest logit, the lowest id among equals, with no draw. */
 int sample_token_top_k(const float *logits, int V, float temperature, int top_k, Rng *rng);
+
+/* Continues tokens[0..n) (1 <= n <= be->T) with gen tokens, each drawn by sample_token_top_k, into
+ * tokens[n..n+gen) (room for n + gen). The context runs through the model once (prefill), then
+ * each token costs one row against the backend's key/value cache. The position table ends at the
+ * window of be->T positions, so when the context fills it the last be->T/2 tokens are kept and run
+ * again from position 0, and generation goes on; until then the tokens are exactly those a full
+ * forward per token draws. each(token, ctx) sees every token as it is drawn (each may be NULL).
+ * logits: V floats of scratch. */
+void sample_generate(Backend *be, int *tokens, int n, int gen, float temperature, int top_k, Rng *rng,
+                     float *logits, void (*each)(int token, void *ctx), void *ctx);
 
 /* The text of tokens[0..n), all of them: decoded by tok, or the ids separated by spaces where there
  * is no tokenizer. Allocated here (free it); NULL when out of memory. */

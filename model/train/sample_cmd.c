@@ -3,8 +3,8 @@
  * The checkpoint is read as Hugging Face reads it: config.json and model.safetensors
  * (model/train/hf_weights.c), and the tokenizer.json beside them, so whatever `transformers` loads from
  * a checkpoint directory is what samples here (a directory of GPT-2's own files works too, with
- * --checkpoint). The model runs forward over a window of T tokens (the prompt and what it has
- * generated so far, T a multiple of 64 up to the model's context) for each new token. */
+ * --checkpoint). The prompt runs through the model once, then each new token is one row against
+ * the backend's key/value cache (model/train/sample.c), printed as it is drawn. */
 #include "model/train/sample_cmd.h"
 
 #include <errno.h>
@@ -39,7 +39,8 @@ static void usage(FILE *f) {
             "      --step N           the checkpoint of step N (default: the latest)\n"
             "      --checkpoint DIR   a directory with config.json + model.safetensors (+ tokenizer.json)\n"
             "      --prompt TEXT      text to continue (default: start after the document separator)\n"
-            "  -G, --gen-tokens N     tokens to generate (default 64)\n"
+            "  -G, --gen-tokens N     tokens to generate (default 64); past the model's context (n_positions)\n"
+            "                         the last half of the context is kept and run again from position 0\n"
             "      --temperature T    softmax temperature; 0 is greedy (default 1.0)\n"
             "      --top-k K          draw among the K likeliest tokens only; 0 for all, 1 is greedy (default 0)\n"
             "      --seed S           seed of the draws (default 1337)\n"
@@ -63,6 +64,15 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
     return 0;
 }
 
+/* The flags that take a value, so that an unknown flag is named as such, not as one missing its value. */
+static int flag_takes_value(const char *a) {
+    static const char *const flags[] = {"-o",     "--out",  "--checkpoint", "--prompt", "--tokenizer",   "--device",
+                                        "--step", "-G",     "--gen-tokens", "--top-k",  "--temperature", "--seed"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (!strcmp(a, flags[i])) return 1;
+    return 0;
+}
+
 /* 0, or the exit status of a bad command line (after its message). */
 static int parse(SampleOptions *o, int argc, char **argv, int *help) {
     *o = (SampleOptions){.device = "cuda", .step = -1, .gen_tokens = 64, .temperature = 1.0f, .seed = 1337};
@@ -76,6 +86,9 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
         } else if (!strcmp(a, "--ids")) {
             o->print_ids = 1;
             takes_value = 0;
+        } else if (!flag_takes_value(a)) {
+            fprintf(stderr, "error: sample: unknown flag '%s' (see ./train sample --help)\n", a);
+            return 2;
         } else if (!v) {
             return bad(a, "needs a value");
         } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
@@ -104,9 +117,6 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
             char *end;
             o->temperature = strtof(v, &end);
             if (!*v || *end || !(o->temperature >= 0 && o->temperature < 1e6)) return bad(a, "must be 0 or more");
-        } else {
-            fprintf(stderr, "error: sample: unknown flag '%s' (see ./train sample --help)\n", a);
-            return 2;
         }
         i += takes_value;
     }
@@ -142,10 +152,40 @@ static int checkpoint_dir(const SampleOptions *o, char *dir) {
         return 0;
     }
     if (checkpoint_latest_name(o->run, name, sizeof name, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
+        /* the loader's words are a resume's; a sample has other ways out */
+        char latest[FGPT_PATH_LEN];
+        struct stat st;
+        path_format(latest, "%s/latest", o->run); /* parse checked the run directory's length */
+        if (stat(o->run, &st) != 0 || !S_ISDIR(st.st_mode))
+            fprintf(stderr, "error: no run directory %s (pass -o with the directory a training run wrote, or "
+                            "--checkpoint DIR for a Hugging Face one)\n", o->run);
+        else if (stat(latest, &st) != 0)
+            fprintf(stderr, "error: %s holds no checkpoint (%s missing; pass -o with the directory a training run "
+                            "wrote, or --checkpoint DIR for a Hugging Face one)\n", o->run, latest);
+        else
+            fprintf(stderr, "error: %s\n", err);
         return 1;
     }
     path_format(dir, "%s/%s", o->run, name);
+    return 0;
+}
+
+/* The files the model is read from, checked here so that a missing one is named with the flag that
+ * chose the directory. 0, or 1 after the message. */
+static int checkpoint_files_present(const SampleOptions *o, const char *dir) {
+    static const char *const files[] = {"config.json", "model.safetensors"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[FGPT_PATH_LEN];
+        struct stat st;
+        if (path_format(path, "%s/%s", dir, files[i]) == 0 && stat(path, &st) == 0) continue;
+        if (o->checkpoint)
+            fprintf(stderr, "error: --checkpoint %s has no %s (pass a Hugging Face GPT-2 directory: config.json and "
+                            "model.safetensors)\n", dir, files[i]);
+        else
+            fprintf(stderr, "error: checkpoint %s has no %s (it is incomplete; pass --step with another of the run's "
+                            "step_* directories)\n", dir, files[i]);
+        return 1;
+    }
     return 0;
 }
 
@@ -163,53 +203,59 @@ static Tokenizer *open_tokenizer(const SampleOptions *o, const char *dir, int *s
     return t;
 }
 
-/* Generates o->gen_tokens tokens after the prompt and prints them. */
+/* Writes the text of ids[0..n) to stdout, every byte (a token may hold a zero byte). */
+static void write_text(const Tokenizer *tok, const uint32_t *ids, size_t n) {
+    const size_t need = tokenizer_decode(tok, ids, n, NULL, 0);
+    char *text = malloc(need + 1);
+    if (text) fwrite(text, 1, tokenizer_decode(tok, ids, n, text, need), stdout);
+    free(text);
+}
+
+/* Prints each token as it is drawn (ctx: the tokenizer): its text, or its id where there is no
+ * tokenizer. Byte-level tokens concatenate, so the pieces make the text of the whole. */
+static void print_token(int token, void *ctx) {
+    const Tokenizer *tok = ctx;
+    const uint32_t id = (uint32_t)token;
+    if (tok)
+        write_text(tok, &id, 1);
+    else
+        printf(" %d", token);
+    fflush(stdout);
+}
+
+/* Generates o->gen_tokens tokens after the prompt, printing them as they come. */
 static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, const uint32_t *prompt, size_t n_prompt) {
-    const int T = be->T, V = be->table->cfg.vocab_size;
-    int *tokens = malloc((size_t)T * sizeof *tokens);
+    const int V = be->table->cfg.vocab_size;
+    const int start = n_prompt ? (int)n_prompt : 1; /* no prompt: after the separator, as a new document */
+    const size_t n = (size_t)start + (size_t)o->gen_tokens;
+    int *tokens = malloc(n * sizeof *tokens);
     float *logits = malloc((size_t)V * sizeof *logits);
-    uint32_t *ids = malloc(((size_t)T + 1) * sizeof *ids);
-    if (!tokens || !logits || !ids) {
-        free(tokens), free(logits), free(ids);
+    if (!tokens || !logits) {
+        free(tokens), free(logits);
         fprintf(stderr, "error: out of host memory for sampling\n");
         return 1;
     }
-    const int fill = tok ? (int)tokenizer_eot_token(tok) : 0;
-    for (int i = 0; i < T; i++) tokens[i] = fill;
     for (size_t i = 0; i < n_prompt; i++) tokens[i] = (int)prompt[i];
-    int start = n_prompt ? (int)n_prompt : 1; /* no prompt: after the separator, as a new document */
-    int end = start + o->gen_tokens < T ? start + o->gen_tokens : T;
+    if (!n_prompt) tokens[0] = tok ? (int)tokenizer_eot_token(tok) : 0;
+    if (tok)
+        write_text(tok, prompt, n_prompt);
+    else
+        fputs("ids:", stdout);
+    fflush(stdout);
     Rng rng;
     rng_seed(&rng, o->seed);
-    for (int pos = start; pos < end; pos++) {
-        be->ops->logits_at(be, tokens, pos - 1, logits);
-        tokens[pos] = sample_token_top_k(logits, V, o->temperature, o->top_k, &rng);
-    }
-    const int first = n_prompt ? 0 : 1; /* the separator we started from is not text of the sample */
-    for (int i = first; i < end; i++) ids[i - first] = (uint32_t)tokens[i];
-    if (tok) {
-        size_t need = tokenizer_decode(tok, ids, (size_t)(end - first), NULL, 0);
-        char *text = malloc(need + 1);
-        if (text) {
-            tokenizer_decode(tok, ids, (size_t)(end - first), text, need);
-            fwrite(text, 1, need, stdout);
-            fputc('\n', stdout);
-            free(text);
-        }
-    }
+    sample_generate(be, tokens, start, o->gen_tokens, o->temperature, o->top_k, &rng, logits, print_token, (void *)tok);
+    fputc('\n', stdout);
     if (o->print_ids && n_prompt) {
         printf("prompt ids:");
         for (size_t i = 0; i < n_prompt; i++) printf(" %u", prompt[i]);
         printf("\n");
     }
-    if (o->print_ids || !tok) {
+    if (o->print_ids && tok) {
         printf("ids:");
-        for (int i = start; i < end; i++) printf(" %d", tokens[i]);
+        for (size_t i = (size_t)start; i < n; i++) printf(" %d", tokens[i]);
         printf("\n");
     }
-    if (end - start < o->gen_tokens)
-        fprintf(stderr, "note: stopped at the model's context of %d tokens (%d generated)\n", T, end - start);
-    free(ids);
     free(logits);
     free(tokens);
     return 0;
@@ -223,7 +269,7 @@ int sample_main(int argc, char **argv) {
         return status;
     }
     char dir[FGPT_PATH_LEN], err[ERR_LEN];
-    if ((status = checkpoint_dir(&o, dir)) != 0) return status;
+    if ((status = checkpoint_dir(&o, dir)) != 0 || (status = checkpoint_files_present(&o, dir)) != 0) return status;
     GPTConfig cfg;
     if (hf_read_config(dir, &cfg, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
@@ -254,7 +300,8 @@ int sample_main(int argc, char **argv) {
         prompt = malloc((len + 1) * sizeof *prompt);
         if (prompt) n_prompt = tokenizer_encode(tok, o.prompt, len, 1, prompt, len + 1);
     }
-    /* the window: room for the prompt and what is asked, in multiples of 64, within the context */
+    /* the window: room for the prompt and what is asked, in multiples of 64, within the context
+     * (beyond it the window slides: sample_generate) */
     long want = (long)(n_prompt ? n_prompt : 1) + o.gen_tokens;
     int T = (int)((want + 63) / 64 * 64);
     if (T > cfg.max_seq_len) T = cfg.max_seq_len;
