@@ -1,8 +1,8 @@
-"""dev/bench_output_layer_torch.py - PyTorch reference timings (torch.compile and eager) for the
-output layer, run on the device in the same call as dev/bench_output_layer so that the ratios are
+"""bench_output_layer_torch.py - PyTorch reference timings (torch.compile and eager) for the
+output layer, run on the same GPU right after build/bench_output_layer so that the ratios are
 same-run.
 
-    python3 dev/bench_output_layer_torch.py [--no-fwd] [--no-eager] [--peers] [--reps R] [d,N,V ...]
+    python3 dev/bench/bench_output_layer_torch.py [--no-fwd] [--no-eager] [--peers] [--reps R] [d,N,V ...]
 
 Same inputs and method as the C benchmark and ../shared/anchors.md: H ~ N(0,1), W ~ N(0, 0.02^2)
 bf16, uniform targets, mean loss; logits = nn.Linear-style H W^T in bf16, F.cross_entropy on the

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# One call on a machine with two or more GPUs (the nvidia-h200-x2 kind): data-parallel training in
+# One run on a machine with two or more GPUs (two H200s linked by NVLink here): data-parallel training in
 # every mode against one GPU at the same global batch, resume on 2 GPUs (and their checkpoint
 # resumed on one GPU), a killed worker, and GPT-2 124M tokens/s on 1 and 2 GPUs with the time each
 # step waited on communication. Prints a summary last. NCCL's environment (NCCL_NVLS_ENABLE=0 on
-# the lent machines) is left as the machine sets it. SECTIONS picks parts: tests correct nodes
+# the H200 machine measured) is left as the machine sets it. SECTIONS picks parts: tests correct nodes
 # resume kill throughput sweep skew real (default: all but sweep, skew and real).
 #   throughput: one GPU alone on each GPU, then every mode on G GPUs, with the scaling against each
 #     GPU alone and against their mean (two GPUs move at the slower one's pace).
 #   skew: GPU 0 beside an independent run on GPU 1 (do they slow each other down?).
 #   nodes: two "hosts" on this one (a launcher per GPU, --nodes 2 over loopback TCP).
 #   real: ./train -g G -v 262144 on the default corpus (carried as .carry/corpus.tar.xz, see
-#     dev/pack_corpus.sh) against one GPU at the same global batch.
+#     dev/check/pack_corpus.sh) against one GPU at the same global batch.
 # TP_VOCABS: vocabularies of the throughput and sweep sections (default "50304 262144");
 # TP_OUTPUTS: output layers of the throughput section (default fused; "fused fused:0 canonical" for all,
 #   "fused:MB" passing --logits-mb MB: 0 is the fused layer's streaming path).
@@ -35,8 +35,8 @@ if has tests; then
     ./build/run_gpu_tests backend >>/tmp/mg/gpu_tests.log 2>&1
     note "GPU tests (adamw, backend): $(grep -E 'passed' /tmp/mg/gpu_tests.log | tr '\n' ' ')$(grep -m3 FAILED /tmp/mg/gpu_tests.log)"
 fi
-python3 dev/make_shard.py /tmp/mg/train.bin 2000000 1000 pattern 1
-python3 dev/make_shard.py /tmp/mg/val.bin 100000 1000 pattern 2
+python3 tests/fixtures/gen/make_shard.py /tmp/mg/train.bin 2000000 1000 pattern 1
+python3 tests/fixtures/gen/make_shard.py /tmp/mg/val.bin 100000 1000 pattern 2
 losses_py='
 import re, sys
 def losses(p):
@@ -135,11 +135,11 @@ throughput() {
 }
 if has throughput || has sweep || has skew; then
     for V in $TP_VOCABS; do
-        python3 dev/make_shard.py /tmp/mg/rand_$V.bin 40000000 $V random 3
+        python3 tests/fixtures/gen/make_shard.py /tmp/mg/rand_$V.bin 40000000 $V random 3
         for out in $TP_OUTPUTS; do
             has throughput || break
             sfx=$([ $out = fused ] || echo _$out)
-            # one GPU on each GPU: two GPUs move at the slower one's pace, and the lent H200s have
+            # one GPU on each GPU: two GPUs move at the slower one's pace, and two H200s measured have
             # differed by 2.8 % (dev/RESULTS.md), so scaling is given against each and their mean
             throughput $V 1gpu$sfx ./train -g 1 --output $out
             one0=$TP_TOK
