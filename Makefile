@@ -3,7 +3,10 @@
 #   make test       CPU tests (what CI runs); SANITIZE=1 builds them with ASan + UBSan
 #   make test-gpu   GPU tests (needs a GPU)      make bench   output-layer benchmark (needs a GPU)
 #   make data       default corpus -> tokenizer + shards      make clean
+#   make deps       installs PCRE2 (the tests' one dependency) where missing; `make test` runs it
 #   DEBUG=1         -g -O0 everywhere
+# Development tools live in dev/ (bench/, check/, profile/, plots/, RESULTS.md); test fixtures and
+# their generators in tests/fixtures/.
 # Host library sources are every .c in model/ (and its groups: cpu/, cuda/, dist/, train/), data/ and
 # tokenizer/ (none of them has a main) but model/train/sample_cmd.c (`./train sample`), which calls
 # the CUDA backend and so links into the trainer only; CUDA sources are every .cu in kernels/ and
@@ -74,8 +77,14 @@ $(BUILD)/run_tests: $(TEST_OBJ) $(HOST_OBJ)
 TEST_LIBS ?= -lpcre2-8
 $(BUILD)/run_tests: LDLIBS += $(TEST_LIBS)
 
+# What a fresh Debian/Ubuntu machine lacks for `make test`: only PCRE2's headers and library, the
+# tokenizer tests' oracle for the pre-tokenizer's split (never linked into ./train). The CUDA toolkit
+# is assumed installed. Does nothing when PCRE2 is there.
 deps:
-	@bash dev/install_deps.sh
+	@[ -f /usr/include/pcre2.h ] || { \
+	    echo "installing libpcre2-dev (test dependency)"; \
+	    if [ "$$(id -u)" = 0 ]; then sudo=; else sudo=sudo; fi; \
+	    $$sudo apt-get update -qq && $$sudo apt-get install -y -qq libpcre2-dev >/dev/null; }
 
 test: deps
 	@$(MAKE) --no-print-directory $(BUILD)/run_tests $(TRAIN_BIN)
@@ -87,16 +96,17 @@ $(BUILD)/run_gpu_tests: $(GPU_TEST_OBJ) $(BUILD)/tests/runner.o $(BUILD)/tests/t
 test-gpu: $(BUILD)/run_gpu_tests
 	./$(BUILD)/run_gpu_tests $(FILTER)
 
-$(BUILD)/bench_output_layer: build/dev/bench_output_layer.cu.o $(HOST_OBJ) $(CUDA_OBJ)
+$(BUILD)/bench_output_layer: build/dev/bench/bench_output_layer.cu.o $(HOST_OBJ) $(CUDA_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
-# the body kernels' benchmark (dev/bench_kernels.cu): kernels/ alone, no model code
+# the body kernels' benchmark (dev/bench/bench_kernels.cu): kernels/ alone, no model code
 KERNEL_OBJ := $(patsubst %.cu,build/%.cu.o,$(wildcard kernels/*.cu))
-$(BUILD)/bench_kernels: build/dev/bench_kernels.cu.o $(KERNEL_OBJ)
+$(BUILD)/bench_kernels: build/dev/bench/bench_kernels.cu.o $(KERNEL_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
 
-# every cuBLASLt algorithm for the fused backward's GEMM shapes (dev/output_layer_profile.sh runs it)
-$(BUILD)/lt_algo_probe: build/dev/lt_algo_probe.cu.o
+# every cuBLASLt algorithm for the fused backward's GEMM shapes (dev/profile/output_layer_profile.sh
+# runs it)
+$(BUILD)/lt_algo_probe: build/dev/profile/lt_algo_probe.cu.o
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
 
 bench: $(BUILD)/bench_output_layer
@@ -108,7 +118,7 @@ data: train
 # Loss curves of the two output layers on the same model, seed and data (COMPARE_ARGS: train flags).
 COMPARE_ARGS ?= -e d12 -v 262144 -b 16 -t 1024 -x 500
 compare: train
-	bash dev/compare_output_layers.sh runs/compare $(COMPARE_ARGS)
+	bash dev/check/compare_output_layers.sh runs/compare $(COMPARE_ARGS)
 
 clean:
 	rm -rf build build-san ./train
@@ -118,7 +128,7 @@ clean:
 # tokenizer benchmark: training time, merges reached, tokens/byte, encode MB/s on the
 # default corpus (prepared by `make data`); BENCH_TOKENIZER_ARGS overrides file and sizes.
 BENCH_TOKENIZER_ARGS ?= .cache/corpus/default-v1.txt 262144 50304
-$(BUILD)/bench_tokenizer: $(BUILD)/dev/bench_tokenizer.o $(HOST_OBJ)
+$(BUILD)/bench_tokenizer: $(BUILD)/dev/bench/bench_tokenizer.o $(HOST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 .PHONY: bench-tokenizer
@@ -127,7 +137,7 @@ bench-tokenizer: $(BUILD)/bench_tokenizer
 
 # The pre-tokenizer against PCRE2 on a whole corpus (the tests do it on generated text).
 SPLIT_FILE ?= .cache/corpus/default-v1.txt
-$(BUILD)/check_split_pcre2: $(BUILD)/dev/check_split_pcre2.o $(HOST_OBJ)
+$(BUILD)/check_split_pcre2: $(BUILD)/dev/check/check_split_pcre2.o $(HOST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -lpcre2-8
 
 .PHONY: check-split

@@ -12,7 +12,8 @@
 
 /* cuBLASLt's own scratch: cuBLAS recommends 32 MiB on Hopper, but 8, 4, 2 and 1 MiB measured as
  * fast for every GEMM of both layers at the benchmark's shapes (dev/RESULTS.md, output layer); the
- * algorithms the heuristic picks for the fused backward use none of it (dev/lt_algo_probe.cu) */
+ * algorithms the heuristic picks for the fused backward use none of it
+ * (dev/profile/lt_algo_probe.cu) */
 #define OUTL_LT_WORKSPACE (1u << 20)
 
 /* Sizes of the fused layer's workspace for up to max_N rows (one function so that

@@ -1,8 +1,8 @@
 /* Hugging Face tokenizer.json in and out: the fixtures trained by `tokenizers` in the GPT-2,
- * Llama 3 and Qwen 2 styles (dev/make_hf_tokenizer_fixtures.py) encode a document exactly as
- * `tokenizers` did and decode back to it; ours, exported, re-imports to the same ids (and, where
- * Python's `tokenizers` is installed, it gives the same ids too); what we do not support is
- * refused in one line naming it. */
+ * Llama 3 and Qwen 2 styles (tests/fixtures/gen/make_hf_tokenizer_fixtures.py) encode a document
+ * exactly as `tokenizers` did and decode back to it; ours, exported, re-imports to the same ids
+ * (and, where Python's `tokenizers` is installed, it gives the same ids too); what we do not
+ * support is refused in one line naming it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,7 +169,7 @@ TEST(hf_tokenizer_our_export_reimports_to_the_same_ids) {
     tokenizer_free(ours);
 }
 
-/* The oracle itself, where Python's `tokenizers` is installed (dev/install_deps.sh does not need
+/* The oracle itself, where Python's `tokenizers` is installed (`make deps` does not install
  * it: the fixtures above carry its answers into every run). */
 TEST(hf_tokenizer_our_export_encodes_as_tokenizers_does_when_python_has_it) {
     if (system("python3 -c 'import tokenizers' >/dev/null 2>&1") != 0) {
@@ -182,7 +182,8 @@ TEST(hf_tokenizer_our_export_encodes_as_tokenizers_does_when_python_has_it) {
     const char *files[] = {DOCUMENT, "README.md"};
     for (int f = 0; f < 2; f++) {
         snprintf(ids_path, sizeof ids_path, "%s/ids.txt", test_tmpdir());
-        snprintf(cmd, sizeof cmd, "python3 dev/hf_encode.py '%s' '%s' > '%s'", path, files[f], ids_path);
+        snprintf(cmd, sizeof cmd, "python3 tests/fixtures/gen/hf_encode.py '%s' '%s' > '%s'", path,
+                 files[f], ids_path);
         REQUIRE(system(cmd) == 0, "%s failed", cmd);
         size_t n_want = 0, n_ours = 0;
         uint32_t *want = read_ids(ids_path, &n_want), *got = encode_file(ours, files[f], &n_ours);

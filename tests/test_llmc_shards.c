@@ -1,6 +1,6 @@
-/* llm.c's .bin token files read as they are (fixtures written by dev/make_llmc_shards.py the way
- * llm.c's dev/data scripts write them): both formats read back every token, and their defects get
- * the same errors as our own shards'. */
+/* llm.c's .bin token files read as they are (fixtures written by
+ * tests/fixtures/gen/make_llmc_shards.py the way llm.c's dev/data scripts write them): both formats
+ * read back every token, and their defects get the same errors as our own shards'. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +14,7 @@
 #define GPT2_FIXTURE "tests/fixtures/llmc_gpt2.bin"
 #define LLAMA3_FIXTURE "tests/fixtures/llmc_llama3.bin"
 
-/* The tokens dev/make_llmc_shards.py writes. */
+/* The tokens tests/fixtures/gen/make_llmc_shards.py writes. */
 static uint32_t fixture_token(uint64_t i, uint32_t vocab, uint64_t seed) {
     return i % 50 ? (uint32_t)((i * seed * 7919 + i * i) % vocab) : vocab - 1;
 }

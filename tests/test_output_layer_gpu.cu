@@ -381,8 +381,8 @@ static void show_canonical(Case c) {
  * bf16 (8 significant bits, so off by up to 2^-8 of itself), and each row's target entry p - 1,
  * the row's largest, carries an error that is the same across the row's d values; dH itself is
  * rounded to bf16 too. At N = 7 (about 5 counted rows) a correct layer exceeds 2e-3 in about 1 draw
- * of 20 (dev/rounding_error_sim.c: 711 of 16000 draws, largest 2.81e-3; the canonical layer has the
- * same term), most likely the one failure of this file's tests in 16 GPU runs (2026-11-23); from
+ * of 20 (dev/profile/rounding_error_sim.c: 711 of 16000 draws, largest 2.81e-3; the canonical layer
+ * has the same term), most likely the one failure of this file's tests in 16 GPU runs (2026-11-23); from
  * 1000 rows on the errors average out and 2e-3 holds with a wide margin. The few-row bound is
  * about 2^-8, one bf16 rounding's largest relative error; the largest of 64000 simulated draws was
  * 2.97e-3. */
@@ -396,7 +396,7 @@ static void show_canonical(Case c) {
 #define FEW_TERMS_GRAD_TOL FEW_ROWS_GRAD_TOL
 /* The canonical layer's bf16 logits add an error of up to |z| 2^-9 to every softmax exponent (1.6 %
  * of p at z = 8), which few rows do not average out either: its 7-row case exceeded 5e-3 in 6 of
- * 6000 draws of dev/rounding_error_sim.c (the largest of 30000: 6.2e-3). */
+ * 6000 draws of dev/profile/rounding_error_sim.c (the largest of 30000: 6.2e-3). */
 #define FEW_ROWS_CANON_GRAD_TOL 1e-2
 
 /* ---- the fused layer against fp64, both paths ------------------------------------------------ */

@@ -10,7 +10,7 @@ extern "C" {
 int cuda_device_count(char *why);
 
 /* Starts (on = 1) or stops the range a profiler started with --profile-from-start off records
- * (Nsight Compute: `ncu --profile-from-start off`); see dev/step_profile.sh. */
+ * (Nsight Compute: `ncu --profile-from-start off`); see dev/profile/step_profile.sh. */
 void cuda_profiler_range(int on);
 
 #ifdef __cplusplus

@@ -3,8 +3,8 @@
 # V=262144 by default. Tries batch sizes from large to small; a size fits when two training steps
 # run. The trainer refuses sizes its estimate says will not fit (one line, no allocation), so the
 # misses are quick.
-#   bash dev/memory_demo.sh SHARD.bin [V] [batch sizes...]
-#   LAYERS="fused canonical" bash dev/memory_demo.sh ...   (default: fused canonical; "fused:MB" passes
+#   bash dev/bench/memory_demo.sh SHARD.bin [V] [batch sizes...]
+#   LAYERS="fused canonical" bash dev/bench/memory_demo.sh ...   (default: fused canonical; "fused:MB" passes
 #   --logits-mb MB, "fused:0" the streaming path)
 set -uo pipefail
 shard=$1

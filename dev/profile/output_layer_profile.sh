@@ -1,13 +1,13 @@
 #!/bin/bash
-# dev/output_layer_profile.sh - where the fused output layer's time goes: one device call.
-#   bash dev/output_layer_profile.sh [d,N,V ...]     (from the repository root; logs in $OUT, or ./out)
+# output_layer_profile.sh - where the fused output layer's time goes (one GPU).
+#   bash dev/profile/output_layer_profile.sh [d,N,V ...]     (logs in $OUT, or ./out)
 # For each shape: Nsight Compute times every kernel of 4 fused forward+backward calls
 # (bench_output_layer --fb-only --reps 1: 2 warm-ups, 1 sizing call, 1 timed), with the caches left alone and
 # clocks as they are, and the kernels are summed by name (ms per call, launches per call, share).
 # PROFILE_ARGS="--logits-mb 0" profiles the streaming path instead. The sums leave out the gaps
 # between kernels.
 set -o pipefail
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-out}
 mkdir -p "$OUT" build
 SHAPES=("$@")

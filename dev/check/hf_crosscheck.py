@@ -3,7 +3,7 @@
 GPT2LMHeadModel and compute the mean loss on the first B windows of T+1 tokens of a token shard,
 the same windows `./train --val-batches 1` evaluates (the validation loader does not shuffle).
 
-    python3 dev/hf_crosscheck.py RUN/step_00000080 VAL.bin B T [EXPECTED_LOSS]
+    python3 dev/check/hf_crosscheck.py RUN/step_00000080 VAL.bin B T [EXPECTED_LOSS]
 
 Prints the loss; with EXPECTED_LOSS (the trainer's final "val loss"), exits 1 unless they agree
 within 1e-2 relative. Needs torch and transformers: a dev tool, never a dependency of ./train."""

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# dev/pack_corpus.sh - packs the cleaned default corpus (and, with --shards, the prepared tokenizers
-# and shards) into one .tar.xz for a machine without network, such as the GPU machine, whose uploads
-# are limited to 64 MiB.
+# pack_corpus.sh - packs the cleaned default corpus (and, with --shards, the prepared tokenizers
+# and shards) into one small .tar.xz for a machine without network (10 MB; 19 MB with --shards).
 #
-#   dev/pack_corpus.sh [--shards] [--cache-dir DIR] [-o FILE]     (defaults: .cache, corpus.tar.xz)
+#   dev/check/pack_corpus.sh [--shards] [--cache-dir DIR] [-o FILE]     (defaults: .cache, corpus.tar.xz)
 #
 # On the other machine, from the repository root:
 #   mkdir -p .cache && tar -xJf corpus.tar.xz -C .cache
@@ -20,8 +19,8 @@ while [ $# -gt 0 ]; do
         --shards) shards=1; shift ;;
         --cache-dir) cache="${2:?--cache-dir needs a folder}"; shift 2 ;;
         -o) out="${2:?-o needs a file name}"; shift 2 ;;
-        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "error: unknown argument $1 (see dev/pack_corpus.sh --help)" >&2; exit 2 ;;
+        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "error: unknown argument $1 (see dev/check/pack_corpus.sh --help)" >&2; exit 2 ;;
     esac
 done
 

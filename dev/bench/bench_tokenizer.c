@@ -1,4 +1,4 @@
-/* dev/bench_tokenizer.c - tokenizer speed on a text file: training time at a vocabulary size,
+/* bench_tokenizer.c - tokenizer speed on a text file: training time at a vocabulary size,
  * merges reached, tokens per byte, encode MB/s on one thread and on all cores, and a round-trip
  * check of the whole file. Timings live here, never in tests.
  *

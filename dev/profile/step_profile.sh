@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# dev/step_profile.sh - where one training step's GPU time goes: one device call.
-#   bash dev/step_profile.sh            (from the repository root; output in $OUT, or ./out)
+# step_profile.sh - where one training step's GPU time goes (one GPU).
+#   bash dev/profile/step_profile.sh            (from the repository root; output in $OUT, or ./out)
 # For each vocabulary in VOCABS (default "50304 262144") and output layer in OUTPUTS (default
 # "fused"): GPT-2 124M (d12), B=32 (B_PROFILE), T=1024 on random tokens,
 #   1. the step time without a profiler: median of steps 11-30, with the GPU time of its parts
@@ -13,7 +13,7 @@
 # NCU=0 skips part 2. The sum of kernel times leaves out the gaps between kernels; step time minus that sum is what the
 # GPU spent idle or overlapping (memsets and copies are not kernels and are not counted).
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-out}
 VOCABS=${VOCABS:-50304 262144}
 OUTPUTS=${OUTPUTS:-fused}
@@ -21,7 +21,7 @@ B=${B_PROFILE:-32}
 mkdir -p "$OUT" /tmp/sp
 make -j16 train >"$OUT/step_profile_build.log" 2>&1 || { tail -20 "$OUT/step_profile_build.log"; exit 1; }
 for V in $VOCABS; do
-    python3 dev/make_shard.py /tmp/sp/rand_$V.bin 20000000 $V random 3 >/dev/null
+    python3 tests/fixtures/gen/make_shard.py /tmp/sp/rand_$V.bin 20000000 $V random 3 >/dev/null
     for output in $OUTPUTS; do
         tag=d12_V${V}_B${B}_$output
         args="-e d12 -v $V -b $B -t 1024 --warmup 10 --val-every 0 -s 0 --output $output -i /tmp/sp/rand_$V.bin -o /tmp/sp/run"

@@ -1,4 +1,4 @@
-/* dev/check_split_pcre2.c - runs the pre-tokenizer and PCRE2 (the cl100k pattern, UTF + UCP) over
+/* check_split_pcre2.c - runs the pre-tokenizer and PCRE2 (the cl100k pattern, UTF + UCP) over
  * a whole text file and reports the first place they split differently. The unit tests do this on
  * generated text; this program does it on a real corpus (the default one is ~37 MB):
  *

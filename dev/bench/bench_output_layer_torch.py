@@ -1,8 +1,8 @@
-"""dev/bench_output_layer_torch.py - PyTorch reference timings (torch.compile and eager) for the
-output layer, run on the device in the same call as dev/bench_output_layer so that the ratios are
+"""bench_output_layer_torch.py - PyTorch reference timings (torch.compile and eager) for the
+output layer, run on the same GPU right after build/bench_output_layer so that the ratios are
 same-run.
 
-    python3 dev/bench_output_layer_torch.py [--no-fwd] [--no-eager] [--peers] [--reps R] [d,N,V ...]
+    python3 dev/bench/bench_output_layer_torch.py [--no-fwd] [--no-eager] [--peers] [--reps R] [d,N,V ...]
 
 Same inputs and method as the C benchmark and ../shared/anchors.md: H ~ N(0,1), W ~ N(0, 0.02^2)
 bf16, uniform targets, mean loss; logits = nn.Linear-style H W^T in bf16, F.cross_entropy on the
@@ -16,8 +16,8 @@ Prints one line per shape and CSV lines:
     csv_torch,d,N,V,compile_fwd_ms,compile_fwdbwd_ms,compile_extra_GB,eager_fwdbwd_ms,eager_extra_GB
 (nan where not measured or out of memory).
 
---peers also times the two fused peers of anchors.md when their packages import (they are not in
-the device image: download their wheels where there is network and install them with pip --no-index): Liger-Kernel's
+--peers also times the two fused peers of anchors.md when their packages import (a GPU machine
+without network needs their wheels copied there and installed with pip --no-index): Liger-Kernel's
 liger_fused_linear_cross_entropy (its defaults) and Apple's Cut Cross-Entropy with filter_eps=None
 (dense: no gradient block skipped, the fair figure for pretraining). One line per shape:
     csv_peer,d,N,V,liger_fwdbwd_ms,liger_extra_GB,cce_fwdbwd_ms,cce_extra_GB"""

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# dev/loss_noise_floor.sh - how far two bf16 training runs that differ only in rounding drift apart,
-# as the yardstick for "fused and canonical agree to bf16 noise". One device call, the default
-# corpus carried (dev/pack_corpus.sh --shards -o .carry/corpus.tar.xz):
-#   SEEDS="1337 1" bash dev/loss_noise_floor.sh
+# loss_noise_floor.sh - how far two bf16 training runs that differ only in rounding drift apart,
+# as the yardstick for "fused and canonical agree to bf16 noise". One run on a GPU machine, the
+# default corpus copied there (dev/check/pack_corpus.sh --shards -o .carry/corpus.tar.xz):
+#   SEEDS="1337 1" bash dev/check/loss_noise_floor.sh
 # For each seed, GPT-2 124M at V = 262144, T = 1024, 16 sequences per step, STEPS (500) steps, four
 # runs: each output layer with one micro-batch of 16 (-b 16) and with two of 8 (-b 8 -d 16384).
 # The two batchings see the same sequences in every step and compute the same mean loss (checked
 # on the CPU, fp32: the same losses to 1e-6), so a pair that differs only in batching differs only
 # in rounding: the GEMMs' and attention's shapes, the order of the gradient sums. Printed per
-# seed (dev/compare_losses.py): fused vs canonical at each batching (the comparison that matters) and
-# canonical vs canonical, fused vs fused across batchings (the noise floor). Logs in $OUT/noise_floor.
+# seed (dev/check/compare_losses.py): fused vs canonical at each batching (the comparison that
+# matters) and canonical vs canonical, fused vs fused across batchings (the noise floor). Logs in $OUT/noise_floor.
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-out}
 SEEDS=${SEEDS:-1337 1 2}
 STEPS=${STEPS:-500}
@@ -32,7 +32,7 @@ for seed in $SEEDS; do
             rm -rf "${runs:?}/$name" # its final checkpoint (4.5 GB at V = 262144): 12 runs fill the disk
         done
     done
-    c() { python3 dev/compare_losses.py "$OUT/noise_floor/$1_seed$seed.jsonl" "$OUT/noise_floor/$2_seed$seed.jsonl" "$1" "$2"; }
+    c() { python3 dev/check/compare_losses.py "$OUT/noise_floor/$1_seed$seed.jsonl" "$OUT/noise_floor/$2_seed$seed.jsonl" "$1" "$2"; }
     summary+=("seed $seed:" "  $(c fused_b16 canonical_b16)" "  $(c fused_b8x2 canonical_b8x2)"
         "  $(c canonical_b8x2 canonical_b16)" "  $(c fused_b8x2 fused_b16)")
 done

@@ -1,11 +1,11 @@
 """Loads a fusedgpt checkpoint with Hugging Face (AutoTokenizer + AutoModelForCausalLM, local files
 only), generates greedily and compares token for token with `./train sample`'s greedy ids.
 
-    python3 dev/hf_roundtrip.py CHECKPOINT_DIR PROMPT N "PROMPT_IDS" "IDS" [--device cuda|cpu]
+    python3 dev/check/hf_roundtrip.py CHECKPOINT_DIR PROMPT N "PROMPT_IDS" "IDS" [--device cuda|cpu]
 
 PROMPT_IDS and IDS are the `prompt ids:` and `ids:` lines of `./train sample --ids` (space-separated
 numbers). Prints PASS or FAIL (with where they part and Hugging Face's margin between its two
-likeliest tokens there) and exits 1 on a mismatch. dev/hf_roundtrip.sh runs it.
+likeliest tokens there) and exits 1 on a mismatch. dev/check/hf_roundtrip.sh runs it.
 """
 import argparse
 import sys

@@ -1,4 +1,4 @@
-/* dev/lt_algo_probe.cu - times every algorithm cuBLASLt's heuristic offers for a GEMM shape, to see
+/* lt_algo_probe.cu - times every algorithm cuBLASLt's heuristic offers for a GEMM shape, to see
  * how far its first choice is from the best one.
  *
  *   make build/lt_algo_probe

@@ -5,12 +5,12 @@
 # Local files only: without a run directory it prepares a corpus from this repository's own text
 # files and trains a small model on it first (~20 s on an H100).
 #
-#   bash dev/hf_roundtrip.sh [RUN_DIR]        (DEVICE=cpu to train and sample on the CPU; needs
+#   bash dev/check/hf_roundtrip.sh [RUN_DIR]        (DEVICE=cpu to train and sample on the CPU; needs
 #                                              python3 with torch and transformers)
 # Env: DEVICE (cuda), GEN (48 tokens), PROMPT, STEPS (300), WORK (runs/hf_roundtrip).
 # Prints PASS or FAIL last; exits non-zero on a mismatch.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DEVICE=${DEVICE:-cuda}
 GEN=${GEN:-48}
 PROMPT=${PROMPT:-"The output layer"}
@@ -44,7 +44,7 @@ for dev in cpu $([ "$DEVICE" = cuda ] && echo cuda); do
     prompt_ids=$(grep '^prompt ids:' <<<"$out" | sed 's/^prompt ids://')
     ids=$(grep '^ids:' <<<"$out" | sed 's/^ids://')
     echo "== ./train sample --device $dev against Hugging Face"
-    if python3 dev/hf_roundtrip.py "$ckpt" "$PROMPT" "$GEN" "$prompt_ids" "$ids"; then :; else
+    if python3 dev/check/hf_roundtrip.py "$ckpt" "$PROMPT" "$GEN" "$prompt_ids" "$ids"; then :; else
         [ "$dev" = cpu ] && status=1 || echo "(bf16 sampling on the GPU: reported, not required to match)"
     fi
 done

@@ -1,4 +1,4 @@
-/* dev/bench_output_layer.cu - times the output layers of kernels/output_layer.h (the same
+/* bench_output_layer.cu - times the output layers of kernels/output_layer.h (the same
  * launchers the trainer calls) beside the cuBLAS GEMMs they are built from.
  *
  *   ./build/bench_output_layer                 the grid, most important shapes first
@@ -9,7 +9,7 @@
  *   ./build/bench_output_layer --logits-mb MB  the fused layer's chunk budget (default: the layer's default)
  *   ./build/bench_output_layer --reps R        R timed calls (after the 2 warm-ups) instead of 3..20
  *   ./build/bench_output_layer --fb-only       only the fused layer's forward + backward on its default path
- *                                              (for profilers: dev/output_layer_profile.sh)
+ *                                              (for profilers: dev/profile/output_layer_profile.sh)
  *
  * Columns: one logits-sized GEMM (bf16 out) and the three a 3G layer needs (logits, dH = dZ W in
  * bf16, dW += dZ^T H in fp32), cuBLAS's own algorithm choice: the bound for any 3G layer; the fused

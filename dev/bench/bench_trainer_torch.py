@@ -2,10 +2,10 @@
 tied embeddings, biases, tanh GELU) trained on random tokens with torch.compile, flash attention
 (scaled_dot_product_attention), bf16 autocast over fp32 weights, fused AdamW and gradient clipping
 at 1.0, as ../shared/anchors.md describes its PyTorch row. Not a dependency of the product: it only
-puts the peer beside ./train in the same device call.
+puts the peer beside ./train in the same run on the same GPU.
 
-    python3 dev/bench_trainer_torch.py [--vocab V ...] [--batch B] [--steps S] [--warmup W]
-    python3 -m torch.distributed.run --standalone --nproc_per_node G dev/bench_trainer_torch.py ...
+    python3 dev/bench/bench_trainer_torch.py [--vocab V ...] [--batch B] [--steps S] [--warmup W]
+    python3 -m torch.distributed.run --standalone --nproc_per_node G dev/bench/bench_trainer_torch.py ...
 
 Under torch.distributed.run it is PyTorch DDP + torch.compile (the compiled DDP module, default
 25 MB buckets, fp32 gradients reduced during the backward), B sequences per GPU, each rank its own

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# One device call: build for sm_90a, run the GPU tests, a short training run checked against
+# One run on a GPU machine: build for sm_90a, run the GPU tests, a short training run checked against
 # Hugging Face transformers, and trainer throughput at GPT-2 124M. Prints a summary table last.
-#   bash dev/gpu_check.sh [tests] [train] [throughput] [bench] [cli] [compare] [memory]
+#   bash dev/check/gpu_check.sh [tests] [train] [throughput] [bench] [cli] [compare] [memory]
 #       (default: tests train throughput; cli and compare need the default corpus, packed by
-#        `dev/pack_corpus.sh --shards -o .carry/corpus.tar.xz` and carried as .carry)
+#        `dev/check/pack_corpus.sh --shards -o .carry/corpus.tar.xz` and carried as .carry)
 #   TP_OUTPUTS="canonical fused fused:0"  output layers the throughput section trains with ("fused:MB"
 #                                           adds --logits-mb MB; 0 is the fused layer's streaming path)
 #   B_THROUGHPUT=32 TP_VOCABS=262144        its micro-batch (default 16) and vocabularies (50304 262144)
-#   TP_TORCH=1                              also the PyTorch peer (dev/bench_trainer_torch.py, torch.compile)
+#   TP_TORCH=1                              also the PyTorch peer (dev/bench/bench_trainer_torch.py, torch.compile)
 #   BENCH_SHAPES="768,16384,262144 ..."     shapes of the output-layer benchmark (bench section)
 #   LAYERS="fused canonical" MEMORY_SIZES="288 256"  the memory section's layers and batch sizes
-#   bench: also dev/bench_output_layer_torch.py (torch.compile and eager) on the same shapes
-# Logs go to one archive, $OUT/logs.tar.gz (the device tool brings back at most 8 files), and the
+#   bench: also dev/bench/bench_output_layer_torch.py (torch.compile and eager) on the same shapes
+# Logs go to one archive, $OUT/logs.tar.gz (one file to copy back from the GPU machine), and the
 # summary to $OUT/summary.txt; $OUT defaults to ./out.
 set -uo pipefail
 OUT=${OUT:-out}
@@ -32,12 +32,12 @@ fi
 if [[ $sections == *train* ]]; then
     echo "gpu_check: tiny training run and HF cross-check $(date +%T)"
     # tiny model on a learnable synthetic corpus: loss must fall; its checkpoint loads into HF
-    python3 dev/make_shard.py /tmp/fg/train.bin 400000 1000 pattern 1
-    python3 dev/make_shard.py /tmp/fg/val.bin 40000 1000 pattern 2
+    python3 tests/fixtures/gen/make_shard.py /tmp/fg/train.bin 400000 1000 pattern 1
+    python3 tests/fixtures/gen/make_shard.py /tmp/fg/val.bin 40000 1000 pattern 2
     ./train -e tiny -v 1000 -b 8 -t 128 -x 200 -l 3e-3 --warmup 20 --lr-final 3e-4 --val-every 100 \
         --val-batches 1 -s 0 -i /tmp/fg/train.bin -j /tmp/fg/val.bin -o /tmp/fg/run 2>&1 | tee "$LOGS/train_tiny.log"
     final_val=$(grep "val loss" "$LOGS/train_tiny.log" | tail -1 | awk '{print $NF}')
-    python3 dev/hf_crosscheck.py /tmp/fg/run/step_00000200 /tmp/fg/val.bin 8 128 "$final_val" 2>&1 |
+    python3 dev/check/hf_crosscheck.py /tmp/fg/run/step_00000200 /tmp/fg/val.bin 8 128 "$final_val" 2>&1 |
         grep -v Warning | tee "$LOGS/hf_crosscheck.log"
     summary+=("tiny train: first $(grep -m1 '| loss' "$LOGS/train_tiny.log" | awk '{print $5}') -> last $(grep '| loss' "$LOGS/train_tiny.log" | tail -1 | awk '{print $5}'), val $final_val")
     summary+=("$(tail -1 "$LOGS/hf_crosscheck.log")")
@@ -46,7 +46,7 @@ fi
 if [[ $sections == *throughput* ]]; then
     echo "gpu_check: throughput $(date +%T)"
     for V in ${TP_VOCABS:-50304 262144}; do
-        python3 dev/make_shard.py /tmp/fg/rand_$V.bin 20000000 $V random 3
+        python3 tests/fixtures/gen/make_shard.py /tmp/fg/rand_$V.bin 20000000 $V random 3
         for output in ${TP_OUTPUTS:-canonical fused}; do
             log="$LOGS/d12_V${V}_${output/:/_}.log"
             layer_args=(--output "${output%%:*}")
@@ -63,7 +63,7 @@ if [[ $sections == *throughput* ]]; then
         done
     done
     if [ -n "${TP_TORCH:-}" ]; then # the PyTorch peer (torch.compile) in the same call
-        PYTHONUNBUFFERED=1 timeout 400 python3 dev/bench_trainer_torch.py --vocab ${TP_VOCABS:-50304 262144} \
+        PYTHONUNBUFFERED=1 timeout 400 python3 dev/bench/bench_trainer_torch.py --vocab ${TP_VOCABS:-50304 262144} \
             --batch ${B_THROUGHPUT:-16} 2>&1 | grep -v Warning | tee "$LOGS/trainer_torch.log"
         while read -r line; do summary+=("torch.compile trainer (csv_torch_trainer,V,B,T,ms,tok/s,GB): $line"); done \
             < <(grep '^csv_torch_trainer' "$LOGS/trainer_torch.log")
@@ -81,7 +81,7 @@ if [[ $sections == *bench* ]]; then
     summary+=("output layer, forward + backward (ms; ratio to the 3 cuBLAS GEMMs; extra GB):")
     while read -r line; do summary+=("  $line"); done < <(sed -n '/^$/,$p' "$LOGS/bench_output_layer.log" | grep '|')
     # PyTorch in the same call, same shapes: the ratios to torch.compile are same-run
-    PYTHONUNBUFFERED=1 timeout 300 python3 dev/bench_output_layer_torch.py --no-eager ${BENCH_SHAPES:-768,16384,50304 768,16384,262144 768,65536,262144 4096,16384,262144} \
+    PYTHONUNBUFFERED=1 timeout 300 python3 dev/bench/bench_output_layer_torch.py --no-eager ${BENCH_SHAPES:-768,16384,50304 768,16384,262144 768,65536,262144 4096,16384,262144} \
         2>&1 | tee "$LOGS/bench_output_layer_torch.log"
     summary+=("torch (csv_torch,d,N,V,compile_fwd_ms,compile_fwdbwd_ms,compile_extra_GB,...):")
     while read -r line; do summary+=("  $line"); done < <(grep '^csv_torch,[0-9]' "$LOGS/bench_output_layer_torch.log")
@@ -134,9 +134,9 @@ if [[ $sections == *memory* ]]; then
     shard=$(ls .cache/default-v1-*-v262144/train.bin 2>/dev/null | head -1)
     if [ -z "$shard" ]; then
         shard=/tmp/fg/rand_262144.bin
-        [ -f $shard ] || python3 dev/make_shard.py $shard 20000000 262144 random 3
+        [ -f $shard ] || python3 tests/fixtures/gen/make_shard.py $shard 20000000 262144 random 3
     fi
-    bash dev/memory_demo.sh "$shard" 262144 ${MEMORY_SIZES:-} >"$LOGS/memory.log" 2>&1
+    bash dev/bench/memory_demo.sh "$shard" 262144 ${MEMORY_SIZES:-} >"$LOGS/memory.log" 2>&1
     while read -r line; do summary+=("$line"); done < <(grep 'largest\|none of' "$LOGS/memory.log")
 fi
 

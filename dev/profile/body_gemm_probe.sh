@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every cuBLASLt algorithm the heuristic offers for the model body's matmuls (GPT-2 124M: C=768,
-# N = B x 1024 rows), timed one by one (dev/lt_algo_probe.cu, body mode), then the body kernels'
-# own benchmark at the same B (dev/bench_kernels.cu: matmul, layernorm, optimizer sections).
-#   bash dev/body_gemm_probe.sh            (B=32; OUT defaults to ./out)
+# N = B x 1024 rows), timed one by one (dev/profile/lt_algo_probe.cu, body mode), then the body kernels'
+# own benchmark at the same B (dev/bench/bench_kernels.cu: matmul, layernorm, optimizer sections).
+#   bash dev/profile/body_gemm_probe.sh            (B=32; OUT defaults to ./out)
 set -uo pipefail
 OUT=${OUT:-out}
 B=${B:-32}

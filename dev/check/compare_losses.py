@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Per-step training losses of two runs (their log.jsonl), compared step by step.
-    python3 dev/compare_losses.py A/log.jsonl B/log.jsonl [NAME_A NAME_B]
+    python3 dev/check/compare_losses.py A/log.jsonl B/log.jsonl [NAME_A NAME_B]
 Prints one line: the largest |A - B| / B over the steps both logged, where it is, how many steps
 differ by more than 1 %, the signed mean difference over the last 40 % of the steps (a bias would
 show there; noise averages out), and both final losses. Standard library only."""

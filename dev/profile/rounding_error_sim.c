@@ -1,9 +1,9 @@
-/* dev/rounding_error_sim.c - how far a correct output layer's dH and dW may fall from the fp64
+/* rounding_error_sim.c - how far a correct output layer's dH and dW may fall from the fp64
  * reference on the GPU tests' inputs, from the roundings each design makes, simulated on the CPU.
  * It backs the few-row tolerances of tests/test_output_layer_gpu.cu: with a handful of counted
  * rows the relative L2 error is not an average, and a correct layer can exceed 2e-3.
  *
- *   gcc -O2 -o /tmp/rounding_error_sim dev/rounding_error_sim.c -lm
+ *   gcc -O2 -o /tmp/rounding_error_sim dev/profile/rounding_error_sim.c -lm
  *   /tmp/rounding_error_sim fused|fused_exact_target|canonical N V d logit_std ignore_frac draws [tol [first_draw]]
  *   e.g. /tmp/rounding_error_sim fused 7 1000 128 2.0 0.3 16000 2e-3
  *

@@ -1,10 +1,10 @@
-/* dev/bench_kernels.cu - times the launchers of kernels/kernels.h at GPT-2 124M shapes (d=768,
+/* bench_kernels.cu - times the launchers of kernels/kernels.h at GPT-2 124M shapes (d=768,
  * T=1024) and prints, per kernel, the median time, the rate, and the floor from METHOD.md's two
  * numbers (FLOPs at the measured bf16 GEMM rate, bytes at the measured copy rate).
  *
- * Build and run (on the device; links the kernel objects the trainer does):
+ * Build and run (on a GPU machine; links the kernel objects the trainer does):
  *   make build/bench_kernels && ./build/bench_kernels [B [section]]
- * (dev/kernels_device_run.sh builds its own, plus the tests and the attention variants.)
+ * (dev/check/kernels_device_run.sh builds its own, plus the tests and the attention variants.)
  * Inputs are random (never zeros), medians of 20 runs after 3 warm-ups, CUDA events. */
 #include <stdint.h>
 #include <stdio.h>

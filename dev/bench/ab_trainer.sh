@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# dev/ab_trainer.sh - two trainer binaries, same GPU, same call: is a change faster in the trainer?
-#   bash dev/ab_trainer.sh               (from the repository root; output in $OUT, or ./out)
+# ab_trainer.sh - two trainer binaries, same GPU, same call: is a change faster in the trainer?
+#   bash dev/bench/ab_trainer.sh               (from the repository root; output in $OUT, or ./out)
 # A (default ./train, built here) against B (default .carry/train_base: the base commit's `train`
 # built on the workstation, `git worktree add /tmp/base BASE && make -C /tmp/base train`, carried).
 # GPT-2 124M (d12), T=1024, B=32 (AB_BATCH), random tokens; for each vocabulary in AB_VOCABS
@@ -9,7 +9,7 @@
 # (+-3 % from run to run), so one round alone does not resolve a 1 % change; the summary gives every
 # round and the median of the ratios A/B.
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-out}
 A=${A:-./train}
 B=${B:-.carry/train_base}
@@ -25,7 +25,7 @@ step_ms() { # $1: binary, rest: flags; the median ms/step of steps 11-30
     grep '| loss' /tmp/ab/last.log | tail -20 | awk -F'|' '{print $5}' | awk '{print $1}' | sort -n | sed -n 10p
 }
 for V in ${AB_VOCABS:-50304}; do
-    python3 dev/make_shard.py /tmp/ab/rand_$V.bin 20000000 $V random 3 >/dev/null
+    python3 tests/fixtures/gen/make_shard.py /tmp/ab/rand_$V.bin 20000000 $V random 3 >/dev/null
     for output in ${AB_OUTPUTS:-fused}; do
         args="-e d12 -v $V -b ${AB_BATCH:-32} -t 1024 -x 30 --warmup 10 --val-every 0 -s 0 --output $output -i /tmp/ab/rand_$V.bin"
         a_all="" b_all="" ratios=""

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One call on a machine with two or more GPUs: data-parallel training in every mode against one GPU
+# One run on a machine with two or more GPUs: data-parallel training in every mode against one GPU
 # at the same global batch, two identical runs compared bit for bit, resume on G GPUs (and their
 # checkpoint resumed on one GPU), a killed worker, and GPT-2 124M tokens/s on 1 and G GPUs beside
 # PyTorch (torch.compile on one GPU, DDP + torch.compile on G) in the same call. Prints a summary
@@ -17,13 +17,13 @@
 #     must be equal bit for bit.
 #   throughput: one GPU alone on each GPU, then every mode on G GPUs, with the scaling against each
 #     GPU alone and against their mean (G GPUs move at the slowest one's pace).
-#   peers: PyTorch torch.compile on one GPU and DDP + torch.compile on G GPUs (dev/bench_trainer_torch.py),
+#   peers: PyTorch torch.compile on one GPU and DDP + torch.compile on G GPUs (dev/bench/bench_trainer_torch.py),
 #     the same model, B and T as the throughput section; the throughput lines then give our
 #     tokens/s against DDP's measured here.
 #   skew: GPU 0 beside an independent run on GPU 1 (do they slow each other down?).
 #   nodes: two "hosts" on this one (a launcher per GPU, --nodes 2 over loopback TCP).
 #   real: ./train -g G -v 262144 on the default corpus (carried as .carry/corpus.tar.xz, see
-#     dev/pack_corpus.sh) against one GPU at the same global batch.
+#     dev/check/pack_corpus.sh) against one GPU at the same global batch.
 # TP_VOCABS: vocabularies of the throughput, peers and sweep sections (default "50304 262144");
 # TP_OUTPUTS: output layers of the throughput section (default fused; "fused fused:0 canonical" for all,
 #   "fused:MB" passing --logits-mb MB: 0 is the fused layer's streaming path).
@@ -48,8 +48,8 @@ if has tests; then
     ./build/run_gpu_tests backend >>/tmp/mg/gpu_tests.log 2>&1
     note "GPU tests (adamw, backend): $(grep -E 'passed' /tmp/mg/gpu_tests.log | tr '\n' ' ')$(grep -m3 FAILED /tmp/mg/gpu_tests.log)"
 fi
-python3 dev/make_shard.py /tmp/mg/train.bin 2000000 1000 pattern 1
-python3 dev/make_shard.py /tmp/mg/val.bin 100000 1000 pattern 2
+python3 tests/fixtures/gen/make_shard.py /tmp/mg/train.bin 2000000 1000 pattern 1
+python3 tests/fixtures/gen/make_shard.py /tmp/mg/val.bin 100000 1000 pattern 2
 losses_py='
 import re, sys
 def losses(p):
@@ -213,14 +213,14 @@ throughput() {
 }
 if has throughput || has sweep || has skew || has peers; then
     for V in $TP_VOCABS; do
-        python3 dev/make_shard.py /tmp/mg/rand_$V.bin 40000000 $V random 3
+        python3 tests/fixtures/gen/make_shard.py /tmp/mg/rand_$V.bin 40000000 $V random 3
         DDP_TOK=
         if has peers; then
             # the PyTorch peers, same model, B = 32 per GPU, T = 1024, random tokens
-            PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0 timeout 300 python3 dev/bench_trainer_torch.py --vocab $V \
+            PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0 timeout 300 python3 dev/bench/bench_trainer_torch.py --vocab $V \
                 --batch 32 >/tmp/mg/torch_1gpu_$V.log 2>&1
             PYTHONUNBUFFERED=1 timeout 300 python3 -m torch.distributed.run --standalone --nproc_per_node $G \
-                dev/bench_trainer_torch.py --vocab $V --batch 32 >/tmp/mg/torch_ddp_$V.log 2>&1
+                dev/bench/bench_trainer_torch.py --vocab $V --batch 32 >/tmp/mg/torch_ddp_$V.log 2>&1
             t1=$(grep -m1 '^csv_torch_trainer' /tmp/mg/torch_1gpu_$V.log)
             tg=$(grep -m1 '^csv_torch_trainer' /tmp/mg/torch_ddp_$V.log)
             DDP_TOK=$(echo "$tg" | cut -d, -f6)
@@ -230,7 +230,7 @@ if has throughput || has sweep || has skew || has peers; then
         for out in $TP_OUTPUTS; do
             has throughput || break
             sfx=$([ $out = fused ] || echo _$out)
-            # one GPU on each GPU: two GPUs move at the slower one's pace, and the lent H200s have
+            # one GPU on each GPU: two GPUs move at the slower one's pace, and two H200s measured have
             # differed by 2.8 % (dev/RESULTS.md), so scaling is given against each and their mean
             throughput $V 1gpu$sfx ./train -g 1 --output $out
             one0=$TP_TOK

@@ -1,7 +1,7 @@
-"""dev/bench_attention_torch.py - PyTorch's scaled_dot_product_attention (flash backend, causal,
-bf16) at the shapes dev/bench_kernels.cu times, for a side-by-side with kernels/attention.cu.
+"""bench_attention_torch.py - PyTorch's scaled_dot_product_attention (flash backend, causal,
+bf16) at the shapes dev/bench/bench_kernels.cu times, for a side-by-side with kernels/attention.cu.
 
-Run on the device: python3 dev/bench_attention_torch.py [B]. Medians of CUDA-event timings."""
+On a GPU machine: python3 dev/bench/bench_attention_torch.py [B]. Medians of CUDA-event timings."""
 import sys
 
 import torch

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Draws the training-loss curves of one or more run logs (log.jsonl) into one PNG with gnuplot.
-#   bash dev/plot_losses.sh OUT.png RUN_A/log.jsonl RUN_B/log.jsonl ...
+#   bash dev/plots/plot_losses.sh OUT.png RUN_A/log.jsonl RUN_B/log.jsonl ...
 # Each curve is named after its run directory. Needs gnuplot (Debian: gnuplot-nox).
 set -euo pipefail
 png=$1
