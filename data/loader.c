@@ -106,6 +106,10 @@ int loader_state_for_world(LoaderState *s, int from_world, int to_world, char *e
     return 0;
 }
 
+int loader_batches_per_rank(int batches, int world) {
+    return batches / world + (batches % world != 0);
+}
+
 int loader_set_state(Loader *l, LoaderState s, char *err) {
     if (s.position > l->num_batches) {
         snprintf(err, ERR_LEN,

@@ -141,7 +141,7 @@ static int checkpoint_dir(const SampleOptions *o, char *dir) {
         }
         return 0;
     }
-    if (checkpoint_latest_name(o->run, name, sizeof name, err) != 0) {
+    if (checkpoint_latest_name(o->run, name, sizeof name, err) < 0) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
