@@ -1000,8 +1000,8 @@ static void print_header(Run *r) {
         printf("MFU against a dense bf16 peak of %.0f TFLOP/s (%s)\n", be->peak_flops / 1e12,
                be->peak_source ? be->peak_source : "published");
     if (r->val_batches_per_rank < r->val_batches_asked)
-        printf("validation: %s holds %d batch(es) of %d x %d per rank, fewer than --val-batches asks; using those\n",
-               r->val_path, r->val_batches_per_rank, r->B, r->T + 1);
+        printf("validation: %s holds %d batch(es) of %d x %lld per rank, fewer than --val-batches asks; using those\n",
+               r->val_path, r->val_batches_per_rank, r->B, (long long)r->T + 1);
     r->flops_per_step = gpt_flops_per_token(cfg, r->T) * opt->total_batch;
     print_memory(be, r->ck.params ? checkpoint_buffers_bytes(&r->table) : 0, strcmp(opt->device, "cpu") == 0);
 }

@@ -641,7 +641,7 @@ TEST(a_resume_with_another_schedule_says_what_changed) {
                train, d);
 }
 
-TEST(validation_batches_are_shared_over_ranks_without_overflow) {
+TEST(validation_batches_and_windows_near_2_to_the_31_do_not_overflow) {
     CHECK(loader_batches_per_rank(10, 1) == 10 && loader_batches_per_rank(10, 4) == 3 &&
               loader_batches_per_rank(1, 8) == 1 && loader_batches_per_rank(8, 8) == 1,
           "small counts: %d %d %d %d", loader_batches_per_rank(10, 1), loader_batches_per_rank(10, 4),
@@ -649,9 +649,13 @@ TEST(validation_batches_are_shared_over_ranks_without_overflow) {
     CHECK(loader_batches_per_rank(2147483647, 8) == 268435456 && loader_batches_per_rank(2147483647, 1024) == 2097152,
           "--val-batches 2^31 - 1: %d per rank of 8, %d per rank of 1024", loader_batches_per_rank(2147483647, 8),
           loader_batches_per_rank(2147483647, 1024));
-    /* end to end: the shard holds fewer, and the run uses those */
+    /* a window of 2^31 tokens (-t 2^31 - 1 and its target): more than the shard holds, said truly */
     char train[700], val[700];
     make_corpus(train, val, sizeof train);
+    expect_run(1, "too few for a batch of 1 x 2147483648 on each of 1 rank(s)", NULL,
+               "--device cpu -e tiny -v 64 -b 1 -t 2147483647 --max-seq-len 2147483647 -x 1 -i %s -o %s/wide", train,
+               test_tmpdir());
+    /* end to end: the shard holds fewer, and the run uses those */
     expect_run(0, "holds 31 batch(es) of 4 x 33 per rank, fewer than --val-batches asks", "val loss",
                TINY_RUN " -x 1 --val-every 1 --val-batches 2147483647 -i %s -j %s -o %s/vb", train, val,
                test_tmpdir());
