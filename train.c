@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "data/err.h"
 #include "data/loader.h"
@@ -513,41 +515,13 @@ static void generate_sample(Backend *be, const Tokenizer *tok, const Options *op
         if (start == 0) start = 1;
     }
     free(ids);
-    int end = start + opt->gen_tokens < T ? start + opt->gen_tokens : T;
+    int end = (long long)start + opt->gen_tokens < T ? start + opt->gen_tokens : T;
     sample_generate(be, tokens, start, end - start, 1.0f, 0, rng, logits, NULL, NULL);
     char *text = sample_text(tok, tokens, end);
     if (!text) return;
     printf("sample at step %d: %s\n", step, text);
     runlog_sample(log, step, text);
     free(text);
-}
-
-/* Fine-tuning: the weights of a Hugging Face checkpoint, AdamW's moments at zero. Every rank reads
- * the file (ZeRO-1 scatters from each rank's copy): into the checkpoint buffers where the rank has
- * them (each save refills them from the backend), else into buffers of its own. 0, or -1 after
- * printing the error. */
-static int init_from_weights(Backend *be, const ParamTable *table, const char *dir, const CheckpointBuffers *ck) {
-    char err[ERR_LEN];
-    float *own_p = NULL, *own_zero = NULL, *p = ck->params, *zero = ck->m;
-    if (p) {
-        memset(zero, 0, table->total * sizeof(float));
-    } else {
-        p = own_p = malloc(table->total * sizeof(float));
-        zero = own_zero = calloc(table->total, sizeof(float));
-    }
-    int rc = -1;
-    if (!p || !zero) {
-        fprintf(stderr, "error: out of host memory reading --init-from %s\n", dir);
-    } else if (hf_read_weights(dir, table, p, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
-    } else {
-        be->ops->write_state(be, p, zero, zero);
-        printf("init: weights from %s\n", dir);
-        rc = 0;
-    }
-    free(own_zero);
-    free(own_p);
-    return rc;
 }
 
 /* 1 when every rank holds this value. Every rank makes both calls and reaches the same answer, so
@@ -600,12 +574,15 @@ typedef struct {
     Loader train_loader, val_loader;
     int have_val, val_batches_per_rank, val_batches_asked;
     uint64_t train_fingerprint; /* checkpoints record it */
+    float *init_params;         /* --init-from's weights (table layout), until the backend takes them */
     Backend *be;
     CheckpointBuffers ck; /* host copies of the weights and moments that checkpoints are read into and written from */
     int *inputs, *targets;
     float *logits; /* one row, for samples */
     Rng rng;       /* samples' draws */
     int start_step;
+    size_t made_dirs_from; /* the length of -o's prefix that names the first directory this run created (0: none) */
+    int made_lock;         /* this run created -o/.lock */
     RunLog log;
     double flops_per_step;
     char err[ERR_LEN];
@@ -619,6 +596,14 @@ typedef struct {
 
 static int fail(const char *err) {
     fprintf(stderr, "error: %s\n", err);
+    return 1;
+}
+
+/* A failed write stops the run; the message says what of it is left. */
+static int fail_write(const Run *r, const char *err) {
+    char left[ERR_LEN];
+    checkpoint_what_is_left(r->opt.out, left, sizeof left);
+    fprintf(stderr, "error: %s; %s\n", err, left);
     return 1;
 }
 
@@ -689,15 +674,56 @@ static int start_world(Run *r, char **argv) {
     return RUN_ON;
 }
 
+/* Fine-tuning: --init-from's weights, read whole before the data is prepared or the run directory
+ * made, so that a damaged file stops the run before either. Every rank reads the file (ZeRO-1
+ * scatters from each rank's copy); a resume takes its weights from the checkpoint instead. */
+static int read_init_from(Run *r) {
+    const Options *opt = &r->opt;
+    if (!opt->init_from[0] || opt->resume) return RUN_ON;
+    r->init_params = malloc(r->table.total * sizeof(float));
+    if (!r->init_params) {
+        fprintf(stderr, "error: out of host memory reading --init-from %s\n", opt->init_from);
+        return 1;
+    }
+    if (hf_read_weights(opt->init_from, &r->table, r->init_params, r->err) != 0) return fail(r->err);
+    return RUN_ON;
+}
+
+/* The length of the first prefix of path, cut at a '/', that does not exist (the first directory
+ * make_dirs creates for it), or 0 when path exists. */
+static size_t missing_from(const char *path) {
+    char p[FGPT_PATH_LEN];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s", path); /* validate checked that -o fits */
+    for (size_t i = 1;; i++) {
+        if (p[i] != '/' && p[i] != 0) continue;
+        const char c = p[i];
+        p[i] = 0;
+        const int missing = stat(p, &sb) != 0;
+        p[i] = c;
+        if (missing) return i;
+        if (c == 0) return 0;
+    }
+}
+
 /* One trainer per run directory: two would interleave their checkpoints, latest and log. A resume
- * with nothing to resume stops before it creates the directory (a typo in -o). */
+ * with nothing to resume stops before it creates the directory (a typo in -o). What this creates is
+ * noted, so that a run that stops before it writes anything leaves the disk as it found it. */
 static int claim_run_dir(Run *r) {
     const Options *opt = &r->opt;
     if (r->dist.rank != 0) return RUN_ON;
     if (opt->resume) {
         char name[256];
-        if (checkpoint_latest_name(opt->out, name, sizeof name, r->err) != 0) return fail(r->err);
+        int found = checkpoint_latest_name(opt->out, name, sizeof name, r->err);
+        if (found < 0) return fail(r->err);
+        if (found == 1)
+            printf("note: %s/latest is missing (a crash or a full disk while it was written); resuming from the "
+                   "newest complete checkpoint\n", opt->out);
     }
+    char lock[FGPT_PATH_LEN];
+    struct stat sb;
+    r->made_dirs_from = missing_from(opt->out);
+    r->made_lock = path_format(lock, "%s/.lock", opt->out) == 0 && stat(lock, &sb) != 0;
     if (lock_dir(opt->out) < 0) {
         if (errno == EWOULDBLOCK) {
             fprintf(stderr, "error: another trainer is using run directory %s; wait for it to finish or pass "
@@ -714,6 +740,22 @@ static int claim_run_dir(Run *r) {
                strerror(errno));
     }
     return RUN_ON;
+}
+
+/* Undoes claim_run_dir for a run that stopped before it wrote anything: the lock file and the
+ * directories it created go. rmdir removes empty directories only, so nothing else can. */
+static void release_run_dir(const Run *r) {
+    char p[FGPT_PATH_LEN];
+    if (r->made_lock && path_format(p, "%s/.lock", r->opt.out) == 0) unlink(p);
+    if (!r->made_dirs_from) return;
+    snprintf(p, sizeof p, "%s", r->opt.out);
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') p[--n] = 0;
+    while (n >= r->made_dirs_from && rmdir(p) == 0) {
+        while (n > 0 && p[n - 1] != '/') n--; /* up to the parent */
+        while (n > 1 && p[n - 1] == '/') n--;
+        p[n] = 0;
+    }
 }
 
 /* Data: the user's shards, or the default corpus prepared for this vocabulary; the tokenizer; the
@@ -762,7 +804,7 @@ static int resolve_data(Run *r) {
     const int world = r->dist.world, rank = r->dist.rank;
     r->B = opt->batch, r->T = opt->seq_len, r->accum = opt->total_batch / (r->B * r->T * world);
     /* --val-batches counts batches over all ranks, so N GPUs evaluate what one GPU evaluates */
-    r->val_batches_per_rank = (opt->val_batches + world - 1) / world;
+    r->val_batches_per_rank = loader_batches_per_rank(opt->val_batches, world);
     r->have_val = r->val_path[0] != 0;
     if (loader_open(&r->train_loader, r->train_path, (uint32_t)cfg->vocab_size, r->B, r->T, rank, world, r->accum,
                     1, (uint64_t)opt->seed, r->err) != 0 ||
@@ -815,6 +857,35 @@ static int create_backend(Run *r) {
     if (!r->inputs || !r->targets || !r->logits) return fail("out of host memory");
     rng_seed(&r->rng, (uint64_t)opt->seed ^ 0x5eed5a3e1eull);
     return RUN_ON;
+}
+
+/* Appends ", what" (what alone first) to the list in buf (size bytes, len used so far). */
+static void list_append(char *buf, size_t size, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void list_append(char *buf, size_t size, size_t *len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (*len && *len < size) *len += (size_t)snprintf(buf + *len, size - *len, ", ");
+    if (*len < size) *len += (size_t)vsnprintf(buf + *len, size - *len, fmt, ap);
+    va_end(ap);
+}
+
+/* A resume may take another learning-rate schedule (a longer run, another peak), but the learning
+ * rate then jumps where it goes on: one line says what changed and how far it jumps. */
+static void note_schedule_change(const TrainState *st, const Options *opt, int step) {
+    char changes[400] = "";
+    size_t len = 0;
+    if (st->total_steps != opt->steps)
+        list_append(changes, sizeof changes, &len, "-x/--steps %d -> %d", st->total_steps, opt->steps);
+    if (st->lr != opt->lr) list_append(changes, sizeof changes, &len, "-l/--lr %g -> %g", st->lr, opt->lr);
+    if (st->warmup != opt->warmup)
+        list_append(changes, sizeof changes, &len, "--warmup %d -> %d", st->warmup, opt->warmup);
+    if (st->lr_final != opt->lr_final)
+        list_append(changes, sizeof changes, &len, "--lr-final %g -> %g", st->lr_final, opt->lr_final);
+    if (!len) return;
+    printf("schedule: changed since the checkpoint: %s; the learning rate of step %d goes from %.3e to %.3e\n",
+           changes, step + 1, lr_at_step(step, st->total_steps, st->warmup, st->lr, st->lr_final),
+           lr_at_step(step, opt->steps, opt->warmup, opt->lr, opt->lr_final));
 }
 
 /* -y 1: the latest checkpoint's weights, moments, data position and draws, after checking that it
@@ -883,11 +954,12 @@ static int resume(Run *r) {
                r->start_step, opt->steps);
         return 0;
     }
+    note_schedule_change(&st, opt, r->start_step);
     /* the records of step start_step that the loop writes again */
     const int eval_again = r->have_val && opt->val_every && r->start_step % opt->val_every == 0;
     const int sample_again = opt->sample_every && r->start_step % opt->sample_every == 0;
     if (dist->rank == 0 && leave_later_timeline(opt->out, r->start_step, eval_again, sample_again, err) != 0)
-        return fail(err);
+        return fail_write(r, err);
     if (opt->init_from[0])
         printf("note: resuming: the checkpoint holds the weights, --init-from %s is not read\n", opt->init_from);
     return RUN_ON;
@@ -897,10 +969,24 @@ static int resume(Run *r) {
  * overwritten, pruned or mixed in (it moves aside). */
 static int start_new(Run *r) {
     const Options *opt = &r->opt;
-    if (opt->init_from[0] && init_from_weights(r->be, &r->table, opt->init_from, &r->ck) != 0) return 1;
+    if (r->init_params) {
+        /* AdamW's moments start at zero: the checkpoint buffers' m where the rank has them (each save
+         * refills them from the backend), else zeros of its own */
+        float *own_zero = NULL, *zero = r->ck.m;
+        if (zero)
+            memset(zero, 0, r->table.total * sizeof(float));
+        else
+            zero = own_zero = calloc(r->table.total, sizeof(float));
+        if (!zero) return fail("out of host memory for the AdamW moments of --init-from's weights");
+        r->be->ops->write_state(r->be, r->init_params, zero, zero);
+        free(own_zero);
+        free(r->init_params);
+        r->init_params = NULL;
+        printf("init: weights from %s\n", opt->init_from);
+    }
     if (r->dist.rank != 0) return RUN_ON;
     char name[256] = "", moved_to[FGPT_PATH_LEN];
-    int had_latest = checkpoint_latest_name(opt->out, name, sizeof name, r->err) == 0;
+    int had_latest = checkpoint_latest_name(opt->out, name, sizeof name, r->err) >= 0;
     int moved = checkpoint_set_aside_run(opt->out, moved_to, sizeof moved_to, r->err);
     if (moved < 0) return fail(r->err);
     if (moved && had_latest)
@@ -933,8 +1019,8 @@ static void print_header(Run *r) {
         printf("MFU against a dense bf16 peak of %.0f TFLOP/s (%s)\n", be->peak_flops / 1e12,
                be->peak_source ? be->peak_source : "published");
     if (r->val_batches_per_rank < r->val_batches_asked)
-        printf("validation: %s holds %d batch(es) of %d x %d per rank, fewer than --val-batches asks; using those\n",
-               r->val_path, r->val_batches_per_rank, r->B, r->T + 1);
+        printf("validation: %s holds %d batch(es) of %d x %lld per rank, fewer than --val-batches asks; using those\n",
+               r->val_path, r->val_batches_per_rank, r->B, (long long)r->T + 1);
     r->flops_per_step = gpt_flops_per_token(cfg, r->T) * opt->total_batch;
     print_memory(be, r->ck.params ? checkpoint_buffers_bytes(&r->table) : 0, strcmp(opt->device, "cpu") == 0);
 }
@@ -943,7 +1029,7 @@ static void print_header(Run *r) {
 static int evaluate(Run *r, int step) {
     float vl = validation_loss(r->be, &r->val_loader, r->val_batches_per_rank, r->inputs, r->targets);
     printf("step %5d | val loss %.6f\n", step, vl);
-    return runlog_eval(&r->log, step, vl) != 0 ? fail(r->log.err) : RUN_ON;
+    return runlog_eval(&r->log, step, vl) != 0 ? fail_write(r, r->log.err) : RUN_ON;
 }
 
 /* One optimizer step (0-based `step`): -d/--total-batch tokens in micro-batches, their gradients
@@ -1010,7 +1096,7 @@ static int log_step(Run *r, int step, const StepResult *s) {
     /* also reports a failed sample record of this step */
     if (runlog_step(&r->log, step + 1, (float)s->loss, s->lr, s->norm, s->ms, s->tokens_per_s, mfu, mem_gb,
                     s->comm_ms) != 0)
-        return fail(r->log.err);
+        return fail_write(r, r->log.err);
     return RUN_ON;
 }
 
@@ -1024,7 +1110,8 @@ static int save_checkpoint(Run *r, int steps_done) {
     TrainState st = {.step = steps_done, .loader_epoch = ls.epoch, .loader_position = ls.position,
                      .B = r->B, .T = r->T, .total_batch = opt->total_batch, .world = r->dist.world,
                      .seed = (uint64_t)opt->seed, .data_tokens = r->train_loader.num_tokens,
-                     .data_fingerprint = r->train_fingerprint};
+                     .data_fingerprint = r->train_fingerprint, .total_steps = opt->steps,
+                     .warmup = opt->warmup, .lr = opt->lr, .lr_final = opt->lr_final};
     memcpy(st.rng, r->rng.s, sizeof st.rng);
     if (checkpoint_save_with(opt->out, &r->table, r->ck.params, r->ck.m, r->ck.v, &st,
                              r->have_ck_tok ? &r->ck_tok : NULL, opt->keep_checkpoints, r->err) != 0)
@@ -1036,6 +1123,7 @@ static int save_checkpoint(Run *r, int steps_done) {
 /* Releases everything the stages created, in reverse order, whichever stage stopped the run; a rank
  * that succeeded tells the rendezvous so (without it, node 0's launcher counts the rank as failed). */
 static int close_run(Run *r, int status) {
+    if (status != 0 && !r->log.f) release_run_dir(r);
     runlog_close(&r->log);
     free(r->logits);
     free(r->targets);
@@ -1044,6 +1132,7 @@ static int close_run(Run *r, int status) {
     if (r->be) r->be->ops->destroy(r->be);
     loader_close(&r->val_loader);
     loader_close(&r->train_loader);
+    free(r->init_params);
     free((char *)r->ck_tok.tokenizer_json);
     free((char *)r->ck_tok.tokenizer_config_json);
     if (r->tok) tokenizer_free(r->tok);
@@ -1056,6 +1145,9 @@ static int close_run(Run *r, int status) {
 int main(int argc, char **argv) {
     /* progress lines appear as they happen, also when stdout is a file or a pipe */
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* a file-size limit (ulimit -f) then fails the write (EFBIG), which is reported as a full disk
+     * is, rather than killing the process without a word */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc > 1 && strcmp(argv[1], "prepare") == 0) return prepare_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "sample") == 0) return sample_main(argc - 1, argv + 1);
     if (argc == 2 && strcmp(argv[1], "help") == 0) {
@@ -1076,6 +1168,7 @@ int main(int argc, char **argv) {
     if (check_init_from(opt, &r->cfg) != 0) return 1;
     int status = plan_model(r);
     if (status == RUN_ON) status = start_world(r, argv);
+    if (status == RUN_ON) status = read_init_from(r);
     if (status == RUN_ON) status = claim_run_dir(r);
     if (status == RUN_ON) status = resolve_data(r);
     if (status == RUN_ON) status = create_backend(r);

@@ -6,4 +6,12 @@
 
 #define ERR_LEN 512
 
+#include <errno.h>
+
+/* What a write that failed with errnum most likely met, and its fix, for the message: a file-size
+ * limit (ulimit -f: EFBIG, the signal ignored) reads differently from a full disk. */
+static inline const char *write_error_hint(int errnum) {
+    return errnum == EFBIG ? "a file-size limit: raise ulimit -f" : "disk full? free space or pass another -o";
+}
+
 #endif

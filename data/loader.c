@@ -38,9 +38,9 @@ int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T,
     l->num_batches = l->total_windows / (uint64_t)B / ((uint64_t)world * accum) * accum;
     if (l->num_batches == 0) {
         snprintf(err, ERR_LEN,
-                 "shard %s has %llu tokens: too few for a batch of %d x %d on each of %d rank(s) with %d "
+                 "shard %s has %llu tokens: too few for a batch of %d x %lld on each of %d rank(s) with %d "
                  "micro-batch(es) per step (need %llu; lower -b, -t or -d, or use more data)",
-                 path, (unsigned long long)l->num_tokens, B, T + 1, world, accum,
+                 path, (unsigned long long)l->num_tokens, B, (long long)T + 1, world, accum,
                  (unsigned long long)B * T * world * accum + 1);
         loader_close(l);
         return -1;
@@ -104,6 +104,10 @@ int loader_state_for_world(LoaderState *s, int from_world, int to_world, char *e
     }
     s->position = consumed / (uint64_t)to_world;
     return 0;
+}
+
+int loader_batches_per_rank(int batches, int world) {
+    return batches / world + (batches % world != 0);
 }
 
 int loader_set_state(Loader *l, LoaderState s, char *err) {

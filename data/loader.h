@@ -55,6 +55,9 @@ uint64_t loader_fingerprint(const Loader *l);
  * on from position x from_world / to_world. Returns 0, or -1 with a message if that is not a whole
  * number of batches. */
 int loader_state_for_world(LoaderState *s, int from_world, int to_world, char *err);
+/* Each rank's share of `batches` dealt over `world` ranks, rounded up so that every rank evaluates
+ * as many (validation counts its batches over all ranks). */
+int loader_batches_per_rank(int batches, int world);
 /* Returns 0, or -1 with a message if the state does not fit this loader (different data). */
 int loader_set_state(Loader *l, LoaderState s, char *err);
 

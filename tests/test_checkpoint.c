@@ -317,3 +317,47 @@ TEST(a_new_run_sets_the_earlier_runs_files_aside_whole) {
     free(p);
     param_table_free(&t);
 }
+
+TEST(a_missing_latest_resumes_from_the_newest_checkpoint_that_loads_whole) {
+    /* a full disk while latest was replaced: the checkpoints are whole, latest is gone and an empty
+     * latest.tmp remains */
+    ParamTable t;
+    tiny_table(&t, 50);
+    float *p = random_floats(t.total, 10), *q = malloc(t.total * 4 * 3);
+    char err[ERR_LEN] = "", path[700], name[64] = "";
+    for (int s = 1; s <= 3; s++) {
+        TrainState st = {.step = s};
+        REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 3, err) == 0, "%s", err);
+    }
+    snprintf(path, sizeof path, "%s/latest", test_tmpdir());
+    REQUIRE(unlink(path) == 0, "removing latest");
+    snprintf(path, sizeof path, "%s/latest.tmp", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    REQUIRE(f && fclose(f) == 0, "writing an empty latest.tmp");
+    CHECK(checkpoint_latest_name(test_tmpdir(), name, sizeof name, err) == 1 && strcmp(name, "step_00000003") == 0,
+          "without latest the newest checkpoint is '%s': %s", name, err);
+    TrainState st = {0};
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == 0 && st.step == 3,
+          "loaded step %d: %s", st.step, err);
+    /* a newest checkpoint damaged on disk is passed over for the next one that loads whole */
+    snprintf(path, sizeof path, "%s/step_00000003/state.bin", test_tmpdir());
+    flip_byte(path, 400);
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == 0 && st.step == 2,
+          "loaded step %d past a damaged step 3: %s", st.step, err);
+    /* a truncated one is not even offered */
+    snprintf(path, sizeof path, "%s/step_00000003/state.bin", test_tmpdir());
+    REQUIRE(truncate(path, 100) == 0, "truncate");
+    CHECK(checkpoint_latest_name(test_tmpdir(), name, sizeof name, err) == 1 && strcmp(name, "step_00000002") == 0,
+          "past a truncated step 3 the newest checkpoint is '%s': %s", name, err);
+    /* none left whole: the error says what is missing */
+    for (int s = 1; s <= 2; s++) {
+        snprintf(path, sizeof path, "%s/step_%08d/state.bin", test_tmpdir(), s);
+        flip_byte(path, 400);
+    }
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
+              strstr(err, "step_00000002/state.bin does not match its checksum"),
+          "no whole checkpoint: %s", err);
+    free(q);
+    free(p);
+    param_table_free(&t);
+}

@@ -11,9 +11,11 @@
 #include <unistd.h>
 
 #include "data/err.h"
+#include "data/loader.h"
 #include "data/paths.h"
 #include "data/shard.h"
 #include "model/train/checkpoint.h"
+#include "model/train/schedule.h"
 #include "model/train/step_check.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
@@ -531,4 +533,132 @@ TEST(a_usage_error_leaves_no_run_directory_behind) {
     expect_run(2, "--prompt needs a tokenizer", NULL, TINY_RUN " -x 1 --prompt hi -i %s -o %s/nodisk_p", train, d);
     snprintf(dir, sizeof dir, "%s/nodisk_p", d);
     CHECK(stat(dir, &sb) != 0, "a usage error created %s", dir);
+}
+
+/* A run that fails on its inputs leaves the disk as it found it: no run directory, no parent of
+ * one, no lock file in a directory that was there before. */
+TEST(a_runtime_error_before_training_leaves_no_run_directory_behind) {
+    char train[700], val[700], tok_path[800], small[800], dir[900], err[ERR_LEN];
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    struct stat sb;
+    /* a tokenizer of 257 tokens, more than -v 64 */
+    TokenizerTrainOptions topt = {257, 1, 0};
+    Tokenizer *tok = tokenizer_train("hello", 5, &topt, err);
+    REQUIRE(tok, "%s", err);
+    snprintf(tok_path, sizeof tok_path, "%s/tok257.bin", d);
+    REQUIRE(tokenizer_save(tok, tok_path, err) == 0, "%s", err);
+    tokenizer_free(tok);
+    snprintf(small, sizeof small, "%s/small.bin", d);
+    REQUIRE(write_pattern_shard(small, 50, 64, 4) == 0, "writing %s", small);
+    expect_run(1, "/nonexistent", NULL, TINY_RUN " -x 1 -i /nonexistent/train.bin -o %s/gone1/run", d);
+    expect_run(1, "/nonexistent", NULL, TINY_RUN " -x 1 -i %s -j /nonexistent/val.bin -o %s/gone2/run", train, d);
+    expect_run(1, "/nonexistent", NULL, TINY_RUN " -x 1 -i %s --tokenizer /nonexistent/tok.bin -o %s/gone3/run",
+               train, d);
+    expect_run(1, "has 257 tokens but the model's vocabulary is 64", NULL,
+               TINY_RUN " -x 1 -i %s --tokenizer %s -o %s/gone4/run", train, tok_path, d);
+    expect_run(1, "too few for a batch", NULL, TINY_RUN " -x 1 -i %s -o %s/gone5/run", small, d);
+    expect_run(1, "/nonexistent", NULL, TINY_RUN " -x 1 -i %s --init-from /nonexistent -o %s/gone6/run", train, d);
+    for (int i = 1; i <= 6; i++) {
+        snprintf(dir, sizeof dir, "%s/gone%d", d, i);
+        CHECK(stat(dir, &sb) != 0, "a failed run created %s", dir);
+    }
+    /* a directory that was there stays, with what it held and without a lock file */
+    snprintf(dir, sizeof dir, "%s/kept", d);
+    REQUIRE(mkdir(dir, 0755) == 0, "mkdir %s", dir);
+    expect_run(1, "/nonexistent", NULL, TINY_RUN " -x 1 -i /nonexistent/train.bin -o %s", dir);
+    CHECK(stat(dir, &sb) == 0, "a failed run removed %s, which it did not create", dir);
+    snprintf(dir, sizeof dir, "%s/kept/.lock", d);
+    CHECK(stat(dir, &sb) != 0, "a failed run left %s", dir);
+    /* a resume that fails on its checkpoint leaves its copy as it was */
+    expect_run(0, "step     1/1", NULL, TINY_RUN " -x 1 --val-every 0 -i %s -o %s/src", train, d);
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd, "mkdir %s/copy && cp -r %s/src/step_00000001 %s/src/latest %s/copy/", d, d, d, d);
+    REQUIRE(system(cmd) == 0, "%s", cmd);
+    expect_run(1, "-v 64", NULL, "--device cpu -e tiny -v 65 -b 4 -t 32 -s 0 -x 2 -y 1 -i %s -o %s/copy", train, d);
+    snprintf(dir, sizeof dir, "%s/copy/.lock", d);
+    CHECK(stat(dir, &sb) != 0, "a failed resume left %s", dir);
+}
+
+TEST(a_bad_init_from_is_refused_before_any_corpus_work) {
+    /* config.json agrees with the flags, model.safetensors is not one */
+    char ck[800], path[900], cache[800], nobin[800], prefix[900], args[2400], *out = NULL;
+    const char *d = test_tmpdir();
+    snprintf(ck, sizeof ck, "%s/hf", d);
+    REQUIRE(mkdir(ck, 0755) == 0, "mkdir %s", ck);
+    snprintf(path, sizeof path, "%s/config.json", ck);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f && fputs("{\"model_type\": \"gpt2\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 128, "
+                       "\"n_positions\": 1024, \"vocab_size\": 300}\n", f) >= 0 && fclose(f) == 0,
+            "writing %s", path);
+    snprintf(path, sizeof path, "%s/model.safetensors", ck);
+    f = fopen(path, "w");
+    REQUIRE(f && fputs("not a safetensors file", f) >= 0 && fclose(f) == 0, "writing %s", path);
+    snprintf(cache, sizeof cache, "%s/cache", d);
+    snprintf(nobin, sizeof nobin, "%s/nobin", d);
+    mkdir(nobin, 0755);
+    /* without apt-get on PATH the default corpus would be the synthetic one */
+    snprintf(prefix, sizeof prefix, "PATH=%s", nobin);
+    snprintf(args, sizeof args, "--device cpu -e tiny -v 300 -b 2 -t 16 -x 1 -s 0 --val-every 0 --init-from %s "
+             "--cache-dir %s -o %s/run", ck, cache, d);
+    int rc = run_train_under(prefix, args, &out);
+    CHECK(rc == 1 && strstr(out, "error: ") && strstr(out, "model.safetensors") && count_lines(out) == 1,
+          "exit %d: %s", rc, out);
+    free(out);
+    struct stat sb;
+    CHECK(stat(cache, &sb) != 0, "the default corpus was prepared for a run that could not start");
+    snprintf(path, sizeof path, "%s/run", d);
+    CHECK(stat(path, &sb) != 0, "the refused run created %s", path);
+}
+
+/* The schedule note a resume prints, as the trainer formats it. */
+static void schedule_note(char *buf, size_t n, const char *changes, int step, float before, float after) {
+    snprintf(buf, n,
+             "schedule: changed since the checkpoint: %s; the learning rate of step %d goes from %.3e to %.3e\n",
+             changes, step, before, after);
+}
+
+TEST(a_resume_with_another_schedule_says_what_changed) {
+    char train[700], val[700], want[400];
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    /* TINY_RUN: -l 3e-3 --warmup 5 --lr-final 3e-4 */
+    expect_run(0, "step     4/4", NULL, TINY_RUN " -x 4 -n 2 --val-every 0 -i %s -o %s/s", train, d);
+    /* the same schedule from step 2: nothing to say */
+    char args[2400], *out = NULL;
+    snprintf(args, sizeof args, "echo step_00000002 > %s/s/latest", d);
+    REQUIRE(system(args) == 0, "rolling latest back");
+    snprintf(args, sizeof args, TINY_RUN " -x 4 -n 2 --val-every 0 -y 1 -i %s -o %s/s", train, d);
+    REQUIRE(run_train(args, &out) == 0, "%s", out);
+    CHECK(!strstr(out, "since the checkpoint"), "an unchanged schedule was named: %s", out);
+    free(out);
+    schedule_note(want, sizeof want, "-x/--steps 4 -> 8, -l/--lr 0.003 -> 0.01, --warmup 5 -> 2", 5,
+                  lr_at_step(4, 4, 5, 3e-3f, 3e-4f), lr_at_step(4, 8, 2, 1e-2f, 3e-4f));
+    expect_run(0, want, "step     8/8", TINY_RUN " -x 8 -l 1e-2 --warmup 2 --val-every 0 -y 1 -i %s -o %s/s", train,
+               d);
+    /* the final learning rate too */
+    schedule_note(want, sizeof want, "-x/--steps 8 -> 9, --lr-final 0.0003 -> 0.001", 9,
+                  lr_at_step(8, 8, 2, 1e-2f, 3e-4f), lr_at_step(8, 9, 2, 1e-2f, 1e-3f));
+    expect_run(0, want, NULL, TINY_RUN " -x 9 -l 1e-2 --warmup 2 --lr-final 1e-3 --val-every 0 -y 1 -i %s -o %s/s",
+               train, d);
+}
+
+TEST(validation_batches_and_windows_near_2_to_the_31_do_not_overflow) {
+    CHECK(loader_batches_per_rank(10, 1) == 10 && loader_batches_per_rank(10, 4) == 3 &&
+              loader_batches_per_rank(1, 8) == 1 && loader_batches_per_rank(8, 8) == 1,
+          "small counts: %d %d %d %d", loader_batches_per_rank(10, 1), loader_batches_per_rank(10, 4),
+          loader_batches_per_rank(1, 8), loader_batches_per_rank(8, 8));
+    CHECK(loader_batches_per_rank(2147483647, 8) == 268435456 && loader_batches_per_rank(2147483647, 1024) == 2097152,
+          "--val-batches 2^31 - 1: %d per rank of 8, %d per rank of 1024", loader_batches_per_rank(2147483647, 8),
+          loader_batches_per_rank(2147483647, 1024));
+    /* a window of 2^31 tokens (-t 2^31 - 1 and its target): more than the shard holds, said truly */
+    char train[700], val[700];
+    make_corpus(train, val, sizeof train);
+    expect_run(1, "too few for a batch of 1 x 2147483648 on each of 1 rank(s)", NULL,
+               "--device cpu -e tiny -v 64 -b 1 -t 2147483647 --max-seq-len 2147483647 -x 1 -i %s -o %s/wide", train,
+               test_tmpdir());
+    /* end to end: the shard holds fewer, and the run uses those */
+    expect_run(0, "holds 31 batch(es) of 4 x 33 per rank, fewer than --val-batches asks", "val loss",
+               TINY_RUN " -x 1 --val-every 1 --val-batches 2147483647 -i %s -j %s -o %s/vb", train, val,
+               test_tmpdir());
 }

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,8 @@
 #include <unistd.h>
 
 #define STATE_MAGIC "FGPTSTAT"
-#define STATE_VERSION 3u /* 2: a checksum of the whole file in the header; 3: the training data's fingerprint */
+/* 2: a checksum of the whole file in the header; 3: the training data's fingerprint; 4: the schedule */
+#define STATE_VERSION 4u
 
 typedef struct {
     char magic[8];
@@ -24,6 +26,8 @@ typedef struct {
     uint64_t seed, loader_epoch, loader_position, rng[4];
     uint64_t total_params;
     uint64_t data_tokens, data_fingerprint; /* the training shard's (loader.h); 0: not recorded */
+    float lr, lr_final;                     /* the learning-rate schedule (TrainState) */
+    int32_t total_steps, warmup;
     uint64_t checksum; /* state_checksum of the header (this field 0) and the three arrays */
 } StateHeader;
 
@@ -112,6 +116,10 @@ static int write_state(const char *path, const ParamTable *t, const float *param
     h.total_params = t->total;
     h.data_tokens = st->data_tokens;
     h.data_fingerprint = st->data_fingerprint;
+    h.lr = st->lr;
+    h.lr_final = st->lr_final;
+    h.total_steps = st->total_steps;
+    h.warmup = st->warmup;
     size_t n = t->total * sizeof(float);
     h.checksum = state_checksum(&h, params, m, v, n);
     int ok = write_all(f, &h, sizeof h) && write_all(f, params, n) && write_all(f, m, n) && write_all(f, v, n);
@@ -263,14 +271,19 @@ int checkpoint_run_dir_ok(const char *run_dir, char *err) {
     return -1;
 }
 
+void checkpoint_what_is_left(const char *run_dir, char *buf, size_t size) {
+    char name[256], ignored[ERR_LEN];
+    if (checkpoint_latest_name(run_dir, name, sizeof name, ignored) >= 0)
+        snprintf(buf, size, "the last checkpoint (%s) is intact", name);
+    else
+        snprintf(buf, size, "this run has no checkpoint yet");
+}
+
 /* What a failed save leaves the run, said truthfully: a crash-safe save only keeps what was there. */
 static void save_failed(char *err, const char *what, const char *path, int errnum, const char *run_dir) {
-    char name[256], ignored[ERR_LEN];
-    if (checkpoint_latest_name(run_dir, name, sizeof name, ignored) == 0)
-        snprintf(err, ERR_LEN, "%s %s: %s (disk full?); the previous checkpoint (%s) is intact", what, path,
-                 strerror(errnum), name);
-    else
-        snprintf(err, ERR_LEN, "%s %s: %s (disk full?); this run has no checkpoint yet", what, path, strerror(errnum));
+    char left[ERR_LEN];
+    checkpoint_what_is_left(run_dir, left, sizeof left);
+    snprintf(err, ERR_LEN, "%s %s: %s (%s); %s", what, path, strerror(errnum), write_error_hint(errnum), left);
 }
 
 static int write_text(const char *path, const char *text, size_t len) {
@@ -339,10 +352,21 @@ int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *
         return -1;
     }
     remove_checkpoint_dir(replaced);
-    FILE *f = fopen(latest_tmp, "w");
-    if (!f || fprintf(f, "step_%08d\n", st->step) < 0 || !close_synced(f) || rename(latest_tmp, latest) != 0 ||
-        !sync_dir(run_dir)) {
-        snprintf(err, ERR_LEN, "cannot update %s: %s", latest, strerror(errno));
+    char line[32];
+    int len = snprintf(line, sizeof line, "step_%08d\n", st->step);
+    if (!write_text(latest_tmp, line, (size_t)len) || rename(latest_tmp, latest) != 0) {
+        int e = errno;
+        /* a latest naming an older checkpoint would have -y 1 pass this complete one by; without
+         * latest, a resume takes the newest complete checkpoint */
+        unlink(latest_tmp);
+        unlink(latest);
+        sync_dir(run_dir);
+        snprintf(err, ERR_LEN, "cannot update %s: %s (%s); checkpoint step_%08d is complete and -y 1 resumes from it",
+                 latest, strerror(e), write_error_hint(e), st->step);
+        return -1;
+    }
+    if (!sync_dir(run_dir)) {
+        snprintf(err, ERR_LEN, "cannot sync run directory %s: %s", run_dir, strerror(errno));
         return -1;
     }
     prune_checkpoints(run_dir, st->step, keep);
@@ -421,16 +445,47 @@ static int is_checkpoint_after(const char *name, int step) {
     return checkpoint_dir_step(name) > step;
 }
 
-/* The newest step_NNNNNNNN in dir, or -1. */
-static int newest_checkpoint(const char *dir) {
+/* The newest step_NNNNNNNN in dir of a step below `below`, or -1. */
+static int newest_checkpoint(const char *dir, int below) {
     DIR *d = opendir(dir);
     if (!d) return -1;
     int newest = -1;
     struct dirent *e;
-    while ((e = readdir(d)))
-        if (checkpoint_dir_step(e->d_name) > newest) newest = checkpoint_dir_step(e->d_name);
+    while ((e = readdir(d))) {
+        int step = checkpoint_dir_step(e->d_name);
+        if (step > newest && step < below) newest = step;
+    }
     closedir(d);
     return newest;
+}
+
+/* Opens a state file (mode "rb" or "r+b") whose header is this version's and whose size is the one
+ * its header gives, with that header in h; NULL when it is not such a file. */
+static FILE *open_whole_state(const char *path, const char *mode, StateHeader *h) {
+    FILE *f = fopen(path, mode);
+    struct stat sb;
+    if (f && fread(h, sizeof *h, 1, f) == 1 && memcmp(h->magic, STATE_MAGIC, 8) == 0 && h->version == STATE_VERSION &&
+        fstat(fileno(f), &sb) == 0 && (uint64_t)sb.st_size == sizeof *h + 3 * h->total_params * sizeof(float))
+        return f;
+    if (f) fclose(f);
+    return NULL;
+}
+
+/* The newest checkpoint in run_dir of a step below `below` whose state.bin is whole, its name into
+ * name (size bytes): its step, or -1 when there is none. A step directory is renamed into place only
+ * once complete, so this passes over only what was damaged afterwards; loading checks the rest. */
+static int newest_whole_checkpoint(const char *run_dir, int below, char *name, size_t size) {
+    char path[FGPT_PATH_LEN];
+    StateHeader h;
+    for (int step = newest_checkpoint(run_dir, below); step >= 0; step = newest_checkpoint(run_dir, step)) {
+        FILE *f = path_format(path, "%s/step_%08d/state.bin", run_dir, step) == 0 ? open_whole_state(path, "rb", &h)
+                                                                                  : NULL;
+        if (!f) continue;
+        fclose(f);
+        snprintf(name, size, "step_%08d", step);
+        return step;
+    }
+    return -1;
 }
 
 int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, size_t size, char *err) {
@@ -439,7 +494,7 @@ int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, si
     if (moved <= 0) return moved;
     /* the set-aside future resumes from its newest checkpoint, as an earlier run does */
     FILE *f = path_format(latest, "%s/latest", dest) == 0 ? fopen(latest, "w") : NULL;
-    if (!f || fprintf(f, "step_%08d\n", newest_checkpoint(dest)) < 0 || !close_synced(f) || !sync_dir(dest)) {
+    if (!f || fprintf(f, "step_%08d\n", newest_checkpoint(dest, INT_MAX)) < 0 || !close_synced(f) || !sync_dir(dest)) {
         snprintf(err, ERR_LEN, "cannot write %s/latest: %s", dest, strerror(errno));
         return -1;
     }
@@ -474,6 +529,7 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
     char latest[FGPT_PATH_LEN];
     FILE *lf = path_format(latest, "%s/latest", run_dir) == 0 ? fopen(latest, "r") : NULL;
     if (!lf) {
+        if (errno == ENOENT && newest_whole_checkpoint(run_dir, INT_MAX, name, size) >= 0) return 1;
         snprintf(err, ERR_LEN, "no checkpoint to resume in %s (%s missing; drop -y or check -o)", run_dir, latest);
         return -1;
     }
@@ -488,10 +544,10 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
     return 0;
 }
 
-int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *params, float *m, float *v,
-                           TrainState *st, char *err) {
-    char name[256], path[FGPT_PATH_LEN];
-    if (checkpoint_latest_name(run_dir, name, sizeof name, err) != 0) return -1;
+/* Loads checkpoint <run_dir>/<name> (see checkpoint_load_latest). */
+static int load_checkpoint(const char *run_dir, const char *name, const ParamTable *t, float *params, float *m,
+                           float *v, TrainState *st, char *err) {
+    char path[FGPT_PATH_LEN];
     FILE *f = path_format(path, "%s/%s/state.bin", run_dir, name) == 0 ? fopen(path, "rb") : NULL;
     if (!f) {
         snprintf(err, ERR_LEN, "cannot open %s: %s (checkpoint incomplete?)", path, strerror(errno));
@@ -560,18 +616,32 @@ int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *para
     memcpy(st->rng, h.rng, sizeof st->rng);
     st->data_tokens = h.data_tokens;
     st->data_fingerprint = h.data_fingerprint;
+    st->lr = h.lr;
+    st->lr_final = h.lr_final;
+    st->total_steps = h.total_steps;
+    st->warmup = h.warmup;
     st->checksum = h.checksum;
     return 0;
 }
 
+int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *params, float *m, float *v,
+                           TrainState *st, char *err) {
+    char name[256], first_err[ERR_LEN] = "";
+    int found = checkpoint_latest_name(run_dir, name, sizeof name, err);
+    if (found <= 0) return found < 0 ? -1 : load_checkpoint(run_dir, name, t, params, m, v, st, err);
+    /* latest is missing: the newest checkpoint that loads whole; when none does, the newest one's error */
+    int step = checkpoint_dir_step(name);
+    for (; step >= 0; step = newest_whole_checkpoint(run_dir, step, name, sizeof name))
+        if (load_checkpoint(run_dir, name, t, params, m, v, st, first_err[0] ? err : first_err) == 0) return 0;
+    snprintf(err, ERR_LEN, "%s", first_err);
+    return -1;
+}
+
 int checkpoint_state_reseal(const char *path, char *err) {
-    FILE *f = fopen(path, "r+b");
     StateHeader h;
-    struct stat sb;
-    if (!f || fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, STATE_MAGIC, 8) != 0 || h.version != STATE_VERSION ||
-        fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size != sizeof h + 3 * h.total_params * sizeof(float)) {
+    FILE *f = open_whole_state(path, "r+b", &h);
+    if (!f) {
         snprintf(err, ERR_LEN, "%s is not a complete fusedgpt state file of version %u", path, STATE_VERSION);
-        if (f) fclose(f);
         return -1;
     }
     size_t n = h.total_params * sizeof(float);

@@ -8,7 +8,8 @@
  *   tokenizer.json, tokenizer_config.json   the run's tokenizer in Hugging Face's format, when the
  *                      run has one (checkpoint_save_with), so AutoTokenizer loads it beside the model
  * It is written as step_NNNNNNNN.tmp/ and renamed when complete; then <run>/latest (the name of the
- * newest checkpoint) is replaced by rename, so a crash leaves the previous checkpoint intact. */
+ * newest checkpoint) is replaced by rename, so a crash leaves the previous checkpoint intact. A crash
+ * or a full disk between the two leaves no latest: a resume then takes the newest complete one. */
 #ifndef FUSEDGPT_CHECKPOINT_H
 #define FUSEDGPT_CHECKPOINT_H
 
@@ -31,6 +32,8 @@ typedef struct {
     uint64_t seed;
     uint64_t data_tokens, data_fingerprint; /* the training shard (Loader.fingerprint): a resume on other data
                                                is refused; 0 0: not recorded (not checked) */
+    int total_steps, warmup;        /* the learning-rate schedule (-x, --warmup, -l, --lr-final): a resume */
+    float lr, lr_final;             /* with another one says what changed */
     uint64_t checksum; /* set by checkpoint_load_latest: the state file's, which ranks compare */
 } TrainState;
 
@@ -85,11 +88,17 @@ int checkpoint_set_aside_run(const char *run_dir, char *moved_to, size_t size, c
  * message in err. */
 int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, size_t size, char *err);
 
-/* The checkpoint directory name <run_dir>/latest holds (step_NNNNNNNN) into name (size bytes):
- * 0, or -1 with a message in err when there is none or it is not such a name. */
+/* The name (step_NNNNNNNN) of the checkpoint a resume continues from, into name (size bytes): the
+ * one <run_dir>/latest holds (0), or, when latest is missing, the newest step directory whose
+ * state.bin is whole (1). -1 with a message in err when there is none or latest is not such a name. */
 int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *err);
 
-/* Loads the checkpoint named by <run_dir>/latest into params/m/v (each table->total floats) and st.
+/* For the message of a run stopped by a failed write: "the last checkpoint (step_NNNNNNNN) is intact"
+ * or "this run has no checkpoint yet", into buf (size bytes). */
+void checkpoint_what_is_left(const char *run_dir, char *buf, size_t size);
+
+/* Loads the checkpoint named by <run_dir>/latest into params/m/v (each table->total floats) and st;
+ * without latest, the newest checkpoint that loads whole (the newest one's error when none does).
  * The checkpoint's model config must equal t->cfg; otherwise -1 with a message naming the field.
  * state.bin carries a checksum of all its bytes: a file changed on disk is refused, never used. */
 int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *params, float *m, float *v,

@@ -39,9 +39,10 @@ void runlog_close(RunLog *log) {
  * failed write is reported at the record that hit it. */
 static int finish_record(RunLog *log) {
     if (fflush(log->f) == 0 && !ferror(log->f)) return 0;
+    const int e = errno ? errno : EIO;
     if (!log->failed)
-        snprintf(log->err, sizeof log->err, "cannot write the run log %s: %s (disk full? free space or pass "
-                 "another -o)", log->path, strerror(errno ? errno : EIO));
+        snprintf(log->err, sizeof log->err, "cannot write the run log %s: %s (%s)", log->path, strerror(e),
+                 write_error_hint(e));
     log->failed = 1;
     return -1;
 }
@@ -236,7 +237,9 @@ int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_
     if (moved) ok = (fflush(moved) == 0 && fsync(fileno(moved)) == 0) & (fclose(moved) == 0) && ok;
     if (out) ok = (fflush(out) == 0 && fsync(fileno(out)) == 0) & (fclose(out) == 0) && ok;
     if (!ok || rename(tmp, path) != 0 || !sync_parent(path)) {
-        snprintf(err, ERR_LEN, "cannot rewrite %s without the records after step %d: %s", path, step, strerror(errno));
+        const int e = errno;
+        snprintf(err, ERR_LEN, "cannot rewrite %s without the records after step %d: %s (%s)", path, step,
+                 strerror(e), write_error_hint(e));
         unlink(tmp);
         return -1;
     }

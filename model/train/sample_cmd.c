@@ -151,7 +151,7 @@ static int checkpoint_dir(const SampleOptions *o, char *dir) {
         }
         return 0;
     }
-    if (checkpoint_latest_name(o->run, name, sizeof name, err) != 0) {
+    if (checkpoint_latest_name(o->run, name, sizeof name, err) < 0) {
         /* the loader's words are a resume's; a sample has other ways out */
         char latest[FGPT_PATH_LEN];
         struct stat st;
