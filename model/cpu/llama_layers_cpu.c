@@ -10,6 +10,11 @@
 
 /* ---- RMSNorm ---- */
 
+/* What the normalised value is multiplied by: w, or Gemma's 1 + w. */
+static float norm_gain(const float *weight, int i, int one_plus_w) {
+    return one_plus_w ? 1.0f + weight[i] : weight[i];
+}
+
 void rmsnorm_forward_cpu(float *out, float *rstd, const float *inp, const float *weight, size_t N, int C, float eps,
                          int one_plus_w) {
     for (size_t n = 0; n < N; n++) {
@@ -20,7 +25,7 @@ void rmsnorm_forward_cpu(float *out, float *rstd, const float *inp, const float 
         ms /= C;
         float s = 1.0f / sqrtf(ms + eps);
         /* transformers normalises first and multiplies by the weight after, both in fp32 */
-        for (int i = 0; i < C; i++) o[i] = (x[i] * s) * (one_plus_w ? 1.0f + weight[i] : weight[i]);
+        for (int i = 0; i < C; i++) o[i] = (x[i] * s) * norm_gain(weight, i, one_plus_w);
         rstd[n] = s;
     }
 }
@@ -33,16 +38,12 @@ void rmsnorm_backward_cpu(float *dinp, float *dweight, const float *dout, const 
         float s = rstd[n];
         /* dx = s·(dnorm − norm·mean(dnorm·norm)), dnorm = g·dout: LayerNorm's without the mean terms */
         float dnorm_norm_mean = 0.0f;
-        for (int i = 0; i < C; i++) {
-            float g = one_plus_w ? 1.0f + weight[i] : weight[i];
-            dnorm_norm_mean += g * d[i] * (x[i] * s);
-        }
+        for (int i = 0; i < C; i++) dnorm_norm_mean += norm_gain(weight, i, one_plus_w) * d[i] * (x[i] * s);
         dnorm_norm_mean /= C;
         for (int i = 0; i < C; i++) {
-            float g = one_plus_w ? 1.0f + weight[i] : weight[i];
             float norm = x[i] * s;
             dweight[i] += norm * d[i];
-            dx[i] += s * (g * d[i] - norm * dnorm_norm_mean);
+            dx[i] += s * (norm_gain(weight, i, one_plus_w) * d[i] - norm * dnorm_norm_mean);
         }
     }
 }
