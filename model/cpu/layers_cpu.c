@@ -197,24 +197,12 @@ void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, co
             }
 }
 
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
-
 void gelu_forward_cpu(float *out, const float *inp, size_t N) {
-    for (size_t i = 0; i < N; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
-    }
+    for (size_t i = 0; i < N; i++) out[i] = gelu_tanh(inp[i]);
 }
 
 void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, size_t N) {
-    for (size_t i = 0; i < N; i++) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        float th = tanhf(u);
-        float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += grad * dout[i];
-    }
+    for (size_t i = 0; i < N; i++) dinp[i] += gelu_tanh_grad(inp[i]) * dout[i];
 }
 
 void residual_forward_cpu(float *out, const float *a, const float *b, size_t N) {

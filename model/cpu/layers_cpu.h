@@ -9,6 +9,7 @@
 #ifndef FUSEDGPT_LAYERS_CPU_H
 #define FUSEDGPT_LAYERS_CPU_H
 
+#include <math.h>
 #include <stddef.h>
 
 #define LAYERNORM_EPS 1e-5f
@@ -39,7 +40,17 @@ void attention_decode_cpu(float *out, float *att, const float *qkv, int t, int C
 void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
                             int C, int NH);
 
-/* GELU, tanh approximation (GPT-2's). */
+/* GELU, tanh approximation (GPT-2's; PyTorch's gelu(approximate="tanh")). The scalar forms are
+ * shared with the gated MLPs (GeGLU). */
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+static inline float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+}
+static inline float gelu_tanh_grad(float x) {
+    float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
 void gelu_forward_cpu(float *out, const float *inp, size_t N);
 void gelu_backward_cpu(float *dinp, const float *inp, const float *dout, size_t N);
 
