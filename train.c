@@ -51,7 +51,7 @@ typedef struct {
     int logits_mb;
     int gpus, nodes, node_rank;
     const char *master;
-    int zero, overlap_comm, bucket_mb, reduce_bf16;
+    int zero, overlap_comm, bucket_mb;
     int recompute_gelu, profile_step, step_parts;
     int help;
     unsigned from_env; /* bit k: option_env[k]'s value came from its environment variable */
@@ -123,8 +123,6 @@ static const OptSpec options[] = {
      "1: ZeRO-1, each GPU keeps 1/N of the master weights and AdamW moments (data parallel)"},
     {0, "overlap-comm", OPT_INT, O(overlap_comm), "1", "0|1",
      "1: reduce gradients during the backward; 0: after it (data parallel)"},
-    {0, "reduce-bf16", OPT_INT, O(reduce_bf16), "0", "0|1",
-     "1 (with --zero 1): gradients travel in bf16 and each GPU sums its shard in fp32 (half the bytes)"},
     {0, "bucket-mb", OPT_INT, O(bucket_mb), "0", "MB",
      "gradients per reduction at least, in MB of fp32 (layers merge; 0: one per layer)"},
     {0, "recompute-gelu", OPT_INT, O(recompute_gelu), "0", "0|1",
@@ -366,8 +364,6 @@ static void validate(Options *opt, GPTConfig *cfg) {
         die_usage("%s %d needs --master HOST:PORT (node 0's address, the same on every node)", nodes, opt->nodes);
     if (opt->zero != 0 && opt->zero != 1) bad("--zero", "must be 0 or 1");
     if (opt->overlap_comm != 0 && opt->overlap_comm != 1) bad("--overlap-comm", "must be 0 or 1");
-    if (opt->reduce_bf16 != 0 && opt->reduce_bf16 != 1) bad("--reduce-bf16", "must be 0 or 1");
-    if (opt->reduce_bf16 && !opt->zero) bad("--reduce-bf16", "applies to ZeRO-1 only: add --zero 1");
     if (opt->bucket_mb < 0) bad("--bucket-mb", "must be 0 or more");
     if (opt->recompute_gelu != 0 && opt->recompute_gelu != 1) bad("--recompute-gelu", "must be 0 or 1");
     if (opt->profile_step < 0) bad("--profile-step", "must be 0 (off) or a step number");
@@ -661,9 +657,9 @@ static int start_world(Run *r, char **argv) {
         fprintf(stderr, "error: -g/--gpus and --nodes (data parallel) apply to --device cuda only\n");
         return 2;
     }
-    if (cpu && (opt->zero || !opt->overlap_comm || opt->bucket_mb || opt->reduce_bf16)) {
-        fprintf(stderr, "error: --zero, --overlap-comm, --reduce-bf16 and --bucket-mb set how GPUs share gradients: "
-                        "they apply to --device cuda with -g/--nodes, not to the CPU backend\n");
+    if (cpu && (opt->zero || !opt->overlap_comm || opt->bucket_mb)) {
+        fprintf(stderr, "error: --zero, --overlap-comm and --bucket-mb set how GPUs share gradients: they apply to "
+                        "--device cuda with -g/--nodes, not to the CPU backend\n");
         return 2;
     }
     /* Rank 0 alone prints, logs, samples and checkpoints; the others keep stderr for errors. */
@@ -841,7 +837,7 @@ static int create_backend(Run *r) {
     const Options *opt = &r->opt;
     OutputKind output = strcmp(opt->output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
     DataParallel dp = {.dist = &r->dist, .zero1 = opt->zero, .overlap = opt->overlap_comm,
-                       .bucket_bytes = (size_t)opt->bucket_mb << 20, .reduce_bf16 = opt->reduce_bf16};
+                       .bucket_bytes = (size_t)opt->bucket_mb << 20};
     r->be = strcmp(opt->device, "cpu") == 0
                 ? backend_cpu_create(&r->table, r->B, r->T, output, (uint64_t)opt->seed, r->err)
                 : backend_cuda_create(&r->table, r->B, r->T, output, (size_t)opt->logits_mb << 20,

@@ -146,14 +146,6 @@ void adamw_update(const AdamWPlan *plan, float *master, kbf16 *params_bf16, cons
 /* params_bf16[i] = bf16(master[i]) for n values (start-up and after loading a checkpoint). */
 void convert_fp32_to_bf16(kbf16 *out, const float *in, size_t n, cudaStream_t stream);
 
-/* ---- gradient sums with bf16 on the wire (grad_reduce.cu) ---- */
-/* stage[j·len + k] = bf16(grads[j·piece + offset + k]) for the world parts j of a bucket. */
-void grad_pack_bf16(kbf16 *stage, const float *grads, size_t piece, size_t offset, size_t len, int world,
-                    cudaStream_t stream);
-/* out[k] = sum over ranks j in order of (j == rank ? own[k] : recv[j·len + k]), in fp32. */
-void grad_sum_bf16(float *out, const float *own, const kbf16 *recv, size_t len, int world, int rank,
-                   cudaStream_t stream);
-
 #ifdef __cplusplus
 }
 #endif

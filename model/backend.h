@@ -104,7 +104,6 @@ typedef struct {
     int zero1;   /* shard fp32 master weights, AdamW moments and reduced gradients across ranks */
     int overlap; /* reduce gradients bucket by bucket during the backward (else after it) */
     size_t bucket_bytes; /* fp32 gradient bytes per bucket at least (layers merge; 0: per layer) */
-    int reduce_bf16;     /* ZeRO-1: gradients sent in bf16, summed in fp32 (half the bytes) */
 } DataParallel;
 
 /* CUDA backend on the current device: bf16 weights and activations, fp32 master weights, gradients

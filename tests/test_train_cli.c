@@ -56,8 +56,6 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("--logits-mb -1", "--logits-mb must be at least 0");
     expect_usage_error("--device tpu", "--device must be cuda or cpu");
     expect_usage_error("-y 2", "-y/--resume must be 0 or 1");
-    expect_usage_error("--reduce-bf16 2", "--reduce-bf16 must be 0 or 1");
-    expect_usage_error("--reduce-bf16 1", "--reduce-bf16 applies to ZeRO-1 only: add --zero 1");
     expect_usage_error("-x 0", "-x/--steps must be positive");
     /* 2^32 tokens per step: an int would wrap to 0 and divide by it */
     expect_usage_error("-b 65536 -t 65536 --max-seq-len 65536", "-b/--batch times -t, -g and --nodes is above");

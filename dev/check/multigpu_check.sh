@@ -6,13 +6,16 @@
 # last. NCCL's environment (NCCL_NVLS_ENABLE=0 where the machine sets it) is left as it is.
 # SECTIONS picks parts: tests correct bitwise nodes resume kill throughput peers sweep skew real
 # (default: tests correct bitwise nodes resume kill).
-#   correct: 1 GPU accumulating G micro-batches against G GPUs taking one each. The bound: the two
-#     runs compute the same function and differ only in the order of fp32 gradient sums, so the
-#     first step's loss must agree to fp32 rounding (2e-6 relative), and later steps may drift apart
-#     no more than two one-GPU runs that differ only in batching (-b 8 against -b 4 at the same
-#     global batch: the same sequences, the same mean, other GEMM shapes and sum orders) drift in
-#     the same call, times 2 (the floor is one sample of a random drift; the factor is fixed here,
-#     before any run, not fitted to one).
+#   correct: 1 GPU accumulating G micro-batches against G GPUs taking one each. Both compute the same
+#     function; each micro-batch runs the same kernels on the same inputs on either, and only the order of the
+#     fp32 sums over micro-batches and ranks differs. So two checks carry a bound: step 1's loss
+#     agrees to fp32 rounding (2e-6 relative; it comes out equal), and step 1's reduced gradient,
+#     read back as AdamW's first moment, agrees to 1e-5 relative L2 (a few fp32 roundings give
+#     ~1e-7; a bucket not reduced or a wrong scale gives 1e-2 and more). Later steps drift apart
+#     chaotically once a bf16 weight rounds the other way; that drift is reported beside the
+#     largest drift of three one-GPU runs that differ only in batching (-b 8, 4, 2 at the same
+#     global batch: the same sequences and mean, other GEMM shapes and sum orders), as a ratio, not
+#     a verdict: one 50-step drift is one sample of a random quantity (dev/RESULTS.md, Multi-GPU).
 #   bitwise: the same G-GPU run twice (overlapped all-reduce, ZeRO-1): losses and final weights
 #     must be equal bit for bit.
 #   throughput: one GPU alone on each GPU, then every mode on G GPUs, with the scaling against each
@@ -66,9 +69,7 @@ print(f"{sys.argv[3]}: {len(a)} vs {len(b)} steps, step 1 {first:.1e} relative, 
 # AdamW's first moment after one step (m = 0.1 g, the clipped reduced gradient) of two checkpoints'
 # state.bin (params, m, v: fp32, the file's last 3n floats). The same micro-batch gradients summed
 # in another order differ by a few fp32 roundings, relative L2 ~1e-7; the bound 1e-5 is far above
-# that and far below any real fault (a bucket not reduced, a wrong scale: 1e-2 and more). With
-# --reduce-bf16 every remote term is rounded to bf16 once (relative 2^-9): the bound is 2^-8, for
-# remote terms up to twice the sum's norm.
+# that and far below any real fault (a bucket not reduced, a wrong scale: 1e-2 and more).
 moment_py='
 import struct, sys, numpy as np
 def m_of(p):
@@ -77,9 +78,22 @@ def m_of(p):
     return np.frombuffer(b[len(b) - 8 * n:len(b) - 4 * n], dtype=np.float32).astype(np.float64)
 a, b = m_of(sys.argv[1]), m_of(sys.argv[2])
 rel = np.linalg.norm(a - b) / np.linalg.norm(a)
-bound = float(sys.argv[3]) if len(sys.argv) > 3 else 1e-5
-verdict = "ok" if rel <= bound else "FAIL"
-print(f"AdamW m relative L2 difference {rel:.2e} ({verdict}, bound {bound:.0e}), {np.mean(a == b) * 100:.1f} % of elements equal")
+verdict = "ok" if rel <= 1e-5 else "FAIL"
+print(f"AdamW m relative L2 difference {rel:.2e} ({verdict}, bound 1e-5), {np.mean(a == b) * 100:.1f} % of elements equal")
+'
+# 1 vs G GPUs: step 1 to fp32 rounding (the verdict), then the drift over the run beside the
+# rounding-only floor (argv[4])
+drift_py='
+import re, sys
+def losses(p):
+    return [float(m.group(1)) for m in re.finditer(r"^step +\d+/\d+ \| loss ([0-9.]+)", open(p).read(), re.M)]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+floor = float(sys.argv[4])
+worst = max((abs(x - y) for x, y in zip(a, b)), default=float("nan"))
+first = abs(a[0] - b[0]) / b[0] if a and b else float("nan")
+verdict = "ok" if len(a) == len(b) and len(a) > 0 and first <= 2e-6 else "FAIL"
+print(f"{sys.argv[3]}: {len(a)} vs {len(b)} steps, step 1 {first:.1e} relative ({verdict}, bound 2e-6); largest"
+      f" |loss difference| {worst:.2e} = {worst / floor:.2f}x the rounding-only floor {floor:.2e}; final {a[-1] if a else None} vs {b[-1] if b else None}")
 '
 # the largest per-step loss difference of two logs
 worst_py='
@@ -104,36 +118,33 @@ if has correct; then
             note "-d $d: noise floor $1 vs $2: $(python3 -c "$losses_py" /tmp/mg/$1.log /tmp/mg/$2.log "rounding only" 1)"
             floor=$(python3 -c "print(max($floor, float('$w')))")
         done
-        bound=$(python3 -c "print(f'{2 * $floor:.3e}')")
-        echo "$bound" >/tmp/mg/bound_$d
+        echo "$floor" >/tmp/mg/floor_$d
         # one step's reduced gradient, through AdamW's first moment m = 0.1 g after step 1
         ./train $common -d $d -x 1 -o /tmp/mg/one_step1_$d >/tmp/mg/one_step1_$d.log 2>&1
-        for mode in "--overlap-comm 1" "--overlap-comm 0" "--zero 1" "--zero 1 --overlap-comm 0" \
-            "--zero 1 --reduce-bf16 1" "--zero 1 --reduce-bf16 1 --overlap-comm 0"; do
+        for mode in "--overlap-comm 1" "--overlap-comm 0" "--zero 1" "--zero 1 --overlap-comm 0"; do
             tag="$(echo "$mode" | tr -d ' -')"
-            mbound=$([[ $mode == *bf16* ]] && echo 3.9e-3 || echo 1e-5)
             log=/tmp/mg/dp_${d}_$tag.log
             ./train -g $G $common -d $d $mode -o /tmp/mg/dp_${d}_$tag >$log 2>&1
             rc=$?
-            note "$(python3 -c "$losses_py" /tmp/mg/one_$d.log $log "-d $d, 1 vs $G GPUs $mode (exit $rc)" $bound) $(grep -m1 error $log)"
+            note "$(python3 -c "$drift_py" /tmp/mg/one_$d.log $log "-d $d, 1 vs $G GPUs $mode (exit $rc)" $floor) $(grep -m1 error $log)"
             note "    val: $(grep 'val loss' /tmp/mg/one_$d.log | tail -1 | cut -d'|' -f2) vs $(grep 'val loss' $log | tail -1 | cut -d'|' -f2); comm $(grep '| loss' $log | tail -1 | grep -o 'comm [0-9.]* ms')"
             ./train -g $G $common -d $d -x 1 $mode -o /tmp/mg/dp_step1_${d}_$tag >/dev/null 2>&1
             note "    step 1's gradient: $(python3 -c "$moment_py" /tmp/mg/one_step1_$d/step_00000001/state.bin \
-                /tmp/mg/dp_step1_${d}_$tag/step_00000001/state.bin $mbound 2>&1 | tail -1)"
+                /tmp/mg/dp_step1_${d}_$tag/step_00000001/state.bin 2>&1 | tail -1)"
         done
     done
     # the fused layer's other path, streaming (the runs above take its default, scaled exponentials), 1 vs G GPUs
     d=$((1024 * G)) streaming="--output fused --logits-mb 0"
     ./train $common -d $d $streaming -o /tmp/mg/one_streaming >/tmp/mg/one_streaming.log 2>&1
     ./train ${common/-b 8/-b 4} -d $d $streaming -o /tmp/mg/one_b4_streaming >/tmp/mg/one_b4_streaming.log 2>&1
-    bound=$(python3 -c "print(f'{2 * float(\"$(python3 -c "$worst_py" /tmp/mg/one_streaming.log /tmp/mg/one_b4_streaming.log)\"):.3e}')")
+    floor=$(python3 -c "$worst_py" /tmp/mg/one_streaming.log /tmp/mg/one_b4_streaming.log)
     ./train -g $G $common -d $d $streaming -o /tmp/mg/dp_streaming >/tmp/mg/dp_streaming.log 2>&1
     rc=$?
-    note "$(python3 -c "$losses_py" /tmp/mg/one_streaming.log /tmp/mg/dp_streaming.log "-d $d, 1 vs $G GPUs $streaming (exit $rc)" $bound) $(grep -m1 error /tmp/mg/dp_streaming.log)"
+    note "$(python3 -c "$drift_py" /tmp/mg/one_streaming.log /tmp/mg/dp_streaming.log "-d $d, 1 vs $G GPUs $streaming (exit $rc)" $floor) $(grep -m1 error /tmp/mg/dp_streaming.log)"
 fi
 if has bitwise; then
     # the same G-GPU run twice: every printed loss and the final weights equal bit for bit
-    for mode in "--overlap-comm 1" "--zero 1" "--zero 1 --reduce-bf16 1"; do
+    for mode in "--overlap-comm 1" "--zero 1"; do
         tag="$(echo "$mode" | tr -d ' -')"
         for k in 1 2; do
             ./train -g $G $common -d $((2048 * G)) $mode -o /tmp/mg/bit_${tag}_$k >/tmp/mg/bit_${tag}_$k.log 2>&1
@@ -157,7 +168,7 @@ if has nodes; then
         pids+=($!)
     done
     wait ${pids[0]}; rc0=$?; wait ${pids[1]}; rc1=$?
-    note "$(python3 -c "$losses_py" /tmp/mg/one_$d.log /tmp/mg/nodes_0.log "-d $d, 1 GPU vs 2 nodes x 1 GPU (exit $rc0, $rc1)" $(cat /tmp/mg/bound_$d 2>/dev/null || echo 1e-3)) $(grep -m1 error /tmp/mg/nodes_*.log)"
+    note "$(python3 -c "$drift_py" /tmp/mg/one_$d.log /tmp/mg/nodes_0.log "-d $d, 1 GPU vs 2 nodes x 1 GPU (exit $rc0, $rc1)" $(cat /tmp/mg/floor_$d 2>/dev/null || echo 1e-3)) $(grep -m1 error /tmp/mg/nodes_*.log)"
     # a node that never shows up: node 0 alone must give up with an error, not hang
     t0=$(date +%s)
     CUDA_VISIBLE_DEVICES=0 FUSEDGPT_RENDEZVOUS_TIMEOUT=20 timeout 200 ./train --nodes 2 --node-rank 0 \
@@ -236,8 +247,7 @@ if has throughput || has sweep || has skew || has peers; then
             one0=$TP_TOK
             throughput $V 1gpu_on_gpu1$sfx CUDA_VISIBLE_DEVICES=1 ./train -g 1 --output $out
             one1=$TP_TOK
-            for mode in "allreduce_after|--overlap-comm 0" "overlap|" "zero1|--zero 1" \
-                "zero1_bf16|--zero 1 --reduce-bf16 1" "zero1_bf16_after|--zero 1 --reduce-bf16 1 --overlap-comm 0"; do
+            for mode in "allreduce_after|--overlap-comm 0" "overlap|" "zero1|--zero 1"; do
                 IFS='|' read -r tag flags <<<"$mode"
                 throughput $V $tag$sfx ./train -g $G $flags --output $out
                 note "    scaling: $(python3 -c "

@@ -651,7 +651,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     cb->arena_bytes = layout_arena(cb, NULL);
     /* bf16 weights and gradients whole; master and moments whole or 1/world (ZeRO-1) */
     size_t state_estimate = zero1 ? P / (size_t)dist->world + 1 : P;
-    cb->sync_bytes = grad_sync_bytes(table, dist, zero1, overlap, dist && dp->reduce_bf16, B, T);
+    cb->sync_bytes = grad_sync_bytes(table, dist, zero1, overlap, B, T);
     size_t fixed = P * (sizeof(kbf16) + sizeof(float)) + state_estimate * 3 * sizeof(float) + cb->sync_bytes +
                    ((size_t)1 << 30); /* + 1 GB: cuBLAS, NCCL, context */
     size_t free_b = 0, total_b = 0;
@@ -680,8 +680,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     }
     CUDA_CHECK(cudaStreamCreate(&cb->stream));
     for (int i = 0; i < 4; i++) CUDA_CHECK(cudaEventCreate(&cb->mark[i]));
-    cb->sync = grad_sync_create(table, dist, zero1, overlap, dist && dp->reduce_bf16,
-                                dist ? dp->bucket_bytes / sizeof(float) : 0, B, T, err);
+    cb->sync = grad_sync_create(table, dist, zero1, overlap, dist ? dp->bucket_bytes / sizeof(float) : 0, B, T, err);
     if (!cb->sync && err[0]) {
         cuda_destroy(&cb->base);
         return NULL;

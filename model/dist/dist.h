@@ -102,9 +102,6 @@ void dist_reduce_scatter_sum(const Dist *d, const float *send, float *recv, size
 /* recv (world·count values) gets every rank's send (count values) in rank order; send may be
  * recv + rank·count (in place). */
 void dist_allgather(const Dist *d, const void *send, void *recv, size_t count, DistType type, void *cuda_stream);
-/* send holds world parts of count values; part j goes to rank j, and recv (world·count) gets rank
- * j's part for this rank at j·count. This rank's own part is neither sent nor written. */
-void dist_alltoall(const Dist *d, const void *send, void *recv, size_t count, DistType type, void *cuda_stream);
 /* Collectives between these two calls are launched as one (NCCL group). */
 void dist_group_begin(const Dist *d);
 void dist_group_end(const Dist *d);

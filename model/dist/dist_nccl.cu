@@ -116,20 +116,6 @@ extern "C" void dist_reduce_scatter_sum(const Dist *d, const float *send, float 
     NCCL_CHECK(ncclReduceScatter(send, recv, count, ncclFloat32, ncclSum, s->comm, (cudaStream_t)cuda_stream));
 }
 
-extern "C" void dist_alltoall(const Dist *d, const void *send, void *recv, size_t count, DistType type,
-                              void *cuda_stream) {
-    NcclState *s = (NcclState *)d->nccl;
-    if (!s) return;
-    const size_t bytes = count * (type == DIST_BFLOAT16 ? 2 : type == DIST_FLOAT64 ? 8 : 4);
-    NCCL_CHECK(ncclGroupStart());
-    for (int j = 0; j < d->world; j++) {
-        if (j == d->rank) continue;
-        NCCL_CHECK(ncclSend((const char *)send + j * bytes, count, nccl_type(type), j, s->comm, (cudaStream_t)cuda_stream));
-        NCCL_CHECK(ncclRecv((char *)recv + j * bytes, count, nccl_type(type), j, s->comm, (cudaStream_t)cuda_stream));
-    }
-    NCCL_CHECK(ncclGroupEnd());
-}
-
 extern "C" void dist_allgather(const Dist *d, const void *send, void *recv, size_t count, DistType type,
                                void *cuda_stream) {
     NcclState *s = (NcclState *)d->nccl;

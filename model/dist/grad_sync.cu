@@ -7,19 +7,13 @@
 #include "kernels/cuda_check.h"
 #include "model/dist/grad_sync.h"
 
-/* ZeRO-1 with bf16 on the wire exchanges a bucket in slabs of at most this many bytes per buffer
- * (the rounded slabs sent, the slabs received), so the two buffers stay small whatever the bucket. */
-#define BF16_SLAB_BYTES ((size_t)64 << 20)
-
 struct GradSync {
     const Dist *dist;
-    int zero1, overlap, reduce_bf16, world, rank;
+    int zero1, overlap, world, rank;
     int B, T, C, Vp;
     size_t wte_offset, wpe_offset, total;
     BucketPlan plan;
     float *grad_shard; /* ZeRO-1: this rank's reduced gradients, compact */
-    kbf16 *slab_send, *slab_recv; /* ZeRO-1 in bf16: world slabs each, rounded before the exchange */
-    size_t slab_len;              /* values per part and slab */
     cudaStream_t comm;
     cudaEvent_t ready;                    /* reused: record on main, comm waits (ordered use) */
     cudaEvent_t compute_done, comm_done;  /* timing: the wait not hidden by the backward */
@@ -36,14 +30,9 @@ static int owns_encoder(int zero1, int overlap, int world) {
     return world > 1 && overlap && !zero1;
 }
 
-static size_t slab_len(int world) {
-    return BF16_SLAB_BYTES / sizeof(kbf16) / (size_t)world;
-}
-
-size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overlap, int reduce_bf16, int B, int T) {
+size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overlap, int B, int T) {
     if (!d || d->world < 2) return 0;
     size_t bytes = zero1 ? (t->total / (size_t)d->world + (size_t)t->cfg.num_layers + 3) * sizeof(float) : 0;
-    if (zero1 && reduce_bf16) bytes += 2 * BF16_SLAB_BYTES;
     if (owns_encoder(zero1, overlap, d->world)) {
         size_t n_all = (size_t)d->world * B * T;
         bytes += n_all * t->cfg.dim * sizeof(kbf16) + n_all * sizeof(int) +
@@ -52,8 +41,8 @@ size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overla
     return bytes;
 }
 
-GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int overlap, int reduce_bf16,
-                           size_t min_bucket, int B, int T, char *err) {
+GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int overlap, size_t min_bucket, int B,
+                           int T, char *err) {
     err[0] = 0;
     if (!d || d->world < 2) return NULL;
     GradSync *gs = (GradSync *)calloc(1, sizeof *gs);
@@ -69,7 +58,6 @@ GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int ov
     gs->dist = d;
     gs->zero1 = zero1;
     gs->overlap = overlap;
-    gs->reduce_bf16 = zero1 && reduce_bf16;
     gs->world = d->world;
     gs->rank = d->rank;
     gs->B = B, gs->T = T, gs->C = t->cfg.dim, gs->Vp = t->cfg.padded_vocab_size;
@@ -86,11 +74,6 @@ GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int ov
     CUDA_CHECK(cudaEventCreate(&gs->gather_begin));
     CUDA_CHECK(cudaEventCreate(&gs->gather_end));
     if (zero1) CUDA_CHECK(cudaMalloc((void **)&gs->grad_shard, gs->plan.shard_elems * sizeof(float)));
-    if (gs->reduce_bf16) {
-        gs->slab_len = slab_len(gs->world);
-        CUDA_CHECK(cudaMalloc((void **)&gs->slab_send, BF16_SLAB_BYTES));
-        CUDA_CHECK(cudaMalloc((void **)&gs->slab_recv, BF16_SLAB_BYTES));
-    }
     if (early_embeddings) {
         size_t n_all = (size_t)gs->world * B * T;
         CUDA_CHECK(cudaMalloc((void **)&gs->dres_all, n_all * gs->C * sizeof(kbf16)));
@@ -104,8 +87,6 @@ void grad_sync_free(GradSync *gs) {
     if (!gs) return;
     CUDA_CHECK(cudaStreamSynchronize(gs->comm));
     CUDA_CHECK(cudaFree(gs->encoder_scratch));
-    CUDA_CHECK(cudaFree(gs->slab_recv));
-    CUDA_CHECK(cudaFree(gs->slab_send));
     CUDA_CHECK(cudaFree(gs->grad_shard));
     CUDA_CHECK(cudaFree(gs->inputs_all));
     CUDA_CHECK(cudaFree(gs->dres_all));
@@ -138,27 +119,9 @@ int grad_sync_owns_encoder(const GradSync *gs) {
     return gs && owns_encoder(gs->zero1, gs->overlap, gs->world);
 }
 
-/* ZeRO-1 in bf16: slab by slab, every part rounded and sent to its rank, then this rank's part
- * summed in fp32 (kernels/grad_reduce.cu). Kernels and sends alternate on one stream, so this is
- * never inside an NCCL group, and the slab buffers are reused in stream order. */
-static void reduce_bucket_bf16(GradSync *gs, int i, float *grads) {
-    const GradBucket *b = &gs->plan.buckets[i];
-    const size_t piece = b->count / (size_t)gs->world;
-    float *shard = gs->grad_shard + bucket_plan_piece(&gs->plan, i)->shard_offset;
-    const float *own = grads + b->begin + (size_t)gs->rank * piece;
-    for (size_t offset = 0; offset < piece; offset += gs->slab_len) {
-        const size_t len = piece - offset < gs->slab_len ? piece - offset : gs->slab_len;
-        grad_pack_bf16(gs->slab_send, grads + b->begin, piece, offset, len, gs->world, gs->comm);
-        dist_alltoall(gs->dist, gs->slab_send, gs->slab_recv, len, DIST_BFLOAT16, gs->comm);
-        grad_sum_bf16(shard + offset, own + offset, gs->slab_recv, len, gs->world, gs->rank, gs->comm);
-    }
-}
-
 static void reduce_bucket(GradSync *gs, int i, float *grads) {
     const GradBucket *b = &gs->plan.buckets[i];
-    if (gs->reduce_bf16)
-        reduce_bucket_bf16(gs, i, grads);
-    else if (gs->zero1)
+    if (gs->zero1)
         dist_reduce_scatter_sum(gs->dist, grads + b->begin, gs->grad_shard + bucket_plan_piece(&gs->plan, i)->shard_offset,
                                 b->count / (size_t)gs->world, gs->comm);
     else
@@ -199,9 +162,7 @@ void grad_sync_finish(GradSync *gs, float *grads, cudaStream_t main) {
     CUDA_CHECK(cudaEventRecord(gs->compute_done, main));
     if (!gs->overlap) {
         CUDA_CHECK(cudaStreamWaitEvent(gs->comm, gs->compute_done, 0));
-        if (gs->reduce_bf16) {
-            for (int i = 0; i < gs->plan.num_buckets; i++) reduce_bucket(gs, i, grads);
-        } else if (gs->zero1) {
+        if (gs->zero1) {
             dist_group_begin(gs->dist);
             for (int i = 0; i < gs->plan.num_buckets; i++) reduce_bucket(gs, i, grads);
             dist_group_end(gs->dist);

@@ -19,9 +19,7 @@
  * (its shard: fp32 master weights, AdamW moments and reduced gradients, compact), updates it, and
  * the bf16 weights are all-gathered after the update. Bucket edges are then rounded up to
  * multiples of world so that every bucket splits evenly; a bucket still only ever holds values
- * that are final when it is reduced (model/dist/grad_buckets.h). With reduce_bf16 (ZeRO-1 only)
- * the gradients travel in bf16 and each rank sums its shard in fp32, its own values unrounded
- * (kernels/grad_reduce.cu): half the bytes, one bf16 rounding per remote term. */
+ * that are final when it is reduced (model/dist/grad_buckets.h). */
 #ifndef FUSEDGPT_GRAD_SYNC_H
 #define FUSEDGPT_GRAD_SYNC_H
 
@@ -37,8 +35,8 @@ typedef struct GradSync GradSync;
 /* NULL + err when d is a world of one (nothing to do) or on failure (err set, non-empty).
  * min_bucket: values per bucket at least (grad_buckets.h). B, T: the micro-batch (for the
  * all-gathered encoder gradient). */
-GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int overlap, int reduce_bf16,
-                           size_t min_bucket, int B, int T, char *err);
+GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int overlap, size_t min_bucket, int B,
+                           int T, char *err);
 void grad_sync_free(GradSync *gs);
 
 /* Elements of the parameter and gradient buffers (the table's total rounded up to a multiple of
@@ -49,7 +47,7 @@ int grad_sync_pieces(const GradSync *gs, const ShardPiece **pieces, size_t *shar
 /* ZeRO-1: this rank's reduced gradients (shard_elems fp32, compact, in piece order); else NULL. */
 float *grad_sync_grad_shard(const GradSync *gs);
 /* Device memory grad_sync itself allocates (bytes). Usable before creating: same arguments. */
-size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overlap, int reduce_bf16, int B, int T);
+size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overlap, int B, int T);
 
 /* Backward hooks for the last micro-batch of a step, in this order: AFTER_OUTPUT, AFTER_LNF,
  * AFTER_LAYER for l = L-1..0, then either grad_sync_encoder (when grad_sync_owns_encoder) or the
