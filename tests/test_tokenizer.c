@@ -395,6 +395,19 @@ static uint32_t reference_train(const char *text, size_t len, uint32_t n_merges,
     return m;
 }
 
+
+/* The first n_ref merges of t are the reference's pairs, in order (a failure names the first that differs). */
+static void expect_merges_of_reference(const Tokenizer *t, const uint32_t *ref, uint32_t n_ref) {
+    for (uint32_t i = 0; i < n_ref && i < tokenizer_num_merges(t); i++) {
+        uint32_t l, r;
+        tokenizer_merge_pair(t, 256 + i, &l, &r);
+        if (l != ref[2 * i] || r != ref[2 * i + 1]) {
+            test_fail(__FILE__, __LINE__, "merge %u is (%u, %u), reference (%u, %u)", i, l, r, ref[2 * i],
+                      ref[2 * i + 1]);
+            return;
+        }
+    }
+}
 TEST(tokenizer_training_matches_brute_force_reference) {
     Rng rng;
     rng_seed(&rng, 11);
@@ -406,15 +419,7 @@ TEST(tokenizer_training_matches_brute_force_reference) {
     Tokenizer *t = train_on(text, len, want + TOKENIZER_MIN_VOCAB, 2);
     REQUIRE(t, "no tokenizer");
     CHECK(tokenizer_num_merges(t) == n_ref, "%u merges, reference made %u", tokenizer_num_merges(t), n_ref);
-    for (uint32_t i = 0; i < n_ref && i < tokenizer_num_merges(t); i++) {
-        uint32_t l, r;
-        tokenizer_merge_pair(t, 256 + i, &l, &r);
-        if (l != ref[2 * i] || r != ref[2 * i + 1]) {
-            test_fail(__FILE__, __LINE__, "merge %u is (%u, %u), reference (%u, %u)", i, l, r, ref[2 * i],
-                      ref[2 * i + 1]);
-            break;
-        }
-    }
+    expect_merges_of_reference(t, ref, n_ref);
     free(ref);
     free(text);
     tokenizer_free(t);
@@ -450,15 +455,7 @@ TEST(tokenizer_training_on_one_long_line_matches_the_brute_force_reference) {
     REQUIRE(t, "no tokenizer");
     CHECK(n_ref == want && tokenizer_num_merges(t) == n_ref, "%u merges, reference made %u", tokenizer_num_merges(t),
           n_ref);
-    for (uint32_t i = 0; i < n_ref && i < tokenizer_num_merges(t); i++) {
-        uint32_t l, r;
-        tokenizer_merge_pair(t, 256 + i, &l, &r);
-        if (l != ref[2 * i] || r != ref[2 * i + 1]) {
-            test_fail(__FILE__, __LINE__, "merge %u is (%u, %u), reference (%u, %u)", i, l, r, ref[2 * i],
-                      ref[2 * i + 1]);
-            break;
-        }
-    }
+    expect_merges_of_reference(t, ref, n_ref);
     free(ref);
     free(text);
     tokenizer_free(t);
