@@ -1,0 +1,150 @@
+/* SentencePiece-style tokenizer.json (byte-fallback BPE) in: the fixtures trained by `tokenizers`
+ * in the layouts of Gemma 3, Llama 2, Mistral, a split Metaspace and a Split on a literal
+ * (tests/fixtures/gen/make_sentencepiece_fixtures.py) give, for hard strings, exactly the ids
+ * `tokenizers` gave (with its post-processor's BOS) and decode as it decoded them; a document
+ * encodes the same on one thread, on several, and through `./train prepare`; what is not supported
+ * is refused in one line naming the component. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/err.h"
+#include "data/shard.h"
+#include "tests/test.h"
+#include "tests/test_util.h"
+#include "tokenizer/json.h"
+#include "tokenizer/tokenizer.h"
+
+static const char *const layouts[] = {"gemma3", "llama2", "mistral", "metaspace", "split"};
+#define N_LAYOUTS (sizeof layouts / sizeof layouts[0])
+
+static Tokenizer *load_layout(const char *name) {
+    char path[256], err[ERR_LEN];
+    snprintf(path, sizeof path, "tests/fixtures/spm_%s.json", name);
+    Tokenizer *t = tokenizer_load(path, err);
+    if (!t) test_fail(__FILE__, __LINE__, "%s", err);
+    return t;
+}
+
+/* Where two id lists first differ, or -1. */
+static long first_difference(const uint32_t *a, size_t na, const uint32_t *b, size_t nb) {
+    size_t i = 0;
+    while (i < na && i < nb && a[i] == b[i]) i++;
+    return i == na && i == nb ? -1 : (long)i;
+}
+
+/* Every case of spm_NAME.expected.json: ids (with the BOS) and the decoded text. */
+static void expect_layout_matches_tokenizers(const char *name) {
+    Tokenizer *t = load_layout(name);
+    if (!t) return;
+    char path[256], err[ERR_LEN];
+    snprintf(path, sizeof path, "tests/fixtures/spm_%s.expected.json", name);
+    size_t len;
+    char *text = read_file(path, &len);
+    REQUIRE(text, "cannot read %s", path);
+    JsonValue *cases = json_parse(text, len, path, err);
+    REQUIRE(cases && cases->type == JSON_ARRAY && cases->len > 20, "%s: %s", path, err);
+    int failures = 0;
+    for (size_t c = 0; c < cases->len && failures < 5; c++) {
+        const JsonValue *k = &cases->items[c], *s = json_get(k, "text"), *want = json_get(k, "ids_bos"),
+                        *decoded = json_get(k, "decoded"), *plain = json_get(k, "ids");
+        size_t n;
+        uint32_t *ids = tokenizer_encode_alloc(t, s->string, s->len, TOKENIZER_SPECIALS, &n);
+        uint32_t *expect = malloc((want->len + 1) * sizeof *expect);
+        REQUIRE(ids && expect, "out of memory");
+        for (size_t i = 0; i < want->len; i++) expect[i] = (uint32_t)want->items[i].number;
+        long at = first_difference(ids, n, expect, want->len);
+        if (at >= 0) {
+            failures++;
+            test_fail(__FILE__, __LINE__, "%s: \"%.40s\": ids differ at %ld (ours %u of %zu, tokenizers %u of %zu)", name,
+                      s->string, at, (size_t)at < n ? ids[at] : 0, n,
+                      (size_t)at < want->len ? expect[at] : 0, want->len);
+        }
+        /* the decoder gives back what tokenizers' gives for the ids without the post-processor */
+        for (size_t i = 0; i < plain->len; i++) expect[i] = (uint32_t)plain->items[i].number;
+        size_t need = tokenizer_decode(t, expect, plain->len, NULL, 0);
+        char *back = malloc(need + 1);
+        REQUIRE(back, "out of memory");
+        size_t got = tokenizer_decode(t, expect, plain->len, back, need);
+        if (got != decoded->len || memcmp(back, decoded->string, got) != 0) {
+            failures++;
+            test_fail(__FILE__, __LINE__, "%s: \"%.40s\" decodes as \"%.*s\", tokenizers gives \"%s\"", name, s->string,
+                      (int)(got < 80 ? got : 80), back, decoded->string);
+        }
+        free(back);
+        free(expect);
+        free(ids);
+    }
+    json_free(cases);
+    free(text);
+    tokenizer_free(t);
+}
+
+TEST(a_gemma3_layout_tokenizer_encodes_and_decodes_hard_strings_as_tokenizers_does) {
+    expect_layout_matches_tokenizers("gemma3");
+}
+
+TEST(a_llama2_layout_tokenizer_with_prepend_and_fused_unk_matches_tokenizers) {
+    expect_layout_matches_tokenizers("llama2");
+}
+
+TEST(a_mistral_layout_metaspace_first_with_stripping_added_tokens_matches_tokenizers) {
+    expect_layout_matches_tokenizers("mistral");
+}
+
+TEST(a_split_metaspace_layout_with_normalized_and_single_word_tokens_matches_tokenizers) {
+    expect_layout_matches_tokenizers("metaspace");
+}
+
+TEST(a_split_on_literal_layout_matches_tokenizers) {
+    expect_layout_matches_tokenizers("split");
+}
+
+/* Ids, one per line. */
+static uint32_t *read_ids(const char *path, size_t *n) {
+    char *text = read_text(path);
+    if (!text) return NULL;
+    size_t cap = 1024;
+    uint32_t *ids = malloc(cap * sizeof *ids);
+    *n = 0;
+    for (char *p = text; *p;) {
+        char *end;
+        unsigned long v = strtoul(p, &end, 10);
+        if (end == p) break;
+        if (*n == cap) ids = realloc(ids, (cap *= 2) * sizeof *ids);
+        ids[(*n)++] = (uint32_t)v;
+        p = end;
+        while (*p == '\n') p++;
+    }
+    free(text);
+    return ids;
+}
+
+TEST(a_sentencepiece_document_encodes_the_same_on_one_thread_and_on_several) {
+    size_t len;
+    char *doc = read_file("tests/fixtures/spm_document.txt", &len), err[ERR_LEN], path[256];
+    REQUIRE(doc, "cannot read the document");
+    for (size_t l = 0; l < N_LAYOUTS; l++) {
+        Tokenizer *t = load_layout(layouts[l]);
+        if (!t) continue;
+        snprintf(path, sizeof path, "tests/fixtures/spm_%s.ids", layouts[l]);
+        size_t n_want, n;
+        uint32_t *want = read_ids(path, &n_want), *one = tokenizer_encode_alloc(t, doc, len, TOKENIZER_SPECIALS, &n);
+        REQUIRE(want && one, "cannot read %s", path);
+        long at = first_difference(one, n, want, n_want);
+        CHECK(at < 0, "%s: the document's ids differ at %ld (ours %zu, tokenizers %zu)", layouts[l], at, n, n_want);
+        for (int threads = 2; threads <= 7; threads += 5) {
+            uint32_t *par = NULL;
+            size_t n_par = 0;
+            REQUIRE(tokenizer_encode_parallel(t, doc, len, TOKENIZER_SPECIALS, threads, &par, &n_par, err) == 0, "%s",
+                    err);
+            at = first_difference(par, n_par, want, n_want);
+            CHECK(at < 0, "%s on %d threads: ids differ at %ld", layouts[l], threads, at);
+            free(par);
+        }
+        free(one);
+        free(want);
+        tokenizer_free(t);
+    }
+    free(doc);
+}
