@@ -8,7 +8,7 @@
  *        -> pre-tokenizer steps (Metaspace, Split on a literal)
  *        -> the model on each word: characters of the vocabulary, the rest as <0xNN> byte tokens
  *           (or unk), then merges by rank
- *        -> the post-processor's tokens around each document (TemplateProcessing: Gemma's <bos>)
+ *        -> the post-processor's tokens around the text (TemplateProcessing: Gemma's <bos>)
  *
  * Without a pre-tokenizer a whole document is one word. Its merges still run in O(n log n) (the
  * heap of bpe_encode.c), and a word is cut before each "▁" that no merge can join to the character
@@ -109,6 +109,8 @@ size_t spm_encode(EncodeCtx *c, const uint8_t *text, size_t len, int flags, uint
 /* Cuts for threads where encoding the parts alone gives the ids of the whole (see spm_encode.c);
  * returns the number of parts (1 when the tokenizer allows no cut). */
 int spm_cut_text(const Tokenizer *t, const char *text, size_t len, int parts, size_t *cuts);
+/* 1 when text may be cut before s[i]. */
+int spm_is_cut_point(const Spm *spm, const uint8_t *s, size_t len, size_t i);
 size_t spm_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char *out, size_t cap);
 
 #endif

@@ -85,10 +85,14 @@ static int is_space_cp(uint32_t cp) {
     return cp != UINT32_MAX && (cp == '\n' || cp == '\r' || unicode_class(cp) == UCLASS_SPACE);
 }
 
+/* Regex \w as tokenizers' single_word sees it: letters, numbers, '_', the joiners, and combining
+ * marks (the common blocks of them: our class table has no class of its own for marks). */
 static int is_word_cp(uint32_t cp) {
     if (cp == UINT32_MAX) return 0;
     int c = unicode_class(cp);
-    return c == UCLASS_LETTER || c == UCLASS_NUMBER || cp == '_';
+    return c == UCLASS_LETTER || c == UCLASS_NUMBER || cp == '_' || cp == 0x200c || cp == 0x200d ||
+           (cp >= 0x300 && cp <= 0x36f) || (cp >= 0x1ab0 && cp <= 0x1aff) || (cp >= 0x1dc0 && cp <= 0x1dff) ||
+           (cp >= 0x20d0 && cp <= 0x20ff) || (cp >= 0xfe20 && cp <= 0xfe2f);
 }
 
 /* The character that ends at s[end) (end > 0) and where it starts. */
@@ -393,7 +397,7 @@ static void encode_piece(EncodeCtx *c, const uint8_t *s, size_t n, int origin, i
     pre_step(c, 0, ns + pos, m - pos, origin && pos == 0, o);
 }
 
-/* One document, or the part of one that the text holds (origin = 0: it began before). */
+/* A text, or the part of one (origin = 0: it began before). */
 static void encode_document(EncodeCtx *c, const uint8_t *s, size_t n, int origin, int specials, Out *o) {
     const Spm *spm = encode_ctx_tokenizer(c)->spm;
     size_t scan = 0, pos = 0, st, sp;
@@ -406,32 +410,17 @@ static void encode_document(EncodeCtx *c, const uint8_t *s, size_t n, int origin
     if (pos < n) encode_piece(c, s + pos, n - pos, origin && pos == 0, origin || pos > 0, specials, o);
 }
 
+/* The text as tokenizers encodes it, the post-processor's tokens around it (with specials): a
+ * separator inside the text is the added token it is, as it is there. */
 size_t spm_encode(EncodeCtx *c, const uint8_t *text, size_t len, int flags, uint32_t *out, size_t cap) {
-    const Tokenizer *t = encode_ctx_tokenizer(c);
-    const Spm *spm = t->spm;
+    const Spm *spm = encode_ctx_tokenizer(c)->spm;
     Out o = {out, cap, 0};
-    const int specials = flags & TOKENIZER_SPECIALS;
-    if (!specials || (!spm->n_prefix && !spm->n_suffix)) {
-        encode_document(c, text, len, !(flags & TOKENIZER_MID_START), specials, &o);
-        return o.done;
-    }
-    /* documents: the post-processor's tokens around each, the separator between them */
-    size_t sep_len;
-    const uint8_t *sep = tokenizer_token_bytes(t, t->eot, &sep_len);
-    size_t pos = 0;
-    for (int first = 1;; first = 0) {
-        const uint8_t *e = sep_len ? memmem(text + pos, len - pos, sep, sep_len) : NULL;
-        const size_t end = e ? (size_t)(e - text) : len;
-        const int last = !e, starts = !(first && (flags & TOKENIZER_MID_START));
-        if (last && !first && end == pos) break; /* the text ends with a separator: the next document is not here */
-        if (starts)
-            for (int i = 0; i < spm->n_prefix; i++) put(&o, spm->prefix[i]);
-        encode_document(c, text + pos, end - pos, starts, specials, &o);
-        if (!(last && (flags & TOKENIZER_MID_END)))
-            for (int i = 0; i < spm->n_suffix; i++) put(&o, spm->suffix[i]);
-        if (last) break;
-        pos = end + sep_len;
-    }
+    const int specials = flags & TOKENIZER_SPECIALS, starts = !(flags & TOKENIZER_MID_START);
+    if (specials && starts)
+        for (int i = 0; i < spm->n_prefix; i++) put(&o, spm->prefix[i]);
+    encode_document(c, text, len, starts, specials, &o);
+    if (specials && !(flags & TOKENIZER_MID_END))
+        for (int i = 0; i < spm->n_suffix; i++) put(&o, spm->suffix[i]);
     return o.done;
 }
 
@@ -443,7 +432,8 @@ static int is_letter(uint8_t b) {
 /* A space between two ASCII letters, the first of which no merge joins to a "▁": the word after
  * the space starts a chunk of its own in the whole text as in the part (spm_import.c says when the
  * tokenizer allows it). */
-static int is_cut_point(const Spm *spm, const uint8_t *s, size_t len, size_t i) {
+int spm_is_cut_point(const Spm *spm, const uint8_t *s, size_t len, size_t i) {
+    if (!spm->can_cut) return 0;
     return i > 0 && i + 1 < len && s[i] == ' ' && is_letter(s[i - 1]) && is_letter(s[i + 1]) &&
            char_token(spm, s[i - 1]) != UINT32_MAX && pair_map_get(&spm->joins_meta, s[i - 1]) == UINT32_MAX;
 }
@@ -456,7 +446,7 @@ int spm_cut_text(const Tokenizer *t, const char *text, size_t len, int parts, si
         size_t target = (size_t)((double)len * p / parts);
         if (target <= cuts[k]) continue;
         size_t i = target;
-        while (i < len && !is_cut_point(t->spm, s, len, i)) i++;
+        while (i < len && !spm_is_cut_point(t->spm, s, len, i)) i++;
         if (i >= len) break;
         cuts[++k] = i;
     }

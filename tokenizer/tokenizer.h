@@ -84,11 +84,11 @@ int tokenizer_merge_pair(const Tokenizer *t, uint32_t id, uint32_t *left, uint32
 /* ---- encode / decode ---- */
 /* What tokenizer_encode's flags ask for (0: plain text, no document structure):
  * TOKENIZER_SPECIALS: special tokens in the text are recognised ("<|endoftext|>" becomes the EOT
- *   token), and an imported tokenizer's post-processor tokens (Gemma's <bos>) begin each document;
- *   its separator text ends one document and begins the next.
- * TOKENIZER_MID_START: the text begins inside a document (no BOS, no prefix space), as the second
- *   part of a document cut in two does.
- * TOKENIZER_MID_END: the text ends inside a document (no end-of-document token). */
+ *   token), and an imported SentencePiece-style tokenizer's post-processor adds its tokens around
+ *   the text (Gemma's <bos> before it), as Hugging Face's encode(text) does.
+ * TOKENIZER_MID_START: the text goes on from text before it (no BOS, no prefix space), as the
+ *   second part of a text cut at tokenizer_cut_near does.
+ * TOKENIZER_MID_END: the text stops before its end (no end-of-text token). */
 #define TOKENIZER_SPECIALS 1
 #define TOKENIZER_MID_START 2
 #define TOKENIZER_MID_END 4
@@ -107,6 +107,11 @@ uint32_t *tokenizer_encode_alloc(const Tokenizer *t, const char *text, size_t le
  * -1 + message (out of memory). */
 int tokenizer_encode_parallel(const Tokenizer *t, const char *text, size_t len, int flags, int threads,
                               uint32_t **out, size_t *n_out, char *err);
+
+/* The first place at or after `at` where text may be cut so that its two parts, encoded alone (the
+ * first with TOKENIZER_MID_END, the second with TOKENIZER_MID_START), give the ids of the whole;
+ * len when there is none. */
+size_t tokenizer_cut_near(const Tokenizer *t, const char *text, size_t len, size_t at);
 
 /* Writes the bytes of ids[0..n) into out (capacity cap, no terminating NUL) and returns the number
  * of bytes needed, which may exceed cap. The EOT token decodes as "<|endoftext|>"; an id outside the
