@@ -148,3 +148,107 @@ TEST(a_sentencepiece_document_encodes_the_same_on_one_thread_and_on_several) {
     }
     free(doc);
 }
+
+/* `./train prepare --tokenizer` on the document: its train and validation shards together hold the
+ * ids `tokenizers` gives the document (its BOS once, at the start), wherever the cut falls. */
+TEST(prepare_with_a_sentencepiece_tokenizer_gives_the_ids_tokenizers_gives) {
+    const char *which[] = {"gemma3", "mistral", "llama2"};
+    for (int l = 0; l < 3; l++) {
+        char args[1200], path[800], err[ERR_LEN], *out = NULL;
+        snprintf(args, sizeof args,
+                 "prepare --tokenizer tests/fixtures/spm_%s.json --val-fraction 0.3 -o %s/p%d "
+                 "tests/fixtures/spm_document.txt",
+                 which[l], test_tmpdir(), l);
+        int rc = run_train(args, &out);
+        CHECK(rc == 0, "prepare with %s: (%d) %s", which[l], rc, out);
+        free(out);
+        uint32_t *ids[2] = {NULL, NULL};
+        uint64_t n[2] = {0, 0};
+        const char *parts[2] = {"train", "val"};
+        for (int k = 0; k < 2; k++) {
+            ShardHeader h;
+            snprintf(path, sizeof path, "%s/p%d/%s.bin", test_tmpdir(), l, parts[k]);
+            REQUIRE(shard_read(path, 1024, &ids[k], &n[k], &h, err) == 0, "%s", err);
+        }
+        uint32_t *all = malloc((n[0] + n[1] + 1) * sizeof *all);
+        memcpy(all, ids[0], n[0] * sizeof *all);
+        memcpy(all + n[0], ids[1], n[1] * sizeof *all);
+        snprintf(path, sizeof path, "tests/fixtures/spm_%s.ids", which[l]);
+        size_t n_want;
+        uint32_t *want = read_ids(path, &n_want);
+        REQUIRE(want, "cannot read %s", path);
+        long at = first_difference(all, n[0] + n[1], want, n_want);
+        CHECK(n[1] > 0 && at < 0, "%s: %llu + %llu ids differ from tokenizers' %zu at %ld", which[l],
+              (unsigned long long)n[0], (unsigned long long)n[1], n_want, at);
+        free(want);
+        free(all);
+        free(ids[0]);
+        free(ids[1]);
+    }
+}
+
+/* A run trained on shards of an imported Gemma 3 layout tokenizer: each checkpoint carries its
+ * tokenizer.json byte for byte, and `./train sample` decodes through its decoder ("▁" as spaces). */
+TEST(a_checkpoint_carries_the_imported_sentencepiece_tokenizer_json_unchanged_and_samples_decode_with_it) {
+    char args[2400], path[900], run[800], *out = NULL;
+    snprintf(run, sizeof run, "%s/run", test_tmpdir());
+    snprintf(args, sizeof args, "prepare --tokenizer tests/fixtures/spm_gemma3.json -o %s/prep tests/fixtures/spm_document.txt",
+             test_tmpdir());
+    CHECK(run_train(args, &out) == 0, "prepare: %s", out);
+    free(out);
+    snprintf(args, sizeof args,
+             "-i %s/prep/train.bin --tokenizer tests/fixtures/spm_gemma3.json -v 1024 --device cpu -e tiny -b 2 -t 32 "
+             "--max-seq-len 128 -x 4 -n 4 -s 0 -o %s",
+             test_tmpdir(), run);
+    CHECK(run_train(args, &out) == 0, "train: %s", out);
+    free(out);
+    size_t n_copy = 0, n_orig = 0;
+    snprintf(path, sizeof path, "%s/step_00000004/tokenizer.json", run);
+    char *copy = read_file(path, &n_copy), *orig = read_file("tests/fixtures/spm_gemma3.json", &n_orig);
+    CHECK(copy && orig && n_copy == n_orig && memcmp(copy, orig, n_orig) == 0,
+          "the checkpoint's tokenizer.json (%zu bytes) is not the imported file (%zu bytes)", n_copy, n_orig);
+    free(copy);
+    free(orig);
+    snprintf(args, sizeof args, "sample -o %s --device cpu --prompt 'Hello world' -G 8 --temperature 0 --ids", run);
+    CHECK(run_train(args, &out) == 0 && out && strstr(out, "<bos>Hello world") && !strstr(out, "\xe2\x96\x81"),
+          "sample: %s", out);
+    free(out);
+}
+
+/* The fixture with one text replaced, loaded: expects an error that contains msg, on one line. */
+static void expect_refused(const char *from, const char *to, const char *msg) {
+    char *json = read_text("tests/fixtures/spm_gemma3.json"), path[700], err[ERR_LEN] = "";
+    REQUIRE(json, "cannot read the fixture");
+    char *at = strstr(json, from);
+    REQUIRE(at, "the fixture has no '%s'", from);
+    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f, "cannot write %s", path);
+    fwrite(json, 1, (size_t)(at - json), f);
+    fputs(to, f);
+    fputs(at + strlen(from), f);
+    fclose(f);
+    free(json);
+    Tokenizer *t = tokenizer_load(path, err);
+    CHECK(!t, "'%s' was accepted", to);
+    CHECK(strstr(err, msg) && !strchr(err, '\n'), "'%s': message '%s' lacks '%s' or is not one line", to, err, msg);
+    tokenizer_free(t);
+}
+
+TEST(sentencepiece_models_and_components_we_do_not_run_are_refused_by_name) {
+    expect_refused("\"type\": \"BPE\"", "\"type\": \"Unigram\"", "model Unigram is not supported");
+    expect_refused("\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "model WordPiece is not supported");
+    expect_refused("\"type\": \"BPE\"", "\"type\": \"WordLevel\"", "model WordLevel is not supported");
+    expect_refused("\"type\": \"Replace\"", "\"type\": \"NFKC\"", "normalizer NFKC is not supported");
+    expect_refused("\"type\": \"Replace\"", "\"type\": \"Lowercase\"", "normalizer Lowercase is not supported");
+    expect_refused("\"pre_tokenizer\": null", "\"pre_tokenizer\": {\"type\": \"Whitespace\"}",
+                   "pre_tokenizer Whitespace is not supported");
+    expect_refused("\"pre_tokenizer\": null", "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \" \"}}",
+                   "pre_tokenizer Split on a regex is not supported");
+    expect_refused("\"type\": \"TemplateProcessing\"", "\"type\": \"RobertaProcessing\"",
+                   "post_processor RobertaProcessing is not supported");
+    expect_refused("\"type\": \"ByteFallback\"", "\"type\": \"WordPiece\"", "decoder WordPiece is not supported");
+    expect_refused("\"type\": \"Fuse\"", "\"type\": \"CTC\"", "decoder CTC is not supported");
+    expect_refused("\"unk_token\": null", "\"unk_token\": \"<nope>\"", "unk_token \"<nope>\" is not in the vocabulary");
+    expect_refused("\"dropout\": null", "\"dropout\": 0.1", "dropout");
+}
