@@ -1,4 +1,6 @@
-/* tokenizer/hf_import.c - a Hugging Face tokenizer.json of a byte-level BPE model as a Tokenizer.
+/* tokenizer/hf_import.c - a Hugging Face tokenizer.json of a BPE model as a Tokenizer: byte-level
+ * here; a SentencePiece-style one (byte_fallback: Gemma 3, Llama 2, Mistral) shares the ids, token
+ * strings, merges and added tokens built here, and spm_import.c reads the rest of its pipeline.
  *
  * What is honoured: the model's vocabulary and merges (rank = place in the list; the "a b" string
  * form and the ["a", "b"] pair form), ignore_merges, the added tokens (found in the text before it
@@ -7,8 +9,8 @@
  * ByteLevel without its regex. Token strings are in ByteLevel's alphabet (one code point per
  * byte); a string with a character outside it stands for its own UTF-8 bytes, as Hugging Face's
  * ByteLevel decoder does. Anything that would make our ids differ from Hugging Face's (another
- * model type, a normalizer that rewrites text, an unknown pattern, byte fallback, added tokens that
- * strip space) is refused with one line naming it, and so is a file that asks for more than a
+ * model type, a normalizer that rewrites text, an unknown pattern, added tokens that strip space)
+ * is refused with one line naming it, and so is a file that asks for more than a
  * vocabulary needs (an id far past the number of tokens, a token over TOKENIZER_MAX_TOKEN_BYTES).
  * The post-processor (a BOS token some add) is not applied: `./train prepare` separates documents
  * with the separator token instead. */
