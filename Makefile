@@ -135,6 +135,11 @@ $(BUILD)/bench_tokenizer: $(BUILD)/dev/bench/bench_tokenizer.o $(HOST_OBJ)
 bench-tokenizer: $(BUILD)/bench_tokenizer
 	./$(BUILD)/bench_tokenizer $(BENCH_TOKENIZER_ARGS)
 
+# SentencePiece-style tokenizer.json: load time and encode MB/s (dev/bench/bench_spm.sh makes the
+# tokenizers it times).
+$(BUILD)/bench_spm: $(BUILD)/dev/bench/bench_spm.o $(HOST_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
 # The pre-tokenizer against PCRE2 on a whole corpus (the tests do it on generated text).
 SPLIT_FILE ?= .cache/corpus/default-v1.txt
 $(BUILD)/check_split_pcre2: $(BUILD)/dev/check/check_split_pcre2.o $(HOST_OBJ)

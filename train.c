@@ -473,9 +473,9 @@ static float validation_loss(Backend *be, Loader *val, int batches, int *inputs,
 /* The prompt's tokens (all of them; a sample keeps those that fit its window) into ids, allocated
  * here (NULL with 0 when there is no prompt or no memory). */
 static size_t encode_prompt(const Tokenizer *tok, const char *prompt, uint32_t **ids) {
-    size_t len = strlen(prompt);
-    *ids = tok && len ? malloc((len + 1) * sizeof(uint32_t)) : NULL;
-    return *ids ? tokenizer_encode(tok, prompt, len, 0, *ids, len + 1) : 0;
+    size_t len = strlen(prompt), n = 0;
+    *ids = tok && len ? tokenizer_encode_alloc(tok, prompt, len, 0, &n) : NULL;
+    return *ids ? n : 0;
 }
 
 /* A sample fills one window of -t tokens: the prompt's first -t - 1 tokens (or the end-of-text

@@ -146,13 +146,14 @@ static size_t val_cut(const char *text, size_t len, double fraction, const char 
     return target;
 }
 
-/* Encodes one part and writes it as a shard. */
-static int write_part(const Tokenizer *tok, const char *text, size_t len, int threads, const char *path,
+/* Encodes one part (flags: which end of it the text goes on from, tokenizer.h) and writes it as a
+ * shard. */
+static int write_part(const Tokenizer *tok, const char *text, size_t len, int flags, int threads, const char *path,
                       uint64_t *n_tokens, char *err) {
     uint32_t *ids = NULL;
     size_t n = 0;
     char terr[ERR_LEN];
-    if (tokenizer_encode_parallel(tok, text, len, 1, threads, &ids, &n, terr) != 0) {
+    if (tokenizer_encode_parallel(tok, text, len, TOKENIZER_SPECIALS | flags, threads, &ids, &n, terr) != 0) {
         fgpt_set_err(err, "%s", terr);
         return -1;
     }
@@ -202,7 +203,16 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
     size_t eot_len = strlen(TOKENIZER_EOT_TEXT);
     const char *eot = given ? tokenizer_eot_text(given, &eot_len) : TOKENIZER_EOT_TEXT;
     int at_boundary;
-    const size_t cut = val_cut(text, len, opt->val_fraction, eot, eot_len, &at_boundary);
+    size_t cut = val_cut(text, len, opt->val_fraction, eot, eot_len, &at_boundary);
+    /* An imported tokenizer encodes the text as Hugging Face does the whole of it (its BOS once,
+     * at the start): the validation part goes on from the training part, so it starts at the
+     * separator (the piece after it then begins as it does in the whole), or at a place where the
+     * tokenizer can cut text (tokenizer_cut_near) */
+    if (imported && at_boundary && cut < len) cut -= eot_len;
+    else if (imported && !at_boundary) {
+        size_t at = tokenizer_cut_near(given, text, len, cut > 0 ? cut - 1 : 0);
+        if (at < len) cut = at;
+    }
     if (cut == len) {
         fgpt_set_err(err, "the validation part of the text is empty (%zu bytes in all); give more text or raise "
                      "--val-fraction", len);
@@ -244,8 +254,9 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
     uint64_t n_train = 0, n_val = 0;
     t0 = seconds();
     fprintf(stderr, "prepare: encoding %.1f MB (train) + %.2f MB (validation)\n", cut / 1e6, (len - cut) / 1e6);
-    int rc = write_part(tok, text, cut, opt->threads, out->train_path, &n_train, err);
-    if (rc == 0) rc = write_part(tok, text + cut, len - cut, opt->threads, out->val_path, &n_val, err);
+    const int mid_start = imported ? TOKENIZER_MID_START : 0, mid_end = imported ? TOKENIZER_MID_END : 0;
+    int rc = write_part(tok, text, cut, mid_end, opt->threads, out->train_path, &n_train, err);
+    if (rc == 0) rc = write_part(tok, text + cut, len - cut, mid_start, opt->threads, out->val_path, &n_val, err);
     if (rc == 0)
         fprintf(stderr, "prepare: %llu train + %llu validation tokens (%.3f tokens/byte) in %.1f s -> %s\n",
                 (unsigned long long)n_train, (unsigned long long)n_val, (double)(n_train + n_val) / (double)len,

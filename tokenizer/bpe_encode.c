@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenizer/spm.h"
 #include "tokenizer/tokenizer_internal.h"
 
 /* Chunks longer than this use the heap BPE and are not cached: they are rare (long runs of
@@ -25,9 +26,8 @@ static inline uint32_t rank_of(const Tokenizer *t, uint32_t a, uint32_t b) {
 /* Short chunks: keep the merge rank of each adjacent pair; each step merges the lowest one (the
  * leftmost on ties, as training does and as Hugging Face's BPE does) and recomputes only its two
  * neighbours. */
-static size_t bpe_quadratic(const Tokenizer *t, const uint8_t *s, size_t n, uint32_t *sym) {
+static size_t bpe_quadratic_symbols(const Tokenizer *t, uint32_t *sym, size_t n) {
     uint32_t rank[SHORT_CHUNK];
-    for (size_t i = 0; i < n; i++) sym[i] = t->byte_token[s[i]];
     for (size_t i = 0; i + 1 < n; i++) rank[i] = rank_of(t, sym[i], sym[i + 1]);
     while (n > 1) {
         uint32_t best = UINT32_MAX;
@@ -46,6 +46,11 @@ static size_t bpe_quadratic(const Tokenizer *t, const uint8_t *s, size_t n, uint
         if (at + 1 < n) rank[at] = rank_of(t, sym[at], sym[at + 1]);
     }
     return n;
+}
+
+static size_t bpe_quadratic(const Tokenizer *t, const uint8_t *s, size_t n, uint32_t *sym) {
+    for (size_t i = 0; i < n; i++) sym[i] = t->byte_token[s[i]];
+    return bpe_quadratic_symbols(t, sym, n);
 }
 
 /* Long chunks: a doubly linked list of symbols and a min-heap of (merge rank, position). An entry
@@ -84,19 +89,18 @@ static BpeEntry bpe_pop(BpeEntry *h, size_t *n) {
     return top;
 }
 
-/* Returns the token count, or SIZE_MAX on out of memory. */
-static size_t bpe_heap(const Tokenizer *t, const uint8_t *s, size_t n, uint32_t *out) {
+/* Merges sym[0..n) in place; returns the token count, or SIZE_MAX on out of memory. */
+static size_t bpe_heap(const Tokenizer *t, uint32_t *sym, size_t n) {
     if (n > UINT32_MAX - 1) return SIZE_MAX;
-    uint32_t *sym = malloc(n * sizeof *sym), *next = malloc(n * sizeof *next), *prev = malloc(n * sizeof *prev);
+    uint32_t *next = malloc(n * sizeof *next), *prev = malloc(n * sizeof *prev);
     uint8_t *alive = malloc(n);
     /* Each merge pushes at most two entries, and there are fewer than n merges. */
     BpeEntry *heap = malloc(3 * n * sizeof *heap);
     size_t count = SIZE_MAX;
-    if (!sym || !next || !prev || !alive || !heap) goto done;
+    if (!next || !prev || !alive || !heap) goto done;
     const uint32_t NONE = UINT32_MAX;
     size_t nh = 0;
     for (size_t i = 0; i < n; i++) {
-        sym[i] = t->byte_token[s[i]];
         next[i] = i + 1 < n ? (uint32_t)(i + 1) : NONE;
         prev[i] = i > 0 ? (uint32_t)(i - 1) : NONE;
         alive[i] = 1;
@@ -122,21 +126,31 @@ static size_t bpe_heap(const Tokenizer *t, const uint8_t *s, size_t n, uint32_t 
             if (r != UINT32_MAX) bpe_push(heap, &nh, (BpeEntry){r, i});
         }
     }
-    count = 0;
-    for (uint32_t i = 0; i != NONE; i = next[i]) out[count++] = sym[i];
+    count = 0; /* the survivors, in order, to the front (position i >= count always) */
+    for (uint32_t i = n ? 0 : NONE; i != NONE; i = next[i]) sym[count++] = sym[i];
 done:
     free(heap);
     free(alive);
     free(prev);
     free(next);
-    free(sym);
     return count;
+}
+
+/* Bytes as their tokens, then merged; SIZE_MAX on out of memory. */
+static size_t bpe_heap_bytes(const Tokenizer *t, const uint8_t *s, size_t n, uint32_t *out) {
+    for (size_t i = 0; i < n; i++) out[i] = t->byte_token[s[i]];
+    return bpe_heap(t, out, n);
+}
+
+size_t bpe_symbols(const Tokenizer *t, uint32_t *sym, size_t n) {
+    if (n <= SHORT_CHUNK) return bpe_quadratic_symbols(t, sym, n);
+    return bpe_heap(t, sym, n);
 }
 
 size_t bpe_chunk(const Tokenizer *t, const uint8_t *s, size_t n, uint32_t *out, int quadratic) {
     if (n == 0) return 0;
     if (quadratic && n <= SHORT_CHUNK) return bpe_quadratic(t, s, n, out);
-    return bpe_heap(t, s, n, out);
+    return bpe_heap_bytes(t, s, n, out);
 }
 
 /* ---- per-thread encoder with its chunk cache ---- */
@@ -147,6 +161,8 @@ struct EncodeCtx {
     size_t n_toks, cap_toks;
     int has_cache;
     int oom;
+    uint8_t *scratch[ENCODE_SCRATCH]; /* a SentencePiece-style pipeline's text at each stage */
+    size_t scratch_cap[ENCODE_SCRATCH];
 };
 
 /* The cache is optional: without memory for it, encoding still works, only slower. */
@@ -159,8 +175,29 @@ static void encode_ctx_init(EncodeCtx *c, const Tokenizer *t) {
 }
 
 static void encode_ctx_release(EncodeCtx *c) {
+    for (int i = ENCODE_SCRATCH - 1; i >= 0; i--) free(c->scratch[i]);
     if (c->has_cache) bytes_map_free(&c->cache);
     free(c->toks);
+}
+
+uint8_t *encode_ctx_scratch(EncodeCtx *c, int i, size_t n) {
+    if (n > c->scratch_cap[i]) {
+        size_t cap = c->scratch_cap[i] ? c->scratch_cap[i] : 256;
+        while (cap < n) cap *= 2;
+        uint8_t *p = realloc(c->scratch[i], cap);
+        if (!p) return NULL;
+        c->scratch[i] = p;
+        c->scratch_cap[i] = cap;
+    }
+    return c->scratch[i];
+}
+
+const Tokenizer *encode_ctx_tokenizer(const EncodeCtx *c) {
+    return c->t;
+}
+
+void encode_ctx_set_oom(EncodeCtx *c) {
+    c->oom = 1;
 }
 
 EncodeCtx *encode_ctx_new(const Tokenizer *t) {
@@ -186,7 +223,7 @@ static size_t encode_chunk(EncodeCtx *c, const uint8_t *s, size_t n, uint32_t *o
         }
     }
     if (n > SHORT_CHUNK) {
-        size_t k = bpe_heap(c->t, s, n, out);
+        size_t k = bpe_heap_bytes(c->t, s, n, out);
         if (k == SIZE_MAX) { /* out of memory: bytes are still a correct (if long) encoding */
             c->oom = 1;
             for (size_t i = 0; i < n; i++) out[i] = c->t->byte_token[s[i]];
@@ -196,13 +233,26 @@ static size_t encode_chunk(EncodeCtx *c, const uint8_t *s, size_t n, uint32_t *o
     }
     if (!c->has_cache) return bpe_quadratic(c->t, s, n, out);
     uint64_t h = bytes_hash(s, n);
-    BytesSlot *hit = bytes_map_find(&c->cache, s, n, h);
-    if (hit) {
-        const uint32_t *cached = c->toks + hit->value;
-        memcpy(out, cached + 1, cached[0] * sizeof *out);
-        return cached[0];
+    size_t k;
+    const uint32_t *cached = encode_cache_get(c, s, n, h, &k);
+    if (cached) {
+        memcpy(out, cached, k * sizeof *out);
+        return k;
     }
-    size_t k = bpe_quadratic(c->t, s, n, out);
+    k = bpe_quadratic(c->t, s, n, out);
+    encode_cache_put(c, s, n, h, out, k);
+    return k;
+}
+
+const uint32_t *encode_cache_get(EncodeCtx *c, const uint8_t *s, size_t n, uint64_t h, size_t *k) {
+    BytesSlot *hit = c->has_cache ? bytes_map_find(&c->cache, s, n, h) : NULL;
+    if (!hit) return NULL;
+    *k = c->toks[hit->value];
+    return c->toks + hit->value + 1;
+}
+
+void encode_cache_put(EncodeCtx *c, const uint8_t *s, size_t n, uint64_t h, const uint32_t *toks, size_t k) {
+    if (!c->has_cache) return;
     if (c->cache.count >= CACHE_MAX_ENTRIES) {
         bytes_map_clear(&c->cache);
         c->n_toks = 0;
@@ -210,19 +260,18 @@ static size_t encode_chunk(EncodeCtx *c, const uint8_t *s, size_t n, uint32_t *o
     if (c->n_toks + k + 1 > c->cap_toks) {
         size_t cap = c->cap_toks * 2;
         while (cap < c->n_toks + k + 1) cap *= 2;
-        uint32_t *toks = realloc(c->toks, cap * sizeof *toks);
-        if (!toks) return k; /* no room to cache; the tokens are still right */
-        c->toks = toks;
+        uint32_t *grown = realloc(c->toks, cap * sizeof *grown);
+        if (!grown) return; /* no room to cache; the tokens are still right */
+        c->toks = grown;
         c->cap_toks = cap;
     }
     int inserted;
     BytesSlot *slot = bytes_map_upsert(&c->cache, s, n, h, &inserted);
-    if (!slot) return k;
+    if (!slot) return;
     slot->value = c->n_toks;
     c->toks[c->n_toks] = (uint32_t)k;
-    memcpy(c->toks + c->n_toks + 1, out, k * sizeof *out);
+    memcpy(c->toks + c->n_toks + 1, toks, k * sizeof *toks);
     c->n_toks += k + 1;
-    return k;
 }
 
 /* Encodes text without specials; writes at most cap tokens, returns the count needed. */
@@ -286,8 +335,9 @@ static const uint8_t *next_special(const Tokenizer *t, const uint8_t *s, size_t 
     return NULL;
 }
 
-size_t encode_with_ctx(EncodeCtx *c, const uint8_t *text, size_t len, int allow_special, uint32_t *out,
-                       size_t cap) {
+size_t encode_with_ctx(EncodeCtx *c, const uint8_t *text, size_t len, int flags, uint32_t *out, size_t cap) {
+    if (c->t->spm) return spm_encode(c, text, len, flags, out, cap);
+    const int allow_special = flags & TOKENIZER_SPECIALS;
     size_t done = 0;
     while (len > 0) {
         uint32_t id = 0;
@@ -304,13 +354,29 @@ size_t encode_with_ctx(EncodeCtx *c, const uint8_t *text, size_t len, int allow_
     return done;
 }
 
-size_t tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int allow_special, uint32_t *out,
-                        size_t cap) {
+size_t tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int flags, uint32_t *out, size_t cap) {
     EncodeCtx c;
     encode_ctx_init(&c, t);
-    size_t n = encode_with_ctx(&c, (const uint8_t *)text, len, allow_special, out, cap);
+    size_t n = encode_with_ctx(&c, (const uint8_t *)text, len, flags, out, cap);
     encode_ctx_release(&c);
     return n;
+}
+
+uint32_t *tokenizer_encode_alloc(const Tokenizer *t, const char *text, size_t len, int flags, size_t *n) {
+    size_t cap = len + 1;
+    uint32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) return NULL;
+    *n = tokenizer_encode(t, text, len, flags, ids, cap);
+    if (*n > cap) { /* a SentencePiece-style tokenizer needed more: once more with room for all */
+        uint32_t *more = realloc(ids, *n * sizeof *ids);
+        if (!more) {
+            free(ids);
+            return NULL;
+        }
+        ids = more;
+        *n = tokenizer_encode(t, text, len, flags, ids, *n);
+    }
+    return ids;
 }
 
 /* ---- parallel encoding ---- */
@@ -318,7 +384,7 @@ typedef struct {
     const Tokenizer *t;
     const uint8_t *text;
     size_t len;
-    int allow_special;
+    int flags;
     uint32_t *out;
     size_t n;
     int failed;
@@ -326,34 +392,50 @@ typedef struct {
 
 static void *encode_job(void *arg) {
     EncodeJob *job = arg;
-    job->out = malloc((job->len + 1) * sizeof *job->out);
+    size_t cap = job->len + 1;
+    job->out = malloc(cap * sizeof *job->out);
     if (!job->out) {
         job->failed = 1;
         return NULL;
     }
     EncodeCtx c;
     encode_ctx_init(&c, job->t);
-    job->n = encode_with_ctx(&c, job->text, job->len, job->allow_special, job->out, job->len + 1);
+    job->n = encode_with_ctx(&c, job->text, job->len, job->flags, job->out, cap);
+    if (job->n > cap) { /* more tokens than bytes (tokenizer_encode says when): again with room */
+        uint32_t *more = realloc(job->out, job->n * sizeof *more);
+        if (more) {
+            job->out = more;
+            job->n = encode_with_ctx(&c, job->text, job->len, job->flags, job->out, job->n);
+        } else {
+            c.oom = 1;
+        }
+    }
     job->failed = c.oom;
     encode_ctx_release(&c);
     return NULL;
 }
 
-int tokenizer_encode_parallel(const Tokenizer *t, const char *text, size_t len, int allow_special, int threads,
+int tokenizer_encode_parallel(const Tokenizer *t, const char *text, size_t len, int flags, int threads,
                               uint32_t **out, size_t *n_out, char *err) {
     if (threads <= 0) threads = tokenizer_default_threads();
-    if (t->special_has_newline) threads = 1;
+    if (t->special_has_newline && !t->spm) threads = 1;
     if (threads > 64) threads = 64;
     /* Several pieces per thread would balance better, but one each keeps memory at 1x the tokens
      * and documents are similar enough that the pieces finish together. A cut may fall inside
      * "<|endoftext|>" only if the text holds "\n" within it, which it cannot. */
     size_t cuts[65];
-    int parts = tokenizer_cut_text(text, len, threads, cuts);
+    int parts = t->spm ? spm_cut_text(t, text, len, threads, cuts) : tokenizer_cut_text(text, len, threads, cuts);
     EncodeJob jobs[64];
     pthread_t tids[64];
     int started[64] = {0};
-    for (int k = 0; k < parts; k++)
-        jobs[k] = (EncodeJob){t, (const uint8_t *)text + cuts[k], cuts[k + 1] - cuts[k], allow_special, NULL, 0, 0};
+    for (int k = 0; k < parts; k++) {
+        /* a SentencePiece-style text is cut inside a word run: each part but the first goes on, and
+         * each but the last stops, inside a document */
+        int f = flags;
+        if (t->spm && k > 0) f |= TOKENIZER_MID_START;
+        if (t->spm && k + 1 < parts) f |= TOKENIZER_MID_END;
+        jobs[k] = (EncodeJob){t, (const uint8_t *)text + cuts[k], cuts[k + 1] - cuts[k], f, NULL, 0, 0};
+    }
     for (int k = 1; k < parts; k++) started[k] = pthread_create(&tids[k], NULL, encode_job, &jobs[k]) == 0;
     encode_job(&jobs[0]);
     for (int k = 1; k < parts; k++) {

@@ -1,4 +1,6 @@
-/* tokenizer/hf_import.c - a Hugging Face tokenizer.json of a byte-level BPE model as a Tokenizer.
+/* tokenizer/hf_import.c - a Hugging Face tokenizer.json of a BPE model as a Tokenizer: byte-level
+ * here; a SentencePiece-style one (byte_fallback: Gemma 3, Llama 2, Mistral) shares the ids, token
+ * strings, merges and added tokens built here, and spm_import.c reads the rest of its pipeline.
  *
  * What is honoured: the model's vocabulary and merges (rank = place in the list; the "a b" string
  * form and the ["a", "b"] pair form), ignore_merges, the added tokens (found in the text before it
@@ -7,8 +9,8 @@
  * ByteLevel without its regex. Token strings are in ByteLevel's alphabet (one code point per
  * byte); a string with a character outside it stands for its own UTF-8 bytes, as Hugging Face's
  * ByteLevel decoder does. Anything that would make our ids differ from Hugging Face's (another
- * model type, a normalizer that rewrites text, an unknown pattern, byte fallback, added tokens that
- * strip space) is refused with one line naming it, and so is a file that asks for more than a
+ * model type, a normalizer that rewrites text, an unknown pattern, added tokens that strip space)
+ * is refused with one line naming it, and so is a file that asks for more than a
  * vocabulary needs (an id far past the number of tokens, a token over TOKENIZER_MAX_TOKEN_BYTES).
  * The post-processor (a BOS token some add) is not applied: `./train prepare` separates documents
  * with the separator token instead. */
@@ -18,6 +20,7 @@
 
 #include "data/err.h"
 #include "tokenizer/json.h"
+#include "tokenizer/spm.h"
 #include "tokenizer/tokenizer_internal.h"
 
 /* The patterns we split by hand (pretokenize.c), as tokenizer.json files spell them. */
@@ -153,10 +156,10 @@ static int pre_tokenizer_split(const JsonValue *pt, const char *path, char *err)
     return -1;
 }
 
-/* Everything of the file besides the model: refused where it would change the ids. NFC (Qwen 2's
- * normalizer) is kept in *nfc: it leaves text alone that holds none of the code points of
- * tokenizer/nfc_table.c, and tokenizer_check_text refuses text that does. */
-static int check_pipeline(const JsonValue *root, const char *path, int *nfc, char *err) {
+/* Everything of a byte-level file besides the model: refused where it would change the ids. NFC
+ * (Qwen 2's normalizer) is kept in *nfc: it leaves text alone that holds none of the code points
+ * of tokenizer/nfc_table.c, and tokenizer_check_text refuses text that does. */
+static int check_byte_level_pipeline(const JsonValue *root, const char *path, int *nfc, char *err) {
     const JsonValue *norm = json_get(root, "normalizer");
     if (norm && norm->type != JSON_NULL) {
         const JsonValue *list = json_get(norm, "normalizers");
@@ -175,6 +178,15 @@ static int check_pipeline(const JsonValue *root, const char *path, int *nfc, cha
         tok_error(err, "%s: decoder %s is not supported (ByteLevel is)", path, type_of(dec));
         return -1;
     }
+    if (!is_false_or_absent(json_get(json_get(root, "model"), "byte_fallback"))) {
+        tok_error(err, "%s: BPE with byte_fallback is not supported (it is not byte-level)", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* The model: a BPE (byte-level, or SentencePiece-style with byte_fallback), deterministic. */
+static int check_model(const JsonValue *root, const char *path, char *err) {
     const JsonValue *model = json_get(root, "model");
     if (!model || model->type != JSON_OBJECT) {
         tok_error(err, "%s has no model object; is it a Hugging Face tokenizer.json?", path);
@@ -182,11 +194,8 @@ static int check_pipeline(const JsonValue *root, const char *path, int *nfc, cha
     }
     const char *type = json_string(json_get(model, "type"));
     if (type ? strcmp(type, "BPE") != 0 : !json_get(model, "merges")) {
-        tok_error(err, "%s: model %s is not supported (only byte-level BPE is)", path, type ? type : "without merges");
-        return -1;
-    }
-    if (!is_false_or_absent(json_get(model, "byte_fallback"))) {
-        tok_error(err, "%s: BPE with byte_fallback is not supported (it is not byte-level)", path);
+        tok_error(err, "%s: model %s is not supported (BPE is: byte-level, or SentencePiece-style with byte_fallback)",
+                  path, type ? type : "without merges");
         return -1;
     }
     const JsonValue *dropout = json_get(model, "dropout");
@@ -211,7 +220,7 @@ typedef struct {
     BytesMap by_string; /* model vocabulary string -> id */
 } Import;
 
-static int collect_ids(Import *im, const char *path, char *err) {
+static int collect_ids(Import *im, int byte_level, const char *path, char *err) {
     uint64_t top = 0;
     for (size_t i = 0; i < im->vocab->len; i++) {
         long long id;
@@ -229,8 +238,8 @@ static int collect_ids(Import *im, const char *path, char *err) {
             tok_error(err, "%s: added token %zu has no valid id or content", path, i);
             return -1;
         }
-        if (!is_false_or_absent(json_get(a, "lstrip")) || !is_false_or_absent(json_get(a, "rstrip")) ||
-            !is_false_or_absent(json_get(a, "single_word"))) {
+        if (byte_level && (!is_false_or_absent(json_get(a, "lstrip")) || !is_false_or_absent(json_get(a, "rstrip")) ||
+                           !is_false_or_absent(json_get(a, "single_word")))) {
             tok_error(err, "%s: added token \"%.40s\" strips space or matches single words only; that is not supported",
                       path, json_string(json_get(a, "content")));
             return -1;
@@ -293,6 +302,7 @@ static int lookup(const Import *im, const char *s, size_t n, uint32_t *id) {
     return 1;
 }
 
+/* byte_of_cp NULL: token strings are their own bytes (a SentencePiece-style vocabulary). */
 static int build_token_bytes(Tokenizer *t, const Import *im, const int16_t *byte_of_cp, const char *path, char *err) {
     static const char replacement[] = "\xef\xbf\xbd"; /* an id no token has decodes as U+FFFD */
     uint64_t total = 0;
@@ -307,7 +317,9 @@ static int build_token_bytes(Tokenizer *t, const Import *im, const int16_t *byte
     for (uint32_t id = 0; id < im->vocab_size; id++) {
         t->tok_off[id] = at;
         if (im->strings[id]) {
-            size_t n = token_string_bytes(byte_of_cp, im->strings[id], im->string_lens[id], t->tok_bytes + at);
+            size_t n = im->string_lens[id];
+            if (byte_of_cp) n = token_string_bytes(byte_of_cp, im->strings[id], n, t->tok_bytes + at);
+            else memcpy(t->tok_bytes + at, im->strings[id], n);
             if (n > TOKENIZER_MAX_TOKEN_BYTES) {
                 tok_error(err, "%s: token %u is %zu bytes, longer than the %u a token may have", path, id, n,
                           TOKENIZER_MAX_TOKEN_BYTES);
@@ -457,8 +469,10 @@ Tokenizer *tokenizer_from_hf_json(const char *text, size_t len, const char *path
     }
     Import im = {.root = root};
     Tokenizer *t = calloc(1, sizeof *t);
-    int ok = t && check_pipeline(root, path, &t->nfc, err) == 0;
-    int split = ok ? pre_tokenizer_split(json_get(root, "pre_tokenizer"), path, err) : -1;
+    const int spm = spm_wanted(root);
+    int ok = t && check_model(root, path, err) == 0;
+    ok = ok && (spm || check_byte_level_pipeline(root, path, &t->nfc, err) == 0);
+    int split = !ok ? -1 : spm ? SPLIT_CL100K : pre_tokenizer_split(json_get(root, "pre_tokenizer"), path, err);
     ok = ok && split >= 0;
     if (ok) {
         const JsonValue *model = json_get(root, "model");
@@ -473,7 +487,7 @@ Tokenizer *tokenizer_from_hf_json(const char *text, size_t len, const char *path
             ok = 0;
         }
     }
-    ok = ok && collect_ids(&im, path, err) == 0;
+    ok = ok && collect_ids(&im, !spm, path, err) == 0;
     uint32_t cp_of_byte[256];
     int16_t byte_of_cp[324];
     byte_level_alphabet(cp_of_byte);
@@ -482,9 +496,9 @@ Tokenizer *tokenizer_from_hf_json(const char *text, size_t len, const char *path
     if (ok) {
         t->vocab_size = im.vocab_size;
         t->split = (SplitKind)split;
-        ok = build_token_bytes(t, &im, byte_of_cp, path, err) == 0;
+        ok = build_token_bytes(t, &im, spm ? NULL : byte_of_cp, path, err) == 0;
     }
-    for (int b = 0; ok && b < 256; b++) { /* every byte needs its token, or some text has no encoding */
+    for (int b = 0; ok && !spm && b < 256; b++) { /* every byte needs its token, or some text has no encoding */
         char s[4];
         size_t n = cp_of_byte[b] < 0x80 ? (s[0] = (char)cp_of_byte[b], 1)
                                         : (s[0] = (char)(0xc0 | cp_of_byte[b] >> 6), s[1] = (char)(0x80 | (cp_of_byte[b] & 0x3f)), 2);
@@ -495,6 +509,7 @@ Tokenizer *tokenizer_from_hf_json(const char *text, size_t len, const char *path
         }
     }
     ok = ok && build_merges(t, &im, path, err) == 0 && build_specials(t, &im, path, err) == 0;
+    ok = ok && (!spm || spm_import(t, root, path, err) == 0);
     const JsonValue *ignore = json_get(json_get(root, "model"), "ignore_merges");
     if (ok && ignore && ignore->type == JSON_TRUE) ok = build_whole_tokens(t, &im, path, err) == 0;
     if (ok) {

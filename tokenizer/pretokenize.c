@@ -23,6 +23,7 @@
  * character, so the scanner never stalls or reads past the end. */
 #include <unistd.h>
 
+#include "tokenizer/spm.h"
 #include "tokenizer/tokenizer_internal.h"
 #include "tokenizer/unicode_table.h"
 
@@ -209,6 +210,12 @@ size_t tokenizer_split_len(const char *split, const char *text, size_t len) {
  * for GPT-2's pattern: its only prefix is ' ', and its white space rules stop before a non-space. */
 static int is_cut_point(const uint8_t *s, size_t len, size_t i) {
     return i > 0 && i < len && s[i - 1] == '\n' && s[i] > 0x20 && s[i] < 0x7f;
+}
+
+size_t tokenizer_cut_near(const Tokenizer *t, const char *text, size_t len, size_t at) {
+    const uint8_t *s = (const uint8_t *)text;
+    while (at < len && !(t->spm ? spm_is_cut_point(t->spm, s, len, at) : is_cut_point(s, len, at))) at++;
+    return at;
 }
 
 int tokenizer_cut_text(const char *text, size_t len, int parts, size_t *cuts) {

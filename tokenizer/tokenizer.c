@@ -7,6 +7,7 @@
 
 #include "data/err.h"
 #include "tokenizer/nfc_table.h"
+#include "tokenizer/spm.h"
 #include "tokenizer/tokenizer_internal.h"
 
 void tok_error(char *err, const char *fmt, ...) {
@@ -118,6 +119,7 @@ void tokenizer_index_specials(Tokenizer *t) {
 void tokenizer_free(Tokenizer *t) {
     if (!t) return;
     pair_map_free(&t->merge_map);
+    spm_free(t->spm);
     if (t->ignore_merges) bytes_map_free(&t->whole_tokens);
     free(t->hf_json);
     free(t->hf_config);
@@ -164,6 +166,7 @@ int tokenizer_merge_pair(const Tokenizer *t, uint32_t id, uint32_t *left, uint32
 
 size_t tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char *out, size_t cap) {
     static const char replacement[] = "\xef\xbf\xbd"; /* U+FFFD */
+    if (t->spm) return spm_decode(t, ids, n, out, cap);
     size_t need = 0;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *src;

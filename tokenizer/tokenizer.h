@@ -6,8 +6,10 @@
  * GPT-4's cl100k pattern does (contractions, letter runs, 1-3 digit numbers, punctuation runs,
  * newlines, white space); merges never cross a chunk boundary.
  *
- * tokenizer_load also reads a Hugging Face tokenizer.json of a byte-level BPE (hf_import.c): its
- * ids, merge ranks, specials and split are its own, and everything below works the same on it.
+ * tokenizer_load also reads a Hugging Face tokenizer.json of a byte-level BPE (hf_import.c) or of a
+ * SentencePiece-style BPE with byte fallback (Gemma 3, Llama 2, Mistral: spm_import.c): its ids,
+ * merge ranks, added tokens, normalizer, pre-tokenizer, post-processor and decoder are its own,
+ * and everything below works the same on it.
  *
  * Functions that can fail take err (ERR_LEN bytes) and write one line naming the problem
  * and the fix. This module knows nothing else of the project. */
@@ -80,22 +82,42 @@ const uint8_t *tokenizer_token_bytes(const Tokenizer *t, uint32_t id, size_t *le
 int tokenizer_merge_pair(const Tokenizer *t, uint32_t id, uint32_t *left, uint32_t *right);
 
 /* ---- encode / decode ---- */
-/* Encodes len bytes of text into out (capacity cap) on the calling thread. With allow_special, each
- * "<|endoftext|>" in the text becomes the EOT token; without, it is encoded as ordinary text.
- * Returns the number of tokens the text needs, which never exceeds len; only the first cap are
- * written, so cap >= len always suffices. */
-size_t tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int allow_special, uint32_t *out,
-                        size_t cap);
+/* What tokenizer_encode's flags ask for (0: plain text, no document structure):
+ * TOKENIZER_SPECIALS: special tokens in the text are recognised ("<|endoftext|>" becomes the EOT
+ *   token), and an imported SentencePiece-style tokenizer's post-processor adds its tokens around
+ *   the text (Gemma's <bos> before it), as Hugging Face's encode(text) does.
+ * TOKENIZER_MID_START: the text goes on from text before it (no BOS, no prefix space), as the
+ *   second part of a text cut at tokenizer_cut_near does.
+ * TOKENIZER_MID_END: the text stops before its end (no end-of-text token). */
+#define TOKENIZER_SPECIALS 1
+#define TOKENIZER_MID_START 2
+#define TOKENIZER_MID_END 4
+
+/* Encodes len bytes of text into out (capacity cap) on the calling thread. Returns the number of
+ * tokens the text needs; only the first cap are written. That number never exceeds len + 1 for
+ * ours and byte-level imports; a SentencePiece-style tokenizer can need more (a prefix space before
+ * a one-byte text, a BOS, three byte tokens for a character outside its vocabulary): call again
+ * with a larger out when the count exceeds cap (tokenizer_encode_alloc does). */
+size_t tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int flags, uint32_t *out, size_t cap);
+/* The same into a malloc'ed array (*n tokens); NULL when out of memory. */
+uint32_t *tokenizer_encode_alloc(const Tokenizer *t, const char *text, size_t len, int flags, size_t *n);
 
 /* The same result as tokenizer_encode, computed by `threads` threads (0 = all cores) over pieces of
  * the text cut where a chunk boundary is certain. *out is malloc'ed (caller frees). Returns 0, or
  * -1 + message (out of memory). */
-int tokenizer_encode_parallel(const Tokenizer *t, const char *text, size_t len, int allow_special, int threads,
+int tokenizer_encode_parallel(const Tokenizer *t, const char *text, size_t len, int flags, int threads,
                               uint32_t **out, size_t *n_out, char *err);
+
+/* The first place at or after `at` where text may be cut so that its two parts, encoded alone (the
+ * first with TOKENIZER_MID_END, the second with TOKENIZER_MID_START), give the ids of the whole;
+ * len when there is none. */
+size_t tokenizer_cut_near(const Tokenizer *t, const char *text, size_t len, size_t at);
 
 /* Writes the bytes of ids[0..n) into out (capacity cap, no terminating NUL) and returns the number
  * of bytes needed, which may exceed cap. The EOT token decodes as "<|endoftext|>"; an id outside the
- * vocabulary decodes as U+FFFD (the replacement character) so a bad id is visible, never a crash. */
+ * vocabulary decodes as U+FFFD (the replacement character) so a bad id is visible, never a crash.
+ * An imported SentencePiece-style tokenizer decodes through its decoder as Hugging Face's
+ * decode(ids, skip_special_tokens=False) does ("▁" becomes a space, byte tokens their bytes). */
 size_t tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char *out, size_t cap);
 
 /* 0 when encoding gives what the tokenizer's own pipeline would; -1 with a message naming the

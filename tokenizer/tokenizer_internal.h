@@ -86,6 +86,8 @@ typedef enum {
 
 size_t split_chunk_len(SplitKind kind, const uint8_t *s, size_t len);
 
+typedef struct Spm Spm;
+
 struct Tokenizer {
     uint32_t n_merges;
     uint32_t vocab_size;  /* ours: 256 + n_merges + 1; imported: the largest id + 1 */
@@ -111,6 +113,9 @@ struct Tokenizer {
     size_t hf_json_len;
     char *hf_config; /* the tokenizer_config.json beside it, if any */
     int nfc;         /* its normalizer is NFC: text must already be NFC (tokenizer_check_text) */
+    /* a SentencePiece-style (byte-fallback) BPE: its pipeline (spm.h); NULL for byte-level ones.
+     * Its tok_bytes hold each token's string as tokenizer.json writes it ("▁the", "<0x0A>"). */
+    Spm *spm;
 };
 
 /* Builds a tokenizer from its merges (copied); checks that each merge uses only earlier tokens and
@@ -140,10 +145,24 @@ int tokenizer_default_threads(void);
 typedef struct EncodeCtx EncodeCtx;
 EncodeCtx *encode_ctx_new(const Tokenizer *t);
 void encode_ctx_free(EncodeCtx *c);
-size_t encode_with_ctx(EncodeCtx *c, const uint8_t *text, size_t len, int allow_special, uint32_t *out,
-                       size_t cap);
+/* flags: TOKENIZER_SPECIALS, TOKENIZER_MID_START, TOKENIZER_MID_END (tokenizer.h). */
+size_t encode_with_ctx(EncodeCtx *c, const uint8_t *text, size_t len, int flags, uint32_t *out, size_t cap);
 /* BPE of one chunk without the cache, by either algorithm (tests check they agree):
  * quadratic = 1 rescans the pairs after each merge (fast for short chunks), 0 uses a heap. */
 size_t bpe_chunk(const Tokenizer *t, const uint8_t *s, size_t n, uint32_t *out, int quadratic);
+/* The same on symbols already made (sym[0..n), merged in place): the token count, or SIZE_MAX
+ * when out of memory (sym is then unchanged). */
+size_t bpe_symbols(const Tokenizer *t, uint32_t *sym, size_t n);
+/* The thread's cache of chunk -> tokens: the cached tokens of s[0..n) (hash h) and their count,
+ * or NULL; and storing them (silently skipped when there is no room). */
+const uint32_t *encode_cache_get(EncodeCtx *c, const uint8_t *s, size_t n, uint64_t h, size_t *k);
+void encode_cache_put(EncodeCtx *c, const uint8_t *s, size_t n, uint64_t h, const uint32_t *toks, size_t k);
+const Tokenizer *encode_ctx_tokenizer(const EncodeCtx *c);
+/* Marks the context as having run out of memory (the caller reports it). */
+void encode_ctx_set_oom(EncodeCtx *c);
+/* Scratch buffer number i (0..ENCODE_SCRATCH-1) of at least n bytes, owned by the context (NULL when
+ * out of memory). */
+#define ENCODE_SCRATCH 12
+uint8_t *encode_ctx_scratch(EncodeCtx *c, int i, size_t n);
 
 #endif

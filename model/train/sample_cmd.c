@@ -297,8 +297,8 @@ int sample_main(int argc, char **argv) {
             tokenizer_free(tok);
             return 1;
         }
-        prompt = malloc((len + 1) * sizeof *prompt);
-        if (prompt) n_prompt = tokenizer_encode(tok, o.prompt, len, 1, prompt, len + 1);
+        prompt = tokenizer_encode_alloc(tok, o.prompt, len, TOKENIZER_SPECIALS, &n_prompt);
+        if (!prompt) n_prompt = 0;
     }
     /* the window: room for the prompt and what is asked, in multiples of 64, within the context
      * (beyond it the window slides: sample_generate) */

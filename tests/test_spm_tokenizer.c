@@ -1,0 +1,254 @@
+/* SentencePiece-style tokenizer.json (byte-fallback BPE) in: the fixtures trained by `tokenizers`
+ * in the layouts of Gemma 3, Llama 2, Mistral, a split Metaspace and a Split on a literal
+ * (tests/fixtures/gen/make_sentencepiece_fixtures.py) give, for hard strings, exactly the ids
+ * `tokenizers` gave (with its post-processor's BOS) and decode as it decoded them; a document
+ * encodes the same on one thread, on several, and through `./train prepare`; what is not supported
+ * is refused in one line naming the component. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/err.h"
+#include "data/shard.h"
+#include "tests/test.h"
+#include "tests/test_util.h"
+#include "tokenizer/json.h"
+#include "tokenizer/tokenizer.h"
+
+static const char *const layouts[] = {"gemma3", "llama2", "mistral", "metaspace", "split"};
+#define N_LAYOUTS (sizeof layouts / sizeof layouts[0])
+
+static Tokenizer *load_layout(const char *name) {
+    char path[256], err[ERR_LEN];
+    snprintf(path, sizeof path, "tests/fixtures/spm_%s.json", name);
+    Tokenizer *t = tokenizer_load(path, err);
+    if (!t) test_fail(__FILE__, __LINE__, "%s", err);
+    return t;
+}
+
+/* Where two id lists first differ, or -1. */
+static long first_difference(const uint32_t *a, size_t na, const uint32_t *b, size_t nb) {
+    size_t i = 0;
+    while (i < na && i < nb && a[i] == b[i]) i++;
+    return i == na && i == nb ? -1 : (long)i;
+}
+
+/* Every case of spm_NAME.expected.json: ids (with the BOS) and the decoded text. */
+static void expect_layout_matches_tokenizers(const char *name) {
+    Tokenizer *t = load_layout(name);
+    if (!t) return;
+    char path[256], err[ERR_LEN];
+    snprintf(path, sizeof path, "tests/fixtures/spm_%s.expected.json", name);
+    size_t len;
+    char *text = read_file(path, &len);
+    REQUIRE(text, "cannot read %s", path);
+    JsonValue *cases = json_parse(text, len, path, err);
+    REQUIRE(cases && cases->type == JSON_ARRAY && cases->len > 20, "%s: %s", path, err);
+    int failures = 0;
+    for (size_t c = 0; c < cases->len && failures < 5; c++) {
+        const JsonValue *k = &cases->items[c], *s = json_get(k, "text"), *want = json_get(k, "ids_bos"),
+                        *decoded = json_get(k, "decoded"), *plain = json_get(k, "ids");
+        size_t n;
+        uint32_t *ids = tokenizer_encode_alloc(t, s->string, s->len, TOKENIZER_SPECIALS, &n);
+        uint32_t *expect = malloc((want->len + 1) * sizeof *expect);
+        REQUIRE(ids && expect, "out of memory");
+        for (size_t i = 0; i < want->len; i++) expect[i] = (uint32_t)want->items[i].number;
+        long at = first_difference(ids, n, expect, want->len);
+        if (at >= 0) {
+            failures++;
+            test_fail(__FILE__, __LINE__, "%s: \"%.40s\": ids differ at %ld (ours %u of %zu, tokenizers %u of %zu)", name,
+                      s->string, at, (size_t)at < n ? ids[at] : 0, n,
+                      (size_t)at < want->len ? expect[at] : 0, want->len);
+        }
+        /* the decoder gives back what tokenizers' gives for the ids without the post-processor */
+        for (size_t i = 0; i < plain->len; i++) expect[i] = (uint32_t)plain->items[i].number;
+        size_t need = tokenizer_decode(t, expect, plain->len, NULL, 0);
+        char *back = malloc(need + 1);
+        REQUIRE(back, "out of memory");
+        size_t got = tokenizer_decode(t, expect, plain->len, back, need);
+        if (got != decoded->len || memcmp(back, decoded->string, got) != 0) {
+            failures++;
+            test_fail(__FILE__, __LINE__, "%s: \"%.40s\" decodes as \"%.*s\", tokenizers gives \"%s\"", name, s->string,
+                      (int)(got < 80 ? got : 80), back, decoded->string);
+        }
+        free(back);
+        free(expect);
+        free(ids);
+    }
+    json_free(cases);
+    free(text);
+    tokenizer_free(t);
+}
+
+TEST(a_gemma3_layout_tokenizer_encodes_and_decodes_hard_strings_as_tokenizers_does) {
+    expect_layout_matches_tokenizers("gemma3");
+}
+
+TEST(a_llama2_layout_tokenizer_with_prepend_and_fused_unk_matches_tokenizers) {
+    expect_layout_matches_tokenizers("llama2");
+}
+
+TEST(a_mistral_layout_metaspace_first_with_stripping_added_tokens_matches_tokenizers) {
+    expect_layout_matches_tokenizers("mistral");
+}
+
+TEST(a_split_metaspace_layout_with_normalized_and_single_word_tokens_matches_tokenizers) {
+    expect_layout_matches_tokenizers("metaspace");
+}
+
+TEST(a_split_on_literal_layout_matches_tokenizers) {
+    expect_layout_matches_tokenizers("split");
+}
+
+/* Ids, one per line. */
+static uint32_t *read_ids(const char *path, size_t *n) {
+    char *text = read_text(path);
+    if (!text) return NULL;
+    size_t cap = 1024;
+    uint32_t *ids = malloc(cap * sizeof *ids);
+    *n = 0;
+    for (char *p = text; *p;) {
+        char *end;
+        unsigned long v = strtoul(p, &end, 10);
+        if (end == p) break;
+        if (*n == cap) ids = realloc(ids, (cap *= 2) * sizeof *ids);
+        ids[(*n)++] = (uint32_t)v;
+        p = end;
+        while (*p == '\n') p++;
+    }
+    free(text);
+    return ids;
+}
+
+TEST(a_sentencepiece_document_encodes_the_same_on_one_thread_and_on_several) {
+    size_t len;
+    char *doc = read_file("tests/fixtures/spm_document.txt", &len), err[ERR_LEN], path[256];
+    REQUIRE(doc, "cannot read the document");
+    for (size_t l = 0; l < N_LAYOUTS; l++) {
+        Tokenizer *t = load_layout(layouts[l]);
+        if (!t) continue;
+        snprintf(path, sizeof path, "tests/fixtures/spm_%s.ids", layouts[l]);
+        size_t n_want, n;
+        uint32_t *want = read_ids(path, &n_want), *one = tokenizer_encode_alloc(t, doc, len, TOKENIZER_SPECIALS, &n);
+        REQUIRE(want && one, "cannot read %s", path);
+        long at = first_difference(one, n, want, n_want);
+        CHECK(at < 0, "%s: the document's ids differ at %ld (ours %zu, tokenizers %zu)", layouts[l], at, n, n_want);
+        for (int threads = 2; threads <= 7; threads += 5) {
+            uint32_t *par = NULL;
+            size_t n_par = 0;
+            REQUIRE(tokenizer_encode_parallel(t, doc, len, TOKENIZER_SPECIALS, threads, &par, &n_par, err) == 0, "%s",
+                    err);
+            at = first_difference(par, n_par, want, n_want);
+            CHECK(at < 0, "%s on %d threads: ids differ at %ld", layouts[l], threads, at);
+            free(par);
+        }
+        free(one);
+        free(want);
+        tokenizer_free(t);
+    }
+    free(doc);
+}
+
+/* `./train prepare --tokenizer` on the document: its train and validation shards together hold the
+ * ids `tokenizers` gives the document (its BOS once, at the start), wherever the cut falls. */
+TEST(prepare_with_a_sentencepiece_tokenizer_gives_the_ids_tokenizers_gives) {
+    const char *which[] = {"gemma3", "mistral", "llama2"};
+    for (int l = 0; l < 3; l++) {
+        char args[1200], path[800], err[ERR_LEN], *out = NULL;
+        snprintf(args, sizeof args,
+                 "prepare --tokenizer tests/fixtures/spm_%s.json --val-fraction 0.3 -o %s/p%d "
+                 "tests/fixtures/spm_document.txt",
+                 which[l], test_tmpdir(), l);
+        int rc = run_train(args, &out);
+        CHECK(rc == 0, "prepare with %s: (%d) %s", which[l], rc, out);
+        free(out);
+        uint32_t *ids[2] = {NULL, NULL};
+        uint64_t n[2] = {0, 0};
+        const char *parts[2] = {"train", "val"};
+        for (int k = 0; k < 2; k++) {
+            ShardHeader h;
+            snprintf(path, sizeof path, "%s/p%d/%s.bin", test_tmpdir(), l, parts[k]);
+            REQUIRE(shard_read(path, 1024, &ids[k], &n[k], &h, err) == 0, "%s", err);
+        }
+        uint32_t *all = malloc((n[0] + n[1] + 1) * sizeof *all);
+        memcpy(all, ids[0], n[0] * sizeof *all);
+        memcpy(all + n[0], ids[1], n[1] * sizeof *all);
+        snprintf(path, sizeof path, "tests/fixtures/spm_%s.ids", which[l]);
+        size_t n_want;
+        uint32_t *want = read_ids(path, &n_want);
+        REQUIRE(want, "cannot read %s", path);
+        long at = first_difference(all, n[0] + n[1], want, n_want);
+        CHECK(n[1] > 0 && at < 0, "%s: %llu + %llu ids differ from tokenizers' %zu at %ld", which[l],
+              (unsigned long long)n[0], (unsigned long long)n[1], n_want, at);
+        free(want);
+        free(all);
+        free(ids[0]);
+        free(ids[1]);
+    }
+}
+
+/* A run trained on shards of an imported Gemma 3 layout tokenizer: each checkpoint carries its
+ * tokenizer.json byte for byte, and `./train sample` decodes through its decoder ("▁" as spaces). */
+TEST(a_checkpoint_carries_the_imported_sentencepiece_tokenizer_json_unchanged_and_samples_decode_with_it) {
+    char args[2400], path[900], run[800], *out = NULL;
+    snprintf(run, sizeof run, "%s/run", test_tmpdir());
+    snprintf(args, sizeof args, "prepare --tokenizer tests/fixtures/spm_gemma3.json -o %s/prep tests/fixtures/spm_document.txt",
+             test_tmpdir());
+    CHECK(run_train(args, &out) == 0, "prepare: %s", out);
+    free(out);
+    snprintf(args, sizeof args,
+             "-i %s/prep/train.bin --tokenizer tests/fixtures/spm_gemma3.json -v 1024 --device cpu -e tiny -b 2 -t 32 "
+             "--max-seq-len 128 -x 4 -n 4 -s 0 -o %s",
+             test_tmpdir(), run);
+    CHECK(run_train(args, &out) == 0, "train: %s", out);
+    free(out);
+    size_t n_copy = 0, n_orig = 0;
+    snprintf(path, sizeof path, "%s/step_00000004/tokenizer.json", run);
+    char *copy = read_file(path, &n_copy), *orig = read_file("tests/fixtures/spm_gemma3.json", &n_orig);
+    CHECK(copy && orig && n_copy == n_orig && memcmp(copy, orig, n_orig) == 0,
+          "the checkpoint's tokenizer.json (%zu bytes) is not the imported file (%zu bytes)", n_copy, n_orig);
+    free(copy);
+    free(orig);
+    snprintf(args, sizeof args, "sample -o %s --device cpu --prompt 'Hello world' -G 8 --temperature 0 --ids", run);
+    CHECK(run_train(args, &out) == 0 && out && strstr(out, "<bos>Hello world") && !strstr(out, "\xe2\x96\x81"),
+          "sample: %s", out);
+    free(out);
+}
+
+/* The fixture with one text replaced, loaded: expects an error that contains msg, on one line. */
+static void expect_refused(const char *from, const char *to, const char *msg) {
+    char *json = read_text("tests/fixtures/spm_gemma3.json"), path[700], err[ERR_LEN] = "";
+    REQUIRE(json, "cannot read the fixture");
+    char *at = strstr(json, from);
+    REQUIRE(at, "the fixture has no '%s'", from);
+    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f, "cannot write %s", path);
+    fwrite(json, 1, (size_t)(at - json), f);
+    fputs(to, f);
+    fputs(at + strlen(from), f);
+    fclose(f);
+    free(json);
+    Tokenizer *t = tokenizer_load(path, err);
+    CHECK(!t, "'%s' was accepted", to);
+    CHECK(strstr(err, msg) && !strchr(err, '\n'), "'%s': message '%s' lacks '%s' or is not one line", to, err, msg);
+    tokenizer_free(t);
+}
+
+TEST(sentencepiece_models_and_components_we_do_not_run_are_refused_by_name) {
+    expect_refused("\"type\": \"BPE\"", "\"type\": \"Unigram\"", "model Unigram is not supported");
+    expect_refused("\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "model WordPiece is not supported");
+    expect_refused("\"type\": \"BPE\"", "\"type\": \"WordLevel\"", "model WordLevel is not supported");
+    expect_refused("\"type\": \"Replace\"", "\"type\": \"NFKC\"", "normalizer NFKC is not supported");
+    expect_refused("\"type\": \"Replace\"", "\"type\": \"Lowercase\"", "normalizer Lowercase is not supported");
+    expect_refused("\"pre_tokenizer\": null", "\"pre_tokenizer\": {\"type\": \"Whitespace\"}",
+                   "pre_tokenizer Whitespace is not supported");
+    expect_refused("\"pre_tokenizer\": null", "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \" \"}}",
+                   "pre_tokenizer Split on a regex is not supported");
+    expect_refused("\"type\": \"TemplateProcessing\"", "\"type\": \"RobertaProcessing\"",
+                   "post_processor RobertaProcessing is not supported");
+    expect_refused("\"type\": \"ByteFallback\"", "\"type\": \"WordPiece\"", "decoder WordPiece is not supported");
+    expect_refused("\"type\": \"Fuse\"", "\"type\": \"CTC\"", "decoder CTC is not supported");
+    expect_refused("\"unk_token\": null", "\"unk_token\": \"<nope>\"", "unk_token \"<nope>\" is not in the vocabulary");
+    expect_refused("\"dropout\": null", "\"dropout\": 0.1", "dropout");
+}
