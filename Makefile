@@ -7,7 +7,7 @@
 #   DEBUG=1         -g -O0 everywhere
 # Development tools live in dev/ (bench/, check/, profile/, plots/, RESULTS.md); test fixtures and
 # their generators in tests/fixtures/.
-# Host library sources are every .c in model/ (and its groups: cpu/, cuda/, dist/, train/), data/ and
+# Host library sources are every .c in common/, model/ (and its groups: cpu/, cuda/, dist/, train/), data/ and
 # tokenizer/ (none of them has a main) but model/train/sample_cmd.c (`./train sample`), which calls
 # the CUDA backend and so links into the trainer only; CUDA sources are every .cu in kernels/ and
 # model/. train.c and model/train/sample_cmd.c make the trainer.
@@ -41,7 +41,7 @@ NVFLAGS  += $(OPT) -std=c++17 $(CUDA_GENCODE) -I. -Xcompiler -Wall,-Wextra,-Wno-
 LDLIBS   += -lm -lpthread
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lnccl -lcudart
 
-HOST_SRC := $(filter-out model/train/sample_cmd.c,$(wildcard model/*.c model/*/*.c data/*.c tokenizer/*.c))
+HOST_SRC := $(filter-out model/train/sample_cmd.c,$(wildcard common/*.c model/*.c model/*/*.c data/*.c tokenizer/*.c))
 CUDA_SRC := $(wildcard kernels/*.cu model/*.cu model/*/*.cu)
 HOST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(HOST_SRC))
 # CUDA objects are never sanitized, so the sanitizer build reuses them from build/.

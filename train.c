@@ -19,11 +19,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "data/loader.h"
-#include "data/paths.h"
+#include "common/paths.h"
 #include "data/prepare.h"
-#include "data/rng.h"
+#include "common/rng.h"
 #include "model/backend.h"
 #include "model/train/checkpoint.h"
 #include "model/cuda/cuda_device.h"

@@ -3,7 +3,7 @@
  * External programs run through the shell with their output in <cache_dir>/corpus/fetch.log, so a
  * failure names a file the user can read. */
 #include "data/corpus.h"
-#include "data/paths.h"
+#include "common/paths.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "data/rng.h"
+#include "common/rng.h"
 #include "data/shard.h"
 
 #define EOT "<|endoftext|>"

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "data/err.h"
+#include "common/err.h"
 
 /* Bumped whenever the recipe changes what text comes out, so caches keyed on it are rebuilt. */
 #define CORPUS_DEFAULT_NAME "default-v1"

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
-#include "data/hash.h"
-#include "data/rng.h"
+#include "common/err.h"
+#include "common/hash.h"
+#include "common/rng.h"
 
 static void build_order(Loader *l) {
     for (uint64_t i = 0; i < l->total_windows; i++) l->order[i] = i;

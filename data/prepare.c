@@ -7,8 +7,8 @@
  * validation shard. Shards are written through data/shard.h with the vocabulary size the tokenizer
  * reached (which can be below the one asked for on a small corpus). */
 #include "data/prepare.h"
-#include "data/err.h"
-#include "data/paths.h"
+#include "common/err.h"
+#include "common/paths.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "data/err.h"
+#include "common/err.h"
 
 #define PREPARE_PATH_LEN 1024
 

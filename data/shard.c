@@ -1,6 +1,6 @@
 /* data/shard.c - token shard writer and validating reader (format in shard.h). */
 #include "data/shard.h"
-#include "data/err.h"
+#include "common/err.h"
 
 #include <errno.h>
 #include <stdarg.h>

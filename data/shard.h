@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "data/err.h"
+#include "common/err.h"
 
 /* The largest vocabulary a model takes (./train -v): a shard's fix-it hints never suggest more. */
 #define FGPT_MAX_VOCAB 2000000000u

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
-#include "data/rng.h"
+#include "common/err.h"
+#include "common/rng.h"
 #include "kernels/host_device.h"
 
 const GPTPreset gpt_presets[] = {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "kernels/cuda_check.h"
 #include "kernels/output_layer.h"
 #include "model/backend.h"

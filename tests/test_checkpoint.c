@@ -6,8 +6,8 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
-#include "data/err.h"
-#include "data/rng.h"
+#include "common/err.h"
+#include "common/rng.h"
 #include "model/train/checkpoint.h"
 #include "tests/test.h"
 #include "tests/test_util.h"

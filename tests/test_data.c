@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "tests/test.h"

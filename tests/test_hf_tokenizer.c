@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "data/shard.h"
 #include "tests/test.h"
 #include "tests/test_util.h"

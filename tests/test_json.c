@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "tests/test.h"
-#include "tokenizer/json.h"
+#include "common/json.h"
 
 static JsonValue *parse(const char *s, char *err) {
     return json_parse(s, strlen(s), "t.json", err);

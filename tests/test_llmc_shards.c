@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "data/shard.h"
 #include "tests/test.h"
 #include "tests/test_util.h"

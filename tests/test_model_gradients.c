@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "model/backend.h"
 #include "tests/test.h"
 #include "tests/test_util.h"

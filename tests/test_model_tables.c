@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "kernels/output_kind.h"
 #include "model/gpt.h"
 #include "tests/test.h"

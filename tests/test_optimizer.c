@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "model/backend.h"
 #include "model/train/schedule.h"
 #include "tests/test.h"

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "data/corpus.h"
-#include "data/err.h"
+#include "common/err.h"
 #include "data/prepare.h"
 #include "data/shard.h"
 #include "tests/test.h"

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "data/shard.h"
 #include "model/train/checkpoint.h"
 #include "model/train/runlog.h"

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
-#include "data/rng.h"
+#include "common/err.h"
+#include "common/rng.h"
 #include "model/backend.h"
 #include "model/train/sample.h"
 #include "tests/test.h"

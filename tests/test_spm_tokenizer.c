@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "data/shard.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
-#include "tokenizer/json.h"
+#include "common/json.h"
 #include "tokenizer/tokenizer.h"
 
 static const char *const layouts[] = {"gemma3", "llama2", "mistral", "metaspace", "split"};

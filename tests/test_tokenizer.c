@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
-#include "data/rng.h"
+#include "common/err.h"
+#include "common/rng.h"
 #include "tests/test.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_internal.h"

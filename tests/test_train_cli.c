@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "data/loader.h"
-#include "data/paths.h"
+#include "common/paths.h"
 #include "data/shard.h"
 #include "model/train/checkpoint.h"
 #include "model/train/schedule.h"

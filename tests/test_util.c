@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "data/shard.h"
 #include "tests/test.h"
 

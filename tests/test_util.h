@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "data/rng.h"
+#include "common/rng.h"
 
 #ifdef __cplusplus
 extern "C" {

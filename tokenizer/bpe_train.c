@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "tokenizer/tokenizer_internal.h"
 
 #define NO_NODE UINT32_MAX

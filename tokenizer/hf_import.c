@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
-#include "tokenizer/json.h"
+#include "common/err.h"
+#include "common/json.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/tokenizer_internal.h"
 

@@ -17,7 +17,7 @@
 #ifndef FUSEDGPT_SPM_H
 #define FUSEDGPT_SPM_H
 
-#include "tokenizer/json.h"
+#include "common/json.h"
 #include "tokenizer/tokenizer_internal.h"
 
 #define SPM_MAX_STEPS 8

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "tokenizer/nfc_table.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/tokenizer_internal.h"

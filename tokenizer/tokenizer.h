@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "data/err.h"
+#include "common/err.h"
 
 #define TOKENIZER_EOT_TEXT "<|endoftext|>"
 /* 256 byte tokens + the EOT token: the smallest vocabulary there is. */

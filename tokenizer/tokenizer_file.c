@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "tokenizer/tokenizer_internal.h"
 
 #define TOKENIZER_MAGIC "FGPTBPE1"

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "tokenizer/tokenizer.h"
 
 /* Writes a one-line message into err (ERR_LEN bytes), truncating if it must. */

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "tokenizer/tokenizer.h"
 
 static double now(void) {

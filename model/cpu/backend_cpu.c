@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "model/backend.h"
 #include "model/cpu/layers_cpu.h"
 #include "model/cpu/output_layer_cpu.h"

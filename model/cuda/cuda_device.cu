@@ -2,7 +2,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "kernels/cuda_check.h"
 #include "model/cuda/cuda_device.h"
 

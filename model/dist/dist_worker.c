@@ -13,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "data/err.h"
-#include "data/rng.h"
+#include "common/err.h"
+#include "common/rng.h"
 #include "model/dist/dist.h"
 #include "model/dist/dist_wire.h"
 

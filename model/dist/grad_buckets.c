@@ -1,6 +1,6 @@
 /* model/dist/grad_buckets.c - the gradient bucket and ZeRO-1 shard plan (see grad_buckets.h). */
 #include "model/dist/grad_buckets.h"
-#include "data/err.h"
+#include "common/err.h"
 #include "kernels/host_device.h"
 
 #include <stdio.h>

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
+#include "common/err.h"
 #include "kernels/cuda_check.h"
 #include "model/dist/grad_sync.h"
 

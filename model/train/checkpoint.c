@@ -1,7 +1,7 @@
 /* model/train/checkpoint.c - checkpoint writer and reader (see checkpoint.h for the layout). */
-#include "data/err.h"
-#include "data/hash.h"
-#include "data/paths.h"
+#include "common/err.h"
+#include "common/hash.h"
+#include "common/paths.h"
 #include "model/train/checkpoint.h"
 
 #include <dirent.h>

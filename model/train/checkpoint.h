@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "data/paths.h"
+#include "common/paths.h"
 #include "model/gpt.h"
 
 /* The longest run directory (-o) whose files all fit a path of FGPT_PATH_LEN bytes: the deepest

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/err.h"
-#include "data/paths.h"
-#include "tokenizer/json.h"
+#include "common/err.h"
+#include "common/paths.h"
+#include "common/json.h"
 
 #define MAX_HEADER (100u << 20) /* a header larger than this is not a GPT-2's */
 /* Offsets and dimensions above this (a petabyte) are corrupt; below 2^53 a double holds them exactly. */

@@ -1,7 +1,7 @@
 /* model/train/hf_weights.h - reading a Hugging Face GPT2LMHeadModel checkpoint (config.json +
  * model.safetensors): ours, or GPT-2's own (tensor names without the "transformer." prefix). Both
  * store the attention and MLP matrices in Conv1D's [in, out] orientation; they are transposed into
- * our [out, in] layout. The JSON is read with tokenizer/json.h. */
+ * our [out, in] layout. The JSON is read with common/json.h. */
 #ifndef FUSEDGPT_HF_WEIGHTS_H
 #define FUSEDGPT_HF_WEIGHTS_H
 

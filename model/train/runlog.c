@@ -1,6 +1,6 @@
 #include "model/train/runlog.h"
-#include "data/err.h"
-#include "tokenizer/json.h"
+#include "common/err.h"
+#include "common/json.h"
 
 #include <errno.h>
 #include <fcntl.h>

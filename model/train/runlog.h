@@ -10,8 +10,8 @@
 
 #include <stdio.h>
 
-#include "data/err.h"
-#include "data/paths.h"
+#include "common/err.h"
+#include "common/paths.h"
 
 typedef struct {
     FILE *f;

@@ -2,7 +2,7 @@
 #ifndef FUSEDGPT_SAMPLE_H
 #define FUSEDGPT_SAMPLE_H
 
-#include "data/rng.h"
+#include "common/rng.h"
 #include "model/backend.h"
 #include "tokenizer/tokenizer.h"
 

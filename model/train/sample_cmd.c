@@ -13,8 +13,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "data/err.h"
-#include "data/rng.h"
+#include "common/err.h"
+#include "common/rng.h"
 #include "model/backend.h"
 #include "model/train/checkpoint.h"
 #include "model/cuda/cuda_device.h"

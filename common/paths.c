@@ -1,4 +1,4 @@
-#include "data/paths.h"
+#include "common/paths.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* data/rng.h - the project's one random number generator (splitmix64 seeding xoshiro256**).
+/* common/rng.h - the project's one random number generator (splitmix64 seeding xoshiro256**).
  * Used for parameter init, batch shuffling, sampling and test inputs. Its whole state is four
  * words, so checkpoints save and restore it and a resumed run draws the same numbers. */
 #ifndef FUSEDGPT_RNG_H

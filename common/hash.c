@@ -1,5 +1,5 @@
-/* data/hash.c - see hash.h. */
-#include "data/hash.h"
+/* common/hash.c - see hash.h. */
+#include "common/hash.h"
 
 #include <string.h>
 

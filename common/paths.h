@@ -1,4 +1,4 @@
-/* data/paths.h - folders on disk. */
+/* common/paths.h - folders on disk. */
 #ifndef FUSEDGPT_PATHS_H
 #define FUSEDGPT_PATHS_H
 

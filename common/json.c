@@ -1,7 +1,7 @@
-/* tokenizer/json.c - the JSON reader (see json.h): recursive descent over the text, one malloc'ed
+/* common/json.c - the JSON reader (see json.h): recursive descent over the text, one malloc'ed
  * array per container. Containers grow by doubling while they are read, then keep their size. */
-#include "tokenizer/json.h"
-#include "data/err.h"
+#include "common/json.h"
+#include "common/err.h"
 
 #include <math.h>
 #include <stdarg.h>

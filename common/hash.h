@@ -1,4 +1,4 @@
-/* data/hash.h - a fast 64-bit checksum of bytes: checkpoints seal their state with it, and the
+/* common/hash.h - a fast 64-bit checksum of bytes: checkpoints seal their state with it, and the
  * loader fingerprints its shard with it so that a resume can tell whether the data is the same. */
 #ifndef FUSEDGPT_HASH_H
 #define FUSEDGPT_HASH_H

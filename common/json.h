@@ -1,4 +1,4 @@
-/* tokenizer/json.h - a small JSON reader: the whole document into a tree of values.
+/* common/json.h - a small JSON reader: the whole document into a tree of values.
  *
  * It reads what Hugging Face writes (tokenizer.json, config.json, a safetensors header): RFC 8259
  * JSON, strings decoded to UTF-8 (\uXXXX escapes and surrogate pairs included, so a string may hold
@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#include "data/err.h"
+#include "common/err.h"
 
 #define JSON_MAX_DEPTH 200
 
