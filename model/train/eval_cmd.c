@@ -246,8 +246,8 @@ int eval_main(int argc, char **argv) {
         goto done;
     }
     if (!isfinite(mean)) { /* a number a script would take for a result */
-        fprintf(stderr, "error: the loss is not finite (%g): the weights in %s hold a NaN or an infinity, or overflow fp32 (evaluate "
-                        "another checkpoint)\n", mean, dir);
+        fprintf(stderr, "error: the loss is not finite (%g): the weights in %s hold a NaN or an infinity, or "
+                        "overflow fp32 (evaluate another checkpoint)\n", mean, dir);
         goto done;
     }
     printf("loss %.6f ppl %.6f tokens %llu\n", mean, exp(mean), (unsigned long long)(n - 1));
