@@ -8,9 +8,10 @@
 # Development tools live in dev/ (bench/, check/, profile/, plots/, RESULTS.md); test fixtures and
 # their generators in tests/fixtures/.
 # Host library sources are every .c in common/, model/ (and its groups: cpu/, cuda/, dist/, train/), data/ and
-# tokenizer/ (none of them has a main) but model/train/sample_cmd.c (`./train sample`), which calls
-# the CUDA backend and so links into the trainer only; CUDA sources are every .cu in kernels/ and
-# model/. train.c and model/train/sample_cmd.c make the trainer.
+# tokenizer/ (none of them has a main) but the commands that call the CUDA backend and so link into
+# the trainer only, model/train/sample_cmd.c (`./train sample`) and model/train/eval_cmd.c
+# (`./train eval`); CUDA sources are every .cu in kernels/ and model/. train.c and those commands
+# make the trainer.
 
 # Compiles run in parallel, one per core, unless -j is given; not with `clean` among the goals, which
 # must not race the build, and not in the sub-makes, which share the top one's job slots.
@@ -41,7 +42,8 @@ NVFLAGS  += $(OPT) -std=c++17 $(CUDA_GENCODE) -I. -Xcompiler -Wall,-Wextra,-Wno-
 LDLIBS   += -lm -lpthread
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lnccl -lcudart
 
-HOST_SRC := $(filter-out model/train/sample_cmd.c,$(wildcard common/*.c model/*.c model/*/*.c data/*.c tokenizer/*.c))
+CMD_SRC  := model/train/sample_cmd.c model/train/eval_cmd.c
+HOST_SRC := $(filter-out $(CMD_SRC),$(wildcard common/*.c model/*.c model/*/*.c data/*.c tokenizer/*.c))
 CUDA_SRC := $(wildcard kernels/*.cu model/*.cu model/*/*.cu)
 HOST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(HOST_SRC))
 # CUDA objects are never sanitized, so the sanitizer build reuses them from build/.
@@ -58,7 +60,7 @@ all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer
 # Under SANITIZE=1 the tests run a sanitized trainer, $(BUILD)/train; ./train is never sanitized.
 TRAIN_BIN := $(if $(SANFLAGS),$(BUILD)/train,train)
 LINK_SAN  := $(if $(SANFLAGS),-Xcompiler $(subst $(space),$(comma),$(strip $(SANFLAGS))))
-$(TRAIN_BIN): $(BUILD)/train.o $(BUILD)/model/train/sample_cmd.o $(HOST_OBJ) $(CUDA_OBJ)
+$(TRAIN_BIN): $(BUILD)/train.o $(patsubst %.c,$(BUILD)/%.o,$(CMD_SRC)) $(HOST_OBJ) $(CUDA_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp $(LINK_SAN) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
 $(BUILD)/%.o: %.c

@@ -3,6 +3,7 @@
  *   ./train [flags]            train a GPT-2 (see --help; defaults come from one table below)
  *   ./train prepare [flags]    turn text into a tokenizer and token shards (data/prepare.c)
  *   ./train sample [flags]     generate text from a checkpoint (model/train/sample_cmd.c)
+ *   ./train eval [flags]       a checkpoint's loss on a token shard (model/train/eval_cmd.c)
  *
  * Everything else lives in model/ (the network, backends, checkpoints), data/ (shards, loader) and
  * tokenizer/. Exit status: 0 success, 1 runtime failure, 2 bad command line. */
@@ -26,6 +27,7 @@
 #include "common/rng.h"
 #include "model/backend.h"
 #include "model/train/checkpoint.h"
+#include "model/train/eval_cmd.h"
 #include "model/cuda/cuda_device.h"
 #include "model/dist/dist.h"
 #include "model/gpt.h"
@@ -183,7 +185,8 @@ static const char *source_name(const Options *opt, const char *long_name, char *
 static void usage(FILE *f) {
     fprintf(f, "usage: ./train [flags]          train a GPT-2\n"
                "       ./train prepare --help   text -> tokenizer + token shards\n"
-               "       ./train sample --help    generate from a checkpoint\n\nflags:\n");
+               "       ./train sample --help    generate from a checkpoint\n"
+               "       ./train eval --help      a checkpoint's loss on a token shard\n\nflags:\n");
     for (int i = 0; i < NUM_OPTIONS; i++) {
         const OptSpec *o = &options[i];
         char left[64];
@@ -1146,6 +1149,7 @@ int main(int argc, char **argv) {
     signal(SIGXFSZ, SIG_IGN);
     if (argc > 1 && strcmp(argv[1], "prepare") == 0) return prepare_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "sample") == 0) return sample_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "eval") == 0) return eval_main(argc - 1, argv + 1);
     if (argc == 2 && strcmp(argv[1], "help") == 0) {
         usage(stdout);
         return 0;

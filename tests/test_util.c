@@ -53,6 +53,9 @@ int run_train_under(const char *shell_prefix, const char *args, char **output) {
         len += k;
         if (len + 1 == cap) buf = realloc(buf, cap *= 2);
     }
+    /* a sample may print a zero byte (a token that decodes to one): it would end the string early */
+    for (size_t i = 0; i < len; i++)
+        if (buf[i] == 0) buf[i] = '?';
     buf[len] = 0;
     int st = pclose(p);
     *output = buf;

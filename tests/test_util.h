@@ -18,7 +18,8 @@ double rel_l2(const float *a, const float *b, size_t n);
 double max_abs(const float *x, size_t n);
 
 /* Runs `<train binary> <args>` through the shell with stdout+stderr captured into *output
- * (malloc'ed, caller frees). Returns the exit status (or -1 if it could not run). */
+ * (malloc'ed, caller frees; a zero byte in it reads as '?'). Returns the exit status (or -1 if it
+ * could not run). */
 int run_train(const char *args, char **output);
 /* The same, with shell commands before it in the same shell (`ulimit -f 0;`, `VAR=x`): limits and
  * environment for that run alone. */

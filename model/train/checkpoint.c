@@ -658,3 +658,47 @@ int checkpoint_state_reseal(const char *path, char *err) {
     }
     return 0;
 }
+
+int checkpoint_dir_to_read(const char *run_dir, int step, const char *hf_dir, const char *hf_flag, char *dir,
+                           char *err) {
+    char name[256], why[ERR_LEN];
+    struct stat st;
+    if (hf_dir) {
+        path_format(dir, "%s", hf_dir);
+    } else if (step >= 0) {
+        path_format(dir, "%s/step_%08d", run_dir, step);
+        if (stat(dir, &st) != 0) {
+            snprintf(err, ERR_LEN, "run %s has no checkpoint of step %d (%s missing; see its step_* directories)",
+                     run_dir, step, dir);
+            return -1;
+        }
+    } else if (checkpoint_latest_name(run_dir, name, sizeof name, why) < 0) {
+        /* the loader's words are a resume's; a command that reads a checkpoint has other ways out */
+        char latest[FGPT_PATH_LEN];
+        path_format(latest, "%s/latest", run_dir);
+        if (stat(run_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            snprintf(err, ERR_LEN, "no run directory %s (pass -o with the directory a training run wrote, or %s DIR "
+                                   "for a Hugging Face one)", run_dir, hf_flag);
+        else if (stat(latest, &st) != 0)
+            snprintf(err, ERR_LEN, "%s holds no checkpoint (%s missing; pass -o with the directory a training run "
+                                   "wrote, or %s DIR for a Hugging Face one)", run_dir, latest, hf_flag);
+        else
+            snprintf(err, ERR_LEN, "%s", why);
+        return -1;
+    } else {
+        path_format(dir, "%s/%s", run_dir, name);
+    }
+    static const char *const files[] = {"config.json", "model.safetensors"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[FGPT_PATH_LEN];
+        if (path_format(path, "%s/%s", dir, files[i]) == 0 && stat(path, &st) == 0) continue;
+        if (hf_dir)
+            snprintf(err, ERR_LEN, "%s %s has no %s (pass a Hugging Face checkpoint directory: config.json and "
+                                   "model.safetensors)", hf_flag, dir, files[i]);
+        else
+            snprintf(err, ERR_LEN, "checkpoint %s has no %s (it is incomplete; pass --step with another of the run's "
+                                   "step_* directories)", dir, files[i]);
+        return -1;
+    }
+    return 0;
+}

@@ -93,6 +93,15 @@ int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, si
  * state.bin is whole (1). -1 with a message in err when there is none or latest is not such a name. */
 int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *err);
 
+/* The checkpoint directory that a command reading one (sample, eval) takes, into dir (FGPT_PATH_LEN
+ * bytes): hf_dir when it is given (a Hugging Face directory, which messages name by its flag,
+ * hf_flag), else run_dir's checkpoint of step `step`, or its latest when step < 0. config.json and
+ * model.safetensors must be in it, so that a missing one is named with the flag that chose the
+ * directory. The caller has checked that run_dir's files, or hf_dir's, fit the system's paths.
+ * 0, or -1 with a one-line message in err. */
+int checkpoint_dir_to_read(const char *run_dir, int step, const char *hf_dir, const char *hf_flag, char *dir,
+                           char *err);
+
 /* For the message of a run stopped by a failed write: "the last checkpoint (step_NNNNNNNN) is intact"
  * or "this run has no checkpoint yet", into buf (size bytes). */
 void checkpoint_what_is_left(const char *run_dir, char *buf, size_t size);

@@ -133,62 +133,6 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
     return 0;
 }
 
-/* The checkpoint directory the options name, into dir (FGPT_PATH_LEN bytes). 0, or 1 after the
- * message. */
-static int checkpoint_dir(const SampleOptions *o, char *dir) {
-    char err[ERR_LEN], name[256];
-    if (o->checkpoint) {
-        path_format(dir, "%s", o->checkpoint); /* parse checked its length */
-        return 0;
-    }
-    if (o->step >= 0) {
-        path_format(dir, "%s/step_%08d", o->run, o->step);
-        struct stat st;
-        if (stat(dir, &st) != 0) {
-            fprintf(stderr, "error: run %s has no checkpoint of step %d (%s missing; see its step_* directories)\n",
-                    o->run, o->step, dir);
-            return 1;
-        }
-        return 0;
-    }
-    if (checkpoint_latest_name(o->run, name, sizeof name, err) < 0) {
-        /* the loader's words are a resume's; a sample has other ways out */
-        char latest[FGPT_PATH_LEN];
-        struct stat st;
-        path_format(latest, "%s/latest", o->run); /* parse checked the run directory's length */
-        if (stat(o->run, &st) != 0 || !S_ISDIR(st.st_mode))
-            fprintf(stderr, "error: no run directory %s (pass -o with the directory a training run wrote, or "
-                            "--checkpoint DIR for a Hugging Face one)\n", o->run);
-        else if (stat(latest, &st) != 0)
-            fprintf(stderr, "error: %s holds no checkpoint (%s missing; pass -o with the directory a training run "
-                            "wrote, or --checkpoint DIR for a Hugging Face one)\n", o->run, latest);
-        else
-            fprintf(stderr, "error: %s\n", err);
-        return 1;
-    }
-    path_format(dir, "%s/%s", o->run, name);
-    return 0;
-}
-
-/* The files the model is read from, checked here so that a missing one is named with the flag that
- * chose the directory. 0, or 1 after the message. */
-static int checkpoint_files_present(const SampleOptions *o, const char *dir) {
-    static const char *const files[] = {"config.json", "model.safetensors"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char path[FGPT_PATH_LEN];
-        struct stat st;
-        if (path_format(path, "%s/%s", dir, files[i]) == 0 && stat(path, &st) == 0) continue;
-        if (o->checkpoint)
-            fprintf(stderr, "error: --checkpoint %s has no %s (pass a Hugging Face GPT-2 directory: config.json and "
-                            "model.safetensors)\n", dir, files[i]);
-        else
-            fprintf(stderr, "error: checkpoint %s has no %s (it is incomplete; pass --step with another of the run's "
-                            "step_* directories)\n", dir, files[i]);
-        return 1;
-    }
-    return 0;
-}
-
 /* The tokenizer: --tokenizer, else the checkpoint's tokenizer.json, else none (NULL, *status 0). */
 static Tokenizer *open_tokenizer(const SampleOptions *o, const char *dir, int *status) {
     char path[FGPT_PATH_LEN], err[ERR_LEN];
@@ -269,9 +213,9 @@ int sample_main(int argc, char **argv) {
         return status;
     }
     char dir[FGPT_PATH_LEN], err[ERR_LEN];
-    if ((status = checkpoint_dir(&o, dir)) != 0 || (status = checkpoint_files_present(&o, dir)) != 0) return status;
     GPTConfig cfg;
-    if (hf_read_config(dir, &cfg, err) != 0) {
+    if (checkpoint_dir_to_read(o.run, o.step, o.checkpoint, "--checkpoint", dir, err) != 0 ||
+        hf_read_config(dir, &cfg, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }

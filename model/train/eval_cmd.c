@@ -1,0 +1,260 @@
+/* model/train/eval_cmd.c - `./train eval`: the mean next-token loss of a checkpoint over a token
+ * shard, on the GPU or the CPU, without training.
+ *
+ * The checkpoint is any the trainer reads with --init-from (a Hugging Face directory: ours or the
+ * original's), or a run's, as `./train sample` finds it. The shard is cut into consecutive windows
+ * (model/train/eval.h) that the backend's forward runs B at a time; the last line is the result,
+ * for scripts: `loss <mean> ppl <exp(mean)> tokens <targets>`. */
+#include "model/train/eval_cmd.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "data/shard.h"
+#include "model/backend.h"
+#include "model/cuda/cuda_device.h"
+#include "model/train/checkpoint.h"
+#include "model/train/eval.h"
+#include "model/train/hf_weights.h"
+
+typedef struct {
+    const char *init_from, *run, *data, *device, *output;
+    int step, seq_len, batch, help;
+} EvalOptions;
+
+typedef enum { EVAL_STR, EVAL_INT, EVAL_FLAG } EvalArgType;
+
+typedef struct {
+    char short_name; /* 0: long form only */
+    const char *long_name, *meta;
+    EvalArgType type;
+    size_t offset;
+    int lo; /* EVAL_INT's smallest value */
+    const char *help;
+} EvalFlag;
+
+#define E(field) offsetof(EvalOptions, field)
+
+/* The one table of flags; --help is generated from it. Defaults are set in parse. */
+static const EvalFlag flags[] = {
+    {0, "init-from", "DIR", EVAL_STR, E(init_from), 0,
+     "a Hugging Face checkpoint directory (config.json + model.safetensors), ours or the original's"},
+    {'o', "out", "RUN", EVAL_STR, E(run), 0, "... or a run directory: its latest checkpoint, or --step's"},
+    {0, "step", "N", EVAL_INT, E(step), 0, "the run's checkpoint of step N (default: the latest)"},
+    {'i', "data", "SHARD", EVAL_STR, E(data), 0, "token shard to evaluate (ours or llm.c's .bin)"},
+    {'t', "seq-len", "T", EVAL_INT, E(seq_len), 1, "window length (default: the model's context, n_positions)"},
+    {'b', "batch", "B", EVAL_INT, E(batch), 1, "windows per forward (default 4; at most the shard's windows)"},
+    {0, "device", "KIND", EVAL_STR, E(device), 0, "cuda or cpu (the fp32 reference backend) (default cuda)"},
+    {0, "output", "KIND", EVAL_STR, E(output), 0,
+     "output layer: fused (no logits tensor) or canonical (all logits) (default fused)"},
+    {'h', "help", "", EVAL_FLAG, E(help), 0, "this text"},
+};
+#define NUM_FLAGS (sizeof flags / sizeof flags[0])
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: ./train eval --init-from DIR -i SHARD [flags]    the loss of a checkpoint on a shard\n"
+               "       ./train eval -o RUN [--step N] -i SHARD [flags]  ... of a run's checkpoint\n"
+               "\n"
+               "Window w takes inputs tokens[w*T, w*T+T), each target the token after its input. The last\n"
+               "window holds what remains and counts if it has 2 tokens or more, so every token but the\n"
+               "first is a target exactly once. The last line is `loss <mean> ppl <exp(mean)> tokens <count>`:\n"
+               "the mean loss over all targets, and their count.\n"
+               "\nflags:\n");
+    for (size_t i = 0; i < NUM_FLAGS; i++) {
+        const EvalFlag *o = &flags[i];
+        char left[64];
+        if (o->short_name)
+            snprintf(left, sizeof left, "-%c, --%s %s", o->short_name, o->long_name, o->meta);
+        else
+            snprintf(left, sizeof left, "    --%s %s", o->long_name, o->meta);
+        fprintf(f, "  %-22s %s\n", left, o->help);
+    }
+}
+
+static int bad(const char *flag, const char *why) {
+    fprintf(stderr, "error: eval %s %s (see ./train eval --help)\n", flag, why);
+    return 2;
+}
+
+/* The flag a command-line word names (-i, --data), or NULL. */
+static const EvalFlag *find_flag(const char *a) {
+    for (size_t i = 0; i < NUM_FLAGS; i++) {
+        const EvalFlag *o = &flags[i];
+        if ((a[0] == '-' && a[1] == '-' && !strcmp(a + 2, o->long_name)) ||
+            (o->short_name && a[0] == '-' && a[1] == o->short_name && !a[2]))
+            return o;
+    }
+    return NULL;
+}
+
+/* 0, or the exit status of a bad command line (after its message). */
+static int parse(EvalOptions *o, int argc, char **argv) {
+    *o = (EvalOptions){.device = "cuda", .output = "fused", .step = -1, .batch = 4};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const EvalFlag *f = find_flag(a);
+        if (!f) {
+            fprintf(stderr, "error: eval: unknown flag '%s' (see ./train eval --help)\n", a);
+            return 2;
+        }
+        void *dst = (char *)o + f->offset;
+        if (f->type == EVAL_FLAG) {
+            *(int *)dst = 1;
+            continue;
+        }
+        if (!v || find_flag(v)) return bad(a, "needs a value");
+        i++;
+        if (f->type == EVAL_STR) {
+            *(const char **)dst = v;
+            continue;
+        }
+        char *end;
+        errno = 0;
+        long n = strtol(v, &end, 10);
+        if (!*v || *end || errno || n < f->lo || n > 2147483647L) {
+            char why[64];
+            snprintf(why, sizeof why, "expects a whole number of %d or more, got '%.20s'", f->lo, v);
+            return bad(a, why);
+        }
+        *(int *)dst = (int)n;
+    }
+    if (o->help) return 0;
+    if (!o->run == !o->init_from) return bad("--init-from", "or -o/--out: give one of them");
+    if (o->init_from && o->step >= 0) return bad("--step", "goes with -o RUN, not --init-from");
+    if (!o->data) return bad("-i/--data", "is missing: name the token shard to evaluate");
+    if (strcmp(o->device, "cuda") && strcmp(o->device, "cpu")) return bad("--device", "must be cuda or cpu");
+    if (strcmp(o->output, "fused") && strcmp(o->output, "canonical"))
+        return bad("--output", "must be fused or canonical");
+    /* every file read below the directory must fit the system's paths, uncut */
+    char err[ERR_LEN];
+    if (o->run && checkpoint_run_dir_ok(o->run, err) != 0) {
+        fprintf(stderr, "error: eval %s\n", err);
+        return 2;
+    }
+    if (o->init_from && strlen(o->init_from) > CHECKPOINT_RUN_DIR_MAX)
+        return bad("--init-from", "is too long a path for the files in it to fit the system's paths");
+    return 0;
+}
+
+/* The shard's tokens, each below the model's vocabulary V, at least 2 of them. NULL after the
+ * message. */
+static uint32_t *read_tokens(const char *path, int V, const char *dir, uint64_t *n) {
+    char err[ERR_LEN];
+    uint32_t *tokens;
+    ShardHeader hdr;
+    /* the shard's own checks here; the model's vocabulary below, with a hint that fits a model
+     * whose vocabulary is the checkpoint's */
+    if (shard_read(path, UINT32_MAX, &tokens, n, &hdr, err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return NULL;
+    }
+    for (uint64_t i = 0; i < *n; i++) {
+        if (tokens[i] < (uint32_t)V) continue;
+        fprintf(stderr, "error: token %u at position %llu in shard %s is >= the vocabulary %d of the model in %s "
+                        "(evaluate a shard made by the model's tokenizer)\n",
+                tokens[i], (unsigned long long)i, path, V, dir);
+        free(tokens);
+        return NULL;
+    }
+    if (*n < 2) {
+        fprintf(stderr, "error: shard %s holds %llu token(s): a target needs 2 (pass a longer shard)\n", path,
+                (unsigned long long)*n);
+        free(tokens);
+        return NULL;
+    }
+    return tokens;
+}
+
+/* The backend of B windows of T on the device asked for, holding the checkpoint's weights. NULL
+ * after the message. */
+static Backend *load_model(const EvalOptions *o, const char *dir, const ParamTable *table, int B, int T) {
+    char err[ERR_LEN];
+    float *params = malloc(table->total * sizeof(float));
+    if (!params) {
+        fprintf(stderr, "error: out of host memory for the model of %s\n", dir);
+        return NULL;
+    }
+    if (hf_read_weights(dir, table, params, err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        free(params);
+        return NULL;
+    }
+    const OutputKind output = strcmp(o->output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
+    Backend *be = NULL;
+    if (strcmp(o->device, "cuda") == 0) {
+        char why[ERR_LEN] = "";
+        if (cuda_device_count(why) == 0)
+            snprintf(err, ERR_LEN, "no CUDA GPU available (%s); use --device cpu for the CPU reference backend", why);
+        else
+            be = backend_cuda_create(table, B, T, output, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 0, NULL, err);
+    } else {
+        be = backend_cpu_create(table, B, T, output, 0, err);
+    }
+    if (be)
+        be->ops->write_state(be, params, NULL, NULL); /* no optimizer: the moments stay unset */
+    else
+        fprintf(stderr, "error: %s\n", err);
+    free(params);
+    return be;
+}
+
+int eval_main(int argc, char **argv) {
+    EvalOptions o;
+    int status = parse(&o, argc, argv);
+    if (status || o.help) {
+        if (o.help) usage(stdout);
+        return status;
+    }
+    char dir[FGPT_PATH_LEN], err[ERR_LEN];
+    GPTConfig cfg;
+    if (checkpoint_dir_to_read(o.run, o.step, o.init_from, "--init-from", dir, err) != 0 ||
+        hf_read_config(dir, &cfg, err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    const int T = o.seq_len ? o.seq_len : cfg.max_seq_len;
+    if (T > cfg.max_seq_len) {
+        fprintf(stderr, "error: -t %d is above the context of the model in %s (pass -t %d or less)\n", T, dir,
+                cfg.max_seq_len);
+        return 1;
+    }
+    uint64_t n;
+    uint32_t *tokens = read_tokens(o.data, cfg.vocab_size, dir, &n);
+    if (!tokens) return 1;
+    /* a batch holds no more windows than there are: the backend's buffers are no larger than needed */
+    const uint64_t windows = eval_window_count(n, T);
+    const int B = windows < (uint64_t)o.batch ? (int)windows : o.batch;
+    ParamTable table;
+    memset(&table, 0, sizeof table);
+    Backend *be = NULL;
+    status = 1;
+    if (param_table_build(&table, &cfg, err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        goto done;
+    }
+    if (!(be = load_model(&o, dir, &table, B, T))) goto done;
+    printf("eval: %s on %s: %llu tokens, %llu window(s) of T=%d in batches of B=%d, output layer %s, device %s (%s)\n",
+           dir, o.data, (unsigned long long)n, (unsigned long long)windows, T, B, o.output, o.device, be->device_name);
+    double mean;
+    if (eval_mean_loss(be, tokens, n, &mean, err) != 0) {
+        fprintf(stderr, "error: %s\n", err);
+        goto done;
+    }
+    if (!isfinite(mean)) { /* a number a script would take for a result */
+        fprintf(stderr, "error: the loss is not finite (%g): the weights in %s hold a NaN or an infinity, or "
+                        "overflow fp32 (evaluate another checkpoint)\n", mean, dir);
+        goto done;
+    }
+    printf("loss %.6f ppl %.6f tokens %llu\n", mean, exp(mean), (unsigned long long)(n - 1));
+    status = 0;
+done:
+    if (be) be->ops->destroy(be);
+    param_table_free(&table);
+    free(tokens);
+    return status;
+}

@@ -1,0 +1,301 @@
+/* `./train eval` and the loss it reports: the mean next-token loss over a shard's consecutive
+ * windows, every target counted once, against a reference written out here from the CPU
+ * backend's full-vocabulary logits (no loss path of the backend in it); a short last window, a
+ * batch larger than the windows, a run's checkpoint and a Hugging Face directory; and the errors. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/rng.h"
+#include "data/shard.h"
+#include "model/backend.h"
+#include "model/train/eval.h"
+#include "model/train/hf_weights.h"
+#include "tests/test.h"
+#include "tests/test_util.h"
+
+/* The loss written out: target i (0 <= i < n - 1) is token i + 1, predicted at position i mod T of
+ * window i / T, whose inputs are tokens[w·T, w·T+T) (past the end: 0s, which the causal mask keeps
+ * out of the positions before them); -log softmax of the logits of a full forward, in double. be
+ * has T of its own and B = 1. */
+static double reference_mean_loss(Backend *be, const uint32_t *tokens, uint64_t n) {
+    const int T = be->T, V = be->table->cfg.vocab_size;
+    int *window = malloc((size_t)T * sizeof *window);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    double sum = 0.0;
+    for (uint64_t i = 0; i + 1 < n; i++) {
+        const uint64_t start = i / (uint64_t)T * (uint64_t)T;
+        for (int t = 0; t < T; t++) window[t] = start + (uint64_t)t < n ? (int)tokens[start + (uint64_t)t] : 0;
+        be->ops->logits_at(be, window, (int)(i - start), logits);
+        double max = logits[0], z = 0.0;
+        for (int v = 1; v < V; v++) max = fmax(max, logits[v]);
+        for (int v = 0; v < V; v++) z += exp(logits[v] - max);
+        sum += max + log(z) - logits[tokens[i + 1]];
+    }
+    free(logits);
+    free(window);
+    return sum / (double)(n - 1);
+}
+
+/* A tiny GPT-2 (2 layers, 2 heads of 8, a context of 16, 37 tokens) on the CPU with B windows of
+ * T, its weights moved far from the init so that the loss depends on every position; the same on
+ * every call. */
+static Backend *tiny_model(ParamTable *t, int B, int T, OutputKind output) {
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 16, .max_seq_len = 16, .vocab_size = 37};
+    gpt_config_finish(&cfg);
+    char err[ERR_LEN];
+    if (!t->params && param_table_build(t, &cfg, err) != 0) return NULL;
+    Backend *be = backend_cpu_create(t, B, T, output, 7, err);
+    float *p = malloc(t->total * sizeof *p);
+    if (!be || !p) {
+        free(p);
+        if (be) be->ops->destroy(be);
+        return NULL;
+    }
+    be->ops->read_state(be, p, NULL, NULL);
+    Rng rng;
+    rng_seed(&rng, 11);
+    for (size_t i = 0; i < t->total; i++) p[i] += (float)(0.3 * rng_normal(&rng));
+    be->ops->write_state(be, p, NULL, NULL);
+    free(p);
+    return be;
+}
+
+/* Windows of T = 8 over 2 tokens (one target), one whole window (T + 1), a last window of one
+ * target (3T + 2) and one of five (30 tokens); in batches of 3, so that the last batch holds fewer
+ * windows than B, and of 5, more than most of these shards have windows. */
+TEST(eval_loss_is_the_mean_over_every_target_of_consecutive_windows_with_a_short_last_one) {
+    enum { T = 8, V = 37 };
+    ParamTable t = {0};
+    Backend *ref = tiny_model(&t, 1, T, OUTPUT_FUSED);
+    REQUIRE(ref, "reference backend");
+    uint32_t tokens[64];
+    Rng rng;
+    rng_seed(&rng, 5);
+    for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++) tokens[i] = (uint32_t)rng_below(&rng, V);
+    const uint64_t lengths[] = {2, T + 1, 3 * T + 2, 30};
+    const uint64_t windows[] = {1, 1, 4, 4};
+    const struct {
+        int B;
+        OutputKind output;
+    } runs[] = {{3, OUTPUT_FUSED}, {5, OUTPUT_FUSED}, {3, OUTPUT_CANONICAL}};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        Backend *be = tiny_model(&t, runs[r].B, T, runs[r].output);
+        REQUIRE(be, "backend of B %d", runs[r].B);
+        for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; k++) {
+            const uint64_t n = lengths[k];
+            CHECK(eval_window_count(n, T) == windows[k], "%llu tokens make %llu windows of %d, not %llu",
+                  (unsigned long long)n, (unsigned long long)eval_window_count(n, T), T,
+                  (unsigned long long)windows[k]);
+            double got, want = reference_mean_loss(ref, tokens, n);
+            char err[ERR_LEN];
+            REQUIRE(eval_mean_loss(be, tokens, n, &got, err) == 0, "%s", err);
+            CHECK(fabs(got - want) <= 1e-5 * want, "B %d output %d, %llu tokens: loss %.8f, the reference %.8f",
+                  runs[r].B, (int)runs[r].output, (unsigned long long)n, got, want);
+        }
+        be->ops->destroy(be);
+    }
+    ref->ops->destroy(ref);
+    param_table_free(&t);
+}
+
+/* The numbers of the last line, `loss <mean> ppl <exp(mean)> tokens <count>`: 0, or -1 when the
+ * output's last line is not exactly that. */
+static int parse_result(const char *out, double *loss, double *ppl, unsigned long long *count) {
+    size_t len = out ? strlen(out) : 0;
+    if (len < 2 || out[len - 1] != '\n') return -1;
+    const char *last = out + len - 1;
+    while (last > out && last[-1] != '\n') last--;
+    int end = 0;
+    if (sscanf(last, "loss %lf ppl %lf tokens %llu\n%n", loss, ppl, count, &end) != 3 || (size_t)end != strlen(last))
+        return -1;
+    char again[128];
+    snprintf(again, sizeof again, "loss %.6f ppl %.6f tokens %llu\n", *loss, *ppl, *count);
+    return strcmp(again, last) == 0 ? 0 : -1;
+}
+
+/* A tiny run of 2 steps on a pattern shard of 300 tokens, a context of 64: its checkpoint is
+ * run/step_00000002. 0, or -1. */
+static int train_tiny_run(const char *run) {
+    char shard[900], args[2400], *out = NULL;
+    snprintf(shard, sizeof shard, "%s/train.bin", test_tmpdir());
+    if (write_pattern_shard(shard, 5000, 300, 1) != 0) return -1;
+    snprintf(args, sizeof args, "-i %s --device cpu -e tiny -v 300 -b 2 -t 32 --max-seq-len 64 -x 2 -s 0 -o %s",
+             shard, run);
+    int rc = run_train(args, &out);
+    CHECK(rc == 0, "train: %s", out);
+    free(out);
+    return rc == 0 ? 0 : -1;
+}
+
+/* The reference loss of the checkpoint in dir over the n tokens of shard path, in windows of T. */
+static double checkpoint_reference_loss(const char *dir, const char *path, int T, uint64_t *n) {
+    char err[ERR_LEN];
+    GPTConfig cfg;
+    ParamTable t = {0};
+    uint32_t *tokens = NULL;
+    ShardHeader hdr;
+    double loss = NAN;
+    float *p = NULL;
+    Backend *be = NULL;
+    if (hf_read_config(dir, &cfg, err) != 0 || param_table_build(&t, &cfg, err) != 0 ||
+        shard_read(path, (uint32_t)cfg.vocab_size, &tokens, n, &hdr, err) != 0 ||
+        !(p = malloc(t.total * sizeof *p)) || hf_read_weights(dir, &t, p, err) != 0 ||
+        !(be = backend_cpu_create(&t, 1, T, OUTPUT_FUSED, 1, err))) {
+        test_fail(__FILE__, __LINE__, "the checkpoint's reference: %s", err);
+    } else {
+        be->ops->write_state(be, p, NULL, NULL);
+        loss = reference_mean_loss(be, tokens, *n);
+    }
+    if (be) be->ops->destroy(be);
+    free(p);
+    free(tokens);
+    param_table_free(&t);
+    return loss;
+}
+
+/* 87 tokens in windows of 16: five whole windows and one of 6 targets, 86 targets in all. A run's
+ * checkpoint (-o), the same directory as a Hugging Face one (--init-from), in batches of 4 (the
+ * second holds 2 windows), of 100 (more than the 6 windows: 6 are allocated) and through the
+ * canonical output layer all give the reference's loss. */
+TEST(eval_of_a_checkpoint_prints_the_reference_loss_of_every_target_on_its_last_line) {
+    char run[800], dir[900], shard[900], args[2400], *out = NULL;
+    snprintf(run, sizeof run, "%s/run", test_tmpdir());
+    snprintf(dir, sizeof dir, "%s/step_00000002", run);
+    snprintf(shard, sizeof shard, "%s/eval.bin", test_tmpdir());
+    REQUIRE(train_tiny_run(run) == 0, "the run");
+    REQUIRE(write_pattern_shard(shard, 87, 300, 2) == 0, "eval shard");
+    uint64_t n = 0;
+    const double want = checkpoint_reference_loss(dir, shard, 16, &n);
+    REQUIRE(n == 87 && isfinite(want), "reference over %llu tokens: %g", (unsigned long long)n, want);
+    const struct {
+        const char *source, *flags, *header;
+    } runs[] = {
+        {"-o", "-b 4", "6 window(s) of T=16 in batches of B=4"},
+        {"--init-from", "-b 4", "6 window(s) of T=16 in batches of B=4"},
+        {"-o", "-b 100", "in batches of B=6,"},
+        {"-o", "-b 4 --output canonical", "output layer canonical"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        snprintf(args, sizeof args, "eval %s %s -i %s -t 16 %s --device cpu", runs[i].source,
+                 strcmp(runs[i].source, "-o") ? dir : run, shard, runs[i].flags);
+        double loss = 0, ppl = 0;
+        unsigned long long count = 0;
+        int rc = run_train(args, &out);
+        CHECK(rc == 0 && parse_result(out, &loss, &ppl, &count) == 0, "'%s': (%d) %s", args, rc, out);
+        CHECK(fabs(loss - want) <= 2e-6 + 1e-6 * want, "'%s': loss %.6f, the reference %.8f", args, loss, want);
+        CHECK(fabs(ppl - exp(loss)) <= 1e-5 * ppl, "'%s': ppl %.6f is not exp(%.6f)", args, ppl, loss);
+        CHECK(count == 86, "'%s': %llu targets counted, not 86", args, count);
+        CHECK(out && strstr(out, runs[i].header), "'%s': the header does not say '%s': %s", args, runs[i].header, out);
+        free(out);
+    }
+    /* without -t the windows are the model's context, 64: one window of 86 targets would not fit
+     * it, so two, of 64 and 22 */
+    snprintf(args, sizeof args, "eval -o %s -i %s --device cpu", run, shard);
+    CHECK(run_train(args, &out) == 0 && out && strstr(out, "2 window(s) of T=64 in batches of B=2"), "%s", out);
+    free(out);
+}
+
+static int one_line(const char *s) {
+    const char *nl = strchr(s, '\n');
+    return nl && nl[1] == 0;
+}
+
+/* fmt into dst (size bytes) with each names[k][0] replaced by names[k][1]. */
+static void expand(char *dst, size_t size, const char *fmt, const char *names[][2], int count) {
+    size_t len = 0;
+    while (*fmt && len + 1 < size) {
+        int k = 0;
+        while (k < count && strncmp(fmt, names[k][0], strlen(names[k][0]))) k++;
+        if (k < count) {
+            len += (size_t)snprintf(dst + len, size - len, "%s", names[k][1]);
+            fmt += strlen(names[k][0]);
+        } else {
+            dst[len++] = *fmt++;
+        }
+    }
+    dst[len < size ? len : size - 1] = 0;
+}
+
+TEST(eval_errors_name_the_problem_in_one_line) {
+    char run[800], shard[900], big[900], one[900], *out = NULL;
+    snprintf(run, sizeof run, "%s/run", test_tmpdir());
+    snprintf(shard, sizeof shard, "%s/eval.bin", test_tmpdir());
+    snprintf(big, sizeof big, "%s/big.bin", test_tmpdir());
+    snprintf(one, sizeof one, "%s/one.bin", test_tmpdir());
+    REQUIRE(train_tiny_run(run) == 0, "the run");
+    REQUIRE(write_pattern_shard(shard, 100, 300, 2) == 0 && write_pattern_shard(big, 100, 400, 3) == 0, "shards");
+    const uint32_t single = 7;
+    char err[ERR_LEN];
+    REQUIRE(shard_write(one, &single, 1, 300, err) == 0, "%s", err);
+    const struct {
+        const char *fmt, *msg;
+        int status;
+    } cases[] = {
+        {"eval --device cpu", "--init-from or -o/--out: give one of them", 2},
+        {"eval -o {run} --bogus 1 -i {shard}", "unknown flag '--bogus'", 2},
+        {"eval -o {run} -i {shard} -t 0", "-t expects a whole number of 1 or more, got '0'", 2},
+        {"eval -o {run} -i {shard} -b x", "-b expects a whole number of 1 or more, got 'x'", 2},
+        {"eval -o {run} -i {shard} -b", "-b needs a value", 2},
+        {"eval -o {run} -i -t 8", "-i needs a value", 2},
+        {"eval -o {run} -i {shard} --device tpu", "--device must be cuda or cpu", 2},
+        {"eval -o {run} -i {shard} --output logits", "--output must be fused or canonical", 2},
+        {"eval -o {run} --init-from {run}/step_00000002 -i {shard}", "give one of them", 2},
+        {"eval --init-from {run}/step_00000002 --step 2 -i {shard}", "--step goes with -o RUN", 2},
+        {"eval -o {run} --device cpu", "-i/--data is missing", 2},
+        {"eval --init-from /nonexistent -i {shard} --device cpu", "--init-from /nonexistent has no config.json", 1},
+        {"eval -o /nonexistent/run -i {shard} --device cpu", "no run directory /nonexistent/run (pass -o", 1},
+        {"eval -o {run} --step 5 -i {shard} --device cpu", "has no checkpoint of step 5", 1},
+        {"eval -o {run} -i {shard} -t 65 --device cpu", "-t 65 is above the context of the model", 1},
+        {"eval -o {run} -i /nonexistent.bin --device cpu", "/nonexistent.bin", 1},
+        {"eval -o {run} -i {big} --device cpu", "is >= the vocabulary 300 of the model", 1},
+        {"eval -o {run} -i {one} --device cpu", "holds 1 token(s): a target needs 2", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[1200];
+        const char *names[][2] = {{"{run}", run}, {"{shard}", shard}, {"{big}", big}, {"{one}", one}};
+        expand(args, sizeof args, cases[i].fmt, names, 4);
+        int rc = run_train(args, &out);
+        CHECK(rc == cases[i].status && out && strncmp(out, "error: ", 7) == 0 && strstr(out, cases[i].msg) &&
+                  one_line(out),
+              "'%s': (%d) %s", args, rc, out);
+        free(out);
+    }
+}
+
+/* --help comes from the table of flags: every flag is in it, and it says what the last window does. */
+TEST(eval_help_lists_every_flag_and_the_window_rule) {
+    char *out = NULL;
+    int rc = run_train("eval --help", &out);
+    const char *want[] = {"--init-from DIR", "-o, --out RUN", "--step N", "-i, --data SHARD", "-t, --seq-len T",
+                          "-b, --batch B",   "--device KIND", "--output KIND", "-h, --help",
+                          "counts if it has 2 tokens or more", "loss <mean> ppl <exp(mean)> tokens <count>"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECK(rc == 0 && out && strstr(out, want[i]), "--help lacks '%s': (%d) %s", want[i], rc, out);
+    free(out);
+    CHECK(run_train("--help", &out) == 0 && out && strstr(out, "./train eval --help"), "the trainer's --help: %s", out);
+    free(out);
+}
+
+/* A checkpoint whose weights hold a NaN (its file's last float) gives no number to report: one
+ * line that says so, exit 1, never `loss nan`. */
+TEST(eval_of_weights_that_make_the_loss_non_finite_is_refused) {
+    char run[800], dir[900], shard[900], path[1000], args[2400], *out = NULL;
+    snprintf(run, sizeof run, "%s/run", test_tmpdir());
+    snprintf(dir, sizeof dir, "%s/run/step_00000002", test_tmpdir());
+    snprintf(shard, sizeof shard, "%s/eval.bin", test_tmpdir());
+    REQUIRE(train_tiny_run(run) == 0, "the run");
+    REQUIRE(write_pattern_shard(shard, 100, 300, 2) == 0, "shard");
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "r+b");
+    const float nan = NAN;
+    REQUIRE(f && fseek(f, -4, SEEK_END) == 0 && fwrite(&nan, 4, 1, f) == 1 && fclose(f) == 0, "%s", path);
+    snprintf(args, sizeof args, "eval --init-from %s -i %s --device cpu", dir, shard);
+    int rc = run_train(args, &out);
+    CHECK(rc == 1 && out && strstr(out, "error: the loss is not finite") && one_line(strstr(out, "error: ")) &&
+              !strstr(out, "loss nan"),
+          "(%d) %s", rc, out);
+    free(out);
+}
