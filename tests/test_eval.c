@@ -47,20 +47,7 @@ static Backend *tiny_model(ParamTable *t, int B, int T, OutputKind output) {
     gpt_config_finish(&cfg);
     char err[ERR_LEN];
     if (!t->params && param_table_build(t, &cfg, err) != 0) return NULL;
-    Backend *be = backend_cpu_create(t, B, T, output, 7, err);
-    float *p = malloc(t->total * sizeof *p);
-    if (!be || !p) {
-        free(p);
-        if (be) be->ops->destroy(be);
-        return NULL;
-    }
-    be->ops->read_state(be, p, NULL, NULL);
-    Rng rng;
-    rng_seed(&rng, 11);
-    for (size_t i = 0; i < t->total; i++) p[i] += (float)(0.3 * rng_normal(&rng));
-    be->ops->write_state(be, p, NULL, NULL);
-    free(p);
-    return be;
+    return perturbed_cpu_backend(t, B, T, output);
 }
 
 /* Windows of T = 8 over 2 tokens (one target), one whole window (T + 1), a last window of one

@@ -194,24 +194,8 @@ TEST(hf_tokenizer_our_export_encodes_as_tokenizers_does_when_python_has_it) {
     tokenizer_free(ours);
 }
 
-/* The GPT-2 style fixture with one text replaced, loaded: expects an error containing msg. */
 static void expect_refused(const char *from, const char *to, const char *msg) {
-    char *json = read_text("tests/fixtures/hf_gpt2_style.json"), path[700], err[ERR_LEN] = "";
-    REQUIRE(json, "cannot read the fixture");
-    char *at = strstr(json, from);
-    REQUIRE(at, "the fixture has no '%s'", from);
-    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
-    FILE *f = fopen(path, "wb");
-    REQUIRE(f, "cannot write %s", path);
-    fwrite(json, 1, (size_t)(at - json), f);
-    fputs(to, f);
-    fputs(at + strlen(from), f);
-    fclose(f);
-    free(json);
-    Tokenizer *t = tokenizer_load(path, err);
-    CHECK(!t, "'%s' was accepted", to);
-    CHECK(strstr(err, msg) && !strchr(err, '\n'), "'%s': message '%s' lacks '%s' or is not one line", to, err, msg);
-    tokenizer_free(t);
+    expect_tokenizer_json_refused("tests/fixtures/hf_gpt2_style.json", from, to, msg);
 }
 
 TEST(hf_tokenizer_unsupported_parts_are_refused_by_name) {

@@ -215,24 +215,8 @@ TEST(a_checkpoint_carries_the_imported_sentencepiece_tokenizer_json_unchanged_an
     free(out);
 }
 
-/* The fixture with one text replaced, loaded: expects an error that contains msg, on one line. */
 static void expect_refused(const char *from, const char *to, const char *msg) {
-    char *json = read_text("tests/fixtures/spm_gemma3.json"), path[700], err[ERR_LEN] = "";
-    REQUIRE(json, "cannot read the fixture");
-    char *at = strstr(json, from);
-    REQUIRE(at, "the fixture has no '%s'", from);
-    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
-    FILE *f = fopen(path, "wb");
-    REQUIRE(f, "cannot write %s", path);
-    fwrite(json, 1, (size_t)(at - json), f);
-    fputs(to, f);
-    fputs(at + strlen(from), f);
-    fclose(f);
-    free(json);
-    Tokenizer *t = tokenizer_load(path, err);
-    CHECK(!t, "'%s' was accepted", to);
-    CHECK(strstr(err, msg) && !strchr(err, '\n'), "'%s': message '%s' lacks '%s' or is not one line", to, err, msg);
-    tokenizer_free(t);
+    expect_tokenizer_json_refused("tests/fixtures/spm_gemma3.json", from, to, msg);
 }
 
 TEST(sentencepiece_models_and_components_we_do_not_run_are_refused_by_name) {

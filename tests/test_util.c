@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "model/backend.h"
+#include "tests/test.h"
+#include "tokenizer/tokenizer.h"
 #include "data/shard.h"
 #include "tests/test.h"
 
@@ -140,4 +143,43 @@ void expect_shard_refused(const char *path, uint32_t model_vocab, const char *wh
     CHECK(strstr(err, msg) != NULL, "%s: message '%s' lacks '%s'", what, err, msg);
     CHECK(strchr(err, '\n') == NULL, "%s: message is not one line", what);
     free(t);
+}
+
+void expect_tokenizer_json_refused(const char *fixture_path, const char *from, const char *to, const char *msg) {
+    char *json = read_text(fixture_path), path[700], err[ERR_LEN] = "";
+    REQUIRE(json, "cannot read the fixture %s", fixture_path);
+    char *at = strstr(json, from);
+    if (!at) free(json);
+    REQUIRE(at, "the fixture has no '%s'", from);
+    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    if (!f) free(json);
+    REQUIRE(f, "cannot write %s", path);
+    fwrite(json, 1, (size_t)(at - json), f);
+    fputs(to, f);
+    fputs(at + strlen(from), f);
+    fclose(f);
+    free(json);
+    Tokenizer *t = tokenizer_load(path, err);
+    CHECK(!t, "'%s' was accepted", to);
+    CHECK(strstr(err, msg) && !strchr(err, '\n'), "'%s': message '%s' lacks '%s' or is not one line", to, err, msg);
+    tokenizer_free(t);
+}
+
+Backend *perturbed_cpu_backend(const ParamTable *t, int B, int T, OutputKind output) {
+    char err[ERR_LEN];
+    Backend *be = backend_cpu_create(t, B, T, output, 7, err);
+    float *p = malloc(t->total * sizeof *p);
+    if (!be || !p) {
+        free(p);
+        if (be) be->ops->destroy(be);
+        return NULL;
+    }
+    be->ops->read_state(be, p, NULL, NULL);
+    Rng rng;
+    rng_seed(&rng, 11);
+    for (size_t i = 0; i < t->total; i++) p[i] += (float)(0.3 * rng_normal(&rng));
+    be->ops->write_state(be, p, NULL, NULL);
+    free(p);
+    return be;
 }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "common/rng.h"
+#include "model/backend.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,6 +43,15 @@ int write_pattern_shard(const char *path, uint64_t n, uint32_t vocab, uint64_t s
 /* Checks that shard_read refuses the shard at path for a model of model_vocab words with one line
  * that contains msg (what names the case in failures). */
 void expect_shard_refused(const char *path, uint32_t model_vocab, const char *what, const char *msg);
+
+/* Loads the tokenizer.json fixture at fixture_path with its first `from` replaced by `to` and
+ * checks that it is refused with one line that contains msg. */
+void expect_tokenizer_json_refused(const char *fixture_path, const char *from, const char *to, const char *msg);
+
+/* A CPU backend for B sequences of T tokens over table t, output layer `output`, its weights moved
+ * away from the init by N(0, 0.3) noise (so attention is far from uniform), the same on every call;
+ * NULL on failure. */
+Backend *perturbed_cpu_backend(const ParamTable *t, int B, int T, OutputKind output);
 
 /* Extracts the losses printed by ./train ("step k/N | loss x") into losses[]; returns how many. */
 int parse_losses(const char *output, float *losses, int max);
