@@ -82,49 +82,41 @@ double output_layer_canonical_cpu(const OutputLayerCpu *a, float *logits) {
     return total;
 }
 
-double output_layer_fused_cpu(const OutputLayerCpu *a, float *row_stats) {
-    const int N = a->N, C = a->C, V = a->V;
-    float *lse = row_stats, *target_logit = row_stats + N;
-    /* Forward (Algorithm 1): one sweep over vocabulary tiles per row, online softmax. */
-#pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        int y = a->targets[n];
-        if (y == -1) {
-            a->losses[n] = 0.0f;
-            lse[n] = 0.0f;
-            target_logit[n] = 0.0f;
-            continue;
+void output_fused_row_stats_cpu(const OutputLayerCpu *a, int vocab_offset, int n, float *max, double *sum,
+                                float *target_logit) {
+    const int C = a->C, V = a->V;
+    const int y = a->targets[n] - vocab_offset; /* in [0, V) only when the target is one of W's rows */
+    const float *h = a->H + (size_t)n * C;
+    float m = -INFINITY;
+    double s = 0.0;
+    float zt = 0.0f;
+    float tile[FUSED_TILE];
+    for (int v0 = 0; v0 < V; v0 += FUSED_TILE) {
+        int width = V - v0 < FUSED_TILE ? V - v0 : FUSED_TILE;
+        float tile_max = -INFINITY;
+        for (int j = 0; j < width; j++) {
+            tile[j] = dot(h, a->W + (size_t)(v0 + j) * C, C);
+            tile_max = fmaxf(tile_max, tile[j]);
         }
-        const float *h = a->H + (size_t)n * C;
-        float m = -INFINITY;
-        double s = 0.0;
-        float zt = 0.0f;
-        float tile[FUSED_TILE];
-        for (int v0 = 0; v0 < V; v0 += FUSED_TILE) {
-            int width = V - v0 < FUSED_TILE ? V - v0 : FUSED_TILE;
-            float tile_max = -INFINITY;
-            for (int j = 0; j < width; j++) {
-                tile[j] = dot(h, a->W + (size_t)(v0 + j) * C, C);
-                tile_max = fmaxf(tile_max, tile[j]);
-            }
-            if (y >= v0 && y < v0 + width) zt = tile[y - v0];
-            float m_new = fmaxf(m, tile_max);
-            s *= exp((double)m - m_new); /* rescale the old sum to the new max */
-            for (int j = 0; j < width; j++) s += exp((double)tile[j] - m_new);
-            m = m_new;
-        }
-        lse[n] = m + (float)log(s);
-        target_logit[n] = zt;
-        a->losses[n] = lse[n] - zt;
+        if (y >= v0 && y < v0 + width) zt = tile[y - v0];
+        float m_new = fmaxf(m, tile_max);
+        s *= exp((double)m - m_new); /* rescale the old sum to the new max */
+        for (int j = 0; j < width; j++) s += exp((double)tile[j] - m_new);
+        m = m_new;
     }
-    double total = sum_rows(a->losses, N);
-    if (!a->dH) return total;
+    *max = m;
+    *sum = s;
+    *target_logit = zt;
+}
+
+void output_fused_backward_cpu(const OutputLayerCpu *a, int vocab_offset, const float *lse) {
+    const int N = a->N, C = a->C, V = a->V;
     /* Backward (Algorithm 2): recompute each logit from the saved lse; never store a row of P.
      * dH is owned by rows, dW by vocabulary entries, so both loops write without races. */
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
-        int y = a->targets[n];
-        if (y == -1) continue;
+        if (a->targets[n] == -1) continue;
+        int y = a->targets[n] - vocab_offset;
         const float *h = a->H + (size_t)n * C;
         float *dh = a->dH + (size_t)n * C;
         for (int v = 0; v < V; v++) {
@@ -138,12 +130,34 @@ double output_layer_fused_cpu(const OutputLayerCpu *a, float *row_stats) {
         const float *w = a->W + (size_t)v * C;
         float *dw = a->dW + (size_t)v * C;
         for (int n = 0; n < N; n++) {
-            int y = a->targets[n];
-            if (y == -1) continue;
+            if (a->targets[n] == -1) continue;
+            int y = a->targets[n] - vocab_offset;
             const float *h = a->H + (size_t)n * C;
             float g = a->grad_scale * (expf(dot(h, w, C) - lse[n]) - (v == y ? 1.0f : 0.0f));
             for (int i = 0; i < C; i++) dw[i] += g * h[i];
         }
     }
+}
+
+double output_layer_fused_cpu(const OutputLayerCpu *a, float *row_stats) {
+    const int N = a->N;
+    float *lse = row_stats, *target_logit = row_stats + N;
+    /* Forward (Algorithm 1): one sweep over vocabulary tiles per row, online softmax. */
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        if (a->targets[n] == -1) {
+            a->losses[n] = 0.0f;
+            lse[n] = 0.0f;
+            target_logit[n] = 0.0f;
+            continue;
+        }
+        float m;
+        double s;
+        output_fused_row_stats_cpu(a, 0, n, &m, &s, &target_logit[n]);
+        lse[n] = m + (float)log(s);
+        a->losses[n] = lse[n] - target_logit[n];
+    }
+    double total = sum_rows(a->losses, N);
+    if (a->dH) output_fused_backward_cpu(a, 0, lse);
     return total;
 }

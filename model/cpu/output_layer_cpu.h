@@ -31,6 +31,18 @@ int output_layer_count_valid(const int *targets, int N);
 double output_layer_canonical_cpu(const OutputLayerCpu *a, float *logits);
 double output_layer_fused_cpu(const OutputLayerCpu *a, float *row_stats);
 
+/* The fused layer's two passes, for a layer whose W holds a contiguous range of the vocabulary
+ * (a slice of the vocabulary-parallel layer, model/cpu/vocab_parallel_cpu.h): W's rows are the
+ * words [vocab_offset, vocab_offset + V), while targets stay whole-vocabulary ids. The whole layer
+ * is the range at offset 0.
+ * Row stats: for row n (not ignored) over W's rows, the max logit, the sum of exp(logit − max), and
+ * the target's logit when the target is one of W's rows (else 0); no rows (V = 0): −∞, 0, 0.
+ * Backward: with every valid row's final log-sum-exp, adds this range's part of dH (all N rows)
+ * and its rows of dW. */
+void output_fused_row_stats_cpu(const OutputLayerCpu *a, int vocab_offset, int n, float *max, double *sum,
+                                float *target_logit);
+void output_fused_backward_cpu(const OutputLayerCpu *a, int vocab_offset, const float *lse);
+
 size_t output_layer_canonical_cpu_workspace(int N, int V);
 size_t output_layer_fused_cpu_workspace(int N);
 
