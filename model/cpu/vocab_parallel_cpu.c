@@ -164,6 +164,11 @@ static void rank_backward(const VocabParallelCpu *p, VocabSlice s, int N, VocabP
     output_fused_backward_cpu(&a, s.begin, rk->work.lse);
 }
 
+/* Step 4, after the reduce-scatter: this rank's rows' dH, added as the unsplit layer adds it. */
+static void rank_add_dH(const VocabParallelCpu *p, VocabParallelRank *rk) {
+    for (size_t i = 0; i < (size_t)rk->N * p->C; i++) rk->dH[i] += rk->work.dH_own[i];
+}
+
 /* ---- the driver ---- */
 
 static int check_args(const VocabParallelCpu *p, const VocabParallelRank *ranks, char *err) {
@@ -241,7 +246,6 @@ int vocab_parallel_cpu(const VocabParallelCpu *p, VocabParallelRank *ranks, char
         counts[r] = (size_t)ranks[r].N * C;
     }
     vp_reduce_scatter_sum(R, fsend, counts, bufs);
-    for (int r = 0; r < R; r++)
-        for (size_t i = 0; i < counts[r]; i++) ranks[r].dH[i] += ranks[r].work.dH_own[i];
+    for (int r = 0; r < R; r++) rank_add_dH(p, &ranks[r]);
     return 0;
 }
