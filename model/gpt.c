@@ -10,15 +10,23 @@
 #include "common/rng.h"
 #include "kernels/host_device.h"
 
+/* GPT-2's shapes: KV heads, head dim and MLP follow from heads and width */
+#define GPT2_PRESET(name, L, NH, C, note) {name, L, NH, C, note, FAMILY_GPT2, 0, 0, 0, {0, ROPE_SCALING_NONE, 0, 0, 0, 0}}
+
 const GPTPreset gpt_presets[] = {
-    {"tiny", 2, 2, 128, NULL}, /* CPU smoke tests and CI; head size 64, as the GPU attention needs */
-    {"d6", 6, 6, 384, NULL},
-    {"d12", 12, 12, 768, "GPT-2 124M"},
-    {"d24", 24, 16, 1024, NULL},
-    {"d36", 36, 20, 1280, NULL},
-    {"d48", 48, 25, 1600, NULL},
-    {NULL, 0, 0, 0, NULL},
+    GPT2_PRESET("tiny", 2, 2, 128, NULL), /* CPU smoke tests and CI; head size 64, as the GPU attention needs */
+    GPT2_PRESET("d6", 6, 6, 384, NULL),
+    GPT2_PRESET("d12", 12, 12, 768, "GPT-2 124M"),
+    GPT2_PRESET("d24", 24, 16, 1024, NULL),
+    GPT2_PRESET("d36", 36, 20, 1280, NULL),
+    GPT2_PRESET("d48", 48, 25, 1600, NULL),
+    /* Llama 3.2 1B and Qwen3 0.6B as their config.json describe them (tied heads both); theta,
+     * factor, low and high frequency factors, original context */
+    {"llama3.2-1b", 16, 32, 2048, NULL, FAMILY_LLAMA, 8, 64, 8192, {5e5, ROPE_SCALING_LLAMA3, 32.0, 1.0, 4.0, 8192.0}},
+    {"qwen3-0.6b", 28, 16, 1024, NULL, FAMILY_QWEN3, 8, 128, 3072, {1e6, ROPE_SCALING_NONE, 0, 0, 0, 0}},
+    GPT2_PRESET(NULL, 0, 0, 0, NULL),
 };
+#undef GPT2_PRESET
 
 const GPTPreset *gpt_find_preset(const char *name) {
     for (const GPTPreset *p = gpt_presets; p->name; p++)
@@ -75,6 +83,16 @@ const char *gpt_family_name(ModelFamily family) {
     case FAMILY_QWEN3: return "qwen3";
     }
     return "?";
+}
+
+int gpt_family_parse(const char *name, ModelFamily *family) {
+    const ModelFamily all[] = {FAMILY_GPT2, FAMILY_LLAMA, FAMILY_QWEN2, FAMILY_QWEN3};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(name, gpt_family_name(all[i])) == 0) {
+            *family = all[i];
+            return 0;
+        }
+    return -1;
 }
 
 ParamRole head_role(const GPTConfig *cfg) {

@@ -69,6 +69,10 @@ typedef struct {
     const char *name;
     int num_layers, num_heads, dim;
     const char *note; /* shown beside the name in lists (NULL: none) */
+    /* GPT-2 when left out; the other families' shapes and RoPE (theta 0: the family's default) */
+    ModelFamily family;
+    int num_kv_heads, head_dim, ffn_dim;
+    RopeParams rope;
 } GPTPreset;
 
 /* The presets (model/gpt.c), ended by one whose name is NULL: the one list that --help, errors and
@@ -85,6 +89,8 @@ void gpt_config_finish(GPTConfig *cfg);
  * RoPE theta, MLP, QK-norm, QKV bias); the shape fields are left as they are. */
 void gpt_family_defaults(GPTConfig *cfg, ModelFamily family);
 const char *gpt_family_name(ModelFamily family);
+/* The family named ("gpt2", "llama", "qwen2", "qwen3"); 0, or -1 for another name. */
+int gpt_family_parse(const char *name, ModelFamily *family);
 int gpt_round_vocab(int vocab_size);
 
 /* What a tensor is, within its layer (or for the whole model: the embeddings and the tail). A
