@@ -355,9 +355,14 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (cfg->head_dim % 2) bad("--head-dim", "must be even (rotary positions turn pairs)");
     if (family != FAMILY_GPT2) {
         /* the CUDA kernels and the checkpoint format of these families come later */
-        if (strcmp(opt->device, "cpu")) bad("--family", "llama, qwen2 and qwen3 run on --device cpu only for now");
+        /* the family may come from the preset: the message names it, and the flag that chose it */
+        const char *chosen = opt->family[0] ? "--family" : "-e/--preset";
+        if (strcmp(opt->device, "cpu"))
+            die_usage("%s %s: the %s family runs on --device cpu only for now", chosen,
+                      opt->family[0] ? opt->family : opt->preset, gpt_family_name(family));
         if (opt->init_from[0] || opt->resume || opt->checkpoint_every)
-            bad("--family", "llama, qwen2 and qwen3 write and read no checkpoints yet (leave out --init-from, -y and -n)");
+            die_usage("%s %s: the %s family writes and reads no checkpoints yet (leave out --init-from, -y and -n)",
+                      chosen, opt->family[0] ? opt->family : opt->preset, gpt_family_name(family));
     }
     if (opt->max_seq_len < 1) bad("--max-seq-len", "must be positive");
     if (opt->vocab < 2 || opt->vocab > (long long)FGPT_MAX_VOCAB) bad("-v/--vocab", "must be between 2 and 2e9");

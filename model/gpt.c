@@ -184,6 +184,15 @@ static int check_shape(const GPTConfig *cfg, char *err) {
                  cfg->num_heads, cfg->num_kv_heads, cfg->dim, cfg->head_dim, cfg->ffn_dim);
         return -1;
     }
+    /* the rows each family's table holds are those of these switches: another mix has no rows */
+    const int gpt2_switches = cfg->norm == NORM_LAYERNORM && cfg->positions == POS_LEARNED && cfg->mlp == MLP_GELU &&
+                              !cfg->qk_norm && !cfg->qkv_bias && !cfg->untied_head;
+    const int rope_switches = cfg->norm != NORM_LAYERNORM && cfg->positions == POS_ROPE && cfg->mlp != MLP_GELU;
+    if (cfg->family == FAMILY_GPT2 ? !gpt2_switches : !rope_switches) {
+        snprintf(err, ERR_LEN, "the %s family has no rows for this mix of norm, positions and MLP (set them with gpt_family_defaults)",
+                 gpt_family_name(cfg->family));
+        return -1;
+    }
     if (cfg->family == FAMILY_GPT2) {
         if (cfg->num_kv_heads != cfg->num_heads || cfg->head_dim * cfg->num_heads != cfg->dim ||
             cfg->ffn_dim != 4 * cfg->dim) {

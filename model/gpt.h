@@ -121,7 +121,8 @@ typedef enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS } ParamInit;
 typedef struct {
     char name[64];  /* HF name of one tensor ("model.layers.3.self_attn.o_proj.weight"); the row's
                      * name in messages when it packs several ("model.layers.3.self_attn.{q,k,v}_proj.weight") */
-    size_t rows;    /* of the packed row, in our layout */
+    size_t rows;    /* the HF tensor's first dimension: rows of the packed matrix (elements of a
+                     * packed vector, a bias) it fills, after the parts before it */
 } HfPart;
 
 typedef struct {

@@ -188,13 +188,16 @@ TEST(a_family_shape_the_blocks_cannot_compute_is_refused_naming_it) {
         {FAMILY_QWEN3, 4, 2, 5, "even head dim"},
         {FAMILY_GPT2, 4, 2, 0, "GPT-2 has kv heads = heads"},
     };
+    GPTConfig mixed = small_family(FAMILY_LLAMA);
+    mixed.mlp = MLP_GELU; /* a GELU MLP would need rows a Llama table does not have */
+    ParamTable t;
+    char err[ERR_LEN] = "";
+    CHECK(param_table_build(&t, &mixed, err) != 0 && strstr(err, "no rows for this mix"), "a GELU Llama: '%s'", err);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         GPTConfig cfg = small_family(bad[i].family);
         cfg.num_heads = bad[i].heads;
         cfg.num_kv_heads = bad[i].kv_heads;
         cfg.head_dim = bad[i].head_dim;
-        ParamTable t;
-        char err[ERR_LEN] = "";
         CHECK(param_table_build(&t, &cfg, err) != 0 && strstr(err, bad[i].msg), "case %zu: '%s' lacks '%s'", i, err,
               bad[i].msg);
     }

@@ -155,12 +155,13 @@ TEST(a_family_flag_the_run_cannot_honour_is_a_usage_error_naming_it) {
         {"--kv-heads 1", "need --family llama, qwen2 or qwen3"},
         {"--family llama --kv-heads 3", "--kv-heads must divide --heads"},
         {"--family llama --head-dim 33", "--head-dim must be even"},
-        {"--family qwen3 --device cuda", "run on --device cpu only for now"},
-        {"--family llama -n 10", "write and read no checkpoints yet"},
+        {"--family qwen3 --device cuda", "--family qwen3: the qwen3 family runs on --device cpu only for now"},
+        {"-e llama3.2-1b --device cuda", "-e/--preset llama3.2-1b: the llama family runs on --device cpu only"},
+        {"--family llama -n 10", "the llama family writes and reads no checkpoints yet"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char args[400], *out = NULL;
-        snprintf(args, sizeof args, "%s %s -x 1 -o %s/runs/bad", strstr(bad[i].flags, "--device") ? "-e tiny" : TINY_RUN,
+        snprintf(args, sizeof args, "%s %s -x 1 -o %s/runs/bad", strstr(bad[i].flags, "--device") ? "" : TINY_RUN,
                  bad[i].flags, test_tmpdir());
         int rc = run_train(args, &out);
         CHECK(rc == 2 && out && strncmp(out, "error: ", 7) == 0 && count_lines(out) == 1 && strstr(out, bad[i].msg),
