@@ -292,7 +292,7 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
         matmul_backward_cpu(s->dln2, g.fcw, g.fcb, s->dfch, a->ln2, p.fcw, N, C, (int)w.FW);
         norm_backward(cfg, cb->dres, g.ln2w, g.ln2b, s->dln2, a->residual2, p.ln2w, a->ln2_mean, a->ln2_rstd, N);
         matmul_backward_cpu(s->datty, g.attprojw, g.attprojb, cb->dres, a->atty, p.attprojw, N, (int)w.AW, C);
-        float *dproj = s->dqkv; /* the gradient of qkv_proj */
+        /* dqkv: the gradient of qkv_proj, the projection's output */
         if (is_rope(cfg)) {
             memset(s->dqkv_rot, 0, N * w.QW * sizeof(float));
             gqa_attention_backward_cpu(s->dqkv_rot, s->datty, a->qkv, a->att, &ap);
@@ -308,7 +308,7 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
         } else {
             attention_backward_cpu(s->dqkv, s->datty, a->qkv, a->att, B, T, C, NH);
         }
-        matmul_backward_cpu(s->dln1, g.qkvw, g.qkvb, dproj, a->ln1, p.qkvw, N, C, (int)w.QW);
+        matmul_backward_cpu(s->dln1, g.qkvw, g.qkvb, s->dqkv, a->ln1, p.qkvw, N, C, (int)w.QW);
         norm_backward(cfg, cb->dres, g.ln1w, g.ln1b, s->dln1, residual, p.ln1w, a->ln1_mean, a->ln1_rstd, N);
     }
     float *dwte = whole_tensor(t, cb->grads, ROLE_WTE);
