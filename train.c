@@ -1,6 +1,6 @@
 /* train.c - the fusedgpt command line and training loop.
  *
- *   ./train [flags]            train a GPT-2 (see --help; defaults come from one table below)
+ *   ./train [flags]            train a model (see --help; defaults come from one table below)
  *   ./train prepare [flags]    turn text into a tokenizer and token shards (data/prepare.c)
  *   ./train sample [flags]     generate text from a checkpoint (model/train/sample_cmd.c)
  *   ./train eval [flags]       a checkpoint's loss on a token shard (model/train/eval_cmd.c)
@@ -40,8 +40,9 @@
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
-    const char *preset;
+    const char *preset, *family;
     int layers, heads, dim, max_seq_len;
+    int kv_heads, head_dim, ffn_dim;
     int vocab, batch, seq_len, total_batch, steps;
     float lr, lr_final, weight_decay, grad_clip;
     int warmup;
@@ -82,6 +83,11 @@ static const OptSpec options[] = {
     {0, "layers", OPT_INT, O(layers), "0", "L", "layers (0: from the preset)"},
     {0, "heads", OPT_INT, O(heads), "0", "NH", "attention heads (0: from the preset)"},
     {0, "dim", OPT_INT, O(dim), "0", "C", "model width (0: from the preset)"},
+    {0, "family", OPT_STR, O(family), "", "NAME",
+     "gpt2, llama, qwen2 or qwen3 (default: the preset's); llama and qwen run on --device cpu for now"},
+    {0, "kv-heads", OPT_INT, O(kv_heads), "0", "NKV", "key/value heads, dividing --heads (0: the preset's, or --heads)"},
+    {0, "head-dim", OPT_INT, O(head_dim), "0", "HD", "size of a head, even (0: the preset's, or C/NH)"},
+    {0, "ffn-dim", OPT_INT, O(ffn_dim), "0", "F", "MLP hidden width (0: the preset's, or 4C)"},
     {0, "max-seq-len", OPT_INT, O(max_seq_len), "1024", "T", "context length of the model (position table)"},
     {'v', "vocab", OPT_INT, O(vocab), "50257", "V", "vocabulary size (padded to a multiple of 128 inside)"},
     {'b', "batch", OPT_INT, O(batch), "4", "B", "micro-batch size in sequences"},
@@ -183,7 +189,7 @@ static const char *source_name(const Options *opt, const char *long_name, char *
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: ./train [flags]          train a GPT-2\n"
+    fprintf(f, "usage: ./train [flags]          train a model (GPT-2, Llama, Qwen)\n"
                "       ./train prepare --help   text -> tokenizer + token shards\n"
                "       ./train sample --help    generate from a checkpoint\n"
                "       ./train eval --help      a checkpoint's loss on a token shard\n\nflags:\n");
@@ -322,16 +328,42 @@ static void validate(Options *opt, GPTConfig *cfg) {
         gpt_preset_list(names, sizeof names);
         die_usage("-e/--preset must be one of %s", names);
     }
+    ModelFamily family = p->family;
+    if (opt->family[0] && gpt_family_parse(opt->family, &family) != 0) bad("--family", "must be gpt2, llama, qwen2 or qwen3");
+    gpt_family_defaults(cfg, family);
+    /* the preset's shape and RoPE hold only for its own family; another family takes its defaults */
+    const int own = family == p->family;
+    if (own && p->rope.theta > 0) cfg->rope = p->rope;
     cfg->num_layers = opt->layers ? opt->layers : p->num_layers;
     cfg->num_heads = opt->heads ? opt->heads : p->num_heads;
     cfg->dim = opt->dim ? opt->dim : p->dim;
+    cfg->num_kv_heads = opt->kv_heads ? opt->kv_heads : own ? p->num_kv_heads : 0;
+    cfg->head_dim = opt->head_dim ? opt->head_dim : own ? p->head_dim : 0;
+    cfg->ffn_dim = opt->ffn_dim ? opt->ffn_dim : own ? p->ffn_dim : 0;
     cfg->max_seq_len = opt->max_seq_len;
     cfg->vocab_size = opt->vocab;
     if (opt->layers < 0 || cfg->num_layers < 1 || cfg->num_layers > GPT_MAX_LAYERS)
         bad("--layers", "must be between 1 and 128");
     if (opt->heads < 0 || cfg->num_heads < 1) bad("--heads", "must be positive");
     if (opt->dim < 0 || cfg->dim < 1) bad("--dim", "must be positive");
-    if (cfg->dim % cfg->num_heads) bad("--heads", "must divide --dim (the model width)");
+    if (opt->kv_heads < 0 || opt->head_dim < 0 || opt->ffn_dim < 0)
+        bad("--kv-heads, --head-dim and --ffn-dim", "must be positive (0: the preset's)");
+    if (family == FAMILY_GPT2 && (opt->kv_heads || opt->head_dim || opt->ffn_dim))
+        bad("--kv-heads, --head-dim and --ffn-dim", "need --family llama, qwen2 or qwen3 (GPT-2's follow from --heads and --dim)");
+    if (!cfg->head_dim && cfg->dim % cfg->num_heads) bad("--heads", "must divide --dim (the model width), or pass --head-dim");
+    if (cfg->num_kv_heads && cfg->num_heads % cfg->num_kv_heads) bad("--kv-heads", "must divide --heads");
+    if (cfg->head_dim % 2) bad("--head-dim", "must be even (rotary positions turn pairs)");
+    if (family != FAMILY_GPT2) {
+        /* the CUDA kernels and the checkpoint format of these families come later */
+        /* the family may come from the preset: the message names it, and the flag that chose it */
+        const char *chosen = opt->family[0] ? "--family" : "-e/--preset";
+        if (strcmp(opt->device, "cpu"))
+            die_usage("%s %s: the %s family runs on --device cpu only for now", chosen,
+                      opt->family[0] ? opt->family : opt->preset, gpt_family_name(family));
+        if (opt->init_from[0] || opt->resume || opt->checkpoint_every)
+            die_usage("%s %s: the %s family writes and reads no checkpoints yet (leave out --init-from, -y and -n)",
+                      chosen, opt->family[0] ? opt->family : opt->preset, gpt_family_name(family));
+    }
     if (opt->max_seq_len < 1) bad("--max-seq-len", "must be positive");
     if (opt->vocab < 2 || opt->vocab > (long long)FGPT_MAX_VOCAB) bad("-v/--vocab", "must be between 2 and 2e9");
     if (opt->batch < 1) bad("-b/--batch", "must be positive");
@@ -1011,6 +1043,11 @@ static void print_header(Run *r) {
     Backend *be = r->be;
     printf("model: L=%d NH=%d C=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", cfg->num_layers, cfg->num_heads,
            cfg->dim, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, r->table.total / 1e6);
+    if (cfg->family != FAMILY_GPT2)
+        printf("family: %s, NKV=%d hd=%d F=%d, RoPE theta %g%s, RMSNorm eps %g%s%s, %s head; no checkpoints are written\n",
+               gpt_family_name(cfg->family), cfg->num_kv_heads, cfg->head_dim, cfg->ffn_dim, cfg->rope.theta,
+               cfg->rope.scaling == ROPE_SCALING_LLAMA3 ? " (llama3 scaling)" : "", cfg->norm_eps,
+               cfg->qk_norm ? ", QK-norm" : "", cfg->qkv_bias ? ", qkv bias" : "", cfg->untied_head ? "untied" : "tied");
     printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches x %d rank(s)), output layer %s, device %s (%s)\n",
            r->B, r->T, opt->total_batch, r->accum, r->dist.world, opt->output, opt->device, be->device_name);
     if (be->output_path[0]) printf("output layer: %s\n", be->output_path);
@@ -1187,8 +1224,10 @@ int main(int argc, char **argv) {
         StepResult s;
         status = take_step(r, step, &s);
         if (status == RUN_ON) status = log_step(r, step, &s);
-        const int checkpoint_due = (opt->checkpoint_every && (step + 1) % opt->checkpoint_every == 0) ||
-                                   step == opt->steps - 1;
+        /* the other families have no checkpoint format yet (validate refuses -n for them) */
+        const int checkpoint_due = r->cfg.family == FAMILY_GPT2 &&
+                                   ((opt->checkpoint_every && (step + 1) % opt->checkpoint_every == 0) ||
+                                    step == opt->steps - 1);
         if (status == RUN_ON && checkpoint_due) status = save_checkpoint(r, step + 1);
     }
     if (status == RUN_ON && r->have_val && opt->val_every) status = evaluate(r, opt->steps);

@@ -1,4 +1,4 @@
-/* model/gpt.c - presets, the parameter table and GPT-2 initialisation. */
+/* model/gpt.c - presets, family switches, the parameter table and initialisation. */
 #include "model/gpt.h"
 
 #include <math.h>
@@ -10,15 +10,23 @@
 #include "common/rng.h"
 #include "kernels/host_device.h"
 
+/* GPT-2's shapes: KV heads, head dim and MLP follow from heads and width */
+#define GPT2_PRESET(name, L, NH, C, note) {name, L, NH, C, note, FAMILY_GPT2, 0, 0, 0, {0, ROPE_SCALING_NONE, 0, 0, 0, 0}}
+
 const GPTPreset gpt_presets[] = {
-    {"tiny", 2, 2, 128, NULL}, /* CPU smoke tests and CI; head size 64, as the GPU attention needs */
-    {"d6", 6, 6, 384, NULL},
-    {"d12", 12, 12, 768, "GPT-2 124M"},
-    {"d24", 24, 16, 1024, NULL},
-    {"d36", 36, 20, 1280, NULL},
-    {"d48", 48, 25, 1600, NULL},
-    {NULL, 0, 0, 0, NULL},
+    GPT2_PRESET("tiny", 2, 2, 128, NULL), /* CPU smoke tests and CI; head size 64, as the GPU attention needs */
+    GPT2_PRESET("d6", 6, 6, 384, NULL),
+    GPT2_PRESET("d12", 12, 12, 768, "GPT-2 124M"),
+    GPT2_PRESET("d24", 24, 16, 1024, NULL),
+    GPT2_PRESET("d36", 36, 20, 1280, NULL),
+    GPT2_PRESET("d48", 48, 25, 1600, NULL),
+    /* Llama 3.2 1B and Qwen3 0.6B as their config.json describe them (tied heads both); theta,
+     * factor, low and high frequency factors, original context */
+    {"llama3.2-1b", 16, 32, 2048, NULL, FAMILY_LLAMA, 8, 64, 8192, {5e5, ROPE_SCALING_LLAMA3, 32.0, 1.0, 4.0, 8192.0}},
+    {"qwen3-0.6b", 28, 16, 1024, NULL, FAMILY_QWEN3, 8, 128, 3072, {1e6, ROPE_SCALING_NONE, 0, 0, 0, 0}},
+    GPT2_PRESET(NULL, 0, 0, 0, NULL),
 };
+#undef GPT2_PRESET
 
 const GPTPreset *gpt_find_preset(const char *name) {
     for (const GPTPreset *p = gpt_presets; p->name; p++)
@@ -41,10 +49,58 @@ int gpt_round_vocab(int vocab_size) {
 
 void gpt_config_finish(GPTConfig *cfg) {
     cfg->padded_vocab_size = gpt_round_vocab(cfg->vocab_size);
+    if (!cfg->num_kv_heads) cfg->num_kv_heads = cfg->num_heads;
+    if (!cfg->head_dim && cfg->num_heads > 0) cfg->head_dim = cfg->dim / cfg->num_heads;
+    if (!cfg->ffn_dim) cfg->ffn_dim = 4 * cfg->dim;
+    if (cfg->norm_eps == 0.0f) cfg->norm_eps = 1e-5f;
 }
 
-static void add_param(ParamTable *t, const char *name, ParamRole role, int layer, size_t rows,
-                      size_t cols, int ndim, int decay, int hf_transposed, ParamInit init, float std) {
+void gpt_family_defaults(GPTConfig *cfg, ModelFamily family) {
+    cfg->family = family;
+    if (family == FAMILY_GPT2) {
+        cfg->norm = NORM_LAYERNORM;
+        cfg->norm_eps = 1e-5f;
+        cfg->positions = POS_LEARNED;
+        cfg->mlp = MLP_GELU;
+        cfg->qk_norm = cfg->qkv_bias = cfg->untied_head = 0;
+        return;
+    }
+    /* LlamaConfig, Qwen2Config and Qwen3Config's defaults, with Llama 3's theta */
+    cfg->norm = NORM_RMSNORM;
+    cfg->positions = POS_ROPE;
+    cfg->mlp = MLP_SWIGLU;
+    cfg->rope = (RopeParams){.theta = family == FAMILY_LLAMA ? 5e5 : 1e6, .scaling = ROPE_SCALING_NONE};
+    cfg->norm_eps = family == FAMILY_LLAMA ? 1e-5f : 1e-6f;
+    cfg->qk_norm = family == FAMILY_QWEN3;
+    cfg->qkv_bias = family == FAMILY_QWEN2;
+}
+
+const char *gpt_family_name(ModelFamily family) {
+    switch (family) {
+    case FAMILY_GPT2: return "gpt2";
+    case FAMILY_LLAMA: return "llama";
+    case FAMILY_QWEN2: return "qwen2";
+    case FAMILY_QWEN3: return "qwen3";
+    }
+    return "?";
+}
+
+int gpt_family_parse(const char *name, ModelFamily *family) {
+    const ModelFamily all[] = {FAMILY_GPT2, FAMILY_LLAMA, FAMILY_QWEN2, FAMILY_QWEN3};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(name, gpt_family_name(all[i])) == 0) {
+            *family = all[i];
+            return 0;
+        }
+    return -1;
+}
+
+ParamRole head_role(const GPTConfig *cfg) {
+    return cfg->untied_head ? ROLE_LM_HEAD : ROLE_WTE;
+}
+
+static ParamInfo *add_param(ParamTable *t, const char *name, ParamRole role, int layer, size_t rows,
+                            size_t cols, int ndim, int decay, int hf_transposed, ParamInit init, float std) {
     ParamInfo *p = &t->params[t->count];
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", name);
@@ -65,23 +121,133 @@ static void add_param(ParamTable *t, const char *name, ParamRole role, int layer
         t->layer_index[layer][role - FIRST_LAYER_ROLE] = t->count;
     t->total += p->numel;
     t->count++;
+    return p;
 }
+
+/* Makes p a packed row: the HF tensors names[i] of rows[i] rows each, stacked in order. */
+static void pack_parts(ParamInfo *p, int n, const char *const *names, const size_t *rows) {
+    p->num_parts = n;
+    for (int i = 0; i < n; i++) {
+        snprintf(p->part[i].name, sizeof p->part[i].name, "%s", names[i]);
+        p->part[i].rows = rows[i];
+    }
+}
+
+/* One layer of Llama, Qwen2 or Qwen3 (LlamaDecoderLayer's tensors), input norm first so that the
+ * layer's rows start with it as GPT-2's do. */
+static void add_llama_layer(ParamTable *t, int l, const GPTConfig *cfg, float std) {
+    const size_t C = (size_t)cfg->dim, hd = (size_t)cfg->head_dim, F = (size_t)cfg->ffn_dim;
+    const size_t q = (size_t)cfg->num_heads * hd, kv = (size_t)cfg->num_kv_heads * hd;
+    const size_t qkv_rows[3] = {q, kv, kv}, glu_rows[2] = {F, F};
+    const ParamInit norm_init = cfg->norm == NORM_RMSNORM_ONE_PLUS_W ? INIT_ZEROS : INIT_ONES;
+    char name[64], n0[64], n1[64], n2[64];
+    const char *part_names[3] = {n0, n1, n2};
+#define NAME(buf, suffix) snprintf(buf, sizeof buf, "model.layers.%d.%s", l, suffix)
+    NAME(name, "input_layernorm.weight");
+    add_param(t, name, ROLE_LN1_W, l, 1, C, 1, 0, 0, norm_init, 0);
+    NAME(name, "self_attn.{q,k,v}_proj.weight");
+    NAME(n0, "self_attn.q_proj.weight");
+    NAME(n1, "self_attn.k_proj.weight");
+    NAME(n2, "self_attn.v_proj.weight");
+    pack_parts(add_param(t, name, ROLE_QKV_W, l, q + 2 * kv, C, 2, 1, 0, INIT_NORMAL, std), 3, part_names, qkv_rows);
+    if (cfg->qkv_bias) {
+        NAME(name, "self_attn.{q,k,v}_proj.bias");
+        NAME(n0, "self_attn.q_proj.bias");
+        NAME(n1, "self_attn.k_proj.bias");
+        NAME(n2, "self_attn.v_proj.bias");
+        /* a vector: its parts split its columns (rows of the HF matrices) */
+        pack_parts(add_param(t, name, ROLE_QKV_B, l, 1, q + 2 * kv, 1, 0, 0, INIT_ZEROS, 0), 3, part_names, qkv_rows);
+    }
+    if (cfg->qk_norm) {
+        NAME(name, "self_attn.q_norm.weight");
+        add_param(t, name, ROLE_QNORM_W, l, 1, hd, 1, 0, 0, norm_init, 0);
+        NAME(name, "self_attn.k_norm.weight");
+        add_param(t, name, ROLE_KNORM_W, l, 1, hd, 1, 0, 0, norm_init, 0);
+    }
+    NAME(name, "self_attn.o_proj.weight");
+    add_param(t, name, ROLE_ATTPROJ_W, l, C, q, 2, 1, 0, INIT_NORMAL, std);
+    NAME(name, "post_attention_layernorm.weight");
+    add_param(t, name, ROLE_LN2_W, l, 1, C, 1, 0, 0, norm_init, 0);
+    NAME(name, "mlp.{gate,up}_proj.weight");
+    NAME(n0, "mlp.gate_proj.weight");
+    NAME(n1, "mlp.up_proj.weight");
+    pack_parts(add_param(t, name, ROLE_FC_W, l, 2 * F, C, 2, 1, 0, INIT_NORMAL, std), 2, part_names, glu_rows);
+    NAME(name, "mlp.down_proj.weight");
+    add_param(t, name, ROLE_FCPROJ_W, l, C, F, 2, 1, 0, INIT_NORMAL, std);
+#undef NAME
+}
+
+/* Why the blocks cannot compute cfg, into err; 0 when they can. */
+static int check_shape(const GPTConfig *cfg, char *err) {
+    if (cfg->num_heads < 1 || cfg->dim < 1 || cfg->num_kv_heads < 1 || cfg->head_dim < 1 || cfg->ffn_dim < 1) {
+        snprintf(err, ERR_LEN, "the model shape has a size below 1 (heads %d, kv heads %d, dim %d, head dim %d, ffn dim %d)",
+                 cfg->num_heads, cfg->num_kv_heads, cfg->dim, cfg->head_dim, cfg->ffn_dim);
+        return -1;
+    }
+    /* the rows each family's table holds are those of these switches: another mix has no rows */
+    const int gpt2_switches = cfg->norm == NORM_LAYERNORM && cfg->positions == POS_LEARNED && cfg->mlp == MLP_GELU &&
+                              !cfg->qk_norm && !cfg->qkv_bias && !cfg->untied_head;
+    const int rope_switches = cfg->norm != NORM_LAYERNORM && cfg->positions == POS_ROPE && cfg->mlp != MLP_GELU;
+    if (cfg->family == FAMILY_GPT2 ? !gpt2_switches : !rope_switches) {
+        snprintf(err, ERR_LEN, "the %s family has no rows for this mix of norm, positions and MLP (set them with gpt_family_defaults)",
+                 gpt_family_name(cfg->family));
+        return -1;
+    }
+    if (cfg->family == FAMILY_GPT2) {
+        if (cfg->num_kv_heads != cfg->num_heads || cfg->head_dim * cfg->num_heads != cfg->dim ||
+            cfg->ffn_dim != 4 * cfg->dim) {
+            snprintf(err, ERR_LEN, "GPT-2 has kv heads = heads, head dim = dim / heads and ffn dim = 4 dim (use another --family for other shapes)");
+            return -1;
+        }
+        return 0;
+    }
+    if (cfg->num_heads % cfg->num_kv_heads != 0) {
+        snprintf(err, ERR_LEN, "%d heads do not split into groups of %d kv heads (pass --kv-heads dividing --heads)",
+                 cfg->num_heads, cfg->num_kv_heads);
+        return -1;
+    }
+    if (cfg->head_dim % 2 != 0 || !(cfg->rope.theta > 0.0)) {
+        snprintf(err, ERR_LEN, "rotary positions need an even head dim and theta > 0 (head dim %d, theta %g)",
+                 cfg->head_dim, cfg->rope.theta);
+        return -1;
+    }
+    return 0;
+}
+
 
 int param_table_build(ParamTable *t, const GPTConfig *cfg, char *err) {
     memset(t, 0, sizeof *t);
+    memset(t->global_index, -1, sizeof t->global_index);
+    memset(t->layer_index, -1, sizeof t->layer_index);
     t->cfg = *cfg;
+    gpt_config_finish(&t->cfg);
+    cfg = &t->cfg;
     int L = cfg->num_layers;
     size_t C = (size_t)cfg->dim;
     if (L < 1 || L > GPT_MAX_LAYERS) {
         snprintf(err, ERR_LEN, "--layers %d is out of range (1..%d)", L, GPT_MAX_LAYERS);
         return -1;
     }
+    if (check_shape(cfg, err) != 0) return -1;
     t->params = calloc(NUM_WHOLE_ROLES + (size_t)L * NUM_LAYER_ROLES, sizeof(ParamInfo));
     if (!t->params) {
         snprintf(err, ERR_LEN, "out of host memory for the parameter table");
         return -1;
     }
     const float std = 0.02f;
+    if (cfg->family != FAMILY_GPT2) {
+        add_param(t, "model.embed_tokens.weight", ROLE_WTE, -1, cfg->padded_vocab_size, C, 2, 1, 0, INIT_NORMAL, std);
+        for (int l = 0; l < L; l++) {
+            t->layer_begin[l] = t->total;
+            add_llama_layer(t, l, cfg, std);
+        }
+        t->layer_begin[L] = t->total;
+        add_param(t, "model.norm.weight", ROLE_LNF_W, -1, 1, C, 1, 0, 0,
+                  cfg->norm == NORM_RMSNORM_ONE_PLUS_W ? INIT_ZEROS : INIT_ONES, 0);
+        if (cfg->untied_head)
+            add_param(t, "lm_head.weight", ROLE_LM_HEAD, -1, cfg->padded_vocab_size, C, 2, 1, 0, INIT_NORMAL, std);
+        return 0;
+    }
     /* Projections that write into the residual stream are scaled so the stream's variance does not
      * grow with depth (GPT-2 paper, section 2.3). */
     const float residual_std = std / sqrtf(2.0f * (float)L);
@@ -89,6 +255,7 @@ int param_table_build(ParamTable *t, const GPTConfig *cfg, char *err) {
     add_param(t, "transformer.wte.weight", ROLE_WTE, -1, cfg->padded_vocab_size, C, 2, 1, 0, INIT_NORMAL, std);
     add_param(t, "transformer.wpe.weight", ROLE_WPE, -1, cfg->max_seq_len, C, 2, 1, 0, INIT_NORMAL, std);
     for (int l = 0; l < L; l++) {
+        t->layer_begin[l] = t->total;
 #define LAYER_PARAM(suffix, role, rows, cols, ndim, decay, tr, init, sd)              \
     snprintf(name, sizeof name, "transformer.h.%d.%s", l, suffix);                  \
     add_param(t, name, role, l, rows, cols, ndim, decay, tr, init, sd)
@@ -106,6 +273,7 @@ int param_table_build(ParamTable *t, const GPTConfig *cfg, char *err) {
         LAYER_PARAM("mlp.c_proj.bias", ROLE_FCPROJ_B, 1, C, 1, 0, 0, INIT_ZEROS, 0);
 #undef LAYER_PARAM
     }
+    t->layer_begin[L] = t->total;
     add_param(t, "transformer.ln_f.weight", ROLE_LNF_W, -1, 1, C, 1, 0, 0, INIT_ONES, 0);
     add_param(t, "transformer.ln_f.bias", ROLE_LNF_B, -1, 1, C, 1, 0, 0, INIT_ZEROS, 0);
     return 0;
@@ -118,17 +286,23 @@ void param_table_free(ParamTable *t) {
 }
 
 const ParamInfo *param_whole(const ParamTable *t, ParamRole role) {
-    return &t->params[t->global_index[role]];
+    int i = t->global_index[role];
+    return i < 0 ? NULL : &t->params[i];
 }
 
 const ParamInfo *param_of_layer(const ParamTable *t, int layer, ParamRole role) {
-    return &t->params[t->layer_index[layer][role - FIRST_LAYER_ROLE]];
+    int i = t->layer_index[layer][role - FIRST_LAYER_ROLE];
+    return i < 0 ? NULL : &t->params[i];
+}
+
+static float *at_row(float *base, const ParamInfo *p) {
+    return p ? base + p->offset : NULL;
 }
 
 LayerTensors layer_tensors(const ParamTable *t, float *base, int l) {
-#define AT(role) (base + param_of_layer(t, l, role)->offset)
+#define AT(role) at_row(base, param_of_layer(t, l, role))
     LayerTensors lt = {
-        AT(ROLE_LN1_W), AT(ROLE_LN1_B), AT(ROLE_QKV_W),  AT(ROLE_QKV_B),
+        AT(ROLE_LN1_W), AT(ROLE_LN1_B), AT(ROLE_QKV_W),  AT(ROLE_QKV_B), AT(ROLE_QNORM_W), AT(ROLE_KNORM_W),
         AT(ROLE_ATTPROJ_W), AT(ROLE_ATTPROJ_B), AT(ROLE_LN2_W), AT(ROLE_LN2_B),
         AT(ROLE_FC_W), AT(ROLE_FC_B), AT(ROLE_FCPROJ_W), AT(ROLE_FCPROJ_B),
     };
@@ -137,7 +311,7 @@ LayerTensors layer_tensors(const ParamTable *t, float *base, int l) {
 }
 
 float *whole_tensor(const ParamTable *t, float *base, ParamRole role) {
-    return base + param_whole(t, role)->offset;
+    return at_row(base, param_whole(t, role));
 }
 
 void param_init(const ParamTable *t, float *params, uint64_t seed) {
@@ -156,16 +330,24 @@ void param_init(const ParamTable *t, float *params, uint64_t seed) {
     }
     /* Padded embedding rows stay zero: they are never a target and get no probability mass, so
      * they never receive gradient either; zero keeps exported checkpoints clean. */
-    const ParamInfo *wte = param_whole(t, ROLE_WTE);
-    size_t V = (size_t)t->cfg.vocab_size, C = wte->cols;
-    for (size_t j = V * C; j < wte->numel; j++) params[wte->offset + j] = 0.0f;
+    const ParamRole vocab_rows[2] = {ROLE_WTE, ROLE_LM_HEAD};
+    for (int r = 0; r < 2; r++) {
+        const ParamInfo *p = param_whole(t, vocab_rows[r]);
+        if (!p) continue;
+        for (size_t j = (size_t)t->cfg.vocab_size * p->cols; j < p->numel; j++) params[p->offset + j] = 0.0f;
+    }
 }
 
 double gpt_flops_per_token(const GPTConfig *cfg, int T) {
     /* PaLM's count (appendix B), as llm.c and the peers' MFU figures use it: 6 FLOPs per matmul
-     * parameter per token for forward + backward (the tied output projection counts, the position
-     * embedding does not), plus 12·L·C·T for attention's QK^T and AV (causal masking not credited). */
-    double C = cfg->dim, L = cfg->num_layers;
-    double matmul_params = L * 12.0 * C * C + (double)cfg->vocab_size * C;
-    return 6.0 * matmul_params + 12.0 * L * C * T;
+     * parameter per token for forward + backward (the output projection counts, the position
+     * embedding does not), plus 12·L·NH·hd·T for attention's QK^T and AV (causal masking not
+     * credited; grouped-query attention shares K and V but every query head still does its own). */
+    GPTConfig c = *cfg;
+    gpt_config_finish(&c);
+    double C = c.dim, L = c.num_layers, attn = (double)c.num_heads * c.head_dim;
+    double qkv = (double)(c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+    double mlp_in = c.mlp == MLP_GELU ? c.ffn_dim : 2.0 * c.ffn_dim;
+    double matmul_params = L * (C * qkv + attn * C + C * mlp_in + (double)c.ffn_dim * C) + (double)c.vocab_size * C;
+    return 6.0 * matmul_params + 12.0 * L * attn * T;
 }

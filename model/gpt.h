@@ -1,19 +1,25 @@
-/* model/gpt.h - the GPT-2 model description shared by every backend: configuration, presets and
- * the parameter table.
+/* model/gpt.h - the model description shared by every backend: the family configuration, presets
+ * and the parameter table.
  *
- * Shapes: L layers, NH heads, C = d model width, HS = C/NH, V vocabulary (tokens the tokenizer
- * has), Vp = V rounded up to a multiple of 128 (the embedding's rows; the padded rows never get
- * probability mass), maxT the context length.
+ * Shapes: L layers, NH query heads, NKV key/value heads, hd head_dim (its own number: C/NH for
+ * GPT-2, 128 at C = 1024 for Qwen3-0.6B), C = d model width, F the MLP's hidden width, V vocabulary
+ * (tokens the tokenizer has), Vp = V rounded up to a multiple of 128 (the embedding's rows; the
+ * padded rows never get probability mass), maxT the context length.
  *
- * The parameter table is the single description of every tensor: its HF GPT-2 name, its shape in
- * our layout (matrices are [out, in] as llm.c stores them; HF's Conv1D stores [in, out], so those
- * are transposed on export), whether AdamW decays it, and how it is initialised. Allocation, init,
- * the optimizer, checkpoints and (later) sharding all walk this table. */
+ * A family is data: the config holds every switch a block needs, and the table holds one row per
+ * Hugging Face tensor with its HF name, in the order embeddings, layers, tail. Rows the kernels
+ * want fused are one row of the table made of the HF tensors stacked row-wise (q, k, v as one
+ * [(NH + 2·NKV)·hd, C] matrix; gate, up as one [2F, C]); the row lists their HF names and row counts
+ * (ParamInfo.part), so import and export are plain copies. Matrices are [out, in] in our layout;
+ * HF's GPT-2 Conv1D stores [in, out], so those are transposed on export. Allocation, init, the
+ * optimizer, checkpoints, gradient buckets and sharding all walk this table. */
 #ifndef FUSEDGPT_GPT_H
 #define FUSEDGPT_GPT_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "model/cpu/llama_layers_cpu.h" /* RopeParams */
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,6 +28,22 @@ extern "C" {
 #define GPT_VOCAB_ALIGN 128
 #define GPT_MAX_LAYERS 128
 
+typedef enum { FAMILY_GPT2, FAMILY_LLAMA, FAMILY_QWEN2, FAMILY_QWEN3 } ModelFamily;
+typedef enum {
+    NORM_LAYERNORM,         /* LayerNorm with weight and bias (GPT-2) */
+    NORM_RMSNORM,           /* RMSNorm, x·w (Llama, Qwen) */
+    NORM_RMSNORM_ONE_PLUS_W /* RMSNorm, x·(1 + w) (Gemma) */
+} NormKind;
+typedef enum { POS_LEARNED, POS_ROPE } PositionKind;
+typedef enum {
+    MLP_GELU,   /* GELU(x·W_fc)·W_proj, with biases (GPT-2) */
+    MLP_SWIGLU, /* (silu(gate)·up)·down (Llama, Qwen) */
+    MLP_GEGLU   /* (gelu_tanh(gate)·up)·down (Gemma) */
+} MlpKind;
+
+/* Every field left 0 takes GPT-2's value (gpt_config_finish fills them in), so a zero-initialised
+ * config with layers, heads, dim, maxT and V is GPT-2. gpt_family_defaults sets the switches of
+ * the other families. */
 typedef struct {
     int num_layers;  /* L */
     int num_heads;   /* NH */
@@ -29,12 +51,28 @@ typedef struct {
     int max_seq_len; /* maxT */
     int vocab_size;  /* V */
     int padded_vocab_size; /* Vp */
+    ModelFamily family;
+    int num_kv_heads; /* NKV; 0: NH */
+    int head_dim;     /* hd; 0: C/NH */
+    int ffn_dim;      /* F; 0: 4C */
+    NormKind norm;
+    float norm_eps;   /* 0: 1e-5 */
+    PositionKind positions;
+    RopeParams rope;  /* POS_ROPE only */
+    MlpKind mlp;
+    int qk_norm;      /* RMSNorm over hd of every query and key head, before RoPE (Qwen3) */
+    int qkv_bias;     /* q, k, v projections have a bias (Qwen2); GPT-2's every linear has one */
+    int untied_head;  /* the output layer has its own matrix (lm_head.weight), not the embedding */
 } GPTConfig;
 
 typedef struct {
     const char *name;
     int num_layers, num_heads, dim;
     const char *note; /* shown beside the name in lists (NULL: none) */
+    /* GPT-2 when left out; the other families' shapes and RoPE (theta 0: the family's default) */
+    ModelFamily family;
+    int num_kv_heads, head_dim, ffn_dim;
+    RopeParams rope;
 } GPTPreset;
 
 /* The presets (model/gpt.c), ended by one whose name is NULL: the one list that --help, errors and
@@ -44,34 +82,51 @@ const GPTPreset *gpt_find_preset(const char *name);
 /* "tiny, d6, d12 (GPT-2 124M), ...": every preset's name and note, into buf (n bytes). */
 void gpt_preset_list(char *buf, size_t n);
 
-/* Fills Vp from V. */
+/* Fills Vp from V and gives every field left 0 its GPT-2 value (NKV = NH, hd = C/NH, F = 4C,
+ * eps 1e-5). Idempotent. */
 void gpt_config_finish(GPTConfig *cfg);
+/* Sets the switches of a family as its Hugging Face config class defaults them (norm and eps,
+ * RoPE theta, MLP, QK-norm, QKV bias); the shape fields are left as they are. */
+void gpt_family_defaults(GPTConfig *cfg, ModelFamily family);
+const char *gpt_family_name(ModelFamily family);
+/* The family named ("gpt2", "llama", "qwen2", "qwen3"); 0, or -1 for another name. */
+int gpt_family_parse(const char *name, ModelFamily *family);
 int gpt_round_vocab(int vocab_size);
 
-/* What a tensor is, within its layer (or for the whole model: the embeddings and the final
- * LayerNorm). */
+/* What a tensor is, within its layer (or for the whole model: the embeddings and the tail). A
+ * family has the roles its config asks for; the others have no row. */
 typedef enum {
-    ROLE_WTE,      /* token embedding [Vp, C], tied to the output layer */
-    ROLE_WPE,      /* position embedding [maxT, C] */
-    ROLE_LN1_W, ROLE_LN1_B,
-    ROLE_QKV_W, ROLE_QKV_B,         /* [3C, C], [3C] */
-    ROLE_ATTPROJ_W, ROLE_ATTPROJ_B, /* [C, C], [C] */
+    ROLE_WTE,      /* token embedding [Vp, C]; the output layer's matrix unless the head is untied */
+    ROLE_WPE,      /* position embedding [maxT, C] (learned positions) */
+    ROLE_LN1_W, ROLE_LN1_B,         /* the attention's norm; bias: LayerNorm */
+    ROLE_QKV_W, ROLE_QKV_B,         /* [(NH + 2·NKV)·hd, C], [(NH + 2·NKV)·hd] */
+    ROLE_QNORM_W, ROLE_KNORM_W,     /* QK-norm [hd] each */
+    ROLE_ATTPROJ_W, ROLE_ATTPROJ_B, /* [C, NH·hd], [C] */
     ROLE_LN2_W, ROLE_LN2_B,
-    ROLE_FC_W, ROLE_FC_B,           /* [4C, C], [4C] */
-    ROLE_FCPROJ_W, ROLE_FCPROJ_B,   /* [C, 4C], [C] */
+    ROLE_FC_W, ROLE_FC_B,           /* [F, C], [F] (GELU); [2F, C] gate then up (gated MLPs) */
+    ROLE_FCPROJ_W, ROLE_FCPROJ_B,   /* [C, F], [C] */
     ROLE_LNF_W, ROLE_LNF_B,
+    ROLE_LM_HEAD,                   /* untied output layer [Vp, C] */
     NUM_ROLES
 } ParamRole;
 
 #define FIRST_LAYER_ROLE ROLE_LN1_W
 #define NUM_LAYER_ROLES (ROLE_FCPROJ_B - ROLE_LN1_W + 1)
-/* wte, wpe, ln_f weight and bias: the table holds NUM_WHOLE_ROLES + L·NUM_LAYER_ROLES tensors */
 #define NUM_WHOLE_ROLES (NUM_ROLES - NUM_LAYER_ROLES)
+/* A table row made of this many HF tensors at most (q, k, v). */
+#define MAX_HF_PARTS 3
 
 typedef enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS } ParamInit;
 
 typedef struct {
-    char name[64];     /* HF GPT2LMHeadModel name, e.g. "transformer.h.3.attn.c_attn.weight" */
+    char name[64];  /* HF name of one tensor ("model.layers.3.self_attn.o_proj.weight"); the row's
+                     * name in messages when it packs several ("model.layers.3.self_attn.{q,k,v}_proj.weight") */
+    size_t rows;    /* the HF tensor's first dimension: rows of the packed matrix (elements of a
+                     * packed vector, a bias) it fills, after the parts before it */
+} HfPart;
+
+typedef struct {
+    char name[64];     /* HF name, e.g. "transformer.h.3.attn.c_attn.weight" */
     ParamRole role;
     int layer;         /* -1 for whole-model tensors */
     int ndim;
@@ -82,6 +137,8 @@ typedef struct {
     int hf_transposed; /* HF stores it as [cols, rows] (Conv1D) */
     ParamInit init;
     float init_std;
+    int num_parts;     /* 0: the HF tensor `name`; else the row stacks these HF tensors, in order */
+    HfPart part[MAX_HF_PARTS];
 } ParamInfo;
 
 typedef struct {
@@ -89,30 +146,39 @@ typedef struct {
     ParamInfo *params;
     int count;
     size_t total;                           /* elements in all tensors */
-    int global_index[NUM_ROLES];            /* index for ROLE_WTE, ROLE_WPE, ROLE_LNF_* */
-    int layer_index[GPT_MAX_LAYERS][NUM_LAYER_ROLES];
+    int global_index[NUM_ROLES];            /* index of a whole-model role's row; -1: none */
+    int layer_index[GPT_MAX_LAYERS][NUM_LAYER_ROLES]; /* -1: the family has no such row */
+    size_t layer_begin[GPT_MAX_LAYERS + 1]; /* offset of layer l's first row; [L]: the tail's */
 } ParamTable;
 
-/* Builds the table; returns 0, or -1 with a message in err (ERR_LEN bytes). */
+/* Builds the table (t->cfg: cfg finished); returns 0, or -1 with a message in err (ERR_LEN bytes)
+ * when the shape is not one the blocks compute (NH not a multiple of NKV, odd hd with RoPE, ...). */
 int param_table_build(ParamTable *t, const GPTConfig *cfg, char *err);
 void param_table_free(ParamTable *t);
+/* NULL when the family has no such row. */
 const ParamInfo *param_whole(const ParamTable *t, ParamRole role);
 const ParamInfo *param_of_layer(const ParamTable *t, int layer, ParamRole role);
 
 /* Pointers into one flat buffer (parameters, gradients, moments: all share the layout). */
+/* Pointers into one flat buffer (parameters, gradients, moments: all share the layout); NULL for a
+ * row the family does not have. */
 typedef struct {
-    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    float *ln1w, *ln1b, *qkvw, *qkvb, *qnormw, *knormw, *attprojw, *attprojb;
     float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 } LayerTensors;
 
 LayerTensors layer_tensors(const ParamTable *t, float *base, int layer);
 float *whole_tensor(const ParamTable *t, float *base, ParamRole role);
+/* The output layer's matrix [Vp, C]: lm_head when untied, else the token embedding. */
+ParamRole head_role(const GPTConfig *cfg);
 
-/* GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2L), LayerNorm weights 1, biases
- * 0, padded embedding rows 0. Deterministic in seed. */
+/* Init: N(0, 0.02), residual projections scaled by 1/sqrt(2L) for GPT-2 (the other families
+ * initialise every matrix as their HF class does, N(0, 0.02)), norm weights 1 (0 for 1 + w), biases
+ * 0, padded vocabulary rows 0. Deterministic in seed. */
 void param_init(const ParamTable *t, float *params, uint64_t seed);
 
-/* Forward FLOPs per token for MFU (6·params for the matmuls + attention), as in PaLM's appendix. */
+/* Training FLOPs per token for MFU (6·params for the matmuls + attention by hd and NH), as in PaLM's
+ * appendix. */
 double gpt_flops_per_token(const GPTConfig *cfg, int T);
 
 #ifdef __cplusplus

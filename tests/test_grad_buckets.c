@@ -27,14 +27,19 @@ static int element_time(const ParamTable *t, size_t i, int early_embeddings) {
         const ParamInfo *p = &t->params[k];
         if (i < p->offset || i >= p->offset + p->numel) continue;
         if (p->role == ROLE_WTE || p->role == ROLE_WPE) return early_embeddings ? 0 : 2 + L;
+        if (p->role == ROLE_LM_HEAD) return 0;
         if (p->role == ROLE_LNF_W || p->role == ROLE_LNF_B) return 1;
         return 2 + (L - 1 - p->layer);
     }
     return 0; /* padding: zero from the start */
 }
 
-static void check_plan(int L, int C, int V, int world, int zero1, int early, size_t min_bucket) {
+/* family: GPT-2, or a Llama with an untied head (whose lm_head lies after the final norm) */
+static void check_family_plan(ModelFamily family, int L, int C, int V, int world, int zero1, int early,
+                              size_t min_bucket) {
     GPTConfig cfg = {.num_layers = L, .num_heads = 1, .dim = C, .max_seq_len = 16, .vocab_size = V};
+    gpt_family_defaults(&cfg, family);
+    cfg.untied_head = family != FAMILY_GPT2;
     gpt_config_finish(&cfg);
     ParamTable t;
     char err[ERR_LEN];
@@ -100,6 +105,10 @@ static void check_plan(int L, int C, int V, int world, int zero1, int early, siz
     param_table_free(&t);
 }
 
+static void check_plan(int L, int C, int V, int world, int zero1, int early, size_t min_bucket) {
+    check_family_plan(FAMILY_GPT2, L, C, V, world, zero1, early, min_bucket);
+}
+
 TEST(grad_buckets_tile_the_layout_and_hold_only_finished_values) {
     const int worlds[] = {1, 2, 3, 4, 7, 8};
     for (int w = 0; w < 6; w++)
@@ -111,6 +120,14 @@ TEST(grad_buckets_tile_the_layout_and_hold_only_finished_values) {
                     check_plan(5, 64, 1001, worlds[w], zero1, early, min_bucket);
                 }
             }
+}
+
+TEST(grad_buckets_of_a_llama_follow_its_tables_layer_ranges) {
+    const int worlds[] = {1, 3, 8};
+    for (int w = 0; w < 3; w++)
+        for (int zero1 = 0; zero1 <= 1; zero1++)
+            for (size_t min_bucket = 0; min_bucket <= 40000; min_bucket += 20000)
+                check_family_plan(FAMILY_LLAMA, 3, 24, 300, worlds[w], zero1, 0, min_bucket);
 }
 
 TEST(grad_buckets_reject_a_bad_rank) {

@@ -1,6 +1,7 @@
 /* The lists that the command line and the model read from one table each: presets in --help and
  * in the error for an unknown one, the fused layer's default budget as --logits-mb's default, the
- * output layer's paths named in plain words, and the parameter table's whole-model tensors. */
+ * output layer's paths named in plain words, and the parameter table of every family: its rows, HF
+ * names and packed tensors, the layer ranges, and the shapes it refuses. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,16 +75,146 @@ TEST(the_parameter_table_holds_four_whole_model_tensors_and_every_layers_own) {
     ParamTable t;
     char err[ERR_LEN];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
-    CHECK(NUM_WHOLE_ROLES == 4, "whole-model roles: %d, expected wte, wpe, ln_f weight and bias", NUM_WHOLE_ROLES);
-    CHECK(t.count == NUM_WHOLE_ROLES + 3 * NUM_LAYER_ROLES, "table count %d", t.count);
+    /* GPT-2's rows: wte, wpe, ln_f weight and bias, and 12 per layer */
+    CHECK(t.count == 4 + 3 * 12, "table count %d", t.count);
     int whole = 0;
     for (int i = 0; i < t.count; i++) whole += t.params[i].layer < 0;
-    CHECK(whole == NUM_WHOLE_ROLES, "%d tensors outside the layers", whole);
+    CHECK(whole == 4, "%d tensors outside the layers", whole);
     const ParamRole roles[] = {ROLE_WTE, ROLE_WPE, ROLE_LNF_W, ROLE_LNF_B};
     const char *names[] = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight",
                            "transformer.ln_f.bias"};
     for (int i = 0; i < 4; i++)
         CHECK(strcmp(param_whole(&t, roles[i])->name, names[i]) == 0, "role %d is %s", (int)roles[i],
               param_whole(&t, roles[i])->name);
+    param_table_free(&t);
+}
+
+/* A Llama of 2 layers: 4 query heads of 6 in pairs over 2 key/value heads, d 16, F 24. */
+static GPTConfig small_family(ModelFamily family) {
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 4, .dim = 16, .max_seq_len = 8, .vocab_size = 37};
+    gpt_family_defaults(&cfg, family);
+    cfg.num_kv_heads = 2;
+    cfg.head_dim = 6;
+    cfg.ffn_dim = 24;
+    return cfg;
+}
+
+TEST(a_zero_initialised_config_is_gpt2) {
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 4, .dim = 64, .max_seq_len = 16, .vocab_size = 100};
+    gpt_config_finish(&cfg);
+    CHECK(cfg.family == FAMILY_GPT2 && cfg.norm == NORM_LAYERNORM && cfg.positions == POS_LEARNED &&
+              cfg.mlp == MLP_GELU && !cfg.qk_norm && !cfg.untied_head,
+          "the switches are not GPT-2's");
+    CHECK(cfg.num_kv_heads == 4 && cfg.head_dim == 16 && cfg.ffn_dim == 256 && cfg.norm_eps == 1e-5f,
+          "kv heads %d, head dim %d, ffn %d, eps %g", cfg.num_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.norm_eps);
+}
+
+TEST(a_llama_table_has_a_row_per_hugging_face_tensor_with_q_k_v_and_gate_up_packed) {
+    GPTConfig cfg = small_family(FAMILY_LLAMA);
+    cfg.untied_head = 1;
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    const struct {
+        const char *name;
+        size_t rows, cols;
+    } want[] = {
+        {"model.embed_tokens.weight", 128, 16},
+        {"model.layers.0.input_layernorm.weight", 1, 16},
+        {"model.layers.0.self_attn.{q,k,v}_proj.weight", (4 + 2 * 2) * 6, 16},
+        {"model.layers.0.self_attn.o_proj.weight", 16, 24},
+        {"model.layers.0.post_attention_layernorm.weight", 1, 16},
+        {"model.layers.0.mlp.{gate,up}_proj.weight", 48, 16},
+        {"model.layers.0.mlp.down_proj.weight", 16, 24},
+        {"model.layers.1.input_layernorm.weight", 1, 16},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECK(strcmp(t.params[i].name, want[i].name) == 0 && t.params[i].rows == want[i].rows &&
+                  t.params[i].cols == want[i].cols && !t.params[i].hf_transposed,
+              "row %zu: %s [%zu, %zu], expected %s [%zu, %zu]", i, t.params[i].name, t.params[i].rows,
+              t.params[i].cols, want[i].name, want[i].rows, want[i].cols);
+    REQUIRE(t.count == 1 + 2 * 6 + 2, "%d rows", t.count);
+    CHECK(strcmp(t.params[t.count - 2].name, "model.norm.weight") == 0 &&
+              strcmp(t.params[t.count - 1].name, "lm_head.weight") == 0 && t.params[t.count - 1].rows == 128,
+          "the tail is %s, %s", t.params[t.count - 2].name, t.params[t.count - 1].name);
+    const ParamInfo *qkv = param_of_layer(&t, 1, ROLE_QKV_W), *glu = param_of_layer(&t, 1, ROLE_FC_W);
+    CHECK(qkv->num_parts == 3 && strcmp(qkv->part[0].name, "model.layers.1.self_attn.q_proj.weight") == 0 &&
+              strcmp(qkv->part[2].name, "model.layers.1.self_attn.v_proj.weight") == 0 && qkv->part[0].rows == 24 &&
+              qkv->part[1].rows == 12 && qkv->part[2].rows == 12,
+          "the packed q, k, v: %d parts, %s", qkv->num_parts, qkv->part[0].name);
+    CHECK(glu->num_parts == 2 && strcmp(glu->part[1].name, "model.layers.1.mlp.up_proj.weight") == 0 &&
+              glu->part[0].rows == 24 && glu->part[1].rows == 24,
+          "the packed gate, up: %d parts, %s", glu->num_parts, glu->part[1].name);
+    CHECK(!param_whole(&t, ROLE_WPE) && !param_of_layer(&t, 0, ROLE_QKV_B) && !param_of_layer(&t, 0, ROLE_QNORM_W),
+          "Llama has no position table, qkv bias or QK-norm");
+    CHECK(t.layer_begin[0] == param_of_layer(&t, 0, ROLE_LN1_W)->offset &&
+              t.layer_begin[1] == param_of_layer(&t, 1, ROLE_LN1_W)->offset &&
+              t.layer_begin[2] == param_whole(&t, ROLE_LNF_W)->offset,
+          "the layer ranges are not the rows'");
+    param_table_free(&t);
+}
+
+TEST(qwen3_has_per_head_qk_norms_and_qwen2_a_packed_qkv_bias) {
+    char err[ERR_LEN];
+    ParamTable t;
+    GPTConfig cfg = small_family(FAMILY_QWEN3);
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    const ParamInfo *q = param_of_layer(&t, 1, ROLE_QNORM_W), *k = param_of_layer(&t, 1, ROLE_KNORM_W);
+    REQUIRE(q && k, "no QK-norm rows");
+    CHECK(strcmp(q->name, "model.layers.1.self_attn.q_norm.weight") == 0 && q->cols == 6 &&
+              strcmp(k->name, "model.layers.1.self_attn.k_norm.weight") == 0 && k->cols == 6,
+          "%s [%zu], %s [%zu]", q->name, q->cols, k->name, k->cols);
+    CHECK(!param_whole(&t, ROLE_LM_HEAD) && !param_of_layer(&t, 0, ROLE_QKV_B), "Qwen3 is tied and has no qkv bias");
+    param_table_free(&t);
+    cfg = small_family(FAMILY_QWEN2);
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    const ParamInfo *b = param_of_layer(&t, 0, ROLE_QKV_B);
+    REQUIRE(b, "no qkv bias");
+    CHECK(b->ndim == 1 && b->cols == 48 && b->num_parts == 3 &&
+              strcmp(b->part[1].name, "model.layers.0.self_attn.k_proj.bias") == 0 && b->part[1].rows == 12,
+          "%s [%zu], %d parts", b->name, b->cols, b->num_parts);
+    CHECK(!param_of_layer(&t, 0, ROLE_QNORM_W), "Qwen2 has no QK-norm");
+    param_table_free(&t);
+}
+
+TEST(a_family_shape_the_blocks_cannot_compute_is_refused_naming_it) {
+    const struct {
+        ModelFamily family;
+        int heads, kv_heads, head_dim;
+        const char *msg;
+    } bad[] = {
+        {FAMILY_LLAMA, 4, 3, 6, "do not split into groups of 3 kv heads"},
+        {FAMILY_QWEN3, 4, 2, 5, "even head dim"},
+        {FAMILY_GPT2, 4, 2, 0, "GPT-2 has kv heads = heads"},
+    };
+    GPTConfig mixed = small_family(FAMILY_LLAMA);
+    mixed.mlp = MLP_GELU; /* a GELU MLP would need rows a Llama table does not have */
+    ParamTable t;
+    char err[ERR_LEN] = "";
+    CHECK(param_table_build(&t, &mixed, err) != 0 && strstr(err, "no rows for this mix"), "a GELU Llama: '%s'", err);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        GPTConfig cfg = small_family(bad[i].family);
+        cfg.num_heads = bad[i].heads;
+        cfg.num_kv_heads = bad[i].kv_heads;
+        cfg.head_dim = bad[i].head_dim;
+        CHECK(param_table_build(&t, &cfg, err) != 0 && strstr(err, bad[i].msg), "case %zu: '%s' lacks '%s'", i, err,
+              bad[i].msg);
+    }
+}
+
+/* 6 FLOPs per matmul weight of the table (the head's V rows, not Vp) and 12·NH·hd·T per layer for
+ * attention: grouped-query attention saves k and v weights, not attention work. */
+TEST(the_flops_per_token_count_the_tables_matrices_and_attention_by_head_dim) {
+    GPTConfig cfg = small_family(FAMILY_LLAMA);
+    cfg.untied_head = 1;
+    ParamTable t;
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    double matmul = 37.0 * 16; /* the head; the embedding is a lookup */
+    for (int i = 0; i < t.count; i++)
+        if (t.params[i].layer >= 0 && t.params[i].ndim == 2) matmul += (double)t.params[i].numel;
+    const double want = 6.0 * matmul + 12.0 * 2 * 4 * 6 * 8;
+    CHECK(gpt_flops_per_token(&t.cfg, 8) == want, "%.0f FLOPs, expected %.0f", gpt_flops_per_token(&t.cfg, 8), want);
     param_table_free(&t);
 }

@@ -55,9 +55,11 @@ static Backend *tiny_model(const ParamTable *t, int B, int T) {
  * cached keys and values has the logits of a whole forward of the window, bit for bit (the same
  * per-row arithmetic in the same order). The whole forwards run on a second backend, because a
  * forward overwrites the cache. */
-TEST(sample_decoding_with_the_cache_gives_the_logits_of_a_full_forward) {
+static void check_cached_decoding(GPTConfig cfg) {
+    gpt_config_finish(&cfg);
     ParamTable t;
-    REQUIRE(tiny_table(&t) == 0, "table");
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
     enum { B = 2, T = 16, V = 37, PROMPT = 5 };
     Backend *be = tiny_model(&t, B, T), *full_be = tiny_model(&t, B, T);
     REQUIRE(be && full_be, "backends");
@@ -72,11 +74,31 @@ TEST(sample_decoding_with_the_cache_gives_the_logits_of_a_full_forward) {
         full_be->ops->logits_at(full_be, tokens, pos, full);
         float worst = 0.0f;
         for (int v = 0; v < V; v++) worst = fmaxf(worst, fabsf(cached[v] - full[v]));
-        CHECK(memcmp(cached, full, sizeof cached) == 0, "position %d: cached logits differ by up to %g", pos, worst);
+        CHECK(memcmp(cached, full, sizeof cached) == 0, "%s, position %d: cached logits differ by up to %g",
+              gpt_family_name(cfg.family), pos, worst);
     }
     full_be->ops->destroy(full_be);
     be->ops->destroy(be);
     param_table_free(&t);
+}
+
+TEST(sample_decoding_with_the_cache_gives_the_logits_of_a_full_forward) {
+    check_cached_decoding((GPTConfig){.num_layers = 2, .num_heads = 2, .dim = 16, .max_seq_len = 16, .vocab_size = 37});
+}
+
+/* RoPE turns each decoded row by its own position; QK-norm and grouped heads read the cache too. */
+TEST(sample_decoding_with_the_cache_of_a_qwen3_and_a_llama_gives_the_logits_of_a_full_forward) {
+    const ModelFamily families[] = {FAMILY_QWEN3, FAMILY_LLAMA};
+    for (int i = 0; i < 2; i++) {
+        GPTConfig cfg = {.num_layers = 2, .num_heads = 4, .dim = 16, .max_seq_len = 16, .vocab_size = 37};
+        gpt_family_defaults(&cfg, families[i]);
+        cfg.num_kv_heads = 2;
+        cfg.head_dim = 6;
+        cfg.ffn_dim = 24;
+        cfg.untied_head = families[i] == FAMILY_LLAMA;
+        cfg.rope.theta = 100.0;
+        check_cached_decoding(cfg);
+    }
 }
 
 /* sample_generate against a full forward of the context per token, the window's policy written

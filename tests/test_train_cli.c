@@ -123,6 +123,53 @@ TEST(cpu_training_loss_falls_well_below_ln_vocab) {
     free(out);
 }
 
+/* Llama (grouped heads of 48 over one key/value head, NH·hd != C, an MLP of 192) and Qwen3 (QK-norm)
+ * learn the pattern on the CPU as GPT-2 does, and the run says that it writes no checkpoint. */
+TEST(cpu_training_of_a_llama_and_a_qwen3_loss_falls_well_below_ln_vocab) {
+    char train[700], val[700], args[2400], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    const char *families[] = {"llama", "qwen3"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args,
+                 TINY_RUN " --family %s --kv-heads 1 --head-dim 48 --ffn-dim 192 -x 20 --val-every 10 -i %s -j %s -o %s/runs/%s",
+                 families[i], train, val, test_tmpdir(), families[i]);
+        int rc = run_train(args, &out);
+        REQUIRE(rc == 0, "%s training failed (%d): %s", families[i], rc, out);
+        float losses[100];
+        int n = parse_losses(out, losses, 100);
+        REQUIRE(n == 20, "%s: parsed %d losses", families[i], n);
+        CHECK(fabsf(losses[0] - logf(64)) < 0.3f, "%s: first loss %.3f should be near ln 64", families[i], losses[0]);
+        CHECK(losses[19] < 0.5f * logf(64), "%s: final loss %.3f is not well below ln 64", families[i], losses[19]);
+        CHECK(strstr(out, "family: ") && strstr(out, "no checkpoints are written"), "%s: no family line: %s",
+              families[i], out);
+        free(out);
+        out = NULL;
+    }
+}
+
+TEST(a_family_flag_the_run_cannot_honour_is_a_usage_error_naming_it) {
+    const struct {
+        const char *flags, *msg;
+    } bad[] = {
+        {"--family mistral", "--family must be gpt2, llama, qwen2 or qwen3"},
+        {"--kv-heads 1", "need --family llama, qwen2 or qwen3"},
+        {"--family llama --kv-heads 3", "--kv-heads must divide --heads"},
+        {"--family llama --head-dim 33", "--head-dim must be even"},
+        {"--family qwen3 --device cuda", "--family qwen3: the qwen3 family runs on --device cpu only for now"},
+        {"-e llama3.2-1b --device cuda", "-e/--preset llama3.2-1b: the llama family runs on --device cpu only"},
+        {"--family llama -n 10", "the llama family writes and reads no checkpoints yet"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char args[400], *out = NULL;
+        snprintf(args, sizeof args, "%s %s -x 1 -o %s/runs/bad", strstr(bad[i].flags, "--device") ? "" : TINY_RUN,
+                 bad[i].flags, test_tmpdir());
+        int rc = run_train(args, &out);
+        CHECK(rc == 2 && out && strncmp(out, "error: ", 7) == 0 && count_lines(out) == 1 && strstr(out, bad[i].msg),
+              "'%s': (%d) %s", bad[i].flags, rc, out);
+        free(out);
+    }
+}
+
 TEST(cpu_small_validation_shard_is_used_whole_and_a_too_small_one_is_an_error) {
     char train[700], val[700], tiny[700], args[2400], *out = NULL;
     make_corpus(train, val, sizeof train);

@@ -1,6 +1,12 @@
-/* model/cpu/backend_cpu.c - the fp32 CPU reference backend: the whole GPT-2 step from the layers in
- * layers_cpu.c, either output layer, AdamW. The oracle for the CUDA backend and what
- * `./train --device cpu` runs. Shapes: B, T, C, NH, L, V, Vp; N = B·T. */
+/* model/cpu/backend_cpu.c - the fp32 CPU reference backend: the whole step of every family from the
+ * layers in layers_cpu.c and llama_layers_cpu.c, either output layer, AdamW. One block skeleton
+ * picks its operations from the config:
+ *   GPT-2:       LayerNorm -> qkv -> attention -> proj -> residual -> LayerNorm -> GELU MLP -> residual
+ *   Llama, Qwen: RMSNorm -> qkv [+ bias: Qwen2] -> [QK-norm: Qwen3] -> RoPE -> grouped-query attention
+ *                -> o_proj -> residual -> RMSNorm -> gate/up -> SwiGLU -> down -> residual
+ * The oracle for the CUDA backend and what `./train --device cpu` runs. Shapes: B, T, C, NH, NKV, hd,
+ * F, L, V, Vp; N = B·T; QW = (NH + 2·NKV)·hd the packed qkv width, AW = NH·hd the attention output's,
+ * FW the MLP's first projection's (F, or 2F for gated MLPs). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,24 +15,29 @@
 #include "common/err.h"
 #include "model/backend.h"
 #include "model/cpu/layers_cpu.h"
+#include "model/cpu/llama_layers_cpu.h"
 #include "model/cpu/output_layer_cpu.h"
 
 /* Activations of one layer, saved by the forward for the backward. */
 typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
-    float *qkv;                       /* [N,3C] */
-    float *atty;                      /* [N,C] attention output before the projection */
+    float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N] (LayerNorm only), [N] */
+    float *qkv_proj;                  /* [N,QW] the projection's output */
+    float *qk_rstd;                   /* [N,NH+NKV] QK-norm's (Qwen3 only) */
+    float *qkv;                       /* [N,QW] attention's input: qkv_proj itself for GPT-2, else
+                                       * after QK-norm and RoPE; the sampling cache */
+    float *atty;                      /* [N,AW] attention output before the projection */
     float *att;                       /* [B,NH,T,T] softmax probabilities */
     float *residual2;                 /* [N,C] residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu;            /* [N,4C] */
+    float *fch;                       /* [N,FW] */
+    float *fch_gelu;                  /* [N,F] the activation's output, down projection's input */
     float *residual3;                 /* [N,C] residual after the MLP: the layer's output */
 } LayerActs;
 
 /* Scratch gradients of one layer's internals (reused by every layer, zeroed before use because
  * the layer backwards add into them). */
 typedef struct {
-    float *dln1, *dqkv, *datty, *dln2, *dfch, *dfch_gelu;
+    float *dln1, *dqkv, *dqkv_rot, *dqkv_normed, *datty, *dln2, *dfch, *dfch_gelu;
 } LayerScratch;
 
 typedef struct {
@@ -45,12 +56,31 @@ typedef struct {
     float *row_losses;             /* [N] */
     size_t out_ws_floats;
     float *attproj_tmp, *fcproj_tmp; /* [N,C] projection outputs before the residual add */
+    float *rope_cos, *rope_sin;      /* [T, hd/2] of positions 0..T-1 (RoPE only) */
 } CpuBackend;
+
+/* The sizes a block's buffers take. */
+typedef struct {
+    size_t C, QW, AW, F, FW;
+} BlockWidths;
+
+static BlockWidths block_widths(const GPTConfig *cfg) {
+    BlockWidths w = {(size_t)cfg->dim, (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * cfg->head_dim,
+                     (size_t)cfg->num_heads * cfg->head_dim, (size_t)cfg->ffn_dim, (size_t)cfg->ffn_dim};
+    if (cfg->mlp != MLP_GELU) w.FW = 2 * w.F;
+    return w;
+}
+
+static int is_rope(const GPTConfig *cfg) {
+    return cfg->positions == POS_ROPE;
+}
 
 /* The one place that lays out the activations: called with base = NULL to count, then to assign. */
 static size_t layout_acts(CpuBackend *cb, float *base) {
     const GPTConfig *cfg = &cb->t->cfg;
-    size_t B = cb->base.B, T = cb->base.T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    const BlockWidths w = block_widths(cfg);
+    size_t B = cb->base.B, T = cb->base.T, C = w.C, NH = cfg->num_heads, N = B * T;
+    const int layernorm = cfg->norm == NORM_LAYERNORM, rope = is_rope(cfg);
     size_t off = 0;
 #define TAKE(ptr, n)                              \
     do {                                          \
@@ -61,34 +91,75 @@ static size_t layout_acts(CpuBackend *cb, float *base) {
     for (int l = 0; l < cfg->num_layers; l++) {
         LayerActs *a = &cb->layer[l];
         TAKE(a->ln1, N * C);
-        TAKE(a->ln1_mean, N);
+        if (layernorm) TAKE(a->ln1_mean, N);
         TAKE(a->ln1_rstd, N);
-        TAKE(a->qkv, N * 3 * C);
-        TAKE(a->atty, N * C);
+        TAKE(a->qkv_proj, N * w.QW);
+        if (cfg->qk_norm) TAKE(a->qk_rstd, N * (size_t)(cfg->num_heads + cfg->num_kv_heads));
+        if (rope)
+            TAKE(a->qkv, N * w.QW);
+        else
+            a->qkv = a->qkv_proj;
+        TAKE(a->atty, N * w.AW);
         TAKE(a->att, B * NH * T * T);
         TAKE(a->residual2, N * C);
         TAKE(a->ln2, N * C);
-        TAKE(a->ln2_mean, N);
+        if (layernorm) TAKE(a->ln2_mean, N);
         TAKE(a->ln2_rstd, N);
-        TAKE(a->fch, N * 4 * C);
-        TAKE(a->fch_gelu, N * 4 * C);
+        TAKE(a->fch, N * w.FW);
+        TAKE(a->fch_gelu, N * w.F);
         TAKE(a->residual3, N * C);
     }
     TAKE(cb->lnf, N * C);
-    TAKE(cb->lnf_mean, N);
+    if (layernorm) TAKE(cb->lnf_mean, N);
     TAKE(cb->lnf_rstd, N);
     TAKE(cb->dres, N * C);
     TAKE(cb->dlnf, N * C);
     TAKE(cb->attproj_tmp, N * C);
     TAKE(cb->fcproj_tmp, N * C);
     TAKE(cb->s.dln1, N * C);
-    TAKE(cb->s.dqkv, N * 3 * C);
-    TAKE(cb->s.datty, N * C);
+    TAKE(cb->s.dqkv, N * w.QW);
+    if (rope) TAKE(cb->s.dqkv_rot, N * w.QW);
+    if (cfg->qk_norm) TAKE(cb->s.dqkv_normed, N * w.QW);
+    TAKE(cb->s.datty, N * w.AW);
     TAKE(cb->s.dln2, N * C);
-    TAKE(cb->s.dfch, N * 4 * C);
-    TAKE(cb->s.dfch_gelu, N * 4 * C);
+    TAKE(cb->s.dfch, N * w.FW);
+    TAKE(cb->s.dfch_gelu, N * w.F);
+    if (rope) {
+        TAKE(cb->rope_cos, T * (size_t)cfg->head_dim / 2);
+        TAKE(cb->rope_sin, T * (size_t)cfg->head_dim / 2);
+    }
 #undef TAKE
     return off;
+}
+
+/* The block's norm (LayerNorm or RMSNorm, as the config says) over N rows; mean is unused by
+ * RMSNorm, bias is LayerNorm's. */
+static void norm_forward(const GPTConfig *cfg, float *out, float *mean, float *rstd, const float *inp,
+                         const float *weight, const float *bias, int N) {
+    if (cfg->norm == NORM_LAYERNORM)
+        layernorm_forward_cpu(out, mean, rstd, inp, weight, bias, 1, N, cfg->dim);
+    else
+        rmsnorm_forward_cpu(out, rstd, inp, weight, (size_t)N, cfg->dim, cfg->norm_eps,
+                            cfg->norm == NORM_RMSNORM_ONE_PLUS_W);
+}
+
+static void norm_backward(const GPTConfig *cfg, float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, const float *mean, const float *rstd, int N) {
+    if (cfg->norm == NORM_LAYERNORM)
+        layernorm_backward_cpu(dinp, dweight, dbias, dout, inp, weight, mean, rstd, 1, N, cfg->dim);
+    else
+        rmsnorm_backward_cpu(dinp, dweight, dout, inp, weight, rstd, (size_t)N, cfg->dim,
+                             cfg->norm == NORM_RMSNORM_ONE_PLUS_W);
+}
+
+static AttentionParams gqa_params(const GPTConfig *cfg, int B, int T) {
+    AttentionParams p = {.qkv = {B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim},
+                         .scale = attention_default_scale(cfg->head_dim)};
+    return p;
+}
+
+static GluActivation glu_of(const GPTConfig *cfg) {
+    return cfg->mlp == MLP_GEGLU ? GLU_GELU_TANH : GLU_SILU;
 }
 
 /* The body's forward over the activation rows [t0, t0 + B·T): with t0 = 0, B sequences of T
@@ -99,33 +170,57 @@ static size_t layout_acts(CpuBackend *cb, float *base) {
 static void forward_body(CpuBackend *cb, const int *inputs, int t0, int B, int T) {
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
+    const BlockWidths w = block_widths(cfg);
     int C = cfg->dim, NH = cfg->num_heads, N = B * T;
     const size_t r = (size_t)t0; /* the first row */
-    encoder_forward_cpu(cb->encoded + r * C, inputs, whole_tensor(t, cb->params, ROLE_WTE),
-                        whole_tensor(t, cb->params, ROLE_WPE) + r * C, B, T, C);
+    const float *wte = whole_tensor(t, cb->params, ROLE_WTE);
+    if (is_rope(cfg)) {
+        for (int n = 0; n < N; n++) memcpy(cb->encoded + (r + n) * C, wte + (size_t)inputs[n] * C, C * sizeof(float));
+    } else {
+        encoder_forward_cpu(cb->encoded + r * C, inputs, wte, whole_tensor(t, cb->params, ROLE_WPE) + r * C, B, T, C);
+    }
     const float *residual = cb->encoded;
+    /* RoPE's rows: row n of the B·T is position t0 + n % T */
+    const size_t half = (size_t)cfg->head_dim / 2;
+    QkvLayout rows = {B, T, NH, cfg->num_kv_heads, cfg->head_dim};
     for (int l = 0; l < cfg->num_layers; l++) {
         LayerTensors p = layer_tensors(t, cb->params, l);
         LayerActs *a = &cb->layer[l];
-        layernorm_forward_cpu(a->ln1 + r * C, a->ln1_mean + r, a->ln1_rstd + r, residual + r * C, p.ln1w, p.ln1b, B,
-                              T, C);
-        matmul_forward_cpu(a->qkv + r * 3 * C, a->ln1 + r * C, p.qkvw, p.qkvb, N, C, 3 * C);
-        if (t0 == 0)
+        norm_forward(cfg, a->ln1 + r * C, a->ln1_mean ? a->ln1_mean + r : NULL, a->ln1_rstd + r, residual + r * C,
+                     p.ln1w, p.ln1b, N);
+        matmul_forward_cpu(a->qkv_proj + r * w.QW, a->ln1 + r * C, p.qkvw, p.qkvb, N, C, (int)w.QW);
+        if (is_rope(cfg)) {
+            const float *src = a->qkv_proj + r * w.QW;
+            if (cfg->qk_norm) {
+                qk_norm_forward_cpu(a->qkv + r * w.QW, a->qk_rstd + r * (size_t)(NH + cfg->num_kv_heads), src,
+                                    p.qnormw, p.knormw, &rows, cfg->norm_eps, cfg->norm == NORM_RMSNORM_ONE_PLUS_W);
+                src = a->qkv + r * w.QW;
+            }
+            rope_forward_cpu(a->qkv + r * w.QW, src, cb->rope_cos + r * half, cb->rope_sin + r * half, &rows);
+            /* decoding: row t0 attends to rows 0..t0 of the sequence, recomputed as one sequence
+             * of t0 + 1 (each row alone, so rows 0..t0-1 come out as they were) */
+            AttentionParams ap = gqa_params(cfg, t0 == 0 ? B : 1, t0 == 0 ? T : t0 + 1);
+            gqa_attention_forward_cpu(a->atty, a->att, a->qkv, &ap);
+        } else if (t0 == 0) {
             attention_forward_cpu(a->atty, a->att, a->qkv, B, T, C, NH);
-        else
+        } else {
             attention_decode_cpu(a->atty + r * C, a->att, a->qkv, t0, C, NH);
-        matmul_forward_cpu(cb->attproj_tmp + r * C, a->atty + r * C, p.attprojw, p.attprojb, N, C, C);
+        }
+        matmul_forward_cpu(cb->attproj_tmp + r * C, a->atty + r * w.AW, p.attprojw, p.attprojb, N, (int)w.AW, C);
         residual_forward_cpu(a->residual2 + r * C, residual + r * C, cb->attproj_tmp + r * C, (size_t)N * C);
-        layernorm_forward_cpu(a->ln2 + r * C, a->ln2_mean + r, a->ln2_rstd + r, a->residual2 + r * C, p.ln2w, p.ln2b,
-                              B, T, C);
-        matmul_forward_cpu(a->fch + r * 4 * C, a->ln2 + r * C, p.fcw, p.fcb, N, C, 4 * C);
-        gelu_forward_cpu(a->fch_gelu + r * 4 * C, a->fch + r * 4 * C, (size_t)N * 4 * C);
-        matmul_forward_cpu(cb->fcproj_tmp + r * C, a->fch_gelu + r * 4 * C, p.fcprojw, p.fcprojb, N, 4 * C, C);
+        norm_forward(cfg, a->ln2 + r * C, a->ln2_mean ? a->ln2_mean + r : NULL, a->ln2_rstd + r,
+                     a->residual2 + r * C, p.ln2w, p.ln2b, N);
+        matmul_forward_cpu(a->fch + r * w.FW, a->ln2 + r * C, p.fcw, p.fcb, N, C, (int)w.FW);
+        if (cfg->mlp == MLP_GELU)
+            gelu_forward_cpu(a->fch_gelu + r * w.F, a->fch + r * w.F, (size_t)N * w.F);
+        else
+            glu_forward_cpu(a->fch_gelu + r * w.F, a->fch + r * w.FW, (size_t)N, (int)w.F, glu_of(cfg));
+        matmul_forward_cpu(cb->fcproj_tmp + r * C, a->fch_gelu + r * w.F, p.fcprojw, p.fcprojb, N, (int)w.F, C);
         residual_forward_cpu(a->residual3 + r * C, a->residual2 + r * C, cb->fcproj_tmp + r * C, (size_t)N * C);
         residual = a->residual3;
     }
-    layernorm_forward_cpu(cb->lnf + r * C, cb->lnf_mean + r, cb->lnf_rstd + r, residual + r * C,
-                          whole_tensor(t, cb->params, ROLE_LNF_W), whole_tensor(t, cb->params, ROLE_LNF_B), B, T, C);
+    norm_forward(cfg, cb->lnf + r * C, cb->lnf_mean ? cb->lnf_mean + r : NULL, cb->lnf_rstd + r, residual + r * C,
+                 whole_tensor(t, cb->params, ROLE_LNF_W), whole_tensor(t, cb->params, ROLE_LNF_B), N);
 }
 
 /* Runs the selected output layer on lnf; returns the sum of valid losses. */
@@ -133,14 +228,14 @@ static double output_layer(CpuBackend *cb, const int *targets, float grad_scale,
     const GPTConfig *cfg = &cb->t->cfg;
     OutputLayerCpu a = {
         .H = cb->lnf,
-        .W = whole_tensor(cb->t, cb->params, ROLE_WTE),
+        .W = whole_tensor(cb->t, cb->params, head_role(cfg)),
         .targets = targets,
         .N = cb->base.B * cb->base.T,
         .C = cfg->dim,
         .V = cfg->vocab_size,
         .grad_scale = grad_scale,
         .dH = with_grads ? cb->dlnf : NULL,
-        .dW = with_grads ? whole_tensor(cb->t, cb->grads, ROLE_WTE) : NULL,
+        .dW = with_grads ? whole_tensor(cb->t, cb->grads, head_role(cfg)) : NULL,
         .losses = cb->row_losses,
     };
     if (cb->base.output != OUTPUT_FUSED) return output_layer_canonical_cpu(&a, cb->out_ws);
@@ -161,6 +256,7 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
     CpuBackend *cb = (CpuBackend *)be;
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
+    const BlockWidths w = block_widths(cfg);
     int B = be->B, T = be->T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
     size_t NC = (size_t)N * C;
 
@@ -171,43 +267,68 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
 
     const float *last = cfg->num_layers ? cb->layer[cfg->num_layers - 1].residual3 : cb->encoded;
     memset(cb->dres, 0, NC * sizeof(float));
-    layernorm_backward_cpu(cb->dres, whole_tensor(t, cb->grads, ROLE_LNF_W), whole_tensor(t, cb->grads, ROLE_LNF_B),
-                           cb->dlnf, last, whole_tensor(t, cb->params, ROLE_LNF_W), cb->lnf_mean, cb->lnf_rstd, B, T,
-                           C);
-    /* dres holds the gradient of the residual stream; walking down a layer, each branch's
-     * LayerNorm backward adds its contribution into it (residual adds pass gradients through). */
+    norm_backward(cfg, cb->dres, whole_tensor(t, cb->grads, ROLE_LNF_W), whole_tensor(t, cb->grads, ROLE_LNF_B),
+                  cb->dlnf, last, whole_tensor(t, cb->params, ROLE_LNF_W), cb->lnf_mean, cb->lnf_rstd, N);
+    const QkvLayout rows = {B, T, NH, cfg->num_kv_heads, cfg->head_dim};
+    const AttentionParams ap = gqa_params(cfg, B, T);
+    /* dres holds the gradient of the residual stream; walking down a layer, each branch's norm
+     * backward adds its contribution into it (residual adds pass gradients through). */
     for (int l = cfg->num_layers - 1; l >= 0; l--) {
         LayerTensors p = layer_tensors(t, cb->params, l), g = layer_tensors(t, cb->grads, l);
         LayerActs *a = &cb->layer[l];
         const float *residual = l == 0 ? cb->encoded : cb->layer[l - 1].residual3;
         LayerScratch *s = &cb->s;
-        memset(s->dfch_gelu, 0, 4 * NC * sizeof(float));
-        memset(s->dfch, 0, 4 * NC * sizeof(float));
+        memset(s->dfch_gelu, 0, N * w.F * sizeof(float));
+        memset(s->dfch, 0, N * w.FW * sizeof(float));
         memset(s->dln2, 0, NC * sizeof(float));
-        memset(s->datty, 0, NC * sizeof(float));
-        memset(s->dqkv, 0, 3 * NC * sizeof(float));
+        memset(s->datty, 0, N * w.AW * sizeof(float));
+        memset(s->dqkv, 0, N * w.QW * sizeof(float));
         memset(s->dln1, 0, NC * sizeof(float));
-        matmul_backward_cpu(s->dfch_gelu, g.fcprojw, g.fcprojb, cb->dres, a->fch_gelu, p.fcprojw, N, 4 * C, C);
-        gelu_backward_cpu(s->dfch, a->fch, s->dfch_gelu, 4 * NC);
-        matmul_backward_cpu(s->dln2, g.fcw, g.fcb, s->dfch, a->ln2, p.fcw, N, C, 4 * C);
-        layernorm_backward_cpu(cb->dres, g.ln2w, g.ln2b, s->dln2, a->residual2, p.ln2w, a->ln2_mean, a->ln2_rstd, B,
-                               T, C);
-        matmul_backward_cpu(s->datty, g.attprojw, g.attprojb, cb->dres, a->atty, p.attprojw, N, C, C);
-        attention_backward_cpu(s->dqkv, s->datty, a->qkv, a->att, B, T, C, NH);
-        matmul_backward_cpu(s->dln1, g.qkvw, g.qkvb, s->dqkv, a->ln1, p.qkvw, N, C, 3 * C);
-        layernorm_backward_cpu(cb->dres, g.ln1w, g.ln1b, s->dln1, residual, p.ln1w, a->ln1_mean, a->ln1_rstd, B, T,
-                               C);
+        matmul_backward_cpu(s->dfch_gelu, g.fcprojw, g.fcprojb, cb->dres, a->fch_gelu, p.fcprojw, N, (int)w.F, C);
+        if (cfg->mlp == MLP_GELU)
+            gelu_backward_cpu(s->dfch, a->fch, s->dfch_gelu, N * w.F);
+        else
+            glu_backward_cpu(s->dfch, s->dfch_gelu, a->fch, (size_t)N, (int)w.F, glu_of(cfg));
+        matmul_backward_cpu(s->dln2, g.fcw, g.fcb, s->dfch, a->ln2, p.fcw, N, C, (int)w.FW);
+        norm_backward(cfg, cb->dres, g.ln2w, g.ln2b, s->dln2, a->residual2, p.ln2w, a->ln2_mean, a->ln2_rstd, N);
+        matmul_backward_cpu(s->datty, g.attprojw, g.attprojb, cb->dres, a->atty, p.attprojw, N, (int)w.AW, C);
+        /* dqkv: the gradient of qkv_proj, the projection's output */
+        if (is_rope(cfg)) {
+            memset(s->dqkv_rot, 0, N * w.QW * sizeof(float));
+            gqa_attention_backward_cpu(s->dqkv_rot, s->datty, a->qkv, a->att, &ap);
+            float *drot_in = s->dqkv; /* RoPE's input: qkv_proj, or QK-norm's output */
+            if (cfg->qk_norm) {
+                memset(s->dqkv_normed, 0, N * w.QW * sizeof(float));
+                drot_in = s->dqkv_normed;
+            }
+            rope_backward_cpu(drot_in, s->dqkv_rot, cb->rope_cos, cb->rope_sin, &rows);
+            if (cfg->qk_norm)
+                qk_norm_backward_cpu(s->dqkv, g.qnormw, g.knormw, s->dqkv_normed, a->qkv_proj, p.qnormw, p.knormw,
+                                     a->qk_rstd, &rows, cfg->norm == NORM_RMSNORM_ONE_PLUS_W);
+        } else {
+            attention_backward_cpu(s->dqkv, s->datty, a->qkv, a->att, B, T, C, NH);
+        }
+        matmul_backward_cpu(s->dln1, g.qkvw, g.qkvb, s->dqkv, a->ln1, p.qkvw, N, C, (int)w.QW);
+        norm_backward(cfg, cb->dres, g.ln1w, g.ln1b, s->dln1, residual, p.ln1w, a->ln1_mean, a->ln1_rstd, N);
     }
-    encoder_backward_cpu(whole_tensor(t, cb->grads, ROLE_WTE), whole_tensor(t, cb->grads, ROLE_WPE), cb->dres,
-                         inputs, B, T, C);
+    float *dwte = whole_tensor(t, cb->grads, ROLE_WTE);
+    if (is_rope(cfg)) {
+        for (int n = 0; n < N; n++) {
+            float *d = dwte + (size_t)inputs[n] * C;
+            const float *dr = cb->dres + (size_t)n * C;
+            for (int i = 0; i < C; i++) d[i] += dr[i];
+        }
+    } else {
+        encoder_backward_cpu(dwte, whole_tensor(t, cb->grads, ROLE_WPE), cb->dres, inputs, B, T, C);
+    }
     return valid ? (float)(sum / valid) : 0.0f;
 }
 
 /* The full-vocabulary logits of activation row `row` (lnf after a forward). */
 static void logits_of_row(CpuBackend *cb, int row, float *logits) {
     const GPTConfig *cfg = &cb->t->cfg;
-    matmul_forward_cpu(logits, cb->lnf + (size_t)row * cfg->dim, whole_tensor(cb->t, cb->params, ROLE_WTE), NULL, 1,
-                       cfg->dim, cfg->vocab_size);
+    matmul_forward_cpu(logits, cb->lnf + (size_t)row * cfg->dim, whole_tensor(cb->t, cb->params, head_role(cfg)), NULL,
+                       1, cfg->dim, cfg->vocab_size);
 }
 
 static void cpu_logits_at(Backend *be, const int *tokens, int pos, float *logits) {
@@ -368,6 +489,22 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
     cb->row_losses = calloc((size_t)N, sizeof(float));
     if (!cb->acts || !cb->out_ws || !cb->row_losses) goto oom;
     layout_acts(cb, cb->acts);
+    if (is_rope(&table->cfg)) {
+        /* positions 0..T-1: every sequence of a micro-batch, and any row the sampler decodes */
+        int hd = table->cfg.head_dim;
+        float *inv_freq = malloc((size_t)hd / 2 * sizeof(float));
+        int *pos = malloc((size_t)T * sizeof(int));
+        if (!inv_freq || !pos) {
+            free(pos);
+            free(inv_freq);
+            goto oom;
+        }
+        for (int i = 0; i < T; i++) pos[i] = i;
+        rope_inv_freq(inv_freq, &table->cfg.rope, hd);
+        rope_cos_sin(cb->rope_cos, cb->rope_sin, inv_freq, pos, T, hd);
+        free(pos);
+        free(inv_freq);
+    }
     param_init(table, cb->params, seed);
     return &cb->base;
 oom:

@@ -611,6 +611,11 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     const Dist *dist = dp && dp->dist && dp->dist->world > 1 ? dp->dist : NULL;
     const int zero1 = dist && dp->zero1, overlap = dist && dp->overlap;
     const GPTConfig *cfg = &table->cfg;
+    if (cfg->family != FAMILY_GPT2) {
+        snprintf(err, ERR_LEN, "the CUDA backend runs GPT-2 only for now, not the %s family (pass --device cpu)",
+                 gpt_family_name(cfg->family));
+        return NULL;
+    }
     int HS = cfg->dim / cfg->num_heads;
     if (HS != 64 && HS != 128) {
         snprintf(err, ERR_LEN, "the CUDA attention needs a head size of 64 or 128, this model has %d (change --heads)",

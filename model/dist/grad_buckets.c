@@ -40,8 +40,8 @@ int bucket_plan_build(BucketPlan *p, const ParamTable *t, int world, int rank, i
         bucket_plan_free(p);
         return -1;
     }
-    for (int l = 0; l < L; l++) edge[l] = round_up(param_of_layer(t, l, ROLE_LN1_W)->offset, unit);
-    edge[L] = round_up(param_whole(t, ROLE_LNF_W)->offset, unit);
+    for (int l = 0; l < L; l++) edge[l] = round_up(t->layer_begin[l], unit);
+    edge[L] = round_up(t->layer_begin[L], unit);
     if (early_embeddings) add_bucket(p, 0, edge[0], SYNC_AFTER_OUTPUT, -1);
     /* ln_f, layer L-1, ..., layer 0 lie downward in the layout; consecutive ones merge until a
      * bucket holds min_bucket values, and a bucket is reduced when its lowest part is final */

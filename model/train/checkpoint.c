@@ -300,6 +300,11 @@ int checkpoint_save(const char *run_dir, const ParamTable *t, const float *param
 
 int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *params, const float *m,
                          const float *v, const TrainState *st, const CheckpointTokenizer *tok, int keep, char *err) {
+    if (t->cfg.family != FAMILY_GPT2) {
+        snprintf(err, ERR_LEN, "checkpoints of the %s family are not written yet (train it without -o checkpoints, or as gpt2)",
+                 gpt_family_name(t->cfg.family));
+        return -1;
+    }
     char final_dir[FGPT_PATH_LEN], tmp_dir[FGPT_PATH_LEN], replaced[FGPT_PATH_LEN], p[FGPT_PATH_LEN];
     char latest[FGPT_PATH_LEN], latest_tmp[FGPT_PATH_LEN];
     if (path_format(final_dir, "%s/step_%08d", run_dir, st->step) != 0 ||

@@ -97,6 +97,7 @@ static int get_int(const JsonValue *cfg, const char *key, const char *path, long
 
 int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
     char path[FGPT_PATH_LEN], jerr[ERR_LEN];
+    memset(cfg, 0, sizeof *cfg); /* every switch config.json does not set is GPT-2's */
     if (path_format(path, "%s/config.json", dir) != 0) {
         snprintf(err, ERR_LEN, "%.200s...: too long a path for its config.json", dir);
         return -1;
@@ -377,6 +378,11 @@ io:
 int hf_read_weights(const char *dir, const ParamTable *t, float *params, char *err) {
     char path[FGPT_PATH_LEN], jerr[ERR_LEN];
     err[0] = 0;
+    if (t->cfg.family != FAMILY_GPT2) {
+        snprintf(err, ERR_LEN, "reading %s weights is not supported yet (--init-from takes GPT-2 checkpoints)",
+                 gpt_family_name(t->cfg.family));
+        return -1;
+    }
     if (path_format(path, "%s/model.safetensors", dir) != 0) {
         snprintf(err, ERR_LEN, "%.200s...: too long a path for its model.safetensors", dir);
         return -1;
