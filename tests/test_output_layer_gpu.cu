@@ -653,8 +653,19 @@ TEST(output_forward_only_matches_forward_backward_and_writes_everything) {
         GpuOut fb, f;
         REQUIRE(run_layer(kind, H, W, tg, N, V, d, OUTPUT_REDUCE_MEAN, 1.0f, &dW0, &fb) == 0, "run failed");
         REQUIRE(run_layer(kind, H, W, tg, N, V, d, OUTPUT_REDUCE_MEAN, 1.0f, NULL, &f) == 0, "run failed");
-        CHECK(memcmp(&fb.loss, &f.loss, 4) == 0, "%s: forward loss %.9g != forward_backward loss %.9g",
-              name, f.loss, fb.loss);
+        /* The streaming and canonical paths run the same forward in both calls: the same bits. The
+         * scaled-exponential path's forward_backward sums exp(z - z_target) per tile into its lse
+         * while the forward alone runs the streaming statistics, so each row's lse is another
+         * rounding of the same value (a few fp32 ulps), and their mean may round one ulp apart:
+         * 1e-6 relative is 16 ulps. */
+        const int same_forward = !(kind.kind == OUTPUT_FUSED && kind.budget);
+        const double loss_diff = fabs((double)f.loss - (double)fb.loss) / fabs((double)fb.loss);
+        if (same_forward)
+            CHECK(memcmp(&fb.loss, &f.loss, 4) == 0, "%s: forward loss %.9g != forward_backward loss %.9g (seed %llu)",
+                  name, f.loss, fb.loss, (unsigned long long)seed);
+        else
+            CHECK(loss_diff <= 1e-6, "%s: forward loss %.9g differs from forward_backward loss %.9g by %.3g relative "
+                  "(seed %llu)", name, f.loss, fb.loss, loss_diff, (unsigned long long)seed);
         int nan_rows = 0, nan_dh = 0;
         for (int64_t i = 0; i < N; i++) nan_rows += isnan(f.row_loss[i]) || isnan(f.lse[i]);
         for (float v : fb.dH) nan_dh += isnan(v);
