@@ -16,26 +16,6 @@
 
 #define DOCUMENT "tests/fixtures/hf_document.txt"
 
-/* Ids, one per line, into a malloc'ed array. */
-static uint32_t *read_ids(const char *path, size_t *n) {
-    char *text = read_text(path);
-    if (!text) return NULL;
-    size_t cap = 1024;
-    uint32_t *ids = malloc(cap * sizeof *ids);
-    *n = 0;
-    for (char *p = text; *p;) {
-        char *end;
-        unsigned long v = strtoul(p, &end, 10);
-        if (end == p) break;
-        if (*n == cap) ids = realloc(ids, (cap *= 2) * sizeof *ids);
-        ids[(*n)++] = (uint32_t)v;
-        p = end;
-        while (*p == '\n') p++;
-    }
-    free(text);
-    return ids;
-}
-
 static uint32_t *encode_file(const Tokenizer *t, const char *path, size_t *n) {
     size_t len;
     char *text = read_file(path, &len);
@@ -63,7 +43,7 @@ static void expect_fixture_matches_tokenizers(const char *name) {
     CHECK(tokenizer_is_imported(t) && tokenizer_vocab_size(t) == 700, "%s: vocabulary %u", name,
           tokenizer_vocab_size(t));
     size_t n_want = 0, n_ours = 0;
-    uint32_t *want = read_ids(ids_path, &n_want), *ours = encode_file(t, DOCUMENT, &n_ours);
+    uint32_t *want = read_ids_file(ids_path, &n_want), *ours = encode_file(t, DOCUMENT, &n_ours);
     REQUIRE(want && ours, "cannot read %s or %s", ids_path, DOCUMENT);
     expect_same_ids(ours, n_ours, want, n_want, name);
     /* the ids decode back to the document */
@@ -186,7 +166,7 @@ TEST(hf_tokenizer_our_export_encodes_as_tokenizers_does_when_python_has_it) {
                  files[f], ids_path);
         REQUIRE(system(cmd) == 0, "%s failed", cmd);
         size_t n_want = 0, n_ours = 0;
-        uint32_t *want = read_ids(ids_path, &n_want), *got = encode_file(ours, files[f], &n_ours);
+        uint32_t *want = read_ids_file(ids_path, &n_want), *got = encode_file(ours, files[f], &n_ours);
         expect_same_ids(got, n_ours, want, n_want, files[f]);
         free(want);
         free(got);
@@ -258,7 +238,7 @@ static void expect_prepare_matches_tokenizers(const char *name) {
     char ids_path[256];
     snprintf(ids_path, sizeof ids_path, "tests/fixtures/%s.ids", name);
     size_t n_want;
-    uint32_t *want = read_ids(ids_path, &n_want);
+    uint32_t *want = read_ids_file(ids_path, &n_want);
     REQUIRE(want, "cannot read %s", ids_path);
     expect_same_ids(all, n[0] + n[1], want, n_want, name);
     /* the tokenizer.json beside the shards is the file as it was */

@@ -100,26 +100,6 @@ TEST(a_split_on_literal_layout_matches_tokenizers) {
     expect_layout_matches_tokenizers("split");
 }
 
-/* Ids, one per line. */
-static uint32_t *read_ids(const char *path, size_t *n) {
-    char *text = read_text(path);
-    if (!text) return NULL;
-    size_t cap = 1024;
-    uint32_t *ids = malloc(cap * sizeof *ids);
-    *n = 0;
-    for (char *p = text; *p;) {
-        char *end;
-        unsigned long v = strtoul(p, &end, 10);
-        if (end == p) break;
-        if (*n == cap) ids = realloc(ids, (cap *= 2) * sizeof *ids);
-        ids[(*n)++] = (uint32_t)v;
-        p = end;
-        while (*p == '\n') p++;
-    }
-    free(text);
-    return ids;
-}
-
 TEST(a_sentencepiece_document_encodes_the_same_on_one_thread_and_on_several) {
     size_t len;
     char *doc = read_file("tests/fixtures/spm_document.txt", &len), err[ERR_LEN], path[256];
@@ -129,7 +109,7 @@ TEST(a_sentencepiece_document_encodes_the_same_on_one_thread_and_on_several) {
         if (!t) continue;
         snprintf(path, sizeof path, "tests/fixtures/spm_%s.ids", layouts[l]);
         size_t n_want, n;
-        uint32_t *want = read_ids(path, &n_want), *one = tokenizer_encode_alloc(t, doc, len, TOKENIZER_SPECIALS, &n);
+        uint32_t *want = read_ids_file(path, &n_want), *one = tokenizer_encode_alloc(t, doc, len, TOKENIZER_SPECIALS, &n);
         REQUIRE(want && one, "cannot read %s", path);
         long at = first_difference(one, n, want, n_want);
         CHECK(at < 0, "%s: the document's ids differ at %ld (ours %zu, tokenizers %zu)", layouts[l], at, n, n_want);
@@ -175,7 +155,7 @@ TEST(prepare_with_a_sentencepiece_tokenizer_gives_the_ids_tokenizers_gives) {
         memcpy(all + n[0], ids[1], n[1] * sizeof *all);
         snprintf(path, sizeof path, "tests/fixtures/spm_%s.ids", which[l]);
         size_t n_want;
-        uint32_t *want = read_ids(path, &n_want);
+        uint32_t *want = read_ids_file(path, &n_want);
         REQUIRE(want, "cannot read %s", path);
         long at = first_difference(all, n[0] + n[1], want, n_want);
         CHECK(n[1] > 0 && at < 0, "%s: %llu + %llu ids differ from tokenizers' %zu at %ld", which[l],

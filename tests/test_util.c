@@ -183,3 +183,27 @@ Backend *perturbed_cpu_backend(const ParamTable *t, int B, int T, OutputKind out
     free(p);
     return be;
 }
+
+uint32_t *read_ids_file(const char *path, size_t *n) {
+    char *text = read_text(path);
+    if (!text) return NULL;
+    size_t cap = 1024;
+    uint32_t *ids = malloc(cap * sizeof *ids);
+    *n = 0;
+    for (char *p = text; ids && *p;) {
+        char *end;
+        unsigned long v = strtoul(p, &end, 10);
+        if (end == p) break;
+        if (*n == cap) {
+            uint32_t *grown = realloc(ids, (cap *= 2) * sizeof *ids);
+            if (!grown) free(ids);
+            ids = grown;
+            if (!ids) break;
+        }
+        ids[(*n)++] = (uint32_t)v;
+        p = end;
+        while (*p == '\n') p++;
+    }
+    free(text);
+    return ids;
+}

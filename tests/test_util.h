@@ -37,6 +37,9 @@ char *read_file(const char *path, size_t *length);
 /* The same for a text file. */
 char *read_text(const char *path);
 
+/* A file of ids, one per line (fixtures that tokenizers wrote), into a malloc'ed array of *n, or NULL. */
+uint32_t *read_ids_file(const char *path, size_t *n);
+
 /* Writes a token shard of n tokens following a fixed learnable pattern over vocab tokens. */
 int write_pattern_shard(const char *path, uint64_t n, uint32_t vocab, uint64_t seed);
 
