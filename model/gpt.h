@@ -19,11 +19,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/cpu/llama_layers_cpu.h" /* RopeParams */
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Rotary position embeddings as config.json's rope_theta and rope_scaling give them. A
+ * zero-initialised RopeParams is invalid (theta 0); theta 10000 with ROPE_SCALING_NONE is the
+ * original RoPE. */
+typedef enum {
+    ROPE_SCALING_NONE,   /* no rope_scaling, or rope_type "default" */
+    ROPE_SCALING_LINEAR, /* rope_type "linear": every frequency divided by factor (positions / factor) */
+    ROPE_SCALING_LLAMA3, /* rope_type "llama3": low frequencies divided by factor, high ones kept, a
+                          * smooth blend between (transformers' _compute_llama3_parameters) */
+} RopeScaling;
+
+typedef struct {
+    double theta; /* rope_theta: 5e5 for Llama 3, 1e6 for Qwen3 */
+    RopeScaling scaling;
+    double factor;                           /* linear, llama3: 8 for Llama 3.1, 32 for 3.2 */
+    double low_freq_factor, high_freq_factor; /* llama3: 1 and 4 in Llama 3.x */
+    double original_max_position_embeddings; /* llama3: 8192 in Llama 3.x */
+} RopeParams;
 
 #define GPT_VOCAB_ALIGN 128
 #define GPT_MAX_LAYERS 128

@@ -21,6 +21,8 @@
 
 #include <stddef.h>
 
+#include "model/gpt.h" /* RopeParams */
+
 /* The heads of the packed qkv rows. */
 typedef struct {
     int B, T;    /* the rows are the N = B·T tokens, batch-major */
@@ -51,23 +53,7 @@ void qk_norm_backward_cpu(float *dqkv, float *dq_norm, float *dk_norm, const flo
                           const float *q_norm, const float *k_norm, const float *rstd, const QkvLayout *s,
                           int one_plus_w);
 
-/* ---- Rotary position embeddings ----
- * What config.json's rope_theta and rope_scaling say. A zero-initialised RopeParams is invalid
- * (theta 0); theta 10000 with ROPE_SCALING_NONE is the original RoPE. */
-typedef enum {
-    ROPE_SCALING_NONE,   /* no rope_scaling, or rope_type "default" */
-    ROPE_SCALING_LINEAR, /* rope_type "linear": every frequency divided by factor (positions / factor) */
-    ROPE_SCALING_LLAMA3, /* rope_type "llama3": low frequencies divided by factor, high ones kept, a
-                          * smooth blend between (transformers' _compute_llama3_parameters) */
-} RopeScaling;
-
-typedef struct {
-    double theta; /* rope_theta: 5e5 for Llama 3, 1e6 for Qwen3 */
-    RopeScaling scaling;
-    double factor;                           /* linear, llama3: 8 for Llama 3.1, 32 for 3.2 */
-    double low_freq_factor, high_freq_factor; /* llama3: 1 and 4 in Llama 3.x */
-    double original_max_position_embeddings; /* llama3: 8192 in Llama 3.x */
-} RopeParams;
+/* ---- Rotary position embeddings (RopeParams: model/gpt.h, part of the config) ---- */
 
 /* inv_freq [hd/2] (hd even): theta^(-2i/hd) for pair i, then the scaling; computed in fp32 in
  * transformers' order of operations, as its inv_freq buffer is. */
