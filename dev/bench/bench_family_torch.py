@@ -1,0 +1,119 @@
+"""PyTorch peers of the trainer's throughput on the model families: a Hugging Face model built from
+its config with random weights (Qwen3-0.6B, Llama-3.2-1B, Gemma-3-270M shapes), bf16 parameters,
+SDPA attention, fused AdamW, random tokens, trained with one of three stacks:
+
+    compile        torch.compile of the transformers model
+    liger          Liger-Kernel's patches (RMSNorm, RoPE, SwiGLU/GeGLU, fused linear cross-entropy), eager
+    liger_compile  both
+
+as ../shared/anchors.md describes its family rows. Not a dependency of the product: it only puts the
+peers beside ./train in the same run on the same GPU.
+
+    python3 dev/bench/bench_family_torch.py --model qwen3-0.6b --stack compile liger --batch 8 16 [--seq 2048]
+
+Each (stack, batch) runs in its own process, so that an out-of-memory error or a crashed compile
+(Liger under torch.compile has died with an illegal memory access) costs that row only. Liger's wheel
+is installed from .whl/ when the import fails (the GPU machine has no network). Prints one line per row:
+    csv_torch_family,model,stack,B,T,median_ms,tokens_per_s,peak_GB   (or ...,failed,<reason>)
+median over the timed steps (CUDA events around fwd + bwd + optimizer step), after the warm-up
+steps, which include the compilation; peak is max_memory_allocated."""
+import argparse
+import glob
+import os
+import statistics
+import subprocess
+import sys
+
+MODELS = {
+    "qwen3-0.6b": dict(model_type="qwen3", hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+                       rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=40960),
+    "llama3.2-1b": dict(model_type="llama", hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                        num_attention_heads=32, num_key_value_heads=8, head_dim=64, vocab_size=128256,
+                        rope_theta=5e5, rms_norm_eps=1e-5, tie_word_embeddings=True, max_position_embeddings=131072,
+                        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    "gemma3-270m": dict(model_type="gemma3_text", hidden_size=640, intermediate_size=2048, num_hidden_layers=18,
+                        num_attention_heads=4, num_key_value_heads=1, head_dim=256, vocab_size=262144,
+                        rope_theta=1e6, rope_local_base_freq=1e4, sliding_window=512, query_pre_attn_scalar=256,
+                        rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=32768),
+}
+LIGER_PATCH = {"qwen3": "apply_liger_kernel_to_qwen3", "llama": "apply_liger_kernel_to_llama",
+               "gemma3_text": "apply_liger_kernel_to_gemma3_text"}
+
+
+def one_row(model_name, stack, B, T, steps, warmup):
+    import torch
+    import transformers
+
+    spec = dict(MODELS[model_name])
+    model_type = spec.pop("model_type")
+    if stack.startswith("liger"):
+        try:
+            import liger_kernel.transformers as lk
+        except ImportError:
+            wheels = glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", ".whl", "liger_kernel-*.whl"))
+            subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", *wheels], check=True)
+            import liger_kernel.transformers as lk
+        getattr(lk, LIGER_PATCH[model_type])()
+    config = transformers.AutoConfig.for_model(model_type, **spec)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    fwd = torch.compile(model) if stack.endswith("compile") else model
+    data = torch.randint(0, spec["vocab_size"], (warmup + steps, B, T), device="cuda")
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(warmup + steps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        loss = fwd(input_ids=data[i], labels=data[i]).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        end.record()
+        end.synchronize()
+        if i >= warmup:
+            times.append(start.elapsed_time(end))
+    ms = statistics.median(times)
+    peak = torch.cuda.max_memory_allocated() / 1e9
+    print(f"csv_torch_family,{model_name},{stack},{B},{T},{ms:.1f},{B * T / ms * 1e3:.0f},{peak:.1f}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=sorted(MODELS), required=True)
+    ap.add_argument("--stack", nargs="+", default=["compile", "liger"], choices=["compile", "liger", "liger_compile"])
+    ap.add_argument("--batch", type=int, nargs="+", default=[8, 16])
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--timeout", type=int, default=300, help="seconds per row, compilation included")
+    ap.add_argument("--row", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.row:
+        stack, B = a.row.split(":")
+        one_row(a.model, stack, int(B), a.seq, a.steps, a.warmup)
+        return
+    for stack in a.stack:
+        for B in a.batch:
+            cmd = [sys.executable, __file__, "--model", a.model, "--seq", str(a.seq), "--steps", str(a.steps),
+                   "--warmup", str(a.warmup), "--row", f"{stack}:{B}"]
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+                row = [l for l in p.stdout.splitlines() if l.startswith("csv_torch_family")]
+                if row:
+                    print(row[-1], flush=True)
+                    continue
+                last = (p.stderr.strip().splitlines() or ["no output"])[-1]
+                reason = "out of memory" if "OutOfMemory" in p.stderr else last[:120].replace(",", ";")
+            except subprocess.TimeoutExpired:
+                reason = f"did not finish in {a.timeout} s"
+            print(f"csv_torch_family,{a.model},{stack},{B},{a.seq},failed,{reason}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
