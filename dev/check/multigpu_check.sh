@@ -270,11 +270,15 @@ if a and b:
             wait $side
         fi
         if has sweep; then
+            # NCCL's CTAs beside the backward take SMs from it: fewer CTAs make each reduction slower
+            # but the backward shorter, and the overlap hides the slower reduction
+            for ctas in ${SWEEP_CTAS:-1 2 4 8}; do
+                throughput $V overlap_ctas$ctas NCCL_MAX_CTAS=$ctas NCCL_MIN_CTAS=1 ./train -g $G
+                throughput $V zero1_ctas$ctas NCCL_MAX_CTAS=$ctas NCCL_MIN_CTAS=1 ./train -g $G --zero 1
+            done
             throughput $V overlap_b128 ./train -g $G --bucket-mb 128
-            throughput $V overlap_ctas4 NCCL_MAX_CTAS=4 ./train -g $G
-            throughput $V overlap_b128_ctas8 NCCL_MAX_CTAS=8 ./train -g $G --bucket-mb 128
+            throughput $V overlap_b128_ctas4 NCCL_MAX_CTAS=4 NCCL_MIN_CTAS=1 ./train -g $G --bucket-mb 128
             throughput $V zero1_after ./train -g $G --zero 1 --overlap-comm 0
-            throughput $V zero1_b128_ctas8 NCCL_MAX_CTAS=8 ./train -g $G --zero 1 --bucket-mb 128
         fi
     done
 fi
