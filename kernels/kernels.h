@@ -63,6 +63,42 @@ void layernorm_backward(kbf16 *dinp, float *dweight, float *dbias, float *dinp_s
                         const kbf16 *dout, const kbf16 *inp, const kbf16 *weight, const float *mean,
                         const float *rstd, int N, int C, cudaStream_t stream);
 
+/* ---- rmsnorm.cu: residual add fused with RMSNorm (Llama, Qwen, Gemma) --------------------- */
+/* residual = a + b (rounded to bf16; skipped when b == NULL, then residual may be NULL and the norm
+ * reads a); out = residual·rstd·g, g = weight, or 1 + weight when one_plus_w (Gemma);
+ * rstd [N] = 1/sqrt(mean(residual²) + eps) fp32, saved for the backward. All outputs =. Any C ≥ 1
+ * (16-byte vectors when C % 8 == 0, registers up to C = 8192). */
+void residual_rmsnorm_forward(kbf16 *residual, kbf16 *out, float *rstd, const kbf16 *a, const kbf16 *b,
+                              const kbf16 *weight, int N, int C, float eps, int one_plus_w, cudaStream_t stream);
+/* dinp += RMSNorm-backward(dout) (bf16 read-add-write: the residual stream's gradient);
+ * dweight += Σ_n (inp·rstd)·dout (fp32, fixed-order two-pass reduction). inp is the norm's input
+ * (the residual), rstd from the forward. scratch: rmsnorm_backward_scratch_bytes(C) bytes. */
+size_t rmsnorm_backward_scratch_bytes(int C);
+void rmsnorm_backward(kbf16 *dinp, float *dweight, void *scratch, const kbf16 *dout, const kbf16 *inp,
+                      const kbf16 *weight, const float *rstd, int N, int C, int one_plus_w, cudaStream_t stream);
+
+/* ---- rope.cu: QK-norm and rotary position embeddings on the packed qkv rows --------------- */
+/* qkv rows [B·T, (NH + 2·NKV)·hd]: per token NH query heads, NKV key heads, NKV value heads. */
+typedef struct {
+    int B, T, NH, NKV, hd; /* hd even, ≤ 256 */
+    float eps;             /* QK-norm's epsilon */
+    int one_plus_w;        /* QK-norm multiplies by 1 + w (Gemma) */
+} RopeShape;
+/* out (=) = RoPE(QK-norm(inp)) on the query and key heads, the value heads copied; rotate-half pairs
+ * (i, i + hd/2) at positions 0..T-1 with cos, sin [T, hd/2] fp32 on the device (rope_cos_sin of
+ * model/cpu/llama_layers_cpu.h). QK-norm (q_norm, k_norm [hd] bf16) runs only when q_norm != NULL,
+ * and then writes rstd [B·T, NH + NKV] (=; query heads', then key heads'). out may be inp. */
+void rope_forward(kbf16 *out, float *rstd, const kbf16 *inp, const kbf16 *q_norm, const kbf16 *k_norm,
+                  const float *cos_t, const float *sin_t, const RopeShape *s, cudaStream_t stream);
+/* dinp (=) the gradient of inp given dout, the gradient of out (dinp may be dout). With QK-norm
+ * (q_norm != NULL), inp is the forward's input and rstd its output, and dq_norm, dk_norm += their
+ * gradients (fp32, fixed-order two-pass reduction); without, inp and rstd are not read.
+ * scratch: rope_backward_scratch_bytes(s) bytes. */
+size_t rope_backward_scratch_bytes(const RopeShape *s);
+void rope_backward(kbf16 *dinp, float *dq_norm, float *dk_norm, void *scratch, const kbf16 *dout, const kbf16 *inp,
+                   const kbf16 *q_norm, const kbf16 *k_norm, const float *rstd, const float *cos_t,
+                   const float *sin_t, const RopeShape *s, cudaStream_t stream);
+
 /* ---- attention.cu: causal self-attention, flash-attention style ------------------------- */
 /* out [B,T,C] (=), lse [B,NH,T] (=; fp32 log2-sum-exp of the scaled logits, the only saved state
  * besides out). HS = C/NH must be 64 or 128; any T >= 1; B·NH <= 65535. Never stores T×T.
