@@ -66,6 +66,18 @@ __device__ __forceinline__ void block_tree_sum(float *s, int n) {
     }
 }
 
+/* GELU, tanh approximation (GPT-2's MLP, Gemma's GeGLU), and its derivative. */
+#define GELU_S 0.7978845608028654f /* sqrt(2/π) */
+__device__ __forceinline__ float gelu_f(float x) {
+    return 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
+}
+
+__device__ __forceinline__ float gelu_grad_f(float x) {
+    float th = tanhf(GELU_S * (x + 0.044715f * x * x * x));
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 /* The second pass of the two-pass column sums (gelu.cu): for each of the `nouts` (≤ 3) outputs y,
  * out[y][c] += Σ_k partial[k·part_stride + y·C + c] over k < nparts, c < C, in a fixed order. */
 struct PartialSumOutputs {

@@ -134,6 +134,18 @@ void gelu_backward(kbf16 *dinp, const kbf16 *inp, const kbf16 *dout, size_t n, c
 size_t bias_backward_scratch_bytes(int OC);
 void bias_backward(float *dbias, void *scratch, const kbf16 *dout, int N, int OC, cudaStream_t stream);
 
+/* ---- swiglu.cu: the gated MLP's activation --------------------------------------------------- */
+typedef enum {
+    GATED_SILU,      /* SwiGLU (Llama, Qwen) */
+    GATED_GELU_TANH, /* GeGLU (Gemma) */
+} GatedAct;
+/* out [N, F] (=) = act(gate)·up, inp [N, 2F] per token gate F then up F (the packed gate/up
+ * projection). Any F. */
+void gated_forward(kbf16 *out, const kbf16 *inp, size_t N, int F, GatedAct act, cudaStream_t stream);
+/* dinp [N, 2F] (=): dgate = dout·up·act'(gate), dup = dout·act(gate). */
+void gated_backward(kbf16 *dinp, const kbf16 *dout, const kbf16 *inp, size_t N, int F, GatedAct act,
+                    cudaStream_t stream);
+
 /* ---- matmul.cu: cuBLASLt, plans and heuristics cached per shape ------------------------- */
 /* out[N,OC] = inp[N,C]·weight[OC,C]^T (+ bias[OC] when bias != NULL)   (=).
  * When pre_gelu != NULL the GELU epilogue is fused: pre_gelu = inp·W^T + bias, out = gelu(pre_gelu). */
