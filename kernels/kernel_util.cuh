@@ -13,6 +13,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_util.cuh"
+#include "kernels/kernels.h" /* AttentionShape */
 
 /* Eight bf16 in one 16-byte load or store: the width that saturates memory per thread. */
 struct __align__(16) bf16x8 {
@@ -85,5 +86,9 @@ struct PartialSumOutputs {
 };
 void add_partial_sums(PartialSumOutputs outs, int nouts, const float *partial, int nparts, size_t part_stride, int C,
                       cudaStream_t stream);
+
+/* attention.cu: stops with an error unless the shape is one the attention kernels compute today
+ * (as many key/value heads as query heads, no window, scale HS^-1/2); attention_decode.cu shares it. */
+void check_attention_shape_mha(const AttentionShape *s);
 
 #endif

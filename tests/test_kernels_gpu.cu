@@ -585,9 +585,16 @@ TEST(kernels_body_gemms_of_gpt2_124m_are_bitwise_repeatable) {
 
 /* ---- attention --------------------------------------------------------------------------- */
 
+/* GPT-2's attention: as many key/value heads as query heads, HS = C/NH, scale HS^-1/2. */
+static AttentionShape mha_shape(int B, int T, int C, int NH) {
+    AttentionShape s = {B, T, NH, NH, C / NH, 1.0f / sqrtf((float)(C / NH)), 0};
+    return s;
+}
+
 static void attention_case(int B, int T, int NH, int HS) {
     char what[128];
     int C = NH * HS;
+    const AttentionShape sh = mha_shape(B, T, C, NH);
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     float *qkv = hmalloc(nqkv), *out_ref = hmalloc(nout), *att = hmalloc(natt), *out_g = hmalloc(nout);
     fill_normal(qkv, nqkv, 1.0f);
@@ -599,7 +606,7 @@ static void attention_case(int B, int T, int NH, int HS) {
     float *d_lse = (float *)dalloc((size_t)B * NH * T * 4);
     poison(d_out, nout * 2);
     poison(d_lse, (size_t)B * NH * T * 4);
-    attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, 0);
+    attention_forward(d_out, d_lse, d_qkv, &sh, 0);
     dsync();
     down_bf16(out_g, d_out, nout);
     snprintf(what, sizeof what, "attention fwd B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
@@ -617,7 +624,7 @@ static void attention_case(int B, int T, int NH, int HS) {
     memset(dqkv_ref, 0, nqkv * 4);
     attention_backward_cpu(dqkv_ref, dout, qkv, att, B, T, C, NH);
     bf16 *d_dout = up_bf16(dout, nout), *d_dqkv = (bf16 *)dalloc(nqkv * 2);
-    size_t scratch_bytes = attention_backward_scratch_bytes(B, T, C, NH);
+    size_t scratch_bytes = attention_backward_scratch_bytes(&sh);
     void *scratch = dalloc(scratch_bytes);
     /* The qkv bias gradient summed as dqkv is stored: += onto a random start. */
     float *db0 = hmalloc(3 * C), *db_g[2] = {hmalloc(3 * C), hmalloc(3 * C)};
@@ -627,7 +634,7 @@ static void attention_case(int B, int T, int NH, int HS) {
         poison(d_dqkv, nqkv * 2);
         poison(scratch, scratch_bytes);
         CUDA_CHECK(cudaMemcpy(d_db, db0, 3 * C * 4, cudaMemcpyHostToDevice));
-        attention_backward(d_dqkv, d_db, scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0);
+        attention_backward(d_dqkv, d_db, scratch, d_dout, d_qkv, d_out, d_lse, &sh, 0);
         dsync();
         down_bf16(run ? dqkv_g2 : dqkv_g, d_dqkv, nqkv);
         down_f32(db_g[run], d_db, 3 * C);
@@ -639,7 +646,7 @@ static void attention_case(int B, int T, int NH, int HS) {
           NH, HS, worst);
     /* Without the sums, the same dqkv. */
     poison(d_dqkv, nqkv * 2);
-    attention_backward(d_dqkv, NULL, scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0);
+    attention_backward(d_dqkv, NULL, scratch, d_dout, d_qkv, d_out, d_lse, &sh, 0);
     dsync();
     down_bf16(dqkv_g2, d_dqkv, nqkv);
     CHECK(same_bytes(dqkv_g, dqkv_g2, nqkv * 4), "attention backward without the bias sums differs from with them");
@@ -659,7 +666,7 @@ static void attention_case(int B, int T, int NH, int HS) {
     }
     /* The forward too must be deterministic (it has no reductions across blocks; cheap to check). */
     float *out_g2 = hmalloc(nout);
-    attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, 0);
+    attention_forward(d_out, d_lse, d_qkv, &sh, 0);
     dsync();
     down_bf16(out_g2, d_out, nout);
     CHECK(same_bytes(out_g, out_g2, nout * 4), "attention forward is not bitwise deterministic");
@@ -698,6 +705,7 @@ TEST(kernels_attention_matches_cpu_head128) {
 static void attention_decode_case(int ctx, int NH, int HS) {
     char what[128];
     const int C = NH * HS, t = ctx - 1;
+    const AttentionShape sh = mha_shape(1, ctx, C, NH);
     const size_t nqkv = (size_t)ctx * 3 * C;
     float *qkv = hmalloc(nqkv), *ref = hmalloc(C), *att = hmalloc((size_t)NH * ctx), *got = hmalloc(C),
           *again = hmalloc(C);
@@ -707,7 +715,7 @@ static void attention_decode_case(int ctx, int NH, int HS) {
     bf16 *d_qkv = up_bf16(qkv, nqkv), *d_out = (bf16 *)dalloc((size_t)C * 2);
     for (int run = 0; run < 2; run++) {
         poison(d_out, (size_t)C * 2);
-        attention_decode(d_out, d_qkv, t, C, NH, 0);
+        attention_decode(d_out, d_qkv, t, &sh, 0);
         dsync();
         down_bf16(run ? again : got, d_out, C);
     }
