@@ -924,7 +924,9 @@ static void rmsnorm_case(int N, int C, int with_residual, float eps, int one_plu
     /* Backward from the CPU statistics, += checked on the increments (as layernorm_case). */
     float *dout = hmalloc(nc), *dinp0 = hmalloc(nc), *dw0 = hmalloc(C);
     fill_normal(dout, nc, 1.0f);
-    fill_normal(dinp0, nc, 1.0f);
+    /* a start smaller than the increments (which are small at width 1), so the bf16 rounding of
+     * the sum does not hide them */
+    fill_normal(dinp0, nc, 0.25f);
     fill_normal(dw0, C, 1.0f);
     round_bf16(dout, nc);
     round_bf16(dinp0, nc);
@@ -1000,6 +1002,7 @@ static void rope_case(int B, int T, int NH, int NKV, int hd, int qk_norm, RopePa
     rope_cos_sin(cos_t, sin_t, inv_freq, pos, T, hd);
 
     float *normed = hmalloc(n), *out_ref = hmalloc(n), *rstd_ref = hmalloc((size_t)N * nheads);
+    memset(rstd_ref, 0, (size_t)N * nheads * sizeof(float)); /* uploaded even when QK-norm is off */
     if (qk_norm)
         qk_norm_forward_cpu(normed, rstd_ref, qkv, qn, kn, &L, eps, 0);
     else
