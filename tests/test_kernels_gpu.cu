@@ -983,7 +983,8 @@ TEST(kernels_gemma_rmsnorm_multiplies_one_plus_w) {
 
 /* ---- QK-norm and RoPE ----------------------------------------------------------------------- */
 
-static void rope_case(int B, int T, int NH, int NKV, int hd, int qk_norm, RopeParams rp, int in_place) {
+static void rope_case(int B, int T, int NH, int NKV, int hd, int qk_norm, RopeParams rp, int in_place,
+                      int one_plus_w = 0) {
     char what[160];
     QkvLayout L = {B, T, NH, NKV, hd};
     const int N = B * T, H = hd / 2, nheads = NH + NKV;
@@ -1004,12 +1005,12 @@ static void rope_case(int B, int T, int NH, int NKV, int hd, int qk_norm, RopePa
     float *normed = hmalloc(n), *out_ref = hmalloc(n), *rstd_ref = hmalloc((size_t)N * nheads);
     memset(rstd_ref, 0, (size_t)N * nheads * sizeof(float)); /* uploaded even when QK-norm is off */
     if (qk_norm)
-        qk_norm_forward_cpu(normed, rstd_ref, qkv, qn, kn, &L, eps, 0);
+        qk_norm_forward_cpu(normed, rstd_ref, qkv, qn, kn, &L, eps, one_plus_w);
     else
         memcpy(normed, qkv, n * 4);
     rope_forward_cpu(out_ref, normed, cos_t, sin_t, &L);
 
-    RopeShape s = {B, T, NH, NKV, hd, eps, 0};
+    RopeShape s = {B, T, NH, NKV, hd, eps, one_plus_w};
     bf16 *d_inp = up_bf16(qkv, n), *d_qn = up_bf16(qn, hd), *d_kn = up_bf16(kn, hd);
     float *d_cos = up_f32(cos_t, (size_t)T * H), *d_sin = up_f32(sin_t, (size_t)T * H);
     bf16 *d_out = in_place ? d_inp : (bf16 *)dalloc(n * 2);
@@ -1022,7 +1023,8 @@ static void rope_case(int B, int T, int NH, int NKV, int hd, int qk_norm, RopePa
     down_bf16(out_g, d_out, n);
     down_f32(rstd_g, d_rstd, (size_t)N * nheads);
     snprintf(what, sizeof what, "rope fwd B=%d T=%d NH=%d NKV=%d hd=%d%s%s scaling %d", B, T, NH, NKV, hd,
-             qk_norm ? " +qk-norm" : "", in_place ? " in place" : "", (int)rp.scaling);
+             qk_norm ? (one_plus_w ? " +qk-norm (1+w)" : " +qk-norm") : "", in_place ? " in place" : "",
+             (int)rp.scaling);
     CHECK_REL(rel_l2(out_g, out_ref, n), 1e-2, what);
     /* value heads are copied (or left) exactly */
     size_t v_wrong = 0;
@@ -1042,7 +1044,7 @@ static void rope_case(int B, int T, int NH, int NKV, int hd, int qk_norm, RopePa
     rope_backward_cpu(drot, dout, cos_t, sin_t, &L);
     if (qk_norm) {
         memset(dinp_ref, 0, n * 4);
-        qk_norm_backward_cpu(dinp_ref, dqn_ref, dkn_ref, drot, qkv, qn, kn, rstd_ref, &L, 0);
+        qk_norm_backward_cpu(dinp_ref, dqn_ref, dkn_ref, drot, qkv, qn, kn, rstd_ref, &L, one_plus_w);
     } else {
         memcpy(dinp_ref, drot, n * 4);
     }
@@ -1125,6 +1127,7 @@ TEST(kernels_qk_norm_runs_per_head_before_rope_with_deterministic_weight_gradien
     rope_case(3, 19, 8, 2, 64, 1, rope_llama32(), 1);
     rope_case(1, 45, 8, 2, 256, 1, rope_plain(10000.0), 0);
     rope_case(5, 131, 16, 8, 128, 1, rope_plain(1000000.0), 1); /* more tasks than the fixed grid's warps */
+    rope_case(2, 23, 4, 1, 256, 1, rope_plain(10000.0), 0, 1); /* Gemma 3's QK-norm multiplies by 1 + w */
 }
 
 /* ---- gated MLPs --------------------------------------------------------------------------- */
