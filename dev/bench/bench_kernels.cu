@@ -101,7 +101,7 @@ static void row(const char *name, float ms, double flops, double bytes) {
 
 int main(int argc, char **argv) {
     int B = argc > 1 ? atoi(argv[1]) : 16, T = 1024, C = 768, NH = 12, Vp = 50304;
-    const char *only = argc > 2 ? argv[2] : NULL; /* run one section: encoder, layernorm, attention, matmul, optimizer */
+    const char *only = argc > 2 ? argv[2] : NULL; /* run one section: encoder, layernorm, attention, matmul, families, optimizer */
 #define WANT(section) (!only || strcmp(only, section) == 0)
     size_t N = (size_t)B * T;
     CUDA_CHECK(cudaEventCreate(&ev0));
