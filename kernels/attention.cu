@@ -843,9 +843,22 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-static void check_shape(int B, int T, int C, int NH) {
-    if (NH <= 0 || C % NH != 0 || (C / NH != 64 && C / NH != 128)) {
-        fprintf(stderr, "error: attention supports head sizes 64 and 128, got C=%d NH=%d\n", C, NH);
+void check_attention_shape_mha(const AttentionShape *s) {
+    const float want = 1.0f / sqrtf((float)s->HS);
+    if (s->NKV != s->NH || s->window != 0 || fabsf(s->scale - want) > 1e-6f * want) {
+        fprintf(stderr, "error: the CUDA attention computes NKV = NH heads without a window at scale HS^-1/2; got "
+                        "NH=%d NKV=%d window=%d scale=%g (use --device cpu for this model)\n", s->NH, s->NKV,
+                s->window, (double)s->scale);
+        exit(1);
+    }
+}
+
+/* The shapes these kernels compute; C = NH·HS. */
+static void check_shape(const AttentionShape *s) {
+    check_attention_shape_mha(s);
+    int B = s->B, T = s->T, NH = s->NH;
+    if (s->HS != 64 && s->HS != 128) {
+        fprintf(stderr, "error: attention supports head sizes 64 and 128, got %d (choose another head_dim)\n", s->HS);
         exit(1);
     }
     if (B < 1 || T < 1 || (long long)B * NH > 65535) { /* B·NH is the grid's y dimension */
@@ -887,9 +900,10 @@ static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, int B, 
     CUDA_CHECK(cudaGetLastError());
 }
 
-extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, int B, int T, int C, int NH,
+extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, const AttentionShape *s,
                                   cudaStream_t stream) {
-    check_shape(B, T, C, NH);
+    check_shape(s);
+    const int B = s->B, T = s->T, NH = s->NH, C = NH * s->HS;
     if (C / NH == 64 && use_wgmma)
         launch_forward_wgmma(out, lse, qkv, B, T, NH, stream);
     else if (C / NH == 64)
@@ -903,7 +917,8 @@ static size_t dsum_floats(int B, int T, int NH) {
     return (size_t)round_up((int64_t)B * NH * T, 64); /* the partials start 256-byte aligned */
 }
 
-extern "C" size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
+extern "C" size_t attention_backward_scratch_bytes(const AttentionShape *s) {
+    const int B = s->B, T = s->T, NH = s->NH, C = NH * s->HS;
     size_t tiles = ceil_div(T, ATT_TILE);
     return (dsum_floats(B, T, NH) + (size_t)B * tiles * 3 * C) * sizeof(float);
 }
@@ -953,10 +968,10 @@ static void launch_backward_wgmma(bf16 *dqkv, float *bias_part, float *D, const 
 }
 
 extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch, const kbf16 *dout,
-                                   const kbf16 *qkv, const kbf16 *out, const float *lse, int B, int T, int C,
-                                   int NH, cudaStream_t stream) {
-    check_shape(B, T, C, NH);
-    int HS = C / NH;
+                                   const kbf16 *qkv, const kbf16 *out, const float *lse, const AttentionShape *s,
+                                   cudaStream_t stream) {
+    check_shape(s);
+    const int B = s->B, T = s->T, NH = s->NH, HS = s->HS, C = NH * HS;
     float *D = (float *)scratch;
     float *bias_part = dbias_qkv ? D + dsum_floats(B, T, NH) : NULL;
     size_t rows = (size_t)B * T * NH, threads = rows * (HS / 8);

@@ -71,7 +71,10 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32)
     }
 }
 
-extern "C" void attention_decode(kbf16 *out, const kbf16 *qkv, int t, int C, int NH, cudaStream_t stream) {
+extern "C" void attention_decode(kbf16 *out, const kbf16 *qkv, int t, const AttentionShape *s,
+                                 cudaStream_t stream) {
+    check_attention_shape_mha(s);
+    const int NH = s->NH, C = NH * s->HS;
     if (NH <= 0 || C % NH != 0 || (C / NH) % 32 != 0 || C / NH > DECODE_MAX_HS || t < 0) {
         fprintf(stderr, "error: attention_decode supports head sizes that are multiples of 32 up to %d and t >= 0, "
                         "got C=%d NH=%d t=%d\n", DECODE_MAX_HS, C, NH, t);

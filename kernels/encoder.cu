@@ -21,9 +21,11 @@ __global__ void encoder_forward_kernel(bf16 *out, const int *inp, const bf16 *wt
     int n = (int)(idx / groups), c = (int)(idx % groups) * 8, t = n % T;
     float a[8], p[8];
     bf16x8_to_float(load_bf16x8(wte + (size_t)inp[n] * C + c), a);
-    bf16x8_to_float(load_bf16x8(wpe + (size_t)t * C + c), p);
+    if (wpe) {
+        bf16x8_to_float(load_bf16x8(wpe + (size_t)t * C + c), p);
 #pragma unroll
-    for (int i = 0; i < 8; i++) a[i] += p[i];
+        for (int i = 0; i < 8; i++) a[i] += p[i];
+    }
     store_bf16x8(out + (size_t)n * C + c, float_to_bf16x8(a));
 }
 
@@ -102,8 +104,10 @@ extern "C" void encoder_backward(float *dwte, float *dwpe, void *scratch, const 
     void *temp = s + 3 * ints;
     size_t temp_bytes = sort_rows_by_key_temp_bytes(N, bits_for(Vp));
 
-    encoder_backward_wpe_kernel<<<ceil_div((size_t)T * (C / 8), 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
-    CUDA_CHECK(cudaGetLastError());
+    if (dwpe) {
+        encoder_backward_wpe_kernel<<<ceil_div((size_t)T * (C / 8), 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
+        CUDA_CHECK(cudaGetLastError());
+    }
 
     sort_rows_by_key(inp, sorted_tok, rows, sorted_rows, temp, temp_bytes, N, bits_for(Vp), stream);
     int threads = C / 8 < 256 ? (int)round_up(C / 8, 32) : 256;

@@ -14,18 +14,7 @@
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
 
-#define GELU_S 0.7978845608028654f
 #define BIAS_ROW_CHUNKS 128
-
-__device__ __forceinline__ float gelu_f(float x) {
-    return 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
-}
-
-__device__ __forceinline__ float gelu_grad_f(float x) {
-    float th = tanhf(GELU_S * (x + 0.044715f * x * x * x));
-    float sech2 = 1.0f - th * th;
-    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-}
 
 __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, size_t n8) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

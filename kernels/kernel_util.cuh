@@ -13,6 +13,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_util.cuh"
+#include "kernels/kernels.h" /* AttentionShape */
 
 /* Eight bf16 in one 16-byte load or store: the width that saturates memory per thread. */
 struct __align__(16) bf16x8 {
@@ -66,6 +67,18 @@ __device__ __forceinline__ void block_tree_sum(float *s, int n) {
     }
 }
 
+/* GELU, tanh approximation (GPT-2's MLP, Gemma's GeGLU), and its derivative. */
+#define GELU_S 0.7978845608028654f /* sqrt(2/π) */
+__device__ __forceinline__ float gelu_f(float x) {
+    return 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
+}
+
+__device__ __forceinline__ float gelu_grad_f(float x) {
+    float th = tanhf(GELU_S * (x + 0.044715f * x * x * x));
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 /* The second pass of the two-pass column sums (gelu.cu): for each of the `nouts` (≤ 3) outputs y,
  * out[y][c] += Σ_k partial[k·part_stride + y·C + c] over k < nparts, c < C, in a fixed order. */
 struct PartialSumOutputs {
@@ -73,5 +86,9 @@ struct PartialSumOutputs {
 };
 void add_partial_sums(PartialSumOutputs outs, int nouts, const float *partial, int nparts, size_t part_stride, int C,
                       cudaStream_t stream);
+
+/* attention.cu: stops with an error unless the shape is one the attention kernels compute today
+ * (as many key/value heads as query heads, no window, scale HS^-1/2); attention_decode.cu shares it. */
+void check_attention_shape_mha(const AttentionShape *s);
 
 #endif

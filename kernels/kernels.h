@@ -35,10 +35,10 @@ extern "C" {
 
 /* ---- encoder.cu: token + position embedding ---------------------------------------------- */
 /* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]   (= ; fp32 add, one bf16 rounding). inp on the device,
- * every token in [0, Vp). */
+ * every token in [0, Vp). wpe == NULL: the token embedding alone (RoPE families). */
 void encoder_forward(kbf16 *out, const int *inp, const kbf16 *wte, const kbf16 *wpe, int B, int T, int C,
                      cudaStream_t stream);
-/* dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += Σ_b dout[b,t,:]   (+= into fp32, deterministic:
+/* dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += Σ_b dout[b,t,:] unless dwpe == NULL   (+= into fp32, deterministic:
  * positions are sorted by token (stable radix sort) and each token's rows summed in position order
  * by one block; no atomics). scratch: encoder_backward_scratch_bytes(B·T, Vp) bytes. */
 size_t encoder_backward_scratch_bytes(int N, int Vp);
@@ -63,31 +63,76 @@ void layernorm_backward(kbf16 *dinp, float *dweight, float *dbias, float *dinp_s
                         const kbf16 *dout, const kbf16 *inp, const kbf16 *weight, const float *mean,
                         const float *rstd, int N, int C, cudaStream_t stream);
 
+/* ---- rmsnorm.cu: residual add fused with RMSNorm (Llama, Qwen, Gemma) --------------------- */
+/* residual = a + b (rounded to bf16; skipped when b == NULL, then residual may be NULL and the norm
+ * reads a); out = residual·rstd·g, g = weight, or 1 + weight when one_plus_w (Gemma);
+ * rstd [N] = 1/sqrt(mean(residual²) + eps) fp32, saved for the backward. All outputs =. Any C ≥ 1
+ * (16-byte vectors when C % 8 == 0, registers up to C = 8192). */
+void residual_rmsnorm_forward(kbf16 *residual, kbf16 *out, float *rstd, const kbf16 *a, const kbf16 *b,
+                              const kbf16 *weight, int N, int C, float eps, int one_plus_w, cudaStream_t stream);
+/* dinp += RMSNorm-backward(dout) (bf16 read-add-write: the residual stream's gradient);
+ * dweight += Σ_n (inp·rstd)·dout (fp32, fixed-order two-pass reduction). inp is the norm's input
+ * (the residual), rstd from the forward. scratch: rmsnorm_backward_scratch_bytes(C) bytes. */
+size_t rmsnorm_backward_scratch_bytes(int C);
+void rmsnorm_backward(kbf16 *dinp, float *dweight, void *scratch, const kbf16 *dout, const kbf16 *inp,
+                      const kbf16 *weight, const float *rstd, int N, int C, int one_plus_w, cudaStream_t stream);
+
+/* ---- rope.cu: QK-norm and rotary position embeddings on the packed qkv rows --------------- */
+/* qkv rows [B·T, (NH + 2·NKV)·hd]: per token NH query heads, NKV key heads, NKV value heads. */
+typedef struct {
+    int B, T, NH, NKV, hd; /* hd even, ≤ 256 */
+    float eps;             /* QK-norm's epsilon */
+    int one_plus_w;        /* QK-norm multiplies by 1 + w (Gemma) */
+} RopeShape;
+/* out (=) = RoPE(QK-norm(inp)) on the query and key heads, the value heads copied; rotate-half pairs
+ * (i, i + hd/2) at positions 0..T-1 with cos, sin [T, hd/2] fp32 on the device (rope_cos_sin of
+ * model/cpu/llama_layers_cpu.h). QK-norm (q_norm, k_norm [hd] bf16) runs only when q_norm != NULL,
+ * and then writes rstd [B·T, NH + NKV] (=; query heads', then key heads'). out may be inp. */
+void rope_forward(kbf16 *out, float *rstd, const kbf16 *inp, const kbf16 *q_norm, const kbf16 *k_norm,
+                  const float *cos_t, const float *sin_t, const RopeShape *s, cudaStream_t stream);
+/* dinp (=) the gradient of inp given dout, the gradient of out (dinp may be dout). With QK-norm
+ * (q_norm != NULL), inp is the forward's input and rstd its output, and dq_norm, dk_norm += their
+ * gradients (fp32, fixed-order two-pass reduction); without, inp and rstd are not read.
+ * scratch: rope_backward_scratch_bytes(s) bytes. */
+size_t rope_backward_scratch_bytes(const RopeShape *s);
+void rope_backward(kbf16 *dinp, float *dq_norm, float *dk_norm, void *scratch, const kbf16 *dout, const kbf16 *inp,
+                   const kbf16 *q_norm, const kbf16 *k_norm, const float *rstd, const float *cos_t,
+                   const float *sin_t, const RopeShape *s, cudaStream_t stream);
+
 /* ---- attention.cu: causal self-attention, flash-attention style ------------------------- */
-/* out [B,T,C] (=), lse [B,NH,T] (=; fp32 log2-sum-exp of the scaled logits, the only saved state
- * besides out). HS = C/NH must be 64 or 128; any T >= 1; B·NH <= 65535. Never stores T×T.
- * Softmax scale 1/sqrt(HS), causal, as attention_forward_cpu. */
-void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, int B, int T, int C, int NH,
-                       cudaStream_t stream);
+/* The shape of one attention call. qkv per token: NH query heads, then NKV key heads, then NKV
+ * value heads, HS values each ([B, T, (NH + 2·NKV)·HS]); query head h reads key/value head
+ * h / (NH / NKV). scale multiplies q·k (HS^-1/2 for GPT-2, Llama and Qwen); window > 0: query t sees
+ * keys t − window < t2 <= t, 0: every t2 <= t. */
+typedef struct {
+    int B, T, NH, NKV, HS;
+    float scale;
+    int window;
+} AttentionShape;
+/* out [B,T,NH·HS] (=), lse [B,NH,T] (=; fp32 log2-sum-exp of the scaled logits, the only saved
+ * state besides out). HS must be 64 or 128; any T >= 1; B·NH <= 65535. Never stores T×T. Causal,
+ * as gqa_attention_forward_cpu. These kernels take NKV == NH, window 0 and scale HS^-1/2 only, and
+ * stop with an error otherwise. */
+void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, const AttentionShape *s, cudaStream_t stream);
 /* Head size 64 uses Hopper's warpgroup MMA for the forward unless turned off here (0: the mma.sync
  * kernel, which head size 128 always uses); for tests and benchmarks that compare the two. */
 void attention_use_wgmma(int on);
-/* dqkv [B,T,3C] (= ; q, k and v parts all written). dout is the gradient of out; out and lse are
- * the forward's outputs (out is read for rowsum(dout·out)). Recomputes the probabilities;
- * two kernels (dK,dV by key tile; dQ by query tile), so no atomics: deterministic.
+/* dqkv [B,T,(NH + 2·NKV)·HS] (= ; q, k and v parts all written). dout is the gradient of out; out
+ * and lse are the forward's outputs (out is read for rowsum(dout·out)). Recomputes the
+ * probabilities; two kernels (dK,dV by key tile; dQ by query tile), so no atomics: deterministic.
  * When dbias_qkv != NULL also dbias_qkv[c] += Σ_n dqkv[n,c] over the stored bf16 values (the qkv
  * projection's bias gradient, as bias_backward would give it), summed as the kernels store.
- * scratch: attention_backward_scratch_bytes(B, T, C, NH) bytes (rowsum(dout·out), bias partials). */
-size_t attention_backward_scratch_bytes(int B, int T, int C, int NH);
+ * scratch: attention_backward_scratch_bytes(s) bytes (rowsum(dout·out), bias partials). */
+size_t attention_backward_scratch_bytes(const AttentionShape *s);
 void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch, const kbf16 *dout, const kbf16 *qkv,
-                        const kbf16 *out, const float *lse, int B, int T, int C, int NH, cudaStream_t stream);
+                        const kbf16 *out, const float *lse, const AttentionShape *s, cudaStream_t stream);
 
 /* ---- attention_decode.cu: one query row against cached keys and values ----------------- */
-/* out [C] (=): row t's attention output, softmax(q·kᵀ/√HS)·v over keys 0..t in fp32, as row t of
- * attention_forward. qkv holds one sequence's rows 0..t ([t+1, 3C], the forward's layout: the
- * cache is the keys and values the forward left in its qkv rows). HS = C/NH a multiple of 32 up to
- * 256; any t >= 0. */
-void attention_decode(kbf16 *out, const kbf16 *qkv, int t, int C, int NH, cudaStream_t stream);
+/* out [NH·HS] (=): row t's attention output, softmax(scale·q·kᵀ)·v over keys 0..t in fp32, as row
+ * t of attention_forward. qkv holds one sequence's rows 0..t (the forward's layout: the cache is
+ * the keys and values the forward left in its qkv rows; s->B and s->T are not read). HS a multiple
+ * of 32 up to 256; any t >= 0; NKV == NH, window 0 and scale HS^-1/2 only, as attention_forward. */
+void attention_decode(kbf16 *out, const kbf16 *qkv, int t, const AttentionShape *s, cudaStream_t stream);
 
 /* ---- gelu.cu: GELU (tanh approximation) and bias gradients ------------------------------- */
 /* out = gelu(inp) (=). n elements, a multiple of 8. */
@@ -97,6 +142,18 @@ void gelu_backward(kbf16 *dinp, const kbf16 *inp, const kbf16 *dout, size_t n, c
 /* dbias[oc] += Σ_n dout[n,oc]  (fp32, fixed-order two-pass). scratch: bias_backward_scratch_bytes(OC). */
 size_t bias_backward_scratch_bytes(int OC);
 void bias_backward(float *dbias, void *scratch, const kbf16 *dout, int N, int OC, cudaStream_t stream);
+
+/* ---- swiglu.cu: the gated MLP's activation --------------------------------------------------- */
+typedef enum {
+    GATED_SILU,      /* SwiGLU (Llama, Qwen) */
+    GATED_GELU_TANH, /* GeGLU (Gemma) */
+} GatedAct;
+/* out [N, F] (=) = act(gate)·up, inp [N, 2F] per token gate F then up F (the packed gate/up
+ * projection). Any F. */
+void gated_forward(kbf16 *out, const kbf16 *inp, size_t N, int F, GatedAct act, cudaStream_t stream);
+/* dinp [N, 2F] (=): dgate = dout·up·act'(gate), dup = dout·act(gate). */
+void gated_backward(kbf16 *dinp, const kbf16 *dout, const kbf16 *inp, size_t N, int F, GatedAct act,
+                    cudaStream_t stream);
 
 /* ---- matmul.cu: cuBLASLt, plans and heuristics cached per shape ------------------------- */
 /* out[N,OC] = inp[N,C]·weight[OC,C]^T (+ bias[OC] when bias != NULL)   (=).

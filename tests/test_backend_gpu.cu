@@ -1,4 +1,5 @@
-/* The CUDA backend against the CPU reference backend on a small GPT-2: same init, same batches.
+/* The CUDA backend against the CPU reference backend on a small GPT-2, and on tiny Llama, Qwen2 and
+ * Qwen3 models: same init, same batches.
  * bf16 weights and activations make the GPU differ from the fp32 CPU by ~1e-2 relative; the
  * tolerances below say so. Also: bitwise determinism, and a resume from saved state that repeats
  * the uninterrupted run's losses bit for bit. Both output layers. */
@@ -21,12 +22,18 @@ typedef struct {
     int *inputs, *targets; /* steps x B x T */
 } Setup;
 
-static void setup(Setup *s, int heads, int dim, int vocab, int B, int T, int steps, uint64_t seed) {
+/* A two-layer GPT-2 of the given width. */
+static GPTConfig gpt2_config(int heads, int dim, int vocab) {
     GPTConfig cfg = {};
     cfg.num_layers = 2, cfg.num_heads = heads, cfg.dim = dim, cfg.max_seq_len = 64, cfg.vocab_size = vocab;
     gpt_config_finish(&cfg);
+    return cfg;
+}
+
+static void setup_config(Setup *s, const GPTConfig *cfg, int B, int T, int steps, uint64_t seed) {
+    const int vocab = cfg->vocab_size;
     char err[ERR_LEN];
-    if (param_table_build(&s->table, &cfg, err) != 0) fprintf(stderr, "%s\n", err);
+    if (param_table_build(&s->table, cfg, err) != 0) fprintf(stderr, "%s\n", err);
     s->B = B;
     s->T = T;
     size_t n = (size_t)steps * B * T;
@@ -39,6 +46,11 @@ static void setup(Setup *s, int heads, int dim, int vocab, int B, int T, int ste
         s->inputs[i] = (int)((i * 7 + rng_below(&rng, 3)) % vocab);
         s->targets[i] = (i % 11 == 5) ? -1 : (int)((s->inputs[i] * 5 + 3) % vocab);
     }
+}
+
+static void setup(Setup *s, int heads, int dim, int vocab, int B, int T, int steps, uint64_t seed) {
+    GPTConfig cfg = gpt2_config(heads, dim, vocab);
+    setup_config(s, &cfg, B, T, steps, seed);
 }
 
 static void teardown(Setup *s) {
@@ -58,10 +70,11 @@ static float step(Backend *be, Setup *s, int k, int t_step) {
     return loss;
 }
 
-static void compare_with_cpu(OutputKind output, int heads, int dim, int vocab, int B, int T,
-                             size_t fused_budget = OUTPUT_FUSED_DEFAULT_BUDGET, int recompute_gelu = 0) {
+/* One step's gradients of every tensor, then the loss of each of 10 AdamW steps, GPU against CPU. */
+static void compare_config_with_cpu(const GPTConfig *cfg, OutputKind output, int B, int T,
+                                    size_t fused_budget = OUTPUT_FUSED_DEFAULT_BUDGET, int recompute_gelu = 0) {
     Setup s;
-    setup(&s, heads, dim, vocab, B, T, 10, 3);
+    setup_config(&s, cfg, B, T, 10, 3);
     char err[ERR_LEN];
     Backend *cpu = backend_cpu_create(&s.table, B, T, output, 42, err);
     Backend *gpu = backend_cuda_create(&s.table, B, T, output, fused_budget, recompute_gelu, 42, NULL, err);
@@ -95,10 +108,11 @@ static void compare_with_cpu(OutputKind output, int heads, int dim, int vocab, i
         CHECK(e <= 5e-2, "%s: gradient relative L2 error %.3g", p->name, e);
     }
     fprintf(stderr, "[worst gradient error %.3g in %s] ", worst, worst_name);
-    /* 10 AdamW steps later the two still track */
+    /* the two track through 10 AdamW steps */
     for (int k = 1; k < 10; k++) {
         lc = step(cpu, &s, k, k);
         lg = step(gpu, &s, k, k);
+        CHECK(fabsf(lg - lc) <= 2e-2f * fabsf(lc), "step %d: loss GPU %.6f CPU %.6f", k, lg, lc);
     }
     CHECK(fabsf(lg - lc) <= 2e-2f * fabsf(lc), "after 10 steps: loss GPU %.6f CPU %.6f", lg, lc);
     free(gc);
@@ -106,6 +120,12 @@ static void compare_with_cpu(OutputKind output, int heads, int dim, int vocab, i
     cpu->ops->destroy(cpu);
     gpu->ops->destroy(gpu);
     teardown(&s);
+}
+
+static void compare_with_cpu(OutputKind output, int heads, int dim, int vocab, int B, int T,
+                             size_t fused_budget = OUTPUT_FUSED_DEFAULT_BUDGET, int recompute_gelu = 0) {
+    GPTConfig cfg = gpt2_config(heads, dim, vocab);
+    compare_config_with_cpu(&cfg, output, B, T, fused_budget, recompute_gelu);
 }
 
 TEST(backend_cuda_matches_cpu_fused_head64_odd_sizes) {
@@ -128,6 +148,43 @@ TEST(backend_cuda_matches_cpu_fused_head128) {
 TEST(backend_cuda_matches_cpu_when_gelu_is_recomputed) {
     /* the path large micro-batches take when the saved GELU output would not fit */
     compare_with_cpu(OUTPUT_FUSED, 2, 128, 1000, 3, 37, OUTPUT_FUSED_DEFAULT_BUDGET, 1);
+}
+
+/* A two-layer model of a RoPE family: its HF defaults, then the shape. */
+static GPTConfig family_config(ModelFamily family, int heads, int kv_heads, int head_dim, int dim, int ffn) {
+    GPTConfig cfg = {};
+    cfg.num_layers = 2, cfg.num_heads = heads, cfg.dim = dim, cfg.max_seq_len = 64, cfg.vocab_size = 1000;
+    gpt_family_defaults(&cfg, family);
+    cfg.num_kv_heads = kv_heads, cfg.head_dim = head_dim, cfg.ffn_dim = ffn;
+    gpt_config_finish(&cfg);
+    return cfg;
+}
+
+TEST(backend_cuda_matches_cpu_on_a_tiny_untied_llama_with_llama3_rope_and_gqa) {
+    /* NH·hd = 256 != C = 192; 4 query heads share 2 key/value heads; Llama 3.2's rope_scaling */
+    GPTConfig cfg = family_config(FAMILY_LLAMA, 4, 2, 64, 192, 328);
+    cfg.untied_head = 1;
+    cfg.rope.scaling = ROPE_SCALING_LLAMA3;
+    cfg.rope.factor = 32.0;
+    cfg.rope.low_freq_factor = 1.0;
+    cfg.rope.high_freq_factor = 4.0;
+    cfg.rope.original_max_position_embeddings = 8192.0;
+    compare_config_with_cpu(&cfg, OUTPUT_FUSED, 3, 37);
+    compare_config_with_cpu(&cfg, OUTPUT_CANONICAL, 2, 29);
+}
+
+TEST(backend_cuda_matches_cpu_on_a_tiny_tied_qwen3_with_qk_norm) {
+    /* Qwen3's head of 128 over a narrower model: NH·hd = 256 != C = 128; 2 query heads per kv head */
+    GPTConfig cfg = family_config(FAMILY_QWEN3, 2, 1, 128, 128, 200);
+    compare_config_with_cpu(&cfg, OUTPUT_FUSED, 3, 37);
+}
+
+TEST(backend_cuda_matches_cpu_on_a_tiny_qwen2_with_qkv_bias) {
+    /* as many key/value heads as query heads */
+    GPTConfig cfg = family_config(FAMILY_QWEN2, 2, 2, 64, 128, 344);
+    compare_config_with_cpu(&cfg, OUTPUT_FUSED, 3, 37);
+    /* the SwiGLU output recomputed in the backward, as large micro-batches run */
+    compare_config_with_cpu(&cfg, OUTPUT_FUSED, 2, 33, OUTPUT_FUSED_DEFAULT_BUDGET, 1);
 }
 
 /* `./train eval`'s loop on the GPU: 3 windows of 37 and a last of 10 targets (122 tokens) in

@@ -1,6 +1,9 @@
 /* tests/test_kernels_gpu.cu - every kernel of kernels/kernels.h against the fp32 CPU reference
  * (model/cpu/layers_cpu.h) on fresh random inputs, at sizes that are not multiples of the tiles.
  *
+ * The Llama/Qwen/Gemma kernels (RMSNorm, QK-norm + RoPE, the gated MLPs) are checked the same way
+ * against model/cpu/llama_layers_cpu.h.
+ *
  * Method: inputs are drawn N(0,1) (weights N(0, 0.02..1)), rounded to bf16 once, and the SAME
  * rounded values feed both sides, so the error measured is the kernel's own. Outputs written with
  * = are poisoned first (0xFF bytes: NaN in bf16 and fp32), so an unwritten element fails; outputs
@@ -30,6 +33,7 @@
 
 extern "C" {
 #include "model/cpu/layers_cpu.h"
+#include "model/cpu/llama_layers_cpu.h"
 }
 
 typedef __nv_bfloat16 bf16;
@@ -581,9 +585,16 @@ TEST(kernels_body_gemms_of_gpt2_124m_are_bitwise_repeatable) {
 
 /* ---- attention --------------------------------------------------------------------------- */
 
+/* GPT-2's attention: as many key/value heads as query heads, HS = C/NH, scale HS^-1/2. */
+static AttentionShape mha_shape(int B, int T, int C, int NH) {
+    AttentionShape s = {B, T, NH, NH, C / NH, 1.0f / sqrtf((float)(C / NH)), 0};
+    return s;
+}
+
 static void attention_case(int B, int T, int NH, int HS) {
     char what[128];
     int C = NH * HS;
+    const AttentionShape sh = mha_shape(B, T, C, NH);
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     float *qkv = hmalloc(nqkv), *out_ref = hmalloc(nout), *att = hmalloc(natt), *out_g = hmalloc(nout);
     fill_normal(qkv, nqkv, 1.0f);
@@ -595,7 +606,7 @@ static void attention_case(int B, int T, int NH, int HS) {
     float *d_lse = (float *)dalloc((size_t)B * NH * T * 4);
     poison(d_out, nout * 2);
     poison(d_lse, (size_t)B * NH * T * 4);
-    attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, 0);
+    attention_forward(d_out, d_lse, d_qkv, &sh, 0);
     dsync();
     down_bf16(out_g, d_out, nout);
     snprintf(what, sizeof what, "attention fwd B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
@@ -613,7 +624,7 @@ static void attention_case(int B, int T, int NH, int HS) {
     memset(dqkv_ref, 0, nqkv * 4);
     attention_backward_cpu(dqkv_ref, dout, qkv, att, B, T, C, NH);
     bf16 *d_dout = up_bf16(dout, nout), *d_dqkv = (bf16 *)dalloc(nqkv * 2);
-    size_t scratch_bytes = attention_backward_scratch_bytes(B, T, C, NH);
+    size_t scratch_bytes = attention_backward_scratch_bytes(&sh);
     void *scratch = dalloc(scratch_bytes);
     /* The qkv bias gradient summed as dqkv is stored: += onto a random start. */
     float *db0 = hmalloc(3 * C), *db_g[2] = {hmalloc(3 * C), hmalloc(3 * C)};
@@ -623,7 +634,7 @@ static void attention_case(int B, int T, int NH, int HS) {
         poison(d_dqkv, nqkv * 2);
         poison(scratch, scratch_bytes);
         CUDA_CHECK(cudaMemcpy(d_db, db0, 3 * C * 4, cudaMemcpyHostToDevice));
-        attention_backward(d_dqkv, d_db, scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0);
+        attention_backward(d_dqkv, d_db, scratch, d_dout, d_qkv, d_out, d_lse, &sh, 0);
         dsync();
         down_bf16(run ? dqkv_g2 : dqkv_g, d_dqkv, nqkv);
         down_f32(db_g[run], d_db, 3 * C);
@@ -635,7 +646,7 @@ static void attention_case(int B, int T, int NH, int HS) {
           NH, HS, worst);
     /* Without the sums, the same dqkv. */
     poison(d_dqkv, nqkv * 2);
-    attention_backward(d_dqkv, NULL, scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, 0);
+    attention_backward(d_dqkv, NULL, scratch, d_dout, d_qkv, d_out, d_lse, &sh, 0);
     dsync();
     down_bf16(dqkv_g2, d_dqkv, nqkv);
     CHECK(same_bytes(dqkv_g, dqkv_g2, nqkv * 4), "attention backward without the bias sums differs from with them");
@@ -655,7 +666,7 @@ static void attention_case(int B, int T, int NH, int HS) {
     }
     /* The forward too must be deterministic (it has no reductions across blocks; cheap to check). */
     float *out_g2 = hmalloc(nout);
-    attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, 0);
+    attention_forward(d_out, d_lse, d_qkv, &sh, 0);
     dsync();
     down_bf16(out_g2, d_out, nout);
     CHECK(same_bytes(out_g, out_g2, nout * 4), "attention forward is not bitwise deterministic");
@@ -694,6 +705,7 @@ TEST(kernels_attention_matches_cpu_head128) {
 static void attention_decode_case(int ctx, int NH, int HS) {
     char what[128];
     const int C = NH * HS, t = ctx - 1;
+    const AttentionShape sh = mha_shape(1, ctx, C, NH);
     const size_t nqkv = (size_t)ctx * 3 * C;
     float *qkv = hmalloc(nqkv), *ref = hmalloc(C), *att = hmalloc((size_t)NH * ctx), *got = hmalloc(C),
           *again = hmalloc(C);
@@ -703,7 +715,7 @@ static void attention_decode_case(int ctx, int NH, int HS) {
     bf16 *d_qkv = up_bf16(qkv, nqkv), *d_out = (bf16 *)dalloc((size_t)C * 2);
     for (int run = 0; run < 2; run++) {
         poison(d_out, (size_t)C * 2);
-        attention_decode(d_out, d_qkv, t, C, NH, 0);
+        attention_decode(d_out, d_qkv, t, &sh, 0);
         dsync();
         down_bf16(run ? again : got, d_out, C);
     }
@@ -871,4 +883,305 @@ TEST(kernels_adamw_on_shard_ranges_matches_the_whole_update) {
     adamw_plan_free(part);
     free(p); free(m); free(v); free(g); free(sp); free(sm); free(sv); free(sg); free(pb); free(spb); free(poisoned);
     dfree_all();
+}
+
+/* ---- RMSNorm ----------------------------------------------------------------------------- */
+
+static void rmsnorm_case(int N, int C, int with_residual, float eps, int one_plus_w) {
+    char what[128];
+    size_t nc = (size_t)N * C;
+    float *a = hmalloc(nc), *bb = hmalloc(nc), *w = hmalloc(C);
+    fill_normal(a, nc, 1.0f);
+    fill_normal(bb, nc, 1.0f);
+    fill_normal(w, C, one_plus_w ? 0.3f : 1.0f);
+    round_bf16(a, nc); round_bf16(bb, nc); round_bf16(w, C);
+    float *res = hmalloc(nc), *out_ref = hmalloc(nc), *rstd_ref = hmalloc(N);
+    if (with_residual) {
+        residual_forward_cpu(res, a, bb, nc);
+        round_bf16(res, nc);
+    } else {
+        memcpy(res, a, nc * 4);
+    }
+    rmsnorm_forward_cpu(out_ref, rstd_ref, res, w, N, C, eps, one_plus_w);
+
+    bf16 *d_a = up_bf16(a, nc), *d_b = up_bf16(bb, nc), *d_w = up_bf16(w, C);
+    bf16 *d_res = (bf16 *)dalloc(nc * 2), *d_out = (bf16 *)dalloc(nc * 2);
+    float *d_rstd = (float *)dalloc(N * 4);
+    poison(d_res, nc * 2); poison(d_out, nc * 2); poison(d_rstd, N * 4);
+    residual_rmsnorm_forward(with_residual ? d_res : NULL, d_out, d_rstd, d_a, with_residual ? d_b : NULL, d_w, N, C,
+                             eps, one_plus_w, 0);
+    dsync();
+    float *res_g = hmalloc(nc), *out_g = hmalloc(nc), *rstd_g = hmalloc(N);
+    down_bf16(res_g, d_res, nc);
+    down_bf16(out_g, d_out, nc);
+    down_f32(rstd_g, d_rstd, N);
+    snprintf(what, sizeof what, "rmsnorm fwd N=%d C=%d%s%s: out", N, C, with_residual ? " +res" : "",
+             one_plus_w ? " (1+w)" : "");
+    CHECK_REL(rel_l2(out_g, out_ref, nc), 1e-2, what);
+    if (with_residual) CHECK_REL(rel_l2(res_g, res, nc), 1e-6, "  residual (exact up to rounding mode)");
+    CHECK_REL(rel_l2(rstd_g, rstd_ref, N), 1e-5, "  rstd");
+
+    /* Backward from the CPU statistics, += checked on the increments (as layernorm_case). */
+    float *dout = hmalloc(nc), *dinp0 = hmalloc(nc), *dw0 = hmalloc(C);
+    fill_normal(dout, nc, 1.0f);
+    /* a start smaller than the increments (which are small at width 1), so the bf16 rounding of
+     * the sum does not hide them */
+    fill_normal(dinp0, nc, 0.25f);
+    fill_normal(dw0, C, 1.0f);
+    round_bf16(dout, nc);
+    round_bf16(dinp0, nc);
+    float *dinp_ref = hmalloc(nc), *dw_ref = hmalloc(C);
+    memset(dinp_ref, 0, nc * 4);
+    memset(dw_ref, 0, C * 4);
+    rmsnorm_backward_cpu(dinp_ref, dw_ref, dout, res, w, rstd_ref, N, C, one_plus_w);
+    bf16 *d_dout = up_bf16(dout, nc), *d_inp = up_bf16(res, nc);
+    float *d_rstdr = up_f32(rstd_ref, N);
+    size_t scratch_bytes = rmsnorm_backward_scratch_bytes(C);
+    void *scratch = dalloc(scratch_bytes);
+    float *dinp_g[2], *dw_g[2];
+    for (int run = 0; run < 2; run++) {
+        poison(scratch, scratch_bytes);
+        bf16 *d_dinp = up_bf16(dinp0, nc);
+        float *d_dw = up_f32(dw0, C);
+        rmsnorm_backward(d_dinp, d_dw, scratch, d_dout, d_inp, d_w, d_rstdr, N, C, one_plus_w, 0);
+        dsync();
+        dinp_g[run] = hmalloc(nc); dw_g[run] = hmalloc(C);
+        down_bf16(dinp_g[run], d_dinp, nc);
+        down_f32(dw_g[run], d_dw, C);
+    }
+    CHECK(same_bytes(dinp_g[0], dinp_g[1], nc * 4) && same_bytes(dw_g[0], dw_g[1], C * 4),
+          "rmsnorm backward is not bitwise deterministic (N=%d C=%d)", N, C);
+    for (size_t i = 0; i < nc; i++) dinp_g[0][i] -= dinp0[i];
+    for (int i = 0; i < C; i++) dw_g[0][i] -= dw0[i];
+    CHECK_REL(rel_l2(dinp_g[0], dinp_ref, nc), 2e-2, "  bwd dinp increment (bf16 += rounding)");
+    CHECK_REL(rel_l2(dw_g[0], dw_ref, C), 1e-4, "  bwd dweight increment");
+    for (int r = 0; r < 2; r++) { free(dinp_g[r]); free(dw_g[r]); }
+    free(a); free(bb); free(w); free(res); free(out_ref); free(rstd_ref); free(res_g); free(out_g); free(rstd_g);
+    free(dout); free(dinp0); free(dw0); free(dinp_ref); free(dw_ref);
+    dfree_all();
+}
+
+TEST(kernels_residual_rmsnorm_matches_cpu_at_any_width_and_backward_is_deterministic) {
+    seed_fresh();
+    /* width 1: the row is one value and norm² ≈ 1, so the gradient is all cancellation unless eps
+     * is of the order of x²; it checks the indexing, not the rounding */
+    rmsnorm_case(37, 1, 1, 1.0f, 0);
+    rmsnorm_case(131, 7, 1, 1e-6f, 0);   /* a lane per column */
+    rmsnorm_case(5, 96, 0, 1e-5f, 0);    /* the plain norm (first block, final norm) */
+    rmsnorm_case(257, 2048, 1, 1e-5f, 0);
+    rmsnorm_case(67, 3000, 1, 1e-6f, 0); /* 3000 % 256 != 0: the last register group is partial */
+    rmsnorm_case(129, 8192, 1, 1e-5f, 0); /* the widest register-resident row */
+    rmsnorm_case(9, 8200, 1, 1e-5f, 0);   /* wider: the lane-per-column kernel */
+    rmsnorm_case(3, 1, 0, 1.0f, 0);
+}
+
+TEST(kernels_gemma_rmsnorm_multiplies_one_plus_w) {
+    seed_fresh();
+    rmsnorm_case(41, 640, 1, 1e-6f, 1);
+    rmsnorm_case(13, 7, 0, 1e-6f, 1);
+}
+
+/* ---- QK-norm and RoPE ----------------------------------------------------------------------- */
+
+static void rope_case(int B, int T, int NH, int NKV, int hd, int qk_norm, RopeParams rp, int in_place,
+                      int one_plus_w = 0) {
+    char what[160];
+    QkvLayout L = {B, T, NH, NKV, hd};
+    const int N = B * T, H = hd / 2, nheads = NH + NKV;
+    const size_t R = qkv_row_width(&L), n = (size_t)N * R;
+    const float eps = 1e-6f;
+    float *qkv = hmalloc(n), *qn = hmalloc(hd), *kn = hmalloc(hd);
+    fill_normal(qkv, n, 1.0f);
+    fill_normal(qn, hd, 1.0f);
+    fill_normal(kn, hd, 1.0f);
+    round_bf16(qkv, n); round_bf16(qn, hd); round_bf16(kn, hd);
+    /* the tables as the backend builds them: the CPU reference's functions, uploaded */
+    float *inv_freq = hmalloc(H), *cos_t = hmalloc((size_t)T * H), *sin_t = hmalloc((size_t)T * H);
+    int *pos = (int *)malloc((size_t)T * sizeof(int));
+    for (int t = 0; t < T; t++) pos[t] = t;
+    rope_inv_freq(inv_freq, &rp, hd);
+    rope_cos_sin(cos_t, sin_t, inv_freq, pos, T, hd);
+
+    float *normed = hmalloc(n), *out_ref = hmalloc(n), *rstd_ref = hmalloc((size_t)N * nheads);
+    memset(rstd_ref, 0, (size_t)N * nheads * sizeof(float)); /* uploaded even when QK-norm is off */
+    if (qk_norm)
+        qk_norm_forward_cpu(normed, rstd_ref, qkv, qn, kn, &L, eps, one_plus_w);
+    else
+        memcpy(normed, qkv, n * 4);
+    rope_forward_cpu(out_ref, normed, cos_t, sin_t, &L);
+
+    RopeShape s = {B, T, NH, NKV, hd, eps, one_plus_w};
+    bf16 *d_inp = up_bf16(qkv, n), *d_qn = up_bf16(qn, hd), *d_kn = up_bf16(kn, hd);
+    float *d_cos = up_f32(cos_t, (size_t)T * H), *d_sin = up_f32(sin_t, (size_t)T * H);
+    bf16 *d_out = in_place ? d_inp : (bf16 *)dalloc(n * 2);
+    float *d_rstd = (float *)dalloc((size_t)N * nheads * 4);
+    if (!in_place) poison(d_out, n * 2);
+    poison(d_rstd, (size_t)N * nheads * 4);
+    rope_forward(d_out, d_rstd, d_inp, qk_norm ? d_qn : NULL, qk_norm ? d_kn : NULL, d_cos, d_sin, &s, 0);
+    dsync();
+    float *out_g = hmalloc(n), *rstd_g = hmalloc((size_t)N * nheads);
+    down_bf16(out_g, d_out, n);
+    down_f32(rstd_g, d_rstd, (size_t)N * nheads);
+    snprintf(what, sizeof what, "rope fwd B=%d T=%d NH=%d NKV=%d hd=%d%s%s scaling %d", B, T, NH, NKV, hd,
+             qk_norm ? (one_plus_w ? " +qk-norm (1+w)" : " +qk-norm") : "", in_place ? " in place" : "",
+             (int)rp.scaling);
+    CHECK_REL(rel_l2(out_g, out_ref, n), 1e-2, what);
+    /* value heads are copied (or left) exactly */
+    size_t v_wrong = 0;
+    for (int r = 0; r < N; r++)
+        for (size_t i = (size_t)nheads * hd; i < R; i++) v_wrong += out_g[(size_t)r * R + i] != qkv[(size_t)r * R + i];
+    CHECK(v_wrong == 0, "rope forward changed %zu value-head elements", v_wrong);
+    if (qk_norm) CHECK_REL(rel_l2(rstd_g, rstd_ref, (size_t)N * nheads), 1e-5, "  qk-norm rstd");
+
+    /* Backward: the CPU chain (RoPE's transpose, then QK-norm's backward) from zero; the GPU writes
+     * dinp (=) and adds into the norm weights' gradients, checked on the increments. */
+    float *dout = hmalloc(n), *drot = hmalloc(n), *dinp_ref = hmalloc(n), *dqn_ref = hmalloc(hd), *dkn_ref = hmalloc(hd);
+    fill_normal(dout, n, 1.0f);
+    round_bf16(dout, n);
+    memset(drot, 0, n * 4);
+    memset(dqn_ref, 0, hd * 4);
+    memset(dkn_ref, 0, hd * 4);
+    rope_backward_cpu(drot, dout, cos_t, sin_t, &L);
+    if (qk_norm) {
+        memset(dinp_ref, 0, n * 4);
+        qk_norm_backward_cpu(dinp_ref, dqn_ref, dkn_ref, drot, qkv, qn, kn, rstd_ref, &L, one_plus_w);
+    } else {
+        memcpy(dinp_ref, drot, n * 4);
+    }
+    float *dqn0 = hmalloc(hd), *dkn0 = hmalloc(hd);
+    fill_normal(dqn0, hd, 1.0f);
+    fill_normal(dkn0, hd, 1.0f);
+    bf16 *d_x = up_bf16(qkv, n); /* the forward's input (d_inp may have been rotated in place) */
+    float *d_rstdr = up_f32(rstd_ref, (size_t)N * nheads);
+    size_t scratch_bytes = rope_backward_scratch_bytes(&s);
+    void *scratch = dalloc(scratch_bytes);
+    float *dinp_g[2], *dqn_g[2], *dkn_g[2];
+    /* run 0 writes a separate dinp, run 1 overwrites dout in place: both must give the same bits */
+    for (int run = 0; run < 2; run++) {
+        poison(scratch, scratch_bytes);
+        bf16 *d_dout = up_bf16(dout, n);
+        bf16 *d_dinp = run == 0 ? (bf16 *)dalloc(n * 2) : d_dout;
+        if (run == 0) poison(d_dinp, n * 2);
+        float *d_dqn = up_f32(dqn0, hd), *d_dkn = up_f32(dkn0, hd);
+        rope_backward(d_dinp, d_dqn, d_dkn, scratch, d_dout, d_x, qk_norm ? d_qn : NULL, qk_norm ? d_kn : NULL,
+                      d_rstdr, d_cos, d_sin, &s, 0);
+        dsync();
+        dinp_g[run] = hmalloc(n); dqn_g[run] = hmalloc(hd); dkn_g[run] = hmalloc(hd);
+        down_bf16(dinp_g[run], d_dinp, n);
+        down_f32(dqn_g[run], d_dqn, hd);
+        down_f32(dkn_g[run], d_dkn, hd);
+    }
+    CHECK(same_bytes(dinp_g[0], dinp_g[1], n * 4) && same_bytes(dqn_g[0], dqn_g[1], hd * 4) &&
+              same_bytes(dkn_g[0], dkn_g[1], hd * 4),
+          "rope backward in place differs from out of place, or is not deterministic (hd=%d)", hd);
+    CHECK_REL(rel_l2(dinp_g[0], dinp_ref, n), 1e-2, "  bwd dinp");
+    if (qk_norm) {
+        for (int i = 0; i < hd; i++) { dqn_g[0][i] -= dqn0[i]; dkn_g[0][i] -= dkn0[i]; }
+        CHECK_REL(rel_l2(dqn_g[0], dqn_ref, hd), 1e-4, "  bwd dq_norm increment");
+        CHECK_REL(rel_l2(dkn_g[0], dkn_ref, hd), 1e-4, "  bwd dk_norm increment");
+    } else {
+        CHECK(same_bytes(dqn_g[0], dqn0, hd * 4) && same_bytes(dkn_g[0], dkn0, hd * 4),
+              "rope backward without QK-norm touched the norm weights' gradients");
+    }
+    for (int r = 0; r < 2; r++) { free(dinp_g[r]); free(dqn_g[r]); free(dkn_g[r]); }
+    free(qkv); free(qn); free(kn); free(inv_freq); free(cos_t); free(sin_t); free(pos); free(normed); free(out_ref);
+    free(rstd_ref); free(out_g); free(rstd_g); free(dout); free(drot); free(dinp_ref); free(dqn_ref); free(dkn_ref);
+    free(dqn0); free(dkn0);
+    dfree_all();
+}
+
+static RopeParams rope_plain(double theta) {
+    RopeParams p = {};
+    p.theta = theta;
+    p.scaling = ROPE_SCALING_NONE;
+    return p;
+}
+
+/* Llama 3.2's rope_scaling: factor 32, low 1, high 4, original context 8192. */
+static RopeParams rope_llama32(void) {
+    RopeParams p = {};
+    p.theta = 500000.0;
+    p.scaling = ROPE_SCALING_LLAMA3;
+    p.factor = 32.0;
+    p.low_freq_factor = 1.0;
+    p.high_freq_factor = 4.0;
+    p.original_max_position_embeddings = 8192.0;
+    return p;
+}
+
+TEST(kernels_rope_rotates_half_pairs_with_llama3_scaling_as_the_cpu) {
+    seed_fresh();
+    rope_case(2, 37, 8, 2, 64, 0, rope_llama32(), 1);
+    rope_case(3, 29, 8, 2, 128, 0, rope_llama32(), 0);
+    rope_case(1, 301, 8, 2, 256, 0, rope_plain(10000.0), 1);
+    rope_case(2, 5, 3, 3, 6, 0, rope_plain(10000.0), 0); /* hd/2 = 3 pairs: most lanes idle */
+    RopeParams linear = rope_plain(10000.0);
+    linear.scaling = ROPE_SCALING_LINEAR;
+    linear.factor = 4.0;
+    rope_case(1, 67, 4, 1, 96, 0, linear, 1);
+}
+
+TEST(kernels_qk_norm_runs_per_head_before_rope_with_deterministic_weight_gradients) {
+    seed_fresh();
+    rope_case(2, 37, 8, 2, 128, 1, rope_plain(1000000.0), 0); /* Qwen3's shape of heads */
+    rope_case(3, 19, 8, 2, 64, 1, rope_llama32(), 1);
+    rope_case(1, 45, 8, 2, 256, 1, rope_plain(10000.0), 0);
+    rope_case(5, 131, 16, 8, 128, 1, rope_plain(1000000.0), 1); /* more tasks than the fixed grid's warps */
+    rope_case(2, 23, 4, 1, 256, 1, rope_plain(10000.0), 0, 1); /* Gemma 3's QK-norm multiplies by 1 + w */
+}
+
+/* ---- gated MLPs --------------------------------------------------------------------------- */
+
+static void gated_case(int N, int F, int gelu) {
+    char what[96];
+    size_t nin = (size_t)N * 2 * F, nout = (size_t)N * F;
+    float *inp = hmalloc(nin), *out_ref = hmalloc(nout), *dout = hmalloc(nout), *dinp_ref = hmalloc(nin);
+    fill_normal(inp, nin, 2.0f);
+    fill_normal(dout, nout, 1.0f);
+    round_bf16(inp, nin);
+    round_bf16(dout, nout);
+    GluActivation cpu_act = gelu ? GLU_GELU_TANH : GLU_SILU;
+    GatedAct act = gelu ? GATED_GELU_TANH : GATED_SILU;
+    glu_forward_cpu(out_ref, inp, N, F, cpu_act);
+    memset(dinp_ref, 0, nin * 4);
+    glu_backward_cpu(dinp_ref, dout, inp, N, F, cpu_act);
+
+    bf16 *d_inp = up_bf16(inp, nin), *d_dout = up_bf16(dout, nout);
+    bf16 *d_out = (bf16 *)dalloc(nout * 2), *d_dinp = (bf16 *)dalloc(nin * 2);
+    poison(d_out, nout * 2);
+    poison(d_dinp, nin * 2);
+    gated_forward(d_out, d_inp, N, F, act, 0);
+    gated_backward(d_dinp, d_dout, d_inp, N, F, act, 0);
+    dsync();
+    float *out_g = hmalloc(nout), *dinp_g = hmalloc(nin);
+    down_bf16(out_g, d_out, nout);
+    down_bf16(dinp_g, d_dinp, nin);
+    snprintf(what, sizeof what, "%s N=%d F=%d: out", gelu ? "geglu" : "swiglu", N, F);
+    CHECK_REL(rel_l2(out_g, out_ref, nout), 1e-2, what);
+    CHECK_REL(rel_l2(dinp_g, dinp_ref, nin), 1e-2, "  bwd d(gate|up)");
+    /* gate is the first half of each row: swapping the halves must not pass */
+    double swapped = 0, den = 0;
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < F; i++) {
+            float g = inp[(size_t)n * 2 * F + F + i], u = inp[(size_t)n * 2 * F + i];
+            float o = (gelu ? gelu_tanh(g) : g / (1.0f + expf(-g))) * u, r = out_ref[(size_t)n * F + i];
+            swapped += (double)(o - r) * (o - r);
+            den += (double)r * r;
+        }
+    if (nout >= 64) /* too few values may swap to nearly the same */
+        CHECK(sqrt(swapped / den) > 0.1, "gate and up are indistinguishable in this case (rel %.2e)",
+              sqrt(swapped / den));
+    free(inp); free(out_ref); free(dout); free(dinp_ref); free(out_g); free(dinp_g);
+    dfree_all();
+}
+
+TEST(kernels_swiglu_and_geglu_take_gate_then_up_and_match_cpu) {
+    seed_fresh();
+    gated_case(1, 1, 0);
+    gated_case(37, 7, 0);     /* a thread per column */
+    gated_case(131, 96, 0);
+    gated_case(67, 3000, 0);
+    gated_case(9, 8192, 0);
+    gated_case(33, 7, 1);
+    gated_case(129, 2048, 1);
 }

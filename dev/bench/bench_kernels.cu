@@ -101,7 +101,7 @@ static void row(const char *name, float ms, double flops, double bytes) {
 
 int main(int argc, char **argv) {
     int B = argc > 1 ? atoi(argv[1]) : 16, T = 1024, C = 768, NH = 12, Vp = 50304;
-    const char *only = argc > 2 ? argv[2] : NULL; /* run one section: encoder, layernorm, attention, matmul, optimizer */
+    const char *only = argc > 2 ? argv[2] : NULL; /* run one section: encoder, layernorm, attention, matmul, families, optimizer */
 #define WANT(section) (!only || strcmp(only, section) == 0)
     size_t N = (size_t)B * T;
     CUDA_CHECK(cudaEventCreate(&ev0));
@@ -173,21 +173,22 @@ int main(int argc, char **argv) {
         bf16 *qkv = rand_bf16(N * 3 * C, 1.0f), *out = (bf16 *)dmalloc(N * C * 2), *dout = rand_bf16(N * C, 1.0f);
         bf16 *dqkv = (bf16 *)dmalloc(N * 3 * C * 2);
         float *lse = (float *)dmalloc((size_t)B * nh * T * 4);
-        void *scratch = dmalloc(attention_backward_scratch_bytes(B, T, C, nh));
+        const AttentionShape sh = {B, T, nh, nh, hs, 1.0f / sqrtf((float)hs), 0};
+        void *scratch = dmalloc(attention_backward_scratch_bytes(&sh));
         double f = 2.0 * B * nh * (double)T * T * hs; /* causal: 4·B·NH·T²·HS / 2 */
         char name[64];
         for (int wgmma = hs == 64; wgmma >= 0; wgmma--) {
             attention_use_wgmma(wgmma);
-            TIME_MS(ms, attention_forward(out, lse, qkv, B, T, C, nh, 0));
+            TIME_MS(ms, attention_forward(out, lse, qkv, &sh, 0));
             snprintf(name, sizeof name, "attention_forward HS=%d%s", hs, wgmma ? " wgmma" : hs == 64 ? " mma.sync" : "");
             row(name, ms, f, (N * 3 * C + N * C) * 2.0);
         }
         attention_use_wgmma(1);
-        TIME_MS(ms, attention_backward(dqkv, NULL, scratch, dout, qkv, out, lse, B, T, C, nh, 0));
+        TIME_MS(ms, attention_backward(dqkv, NULL, scratch, dout, qkv, out, lse, &sh, 0));
         snprintf(name, sizeof name, "attention_backward HS=%d (FA2 FLOPs)", hs);
         row(name, ms, 2.5 * f, (N * 3 * C * 2 + N * C * 2) * 2.0);
         float *dbias = (float *)dmalloc(3 * C * sizeof(float));
-        TIME_MS(ms, attention_backward(dqkv, dbias, scratch, dout, qkv, out, lse, B, T, C, nh, 0));
+        TIME_MS(ms, attention_backward(dqkv, dbias, scratch, dout, qkv, out, lse, &sh, 0));
         snprintf(name, sizeof name, "attention_backward HS=%d + qkv bias sums", hs);
         row(name, ms, 2.5 * f, (N * 3 * C * 2 + N * C * 2) * 2.0);
         CUDA_CHECK(cudaFree(dbias));
@@ -231,6 +232,50 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaFree(x)); CUDA_CHECK(cudaFree(y)); CUDA_CHECK(cudaFree(pre)); CUDA_CHECK(cudaFree(w));
         CUDA_CHECK(cudaFree(bias)); CUDA_CHECK(cudaFree(dx)); CUDA_CHECK(cudaFree(dw)); CUDA_CHECK(cudaFree(db));
         CUDA_CHECK(cudaFree(scratch));
+    }
+    /* The Llama/Qwen block's own kernels at Qwen3-0.6B's widths (d = 1024, 16 query and 8 key/value
+     * heads of 128, F = 3072) and RMSNorm at Llama-3.2-1B's d = 2048, over the same N rows. */
+    if (WANT("families")) {
+        const int d = 1024, F = 3072, hd = 128, nh = 16, nkv = 8, QW = (nh + 2 * nkv) * hd;
+        for (int width = d; width <= 2 * d; width *= 2) {
+            bf16 *a = rand_bf16(N * width, 1.0f), *b = rand_bf16(N * width, 1.0f), *w = rand_bf16(width, 1.0f);
+            bf16 *res = (bf16 *)dmalloc(N * width * 2), *out = (bf16 *)dmalloc(N * width * 2);
+            bf16 *dinp = rand_bf16(N * width, 1.0f);
+            float *rstd = (float *)dmalloc(N * 4), *dw = rand_f32(width, 1.0f);
+            void *scratch = dmalloc(rmsnorm_backward_scratch_bytes(width));
+            char name[64];
+            TIME_MS(ms, residual_rmsnorm_forward(res, out, rstd, a, b, w, (int)N, width, 1e-6f, 0, 0));
+            snprintf(name, sizeof name, "residual_rmsnorm_forward d=%d", width);
+            row(name, ms, 4.0 * N * width, 4.0 * N * width * 2);
+            TIME_MS(ms, rmsnorm_backward(dinp, dw, scratch, out, res, w, rstd, (int)N, width, 0, 0));
+            snprintf(name, sizeof name, "rmsnorm_backward d=%d (dinp +=)", width);
+            row(name, ms, 10.0 * N * width, 6.0 * N * width * 2);
+            CUDA_CHECK(cudaFree(a)); CUDA_CHECK(cudaFree(b)); CUDA_CHECK(cudaFree(w)); CUDA_CHECK(cudaFree(res));
+            CUDA_CHECK(cudaFree(out)); CUDA_CHECK(cudaFree(dinp)); CUDA_CHECK(cudaFree(rstd)); CUDA_CHECK(cudaFree(dw));
+            CUDA_CHECK(cudaFree(scratch));
+        }
+        const RopeShape rs = {(int)(N / T), T, nh, nkv, hd, 1e-6f, 0};
+        bf16 *proj = rand_bf16(N * QW, 1.0f), *qkv = (bf16 *)dmalloc(N * QW * 2), *dqkv = rand_bf16(N * QW, 1.0f);
+        bf16 *qn = rand_bf16(hd, 1.0f), *kn = rand_bf16(hd, 1.0f);
+        float *cs = rand_f32((size_t)T * hd / 2, 1.0f), *sn = rand_f32((size_t)T * hd / 2, 1.0f);
+        float *rstd = (float *)dmalloc(N * (nh + nkv) * 4), *dqn = rand_f32(hd, 1.0f), *dkn = rand_f32(hd, 1.0f);
+        void *scratch = dmalloc(rope_backward_scratch_bytes(&rs));
+        const double qk = (double)N * (nh + nkv) * hd;
+        TIME_MS(ms, rope_forward(qkv, rstd, proj, qn, kn, cs, sn, &rs, 0));
+        row("qk-norm + rope forward (qkv copied)", ms, 11.0 * qk, 2.0 * N * QW * 2);
+        TIME_MS(ms, rope_backward(dqkv, dqn, dkn, scratch, dqkv, proj, qn, kn, rstd, cs, sn, &rs, 0));
+        row("qk-norm + rope backward (in place)", ms, 16.0 * qk, 3.0 * qk * 2);
+        TIME_MS(ms, rope_forward(qkv, NULL, qkv, NULL, NULL, cs, sn, &rs, 0));
+        row("rope forward (in place, no norm)", ms, 6.0 * qk, 2.0 * qk * 2);
+        bf16 *gu = rand_bf16(N * 2 * F, 2.0f), *act = (bf16 *)dmalloc(N * F * 2), *dgu = (bf16 *)dmalloc(N * 2 * F * 2);
+        TIME_MS(ms, gated_forward(act, gu, N, F, GATED_SILU, 0));
+        row("swiglu forward F=3072", ms, 10.0 * N * F, 3.0 * N * F * 2);
+        TIME_MS(ms, gated_backward(dgu, act, gu, N, F, GATED_SILU, 0));
+        row("swiglu backward F=3072", ms, 20.0 * N * F, 5.0 * N * F * 2);
+        CUDA_CHECK(cudaFree(proj)); CUDA_CHECK(cudaFree(qkv)); CUDA_CHECK(cudaFree(dqkv)); CUDA_CHECK(cudaFree(qn));
+        CUDA_CHECK(cudaFree(kn)); CUDA_CHECK(cudaFree(cs)); CUDA_CHECK(cudaFree(sn)); CUDA_CHECK(cudaFree(rstd));
+        CUDA_CHECK(cudaFree(dqn)); CUDA_CHECK(cudaFree(dkn)); CUDA_CHECK(cudaFree(scratch)); CUDA_CHECK(cudaFree(gu));
+        CUDA_CHECK(cudaFree(act)); CUDA_CHECK(cudaFree(dgu));
     }
     /* Optimizer over 124M parameters as one tensor list of GPT-2 small's sizes (approximate). */
     if (WANT("optimizer")) {

@@ -13,6 +13,13 @@
  * backward recomputes it from fch_pre, one elementwise pass per layer.
  * The residual add before each LayerNorm is fused into it (residual_layernorm_forward).
  *
+ * Llama and Qwen (RoPE families) run their own block, picking its operations from the config as
+ * the CPU backend does: RMSNorm (fused with the residual add) -> qkv [+ bias: Qwen2] -> [QK-norm:
+ * Qwen3] + RoPE (one kernel) -> grouped-query attention -> o_proj -> RMSNorm -> gate/up -> SwiGLU
+ * -> down; token embedding alone; the head tied to it or lm_head. Widths: QW = (NH + 2·NKV)·hd the
+ * packed qkv, AW = NH·hd the attention output, F the MLP's hidden width, FW its first projection's
+ * (F, or 2F gate then up). GPT-2's block (QW = 3C, AW = C, FW = F = 4C) is unchanged.
+ *
  * Data parallel (model/dist/grad_sync.h): each rank scales its gradients by 1/world and the ranks sum
  * them, during the backward of the step's last micro-batch. Under ZeRO-1 master weights, moments
  * and reduced gradients exist only for this rank's shard ("state" below: the shard, or the whole
@@ -30,10 +37,16 @@
 #include "model/dist/dist.h"
 #include "model/dist/grad_sync.h"
 
+extern "C" {
+#include "model/cpu/llama_layers_cpu.h" /* rope_inv_freq, rope_cos_sin: both backends' tables */
+}
+
 /* One layer's saved activations (pointers into the activation arena). */
 typedef struct {
     kbf16 *ln1, *qkv, *atty, *residual2, *ln2, *fch_pre, *fch_gelu, *residual3;
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att_lse;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att_lse; /* means: LayerNorm only */
+    kbf16 *qkv_proj; /* [N,QW] the projection's output before QK-norm (Qwen3); else RoPE runs in place on qkv */
+    float *qk_rstd;  /* [N,NH+NKV] QK-norm's */
 } CudaLayerActs;
 
 typedef struct {
@@ -58,6 +71,8 @@ typedef struct {
     CudaLayerActs *layer;
     /* backward scratch, reused by every layer */
     kbf16 *dres, *dlnf, *dfch, *dln, *datty, *dqkv;
+    kbf16 *dact;            /* [N,F] gated MLPs: the gradient of the activation's output */
+    float *rope_cos, *rope_sin; /* [T, hd/2] for positions 0..T-1 (RoPE families) */
     void *scratch; /* the largest of the kernels' scratch needs */
     size_t scratch_bytes;
     int *d_inputs, *d_targets;
@@ -74,11 +89,29 @@ typedef struct {
     double part_ms[3];
 } CudaBackend;
 
+/* The sizes a block's buffers take (see the top of the file). */
+typedef struct {
+    size_t C, QW, AW, F, FW;
+} BlockWidths;
+
+static BlockWidths block_widths(const GPTConfig *cfg) {
+    BlockWidths w = {(size_t)cfg->dim, (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * cfg->head_dim,
+                     (size_t)cfg->num_heads * cfg->head_dim, (size_t)cfg->ffn_dim, (size_t)cfg->ffn_dim};
+    if (cfg->mlp != MLP_GELU) w.FW = 2 * w.F;
+    return w;
+}
+
+static int is_rope(const GPTConfig *cfg) {
+    return cfg->positions == POS_ROPE;
+}
+
 /* The one place that lays out the arena: with base == NULL it only counts. Every buffer starts on
  * a 256-byte boundary (the kernels want 16). */
 static size_t layout_arena(CudaBackend *cb, char *base) {
     const GPTConfig *cfg = &cb->t->cfg;
+    const BlockWidths w = block_widths(cfg);
     size_t B = cb->base.B, T = cb->base.T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    const int layernorm = cfg->norm == NORM_LAYERNORM, rope = is_rope(cfg), gated = cfg->mlp != MLP_GELU;
     size_t off = 0;
 #define TAKE(ptr, type, count)                                        \
     do {                                                              \
@@ -89,34 +122,45 @@ static size_t layout_arena(CudaBackend *cb, char *base) {
     for (int l = 0; l < cfg->num_layers; l++) {
         CudaLayerActs *a = &cb->layer[l];
         TAKE(a->ln1, kbf16, N * C);
-        TAKE(a->qkv, kbf16, N * 3 * C);
-        TAKE(a->atty, kbf16, N * C);
+        TAKE(a->qkv, kbf16, N * w.QW);
+        if (cfg->qk_norm) {
+            TAKE(a->qkv_proj, kbf16, N * w.QW);
+            TAKE(a->qk_rstd, float, N * (size_t)(cfg->num_heads + cfg->num_kv_heads));
+        } else if (base) {
+            a->qkv_proj = a->qkv;
+        }
+        TAKE(a->atty, kbf16, N * w.AW);
         TAKE(a->residual2, kbf16, N * C);
         TAKE(a->ln2, kbf16, N * C);
-        TAKE(a->fch_pre, kbf16, N * 4 * C);
-        if (!cb->recompute_gelu) TAKE(a->fch_gelu, kbf16, N * 4 * C);
+        TAKE(a->fch_pre, kbf16, N * w.FW);
+        if (!cb->recompute_gelu) TAKE(a->fch_gelu, kbf16, N * w.F);
         TAKE(a->residual3, kbf16, N * C);
-        TAKE(a->ln1_mean, float, N);
+        if (layernorm) TAKE(a->ln1_mean, float, N);
         TAKE(a->ln1_rstd, float, N);
-        TAKE(a->ln2_mean, float, N);
+        if (layernorm) TAKE(a->ln2_mean, float, N);
         TAKE(a->ln2_rstd, float, N);
         TAKE(a->att_lse, float, B * NH * T);
     }
     TAKE(cb->attproj, kbf16, N * C);
     TAKE(cb->fcproj, kbf16, N * C);
     if (cb->recompute_gelu) {
-        TAKE(cb->gelu_tmp, kbf16, N * 4 * C);
+        TAKE(cb->gelu_tmp, kbf16, N * w.F);
         for (int l = 0; base && l < cfg->num_layers; l++) cb->layer[l].fch_gelu = cb->gelu_tmp;
     }
     TAKE(cb->lnf, kbf16, N * C);
-    TAKE(cb->lnf_mean, float, N);
+    if (layernorm) TAKE(cb->lnf_mean, float, N);
     TAKE(cb->lnf_rstd, float, N);
     TAKE(cb->dres, kbf16, N * C);
     TAKE(cb->dlnf, kbf16, N * C);
-    TAKE(cb->dfch, kbf16, N * 4 * C);
+    TAKE(cb->dfch, kbf16, N * w.FW);
+    if (gated) TAKE(cb->dact, kbf16, N * w.F);
     TAKE(cb->dln, kbf16, N * C);
-    TAKE(cb->datty, kbf16, N * C);
-    TAKE(cb->dqkv, kbf16, N * 3 * C);
+    TAKE(cb->datty, kbf16, N * w.AW);
+    TAKE(cb->dqkv, kbf16, N * w.QW);
+    if (rope) {
+        TAKE(cb->rope_cos, float, T * (size_t)cfg->head_dim / 2);
+        TAKE(cb->rope_sin, float, T * (size_t)cfg->head_dim / 2);
+    }
     TAKE(cb->scratch, char, cb->scratch_bytes);
     TAKE(cb->d_inputs, int, N);
     TAKE(cb->d_targets, int, N);
@@ -131,13 +175,35 @@ static size_t max_size(size_t a, size_t b) {
     return a > b ? a : b;
 }
 
+/* The attention of one call over B sequences of T rows. */
+static AttentionShape attention_shape(const GPTConfig *cfg, int B, int T) {
+    AttentionShape a = {B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, 0.0f, 0};
+    a.scale = is_rope(cfg) ? attention_default_scale(cfg->head_dim) : 1.0f / sqrtf((float)cfg->head_dim);
+    return a;
+}
+
+static RopeShape rope_shape(const GPTConfig *cfg, int B, int T) {
+    RopeShape r = {B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->norm_eps,
+                   cfg->norm == NORM_RMSNORM_ONE_PLUS_W};
+    return r;
+}
+
 static size_t scratch_needed(const GPTConfig *cfg, int B, int T) {
     int N = B * T, C = cfg->dim;
+    const BlockWidths w = block_widths(cfg);
+    const AttentionShape as = attention_shape(cfg, B, T);
     size_t s = encoder_backward_scratch_bytes(N, cfg->padded_vocab_size);
-    s = max_size(s, layernorm_backward_scratch_bytes(C));
-    s = max_size(s, attention_backward_scratch_bytes(B, T, C, cfg->num_heads));
-    s = max_size(s, bias_backward_scratch_bytes(4 * C));
+    s = max_size(s, attention_backward_scratch_bytes(&as));
     s = max_size(s, global_sumsq_scratch_bytes());
+    if (is_rope(cfg)) {
+        const RopeShape rs = rope_shape(cfg, B, T);
+        s = max_size(s, rmsnorm_backward_scratch_bytes(C));
+        s = max_size(s, rope_backward_scratch_bytes(&rs));
+        if (cfg->qkv_bias) s = max_size(s, bias_backward_scratch_bytes((int)w.QW));
+    } else {
+        s = max_size(s, layernorm_backward_scratch_bytes(C));
+        s = max_size(s, bias_backward_scratch_bytes(4 * C));
+    }
     return s;
 }
 
@@ -145,15 +211,20 @@ static kbf16 *param_bf16(CudaBackend *cb, const ParamInfo *p) {
     return cb->params + p->offset;
 }
 
+/* A row the family may not have (a bias, a QK-norm weight): NULL when it has none. */
+static kbf16 *param_bf16_opt(CudaBackend *cb, const ParamInfo *p) {
+    return p ? cb->params + p->offset : NULL;
+}
+
 /* The body's forward over the activation rows [t0, t0 + B·T), whose tokens are in d_inputs
  * already: with t0 = 0, B sequences of T tokens (a micro-batch, or a prompt with B = 1); with
  * t0 > 0, one token (B = T = 1) at position t0 of sequence 0, whose attention reads the keys and
  * values that rows 0..t0-1 of each layer's qkv still hold (the sampling cache). Every other layer
  * works row by row, so it runs here on the rows given. */
-static void forward_body(CudaBackend *cb, int t0, int B, int T) {
+static void forward_body_gpt2(CudaBackend *cb, int t0, int B, int T) {
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
-    int C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    int C = cfg->dim, N = B * T;
     const size_t r = (size_t)t0; /* the first row */
     cudaStream_t s = cb->stream;
     encoder_forward(cb->encoded + r * C, cb->d_inputs + r, param_bf16(cb, param_whole(t, ROLE_WTE)),
@@ -172,10 +243,11 @@ static void forward_body(CudaBackend *cb, int t0, int B, int T) {
                                        C, s);
         const kbf16 *residual_in = (l == 0 ? cb->encoded : prev->residual3) + r * C;
         matmul_forward(a->qkv + r * 3 * C, NULL, a->ln1 + r * C, P(ROLE_QKV_W), P(ROLE_QKV_B), N, C, 3 * C, s);
+        const AttentionShape as = attention_shape(cfg, B, T);
         if (t0 == 0)
-            attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, s);
+            attention_forward(a->atty, a->att_lse, a->qkv, &as, s);
         else
-            attention_decode(a->atty + r * C, a->qkv, t0, C, NH, s);
+            attention_decode(a->atty + r * C, a->qkv, t0, &as, s);
         matmul_forward(cb->attproj + r * C, NULL, a->atty + r * C, P(ROLE_ATTPROJ_W), P(ROLE_ATTPROJ_B), N, C, C, s);
         residual_layernorm_forward(a->residual2 + r * C, a->ln2 + r * C, a->ln2_mean + r, a->ln2_rstd + r,
                                    residual_in, cb->attproj + r * C, P(ROLE_LN2_W), P(ROLE_LN2_B), N, C, s);
@@ -191,6 +263,60 @@ static void forward_body(CudaBackend *cb, int t0, int B, int T) {
                                param_bf16(cb, param_whole(t, ROLE_LNF_B)), N, C, s);
 }
 
+/* The RoPE families' body forward, over the same rows as forward_body_gpt2. Decoding (t0 > 0)
+ * rotates the row by position t0's angles and attends to the rows before it. */
+static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
+    const ParamTable *t = cb->t;
+    const GPTConfig *cfg = &t->cfg;
+    const BlockWidths w = block_widths(cfg);
+    const int C = cfg->dim, N = B * T, one_plus_w = cfg->norm == NORM_RMSNORM_ONE_PLUS_W;
+    const size_t r = (size_t)t0, half = (size_t)cfg->head_dim / 2;
+    const float eps = cfg->norm_eps;
+    const GatedAct act = cfg->mlp == MLP_GEGLU ? GATED_GELU_TANH : GATED_SILU;
+    const RopeShape rs = rope_shape(cfg, B, T);
+    cudaStream_t s = cb->stream;
+    encoder_forward(cb->encoded + r * C, cb->d_inputs + r, param_bf16(cb, param_whole(t, ROLE_WTE)), NULL, B, T, C, s);
+    for (int l = 0; l < cfg->num_layers; l++) {
+        CudaLayerActs *a = &cb->layer[l];
+        CudaLayerActs *prev = l > 0 ? &cb->layer[l - 1] : NULL;
+#define P(role) param_bf16_opt(cb, param_of_layer(t, l, role))
+        /* ln1 = RMSNorm(previous residual2 + previous down projection), which stores that sum */
+        if (l == 0)
+            residual_rmsnorm_forward(NULL, a->ln1 + r * C, a->ln1_rstd + r, cb->encoded + r * C, NULL, P(ROLE_LN1_W),
+                                     N, C, eps, one_plus_w, s);
+        else
+            residual_rmsnorm_forward(prev->residual3 + r * C, a->ln1 + r * C, a->ln1_rstd + r, prev->residual2 + r * C,
+                                     cb->fcproj + r * C, P(ROLE_LN1_W), N, C, eps, one_plus_w, s);
+        const kbf16 *residual_in = (l == 0 ? cb->encoded : prev->residual3) + r * C;
+        matmul_forward(a->qkv_proj + r * w.QW, NULL, a->ln1 + r * C, P(ROLE_QKV_W), P(ROLE_QKV_B), N, C, (int)w.QW, s);
+        rope_forward(a->qkv + r * w.QW, a->qk_rstd ? a->qk_rstd + r * (size_t)(cfg->num_heads + cfg->num_kv_heads) : NULL,
+                     a->qkv_proj + r * w.QW, P(ROLE_QNORM_W), P(ROLE_KNORM_W), cb->rope_cos + r * half,
+                     cb->rope_sin + r * half, &rs, s);
+        const AttentionShape as = attention_shape(cfg, B, T);
+        if (t0 == 0)
+            attention_forward(a->atty, a->att_lse, a->qkv, &as, s);
+        else
+            attention_decode(a->atty + r * w.AW, a->qkv, t0, &as, s);
+        matmul_forward(cb->attproj + r * C, NULL, a->atty + r * w.AW, P(ROLE_ATTPROJ_W), NULL, N, (int)w.AW, C, s);
+        residual_rmsnorm_forward(a->residual2 + r * C, a->ln2 + r * C, a->ln2_rstd + r, residual_in,
+                                 cb->attproj + r * C, P(ROLE_LN2_W), N, C, eps, one_plus_w, s);
+        matmul_forward(a->fch_pre + r * w.FW, NULL, a->ln2 + r * C, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
+        gated_forward(a->fch_gelu + r * w.F, a->fch_pre + r * w.FW, (size_t)N, (int)w.F, act, s);
+        matmul_forward(cb->fcproj + r * C, NULL, a->fch_gelu + r * w.F, P(ROLE_FCPROJ_W), NULL, N, (int)w.F, C, s);
+#undef P
+    }
+    CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
+    residual_rmsnorm_forward(last->residual3 + r * C, cb->lnf + r * C, cb->lnf_rstd + r, last->residual2 + r * C,
+                             cb->fcproj + r * C, param_bf16(cb, param_whole(t, ROLE_LNF_W)), N, C, eps, one_plus_w, s);
+}
+
+static void forward_body(CudaBackend *cb, int t0, int B, int T) {
+    if (is_rope(&cb->t->cfg))
+        forward_body_rope(cb, t0, B, T);
+    else
+        forward_body_gpt2(cb, t0, B, T);
+}
+
 /* Tokens of rows [t0, t0 + n) into d_inputs. */
 static void upload_inputs(CudaBackend *cb, const int *tokens, int t0, int n) {
     CUDA_CHECK(cudaMemcpyAsync(cb->d_inputs + t0, tokens, (size_t)n * sizeof(int), cudaMemcpyHostToDevice,
@@ -201,14 +327,14 @@ static OutputLayerArgs output_args(CudaBackend *cb, float grad_scale) {
     OutputLayerArgs a;
     memset(&a, 0, sizeof a);
     a.H = cb->lnf;
-    a.W = param_bf16(cb, param_whole(cb->t, ROLE_WTE));
+    a.W = param_bf16(cb, param_whole(cb->t, head_role(&cb->t->cfg)));
     a.targets = cb->d_targets;
     a.N = (int64_t)cb->base.B * cb->base.T;
     a.reduction = OUTPUT_REDUCE_MEAN;
     a.grad_scale = grad_scale;
     a.loss = cb->d_loss;
     a.dH = cb->dlnf;
-    a.dW = cb->grads + param_whole(cb->t, ROLE_WTE)->offset;
+    a.dW = cb->grads + param_whole(cb->t, head_role(&cb->t->cfg))->offset;
     return a;
 }
 
@@ -237,28 +363,15 @@ static float cuda_eval_loss(Backend *be, const int *inputs, const int *targets) 
     return read_loss(cb);
 }
 
-static float cuda_train_micro_step(Backend *be, const int *inputs, const int *targets, float loss_scale,
-                                   int last_micro) {
-    CudaBackend *cb = (CudaBackend *)be;
+/* GPT-2's body backward, from dlnf (the output layer's dH) down to the embeddings' gradients;
+ * sync (NULL: none) gets the data-parallel hooks as each part's gradients are final. */
+static void backward_body_gpt2(CudaBackend *cb, GradSync *sync) {
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
-    int B = be->B, T = be->T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    int B = cb->base.B, T = cb->base.T, C = cfg->dim, N = B * T;
     cudaStream_t s = cb->stream;
-    GradSync *sync = last_micro ? cb->sync : NULL; /* hooks only in the step's last backward */
     float *grads = cb->grads;
-    CUDA_CHECK(cudaEventRecord(cb->mark[0], s));
-    upload_inputs(cb, inputs, 0, N);
-    forward_body(cb, 0, B, T);
-    CUDA_CHECK(cudaEventRecord(cb->mark[1], s));
-    upload_targets(cb, targets);
-    /* ranks sum their gradients: each contributes 1/world of the mean */
-    OutputLayerArgs oa = output_args(cb, cb->sync ? loss_scale / (float)be->dist->world : loss_scale);
-    if (output_layer_forward_backward(cb->out, &oa, s) != 0) {
-        fprintf(stderr, "error: output layer rejected its arguments (%s:%d)\n", __FILE__, __LINE__);
-        exit(1);
-    }
-    grad_sync_ready(sync, SYNC_AFTER_OUTPUT, -1, grads, s);
-    CUDA_CHECK(cudaEventRecord(cb->mark[2], s));
+    const AttentionShape as = attention_shape(cfg, B, T);
     /* dres is the gradient of the residual stream; each LayerNorm backward ADDS into it. */
     CUDA_CHECK(cudaMemsetAsync(cb->dres, 0, (size_t)N * C * sizeof(kbf16), s));
     CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
@@ -287,7 +400,7 @@ static float cuda_train_micro_step(Backend *be, const int *inputs, const int *ta
         matmul_backward(cb->datty, g.attprojw, NULL, cb->scratch, cb->dres, a->atty, P(ROLE_ATTPROJ_W), NULL, N, C,
                         C, s);
         /* qkv's bias gradient is summed as the attention backward stores dqkv */
-        attention_backward(cb->dqkv, g.qkvb, cb->scratch, cb->datty, a->qkv, a->atty, a->att_lse, B, T, C, NH, s);
+        attention_backward(cb->dqkv, g.qkvb, cb->scratch, cb->datty, a->qkv, a->atty, a->att_lse, &as, s);
         matmul_backward(cb->dln, g.qkvw, NULL, cb->scratch, cb->dqkv, a->ln1, P(ROLE_QKV_W), NULL, N, C, 3 * C, s);
         /* below layer 0 is the encoder, which has no bias */
         layernorm_backward(cb->dres, g.ln1w, g.ln1b, l > 0 ? layer_tensors(t, cb->grads, l - 1).fcprojb : NULL,
@@ -302,6 +415,87 @@ static float cuda_train_micro_step(Backend *be, const int *inputs, const int *ta
                          cb->scratch, cb->dres, cb->d_inputs, B, T, C, cfg->padded_vocab_size, s);
         grad_sync_ready(sync, SYNC_AFTER_ENCODER, -1, grads, s);
     }
+}
+
+/* The RoPE families' body backward, as backward_body_gpt2. Every norm backward ADDS into dres,
+ * the residual stream's gradient. */
+static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
+    const ParamTable *t = cb->t;
+    const GPTConfig *cfg = &t->cfg;
+    const BlockWidths w = block_widths(cfg);
+    const int B = cb->base.B, T = cb->base.T, C = cfg->dim, N = B * T;
+    const int one_plus_w = cfg->norm == NORM_RMSNORM_ONE_PLUS_W;
+    const GatedAct act = cfg->mlp == MLP_GEGLU ? GATED_GELU_TANH : GATED_SILU;
+    const AttentionShape as = attention_shape(cfg, B, T);
+    const RopeShape rs = rope_shape(cfg, B, T);
+    cudaStream_t s = cb->stream;
+    float *grads = cb->grads;
+    CUDA_CHECK(cudaMemsetAsync(cb->dres, 0, (size_t)N * C * sizeof(kbf16), s));
+    rmsnorm_backward(cb->dres, whole_tensor(t, grads, ROLE_LNF_W), cb->scratch, cb->dlnf,
+                     cb->layer[cfg->num_layers - 1].residual3, param_bf16(cb, param_whole(t, ROLE_LNF_W)),
+                     cb->lnf_rstd, N, C, one_plus_w, s);
+    grad_sync_ready(sync, SYNC_AFTER_LNF, -1, grads, s);
+    for (int l = cfg->num_layers - 1; l >= 0; l--) {
+        CudaLayerActs *a = &cb->layer[l];
+        LayerTensors g = layer_tensors(t, grads, l);
+        const kbf16 *residual_in = l == 0 ? cb->encoded : cb->layer[l - 1].residual3;
+#define P(role) param_bf16_opt(cb, param_of_layer(t, l, role))
+        /* MLP */
+        if (cb->recompute_gelu) gated_forward(a->fch_gelu, a->fch_pre, (size_t)N, (int)w.F, act, s);
+        matmul_backward(cb->dact, g.fcprojw, NULL, NULL, cb->dres, a->fch_gelu, P(ROLE_FCPROJ_W), NULL, N, (int)w.F,
+                        C, s);
+        gated_backward(cb->dfch, cb->dact, a->fch_pre, (size_t)N, (int)w.F, act, s);
+        matmul_backward(cb->dln, g.fcw, NULL, NULL, cb->dfch, a->ln2, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
+        rmsnorm_backward(cb->dres, g.ln2w, cb->scratch, cb->dln, a->residual2, P(ROLE_LN2_W), a->ln2_rstd, N, C,
+                         one_plus_w, s);
+        /* attention; dqkv becomes the projection's gradient in place (RoPE's transpose, QK-norm's
+         * backward), so qkv's bias gradient is the projection's own column sum, not attention's */
+        matmul_backward(cb->datty, g.attprojw, NULL, NULL, cb->dres, a->atty, P(ROLE_ATTPROJ_W), NULL, N, (int)w.AW,
+                        C, s);
+        attention_backward(cb->dqkv, NULL, cb->scratch, cb->datty, a->qkv, a->atty, a->att_lse, &as, s);
+        rope_backward(cb->dqkv, g.qnormw, g.knormw, cb->scratch, cb->dqkv, a->qkv_proj, P(ROLE_QNORM_W),
+                      P(ROLE_KNORM_W), a->qk_rstd, cb->rope_cos, cb->rope_sin, &rs, s);
+        matmul_backward(cb->dln, g.qkvw, g.qkvb, cb->scratch, cb->dqkv, a->ln1, P(ROLE_QKV_W), NULL, N, C, (int)w.QW,
+                        s);
+        rmsnorm_backward(cb->dres, g.ln1w, cb->scratch, cb->dln, residual_in, P(ROLE_LN1_W), a->ln1_rstd, N, C,
+                         one_plus_w, s);
+#undef P
+        grad_sync_ready(sync, SYNC_AFTER_LAYER, l, grads, s);
+    }
+    /* the token embedding alone: no position table */
+    encoder_backward(whole_tensor(t, grads, ROLE_WTE), NULL, cb->scratch, cb->dres, cb->d_inputs, B, T, C,
+                     cfg->padded_vocab_size, s);
+    grad_sync_ready(sync, SYNC_AFTER_ENCODER, -1, grads, s);
+}
+
+static void backward_body(CudaBackend *cb, GradSync *sync) {
+    if (is_rope(&cb->t->cfg))
+        backward_body_rope(cb, sync);
+    else
+        backward_body_gpt2(cb, sync);
+}
+
+static float cuda_train_micro_step(Backend *be, const int *inputs, const int *targets, float loss_scale,
+                                   int last_micro) {
+    CudaBackend *cb = (CudaBackend *)be;
+    int B = be->B, T = be->T, N = B * T;
+    cudaStream_t s = cb->stream;
+    GradSync *sync = last_micro ? cb->sync : NULL; /* hooks only in the step's last backward */
+    float *grads = cb->grads;
+    CUDA_CHECK(cudaEventRecord(cb->mark[0], s));
+    upload_inputs(cb, inputs, 0, N);
+    forward_body(cb, 0, B, T);
+    CUDA_CHECK(cudaEventRecord(cb->mark[1], s));
+    upload_targets(cb, targets);
+    /* ranks sum their gradients: each contributes 1/world of the mean */
+    OutputLayerArgs oa = output_args(cb, cb->sync ? loss_scale / (float)be->dist->world : loss_scale);
+    if (output_layer_forward_backward(cb->out, &oa, s) != 0) {
+        fprintf(stderr, "error: output layer rejected its arguments (%s:%d)\n", __FILE__, __LINE__);
+        exit(1);
+    }
+    grad_sync_ready(sync, SYNC_AFTER_OUTPUT, -1, grads, s);
+    CUDA_CHECK(cudaEventRecord(cb->mark[2], s));
+    backward_body(cb, sync);
     CUDA_CHECK(cudaEventRecord(cb->mark[3], s));
     float loss = read_loss(cb); /* synchronizes: the marks are done */
     for (int i = 0; i < 3; i++) {
@@ -320,7 +514,8 @@ static void cuda_phase_ms(Backend *be, double ms[3]) {
 /* The full-vocabulary logits of activation row `row` (lnf after a forward), to the host. */
 static void logits_of_row(CudaBackend *cb, int row, float *logits) {
     const GPTConfig *cfg = &cb->t->cfg;
-    matmul_forward(cb->d_logits_row, NULL, cb->lnf + (size_t)row * cfg->dim, param_bf16(cb, param_whole(cb->t, ROLE_WTE)),
+    matmul_forward(cb->d_logits_row, NULL, cb->lnf + (size_t)row * cfg->dim,
+                   param_bf16(cb, param_whole(cb->t, head_role(cfg))),
                    NULL, 1, cfg->dim, cfg->padded_vocab_size, cb->stream);
     int V = cfg->vocab_size;
     uint16_t *bits = (uint16_t *)malloc((size_t)V * sizeof(uint16_t));
@@ -523,6 +718,29 @@ static const BackendOps cuda_ops = {
     .destroy = cuda_destroy,
 };
 
+/* cos, sin [T, hd/2] of positions 0..T-1 from the CPU reference's functions, so both backends
+ * rotate by the same angles. Returns 0 with a message in err when host memory runs out. */
+static int upload_rope_tables(CudaBackend *cb, char *err) {
+    const GPTConfig *cfg = &cb->t->cfg;
+    const int T = cb->base.T, hd = cfg->head_dim;
+    const size_t n = (size_t)T * (hd / 2);
+    float *inv_freq = (float *)malloc((size_t)(hd / 2) * sizeof(float));
+    float *cos_t = (float *)malloc(n * sizeof(float)), *sin_t = (float *)malloc(n * sizeof(float));
+    int *pos = (int *)malloc((size_t)T * sizeof(int));
+    const int ok = inv_freq && cos_t && sin_t && pos;
+    if (ok) {
+        for (int i = 0; i < T; i++) pos[i] = i;
+        rope_inv_freq(inv_freq, &cfg->rope, hd);
+        rope_cos_sin(cos_t, sin_t, inv_freq, pos, T, hd);
+        CUDA_CHECK(cudaMemcpy(cb->rope_cos, cos_t, n * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(cb->rope_sin, sin_t, n * sizeof(float), cudaMemcpyHostToDevice));
+    } else {
+        snprintf(err, ERR_LEN, "out of host memory for the rotary tables");
+    }
+    free(pos), free(sin_t), free(cos_t), free(inv_freq);
+    return ok;
+}
+
 /* Dense bf16 tensor-core FLOP/s for MFU: the published peak where the device is one we know (so
  * our MFU compares with llm.c's and PyTorch's, which use the same figures), else one computed from
  * the device's own numbers, SMs × maximum clock × FLOPs per SM per clock for its compute capability
@@ -611,15 +829,19 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     const Dist *dist = dp && dp->dist && dp->dist->world > 1 ? dp->dist : NULL;
     const int zero1 = dist && dp->zero1, overlap = dist && dp->overlap;
     const GPTConfig *cfg = &table->cfg;
-    if (cfg->family != FAMILY_GPT2) {
-        snprintf(err, ERR_LEN, "the CUDA backend runs GPT-2 only for now, not the %s family (pass --device cpu)",
-                 gpt_family_name(cfg->family));
+    if (is_rope(cfg) && dist) {
+        snprintf(err, ERR_LEN, "data-parallel training on CUDA runs GPT-2 only for now, not the %s family (train it "
+                               "on one GPU)", gpt_family_name(cfg->family));
         return NULL;
     }
-    int HS = cfg->dim / cfg->num_heads;
+    int HS = cfg->head_dim;
     if (HS != 64 && HS != 128) {
-        snprintf(err, ERR_LEN, "the CUDA attention needs a head size of 64 or 128, this model has %d (change --heads)",
-                 HS);
+        snprintf(err, ERR_LEN, "the CUDA attention needs a head size of 64 or 128, this model has %d (change %s)", HS,
+                 is_rope(cfg) ? "--head-dim" : "--heads");
+        return NULL;
+    }
+    if (cfg->ffn_dim % 8) {
+        snprintf(err, ERR_LEN, "the CUDA backend needs --ffn-dim to be a multiple of 8 (got %d)", cfg->ffn_dim);
         return NULL;
     }
     if (cfg->dim % 64) {
@@ -702,6 +924,10 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     cb->state_grads = npieces ? grad_sync_grad_shard(cb->sync) : cb->grads;
     CUDA_CHECK(cudaMalloc(&cb->arena, cb->arena_bytes));
     layout_arena(cb, (char *)cb->arena);
+    if (is_rope(cfg) && !upload_rope_tables(cb, err)) {
+        cuda_destroy(&cb->base);
+        return NULL;
+    }
     CUDA_CHECK(cudaMemset(cb->params, 0, cb->padded_total * sizeof(kbf16)));
     CUDA_CHECK(cudaMemset(cb->grads, 0, cb->padded_total * sizeof(float)));
     CUDA_CHECK(cudaMemset(cb->m, 0, cb->state_elems * sizeof(float)));
