@@ -3,9 +3,11 @@
  * head size 64, mma.sync m16n8k16 for 128 (and for 64 when attention_use_wgmma(0)). Both paths share
  * the blocks, the order of work and the arithmetic below; only how the products are issued differs.
  *
- * Shapes: qkv [B,T,3C] (q, k, v each C wide, head h at columns h·HS..), out [B,T,C],
- * lse [B,NH,T] fp32, dqkv [B,T,3C]; HS = C/NH ∈ {64, 128}; any T >= 1.
- * Math: S = scale·q·kᵀ (scale = 1/√HS), causal (key ≤ query), P = softmax(S), out = P·v.
+ * Shapes (AttentionShape in kernels.h): qkv [B,T,(NH+2·NKV)·HS] per token NH query heads, then NKV
+ * key heads, then NKV value heads; query head h reads key/value head h / (NH/NKV), which is never
+ * copied. out [B,T,NH·HS], lse [B,NH,T] fp32, dqkv like qkv; HS ∈ {64, 128}; any T >= 1.
+ * Math: S = scale·q·kᵀ (the caller's scale: 1/√HS for GPT-2, Llama, Qwen), causal (key ≤ query),
+ *   P = softmax(S), out = P·v.
  *   The kernels work in base 2: s2 = S·log2(e), P = exp2(s2 − lse2), and lse stores
  *   lse2 = max + log2(Σ exp2(s2 − max)) per query row: the one statistic the backward needs.
  *
@@ -13,7 +15,8 @@
  *   registers), loops over 64-key tiles up to the diagonal (K, V double-buffered through cp.async),
  *   online softmax in registers; no T×T tensor ever exists. Heaviest (last) query tiles start first.
  * Backward (deterministic, no atomics): D = rowsum(dout ∘ out) first; then
- *   dK,dV kernel: a block owns 64 keys (16 per warp), loops over query tiles from the diagonal on,
+ *   dK,dV kernel: a block owns 64 keys of one key/value head (16 per warp), loops over the query
+ *     heads of its group and, for each, over query tiles from the diagonal on,
  *     recomputes Pᵀ = exp2(K·Qᵀ·c − lse), dV += Pᵀ·dO, dPᵀ = V·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − D), dK += dSᵀ·Q;
  *   dQ kernel: a block owns 64 queries, loops over key tiles up to the diagonal, recomputes P and dP,
  *     dQ += dS·K. P is recomputed twice (7 products instead of FA2's 5) in exchange for no atomics.
@@ -40,19 +43,34 @@
 #include "kernels/kernels.h"
 
 /* ------------------------------------------------------------------------------------------ */
-static void check_shape(int B, int T, int C, int NH) {
-    if (NH <= 0 || C % NH != 0 || (C / NH != 64 && C / NH != 128)) {
-        fprintf(stderr, "error: attention supports head sizes 64 and 128, got C=%d NH=%d\n", C, NH);
+static void check_shape(const AttentionShape *s) {
+    if (s->HS != 64 && s->HS != 128) {
+        fprintf(stderr, "error: CUDA attention supports head sizes 64 and 128, got %d (change the head size)\n", s->HS);
         exit(1);
     }
-    if (B < 1 || T < 1 || (long long)B * NH > 65535) { /* B·NH is the grid's y dimension */
-        fprintf(stderr, "error: attention needs B >= 1, T >= 1 and B*NH <= 65535, got B=%d T=%d NH=%d\n", B, T, NH);
+    if (s->NH <= 0 || s->NKV <= 0 || s->NH % s->NKV != 0) {
+        fprintf(stderr, "error: attention needs query heads a multiple of key/value heads, got NH=%d NKV=%d "
+                        "(change the heads or the KV heads)\n", s->NH, s->NKV);
+        exit(1);
+    }
+    if (s->B < 1 || s->T < 1 || (long long)s->B * s->NH > 65535) { /* B·NH is the grid's y dimension */
+        fprintf(stderr, "error: attention needs B >= 1, T >= 1 and B*NH <= 65535, got B=%d T=%d NH=%d "
+                        "(lower the batch size)\n", s->B, s->T, s->NH);
+        exit(1);
+    }
+    if (!(s->scale > 0.0f) || !isfinite(s->scale)) {
+        fprintf(stderr, "error: attention needs a finite positive softmax scale, got %g\n", (double)s->scale);
+        exit(1);
+    }
+    if (s->window != 0) {
+        fprintf(stderr, "error: CUDA attention has no sliding window yet, got window %d (train this model on "
+                        "--device cpu)\n", s->window);
         exit(1);
     }
 }
 
 template <int HS>
-static void launch_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, cudaStream_t stream) {
+static void launch_forward(bf16 *out, float *lse, const bf16 *qkv, const AttentionShape *s, cudaStream_t stream) {
     size_t smem = (size_t)5 * ATT_TILE * (HS + 8) * sizeof(bf16);
     static bool attr_set = false; /* once per instantiation */
     if (!attr_set) {
@@ -60,9 +78,9 @@ static void launch_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T,
                                         (int)smem));
         attr_set = true;
     }
-    dim3 grid(ceil_div(T, ATT_TILE), B * NH);
-    float sl2 = LOG2E / sqrtf((float)HS);
-    attention_forward_kernel<HS><<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, T, NH, sl2);
+    dim3 grid(ceil_div(s->T, ATT_TILE), s->B * s->NH);
+    attention_forward_kernel<HS><<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, s->T, s->NH, s->NKV,
+                                                                      LOG2E * s->scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -71,7 +89,8 @@ extern "C" void attention_use_wgmma(int on) {
     use_wgmma = on;
 }
 
-static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, cudaStream_t stream) {
+static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const AttentionShape *s,
+                                 cudaStream_t stream) {
     const size_t smem = 5 * ATT_TILE * 64 * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
     static bool attr_set = false;
     if (!attr_set) {
@@ -79,35 +98,38 @@ static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, int B, 
                                         (int)smem));
         attr_set = true;
     }
-    dim3 grid(ceil_div(T, ATT_TILE), B * NH);
-    attention_forward_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, T, NH, LOG2E / 8.0f);
+    dim3 grid(ceil_div(s->T, ATT_TILE), s->B * s->NH);
+    attention_forward_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, s->T, s->NH, s->NKV,
+                                                                        LOG2E * s->scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
-extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, int B, int T, int C, int NH,
+extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, const AttentionShape *s,
                                   cudaStream_t stream) {
-    check_shape(B, T, C, NH);
-    if (C / NH == 64 && use_wgmma)
-        launch_forward_wgmma(out, lse, qkv, B, T, NH, stream);
-    else if (C / NH == 64)
-        launch_forward<64>(out, lse, qkv, B, T, NH, stream);
+    check_shape(s);
+    if (s->HS == 64 && use_wgmma)
+        launch_forward_wgmma(out, lse, qkv, s, stream);
+    else if (s->HS == 64)
+        launch_forward<64>(out, lse, qkv, s, stream);
     else
-        launch_forward<128>(out, lse, qkv, B, T, NH, stream);
+        launch_forward<128>(out, lse, qkv, s, stream);
 }
 
-/* Scratch: D = rowsum(dout·out) [B·NH·T], then the qkv bias partials [B·tiles][3C]. */
-static size_t dsum_floats(int B, int T, int NH) {
-    return (size_t)round_up((int64_t)B * NH * T, 64); /* the partials start 256-byte aligned */
+/* Scratch: D = rowsum(dout·out) [B·NH·T], then the qkv bias partials [B·tiles][(NH+2·NKV)·HS]. */
+static size_t dsum_floats(const AttentionShape *s) {
+    return (size_t)round_up((int64_t)s->B * s->NH * s->T, 64); /* the partials start 256-byte aligned */
 }
 
-extern "C" size_t attention_backward_scratch_bytes(int B, int T, int C, int NH) {
-    size_t tiles = ceil_div(T, ATT_TILE);
-    return (dsum_floats(B, T, NH) + (size_t)B * tiles * 3 * C) * sizeof(float);
+extern "C" size_t attention_backward_scratch_bytes(const AttentionShape *s) {
+    size_t tiles = ceil_div(s->T, ATT_TILE);
+    return (dsum_floats(s) + (size_t)s->B * tiles * packed_qkv_width(s->NH, s->NKV, s->HS)) * sizeof(float);
 }
 
+/* dK,dV blocks are one per (key tile, batch, key/value head); dQ blocks one per (query tile, batch,
+ * query head). Both write their columns of the same row of bias partials, indexed by tile. */
 template <int HS, int BQ>
 static void launch_backward(bf16 *dqkv, float *bias_part, float *D, const bf16 *dout, const bf16 *qkv,
-                            const float *lse, int B, int T, int NH, cudaStream_t stream) {
+                            const float *lse, const AttentionShape *s, cudaStream_t stream) {
     size_t smem_dq = (size_t)6 * ATT_TILE * (HS + 8) * sizeof(bf16);
     size_t smem_kv = (size_t)(2 * ATT_TILE + 4 * BQ) * (HS + 8) * sizeof(bf16) + 4 * BQ * sizeof(float);
     static bool attr_set = false;
@@ -118,18 +140,18 @@ static void launch_backward(bf16 *dqkv, float *bias_part, float *D, const bf16 *
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
         attr_set = true;
     }
-    float scale = 1.0f / sqrtf((float)HS), sl2 = LOG2E * scale;
-    dim3 grid(ceil_div(T, ATT_TILE), B * NH);
-    attention_backward_dkdv_kernel<HS, BQ><<<grid, ATT_THREADS, smem_kv, stream>>>(dqkv, bias_part, qkv, dout, lse,
-                                                                                  D, T, NH, sl2, scale);
+    float scale = s->scale, sl2 = LOG2E * scale;
+    int tiles = ceil_div(s->T, ATT_TILE);
+    attention_backward_dkdv_kernel<HS, BQ><<<dim3(tiles, s->B * s->NKV), ATT_THREADS, smem_kv, stream>>>(
+        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
-    attention_backward_dq_kernel<HS><<<grid, ATT_THREADS, smem_dq, stream>>>(dqkv, bias_part, qkv, dout, lse, D, T,
-                                                                            NH, sl2, scale);
+    attention_backward_dq_kernel<HS><<<dim3(tiles, s->B * s->NH), ATT_THREADS, smem_dq, stream>>>(
+        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
 static void launch_backward_wgmma(bf16 *dqkv, float *bias_part, float *D, const bf16 *dout, const bf16 *qkv,
-                                  const float *lse, int B, int T, int NH, cudaStream_t stream) {
+                                  const float *lse, const AttentionShape *s, cudaStream_t stream) {
     const size_t smem = 6 * ATT_TILE * 64 * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
     static bool attr_set = false;
     if (!attr_set) {
@@ -139,38 +161,39 @@ static void launch_backward_wgmma(bf16 *dqkv, float *bias_part, float *D, const 
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         attr_set = true;
     }
-    const float scale = 0.125f, sl2 = LOG2E * scale; /* 1/sqrt(64) */
-    dim3 grid(ceil_div(T, ATT_TILE), B * NH);
-    attention_backward_dkdv_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(dqkv, bias_part, qkv, dout, lse, D, T,
-                                                                            NH, sl2, scale);
+    float scale = s->scale, sl2 = LOG2E * scale;
+    int tiles = ceil_div(s->T, ATT_TILE);
+    attention_backward_dkdv_wgmma_kernel<<<dim3(tiles, s->B * s->NKV), ATT_THREADS, smem, stream>>>(
+        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
-    attention_backward_dq_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(dqkv, bias_part, qkv, dout, lse, D, T,
-                                                                          NH, sl2, scale);
+    attention_backward_dq_wgmma_kernel<<<dim3(tiles, s->B * s->NH), ATT_THREADS, smem, stream>>>(
+        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
 extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch, const kbf16 *dout,
-                                   const kbf16 *qkv, const kbf16 *out, const float *lse, int B, int T, int C,
-                                   int NH, cudaStream_t stream) {
-    check_shape(B, T, C, NH);
-    int HS = C / NH;
+                                   const kbf16 *qkv, const kbf16 *out, const float *lse, const AttentionShape *s,
+                                   cudaStream_t stream) {
+    check_shape(s);
+    const int T = s->T, NH = s->NH, HS = s->HS;
     float *D = (float *)scratch;
-    float *bias_part = dbias_qkv ? D + dsum_floats(B, T, NH) : NULL;
-    size_t rows = (size_t)B * T * NH, threads = rows * (HS / 8);
+    float *bias_part = dbias_qkv ? D + dsum_floats(s) : NULL;
+    size_t rows = (size_t)s->B * T * NH, threads = rows * (HS / 8);
     if (HS == 64)
         attention_backward_dsum_kernel<64><<<ceil_div(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
     else
         attention_backward_dsum_kernel<128><<<ceil_div(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
     CUDA_CHECK(cudaGetLastError());
     if (HS == 64 && use_wgmma)
-        launch_backward_wgmma(dqkv, bias_part, D, dout, qkv, lse, B, T, NH, stream);
+        launch_backward_wgmma(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else if (HS == 64)
-        launch_backward<64, ATT_BQ64>(dqkv, bias_part, D, dout, qkv, lse, B, T, NH, stream);
+        launch_backward<64, ATT_BQ64>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else
-        launch_backward<128, 32>(dqkv, bias_part, D, dout, qkv, lse, B, T, NH, stream);
+        launch_backward<128, 32>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     if (dbias_qkv) {
         int tiles = ceil_div(T, ATT_TILE);
-        add_partial_sums(PartialSumOutputs{{dbias_qkv, NULL, NULL}}, 1, bias_part, B * tiles, 3 * (size_t)C, 3 * C,
+        size_t width = packed_qkv_width(NH, s->NKV, HS);
+        add_partial_sums(PartialSumOutputs{{dbias_qkv, NULL, NULL}}, 1, bias_part, s->B * tiles, width, (int)width,
                          stream);
     }
 }

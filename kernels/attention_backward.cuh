@@ -44,17 +44,19 @@ __global__ void attention_backward_dsum_kernel(float *D, const bf16 *dout, const
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     attention_backward_dq_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout, const float *lse,
-                                 const float *D, int T, int NH, float sl2, float scale) {
+                                 const float *D, int T, int NH, int NKV, float sl2, float scale) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = TILE / 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(att_smem);
     bf16 *dOs = Qs + TILE * SROW, *Ks = dOs + TILE * SROW, *Vs = Ks + 2 * TILE * SROW;
 
     int C = NH * HS;
-    size_t C3 = 3 * (size_t)C;
+    size_t C3 = packed_qkv_width(NH, NKV, HS);
     int qb = gridDim.x - 1 - blockIdx.x;
     int b = blockIdx.y / NH, h = blockIdx.y % NH;
-    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
+    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS;
+    const bf16 *kbase = qkv + (size_t)b * T * C3 + key_col(NH, HS, h / (NH / NKV));
+    const bf16 *vbase = qkv + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
     const bf16 *dobase = dout + (size_t)b * T * C + h * HS;
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
@@ -120,7 +122,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
 template <int HS, int BQ>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     attention_backward_dkdv_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout, const float *lse,
-                                   const float *D, int T, int NH, float sl2, float scale) {
+                                   const float *D, int T, int NH, int NKV, float sl2, float scale) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = BQ / 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *Ks = reinterpret_cast<bf16 *>(att_smem);
@@ -128,21 +130,24 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     float *lse_s = reinterpret_cast<float *>(dOs + 2 * BQ * SROW), *D_s = lse_s + 2 * BQ;
 
     int C = NH * HS;
-    size_t C3 = 3 * (size_t)C;
-    int b = blockIdx.y / NH, h = blockIdx.y % NH;
-    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
-    const bf16 *dobase = dout + (size_t)b * T * C + h * HS;
-    const float *lse_h = lse + (size_t)blockIdx.y * T, *D_h = D + (size_t)blockIdx.y * T;
+    size_t C3 = packed_qkv_width(NH, NKV, HS);
+    /* The block's key/value head kvh serves query heads h0 .. h0 + grp - 1: it walks their query
+     * tiles head after head, step i being head h0 + i / nper, tile qt0 + i % nper. */
+    int b = blockIdx.y / NKV, kvh = blockIdx.y % NKV, grp = NH / NKV, h0 = kvh * grp;
+    const bf16 *row0 = qkv + (size_t)b * T * C3, *dorow0 = dout + (size_t)b * T * C;
+    const bf16 *kbase = row0 + key_col(NH, HS, kvh), *vbase = row0 + value_col(NH, NKV, HS, kvh);
+    const float *lse_b = lse + (size_t)b * NH * T, *D_b = D + (size_t)b * NH * T;
     int k0 = blockIdx.x * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     int qt0 = k0 / BQ, nqt = ceil_div(T, BQ); /* query tiles that can see these keys */
+    int nper = nqt - qt0, nsteps = grp * nper;
 
     load_rows<HS, TILE>(Ks, kbase, C3, k0, T);
     load_rows<HS, TILE>(Vs, vbase, C3, k0, T);
-    load_rows<HS, BQ>(Qs, qbase, C3, qt0 * BQ, T);
-    load_rows<HS, BQ>(dOs, dobase, C, qt0 * BQ, T);
+    load_rows<HS, BQ>(Qs, row0 + h0 * HS, C3, qt0 * BQ, T);
+    load_rows<HS, BQ>(dOs, dorow0 + h0 * HS, C, qt0 * BQ, T);
     cp_async_commit();
-    load_query_stats<BQ>(lse_s, D_s, lse_h, D_h, qt0 * BQ, T);
+    load_query_stats<BQ>(lse_s, D_s, lse_b + (size_t)h0 * T, D_b + (size_t)h0 * T, qt0 * BQ, T);
 
     float dk[DT][4], dv[DT][4];
 #pragma unroll
@@ -152,14 +157,14 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     }
     int krow = k0 + warp * 16 + g;
 
-    for (int qt = qt0; qt < nqt; qt++) {
-        int buf = (qt - qt0) & 1;
-        if (qt + 1 < nqt) {
-            int nb = buf ^ 1, t1 = (qt + 1) * BQ;
-            load_rows<HS, BQ>(Qs + nb * BQ * SROW, qbase, C3, t1, T);
-            load_rows<HS, BQ>(dOs + nb * BQ * SROW, dobase, C, t1, T);
+    for (int i = 0; i < nsteps; i++) {
+        int buf = i & 1, qt = qt0 + i % nper;
+        if (i + 1 < nsteps) {
+            int nb = buf ^ 1, h1 = h0 + (i + 1) / nper, t1 = (qt0 + (i + 1) % nper) * BQ;
+            load_rows<HS, BQ>(Qs + nb * BQ * SROW, row0 + h1 * HS, C3, t1, T);
+            load_rows<HS, BQ>(dOs + nb * BQ * SROW, dorow0 + h1 * HS, C, t1, T);
             cp_async_commit();
-            load_query_stats<BQ>(lse_s + nb * BQ, D_s + nb * BQ, lse_h, D_h, t1, T);
+            load_query_stats<BQ>(lse_s + nb * BQ, D_s + nb * BQ, lse_b + (size_t)h1 * T, D_b + (size_t)h1 * T, t1, T);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -205,8 +210,8 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     }
 
     float *bias_row = bias_part_row(bias_part, b, blockIdx.x, C3);
-    store_head_grad<HS>(dqkv, bias_row, &dk[0][0], scale, C, b, h, krow, tq, T, C3);
-    store_head_grad<HS>(dqkv, bias_row, &dv[0][0], 1.0f, 2 * (size_t)C, b, h, krow, tq, T, C3);
+    store_head_grad<HS>(dqkv, bias_row, &dk[0][0], scale, key_col(NH, HS, 0), b, kvh, krow, tq, T, C3);
+    store_head_grad<HS>(dqkv, bias_row, &dv[0][0], 1.0f, value_col(NH, NKV, HS, 0), b, kvh, krow, tq, T, C3);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -216,17 +221,19 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
  * registers times an MN-major shared tile. Same blocks, order, masking and arithmetic. */
 __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     attention_backward_dq_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
-                                       const float *lse, const float *D, int T, int NH, float sl2, float scale) {
+                                       const float *lse, const float *D, int T, int NH, int NKV, float sl2, float scale) {
     constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
     const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, dOs = Qs + TILE_BYTES, Ks = dOs + TILE_BYTES,
                    Vs = Ks + 2 * TILE_BYTES;
 
     int C = NH * HS;
-    size_t C3 = 3 * (size_t)C;
+    size_t C3 = packed_qkv_width(NH, NKV, HS);
     int qb = gridDim.x - 1 - blockIdx.x;
     int b = blockIdx.y / NH, h = blockIdx.y % NH;
-    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
+    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS;
+    const bf16 *kbase = qkv + (size_t)b * T * C3 + key_col(NH, HS, h / (NH / NKV));
+    const bf16 *vbase = qkv + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
     const bf16 *dobase = dout + (size_t)b * T * C + h * HS;
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
@@ -276,7 +283,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
 
 __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     attention_backward_dkdv_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
-                                         const float *lse, const float *D, int T, int NH, float sl2, float scale) {
+                                         const float *lse, const float *D, int T, int NH, int NKV, float sl2, float scale) {
     constexpr int HS = 64, TILE = ATT_TILE, BQ = ATT_TILE, TILE_BYTES = TILE * HS * 2;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
     const uint32_t Ks = (smem_addr(att_smem) + 1023) & ~1023u, Vs = Ks + TILE_BYTES, Qs = Vs + TILE_BYTES,
@@ -284,35 +291,38 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     __shared__ float lse_s[2 * BQ], D_s[2 * BQ];
 
     int C = NH * HS;
-    size_t C3 = 3 * (size_t)C;
-    int b = blockIdx.y / NH, h = blockIdx.y % NH;
-    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
-    const bf16 *dobase = dout + (size_t)b * T * C + h * HS;
-    const float *lse_h = lse + (size_t)blockIdx.y * T, *D_h = D + (size_t)blockIdx.y * T;
+    size_t C3 = packed_qkv_width(NH, NKV, HS);
+    /* The block's key/value head kvh serves query heads h0 .. h0 + grp - 1: it walks their query
+     * tiles head after head, step i being head h0 + i / nper, tile qt0 + i % nper. */
+    int b = blockIdx.y / NKV, kvh = blockIdx.y % NKV, grp = NH / NKV, h0 = kvh * grp;
+    const bf16 *row0 = qkv + (size_t)b * T * C3, *dorow0 = dout + (size_t)b * T * C;
+    const bf16 *kbase = row0 + key_col(NH, HS, kvh), *vbase = row0 + value_col(NH, NKV, HS, kvh);
+    const float *lse_b = lse + (size_t)b * NH * T, *D_b = D + (size_t)b * NH * T;
     int k0 = blockIdx.x * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     int qt0 = k0 / BQ, nqt = ceil_div(T, BQ);
+    int nper = nqt - qt0, nsteps = grp * nper;
 
     load_rows_swizzled(Ks, kbase, C3, k0, T);
     load_rows_swizzled(Vs, vbase, C3, k0, T);
-    load_rows_swizzled(Qs, qbase, C3, qt0 * BQ, T);
-    load_rows_swizzled(dOs, dobase, C, qt0 * BQ, T);
+    load_rows_swizzled(Qs, row0 + h0 * HS, C3, qt0 * BQ, T);
+    load_rows_swizzled(dOs, dorow0 + h0 * HS, C, qt0 * BQ, T);
     cp_async_commit();
-    load_query_stats<BQ>(lse_s, D_s, lse_h, D_h, qt0 * BQ, T);
+    load_query_stats<BQ>(lse_s, D_s, lse_b + (size_t)h0 * T, D_b + (size_t)h0 * T, qt0 * BQ, T);
 
     float dk[32], dv[32];
 #pragma unroll
     for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.0f;
     int krow = k0 + warp * 16 + g;
 
-    for (int qt = qt0; qt < nqt; qt++) {
-        int buf = (qt - qt0) & 1;
-        if (qt + 1 < nqt) {
-            int nb = buf ^ 1, t1 = (qt + 1) * BQ;
-            load_rows_swizzled(Qs + nb * TILE_BYTES, qbase, C3, t1, T);
-            load_rows_swizzled(dOs + nb * TILE_BYTES, dobase, C, t1, T);
+    for (int i = 0; i < nsteps; i++) {
+        int buf = i & 1, qt = qt0 + i % nper;
+        if (i + 1 < nsteps) {
+            int nb = buf ^ 1, h1 = h0 + (i + 1) / nper, t1 = (qt0 + (i + 1) % nper) * BQ;
+            load_rows_swizzled(Qs + nb * TILE_BYTES, row0 + h1 * HS, C3, t1, T);
+            load_rows_swizzled(dOs + nb * TILE_BYTES, dorow0 + h1 * HS, C, t1, T);
             cp_async_commit();
-            load_query_stats<BQ>(lse_s + nb * BQ, D_s + nb * BQ, lse_h, D_h, t1, T);
+            load_query_stats<BQ>(lse_s + nb * BQ, D_s + nb * BQ, lse_b + (size_t)h1 * T, D_b + (size_t)h1 * T, t1, T);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -368,8 +378,8 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     }
 
     float *bias_row = bias_part_row(bias_part, b, blockIdx.x, C3);
-    store_head_grad<HS>(dqkv, bias_row, dk, scale, C, b, h, krow, tq, T, C3);
-    store_head_grad<HS>(dqkv, bias_row, dv, 1.0f, 2 * (size_t)C, b, h, krow, tq, T, C3);
+    store_head_grad<HS>(dqkv, bias_row, dk, scale, key_col(NH, HS, 0), b, kvh, krow, tq, T, C3);
+    store_head_grad<HS>(dqkv, bias_row, dv, 1.0f, value_col(NH, NKV, HS, 0), b, kvh, krow, tq, T, C3);
 }
 
 #endif

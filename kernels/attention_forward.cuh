@@ -9,17 +9,19 @@
 
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
-    attention_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, float sl2) {
+    attention_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, float sl2) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = TILE / 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(att_smem);
     bf16 *Ks = Qs + TILE * SROW, *Vs = Ks + 2 * TILE * SROW;
 
     int C = NH * HS;
-    size_t C3 = 3 * (size_t)C;
+    size_t C3 = packed_qkv_width(NH, NKV, HS);
     int qb = gridDim.x - 1 - blockIdx.x;
     int b = blockIdx.y / NH, h = blockIdx.y % NH;
-    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
+    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS;
+    const bf16 *kbase = qkv + (size_t)b * T * C3 + key_col(NH, HS, h / (NH / NKV));
+    const bf16 *vbase = qkv + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 
@@ -113,16 +115,18 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
  *   MN-major from shared memory (its rows are keys: the transposed operand).
  * Shared tiles [64][64] bf16 in wgmma's 128-byte swizzle: Q, K [2], V [2]. */
 __global__ void __launch_bounds__(ATT_THREADS)
-    attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, float sl2) {
+    attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, float sl2) {
     constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
     const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, Ks = Qs + TILE_BYTES, Vs = Ks + 2 * TILE_BYTES;
 
     int C = NH * HS;
-    size_t C3 = 3 * (size_t)C;
+    size_t C3 = packed_qkv_width(NH, NKV, HS);
     int qb = gridDim.x - 1 - blockIdx.x;
     int b = blockIdx.y / NH, h = blockIdx.y % NH;
-    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS, *kbase = qbase + C, *vbase = qbase + 2 * C;
+    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS;
+    const bf16 *kbase = qkv + (size_t)b * T * C3 + key_col(NH, HS, h / (NH / NKV));
+    const bf16 *vbase = qkv + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 

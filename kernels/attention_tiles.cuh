@@ -19,6 +19,18 @@
 #define ATT_WG_BWD_MINB 3
 #define ATT_FWD64_MINB 1    /* capping to 4 blocks (128 regs) spilled and ran slower */
 
+/* A token's packed qkv row: NH query heads, then NKV key heads, then NKV value heads, HS columns
+ * each; query head h reads key/value head h / (NH / NKV). Offsets in elements. */
+__host__ __device__ __forceinline__ size_t packed_qkv_width(int NH, int NKV, int HS) {
+    return (size_t)(NH + 2 * NKV) * HS;
+}
+__device__ __forceinline__ size_t key_col(int NH, int HS, int kvh) {
+    return (size_t)(NH + kvh) * HS;
+}
+__device__ __forceinline__ size_t value_col(int NH, int NKV, int HS, int kvh) {
+    return (size_t)(NH + NKV + kvh) * HS;
+}
+
 /* ROWS rows of one head (HS bf16 each) starting at token t0 into a shared tile of row stride
  * HS + 8 (the 16-byte pad puts the 8 rows of every ldmatrix in different banks). */
 template <int HS, int ROWS>

@@ -173,21 +173,22 @@ int main(int argc, char **argv) {
         bf16 *qkv = rand_bf16(N * 3 * C, 1.0f), *out = (bf16 *)dmalloc(N * C * 2), *dout = rand_bf16(N * C, 1.0f);
         bf16 *dqkv = (bf16 *)dmalloc(N * 3 * C * 2);
         float *lse = (float *)dmalloc((size_t)B * nh * T * 4);
-        void *scratch = dmalloc(attention_backward_scratch_bytes(B, T, C, nh));
+        AttentionShape as = {B, T, nh, nh, hs, 1.0f / sqrtf((float)hs), 0};
+        void *scratch = dmalloc(attention_backward_scratch_bytes(&as));
         double f = 2.0 * B * nh * (double)T * T * hs; /* causal: 4·B·NH·T²·HS / 2 */
         char name[64];
         for (int wgmma = hs == 64; wgmma >= 0; wgmma--) {
             attention_use_wgmma(wgmma);
-            TIME_MS(ms, attention_forward(out, lse, qkv, B, T, C, nh, 0));
+            TIME_MS(ms, attention_forward(out, lse, qkv, &as, 0));
             snprintf(name, sizeof name, "attention_forward HS=%d%s", hs, wgmma ? " wgmma" : hs == 64 ? " mma.sync" : "");
             row(name, ms, f, (N * 3 * C + N * C) * 2.0);
         }
         attention_use_wgmma(1);
-        TIME_MS(ms, attention_backward(dqkv, NULL, scratch, dout, qkv, out, lse, B, T, C, nh, 0));
+        TIME_MS(ms, attention_backward(dqkv, NULL, scratch, dout, qkv, out, lse, &as, 0));
         snprintf(name, sizeof name, "attention_backward HS=%d (FA2 FLOPs)", hs);
         row(name, ms, 2.5 * f, (N * 3 * C * 2 + N * C * 2) * 2.0);
         float *dbias = (float *)dmalloc(3 * C * sizeof(float));
-        TIME_MS(ms, attention_backward(dqkv, dbias, scratch, dout, qkv, out, lse, B, T, C, nh, 0));
+        TIME_MS(ms, attention_backward(dqkv, dbias, scratch, dout, qkv, out, lse, &as, 0));
         snprintf(name, sizeof name, "attention_backward HS=%d + qkv bias sums", hs);
         row(name, ms, 2.5 * f, (N * 3 * C * 2 + N * C * 2) * 2.0);
         CUDA_CHECK(cudaFree(dbias));

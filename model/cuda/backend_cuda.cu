@@ -131,11 +131,19 @@ static size_t max_size(size_t a, size_t b) {
     return a > b ? a : b;
 }
 
+/* GPT-2's attention: multi-head, softmax scale 1/sqrt(HS), full causal. */
+static AttentionShape gpt2_attention_shape(const GPTConfig *cfg, int B, int T) {
+    int HS = cfg->dim / cfg->num_heads;
+    AttentionShape a = {B, T, cfg->num_heads, cfg->num_heads, HS, 1.0f / sqrtf((float)HS), 0};
+    return a;
+}
+
 static size_t scratch_needed(const GPTConfig *cfg, int B, int T) {
     int N = B * T, C = cfg->dim;
     size_t s = encoder_backward_scratch_bytes(N, cfg->padded_vocab_size);
     s = max_size(s, layernorm_backward_scratch_bytes(C));
-    s = max_size(s, attention_backward_scratch_bytes(B, T, C, cfg->num_heads));
+    AttentionShape att = gpt2_attention_shape(cfg, B, T);
+    s = max_size(s, attention_backward_scratch_bytes(&att));
     s = max_size(s, bias_backward_scratch_bytes(4 * C));
     s = max_size(s, global_sumsq_scratch_bytes());
     return s;
@@ -153,7 +161,8 @@ static kbf16 *param_bf16(CudaBackend *cb, const ParamInfo *p) {
 static void forward_body(CudaBackend *cb, int t0, int B, int T) {
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
-    int C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    int C = cfg->dim, N = B * T;
+    const AttentionShape att = gpt2_attention_shape(cfg, B, T);
     const size_t r = (size_t)t0; /* the first row */
     cudaStream_t s = cb->stream;
     encoder_forward(cb->encoded + r * C, cb->d_inputs + r, param_bf16(cb, param_whole(t, ROLE_WTE)),
@@ -173,9 +182,9 @@ static void forward_body(CudaBackend *cb, int t0, int B, int T) {
         const kbf16 *residual_in = (l == 0 ? cb->encoded : prev->residual3) + r * C;
         matmul_forward(a->qkv + r * 3 * C, NULL, a->ln1 + r * C, P(ROLE_QKV_W), P(ROLE_QKV_B), N, C, 3 * C, s);
         if (t0 == 0)
-            attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, s);
+            attention_forward(a->atty, a->att_lse, a->qkv, &att, s);
         else
-            attention_decode(a->atty + r * C, a->qkv, t0, C, NH, s);
+            attention_decode(a->atty + r * C, a->qkv, t0, &att, s);
         matmul_forward(cb->attproj + r * C, NULL, a->atty + r * C, P(ROLE_ATTPROJ_W), P(ROLE_ATTPROJ_B), N, C, C, s);
         residual_layernorm_forward(a->residual2 + r * C, a->ln2 + r * C, a->ln2_mean + r, a->ln2_rstd + r,
                                    residual_in, cb->attproj + r * C, P(ROLE_LN2_W), P(ROLE_LN2_B), N, C, s);
@@ -242,7 +251,8 @@ static float cuda_train_micro_step(Backend *be, const int *inputs, const int *ta
     CudaBackend *cb = (CudaBackend *)be;
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
-    int B = be->B, T = be->T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
+    int B = be->B, T = be->T, C = cfg->dim, N = B * T;
+    const AttentionShape att = gpt2_attention_shape(cfg, B, T);
     cudaStream_t s = cb->stream;
     GradSync *sync = last_micro ? cb->sync : NULL; /* hooks only in the step's last backward */
     float *grads = cb->grads;
@@ -287,7 +297,7 @@ static float cuda_train_micro_step(Backend *be, const int *inputs, const int *ta
         matmul_backward(cb->datty, g.attprojw, NULL, cb->scratch, cb->dres, a->atty, P(ROLE_ATTPROJ_W), NULL, N, C,
                         C, s);
         /* qkv's bias gradient is summed as the attention backward stores dqkv */
-        attention_backward(cb->dqkv, g.qkvb, cb->scratch, cb->datty, a->qkv, a->atty, a->att_lse, B, T, C, NH, s);
+        attention_backward(cb->dqkv, g.qkvb, cb->scratch, cb->datty, a->qkv, a->atty, a->att_lse, &att, s);
         matmul_backward(cb->dln, g.qkvw, NULL, cb->scratch, cb->dqkv, a->ln1, P(ROLE_QKV_W), NULL, N, C, 3 * C, s);
         /* below layer 0 is the encoder, which has no bias */
         layernorm_backward(cb->dres, g.ln1w, g.ln1b, l > 0 ? layer_tensors(t, cb->grads, l - 1).fcprojb : NULL,
