@@ -1,4 +1,4 @@
-/* kernels/attention.cu - causal multi-head self-attention in the flash-attention manner, forward
+/* kernels/attention.cu - causal grouped-query self-attention in the flash-attention manner, forward
  * and backward, on bf16 tensor cores with fp32 accumulation: Hopper's warpgroup MMA (wgmma) for
  * head size 64, mma.sync m16n8k16 for 128 (and for 64 when attention_use_wgmma(0)). Both paths share
  * the blocks, the order of work and the arithmetic below; only how the products are issued differs.
@@ -6,8 +6,8 @@
  * Shapes (AttentionShape in kernels.h): qkv [B,T,(NH+2·NKV)·HS] per token NH query heads, then NKV
  * key heads, then NKV value heads; query head h reads key/value head h / (NH/NKV), which is never
  * copied. out [B,T,NH·HS], lse [B,NH,T] fp32, dqkv like qkv; HS ∈ {64, 128}; any T >= 1.
- * Math: S = scale·q·kᵀ (the caller's scale: 1/√HS for GPT-2, Llama, Qwen), causal (key ≤ query),
- *   P = softmax(S), out = P·v.
+ * Math: S = scale·q·kᵀ (the caller's scale: 1/√HS for GPT-2, Llama, Qwen), causal (key ≤ query)
+ *   and within the window when there is one, P = softmax(S), out = P·v.
  *   The kernels work in base 2: s2 = S·log2(e), P = exp2(s2 − lse2), and lse stores
  *   lse2 = max + log2(Σ exp2(s2 − max)) per query row: the one statistic the backward needs.
  *
@@ -16,10 +16,14 @@
  *   online softmax in registers; no T×T tensor ever exists. Heaviest (last) query tiles start first.
  * Backward (deterministic, no atomics): D = rowsum(dout ∘ out) first; then
  *   dK,dV kernel: a block owns 64 keys of one key/value head (16 per warp), loops over the query
- *     heads of its group and, for each, over query tiles from the diagonal on,
- *     recomputes Pᵀ = exp2(K·Qᵀ·c − lse), dV += Pᵀ·dO, dPᵀ = V·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − D), dK += dSᵀ·Q;
- *   dQ kernel: a block owns 64 queries, loops over key tiles up to the diagonal, recomputes P and dP,
- *     dQ += dS·K. P is recomputed twice (7 products instead of FA2's 5) in exchange for no atomics.
+ *     heads of its group and, for each, over the query tiles that see its keys (from the diagonal
+ *     on, up to the window's end), recomputes Pᵀ = exp2(K·Qᵀ·c − lse), dV += Pᵀ·dO, dPᵀ = V·dOᵀ,
+ *     dSᵀ = Pᵀ∘(dPᵀ − D), dK += dSᵀ·Q;
+ *   dQ kernel: a block owns 64 queries, loops over the key tiles they see (up to the diagonal, from
+ *     the window's start), recomputes P and dP, dQ += dS·K. P is recomputed twice (7 products
+ *     instead of FA2's 5) in exchange for no atomics.
+ * Sliding window W > 0: query i sees keys i − W < j <= i (attention_mask.cuh); every loop is bounded
+ *   by it, so a windowed layer's work grows with T·W.
  * FLOPs (causal, ≈ half of T²): forward 2·B·NH·T²·HS (two products over T²/2 pairs); backward
  *   ≈ 7/2 of that. Bytes: forward reads qkv once per query tile (K, V re-read ⌈T/64⌉/2 times from
  *   L2), writes out and lse; compute bound for T ≳ 256.
@@ -62,9 +66,8 @@ static void check_shape(const AttentionShape *s) {
         fprintf(stderr, "error: attention needs a finite positive softmax scale, got %g\n", (double)s->scale);
         exit(1);
     }
-    if (s->window != 0) {
-        fprintf(stderr, "error: CUDA attention has no sliding window yet, got window %d (train this model on "
-                        "--device cpu)\n", s->window);
+    if (s->window < 0) {
+        fprintf(stderr, "error: attention needs a sliding window >= 0 (0: none), got %d\n", s->window);
         exit(1);
     }
 }
@@ -79,7 +82,7 @@ static void launch_forward(bf16 *out, float *lse, const bf16 *qkv, const Attenti
         attr_set = true;
     }
     dim3 grid(ceil_div(s->T, ATT_TILE), s->B * s->NH);
-    attention_forward_kernel<HS><<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, s->T, s->NH, s->NKV,
+    attention_forward_kernel<HS><<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, s->T, s->NH, s->NKV, s->window,
                                                                       LOG2E * s->scale);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -99,7 +102,7 @@ static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const A
         attr_set = true;
     }
     dim3 grid(ceil_div(s->T, ATT_TILE), s->B * s->NH);
-    attention_forward_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, s->T, s->NH, s->NKV,
+    attention_forward_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, s->T, s->NH, s->NKV, s->window,
                                                                         LOG2E * s->scale);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -143,10 +146,10 @@ static void launch_backward(bf16 *dqkv, float *bias_part, float *D, const bf16 *
     float scale = s->scale, sl2 = LOG2E * scale;
     int tiles = ceil_div(s->T, ATT_TILE);
     attention_backward_dkdv_kernel<HS, BQ><<<dim3(tiles, s->B * s->NKV), ATT_THREADS, smem_kv, stream>>>(
-        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, sl2, scale);
+        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
     attention_backward_dq_kernel<HS><<<dim3(tiles, s->B * s->NH), ATT_THREADS, smem_dq, stream>>>(
-        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, sl2, scale);
+        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -164,10 +167,10 @@ static void launch_backward_wgmma(bf16 *dqkv, float *bias_part, float *D, const 
     float scale = s->scale, sl2 = LOG2E * scale;
     int tiles = ceil_div(s->T, ATT_TILE);
     attention_backward_dkdv_wgmma_kernel<<<dim3(tiles, s->B * s->NKV), ATT_THREADS, smem, stream>>>(
-        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, sl2, scale);
+        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
     attention_backward_dq_wgmma_kernel<<<dim3(tiles, s->B * s->NH), ATT_THREADS, smem, stream>>>(
-        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, sl2, scale);
+        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
 }
 

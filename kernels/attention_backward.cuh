@@ -1,12 +1,13 @@
 /* kernels/attention_backward.cuh - the backward kernels: D = rowsum(dO∘O), then dK,dV and dQ with
  * mma.sync (HS 64 and 128) or wgmma (HS 64), deterministic and without atomics (attention.cu
  * describes the algorithm). */
+#ifndef FUSEDGPT_ATTENTION_BACKWARD_CUH
+#define FUSEDGPT_ATTENTION_BACKWARD_CUH
+
 #include "kernels/attention_mask.cuh"
 #include "kernels/attention_mma.cuh"
 #include "kernels/attention_store.cuh"
 #include "kernels/fast_math.cuh"
-#ifndef FUSEDGPT_ATTENTION_BACKWARD_CUH
-#define FUSEDGPT_ATTENTION_BACKWARD_CUH
 
 /* ------------------------------------------------------------------------------------------ */
 /* D[b,h,t] = Σ_d dout[b,t,h·HS+d]·out[b,t,h·HS+d]. A thread takes 8 adjacent values of both (one
@@ -44,7 +45,8 @@ __global__ void attention_backward_dsum_kernel(float *D, const bf16 *dout, const
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     attention_backward_dq_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout, const float *lse,
-                                 const float *D, int T, int NH, int NKV, float sl2, float scale) {
+                                 const float *D, int T, int NH, int NKV, int window, float sl2,
+                                 float scale) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = TILE / 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(att_smem);
@@ -61,10 +63,11 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 
+    int j0 = first_key_tile(q0, window);
     load_rows<HS, TILE>(Qs, qbase, C3, q0, T);
     load_rows<HS, TILE>(dOs, dobase, C, q0, T);
-    load_rows<HS, TILE>(Ks, kbase, C3, 0, T);
-    load_rows<HS, TILE>(Vs, vbase, C3, 0, T);
+    load_rows<HS, TILE>(Ks + (j0 & 1) * TILE * SROW, kbase, C3, j0 * TILE, T);
+    load_rows<HS, TILE>(Vs + (j0 & 1) * TILE * SROW, vbase, C3, j0 * TILE, T);
     cp_async_commit();
 
     /* Rows past T: zero Q and dO give finite P and dS = P·(0 − 0) = 0; they are never stored. */
@@ -75,7 +78,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     for (int i = 0; i < DT; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
     int nkv = qb + 1;
 
-    for (int j = 0; j < nkv; j++) {
+    for (int j = j0; j < nkv; j++) {
         next_kv_tile_or_wait_padded<HS>(Ks, Vs, kbase, vbase, C3, j, nkv, T);
         /* Tile j (and Q, dO) landed for every thread's copies before anyone reads them. */
         __syncthreads();
@@ -90,15 +93,15 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
         mma_abt<SROW, HS / 16, NT>(s, Qs, warp * 16, Kt, lane);
         mma_abt<SROW, HS / 16, NT>(dp, dOs, warp * 16, Vt, lane);
 
-        /* Only the diagonal tile needs the mask (a uniform branch). */
-        if (j == nkv - 1) {
+        /* Only the diagonal tile and those at the window's edge need the mask (a uniform branch). */
+        if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, window)) {
             int k0 = j * TILE, qrow = q0 + warp * 16 + g;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int key = k0 + nt * 8 + 2 * tq + (e & 1), qi = qrow + 8 * (e >> 1);
-                    if (key > qi) s[nt][e] = -INFINITY;
+                    if (att_hidden(key, qi, window)) s[nt][e] = -INFINITY;
                 }
         }
 #pragma unroll
@@ -122,7 +125,8 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
 template <int HS, int BQ>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     attention_backward_dkdv_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout, const float *lse,
-                                   const float *D, int T, int NH, int NKV, float sl2, float scale) {
+                                   const float *D, int T, int NH, int NKV, int window, float sl2,
+                                   float scale) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = BQ / 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *Ks = reinterpret_cast<bf16 *>(att_smem);
@@ -139,7 +143,8 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     const float *lse_b = lse + (size_t)b * NH * T, *D_b = D + (size_t)b * NH * T;
     int k0 = blockIdx.x * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    int qt0 = k0 / BQ, nqt = ceil_div(T, BQ); /* query tiles that can see these keys */
+    /* the query tiles that see these keys */
+    int qt0 = k0 / BQ, nqt = query_tile_end<BQ>(k0, window, ceil_div(T, BQ));
     int nper = nqt - qt0, nsteps = grp * nper;
 
     load_rows<HS, TILE>(Ks, kbase, C3, k0, T);
@@ -183,15 +188,16 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
         mma_abt<SROW, HS / 16, NT>(st, Ks, warp * 16, Qt, lane);  /* Sᵀ = K·Qᵀ */
         mma_abt<SROW, HS / 16, NT>(dpt, Vs, warp * 16, dOt, lane); /* dPᵀ = V·dOᵀ */
 
-        /* Only tiles that reach below the diagonal need the mask (a uniform branch). */
+        /* Only tiles that reach below the diagonal or past the window's edge need the mask (a
+         * uniform branch). */
         int q0 = qt * BQ;
-        if (q0 < k0 + TILE - 1) {
+        if (q0 < k0 + TILE - 1 || crosses_window(k0, q0, BQ, window)) {
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int col = nt * 8 + 2 * tq + (e & 1), key = krow + 8 * (e >> 1);
-                    if (key > q0 + col) st[nt][e] = -INFINITY;
+                    if (att_hidden(key, q0 + col, window)) st[nt][e] = -INFINITY;
                 }
         }
 #pragma unroll
@@ -221,7 +227,8 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
  * registers times an MN-major shared tile. Same blocks, order, masking and arithmetic. */
 __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     attention_backward_dq_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
-                                       const float *lse, const float *D, int T, int NH, int NKV, float sl2, float scale) {
+                                       const float *lse, const float *D, int T, int NH, int NKV, int window,
+                                       float sl2, float scale) {
     constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
     const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, dOs = Qs + TILE_BYTES, Ks = dOs + TILE_BYTES,
@@ -238,10 +245,11 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 
+    int j0 = first_key_tile(q0, window);
     load_rows_swizzled(Qs, qbase, C3, q0, T);
     load_rows_swizzled(dOs, dobase, C, q0, T);
-    load_rows_swizzled(Ks, kbase, C3, 0, T);
-    load_rows_swizzled(Vs, vbase, C3, 0, T);
+    load_rows_swizzled(Ks + (j0 & 1) * TILE_BYTES, kbase, C3, j0 * TILE, T);
+    load_rows_swizzled(Vs + (j0 & 1) * TILE_BYTES, vbase, C3, j0 * TILE, T);
     cp_async_commit();
 
     float lse_r[2], D_r[2];
@@ -251,7 +259,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     for (int i = 0; i < 32; i++) dq[i] = 0.0f;
     int nkv = qb + 1;
 
-    for (int j = 0; j < nkv; j++) {
+    for (int j = j0; j < nkv; j++) {
         next_kv_tile_or_wait(Ks, Vs, kbase, vbase, C3, j, nkv, T);
         fence_proxy_async();
         __syncthreads();
@@ -266,7 +274,8 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
         fence_acc(s);
         fence_acc(dp);
 
-        if (j == nkv - 1) mask_diagonal_tile(s, j * TILE, q0 + warp * 16 + g, tq);
+        if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, window))
+            mask_tile(s, j * TILE, q0 + warp * 16 + g, tq, window);
 #pragma unroll
         for (int i = 0; i < 32; i++) {
             int r = (i >> 1) & 1;
@@ -283,7 +292,8 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
 
 __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     attention_backward_dkdv_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
-                                         const float *lse, const float *D, int T, int NH, int NKV, float sl2, float scale) {
+                                         const float *lse, const float *D, int T, int NH, int NKV, int window,
+                                       float sl2, float scale) {
     constexpr int HS = 64, TILE = ATT_TILE, BQ = ATT_TILE, TILE_BYTES = TILE * HS * 2;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
     const uint32_t Ks = (smem_addr(att_smem) + 1023) & ~1023u, Vs = Ks + TILE_BYTES, Qs = Vs + TILE_BYTES,
@@ -300,7 +310,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     const float *lse_b = lse + (size_t)b * NH * T, *D_b = D + (size_t)b * NH * T;
     int k0 = blockIdx.x * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    int qt0 = k0 / BQ, nqt = ceil_div(T, BQ);
+    int qt0 = k0 / BQ, nqt = query_tile_end<BQ>(k0, window, ceil_div(T, BQ));
     int nper = nqt - qt0, nsteps = grp * nper;
 
     load_rows_swizzled(Ks, kbase, C3, k0, T);
@@ -342,13 +352,13 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
         fence_acc(dpt);
 
         int q0 = qt * BQ;
-        if (q0 < k0 + TILE - 1) {
+        if (q0 < k0 + TILE - 1 || crosses_window(k0, q0, BQ, window)) {
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int col = nt * 8 + 2 * tq + (e & 1), key = krow + 8 * (e >> 1);
-                    if (key > q0 + col) st[nt * 4 + e] = -INFINITY;
+                    if (att_hidden(key, q0 + col, window)) st[nt * 4 + e] = -INFINITY;
                 }
         }
 #pragma unroll

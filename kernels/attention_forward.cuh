@@ -1,15 +1,17 @@
 /* kernels/attention_forward.cuh - the forward kernels: mma.sync (HS 64 and 128) and wgmma (HS 64),
  * with the same blocks, loads and online softmax (attention.cu describes the algorithm). */
+#ifndef FUSEDGPT_ATTENTION_FORWARD_CUH
+#define FUSEDGPT_ATTENTION_FORWARD_CUH
+
 #include "kernels/attention_mask.cuh"
 #include "kernels/attention_mma.cuh"
 #include "kernels/attention_store.cuh"
 #include "kernels/fast_math.cuh"
-#ifndef FUSEDGPT_ATTENTION_FORWARD_CUH
-#define FUSEDGPT_ATTENTION_FORWARD_CUH
 
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
-    attention_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, float sl2) {
+    attention_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, int window,
+                             float sl2) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = TILE / 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(att_smem);
@@ -25,9 +27,10 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 
+    int j0 = first_key_tile(q0, window); /* key tiles j0..qb: the query and key tiles are the same size */
     load_rows<HS, TILE>(Qs, qbase, C3, q0, T);
-    load_rows<HS, TILE>(Ks, kbase, C3, 0, T);
-    load_rows<HS, TILE>(Vs, vbase, C3, 0, T);
+    load_rows<HS, TILE>(Ks + (j0 & 1) * TILE * SROW, kbase, C3, j0 * TILE, T);
+    load_rows<HS, TILE>(Vs + (j0 & 1) * TILE * SROW, vbase, C3, j0 * TILE, T);
     cp_async_commit();
 
     float o[DT][4];
@@ -35,13 +38,13 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
     for (int i = 0; i < DT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
     uint32_t qf[HS / 16][4];
-    int nkv = qb + 1; /* key tiles 0..qb: the query and key tiles are the same size */
+    int nkv = qb + 1;
 
-    for (int j = 0; j < nkv; j++) {
+    for (int j = j0; j < nkv; j++) {
         next_kv_tile_or_wait_padded<HS>(Ks, Vs, kbase, vbase, C3, j, nkv, T);
         /* Tile j (and Q) landed for every thread's copies before anyone reads them. */
         __syncthreads();
-        if (j == 0) {
+        if (j == j0) {
 #pragma unroll
             for (int ks = 0; ks < HS / 16; ks++) load_a<SROW>(qf[ks], Qs, warp * 16, ks * 16, lane);
         }
@@ -60,16 +63,17 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
                 mma_bf16(s[2 * np + 1], qf[ks], r[2], r[3]);
             }
 
-        /* Only the diagonal tile needs the mask (a uniform branch); it also masks keys >= T, which
-         * are > every query. The max is taken over raw scores and scaled once (sl2 > 0). */
-        if (j == nkv - 1) {
+        /* Only the diagonal tile and those at the window's edge need the mask (a uniform branch); the
+         * diagonal's also masks keys >= T, which are > every query. The max is taken over raw scores
+         * and scaled once (sl2 > 0). */
+        if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, window)) {
             int k0 = j * TILE, qrow = q0 + warp * 16 + g;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int key = k0 + nt * 8 + 2 * tq + (e & 1), qi = qrow + (e >= 2 ? 8 : 0);
-                    if (key > qi) s[nt][e] = -INFINITY;
+                    if (att_hidden(key, qi, window)) s[nt][e] = -INFINITY;
                 }
         }
 
@@ -80,9 +84,8 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
             for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            /* Finite: every row sees key 0 in tile 0 and its own key on the diagonal. */
-            float mnew = fmaxf(mrow[r], mx * sl2);
-            float alpha = ex2(mrow[r] - mnew); /* 0 on the first tile (mrow = -inf) */
+            float mnew = fmaxf(mrow[r], mx * sl2), msub = safe_max(mnew);
+            float alpha = ex2(mrow[r] - msub); /* 0 until the row's first key (mrow = -inf) */
             mrow[r] = mnew;
             lrow[r] *= alpha;
 #pragma unroll
@@ -92,7 +95,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
             }
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                float p0 = ex2(fmaf(s[nt][2 * r], sl2, -mnew)), p1 = ex2(fmaf(s[nt][2 * r + 1], sl2, -mnew));
+                float p0 = ex2(fmaf(s[nt][2 * r], sl2, -msub)), p1 = ex2(fmaf(s[nt][2 * r + 1], sl2, -msub));
                 s[nt][2 * r] = p0;
                 s[nt][2 * r + 1] = p1;
                 lrow[r] += p0 + p1;
@@ -115,7 +118,8 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
  *   MN-major from shared memory (its rows are keys: the transposed operand).
  * Shared tiles [64][64] bf16 in wgmma's 128-byte swizzle: Q, K [2], V [2]. */
 __global__ void __launch_bounds__(ATT_THREADS)
-    attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, float sl2) {
+    attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, int window,
+                                   float sl2) {
     constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
     const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, Ks = Qs + TILE_BYTES, Vs = Ks + 2 * TILE_BYTES;
@@ -130,9 +134,10 @@ __global__ void __launch_bounds__(ATT_THREADS)
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 
+    int j0 = first_key_tile(q0, window);
     load_rows_swizzled(Qs, qbase, C3, q0, T);
-    load_rows_swizzled(Ks, kbase, C3, 0, T);
-    load_rows_swizzled(Vs, vbase, C3, 0, T);
+    load_rows_swizzled(Ks + (j0 & 1) * TILE_BYTES, kbase, C3, j0 * TILE, T);
+    load_rows_swizzled(Vs + (j0 & 1) * TILE_BYTES, vbase, C3, j0 * TILE, T);
     cp_async_commit();
 
     float o[32];
@@ -141,7 +146,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
     int nkv = qb + 1;
 
-    for (int j = 0; j < nkv; j++) {
+    for (int j = j0; j < nkv; j++) {
         next_kv_tile_or_wait(Ks, Vs, kbase, vbase, C3, j, nkv, T);
         fence_proxy_async(); /* the copies are read by wgmma, through the async proxy */
         __syncthreads();
@@ -154,7 +159,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
         wgmma_wait<0>();
         fence_acc(s);
 
-        if (j == nkv - 1) mask_diagonal_tile(s, j * TILE, q0 + warp * 16 + g, tq);
+        if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, window))
+            mask_tile(s, j * TILE, q0 + warp * 16 + g, tq, window);
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             float mx = -INFINITY;
@@ -162,8 +168,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
             for (int nt = 0; nt < 8; nt++) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            float mnew = fmaxf(mrow[r], mx * sl2);
-            float alpha = ex2(mrow[r] - mnew);
+            float mnew = fmaxf(mrow[r], mx * sl2), msub = safe_max(mnew);
+            float alpha = ex2(mrow[r] - msub);
             mrow[r] = mnew;
             lrow[r] *= alpha;
 #pragma unroll
@@ -173,7 +179,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
             }
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
-                float p0 = ex2(fmaf(s[nt * 4 + 2 * r], sl2, -mnew)), p1 = ex2(fmaf(s[nt * 4 + 2 * r + 1], sl2, -mnew));
+                float p0 = ex2(fmaf(s[nt * 4 + 2 * r], sl2, -msub)), p1 = ex2(fmaf(s[nt * 4 + 2 * r + 1], sl2, -msub));
                 s[nt * 4 + 2 * r] = p0;
                 s[nt * 4 + 2 * r + 1] = p1;
                 lrow[r] += p0 + p1;

@@ -2,9 +2,10 @@
  * shared tiles and the mma.sync m16n8k16 products (A·Bᵀ and P·V), and the warpgroup (wgmma) products
  * of [64][64] swizzled tiles, with the A operand from accumulator registers where P or dS feed the
  * next product. */
-#include "kernels/attention_tiles.cuh"
 #ifndef FUSEDGPT_ATTENTION_MMA_CUH
 #define FUSEDGPT_ATTENTION_MMA_CUH
+
+#include "kernels/attention_tiles.cuh"
 
 /* A fragment (16 rows × 16 cols at row0, col0) of a row-major shared tile. */
 template <int SROW>

@@ -1,9 +1,10 @@
 /* kernels/attention_store.cuh - the attention kernels' stores from accumulator registers: the
  * forward's normalised rows and lse, a backward kernel's dQ, dK or dV slice of dqkv, and the qkv bias
  * partial sums taken on the way. */
-#include "kernels/attention_tiles.cuh"
 #ifndef FUSEDGPT_ATTENTION_STORE_CUH
 #define FUSEDGPT_ATTENTION_STORE_CUH
+
+#include "kernels/attention_tiles.cuh"
 
 /* Forward. Shared: Q [64][HS+8], K [2][64][HS+8], V [2][64][HS+8]. */
 /* The forward's result for a thread's query rows qrow and qrow + 8: O divided by the row's softmax

@@ -2,11 +2,12 @@
  * memory: padded tiles for mma.sync (row stride HS + 8), 128-byte swizzled [64][64] tiles for wgmma,
  * the double-buffered key/value tile pipeline of both, and the per-query softmax statistics (lse, D)
  * the backward kernels read. */
+#ifndef FUSEDGPT_ATTENTION_TILES_CUH
+#define FUSEDGPT_ATTENTION_TILES_CUH
+
 #include "kernels/device_util.cuh"
 #include "kernels/kernel_util.cuh"
 #include "kernels/wgmma.cuh"
-#ifndef FUSEDGPT_ATTENTION_TILES_CUH
-#define FUSEDGPT_ATTENTION_TILES_CUH
 
 #define ATT_THREADS 128 /* 4 warps */
 #define ATT_TILE 64     /* query rows per forward / dQ block, keys per dK,dV block, key tile */

@@ -76,8 +76,8 @@ typedef struct {
 } AttentionShape;
 
 /* out [B,T,NH·HS] (=), lse [B,NH,T] (=; fp32 log2-sum-exp of the scaled logits, the only saved state
- * besides out). HS must be 64 or 128; NH a multiple of NKV; any T >= 1; B·NH <= 65535; window 0
- * (a sliding window is refused for now). Never stores T×T. As gqa_attention_forward_cpu. */
+ * besides out). HS must be 64 or 128; NH a multiple of NKV; any T >= 1; B·NH <= 65535; window >= 0.
+ * Never stores T×T; a windowed call's work grows with T·W. As gqa_attention_forward_cpu. */
 void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, const AttentionShape *s, cudaStream_t stream);
 /* Head size 64 uses Hopper's warpgroup MMA unless turned off here (0: the mma.sync kernels, which
  * head size 128 always uses); for tests and benchmarks that compare the two. */

@@ -772,6 +772,36 @@ TEST(kernels_attention_uses_the_given_softmax_scale) {
     attention_case_shape(&s128);
 }
 
+/* A sliding window W lets query i see keys i - W < j <= i: windows shorter than a tile, of exactly
+ * a tile, longer than several tiles, of one key (each query sees only itself) and longer than T (the
+ * full causal attention), with grouped heads and a scale of its own, as Gemma's local layers. */
+static void sliding_window_cases(int HS) {
+    const float scale = 1.0f / sqrtf(256.0f); /* query_pre_attn_scalar 256 */
+    const int cases[][5] = {
+        /* T, NH, NKV, window, B */
+        {200, 8, 2, 33, 2}, {77, 4, 1, 33, 1}, {1, 2, 1, 33, 1}, {130, 4, 2, 64, 2},
+        {300, 2, 1, 100, 1}, {100, 3, 3, 1, 1}, {200, 4, 2, 500, 1}, {257, 4, 4, 65, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        AttentionShape s = att_shape(cases[i][4], cases[i][0], cases[i][1], cases[i][2], HS, scale, cases[i][3]);
+        attention_case_shape(&s);
+    }
+}
+
+TEST(kernels_sliding_window_attention_sees_exactly_w_keys_head64) {
+    seed_fresh();
+    for (int wgmma = 1; wgmma >= 0; wgmma--) {
+        attention_use_wgmma(wgmma);
+        sliding_window_cases(64);
+    }
+    attention_use_wgmma(1);
+}
+
+TEST(kernels_sliding_window_attention_sees_exactly_w_keys_head128) {
+    seed_fresh();
+    sliding_window_cases(128);
+}
+
 /* ---- decode attention: one query row against the cache ---------------------------------- */
 
 /* Row ctx-1 of a sequence of ctx rows (its keys and values the cache), against the last row of the
