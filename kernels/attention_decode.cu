@@ -1,15 +1,17 @@
 /* kernels/attention_decode.cu - one query row of causal attention against the cached keys and
  * values: sampling's decode step, one token at a time.
  *
- * Shapes: qkv [t+1, 3C] rows of one sequence (q, k, v each C wide, head h at columns h·HS..), the
- * keys and values of rows 0..t being the cache; out [C], row t's output. HS = C/NH, a multiple of 32
- * up to 256.
- * Math: as attention_forward for its last row: S = scale·q·kᵀ (scale = 1/√HS) over keys 0..t,
- *   P = softmax(S) in fp32 (base 2, as attention.cu), out = P·v rounded once to bf16.
+ * Shapes: qkv [t+1, (NH + 2·NKV)·HS] rows of one sequence (the forward's packed layout: query heads,
+ * then key heads, then value heads; query head h reads key/value head h / (NH/NKV)), the keys and
+ * values of rows 0..t being the cache; out [NH·HS], row t's output. HS a multiple of 32 up to 256.
+ * Math: as attention_forward for its last row: S = scale·q·kᵀ over keys max(0, t − W + 1)..t
+ *   (all of 0..t when the window W is 0), P = softmax(S) in fp32 (base 2, as attention.cu),
+ *   out = P·v rounded once to bf16.
  * Launch: one block per head, DECODE_WARPS warps; warp w takes keys w, w + DECODE_WARPS, ... with
  *   an online softmax (running max, sum and P·v in registers, HS/32 values per lane), then the
  *   warps' partial states merge in shared memory. No buffer depends on t.
- * FLOPs 4·(t+1)·C; bytes 2·(t+1)·C·2 (K and V of the row's head read once) + 2·C·2 for q and out:
+ * FLOPs 4·(t+1)·NH·HS; bytes 2·(t+1)·NKV·HS·2 (K and V of each KV head, read by the blocks of its
+ *   group, from L2 after the first) + 2·NH·HS·2 for q and out:
  *   memory bound, and at one block per head the GPU is far from full; the matmuls around it
  *   dominate a decode step. */
 #include <math.h>
@@ -25,9 +27,10 @@
 #define DECODE_PER_LANE (DECODE_MAX_HS / 32)
 
 __global__ void __launch_bounds__(DECODE_WARPS * 32)
-    attention_decode_kernel(bf16 *out, const bf16 *qkv, int t, int C, int HS, float scale2) {
+    attention_decode_kernel(bf16 *out, const bf16 *qkv, int t, int key0, int NH, int NKV, int HS, float scale2) {
     const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_lane = HS / 32;
-    const size_t row = 3 * (size_t)C;
+    const size_t row = (size_t)(NH + 2 * NKV) * HS;
+    const size_t kcol = (size_t)(NH + h / (NH / NKV)) * HS, vcol = kcol + (size_t)NKV * HS;
     const bf16 *q = qkv + (size_t)t * row + (size_t)h * HS;
     float qv[DECODE_PER_LANE], acc[DECODE_PER_LANE];
 #pragma unroll
@@ -36,8 +39,8 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32)
         acc[j] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f; /* running max of the base-2 logits, and Σ exp2(s2 − m) */
-    for (int key = warp; key <= t; key += DECODE_WARPS) {
-        const bf16 *k = qkv + (size_t)key * row + C + (size_t)h * HS, *v = k + C;
+    for (int key = key0 + warp; key <= t; key += DECODE_WARPS) {
+        const bf16 *k = qkv + (size_t)key * row + kcol, *v = qkv + (size_t)key * row + vcol;
         float s2 = 0.0f;
 #pragma unroll
         for (int j = 0; j < DECODE_PER_LANE; j++)
@@ -62,7 +65,7 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32)
     for (int i = threadIdx.x; i < HS; i += blockDim.x) {
         float L = 0.0f, o = 0.0f;
         for (int w = 0; w < DECODE_WARPS; w++) {
-            if (warp_sum_p[w] == 0.0f) continue; /* a warp that had no key (t + 1 < DECODE_WARPS) */
+            if (warp_sum_p[w] == 0.0f) continue; /* a warp that had no key (fewer keys than warps) */
             const float c = exp2f(warp_max[w] - M);
             L += warp_sum_p[w] * c;
             o += warp_acc[w][i] * c;
@@ -71,16 +74,18 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32)
     }
 }
 
-extern "C" void attention_decode(kbf16 *out, const kbf16 *qkv, int t, const AttentionShape *s,
-                                 cudaStream_t stream) {
-    check_attention_shape_mha(s);
-    const int NH = s->NH, C = NH * s->HS;
-    if (NH <= 0 || C % NH != 0 || (C / NH) % 32 != 0 || C / NH > DECODE_MAX_HS || t < 0) {
-        fprintf(stderr, "error: attention_decode supports head sizes that are multiples of 32 up to %d and t >= 0, "
-                        "got C=%d NH=%d t=%d\n", DECODE_MAX_HS, C, NH, t);
+extern "C" void attention_decode(kbf16 *out, const kbf16 *qkv, int t, const AttentionShape *s, cudaStream_t stream) {
+    const int NH = s->NH, NKV = s->NKV, HS = s->HS;
+    if (NH <= 0 || NKV <= 0 || NH % NKV != 0 || HS <= 0 || HS % 32 != 0 || HS > DECODE_MAX_HS || t < 0 ||
+        s->window < 0 || !(s->scale > 0.0f)) {
+        fprintf(stderr,
+                "error: attention_decode needs NH a multiple of NKV, a head size that is a multiple of 32 up to %d, "
+                "t >= 0, window >= 0 and scale > 0, got NH=%d NKV=%d HS=%d t=%d window=%d scale=%g (fix the model's "
+                "heads or head size)\n",
+                DECODE_MAX_HS, NH, NKV, HS, t, s->window, (double)s->scale);
         exit(1);
     }
-    const int HS = C / NH;
-    attention_decode_kernel<<<NH, DECODE_WARPS * 32, 0, stream>>>(out, qkv, t, C, HS, LOG2E / sqrtf((float)HS));
+    const int key0 = s->window > 0 && t - s->window + 1 > 0 ? t - s->window + 1 : 0;
+    attention_decode_kernel<<<NH, DECODE_WARPS * 32, 0, stream>>>(out, qkv, t, key0, NH, NKV, HS, LOG2E * s->scale);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -87,8 +87,4 @@ struct PartialSumOutputs {
 void add_partial_sums(PartialSumOutputs outs, int nouts, const float *partial, int nparts, size_t part_stride, int C,
                       cudaStream_t stream);
 
-/* attention.cu: stops with an error unless the shape is one the attention kernels compute today
- * (as many key/value heads as query heads, no window, scale HS^-1/2); attention_decode.cu shares it. */
-void check_attention_shape_mha(const AttentionShape *s);
-
 #endif

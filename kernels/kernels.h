@@ -100,38 +100,40 @@ void rope_backward(kbf16 *dinp, float *dq_norm, float *dk_norm, void *scratch, c
                    const float *sin_t, const RopeShape *s, cudaStream_t stream);
 
 /* ---- attention.cu: causal self-attention, flash-attention style ------------------------- */
-/* The shape of one attention call. qkv per token: NH query heads, then NKV key heads, then NKV
- * value heads, HS values each ([B, T, (NH + 2·NKV)·HS]); query head h reads key/value head
- * h / (NH / NKV). scale multiplies q·k (HS^-1/2 for GPT-2, Llama and Qwen); window > 0: query t sees
- * keys t − window < t2 <= t, 0: every t2 <= t. */
+/* The shape of one attention call. qkv holds per token all NH query heads, then NKV key heads, then
+ * NKV value heads, HS columns each ((NH + 2·NKV)·HS, the packed q/k/v rows of the parameter table);
+ * query head h reads key/value head h / (NH/NKV) (grouped-query attention; NKV = NH is multi-head).
+ * scale multiplies q·k before the softmax: 1/sqrt(HS) for GPT-2, Llama and Qwen (Gemma passes
+ * query_pre_attn_scalar^-1/2). window 0: full causal; W > 0: query i sees keys i-W < j <= i. */
 typedef struct {
     int B, T, NH, NKV, HS;
     float scale;
     int window;
 } AttentionShape;
-/* out [B,T,NH·HS] (=), lse [B,NH,T] (=; fp32 log2-sum-exp of the scaled logits, the only saved
- * state besides out). HS must be 64 or 128; any T >= 1; B·NH <= 65535. Never stores T×T. Causal,
- * as gqa_attention_forward_cpu. These kernels take NKV == NH, window 0 and scale HS^-1/2 only, and
- * stop with an error otherwise. */
+
+/* out [B,T,NH·HS] (=), lse [B,NH,T] (=; fp32 log2-sum-exp of the scaled logits, the only saved state
+ * besides out). HS must be 64 or 128; NH a multiple of NKV; any T >= 1; B·NH <= 65535; window >= 0.
+ * Never stores T×T; a windowed call's work grows with T·W. As gqa_attention_forward_cpu. */
 void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, const AttentionShape *s, cudaStream_t stream);
-/* Head size 64 uses Hopper's warpgroup MMA for the forward unless turned off here (0: the mma.sync
- * kernel, which head size 128 always uses); for tests and benchmarks that compare the two. */
+/* Head size 64 uses Hopper's warpgroup MMA unless turned off here (0: the mma.sync kernels, which
+ * head size 128 always uses); for tests and benchmarks that compare the two. */
 void attention_use_wgmma(int on);
-/* dqkv [B,T,(NH + 2·NKV)·HS] (= ; q, k and v parts all written). dout is the gradient of out; out
- * and lse are the forward's outputs (out is read for rowsum(dout·out)). Recomputes the
- * probabilities; two kernels (dK,dV by key tile; dQ by query tile), so no atomics: deterministic.
- * When dbias_qkv != NULL also dbias_qkv[c] += Σ_n dqkv[n,c] over the stored bf16 values (the qkv
- * projection's bias gradient, as bias_backward would give it), summed as the kernels store.
+/* dqkv like qkv (=; q, k and v parts all written). dout is the gradient of out; out and lse are the
+ * forward's outputs (out is read for rowsum(dout·out)). Recomputes the probabilities; two kernels
+ * (dK,dV by key tile of a key/value head, looping over the query heads of its group; dQ by query
+ * tile), so no atomics: deterministic.
+ * When dbias_qkv != NULL also dbias_qkv[c] += Σ_n dqkv[n,c] over the stored bf16 values, for all
+ * (NH + 2·NKV)·HS columns (the qkv projection's bias gradient, as bias_backward would give it).
  * scratch: attention_backward_scratch_bytes(s) bytes (rowsum(dout·out), bias partials). */
 size_t attention_backward_scratch_bytes(const AttentionShape *s);
 void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch, const kbf16 *dout, const kbf16 *qkv,
                         const kbf16 *out, const float *lse, const AttentionShape *s, cudaStream_t stream);
 
 /* ---- attention_decode.cu: one query row against cached keys and values ----------------- */
-/* out [NH·HS] (=): row t's attention output, softmax(scale·q·kᵀ)·v over keys 0..t in fp32, as row
- * t of attention_forward. qkv holds one sequence's rows 0..t (the forward's layout: the cache is
- * the keys and values the forward left in its qkv rows; s->B and s->T are not read). HS a multiple
- * of 32 up to 256; any t >= 0; NKV == NH, window 0 and scale HS^-1/2 only, as attention_forward. */
+/* out [NH·HS] (=): row t's attention output, softmax(scale·q·kᵀ)·v over the keys row t sees (0..t,
+ * or the last `window` of them) in fp32, as row t of attention_forward. qkv holds one sequence's rows
+ * 0..t in the forward's layout (the cache is the keys and values the forward left in its qkv rows);
+ * s->B and s->T are not read. HS a multiple of 32 up to 256; any t >= 0. */
 void attention_decode(kbf16 *out, const kbf16 *qkv, int t, const AttentionShape *s, cudaStream_t stream);
 
 /* ---- gelu.cu: GELU (tanh approximation) and bias gradients ------------------------------- */

@@ -585,99 +585,132 @@ TEST(kernels_body_gemms_of_gpt2_124m_are_bitwise_repeatable) {
 
 /* ---- attention --------------------------------------------------------------------------- */
 
-/* GPT-2's attention: as many key/value heads as query heads, HS = C/NH, scale HS^-1/2. */
-static AttentionShape mha_shape(int B, int T, int C, int NH) {
-    AttentionShape s = {B, T, NH, NH, C / NH, 1.0f / sqrtf((float)(C / NH)), 0};
+/* The attention's shape and the CPU reference's parameters for the same call. */
+static AttentionShape att_shape(int B, int T, int NH, int NKV, int HS, float scale, int window) {
+    AttentionShape s = {B, T, NH, NKV, HS, scale, window};
     return s;
 }
+static AttentionParams att_params(const AttentionShape *s) {
+    AttentionParams p = {{s->B, s->T, s->NH, s->NKV, s->HS}, s->scale, s->window};
+    return p;
+}
 
-static void attention_case(int B, int T, int NH, int HS) {
-    char what[128];
-    int C = NH * HS;
-    const AttentionShape sh = mha_shape(B, T, C, NH);
-    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+/* Columns c0 .. c0 + w - 1 of the rows of x [rows, width], packed. */
+static float *columns(const float *x, size_t rows, size_t width, size_t c0, size_t w) {
+    float *y = hmalloc(rows * w);
+    for (size_t r = 0; r < rows; r++) memcpy(y + r * w, x + r * width + c0, w * sizeof(float));
+    return y;
+}
+
+/* Forward out and lse, and backward dqkv (each of the q, k and v parts on its own) and the qkv bias
+ * sums, against the fp32 CPU reference on the same bf16 inputs; the backward twice, bitwise. */
+static void attention_case_shape(const AttentionShape *sh) {
+    char what[160];
+    const int B = sh->B, T = sh->T, NH = sh->NH, NKV = sh->NKV, HS = sh->HS;
+    const size_t W = (size_t)(NH + 2 * NKV) * HS, C = (size_t)NH * HS, N = (size_t)B * T;
+    const size_t nqkv = N * W, nout = N * C, natt = (size_t)B * NH * T * T, nlse = (size_t)B * NH * T;
+    const AttentionParams prm = att_params(sh);
+    snprintf(what, sizeof what, "attention B=%d T=%d NH=%d NKV=%d HS=%d scale=%g window=%d", B, T, NH, NKV, HS,
+             (double)sh->scale, sh->window);
     float *qkv = hmalloc(nqkv), *out_ref = hmalloc(nout), *att = hmalloc(natt), *out_g = hmalloc(nout);
     fill_normal(qkv, nqkv, 1.0f);
     round_bf16(qkv, nqkv);
-    attention_forward_cpu(out_ref, att, qkv, B, T, C, NH);
+    gqa_attention_forward_cpu(out_ref, att, qkv, &prm);
 
     bf16 *d_qkv = up_bf16(qkv, nqkv);
     bf16 *d_out = (bf16 *)dalloc(nout * 2);
-    float *d_lse = (float *)dalloc((size_t)B * NH * T * 4);
+    float *d_lse = (float *)dalloc(nlse * 4);
     poison(d_out, nout * 2);
-    poison(d_lse, (size_t)B * NH * T * 4);
-    attention_forward(d_out, d_lse, d_qkv, &sh, 0);
+    poison(d_lse, nlse * 4);
+    attention_forward(d_out, d_lse, d_qkv, sh, 0);
     dsync();
     down_bf16(out_g, d_out, nout);
-    snprintf(what, sizeof what, "attention fwd B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
     CHECK_REL(rel_l2(out_g, out_ref, nout), 1e-2, what);
-    float *lse = hmalloc((size_t)B * NH * T);
-    down_f32(lse, d_lse, (size_t)B * NH * T);
-    int lse_ok = 1;
-    for (size_t i = 0; i < (size_t)B * NH * T; i++) lse_ok &= isfinite(lse[i]) != 0;
-    CHECK(lse_ok, "attention lse has non-finite or unwritten values (seed %llu)", (unsigned long long)g_seed);
+    /* lse in log2 units: each row's probabilities are exp2(scale·q·k·log2(e) − lse), so the reference
+     * gives lse = scale·q·k·log2(e) − log2(p) at the row's most likely key. */
+    float *lse = hmalloc(nlse);
+    down_f32(lse, d_lse, nlse);
+    double lse_err = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float *a = att + (((size_t)b * NH + h) * T + t) * T;
+                int jmax = 0;
+                for (int j = 1; j <= t; j++)
+                    if (a[j] > a[jmax]) jmax = j;
+                const float *q = qkv + ((size_t)b * T + t) * W + (size_t)h * HS;
+                const float *k = qkv + ((size_t)b * T + jmax) * W + (size_t)(NH + h / (NH / NKV)) * HS;
+                double dot = 0;
+                for (int d = 0; d < HS; d++) dot += (double)q[d] * k[d];
+                double ref = dot * sh->scale / log(2.0) - log2((double)a[jmax]);
+                double got = lse[((size_t)b * NH + h) * T + t];
+                double e = isfinite(got) ? fabs(got - ref) / (1.0 + fabs(ref)) : INFINITY;
+                lse_err = e > lse_err ? e : lse_err;
+            }
+    CHECK(lse_err <= 1e-3, "%s: lse off by %.3g relative (seed %llu)", what, lse_err, (unsigned long long)g_seed);
 
     /* Backward: the GPU gets its own out and lse (what the trainer saves); the CPU its att. */
     float *dout = hmalloc(nout), *dqkv_ref = hmalloc(nqkv), *dqkv_g = hmalloc(nqkv), *dqkv_g2 = hmalloc(nqkv);
     fill_normal(dout, nout, 1.0f);
     round_bf16(dout, nout);
     memset(dqkv_ref, 0, nqkv * 4);
-    attention_backward_cpu(dqkv_ref, dout, qkv, att, B, T, C, NH);
+    gqa_attention_backward_cpu(dqkv_ref, dout, qkv, att, &prm);
     bf16 *d_dout = up_bf16(dout, nout), *d_dqkv = (bf16 *)dalloc(nqkv * 2);
-    size_t scratch_bytes = attention_backward_scratch_bytes(&sh);
+    size_t scratch_bytes = attention_backward_scratch_bytes(sh);
     void *scratch = dalloc(scratch_bytes);
     /* The qkv bias gradient summed as dqkv is stored: += onto a random start. */
-    float *db0 = hmalloc(3 * C), *db_g[2] = {hmalloc(3 * C), hmalloc(3 * C)};
-    fill_normal(db0, 3 * C, 1.0f);
-    float *d_db = (float *)dalloc(3 * C * 4);
+    float *db0 = hmalloc(W), *db_g[2] = {hmalloc(W), hmalloc(W)};
+    fill_normal(db0, W, 1.0f);
+    float *d_db = (float *)dalloc(W * 4);
     for (int run = 0; run < 2; run++) {
         poison(d_dqkv, nqkv * 2);
         poison(scratch, scratch_bytes);
-        CUDA_CHECK(cudaMemcpy(d_db, db0, 3 * C * 4, cudaMemcpyHostToDevice));
-        attention_backward(d_dqkv, d_db, scratch, d_dout, d_qkv, d_out, d_lse, &sh, 0);
+        CUDA_CHECK(cudaMemcpy(d_db, db0, W * 4, cudaMemcpyHostToDevice));
+        attention_backward(d_dqkv, d_db, scratch, d_dout, d_qkv, d_out, d_lse, sh, 0);
         dsync();
         down_bf16(run ? dqkv_g2 : dqkv_g, d_dqkv, nqkv);
-        down_f32(db_g[run], d_db, 3 * C);
+        down_f32(db_g[run], d_db, W);
     }
-    CHECK(same_bytes(dqkv_g, dqkv_g2, nqkv * 4) && same_bytes(db_g[0], db_g[1], 3 * C * 4),
-          "attention backward is not bitwise deterministic");
-    double worst = column_sums_error(db_g[0], db0, dqkv_g, B * T, 3 * C);
-    CHECK(worst <= 1.0, "attention backward qkv bias sums (B=%d T=%d NH=%d HS=%d): error %.3g of the allowed", B, T,
-          NH, HS, worst);
+    CHECK(same_bytes(dqkv_g, dqkv_g2, nqkv * 4) && same_bytes(db_g[0], db_g[1], W * 4),
+          "%s: backward is not bitwise deterministic", what);
+    double worst = column_sums_error(db_g[0], db0, dqkv_g, (int)N, (int)W);
+    CHECK(worst <= 1.0, "%s: qkv bias sums error %.3g of the allowed", what, worst);
     /* Without the sums, the same dqkv. */
     poison(d_dqkv, nqkv * 2);
-    attention_backward(d_dqkv, NULL, scratch, d_dout, d_qkv, d_out, d_lse, &sh, 0);
+    attention_backward(d_dqkv, NULL, scratch, d_dout, d_qkv, d_out, d_lse, sh, 0);
     dsync();
     down_bf16(dqkv_g2, d_dqkv, nqkv);
-    CHECK(same_bytes(dqkv_g, dqkv_g2, nqkv * 4), "attention backward without the bias sums differs from with them");
+    CHECK(same_bytes(dqkv_g, dqkv_g2, nqkv * 4), "%s: backward without the bias sums differs from with them", what);
     free(db0); free(db_g[0]); free(db_g[1]);
     /* Per part, so a wrong dK cannot hide behind a right dQ. */
     const char *names[3] = {"  bwd dq", "  bwd dk", "  bwd dv"};
+    const size_t c0[3] = {0, C, C + (size_t)NKV * HS}, w[3] = {C, (size_t)NKV * HS, (size_t)NKV * HS};
     for (int part = 0; part < 3; part++) {
-        float *g = hmalloc(nout), *r = hmalloc(nout);
-        for (size_t bt = 0; bt < (size_t)B * T; bt++)
-            for (int c = 0; c < C; c++) {
-                g[bt * C + c] = dqkv_g[bt * 3 * C + part * C + c];
-                r[bt * C + c] = dqkv_ref[bt * 3 * C + part * C + c];
-            }
-        CHECK_REL(rel_l2(g, r, nout), 2e-2, names[part]);
+        float *g = columns(dqkv_g, N, W, c0[part], w[part]), *r = columns(dqkv_ref, N, W, c0[part], w[part]);
+        CHECK_REL(rel_l2(g, r, N * w[part]), 2e-2, names[part]);
         free(g);
         free(r);
     }
     /* The forward too must be deterministic (it has no reductions across blocks; cheap to check). */
     float *out_g2 = hmalloc(nout);
-    attention_forward(d_out, d_lse, d_qkv, &sh, 0);
+    attention_forward(d_out, d_lse, d_qkv, sh, 0);
     dsync();
     down_bf16(out_g2, d_out, nout);
-    CHECK(same_bytes(out_g, out_g2, nout * 4), "attention forward is not bitwise deterministic");
+    CHECK(same_bytes(out_g, out_g2, nout * 4), "%s: forward is not bitwise deterministic", what);
     free(qkv); free(out_ref); free(att); free(out_g); free(out_g2); free(lse); free(dout); free(dqkv_ref);
     free(dqkv_g); free(dqkv_g2);
     dfree_all();
 }
 
+/* GPT-2's attention: multi-head, scale 1/sqrt(HS), full causal. */
+static void attention_case(int B, int T, int NH, int HS) {
+    AttentionShape s = att_shape(B, T, NH, NH, HS, 1.0f / sqrtf((float)HS), 0);
+    attention_case_shape(&s);
+}
+
 TEST(kernels_attention_matches_cpu_head64) {
     seed_fresh();
-    for (int wgmma = 1; wgmma >= 0; wgmma--) { /* the Hopper forward (default) and the mma.sync one */
+    for (int wgmma = 1; wgmma >= 0; wgmma--) { /* the Hopper kernels (default) and the mma.sync ones */
         attention_use_wgmma(wgmma);
         attention_case(1, 1, 2, 64);
         attention_case(3, 7, 2, 64);
@@ -698,32 +731,112 @@ TEST(kernels_attention_matches_cpu_head128) {
     attention_case(1, 200, 2, 128);
 }
 
+/* Grouped-query attention: query head h reads key/value head h / (NH/NKV), and each key/value
+ * head's gradient sums its group's query heads. Groups of 4 (NH 8, NKV 2; NH 4, NKV 1), of 2, of 1
+ * (NH = NKV) and one key/value head for six query heads, at lengths that are not multiples of the
+ * 64-row tiles. */
+static void grouped_query_cases(int HS) {
+    const int T[3] = {1, 77, 200};
+    const int heads[4][2] = {{8, 2}, {4, 1}, {4, 2}, {3, 3}}; /* NH, NKV: groups of 4, 4, 2, 1 */
+    for (int ti = 0; ti < 3; ti++)
+        for (int hi = 0; hi < 4; hi++) {
+            AttentionShape s = att_shape(2, T[ti], heads[hi][0], heads[hi][1], HS, 1.0f / sqrtf((float)HS), 0);
+            attention_case_shape(&s);
+        }
+    AttentionShape one = att_shape(1, 130, 6, 1, HS, 1.0f / sqrtf((float)HS), 0); /* one KV head for all */
+    attention_case_shape(&one);
+}
+
+TEST(kernels_grouped_query_attention_shares_kv_heads_head64) {
+    seed_fresh();
+    for (int wgmma = 1; wgmma >= 0; wgmma--) {
+        attention_use_wgmma(wgmma);
+        grouped_query_cases(64);
+    }
+    attention_use_wgmma(1);
+}
+
+TEST(kernels_grouped_query_attention_shares_kv_heads_head128) {
+    seed_fresh();
+    grouped_query_cases(128);
+}
+
+/* A scale other than 1/sqrt(HS) (Gemma's query_pre_attn_scalar^-1/2) reaches the softmax of both
+ * passes: with the default it would fail the reference by far more than the tolerance. */
+TEST(kernels_attention_uses_the_given_softmax_scale) {
+    seed_fresh();
+    for (int wgmma = 1; wgmma >= 0; wgmma--) {
+        attention_use_wgmma(wgmma);
+        AttentionShape s64 = att_shape(2, 77, 8, 2, 64, 0.3f, 0);
+        attention_case_shape(&s64);
+    }
+    attention_use_wgmma(1);
+    AttentionShape s128 = att_shape(2, 77, 4, 4, 128, 0.05f, 0);
+    attention_case_shape(&s128);
+}
+
+/* A sliding window W lets query i see keys i - W < j <= i: windows shorter than a tile, of exactly
+ * a tile, longer than several tiles, of one key (each query sees only itself) and longer than T (the
+ * full causal attention), with grouped heads and a scale of its own, as Gemma's local layers. */
+static void sliding_window_cases(int HS) {
+    const float scale = 1.0f / sqrtf(256.0f); /* query_pre_attn_scalar 256 */
+    const int cases[][5] = {
+        /* T, NH, NKV, window, B */
+        {200, 8, 2, 33, 2}, {77, 4, 1, 33, 1}, {1, 2, 1, 33, 1}, {130, 4, 2, 64, 2},
+        {300, 2, 1, 100, 1}, {100, 3, 3, 1, 1}, {200, 4, 2, 500, 1}, {257, 4, 4, 65, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        AttentionShape s = att_shape(cases[i][4], cases[i][0], cases[i][1], cases[i][2], HS, scale, cases[i][3]);
+        attention_case_shape(&s);
+    }
+}
+
+TEST(kernels_sliding_window_attention_sees_exactly_w_keys_head64) {
+    seed_fresh();
+    for (int wgmma = 1; wgmma >= 0; wgmma--) {
+        attention_use_wgmma(wgmma);
+        sliding_window_cases(64);
+    }
+    attention_use_wgmma(1);
+}
+
+TEST(kernels_sliding_window_attention_sees_exactly_w_keys_head128) {
+    seed_fresh();
+    sliding_window_cases(128);
+}
+
 /* ---- decode attention: one query row against the cache ---------------------------------- */
 
-/* Row ctx-1 of a sequence of ctx rows (its keys and values the cache), against the fp32 CPU row on
- * the same bf16 inputs; the whole of out is checked, so a head left unwritten fails. */
-static void attention_decode_case(int ctx, int NH, int HS) {
-    char what[128];
-    const int C = NH * HS, t = ctx - 1;
-    const AttentionShape sh = mha_shape(1, ctx, C, NH);
-    const size_t nqkv = (size_t)ctx * 3 * C;
-    float *qkv = hmalloc(nqkv), *ref = hmalloc(C), *att = hmalloc((size_t)NH * ctx), *got = hmalloc(C),
-          *again = hmalloc(C);
+/* Row ctx-1 of a sequence of ctx rows (its keys and values the cache), against the last row of the
+ * fp32 CPU forward on the same bf16 inputs; the whole of out is checked, so a head left unwritten
+ * fails. */
+static void attention_decode_case_shape(int ctx, int NH, int NKV, int HS, float scale, int window) {
+    char what[160];
+    const int t = ctx - 1;
+    const size_t C = (size_t)NH * HS, nqkv = (size_t)ctx * (NH + 2 * NKV) * HS;
+    AttentionShape sh = att_shape(1, ctx, NH, NKV, HS, scale, window);
+    AttentionParams prm = att_params(&sh);
+    float *qkv = hmalloc(nqkv), *ref = hmalloc((size_t)ctx * C), *att = hmalloc((size_t)NH * ctx * ctx),
+          *got = hmalloc(C), *again = hmalloc(C);
     fill_normal(qkv, nqkv, 1.0f);
     round_bf16(qkv, nqkv);
-    attention_decode_cpu(ref, att, qkv, t, C, NH);
-    bf16 *d_qkv = up_bf16(qkv, nqkv), *d_out = (bf16 *)dalloc((size_t)C * 2);
+    gqa_attention_forward_cpu(ref, att, qkv, &prm);
+    bf16 *d_qkv = up_bf16(qkv, nqkv), *d_out = (bf16 *)dalloc(C * 2);
     for (int run = 0; run < 2; run++) {
-        poison(d_out, (size_t)C * 2);
+        poison(d_out, C * 2);
         attention_decode(d_out, d_qkv, t, &sh, 0);
         dsync();
         down_bf16(run ? again : got, d_out, C);
     }
-    snprintf(what, sizeof what, "attention decode ctx=%d NH=%d HS=%d", ctx, NH, HS);
-    CHECK_REL(rel_l2(got, ref, C), 4e-3, what);
-    CHECK(same_bytes(got, again, (size_t)C * 4), "attention decode is not bitwise repeatable (ctx %d)", ctx);
+    snprintf(what, sizeof what, "attention decode ctx=%d NH=%d NKV=%d HS=%d window=%d", ctx, NH, NKV, HS, window);
+    CHECK_REL(rel_l2(got, ref + (size_t)t * C, C), 4e-3, what);
+    CHECK(same_bytes(got, again, C * 4), "attention decode is not bitwise repeatable (ctx %d)", ctx);
     free(qkv); free(ref); free(att); free(got); free(again);
     dfree_all();
+}
+
+static void attention_decode_case(int ctx, int NH, int HS) {
+    attention_decode_case_shape(ctx, NH, NH, HS, 1.0f / sqrtf((float)HS), 0);
 }
 
 TEST(kernels_attention_decode_matches_the_cpu_row_at_any_context_length) {
@@ -734,6 +847,15 @@ TEST(kernels_attention_decode_matches_the_cpu_row_at_any_context_length) {
     attention_decode_case(1023, 12, 64);
     attention_decode_case(1024, 2, 128);
     attention_decode_case(300, 3, 96);
+}
+
+/* Grouped-query heads, a scale of its own and a sliding window (query t sees keys t-W < j <= t). */
+TEST(kernels_attention_decode_reads_the_group_kv_head_and_its_window) {
+    seed_fresh();
+    attention_decode_case_shape(77, 8, 2, 64, 0.3f, 0);
+    attention_decode_case_shape(200, 4, 1, 128, 1.0f / sqrtf(128.0f), 33);
+    attention_decode_case_shape(20, 4, 4, 256, 0.0625f, 33); /* a window longer than the context */
+    attention_decode_case_shape(512, 6, 2, 96, 0.1f, 64);
 }
 
 /* ---- AdamW and the global norm ---------------------------------------------------------- */

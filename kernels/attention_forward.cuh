@@ -1,0 +1,195 @@
+/* kernels/attention_forward.cuh - the forward kernels: mma.sync (HS 64 and 128) and wgmma (HS 64),
+ * with the same blocks, loads and online softmax (attention.cu describes the algorithm). */
+#ifndef FUSEDGPT_ATTENTION_FORWARD_CUH
+#define FUSEDGPT_ATTENTION_FORWARD_CUH
+
+#include "kernels/attention_mask.cuh"
+#include "kernels/attention_mma.cuh"
+#include "kernels/attention_store.cuh"
+#include "kernels/fast_math.cuh"
+
+template <int HS>
+__global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
+    attention_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, int window,
+                             float sl2) {
+    constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = TILE / 8, DT = HS / 8;
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    bf16 *Qs = reinterpret_cast<bf16 *>(att_smem);
+    bf16 *Ks = Qs + TILE * SROW, *Vs = Ks + 2 * TILE * SROW;
+
+    int C = NH * HS;
+    size_t C3 = packed_qkv_width(NH, NKV, HS);
+    int qb = gridDim.x - 1 - blockIdx.x;
+    int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS;
+    const bf16 *kbase = qkv + (size_t)b * T * C3 + key_col(NH, HS, h / (NH / NKV));
+    const bf16 *vbase = qkv + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
+    int q0 = qb * TILE;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+
+    int j0 = first_key_tile(q0, window); /* key tiles j0..qb: the query and key tiles are the same size */
+    load_rows<HS, TILE>(Qs, qbase, C3, q0, T);
+    load_rows<HS, TILE>(Ks + (j0 & 1) * TILE * SROW, kbase, C3, j0 * TILE, T);
+    load_rows<HS, TILE>(Vs + (j0 & 1) * TILE * SROW, vbase, C3, j0 * TILE, T);
+    cp_async_commit();
+
+    float o[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    uint32_t qf[HS / 16][4];
+    int nkv = qb + 1;
+
+    for (int j = j0; j < nkv; j++) {
+        next_kv_tile_or_wait_padded<HS>(Ks, Vs, kbase, vbase, C3, j, nkv, T);
+        /* Tile j (and Q) landed for every thread's copies before anyone reads them. */
+        __syncthreads();
+        if (j == j0) {
+#pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++) load_a<SROW>(qf[ks], Qs, warp * 16, ks * 16, lane);
+        }
+        const bf16 *Kt = Ks + (j & 1) * TILE * SROW, *Vt = Vs + (j & 1) * TILE * SROW;
+
+        float s[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < HS / 16; ks++)
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                uint32_t r[4];
+                load_b_nk<SROW>(r, Kt, np * 16, ks * 16, lane);
+                mma_bf16(s[2 * np], qf[ks], r[0], r[1]);
+                mma_bf16(s[2 * np + 1], qf[ks], r[2], r[3]);
+            }
+
+        /* Only the diagonal tile and those at the window's edge need the mask (a uniform branch); the
+         * diagonal's also masks keys >= T, which are > every query. The max is taken over raw scores
+         * and scaled once (sl2 > 0). */
+        if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, window)) {
+            int k0 = j * TILE, qrow = q0 + warp * 16 + g;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int key = k0 + nt * 8 + 2 * tq + (e & 1), qi = qrow + (e >= 2 ? 8 : 0);
+                    if (att_hidden(key, qi, window)) s[nt][e] = -INFINITY;
+                }
+        }
+
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float mnew = fmaxf(mrow[r], mx * sl2), msub = safe_max(mnew);
+            float alpha = ex2(mrow[r] - msub); /* 0 until the row's first key (mrow = -inf) */
+            mrow[r] = mnew;
+            lrow[r] *= alpha;
+#pragma unroll
+            for (int dt = 0; dt < DT; dt++) {
+                o[dt][2 * r] *= alpha;
+                o[dt][2 * r + 1] *= alpha;
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                float p0 = ex2(fmaf(s[nt][2 * r], sl2, -msub)), p1 = ex2(fmaf(s[nt][2 * r + 1], sl2, -msub));
+                s[nt][2 * r] = p0;
+                s[nt][2 * r + 1] = p1;
+                lrow[r] += p0 + p1;
+            }
+        }
+        mma_pv<SROW, TILE / 16, HS>(o, s, Vt, lane);
+        /* Everyone is done with buffer j&1 before iteration j+1 refills it with tile j+2. */
+        __syncthreads();
+    }
+
+    store_forward_rows<HS>(out, lse, &o[0][0], lrow, mrow, b, h, q0 + warp * 16 + g, tq, T, C);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Forward on Hopper tensor cores, HS = 64: the blocks, loads and online softmax of
+ * attention_forward_kernel, with both products as warpgroup MMAs (the block's 4 warps are one
+ * warpgroup; each warp's 16 rows of S and O sit in the same registers as with mma.sync).
+ *   S = Q·Kᵀ: wgmma m64n64k16 ×4, Q and K K-major from shared memory;
+ *   O += P·V: wgmma m64n64k16 ×4, P from registers (the S accumulators packed to bf16 pairs), V
+ *   MN-major from shared memory (its rows are keys: the transposed operand).
+ * Shared tiles [64][64] bf16 in wgmma's 128-byte swizzle: Q, K [2], V [2]. */
+__global__ void __launch_bounds__(ATT_THREADS)
+    attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, int window,
+                                   float sl2) {
+    constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
+    extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
+    const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, Ks = Qs + TILE_BYTES, Vs = Ks + 2 * TILE_BYTES;
+
+    int C = NH * HS;
+    size_t C3 = packed_qkv_width(NH, NKV, HS);
+    int qb = gridDim.x - 1 - blockIdx.x;
+    int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS;
+    const bf16 *kbase = qkv + (size_t)b * T * C3 + key_col(NH, HS, h / (NH / NKV));
+    const bf16 *vbase = qkv + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
+    int q0 = qb * TILE;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+
+    int j0 = first_key_tile(q0, window);
+    load_rows_swizzled(Qs, qbase, C3, q0, T);
+    load_rows_swizzled(Ks + (j0 & 1) * TILE_BYTES, kbase, C3, j0 * TILE, T);
+    load_rows_swizzled(Vs + (j0 & 1) * TILE_BYTES, vbase, C3, j0 * TILE, T);
+    cp_async_commit();
+
+    float o[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) o[i] = 0.0f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    int nkv = qb + 1;
+
+    for (int j = j0; j < nkv; j++) {
+        next_kv_tile_or_wait(Ks, Vs, kbase, vbase, C3, j, nkv, T);
+        fence_proxy_async(); /* the copies are read by wgmma, through the async proxy */
+        __syncthreads();
+        const uint32_t Kt = Ks + (j & 1) * TILE_BYTES, Vt = Vs + (j & 1) * TILE_BYTES;
+
+        float s[32];
+        wgmma_fence();
+        wgmma_abt(s, Qs, Kt);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_acc(s);
+
+        if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, window))
+            mask_tile(s, j * TILE, q0 + warp * 16 + g, tq, window);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * r], s[nt * 4 + 2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float mnew = fmaxf(mrow[r], mx * sl2), msub = safe_max(mnew);
+            float alpha = ex2(mrow[r] - msub);
+            mrow[r] = mnew;
+            lrow[r] *= alpha;
+#pragma unroll
+            for (int dt = 0; dt < 8; dt++) {
+                o[dt * 4 + 2 * r] *= alpha;
+                o[dt * 4 + 2 * r + 1] *= alpha;
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+                float p0 = ex2(fmaf(s[nt * 4 + 2 * r], sl2, -msub)), p1 = ex2(fmaf(s[nt * 4 + 2 * r + 1], sl2, -msub));
+                s[nt * 4 + 2 * r] = p0;
+                s[nt * 4 + 2 * r + 1] = p1;
+                lrow[r] += p0 + p1;
+            }
+        }
+        wgmma_xb(o, s, Vt); /* O += P·V */
+        __syncthreads(); /* buffer j&1 is refilled with tile j+2 by the next iteration */
+    }
+
+    store_forward_rows<HS>(out, lse, o, lrow, mrow, b, h, q0 + warp * 16 + g, tq, T, C);
+}
+
+#endif

@@ -1,0 +1,93 @@
+/* kernels/attention_mma.cuh - the attention kernels' tensor-core products: fragments of padded
+ * shared tiles and the mma.sync m16n8k16 products (A·Bᵀ and P·V), and the warpgroup (wgmma) products
+ * of [64][64] swizzled tiles, with the A operand from accumulator registers where P or dS feed the
+ * next product. */
+#ifndef FUSEDGPT_ATTENTION_MMA_CUH
+#define FUSEDGPT_ATTENTION_MMA_CUH
+
+#include "kernels/attention_tiles.cuh"
+
+/* A fragment (16 rows × 16 cols at row0, col0) of a row-major shared tile. */
+template <int SROW>
+__device__ __forceinline__ void load_a(uint32_t a[4], const bf16 *tile, int row0, int col0, int lane) {
+    ldmatrix_x4(a, tile + (row0 + (lane % 8) + ((lane / 8) % 2) * 8) * SROW + col0 + (lane / 16) * 8);
+}
+/* B fragments of two adjacent n-tiles (n0..n0+15) when the tile is stored [n][k] (k contiguous):
+ * r0,r1 = b0,b1 of n-tile n0; r2,r3 = b0,b1 of n-tile n0+8. */
+template <int SROW>
+__device__ __forceinline__ void load_b_nk(uint32_t r[4], const bf16 *tile, int n0, int k0, int lane) {
+    ldmatrix_x4(r, tile + (n0 + (lane % 8) + (lane / 16) * 8) * SROW + k0 + ((lane / 8) % 2) * 8);
+}
+/* The same when the tile is stored [k][n] (n contiguous): the transposing ldmatrix. */
+template <int SROW>
+__device__ __forceinline__ void load_b_kn(uint32_t r[4], const bf16 *tile, int k0, int n0, int lane) {
+    ldmatrix_x4_trans(r, tile + (k0 + (lane % 8) + ((lane / 8) % 2) * 8) * SROW + n0 + (lane / 16) * 8);
+}
+
+/* acc[16 × 8·NT] += A-tile(16 × 16·KS, rows row0 of `a_tile`) · Bᵀ where B is stored [n][k] in b_tile. */
+template <int SROW, int KS, int NT>
+__device__ __forceinline__ void mma_abt(float acc[NT][4], const bf16 *a_tile, int row0, const bf16 *b_tile,
+                                        int lane) {
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        uint32_t a[4];
+        load_a<SROW>(a, a_tile, row0, ks * 16, lane);
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t r[4];
+            load_b_nk<SROW>(r, b_tile, np * 16, ks * 16, lane);
+            mma_bf16(acc[2 * np], a, r[0], r[1]);
+            mma_bf16(acc[2 * np + 1], a, r[2], r[3]);
+        }
+    }
+}
+
+/* acc[16 × HS] += P(16 × 16·KT, in C-fragment registers) · V where V is stored [k][n] in v_tile. */
+template <int SROW, int KT, int HS>
+__device__ __forceinline__ void mma_pv(float acc[HS / 8][4], const float p[2 * KT][4], const bf16 *v_tile,
+                                       int lane) {
+#pragma unroll
+    for (int kk = 0; kk < KT; kk++) {
+        uint32_t a[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
+                         pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                         pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < HS / 16; dp++) {
+            uint32_t r[4];
+            load_b_kn<SROW>(r, v_tile, kk * 16, dp * 16, lane);
+            mma_bf16(acc[2 * dp], a, r[0], r[1]);
+            mma_bf16(acc[2 * dp + 1], a, r[2], r[3]);
+        }
+    }
+}
+
+/* The A fragment of k-step kk (columns 16kk..16kk+15) from a 64-column accumulator, as bf16 pairs. */
+__device__ __forceinline__ void pack_a_fragment(uint32_t (&a)[4], const float (&acc)[32], int kk) {
+    a[0] = pack_bf16(acc[8 * kk + 0], acc[8 * kk + 1]);
+    a[1] = pack_bf16(acc[8 * kk + 2], acc[8 * kk + 3]);
+    a[2] = pack_bf16(acc[8 * kk + 4], acc[8 * kk + 5]);
+    a[3] = pack_bf16(acc[8 * kk + 6], acc[8 * kk + 7]);
+}
+
+/* acc[64 x 64] (=, or += when accumulate) = A·Bᵀ, A and B [64][64] K-major swizzled tiles. */
+__device__ __forceinline__ void wgmma_abt(float (&acc)[32], uint32_t A, uint32_t B) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wgmma_m64n64k16_ss(acc, smem_desc(A + kk * 32), smem_desc(B + kk * 32), kk > 0);
+}
+
+/* acc[64 x 64] += X·B, X in accumulator registers (packed to bf16 here), B a [64][64] swizzled tile
+ * read MN-major (its rows are X's columns). Waits for completion: the packed registers are free after. */
+__device__ __forceinline__ void wgmma_xb(float (&acc)[32], const float (&x)[32], uint32_t B) {
+    uint32_t a[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) pack_a_fragment(a[kk], x, kk);
+    fence_acc(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wgmma_m64n64k16_rs_mn(acc, a[kk], smem_desc(B + kk * 16 * 128), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(acc);
+}
+
+#endif
