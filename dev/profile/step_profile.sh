@@ -10,7 +10,8 @@
 #      range, ncu --profile-from-start off; clocks and caches left alone), and the kernels are summed
 #      by part of the step (body forward, output layer, body backward, optimizer) and by name, the
 #      cuBLAS GEMMs also by grid so each matmul shape has its own line.
-# NCU=0 skips part 2. The sum of kernel times leaves out the gaps between kernels; step time minus that sum is what the
+# MODEL (default "-e d12 -t 1024") picks another model, e.g. MODEL="-e qwen3-0.6b -t 2048 --max-seq-len 2048"
+# VOCABS="151936" B_PROFILE=8 for Qwen3-0.6B. NCU=0 skips part 2. The sum of kernel times leaves out the gaps between kernels; step time minus that sum is what the
 # GPU spent idle or overlapping (memsets and copies are not kernels and are not counted).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -23,8 +24,9 @@ make -j16 train >"$OUT/step_profile_build.log" 2>&1 || { tail -20 "$OUT/step_pro
 for V in $VOCABS; do
     python3 tests/fixtures/gen/make_shard.py /tmp/sp/rand_$V.bin 20000000 $V random 3 >/dev/null
     for output in $OUTPUTS; do
-        tag=d12_V${V}_B${B}_$output
-        args="-e d12 -v $V -b $B -t 1024 --warmup 10 --val-every 0 -s 0 --output $output -i /tmp/sp/rand_$V.bin -o /tmp/sp/run"
+        MODEL=${MODEL:--e d12 -t 1024}
+        tag=$(echo "$MODEL" | awk '{print $2}')_V${V}_B${B}_$output
+        args="$MODEL -v $V -b $B --warmup 10 --val-every 0 -s 0 --output $output -i /tmp/sp/rand_$V.bin -o /tmp/sp/run"
         # clocks and power while it trains: is a slow part slow or throttled?
         nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 250 \
             >"$OUT/${tag}_clocks.csv" 2>/dev/null &
@@ -69,7 +71,7 @@ output_layer = re.compile(r"tile_kernel|count_valid|canonical_loss|fused_merge|r
 part, parts = "body forward", []
 for name, grid, ms in kernels:
     if part == "body forward" and output_layer.search(name): part = "output layer"
-    elif part == "output layer" and name.startswith("layernorm_backward"): part = "body backward"
+    elif part == "output layer" and name.startswith(("layernorm_backward", "rmsnorm_backward")): part = "body backward"
     elif name.startswith(("sumsq", "adamw")): part = "optimizer"
     parts.append(part)
 def short(name):
