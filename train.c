@@ -26,6 +26,7 @@
 #include "data/prepare.h"
 #include "common/rng.h"
 #include "model/backend.h"
+#include "model/memory_estimate.h"
 #include "model/train/checkpoint.h"
 #include "model/train/eval_cmd.h"
 #include "model/cuda/cuda_device.h"
@@ -462,6 +463,21 @@ static int checkpoint_tokenizer(const Tokenizer *tok, int max_seq_len, Checkpoin
     }
     *ck = (CheckpointTokenizer){json, len, config, (int)tokenizer_eot_token(tok)};
     return 1;
+}
+
+/* What the same run would take on a GPU, whatever the family (the CUDA backend's own table says
+ * it exactly for the families it runs), below the table of a run on the CPU. An H100's 80 GB is
+ * the reference for the largest micro-batch. */
+static void print_gpu_estimate(const ParamTable *t, int B, int T, int recompute_mlp) {
+    const size_t h100 = (size_t)80e9;
+    const MemoryEstimate e = memory_estimate(t, B, T, recompute_mlp);
+    const int largest = memory_estimate_largest_batch(t, T, recompute_mlp, MEMORY_RUNTIME_RESERVE, h100);
+    printf("  on a GPU (estimate): %.2f MB weights and optimizer state + %.2f MB activations = %.2f MB\n"
+           "    (bf16 weights; fp32 master weights, gradients, AdamW m, v; plus the output layer's workspace, the "
+           "kernels' scratch and %.0f GB for the runtime)\n"
+           "    the largest micro-batch on an 80 GB H100 is -b %d\n",
+           (e.weights + e.master + e.grads + e.adamw) / 1e6, e.activations / 1e6, memory_estimate_total(&e) / 1e6,
+           MEMORY_RUNTIME_RESERVE / 1e9, largest);
 }
 
 /* Prints the start-up memory table: the backend's, and the host buffers checkpoints are written
@@ -1055,7 +1071,9 @@ static void print_header(Run *r) {
         printf("validation: %s holds %d batch(es) of %d x %lld per rank, fewer than --val-batches asks; using those\n",
                r->val_path, r->val_batches_per_rank, r->B, (long long)r->T + 1);
     r->flops_per_step = gpt_flops_per_token(cfg, r->T) * opt->total_batch;
-    print_memory(be, r->ck.params ? checkpoint_buffers_bytes(&r->table) : 0, strcmp(opt->device, "cpu") == 0);
+    const int on_cpu = strcmp(opt->device, "cpu") == 0;
+    print_memory(be, r->ck.params ? checkpoint_buffers_bytes(&r->table) : 0, on_cpu);
+    if (on_cpu) print_gpu_estimate(&r->table, r->B, r->T, opt->recompute_gelu);
 }
 
 /* The validation loss at `step`, printed and logged. */

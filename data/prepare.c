@@ -2,9 +2,10 @@
  * corpus prepared on first use and cached (prepare_default_corpus).
  *
  * Text files are joined into one text, one document per file, with "<|endoftext|>" between them
- * ("<|endoftext|>" already inside a file also separates documents). The tokenizer is trained on
- * all of it; the last ~val_fraction of the bytes, starting at a document boundary, becomes the
- * validation shard. Shards are written through data/shard.h with the vocabulary size the tokenizer
+ * ("<|endoftext|>" already inside a file also separates documents); an imported tokenizer's
+ * separator takes its place, and each document gets its post-processor's tokens (Llama 3's BOS).
+ * The tokenizer is trained on all of it; the last ~val_fraction of the bytes, starting at a
+ * document boundary, becomes the validation shard. Shards are written through data/shard.h with the vocabulary size the tokenizer
  * reached (which can be below the one asked for on a small corpus). */
 #include "data/prepare.h"
 #include "common/err.h"
@@ -146,8 +147,45 @@ static size_t val_cut(const char *text, size_t len, double fraction, const char 
     return target;
 }
 
-/* Encodes one part (flags: which end of it the text goes on from, tokenizer.h) and writes it as a
- * shard. */
+/* Every separator in the text ends one document and starts the next, and each document gets the
+ * tokens the tokenizer's post-processor puts around a text, so that its ids are Hugging Face's
+ * tokenizer(document)["input_ids"] (Llama 3: <|begin_of_text|> before it; Qwen 2: nothing). The
+ * encoder put them around the part (where its ends are a document's: tokenizer.h's flags); here
+ * they go on either side of each separator in ids[0..*n), which grows to hold them. Between two
+ * documents lies the separator once: not again where the post-processor's tokens already put it
+ * there (Gemma's and Llama 2's <bos> is their separator). */
+static int wrap_documents(const Tokenizer *tok, uint32_t **ids, size_t *n, char *err) {
+    const uint32_t *before, *after, sep = tokenizer_eot_token(tok);
+    const size_t n_before = (size_t)tokenizer_post_tokens(tok, 0, &before);
+    const size_t n_after = (size_t)tokenizer_post_tokens(tok, 1, &after);
+    const int sep_there = (n_after && after[n_after - 1] == sep) || (n_before && before[0] == sep);
+    const size_t each = n_after + n_before + !sep_there; /* the ids one separator becomes */
+    size_t seps = 0;
+    for (size_t i = 0; i < *n; i++) seps += (*ids)[i] == sep;
+    if (each == 1 || seps == 0) return 0;
+    const size_t total = *n + seps * (each - 1);
+    uint32_t *grown = realloc(*ids, (total ? total : 1) * sizeof *grown);
+    if (!grown) {
+        fgpt_set_err(err, "out of memory for %zu tokens; prepare less text at a time", total);
+        return -1;
+    }
+    /* from the back, so each id moves once and is never overwritten before it moves */
+    for (size_t i = *n, o = total; i-- > 0;) {
+        if (grown[i] != sep) {
+            grown[--o] = grown[i];
+            continue;
+        }
+        for (size_t k = n_before; k-- > 0;) grown[--o] = before[k];
+        if (!sep_there) grown[--o] = sep;
+        for (size_t k = n_after; k-- > 0;) grown[--o] = after[k];
+    }
+    *ids = grown;
+    *n = total;
+    return 0;
+}
+
+/* Encodes one part (flags: which end of it the text goes on from, tokenizer.h), gives each of its
+ * documents the post-processor's tokens, and writes it as a shard. */
 static int write_part(const Tokenizer *tok, const char *text, size_t len, int flags, int threads, const char *path,
                       uint64_t *n_tokens, char *err) {
     uint32_t *ids = NULL;
@@ -155,6 +193,10 @@ static int write_part(const Tokenizer *tok, const char *text, size_t len, int fl
     char terr[ERR_LEN];
     if (tokenizer_encode_parallel(tok, text, len, TOKENIZER_SPECIALS | flags, threads, &ids, &n, terr) != 0) {
         fgpt_set_err(err, "%s", terr);
+        return -1;
+    }
+    if (wrap_documents(tok, &ids, &n, err) != 0) {
+        free(ids);
         return -1;
     }
     int rc = shard_write(path, ids, n, tokenizer_vocab_size(tok), err);
@@ -204,10 +246,11 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
     const char *eot = given ? tokenizer_eot_text(given, &eot_len) : TOKENIZER_EOT_TEXT;
     int at_boundary;
     size_t cut = val_cut(text, len, opt->val_fraction, eot, eot_len, &at_boundary);
-    /* An imported tokenizer encodes the text as Hugging Face does the whole of it (its BOS once,
-     * at the start): the validation part goes on from the training part, so it starts at the
-     * separator (the piece after it then begins as it does in the whole), or at a place where the
-     * tokenizer can cut text (tokenizer_cut_near) */
+    /* An imported tokenizer encodes the text as Hugging Face does each document of it: the
+     * validation part goes on from the training part, so it starts at the separator (the piece
+     * after it then begins as it does in the whole, and the separator brings the post-processor's
+     * tokens around it: wrap_documents), or at a place where the tokenizer can cut text
+     * (tokenizer_cut_near) */
     if (imported && at_boundary && cut < len) cut -= eot_len;
     else if (imported && !at_boundary) {
         size_t at = tokenizer_cut_near(given, text, len, cut > 0 ? cut - 1 : 0);

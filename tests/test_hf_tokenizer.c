@@ -384,3 +384,124 @@ TEST(a_tokenizer_json_token_longer_than_the_limit_is_refused) {
           "the error should name the file and the token on one line: %s", err);
     tokenizer_free(t);
 }
+
+/* ---- the post-processor: the tokens Hugging Face's encode(text) puts around a text ---- */
+#define LLAMA3_BOS "tests/fixtures/hf_llama3_bos.json"
+
+/* Llama 3's post-processor (ByteLevel, then "<|begin_of_text|> $A"): encoding with specials gives
+ * <|begin_of_text|> then the ids of the text alone, once however many threads encode it; without
+ * specials, the text's ids alone. */
+TEST(a_llama3_tokenizer_json_puts_begin_of_text_before_an_encoded_text) {
+    char err[ERR_LEN];
+    Tokenizer *t = tokenizer_load(LLAMA3_BOS, err);
+    REQUIRE(t, "%s", err);
+    size_t n_plain = 0, len = 0;
+    uint32_t *plain = read_ids_file("tests/fixtures/hf_llama3_style.ids", &n_plain);
+    char *doc = read_file(DOCUMENT, &len);
+    REQUIRE(plain && doc, "cannot read the fixtures");
+    uint32_t *want = malloc((n_plain + 1) * sizeof *want);
+    want[0] = 0; /* <|begin_of_text|> */
+    memcpy(want + 1, plain, n_plain * sizeof *want);
+    size_t n = 0;
+    uint32_t *ids = tokenizer_encode_alloc(t, doc, len, TOKENIZER_SPECIALS, &n);
+    expect_same_ids(ids, n, want, n_plain + 1, "with specials");
+    free(ids);
+    /* a text without special tokens in it: the same ids, without <|begin_of_text|> */
+    size_t n_with = 0;
+    uint32_t *with = tokenizer_encode_alloc(t, "Hello world", 11, TOKENIZER_SPECIALS, &n_with);
+    ids = tokenizer_encode_alloc(t, "Hello world", 11, 0, &n);
+    REQUIRE(with && ids && n_with > 1, "cannot encode");
+    CHECK(with[0] == 0 && ids[0] != 0, "<|begin_of_text|> with specials only");
+    expect_same_ids(ids, n, with + 1, n_with - 1, "without specials");
+    free(with);
+    free(ids);
+    ids = NULL;
+    REQUIRE(tokenizer_encode_parallel(t, doc, len, TOKENIZER_SPECIALS, 3, &ids, &n, err) == 0, "%s", err);
+    expect_same_ids(ids, n, want, n_plain + 1, "on 3 threads");
+    const uint32_t *around;
+    CHECK(tokenizer_post_tokens(t, 0, &around) == 1 && around[0] == 0 && tokenizer_post_tokens(t, 1, &around) == 0,
+          "the post-processor's tokens are not <|begin_of_text|> before and none after");
+    free(ids);
+    free(want);
+    free(doc);
+    free(plain);
+    tokenizer_free(t);
+}
+
+/* Qwen 2's post-processor is a ByteLevel one, which only trims offsets: it adds no token. */
+TEST(a_byte_level_post_processor_adds_no_token) {
+    char *json = read_text("tests/fixtures/hf_qwen2_style.json"), path[700], err[ERR_LEN];
+    REQUIRE(json, "cannot read the fixture");
+    const char *from = "\"post_processor\": null";
+    char *at = strstr(json, from);
+    REQUIRE(at, "the fixture has no null post_processor");
+    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    fwrite(json, 1, (size_t)(at - json), f);
+    fputs("\"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": false, "
+          "\"use_regex\": false}", f);
+    fputs(at + strlen(from), f);
+    fclose(f);
+    free(json);
+    Tokenizer *t = tokenizer_load(path, err);
+    REQUIRE(t, "%s", err);
+    size_t n_want = 0, n = 0;
+    uint32_t *want = read_ids_file("tests/fixtures/hf_qwen2_style.ids", &n_want), *ids = encode_file(t, DOCUMENT, &n);
+    REQUIRE(want && ids, "cannot read the fixtures");
+    expect_same_ids(ids, n, want, n_want, "ByteLevel post-processor");
+    free(ids);
+    free(want);
+    tokenizer_free(t);
+}
+
+/* `./train prepare` with Llama 3's tokenizer.json on three files (the first and last hold separators
+ * of their own, which end documents too): each document's ids are
+ * tokenizer(document)["input_ids"] (<|begin_of_text|> first), <|end_of_text|> between them, as
+ * the fixture's generator recorded; the validation shard starts at the last separator, which
+ * brings the last document's <|begin_of_text|> with it. */
+TEST(prepare_gives_each_document_the_post_processors_tokens_and_end_of_text_between_them) {
+    char args[1400], path[800], err[ERR_LEN];
+    snprintf(args, sizeof args,
+             "prepare --tokenizer " LLAMA3_BOS " --val-fraction 0.2 -o %s/bos " DOCUMENT
+             " tests/fixtures/spm_document.txt " DOCUMENT, test_tmpdir());
+    char *out = NULL;
+    int rc = run_train(args, &out);
+    CHECK(rc == 0, "prepare: (%d) %s", rc, out);
+    free(out);
+    uint32_t *ids[2] = {NULL, NULL};
+    uint64_t n[2] = {0, 0};
+    const char *parts[2] = {"train", "val"};
+    for (int k = 0; k < 2; k++) {
+        ShardHeader h;
+        snprintf(path, sizeof path, "%s/bos/%s.bin", test_tmpdir(), parts[k]);
+        REQUIRE(shard_read(path, 700, &ids[k], &n[k], &h, err) == 0, "%s", err);
+    }
+    const uint32_t bos = 0, end_of_text = 1;
+    CHECK(n[0] > 0 && ids[0][0] == bos, "the training shard does not start with <|begin_of_text|>");
+    CHECK(n[1] > 1 && ids[1][0] == end_of_text && ids[1][1] == bos,
+          "the validation shard does not start with <|end_of_text|> <|begin_of_text|>");
+    uint32_t *all = malloc((n[0] + n[1] + 1) * sizeof *all);
+    memcpy(all, ids[0], n[0] * sizeof *all);
+    memcpy(all + n[0], ids[1], n[1] * sizeof *all);
+    size_t n_want;
+    uint32_t *want = read_ids_file("tests/fixtures/hf_llama3_bos.ids", &n_want);
+    REQUIRE(want, "cannot read tests/fixtures/hf_llama3_bos.ids");
+    expect_same_ids(all, n[0] + n[1], want, n_want, "prepared documents");
+    free(want);
+    free(all);
+    free(ids[0]);
+    free(ids[1]);
+}
+
+TEST(a_post_processor_we_cannot_apply_is_refused_by_name) {
+    expect_tokenizer_json_refused(LLAMA3_BOS, "\"type\": \"TemplateProcessing\"", "\"type\": \"RobertaProcessing\"",
+                                  "post_processor RobertaProcessing is not supported");
+    expect_tokenizer_json_refused(LLAMA3_BOS, "\"id\": \"<|begin_of_text|>\"", "\"id\": \"<|nope|>\"",
+                                  "TemplateProcessing item 0 is neither $A nor a special token");
+    expect_tokenizer_json_refused(LLAMA3_BOS, "\"processors\": [",
+                                  "\"processors\": [{\"type\": \"TemplateProcessing\", \"single\": [{\"Sequence\": "
+                                  "{\"id\": \"A\", \"type_id\": 0}}]},",
+                                  "more than one TemplateProcessing");
+    expect_tokenizer_json_refused(LLAMA3_BOS, "\"processors\": [", "\"processors\": 3, \"x\": [",
+                                  "post_processor Sequence has no processors list");
+}

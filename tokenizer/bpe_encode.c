@@ -338,7 +338,10 @@ static const uint8_t *next_special(const Tokenizer *t, const uint8_t *s, size_t 
 size_t encode_with_ctx(EncodeCtx *c, const uint8_t *text, size_t len, int flags, uint32_t *out, size_t cap) {
     if (c->t->spm) return spm_encode(c, text, len, flags, out, cap);
     const int allow_special = flags & TOKENIZER_SPECIALS;
+    const Tokenizer *t = c->t;
     size_t done = 0;
+    for (int i = 0; allow_special && !(flags & TOKENIZER_MID_START) && i < t->n_prefix; i++, done++)
+        if (done < cap) out[done] = t->prefix[i];
     while (len > 0) {
         uint32_t id = 0;
         size_t special_len = 0;
@@ -351,6 +354,8 @@ size_t encode_with_ctx(EncodeCtx *c, const uint8_t *text, size_t len, int flags,
         text += piece + special_len;
         len -= piece + special_len;
     }
+    for (int i = 0; allow_special && !(flags & TOKENIZER_MID_END) && i < t->n_suffix; i++, done++)
+        if (done < cap) out[done] = t->suffix[i];
     return done;
 }
 
@@ -429,11 +434,12 @@ int tokenizer_encode_parallel(const Tokenizer *t, const char *text, size_t len, 
     pthread_t tids[64];
     int started[64] = {0};
     for (int k = 0; k < parts; k++) {
-        /* a SentencePiece-style text is cut inside a word run: each part but the first goes on, and
-         * each but the last stops, inside a document */
+        /* each part but the first goes on, and each but the last stops, inside the text: the
+         * post-processor's tokens go around the whole (and a SentencePiece-style text is cut inside
+         * a word run) */
         int f = flags;
-        if (t->spm && k > 0) f |= TOKENIZER_MID_START;
-        if (t->spm && k + 1 < parts) f |= TOKENIZER_MID_END;
+        if (k > 0) f |= TOKENIZER_MID_START;
+        if (k + 1 < parts) f |= TOKENIZER_MID_END;
         jobs[k] = (EncodeJob){t, (const uint8_t *)text + cuts[k], cuts[k + 1] - cuts[k], f, NULL, 0, 0};
     }
     for (int k = 1; k < parts; k++) started[k] = pthread_create(&tids[k], NULL, encode_job, &jobs[k]) == 0;

@@ -12,8 +12,7 @@
  * model type, a normalizer that rewrites text, an unknown pattern, added tokens that strip space)
  * is refused with one line naming it, and so is a file that asks for more than a
  * vocabulary needs (an id far past the number of tokens, a token over TOKENIZER_MAX_TOKEN_BYTES).
- * The post-processor (a BOS token some add) is not applied: `./train prepare` separates documents
- * with the separator token instead. */
+ * The post-processor's tokens (Llama 3's BOS) are read by post_processor.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -509,6 +508,7 @@ Tokenizer *tokenizer_from_hf_json(const char *text, size_t len, const char *path
         }
     }
     ok = ok && build_merges(t, &im, path, err) == 0 && build_specials(t, &im, path, err) == 0;
+    ok = ok && read_post_processor(t, json_get(root, "post_processor"), path, err) == 0;
     ok = ok && (!spm || spm_import(t, root, path, err) == 0);
     const JsonValue *ignore = json_get(json_get(root, "model"), "ignore_merges");
     if (ok && ignore && ignore->type == JSON_TRUE) ok = build_whole_tokens(t, &im, path, err) == 0;

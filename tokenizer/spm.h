@@ -73,9 +73,6 @@ struct Spm {
     SpmAdded *added;
     uint32_t n_added;
     SpmTrie raw, normalized;
-    /* the post-processor: tokens before and after each document */
-    uint32_t prefix[4], suffix[4];
-    int n_prefix, n_suffix;
     /* cutting a text for threads is safe (spm_cut_text) */
     int can_cut;
     /* the decoder */

@@ -413,14 +413,14 @@ static void encode_document(EncodeCtx *c, const uint8_t *s, size_t n, int origin
 /* The text as tokenizers encodes it, the post-processor's tokens around it (with specials): a
  * separator inside the text is the added token it is, as it is there. */
 size_t spm_encode(EncodeCtx *c, const uint8_t *text, size_t len, int flags, uint32_t *out, size_t cap) {
-    const Spm *spm = encode_ctx_tokenizer(c)->spm;
+    const Tokenizer *t = encode_ctx_tokenizer(c);
     Out o = {out, cap, 0};
     const int specials = flags & TOKENIZER_SPECIALS, starts = !(flags & TOKENIZER_MID_START);
     if (specials && starts)
-        for (int i = 0; i < spm->n_prefix; i++) put(&o, spm->prefix[i]);
+        for (int i = 0; i < t->n_prefix; i++) put(&o, t->prefix[i]);
     encode_document(c, text, len, starts, specials, &o);
     if (specials && !(flags & TOKENIZER_MID_END))
-        for (int i = 0; i < spm->n_suffix; i++) put(&o, spm->suffix[i]);
+        for (int i = 0; i < t->n_suffix; i++) put(&o, t->suffix[i]);
     return o.done;
 }
 

@@ -5,9 +5,9 @@
  * imports), alone or in a Sequence; pre-tokenizers Metaspace (prepend_scheme first, always or never;
  * split or not) and Split on a literal (every behavior, inverted or not), alone or in a Sequence;
  * the model's byte_fallback, unk_token and fuse_unk; added tokens special or not, normalized or
- * not, with lstrip, rstrip and single_word; the post-processor TemplateProcessing (its single
- * template: tokens before and after each document); decoders Replace, ByteFallback, Fuse, Strip
- * and Metaspace. Anything else is refused in one line naming the component and its type. */
+ * not, with lstrip, rstrip and single_word; decoders Replace, ByteFallback, Fuse, Strip and
+ * Metaspace (the post-processor is read for every import: post_processor.c). Anything else is
+ * refused in one line naming the component and its type. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -361,49 +361,6 @@ oom:
     return -1;
 }
 
-static int special_id(const JsonValue *specials, const char *name, uint32_t *id) {
-    const JsonValue *ids = json_get(json_get(specials, name), "ids");
-    long long v;
-    if (!ids || ids->type != JSON_ARRAY || ids->len != 1 || !json_int(&ids->items[0], 0, 0x7ffffffe, &v)) return 0;
-    *id = (uint32_t)v;
-    return 1;
-}
-
-static int read_post_processor(Spm *spm, const Tokenizer *t, const JsonValue *pp, const char *path, char *err) {
-    if (!pp || pp->type == JSON_NULL) return 0;
-    if (strcmp(type_of(pp), "TemplateProcessing") != 0) {
-        tok_error(err, "%s: post_processor %s is not supported with byte_fallback (TemplateProcessing is)", path,
-                  type_of(pp));
-        return -1;
-    }
-    const JsonValue *single = json_get(pp, "single"), *specials = json_get(pp, "special_tokens");
-    int seen_a = 0;
-    for (size_t i = 0; single && single->type == JSON_ARRAY && i < single->len; i++) {
-        const JsonValue *item = &single->items[i];
-        const char *name = json_string(json_get(json_get(item, "SpecialToken"), "id"));
-        uint32_t id;
-        if (json_get(item, "Sequence")) {
-            seen_a = 1;
-        } else if (!name || !special_id(specials, name, &id) || id >= t->vocab_size) {
-            tok_error(err, "%s: post_processor TemplateProcessing item %zu is neither $A nor a special token of one id "
-                      "in the vocabulary", path, i);
-            return -1;
-        } else if ((seen_a ? spm->n_suffix : spm->n_prefix) == 4) {
-            tok_error(err, "%s: post_processor TemplateProcessing adds more than 4 tokens on one side", path);
-            return -1;
-        } else if (seen_a) {
-            spm->suffix[spm->n_suffix++] = id;
-        } else {
-            spm->prefix[spm->n_prefix++] = id;
-        }
-    }
-    if (!seen_a) {
-        tok_error(err, "%s: post_processor TemplateProcessing has no single template with $A", path);
-        return -1;
-    }
-    return 0;
-}
-
 static int read_decoder(Spm *spm, const JsonValue *dec, const char *path, char *err) {
     if (!dec || dec->type == JSON_NULL) return 0;
     size_t n;
@@ -496,14 +453,13 @@ int spm_import(Tokenizer *t, const JsonValue *root, const char *path, char *err)
         read_pre_tokenizer(spm, json_get(root, "pre_tokenizer"), path, err) != 0 ||
         read_model(spm, json_get(root, "model"), path, err) != 0 || find_joins(spm, t, path, err) != 0 ||
         read_added(spm, added, path, err) != 0 ||
-        read_post_processor(spm, t, json_get(root, "post_processor"), path, err) != 0 ||
         read_decoder(spm, json_get(root, "decoder"), path, err) != 0)
         return -1;
     spm->can_cut = cuts_are_safe(spm);
     /* documents are separated by the post-processor's first token (Gemma's and Llama 2's BOS),
      * else by an end-of-sequence token when the file has one */
-    if (spm->n_prefix) t->eot = spm->prefix[0];
-    else if (spm->n_suffix) t->eot = spm->suffix[0];
+    if (t->n_prefix) t->eot = t->prefix[0];
+    else if (t->n_suffix) t->eot = t->suffix[0];
     else
         for (uint32_t i = 0; i < spm->n_added; i++) {
             size_t n;

@@ -143,6 +143,11 @@ const char *tokenizer_eot_text(const Tokenizer *t, size_t *len) {
     return (const char *)tokenizer_token_bytes(t, t->eot, len);
 }
 
+int tokenizer_post_tokens(const Tokenizer *t, int after, const uint32_t **ids) {
+    *ids = after ? t->suffix : t->prefix;
+    return after ? t->n_suffix : t->n_prefix;
+}
+
 int tokenizer_is_imported(const Tokenizer *t) {
     return t->hf_json != NULL;
 }

@@ -72,6 +72,10 @@ uint32_t tokenizer_vocab_size(const Tokenizer *t); /* includes the EOT token */
 uint32_t tokenizer_eot_token(const Tokenizer *t);
 /* Its text (not NUL-terminated), what `./train prepare` puts between documents. */
 const char *tokenizer_eot_text(const Tokenizer *t, size_t *len);
+/* The tokens an imported tokenizer's post-processor puts before (after = 0) or after (after = 1)
+ * each text encoded with TOKENIZER_SPECIALS, into *ids; returns their count (0 for ours). */
+#define TOKENIZER_MAX_AROUND 4
+int tokenizer_post_tokens(const Tokenizer *t, int after, const uint32_t **ids);
 /* 1 for a tokenizer read from a Hugging Face tokenizer.json. */
 int tokenizer_is_imported(const Tokenizer *t);
 uint32_t tokenizer_num_merges(const Tokenizer *t);
@@ -84,8 +88,8 @@ int tokenizer_merge_pair(const Tokenizer *t, uint32_t id, uint32_t *left, uint32
 /* ---- encode / decode ---- */
 /* What tokenizer_encode's flags ask for (0: plain text, no document structure):
  * TOKENIZER_SPECIALS: special tokens in the text are recognised ("<|endoftext|>" becomes the EOT
- *   token), and an imported SentencePiece-style tokenizer's post-processor adds its tokens around
- *   the text (Gemma's <bos> before it), as Hugging Face's encode(text) does.
+ *   token), and an imported tokenizer's post-processor adds its tokens around the text (Llama 3's
+ *   <|begin_of_text|>, Gemma's <bos> before it), as Hugging Face's encode(text) does.
  * TOKENIZER_MID_START: the text goes on from text before it (no BOS, no prefix space), as the
  *   second part of a text cut at tokenizer_cut_near does.
  * TOKENIZER_MID_END: the text stops before its end (no end-of-text token). */
@@ -95,9 +99,10 @@ int tokenizer_merge_pair(const Tokenizer *t, uint32_t id, uint32_t *left, uint32
 
 /* Encodes len bytes of text into out (capacity cap) on the calling thread. Returns the number of
  * tokens the text needs; only the first cap are written. That number never exceeds len + 1 for
- * ours and byte-level imports; a SentencePiece-style tokenizer can need more (a prefix space before
- * a one-byte text, a BOS, three byte tokens for a character outside its vocabulary): call again
- * with a larger out when the count exceeds cap (tokenizer_encode_alloc does). */
+ * ours and for byte-level imports that add at most one token around a text; others can need more
+ * (the post-processor's tokens; for a SentencePiece-style one, a prefix space before a one-byte
+ * text, three byte tokens for a character outside its vocabulary): call again with a larger out
+ * when the count exceeds cap (tokenizer_encode_alloc does). */
 size_t tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int flags, uint32_t *out, size_t cap);
 /* The same into a malloc'ed array (*n tokens); NULL when out of memory. */
 uint32_t *tokenizer_encode_alloc(const Tokenizer *t, const char *text, size_t len, int flags, size_t *n);

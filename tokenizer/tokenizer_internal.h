@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/json.h"
 #include "tokenizer/tokenizer.h"
 
 /* Writes a one-line message into err (ERR_LEN bytes), truncating if it must. */
@@ -113,6 +114,9 @@ struct Tokenizer {
     size_t hf_json_len;
     char *hf_config; /* the tokenizer_config.json beside it, if any */
     int nfc;         /* its normalizer is NFC: text must already be NFC (tokenizer_check_text) */
+    /* its post-processor's tokens before and after each encoded text (post_processor.c) */
+    uint32_t prefix[TOKENIZER_MAX_AROUND], suffix[TOKENIZER_MAX_AROUND];
+    int n_prefix, n_suffix;
     /* a SentencePiece-style (byte-fallback) BPE: its pipeline (spm.h); NULL for byte-level ones.
      * Its tok_bytes hold each token's string as tokenizer.json writes it ("▁the", "<0x0A>"). */
     Spm *spm;
@@ -125,6 +129,10 @@ Tokenizer *tokenizer_from_merges(const uint32_t *merges, uint32_t n_merges, char
 /* Recognises the specials of t (special_ids and their token bytes set): fills special_first and
  * special_has_newline. */
 void tokenizer_index_specials(Tokenizer *t);
+
+/* Reads a tokenizer.json's post_processor (pp, NULL or null: none) into t's prefix and suffix, once
+ * t's vocabulary is known. -1 + message naming what is not supported. */
+int read_post_processor(Tokenizer *t, const JsonValue *pp, const char *path, char *err);
 
 /* Hugging Face's ByteLevel alphabet: the code point that stands for each byte in token strings
  * (printable Latin-1 bytes stand for themselves, the rest for U+0100 onwards in byte order). */

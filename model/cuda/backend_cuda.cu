@@ -36,6 +36,7 @@
 #include "model/backend.h"
 #include "model/dist/dist.h"
 #include "model/dist/grad_sync.h"
+#include "model/memory_estimate.h"
 
 extern "C" {
 #include "model/cpu/llama_layers_cpu.h" /* rope_inv_freq, rope_cos_sin: both backends' tables */
@@ -880,7 +881,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     size_t state_estimate = zero1 ? P / (size_t)dist->world + 1 : P;
     cb->sync_bytes = grad_sync_bytes(table, dist, zero1, overlap, B, T);
     size_t fixed = P * (sizeof(kbf16) + sizeof(float)) + state_estimate * 3 * sizeof(float) + cb->sync_bytes +
-                   ((size_t)1 << 30); /* + 1 GB: cuBLAS, NCCL, context */
+                   MEMORY_RUNTIME_RESERVE;
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     /* The fused layer's chunk first gives way to what is free (its speed barely changes down to

@@ -1,0 +1,63 @@
+/* model/memory_estimate.c - GPU memory of training a model, from its table and config (see the
+ * header). Shapes: B, T, N = B·T, C, NH, NKV, hd, F (the MLP's width), Q = (NH + 2·NKV)·hd (the
+ * packed q, k, v), Vp.
+ *
+ * Per layer the forward keeps, in bf16 per token: the attention's norm (C), q, k, v (Q), the
+ * attention's output (NH·hd), the residual after it (C), the MLP's norm (C), the MLP's input (F, or
+ * 2F for the gate and up of a gated MLP), its activation (F, unless recomputed) and the residual
+ * after it (C); with QK-norm, q and k before it ((NH + NKV)·hd). In fp32: each norm's statistics
+ * (LayerNorm's mean and 1/std, RMSNorm's 1/rms alone), QK-norm's 1/rms per head, and the
+ * attention's log-sum-exp per head. Beside the layers: the embedding's output, the two projections
+ * that feed the residual stream (one buffer each, reused by every layer), the final norm, the
+ * backward's gradients of one layer's activations, the batch's inputs and targets, and one row of
+ * logits for sampling. For GPT-2 this is the CUDA backend's activation arena without its scratch. */
+#include "model/memory_estimate.h"
+
+#include <stdint.h>
+
+static size_t take(size_t bytes) {
+    return (bytes + 255) / 256 * 256;
+}
+
+/* A norm's fp32 statistics over N rows. */
+static size_t norm_stats(const GPTConfig *cfg, size_t N) {
+    return cfg->norm == NORM_LAYERNORM ? 2 * take(N * sizeof(float)) : take(N * sizeof(float));
+}
+
+MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_mlp) {
+    const GPTConfig *cfg = &t->cfg;
+    const size_t N = (size_t)B * (size_t)T, C = (size_t)cfg->dim, NH = (size_t)cfg->num_heads;
+    const size_t NKV = (size_t)cfg->num_kv_heads, hd = (size_t)cfg->head_dim, F = (size_t)cfg->ffn_dim;
+    const size_t Q = (NH + 2 * NKV) * hd, A = NH * hd, MLP_IN = cfg->mlp == MLP_GELU ? F : 2 * F;
+    const size_t bf = 2, P = t->total;
+    MemoryEstimate e = {P * bf, P * sizeof(float), P * sizeof(float), 2 * P * sizeof(float), 0};
+    size_t layer = take(N * C * bf) + take(N * Q * bf) + take(N * A * bf) + take(N * C * bf) + take(N * C * bf) +
+                   take(N * MLP_IN * bf) + (recompute_mlp ? 0 : take(N * F * bf)) + take(N * C * bf) +
+                   2 * norm_stats(cfg, N) + take(N * NH * sizeof(float));
+    if (cfg->qk_norm) layer += take(N * (NH + NKV) * hd * bf) + take(N * (NH + NKV) * sizeof(float));
+    size_t a = take(N * C * bf) + (size_t)cfg->num_layers * layer;
+    a += 2 * take(N * C * bf);                         /* the attention's and the MLP's projections */
+    if (recompute_mlp) a += take(N * F * bf);          /* one layer's activation at a time */
+    a += take(N * C * bf) + norm_stats(cfg, N);        /* final norm */
+    a += 2 * take(N * C * bf) + take(N * MLP_IN * bf); /* backward: residual, final norm, MLP input */
+    a += take(N * C * bf) + take(N * A * bf) + take(N * Q * bf); /* norm, attention output, q k v */
+    a += 2 * take(N * sizeof(int32_t)) + take(sizeof(float)) + take(sizeof(double)); /* batch, loss, norm */
+    a += take((size_t)cfg->padded_vocab_size * bf);   /* one row of logits */
+    e.activations = a;
+    return e;
+}
+
+size_t memory_estimate_total(const MemoryEstimate *e) {
+    return e->weights + e->master + e->grads + e->adamw + e->activations;
+}
+
+int memory_estimate_largest_batch(const ParamTable *t, int T, int recompute_mlp, size_t extra, size_t bytes) {
+    int lo = 0, hi = 1 << 20; /* the estimate grows with B: the largest that fits, by bisection */
+    while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        const MemoryEstimate e = memory_estimate(t, mid, T, recompute_mlp);
+        if (memory_estimate_total(&e) + extra <= bytes) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}

@@ -1,0 +1,43 @@
+/* model/memory_estimate.h - what training a model takes in GPU memory, from its parameter table and
+ * config alone (no GPU needed), laid out as the CUDA backend lays out GPT-2: bf16 weights, fp32
+ * master weights, gradients and AdamW m, v for every row of the table, and the activations a
+ * micro-batch of B sequences of T tokens keeps for the backward plus the backward's buffers, each
+ * rounded up to 256 bytes. The output layer's workspace, the kernels' scratch and the runtime's
+ * reserve come on top (the CUDA backend counts the first two with its kernels;
+ * MEMORY_RUNTIME_RESERVE is the third). */
+#ifndef FUSEDGPT_MEMORY_ESTIMATE_H
+#define FUSEDGPT_MEMORY_ESTIMATE_H
+
+#include <stddef.h>
+
+#include "model/gpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What cuBLAS, NCCL and the CUDA context take beside the model's buffers. */
+#define MEMORY_RUNTIME_RESERVE ((size_t)1 << 30)
+
+typedef struct {
+    size_t weights;     /* bf16 */
+    size_t master;      /* fp32 master weights */
+    size_t grads;       /* fp32 */
+    size_t adamw;       /* fp32 m and v */
+    size_t activations; /* the micro-batch's activations and backward buffers, without kernel scratch */
+} MemoryEstimate;
+
+/* The estimate for micro-batches of B sequences of T tokens; recompute_mlp: the MLP's activation
+ * (GELU's, or the gated product) is recomputed in the backward, not kept per layer. */
+MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_mlp);
+/* All of it, in bytes (without the runtime's reserve). */
+size_t memory_estimate_total(const MemoryEstimate *e);
+/* The largest B whose estimate, plus `extra` bytes, fits in `bytes`; 0 when not even one sequence
+ * does. */
+int memory_estimate_largest_batch(const ParamTable *t, int T, int recompute_mlp, size_t extra, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,163 @@
+/* The GPU memory estimate of every family, against hand counts at a tiny shape (B = 2, T = 8, so
+ * N = 16 tokens; every buffer rounded up to 256 bytes, bf16 = 2 bytes), GPT-2 124M's figures pinned
+ * as the CUDA backend has always given them, and the line `./train --device cpu` prints. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "model/memory_estimate.h"
+#include "tests/test.h"
+#include "tests/test_util.h"
+
+static size_t r(size_t bytes) {
+    return (bytes + 255) / 256 * 256;
+}
+
+/* L = 2, NH = 4, C = 16, V = 37 (Vp 128), maxT = 8; for the other families NKV = 2, hd = 6 (so
+ * NH·hd = 24 != C), F = 24. */
+static ParamTable tiny_table(ModelFamily family) {
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 4, .dim = 16, .max_seq_len = 8, .vocab_size = 37};
+    gpt_family_defaults(&cfg, family);
+    if (family != FAMILY_GPT2) {
+        cfg.num_kv_heads = 2;
+        cfg.head_dim = 6;
+        cfg.ffn_dim = 24;
+    }
+    ParamTable t;
+    char err[ERR_LEN];
+    if (param_table_build(&t, &cfg, err) != 0) test_fail(__FILE__, __LINE__, "%s", err);
+    return t;
+}
+
+static void expect_estimate(const ParamTable *t, int recompute, size_t params, size_t activations, const char *what) {
+    const MemoryEstimate e = memory_estimate(t, 2, 8, recompute);
+    CHECK(t->total == params, "%s: %zu parameters, %zu by hand", what, t->total, params);
+    CHECK(e.weights == 2 * params && e.master == 4 * params && e.grads == 4 * params && e.adamw == 8 * params,
+          "%s: weights %zu, master %zu, gradients %zu, AdamW %zu bytes for %zu parameters", what, e.weights, e.master,
+          e.grads, e.adamw, params);
+    CHECK(e.activations == activations, "%s: activations %zu bytes, %zu by hand", what, e.activations, activations);
+    CHECK(memory_estimate_total(&e) == 18 * params + activations, "%s: total %zu", what, memory_estimate_total(&e));
+}
+
+/* Beside the layers, every family: embedding output, the two projections, the final norm's output,
+ * backward gradients of the residual and final norm, inputs and targets, loss, norm, logits row. */
+static size_t tail_common(void) {
+    return r(16 * 16 * 2) + 2 * r(16 * 16 * 2) + r(16 * 16 * 2) + 2 * r(16 * 16 * 2) + 2 * r(16 * 4) + r(4) + r(8) +
+           r(128 * 2);
+}
+
+TEST(gpt2_memory_estimate_counts_layernorm_statistics_and_a_4c_gelu_mlp) {
+    ParamTable t = tiny_table(FAMILY_GPT2);
+    /* wte 128·16, wpe 8·16, lnf 2·16; per layer ln1 2·16, c_attn 48·16 + 48, c_proj 16·16 + 16, ln2 2·16,
+     * c_fc 64·16 + 64, c_proj 16·64 + 16 */
+    const size_t params =
+        128 * 16 + 8 * 16 + 32 + 2 * (32 + 48 * 16 + 48 + 16 * 16 + 16 + 32 + 64 * 16 + 64 + 16 * 64 + 16);
+    /* per layer: ln1 16·16, qkv 16·48, atty 16·16, residual 16·16, ln2 16·16, fc 16·64, gelu 16·64,
+     * residual 16·16 (bf16); two LayerNorms' mean and 1/std, the log-sum-exp of 16 rows x 4 heads */
+    const size_t layer = r(512) + r(1536) + r(512) + r(512) + r(512) + r(2048) + r(2048) + r(512) + 4 * r(64) + r(256);
+    /* + the final norm's mean and 1/std; backward: fc 16·64, ln 16·16, atty 16·16, qkv 16·48 */
+    const size_t rest = tail_common() + 2 * r(64) + r(2048) + r(512) + r(512) + r(1536);
+    expect_estimate(&t, 0, params, 2 * layer + rest, "gpt2");
+    /* recomputing GELU: no per-layer gelu, one shared 16·64 buffer */
+    expect_estimate(&t, 1, params, 2 * (layer - r(2048)) + rest + r(2048), "gpt2, GELU recomputed");
+}
+
+/* Llama: q, k, v of 4 + 2·2 heads of 6; RMSNorm without bias keeps only 1/rms; SwiGLU keeps gate and
+ * up (2F) and their product (F). */
+static size_t llama_layer_acts(void) {
+    return r(512) + r(16 * 48 * 2) + r(16 * 24 * 2) + r(512) + r(512) + r(16 * 48 * 2) + r(16 * 24 * 2) + r(512) +
+           2 * r(64) + r(256);
+}
+
+static size_t llama_rest(void) {
+    return tail_common() + r(64) + r(16 * 48 * 2) + r(512) + r(16 * 24 * 2) + r(16 * 48 * 2);
+}
+
+/* embed 128·16, final norm 16; per layer: input norm 16, q k v 48·16, o_proj 16·24, post norm 16,
+ * gate and up 48·16, down 16·24 */
+#define LLAMA_PARAMS (128 * 16 + 16 + 2 * (16 + 48 * 16 + 16 * 24 + 16 + 48 * 16 + 16 * 24))
+
+TEST(llama_memory_estimate_counts_gqa_kv_heads_head_dim_and_swiglus_gate_and_up) {
+    ParamTable t = tiny_table(FAMILY_LLAMA);
+    expect_estimate(&t, 0, LLAMA_PARAMS, 2 * llama_layer_acts() + llama_rest(), "llama");
+    expect_estimate(&t, 1, LLAMA_PARAMS, 2 * (llama_layer_acts() - r(768)) + llama_rest() + r(768),
+                    "llama, MLP recomputed");
+}
+
+TEST(an_untied_head_counts_its_own_matrix_gradient_and_adamw_state) {
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 4, .dim = 16, .max_seq_len = 8, .vocab_size = 37};
+    gpt_family_defaults(&cfg, FAMILY_LLAMA);
+    cfg.num_kv_heads = 2, cfg.head_dim = 6, cfg.ffn_dim = 24, cfg.untied_head = 1;
+    ParamTable t;
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    expect_estimate(&t, 0, LLAMA_PARAMS + 128 * 16, 2 * llama_layer_acts() + llama_rest(), "llama, untied head");
+}
+
+TEST(qwen2_memory_estimate_counts_the_qkv_bias) {
+    ParamTable t = tiny_table(FAMILY_QWEN2);
+    expect_estimate(&t, 0, LLAMA_PARAMS + 2 * 48, 2 * llama_layer_acts() + llama_rest(), "qwen2");
+}
+
+TEST(qwen3_memory_estimate_counts_qk_norms_inputs_and_statistics_per_head) {
+    ParamTable t = tiny_table(FAMILY_QWEN3);
+    /* + q_norm and k_norm (6 each) per layer; q and k before the norm (16 x 6 heads of 6) in bf16, and
+     * 1/rms per row and head (16 x 6) in fp32 */
+    const size_t layer = llama_layer_acts() + r(16 * 36 * 2) + r(16 * 6 * 4);
+    expect_estimate(&t, 0, LLAMA_PARAMS + 2 * 12, 2 * layer + llama_rest(), "qwen3");
+}
+
+/* GPT-2 124M (d12) at B = 4, T = 1024 as the CUDA backend has always counted it: 124,475,904
+ * parameters (Vp = 50304) and its activation arena without the kernels' scratch. */
+TEST(gpt2_124m_memory_figures_stay_what_they_were) {
+    GPTConfig cfg = {.num_layers = 12, .num_heads = 12, .dim = 768, .max_seq_len = 1024, .vocab_size = 50257};
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    MemoryEstimate e = memory_estimate(&t, 4, 1024, 0);
+    CHECK(t.total == 124475904u && e.weights == 248951808u && e.adamw == 995807232u, "parameters %zu", t.total);
+    CHECK(e.activations == 1305643776u, "activations %zu bytes", e.activations);
+    e = memory_estimate(&t, 4, 1024, 1);
+    CHECK(e.activations == 1028819712u, "activations with GELU recomputed %zu bytes", e.activations);
+}
+
+TEST(the_largest_micro_batch_is_the_largest_whose_estimate_fits) {
+    ParamTable t = tiny_table(FAMILY_QWEN3);
+    const MemoryEstimate five = memory_estimate(&t, 5, 8, 0);
+    const size_t extra = 1000, fits_five = memory_estimate_total(&five) + extra;
+    CHECK(memory_estimate_largest_batch(&t, 8, 0, extra, fits_five) == 5, "not -b 5 in exactly its estimate");
+    CHECK(memory_estimate_largest_batch(&t, 8, 0, extra, fits_five - 1) == 4, "not -b 4 one byte short of -b 5");
+    const MemoryEstimate one = memory_estimate(&t, 1, 8, 0);
+    CHECK(memory_estimate_largest_batch(&t, 8, 0, extra, memory_estimate_total(&one) + extra - 1) == 0,
+          "a sequence fits in less than its estimate");
+}
+
+/* `./train --device cpu` with a Llama prints the estimate of the same model and batch. */
+TEST(a_cpu_run_of_a_llama_prints_its_gpu_memory_estimate_and_largest_micro_batch) {
+    char train[600], val[600], args[1600], *out = NULL;
+    snprintf(train, sizeof train, "%s/train.bin", test_tmpdir());
+    snprintf(val, sizeof val, "%s/val.bin", test_tmpdir());
+    REQUIRE(write_pattern_shard(train, 4096, 64, 1) == 0 && write_pattern_shard(val, 4096, 64, 2) == 0,
+            "cannot write shards");
+    snprintf(args, sizeof args,
+             "--device cpu -e tiny -v 64 -b 4 -t 32 --max-seq-len 32 --family llama --kv-heads 1 --head-dim 48 "
+             "--ffn-dim 192 -x 1 -i %s -j %s -o %s/run", train, val, test_tmpdir());
+    const int rc = run_train(args, &out);
+    REQUIRE(rc == 0, "the run failed (%d): %s", rc, out);
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 128, .max_seq_len = 32, .vocab_size = 64};
+    gpt_family_defaults(&cfg, FAMILY_LLAMA);
+    cfg.num_kv_heads = 1, cfg.head_dim = 48, cfg.ffn_dim = 192;
+    ParamTable t;
+    char err[ERR_LEN], want[200];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    const MemoryEstimate e = memory_estimate(&t, 4, 32, 0);
+    snprintf(want, sizeof want, "+ %.2f MB activations = %.2f MB", e.activations / 1e6,
+             memory_estimate_total(&e) / 1e6);
+    CHECK(strstr(out, "on a GPU (estimate)") && strstr(out, want), "no line with '%s': %s", want, out);
+    snprintf(want, sizeof want, "the largest micro-batch on an 80 GB H100 is -b %d",
+             memory_estimate_largest_batch(&t, 32, 0, MEMORY_RUNTIME_RESERVE, (size_t)80e9));
+    CHECK(strstr(out, want), "no '%s': %s", want, out);
+    free(out);
+}
