@@ -2,6 +2,7 @@
  * awkward sizes, the backend's "activations and scratch" line is the estimate's activations plus
  * the kernels' scratch, with GELU kept and recomputed; its weights, master weights, gradients and
  * AdamW lines are the estimate's. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -36,7 +37,8 @@ static void expect_backend_counts_the_estimate(int heads, int dim, int vocab, in
     const int N = B * T;
     size_t scratch = encoder_backward_scratch_bytes(N, cfg.padded_vocab_size);
     scratch = largest(scratch, layernorm_backward_scratch_bytes(dim));
-    scratch = largest(scratch, attention_backward_scratch_bytes(B, T, dim, heads));
+    const AttentionShape att = {B, T, heads, heads, dim / heads, 1.0f / sqrtf((float)(dim / heads)), 0};
+    scratch = largest(scratch, attention_backward_scratch_bytes(&att));
     scratch = largest(scratch, bias_backward_scratch_bytes(4 * dim));
     scratch = largest(scratch, global_sumsq_scratch_bytes());
     scratch = (scratch + 255) / 256 * 256;
