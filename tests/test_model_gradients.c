@@ -149,3 +149,20 @@ TEST(a_qwen3_with_qk_norm_and_a_tied_head_matches_finite_differences) {
 TEST(a_qwen2_with_qkv_bias_matches_finite_differences) {
     check_gradients(tiny_family(FAMILY_QWEN2), OUTPUT_FUSED, FAMILY_STEP);
 }
+
+/* Three layers of 20 wide (NH·hd = 24 != C; bf16(sqrt 20) = 4.46875 scales the embedding): layers 0
+ * and 2 slide with a window of 2 over T = 5 and turn by the local base 10, layer 1 is global with
+ * theta 100 under linear scaling by 4; QK-norm and the four sandwich norms multiply by 1 + w;
+ * scores are scaled by query_pre_attn_scalar 5, not hd. */
+TEST(a_gemma3_with_sliding_and_global_layers_sandwich_norms_and_a_scaled_embedding_matches_finite_differences) {
+    GPTConfig cfg = tiny_family(FAMILY_GEMMA3);
+    cfg.num_layers = 3;
+    cfg.dim = 20;
+    cfg.sliding_window = 2;
+    cfg.sliding_window_pattern = 0;
+    cfg.layer_sliding[0] = cfg.layer_sliding[2] = 1;
+    cfg.rope_local_theta = 10.0;
+    cfg.rope = (RopeParams){.theta = 100.0, .scaling = ROPE_SCALING_LINEAR, .factor = 4.0};
+    cfg.query_pre_attn_scalar = 5.0f;
+    check_gradients(cfg, OUTPUT_FUSED, FAMILY_STEP);
+}
