@@ -62,7 +62,7 @@ void gpt_config_finish(GPTConfig *cfg) {
 void gpt_family_defaults(GPTConfig *cfg, ModelFamily family) {
     cfg->family = family;
     /* Gemma3TextConfig's: a window of 4096 on five layers of six, the local base 1e4, scores scaled
-     * by 256^-1/2 */
+     * by 256^-1/2, and pad_token_id 0 as the embedding's padding_idx */
     const int gemma = family == FAMILY_GEMMA3;
     cfg->sandwich_norm = cfg->embed_scale = gemma;
     cfg->query_pre_attn_scalar = gemma ? 256.0f : 0.0f;
@@ -70,6 +70,8 @@ void gpt_family_defaults(GPTConfig *cfg, ModelFamily family) {
     cfg->sliding_window_pattern = gemma ? 6 : 0;
     memset(cfg->layer_sliding, 0, sizeof cfg->layer_sliding);
     cfg->rope_local_theta = gemma ? 1e4 : 0.0;
+    cfg->has_pad_token = gemma;
+    cfg->pad_token_id = 0;
     if (family == FAMILY_GPT2) {
         cfg->norm = NORM_LAYERNORM;
         cfg->norm_eps = 1e-5f;
@@ -246,7 +248,7 @@ static int check_shape(const GPTConfig *cfg, char *err) {
     for (int l = 0; l < cfg->num_layers; l++) sliding |= gpt_layer_is_sliding(cfg, l);
     const int gpt2_switches = cfg->norm == NORM_LAYERNORM && cfg->positions == POS_LEARNED && cfg->mlp == MLP_GELU &&
                               !cfg->qk_norm && !cfg->qkv_bias && !cfg->untied_head && !cfg->sandwich_norm &&
-                              !cfg->embed_scale && !sliding && cfg->query_pre_attn_scalar == 0.0f;
+                              !cfg->embed_scale && !sliding && cfg->query_pre_attn_scalar == 0.0f && !cfg->has_pad_token;
     const int rope_switches = cfg->norm != NORM_LAYERNORM && cfg->positions == POS_ROPE && cfg->mlp != MLP_GELU;
     if (cfg->family == FAMILY_GPT2 ? !gpt2_switches : !rope_switches) {
         snprintf(err, ERR_LEN, "the %s family has no rows for this mix of switches (set them with gpt_family_defaults)",
@@ -258,6 +260,11 @@ static int check_shape(const GPTConfig *cfg, char *err) {
         snprintf(err, ERR_LEN, "sliding layers need a window of 1 or more, and query_pre_attn_scalar and the local RoPE "
                  "base cannot be negative (window %d, query_pre_attn_scalar %g, local theta %g)",
                  cfg->sliding_window, cfg->query_pre_attn_scalar, cfg->rope_local_theta);
+        return -1;
+    }
+    if (cfg->has_pad_token && (cfg->pad_token_id < 0 || cfg->pad_token_id >= cfg->vocab_size)) {
+        snprintf(err, ERR_LEN, "pad token %d is not one of the %d tokens of the vocabulary (pad_token_id must be below vocab_size)",
+                 cfg->pad_token_id, cfg->vocab_size);
         return -1;
     }
     if (cfg->family == FAMILY_GPT2) {
@@ -402,6 +409,11 @@ void param_init(const ParamTable *t, float *params, uint64_t seed) {
         const ParamInfo *p = param_whole(t, vocab_rows[r]);
         if (!p) continue;
         for (size_t j = (size_t)t->cfg.vocab_size * p->cols; j < p->numel; j++) params[p->offset + j] = 0.0f;
+    }
+    /* transformers' _init_weights zeroes an nn.Embedding's padding_idx row */
+    if (t->cfg.has_pad_token) {
+        const ParamInfo *p = param_whole(t, ROLE_WTE);
+        memset(params + p->offset + (size_t)t->cfg.pad_token_id * p->cols, 0, p->cols * sizeof(float));
     }
 }
 

@@ -89,6 +89,9 @@ typedef struct {
                                  * (transformers' layer_types when config.json has none); 0: layer_sliding */
     unsigned char layer_sliding[GPT_MAX_LAYERS]; /* config.json's layer_types: 1 for "sliding_attention" */
     double rope_local_theta; /* rope_local_base_freq: the sliding layers' RoPE base, unscaled; 0: cfg.rope */
+    int has_pad_token;  /* the embedding is an nn.Embedding with padding_idx = pad_token_id: that row starts
+                         * at 0 and its lookups pass it no gradient (the tied head still does) */
+    int pad_token_id;
 } GPTConfig;
 
 typedef struct {
@@ -213,7 +216,7 @@ ParamRole head_role(const GPTConfig *cfg);
 
 /* Init: N(0, 0.02), residual projections scaled by 1/sqrt(2L) for GPT-2 (the other families
  * initialise every matrix as their HF class does, N(0, 0.02)), norm weights 1 (0 for 1 + w), biases
- * 0, padded vocabulary rows 0. Deterministic in seed. */
+ * 0, padded vocabulary rows and the pad token's embedding row 0. Deterministic in seed. */
 void param_init(const ParamTable *t, float *params, uint64_t seed);
 
 /* Training FLOPs per token for MFU (6·params for the matmuls + attention by hd and NH), as in PaLM's

@@ -184,3 +184,39 @@ TEST(a_gemma3_forward_matches_gemma3_for_causal_lm_written_out) {
     be->ops->destroy(be);
     param_table_free(&t);
 }
+
+/* Gemma3TextScaledWordEmbedding is an nn.Embedding with padding_idx = pad_token_id (0): transformers'
+ * init zeroes that row, and its lookups add nothing to its gradient. With an untied head the row's
+ * only gradient would come from the lookups, so it stays exactly 0 while another input's row moves. */
+TEST(gemma3_pad_token_row_starts_at_zero_and_its_lookups_pass_no_gradient) {
+    GPTConfig cfg = {.num_layers = 2, .num_heads = NH, .dim = C, .max_seq_len = 16, .vocab_size = V};
+    gpt_family_defaults(&cfg, FAMILY_GEMMA3);
+    cfg.num_kv_heads = NKV;
+    cfg.head_dim = HD;
+    cfg.ffn_dim = F;
+    cfg.untied_head = 1;
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    float *p = malloc(t.total * sizeof *p), *g = malloc(t.total * sizeof *g);
+    param_init(&t, p, 3);
+    const float *wte = p + param_whole(&t, ROLE_WTE)->offset;
+    CHECK(max_abs(wte, C) == 0.0 && max_abs(wte + C, C) > 0.0, "row 0 (pad) max %g, row 1 max %g", max_abs(wte, C),
+          max_abs(wte + C, C));
+    Backend *be = perturbed_cpu_backend(&t, 1, T, OUTPUT_FUSED);
+    REQUIRE(be, "backend");
+    int inputs[T] = {0, 5, 0, 7, 0, 5, 9, 0, 2}, targets[T] = {5, 0, 7, 0, 5, 9, 0, 2, 1};
+    be->ops->zero_grad(be);
+    be->ops->train_micro_step(be, inputs, targets, 1.0f, 1);
+    be->ops->read_grads(be, g);
+    const float *dwte = g + param_whole(&t, ROLE_WTE)->offset;
+    CHECK(max_abs(dwte, C) == 0.0, "the pad row got a gradient of up to %g", max_abs(dwte, C));
+    CHECK(max_abs(dwte + 5 * C, C) > 0.0, "token 5's row got no gradient");
+    cfg.pad_token_id = V;
+    CHECK(param_table_build(&t, &cfg, err) != 0 && strstr(err, "pad token 37 is not one of the 37 tokens"), "'%s'", err);
+    free(g);
+    free(p);
+    be->ops->destroy(be);
+    param_table_free(&t);
+}

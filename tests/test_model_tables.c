@@ -273,13 +273,15 @@ TEST(a_gemma3_table_has_four_one_plus_w_norms_per_layer_named_as_hugging_face_do
 
 /* Gemma3TextConfig's defaults: RMSNorm (1 + w) at eps 1e-6, GeGLU, QK-norm, sandwich norms, the
  * embedding scale, query_pre_attn_scalar 256, a window of 4096 on all but every 6th layer, RoPE
- * theta 1e6 on global layers and 1e4 on sliding ones; switching back to another family clears them. */
+ * theta 1e6 on global layers and 1e4 on sliding ones, pad_token_id 0 as the embedding's padding_idx;
+ * switching to another family clears them. */
 TEST(gemma3_family_defaults_are_gemma3_text_configs) {
     GPTConfig cfg = {.num_layers = 13, .num_heads = 4, .dim = 16, .max_seq_len = 8, .vocab_size = 37};
     gpt_family_defaults(&cfg, FAMILY_GEMMA3);
     gpt_config_finish(&cfg);
     CHECK(cfg.norm == NORM_RMSNORM_ONE_PLUS_W && cfg.norm_eps == 1e-6f && cfg.mlp == MLP_GEGLU && cfg.qk_norm &&
-              cfg.sandwich_norm && cfg.embed_scale && !cfg.qkv_bias && !cfg.untied_head && cfg.positions == POS_ROPE,
+              cfg.sandwich_norm && cfg.embed_scale && !cfg.qkv_bias && !cfg.untied_head && cfg.positions == POS_ROPE &&
+              cfg.has_pad_token && cfg.pad_token_id == 0,
           "the switches are not Gemma 3's");
     CHECK(cfg.query_pre_attn_scalar == 256.0f && cfg.sliding_window == 4096 && cfg.rope.theta == 1e6 &&
               cfg.rope.scaling == ROPE_SCALING_NONE && cfg.rope_local_theta == 1e4,
@@ -294,7 +296,7 @@ TEST(gemma3_family_defaults_are_gemma3_text_configs) {
     }
     gpt_family_defaults(&cfg, FAMILY_QWEN3);
     CHECK(!cfg.sandwich_norm && !cfg.embed_scale && cfg.query_pre_attn_scalar == 0.0f && !gpt_layer_is_sliding(&cfg, 0) &&
-              cfg.rope_local_theta == 0.0,
+              cfg.rope_local_theta == 0.0 && !cfg.has_pad_token,
           "Qwen3 kept Gemma 3's switches");
 }
 

@@ -381,6 +381,7 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
     if (is_rope(cfg)) {
         const float scale = gpt_embed_scale(cfg);
         for (int n = 0; n < N; n++) {
+            if (cfg->has_pad_token && inputs[n] == cfg->pad_token_id) continue; /* nn.Embedding's padding_idx */
             float *d = dwte + (size_t)inputs[n] * C;
             const float *dr = cb->dres + (size_t)n * C;
             for (int i = 0; i < C; i++) d[i] += dr[i] * scale;
