@@ -43,7 +43,7 @@
 typedef struct {
     const char *preset, *family;
     int layers, heads, dim, max_seq_len;
-    int kv_heads, head_dim, ffn_dim;
+    int kv_heads, head_dim, ffn_dim, sliding_window;
     int vocab, batch, seq_len, total_batch, steps;
     float lr, lr_final, weight_decay, grad_clip;
     int warmup;
@@ -85,10 +85,12 @@ static const OptSpec options[] = {
     {0, "heads", OPT_INT, O(heads), "0", "NH", "attention heads (0: from the preset)"},
     {0, "dim", OPT_INT, O(dim), "0", "C", "model width (0: from the preset)"},
     {0, "family", OPT_STR, O(family), "", "NAME",
-     "gpt2, llama, qwen2 or qwen3 (default: the preset's); llama and qwen run on --device cpu for now"},
+     "gpt2, llama, qwen2, qwen3 or gemma3 (default: the preset's); all but gpt2 run on --device cpu for now"},
     {0, "kv-heads", OPT_INT, O(kv_heads), "0", "NKV", "key/value heads, dividing --heads (0: the preset's, or --heads)"},
     {0, "head-dim", OPT_INT, O(head_dim), "0", "HD", "size of a head, even (0: the preset's, or C/NH)"},
     {0, "ffn-dim", OPT_INT, O(ffn_dim), "0", "F", "MLP hidden width (0: the preset's, or 4C)"},
+    {0, "sliding-window", OPT_INT, O(sliding_window), "0", "W",
+     "gemma3: its sliding layers' query t sees keys t-W+1..t (0: the preset's, or 4096)"},
     {0, "max-seq-len", OPT_INT, O(max_seq_len), "1024", "T", "context length of the model (position table)"},
     {'v', "vocab", OPT_INT, O(vocab), "50257", "V", "vocabulary size (padded to a multiple of 128 inside)"},
     {'b', "batch", OPT_INT, O(batch), "4", "B", "micro-batch size in sequences"},
@@ -330,11 +332,12 @@ static void validate(Options *opt, GPTConfig *cfg) {
         die_usage("-e/--preset must be one of %s", names);
     }
     ModelFamily family = p->family;
-    if (opt->family[0] && gpt_family_parse(opt->family, &family) != 0) bad("--family", "must be gpt2, llama, qwen2 or qwen3");
+    if (opt->family[0] && gpt_family_parse(opt->family, &family) != 0) bad("--family", "must be gpt2, llama, qwen2, qwen3 or gemma3");
     gpt_family_defaults(cfg, family);
     /* the preset's shape and RoPE hold only for its own family; another family takes its defaults */
     const int own = family == p->family;
     if (own && p->rope.theta > 0) cfg->rope = p->rope;
+    if (own && p->sliding_window > 0) cfg->sliding_window = p->sliding_window;
     cfg->num_layers = opt->layers ? opt->layers : p->num_layers;
     cfg->num_heads = opt->heads ? opt->heads : p->num_heads;
     cfg->dim = opt->dim ? opt->dim : p->dim;
@@ -350,7 +353,10 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->kv_heads < 0 || opt->head_dim < 0 || opt->ffn_dim < 0)
         bad("--kv-heads, --head-dim and --ffn-dim", "must be positive (0: the preset's)");
     if (family == FAMILY_GPT2 && (opt->kv_heads || opt->head_dim || opt->ffn_dim))
-        bad("--kv-heads, --head-dim and --ffn-dim", "need --family llama, qwen2 or qwen3 (GPT-2's follow from --heads and --dim)");
+        bad("--kv-heads, --head-dim and --ffn-dim", "need --family llama, qwen2, qwen3 or gemma3 (GPT-2's follow from --heads and --dim)");
+    if (opt->sliding_window < 0) bad("--sliding-window", "must be positive (0: the preset's)");
+    if (opt->sliding_window && family != FAMILY_GEMMA3) bad("--sliding-window", "needs --family gemma3 (the family with sliding layers)");
+    if (opt->sliding_window) cfg->sliding_window = opt->sliding_window;
     if (!cfg->head_dim && cfg->dim % cfg->num_heads) bad("--heads", "must divide --dim (the model width), or pass --head-dim");
     if (cfg->num_kv_heads && cfg->num_heads % cfg->num_kv_heads) bad("--kv-heads", "must divide --heads");
     if (cfg->head_dim % 2) bad("--head-dim", "must be even (rotary positions turn pairs)");
@@ -1061,6 +1067,14 @@ static void print_header(Run *r) {
                gpt_family_name(cfg->family), cfg->num_kv_heads, cfg->head_dim, cfg->ffn_dim, cfg->rope.theta,
                cfg->rope.scaling == ROPE_SCALING_LLAMA3 ? " (llama3 scaling)" : "", cfg->norm_eps,
                cfg->qk_norm ? ", QK-norm" : "", cfg->qkv_bias ? ", qkv bias" : "", cfg->untied_head ? "untied" : "tied");
+    if (cfg->family == FAMILY_GEMMA3) {
+        int sliding = 0;
+        for (int l = 0; l < cfg->num_layers; l++) sliding += gpt_layer_is_sliding(cfg, l);
+        printf("gemma3: %d of %d layers slide with a window of %d and RoPE theta %g, the rest are global; norms x (1 + w) "
+               "before and after each branch; query_pre_attn_scalar %g; embeddings x %g\n",
+               sliding, cfg->num_layers, cfg->sliding_window, cfg->rope_local_theta, cfg->query_pre_attn_scalar,
+               gpt_embed_scale(cfg));
+    }
     printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches x %d rank(s)), output layer %s, device %s (%s)\n",
            r->B, r->T, opt->total_batch, r->accum, r->dist.world, opt->output, opt->device, be->device_name);
     if (be->output_path[0]) printf("output layer: %s\n", be->output_path);

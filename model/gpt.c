@@ -11,7 +11,7 @@
 #include "kernels/host_device.h"
 
 /* GPT-2's shapes: KV heads, head dim and MLP follow from heads and width */
-#define GPT2_PRESET(name, L, NH, C, note) {name, L, NH, C, note, FAMILY_GPT2, 0, 0, 0, {0, ROPE_SCALING_NONE, 0, 0, 0, 0}}
+#define GPT2_PRESET(name, L, NH, C, note) {name, L, NH, C, note, FAMILY_GPT2, 0, 0, 0, {0, ROPE_SCALING_NONE, 0, 0, 0, 0}, 0}
 
 const GPTPreset gpt_presets[] = {
     GPT2_PRESET("tiny", 2, 2, 128, NULL), /* CPU smoke tests and CI; head size 64, as the GPU attention needs */
@@ -22,8 +22,12 @@ const GPTPreset gpt_presets[] = {
     GPT2_PRESET("d48", 48, 25, 1600, NULL),
     /* Llama 3.2 1B and Qwen3 0.6B as their config.json describe them (tied heads both); theta,
      * factor, low and high frequency factors, original context */
-    {"llama3.2-1b", 16, 32, 2048, NULL, FAMILY_LLAMA, 8, 64, 8192, {5e5, ROPE_SCALING_LLAMA3, 32.0, 1.0, 4.0, 8192.0}},
-    {"qwen3-0.6b", 28, 16, 1024, NULL, FAMILY_QWEN3, 8, 128, 3072, {1e6, ROPE_SCALING_NONE, 0, 0, 0, 0}},
+    {"llama3.2-1b", 16, 32, 2048, NULL, FAMILY_LLAMA, 8, 64, 8192, {5e5, ROPE_SCALING_LLAMA3, 32.0, 1.0, 4.0, 8192.0}, 0},
+    {"qwen3-0.6b", 28, 16, 1024, NULL, FAMILY_QWEN3, 8, 128, 3072, {1e6, ROPE_SCALING_NONE, 0, 0, 0, 0}, 0},
+    /* Gemma 3 270M and 1B (tied heads, no rope_scaling); their window of 512 and the family's
+     * defaults: every 6th layer global, local base 1e4, query_pre_attn_scalar 256 */
+    {"gemma3-270m", 18, 4, 640, NULL, FAMILY_GEMMA3, 1, 256, 2048, {1e6, ROPE_SCALING_NONE, 0, 0, 0, 0}, 512},
+    {"gemma3-1b", 26, 4, 1152, NULL, FAMILY_GEMMA3, 1, 256, 6912, {1e6, ROPE_SCALING_NONE, 0, 0, 0, 0}, 512},
     GPT2_PRESET(NULL, 0, 0, 0, NULL),
 };
 #undef GPT2_PRESET
@@ -57,6 +61,17 @@ void gpt_config_finish(GPTConfig *cfg) {
 
 void gpt_family_defaults(GPTConfig *cfg, ModelFamily family) {
     cfg->family = family;
+    /* Gemma3TextConfig's: a window of 4096 on five layers of six, the local base 1e4, scores scaled
+     * by 256^-1/2, and pad_token_id 0 as the embedding's padding_idx */
+    const int gemma = family == FAMILY_GEMMA3;
+    cfg->sandwich_norm = cfg->embed_scale = gemma;
+    cfg->query_pre_attn_scalar = gemma ? 256.0f : 0.0f;
+    cfg->sliding_window = gemma ? 4096 : 0;
+    cfg->sliding_window_pattern = gemma ? 6 : 0;
+    memset(cfg->layer_sliding, 0, sizeof cfg->layer_sliding);
+    cfg->rope_local_theta = gemma ? 1e4 : 0.0;
+    cfg->has_pad_token = gemma;
+    cfg->pad_token_id = 0;
     if (family == FAMILY_GPT2) {
         cfg->norm = NORM_LAYERNORM;
         cfg->norm_eps = 1e-5f;
@@ -65,14 +80,47 @@ void gpt_family_defaults(GPTConfig *cfg, ModelFamily family) {
         cfg->qk_norm = cfg->qkv_bias = cfg->untied_head = 0;
         return;
     }
-    /* LlamaConfig, Qwen2Config and Qwen3Config's defaults, with Llama 3's theta */
-    cfg->norm = NORM_RMSNORM;
+    /* LlamaConfig, Qwen2Config, Qwen3Config and Gemma3TextConfig's defaults, with Llama 3's theta */
+    cfg->norm = gemma ? NORM_RMSNORM_ONE_PLUS_W : NORM_RMSNORM;
     cfg->positions = POS_ROPE;
-    cfg->mlp = MLP_SWIGLU;
+    cfg->mlp = gemma ? MLP_GEGLU : MLP_SWIGLU;
     cfg->rope = (RopeParams){.theta = family == FAMILY_LLAMA ? 5e5 : 1e6, .scaling = ROPE_SCALING_NONE};
     cfg->norm_eps = family == FAMILY_LLAMA ? 1e-5f : 1e-6f;
-    cfg->qk_norm = family == FAMILY_QWEN3;
+    cfg->qk_norm = family == FAMILY_QWEN3 || gemma;
     cfg->qkv_bias = family == FAMILY_QWEN2;
+}
+
+int gpt_layer_is_sliding(const GPTConfig *cfg, int l) {
+    if (cfg->sliding_window_pattern > 0) return (l + 1) % cfg->sliding_window_pattern != 0;
+    return cfg->layer_sliding[l] != 0;
+}
+
+RopeParams gpt_layer_rope(const GPTConfig *cfg, int l) {
+    if (cfg->rope_local_theta > 0 && gpt_layer_is_sliding(cfg, l))
+        return (RopeParams){.theta = cfg->rope_local_theta, .scaling = ROPE_SCALING_NONE};
+    return cfg->rope;
+}
+
+/* x rounded to the nearest bf16, ties to even (x finite) */
+static float round_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+float gpt_embed_scale(const GPTConfig *cfg) {
+    /* transformers keeps hidden_size**0.5 as an fp32 buffer and casts it to the weights' dtype in
+     * the forward; checkpoints are bf16, so the scale they were trained with is its bf16 rounding */
+    return cfg->embed_scale ? round_to_bf16((float)sqrt((double)cfg->dim)) : 1.0f;
+}
+
+float gpt_attention_scale(const GPTConfig *cfg) {
+    /* self.scaling = query_pre_attn_scalar**-0.5 (or head_dim**-0.5): a double, rounded to fp32 where it
+     * multiplies the fp32 scores */
+    double base = cfg->query_pre_attn_scalar > 0 ? (double)cfg->query_pre_attn_scalar : (double)cfg->head_dim;
+    return (float)pow(base, -0.5);
 }
 
 const char *gpt_family_name(ModelFamily family) {
@@ -81,12 +129,13 @@ const char *gpt_family_name(ModelFamily family) {
     case FAMILY_LLAMA: return "llama";
     case FAMILY_QWEN2: return "qwen2";
     case FAMILY_QWEN3: return "qwen3";
+    case FAMILY_GEMMA3: return "gemma3";
     }
     return "?";
 }
 
 int gpt_family_parse(const char *name, ModelFamily *family) {
-    const ModelFamily all[] = {FAMILY_GPT2, FAMILY_LLAMA, FAMILY_QWEN2, FAMILY_QWEN3};
+    const ModelFamily all[] = {FAMILY_GPT2, FAMILY_LLAMA, FAMILY_QWEN2, FAMILY_QWEN3, FAMILY_GEMMA3};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(name, gpt_family_name(all[i])) == 0) {
             *family = all[i];
@@ -133,8 +182,9 @@ static void pack_parts(ParamInfo *p, int n, const char *const *names, const size
     }
 }
 
-/* One layer of Llama, Qwen2 or Qwen3 (LlamaDecoderLayer's tensors), input norm first so that the
- * layer's rows start with it as GPT-2's do. */
+/* One layer of Llama, Qwen2, Qwen3 or Gemma 3 (LlamaDecoderLayer's tensors, and Gemma3DecoderLayer's
+ * sandwich norms), in the order the forward reads them, input norm first so that the layer's rows
+ * start with it as GPT-2's do. */
 static void add_llama_layer(ParamTable *t, int l, const GPTConfig *cfg, float std) {
     const size_t C = (size_t)cfg->dim, hd = (size_t)cfg->head_dim, F = (size_t)cfg->ffn_dim;
     const size_t q = (size_t)cfg->num_heads * hd, kv = (size_t)cfg->num_kv_heads * hd;
@@ -166,7 +216,12 @@ static void add_llama_layer(ParamTable *t, int l, const GPTConfig *cfg, float st
     }
     NAME(name, "self_attn.o_proj.weight");
     add_param(t, name, ROLE_ATTPROJ_W, l, C, q, 2, 1, 0, INIT_NORMAL, std);
+    /* HF's post_attention_layernorm is the MLP's input norm in Llama, the attention output's in Gemma */
     NAME(name, "post_attention_layernorm.weight");
+    if (cfg->sandwich_norm) {
+        add_param(t, name, ROLE_ATTPOST_W, l, 1, C, 1, 0, 0, norm_init, 0);
+        NAME(name, "pre_feedforward_layernorm.weight");
+    }
     add_param(t, name, ROLE_LN2_W, l, 1, C, 1, 0, 0, norm_init, 0);
     NAME(name, "mlp.{gate,up}_proj.weight");
     NAME(n0, "mlp.gate_proj.weight");
@@ -174,6 +229,10 @@ static void add_llama_layer(ParamTable *t, int l, const GPTConfig *cfg, float st
     pack_parts(add_param(t, name, ROLE_FC_W, l, 2 * F, C, 2, 1, 0, INIT_NORMAL, std), 2, part_names, glu_rows);
     NAME(name, "mlp.down_proj.weight");
     add_param(t, name, ROLE_FCPROJ_W, l, C, F, 2, 1, 0, INIT_NORMAL, std);
+    if (cfg->sandwich_norm) {
+        NAME(name, "post_feedforward_layernorm.weight");
+        add_param(t, name, ROLE_MLPPOST_W, l, 1, C, 1, 0, 0, norm_init, 0);
+    }
 #undef NAME
 }
 
@@ -185,12 +244,27 @@ static int check_shape(const GPTConfig *cfg, char *err) {
         return -1;
     }
     /* the rows each family's table holds are those of these switches: another mix has no rows */
+    int sliding = 0;
+    for (int l = 0; l < cfg->num_layers; l++) sliding |= gpt_layer_is_sliding(cfg, l);
     const int gpt2_switches = cfg->norm == NORM_LAYERNORM && cfg->positions == POS_LEARNED && cfg->mlp == MLP_GELU &&
-                              !cfg->qk_norm && !cfg->qkv_bias && !cfg->untied_head;
+                              !cfg->qk_norm && !cfg->qkv_bias && !cfg->untied_head && !cfg->sandwich_norm &&
+                              !cfg->embed_scale && !sliding && cfg->query_pre_attn_scalar == 0.0f && !cfg->has_pad_token;
     const int rope_switches = cfg->norm != NORM_LAYERNORM && cfg->positions == POS_ROPE && cfg->mlp != MLP_GELU;
     if (cfg->family == FAMILY_GPT2 ? !gpt2_switches : !rope_switches) {
-        snprintf(err, ERR_LEN, "the %s family has no rows for this mix of norm, positions and MLP (set them with gpt_family_defaults)",
+        snprintf(err, ERR_LEN, "the %s family has no rows for this mix of switches (set them with gpt_family_defaults)",
                  gpt_family_name(cfg->family));
+        return -1;
+    }
+    if ((sliding && cfg->sliding_window < 1) || cfg->sliding_window < 0 || cfg->query_pre_attn_scalar < 0.0f ||
+        cfg->rope_local_theta < 0.0) {
+        snprintf(err, ERR_LEN, "sliding layers need a window of 1 or more, and query_pre_attn_scalar and the local RoPE "
+                 "base cannot be negative (window %d, query_pre_attn_scalar %g, local theta %g)",
+                 cfg->sliding_window, cfg->query_pre_attn_scalar, cfg->rope_local_theta);
+        return -1;
+    }
+    if (cfg->has_pad_token && (cfg->pad_token_id < 0 || cfg->pad_token_id >= cfg->vocab_size)) {
+        snprintf(err, ERR_LEN, "pad token %d is not one of the %d tokens of the vocabulary (pad_token_id must be below vocab_size)",
+                 cfg->pad_token_id, cfg->vocab_size);
         return -1;
     }
     if (cfg->family == FAMILY_GPT2) {
@@ -303,8 +377,8 @@ LayerTensors layer_tensors(const ParamTable *t, float *base, int l) {
 #define AT(role) at_row(base, param_of_layer(t, l, role))
     LayerTensors lt = {
         AT(ROLE_LN1_W), AT(ROLE_LN1_B), AT(ROLE_QKV_W),  AT(ROLE_QKV_B), AT(ROLE_QNORM_W), AT(ROLE_KNORM_W),
-        AT(ROLE_ATTPROJ_W), AT(ROLE_ATTPROJ_B), AT(ROLE_LN2_W), AT(ROLE_LN2_B),
-        AT(ROLE_FC_W), AT(ROLE_FC_B), AT(ROLE_FCPROJ_W), AT(ROLE_FCPROJ_B),
+        AT(ROLE_ATTPROJ_W), AT(ROLE_ATTPROJ_B), AT(ROLE_ATTPOST_W), AT(ROLE_LN2_W), AT(ROLE_LN2_B),
+        AT(ROLE_FC_W), AT(ROLE_FC_B), AT(ROLE_FCPROJ_W), AT(ROLE_FCPROJ_B), AT(ROLE_MLPPOST_W),
     };
 #undef AT
     return lt;
@@ -335,6 +409,11 @@ void param_init(const ParamTable *t, float *params, uint64_t seed) {
         const ParamInfo *p = param_whole(t, vocab_rows[r]);
         if (!p) continue;
         for (size_t j = (size_t)t->cfg.vocab_size * p->cols; j < p->numel; j++) params[p->offset + j] = 0.0f;
+    }
+    /* transformers' _init_weights zeroes an nn.Embedding's padding_idx row */
+    if (t->cfg.has_pad_token) {
+        const ParamInfo *p = param_whole(t, ROLE_WTE);
+        memset(params + p->offset + (size_t)t->cfg.pad_token_id * p->cols, 0, p->cols * sizeof(float));
     }
 }
 

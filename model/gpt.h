@@ -44,7 +44,7 @@ typedef struct {
 #define GPT_VOCAB_ALIGN 128
 #define GPT_MAX_LAYERS 128
 
-typedef enum { FAMILY_GPT2, FAMILY_LLAMA, FAMILY_QWEN2, FAMILY_QWEN3 } ModelFamily;
+typedef enum { FAMILY_GPT2, FAMILY_LLAMA, FAMILY_QWEN2, FAMILY_QWEN3, FAMILY_GEMMA3 } ModelFamily;
 typedef enum {
     NORM_LAYERNORM,         /* LayerNorm with weight and bias (GPT-2) */
     NORM_RMSNORM,           /* RMSNorm, x·w (Llama, Qwen) */
@@ -79,6 +79,19 @@ typedef struct {
     int qk_norm;      /* RMSNorm over hd of every query and key head, before RoPE (Qwen3) */
     int qkv_bias;     /* q, k, v projections have a bias (Qwen2); GPT-2's every linear has one */
     int untied_head;  /* the output layer has its own matrix (lm_head.weight), not the embedding */
+    /* Gemma 3's switches (Gemma3TextConfig); all 0 elsewhere */
+    int sandwich_norm;  /* each branch's output is normed before the residual add (post_attention_layernorm,
+                         * post_feedforward_layernorm), and the MLP's input norm is pre_feedforward_layernorm */
+    int embed_scale;    /* the token embedding is multiplied by sqrt(C) rounded to bf16 (gpt_embed_scale) */
+    float query_pre_attn_scalar; /* attention scale query_pre_attn_scalar^-1/2; 0: hd^-1/2 */
+    int sliding_window; /* W: a sliding layer's query t sees keys t - W < t2 <= t */
+    int sliding_window_pattern; /* P > 0: layer l is global when (l + 1) % P == 0 and slides otherwise
+                                 * (transformers' layer_types when config.json has none); 0: layer_sliding */
+    unsigned char layer_sliding[GPT_MAX_LAYERS]; /* config.json's layer_types: 1 for "sliding_attention" */
+    double rope_local_theta; /* rope_local_base_freq: the sliding layers' RoPE base, unscaled; 0: cfg.rope */
+    int has_pad_token;  /* the embedding is an nn.Embedding with padding_idx = pad_token_id: that row starts
+                         * at 0 and its lookups pass it no gradient (the tied head still does) */
+    int pad_token_id;
 } GPTConfig;
 
 typedef struct {
@@ -89,6 +102,7 @@ typedef struct {
     ModelFamily family;
     int num_kv_heads, head_dim, ffn_dim;
     RopeParams rope;
+    int sliding_window; /* 0: the family's default */
 } GPTPreset;
 
 /* The presets (model/gpt.c), ended by one whose name is NULL: the one list that --help, errors and
@@ -105,9 +119,19 @@ void gpt_config_finish(GPTConfig *cfg);
  * RoPE theta, MLP, QK-norm, QKV bias); the shape fields are left as they are. */
 void gpt_family_defaults(GPTConfig *cfg, ModelFamily family);
 const char *gpt_family_name(ModelFamily family);
-/* The family named ("gpt2", "llama", "qwen2", "qwen3"); 0, or -1 for another name. */
+/* The family named ("gpt2", "llama", "qwen2", "qwen3", "gemma3"); 0, or -1 for another name. */
 int gpt_family_parse(const char *name, ModelFamily *family);
 int gpt_round_vocab(int vocab_size);
+/* Whether layer l attends through the sliding window (sliding_window_pattern, else layer_sliding). */
+int gpt_layer_is_sliding(const GPTConfig *cfg, int l);
+/* Layer l's rotary embedding: rope_local_theta unscaled on sliding layers (when set), cfg->rope
+ * elsewhere. */
+RopeParams gpt_layer_rope(const GPTConfig *cfg, int l);
+/* What the token embedding is multiplied by: 1, or with embed_scale sqrt(C) rounded to bf16 as
+ * transformers rounds its scale to the weights' dtype (25.25 at C = 640, 34.0 at 1152). */
+float gpt_embed_scale(const GPTConfig *cfg);
+/* The attention's scale: query_pre_attn_scalar^-1/2 when set, else hd^-1/2. */
+float gpt_attention_scale(const GPTConfig *cfg);
 
 /* What a tensor is, within its layer (or for the whole model: the embeddings and the tail). A
  * family has the roles its config asks for; the others have no row. */
@@ -118,16 +142,18 @@ typedef enum {
     ROLE_QKV_W, ROLE_QKV_B,         /* [(NH + 2·NKV)·hd, C], [(NH + 2·NKV)·hd] */
     ROLE_QNORM_W, ROLE_KNORM_W,     /* QK-norm [hd] each */
     ROLE_ATTPROJ_W, ROLE_ATTPROJ_B, /* [C, NH·hd], [C] */
-    ROLE_LN2_W, ROLE_LN2_B,
+    ROLE_ATTPOST_W,                 /* sandwich norms: the attention output's norm [C] */
+    ROLE_LN2_W, ROLE_LN2_B,         /* the MLP's input norm */
     ROLE_FC_W, ROLE_FC_B,           /* [F, C], [F] (GELU); [2F, C] gate then up (gated MLPs) */
     ROLE_FCPROJ_W, ROLE_FCPROJ_B,   /* [C, F], [C] */
+    ROLE_MLPPOST_W,                 /* sandwich norms: the MLP output's norm [C] */
     ROLE_LNF_W, ROLE_LNF_B,
     ROLE_LM_HEAD,                   /* untied output layer [Vp, C] */
     NUM_ROLES
 } ParamRole;
 
 #define FIRST_LAYER_ROLE ROLE_LN1_W
-#define NUM_LAYER_ROLES (ROLE_FCPROJ_B - ROLE_LN1_W + 1)
+#define NUM_LAYER_ROLES (ROLE_MLPPOST_W - ROLE_LN1_W + 1)
 #define NUM_WHOLE_ROLES (NUM_ROLES - NUM_LAYER_ROLES)
 /* A table row made of this many HF tensors at most (q, k, v). */
 #define MAX_HF_PARTS 3
@@ -179,8 +205,8 @@ const ParamInfo *param_of_layer(const ParamTable *t, int layer, ParamRole role);
 /* Pointers into one flat buffer (parameters, gradients, moments: all share the layout); NULL for a
  * row the family does not have. */
 typedef struct {
-    float *ln1w, *ln1b, *qkvw, *qkvb, *qnormw, *knormw, *attprojw, *attprojb;
-    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+    float *ln1w, *ln1b, *qkvw, *qkvb, *qnormw, *knormw, *attprojw, *attprojb, *attpostw;
+    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb, *mlppostw;
 } LayerTensors;
 
 LayerTensors layer_tensors(const ParamTable *t, float *base, int layer);
@@ -190,7 +216,7 @@ ParamRole head_role(const GPTConfig *cfg);
 
 /* Init: N(0, 0.02), residual projections scaled by 1/sqrt(2L) for GPT-2 (the other families
  * initialise every matrix as their HF class does, N(0, 0.02)), norm weights 1 (0 for 1 + w), biases
- * 0, padded vocabulary rows 0. Deterministic in seed. */
+ * 0, padded vocabulary rows and the pad token's embedding row 0. Deterministic in seed. */
 void param_init(const ParamTable *t, float *params, uint64_t seed);
 
 /* Training FLOPs per token for MFU (6·params for the matmuls + attention by hd and NH), as in PaLM's

@@ -45,6 +45,9 @@ static void check_gradients(GPTConfig cfg, OutputKind output, float eps) {
     for (int i = 0; i < B * T; i++) {
         inputs[i] = (int)rng_below(&rng, cfg.vocab_size);
         targets[i] = (int)rng_below(&rng, cfg.vocab_size);
+        /* the loss depends on the pad token's row through its lookups, which by design pass no
+         * gradient (nn.Embedding's padding_idx): differences cannot check that row, so no input is it */
+        if (cfg.has_pad_token && inputs[i] == cfg.pad_token_id) inputs[i] = (inputs[i] + 1) % cfg.vocab_size;
     }
     targets[3] = -1;
     /* the loss is the mean over the 9 targets that count: the sum of the single-target losses / 9
@@ -66,16 +69,19 @@ static void check_gradients(GPTConfig cfg, OutputKind output, float eps) {
         for (int k = 0; k < t.count; k++) {
         const ParamInfo *pi = &t.params[k];
         size_t n = is_vocab_row(pi) ? (size_t)cfg.vocab_size * cfg.dim : pi->numel;
+        /* a scaled embedding (Gemma) moves the residual stream by its scale times the step: a step
+         * divided by it moves the stream as far as the other tensors' steps do */
+        const float h = pi->role == ROLE_WTE ? eps / gpt_embed_scale(&cfg) : eps;
         float *fd = malloc(n * 4);
         for (size_t j = 0; j < n; j++) {
             memcpy(q, p, t.total * 4);
-            q[pi->offset + j] = p[pi->offset + j] + eps;
+            q[pi->offset + j] = p[pi->offset + j] + h;
             be->ops->write_state(be, q, NULL, NULL);
             double up = be->ops->eval_loss(be, inputs, targets);
-            q[pi->offset + j] = p[pi->offset + j] - eps;
+            q[pi->offset + j] = p[pi->offset + j] - h;
             be->ops->write_state(be, q, NULL, NULL);
             double down = be->ops->eval_loss(be, inputs, targets);
-            fd[j] = (float)((up - down) / (2.0 * eps));
+            fd[j] = (float)((up - down) / (2.0 * h));
         }
         double num = 0, den = 0;
         for (size_t j = 0; j < n; j++) {
@@ -148,4 +154,23 @@ TEST(a_qwen3_with_qk_norm_and_a_tied_head_matches_finite_differences) {
 
 TEST(a_qwen2_with_qkv_bias_matches_finite_differences) {
     check_gradients(tiny_family(FAMILY_QWEN2), OUTPUT_FUSED, FAMILY_STEP);
+}
+
+/* Three layers of 20 wide (NH·hd = 24 != C; bf16(sqrt 20) = 4.46875 scales the embedding): layers 0
+ * and 2 slide with a window of 2 over T = 5 and turn by the local base 10, layer 1 is global with
+ * theta 100 under linear scaling by 4; QK-norm and the four sandwich norms multiply by 1 + w;
+ * scores are scaled by query_pre_attn_scalar 5, not hd. Its per-head norms have gradients of ~1e-2,
+ * where steps below 4e-3 leave the fp32 loss's rounding above the tolerance (measured); at 5e-3
+ * the worst tensor is at half of it. */
+TEST(a_gemma3_with_sliding_and_global_layers_sandwich_norms_and_a_scaled_embedding_matches_finite_differences) {
+    GPTConfig cfg = tiny_family(FAMILY_GEMMA3);
+    cfg.num_layers = 3;
+    cfg.dim = 20;
+    cfg.sliding_window = 2;
+    cfg.sliding_window_pattern = 0;
+    cfg.layer_sliding[0] = cfg.layer_sliding[2] = 1;
+    cfg.rope_local_theta = 10.0;
+    cfg.rope = (RopeParams){.theta = 100.0, .scaling = ROPE_SCALING_LINEAR, .factor = 4.0};
+    cfg.query_pre_attn_scalar = 5.0f;
+    check_gradients(cfg, OUTPUT_FUSED, 5e-3f);
 }

@@ -2,6 +2,7 @@
  * in the error for an unknown one, the fused layer's default budget as --logits-mb's default, the
  * output layer's paths named in plain words, and the parameter table of every family: its rows, HF
  * names and packed tensors, the layer ranges, and the shapes it refuses. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,4 +218,146 @@ TEST(the_flops_per_token_count_the_tables_matrices_and_attention_by_head_dim) {
     const double want = 6.0 * matmul + 12.0 * 2 * 4 * 6 * 8;
     CHECK(gpt_flops_per_token(&t.cfg, 8) == want, "%.0f FLOPs, expected %.0f", gpt_flops_per_token(&t.cfg, 8), want);
     param_table_free(&t);
+}
+
+/* Gemma3DecoderLayer's tensors in the order the forward reads them: the attention's input norm,
+ * the packed q, k, v, the per-head norms, o_proj, the attention output's norm
+ * (post_attention_layernorm), the MLP's input norm (pre_feedforward_layernorm), the packed gate and
+ * up, down_proj, the MLP output's norm; every norm starts at 0 (it multiplies by 1 + w) and decays
+ * not; the head is the embedding. */
+TEST(a_gemma3_table_has_four_one_plus_w_norms_per_layer_named_as_hugging_face_does) {
+    GPTConfig cfg = small_family(FAMILY_GEMMA3);
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    const struct {
+        const char *name;
+        ParamRole role;
+        size_t rows, cols;
+    } want[] = {
+        {"model.embed_tokens.weight", ROLE_WTE, 128, 16},
+        {"model.layers.0.input_layernorm.weight", ROLE_LN1_W, 1, 16},
+        {"model.layers.0.self_attn.{q,k,v}_proj.weight", ROLE_QKV_W, (4 + 2 * 2) * 6, 16},
+        {"model.layers.0.self_attn.q_norm.weight", ROLE_QNORM_W, 1, 6},
+        {"model.layers.0.self_attn.k_norm.weight", ROLE_KNORM_W, 1, 6},
+        {"model.layers.0.self_attn.o_proj.weight", ROLE_ATTPROJ_W, 16, 24},
+        {"model.layers.0.post_attention_layernorm.weight", ROLE_ATTPOST_W, 1, 16},
+        {"model.layers.0.pre_feedforward_layernorm.weight", ROLE_LN2_W, 1, 16},
+        {"model.layers.0.mlp.{gate,up}_proj.weight", ROLE_FC_W, 48, 16},
+        {"model.layers.0.mlp.down_proj.weight", ROLE_FCPROJ_W, 16, 24},
+        {"model.layers.0.post_feedforward_layernorm.weight", ROLE_MLPPOST_W, 1, 16},
+        {"model.layers.1.input_layernorm.weight", ROLE_LN1_W, 1, 16},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECK(strcmp(t.params[i].name, want[i].name) == 0 && t.params[i].role == want[i].role &&
+                  t.params[i].rows == want[i].rows && t.params[i].cols == want[i].cols,
+              "row %zu: %s [%zu, %zu], expected %s [%zu, %zu]", i, t.params[i].name, t.params[i].rows,
+              t.params[i].cols, want[i].name, want[i].rows, want[i].cols);
+    REQUIRE(t.count == 1 + 2 * 10 + 1, "%d rows", t.count);
+    CHECK(strcmp(t.params[t.count - 1].name, "model.norm.weight") == 0 && !param_whole(&t, ROLE_LM_HEAD),
+          "the tail is %s", t.params[t.count - 1].name);
+    const ParamInfo *glu = param_of_layer(&t, 1, ROLE_FC_W);
+    CHECK(glu->num_parts == 2 && strcmp(glu->part[0].name, "model.layers.1.mlp.gate_proj.weight") == 0,
+          "the packed gate, up: %d parts, %s", glu->num_parts, glu->part[0].name);
+    for (int i = 0; i < t.count; i++) {
+        const ParamInfo *p = &t.params[i];
+        if (p->ndim == 1)
+            CHECK(p->init == INIT_ZEROS && !p->weight_decay, "%s: a 1 + w norm must start at 0 and not decay", p->name);
+        else
+            CHECK(p->init == INIT_NORMAL && p->init_std == 0.02f && p->weight_decay, "%s: not N(0, 0.02) with decay",
+                  p->name);
+    }
+    param_table_free(&t);
+}
+
+/* Gemma3TextConfig's defaults: RMSNorm (1 + w) at eps 1e-6, GeGLU, QK-norm, sandwich norms, the
+ * embedding scale, query_pre_attn_scalar 256, a window of 4096 on all but every 6th layer, RoPE
+ * theta 1e6 on global layers and 1e4 on sliding ones, pad_token_id 0 as the embedding's padding_idx;
+ * switching to another family clears them. */
+TEST(gemma3_family_defaults_are_gemma3_text_configs) {
+    GPTConfig cfg = {.num_layers = 13, .num_heads = 4, .dim = 16, .max_seq_len = 8, .vocab_size = 37};
+    gpt_family_defaults(&cfg, FAMILY_GEMMA3);
+    gpt_config_finish(&cfg);
+    CHECK(cfg.norm == NORM_RMSNORM_ONE_PLUS_W && cfg.norm_eps == 1e-6f && cfg.mlp == MLP_GEGLU && cfg.qk_norm &&
+              cfg.sandwich_norm && cfg.embed_scale && !cfg.qkv_bias && !cfg.untied_head && cfg.positions == POS_ROPE &&
+              cfg.has_pad_token && cfg.pad_token_id == 0,
+          "the switches are not Gemma 3's");
+    CHECK(cfg.query_pre_attn_scalar == 256.0f && cfg.sliding_window == 4096 && cfg.rope.theta == 1e6 &&
+              cfg.rope.scaling == ROPE_SCALING_NONE && cfg.rope_local_theta == 1e4,
+          "query_pre_attn_scalar %g, window %d, theta %g, local theta %g", cfg.query_pre_attn_scalar,
+          cfg.sliding_window, cfg.rope.theta, cfg.rope_local_theta);
+    /* transformers: "sliding_attention" if (i + 1) % 6 else "full_attention" */
+    for (int l = 0; l < 13; l++) {
+        const int global = l == 5 || l == 11;
+        CHECK(gpt_layer_is_sliding(&cfg, l) == !global, "layer %d should be %s", l, global ? "global" : "sliding");
+        RopeParams r = gpt_layer_rope(&cfg, l);
+        CHECK(r.theta == (global ? 1e6 : 1e4), "layer %d turns by theta %g", l, r.theta);
+    }
+    gpt_family_defaults(&cfg, FAMILY_QWEN3);
+    CHECK(!cfg.sandwich_norm && !cfg.embed_scale && cfg.query_pre_attn_scalar == 0.0f && !gpt_layer_is_sliding(&cfg, 0) &&
+              cfg.rope_local_theta == 0.0 && !cfg.has_pad_token,
+          "Qwen3 kept Gemma 3's switches");
+}
+
+/* config.json's layer_types, when it has them, say which layers slide; the sliding layers take
+ * the local base unscaled and the global ones the scaled rope_theta (linear factor 8, as the
+ * larger Gemma 3 sizes carry). */
+TEST(gemma3_layer_types_choose_the_sliding_layers_and_their_rope_base) {
+    GPTConfig cfg = small_family(FAMILY_GEMMA3);
+    cfg.num_layers = 3;
+    cfg.sliding_window_pattern = 0;
+    cfg.layer_sliding[0] = cfg.layer_sliding[2] = 1;
+    cfg.rope = (RopeParams){.theta = 1e6, .scaling = ROPE_SCALING_LINEAR, .factor = 8.0};
+    for (int l = 0; l < 3; l++) {
+        RopeParams r = gpt_layer_rope(&cfg, l);
+        CHECK(gpt_layer_is_sliding(&cfg, l) == (l != 1), "layer %d", l);
+        CHECK(l == 1 ? r.theta == 1e6 && r.scaling == ROPE_SCALING_LINEAR && r.factor == 8.0
+                     : r.theta == 1e4 && r.scaling == ROPE_SCALING_NONE,
+              "layer %d: theta %g, scaling %d", l, r.theta, (int)r.scaling);
+    }
+}
+
+/* transformers keeps sqrt(hidden_size) in fp32 and casts it to the weights' dtype, bf16: 25.25 at
+ * C = 640 (sqrt = 25.298), 34.0 at 1152 (sqrt = 33.941), 4.46875 at 20; families without the
+ * switch use 1. */
+TEST(gemma3_embedding_scale_is_sqrt_dim_rounded_to_bf16) {
+    const struct {
+        int dim;
+        float scale;
+    } want[] = {{640, 25.25f}, {1152, 34.0f}, {20, 4.46875f}, {16, 4.0f}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        GPTConfig cfg = {.dim = want[i].dim};
+        gpt_family_defaults(&cfg, FAMILY_GEMMA3);
+        CHECK(gpt_embed_scale(&cfg) == want[i].scale, "C = %d: scale %.9g, expected %.9g", want[i].dim,
+              gpt_embed_scale(&cfg), want[i].scale);
+        gpt_family_defaults(&cfg, FAMILY_LLAMA);
+        CHECK(gpt_embed_scale(&cfg) == 1.0f, "Llama scales its embedding by %g", gpt_embed_scale(&cfg));
+    }
+}
+
+/* query_pre_attn_scalar^-1/2, not hd^-1/2: Gemma 3 with hd 6 scales by 256^-1/2 = 1/16 */
+TEST(gemma3_attention_scale_is_query_pre_attn_scalar_to_the_minus_half) {
+    GPTConfig cfg = small_family(FAMILY_GEMMA3);
+    CHECK(gpt_attention_scale(&cfg) == 0.0625f, "scale %g", gpt_attention_scale(&cfg));
+    cfg.query_pre_attn_scalar = 5.0f;
+    CHECK(gpt_attention_scale(&cfg) == (float)pow(5.0, -0.5), "scale %g", gpt_attention_scale(&cfg));
+    cfg = small_family(FAMILY_QWEN3);
+    CHECK(gpt_attention_scale(&cfg) == (float)pow(6.0, -0.5), "Qwen3: scale %g", gpt_attention_scale(&cfg));
+}
+
+/* Gemma-3-270M and 1B as their config.json describe them. */
+TEST(the_gemma3_presets_are_their_config_json) {
+    const struct {
+        const char *name;
+        int layers, dim, ffn;
+    } want[] = {{"gemma3-270m", 18, 640, 2048}, {"gemma3-1b", 26, 1152, 6912}};
+    for (size_t i = 0; i < 2; i++) {
+        const GPTPreset *p = gpt_find_preset(want[i].name);
+        REQUIRE(p, "no preset %s", want[i].name);
+        CHECK(p->family == FAMILY_GEMMA3 && p->num_layers == want[i].layers && p->dim == want[i].dim &&
+                  p->ffn_dim == want[i].ffn && p->num_heads == 4 && p->num_kv_heads == 1 && p->head_dim == 256 &&
+                  p->sliding_window == 512 && p->rope.theta == 1e6 && p->rope.scaling == ROPE_SCALING_NONE,
+              "%s is not its config.json", want[i].name);
+    }
 }

@@ -101,6 +101,21 @@ TEST(sample_decoding_with_the_cache_of_a_qwen3_and_a_llama_gives_the_logits_of_a
     }
 }
 
+/* Gemma 3's sliding layers read only the last W cached keys and turn by their own base; the sandwich
+ * norms and the scaled embedding work row by row. A window of 3 slides well within the 16 rows. */
+TEST(sample_decoding_with_the_cache_of_a_gemma3_with_sliding_layers_gives_the_logits_of_a_full_forward) {
+    GPTConfig cfg = {.num_layers = 3, .num_heads = 4, .dim = 20, .max_seq_len = 16, .vocab_size = 37};
+    gpt_family_defaults(&cfg, FAMILY_GEMMA3);
+    cfg.num_kv_heads = 2;
+    cfg.head_dim = 6;
+    cfg.ffn_dim = 24;
+    cfg.sliding_window = 3;
+    cfg.sliding_window_pattern = 2;
+    cfg.rope.theta = 100.0;
+    cfg.rope_local_theta = 10.0;
+    check_cached_decoding(cfg);
+}
+
 /* sample_generate against a full forward of the context per token, the window's policy written
  * out: while the context fits the window of T the draws are the same; when it would not, the
  * context is its last T/2 tokens, at positions from 0 again. 3 + 30 tokens slide a window of 8

@@ -147,12 +147,37 @@ TEST(cpu_training_of_a_llama_and_a_qwen3_loss_falls_well_below_ln_vocab) {
     }
 }
 
+/* Gemma 3 (grouped heads of 48 over one key/value head, a window of 8 on five layers of six with a
+ * sequence of 32, sandwich norms, the scaled embedding) learns the pattern on the CPU too, and the
+ * run says which layers slide. */
+TEST(cpu_training_of_a_gemma3_with_sliding_layers_loss_falls_well_below_ln_vocab) {
+    char train[700], val[700], args[2400], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    snprintf(args, sizeof args,
+             TINY_RUN " --family gemma3 --layers 6 --kv-heads 1 --head-dim 48 --ffn-dim 192 --sliding-window 8 -x 20 "
+                      "--val-every 10 -i %s -j %s -o %s/runs/gemma3",
+             train, val, test_tmpdir());
+    int rc = run_train(args, &out);
+    REQUIRE(rc == 0, "gemma3 training failed (%d): %s", rc, out);
+    float losses[100];
+    int n = parse_losses(out, losses, 100);
+    REQUIRE(n == 20, "parsed %d losses", n);
+    CHECK(fabsf(losses[0] - logf(64)) < 0.3f, "first loss %.3f should be near ln 64", losses[0]);
+    CHECK(losses[19] < 0.5f * logf(64), "final loss %.3f is not well below ln 64", losses[19]);
+    CHECK(strstr(out, "gemma3: 5 of 6 layers slide with a window of 8 and RoPE theta 10000"), "no gemma3 line: %s", out);
+    free(out);
+}
+
 TEST(a_family_flag_the_run_cannot_honour_is_a_usage_error_naming_it) {
     const struct {
         const char *flags, *msg;
     } bad[] = {
-        {"--family mistral", "--family must be gpt2, llama, qwen2 or qwen3"},
-        {"--kv-heads 1", "need --family llama, qwen2 or qwen3"},
+        {"--family mistral", "--family must be gpt2, llama, qwen2, qwen3 or gemma3"},
+        {"--kv-heads 1", "need --family llama, qwen2, qwen3 or gemma3"},
+        {"--family llama --sliding-window 8", "--sliding-window needs --family gemma3"},
+        {"--family gemma3 --sliding-window -1", "--sliding-window must be positive"},
+        {"-e gemma3-270m --device cuda", "-e/--preset gemma3-270m: the gemma3 family runs on --device cpu only"},
+        {"--family gemma3 -n 10", "the gemma3 family writes and reads no checkpoints yet"},
         {"--family llama --kv-heads 3", "--kv-heads must divide --heads"},
         {"--family llama --head-dim 33", "--head-dim must be even"},
         {"--family llama -n 10", "the llama family writes and reads no checkpoints yet"},

@@ -4,6 +4,10 @@
  *   GPT-2:       LayerNorm -> qkv -> attention -> proj -> residual -> LayerNorm -> GELU MLP -> residual
  *   Llama, Qwen: RMSNorm -> qkv [+ bias: Qwen2] -> [QK-norm: Qwen3] -> RoPE -> grouped-query attention
  *                -> o_proj -> residual -> RMSNorm -> gate/up -> SwiGLU -> down -> residual
+ *   Gemma 3:     RMSNorm(1+w) -> qkv -> QK-norm(1+w) -> RoPE (the sliding layers' base, or the global
+ *                one) -> attention (sliding window, or the whole causal context) -> o_proj -> RMSNorm(1+w)
+ *                -> residual -> RMSNorm(1+w) -> gate/up -> GeGLU -> down -> RMSNorm(1+w) -> residual,
+ *                on embeddings scaled by bf16(sqrt(C)); the tied head reads the unscaled embedding
  * The oracle for the CUDA backend and what `./train --device cpu` runs. Shapes: B, T, C, NH, NKV, hd,
  * F, L, V, Vp; N = B·T; QW = (NH + 2·NKV)·hd the packed qkv width, AW = NH·hd the attention output's,
  * FW the MLP's first projection's (F, or 2F for gated MLPs). */
@@ -27,10 +31,12 @@ typedef struct {
                                        * after QK-norm and RoPE; the sampling cache */
     float *atty;                      /* [N,AW] attention output before the projection */
     float *att;                       /* [B,NH,T,T] softmax probabilities */
+    float *attproj, *attpost_rstd;    /* [N,C] o_proj's output, [N] its norm's (sandwich norms only) */
     float *residual2;                 /* [N,C] residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fch;                       /* [N,FW] */
     float *fch_gelu;                  /* [N,F] the activation's output, down projection's input */
+    float *fcproj, *mlppost_rstd;     /* [N,C] down_proj's output, [N] its norm's (sandwich norms only) */
     float *residual3;                 /* [N,C] residual after the MLP: the layer's output */
 } LayerActs;
 
@@ -38,6 +44,7 @@ typedef struct {
  * the layer backwards add into them). */
 typedef struct {
     float *dln1, *dqkv, *dqkv_rot, *dqkv_normed, *datty, *dln2, *dfch, *dfch_gelu;
+    float *dproj; /* [N,C] gradient of a projection's output under its sandwich norm */
 } LayerScratch;
 
 typedef struct {
@@ -55,8 +62,9 @@ typedef struct {
     float *out_ws;                 /* output-layer workspace */
     float *row_losses;             /* [N] */
     size_t out_ws_floats;
-    float *attproj_tmp, *fcproj_tmp; /* [N,C] projection outputs before the residual add */
+    float *attproj_tmp, *fcproj_tmp; /* [N,C] what each branch adds to the residual stream */
     float *rope_cos, *rope_sin;      /* [T, hd/2] of positions 0..T-1 (RoPE only) */
+    float *rope_local_cos, *rope_local_sin; /* the same for the sliding layers' base (when it has one) */
 } CpuBackend;
 
 /* The sizes a block's buffers take. */
@@ -73,6 +81,13 @@ static BlockWidths block_widths(const GPTConfig *cfg) {
 
 static int is_rope(const GPTConfig *cfg) {
     return cfg->positions == POS_ROPE;
+}
+
+/* The first layer that turns by the sliding layers' own RoPE base, or -1 when none does. */
+static int first_local_rope_layer(const GPTConfig *cfg) {
+    for (int l = 0; l < cfg->num_layers; l++)
+        if (is_rope(cfg) && cfg->rope_local_theta > 0 && gpt_layer_is_sliding(cfg, l)) return l;
+    return -1;
 }
 
 /* The one place that lays out the activations: called with base = NULL to count, then to assign. */
@@ -101,6 +116,12 @@ static size_t layout_acts(CpuBackend *cb, float *base) {
             a->qkv = a->qkv_proj;
         TAKE(a->atty, N * w.AW);
         TAKE(a->att, B * NH * T * T);
+        if (cfg->sandwich_norm) {
+            TAKE(a->attproj, N * C);
+            TAKE(a->attpost_rstd, N);
+            TAKE(a->fcproj, N * C);
+            TAKE(a->mlppost_rstd, N);
+        }
         TAKE(a->residual2, N * C);
         TAKE(a->ln2, N * C);
         if (layernorm) TAKE(a->ln2_mean, N);
@@ -124,9 +145,14 @@ static size_t layout_acts(CpuBackend *cb, float *base) {
     TAKE(cb->s.dln2, N * C);
     TAKE(cb->s.dfch, N * w.FW);
     TAKE(cb->s.dfch_gelu, N * w.F);
+    if (cfg->sandwich_norm) TAKE(cb->s.dproj, N * C);
     if (rope) {
         TAKE(cb->rope_cos, T * (size_t)cfg->head_dim / 2);
         TAKE(cb->rope_sin, T * (size_t)cfg->head_dim / 2);
+    }
+    if (first_local_rope_layer(cfg) >= 0) {
+        TAKE(cb->rope_local_cos, T * (size_t)cfg->head_dim / 2);
+        TAKE(cb->rope_local_sin, T * (size_t)cfg->head_dim / 2);
     }
 #undef TAKE
     return off;
@@ -152,10 +178,19 @@ static void norm_backward(const GPTConfig *cfg, float *dinp, float *dweight, flo
                              cfg->norm == NORM_RMSNORM_ONE_PLUS_W);
 }
 
-static AttentionParams gqa_params(const GPTConfig *cfg, int B, int T) {
+/* Layer l's attention over B sequences of T: its window (sliding layers) and the family's scale. */
+static AttentionParams gqa_params(const GPTConfig *cfg, int l, int B, int T) {
     AttentionParams p = {.qkv = {B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim},
-                         .scale = attention_default_scale(cfg->head_dim)};
+                         .scale = gpt_attention_scale(cfg),
+                         .window = gpt_layer_is_sliding(cfg, l) ? cfg->sliding_window : 0};
     return p;
+}
+
+/* Layer l's rotation tables [T, hd/2]: the sliding layers' own, or the global ones. */
+static void layer_rope(const CpuBackend *cb, int l, const float **cos_t, const float **sin_t) {
+    const int local = cb->rope_local_cos && gpt_layer_is_sliding(&cb->t->cfg, l);
+    *cos_t = local ? cb->rope_local_cos : cb->rope_cos;
+    *sin_t = local ? cb->rope_local_sin : cb->rope_sin;
 }
 
 static GluActivation glu_of(const GPTConfig *cfg) {
@@ -175,7 +210,12 @@ static void forward_body(CpuBackend *cb, const int *inputs, int t0, int B, int T
     const size_t r = (size_t)t0; /* the first row */
     const float *wte = whole_tensor(t, cb->params, ROLE_WTE);
     if (is_rope(cfg)) {
-        for (int n = 0; n < N; n++) memcpy(cb->encoded + (r + n) * C, wte + (size_t)inputs[n] * C, C * sizeof(float));
+        const float scale = gpt_embed_scale(cfg);
+        for (int n = 0; n < N; n++) {
+            const float *e = wte + (size_t)inputs[n] * C;
+            float *x = cb->encoded + (r + n) * C;
+            for (int i = 0; i < C; i++) x[i] = e[i] * scale;
+        }
     } else {
         encoder_forward_cpu(cb->encoded + r * C, inputs, wte, whole_tensor(t, cb->params, ROLE_WPE) + r * C, B, T, C);
     }
@@ -196,17 +236,24 @@ static void forward_body(CpuBackend *cb, const int *inputs, int t0, int B, int T
                                     p.qnormw, p.knormw, &rows, cfg->norm_eps, cfg->norm == NORM_RMSNORM_ONE_PLUS_W);
                 src = a->qkv + r * w.QW;
             }
-            rope_forward_cpu(a->qkv + r * w.QW, src, cb->rope_cos + r * half, cb->rope_sin + r * half, &rows);
+            const float *cos_t, *sin_t;
+            layer_rope(cb, l, &cos_t, &sin_t);
+            rope_forward_cpu(a->qkv + r * w.QW, src, cos_t + r * half, sin_t + r * half, &rows);
             /* decoding: row t0 attends to rows 0..t0 of the sequence, recomputed as one sequence
              * of t0 + 1 (each row alone, so rows 0..t0-1 come out as they were) */
-            AttentionParams ap = gqa_params(cfg, t0 == 0 ? B : 1, t0 == 0 ? T : t0 + 1);
+            AttentionParams ap = gqa_params(cfg, l, t0 == 0 ? B : 1, t0 == 0 ? T : t0 + 1);
             gqa_attention_forward_cpu(a->atty, a->att, a->qkv, &ap);
         } else if (t0 == 0) {
             attention_forward_cpu(a->atty, a->att, a->qkv, B, T, C, NH);
         } else {
             attention_decode_cpu(a->atty + r * C, a->att, a->qkv, t0, C, NH);
         }
-        matmul_forward_cpu(cb->attproj_tmp + r * C, a->atty + r * w.AW, p.attprojw, p.attprojb, N, (int)w.AW, C);
+        /* with sandwich norms the projection's output is kept for its norm's backward, and the norm's
+         * output is what the residual stream adds */
+        float *attproj = cfg->sandwich_norm ? a->attproj : cb->attproj_tmp;
+        matmul_forward_cpu(attproj + r * C, a->atty + r * w.AW, p.attprojw, p.attprojb, N, (int)w.AW, C);
+        if (cfg->sandwich_norm)
+            norm_forward(cfg, cb->attproj_tmp + r * C, NULL, a->attpost_rstd + r, attproj + r * C, p.attpostw, NULL, N);
         residual_forward_cpu(a->residual2 + r * C, residual + r * C, cb->attproj_tmp + r * C, (size_t)N * C);
         norm_forward(cfg, a->ln2 + r * C, a->ln2_mean ? a->ln2_mean + r : NULL, a->ln2_rstd + r,
                      a->residual2 + r * C, p.ln2w, p.ln2b, N);
@@ -215,7 +262,10 @@ static void forward_body(CpuBackend *cb, const int *inputs, int t0, int B, int T
             gelu_forward_cpu(a->fch_gelu + r * w.F, a->fch + r * w.F, (size_t)N * w.F);
         else
             glu_forward_cpu(a->fch_gelu + r * w.F, a->fch + r * w.FW, (size_t)N, (int)w.F, glu_of(cfg));
-        matmul_forward_cpu(cb->fcproj_tmp + r * C, a->fch_gelu + r * w.F, p.fcprojw, p.fcprojb, N, (int)w.F, C);
+        float *fcproj = cfg->sandwich_norm ? a->fcproj : cb->fcproj_tmp;
+        matmul_forward_cpu(fcproj + r * C, a->fch_gelu + r * w.F, p.fcprojw, p.fcprojb, N, (int)w.F, C);
+        if (cfg->sandwich_norm)
+            norm_forward(cfg, cb->fcproj_tmp + r * C, NULL, a->mlppost_rstd + r, fcproj + r * C, p.mlppostw, NULL, N);
         residual_forward_cpu(a->residual3 + r * C, a->residual2 + r * C, cb->fcproj_tmp + r * C, (size_t)N * C);
         residual = a->residual3;
     }
@@ -270,7 +320,6 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
     norm_backward(cfg, cb->dres, whole_tensor(t, cb->grads, ROLE_LNF_W), whole_tensor(t, cb->grads, ROLE_LNF_B),
                   cb->dlnf, last, whole_tensor(t, cb->params, ROLE_LNF_W), cb->lnf_mean, cb->lnf_rstd, N);
     const QkvLayout rows = {B, T, NH, cfg->num_kv_heads, cfg->head_dim};
-    const AttentionParams ap = gqa_params(cfg, B, T);
     /* dres holds the gradient of the residual stream; walking down a layer, each branch's norm
      * backward adds its contribution into it (residual adds pass gradients through). */
     for (int l = cfg->num_layers - 1; l >= 0; l--) {
@@ -284,16 +333,33 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
         memset(s->datty, 0, N * w.AW * sizeof(float));
         memset(s->dqkv, 0, N * w.QW * sizeof(float));
         memset(s->dln1, 0, NC * sizeof(float));
-        matmul_backward_cpu(s->dfch_gelu, g.fcprojw, g.fcprojb, cb->dres, a->fch_gelu, p.fcprojw, N, (int)w.F, C);
+        /* the gradient of the MLP's output projection: the residual stream's, or under a sandwich
+         * norm, what that norm's backward makes of it */
+        const float *dfcproj = cb->dres;
+        if (cfg->sandwich_norm) {
+            memset(s->dproj, 0, NC * sizeof(float));
+            norm_backward(cfg, s->dproj, g.mlppostw, NULL, cb->dres, a->fcproj, p.mlppostw, NULL, a->mlppost_rstd, N);
+            dfcproj = s->dproj;
+        }
+        matmul_backward_cpu(s->dfch_gelu, g.fcprojw, g.fcprojb, dfcproj, a->fch_gelu, p.fcprojw, N, (int)w.F, C);
         if (cfg->mlp == MLP_GELU)
             gelu_backward_cpu(s->dfch, a->fch, s->dfch_gelu, N * w.F);
         else
             glu_backward_cpu(s->dfch, s->dfch_gelu, a->fch, (size_t)N, (int)w.F, glu_of(cfg));
         matmul_backward_cpu(s->dln2, g.fcw, g.fcb, s->dfch, a->ln2, p.fcw, N, C, (int)w.FW);
         norm_backward(cfg, cb->dres, g.ln2w, g.ln2b, s->dln2, a->residual2, p.ln2w, a->ln2_mean, a->ln2_rstd, N);
-        matmul_backward_cpu(s->datty, g.attprojw, g.attprojb, cb->dres, a->atty, p.attprojw, N, (int)w.AW, C);
+        const float *dattproj = cb->dres;
+        if (cfg->sandwich_norm) {
+            memset(s->dproj, 0, NC * sizeof(float));
+            norm_backward(cfg, s->dproj, g.attpostw, NULL, cb->dres, a->attproj, p.attpostw, NULL, a->attpost_rstd, N);
+            dattproj = s->dproj;
+        }
+        matmul_backward_cpu(s->datty, g.attprojw, g.attprojb, dattproj, a->atty, p.attprojw, N, (int)w.AW, C);
         /* dqkv: the gradient of qkv_proj, the projection's output */
         if (is_rope(cfg)) {
+            const AttentionParams ap = gqa_params(cfg, l, B, T);
+            const float *cos_t, *sin_t;
+            layer_rope(cb, l, &cos_t, &sin_t);
             memset(s->dqkv_rot, 0, N * w.QW * sizeof(float));
             gqa_attention_backward_cpu(s->dqkv_rot, s->datty, a->qkv, a->att, &ap);
             float *drot_in = s->dqkv; /* RoPE's input: qkv_proj, or QK-norm's output */
@@ -301,7 +367,7 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
                 memset(s->dqkv_normed, 0, N * w.QW * sizeof(float));
                 drot_in = s->dqkv_normed;
             }
-            rope_backward_cpu(drot_in, s->dqkv_rot, cb->rope_cos, cb->rope_sin, &rows);
+            rope_backward_cpu(drot_in, s->dqkv_rot, cos_t, sin_t, &rows);
             if (cfg->qk_norm)
                 qk_norm_backward_cpu(s->dqkv, g.qnormw, g.knormw, s->dqkv_normed, a->qkv_proj, p.qnormw, p.knormw,
                                      a->qk_rstd, &rows, cfg->norm == NORM_RMSNORM_ONE_PLUS_W);
@@ -313,10 +379,12 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
     }
     float *dwte = whole_tensor(t, cb->grads, ROLE_WTE);
     if (is_rope(cfg)) {
+        const float scale = gpt_embed_scale(cfg);
         for (int n = 0; n < N; n++) {
+            if (cfg->has_pad_token && inputs[n] == cfg->pad_token_id) continue; /* nn.Embedding's padding_idx */
             float *d = dwte + (size_t)inputs[n] * C;
             const float *dr = cb->dres + (size_t)n * C;
-            for (int i = 0; i < C; i++) d[i] += dr[i];
+            for (int i = 0; i < C; i++) d[i] += dr[i] * scale;
         }
     } else {
         encoder_backward_cpu(dwte, whole_tensor(t, cb->grads, ROLE_WPE), cb->dres, inputs, B, T, C);
@@ -502,6 +570,11 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
         for (int i = 0; i < T; i++) pos[i] = i;
         rope_inv_freq(inv_freq, &table->cfg.rope, hd);
         rope_cos_sin(cb->rope_cos, cb->rope_sin, inv_freq, pos, T, hd);
+        if (cb->rope_local_cos) {
+            const RopeParams local = gpt_layer_rope(&table->cfg, first_local_rope_layer(&table->cfg));
+            rope_inv_freq(inv_freq, &local, hd);
+            rope_cos_sin(cb->rope_local_cos, cb->rope_local_sin, inv_freq, pos, T, hd);
+        }
         free(pos);
         free(inv_freq);
     }
