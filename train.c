@@ -85,7 +85,7 @@ static const OptSpec options[] = {
     {0, "heads", OPT_INT, O(heads), "0", "NH", "attention heads (0: from the preset)"},
     {0, "dim", OPT_INT, O(dim), "0", "C", "model width (0: from the preset)"},
     {0, "family", OPT_STR, O(family), "", "NAME",
-     "gpt2, llama, qwen2, qwen3 or gemma3 (default: the preset's); all but gpt2 run on --device cpu for now"},
+     "gpt2, llama, qwen2, qwen3 or gemma3 (default: the preset's); gemma3 runs on --device cpu for now"},
     {0, "kv-heads", OPT_INT, O(kv_heads), "0", "NKV", "key/value heads, dividing --heads (0: the preset's, or --heads)"},
     {0, "head-dim", OPT_INT, O(head_dim), "0", "HD", "size of a head, even (0: the preset's, or C/NH)"},
     {0, "ffn-dim", OPT_INT, O(ffn_dim), "0", "F", "MLP hidden width (0: the preset's, or 4C)"},

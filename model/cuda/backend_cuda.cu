@@ -830,6 +830,11 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     const Dist *dist = dp && dp->dist && dp->dist->world > 1 ? dp->dist : NULL;
     const int zero1 = dist && dp->zero1, overlap = dist && dp->overlap;
     const GPTConfig *cfg = &table->cfg;
+    if (cfg->family == FAMILY_GEMMA3) {
+        snprintf(err, ERR_LEN, "the CUDA backend does not compute the gemma3 family yet (its sandwich norms, scaled "
+                               "embedding and sliding layers run on --device cpu)");
+        return NULL;
+    }
     if (is_rope(cfg) && dist) {
         snprintf(err, ERR_LEN, "data-parallel training on CUDA runs GPT-2 only for now, not the %s family (train it "
                                "on one GPU)", gpt_family_name(cfg->family));
