@@ -361,9 +361,12 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (cfg->num_kv_heads && cfg->num_heads % cfg->num_kv_heads) bad("--kv-heads", "must divide --heads");
     if (cfg->head_dim % 2) bad("--head-dim", "must be even (rotary positions turn pairs)");
     if (family != FAMILY_GPT2) {
-        /* the checkpoint format of these families comes later */
+        /* Gemma 3's CUDA block and the checkpoint format of these families come later */
         /* the family may come from the preset: the message names it, and the flag that chose it */
         const char *chosen = opt->family[0] ? "--family" : "-e/--preset";
+        if (family == FAMILY_GEMMA3 && strcmp(opt->device, "cpu"))
+            die_usage("%s %s: the gemma3 family runs on --device cpu only for now", chosen,
+                      opt->family[0] ? opt->family : opt->preset);
         if (opt->init_from[0] || opt->resume || opt->checkpoint_every)
             die_usage("%s %s: the %s family writes and reads no checkpoints yet (leave out --init-from, -y and -n)",
                       chosen, opt->family[0] ? opt->family : opt->preset, gpt_family_name(family));
