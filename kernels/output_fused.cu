@@ -28,6 +28,10 @@
  *    target in fp32) into a [Nc x w] workspace that two cuBLASLt GEMMs consume: dH_chunk (fp32
  *    workspace, cast once after its last window) and dW_window. Memory O(N) plus the fixed window.
  *  The forward alone (evaluation) is always MODE_STATS: 1G, nothing of size N x V written.
+ *  Loss options (kernels/output_kind.h) run on the streaming path: every tile caps its logits in
+ *  registers before its epilogue, MODE_STATS also sums them per row and window (label smoothing's
+ *  mean), and MODE_DZ writes the objective's gradient, the cap's slope 1 - (z'/cap)^2 included.
+ *  The chunked path takes no options yet: output_layer.cu runs the streaming path when any is set.
  *
  * Shapes: H [N x d] bf16, W [V x d] bf16 (rows >= V are never read), targets [N] int32 (-1 ignored),
  * d % 64 == 0.
@@ -98,6 +102,9 @@ typedef struct {
     float *tile_sums;  /* fp32 sum of E per (row - row_begin, tile) */
     int64_t ntiles;
     const int *run_if; /* non-NULL: the launch does nothing unless *run_if (a device flag) is set */
+    OutputLossOptions opt; /* STATS and DZ (zeroed for EXP) */
+    float *win_zs;         /* MODE_STATS, when label smoothing needs it: [window][stats_ld] sum of logits */
+    int64_t V;             /* MODE_DZ: the real vocabulary, over which smoothing spreads */
 } TileArgs;
 
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
@@ -174,8 +181,8 @@ __device__ __forceinline__ float tile_row_max(const float (&acc)[TN / 2], int h,
 template <int MODE>
 __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float (&acc)[TN / 2], int64_t tile_col0,
                                                  int lane, const int64_t (&rows)[2], const int (&tgt)[2],
-                                                 float (&m_run)[2], float (&a_run)[2], const float (&lse2)[2],
-                                                 uint32_t scratch) {
+                                                 float (&m_run)[2], float (&a_run)[2], float (&z_run)[2],
+                                                 const float (&lse2)[2], uint32_t scratch) {
     const int64_t cbase = tile_col0 + (lane & 3) * 2;
     const bool full = tile_col0 + TN <= a.col_end;
     const int lim = full ? TN : (int)(a.col_end - tile_col0); /* columns of the tile inside the vocabulary */
@@ -205,6 +212,15 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
             }
             a_run[h] = s0 + s1;
             m_run[h] = kn;
+            if (a.win_zs) {
+                float zs = 0.0f;
+#pragma unroll
+                for (int i = 0; i < TN / 8; i++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++)
+                        if (full || cbase + i * 8 + j < a.col_end) zs += acc[i * 4 + h * 2 + j];
+                z_run[h] += zs;
+            }
         } else if (MODE == MODE_DZ) {
             /* Ignored rows have lse2 = +inf, so their softmax is 0 without a multiply. */
             const int tl = t >= tile_col0 && t < tile_col0 + TN ? (int)(t - tile_col0) : -1;
@@ -213,7 +229,22 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
             /* nearly every tile holds none of its 16 rows' targets and lies inside the vocabulary:
              * there each element is one FMA and one exponential (the vote keeps the warp's path
              * uniform, as stmatrix needs) */
-            if (__all_sync(0xffffffffu, full && tl < 0))
+            const OutputLossOptions &o = a.opt;
+            if (o.logit_softcap > 0.0f || o.z_loss != 0.0f || o.label_smoothing != 0.0f) {
+                /* the objective's gradient w.r.t. z (x is already capped): (p ps - [v = t] keep -
+                 * uniform) times the cap's slope; 0 for ignored rows (their p is 0, the uniform
+                 * term is not) */
+                const bool valid = t >= 0;
+                const float ps = valid ? outl_p_scale(o, l2 * (float)LN2) : 0.0f;
+                const float keep = 1.0f - o.label_smoothing, uniform = valid ? o.label_smoothing / (float)a.V : 0.0f;
+                const float cap = o.logit_softcap;
+                store_tile_rows(acc, h, lane, [&](float x, int col) {
+                    const float p = ex2(fmaf(x, LOG2E, -l2));
+                    const float r = cap > 0.0f ? x / cap : 0.0f;
+                    const float g = (p * ps - (col == tl ? keep : 0.0f) - uniform) * (1.0f - r * r);
+                    return col >= lim ? 0.0f : g;
+                }, scratch, out, row_in);
+            } else if (__all_sync(0xffffffffu, full && tl < 0))
                 store_tile_rows(acc, h, lane, [&](float x, int) { return ex2(fmaf(x, LOG2E, -l2)); }, scratch,
                                        out, row_in);
             else
@@ -260,7 +291,7 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
 template <int MODE>
 __device__ __forceinline__ void wg_row_block_begin(const TileArgs &a, int64_t first_row, int64_t (&rows)[2],
                                                    int (&tgt)[2], float (&m_run)[2], float (&a_run)[2],
-                                                   float (&lse2)[2]) {
+                                                   float (&z_run)[2], float (&lse2)[2]) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         rows[h] = first_row + h * 8;
@@ -268,6 +299,7 @@ __device__ __forceinline__ void wg_row_block_begin(const TileArgs &a, int64_t fi
         tgt[h] = in ? a.targets[rows[h]] : -1;
         m_run[h] = -INFINITY;
         a_run[h] = 0.0f;
+        z_run[h] = 0.0f;
         if (MODE == MODE_EXP) lse2[h] = in ? a.ref2[rows[h]] : 0.0f;
         else lse2[h] = (MODE == MODE_DZ && in && tgt[h] >= 0) ? a.lse[rows[h]] * LOG2E : INFINITY;
     }
@@ -277,7 +309,8 @@ __device__ __forceinline__ void wg_row_block_begin(const TileArgs &a, int64_t fi
  * window's sum of exp(z ln 2 ... ) relative to 2^k, k an integer. */
 template <int MODE>
 __device__ __forceinline__ void wg_window_end(const TileArgs &a, int64_t win, int lane, const int64_t (&rows)[2],
-                                              const float (&m_run)[2], const float (&a_run)[2]) {
+                                              const float (&m_run)[2], const float (&a_run)[2],
+                                              const float (&z_run)[2]) {
     if (MODE == MODE_STATS) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -289,9 +322,13 @@ __device__ __forceinline__ void wg_window_end(const TileArgs &a, int64_t win, in
                 s = rescale_sum(s, m, mn) + rescale_sum(s2, m2, mn);
                 m = mn;
             }
+            float zs = z_run[h];
+            zs += __shfl_xor_sync(0xffffffffu, zs, 1);
+            zs += __shfl_xor_sync(0xffffffffu, zs, 2);
             if ((lane & 3) == 0 && rows[h] < a.row_end) {
                 a.win_m[win * a.stats_ld + (rows[h] - a.row_begin)] = m;
                 a.win_a[win * a.stats_ld + (rows[h] - a.row_begin)] = s;
+                if (a.win_zs) a.win_zs[win * a.stats_ld + (rows[h] - a.row_begin)] = zs;
             }
         }
     }
@@ -427,9 +464,9 @@ __global__ void __launch_bounds__(T_THREADS, 1)
     for (int64_t u = q_first; u < nunits; u += q_stride) {
         const int64_t row0 = a.row_begin + (u * CL + rank) * BM;
         int tgt[2];
-        float m_run[2], a_run[2], lse2[2];
+        float m_run[2], a_run[2], z_run[2], lse2[2];
         int64_t rows[2];
-        wg_row_block_begin<MODE>(a, row0 + wg * 64 + wq * 16 + (lane >> 2), rows, tgt, m_run, a_run, lse2);
+        wg_row_block_begin<MODE>(a, row0 + wg * 64 + wq * 16 + (lane >> 2), rows, tgt, m_run, a_run, z_run, lse2);
         for (int64_t tile_col0 = wcol0; tile_col0 < wcol1; tile_col0 += TN) {
             for (int kc = 0; kc < KT; kc++, it++) {
                 const int s = (int)(it % T_STAGES);
@@ -460,10 +497,16 @@ __global__ void __launch_bounds__(T_THREADS, 1)
             /* launched early (launch_tile_kernel): the previous kernel may still read the buffer
              * this epilogue writes */
             if (MODE != MODE_STATS && it == KT) asm volatile("griddepcontrol.wait;\n" ::: "memory");
-            wg_tile_epilogue<MODE>(a, acc, tile_col0, lane, rows, tgt, m_run, a_run, lse2,
+            /* soft-capping: the epilogue (and the target's logit) sees the capped logits */
+            if (MODE != MODE_EXP && a.opt.logit_softcap > 0.0f) {
+                const float cap = a.opt.logit_softcap;
+#pragma unroll
+                for (int i = 0; i < NACC; i++) acc[i] = outl_cap(acc[i], cap);
+            }
+            wg_tile_epilogue<MODE>(a, acc, tile_col0, lane, rows, tgt, m_run, a_run, z_run, lse2,
                                         full_bar + 128 + warp * 512);
         }
-        wg_window_end<MODE>(a, win, lane, rows, m_run, a_run);
+        wg_window_end<MODE>(a, win, lane, rows, m_run, a_run, z_run);
     }
     cluster_sync_all(); /* no CTA leaves while its peer may still signal its barriers */
 #else
@@ -487,18 +530,28 @@ __device__ __forceinline__ double finish_row(float K, double S, int t, float zt,
 }
 
 /* Each row's (k, sum) pairs over the forward's windows merged: lse and loss (0 if ignored). With
- * ref2_out, also lse in log2 units as the row's new reference; with run_if, only if *run_if is set. */
+ * ref2_out, also lse in log2 units as the row's new reference; with run_if, only if *run_if is set.
+ * With row_obj, the row's objective under opt (0 if ignored), from the windows' sums of logits
+ * win_zs (NULL: no smoothing, none needed). */
 __global__ void fused_merge_kernel(const float *win_k, const float *win_a, int nwin, int64_t ld, const float *zt,
                                    const int32_t *targets, int64_t N, float *lse_out, float *lse_user,
-                                   float *row_loss, const int *run_if, float *ref2_out) {
+                                   float *row_loss, const int *run_if, float *ref2_out, const float *win_zs,
+                                   const OutputLossOptions opt, int64_t V, float *row_obj) {
     const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= N || (run_if && !*run_if)) return;
     float K = -INFINITY;
     for (int w = 0; w < nwin; w++) K = fmaxf(K, win_k[w * ld + row]);
     float S = 0.0f;
     for (int w = 0; w < nwin; w++) S += rescale_sum(win_a[w * ld + row], win_k[w * ld + row], K);
-    const double lse2 = finish_row(K, S, targets[row], zt[row], row, lse_out, lse_user, row_loss);
+    const int t = targets[row];
+    const double lse2 = finish_row(K, S, t, zt[row], row, lse_out, lse_user, row_loss);
     if (ref2_out) ref2_out[row] = (float)lse2;
+    if (row_obj) {
+        double zs = 0.0;
+        if (win_zs)
+            for (int w = 0; w < nwin; w++) zs += (double)win_zs[w * ld + row];
+        row_obj[row] = t == -1 ? 0.0f : outl_objective(opt, (double)row_loss[row], lse2 * LN2, zs, V);
+    }
 }
 
 /* Eight floats rounded to bf16, as one 16-byte store. */
@@ -827,11 +880,15 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     t.row_begin = 0, t.row_end = N, t.col_begin = 0, t.col_end = V;
     t.tiles_per_cta = (int)tpc, t.d = L->d;
     t.win_m = L->win_m, t.win_a = L->win_a, t.stats_ld = N, t.zt = L->zt;
+    t.opt = a->options;
+    if (a->options.label_smoothing != 0.0f) t.win_zs = L->win_zs;
     launch_tile_kernel(tile_kernel<MODE_STATS>, dim3((unsigned)nwin, (unsigned)(P * CLUSTER)), 1, 0, t,
                        tensor_map(t.H, N, L->d, BM), tensor_map(t.W, V, L->d, TN / CLUSTER), stream);
     CUDA_CHECK(cudaGetLastError());
-    fused_merge_kernel<<<(unsigned)ceil_div(N, 256), 256, 0, stream>>>(L->win_m, L->win_a, (int)nwin, N, L->zt,
-                                                                   a->targets, N, L->lse, a->row_lse, row_loss, NULL, NULL);
+    const int objective = a->options.logit_softcap != 0.0f || output_loss_has_objective(&a->options);
+    fused_merge_kernel<<<(unsigned)ceil_div(N, 256), 256, 0, stream>>>(
+        L->win_m, L->win_a, (int)nwin, N, L->zt, a->targets, N, L->lse, a->row_lse, row_loss, NULL, NULL, t.win_zs,
+        a->options, V, objective ? L->row_obj : NULL);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -854,6 +911,7 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
             t.row_begin = r0, t.row_end = r0 + nr, t.col_begin = c0, t.col_end = c0 + nc;
             t.d = (int)d;
             t.lse = L->lse, t.dz = L->dz, t.ldz = cols;
+            t.opt = a->options, t.V = V;
             const dim3 grid = row_sweep_grid(nr, nc, d, &t);
             launch_tile_kernel(tile_kernel<MODE_DZ>, grid, 0, r0 > 0 || c0 > 0, t, tm_h, tm_w, stream);
             CUDA_CHECK(cudaGetLastError());
@@ -890,7 +948,8 @@ static void exp_chunk_redo(OutputLayer *L, const OutputLayerArgs *a, float *row_
     CUDA_CHECK(cudaGetLastError());
     fused_merge_kernel<<<(unsigned)ceil_div(nr, 256), 256, 0, stream>>>(
         L->win_m, L->win_a, (int)nwin, nr, L->zt + r0, a->targets + r0, nr, L->lse + r0,
-        a->row_lse ? a->row_lse + r0 : NULL, row_loss + r0, L->exp_overflow, L->exp_ref2 + r0);
+        a->row_lse ? a->row_lse + r0 : NULL, row_loss + r0, L->exp_overflow, L->exp_ref2 + r0, NULL,
+        OutputLossOptions{}, V, NULL);
     CUDA_CHECK(cudaGetLastError());
     launch_tile_kernel(tile_kernel<MODE_EXP>, exp_grid, 0, 0, exp_args, tm_h, tm_w, stream);
     CUDA_CHECK(cudaGetLastError());
