@@ -79,6 +79,8 @@ typedef struct {
     int qk_norm;      /* RMSNorm over hd of every query and key head, before RoPE (Qwen3) */
     int qkv_bias;     /* q, k, v projections have a bias (Qwen2); GPT-2's every linear has one */
     int untied_head;  /* the output layer has its own matrix (lm_head.weight), not the embedding */
+    float logit_softcap; /* the output logits become cap·tanh(z/cap) before the softmax (config.json's
+                          * final_logit_softcapping); 0: none */
 } GPTConfig;
 
 typedef struct {

@@ -382,7 +382,7 @@ TEST(a_non_finite_validation_loss_is_logged_as_null_so_the_log_stays_json) {
     char err[ERR_LEN];
     RunLog log;
     REQUIRE(runlog_open(&log, test_tmpdir(), err) == 0, "%s", err);
-    CHECK(runlog_eval(&log, 4, NAN) == 0 && runlog_step(&log, 5, 2.0f, INFINITY, 1.0f, 3.0, INFINITY, -1, -1, -1) == 0,
+    CHECK(runlog_eval(&log, 4, NAN) == 0 && runlog_step(&log, 5, 2.0f, INFINITY, 1.0f, 3.0, INFINITY, -1, -1, -1, 1.5, NULL) == 0,
           "writing: %s", log.err);
     runlog_close(&log);
     char path[800];
