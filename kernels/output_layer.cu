@@ -121,7 +121,7 @@ static int device_sms(void) {
 /* Every buffer of the object, in creation order, with its size; shared by workspace_bytes and
  * create so that the two always agree. */
 typedef struct {
-    size_t lse, row_loss, row_obj, scalars, win_m, win_a, win_zs, zt, exp_ref2, ex, exp_sums, exp_row_scale, exp_hs, exp_tcoef, exp_sort,
+    size_t lse, row_loss, row_obj, scalars, win_m, win_a, win_zs, zt, exp_ref2, ex, exp_sums, exp_row_scale, exp_hs, exp_tcoef, exp_zsum, exp_rank1, exp_colsum, exp_sort,
         exp_sort_temp, exp_overflow, dz,
         dh_acc, logits;
 } Sizes;
@@ -144,6 +144,9 @@ static Sizes layer_sizes(OutputKind kind, int64_t max_N, int64_t V, int d, int s
         s.exp_row_scale = exp_rows * sizeof(float);
         s.exp_hs = exp_rows * (size_t)d * sizeof(__nv_bfloat16);
         s.exp_tcoef = exp_rows ? (size_t)max_N * sizeof(float) : 0;
+        s.exp_zsum = exp_rows ? (size_t)max_N * sizeof(float) : 0;
+        s.exp_rank1 = exp_rows ? 2 * (size_t)d * sizeof(float) : 0;
+        s.exp_colsum = exp_rows ? COLSUM_SLICES * (size_t)d * sizeof(double) : 0;
         s.exp_sort = exp_rows ? 3 * (size_t)max_N * sizeof(int32_t) : 0;
         s.exp_sort_temp = exp_rows ? outl_target_sort_bytes(max_N) : 0;
         s.exp_overflow = exp_rows ? sizeof(int) : 0;
@@ -166,7 +169,7 @@ size_t output_layer_workspace_bytes(OutputKind kind, int64_t max_N, int64_t V, i
     OutlFusedSizes fs;
     Sizes s = layer_sizes(kind, max_N, V, d, device_sms(), budget, &fs);
     return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.row_obj + s.scalars + s.win_m + s.win_a + s.win_zs + s.zt + s.exp_ref2 + s.ex +
-           s.exp_sums + s.exp_row_scale + s.exp_hs + s.exp_tcoef + s.exp_sort + s.exp_sort_temp +
+           s.exp_sums + s.exp_row_scale + s.exp_hs + s.exp_tcoef + s.exp_zsum + s.exp_rank1 + s.exp_colsum + s.exp_sort + s.exp_sort_temp +
            s.exp_overflow + s.dz + s.dh_acc + s.logits;
 }
 
@@ -201,6 +204,9 @@ OutputLayer *output_layer_create(OutputKind kind, int64_t max_N, int64_t V, int 
     L->exp_row_scale = (float *)dev_alloc(s.exp_row_scale);
     L->exp_hs = (__nv_bfloat16 *)dev_alloc(s.exp_hs);
     L->exp_tcoef = (float *)dev_alloc(s.exp_tcoef);
+    L->exp_zsum = (float *)dev_alloc(s.exp_zsum);
+    L->exp_rank1 = (float *)dev_alloc(s.exp_rank1);
+    L->exp_colsum = (double *)dev_alloc(s.exp_colsum);
     L->exp_sort = (int32_t *)dev_alloc(s.exp_sort);
     L->exp_sort_temp = dev_alloc(s.exp_sort_temp);
     L->exp_sort_temp_bytes = s.exp_sort_temp;
@@ -220,6 +226,9 @@ void output_layer_destroy(OutputLayer *L) {
     CUDA_CHECK(cudaFree(L->exp_overflow));
     CUDA_CHECK(cudaFree(L->exp_sort_temp));
     CUDA_CHECK(cudaFree(L->exp_sort));
+    CUDA_CHECK(cudaFree(L->exp_colsum));
+    CUDA_CHECK(cudaFree(L->exp_rank1));
+    CUDA_CHECK(cudaFree(L->exp_zsum));
     CUDA_CHECK(cudaFree(L->exp_tcoef));
     CUDA_CHECK(cudaFree(L->exp_hs));
     CUDA_CHECK(cudaFree(L->exp_row_scale));
@@ -287,7 +296,7 @@ static int run(OutputLayer *L, const OutputLayerArgs *a, int backward, cudaStrea
     if (check_args(L, a, backward)) return -1;
     float *row_loss = a->row_loss ? a->row_loss : L->row_loss;
     outl_count_valid(a->targets, a->N, a->reduction, a->grad_scale, L->scalars, stream);
-    if (L->kind == OUTPUT_FUSED && backward && L->fs.exp_rows > 0 && !has_options(&a->options)) {
+    if (L->kind == OUTPUT_FUSED && backward && L->fs.exp_rows > 0 && outl_exp_path_takes(&a->options)) {
         outl_fused_exp_forward_backward(L, a, row_loss, stream);
         outl_reduce_loss(row_loss, NULL, a->N, L->scalars, a->loss, stream);
     } else if (L->kind == OUTPUT_FUSED) {

@@ -100,8 +100,8 @@ int64_t output_layer_fused_chunk_rows(const OutputLayer *layer);
 
 /* 0 on success; -1 with a message on stderr for invalid arguments (nothing is launched). The
  * forward alone (evaluation) runs the fused layer's streaming statistics (one GEMM's work) whatever
- * the path. With loss options set, the fused layer's forward_backward runs the streaming path
- * whatever the budget (the chunks of scaled exponentials take none yet). */
+ * the path. With soft-capping and label smoothing both set, the fused layer's forward_backward
+ * runs the streaming path whatever the budget (kernels/output_fused.cu says why). */
 int output_layer_forward(OutputLayer *layer, const OutputLayerArgs *args, cudaStream_t stream);
 int output_layer_forward_backward(OutputLayer *layer, const OutputLayerArgs *args, cudaStream_t stream);
 

@@ -50,7 +50,10 @@ struct OutputLayer {
     float *exp_sums;      /* [exp_rows x exp_tiles] sum of E per row and tile */
     float *exp_row_scale; /* [exp_rows] 1 / S per row (0 if ignored) */
     __nv_bfloat16 *exp_hs; /* [exp_rows x d] H / S */
-    float *exp_tcoef;     /* [max_N] p - 1 at the target (0 if ignored) */
+    float *exp_tcoef;     /* [max_N] p - 1 at the target (0 if ignored); with options, that of the objective */
+    float *exp_zsum;      /* [max_N] label smoothing: each row's sum of logits, H W-sum */
+    float *exp_rank1;     /* [2 d] label smoothing: W's rows summed over V, H's over the valid rows */
+    double *exp_colsum;   /* [COLSUM_SLICES x d] their partial sums */
     int32_t *exp_sort;    /* [3 x max_N] targets sorted, row indices, row indices by target */
     void *exp_sort_temp;  /* cub's scratch for sorting them */
     size_t exp_sort_temp_bytes;
@@ -60,6 +63,10 @@ struct OutputLayer {
     /* canonical: */
     __nv_bfloat16 *logits; /* [max_N x Vp] */
 };
+
+/* Slices of rows a column sum (output_fused.cu) splits its rows into, each summed apart and then in
+ * order: deterministic, and enough blocks to fill the GPU. */
+#define COLSUM_SLICES 64
 
 /* The layer's device scalars (indices into L->scalars). The gradient scale stays on the device
  * (it needs the valid count) and reaches the GEMMs as their alpha, in fp32: dZ (or E) itself is
@@ -110,6 +117,12 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
 /* options set: outl_fused_forward also writes L->row_obj */
 /* after outl_fused_forward: the streaming backward (three GEMMs' work more) */
 void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream);
+/* Whether the chunks of scaled exponentials compute these options exactly: all but soft-capping
+ * together with label smoothing, whose uniform term times the cap's slope differs per element (a
+ * fourth GEMM, which the streaming path already is). */
+static inline int outl_exp_path_takes(const OutputLossOptions *o) {
+    return !(o->logit_softcap != 0.0f && o->label_smoothing != 0.0f);
+}
 /* loss, row_loss, lse, dH and dW through the chunks of scaled exponentials (three GEMMs' work in all) */
 void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
 

@@ -502,8 +502,8 @@ TEST(fused_output_default_budget_is_one_chunk_here) {
 }
 
 /* ---- loss options (kernels/output_kind.h) on every layer against fp64 ------------------------- */
-/* Each option on the streaming path, through the budget that would run the chunks of scaled
- * exponentials (which take no options yet, so the layer runs the streaming path there too), and on
+/* Each option on the streaming path, the chunks of scaled exponentials (which run every option but
+ * soft-capping with label smoothing: that pair takes the streaming path whatever the budget) and
  * the canonical layer; vocabularies that are not multiples of 128, so W's padding rows (all 100s)
  * would show if read. The canonical layer's bf16 logits get its own bound, at logits it holds. */
 
@@ -540,6 +540,21 @@ TEST(loss_options_all_three_with_sum_reduction_and_grad_scale_on_every_layer) {
     Case canon = c;
     canon.logit_std = 3.0;
     check_options_everywhere(c, 300, FUSED_GRAD_TOL, canon);
+}
+
+TEST(loss_options_z_loss_and_softcap_in_chunks_with_rows_over_the_overflow_limit) {
+    /* the cap keeps every logit within +-20 here, but hot rows spread them 32 times as far before
+     * it: losses near 40, where the chunks' scaled exponentials may be redone from the exact lse */
+    Case c = with_options(C_(1000, 3000, 128, 30.0, 0.1), OutputLossOptions{1e-3f, 20.0f, 0.0f});
+    c.hot_frac = 0.02;
+    check_fused(c, 300, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
+}
+
+TEST(loss_options_label_smoothing_and_z_loss_in_chunks_at_logits_near_100) {
+    Case c = with_options(C_(1000, 5001, 128, 40.0, 0.1), OutputLossOptions{1e-4f, 0.0f, 0.2f});
+    check_fused(c, 333, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
+    c.shift = 64.0; /* and every logit near 64 */
+    check_fused(c, 333, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
 }
 
 TEST(loss_options_on_a_vocabulary_under_one_tile_with_few_rows) {
