@@ -31,7 +31,7 @@ typedef struct {
 } Expected;
 
 /* Each target's cross-entropy and objective from the checkpoint's logits (logits_at: no loss path
- * of the backend in it), capped, in fp64, over windows of T. */
+ * of the backend in it), capped here by cap, in fp64, over windows of T. */
 static Expected expected(const char *dir, const char *shard, int T, double cap, double zl, double eps) {
     Expected e = {0, 0, NULL, 0};
     char err[ERR_LEN];
@@ -96,13 +96,16 @@ TEST(eval_per_token_writes_each_targets_capped_loss_in_window_order_and_the_obje
     REQUIRE(train_tiny(run, "", &out) == 0, "train: %s", out);
     free(out);
     REQUIRE(write_pattern_shard(shard, 87, 300, 2) == 0, "eval shard");
-    /* a cap of 2 bends every logit of this model (they span several units) */
-    const Expected e = expected(dir, shard, 16, 2.0, 0.01, 0.1);
-    REQUIRE(e.per_token && e.n == 87, "reference");
+    /* a cap of 0.02 bends the logits of this barely trained model (a few hundredths) */
+    const Expected e = expected(dir, shard, 16, 0.02, 0.01, 0.1), plain = expected(dir, shard, 16, 0.0, 0.01, 0.1);
+    REQUIRE(e.per_token && plain.per_token && e.n == 87, "reference");
+    CHECK(fabs(e.loss - plain.loss) > 1e-4, "the cap changes the loss by only %.3g: the test would not see it ignored",
+          fabs(e.loss - plain.loss));
+    free(plain.per_token);
     const char *outputs[] = {"fused", "canonical"};
     for (int k = 0; k < 2; k++) {
         snprintf(args, sizeof args,
-                 "eval --init-from %s -i %s -t 16 -b 4 --device cpu --output %s --logit-softcap 2 --z-loss 0.01 "
+                 "eval --init-from %s -i %s -t 16 -b 4 --device cpu --output %s --logit-softcap 0.02 --z-loss 0.01 "
                  "--label-smoothing 0.1 --per-token %s",
                  dir, shard, outputs[k], file);
         int rc = run_train(args, &out);
@@ -130,7 +133,7 @@ TEST(eval_per_token_writes_each_targets_capped_loss_in_window_order_and_the_obje
         free(bytes);
     }
     /* without an objective flag there is no objective on the line */
-    snprintf(args, sizeof args, "eval --init-from %s -i %s -t 16 --device cpu --logit-softcap 2", dir, shard);
+    snprintf(args, sizeof args, "eval --init-from %s -i %s -t 16 --device cpu --logit-softcap 0.02", dir, shard);
     CHECK(run_train(args, &out) == 0 && out && !strstr(out, "objective") &&
               fabs(last_line_value(out, "loss") - e.loss) <= 2e-6 + 1e-6 * e.loss,
           "'%s': %s", args, out);
@@ -147,13 +150,14 @@ TEST(a_checkpoints_final_logit_softcapping_caps_its_logits_without_the_flag) {
     snprintf(dir, sizeof dir, "%s/step_00000002", run);
     snprintf(shard, sizeof shard, "%s/eval.bin", test_tmpdir());
     snprintf(cfgpath, sizeof cfgpath, "%s/config.json", dir);
-    REQUIRE(train_tiny(run, "--logit-softcap 3", &out) == 0, "train: %s", out);
+    REQUIRE(train_tiny(run, "--logit-softcap 0.25", &out) == 0, "train: %s", out);
     free(out);
     char *cfg = read_text(cfgpath);
-    CHECK(cfg && strstr(cfg, "\"final_logit_softcapping\": 3,"), "config.json: %s", cfg);
+    CHECK(cfg && strstr(cfg, "\"final_logit_softcapping\": 0.25,"), "config.json: %s", cfg);
     free(cfg);
     REQUIRE(write_pattern_shard(shard, 60, 300, 2) == 0, "eval shard");
-    const Expected e = expected(dir, shard, 16, 3.0, 0, 0);
+    /* the backend's logits are the model's, capped already: the reference adds no cap of its own */
+    const Expected e = expected(dir, shard, 16, 0.0, 0, 0);
     REQUIRE(e.per_token, "reference");
     snprintf(args, sizeof args, "eval --init-from %s -i %s -t 16 --device cpu", dir, shard);
     CHECK(run_train(args, &out) == 0 && out && fabs(last_line_value(out, "loss") - e.loss) <= 2e-6 + 1e-6 * e.loss,
@@ -161,8 +165,19 @@ TEST(a_checkpoints_final_logit_softcapping_caps_its_logits_without_the_flag) {
     free(out);
     snprintf(args, sizeof args, "eval --init-from %s -i %s -t 16 --device cpu --logit-softcap 5", dir, shard);
     int rc = run_train(args, &out);
-    CHECK(rc == 2 && out && strstr(out, "error: --logit-softcap 5 differs from the final_logit_softcapping 3"),
+    CHECK(rc == 2 && out && strstr(out, "error: --logit-softcap 5 differs from the final_logit_softcapping 0.25"),
           "(%d) %s", rc, out);
+    free(out);
+    /* the same weights without the field: another loss, so the cap above was in force */
+    char *text = read_text(cfgpath), *at = text ? strstr(text, "\n  \"final_logit_softcapping\": 0.25,") : NULL;
+    REQUIRE(at, "config.json lost its cap");
+    memmove(at, at + strlen("\n  \"final_logit_softcapping\": 0.25,"), strlen(at + strlen("\n  \"final_logit_softcapping\": 0.25,")) + 1);
+    FILE *f = fopen(cfgpath, "w");
+    REQUIRE(f && fputs(text, f) >= 0 && fclose(f) == 0, "rewrite %s", cfgpath);
+    free(text);
+    snprintf(args, sizeof args, "eval --init-from %s -i %s -t 16 --device cpu", dir, shard);
+    CHECK(run_train(args, &out) == 0 && out && fabs(last_line_value(out, "loss") - e.loss) > 1e-3,
+          "uncapped, the loss is the capped one (%.8f): %s", e.loss, out);
     free(out);
     free(e.per_token);
 }

@@ -344,6 +344,7 @@ static void logits_of_row(CpuBackend *cb, int row, float *logits) {
     const GPTConfig *cfg = &cb->t->cfg;
     matmul_forward_cpu(logits, cb->lnf + (size_t)row * cfg->dim, whole_tensor(cb->t, cb->params, head_role(cfg)), NULL,
                        1, cfg->dim, cfg->vocab_size);
+    gpt_cap_logits(cfg, logits, cfg->vocab_size);
 }
 
 static void cpu_logits_at(Backend *be, const int *tokens, int pos, float *logits) {

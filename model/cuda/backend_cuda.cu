@@ -351,6 +351,7 @@ static void logits_of_row(CudaBackend *cb, int row, float *logits) {
         memcpy(&logits[i], &f, sizeof(float));
     }
     free(bits);
+    gpt_cap_logits(cfg, logits, V);
 }
 
 static void cuda_logits_at(Backend *be, const int *tokens, int pos, float *logits) {
