@@ -1069,6 +1069,13 @@ static void print_header(Run *r) {
     printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches x %d rank(s)), output layer %s, device %s (%s)\n",
            r->B, r->T, opt->total_batch, r->accum, r->dist.world, opt->output, opt->device, be->device_name);
     if (be->output_path[0]) printf("output layer: %s\n", be->output_path);
+    const OutputLossOptions lo = backend_loss_options(be);
+    if (lo.z_loss > 0 || lo.logit_softcap > 0 || lo.label_smoothing > 0)
+        printf("loss: z-loss %g, logit softcap %g, label smoothing %g (the logged loss is the cross-entropy)\n",
+               (double)lo.z_loss, (double)lo.logit_softcap, (double)lo.label_smoothing);
+    if (be->output == OUTPUT_FUSED && be->output_path[0] && lo.logit_softcap > 0 && lo.label_smoothing > 0)
+        printf("output layer: soft-capping with label smoothing runs the streaming path (the chunks' rank-1 "
+               "smoothing term does not hold under the cap)\n");
     if (be->peak_flops > 0)
         printf("MFU against a dense bf16 peak of %.0f TFLOP/s (%s)\n", be->peak_flops / 1e12,
                be->peak_source ? be->peak_source : "published");
