@@ -389,7 +389,7 @@ TEST(a_non_finite_validation_loss_is_logged_as_null_so_the_log_stays_json) {
     snprintf(path, sizeof path, "%s/log.jsonl", test_tmpdir());
     char *text = read_text(path);
     CHECK(text && strcmp(text, "{\"type\":\"eval\",\"step\":4,\"val_loss\":null}\n"
-                               "{\"type\":\"step\",\"step\":5,\"loss\":2.000000,\"lr\":null,\"grad_norm\":1.000000,"
+                               "{\"type\":\"step\",\"step\":5,\"loss\":2.000000,\"lse\":1.500000,\"lr\":null,\"grad_norm\":1.000000,"
                                "\"ms\":3.000,\"tokens_per_s\":null}\n") == 0,
           "the log:\n%s", text ? text : "");
     free(text);
