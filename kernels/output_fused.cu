@@ -107,7 +107,7 @@ typedef struct {
     float *tile_sums;  /* fp32 sum of E per (row - row_begin, tile) */
     int64_t ntiles;
     const int *run_if; /* non-NULL: the launch does nothing unless *run_if (a device flag) is set */
-    OutputLossOptions opt; /* STATS and DZ (zeroed for EXP) */
+    OutputLossOptions opt; /* the cap in every mode; the objective in MODE_DZ */
     float *win_zs;         /* MODE_STATS, when label smoothing needs it: [window][stats_ld] sum of logits */
     int64_t V;             /* MODE_DZ: the real vocabulary, over which smoothing spreads */
 } TileArgs;

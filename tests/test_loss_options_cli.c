@@ -171,7 +171,8 @@ TEST(a_checkpoints_final_logit_softcapping_caps_its_logits_without_the_flag) {
     /* the same weights without the field: another loss, so the cap above was in force */
     char *text = read_text(cfgpath), *at = text ? strstr(text, "\n  \"final_logit_softcapping\": 0.25,") : NULL;
     REQUIRE(at, "config.json lost its cap");
-    memmove(at, at + strlen("\n  \"final_logit_softcapping\": 0.25,"), strlen(at + strlen("\n  \"final_logit_softcapping\": 0.25,")) + 1);
+    const size_t cut = strlen("\n  \"final_logit_softcapping\": 0.25,");
+    memmove(at, at + cut, strlen(at + cut) + 1);
     FILE *f = fopen(cfgpath, "w");
     REQUIRE(f && fputs(text, f) >= 0 && fclose(f) == 0, "rewrite %s", cfgpath);
     free(text);
@@ -195,8 +196,8 @@ TEST(training_logs_the_cross_entropy_the_objective_and_the_mean_lse) {
     const char *rec = text ? strstr(text, "{\"type\":\"step\",\"step\":1,\"loss\":") : NULL;
     CHECK(rec && strstr(rec, ",\"objective\":") && strstr(rec, ",\"lse\":"), "log.jsonl: %s", text ? text : "(none)");
     if (rec) {
-        const double loss = strtod(strstr(rec, "\"loss\":") + 7, NULL), obj = strtod(strstr(rec, "\"objective\":") + 12, NULL),
-                     lse = strtod(strstr(rec, "\"lse\":") + 6, NULL);
+        const double loss = strtod(strstr(rec, "\"loss\":") + 7, NULL);
+        const double obj = strtod(strstr(rec, "\"objective\":") + 12, NULL), lse = strtod(strstr(rec, "\"lse\":") + 6, NULL);
         /* at init every logit is near 0: lse ~ ln 300, the loss near it, the objective above it by
          * about 0.01 lse^2 */
         CHECK(fabs(lse - log(300.0)) < 0.5 && obj > loss + 0.005 * lse * lse, "loss %g objective %g lse %g", loss, obj,

@@ -27,8 +27,9 @@ static int write_per_token(Backend *be, const int *targets, float *rows, uint8_t
         k++;
     }
     if (fwrite(bytes, 4, k, f) != k) {
-        snprintf(err, ERR_LEN, "cannot write the per-token losses to %s: %s (free some disk space or pass another path)",
-                 name, strerror(errno));
+        snprintf(err, ERR_LEN,
+                 "cannot write the per-token losses to %s: %s (free some disk space or pass another path)", name,
+                 strerror(errno));
         return -1;
     }
     return 0;

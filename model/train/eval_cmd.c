@@ -155,7 +155,8 @@ static int parse(EvalOptions *o, int argc, char **argv) {
         return bad("--output", "must be fused or canonical");
     if (o->per_token && strlen(o->per_token) >= FGPT_PATH_LEN) return bad("--per-token", "is too long a path");
     if (o->z_loss < 0.0f) return bad("--z-loss", "must be >= 0");
-    if (!(o->label_smoothing >= 0.0f && o->label_smoothing < 1.0f)) return bad("--label-smoothing", "must be in [0, 1)");
+    if (!(o->label_smoothing >= 0.0f && o->label_smoothing < 1.0f))
+        return bad("--label-smoothing", "must be in [0, 1)");
     if (o->logit_softcap < 0.0f || (o->logit_softcap == 0.0f && find_given(argc, argv, "--logit-softcap")))
         return bad("--logit-softcap", "must be > 0");
     /* every file read below the directory must fit the system's paths, uncut */
