@@ -702,7 +702,7 @@ static Layer all_layers(int i, int64_t V) {
 }
 #define NUM_LAYERS 3
 
-static void check_deterministic(Layer layer) {
+static void check_deterministic(Layer layer, OutputLossOptions opt = {}) {
     uint64_t seed = fresh_seed(), s = seed;
     const int64_t N = 2000, V = 30000;
     const int d = 128;
@@ -713,9 +713,10 @@ static void check_deterministic(Layer layer) {
     std::vector<float> dW0((size_t)V * d);
     for (auto &x : dW0) x = (float)normal(&s) * 1e-3f;
     GpuOut a, b;
-    REQUIRE(run_layer(layer, H, W, tg, N, V, d, OUTPUT_REDUCE_MEAN, 1.0f, &dW0, &a) == 0, "first run failed");
-    REQUIRE(run_layer(layer, H, W, tg, N, V, d, OUTPUT_REDUCE_MEAN, 1.0f, &dW0, &b) == 0, "second run failed");
+    REQUIRE(run_layer(layer, H, W, tg, N, V, d, OUTPUT_REDUCE_MEAN, 1.0f, &dW0, &a, opt) == 0, "first run failed");
+    REQUIRE(run_layer(layer, H, W, tg, N, V, d, OUTPUT_REDUCE_MEAN, 1.0f, &dW0, &b, opt) == 0, "second run failed");
     CHECK(memcmp(&a.loss, &b.loss, 4) == 0, "loss differs between runs: %.9g %.9g", a.loss, b.loss);
+    CHECK(memcmp(&a.objective, &b.objective, 4) == 0, "objective differs between runs");
     CHECK(memcmp(a.lse.data(), b.lse.data(), N * 4) == 0, "lse differs between runs");
     CHECK(memcmp(a.dH_bits.data(), b.dH_bits.data(), a.dH_bits.size() * 2) == 0, "dH differs between runs");
     CHECK(memcmp(a.dW.data(), b.dW.data(), a.dW.size() * 4) == 0, "dW differs between runs");
@@ -724,6 +725,14 @@ static void check_deterministic(Layer layer) {
 TEST(fused_output_streaming_is_bitwise_deterministic) { check_deterministic(STREAMING); }
 TEST(fused_output_exp_chunks_are_bitwise_deterministic) { check_deterministic(exp_chunks(700, 30000)); }
 TEST(canonical_output_is_bitwise_deterministic) { check_deterministic(CANONICAL); }
+TEST(every_layer_with_loss_options_is_bitwise_deterministic) {
+    const OutputLossOptions capped = {1e-3f, 15.0f, 0.0f}, smoothed = {1e-3f, 0.0f, 0.1f}, all = {1e-3f, 15.0f, 0.1f};
+    for (const OutputLossOptions &o : {capped, smoothed, all}) {
+        check_deterministic(STREAMING, o);
+        check_deterministic(exp_chunks(700, 30000), o);
+        check_deterministic(CANONICAL, o);
+    }
+}
 
 TEST(output_dW_is_added_to_not_overwritten) {
     for (int li = 0; li < NUM_LAYERS; li++) {
