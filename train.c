@@ -46,6 +46,7 @@ typedef struct {
     int kv_heads, head_dim, ffn_dim, sliding_window;
     int vocab, batch, seq_len, total_batch, steps;
     float lr, lr_final, weight_decay, grad_clip;
+    float z_loss, logit_softcap, label_smoothing;
     int warmup;
     int seed;
     const char *train_data, *val_data, *out, *cache_dir, *tokenizer, *prompt, *init_from;
@@ -103,6 +104,11 @@ static const OptSpec options[] = {
     {0, "lr-final", OPT_FLOAT, O(lr_final), "6e-5", "LR", "learning rate at the last step (cosine decay)"},
     {0, "weight-decay", OPT_FLOAT, O(weight_decay), "0.1", "WD", "AdamW decoupled weight decay (matrices only)"},
     {0, "grad-clip", OPT_FLOAT, O(grad_clip), "1.0", "NORM", "clip the global gradient norm (0: off)"},
+    {0, "z-loss", OPT_FLOAT, O(z_loss), "0", "C", "objective: add C lse^2 per token (PaLM's z-loss; 0: off)"},
+    {0, "label-smoothing", OPT_FLOAT, O(label_smoothing), "0", "EPS",
+     "objective: PyTorch's label smoothing over the real vocabulary, 0 <= EPS < 1 (0: off)"},
+    {0, "logit-softcap", OPT_FLOAT, O(logit_softcap), "0", "CAP",
+     "model: logits become CAP tanh(z/CAP) before the softmax (0: none, or --init-from's final_logit_softcapping)"},
     {0, "seed", OPT_INT, O(seed), "1337", "S", "seed for init, data order and sampling"},
     {'i', "train-data", OPT_STR, O(train_data), "", "FILE", "train token shard (default: the default corpus)"},
     {'j', "val-data", OPT_STR, O(val_data), "", "FILE", "validation token shard"},
@@ -382,6 +388,10 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->warmup < 0) bad("--warmup", "must be 0 or more");
     if (opt->weight_decay < 0) bad("--weight-decay", "must be 0 or more");
     if (opt->grad_clip < 0) bad("--grad-clip", "must be 0 (off) or positive");
+    if (!(opt->z_loss >= 0)) bad("--z-loss", "must be 0 (off) or positive");
+    if (!(opt->label_smoothing >= 0 && opt->label_smoothing < 1)) bad("--label-smoothing", "must be in [0, 1)");
+    if (!(opt->logit_softcap >= 0)) bad("--logit-softcap", "must be positive (or 0: none)");
+    cfg->logit_softcap = opt->logit_softcap;
     if (opt->checkpoint_every < 0) bad("-n/--checkpoint-every", "must be 0 or more");
     if (opt->keep_checkpoints < 1) bad("--keep-checkpoints", "must be at least 1");
     if (opt->resume != 0 && opt->resume != 1) bad("-y/--resume", "must be 0 or 1");
@@ -431,8 +441,9 @@ static void validate(Options *opt, GPTConfig *cfg) {
 
 /* --init-from's model must be the one the flags describe: each difference is refused with the
  * flag that would make them agree (exit 1, as for a checkpoint of another model: a file that does
- * not match the flags). 0, or -1 after printing the error. */
-static int check_init_from(const Options *opt, const GPTConfig *cfg) {
+ * not match the flags). Its logit cap is part of the model: cfg takes it when the flags set none.
+ * 0, or -1 after printing the error. */
+static int check_init_from(const Options *opt, GPTConfig *cfg) {
     GPTConfig hf;
     char err[ERR_LEN];
     if (!opt->init_from[0]) return 0;
@@ -456,6 +467,12 @@ static int check_init_from(const Options *opt, const GPTConfig *cfg) {
                 fields[i].what, fields[i].theirs, fields[i].ours, fields[i].flag, fields[i].theirs);
         return -1;
     }
+    if (hf.logit_softcap > 0 && cfg->logit_softcap > 0 && hf.logit_softcap != cfg->logit_softcap) {
+        fprintf(stderr, "error: --init-from %s has final_logit_softcapping %g but the flags give %g (leave out "
+                        "--logit-softcap)\n", opt->init_from, (double)hf.logit_softcap, (double)cfg->logit_softcap);
+        return -1;
+    }
+    if (hf.logit_softcap > 0) cfg->logit_softcap = hf.logit_softcap;
     return 0;
 }
 
@@ -643,7 +660,7 @@ typedef struct {
 
 /* What one optimizer step measured, for its log line. */
 typedef struct {
-    double loss, ms, tokens_per_s, comm_ms;
+    double loss, objective, lse, ms, tokens_per_s, comm_ms; /* loss: the cross-entropy; means over the step */
     float lr, norm;
 } StepResult;
 
@@ -901,6 +918,7 @@ static int create_backend(Run *r) {
                                       opt->recompute_gelu, (uint64_t)opt->seed, &dp, r->err);
     if (!r->be) return fail(r->err);
     r->be->dist = &r->dist;
+    r->be->z_loss = opt->z_loss, r->be->label_smoothing = opt->label_smoothing;
     /* rank 0 writes every checkpoint; a resume has each rank read one */
     if ((r->dist.rank == 0 || opt->resume) && checkpoint_buffers_alloc(&r->ck, &r->table, r->err) != 0)
         return fail(r->err);
@@ -1081,6 +1099,13 @@ static void print_header(Run *r) {
     printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches x %d rank(s)), output layer %s, device %s (%s)\n",
            r->B, r->T, opt->total_batch, r->accum, r->dist.world, opt->output, opt->device, be->device_name);
     if (be->output_path[0]) printf("output layer: %s\n", be->output_path);
+    const OutputLossOptions lo = backend_loss_options(be);
+    if (lo.z_loss > 0 || lo.logit_softcap > 0 || lo.label_smoothing > 0)
+        printf("loss: z-loss %g, logit softcap %g, label smoothing %g (the logged loss is the cross-entropy)\n",
+               (double)lo.z_loss, (double)lo.logit_softcap, (double)lo.label_smoothing);
+    if (be->output == OUTPUT_FUSED && be->output_path[0] && lo.logit_softcap > 0 && lo.label_smoothing > 0)
+        printf("output layer: soft-capping with label smoothing runs the streaming path (the chunks' rank-1 "
+               "smoothing term does not hold under the cap)\n");
     if (be->peak_flops > 0)
         printf("MFU against a dense bf16 peak of %.0f TFLOP/s (%s)\n", be->peak_flops / 1e12,
                be->peak_source ? be->peak_source : "published");
@@ -1109,13 +1134,17 @@ static int take_step(Run *r, int step, StepResult *s) {
     if (profiled) cuda_profiler_range(1);
     double t0 = now_ms();
     be->ops->zero_grad(be);
-    double loss = 0.0;
+    double loss = 0.0, objective = 0.0, lse = 0.0;
     for (int micro = 0; micro < r->accum; micro++) {
         loader_next_batch(&r->train_loader, r->inputs, r->targets);
         loss += be->ops->train_micro_step(be, r->inputs, r->targets, 1.0f / r->accum, micro == r->accum - 1);
+        objective += be->last_objective, lse += be->last_mean_lse;
     }
     be->ops->reduce_grads(be);
     s->loss = dist_mean_scalar(&r->dist, loss / r->accum);
+    const OutputLossOptions lo = backend_loss_options(be);
+    s->objective = output_loss_has_objective(&lo) ? dist_mean_scalar(&r->dist, objective / r->accum) : s->loss;
+    s->lse = dist_mean_scalar(&r->dist, lse / r->accum);
     s->norm = (float)sqrt(be->ops->grad_sumsq(be));
     char why[256];
     if (!step_is_finite((float)s->loss, s->norm, step + 1, why, sizeof why)) {
@@ -1145,8 +1174,11 @@ static int take_step(Run *r, int step, StepResult *s) {
 static int log_step(Run *r, int step, const StepResult *s) {
     const Options *opt = &r->opt;
     Backend *be = r->be;
-    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, opt->steps, s->loss,
-           s->lr, s->norm, s->ms, s->tokens_per_s);
+    const OutputLossOptions lo = backend_loss_options(be);
+    const int objective = output_loss_has_objective(&lo);
+    printf("step %5d/%d | loss %.6f", step + 1, opt->steps, s->loss);
+    if (objective) printf(" | objective %.6f", s->objective);
+    printf(" | lse %.3f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s", s->lse, s->lr, s->norm, s->ms, s->tokens_per_s);
     if (s->comm_ms >= 0) printf(" | comm %.2f ms", s->comm_ms);
     if (opt->step_parts && be->ops->phase_ms) {
         double part[3];
@@ -1163,7 +1195,7 @@ static int log_step(Run *r, int step, const StepResult *s) {
     fflush(stdout);
     /* also reports a failed sample record of this step */
     if (runlog_step(&r->log, step + 1, (float)s->loss, s->lr, s->norm, s->ms, s->tokens_per_s, mfu, mem_gb,
-                    s->comm_ms) != 0)
+                    s->comm_ms, s->lse, objective ? &s->objective : NULL) != 0)
         return fail_write(r, r->log.err);
     return RUN_ON;
 }

@@ -9,6 +9,8 @@
  *   dW[V x d] (fp32, +=) += scale dlogits^T . H                       cuBLASLt, beta = 1
  * (scale = grad_scale / count or grad_scale, applied in fp32 as the GEMMs' alpha; see OUTL_SCALE)
  * Only columns [0, V) are computed or read: the padded columns Vp - V are never touched.
+ * Loss options (kernels/output_kind.h) act in the loss kernel alone: each logit is capped as it is
+ * read, and dlogits is the objective's gradient, the cap's slope 1 - tanh^2 included.
  *
  * Launch: loss kernel one block of 1024 threads per row, two passes over the row (online max/sum,
  * then the gradient), 16-byte loads.
@@ -36,52 +38,62 @@ __device__ __forceinline__ void merge_max_sum(float &m, float &s, float m2, floa
 __global__ void __launch_bounds__(LOSS_THREADS) canonical_loss_kernel(bf16 *logits, int64_t ld, int64_t V,
                                                                       const int32_t *targets, const float *scalars,
                                                                       float *row_loss, float *lse_out,
-                                                                      float *lse_user, int write_dlogits) {
+                                                                      float *lse_user, int write_dlogits,
+                                                                      const OutputLossOptions opt, float *row_obj) {
     const int64_t row = blockIdx.x;
     bf16 *z = logits + row * ld;
     const int64_t nvec = V / 8; /* full 16-byte vectors; the row start is 256-byte aligned (ld % 128 == 0) */
 
     /* pass 1: per-thread online max and sum of exponentials, fp32 */
-    float m = -INFINITY, s = 0.0f;
+    const float cap = opt.logit_softcap;
+    float m = -INFINITY, s = 0.0f, zs = 0.0f; /* zs: the sum of the (capped) logits, for smoothing */
     for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
         int4 raw = *reinterpret_cast<const int4 *>(z + i * 8);
         const bf16 *v = reinterpret_cast<const bf16 *>(&raw);
         float x[8], vmax = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < 8; j++) x[j] = __bfloat162float(v[j]), vmax = fmaxf(vmax, x[j]);
+        for (int j = 0; j < 8; j++) x[j] = outl_cap(__bfloat162float(v[j]), cap), vmax = fmaxf(vmax, x[j]), zs += x[j];
         float mn = fmaxf(m, vmax);
         float acc = s * exp2f((m - mn) * LOG2E);
 #pragma unroll
         for (int j = 0; j < 8; j++) acc += exp2f((x[j] - mn) * LOG2E);
         m = mn, s = acc;
     }
-    for (int64_t i = nvec * 8 + threadIdx.x; i < V; i += blockDim.x)
-        merge_max_sum(m, s, __bfloat162float(z[i]), 1.0f);
+    for (int64_t i = nvec * 8 + threadIdx.x; i < V; i += blockDim.x) {
+        const float x = outl_cap(__bfloat162float(z[i]), cap);
+        merge_max_sum(m, s, x, 1.0f);
+        zs += x;
+    }
 
     /* block reduction in a fixed order: warp butterflies, then warp 0 over the warps */
-    __shared__ float sm[32], ss[32];
+    __shared__ float sm[32], ss[32], szs[32];
     __shared__ float row_lse;
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
         float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, s, off);
         merge_max_sum(m, s, m2, s2);
+        zs += __shfl_xor_sync(0xffffffffu, zs, off);
     }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) sm[warp] = m, ss[warp] = s;
+    if (lane == 0) sm[warp] = m, ss[warp] = s, szs[warp] = zs;
     __syncthreads();
     if (warp == 0) {
         const int nw = blockDim.x >> 5;
         m = lane < nw ? sm[lane] : -INFINITY;
         s = lane < nw ? ss[lane] : 0.0f;
+        zs = lane < nw ? szs[lane] : 0.0f;
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) {
             float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, s, off);
             merge_max_sum(m, s, m2, s2);
+            zs += __shfl_xor_sync(0xffffffffu, zs, off);
         }
         if (lane == 0) {
             float lse = m + logf(s);
             int t = targets[row];
-            row_loss[row] = t == -1 ? 0.0f : lse - __bfloat162float(z[t]);
+            const float ce = t == -1 ? 0.0f : lse - outl_cap(__bfloat162float(z[t]), cap);
+            row_loss[row] = ce;
+            row_obj[row] = t == -1 ? 0.0f : outl_objective(opt, ce, lse, zs, V);
             lse_out[row] = lse;
             if (lse_user) lse_user[row] = lse;
             row_lse = lse;
@@ -95,6 +107,22 @@ __global__ void __launch_bounds__(LOSS_THREADS) canonical_loss_kernel(bf16 *logi
     const int t = targets[row];
     const float scale = t == -1 ? 0.0f : 1.0f;
     const float lse2 = row_lse * LOG2E;
+    if (cap > 0.0f || opt.z_loss != 0.0f || opt.label_smoothing != 0.0f) {
+        /* the objective's gradient, (p ps - [v = t] keep - uniform) times the cap's slope, in fp32 */
+        const float ps = outl_p_scale(opt, row_lse), keep = 1.0f - opt.label_smoothing;
+        const float uniform = opt.label_smoothing / (float)V;
+        for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+            const float x = __bfloat162float(z[i]);
+            float slope = 1.0f;
+            if (cap > 0.0f) {
+                const float c = coshf(x / cap);
+                slope = 1.0f / (c * c);
+            }
+            const float p = exp2f(fmaf(outl_cap(x, cap), LOG2E, -lse2));
+            z[i] = __float2bfloat16((p * ps - (i == t ? keep : 0.0f) - uniform) * slope * scale);
+        }
+        return;
+    }
     for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
         int4 raw = *reinterpret_cast<const int4 *>(z + i * 8);
         bf16 *v = reinterpret_cast<bf16 *>(&raw);
@@ -118,7 +146,7 @@ void outl_canonical_run(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     outl_gemm(L, CUBLAS_OP_T, CUBLAS_OP_N, V, n, d, a->W, d, a->H, d, L->logits, CUDA_R_16BF, Vp, s + OUTL_ONE,
               s + OUTL_ZERO, stream);
     canonical_loss_kernel<<<(unsigned)n, LOSS_THREADS, 0, stream>>>(L->logits, Vp, V, a->targets, s, row_loss, L->lse,
-                                                                     a->row_lse, backward);
+                                                                     a->row_lse, backward, a->options, L->row_obj);
     CUDA_CHECK(cudaGetLastError());
     if (!backward) return;
     /* dH^T [d x n] = (W stored d x V) . (dlogits stored V x n, ld Vp)       (=, bf16 out) */

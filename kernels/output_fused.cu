@@ -28,6 +28,15 @@
  *    target in fp32) into a [Nc x w] workspace that two cuBLASLt GEMMs consume: dH_chunk (fp32
  *    workspace, cast once after its last window) and dW_window. Memory O(N) plus the fixed window.
  *  The forward alone (evaluation) is always MODE_STATS: 1G, nothing of size N x V written.
+ *  Loss options (kernels/output_kind.h): every tile caps its logits in registers before its
+ *  epilogue. Streaming: MODE_STATS also sums them per row and window (label smoothing's mean), and
+ *  MODE_DZ writes the objective's gradient, the cap's slope 1 - (z'/cap)^2 included. Chunked: the
+ *  objective's gradient is p ps - keep [v = t] - uniform (ps = 1 + 2 z_loss lse per row): ps rides
+ *  on the row scale (ps / S, Hs = H ps / S), keep on the one-hot coefficient, the cap's slope on E
+ *  as the epilogue writes it (S stays the sum of E without it), and label smoothing's uniform term
+ *  is rank-1: dH -= scale uniform sum_v W_v per row, dW_v -= scale uniform sum_n H_n (valid rows),
+ *  each row's sum of logits H_n . sum_v W_v. With the cap, that term is uniform times the slope,
+ *  different for every logit: no longer rank-1, so that pair runs on the streaming path.
  *
  * Shapes: H [N x d] bf16, W [V x d] bf16 (rows >= V are never read), targets [N] int32 (-1 ignored),
  * d % 64 == 0.
@@ -98,6 +107,9 @@ typedef struct {
     float *tile_sums;  /* fp32 sum of E per (row - row_begin, tile) */
     int64_t ntiles;
     const int *run_if; /* non-NULL: the launch does nothing unless *run_if (a device flag) is set */
+    OutputLossOptions opt; /* the cap in every mode; the objective in MODE_DZ */
+    float *win_zs;         /* MODE_STATS, when label smoothing needs it: [window][stats_ld] sum of logits */
+    int64_t V;             /* MODE_DZ: the real vocabulary, over which smoothing spreads */
 } TileArgs;
 
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
@@ -174,8 +186,8 @@ __device__ __forceinline__ float tile_row_max(const float (&acc)[TN / 2], int h,
 template <int MODE>
 __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float (&acc)[TN / 2], int64_t tile_col0,
                                                  int lane, const int64_t (&rows)[2], const int (&tgt)[2],
-                                                 float (&m_run)[2], float (&a_run)[2], const float (&lse2)[2],
-                                                 uint32_t scratch) {
+                                                 float (&m_run)[2], float (&a_run)[2], float (&z_run)[2],
+                                                 const float (&lse2)[2], uint32_t scratch) {
     const int64_t cbase = tile_col0 + (lane & 3) * 2;
     const bool full = tile_col0 + TN <= a.col_end;
     const int lim = full ? TN : (int)(a.col_end - tile_col0); /* columns of the tile inside the vocabulary */
@@ -205,6 +217,15 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
             }
             a_run[h] = s0 + s1;
             m_run[h] = kn;
+            if (a.win_zs) {
+                float zs = 0.0f;
+#pragma unroll
+                for (int i = 0; i < TN / 8; i++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++)
+                        if (full || cbase + i * 8 + j < a.col_end) zs += acc[i * 4 + h * 2 + j];
+                z_run[h] += zs;
+            }
         } else if (MODE == MODE_DZ) {
             /* Ignored rows have lse2 = +inf, so their softmax is 0 without a multiply. */
             const int tl = t >= tile_col0 && t < tile_col0 + TN ? (int)(t - tile_col0) : -1;
@@ -213,7 +234,22 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
             /* nearly every tile holds none of its 16 rows' targets and lies inside the vocabulary:
              * there each element is one FMA and one exponential (the vote keeps the warp's path
              * uniform, as stmatrix needs) */
-            if (__all_sync(0xffffffffu, full && tl < 0))
+            const OutputLossOptions &o = a.opt;
+            if (o.logit_softcap > 0.0f || o.z_loss != 0.0f || o.label_smoothing != 0.0f) {
+                /* the objective's gradient w.r.t. z (x is already capped): (p ps - [v = t] keep -
+                 * uniform) times the cap's slope; 0 for ignored rows (their p is 0, the uniform
+                 * term is not) */
+                const bool valid = t >= 0;
+                const float ps = valid ? outl_p_scale(o, l2 * (float)LN2) : 0.0f;
+                const float keep = 1.0f - o.label_smoothing, uniform = valid ? o.label_smoothing / (float)a.V : 0.0f;
+                const float cap = o.logit_softcap;
+                store_tile_rows(acc, h, lane, [&](float x, int col) {
+                    const float p = ex2(fmaf(x, LOG2E, -l2));
+                    const float r = cap > 0.0f ? x / cap : 0.0f;
+                    const float g = (p * ps - (col == tl ? keep : 0.0f) - uniform) * (1.0f - r * r);
+                    return col >= lim ? 0.0f : g;
+                }, scratch, out, row_in);
+            } else if (__all_sync(0xffffffffu, full && tl < 0))
                 store_tile_rows(acc, h, lane, [&](float x, int) { return ex2(fmaf(x, LOG2E, -l2)); }, scratch,
                                        out, row_in);
             else
@@ -224,10 +260,16 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
         } else { /* MODE_EXP */
             /* E relative to the row's reference (lse2 holds it here): in (0, 2^60] for every row the
              * merge accepts. Past the vocabulary E is 0, so the GEMMs read zeros there. */
-            const float ref = lse2[h];
+            const float ref = lse2[h], cap = a.opt.logit_softcap;
             bf16 *out = a.ex + (rows[h] - a.row_begin) * a.ldz + (tile_col0 - a.col_begin);
             float s = 0.0f;
-            if (__all_sync(0xffffffffu, full))
+            if (cap > 0.0f) /* x is capped: the slope rides on E, S stays the sum of E without it */
+                store_tile_rows(acc, h, lane, [&](float x, int col) {
+                    const float e = col < lim ? ex2(fmaf(x, LOG2E, -ref)) : 0.0f, r = x / cap;
+                    s += e;
+                    return e * (1.0f - r * r);
+                }, scratch, out, row_in);
+            else if (__all_sync(0xffffffffu, full))
                 store_tile_rows(acc, h, lane, [&](float x, int) {
                     const float e = ex2(fmaf(x, LOG2E, -ref));
                     s += e;
@@ -260,7 +302,7 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
 template <int MODE>
 __device__ __forceinline__ void wg_row_block_begin(const TileArgs &a, int64_t first_row, int64_t (&rows)[2],
                                                    int (&tgt)[2], float (&m_run)[2], float (&a_run)[2],
-                                                   float (&lse2)[2]) {
+                                                   float (&z_run)[2], float (&lse2)[2]) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         rows[h] = first_row + h * 8;
@@ -268,6 +310,7 @@ __device__ __forceinline__ void wg_row_block_begin(const TileArgs &a, int64_t fi
         tgt[h] = in ? a.targets[rows[h]] : -1;
         m_run[h] = -INFINITY;
         a_run[h] = 0.0f;
+        z_run[h] = 0.0f;
         if (MODE == MODE_EXP) lse2[h] = in ? a.ref2[rows[h]] : 0.0f;
         else lse2[h] = (MODE == MODE_DZ && in && tgt[h] >= 0) ? a.lse[rows[h]] * LOG2E : INFINITY;
     }
@@ -277,7 +320,8 @@ __device__ __forceinline__ void wg_row_block_begin(const TileArgs &a, int64_t fi
  * window's sum of exp(z ln 2 ... ) relative to 2^k, k an integer. */
 template <int MODE>
 __device__ __forceinline__ void wg_window_end(const TileArgs &a, int64_t win, int lane, const int64_t (&rows)[2],
-                                              const float (&m_run)[2], const float (&a_run)[2]) {
+                                              const float (&m_run)[2], const float (&a_run)[2],
+                                              const float (&z_run)[2]) {
     if (MODE == MODE_STATS) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -289,9 +333,13 @@ __device__ __forceinline__ void wg_window_end(const TileArgs &a, int64_t win, in
                 s = rescale_sum(s, m, mn) + rescale_sum(s2, m2, mn);
                 m = mn;
             }
+            float zs = z_run[h];
+            zs += __shfl_xor_sync(0xffffffffu, zs, 1);
+            zs += __shfl_xor_sync(0xffffffffu, zs, 2);
             if ((lane & 3) == 0 && rows[h] < a.row_end) {
                 a.win_m[win * a.stats_ld + (rows[h] - a.row_begin)] = m;
                 a.win_a[win * a.stats_ld + (rows[h] - a.row_begin)] = s;
+                if (a.win_zs) a.win_zs[win * a.stats_ld + (rows[h] - a.row_begin)] = zs;
             }
         }
     }
@@ -427,9 +475,9 @@ __global__ void __launch_bounds__(T_THREADS, 1)
     for (int64_t u = q_first; u < nunits; u += q_stride) {
         const int64_t row0 = a.row_begin + (u * CL + rank) * BM;
         int tgt[2];
-        float m_run[2], a_run[2], lse2[2];
+        float m_run[2], a_run[2], z_run[2], lse2[2];
         int64_t rows[2];
-        wg_row_block_begin<MODE>(a, row0 + wg * 64 + wq * 16 + (lane >> 2), rows, tgt, m_run, a_run, lse2);
+        wg_row_block_begin<MODE>(a, row0 + wg * 64 + wq * 16 + (lane >> 2), rows, tgt, m_run, a_run, z_run, lse2);
         for (int64_t tile_col0 = wcol0; tile_col0 < wcol1; tile_col0 += TN) {
             for (int kc = 0; kc < KT; kc++, it++) {
                 const int s = (int)(it % T_STAGES);
@@ -460,10 +508,16 @@ __global__ void __launch_bounds__(T_THREADS, 1)
             /* launched early (launch_tile_kernel): the previous kernel may still read the buffer
              * this epilogue writes */
             if (MODE != MODE_STATS && it == KT) asm volatile("griddepcontrol.wait;\n" ::: "memory");
-            wg_tile_epilogue<MODE>(a, acc, tile_col0, lane, rows, tgt, m_run, a_run, lse2,
+            /* soft-capping: the epilogue (and the target's logit) sees the capped logits */
+            if (a.opt.logit_softcap > 0.0f) {
+                const float cap = a.opt.logit_softcap;
+#pragma unroll
+                for (int i = 0; i < NACC; i++) acc[i] = outl_cap(acc[i], cap);
+            }
+            wg_tile_epilogue<MODE>(a, acc, tile_col0, lane, rows, tgt, m_run, a_run, z_run, lse2,
                                         full_bar + 128 + warp * 512);
         }
-        wg_window_end<MODE>(a, win, lane, rows, m_run, a_run);
+        wg_window_end<MODE>(a, win, lane, rows, m_run, a_run, z_run);
     }
     cluster_sync_all(); /* no CTA leaves while its peer may still signal its barriers */
 #else
@@ -487,18 +541,28 @@ __device__ __forceinline__ double finish_row(float K, double S, int t, float zt,
 }
 
 /* Each row's (k, sum) pairs over the forward's windows merged: lse and loss (0 if ignored). With
- * ref2_out, also lse in log2 units as the row's new reference; with run_if, only if *run_if is set. */
+ * ref2_out, also lse in log2 units as the row's new reference; with run_if, only if *run_if is set.
+ * With row_obj, the row's objective under opt (0 if ignored), from the windows' sums of logits
+ * win_zs (NULL: no smoothing, none needed). */
 __global__ void fused_merge_kernel(const float *win_k, const float *win_a, int nwin, int64_t ld, const float *zt,
                                    const int32_t *targets, int64_t N, float *lse_out, float *lse_user,
-                                   float *row_loss, const int *run_if, float *ref2_out) {
+                                   float *row_loss, const int *run_if, float *ref2_out, const float *win_zs,
+                                   const OutputLossOptions opt, int64_t V, float *row_obj) {
     const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= N || (run_if && !*run_if)) return;
     float K = -INFINITY;
     for (int w = 0; w < nwin; w++) K = fmaxf(K, win_k[w * ld + row]);
     float S = 0.0f;
     for (int w = 0; w < nwin; w++) S += rescale_sum(win_a[w * ld + row], win_k[w * ld + row], K);
-    const double lse2 = finish_row(K, S, targets[row], zt[row], row, lse_out, lse_user, row_loss);
+    const int t = targets[row];
+    const double lse2 = finish_row(K, S, t, zt[row], row, lse_out, lse_user, row_loss);
     if (ref2_out) ref2_out[row] = (float)lse2;
+    if (row_obj) {
+        double zs = 0.0;
+        if (win_zs)
+            for (int w = 0; w < nwin; w++) zs += (double)win_zs[w * ld + row];
+        row_obj[row] = t == -1 ? 0.0f : outl_objective(opt, (double)row_loss[row], lse2 * LN2, zs, V);
+    }
 }
 
 /* Eight floats rounded to bf16, as one 16-byte store. */
@@ -521,14 +585,14 @@ __global__ void cast_rows_kernel(bf16 *out, const float *in, int64_t n8) {
  * least about 1; E overflows only where a logit exceeds the target's by ~40 (S > 2^60: a loss over
  * 41), which the merge flags. fp32 dot products, a warp per row, in a fixed order. */
 __global__ void reference_logit_kernel(const bf16 *H, const bf16 *W, const int32_t *targets, int64_t N, int d,
-                                       float *ref2) {
+                                       float cap, const float *wsum, float *ref2, float *zsum) {
     const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     const int lane = threadIdx.x & 31;
     if (row >= N) return;
     const int t = targets[row];
     const uint4 *h = reinterpret_cast<const uint4 *>(H + row * d);
     const uint4 *w = reinterpret_cast<const uint4 *>(W + (int64_t)(t < 0 ? 0 : t) * d);
-    float z = 0.0f;
+    float z = 0.0f, zs = 0.0f;
     for (int i = lane; i < d / 8; i += 32) {
         const uint4 hv = h[i], wv = w[i];
         const __nv_bfloat162 *hp = reinterpret_cast<const __nv_bfloat162 *>(&hv);
@@ -537,11 +601,56 @@ __global__ void reference_logit_kernel(const bf16 *H, const bf16 *W, const int32
         for (int j = 0; j < 4; j++) {
             const float2 a = __bfloat1622float2(hp[j]), b = __bfloat1622float2(wp[j]);
             z = fmaf(a.x, b.x, fmaf(a.y, b.y, z));
+            if (wsum) zs = fmaf(a.x, wsum[i * 8 + 2 * j], fmaf(a.y, wsum[i * 8 + 2 * j + 1], zs));
         }
     }
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) z += __shfl_xor_sync(0xffffffffu, z, off);
-    if (lane == 0) ref2[row] = z * LOG2E;
+    for (int off = 16; off > 0; off >>= 1) {
+        z += __shfl_xor_sync(0xffffffffu, z, off);
+        zs += __shfl_xor_sync(0xffffffffu, zs, off);
+    }
+    if (lane == 0) {
+        ref2[row] = outl_cap(z, cap) * LOG2E;
+        if (wsum) zsum[row] = zs;
+    }
+}
+
+/* Label smoothing's rank-1 terms: out[j] = sum over rows r of X[r][j] (rows whose target is -1
+ * left out when targets is given), in fp64 and a fixed order: COLSUM_SLICES slices of rows summed
+ * apart (grid y), then in order. */
+__global__ void colsum_slices_kernel(const bf16 *X, int64_t rows, int d, const int32_t *targets, double *part) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= d) return;
+    const int64_t r0 = rows * blockIdx.y / COLSUM_SLICES, r1 = rows * (blockIdx.y + 1) / COLSUM_SLICES;
+    double s = 0.0;
+    for (int64_t r = r0; r < r1; r++)
+        if (!targets || targets[r] != -1) s += (double)__bfloat162float(X[r * d + j]);
+    part[(int64_t)blockIdx.y * d + j] = s;
+}
+
+__global__ void colsum_finish_kernel(const double *part, int d, float *out) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= d) return;
+    double s = 0.0;
+    for (int k = 0; k < COLSUM_SLICES; k++) s += part[(int64_t)k * d + j];
+    out[j] = (float)s;
+}
+
+static void column_sums(const bf16 *X, int64_t rows, int d, const int32_t *targets, double *part, float *out,
+                        cudaStream_t stream) {
+    colsum_slices_kernel<<<dim3((unsigned)ceil_div(d, 128), COLSUM_SLICES), 128, 0, stream>>>(X, rows, d, targets,
+                                                                                               part);
+    CUDA_CHECK(cudaGetLastError());
+    colsum_finish_kernel<<<(unsigned)ceil_div(d, 128), 128, 0, stream>>>(part, d, out);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* dW[v] -= scale uniform hsum for every word v < V: label smoothing's rank-1 part of dW. */
+__global__ void smoothing_dw_kernel(float *dW, int64_t n, int d, const float *hsum, const float *scale,
+                                    float uniform) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    dW[i] -= *scale * uniform * hsum[i % d];
 }
 
 /* A chunk row's scaled exponentials E = 2^(z log2(e) - s) sum to S = 2^(lse2 - s), so P = E / S.
@@ -562,7 +671,7 @@ __global__ void __launch_bounds__(MERGE_THREADS)
     exp_merge_kernel(bf16 *E, int64_t ldE, const float *tile_sums, int64_t ntiles, int64_t row0, const bf16 *H,
                      int d, const int32_t *targets, const float *ref2, const float *zt, float *lse_out,
                      float *lse_user, float *row_loss, float *row_scale, float *tcoef, bf16 *Hs, int *overflow,
-                     const int *run_if) {
+                     const int *run_if, const OutputLossOptions opt, int64_t V, const float *zsum, float *row_obj) {
     __shared__ double red[MERGE_THREADS];
     __shared__ float inv_s;
     if (run_if && !*run_if) return;
@@ -582,9 +691,24 @@ __global__ void __launch_bounds__(MERGE_THREADS)
         S = red[0];
         const double lse2 = finish_row(ref2[row], S, t, zt[row], row, lse_out, lse_user, row_loss);
         if (!(S <= EXP_SUM_LIMIT)) *overflow = 1;
-        inv_s = t == -1 ? 0.0f : (float)(1.0 / S);
+        const double lse = lse2 * LN2;
+        /* the objective's factor on p (1 without options): ps / S is the row's scale */
+        const double ps = t == -1 ? 0.0 : (double)outl_p_scale(opt, (float)lse);
+        inv_s = t == -1 ? 0.0f : (float)(ps / S);
         row_scale[r] = inv_s;
-        tcoef[row] = t == -1 ? 0.0f : (float)expm1(((double)zt[row] * (double)LOG2E - lse2) * LN2);
+        /* p_t - 1, or the objective's p_t ps - keep = (p_t - 1) ps + (ps - keep) without p_t's
+         * cancellation, times the cap's slope at the target */
+        double c = expm1(((double)zt[row] * (double)LOG2E - lse2) * LN2);
+        if (opt.z_loss != 0.0f || opt.label_smoothing != 0.0f)
+            c = c * ps + (2.0 * opt.z_loss * lse + opt.label_smoothing);
+        if (opt.logit_softcap > 0.0f) {
+            const double q = (double)zt[row] / opt.logit_softcap;
+            c *= 1.0 - q * q;
+        }
+        tcoef[row] = t == -1 ? 0.0f : (float)c;
+        if (row_obj)
+            row_obj[row] = t == -1 ? 0.0f
+                                   : outl_objective(opt, (double)row_loss[row], lse, zsum ? (double)zsum[row] : 0.0, V);
         if (t != -1) E[r * ldE + t] = __float2bfloat16(0.0f);
     }
     __syncthreads();
@@ -596,7 +720,8 @@ __global__ void __launch_bounds__(MERGE_THREADS)
 /* dH of a chunk from its fp32 product E W: dH = scale (row_scale (E W) + tcoef W[target]) in bf16,
  * a thread per 8 values. */
 __global__ void exp_dh_kernel(bf16 *dH, const float *EW, const float *row_scale, const float *tcoef,
-                              const int32_t *targets, const bf16 *W, const float *scale, int d, int64_t n8) {
+                              const int32_t *targets, const bf16 *W, const float *scale, int d, int64_t n8,
+                              const float *wsum, float uniform) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n8) return;
     const int64_t r = (i * 8) / d, j = (i * 8) % d;
@@ -612,6 +737,10 @@ __global__ void exp_dh_kernel(bf16 *dH, const float *EW, const float *row_scale,
             const float2 w2 = __bfloat1622float2(wp[k]);
             v[2 * k] = fmaf(c, w2.x, v[2 * k]), v[2 * k + 1] = fmaf(c, w2.y, v[2 * k + 1]);
         }
+        /* label smoothing's rank-1 part: - scale uniform sum_v W_v */
+        if (wsum)
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[k] = fmaf(-g * uniform, wsum[j + k], v[k]);
     }
     store_bf16x8(dH + 8 * i, v);
 }
@@ -827,11 +956,15 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     t.row_begin = 0, t.row_end = N, t.col_begin = 0, t.col_end = V;
     t.tiles_per_cta = (int)tpc, t.d = L->d;
     t.win_m = L->win_m, t.win_a = L->win_a, t.stats_ld = N, t.zt = L->zt;
+    t.opt = a->options;
+    if (a->options.label_smoothing != 0.0f) t.win_zs = L->win_zs;
     launch_tile_kernel(tile_kernel<MODE_STATS>, dim3((unsigned)nwin, (unsigned)(P * CLUSTER)), 1, 0, t,
                        tensor_map(t.H, N, L->d, BM), tensor_map(t.W, V, L->d, TN / CLUSTER), stream);
     CUDA_CHECK(cudaGetLastError());
-    fused_merge_kernel<<<(unsigned)ceil_div(N, 256), 256, 0, stream>>>(L->win_m, L->win_a, (int)nwin, N, L->zt,
-                                                                   a->targets, N, L->lse, a->row_lse, row_loss, NULL, NULL);
+    const int objective = a->options.logit_softcap != 0.0f || output_loss_has_objective(&a->options);
+    fused_merge_kernel<<<(unsigned)ceil_div(N, 256), 256, 0, stream>>>(
+        L->win_m, L->win_a, (int)nwin, N, L->zt, a->targets, N, L->lse, a->row_lse, row_loss, NULL, NULL, t.win_zs,
+        a->options, V, objective ? L->row_obj : NULL);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -854,6 +987,7 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
             t.row_begin = r0, t.row_end = r0 + nr, t.col_begin = c0, t.col_end = c0 + nc;
             t.d = (int)d;
             t.lse = L->lse, t.dz = L->dz, t.ldz = cols;
+            t.opt = a->options, t.V = V;
             const dim3 grid = row_sweep_grid(nr, nc, d, &t);
             launch_tile_kernel(tile_kernel<MODE_DZ>, grid, 0, r0 > 0 || c0 > 0, t, tm_h, tm_w, stream);
             CUDA_CHECK(cudaGetLastError());
@@ -885,12 +1019,14 @@ static void exp_chunk_redo(OutputLayer *L, const OutputLayerArgs *a, float *row_
     t.tiles_per_cta = (int)tpc, t.d = (int)d;
     t.win_m = L->win_m, t.win_a = L->win_a, t.stats_ld = nr, t.zt = L->zt;
     t.run_if = L->exp_overflow;
+    t.opt = a->options; /* the cap; the objective is the chunk's merge's */
     launch_tile_kernel(tile_kernel<MODE_STATS>, dim3((unsigned)nwin, (unsigned)(P * CLUSTER)), 1, 0, t, tm_h, tm_w,
                        stream);
     CUDA_CHECK(cudaGetLastError());
     fused_merge_kernel<<<(unsigned)ceil_div(nr, 256), 256, 0, stream>>>(
         L->win_m, L->win_a, (int)nwin, nr, L->zt + r0, a->targets + r0, nr, L->lse + r0,
-        a->row_lse ? a->row_lse + r0 : NULL, row_loss + r0, L->exp_overflow, L->exp_ref2 + r0);
+        a->row_lse ? a->row_lse + r0 : NULL, row_loss + r0, L->exp_overflow, L->exp_ref2 + r0, NULL,
+        OutputLossOptions{}, V, NULL);
     CUDA_CHECK(cudaGetLastError());
     launch_tile_kernel(tile_kernel<MODE_EXP>, exp_grid, 0, 0, exp_args, tm_h, tm_w, stream);
     CUDA_CHECK(cudaGetLastError());
@@ -902,8 +1038,20 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
     const bf16 *H = (const bf16 *)a->H, *W = (const bf16 *)a->W;
     const float *sc = L->scalars;
     const CUtensorMap tm_h = tensor_map(H, N, (int)d, BM), tm_w = tensor_map(W, V, (int)d, TN / CLUSTER);
-    reference_logit_kernel<<<(unsigned)ceil_div(N, 8), 256, 0, stream>>>(H, W, a->targets, N, (int)d, L->exp_ref2);
+    /* label smoothing's rank-1 terms: W summed over the vocabulary, H over the valid rows */
+    const OutputLossOptions &o = a->options;
+    const float *wsum = NULL, *hsum = NULL;
+    const float uniform = o.label_smoothing / (float)V;
+    if (o.label_smoothing != 0.0f) {
+        column_sums(W, V, (int)d, NULL, L->exp_colsum, L->exp_rank1, stream);
+        column_sums(H, N, (int)d, a->targets, L->exp_colsum, L->exp_rank1 + d, stream);
+        wsum = L->exp_rank1, hsum = L->exp_rank1 + d;
+    }
+    reference_logit_kernel<<<(unsigned)ceil_div(N, 8), 256, 0, stream>>>(H, W, a->targets, N, (int)d,
+                                                                         o.logit_softcap, wsum, L->exp_ref2,
+                                                                         L->exp_zsum);
     CUDA_CHECK(cudaGetLastError());
+    const int objective = o.logit_softcap != 0.0f || output_loss_has_objective(&o);
     /* the rows grouped by target, for the one-hot part of dW */
     int32_t *keys = L->exp_sort, *rows_in = keys + L->max_N, *rows_by_target = rows_in + L->max_N;
     sort_rows_by_key(a->targets, keys, rows_in, rows_by_target, L->exp_sort_temp, L->exp_sort_temp_bytes, (int)N, 32,
@@ -915,6 +1063,7 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
         t.row_begin = r0, t.row_end = r0 + nr, t.col_begin = 0, t.col_end = V;
         t.d = (int)d;
         t.zt = L->zt, t.ref2 = L->exp_ref2, t.ex = (bf16 *)L->ex, t.ldz = ld, t.tile_sums = L->exp_sums, t.ntiles = nt;
+        t.opt = o;
         const dim3 grid = row_sweep_grid(nr, V, d, &t);
         /* the kernel before it (the previous chunk's dW GEMM) reads E, which this one overwrites */
         launch_tile_kernel(tile_kernel<MODE_EXP>, grid, 0, r0 > 0, t, tm_h, tm_w, stream);
@@ -923,7 +1072,8 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
         auto merge = [&](const int *run_if) {
             exp_merge_kernel<<<(unsigned)nr, MERGE_THREADS, 0, stream>>>(
                 (bf16 *)L->ex, ld, L->exp_sums, nt, r0, H, (int)d, a->targets, L->exp_ref2, L->zt, L->lse, a->row_lse,
-                row_loss, L->exp_row_scale, L->exp_tcoef, L->exp_hs, L->exp_overflow, run_if);
+                row_loss, L->exp_row_scale, L->exp_tcoef, L->exp_hs, L->exp_overflow, run_if, o, V,
+                wsum ? L->exp_zsum : NULL, objective ? L->row_obj : NULL);
             CUDA_CHECK(cudaGetLastError());
         };
         merge(NULL);
@@ -938,7 +1088,7 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
         const int64_t n8 = nr * d / 8;
         exp_dh_kernel<<<(unsigned)ceil_div(n8, 256), 256, 0, stream>>>(a->dH + r0 * d, L->dh_acc, L->exp_row_scale,
                                                                  L->exp_tcoef + r0, a->targets + r0, W,
-                                                                 sc + OUTL_SCALE, (int)d, n8);
+                                                                 sc + OUTL_SCALE, (int)d, n8, wsum, uniform);
         CUDA_CHECK(cudaGetLastError());
         /* dW^T [d x V] += (Hs stored d x nr) . (E stored V x nr)^T                       (+=, fp32) */
         outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, nr, L->exp_hs, d, L->ex, ld, a->dW, CUDA_R_32F, d,
@@ -947,4 +1097,9 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
     exp_onehot_dw_kernel<<<(unsigned)N, 128, 0, stream>>>(keys, rows_by_target, N, L->exp_tcoef, H, (int)d,
                                                           sc + OUTL_SCALE, a->dW);
     CUDA_CHECK(cudaGetLastError());
+    if (hsum) {
+        smoothing_dw_kernel<<<(unsigned)ceil_div(V * d, 256), 256, 0, stream>>>(a->dW, V * d, (int)d, hsum,
+                                                                             sc + OUTL_SCALE, uniform);
+        CUDA_CHECK(cudaGetLastError());
+    }
 }

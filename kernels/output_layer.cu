@@ -43,10 +43,12 @@ __global__ void count_valid_kernel(const int32_t *targets, int64_t N, int mean, 
     }
 }
 
-__global__ void reduce_loss_kernel(const float *row_loss, int64_t N, const float *scalars, float *loss) {
+__global__ void reduce_loss_kernel(const float *row_loss, const int32_t *targets, int64_t N, const float *scalars,
+                                   float *loss) {
     __shared__ double part[REDUCE_THREADS];
     double s = 0.0;
-    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) s += (double)row_loss[i];
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x)
+        if (!targets || targets[i] != -1) s += (double)row_loss[i];
     part[threadIdx.x] = s;
     __syncthreads();
     /* tree in a fixed order: the same bits every run */
@@ -63,8 +65,9 @@ void outl_count_valid(const int32_t *targets, int64_t N, OutputReduction red, fl
     CUDA_CHECK(cudaGetLastError());
 }
 
-void outl_reduce_loss(const float *row_loss, int64_t N, const float *scalars, float *loss, cudaStream_t stream) {
-    reduce_loss_kernel<<<1, REDUCE_THREADS, 0, stream>>>(row_loss, N, scalars, loss);
+void outl_reduce_loss(const float *row_loss, const int32_t *targets, int64_t N, const float *scalars, float *loss,
+                      cudaStream_t stream) {
+    reduce_loss_kernel<<<1, REDUCE_THREADS, 0, stream>>>(row_loss, targets, N, scalars, loss);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -118,7 +121,8 @@ static int device_sms(void) {
 /* Every buffer of the object, in creation order, with its size; shared by workspace_bytes and
  * create so that the two always agree. */
 typedef struct {
-    size_t lse, row_loss, scalars, win_m, win_a, zt, exp_ref2, ex, exp_sums, exp_row_scale, exp_hs, exp_tcoef, exp_sort,
+    size_t lse, row_loss, row_obj, scalars, win_m, win_a, win_zs, zt, exp_ref2, ex, exp_sums, exp_row_scale, exp_hs,
+        exp_tcoef, exp_zsum, exp_rank1, exp_colsum, exp_sort,
         exp_sort_temp, exp_overflow, dz,
         dh_acc, logits;
 } Sizes;
@@ -128,11 +132,11 @@ static Sizes layer_sizes(OutputKind kind, int64_t max_N, int64_t V, int d, int s
     Sizes s;
     memset(&s, 0, sizeof s);
     memset(fs, 0, sizeof *fs);
-    s.lse = s.row_loss = (size_t)max_N * sizeof(float);
+    s.lse = s.row_loss = s.row_obj = (size_t)max_N * sizeof(float);
     s.scalars = OUTL_NUM_SCALARS * sizeof(float);
     if (kind == OUTPUT_FUSED) {
         *fs = outl_fused_sizes(max_N, V, d, sms, budget);
-        s.win_m = s.win_a = (size_t)fs->stats_elems * sizeof(float);
+        s.win_m = s.win_a = s.win_zs = (size_t)fs->stats_elems * sizeof(float);
         s.zt = (size_t)max_N * sizeof(float);
         const size_t exp_rows = (size_t)fs->exp_rows;
         s.exp_ref2 = exp_rows ? (size_t)max_N * sizeof(float) : 0;
@@ -141,6 +145,9 @@ static Sizes layer_sizes(OutputKind kind, int64_t max_N, int64_t V, int d, int s
         s.exp_row_scale = exp_rows * sizeof(float);
         s.exp_hs = exp_rows * (size_t)d * sizeof(__nv_bfloat16);
         s.exp_tcoef = exp_rows ? (size_t)max_N * sizeof(float) : 0;
+        s.exp_zsum = exp_rows ? (size_t)max_N * sizeof(float) : 0;
+        s.exp_rank1 = exp_rows ? 2 * (size_t)d * sizeof(float) : 0;
+        s.exp_colsum = exp_rows ? COLSUM_SLICES * (size_t)d * sizeof(double) : 0;
         s.exp_sort = exp_rows ? 3 * (size_t)max_N * sizeof(int32_t) : 0;
         s.exp_sort_temp = exp_rows ? outl_target_sort_bytes(max_N) : 0;
         s.exp_overflow = exp_rows ? sizeof(int) : 0;
@@ -162,8 +169,9 @@ size_t output_layer_workspace_bytes(OutputKind kind, int64_t max_N, int64_t V, i
     if (check_kind(kind) || check_shape(max_N, V, d)) return 0;
     OutlFusedSizes fs;
     Sizes s = layer_sizes(kind, max_N, V, d, device_sms(), budget, &fs);
-    return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.scalars + s.win_m + s.win_a + s.zt + s.exp_ref2 + s.ex +
-           s.exp_sums + s.exp_row_scale + s.exp_hs + s.exp_tcoef + s.exp_sort + s.exp_sort_temp +
+    return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.row_obj + s.scalars + s.win_m + s.win_a + s.win_zs + s.zt +
+           s.exp_ref2 + s.ex + s.exp_sums + s.exp_row_scale + s.exp_hs + s.exp_tcoef + s.exp_zsum + s.exp_rank1 +
+           s.exp_colsum + s.exp_sort + s.exp_sort_temp +
            s.exp_overflow + s.dz + s.dh_acc + s.logits;
 }
 
@@ -186,9 +194,11 @@ OutputLayer *output_layer_create(OutputKind kind, int64_t max_N, int64_t V, int 
     lt_plans_create(&L->lt, OUTL_LT_WORKSPACE);
     L->lse = (float *)dev_alloc(s.lse);
     L->row_loss = (float *)dev_alloc(s.row_loss);
+    L->row_obj = (float *)dev_alloc(s.row_obj);
     L->scalars = (float *)dev_alloc(s.scalars);
     L->win_m = (float *)dev_alloc(s.win_m);
     L->win_a = (float *)dev_alloc(s.win_a);
+    L->win_zs = (float *)dev_alloc(s.win_zs);
     L->zt = (float *)dev_alloc(s.zt);
     L->exp_ref2 = (float *)dev_alloc(s.exp_ref2);
     L->ex = dev_alloc(s.ex);
@@ -196,6 +206,9 @@ OutputLayer *output_layer_create(OutputKind kind, int64_t max_N, int64_t V, int 
     L->exp_row_scale = (float *)dev_alloc(s.exp_row_scale);
     L->exp_hs = (__nv_bfloat16 *)dev_alloc(s.exp_hs);
     L->exp_tcoef = (float *)dev_alloc(s.exp_tcoef);
+    L->exp_zsum = (float *)dev_alloc(s.exp_zsum);
+    L->exp_rank1 = (float *)dev_alloc(s.exp_rank1);
+    L->exp_colsum = (double *)dev_alloc(s.exp_colsum);
     L->exp_sort = (int32_t *)dev_alloc(s.exp_sort);
     L->exp_sort_temp = dev_alloc(s.exp_sort_temp);
     L->exp_sort_temp_bytes = s.exp_sort_temp;
@@ -215,6 +228,9 @@ void output_layer_destroy(OutputLayer *L) {
     CUDA_CHECK(cudaFree(L->exp_overflow));
     CUDA_CHECK(cudaFree(L->exp_sort_temp));
     CUDA_CHECK(cudaFree(L->exp_sort));
+    CUDA_CHECK(cudaFree(L->exp_colsum));
+    CUDA_CHECK(cudaFree(L->exp_rank1));
+    CUDA_CHECK(cudaFree(L->exp_zsum));
     CUDA_CHECK(cudaFree(L->exp_tcoef));
     CUDA_CHECK(cudaFree(L->exp_hs));
     CUDA_CHECK(cudaFree(L->exp_row_scale));
@@ -222,9 +238,11 @@ void output_layer_destroy(OutputLayer *L) {
     CUDA_CHECK(cudaFree(L->ex));
     CUDA_CHECK(cudaFree(L->exp_ref2));
     CUDA_CHECK(cudaFree(L->zt));
+    CUDA_CHECK(cudaFree(L->win_zs));
     CUDA_CHECK(cudaFree(L->win_a));
     CUDA_CHECK(cudaFree(L->win_m));
     CUDA_CHECK(cudaFree(L->scalars));
+    CUDA_CHECK(cudaFree(L->row_obj));
     CUDA_CHECK(cudaFree(L->row_loss));
     CUDA_CHECK(cudaFree(L->lse));
     lt_plans_destroy(&L->lt);
@@ -263,24 +281,39 @@ static int check_args(const OutputLayer *L, const OutputLayerArgs *a, int backwa
         fprintf(stderr, "error: output layer: forward_backward needs dH and dW\n");
         return -1;
     }
+    const char *bad = output_loss_options_invalid(&a->options);
+    if (bad) {
+        fprintf(stderr, "error: output layer: %s (z_loss %g, logit_softcap %g, label_smoothing %g)\n", bad,
+                (double)a->options.z_loss, (double)a->options.logit_softcap, (double)a->options.label_smoothing);
+        return -1;
+    }
     return 0;
+}
+
+static int has_options(const OutputLossOptions *o) {
+    return output_loss_has_objective(o) || o->logit_softcap != 0.0f;
 }
 
 static int run(OutputLayer *L, const OutputLayerArgs *a, int backward, cudaStream_t stream) {
     if (check_args(L, a, backward)) return -1;
     float *row_loss = a->row_loss ? a->row_loss : L->row_loss;
     outl_count_valid(a->targets, a->N, a->reduction, a->grad_scale, L->scalars, stream);
-    if (L->kind == OUTPUT_FUSED && backward && L->fs.exp_rows > 0) {
+    if (L->kind == OUTPUT_FUSED && backward && L->fs.exp_rows > 0 && outl_exp_path_takes(&a->options)) {
         outl_fused_exp_forward_backward(L, a, row_loss, stream);
-        outl_reduce_loss(row_loss, a->N, L->scalars, a->loss, stream);
+        outl_reduce_loss(row_loss, NULL, a->N, L->scalars, a->loss, stream);
     } else if (L->kind == OUTPUT_FUSED) {
         outl_fused_forward(L, a, row_loss, stream);
-        outl_reduce_loss(row_loss, a->N, L->scalars, a->loss, stream);
+        outl_reduce_loss(row_loss, NULL, a->N, L->scalars, a->loss, stream);
         if (backward) outl_fused_backward(L, a, stream);
     } else {
         outl_canonical_run(L, a, row_loss, backward, stream);
-        outl_reduce_loss(row_loss, a->N, L->scalars, a->loss, stream);
+        outl_reduce_loss(row_loss, NULL, a->N, L->scalars, a->loss, stream);
     }
+    /* both paths above wrote every row's lse to L->lse, and with options its objective to L->row_obj */
+    if (a->objective)
+        outl_reduce_loss(has_options(&a->options) ? L->row_obj : row_loss, NULL, a->N, L->scalars, a->objective,
+                         stream);
+    if (a->lse_reduced) outl_reduce_loss(L->lse, a->targets, a->N, L->scalars, a->lse_reduced, stream);
     return 0;
 }
 

@@ -16,8 +16,13 @@
  *   W        bf16 [V x d] row-major (device; row stride d)
  *   targets  int32 [N] (device), each -1 (ignored: no loss, no gradient, not counted) or in [0, V)
  *   loss     fp32 scalar (device): mean over the valid rows (0 when there are none) or their sum
- *   row_loss fp32 [N] (device, optional): per-row loss, 0 for ignored rows
+ *   row_loss fp32 [N] (device, optional): per-row loss, 0 for ignored rows (reduction 'none')
  *   row_lse  fp32 [N] (device, optional): per-row log-sum-exp of the logits
+ *   options  z-loss, logit soft-capping, label smoothing (kernels/output_kind.h; zeroed: none, and
+ *            then every result is bitwise what it was without them). loss, row_loss and row_lse
+ *            are those of the softcapped logits' cross-entropy; the gradients are the objective's
+ *   objective    fp32 scalar (device, optional): the objective, reduced as the loss
+ *   lse_reduced  fp32 scalar (device, optional): the valid rows' log-sum-exp, reduced as the loss
  *   dH       bf16 [N x d] (device): OVERWRITTEN with grad_scale * d(loss)/dH
  *   dW       fp32 [V x d] (device): grad_scale * d(loss)/dW is ADDED (+=), so micro-batches and the
  *            token-embedding gradient of the encoder accumulate into one buffer
@@ -68,6 +73,8 @@ typedef struct {
     float *row_loss, *row_lse; /* optional (NULL) */
     kbf16 *dH;                 /* forward_backward only */
     float *dW;                 /* forward_backward only */
+    OutputLossOptions options; /* zeroed: the plain cross-entropy */
+    float *objective, *lse_reduced; /* optional (NULL) */
 } OutputLayerArgs;
 
 /* Rows per chunk of the fused layer's scaled-exponential path for this budget in bytes: as many as
@@ -93,7 +100,8 @@ int64_t output_layer_fused_chunk_rows(const OutputLayer *layer);
 
 /* 0 on success; -1 with a message on stderr for invalid arguments (nothing is launched). The
  * forward alone (evaluation) runs the fused layer's streaming statistics (one GEMM's work) whatever
- * the path. */
+ * the path. With soft-capping and label smoothing both set, the fused layer's forward_backward
+ * runs the streaming path whatever the budget (kernels/output_fused.cu says why). */
 int output_layer_forward(OutputLayer *layer, const OutputLayerArgs *args, cudaStream_t stream);
 int output_layer_forward_backward(OutputLayer *layer, const OutputLayerArgs *args, cudaStream_t stream);
 

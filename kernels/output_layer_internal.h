@@ -38,17 +38,22 @@ struct OutputLayer {
     /* shared: */
     float *lse;      /* [max_N] log-sum-exp per row (the backward reads it) */
     float *row_loss; /* [max_N] per-row loss when the caller passes none */
+    float *row_obj;  /* [max_N] per-row objective (0 if ignored), read only when options are set */
     float *scalars;  /* [OUTL_COUNT..OUTL_ONE], written on the device by outl_count_valid */
     /* fused: */
     OutlFusedSizes fs;
     float *win_m, *win_a; /* [stats_elems] */
+    float *win_zs;        /* [stats_elems] per-window sum of the (capped) logits, for label smoothing */
     float *zt;            /* [max_N] target logit */
     float *exp_ref2;      /* [max_N] each row's reference for E, log2 units */
     void *ex;             /* [exp_rows x exp_ld] E = exp(z - reference) in bf16, 0 at the target */
     float *exp_sums;      /* [exp_rows x exp_tiles] sum of E per row and tile */
     float *exp_row_scale; /* [exp_rows] 1 / S per row (0 if ignored) */
     __nv_bfloat16 *exp_hs; /* [exp_rows x d] H / S */
-    float *exp_tcoef;     /* [max_N] p - 1 at the target (0 if ignored) */
+    float *exp_tcoef;     /* [max_N] p - 1 at the target (0 if ignored); with options, that of the objective */
+    float *exp_zsum;      /* [max_N] label smoothing: each row's sum of logits, H W-sum */
+    float *exp_rank1;     /* [2 d] label smoothing: W's rows summed over V, H's over the valid rows */
+    double *exp_colsum;   /* [COLSUM_SLICES x d] their partial sums */
     int32_t *exp_sort;    /* [3 x max_N] targets sorted, row indices, row indices by target */
     void *exp_sort_temp;  /* cub's scratch for sorting them */
     size_t exp_sort_temp_bytes;
@@ -58,6 +63,10 @@ struct OutputLayer {
     /* canonical: */
     __nv_bfloat16 *logits; /* [max_N x Vp] */
 };
+
+/* Slices of rows a column sum (output_fused.cu) splits its rows into, each summed apart and then in
+ * order: deterministic, and enough blocks to fill the GPU. */
+#define COLSUM_SLICES 64
 
 /* The layer's device scalars (indices into L->scalars). The gradient scale stays on the device
  * (it needs the valid count) and reaches the GEMMs as their alpha, in fp32: dZ (or E) itself is
@@ -81,8 +90,23 @@ void outl_gemm(OutputLayer *L, cublasOperation_t ta, cublasOperation_t tb, int64
 /* Fills L->scalars (see OUTL_COUNT...). One block, fixed order. */
 void outl_count_valid(const int32_t *targets, int64_t N, OutputReduction red, float grad_scale, float *scalars,
                       cudaStream_t stream);
-/* loss = scalars[OUTL_LOSS_SCALE] * sum(row_loss) summed in a fixed order (fp64). */
-void outl_reduce_loss(const float *row_loss, int64_t N, const float *scalars, float *loss, cudaStream_t stream);
+/* loss = scalars[OUTL_LOSS_SCALE] * sum(row_loss) summed in a fixed order (fp64); with targets,
+ * only over the rows whose target is not -1. */
+void outl_reduce_loss(const float *row_loss, const int32_t *targets, int64_t N, const float *scalars, float *loss,
+                      cudaStream_t stream);
+
+/* The per-row coefficients of the options' gradient w.r.t. the capped logits (kernels/output_kind.h):
+ * dz'_v = p_v p_scale - [v = t] keep - uniform. */
+__host__ __device__ __forceinline__ float outl_p_scale(const OutputLossOptions &o, float lse) {
+    return 1.0f + 2.0f * o.z_loss * lse;
+}
+/* The row's objective from its cross-entropy, lse and sum of capped logits over V words. */
+__host__ __device__ __forceinline__ float outl_objective(const OutputLossOptions &o, double ce, double lse,
+                                                         double zsum, int64_t V) {
+    return (float)((1.0 - o.label_smoothing) * ce + o.label_smoothing * (lse - zsum / (double)V) +
+                   (double)o.z_loss * lse * lse);
+}
+__device__ __forceinline__ float outl_cap(float z, float cap) { return cap > 0.0f ? cap * tanhf(z / cap) : z; }
 
 /* output_fused.cu. budget: bytes for the scaled-exponential chunks (0: the streaming path). */
 OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int sms, size_t budget);
@@ -90,8 +114,15 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int sms, size_t
 size_t outl_target_sort_bytes(int64_t max_N);
 /* forward only (the streaming statistics, one logits-sized GEMM's work): loss, row_loss, lse */
 void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
+/* options set: outl_fused_forward also writes L->row_obj */
 /* after outl_fused_forward: the streaming backward (three GEMMs' work more) */
 void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream);
+/* Whether the chunks of scaled exponentials compute these options exactly: all but soft-capping
+ * together with label smoothing, whose uniform term times the cap's slope differs per element (a
+ * fourth GEMM, which the streaming path already is). */
+static inline int outl_exp_path_takes(const OutputLossOptions *o) {
+    return !(o->logit_softcap != 0.0f && o->label_smoothing != 0.0f);
+}
 /* loss, row_loss, lse, dH and dW through the chunks of scaled exponentials (three GEMMs' work in all) */
 void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
 

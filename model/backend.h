@@ -43,6 +43,10 @@ typedef struct {
     float (*train_micro_step)(Backend *be, const int *inputs, const int *targets, float loss_scale, int last);
     /* Forward only; returns the mean loss over valid targets (0 if none). */
     float (*eval_loss)(Backend *be, const int *inputs, const int *targets);
+    /* The per-token losses of the last eval_loss or train_micro_step, [B·T] in row order: each
+     * target's cross-entropy (of the softcapped logits when the model caps them), 0 where the
+     * target is ignored. */
+    void (*row_losses)(Backend *be, float *out);
     /* Forward of tokens [B, T] and the full-vocabulary logits (V of them) of sequence 0 at
      * position pos: the whole window recomputed, the reference the cached decoding below is
      * tested against. */
@@ -92,7 +96,19 @@ struct Backend {
     const struct Dist *dist; /* data-parallel group (model/dist/dist.h); NULL: alone */
     char device_name[128];
     char output_path[192]; /* how the output layer runs, for the run header ("" : just its kind) */
+    /* The objective's terms beyond the cross-entropy (kernels/output_kind.h), 0 at creation: set
+     * them before a step. The logit soft-cap is the model's (table->cfg.logit_softcap). */
+    float z_loss, label_smoothing;
+    /* What the last eval_loss or train_micro_step measured beside the mean loss it returned, both
+     * means over the valid targets: the objective the gradients are of, and the log-sum-exp. */
+    float last_objective, last_mean_lse;
 };
+
+/* The output layer's options for a backend's model and objective. */
+static inline OutputLossOptions backend_loss_options(const Backend *be) {
+    OutputLossOptions o = {be->z_loss, be->table->cfg.logit_softcap, be->label_smoothing};
+    return o;
+}
 
 /* CPU reference backend; params initialised from seed. NULL + err on failure (allocation). */
 Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind output, unsigned long long seed,

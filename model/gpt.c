@@ -430,3 +430,9 @@ double gpt_flops_per_token(const GPTConfig *cfg, int T) {
     double matmul_params = L * (C * qkv + attn * C + C * mlp_in + (double)c.ffn_dim * C) + (double)c.vocab_size * C;
     return 6.0 * matmul_params + 12.0 * L * attn * T;
 }
+
+void gpt_cap_logits(const GPTConfig *cfg, float *logits, int n) {
+    const float cap = cfg->logit_softcap;
+    if (cap > 0.0f)
+        for (int i = 0; i < n; i++) logits[i] = cap * tanhf(logits[i] / cap);
+}

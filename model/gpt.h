@@ -92,6 +92,8 @@ typedef struct {
     int has_pad_token;  /* the embedding is an nn.Embedding with padding_idx = pad_token_id: that row starts
                          * at 0 and its lookups pass it no gradient (the tied head still does) */
     int pad_token_id;
+    float logit_softcap; /* the output logits become cap·tanh(z/cap) before the softmax (config.json's
+                          * final_logit_softcapping); 0: none */
 } GPTConfig;
 
 typedef struct {
@@ -115,6 +117,10 @@ void gpt_preset_list(char *buf, size_t n);
 /* Fills Vp from V and gives every field left 0 its GPT-2 value (NKV = NH, hd = C/NH, F = 4C,
  * eps 1e-5). Idempotent. */
 void gpt_config_finish(GPTConfig *cfg);
+
+/* The model's logit cap (cfg->logit_softcap; none: unchanged) on n logits in place: the logits a
+ * backend reports for sampling are the capped ones, as transformers' are. */
+void gpt_cap_logits(const GPTConfig *cfg, float *logits, int n);
 /* Sets the switches of a family as its Hugging Face config class defaults them (norm and eps,
  * RoPE theta, MLP, QK-norm, QKV bias); the shape fields are left as they are. */
 void gpt_family_defaults(GPTConfig *cfg, ModelFamily family);

@@ -85,13 +85,21 @@ template <typename F> static void parallel_for(int64_t n, F fn) {
 }
 
 typedef struct {
-    double loss;
+    double loss, objective, lse_reduced; /* reduced as the loss */
     std::vector<double> row_loss, lse, dH, dW; /* dW: the increment, grad_scale included */
 } Ref;
 
+/* With loss options (kernels/output_kind.h), straight from their definitions: z' = cap tanh(z / cap),
+ * lse over z', loss lse - z'_t, objective (1 - eps)(lse - z'_t) + eps (lse - mean z') + c lse^2, and
+ * the objective's gradient (p (1 + 2 c lse) - (1 - eps) [v = t] - eps / V)(1 - tanh^2). */
 static Ref reference(const std::vector<double> &H, const std::vector<double> &W, const std::vector<int32_t> &tg,
-                     int64_t N, int64_t V, int d, OutputReduction red, double grad_scale, int grads) {
+                     int64_t N, int64_t V, int d, OutputReduction red, double grad_scale, int grads,
+                     OutputLossOptions opt = {}) {
     Ref r;
+    const double cap = opt.logit_softcap, eps = opt.label_smoothing, zl = opt.z_loss;
+    auto capped = [&](double z) { return cap > 0 ? cap * tanh(z / cap) : z; };
+    auto slope = [&](double z) { return cap > 0 ? 1.0 - tanh(z / cap) * tanh(z / cap) : 1.0; };
+    std::vector<double> row_obj(N, 0.0);
     r.row_loss.assign(N, 0.0), r.lse.assign(N, 0.0);
     int64_t count = 0;
     for (int64_t n = 0; n < N; n++) count += tg[n] != -1;
@@ -107,26 +115,34 @@ static Ref reference(const std::vector<double> &H, const std::vector<double> &W,
             double s = 0;
             for (int k = 0; k < d; k++) s += h[k] * w[k];
             z[v] = s;
-            if (s > mx) mx = s;
+        }
+        double zsum = 0;
+        for (int64_t v = 0; v < V; v++) {
+            const double c = capped(z[v]);
+            zsum += c;
+            if (c > mx) mx = c;
         }
         double se = 0;
-        for (int64_t v = 0; v < V; v++) se += exp(z[v] - mx);
+        for (int64_t v = 0; v < V; v++) se += exp(capped(z[v]) - mx);
         const double lse = mx + log(se);
         r.lse[n] = lse;
         const int t = tg[n];
-        r.row_loss[n] = t == -1 ? 0.0 : lse - z[t];
+        r.row_loss[n] = t == -1 ? 0.0 : lse - capped(z[t]);
+        row_obj[n] = t == -1 ? 0.0 : (1 - eps) * r.row_loss[n] + eps * (lse - zsum / (double)V) + zl * lse * lse;
         if (grads && t != -1) {
             double *dh = &r.dH[(size_t)n * d];
             for (int64_t v = 0; v < V; v++) {
-                const double g = (exp(z[v] - lse) - (v == t ? 1.0 : 0.0)) * scale;
+                const double g = (exp(capped(z[v]) - lse) * (1 + 2 * zl * lse) - (v == t ? 1.0 - eps : 0.0) -
+                                  eps / (double)V) * slope(z[v]) * scale;
                 const double *w = &W[(size_t)v * d];
                 for (int k = 0; k < d; k++) dh[k] += g * w[k];
             }
         }
     });
-    double sum = 0;
-    for (int64_t n = 0; n < N; n++) sum += r.row_loss[n];
-    r.loss = red == OUTPUT_REDUCE_MEAN ? sum / (double)(count > 0 ? count : 1) : sum;
+    double sum = 0, osum = 0, lsum = 0;
+    for (int64_t n = 0; n < N; n++) sum += r.row_loss[n], osum += row_obj[n], lsum += tg[n] != -1 ? r.lse[n] : 0.0;
+    const double div = red == OUTPUT_REDUCE_MEAN ? (double)(count > 0 ? count : 1) : 1.0;
+    r.loss = sum / div, r.objective = osum / div, r.lse_reduced = lsum / div;
     /* columns: dW = (P - Y)^T H scale, recomputing the logits column by column */
     if (grads)
         parallel_for(V, [&](int64_t v) {
@@ -138,7 +154,9 @@ static Ref reference(const std::vector<double> &H, const std::vector<double> &W,
                 const double *h = &H[(size_t)n * d];
                 double s = 0;
                 for (int k = 0; k < d; k++) s += h[k] * w[k];
-                const double g = (exp(s - r.lse[n]) - (v == t ? 1.0 : 0.0)) * scale;
+                const double lse = r.lse[n];
+                const double g = (exp(capped(s) - lse) * (1 + 2 * zl * lse) - (v == t ? 1.0 - eps : 0.0) -
+                                  eps / (double)V) * slope(s) * scale;
                 for (int k = 0; k < d; k++) dw[k] += g * h[k];
             }
         });
@@ -160,7 +178,7 @@ template <typename T> static double rel_l2(const T *a, const double *b, size_t n
 /* ---- running a layer ------------------------------------------------------------------------- */
 
 typedef struct {
-    float loss;
+    float loss, objective, lse_reduced;
     std::vector<float> row_loss, lse, dH, dW;
     std::vector<uint16_t> dH_bits;
 } GpuOut;
@@ -197,10 +215,12 @@ static const char *layer_name(Layer l, int64_t N, int64_t V, char *buf, size_t n
 }
 
 /* Runs one layer (forward_backward when dW0 is given, else forward) with every output poisoned
- * with NaN first; dW starts from dW0 (the += is part of the contract). */
+ * with NaN first; dW starts from dW0 (the += is part of the contract). W goes up padded to a
+ * multiple of 128 rows as the model pads it, the padding all 100s: a layer that read it would
+ * show. */
 static int run_layer(Layer layer, const Bf16Tensor &H, const Bf16Tensor &W, const std::vector<int32_t> &tg,
                      int64_t N, int64_t V, int d, OutputReduction red, float grad_scale, const std::vector<float> *dW0,
-                     GpuOut *out) {
+                     GpuOut *out, OutputLossOptions opt = {}) {
     OutputLayer *L = output_layer_create(layer.kind, N, V, d, layer.budget);
     if (!L) return -1;
     if (layer.kind == OUTPUT_FUSED && (output_layer_fused_chunk_rows(L) > 0) != (layer.budget > 0)) {
@@ -210,11 +230,15 @@ static int run_layer(Layer layer, const Bf16Tensor &H, const Bf16Tensor &W, cons
         return -1;
     }
     const int grads = dW0 != NULL;
-    __nv_bfloat16 *dHd = upload(H.b), *dWt = upload(W.b);
+    std::vector<__nv_bfloat16> Wp(W.b);
+    Wp.resize((size_t)((V + 127) / 128 * 128) * d, __float2bfloat16(100.0f));
+    __nv_bfloat16 *dHd = upload(H.b), *dWt = upload(Wp);
     int32_t *dtg = upload(tg);
-    float *dloss, *drl, *dlse, *ddW = NULL;
+    float *dloss, *drl, *dlse, *ddW = NULL, *dobj, *dlr;
     __nv_bfloat16 *ddH = NULL;
     CUDA_CHECK(cudaMalloc(&dloss, sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dobj, sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dlr, sizeof(float)));
     CUDA_CHECK(cudaMalloc(&drl, N * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&dlse, N * sizeof(float)));
     std::vector<uint32_t> fpoison(N, F32_NAN);
@@ -229,10 +253,13 @@ static int run_layer(Layer layer, const Bf16Tensor &H, const Bf16Tensor &W, cons
     OutputLayerArgs a = {};
     a.H = dHd, a.W = dWt, a.targets = dtg, a.N = N, a.reduction = red, a.grad_scale = grad_scale;
     a.loss = dloss, a.row_loss = drl, a.row_lse = dlse, a.dH = ddH, a.dW = ddW;
+    a.options = opt, a.objective = dobj, a.lse_reduced = dlr;
     int rc = grads ? output_layer_forward_backward(L, &a, 0) : output_layer_forward(L, &a, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
     if (rc == 0) {
         CUDA_CHECK(cudaMemcpy(&out->loss, dloss, sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(&out->objective, dobj, sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(&out->lse_reduced, dlr, sizeof(float), cudaMemcpyDeviceToHost));
         out->row_loss.resize(N), out->lse.resize(N);
         CUDA_CHECK(cudaMemcpy(out->row_loss.data(), drl, N * sizeof(float), cudaMemcpyDeviceToHost));
         CUDA_CHECK(cudaMemcpy(out->lse.data(), dlse, N * sizeof(float), cudaMemcpyDeviceToHost));
@@ -249,6 +276,8 @@ static int run_layer(Layer layer, const Bf16Tensor &H, const Bf16Tensor &W, cons
     if (grads) CUDA_CHECK(cudaFree(ddW)), CUDA_CHECK(cudaFree(ddH));
     CUDA_CHECK(cudaFree(dlse));
     CUDA_CHECK(cudaFree(drl));
+    CUDA_CHECK(cudaFree(dlr));
+    CUDA_CHECK(cudaFree(dobj));
     CUDA_CHECK(cudaFree(dloss));
     CUDA_CHECK(cudaFree(dtg));
     CUDA_CHECK(cudaFree(dWt));
@@ -266,6 +295,7 @@ typedef struct {
     double shift;       /* added to every logit (through H's column 0 = shift and W's column 0 = 1) */
     double peaked_frac; /* this share of the rows aims at its row's largest logit */
     double hot_frac;    /* this share of the rows has H scaled by 32: logits 32 times as spread */
+    OutputLossOptions opt; /* zeroed: the plain cross-entropy */
 } Case;
 
 /* fresh inputs for a case: H, W and the targets */
@@ -301,7 +331,7 @@ static void make_inputs(const Case &c, uint64_t *s, Bf16Tensor *H, Bf16Tensor *W
 }
 
 typedef struct {
-    double loss, rows, lse, dH, dW;
+    double loss, rows, lse, dH, dW, objective, lse_reduced;
 } Errors;
 
 static Errors case_errors(const GpuOut &g, const Ref &r, const Case &c) {
@@ -311,6 +341,8 @@ static Errors case_errors(const GpuOut &g, const Ref &r, const Case &c) {
     e.lse = rel_l2(g.lse.data(), r.lse.data(), c.N);
     e.dH = rel_l2(g.dH.data(), r.dH.data(), g.dH.size());
     e.dW = rel_l2(g.dW.data(), r.dW.data(), g.dW.size());
+    e.objective = fabs(g.objective - r.objective) / (fabs(r.objective) > 0 ? fabs(r.objective) : 1.0);
+    e.lse_reduced = fabs(g.lse_reduced - r.lse_reduced) / (fabs(r.lse_reduced) > 0 ? fabs(r.lse_reduced) : 1.0);
     return e;
 }
 
@@ -322,17 +354,17 @@ static Errors run_case(Layer layer, Case c, uint64_t *seed_out, GpuOut *g, Ref *
     Bf16Tensor H, W;
     std::vector<int32_t> tg;
     make_inputs(c, &s, &H, &W, &tg);
-    *r = reference(H.f, W.f, tg, c.N, c.V, c.d, c.red, c.grad_scale, 1);
+    *r = reference(H.f, W.f, tg, c.N, c.V, c.d, c.red, c.grad_scale, 1, c.opt);
     std::vector<float> dW0((size_t)c.V * c.d, 0.0f);
     char nb[64];
     const char *name = layer_name(layer, c.N, c.V, nb, sizeof nb);
-    if (run_layer(layer, H, W, tg, c.N, c.V, c.d, c.red, c.grad_scale, &dW0, g) != 0) {
+    if (run_layer(layer, H, W, tg, c.N, c.V, c.d, c.red, c.grad_scale, &dW0, g, c.opt) != 0) {
         fprintf(stderr, "%s: layer call failed\n", name);
         exit(1);
     }
     const Errors e = case_errors(*g, *r, c);
-    fprintf(stderr, "[%s N=%lld V=%lld d=%d: loss %.1e rows %.1e lse %.1e dH %.1e dW %.1e] ", name, (long long)c.N,
-            (long long)c.V, c.d, e.loss, e.rows, e.lse, e.dH, e.dW);
+    fprintf(stderr, "[%s N=%lld V=%lld d=%d: loss %.1e rows %.1e lse %.1e obj %.1e dH %.1e dW %.1e] ", name,
+            (long long)c.N, (long long)c.V, c.d, e.loss, e.rows, e.lse, e.objective, e.dH, e.dW);
     return e;
 }
 
@@ -351,6 +383,10 @@ static void check_case(Layer layer, Case c, double tol_loss, double tol_grad) {
           (unsigned long long)seed);
     CHECK(e.lse <= tol_loss, "%s: row lse rel L2 %.3g > %.1g (seed %llu)", name, e.lse, tol_loss,
           (unsigned long long)seed);
+    CHECK(e.objective <= tol_loss, "%s: objective %.9g vs reference %.9g: rel err %.3g > %.1g (seed %llu)", name,
+          g.objective, r.objective, e.objective, tol_loss, (unsigned long long)seed);
+    CHECK(e.lse_reduced <= tol_loss, "%s: reduced lse %.9g vs reference %.9g (seed %llu)", name, g.lse_reduced,
+          r.lse_reduced, (unsigned long long)seed);
     CHECK(e.dH <= tol_grad, "%s: dH rel L2 %.3g > %.1g (seed %llu)", name, e.dH, tol_grad, (unsigned long long)seed);
     CHECK(e.dW <= tol_grad, "%s: dW rel L2 %.3g > %.1g (seed %llu)", name, e.dW, tol_grad, (unsigned long long)seed);
 }
@@ -401,7 +437,7 @@ static void show_canonical(Case c) {
 
 /* ---- the fused layer against fp64, both paths ------------------------------------------------ */
 
-#define C_(N, V, d, std, ign) Case{N, V, d, std, ign, OUTPUT_REDUCE_MEAN, 1.0f, 0.0, 0.0, 0.0}
+#define C_(N, V, d, std, ign) Case{N, V, d, std, ign, OUTPUT_REDUCE_MEAN, 1.0f, 0.0, 0.0, 0.0, {}}
 
 TEST(fused_output_one_row_one_word) {
     check_fused(C_(1, 1, 64, 2.0, 0.0), 1, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
@@ -434,11 +470,11 @@ TEST(fused_output_extreme_logits_beyond_80) {
 }
 
 /* every logit near 128: a bf16 logit there moves in steps of 0.5 */
-static const Case SHIFTED = {1000, 3000, 128, 2.0, 0.1, OUTPUT_REDUCE_MEAN, 1.0f, 128.0, 0.0, 0.0};
+static const Case SHIFTED = {1000, 3000, 128, 2.0, 0.1, OUTPUT_REDUCE_MEAN, 1.0f, 128.0, 0.0, 0.0, {}};
 TEST(fused_output_logits_near_128) { check_fused(SHIFTED, 400, FUSED_LOSS_TOL, FUSED_GRAD_TOL); }
 
 /* p(target) near 1 on most rows: P - Y cancels at the target, and the loss is small */
-static const Case PEAKED = {1000, 2000, 128, 24.0, 0.05, OUTPUT_REDUCE_MEAN, 1.0f, 0.0, 0.9, 0.0};
+static const Case PEAKED = {1000, 2000, 128, 24.0, 0.05, OUTPUT_REDUCE_MEAN, 1.0f, 0.0, 0.9, 0.0, {}};
 TEST(fused_output_peaked_rows_where_p_minus_y_cancels) {
     check_fused(PEAKED, 300, FUSED_LOSS_TOL, FEW_TERMS_GRAD_TOL);
     Case c = PEAKED;
@@ -456,13 +492,114 @@ TEST(fused_output_rows_with_losses_over_41_among_ordinary_ones) {
 }
 
 TEST(fused_output_sum_reduction_with_grad_scale) {
-    check_fused(Case{300, 5000, 192, 3.0, 0.2, OUTPUT_REDUCE_SUM, 0.25f, 0.0, 0.0, 0.0}, 128, FUSED_LOSS_TOL,
+    check_fused(Case{300, 5000, 192, 3.0, 0.2, OUTPUT_REDUCE_SUM, 0.25f, 0.0, 0.0, 0.0, {}}, 128, FUSED_LOSS_TOL,
                 FUSED_GRAD_TOL);
 }
 
 TEST(fused_output_default_budget_is_one_chunk_here) {
     check_case(Layer{OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET}, C_(1000, 50257, 128, 2.0, 0.1), FUSED_LOSS_TOL,
                FUSED_GRAD_TOL);
+}
+
+/* ---- loss options (kernels/output_kind.h) on every layer against fp64 ------------------------- */
+/* Each option on the streaming path, the chunks of scaled exponentials (which run every option but
+ * soft-capping with label smoothing: that pair takes the streaming path whatever the budget) and
+ * the canonical layer; vocabularies that are not multiples of 128, so W's padding rows (all 100s)
+ * would show if read. The canonical layer's bf16 logits get its own bound, at logits it holds. */
+
+static Case with_options(Case c, OutputLossOptions o) {
+    c.opt = o;
+    return c;
+}
+
+static void check_options_everywhere(Case c, int64_t chunk_rows, double grad_tol, Case canonical_case) {
+    check_fused(c, chunk_rows, FUSED_LOSS_TOL, grad_tol);
+    check_case(CANONICAL, canonical_case, CANON_LOSS_TOL, CANON_GRAD_TOL);
+}
+
+TEST(loss_option_z_loss_on_every_layer) {
+    const Case c = with_options(C_(1000, 50257, 128, 2.0, 0.1), OutputLossOptions{1e-3f, 0.0f, 0.0f});
+    check_options_everywhere(c, 384, FUSED_GRAD_TOL, c);
+}
+
+TEST(loss_option_logit_softcap_at_logits_up_to_100_on_every_layer) {
+    /* logits of std 40 capped at 30: most of them where tanh is flat and its slope small */
+    const OutputLossOptions o = {0.0f, 30.0f, 0.0f};
+    check_options_everywhere(with_options(C_(1000, 3000, 128, 40.0, 0.1), o), 300, FUSED_GRAD_TOL,
+                             with_options(C_(1000, 3000, 128, 4.0, 0.1), OutputLossOptions{0.0f, 5.0f, 0.0f}));
+}
+
+TEST(loss_option_label_smoothing_over_the_real_vocabulary_on_every_layer) {
+    const Case c = with_options(C_(1000, 50257, 128, 2.0, 0.1), OutputLossOptions{0.0f, 0.0f, 0.1f});
+    check_options_everywhere(c, 384, FUSED_GRAD_TOL, c);
+}
+
+TEST(loss_options_all_three_with_sum_reduction_and_grad_scale_on_every_layer) {
+    const OutputLossOptions o = {1e-4f, 50.0f, 0.2f};
+    const Case c = with_options(Case{777, 32769, 192, 30.0, 0.2, OUTPUT_REDUCE_SUM, 0.25f, 0.0, 0.0, 0.0, {}}, o);
+    Case canon = c;
+    canon.logit_std = 3.0;
+    check_options_everywhere(c, 300, FUSED_GRAD_TOL, canon);
+}
+
+TEST(loss_options_z_loss_and_softcap_in_chunks_with_rows_over_the_overflow_limit) {
+    /* the cap keeps every logit within +-20 here, but hot rows spread them 32 times as far before
+     * it: losses near 40, where the chunks' scaled exponentials may be redone from the exact lse */
+    Case c = with_options(C_(1000, 3000, 128, 30.0, 0.1), OutputLossOptions{1e-3f, 20.0f, 0.0f});
+    c.hot_frac = 0.02;
+    check_fused(c, 300, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
+}
+
+TEST(loss_options_label_smoothing_and_z_loss_in_chunks_at_logits_near_100) {
+    Case c = with_options(C_(1000, 5001, 128, 40.0, 0.1), OutputLossOptions{1e-4f, 0.0f, 0.2f});
+    check_fused(c, 333, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
+    c.shift = 64.0; /* and every logit near 64 */
+    check_fused(c, 333, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
+}
+
+TEST(loss_options_on_a_vocabulary_under_one_tile_with_few_rows) {
+    const Case c = with_options(C_(7, 100, 64, 2.0, 0.3), OutputLossOptions{1e-2f, 3.0f, 0.3f});
+    check_options_everywhere(c, 3, FEW_ROWS_GRAD_TOL, c);
+}
+
+/* The forward alone (evaluation) gives the same loss, objective and lse as forward_backward. */
+TEST(loss_options_forward_alone_matches_forward_backward) {
+    const Case c = with_options(C_(500, 5000, 128, 8.0, 0.1), OutputLossOptions{1e-3f, 10.0f, 0.1f});
+    uint64_t s = fresh_seed();
+    Bf16Tensor H, W;
+    std::vector<int32_t> tg;
+    make_inputs(c, &s, &H, &W, &tg);
+    std::vector<float> dW0((size_t)c.V * c.d, 0.0f);
+    const Layer layers[2] = {STREAMING, CANONICAL};
+    for (const Layer &l : layers) {
+        GpuOut fb, f;
+        REQUIRE(run_layer(l, H, W, tg, c.N, c.V, c.d, c.red, 1.0f, &dW0, &fb, c.opt) == 0, "run failed");
+        REQUIRE(run_layer(l, H, W, tg, c.N, c.V, c.d, c.red, 1.0f, NULL, &f, c.opt) == 0, "run failed");
+        CHECK(fabs(f.loss - fb.loss) <= 1e-6 * fabs(fb.loss) && fabs(f.objective - fb.objective) <= 1e-6 *
+                  fabs(fb.objective), "kind %d: forward alone loss %.9g objective %.9g, with backward %.9g %.9g",
+              (int)l.kind, f.loss, f.objective, fb.loss, fb.objective);
+        CHECK(f.objective != f.loss, "kind %d: the objective equals the loss: the options did nothing", (int)l.kind);
+        for (int64_t n = 0; n < c.N; n++)
+            if (tg[n] == -1 && (f.row_loss[n] != 0.0f || fb.row_loss[n] != 0.0f)) {
+                CHECK(0, "kind %d: ignored row %lld has a per-token loss", (int)l.kind, (long long)n);
+                break;
+            }
+    }
+}
+
+TEST(loss_options_out_of_range_are_refused_without_a_launch) {
+    const Case c = C_(16, 300, 64, 2.0, 0.0);
+    uint64_t s = fresh_seed();
+    Bf16Tensor H, W;
+    std::vector<int32_t> tg;
+    make_inputs(c, &s, &H, &W, &tg);
+    const OutputLossOptions bad[4] = {{-1.0f, 0.0f, 0.0f}, {0.0f, -2.0f, 0.0f}, {0.0f, 0.0f, 1.0f},
+                                      {NAN, 0.0f, 0.0f}};
+    for (int i = 0; i < 4; i++) {
+        GpuOut g;
+        CHECK(run_layer(STREAMING, H, W, tg, c.N, c.V, c.d, c.red, 1.0f, NULL, &g, bad[i]) == -1,
+              "options %d were accepted", i);
+    }
 }
 
 /* ---- the canonical layer against fp64 ------------------------------------------------------ */
@@ -476,7 +613,7 @@ TEST(canonical_output_1000_rows_50257_words_with_ignored) {
 }
 
 TEST(canonical_output_one_row_one_word_and_sum) {
-    check_case(CANONICAL, Case{1, 1, 64, 2.0, 0.0, OUTPUT_REDUCE_SUM, 0.5f, 0.0, 0.0, 0.0}, CANON_LOSS_TOL,
+    check_case(CANONICAL, Case{1, 1, 64, 2.0, 0.0, OUTPUT_REDUCE_SUM, 0.5f, 0.0, 0.0, 0.0, {}}, CANON_LOSS_TOL,
                CANON_GRAD_TOL);
 }
 
@@ -565,7 +702,7 @@ static Layer all_layers(int i, int64_t V) {
 }
 #define NUM_LAYERS 3
 
-static void check_deterministic(Layer layer) {
+static void check_deterministic(Layer layer, OutputLossOptions opt = {}) {
     uint64_t seed = fresh_seed(), s = seed;
     const int64_t N = 2000, V = 30000;
     const int d = 128;
@@ -576,9 +713,10 @@ static void check_deterministic(Layer layer) {
     std::vector<float> dW0((size_t)V * d);
     for (auto &x : dW0) x = (float)normal(&s) * 1e-3f;
     GpuOut a, b;
-    REQUIRE(run_layer(layer, H, W, tg, N, V, d, OUTPUT_REDUCE_MEAN, 1.0f, &dW0, &a) == 0, "first run failed");
-    REQUIRE(run_layer(layer, H, W, tg, N, V, d, OUTPUT_REDUCE_MEAN, 1.0f, &dW0, &b) == 0, "second run failed");
+    REQUIRE(run_layer(layer, H, W, tg, N, V, d, OUTPUT_REDUCE_MEAN, 1.0f, &dW0, &a, opt) == 0, "first run failed");
+    REQUIRE(run_layer(layer, H, W, tg, N, V, d, OUTPUT_REDUCE_MEAN, 1.0f, &dW0, &b, opt) == 0, "second run failed");
     CHECK(memcmp(&a.loss, &b.loss, 4) == 0, "loss differs between runs: %.9g %.9g", a.loss, b.loss);
+    CHECK(memcmp(&a.objective, &b.objective, 4) == 0, "objective differs between runs");
     CHECK(memcmp(a.lse.data(), b.lse.data(), N * 4) == 0, "lse differs between runs");
     CHECK(memcmp(a.dH_bits.data(), b.dH_bits.data(), a.dH_bits.size() * 2) == 0, "dH differs between runs");
     CHECK(memcmp(a.dW.data(), b.dW.data(), a.dW.size() * 4) == 0, "dW differs between runs");
@@ -587,6 +725,14 @@ static void check_deterministic(Layer layer) {
 TEST(fused_output_streaming_is_bitwise_deterministic) { check_deterministic(STREAMING); }
 TEST(fused_output_exp_chunks_are_bitwise_deterministic) { check_deterministic(exp_chunks(700, 30000)); }
 TEST(canonical_output_is_bitwise_deterministic) { check_deterministic(CANONICAL); }
+TEST(every_layer_with_loss_options_is_bitwise_deterministic) {
+    const OutputLossOptions capped = {1e-3f, 15.0f, 0.0f}, smoothed = {1e-3f, 0.0f, 0.1f}, all = {1e-3f, 15.0f, 0.1f};
+    for (const OutputLossOptions &o : {capped, smoothed, all}) {
+        check_deterministic(STREAMING, o);
+        check_deterministic(exp_chunks(700, 30000), o);
+        check_deterministic(CANONICAL, o);
+    }
+}
 
 TEST(output_dW_is_added_to_not_overwritten) {
     for (int li = 0; li < NUM_LAYERS; li++) {

@@ -94,7 +94,8 @@ static Result run_unsplit(const Problem *p, int mean, float grad_scale, const fl
     if (dW0) memcpy(r.dW, dW0, VC * 4);
     int valid = output_layer_count_valid(p->y, p->N);
     float scale = mean ? (valid ? grad_scale / valid : 0.0f) : grad_scale;
-    OutputLayerCpu a = {p->H, p->W, p->y, p->N, WIDTH, V_REAL, scale, r.dH, r.dW, r.losses};
+    OutputLayerCpu a = {.H = p->H, .W = p->W, .targets = p->y, .N = p->N, .C = WIDTH, .V = V_REAL,
+                        .grad_scale = scale, .dH = r.dH, .dW = r.dW, .losses = r.losses};
     float *ws = malloc((output_layer_fused_cpu_workspace(p->N) + 1) * sizeof(float));
     double sum = output_layer_fused_cpu(&a, ws);
     r.loss = mean ? (valid ? sum / valid : 0.0) : sum;

@@ -61,6 +61,7 @@ typedef struct {
     LayerScratch s;
     float *out_ws;                 /* output-layer workspace */
     float *row_losses;             /* [N] */
+    float *row_objectives, *row_lses; /* [N] each */
     size_t out_ws_floats;
     float *attproj_tmp, *fcproj_tmp; /* [N,C] what each branch adds to the residual stream */
     float *rope_cos, *rope_sin;      /* [T, hd/2] of positions 0..T-1 (RoPE only) */
@@ -287,9 +288,19 @@ static double output_layer(CpuBackend *cb, const int *targets, float grad_scale,
         .dH = with_grads ? cb->dlnf : NULL,
         .dW = with_grads ? whole_tensor(cb->t, cb->grads, head_role(cfg)) : NULL,
         .losses = cb->row_losses,
+        .opt = backend_loss_options(&cb->base),
+        .objectives = cb->row_objectives,
+        .lses = cb->row_lses,
     };
-    if (cb->base.output != OUTPUT_FUSED) return output_layer_canonical_cpu(&a, cb->out_ws);
-    return output_layer_fused_cpu(&a, cb->out_ws);
+    const double sum = cb->base.output != OUTPUT_FUSED ? output_layer_canonical_cpu(&a, cb->out_ws)
+                                                       : output_layer_fused_cpu(&a, cb->out_ws);
+    /* the objective and lse means, summed in row order as the loss is (ignored rows hold 0) */
+    const int valid = output_layer_count_valid(targets, a.N);
+    double obj = 0.0, lse = 0.0;
+    for (int n = 0; n < a.N; n++) obj += cb->row_objectives[n], lse += cb->row_lses[n];
+    cb->base.last_objective = valid ? (float)(obj / valid) : 0.0f;
+    cb->base.last_mean_lse = valid ? (float)(lse / valid) : 0.0f;
+    return sum;
 }
 
 static float cpu_eval_loss(Backend *be, const int *inputs, const int *targets) {
@@ -298,6 +309,10 @@ static float cpu_eval_loss(Backend *be, const int *inputs, const int *targets) {
     int valid = output_layer_count_valid(targets, be->B * be->T);
     double sum = output_layer(cb, targets, 0.0f, 0);
     return valid ? (float)(sum / valid) : 0.0f;
+}
+
+static void cpu_row_losses(Backend *be, float *out) {
+    memcpy(out, ((CpuBackend *)be)->row_losses, (size_t)be->B * be->T * sizeof(float));
 }
 
 static float cpu_train_micro_step(Backend *be, const int *inputs, const int *targets, float loss_scale,
@@ -397,6 +412,7 @@ static void logits_of_row(CpuBackend *cb, int row, float *logits) {
     const GPTConfig *cfg = &cb->t->cfg;
     matmul_forward_cpu(logits, cb->lnf + (size_t)row * cfg->dim, whole_tensor(cb->t, cb->params, head_role(cfg)), NULL,
                        1, cfg->dim, cfg->vocab_size);
+    gpt_cap_logits(cfg, logits, cfg->vocab_size);
 }
 
 static void cpu_logits_at(Backend *be, const int *tokens, int pos, float *logits) {
@@ -502,6 +518,8 @@ static size_t cpu_memory_in_use(Backend *be) {
 static void cpu_destroy(Backend *be) {
     CpuBackend *cb = (CpuBackend *)be;
     if (!cb) return;
+    free(cb->row_lses);
+    free(cb->row_objectives);
     free(cb->row_losses);
     free(cb->out_ws);
     free(cb->acts);
@@ -516,6 +534,7 @@ static void cpu_destroy(Backend *be) {
 static const BackendOps cpu_ops = {
     .train_micro_step = cpu_train_micro_step,
     .eval_loss = cpu_eval_loss,
+    .row_losses = cpu_row_losses,
     .logits_at = cpu_logits_at,
     .prefill = cpu_prefill,
     .decode_step = cpu_decode_step,
@@ -555,7 +574,9 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
                                                : output_layer_fused_cpu_workspace(N);
     cb->out_ws = calloc(cb->out_ws_floats, sizeof(float));
     cb->row_losses = calloc((size_t)N, sizeof(float));
-    if (!cb->acts || !cb->out_ws || !cb->row_losses) goto oom;
+    cb->row_objectives = calloc((size_t)N, sizeof(float));
+    cb->row_lses = calloc((size_t)N, sizeof(float));
+    if (!cb->acts || !cb->out_ws || !cb->row_losses || !cb->row_objectives || !cb->row_lses) goto oom;
     layout_acts(cb, cb->acts);
     if (is_rope(&table->cfg)) {
         /* positions 0..T-1: every sequence of a micro-batch, and any row the sampler decodes */

@@ -161,7 +161,7 @@ static void rank_backward(const VocabParallelCpu *p, VocabSlice s, int N, VocabP
     float grad_scale = p->mean ? (valid ? p->grad_scale / valid : 0.0f) : p->grad_scale;
     memset(rk->work.dH_partial, 0, (size_t)N * p->C * sizeof(float));
     OutputLayerCpu a = slice_layer(p, s, N, rk, grad_scale);
-    output_fused_backward_cpu(&a, s.begin, rk->work.lse);
+    output_fused_backward_cpu(&a, s.begin, p->V, rk->work.lse);
 }
 
 /* Step 4, after the reduce-scatter: this rank's rows' dH, added as the unsplit layer adds it. */

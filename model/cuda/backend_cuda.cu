@@ -77,7 +77,8 @@ typedef struct {
     void *scratch; /* the largest of the kernels' scratch needs */
     size_t scratch_bytes;
     int *d_inputs, *d_targets;
-    float *d_loss;
+    float *d_loss;     /* [3]: mean loss, objective, lse (one copy to the host) */
+    float *d_row_loss; /* [N] per-token loss */
     double *d_sumsq;
     kbf16 *d_logits_row; /* [Vp], sampling */
     OutputLayer *out;
@@ -165,7 +166,8 @@ static size_t layout_arena(CudaBackend *cb, char *base) {
     TAKE(cb->scratch, char, cb->scratch_bytes);
     TAKE(cb->d_inputs, int, N);
     TAKE(cb->d_targets, int, N);
-    TAKE(cb->d_loss, float, 1);
+    TAKE(cb->d_loss, float, 3);
+    TAKE(cb->d_row_loss, float, N);
     TAKE(cb->d_sumsq, double, 1);
     TAKE(cb->d_logits_row, kbf16, (size_t)cfg->padded_vocab_size);
 #undef TAKE
@@ -334,6 +336,10 @@ static OutputLayerArgs output_args(CudaBackend *cb, float grad_scale) {
     a.reduction = OUTPUT_REDUCE_MEAN;
     a.grad_scale = grad_scale;
     a.loss = cb->d_loss;
+    a.objective = cb->d_loss + 1;
+    a.lse_reduced = cb->d_loss + 2;
+    a.row_loss = cb->d_row_loss;
+    a.options = backend_loss_options(&cb->base);
     a.dH = cb->dlnf;
     a.dW = cb->grads + param_whole(cb->t, head_role(&cb->t->cfg))->offset;
     return a;
@@ -344,11 +350,20 @@ static void upload_targets(CudaBackend *cb, const int *targets) {
     CUDA_CHECK(cudaMemcpyAsync(cb->d_targets, targets, n * sizeof(int), cudaMemcpyHostToDevice, cb->stream));
 }
 
+/* The loss; the objective and mean lse go to the backend's last_* fields. */
 static float read_loss(CudaBackend *cb) {
-    float loss;
-    CUDA_CHECK(cudaMemcpyAsync(&loss, cb->d_loss, sizeof loss, cudaMemcpyDeviceToHost, cb->stream));
+    float v[3];
+    CUDA_CHECK(cudaMemcpyAsync(v, cb->d_loss, sizeof v, cudaMemcpyDeviceToHost, cb->stream));
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
-    return loss;
+    cb->base.last_objective = v[1], cb->base.last_mean_lse = v[2];
+    return v[0];
+}
+
+static void cuda_row_losses(Backend *be, float *out) {
+    CudaBackend *cb = (CudaBackend *)be;
+    CUDA_CHECK(cudaMemcpyAsync(out, cb->d_row_loss, (size_t)be->B * be->T * sizeof(float), cudaMemcpyDeviceToHost,
+                               cb->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
 }
 
 static float cuda_eval_loss(Backend *be, const int *inputs, const int *targets) {
@@ -532,6 +547,7 @@ static void logits_of_row(CudaBackend *cb, int row, float *logits) {
         memcpy(&logits[i], &f, sizeof(float));
     }
     free(bits);
+    gpt_cap_logits(cfg, logits, V);
 }
 
 static void cuda_logits_at(Backend *be, const int *tokens, int pos, float *logits) {
@@ -702,6 +718,7 @@ static void cuda_destroy(Backend *be) {
 static const BackendOps cuda_ops = {
     .train_micro_step = cuda_train_micro_step,
     .eval_loss = cuda_eval_loss,
+    .row_losses = cuda_row_losses,
     .logits_at = cuda_logits_at,
     .prefill = cuda_prefill,
     .decode_step = cuda_decode_step,

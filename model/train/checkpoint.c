@@ -209,6 +209,8 @@ static int write_config_json(const char *path, const GPTConfig *cfg, int eos) {
     if (!f) return 0;
     if (eos >= 0) fprintf(f, "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,", eos, eos);
     else fprintf(f, "{");
+    /* transformers' name for the model's logit cap (Gemma 2's), only where the model has one */
+    if (cfg->logit_softcap > 0.0f) fprintf(f, "\n  \"final_logit_softcapping\": %.9g,", (double)cfg->logit_softcap);
     fprintf(f,
             "\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
             "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n"

@@ -10,6 +10,7 @@
 #define FUSEDGPT_EVAL_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "model/backend.h"
 
@@ -24,6 +25,18 @@ uint64_t eval_window_count(uint64_t n, int T);
  * vocabulary), in windows of be->T, into *mean. 0, or -1 with a message in err (ERR_LEN bytes)
  * when there is no memory for a batch. */
 int eval_mean_loss(Backend *be, const uint32_t *tokens, uint64_t n, double *mean, char *err);
+
+/* Means over the n - 1 targets: the loss (cross-entropy), the objective under the backend's loss
+ * options (the loss when it has none), the log-sum-exp of the logits. */
+typedef struct {
+    double loss, objective, lse;
+} EvalMeans;
+
+/* eval_mean_loss's windows, with every mean, and with per_token non-NULL each target's loss in
+ * window order (n - 1 values) written to it as float32 little-endian. -1 with a message in err
+ * also when a write fails (per_token_name names the file in it). */
+int eval_run(Backend *be, const uint32_t *tokens, uint64_t n, EvalMeans *means, FILE *per_token,
+             const char *per_token_name, char *err);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,8 @@
  * The checkpoint is any the trainer reads with --init-from (a Hugging Face directory: ours or the
  * original's), or a run's, as `./train sample` finds it. The shard is cut into consecutive windows
  * (model/train/eval.h) that the backend's forward runs B at a time; the last line is the result,
- * for scripts: `loss <mean> ppl <exp(mean)> tokens <targets>`. */
+ * for scripts: `loss <mean> ppl <exp(mean)> tokens <targets>`, with `objective <mean>` after the loss
+ * when --z-loss or --label-smoothing asks for one. --per-token FILE writes each target's loss. */
 #include "model/train/eval_cmd.h"
 
 #include <errno.h>
@@ -23,11 +24,12 @@
 #include "model/train/hf_weights.h"
 
 typedef struct {
-    const char *init_from, *run, *data, *device, *output;
+    const char *init_from, *run, *data, *device, *output, *per_token;
     int step, seq_len, batch, help;
+    float z_loss, logit_softcap, label_smoothing;
 } EvalOptions;
 
-typedef enum { EVAL_STR, EVAL_INT, EVAL_FLAG } EvalArgType;
+typedef enum { EVAL_STR, EVAL_INT, EVAL_FLAG, EVAL_FLOAT } EvalArgType;
 
 typedef struct {
     char short_name; /* 0: long form only */
@@ -52,6 +54,13 @@ static const EvalFlag flags[] = {
     {0, "device", "KIND", EVAL_STR, E(device), 0, "cuda or cpu (the fp32 reference backend) (default cuda)"},
     {0, "output", "KIND", EVAL_STR, E(output), 0,
      "output layer: fused (no logits tensor) or canonical (all logits) (default fused)"},
+    {0, "per-token", "FILE", EVAL_STR, E(per_token), 0,
+     "write each target's loss to FILE: float32 little-endian, one per target in window order"},
+    {0, "z-loss", "C", EVAL_FLOAT, E(z_loss), 0, "objective: add C lse^2 per token (C >= 0)"},
+    {0, "label-smoothing", "EPS", EVAL_FLOAT, E(label_smoothing), 0,
+     "objective: PyTorch's label smoothing over the real vocabulary (0 <= EPS < 1)"},
+    {0, "logit-softcap", "CAP", EVAL_FLOAT, E(logit_softcap), 0,
+     "cap the logits to CAP tanh(z/CAP) (CAP > 0), for a model whose config.json sets none"},
     {'h', "help", "", EVAL_FLAG, E(help), 0, "this text"},
 };
 #define NUM_FLAGS (sizeof flags / sizeof flags[0])
@@ -63,7 +72,8 @@ static void usage(FILE *f) {
                "Window w takes inputs tokens[w*T, w*T+T), each target the token after its input. The last\n"
                "window holds what remains and counts if it has 2 tokens or more, so every token but the\n"
                "first is a target exactly once. The last line is `loss <mean> ppl <exp(mean)> tokens <count>`:\n"
-               "the mean loss over all targets, and their count.\n"
+               "the mean loss over all targets, and their count; with --z-loss or --label-smoothing\n"
+               "`objective <mean>` follows the loss, which stays the cross-entropy of the (capped) logits.\n"
                "\nflags:\n");
     for (size_t i = 0; i < NUM_FLAGS; i++) {
         const EvalFlag *o = &flags[i];
@@ -92,6 +102,13 @@ static const EvalFlag *find_flag(const char *a) {
     return NULL;
 }
 
+/* Whether the command line names the long flag (a value of 0 given, as against left out). */
+static int find_given(int argc, char **argv, const char *flag) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], flag)) return 1;
+    return 0;
+}
+
 /* 0, or the exit status of a bad command line (after its message). */
 static int parse(EvalOptions *o, int argc, char **argv) {
     *o = (EvalOptions){.device = "cuda", .output = "fused", .step = -1, .batch = 4};
@@ -115,6 +132,12 @@ static int parse(EvalOptions *o, int argc, char **argv) {
         }
         char *end;
         errno = 0;
+        if (f->type == EVAL_FLOAT) {
+            float x = strtof(v, &end);
+            if (!*v || *end || errno || !isfinite(x)) return bad(a, "expects a number");
+            *(float *)dst = x;
+            continue;
+        }
         long n = strtol(v, &end, 10);
         if (!*v || *end || errno || n < f->lo || n > 2147483647L) {
             char why[64];
@@ -130,6 +153,12 @@ static int parse(EvalOptions *o, int argc, char **argv) {
     if (strcmp(o->device, "cuda") && strcmp(o->device, "cpu")) return bad("--device", "must be cuda or cpu");
     if (strcmp(o->output, "fused") && strcmp(o->output, "canonical"))
         return bad("--output", "must be fused or canonical");
+    if (o->per_token && strlen(o->per_token) >= FGPT_PATH_LEN) return bad("--per-token", "is too long a path");
+    if (o->z_loss < 0.0f) return bad("--z-loss", "must be >= 0");
+    if (!(o->label_smoothing >= 0.0f && o->label_smoothing < 1.0f))
+        return bad("--label-smoothing", "must be in [0, 1)");
+    if (o->logit_softcap < 0.0f || (o->logit_softcap == 0.0f && find_given(argc, argv, "--logit-softcap")))
+        return bad("--logit-softcap", "must be > 0");
     /* every file read below the directory must fit the system's paths, uncut */
     char err[ERR_LEN];
     if (o->run && checkpoint_run_dir_ok(o->run, err) != 0) {
@@ -217,6 +246,15 @@ int eval_main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
+    if (o.logit_softcap > 0.0f) {
+        if (cfg.logit_softcap != 0.0f && cfg.logit_softcap != o.logit_softcap) {
+            fprintf(stderr, "error: --logit-softcap %g differs from the final_logit_softcapping %g of the model in %s "
+                            "(drop the flag: the model's own cap applies)\n",
+                    (double)o.logit_softcap, (double)cfg.logit_softcap, dir);
+            return 2;
+        }
+        cfg.logit_softcap = o.logit_softcap;
+    }
     const int T = o.seq_len ? o.seq_len : cfg.max_seq_len;
     if (T > cfg.max_seq_len) {
         fprintf(stderr, "error: -t %d is above the context of the model in %s (pass -t %d or less)\n", T, dir,
@@ -232,27 +270,54 @@ int eval_main(int argc, char **argv) {
     ParamTable table;
     memset(&table, 0, sizeof table);
     Backend *be = NULL;
+    FILE *per_token = NULL;
+    char tmp[FGPT_PATH_LEN + 8] = ""; /* the per-token file's temporary name while it is written */
     status = 1;
     if (param_table_build(&table, &cfg, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
         goto done;
     }
     if (!(be = load_model(&o, dir, &table, B, T))) goto done;
+    be->z_loss = o.z_loss, be->label_smoothing = o.label_smoothing;
     printf("eval: %s on %s: %llu tokens, %llu window(s) of T=%d in batches of B=%d, output layer %s, device %s (%s)\n",
            dir, o.data, (unsigned long long)n, (unsigned long long)windows, T, B, o.output, o.device, be->device_name);
-    double mean;
-    if (eval_mean_loss(be, tokens, n, &mean, err) != 0) {
+    /* the per-token file goes to a temporary name, renamed once complete: a failed run leaves
+     * whatever the path held before */
+    if (o.per_token) {
+        snprintf(tmp, sizeof tmp, "%s.tmp", o.per_token);
+        if (!(per_token = fopen(tmp, "wb"))) {
+            fprintf(stderr, "error: cannot create %s for --per-token: %s (pass a path in a writable directory)\n",
+                    tmp, strerror(errno));
+            goto done;
+        }
+    }
+    EvalMeans m;
+    if (eval_run(be, tokens, n, &m, per_token, o.per_token, err) != 0) {
         fprintf(stderr, "error: %s\n", err);
         goto done;
     }
-    if (!isfinite(mean)) { /* a number a script would take for a result */
+    if (!isfinite(m.loss) || !isfinite(m.objective)) { /* a number a script would take for a result */
         fprintf(stderr, "error: the loss is not finite (%g): the weights in %s hold a NaN or an infinity, or "
-                        "overflow fp32 (evaluate another checkpoint)\n", mean, dir);
+                        "overflow fp32 (evaluate another checkpoint)\n", !isfinite(m.loss) ? m.loss : m.objective, dir);
         goto done;
     }
-    printf("loss %.6f ppl %.6f tokens %llu\n", mean, exp(mean), (unsigned long long)(n - 1));
+    if (per_token) {
+        const int closed = fclose(per_token);
+        per_token = NULL;
+        if (closed != 0 || rename(tmp, o.per_token) != 0) {
+            fprintf(stderr, "error: cannot write the per-token losses to %s: %s (free some disk space or pass another "
+                            "path)\n", o.per_token, strerror(errno));
+            goto done;
+        }
+        tmp[0] = 0;
+    }
+    printf("loss %.6f", m.loss);
+    if (o.z_loss != 0.0f || o.label_smoothing != 0.0f) printf(" objective %.6f", m.objective);
+    printf(" ppl %.6f tokens %llu\n", exp(m.loss), (unsigned long long)(n - 1));
     status = 0;
 done:
+    if (per_token) fclose(per_token);
+    if (tmp[0]) remove(tmp);
     if (be) be->ops->destroy(be);
     param_table_free(&table);
     free(tokens);

@@ -118,6 +118,7 @@ int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
     const JsonValue *inner = json_get(root, "n_inner"), *tie = json_get(root, "tie_word_embeddings");
     const JsonValue *eps = json_get(root, "layer_norm_epsilon"), *by_layer = json_get(root, "scale_attn_by_inverse_layer_idx");
     const JsonValue *scale = json_get(root, "scale_attn_weights");
+    const JsonValue *cap = json_get(root, "final_logit_softcapping"); /* a number, or null: none */
     long long inner_v = 0;
     if (root->type != JSON_OBJECT) {
         snprintf(err, ERR_LEN, "%s is not a JSON object", path);
@@ -140,6 +141,8 @@ int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
         snprintf(err, ERR_LEN, "%s: layer_norm_epsilon is not 1e-5, the one this trainer uses", path);
     } else if ((by_layer && by_layer->type == JSON_TRUE) || (scale && scale->type == JSON_FALSE)) {
         snprintf(err, ERR_LEN, "%s: attention scaled other than by 1/sqrt(head size) is not supported", path);
+    } else if (cap && cap->type != JSON_NULL && !(cap->type == JSON_NUMBER && cap->number > 0 && cap->number < 1e30)) {
+        snprintf(err, ERR_LEN, "%s: final_logit_softcapping is not a positive number or null (fix the field)", path);
     } else if (C % NH) {
         snprintf(err, ERR_LEN, "%s: n_head %lld does not divide n_embd %lld", path, NH, C);
     } else {
@@ -148,6 +151,7 @@ int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
         cfg->dim = (int)C;
         cfg->max_seq_len = (int)T;
         cfg->vocab_size = (int)V;
+        cfg->logit_softcap = cap && cap->type == JSON_NUMBER ? (float)cap->number : 0.0f;
         gpt_config_finish(cfg);
         rc = 0;
     }

@@ -58,11 +58,14 @@ static void put_number(FILE *f, const char *key, const char *fmt, double x) {
 }
 
 int runlog_step(RunLog *log, int step, float loss, float lr, float grad_norm, double ms, double tokens_per_s,
-                double mfu_percent, double gpu_memory_gb, double comm_wait_ms) {
+                double mfu_percent, double gpu_memory_gb, double comm_wait_ms, double lse, const double *objective) {
     if (!log->f) return 0;
     if (log->failed) return -1;
+    /* "loss" right after "step": dev/plots/plot_losses.sh reads the two together */
     fprintf(log->f, "{\"type\":\"step\",\"step\":%d", step);
     put_number(log->f, "loss", "%.6f", loss);
+    if (objective) put_number(log->f, "objective", "%.6f", *objective);
+    put_number(log->f, "lse", "%.6f", lse);
     put_number(log->f, "lr", "%.6e", lr);
     put_number(log->f, "grad_norm", "%.6f", grad_norm);
     put_number(log->f, "ms", "%.3f", ms);

@@ -29,8 +29,10 @@ void runlog_close(RunLog *log);
  * Ranks other than 0 keep no log: with no file open they return 0.
  * mfu_percent, gpu_memory_gb and comm_wait_ms < 0 are left out (the CPU backend has no GPU; one
  * rank does not communicate). */
+/* loss is the cross-entropy, lse the mean log-sum-exp of the logits; objective (NULL: none, the
+ * loss is the objective) what the gradients are of when the loss options add to it. */
 int runlog_step(RunLog *log, int step, float loss, float lr, float grad_norm, double ms, double tokens_per_s,
-                double mfu_percent, double gpu_memory_gb, double comm_wait_ms);
+                double mfu_percent, double gpu_memory_gb, double comm_wait_ms, double lse, const double *objective);
 int runlog_eval(RunLog *log, int step, float val_loss);
 /* text is any bytes (a sample can end inside a character): it is written as a JSON string, with
  * each byte that does not belong to a valid UTF-8 character written as U+FFFD. */
