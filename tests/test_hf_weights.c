@@ -188,7 +188,7 @@ TEST(hf_weights_reads_gpt2s_own_layout_buffers_lm_head_and_bf16) {
     ts[k].bytes += 2;
     ts[k].data = realloc(ts[k].data, ts[k].bytes);
     write_safetensors(path, ts, n);
-    CHECK(hf_read_weights(test_tmpdir(), &t, back, err) != 0 && strstr(err, "but the model needs"), "shape: %s", err);
+    CHECK(hf_read_weights(test_tmpdir(), &t, back, err) != 0 && strstr(err, "but the model (config.json) needs"), "shape: %s", err);
     ts[k].d1 -= 1;
     ts[k].bytes -= 2;
     snprintf(ts[k].name, sizeof ts[k].name, "model.layers.0.mlp.gate_proj.weight");
@@ -207,7 +207,7 @@ TEST(hf_weights_config_of_another_model_is_refused_naming_the_field) {
     const struct {
         const char *extra, *msg;
     } cases[] = {
-        {", \"model_type\": \"llama\"", "model_type llama is not supported"},
+        {", \"model_type\": \"falcon\"", "model_type falcon is not supported"},
         {", \"activation_function\": \"relu\"", "activation_function relu"},
         {", \"n_inner\": 100", "n_inner is not 4 x n_embd"},
         {", \"tie_word_embeddings\": false", "tie_word_embeddings is false"},
