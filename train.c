@@ -360,7 +360,7 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->dim < 0 || cfg->dim < 1) bad("--dim", "must be positive");
     if (opt->kv_heads < 0 || opt->head_dim < 0 || opt->ffn_dim < 0)
         bad("--kv-heads, --head-dim and --ffn-dim", "must be positive (0: the preset's)");
-    if (family == FAMILY_GPT2 && (opt->kv_heads || opt->head_dim || opt->ffn_dim))
+    if (family == FAMILY_GPT2 && (opt->kv_heads || opt->head_dim || opt->ffn_dim) && !opt->init_from[0])
         bad("--kv-heads, --head-dim and --ffn-dim", "need --family llama, qwen2 or qwen3 (GPT-2's follow from --heads and --dim)");
     if (!cfg->head_dim && cfg->dim % cfg->num_heads) bad("--heads", "must divide --dim (the model width), or pass --head-dim");
     if (cfg->num_kv_heads && cfg->num_heads % cfg->num_kv_heads) bad("--kv-heads", "must divide --heads");

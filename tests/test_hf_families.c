@@ -59,16 +59,17 @@ static GPTConfig config_of(const TinyModel *m) {
 
 static void write_config(const char *dir, const TinyModel *m, const char *extra) {
     static const char *arch[] = {"GPT2LMHeadModel", "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
-    char path[900];
+    char path[900], head_dim[32] = "";
+    if (m->hd) snprintf(head_dim, sizeof head_dim, "\"head_dim\": %d, ", m->hd); /* 0: left out */
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
     fprintf(f, "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"attention_dropout\": 0.0, \"bos_token_id\": 1, "
-               "\"eos_token_id\": 2, \"head_dim\": %d, \"hidden_act\": \"silu\", \"hidden_size\": %d, "
+               "\"eos_token_id\": 2, %s\"hidden_act\": \"silu\", \"hidden_size\": %d, "
                "\"initializer_range\": 0.02, \"intermediate_size\": %d, \"max_position_embeddings\": %d, "
                "\"num_attention_heads\": %d, \"num_hidden_layers\": %d, \"num_key_value_heads\": %d, "
                "\"rms_norm_eps\": %g, %s, \"tie_word_embeddings\": %s, \"torch_dtype\": \"%s\", "
                "\"use_cache\": true, \"vocab_size\": %d%s}",
-            arch[m->family], gpt_family_name(m->family), m->hd, m->C, m->F, m->maxT, m->NH, m->L, m->NKV, m->eps,
+            arch[m->family], gpt_family_name(m->family), head_dim, m->C, m->F, m->maxT, m->NH, m->L, m->NKV, m->eps,
             m->rope_json, m->untied ? "false" : "true", m->bf16 ? "bfloat16" : "float32", m->V, extra);
     fclose(f);
 }
@@ -319,4 +320,256 @@ TEST(a_tied_qwen3_with_qk_norm_round_trips_through_eval_finetune_and_export) {
 
 TEST(a_qwen2_with_qkv_bias_round_trips_through_eval_finetune_and_export) {
     round_trip(&QWEN2, "qwen2");
+}
+
+/* A tiny checkpoint of m in dir (F32 or BF16 as m says), its tensors left in ts for changes. */
+static int checkpoint_in(const char *dir, const TinyModel *m, TestTensor *ts, ParamTable *t, float **params) {
+    char cmd[900], err[ERR_LEN];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    if (system(cmd) != 0) return -1;
+    const GPTConfig cfg = config_of(m);
+    if (param_table_build(t, &cfg, err) != 0) return -1;
+    *params = tiny_weights(t, m, 3);
+    const int n = hf_tensors(t, m, *params, ts);
+    write_checkpoint(dir, m, ts, n);
+    return n;
+}
+
+static int index_of(const TestTensor *ts, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(ts[i].name, name) == 0) return i;
+    return -1;
+}
+
+TEST(a_family_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
+    const struct {
+        const char *extra, *msg;
+    } cases[] = {
+        {", \"attention_bias\": true", "attention_bias is true"},
+        {", \"mlp_bias\": true", "mlp_bias is true"},
+        {", \"hidden_act\": \"gelu\"", "hidden_act gelu is not computed here"},
+        {", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}", "rope_scaling rope_type yarn is not computed here"},
+        {", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}", "rope_scaling.low_freq_factor is missing"},
+        {", \"use_sliding_window\": true", "use_sliding_window is true"},
+        {", \"model_type\": \"mistral\"", "model_type mistral is not supported"},
+        {", \"num_key_value_heads\": 3", "4 heads do not split into groups of 3 kv heads"},
+        {", \"head_dim\": \"6\"", "\"head_dim\" is a string, expected an integer or null"},
+        {", \"attention_dropout\": 0.1", "attention_dropout is 0.1"},
+    };
+    char err[ERR_LEN];
+    GPTConfig cfg;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_config(test_tmpdir(), &LLAMA, cases[i].extra);
+        CHECK(hf_read_config(test_tmpdir(), &cfg, err) != 0 && strstr(err, cases[i].msg) && !strchr(err, '\n'),
+              "'%s': message '%s' lacks '%s'", cases[i].extra, err, cases[i].msg);
+    }
+    /* left out, a field takes its config class's default: Qwen3's head_dim is 128, Llama's is C / NH */
+    TinyModel no_head_dim = QWEN3;
+    no_head_dim.hd = 0;
+    write_config(test_tmpdir(), &no_head_dim, ", \"num_key_value_heads\": null");
+    REQUIRE(hf_read_config(test_tmpdir(), &cfg, err) == 0, "%s", err);
+    CHECK(cfg.head_dim == 128 && cfg.num_kv_heads == QWEN3.NH, "qwen3 defaults: hd %d NKV %d", cfg.head_dim,
+          cfg.num_kv_heads);
+    TinyModel wider = LLAMA;
+    wider.C = 24;
+    write_config(test_tmpdir(), &wider, ", \"head_dim\": null, \"tie_word_embeddings\": true");
+    REQUIRE(hf_read_config(test_tmpdir(), &cfg, err) == 0, "%s", err);
+    CHECK(cfg.head_dim == 24 / LLAMA.NH && !cfg.untied_head, "llama defaults: hd %d untied %d", cfg.head_dim,
+          cfg.untied_head);
+}
+
+TEST(a_missing_extra_or_misshaped_tensor_is_refused_naming_it_and_both_shapes) {
+    char dir[800], path[900], err[ERR_LEN];
+    TestTensor ts[128];
+    ParamTable t;
+    float *params, *back;
+    TinyModel m = QWEN3; /* tied, one F32 file */
+    snprintf(dir, sizeof dir, "%s/q", test_tmpdir());
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    const int n = checkpoint_in(dir, &m, ts, &t, &params);
+    REQUIRE(n > 0, "checkpoint");
+    back = malloc(t.total * sizeof *back);
+    const int k = index_of(ts, n, "model.layers.1.self_attn.k_norm.weight");
+    TestTensor kept = ts[k];
+    ts[k] = ts[n - 1];
+    write_test_safetensors(path, ts, n - 1);
+    CHECK(hf_read_weights(dir, &t, back, err) != 0 && strstr(err, "has no tensor model.layers.1.self_attn.k_norm.weight"),
+          "missing: %s", err);
+    ts[k] = kept;
+    ts[n] = ts[index_of(ts, n, "model.norm.weight")];
+    snprintf(ts[n].name, sizeof ts[n].name, "model.layers.0.self_attn.o_proj.bias");
+    write_test_safetensors(path, ts, n + 1);
+    CHECK(hf_read_weights(dir, &t, back, err) != 0 &&
+              strstr(err, "has a tensor model.layers.0.self_attn.o_proj.bias that Qwen3ForCausalLM does not"),
+          "extra: %s", err);
+    const int v = index_of(ts, n, "model.layers.0.self_attn.v_proj.weight");
+    ts[v].d0 -= 1, ts[v].bytes -= ts[v].d1 * 4;
+    write_test_safetensors(path, ts, n);
+    CHECK(hf_read_weights(dir, &t, back, err) != 0 &&
+              strstr(err, "tensor model.layers.0.self_attn.v_proj.weight is [15, 24] but the model (config.json) needs [16, 24]"),
+          "misshaped: %s", err);
+    ts[v].d0 += 1, ts[v].bytes += ts[v].d1 * 4;
+    /* a tied model's lm_head.weight: the embedding itself is accepted, another matrix is not */
+    ts[n] = ts[index_of(ts, n, "model.embed_tokens.weight")];
+    snprintf(ts[n].name, sizeof ts[n].name, "lm_head.weight");
+    write_test_safetensors(path, ts, n + 1);
+    CHECK(hf_read_weights(dir, &t, back, err) == 0 && memcmp(back, params, t.total * sizeof *back) == 0,
+          "a tied lm_head equal to the embedding: %s", err);
+    ts[n].data = malloc(ts[n].bytes);
+    memcpy(ts[n].data, ts[index_of(ts, n, "model.embed_tokens.weight")].data, ts[n].bytes);
+    ((float *)ts[n].data)[7] += 1.0f;
+    write_test_safetensors(path, ts, n + 1);
+    CHECK(hf_read_weights(dir, &t, back, err) != 0 && strstr(err, "lm_head.weight is not the token embedding"),
+          "a tied lm_head of its own: %s", err);
+    free(ts[n].data);
+    free_tensors(ts, n);
+    free(params);
+    param_table_free(&t);
+    /* an untied model without its head, and shards that do not match their index */
+    m = QWEN2;
+    snprintf(dir, sizeof dir, "%s/q2", test_tmpdir());
+    const int n2 = checkpoint_in(dir, &m, ts, &t, &params);
+    REQUIRE(n2 > 0, "checkpoint");
+    snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+    write_test_safetensors(path, ts + n2 / 2, n2 - n2 / 2 - 1); /* the last, lm_head.weight, left out */
+    CHECK(hf_read_weights(dir, &t, back, err) != 0 && strstr(err, "lists") && strstr(err, "its shards hold"),
+          "a shard short of the index: %s", err);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "{\"weight_map\": {\"lm_head.weight\": \"gone.safetensors\"}}");
+    fclose(f);
+    CHECK(hf_read_weights(dir, &t, back, err) != 0 && strstr(err, "gone.safetensors"), "a missing shard: %s", err);
+    m.shards = 1;
+    write_checkpoint(dir, &m, ts, n2 - 1);
+    CHECK(hf_read_weights(dir, &t, back, err) != 0 && strstr(err, "has no tensor lm_head.weight"),
+          "an untied model without lm_head: %s", err);
+    free_tensors(ts, n2);
+    free(back);
+    free(params);
+    param_table_free(&t);
+}
+
+TEST(init_from_flags_left_out_take_the_checkpoints_values_and_a_given_one_must_agree) {
+    char dir[800], shard[800], args[2400];
+    TestTensor ts[128];
+    ParamTable t;
+    float *params;
+    snprintf(dir, sizeof dir, "%s/q2", test_tmpdir());
+    snprintf(shard, sizeof shard, "%s/d.bin", test_tmpdir());
+    const int n = checkpoint_in(dir, &QWEN2, ts, &t, &params);
+    REQUIRE(n > 0, "checkpoint");
+    free(write_tokens(shard, 400, (uint32_t)QWEN2.V));
+    const struct {
+        const char *flags, *msg;
+    } cases[] = {
+        {"--kv-heads 2", "has kv heads 1 but the flags give 2 (pass --kv-heads 1)"},
+        {"--family llama", "is a qwen2 model but the flags give llama (pass --family qwen2"},
+        {"-v 512", "has vocabulary 300 but the flags give 512 (pass -v 300)"},
+        {"--max-seq-len 32", "has context (max_position_embeddings) 64 but the flags give 32"},
+        {"-e qwen3-0.6b", "is a qwen2 model but the flags give qwen3"},
+        {"--device cuda", "is a qwen2 model, which runs on --device cpu only for now"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        snprintf(args, sizeof args, "%s%s --init-from %s -i %s -b 2 -t 16 -x 1 -s 0 -o %s/r", strstr(cases[i].flags,
+                 "--device") ? "" : "--device cpu ", cases[i].flags, dir, shard, test_tmpdir());
+        const int rc = run_train(args, &out);
+        CHECK(rc == 1 && out && strncmp(out, "error: ", 7) == 0 && strstr(out, cases[i].msg), "'%s': (%d) %s",
+              cases[i].flags, rc, out);
+        free(out);
+    }
+    free_tensors(ts, n);
+    free(params);
+    param_table_free(&t);
+}
+
+/* Both files of two checkpoints hold the same bytes. */
+static int same_file(const char *a, const char *b) {
+    size_t la, lb;
+    char *x = read_file(a, &la), *y = read_file(b, &lb);
+    const int same = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+TEST(a_llama_run_resumed_from_its_checkpoint_ends_bit_for_bit_where_the_uninterrupted_one_does) {
+    const char *d = test_tmpdir();
+    char shard[800], args[2400], cmd[2400], a[900], b[900];
+    snprintf(shard, sizeof shard, "%s/d.bin", d);
+    free(write_tokens(shard, 1200, 300));
+    const char *model = "--device cpu --family llama --layers 2 --heads 4 --kv-heads 2 --head-dim 6 --dim 20 "
+                        "--ffn-dim 36 --max-seq-len 64 -v 300 -b 2 -t 16 -x 4 -n 2 --keep-checkpoints 3 -s 0 "
+                        "--val-every 0 --warmup 1";
+    char *out = NULL;
+    snprintf(args, sizeof args, "%s -i %s -o %s/a", model, shard, d);
+    REQUIRE(run_train(args, &out) == 0, "straight run: %s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/b && cp -r %s/a/step_00000002 %s/b/ && echo step_00000002 > %s/b/latest", d,
+             d, d, d);
+    REQUIRE(system(cmd) == 0, "copying the step 2 checkpoint");
+    snprintf(args, sizeof args, "%s -y 1 -i %s -o %s/b", model, shard, d);
+    REQUIRE(run_train(args, &out) == 0, "resumed run: %s", out);
+    CHECK(strstr(out, "resumed from"), "no resume line: %s", out);
+    free(out);
+    static const char *const files[] = {"state.bin", "model.safetensors", "config.json"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(a, sizeof a, "%s/a/step_00000004/%s", d, files[i]);
+        snprintf(b, sizeof b, "%s/b/step_00000004/%s", d, files[i]);
+        CHECK(same_file(a, b), "%s differs between the straight and the resumed run", files[i]);
+    }
+}
+
+/* Version 4's header (the last before the family block): 152 bytes of fields, then the checksum. */
+#define STATE_V4_FIELDS 152
+
+TEST(a_version_4_state_file_of_a_gpt2_run_still_loads) {
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 16, .max_seq_len = 32, .vocab_size = 300};
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[ERR_LEN], path[900];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    float *p = malloc(3 * t.total * sizeof *p), *q = malloc(3 * t.total * sizeof *q);
+    Rng r;
+    rng_seed(&r, 9);
+    fill_normal(p, 3 * t.total, 1.0f, &r);
+    TrainState st = {.step = 7, .B = 2, .T = 16};
+    REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p + t.total, p + 2 * t.total, &st, 1, err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/step_00000007/state.bin", test_tmpdir());
+    size_t len;
+    char *v5 = read_file(path, &len);
+    const size_t arrays = 3 * t.total * sizeof(float), header = len - arrays;
+    REQUIRE(v5 && header > STATE_V4_FIELDS + 8, "state file of %zu bytes", len);
+    /* the same run as version 4 wrote it: no family block */
+    FILE *f = fopen(path, "wb");
+    const uint32_t four = 4;
+    const uint64_t unsealed = 0;
+    fwrite(v5, 1, 8, f);
+    fwrite(&four, 4, 1, f);
+    fwrite(v5 + 12, 1, STATE_V4_FIELDS - 12, f);
+    fwrite(&unsealed, 8, 1, f);
+    fwrite(v5 + header, 1, arrays, f);
+    fclose(f);
+    free(v5);
+    REQUIRE(checkpoint_state_reseal(path, err) == 0, "%s", err);
+    TrainState back;
+    REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &back, err) == 0, "%s", err);
+    CHECK(back.step == 7 && back.B == 2 && memcmp(p, q, 3 * t.total * sizeof *p) == 0,
+          "the version 4 file loaded as step %d with other arrays", back.step);
+    /* and it is a GPT-2: a Llama of the same shape is refused naming the family */
+    GPTConfig llama = cfg;
+    gpt_family_defaults(&llama, FAMILY_LLAMA);
+    llama.num_kv_heads = llama.head_dim = llama.ffn_dim = 0;
+    gpt_config_finish(&llama);
+    ParamTable lt;
+    REQUIRE(param_table_build(&lt, &llama, err) == 0, "%s", err);
+    float *x = malloc(3 * lt.total * sizeof *x);
+    CHECK(checkpoint_load_latest(test_tmpdir(), &lt, x, x + lt.total, x + 2 * lt.total, &back, err) != 0 &&
+              strstr(err, "is a gpt2 model but this run's is llama (pass --family gpt2"),
+          "a llama run on a gpt2 checkpoint: %s", err);
+    free(x);
+    param_table_free(&lt);
+    free(q);
+    free(p);
+    param_table_free(&t);
 }

@@ -118,12 +118,13 @@ static int get_int(const JsonValue *cfg, const char *key, const char *path, long
     return 0;
 }
 
-/* An optional positive integer: its value, or dflt when absent or null. */
-static int get_int_or(const JsonValue *cfg, const char *key, long long dflt, const char *path, long long *out,
-                      char *err) {
+/* An optional positive integer: its value; absent, the config class's default; null, what the
+ * class puts in place of None. */
+static int get_int_or(const JsonValue *cfg, const char *key, long long absent, long long null, const char *path,
+                      long long *out, char *err) {
     const JsonValue *v = json_get(cfg, key);
     if (!v || v->type == JSON_NULL) {
-        *out = dflt;
+        *out = v ? null : absent;
         return 0;
     }
     return get_int(cfg, key, path, out, err);
@@ -230,9 +231,9 @@ static int read_rope_family_config(const JsonValue *root, const char *path, Mode
         get_int(root, "hidden_size", path, &C, err) || get_int(root, "intermediate_size", path, &F, err) ||
         get_int(root, "vocab_size", path, &V, err) ||
         /* LlamaConfig leaves it to the heads; Qwen2Config and Qwen3Config default to 32 */
-        get_int_or(root, "num_key_value_heads", qwen ? 32 : NH, path, &NKV, err) ||
-        get_int_or(root, "head_dim", family == FAMILY_QWEN3 ? 128 : C / NH, path, &hd, err) ||
-        get_int_or(root, "max_position_embeddings", qwen ? 32768 : 2048, path, &T, err))
+        get_int_or(root, "num_key_value_heads", qwen ? 32 : NH, NH, path, &NKV, err) ||
+        get_int_or(root, "head_dim", family == FAMILY_QWEN3 ? 128 : C / NH, C / NH, path, &hd, err) ||
+        get_int_or(root, "max_position_embeddings", qwen ? 32768 : 2048, qwen ? 32768 : 2048, path, &T, err))
         return -1;
     const char *act = json_string(json_get(root, "hidden_act"));
     const JsonValue *eps = json_get(root, "rms_norm_eps"), *dropout = json_get(root, "attention_dropout");
