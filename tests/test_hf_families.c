@@ -303,6 +303,11 @@ static void round_trip(const TinyModel *m, const char *label) {
     CHECK(isfinite(tuned_here) && fabs(tuned_cli - tuned_here) <= 1e-6 * fabs(tuned_here) + 1e-6 && tuned_here < here,
           "%s: fine-tuned ./train eval %.7f, here %.7f, before %.7f: %s", label, tuned_cli, tuned_here, here, out);
     free(out);
+    /* and sampled from */
+    snprintf(args, sizeof args, "sample --checkpoint %s --device cpu --ids -G 5 --seed 3", exported);
+    const int rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "ids"), "%s: ./train sample (%d): %s", label, rc, out);
+    free(out);
     free(tok);
     free(mv);
     free(back);
@@ -572,4 +577,19 @@ TEST(a_version_4_state_file_of_a_gpt2_run_still_loads) {
     free(q);
     free(p);
     param_table_free(&t);
+}
+
+TEST(a_released_models_preset_carries_its_vocabulary_and_a_given_v_overrides_it) {
+    char shard[800], args[2400], *out = NULL;
+    snprintf(shard, sizeof shard, "%s/d.bin", test_tmpdir());
+    free(write_tokens(shard, 200, 300));
+    /* the preset's family and vocabulary, a shape small enough for one CPU step */
+    const char *small = "--device cpu --layers 1 --dim 32 --heads 2 --kv-heads 1 --head-dim 16 --ffn-dim 32 "
+                        "--max-seq-len 16 -b 1 -t 8 -x 1 -s 0 --val-every 0";
+    snprintf(args, sizeof args, "-e qwen3-0.6b %s -i %s -o %s/a", small, shard, test_tmpdir());
+    CHECK(run_train(args, &out) == 0 && strstr(out, "V=151936"), "qwen3-0.6b without -v: %s", out);
+    free(out);
+    snprintf(args, sizeof args, "-e llama3.2-1b %s -v 300 -i %s -o %s/b", small, shard, test_tmpdir());
+    CHECK(run_train(args, &out) == 0 && strstr(out, "V=300 "), "llama3.2-1b with -v 300: %s", out);
+    free(out);
 }
