@@ -593,3 +593,40 @@ TEST(a_released_models_preset_carries_its_vocabulary_and_a_given_v_overrides_it)
     CHECK(run_train(args, &out) == 0 && strstr(out, "V=300 "), "llama3.2-1b with -v 300: %s", out);
     free(out);
 }
+
+TEST(config_json_is_written_with_the_fields_transformers_writes_for_each_family) {
+    const struct {
+        const TinyModel *m;
+        const char *has[8], *lacks;
+    } cases[] = {
+        {&LLAMA,
+         {"\"architectures\": [\"LlamaForCausalLM\"]", "\"head_dim\": 6,", "\"rms_norm_eps\": 1e-05,",
+          "\"rope_theta\": 500000.0,", "\"factor\": 8.0,", "\"original_max_position_embeddings\": 16,",
+          "\"rope_type\": \"llama3\"", "\"tie_word_embeddings\": false,"},
+         "\"use_sliding_window\""},
+        {&QWEN3,
+         {"\"architectures\": [\"Qwen3ForCausalLM\"]", "\"model_type\": \"qwen3\"", "\"head_dim\": 8,",
+          "\"rms_norm_eps\": 1e-06,", "\"rope_scaling\": null,", "\"rope_theta\": 1000000.0,",
+          "\"tie_word_embeddings\": true,", "\"attention_bias\": false,"},
+         "\"mlp_bias\""},
+        {&QWEN2,
+         {"\"architectures\": [\"Qwen2ForCausalLM\"]", "\"num_key_value_heads\": 1,", "\"vocab_size\": 300\n",
+          "\"use_sliding_window\": false,", "\"max_position_embeddings\": 64,", "\"hidden_size\": 16,",
+          "\"intermediate_size\": 24,", "\"num_hidden_layers\": 2,"},
+         "\"head_dim\""},
+    };
+    char buf[4096];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const GPTConfig cfg = config_of(cases[i].m);
+        REQUIRE(hf_config_json(&cfg, -1, buf, sizeof buf) > 0, "%s: no config.json", gpt_family_name(cfg.family));
+        for (int k = 0; k < 8; k++)
+            CHECK(strstr(buf, cases[i].has[k]), "%s: config.json lacks %s:\n%s", gpt_family_name(cfg.family),
+                  cases[i].has[k], buf);
+        CHECK(!strstr(buf, cases[i].lacks) && !strstr(buf, "bos_token_id"), "%s: config.json has %s or a bos id:\n%s",
+              gpt_family_name(cfg.family), cases[i].lacks, buf);
+        CHECK(hf_config_json(&cfg, 7, buf, sizeof buf) > 0 && strstr(buf, "\"bos_token_id\": 7,\n  \"eos_token_id\": 7,"),
+              "%s: the tokenizer's separator is not bos and eos:\n%s", gpt_family_name(cfg.family), buf);
+        CHECK(hf_config_json(&cfg, -1, buf, 100) == -1, "%s: a buffer too small is not refused",
+              gpt_family_name(cfg.family));
+    }
+}

@@ -592,15 +592,23 @@ int hf_read_weights(const char *dir, const ParamTable *t, float *params, char *e
 
 /* ---- config.json out ---- */
 
-/* A number as Python's repr writes a float: the shortest digits that read back as x, with ".0"
- * after an integer (500000.0, 1e-05). */
+/* A number as Python's repr writes a float: the shortest digits that read back as x (as a float32
+ * when it is one), positional from 1e-4 to 1e16 with ".0" after an integer (500000.0), else with
+ * an exponent (1e-05). */
 static void py_float(double x, int as_float32, char *buf, size_t n) {
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, n, "%.*g", prec, x);
+    int prec = 1;
+    for (; prec < 17; prec++) {
+        snprintf(buf, n, "%.*e", prec - 1, x);
         const double back = strtod(buf, NULL);
         if (as_float32 ? (float)back == (float)x : back == x) break;
     }
-    if (!strpbrk(buf, ".eEn")) strncat(buf, ".0", n - strlen(buf) - 1);
+    const int e = x == 0.0 ? 0 : (int)floor(log10(fabs(strtod(buf, NULL))));
+    if (e < -4 || e >= 16) {
+        snprintf(buf, n, "%.*e", prec - 1, x);
+        return;
+    }
+    snprintf(buf, n, "%.*f", prec - 1 - e > 0 ? prec - 1 - e : 0, x);
+    if (!strchr(buf, '.')) strncat(buf, ".0", n - strlen(buf) - 1);
 }
 
 int hf_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n) {
@@ -643,9 +651,12 @@ int hf_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n) {
     if (llama || qwen3) PUT("  \"attention_bias\": false,\n");
     PUT("  \"attention_dropout\": 0.0,\n");
     if (eos >= 0) PUT("  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n", eos, eos);
-    PUT("  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n  \"hidden_size\": %d,\n  \"initializer_range\": 0.02,\n"
+    /* Qwen2Config has no head_dim (its attention takes one when the config has it, else C / NH) */
+    if (cfg->family != FAMILY_QWEN2 || cfg->head_dim * cfg->num_heads != cfg->dim)
+        PUT("  \"head_dim\": %d,\n", cfg->head_dim);
+    PUT("  \"hidden_act\": \"silu\",\n  \"hidden_size\": %d,\n  \"initializer_range\": 0.02,\n"
         "  \"intermediate_size\": %d,\n  \"max_position_embeddings\": %d,\n",
-        cfg->head_dim, cfg->dim, cfg->ffn_dim, cfg->max_seq_len);
+        cfg->dim, cfg->ffn_dim, cfg->max_seq_len);
     if (!llama) PUT("  \"max_window_layers\": %d,\n", cfg->num_layers);
     if (llama) PUT("  \"mlp_bias\": false,\n");
     PUT("  \"model_type\": \"%s\",\n  \"num_attention_heads\": %d,\n  \"num_hidden_layers\": %d,\n"
