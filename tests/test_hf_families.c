@@ -523,6 +523,11 @@ TEST(a_llama_run_resumed_from_its_checkpoint_ends_bit_for_bit_where_the_uninterr
         snprintf(b, sizeof b, "%s/b/step_00000004/%s", d, files[i]);
         CHECK(same_file(a, b), "%s differs between the straight and the resumed run", files[i]);
     }
+    /* a resume with another number of kv heads is refused naming the flag */
+    snprintf(args, sizeof args, "%s --kv-heads 1 -x 6 -y 1 -i %s -o %s/b", model, shard, d);
+    const int rc = run_train(args, &out);
+    CHECK(rc == 1 && out && strstr(out, "has kv heads 2 but this run has 1 (pass --kv-heads 2"), "(%d) %s", rc, out);
+    free(out);
 }
 
 /* Version 4's header (the last before the family block): 152 bytes of fields, then the checksum. */

@@ -604,9 +604,9 @@ int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, si
 #define OLDER_CHECKPOINT_HINT \
     "to resume from an older checkpoint, write its directory name (step_NNNNNNNN) into the run's latest file"
 
-#define CHECK_FIELD(field, ours, flag)                                                                   \
+#define CHECK_FIELD(field, what, ours, flag)                                                             \
     if ((h.field) != (ours)) {                                                                           \
-        snprintf(err, ERR_LEN, "checkpoint %s has " #field " %d but this run has %d (pass %s %d, or start a " \
+        snprintf(err, ERR_LEN, "checkpoint %s has " what " %d but this run has %d (pass %s %d, or start a "  \
                  "new run with another -o)", path, (int)(h.field), (int)(ours), flag, (int)(h.field));      \
         fclose(f);                                                                                       \
         return -1;                                                                                       \
@@ -685,9 +685,9 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
         fclose(f);
         return -1;
     }
-    CHECK_FIELD(family.num_kv_heads, t->cfg.num_kv_heads, "--kv-heads");
-    CHECK_FIELD(family.head_dim, t->cfg.head_dim, "--head-dim");
-    CHECK_FIELD(family.ffn_dim, t->cfg.ffn_dim, "--ffn-dim");
+    CHECK_FIELD(family.num_kv_heads, "kv heads", t->cfg.num_kv_heads, "--kv-heads");
+    CHECK_FIELD(family.head_dim, "head dim", t->cfg.head_dim, "--head-dim");
+    CHECK_FIELD(family.ffn_dim, "ffn dim", t->cfg.ffn_dim, "--ffn-dim");
     const StateFamily ours = family_block(&t->cfg);
     if (memcmp(&ours, &h.family, sizeof ours) != 0) { /* what no shape flag sets: config.json's switches */
         snprintf(err, ERR_LEN, "checkpoint %s has other norm, RoPE, bias or head-tying settings than this run's model "
@@ -695,8 +695,8 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
         fclose(f);
         return -1;
     }
-    CHECK_FIELD(max_seq_len, t->cfg.max_seq_len, "--max-seq-len");
-    CHECK_FIELD(vocab_size, t->cfg.vocab_size, "-v");
+    CHECK_FIELD(max_seq_len, "max_seq_len", t->cfg.max_seq_len, "--max-seq-len");
+    CHECK_FIELD(vocab_size, "vocab_size", t->cfg.vocab_size, "-v");
     /* no flag sets it: it follows from -v, and it decides where every tensor after wte lies */
     if (h.padded_vocab_size != t->cfg.padded_vocab_size) {
         snprintf(err, ERR_LEN, "checkpoint %s pads its vocabulary of %d to %d rows but this model pads it to %d (a "
