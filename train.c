@@ -61,6 +61,7 @@ typedef struct {
     int help;
     unsigned from_env; /* bit k: option_env[k]'s value came from its environment variable */
     char repeated[256]; /* flags given more than once on the command line (the last value holds) */
+    unsigned char given[64]; /* given[k]: options[k] was on the command line (its default was not taken) */
 } Options;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_FLAG } OptType;
@@ -115,7 +116,8 @@ static const OptSpec options[] = {
     {0, "tokenizer", OPT_STR, O(tokenizer), "", "FILE",
      "tokenizer (ours, or a Hugging Face tokenizer.json), to decode samples; checkpoints carry it"},
     {0, "init-from", OPT_STR, O(init_from), "", "DIR",
-     "start from a Hugging Face GPT-2 checkpoint (model.safetensors + config.json), ours or GPT-2's"},
+     "start from a Hugging Face checkpoint (config.json + model.safetensors or its shards): gpt2, llama, qwen2, qwen3; "
+     "the shape flags left out take its values"},
     {0, "cache-dir", OPT_STR, O(cache_dir), ".cache", "DIR", "where the default corpus is prepared and cached"},
     {'o', "out", OPT_STR, O(out), "runs/default", "DIR", "run directory: log.jsonl and checkpoints"},
     {'n', "checkpoint-every", OPT_INT, O(checkpoint_every), "0", "N",
@@ -293,7 +295,8 @@ static void parse_args(Options *opt, int argc, char **argv) {
         const char *env = env_of(&options[i]), *v = env ? getenv(env) : NULL;
         if (v && *v) set_value(opt, &options[i], v, env);
     }
-    unsigned char given[NUM_OPTIONS] = {0};
+    _Static_assert(NUM_OPTIONS <= (int)sizeof opt->given, "Options.given has a flag for every option");
+    unsigned char *given = opt->given;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *eq = arg[0] == '-' && arg[1] == '-' ? strchr(arg, '=') : NULL;
         const char *inline_value = eq ? eq + 1 : NULL;
@@ -325,6 +328,14 @@ static void parse_args(Options *opt, int argc, char **argv) {
     }
 }
 
+/* 1 when the command line gave the flag (long name), so that its default does not stand. */
+static int was_given(const Options *opt, const char *long_name) {
+    const OptSpec *o = NULL;
+    for (int k = 0; k < NUM_OPTIONS && !o; k++)
+        if (strcmp(options[k].long_name, long_name) == 0) o = &options[k];
+    return o && opt->given[o - options];
+}
+
 static void bad(const char *flag, const char *why) {
     die_usage("%s %s", flag, why);
 }
@@ -351,14 +362,15 @@ static void validate(Options *opt, GPTConfig *cfg) {
     cfg->head_dim = opt->head_dim ? opt->head_dim : own ? p->head_dim : 0;
     cfg->ffn_dim = opt->ffn_dim ? opt->ffn_dim : own ? p->ffn_dim : 0;
     cfg->max_seq_len = opt->max_seq_len;
-    cfg->vocab_size = opt->vocab;
+    /* a preset of a released model carries its vocabulary; -v given on the command line wins */
+    cfg->vocab_size = own && p->vocab_size && !was_given(opt, "vocab") ? p->vocab_size : opt->vocab;
     if (opt->layers < 0 || cfg->num_layers < 1 || cfg->num_layers > GPT_MAX_LAYERS)
         bad("--layers", "must be between 1 and 128");
     if (opt->heads < 0 || cfg->num_heads < 1) bad("--heads", "must be positive");
     if (opt->dim < 0 || cfg->dim < 1) bad("--dim", "must be positive");
     if (opt->kv_heads < 0 || opt->head_dim < 0 || opt->ffn_dim < 0)
         bad("--kv-heads, --head-dim and --ffn-dim", "must be positive (0: the preset's)");
-    if (family == FAMILY_GPT2 && (opt->kv_heads || opt->head_dim || opt->ffn_dim))
+    if (family == FAMILY_GPT2 && (opt->kv_heads || opt->head_dim || opt->ffn_dim) && !opt->init_from[0])
         bad("--kv-heads, --head-dim and --ffn-dim", "need --family llama, qwen2, qwen3 or gemma3 (GPT-2's follow from --heads and --dim)");
     if (opt->sliding_window < 0) bad("--sliding-window", "must be positive (0: the preset's)");
     if (opt->sliding_window && family != FAMILY_GEMMA3) bad("--sliding-window", "needs --family gemma3 (the family with sliding layers)");
@@ -366,22 +378,24 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (!cfg->head_dim && cfg->dim % cfg->num_heads) bad("--heads", "must divide --dim (the model width), or pass --head-dim");
     if (cfg->num_kv_heads && cfg->num_heads % cfg->num_kv_heads) bad("--kv-heads", "must divide --heads");
     if (cfg->head_dim % 2) bad("--head-dim", "must be even (rotary positions turn pairs)");
-    if (family != FAMILY_GPT2) {
-        /* Gemma 3's CUDA block and the checkpoint format of these families come later */
-        /* the family may come from the preset: the message names it, and the flag that chose it */
+    if (family == FAMILY_GEMMA3) {
+        /* Gemma 3's CUDA block and checkpoints come later; the family may come from the preset: the
+         * message names it, and the flag that chose it */
         const char *chosen = opt->family[0] ? "--family" : "-e/--preset";
-        if (family == FAMILY_GEMMA3 && strcmp(opt->device, "cpu"))
+        if (strcmp(opt->device, "cpu"))
             die_usage("%s %s: the gemma3 family runs on --device cpu only for now", chosen,
                       opt->family[0] ? opt->family : opt->preset);
-        if (opt->init_from[0] || opt->resume || opt->checkpoint_every)
-            die_usage("%s %s: the %s family writes and reads no checkpoints yet (leave out --init-from, -y and -n)",
-                      chosen, opt->family[0] ? opt->family : opt->preset, gpt_family_name(family));
+        if (opt->resume || opt->checkpoint_every)
+            die_usage("%s %s: the gemma3 family writes and reads no checkpoints yet (leave out -y and -n)", chosen,
+                      opt->family[0] ? opt->family : opt->preset);
     }
     if (opt->max_seq_len < 1) bad("--max-seq-len", "must be positive");
-    if (opt->vocab < 2 || opt->vocab > (long long)FGPT_MAX_VOCAB) bad("-v/--vocab", "must be between 2 and 2e9");
+    if (cfg->vocab_size < 2 || cfg->vocab_size > (long long)FGPT_MAX_VOCAB) bad("-v/--vocab", "must be between 2 and 2e9");
     if (opt->batch < 1) bad("-b/--batch", "must be positive");
     if (opt->seq_len < 1) bad("-t/--seq-len", "must be positive");
-    if (opt->seq_len > cfg->max_seq_len) bad("-t/--seq-len", "is above the model's context (--max-seq-len)");
+    /* --init-from's context is its config.json's unless --max-seq-len is given (check_init_from) */
+    if (opt->seq_len > cfg->max_seq_len && !(opt->init_from[0] && !was_given(opt, "max-seq-len")))
+        bad("-t/--seq-len", "is above the model's context (--max-seq-len)");
     if (opt->steps < 1) bad("-x/--steps", "must be positive");
     if (!(opt->lr > 0)) bad("-l/--lr", "must be positive");
     if (opt->lr_final < 0 || opt->lr_final > opt->lr) bad("--lr-final", "must be between 0 and the peak -l/--lr");
@@ -439,10 +453,10 @@ static void validate(Options *opt, GPTConfig *cfg) {
     gpt_config_finish(cfg);
 }
 
-/* --init-from's model must be the one the flags describe: each difference is refused with the
- * flag that would make them agree (exit 1, as for a checkpoint of another model: a file that does
- * not match the flags). Its logit cap is part of the model: cfg takes it when the flags set none.
- * 0, or -1 after printing the error. */
+/* --init-from's model is the one config.json describes: every shape flag left at its default takes
+ * the checkpoint's value, and one the command line gives (a preset given names its shape) must
+ * agree, or it is refused with the flag that would make them agree (exit 1, as for a checkpoint of
+ * another model: a file that does not match the flags). 0, or -1 after printing the error. */
 static int check_init_from(const Options *opt, GPTConfig *cfg) {
     GPTConfig hf;
     char err[ERR_LEN];
@@ -451,18 +465,30 @@ static int check_init_from(const Options *opt, GPTConfig *cfg) {
         fprintf(stderr, "error: %s\n", err);
         return -1;
     }
+    const int preset = was_given(opt, "preset");
+    if ((preset || was_given(opt, "family")) && hf.family != cfg->family) {
+        fprintf(stderr, "error: --init-from %s is a %s model but the flags give %s (pass --family %s, or leave out -e "
+                        "and --family)\n", opt->init_from, gpt_family_name(hf.family), gpt_family_name(cfg->family),
+                gpt_family_name(hf.family));
+        return -1;
+    }
     const struct {
-        const char *what, *flag;
-        int theirs, ours;
+        const char *what, *flag, *long_name;
+        int theirs, ours, by_preset;
     } fields[] = {
-        {"layers", "--layers", hf.num_layers, cfg->num_layers},
-        {"heads", "--heads", hf.num_heads, cfg->num_heads},
-        {"width", "--dim", hf.dim, cfg->dim},
-        {"context (n_positions)", "--max-seq-len", hf.max_seq_len, cfg->max_seq_len},
-        {"vocabulary", "-v", hf.vocab_size, cfg->vocab_size},
+        {"layers", "--layers", "layers", hf.num_layers, cfg->num_layers, 1},
+        {"heads", "--heads", "heads", hf.num_heads, cfg->num_heads, 1},
+        {"width", "--dim", "dim", hf.dim, cfg->dim, 1},
+        {"kv heads", "--kv-heads", "kv-heads", hf.num_kv_heads, cfg->num_kv_heads, 1},
+        {"head dim", "--head-dim", "head-dim", hf.head_dim, cfg->head_dim, 1},
+        {"ffn dim", "--ffn-dim", "ffn-dim", hf.ffn_dim, cfg->ffn_dim, 1},
+        {hf.family == FAMILY_GPT2 ? "context (n_positions)" : "context (max_position_embeddings)", "--max-seq-len",
+         "max-seq-len", hf.max_seq_len, cfg->max_seq_len, 0},
+        {"vocabulary", "-v", "vocab", hf.vocab_size, cfg->vocab_size, 0},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        if (fields[i].theirs == fields[i].ours) continue;
+        if (fields[i].theirs == fields[i].ours || !(was_given(opt, fields[i].long_name) || (preset && fields[i].by_preset)))
+            continue;
         fprintf(stderr, "error: --init-from %s has %s %d but the flags give %d (pass %s %d)\n", opt->init_from,
                 fields[i].what, fields[i].theirs, fields[i].ours, fields[i].flag, fields[i].theirs);
         return -1;
@@ -472,7 +498,13 @@ static int check_init_from(const Options *opt, GPTConfig *cfg) {
                         "--logit-softcap)\n", opt->init_from, (double)hf.logit_softcap, (double)cfg->logit_softcap);
         return -1;
     }
-    if (hf.logit_softcap > 0) cfg->logit_softcap = hf.logit_softcap;
+    if (hf.logit_softcap == 0) hf.logit_softcap = cfg->logit_softcap; /* the flag caps a model that has no cap */
+    *cfg = hf;
+    if (opt->seq_len > cfg->max_seq_len) {
+        fprintf(stderr, "error: -t/--seq-len %d is above the context of --init-from %s, %d (pass -t %d or less)\n",
+                opt->seq_len, opt->init_from, cfg->max_seq_len, cfg->max_seq_len);
+        return -1;
+    }
     return 0;
 }
 
@@ -1084,7 +1116,7 @@ static void print_header(Run *r) {
     printf("model: L=%d NH=%d C=%d maxT=%d V=%d (padded %d), %.2fM parameters\n", cfg->num_layers, cfg->num_heads,
            cfg->dim, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, r->table.total / 1e6);
     if (cfg->family != FAMILY_GPT2)
-        printf("family: %s, NKV=%d hd=%d F=%d, RoPE theta %g%s, RMSNorm eps %g%s%s, %s head; no checkpoints are written\n",
+        printf("family: %s, NKV=%d hd=%d F=%d, RoPE theta %g%s, RMSNorm eps %g%s%s, %s head\n",
                gpt_family_name(cfg->family), cfg->num_kv_heads, cfg->head_dim, cfg->ffn_dim, cfg->rope.theta,
                cfg->rope.scaling == ROPE_SCALING_LLAMA3 ? " (llama3 scaling)" : "", cfg->norm_eps,
                cfg->qk_norm ? ", QK-norm" : "", cfg->qkv_bias ? ", qkv bias" : "", cfg->untied_head ? "untied" : "tied");
@@ -1288,10 +1320,8 @@ int main(int argc, char **argv) {
         StepResult s;
         status = take_step(r, step, &s);
         if (status == RUN_ON) status = log_step(r, step, &s);
-        /* the other families have no checkpoint format yet (validate refuses -n for them) */
-        const int checkpoint_due = r->cfg.family == FAMILY_GPT2 &&
-                                   ((opt->checkpoint_every && (step + 1) % opt->checkpoint_every == 0) ||
-                                    step == opt->steps - 1);
+        const int checkpoint_due =
+            (opt->checkpoint_every && (step + 1) % opt->checkpoint_every == 0) || step == opt->steps - 1;
         if (status == RUN_ON && checkpoint_due) status = save_checkpoint(r, step + 1);
     }
     if (status == RUN_ON && r->have_val && opt->val_every) status = evaluate(r, opt->steps);

@@ -105,6 +105,7 @@ typedef struct {
     int num_kv_heads, head_dim, ffn_dim;
     RopeParams rope;
     int sliding_window; /* 0: the family's default */
+    int vocab_size; /* a released model's vocabulary (0: -v's default) */
 } GPTPreset;
 
 /* The presets (model/gpt.c), ended by one whose name is NULL: the one list that --help, errors and

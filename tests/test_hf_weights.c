@@ -66,43 +66,6 @@ TEST(hf_weights_export_then_import_gives_the_same_loss_bit_for_bit) {
 
 /* ---- GPT-2's own layout, written here as Hugging Face's hub file has it ---- */
 
-typedef struct {
-    char name[96];
-    const char *dtype;
-    size_t d0, d1; /* d0 0: a vector of d1 */
-    size_t bytes;
-    void *data;
-} Tensor;
-
-static void write_safetensors(const char *path, Tensor *ts, int n) {
-    char *hdr = malloc(1 << 16);
-    size_t len = 0, off = 0;
-    len += (size_t)sprintf(hdr + len, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (int i = 0; i < n; i++) {
-        if (ts[i].d0)
-            len += (size_t)sprintf(hdr + len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%zu,%zu],\"data_offsets\":[%zu,%zu]}",
-                                   ts[i].name, ts[i].dtype, ts[i].d0, ts[i].d1, off, off + ts[i].bytes);
-        else
-            len += (size_t)sprintf(hdr + len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%zu],\"data_offsets\":[%zu,%zu]}",
-                                   ts[i].name, ts[i].dtype, ts[i].d1, off, off + ts[i].bytes);
-        off += ts[i].bytes;
-    }
-    len += (size_t)sprintf(hdr + len, "}");
-    FILE *f = fopen(path, "wb");
-    uint64_t hl = len;
-    fwrite(&hl, 8, 1, f);
-    fwrite(hdr, 1, len, f);
-    for (int i = 0; i < n; i++) fwrite(ts[i].data, 1, ts[i].bytes, f);
-    fclose(f);
-    free(hdr);
-}
-
-static uint16_t to_bf16(float x) {
-    uint32_t b;
-    memcpy(&b, &x, 4);
-    return (uint16_t)(b >> 16); /* truncation: the test compares with the same rounding */
-}
-
 /* GPT-2's hub config, with its extra fields. */
 static void write_gpt2_config(const char *dir, const char *extra) {
     char path[900];
@@ -122,12 +85,12 @@ TEST(hf_weights_reads_gpt2s_own_layout_buffers_lm_head_and_bf16) {
     REQUIRE(tiny_table(&t, 300) == 0, "table");
     float *p = malloc(t.total * sizeof *p), *back = malloc(t.total * sizeof *back);
     param_init(&t, p, 3);
-    Tensor ts[64];
+    TestTensor ts[64];
     int n = 0;
     for (int i = 0; i < t.count; i++) {
         const ParamInfo *pi = &t.params[i];
         size_t rows = pi->role == ROLE_WTE ? 300 : pi->rows, cols = pi->cols;
-        Tensor *x = &ts[n++];
+        TestTensor *x = &ts[n++];
         snprintf(x->name, sizeof x->name, "%s", pi->name + strlen("transformer.")); /* GPT-2's names */
         x->dtype = "BF16";
         x->d0 = pi->ndim == 1 ? 0 : pi->hf_transposed ? cols : rows;
@@ -137,23 +100,23 @@ TEST(hf_weights_reads_gpt2s_own_layout_buffers_lm_head_and_bf16) {
         for (size_t r = 0; r < rows; r++)
             for (size_t c = 0; c < cols; c++) {
                 float v = p[pi->offset + r * cols + c];
-                d[pi->hf_transposed ? c * rows + r : r * cols + c] = to_bf16(v);
+                d[pi->hf_transposed ? c * rows + r : r * cols + c] = test_to_bf16(v);
             }
         x->data = d;
         /* what the reader must give back: the bf16 value */
         for (size_t k = 0; k < rows * cols; k++) {
-            uint32_t b = (uint32_t)to_bf16(p[pi->offset + k]) << 16;
+            uint32_t b = (uint32_t)test_to_bf16(p[pi->offset + k]) << 16;
             memcpy(&p[pi->offset + k], &b, 4);
         }
         if (pi->role == ROLE_WTE) { /* the tied head, stored again as the hub file does */
-            Tensor *h = &ts[n++];
+            TestTensor *h = &ts[n++];
             *h = *x;
             snprintf(h->name, sizeof h->name, "lm_head.weight");
             h->data = malloc(x->bytes);
             memcpy(h->data, d, x->bytes);
         }
         if (pi->role == ROLE_LN1_W) { /* the causal mask buffer some GPT-2 files carry */
-            Tensor *m = &ts[n++];
+            TestTensor *m = &ts[n++];
             snprintf(m->name, sizeof m->name, "h.%d.attn.bias", pi->layer);
             m->dtype = "F32";
             m->d0 = 32;
@@ -164,7 +127,7 @@ TEST(hf_weights_reads_gpt2s_own_layout_buffers_lm_head_and_bf16) {
     }
     char path[900], err[ERR_LEN];
     snprintf(path, sizeof path, "%s/model.safetensors", test_tmpdir());
-    write_safetensors(path, ts, n);
+    write_test_safetensors(path, ts, n);
     write_gpt2_config(test_tmpdir(), "");
     GPTConfig cfg;
     REQUIRE(hf_read_config(test_tmpdir(), &cfg, err) == 0, "%s", err);
@@ -173,7 +136,7 @@ TEST(hf_weights_reads_gpt2s_own_layout_buffers_lm_head_and_bf16) {
     /* an lm_head that is not the embedding is an untied model */
     for (int i = 0; i < n; i++)
         if (!strcmp(ts[i].name, "lm_head.weight")) ((uint16_t *)ts[i].data)[5] ^= 0x40;
-    write_safetensors(path, ts, n);
+    write_test_safetensors(path, ts, n);
     CHECK(hf_read_weights(test_tmpdir(), &t, back, err) != 0 && strstr(err, "lm_head.weight is not the token embedding"),
           "an untied lm_head: %s", err);
     for (int i = 0; i < n; i++)
@@ -182,17 +145,17 @@ TEST(hf_weights_reads_gpt2s_own_layout_buffers_lm_head_and_bf16) {
     int k = 0;
     while (k < n && strcmp(ts[k].name, "h.0.ln_1.weight")) k++;
     REQUIRE(k < n, "no h.0.ln_1.weight");
-    write_safetensors(path, ts, n - 1);
+    write_test_safetensors(path, ts, n - 1);
     CHECK(hf_read_weights(test_tmpdir(), &t, back, err) != 0 && strstr(err, "has no tensor"), "missing tensor: %s", err);
     ts[k].d1 += 1;
     ts[k].bytes += 2;
     ts[k].data = realloc(ts[k].data, ts[k].bytes);
-    write_safetensors(path, ts, n);
-    CHECK(hf_read_weights(test_tmpdir(), &t, back, err) != 0 && strstr(err, "but the model needs"), "shape: %s", err);
+    write_test_safetensors(path, ts, n);
+    CHECK(hf_read_weights(test_tmpdir(), &t, back, err) != 0 && strstr(err, "but the model (config.json) needs"), "shape: %s", err);
     ts[k].d1 -= 1;
     ts[k].bytes -= 2;
     snprintf(ts[k].name, sizeof ts[k].name, "model.layers.0.mlp.gate_proj.weight");
-    write_safetensors(path, ts, n);
+    write_test_safetensors(path, ts, n);
     CHECK(hf_read_weights(test_tmpdir(), &t, back, err) != 0 && strstr(err, "that GPT2LMHeadModel does not"),
           "foreign tensor: %s", err);
     for (int i = 0; i < n; i++) free(ts[i].data);
@@ -207,7 +170,7 @@ TEST(hf_weights_config_of_another_model_is_refused_naming_the_field) {
     const struct {
         const char *extra, *msg;
     } cases[] = {
-        {", \"model_type\": \"llama\"", "model_type llama is not supported"},
+        {", \"model_type\": \"falcon\"", "model_type falcon is not supported"},
         {", \"activation_function\": \"relu\"", "activation_function relu"},
         {", \"n_inner\": 100", "n_inner is not 4 x n_embd"},
         {", \"tie_word_embeddings\": false", "tie_word_embeddings is false"},

@@ -207,3 +207,34 @@ uint32_t *read_ids_file(const char *path, size_t *n) {
     free(text);
     return ids;
 }
+
+void write_test_safetensors(const char *path, const TestTensor *ts, int n) {
+    size_t cap = 256 + (size_t)n * 256, len = 0, off = 0;
+    char *hdr = malloc(cap);
+    len += (size_t)snprintf(hdr + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < n; i++) {
+        if (ts[i].d0)
+            len += (size_t)snprintf(hdr + len, cap - len,
+                                    ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%zu,%zu],\"data_offsets\":[%zu,%zu]}",
+                                    ts[i].name, ts[i].dtype, ts[i].d0, ts[i].d1, off, off + ts[i].bytes);
+        else
+            len += (size_t)snprintf(hdr + len, cap - len,
+                                    ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%zu],\"data_offsets\":[%zu,%zu]}",
+                                    ts[i].name, ts[i].dtype, ts[i].d1, off, off + ts[i].bytes);
+        off += ts[i].bytes;
+    }
+    len += (size_t)snprintf(hdr + len, cap - len, "}");
+    FILE *f = fopen(path, "wb");
+    uint64_t hl = len;
+    fwrite(&hl, 8, 1, f);
+    fwrite(hdr, 1, len, f);
+    for (int i = 0; i < n; i++) fwrite(ts[i].data, 1, ts[i].bytes, f);
+    fclose(f);
+    free(hdr);
+}
+
+uint16_t test_to_bf16(float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    return (uint16_t)(b >> 16);
+}

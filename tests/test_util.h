@@ -56,6 +56,21 @@ void expect_tokenizer_json_refused(const char *fixture_path, const char *from, c
  * NULL on failure. */
 Backend *perturbed_cpu_backend(const ParamTable *t, int B, int T, OutputKind output);
 
+/* One tensor of a safetensors file a test writes: name, dtype ("F32", "BF16", ...), shape [d0, d1]
+ * (d0 0: a vector of d1), and its bytes. */
+typedef struct {
+    char name[96];
+    const char *dtype;
+    size_t d0, d1;
+    size_t bytes;
+    void *data;
+} TestTensor;
+
+/* Writes the n tensors as a safetensors file, laid out in the order given. */
+void write_test_safetensors(const char *path, const TestTensor *ts, int n);
+/* x truncated to bf16 (tests compare with the same rounding). */
+uint16_t test_to_bf16(float x);
+
 /* Extracts the losses printed by ./train ("step k/N | loss x") into losses[]; returns how many. */
 int parse_losses(const char *output, float *losses, int max);
 

@@ -3,11 +3,13 @@
 #include "common/hash.h"
 #include "common/paths.h"
 #include "model/train/checkpoint.h"
+#include "model/train/hf_weights.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,21 +17,44 @@
 #include <unistd.h>
 
 #define STATE_MAGIC "FGPTSTAT"
-/* 2: a checksum of the whole file in the header; 3: the training data's fingerprint; 4: the schedule */
-#define STATE_VERSION 4u
+/* 2: a checksum of the whole file in the header; 3: the training data's fingerprint; 4: the schedule;
+ * 5: the model family's switches and shape (StateFamily) */
+#define STATE_VERSION 5u
+/* The oldest version still read: its files are GPT-2 runs (their family block is all GPT-2's). */
+#define STATE_VERSION_V4 4u
+
+/* Everything of GPTConfig beyond GPT-2's shape, in fixed widths. */
+typedef struct {
+    int32_t family, num_kv_heads, head_dim, ffn_dim;
+    int32_t norm, positions, mlp, qk_norm, qkv_bias, untied_head;
+    float norm_eps;
+    int32_t rope_scaling;
+    double rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_position;
+} StateFamily;
+
+/* The fields of every version from 4 on, in their order. */
+#define STATE_HEADER_FIELDS                                                                         \
+    char magic[8];                                                                                  \
+    uint32_t version, world; /* world: data-parallel ranks; 0 in files of one-rank runs */         \
+    int32_t num_layers, num_heads, dim, max_seq_len, vocab_size, padded_vocab_size;                 \
+    int32_t step, B, T, total_batch;                                                                \
+    uint64_t seed, loader_epoch, loader_position, rng[4];                                           \
+    uint64_t total_params;                                                                          \
+    uint64_t data_tokens, data_fingerprint; /* the training shard's (loader.h); 0: not recorded */ \
+    float lr, lr_final;                     /* the learning-rate schedule (TrainState) */           \
+    int32_t total_steps, warmup;
 
 typedef struct {
-    char magic[8];
-    uint32_t version, world; /* world: data-parallel ranks; 0 in files of one-rank runs */
-    int32_t num_layers, num_heads, dim, max_seq_len, vocab_size, padded_vocab_size;
-    int32_t step, B, T, total_batch;
-    uint64_t seed, loader_epoch, loader_position, rng[4];
-    uint64_t total_params;
-    uint64_t data_tokens, data_fingerprint; /* the training shard's (loader.h); 0: not recorded */
-    float lr, lr_final;                     /* the learning-rate schedule (TrainState) */
-    int32_t total_steps, warmup;
+    STATE_HEADER_FIELDS
+    StateFamily family;
     uint64_t checksum; /* state_checksum of the header (this field 0) and the three arrays */
 } StateHeader;
+
+/* Version 4's header: GPT-2 runs written before the family block. */
+typedef struct {
+    STATE_HEADER_FIELDS
+    uint64_t checksum;
+} StateHeaderV4;
 
 size_t checkpoint_buffers_bytes(const ParamTable *t) {
     return 3 * t->total * sizeof(float);
@@ -61,14 +86,75 @@ void checkpoint_buffers_free(CheckpointBuffers *b) {
     b->params = b->m = b->v = NULL;
 }
 
-/* The file's checksum: the header with its checksum field 0, then params, m, v (n bytes each). */
-static uint64_t state_checksum(const StateHeader *h, const float *params, const float *m, const float *v, size_t n) {
-    StateHeader z = *h;
-    z.checksum = 0;
-    uint64_t c = fgpt_hash64(&z, sizeof z, 0);
+/* The file's checksum: the header's bytes (hsize of them, as on disk) with its checksum field, the
+ * last 8 bytes, as 0, then params, m, v (n bytes each). */
+static uint64_t state_checksum(const void *header, size_t hsize, const float *params, const float *m, const float *v,
+                               size_t n) {
+    unsigned char z[sizeof(StateHeader)];
+    memcpy(z, header, hsize);
+    memset(z + hsize - sizeof(uint64_t), 0, sizeof(uint64_t));
+    uint64_t c = fgpt_hash64(z, hsize, 0);
     c = fgpt_hash64(params, n, c);
     c = fgpt_hash64(m, n, c);
     return fgpt_hash64(v, n, c);
+}
+
+/* cfg (finished) as the state file records it. */
+static StateFamily family_block(const GPTConfig *cfg) {
+    StateFamily b;
+    memset(&b, 0, sizeof b);
+    b.family = cfg->family;
+    b.num_kv_heads = cfg->num_kv_heads;
+    b.head_dim = cfg->head_dim;
+    b.ffn_dim = cfg->ffn_dim;
+    b.norm = cfg->norm;
+    b.positions = cfg->positions;
+    b.mlp = cfg->mlp;
+    b.qk_norm = cfg->qk_norm;
+    b.qkv_bias = cfg->qkv_bias;
+    b.untied_head = cfg->untied_head;
+    b.norm_eps = cfg->norm_eps;
+    b.rope_scaling = cfg->rope.scaling;
+    b.rope_theta = cfg->rope.theta;
+    b.rope_factor = cfg->rope.factor;
+    b.rope_low_freq_factor = cfg->rope.low_freq_factor;
+    b.rope_high_freq_factor = cfg->rope.high_freq_factor;
+    b.rope_original_max_position = cfg->rope.original_max_position_embeddings;
+    return b;
+}
+
+/* A state file's header as read: this version's fields (a version 4 file's family block is the
+ * GPT-2 of its shape), and its bytes as on disk, which the checksum covers. */
+typedef struct {
+    StateHeader h;
+    size_t size;
+    unsigned char raw[sizeof(StateHeader)];
+} DiskHeader;
+
+/* 0 when f starts with a header of a version read here; -1 when it is no state file; -2 when it is
+ * one of another version (that version in d->h.version); -3 when it ends inside its header. */
+static int read_header(FILE *f, DiskHeader *d) {
+    StateHeaderV4 v4;
+    memset(d, 0, sizeof *d);
+    const size_t got = fread(&v4, 1, sizeof v4, f);
+    if (got < sizeof v4.magic || memcmp(v4.magic, STATE_MAGIC, 8) != 0) return -1;
+    if (got < sizeof v4) return -3;
+    memcpy(d->raw, &v4, sizeof v4);
+    if (v4.version == STATE_VERSION) {
+        if (fread(d->raw + sizeof v4, sizeof(StateHeader) - sizeof v4, 1, f) != 1) return -3;
+        memcpy(&d->h, d->raw, sizeof d->h);
+        d->size = sizeof d->h;
+        return 0;
+    }
+    d->h.version = v4.version;
+    if (v4.version != STATE_VERSION_V4) return -2;
+    memcpy(&d->h, &v4, offsetof(StateHeaderV4, checksum)); /* the fields both versions share */
+    GPTConfig gpt2 = {.num_layers = v4.num_layers, .num_heads = v4.num_heads, .dim = v4.dim};
+    gpt_config_finish(&gpt2);
+    d->h.family = family_block(&gpt2);
+    d->h.checksum = v4.checksum;
+    d->size = sizeof v4;
+    return 0;
 }
 
 static int write_all(FILE *f, const void *p, size_t bytes) {
@@ -120,8 +206,9 @@ static int write_state(const char *path, const ParamTable *t, const float *param
     h.lr_final = st->lr_final;
     h.total_steps = st->total_steps;
     h.warmup = st->warmup;
+    h.family = family_block(&t->cfg);
     size_t n = t->total * sizeof(float);
-    h.checksum = state_checksum(&h, params, m, v, n);
+    h.checksum = state_checksum(&h, sizeof h, params, m, v, n);
     int ok = write_all(f, &h, sizeof h) && write_all(f, params, n) && write_all(f, m, n) && write_all(f, v, n);
     return close_synced(f) && ok;
 }
@@ -145,32 +232,61 @@ static int append(char **buf, size_t *len, size_t *cap, const char *s) {
     return 1;
 }
 
-/* Rows of the tensor as HF sees it: wte loses its padded rows. */
-static size_t hf_rows(const ParamTable *t, const ParamInfo *p) {
-    return p->role == ROLE_WTE ? (size_t)t->cfg.vocab_size : p->rows;
+static int write_text(const char *path, const char *text, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return 0;
+    int ok = write_all(f, text, len);
+    return close_synced(f) && ok;
+}
+
+/* One tensor of the HF checkpoint: a table row, or one part of a packed row. */
+typedef struct {
+    const char *name;
+    int ndim;
+    size_t d0, d1;     /* HF shape: [d0, d1], or [d0] for a vector */
+    const float *data; /* in our layout: [d0, d1] rows, or [d1, d0] of ours for a Conv1D matrix */
+    int transposed;
+} HfTensor;
+
+/* Part `part` of row p (0 for a plain row) as HF stores it: the vocabulary rows lose their padding. */
+static HfTensor hf_tensor(const ParamTable *t, const ParamInfo *p, int part, const float *params) {
+    const int vocab = p->role == ROLE_WTE || p->role == ROLE_LM_HEAD;
+    size_t first = 0;
+    for (int j = 0; j < part; j++) first += p->part[j].rows;
+    const size_t rows = p->num_parts ? p->part[part].rows : vocab ? (size_t)t->cfg.vocab_size : p->rows;
+    HfTensor h = {p->num_parts ? p->part[part].name : p->name, p->ndim, 0, 0, NULL, p->hf_transposed};
+    if (p->ndim == 1) {
+        h.d0 = p->num_parts ? rows : p->cols;
+        h.data = params + p->offset + first;
+    } else {
+        h.d0 = p->hf_transposed ? p->cols : rows;
+        h.d1 = p->hf_transposed ? rows : p->cols;
+        h.data = params + p->offset + first * p->cols;
+    }
+    return h;
+}
+
+static int parts_of(const ParamInfo *p) {
+    return p->num_parts ? p->num_parts : 1;
 }
 
 static int write_safetensors(const char *path, const ParamTable *t, const float *params) {
     char *hdr = NULL, item[512];
     size_t len = 0, cap = 0, offset = 0;
     int ok = append(&hdr, &len, &cap, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (int i = 0; i < t->count; i++) {
-        const ParamInfo *p = &t->params[i];
-        size_t rows = hf_rows(t, p), cols = p->cols, bytes = rows * cols * sizeof(float);
-        if (p->ndim == 1)
-            snprintf(item, sizeof item, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu],\"data_offsets\":[%zu,%zu]}",
-                     p->name, cols, offset, offset + bytes);
-        else if (p->hf_transposed)
-            snprintf(item, sizeof item,
-                     ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],\"data_offsets\":[%zu,%zu]}", p->name, cols,
-                     rows, offset, offset + bytes);
-        else
-            snprintf(item, sizeof item,
-                     ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],\"data_offsets\":[%zu,%zu]}", p->name, rows,
-                     cols, offset, offset + bytes);
-        ok = ok && append(&hdr, &len, &cap, item);
-        offset += bytes;
-    }
+    for (int i = 0; i < t->count; i++)
+        for (int j = 0; j < parts_of(&t->params[i]); j++) {
+            const HfTensor h = hf_tensor(t, &t->params[i], j, params);
+            const size_t bytes = h.d0 * (h.ndim == 2 ? h.d1 : 1) * sizeof(float);
+            if (h.ndim == 1)
+                snprintf(item, sizeof item, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu],\"data_offsets\":[%zu,%zu]}",
+                         h.name, h.d0, offset, offset + bytes);
+            else
+                snprintf(item, sizeof item, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],\"data_offsets\":[%zu,%zu]}",
+                         h.name, h.d0, h.d1, offset, offset + bytes);
+            ok = ok && append(&hdr, &len, &cap, item);
+            offset += bytes;
+        }
     ok = ok && append(&hdr, &len, &cap, "}");
     while (ok && len % 8) ok = append(&hdr, &len, &cap, " "); /* the format asks for 8-byte aligned data */
     FILE *f = ok ? fopen(path, "wb") : NULL;
@@ -184,42 +300,30 @@ static int write_safetensors(const char *path, const ParamTable *t, const float 
     /* transposed tensors go out through a fixed buffer: a save allocates nothing the size of a
      * tensor, which could fail after hours of training */
     float chunk[4096];
-    for (int i = 0; ok && i < t->count; i++) {
-        const ParamInfo *p = &t->params[i];
-        const float *x = params + p->offset;
-        size_t rows = hf_rows(t, p);
-        if (!p->hf_transposed) {
-            ok = write_all(f, x, rows * p->cols * sizeof(float));
-            continue;
-        }
-        size_t k = 0;
-        for (size_t c = 0; ok && c < p->cols; c++)
-            for (size_t r = 0; ok && r < p->rows; r++) {
-                chunk[k++] = x[r * p->cols + c];
-                if (k == sizeof chunk / sizeof chunk[0]) ok = write_all(f, chunk, sizeof chunk), k = 0;
+    for (int i = 0; ok && i < t->count; i++)
+        for (int j = 0; ok && j < parts_of(&t->params[i]); j++) {
+            const HfTensor h = hf_tensor(t, &t->params[i], j, params);
+            if (!h.transposed) {
+                ok = write_all(f, h.data, h.d0 * (h.ndim == 2 ? h.d1 : 1) * sizeof(float));
+                continue;
             }
-        ok = ok && write_all(f, chunk, k * sizeof(float));
-    }
+            /* ours is [d1, d0]: HF's [d0, d1] is its transpose */
+            size_t k = 0;
+            for (size_t c = 0; ok && c < h.d0; c++)
+                for (size_t r = 0; ok && r < h.d1; r++) {
+                    chunk[k++] = h.data[r * h.d0 + c];
+                    if (k == sizeof chunk / sizeof chunk[0]) ok = write_all(f, chunk, sizeof chunk), k = 0;
+                }
+            ok = ok && write_all(f, chunk, k * sizeof(float));
+        }
     return close_synced(f) && ok;
 }
 
-/* eos: the tokenizer's separator id, named as bos and eos (-1: no tokenizer; GPT2Config's defaults) */
+/* eos: the tokenizer's separator id, named as bos and eos (-1: no tokenizer; the class defaults) */
 static int write_config_json(const char *path, const GPTConfig *cfg, int eos) {
-    FILE *f = fopen(path, "w");
-    if (!f) return 0;
-    if (eos >= 0) fprintf(f, "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,", eos, eos);
-    else fprintf(f, "{");
-    /* transformers' name for the model's logit cap (Gemma 2's), only where the model has one */
-    if (cfg->logit_softcap > 0.0f) fprintf(f, "\n  \"final_logit_softcapping\": %.9g,", (double)cfg->logit_softcap);
-    fprintf(f,
-            "\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-            "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n"
-            "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
-            "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
-            "  \"initializer_range\": 0.02,\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
-            "  \"attn_pdrop\": 0.0,\n  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
-            cfg->vocab_size, cfg->max_seq_len, cfg->max_seq_len, cfg->dim, cfg->num_layers, cfg->num_heads);
-    return close_synced(f);
+    char buf[4096];
+    int len = hf_config_json(cfg, eos, buf, sizeof buf);
+    return len > 0 && write_text(path, buf, (size_t)len);
 }
 
 static void remove_checkpoint_dir(const char *dir) {
@@ -288,13 +392,6 @@ static void save_failed(char *err, const char *what, const char *path, int errnu
     snprintf(err, ERR_LEN, "%s %s: %s (%s); %s", what, path, strerror(errnum), write_error_hint(errnum), left);
 }
 
-static int write_text(const char *path, const char *text, size_t len) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return 0;
-    int ok = write_all(f, text, len);
-    return close_synced(f) && ok;
-}
-
 int checkpoint_save(const char *run_dir, const ParamTable *t, const float *params, const float *m, const float *v,
                     const TrainState *st, int keep, char *err) {
     return checkpoint_save_with(run_dir, t, params, m, v, st, NULL, keep, err);
@@ -302,11 +399,6 @@ int checkpoint_save(const char *run_dir, const ParamTable *t, const float *param
 
 int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *params, const float *m,
                          const float *v, const TrainState *st, const CheckpointTokenizer *tok, int keep, char *err) {
-    if (t->cfg.family != FAMILY_GPT2) {
-        snprintf(err, ERR_LEN, "checkpoints of the %s family are not written yet (train it without -o checkpoints, or as gpt2)",
-                 gpt_family_name(t->cfg.family));
-        return -1;
-    }
     char final_dir[FGPT_PATH_LEN], tmp_dir[FGPT_PATH_LEN], replaced[FGPT_PATH_LEN], p[FGPT_PATH_LEN];
     char latest[FGPT_PATH_LEN], latest_tmp[FGPT_PATH_LEN];
     if (path_format(final_dir, "%s/step_%08d", run_dir, st->step) != 0 ||
@@ -466,13 +558,13 @@ static int newest_checkpoint(const char *dir, int below) {
     return newest;
 }
 
-/* Opens a state file (mode "rb" or "r+b") whose header is this version's and whose size is the one
- * its header gives, with that header in h; NULL when it is not such a file. */
-static FILE *open_whole_state(const char *path, const char *mode, StateHeader *h) {
+/* Opens a state file (mode "rb" or "r+b") whose header is of a version read here and whose size is
+ * the one its header gives, with that header in d; NULL when it is not such a file. */
+static FILE *open_whole_state(const char *path, const char *mode, DiskHeader *d) {
     FILE *f = fopen(path, mode);
     struct stat sb;
-    if (f && fread(h, sizeof *h, 1, f) == 1 && memcmp(h->magic, STATE_MAGIC, 8) == 0 && h->version == STATE_VERSION &&
-        fstat(fileno(f), &sb) == 0 && (uint64_t)sb.st_size == sizeof *h + 3 * h->total_params * sizeof(float))
+    if (f && read_header(f, d) == 0 && fstat(fileno(f), &sb) == 0 &&
+        (uint64_t)sb.st_size == d->size + 3 * d->h.total_params * sizeof(float))
         return f;
     if (f) fclose(f);
     return NULL;
@@ -483,7 +575,7 @@ static FILE *open_whole_state(const char *path, const char *mode, StateHeader *h
  * once complete, so this passes over only what was damaged afterwards; loading checks the rest. */
 static int newest_whole_checkpoint(const char *run_dir, int below, char *name, size_t size) {
     char path[FGPT_PATH_LEN];
-    StateHeader h;
+    DiskHeader h;
     for (int step = newest_checkpoint(run_dir, below); step >= 0; step = newest_checkpoint(run_dir, step)) {
         FILE *f = path_format(path, "%s/step_%08d/state.bin", run_dir, step) == 0 ? open_whole_state(path, "rb", &h)
                                                                                   : NULL;
@@ -512,9 +604,9 @@ int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, si
 #define OLDER_CHECKPOINT_HINT \
     "to resume from an older checkpoint, write its directory name (step_NNNNNNNN) into the run's latest file"
 
-#define CHECK_FIELD(field, ours, flag)                                                                   \
+#define CHECK_FIELD(field, what, ours, flag)                                                             \
     if ((h.field) != (ours)) {                                                                           \
-        snprintf(err, ERR_LEN, "checkpoint %s has " #field " %d but this run has %d (pass %s %d, or start a " \
+        snprintf(err, ERR_LEN, "checkpoint %s has " what " %d but this run has %d (pass %s %d, or start a "  \
                  "new run with another -o)", path, (int)(h.field), (int)(ours), flag, (int)(h.field));      \
         fclose(f);                                                                                       \
         return -1;                                                                                       \
@@ -560,16 +652,31 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
         snprintf(err, ERR_LEN, "cannot open %s: %s (checkpoint incomplete?)", path, strerror(errno));
         return -1;
     }
-    StateHeader h;
+    DiskHeader d;
     struct stat sb;
-    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, STATE_MAGIC, 8) != 0) {
+    const int got = read_header(f, &d);
+    const StateHeader h = d.h;
+    if (got == -1) {
         snprintf(err, ERR_LEN, "%s is not a fusedgpt state file (corrupt); %s", path, OLDER_CHECKPOINT_HINT);
         fclose(f);
         return -1;
     }
-    if (h.version != STATE_VERSION) {
-        snprintf(err, ERR_LEN, "%s is a state file of version %u, this fusedgpt reads version %u: resume it with the "
-                 "fusedgpt that wrote it, or start a new run with another -o", path, h.version, STATE_VERSION);
+    if (got == -3) {
+        snprintf(err, ERR_LEN, "%s is truncated (it ends inside its header); %s", path, OLDER_CHECKPOINT_HINT);
+        fclose(f);
+        return -1;
+    }
+    if (got == -2) {
+        snprintf(err, ERR_LEN, "%s is a state file of version %u, this fusedgpt reads versions %u to %u: resume it "
+                 "with the fusedgpt that wrote it, or start a new run with another -o", path, h.version,
+                 STATE_VERSION_V4, STATE_VERSION);
+        fclose(f);
+        return -1;
+    }
+    if (h.family.family != (int32_t)t->cfg.family) {
+        snprintf(err, ERR_LEN, "checkpoint %s is a %s model but this run's is %s (pass --family %s, or the --init-from "
+                 "it started from; or start a new run with another -o)", path, gpt_family_name(h.family.family),
+                 gpt_family_name(t->cfg.family), gpt_family_name(h.family.family));
         fclose(f);
         return -1;
     }
@@ -578,8 +685,18 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
         fclose(f);
         return -1;
     }
-    CHECK_FIELD(max_seq_len, t->cfg.max_seq_len, "--max-seq-len");
-    CHECK_FIELD(vocab_size, t->cfg.vocab_size, "-v");
+    CHECK_FIELD(family.num_kv_heads, "kv heads", t->cfg.num_kv_heads, "--kv-heads");
+    CHECK_FIELD(family.head_dim, "head dim", t->cfg.head_dim, "--head-dim");
+    CHECK_FIELD(family.ffn_dim, "ffn dim", t->cfg.ffn_dim, "--ffn-dim");
+    const StateFamily ours = family_block(&t->cfg);
+    if (memcmp(&ours, &h.family, sizeof ours) != 0) { /* what no shape flag sets: config.json's switches */
+        snprintf(err, ERR_LEN, "checkpoint %s has other norm, RoPE, bias or head-tying settings than this run's model "
+                 "(pass the --init-from or --family it started with, or start a new run with another -o)", path);
+        fclose(f);
+        return -1;
+    }
+    CHECK_FIELD(max_seq_len, "max_seq_len", t->cfg.max_seq_len, "--max-seq-len");
+    CHECK_FIELD(vocab_size, "vocab_size", t->cfg.vocab_size, "-v");
     /* no flag sets it: it follows from -v, and it decides where every tensor after wte lies */
     if (h.padded_vocab_size != t->cfg.padded_vocab_size) {
         snprintf(err, ERR_LEN, "checkpoint %s pads its vocabulary of %d to %d rows but this model pads it to %d (a "
@@ -589,8 +706,8 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
         return -1;
     }
     size_t n = t->total * sizeof(float);
-    if (fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size != sizeof h + 3 * n || h.total_params != t->total) {
-        snprintf(err, ERR_LEN, "%s is truncated or corrupt (expected %zu bytes); %s", path, sizeof h + 3 * n,
+    if (fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size != d.size + 3 * n || h.total_params != t->total) {
+        snprintf(err, ERR_LEN, "%s is truncated or corrupt (expected %zu bytes); %s", path, d.size + 3 * n,
                  OLDER_CHECKPOINT_HINT);
         fclose(f);
         return -1;
@@ -603,7 +720,7 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
     fclose(f);
     int named_step;
     char tail;
-    if (state_checksum(&h, params, m, v, n) != h.checksum) {
+    if (state_checksum(d.raw, d.size, params, m, v, n) != h.checksum) {
         snprintf(err, ERR_LEN, "%s does not match its checksum (corrupt on disk); %s", path, OLDER_CHECKPOINT_HINT);
         return -1;
     }
@@ -645,18 +762,19 @@ int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *para
 }
 
 int checkpoint_state_reseal(const char *path, char *err) {
-    StateHeader h;
-    FILE *f = open_whole_state(path, "r+b", &h);
+    DiskHeader d;
+    FILE *f = open_whole_state(path, "r+b", &d);
     if (!f) {
-        snprintf(err, ERR_LEN, "%s is not a complete fusedgpt state file of version %u", path, STATE_VERSION);
+        snprintf(err, ERR_LEN, "%s is not a complete fusedgpt state file of version %u or %u", path, STATE_VERSION_V4,
+                 STATE_VERSION);
         return -1;
     }
-    size_t n = h.total_params * sizeof(float);
+    const size_t total = d.h.total_params, n = total * sizeof(float);
     float *x = malloc(3 * n);
     int ok = x && fread(x, 1, 3 * n, f) == 3 * n;
     if (ok) {
-        h.checksum = state_checksum(&h, x, x + h.total_params, x + 2 * h.total_params, n);
-        ok = fseek(f, 0, SEEK_SET) == 0 && write_all(f, &h, sizeof h);
+        const uint64_t c = state_checksum(d.raw, d.size, x, x + total, x + 2 * total, n);
+        ok = fseek(f, (long)(d.size - sizeof c), SEEK_SET) == 0 && write_all(f, &c, sizeof c);
     }
     free(x);
     if (!close_synced(f) || !ok) {
@@ -695,13 +813,16 @@ int checkpoint_dir_to_read(const char *run_dir, int step, const char *hf_dir, co
     } else {
         path_format(dir, "%s/%s", run_dir, name);
     }
+    /* the weights are one file, or shards that an index lists (hf_read_weights checks those) */
     static const char *const files[] = {"config.json", "model.safetensors"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char path[FGPT_PATH_LEN];
+        char path[FGPT_PATH_LEN], index[FGPT_PATH_LEN];
         if (path_format(path, "%s/%s", dir, files[i]) == 0 && stat(path, &st) == 0) continue;
+        if (i == 1 && path_format(index, "%s/model.safetensors.index.json", dir) == 0 && stat(index, &st) == 0) continue;
         if (hf_dir)
             snprintf(err, ERR_LEN, "%s %s has no %s (pass a Hugging Face checkpoint directory: config.json and "
-                                   "model.safetensors)", hf_flag, dir, files[i]);
+                                   "model.safetensors, or its shards and model.safetensors.index.json)", hf_flag, dir,
+                     files[i]);
         else
             snprintf(err, ERR_LEN, "checkpoint %s has no %s (it is incomplete; pass --step with another of the run's "
                                    "step_* directories)", dir, files[i]);

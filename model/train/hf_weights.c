@@ -1,9 +1,5 @@
-/* model/train/hf_weights.c - config.json and model.safetensors of a GPT2LMHeadModel into our config and
- * parameter layout (see hf_weights.h).
- *
- * safetensors: an 8-byte little-endian header length N, N bytes of JSON
- * {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}, then the
- * data; offsets count from the end of the header, and the tensors cover the data exactly. */
+/* model/train/hf_weights.c - Hugging Face config.json and weights of every family into our config
+ * and parameter layout, and config.json back out (see hf_weights.h). */
 #include "model/train/hf_weights.h"
 
 #include <errno.h>
@@ -12,21 +8,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/err.h"
-#include "common/paths.h"
 #include "common/json.h"
-
-#define MAX_HEADER (100u << 20) /* a header larger than this is not a GPT-2's */
-/* Offsets and dimensions above this (a petabyte) are corrupt; below 2^53 a double holds them exactly. */
-#define MAX_OFFSET (1ll << 50)
+#include "common/paths.h"
+#include "common/safetensors.h"
 
 /* A whole file, NUL after its bytes (malloc'ed), or NULL with a message. */
 static char *read_whole(const char *path, size_t *len, char *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, ERR_LEN, "cannot open %s: %s (--init-from needs a Hugging Face GPT-2 directory)", path,
-                 strerror(errno));
+        snprintf(err, ERR_LEN, "cannot open %s: %s (pass a Hugging Face checkpoint directory)", path, strerror(errno));
         return NULL;
     }
     char *buf = NULL;
@@ -44,8 +37,27 @@ static char *read_whole(const char *path, size_t *len, char *err) {
     return buf;
 }
 
+/* A JSON file parsed, or NULL with a message. */
+static JsonValue *read_json(const char *path, char *err) {
+    size_t len;
+    char *text = read_whole(path, &len, err);
+    if (!text) return NULL;
+    char jerr[ERR_LEN];
+    JsonValue *root = json_parse(text, len, path, jerr);
+    free(text);
+    if (!root) snprintf(err, ERR_LEN, "%s", jerr);
+    else if (root->type != JSON_OBJECT) snprintf(err, ERR_LEN, "%s is not a JSON object", path);
+    if (root && root->type != JSON_OBJECT) {
+        json_free(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* ---- config.json ---- */
+
 /* The JSON type transformers writes for each config.json field read here. */
-typedef enum { FIELD_STRING, FIELD_BOOL, FIELD_NUMBER, FIELD_INT, FIELD_INT_OR_NULL } FieldType;
+typedef enum { FIELD_STRING, FIELD_BOOL, FIELD_NUMBER, FIELD_INT, FIELD_INT_OR_NULL, FIELD_OBJECT_OR_NULL } FieldType;
 
 static const struct {
     const char *key;
@@ -58,6 +70,15 @@ static const struct {
     {"n_inner", FIELD_INT_OR_NULL},        {"tie_word_embeddings", FIELD_BOOL},
     {"layer_norm_epsilon", FIELD_NUMBER},  {"scale_attn_weights", FIELD_BOOL},
     {"scale_attn_by_inverse_layer_idx", FIELD_BOOL},
+    /* LlamaConfig, Qwen2Config, Qwen3Config */
+    {"hidden_size", FIELD_INT},            {"intermediate_size", FIELD_INT},
+    {"num_hidden_layers", FIELD_INT},      {"num_attention_heads", FIELD_INT},
+    {"num_key_value_heads", FIELD_INT_OR_NULL}, {"head_dim", FIELD_INT_OR_NULL},
+    {"rms_norm_eps", FIELD_NUMBER},        {"rope_theta", FIELD_NUMBER},
+    {"rope_scaling", FIELD_OBJECT_OR_NULL}, {"rope_parameters", FIELD_OBJECT_OR_NULL},
+    {"attention_bias", FIELD_BOOL},        {"mlp_bias", FIELD_BOOL},
+    {"hidden_act", FIELD_STRING},          {"max_position_embeddings", FIELD_INT},
+    {"use_sliding_window", FIELD_BOOL},    {"attention_dropout", FIELD_NUMBER},
 };
 
 static int has_type(const JsonValue *v, FieldType want) {
@@ -67,6 +88,7 @@ static int has_type(const JsonValue *v, FieldType want) {
     case FIELD_NUMBER:
     case FIELD_INT: return v->type == JSON_NUMBER;
     case FIELD_INT_OR_NULL: return v->type == JSON_NUMBER || v->type == JSON_NULL;
+    case FIELD_OBJECT_OR_NULL: return v->type == JSON_OBJECT || v->type == JSON_NULL;
     }
     return 0;
 }
@@ -75,7 +97,8 @@ static int has_type(const JsonValue *v, FieldType want) {
  * tie_word_embeddings) is a hand-edited or foreign file, and reading around it would be a guess. The
  * range of an integer is checked where it is read. */
 static int check_field_types(const JsonValue *root, const char *path, char *err) {
-    static const char *expected[] = {"a string", "true or false", "a number", "an integer", "an integer or null"};
+    static const char *expected[] = {"a string", "true or false", "a number", "an integer", "an integer or null",
+                                     "an object or null"};
     for (size_t i = 0; i < sizeof config_fields / sizeof config_fields[0]; i++) {
         const JsonValue *v = json_get(root, config_fields[i].key);
         if (v && !has_type(v, config_fields[i].type)) {
@@ -95,419 +118,576 @@ static int get_int(const JsonValue *cfg, const char *key, const char *path, long
     return 0;
 }
 
-int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
-    char path[FGPT_PATH_LEN], jerr[ERR_LEN];
-    memset(cfg, 0, sizeof *cfg); /* every switch config.json does not set is GPT-2's */
-    if (path_format(path, "%s/config.json", dir) != 0) {
-        snprintf(err, ERR_LEN, "%.200s...: too long a path for its config.json", dir);
-        return -1;
+/* An optional positive integer: its value; absent, the config class's default; null, what the
+ * class puts in place of None. */
+static int get_int_or(const JsonValue *cfg, const char *key, long long absent, long long null, const char *path,
+                      long long *out, char *err) {
+    const JsonValue *v = json_get(cfg, key);
+    if (!v || v->type == JSON_NULL) {
+        *out = v ? null : absent;
+        return 0;
     }
-    size_t len;
-    char *text = read_whole(path, &len, err);
-    if (!text) return -1;
-    JsonValue *root = json_parse(text, len, path, jerr);
-    free(text);
-    if (!root) {
-        snprintf(err, ERR_LEN, "%s", jerr);
-        return -1;
-    }
-    int rc = -1;
-    long long L, NH, C, T, V;
-    const char *type = json_string(json_get(root, "model_type"));
+    return get_int(cfg, key, path, out, err);
+}
+
+static int is_true(const JsonValue *v) {
+    return v && v->type == JSON_TRUE;
+}
+
+static int read_gpt2_config(const JsonValue *root, const char *path, GPTConfig *cfg, char *err) {
+    long long L, NH, C, T, V, inner_v = 0;
     const char *act = json_string(json_get(root, "activation_function"));
     const JsonValue *inner = json_get(root, "n_inner"), *tie = json_get(root, "tie_word_embeddings");
     const JsonValue *eps = json_get(root, "layer_norm_epsilon"), *by_layer = json_get(root, "scale_attn_by_inverse_layer_idx");
     const JsonValue *scale = json_get(root, "scale_attn_weights");
-    const JsonValue *cap = json_get(root, "final_logit_softcapping"); /* a number, or null: none */
-    long long inner_v = 0;
-    if (root->type != JSON_OBJECT) {
-        snprintf(err, ERR_LEN, "%s is not a JSON object", path);
-    } else if (check_field_types(root, path, err) != 0) {
-        /* err set */
-    } else if (type && strcmp(type, "gpt2") != 0) {
-        snprintf(err, ERR_LEN, "%s: model_type %s is not supported (GPT-2's is)", path, type);
-    } else if (get_int(root, "n_layer", path, &L, err) || get_int(root, "n_head", path, &NH, err) ||
-               get_int(root, "n_embd", path, &C, err) || get_int(root, "vocab_size", path, &V, err) ||
-               (json_get(root, "n_positions") ? get_int(root, "n_positions", path, &T, err)
-                                              : get_int(root, "n_ctx", path, &T, err))) {
-        /* err set */
-    } else if (act && strcmp(act, "gelu_new") != 0 && strcmp(act, "gelu_pytorch_tanh") != 0) {
+    if (get_int(root, "n_layer", path, &L, err) || get_int(root, "n_head", path, &NH, err) ||
+        get_int(root, "n_embd", path, &C, err) || get_int(root, "vocab_size", path, &V, err) ||
+        (json_get(root, "n_positions") ? get_int(root, "n_positions", path, &T, err)
+                                       : get_int(root, "n_ctx", path, &T, err)))
+        return -1;
+    if (act && strcmp(act, "gelu_new") != 0 && strcmp(act, "gelu_pytorch_tanh") != 0)
         snprintf(err, ERR_LEN, "%s: activation_function %s is not supported (the tanh GELU, gelu_new, is)", path, act);
-    } else if (inner && inner->type != JSON_NULL && (!json_int(inner, 1, 1 << 30, &inner_v) || inner_v != 4 * C)) {
+    else if (inner && inner->type != JSON_NULL && (!json_int(inner, 1, 1 << 30, &inner_v) || inner_v != 4 * C))
         snprintf(err, ERR_LEN, "%s: n_inner is not 4 x n_embd; only GPT-2's MLP width is supported", path);
-    } else if (tie && tie->type == JSON_FALSE) {
-        snprintf(err, ERR_LEN, "%s: tie_word_embeddings is false; the output layer here is the token embedding", path);
-    } else if (eps && fabs(eps->number - 1e-5) > 1e-9) {
+    else if (tie && tie->type == JSON_FALSE)
+        snprintf(err, ERR_LEN, "%s: tie_word_embeddings is false; GPT-2's output layer here is the token embedding", path);
+    else if (eps && fabs(eps->number - 1e-5) > 1e-9)
         snprintf(err, ERR_LEN, "%s: layer_norm_epsilon is not 1e-5, the one this trainer uses", path);
-    } else if ((by_layer && by_layer->type == JSON_TRUE) || (scale && scale->type == JSON_FALSE)) {
+    else if (is_true(by_layer) || (scale && scale->type == JSON_FALSE))
         snprintf(err, ERR_LEN, "%s: attention scaled other than by 1/sqrt(head size) is not supported", path);
-    } else if (cap && cap->type != JSON_NULL && !(cap->type == JSON_NUMBER && cap->number > 0 && cap->number < 1e30)) {
-        snprintf(err, ERR_LEN, "%s: final_logit_softcapping is not a positive number or null (fix the field)", path);
-    } else if (C % NH) {
+    else if (C % NH)
         snprintf(err, ERR_LEN, "%s: n_head %lld does not divide n_embd %lld", path, NH, C);
-    } else {
+    else {
         cfg->num_layers = (int)L;
         cfg->num_heads = (int)NH;
         cfg->dim = (int)C;
         cfg->max_seq_len = (int)T;
         cfg->vocab_size = (int)V;
-        cfg->logit_softcap = cap && cap->type == JSON_NUMBER ? (float)cap->number : 0.0f;
+        return 0;
+    }
+    return -1;
+}
+
+/* A positive number of a rope_scaling object; -1 with a message when it is missing. */
+static int rope_number(const JsonValue *rope, const char *field, const char *key, const char *path, double *out,
+                       char *err) {
+    const JsonValue *v = json_get(rope, key);
+    if (!v || v->type != JSON_NUMBER || !(v->number > 0)) {
+        snprintf(err, ERR_LEN, "%s: %s.%s is missing or not a positive number (transformers needs it for this rope_type)",
+                 path, field, key);
+        return -1;
+    }
+    *out = v->number;
+    return 0;
+}
+
+/* rope_theta and rope_scaling as transformers 4 writes them, or rope_parameters as transformers 5
+ * does (theta inside); RoPE types other than default, linear and llama3 are refused. */
+static int read_rope(const JsonValue *root, const char *path, RopeParams *rope, char *err) {
+    const JsonValue *params = json_get(root, "rope_parameters"), *scaling = json_get(root, "rope_scaling");
+    const char *field = params && params->type == JSON_OBJECT ? "rope_parameters" : "rope_scaling";
+    const JsonValue *r = params && params->type == JSON_OBJECT ? params : scaling;
+    const JsonValue *theta = json_get(r, "rope_theta");
+    if (!theta) theta = json_get(root, "rope_theta");
+    *rope = (RopeParams){.theta = 10000.0, .scaling = ROPE_SCALING_NONE}; /* the config classes' default */
+    if (theta) {
+        if (theta->type != JSON_NUMBER || !(theta->number > 0)) {
+            snprintf(err, ERR_LEN, "%s: rope_theta is not a positive number", path);
+            return -1;
+        }
+        rope->theta = theta->number;
+    }
+    if (!r || r->type != JSON_OBJECT) return 0;
+    const char *type = json_string(json_get(r, "rope_type"));
+    if (!type) type = json_string(json_get(r, "type"));
+    if (!type || strcmp(type, "default") == 0) return 0;
+    if (strcmp(type, "linear") == 0) {
+        rope->scaling = ROPE_SCALING_LINEAR;
+        return rope_number(r, field, "factor", path, &rope->factor, err);
+    }
+    if (strcmp(type, "llama3") == 0) {
+        rope->scaling = ROPE_SCALING_LLAMA3;
+        if (rope_number(r, field, "factor", path, &rope->factor, err) ||
+            rope_number(r, field, "low_freq_factor", path, &rope->low_freq_factor, err) ||
+            rope_number(r, field, "high_freq_factor", path, &rope->high_freq_factor, err) ||
+            rope_number(r, field, "original_max_position_embeddings", path, &rope->original_max_position_embeddings, err))
+            return -1;
+        if (!(rope->high_freq_factor > rope->low_freq_factor)) {
+            snprintf(err, ERR_LEN, "%s: %s.high_freq_factor must be above low_freq_factor", path, field);
+            return -1;
+        }
+        return 0;
+    }
+    snprintf(err, ERR_LEN, "%s: %s rope_type %s is not computed here (default, linear and llama3 are)", path, field, type);
+    return -1;
+}
+
+/* Llama, Qwen2 and Qwen3: the fields their config classes read, with those classes' defaults. */
+static int read_rope_family_config(const JsonValue *root, const char *path, ModelFamily family, GPTConfig *cfg,
+                                   char *err) {
+    long long L, NH, C, F, V, NKV, hd, T;
+    const int qwen = family != FAMILY_LLAMA;
+    if (get_int(root, "num_hidden_layers", path, &L, err) || get_int(root, "num_attention_heads", path, &NH, err) ||
+        get_int(root, "hidden_size", path, &C, err) || get_int(root, "intermediate_size", path, &F, err) ||
+        get_int(root, "vocab_size", path, &V, err) ||
+        /* LlamaConfig leaves it to the heads; Qwen2Config and Qwen3Config default to 32 */
+        get_int_or(root, "num_key_value_heads", qwen ? 32 : NH, NH, path, &NKV, err) ||
+        get_int_or(root, "head_dim", family == FAMILY_QWEN3 ? 128 : C / NH, C / NH, path, &hd, err) ||
+        get_int_or(root, "max_position_embeddings", qwen ? 32768 : 2048, qwen ? 32768 : 2048, path, &T, err))
+        return -1;
+    const char *act = json_string(json_get(root, "hidden_act"));
+    const JsonValue *eps = json_get(root, "rms_norm_eps"), *dropout = json_get(root, "attention_dropout");
+    const JsonValue *layer_types = json_get(root, "layer_types");
+    if (act && strcmp(act, "silu") != 0) {
+        snprintf(err, ERR_LEN, "%s: hidden_act %s is not computed here (%s's MLP is SwiGLU: silu)", path, act,
+                 hf_architecture(family));
+        return -1;
+    }
+    /* Qwen2 has q, k and v biases whatever the field says; Llama's and Qwen3's would bias o_proj too */
+    if (family != FAMILY_QWEN2 && is_true(json_get(root, "attention_bias"))) {
+        snprintf(err, ERR_LEN, "%s: attention_bias is true; biases on the attention projections are computed for qwen2 "
+                 "only (q, k, v)", path);
+        return -1;
+    }
+    if (is_true(json_get(root, "mlp_bias"))) {
+        snprintf(err, ERR_LEN, "%s: mlp_bias is true; the MLP here has no biases", path);
+        return -1;
+    }
+    if (is_true(json_get(root, "use_sliding_window"))) {
+        snprintf(err, ERR_LEN, "%s: use_sliding_window is true; attention here sees every earlier token", path);
+        return -1;
+    }
+    for (size_t i = 0; layer_types && layer_types->type == JSON_ARRAY && i < layer_types->len; i++) {
+        const char *kind = json_string(&layer_types->items[i]);
+        if (!kind || strcmp(kind, "full_attention") != 0) {
+            snprintf(err, ERR_LEN, "%s: layer_types[%zu] is not \"full_attention\", the one attention computed here",
+                     path, i);
+            return -1;
+        }
+    }
+    if (dropout && dropout->number != 0.0) {
+        snprintf(err, ERR_LEN, "%s: attention_dropout is %g; training here uses no dropout (set it to 0.0)", path,
+                 dropout->number);
+        return -1;
+    }
+    if (eps && !(eps->number > 0)) {
+        snprintf(err, ERR_LEN, "%s: rms_norm_eps is not a positive number", path);
+        return -1;
+    }
+    gpt_family_defaults(cfg, family);
+    if (read_rope(root, path, &cfg->rope, err) != 0) return -1;
+    cfg->num_layers = (int)L;
+    cfg->num_heads = (int)NH;
+    cfg->dim = (int)C;
+    cfg->ffn_dim = (int)F;
+    cfg->vocab_size = (int)V;
+    cfg->num_kv_heads = (int)NKV;
+    cfg->head_dim = (int)hd;
+    cfg->max_seq_len = (int)T;
+    cfg->norm_eps = eps ? (float)eps->number : 1e-6f;
+    cfg->untied_head = !is_true(json_get(root, "tie_word_embeddings")); /* untied unless said */
+    return 0;
+}
+
+/* final_logit_softcapping, a field of any family's config.json (Gemma 2's models set it): the model's
+ * logits are capped before the softmax. A positive number, or null or absent for none. */
+static int read_logit_cap(const JsonValue *root, const char *path, GPTConfig *cfg, char *err) {
+    const JsonValue *cap = json_get(root, "final_logit_softcapping");
+    if (cap && cap->type != JSON_NULL && !(cap->type == JSON_NUMBER && cap->number > 0 && cap->number < 1e30)) {
+        snprintf(err, ERR_LEN, "%s: final_logit_softcapping is not a positive number or null (fix the field)", path);
+        return -1;
+    }
+    cfg->logit_softcap = cap && cap->type == JSON_NUMBER ? (float)cap->number : 0.0f;
+    return 0;
+}
+
+int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
+    char path[FGPT_PATH_LEN];
+    memset(cfg, 0, sizeof *cfg); /* every switch config.json does not set is GPT-2's */
+    if (path_format(path, "%s/config.json", dir) != 0) {
+        snprintf(err, ERR_LEN, "%.200s...: too long a path for its config.json", dir);
+        return -1;
+    }
+    JsonValue *root = read_json(path, err);
+    if (!root) return -1;
+    int rc = -1;
+    const char *type = json_string(json_get(root, "model_type"));
+    ModelFamily family = FAMILY_GPT2;
+    if (check_field_types(root, path, err) != 0) {
+        /* err set */
+    } else if (type && gpt_family_parse(type, &family) != 0) {
+        snprintf(err, ERR_LEN, "%s: model_type %s is not supported (gpt2, llama, qwen2 and qwen3 are)", path, type);
+    } else if (!type && json_get(root, "hidden_size")) {
+        snprintf(err, ERR_LEN, "%s has no model_type (add the one transformers wrote: llama, qwen2 or qwen3)", path);
+    } else if (family == FAMILY_GEMMA3) {
+        snprintf(err, ERR_LEN, "%s: model_type %s: Gemma 3 checkpoints are not read yet (gpt2, llama, qwen2 and qwen3 are)",
+                 path, type);
+    } else if ((family == FAMILY_GPT2 ? read_gpt2_config(root, path, cfg, err) == 0
+                                      : read_rope_family_config(root, path, family, cfg, err) == 0) &&
+               read_logit_cap(root, path, cfg, err) == 0) {
         gpt_config_finish(cfg);
-        rc = 0;
+        ParamTable t; /* the shape must be one the blocks compute: said now, naming the file */
+        char why[ERR_LEN];
+        if (param_table_build(&t, cfg, why) != 0)
+            snprintf(err, ERR_LEN, "%s: %s", path, why);
+        else
+            rc = 0;
+        param_table_free(&t);
     }
     json_free(root);
     return rc;
 }
 
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = h >> 10 & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: normalise */
-            int e = -1;
-            do {
-                e++;
-                man <<= 1;
-            } while (!(man & 0x400));
-            bits = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | man << 13;
-    } else {
-        bits = sign | (exp + 127 - 15) << 23 | man << 13;
+/* ---- the weights ---- */
+
+const char *hf_architecture(ModelFamily family) {
+    switch (family) {
+    case FAMILY_GPT2: return "GPT2LMHeadModel";
+    case FAMILY_LLAMA: return "LlamaForCausalLM";
+    case FAMILY_QWEN2: return "Qwen2ForCausalLM";
+    case FAMILY_QWEN3: return "Qwen3ForCausalLM";
+    case FAMILY_GEMMA3: return "Gemma3ForCausalLM";
     }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+    return "?";
 }
 
 /* What the table's names (GPT2LMHeadModel's) put before GPT2Model's, which GPT-2's own files use. */
 static const char BODY_PREFIX[] = "transformer.";
 
-/* The table entry a safetensors name stands for: ours ("transformer.h.0...") or GPT-2's own
- * ("h.0..."); NULL for any other name. */
-static const ParamInfo *param_named(const ParamTable *t, const char *name) {
+/* Where a stored tensor goes: a row of the table, and which of its HF parts (0 for a plain row). */
+typedef struct {
+    const ParamInfo *p;
+    int part;
+    size_t first; /* rows of the packed matrix (elements of a packed vector) before this part */
+} Target;
+
+/* The table entry a safetensors name stands for (GPT-2's names with or without "transformer.");
+ * 0, or -1 for a name the model does not have. */
+static int find_target(const ParamTable *t, const char *name, Target *out) {
+    const int gpt2 = t->cfg.family == FAMILY_GPT2;
     const size_t k = strlen(BODY_PREFIX);
-    const char *bare = strncmp(name, BODY_PREFIX, k) == 0 ? name + k : name;
-    for (int i = 0; i < t->count; i++)
-        if (strcmp(t->params[i].name + k, bare) == 0) return &t->params[i];
-    return NULL;
-}
-
-/* Buffers some GPT-2 files carry besides the weights (the causal mask). */
-static int is_buffer(const char *name) {
-    size_t n = strlen(name);
-    return (n > 10 && strcmp(name + n - 10, ".attn.bias") == 0) ||
-           (n > 17 && strcmp(name + n - 17, ".attn.masked_bias") == 0);
-}
-
-/* safetensors' dtypes and their bytes per element. */
-static const struct {
-    const char *name;
-    uint64_t width;
-} dtypes[] = {{"BOOL", 1}, {"U8", 1},  {"I8", 1},   {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
-              {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"I64", 8},     {"U64", 8}, {"F64", 8}};
-
-/* Bytes per element of a dtype, 0 for a name safetensors does not define. */
-static uint64_t dtype_width(const char *dtype) {
-    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
-        if (strcmp(dtypes[i].name, dtype) == 0) return dtypes[i].width;
-    return 0;
-}
-
-/* a * b, or UINT64_MAX where that does not fit: a byte count no file holds, refused as such */
-static uint64_t mul_saturating(uint64_t a, uint64_t b) {
-    return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
-}
-
-typedef struct {
-    const char *name;
-    uint64_t begin, end;
-} Span;
-
-static int by_offset(const void *a, const void *b) {
-    const Span *x = a, *y = b;
-    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
-    return (x->end > y->end) - (x->end < y->end);
-}
-
-/* One entry of the header: a known dtype, a shape, and data_offsets within the data that hold exactly
- * the bytes the shape takes in that dtype. Its span goes into *span. */
-static int check_entry(const char *name, const JsonValue *v, uint64_t data_len, const char *path, Span *span,
-                       char *err) {
-    const JsonValue *shape = json_get(v, "shape"), *off = json_get(v, "data_offsets");
-    const char *dtype = json_string(json_get(v, "dtype"));
-    long long b, e, d;
-    int ok = dtype && shape && shape->type == JSON_ARRAY && off && off->type == JSON_ARRAY && off->len == 2 &&
-             json_int(&off->items[0], 0, MAX_OFFSET, &b) && json_int(&off->items[1], 0, MAX_OFFSET, &e) && b <= e;
-    uint64_t elems = 1;
-    char dims[160] = "[";
-    for (size_t i = 0; ok && i < shape->len; i++) {
-        ok = json_int(&shape->items[i], 0, MAX_OFFSET, &d);
-        elems = mul_saturating(elems, (uint64_t)d);
-        size_t k = strlen(dims);
-        snprintf(dims + k, sizeof dims - k, "%s%lld", i ? ", " : "", d);
-    }
-    if (!ok) {
-        snprintf(err, ERR_LEN, "%s: tensor %s has no valid dtype, shape or data_offsets (corrupt header)", path, name);
-        return -1;
-    }
-    size_t k = strlen(dims);
-    snprintf(dims + k, sizeof dims - k, "]");
-    const uint64_t width = dtype_width(dtype), bytes = mul_saturating(elems, width);
-    if (!width) {
-        snprintf(err, ERR_LEN, "%s: tensor %s has dtype %s, which safetensors does not define (corrupt header)", path,
-                 name, dtype);
-        return -1;
-    }
-    if ((uint64_t)e > data_len) {
-        snprintf(err, ERR_LEN, "%s: tensor %s ends at byte %lld of the data, past its end at %llu (truncated?)", path,
-                 name, e, (unsigned long long)data_len);
-        return -1;
-    }
-    if ((uint64_t)(e - b) != bytes) {
-        snprintf(err, ERR_LEN, "%s: tensor %s holds %lld bytes but %s %s takes %llu (corrupt header)", path, name, e - b,
-                 dtype, dims, (unsigned long long)bytes);
-        return -1;
-    }
-    *span = (Span){name, (uint64_t)b, (uint64_t)e};
-    return 0;
-}
-
-/* Every entry valid, and the tensors cover the data exactly, as the safetensors format requires: no
- * overlap (two tensors read from the same bytes), no hole and no bytes after the last tensor (data
- * that is no tensor's: a corrupt, concatenated or crafted file). */
-static int check_layout(const JsonValue *root, uint64_t data_len, const char *path, char *err) {
-    Span *spans = malloc((root->len ? root->len : 1) * sizeof *spans);
-    if (!spans) {
-        snprintf(err, ERR_LEN, "out of memory reading %s", path);
-        return -1;
-    }
-    size_t n = 0;
-    for (size_t i = 0; i < root->len; i++) {
-        if (strcmp(root->members[i].key, "__metadata__") == 0) continue;
-        if (check_entry(root->members[i].key, &root->members[i].value, data_len, path, &spans[n++], err) != 0) {
-            free(spans);
-            return -1;
+    const char *bare = gpt2 && strncmp(name, BODY_PREFIX, k) == 0 ? name + k : name;
+    for (int i = 0; i < t->count; i++) {
+        const ParamInfo *p = &t->params[i];
+        if (p->num_parts == 0 && strcmp(gpt2 ? p->name + k : p->name, bare) == 0) {
+            *out = (Target){p, 0, 0};
+            return 0;
         }
+        size_t first = 0;
+        for (int j = 0; j < p->num_parts; first += p->part[j].rows, j++)
+            if (strcmp(p->part[j].name, name) == 0) {
+                *out = (Target){p, j, first};
+                return 0;
+            }
     }
-    qsort(spans, n, sizeof *spans, by_offset);
-    int rc = 0;
-    uint64_t covered = 0; /* the data before it is some tensor's */
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        if (spans[i].begin < covered) {
-            snprintf(err, ERR_LEN, "%s: tensors %s and %s overlap in the data (corrupt file; re-export it)", path,
-                     spans[i - 1].name, spans[i].name);
-            rc = -1;
-        } else if (spans[i].begin > covered) {
-            snprintf(err, ERR_LEN, "%s: bytes %llu to %llu of the data belong to no tensor (corrupt file; re-export it)",
-                     path, (unsigned long long)covered, (unsigned long long)spans[i].begin);
-            rc = -1;
-        }
-        covered = spans[i].end;
-    }
-    if (rc == 0 && covered != data_len) {
-        snprintf(err, ERR_LEN, "%s has %llu bytes after its last tensor (a corrupt or concatenated file; re-export it)",
-                 path, (unsigned long long)(data_len - covered));
-        rc = -1;
-    }
-    free(spans);
-    return rc;
-}
-
-typedef struct {
-    const char *dtype;
-    size_t rows, cols; /* as stored: [rows, cols] or [cols] with rows 1 */
-    uint64_t begin, end;
-} StoredTensor;
-
-/* The entry of a tensor of the table, already through check_layout: only its rank is left to check. */
-static int describe(const JsonValue *v, const char *path, const char *name, StoredTensor *s, char *err) {
-    const JsonValue *shape = json_get(v, "shape"), *off = json_get(v, "data_offsets");
-    if (shape->len < 1 || shape->len > 2) {
-        snprintf(err, ERR_LEN, "%s: tensor %s has %zu dimensions; GPT-2's have 1 or 2", path, name, shape->len);
-        return -1;
-    }
-    s->dtype = json_string(json_get(v, "dtype"));
-    s->rows = shape->len == 2 ? (size_t)shape->items[0].number : 1;
-    s->cols = (size_t)shape->items[shape->len - 1].number;
-    s->begin = (uint64_t)off->items[0].number;
-    s->end = (uint64_t)off->items[1].number;
-    return 0;
-}
-
-/* Reads one stored tensor as floats (rows * cols of them) into out; its bytes are where check_layout
- * found them. */
-static int read_tensor(FILE *f, uint64_t data_start, const StoredTensor *s, const char *path, const char *name,
-                       float *out, char *err) {
-    size_t n = s->rows * s->cols, width = (size_t)dtype_width(s->dtype);
-    if (strcmp(s->dtype, "F32") && strcmp(s->dtype, "F16") && strcmp(s->dtype, "BF16")) {
-        snprintf(err, ERR_LEN, "%s: tensor %s is %s; F32, F16 and BF16 are supported", path, name, s->dtype);
-        return -1;
-    }
-    if (fseek(f, (long)(data_start + s->begin), SEEK_SET) != 0) {
-        snprintf(err, ERR_LEN, "cannot read %s: %s", path, strerror(errno));
-        return -1;
-    }
-    if (width == 4) {
-        if (fread(out, 4, n, f) != n) goto io;
-        return 0;
-    }
-    uint16_t *h = malloc(n * 2 + 2);
-    if (!h) {
-        snprintf(err, ERR_LEN, "out of memory reading %s", path);
-        return -1;
-    }
-    if (fread(h, 2, n, f) != n) {
-        free(h);
-        goto io;
-    }
-    int bf16 = strcmp(s->dtype, "BF16") == 0;
-    for (size_t i = 0; i < n; i++) {
-        if (bf16) {
-            uint32_t bits = (uint32_t)h[i] << 16;
-            memcpy(&out[i], &bits, 4);
-        } else {
-            out[i] = half_to_float(h[i]);
-        }
-    }
-    free(h);
-    return 0;
-io:
-    snprintf(err, ERR_LEN, "cannot read tensor %s from %s (truncated?)", name, path);
     return -1;
 }
 
-int hf_read_weights(const char *dir, const ParamTable *t, float *params, char *err) {
-    char path[FGPT_PATH_LEN], jerr[ERR_LEN];
-    err[0] = 0;
-    if (t->cfg.family != FAMILY_GPT2) {
-        snprintf(err, ERR_LEN, "reading %s weights is not supported yet (--init-from takes GPT-2 checkpoints)",
-                 gpt_family_name(t->cfg.family));
+/* Buffers some checkpoints carry besides the weights, which transformers too passes over: GPT-2's
+ * causal mask, older Llama files' RoPE frequencies. */
+static int is_buffer(const ModelFamily family, const char *name) {
+    size_t n = strlen(name);
+#define ENDS_WITH(s) (n > sizeof(s) - 1 && strcmp(name + n - (sizeof(s) - 1), s) == 0)
+    if (family == FAMILY_GPT2) return ENDS_WITH(".attn.bias") || ENDS_WITH(".attn.masked_bias");
+    return ENDS_WITH(".rotary_emb.inv_freq");
+#undef ENDS_WITH
+}
+
+/* The shape transformers stores target's tensor with, into dims; its rank. */
+static int hf_shape(const ParamTable *t, const Target *g, int64_t dims[2]) {
+    const ParamInfo *p = g->p;
+    const int vocab = p->role == ROLE_WTE || p->role == ROLE_LM_HEAD;
+    const size_t rows = p->num_parts ? p->part[g->part].rows : vocab ? (size_t)t->cfg.vocab_size : p->rows;
+    if (p->ndim == 1) {
+        dims[0] = (int64_t)(p->num_parts ? rows : p->cols);
+        return 1;
+    }
+    dims[0] = (int64_t)(p->hf_transposed ? p->cols : rows);
+    dims[1] = (int64_t)(p->hf_transposed ? rows : p->cols);
+    return 2;
+}
+
+/* The files the weights are in: model.safetensors, or the shards of model.safetensors.index.json,
+ * each opened and checked whole. */
+typedef struct {
+    StFile *files;
+    int count;
+    JsonValue *index; /* the index's JSON, NULL for one file */
+} Sources;
+
+static void close_sources(Sources *s) {
+    for (int i = 0; i < s->count; i++) st_close(&s->files[i]);
+    free(s->files);
+    json_free(s->index);
+    memset(s, 0, sizeof *s);
+}
+
+static int open_sharded(const char *dir, const char *index_path, Sources *s, char *err) {
+    if (!(s->index = read_json(index_path, err))) return -1;
+    const JsonValue *map = json_get(s->index, "weight_map");
+    if (!map || map->type != JSON_OBJECT || map->len == 0) {
+        snprintf(err, ERR_LEN, "%s has no weight_map object of tensor names and files (re-save the checkpoint)",
+                 index_path);
         return -1;
     }
-    if (path_format(path, "%s/model.safetensors", dir) != 0) {
+    if (!(s->files = calloc(map->len, sizeof *s->files))) {
+        snprintf(err, ERR_LEN, "out of memory reading %s", index_path);
+        return -1;
+    }
+    size_t listed = 0; /* tensors the shards hold, each checked against the map */
+    for (size_t i = 0; i < map->len; i++) {
+        const char *file = json_string(&map->members[i].value);
+        if (!file || !file[0] || strchr(file, '/') || strcmp(file, "..") == 0 || strcmp(file, ".") == 0) {
+            snprintf(err, ERR_LEN, "%s: weight_map gives tensor %s no file name of this directory", index_path,
+                     map->members[i].key);
+            return -1;
+        }
+        int known = 0;
+        for (int j = 0; j < s->count && !known; j++) known = strcmp(strrchr(s->files[j].path, '/') + 1, file) == 0;
+        if (known) continue;
+        char path[FGPT_PATH_LEN];
+        if (path_format(path, "%s/%s", dir, file) != 0) {
+            snprintf(err, ERR_LEN, "%.200s...: too long a path for shard %.100s", dir, file);
+            return -1;
+        }
+        StFile *f = &s->files[s->count];
+        if (st_open(f, path, err) != 0) return -1;
+        s->count++;
+        for (size_t k = 0; k < f->count; k++) {
+            const char *owner = json_string(json_get(map, f->tensors[k].name));
+            if (!owner || strcmp(owner, file) != 0) {
+                snprintf(err, ERR_LEN, "%s holds tensor %s, which %s's weight_map puts %s%s (re-save the checkpoint)",
+                         path, f->tensors[k].name, index_path, owner ? "in " : "in no file", owner ? owner : "");
+                return -1;
+            }
+        }
+        listed += f->count;
+    }
+    if (listed != map->len) {
+        snprintf(err, ERR_LEN, "%s lists %zu tensors but its shards hold %zu (a shard is missing tensors; re-save the "
+                 "checkpoint)", index_path, map->len, listed);
+        return -1;
+    }
+    return 0;
+}
+
+/* model.safetensors when there is one (as transformers prefers it), else the sharded index. */
+static int open_sources(const char *dir, Sources *s, char *err) {
+    char single[FGPT_PATH_LEN], index[FGPT_PATH_LEN];
+    struct stat sb;
+    memset(s, 0, sizeof *s);
+    if (path_format(single, "%s/model.safetensors", dir) != 0 ||
+        path_format(index, "%s/model.safetensors.index.json", dir) != 0) {
         snprintf(err, ERR_LEN, "%.200s...: too long a path for its model.safetensors", dir);
         return -1;
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, ERR_LEN, "cannot open %s: %s (--init-from needs a Hugging Face GPT-2 directory)", path,
-                 strerror(errno));
+    if (stat(single, &sb) != 0 && stat(index, &sb) == 0) {
+        if (open_sharded(dir, index, s, err) == 0) return 0;
+        close_sources(s);
         return -1;
     }
-    uint64_t hlen = 0, file_len = 0;
-    uint8_t b8[8];
-    if (fseek(f, 0, SEEK_END) == 0) file_len = (uint64_t)ftell(f);
-    rewind(f);
-    if (fread(b8, 1, 8, f) != 8) {
-        fclose(f);
-        snprintf(err, ERR_LEN, "%s is shorter than a safetensors header", path);
+    if (!(s->files = calloc(1, sizeof *s->files))) {
+        snprintf(err, ERR_LEN, "out of memory reading %s", single);
         return -1;
     }
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b8[i];
-    char *header = hlen <= MAX_HEADER && 8 + hlen <= file_len ? malloc(hlen + 1) : NULL;
-    if (!header || fread(header, 1, hlen, f) != hlen) {
-        fclose(f);
-        free(header);
-        snprintf(err, ERR_LEN, "%s has a header of %llu bytes in a %llu-byte file (not a safetensors file?)", path,
-                 (unsigned long long)hlen, (unsigned long long)file_len);
+    if (st_open(&s->files[0], single, err) != 0) {
+        if (stat(single, &sb) != 0)
+            snprintf(err, ERR_LEN, "%s has neither model.safetensors nor model.safetensors.index.json (pass a Hugging "
+                     "Face checkpoint directory)", dir);
+        close_sources(s);
         return -1;
     }
-    JsonValue *root = json_parse(header, hlen, path, jerr);
-    free(header);
-    if (!root || root->type != JSON_OBJECT) {
-        snprintf(err, ERR_LEN, "%s", root ? "the safetensors header is not a JSON object" : jerr);
-        json_free(root);
-        fclose(f);
+    s->count = 1;
+    return 0;
+}
+
+/* Reads stored tensor st of file f into its place in params (g), transposing Conv1D matrices;
+ * tmp: scratch of at least the tensor's size. */
+static int place(StFile *f, const StTensor *st, const Target *g, float *params, float *tmp, char *err) {
+    const ParamInfo *p = g->p;
+    float *dst = params + p->offset + g->first * (p->ndim == 2 ? p->cols : 1);
+    if (!p->hf_transposed) return st_read_f32(f, st, dst, err);
+    if (st_read_f32(f, st, tmp, err) != 0) return -1;
+    /* stored [in, out] = [cols, rows] of ours */
+    for (size_t r = 0; r < p->rows; r++)
+        for (size_t c = 0; c < p->cols; c++) dst[r * p->cols + c] = tmp[c * p->rows + r];
+    return 0;
+}
+
+/* A tied model's lm_head.weight: accepted only as the token embedding itself. */
+static int check_tied_head(StFile *f, const StTensor *st, const ParamTable *t, const float *params, char *err) {
+    const ParamInfo *wte = param_whole(t, ROLE_WTE);
+    const size_t n = (size_t)t->cfg.vocab_size * wte->cols;
+    char dims[64];
+    st_shape_string(st, dims, sizeof dims);
+    if (st->ndim != 2 || st->shape[0] != t->cfg.vocab_size || st->shape[1] != (int64_t)wte->cols) {
+        snprintf(err, ERR_LEN, "%s: lm_head.weight is %s but the token embedding is [%d, %zu]", f->path, dims,
+                 t->cfg.vocab_size, wte->cols);
         return -1;
     }
-    const uint64_t data_start = 8 + hlen;
-    if (check_layout(root, file_len - data_start, path, err) != 0) {
-        json_free(root);
-        fclose(f);
+    float *w = malloc(n * sizeof *w);
+    if (!w) {
+        snprintf(err, ERR_LEN, "out of memory reading %s", f->path);
         return -1;
     }
+    int rc = st_read_f32(f, st, w, err);
+    if (rc == 0 && memcmp(w, params + wte->offset, n * sizeof *w) != 0) {
+        snprintf(err, ERR_LEN, "%s: lm_head.weight is not the token embedding but config.json ties them (set "
+                 "tie_word_embeddings to false for an untied output layer)", f->path);
+        rc = -1;
+    }
+    free(w);
+    return rc;
+}
+
+int hf_read_weights(const char *dir, const ParamTable *t, float *params, char *err) {
+    err[0] = 0;
+    Sources src;
+    if (open_sources(dir, &src, err) != 0) return -1;
     memset(params, 0, t->total * sizeof(float)); /* the padded vocabulary rows stay 0 */
-    unsigned char *seen = calloc((size_t)t->count, 1);
-    float *tmp = NULL;
-    size_t tmp_cap = 0;
-    const JsonValue *lm_head = NULL;
-    int rc = seen ? 0 : -1;
-    if (!seen) snprintf(err, ERR_LEN, "out of memory reading %s", path);
-    for (size_t i = 0; rc == 0 && i < root->len; i++) {
-        const char *name = root->members[i].key;
-        const JsonValue *v = &root->members[i].value;
-        if (strcmp(name, "__metadata__") == 0 || is_buffer(name)) continue;
-        if (strcmp(name, "lm_head.weight") == 0) {
-            lm_head = v;
-            continue;
-        }
-        const ParamInfo *p = param_named(t, name);
-        if (!p) {
-            snprintf(err, ERR_LEN, "%s has a tensor %s that GPT2LMHeadModel does not (another architecture?)", path, name);
-            rc = -1;
-            break;
-        }
-        StoredTensor s;
-        if (describe(v, path, name, &s, err) != 0) {
-            rc = -1;
-            break;
-        }
-        const size_t hf_rows = p->role == ROLE_WTE ? (size_t)t->cfg.vocab_size : p->rows;
-        size_t want_rows = p->ndim == 1 ? 1 : p->hf_transposed ? p->cols : hf_rows;
-        size_t want_cols = p->ndim == 1 ? p->cols : p->hf_transposed ? hf_rows : p->cols;
-        if (s.rows != want_rows || s.cols != want_cols) {
-            snprintf(err, ERR_LEN, "%s: tensor %s is [%zu, %zu] but the model needs [%zu, %zu]", path, name, s.rows,
-                     s.cols, want_rows, want_cols);
-            rc = -1;
-            break;
-        }
-        float *dst = params + p->offset;
-        if (p->hf_transposed) {
-            if (s.rows * s.cols > tmp_cap) {
-                free(tmp);
-                tmp_cap = s.rows * s.cols;
-                tmp = malloc(tmp_cap * sizeof *tmp);
-            }
-            if (!tmp) {
-                snprintf(err, ERR_LEN, "out of memory reading %s", path);
+    unsigned char *seen = calloc((size_t)t->count * MAX_HF_PARTS, 1);
+    size_t largest = 0; /* the largest table row: scratch for a transpose */
+    for (int i = 0; i < t->count; i++) largest = t->params[i].numel > largest ? t->params[i].numel : largest;
+    float *tmp = t->cfg.family == FAMILY_GPT2 ? malloc(largest * sizeof *tmp) : NULL;
+    StFile *head_file = NULL;
+    const StTensor *head = NULL;
+    int rc = seen && (tmp || t->cfg.family != FAMILY_GPT2) ? 0 : -1;
+    if (rc) snprintf(err, ERR_LEN, "out of memory reading %s", dir);
+    for (int fi = 0; rc == 0 && fi < src.count; fi++) {
+        StFile *f = &src.files[fi];
+        for (size_t k = 0; rc == 0 && k < f->count; k++) {
+            const StTensor *st = &f->tensors[k];
+            Target g;
+            if (is_buffer(t->cfg.family, st->name)) continue;
+            if (find_target(t, st->name, &g) != 0) {
+                if (strcmp(st->name, "lm_head.weight") == 0) { /* tied: checked once the embedding is in */
+                    head_file = f, head = st;
+                    continue;
+                }
+                snprintf(err, ERR_LEN, "%s has a tensor %s that %s does not (another architecture or config.json?)",
+                         f->path, st->name, hf_architecture(t->cfg.family));
                 rc = -1;
                 break;
             }
-            rc = read_tensor(f, data_start, &s, path, name, tmp, err);
-            /* stored [in, out] = [cols, rows] of ours */
-            for (size_t r = 0; rc == 0 && r < p->rows; r++)
-                for (size_t c = 0; c < p->cols; c++) dst[r * p->cols + c] = tmp[c * p->rows + r];
-        } else {
-            rc = read_tensor(f, data_start, &s, path, name, dst, err);
+            int64_t want[2];
+            const int ndim = hf_shape(t, &g, want);
+            if (st->ndim != ndim || st->shape[0] != want[0] || (ndim == 2 && st->shape[1] != want[1])) {
+                char found[160];
+                st_shape_string(st, found, sizeof found);
+                if (ndim == 2)
+                    snprintf(err, ERR_LEN, "%s: tensor %s is %s but the model (config.json) needs [%lld, %lld]", f->path,
+                             st->name, found, (long long)want[0], (long long)want[1]);
+                else
+                    snprintf(err, ERR_LEN, "%s: tensor %s is %s but the model (config.json) needs [%lld]", f->path,
+                             st->name, found, (long long)want[0]);
+                rc = -1;
+                break;
+            }
+            if (seen[(g.p - t->params) * MAX_HF_PARTS + g.part]++) {
+                snprintf(err, ERR_LEN, "%s holds tensor %s more than once", dir, st->name);
+                rc = -1;
+                break;
+            }
+            rc = place(f, st, &g, params, tmp, err);
         }
-        seen[p - t->params]++;
     }
     for (int i = 0; rc == 0 && i < t->count; i++) {
-        if (seen[i] != 1) {
-            snprintf(err, ERR_LEN, "%s %s tensor %s", path, seen[i] ? "holds more than one" : "has no", t->params[i].name);
-            rc = -1;
-        }
+        const ParamInfo *p = &t->params[i];
+        for (int j = 0; rc == 0 && j < (p->num_parts ? p->num_parts : 1); j++)
+            if (!seen[i * MAX_HF_PARTS + j]) {
+                snprintf(err, ERR_LEN, "%s has no tensor %s (config.json's model needs it)", dir,
+                         p->num_parts ? p->part[j].name : p->name);
+                rc = -1;
+            }
     }
-    if (rc == 0 && lm_head) { /* tied: it must be the token embedding itself */
-        StoredTensor s;
-        const ParamInfo *wte = param_whole(t, ROLE_WTE);
-        size_t n = (size_t)t->cfg.vocab_size * wte->cols;
-        float *w = malloc(n * sizeof *w);
-        rc = !w ? -1 : describe(lm_head, path, "lm_head.weight", &s, err);
-        if (rc == 0 && (s.rows != (size_t)t->cfg.vocab_size || s.cols != wte->cols)) rc = -1;
-        if (rc == 0) rc = read_tensor(f, data_start, &s, path, "lm_head.weight", w, err);
-        if (rc == 0 && memcmp(w, params + wte->offset, n * sizeof *w) != 0) rc = -1;
-        if (rc != 0 && !strstr(err, "lm_head"))
-            snprintf(err, ERR_LEN, "%s: lm_head.weight is not the token embedding; an untied output layer is not supported",
-                     path);
-        free(w);
-    }
+    if (rc == 0 && head) rc = check_tied_head(head_file, head, t, params, err);
     free(tmp);
     free(seen);
-    json_free(root);
-    fclose(f);
+    close_sources(&src);
     return rc;
+}
+
+/* ---- config.json out ---- */
+
+/* A number as Python's repr writes a float: the shortest digits that read back as x (as a float32
+ * when it is one), positional from 1e-4 to 1e16 with ".0" after an integer (500000.0), else with
+ * an exponent (1e-05). */
+static void py_float(double x, int as_float32, char *buf, size_t n) {
+    int prec = 1;
+    for (; prec < 17; prec++) {
+        snprintf(buf, n, "%.*e", prec - 1, x);
+        const double back = strtod(buf, NULL);
+        if (as_float32 ? (float)back == (float)x : back == x) break;
+    }
+    const int e = x == 0.0 ? 0 : (int)floor(log10(fabs(strtod(buf, NULL))));
+    if (e < -4 || e >= 16) {
+        snprintf(buf, n, "%.*e", prec - 1, x);
+        return;
+    }
+    snprintf(buf, n, "%.*f", prec - 1 - e > 0 ? prec - 1 - e : 0, x);
+    if (!strchr(buf, '.')) strncat(buf, ".0", n - strlen(buf) - 1);
+}
+
+int hf_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n) {
+    size_t len = 0;
+#define PUT(...)                                                                   \
+    do {                                                                           \
+        int k_ = snprintf(buf + len, len < n ? n - len : 0, __VA_ARGS__);          \
+        if (k_ < 0 || (len += (size_t)k_) >= n) return -1;                         \
+    } while (0)
+    PUT("{\n  \"architectures\": [\"%s\"],\n", hf_architecture(cfg->family));
+    if (cfg->family == FAMILY_GPT2) {
+        if (eos >= 0) PUT("  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n", eos, eos);
+        if (cfg->logit_softcap > 0.0f) PUT("  \"final_logit_softcapping\": %.9g,\n", (double)cfg->logit_softcap);
+        PUT("  \"model_type\": \"gpt2\",\n  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n"
+            "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
+            "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+            "  \"initializer_range\": 0.02,\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
+            "  \"attn_pdrop\": 0.0,\n  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
+            cfg->vocab_size, cfg->max_seq_len, cfg->max_seq_len, cfg->dim, cfg->num_layers, cfg->num_heads);
+        return (int)len;
+    }
+    char eps[32], theta[32], rope[512] = "null";
+    py_float(cfg->norm_eps, 1, eps, sizeof eps);
+    py_float(cfg->rope.theta, 0, theta, sizeof theta);
+    const RopeParams *r = &cfg->rope;
+    if (r->scaling == ROPE_SCALING_LINEAR) {
+        char f[32];
+        py_float(r->factor, 0, f, sizeof f);
+        snprintf(rope, sizeof rope, "{\n    \"factor\": %s,\n    \"rope_type\": \"linear\"\n  }", f);
+    } else if (r->scaling == ROPE_SCALING_LLAMA3) {
+        char f[32], lo[32], hi[32];
+        py_float(r->factor, 0, f, sizeof f);
+        py_float(r->low_freq_factor, 0, lo, sizeof lo);
+        py_float(r->high_freq_factor, 0, hi, sizeof hi);
+        snprintf(rope, sizeof rope, "{\n    \"factor\": %s,\n    \"high_freq_factor\": %s,\n    \"low_freq_factor\": %s,\n"
+                 "    \"original_max_position_embeddings\": %.0f,\n    \"rope_type\": \"llama3\"\n  }",
+                 f, hi, lo, r->original_max_position_embeddings);
+    }
+    /* the fields in the order transformers writes them: sorted by name */
+    const int llama = cfg->family == FAMILY_LLAMA, qwen3 = cfg->family == FAMILY_QWEN3;
+    if (llama || qwen3) PUT("  \"attention_bias\": false,\n");
+    PUT("  \"attention_dropout\": 0.0,\n");
+    if (eos >= 0) PUT("  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n", eos, eos);
+    if (cfg->logit_softcap > 0.0f) PUT("  \"final_logit_softcapping\": %.9g,\n", (double)cfg->logit_softcap);
+    /* Qwen2Config has no head_dim (its attention takes one when the config has it, else C / NH) */
+    if (cfg->family != FAMILY_QWEN2 || cfg->head_dim * cfg->num_heads != cfg->dim)
+        PUT("  \"head_dim\": %d,\n", cfg->head_dim);
+    PUT("  \"hidden_act\": \"silu\",\n  \"hidden_size\": %d,\n  \"initializer_range\": 0.02,\n"
+        "  \"intermediate_size\": %d,\n  \"max_position_embeddings\": %d,\n",
+        cfg->dim, cfg->ffn_dim, cfg->max_seq_len);
+    if (!llama) PUT("  \"max_window_layers\": %d,\n", cfg->num_layers);
+    if (llama) PUT("  \"mlp_bias\": false,\n");
+    PUT("  \"model_type\": \"%s\",\n  \"num_attention_heads\": %d,\n  \"num_hidden_layers\": %d,\n"
+        "  \"num_key_value_heads\": %d,\n", gpt_family_name(cfg->family), cfg->num_heads, cfg->num_layers,
+        cfg->num_kv_heads);
+    if (llama) PUT("  \"pretraining_tp\": 1,\n");
+    PUT("  \"rms_norm_eps\": %s,\n  \"rope_scaling\": %s,\n  \"rope_theta\": %s,\n", eps, rope, theta);
+    if (!llama) PUT("  \"sliding_window\": null,\n");
+    PUT("  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\",\n  \"use_cache\": true,\n",
+        cfg->untied_head ? "false" : "true");
+    if (!llama) PUT("  \"use_sliding_window\": false,\n");
+    PUT("  \"vocab_size\": %d\n}\n", cfg->vocab_size);
+#undef PUT
+    return (int)len;
 }

@@ -1,24 +1,39 @@
-/* model/train/hf_weights.h - reading a Hugging Face GPT2LMHeadModel checkpoint (config.json +
- * model.safetensors): ours, or GPT-2's own (tensor names without the "transformer." prefix). Both
- * store the attention and MLP matrices in Conv1D's [in, out] orientation; they are transposed into
- * our [out, in] layout. The JSON is read with common/json.h. */
+/* model/train/hf_weights.h - Hugging Face checkpoints of every family: config.json into our config
+ * and back, and the weights (model.safetensors, or shards listed by model.safetensors.index.json)
+ * into our parameter layout.
+ *
+ * GPT2LMHeadModel: ours, or GPT-2's own (tensor names without the "transformer." prefix); both store
+ * the attention and MLP matrices in Conv1D's [in, out] orientation, transposed into our [out, in].
+ * LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM: nn.Linear's [out, in] as ours; the packed
+ * q/k/v and gate/up rows of the table are filled from their HF tensors. */
 #ifndef FUSEDGPT_HF_WEIGHTS_H
 #define FUSEDGPT_HF_WEIGHTS_H
 
+#include <stddef.h>
+
 #include "model/gpt.h"
 
-/* The model <dir>/config.json describes (n_layer, n_head, n_embd, n_positions, vocab_size; Vp
- * filled in). A config that is not a GPT-2 this trainer computes (another model_type or activation,
- * untied output layer, n_inner other than 4C, ...) is refused naming the field, and so is a field
- * whose JSON type is not the one transformers writes. 0, or -1 with a one-line message in err
- * (ERR_LEN bytes). */
+/* The model <dir>/config.json describes, Vp filled in. model_type gpt2, llama, qwen2 or qwen3; a
+ * field left out takes the default of the family's transformers config class. A config this
+ * trainer does not compute (another model_type, activation or rope_type, biases the table has no
+ * rows for, a sliding window, ...) is refused naming the field, and so is a field whose JSON type
+ * is not the one transformers writes. 0, or -1 with a one-line message in err (ERR_LEN bytes). */
 int hf_read_config(const char *dir, GPTConfig *cfg, char *err);
 
-/* The weights of <dir>/model.safetensors into params (t->total floats, t's layout; F32, F16 or
- * BF16 tensors; the padded vocabulary rows set to 0). Every entry of the header must hold the bytes
- * its dtype and shape take, and the entries must cover the data exactly (no overlap, hole or
- * trailing bytes). Every tensor of the table must be there with its shape; a tensor GPT2LMHeadModel does not have, or an lm_head.weight that is not the token
- * embedding, is refused. 0, or -1 with a one-line message in err (ERR_LEN bytes). */
+/* The weights of <dir> into params (t->total floats, t's layout; F32, F16 or BF16 tensors; the
+ * padded vocabulary rows set to 0): model.safetensors, else the shards that
+ * model.safetensors.index.json's weight_map names, every one checked whole (safetensors.h) and
+ * holding exactly the tensors the map gives it. Every tensor of the table must be there once with
+ * its HF shape; a tensor the family's model does not have is refused naming it; lm_head.weight of
+ * a tied model must equal the token embedding. 0, or -1 with a one-line message in err. */
 int hf_read_weights(const char *dir, const ParamTable *t, float *params, char *err);
+
+/* The class transformers loads a family's checkpoint with ("LlamaForCausalLM"). */
+const char *hf_architecture(ModelFamily family);
+
+/* config.json as transformers writes it for cfg's family (every field of its config class), into
+ * buf (n bytes); eos: the tokenizer's separator id, written as bos_token_id and eos_token_id (-1:
+ * none written, the class defaults hold). The length, or -1 when buf is too small. */
+int hf_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n);
 
 #endif

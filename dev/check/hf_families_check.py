@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Outside check of the Llama, Qwen2 and Qwen3 checkpoints against Hugging Face transformers, both ways.
+
+For each family a random tiny model is built with transformers (Llama: untied head, llama3 rope
+scaling, GQA and head_dim * heads != hidden; Qwen3: tied, QK-norm; Qwen2: q/k/v biases, untied) and
+saved with save_pretrained. Then:
+  1. `./train eval --init-from HF_DIR --device cpu` and transformers give the same mean next-token
+     loss on a token shard (our --init-from reads their checkpoint as they do);
+  2. `./train --init-from HF_DIR` fine-tunes it a few steps on the CPU; transformers loads the
+     exported checkpoint with AutoModelForCausalLM.from_pretrained, and its loss equals
+     `./train eval` of the same checkpoint (our export is their format).
+Both at 1e-4 relative, in fp32. The windows are `./train eval`'s: window w takes inputs
+tokens[w*T : w*T+T], each target the next token, the mean over all n - 1 targets.
+
+    python3 dev/check/hf_families_check.py [--train ./train] [--work DIR] [-t T]
+
+Exits 1 on any disagreement. Needs torch and transformers (no network): a dev tool, never a
+dependency of ./train."""
+import argparse
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
+
+TOLERANCE = 1e-4
+V = 300
+
+FAMILIES = {
+    "llama": lambda: LlamaConfig(
+        vocab_size=V, hidden_size=20, intermediate_size=36, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=6, max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=500000.0,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 16},
+        tie_word_embeddings=False),
+    "qwen3": lambda: Qwen3Config(
+        vocab_size=V, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, rope_theta=1000000.0,
+        tie_word_embeddings=True),
+    "qwen2": lambda: Qwen2Config(
+        vocab_size=V, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, max_position_embeddings=64, rope_theta=1000000.0, tie_word_embeddings=False),
+}
+
+
+def write_shard(path, tokens, vocab):
+    header = b"FGPTTOK1" + struct.pack("<IIII", 1, 2, vocab, 0) + struct.pack("<Q", len(tokens))
+    with open(path, "wb") as f:
+        f.write(header.ljust(64, b"\0"))
+        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
+
+
+def hf_loss(model_dir, tokens, T):
+    """The mean next-token loss over ./train eval's windows, computed by transformers."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    model.eval()
+    total, count = 0.0, 0
+    n = len(tokens)
+    with torch.no_grad():
+        for start in range(0, n - 1, T):
+            end = min(start + T, n - 1)
+            x = torch.tensor(tokens[start:end], dtype=torch.long)[None]
+            y = torch.tensor(tokens[start + 1:end + 1], dtype=torch.long)
+            logits = model(x).logits[0].double()
+            total += F.cross_entropy(logits, y, reduction="sum").item()
+            count += end - start
+    return total / count, type(model).__name__
+
+
+def train_cmd(train, args):
+    out = subprocess.run([train] + args, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"error: {train} {' '.join(args)} failed ({out.returncode}):\n{out.stdout}{out.stderr}")
+    return out.stdout
+
+
+def our_loss(train, model_dir, shard, T):
+    out = train_cmd(train, ["eval", "--init-from", model_dir, "-i", shard, "-t", str(T), "--device", "cpu"])
+    m = re.search(r"^loss (\S+) ppl", out, re.M)
+    if not m:
+        sys.exit(f"error: no loss line in ./train eval's output:\n{out}")
+    return float(m.group(1))
+
+
+def compare(what, ours, theirs):
+    rel = abs(ours - theirs) / abs(theirs)
+    ok = rel <= TOLERANCE
+    print(f"  {what}: fusedgpt {ours:.6f}, transformers {theirs:.6f}, relative {rel:.2e} {'ok' if ok else 'FAILED'}")
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--train", default="./train")
+    ap.add_argument("--work", default=None, help="where the checkpoints go (default: a temporary directory)")
+    ap.add_argument("-t", type=int, default=16, help="window length of the evaluation")
+    a = ap.parse_args()
+    work = a.work or tempfile.mkdtemp(prefix="hf_families_")
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, V, size=600).tolist()
+    shard = os.path.join(work, "tokens.bin")
+    write_shard(shard, tokens, V)
+    ok = True
+    for family, make_config in FAMILIES.items():
+        print(f"{family}:")
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(make_config(), torch_dtype=torch.float32)
+        with torch.no_grad():  # far from the init, so that every weight matters to the loss
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.2)
+        hf_dir = os.path.join(work, f"{family}-hf")
+        model.save_pretrained(hf_dir, safe_serialization=True)
+        theirs, _ = hf_loss(hf_dir, tokens, a.t)
+        ok &= compare("--init-from of their checkpoint", our_loss(a.train, hf_dir, shard, a.t), theirs)
+        run = os.path.join(work, f"{family}-run")
+        train_cmd(a.train, ["--device", "cpu", "--init-from", hf_dir, "-i", shard, "-b", "2", "-t", str(a.t),
+                            "-x", "3", "--warmup", "0", "-l", "1e-2", "-s", "0", "--val-every", "0", "-o", run])
+        exported = os.path.join(run, "step_00000003")
+        theirs, cls = hf_loss(exported, tokens, a.t)
+        ok &= compare(f"our export loaded as {cls}", our_loss(a.train, exported, shard, a.t), theirs)
+        with open(os.path.join(exported, "config.json")) as f:
+            cfg = json.load(f)
+        want = make_config().to_dict()
+        for key in ("num_key_value_heads", "head_dim", "tie_word_embeddings", "rope_scaling", "rope_theta"):
+            if key in want and key in cfg and cfg[key] != want[key]:
+                print(f"  config.json {key}: ours {cfg[key]!r}, transformers {want[key]!r} FAILED")
+                ok = False
+    print("hf_families_check: all agree" if ok else "hf_families_check: FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,637 @@
+/* Hugging Face checkpoints of Llama, Qwen2 and Qwen3 in and out: a tiny checkpoint of each family,
+ * written here as transformers lays it out (nn.Linear [out, in], q/k/v and gate/up as their own
+ * tensors, BF16 or F32, one file or shards with an index), is read, evaluated with ./train eval,
+ * fine-tuned, exported and read again; what is not such a checkpoint is refused naming the field or
+ * the tensor; a resumed Llama run continues bit for bit; a version 4 state file still loads. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/rng.h"
+#include "common/safetensors.h"
+#include "data/shard.h"
+#include "model/backend.h"
+#include "model/train/checkpoint.h"
+#include "model/train/eval.h"
+#include "model/train/hf_weights.h"
+#include "tests/test.h"
+#include "tests/test_util.h"
+
+/* A tiny model of a family and how its checkpoint is written. */
+typedef struct {
+    ModelFamily family;
+    int L, NH, NKV, hd, C, F, V, maxT;
+    int untied;
+    RopeParams rope;
+    float eps;
+    const char *rope_json; /* the rope fields of config.json, as transformers 4 or 5 writes them */
+    int bf16, shards;
+} TinyModel;
+
+/* Llama 3 with an untied head, GQA, hd·NH != C and llama3 RoPE scaling whose original context is
+ * short enough that the scaling changes the frequencies a 16-token window uses; BF16 in two shards. */
+static const TinyModel LLAMA = {FAMILY_LLAMA, 2, 4, 2, 6, 20, 36, 300, 64, 1,
+                                {5e5, ROPE_SCALING_LLAMA3, 8.0, 1.0, 4.0, 16.0}, 1e-5f,
+                                "\"rope_scaling\": {\"factor\": 8.0, \"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0, "
+                                "\"original_max_position_embeddings\": 16, \"rope_type\": \"llama3\"}, \"rope_theta\": 500000.0",
+                                1, 2};
+/* Qwen3 tied, with QK-norm, written as transformers 5 does (rope_parameters); F32, one file. */
+static const TinyModel QWEN3 = {FAMILY_QWEN3, 2, 4, 2, 8, 24, 40, 300, 64, 0,
+                                {1e6, ROPE_SCALING_NONE, 0, 0, 0, 0}, 1e-6f,
+                                "\"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}", 0, 1};
+/* Qwen2 with its q/k/v biases, untied; F32 in two shards. */
+static const TinyModel QWEN2 = {FAMILY_QWEN2, 2, 4, 1, 4, 16, 24, 300, 64, 1,
+                                {1e6, ROPE_SCALING_NONE, 0, 0, 0, 0}, 1e-6f,
+                                "\"rope_scaling\": null, \"rope_theta\": 1000000.0", 0, 2};
+
+static GPTConfig config_of(const TinyModel *m) {
+    GPTConfig c;
+    memset(&c, 0, sizeof c);
+    gpt_family_defaults(&c, m->family);
+    c.num_layers = m->L, c.num_heads = m->NH, c.num_kv_heads = m->NKV, c.head_dim = m->hd;
+    c.dim = m->C, c.ffn_dim = m->F, c.vocab_size = m->V, c.max_seq_len = m->maxT;
+    c.untied_head = m->untied, c.rope = m->rope, c.norm_eps = m->eps;
+    gpt_config_finish(&c);
+    return c;
+}
+
+static void write_config(const char *dir, const TinyModel *m, const char *extra) {
+    static const char *arch[] = {"GPT2LMHeadModel", "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+    char path[900], head_dim[32] = "";
+    if (m->hd) snprintf(head_dim, sizeof head_dim, "\"head_dim\": %d, ", m->hd); /* 0: left out */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"attention_dropout\": 0.0, \"bos_token_id\": 1, "
+               "\"eos_token_id\": 2, %s\"hidden_act\": \"silu\", \"hidden_size\": %d, "
+               "\"initializer_range\": 0.02, \"intermediate_size\": %d, \"max_position_embeddings\": %d, "
+               "\"num_attention_heads\": %d, \"num_hidden_layers\": %d, \"num_key_value_heads\": %d, "
+               "\"rms_norm_eps\": %g, %s, \"tie_word_embeddings\": %s, \"torch_dtype\": \"%s\", "
+               "\"use_cache\": true, \"vocab_size\": %d%s}",
+            arch[m->family], gpt_family_name(m->family), head_dim, m->C, m->F, m->maxT, m->NH, m->L, m->NKV, m->eps,
+            m->rope_json, m->untied ? "false" : "true", m->bf16 ? "bfloat16" : "float32", m->V, extra);
+    fclose(f);
+}
+
+/* Weights in our layout for m: N(0, 0.2), padded vocabulary rows 0, rounded to bf16 when the
+ * checkpoint is BF16 so that the file holds them exactly. */
+static float *tiny_weights(const ParamTable *t, const TinyModel *m, uint64_t seed) {
+    float *p = malloc(t->total * sizeof *p);
+    Rng r;
+    rng_seed(&r, seed);
+    fill_normal(p, t->total, 0.2f, &r);
+    const ParamRole vocab[2] = {ROLE_WTE, ROLE_LM_HEAD};
+    for (int k = 0; k < 2; k++) {
+        const ParamInfo *pi = param_whole(t, vocab[k]);
+        if (pi) memset(p + pi->offset + (size_t)m->V * pi->cols, 0, (pi->numel - (size_t)m->V * pi->cols) * sizeof *p);
+    }
+    for (size_t i = 0; m->bf16 && i < t->total; i++) {
+        uint32_t b = (uint32_t)test_to_bf16(p[i]) << 16;
+        memcpy(&p[i], &b, 4);
+    }
+    return p;
+}
+
+static void add_tensor(TestTensor *ts, int *n, const TinyModel *m, const char *name, size_t d0, size_t d1,
+                       const float *x) {
+    TestTensor *h = &ts[(*n)++];
+    snprintf(h->name, sizeof h->name, "%s", name);
+    const size_t count = (d0 ? d0 : 1) * d1;
+    h->d0 = d0, h->d1 = d1, h->dtype = m->bf16 ? "BF16" : "F32";
+    h->bytes = count * (m->bf16 ? 2 : 4);
+    h->data = malloc(h->bytes);
+    for (size_t i = 0; i < count; i++) {
+        if (m->bf16) ((uint16_t *)h->data)[i] = test_to_bf16(x[i]);
+        else ((float *)h->data)[i] = x[i];
+    }
+}
+
+/* The HF tensors of params, named and cut by hand as transformers' modules hold them (not through
+ * the table's part list, so that the table's names are checked too); how many into ts. */
+static int hf_tensors(const ParamTable *t, const TinyModel *m, float *params, TestTensor *ts) {
+    int n = 0;
+    char name[96];
+    const size_t C = (size_t)m->C, q = (size_t)m->NH * m->hd, kv = (size_t)m->NKV * m->hd, F = (size_t)m->F;
+    add_tensor(ts, &n, m, "model.embed_tokens.weight", (size_t)m->V, C, whole_tensor(t, params, ROLE_WTE));
+    for (int l = 0; l < m->L; l++) {
+        LayerTensors lt = layer_tensors(t, params, l);
+#define LAYER(suffix, d0, d1, x) \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix), add_tensor(ts, &n, m, name, d0, d1, x)
+        LAYER("input_layernorm.weight", 0, C, lt.ln1w);
+        LAYER("self_attn.q_proj.weight", q, C, lt.qkvw);
+        LAYER("self_attn.k_proj.weight", kv, C, lt.qkvw + q * C);
+        LAYER("self_attn.v_proj.weight", kv, C, lt.qkvw + (q + kv) * C);
+        if (m->family == FAMILY_QWEN2) {
+            LAYER("self_attn.q_proj.bias", 0, q, lt.qkvb);
+            LAYER("self_attn.k_proj.bias", 0, kv, lt.qkvb + q);
+            LAYER("self_attn.v_proj.bias", 0, kv, lt.qkvb + q + kv);
+        }
+        if (m->family == FAMILY_QWEN3) {
+            LAYER("self_attn.q_norm.weight", 0, (size_t)m->hd, lt.qnormw);
+            LAYER("self_attn.k_norm.weight", 0, (size_t)m->hd, lt.knormw);
+        }
+        LAYER("self_attn.o_proj.weight", C, q, lt.attprojw);
+        LAYER("post_attention_layernorm.weight", 0, C, lt.ln2w);
+        LAYER("mlp.gate_proj.weight", F, C, lt.fcw);
+        LAYER("mlp.up_proj.weight", F, C, lt.fcw + F * C);
+        LAYER("mlp.down_proj.weight", C, F, lt.fcprojw);
+#undef LAYER
+    }
+    add_tensor(ts, &n, m, "model.norm.weight", 0, C, whole_tensor(t, params, ROLE_LNF_W));
+    if (m->untied) add_tensor(ts, &n, m, "lm_head.weight", (size_t)m->V, C, whole_tensor(t, params, ROLE_LM_HEAD));
+    return n;
+}
+
+/* The checkpoint directory: config.json and the tensors, in reverse order (a reader must not rely
+ * on the table's), in m->shards files with an index when more than one. */
+static void write_checkpoint(const char *dir, const TinyModel *m, TestTensor *ts, int n) {
+    char path[900];
+    write_config(dir, m, "");
+    if (m->shards == 1) {
+        TestTensor rev[128];
+        for (int i = 0; i < n; i++) rev[i] = ts[n - 1 - i];
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        write_test_safetensors(path, rev, n);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    FILE *idx = fopen(path, "w");
+    fprintf(idx, "{\"metadata\": {\"total_size\": 0}, \"weight_map\": {");
+    const int half = n / 2;
+    for (int s = 0; s < 2; s++) {
+        const int from = s ? half : 0, to = s ? n : half;
+        snprintf(path, sizeof path, "%s/model-0000%d-of-00002.safetensors", dir, s + 1);
+        write_test_safetensors(path, ts + from, to - from);
+        for (int i = from; i < to; i++)
+            fprintf(idx, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"", i ? ", " : "", ts[i].name, s + 1);
+    }
+    fprintf(idx, "}}");
+    fclose(idx);
+}
+
+static void free_tensors(TestTensor *ts, int n) {
+    for (int i = 0; i < n; i++) free(ts[i].data);
+}
+
+/* Every field of the config a block reads, compared; what differs into msg. */
+static int same_config(const GPTConfig *a, const GPTConfig *b, char *msg, size_t n) {
+    snprintf(msg, n, "family %d/%d L %d/%d NH %d/%d NKV %d/%d hd %d/%d C %d/%d F %d/%d V %d/%d T %d/%d untied %d/%d "
+             "qk %d/%d bias %d/%d eps %g/%g theta %g/%g scaling %d/%d factor %g/%g lo %g/%g hi %g/%g orig %g/%g",
+             a->family, b->family, a->num_layers, b->num_layers, a->num_heads, b->num_heads, a->num_kv_heads,
+             b->num_kv_heads, a->head_dim, b->head_dim, a->dim, b->dim, a->ffn_dim, b->ffn_dim, a->vocab_size,
+             b->vocab_size, a->max_seq_len, b->max_seq_len, a->untied_head, b->untied_head, a->qk_norm, b->qk_norm,
+             a->qkv_bias, b->qkv_bias, a->norm_eps, b->norm_eps, a->rope.theta, b->rope.theta, a->rope.scaling,
+             b->rope.scaling, a->rope.factor, b->rope.factor, a->rope.low_freq_factor, b->rope.low_freq_factor,
+             a->rope.high_freq_factor, b->rope.high_freq_factor, a->rope.original_max_position_embeddings,
+             b->rope.original_max_position_embeddings);
+    return a->family == b->family && a->num_layers == b->num_layers && a->num_heads == b->num_heads &&
+           a->num_kv_heads == b->num_kv_heads && a->head_dim == b->head_dim && a->dim == b->dim &&
+           a->ffn_dim == b->ffn_dim && a->vocab_size == b->vocab_size && a->max_seq_len == b->max_seq_len &&
+           a->untied_head == b->untied_head && a->qk_norm == b->qk_norm && a->qkv_bias == b->qkv_bias &&
+           a->norm_eps == b->norm_eps && a->norm == b->norm && a->mlp == b->mlp && a->positions == b->positions &&
+           memcmp(&a->rope, &b->rope, sizeof a->rope) == 0;
+}
+
+/* A token shard of n tokens with a learnable pattern, and its tokens. */
+static uint32_t *write_tokens(const char *path, uint64_t n, uint32_t V) {
+    uint32_t *tok = malloc(n * sizeof *tok);
+    Rng r;
+    rng_seed(&r, 5);
+    for (uint64_t i = 0; i < n; i++) tok[i] = i % 3 == 2 ? (tok[i - 1] * 7 + 3) % V : (uint32_t)rng_below(&r, V);
+    char err[ERR_LEN];
+    if (shard_write(path, tok, n, V, err) != 0) fprintf(stderr, "%s\n", err);
+    return tok;
+}
+
+/* The mean loss of params over tokens in windows of T, computed here on the CPU backend. */
+static double eval_here(const ParamTable *t, const float *params, const uint32_t *tok, uint64_t n, int T) {
+    char err[ERR_LEN];
+    Backend *be = backend_cpu_create(t, 2, T, OUTPUT_FUSED, 1, err);
+    if (!be) return NAN;
+    be->ops->write_state(be, params, NULL, NULL);
+    double mean = NAN;
+    if (eval_mean_loss(be, tok, n, &mean, err) != 0) fprintf(stderr, "%s\n", err);
+    be->ops->destroy(be);
+    return mean;
+}
+
+/* `./train eval --init-from dir` on shard: its loss line, parsed (NAN when missing). */
+static double eval_cli(const char *dir, const char *shard, char **out) {
+    char args[2400];
+    snprintf(args, sizeof args, "eval --init-from %s -i %s -t 16 -b 2 --device cpu", dir, shard);
+    int rc = run_train(args, out);
+    const char *line = *out ? strstr(*out, "loss ") : NULL;
+    double loss;
+    return rc == 0 && line && sscanf(line, "loss %lf", &loss) == 1 ? loss : NAN;
+}
+
+/* A tensor's shape in a safetensors file as [d0, d1] (d1 0 for a vector); 0 when absent. */
+static int stored_shape(const char *path, const char *name, int64_t *d0, int64_t *d1) {
+    StFile f;
+    char err[ERR_LEN];
+    if (st_open(&f, path, err) != 0) return 0;
+    int found = 0;
+    for (size_t i = 0; i < f.count && !found; i++)
+        if (strcmp(f.tensors[i].name, name) == 0) {
+            found = 1;
+            *d0 = f.tensors[i].shape[0];
+            *d1 = f.tensors[i].ndim == 2 ? f.tensors[i].shape[1] : 0;
+        }
+    st_close(&f);
+    return found;
+}
+
+/* The round trip of one family: written, read, evaluated, fine-tuned, exported, read again. */
+static void round_trip(const TinyModel *m, const char *label) {
+    char dir[800], shard[800], run[800], exported[900], args[2400], msg[1024], err[ERR_LEN];
+    snprintf(dir, sizeof dir, "%s/%s-hf", test_tmpdir(), label);
+    snprintf(shard, sizeof shard, "%s/%s.bin", test_tmpdir(), label);
+    snprintf(run, sizeof run, "%s/%s-run", test_tmpdir(), label);
+    snprintf(exported, sizeof exported, "%s/step_00000003", run);
+    snprintf(args, sizeof args, "mkdir -p %s", dir);
+    REQUIRE(system(args) == 0, "mkdir");
+    const GPTConfig want = config_of(m);
+    ParamTable t;
+    REQUIRE(param_table_build(&t, &want, err) == 0, "%s", err);
+    float *params = tiny_weights(&t, m, 11), *back = malloc(t.total * sizeof *back);
+    float *mv = malloc(2 * t.total * sizeof *mv);
+    TestTensor ts[128];
+    const int n = hf_tensors(&t, m, params, ts);
+    write_checkpoint(dir, m, ts, n);
+    free_tensors(ts, n);
+    const uint64_t ntok = 700;
+    uint32_t *tok = write_tokens(shard, ntok, (uint32_t)m->V);
+
+    /* read: the config and every weight as written */
+    GPTConfig got;
+    REQUIRE(hf_read_config(dir, &got, err) == 0, "%s: %s", label, err);
+    CHECK(same_config(&got, &want, msg, sizeof msg), "%s: config read as (got/want) %s", label, msg);
+    REQUIRE(hf_read_weights(dir, &t, back, err) == 0, "%s: %s", label, err);
+    CHECK(memcmp(back, params, t.total * sizeof *back) == 0, "%s: the weights read differ from those written", label);
+
+    /* evaluated by ./train eval as here */
+    char *out = NULL;
+    const double here = eval_here(&t, params, tok, ntok, 16), cli = eval_cli(dir, shard, &out);
+    CHECK(isfinite(here) && fabs(cli - here) <= 1e-6 * fabs(here) + 1e-6, "%s: ./train eval %.7f, here %.7f: %s",
+          label, cli, here, out);
+    free(out);
+
+    /* fine-tuned from it with no shape flag: the checkpoint's shape and vocabulary hold */
+    snprintf(args, sizeof args, "--device cpu --init-from %s -i %s -b 2 -t 16 -x 3 --warmup 0 -l 1e-2 -s 0 "
+             "--val-every 0 -o %s", dir, shard, run);
+    REQUIRE(run_train(args, &out) == 0, "%s: fine-tuning failed: %s", label, out);
+    free(out);
+
+    /* exported: the same config, the weights of the state file, HF names and shapes */
+    REQUIRE(hf_read_config(exported, &got, err) == 0, "%s: %s", label, err);
+    CHECK(same_config(&got, &want, msg, sizeof msg), "%s: exported config read as (got/want) %s", label, msg);
+    TrainState st;
+    REQUIRE(checkpoint_load_latest(run, &t, params, mv, mv + t.total, &st, err) == 0, "%s: %s", label, err);
+    REQUIRE(hf_read_weights(exported, &t, back, err) == 0, "%s: %s", label, err);
+    CHECK(st.step == 3 && memcmp(back, params, t.total * sizeof *back) == 0,
+          "%s: the exported weights differ from the state file's", label);
+    snprintf(args, sizeof args, "%s/model.safetensors", exported);
+    int64_t d0 = 0, d1 = 0;
+    CHECK(stored_shape(args, "model.layers.1.self_attn.k_proj.weight", &d0, &d1) && d0 == m->NKV * m->hd && d1 == m->C,
+          "%s: exported k_proj is [%lld, %lld]", label, (long long)d0, (long long)d1);
+    CHECK(stored_shape(args, "model.embed_tokens.weight", &d0, &d1) && d0 == m->V, "%s: exported embedding has %lld rows",
+          label, (long long)d0);
+    CHECK(stored_shape(args, "lm_head.weight", &d0, &d1) == m->untied, "%s: lm_head.weight %s", label,
+          m->untied ? "missing from an untied model" : "written for a tied model");
+    const double tuned_here = eval_here(&t, params, tok, ntok, 16), tuned_cli = eval_cli(exported, shard, &out);
+    CHECK(isfinite(tuned_here) && fabs(tuned_cli - tuned_here) <= 1e-6 * fabs(tuned_here) + 1e-6 && tuned_here < here,
+          "%s: fine-tuned ./train eval %.7f, here %.7f, before %.7f: %s", label, tuned_cli, tuned_here, here, out);
+    free(out);
+    /* and sampled from */
+    snprintf(args, sizeof args, "sample --checkpoint %s --device cpu --ids -G 5 --seed 3", exported);
+    const int rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "ids"), "%s: ./train sample (%d): %s", label, rc, out);
+    free(out);
+    free(tok);
+    free(mv);
+    free(back);
+    free(params);
+    param_table_free(&t);
+}
+
+TEST(an_untied_llama_with_llama3_rope_scaling_in_bf16_shards_round_trips_through_eval_finetune_and_export) {
+    round_trip(&LLAMA, "llama");
+}
+
+TEST(a_tied_qwen3_with_qk_norm_round_trips_through_eval_finetune_and_export) {
+    round_trip(&QWEN3, "qwen3");
+}
+
+TEST(a_qwen2_with_qkv_bias_round_trips_through_eval_finetune_and_export) {
+    round_trip(&QWEN2, "qwen2");
+}
+
+/* A tiny checkpoint of m in dir (F32 or BF16 as m says), its tensors left in ts for changes. */
+static int checkpoint_in(const char *dir, const TinyModel *m, TestTensor *ts, ParamTable *t, float **params) {
+    char cmd[900], err[ERR_LEN];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    if (system(cmd) != 0) return -1;
+    const GPTConfig cfg = config_of(m);
+    if (param_table_build(t, &cfg, err) != 0) return -1;
+    *params = tiny_weights(t, m, 3);
+    const int n = hf_tensors(t, m, *params, ts);
+    write_checkpoint(dir, m, ts, n);
+    return n;
+}
+
+static int index_of(const TestTensor *ts, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(ts[i].name, name) == 0) return i;
+    return -1;
+}
+
+TEST(a_family_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
+    const struct {
+        const char *extra, *msg;
+    } cases[] = {
+        {", \"attention_bias\": true", "attention_bias is true"},
+        {", \"mlp_bias\": true", "mlp_bias is true"},
+        {", \"hidden_act\": \"gelu\"", "hidden_act gelu is not computed here"},
+        {", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}", "rope_scaling rope_type yarn is not computed here"},
+        {", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}", "rope_scaling.low_freq_factor is missing"},
+        {", \"use_sliding_window\": true", "use_sliding_window is true"},
+        {", \"model_type\": \"mistral\"", "model_type mistral is not supported"},
+        {", \"num_key_value_heads\": 3", "4 heads do not split into groups of 3 kv heads"},
+        {", \"head_dim\": \"6\"", "\"head_dim\" is a string, expected an integer or null"},
+        {", \"attention_dropout\": 0.1", "attention_dropout is 0.1"},
+    };
+    char err[ERR_LEN];
+    GPTConfig cfg;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_config(test_tmpdir(), &LLAMA, cases[i].extra);
+        CHECK(hf_read_config(test_tmpdir(), &cfg, err) != 0 && strstr(err, cases[i].msg) && !strchr(err, '\n'),
+              "'%s': message '%s' lacks '%s'", cases[i].extra, err, cases[i].msg);
+    }
+    /* left out, a field takes its config class's default: Qwen3's head_dim is 128, Llama's is C / NH */
+    TinyModel no_head_dim = QWEN3;
+    no_head_dim.hd = 0;
+    write_config(test_tmpdir(), &no_head_dim, ", \"num_key_value_heads\": null");
+    REQUIRE(hf_read_config(test_tmpdir(), &cfg, err) == 0, "%s", err);
+    CHECK(cfg.head_dim == 128 && cfg.num_kv_heads == QWEN3.NH, "qwen3 defaults: hd %d NKV %d", cfg.head_dim,
+          cfg.num_kv_heads);
+    TinyModel wider = LLAMA;
+    wider.C = 24;
+    write_config(test_tmpdir(), &wider, ", \"head_dim\": null, \"tie_word_embeddings\": true");
+    REQUIRE(hf_read_config(test_tmpdir(), &cfg, err) == 0, "%s", err);
+    CHECK(cfg.head_dim == 24 / LLAMA.NH && !cfg.untied_head, "llama defaults: hd %d untied %d", cfg.head_dim,
+          cfg.untied_head);
+}
+
+TEST(a_missing_extra_or_misshaped_tensor_is_refused_naming_it_and_both_shapes) {
+    char dir[800], path[900], err[ERR_LEN];
+    TestTensor ts[128];
+    ParamTable t;
+    float *params, *back;
+    TinyModel m = QWEN3; /* tied, one F32 file */
+    snprintf(dir, sizeof dir, "%s/q", test_tmpdir());
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    const int n = checkpoint_in(dir, &m, ts, &t, &params);
+    REQUIRE(n > 0, "checkpoint");
+    back = malloc(t.total * sizeof *back);
+    const int k = index_of(ts, n, "model.layers.1.self_attn.k_norm.weight");
+    TestTensor kept = ts[k];
+    ts[k] = ts[n - 1];
+    write_test_safetensors(path, ts, n - 1);
+    CHECK(hf_read_weights(dir, &t, back, err) != 0 && strstr(err, "has no tensor model.layers.1.self_attn.k_norm.weight"),
+          "missing: %s", err);
+    ts[k] = kept;
+    ts[n] = ts[index_of(ts, n, "model.norm.weight")];
+    snprintf(ts[n].name, sizeof ts[n].name, "model.layers.0.self_attn.o_proj.bias");
+    write_test_safetensors(path, ts, n + 1);
+    CHECK(hf_read_weights(dir, &t, back, err) != 0 &&
+              strstr(err, "has a tensor model.layers.0.self_attn.o_proj.bias that Qwen3ForCausalLM does not"),
+          "extra: %s", err);
+    const int v = index_of(ts, n, "model.layers.0.self_attn.v_proj.weight");
+    ts[v].d0 -= 1, ts[v].bytes -= ts[v].d1 * 4;
+    write_test_safetensors(path, ts, n);
+    CHECK(hf_read_weights(dir, &t, back, err) != 0 &&
+              strstr(err, "tensor model.layers.0.self_attn.v_proj.weight is [15, 24] but the model (config.json) needs [16, 24]"),
+          "misshaped: %s", err);
+    ts[v].d0 += 1, ts[v].bytes += ts[v].d1 * 4;
+    /* a tied model's lm_head.weight: the embedding itself is accepted, another matrix is not */
+    ts[n] = ts[index_of(ts, n, "model.embed_tokens.weight")];
+    snprintf(ts[n].name, sizeof ts[n].name, "lm_head.weight");
+    write_test_safetensors(path, ts, n + 1);
+    CHECK(hf_read_weights(dir, &t, back, err) == 0 && memcmp(back, params, t.total * sizeof *back) == 0,
+          "a tied lm_head equal to the embedding: %s", err);
+    ts[n].data = malloc(ts[n].bytes);
+    memcpy(ts[n].data, ts[index_of(ts, n, "model.embed_tokens.weight")].data, ts[n].bytes);
+    ((float *)ts[n].data)[7] += 1.0f;
+    write_test_safetensors(path, ts, n + 1);
+    CHECK(hf_read_weights(dir, &t, back, err) != 0 && strstr(err, "lm_head.weight is not the token embedding"),
+          "a tied lm_head of its own: %s", err);
+    free(ts[n].data);
+    free_tensors(ts, n);
+    free(params);
+    param_table_free(&t);
+    /* an untied model without its head, and shards that do not match their index */
+    m = QWEN2;
+    snprintf(dir, sizeof dir, "%s/q2", test_tmpdir());
+    const int n2 = checkpoint_in(dir, &m, ts, &t, &params);
+    REQUIRE(n2 > 0, "checkpoint");
+    snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+    write_test_safetensors(path, ts + n2 / 2, n2 - n2 / 2 - 1); /* the last, lm_head.weight, left out */
+    CHECK(hf_read_weights(dir, &t, back, err) != 0 && strstr(err, "lists") && strstr(err, "its shards hold"),
+          "a shard short of the index: %s", err);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "{\"weight_map\": {\"lm_head.weight\": \"gone.safetensors\"}}");
+    fclose(f);
+    CHECK(hf_read_weights(dir, &t, back, err) != 0 && strstr(err, "gone.safetensors"), "a missing shard: %s", err);
+    m.shards = 1;
+    write_checkpoint(dir, &m, ts, n2 - 1);
+    CHECK(hf_read_weights(dir, &t, back, err) != 0 && strstr(err, "has no tensor lm_head.weight"),
+          "an untied model without lm_head: %s", err);
+    free_tensors(ts, n2);
+    free(back);
+    free(params);
+    param_table_free(&t);
+}
+
+TEST(init_from_flags_left_out_take_the_checkpoints_values_and_a_given_one_must_agree) {
+    char dir[800], shard[800], args[2400];
+    TestTensor ts[128];
+    ParamTable t;
+    float *params;
+    snprintf(dir, sizeof dir, "%s/q2", test_tmpdir());
+    snprintf(shard, sizeof shard, "%s/d.bin", test_tmpdir());
+    const int n = checkpoint_in(dir, &QWEN2, ts, &t, &params);
+    REQUIRE(n > 0, "checkpoint");
+    free(write_tokens(shard, 400, (uint32_t)QWEN2.V));
+    const struct {
+        const char *flags, *msg;
+    } cases[] = {
+        {"--kv-heads 2", "has kv heads 1 but the flags give 2 (pass --kv-heads 1)"},
+        {"--family llama", "is a qwen2 model but the flags give llama (pass --family qwen2"},
+        {"-v 512", "has vocabulary 300 but the flags give 512 (pass -v 300)"},
+        {"--max-seq-len 32", "has context (max_position_embeddings) 64 but the flags give 32"},
+        {"-e qwen3-0.6b", "is a qwen2 model but the flags give qwen3"},
+        {"--device cuda", "is a qwen2 model, which runs on --device cpu only for now"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        snprintf(args, sizeof args, "%s%s --init-from %s -i %s -b 2 -t 16 -x 1 -s 0 -o %s/r", strstr(cases[i].flags,
+                 "--device") ? "" : "--device cpu ", cases[i].flags, dir, shard, test_tmpdir());
+        const int rc = run_train(args, &out);
+        CHECK(rc == 1 && out && strncmp(out, "error: ", 7) == 0 && strstr(out, cases[i].msg), "'%s': (%d) %s",
+              cases[i].flags, rc, out);
+        free(out);
+    }
+    free_tensors(ts, n);
+    free(params);
+    param_table_free(&t);
+}
+
+/* Both files of two checkpoints hold the same bytes. */
+static int same_file(const char *a, const char *b) {
+    size_t la, lb;
+    char *x = read_file(a, &la), *y = read_file(b, &lb);
+    const int same = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+TEST(a_llama_run_resumed_from_its_checkpoint_ends_bit_for_bit_where_the_uninterrupted_one_does) {
+    const char *d = test_tmpdir();
+    char shard[800], args[2400], cmd[2400], a[900], b[900];
+    snprintf(shard, sizeof shard, "%s/d.bin", d);
+    free(write_tokens(shard, 1200, 300));
+    const char *model = "--device cpu --family llama --layers 2 --heads 4 --kv-heads 2 --head-dim 6 --dim 20 "
+                        "--ffn-dim 36 --max-seq-len 64 -v 300 -b 2 -t 16 -x 4 -n 2 --keep-checkpoints 3 -s 0 "
+                        "--val-every 0 --warmup 1";
+    char *out = NULL;
+    snprintf(args, sizeof args, "%s -i %s -o %s/a", model, shard, d);
+    REQUIRE(run_train(args, &out) == 0, "straight run: %s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/b && cp -r %s/a/step_00000002 %s/b/ && echo step_00000002 > %s/b/latest", d,
+             d, d, d);
+    REQUIRE(system(cmd) == 0, "copying the step 2 checkpoint");
+    snprintf(args, sizeof args, "%s -y 1 -i %s -o %s/b", model, shard, d);
+    REQUIRE(run_train(args, &out) == 0, "resumed run: %s", out);
+    CHECK(strstr(out, "resumed from"), "no resume line: %s", out);
+    free(out);
+    static const char *const files[] = {"state.bin", "model.safetensors", "config.json"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(a, sizeof a, "%s/a/step_00000004/%s", d, files[i]);
+        snprintf(b, sizeof b, "%s/b/step_00000004/%s", d, files[i]);
+        CHECK(same_file(a, b), "%s differs between the straight and the resumed run", files[i]);
+    }
+    /* a resume with another number of kv heads is refused naming the flag */
+    snprintf(args, sizeof args, "%s --kv-heads 1 -x 6 -y 1 -i %s -o %s/b", model, shard, d);
+    const int rc = run_train(args, &out);
+    CHECK(rc == 1 && out && strstr(out, "has kv heads 2 but this run has 1 (pass --kv-heads 2"), "(%d) %s", rc, out);
+    free(out);
+}
+
+/* Version 4's header (the last before the family block): 152 bytes of fields, then the checksum. */
+#define STATE_V4_FIELDS 152
+
+TEST(a_version_4_state_file_of_a_gpt2_run_still_loads) {
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 16, .max_seq_len = 32, .vocab_size = 300};
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[ERR_LEN], path[900];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    float *p = malloc(3 * t.total * sizeof *p), *q = malloc(3 * t.total * sizeof *q);
+    Rng r;
+    rng_seed(&r, 9);
+    fill_normal(p, 3 * t.total, 1.0f, &r);
+    TrainState st = {.step = 7, .B = 2, .T = 16};
+    REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p + t.total, p + 2 * t.total, &st, 1, err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/step_00000007/state.bin", test_tmpdir());
+    size_t len;
+    char *v5 = read_file(path, &len);
+    const size_t arrays = 3 * t.total * sizeof(float), header = len - arrays;
+    REQUIRE(v5 && header > STATE_V4_FIELDS + 8, "state file of %zu bytes", len);
+    /* the same run as version 4 wrote it: no family block */
+    FILE *f = fopen(path, "wb");
+    const uint32_t four = 4;
+    const uint64_t unsealed = 0;
+    fwrite(v5, 1, 8, f);
+    fwrite(&four, 4, 1, f);
+    fwrite(v5 + 12, 1, STATE_V4_FIELDS - 12, f);
+    fwrite(&unsealed, 8, 1, f);
+    fwrite(v5 + header, 1, arrays, f);
+    fclose(f);
+    free(v5);
+    REQUIRE(checkpoint_state_reseal(path, err) == 0, "%s", err);
+    TrainState back;
+    REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &back, err) == 0, "%s", err);
+    CHECK(back.step == 7 && back.B == 2 && memcmp(p, q, 3 * t.total * sizeof *p) == 0,
+          "the version 4 file loaded as step %d with other arrays", back.step);
+    /* and it is a GPT-2: a Llama of the same shape is refused naming the family */
+    GPTConfig llama = cfg;
+    gpt_family_defaults(&llama, FAMILY_LLAMA);
+    llama.num_kv_heads = llama.head_dim = llama.ffn_dim = 0;
+    gpt_config_finish(&llama);
+    ParamTable lt;
+    REQUIRE(param_table_build(&lt, &llama, err) == 0, "%s", err);
+    float *x = malloc(3 * lt.total * sizeof *x);
+    CHECK(checkpoint_load_latest(test_tmpdir(), &lt, x, x + lt.total, x + 2 * lt.total, &back, err) != 0 &&
+              strstr(err, "is a gpt2 model but this run's is llama (pass --family gpt2"),
+          "a llama run on a gpt2 checkpoint: %s", err);
+    free(x);
+    param_table_free(&lt);
+    free(q);
+    free(p);
+    param_table_free(&t);
+}
+
+TEST(a_released_models_preset_carries_its_vocabulary_and_a_given_v_overrides_it) {
+    char shard[800], args[2400], *out = NULL;
+    snprintf(shard, sizeof shard, "%s/d.bin", test_tmpdir());
+    free(write_tokens(shard, 200, 300));
+    /* the preset's family and vocabulary, a shape small enough for one CPU step */
+    const char *small = "--device cpu --layers 1 --dim 32 --heads 2 --kv-heads 1 --head-dim 16 --ffn-dim 32 "
+                        "--max-seq-len 16 -b 1 -t 8 -x 1 -s 0 --val-every 0";
+    snprintf(args, sizeof args, "-e qwen3-0.6b %s -i %s -o %s/a", small, shard, test_tmpdir());
+    CHECK(run_train(args, &out) == 0 && strstr(out, "V=151936"), "qwen3-0.6b without -v: %s", out);
+    free(out);
+    snprintf(args, sizeof args, "-e llama3.2-1b %s -v 300 -i %s -o %s/b", small, shard, test_tmpdir());
+    CHECK(run_train(args, &out) == 0 && strstr(out, "V=300 "), "llama3.2-1b with -v 300: %s", out);
+    free(out);
+}
+
+TEST(config_json_is_written_with_the_fields_transformers_writes_for_each_family) {
+    const struct {
+        const TinyModel *m;
+        const char *has[8], *lacks;
+    } cases[] = {
+        {&LLAMA,
+         {"\"architectures\": [\"LlamaForCausalLM\"]", "\"head_dim\": 6,", "\"rms_norm_eps\": 1e-05,",
+          "\"rope_theta\": 500000.0,", "\"factor\": 8.0,", "\"original_max_position_embeddings\": 16,",
+          "\"rope_type\": \"llama3\"", "\"tie_word_embeddings\": false,"},
+         "\"use_sliding_window\""},
+        {&QWEN3,
+         {"\"architectures\": [\"Qwen3ForCausalLM\"]", "\"model_type\": \"qwen3\"", "\"head_dim\": 8,",
+          "\"rms_norm_eps\": 1e-06,", "\"rope_scaling\": null,", "\"rope_theta\": 1000000.0,",
+          "\"tie_word_embeddings\": true,", "\"attention_bias\": false,"},
+         "\"mlp_bias\""},
+        {&QWEN2,
+         {"\"architectures\": [\"Qwen2ForCausalLM\"]", "\"num_key_value_heads\": 1,", "\"vocab_size\": 300\n",
+          "\"use_sliding_window\": false,", "\"max_position_embeddings\": 64,", "\"hidden_size\": 16,",
+          "\"intermediate_size\": 24,", "\"num_hidden_layers\": 2,"},
+         "\"head_dim\""},
+    };
+    char buf[4096];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const GPTConfig cfg = config_of(cases[i].m);
+        REQUIRE(hf_config_json(&cfg, -1, buf, sizeof buf) > 0, "%s: no config.json", gpt_family_name(cfg.family));
+        for (int k = 0; k < 8; k++)
+            CHECK(strstr(buf, cases[i].has[k]), "%s: config.json lacks %s:\n%s", gpt_family_name(cfg.family),
+                  cases[i].has[k], buf);
+        CHECK(!strstr(buf, cases[i].lacks) && !strstr(buf, "bos_token_id"), "%s: config.json has %s or a bos id:\n%s",
+              gpt_family_name(cfg.family), cases[i].lacks, buf);
+        CHECK(hf_config_json(&cfg, 7, buf, sizeof buf) > 0 && strstr(buf, "\"bos_token_id\": 7,\n  \"eos_token_id\": 7,"),
+              "%s: the tokenizer's separator is not bos and eos:\n%s", gpt_family_name(cfg.family), buf);
+        CHECK(hf_config_json(&cfg, -1, buf, 100) == -1, "%s: a buffer too small is not refused",
+              gpt_family_name(cfg.family));
+    }
+}
