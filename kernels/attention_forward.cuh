@@ -1,4 +1,4 @@
-/* kernels/attention_forward.cuh - the forward kernels: mma.sync (HS 64 and 128) and wgmma (HS 64),
+/* kernels/attention_forward.cuh - the forward kernels: mma.sync and wgmma (HS 64 and 128 each),
  * with the same blocks, loads and online softmax (attention.cu describes the algorithm). */
 #ifndef FUSEDGPT_ATTENTION_FORWARD_CUH
 #define FUSEDGPT_ATTENTION_FORWARD_CUH
@@ -110,17 +110,18 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Forward on Hopper tensor cores, HS = 64: the blocks, loads and online softmax of
+/* Forward on Hopper tensor cores, HS = 64 or 128: the blocks, loads and online softmax of
  * attention_forward_kernel, with both products as warpgroup MMAs (the block's 4 warps are one
  * warpgroup; each warp's 16 rows of S and O sit in the same registers as with mma.sync).
- *   S = Q·Kᵀ: wgmma m64n64k16 ×4, Q and K K-major from shared memory;
- *   O += P·V: wgmma m64n64k16 ×4, P from registers (the S accumulators packed to bf16 pairs), V
- *   MN-major from shared memory (its rows are keys: the transposed operand).
- * Shared tiles [64][64] bf16 in wgmma's 128-byte swizzle: Q, K [2], V [2]. */
+ *   S = Q·Kᵀ: wgmma m64n64k16 ×HS/16, Q and K K-major from shared memory;
+ *   O += P·V: wgmma m64n64k16 ×4 per 64 output columns, P from registers (the S accumulators
+ *   packed to bf16 pairs), V MN-major from shared memory (its rows are keys: the transposed operand).
+ * Shared tiles [64][HS] bf16 as [64][64] panels in wgmma's 128-byte swizzle: Q, K [2], V [2]. */
+template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, int window,
                                    float sl2) {
-    constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
+    constexpr int TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2, NP = HS / 64;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
     const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, Ks = Qs + TILE_BYTES, Vs = Ks + 2 * TILE_BYTES;
 
@@ -135,26 +136,28 @@ __global__ void __launch_bounds__(ATT_THREADS)
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 
     int j0 = first_key_tile(q0, window);
-    load_rows_swizzled(Qs, qbase, C3, q0, T);
-    load_rows_swizzled(Ks + (j0 & 1) * TILE_BYTES, kbase, C3, j0 * TILE, T);
-    load_rows_swizzled(Vs + (j0 & 1) * TILE_BYTES, vbase, C3, j0 * TILE, T);
+    load_rows_swizzled<HS>(Qs, qbase, C3, q0, T);
+    load_rows_swizzled<HS>(Ks + (j0 & 1) * TILE_BYTES, kbase, C3, j0 * TILE, T);
+    load_rows_swizzled<HS>(Vs + (j0 & 1) * TILE_BYTES, vbase, C3, j0 * TILE, T);
     cp_async_commit();
 
-    float o[32];
+    float o[NP][32];
 #pragma unroll
-    for (int i = 0; i < 32; i++) o[i] = 0.0f;
+    for (int p = 0; p < NP; p++)
+#pragma unroll
+        for (int i = 0; i < 32; i++) o[p][i] = 0.0f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
     int nkv = qb + 1;
 
     for (int j = j0; j < nkv; j++) {
-        next_kv_tile_or_wait(Ks, Vs, kbase, vbase, C3, j, nkv, T);
+        next_kv_tile_or_wait<HS>(Ks, Vs, kbase, vbase, C3, j, nkv, T);
         fence_proxy_async(); /* the copies are read by wgmma, through the async proxy */
         __syncthreads();
         const uint32_t Kt = Ks + (j & 1) * TILE_BYTES, Vt = Vs + (j & 1) * TILE_BYTES;
 
         float s[32];
         wgmma_fence();
-        wgmma_abt(s, Qs, Kt);
+        wgmma_abt<HS>(s, Qs, Kt);
         wgmma_commit();
         wgmma_wait<0>();
         fence_acc(s);
@@ -173,10 +176,12 @@ __global__ void __launch_bounds__(ATT_THREADS)
             mrow[r] = mnew;
             lrow[r] *= alpha;
 #pragma unroll
-            for (int dt = 0; dt < 8; dt++) {
-                o[dt * 4 + 2 * r] *= alpha;
-                o[dt * 4 + 2 * r + 1] *= alpha;
-            }
+            for (int p = 0; p < NP; p++)
+#pragma unroll
+                for (int dt = 0; dt < 8; dt++) {
+                    o[p][dt * 4 + 2 * r] *= alpha;
+                    o[p][dt * 4 + 2 * r + 1] *= alpha;
+                }
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
                 float p0 = ex2(fmaf(s[nt * 4 + 2 * r], sl2, -msub)), p1 = ex2(fmaf(s[nt * 4 + 2 * r + 1], sl2, -msub));
@@ -185,11 +190,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 lrow[r] += p0 + p1;
             }
         }
-        wgmma_xb(o, s, Vt); /* O += P·V */
+        wgmma_xb<HS>(o, s, Vt); /* O += P·V */
         __syncthreads(); /* buffer j&1 is refilled with tile j+2 by the next iteration */
     }
 
-    store_forward_rows<HS>(out, lse, o, lrow, mrow, b, h, q0 + warp * 16 + g, tq, T, C);
+    store_forward_rows<HS>(out, lse, &o[0][0], lrow, mrow, b, h, q0 + warp * 16 + g, tq, T, C);
 }
 
 #endif
