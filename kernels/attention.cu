@@ -95,7 +95,7 @@ extern "C" void attention_use_wgmma(int on) {
 template <int HS>
 static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const AttentionShape *s,
                                  cudaStream_t stream) {
-    const size_t smem = 5 * ATT_TILE * HS * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
+    const size_t smem = 4 * ATT_TILE * HS * sizeof(bf16) + 1024; /* Q, K, V [2]; + alignment to 1024 bytes */
     static bool attr_set = false; /* once per instantiation */
     if (!attr_set) {
         CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel<HS>,

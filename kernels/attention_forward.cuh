@@ -116,14 +116,17 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
  *   S = Q·Kᵀ: wgmma m64n64k16 ×HS/16, Q and K K-major from shared memory;
  *   O += P·V: wgmma m64n64k16 ×4 per 64 output columns, P from registers (the S accumulators
  *   packed to bf16 pairs), V MN-major from shared memory (its rows are keys: the transposed operand).
- * Shared tiles [64][HS] bf16 as [64][64] panels in wgmma's 128-byte swizzle: Q, K [2], V [2]. */
+ * Shared tiles [64][HS] bf16 as [64][64] panels in wgmma's 128-byte swizzle: Q, K, V [2]. One K
+ * buffer: tile j+1 is copied in once S(j) has read tile j, behind the softmax and P·V, while V(j+1)
+ * is copied from the start of iteration j. At HS = 128 the 64 KB this leaves fit three blocks per SM
+ * instead of two (the kernels are bound by latency, which resident warps hide). */
 template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(ATT_THREADS, HS == 128 ? ATT_FWD128_MINB : 1)
     attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, int window,
                                    float sl2) {
     constexpr int TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2, NP = HS / 64;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
-    const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, Ks = Qs + TILE_BYTES, Vs = Ks + 2 * TILE_BYTES;
+    const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, Ks = Qs + TILE_BYTES, Vs = Ks + TILE_BYTES;
 
     int C = NH * HS;
     size_t C3 = packed_qkv_width(NH, NKV, HS);
@@ -137,7 +140,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
     int j0 = first_key_tile(q0, window);
     load_rows_swizzled<HS>(Qs, qbase, C3, q0, T);
-    load_rows_swizzled<HS>(Ks + (j0 & 1) * TILE_BYTES, kbase, C3, j0 * TILE, T);
+    load_rows_swizzled<HS>(Ks, kbase, C3, j0 * TILE, T);
     load_rows_swizzled<HS>(Vs + (j0 & 1) * TILE_BYTES, vbase, C3, j0 * TILE, T);
     cp_async_commit();
 
@@ -150,17 +153,29 @@ __global__ void __launch_bounds__(ATT_THREADS)
     int nkv = qb + 1;
 
     for (int j = j0; j < nkv; j++) {
-        next_kv_tile_or_wait<HS>(Ks, Vs, kbase, vbase, C3, j, nkv, T);
+        /* In flight: K(j) and V(j), one group or two; V(j+1) joins them, in the buffer V(j-1) left. */
+        if (j + 1 < nkv) {
+            load_rows_swizzled<HS>(Vs + ((j + 1) & 1) * TILE_BYTES, vbase, C3, (j + 1) * TILE, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
         fence_proxy_async(); /* the copies are read by wgmma, through the async proxy */
         __syncthreads();
-        const uint32_t Kt = Ks + (j & 1) * TILE_BYTES, Vt = Vs + (j & 1) * TILE_BYTES;
+        const uint32_t Vt = Vs + (j & 1) * TILE_BYTES;
 
         float s[32];
         wgmma_fence();
-        wgmma_abt<HS>(s, Qs, Kt);
+        wgmma_abt<HS>(s, Qs, Ks);
         wgmma_commit();
         wgmma_wait<0>();
         fence_acc(s);
+        if (j + 1 < nkv) {
+            __syncthreads(); /* every warp's part of S(j) has read K(j) before K(j+1) overwrites it */
+            load_rows_swizzled<HS>(Ks, kbase, C3, (j + 1) * TILE, T);
+            cp_async_commit();
+        }
 
         if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, window))
             mask_tile(s, j * TILE, q0 + warp * 16 + g, tq, window);

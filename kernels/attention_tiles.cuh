@@ -20,6 +20,7 @@
 #define ATT_WG_BWD_MINB 3
 #define ATT_WG_BWD128_MINB 2 /* head size 128: 255 registers, and shared memory holds two blocks */
 #define ATT_FWD64_MINB 1    /* capping to 4 blocks (128 regs) spilled and ran slower */
+#define ATT_FWD128_MINB 3   /* wgmma forward, head size 128: what its shared memory allows */
 
 /* A token's packed qkv row: NH query heads, then NKV key heads, then NKV value heads, HS columns
  * each; query head h reads key/value head h / (NH / NKV). Offsets in elements. */
