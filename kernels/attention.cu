@@ -5,15 +5,18 @@
  *
  * Shapes (AttentionShape in kernels.h): qkv [B,T,(NH+2·NKV)·HS] per token NH query heads, then NKV
  * key heads, then NKV value heads; query head h reads key/value head h / (NH/NKV), which is never
- * copied. out [B,T,NH·HS], lse [B,NH,T] fp32, dqkv like qkv; HS ∈ {64, 128}; any T >= 1.
+ * copied. out [B,T,NH·HS], lse [B,NH,T] fp32, dqkv like qkv; HS ∈ {64, 128}; any T >= 1. The
+ * wgmma kernels hold a [64][HS] tile as HS/64 128-byte-swizzled [64][64] panels.
  * Math: S = scale·q·kᵀ (the caller's scale: 1/√HS for GPT-2, Llama, Qwen), causal (key ≤ query)
  *   and within the window when there is one, P = softmax(S), out = P·v.
  *   The kernels work in base 2: s2 = S·log2(e), P = exp2(s2 − lse2), and lse stores
  *   lse2 = max + log2(Σ exp2(s2 − max)) per query row: the one statistic the backward needs.
  *
  * Forward: grid (⌈T/64⌉, B·NH), 4 warps; a block owns 64 query rows (16 per warp, Q fragments in
- *   registers), loops over 64-key tiles up to the diagonal (K, V double-buffered through cp.async),
- *   online softmax in registers; no T×T tensor ever exists. Heaviest (last) query tiles start first.
+ *   registers; wgmma reads them from shared memory), loops over 64-key tiles up to the diagonal
+ *   (K, V double-buffered through cp.async; the wgmma kernel keeps one K buffer, which at HS 128
+ *   fits a third block per SM), online softmax in registers; no T×T tensor ever exists. Heaviest
+ *   (last) query tiles start first.
  * Backward (deterministic, no atomics): D = rowsum(dout ∘ out) first; then
  *   dK,dV kernel: a block owns 64 keys of one key/value head (16 per warp), loops over the query
  *     heads of its group and, for each, over the query tiles that see its keys (from the diagonal

@@ -11,14 +11,15 @@
 
 #define ATT_THREADS 128 /* 4 warps */
 #define ATT_TILE 64     /* query rows per forward / dQ block, keys per dK,dV block, key tile */
-/* Query rows per tile of the dK,dV kernel at head size 64 (128 uses 32, for registers), and the
- * blocks per SM the kernels are compiled for (register cap): measured choices, dev/RESULTS.md
- * (attention). The wgmma dK,dV kernel issues its two gradient products as one group with one wait:
- * best together with 3 blocks (167 registers; one wait uncapped needs 196 registers, 2 blocks). */
+/* Query rows per tile of the dK,dV kernel at head size 64 (the mma.sync one at 128 uses 32, for
+ * registers), and the blocks per SM the kernels are compiled for (register cap): measured choices,
+ * dev/RESULTS.md (attention). The wgmma dK,dV kernel issues its two gradient products as one group
+ * with one wait: at head size 64 best together with 3 blocks (167 registers; one wait uncapped needs
+ * 196 registers, 2 blocks). */
 #define ATT_BQ64 64
 #define ATT_BWD64_MINB 3    /* 12 warps/SM: 0.54 ms vs 0.62 ms (uncapped, 8 warps) at B=16, T=1024 */
 #define ATT_WG_BWD_MINB 3
-#define ATT_WG_BWD128_MINB 2 /* head size 128: 255 registers, and shared memory holds two blocks */
+#define ATT_WG_BWD128_MINB 2 /* head size 128: dK,dV needs 240 registers, so two blocks at most */
 #define ATT_FWD64_MINB 1    /* capping to 4 blocks (128 regs) spilled and ran slower */
 #define ATT_FWD128_MINB 3   /* wgmma forward, head size 128: what its shared memory allows */
 
