@@ -116,10 +116,12 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
  *   S = Q·Kᵀ: wgmma m64n64k16 ×HS/16, Q and K K-major from shared memory;
  *   O += P·V: wgmma m64n64k16 ×4 per 64 output columns, P from registers (the S accumulators
  *   packed to bf16 pairs), V MN-major from shared memory (its rows are keys: the transposed operand).
+ * S(j+1) is issued right behind P(j)·V(j), one wait for both, so the tensor cores go from one to the
+ * other without the block's round trip in between.
  * Shared tiles [64][HS] bf16 as [64][64] panels in wgmma's 128-byte swizzle: Q, K, V [2]. One K
- * buffer: tile j+1 is copied in once S(j) has read tile j, behind the softmax and P·V, while V(j+1)
- * is copied from the start of iteration j. At HS = 128 the 64 KB this leaves fit three blocks per SM
- * instead of two (the kernels are bound by latency, which resident warps hide). */
+ * buffer: K(j+2) and V(j+2) are copied in once S(j+1) and P(j)·V(j) are done, behind the next
+ * softmax. At HS = 128 the 64 KB this leaves fit three blocks per SM instead of two (the kernels
+ * are bound by latency, which resident warps hide). */
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 128 ? ATT_FWD128_MINB : 1)
     attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, int window,
@@ -138,11 +140,31 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 128 ? ATT_FWD128_MINB : 1)
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 
-    int j0 = first_key_tile(q0, window);
+    int j0 = first_key_tile(q0, window), nkv = qb + 1;
     load_rows_swizzled<HS>(Qs, qbase, C3, q0, T);
     load_rows_swizzled<HS>(Ks, kbase, C3, j0 * TILE, T);
     load_rows_swizzled<HS>(Vs + (j0 & 1) * TILE_BYTES, vbase, C3, j0 * TILE, T);
     cp_async_commit();
+    if (j0 + 1 < nkv) {
+        load_rows_swizzled<HS>(Vs + ((j0 + 1) & 1) * TILE_BYTES, vbase, C3, (j0 + 1) * TILE, T);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    fence_proxy_async(); /* the copies are read by wgmma, through the async proxy */
+    __syncthreads();
+    float s[32];
+    wgmma_fence();
+    wgmma_abt<HS>(s, Qs, Ks);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(s);
+    if (j0 + 1 < nkv) {
+        __syncthreads(); /* every warp's part of S has read K before the next tile overwrites it */
+        load_rows_swizzled<HS>(Ks, kbase, C3, (j0 + 1) * TILE, T);
+        cp_async_commit();
+    }
 
     float o[NP][32];
 #pragma unroll
@@ -150,33 +172,10 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 128 ? ATT_FWD128_MINB : 1)
 #pragma unroll
         for (int i = 0; i < 32; i++) o[p][i] = 0.0f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
-    int nkv = qb + 1;
 
+    /* Iteration j holds S(j) on entry; it issues O += P(j)·V(j) and, behind it on the tensor cores,
+     * S(j+1) = Q·K(j+1)ᵀ, then copies K(j+2) and V(j+2) in behind the next softmax. */
     for (int j = j0; j < nkv; j++) {
-        /* In flight: K(j) and V(j), one group or two; V(j+1) joins them, in the buffer V(j-1) left. */
-        if (j + 1 < nkv) {
-            load_rows_swizzled<HS>(Vs + ((j + 1) & 1) * TILE_BYTES, vbase, C3, (j + 1) * TILE, T);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        fence_proxy_async(); /* the copies are read by wgmma, through the async proxy */
-        __syncthreads();
-        const uint32_t Vt = Vs + (j & 1) * TILE_BYTES;
-
-        float s[32];
-        wgmma_fence();
-        wgmma_abt<HS>(s, Qs, Ks);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_acc(s);
-        if (j + 1 < nkv) {
-            __syncthreads(); /* every warp's part of S(j) has read K(j) before K(j+1) overwrites it */
-            load_rows_swizzled<HS>(Ks, kbase, C3, (j + 1) * TILE, T);
-            cp_async_commit();
-        }
-
         if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, window))
             mask_tile(s, j * TILE, q0 + warp * 16 + g, tq, window);
 #pragma unroll
@@ -205,8 +204,34 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 128 ? ATT_FWD128_MINB : 1)
                 lrow[r] += p0 + p1;
             }
         }
-        wgmma_xb<HS>(o, s, Vt); /* O += P·V */
-        __syncthreads(); /* buffer j&1 is refilled with tile j+2 by the next iteration */
+        uint32_t a[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) pack_a_fragment(a[kk], s, kk);
+#pragma unroll
+        for (int p = 0; p < NP; p++) fence_acc(o[p]);
+        wgmma_fence();
+        wgmma_issue_xb<HS>(o, a, Vs + (j & 1) * TILE_BYTES); /* O += P·V */
+        wgmma_commit();
+        if (j + 1 < nkv) {
+            cp_async_wait<0>(); /* K(j+1) and V(j+1) */
+            fence_proxy_async();
+            __syncthreads();
+            wgmma_fence();
+            wgmma_abt<HS>(s, Qs, Ks);
+            wgmma_commit();
+        }
+        wgmma_wait<0>();
+        fence_regs(a); /* read by P·V until the wait: no other value may take their registers */
+#pragma unroll
+        for (int p = 0; p < NP; p++) fence_acc(o[p]);
+        fence_acc(s);
+        /* Every warp is done with V(j)'s buffer and with K(j+1) before they are refilled. */
+        __syncthreads();
+        if (j + 2 < nkv) {
+            load_rows_swizzled<HS>(Vs + (j & 1) * TILE_BYTES, vbase, C3, (j + 2) * TILE, T);
+            load_rows_swizzled<HS>(Ks, kbase, C3, (j + 2) * TILE, T);
+            cp_async_commit();
+        }
     }
 
     store_forward_rows<HS>(out, lse, &o[0][0], lrow, mrow, b, h, q0 + warp * 16 + g, tq, T, C);

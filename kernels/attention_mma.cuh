@@ -69,6 +69,15 @@ __device__ __forceinline__ void pack_a_fragment(uint32_t (&a)[4], const float (&
     a[3] = pack_bf16(acc[8 * kk + 6], acc[8 * kk + 7]);
 }
 
+/* Keeps packed A fragments in their registers up to this point (after the wait of the wgmma that
+ * reads them). */
+__device__ __forceinline__ void fence_regs(uint32_t (&a)[4][4]) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) asm volatile("" : "+r"(a[kk][i])::"memory");
+}
+
 /* acc[64 x 64] = A·Bᵀ, A and B [64][HS] K-major tiles of HS/64 swizzled panels (k = the head's
  * columns). */
 template <int HS>
