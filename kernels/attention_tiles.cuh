@@ -19,7 +19,7 @@
 #define ATT_BQ64 64
 #define ATT_BWD64_MINB 3    /* 12 warps/SM: 0.54 ms vs 0.62 ms (uncapped, 8 warps) at B=16, T=1024 */
 #define ATT_WG_BWD_MINB 3
-#define ATT_WG_BWD128_MINB 2 /* head size 128: dK,dV needs 240 registers, so two blocks at most */
+#define ATT_WG_BWD128_MINB 2 /* head size 128: dK,dV needs 240 registers, dQ 97 KB of shared memory */
 #define ATT_FWD64_MINB 1    /* capping to 4 blocks (128 regs) spilled and ran slower */
 #define ATT_FWD128_MINB 3   /* wgmma forward, head size 128: what its shared memory allows */
 
