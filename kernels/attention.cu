@@ -1,19 +1,22 @@
 /* kernels/attention.cu - causal grouped-query self-attention in the flash-attention manner, forward
- * and backward, on bf16 tensor cores with fp32 accumulation: Hopper's warpgroup MMA (wgmma) for
- * head size 64, mma.sync m16n8k16 for 128 (and for 64 when attention_use_wgmma(0)). Both paths share
+ * and backward, on bf16 tensor cores with fp32 accumulation: Hopper's warpgroup MMA (wgmma), or
+ * mma.sync m16n8k16 when attention_use_wgmma(0) (the reference the tests hold it to). Both paths share
  * the blocks, the order of work and the arithmetic below; only how the products are issued differs.
  *
  * Shapes (AttentionShape in kernels.h): qkv [B,T,(NH+2·NKV)·HS] per token NH query heads, then NKV
  * key heads, then NKV value heads; query head h reads key/value head h / (NH/NKV), which is never
- * copied. out [B,T,NH·HS], lse [B,NH,T] fp32, dqkv like qkv; HS ∈ {64, 128}; any T >= 1.
+ * copied. out [B,T,NH·HS], lse [B,NH,T] fp32, dqkv like qkv; HS ∈ {64, 128}; any T >= 1. The
+ * wgmma kernels hold a [64][HS] tile as HS/64 128-byte-swizzled [64][64] panels.
  * Math: S = scale·q·kᵀ (the caller's scale: 1/√HS for GPT-2, Llama, Qwen), causal (key ≤ query)
  *   and within the window when there is one, P = softmax(S), out = P·v.
  *   The kernels work in base 2: s2 = S·log2(e), P = exp2(s2 − lse2), and lse stores
  *   lse2 = max + log2(Σ exp2(s2 − max)) per query row: the one statistic the backward needs.
  *
  * Forward: grid (⌈T/64⌉, B·NH), 4 warps; a block owns 64 query rows (16 per warp, Q fragments in
- *   registers), loops over 64-key tiles up to the diagonal (K, V double-buffered through cp.async),
- *   online softmax in registers; no T×T tensor ever exists. Heaviest (last) query tiles start first.
+ *   registers; wgmma reads them from shared memory), loops over 64-key tiles up to the diagonal
+ *   (K, V double-buffered through cp.async; the wgmma kernel keeps one K buffer, which at HS 128
+ *   fits a third block per SM, and issues S of the next tile behind P·V of this one), online
+ *   softmax in registers; no T×T tensor ever exists. Heaviest (last) query tiles start first.
  * Backward (deterministic, no atomics): D = rowsum(dout ∘ out) first; then
  *   dK,dV kernel: a block owns 64 keys of one key/value head (16 per warp), loops over the query
  *     heads of its group and, for each, over the query tiles that see its keys (from the diagonal
@@ -92,17 +95,18 @@ extern "C" void attention_use_wgmma(int on) {
     use_wgmma = on;
 }
 
+template <int HS>
 static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const AttentionShape *s,
                                  cudaStream_t stream) {
-    const size_t smem = 5 * ATT_TILE * 64 * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
-    static bool attr_set = false;
+    const size_t smem = 4 * ATT_TILE * HS * sizeof(bf16) + 1024; /* Q, K, V [2]; + alignment to 1024 bytes */
+    static bool attr_set = false; /* once per instantiation */
     if (!attr_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel<HS>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         attr_set = true;
     }
     dim3 grid(ceil_div(s->T, ATT_TILE), s->B * s->NH);
-    attention_forward_wgmma_kernel<<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, s->T, s->NH, s->NKV, s->window,
+    attention_forward_wgmma_kernel<HS><<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, s->T, s->NH, s->NKV, s->window,
                                                                         LOG2E * s->scale);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -111,7 +115,9 @@ extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, cons
                                   cudaStream_t stream) {
     check_shape(s);
     if (s->HS == 64 && use_wgmma)
-        launch_forward_wgmma(out, lse, qkv, s, stream);
+        launch_forward_wgmma<64>(out, lse, qkv, s, stream);
+    else if (use_wgmma)
+        launch_forward_wgmma<128>(out, lse, qkv, s, stream);
     else if (s->HS == 64)
         launch_forward<64>(out, lse, qkv, s, stream);
     else
@@ -153,23 +159,24 @@ static void launch_backward(bf16 *dqkv, float *bias_part, float *D, const bf16 *
     CUDA_CHECK(cudaGetLastError());
 }
 
+template <int HS>
 static void launch_backward_wgmma(bf16 *dqkv, float *bias_part, float *D, const bf16 *dout, const bf16 *qkv,
                                   const float *lse, const AttentionShape *s, cudaStream_t stream) {
-    const size_t smem = 6 * ATT_TILE * 64 * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
-    static bool attr_set = false;
+    const size_t smem = 6 * ATT_TILE * HS * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
+    static bool attr_set = false; /* once per instantiation */
     if (!attr_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_wgmma_kernel,
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_wgmma_kernel<HS>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma_kernel,
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma_kernel<HS>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         attr_set = true;
     }
     float scale = s->scale, sl2 = LOG2E * scale;
     int tiles = ceil_div(s->T, ATT_TILE);
-    attention_backward_dkdv_wgmma_kernel<<<dim3(tiles, s->B * s->NKV), ATT_THREADS, smem, stream>>>(
+    attention_backward_dkdv_wgmma_kernel<HS><<<dim3(tiles, s->B * s->NKV), ATT_THREADS, smem, stream>>>(
         dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
-    attention_backward_dq_wgmma_kernel<<<dim3(tiles, s->B * s->NH), ATT_THREADS, smem, stream>>>(
+    attention_backward_dq_wgmma_kernel<HS><<<dim3(tiles, s->B * s->NH), ATT_THREADS, smem, stream>>>(
         dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -188,7 +195,9 @@ extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch,
         attention_backward_dsum_kernel<128><<<ceil_div(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
     CUDA_CHECK(cudaGetLastError());
     if (HS == 64 && use_wgmma)
-        launch_backward_wgmma(dqkv, bias_part, D, dout, qkv, lse, s, stream);
+        launch_backward_wgmma<64>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
+    else if (use_wgmma)
+        launch_backward_wgmma<128>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else if (HS == 64)
         launch_backward<64, ATT_BQ64>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else

@@ -1,5 +1,5 @@
 /* kernels/attention_backward.cuh - the backward kernels: D = rowsum(dO∘O), then dK,dV and dQ with
- * mma.sync (HS 64 and 128) or wgmma (HS 64), deterministic and without atomics (attention.cu
+ * mma.sync or wgmma (HS 64 and 128 each), deterministic and without atomics (attention.cu
  * describes the algorithm). */
 #ifndef FUSEDGPT_ATTENTION_BACKWARD_CUH
 #define FUSEDGPT_ATTENTION_BACKWARD_CUH
@@ -221,15 +221,17 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Backward on Hopper tensor cores, HS = 64: attention_backward_dq_kernel and
+/* Backward on Hopper tensor cores, HS = 64 or 128: attention_backward_dq_kernel and
  * attention_backward_dkdv_kernel (BQ = 64) with every product a warpgroup MMA: the two score-like
  * products (S and dP, or Sᵀ and dPᵀ) from K-major shared tiles, the two gradient products from
- * registers times an MN-major shared tile. Same blocks, order, masking and arithmetic. */
-__global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
+ * registers times an MN-major shared tile (of HS/64 panels, as in the forward). Same blocks, order,
+ * masking and arithmetic. */
+template <int HS>
+__global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_WG_BWD_MINB : ATT_WG_BWD128_MINB)
     attention_backward_dq_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
                                        const float *lse, const float *D, int T, int NH, int NKV, int window,
                                        float sl2, float scale) {
-    constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
+    constexpr int TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2, NP = HS / 64;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
     const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, dOs = Qs + TILE_BYTES, Ks = dOs + TILE_BYTES,
                    Vs = Ks + 2 * TILE_BYTES;
@@ -246,29 +248,31 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 
     int j0 = first_key_tile(q0, window);
-    load_rows_swizzled(Qs, qbase, C3, q0, T);
-    load_rows_swizzled(dOs, dobase, C, q0, T);
-    load_rows_swizzled(Ks + (j0 & 1) * TILE_BYTES, kbase, C3, j0 * TILE, T);
-    load_rows_swizzled(Vs + (j0 & 1) * TILE_BYTES, vbase, C3, j0 * TILE, T);
+    load_rows_swizzled<HS>(Qs, qbase, C3, q0, T);
+    load_rows_swizzled<HS>(dOs, dobase, C, q0, T);
+    load_rows_swizzled<HS>(Ks + (j0 & 1) * TILE_BYTES, kbase, C3, j0 * TILE, T);
+    load_rows_swizzled<HS>(Vs + (j0 & 1) * TILE_BYTES, vbase, C3, j0 * TILE, T);
     cp_async_commit();
 
     float lse_r[2], D_r[2];
     load_row_stats(lse_r, D_r, lse, D, q0 + warp * 16 + g, T);
-    float dq[32];
+    float dq[NP][32];
 #pragma unroll
-    for (int i = 0; i < 32; i++) dq[i] = 0.0f;
+    for (int p = 0; p < NP; p++)
+#pragma unroll
+        for (int i = 0; i < 32; i++) dq[p][i] = 0.0f;
     int nkv = qb + 1;
 
     for (int j = j0; j < nkv; j++) {
-        next_kv_tile_or_wait(Ks, Vs, kbase, vbase, C3, j, nkv, T);
+        next_kv_tile_or_wait<HS>(Ks, Vs, kbase, vbase, C3, j, nkv, T);
         fence_proxy_async();
         __syncthreads();
         const uint32_t Kt = Ks + (j & 1) * TILE_BYTES, Vt = Vs + (j & 1) * TILE_BYTES;
 
         float s[32], dp[32];
         wgmma_fence();
-        wgmma_abt(s, Qs, Kt);   /* S = Q·Kᵀ */
-        wgmma_abt(dp, dOs, Vt); /* dP = dO·Vᵀ */
+        wgmma_abt<HS>(s, Qs, Kt);   /* S = Q·Kᵀ */
+        wgmma_abt<HS>(dp, dOs, Vt); /* dP = dO·Vᵀ */
         wgmma_commit();
         wgmma_wait<0>();
         fence_acc(s);
@@ -282,19 +286,20 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
             float p = ex2(fmaf(s[i], sl2, -lse_r[r]));
             s[i] = p * (dp[i] - D_r[r]); /* dS (without the scale) */
         }
-        wgmma_xb(dq, s, Kt); /* dQ += dS·K */
+        wgmma_xb<HS>(dq, s, Kt); /* dQ += dS·K */
         __syncthreads();
     }
 
-    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, qb, C3), dq, scale, 0, b, h, q0 + warp * 16 + g, tq, T,
+    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, qb, C3), &dq[0][0], scale, 0, b, h, q0 + warp * 16 + g, tq, T,
                         C3);
 }
 
-__global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
+template <int HS>
+__global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_WG_BWD_MINB : ATT_WG_BWD128_MINB)
     attention_backward_dkdv_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
                                          const float *lse, const float *D, int T, int NH, int NKV, int window,
                                        float sl2, float scale) {
-    constexpr int HS = 64, TILE = ATT_TILE, BQ = ATT_TILE, TILE_BYTES = TILE * HS * 2;
+    constexpr int TILE = ATT_TILE, BQ = ATT_TILE, TILE_BYTES = TILE * HS * 2, NP = HS / 64;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
     const uint32_t Ks = (smem_addr(att_smem) + 1023) & ~1023u, Vs = Ks + TILE_BYTES, Qs = Vs + TILE_BYTES,
                    dOs = Qs + 2 * TILE_BYTES;
@@ -313,24 +318,26 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
     int qt0 = k0 / BQ, nqt = query_tile_end<BQ>(k0, window, ceil_div(T, BQ));
     int nper = nqt - qt0, nsteps = grp * nper;
 
-    load_rows_swizzled(Ks, kbase, C3, k0, T);
-    load_rows_swizzled(Vs, vbase, C3, k0, T);
-    load_rows_swizzled(Qs, row0 + h0 * HS, C3, qt0 * BQ, T);
-    load_rows_swizzled(dOs, dorow0 + h0 * HS, C, qt0 * BQ, T);
+    load_rows_swizzled<HS>(Ks, kbase, C3, k0, T);
+    load_rows_swizzled<HS>(Vs, vbase, C3, k0, T);
+    load_rows_swizzled<HS>(Qs, row0 + h0 * HS, C3, qt0 * BQ, T);
+    load_rows_swizzled<HS>(dOs, dorow0 + h0 * HS, C, qt0 * BQ, T);
     cp_async_commit();
     load_query_stats<BQ>(lse_s, D_s, lse_b + (size_t)h0 * T, D_b + (size_t)h0 * T, qt0 * BQ, T);
 
-    float dk[32], dv[32];
+    float dk[NP][32], dv[NP][32];
 #pragma unroll
-    for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.0f;
+    for (int p = 0; p < NP; p++)
+#pragma unroll
+        for (int i = 0; i < 32; i++) dk[p][i] = dv[p][i] = 0.0f;
     int krow = k0 + warp * 16 + g;
 
     for (int i = 0; i < nsteps; i++) {
         int buf = i & 1, qt = qt0 + i % nper;
         if (i + 1 < nsteps) {
             int nb = buf ^ 1, h1 = h0 + (i + 1) / nper, t1 = (qt0 + (i + 1) % nper) * BQ;
-            load_rows_swizzled(Qs + nb * TILE_BYTES, row0 + h1 * HS, C3, t1, T);
-            load_rows_swizzled(dOs + nb * TILE_BYTES, dorow0 + h1 * HS, C, t1, T);
+            load_rows_swizzled<HS>(Qs + nb * TILE_BYTES, row0 + h1 * HS, C3, t1, T);
+            load_rows_swizzled<HS>(dOs + nb * TILE_BYTES, dorow0 + h1 * HS, C, t1, T);
             cp_async_commit();
             load_query_stats<BQ>(lse_s + nb * BQ, D_s + nb * BQ, lse_b + (size_t)h1 * T, D_b + (size_t)h1 * T, t1, T);
             cp_async_wait<1>();
@@ -344,8 +351,8 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
 
         float st[32], dpt[32];
         wgmma_fence();
-        wgmma_abt(st, Ks, Qt);   /* Sᵀ = K·Qᵀ */
-        wgmma_abt(dpt, Vs, dOt); /* dPᵀ = V·dOᵀ */
+        wgmma_abt<HS>(st, Ks, Qt);   /* Sᵀ = K·Qᵀ */
+        wgmma_abt<HS>(dpt, Vs, dOt); /* dPᵀ = V·dOᵀ */
         wgmma_commit();
         wgmma_wait<0>();
         fence_acc(st);
@@ -372,24 +379,22 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_WG_BWD_MINB)
             uint32_t ap[4][4], ad[4][4];
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) pack_a_fragment(ap[kk], st, kk), pack_a_fragment(ad[kk], dpt, kk);
-            fence_acc(dv);
-            fence_acc(dk);
+#pragma unroll
+            for (int p = 0; p < NP; p++) fence_acc(dv[p]), fence_acc(dk[p]);
             wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_m64n64k16_rs_mn(dv, ap[kk], smem_desc(dOt + kk * 16 * 128), 1);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_m64n64k16_rs_mn(dk, ad[kk], smem_desc(Qt + kk * 16 * 128), 1);
+            wgmma_issue_xb<HS>(dv, ap, dOt);
+            wgmma_issue_xb<HS>(dk, ad, Qt);
             wgmma_commit();
             wgmma_wait<0>();
-            fence_acc(dv);
-            fence_acc(dk);
+#pragma unroll
+            for (int p = 0; p < NP; p++) fence_acc(dv[p]), fence_acc(dk[p]);
         }
         __syncthreads();
     }
 
     float *bias_row = bias_part_row(bias_part, b, blockIdx.x, C3);
-    store_head_grad<HS>(dqkv, bias_row, dk, scale, key_col(NH, HS, 0), b, kvh, krow, tq, T, C3);
-    store_head_grad<HS>(dqkv, bias_row, dv, 1.0f, value_col(NH, NKV, HS, 0), b, kvh, krow, tq, T, C3);
+    store_head_grad<HS>(dqkv, bias_row, &dk[0][0], scale, key_col(NH, HS, 0), b, kvh, krow, tq, T, C3);
+    store_head_grad<HS>(dqkv, bias_row, &dv[0][0], 1.0f, value_col(NH, NKV, HS, 0), b, kvh, krow, tq, T, C3);
 }
 
 #endif

@@ -1,4 +1,4 @@
-/* kernels/attention_forward.cuh - the forward kernels: mma.sync (HS 64 and 128) and wgmma (HS 64),
+/* kernels/attention_forward.cuh - the forward kernels: mma.sync and wgmma (HS 64 and 128 each),
  * with the same blocks, loads and online softmax (attention.cu describes the algorithm). */
 #ifndef FUSEDGPT_ATTENTION_FORWARD_CUH
 #define FUSEDGPT_ATTENTION_FORWARD_CUH
@@ -110,19 +110,25 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Forward on Hopper tensor cores, HS = 64: the blocks, loads and online softmax of
+/* Forward on Hopper tensor cores, HS = 64 or 128: the blocks, loads and online softmax of
  * attention_forward_kernel, with both products as warpgroup MMAs (the block's 4 warps are one
  * warpgroup; each warp's 16 rows of S and O sit in the same registers as with mma.sync).
- *   S = Q·Kᵀ: wgmma m64n64k16 ×4, Q and K K-major from shared memory;
- *   O += P·V: wgmma m64n64k16 ×4, P from registers (the S accumulators packed to bf16 pairs), V
- *   MN-major from shared memory (its rows are keys: the transposed operand).
- * Shared tiles [64][64] bf16 in wgmma's 128-byte swizzle: Q, K [2], V [2]. */
-__global__ void __launch_bounds__(ATT_THREADS)
+ *   S = Q·Kᵀ: wgmma m64n64k16 ×HS/16, Q and K K-major from shared memory;
+ *   O += P·V: wgmma m64n64k16 ×4 per 64 output columns, P from registers (the S accumulators
+ *   packed to bf16 pairs), V MN-major from shared memory (its rows are keys: the transposed operand).
+ * S(j+1) is issued right behind P(j)·V(j), one wait for both, so the tensor cores go from one to the
+ * other without the block's round trip in between.
+ * Shared tiles [64][HS] bf16 as [64][64] panels in wgmma's 128-byte swizzle: Q, K, V [2]. One K
+ * buffer: K(j+2) and V(j+2) are copied in once S(j+1) and P(j)·V(j) are done, behind the next
+ * softmax. At HS = 128 the 64 KB this leaves fit three blocks per SM instead of two (the kernels
+ * are bound by latency, which resident warps hide). */
+template <int HS>
+__global__ void __launch_bounds__(ATT_THREADS, HS == 128 ? ATT_FWD128_MINB : 1)
     attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, int window,
                                    float sl2) {
-    constexpr int HS = 64, TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
+    constexpr int TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2, NP = HS / 64;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
-    const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, Ks = Qs + TILE_BYTES, Vs = Ks + 2 * TILE_BYTES;
+    const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, Ks = Qs + TILE_BYTES, Vs = Ks + TILE_BYTES;
 
     int C = NH * HS;
     size_t C3 = packed_qkv_width(NH, NKV, HS);
@@ -134,31 +140,42 @@ __global__ void __launch_bounds__(ATT_THREADS)
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 
-    int j0 = first_key_tile(q0, window);
-    load_rows_swizzled(Qs, qbase, C3, q0, T);
-    load_rows_swizzled(Ks + (j0 & 1) * TILE_BYTES, kbase, C3, j0 * TILE, T);
-    load_rows_swizzled(Vs + (j0 & 1) * TILE_BYTES, vbase, C3, j0 * TILE, T);
+    int j0 = first_key_tile(q0, window), nkv = qb + 1;
+    load_rows_swizzled<HS>(Qs, qbase, C3, q0, T);
+    load_rows_swizzled<HS>(Ks, kbase, C3, j0 * TILE, T);
+    load_rows_swizzled<HS>(Vs + (j0 & 1) * TILE_BYTES, vbase, C3, j0 * TILE, T);
     cp_async_commit();
+    if (j0 + 1 < nkv) {
+        load_rows_swizzled<HS>(Vs + ((j0 + 1) & 1) * TILE_BYTES, vbase, C3, (j0 + 1) * TILE, T);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    fence_proxy_async(); /* the copies are read by wgmma, through the async proxy */
+    __syncthreads();
+    float s[32];
+    wgmma_fence();
+    wgmma_abt<HS>(s, Qs, Ks);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(s);
+    if (j0 + 1 < nkv) {
+        __syncthreads(); /* every warp's part of S has read K before the next tile overwrites it */
+        load_rows_swizzled<HS>(Ks, kbase, C3, (j0 + 1) * TILE, T);
+        cp_async_commit();
+    }
 
-    float o[32];
+    float o[NP][32];
 #pragma unroll
-    for (int i = 0; i < 32; i++) o[i] = 0.0f;
+    for (int p = 0; p < NP; p++)
+#pragma unroll
+        for (int i = 0; i < 32; i++) o[p][i] = 0.0f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
-    int nkv = qb + 1;
 
+    /* Iteration j holds S(j) on entry; it issues O += P(j)·V(j) and, behind it on the tensor cores,
+     * S(j+1) = Q·K(j+1)ᵀ, then copies K(j+2) and V(j+2) in behind the next softmax. */
     for (int j = j0; j < nkv; j++) {
-        next_kv_tile_or_wait(Ks, Vs, kbase, vbase, C3, j, nkv, T);
-        fence_proxy_async(); /* the copies are read by wgmma, through the async proxy */
-        __syncthreads();
-        const uint32_t Kt = Ks + (j & 1) * TILE_BYTES, Vt = Vs + (j & 1) * TILE_BYTES;
-
-        float s[32];
-        wgmma_fence();
-        wgmma_abt(s, Qs, Kt);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_acc(s);
-
         if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, window))
             mask_tile(s, j * TILE, q0 + warp * 16 + g, tq, window);
 #pragma unroll
@@ -173,10 +190,12 @@ __global__ void __launch_bounds__(ATT_THREADS)
             mrow[r] = mnew;
             lrow[r] *= alpha;
 #pragma unroll
-            for (int dt = 0; dt < 8; dt++) {
-                o[dt * 4 + 2 * r] *= alpha;
-                o[dt * 4 + 2 * r + 1] *= alpha;
-            }
+            for (int p = 0; p < NP; p++)
+#pragma unroll
+                for (int dt = 0; dt < 8; dt++) {
+                    o[p][dt * 4 + 2 * r] *= alpha;
+                    o[p][dt * 4 + 2 * r + 1] *= alpha;
+                }
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
                 float p0 = ex2(fmaf(s[nt * 4 + 2 * r], sl2, -msub)), p1 = ex2(fmaf(s[nt * 4 + 2 * r + 1], sl2, -msub));
@@ -185,11 +204,37 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 lrow[r] += p0 + p1;
             }
         }
-        wgmma_xb(o, s, Vt); /* O += P·V */
-        __syncthreads(); /* buffer j&1 is refilled with tile j+2 by the next iteration */
+        uint32_t a[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) pack_a_fragment(a[kk], s, kk);
+#pragma unroll
+        for (int p = 0; p < NP; p++) fence_acc(o[p]);
+        wgmma_fence();
+        wgmma_issue_xb<HS>(o, a, Vs + (j & 1) * TILE_BYTES); /* O += P·V */
+        wgmma_commit();
+        if (j + 1 < nkv) {
+            cp_async_wait<0>(); /* K(j+1) and V(j+1) */
+            fence_proxy_async();
+            __syncthreads();
+            wgmma_fence();
+            wgmma_abt<HS>(s, Qs, Ks);
+            wgmma_commit();
+        }
+        wgmma_wait<0>();
+        fence_regs(a); /* read by P·V until the wait: no other value may take their registers */
+#pragma unroll
+        for (int p = 0; p < NP; p++) fence_acc(o[p]);
+        fence_acc(s);
+        /* Every warp is done with V(j)'s buffer and with K(j+1) before they are refilled. */
+        __syncthreads();
+        if (j + 2 < nkv) {
+            load_rows_swizzled<HS>(Vs + (j & 1) * TILE_BYTES, vbase, C3, (j + 2) * TILE, T);
+            load_rows_swizzled<HS>(Ks, kbase, C3, (j + 2) * TILE, T);
+            cp_async_commit();
+        }
     }
 
-    store_forward_rows<HS>(out, lse, o, lrow, mrow, b, h, q0 + warp * 16 + g, tq, T, C);
+    store_forward_rows<HS>(out, lse, &o[0][0], lrow, mrow, b, h, q0 + warp * 16 + g, tq, T, C);
 }
 
 #endif

@@ -1,6 +1,6 @@
 /* kernels/attention_mma.cuh - the attention kernels' tensor-core products: fragments of padded
  * shared tiles and the mma.sync m16n8k16 products (A·Bᵀ and P·V), and the warpgroup (wgmma) products
- * of [64][64] swizzled tiles, with the A operand from accumulator registers where P or dS feed the
+ * of [64][HS] tiles of swizzled [64][64] panels, with the A operand from accumulator registers where P or dS feed the
  * next product. */
 #ifndef FUSEDGPT_ATTENTION_MMA_CUH
 #define FUSEDGPT_ATTENTION_MMA_CUH
@@ -69,25 +69,54 @@ __device__ __forceinline__ void pack_a_fragment(uint32_t (&a)[4], const float (&
     a[3] = pack_bf16(acc[8 * kk + 6], acc[8 * kk + 7]);
 }
 
-/* acc[64 x 64] (=, or += when accumulate) = A·Bᵀ, A and B [64][64] K-major swizzled tiles. */
-__device__ __forceinline__ void wgmma_abt(float (&acc)[32], uint32_t A, uint32_t B) {
+/* Keeps packed A fragments in their registers up to this point (after the wait of the wgmma that
+ * reads them). */
+__device__ __forceinline__ void fence_regs(uint32_t (&a)[4][4]) {
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_m64n64k16_ss(acc, smem_desc(A + kk * 32), smem_desc(B + kk * 32), kk > 0);
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) asm volatile("" : "+r"(a[kk][i])::"memory");
 }
 
-/* acc[64 x 64] += X·B, X in accumulator registers (packed to bf16 here), B a [64][64] swizzled tile
- * read MN-major (its rows are X's columns). Waits for completion: the packed registers are free after. */
-__device__ __forceinline__ void wgmma_xb(float (&acc)[32], const float (&x)[32], uint32_t B) {
+/* acc[64 x 64] = A·Bᵀ, A and B [64][HS] K-major tiles of HS/64 swizzled panels (k = the head's
+ * columns). */
+template <int HS>
+__device__ __forceinline__ void wgmma_abt(float (&acc)[32], uint32_t A, uint32_t B) {
+#pragma unroll
+    for (int p = 0; p < HS / 64; p++)
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            wgmma_m64n64k16_ss(acc, smem_desc(A + p * ATT_PANEL_BYTES + kk * 32),
+                               smem_desc(B + p * ATT_PANEL_BYTES + kk * 32), p > 0 || kk > 0);
+}
+
+/* Issues acc[64 x HS] += X·B (no commit or wait): X [64 x 64] as packed A fragments a[kk], B a
+ * [64][HS] tile of swizzled panels read MN-major (its rows are X's columns), output panel p into
+ * acc[p]. */
+template <int HS>
+__device__ __forceinline__ void wgmma_issue_xb(float (&acc)[HS / 64][32], const uint32_t (&a)[4][4], uint32_t B) {
+#pragma unroll
+    for (int p = 0; p < HS / 64; p++)
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            wgmma_m64n64k16_rs_mn(acc[p], a[kk], smem_desc(B + p * ATT_PANEL_BYTES + kk * 16 * 128), 1);
+}
+
+/* acc[64 x HS] += X·B, X in accumulator registers (packed to bf16 here), B as in wgmma_issue_xb.
+ * Waits for completion: the packed registers are free after. */
+template <int HS>
+__device__ __forceinline__ void wgmma_xb(float (&acc)[HS / 64][32], const float (&x)[32], uint32_t B) {
     uint32_t a[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) pack_a_fragment(a[kk], x, kk);
-    fence_acc(acc);
-    wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) wgmma_m64n64k16_rs_mn(acc, a[kk], smem_desc(B + kk * 16 * 128), 1);
+    for (int p = 0; p < HS / 64; p++) fence_acc(acc[p]);
+    wgmma_fence();
+    wgmma_issue_xb<HS>(acc, a, B);
     wgmma_commit();
     wgmma_wait<0>();
-    fence_acc(acc);
+#pragma unroll
+    for (int p = 0; p < HS / 64; p++) fence_acc(acc[p]);
 }
 
 #endif

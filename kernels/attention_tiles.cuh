@@ -1,5 +1,5 @@
 /* kernels/attention_tiles.cuh - the attention kernels' block constants and their loads into shared
- * memory: padded tiles for mma.sync (row stride HS + 8), 128-byte swizzled [64][64] tiles for wgmma,
+ * memory: padded tiles for mma.sync (row stride HS + 8), 128-byte swizzled [64][64] panels for wgmma,
  * the double-buffered key/value tile pipeline of both, and the per-query softmax statistics (lse, D)
  * the backward kernels read. */
 #ifndef FUSEDGPT_ATTENTION_TILES_CUH
@@ -11,14 +11,17 @@
 
 #define ATT_THREADS 128 /* 4 warps */
 #define ATT_TILE 64     /* query rows per forward / dQ block, keys per dK,dV block, key tile */
-/* Query rows per tile of the dK,dV kernel at head size 64 (128 uses 32, for registers), and the
- * blocks per SM the kernels are compiled for (register cap): measured choices, dev/RESULTS.md
- * (attention). The wgmma dK,dV kernel issues its two gradient products as one group with one wait:
- * best together with 3 blocks (167 registers; one wait uncapped needs 196 registers, 2 blocks). */
+/* Query rows per tile of the dK,dV kernel at head size 64 (the mma.sync one at 128 uses 32, for
+ * registers), and the blocks per SM the kernels are compiled for (register cap): measured choices,
+ * dev/RESULTS.md (attention). The wgmma dK,dV kernel issues its two gradient products as one group
+ * with one wait: at head size 64 best together with 3 blocks (167 registers; one wait uncapped needs
+ * 196 registers, 2 blocks). */
 #define ATT_BQ64 64
 #define ATT_BWD64_MINB 3    /* 12 warps/SM: 0.54 ms vs 0.62 ms (uncapped, 8 warps) at B=16, T=1024 */
 #define ATT_WG_BWD_MINB 3
+#define ATT_WG_BWD128_MINB 2 /* head size 128: dK,dV needs 240 registers, dQ 97 KB of shared memory */
 #define ATT_FWD64_MINB 1    /* capping to 4 blocks (128 regs) spilled and ran slower */
+#define ATT_FWD128_MINB 3   /* wgmma forward, head size 128: what its shared memory allows */
 
 /* A token's packed qkv row: NH query heads, then NKV key heads, then NKV value heads, HS columns
  * each; query head h reads key/value head h / (NH / NKV). Offsets in elements. */
@@ -61,24 +64,30 @@ __device__ __forceinline__ void next_kv_tile_or_wait_padded(bf16 *Ks, bf16 *Vs, 
     }
 }
 
-/* Swizzled tiles for the wgmma paths: [64][64] bf16 in wgmma's 128-byte swizzle. */
+/* Swizzled tiles for the wgmma paths: [64][HS] bf16 as HS/64 panels of [64][64] (8 KB each, 1024-byte
+ * aligned) in wgmma's 128-byte swizzle, a row's columns 64p .. 64p + 63 in panel p. */
+#define ATT_PANEL_BYTES (ATT_TILE * 64 * 2)
+template <int HS>
 __device__ __forceinline__ void load_rows_swizzled(uint32_t dst, const bf16 *src, size_t row_stride, int t0, int T) {
-    for (int i = threadIdx.x; i < ATT_TILE * 8; i += ATT_THREADS) {
-        int r = i / 8, ch = i % 8, t = t0 + r;
+    constexpr int CHUNKS = HS / 8;
+    for (int i = threadIdx.x; i < ATT_TILE * CHUNKS; i += ATT_THREADS) {
+        int r = i / CHUNKS, c = i % CHUNKS, t = t0 + r;
         bool valid = t < T;
-        cp_async16_to(dst + swz128(r, ch), src + (size_t)(valid ? t : 0) * row_stride + ch * 8, valid);
+        cp_async16_to(dst + (c / 8) * ATT_PANEL_BYTES + swz128(r, c % 8), src + (size_t)(valid ? t : 0) * row_stride + c * 8,
+                      valid);
     }
 }
 
 /* Starts the copies of key/value tile j+1 into the other buffer (when there is one) and waits for
  * tile j's; the caller fences and synchronizes before reading. */
+template <int HS>
 __device__ __forceinline__ void next_kv_tile_or_wait(uint32_t Ks, uint32_t Vs, const bf16 *kbase, const bf16 *vbase,
                                                      size_t row_stride, int j, int nkv, int T) {
-    constexpr int TILE_BYTES = ATT_TILE * 64 * 2;
+    constexpr int TILE_BYTES = ATT_TILE * HS * 2;
     if (j + 1 < nkv) {
         int nb = (j + 1) & 1;
-        load_rows_swizzled(Ks + nb * TILE_BYTES, kbase, row_stride, (j + 1) * ATT_TILE, T);
-        load_rows_swizzled(Vs + nb * TILE_BYTES, vbase, row_stride, (j + 1) * ATT_TILE, T);
+        load_rows_swizzled<HS>(Ks + nb * TILE_BYTES, kbase, row_stride, (j + 1) * ATT_TILE, T);
+        load_rows_swizzled<HS>(Vs + nb * TILE_BYTES, vbase, row_stride, (j + 1) * ATT_TILE, T);
         cp_async_commit();
         cp_async_wait<1>();
     } else {

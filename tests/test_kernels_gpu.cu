@@ -724,11 +724,16 @@ TEST(kernels_attention_matches_cpu_head64) {
 
 TEST(kernels_attention_matches_cpu_head128) {
     seed_fresh();
-    attention_case(1, 1, 1, 128);
-    attention_case(3, 7, 2, 128);
-    attention_case(2, 127, 3, 128);
-    attention_case(1, 1024, 1, 128);
-    attention_case(1, 200, 2, 128);
+    for (int wgmma = 1; wgmma >= 0; wgmma--) { /* the Hopper kernels (default) and the mma.sync ones */
+        attention_use_wgmma(wgmma);
+        attention_case(1, 1, 1, 128);
+        attention_case(3, 7, 2, 128);
+        attention_case(2, 127, 3, 128);
+        attention_case(1, 1024, 1, 128);
+        attention_case(1, 200, 2, 128);
+        attention_case(3, 65, 2, 128);
+    }
+    attention_use_wgmma(1);
 }
 
 /* Grouped-query attention: query head h reads key/value head h / (NH/NKV), and each key/value
@@ -758,7 +763,11 @@ TEST(kernels_grouped_query_attention_shares_kv_heads_head64) {
 
 TEST(kernels_grouped_query_attention_shares_kv_heads_head128) {
     seed_fresh();
-    grouped_query_cases(128);
+    for (int wgmma = 1; wgmma >= 0; wgmma--) {
+        attention_use_wgmma(wgmma);
+        grouped_query_cases(128);
+    }
+    attention_use_wgmma(1);
 }
 
 /* A scale other than 1/sqrt(HS) (Gemma's query_pre_attn_scalar^-1/2) reaches the softmax of both
@@ -770,9 +779,12 @@ TEST(kernels_attention_uses_the_given_softmax_scale) {
         AttentionShape s64 = att_shape(2, 77, 8, 2, 64, 0.3f, 0);
         attention_case_shape(&s64);
     }
+    for (int wgmma = 1; wgmma >= 0; wgmma--) {
+        attention_use_wgmma(wgmma);
+        AttentionShape s128 = att_shape(2, 77, 4, 4, 128, 0.05f, 0);
+        attention_case_shape(&s128);
+    }
     attention_use_wgmma(1);
-    AttentionShape s128 = att_shape(2, 77, 4, 4, 128, 0.05f, 0);
-    attention_case_shape(&s128);
 }
 
 /* A sliding window W lets query i see keys i - W < j <= i: windows shorter than a tile, of exactly
@@ -802,7 +814,11 @@ TEST(kernels_sliding_window_attention_sees_exactly_w_keys_head64) {
 
 TEST(kernels_sliding_window_attention_sees_exactly_w_keys_head128) {
     seed_fresh();
-    sliding_window_cases(128);
+    for (int wgmma = 1; wgmma >= 0; wgmma--) {
+        attention_use_wgmma(wgmma);
+        sliding_window_cases(128);
+    }
+    attention_use_wgmma(1);
 }
 
 /* ---- decode attention: one query row against the cache ---------------------------------- */

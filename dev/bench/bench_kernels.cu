@@ -99,6 +99,39 @@ static void row(const char *name, float ms, double flops, double bytes) {
            flops / (ms * 1e-3) / 1e12, bytes / (ms * 1e-3) / 1e9, floor_ms, 100.0 * floor_ms / ms);
 }
 
+/* Attention forward and backward at one shape, the wgmma kernels then the mma.sync ones. FLOPs
+ * counted as causal: half of 4·B·NH·T²·HS forward, 2.5× that backward (FA2's count; ours does 3.5×
+ * by recomputing P twice). Bytes: qkv and out, and their gradients. */
+static void bench_attention(int B, int T, int NH, int NKV, int HS) {
+    const size_t N = (size_t)B * T, C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS;
+    bf16 *qkv = rand_bf16(N * W, 1.0f), *out = (bf16 *)dmalloc(N * C * 2), *dout = rand_bf16(N * C, 1.0f);
+    bf16 *dqkv = (bf16 *)dmalloc(N * W * 2);
+    float *lse = (float *)dmalloc((size_t)B * NH * T * 4), *dbias = (float *)dmalloc(W * sizeof(float));
+    const AttentionShape sh = {B, T, NH, NKV, HS, 1.0f / sqrtf((float)HS), 0};
+    void *scratch = dmalloc(attention_backward_scratch_bytes(&sh));
+    double f = 2.0 * B * NH * (double)T * T * HS, bytes = (N * W + N * C) * 2.0;
+    printf("attention B=%d T=%d NH=%d NKV=%d HS=%d causal\n", B, T, NH, NKV, HS);
+    char name[64];
+    float ms;
+    for (int wgmma = 1; wgmma >= 0; wgmma--) {
+        const char *path = wgmma ? "wgmma" : "mma.sync";
+        attention_use_wgmma(wgmma);
+        TIME_MS(ms, attention_forward(out, lse, qkv, &sh, 0));
+        snprintf(name, sizeof name, "  attention_forward %s", path);
+        row(name, ms, f, bytes);
+        TIME_MS(ms, attention_backward(dqkv, NULL, scratch, dout, qkv, out, lse, &sh, 0));
+        snprintf(name, sizeof name, "  attention_backward %s (FA2 FLOPs)", path);
+        row(name, ms, 2.5 * f, 2.0 * bytes);
+        TIME_MS(ms, attention_backward(dqkv, dbias, scratch, dout, qkv, out, lse, &sh, 0));
+        snprintf(name, sizeof name, "  attention_backward %s + qkv bias sums", path);
+        row(name, ms, 2.5 * f, 2.0 * bytes);
+    }
+    attention_use_wgmma(1);
+    CUDA_CHECK(cudaFree(dbias));
+    CUDA_CHECK(cudaFree(qkv)); CUDA_CHECK(cudaFree(out)); CUDA_CHECK(cudaFree(dout)); CUDA_CHECK(cudaFree(dqkv));
+    CUDA_CHECK(cudaFree(lse)); CUDA_CHECK(cudaFree(scratch));
+}
+
 int main(int argc, char **argv) {
     int B = argc > 1 ? atoi(argv[1]) : 16, T = 1024, C = 768, NH = 12, Vp = 50304;
     const char *only = argc > 2 ? argv[2] : NULL; /* run one section: encoder, layernorm, attention, matmul, families, optimizer */
@@ -166,35 +199,9 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaFree(rstd)); CUDA_CHECK(cudaFree(dw)); CUDA_CHECK(cudaFree(db)); CUDA_CHECK(cudaFree(scratch));
         CUDA_CHECK(cudaFree(dsum));
     }
-    /* Attention, HS = 64 (GPT-2) and HS = 128. FLOPs counted as causal: half of 4·B·NH·T²·HS
-     * forward, 2.5× that backward (FA2's count; ours does 3.5× by recomputing P twice). */
-    for (int hs = 64; hs <= 128 && WANT("attention"); hs *= 2) {
-        int nh = C / hs;
-        bf16 *qkv = rand_bf16(N * 3 * C, 1.0f), *out = (bf16 *)dmalloc(N * C * 2), *dout = rand_bf16(N * C, 1.0f);
-        bf16 *dqkv = (bf16 *)dmalloc(N * 3 * C * 2);
-        float *lse = (float *)dmalloc((size_t)B * nh * T * 4);
-        const AttentionShape sh = {B, T, nh, nh, hs, 1.0f / sqrtf((float)hs), 0};
-        void *scratch = dmalloc(attention_backward_scratch_bytes(&sh));
-        double f = 2.0 * B * nh * (double)T * T * hs; /* causal: 4·B·NH·T²·HS / 2 */
-        char name[64];
-        for (int wgmma = hs == 64; wgmma >= 0; wgmma--) {
-            attention_use_wgmma(wgmma);
-            TIME_MS(ms, attention_forward(out, lse, qkv, &sh, 0));
-            snprintf(name, sizeof name, "attention_forward HS=%d%s", hs, wgmma ? " wgmma" : hs == 64 ? " mma.sync" : "");
-            row(name, ms, f, (N * 3 * C + N * C) * 2.0);
-        }
-        attention_use_wgmma(1);
-        TIME_MS(ms, attention_backward(dqkv, NULL, scratch, dout, qkv, out, lse, &sh, 0));
-        snprintf(name, sizeof name, "attention_backward HS=%d (FA2 FLOPs)", hs);
-        row(name, ms, 2.5 * f, (N * 3 * C * 2 + N * C * 2) * 2.0);
-        float *dbias = (float *)dmalloc(3 * C * sizeof(float));
-        TIME_MS(ms, attention_backward(dqkv, dbias, scratch, dout, qkv, out, lse, &sh, 0));
-        snprintf(name, sizeof name, "attention_backward HS=%d + qkv bias sums", hs);
-        row(name, ms, 2.5 * f, (N * 3 * C * 2 + N * C * 2) * 2.0);
-        CUDA_CHECK(cudaFree(dbias));
-        CUDA_CHECK(cudaFree(qkv)); CUDA_CHECK(cudaFree(out)); CUDA_CHECK(cudaFree(dout)); CUDA_CHECK(cudaFree(dqkv));
-        CUDA_CHECK(cudaFree(lse)); CUDA_CHECK(cudaFree(scratch));
-    }
+    /* Attention at GPT-2's width with HS = 64 and 128, then Qwen3-0.6B's (grouped heads, T = 2048). */
+    for (int hs = 64; hs <= 128 && WANT("attention"); hs *= 2) bench_attention(B, T, C / hs, C / hs, hs);
+    if (WANT("attention")) bench_attention(8, 2048, 16, 8, 128);
     /* Matmuls of one GPT-2 layer. */
     if (WANT("matmul")) {
         bf16 *x = rand_bf16(N * 4 * C, 1.0f), *y = (bf16 *)dmalloc(N * 4 * C * 2), *pre = (bf16 *)dmalloc(N * 4 * C * 2);
