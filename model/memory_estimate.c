@@ -6,8 +6,9 @@
  * output (NH·hd), the residual after it (C), the MLP's norm (C), the MLP's input (F), its GELU (F,
  * unless recomputed) and the residual after it (C). A RoPE family's layer keeps q, k, v as the
  * projection wrote them (Q: before QK-norm and RoPE), the attention's output, the two residuals
- * and the gate/up rows (2F); its norms, its gated product and (with QK-norm) its rotated q, k, v
- * are recomputed in the backward into one buffer each that the layers share. In fp32: each norm's
+ * and the gate/up rows (2F, unless recomputed by their GEMM); its norms, its gated product and
+ * (with QK-norm) its rotated q, k, v are recomputed in the backward into one buffer each that the
+ * layers share. In fp32: each norm's
  * statistics (LayerNorm's mean and 1/std, RMSNorm's 1/rms alone), QK-norm's 1/rms per head, and
  * the attention's log-sum-exp per head. Beside the layers: the embedding's output, the two
  * projections that feed the residual stream (one buffer each), the final norm, the backward's
@@ -34,15 +35,17 @@ MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_
     const size_t Q = (NH + 2 * NKV) * hd, A = NH * hd, MLP_IN = cfg->mlp == MLP_GELU ? F : 2 * F;
     const size_t bf = 2, P = t->total;
     const int rope = cfg->positions == POS_ROPE;
-    if (rope) recompute_mlp = 1;
+    recompute_mlp = rope ? (recompute_mlp == 2 ? 2 : 1) : recompute_mlp != 0;
     MemoryEstimate e = {P * bf, P * sizeof(float), P * sizeof(float), 2 * P * sizeof(float), 0};
-    size_t layer = take(N * Q * bf) + take(N * A * bf) + 2 * take(N * C * bf) + take(N * MLP_IN * bf) +
+    size_t layer = take(N * Q * bf) + take(N * A * bf) + 2 * take(N * C * bf) +
+                   (recompute_mlp == 2 ? 0 : take(N * MLP_IN * bf)) +
                    (recompute_mlp ? 0 : take(N * F * bf)) + 2 * norm_stats(cfg, N) + take(N * NH * sizeof(float));
     if (!rope) layer += 2 * take(N * C * bf); /* the two norms' outputs */
     if (cfg->qk_norm) layer += take(N * (NH + NKV) * sizeof(float));
     size_t a = take(N * C * bf) + (size_t)cfg->num_layers * layer;
     a += 2 * take(N * C * bf);                         /* the attention's and the MLP's projections */
     if (recompute_mlp) a += take(N * F * bf);          /* one layer's activation at a time */
+    if (recompute_mlp == 2) a += take(N * MLP_IN * bf); /* one layer's gate/up rows at a time */
     if (rope) a += take(N * C * bf);                   /* one layer's norm output at a time */
     if (cfg->qk_norm) a += take(N * Q * bf);           /* one layer's rotated q, k, v at a time */
     a += take(N * C * bf) + norm_stats(cfg, N);        /* final norm */

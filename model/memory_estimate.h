@@ -27,9 +27,9 @@ typedef struct {
     size_t activations; /* the micro-batch's activations and backward buffers, without kernel scratch */
 } MemoryEstimate;
 
-/* The estimate for micro-batches of B sequences of T tokens; recompute_mlp: GPT-2's GELU is
+/* The estimate for micro-batches of B sequences of T tokens; recompute_mlp 1: GPT-2's GELU is
  * recomputed in the backward, not kept per layer (the RoPE families always recompute their gated
- * product, whatever recompute_mlp says). */
+ * product); 2: the RoPE families' gate/up rows too, by their GEMM (GPT-2 reads it as 1). */
 MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_mlp);
 /* All of it, in bytes (without the runtime's reserve). */
 size_t memory_estimate_total(const MemoryEstimate *e);

@@ -183,8 +183,9 @@ TEST(backend_cuda_matches_cpu_on_a_tiny_qwen2_with_qkv_bias) {
     /* as many key/value heads as query heads */
     GPTConfig cfg = family_config(FAMILY_QWEN2, 2, 2, 64, 128, 344);
     compare_config_with_cpu(&cfg, OUTPUT_FUSED, 3, 37);
-    /* the SwiGLU output recomputed in the backward, as large micro-batches run */
-    compare_config_with_cpu(&cfg, OUTPUT_FUSED, 2, 33, OUTPUT_FUSED_DEFAULT_BUDGET, 1);
+    /* the gate/up rows recomputed by their GEMM in the backward, as micro-batches run that would not
+     * fit otherwise */
+    compare_config_with_cpu(&cfg, OUTPUT_FUSED, 2, 33, OUTPUT_FUSED_DEFAULT_BUDGET, 2);
 }
 
 /* `./train eval`'s loop on the GPU: 3 windows of 37 and a last of 10 targets (122 tokens) in

@@ -89,6 +89,17 @@ TEST(llama_memory_estimate_counts_gqa_kv_heads_head_dim_and_swiglus_gate_and_up)
     expect_estimate(&t, 1, LLAMA_PARAMS, 2 * llama_layer_acts() + llama_rest(), "llama, MLP recomputed");
 }
 
+TEST(a_llama_recomputing_its_gate_and_up_rows_keeps_one_layers_of_them) {
+    ParamTable t = tiny_table(FAMILY_LLAMA);
+    /* no gate/up rows (16·48) per layer; one shared buffer of them */
+    expect_estimate(&t, 2, LLAMA_PARAMS, 2 * (llama_layer_acts() - r(16 * 48 * 2)) + llama_rest() + r(16 * 48 * 2),
+                    "llama, gate and up recomputed");
+    /* GPT-2 has no gate/up GEMM to run again: 2 is 1 */
+    ParamTable g = tiny_table(FAMILY_GPT2);
+    const MemoryEstimate one = memory_estimate(&g, 2, 8, 1), two = memory_estimate(&g, 2, 8, 2);
+    CHECK(one.activations == two.activations, "gpt2: %zu bytes at 2, %zu at 1", two.activations, one.activations);
+}
+
 TEST(an_untied_head_counts_its_own_matrix_gradient_and_adamw_state) {
     GPTConfig cfg = {.num_layers = 2, .num_heads = 4, .dim = 16, .max_seq_len = 8, .vocab_size = 37};
     gpt_family_defaults(&cfg, FAMILY_LLAMA);

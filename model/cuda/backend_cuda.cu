@@ -17,7 +17,9 @@
  * norms' 1/rms; the backward recomputes ln1 and ln2 from the residuals (one RMSNorm pass each), the
  * gated product from the gate/up rows, and with QK-norm the rotated qkv from the projection's (one
  * RoPE pass), each into one buffer shared by the layers. At Qwen3-0.6B's widths that keeps 14·C
- * values per token and layer instead of 23·C, for about 3 % more time in the backward.
+ * values per token and layer instead of 23·C, for about 3 % more time in the backward. When that
+ * does not fit (or recompute_gelu 2 asks), the gate/up rows are not kept either (8·C): the backward
+ * runs their GEMM again, about 4 % of a step at Qwen3-0.6B's widths.
  *
  * Llama and Qwen (RoPE families) run their own block, picking its operations from the config as
  * the CPU backend does: RMSNorm (fused with the residual add) -> qkv [+ bias: Qwen2] -> [QK-norm:
@@ -76,7 +78,8 @@ typedef struct {
     kbf16 *gelu_tmp;         /* [N,F] when recompute_gelu: every layer's fch_gelu, one at a time */
     kbf16 *ln_tmp;           /* [N,C] RoPE families: every layer's ln1 and ln2, one at a time */
     kbf16 *qkv_rot;          /* [N,QW] QK-norm families: every layer's rotated qkv, one at a time */
-    int recompute_gelu;      /* always for the RoPE families */
+    kbf16 *fch_tmp;          /* [N,FW] when recompute_gelu == 2: every layer's fch_pre, one at a time */
+    int recompute_gelu;      /* 1: the MLP's activation (always for the RoPE families); 2: its input too */
     float *lnf_mean, *lnf_rstd;
     CudaLayerActs *layer;
     /* backward scratch, reused by every layer */
@@ -142,7 +145,7 @@ static size_t layout_arena(CudaBackend *cb, char *base) {
         TAKE(a->atty, kbf16, N * w.AW);
         TAKE(a->residual2, kbf16, N * C);
         if (!rope) TAKE(a->ln2, kbf16, N * C);
-        TAKE(a->fch_pre, kbf16, N * w.FW);
+        if (cb->recompute_gelu < 2) TAKE(a->fch_pre, kbf16, N * w.FW);
         if (!cb->recompute_gelu) TAKE(a->fch_gelu, kbf16, N * w.F);
         TAKE(a->residual3, kbf16, N * C);
         if (layernorm) TAKE(a->ln1_mean, float, N);
@@ -156,6 +159,10 @@ static size_t layout_arena(CudaBackend *cb, char *base) {
     if (cb->recompute_gelu) {
         TAKE(cb->gelu_tmp, kbf16, N * w.F);
         for (int l = 0; base && l < cfg->num_layers; l++) cb->layer[l].fch_gelu = cb->gelu_tmp;
+    }
+    if (cb->recompute_gelu == 2) {
+        TAKE(cb->fch_tmp, kbf16, N * w.FW);
+        for (int l = 0; base && l < cfg->num_layers; l++) cb->layer[l].fch_pre = cb->fch_tmp;
     }
     if (rope) {
         TAKE(cb->ln_tmp, kbf16, N * C);
@@ -467,10 +474,13 @@ static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
         LayerTensors g = layer_tensors(t, grads, l);
         const kbf16 *residual_in = l == 0 ? cb->encoded : cb->layer[l - 1].residual3;
 #define P(role) param_bf16_opt(cb, param_of_layer(t, l, role))
-        /* MLP; its input (ln2) and the gated product are recomputed (their rstd rewritten unchanged) */
-        gated_forward(a->fch_gelu, a->fch_pre, (size_t)N, (int)w.F, act, s);
+        /* MLP; its input (ln2, whose rstd is rewritten unchanged), [the gate/up rows] and the gated
+         * product are recomputed */
         residual_rmsnorm_forward(NULL, a->ln2, a->ln2_rstd, a->residual2, NULL, P(ROLE_LN2_W), N, C, cfg->norm_eps,
                                  one_plus_w, s);
+        if (cb->recompute_gelu == 2)
+            matmul_forward(a->fch_pre, NULL, a->ln2, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
+        gated_forward(a->fch_gelu, a->fch_pre, (size_t)N, (int)w.F, act, s);
         matmul_backward(cb->dact, g.fcprojw, NULL, NULL, cb->dres, a->fch_gelu, P(ROLE_FCPROJ_W), NULL, N, (int)w.F,
                         C, s);
         gated_backward(cb->dfch, cb->dact, a->fch_pre, (size_t)N, (int)w.F, act, s);
@@ -681,9 +691,10 @@ static int cuda_memory_items(Backend *be, MemoryItem *items) {
     items[n++] = MemoryItem{zero1 ? "AdamW m, v (fp32, this rank's shard)" : "AdamW m, v (fp32)",
                             2 * S * sizeof(float), 0};
     if (cb->sync) items[n++] = MemoryItem{"data parallel buffers", cb->sync_bytes, 0};
-    const char *acts = is_rope(&t->cfg)      ? "activations and scratch (norms and MLP activation recomputed)"
-                       : cb->recompute_gelu ? "activations and scratch (GELU recomputed)"
-                                            : "activations and scratch";
+    const char *acts = cb->recompute_gelu == 2 ? "activations and scratch (norms, MLP input and activation recomputed)"
+                       : is_rope(&t->cfg)      ? "activations and scratch (norms and MLP activation recomputed)"
+                       : cb->recompute_gelu    ? "activations and scratch (GELU recomputed)"
+                                               : "activations and scratch";
     items[n++] = MemoryItem{acts, cb->arena_bytes, 0};
     /* The workspace of the layer that runs, then the others' for comparison, so the saving is
      * visible whichever one runs. */
@@ -910,7 +921,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     size_t N = (size_t)B * T, P = table->total;
     const size_t asked = output == OUTPUT_FUSED ? fused_budget : 0;
     fused_budget = fused_budget_for(asked, N, cfg);
-    cb->recompute_gelu = is_rope(cfg);
+    cb->recompute_gelu = is_rope(cfg) ? (recompute_gelu == 2 ? 2 : 1) : 0;
     cb->scratch_bytes = scratch_needed(cfg, B, T);
     cb->arena_bytes = layout_arena(cb, NULL);
     /* bf16 weights and gradients whole; master and moments whole or 1/world (ZeRO-1) */
@@ -921,11 +932,12 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     /* The fused layer's chunk first gives way to what is free (its speed barely changes down to
-     * 1024 rows), then the activations (GELU recomputed), then the chunk again with what that freed. */
+     * 1024 rows), then the activations (recomputed), then the chunk again with what that freed. */
     fit_output_layer(cb, fused_budget, fixed, free_b, N, cfg);
-    if (fixed + cb->arena_bytes + cb->out_ws_bytes > free_b || recompute_gelu) {
-        /* Trade one elementwise pass per layer in the backward for 4·C values per token. */
-        cb->recompute_gelu = 1;
+    if (fixed + cb->arena_bytes + cb->out_ws_bytes > free_b || (recompute_gelu && !cb->recompute_gelu)) {
+        /* GPT-2 trades one elementwise pass per layer in the backward for 4·C values per token; the
+         * RoPE families, whose activation is always recomputed, their gate/up GEMM for 2F. */
+        cb->recompute_gelu = is_rope(cfg) ? 2 : 1;
         cb->arena_bytes = layout_arena(cb, NULL);
         fit_output_layer(cb, fused_budget, fixed, free_b, N, cfg);
     }
