@@ -144,8 +144,10 @@ static const OptSpec options[] = {
      "1: reduce gradients during the backward; 0: after it (data parallel)"},
     {0, "bucket-mb", OPT_INT, O(bucket_mb), "0", "MB",
      "gradients per reduction at least, in MB of fp32 (layers merge; 0: one per layer)"},
-    {0, "recompute-gelu", OPT_INT, O(recompute_gelu), "0", "0|1",
-     "1: the backward recomputes GELU rather than storing it (less memory; automatic when memory is short)"},
+    {0, "recompute-gelu", OPT_INT, O(recompute_gelu), "0", "0|1|2",
+     "1: the backward recomputes GELU rather than storing it (less memory; automatic when memory is short); "
+     "2: Llama/Qwen also recompute the MLP's gate/up projection (a GEMM per layer, 2*ffn-dim values a token "
+     "less)"},
     {0, "profile-step", OPT_INT, O(profile_step), "0", "N",
      "CUDA: step N (1-based) alone inside the profiler's capture range (nsys --capture-range=cudaProfilerApi; 0: none)"},
     {0, "step-parts", OPT_INT, O(step_parts), "0", "0|1",
@@ -431,7 +433,7 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->zero != 0 && opt->zero != 1) bad("--zero", "must be 0 or 1");
     if (opt->overlap_comm != 0 && opt->overlap_comm != 1) bad("--overlap-comm", "must be 0 or 1");
     if (opt->bucket_mb < 0) bad("--bucket-mb", "must be 0 or more");
-    if (opt->recompute_gelu != 0 && opt->recompute_gelu != 1) bad("--recompute-gelu", "must be 0 or 1");
+    if (opt->recompute_gelu < 0 || opt->recompute_gelu > 2) bad("--recompute-gelu", "must be 0, 1 or 2");
     if (opt->profile_step < 0) bad("--profile-step", "must be 0 (off) or a step number");
     if (opt->step_parts != 0 && opt->step_parts != 1) bad("--step-parts", "must be 0 or 1");
     if (strcmp(opt->output, "fused") && strcmp(opt->output, "canonical"))

@@ -3,170 +3,280 @@
  *
  * Shapes: qkv [N = B·T, (NH + 2·NKV)·hd]: per token the NH query heads, the NKV key heads, the NKV
  * value heads, hd contiguous values each; cos, sin [T, hd/2] fp32 (rope_cos_sin of
- * model/cpu/llama_layers_cpu.h, uploaded once), for positions 0..T-1.
+ * model/cpu/llama_layers_cpu.h, uploaded once), for positions 0..T-1. H = hd/2.
  * Forward, per query or key head x (value heads pass through):
  *   [QK-norm] y = x·rstd·g, rstd = 1/sqrt(mean(x²) + eps) fp32 [N, NH + NKV], g = q_norm or k_norm
  *             (1 + w when one_plus_w);
- *   RoPE, transformers' rotate-half pairs (i, i + hd/2):
- *             out[i] = y[i]·cos − y[i + hd/2]·sin,  out[i + hd/2] = y[i + hd/2]·cos + y[i]·sin.
+ *   RoPE, transformers' rotate-half pairs (i, i + H):
+ *             out[i] = y[i]·cos − y[i + H]·sin,  out[i + H] = y[i + H]·cos + y[i]·sin.
  *   fp32 throughout, one bf16 rounding of out.
  * Backward: dy = the inverse rotation of dout; with QK-norm dx = rstd·(g·dy − norm·mean(g·dy·norm)),
  *   norm = x·rstd, and dq_norm / dk_norm += Σ norm·dy over the query / key heads of every token.
- * launch: a warp per (token, head); lane owns the pairs i = lane + 32·p, p < ROPE_PAIRS, so hd ≤ 256.
- *   The backward runs a fixed grid (ROPE_BWD_BLOCKS blocks of ROPE_BWD_WARPS warps, grid-stride),
- *   each warp keeping its norm-weight sums in registers; the block adds its warps in order and
- *   add_partial_sums the blocks in order: deterministic, no atomics.
- * FLOPs ~6 per rotated element (+5 with QK-norm); bytes N·(NH + 2·NKV)·hd·2·2 each way (memory
- * bound; in place, the value heads are not moved). */
+ * launch: a group of G lanes per (token, query or key head), 32/G heads per warp; a lane owns V
+ *   adjacent pairs (i, i + H) per slot, V = 8 (16-byte loads of both halves and 32-byte loads of
+ *   cos, sin) when H % 8 == 0, else V = 1; G the power of two ≥ H/V up to 32, so hd ≤ 256. Value
+ *   heads are never touched by the kernels: in place they stay, out of place one strided copy moves
+ *   them. The backward runs a fixed grid (ROPE_BWD_BLOCKS blocks of ROPE_BWD_WARPS warps, grid-
+ *   stride), each lane keeping its columns' norm-weight sums in registers; the groups of a warp add
+ *   theirs by shuffles, the block its warps in order, and add_partial_sums the blocks in order:
+ *   deterministic, no atomics, one pass over the data.
+ * FLOPs ~6 per rotated element (+5 with QK-norm); bytes, with Q = N·(NH + NKV)·hd the query and key
+ * values: forward Q·2·2 (+ the value heads' 2·N·NKV·hd·2 out of place), backward Q·2·2 (+ Q·2 for
+ * the norm's input with QK-norm). */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
 
-#define ROPE_PAIRS 4 /* pairs per lane: hd/2 ≤ 32·4 */
-#define ROPE_WARPS 4
-#define ROPE_BWD_BLOCKS 264 /* fixed grid: partial-sum order never depends on the device */
+#define ROPE_WARPS 8
+#define ROPE_BWD_BLOCKS 528 /* fixed grid: partial-sum order never depends on the device */
 #define ROPE_BWD_WARPS 8
 
-__device__ __forceinline__ float rope_gain(const bf16 *w, int i, int one_plus_w) {
-    float g = __bfloat162float(w[i]);
-    return one_plus_w ? 1.0f + g : g;
+/* How the lanes split a head: g lanes per head, each with `slots` slots of V pairs, slot p of lane
+ * j (j < g, its index in the group) holding the pairs from (j + g·p)·V. */
+struct RopeLane {
+    int g;     /* lanes per head, a power of two ≤ 32 */
+    int slots; /* ceil(H / (V·g)) */
+};
+
+/* The lanes per head for V pairs a lane: the power of two ≥ H/V, at most 32. */
+static int rope_group(int H, int V) {
+    int need = (int)ceil_div(H, V), g = 1;
+    while (g < need && g < 32) g *= 2;
+    return g;
 }
+
+__device__ __forceinline__ float rope_gain(float w, int one_plus_w) { return one_plus_w ? 1.0f + w : w; }
+
+/* V adjacent bf16 / fp32 values as floats. */
+template <int V>
+__device__ __forceinline__ void load_v(float (&f)[V], const bf16 *p) {
+    if constexpr (V == 8)
+        bf16x8_to_float(load_bf16x8(p), f);
+    else
+        f[0] = __bfloat162float(*p);
+}
+
+template <int V>
+__device__ __forceinline__ void load_v(float (&f)[V], const float *p) {
+    if constexpr (V == 8) {
+        float4 a = __ldg(reinterpret_cast<const float4 *>(p)), b = __ldg(reinterpret_cast<const float4 *>(p) + 1);
+        f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+    } else {
+        f[0] = __ldg(p);
+    }
+}
+
+template <int V>
+__device__ __forceinline__ void store_v(bf16 *p, const float (&f)[V]) {
+    if constexpr (V == 8)
+        store_bf16x8(p, float_to_bf16x8(f));
+    else
+        *p = __float2bfloat16(f[0]);
+}
+
+/* Sum over the g lanes of a group (g a power of two): every lane of the warp must call it. */
+__device__ __forceinline__ float group_sum(float x, int g) {
+    for (int o = g / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+/* Slots per lane the kernels unroll: V = 8 needs one (H/8 ≤ 16 < 32 lanes), V = 1 up to four. */
+template <int V>
+struct RopeSlots {
+    static constexpr int max = V == 8 ? 1 : 4;
+};
 
 /* out may be inp (in place): each lane reads its own pairs before writing them. rstd is written
  * only with QK-norm (q_norm != NULL). */
+template <int V>
 __global__ void __launch_bounds__(ROPE_WARPS * 32)
     rope_forward_kernel(bf16 *out, float *rstd, const bf16 *inp, const bf16 *q_norm, const bf16 *k_norm,
-                        const float *cos_t, const float *sin_t, RopeShape s) {
-    int lane = threadIdx.x % 32;
-    const int heads = s.NH + 2 * s.NKV, H = s.hd / 2;
-    int64_t task = (int64_t)blockIdx.x * ROPE_WARPS + threadIdx.x / 32;
-    if (task >= (int64_t)s.B * s.T * heads) return;
-    int64_t n = task / heads;
-    int h = (int)(task % heads), t = (int)(n % s.T);
-    size_t base = (size_t)n * heads * s.hd + (size_t)h * s.hd;
-    if (h >= s.NH + s.NKV) { /* a value head */
-        if (out != inp)
-            for (int i = lane; i < s.hd; i += 32) out[base + i] = inp[base + i];
-        return;
-    }
-    float x1[ROPE_PAIRS], x2[ROPE_PAIRS];
+                        const float *cos_t, const float *sin_t, RopeShape s, RopeLane rl) {
+    constexpr int PMAX = RopeSlots<V>::max;
+    const int lane = threadIdx.x % 32, lig = lane % rl.g, qk = s.NH + s.NKV, H = s.hd / 2;
+    const size_t R = (size_t)(s.NH + 2 * s.NKV) * s.hd;
+    const int64_t task = ((int64_t)blockIdx.x * ROPE_WARPS + threadIdx.x / 32) * (32 / rl.g) + lane / rl.g;
+    const bool live = task < (int64_t)s.B * s.T * qk; /* dead lanes still join the group's shuffles */
+    const int64_t n = live ? task / qk : 0;
+    const int h = live ? (int)(task % qk) : 0, t = (int)(n % s.T);
+    const size_t base = (size_t)n * R + (size_t)h * s.hd;
+    float x1[PMAX][V], x2[PMAX][V];
 #pragma unroll
-    for (int p = 0; p < ROPE_PAIRS; p++) {
-        int i = lane + 32 * p;
-        x1[p] = i < H ? __bfloat162float(inp[base + i]) : 0.0f;
-        x2[p] = i < H ? __bfloat162float(inp[base + i + H]) : 0.0f;
+    for (int p = 0; p < PMAX; p++) {
+        const int i = (lig + rl.g * p) * V;
+        const bool on = live && p < rl.slots && i < H;
+#pragma unroll
+        for (int v = 0; v < V; v++) x1[p][v] = x2[p][v] = 0.0f;
+        if (on) {
+            load_v<V>(x1[p], inp + base + i);
+            load_v<V>(x2[p], inp + base + i + H);
+        }
     }
     if (q_norm) {
         const bf16 *w = h < s.NH ? q_norm : k_norm;
         float ss = 0.0f;
 #pragma unroll
-        for (int p = 0; p < ROPE_PAIRS; p++) ss += x1[p] * x1[p] + x2[p] * x2[p];
-        float r = rsqrtf(warp_sum(ss) / (float)s.hd + s.eps);
+        for (int p = 0; p < PMAX; p++)
 #pragma unroll
-        for (int p = 0; p < ROPE_PAIRS; p++) {
-            int i = lane + 32 * p;
-            if (i >= H) continue;
-            x1[p] = (x1[p] * r) * rope_gain(w, i, s.one_plus_w);
-            x2[p] = (x2[p] * r) * rope_gain(w, i + H, s.one_plus_w);
+            for (int v = 0; v < V; v++) ss += x1[p][v] * x1[p][v] + x2[p][v] * x2[p][v];
+        const float r = rsqrtf(group_sum(ss, rl.g) / (float)s.hd + s.eps);
+#pragma unroll
+        for (int p = 0; p < PMAX; p++) {
+            const int i = (lig + rl.g * p) * V;
+            if (!live || p >= rl.slots || i >= H) continue;
+            float w1[V], w2[V];
+            load_v<V>(w1, w + i);
+            load_v<V>(w2, w + i + H);
+#pragma unroll
+            for (int v = 0; v < V; v++) {
+                x1[p][v] = (x1[p][v] * r) * rope_gain(w1[v], s.one_plus_w);
+                x2[p][v] = (x2[p][v] * r) * rope_gain(w2[v], s.one_plus_w);
+            }
         }
-        if (lane == 0) rstd[(size_t)n * (s.NH + s.NKV) + h] = r;
+        if (live && lig == 0) rstd[(size_t)n * qk + h] = r;
     }
 #pragma unroll
-    for (int p = 0; p < ROPE_PAIRS; p++) {
-        int i = lane + 32 * p;
-        if (i >= H) continue;
-        float c = cos_t[(size_t)t * H + i], sn = sin_t[(size_t)t * H + i];
-        out[base + i] = __float2bfloat16(x1[p] * c - x2[p] * sn);
-        out[base + i + H] = __float2bfloat16(x2[p] * c + x1[p] * sn);
+    for (int p = 0; p < PMAX; p++) {
+        const int i = (lig + rl.g * p) * V;
+        if (!live || p >= rl.slots || i >= H) continue;
+        float c[V], sn[V], o1[V], o2[V];
+        load_v<V>(c, cos_t + (size_t)t * H + i);
+        load_v<V>(sn, sin_t + (size_t)t * H + i);
+#pragma unroll
+        for (int v = 0; v < V; v++) {
+            o1[v] = x1[p][v] * c[v] - x2[p][v] * sn[v];
+            o2[v] = x2[p][v] * c[v] + x1[p][v] * sn[v];
+        }
+        store_v<V>(out + base + i, o1);
+        store_v<V>(out + base + i + H, o2);
     }
 }
 
 /* dinp may be dout (in place). Without QK-norm inp, rstd and partial are not read or written.
  * partial: per block, dq_norm sums [hd] then dk_norm sums [hd]. */
+template <int V>
 __global__ void __launch_bounds__(ROPE_BWD_WARPS * 32)
     rope_backward_kernel(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp, const bf16 *q_norm,
-                         const bf16 *k_norm, const float *rstd, const float *cos_t, const float *sin_t,
-                         RopeShape s) {
-    __shared__ float red[ROPE_BWD_WARPS][2][2 * 32 * ROPE_PAIRS];
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int heads = s.NH + 2 * s.NKV, H = s.hd / 2;
-    const int64_t tasks = (int64_t)s.B * s.T * heads;
-    float dq1[ROPE_PAIRS] = {0}, dq2[ROPE_PAIRS] = {0}, dk1[ROPE_PAIRS] = {0}, dk2[ROPE_PAIRS] = {0};
-    for (int64_t task = (int64_t)blockIdx.x * ROPE_BWD_WARPS + warp; task < tasks;
-         task += (int64_t)gridDim.x * ROPE_BWD_WARPS) {
-        int64_t n = task / heads;
-        int h = (int)(task % heads), t = (int)(n % s.T);
-        size_t base = (size_t)n * heads * s.hd + (size_t)h * s.hd;
-        if (h >= s.NH + s.NKV) {
-            if (dinp != dout)
-                for (int i = lane; i < s.hd; i += 32) dinp[base + i] = dout[base + i];
-            continue;
-        }
-        float dy1[ROPE_PAIRS], dy2[ROPE_PAIRS];
+                         const bf16 *k_norm, const float *rstd, const float *cos_t, const float *sin_t, RopeShape s,
+                         RopeLane rl) {
+    constexpr int PMAX = RopeSlots<V>::max;
+    __shared__ float red[ROPE_BWD_WARPS][2][256];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, lig = lane % rl.g, qk = s.NH + s.NKV, H = s.hd / 2;
+    const size_t R = (size_t)(s.NH + 2 * s.NKV) * s.hd;
+    const int per_warp = 32 / rl.g;
+    const int64_t tasks = (int64_t)s.B * s.T * qk;
+    /* this lane's sums of norm·dy for its columns: [p][0, V) the first half, [p][V, 2V) the second */
+    float dq[PMAX][2 * V], dk[PMAX][2 * V];
 #pragma unroll
-        for (int p = 0; p < ROPE_PAIRS; p++) {
-            int i = lane + 32 * p;
-            dy1[p] = dy2[p] = 0.0f;
-            if (i >= H) continue;
-            float d1 = __bfloat162float(dout[base + i]), d2 = __bfloat162float(dout[base + i + H]);
-            float c = cos_t[(size_t)t * H + i], sn = sin_t[(size_t)t * H + i];
-            dy1[p] = d1 * c + d2 * sn; /* the transpose of the rotation: rotate by −angle */
-            dy2[p] = d2 * c - d1 * sn;
+    for (int p = 0; p < PMAX; p++)
+#pragma unroll
+        for (int v = 0; v < 2 * V; v++) dq[p][v] = dk[p][v] = 0.0f;
+    for (int64_t first = ((int64_t)blockIdx.x * ROPE_BWD_WARPS + warp) * per_warp; first < tasks;
+         first += (int64_t)gridDim.x * ROPE_BWD_WARPS * per_warp) {
+        const int64_t task = first + lane / rl.g;
+        const bool live = task < tasks; /* dead lanes still join the group's shuffles */
+        const int64_t n = live ? task / qk : 0;
+        const int h = live ? (int)(task % qk) : 0, t = (int)(n % s.T);
+        const size_t base = (size_t)n * R + (size_t)h * s.hd;
+        float dy1[PMAX][V], dy2[PMAX][V], n1[PMAX][V], n2[PMAX][V];
+#pragma unroll
+        for (int p = 0; p < PMAX; p++) {
+            const int i = (lig + rl.g * p) * V;
+#pragma unroll
+            for (int v = 0; v < V; v++) dy1[p][v] = dy2[p][v] = n1[p][v] = n2[p][v] = 0.0f;
+            if (!live || p >= rl.slots || i >= H) continue;
+            float d1[V], d2[V], c[V], sn[V];
+            load_v<V>(d1, dout + base + i);
+            load_v<V>(d2, dout + base + i + H);
+            if (q_norm) {
+                load_v<V>(n1[p], inp + base + i);
+                load_v<V>(n2[p], inp + base + i + H);
+            }
+            load_v<V>(c, cos_t + (size_t)t * H + i);
+            load_v<V>(sn, sin_t + (size_t)t * H + i);
+#pragma unroll
+            for (int v = 0; v < V; v++) { /* the transpose of the rotation: rotate by −angle */
+                dy1[p][v] = d1[v] * c[v] + d2[v] * sn[v];
+                dy2[p][v] = d2[v] * c[v] - d1[v] * sn[v];
+            }
         }
         if (q_norm) {
             const bool is_q = h < s.NH;
             const bf16 *w = is_q ? q_norm : k_norm;
-            float r = rstd[(size_t)n * (s.NH + s.NKV) + h];
-            float n1[ROPE_PAIRS], n2[ROPE_PAIRS], dot = 0.0f;
+            const float r = live ? rstd[(size_t)n * qk + h] : 0.0f;
+            float g1[PMAX][V], g2[PMAX][V], dot = 0.0f;
 #pragma unroll
-            for (int p = 0; p < ROPE_PAIRS; p++) {
-                int i = lane + 32 * p;
-                n1[p] = n2[p] = 0.0f;
-                if (i >= H) continue;
-                n1[p] = __bfloat162float(inp[base + i]) * r;
-                n2[p] = __bfloat162float(inp[base + i + H]) * r;
-                dot += rope_gain(w, i, s.one_plus_w) * dy1[p] * n1[p] + rope_gain(w, i + H, s.one_plus_w) * dy2[p] * n2[p];
-            }
-            float mean = warp_sum(dot) / (float)s.hd;
+            for (int p = 0; p < PMAX; p++) {
+                const int i = (lig + rl.g * p) * V;
 #pragma unroll
-            for (int p = 0; p < ROPE_PAIRS; p++) {
-                int i = lane + 32 * p;
-                if (i >= H) continue;
-                if (is_q) {
-                    dq1[p] += n1[p] * dy1[p];
-                    dq2[p] += n2[p] * dy2[p];
-                } else {
-                    dk1[p] += n1[p] * dy1[p];
-                    dk2[p] += n2[p] * dy2[p];
+                for (int v = 0; v < V; v++) g1[p][v] = g2[p][v] = 0.0f;
+                if (!live || p >= rl.slots || i >= H) continue;
+                load_v<V>(g1[p], w + i);
+                load_v<V>(g2[p], w + i + H);
+#pragma unroll
+                for (int v = 0; v < V; v++) {
+                    g1[p][v] = rope_gain(g1[p][v], s.one_plus_w);
+                    g2[p][v] = rope_gain(g2[p][v], s.one_plus_w);
+                    n1[p][v] *= r;
+                    n2[p][v] *= r;
+                    dot += g1[p][v] * dy1[p][v] * n1[p][v] + g2[p][v] * dy2[p][v] * n2[p][v];
                 }
-                dy1[p] = r * (rope_gain(w, i, s.one_plus_w) * dy1[p] - n1[p] * mean);
-                dy2[p] = r * (rope_gain(w, i + H, s.one_plus_w) * dy2[p] - n2[p] * mean);
+            }
+            const float mean = group_sum(dot, rl.g) / (float)s.hd;
+#pragma unroll
+            for (int p = 0; p < PMAX; p++) {
+#pragma unroll
+                for (int v = 0; v < V; v++) { /* zeros where the lane holds no column */
+                    if (is_q) {
+                        dq[p][v] += n1[p][v] * dy1[p][v];
+                        dq[p][V + v] += n2[p][v] * dy2[p][v];
+                    } else {
+                        dk[p][v] += n1[p][v] * dy1[p][v];
+                        dk[p][V + v] += n2[p][v] * dy2[p][v];
+                    }
+                    dy1[p][v] = r * (g1[p][v] * dy1[p][v] - n1[p][v] * mean);
+                    dy2[p][v] = r * (g2[p][v] * dy2[p][v] - n2[p][v] * mean);
+                }
             }
         }
 #pragma unroll
-        for (int p = 0; p < ROPE_PAIRS; p++) {
-            int i = lane + 32 * p;
-            if (i >= H) continue;
-            dinp[base + i] = __float2bfloat16(dy1[p]);
-            dinp[base + i + H] = __float2bfloat16(dy2[p]);
+        for (int p = 0; p < PMAX; p++) {
+            const int i = (lig + rl.g * p) * V;
+            if (!live || p >= rl.slots || i >= H) continue;
+            store_v<V>(dinp + base + i, dy1[p]);
+            store_v<V>(dinp + base + i + H, dy2[p]);
         }
     }
     if (!q_norm) return;
+    /* the groups of the warp hold the same columns: add them by shuffles, lower groups first */
 #pragma unroll
-    for (int p = 0; p < ROPE_PAIRS; p++) {
-        int i = lane + 32 * p;
-        if (i >= H) continue;
-        red[warp][0][i] = dq1[p];
-        red[warp][0][i + H] = dq2[p];
-        red[warp][1][i] = dk1[p];
-        red[warp][1][i + H] = dk2[p];
+    for (int p = 0; p < PMAX; p++)
+#pragma unroll
+        for (int v = 0; v < 2 * V; v++)
+            for (int o = rl.g; o < 32; o <<= 1) {
+                dq[p][v] += __shfl_xor_sync(0xffffffffu, dq[p][v], o);
+                dk[p][v] += __shfl_xor_sync(0xffffffffu, dk[p][v], o);
+            }
+    if (lane < rl.g) {
+#pragma unroll
+        for (int p = 0; p < PMAX; p++) {
+            const int i = (lig + rl.g * p) * V;
+            if (p >= rl.slots || i >= H) continue;
+#pragma unroll
+            for (int v = 0; v < V; v++) {
+                red[warp][0][i + v] = dq[p][v];
+                red[warp][0][i + H + v] = dq[p][V + v];
+                red[warp][1][i + v] = dk[p][v];
+                red[warp][1][i + H + v] = dk[p][V + v];
+            }
+        }
     }
     /* Every warp's sums are in shared memory before any column is summed across warps. */
     __syncthreads();
     for (int c = threadIdx.x; c < 2 * s.hd; c += blockDim.x) {
-        int which = c / s.hd, col = c % s.hd;
+        const int which = c / s.hd, col = c % s.hd;
         float sum = 0.0f;
         for (int w = 0; w < ROPE_BWD_WARPS; w++) sum += red[w][which][col];
         partial[(size_t)blockIdx.x * 2 * s.hd + c] = sum;
@@ -174,25 +284,57 @@ __global__ void __launch_bounds__(ROPE_BWD_WARPS * 32)
 }
 
 static void rope_check_shape(const RopeShape *s) {
-    if (s->hd % 2 != 0 || s->hd > 64 * ROPE_PAIRS || s->hd < 2) {
-        fprintf(stderr, "error: RoPE needs an even head_dim from 2 to %d, got %d (choose another head_dim)\n",
-                64 * ROPE_PAIRS, s->hd);
+    if (s->hd % 2 != 0 || s->hd > 256 || s->hd < 2) {
+        fprintf(stderr, "error: RoPE needs an even head_dim from 2 to 256, got %d (choose another head_dim)\n", s->hd);
         exit(1);
     }
+}
+
+static RopeLane rope_lane(const RopeShape *s, int V) {
+    const int H = s->hd / 2, g = rope_group(H, V);
+    return RopeLane{g, (int)ceil_div(H, (int64_t)V * g)};
+}
+
+/* The value heads (the last NKV·hd columns of each of the N rows) from src to dst, one strided copy. */
+static void copy_value_heads(kbf16 *dst, const kbf16 *src, const RopeShape *s, cudaStream_t stream) {
+    const size_t R = (size_t)(s->NH + 2 * s->NKV) * s->hd, skip = (size_t)(s->NH + s->NKV) * s->hd;
+    CUDA_CHECK(cudaMemcpy2DAsync(dst + skip, R * sizeof(kbf16), src + skip, R * sizeof(kbf16),
+                                 (size_t)s->NKV * s->hd * sizeof(kbf16), (size_t)s->B * s->T,
+                                 cudaMemcpyDeviceToDevice, stream));
+}
+
+template <int V>
+static void launch_rope_forward(kbf16 *out, float *rstd, const kbf16 *inp, const kbf16 *q_norm, const kbf16 *k_norm,
+                                const float *cos_t, const float *sin_t, const RopeShape *s, cudaStream_t stream) {
+    const RopeLane rl = rope_lane(s, V);
+    const int64_t tasks = (int64_t)s->B * s->T * (s->NH + s->NKV), per_block = (int64_t)ROPE_WARPS * (32 / rl.g);
+    rope_forward_kernel<V><<<ceil_div(tasks, per_block), ROPE_WARPS * 32, 0, stream>>>(out, rstd, inp, q_norm,
+                                                                                      k_norm, cos_t, sin_t, *s, rl);
+    CUDA_CHECK(cudaGetLastError());
 }
 
 extern "C" void rope_forward(kbf16 *out, float *rstd, const kbf16 *inp, const kbf16 *q_norm, const kbf16 *k_norm,
                              const float *cos_t, const float *sin_t, const RopeShape *s, cudaStream_t stream) {
     rope_check_shape(s);
-    int64_t tasks = (int64_t)s->B * s->T * (s->NH + 2 * s->NKV);
-    if (tasks == 0) return;
-    rope_forward_kernel<<<ceil_div(tasks, ROPE_WARPS), ROPE_WARPS * 32, 0, stream>>>(out, rstd, inp, q_norm, k_norm,
-                                                                                      cos_t, sin_t, *s);
-    CUDA_CHECK(cudaGetLastError());
+    if ((int64_t)s->B * s->T == 0) return;
+    if (s->hd % 16 == 0)
+        launch_rope_forward<8>(out, rstd, inp, q_norm, k_norm, cos_t, sin_t, s, stream);
+    else
+        launch_rope_forward<1>(out, rstd, inp, q_norm, k_norm, cos_t, sin_t, s, stream);
+    if (out != inp && s->NKV > 0) copy_value_heads(out, inp, s, stream);
 }
 
 extern "C" size_t rope_backward_scratch_bytes(const RopeShape *s) {
     return (size_t)ROPE_BWD_BLOCKS * 2 * s->hd * sizeof(float);
+}
+
+template <int V>
+static void launch_rope_backward(kbf16 *dinp, float *partial, const kbf16 *dout, const kbf16 *inp,
+                                 const kbf16 *q_norm, const kbf16 *k_norm, const float *rstd, const float *cos_t,
+                                 const float *sin_t, const RopeShape *s, cudaStream_t stream) {
+    rope_backward_kernel<V><<<ROPE_BWD_BLOCKS, ROPE_BWD_WARPS * 32, 0, stream>>>(
+        dinp, partial, dout, inp, q_norm, k_norm, rstd, cos_t, sin_t, *s, rope_lane(s, V));
+    CUDA_CHECK(cudaGetLastError());
 }
 
 extern "C" void rope_backward(kbf16 *dinp, float *dq_norm, float *dk_norm, void *scratch, const kbf16 *dout,
@@ -200,9 +342,11 @@ extern "C" void rope_backward(kbf16 *dinp, float *dq_norm, float *dk_norm, void 
                               const float *cos_t, const float *sin_t, const RopeShape *s, cudaStream_t stream) {
     rope_check_shape(s);
     float *partial = (float *)scratch;
-    rope_backward_kernel<<<ROPE_BWD_BLOCKS, ROPE_BWD_WARPS * 32, 0, stream>>>(dinp, partial, dout, inp, q_norm,
-                                                                             k_norm, rstd, cos_t, sin_t, *s);
-    CUDA_CHECK(cudaGetLastError());
+    if (s->hd % 16 == 0)
+        launch_rope_backward<8>(dinp, partial, dout, inp, q_norm, k_norm, rstd, cos_t, sin_t, s, stream);
+    else
+        launch_rope_backward<1>(dinp, partial, dout, inp, q_norm, k_norm, rstd, cos_t, sin_t, s, stream);
+    if (dinp != dout && s->NKV > 0 && (int64_t)s->B * s->T > 0) copy_value_heads(dinp, dout, s, stream);
     if (q_norm)
         add_partial_sums(PartialSumOutputs{{dq_norm, dk_norm, NULL}}, 2, partial, ROPE_BWD_BLOCKS, (size_t)2 * s->hd,
                          s->hd, stream);

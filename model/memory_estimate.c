@@ -2,15 +2,19 @@
  * header). Shapes: B, T, N = B·T, C, NH, NKV, hd, F (the MLP's width), Q = (NH + 2·NKV)·hd (the
  * packed q, k, v), Vp.
  *
- * Per layer the forward keeps, in bf16 per token: the attention's norm (C), q, k, v (Q), the
- * attention's output (NH·hd), the residual after it (C), the MLP's norm (C), the MLP's input (F, or
- * 2F for the gate and up of a gated MLP), its activation (F, unless recomputed) and the residual
- * after it (C); with QK-norm, q and k before it ((NH + NKV)·hd). In fp32: each norm's statistics
- * (LayerNorm's mean and 1/std, RMSNorm's 1/rms alone), QK-norm's 1/rms per head, and the
- * attention's log-sum-exp per head. Beside the layers: the embedding's output, the two projections
- * that feed the residual stream (one buffer each, reused by every layer), the final norm, the
- * backward's gradients of one layer's activations, the batch's inputs and targets, and one row of
- * logits for sampling. For GPT-2 this is the CUDA backend's activation arena without its scratch. */
+ * GPT-2's layer keeps, in bf16 per token: the attention's norm (C), q, k, v (Q), the attention's
+ * output (NH·hd), the residual after it (C), the MLP's norm (C), the MLP's input (F), its GELU (F,
+ * unless recomputed) and the residual after it (C). A RoPE family's layer keeps q, k, v as the
+ * projection wrote them (Q: before QK-norm and RoPE), the attention's output, the two residuals
+ * and the gate/up rows (2F, unless recomputed by their GEMM); its norms, its gated product and
+ * (with QK-norm) its rotated q, k, v are recomputed in the backward into one buffer each that the
+ * layers share. In fp32: each norm's
+ * statistics (LayerNorm's mean and 1/std, RMSNorm's 1/rms alone), QK-norm's 1/rms per head, and
+ * the attention's log-sum-exp per head. Beside the layers: the embedding's output, the two
+ * projections that feed the residual stream (one buffer each), the final norm, the backward's
+ * gradients of one layer's activations (with a gated MLP, its product's too), RoPE's cos and sin
+ * tables [T, hd/2], the batch's inputs and targets, and one row of logits for sampling. This is
+ * the CUDA backend's activation arena without its scratch. */
 #include "model/memory_estimate.h"
 
 #include <stdint.h>
@@ -30,17 +34,25 @@ MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_
     const size_t NKV = (size_t)cfg->num_kv_heads, hd = (size_t)cfg->head_dim, F = (size_t)cfg->ffn_dim;
     const size_t Q = (NH + 2 * NKV) * hd, A = NH * hd, MLP_IN = cfg->mlp == MLP_GELU ? F : 2 * F;
     const size_t bf = 2, P = t->total;
+    const int rope = cfg->positions == POS_ROPE;
+    recompute_mlp = rope ? (recompute_mlp == 2 ? 2 : 1) : recompute_mlp != 0;
     MemoryEstimate e = {P * bf, P * sizeof(float), P * sizeof(float), 2 * P * sizeof(float), 0};
-    size_t layer = take(N * C * bf) + take(N * Q * bf) + take(N * A * bf) + take(N * C * bf) + take(N * C * bf) +
-                   take(N * MLP_IN * bf) + (recompute_mlp ? 0 : take(N * F * bf)) + take(N * C * bf) +
-                   2 * norm_stats(cfg, N) + take(N * NH * sizeof(float));
-    if (cfg->qk_norm) layer += take(N * (NH + NKV) * hd * bf) + take(N * (NH + NKV) * sizeof(float));
+    size_t layer = take(N * Q * bf) + take(N * A * bf) + 2 * take(N * C * bf) +
+                   (recompute_mlp == 2 ? 0 : take(N * MLP_IN * bf)) +
+                   (recompute_mlp ? 0 : take(N * F * bf)) + 2 * norm_stats(cfg, N) + take(N * NH * sizeof(float));
+    if (!rope) layer += 2 * take(N * C * bf); /* the two norms' outputs */
+    if (cfg->qk_norm) layer += take(N * (NH + NKV) * sizeof(float));
     size_t a = take(N * C * bf) + (size_t)cfg->num_layers * layer;
     a += 2 * take(N * C * bf);                         /* the attention's and the MLP's projections */
     if (recompute_mlp) a += take(N * F * bf);          /* one layer's activation at a time */
+    if (recompute_mlp == 2) a += take(N * MLP_IN * bf); /* one layer's gate/up rows at a time */
+    if (rope) a += take(N * C * bf);                   /* one layer's norm output at a time */
+    if (cfg->qk_norm) a += take(N * Q * bf);           /* one layer's rotated q, k, v at a time */
     a += take(N * C * bf) + norm_stats(cfg, N);        /* final norm */
     a += 2 * take(N * C * bf) + take(N * MLP_IN * bf); /* backward: residual, final norm, MLP input */
+    if (cfg->mlp != MLP_GELU) a += take(N * F * bf);   /* the gated product */
     a += take(N * C * bf) + take(N * A * bf) + take(N * Q * bf); /* norm, attention output, q k v */
+    if (rope) a += 2 * take((size_t)T * (hd / 2) * sizeof(float)); /* cos, sin */
     a += 2 * take(N * sizeof(int32_t)) + take(sizeof(float)) + take(sizeof(double)); /* batch, loss, norm */
     a += take((size_t)cfg->padded_vocab_size * bf);   /* one row of logits */
     e.activations = a;

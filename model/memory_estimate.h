@@ -1,5 +1,5 @@
 /* model/memory_estimate.h - what training a model takes in GPU memory, from its parameter table and
- * config alone (no GPU needed), laid out as the CUDA backend lays out GPT-2: bf16 weights, fp32
+ * config alone (no GPU needed), counted as the CUDA backend lays out each family: bf16 weights, fp32
  * master weights, gradients and AdamW m, v for every row of the table, and the activations a
  * micro-batch of B sequences of T tokens keeps for the backward plus the backward's buffers, each
  * rounded up to 256 bytes. The output layer's workspace, the kernels' scratch and the runtime's
@@ -27,8 +27,9 @@ typedef struct {
     size_t activations; /* the micro-batch's activations and backward buffers, without kernel scratch */
 } MemoryEstimate;
 
-/* The estimate for micro-batches of B sequences of T tokens; recompute_mlp: the MLP's activation
- * (GELU's, or the gated product) is recomputed in the backward, not kept per layer. */
+/* The estimate for micro-batches of B sequences of T tokens; recompute_mlp 1: GPT-2's GELU is
+ * recomputed in the backward, not kept per layer (the RoPE families always recompute their gated
+ * product); 2: the RoPE families' gate/up rows too, by their GEMM (GPT-2 reads it as 1). */
 MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_mlp);
 /* All of it, in bytes (without the runtime's reserve). */
 size_t memory_estimate_total(const MemoryEstimate *e);

@@ -63,15 +63,19 @@ TEST(gpt2_memory_estimate_counts_layernorm_statistics_and_a_4c_gelu_mlp) {
     expect_estimate(&t, 1, params, 2 * (layer - r(2048)) + rest + r(2048), "gpt2, GELU recomputed");
 }
 
-/* Llama: q, k, v of 4 + 2·2 heads of 6; RMSNorm without bias keeps only 1/rms; SwiGLU keeps gate and
- * up (2F) and their product (F). */
+/* Llama: q, k, v of 4 + 2·2 heads of 6 as the projection wrote them, the attention's output, the
+ * two residuals and SwiGLU's gate and up (2F); RMSNorm without bias keeps only 1/rms. The norms'
+ * outputs and the gated product are recomputed in the backward. */
 static size_t llama_layer_acts(void) {
-    return r(512) + r(16 * 48 * 2) + r(16 * 24 * 2) + r(512) + r(512) + r(16 * 48 * 2) + r(16 * 24 * 2) + r(512) +
-           2 * r(64) + r(256);
+    return r(16 * 48 * 2) + r(16 * 24 * 2) + 2 * r(512) + r(16 * 48 * 2) + 2 * r(64) + r(256);
 }
 
+/* + the final norm's 1/rms; backward: gate/up 16·48, the gated product 16·24, norm 16·16, attention
+ * output 16·24, q k v 16·48; the shared recompute buffers of one layer's gated product (16·24) and
+ * norm output (16·16); cos and sin [8, 3] fp32 */
 static size_t llama_rest(void) {
-    return tail_common() + r(64) + r(16 * 48 * 2) + r(512) + r(16 * 24 * 2) + r(16 * 48 * 2);
+    return tail_common() + r(64) + r(16 * 48 * 2) + r(16 * 24 * 2) + r(512) + r(16 * 24 * 2) + r(16 * 48 * 2) +
+           r(16 * 24 * 2) + r(512) + 2 * r(8 * 3 * 4);
 }
 
 /* embed 128·16, final norm 16; per layer: input norm 16, q k v 48·16, o_proj 16·24, post norm 16,
@@ -81,8 +85,19 @@ static size_t llama_rest(void) {
 TEST(llama_memory_estimate_counts_gqa_kv_heads_head_dim_and_swiglus_gate_and_up) {
     ParamTable t = tiny_table(FAMILY_LLAMA);
     expect_estimate(&t, 0, LLAMA_PARAMS, 2 * llama_layer_acts() + llama_rest(), "llama");
-    expect_estimate(&t, 1, LLAMA_PARAMS, 2 * (llama_layer_acts() - r(768)) + llama_rest() + r(768),
-                    "llama, MLP recomputed");
+    /* the gated product is always recomputed: asking for it changes nothing */
+    expect_estimate(&t, 1, LLAMA_PARAMS, 2 * llama_layer_acts() + llama_rest(), "llama, MLP recomputed");
+}
+
+TEST(a_llama_recomputing_its_gate_and_up_rows_keeps_one_layers_of_them) {
+    ParamTable t = tiny_table(FAMILY_LLAMA);
+    /* no gate/up rows (16·48) per layer; one shared buffer of them */
+    expect_estimate(&t, 2, LLAMA_PARAMS, 2 * (llama_layer_acts() - r(16 * 48 * 2)) + llama_rest() + r(16 * 48 * 2),
+                    "llama, gate and up recomputed");
+    /* GPT-2 has no gate/up GEMM to run again: 2 is 1 */
+    ParamTable g = tiny_table(FAMILY_GPT2);
+    const MemoryEstimate one = memory_estimate(&g, 2, 8, 1), two = memory_estimate(&g, 2, 8, 2);
+    CHECK(one.activations == two.activations, "gpt2: %zu bytes at 2, %zu at 1", two.activations, one.activations);
 }
 
 TEST(an_untied_head_counts_its_own_matrix_gradient_and_adamw_state) {
@@ -100,12 +115,12 @@ TEST(qwen2_memory_estimate_counts_the_qkv_bias) {
     expect_estimate(&t, 0, LLAMA_PARAMS + 2 * 48, 2 * llama_layer_acts() + llama_rest(), "qwen2");
 }
 
-TEST(qwen3_memory_estimate_counts_qk_norms_inputs_and_statistics_per_head) {
+TEST(qwen3_memory_estimate_counts_qk_norm_statistics_per_head_and_one_shared_rotated_qkv) {
     ParamTable t = tiny_table(FAMILY_QWEN3);
-    /* + q_norm and k_norm (6 each) per layer; q and k before the norm (16 x 6 heads of 6) in bf16, and
-     * 1/rms per row and head (16 x 6) in fp32 */
-    const size_t layer = llama_layer_acts() + r(16 * 36 * 2) + r(16 * 6 * 4);
-    expect_estimate(&t, 0, LLAMA_PARAMS + 2 * 12, 2 * layer + llama_rest(), "qwen3");
+    /* + q_norm and k_norm (6 each) per layer; 1/rms per row and head (16 x 6) in fp32 per layer, and
+     * one layer's rotated q, k, v (16·48) shared by the layers */
+    const size_t layer = llama_layer_acts() + r(16 * 6 * 4);
+    expect_estimate(&t, 0, LLAMA_PARAMS + 2 * 12, 2 * layer + llama_rest() + r(16 * 48 * 2), "qwen3");
 }
 
 /* GPT-2 124M (d12) at B = 4, T = 1024 as the CUDA backend has always counted it: 124,475,904

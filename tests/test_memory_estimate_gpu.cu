@@ -1,7 +1,7 @@
-/* The GPU memory estimate (model/memory_estimate.h) is the CUDA backend's own count: for GPT-2 at
- * awkward sizes, the backend's "activations and scratch" line is the estimate's activations plus
- * the kernels' scratch, with GELU kept and recomputed; its weights, master weights, gradients and
- * AdamW lines are the estimate's. */
+/* The GPU memory estimate (model/memory_estimate.h) is the CUDA backend's own count: for GPT-2 (GELU
+ * kept and recomputed), Llama, Qwen2 and Qwen3 at awkward sizes, the backend's "activations and
+ * scratch" line is the estimate's activations plus the kernels' scratch; its weights, master
+ * weights, gradients and AdamW lines are the estimate's. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,29 +22,37 @@ static size_t item_bytes(const MemoryItem *items, int n, const char *prefix) {
     return 0;
 }
 
-static void expect_backend_counts_the_estimate(int heads, int dim, int vocab, int B, int T, int recompute) {
-    GPTConfig cfg = {};
-    cfg.num_layers = 3, cfg.num_heads = heads, cfg.dim = dim, cfg.max_seq_len = 128, cfg.vocab_size = vocab;
-    gpt_config_finish(&cfg);
+/* The backend's memory lines against the estimate for cfg at B x T; the scratch is the largest of
+ * the kernels' needs that the family's step calls. */
+static void expect_config_counts_the_estimate(const GPTConfig *cfg, int B, int T, int recompute) {
     ParamTable t;
     char err[ERR_LEN];
-    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    REQUIRE(param_table_build(&t, cfg, err) == 0, "%s", err);
     Backend *be = backend_cuda_create(&t, B, T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, recompute, 1, NULL, err);
     REQUIRE(be, "%s", err);
     MemoryItem items[MAX_MEMORY_ITEMS];
     const int n = be->ops->memory_items(be, items);
     const MemoryEstimate e = memory_estimate(&t, B, T, recompute);
-    const int N = B * T;
-    size_t scratch = encoder_backward_scratch_bytes(N, cfg.padded_vocab_size);
-    scratch = largest(scratch, layernorm_backward_scratch_bytes(dim));
-    const AttentionShape att = {B, T, heads, heads, dim / heads, 1.0f / sqrtf((float)(dim / heads)), 0};
+    const int N = B * T, C = cfg->dim, hd = cfg->head_dim, rope = cfg->positions == POS_ROPE;
+    const AttentionShape att = {B, T, cfg->num_heads, cfg->num_kv_heads, hd, 1.0f / sqrtf((float)hd), 0};
+    size_t scratch = encoder_backward_scratch_bytes(N, cfg->padded_vocab_size);
     scratch = largest(scratch, attention_backward_scratch_bytes(&att));
-    scratch = largest(scratch, bias_backward_scratch_bytes(4 * dim));
     scratch = largest(scratch, global_sumsq_scratch_bytes());
+    if (rope) {
+        const RopeShape rs = {B, T, cfg->num_heads, cfg->num_kv_heads, hd, cfg->norm_eps, 0};
+        scratch = largest(scratch, rmsnorm_backward_scratch_bytes(C));
+        scratch = largest(scratch, rope_backward_scratch_bytes(&rs));
+        if (cfg->qkv_bias)
+            scratch = largest(scratch, bias_backward_scratch_bytes((cfg->num_heads + 2 * cfg->num_kv_heads) * hd));
+    } else {
+        scratch = largest(scratch, layernorm_backward_scratch_bytes(C));
+        scratch = largest(scratch, bias_backward_scratch_bytes(4 * C));
+    }
     scratch = (scratch + 255) / 256 * 256;
     const size_t acts = item_bytes(items, n, "activations and scratch");
-    CHECK(acts == e.activations + scratch, "B=%d T=%d C=%d recompute %d: backend %zu bytes, estimate %zu + scratch %zu",
-          B, T, dim, recompute, acts, e.activations, scratch);
+    CHECK(acts == e.activations + scratch,
+          "%s B=%d T=%d C=%d recompute %d: backend %zu bytes, estimate %zu + scratch %zu",
+          gpt_family_name(cfg->family), B, T, C, recompute, acts, e.activations, scratch);
     CHECK(item_bytes(items, n, "parameters (bf16)") == e.weights && item_bytes(items, n, "gradients") == e.grads &&
               item_bytes(items, n, "master weights") == e.master && item_bytes(items, n, "AdamW") == e.adamw,
           "the weights and optimizer lines differ from the estimate's");
@@ -52,9 +60,38 @@ static void expect_backend_counts_the_estimate(int heads, int dim, int vocab, in
     param_table_free(&t);
 }
 
+static void expect_backend_counts_the_estimate(int heads, int dim, int vocab, int B, int T, int recompute) {
+    GPTConfig cfg = {};
+    cfg.num_layers = 3, cfg.num_heads = heads, cfg.dim = dim, cfg.max_seq_len = 128, cfg.vocab_size = vocab;
+    gpt_config_finish(&cfg);
+    expect_config_counts_the_estimate(&cfg, B, T, recompute);
+}
+
+/* Three layers of a RoPE family: its HF defaults, then the shape. */
+static GPTConfig family_config(ModelFamily family, int heads, int kv_heads, int head_dim, int dim, int ffn, int vocab) {
+    GPTConfig cfg = {};
+    cfg.num_layers = 3, cfg.num_heads = heads, cfg.dim = dim, cfg.max_seq_len = 128, cfg.vocab_size = vocab;
+    gpt_family_defaults(&cfg, family);
+    cfg.num_kv_heads = kv_heads, cfg.head_dim = head_dim, cfg.ffn_dim = ffn;
+    gpt_config_finish(&cfg);
+    return cfg;
+}
+
 TEST(gpu_memory_estimate_is_the_cuda_backends_count_for_gpt2) {
     expect_backend_counts_the_estimate(2, 128, 1000, 3, 37, 0);
     expect_backend_counts_the_estimate(2, 128, 1000, 3, 37, 1);
     expect_backend_counts_the_estimate(6, 384, 50257, 2, 97, 0);
     expect_backend_counts_the_estimate(3, 384, 777, 5, 64, 1);
+}
+
+TEST(gpu_memory_estimate_is_the_cuda_backends_count_for_llama_qwen2_and_qwen3) {
+    GPTConfig llama = family_config(FAMILY_LLAMA, 4, 2, 64, 192, 328, 1000);
+    llama.untied_head = 1;
+    expect_config_counts_the_estimate(&llama, 3, 37, 0);
+    GPTConfig qwen2 = family_config(FAMILY_QWEN2, 2, 2, 64, 128, 344, 777);
+    expect_config_counts_the_estimate(&qwen2, 2, 97, 1);
+    /* Qwen3's heads of 128 over a narrower model, 2 query heads per key/value head */
+    GPTConfig qwen3 = family_config(FAMILY_QWEN3, 4, 2, 128, 256, 776, 50257);
+    expect_config_counts_the_estimate(&qwen3, 5, 64, 0);
+    expect_config_counts_the_estimate(&qwen3, 3, 37, 2); /* the gate/up rows recomputed too */
 }
