@@ -121,7 +121,8 @@ static int device_sms(void) {
 /* Every buffer of the object, in creation order, with its size; shared by workspace_bytes and
  * create so that the two always agree. */
 typedef struct {
-    size_t lse, row_loss, row_obj, scalars, win_m, win_a, win_zs, zt, slice_targets, exp_ref2, ex, exp_sums, exp_row_scale, exp_hs,
+    size_t lse, row_loss, row_obj, scalars, win_m, win_a, win_zs, zt, slice_targets, exp_ref2, ex, exp_sums,
+        exp_row_scale, exp_hs,
         exp_tcoef, exp_zsum, exp_rank1, exp_colsum, exp_sort,
         exp_sort_temp, exp_overflow, dz,
         dh_acc, logits;
@@ -171,9 +172,8 @@ size_t output_layer_workspace_bytes(OutputKind kind, int64_t max_N, int64_t V, i
     OutlFusedSizes fs;
     Sizes s = layer_sizes(kind, max_N, V, d, device_sms(), budget, &fs);
     return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.row_obj + s.scalars + s.win_m + s.win_a + s.win_zs + s.zt +
-           s.slice_targets + s.exp_ref2 + s.ex + s.exp_sums + s.exp_row_scale + s.exp_hs + s.exp_tcoef + s.exp_zsum + s.exp_rank1 +
-           s.exp_colsum + s.exp_sort + s.exp_sort_temp +
-           s.exp_overflow + s.dz + s.dh_acc + s.logits;
+           s.slice_targets + s.exp_ref2 + s.ex + s.exp_sums + s.exp_row_scale + s.exp_hs + s.exp_tcoef + s.exp_zsum +
+           s.exp_rank1 + s.exp_colsum + s.exp_sort + s.exp_sort_temp + s.exp_overflow + s.dz + s.dh_acc + s.logits;
 }
 
 static void *dev_alloc(size_t bytes) {
