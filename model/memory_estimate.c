@@ -9,8 +9,8 @@
  * (LayerNorm's mean and 1/std, RMSNorm's 1/rms alone), QK-norm's 1/rms per head, and the
  * attention's log-sum-exp per head. Beside the layers: the embedding's output, the two projections
  * that feed the residual stream (one buffer each, reused by every layer), the final norm, the
- * backward's gradients of one layer's activations, the batch's inputs and targets, and one row of
- * logits for sampling. For GPT-2 this is the CUDA backend's activation arena without its scratch. */
+ * backward's gradients of one layer's activations, the batch's inputs and targets, the loss (with
+ * the objective and mean lse) and its per-token values, and one row of logits for sampling. For GPT-2 this is the CUDA backend's activation arena without its scratch. */
 #include "model/memory_estimate.h"
 
 #include <stdint.h>
@@ -41,7 +41,8 @@ MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_
     a += take(N * C * bf) + norm_stats(cfg, N);        /* final norm */
     a += 2 * take(N * C * bf) + take(N * MLP_IN * bf); /* backward: residual, final norm, MLP input */
     a += take(N * C * bf) + take(N * A * bf) + take(N * Q * bf); /* norm, attention output, q k v */
-    a += 2 * take(N * sizeof(int32_t)) + take(sizeof(float)) + take(sizeof(double)); /* batch, loss, norm */
+    a += 2 * take(N * sizeof(int32_t)) + take(3 * sizeof(float)) + take(sizeof(double)); /* batch, loss, norm */
+    a += take(N * sizeof(float));                     /* per-token losses */
     a += take((size_t)cfg->padded_vocab_size * bf);   /* one row of logits */
     e.activations = a;
     return e;
