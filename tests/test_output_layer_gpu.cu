@@ -565,7 +565,7 @@ TEST(loss_options_on_a_vocabulary_under_one_tile_with_few_rows) {
 /* Soft-capping with label smoothing on a layer built for chunks runs the streaming backward in the
  * chunk's buffers: chunks of one row, of fewer rows than a tile's 128, and of more (N not a multiple
  * of any of them). */
-TEST(softcap_with_smoothing_on_a_chunked_layer_streams_through_the_chunks_buffers) {
+TEST(loss_options_softcap_with_smoothing_on_a_chunked_layer_stream_through_its_chunks_buffers) {
     const Case c = with_options(C_(300, 3001, 128, 4.0, 0.1), OutputLossOptions{1e-3f, 10.0f, 0.1f});
     for (int64_t rows : {1, 100, 200}) check_case(exp_chunks(rows, c.V), c, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
 }
