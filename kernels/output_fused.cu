@@ -15,7 +15,7 @@
  *        GEMMs' other operand or output.
  *      cuBLASLt: E W (fp32, the chunk's [C x d]), then exp_dh_kernel: dH = scale (E W / S +
  *        (p - 1) W[target]) in bf16; dW (fp32, +=) += scale E^T Hs.
- *      after the last chunk, exp_onehot_dw_kernel: dW[t] += scale sum (p - 1) H over the rows aiming
+ *      after the last chunk, onehot_dw_kernel: dW[t] += scale sum (p - 1) H over the rows aiming
  *        at t (rows sorted by target, one owner per dW row, fp32).
  *      A row with S > 2^60 (or not finite) flags its chunk, and the chunk is redone with s = lse from
  *        the streaming statistics (MODE_STATS over the chunk's rows), so E = P; those launches read
@@ -26,7 +26,11 @@
  *    vocabulary windows (fused_merge_kernel merges the windows into lse); the backward recomputes
  *    the logits per chunk of rows and window of columns, MODE_DZ writing dZ = P - Y (p - 1 at the
  *    target in fp32) into a [Nc x w] workspace that two cuBLASLt GEMMs consume: dH_chunk (fp32
- *    workspace, cast once after its last window) and dW_window. Memory O(N) plus the fixed window.
+ *    workspace, cast once after its last window) and dW_window. The target's entry, which bf16
+ *    rounds alike across the row's d values, leaves its rounding (c - bf16(c), fp32) in tcoef:
+ *    stream_dh_kernel adds it to dH with W[target] as it casts, and after the last chunk
+ *    onehot_dw_kernel to dW's target rows, as the chunked path adds its one-hot part. Memory O(N)
+ *    plus the fixed window; on a chunked layer (options it does not take), the chunk's E and E W.
  *  The forward alone (evaluation) is always MODE_STATS: 1G, nothing of size N x V written.
  *  Loss options (kernels/output_kind.h): every tile caps its logits in registers before its
  *  epilogue. Streaming: MODE_STATS also sums them per row and window (label smoothing's mean), and
@@ -100,6 +104,7 @@ typedef struct {
     /* MODE_DZ */
     const float *lse;
     bf16 *dz;   /* MODE_DZ: P - Y, unscaled (the GEMMs apply the gradient scale as alpha) */
+    float *tcoef; /* MODE_DZ: [N] what bf16 rounding took from each row's dZ entry at its target */
     /* MODE_EXP */
     const float *ref2; /* [N] each row's reference s, in log2 units: E = 2^(z log2(e) - s) */
     bf16 *ex;          /* E */
@@ -235,6 +240,11 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
              * there each element is one FMA and one exponential (the vote keeps the warp's path
              * uniform, as stmatrix needs) */
             const OutputLossOptions &o = a.opt;
+            /* The target's entry is the row's largest and is rounded the same way across the row's
+             * d values of dH, so its rounding would not average out (with label smoothing it is
+             * about -0.9 in every row, rounded to -0.898 alike); what rounding takes from it goes
+             * to tcoef and is added back in fp32. */
+            float resid = 0.0f;
             if (o.logit_softcap > 0.0f || o.z_loss != 0.0f || o.label_smoothing != 0.0f) {
                 /* the objective's gradient w.r.t. z (x is already capped): (p ps - [v = t] keep -
                  * uniform) times the cap's slope; 0 for ignored rows (their p is 0, the uniform
@@ -247,6 +257,7 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
                     const float p = ex2(fmaf(x, LOG2E, -l2));
                     const float r = cap > 0.0f ? x / cap : 0.0f;
                     const float g = (p * ps - (col == tl ? keep : 0.0f) - uniform) * (1.0f - r * r);
+                    if (col == tl) resid = g - __bfloat162float(__float2bfloat16(g));
                     return col >= lim ? 0.0f : g;
                 }, scratch, out, row_in);
             } else if (__all_sync(0xffffffffu, full && tl < 0))
@@ -255,8 +266,11 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
             else
                 store_tile_rows(acc, h, lane, [&](float x, int col) {
                     const float p = ex2(fmaf(x, LOG2E, -l2));
+                    if (col == tl) resid = (p - 1.0f) - __bfloat162float(__float2bfloat16(p - 1.0f));
                     return col >= lim ? 0.0f : col == tl ? p - 1.0f : p; /* p - 1 in fp32, padding 0 */
                 }, scratch, out, row_in);
+            /* the quad's lane whose column pairs hold the target */
+            if (tl >= 0 && row_in && ((tl >> 1) & 3) == (lane & 3)) a.tcoef[rows[h]] = resid;
         } else { /* MODE_EXP */
             /* E relative to the row's reference (lse2 holds it here): in (0, 2^60] for every row the
              * merge accepts. Past the vocabulary E is 0, so the GEMMs read zeros there. */
@@ -611,12 +625,27 @@ __device__ __forceinline__ void store_bf16x8(bf16 *out, const float (&v)[8]) {
     *reinterpret_cast<int4 *>(out) = *reinterpret_cast<int4 *>(o);
 }
 
-__global__ void cast_rows_kernel(bf16 *out, const float *in, int64_t n8) {
+/* dH of a streaming chunk from its fp32 scale dZ W: dH = that + scale tcoef W[target] (what the
+ * bf16 dZ lost at the target) in bf16, a thread per 8 values. */
+__global__ void stream_dh_kernel(bf16 *dH, const float *acc, const float *tcoef, const int32_t *targets,
+                                 const bf16 *W, const float *scale, int d, int64_t n8) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n8) return;
-    const float4 x = reinterpret_cast<const float4 *>(in)[2 * i], y = reinterpret_cast<const float4 *>(in)[2 * i + 1];
-    const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
-    store_bf16x8(out + 8 * i, v);
+    const int64_t r = (i * 8) / d, j = (i * 8) % d;
+    const float4 x = reinterpret_cast<const float4 *>(acc)[2 * i], y = reinterpret_cast<const float4 *>(acc)[2 * i + 1];
+    float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+    const int t = targets[r];
+    if (t != -1) {
+        const float c = tcoef[r] * *scale;
+        const uint4 wv = *reinterpret_cast<const uint4 *>(W + (int64_t)t * d + j);
+        const __nv_bfloat162 *wp = reinterpret_cast<const __nv_bfloat162 *>(&wv);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float2 w2 = __bfloat1622float2(wp[k]);
+            v[2 * k] = fmaf(c, w2.x, v[2 * k]), v[2 * k + 1] = fmaf(c, w2.y, v[2 * k + 1]);
+        }
+    }
+    store_bf16x8(dH + 8 * i, v);
 }
 /* Each row's reference for its scaled exponentials, in log2 units: its target's logit (its
  * column 0's when the target is ignored), so that E = 1 at the target and the row's sum S is at
@@ -786,7 +815,7 @@ __global__ void exp_dh_kernel(bf16 *dH, const float *EW, const float *row_scale,
 /* The one-hot part of dW: dW[t] += scale sum of tcoef H over the rows aiming at t, in row order.
  * keys and rows: the targets and row indices sorted by target (stably), a block per position;
  * the first position of each target sums its rows, so every dW row has one owner and no atomics. */
-__global__ void exp_onehot_dw_kernel(const int32_t *keys, const int32_t *rows, int64_t N, const float *tcoef,
+__global__ void onehot_dw_kernel(const int32_t *keys, const int32_t *rows, int64_t N, const float *tcoef,
                                      const bf16 *H, int d, const float *scale, float *dW) {
     const int64_t i = blockIdx.x;
     const int t = keys[i];
@@ -876,6 +905,10 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int sms, size_t
     if (s.exp_rows > 0) {
         s.exp_ld = round_up(V, TN);
         s.exp_tiles = ceil_div(V, TN);
+        /* options the chunks do not take run the streaming backward here, in the chunk's buffers:
+         * chunks of its rows, one window of the whole vocabulary */
+        s.chunk_rows = s.exp_rows;
+        s.window_cols = s.exp_ld;
         return s;
     }
     /* The streaming backward's chunk x window. Large problems at narrow widths get square windows
@@ -1015,14 +1048,25 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
 
 void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, float *dH_f32, cudaStream_t stream) {
     const int64_t N = a->N, V = L->V, d = L->d;
-    /* balanced chunks and windows, each no larger than the workspace was sized for */
+    if (L->fs.chunk_rows < 1 || L->fs.window_cols < TN) {
+        fprintf(stderr, "error: output layer: internal: no streaming backward workspace (%lld rows x %lld columns)\n",
+                (long long)L->fs.chunk_rows, (long long)L->fs.window_cols);
+        exit(1);
+    }
+    /* balanced chunks and windows, each no larger than the workspace was sized for (whole row
+     * blocks where the chunk holds one; a chunked layer's may be fewer rows) */
     const int64_t nchunks = ceil_div(N, L->fs.chunk_rows);
-    const int64_t rows = round_up(ceil_div(N, nchunks), BM);
+    const int64_t rows = min(round_up(ceil_div(N, nchunks), BM), L->fs.chunk_rows);
     const int64_t nwins = ceil_div(V, L->fs.window_cols);
     const int64_t cols = round_up(ceil_div(V, nwins), TN);
+    bf16 *dz = L->fs.exp_rows ? (bf16 *)L->ex : L->dz;
     const bf16 *H = (const bf16 *)a->H, *W = (const bf16 *)a->W;
     const float *sc = L->scalars;
     const CUtensorMap tm_h = tensor_map(H, N, (int)d, BM), tm_w = tensor_map(W, V, (int)d, TN / CLUSTER);
+    /* the rows grouped by target, for what dZ's rounding took from dW's target rows */
+    int32_t *keys = L->target_sort, *rows_in = keys + L->max_N, *rows_by_target = rows_in + L->max_N;
+    sort_rows_by_key(a->targets, keys, rows_in, rows_by_target, L->target_sort_temp, L->target_sort_temp_bytes, (int)N,
+                     32, stream);
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t nr = min(rows, N - r0);
         float *dh = dH_f32 ? dH_f32 + r0 * d : L->dh_acc;
@@ -1032,23 +1076,27 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, float *dH_f32
             t.H = H, t.W = W, t.targets = a->targets;
             t.row_begin = r0, t.row_end = r0 + nr, t.col_begin = c0, t.col_end = c0 + nc;
             t.d = (int)d;
-            t.lse = L->lse, t.dz = L->dz, t.ldz = cols;
+            t.lse = L->lse, t.dz = dz, t.ldz = cols, t.tcoef = L->tcoef;
             t.opt = a->options, t.V = V;
             const dim3 grid = row_sweep_grid(nr, nc, d, &t);
             launch_tile_kernel(tile_kernel<MODE_DZ>, grid, 0, r0 > 0 || c0 > 0, t, tm_h, tm_w, stream);
             CUDA_CHECK(cudaGetLastError());
             /* dH_chunk^T [d x nr] (=/+=) (W_window stored d x nc) . (dZ stored nc x nr, ld cols) */
-            outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, nc, W + c0 * d, d, L->dz, cols, dh, CUDA_R_32F, d,
+            outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, nc, W + c0 * d, d, dz, cols, dh, CUDA_R_32F, d,
                       sc + OUTL_SCALE, sc + (c0 == 0 ? OUTL_ZERO : OUTL_ONE), stream);
             /* dW_window^T [d x nc] += (H_chunk stored d x nr) . (dZ stored nc x nr)^T */
-            outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, nc, nr, H + r0 * d, d, L->dz, cols, a->dW + c0 * d, CUDA_R_32F,
+            outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, nc, nr, H + r0 * d, d, dz, cols, a->dW + c0 * d, CUDA_R_32F,
                       d, sc + OUTL_SCALE, sc + OUTL_ONE, stream);
         }
         if (dH_f32) continue;
         const int64_t n8 = nr * d / 8;
-        cast_rows_kernel<<<(unsigned)ceil_div(n8, 256), 256, 0, stream>>>((bf16 *)a->dH + r0 * d, L->dh_acc, n8);
+        stream_dh_kernel<<<(unsigned)ceil_div(n8, 256), 256, 0, stream>>>(
+            (bf16 *)a->dH + r0 * d, L->dh_acc, L->tcoef + r0, a->targets + r0, W, sc + OUTL_SCALE, (int)d, n8);
         CUDA_CHECK(cudaGetLastError());
     }
+    onehot_dw_kernel<<<(unsigned)N, 128, 0, stream>>>(keys, rows_by_target, N, L->tcoef, H, (int)d, sc + OUTL_SCALE,
+                                                      a->dW);
+    CUDA_CHECK(cudaGetLastError());
 }
 
 /* The scaled-exponential path over rows [r0, r0 + nr) again, with each row's reference s = lse2
@@ -1100,8 +1148,8 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
     CUDA_CHECK(cudaGetLastError());
     const int objective = o.logit_softcap != 0.0f || output_loss_has_objective(&o);
     /* the rows grouped by target, for the one-hot part of dW */
-    int32_t *keys = L->exp_sort, *rows_in = keys + L->max_N, *rows_by_target = rows_in + L->max_N;
-    sort_rows_by_key(a->targets, keys, rows_in, rows_by_target, L->exp_sort_temp, L->exp_sort_temp_bytes, (int)N, 32,
+    int32_t *keys = L->target_sort, *rows_in = keys + L->max_N, *rows_by_target = rows_in + L->max_N;
+    sort_rows_by_key(a->targets, keys, rows_in, rows_by_target, L->target_sort_temp, L->target_sort_temp_bytes, (int)N, 32,
                      stream);
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t nr = min(rows, N - r0);
@@ -1119,7 +1167,7 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
         auto merge = [&](const int *run_if) {
             exp_merge_kernel<<<(unsigned)nr, MERGE_THREADS, 0, stream>>>(
                 (bf16 *)L->ex, ld, L->exp_sums, nt, r0, H, (int)d, a->targets, L->exp_ref2, L->zt, L->lse, a->row_lse,
-                row_loss, L->exp_row_scale, L->exp_tcoef, L->exp_hs, L->exp_overflow, run_if, o, V,
+                row_loss, L->exp_row_scale, L->tcoef, L->exp_hs, L->exp_overflow, run_if, o, V,
                 wsum ? L->exp_zsum : NULL, objective ? L->row_obj : NULL);
             CUDA_CHECK(cudaGetLastError());
         };
@@ -1134,14 +1182,14 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
                   sc + OUTL_ZERO, stream);
         const int64_t n8 = nr * d / 8;
         exp_dh_kernel<<<(unsigned)ceil_div(n8, 256), 256, 0, stream>>>(a->dH + r0 * d, L->dh_acc, L->exp_row_scale,
-                                                                 L->exp_tcoef + r0, a->targets + r0, W,
+                                                                 L->tcoef + r0, a->targets + r0, W,
                                                                  sc + OUTL_SCALE, (int)d, n8, wsum, uniform);
         CUDA_CHECK(cudaGetLastError());
         /* dW^T [d x V] += (Hs stored d x nr) . (E stored V x nr)^T                       (+=, fp32) */
         outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, nr, L->exp_hs, d, L->ex, ld, a->dW, CUDA_R_32F, d,
                   sc + OUTL_SCALE, sc + OUTL_ONE, stream);
     }
-    exp_onehot_dw_kernel<<<(unsigned)N, 128, 0, stream>>>(keys, rows_by_target, N, L->exp_tcoef, H, (int)d,
+    onehot_dw_kernel<<<(unsigned)N, 128, 0, stream>>>(keys, rows_by_target, N, L->tcoef, H, (int)d,
                                                           sc + OUTL_SCALE, a->dW);
     CUDA_CHECK(cudaGetLastError());
     if (hsum) {

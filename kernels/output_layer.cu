@@ -122,9 +122,8 @@ static int device_sms(void) {
  * create so that the two always agree. */
 typedef struct {
     size_t lse, row_loss, row_obj, scalars, win_m, win_a, win_zs, zt, slice_targets, exp_ref2, ex, exp_sums,
-        exp_row_scale, exp_hs,
-        exp_tcoef, exp_zsum, exp_rank1, exp_colsum, exp_sort,
-        exp_sort_temp, exp_overflow, dz,
+        exp_row_scale, exp_hs, tcoef, exp_zsum, exp_rank1, exp_colsum, target_sort, target_sort_temp, exp_overflow,
+        dz,
         dh_acc, logits;
 } Sizes;
 
@@ -146,15 +145,16 @@ static Sizes layer_sizes(OutputKind kind, int64_t max_N, int64_t V, int d, int s
         s.exp_sums = exp_rows * (size_t)fs->exp_tiles * sizeof(float);
         s.exp_row_scale = exp_rows * sizeof(float);
         s.exp_hs = exp_rows * (size_t)d * sizeof(__nv_bfloat16);
-        s.exp_tcoef = exp_rows ? (size_t)max_N * sizeof(float) : 0;
+        s.tcoef = (size_t)max_N * sizeof(float);
         s.exp_zsum = exp_rows ? (size_t)max_N * sizeof(float) : 0;
         s.exp_rank1 = exp_rows ? 2 * (size_t)d * sizeof(float) : 0;
         s.exp_colsum = exp_rows ? COLSUM_SLICES * (size_t)d * sizeof(double) : 0;
-        s.exp_sort = exp_rows ? 3 * (size_t)max_N * sizeof(int32_t) : 0;
-        s.exp_sort_temp = exp_rows ? outl_target_sort_bytes(max_N) : 0;
+        s.target_sort = 3 * (size_t)max_N * sizeof(int32_t);
+        s.target_sort_temp = outl_target_sort_bytes(max_N);
         s.exp_overflow = exp_rows ? sizeof(int) : 0;
-        s.dz = (size_t)fs->chunk_rows * (size_t)fs->window_cols * sizeof(__nv_bfloat16);
-        s.dh_acc = (size_t)(fs->chunk_rows + fs->exp_rows) * (size_t)d * sizeof(float); /* one of them is 0 */
+        /* a chunked layer's streaming backward (loss options may ask for it) runs in E and its E W */
+        s.dz = exp_rows ? 0 : (size_t)fs->chunk_rows * (size_t)fs->window_cols * sizeof(__nv_bfloat16);
+        s.dh_acc = (size_t)(exp_rows ? exp_rows : fs->chunk_rows) * (size_t)d * sizeof(float);
     } else {
         s.logits = (size_t)max_N * (size_t)round_up(V, 128) * sizeof(__nv_bfloat16);
     }
@@ -172,8 +172,8 @@ size_t output_layer_workspace_bytes(OutputKind kind, int64_t max_N, int64_t V, i
     OutlFusedSizes fs;
     Sizes s = layer_sizes(kind, max_N, V, d, device_sms(), budget, &fs);
     return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.row_obj + s.scalars + s.win_m + s.win_a + s.win_zs + s.zt +
-           s.slice_targets + s.exp_ref2 + s.ex + s.exp_sums + s.exp_row_scale + s.exp_hs + s.exp_tcoef + s.exp_zsum +
-           s.exp_rank1 + s.exp_colsum + s.exp_sort + s.exp_sort_temp + s.exp_overflow + s.dz + s.dh_acc + s.logits;
+           s.slice_targets + s.exp_ref2 + s.ex + s.exp_sums + s.exp_row_scale + s.exp_hs + s.tcoef + s.exp_zsum +
+           s.exp_rank1 + s.exp_colsum + s.target_sort + s.target_sort_temp + s.exp_overflow + s.dz + s.dh_acc + s.logits;
 }
 
 static void *dev_alloc(size_t bytes) {
@@ -207,13 +207,13 @@ OutputLayer *output_layer_create(OutputKind kind, int64_t max_N, int64_t V, int 
     L->exp_sums = (float *)dev_alloc(s.exp_sums);
     L->exp_row_scale = (float *)dev_alloc(s.exp_row_scale);
     L->exp_hs = (__nv_bfloat16 *)dev_alloc(s.exp_hs);
-    L->exp_tcoef = (float *)dev_alloc(s.exp_tcoef);
+    L->tcoef = (float *)dev_alloc(s.tcoef);
     L->exp_zsum = (float *)dev_alloc(s.exp_zsum);
     L->exp_rank1 = (float *)dev_alloc(s.exp_rank1);
     L->exp_colsum = (double *)dev_alloc(s.exp_colsum);
-    L->exp_sort = (int32_t *)dev_alloc(s.exp_sort);
-    L->exp_sort_temp = dev_alloc(s.exp_sort_temp);
-    L->exp_sort_temp_bytes = s.exp_sort_temp;
+    L->target_sort = (int32_t *)dev_alloc(s.target_sort);
+    L->target_sort_temp = dev_alloc(s.target_sort_temp);
+    L->target_sort_temp_bytes = s.target_sort_temp;
     L->exp_overflow = (int *)dev_alloc(s.exp_overflow);
     L->dz = (__nv_bfloat16 *)dev_alloc(s.dz);
     L->dh_acc = (float *)dev_alloc(s.dh_acc);
@@ -228,12 +228,12 @@ void output_layer_destroy(OutputLayer *L) {
     CUDA_CHECK(cudaFree(L->dh_acc));
     CUDA_CHECK(cudaFree(L->dz));
     CUDA_CHECK(cudaFree(L->exp_overflow));
-    CUDA_CHECK(cudaFree(L->exp_sort_temp));
-    CUDA_CHECK(cudaFree(L->exp_sort));
+    CUDA_CHECK(cudaFree(L->target_sort_temp));
+    CUDA_CHECK(cudaFree(L->target_sort));
     CUDA_CHECK(cudaFree(L->exp_colsum));
     CUDA_CHECK(cudaFree(L->exp_rank1));
     CUDA_CHECK(cudaFree(L->exp_zsum));
-    CUDA_CHECK(cudaFree(L->exp_tcoef));
+    CUDA_CHECK(cudaFree(L->tcoef));
     CUDA_CHECK(cudaFree(L->exp_hs));
     CUDA_CHECK(cudaFree(L->exp_row_scale));
     CUDA_CHECK(cudaFree(L->exp_sums));

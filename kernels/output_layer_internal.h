@@ -24,7 +24,8 @@ typedef struct {
     int64_t exp_rows;     /* rows per chunk; 0: the streaming path runs the backward */
     int64_t exp_ld;       /* row stride of E: V rounded up to a whole tile (256) */
     int64_t exp_tiles;    /* vocabulary tiles per row: partial sums per row */
-    /* streaming backward (exp_rows == 0) */
+    /* streaming backward: its own dZ window (exp_rows == 0), or, when the loss options send a
+     * chunked layer down the streaming path, the chunk's buffers: dZ in E, dH in its fp32 E W */
     int64_t chunk_rows;   /* rows per chunk (Nc) */
     int64_t window_cols;  /* vocabulary columns per window (w), a multiple of 256 */
 } OutlFusedSizes;
@@ -51,16 +52,20 @@ struct OutputLayer {
     float *exp_sums;      /* [exp_rows x exp_tiles] sum of E per row and tile */
     float *exp_row_scale; /* [exp_rows] 1 / S per row (0 if ignored) */
     __nv_bfloat16 *exp_hs; /* [exp_rows x d] H / S */
-    float *exp_tcoef;     /* [max_N] p - 1 at the target (0 if ignored); with options, that of the objective */
+    /* [max_N] what of each row's gradient coefficient at its target the bf16 operand of the GEMMs
+     * lacks, added to dH and dW in fp32: chunks, all of it (p - 1, or the objective's; E holds 0
+     * there); streaming, the rounding dZ's bf16 entry leaves (c - bf16(c)) */
+    float *tcoef;
     float *exp_zsum;      /* [max_N] label smoothing: each row's sum of logits, H W-sum */
     float *exp_rank1;     /* [2 d] label smoothing: W's rows summed over V, H's over the valid rows */
     double *exp_colsum;   /* [COLSUM_SLICES x d] their partial sums */
-    int32_t *exp_sort;    /* [3 x max_N] targets sorted, row indices, row indices by target */
-    void *exp_sort_temp;  /* cub's scratch for sorting them */
-    size_t exp_sort_temp_bytes;
+    int32_t *target_sort;    /* [3 x max_N] targets sorted, row indices, row indices by target */
+    void *target_sort_temp;  /* cub's scratch for sorting them */
+    size_t target_sort_temp_bytes;
     int *exp_overflow;    /* set when a chunk's row has S beyond the limit (the chunk is redone) */
-    __nv_bfloat16 *dz;    /* [chunk_rows x window_cols] P - Y (unscaled) of one window */
-    float *dh_acc;        /* [max(chunk_rows, exp_rows) x d] fp32 dH (or E W) of one chunk */
+    __nv_bfloat16 *dz;    /* [chunk_rows x window_cols] P - Y (unscaled) of one window; NULL on a
+                             chunked layer, whose streaming backward writes dZ into ex */
+    float *dh_acc;        /* [exp_rows or chunk_rows x d] fp32 E W (or dH) of one chunk */
     /* canonical: */
     __nv_bfloat16 *logits; /* [max_N x Vp] */
 };

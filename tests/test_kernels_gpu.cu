@@ -1089,9 +1089,21 @@ static void rmsnorm_case(int N, int C, int with_residual, float eps, int one_plu
     }
     CHECK(same_bytes(dinp_g[0], dinp_g[1], nc * 4) && same_bytes(dw_g[0], dw_g[1], C * 4),
           "rmsnorm backward is not bitwise deterministic (N=%d C=%d)", N, C);
+    if (C == 1) {
+        /* x / rms(x) is +-1 at width 1 whatever x, so the input gradient is all cancellation (eps
+         * keeps it alive) and may come out far smaller than the start it is added to; the
+         * increment's relative error then measures the start's bf16 rounding, not the kernel. What
+         * is meaningful is the sum the kernel stores, start + increment rounded once to bf16: off
+         * by at most 2^-8 of itself (8 significant bits), so by at most 2^-8 = 3.9e-3 in relative
+         * L2, and a wrong increment by about its own size. */
+        float *total_ref = hmalloc(nc);
+        for (size_t i = 0; i < nc; i++) total_ref[i] = dinp0[i] + dinp_ref[i];
+        CHECK_REL(rel_l2(dinp_g[0], total_ref, nc), 4e-3, "  bwd dinp, start + increment (one bf16 rounding)");
+        free(total_ref);
+    }
     for (size_t i = 0; i < nc; i++) dinp_g[0][i] -= dinp0[i];
     for (int i = 0; i < C; i++) dw_g[0][i] -= dw0[i];
-    CHECK_REL(rel_l2(dinp_g[0], dinp_ref, nc), 2e-2, "  bwd dinp increment (bf16 += rounding)");
+    if (C > 1) CHECK_REL(rel_l2(dinp_g[0], dinp_ref, nc), 2e-2, "  bwd dinp increment (bf16 += rounding)");
     CHECK_REL(rel_l2(dw_g[0], dw_ref, C), 1e-4, "  bwd dweight increment");
     for (int r = 0; r < 2; r++) { free(dinp_g[r]); free(dw_g[r]); }
     free(a); free(bb); free(w); free(res); free(out_ref); free(rstd_ref); free(res_g); free(out_g); free(rstd_g);

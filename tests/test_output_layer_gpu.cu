@@ -566,6 +566,14 @@ TEST(loss_options_on_a_vocabulary_under_one_tile_with_few_rows) {
     check_options_everywhere(c, 3, FEW_ROWS_GRAD_TOL, c);
 }
 
+/* Soft-capping with label smoothing on a layer built for chunks runs the streaming backward in the
+ * chunk's buffers: chunks of one row, of fewer rows than a tile's 128, and of more (N not a multiple
+ * of any of them). */
+TEST(loss_options_softcap_with_smoothing_on_a_chunked_layer_stream_through_its_chunks_buffers) {
+    const Case c = with_options(C_(300, 3001, 128, 4.0, 0.1), OutputLossOptions{1e-3f, 10.0f, 0.1f});
+    for (int64_t rows : {1, 100, 200}) check_case(exp_chunks(rows, c.V), c, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
+}
+
 /* The forward alone (evaluation) gives the same loss, objective and lse as forward_backward. */
 TEST(loss_options_forward_alone_matches_forward_backward) {
     const Case c = with_options(C_(500, 5000, 128, 8.0, 0.1), OutputLossOptions{1e-3f, 10.0f, 0.1f});
