@@ -579,44 +579,6 @@ __global__ void fused_merge_kernel(const float *win_k, const float *win_a, int n
     }
 }
 
-/* A vocabulary slice's statistics per row (output_slice_forward): its windows' (k, sum) merged as
- * fused_merge_kernel merges them, and the target logit (0 when the slice does not hold the
- * target: zt was zeroed). */
-__global__ void slice_merge_kernel(const float *win_k, const float *win_a, int nwin, int64_t ld, const float *zt,
-                                   int64_t N, float *stats) {
-    const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= N) return;
-    float K = -INFINITY;
-    for (int w = 0; w < nwin; w++) K = fmaxf(K, win_k[w * ld + row]);
-    float S = 0.0f;
-    for (int w = 0; w < nwin; w++) S += rescale_sum(win_a[w * ld + row], win_k[w * ld + row], K);
-    stats[row] = K, stats[N + row] = S, stats[2 * N + row] = zt[row];
-}
-
-/* R slices' statistics per row combined in rank order: the integer references' max, the sums
- * rescaled to it by powers of two, the one target logit; then lse and loss as the whole layer's
- * merge finishes them. */
-__global__ void slices_combine_kernel(const float *g, int R, int64_t N, const int32_t *targets, float *lse,
-                                      float *row_loss) {
-    const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= N) return;
-    float K = -INFINITY;
-    for (int r = 0; r < R; r++) K = fmaxf(K, g[(int64_t)r * 3 * N + row]);
-    float S = 0.0f, zt = 0.0f;
-    for (int r = 0; r < R; r++) {
-        const float *st = g + (int64_t)r * 3 * N;
-        S += rescale_sum(st[N + row], st[row], K);
-        zt += st[2 * N + row];
-    }
-    finish_row(K, S, targets[row], zt, row, lse, NULL, row_loss);
-}
-
-void outl_slices_combine(const float *gathered, int R, int64_t N, const int32_t *targets, float *lse,
-                         float *row_loss, cudaStream_t stream) {
-    slices_combine_kernel<<<(unsigned)ceil_div(N, 256), 256, 0, stream>>>(gathered, R, N, targets, lse, row_loss);
-    CUDA_CHECK(cudaGetLastError());
-}
-
 /* Eight floats rounded to bf16, as one 16-byte store. */
 __device__ __forceinline__ void store_bf16x8(bf16 *out, const float (&v)[8]) {
     __nv_bfloat162 o[4];
@@ -1013,8 +975,7 @@ static dim3 row_sweep_grid(int64_t nr, int64_t nc, int64_t d, TileArgs *t) {
     return dim3((unsigned)(P * CLUSTER), (unsigned)ceil_div(nt, tpc));
 }
 
-void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, float *slice_stats,
-                        cudaStream_t stream) {
+void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream) {
     const int64_t N = a->N, V = L->V;
     int64_t nwin = 1, tpc = 1, P = 1;
     persistent_plan(N, V, L->d, resident_clusters(), L->fs.stats_elems / N, &nwin, &P, &tpc);
@@ -1033,12 +994,6 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     launch_tile_kernel(tile_kernel<MODE_STATS>, dim3((unsigned)nwin, (unsigned)(P * CLUSTER)), 1, 0, t,
                        tensor_map(t.H, N, L->d, BM), tensor_map(t.W, V, L->d, TN / CLUSTER), stream);
     CUDA_CHECK(cudaGetLastError());
-    if (slice_stats) {
-        slice_merge_kernel<<<(unsigned)ceil_div(N, 256), 256, 0, stream>>>(L->win_m, L->win_a, (int)nwin, N, L->zt,
-                                                                           N, slice_stats);
-        CUDA_CHECK(cudaGetLastError());
-        return;
-    }
     const int objective = a->options.logit_softcap != 0.0f || output_loss_has_objective(&a->options);
     fused_merge_kernel<<<(unsigned)ceil_div(N, 256), 256, 0, stream>>>(
         L->win_m, L->win_a, (int)nwin, N, L->zt, a->targets, N, L->lse, a->row_lse, row_loss, NULL, NULL, t.win_zs,
@@ -1046,7 +1001,7 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     CUDA_CHECK(cudaGetLastError());
 }
 
-void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, float *dH_f32, cudaStream_t stream) {
+void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream) {
     const int64_t N = a->N, V = L->V, d = L->d;
     if (L->fs.chunk_rows < 1 || L->fs.window_cols < TN) {
         fprintf(stderr, "error: output layer: internal: no streaming backward workspace (%lld rows x %lld columns)\n",
@@ -1069,7 +1024,6 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, float *dH_f32
                      32, stream);
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t nr = min(rows, N - r0);
-        float *dh = dH_f32 ? dH_f32 + r0 * d : L->dh_acc;
         for (int64_t c0 = 0; c0 < V; c0 += cols) {
             const int64_t nc = min(cols, V - c0);
             TileArgs t = {};
@@ -1082,13 +1036,12 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, float *dH_f32
             launch_tile_kernel(tile_kernel<MODE_DZ>, grid, 0, r0 > 0 || c0 > 0, t, tm_h, tm_w, stream);
             CUDA_CHECK(cudaGetLastError());
             /* dH_chunk^T [d x nr] (=/+=) (W_window stored d x nc) . (dZ stored nc x nr, ld cols) */
-            outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, nc, W + c0 * d, d, dz, cols, dh, CUDA_R_32F, d,
+            outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, nc, W + c0 * d, d, dz, cols, L->dh_acc, CUDA_R_32F, d,
                       sc + OUTL_SCALE, sc + (c0 == 0 ? OUTL_ZERO : OUTL_ONE), stream);
             /* dW_window^T [d x nc] += (H_chunk stored d x nr) . (dZ stored nc x nr)^T */
             outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, nc, nr, H + r0 * d, d, dz, cols, a->dW + c0 * d, CUDA_R_32F,
                       d, sc + OUTL_SCALE, sc + OUTL_ONE, stream);
         }
-        if (dH_f32) continue;
         const int64_t n8 = nr * d / 8;
         stream_dh_kernel<<<(unsigned)ceil_div(n8, 256), 256, 0, stream>>>(
             (bf16 *)a->dH + r0 * d, L->dh_acc, L->tcoef + r0, a->targets + r0, W, sc + OUTL_SCALE, (int)d, n8);
