@@ -920,7 +920,7 @@ TEST(a_gemma3_config_json_is_written_as_transformers_writes_gemma3_text) {
     CHECK(hf_config_json(&preset, 7, buf, sizeof buf) > 0, "a 128-layer config.json does not fit 8 KB");
 }
 
-TEST(a_gemma3_run_resumed_from_its_checkpoint_ends_bit_for_bit_and_a_other_window_is_refused) {
+TEST(a_gemma3_run_resumed_from_its_checkpoint_ends_bit_for_bit_and_another_window_or_cap_is_refused) {
     const char *d = test_tmpdir();
     char shard[800], args[2400], cmd[2400], a[900], b[900];
     snprintf(shard, sizeof shard, "%s/d.bin", d);
