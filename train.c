@@ -375,22 +375,16 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (family == FAMILY_GPT2 && (opt->kv_heads || opt->head_dim || opt->ffn_dim) && !opt->init_from[0])
         bad("--kv-heads, --head-dim and --ffn-dim", "need --family llama, qwen2, qwen3 or gemma3 (GPT-2's follow from --heads and --dim)");
     if (opt->sliding_window < 0) bad("--sliding-window", "must be positive (0: the preset's)");
-    if (opt->sliding_window && family != FAMILY_GEMMA3) bad("--sliding-window", "needs --family gemma3 (the family with sliding layers)");
+    if (opt->sliding_window && family != FAMILY_GEMMA3 && !opt->init_from[0]) bad("--sliding-window", "needs --family gemma3 (the family with sliding layers)");
     if (opt->sliding_window) cfg->sliding_window = opt->sliding_window;
     if (!cfg->head_dim && cfg->dim % cfg->num_heads) bad("--heads", "must divide --dim (the model width), or pass --head-dim");
     if (cfg->num_kv_heads && cfg->num_heads % cfg->num_kv_heads) bad("--kv-heads", "must divide --heads");
     if (cfg->head_dim % 2) bad("--head-dim", "must be even (rotary positions turn pairs)");
-    if (family == FAMILY_GEMMA3) {
-        /* Gemma 3's CUDA block and checkpoints come later; the family may come from the preset: the
-         * message names it, and the flag that chose it */
-        const char *chosen = opt->family[0] ? "--family" : "-e/--preset";
-        if (strcmp(opt->device, "cpu"))
-            die_usage("%s %s: the gemma3 family runs on --device cpu only for now", chosen,
-                      opt->family[0] ? opt->family : opt->preset);
-        if (opt->resume || opt->checkpoint_every)
-            die_usage("%s %s: the gemma3 family writes and reads no checkpoints yet (leave out -y and -n)", chosen,
-                      opt->family[0] ? opt->family : opt->preset);
-    }
+    /* Gemma 3's CUDA block comes later; the family may come from the preset: the message names it, and
+     * the flag that chose it (--init-from's checkpoint: check_init_from) */
+    if (family == FAMILY_GEMMA3 && strcmp(opt->device, "cpu"))
+        die_usage("%s %s: the gemma3 family runs on --device cpu only for now", opt->family[0] ? "--family" : "-e/--preset",
+                  opt->family[0] ? opt->family : opt->preset);
     if (opt->max_seq_len < 1) bad("--max-seq-len", "must be positive");
     if (cfg->vocab_size < 2 || cfg->vocab_size > (long long)FGPT_MAX_VOCAB) bad("-v/--vocab", "must be between 2 and 2e9");
     if (opt->batch < 1) bad("-b/--batch", "must be positive");
@@ -487,6 +481,7 @@ static int check_init_from(const Options *opt, GPTConfig *cfg) {
         {hf.family == FAMILY_GPT2 ? "context (n_positions)" : "context (max_position_embeddings)", "--max-seq-len",
          "max-seq-len", hf.max_seq_len, cfg->max_seq_len, 0},
         {"vocabulary", "-v", "vocab", hf.vocab_size, cfg->vocab_size, 0},
+        {"sliding window", "--sliding-window", "sliding-window", hf.sliding_window, cfg->sliding_window, 1},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         if (fields[i].theirs == fields[i].ours || !(was_given(opt, fields[i].long_name) || (preset && fields[i].by_preset)))
@@ -498,6 +493,11 @@ static int check_init_from(const Options *opt, GPTConfig *cfg) {
     if (hf.logit_softcap > 0 && cfg->logit_softcap > 0 && hf.logit_softcap != cfg->logit_softcap) {
         fprintf(stderr, "error: --init-from %s has final_logit_softcapping %g but the flags give %g (leave out "
                         "--logit-softcap)\n", opt->init_from, (double)hf.logit_softcap, (double)cfg->logit_softcap);
+        return -1;
+    }
+    if (hf.family == FAMILY_GEMMA3 && strcmp(opt->device, "cpu")) {
+        fprintf(stderr, "error: --init-from %s is a gemma3 model, which runs on --device cpu only for now (pass "
+                        "--device cpu)\n", opt->init_from);
         return -1;
     }
     if (hf.logit_softcap == 0) hf.logit_softcap = cfg->logit_softcap; /* the flag caps a model that has no cap */

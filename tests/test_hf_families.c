@@ -1,8 +1,9 @@
-/* Hugging Face checkpoints of Llama, Qwen2 and Qwen3 in and out: a tiny checkpoint of each family,
+/* Hugging Face checkpoints of Llama, Qwen2, Qwen3 and Gemma 3 in and out: a tiny checkpoint of each family,
  * written here as transformers lays it out (nn.Linear [out, in], q/k/v and gate/up as their own
  * tensors, BF16 or F32, one file or shards with an index), is read, evaluated with ./train eval,
  * fine-tuned, exported and read again; what is not such a checkpoint is refused naming the field or
- * the tensor; a resumed Llama run continues bit for bit; a version 4 state file still loads. */
+ * the tensor; a resumed Llama or Gemma 3 run continues bit for bit; version 4 and 5 state files still
+ * load; a multimodal Gemma 3 checkpoint's text model is read under either prefix. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,11 @@ typedef struct {
     float eps;
     const char *rope_json; /* the rope fields of config.json, as transformers 4 or 5 writes them */
     int bf16, shards;
+    /* Gemma 3: the window, which layers slide (layer_types), query_pre_attn_scalar, the local base */
+    int window;
+    unsigned char sliding[4];
+    float scalar;
+    double local_theta;
 } TinyModel;
 
 /* Llama 3 with an untied head, GQA, hd·NH != C and llama3 RoPE scaling whose original context is
@@ -36,15 +42,32 @@ static const TinyModel LLAMA = {FAMILY_LLAMA, 2, 4, 2, 6, 20, 36, 300, 64, 1,
                                 {5e5, ROPE_SCALING_LLAMA3, 8.0, 1.0, 4.0, 16.0}, 1e-5f,
                                 "\"rope_scaling\": {\"factor\": 8.0, \"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0, "
                                 "\"original_max_position_embeddings\": 16, \"rope_type\": \"llama3\"}, \"rope_theta\": 500000.0",
-                                1, 2};
+                                1, 2, 0, {0}, 0, 0};
 /* Qwen3 tied, with QK-norm, written as transformers 5 does (rope_parameters); F32, one file. */
 static const TinyModel QWEN3 = {FAMILY_QWEN3, 2, 4, 2, 8, 24, 40, 300, 64, 0,
                                 {1e6, ROPE_SCALING_NONE, 0, 0, 0, 0}, 1e-6f,
-                                "\"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}", 0, 1};
+                                "\"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}", 0, 1, 0, {0}, 0, 0};
 /* Qwen2 with its q/k/v biases, untied; F32 in two shards. */
 static const TinyModel QWEN2 = {FAMILY_QWEN2, 2, 4, 1, 4, 16, 24, 300, 64, 1,
                                 {1e6, ROPE_SCALING_NONE, 0, 0, 0, 0}, 1e-6f,
-                                "\"rope_scaling\": null, \"rope_theta\": 1000000.0", 0, 2};
+                                "\"rope_scaling\": null, \"rope_theta\": 1000000.0", 0, 2, 0, {0}, 0, 0};
+
+/* Gemma 3 with sliding layers whose window (5) is shorter than the 16-token sequence, global and local
+ * layers mixed by layer_types, QK-norm and sandwich norms, GQA, hd·NH != C, linear RoPE scaling on the
+ * global layers, a local base and a query_pre_attn_scalar of its own; tied, BF16, one file, config.json
+ * as transformers 4 writes it. */
+static const TinyModel GEMMA3 = {FAMILY_GEMMA3, 3, 4, 2, 8, 20, 28, 300, 64, 0,
+                                 {1e6, ROPE_SCALING_LINEAR, 4.0, 0, 0, 0}, 1e-6f,
+                                 "\"rope_local_base_freq\": 20000.0, \"rope_scaling\": {\"factor\": 4.0, \"rope_type\": "
+                                 "\"linear\"}, \"rope_theta\": 1000000.0",
+                                 1, 1, 5, {1, 0, 1}, 12.0f, 2e4};
+/* The same in F32 shards, config.json as transformers 5 writes it (rope_parameters per layer type). */
+static const TinyModel GEMMA3_V5 = {FAMILY_GEMMA3, 3, 4, 2, 8, 20, 28, 300, 64, 0,
+                                    {1e6, ROPE_SCALING_LINEAR, 4.0, 0, 0, 0}, 1e-6f,
+                                    "\"rope_parameters\": {\"full_attention\": {\"factor\": 4.0, \"rope_theta\": 1000000.0, "
+                                    "\"rope_type\": \"linear\"}, \"sliding_attention\": {\"rope_theta\": 20000.0, "
+                                    "\"rope_type\": \"default\"}}",
+                                    0, 2, 5, {1, 0, 1}, 12.0f, 2e4};
 
 static GPTConfig config_of(const TinyModel *m) {
     GPTConfig c;
@@ -53,13 +76,55 @@ static GPTConfig config_of(const TinyModel *m) {
     c.num_layers = m->L, c.num_heads = m->NH, c.num_kv_heads = m->NKV, c.head_dim = m->hd;
     c.dim = m->C, c.ffn_dim = m->F, c.vocab_size = m->V, c.max_seq_len = m->maxT;
     c.untied_head = m->untied, c.rope = m->rope, c.norm_eps = m->eps;
+    if (m->family == FAMILY_GEMMA3) {
+        c.sliding_window = m->window, c.sliding_window_pattern = 0, c.query_pre_attn_scalar = m->scalar;
+        c.rope_local_theta = m->local_theta;
+        memcpy(c.layer_sliding, m->sliding, sizeof m->sliding);
+    }
     gpt_config_finish(&c);
     return c;
+}
+
+/* Gemma3TextConfig's fields of m, extra appended (a later key wins), without the braces. */
+static void gemma3_fields(FILE *f, const TinyModel *m, const char *extra) {
+    fprintf(f, "\"model_type\": \"gemma3_text\", \"attention_bias\": false, \"attention_dropout\": 0.0, "
+               "\"attn_logit_softcapping\": null, \"bos_token_id\": 2, \"eos_token_id\": 1, \"final_logit_softcapping\": null, "
+               "\"head_dim\": %d, \"hidden_activation\": \"gelu_pytorch_tanh\", \"hidden_size\": %d, \"intermediate_size\": %d, "
+               "\"layer_types\": [", m->hd, m->C, m->F);
+    for (int l = 0; l < m->L; l++)
+        fprintf(f, "%s\"%s\"", l ? ", " : "", m->sliding[l] ? "sliding_attention" : "full_attention");
+    fprintf(f, "], \"max_position_embeddings\": %d, \"num_attention_heads\": %d, \"num_hidden_layers\": %d, "
+               "\"num_key_value_heads\": %d, \"pad_token_id\": 0, \"query_pre_attn_scalar\": %g, \"rms_norm_eps\": %g, "
+               "%s, \"sliding_window\": %d, \"tie_word_embeddings\": %s, \"use_bidirectional_attention\": false, "
+               "\"vocab_size\": %d%s",
+            m->maxT, m->NH, m->L, m->NKV, (double)m->scalar, m->eps, m->rope_json, m->window,
+            m->untied ? "false" : "true", m->V, extra);
+}
+
+/* A Gemma3ForCausalLM's config.json, or with multimodal a Gemma3ForConditionalGeneration's, whose
+ * text model is its text_config. */
+static void write_gemma3_config(const char *dir, const TinyModel *m, const char *extra, int multimodal) {
+    char path[900];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (multimodal)
+        fprintf(f, "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"model_type\": \"gemma3\", "
+                   "\"boi_token_index\": 255999, \"mm_tokens_per_image\": 256, \"vision_config\": {\"hidden_size\": 16, "
+                   "\"model_type\": \"siglip_vision_model\"}, \"text_config\": {");
+    else
+        fprintf(f, "{\"architectures\": [\"Gemma3ForCausalLM\"], \"torch_dtype\": \"%s\", ", m->bf16 ? "bfloat16" : "float32");
+    gemma3_fields(f, m, extra);
+    fprintf(f, multimodal ? "}}" : "}");
+    fclose(f);
 }
 
 static void write_config(const char *dir, const TinyModel *m, const char *extra) {
     static const char *arch[] = {"GPT2LMHeadModel", "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
     char path[900], head_dim[32] = "";
+    if (m->family == FAMILY_GEMMA3) {
+        write_gemma3_config(dir, m, extra, 0);
+        return;
+    }
     if (m->hd) snprintf(head_dim, sizeof head_dim, "\"head_dim\": %d, ", m->hd); /* 0: left out */
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
@@ -109,15 +174,17 @@ static void add_tensor(TestTensor *ts, int *n, const TinyModel *m, const char *n
 
 /* The HF tensors of params, named and cut by hand as transformers' modules hold them (not through
  * the table's part list, so that the table's names are checked too); how many into ts. */
-static int hf_tensors(const ParamTable *t, const TinyModel *m, float *params, TestTensor *ts) {
+static int hf_tensors_under(const ParamTable *t, const TinyModel *m, float *params, TestTensor *ts, const char *body) {
     int n = 0;
-    char name[96];
+    char name[160];
     const size_t C = (size_t)m->C, q = (size_t)m->NH * m->hd, kv = (size_t)m->NKV * m->hd, F = (size_t)m->F;
-    add_tensor(ts, &n, m, "model.embed_tokens.weight", (size_t)m->V, C, whole_tensor(t, params, ROLE_WTE));
+    const int gemma = m->family == FAMILY_GEMMA3;
+    snprintf(name, sizeof name, "%sembed_tokens.weight", body);
+    add_tensor(ts, &n, m, name, (size_t)m->V, C, whole_tensor(t, params, ROLE_WTE));
     for (int l = 0; l < m->L; l++) {
         LayerTensors lt = layer_tensors(t, params, l);
 #define LAYER(suffix, d0, d1, x) \
-    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix), add_tensor(ts, &n, m, name, d0, d1, x)
+    snprintf(name, sizeof name, "%slayers.%d.%s", body, l, suffix), add_tensor(ts, &n, m, name, d0, d1, x)
         LAYER("input_layernorm.weight", 0, C, lt.ln1w);
         LAYER("self_attn.q_proj.weight", q, C, lt.qkvw);
         LAYER("self_attn.k_proj.weight", kv, C, lt.qkvw + q * C);
@@ -127,20 +194,29 @@ static int hf_tensors(const ParamTable *t, const TinyModel *m, float *params, Te
             LAYER("self_attn.k_proj.bias", 0, kv, lt.qkvb + q);
             LAYER("self_attn.v_proj.bias", 0, kv, lt.qkvb + q + kv);
         }
-        if (m->family == FAMILY_QWEN3) {
+        if (m->family == FAMILY_QWEN3 || gemma) {
             LAYER("self_attn.q_norm.weight", 0, (size_t)m->hd, lt.qnormw);
             LAYER("self_attn.k_norm.weight", 0, (size_t)m->hd, lt.knormw);
         }
         LAYER("self_attn.o_proj.weight", C, q, lt.attprojw);
-        LAYER("post_attention_layernorm.weight", 0, C, lt.ln2w);
+        /* Gemma's post_attention_layernorm norms the attention's output; pre_feedforward_layernorm is
+         * the MLP's input norm, Llama's post_attention_layernorm */
+        if (gemma) LAYER("post_attention_layernorm.weight", 0, C, lt.attpostw);
+        LAYER(gemma ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight", 0, C, lt.ln2w);
         LAYER("mlp.gate_proj.weight", F, C, lt.fcw);
         LAYER("mlp.up_proj.weight", F, C, lt.fcw + F * C);
         LAYER("mlp.down_proj.weight", C, F, lt.fcprojw);
+        if (gemma) LAYER("post_feedforward_layernorm.weight", 0, C, lt.mlppostw);
 #undef LAYER
     }
-    add_tensor(ts, &n, m, "model.norm.weight", 0, C, whole_tensor(t, params, ROLE_LNF_W));
+    snprintf(name, sizeof name, "%snorm.weight", body);
+    add_tensor(ts, &n, m, name, 0, C, whole_tensor(t, params, ROLE_LNF_W));
     if (m->untied) add_tensor(ts, &n, m, "lm_head.weight", (size_t)m->V, C, whole_tensor(t, params, ROLE_LM_HEAD));
     return n;
+}
+
+static int hf_tensors(const ParamTable *t, const TinyModel *m, float *params, TestTensor *ts) {
+    return hf_tensors_under(t, m, params, ts, "model.");
 }
 
 /* The checkpoint directory: config.json and the tensors, in reverse order (a reader must not rely
@@ -174,6 +250,21 @@ static void free_tensors(TestTensor *ts, int n) {
     for (int i = 0; i < n; i++) free(ts[i].data);
 }
 
+/* Gemma 3's switches compared (the layers that slide, however config.json gave them); both into msg. */
+static int same_gemma3_switches(const GPTConfig *a, const GPTConfig *b, char *msg, size_t n) {
+    int layers = a->num_layers == b->num_layers;
+    for (int l = 0; layers && l < a->num_layers; l++) layers = gpt_layer_is_sliding(a, l) == gpt_layer_is_sliding(b, l);
+    snprintf(msg, n, " sandwich %d/%d embed_scale %d/%d scalar %g/%g window %d/%d layers %s local %g/%g pad %d:%d/%d:%d "
+             "cap %g/%g", a->sandwich_norm, b->sandwich_norm, a->embed_scale, b->embed_scale, a->query_pre_attn_scalar,
+             b->query_pre_attn_scalar, a->sliding_window, b->sliding_window, layers ? "same" : "differ",
+             a->rope_local_theta, b->rope_local_theta, a->has_pad_token, a->pad_token_id, b->has_pad_token,
+             b->pad_token_id, a->logit_softcap, b->logit_softcap);
+    return a->sandwich_norm == b->sandwich_norm && a->embed_scale == b->embed_scale &&
+           a->query_pre_attn_scalar == b->query_pre_attn_scalar && a->sliding_window == b->sliding_window && layers &&
+           a->rope_local_theta == b->rope_local_theta && a->has_pad_token == b->has_pad_token &&
+           a->pad_token_id == b->pad_token_id && a->logit_softcap == b->logit_softcap;
+}
+
 /* Every field of the config a block reads, compared; what differs into msg. */
 static int same_config(const GPTConfig *a, const GPTConfig *b, char *msg, size_t n) {
     snprintf(msg, n, "family %d/%d L %d/%d NH %d/%d NKV %d/%d hd %d/%d C %d/%d F %d/%d V %d/%d T %d/%d untied %d/%d "
@@ -190,7 +281,7 @@ static int same_config(const GPTConfig *a, const GPTConfig *b, char *msg, size_t
            a->ffn_dim == b->ffn_dim && a->vocab_size == b->vocab_size && a->max_seq_len == b->max_seq_len &&
            a->untied_head == b->untied_head && a->qk_norm == b->qk_norm && a->qkv_bias == b->qkv_bias &&
            a->norm_eps == b->norm_eps && a->norm == b->norm && a->mlp == b->mlp && a->positions == b->positions &&
-           memcmp(&a->rope, &b->rope, sizeof a->rope) == 0;
+           memcmp(&a->rope, &b->rope, sizeof a->rope) == 0 && same_gemma3_switches(a, b, msg + strlen(msg), n - strlen(msg));
 }
 
 /* A token shard of n tokens with a learnable pattern, and its tokens. */
@@ -325,6 +416,14 @@ TEST(a_tied_qwen3_with_qk_norm_round_trips_through_eval_finetune_and_export) {
 
 TEST(a_qwen2_with_qkv_bias_round_trips_through_eval_finetune_and_export) {
     round_trip(&QWEN2, "qwen2");
+}
+
+TEST(a_gemma3_with_sliding_and_global_layers_in_bf16_round_trips_through_eval_finetune_and_export) {
+    round_trip(&GEMMA3, "gemma3");
+}
+
+TEST(a_gemma3_config_with_transformers_5s_rope_parameters_in_f32_shards_round_trips_too) {
+    round_trip(&GEMMA3_V5, "gemma3-v5");
 }
 
 /* A tiny checkpoint of m in dir (F32 or BF16 as m says), its tensors left in ts for changes. */
@@ -583,6 +682,55 @@ TEST(a_version_4_state_file_of_a_gpt2_run_still_loads) {
     param_table_free(&t);
 }
 
+/* Version 5's family block (before Gemma's fields and the logit cap): 88 bytes after the fields. */
+#define STATE_V5_FAMILY 88
+
+TEST(a_version_5_state_file_of_a_llama_run_with_a_logit_cap_still_loads) {
+    GPTConfig cfg = config_of(&LLAMA);
+    cfg.logit_softcap = 15.0f; /* version 5 did not record it: the run's holds */
+    ParamTable t;
+    char err[ERR_LEN], path[900];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    float *p = malloc(3 * t.total * sizeof *p), *q = malloc(3 * t.total * sizeof *q);
+    Rng r;
+    rng_seed(&r, 4);
+    fill_normal(p, 3 * t.total, 1.0f, &r);
+    TrainState st = {.step = 6, .B = 2, .T = 16};
+    REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p + t.total, p + 2 * t.total, &st, 1, err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/step_00000006/state.bin", test_tmpdir());
+    size_t len;
+    char *v6 = read_file(path, &len);
+    const size_t arrays = 3 * t.total * sizeof(float), header = len - arrays;
+    REQUIRE(v6 && header > STATE_V4_FIELDS + STATE_V5_FAMILY + 8, "state file of %zu bytes", len);
+    FILE *f = fopen(path, "wb");
+    const uint32_t five = 5;
+    const uint64_t unsealed = 0;
+    fwrite(v6, 1, 8, f);
+    fwrite(&five, 4, 1, f);
+    fwrite(v6 + 12, 1, STATE_V4_FIELDS + STATE_V5_FAMILY - 12, f);
+    fwrite(&unsealed, 8, 1, f);
+    fwrite(v6 + header, 1, arrays, f);
+    fclose(f);
+    free(v6);
+    REQUIRE(checkpoint_state_reseal(path, err) == 0, "%s", err);
+    TrainState back;
+    REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &back, err) == 0, "%s", err);
+    CHECK(back.step == 6 && memcmp(p, q, 3 * t.total * sizeof *p) == 0,
+          "the version 5 file loaded as step %d with other arrays", back.step);
+    /* its family block still decides: a Llama of another RoPE is refused */
+    GPTConfig other = cfg;
+    other.rope.factor = 4.0;
+    ParamTable ot;
+    REQUIRE(param_table_build(&ot, &other, err) == 0, "%s", err);
+    CHECK(checkpoint_load_latest(test_tmpdir(), &ot, q, q + ot.total, q + 2 * ot.total, &back, err) != 0 &&
+              strstr(err, "other norm, RoPE"),
+          "a llama of another rope on a version 5 file: %s", err);
+    param_table_free(&ot);
+    free(q);
+    free(p);
+    param_table_free(&t);
+}
+
 TEST(a_released_models_preset_carries_its_vocabulary_and_a_given_v_overrides_it) {
     char shard[800], args[2400], *out = NULL;
     snprintf(shard, sizeof shard, "%s/d.bin", test_tmpdir());
@@ -633,4 +781,219 @@ TEST(config_json_is_written_with_the_fields_transformers_writes_for_each_family)
         CHECK(hf_config_json(&cfg, -1, buf, 100) == -1, "%s: a buffer too small is not refused",
               gpt_family_name(cfg.family));
     }
+}
+
+/* A multimodal checkpoint in dir: the text model of m under body (its tensor names' prefix before
+ * "layers."), beside a vision tower and projector under vision; params its weights. */
+static void write_multimodal(const char *dir, const TinyModel *m, const char *body, const char *vision,
+                             const ParamTable *t, float *params) {
+    char cmd[900], name[160];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    REQUIRE(system(cmd) == 0, "mkdir");
+    write_gemma3_config(dir, m, "", 1);
+    TestTensor ts[128];
+    int n = hf_tensors_under(t, m, params, ts, body);
+    const float patch[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    snprintf(name, sizeof name, "%svision_tower.vision_model.embeddings.patch_embedding.weight", vision);
+    add_tensor(ts, &n, m, name, 3, 4, patch);
+    snprintf(name, sizeof name, "%smulti_modal_projector.mm_input_projection_weight", vision);
+    add_tensor(ts, &n, m, name, 4, 3, patch);
+    snprintf(cmd, sizeof cmd, "%s/model.safetensors", dir);
+    write_test_safetensors(cmd, ts, n);
+    free_tensors(ts, n);
+}
+
+TEST(a_multimodal_gemma3_checkpoints_text_model_is_read_under_either_prefix_and_its_vision_tower_passed_over) {
+    char dir[800], shard[800], err[ERR_LEN], msg[1024];
+    const GPTConfig want = config_of(&GEMMA3);
+    ParamTable t;
+    REQUIRE(param_table_build(&t, &want, err) == 0, "%s", err);
+    float *params = tiny_weights(&t, &GEMMA3, 21), *back = malloc(t.total * sizeof *back);
+    snprintf(shard, sizeof shard, "%s/mm.bin", test_tmpdir());
+    uint32_t *tok = write_tokens(shard, 300, (uint32_t)GEMMA3.V);
+    /* transformers 4 saves language_model.model.*, transformers 5 model.language_model.* */
+    const char *const layouts[2][2] = {{"language_model.model.", ""}, {"model.language_model.", "model."}};
+    for (int k = 0; k < 2; k++) {
+        snprintf(dir, sizeof dir, "%s/mm%d", test_tmpdir(), k);
+        write_multimodal(dir, &GEMMA3, layouts[k][0], layouts[k][1], &t, params);
+        GPTConfig got;
+        REQUIRE(hf_read_config(dir, &got, err) == 0, "%s: %s", layouts[k][0], err);
+        CHECK(same_config(&got, &want, msg, sizeof msg), "%s: text_config read as (got/want) %s", layouts[k][0], msg);
+        memset(back, 0xff, t.total * sizeof *back);
+        REQUIRE(hf_read_weights(dir, &t, back, err) == 0, "%s: %s", layouts[k][0], err);
+        CHECK(memcmp(back, params, t.total * sizeof *back) == 0, "%s: the text weights read differ from those written",
+              layouts[k][0]);
+    }
+    char *out = NULL;
+    const double here = eval_here(&t, params, tok, 300, 16), cli = eval_cli(dir, shard, &out);
+    CHECK(isfinite(here) && fabs(cli - here) <= 1e-6 * fabs(here) + 1e-6, "multimodal ./train eval %.7f, here %.7f: %s",
+          cli, here, out);
+    free(out);
+    /* a text_config's tie that the outer config contradicts, and a gemma3 without a text_config */
+    GPTConfig other;
+    write_gemma3_config(dir, &GEMMA3, "", 1);
+    snprintf(msg, sizeof msg, "%s/config.json", dir);
+    FILE *f = fopen(msg, "r+");
+    fseek(f, -1, SEEK_END);
+    fprintf(f, ", \"tie_word_embeddings\": false}");
+    fclose(f);
+    CHECK(hf_read_config(dir, &other, err) != 0 && strstr(err, "tie_word_embeddings and text_config.tie_word_embeddings disagree"),
+          "ties that disagree: %s", err);
+    f = fopen(msg, "w");
+    fprintf(f, "{\"model_type\": \"gemma3\", \"vision_config\": {}}");
+    fclose(f);
+    CHECK(hf_read_config(dir, &other, err) != 0 && strstr(err, "has no text_config object"), "no text_config: %s", err);
+    free(tok);
+    free(back);
+    free(params);
+    param_table_free(&t);
+}
+
+TEST(a_gemma3_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
+    const struct {
+        const char *extra, *msg;
+    } cases[] = {
+        {", \"hidden_activation\": \"gelu\"", "hidden_activation gelu is not computed here"},
+        {", \"attn_logit_softcapping\": 50.0", "attn_logit_softcapping is set"},
+        {", \"attention_bias\": true", "attention_bias is true"},
+        {", \"use_bidirectional_attention\": true", "use_bidirectional_attention is true"},
+        {", \"layer_types\": [\"sliding_attention\", \"full_attention\"]", "layer_types has 2 entries but num_hidden_layers is 3"},
+        {", \"layer_types\": [\"sliding_attention\", \"chunked_attention\", \"full_attention\"]", "layer_types[1] is not"},
+        {", \"sliding_window\": null", "sliding_window is null but layers slide"},
+        {", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}", "rope_scaling rope_type yarn is not computed here"},
+        {", \"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\"}, \"sliding_attention\": "
+         "{\"rope_type\": \"linear\", \"factor\": 2.0}}", "rope_parameters.sliding_attention is scaled"},
+        {", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0}", "rope_parameters has no full_attention"},
+        {", \"query_pre_attn_scalar\": 0", "query_pre_attn_scalar is not a positive number"},
+        {", \"pad_token_id\": 300", "pad token 300 is not one of the 300 tokens"},
+        {", \"layer_types\": \"sliding_attention\"", "\"layer_types\" is a string, expected an array or null"},
+        {", \"attention_dropout\": 0.1", "attention_dropout is 0.1"},
+    };
+    char err[ERR_LEN];
+    GPTConfig cfg;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_config(test_tmpdir(), &GEMMA3, cases[i].extra);
+        CHECK(hf_read_config(test_tmpdir(), &cfg, err) != 0 && strstr(err, cases[i].msg) && !strchr(err, '\n'),
+              "'%s': message '%s' lacks '%s'", cases[i].extra, err, cases[i].msg);
+    }
+    /* left out, a field takes Gemma3TextConfig's default; without layer_types every 6th layer is global */
+    const char *bare = "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 7, \"hidden_size\": 64, "
+                       "\"num_attention_heads\": 8, \"intermediate_size\": 32, \"vocab_size\": 300, \"pad_token_id\": null}";
+    char path[900];
+    snprintf(path, sizeof path, "%s/config.json", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    fputs(bare, f);
+    fclose(f);
+    REQUIRE(hf_read_config(test_tmpdir(), &cfg, err) == 0, "%s", err);
+    CHECK(cfg.head_dim == 256 && cfg.num_kv_heads == 4 && cfg.sliding_window == 4096 && cfg.query_pre_attn_scalar == 256.0f &&
+              cfg.rope.theta == 1e6 && cfg.rope_local_theta == 1e4 && cfg.max_seq_len == 131072 && !cfg.untied_head &&
+              !cfg.has_pad_token && cfg.norm_eps == 1e-6f && gpt_layer_is_sliding(&cfg, 4) && !gpt_layer_is_sliding(&cfg, 5) &&
+              gpt_layer_is_sliding(&cfg, 6),
+          "gemma3 defaults: hd %d NKV %d W %d scalar %g theta %g local %g T %d untied %d pad %d", cfg.head_dim,
+          cfg.num_kv_heads, cfg.sliding_window, cfg.query_pre_attn_scalar, cfg.rope.theta, cfg.rope_local_theta,
+          cfg.max_seq_len, cfg.untied_head, cfg.has_pad_token);
+}
+
+TEST(a_gemma3_config_json_is_written_as_transformers_writes_gemma3_text) {
+    GPTConfig cfg = config_of(&GEMMA3);
+    cfg.logit_softcap = 30.0f;
+    char buf[8192];
+    REQUIRE(hf_config_json(&cfg, -1, buf, sizeof buf) > 0, "no config.json");
+    const char *has[] = {"\"architectures\": [\"Gemma3ForCausalLM\"]", "\"model_type\": \"gemma3_text\"",
+                         "\"layer_types\": [\n    \"sliding_attention\",\n    \"full_attention\",\n    \"sliding_attention\"\n  ],",
+                         "\"sliding_window\": 5,", "\"rope_local_base_freq\": 20000.0,", "\"query_pre_attn_scalar\": 12,",
+                         "\"final_logit_softcapping\": 30,", "\"hidden_activation\": \"gelu_pytorch_tanh\",",
+                         "\"rope_scaling\": {\n    \"factor\": 4.0,\n    \"rope_type\": \"linear\"\n  },",
+                         "\"rope_theta\": 1000000.0,", "\"pad_token_id\": 0,", "\"head_dim\": 8,",
+                         "\"tie_word_embeddings\": true,", "\"attn_logit_softcapping\": null,"};
+    for (size_t k = 0; k < sizeof has / sizeof has[0]; k++)
+        CHECK(strstr(buf, has[k]), "config.json lacks %s:\n%s", has[k], buf);
+    CHECK(!strstr(buf, "sliding_window_pattern") && !strstr(buf, "hidden_act\""), "config.json has a field transformers "
+          "does not write here:\n%s", buf);
+    /* a preset's pattern is written besides, for the transformers releases before layer_types */
+    GPTConfig preset = cfg;
+    preset.sliding_window_pattern = 2;
+    CHECK(hf_config_json(&preset, -1, buf, sizeof buf) > 0 && strstr(buf, "\"sliding_window_pattern\": 2,"),
+          "no sliding_window_pattern:\n%s", buf);
+    /* 128 layers' layer_types fit the buffer a checkpoint writes from */
+    preset.num_layers = GPT_MAX_LAYERS;
+    CHECK(hf_config_json(&preset, 7, buf, sizeof buf) > 0, "a 128-layer config.json does not fit 8 KB");
+}
+
+TEST(a_gemma3_run_resumed_from_its_checkpoint_ends_bit_for_bit_and_another_window_or_cap_is_refused) {
+    const char *d = test_tmpdir();
+    char shard[800], args[2400], cmd[2400], a[900], b[900];
+    snprintf(shard, sizeof shard, "%s/d.bin", d);
+    free(write_tokens(shard, 1200, 300));
+    const char *model = "--device cpu --family gemma3 --layers 3 --heads 4 --kv-heads 2 --head-dim 8 --dim 20 "
+                        "--ffn-dim 28 --max-seq-len 64 --sliding-window 5 -v 300 -b 2 -t 16 -x 4 -n 2 "
+                        "--keep-checkpoints 3 -s 0 --val-every 0 --warmup 1 --logit-softcap 20";
+    char *out = NULL;
+    snprintf(args, sizeof args, "%s -i %s -o %s/a", model, shard, d);
+    REQUIRE(run_train(args, &out) == 0, "straight run: %s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/b && cp -r %s/a/step_00000002 %s/b/ && echo step_00000002 > %s/b/latest", d,
+             d, d, d);
+    REQUIRE(system(cmd) == 0, "copying the step 2 checkpoint");
+    snprintf(args, sizeof args, "%s -y 1 -i %s -o %s/b", model, shard, d);
+    REQUIRE(run_train(args, &out) == 0, "resumed run: %s", out);
+    CHECK(strstr(out, "resumed from"), "no resume line: %s", out);
+    free(out);
+    static const char *const files[] = {"state.bin", "model.safetensors", "config.json"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(a, sizeof a, "%s/a/step_00000004/%s", d, files[i]);
+        snprintf(b, sizeof b, "%s/b/step_00000004/%s", d, files[i]);
+        CHECK(same_file(a, b), "%s differs between the straight and the resumed run", files[i]);
+    }
+    /* the exported config is the run's: read back as gemma3 with its window, cap and every 6th layer global */
+    GPTConfig got;
+    char err[ERR_LEN];
+    snprintf(a, sizeof a, "%s/a/step_00000004", d);
+    REQUIRE(hf_read_config(a, &got, err) == 0, "%s", err);
+    CHECK(got.family == FAMILY_GEMMA3 && got.sliding_window == 5 && got.logit_softcap == 20.0f &&
+              gpt_layer_is_sliding(&got, 0) && gpt_layer_is_sliding(&got, 2),
+          "exported: family %d window %d cap %g", got.family, got.sliding_window, (double)got.logit_softcap);
+    const struct {
+        const char *flags, *msg;
+    } cases[] = {
+        {"--sliding-window 6", "has sliding window 5 but this run has 6 (pass --sliding-window 5"},
+        {"--logit-softcap 0", "has logit softcap 20 but this run has 0 (pass --logit-softcap 20"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(args, sizeof args, "%s %s -x 6 -y 1 -i %s -o %s/b", model, cases[i].flags, shard, d);
+        const int rc = run_train(args, &out);
+        CHECK(rc == 1 && out && strstr(out, cases[i].msg), "%s: (%d) %s", cases[i].flags, rc, out);
+        free(out);
+    }
+}
+
+TEST(init_from_a_gemma3_checkpoint_on_cuda_or_with_another_window_is_refused_naming_the_flag) {
+    char dir[800], shard[800], args[2400];
+    TestTensor ts[128];
+    ParamTable t;
+    float *params;
+    snprintf(dir, sizeof dir, "%s/g", test_tmpdir());
+    snprintf(shard, sizeof shard, "%s/d.bin", test_tmpdir());
+    const int n = checkpoint_in(dir, &GEMMA3, ts, &t, &params);
+    REQUIRE(n > 0, "checkpoint");
+    free(write_tokens(shard, 400, (uint32_t)GEMMA3.V));
+    const struct {
+        const char *flags, *msg;
+    } cases[] = {
+        {"--device cuda", "is a gemma3 model, which runs on --device cpu only for now (pass --device cpu)"},
+        {"--device cpu --sliding-window 7", "has sliding window 5 but the flags give 7 (pass --sliding-window 5)"},
+        {"--device cpu --family llama", "is a gemma3 model but the flags give llama (pass --family gemma3"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        snprintf(args, sizeof args, "%s --init-from %s -i %s -b 2 -t 16 -x 1 -s 0 -o %s/r", cases[i].flags, dir, shard,
+                 test_tmpdir());
+        const int rc = run_train(args, &out);
+        CHECK(rc == 1 && out && strncmp(out, "error: ", 7) == 0 && strstr(out, cases[i].msg), "'%s': (%d) %s",
+              cases[i].flags, rc, out);
+        free(out);
+    }
+    free_tensors(ts, n);
+    free(params);
+    param_table_free(&t);
 }

@@ -177,7 +177,6 @@ TEST(a_family_flag_the_run_cannot_honour_is_a_usage_error_naming_it) {
         {"--family llama --sliding-window 8", "--sliding-window needs --family gemma3"},
         {"--family gemma3 --sliding-window -1", "--sliding-window must be positive"},
         {"-e gemma3-270m --device cuda", "-e/--preset gemma3-270m: the gemma3 family runs on --device cpu only"},
-        {"--family gemma3 -n 10", "the gemma3 family writes and reads no checkpoints yet"},
         {"--family llama --kv-heads 3", "--kv-heads must divide --heads"},
         {"--family llama --head-dim 33", "--head-dim must be even"},
     };

@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""Outside check of the Llama, Qwen2 and Qwen3 checkpoints against Hugging Face transformers, both ways.
+"""Outside check of the Llama, Qwen2, Qwen3 and Gemma 3 checkpoints against Hugging Face transformers, both ways.
 
 For each family a random tiny model is built with transformers (Llama: untied head, llama3 rope
-scaling, GQA and head_dim * heads != hidden; Qwen3: tied, QK-norm; Qwen2: q/k/v biases, untied) and
-saved with save_pretrained. Then:
+scaling, GQA and head_dim * heads != hidden; Qwen3: tied, QK-norm; Qwen2: q/k/v biases, untied;
+Gemma 3: sliding layers whose window of 5 is shorter than the window of -t, layer_types mixing local
+and global layers, QK-norm, sandwich norms, GQA, head_dim * heads != hidden, linear rope scaling on the
+global layers, its own local base and query_pre_attn_scalar) and saved with save_pretrained. Then:
   1. `./train eval --init-from HF_DIR --device cpu` and transformers give the same mean next-token
      loss on a token shard (our --init-from reads their checkpoint as they do);
   2. `./train --init-from HF_DIR` fine-tunes it a few steps on the CPU; transformers loads the
      exported checkpoint with AutoModelForCausalLM.from_pretrained, and its loss equals
      `./train eval` of the same checkpoint (our export is their format).
-Both at 1e-4 relative, in fp32. The windows are `./train eval`'s: window w takes inputs
-tokens[w*T : w*T+T], each target the next token, the mean over all n - 1 targets.
+Both at 1e-4 relative, in fp32, with transformers' eager attention (its sliding-window mask is exact
+there). The windows are `./train eval`'s: window w takes inputs tokens[w*T : w*T+T], each target the
+next token, the mean over all n - 1 targets. Gemma 3 needs transformers 4.53 or later (layer_types).
 
     python3 dev/check/hf_families_check.py [--train ./train] [--work DIR] [-t T]
 
@@ -28,10 +31,25 @@ import tempfile
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
+from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Qwen2Config, Qwen3Config
 
 TOLERANCE = 1e-4
 V = 300
+
+def gemma3_config():
+    """Gemma3TextConfig with transformers 4's rope fields, which transformers 5 turns into its
+    rope_parameters per layer type (set here as well, where that conversion kept other values)."""
+    cfg = Gemma3TextConfig(
+        vocab_size=V, hidden_size=20, intermediate_size=28, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, query_pre_attn_scalar=12, sliding_window=5,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"], rope_theta=1000000.0,
+        rope_local_base_freq=20000.0, rope_scaling={"rope_type": "linear", "factor": 4.0}, tie_word_embeddings=True)
+    per_type = getattr(cfg, "rope_parameters", None)
+    if isinstance(per_type, dict) and "full_attention" in per_type:
+        cfg.rope_parameters = {"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1000000.0},
+                               "sliding_attention": {"rope_type": "default", "rope_theta": 20000.0}}
+    return cfg
+
 
 FAMILIES = {
     "llama": lambda: LlamaConfig(
@@ -47,6 +65,7 @@ FAMILIES = {
     "qwen2": lambda: Qwen2Config(
         vocab_size=V, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=1, max_position_embeddings=64, rope_theta=1000000.0, tie_word_embeddings=False),
+    "gemma3": gemma3_config,
 }
 
 
@@ -59,7 +78,7 @@ def write_shard(path, tokens, vocab):
 
 def hf_loss(model_dir, tokens, T):
     """The mean next-token loss over ./train eval's windows, computed by transformers."""
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="eager")
     model.eval()
     total, count = 0.0, 0
     n = len(tokens)
@@ -111,7 +130,7 @@ def main():
     for family, make_config in FAMILIES.items():
         print(f"{family}:")
         torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(make_config(), torch_dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(make_config(), torch_dtype=torch.float32, attn_implementation="eager")
         with torch.no_grad():  # far from the init, so that every weight matters to the loss
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 0.2)
@@ -128,7 +147,8 @@ def main():
         with open(os.path.join(exported, "config.json")) as f:
             cfg = json.load(f)
         want = make_config().to_dict()
-        for key in ("num_key_value_heads", "head_dim", "tie_word_embeddings", "rope_scaling", "rope_theta"):
+        for key in ("num_key_value_heads", "head_dim", "tie_word_embeddings", "rope_scaling", "rope_theta",
+                    "layer_types", "sliding_window", "query_pre_attn_scalar", "rope_local_base_freq"):
             if key in want and key in cfg and cfg[key] != want[key]:
                 print(f"  config.json {key}: ours {cfg[key]!r}, transformers {want[key]!r} FAILED")
                 ok = False

@@ -18,18 +18,31 @@
 
 #define STATE_MAGIC "FGPTSTAT"
 /* 2: a checksum of the whole file in the header; 3: the training data's fingerprint; 4: the schedule;
- * 5: the model family's switches and shape (StateFamily) */
-#define STATE_VERSION 5u
+ * 5: the model family's switches and shape (StateFamily); 6: Gemma 3's switches and the logit cap */
+#define STATE_VERSION 6u
 /* The oldest version still read: its files are GPT-2 runs (their family block is all GPT-2's). */
 #define STATE_VERSION_V4 4u
+#define STATE_VERSION_V5 5u
 
-/* Everything of GPTConfig beyond GPT-2's shape, in fixed widths. */
-typedef struct {
-    int32_t family, num_kv_heads, head_dim, ffn_dim;
-    int32_t norm, positions, mlp, qk_norm, qkv_bias, untied_head;
-    float norm_eps;
-    int32_t rope_scaling;
+/* Everything of GPTConfig beyond GPT-2's shape, in fixed widths: version 5's fields, then 6's. */
+#define STATE_FAMILY_V5_FIELDS                                                                           \
+    int32_t family, num_kv_heads, head_dim, ffn_dim;                                                     \
+    int32_t norm, positions, mlp, qk_norm, qkv_bias, untied_head;                                        \
+    float norm_eps;                                                                                      \
+    int32_t rope_scaling;                                                                                \
     double rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_position;
+
+typedef struct {
+    STATE_FAMILY_V5_FIELDS
+} StateFamilyV5;
+
+typedef struct {
+    STATE_FAMILY_V5_FIELDS
+    int32_t sandwich_norm, embed_scale, sliding_window, has_pad_token, pad_token_id;
+    float query_pre_attn_scalar, logit_softcap;
+    double rope_local_theta;
+    /* bit l: layer l slides, whether config.json listed the layers or gave a pattern (the same model) */
+    uint64_t sliding_layers[GPT_MAX_LAYERS / 64];
 } StateFamily;
 
 /* The fields of every version from 4 on, in their order. */
@@ -49,6 +62,13 @@ typedef struct {
     StateFamily family;
     uint64_t checksum; /* state_checksum of the header (this field 0) and the three arrays */
 } StateHeader;
+
+/* Version 5's header: runs of GPT-2, Llama and Qwen written before Gemma's fields. */
+typedef struct {
+    STATE_HEADER_FIELDS
+    StateFamilyV5 family;
+    uint64_t checksum;
+} StateHeaderV5;
 
 /* Version 4's header: GPT-2 runs written before the family block. */
 typedef struct {
@@ -120,11 +140,26 @@ static StateFamily family_block(const GPTConfig *cfg) {
     b.rope_low_freq_factor = cfg->rope.low_freq_factor;
     b.rope_high_freq_factor = cfg->rope.high_freq_factor;
     b.rope_original_max_position = cfg->rope.original_max_position_embeddings;
+    b.sandwich_norm = cfg->sandwich_norm;
+    b.embed_scale = cfg->embed_scale;
+    b.has_pad_token = cfg->has_pad_token;
+    b.pad_token_id = cfg->pad_token_id;
+    b.query_pre_attn_scalar = cfg->query_pre_attn_scalar;
+    b.logit_softcap = cfg->logit_softcap;
+    b.rope_local_theta = cfg->rope_local_theta;
+    int sliding = 0;
+    for (int l = 0; l < cfg->num_layers && l < GPT_MAX_LAYERS; l++)
+        if (gpt_layer_is_sliding(cfg, l)) {
+            b.sliding_layers[l / 64] |= 1ull << (l % 64);
+            sliding = 1;
+        }
+    b.sliding_window = sliding ? cfg->sliding_window : 0; /* no layer slides: the window is no part of the model */
     return b;
 }
 
 /* A state file's header as read: this version's fields (a version 4 file's family block is the
- * GPT-2 of its shape), and its bytes as on disk, which the checksum covers. */
+ * GPT-2 of its shape, a version 5 file's has no Gemma switches and no logit cap), and its bytes as on
+ * disk, which the checksum covers. */
 typedef struct {
     StateHeader h;
     size_t size;
@@ -147,6 +182,16 @@ static int read_header(FILE *f, DiskHeader *d) {
         return 0;
     }
     d->h.version = v4.version;
+    if (v4.version == STATE_VERSION_V5) {
+        StateHeaderV5 v5;
+        if (fread(d->raw + sizeof v4, sizeof v5 - sizeof v4, 1, f) != 1) return -3;
+        memcpy(&v5, d->raw, sizeof v5);
+        memcpy(&d->h, &v5, offsetof(StateHeaderV5, family)); /* the fields every version has */
+        memcpy(&d->h.family, &v5.family, sizeof v5.family);  /* Gemma's fields stay 0, as other families' are */
+        d->h.checksum = v5.checksum;
+        d->size = sizeof v5;
+        return 0;
+    }
     if (v4.version != STATE_VERSION_V4) return -2;
     memcpy(&d->h, &v4, offsetof(StateHeaderV4, checksum)); /* the fields both versions share */
     GPTConfig gpt2 = {.num_layers = v4.num_layers, .num_heads = v4.num_heads, .dim = v4.dim};
@@ -321,7 +366,7 @@ static int write_safetensors(const char *path, const ParamTable *t, const float 
 
 /* eos: the tokenizer's separator id, named as bos and eos (-1: no tokenizer; the class defaults) */
 static int write_config_json(const char *path, const GPTConfig *cfg, int eos) {
-    char buf[4096];
+    char buf[16384]; /* Gemma's layer_types: a line per layer */
     int len = hf_config_json(cfg, eos, buf, sizeof buf);
     return len > 0 && write_text(path, buf, (size_t)len);
 }
@@ -655,7 +700,7 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
     DiskHeader d;
     struct stat sb;
     const int got = read_header(f, &d);
-    const StateHeader h = d.h;
+    StateHeader h = d.h;
     if (got == -1) {
         snprintf(err, ERR_LEN, "%s is not a fusedgpt state file (corrupt); %s", path, OLDER_CHECKPOINT_HINT);
         fclose(f);
@@ -689,9 +734,18 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
     CHECK_FIELD(family.head_dim, "head dim", t->cfg.head_dim, "--head-dim");
     CHECK_FIELD(family.ffn_dim, "ffn dim", t->cfg.ffn_dim, "--ffn-dim");
     const StateFamily ours = family_block(&t->cfg);
+    CHECK_FIELD(family.sliding_window, "sliding window", ours.sliding_window, "--sliding-window");
+    if (h.version < STATE_VERSION) h.family.logit_softcap = ours.logit_softcap; /* not recorded before 6 */
+    if (h.family.logit_softcap != ours.logit_softcap) {
+        snprintf(err, ERR_LEN, "checkpoint %s has logit softcap %g but this run has %g (pass --logit-softcap %g, or the "
+                 "--init-from it started from; or start a new run with another -o)", path, (double)h.family.logit_softcap,
+                 (double)ours.logit_softcap, (double)h.family.logit_softcap);
+        fclose(f);
+        return -1;
+    }
     if (memcmp(&ours, &h.family, sizeof ours) != 0) { /* what no shape flag sets: config.json's switches */
-        snprintf(err, ERR_LEN, "checkpoint %s has other norm, RoPE, bias or head-tying settings than this run's model "
-                 "(pass the --init-from or --family it started with, or start a new run with another -o)", path);
+        snprintf(err, ERR_LEN, "checkpoint %s has other norm, RoPE, bias, head-tying or sliding-window settings than "
+                 "this run's model (pass the --init-from or --family it started with, or start a new run with another -o)", path);
         fclose(f);
         return -1;
     }
@@ -765,8 +819,8 @@ int checkpoint_state_reseal(const char *path, char *err) {
     DiskHeader d;
     FILE *f = open_whole_state(path, "r+b", &d);
     if (!f) {
-        snprintf(err, ERR_LEN, "%s is not a complete fusedgpt state file of version %u or %u", path, STATE_VERSION_V4,
-                 STATE_VERSION);
+        snprintf(err, ERR_LEN, "%s is not a complete fusedgpt state file of a version from %u to %u", path,
+                 STATE_VERSION_V4, STATE_VERSION);
         return -1;
     }
     const size_t total = d.h.total_params, n = total * sizeof(float);

@@ -57,7 +57,9 @@ static JsonValue *read_json(const char *path, char *err) {
 /* ---- config.json ---- */
 
 /* The JSON type transformers writes for each config.json field read here. */
-typedef enum { FIELD_STRING, FIELD_BOOL, FIELD_NUMBER, FIELD_INT, FIELD_INT_OR_NULL, FIELD_OBJECT_OR_NULL } FieldType;
+typedef enum {
+    FIELD_STRING, FIELD_BOOL, FIELD_NUMBER, FIELD_INT, FIELD_INT_OR_NULL, FIELD_OBJECT_OR_NULL, FIELD_ARRAY_OR_NULL
+} FieldType;
 
 static const struct {
     const char *key;
@@ -79,6 +81,12 @@ static const struct {
     {"attention_bias", FIELD_BOOL},        {"mlp_bias", FIELD_BOOL},
     {"hidden_act", FIELD_STRING},          {"max_position_embeddings", FIELD_INT},
     {"use_sliding_window", FIELD_BOOL},    {"attention_dropout", FIELD_NUMBER},
+    {"layer_types", FIELD_ARRAY_OR_NULL},
+    /* Gemma3TextConfig */
+    {"hidden_activation", FIELD_STRING},   {"query_pre_attn_scalar", FIELD_NUMBER},
+    {"sliding_window", FIELD_INT_OR_NULL}, {"sliding_window_pattern", FIELD_INT},
+    {"rope_local_base_freq", FIELD_NUMBER}, {"pad_token_id", FIELD_INT_OR_NULL},
+    {"use_bidirectional_attention", FIELD_BOOL},
 };
 
 static int has_type(const JsonValue *v, FieldType want) {
@@ -89,6 +97,7 @@ static int has_type(const JsonValue *v, FieldType want) {
     case FIELD_INT: return v->type == JSON_NUMBER;
     case FIELD_INT_OR_NULL: return v->type == JSON_NUMBER || v->type == JSON_NULL;
     case FIELD_OBJECT_OR_NULL: return v->type == JSON_OBJECT || v->type == JSON_NULL;
+    case FIELD_ARRAY_OR_NULL: return v->type == JSON_ARRAY || v->type == JSON_NULL;
     }
     return 0;
 }
@@ -98,7 +107,7 @@ static int has_type(const JsonValue *v, FieldType want) {
  * range of an integer is checked where it is read. */
 static int check_field_types(const JsonValue *root, const char *path, char *err) {
     static const char *expected[] = {"a string", "true or false", "a number", "an integer", "an integer or null",
-                                     "an object or null"};
+                                     "an object or null", "an array or null"};
     for (size_t i = 0; i < sizeof config_fields / sizeof config_fields[0]; i++) {
         const JsonValue *v = json_get(root, config_fields[i].key);
         if (v && !has_type(v, config_fields[i].type)) {
@@ -181,23 +190,9 @@ static int rope_number(const JsonValue *rope, const char *field, const char *key
     return 0;
 }
 
-/* rope_theta and rope_scaling as transformers 4 writes them, or rope_parameters as transformers 5
- * does (theta inside); RoPE types other than default, linear and llama3 are refused. */
-static int read_rope(const JsonValue *root, const char *path, RopeParams *rope, char *err) {
-    const JsonValue *params = json_get(root, "rope_parameters"), *scaling = json_get(root, "rope_scaling");
-    const char *field = params && params->type == JSON_OBJECT ? "rope_parameters" : "rope_scaling";
-    const JsonValue *r = params && params->type == JSON_OBJECT ? params : scaling;
-    const JsonValue *theta = json_get(r, "rope_theta");
-    if (!theta) theta = json_get(root, "rope_theta");
-    *rope = (RopeParams){.theta = 10000.0, .scaling = ROPE_SCALING_NONE}; /* the config classes' default */
-    if (theta) {
-        if (theta->type != JSON_NUMBER || !(theta->number > 0)) {
-            snprintf(err, ERR_LEN, "%s: rope_theta is not a positive number", path);
-            return -1;
-        }
-        rope->theta = theta->number;
-    }
-    if (!r || r->type != JSON_OBJECT) return 0;
+/* The scaling of a rope_scaling or rope_parameters object r (field: its name in messages); RoPE types
+ * other than default, linear and llama3 are refused. */
+static int read_rope_type(const JsonValue *r, const char *field, const char *path, RopeParams *rope, char *err) {
     const char *type = json_string(json_get(r, "rope_type"));
     if (!type) type = json_string(json_get(r, "type"));
     if (!type || strcmp(type, "default") == 0) return 0;
@@ -220,6 +215,34 @@ static int read_rope(const JsonValue *root, const char *path, RopeParams *rope, 
     }
     snprintf(err, ERR_LEN, "%s: %s rope_type %s is not computed here (default, linear and llama3 are)", path, field, type);
     return -1;
+}
+
+/* A RoPE base: r's rope_theta, else the config's field `key`, else dflt; a value that is not a
+ * positive number is refused naming `name`. */
+static int read_theta(const JsonValue *r, const JsonValue *root, const char *key, double dflt, const char *name,
+                      const char *path, double *theta, char *err) {
+    const JsonValue *v = json_get(r, "rope_theta");
+    if (!v) v = json_get(root, key);
+    *theta = dflt;
+    if (!v) return 0;
+    if (v->type != JSON_NUMBER || !(v->number > 0)) {
+        snprintf(err, ERR_LEN, "%s: %s is not a positive number", path, name);
+        return -1;
+    }
+    *theta = v->number;
+    return 0;
+}
+
+/* rope_theta and rope_scaling as transformers 4 writes them, or rope_parameters as transformers 5
+ * does (theta inside). */
+static int read_rope(const JsonValue *root, const char *path, RopeParams *rope, char *err) {
+    const JsonValue *params = json_get(root, "rope_parameters"), *scaling = json_get(root, "rope_scaling");
+    const char *field = params && params->type == JSON_OBJECT ? "rope_parameters" : "rope_scaling";
+    const JsonValue *r = params && params->type == JSON_OBJECT ? params : scaling;
+    *rope = (RopeParams){.scaling = ROPE_SCALING_NONE}; /* theta 10000: the config classes' default */
+    if (read_theta(r, root, "rope_theta", 10000.0, "rope_theta", path, &rope->theta, err) != 0) return -1;
+    if (!r || r->type != JSON_OBJECT) return 0;
+    return read_rope_type(r, field, path, rope, err);
 }
 
 /* Llama, Qwen2 and Qwen3: the fields their config classes read, with those classes' defaults. */
@@ -289,6 +312,146 @@ static int read_rope_family_config(const JsonValue *root, const char *path, Mode
     return 0;
 }
 
+static int is_false(const JsonValue *v) {
+    return v && v->type == JSON_FALSE;
+}
+
+/* Gemma's RoPE: the global layers' (theta and scaling) and the sliding layers' base, from
+ * rope_parameters' full_attention and sliding_attention entries as transformers 5 writes them, or from
+ * rope_theta, rope_scaling and rope_local_base_freq as transformers 4 does; Gemma3TextConfig's bases
+ * where neither says. The sliding layers' RoPE is never scaled here. */
+static int read_gemma3_rope(const JsonValue *root, const char *path, RopeParams *global, double *local_theta,
+                            char *err) {
+    const JsonValue *params = json_get(root, "rope_parameters");
+    *global = (RopeParams){.scaling = ROPE_SCALING_NONE};
+    if (!params || params->type != JSON_OBJECT) {
+        const JsonValue *scaling = json_get(root, "rope_scaling");
+        return read_theta(NULL, root, "rope_theta", 1e6, "rope_theta", path, &global->theta, err) ||
+               read_theta(NULL, root, "rope_local_base_freq", 1e4, "rope_local_base_freq", path, local_theta, err) ||
+               (scaling && scaling->type == JSON_OBJECT && read_rope_type(scaling, "rope_scaling", path, global, err))
+                   ? -1 : 0;
+    }
+    const JsonValue *full = json_get(params, "full_attention"), *sliding = json_get(params, "sliding_attention");
+    if ((!full && !sliding) || (full && full->type != JSON_OBJECT) || (sliding && sliding->type != JSON_OBJECT)) {
+        snprintf(err, ERR_LEN, "%s: rope_parameters has no full_attention and sliding_attention objects, one per layer "
+                 "type as Gemma3TextConfig keeps them (re-save the config with transformers)", path);
+        return -1;
+    }
+    RopeParams local = {.scaling = ROPE_SCALING_NONE};
+    if (read_theta(full, root, "rope_theta", 1e6, "rope_parameters.full_attention.rope_theta", path, &global->theta,
+                   err) ||
+        read_rope_type(full, "rope_parameters.full_attention", path, global, err) ||
+        read_theta(sliding, root, "rope_local_base_freq", 1e4, "rope_parameters.sliding_attention.rope_theta", path,
+                   local_theta, err) ||
+        read_rope_type(sliding, "rope_parameters.sliding_attention", path, &local, err))
+        return -1;
+    if (local.scaling != ROPE_SCALING_NONE) {
+        snprintf(err, ERR_LEN, "%s: rope_parameters.sliding_attention is scaled; the sliding layers' RoPE here is the "
+                 "unscaled one (rope_type default)", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Which layers slide: layer_types, one "sliding_attention" or "full_attention" per layer, or else
+ * every layer but each sliding_window_pattern-th (transformers' rule for configs without layer_types). */
+static int read_gemma3_layers(const JsonValue *root, const char *path, long long L, GPTConfig *cfg, char *err) {
+    const JsonValue *types = json_get(root, "layer_types");
+    memset(cfg->layer_sliding, 0, sizeof cfg->layer_sliding);
+    if (!types || types->type != JSON_ARRAY) {
+        long long P;
+        if (get_int_or(root, "sliding_window_pattern", 6, 6, path, &P, err) != 0) return -1;
+        cfg->sliding_window_pattern = (int)P;
+        return 0;
+    }
+    if (types->len != (size_t)L) {
+        snprintf(err, ERR_LEN, "%s: layer_types has %zu entries but num_hidden_layers is %lld (one per layer)", path,
+                 types->len, L);
+        return -1;
+    }
+    cfg->sliding_window_pattern = 0;
+    for (size_t i = 0; i < types->len; i++) {
+        const char *kind = json_string(&types->items[i]);
+        if (kind && strcmp(kind, "sliding_attention") == 0) cfg->layer_sliding[i] = 1;
+        else if (!kind || strcmp(kind, "full_attention") != 0) {
+            snprintf(err, ERR_LEN, "%s: layer_types[%zu] is not \"sliding_attention\" or \"full_attention\", the "
+                     "attentions computed here", path, i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Gemma3TextConfig: the fields it reads, with its defaults (they describe a model of 26 layers at
+ * width 2304: a multimodal checkpoint's text_config leaves out those it shares with them). */
+static int read_gemma3_config(const JsonValue *root, const char *path, GPTConfig *cfg, char *err) {
+    long long L, NH, C, F, V, NKV, hd, T, W, pad = 0;
+    if (get_int_or(root, "num_hidden_layers", 26, 26, path, &L, err) ||
+        get_int_or(root, "num_attention_heads", 8, 8, path, &NH, err) ||
+        get_int_or(root, "hidden_size", 2304, 2304, path, &C, err) ||
+        get_int_or(root, "intermediate_size", 9216, 9216, path, &F, err) ||
+        get_int_or(root, "vocab_size", 262208, 262208, path, &V, err) ||
+        get_int_or(root, "num_key_value_heads", 4, NH, path, &NKV, err) ||
+        get_int_or(root, "head_dim", 256, C / NH, path, &hd, err) ||
+        get_int_or(root, "max_position_embeddings", 131072, 131072, path, &T, err) ||
+        get_int_or(root, "sliding_window", 4096, 0, path, &W, err))
+        return -1;
+    const char *act = json_string(json_get(root, "hidden_activation"));
+    const JsonValue *eps = json_get(root, "rms_norm_eps"), *dropout = json_get(root, "attention_dropout");
+    const JsonValue *scalar = json_get(root, "query_pre_attn_scalar"), *attn_cap = json_get(root, "attn_logit_softcapping");
+    const JsonValue *pad_id = json_get(root, "pad_token_id");
+    if (L > GPT_MAX_LAYERS)
+        snprintf(err, ERR_LEN, "%s: num_hidden_layers %lld is above the %d layers a model here has", path, L,
+                 GPT_MAX_LAYERS);
+    else if (act && strcmp(act, "gelu_pytorch_tanh") != 0)
+        snprintf(err, ERR_LEN, "%s: hidden_activation %s is not computed here (Gemma3ForCausalLM's MLP is GeGLU: "
+                 "gelu_pytorch_tanh)", path, act);
+    else if (is_true(json_get(root, "attention_bias")))
+        snprintf(err, ERR_LEN, "%s: attention_bias is true; the attention projections here have no biases", path);
+    else if (attn_cap && attn_cap->type != JSON_NULL)
+        snprintf(err, ERR_LEN, "%s: attn_logit_softcapping is set; attention scores here are not soft-capped (set it "
+                 "to null)", path);
+    else if (is_true(json_get(root, "use_bidirectional_attention")))
+        snprintf(err, ERR_LEN, "%s: use_bidirectional_attention is true; attention here is causal", path);
+    else if (dropout && dropout->number != 0.0)
+        snprintf(err, ERR_LEN, "%s: attention_dropout is %g; training here uses no dropout (set it to 0.0)", path,
+                 dropout->number);
+    else if (eps && !(eps->number > 0))
+        snprintf(err, ERR_LEN, "%s: rms_norm_eps is not a positive number", path);
+    else if (scalar && !(scalar->number > 0))
+        snprintf(err, ERR_LEN, "%s: query_pre_attn_scalar is not a positive number", path);
+    else if (pad_id && pad_id->type != JSON_NULL && !json_int(pad_id, 0, 1 << 30, &pad))
+        snprintf(err, ERR_LEN, "%s: pad_token_id is not a token id (an integer from 0, or null)", path);
+    else
+        err[0] = 0;
+    if (err[0]) return -1;
+    gpt_family_defaults(cfg, FAMILY_GEMMA3);
+    if (read_gemma3_rope(root, path, &cfg->rope, &cfg->rope_local_theta, err) != 0 ||
+        read_gemma3_layers(root, path, L, cfg, err) != 0)
+        return -1;
+    cfg->num_layers = (int)L;
+    int sliding = 0;
+    for (int l = 0; l < cfg->num_layers; l++) sliding |= gpt_layer_is_sliding(cfg, l);
+    if (sliding && W == 0) {
+        snprintf(err, ERR_LEN, "%s: sliding_window is null but layers slide (give the window)", path);
+        return -1;
+    }
+    cfg->num_heads = (int)NH;
+    cfg->dim = (int)C;
+    cfg->ffn_dim = (int)F;
+    cfg->vocab_size = (int)V;
+    cfg->num_kv_heads = (int)NKV;
+    cfg->head_dim = (int)hd;
+    cfg->max_seq_len = (int)T;
+    cfg->sliding_window = (int)W;
+    cfg->norm_eps = eps ? (float)eps->number : 1e-6f;
+    cfg->query_pre_attn_scalar = scalar ? (float)scalar->number : 256.0f;
+    cfg->has_pad_token = !(pad_id && pad_id->type == JSON_NULL); /* nn.Embedding's padding_idx, unless null */
+    cfg->pad_token_id = (int)pad;
+    cfg->untied_head = is_false(json_get(root, "tie_word_embeddings")); /* tied unless said */
+    return 0;
+}
+
 /* final_logit_softcapping, a field of any family's config.json (Gemma 2's models set it): the model's
  * logits are capped before the softmax. A positive number, or null or absent for none. */
 static int read_logit_cap(const JsonValue *root, const char *path, GPTConfig *cfg, char *err) {
@@ -299,6 +462,29 @@ static int read_logit_cap(const JsonValue *root, const char *path, GPTConfig *cf
     }
     cfg->logit_softcap = cap && cap->type == JSON_NUMBER ? (float)cap->number : 0.0f;
     return 0;
+}
+
+/* A multimodal Gemma3ForConditionalGeneration's config (model_type gemma3): its text model's fields
+ * are its text_config's, into *text; the two tie_word_embeddings must agree, as transformers 4 reads the
+ * text config's and 5 the outer one's. 0, or -1 with a message. */
+static int gemma3_text_config(const JsonValue *root, const char *path, const JsonValue **text, char *err) {
+    *text = json_get(root, "text_config");
+    const char *inner = json_string(json_get(*text, "model_type"));
+    if (!*text || (*text)->type != JSON_OBJECT) {
+        snprintf(err, ERR_LEN, "%s: model_type gemma3 (Gemma3ForConditionalGeneration) has no text_config object, "
+                 "where its text model is described (re-save the config with transformers)", path);
+        return -1;
+    }
+    if (inner && strcmp(inner, "gemma3_text") != 0) {
+        snprintf(err, ERR_LEN, "%s: text_config.model_type is %s; a gemma3 model's text model is gemma3_text", path, inner);
+        return -1;
+    }
+    if (is_false(json_get(root, "tie_word_embeddings")) != is_false(json_get(*text, "tie_word_embeddings"))) {
+        snprintf(err, ERR_LEN, "%s: tie_word_embeddings and text_config.tie_word_embeddings disagree (set both to the "
+                 "same value)", path);
+        return -1;
+    }
+    return check_field_types(*text, path, err);
 }
 
 int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
@@ -312,19 +498,24 @@ int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
     if (!root) return -1;
     int rc = -1;
     const char *type = json_string(json_get(root, "model_type"));
-    ModelFamily family = FAMILY_GPT2;
+    const JsonValue *text = root; /* the text model's fields */
+    /* Gemma3ForCausalLM's model_type is gemma3_text; gemma3 is the multimodal model around it */
+    const int gemma3 = type && (strcmp(type, "gemma3_text") == 0 || strcmp(type, "gemma3") == 0);
+    ModelFamily family = gemma3 ? FAMILY_GEMMA3 : FAMILY_GPT2;
     if (check_field_types(root, path, err) != 0) {
         /* err set */
-    } else if (type && gpt_family_parse(type, &family) != 0) {
-        snprintf(err, ERR_LEN, "%s: model_type %s is not supported (gpt2, llama, qwen2 and qwen3 are)", path, type);
+    } else if (type && !gemma3 && gpt_family_parse(type, &family) != 0) {
+        snprintf(err, ERR_LEN, "%s: model_type %s is not supported (gpt2, llama, qwen2, qwen3, gemma3_text and gemma3 "
+                 "are)", path, type);
     } else if (!type && json_get(root, "hidden_size")) {
-        snprintf(err, ERR_LEN, "%s has no model_type (add the one transformers wrote: llama, qwen2 or qwen3)", path);
-    } else if (family == FAMILY_GEMMA3) {
-        snprintf(err, ERR_LEN, "%s: model_type %s: Gemma 3 checkpoints are not read yet (gpt2, llama, qwen2 and qwen3 are)",
-                 path, type);
+        snprintf(err, ERR_LEN, "%s has no model_type (add the one transformers wrote: llama, qwen2, qwen3 or "
+                 "gemma3_text)", path);
+    } else if (gemma3 && strcmp(type, "gemma3") == 0 && gemma3_text_config(root, path, &text, err) != 0) {
+        /* err set */
     } else if ((family == FAMILY_GPT2 ? read_gpt2_config(root, path, cfg, err) == 0
-                                      : read_rope_family_config(root, path, family, cfg, err) == 0) &&
-               read_logit_cap(root, path, cfg, err) == 0) {
+                : family == FAMILY_GEMMA3 ? read_gemma3_config(text, path, cfg, err) == 0
+                                          : read_rope_family_config(root, path, family, cfg, err) == 0) &&
+               read_logit_cap(text, path, cfg, err) == 0) {
         gpt_config_finish(cfg);
         ParamTable t; /* the shape must be one the blocks compute: said now, naming the file */
         char why[ERR_LEN];
@@ -391,6 +582,30 @@ static int is_buffer(const ModelFamily family, const char *name) {
     if (family == FAMILY_GPT2) return ENDS_WITH(".attn.bias") || ENDS_WITH(".attn.masked_bias");
     return ENDS_WITH(".rotary_emb.inv_freq");
 #undef ENDS_WITH
+}
+
+/* A multimodal Gemma 3 checkpoint's text weights are Gemma3ForCausalLM's under another prefix
+ * (transformers 4's language_model.model., 5's model.language_model.); its vision tower and projector
+ * are no part of the text model. name as Gemma3ForCausalLM calls it, into buf (n bytes); NULL for a
+ * tensor passed over. Other families' names are their own. */
+static const char *text_model_name(ModelFamily family, const char *name, char *buf, size_t n) {
+    static const char *const skipped[] = {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                                          "model.multi_modal_projector."};
+    static const struct {
+        const char *theirs, *ours;
+    } prefixes[] = {{"language_model.model.", "model."}, {"model.language_model.", "model."},
+                    {"language_model.lm_head.", "lm_head."}};
+    if (family != FAMILY_GEMMA3) return name;
+    for (size_t i = 0; i < sizeof skipped / sizeof skipped[0]; i++)
+        if (strncmp(name, skipped[i], strlen(skipped[i])) == 0) return NULL;
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        const size_t k = strlen(prefixes[i].theirs);
+        if (strncmp(name, prefixes[i].theirs, k) == 0) {
+            snprintf(buf, n, "%s%s", prefixes[i].ours, name + k);
+            return buf;
+        }
+    }
+    return name;
 }
 
 /* The shape transformers stores target's tensor with, into dims; its rank. */
@@ -558,9 +773,11 @@ int hf_read_weights(const char *dir, const ParamTable *t, float *params, char *e
         for (size_t k = 0; rc == 0 && k < f->count; k++) {
             const StTensor *st = &f->tensors[k];
             Target g;
-            if (is_buffer(t->cfg.family, st->name)) continue;
-            if (find_target(t, st->name, &g) != 0) {
-                if (strcmp(st->name, "lm_head.weight") == 0) { /* tied: checked once the embedding is in */
+            char buf[512];
+            const char *name = text_model_name(t->cfg.family, st->name, buf, sizeof buf);
+            if (!name || is_buffer(t->cfg.family, name)) continue;
+            if (find_target(t, name, &g) != 0) {
+                if (strcmp(name, "lm_head.weight") == 0) { /* tied: checked once the embedding is in */
                     head_file = f, head = st;
                     continue;
                 }
@@ -628,13 +845,74 @@ static void py_float(double x, int as_float32, char *buf, size_t n) {
     if (!strchr(buf, '.')) strncat(buf, ".0", n - strlen(buf) - 1);
 }
 
-int hf_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n) {
-    size_t len = 0;
+/* Appends to buf (n bytes, len used); the caller returns -1 when it does not fit. */
 #define PUT(...)                                                                   \
     do {                                                                           \
         int k_ = snprintf(buf + len, len < n ? n - len : 0, __VA_ARGS__);          \
         if (k_ < 0 || (len += (size_t)k_) >= n) return -1;                         \
     } while (0)
+
+/* rope_scaling of the global layers as transformers writes it ("null" for none), into out. */
+static void rope_scaling_json(const RopeParams *r, char *out, size_t n) {
+    snprintf(out, n, "null");
+    if (r->scaling == ROPE_SCALING_LINEAR) {
+        char f[32];
+        py_float(r->factor, 0, f, sizeof f);
+        snprintf(out, n, "{\n    \"factor\": %s,\n    \"rope_type\": \"linear\"\n  }", f);
+    } else if (r->scaling == ROPE_SCALING_LLAMA3) {
+        char f[32], lo[32], hi[32];
+        py_float(r->factor, 0, f, sizeof f);
+        py_float(r->low_freq_factor, 0, lo, sizeof lo);
+        py_float(r->high_freq_factor, 0, hi, sizeof hi);
+        snprintf(out, n, "{\n    \"factor\": %s,\n    \"high_freq_factor\": %s,\n    \"low_freq_factor\": %s,\n"
+                 "    \"original_max_position_embeddings\": %.0f,\n    \"rope_type\": \"llama3\"\n  }",
+                 f, hi, lo, r->original_max_position_embeddings);
+    }
+}
+
+/* Gemma3TextConfig as transformers 4 writes it (its fields sorted by name): layer_types, one per layer,
+ * which transformers 4.53 on and 5 read, and sliding_window_pattern besides when the config has one,
+ * for the releases before; rope_theta, rope_scaling and rope_local_base_freq, which 5 turns into its
+ * rope_parameters. */
+static int gemma3_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n) {
+    size_t len = 0;
+    char eps[32], theta[32], local[32], rope[512], scalar[32];
+    py_float(cfg->norm_eps, 1, eps, sizeof eps);
+    py_float(cfg->rope.theta, 0, theta, sizeof theta);
+    py_float(cfg->rope_local_theta, 0, local, sizeof local);
+    rope_scaling_json(&cfg->rope, rope, sizeof rope);
+    /* an integer as transformers keeps it (256), else as Python writes a float */
+    if (cfg->query_pre_attn_scalar == floorf(cfg->query_pre_attn_scalar))
+        snprintf(scalar, sizeof scalar, "%.0f", (double)cfg->query_pre_attn_scalar);
+    else
+        py_float(cfg->query_pre_attn_scalar, 1, scalar, sizeof scalar);
+    PUT("{\n  \"architectures\": [\"%s\"],\n  \"attention_bias\": false,\n  \"attention_dropout\": 0.0,\n"
+        "  \"attn_logit_softcapping\": null,\n", hf_architecture(cfg->family));
+    if (eos >= 0) PUT("  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n", eos, eos);
+    if (cfg->logit_softcap > 0.0f) PUT("  \"final_logit_softcapping\": %.9g,\n", (double)cfg->logit_softcap);
+    else PUT("  \"final_logit_softcapping\": null,\n");
+    PUT("  \"head_dim\": %d,\n  \"hidden_activation\": \"gelu_pytorch_tanh\",\n  \"hidden_size\": %d,\n"
+        "  \"initializer_range\": 0.02,\n  \"intermediate_size\": %d,\n  \"layer_types\": [",
+        cfg->head_dim, cfg->dim, cfg->ffn_dim);
+    for (int l = 0; l < cfg->num_layers; l++)
+        PUT("%s\n    \"%s\"", l ? "," : "", gpt_layer_is_sliding(cfg, l) ? "sliding_attention" : "full_attention");
+    PUT("\n  ],\n  \"max_position_embeddings\": %d,\n  \"model_type\": \"gemma3_text\",\n"
+        "  \"num_attention_heads\": %d,\n  \"num_hidden_layers\": %d,\n  \"num_key_value_heads\": %d,\n",
+        cfg->max_seq_len, cfg->num_heads, cfg->num_layers, cfg->num_kv_heads);
+    if (cfg->has_pad_token) PUT("  \"pad_token_id\": %d,\n", cfg->pad_token_id);
+    else PUT("  \"pad_token_id\": null,\n");
+    PUT("  \"query_pre_attn_scalar\": %s,\n  \"rms_norm_eps\": %s,\n  \"rope_local_base_freq\": %s,\n"
+        "  \"rope_scaling\": %s,\n  \"rope_theta\": %s,\n  \"sliding_window\": %d,\n",
+        scalar, eps, local, rope, theta, cfg->sliding_window);
+    if (cfg->sliding_window_pattern > 0) PUT("  \"sliding_window_pattern\": %d,\n", cfg->sliding_window_pattern);
+    PUT("  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\",\n  \"use_bidirectional_attention\": false,\n"
+        "  \"use_cache\": true,\n  \"vocab_size\": %d\n}\n", cfg->untied_head ? "false" : "true", cfg->vocab_size);
+    return (int)len;
+}
+
+int hf_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n) {
+    if (cfg->family == FAMILY_GEMMA3) return gemma3_config_json(cfg, eos, buf, n);
+    size_t len = 0;
     PUT("{\n  \"architectures\": [\"%s\"],\n", hf_architecture(cfg->family));
     if (cfg->family == FAMILY_GPT2) {
         if (eos >= 0) PUT("  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n", eos, eos);
@@ -647,23 +925,10 @@ int hf_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n) {
             cfg->vocab_size, cfg->max_seq_len, cfg->max_seq_len, cfg->dim, cfg->num_layers, cfg->num_heads);
         return (int)len;
     }
-    char eps[32], theta[32], rope[512] = "null";
+    char eps[32], theta[32], rope[512];
     py_float(cfg->norm_eps, 1, eps, sizeof eps);
     py_float(cfg->rope.theta, 0, theta, sizeof theta);
-    const RopeParams *r = &cfg->rope;
-    if (r->scaling == ROPE_SCALING_LINEAR) {
-        char f[32];
-        py_float(r->factor, 0, f, sizeof f);
-        snprintf(rope, sizeof rope, "{\n    \"factor\": %s,\n    \"rope_type\": \"linear\"\n  }", f);
-    } else if (r->scaling == ROPE_SCALING_LLAMA3) {
-        char f[32], lo[32], hi[32];
-        py_float(r->factor, 0, f, sizeof f);
-        py_float(r->low_freq_factor, 0, lo, sizeof lo);
-        py_float(r->high_freq_factor, 0, hi, sizeof hi);
-        snprintf(rope, sizeof rope, "{\n    \"factor\": %s,\n    \"high_freq_factor\": %s,\n    \"low_freq_factor\": %s,\n"
-                 "    \"original_max_position_embeddings\": %.0f,\n    \"rope_type\": \"llama3\"\n  }",
-                 f, hi, lo, r->original_max_position_embeddings);
-    }
+    rope_scaling_json(&cfg->rope, rope, sizeof rope);
     /* the fields in the order transformers writes them: sorted by name */
     const int llama = cfg->family == FAMILY_LLAMA, qwen3 = cfg->family == FAMILY_QWEN3;
     if (llama || qwen3) PUT("  \"attention_bias\": false,\n");
@@ -688,6 +953,6 @@ int hf_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n) {
         cfg->untied_head ? "false" : "true");
     if (!llama) PUT("  \"use_sliding_window\": false,\n");
     PUT("  \"vocab_size\": %d\n}\n", cfg->vocab_size);
-#undef PUT
     return (int)len;
 }
+#undef PUT

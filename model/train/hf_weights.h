@@ -4,8 +4,11 @@
  *
  * GPT2LMHeadModel: ours, or GPT-2's own (tensor names without the "transformer." prefix); both store
  * the attention and MLP matrices in Conv1D's [in, out] orientation, transposed into our [out, in].
- * LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM: nn.Linear's [out, in] as ours; the packed
- * q/k/v and gate/up rows of the table are filled from their HF tensors. */
+ * LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM: nn.Linear's [out, in] as
+ * ours; the packed q/k/v and gate/up rows of the table are filled from their HF tensors. A multimodal
+ * Gemma3ForConditionalGeneration is read as its text model: config.json's text_config, and the text
+ * weights under their prefix (language_model.model. or model.language_model.), the vision tower's
+ * passed over. */
 #ifndef FUSEDGPT_HF_WEIGHTS_H
 #define FUSEDGPT_HF_WEIGHTS_H
 
@@ -13,11 +16,12 @@
 
 #include "model/gpt.h"
 
-/* The model <dir>/config.json describes, Vp filled in. model_type gpt2, llama, qwen2 or qwen3; a
- * field left out takes the default of the family's transformers config class. A config this
- * trainer does not compute (another model_type, activation or rope_type, biases the table has no
- * rows for, a sliding window, ...) is refused naming the field, and so is a field whose JSON type
- * is not the one transformers writes. 0, or -1 with a one-line message in err (ERR_LEN bytes). */
+/* The model <dir>/config.json describes, Vp filled in. model_type gpt2, llama, qwen2, qwen3,
+ * gemma3_text or gemma3 (its text_config); a field left out takes the default of the family's
+ * transformers config class. A config this trainer does not compute (another model_type, activation
+ * or rope_type, biases the table has no rows for, a sliding window outside Gemma 3, attention
+ * soft-capping, ...) is refused naming the field, and so is a field whose JSON type is not the one
+ * transformers writes. 0, or -1 with a one-line message in err (ERR_LEN bytes). */
 int hf_read_config(const char *dir, GPTConfig *cfg, char *err);
 
 /* The weights of <dir> into params (t->total floats, t's layout; F32, F16 or BF16 tensors; the
