@@ -130,6 +130,70 @@ TEST(grad_buckets_of_a_llama_follow_its_tables_layer_ranges) {
                 check_family_plan(FAMILY_LLAMA, 3, 24, 300, worlds[w], zero1, 0, min_bucket);
 }
 
+/* The one bucket that holds every value of row r (-1 when the row is split or in none: a row is
+ * reduced exactly once, whole, at one sync point). */
+static int bucket_of_row(const BucketPlan *p, const ParamInfo *r) {
+    int found = -1;
+    for (int b = 0; b < p->num_buckets; b++) {
+        const GradBucket *g = &p->buckets[b];
+        if (r->offset >= g->begin + g->count || r->offset + r->numel <= g->begin) continue;
+        if (found >= 0 || r->offset < g->begin || r->offset + r->numel > g->begin + g->count) return -1;
+        found = b;
+    }
+    return found;
+}
+
+/* A RoPE family at world 2 with buckets of one layer each: every layer's rows at that layer's sync
+ * point, the final norm (and an untied lm_head, final since the output layer) together at ln_f's,
+ * and the token embedding, which the encoder's backward finishes, in the last bucket (early: the
+ * first, right after the output layer, the encoder's share added after it). */
+static void check_rows_sync_points(ModelFamily family, int untied, int zero1, int early) {
+    GPTConfig cfg = {.num_layers = 3, .num_heads = 2, .dim = 16, .max_seq_len = 16, .vocab_size = 50};
+    gpt_family_defaults(&cfg, family);
+    cfg.num_kv_heads = 1, cfg.head_dim = 8, cfg.ffn_dim = 32, cfg.untied_head = untied;
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    CHECK((param_whole(&t, ROLE_LM_HEAD) != NULL) == untied, "%s: lm_head present %d, untied %d",
+          gpt_family_name(family), param_whole(&t, ROLE_LM_HEAD) != NULL, untied);
+    BucketPlan p;
+    REQUIRE(bucket_plan_build(&p, &t, 2, 1, zero1, early, 0, err) == 0, "%s", err);
+    CHECK(p.num_buckets == cfg.num_layers + 2, "%d buckets, expected one per layer, ln_f and the embedding",
+          p.num_buckets);
+    const int embed_bucket = early ? 0 : p.num_buckets - 1;
+    for (int i = 0; i < t.count; i++) {
+        const ParamInfo *r = &t.params[i];
+        int b = bucket_of_row(&p, r);
+        REQUIRE(b >= 0, "%s zero1=%d early=%d: %s is not reduced whole by exactly one bucket",
+                gpt_family_name(family), zero1, early, r->name);
+        const GradBucket *g = &p.buckets[b];
+        if (r->role == ROLE_WTE) {
+            CHECK(b == embed_bucket && g->point == (early ? SYNC_AFTER_OUTPUT : SYNC_AFTER_ENCODER),
+                  "%s early=%d: the embedding is in bucket %d at point %d", gpt_family_name(family), early, b,
+                  g->point);
+        } else if (r->role == ROLE_LNF_W || r->role == ROLE_LM_HEAD) {
+            CHECK(b == (early ? 1 : 0) && g->point == SYNC_AFTER_LNF, "%s zero1=%d: %s is in bucket %d at point %d",
+                  gpt_family_name(family), zero1, r->name, b, g->point);
+        } else {
+            CHECK(g->point == SYNC_AFTER_LAYER && g->layer == r->layer, "%s zero1=%d: %s is reduced at point %d "
+                  "layer %d", gpt_family_name(family), zero1, r->name, g->point, g->layer);
+        }
+    }
+    bucket_plan_free(&p);
+    param_table_free(&t);
+}
+
+TEST(grad_buckets_reduce_an_untied_llamas_lm_head_once_with_the_final_norm_and_its_embedding_last) {
+    for (int zero1 = 0; zero1 <= 1; zero1++)
+        for (int early = 0; early <= !zero1; early++) check_rows_sync_points(FAMILY_LLAMA, 1, zero1, early);
+}
+
+TEST(grad_buckets_reduce_a_tied_qwen3s_rows_at_their_layers_and_its_embedding_last) {
+    for (int zero1 = 0; zero1 <= 1; zero1++)
+        for (int early = 0; early <= !zero1; early++) check_rows_sync_points(FAMILY_QWEN3, 0, zero1, early);
+}
+
 TEST(grad_buckets_reject_a_bad_rank) {
     GPTConfig cfg = {.num_layers = 2, .num_heads = 1, .dim = 8, .max_seq_len = 4, .vocab_size = 11};
     gpt_config_finish(&cfg);

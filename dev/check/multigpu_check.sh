@@ -4,8 +4,9 @@
 # checkpoint resumed on one GPU), a killed worker, and GPT-2 124M tokens/s on 1 and G GPUs beside
 # PyTorch (torch.compile on one GPU, DDP + torch.compile on G) in the same call. Prints a summary
 # last. NCCL's environment (NCCL_NVLS_ENABLE=0 where the machine sets it) is left as it is.
-# SECTIONS picks parts: tests correct bitwise nodes resume kill throughput peers sweep skew real
-# (default: tests correct bitwise nodes resume kill).
+# SECTIONS picks parts: tests correct families bitwise nodes resume kill throughput peers sweep skew
+# real (default: tests correct bitwise nodes resume kill). TRAIN_PREBUILT=1: use ./train as it is
+# (no make; the section tests still needs build/run_gpu_tests).
 #   correct: 1 GPU accumulating G micro-batches against G GPUs taking one each. Both compute the same
 #     function; each micro-batch runs the same kernels on the same inputs on either, and only the order of the
 #     fp32 sums over micro-batches and ranks differs. So two checks carry a bound: step 1's loss
@@ -16,6 +17,10 @@
 #     largest drift of three one-GPU runs that differ only in batching (-b 8, 4, 2 at the same
 #     global batch: the same sequences and mean, other GEMM shapes and sum orders), as a ratio, not
 #     a verdict: one 50-step drift is one sample of a random quantity (dev/RESULTS.md, Multi-GPU).
+#   families: the RoPE families, as correct's verdicts (step 1's loss, step 1's AdamW m) at G·B·T
+#     tokens a step, overlapped all-reduce and ZeRO-1: a tiny Qwen3 (tied head, QK-norm) and a
+#     tiny Llama with GQA and an untied head (a random checkpoint written here, through
+#     --init-from: no flag unties a head); then Qwen3-0.6B tokens/s on 1 and G GPUs and the scaling.
 #   bitwise: the same G-GPU run twice (overlapped all-reduce, ZeRO-1): losses and final weights
 #     must be equal bit for bit.
 #   throughput: one GPU alone on each GPU, then every mode on G GPUs, with the scaling against each
@@ -45,7 +50,9 @@ nvidia-smi --query-gpu=index,name --format=csv,noheader
 echo "NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-unset}"
 targets="train"
 has tests && targets="train build/run_gpu_tests"
-make -j32 $targets >/tmp/mg/build.log 2>&1 || { tail -30 /tmp/mg/build.log; exit 1; }
+if [ "${TRAIN_PREBUILT:-0}" != 1 ]; then
+    make -j32 $targets >/tmp/mg/build.log 2>&1 || { tail -30 /tmp/mg/build.log; exit 1; }
+fi
 if has tests; then
     ./build/run_gpu_tests adamw >/tmp/mg/gpu_tests.log 2>&1
     ./build/run_gpu_tests backend >>/tmp/mg/gpu_tests.log 2>&1
@@ -141,6 +148,74 @@ if has correct; then
     ./train -g $G $common -d $d $streaming -o /tmp/mg/dp_streaming >/tmp/mg/dp_streaming.log 2>&1
     rc=$?
     note "$(python3 -c "$drift_py" /tmp/mg/one_streaming.log /tmp/mg/dp_streaming.log "-d $d, 1 vs $G GPUs $streaming (exit $rc)" $floor) $(grep -m1 error /tmp/mg/dp_streaming.log)"
+fi
+# A random Llama checkpoint (config.json + fp32 model.safetensors) with GQA and an untied head:
+# L=2, C=128, NH=4, NKV=2, hd=64, F=256, V=1000. argv[1]: its directory.
+untied_llama_py='
+import json, os, struct, sys, numpy as np
+d = sys.argv[1]
+os.makedirs(d, exist_ok=True)
+L, C, NH, NKV, HD, F, V = 2, 128, 4, 2, 64, 256, 1000
+json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": C, "intermediate_size": F,
+           "num_attention_heads": NH, "num_key_value_heads": NKV, "head_dim": HD, "num_hidden_layers": L,
+           "vocab_size": V, "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+           "tie_word_embeddings": False, "hidden_act": "silu", "torch_dtype": "float32"}, open(f"{d}/config.json", "w"))
+shapes = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,), "lm_head.weight": (V, C)}
+for l in range(L):
+    p = f"model.layers.{l}."
+    shapes.update({p + "input_layernorm.weight": (C,), p + "post_attention_layernorm.weight": (C,),
+                   p + "self_attn.q_proj.weight": (NH * HD, C), p + "self_attn.k_proj.weight": (NKV * HD, C),
+                   p + "self_attn.v_proj.weight": (NKV * HD, C), p + "self_attn.o_proj.weight": (C, NH * HD),
+                   p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
+                   p + "mlp.down_proj.weight": (C, F)})
+rng = np.random.default_rng(0)
+header, blobs, off = {}, [], 0
+for name, shape in shapes.items():
+    a = (np.ones(shape) if len(shape) == 1 else rng.normal(0, 0.02, shape)).astype(np.float32).tobytes()
+    header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + len(a)]}
+    blobs.append(a)
+    off += len(a)
+h = json.dumps(header).encode()
+h += b" " * (-len(h) % 8)
+with open(f"{d}/model.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+'
+if has families; then
+    # 1 GPU accumulating G micro-batches against G GPUs taking one each, as correct; 20 steps, the
+    # verdicts on step 1 (later steps drift apart once a bf16 weight rounds the other way)
+    d=$((8 * 128 * G))
+    fam_common="-v 1000 -b 8 -t 128 -l 2e-3 --warmup 5 --val-every 0 -s 0 -i /tmp/mg/train.bin -d $d"
+    python3 -c "$untied_llama_py" /tmp/mg/untied_llama
+    for fam in "qwen3|--family qwen3 --layers 2 --dim 128 --heads 2 --kv-heads 1 --head-dim 64 --ffn-dim 256" \
+        "llama_untied|--init-from /tmp/mg/untied_llama"; do
+        IFS='|' read -r name flags <<<"$fam"
+        ./train $flags $fam_common -x 20 -o /tmp/mg/fam_one_$name >/tmp/mg/fam_one_$name.log 2>&1
+        ./train $flags $fam_common -x 1 -o /tmp/mg/fam_one_step1_$name >/tmp/mg/fam_one_step1_$name.log 2>&1
+        note "$name: $(grep -m1 '^family' /tmp/mg/fam_one_$name.log) $(grep -m1 error /tmp/mg/fam_one_*$name.log)"
+        for mode in "--overlap-comm 1" "--zero 1"; do
+            tag="$(echo "$mode" | tr -d ' -')"
+            log=/tmp/mg/fam_dp_${name}_$tag.log
+            ./train -g $G $flags $fam_common $mode -x 20 -o /tmp/mg/fam_dp_${name}_$tag >$log 2>&1
+            rc=$?
+            # bound 1 on the later steps: the verdict is step 1's 2e-6
+            note "$(python3 -c "$losses_py" /tmp/mg/fam_one_$name.log $log "$name, 1 vs $G GPUs $mode (exit $rc)" 1) $(grep -m1 error $log)"
+            ./train -g $G $flags $fam_common $mode -x 1 -o /tmp/mg/fam_dp_step1_${name}_$tag \
+                >/tmp/mg/fam_dp_step1_${name}_$tag.log 2>&1
+            note "    step 1's gradient: $(python3 -c "$moment_py" /tmp/mg/fam_one_step1_$name/step_00000001/state.bin \
+                /tmp/mg/fam_dp_step1_${name}_$tag/step_00000001/state.bin 2>&1 | tail -1)"
+        done
+    done
+    # Qwen3-0.6B, B=8, T=2048 per GPU, random tokens: median tok/s of the last 8 of 12 steps
+    python3 tests/fixtures/gen/make_shard.py /tmp/mg/rand_qwen3.bin 1000000 151936 random 3
+    for g in 1 $G; do
+        rm -rf /tmp/mg/fam_tp # the final checkpoint of a 0.6B run: ~9 GB
+        ./train -g $g -e qwen3-0.6b -b 8 -t 2048 --max-seq-len 2048 -x 12 --warmup 2 --val-every 0 -s 0 \
+            -i /tmp/mg/rand_qwen3.bin -o /tmp/mg/fam_tp >/tmp/mg/fam_tp_$g.log 2>&1
+        tok[$g]=$(grep '| loss' /tmp/mg/fam_tp_$g.log | tail -8 | grep -o '[0-9.]* tok/s' | awk '{print $1}' | sort -n | sed -n 4p)
+        note "qwen3-0.6b B=8/GPU T=2048 on $g GPU(s): median ${tok[$g]:-none} tok/s, $(grep '| loss' /tmp/mg/fam_tp_$g.log | tail -1 | grep -o 'comm [0-9.]* ms') $(grep -m1 error /tmp/mg/fam_tp_$g.log)"
+    done
+    rm -rf /tmp/mg/fam_tp
+    note "    qwen3-0.6b scaling, $G GPUs against 1: $(python3 -c "print(f'{float(\"${tok[$G]:-0}\") / float(\"${tok[1]:-0}\"):.3f}x')" 2>/dev/null || echo none)"
 fi
 if has bitwise; then
     # the same G-GPU run twice: every printed loss and the final weights equal bit for bit

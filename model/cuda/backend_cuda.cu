@@ -412,6 +412,21 @@ static float cuda_eval_loss(Backend *be, const int *inputs, const int *targets) 
     return read_loss(cb);
 }
 
+/* The embeddings' backward from dres, the residual stream's gradient below layer 0, and its sync:
+ * grad_sync does it itself over every rank's micro-batch when it owns the encoder. The RoPE
+ * families have no position table (whole_tensor gives NULL). */
+static void backward_encoder(CudaBackend *cb, GradSync *sync) {
+    const ParamTable *t = cb->t;
+    float *grads = cb->grads;
+    if (sync && grad_sync_owns_encoder(sync)) {
+        grad_sync_encoder(sync, grads, cb->dres, cb->d_inputs, cb->stream);
+        return;
+    }
+    encoder_backward(whole_tensor(t, grads, ROLE_WTE), whole_tensor(t, grads, ROLE_WPE), cb->scratch, cb->dres,
+                     cb->d_inputs, cb->base.B, cb->base.T, t->cfg.dim, t->cfg.padded_vocab_size, cb->stream);
+    grad_sync_ready(sync, SYNC_AFTER_ENCODER, -1, grads, cb->stream);
+}
+
 /* GPT-2's body backward, from dlnf (the output layer's dH) down to the embeddings' gradients;
  * sync (NULL: none) gets the data-parallel hooks as each part's gradients are final. */
 static void backward_body_gpt2(CudaBackend *cb, GradSync *sync) {
@@ -457,13 +472,7 @@ static void backward_body_gpt2(CudaBackend *cb, GradSync *sync) {
 #undef P
         grad_sync_ready(sync, SYNC_AFTER_LAYER, l, grads, s);
     }
-    if (sync && grad_sync_owns_encoder(sync)) {
-        grad_sync_encoder(sync, grads, cb->dres, cb->d_inputs, s);
-    } else {
-        encoder_backward(grads + param_whole(t, ROLE_WTE)->offset, grads + param_whole(t, ROLE_WPE)->offset,
-                         cb->scratch, cb->dres, cb->d_inputs, B, T, C, cfg->padded_vocab_size, s);
-        grad_sync_ready(sync, SYNC_AFTER_ENCODER, -1, grads, s);
-    }
+    backward_encoder(cb, sync);
 }
 
 /* The RoPE families' body backward, as backward_body_gpt2. Every norm backward ADDS into dres,
@@ -521,10 +530,7 @@ static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
 #undef P
         grad_sync_ready(sync, SYNC_AFTER_LAYER, l, grads, s);
     }
-    /* the token embedding alone: no position table */
-    encoder_backward(whole_tensor(t, grads, ROLE_WTE), NULL, cb->scratch, cb->dres, cb->d_inputs, B, T, C,
-                     cfg->padded_vocab_size, s);
-    grad_sync_ready(sync, SYNC_AFTER_ENCODER, -1, grads, s);
+    backward_encoder(cb, sync);
 }
 
 static void backward_body(CudaBackend *cb, GradSync *sync) {
@@ -896,11 +902,6 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     if (cfg->family == FAMILY_GEMMA3) {
         snprintf(err, ERR_LEN, "the CUDA backend does not compute the gemma3 family yet (its sandwich norms, scaled "
                                "embedding and sliding layers run on --device cpu)");
-        return NULL;
-    }
-    if (is_rope(cfg) && dist) {
-        snprintf(err, ERR_LEN, "data-parallel training on CUDA runs GPT-2 only for now, not the %s family (train it "
-                               "on one GPU)", gpt_family_name(cfg->family));
         return NULL;
     }
     int HS = cfg->head_dim;

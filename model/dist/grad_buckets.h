@@ -2,7 +2,9 @@
  * buckets and, under ZeRO-1, into each rank's shard (the plan only; model/dist/grad_sync.cu runs it).
  *
  * Buckets come in the order the backward of a step's last micro-batch finishes them: ln_f, layer
- * L-1, ..., layer 0, then the embeddings (wte, wpe), which the encoder's backward completes last.
+ * L-1, ..., layer 0, then the embeddings (wte, and wpe where the family has one), which the
+ * encoder's backward completes last. An untied lm_head lies after ln_f in the layout and is reduced
+ * with it, once: its gradient is final since the output layer.
  * With early_embeddings the embeddings bucket comes first instead, right after the output layer
  * (the encoder's contribution is then added after the reduction; see grad_sync.h).
  * Under ZeRO-1 every bucket must split evenly over the ranks, so its edges are rounded UP to

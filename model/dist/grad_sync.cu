@@ -11,7 +11,8 @@ struct GradSync {
     const Dist *dist;
     int zero1, overlap, world, rank;
     int B, T, C, Vp;
-    size_t wte_offset, wpe_offset, total;
+    size_t wte_offset, total;
+    const ParamInfo *wpe; /* NULL: the family has no position table */
     BucketPlan plan;
     float *grad_shard; /* ZeRO-1: this rank's reduced gradients, compact */
     cudaStream_t comm;
@@ -62,7 +63,7 @@ GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int ov
     gs->rank = d->rank;
     gs->B = B, gs->T = T, gs->C = t->cfg.dim, gs->Vp = t->cfg.padded_vocab_size;
     gs->wte_offset = param_whole(t, ROLE_WTE)->offset;
-    gs->wpe_offset = param_whole(t, ROLE_WPE)->offset;
+    gs->wpe = param_whole(t, ROLE_WPE);
     gs->total = t->total;
     /* the highest priority: a reduction starts as soon as SMs free up, not after the next kernels */
     int least = 0, greatest = 0;
@@ -153,8 +154,8 @@ void grad_sync_encoder(GradSync *gs, float *grads, const kbf16 *dres, const int 
     dist_allgather(gs->dist, inputs, gs->inputs_all, N, DIST_INT32, gs->comm);
     dist_group_end(gs->dist);
     /* after the embedding bucket's all-reduce (same stream): every rank adds the same values */
-    encoder_backward(grads + gs->wte_offset, grads + gs->wpe_offset, gs->encoder_scratch, gs->dres_all,
-                     gs->inputs_all, gs->world * gs->B, gs->T, gs->C, gs->Vp, gs->comm);
+    encoder_backward(grads + gs->wte_offset, gs->wpe ? grads + gs->wpe->offset : NULL, gs->encoder_scratch,
+                     gs->dres_all, gs->inputs_all, gs->world * gs->B, gs->T, gs->C, gs->Vp, gs->comm);
 }
 
 void grad_sync_finish(GradSync *gs, float *grads, cudaStream_t main) {

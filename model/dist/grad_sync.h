@@ -54,7 +54,7 @@ size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overla
  * backend's own encoder backward followed by AFTER_ENCODER. */
 void grad_sync_ready(GradSync *gs, SyncPoint p, int layer, float *grads, cudaStream_t main);
 int grad_sync_owns_encoder(const GradSync *gs);
-/* Adds every rank's token- and position-embedding gradient of this micro-batch (from dres, the
+/* Adds every rank's token- and (where the family has one) position-embedding gradient of this micro-batch (from dres, the
  * residual-stream gradient [N, C], and inputs [N]) into grads, after the embedding bucket's
  * reduction. */
 void grad_sync_encoder(GradSync *gs, float *grads, const kbf16 *dres, const int *inputs, cudaStream_t main);
