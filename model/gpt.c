@@ -417,6 +417,13 @@ void param_init(const ParamTable *t, float *params, uint64_t seed) {
     }
 }
 
+BlockWidths gpt_block_widths(const GPTConfig *cfg) {
+    BlockWidths w = {(size_t)cfg->dim, (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * cfg->head_dim,
+                     (size_t)cfg->num_heads * cfg->head_dim, (size_t)cfg->ffn_dim, (size_t)cfg->ffn_dim};
+    if (cfg->mlp != MLP_GELU) w.FW = 2 * w.F;
+    return w;
+}
+
 double gpt_flops_per_token(const GPTConfig *cfg, int T) {
     /* PaLM's count (appendix B), as llm.c and the peers' MFU figures use it: 6 FLOPs per matmul
      * parameter per token for forward + backward (the output projection counts, the position

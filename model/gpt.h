@@ -226,6 +226,14 @@ ParamRole head_role(const GPTConfig *cfg);
  * 0, padded vocabulary rows and the pad token's embedding row 0. Deterministic in seed. */
 void param_init(const ParamTable *t, float *params, uint64_t seed);
 
+/* The widths of one block's activations per token: C; q, k, v packed ((NH + 2·NKV)·hd); the
+ * attention's output (NH·hd); the MLP's hidden width F and its input rows FW (2F, gate then up, for a
+ * gated MLP). Both backends size their buffers from it. */
+typedef struct {
+    size_t C, QW, AW, F, FW;
+} BlockWidths;
+BlockWidths gpt_block_widths(const GPTConfig *cfg);
+
 /* Training FLOPs per token for MFU (6·params for the matmuls + attention by hd and NH), as in PaLM's
  * appendix. */
 double gpt_flops_per_token(const GPTConfig *cfg, int T);

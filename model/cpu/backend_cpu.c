@@ -68,18 +68,6 @@ typedef struct {
     float *rope_local_cos, *rope_local_sin; /* the same for the sliding layers' base (when it has one) */
 } CpuBackend;
 
-/* The sizes a block's buffers take. */
-typedef struct {
-    size_t C, QW, AW, F, FW;
-} BlockWidths;
-
-static BlockWidths block_widths(const GPTConfig *cfg) {
-    BlockWidths w = {(size_t)cfg->dim, (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * cfg->head_dim,
-                     (size_t)cfg->num_heads * cfg->head_dim, (size_t)cfg->ffn_dim, (size_t)cfg->ffn_dim};
-    if (cfg->mlp != MLP_GELU) w.FW = 2 * w.F;
-    return w;
-}
-
 static int is_rope(const GPTConfig *cfg) {
     return cfg->positions == POS_ROPE;
 }
@@ -94,7 +82,7 @@ static int first_local_rope_layer(const GPTConfig *cfg) {
 /* The one place that lays out the activations: called with base = NULL to count, then to assign. */
 static size_t layout_acts(CpuBackend *cb, float *base) {
     const GPTConfig *cfg = &cb->t->cfg;
-    const BlockWidths w = block_widths(cfg);
+    const BlockWidths w = gpt_block_widths(cfg);
     size_t B = cb->base.B, T = cb->base.T, C = w.C, NH = cfg->num_heads, N = B * T;
     const int layernorm = cfg->norm == NORM_LAYERNORM, rope = is_rope(cfg);
     size_t off = 0;
@@ -206,7 +194,7 @@ static GluActivation glu_of(const GPTConfig *cfg) {
 static void forward_body(CpuBackend *cb, const int *inputs, int t0, int B, int T) {
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
-    const BlockWidths w = block_widths(cfg);
+    const BlockWidths w = gpt_block_widths(cfg);
     int C = cfg->dim, NH = cfg->num_heads, N = B * T;
     const size_t r = (size_t)t0; /* the first row */
     const float *wte = whole_tensor(t, cb->params, ROLE_WTE);
@@ -321,7 +309,7 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
     CpuBackend *cb = (CpuBackend *)be;
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
-    const BlockWidths w = block_widths(cfg);
+    const BlockWidths w = gpt_block_widths(cfg);
     int B = be->B, T = be->T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
     size_t NC = (size_t)N * C;
 

@@ -103,18 +103,6 @@ typedef struct {
     double part_ms[3];
 } CudaBackend;
 
-/* The sizes a block's buffers take (see the top of the file). */
-typedef struct {
-    size_t C, QW, AW, F, FW;
-} BlockWidths;
-
-static BlockWidths block_widths(const GPTConfig *cfg) {
-    BlockWidths w = {(size_t)cfg->dim, (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * cfg->head_dim,
-                     (size_t)cfg->num_heads * cfg->head_dim, (size_t)cfg->ffn_dim, (size_t)cfg->ffn_dim};
-    if (cfg->mlp != MLP_GELU) w.FW = 2 * w.F;
-    return w;
-}
-
 static int is_rope(const GPTConfig *cfg) {
     return cfg->positions == POS_ROPE;
 }
@@ -123,7 +111,7 @@ static int is_rope(const GPTConfig *cfg) {
  * a 256-byte boundary (the kernels want 16). */
 static size_t layout_arena(CudaBackend *cb, char *base) {
     const GPTConfig *cfg = &cb->t->cfg;
-    const BlockWidths w = block_widths(cfg);
+    const BlockWidths w = gpt_block_widths(cfg);
     size_t B = cb->base.B, T = cb->base.T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
     const int layernorm = cfg->norm == NORM_LAYERNORM, rope = is_rope(cfg), gated = cfg->mlp != MLP_GELU;
     size_t off = 0;
@@ -217,7 +205,7 @@ static RopeShape rope_shape(const GPTConfig *cfg, int B, int T) {
 
 static size_t scratch_needed(const GPTConfig *cfg, int B, int T) {
     int N = B * T, C = cfg->dim;
-    const BlockWidths w = block_widths(cfg);
+    const BlockWidths w = gpt_block_widths(cfg);
     const AttentionShape as = attention_shape(cfg, B, T);
     size_t s = encoder_backward_scratch_bytes(N, cfg->padded_vocab_size);
     s = max_size(s, attention_backward_scratch_bytes(&as));
@@ -295,7 +283,7 @@ static void forward_body_gpt2(CudaBackend *cb, int t0, int B, int T) {
 static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
-    const BlockWidths w = block_widths(cfg);
+    const BlockWidths w = gpt_block_widths(cfg);
     const int C = cfg->dim, N = B * T, one_plus_w = cfg->norm == NORM_RMSNORM_ONE_PLUS_W;
     const size_t r = (size_t)t0, half = (size_t)cfg->head_dim / 2;
     const float eps = cfg->norm_eps;
@@ -480,7 +468,7 @@ static void backward_body_gpt2(CudaBackend *cb, GradSync *sync) {
 static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
-    const BlockWidths w = block_widths(cfg);
+    const BlockWidths w = gpt_block_widths(cfg);
     const int B = cb->base.B, T = cb->base.T, C = cfg->dim, N = B * T;
     const int one_plus_w = cfg->norm == NORM_RMSNORM_ONE_PLUS_W;
     const GatedAct act = cfg->mlp == MLP_GEGLU ? GATED_GELU_TANH : GATED_SILU;
