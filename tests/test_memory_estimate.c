@@ -62,6 +62,7 @@ TEST(gpt2_memory_estimate_counts_layernorm_statistics_and_a_4c_gelu_mlp) {
     expect_estimate(&t, 0, params, 2 * layer + rest, "gpt2");
     /* recomputing GELU: no per-layer gelu, one shared 16·64 buffer */
     expect_estimate(&t, 1, params, 2 * (layer - r(2048)) + rest + r(2048), "gpt2, GELU recomputed");
+    param_table_free(&t);
 }
 
 /* Llama: q, k, v of 4 + 2·2 heads of 6 as the projection wrote them, the attention's output, the
@@ -88,6 +89,7 @@ TEST(llama_memory_estimate_counts_gqa_kv_heads_head_dim_and_swiglus_gate_and_up)
     expect_estimate(&t, 0, LLAMA_PARAMS, 2 * llama_layer_acts() + llama_rest(), "llama");
     /* the gated product is always recomputed: asking for it changes nothing */
     expect_estimate(&t, 1, LLAMA_PARAMS, 2 * llama_layer_acts() + llama_rest(), "llama, MLP recomputed");
+    param_table_free(&t);
 }
 
 TEST(a_llama_recomputing_its_gate_and_up_rows_keeps_one_layers_of_them) {
@@ -99,6 +101,8 @@ TEST(a_llama_recomputing_its_gate_and_up_rows_keeps_one_layers_of_them) {
     ParamTable g = tiny_table(FAMILY_GPT2);
     const MemoryEstimate one = memory_estimate(&g, 2, 8, 1), two = memory_estimate(&g, 2, 8, 2);
     CHECK(one.activations == two.activations, "gpt2: %zu bytes at 2, %zu at 1", two.activations, one.activations);
+    param_table_free(&g);
+    param_table_free(&t);
 }
 
 TEST(an_untied_head_counts_its_own_matrix_gradient_and_adamw_state) {
@@ -109,11 +113,13 @@ TEST(an_untied_head_counts_its_own_matrix_gradient_and_adamw_state) {
     char err[ERR_LEN];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
     expect_estimate(&t, 0, LLAMA_PARAMS + 128 * 16, 2 * llama_layer_acts() + llama_rest(), "llama, untied head");
+    param_table_free(&t);
 }
 
 TEST(qwen2_memory_estimate_counts_the_qkv_bias) {
     ParamTable t = tiny_table(FAMILY_QWEN2);
     expect_estimate(&t, 0, LLAMA_PARAMS + 2 * 48, 2 * llama_layer_acts() + llama_rest(), "qwen2");
+    param_table_free(&t);
 }
 
 TEST(qwen3_memory_estimate_counts_qk_norm_statistics_per_head_and_one_shared_rotated_qkv) {
@@ -122,6 +128,7 @@ TEST(qwen3_memory_estimate_counts_qk_norm_statistics_per_head_and_one_shared_rot
      * one layer's rotated q, k, v (16·48) shared by the layers */
     const size_t layer = llama_layer_acts() + r(16 * 6 * 4);
     expect_estimate(&t, 0, LLAMA_PARAMS + 2 * 12, 2 * layer + llama_rest() + r(16 * 48 * 2), "qwen3");
+    param_table_free(&t);
 }
 
 /* GPT-2 124M (d12) at B = 4, T = 1024 as the CUDA backend has always counted it: 124,475,904
@@ -137,6 +144,7 @@ TEST(gpt2_124m_memory_figures_stay_what_they_were) {
     CHECK(e.activations == 1305660160u, "activations %zu bytes", e.activations);
     e = memory_estimate(&t, 4, 1024, 1);
     CHECK(e.activations == 1028836096u, "activations with GELU recomputed %zu bytes", e.activations);
+    param_table_free(&t);
 }
 
 TEST(the_largest_micro_batch_is_the_largest_whose_estimate_fits) {
@@ -148,6 +156,7 @@ TEST(the_largest_micro_batch_is_the_largest_whose_estimate_fits) {
     const MemoryEstimate one = memory_estimate(&t, 1, 8, 0);
     CHECK(memory_estimate_largest_batch(&t, 8, 0, extra, memory_estimate_total(&one) + extra - 1) == 0,
           "a sequence fits in less than its estimate");
+    param_table_free(&t);
 }
 
 /* `./train --device cpu` with a Llama prints the estimate of the same model and batch. */
