@@ -185,4 +185,5 @@ TEST(a_cpu_run_of_a_llama_prints_its_gpu_memory_estimate_and_largest_micro_batch
              memory_estimate_largest_batch(&t, 32, 0, MEMORY_RUNTIME_RESERVE, (size_t)80e9));
     CHECK(strstr(out, want), "no '%s': %s", want, out);
     free(out);
+    param_table_free(&t);
 }
