@@ -64,7 +64,9 @@ void gpt_family_defaults(GPTConfig *cfg, ModelFamily family) {
     /* Gemma3TextConfig's: a window of 4096 on five layers of six, the local base 1e4, scores scaled
      * by 256^-1/2, and pad_token_id 0 as the embedding's padding_idx */
     const int gemma = family == FAMILY_GEMMA3;
-    cfg->sandwich_norm = cfg->embed_scale = gemma;
+    cfg->sandwich_norm = gemma;
+    /* the checkpoints written here are float32, which transformers loads as float32 */
+    cfg->embed_scale = gemma ? EMBED_SCALE_F32 : EMBED_SCALE_NONE;
     cfg->query_pre_attn_scalar = gemma ? 256.0f : 0.0f;
     cfg->sliding_window = gemma ? 4096 : 0;
     cfg->sliding_window_pattern = gemma ? 6 : 0;
@@ -101,19 +103,28 @@ RopeParams gpt_layer_rope(const GPTConfig *cfg, int l) {
     return cfg->rope;
 }
 
-/* x rounded to the nearest bf16, ties to even (x finite) */
-static float round_to_bf16(float x) {
+/* x rounded to `bits` significant bits, ties to even (x finite and normal in the narrow type):
+ * 8 is bf16's precision, 11 fp16's */
+static float round_to_bits(float x, int bits) {
+    const int drop = 24 - bits;
+    const uint32_t half = (1u << (drop - 1)) - 1u;
     uint32_t u;
     memcpy(&u, &x, sizeof u);
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    u = (u + half + ((u >> drop) & 1u)) & ~((1u << drop) - 1u);
     memcpy(&x, &u, sizeof x);
     return x;
 }
 
 float gpt_embed_scale(const GPTConfig *cfg) {
-    /* transformers keeps hidden_size**0.5 as an fp32 buffer and casts it to the weights' dtype in
-     * the forward; checkpoints are bf16, so the scale they were trained with is its bf16 rounding */
-    return cfg->embed_scale ? round_to_bf16((float)sqrt((double)cfg->dim)) : 1.0f;
+    /* transformers keeps hidden_size**0.5 as an fp32 buffer and casts it to the weights' dtype in the
+     * forward */
+    const float scale = (float)sqrt((double)cfg->dim);
+    switch (cfg->embed_scale) {
+    case EMBED_SCALE_BF16: return round_to_bits(scale, 8);
+    case EMBED_SCALE_F16: return round_to_bits(scale, 11);
+    case EMBED_SCALE_F32: return scale;
+    default: return 1.0f;
+    }
 }
 
 float gpt_attention_scale(const GPTConfig *cfg) {

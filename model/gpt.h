@@ -57,6 +57,11 @@ typedef enum {
     MLP_GEGLU   /* (gelu_tanh(gate)·up)·down (Gemma) */
 } MlpKind;
 
+/* Gemma's embedding scale sqrt(C), which transformers keeps in fp32 and casts to the dtype it holds
+ * the weights in: the checkpoint's torch_dtype (a released Gemma's bfloat16 gives 25.25 at C = 640,
+ * 34.0 at 1152); the values are state.bin's. */
+typedef enum { EMBED_SCALE_NONE = 0, EMBED_SCALE_BF16 = 1, EMBED_SCALE_F32 = 2, EMBED_SCALE_F16 = 3 } EmbedScale;
+
 /* Every field left 0 takes GPT-2's value (gpt_config_finish fills them in), so a zero-initialised
  * config with layers, heads, dim, maxT and V is GPT-2. gpt_family_defaults sets the switches of
  * the other families. */
@@ -82,7 +87,7 @@ typedef struct {
     /* Gemma 3's switches (Gemma3TextConfig); all 0 elsewhere */
     int sandwich_norm;  /* each branch's output is normed before the residual add (post_attention_layernorm,
                          * post_feedforward_layernorm), and the MLP's input norm is pre_feedforward_layernorm */
-    int embed_scale;    /* the token embedding is multiplied by sqrt(C) rounded to bf16 (gpt_embed_scale) */
+    EmbedScale embed_scale; /* the token embedding is multiplied by sqrt(C), rounded (gpt_embed_scale) */
     float query_pre_attn_scalar; /* attention scale query_pre_attn_scalar^-1/2; 0: hd^-1/2 */
     int sliding_window; /* W: a sliding layer's query t sees keys t - W < t2 <= t */
     int sliding_window_pattern; /* P > 0: layer l is global when (l + 1) % P == 0 and slides otherwise
@@ -134,8 +139,7 @@ int gpt_layer_is_sliding(const GPTConfig *cfg, int l);
 /* Layer l's rotary embedding: rope_local_theta unscaled on sliding layers (when set), cfg->rope
  * elsewhere. */
 RopeParams gpt_layer_rope(const GPTConfig *cfg, int l);
-/* What the token embedding is multiplied by: 1, or with embed_scale sqrt(C) rounded to bf16 as
- * transformers rounds its scale to the weights' dtype (25.25 at C = 640, 34.0 at 1152). */
+/* What the token embedding is multiplied by: 1, or sqrt(C) rounded to embed_scale's dtype. */
 float gpt_embed_scale(const GPTConfig *cfg);
 /* The attention's scale: query_pre_attn_scalar^-1/2 when set, else hd^-1/2. */
 float gpt_attention_scale(const GPTConfig *cfg);

@@ -18,8 +18,8 @@
 enum { L = 3, C = 20, NH = 4, NKV = 2, HD = 6, F = 24, V = 37, T = 9, W = 3 };
 static const int layer_slides[L] = {1, 0, 1}; /* layer_types: sliding, full, sliding */
 static const double theta_global = 100.0, rope_factor = 4.0, theta_local = 10.0, qpas = 5.0, eps = 1e-6;
-/* sqrt(20) = 4.4721 as a bf16: 4 + 15/32 */
-static const double embed_scale = 4.46875;
+/* sqrt(20) in fp32: transformers' scale for a float32 model */
+static const double embed_scale = (double)4.47213602f;
 
 /* Names the table lacks, counted; they read as zeros so the reference still runs. */
 static int missing;

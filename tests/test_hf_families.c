@@ -79,6 +79,7 @@ static GPTConfig config_of(const TinyModel *m) {
     if (m->family == FAMILY_GEMMA3) {
         c.sliding_window = m->window, c.sliding_window_pattern = 0, c.query_pre_attn_scalar = m->scalar;
         c.rope_local_theta = m->local_theta;
+        c.embed_scale = m->bf16 ? EMBED_SCALE_BF16 : EMBED_SCALE_F32; /* its torch_dtype's rounding */
         memcpy(c.layer_sliding, m->sliding, sizeof m->sliding);
     }
     gpt_config_finish(&c);
@@ -107,10 +108,10 @@ static void write_gemma3_config(const char *dir, const TinyModel *m, const char 
     char path[900];
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
-    if (multimodal)
+    if (multimodal) /* its dtype in the outer config alone, as released multimodal checkpoints have it */
         fprintf(f, "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"model_type\": \"gemma3\", "
-                   "\"boi_token_index\": 255999, \"mm_tokens_per_image\": 256, \"vision_config\": {\"hidden_size\": 16, "
-                   "\"model_type\": \"siglip_vision_model\"}, \"text_config\": {");
+                   "\"torch_dtype\": \"%s\", \"boi_token_index\": 255999, \"mm_tokens_per_image\": 256, \"vision_config\": {\"hidden_size\": 16, "
+                   "\"model_type\": \"siglip_vision_model\"}, \"text_config\": {", m->bf16 ? "bfloat16" : "float32");
     else
         fprintf(f, "{\"architectures\": [\"Gemma3ForCausalLM\"], \"torch_dtype\": \"%s\", ", m->bf16 ? "bfloat16" : "float32");
     gemma3_fields(f, m, extra);

@@ -318,19 +318,26 @@ TEST(gemma3_layer_types_choose_the_sliding_layers_and_their_rope_base) {
     }
 }
 
-/* transformers keeps sqrt(hidden_size) in fp32 and casts it to the weights' dtype, bf16: 25.25 at
- * C = 640 (sqrt = 25.298), 34.0 at 1152 (sqrt = 33.941), 4.46875 at 20; families without the
- * switch use 1. */
-TEST(gemma3_embedding_scale_is_sqrt_dim_rounded_to_bf16) {
+/* transformers keeps sqrt(hidden_size) in fp32 and casts it to the weights' dtype: in bf16 25.25 at
+ * C = 640 (sqrt = 25.298), 34.0 at 1152 (sqrt = 33.941), 4.46875 at 20; in fp16 25.296875 at 640;
+ * in fp32 itself, the default of a model made here (its checkpoints are float32); families without
+ * the switch use 1. */
+TEST(gemma3_embedding_scale_is_sqrt_dim_rounded_to_the_weights_dtype) {
     const struct {
         int dim;
-        float scale;
-    } want[] = {{640, 25.25f}, {1152, 34.0f}, {20, 4.46875f}, {16, 4.0f}};
+        float bf16, f16;
+    } want[] = {{640, 25.25f, 25.296875f}, {1152, 34.0f, 33.9375f}, {20, 4.46875f, 4.47265625f}, {16, 4.0f, 4.0f}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         GPTConfig cfg = {.dim = want[i].dim};
         gpt_family_defaults(&cfg, FAMILY_GEMMA3);
-        CHECK(gpt_embed_scale(&cfg) == want[i].scale, "C = %d: scale %.9g, expected %.9g", want[i].dim,
-              gpt_embed_scale(&cfg), want[i].scale);
+        CHECK(gpt_embed_scale(&cfg) == sqrtf((float)want[i].dim), "C = %d: float32 scale %.9g", want[i].dim,
+              gpt_embed_scale(&cfg));
+        cfg.embed_scale = EMBED_SCALE_BF16;
+        CHECK(gpt_embed_scale(&cfg) == want[i].bf16, "C = %d: bf16 scale %.9g, expected %.9g", want[i].dim,
+              gpt_embed_scale(&cfg), want[i].bf16);
+        cfg.embed_scale = EMBED_SCALE_F16;
+        CHECK(gpt_embed_scale(&cfg) == want[i].f16, "C = %d: fp16 scale %.9g, expected %.9g", want[i].dim,
+              gpt_embed_scale(&cfg), want[i].f16);
         gpt_family_defaults(&cfg, FAMILY_LLAMA);
         CHECK(gpt_embed_scale(&cfg) == 1.0f, "Llama scales its embedding by %g", gpt_embed_scale(&cfg));
     }

@@ -452,6 +452,18 @@ static int read_gemma3_config(const JsonValue *root, const char *path, GPTConfig
     return 0;
 }
 
+/* The dtype transformers loads a Gemma checkpoint's weights in (dtype, or torch_dtype before
+ * transformers 5; a multimodal checkpoint's text_config may leave it to the outer config), which its
+ * embedding scale is rounded to; float32 when neither says. */
+static EmbedScale gemma3_embed_scale(const JsonValue *text, const JsonValue *root) {
+    const char *dtype = NULL;
+    for (int i = 0; i < 4 && !dtype; i++)
+        dtype = json_string(json_get(i < 2 ? text : root, i % 2 ? "torch_dtype" : "dtype"));
+    if (dtype && strcmp(dtype, "bfloat16") == 0) return EMBED_SCALE_BF16;
+    if (dtype && strcmp(dtype, "float16") == 0) return EMBED_SCALE_F16;
+    return EMBED_SCALE_F32;
+}
+
 /* final_logit_softcapping, a field of any family's config.json (Gemma 2's models set it): the model's
  * logits are capped before the softmax. A positive number, or null or absent for none. */
 static int read_logit_cap(const JsonValue *root, const char *path, GPTConfig *cfg, char *err) {
@@ -516,6 +528,7 @@ int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
                 : family == FAMILY_GEMMA3 ? read_gemma3_config(text, path, cfg, err) == 0
                                           : read_rope_family_config(root, path, family, cfg, err) == 0) &&
                read_logit_cap(text, path, cfg, err) == 0) {
+        if (family == FAMILY_GEMMA3) cfg->embed_scale = gemma3_embed_scale(text, root);
         gpt_config_finish(cfg);
         ParamTable t; /* the shape must be one the blocks compute: said now, naming the file */
         char why[ERR_LEN];
@@ -905,8 +918,12 @@ static int gemma3_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n
         "  \"rope_scaling\": %s,\n  \"rope_theta\": %s,\n  \"sliding_window\": %d,\n",
         scalar, eps, local, rope, theta, cfg->sliding_window);
     if (cfg->sliding_window_pattern > 0) PUT("  \"sliding_window_pattern\": %d,\n", cfg->sliding_window_pattern);
-    PUT("  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\",\n  \"use_bidirectional_attention\": false,\n"
-        "  \"use_cache\": true,\n  \"vocab_size\": %d\n}\n", cfg->untied_head ? "false" : "true", cfg->vocab_size);
+    /* the dtype transformers holds the weights in (the tensors here are float32): the embedding scale's */
+    const char *dtype = cfg->embed_scale == EMBED_SCALE_BF16  ? "bfloat16"
+                        : cfg->embed_scale == EMBED_SCALE_F16 ? "float16"
+                                                              : "float32";
+    PUT("  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\",\n  \"use_bidirectional_attention\": false,\n"
+        "  \"use_cache\": true,\n  \"vocab_size\": %d\n}\n", cfg->untied_head ? "false" : "true", dtype, cfg->vocab_size);
     return (int)len;
 }
 
