@@ -1031,6 +1031,35 @@ TEST(vocabulary_slices_with_logits_near_128_and_rows_32_times_as_spread) {
     check_slices(4, hot);
 }
 
+/* One slice over the whole vocabulary runs the whole streaming layer's kernels and GEMMs on the same
+ * chunks, its statistics pass the combine unchanged (a power of two of 2^0), and its fp32 dH takes
+ * the target's rounding back as the whole layer does before its one cast: so the loss, lse and dW
+ * are the whole layer's bitwise, and dH is once rounded to bf16. */
+TEST(a_single_vocabulary_slice_is_the_whole_streaming_layer_bitwise) {
+    uint64_t seed = fresh_seed(), s = seed;
+    const Case c = C_(1000, 5000, 128, 2.0, 0.1);
+    Bf16Tensor H, W;
+    std::vector<int32_t> tg;
+    slice_inputs(1, c, &s, &H, &W, &tg);
+    SliceOut g;
+    REQUIRE(run_slices(1, H, W, tg, c.N, (int)c.V, c.d, c.red, c.grad_scale, &g) == 0, "slice layer failed");
+    GpuOut whole;
+    std::vector<float> dW0((size_t)c.V * c.d, 0.0f);
+    REQUIRE(run_layer(STREAMING, H, W, tg, c.N, c.V, c.d, c.red, c.grad_scale, &dW0, &whole) == 0,
+            "whole layer failed");
+    size_t dH_differ = 0;
+    for (size_t i = 0; i < g.dH.size(); i++)
+        if (__bfloat16_as_ushort(__float2bfloat16(g.dH[i])) != whole.dH_bits[i]) dH_differ++;
+    CHECK(memcmp(&g.loss, &whole.loss, 4) == 0, "loss %.9g vs the whole layer's %.9g (seed %llu)", g.loss,
+          whole.loss, (unsigned long long)seed);
+    CHECK(memcmp(g.lse.data(), whole.lse.data(), (size_t)c.N * 4) == 0, "lse differs from the whole layer's (seed %llu)",
+          (unsigned long long)seed);
+    CHECK(dH_differ == 0, "%zu of %zu dH values, rounded to bf16, differ from the whole layer's (seed %llu)", dH_differ,
+          g.dH.size(), (unsigned long long)seed);
+    CHECK(memcmp(g.dW.data(), whole.dW.data(), dW0.size() * 4) == 0, "dW differs from the whole layer's (seed %llu)",
+          (unsigned long long)seed);
+}
+
 TEST(vocabulary_slices_are_bitwise_deterministic) {
     uint64_t seed = fresh_seed(), s = seed;
     const int R = 3, V = 30000, d = 128;
