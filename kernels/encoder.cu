@@ -9,7 +9,13 @@
  *   sums all of its rows in that order and adds once. dwpe: one thread per (t, 8 channels) loops over b.
  *   FLOPs 2·N·C; bytes 2·N·C·2 (dout read twice) + (U + T)·C·4·2 (U distinct tokens) + the sort.
  *   A token repeated very often makes one block long (its rows are summed serially); on text the
- *   most common token is a few % of N, which stays far below the dwpe pass. */
+ *   most common token is a few % of N, which stays far below the dwpe pass.
+ * Over a vocabulary slice (the token embedding of a tied head split by vocabulary rows): a rank
+ * owning wte's rows [v0, v0 + Vs) looks up, at every rank's positions (the all-gathered tokens),
+ * the rows it owns and writes 0 at the others, so that the ranks' outputs summed (a
+ * reduce-scatter) are the whole lookup exactly: one rank adds its row to zeros. The backward adds
+ * each of the slice's tokens' rows of dout (the all-gathered d(embedding)) into its row of the
+ * slice, sorted and summed as above, so the slices' dwte side by side are bitwise the whole one. */
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
 
@@ -58,12 +64,13 @@ __global__ void encoder_backward_wpe_kernel(float *dwpe, const bf16 *dout, int B
 }
 
 /* One block per sorted position i; only the block at the first row of a token's run works. Its
- * threads split the channels (8 per thread, looping if C/8 > blockDim). */
+ * threads split the channels (8 per thread, looping if C/8 > blockDim). Tokens at or past rows
+ * are a slice's mark for a token another rank owns: nothing of them is added. */
 __global__ void encoder_backward_wte_kernel(float *dwte, const bf16 *dout, const int *sorted_tok,
-                                            const int *sorted_n, int N, int C) {
+                                            const int *sorted_n, int N, int C, int rows) {
     int i = blockIdx.x;
     int tok = sorted_tok[i];
-    if (i > 0 && sorted_tok[i - 1] == tok) return;
+    if (tok >= rows || (i > 0 && sorted_tok[i - 1] == tok)) return;
     int end = i + 1;
     while (end < N && sorted_tok[end] == tok) end++;
     for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
@@ -111,6 +118,56 @@ extern "C" void encoder_backward(float *dwte, float *dwpe, void *scratch, const 
 
     sort_rows_by_key(inp, sorted_tok, rows, sorted_rows, temp, temp_bytes, N, bits_for(Vp), stream);
     int threads = C / 8 < 256 ? (int)round_up(C / 8, 32) : 256;
-    encoder_backward_wte_kernel<<<N, threads, 0, stream>>>(dwte, dout, sorted_tok, sorted_rows, N, C);
+    encoder_backward_wte_kernel<<<N, threads, 0, stream>>>(dwte, dout, sorted_tok, sorted_rows, N, C, Vp);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* ---- over a vocabulary slice ---------------------------------------------------------------- */
+
+__global__ void encoder_slice_forward_kernel(bf16 *out, const int *inp, const bf16 *wte_slice, int v0, int Vs, int N,
+                                             int C) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int groups = C / 8;
+    if (idx >= (size_t)N * groups) return;
+    int n = (int)(idx / groups), c = (int)(idx % groups) * 8;
+    int tok = inp[n] - v0;
+    uint4 v = make_uint4(0, 0, 0, 0); /* bf16 zeros */
+    if (tok >= 0 && tok < Vs) v = *reinterpret_cast<const uint4 *>(wte_slice + (size_t)tok * C + c);
+    *reinterpret_cast<uint4 *>(out + (size_t)n * C + c) = v;
+}
+
+extern "C" void encoder_slice_forward(kbf16 *out, const int *inp, const kbf16 *wte_slice, int v0, int Vs, int N,
+                                      int C, cudaStream_t stream) {
+    size_t threads = (size_t)N * (C / 8);
+    encoder_slice_forward_kernel<<<ceil_div(threads, 256), 256, 0, stream>>>(out, inp, wte_slice, v0, Vs, N, C);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* A token as the slice's row, Vs (past its rows) for a token another rank owns. */
+__global__ void encoder_slice_keys_kernel(int *keys, const int *inp, int v0, int Vs, int N) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    int tok = inp[n] - v0;
+    keys[n] = tok >= 0 && tok < Vs ? tok : Vs;
+}
+
+/* Scratch layout: encoder_backward's (for keys up to Vs) after the slice's keys. */
+extern "C" size_t encoder_slice_backward_scratch_bytes(int N, int Vs) {
+    return round_up(N * sizeof(int), 256) + encoder_backward_scratch_bytes(N, Vs + 1);
+}
+
+extern "C" void encoder_slice_backward(float *dwte_slice, void *scratch, const kbf16 *dout, const int *inp, int v0,
+                                       int Vs, int N, int C, cudaStream_t stream) {
+    size_t ints = round_up(N * sizeof(int), 256);
+    char *s = (char *)scratch;
+    int *keys = (int *)s, *rows = (int *)(s + ints), *sorted_tok = (int *)(s + 2 * ints),
+        *sorted_rows = (int *)(s + 3 * ints);
+    void *temp = s + 4 * ints;
+    encoder_slice_keys_kernel<<<ceil_div((size_t)N, 256), 256, 0, stream>>>(keys, inp, v0, Vs, N);
+    CUDA_CHECK(cudaGetLastError());
+    sort_rows_by_key(keys, sorted_tok, rows, sorted_rows, temp, sort_rows_by_key_temp_bytes(N, bits_for(Vs + 1)), N,
+                     bits_for(Vs + 1), stream);
+    int threads = C / 8 < 256 ? (int)round_up(C / 8, 32) : 256;
+    encoder_backward_wte_kernel<<<N, threads, 0, stream>>>(dwte_slice, dout, sorted_tok, sorted_rows, N, C, Vs);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -44,6 +44,16 @@ void encoder_forward(kbf16 *out, const int *inp, const kbf16 *wte, const kbf16 *
 size_t encoder_backward_scratch_bytes(int N, int Vp);
 void encoder_backward(float *dwte, float *dwpe, void *scratch, const kbf16 *dout, const int *inp, int B, int T,
                       int C, int Vp, cudaStream_t stream);
+/* Over wte's rows [v0, v0 + Vs) (wte_slice, the rows a rank owns), for N positions (every rank's):
+ * out[n,:] = wte_slice[inp[n] - v0,:] where the slice holds inp[n], else 0   (=, exact: the
+ * ranks' outputs summed are encoder_forward's without wpe), and dwte_slice[tok - v0,:] += the rows
+ * of dout at tok for the slice's tokens only (+= fp32, deterministic; the slices side by side are
+ * encoder_backward's dwte bitwise). scratch: encoder_slice_backward_scratch_bytes(N, Vs) bytes. */
+void encoder_slice_forward(kbf16 *out, const int *inp, const kbf16 *wte_slice, int v0, int Vs, int N, int C,
+                           cudaStream_t stream);
+size_t encoder_slice_backward_scratch_bytes(int N, int Vs);
+void encoder_slice_backward(float *dwte_slice, void *scratch, const kbf16 *dout, const int *inp, int v0, int Vs,
+                            int N, int C, cudaStream_t stream);
 
 /* ---- layernorm.cu: residual add fused with LayerNorm ------------------------------------ */
 /* residual = a + b (rounded to bf16; skipped when b == NULL, then residual may be NULL and the

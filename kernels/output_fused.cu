@@ -579,6 +579,44 @@ __global__ void fused_merge_kernel(const float *win_k, const float *win_a, int n
     }
 }
 
+/* A vocabulary slice's statistics per row (output_slice_forward): its windows' (k, sum) merged as
+ * fused_merge_kernel merges them, and the target logit (0 when the slice does not hold the
+ * target: zt was zeroed). */
+__global__ void slice_merge_kernel(const float *win_k, const float *win_a, int nwin, int64_t ld, const float *zt,
+                                   int64_t N, float *stats) {
+    const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= N) return;
+    float K = -INFINITY;
+    for (int w = 0; w < nwin; w++) K = fmaxf(K, win_k[w * ld + row]);
+    float S = 0.0f;
+    for (int w = 0; w < nwin; w++) S += rescale_sum(win_a[w * ld + row], win_k[w * ld + row], K);
+    stats[row] = K, stats[N + row] = S, stats[2 * N + row] = zt[row];
+}
+
+/* R slices' statistics per row combined in rank order: the integer references' max, the sums
+ * rescaled to it by powers of two, the one target logit; then lse and loss as the whole layer's
+ * merge finishes them. */
+__global__ void slices_combine_kernel(const float *g, int R, int64_t N, const int32_t *targets, float *lse,
+                                      float *row_loss) {
+    const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= N) return;
+    float K = -INFINITY;
+    for (int r = 0; r < R; r++) K = fmaxf(K, g[(int64_t)r * 3 * N + row]);
+    float S = 0.0f, zt = 0.0f;
+    for (int r = 0; r < R; r++) {
+        const float *st = g + (int64_t)r * 3 * N;
+        S += rescale_sum(st[N + row], st[row], K);
+        zt += st[2 * N + row];
+    }
+    finish_row(K, S, targets[row], zt, row, lse, NULL, row_loss);
+}
+
+void outl_slices_combine(const float *gathered, int R, int64_t N, const int32_t *targets, float *lse,
+                         float *row_loss, cudaStream_t stream) {
+    slices_combine_kernel<<<(unsigned)ceil_div(N, 256), 256, 0, stream>>>(gathered, R, N, targets, lse, row_loss);
+    CUDA_CHECK(cudaGetLastError());
+}
+
 /* Eight floats rounded to bf16, as one 16-byte store. */
 __device__ __forceinline__ void store_bf16x8(bf16 *out, const float (&v)[8]) {
     __nv_bfloat162 o[4];
@@ -609,6 +647,28 @@ __global__ void stream_dh_kernel(bf16 *dH, const float *acc, const float *tcoef,
     }
     store_bf16x8(dH + 8 * i, v);
 }
+
+/* stream_dh_kernel's correction where dH stays fp32 (a vocabulary slice's partial dH): dH +=
+ * scale tcoef W[target] in place, only for rows whose target the slice holds (t in [0, V)). */
+__global__ void stream_dh_f32_kernel(float *dH, const float *tcoef, const int32_t *targets, const bf16 *W,
+                                     const float *scale, int d, int64_t V, int64_t n8) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n8) return;
+    const int64_t r = (i * 8) / d, j = (i * 8) % d;
+    const int t = targets[r];
+    if (t < 0 || t >= V) return;
+    const float c = tcoef[r] * *scale;
+    const uint4 wv = *reinterpret_cast<const uint4 *>(W + (int64_t)t * d + j);
+    const __nv_bfloat162 *wp = reinterpret_cast<const __nv_bfloat162 *>(&wv);
+    float4 *out = reinterpret_cast<float4 *>(dH) + 2 * i;
+    float4 x = out[0], y = out[1];
+    float2 w0 = __bfloat1622float2(wp[0]), w1 = __bfloat1622float2(wp[1]), w2 = __bfloat1622float2(wp[2]),
+           w3 = __bfloat1622float2(wp[3]);
+    x.x = fmaf(c, w0.x, x.x), x.y = fmaf(c, w0.y, x.y), x.z = fmaf(c, w1.x, x.z), x.w = fmaf(c, w1.y, x.w);
+    y.x = fmaf(c, w2.x, y.x), y.y = fmaf(c, w2.y, y.y), y.z = fmaf(c, w3.x, y.z), y.w = fmaf(c, w3.y, y.w);
+    out[0] = x, out[1] = y;
+}
+
 /* Each row's reference for its scaled exponentials, in log2 units: its target's logit (its
  * column 0's when the target is ignored), so that E = 1 at the target and the row's sum S is at
  * least about 1; E overflows only where a logit exceeds the target's by ~40 (S > 2^60: a loss over
@@ -776,12 +836,14 @@ __global__ void exp_dh_kernel(bf16 *dH, const float *EW, const float *row_scale,
 
 /* The one-hot part of dW: dW[t] += scale sum of tcoef H over the rows aiming at t, in row order.
  * keys and rows: the targets and row indices sorted by target (stably), a block per position;
- * the first position of each target sums its rows, so every dW row has one owner and no atomics. */
+ * the first position of each target sums its rows, so every dW row has one owner and no atomics.
+ * Targets at or past V are a vocabulary slice's rows whose target another slice holds: no row of
+ * this dW, and their tcoef was never written. */
 __global__ void onehot_dw_kernel(const int32_t *keys, const int32_t *rows, int64_t N, const float *tcoef,
-                                     const bf16 *H, int d, const float *scale, float *dW) {
+                                     const bf16 *H, int d, int64_t V, const float *scale, float *dW) {
     const int64_t i = blockIdx.x;
     const int t = keys[i];
-    if (t < 0 || (i > 0 && keys[i - 1] == t)) return;
+    if (t < 0 || t >= V || (i > 0 && keys[i - 1] == t)) return;
     const float g = *scale;
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         float acc = 0.0f;
@@ -975,7 +1037,8 @@ static dim3 row_sweep_grid(int64_t nr, int64_t nc, int64_t d, TileArgs *t) {
     return dim3((unsigned)(P * CLUSTER), (unsigned)ceil_div(nt, tpc));
 }
 
-void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream) {
+void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, float *slice_stats,
+                        cudaStream_t stream) {
     const int64_t N = a->N, V = L->V;
     int64_t nwin = 1, tpc = 1, P = 1;
     persistent_plan(N, V, L->d, resident_clusters(), L->fs.stats_elems / N, &nwin, &P, &tpc);
@@ -994,6 +1057,12 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     launch_tile_kernel(tile_kernel<MODE_STATS>, dim3((unsigned)nwin, (unsigned)(P * CLUSTER)), 1, 0, t,
                        tensor_map(t.H, N, L->d, BM), tensor_map(t.W, V, L->d, TN / CLUSTER), stream);
     CUDA_CHECK(cudaGetLastError());
+    if (slice_stats) {
+        slice_merge_kernel<<<(unsigned)ceil_div(N, 256), 256, 0, stream>>>(L->win_m, L->win_a, (int)nwin, N, L->zt,
+                                                                           N, slice_stats);
+        CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     const int objective = a->options.logit_softcap != 0.0f || output_loss_has_objective(&a->options);
     fused_merge_kernel<<<(unsigned)ceil_div(N, 256), 256, 0, stream>>>(
         L->win_m, L->win_a, (int)nwin, N, L->zt, a->targets, N, L->lse, a->row_lse, row_loss, NULL, NULL, t.win_zs,
@@ -1001,7 +1070,7 @@ void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_los
     CUDA_CHECK(cudaGetLastError());
 }
 
-void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream) {
+void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, float *dH_f32, cudaStream_t stream) {
     const int64_t N = a->N, V = L->V, d = L->d;
     if (L->fs.chunk_rows < 1 || L->fs.window_cols < TN) {
         fprintf(stderr, "error: output layer: internal: no streaming backward workspace (%lld rows x %lld columns)\n",
@@ -1024,6 +1093,7 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
                      32, stream);
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t nr = min(rows, N - r0);
+        float *dh = dH_f32 ? dH_f32 + r0 * d : L->dh_acc;
         for (int64_t c0 = 0; c0 < V; c0 += cols) {
             const int64_t nc = min(cols, V - c0);
             TileArgs t = {};
@@ -1036,19 +1106,25 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
             launch_tile_kernel(tile_kernel<MODE_DZ>, grid, 0, r0 > 0 || c0 > 0, t, tm_h, tm_w, stream);
             CUDA_CHECK(cudaGetLastError());
             /* dH_chunk^T [d x nr] (=/+=) (W_window stored d x nc) . (dZ stored nc x nr, ld cols) */
-            outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, nc, W + c0 * d, d, dz, cols, L->dh_acc, CUDA_R_32F, d,
+            outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, nc, W + c0 * d, d, dz, cols, dh, CUDA_R_32F, d,
                       sc + OUTL_SCALE, sc + (c0 == 0 ? OUTL_ZERO : OUTL_ONE), stream);
             /* dW_window^T [d x nc] += (H_chunk stored d x nr) . (dZ stored nc x nr)^T */
             outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, nc, nr, H + r0 * d, d, dz, cols, a->dW + c0 * d, CUDA_R_32F,
                       d, sc + OUTL_SCALE, sc + OUTL_ONE, stream);
         }
         const int64_t n8 = nr * d / 8;
+        if (dH_f32) {
+            stream_dh_f32_kernel<<<(unsigned)ceil_div(n8, 256), 256, 0, stream>>>(
+                dh, L->tcoef + r0, a->targets + r0, W, sc + OUTL_SCALE, (int)d, V, n8);
+            CUDA_CHECK(cudaGetLastError());
+            continue;
+        }
         stream_dh_kernel<<<(unsigned)ceil_div(n8, 256), 256, 0, stream>>>(
             (bf16 *)a->dH + r0 * d, L->dh_acc, L->tcoef + r0, a->targets + r0, W, sc + OUTL_SCALE, (int)d, n8);
         CUDA_CHECK(cudaGetLastError());
     }
-    onehot_dw_kernel<<<(unsigned)N, 128, 0, stream>>>(keys, rows_by_target, N, L->tcoef, H, (int)d, sc + OUTL_SCALE,
-                                                      a->dW);
+    onehot_dw_kernel<<<(unsigned)N, 128, 0, stream>>>(keys, rows_by_target, N, L->tcoef, H, (int)d, V,
+                                                      sc + OUTL_SCALE, a->dW);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -1142,7 +1218,7 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
         outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, nr, L->exp_hs, d, L->ex, ld, a->dW, CUDA_R_32F, d,
                   sc + OUTL_SCALE, sc + OUTL_ONE, stream);
     }
-    onehot_dw_kernel<<<(unsigned)N, 128, 0, stream>>>(keys, rows_by_target, N, L->tcoef, H, (int)d,
+    onehot_dw_kernel<<<(unsigned)N, 128, 0, stream>>>(keys, rows_by_target, N, L->tcoef, H, (int)d, V,
                                                           sc + OUTL_SCALE, a->dW);
     CUDA_CHECK(cudaGetLastError());
     if (hsum) {

@@ -121,9 +121,9 @@ static int device_sms(void) {
 /* Every buffer of the object, in creation order, with its size; shared by workspace_bytes and
  * create so that the two always agree. */
 typedef struct {
-    size_t lse, row_loss, row_obj, scalars, win_m, win_a, win_zs, zt, exp_ref2, ex, exp_sums, exp_row_scale, exp_hs,
-        tcoef, exp_zsum, exp_rank1, exp_colsum, target_sort,
-        target_sort_temp, exp_overflow, dz,
+    size_t lse, row_loss, row_obj, scalars, win_m, win_a, win_zs, zt, slice_targets, exp_ref2, ex, exp_sums,
+        exp_row_scale, exp_hs, tcoef, exp_zsum, exp_rank1, exp_colsum, target_sort, target_sort_temp, exp_overflow,
+        dz,
         dh_acc, logits;
 } Sizes;
 
@@ -138,6 +138,7 @@ static Sizes layer_sizes(OutputKind kind, int64_t max_N, int64_t V, int d, int s
         *fs = outl_fused_sizes(max_N, V, d, sms, budget);
         s.win_m = s.win_a = s.win_zs = (size_t)fs->stats_elems * sizeof(float);
         s.zt = (size_t)max_N * sizeof(float);
+        s.slice_targets = (size_t)max_N * sizeof(int32_t);
         const size_t exp_rows = (size_t)fs->exp_rows;
         s.exp_ref2 = exp_rows ? (size_t)max_N * sizeof(float) : 0;
         s.ex = exp_rows * (size_t)fs->exp_ld * sizeof(__nv_bfloat16);
@@ -171,9 +172,8 @@ size_t output_layer_workspace_bytes(OutputKind kind, int64_t max_N, int64_t V, i
     OutlFusedSizes fs;
     Sizes s = layer_sizes(kind, max_N, V, d, device_sms(), budget, &fs);
     return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.row_obj + s.scalars + s.win_m + s.win_a + s.win_zs + s.zt +
-           s.exp_ref2 + s.ex + s.exp_sums + s.exp_row_scale + s.exp_hs + s.tcoef + s.exp_zsum + s.exp_rank1 +
-           s.exp_colsum + s.target_sort + s.target_sort_temp +
-           s.exp_overflow + s.dz + s.dh_acc + s.logits;
+           s.slice_targets + s.exp_ref2 + s.ex + s.exp_sums + s.exp_row_scale + s.exp_hs + s.tcoef + s.exp_zsum +
+           s.exp_rank1 + s.exp_colsum + s.target_sort + s.target_sort_temp + s.exp_overflow + s.dz + s.dh_acc + s.logits;
 }
 
 static void *dev_alloc(size_t bytes) {
@@ -201,6 +201,7 @@ OutputLayer *output_layer_create(OutputKind kind, int64_t max_N, int64_t V, int 
     L->win_a = (float *)dev_alloc(s.win_a);
     L->win_zs = (float *)dev_alloc(s.win_zs);
     L->zt = (float *)dev_alloc(s.zt);
+    L->slice_targets = (int32_t *)dev_alloc(s.slice_targets);
     L->exp_ref2 = (float *)dev_alloc(s.exp_ref2);
     L->ex = dev_alloc(s.ex);
     L->exp_sums = (float *)dev_alloc(s.exp_sums);
@@ -238,6 +239,7 @@ void output_layer_destroy(OutputLayer *L) {
     CUDA_CHECK(cudaFree(L->exp_sums));
     CUDA_CHECK(cudaFree(L->ex));
     CUDA_CHECK(cudaFree(L->exp_ref2));
+    CUDA_CHECK(cudaFree(L->slice_targets));
     CUDA_CHECK(cudaFree(L->zt));
     CUDA_CHECK(cudaFree(L->win_zs));
     CUDA_CHECK(cudaFree(L->win_a));
@@ -303,9 +305,9 @@ static int run(OutputLayer *L, const OutputLayerArgs *a, int backward, cudaStrea
         outl_fused_exp_forward_backward(L, a, row_loss, stream);
         outl_reduce_loss(row_loss, NULL, a->N, L->scalars, a->loss, stream);
     } else if (L->kind == OUTPUT_FUSED) {
-        outl_fused_forward(L, a, row_loss, stream);
+        outl_fused_forward(L, a, row_loss, NULL, stream);
         outl_reduce_loss(row_loss, NULL, a->N, L->scalars, a->loss, stream);
-        if (backward) outl_fused_backward(L, a, stream);
+        if (backward) outl_fused_backward(L, a, NULL, stream);
     } else {
         outl_canonical_run(L, a, row_loss, backward, stream);
         outl_reduce_loss(row_loss, NULL, a->N, L->scalars, a->loss, stream);
@@ -324,4 +326,97 @@ int output_layer_forward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t 
 
 int output_layer_forward_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream) {
     return run(L, a, 1, stream);
+}
+
+/* ---- over a vocabulary slice ------------------------------------------------------------------ */
+
+/* The targets as the slice's columns: t - v0 inside the slice, -1 kept (ignored), and a column no
+ * tile reaches for a counted row whose target another slice holds (no target logit, no one-hot). */
+__global__ void slice_targets_kernel(const int32_t *targets, int64_t N, int64_t v0, int64_t Vs, int32_t *out) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    const int64_t t = targets[i];
+    out[i] = t == -1 ? -1 : t >= v0 && t < v0 + Vs ? (int32_t)(t - v0) : INT32_MAX;
+}
+
+static int check_slice_args(const OutputLayer *L, const OutputSliceArgs *a, int backward) {
+    if (!L || !a) {
+        fprintf(stderr, "error: output layer: NULL layer or slice arguments\n");
+        return -1;
+    }
+    if (L->kind != OUTPUT_FUSED) {
+        fprintf(stderr, "error: output layer: a vocabulary slice runs on the fused layer only (--output fused)\n");
+        return -1;
+    }
+    if (L->fs.exp_rows > 0) {
+        fprintf(stderr, "error: output layer: a vocabulary slice runs the streaming path (create its layer with "
+                        "budget 0)\n");
+        return -1;
+    }
+    if (a->N < 1 || a->N > L->max_N) {
+        fprintf(stderr, "error: output layer: N=%lld rows outside [1, %lld] (the max_N it was created for)\n",
+                (long long)a->N, (long long)L->max_N);
+        return -1;
+    }
+    if (a->v0 < 0 || a->v0 > (int64_t)INT32_MAX - L->V) {
+        fprintf(stderr, "error: output layer: slice start v0=%lld is not a vocabulary row\n", (long long)a->v0);
+        return -1;
+    }
+    if (!a->H || !a->W || !a->targets) {
+        fprintf(stderr, "error: output layer: H, W and targets are required\n");
+        return -1;
+    }
+    if (a->reduction != OUTPUT_REDUCE_MEAN && a->reduction != OUTPUT_REDUCE_SUM) {
+        fprintf(stderr, "error: output layer: unknown reduction %d\n", (int)a->reduction);
+        return -1;
+    }
+    if (backward ? !a->lse || !a->dH || !a->dW : !a->stats) {
+        fprintf(stderr, "error: output layer: a slice's %s\n",
+                backward ? "backward needs lse, dH and dW" : "forward needs stats");
+        return -1;
+    }
+    return 0;
+}
+
+/* The slice as the whole-layer paths see it: W's rows are the columns, the targets remapped. */
+static OutputLayerArgs slice_layer_args(OutputLayer *L, const OutputSliceArgs *a, cudaStream_t stream) {
+    slice_targets_kernel<<<(unsigned)ceil_div(a->N, 256), 256, 0, stream>>>(a->targets, a->N, a->v0, L->V,
+                                                                            L->slice_targets);
+    CUDA_CHECK(cudaGetLastError());
+    OutputLayerArgs b = {};
+    b.H = a->H, b.W = a->W, b.targets = L->slice_targets, b.N = a->N;
+    b.reduction = a->reduction, b.grad_scale = a->grad_scale;
+    b.dW = a->dW;
+    return b;
+}
+
+int output_slice_forward(OutputLayer *L, const OutputSliceArgs *a, cudaStream_t stream) {
+    if (check_slice_args(L, a, 0)) return -1;
+    const OutputLayerArgs b = slice_layer_args(L, a, stream);
+    CUDA_CHECK(cudaMemsetAsync(L->zt, 0, (size_t)a->N * sizeof(float), stream));
+    outl_fused_forward(L, &b, L->row_loss, a->stats, stream);
+    return 0;
+}
+
+int output_slices_combine(OutputLayer *L, const OutputSliceArgs *a, const float *gathered, int R, float *lse,
+                          float *loss, cudaStream_t stream) {
+    if (!L || !a || !gathered || !lse || !loss || R < 1 || a->N < 1 || a->N > L->max_N || !a->targets) {
+        fprintf(stderr, "error: output layer: combining slices needs the layer, R >= 1 ranks' statistics, "
+                        "targets, lse and loss for 1 to max_N rows\n");
+        return -1;
+    }
+    outl_count_valid(a->targets, a->N, a->reduction, a->grad_scale, L->scalars, stream);
+    outl_slices_combine(gathered, R, a->N, a->targets, lse, L->row_loss, stream);
+    outl_reduce_loss(L->row_loss, NULL, a->N, L->scalars, loss, stream);
+    return 0;
+}
+
+int output_slice_backward(OutputLayer *L, const OutputSliceArgs *a, cudaStream_t stream) {
+    if (check_slice_args(L, a, 1)) return -1;
+    /* the whole targets: every rank holds all rows, so this is the global count */
+    outl_count_valid(a->targets, a->N, a->reduction, a->grad_scale, L->scalars, stream);
+    const OutputLayerArgs b = slice_layer_args(L, a, stream);
+    CUDA_CHECK(cudaMemcpyAsync(L->lse, a->lse, (size_t)a->N * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    outl_fused_backward(L, &b, a->dH, stream);
+    return 0;
 }

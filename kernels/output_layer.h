@@ -107,6 +107,48 @@ int output_layer_forward_backward(OutputLayer *layer, const OutputLayerArgs *arg
 
 const char *output_layer_kind_name(OutputKind kind); /* "fused" / "canonical" */
 
+/* ---- over a vocabulary slice (the vocabulary-parallel layer; its CPU reference and the algorithm:
+ * model/cpu/vocab_parallel_cpu.h) -----------------------------------------------------------------
+ * A fused layer created with V = Vs, the slice's real words, and budget 0 (the streaming path) runs
+ * over W's rows [0, Vs), which are the words [v0, v0 + Vs) of the whole vocabulary (the slice's
+ * padding rows are never read); the targets stay whole-vocabulary ids, and those outside the slice
+ * take no target logit and no one-hot. Every rank passes all N rows (the gathered H and targets),
+ * so the valid count, and with it the mean, is the global one. The plain cross-entropy only (no
+ * loss options).
+ *   1. output_slice_forward: per row, the slice's statistics in stats [3 x N]: k (an integer in
+ *      log2 units), s = sum over the slice of 2^(z log2(e) - k), and the target logit when the slice
+ *      holds the target, else 0.
+ *   2. gather every rank's stats in rank order ([R x 3 x N], an all-gather's result) and
+ *      output_slices_combine: per row K = max k_r, S = sum over r in rank order of s_r 2^(k_r - K)
+ *      (powers of two: exact), lse = (K + log2 S) ln 2, loss = lse - the target logit (exactly one
+ *      slice's, the others add 0). The same bits on every rank, since each combines the same inputs
+ *      in the same order.
+ *   3. output_slice_backward from every row's lse: dH (fp32 [N x d], OVERWRITTEN) gets this
+ *      slice's part of grad_scale d(loss)/dH, to be summed over the ranks (a reduce-scatter); dW
+ *      (fp32 [Vs x d]) gets its rows' gradient ADDED. Streaming path (four GEMMs' work over the
+ *      slice: the backward recomputes the logits from lse), deterministic. */
+typedef struct {
+    const kbf16 *H;          /* [N x d] every rank's rows */
+    const kbf16 *W;          /* [Vs x d] the slice's rows */
+    const int32_t *targets;  /* [N] whole-vocabulary ids, or -1 (ignored) */
+    int64_t N;               /* 1 <= N <= max_N */
+    int64_t v0;              /* the slice's first word */
+    OutputReduction reduction;
+    float grad_scale;        /* as in OutputLayerArgs */
+    float *stats;            /* forward: [3 x N] */
+    const float *lse;        /* backward: [N] every row's log-sum-exp over the whole vocabulary */
+    float *dH;               /* backward: fp32 [N x d], overwritten */
+    float *dW;               /* backward: fp32 [Vs x d], added to */
+} OutputSliceArgs;
+
+/* 0 on success; -1 with a message on stderr for invalid arguments (nothing is launched). */
+int output_slice_forward(OutputLayer *layer, const OutputSliceArgs *args, cudaStream_t stream);
+/* gathered: [R x 3 x N] the ranks' stats; lse [N] (every row's, as row_lse) and loss (mean or sum
+ * as args->reduction) written; args->stats, lse, dH, dW unused */
+int output_slices_combine(OutputLayer *layer, const OutputSliceArgs *args, const float *gathered, int R, float *lse,
+                          float *loss, cudaStream_t stream);
+int output_slice_backward(OutputLayer *layer, const OutputSliceArgs *args, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -46,6 +46,7 @@ struct OutputLayer {
     float *win_m, *win_a; /* [stats_elems] */
     float *win_zs;        /* [stats_elems] per-window sum of the (capped) logits, for label smoothing */
     float *zt;            /* [max_N] target logit */
+    int32_t *slice_targets; /* [max_N] over a vocabulary slice: the targets as the slice's columns */
     float *exp_ref2;      /* [max_N] each row's reference for E, log2 units */
     void *ex;             /* [exp_rows x exp_ld] E = exp(z - reference) in bf16, 0 at the target */
     float *exp_sums;      /* [exp_rows x exp_tiles] sum of E per row and tile */
@@ -117,11 +118,18 @@ __device__ __forceinline__ float outl_cap(float z, float cap) { return cap > 0.0
 OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int sms, size_t budget);
 /* bytes of scratch for sorting up to max_N rows by target */
 size_t outl_target_sort_bytes(int64_t max_N);
-/* forward only (the streaming statistics, one logits-sized GEMM's work): loss, row_loss, lse */
-void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, cudaStream_t stream);
+/* forward only (the streaming statistics, one logits-sized GEMM's work): loss, row_loss, lse; with
+ * slice_stats, instead each row's merged (k, sum) and target logit (output_slice_forward; L->zt
+ * must be zeroed first, as targets outside the slice write none) */
+void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, float *slice_stats,
+                        cudaStream_t stream);
 /* options set: outl_fused_forward also writes L->row_obj */
 /* after outl_fused_forward: the streaming backward (three GEMMs' work more) */
-void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, cudaStream_t stream);
+/* dH_f32 non-NULL: dH goes there in fp32 instead of a->dH in bf16 */
+void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, float *dH_f32, cudaStream_t stream);
+/* output_slices_combine's kernel: lse and row_loss from R ranks' [3 x N] slice statistics */
+void outl_slices_combine(const float *gathered, int R, int64_t N, const int32_t *targets, float *lse,
+                         float *row_loss, cudaStream_t stream);
 /* Whether the chunks of scaled exponentials compute these options exactly: all but soft-capping
  * together with label smoothing, whose uniform term times the cap's slope differs per element (a
  * fourth GEMM, which the streaming path already is). */

@@ -34,6 +34,7 @@
 extern "C" {
 #include "model/cpu/layers_cpu.h"
 #include "model/cpu/llama_layers_cpu.h"
+#include "model/cpu/vocab_parallel_cpu.h" /* vocab_slice: the split the ranks use */
 }
 
 typedef __nv_bfloat16 bf16;
@@ -221,6 +222,90 @@ TEST(kernels_encoder_matches_cpu_and_backward_is_deterministic) {
     encoder_case(3, 7, 72, 136, 0);
     encoder_case(5, 127, 64, 64, 1);
     encoder_case(2, 1024, 768, 50304, 0);
+}
+
+/* R simulated ranks of the vocabulary-parallel token embedding (vocab_slice's split of Vp rows),
+ * each over all N positions: every rank's output holds its own rows' embeddings and exact zeros
+ * elsewhere, so their sum is the whole lookup bitwise; each slice's dwte (+=, from random values)
+ * is bitwise encoder_backward's rows of the slice and matches the CPU reference. Tokens sit at both
+ * edges of every slice, and half of them are one token when skewed (a long sorted run). */
+static void encoder_slices_case(int R, int N, int C, int Vp, int skewed) {
+    char what[112];
+    int *inp = (int *)malloc(N * sizeof(int));
+    for (int i = 0; i < N; i++) inp[i] = (skewed && (rng_u64() & 1)) ? 3 % Vp : (int)(rng_u64() % Vp);
+    for (int r = 0, n = 0; r < R && n + 1 < N; r++, n += 2) {
+        const VocabSlice sl = vocab_slice(Vp, Vp, R, r);
+        inp[n] = sl.begin, inp[n + 1] = sl.begin + sl.rows - 1;
+    }
+    const size_t nc = (size_t)N * C, vc = (size_t)Vp * C;
+    float *wte = hmalloc(vc), *ref = hmalloc(nc), *sum = hmalloc(nc), *out = hmalloc(nc);
+    float *dout = hmalloc(nc), *dwte0 = hmalloc(vc), *dwte_ref = hmalloc(vc), *dwte_whole = hmalloc(vc),
+          *dwte_slices = hmalloc(vc);
+    fill_normal(wte, vc, 1.0f);
+    round_bf16(wte, vc);
+    fill_normal(dout, nc, 1.0f);
+    round_bf16(dout, nc);
+    fill_normal(dwte0, vc, 1.0f);
+    /* the reference: the token embedding alone (a RoPE family's), and its gradient in fp32 */
+    memcpy(dwte_ref, dwte0, vc * 4);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            ref[(size_t)n * C + c] = wte[(size_t)inp[n] * C + c];
+            dwte_ref[(size_t)inp[n] * C + c] += dout[(size_t)n * C + c];
+        }
+
+    int *d_inp = (int *)dalloc(N * sizeof(int));
+    CUDA_CHECK(cudaMemcpy(d_inp, inp, N * sizeof(int), cudaMemcpyHostToDevice));
+    bf16 *d_wte = up_bf16(wte, vc), *d_dout = up_bf16(dout, nc), *d_out = (bf16 *)dalloc(nc * 2);
+    float *d_dwte = up_f32(dwte0, vc);
+    void *scratch = dalloc(encoder_backward_scratch_bytes(N, Vp));
+    encoder_backward(d_dwte, NULL, scratch, d_dout, d_inp, 1, N, C, Vp, 0);
+    dsync();
+    down_f32(dwte_whole, d_dwte, vc);
+
+    int zeros_kept = 1;
+    memset(sum, 0, nc * 4);
+    for (int r = 0; r < R; r++) {
+        const VocabSlice sl = vocab_slice(Vp, Vp, R, r);
+        const size_t off = (size_t)sl.begin * C;
+        void *slice_scratch = dalloc(encoder_slice_backward_scratch_bytes(N, sl.rows));
+        poison(slice_scratch, encoder_slice_backward_scratch_bytes(N, sl.rows)); /* its contents must not matter */
+        poison(d_out, nc * 2);
+        encoder_slice_forward(d_out, d_inp, d_wte + off, sl.begin, sl.rows, N, C, 0);
+        float *d_dwte_slice = up_f32(dwte0 + off, (size_t)sl.rows * C);
+        encoder_slice_backward(d_dwte_slice, slice_scratch, d_dout, d_inp, sl.begin, sl.rows, N, C, 0);
+        dsync();
+        down_bf16(out, d_out, nc);
+        down_f32(dwte_slices + off, d_dwte_slice, (size_t)sl.rows * C);
+        for (int n = 0; n < N; n++) {
+            const int mine = inp[n] >= sl.begin && inp[n] < sl.begin + sl.rows;
+            for (int c = 0; c < C; c++) {
+                const float v = out[(size_t)n * C + c];
+                if (!mine && v != 0.0f) zeros_kept = 0;
+                sum[(size_t)n * C + c] += v;
+            }
+        }
+    }
+    snprintf(what, sizeof what, "encoder over %d slices N=%d C=%d Vp=%d%s", R, N, C, Vp, skewed ? " (skewed)" : "");
+    CHECK(zeros_kept, "%s: a slice wrote a nonzero row for a token it does not own (seed %llu)", what,
+          (unsigned long long)g_seed);
+    CHECK(same_bytes(sum, ref, nc * 4), "%s: the slices' outputs summed are not the whole lookup (seed %llu)", what,
+          (unsigned long long)g_seed);
+    CHECK(same_bytes(dwte_slices, dwte_whole, vc * 4),
+          "%s: the slices' dwte side by side are not encoder_backward's bitwise (seed %llu)", what,
+          (unsigned long long)g_seed);
+    CHECK_REL(rel_l2(dwte_slices, dwte_ref, vc), 1e-5, what);
+    free(inp); free(wte); free(ref); free(sum); free(out);
+    free(dout); free(dwte0); free(dwte_ref); free(dwte_whole); free(dwte_slices);
+    dfree_all();
+}
+
+TEST(kernels_encoder_over_vocabulary_slices_sums_to_the_whole_lookup_and_gradient) {
+    seed_fresh();
+    encoder_slices_case(2, 1, 64, 128, 0);
+    encoder_slices_case(3, 777, 72, 1000, 0);
+    encoder_slices_case(8, 515, 64, 5003, 1);
+    encoder_slices_case(2, 4096, 768, 50304, 0);
 }
 
 /* A kernel that also sums the columns of what it stored (a bias gradient, +=): sums must be start

@@ -25,6 +25,10 @@
 #include "kernels/output_layer.h"
 #include "tests/test.h"
 
+extern "C" {
+#include "model/cpu/vocab_parallel_cpu.h" /* vocab_slice: the split the ranks use */
+}
+
 /* ---- random inputs -------------------------------------------------------------------------- */
 
 static uint64_t g_seed;
@@ -866,4 +870,218 @@ TEST(fused_streaming_workspace_is_independent_of_vocabulary) {
     fprintf(stderr, "[fused %.1f MB, canonical %.1f MB] ", a / 1e6, c / 1e6);
     CHECK(a == b, "fused workspace grows with V: %zu -> %zu bytes", a, b);
     CHECK(a < (size_t)200 << 20, "fused workspace %zu bytes at N=65536, d=768", a);
+}
+
+/* ---- over vocabulary slices (the vocabulary-parallel layer) ------------------------------------ */
+
+/* What R ranks end up with: the loss and lse every rank computed (they must agree bitwise), dH
+ * summed over the ranks' partial dH in rank order in fp32 (as the reduce-scatter sums them), dW
+ * reassembled from the slices [Vp x d], padding rows included. */
+typedef struct {
+    float loss;
+    std::vector<float> lse, dH, dW;
+} SliceOut;
+
+/* Runs the three steps of kernels/output_layer.h's slice layer for R simulated ranks on one GPU,
+ * the statistics gathered and dH summed on the host exactly as the collectives would. W is padded
+ * to Vp rows of 100s, as run_layer pads it: a slice that read its padding would show. dW starts
+ * at 0 except the padding rows, which start at 7 and must stay 7. */
+static int run_slices(int R, const Bf16Tensor &H, const Bf16Tensor &W, const std::vector<int32_t> &tg, int64_t N,
+                      int V, int d, OutputReduction red, float grad_scale, SliceOut *out) {
+    const int Vp = (V + 127) / 128 * 128;
+    std::vector<__nv_bfloat16> Wp(W.b);
+    Wp.resize((size_t)Vp * d, __float2bfloat16(100.0f));
+    __nv_bfloat16 *dH16 = upload(H.b);
+    int32_t *dtg = upload(tg);
+    float *gathered, *dlse, *dloss, *dpart;
+    CUDA_CHECK(cudaMalloc(&gathered, (size_t)R * 3 * N * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dlse, (size_t)R * N * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dloss, (size_t)R * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&dpart, (size_t)N * d * sizeof(float)));
+    std::vector<OutputLayer *> layers(R);
+    std::vector<__nv_bfloat16 *> wr(R);
+    std::vector<float *> dwr(R);
+    std::vector<OutputSliceArgs> args(R);
+    int rc = 0;
+    for (int r = 0; r < R && rc == 0; r++) {
+        const VocabSlice sl = vocab_slice(V, Vp, R, r);
+        layers[r] = output_layer_create(OUTPUT_FUSED, N, sl.real, d, 0);
+        if (!layers[r]) {
+            rc = -1;
+            break;
+        }
+        std::vector<__nv_bfloat16> ws(Wp.begin() + (size_t)sl.begin * d, Wp.begin() + (size_t)(sl.begin + sl.rows) * d);
+        wr[r] = upload(ws);
+        std::vector<float> dw0((size_t)sl.rows * d, 0.0f);
+        for (size_t i = (size_t)sl.real * d; i < dw0.size(); i++) dw0[i] = 7.0f;
+        dwr[r] = upload(dw0);
+        OutputSliceArgs a = {};
+        a.H = dH16, a.W = wr[r], a.targets = dtg, a.N = N, a.v0 = sl.begin, a.reduction = red;
+        a.grad_scale = grad_scale, a.stats = gathered + (size_t)r * 3 * N, a.dW = dwr[r];
+        args[r] = a;
+        rc = output_slice_forward(layers[r], &args[r], 0);
+    }
+    for (int r = 0; r < R && rc == 0; r++)
+        rc = output_slices_combine(layers[r], &args[r], gathered, R, dlse + (size_t)r * N, dloss + r, 0);
+    out->dH.assign((size_t)N * d, 0.0f), out->dW.clear();
+    std::vector<float> part((size_t)N * d);
+    for (int r = 0; r < R && rc == 0; r++) {
+        args[r].lse = dlse + (size_t)r * N, args[r].dH = dpart;
+        rc = output_slice_backward(layers[r], &args[r], 0);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaMemcpy(part.data(), dpart, part.size() * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < part.size(); i++) out->dH[i] += part[i];
+        const VocabSlice sl = vocab_slice(V, Vp, R, r);
+        std::vector<float> dw((size_t)sl.rows * d);
+        CUDA_CHECK(cudaMemcpy(dw.data(), dwr[r], dw.size() * 4, cudaMemcpyDeviceToHost));
+        out->dW.insert(out->dW.end(), dw.begin(), dw.end());
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    if (rc == 0) {
+        std::vector<float> losses(R), lses((size_t)R * N);
+        CUDA_CHECK(cudaMemcpy(losses.data(), dloss, R * 4, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(lses.data(), dlse, lses.size() * 4, cudaMemcpyDeviceToHost));
+        for (int r = 1; r < R; r++)
+            if (memcmp(&losses[r], &losses[0], 4) != 0 || memcmp(&lses[(size_t)r * N], lses.data(), N * 4) != 0) {
+                fprintf(stderr, "rank %d combined a different loss or lse than rank 0\n", r);
+                rc = -1;
+            }
+        out->loss = losses[0];
+        out->lse.assign(lses.begin(), lses.begin() + N);
+    }
+    for (int r = R - 1; r >= 0; r--) {
+        CUDA_CHECK(cudaFree(dwr[r]));
+        CUDA_CHECK(cudaFree(wr[r]));
+        output_layer_destroy(layers[r]);
+    }
+    CUDA_CHECK(cudaFree(dpart));
+    CUDA_CHECK(cudaFree(dloss));
+    CUDA_CHECK(cudaFree(dlse));
+    CUDA_CHECK(cudaFree(gathered));
+    CUDA_CHECK(cudaFree(dtg));
+    CUDA_CHECK(cudaFree(dH16));
+    return rc;
+}
+
+/* Fresh inputs of a case, with targets in every slice at both edges of each (vocab_slice's split). */
+static void slice_inputs(int R, const Case &c, uint64_t *s, Bf16Tensor *H, Bf16Tensor *W, std::vector<int32_t> *tg) {
+    make_inputs(c, s, H, W, tg);
+    const int V = (int)c.V, Vp = (V + 127) / 128 * 128;
+    int64_t n = 0;
+    for (int r = 0; r < R; r++) {
+        const VocabSlice sl = vocab_slice(V, Vp, R, r);
+        if (sl.real > 0) (*tg)[n++] = sl.begin, (*tg)[n++] = sl.begin + sl.real - 1;
+    }
+}
+
+static void check_slices(int R, Case c) {
+    uint64_t seed = fresh_seed(), s = seed;
+    const int64_t N = c.N;
+    const int V = (int)c.V, d = c.d;
+    Bf16Tensor H, W;
+    std::vector<int32_t> tg;
+    slice_inputs(R, c, &s, &H, &W, &tg);
+    const Ref ref = reference(H.f, W.f, tg, N, V, d, c.red, c.grad_scale, 1);
+    SliceOut g;
+    REQUIRE(run_slices(R, H, W, tg, N, V, d, c.red, c.grad_scale, &g) == 0, "slice layers failed (seed %llu)",
+            (unsigned long long)seed);
+    GpuOut whole;
+    std::vector<float> dW0((size_t)V * d, 0.0f);
+    REQUIRE(run_layer(STREAMING, H, W, tg, N, V, d, c.red, c.grad_scale, &dW0, &whole) == 0, "whole layer failed");
+    const int Vp = (V + 127) / 128 * 128;
+    for (size_t i = (size_t)V * d; i < (size_t)Vp * d; i++)
+        REQUIRE(g.dW[i] == 7.0f, "padding row %zu of dW was written (seed %llu)", i / d, (unsigned long long)seed);
+    g.dW.resize((size_t)V * d);
+    const double e_loss = fabs(g.loss - ref.loss) / fabs(ref.loss);
+    const double e_whole = fabs(g.loss - whole.loss) / fabs(ref.loss);
+    const double e_lse = rel_l2(g.lse.data(), ref.lse.data(), N);
+    const double e_dH = rel_l2(g.dH.data(), ref.dH.data(), g.dH.size());
+    const double e_dW = rel_l2(g.dW.data(), ref.dW.data(), g.dW.size());
+    std::vector<double> wlse(whole.lse.begin(), whole.lse.end()), wdW(whole.dW.begin(), whole.dW.end());
+    const double e_lse_whole = rel_l2(g.lse.data(), wlse.data(), N);
+    const double e_dW_whole = rel_l2(g.dW.data(), wdW.data(), g.dW.size());
+    fprintf(stderr, "[%d slices N=%lld V=%d d=%d: loss %.1e (whole %.1e) lse %.1e (%.1e) dH %.1e dW %.1e (%.1e)] ",
+            R, (long long)N, V, d, e_loss, e_whole, e_lse, e_lse_whole, e_dH, e_dW, e_dW_whole);
+    CHECK(e_loss <= FUSED_LOSS_TOL, "loss %.9g vs reference %.9g (seed %llu)", g.loss, ref.loss,
+          (unsigned long long)seed);
+    CHECK(e_whole <= FUSED_LOSS_TOL, "loss %.9g vs the whole layer's %.9g (seed %llu)", g.loss, whole.loss,
+          (unsigned long long)seed);
+    CHECK(e_lse <= FUSED_LOSS_TOL && e_lse_whole <= FUSED_LOSS_TOL,
+          "lse rel L2 %.3g, %.3g vs the whole layer (seed %llu)", e_lse, e_lse_whole, (unsigned long long)seed);
+    CHECK(e_dH <= FUSED_GRAD_TOL, "dH rel L2 %.3g (seed %llu)", e_dH, (unsigned long long)seed);
+    CHECK(e_dW <= FUSED_GRAD_TOL && e_dW_whole <= FUSED_GRAD_TOL,
+          "dW rel L2 %.3g, %.3g vs the whole layer (seed %llu)", e_dW, e_dW_whole, (unsigned long long)seed);
+}
+
+TEST(vocabulary_slices_3_of_1024_padded_rows_combine_to_the_whole_layer) {
+    check_slices(3, C_(1000, 1000, 128, 3.0, 0.1));
+}
+TEST(vocabulary_slices_2_and_8_of_50257_words_with_sum_and_grad_scale) {
+    check_slices(2, Case{777, 50257, 192, 3.0, 0.1, OUTPUT_REDUCE_SUM, 0.25f, 0.0, 0.0, 0.0, {}});
+    check_slices(8, Case{777, 50257, 192, 3.0, 0.1, OUTPUT_REDUCE_MEAN, 0.5f, 0.0, 0.0, 0.0, {}});
+}
+/* A shift of 128 on every logit, and rows whose logits are 32 times as spread (losses over 41)
+ * beside ordinary ones: a slice's reference k then lies many powers of two below the row's
+ * largest, so the combine's rescaling is what carries the sums (the cases the whole layer passes
+ * with the same bounds). */
+TEST(vocabulary_slices_with_logits_near_128_and_rows_32_times_as_spread) {
+    check_slices(3, SHIFTED);
+    Case hot = C_(1000, 3000, 128, 2.0, 0.1);
+    hot.hot_frac = 0.02;
+    check_slices(4, hot);
+}
+
+/* One slice over the whole vocabulary runs the whole streaming layer's kernels and GEMMs on the same
+ * chunks, its statistics pass the combine unchanged (a power of two of 2^0), and its fp32 dH takes
+ * the target's rounding back as the whole layer does before its one cast: so the loss, lse and dW
+ * are the whole layer's bitwise, and dH is once rounded to bf16. */
+TEST(a_single_vocabulary_slice_is_the_whole_streaming_layer_bitwise) {
+    uint64_t seed = fresh_seed(), s = seed;
+    const Case c = C_(1000, 5000, 128, 2.0, 0.1);
+    Bf16Tensor H, W;
+    std::vector<int32_t> tg;
+    slice_inputs(1, c, &s, &H, &W, &tg);
+    SliceOut g;
+    REQUIRE(run_slices(1, H, W, tg, c.N, (int)c.V, c.d, c.red, c.grad_scale, &g) == 0, "slice layer failed");
+    GpuOut whole;
+    std::vector<float> dW0((size_t)c.V * c.d, 0.0f);
+    REQUIRE(run_layer(STREAMING, H, W, tg, c.N, c.V, c.d, c.red, c.grad_scale, &dW0, &whole) == 0,
+            "whole layer failed");
+    size_t dH_differ = 0;
+    for (size_t i = 0; i < g.dH.size(); i++)
+        if (__bfloat16_as_ushort(__float2bfloat16(g.dH[i])) != whole.dH_bits[i]) dH_differ++;
+    CHECK(memcmp(&g.loss, &whole.loss, 4) == 0, "loss %.9g vs the whole layer's %.9g (seed %llu)", g.loss,
+          whole.loss, (unsigned long long)seed);
+    CHECK(memcmp(g.lse.data(), whole.lse.data(), (size_t)c.N * 4) == 0, "lse differs from the whole layer's (seed %llu)",
+          (unsigned long long)seed);
+    CHECK(dH_differ == 0, "%zu of %zu dH values, rounded to bf16, differ from the whole layer's (seed %llu)", dH_differ,
+          g.dH.size(), (unsigned long long)seed);
+    CHECK(memcmp(g.dW.data(), whole.dW.data(), dW0.size() * 4) == 0, "dW differs from the whole layer's (seed %llu)",
+          (unsigned long long)seed);
+}
+
+TEST(vocabulary_slices_are_bitwise_deterministic) {
+    uint64_t seed = fresh_seed(), s = seed;
+    const int R = 3, V = 30000, d = 128;
+    const int64_t N = 2000;
+    Bf16Tensor H, W;
+    std::vector<int32_t> tg;
+    slice_inputs(R, C_(N, V, d, 2.0, 0.1), &s, &H, &W, &tg);
+    SliceOut a, b;
+    REQUIRE(run_slices(R, H, W, tg, N, V, d, OUTPUT_REDUCE_MEAN, 1.0f, &a) == 0, "first run failed");
+    REQUIRE(run_slices(R, H, W, tg, N, V, d, OUTPUT_REDUCE_MEAN, 1.0f, &b) == 0, "second run failed");
+    CHECK(memcmp(&a.loss, &b.loss, 4) == 0, "loss differs between runs: %.9g %.9g", a.loss, b.loss);
+    CHECK(memcmp(a.lse.data(), b.lse.data(), N * 4) == 0, "lse differs between runs");
+    CHECK(memcmp(a.dH.data(), b.dH.data(), a.dH.size() * 4) == 0, "dH differs between runs");
+    CHECK(memcmp(a.dW.data(), b.dW.data(), a.dW.size() * 4) == 0, "dW differs between runs");
+}
+
+TEST(a_vocabulary_slice_on_a_chunked_layer_is_refused_without_a_launch) {
+    OutputLayer *L = output_layer_create(OUTPUT_FUSED, 256, 1000, 64, OUTPUT_FUSED_DEFAULT_BUDGET);
+    REQUIRE(L && output_layer_fused_chunk_rows(L) > 0, "expected a chunked layer");
+    OutputSliceArgs a = {};
+    a.H = (const kbf16 *)1, a.W = (const kbf16 *)1, a.targets = (const int32_t *)1, a.N = 256;
+    a.stats = (float *)1;
+    CHECK(output_slice_forward(L, &a, 0) == -1, "a slice forward on the chunked path was accepted");
+    output_layer_destroy(L);
 }

@@ -10,6 +10,11 @@
  *   ./build/bench_output_layer --reps R        R timed calls (after the 2 warm-ups) instead of 3..20
  *   ./build/bench_output_layer --fb-only       only the fused layer's forward + backward on its default path
  *                                              (for profilers: dev/profile/output_layer_profile.sh)
+ *   ./build/bench_output_layer --slices R      also one rank of the vocabulary-parallel layer over R ranks:
+ *                                              the slice layer (kernels/output_layer.h) over all R N rows
+ *                                              and the rank's V / R words, forward, combine and backward,
+ *                                              against the fused layer at (N, V) that each rank of the
+ *                                              data-parallel layer runs; the collectives are not timed
  *
  * Columns: one logits-sized GEMM (bf16 out) and the three a 3G layer needs (logits, dH = dZ W in
  * bf16, dW += dZ^T H in fp32), cuBLAS's own algorithm choice: the bound for any 3G layer; the fused
@@ -126,6 +131,61 @@ static double time_layer(OutputKind kind, size_t budget, OutputLayerArgs *a, int
 }
 
 static int g_with_canonical = 1, g_with_streaming = 1, g_fb_only = 0;
+static int g_slices; /* --slices R: 0 for none */
+
+/* One rank (rank 0, a slice of V / R words, rounded up to 128) of the vocabulary-parallel layer
+ * over R ranks of N rows each: median ms of forward, combine (every rank's statistics stood in for
+ * by this one's) and backward; *mem its layer's workspace plus its gathered rows and statistics. */
+static double time_slice(int R, int64_t N, int64_t V, int d, double *mem) {
+    const int64_t Nt = (int64_t)R * N, Vs = ((V + 127) / 128 * 128) / R;
+    size_t free_b, total_b;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const double gathered = (double)Nt * d * (2 + 4) + (double)Nt * 4 * (1 + 3 * R + 1);
+    *mem = (double)output_layer_workspace_bytes(OUTPUT_FUSED, Nt, Vs, d, 0) + gathered;
+    if (*mem + (double)Vs * d * 6 + (256 << 20) > (double)free_b) return NAN;
+    __nv_bfloat16 *H, *W;
+    int32_t *tg;
+    float *dH, *dW, *stats, *lse, *loss;
+    CUDA_CHECK(cudaMalloc(&H, (size_t)Nt * d * 2));
+    CUDA_CHECK(cudaMalloc(&W, (size_t)Vs * d * 2));
+    CUDA_CHECK(cudaMalloc(&tg, (size_t)Nt * 4));
+    CUDA_CHECK(cudaMalloc(&dH, (size_t)Nt * d * 4));
+    CUDA_CHECK(cudaMalloc(&dW, (size_t)Vs * d * 4));
+    CUDA_CHECK(cudaMalloc(&stats, (size_t)R * 3 * Nt * 4));
+    CUDA_CHECK(cudaMalloc(&lse, (size_t)Nt * 4));
+    CUDA_CHECK(cudaMalloc(&loss, 4));
+    fill_normal_kernel<<<1024, 256>>>(H, Nt * d, 1.0f, 1234 + Nt);
+    CUDA_CHECK(cudaGetLastError());
+    fill_normal_kernel<<<1024, 256>>>(W, Vs * d, 0.02f, 5678 + Vs);
+    CUDA_CHECK(cudaGetLastError());
+    fill_targets_kernel<<<256, 256>>>(tg, Nt, V, 42);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaMemset(dW, 0, (size_t)Vs * d * 4));
+    OutputLayer *L = output_layer_create(OUTPUT_FUSED, Nt, Vs, d, 0);
+    if (!L) exit(1);
+    OutputSliceArgs a = {};
+    a.H = H, a.W = W, a.targets = tg, a.N = Nt, a.v0 = 0, a.reduction = OUTPUT_REDUCE_MEAN, a.grad_scale = 1.0f;
+    a.stats = stats, a.lse = lse, a.dH = dH, a.dW = dW;
+    const double ms = time_ms([&] {
+        if (output_slice_forward(L, &a, 0) != 0) exit(1);
+        for (int r = 1; r < R; r++)
+            CUDA_CHECK(cudaMemcpyAsync(stats + (size_t)r * 3 * Nt, stats, (size_t)3 * Nt * 4,
+                                       cudaMemcpyDeviceToDevice, 0));
+        if (output_slices_combine(L, &a, stats, R, lse, loss, 0) != 0 || output_slice_backward(L, &a, 0) != 0)
+            exit(1);
+    });
+    CUDA_CHECK(cudaDeviceSynchronize());
+    output_layer_destroy(L);
+    CUDA_CHECK(cudaFree(loss));
+    CUDA_CHECK(cudaFree(lse));
+    CUDA_CHECK(cudaFree(stats));
+    CUDA_CHECK(cudaFree(dW));
+    CUDA_CHECK(cudaFree(dH));
+    CUDA_CHECK(cudaFree(tg));
+    CUDA_CHECK(cudaFree(W));
+    CUDA_CHECK(cudaFree(H));
+    return ms;
+}
 
 static Row bench_shape(Shape s, cublasHandle_t cublas) {
     Row r = {};
@@ -222,6 +282,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--logits-mb") && i + 1 < argc) g_budget = (size_t)(atof(argv[++i]) * 1048576);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--fb-only")) g_fb_only = 1;
+        else if (!strcmp(argv[i], "--slices") && i + 1 < argc) {
+            g_slices = atoi(argv[++i]);
+            if (g_slices < 1 || g_slices > 64) {
+                fprintf(stderr, "error: --slices wants a rank count in [1, 64] (e.g. 2)\n");
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
             Shape s;
             long long n, v;
@@ -233,7 +300,7 @@ int main(int argc, char **argv) {
             shapes.push_back(s);
         } else {
             fprintf(stderr, "usage: %s [--max-seconds S] [--no-canonical] [--no-streaming] [--logits-mb MB] [--reps R] [--fb-only] "
-                            "[--shape d,N,V]...\n", argv[0]);
+                            "[--slices R] [--shape d,N,V]...\n", argv[0]);
             return 2;
         }
     }
@@ -265,6 +332,15 @@ int main(int argc, char **argv) {
         }
         rows.push_back(bench_shape(s, cublas));
         print_row(&rows.back());
+        if (g_slices > 0) {
+            double mem;
+            const double ms = time_slice(g_slices, s.N, s.V, s.d, &mem);
+            printf("      one rank of %d, vocabulary-parallel: %.2f ms (fused at N=%lld: %.2f ms), %.2f GB beside "
+                   "its W slice; csv-slices,%d,%lld,%lld,%d,%.3f,%.3f\n",
+                   g_slices, ms, (long long)s.N, rows.back().fused_fb_ms, mem / 1e9, s.d, (long long)s.N,
+                   (long long)s.V, g_slices, ms, mem / 1e9);
+            fflush(stdout);
+        }
     }
     printf("csv,d,N,V,gemm_ms,gemm3_ms,fused_fwdbwd_ms,fused_extra_GB,chunk_rows,streaming_fwdbwd_ms,"
            "streaming_extra_GB,canonical_fwdbwd_ms,canonical_extra_GB,fused_fwd_ms\n");
