@@ -1,9 +1,11 @@
 /* kernels/encoder.cu - token + position embedding, forward and deterministic backward.
  *
- * Forward:  out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]           out [B,T,C] bf16, wte [Vp,C], wpe [maxT,C]
+ * Forward:  out[b,t,:] = wte[inp[b,t],:]·scale + wpe[t,:]     out [B,T,C] bf16, wte [Vp,C], wpe [maxT,C]
+ *   (scale: Gemma's bf16(sqrt(C)), else 1)
  *   launch: one thread per 8 channels of one row (16-byte loads), 256 threads a block.
  *   FLOPs N·C; bytes 3·N·C·2 + 4N (memory bound: ~2.4 µs per 1M elements at 3 TB/s).
- * Backward: dwte[tok,:] += Σ_{n: inp[n]=tok} dout[n,:];  dwpe[t,:] += Σ_b dout[b,t,:]   (fp32)
+ * Backward: dwte[tok,:] += scale·Σ_{n: inp[n]=tok} dout[n,:] (no row for the pad token);
+ *   dwpe[t,:] += Σ_b dout[b,t,:]   (fp32)
  *   Deterministic without atomics: the rows n are stable-radix-sorted by token (kernels/sort_rows.cu),
  *   so the rows of one token lie together in increasing n; the block that sees a token's first row
  *   sums all of its rows in that order and adds once. dwpe: one thread per (t, 8 channels) loops over b.
@@ -13,14 +15,16 @@
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
 
-__global__ void encoder_forward_kernel(bf16 *out, const int *inp, const bf16 *wte, const bf16 *wpe, int N, int T,
-                                       int C) {
+__global__ void encoder_forward_kernel(bf16 *out, const int *inp, const bf16 *wte, const bf16 *wpe, float scale,
+                                       int N, int T, int C) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; /* which 8-channel group */
     int groups = C / 8;
     if (idx >= (size_t)N * groups) return;
     int n = (int)(idx / groups), c = (int)(idx % groups) * 8, t = n % T;
     float a[8], p[8];
     bf16x8_to_float(load_bf16x8(wte + (size_t)inp[n] * C + c), a);
+#pragma unroll
+    for (int i = 0; i < 8; i++) a[i] *= scale;
     if (wpe) {
         bf16x8_to_float(load_bf16x8(wpe + (size_t)t * C + c), p);
 #pragma unroll
@@ -29,10 +33,10 @@ __global__ void encoder_forward_kernel(bf16 *out, const int *inp, const bf16 *wt
     store_bf16x8(out + (size_t)n * C + c, float_to_bf16x8(a));
 }
 
-extern "C" void encoder_forward(kbf16 *out, const int *inp, const kbf16 *wte, const kbf16 *wpe, int B, int T,
-                                int C, cudaStream_t stream) {
+extern "C" void encoder_forward(kbf16 *out, const int *inp, const kbf16 *wte, const kbf16 *wpe, float scale, int B,
+                                int T, int C, cudaStream_t stream) {
     size_t threads = (size_t)B * T * (C / 8);
-    encoder_forward_kernel<<<ceil_div(threads, 256), 256, 0, stream>>>(out, inp, wte, wpe, B * T, T, C);
+    encoder_forward_kernel<<<ceil_div(threads, 256), 256, 0, stream>>>(out, inp, wte, wpe, scale, B * T, T, C);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -58,12 +62,13 @@ __global__ void encoder_backward_wpe_kernel(float *dwpe, const bf16 *dout, int B
 }
 
 /* One block per sorted position i; only the block at the first row of a token's run works. Its
- * threads split the channels (8 per thread, looping if C/8 > blockDim). */
+ * threads split the channels (8 per thread, looping if C/8 > blockDim). The pad token's row gets
+ * nothing (nn.Embedding's padding_idx; pad < 0: none). */
 __global__ void encoder_backward_wte_kernel(float *dwte, const bf16 *dout, const int *sorted_tok,
-                                            const int *sorted_n, int N, int C) {
+                                            const int *sorted_n, float scale, int pad, int N, int C) {
     int i = blockIdx.x;
     int tok = sorted_tok[i];
-    if (i > 0 && sorted_tok[i - 1] == tok) return;
+    if (tok == pad || (i > 0 && sorted_tok[i - 1] == tok)) return;
     int end = i + 1;
     while (end < N && sorted_tok[end] == tok) end++;
     for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
@@ -74,6 +79,8 @@ __global__ void encoder_backward_wte_kernel(float *dwte, const bf16 *dout, const
 #pragma unroll
             for (int k = 0; k < 8; k++) acc[k] += d[k];
         }
+#pragma unroll
+        for (int k = 0; k < 8; k++) acc[k] *= scale;
         float4 *dst = reinterpret_cast<float4 *>(dwte + (size_t)tok * C + c);
         float4 lo = dst[0], hi = dst[1];
         lo.x += acc[0]; lo.y += acc[1]; lo.z += acc[2]; lo.w += acc[3];
@@ -96,7 +103,7 @@ extern "C" size_t encoder_backward_scratch_bytes(int N, int Vp) {
 }
 
 extern "C" void encoder_backward(float *dwte, float *dwpe, void *scratch, const kbf16 *dout, const int *inp,
-                                 int B, int T, int C, int Vp, cudaStream_t stream) {
+                                 float scale, int pad, int B, int T, int C, int Vp, cudaStream_t stream) {
     int N = B * T;
     size_t ints = round_up(N * sizeof(int), 256);
     char *s = (char *)scratch;
@@ -111,6 +118,6 @@ extern "C" void encoder_backward(float *dwte, float *dwpe, void *scratch, const 
 
     sort_rows_by_key(inp, sorted_tok, rows, sorted_rows, temp, temp_bytes, N, bits_for(Vp), stream);
     int threads = C / 8 < 256 ? (int)round_up(C / 8, 32) : 256;
-    encoder_backward_wte_kernel<<<N, threads, 0, stream>>>(dwte, dout, sorted_tok, sorted_rows, N, C);
+    encoder_backward_wte_kernel<<<N, threads, 0, stream>>>(dwte, dout, sorted_tok, sorted_rows, scale, pad, N, C);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -34,16 +34,18 @@ extern "C" {
 #endif
 
 /* ---- encoder.cu: token + position embedding ---------------------------------------------- */
-/* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]   (= ; fp32 add, one bf16 rounding). inp on the device,
- * every token in [0, Vp). wpe == NULL: the token embedding alone (RoPE families). */
-void encoder_forward(kbf16 *out, const int *inp, const kbf16 *wte, const kbf16 *wpe, int B, int T, int C,
-                     cudaStream_t stream);
-/* dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += Σ_b dout[b,t,:] unless dwpe == NULL   (+= into fp32, deterministic:
- * positions are sorted by token (stable radix sort) and each token's rows summed in position order
- * by one block; no atomics). scratch: encoder_backward_scratch_bytes(B·T, Vp) bytes. */
+/* out[b,t,:] = wte[inp[b,t],:]·scale + wpe[t,:]   (= ; fp32 math, one bf16 rounding). inp on the
+ * device, every token in [0, Vp). wpe == NULL: the token embedding alone (RoPE families). scale:
+ * gpt_embed_scale (Gemma's bf16(sqrt(C)), else 1). */
+void encoder_forward(kbf16 *out, const int *inp, const kbf16 *wte, const kbf16 *wpe, float scale, int B, int T,
+                     int C, cudaStream_t stream);
+/* dwte[inp[b,t],:] += scale·dout[b,t,:] for every token but pad (nn.Embedding's padding_idx: its row
+ * gets no gradient; pad < 0: none); dwpe[t,:] += Σ_b dout[b,t,:] unless dwpe == NULL   (+= into fp32,
+ * deterministic: positions are sorted by token (stable radix sort) and each token's rows summed in
+ * position order by one block; no atomics). scratch: encoder_backward_scratch_bytes(B·T, Vp) bytes. */
 size_t encoder_backward_scratch_bytes(int N, int Vp);
-void encoder_backward(float *dwte, float *dwpe, void *scratch, const kbf16 *dout, const int *inp, int B, int T,
-                      int C, int Vp, cudaStream_t stream);
+void encoder_backward(float *dwte, float *dwpe, void *scratch, const kbf16 *dout, const int *inp, float scale,
+                      int pad, int B, int T, int C, int Vp, cudaStream_t stream);
 
 /* ---- layernorm.cu: residual add fused with LayerNorm ------------------------------------ */
 /* residual = a + b (rounded to bf16; skipped when b == NULL, then residual may be NULL and the

@@ -101,6 +101,16 @@ RopeParams gpt_layer_rope(const GPTConfig *cfg, int l) {
     return cfg->rope;
 }
 
+int gpt_first_local_rope_layer(const GPTConfig *cfg) {
+    for (int l = 0; l < cfg->num_layers; l++)
+        if (cfg->positions == POS_ROPE && cfg->rope_local_theta > 0 && gpt_layer_is_sliding(cfg, l)) return l;
+    return -1;
+}
+
+int gpt_embed_pad_token(const GPTConfig *cfg) {
+    return cfg->has_pad_token ? cfg->pad_token_id : -1;
+}
+
 /* x rounded to the nearest bf16, ties to even (x finite) */
 static float round_to_bf16(float x) {
     uint32_t u;

@@ -134,6 +134,12 @@ int gpt_layer_is_sliding(const GPTConfig *cfg, int l);
 /* Layer l's rotary embedding: rope_local_theta unscaled on sliding layers (when set), cfg->rope
  * elsewhere. */
 RopeParams gpt_layer_rope(const GPTConfig *cfg, int l);
+/* The first layer that turns by the sliding layers' own RoPE base (rope_local_theta), or -1 when
+ * none does: the backends keep a second pair of rotation tables when there is one. */
+int gpt_first_local_rope_layer(const GPTConfig *cfg);
+/* The token whose embedding row gets no gradient from its lookups (pad_token_id with has_pad_token),
+ * or -1. */
+int gpt_embed_pad_token(const GPTConfig *cfg);
 /* What the token embedding is multiplied by: 1, or with embed_scale sqrt(C) rounded to bf16 as
  * transformers rounds its scale to the weights' dtype (25.25 at C = 640, 34.0 at 1152). */
 float gpt_embed_scale(const GPTConfig *cfg);
