@@ -241,7 +241,7 @@ typedef struct {
 BlockWidths gpt_block_widths(const GPTConfig *cfg);
 
 /* Training FLOPs per token for MFU (6·params for the matmuls + attention by hd and NH), as in PaLM's
- * appendix. */
+ * appendix; a sliding layer's attention in proportion to the pairs its window leaves. */
 double gpt_flops_per_token(const GPTConfig *cfg, int T);
 
 #ifdef __cplusplus
