@@ -116,7 +116,7 @@ static const OptSpec options[] = {
     {0, "tokenizer", OPT_STR, O(tokenizer), "", "FILE",
      "tokenizer (ours, or a Hugging Face tokenizer.json), to decode samples; checkpoints carry it"},
     {0, "init-from", OPT_STR, O(init_from), "", "DIR",
-     "start from a Hugging Face checkpoint (config.json + model.safetensors or its shards): gpt2, llama, qwen2, qwen3; "
+     "start from a Hugging Face checkpoint (config.json + model.safetensors or its shards): gpt2, llama, qwen2, qwen3, gemma3; "
      "the shape flags left out take its values"},
     {0, "cache-dir", OPT_STR, O(cache_dir), ".cache", "DIR", "where the default corpus is prepared and cached"},
     {'o', "out", OPT_STR, O(out), "runs/default", "DIR", "run directory: log.jsonl and checkpoints"},
