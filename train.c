@@ -87,7 +87,7 @@ static const OptSpec options[] = {
     {0, "heads", OPT_INT, O(heads), "0", "NH", "attention heads (0: from the preset)"},
     {0, "dim", OPT_INT, O(dim), "0", "C", "model width (0: from the preset)"},
     {0, "family", OPT_STR, O(family), "", "NAME",
-     "gpt2, llama, qwen2, qwen3 or gemma3 (default: the preset's); gemma3 runs on --device cpu for now"},
+     "gpt2, llama, qwen2, qwen3 or gemma3 (default: the preset's)"},
     {0, "kv-heads", OPT_INT, O(kv_heads), "0", "NKV", "key/value heads, dividing --heads (0: the preset's, or --heads)"},
     {0, "head-dim", OPT_INT, O(head_dim), "0", "HD", "size of a head, even (0: the preset's, or C/NH)"},
     {0, "ffn-dim", OPT_INT, O(ffn_dim), "0", "F", "MLP hidden width (0: the preset's, or 4C)"},
@@ -116,7 +116,7 @@ static const OptSpec options[] = {
     {0, "tokenizer", OPT_STR, O(tokenizer), "", "FILE",
      "tokenizer (ours, or a Hugging Face tokenizer.json), to decode samples; checkpoints carry it"},
     {0, "init-from", OPT_STR, O(init_from), "", "DIR",
-     "start from a Hugging Face checkpoint (config.json + model.safetensors or its shards): gpt2, llama, qwen2, qwen3; "
+     "start from a Hugging Face checkpoint (config.json + model.safetensors or its shards): gpt2, llama, qwen2, qwen3, gemma3; "
      "the shape flags left out take its values"},
     {0, "cache-dir", OPT_STR, O(cache_dir), ".cache", "DIR", "where the default corpus is prepared and cached"},
     {'o', "out", OPT_STR, O(out), "runs/default", "DIR", "run directory: log.jsonl and checkpoints"},
@@ -380,11 +380,6 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (!cfg->head_dim && cfg->dim % cfg->num_heads) bad("--heads", "must divide --dim (the model width), or pass --head-dim");
     if (cfg->num_kv_heads && cfg->num_heads % cfg->num_kv_heads) bad("--kv-heads", "must divide --heads");
     if (cfg->head_dim % 2) bad("--head-dim", "must be even (rotary positions turn pairs)");
-    /* Gemma 3's CUDA block comes later; the family may come from the preset: the message names it, and
-     * the flag that chose it (--init-from's checkpoint: check_init_from) */
-    if (family == FAMILY_GEMMA3 && strcmp(opt->device, "cpu"))
-        die_usage("%s %s: the gemma3 family runs on --device cpu only for now", opt->family[0] ? "--family" : "-e/--preset",
-                  opt->family[0] ? opt->family : opt->preset);
     if (opt->max_seq_len < 1) bad("--max-seq-len", "must be positive");
     if (cfg->vocab_size < 2 || cfg->vocab_size > (long long)FGPT_MAX_VOCAB) bad("-v/--vocab", "must be between 2 and 2e9");
     if (opt->batch < 1) bad("-b/--batch", "must be positive");
@@ -493,11 +488,6 @@ static int check_init_from(const Options *opt, GPTConfig *cfg) {
     if (hf.logit_softcap > 0 && cfg->logit_softcap > 0 && hf.logit_softcap != cfg->logit_softcap) {
         fprintf(stderr, "error: --init-from %s has final_logit_softcapping %g but the flags give %g (leave out "
                         "--logit-softcap)\n", opt->init_from, (double)hf.logit_softcap, (double)cfg->logit_softcap);
-        return -1;
-    }
-    if (hf.family == FAMILY_GEMMA3 && strcmp(opt->device, "cpu")) {
-        fprintf(stderr, "error: --init-from %s is a gemma3 model, which runs on --device cpu only for now (pass "
-                        "--device cpu)\n", opt->init_from);
         return -1;
     }
     if (hf.logit_softcap == 0) hf.logit_softcap = cfg->logit_softcap; /* the flag caps a model that has no cap */

@@ -1,9 +1,11 @@
 /* kernels/encoder.cu - token + position embedding, forward and deterministic backward.
  *
- * Forward:  out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]           out [B,T,C] bf16, wte [Vp,C], wpe [maxT,C]
+ * Forward:  out[b,t,:] = wte[inp[b,t],:]·scale + wpe[t,:]     out [B,T,C] bf16, wte [Vp,C], wpe [maxT,C]
+ *   (scale: Gemma's sqrt(C), else 1)
  *   launch: one thread per 8 channels of one row (16-byte loads), 256 threads a block.
  *   FLOPs N·C; bytes 3·N·C·2 + 4N (memory bound: ~2.4 µs per 1M elements at 3 TB/s).
- * Backward: dwte[tok,:] += Σ_{n: inp[n]=tok} dout[n,:];  dwpe[t,:] += Σ_b dout[b,t,:]   (fp32)
+ * Backward: dwte[tok,:] += scale·Σ_{n: inp[n]=tok} dout[n,:] (no row for the pad token);
+ *   dwpe[t,:] += Σ_b dout[b,t,:]   (fp32)
  *   Deterministic without atomics: the rows n are stable-radix-sorted by token (kernels/sort_rows.cu),
  *   so the rows of one token lie together in increasing n; the block that sees a token's first row
  *   sums all of its rows in that order and adds once. dwpe: one thread per (t, 8 channels) loops over b.
@@ -19,14 +21,16 @@
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
 
-__global__ void encoder_forward_kernel(bf16 *out, const int *inp, const bf16 *wte, const bf16 *wpe, int N, int T,
-                                       int C) {
+__global__ void encoder_forward_kernel(bf16 *out, const int *inp, const bf16 *wte, const bf16 *wpe, float scale,
+                                       int N, int T, int C) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; /* which 8-channel group */
     int groups = C / 8;
     if (idx >= (size_t)N * groups) return;
     int n = (int)(idx / groups), c = (int)(idx % groups) * 8, t = n % T;
     float a[8], p[8];
     bf16x8_to_float(load_bf16x8(wte + (size_t)inp[n] * C + c), a);
+#pragma unroll
+    for (int i = 0; i < 8; i++) a[i] *= scale;
     if (wpe) {
         bf16x8_to_float(load_bf16x8(wpe + (size_t)t * C + c), p);
 #pragma unroll
@@ -35,10 +39,10 @@ __global__ void encoder_forward_kernel(bf16 *out, const int *inp, const bf16 *wt
     store_bf16x8(out + (size_t)n * C + c, float_to_bf16x8(a));
 }
 
-extern "C" void encoder_forward(kbf16 *out, const int *inp, const kbf16 *wte, const kbf16 *wpe, int B, int T,
-                                int C, cudaStream_t stream) {
+extern "C" void encoder_forward(kbf16 *out, const int *inp, const kbf16 *wte, const kbf16 *wpe, float scale, int B,
+                                int T, int C, cudaStream_t stream) {
     size_t threads = (size_t)B * T * (C / 8);
-    encoder_forward_kernel<<<ceil_div(threads, 256), 256, 0, stream>>>(out, inp, wte, wpe, B * T, T, C);
+    encoder_forward_kernel<<<ceil_div(threads, 256), 256, 0, stream>>>(out, inp, wte, wpe, scale, B * T, T, C);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -64,13 +68,14 @@ __global__ void encoder_backward_wpe_kernel(float *dwpe, const bf16 *dout, int B
 }
 
 /* One block per sorted position i; only the block at the first row of a token's run works. Its
- * threads split the channels (8 per thread, looping if C/8 > blockDim). Tokens at or past rows
- * are a slice's mark for a token another rank owns: nothing of them is added. */
+ * threads split the channels (8 per thread, looping if C/8 > blockDim). The pad token's row gets
+ * nothing (nn.Embedding's padding_idx; pad < 0: none), nor do tokens at or past rows (a slice's mark
+ * for a token another rank owns). */
 __global__ void encoder_backward_wte_kernel(float *dwte, const bf16 *dout, const int *sorted_tok,
-                                            const int *sorted_n, int N, int C, int rows) {
+                                            const int *sorted_n, float scale, int pad, int N, int C, int rows) {
     int i = blockIdx.x;
     int tok = sorted_tok[i];
-    if (tok >= rows || (i > 0 && sorted_tok[i - 1] == tok)) return;
+    if (tok >= rows || tok == pad || (i > 0 && sorted_tok[i - 1] == tok)) return;
     int end = i + 1;
     while (end < N && sorted_tok[end] == tok) end++;
     for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
@@ -81,6 +86,8 @@ __global__ void encoder_backward_wte_kernel(float *dwte, const bf16 *dout, const
 #pragma unroll
             for (int k = 0; k < 8; k++) acc[k] += d[k];
         }
+#pragma unroll
+        for (int k = 0; k < 8; k++) acc[k] *= scale;
         float4 *dst = reinterpret_cast<float4 *>(dwte + (size_t)tok * C + c);
         float4 lo = dst[0], hi = dst[1];
         lo.x += acc[0]; lo.y += acc[1]; lo.z += acc[2]; lo.w += acc[3];
@@ -103,7 +110,7 @@ extern "C" size_t encoder_backward_scratch_bytes(int N, int Vp) {
 }
 
 extern "C" void encoder_backward(float *dwte, float *dwpe, void *scratch, const kbf16 *dout, const int *inp,
-                                 int B, int T, int C, int Vp, cudaStream_t stream) {
+                                 float scale, int pad, int B, int T, int C, int Vp, cudaStream_t stream) {
     int N = B * T;
     size_t ints = round_up(N * sizeof(int), 256);
     char *s = (char *)scratch;
@@ -118,28 +125,33 @@ extern "C" void encoder_backward(float *dwte, float *dwpe, void *scratch, const 
 
     sort_rows_by_key(inp, sorted_tok, rows, sorted_rows, temp, temp_bytes, N, bits_for(Vp), stream);
     int threads = C / 8 < 256 ? (int)round_up(C / 8, 32) : 256;
-    encoder_backward_wte_kernel<<<N, threads, 0, stream>>>(dwte, dout, sorted_tok, sorted_rows, N, C, Vp);
+    encoder_backward_wte_kernel<<<N, threads, 0, stream>>>(dwte, dout, sorted_tok, sorted_rows, scale, pad, N, C, Vp);
     CUDA_CHECK(cudaGetLastError());
 }
 
 /* ---- over a vocabulary slice ---------------------------------------------------------------- */
 
-__global__ void encoder_slice_forward_kernel(bf16 *out, const int *inp, const bf16 *wte_slice, int v0, int Vs, int N,
-                                             int C) {
+__global__ void encoder_slice_forward_kernel(bf16 *out, const int *inp, const bf16 *wte_slice, float scale, int v0,
+                                             int Vs, int N, int C) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     int groups = C / 8;
     if (idx >= (size_t)N * groups) return;
     int n = (int)(idx / groups), c = (int)(idx % groups) * 8;
     int tok = inp[n] - v0;
-    uint4 v = make_uint4(0, 0, 0, 0); /* bf16 zeros */
-    if (tok >= 0 && tok < Vs) v = *reinterpret_cast<const uint4 *>(wte_slice + (size_t)tok * C + c);
-    *reinterpret_cast<uint4 *>(out + (size_t)n * C + c) = v;
+    float a[8] = {0};
+    if (tok >= 0 && tok < Vs) {
+        bf16x8_to_float(load_bf16x8(wte_slice + (size_t)tok * C + c), a);
+#pragma unroll
+        for (int i = 0; i < 8; i++) a[i] *= scale;
+    }
+    store_bf16x8(out + (size_t)n * C + c, float_to_bf16x8(a));
 }
 
-extern "C" void encoder_slice_forward(kbf16 *out, const int *inp, const kbf16 *wte_slice, int v0, int Vs, int N,
-                                      int C, cudaStream_t stream) {
+extern "C" void encoder_slice_forward(kbf16 *out, const int *inp, const kbf16 *wte_slice, float scale, int v0, int Vs,
+                                      int N, int C, cudaStream_t stream) {
     size_t threads = (size_t)N * (C / 8);
-    encoder_slice_forward_kernel<<<ceil_div(threads, 256), 256, 0, stream>>>(out, inp, wte_slice, v0, Vs, N, C);
+    encoder_slice_forward_kernel<<<ceil_div(threads, 256), 256, 0, stream>>>(out, inp, wte_slice, scale, v0, Vs, N,
+                                                                             C);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -156,8 +168,8 @@ extern "C" size_t encoder_slice_backward_scratch_bytes(int N, int Vs) {
     return round_up(N * sizeof(int), 256) + encoder_backward_scratch_bytes(N, Vs + 1);
 }
 
-extern "C" void encoder_slice_backward(float *dwte_slice, void *scratch, const kbf16 *dout, const int *inp, int v0,
-                                       int Vs, int N, int C, cudaStream_t stream) {
+extern "C" void encoder_slice_backward(float *dwte_slice, void *scratch, const kbf16 *dout, const int *inp,
+                                       float scale, int pad, int v0, int Vs, int N, int C, cudaStream_t stream) {
     size_t ints = round_up(N * sizeof(int), 256);
     char *s = (char *)scratch;
     int *keys = (int *)s, *rows = (int *)(s + ints), *sorted_tok = (int *)(s + 2 * ints),
@@ -168,6 +180,8 @@ extern "C" void encoder_slice_backward(float *dwte_slice, void *scratch, const k
     sort_rows_by_key(keys, sorted_tok, rows, sorted_rows, temp, sort_rows_by_key_temp_bytes(N, bits_for(Vs + 1)), N,
                      bits_for(Vs + 1), stream);
     int threads = C / 8 < 256 ? (int)round_up(C / 8, 32) : 256;
-    encoder_backward_wte_kernel<<<N, threads, 0, stream>>>(dwte_slice, dout, sorted_tok, sorted_rows, N, C, Vs);
+    const int slice_pad = pad >= v0 && pad < v0 + Vs ? pad - v0 : -1;
+    encoder_backward_wte_kernel<<<N, threads, 0, stream>>>(dwte_slice, dout, sorted_tok, sorted_rows, scale, slice_pad,
+                                                           N, C, Vs);
     CUDA_CHECK(cudaGetLastError());
 }

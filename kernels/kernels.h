@@ -34,26 +34,28 @@ extern "C" {
 #endif
 
 /* ---- encoder.cu: token + position embedding ---------------------------------------------- */
-/* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]   (= ; fp32 add, one bf16 rounding). inp on the device,
- * every token in [0, Vp). wpe == NULL: the token embedding alone (RoPE families). */
-void encoder_forward(kbf16 *out, const int *inp, const kbf16 *wte, const kbf16 *wpe, int B, int T, int C,
-                     cudaStream_t stream);
-/* dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += Σ_b dout[b,t,:] unless dwpe == NULL   (+= into fp32, deterministic:
- * positions are sorted by token (stable radix sort) and each token's rows summed in position order
- * by one block; no atomics). scratch: encoder_backward_scratch_bytes(B·T, Vp) bytes. */
+/* out[b,t,:] = wte[inp[b,t],:]·scale + wpe[t,:]   (= ; fp32 math, one bf16 rounding). inp on the
+ * device, every token in [0, Vp). wpe == NULL: the token embedding alone (RoPE families). scale:
+ * gpt_embed_scale (Gemma's sqrt(C), else 1). */
+void encoder_forward(kbf16 *out, const int *inp, const kbf16 *wte, const kbf16 *wpe, float scale, int B, int T,
+                     int C, cudaStream_t stream);
+/* dwte[inp[b,t],:] += scale·dout[b,t,:] for every token but pad (nn.Embedding's padding_idx: its row
+ * gets no gradient; pad < 0: none); dwpe[t,:] += Σ_b dout[b,t,:] unless dwpe == NULL   (+= into fp32,
+ * deterministic: positions are sorted by token (stable radix sort) and each token's rows summed in
+ * position order by one block; no atomics). scratch: encoder_backward_scratch_bytes(B·T, Vp) bytes. */
 size_t encoder_backward_scratch_bytes(int N, int Vp);
-void encoder_backward(float *dwte, float *dwpe, void *scratch, const kbf16 *dout, const int *inp, int B, int T,
-                      int C, int Vp, cudaStream_t stream);
+void encoder_backward(float *dwte, float *dwpe, void *scratch, const kbf16 *dout, const int *inp, float scale,
+                      int pad, int B, int T, int C, int Vp, cudaStream_t stream);
 /* Over wte's rows [v0, v0 + Vs) (wte_slice, the rows a rank owns), for N positions (every rank's):
- * out[n,:] = wte_slice[inp[n] - v0,:] where the slice holds inp[n], else 0   (=, exact: the
- * ranks' outputs summed are encoder_forward's without wpe), and dwte_slice[tok - v0,:] += the rows
- * of dout at tok for the slice's tokens only (+= fp32, deterministic; the slices side by side are
- * encoder_backward's dwte bitwise). scratch: encoder_slice_backward_scratch_bytes(N, Vs) bytes. */
-void encoder_slice_forward(kbf16 *out, const int *inp, const kbf16 *wte_slice, int v0, int Vs, int N, int C,
-                           cudaStream_t stream);
+ * out[n,:] = wte_slice[inp[n] - v0,:]·scale where the slice holds inp[n], else 0   (=, exact: the
+ * ranks' outputs summed are encoder_forward's without wpe), and dwte_slice[tok - v0,:] +=
+ * scale·(the rows of dout at tok) for the slice's tokens but pad (a whole-vocabulary id; < 0: none)
+ * only (+= fp32, deterministic; the slices side by side are encoder_backward's dwte bitwise). scratch: encoder_slice_backward_scratch_bytes(N, Vs) bytes. */
+void encoder_slice_forward(kbf16 *out, const int *inp, const kbf16 *wte_slice, float scale, int v0, int Vs, int N,
+                           int C, cudaStream_t stream);
 size_t encoder_slice_backward_scratch_bytes(int N, int Vs);
-void encoder_slice_backward(float *dwte_slice, void *scratch, const kbf16 *dout, const int *inp, int v0, int Vs,
-                            int N, int C, cudaStream_t stream);
+void encoder_slice_backward(float *dwte_slice, void *scratch, const kbf16 *dout, const int *inp, float scale, int pad,
+                            int v0, int Vs, int N, int C, cudaStream_t stream);
 
 /* ---- layernorm.cu: residual add fused with LayerNorm ------------------------------------ */
 /* residual = a + b (rounded to bf16; skipped when b == NULL, then residual may be NULL and the

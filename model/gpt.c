@@ -103,6 +103,16 @@ RopeParams gpt_layer_rope(const GPTConfig *cfg, int l) {
     return cfg->rope;
 }
 
+int gpt_first_local_rope_layer(const GPTConfig *cfg) {
+    for (int l = 0; l < cfg->num_layers; l++)
+        if (cfg->positions == POS_ROPE && cfg->rope_local_theta > 0 && gpt_layer_is_sliding(cfg, l)) return l;
+    return -1;
+}
+
+int gpt_embed_pad_token(const GPTConfig *cfg) {
+    return cfg->has_pad_token ? cfg->pad_token_id : -1;
+}
+
 /* x rounded to `bits` significant bits, ties to even (x finite and normal in the narrow type):
  * 8 is bf16's precision, 11 fp16's */
 static float round_to_bits(float x, int bits) {
@@ -435,18 +445,30 @@ BlockWidths gpt_block_widths(const GPTConfig *cfg) {
     return w;
 }
 
+/* The (query, key) pairs a causal layer computes over T positions when a query sees at most W keys
+ * (W >= T: all before it). */
+static double causal_pairs(double T, double W) {
+    if (W >= T) return T * (T + 1) / 2;
+    return W * (W + 1) / 2 + (T - W) * W;
+}
+
 double gpt_flops_per_token(const GPTConfig *cfg, int T) {
     /* PaLM's count (appendix B), as llm.c and the peers' MFU figures use it: 6 FLOPs per matmul
      * parameter per token for forward + backward (the output projection counts, the position
-     * embedding does not), plus 12·L·NH·hd·T for attention's QK^T and AV (causal masking not
-     * credited; grouped-query attention shares K and V but every query head still does its own). */
+     * embedding does not), plus 12·NH·hd·T per layer for attention's QK^T and AV (causal masking not
+     * credited; grouped-query attention shares K and V but every query head still does its own). A
+     * sliding layer is charged that times the share of a causal layer's pairs its window leaves
+     * (T·W-ish, not T²), so a window of T or more costs what a global layer does. */
     GPTConfig c = *cfg;
     gpt_config_finish(&c);
     double C = c.dim, L = c.num_layers, attn = (double)c.num_heads * c.head_dim;
     double qkv = (double)(c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
     double mlp_in = c.mlp == MLP_GELU ? c.ffn_dim : 2.0 * c.ffn_dim;
     double matmul_params = L * (C * qkv + attn * C + C * mlp_in + (double)c.ffn_dim * C) + (double)c.vocab_size * C;
-    return 6.0 * matmul_params + 12.0 * L * attn * T;
+    double layers = 0.0; /* global-layer equivalents */
+    for (int l = 0; l < c.num_layers; l++)
+        layers += gpt_layer_is_sliding(&c, l) ? causal_pairs(T, c.sliding_window) / causal_pairs(T, T) : 1.0;
+    return 6.0 * matmul_params + 12.0 * layers * attn * T;
 }
 
 void gpt_cap_logits(const GPTConfig *cfg, float *logits, int n) {

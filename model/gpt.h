@@ -139,6 +139,12 @@ int gpt_layer_is_sliding(const GPTConfig *cfg, int l);
 /* Layer l's rotary embedding: rope_local_theta unscaled on sliding layers (when set), cfg->rope
  * elsewhere. */
 RopeParams gpt_layer_rope(const GPTConfig *cfg, int l);
+/* The first layer that turns by the sliding layers' own RoPE base (rope_local_theta), or -1 when
+ * none does: the backends keep a second pair of rotation tables when there is one. */
+int gpt_first_local_rope_layer(const GPTConfig *cfg);
+/* The token whose embedding row gets no gradient from its lookups (pad_token_id with has_pad_token),
+ * or -1. */
+int gpt_embed_pad_token(const GPTConfig *cfg);
 /* What the token embedding is multiplied by: 1, or sqrt(C) rounded to embed_scale's dtype. */
 float gpt_embed_scale(const GPTConfig *cfg);
 /* The attention's scale: query_pre_attn_scalar^-1/2 when set, else hd^-1/2. */
@@ -239,7 +245,7 @@ typedef struct {
 BlockWidths gpt_block_widths(const GPTConfig *cfg);
 
 /* Training FLOPs per token for MFU (6·params for the matmuls + attention by hd and NH), as in PaLM's
- * appendix. */
+ * appendix; a sliding layer's attention in proportion to the pairs its window leaves. */
 double gpt_flops_per_token(const GPTConfig *cfg, int T);
 
 #ifdef __cplusplus

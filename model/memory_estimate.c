@@ -8,12 +8,13 @@
  * projection wrote them (Q: before QK-norm and RoPE), the attention's output, the two residuals
  * and the gate/up rows (2F, unless recomputed by their GEMM); its norms, its gated product and
  * (with QK-norm) its rotated q, k, v are recomputed in the backward into one buffer each that the
- * layers share. In fp32: each norm's
+ * layers share. With sandwich norms (Gemma) a layer also keeps its two projections' outputs before
+ * their norms (2·C) and the norms' 1/rms. In fp32: each norm's
  * statistics (LayerNorm's mean and 1/std, RMSNorm's 1/rms alone), QK-norm's 1/rms per head, and
  * the attention's log-sum-exp per head. Beside the layers: the embedding's output, the two
  * projections that feed the residual stream (one buffer each), the final norm, the backward's
  * gradients of one layer's activations (with a gated MLP, its product's too), RoPE's cos and sin
- * tables [T, hd/2], the batch's inputs and targets, the loss (with the objective and mean lse) and
+ * tables [T, hd/2] (a second pair when the sliding layers have their own base), the batch's inputs and targets, the loss (with the objective and mean lse) and
  * its per-token values, and one row of logits for sampling. This is the CUDA backend's activation
  * arena without its scratch. */
 #include "model/memory_estimate.h"
@@ -43,6 +44,7 @@ MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_
                    (recompute_mlp ? 0 : take(N * F * bf)) + 2 * norm_stats(cfg, N) + take(N * NH * sizeof(float));
     if (!rope) layer += 2 * take(N * C * bf); /* the two norms' outputs */
     if (cfg->qk_norm) layer += take(N * (NH + NKV) * sizeof(float));
+    if (cfg->sandwich_norm) layer += 2 * take(N * C * bf) + 2 * take(N * sizeof(float));
     size_t a = take(N * C * bf) + (size_t)cfg->num_layers * layer;
     a += 2 * take(N * C * bf);                         /* the attention's and the MLP's projections */
     if (recompute_mlp) a += take(N * F * bf);          /* one layer's activation at a time */
@@ -54,6 +56,7 @@ MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_
     if (cfg->mlp != MLP_GELU) a += take(N * F * bf);   /* the gated product */
     a += take(N * C * bf) + take(N * A * bf) + take(N * Q * bf); /* norm, attention output, q k v */
     if (rope) a += 2 * take((size_t)T * (hd / 2) * sizeof(float)); /* cos, sin */
+    if (gpt_first_local_rope_layer(cfg) >= 0) a += 2 * take((size_t)T * (hd / 2) * sizeof(float));
     a += 2 * take(N * sizeof(int32_t)) + take(3 * sizeof(float)) + take(sizeof(double)); /* batch, loss, norm */
     a += take(N * sizeof(float));                     /* per-token losses */
     a += take((size_t)cfg->padded_vocab_size * bf);   /* one row of logits */

@@ -1,5 +1,5 @@
-/* The CUDA backend against the CPU reference backend on a small GPT-2, and on tiny Llama, Qwen2 and
- * Qwen3 models: same init, same batches.
+/* The CUDA backend against the CPU reference backend on a small GPT-2, and on tiny Llama, Qwen2,
+ * Qwen3 and Gemma 3 models: same init, same batches.
  * bf16 weights and activations make the GPU differ from the fp32 CPU by ~1e-2 relative; the
  * tolerances below say so. Also: bitwise determinism, and a resume from saved state that repeats
  * the uninterrupted run's losses bit for bit. Both output layers. */
@@ -44,6 +44,8 @@ static void setup_config(Setup *s, const GPTConfig *cfg, int B, int T, int steps
     /* a learnable sequence, so the loss moves during the 10 steps */
     for (size_t i = 0; i < n; i++) {
         s->inputs[i] = (int)((i * 7 + rng_below(&rng, 3)) % vocab);
+        /* a model with a pad token sees it now and then, as padded batches have it */
+        if (cfg->has_pad_token && i % 13 == 4) s->inputs[i] = cfg->pad_token_id;
         s->targets[i] = (i % 11 == 5) ? -1 : (int)((s->inputs[i] * 5 + 3) % vocab);
     }
 }
@@ -188,6 +190,46 @@ TEST(backend_cuda_matches_cpu_on_a_tiny_qwen2_with_qkv_bias) {
     compare_config_with_cpu(&cfg, OUTPUT_FUSED, 2, 33, OUTPUT_FUSED_DEFAULT_BUDGET, 2);
 }
 
+/* A tiny Gemma 3 with every switch its block has: three layers, sliding, global, sliding (layer_types),
+ * a window of 8 shorter than the sequence, the sliding layers' own RoPE base and linear rope_scaling
+ * on the global one, QK-norm and the four norms by 1 + w, GeGLU, NH·hd != C with 2 query heads per
+ * key/value head, query_pre_attn_scalar 48 (not hd), the embedding scaled by sqrt(C) with a
+ * pad token inside the vocabulary that the inputs hold, and the logits soft-capped. */
+static GPTConfig tiny_gemma3(int head_dim) {
+    GPTConfig cfg = family_config(FAMILY_GEMMA3, 4, 2, head_dim, 192, 328);
+    cfg.num_layers = 3;
+    cfg.sliding_window_pattern = 0;
+    cfg.layer_sliding[0] = cfg.layer_sliding[2] = 1;
+    cfg.sliding_window = 8;
+    cfg.rope.theta = 1e6;
+    cfg.rope.scaling = ROPE_SCALING_LINEAR;
+    cfg.rope.factor = 4.0;
+    cfg.rope_local_theta = 1e4;
+    cfg.query_pre_attn_scalar = 48.0f;
+    cfg.pad_token_id = 3;
+    cfg.logit_softcap = 3.0f;
+    return cfg;
+}
+
+TEST(backend_cuda_matches_cpu_on_a_tiny_gemma3_with_sliding_and_global_layers_and_sandwich_norms) {
+    GPTConfig cfg = tiny_gemma3(64);
+    compare_config_with_cpu(&cfg, OUTPUT_FUSED, 3, 37);
+    compare_config_with_cpu(&cfg, OUTPUT_CANONICAL, 2, 29);
+    /* the gate/up rows recomputed by their GEMM */
+    compare_config_with_cpu(&cfg, OUTPUT_FUSED, 2, 33, OUTPUT_FUSED_DEFAULT_BUDGET, 2);
+}
+
+TEST(backend_cuda_matches_cpu_on_a_tiny_gemma3_at_head_dim_128) {
+    GPTConfig cfg = tiny_gemma3(128);
+    compare_config_with_cpu(&cfg, OUTPUT_FUSED, 3, 37);
+}
+
+/* Gemma 3's own head_dim: needs the attention's kernels for head size 256. */
+TEST(backend_cuda_matches_cpu_on_a_tiny_gemma3_at_head_dim_256) {
+    GPTConfig cfg = tiny_gemma3(256);
+    compare_config_with_cpu(&cfg, OUTPUT_FUSED, 3, 37);
+}
+
 /* `./train eval`'s loop on the GPU: 3 windows of 37 and a last of 10 targets (122 tokens) in
  * batches of 3, so the second batch holds one short window and two rows whose targets are all
  * ignored; the mean within bf16's rounding of the CPU's, through both output layers. */
@@ -267,6 +309,13 @@ TEST(backend_cuda_decoding_with_the_cache_gives_the_logits_of_a_full_forward) {
  * buffer the layers share, so a decoded row's layer rotates its cached rows again. */
 TEST(backend_cuda_decoding_a_qwen3_rotates_its_cached_projections_as_a_full_forward) {
     GPTConfig cfg = family_config(FAMILY_QWEN3, 2, 1, 128, 128, 200);
+    decoding_matches_a_full_forward(&cfg);
+}
+
+/* Gemma 3's decoded rows attend within their sliding layers' window and rotate by each layer's own
+ * tables, as a full forward does. */
+TEST(backend_cuda_decoding_a_gemma3_keeps_each_layers_window_and_rotation_as_a_full_forward) {
+    GPTConfig cfg = tiny_gemma3(64);
     decoding_matches_a_full_forward(&cfg);
 }
 

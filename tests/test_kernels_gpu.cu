@@ -177,7 +177,7 @@ static void encoder_case(int B, int T, int C, int Vp, int skewed) {
     bf16 *d_wte = up_bf16(wte, (size_t)Vp * C), *d_wpe = up_bf16(wpe, (size_t)T * C);
     bf16 *d_out = (bf16 *)dalloc((size_t)N * C * 2);
     poison(d_out, (size_t)N * C * 2);
-    encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, 0);
+    encoder_forward(d_out, d_inp, d_wte, d_wpe, 1.0f, B, T, C, 0);
     dsync();
     down_bf16(out, d_out, (size_t)N * C);
     encoder_forward_cpu(ref, inp, wte, wpe, B, T, C);
@@ -201,7 +201,7 @@ static void encoder_case(int B, int T, int C, int Vp, int skewed) {
     for (int run = 0; run < 2; run++) {
         poison(scratch, encoder_backward_scratch_bytes(N, Vp)); /* scratch contents must not matter */
         float *d_dwte = up_f32(dwte0, (size_t)Vp * C), *d_dwpe = up_f32(dwpe0, (size_t)T * C);
-        encoder_backward(d_dwte, d_dwpe, scratch, d_dout, d_inp, B, T, C, Vp, 0);
+        encoder_backward(d_dwte, d_dwpe, scratch, d_dout, d_inp, 1.0f, -1, B, T, C, Vp, 0);
         dsync();
         down_f32(run ? dwte2 : dwte1, d_dwte, (size_t)Vp * C);
         down_f32(run ? dwpe2 : dwpe1, d_dwpe, (size_t)T * C);
@@ -259,7 +259,7 @@ static void encoder_slices_case(int R, int N, int C, int Vp, int skewed) {
     bf16 *d_wte = up_bf16(wte, vc), *d_dout = up_bf16(dout, nc), *d_out = (bf16 *)dalloc(nc * 2);
     float *d_dwte = up_f32(dwte0, vc);
     void *scratch = dalloc(encoder_backward_scratch_bytes(N, Vp));
-    encoder_backward(d_dwte, NULL, scratch, d_dout, d_inp, 1, N, C, Vp, 0);
+    encoder_backward(d_dwte, NULL, scratch, d_dout, d_inp, 1.0f, -1, 1, N, C, Vp, 0);
     dsync();
     down_f32(dwte_whole, d_dwte, vc);
 
@@ -271,9 +271,9 @@ static void encoder_slices_case(int R, int N, int C, int Vp, int skewed) {
         void *slice_scratch = dalloc(encoder_slice_backward_scratch_bytes(N, sl.rows));
         poison(slice_scratch, encoder_slice_backward_scratch_bytes(N, sl.rows)); /* its contents must not matter */
         poison(d_out, nc * 2);
-        encoder_slice_forward(d_out, d_inp, d_wte + off, sl.begin, sl.rows, N, C, 0);
+        encoder_slice_forward(d_out, d_inp, d_wte + off, 1.0f, sl.begin, sl.rows, N, C, 0);
         float *d_dwte_slice = up_f32(dwte0 + off, (size_t)sl.rows * C);
-        encoder_slice_backward(d_dwte_slice, slice_scratch, d_dout, d_inp, sl.begin, sl.rows, N, C, 0);
+        encoder_slice_backward(d_dwte_slice, slice_scratch, d_dout, d_inp, 1.0f, -1, sl.begin, sl.rows, N, C, 0);
         dsync();
         down_bf16(out, d_out, nc);
         down_f32(dwte_slices + off, d_dwte_slice, (size_t)sl.rows * C);
@@ -306,6 +306,67 @@ TEST(kernels_encoder_over_vocabulary_slices_sums_to_the_whole_lookup_and_gradien
     encoder_slices_case(3, 777, 72, 1000, 0);
     encoder_slices_case(8, 515, 64, 5003, 1);
     encoder_slices_case(2, 4096, 768, 50304, 0);
+}
+
+/* Gemma's token embedding alone: scaled by bf16(sqrt(C)) (exact in bf16, so the forward is the
+ * CPU's rounded once), its backward scaled too, and the pad token, present in the batch, leaves its
+ * row's gradient exactly as it was. */
+static void scaled_embedding_case(int B, int T, int C, int Vp, int pad) {
+    const int N = B * T;
+    GPTConfig cfg = {};
+    cfg.dim = C, cfg.embed_scale = EMBED_SCALE_BF16;
+    const float scale = gpt_embed_scale(&cfg);
+    char what[96];
+    int *inp = (int *)malloc(N * sizeof(int));
+    for (int i = 0; i < N; i++) { /* pad at every fifth row from the first, never elsewhere */
+        const int tok = (int)(rng_u64() % (Vp - 1));
+        inp[i] = i % 5 == 0 ? pad : tok + (tok >= pad);
+    }
+    float *wte = hmalloc((size_t)Vp * C), *out = hmalloc((size_t)N * C), *ref = hmalloc((size_t)N * C);
+    fill_normal(wte, (size_t)Vp * C, 1.0f);
+    round_bf16(wte, (size_t)Vp * C);
+    int *d_inp = (int *)dalloc(N * sizeof(int));
+    CUDA_CHECK(cudaMemcpy(d_inp, inp, N * sizeof(int), cudaMemcpyHostToDevice));
+    bf16 *d_wte = up_bf16(wte, (size_t)Vp * C), *d_out = (bf16 *)dalloc((size_t)N * C * 2);
+    poison(d_out, (size_t)N * C * 2);
+    encoder_forward(d_out, d_inp, d_wte, NULL, scale, B, T, C, 0);
+    dsync();
+    down_bf16(out, d_out, (size_t)N * C);
+    embedding_forward_cpu(ref, inp, wte, scale, (size_t)N, C);
+    snprintf(what, sizeof what, "scaled embedding fwd B=%d T=%d C=%d scale %g", B, T, C, (double)scale);
+    CHECK_REL(rel_l2(out, ref, (size_t)N * C), 4e-3, what);
+
+    float *dout = hmalloc((size_t)N * C), *dwte0 = hmalloc((size_t)Vp * C), *dwte_ref = hmalloc((size_t)Vp * C),
+          *dwte = hmalloc((size_t)Vp * C);
+    fill_normal(dout, (size_t)N * C, 1.0f);
+    round_bf16(dout, (size_t)N * C);
+    fill_normal(dwte0, (size_t)Vp * C, 1.0f);
+    memcpy(dwte_ref, dwte0, (size_t)Vp * C * 4);
+    embedding_backward_cpu(dwte_ref, dout, inp, scale, pad, (size_t)N, C);
+    bf16 *d_dout = up_bf16(dout, (size_t)N * C);
+    void *scratch = dalloc(encoder_backward_scratch_bytes(N, Vp));
+    poison(scratch, encoder_backward_scratch_bytes(N, Vp));
+    float *d_dwte = up_f32(dwte0, (size_t)Vp * C);
+    encoder_backward(d_dwte, NULL, scratch, d_dout, d_inp, scale, pad, B, T, C, Vp, 0);
+    dsync();
+    down_f32(dwte, d_dwte, (size_t)Vp * C);
+    snprintf(what, sizeof what, "scaled embedding bwd dwte, pad %d", pad);
+    CHECK_REL(rel_l2(dwte, dwte_ref, (size_t)Vp * C), 1e-5, what);
+    CHECK(same_bytes(dwte + (size_t)pad * C, dwte0 + (size_t)pad * C, (size_t)C * 4),
+          "the pad token's row %d got a gradient", pad);
+    /* a token other than pad that the batch holds did get one */
+    const int other = inp[1];
+    CHECK(!same_bytes(dwte + (size_t)other * C, dwte0 + (size_t)other * C, (size_t)C * 4),
+          "token %d's row got no gradient", other);
+    free(inp); free(wte); free(out); free(ref); free(dout); free(dwte0); free(dwte_ref); free(dwte);
+    dfree_all();
+}
+
+TEST(kernels_gemma_embedding_is_scaled_both_ways_and_the_pad_row_gets_no_gradient) {
+    seed_fresh();
+    scaled_embedding_case(2, 37, 640, 1000, 0);  /* Gemma's pad_token_id 0 */
+    scaled_embedding_case(3, 19, 136, 264, 263); /* the last row, an awkward width */
+    scaled_embedding_case(1, 3, 1152, 128, 5);   /* Gemma-3-1B's width */
 }
 
 /* A kernel that also sums the columns of what it stored (a bias gradient, +=): sums must be start

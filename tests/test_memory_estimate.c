@@ -131,6 +131,18 @@ TEST(qwen3_memory_estimate_counts_qk_norm_statistics_per_head_and_one_shared_rot
     param_table_free(&t);
 }
 
+TEST(gemma3_memory_estimate_counts_the_sandwich_norms_projections_and_the_sliding_layers_rotary_tables) {
+    ParamTable t = tiny_table(FAMILY_GEMMA3);
+    /* + per layer q_norm, k_norm (6 each) and the two sandwich norms (16 each); per layer the two
+     * projections' outputs kept for their norms (16·16 each) with their 1/rms, on Qwen3's QK-norm
+     * layer; beside the layers the shared rotated q, k, v and, both layers sliding with their own
+     * base, a second cos and sin [8, 3] */
+    const size_t layer = llama_layer_acts() + r(16 * 6 * 4) + 2 * r(512) + 2 * r(64);
+    expect_estimate(&t, 0, LLAMA_PARAMS + 2 * (12 + 32), 2 * layer + llama_rest() + r(16 * 48 * 2) + 2 * r(8 * 3 * 4),
+                    "gemma3");
+    param_table_free(&t);
+}
+
 /* GPT-2 124M (d12) at B = 4, T = 1024 as the CUDA backend has always counted it: 124,475,904
  * parameters (Vp = 50304) and its activation arena without the kernels' scratch. */
 TEST(gpt2_124m_memory_figures_stay_what_they_were) {

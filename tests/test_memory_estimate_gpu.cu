@@ -1,5 +1,5 @@
 /* The GPU memory estimate (model/memory_estimate.h) is the CUDA backend's own count: for GPT-2 (GELU
- * kept and recomputed), Llama, Qwen2 and Qwen3 at awkward sizes, the backend's "activations and
+ * kept and recomputed), Llama, Qwen2, Qwen3 and Gemma 3 at awkward sizes, the backend's "activations and
  * scratch" line is the estimate's activations plus the kernels' scratch; its weights, master
  * weights, gradients and AdamW lines are the estimate's. */
 #include <math.h>
@@ -94,4 +94,14 @@ TEST(gpu_memory_estimate_is_the_cuda_backends_count_for_llama_qwen2_and_qwen3) {
     GPTConfig qwen3 = family_config(FAMILY_QWEN3, 4, 2, 128, 256, 776, 50257);
     expect_config_counts_the_estimate(&qwen3, 5, 64, 0);
     expect_config_counts_the_estimate(&qwen3, 3, 37, 2); /* the gate/up rows recomputed too */
+}
+
+TEST(gpu_memory_estimate_is_the_cuda_backends_count_for_gemma3) {
+    /* Gemma 3's defaults: sandwich norms, and the sliding layers (all three of three: the sixth
+     * layer is the first global one) with their own RoPE base, a second pair of tables */
+    GPTConfig gemma = family_config(FAMILY_GEMMA3, 4, 2, 64, 192, 328, 1000);
+    expect_config_counts_the_estimate(&gemma, 3, 37, 0);
+    expect_config_counts_the_estimate(&gemma, 2, 97, 2);
+    gemma.rope_local_theta = 0; /* one pair of tables */
+    expect_config_counts_the_estimate(&gemma, 5, 64, 0);
 }

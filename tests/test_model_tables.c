@@ -220,6 +220,32 @@ TEST(the_flops_per_token_count_the_tables_matrices_and_attention_by_head_dim) {
     param_table_free(&t);
 }
 
+/* A sliding layer's attention is charged by the (query, key) pairs its window leaves: at T = 8 and
+ * W = 3, 1 + 2 + 3·6 = 21 of a causal layer's 36, so 21/36 of a global layer's 12·NH·hd·T; a window
+ * of T or more charges what a global layer does. */
+TEST(the_flops_per_token_charge_a_sliding_layers_attention_by_the_pairs_its_window_leaves) {
+    GPTConfig cfg = small_family(FAMILY_GEMMA3);
+    cfg.num_layers = 3;
+    cfg.sliding_window_pattern = 0;
+    cfg.layer_sliding[0] = cfg.layer_sliding[2] = 1;
+    cfg.sliding_window = 3;
+    ParamTable t;
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    double matmul = 37.0 * 16; /* the tied head */
+    for (int i = 0; i < t.count; i++)
+        if (t.params[i].layer >= 0 && t.params[i].ndim == 2) matmul += (double)t.params[i].numel;
+    const double global = 12.0 * 4 * 6 * 8; /* 12·NH·hd·T */
+    double want = 6.0 * matmul + global * (1.0 + 2.0 * 21.0 / 36.0);
+    CHECK(fabs(gpt_flops_per_token(&t.cfg, 8) - want) <= 1e-9 * want, "%.3f FLOPs, expected %.3f",
+          gpt_flops_per_token(&t.cfg, 8), want);
+    t.cfg.sliding_window = 8;
+    want = 6.0 * matmul + 3.0 * global;
+    CHECK(fabs(gpt_flops_per_token(&t.cfg, 8) - want) <= 1e-9 * want, "window T: %.3f FLOPs, expected %.3f",
+          gpt_flops_per_token(&t.cfg, 8), want);
+    param_table_free(&t);
+}
+
 /* Gemma3DecoderLayer's tensors in the order the forward reads them: the attention's input norm,
  * the packed q, k, v, the per-head norms, o_proj, the attention output's norm
  * (post_attention_layernorm), the MLP's input norm (pre_feedforward_layernorm), the packed gate and

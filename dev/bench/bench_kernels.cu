@@ -173,9 +173,9 @@ int main(int argc, char **argv) {
         bf16 *wte = rand_bf16((size_t)Vp * C, 0.1f), *wpe = rand_bf16((size_t)T * C, 0.1f), *out = (bf16 *)dmalloc(N * C * 2);
         float *dwte = rand_f32((size_t)Vp * C, 0.1f), *dwpe = rand_f32((size_t)T * C, 0.1f);
         void *scratch = dmalloc(encoder_backward_scratch_bytes((int)N, Vp));
-        TIME_MS(ms, encoder_forward(out, tok, wte, wpe, B, T, C, 0));
+        TIME_MS(ms, encoder_forward(out, tok, wte, wpe, 1.0f, B, T, C, 0));
         row("encoder_forward", ms, N * C, 3.0 * N * C * 2);
-        TIME_MS(ms, encoder_backward(dwte, dwpe, scratch, out, tok, B, T, C, Vp, 0));
+        TIME_MS(ms, encoder_backward(dwte, dwpe, scratch, out, tok, 1.0f, -1, B, T, C, Vp, 0));
         row("encoder_backward (sort + sums)", ms, 2.0 * N * C, 2.0 * N * C * 2 + 2.0 * (N + T) * C * 4);
         CUDA_CHECK(cudaFree(tok)); CUDA_CHECK(cudaFree(wte)); CUDA_CHECK(cudaFree(wpe)); CUDA_CHECK(cudaFree(out));
         CUDA_CHECK(cudaFree(dwte)); CUDA_CHECK(cudaFree(dwpe)); CUDA_CHECK(cudaFree(scratch));

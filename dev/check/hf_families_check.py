@@ -6,16 +6,18 @@ scaling, GQA and head_dim * heads != hidden; Qwen3: tied, QK-norm; Qwen2: q/k/v 
 Gemma 3: sliding layers whose window of 5 is shorter than the window of -t, layer_types mixing local
 and global layers, QK-norm, sandwich norms, GQA, head_dim * heads != hidden, linear rope scaling on the
 global layers, its own local base and query_pre_attn_scalar) and saved with save_pretrained. Then:
-  1. `./train eval --init-from HF_DIR --device cpu` and transformers give the same mean next-token
+  1. `./train eval --init-from HF_DIR` and transformers give the same mean next-token
      loss on a token shard (our --init-from reads their checkpoint as they do);
-  2. `./train --init-from HF_DIR` fine-tunes it a few steps on the CPU; transformers loads the
+  2. `./train --init-from HF_DIR` fine-tunes it a few steps (on --device); transformers loads the
      exported checkpoint with AutoModelForCausalLM.from_pretrained, and its loss equals
      `./train eval` of the same checkpoint (our export is their format).
 Both at 1e-4 relative, in fp32, with transformers' eager attention (its sliding-window mask is exact
-there). The windows are `./train eval`'s: window w takes inputs tokens[w*T : w*T+T], each target the
-next token, the mean over all n - 1 targets. Gemma 3 needs transformers 4.53 or later (layer_types).
+there). With --device cuda our side runs on the GPU: the tiny models take the widths the CUDA backend
+computes (hidden 128, head_dim 64, MLP width a multiple of 8), and the tolerance is 3e-2 relative
+(bf16 weights and activations against transformers' fp32). The windows are `./train eval`'s: window
+w takes inputs tokens[w*T : w*T+T], each target the next token, the mean over all n - 1 targets. Gemma 3 needs transformers 4.53 or later (layer_types).
 
-    python3 dev/check/hf_families_check.py [--train ./train] [--work DIR] [-t T]
+    python3 dev/check/hf_families_check.py [--train ./train] [--work DIR] [-t T] [--device cpu|cuda]
 
 Exits 1 on any disagreement. Needs torch and transformers (no network): a dev tool, never a
 dependency of ./train."""
@@ -33,8 +35,18 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Qwen2Config, Qwen3Config
 
-TOLERANCE = 1e-4
+TOLERANCE = {"cpu": 1e-4, "cuda": 3e-2}
 V = 300
+
+
+def cuda_widths(cfg):
+    """The family's tiny model at widths the CUDA backend computes: hidden a multiple of 64, heads of
+    64, the MLP's width a multiple of 8. Each family keeps its trap: Llama's, Gemma's and Qwen3's
+    heads * head_dim != hidden."""
+    cfg.hidden_size, cfg.head_dim, cfg.intermediate_size = 128, 64, 200
+    if cfg.model_type == "qwen2":  # head_dim follows from hidden / heads
+        cfg.num_attention_heads, cfg.num_key_value_heads = 2, 1
+    return cfg
 
 def gemma3_config():
     """Gemma3TextConfig with transformers 4's rope fields, which transformers 5 turns into its
@@ -100,17 +112,17 @@ def train_cmd(train, args):
     return out.stdout
 
 
-def our_loss(train, model_dir, shard, T):
-    out = train_cmd(train, ["eval", "--init-from", model_dir, "-i", shard, "-t", str(T), "--device", "cpu"])
+def our_loss(train, model_dir, shard, T, device):
+    out = train_cmd(train, ["eval", "--init-from", model_dir, "-i", shard, "-t", str(T), "--device", device])
     m = re.search(r"^loss (\S+) ppl", out, re.M)
     if not m:
         sys.exit(f"error: no loss line in ./train eval's output:\n{out}")
     return float(m.group(1))
 
 
-def compare(what, ours, theirs):
+def compare(what, ours, theirs, tolerance):
     rel = abs(ours - theirs) / abs(theirs)
-    ok = rel <= TOLERANCE
+    ok = rel <= tolerance
     print(f"  {what}: fusedgpt {ours:.6f}, transformers {theirs:.6f}, relative {rel:.2e} {'ok' if ok else 'FAILED'}")
     return ok
 
@@ -120,14 +132,17 @@ def main():
     ap.add_argument("--train", default="./train")
     ap.add_argument("--work", default=None, help="where the checkpoints go (default: a temporary directory)")
     ap.add_argument("-t", type=int, default=16, help="window length of the evaluation")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where ./train runs (default cpu)")
     a = ap.parse_args()
+    tolerance = TOLERANCE[a.device]
+    configs = {f: (lambda m=m: cuda_widths(m())) if a.device == "cuda" else m for f, m in FAMILIES.items()}
     work = a.work or tempfile.mkdtemp(prefix="hf_families_")
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, V, size=600).tolist()
     shard = os.path.join(work, "tokens.bin")
     write_shard(shard, tokens, V)
     ok = True
-    for family, make_config in FAMILIES.items():
+    for family, make_config in configs.items():
         print(f"{family}:")
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(make_config(), torch_dtype=torch.float32, attn_implementation="eager")
@@ -137,13 +152,15 @@ def main():
         hf_dir = os.path.join(work, f"{family}-hf")
         model.save_pretrained(hf_dir, safe_serialization=True)
         theirs, _ = hf_loss(hf_dir, tokens, a.t)
-        ok &= compare("--init-from of their checkpoint", our_loss(a.train, hf_dir, shard, a.t), theirs)
+        ok &= compare("--init-from of their checkpoint", our_loss(a.train, hf_dir, shard, a.t, a.device), theirs,
+                      tolerance)
         run = os.path.join(work, f"{family}-run")
-        train_cmd(a.train, ["--device", "cpu", "--init-from", hf_dir, "-i", shard, "-b", "2", "-t", str(a.t),
+        train_cmd(a.train, ["--device", a.device, "--init-from", hf_dir, "-i", shard, "-b", "2", "-t", str(a.t),
                             "-x", "3", "--warmup", "0", "-l", "1e-2", "-s", "0", "--val-every", "0", "-o", run])
         exported = os.path.join(run, "step_00000003")
         theirs, cls = hf_loss(exported, tokens, a.t)
-        ok &= compare(f"our export loaded as {cls}", our_loss(a.train, exported, shard, a.t), theirs)
+        ok &= compare(f"our export loaded as {cls}", our_loss(a.train, exported, shard, a.t, a.device), theirs,
+                      tolerance)
         with open(os.path.join(exported, "config.json")) as f:
             cfg = json.load(f)
         want = make_config().to_dict()

@@ -72,13 +72,6 @@ static int is_rope(const GPTConfig *cfg) {
     return cfg->positions == POS_ROPE;
 }
 
-/* The first layer that turns by the sliding layers' own RoPE base, or -1 when none does. */
-static int first_local_rope_layer(const GPTConfig *cfg) {
-    for (int l = 0; l < cfg->num_layers; l++)
-        if (is_rope(cfg) && cfg->rope_local_theta > 0 && gpt_layer_is_sliding(cfg, l)) return l;
-    return -1;
-}
-
 /* The one place that lays out the activations: called with base = NULL to count, then to assign. */
 static size_t layout_acts(CpuBackend *cb, float *base) {
     const GPTConfig *cfg = &cb->t->cfg;
@@ -139,7 +132,7 @@ static size_t layout_acts(CpuBackend *cb, float *base) {
         TAKE(cb->rope_cos, T * (size_t)cfg->head_dim / 2);
         TAKE(cb->rope_sin, T * (size_t)cfg->head_dim / 2);
     }
-    if (first_local_rope_layer(cfg) >= 0) {
+    if (gpt_first_local_rope_layer(cfg) >= 0) {
         TAKE(cb->rope_local_cos, T * (size_t)cfg->head_dim / 2);
         TAKE(cb->rope_local_sin, T * (size_t)cfg->head_dim / 2);
     }
@@ -199,12 +192,7 @@ static void forward_body(CpuBackend *cb, const int *inputs, int t0, int B, int T
     const size_t r = (size_t)t0; /* the first row */
     const float *wte = whole_tensor(t, cb->params, ROLE_WTE);
     if (is_rope(cfg)) {
-        const float scale = gpt_embed_scale(cfg);
-        for (int n = 0; n < N; n++) {
-            const float *e = wte + (size_t)inputs[n] * C;
-            float *x = cb->encoded + (r + n) * C;
-            for (int i = 0; i < C; i++) x[i] = e[i] * scale;
-        }
+        embedding_forward_cpu(cb->encoded + r * C, inputs, wte, gpt_embed_scale(cfg), (size_t)N, C);
     } else {
         encoder_forward_cpu(cb->encoded + r * C, inputs, wte, whole_tensor(t, cb->params, ROLE_WPE) + r * C, B, T, C);
     }
@@ -382,13 +370,7 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
     }
     float *dwte = whole_tensor(t, cb->grads, ROLE_WTE);
     if (is_rope(cfg)) {
-        const float scale = gpt_embed_scale(cfg);
-        for (int n = 0; n < N; n++) {
-            if (cfg->has_pad_token && inputs[n] == cfg->pad_token_id) continue; /* nn.Embedding's padding_idx */
-            float *d = dwte + (size_t)inputs[n] * C;
-            const float *dr = cb->dres + (size_t)n * C;
-            for (int i = 0; i < C; i++) d[i] += dr[i] * scale;
-        }
+        embedding_backward_cpu(dwte, cb->dres, inputs, gpt_embed_scale(cfg), gpt_embed_pad_token(cfg), (size_t)N, C);
     } else {
         encoder_backward_cpu(dwte, whole_tensor(t, cb->grads, ROLE_WPE), cb->dres, inputs, B, T, C);
     }
@@ -580,7 +562,7 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
         rope_inv_freq(inv_freq, &table->cfg.rope, hd);
         rope_cos_sin(cb->rope_cos, cb->rope_sin, inv_freq, pos, T, hd);
         if (cb->rope_local_cos) {
-            const RopeParams local = gpt_layer_rope(&table->cfg, first_local_rope_layer(&table->cfg));
+            const RopeParams local = gpt_layer_rope(&table->cfg, gpt_first_local_rope_layer(&table->cfg));
             rope_inv_freq(inv_freq, &local, hd);
             rope_cos_sin(cb->rope_local_cos, cb->rope_local_sin, inv_freq, pos, T, hd);
         }

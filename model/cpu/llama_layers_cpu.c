@@ -8,6 +8,23 @@
 
 #include "model/cpu/layers_cpu.h"
 
+/* ---- Token embedding ---- */
+
+void embedding_forward_cpu(float *out, const int *inp, const float *wte, float scale, size_t N, int C) {
+    for (size_t n = 0; n < N; n++) {
+        const float *e = wte + (size_t)inp[n] * C;
+        for (int i = 0; i < C; i++) out[n * C + i] = e[i] * scale;
+    }
+}
+
+void embedding_backward_cpu(float *dwte, const float *dout, const int *inp, float scale, int pad, size_t N, int C) {
+    for (size_t n = 0; n < N; n++) {
+        if (inp[n] == pad) continue;
+        float *d = dwte + (size_t)inp[n] * C;
+        for (int i = 0; i < C; i++) d[i] += dout[n * C + i] * scale;
+    }
+}
+
 /* ---- RMSNorm ---- */
 
 /* What the normalised value is multiplied by: w, or Gemma's 1 + w. */

@@ -35,6 +35,12 @@ static inline size_t qkv_row_width(const QkvLayout *s) {
     return (size_t)(s->NH + 2 * s->NKV) * s->hd;
 }
 
+/* ---- The token embedding alone, scaled (Gemma: bf16(sqrt(C)); 1 elsewhere) ----
+ * out [N,C] = wte[inp[n]]·scale. The backward adds dwte[inp[n]] += dout[n]·scale for every row whose
+ * token is not pad (nn.Embedding's padding_idx: no gradient through its lookups; pad < 0: none). */
+void embedding_forward_cpu(float *out, const int *inp, const float *wte, float scale, size_t N, int C);
+void embedding_backward_cpu(float *dwte, const float *dout, const int *inp, float scale, int pad, size_t N, int C);
+
 /* ---- RMSNorm: out = x / sqrt(mean(x²) + eps) · g over each row of C, in fp32 ----
  * g = w (Llama, Qwen) or 1 + w (Gemma, one_plus_w = 1: its weights are stored as offsets from 1).
  * rstd [N]: 1 / sqrt(mean(x²) + eps) of each row, kept for the backward. */

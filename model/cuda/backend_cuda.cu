@@ -27,6 +27,11 @@
  * -> down; token embedding alone; the head tied to it or lm_head. Widths: QW = (NH + 2·NKV)·hd the
  * packed qkv, AW = NH·hd the attention output, F the MLP's hidden width, FW its first projection's
  * (F, or 2F gate then up). GPT-2's block (QW = 3C, AW = C, FW = F = 4C) is unchanged.
+ * Gemma 3 is the same block with the config's other switches: norms by 1 + w, QK-norm, GeGLU, the
+ * embedding scaled by sqrt(C) in its checkpoint's dtype (the tied head reads it unscaled), sliding
+ * layers with their own RoPE base and window beside global ones, the attention scale
+ * query_pre_attn_scalar^-1/2, and sandwich norms: each branch's projection is normed before the residual add, so a layer also keeps
+ * the two projections' outputs and their norms' 1/rms (2·C values per token).
  *
  * Data parallel (model/dist/grad_sync.h): each rank scales its gradients by 1/world and the ranks sum
  * them, during the backward of the step's last micro-batch. Under ZeRO-1 master weights, moments
@@ -57,6 +62,9 @@ typedef struct {
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att_lse; /* means: LayerNorm only */
     kbf16 *qkv_proj; /* [N,QW] the projection's output before QK-norm (Qwen3); else RoPE runs in place on qkv */
     float *qk_rstd;  /* [N,NH+NKV] QK-norm's */
+    /* sandwich norms: o_proj's and down_proj's outputs [N,C] before their norms, and the norms' 1/rms */
+    kbf16 *attproj, *fcproj;
+    float *attpost_rstd, *mlppost_rstd;
 } CudaLayerActs;
 
 typedef struct {
@@ -74,7 +82,8 @@ typedef struct {
     void *arena;                   /* every activation and scratch buffer, one allocation */
     size_t arena_bytes;
     kbf16 *encoded, *lnf;
-    kbf16 *attproj, *fcproj; /* [N,C] each: a layer's projections, consumed by the next residual add */
+    kbf16 *attproj, *fcproj; /* [N,C] each: what a layer's branches add to the residual stream (the
+                              * projections, or with sandwich norms their norms' outputs) */
     kbf16 *gelu_tmp;         /* [N,F] when recompute_gelu: every layer's fch_gelu, one at a time */
     kbf16 *ln_tmp;           /* [N,C] RoPE families: every layer's ln1 and ln2, one at a time */
     kbf16 *qkv_rot;          /* [N,QW] QK-norm families: every layer's rotated qkv, one at a time */
@@ -83,9 +92,12 @@ typedef struct {
     float *lnf_mean, *lnf_rstd;
     CudaLayerActs *layer;
     /* backward scratch, reused by every layer */
-    kbf16 *dres, *dlnf, *dfch, *dln, *datty, *dqkv;
+    kbf16 *dres, *dlnf, *dfch;
+    kbf16 *dln; /* [N,C] the gradient at a norm's input, or at a sandwich norm's input (a projection's output) */
+    kbf16 *datty, *dqkv;
     kbf16 *dact;            /* [N,F] gated MLPs: the gradient of the activation's output */
     float *rope_cos, *rope_sin; /* [T, hd/2] for positions 0..T-1 (RoPE families) */
+    float *rope_local_cos, *rope_local_sin; /* the same for the sliding layers' own base (when they have one) */
     void *scratch; /* the largest of the kernels' scratch needs */
     size_t scratch_bytes;
     int *d_inputs, *d_targets;
@@ -132,6 +144,12 @@ static size_t layout_arena(CudaBackend *cb, char *base) {
             if (base) a->qkv_proj = a->qkv;
         }
         TAKE(a->atty, kbf16, N * w.AW);
+        if (cfg->sandwich_norm) {
+            TAKE(a->attproj, kbf16, N * C);
+            TAKE(a->fcproj, kbf16, N * C);
+            TAKE(a->attpost_rstd, float, N);
+            TAKE(a->mlppost_rstd, float, N);
+        }
         TAKE(a->residual2, kbf16, N * C);
         if (!rope) TAKE(a->ln2, kbf16, N * C);
         if (cb->recompute_gelu < 2) TAKE(a->fch_pre, kbf16, N * w.FW);
@@ -175,6 +193,10 @@ static size_t layout_arena(CudaBackend *cb, char *base) {
         TAKE(cb->rope_cos, float, T * (size_t)cfg->head_dim / 2);
         TAKE(cb->rope_sin, float, T * (size_t)cfg->head_dim / 2);
     }
+    if (gpt_first_local_rope_layer(cfg) >= 0) {
+        TAKE(cb->rope_local_cos, float, T * (size_t)cfg->head_dim / 2);
+        TAKE(cb->rope_local_sin, float, T * (size_t)cfg->head_dim / 2);
+    }
     TAKE(cb->scratch, char, cb->scratch_bytes);
     TAKE(cb->d_inputs, int, N);
     TAKE(cb->d_targets, int, N);
@@ -190,11 +212,20 @@ static size_t max_size(size_t a, size_t b) {
     return a > b ? a : b;
 }
 
-/* The attention of one call over B sequences of T rows. */
-static AttentionShape attention_shape(const GPTConfig *cfg, int B, int T) {
+/* Layer l's attention over B sequences of T rows: its window (sliding layers) and the family's
+ * scale (Gemma's query_pre_attn_scalar^-1/2). */
+static AttentionShape attention_shape(const GPTConfig *cfg, int l, int B, int T) {
     AttentionShape a = {B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, 0.0f, 0};
-    a.scale = is_rope(cfg) ? attention_default_scale(cfg->head_dim) : 1.0f / sqrtf((float)cfg->head_dim);
+    a.scale = is_rope(cfg) ? gpt_attention_scale(cfg) : 1.0f / sqrtf((float)cfg->head_dim);
+    a.window = gpt_layer_is_sliding(cfg, l) ? cfg->sliding_window : 0;
     return a;
+}
+
+/* Layer l's rotation tables [T, hd/2]: the sliding layers' own, or the global ones. */
+static void layer_rope(const CudaBackend *cb, int l, const float **cos_t, const float **sin_t) {
+    const int local = cb->rope_local_cos && gpt_layer_is_sliding(&cb->t->cfg, l);
+    *cos_t = local ? cb->rope_local_cos : cb->rope_cos;
+    *sin_t = local ? cb->rope_local_sin : cb->rope_sin;
 }
 
 static RopeShape rope_shape(const GPTConfig *cfg, int B, int T) {
@@ -206,7 +237,7 @@ static RopeShape rope_shape(const GPTConfig *cfg, int B, int T) {
 static size_t scratch_needed(const GPTConfig *cfg, int B, int T) {
     int N = B * T, C = cfg->dim;
     const BlockWidths w = gpt_block_widths(cfg);
-    const AttentionShape as = attention_shape(cfg, B, T);
+    const AttentionShape as = attention_shape(cfg, 0, B, T); /* the scratch does not depend on the window */
     size_t s = encoder_backward_scratch_bytes(N, cfg->padded_vocab_size);
     s = max_size(s, attention_backward_scratch_bytes(&as));
     s = max_size(s, global_sumsq_scratch_bytes());
@@ -243,7 +274,7 @@ static void forward_body_gpt2(CudaBackend *cb, int t0, int B, int T) {
     const size_t r = (size_t)t0; /* the first row */
     cudaStream_t s = cb->stream;
     encoder_forward(cb->encoded + r * C, cb->d_inputs + r, param_bf16(cb, param_whole(t, ROLE_WTE)),
-                    param_bf16(cb, param_whole(t, ROLE_WPE)) + r * C, B, T, C, s);
+                    param_bf16(cb, param_whole(t, ROLE_WPE)) + r * C, 1.0f, B, T, C, s);
     for (int l = 0; l < cfg->num_layers; l++) {
         CudaLayerActs *a = &cb->layer[l];
         CudaLayerActs *prev = l > 0 ? &cb->layer[l - 1] : NULL;
@@ -258,7 +289,7 @@ static void forward_body_gpt2(CudaBackend *cb, int t0, int B, int T) {
                                        C, s);
         const kbf16 *residual_in = (l == 0 ? cb->encoded : prev->residual3) + r * C;
         matmul_forward(a->qkv + r * 3 * C, NULL, a->ln1 + r * C, P(ROLE_QKV_W), P(ROLE_QKV_B), N, C, 3 * C, s);
-        const AttentionShape as = attention_shape(cfg, B, T);
+        const AttentionShape as = attention_shape(cfg, l, B, T);
         if (t0 == 0)
             attention_forward(a->atty, a->att_lse, a->qkv, &as, s);
         else
@@ -279,7 +310,8 @@ static void forward_body_gpt2(CudaBackend *cb, int t0, int B, int T) {
 }
 
 /* The RoPE families' body forward, over the same rows as forward_body_gpt2. Decoding (t0 > 0)
- * rotates the row by position t0's angles and attends to the rows before it. */
+ * rotates the row by position t0's angles and attends to the rows before it. With sandwich norms
+ * (Gemma) each branch's projection is kept and normed into the buffer the residual add reads. */
 static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
@@ -290,12 +322,15 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
     const GatedAct act = cfg->mlp == MLP_GEGLU ? GATED_GELU_TANH : GATED_SILU;
     const RopeShape rs = rope_shape(cfg, B, T);
     cudaStream_t s = cb->stream;
-    encoder_forward(cb->encoded + r * C, cb->d_inputs + r, param_bf16(cb, param_whole(t, ROLE_WTE)), NULL, B, T, C, s);
+    encoder_forward(cb->encoded + r * C, cb->d_inputs + r, param_bf16(cb, param_whole(t, ROLE_WTE)), NULL,
+                    gpt_embed_scale(cfg), B, T, C, s);
     for (int l = 0; l < cfg->num_layers; l++) {
         CudaLayerActs *a = &cb->layer[l];
         CudaLayerActs *prev = l > 0 ? &cb->layer[l - 1] : NULL;
+        const float *cos_t, *sin_t;
+        layer_rope(cb, l, &cos_t, &sin_t);
 #define P(role) param_bf16_opt(cb, param_of_layer(t, l, role))
-        /* ln1 = RMSNorm(previous residual2 + previous down projection), which stores that sum */
+        /* ln1 = RMSNorm(previous residual2 + previous MLP branch), which stores that sum */
         if (l == 0)
             residual_rmsnorm_forward(NULL, a->ln1 + r * C, a->ln1_rstd + r, cb->encoded + r * C, NULL, P(ROLE_LN1_W),
                                      N, C, eps, one_plus_w, s);
@@ -308,25 +343,36 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
             /* the rotated rows are shared by the layers, so the cache is the projections': rotate
              * this layer's rows 0..t0 again */
             const RopeShape upto = rope_shape(cfg, 1, t0 + 1);
-            rope_forward(a->qkv, a->qk_rstd, a->qkv_proj, P(ROLE_QNORM_W), P(ROLE_KNORM_W), cb->rope_cos,
-                         cb->rope_sin, &upto, s);
+            rope_forward(a->qkv, a->qk_rstd, a->qkv_proj, P(ROLE_QNORM_W), P(ROLE_KNORM_W), cos_t, sin_t, &upto, s);
         } else {
             rope_forward(a->qkv + r * w.QW,
                          a->qk_rstd ? a->qk_rstd + r * (size_t)(cfg->num_heads + cfg->num_kv_heads) : NULL,
-                         a->qkv_proj + r * w.QW, P(ROLE_QNORM_W), P(ROLE_KNORM_W), cb->rope_cos + r * half,
-                         cb->rope_sin + r * half, &rs, s);
+                         a->qkv_proj + r * w.QW, P(ROLE_QNORM_W), P(ROLE_KNORM_W), cos_t + r * half, sin_t + r * half,
+                         &rs, s);
         }
-        const AttentionShape as = attention_shape(cfg, B, T);
+        const AttentionShape as = attention_shape(cfg, l, B, T);
         if (t0 == 0)
             attention_forward(a->atty, a->att_lse, a->qkv, &as, s);
         else
             attention_decode(a->atty + r * w.AW, a->qkv, t0, &as, s);
-        matmul_forward(cb->attproj + r * C, NULL, a->atty + r * w.AW, P(ROLE_ATTPROJ_W), NULL, N, (int)w.AW, C, s);
+        if (cfg->sandwich_norm) {
+            matmul_forward(a->attproj + r * C, NULL, a->atty + r * w.AW, P(ROLE_ATTPROJ_W), NULL, N, (int)w.AW, C, s);
+            residual_rmsnorm_forward(NULL, cb->attproj + r * C, a->attpost_rstd + r, a->attproj + r * C, NULL,
+                                     P(ROLE_ATTPOST_W), N, C, eps, one_plus_w, s);
+        } else {
+            matmul_forward(cb->attproj + r * C, NULL, a->atty + r * w.AW, P(ROLE_ATTPROJ_W), NULL, N, (int)w.AW, C, s);
+        }
         residual_rmsnorm_forward(a->residual2 + r * C, a->ln2 + r * C, a->ln2_rstd + r, residual_in,
                                  cb->attproj + r * C, P(ROLE_LN2_W), N, C, eps, one_plus_w, s);
         matmul_forward(a->fch_pre + r * w.FW, NULL, a->ln2 + r * C, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
         gated_forward(a->fch_gelu + r * w.F, a->fch_pre + r * w.FW, (size_t)N, (int)w.F, act, s);
-        matmul_forward(cb->fcproj + r * C, NULL, a->fch_gelu + r * w.F, P(ROLE_FCPROJ_W), NULL, N, (int)w.F, C, s);
+        if (cfg->sandwich_norm) {
+            matmul_forward(a->fcproj + r * C, NULL, a->fch_gelu + r * w.F, P(ROLE_FCPROJ_W), NULL, N, (int)w.F, C, s);
+            residual_rmsnorm_forward(NULL, cb->fcproj + r * C, a->mlppost_rstd + r, a->fcproj + r * C, NULL,
+                                     P(ROLE_MLPPOST_W), N, C, eps, one_plus_w, s);
+        } else {
+            matmul_forward(cb->fcproj + r * C, NULL, a->fch_gelu + r * w.F, P(ROLE_FCPROJ_W), NULL, N, (int)w.F, C, s);
+        }
 #undef P
     }
     CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
@@ -402,7 +448,8 @@ static float cuda_eval_loss(Backend *be, const int *inputs, const int *targets) 
 
 /* The embeddings' backward from dres, the residual stream's gradient below layer 0, and its sync:
  * grad_sync does it itself over every rank's micro-batch when it owns the encoder. The RoPE
- * families have no position table (whole_tensor gives NULL). */
+ * families have no position table (whole_tensor gives NULL); Gemma scales its embedding and gives
+ * the pad token's row no gradient. */
 static void backward_encoder(CudaBackend *cb, GradSync *sync) {
     const ParamTable *t = cb->t;
     float *grads = cb->grads;
@@ -411,7 +458,8 @@ static void backward_encoder(CudaBackend *cb, GradSync *sync) {
         return;
     }
     encoder_backward(whole_tensor(t, grads, ROLE_WTE), whole_tensor(t, grads, ROLE_WPE), cb->scratch, cb->dres,
-                     cb->d_inputs, cb->base.B, cb->base.T, t->cfg.dim, t->cfg.padded_vocab_size, cb->stream);
+                     cb->d_inputs, gpt_embed_scale(&t->cfg), gpt_embed_pad_token(&t->cfg), cb->base.B, cb->base.T,
+                     t->cfg.dim, t->cfg.padded_vocab_size, cb->stream);
     grad_sync_ready(sync, SYNC_AFTER_ENCODER, -1, grads, cb->stream);
 }
 
@@ -423,7 +471,7 @@ static void backward_body_gpt2(CudaBackend *cb, GradSync *sync) {
     int B = cb->base.B, T = cb->base.T, C = cfg->dim, N = B * T;
     cudaStream_t s = cb->stream;
     float *grads = cb->grads;
-    const AttentionShape as = attention_shape(cfg, B, T);
+    const AttentionShape as = attention_shape(cfg, 0, B, T); /* GPT-2 has no sliding layers */
     /* dres is the gradient of the residual stream; each LayerNorm backward ADDS into it. */
     CUDA_CHECK(cudaMemsetAsync(cb->dres, 0, (size_t)N * C * sizeof(kbf16), s));
     CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
@@ -464,7 +512,9 @@ static void backward_body_gpt2(CudaBackend *cb, GradSync *sync) {
 }
 
 /* The RoPE families' body backward, as backward_body_gpt2. Every norm backward ADDS into dres,
- * the residual stream's gradient. */
+ * the residual stream's gradient; under a sandwich norm (Gemma) the branch's projection gets that
+ * norm's backward of dres, in dln (cleared first: the norm backward adds), which the projection's
+ * backward reads before anything else writes dln. */
 static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
@@ -472,7 +522,6 @@ static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
     const int B = cb->base.B, T = cb->base.T, C = cfg->dim, N = B * T;
     const int one_plus_w = cfg->norm == NORM_RMSNORM_ONE_PLUS_W;
     const GatedAct act = cfg->mlp == MLP_GEGLU ? GATED_GELU_TANH : GATED_SILU;
-    const AttentionShape as = attention_shape(cfg, B, T);
     const RopeShape rs = rope_shape(cfg, B, T);
     cudaStream_t s = cb->stream;
     float *grads = cb->grads;
@@ -485,6 +534,9 @@ static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
         CudaLayerActs *a = &cb->layer[l];
         LayerTensors g = layer_tensors(t, grads, l);
         const kbf16 *residual_in = l == 0 ? cb->encoded : cb->layer[l - 1].residual3;
+        const AttentionShape as = attention_shape(cfg, l, B, T);
+        const float *cos_t, *sin_t;
+        layer_rope(cb, l, &cos_t, &sin_t);
 #define P(role) param_bf16_opt(cb, param_of_layer(t, l, role))
         /* MLP; its input (ln2, whose rstd is rewritten unchanged), [the gate/up rows] and the gated
          * product are recomputed */
@@ -493,7 +545,14 @@ static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
         if (cb->recompute_gelu == 2)
             matmul_forward(a->fch_pre, NULL, a->ln2, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
         gated_forward(a->fch_gelu, a->fch_pre, (size_t)N, (int)w.F, act, s);
-        matmul_backward(cb->dact, g.fcprojw, NULL, NULL, cb->dres, a->fch_gelu, P(ROLE_FCPROJ_W), NULL, N, (int)w.F,
+        const kbf16 *dfcproj = cb->dres;
+        if (cfg->sandwich_norm) {
+            CUDA_CHECK(cudaMemsetAsync(cb->dln, 0, (size_t)N * C * sizeof(kbf16), s));
+            rmsnorm_backward(cb->dln, g.mlppostw, cb->scratch, cb->dres, a->fcproj, P(ROLE_MLPPOST_W), a->mlppost_rstd,
+                             N, C, one_plus_w, s);
+            dfcproj = cb->dln;
+        }
+        matmul_backward(cb->dact, g.fcprojw, NULL, NULL, dfcproj, a->fch_gelu, P(ROLE_FCPROJ_W), NULL, N, (int)w.F,
                         C, s);
         gated_backward(cb->dfch, cb->dact, a->fch_pre, (size_t)N, (int)w.F, act, s);
         matmul_backward(cb->dln, g.fcw, NULL, NULL, cb->dfch, a->ln2, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
@@ -501,14 +560,20 @@ static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
                          one_plus_w, s);
         /* attention; dqkv becomes the projection's gradient in place (RoPE's transpose, QK-norm's
          * backward), so qkv's bias gradient is the projection's own column sum, not attention's */
-        matmul_backward(cb->datty, g.attprojw, NULL, NULL, cb->dres, a->atty, P(ROLE_ATTPROJ_W), NULL, N, (int)w.AW,
+        const kbf16 *dattproj = cb->dres;
+        if (cfg->sandwich_norm) {
+            CUDA_CHECK(cudaMemsetAsync(cb->dln, 0, (size_t)N * C * sizeof(kbf16), s));
+            rmsnorm_backward(cb->dln, g.attpostw, cb->scratch, cb->dres, a->attproj, P(ROLE_ATTPOST_W),
+                             a->attpost_rstd, N, C, one_plus_w, s);
+            dattproj = cb->dln;
+        }
+        matmul_backward(cb->datty, g.attprojw, NULL, NULL, dattproj, a->atty, P(ROLE_ATTPROJ_W), NULL, N, (int)w.AW,
                         C, s);
         if (cfg->qk_norm)
-            rope_forward(a->qkv, a->qk_rstd, a->qkv_proj, P(ROLE_QNORM_W), P(ROLE_KNORM_W), cb->rope_cos, cb->rope_sin,
-                         &rs, s);
+            rope_forward(a->qkv, a->qk_rstd, a->qkv_proj, P(ROLE_QNORM_W), P(ROLE_KNORM_W), cos_t, sin_t, &rs, s);
         attention_backward(cb->dqkv, NULL, cb->scratch, cb->datty, a->qkv, a->atty, a->att_lse, &as, s);
         rope_backward(cb->dqkv, g.qnormw, g.knormw, cb->scratch, cb->dqkv, a->qkv_proj, P(ROLE_QNORM_W),
-                      P(ROLE_KNORM_W), a->qk_rstd, cb->rope_cos, cb->rope_sin, &rs, s);
+                      P(ROLE_KNORM_W), a->qk_rstd, cos_t, sin_t, &rs, s);
         residual_rmsnorm_forward(NULL, a->ln1, a->ln1_rstd, residual_in, NULL, P(ROLE_LN1_W), N, C, cfg->norm_eps,
                                  one_plus_w, s);
         matmul_backward(cb->dln, g.qkvw, g.qkvb, cb->scratch, cb->dqkv, a->ln1, P(ROLE_QKV_W), NULL, N, C, (int)w.QW,
@@ -777,10 +842,11 @@ static const BackendOps cuda_ops = {
 };
 
 /* cos, sin [T, hd/2] of positions 0..T-1 from the CPU reference's functions, so both backends
- * rotate by the same angles. Returns 0 with a message in err when host memory runs out. */
+ * rotate by the same angles: the global tables, and the sliding layers' own when they have a base of
+ * their own. Returns 0 with a message in err when host memory runs out. */
 static int upload_rope_tables(CudaBackend *cb, char *err) {
     const GPTConfig *cfg = &cb->t->cfg;
-    const int T = cb->base.T, hd = cfg->head_dim;
+    const int T = cb->base.T, hd = cfg->head_dim, local = gpt_first_local_rope_layer(cfg);
     const size_t n = (size_t)T * (hd / 2);
     float *inv_freq = (float *)malloc((size_t)(hd / 2) * sizeof(float));
     float *cos_t = (float *)malloc(n * sizeof(float)), *sin_t = (float *)malloc(n * sizeof(float));
@@ -788,10 +854,15 @@ static int upload_rope_tables(CudaBackend *cb, char *err) {
     const int ok = inv_freq && cos_t && sin_t && pos;
     if (ok) {
         for (int i = 0; i < T; i++) pos[i] = i;
-        rope_inv_freq(inv_freq, &cfg->rope, hd);
-        rope_cos_sin(cos_t, sin_t, inv_freq, pos, T, hd);
-        CUDA_CHECK(cudaMemcpy(cb->rope_cos, cos_t, n * sizeof(float), cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(cb->rope_sin, sin_t, n * sizeof(float), cudaMemcpyHostToDevice));
+        for (int k = 0; k < (local >= 0 ? 2 : 1); k++) {
+            const RopeParams p = k == 0 ? cfg->rope : gpt_layer_rope(cfg, local);
+            rope_inv_freq(inv_freq, &p, hd);
+            rope_cos_sin(cos_t, sin_t, inv_freq, pos, T, hd);
+            CUDA_CHECK(cudaMemcpy(k == 0 ? cb->rope_cos : cb->rope_local_cos, cos_t, n * sizeof(float),
+                                  cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(k == 0 ? cb->rope_sin : cb->rope_local_sin, sin_t, n * sizeof(float),
+                                  cudaMemcpyHostToDevice));
+        }
     } else {
         snprintf(err, ERR_LEN, "out of host memory for the rotary tables");
     }
@@ -887,15 +958,11 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     const Dist *dist = dp && dp->dist && dp->dist->world > 1 ? dp->dist : NULL;
     const int zero1 = dist && dp->zero1, overlap = dist && dp->overlap;
     const GPTConfig *cfg = &table->cfg;
-    if (cfg->family == FAMILY_GEMMA3) {
-        snprintf(err, ERR_LEN, "the CUDA backend does not compute the gemma3 family yet (its sandwich norms, scaled "
-                               "embedding and sliding layers run on --device cpu)");
-        return NULL;
-    }
+    /* the attention's launcher checks the kernels it has for 256 (Gemma 3's head) */
     int HS = cfg->head_dim;
-    if (HS != 64 && HS != 128) {
-        snprintf(err, ERR_LEN, "the CUDA attention needs a head size of 64 or 128, this model has %d (change %s)", HS,
-                 is_rope(cfg) ? "--head-dim" : "--heads");
+    if (HS != 64 && HS != 128 && HS != 256) {
+        snprintf(err, ERR_LEN, "the CUDA attention needs a head size of 64, 128 or 256, this model has %d (change %s)",
+                 HS, is_rope(cfg) ? "--head-dim" : "--heads");
         return NULL;
     }
     if (cfg->ffn_dim % 8) {

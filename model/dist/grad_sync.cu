@@ -13,6 +13,8 @@ struct GradSync {
     int B, T, C, Vp;
     size_t wte_offset, total;
     const ParamInfo *wpe; /* NULL: the family has no position table */
+    float embed_scale;    /* the token embedding's scale, and the token whose row gets no gradient */
+    int pad_token;
     BucketPlan plan;
     float *grad_shard; /* ZeRO-1: this rank's reduced gradients, compact */
     cudaStream_t comm;
@@ -64,6 +66,8 @@ GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int ov
     gs->B = B, gs->T = T, gs->C = t->cfg.dim, gs->Vp = t->cfg.padded_vocab_size;
     gs->wte_offset = param_whole(t, ROLE_WTE)->offset;
     gs->wpe = param_whole(t, ROLE_WPE);
+    gs->embed_scale = gpt_embed_scale(&t->cfg);
+    gs->pad_token = gpt_embed_pad_token(&t->cfg);
     gs->total = t->total;
     /* the highest priority: a reduction starts as soon as SMs free up, not after the next kernels */
     int least = 0, greatest = 0;
@@ -155,7 +159,8 @@ void grad_sync_encoder(GradSync *gs, float *grads, const kbf16 *dres, const int 
     dist_group_end(gs->dist);
     /* after the embedding bucket's all-reduce (same stream): every rank adds the same values */
     encoder_backward(grads + gs->wte_offset, gs->wpe ? grads + gs->wpe->offset : NULL, gs->encoder_scratch,
-                     gs->dres_all, gs->inputs_all, gs->world * gs->B, gs->T, gs->C, gs->Vp, gs->comm);
+                     gs->dres_all, gs->inputs_all, gs->embed_scale, gs->pad_token, gs->world * gs->B, gs->T, gs->C,
+                     gs->Vp, gs->comm);
 }
 
 void grad_sync_finish(GradSync *gs, float *grads, cudaStream_t main) {
