@@ -93,7 +93,7 @@ static const OptSpec options[] = {
     {0, "ffn-dim", OPT_INT, O(ffn_dim), "0", "F", "MLP hidden width (0: the preset's, or 4C)"},
     {0, "sliding-window", OPT_INT, O(sliding_window), "0", "W",
      "gemma3: its sliding layers' query t sees keys t-W+1..t (0: the preset's, or 4096)"},
-    {0, "max-seq-len", OPT_INT, O(max_seq_len), "1024", "T", "context length of the model (position table)"},
+    {0, "max-seq-len", OPT_INT, O(max_seq_len), "1024", "T", "context length of the model (GPT-2's position table; a released model's preset: its own)"},
     {'v', "vocab", OPT_INT, O(vocab), "50257", "V", "vocabulary size (padded to a multiple of 128 inside)"},
     {'b', "batch", OPT_INT, O(batch), "4", "B", "micro-batch size in sequences"},
     {'t', "seq-len", OPT_INT, O(seq_len), "1024", "T", "sequence length of a batch"},
@@ -363,8 +363,9 @@ static void validate(Options *opt, GPTConfig *cfg) {
     cfg->num_kv_heads = opt->kv_heads ? opt->kv_heads : own ? p->num_kv_heads : 0;
     cfg->head_dim = opt->head_dim ? opt->head_dim : own ? p->head_dim : 0;
     cfg->ffn_dim = opt->ffn_dim ? opt->ffn_dim : own ? p->ffn_dim : 0;
-    cfg->max_seq_len = opt->max_seq_len;
-    /* a preset of a released model carries its vocabulary; -v given on the command line wins */
+    /* a preset of a released model carries its vocabulary and context; -v and --max-seq-len given
+     * on the command line win */
+    cfg->max_seq_len = own && p->max_seq_len && !was_given(opt, "max-seq-len") ? p->max_seq_len : opt->max_seq_len;
     cfg->vocab_size = own && p->vocab_size && !was_given(opt, "vocab") ? p->vocab_size : opt->vocab;
     if (opt->layers < 0 || cfg->num_layers < 1 || cfg->num_layers > GPT_MAX_LAYERS)
         bad("--layers", "must be between 1 and 128");

@@ -34,7 +34,10 @@
  *  The forward alone (evaluation) is always MODE_STATS: 1G, nothing of size N x V written.
  *  Loss options (kernels/output_kind.h): every tile caps its logits in registers before its
  *  epilogue. Streaming: MODE_STATS also sums them per row and window (label smoothing's mean), and
- *  MODE_DZ writes the objective's gradient, the cap's slope 1 - (z'/cap)^2 included. Chunked: the
+ *  MODE_DZ writes the objective's gradient, the cap's slope 1 - (z'/cap)^2 included, and gives back
+ *  in fp32 the rounding of each row's peak (its one non-target entry with p > 1/2, which z-loss's
+ *  factor on p can lift past 1, where bf16's step doubles) as it does the target's: stream_dh_kernel
+ *  and a second onehot_dw_kernel, the rows sorted by peak column (O(N) more). Chunked: the
  *  objective's gradient is p ps - keep [v = t] - uniform (ps = 1 + 2 z_loss lse per row): ps rides
  *  on the row scale (ps / S, Hs = H ps / S), keep on the one-hot coefficient, the cap's slope on E
  *  as the epilogue writes it (S stays the sum of E without it), and label smoothing's uniform term
@@ -105,6 +108,7 @@ typedef struct {
     const float *lse;
     bf16 *dz;   /* MODE_DZ: P - Y, unscaled (the GEMMs apply the gradient scale as alpha) */
     float *tcoef; /* MODE_DZ: [N] what bf16 rounding took from each row's dZ entry at its target */
+    unsigned long long *peak; /* MODE_DZ with options: [N] the row's peak entry (pack_peak), 0 if none */
     /* MODE_EXP */
     const float *ref2; /* [N] each row's reference s, in log2 units: E = 2^(z log2(e) - s) */
     bf16 *ex;          /* E */
@@ -184,6 +188,20 @@ __device__ __forceinline__ float tile_row_max(const float (&acc)[TN / 2], int h,
     return mx;
 }
 
+/* Whether MODE_DZ writes the objective's gradient (loss options set) rather than P - Y. */
+__host__ __device__ __forceinline__ bool dz_has_options(const OutputLossOptions &o) {
+    return o.logit_softcap > 0.0f || o.z_loss != 0.0f || o.label_smoothing != 0.0f;
+}
+
+/* A row's peak entry, the one non-target column whose p exceeds 1/2, packed in 64 bits: column + 1
+ * above, the rounding its bf16 dZ entry lost (fp32) below; 0 means none. Should rounding put two
+ * columns over 1/2 (a tie at 1/2), atomicMax keeps the higher column whatever the order. */
+__device__ __forceinline__ unsigned long long pack_peak(int64_t col, float resid) {
+    return ((unsigned long long)(col + 1) << 32) | __float_as_uint(resid);
+}
+__device__ __forceinline__ int peak_col(unsigned long long pk) { return (int)(pk >> 32) - 1; }
+__device__ __forceinline__ float peak_resid(unsigned long long pk) { return __uint_as_float((uint32_t)pk); }
+
 /* Epilogue of one 128 x 256 logit tile held by a warpgroup (acc[i*4 + e]: row rows[e>>1], column
  * tile_col0 + i*8 + (lane&3)*2 + (e&1)): MODE_STATS updates the running max and sum; MODE_DZ writes
  * dZ = softmax - onehot; MODE_EXP writes the scaled exponentials and the tile's (k, sum). STATS and
@@ -245,21 +263,28 @@ __device__ __forceinline__ void wg_tile_epilogue(const TileArgs &a, const float 
              * about -0.9 in every row, rounded to -0.898 alike); what rounding takes from it goes
              * to tcoef and is added back in fp32. */
             float resid = 0.0f;
-            if (o.logit_softcap > 0.0f || o.z_loss != 0.0f || o.label_smoothing != 0.0f) {
+            if (dz_has_options(o)) {
                 /* the objective's gradient w.r.t. z (x is already capped): (p ps - [v = t] keep -
                  * uniform) times the cap's slope; 0 for ignored rows (their p is 0, the uniform
-                 * term is not) */
+                 * term is not). z-loss's ps > 1 lifts a non-target entry whose p is near 1 past
+                 * 1, where bf16's step doubles to 2^-7, and that one rounding reaches all d values
+                 * of the row's dH alike: what it loses goes to the row's peak, added back in fp32
+                 * like tcoef (p > 1/2 holds for at most one column of a row). */
                 const bool valid = t >= 0;
                 const float ps = valid ? outl_p_scale(o, l2 * (float)LN2) : 0.0f;
                 const float keep = 1.0f - o.label_smoothing, uniform = valid ? o.label_smoothing / (float)a.V : 0.0f;
                 const float cap = o.logit_softcap;
+                int pcol = -1;
+                float presid = 0.0f;
                 store_tile_rows(acc, h, lane, [&](float x, int col) {
                     const float p = ex2(fmaf(x, LOG2E, -l2));
                     const float r = cap > 0.0f ? x / cap : 0.0f;
                     const float g = (p * ps - (col == tl ? keep : 0.0f) - uniform) * (1.0f - r * r);
                     if (col == tl) resid = g - __bfloat162float(__float2bfloat16(g));
+                    else if (p > 0.5f && col < lim) pcol = col, presid = g - __bfloat162float(__float2bfloat16(g));
                     return col >= lim ? 0.0f : g;
                 }, scratch, out, row_in);
+                if (pcol >= 0 && row_in) atomicMax(a.peak + rows[h], pack_peak(tile_col0 + pcol, presid));
             } else if (__all_sync(0xffffffffu, full && tl < 0))
                 store_tile_rows(acc, h, lane, [&](float x, int) { return ex2(fmaf(x, LOG2E, -l2)); }, scratch,
                                        out, row_in);
@@ -625,26 +650,30 @@ __device__ __forceinline__ void store_bf16x8(bf16 *out, const float (&v)[8]) {
     *reinterpret_cast<int4 *>(out) = *reinterpret_cast<int4 *>(o);
 }
 
+/* v[k] += c W[col, j + k] for eight consecutive k */
+__device__ __forceinline__ void add_row8(float (&v)[8], float c, const bf16 *W, int64_t col, int d, int64_t j) {
+    const uint4 wv = *reinterpret_cast<const uint4 *>(W + col * d + j);
+    const __nv_bfloat162 *wp = reinterpret_cast<const __nv_bfloat162 *>(&wv);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const float2 w2 = __bfloat1622float2(wp[k]);
+        v[2 * k] = fmaf(c, w2.x, v[2 * k]), v[2 * k + 1] = fmaf(c, w2.y, v[2 * k + 1]);
+    }
+}
+
 /* dH of a streaming chunk from its fp32 scale dZ W: dH = that + scale tcoef W[target] (what the
- * bf16 dZ lost at the target) in bf16, a thread per 8 values. */
-__global__ void stream_dh_kernel(bf16 *dH, const float *acc, const float *tcoef, const int32_t *targets,
-                                 const bf16 *W, const float *scale, int d, int64_t n8) {
+ * bf16 dZ lost at the target), + scale resid W[column] for a row's peak (peak non-NULL), in bf16,
+ * a thread per 8 values. */
+__global__ void stream_dh_kernel(bf16 *dH, const float *acc, const float *tcoef, const unsigned long long *peak,
+                                 const int32_t *targets, const bf16 *W, const float *scale, int d, int64_t n8) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n8) return;
     const int64_t r = (i * 8) / d, j = (i * 8) % d;
     const float4 x = reinterpret_cast<const float4 *>(acc)[2 * i], y = reinterpret_cast<const float4 *>(acc)[2 * i + 1];
     float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
     const int t = targets[r];
-    if (t != -1) {
-        const float c = tcoef[r] * *scale;
-        const uint4 wv = *reinterpret_cast<const uint4 *>(W + (int64_t)t * d + j);
-        const __nv_bfloat162 *wp = reinterpret_cast<const __nv_bfloat162 *>(&wv);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const float2 w2 = __bfloat1622float2(wp[k]);
-            v[2 * k] = fmaf(c, w2.x, v[2 * k]), v[2 * k + 1] = fmaf(c, w2.y, v[2 * k + 1]);
-        }
-    }
+    if (t != -1) add_row8(v, tcoef[r] * *scale, W, t, d, j);
+    if (peak && peak[r]) add_row8(v, peak_resid(peak[r]) * *scale, W, peak_col(peak[r]), d, j);
     store_bf16x8(dH + 8 * i, v);
 }
 
@@ -669,6 +698,11 @@ __global__ void stream_dh_f32_kernel(float *dH, const float *tcoef, const int32_
     out[0] = x, out[1] = y;
 }
 
+/* The rows' peak columns (-1 where none), the keys that group the rows for the peaks' part of dW. */
+__global__ void peak_columns_kernel(const unsigned long long *peak, int64_t N, int32_t *cols) {
+    const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < N) cols[r] = peak_col(peak[r]);
+}
 /* Each row's reference for its scaled exponentials, in log2 units: its target's logit (its
  * column 0's when the target is ignored), so that E = 1 at the target and the row's sum S is at
  * least about 1; E overflows only where a logit exceeds the target's by ~40 (S > 2^60: a loss over
@@ -834,13 +868,24 @@ __global__ void exp_dh_kernel(bf16 *dH, const float *EW, const float *row_scale,
     store_bf16x8(dH + 8 * i, v);
 }
 
-/* The one-hot part of dW: dW[t] += scale sum of tcoef H over the rows aiming at t, in row order.
- * keys and rows: the targets and row indices sorted by target (stably), a block per position;
- * the first position of each target sums its rows, so every dW row has one owner and no atomics.
- * Targets at or past V are a vocabulary slice's rows whose target another slice holds: no row of
- * this dW, and their tcoef was never written. */
-__global__ void onehot_dw_kernel(const int32_t *keys, const int32_t *rows, int64_t N, const float *tcoef,
-                                     const bf16 *H, int d, int64_t V, const float *scale, float *dW) {
+/* A row's fp32 coefficient on the one-hot part of dW: at its target (tcoef), or at its peak. */
+struct TargetCoef {
+    const float *tcoef;
+    __device__ float operator()(int64_t r) const { return tcoef[r]; }
+};
+struct PeakCoef {
+    const unsigned long long *peak;
+    __device__ float operator()(int64_t r) const { return peak_resid(peak[r]); }
+};
+
+/* The one-hot part of dW: dW[t] += scale sum of coef(r) H_r over the rows aiming at t (their
+ * target, or their peak column), in row order. keys and rows: the columns and row indices sorted
+ * by column (stably), a block per position; the first position of each column sums its rows, so
+ * every dW row has one owner and no atomics. Columns at or past V are a vocabulary slice's rows
+ * whose target another slice holds: no row of this dW, and their coefficient was never written. */
+template <class Coef>
+__global__ void onehot_dw_kernel(const int32_t *keys, const int32_t *rows, int64_t N, Coef coef, const bf16 *H,
+                                 int d, int64_t V, const float *scale, float *dW) {
     const int64_t i = blockIdx.x;
     const int t = keys[i];
     if (t < 0 || t >= V || (i > 0 && keys[i - 1] == t)) return;
@@ -849,7 +894,7 @@ __global__ void onehot_dw_kernel(const int32_t *keys, const int32_t *rows, int64
         float acc = 0.0f;
         for (int64_t k = i; k < N && keys[k] == t; k++) {
             const int64_t r = rows[k];
-            acc = fmaf(tcoef[r], __bfloat162float(H[r * d + j]), acc);
+            acc = fmaf(coef(r), __bfloat162float(H[r * d + j]), acc);
         }
         dW[(int64_t)t * d + j] += g * acc;
     }
@@ -1091,6 +1136,8 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, float *dH_f32
     int32_t *keys = L->target_sort, *rows_in = keys + L->max_N, *rows_by_target = rows_in + L->max_N;
     sort_rows_by_key(a->targets, keys, rows_in, rows_by_target, L->target_sort_temp, L->target_sort_temp_bytes, (int)N,
                      32, stream);
+    unsigned long long *peak = dz_has_options(a->options) ? L->peak : NULL;
+    if (peak) CUDA_CHECK(cudaMemsetAsync(peak, 0, (size_t)N * sizeof *peak, stream));
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
         const int64_t nr = min(rows, N - r0);
         float *dh = dH_f32 ? dH_f32 + r0 * d : L->dh_acc;
@@ -1100,7 +1147,7 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, float *dH_f32
             t.H = H, t.W = W, t.targets = a->targets;
             t.row_begin = r0, t.row_end = r0 + nr, t.col_begin = c0, t.col_end = c0 + nc;
             t.d = (int)d;
-            t.lse = L->lse, t.dz = dz, t.ldz = cols, t.tcoef = L->tcoef;
+            t.lse = L->lse, t.dz = dz, t.ldz = cols, t.tcoef = L->tcoef, t.peak = peak;
             t.opt = a->options, t.V = V;
             const dim3 grid = row_sweep_grid(nr, nc, d, &t);
             launch_tile_kernel(tile_kernel<MODE_DZ>, grid, 0, r0 > 0 || c0 > 0, t, tm_h, tm_w, stream);
@@ -1120,12 +1167,22 @@ void outl_fused_backward(OutputLayer *L, const OutputLayerArgs *a, float *dH_f32
             continue;
         }
         stream_dh_kernel<<<(unsigned)ceil_div(n8, 256), 256, 0, stream>>>(
-            (bf16 *)a->dH + r0 * d, L->dh_acc, L->tcoef + r0, a->targets + r0, W, sc + OUTL_SCALE, (int)d, n8);
+            (bf16 *)a->dH + r0 * d, L->dh_acc, L->tcoef + r0, peak ? peak + r0 : NULL, a->targets + r0, W,
+            sc + OUTL_SCALE, (int)d, n8);
         CUDA_CHECK(cudaGetLastError());
     }
-    onehot_dw_kernel<<<(unsigned)N, 128, 0, stream>>>(keys, rows_by_target, N, L->tcoef, H, (int)d, V,
+    onehot_dw_kernel<<<(unsigned)N, 128, 0, stream>>>(keys, rows_by_target, N, TargetCoef{L->tcoef}, H, (int)d, V,
                                                       sc + OUTL_SCALE, a->dW);
     CUDA_CHECK(cudaGetLastError());
+    if (peak) { /* the same for the peaks, the rows now grouped by peak column */
+        peak_columns_kernel<<<(unsigned)ceil_div(N, 256), 256, 0, stream>>>(peak, N, L->peak_cols);
+        CUDA_CHECK(cudaGetLastError());
+        sort_rows_by_key(L->peak_cols, keys, rows_in, rows_by_target, L->target_sort_temp, L->target_sort_temp_bytes,
+                         (int)N, 32, stream);
+        onehot_dw_kernel<<<(unsigned)N, 128, 0, stream>>>(keys, rows_by_target, N, PeakCoef{peak}, H, (int)d, V,
+                                                          sc + OUTL_SCALE, a->dW);
+        CUDA_CHECK(cudaGetLastError());
+    }
 }
 
 /* The scaled-exponential path over rows [r0, r0 + nr) again, with each row's reference s = lse2
@@ -1218,7 +1275,7 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
         outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, nr, L->exp_hs, d, L->ex, ld, a->dW, CUDA_R_32F, d,
                   sc + OUTL_SCALE, sc + OUTL_ONE, stream);
     }
-    onehot_dw_kernel<<<(unsigned)N, 128, 0, stream>>>(keys, rows_by_target, N, L->tcoef, H, (int)d, V,
+    onehot_dw_kernel<<<(unsigned)N, 128, 0, stream>>>(keys, rows_by_target, N, TargetCoef{L->tcoef}, H, (int)d, V,
                                                           sc + OUTL_SCALE, a->dW);
     CUDA_CHECK(cudaGetLastError());
     if (hsum) {

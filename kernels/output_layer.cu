@@ -122,8 +122,8 @@ static int device_sms(void) {
  * create so that the two always agree. */
 typedef struct {
     size_t lse, row_loss, row_obj, scalars, win_m, win_a, win_zs, zt, slice_targets, exp_ref2, ex, exp_sums,
-        exp_row_scale, exp_hs, tcoef, exp_zsum, exp_rank1, exp_colsum, target_sort, target_sort_temp, exp_overflow,
-        dz,
+        exp_row_scale, exp_hs, tcoef, peak, peak_cols, exp_zsum, exp_rank1, exp_colsum, target_sort, target_sort_temp,
+        exp_overflow, dz,
         dh_acc, logits;
 } Sizes;
 
@@ -146,6 +146,8 @@ static Sizes layer_sizes(OutputKind kind, int64_t max_N, int64_t V, int d, int s
         s.exp_row_scale = exp_rows * sizeof(float);
         s.exp_hs = exp_rows * (size_t)d * sizeof(__nv_bfloat16);
         s.tcoef = (size_t)max_N * sizeof(float);
+        s.peak = (size_t)max_N * sizeof(unsigned long long);
+        s.peak_cols = (size_t)max_N * sizeof(int32_t);
         s.exp_zsum = exp_rows ? (size_t)max_N * sizeof(float) : 0;
         s.exp_rank1 = exp_rows ? 2 * (size_t)d * sizeof(float) : 0;
         s.exp_colsum = exp_rows ? COLSUM_SLICES * (size_t)d * sizeof(double) : 0;
@@ -172,8 +174,9 @@ size_t output_layer_workspace_bytes(OutputKind kind, int64_t max_N, int64_t V, i
     OutlFusedSizes fs;
     Sizes s = layer_sizes(kind, max_N, V, d, device_sms(), budget, &fs);
     return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.row_obj + s.scalars + s.win_m + s.win_a + s.win_zs + s.zt +
-           s.slice_targets + s.exp_ref2 + s.ex + s.exp_sums + s.exp_row_scale + s.exp_hs + s.tcoef + s.exp_zsum +
-           s.exp_rank1 + s.exp_colsum + s.target_sort + s.target_sort_temp + s.exp_overflow + s.dz + s.dh_acc + s.logits;
+           s.slice_targets + s.exp_ref2 + s.ex + s.exp_sums + s.exp_row_scale + s.exp_hs + s.tcoef + s.peak +
+           s.peak_cols + s.exp_zsum + s.exp_rank1 + s.exp_colsum + s.target_sort + s.target_sort_temp + s.exp_overflow +
+           s.dz + s.dh_acc + s.logits;
 }
 
 static void *dev_alloc(size_t bytes) {
@@ -208,6 +211,8 @@ OutputLayer *output_layer_create(OutputKind kind, int64_t max_N, int64_t V, int 
     L->exp_row_scale = (float *)dev_alloc(s.exp_row_scale);
     L->exp_hs = (__nv_bfloat16 *)dev_alloc(s.exp_hs);
     L->tcoef = (float *)dev_alloc(s.tcoef);
+    L->peak = (unsigned long long *)dev_alloc(s.peak);
+    L->peak_cols = (int32_t *)dev_alloc(s.peak_cols);
     L->exp_zsum = (float *)dev_alloc(s.exp_zsum);
     L->exp_rank1 = (float *)dev_alloc(s.exp_rank1);
     L->exp_colsum = (double *)dev_alloc(s.exp_colsum);
@@ -233,6 +238,8 @@ void output_layer_destroy(OutputLayer *L) {
     CUDA_CHECK(cudaFree(L->exp_colsum));
     CUDA_CHECK(cudaFree(L->exp_rank1));
     CUDA_CHECK(cudaFree(L->exp_zsum));
+    CUDA_CHECK(cudaFree(L->peak_cols));
+    CUDA_CHECK(cudaFree(L->peak));
     CUDA_CHECK(cudaFree(L->tcoef));
     CUDA_CHECK(cudaFree(L->exp_hs));
     CUDA_CHECK(cudaFree(L->exp_row_scale));

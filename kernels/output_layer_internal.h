@@ -56,6 +56,11 @@ struct OutputLayer {
      * lacks, added to dH and dW in fp32: chunks, all of it (p - 1, or the objective's; E holds 0
      * there); streaming, the rounding dZ's bf16 entry leaves (c - bf16(c)) */
     float *tcoef;
+    /* streaming with loss options: [max_N] each row's peak, the one non-target entry of dZ with
+     * p > 1/2 (its column and what bf16 rounding took from it, packed; 0 if none), given back in
+     * fp32 like tcoef; and [max_N] the peaks' columns, to sort the rows by */
+    unsigned long long *peak;
+    int32_t *peak_cols;
     float *exp_zsum;      /* [max_N] label smoothing: each row's sum of logits, H W-sum */
     float *exp_rank1;     /* [2 d] label smoothing: W's rows summed over V, H's over the valid rows */
     double *exp_colsum;   /* [COLSUM_SLICES x d] their partial sums */

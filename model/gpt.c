@@ -11,7 +11,7 @@
 #include "kernels/host_device.h"
 
 /* GPT-2's shapes: KV heads, head dim and MLP follow from heads and width */
-#define GPT2_PRESET(name, L, NH, C, note) {name, L, NH, C, note, FAMILY_GPT2, 0, 0, 0, {0, ROPE_SCALING_NONE, 0, 0, 0, 0}, 0, 0}
+#define GPT2_PRESET(name, L, NH, C, note) {name, L, NH, C, note, FAMILY_GPT2, 0, 0, 0, {0, ROPE_SCALING_NONE, 0, 0, 0, 0}, 0, 0, 0}
 
 const GPTPreset gpt_presets[] = {
     GPT2_PRESET("tiny", 2, 2, 128, NULL), /* CPU smoke tests and CI; head size 64, as the GPU attention needs */
@@ -21,13 +21,14 @@ const GPTPreset gpt_presets[] = {
     GPT2_PRESET("d36", 36, 20, 1280, NULL),
     GPT2_PRESET("d48", 48, 25, 1600, NULL),
     /* Llama 3.2 1B and Qwen3 0.6B as their config.json describe them (tied heads both); theta,
-     * factor, low and high frequency factors, original context; their tokenizers' vocabularies */
-    {"llama3.2-1b", 16, 32, 2048, NULL, FAMILY_LLAMA, 8, 64, 8192, {5e5, ROPE_SCALING_LLAMA3, 32.0, 1.0, 4.0, 8192.0}, 0, 128256},
-    {"qwen3-0.6b", 28, 16, 1024, NULL, FAMILY_QWEN3, 8, 128, 3072, {1e6, ROPE_SCALING_NONE, 0, 0, 0, 0}, 0, 151936},
+     * factor, low and high frequency factors, original context; their tokenizers' vocabularies and
+     * their max_position_embeddings */
+    {"llama3.2-1b", 16, 32, 2048, NULL, FAMILY_LLAMA, 8, 64, 8192, {5e5, ROPE_SCALING_LLAMA3, 32.0, 1.0, 4.0, 8192.0}, 0, 128256, 131072},
+    {"qwen3-0.6b", 28, 16, 1024, NULL, FAMILY_QWEN3, 8, 128, 3072, {1e6, ROPE_SCALING_NONE, 0, 0, 0, 0}, 0, 151936, 40960},
     /* Gemma 3 270M and 1B (tied heads, no rope_scaling); their window of 512 and the family's
      * defaults: every 6th layer global, local base 1e4, query_pre_attn_scalar 256 */
-    {"gemma3-270m", 18, 4, 640, NULL, FAMILY_GEMMA3, 1, 256, 2048, {1e6, ROPE_SCALING_NONE, 0, 0, 0, 0}, 512, 262144},
-    {"gemma3-1b", 26, 4, 1152, NULL, FAMILY_GEMMA3, 1, 256, 6912, {1e6, ROPE_SCALING_NONE, 0, 0, 0, 0}, 512, 262144},
+    {"gemma3-270m", 18, 4, 640, NULL, FAMILY_GEMMA3, 1, 256, 2048, {1e6, ROPE_SCALING_NONE, 0, 0, 0, 0}, 512, 262144, 32768},
+    {"gemma3-1b", 26, 4, 1152, NULL, FAMILY_GEMMA3, 1, 256, 6912, {1e6, ROPE_SCALING_NONE, 0, 0, 0, 0}, 512, 262144, 32768},
     GPT2_PRESET(NULL, 0, 0, 0, NULL),
 };
 #undef GPT2_PRESET

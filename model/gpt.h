@@ -111,6 +111,8 @@ typedef struct {
     RopeParams rope;
     int sliding_window; /* 0: the family's default */
     int vocab_size; /* a released model's vocabulary (0: -v's default) */
+    int max_seq_len; /* a released model's context, its config.json's max_position_embeddings (0: the
+                      * --max-seq-len default); with RoPE it bounds T and sizes nothing else */
 } GPTPreset;
 
 /* The presets (model/gpt.c), ended by one whose name is NULL: the one list that --help, errors and

@@ -379,6 +379,22 @@ TEST(gemma3_attention_scale_is_query_pre_attn_scalar_to_the_minus_half) {
     CHECK(gpt_attention_scale(&cfg) == (float)pow(6.0, -0.5), "Qwen3: scale %g", gpt_attention_scale(&cfg));
 }
 
+/* Each released model's preset carries its config.json's max_position_embeddings as its context;
+ * GPT-2's leave it to --max-seq-len. */
+TEST(the_released_presets_carry_their_max_position_embeddings) {
+    const struct {
+        const char *name;
+        int max_seq_len;
+    } want[] = {{"llama3.2-1b", 131072}, {"qwen3-0.6b", 40960}, {"gemma3-270m", 32768}, {"gemma3-1b", 32768},
+                {"d12", 0}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const GPTPreset *p = gpt_find_preset(want[i].name);
+        REQUIRE(p, "no preset %s", want[i].name);
+        CHECK(p->max_seq_len == want[i].max_seq_len, "%s: context %d, want %d", want[i].name, p->max_seq_len,
+              want[i].max_seq_len);
+    }
+}
+
 /* Gemma-3-270M and 1B as their config.json describe them. */
 TEST(the_gemma3_presets_are_their_config_json) {
     const struct {

@@ -555,18 +555,15 @@ TEST(loss_options_z_loss_and_softcap_in_chunks_with_rows_over_the_overflow_limit
 }
 
 /* At logits spread to ±100 a row's mass sits on one or two words, and z-loss scales p by
- * 1 + 2·C·lse (1.026 here), so a row's largest non-target dZ lands just above 1, where bf16's step is
- * 2^-7: the streaming path rounds it once, the same way for all d columns of that row's dH, an error
- * that does not average out (the target's own rounding is given back in fp32; this one is not yet).
- * Modelled in numpy: 2.2-2.4e-3 with it, 1.7e-3 without; measured on an H100: 2.27e-3 and 2.36e-3.
- * The chunked path keeps p in fp32 scales and stays under the common bound. */
-static const double STREAM_ZLOSS_PEAKED_GRAD_TOL = 2.6e-3;
-
+ * 1 + 2·C·lse (1.026 here), so a row's largest non-target dZ can land just above 1, where bf16's step
+ * is 2^-7: rounded once, the same way for all d columns of the row's dH, it would not average out
+ * (2.3e-3 against the common bound); the streaming path gives it back in fp32 like the target's.
+ * The chunked path keeps p in fp32 scales. */
 TEST(loss_options_label_smoothing_and_z_loss_in_chunks_at_logits_near_100) {
     Case c = with_options(C_(1000, 5001, 128, 40.0, 0.1), OutputLossOptions{1e-4f, 0.0f, 0.2f});
     for (double shift : {0.0, 64.0}) { /* and every logit near 64 */
         c.shift = shift;
-        check_case(STREAMING, c, FUSED_LOSS_TOL, STREAM_ZLOSS_PEAKED_GRAD_TOL);
+        check_case(STREAMING, c, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
         check_case(exp_chunks(333, c.V), c, FUSED_LOSS_TOL, FUSED_GRAD_TOL);
     }
 }

@@ -168,6 +168,23 @@ TEST(cpu_training_of_a_gemma3_with_sliding_layers_loss_falls_well_below_ln_vocab
     free(out);
 }
 
+/* A released model's preset takes its context from its config.json's max_position_embeddings, so
+ * -t 2048 needs no --max-seq-len (a shape small enough for one CPU step at that length); a
+ * --max-seq-len given still bounds -t, and so does the model's own context. */
+TEST(a_released_models_preset_takes_its_context_from_max_position_embeddings) {
+    char train[700], val[700], args[2400], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    snprintf(args, sizeof args,
+             "-e qwen3-0.6b --device cpu --layers 1 --dim 32 --heads 2 --kv-heads 1 --head-dim 16 --ffn-dim 32 -v 64 "
+             "-b 1 -t 2048 -x 1 -s 0 --val-every 0 -i %s -o %s/runs/ctx",
+             train, test_tmpdir());
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "maxT=40960 "), "qwen3-0.6b -t 2048 without --max-seq-len (%d): %s", rc, out);
+    free(out);
+    expect_usage_error("-e qwen3-0.6b -t 40961", "-t/--seq-len is above the model's context");
+    expect_usage_error("-e qwen3-0.6b --max-seq-len 1024 -t 2048", "-t/--seq-len is above the model's context");
+}
+
 TEST(a_family_flag_the_run_cannot_honour_is_a_usage_error_naming_it) {
     const struct {
         const char *flags, *msg;
