@@ -1,5 +1,5 @@
 /* kernels/attention_backward.cuh - the backward kernels: D = rowsum(dO∘O), then dK,dV and dQ with
- * mma.sync or wgmma (HS 64 and 128 each), deterministic and without atomics (attention.cu
+ * mma.sync (HS 64 and 128) or wgmma (HS 64, 128 and 256), deterministic and without atomics (attention.cu
  * describes the algorithm). */
 #ifndef FUSEDGPT_ATTENTION_BACKWARD_CUH
 #define FUSEDGPT_ATTENTION_BACKWARD_CUH
@@ -16,7 +16,7 @@
 template <int HS>
 __global__ void attention_backward_dsum_kernel(float *D, const bf16 *dout, const bf16 *out, int T, int NH,
                                                size_t rows) {
-    constexpr int LANES = HS / 8; /* per (b, t, h): 8 or 16, a power of two within the warp */
+    constexpr int LANES = HS / 8; /* per (b, t, h): 8, 16 or 32, a power of two within the warp */
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t row = i / LANES; /* (b·T + t)·NH + h */
     float acc = 0.0f;
@@ -221,13 +221,13 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Backward on Hopper tensor cores, HS = 64 or 128: attention_backward_dq_kernel and
+/* Backward on Hopper tensor cores, HS = 64, 128 or 256: attention_backward_dq_kernel and
  * attention_backward_dkdv_kernel (BQ = 64) with every product a warpgroup MMA: the two score-like
  * products (S and dP, or Sᵀ and dPᵀ) from K-major shared tiles, the two gradient products from
  * registers times an MN-major shared tile (of HS/64 panels, as in the forward). Same blocks, order,
  * masking and arithmetic. */
 template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_WG_BWD_MINB : ATT_WG_BWD128_MINB)
+__global__ void __launch_bounds__(ATT_THREADS, att_wg_bwd_min_blocks(HS))
     attention_backward_dq_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
                                        const float *lse, const float *D, int T, int NH, int NKV, int window,
                                        float sl2, float scale) {
@@ -294,12 +294,17 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_WG_BWD_MINB : ATT_
                         C3);
 }
 
-template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_WG_BWD_MINB : ATT_WG_BWD128_MINB)
+/* At HS = 256 the dK and dV accumulators of all 256 columns (256 registers a thread) do not fit:
+ * a block then owns HO = 128 of them, blockIdx.z picking which, and recomputes Sᵀ and dPᵀ (the full
+ * 256-wide reductions) for its half: 6 products per tile instead of 4, with every block's registers
+ * those of HS = 128. */
+template <int HS, int HO>
+__global__ void __launch_bounds__(ATT_THREADS, att_wg_bwd_min_blocks(HS))
     attention_backward_dkdv_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
                                          const float *lse, const float *D, int T, int NH, int NKV, int window,
-                                       float sl2, float scale) {
-    constexpr int TILE = ATT_TILE, BQ = ATT_TILE, TILE_BYTES = TILE * HS * 2, NP = HS / 64;
+                                         float sl2, float scale) {
+    constexpr int TILE = ATT_TILE, BQ = ATT_TILE, TILE_BYTES = TILE * HS * 2, NP = HO / 64;
+    const uint32_t half_off = blockIdx.z * NP * ATT_PANEL_BYTES; /* the block's columns in a tile */
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
     const uint32_t Ks = (smem_addr(att_smem) + 1023) & ~1023u, Vs = Ks + TILE_BYTES, Qs = Vs + TILE_BYTES,
                    dOs = Qs + 2 * TILE_BYTES;
@@ -382,8 +387,8 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_WG_BWD_MINB : ATT_
 #pragma unroll
             for (int p = 0; p < NP; p++) fence_acc(dv[p]), fence_acc(dk[p]);
             wgmma_fence();
-            wgmma_issue_xb<HS>(dv, ap, dOt);
-            wgmma_issue_xb<HS>(dk, ad, Qt);
+            wgmma_issue_xb<HO>(dv, ap, dOt + half_off);
+            wgmma_issue_xb<HO>(dk, ad, Qt + half_off);
             wgmma_commit();
             wgmma_wait<0>();
 #pragma unroll
@@ -393,8 +398,9 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_WG_BWD_MINB : ATT_
     }
 
     float *bias_row = bias_part_row(bias_part, b, blockIdx.x, C3);
-    store_head_grad<HS>(dqkv, bias_row, &dk[0][0], scale, key_col(NH, HS, 0), b, kvh, krow, tq, T, C3);
-    store_head_grad<HS>(dqkv, bias_row, &dv[0][0], 1.0f, value_col(NH, NKV, HS, 0), b, kvh, krow, tq, T, C3);
+    const size_t c0 = blockIdx.z * HO; /* head 0 below: the head's offset is in the column */
+    store_head_grad<HO>(dqkv, bias_row, &dk[0][0], scale, key_col(NH, HS, kvh) + c0, b, 0, krow, tq, T, C3);
+    store_head_grad<HO>(dqkv, bias_row, &dv[0][0], 1.0f, value_col(NH, NKV, HS, kvh) + c0, b, 0, krow, tq, T, C3);
 }
 
 #endif

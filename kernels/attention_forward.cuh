@@ -1,4 +1,5 @@
-/* kernels/attention_forward.cuh - the forward kernels: mma.sync and wgmma (HS 64 and 128 each),
+/* kernels/attention_forward.cuh - the forward kernels: mma.sync (HS 64 and 128) and wgmma (HS 64,
+ * 128 and 256),
  * with the same blocks, loads and online softmax (attention.cu describes the algorithm). */
 #ifndef FUSEDGPT_ATTENTION_FORWARD_CUH
 #define FUSEDGPT_ATTENTION_FORWARD_CUH
@@ -110,7 +111,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Forward on Hopper tensor cores, HS = 64 or 128: the blocks, loads and online softmax of
+/* Forward on Hopper tensor cores, HS = 64, 128 or 256: the blocks, loads and online softmax of
  * attention_forward_kernel, with both products as warpgroup MMAs (the block's 4 warps are one
  * warpgroup; each warp's 16 rows of S and O sit in the same registers as with mma.sync).
  *   S = Q·Kᵀ: wgmma m64n64k16 ×HS/16, Q and K K-major from shared memory;

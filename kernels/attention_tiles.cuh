@@ -22,6 +22,11 @@
 #define ATT_WG_BWD128_MINB 2 /* head size 128: dK,dV needs 240 registers, dQ 97 KB of shared memory */
 #define ATT_FWD64_MINB 1    /* capping to 4 blocks (128 regs) spilled and ran slower */
 #define ATT_FWD128_MINB 3   /* wgmma forward, head size 128: what its shared memory allows */
+/* Head size 256 runs one block per SM in every wgmma kernel: the forward's Q, K, V [2] tiles take
+ * 128 KB and the backward's six 192 KB of shared memory, and their accumulators most registers. */
+__host__ __device__ constexpr int att_wg_bwd_min_blocks(int HS) {
+    return HS == 64 ? ATT_WG_BWD_MINB : HS == 128 ? ATT_WG_BWD128_MINB : 1;
+}
 
 /* A token's packed qkv row: NH query heads, then NKV key heads, then NKV value heads, HS columns
  * each; query head h reads key/value head h / (NH / NKV). Offsets in elements. */
