@@ -7,8 +7,8 @@
  * key heads, then NKV value heads; query head h reads key/value head h / (NH/NKV), which is never
  * copied. out [B,T,NH·HS], lse [B,NH,T] fp32, dqkv like qkv; HS ∈ {64, 128, 256}; any T >= 1.
  * The wgmma kernels hold a [64][HS] tile as HS/64 128-byte-swizzled [64][64] panels. HS 256
- * (Gemma 3) runs on the wgmma kernels only, one block per SM, the backward's blocks as two
- * warpgroups that each own 128 of the 256 gradient columns (attention_backward.cuh says why).
+ * (Gemma 3) runs on the wgmma kernels only, one block per SM, the dK,dV block as two warpgroups
+ * that each own 128 of the 256 columns (attention_backward.cuh says why).
  * Math: S = scale·q·kᵀ (the caller's scale: 1/√HS for GPT-2, Llama, Qwen), causal (key ≤ query)
  *   and within the window when there is one, P = softmax(S), out = P·v.
  *   The kernels work in base 2: s2 = S·log2(e), P = exp2(s2 − lse2), and lse stores
@@ -168,40 +168,32 @@ template <int HS>
 static void launch_backward_wgmma(bf16 *dqkv, float *bias_part, float *D, const bf16 *dout, const bf16 *qkv,
                                   const float *lse, const AttentionShape *s, cudaStream_t stream) {
     const size_t smem = 6 * ATT_TILE * HS * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
+    /* At HS 256 the dK,dV kernel's two warpgroups also hand over 32 words a thread. */
+    const size_t smem_kv = smem + (HS == 256 ? (size_t)32 * ATT_BWD256_THREADS / 2 * sizeof(uint32_t) : 0);
+    static bool attr_set = false; /* once per instantiation */
+    if (!attr_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_wgmma_kernel<HS>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        if constexpr (HS == 256)
+            CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma256_kernel,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+        else
+            CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma_kernel<HS>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+        attr_set = true;
+    }
     float scale = s->scale, sl2 = LOG2E * scale;
     int tiles = ceil_div(s->T, ATT_TILE);
-    dim3 grid_kv(tiles, s->B * s->NKV), grid_q(tiles, s->B * s->NH);
-    static bool attr_set = false; /* once per instantiation */
-    if constexpr (HS == 256) { /* two warpgroups a block, which hand over 32 words a thread */
-        const size_t smem256 = smem + (size_t)32 * ATT_THREADS * sizeof(uint32_t);
-        if (!attr_set) {
-            CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_wgmma256_kernel,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem256));
-            CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma256_kernel,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem256));
-            attr_set = true;
-        }
-        attention_backward_dkdv_wgmma256_kernel<<<grid_kv, ATT_BWD256_THREADS, smem256, stream>>>(
+    if constexpr (HS == 256)
+        attention_backward_dkdv_wgmma256_kernel<<<dim3(tiles, s->B * s->NKV), ATT_BWD256_THREADS, smem_kv, stream>>>(
             dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
-        CUDA_CHECK(cudaGetLastError());
-        attention_backward_dq_wgmma256_kernel<<<grid_q, ATT_BWD256_THREADS, smem256, stream>>>(
+    else
+        attention_backward_dkdv_wgmma_kernel<HS><<<dim3(tiles, s->B * s->NKV), ATT_THREADS, smem_kv, stream>>>(
             dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
-        CUDA_CHECK(cudaGetLastError());
-    } else {
-        if (!attr_set) {
-            CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_wgmma_kernel<HS>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma_kernel<HS>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            attr_set = true;
-        }
-        attention_backward_dkdv_wgmma_kernel<HS><<<grid_kv, ATT_THREADS, smem, stream>>>(
-            dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
-        CUDA_CHECK(cudaGetLastError());
-        attention_backward_dq_wgmma_kernel<HS><<<grid_q, ATT_THREADS, smem, stream>>>(
-            dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
-        CUDA_CHECK(cudaGetLastError());
-    }
+    CUDA_CHECK(cudaGetLastError());
+    attention_backward_dq_wgmma_kernel<HS><<<dim3(tiles, s->B * s->NH), ATT_THREADS, smem, stream>>>(
+        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
+    CUDA_CHECK(cudaGetLastError());
 }
 
 extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch, const kbf16 *dout,

@@ -221,13 +221,13 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Backward on Hopper tensor cores, HS = 64 or 128 (256: the two-warpgroup kernels after these):
- * attention_backward_dq_kernel and attention_backward_dkdv_kernel (BQ = 64) with every product a warpgroup MMA: the two score-like
+/* Backward on Hopper tensor cores: attention_backward_dq_kernel (HS = 64, 128 or 256) and
+ * attention_backward_dkdv_kernel (BQ = 64) with every product a warpgroup MMA: the two score-like
  * products (S and dP, or Sᵀ and dPᵀ) from K-major shared tiles, the two gradient products from
  * registers times an MN-major shared tile (of HS/64 panels, as in the forward). Same blocks, order,
  * masking and arithmetic. */
 template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_WG_BWD_MINB : ATT_WG_BWD128_MINB)
+__global__ void __launch_bounds__(ATT_THREADS, att_wg_bwd_min_blocks(HS))
     attention_backward_dq_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
                                        const float *lse, const float *D, int T, int NH, int NKV, int window,
                                        float sl2, float scale) {
@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_WG_BWD_MINB : ATT_
 }
 
 template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_WG_BWD_MINB : ATT_WG_BWD128_MINB)
+__global__ void __launch_bounds__(ATT_THREADS, att_wg_bwd_min_blocks(HS))
     attention_backward_dkdv_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
                                          const float *lse, const float *D, int T, int NH, int NKV, int window,
                                          float sl2, float scale) {
@@ -397,114 +397,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_WG_BWD_MINB : ATT_
     store_head_grad<HS>(dqkv, bias_row, &dv[0][0], 1.0f, value_col(NH, NKV, HS, 0), b, kvh, krow, tq, T, C3);
 }
 
-#define ATT_BWD256_THREADS (2 * ATT_THREADS) /* the HS 256 backward kernels' two warpgroups */
-
-/* dQ at HS = 256 (HS 64 and 128: attention_backward_dq_wgmma_kernel), in the manner of the dK,dV
- * kernel below: two warpgroups on one block of 64 queries, each owning 128 of dQ's 256 columns
- * (half the accumulator registers, twice the warps per SM); per key tile warpgroup 0 computes
- * S = Q·Kᵀ and warpgroup 1 dP = dO·Vᵀ, dP crosses to warpgroup 0, which forms dS in fp32 and hands
- * it back as packed bf16 A fragments, and each warpgroup adds dS·K for its columns. Same order,
- * masking and arithmetic as the HS 64/128 kernel. Shared: Q, dO [64][256]; K, V [2][64][256]; the
- * hand-over. */
-__global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
-    attention_backward_dq_wgmma256_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
-                                          const float *lse, const float *D, int T, int NH, int NKV, int window,
-                                          float sl2, float scale) {
-    constexpr int HS = 256, HO = HS / 2, NP = HO / 64, NTH = ATT_BWD256_THREADS;
-    constexpr int TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2;
-    extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
-    const uint32_t base = smem_addr(att_smem), Qs = (base + 1023) & ~1023u, dOs = Qs + TILE_BYTES,
-                   Ks = dOs + TILE_BYTES, Vs = Ks + 2 * TILE_BYTES;
-    uint32_t *xch = reinterpret_cast<uint32_t *>(att_smem + (Qs - base) + 6 * TILE_BYTES);
-
-    int C = NH * HS;
-    size_t C3 = packed_qkv_width(NH, NKV, HS);
-    int qb = gridDim.x - 1 - blockIdx.x;
-    int b = blockIdx.y / NH, h = blockIdx.y % NH;
-    const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS;
-    const bf16 *kbase = qkv + (size_t)b * T * C3 + key_col(NH, HS, h / (NH / NKV));
-    const bf16 *vbase = qkv + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
-    const bf16 *dobase = dout + (size_t)b * T * C + h * HS;
-    int q0 = qb * TILE;
-    const int wg = threadIdx.x / ATT_THREADS, t = threadIdx.x % ATT_THREADS;
-    const int warp = t / 32, lane = t % 32, g = lane / 4, tq = lane % 4;
-    const uint32_t half_off = wg * NP * ATT_PANEL_BYTES; /* the warpgroup's columns in a tile */
-
-    int j0 = first_key_tile(q0, window);
-    load_rows_swizzled<HS, NTH>(Qs, qbase, C3, q0, T);
-    load_rows_swizzled<HS, NTH>(dOs, dobase, C, q0, T);
-    load_rows_swizzled<HS, NTH>(Ks + (j0 & 1) * TILE_BYTES, kbase, C3, j0 * TILE, T);
-    load_rows_swizzled<HS, NTH>(Vs + (j0 & 1) * TILE_BYTES, vbase, C3, j0 * TILE, T);
-    cp_async_commit();
-
-    float lse_r[2], D_r[2];
-    load_row_stats(lse_r, D_r, lse, D, q0 + warp * 16 + g, T);
-    float dq[NP][32];
-#pragma unroll
-    for (int p = 0; p < NP; p++)
-#pragma unroll
-        for (int i = 0; i < 32; i++) dq[p][i] = 0.0f;
-    int nkv = qb + 1;
-
-    for (int j = j0; j < nkv; j++) {
-        next_kv_tile_or_wait<HS, NTH>(Ks, Vs, kbase, vbase, C3, j, nkv, T);
-        fence_proxy_async();
-        __syncthreads();
-        const uint32_t Kt = Ks + (j & 1) * TILE_BYTES, Vt = Vs + (j & 1) * TILE_BYTES;
-
-        float x[32]; /* warpgroup 0: S; 1: dP */
-        wgmma_fence();
-        wgmma_abt<HS>(x, wg ? dOs : Qs, wg ? Vt : Kt);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_acc(x);
-        if (wg == 1)
-#pragma unroll
-            for (int e = 0; e < 32; e++) xch[handover_slot(e, t)] = __float_as_uint(x[e]);
-        /* dP handed over before warpgroup 0 reads it. */
-        __syncthreads();
-        uint32_t a[4][4];
-        if (wg == 0) {
-            if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, window))
-                mask_tile(x, j * TILE, q0 + warp * 16 + g, tq, window);
-#pragma unroll
-            for (int e = 0; e < 32; e++) {
-                int r = (e >> 1) & 1;
-                float p = ex2(fmaf(x[e], sl2, -lse_r[r]));
-                x[e] = p * (__uint_as_float(xch[handover_slot(e, t)]) - D_r[r]); /* dS (without the scale) */
-            }
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-                pack_a_fragment(a[kk], x, kk);
-#pragma unroll
-                for (int e = 0; e < 4; e++) xch[handover_slot(kk * 4 + e, t)] = a[kk][e];
-            }
-        }
-        /* dS handed over before warpgroup 1 reads it. */
-        __syncthreads();
-        if (wg == 1)
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) a[kk][e] = xch[handover_slot(kk * 4 + e, t)];
-#pragma unroll
-        for (int p = 0; p < NP; p++) fence_acc(dq[p]);
-        wgmma_fence();
-        wgmma_issue_xb<HO>(dq, a, Kt + half_off); /* dQ += dS·K */
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(a);
-#pragma unroll
-        for (int p = 0; p < NP; p++) fence_acc(dq[p]);
-        /* Every warpgroup is done with buffer j&1 and the hand-over before they are refilled. */
-        __syncthreads();
-    }
-
-    store_head_grad<HO, 2>(dqkv, bias_part_row(bias_part, b, qb, C3), &dq[0][0], scale, (size_t)h * HS + wg * HO, b,
-                           0, q0 + warp * 16 + g, tq, T, C3);
-}
-
-/* dK, dV at HS = 256 (HS 64 and 128: attention_backward_dkdv_wgmma_kernel). All 256 columns of dK and dV would take 256
+/* dK, dV at HS = 256 (HS 64 and 128: the kernel above). All 256 columns of dK and dV would take 256
  * accumulator registers a thread, so a block of 64 keys has two warpgroups, each owning 128 of the
  * columns; per query tile warpgroup 0 computes Sᵀ = K·Qᵀ and warpgroup 1 dPᵀ = V·dOᵀ (each of the
  * 256-wide reductions once), warpgroup 1 hands dPᵀ to warpgroup 0 through shared memory, which forms
@@ -513,6 +406,7 @@ __global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
  * products per tile, as at HS 128.
  * Shared: K, V [64][256]; Q, dO [2][64][256]; the hand-over, 32 words per thread as [32][128]:
  * threads t and t + 128 hold the same accumulator positions, so they share slot t (conflict-free). */
+#define ATT_BWD256_THREADS (2 * ATT_THREADS)
 __global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
     attention_backward_dkdv_wgmma256_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
                                             const float *lse, const float *D, int T, int NH, int NKV, int window,
@@ -577,7 +471,7 @@ __global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
         fence_acc(x);
         if (wg == 1)
 #pragma unroll
-            for (int e = 0; e < 32; e++) xch[handover_slot(e, t)] = __float_as_uint(x[e]);
+            for (int e = 0; e < 32; e++) xch[e * ATT_THREADS + t] = __float_as_uint(x[e]);
         /* dPᵀ handed over before warpgroup 0 reads it. */
         __syncthreads();
         uint32_t ap[4][4], ad[4][4];
@@ -598,7 +492,7 @@ __global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
                 int col = (e >> 2) * 8 + 2 * tq + (e & 1);
                 float p = ex2(fmaf(x[e], sl2, -lse_t[col]));
                 x[e] = p;
-                dst[e] = p * (__uint_as_float(xch[handover_slot(e, t)]) - D_t[col]);
+                dst[e] = p * (__uint_as_float(xch[e * ATT_THREADS + t]) - D_t[col]);
             }
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
@@ -606,8 +500,8 @@ __global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
                 pack_a_fragment(ad[kk], dst, kk);
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    xch[handover_slot(kk * 4 + e, t)] = ap[kk][e];
-                    xch[handover_slot(16 + kk * 4 + e, t)] = ad[kk][e];
+                    xch[(kk * 4 + e) * ATT_THREADS + t] = ap[kk][e];
+                    xch[(16 + kk * 4 + e) * ATT_THREADS + t] = ad[kk][e];
                 }
             }
         }
@@ -618,8 +512,8 @@ __global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
             for (int kk = 0; kk < 4; kk++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    ap[kk][e] = xch[handover_slot(kk * 4 + e, t)];
-                    ad[kk][e] = xch[handover_slot(16 + kk * 4 + e, t)];
+                    ap[kk][e] = xch[(kk * 4 + e) * ATT_THREADS + t];
+                    ad[kk][e] = xch[(16 + kk * 4 + e) * ATT_THREADS + t];
                 }
 #pragma unroll
         for (int p = 0; p < NP; p++) fence_acc(dv[p]), fence_acc(dk[p]);

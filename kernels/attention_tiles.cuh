@@ -22,8 +22,12 @@
 #define ATT_WG_BWD128_MINB 2 /* head size 128: dK,dV needs 240 registers, dQ 97 KB of shared memory */
 #define ATT_FWD64_MINB 1    /* capping to 4 blocks (128 regs) spilled and ran slower */
 #define ATT_FWD128_MINB 3   /* wgmma forward, head size 128: what its shared memory allows */
-/* Head size 256 runs one block per SM in every kernel: the forward's Q, K, V [2] tiles take 128 KB
- * and the backward's six 192 KB of shared memory, and their accumulators most registers. */
+/* Head size 256 runs one block per SM in every wgmma kernel: the forward's Q, K, V [2] tiles take
+ * 128 KB and the backward's six 192 KB of shared memory, and their accumulators most registers
+ * (the dK,dV kernel's two warpgroups 240 each). */
+__host__ __device__ constexpr int att_wg_bwd_min_blocks(int HS) {
+    return HS == 64 ? ATT_WG_BWD_MINB : HS == 128 ? ATT_WG_BWD128_MINB : 1;
+}
 
 /* A token's packed qkv row: NH query heads, then NKV key heads, then NKV value heads, HS columns
  * each; query head h reads key/value head h / (NH / NKV). Offsets in elements. */
@@ -82,26 +86,19 @@ __device__ __forceinline__ void load_rows_swizzled(uint32_t dst, const bf16 *src
 
 /* Starts the copies of key/value tile j+1 into the other buffer (when there is one) and waits for
  * tile j's; the caller fences and synchronizes before reading. */
-template <int HS, int NTHREADS = ATT_THREADS>
+template <int HS>
 __device__ __forceinline__ void next_kv_tile_or_wait(uint32_t Ks, uint32_t Vs, const bf16 *kbase, const bf16 *vbase,
                                                      size_t row_stride, int j, int nkv, int T) {
     constexpr int TILE_BYTES = ATT_TILE * HS * 2;
     if (j + 1 < nkv) {
         int nb = (j + 1) & 1;
-        load_rows_swizzled<HS, NTHREADS>(Ks + nb * TILE_BYTES, kbase, row_stride, (j + 1) * ATT_TILE, T);
-        load_rows_swizzled<HS, NTHREADS>(Vs + nb * TILE_BYTES, vbase, row_stride, (j + 1) * ATT_TILE, T);
+        load_rows_swizzled<HS>(Ks + nb * TILE_BYTES, kbase, row_stride, (j + 1) * ATT_TILE, T);
+        load_rows_swizzled<HS>(Vs + nb * TILE_BYTES, vbase, row_stride, (j + 1) * ATT_TILE, T);
         cp_async_commit();
         cp_async_wait<1>();
     } else {
         cp_async_wait<0>();
     }
-}
-
-/* The HS 256 backward kernels' hand-over between their two warpgroups: thread t of one and t + 128
- * of the other hold the same accumulator positions, so word e of either sits in slot e·128 + t of
- * a shared [32][128] array (consecutive threads, consecutive banks). */
-__device__ __forceinline__ int handover_slot(int e, int t) {
-    return e * ATT_THREADS + t;
 }
 
 /* The log-sum-exp and D = rowsum(dO∘O) of query rows t0 .. t0 + BQ - 1 into shared memory for the
