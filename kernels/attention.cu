@@ -7,8 +7,9 @@
  * key heads, then NKV value heads; query head h reads key/value head h / (NH/NKV), which is never
  * copied. out [B,T,NH·HS], lse [B,NH,T] fp32, dqkv like qkv; HS ∈ {64, 128, 256}; any T >= 1.
  * The wgmma kernels hold a [64][HS] tile as HS/64 128-byte-swizzled [64][64] panels. HS 256
- * (Gemma 3) runs on the wgmma kernels only, one block per SM, the dK,dV block as two warpgroups
- * that each own 128 of the 256 columns (attention_backward.cuh says why).
+ * (Gemma 3) runs on the wgmma kernels only: the forward at two blocks per SM with one V buffer,
+ * the backward at one, its dK,dV block as two warpgroups that each own 128 of the 256 columns
+ * (attention_backward.cuh says why).
  * Math: S = scale·q·kᵀ (the caller's scale: 1/√HS for GPT-2, Llama, Qwen), causal (key ≤ query)
  *   and within the window when there is one, P = softmax(S), out = P·v.
  *   The kernels work in base 2: s2 = S·log2(e), P = exp2(s2 − lse2), and lse stores
@@ -101,7 +102,8 @@ extern "C" void attention_use_wgmma(int on) {
 template <int HS>
 static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const AttentionShape *s,
                                  cudaStream_t stream) {
-    const size_t smem = 4 * ATT_TILE * HS * sizeof(bf16) + 1024; /* Q, K, V [2]; + alignment to 1024 bytes */
+    /* Q, K, V [att_fwd_v_buffers]; + alignment to 1024 bytes */
+    const size_t smem = (2 + att_fwd_v_buffers(HS)) * ATT_TILE * HS * sizeof(bf16) + 1024;
     static bool attr_set = false; /* once per instantiation */
     if (!attr_set) {
         CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel<HS>,
