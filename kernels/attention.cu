@@ -18,7 +18,8 @@
  * Forward: grid (⌈T/64⌉, B·NH), 4 warps; a block owns 64 query rows (16 per warp, Q fragments in
  *   registers; wgmma reads them from shared memory), loops over 64-key tiles up to the diagonal
  *   (K, V double-buffered through cp.async; the wgmma kernel keeps one K buffer, which at HS 128
- *   fits a third block per SM, and issues S of the next tile behind P·V of this one), online
+ *   fits a third block per SM, and at HS 256 one V buffer too, which fits a second; it issues S of
+ *   the next tile behind P·V of this one), online
  *   softmax in registers; no T×T tensor ever exists. Heaviest (last) query tiles start first.
  * Backward (deterministic, no atomics): D = rowsum(dout ∘ out) first; then
  *   dK,dV kernel: a block owns 64 keys of one key/value head (16 per warp), loops over the query
