@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
 
 /* ------------------------------------------------------------------------------------------ */
 /* Backward on Hopper tensor cores: attention_backward_dq_kernel (HS = 64, 128 or 256) and
- * attention_backward_dkdv_kernel (BQ = 64) with every product a warpgroup MMA: the two score-like
+ * attention_backward_dkdv_kernel (BQ = 64; HS 64 or 128, 256 below) with every product a warpgroup MMA: the two score-like
  * products (S and dP, or Sᵀ and dPᵀ) from K-major shared tiles, the two gradient products from
  * registers times an MN-major shared tile (of HS/64 panels, as in the forward). Same blocks, order,
  * masking and arithmetic. */

@@ -1,6 +1,6 @@
 /* kernels/attention_forward.cuh - the forward kernels: mma.sync (HS 64 and 128) and wgmma (HS 64,
- * 128 and 256),
- * with the same blocks, loads and online softmax (attention.cu describes the algorithm). */
+ * 128 and 256), with the same blocks, loads and online softmax (attention.cu describes the
+ * algorithm). */
 #ifndef FUSEDGPT_ATTENTION_FORWARD_CUH
 #define FUSEDGPT_ATTENTION_FORWARD_CUH
 
