@@ -5,8 +5,11 @@
  *
  * Shapes (AttentionShape in kernels.h): qkv [B,T,(NH+2·NKV)·HS] per token NH query heads, then NKV
  * key heads, then NKV value heads; query head h reads key/value head h / (NH/NKV), which is never
- * copied. out [B,T,NH·HS], lse [B,NH,T] fp32, dqkv like qkv; HS ∈ {64, 128}; any T >= 1. The
- * wgmma kernels hold a [64][HS] tile as HS/64 128-byte-swizzled [64][64] panels.
+ * copied. out [B,T,NH·HS], lse [B,NH,T] fp32, dqkv like qkv; HS ∈ {64, 128, 256}; any T >= 1.
+ * The wgmma kernels hold a [64][HS] tile as HS/64 128-byte-swizzled [64][64] panels. HS 256
+ * (Gemma 3) runs on the wgmma kernels only: the forward at two blocks per SM with one V buffer,
+ * the backward at one, its dK,dV block as two warpgroups that each own 128 of the 256 columns
+ * (attention_backward.cuh says why).
  * Math: S = scale·q·kᵀ (the caller's scale: 1/√HS for GPT-2, Llama, Qwen), causal (key ≤ query)
  *   and within the window when there is one, P = softmax(S), out = P·v.
  *   The kernels work in base 2: s2 = S·log2(e), P = exp2(s2 − lse2), and lse stores
@@ -15,7 +18,8 @@
  * Forward: grid (⌈T/64⌉, B·NH), 4 warps; a block owns 64 query rows (16 per warp, Q fragments in
  *   registers; wgmma reads them from shared memory), loops over 64-key tiles up to the diagonal
  *   (K, V double-buffered through cp.async; the wgmma kernel keeps one K buffer, which at HS 128
- *   fits a third block per SM, and issues S of the next tile behind P·V of this one), online
+ *   fits a third block per SM, and at HS 256 one V buffer too, which fits a second; it issues S of
+ *   the next tile behind P·V of this one), online
  *   softmax in registers; no T×T tensor ever exists. Heaviest (last) query tiles start first.
  * Backward (deterministic, no atomics): D = rowsum(dout ∘ out) first; then
  *   dK,dV kernel: a block owns 64 keys of one key/value head (16 per warp), loops over the query
@@ -51,8 +55,9 @@
 
 /* ------------------------------------------------------------------------------------------ */
 static void check_shape(const AttentionShape *s) {
-    if (s->HS != 64 && s->HS != 128) {
-        fprintf(stderr, "error: CUDA attention supports head sizes 64 and 128, got %d (change the head size)\n", s->HS);
+    if (s->HS != 64 && s->HS != 128 && s->HS != 256) {
+        fprintf(stderr, "error: CUDA attention supports head sizes 64, 128 and 256, got %d (change the head size)\n",
+                s->HS);
         exit(1);
     }
     if (s->NH <= 0 || s->NKV <= 0 || s->NH % s->NKV != 0) {
@@ -98,7 +103,8 @@ extern "C" void attention_use_wgmma(int on) {
 template <int HS>
 static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const AttentionShape *s,
                                  cudaStream_t stream) {
-    const size_t smem = 4 * ATT_TILE * HS * sizeof(bf16) + 1024; /* Q, K, V [2]; + alignment to 1024 bytes */
+    /* Q, K, V [att_fwd_v_buffers]; + alignment to 1024 bytes */
+    const size_t smem = (2 + att_fwd_v_buffers(HS)) * ATT_TILE * HS * sizeof(bf16) + 1024;
     static bool attr_set = false; /* once per instantiation */
     if (!attr_set) {
         CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel<HS>,
@@ -114,7 +120,9 @@ static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const A
 extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, const AttentionShape *s,
                                   cudaStream_t stream) {
     check_shape(s);
-    if (s->HS == 64 && use_wgmma)
+    if (s->HS == 256)
+        launch_forward_wgmma<256>(out, lse, qkv, s, stream);
+    else if (s->HS == 64 && use_wgmma)
         launch_forward_wgmma<64>(out, lse, qkv, s, stream);
     else if (use_wgmma)
         launch_forward_wgmma<128>(out, lse, qkv, s, stream);
@@ -163,18 +171,28 @@ template <int HS>
 static void launch_backward_wgmma(bf16 *dqkv, float *bias_part, float *D, const bf16 *dout, const bf16 *qkv,
                                   const float *lse, const AttentionShape *s, cudaStream_t stream) {
     const size_t smem = 6 * ATT_TILE * HS * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
+    /* At HS 256 the dK,dV kernel's two warpgroups also hand over 32 words a thread. */
+    const size_t smem_kv = smem + (HS == 256 ? (size_t)32 * ATT_BWD256_THREADS / 2 * sizeof(uint32_t) : 0);
     static bool attr_set = false; /* once per instantiation */
     if (!attr_set) {
         CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_wgmma_kernel<HS>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma_kernel<HS>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        if constexpr (HS == 256)
+            CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma256_kernel,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+        else
+            CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma_kernel<HS>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
         attr_set = true;
     }
     float scale = s->scale, sl2 = LOG2E * scale;
     int tiles = ceil_div(s->T, ATT_TILE);
-    attention_backward_dkdv_wgmma_kernel<HS><<<dim3(tiles, s->B * s->NKV), ATT_THREADS, smem, stream>>>(
-        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
+    if constexpr (HS == 256)
+        attention_backward_dkdv_wgmma256_kernel<<<dim3(tiles, s->B * s->NKV), ATT_BWD256_THREADS, smem_kv, stream>>>(
+            dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
+    else
+        attention_backward_dkdv_wgmma_kernel<HS><<<dim3(tiles, s->B * s->NKV), ATT_THREADS, smem_kv, stream>>>(
+            dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
     attention_backward_dq_wgmma_kernel<HS><<<dim3(tiles, s->B * s->NH), ATT_THREADS, smem, stream>>>(
         dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
@@ -191,10 +209,14 @@ extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch,
     size_t rows = (size_t)s->B * T * NH, threads = rows * (HS / 8);
     if (HS == 64)
         attention_backward_dsum_kernel<64><<<ceil_div(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
-    else
+    else if (HS == 128)
         attention_backward_dsum_kernel<128><<<ceil_div(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
+    else
+        attention_backward_dsum_kernel<256><<<ceil_div(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
     CUDA_CHECK(cudaGetLastError());
-    if (HS == 64 && use_wgmma)
+    if (HS == 256)
+        launch_backward_wgmma<256>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
+    else if (HS == 64 && use_wgmma)
         launch_backward_wgmma<64>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else if (use_wgmma)
         launch_backward_wgmma<128>(dqkv, bias_part, D, dout, qkv, lse, s, stream);

@@ -39,8 +39,8 @@ __device__ __forceinline__ void store_forward_rows(bf16 *out, float *lse, const 
  * With bias_part (the block's row of partial sums, 3C wide; NULL: none), also the column sums of
  * the block's 64 rows as stored (bf16), at bias_part[col0 + h·HS + c]: that slice of the qkv bias
  * gradient, taken from registers instead of a pass over dqkv. Every thread of the block calls it
- * (4 warps of 16 rows each). */
-template <int HS>
+ * (NWG warpgroups, each 4 warps of 16 rows and its own col0). */
+template <int HS, int NWG = 1>
 __device__ __forceinline__ void store_head_grad(bf16 *dqkv, float *bias_part, const float *acc, float scale,
                                                 size_t col0, int b, int h, int row0, int tq, int T, size_t C3) {
     float colsum[HS / 8][2];
@@ -61,8 +61,8 @@ __device__ __forceinline__ void store_head_grad(bf16 *dqkv, float *bias_part, co
         }
     }
     if (!bias_part) return; /* uniform across the block */
-    __shared__ float warp_sums[ATT_THREADS / 32][HS];
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __shared__ float warp_sums[NWG][ATT_THREADS / 32][HS];
+    int wg = threadIdx.x / ATT_THREADS, warp = threadIdx.x % ATT_THREADS / 32, lane = threadIdx.x % 32;
 #pragma unroll
     for (int dt = 0; dt < HS / 8; dt++)
 #pragma unroll
@@ -71,14 +71,14 @@ __device__ __forceinline__ void store_head_grad(bf16 *dqkv, float *bias_part, co
             v += __shfl_xor_sync(0xffffffffu, v, 4);
             v += __shfl_xor_sync(0xffffffffu, v, 8);
             v += __shfl_xor_sync(0xffffffffu, v, 16);
-            if (lane < 4) warp_sums[warp][dt * 8 + 2 * lane + e] = v;
+            if (lane < 4) warp_sums[wg][warp][dt * 8 + 2 * lane + e] = v;
         }
     /* Every warp's sums are in shared memory before they are added across warps. */
     __syncthreads();
-    for (int c = threadIdx.x; c < HS; c += ATT_THREADS) {
+    for (int c = threadIdx.x % ATT_THREADS; c < HS; c += ATT_THREADS) {
         float v = 0.0f;
 #pragma unroll
-        for (int w = 0; w < ATT_THREADS / 32; w++) v += warp_sums[w][c];
+        for (int w = 0; w < ATT_THREADS / 32; w++) v += warp_sums[wg][w][c];
         bias_part[col0 + h * HS + c] = v;
     }
     /* Read before a second call (dV after dK) overwrites them. */

@@ -22,6 +22,17 @@
 #define ATT_WG_BWD128_MINB 2 /* head size 128: dK,dV needs 240 registers, dQ 97 KB of shared memory */
 #define ATT_FWD64_MINB 1    /* capping to 4 blocks (128 regs) spilled and ran slower */
 #define ATT_FWD128_MINB 3   /* wgmma forward, head size 128: what its shared memory allows */
+#define ATT_FWD256_MINB 2   /* wgmma forward, head size 256: with one V buffer (96 KB) */
+/* The wgmma forward's V buffers: two, but one at head size 256, where a second would leave room for
+ * only one block per SM. */
+__host__ __device__ constexpr int att_fwd_v_buffers(int HS) {
+    return HS == 256 ? 1 : 2;
+}
+/* Head size 256 runs the backward at one block per SM: six tiles take 192 KB of shared memory, and
+ * the accumulators most registers (the dK,dV kernel's two warpgroups 240 each). */
+__host__ __device__ constexpr int att_wg_bwd_min_blocks(int HS) {
+    return HS == 64 ? ATT_WG_BWD_MINB : HS == 128 ? ATT_WG_BWD128_MINB : 1;
+}
 
 /* A token's packed qkv row: NH query heads, then NKV key heads, then NKV value heads, HS columns
  * each; query head h reads key/value head h / (NH / NKV). Offsets in elements. */
@@ -67,10 +78,10 @@ __device__ __forceinline__ void next_kv_tile_or_wait_padded(bf16 *Ks, bf16 *Vs, 
 /* Swizzled tiles for the wgmma paths: [64][HS] bf16 as HS/64 panels of [64][64] (8 KB each, 1024-byte
  * aligned) in wgmma's 128-byte swizzle, a row's columns 64p .. 64p + 63 in panel p. */
 #define ATT_PANEL_BYTES (ATT_TILE * 64 * 2)
-template <int HS>
+template <int HS, int NTHREADS = ATT_THREADS> /* the block's threads, which share the copies */
 __device__ __forceinline__ void load_rows_swizzled(uint32_t dst, const bf16 *src, size_t row_stride, int t0, int T) {
     constexpr int CHUNKS = HS / 8;
-    for (int i = threadIdx.x; i < ATT_TILE * CHUNKS; i += ATT_THREADS) {
+    for (int i = threadIdx.x; i < ATT_TILE * CHUNKS; i += NTHREADS) {
         int r = i / CHUNKS, c = i % CHUNKS, t = t0 + r;
         bool valid = t < T;
         cp_async16_to(dst + (c / 8) * ATT_PANEL_BYTES + swz128(r, c % 8), src + (size_t)(valid ? t : 0) * row_stride + c * 8,

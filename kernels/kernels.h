@@ -124,11 +124,11 @@ typedef struct {
 } AttentionShape;
 
 /* out [B,T,NH·HS] (=), lse [B,NH,T] (=; fp32 log2-sum-exp of the scaled logits, the only saved state
- * besides out). HS must be 64 or 128; NH a multiple of NKV; any T >= 1; B·NH <= 65535; window >= 0.
+ * besides out). HS must be 64, 128 or 256; NH a multiple of NKV; any T >= 1; B·NH <= 65535; window >= 0.
  * Never stores T×T; a windowed call's work grows with T·W. As gqa_attention_forward_cpu. */
 void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, const AttentionShape *s, cudaStream_t stream);
-/* Hopper's warpgroup MMA kernels unless turned off here (0: the mma.sync kernels); for tests and
- * benchmarks that compare the two. */
+/* Hopper's warpgroup MMA kernels unless turned off here (0: the mma.sync kernels, at HS 64 and 128;
+ * HS 256 always runs on wgmma); for tests and benchmarks that compare the two. */
 void attention_use_wgmma(int on);
 /* dqkv like qkv (=; q, k and v parts all written). dout is the gradient of out; out and lse are the
  * forward's outputs (out is read for rowsum(dout·out)). Recomputes the probabilities; two kernels

@@ -931,6 +931,10 @@ TEST(kernels_attention_uses_the_given_softmax_scale) {
         attention_case_shape(&s128);
     }
     attention_use_wgmma(1);
+    AttentionShape s256 = att_shape(2, 77, 4, 1, 256, 0.2f, 0); /* wgmma only */
+    attention_case_shape(&s256);
+    AttentionShape s256w = att_shape(1, 150, 8, 2, 256, 0.02f, 37);
+    attention_case_shape(&s256w);
 }
 
 /* A sliding window W lets query i see keys i - W < j <= i: windows shorter than a tile, of exactly
@@ -965,6 +969,30 @@ TEST(kernels_sliding_window_attention_sees_exactly_w_keys_head128) {
         sliding_window_cases(128);
     }
     attention_use_wgmma(1);
+}
+
+/* Head size 256 (Gemma 3: four query heads on one key/value head, a window on most layers), on the
+ * wgmma kernels alone, their dK,dV in two halves of 128 columns: lengths of one row, of less than a
+ * tile and of several tiles with a ragged end, each with no window and with windows shorter than a
+ * tile, of exactly a tile and of two tiles and a key, at groups of 4 over one and over two key/value
+ * heads. */
+TEST(kernels_attention_head256_matches_cpu_with_grouped_heads_and_windows) {
+    seed_fresh();
+    const int T[4] = {1, 37, 200, 515}, windows[4] = {0, 5, 64, 129};
+    const int heads[2][2] = {{4, 1}, {8, 2}}; /* NH, NKV */
+    for (int ti = 0; ti < 4; ti++)
+        for (int wi = 0; wi < 4; wi++)
+            for (int hi = 0; hi < 2; hi++) {
+                int B = T[ti] > 200 ? 1 : 2;
+                AttentionShape s =
+                    att_shape(B, T[ti], heads[hi][0], heads[hi][1], 256, 1.0f / sqrtf(256.0f), windows[wi]);
+                attention_case_shape(&s);
+            }
+}
+
+TEST(kernels_sliding_window_attention_sees_exactly_w_keys_head256) {
+    seed_fresh();
+    sliding_window_cases(256);
 }
 
 /* ---- decode attention: one query row against the cache ---------------------------------- */

@@ -2,7 +2,16 @@
 bf16) at the shapes dev/bench/bench_kernels.cu times (GPT-2's and Qwen3-0.6B's), for a side-by-side
 with kernels/attention.cu.
 
-On a GPU machine: python3 dev/bench/bench_attention_torch.py [B]. Medians of CUDA-event timings."""
+With `gemma`: Gemma-3-270M's attention (B 8 and 16, T 2048, NH 4, NKV 1, HS 256, scale 256^-1/2)
+with its local layers' sliding window of 512 keys and its global layers, against
+`./build/bench_kernels 8 gemma-attention`. Flash takes no sliding window, so each shape is timed on
+every path PyTorch offers: flash (global only), the memory-efficient and math kernels of SDPA with
+an explicit boolean mask, and flex_attention (compiled) with a block mask; the best is PyTorch's
+figure. TFLOP/s count only the visible (query, key) pairs: 4·B·NH·HS per pair forward, 2.5× that
+backward (FA2's count), as bench_kernels does.
+
+On a GPU machine: python3 dev/bench/bench_attention_torch.py [B | gemma]. Medians of CUDA-event
+timings."""
 import sys
 
 import torch
@@ -47,7 +56,85 @@ def bench(B, T, nh, nkv, hs):
           f"bwd {bwd:.3f} ms ({2.5 * flops / bwd / 1e9:.1f} TFLOP/s, FA2 count)")
 
 
+def visible_pairs(T, W):
+    """(query, key) pairs of a causal attention with a sliding window of W keys (0: none)."""
+    if W <= 0 or W >= T:
+        return T * (T + 1) / 2
+    return W * (W + 1) / 2 + (T - W) * W
+
+
+def timed_fwd_bwd(attn, q, k, v, dout):
+    """Median forward and backward ms of attn(q, k, v), or the error that stopped it."""
+    try:
+        out = attn(q, k, v)
+        fwd = median_ms(lambda: attn(q, k, v))
+        bwd = median_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+        return fwd, bwd
+    except Exception as e:  # a path that does not take this shape: say why, time the others
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+
+
+def bench_gemma(B, window, T=2048, nh=4, nkv=1, hs=256):
+    scale = hs ** -0.5
+    q = torch.randn(B, nh, T, hs, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(B, nkv, T, hs, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    dout = torch.randn(B, nh, T, hs, device="cuda", dtype=torch.bfloat16)
+    flops = 4.0 * B * nh * hs * visible_pairs(T, window)
+    i, j = torch.arange(T, device="cuda")[:, None], torch.arange(T, device="cuda")[None, :]
+    mask = (j <= i) & (j > i - window) if window > 0 else j <= i
+    # The masked SDPA kernels take K, V per query head (no grouped heads there): repeat them.
+    kr, vr = (x.detach().repeat_interleave(nh // nkv, dim=1).requires_grad_() for x in (k, v))
+
+    def sdpa(backend, **kw):
+        def attn(q_, k_, v_):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q_, k_, v_, scale=scale, **kw)
+        return attn
+
+    paths = []
+    if window == 0:
+        paths.append(("sdpa flash, causal, enable_gqa", sdpa(SDPBackend.FLASH_ATTENTION, is_causal=True,
+                                                              enable_gqa=True), (q, k, v)))
+        paths.append(("sdpa flash, causal, K and V repeated", sdpa(SDPBackend.FLASH_ATTENTION, is_causal=True),
+                      (q, kr, vr)))
+    paths.append(("sdpa mem-efficient, mask", sdpa(SDPBackend.EFFICIENT_ATTENTION, attn_mask=mask), (q, kr, vr)))
+    paths.append(("sdpa math, mask", sdpa(SDPBackend.MATH, attn_mask=mask), (q, kr, vr)))
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        def visible(b, h, qi, kj):
+            causal = kj <= qi
+            return causal & (qi - kj < window) if window > 0 else causal
+        block_mask = create_block_mask(visible, None, None, T, T, device="cuda")
+        flex = torch.compile(flex_attention, dynamic=False)
+        paths.append(("flex_attention (compiled), block mask, enable_gqa",
+                      lambda q_, k_, v_: flex(q_, k_, v_, block_mask=block_mask, scale=scale, enable_gqa=True),
+                      (q, k, v)))
+    except Exception as e:
+        print(f"  flex_attention unavailable: {type(e).__name__}: {e}")
+    what = f"window={window}" if window else "global"
+    print(f"torch {torch.__version__} B={B} T={T} NH={nh} NKV={nkv} HS={hs} {what}")
+    best = None
+    for name, attn, (q_, k_, v_) in paths:
+        r = timed_fwd_bwd(attn, q_, k_, v_, dout)
+        if isinstance(r, str):
+            print(f"  {name:52s} failed: {r}")
+            continue
+        fwd, bwd = r
+        print(f"  {name:52s} fwd {fwd:8.3f} ms ({flops / fwd / 1e9:6.1f} TFLOP/s)  "
+              f"bwd {bwd:8.3f} ms ({2.5 * flops / bwd / 1e9:6.1f} TFLOP/s)")
+        if best is None or fwd + bwd < best[1] + best[2]:
+            best = (name, fwd, bwd)
+    if best:
+        print(f"  best: {best[0]}: fwd {best[1]:.3f} ms, bwd {best[2]:.3f} ms")
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "gemma":
+        for B in (8, 16):
+            for window in (512, 0):
+                bench_gemma(B, window)
+        return
     B, T, C = (int(sys.argv[1]) if len(sys.argv) > 1 else 16), 1024, 768
     for hs in (64, 128):
         bench(B, T, C // hs, C // hs, hs)

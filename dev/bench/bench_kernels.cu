@@ -99,21 +99,29 @@ static void row(const char *name, float ms, double flops, double bytes) {
            flops / (ms * 1e-3) / 1e12, bytes / (ms * 1e-3) / 1e9, floor_ms, 100.0 * floor_ms / ms);
 }
 
-/* Attention forward and backward at one shape, the wgmma kernels then the mma.sync ones. FLOPs
- * counted as causal: half of 4·B·NH·T²·HS forward, 2.5× that backward (FA2's count; ours does 3.5×
- * by recomputing P twice). Bytes: qkv and out, and their gradients. */
-static void bench_attention(int B, int T, int NH, int NKV, int HS) {
+/* The (query, key) pairs a causal attention of T rows computes with a sliding window of W keys (0:
+ * none): the unmasked work, by which its FLOPs are counted. */
+static double visible_pairs(int T, int W) {
+    if (W <= 0 || W >= T) return 0.5 * T * (T + 1.0);
+    return 0.5 * W * (W + 1.0) + (double)(T - W) * W;
+}
+
+/* Attention forward and backward at one shape, the wgmma kernels then (at HS 64 and 128) the
+ * mma.sync ones. FLOPs 4·B·NH·HS per visible pair forward, 2.5× that backward (FA2's count; ours
+ * does 3.5× by recomputing P twice, 4.5× at HS 256 with dK,dV in two halves). Bytes: qkv and out,
+ * and their gradients. */
+static void bench_attention(int B, int T, int NH, int NKV, int HS, float scale, int window) {
     const size_t N = (size_t)B * T, C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS;
     bf16 *qkv = rand_bf16(N * W, 1.0f), *out = (bf16 *)dmalloc(N * C * 2), *dout = rand_bf16(N * C, 1.0f);
     bf16 *dqkv = (bf16 *)dmalloc(N * W * 2);
     float *lse = (float *)dmalloc((size_t)B * NH * T * 4), *dbias = (float *)dmalloc(W * sizeof(float));
-    const AttentionShape sh = {B, T, NH, NKV, HS, 1.0f / sqrtf((float)HS), 0};
+    const AttentionShape sh = {B, T, NH, NKV, HS, scale, window};
     void *scratch = dmalloc(attention_backward_scratch_bytes(&sh));
-    double f = 2.0 * B * NH * (double)T * T * HS, bytes = (N * W + N * C) * 2.0;
-    printf("attention B=%d T=%d NH=%d NKV=%d HS=%d causal\n", B, T, NH, NKV, HS);
+    double f = 4.0 * B * NH * HS * visible_pairs(T, window), bytes = (N * W + N * C) * 2.0;
+    printf("attention B=%d T=%d NH=%d NKV=%d HS=%d causal window=%d\n", B, T, NH, NKV, HS, window);
     char name[64];
     float ms;
-    for (int wgmma = 1; wgmma >= 0; wgmma--) {
+    for (int wgmma = 1; wgmma >= (HS == 256 ? 1 : 0); wgmma--) {
         const char *path = wgmma ? "wgmma" : "mma.sync";
         attention_use_wgmma(wgmma);
         TIME_MS(ms, attention_forward(out, lse, qkv, &sh, 0));
@@ -134,7 +142,8 @@ static void bench_attention(int B, int T, int NH, int NKV, int HS) {
 
 int main(int argc, char **argv) {
     int B = argc > 1 ? atoi(argv[1]) : 16, T = 1024, C = 768, NH = 12, Vp = 50304;
-    const char *only = argc > 2 ? argv[2] : NULL; /* run one section: encoder, layernorm, attention, matmul, families, optimizer */
+    /* run one section: encoder, layernorm, attention, gemma-attention, matmul, families, optimizer */
+    const char *only = argc > 2 ? argv[2] : NULL;
 #define WANT(section) (!only || strcmp(only, section) == 0)
     size_t N = (size_t)B * T;
     CUDA_CHECK(cudaEventCreate(&ev0));
@@ -200,8 +209,13 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaFree(dsum));
     }
     /* Attention at GPT-2's width with HS = 64 and 128, then Qwen3-0.6B's (grouped heads, T = 2048). */
-    for (int hs = 64; hs <= 128 && WANT("attention"); hs *= 2) bench_attention(B, T, C / hs, C / hs, hs);
-    if (WANT("attention")) bench_attention(8, 2048, 16, 8, 128);
+    for (int hs = 64; hs <= 128 && WANT("attention"); hs *= 2)
+        bench_attention(B, T, C / hs, C / hs, hs, 1.0f / sqrtf((float)hs), 0);
+    if (WANT("attention")) bench_attention(8, 2048, 16, 8, 128, 1.0f / sqrtf(128.0f), 0);
+    /* Gemma-3-270M's attention (T = 2048, four query heads on one key/value head of 256, scale
+     * 256^-1/2): its local layers' window of 512 and its global layers, at B = 8 and 16. */
+    for (int gb = 8; gb <= 16 && WANT("gemma-attention"); gb *= 2)
+        for (int w = 512; w >= 0; w -= 512) bench_attention(gb, 2048, 4, 1, 256, 1.0f / 16.0f, w);
     /* Matmuls of one GPT-2 layer. */
     if (WANT("matmul")) {
         bf16 *x = rand_bf16(N * 4 * C, 1.0f), *y = (bf16 *)dmalloc(N * 4 * C * 2), *pre = (bf16 *)dmalloc(N * 4 * C * 2);
