@@ -1,7 +1,8 @@
 /* The CUDA backend's vocabulary-parallel output layer (model/dist/vocab_parallel.h) in a world of one:
  * the collectives are copies and the one slice is the whole vocabulary, so every step must be the
  * unsplit backend's on the streaming path bit for bit (the slice layer runs the same kernels and
- * GEMMs; its fp32 dH is rounded once, as the whole layer rounds its own). What this pins down is the
+ * GEMMs; its fp32 dH is rounded once, as the whole layer rounds its own), the gradient norm to fp32
+ * rounding (its squares are summed in two parts). What this pins down is the
  * backend's side: the head in its own buffers, its AdamW plan, its share of the gradient norm, and
  * checkpoints gathered and split again. Two ranks need two GPUs: dev/check/multigpu_check.sh vocabpar. */
 #include <math.h>
@@ -83,8 +84,10 @@ TEST(a_world_of_one_vocab_parallel_run_is_the_unsplit_streaming_run_bitwise) {
         /* the split layer averages the rows' lse on the host in double */
         CHECK(fabsf(a->last_mean_lse - b->last_mean_lse) <= 1e-6f * fabsf(a->last_mean_lse) && a->last_mean_lse > 0,
               "step %d: mean lse %.9g, unsplit %.9g", k + 1, b->last_mean_lse, a->last_mean_lse);
-        /* summed in two parts (body, head) instead of one pass: equal to double rounding */
-        CHECK(sumsq[0] > 0 && fabs(sumsq[0] - sumsq[1]) <= 1e-12 * sumsq[0], "step %d: grad sumsq %.17g, unsplit %.17g",
+        /* the same squares summed in two parts (body, head): global_sumsq accumulates each thread's
+         * and each block's partial in fp32, so regrouping them moves the total by fp32 rounding
+         * (2.2e-9 relative measured on the H100); a head left out or counted twice moves it by its share */
+        CHECK(sumsq[0] > 0 && fabs(sumsq[0] - sumsq[1]) <= 1e-6 * sumsq[0], "step %d: grad sumsq %.17g, unsplit %.17g",
               k + 1, sumsq[1], sumsq[0]);
         a->ops->read_grads(a, ga);
         b->ops->read_grads(b, gb);
