@@ -107,6 +107,14 @@ TEST(a_world_of_one_vocab_parallel_run_is_the_unsplit_streaming_run_bitwise) {
         CHECK(bits_differ(sa[i], sb[i], P) == 0, "%s: %zu of %zu differ after %d steps", what[i],
               bits_differ(sa[i], sb[i], P), P, VSTEPS);
     CHECK(max_abs(sb[1] + head->offset, head->numel) > 0, "the head's AdamW m is all zero");
+    /* the memory table names the slice: the whole head here, bf16 weights and four fp32 copies */
+    MemoryItem items[MAX_MEMORY_ITEMS];
+    const int count = b->ops->memory_items(b, items);
+    size_t slice_bytes = 0;
+    for (int i = 0; i < count; i++)
+        if (strstr(items[i].what, "lm_head slice")) slice_bytes = items[i].bytes;
+    CHECK(slice_bytes == head->numel * 18, "memory table: lm_head slice %zu bytes, expected %zu", slice_bytes,
+          head->numel * 18);
     /* the state written into a fresh split backend is the one read: the next step matches */
     Backend *c = create(&t, &one, 1, err);
     REQUIRE(c, "vocabulary-parallel backend: %s", err);
