@@ -43,7 +43,7 @@ size_t vocab_parallel_bytes(const ParamTable *t, int world, int N) {
     if (!vocab_parallel_check(t, world, N, err)) return 0;
     const size_t C = (size_t)t->cfg.dim, NT = (size_t)world * N;
     const size_t Vs = (size_t)t->cfg.padded_vocab_size / (size_t)world;
-    /* the smallest slice bounds nothing: the workspace is the streaming path's, independent of V */
+    /* rank 0's slice stands for every rank's: the streaming path's workspace does not grow with V */
     const VocabSlice s0 = vocab_slice(t->cfg.vocab_size, t->cfg.padded_vocab_size, world, 0);
     return Vs * C * (sizeof(kbf16) + 4 * sizeof(float)) + NT * C * (sizeof(kbf16) + sizeof(float)) +
            (size_t)N * C * sizeof(float) + NT * (sizeof(int) + (4 + 3 * (size_t)world) * sizeof(float)) +
