@@ -431,6 +431,13 @@ if has vocabpar; then
         /tmp/mg/vp_step1_dp/step_00000001/state.bin /tmp/mg/vp_step1_vp/step_00000001/state.bin $vp_head 2>&1 | tail -1)"
     vp_note "vocabpar step 1's gradient, 1 GPU vs --vocab-parallel: $(python3 -c "$vp_moment_py" \
         /tmp/mg/vp_step1_one/step_00000001/state.bin /tmp/mg/vp_step1_vp/step_00000001/state.bin $vp_head 2>&1 | tail -1)"
+    # two micro-batches a step on each rank: the slice's gradient accumulates as the flat buffers do
+    for run in "dp|-g $G" "vp|-g $G --vocab-parallel"; do
+        IFS='|' read -r name flags <<<"$run"
+        ./train $flags ${vp_common/-d $d/-d $((2 * d))} -x 1 -o /tmp/mg/vp_acc_$name >/tmp/mg/vp_acc_$name.log 2>&1
+    done
+    vp_note "vocabpar step 1's gradient over 2 micro-batches a rank, data parallel vs --vocab-parallel: $(python3 -c "$vp_moment_py" \
+        /tmp/mg/vp_acc_dp/step_00000001/state.bin /tmp/mg/vp_acc_vp/step_00000001/state.bin $vp_head 2>&1 | tail -1) $(grep -m1 -h error /tmp/mg/vp_acc_*.log)"
     # two identical runs: every loss and the final checkpoint bit for bit (first differing line named)
     first_diff=$(diff <(grep -E '^step|val loss' /tmp/mg/vp_vp.log | cut -d'|' -f1-2) \
         <(grep -E '^step|val loss' /tmp/mg/vp_vp2.log | cut -d'|' -f1-2) | grep -m2 '^[<>]' | tr '\n' ' ')
