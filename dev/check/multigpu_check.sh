@@ -4,7 +4,7 @@
 # checkpoint resumed on one GPU), a killed worker, and GPT-2 124M tokens/s on 1 and G GPUs beside
 # PyTorch (torch.compile on one GPU, DDP + torch.compile on G) in the same call. Prints a summary
 # last. NCCL's environment (NCCL_NVLS_ENABLE=0 where the machine sets it) is left as it is.
-# SECTIONS picks parts: tests correct families bitwise nodes resume kill throughput peers sweep skew
+# SECTIONS picks parts: tests correct families bitwise nodes resume kill throughput peers sweep skew vocabpar
 # real (default: tests correct bitwise nodes resume kill). TRAIN_PREBUILT=1: use ./train as it is
 # (no make; the section tests still needs build/run_gpu_tests).
 #   correct: 1 GPU accumulating G micro-batches against G GPUs taking one each. Both compute the same
