@@ -31,6 +31,7 @@
 #include "model/train/eval_cmd.h"
 #include "model/cuda/cuda_device.h"
 #include "model/dist/dist.h"
+#include "model/dist/vocab_parallel_plan.h"
 #include "model/gpt.h"
 #include "model/train/hf_weights.h"
 #include "model/train/runlog.h"
@@ -56,7 +57,8 @@ typedef struct {
     int logits_mb;
     int gpus, nodes, node_rank;
     const char *master;
-    int zero, overlap_comm, bucket_mb;
+    int zero, overlap_comm, bucket_mb, vocab_parallel;
+    int untied_head;
     int recompute_gelu, profile_step, step_parts;
     int help;
     unsigned from_env; /* bit k: option_env[k]'s value came from its environment variable */
@@ -93,7 +95,10 @@ static const OptSpec options[] = {
     {0, "ffn-dim", OPT_INT, O(ffn_dim), "0", "F", "MLP hidden width (0: the preset's, or 4C)"},
     {0, "sliding-window", OPT_INT, O(sliding_window), "0", "W",
      "gemma3: its sliding layers' query t sees keys t-W+1..t (0: the preset's, or 4096)"},
-    {0, "max-seq-len", OPT_INT, O(max_seq_len), "1024", "T", "context length of the model (GPT-2's position table; a released model's preset: its own)"},
+    {0, "untied-head", OPT_FLAG, O(untied_head), "0", "",
+     "llama, qwen2, qwen3: the output layer gets its own matrix (lm_head.weight), not the token embedding"},
+    {0, "max-seq-len", OPT_INT, O(max_seq_len), "1024", "T",
+     "context length of the model (GPT-2's position table; a released model's preset: its own)"},
     {'v', "vocab", OPT_INT, O(vocab), "50257", "V", "vocabulary size (padded to a multiple of 128 inside)"},
     {'b', "batch", OPT_INT, O(batch), "4", "B", "micro-batch size in sequences"},
     {'t', "seq-len", OPT_INT, O(seq_len), "1024", "T", "sequence length of a batch"},
@@ -144,6 +149,9 @@ static const OptSpec options[] = {
      "1: reduce gradients during the backward; 0: after it (data parallel)"},
     {0, "bucket-mb", OPT_INT, O(bucket_mb), "0", "MB",
      "gradients per reduction at least, in MB of fp32 (layers merge; 0: one per layer)"},
+    {0, "vocab-parallel", OPT_FLAG, O(vocab_parallel), "0", "",
+     "split the untied output layer (lm_head) over the GPUs by vocabulary rows: its weights, gradient and AdamW "
+     "state divided by -g (needs -g 2 or more)"},
     {0, "recompute-gelu", OPT_INT, O(recompute_gelu), "0", "0|1|2",
      "1: the backward recomputes GELU rather than storing it (less memory; automatic when memory is short); "
      "2: Llama/Qwen also recompute the MLP's gate/up projection (a GEMM per layer, 2*ffn-dim values a token "
@@ -378,6 +386,11 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->sliding_window < 0) bad("--sliding-window", "must be positive (0: the preset's)");
     if (opt->sliding_window && family != FAMILY_GEMMA3 && !opt->init_from[0]) bad("--sliding-window", "needs --family gemma3 (the family with sliding layers)");
     if (opt->sliding_window) cfg->sliding_window = opt->sliding_window;
+    if (opt->untied_head && family == FAMILY_GPT2)
+        bad("--untied-head", "needs --family llama, qwen2 or qwen3 (GPT-2's output layer is its token embedding)");
+    if (opt->untied_head && opt->init_from[0])
+        bad("--untied-head", "is --init-from's config.json's to say (tie_word_embeddings): leave it out");
+    cfg->untied_head = opt->untied_head;
     if (!cfg->head_dim && cfg->dim % cfg->num_heads) bad("--heads", "must divide --dim (the model width), or pass --head-dim");
     if (cfg->num_kv_heads && cfg->num_heads % cfg->num_kv_heads) bad("--kv-heads", "must divide --heads");
     if (cfg->head_dim % 2) bad("--head-dim", "must be even (rotary positions turn pairs)");
@@ -429,6 +442,19 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (strcmp(opt->output, "fused") && strcmp(opt->output, "canonical"))
         bad("--output", "must be fused or canonical");
     if (opt->logits_mb < 0) bad("--logits-mb", "must be at least 0 (0: the streaming path)");
+    if (opt->vocab_parallel) {
+        if (strcmp(opt->device, "cuda")) bad("--vocab-parallel", "splits the output layer over GPUs: it needs --device cuda");
+        if ((long long)opt->gpus * opt->nodes < 2) bad("--vocab-parallel", "needs two GPUs or more (-g 2)");
+        if (strcmp(opt->output, "fused")) bad("--vocab-parallel", "runs the fused output layer: leave out --output canonical");
+        if (opt->zero) bad("--vocab-parallel", "is not combined with --zero 1 yet: leave out one of them");
+        if (opt->z_loss > 0 || opt->label_smoothing > 0 || opt->logit_softcap > 0)
+            bad("--vocab-parallel", "takes the plain cross-entropy only: leave out --z-loss, --label-smoothing and "
+                                    "--logit-softcap");
+        if (was_given(opt, "sample-every") && opt->sample_every)
+            bad("--vocab-parallel", "leaves no rank the whole output layer to sample from: pass -s 0 (sample from a "
+                                    "checkpoint with ./train sample)");
+        opt->sample_every = 0;
+    }
     if (strcmp(opt->device, "cuda") && strcmp(opt->device, "cpu")) bad("--device", "must be cuda or cpu");
     long long bt = (long long)opt->batch * opt->seq_len, ranks = (long long)opt->gpus * opt->nodes;
     if (bt * ranks > INT32_MAX) bad("-b/--batch", "times -t, -g and --nodes is above 2^31 tokens per step");
@@ -711,6 +737,25 @@ static int plan_model(Run *r) {
     return RUN_ON;
 }
 
+/* --vocab-parallel's checks that need the model as --init-from leaves it: an untied head (no
+ * softcap from config.json) whose padded vocabulary splits over the ranks. */
+static int check_vocab_parallel(Run *r) {
+    const Options *opt = &r->opt;
+    if (!opt->vocab_parallel) return RUN_ON;
+    if (r->cfg.logit_softcap > 0) {
+        fprintf(stderr, "error: --vocab-parallel takes the plain cross-entropy only, and --init-from %s sets "
+                        "final_logit_softcapping %g (leave out --vocab-parallel)\n", opt->init_from,
+                (double)r->cfg.logit_softcap);
+        return 2;
+    }
+    const int world = opt->gpus * opt->nodes;
+    if (!vocab_parallel_check(&r->table, world, opt->batch * opt->seq_len, r->err)) {
+        fprintf(stderr, "error: %s\n", r->err);
+        return 2;
+    }
+    return RUN_ON;
+}
+
 /* The ranks of this run: a worker started by `-g N` knows its rank from the environment; anything
  * else is either the launcher of this node (-g N > 1 or --nodes M > 1) or a world of one. The
  * launcher returns the workers' status; a worker joins NCCL. */
@@ -936,7 +981,7 @@ static int create_backend(Run *r) {
     const Options *opt = &r->opt;
     OutputKind output = strcmp(opt->output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
     DataParallel dp = {.dist = &r->dist, .zero1 = opt->zero, .overlap = opt->overlap_comm,
-                       .bucket_bytes = (size_t)opt->bucket_mb << 20};
+                       .bucket_bytes = (size_t)opt->bucket_mb << 20, .vocab_parallel = opt->vocab_parallel};
     r->be = strcmp(opt->device, "cpu") == 0
                 ? backend_cpu_create(&r->table, r->B, r->T, output, (uint64_t)opt->seed, r->err)
                 : backend_cuda_create(&r->table, r->B, r->T, output, (size_t)opt->logits_mb << 20,
@@ -1293,6 +1338,7 @@ int main(int argc, char **argv) {
     validate(&r->opt, &r->cfg); /* exits with status 2 */
     if (check_init_from(opt, &r->cfg) != 0) return 1;
     int status = plan_model(r);
+    if (status == RUN_ON) status = check_vocab_parallel(r);
     if (status == RUN_ON) status = start_world(r, argv);
     if (status == RUN_ON) status = read_init_from(r);
     if (status == RUN_ON) status = claim_run_dir(r);

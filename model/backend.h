@@ -120,6 +120,8 @@ typedef struct {
     int zero1;   /* shard fp32 master weights, AdamW moments and reduced gradients across ranks */
     int overlap; /* reduce gradients bucket by bucket during the backward (else after it) */
     size_t bucket_bytes; /* fp32 gradient bytes per bucket at least (layers merge; 0: per layer) */
+    int vocab_parallel;  /* split lm_head by vocabulary rows over dist's ranks (model/dist/vocab_parallel.h);
+                          * in a world of one the single slice is the whole head */
 } DataParallel;
 
 /* CUDA backend on the current device: bf16 weights and activations, fp32 master weights, gradients

@@ -744,3 +744,64 @@ TEST(validation_batches_and_windows_near_2_to_the_31_do_not_overflow) {
                TINY_RUN " -x 1 --val-every 1 --val-batches 2147483647 -i %s -j %s -o %s/vb", train, val,
                test_tmpdir());
 }
+
+/* --vocab-parallel's refusals come before any GPU is looked for, so the CPU sees them all; a run it
+ * accepts gets as far as looking for GPUs. */
+#define UNTIED_LLAMA "--family llama --kv-heads 1 --head-dim 48 --ffn-dim 192 --untied-head"
+TEST(vocab_parallel_is_refused_with_one_line_wherever_it_cannot_run) {
+    char train[700], val[700];
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    expect_run(2, "--vocab-parallel splits the output layer over GPUs: it needs --device cuda", NULL,
+               TINY_RUN " " UNTIED_LLAMA " -x 1 --vocab-parallel -i %s -o %s/vp", train, d);
+    expect_run(2, "--vocab-parallel needs two GPUs or more", NULL,
+               TINY_RUN " " UNTIED_LLAMA " --device cuda -x 1 --vocab-parallel -i %s -o %s/vp", train, d);
+    expect_run(2, "leave out --output canonical", NULL,
+               TINY_RUN " " UNTIED_LLAMA " --device cuda -g 2 --output canonical -x 1 --vocab-parallel -i %s -o %s/vp",
+               train, d);
+    expect_run(2, "not combined with --zero 1", NULL,
+               TINY_RUN " " UNTIED_LLAMA " --device cuda -g 2 --zero 1 -x 1 --vocab-parallel -i %s -o %s/vp", train, d);
+    expect_run(2, "plain cross-entropy only", "--z-loss",
+               TINY_RUN " " UNTIED_LLAMA " --device cuda -g 2 --z-loss 1e-4 -x 1 --vocab-parallel -i %s -o %s/vp", train,
+               d);
+    expect_run(2, "plain cross-entropy only", NULL,
+               TINY_RUN " " UNTIED_LLAMA " --device cuda -g 2 --logit-softcap 30 -x 1 --vocab-parallel -i %s -o %s/vp",
+               train, d);
+    expect_run(2, "pass -s 0", NULL,
+               TINY_RUN " " UNTIED_LLAMA " --device cuda -g 2 -s 10 -x 1 --vocab-parallel -i %s -o %s/vp", train, d);
+    /* the tied head (GPT-2's, here) is not split yet */
+    expect_run(2, "--vocab-parallel splits an untied output layer (lm_head.weight) only so far", "--untied-head",
+               TINY_RUN " --device cuda -g 2 -x 1 --vocab-parallel -i %s -o %s/vp", train, d);
+    /* -v 64 pads to 128 rows: over 2 ranks the second slice would hold padding alone */
+    expect_run(2, "gives rank 1 only padding rows", NULL,
+               TINY_RUN " " UNTIED_LLAMA " --device cuda -g 2 -x 1 --vocab-parallel -i %s -o %s/vp", train, d);
+    /* Vp = 128 rows do not split over 3 ranks */
+    expect_run(2, "to split evenly over 3 ranks", NULL,
+               TINY_RUN " " UNTIED_LLAMA " --device cuda -g 3 -x 1 --vocab-parallel -i %s -o %s/vp", train, d);
+    expect_run(2, "--untied-head needs --family llama, qwen2 or qwen3", NULL,
+               TINY_RUN " --untied-head -x 1 -i %s -o %s/vp", train, d);
+}
+
+TEST(vocab_parallel_on_an_untied_head_over_two_gpus_passes_every_check_before_the_gpus) {
+    char train[700], val[700], *out = NULL, args[2400];
+    make_corpus(train, val, sizeof train);
+    snprintf(args, sizeof args, TINY_RUN " " UNTIED_LLAMA " -v 100 --device cuda -g 2 -x 1 --vocab-parallel -i %s -o %s/vpok",
+             train, test_tmpdir());
+    int rc = run_train(args, &out);
+    /* on a machine without GPUs the run stops at the GPU count; with two it trains */
+    CHECK(out && (rc == 0 || strstr(out, "CUDA GPU")) && !strstr(out, "--vocab-parallel"), "./train %s: exit %d: %s",
+          args, rc, out ? out : "");
+    free(out);
+}
+
+TEST(an_untied_llama_made_with_untied_head_trains_on_the_cpu_and_exports_its_lm_head) {
+    char train[700], val[700], path[900];
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    expect_run(0, "untied", NULL, TINY_RUN " " UNTIED_LLAMA " -x 2 -n 2 --val-every 0 -i %s -o %s/untied", train, d);
+    snprintf(path, sizeof path, "%s/untied/step_00000002/model.safetensors", d);
+    size_t len = 0;
+    char *st = read_file(path, &len);
+    CHECK(st && len > 16 && memmem(st, len, "lm_head.weight", 14), "%s lacks lm_head.weight", path);
+    free(st);
+}

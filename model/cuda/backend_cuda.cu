@@ -36,7 +36,10 @@
  * Data parallel (model/dist/grad_sync.h): each rank scales its gradients by 1/world and the ranks sum
  * them, during the backward of the step's last micro-batch. Under ZeRO-1 master weights, moments
  * and reduced gradients exist only for this rank's shard ("state" below: the shard, or the whole
- * layout without ZeRO-1); bf16 weights and the accumulating gradients stay whole. */
+ * layout without ZeRO-1); bf16 weights and the accumulating gradients stay whole.
+ * Vocabulary parallel (model/dist/vocab_parallel.h): lm_head lives in its own slice buffers, and the
+ * flat buffers, the buckets and the AdamW plan hold the other rows ("replicated", the table without
+ * its last row); P below counts those. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +52,7 @@
 #include "model/backend.h"
 #include "model/dist/dist.h"
 #include "model/dist/grad_sync.h"
+#include "model/dist/vocab_parallel.h"
 #include "model/memory_estimate.h"
 
 extern "C" {
@@ -77,6 +81,10 @@ typedef struct {
     float *state_grads;            /* the reduced gradients AdamW reads: grads, or the shard's */
     size_t padded_total, state_elems;
     GradSync *sync;                /* NULL when training alone */
+    VocabParallel *vp;             /* the head's slice and its layer; NULL: the whole head here */
+    int vp_world;                  /* ranks the head is split over (0: not split) */
+    ParamTable replicated;         /* the rows the flat buffers hold: the table, or all but lm_head */
+    size_t P;                      /* their values */
     size_t sync_bytes;             /* what sync allocated */
     AdamWPlan *adamw;
     void *arena;                   /* every activation and scratch buffer, one allocation */
@@ -396,6 +404,7 @@ static void upload_inputs(CudaBackend *cb, const int *tokens, int t0, int n) {
 static OutputLayerArgs output_args(CudaBackend *cb, float grad_scale) {
     OutputLayerArgs a;
     memset(&a, 0, sizeof a);
+    if (cb->vp) return a; /* the head is not here */
     a.H = cb->lnf;
     a.W = param_bf16(cb, param_whole(cb->t, head_role(&cb->t->cfg)));
     a.targets = cb->d_targets;
@@ -423,11 +432,21 @@ static float read_loss(CudaBackend *cb) {
     CUDA_CHECK(cudaMemcpyAsync(v, cb->d_loss, sizeof v, cudaMemcpyDeviceToHost, cb->stream));
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
     cb->base.last_objective = v[1], cb->base.last_mean_lse = v[2];
+    /* plain cross-entropy: the objective is the loss */
+    if (cb->vp) cb->base.last_objective = v[0], cb->base.last_mean_lse = vocab_parallel_mean_lse(cb->vp, cb->stream);
     return v[0];
+}
+
+static void refuse_with_split_head(const CudaBackend *cb, const char *what) {
+    if (!cb->vp) return;
+    fprintf(stderr, "error: %s needs the whole output layer, which --vocab-parallel splits over the ranks (run it "
+                    "from a checkpoint without --vocab-parallel)\n", what);
+    exit(1);
 }
 
 static void cuda_row_losses(Backend *be, float *out) {
     CudaBackend *cb = (CudaBackend *)be;
+    refuse_with_split_head(cb, "per-token losses");
     CUDA_CHECK(cudaMemcpyAsync(out, cb->d_row_loss, (size_t)be->B * be->T * sizeof(float), cudaMemcpyDeviceToHost,
                                cb->stream));
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
@@ -439,7 +458,9 @@ static float cuda_eval_loss(Backend *be, const int *inputs, const int *targets) 
     forward_body(cb, 0, be->B, be->T);
     upload_targets(cb, targets);
     OutputLayerArgs a = output_args(cb, 0.0f);
-    if (output_layer_forward(cb->out, &a, cb->stream) != 0) {
+    if (cb->vp)
+        vocab_parallel_output(cb->vp, cb->lnf, cb->d_targets, 0.0f, NULL, cb->d_loss, cb->stream);
+    else if (output_layer_forward(cb->out, &a, cb->stream) != 0) {
         fprintf(stderr, "error: output layer rejected its arguments (%s:%d)\n", __FILE__, __LINE__);
         exit(1);
     }
@@ -605,9 +626,12 @@ static float cuda_train_micro_step(Backend *be, const int *inputs, const int *ta
     forward_body(cb, 0, B, T);
     CUDA_CHECK(cudaEventRecord(cb->mark[1], s));
     upload_targets(cb, targets);
-    /* ranks sum their gradients: each contributes 1/world of the mean */
+    /* ranks sum their gradients: each contributes 1/world of the mean; the vocabulary-parallel
+     * layer's dH is already of the mean over every rank's rows */
     OutputLayerArgs oa = output_args(cb, cb->sync ? loss_scale / (float)be->dist->world : loss_scale);
-    if (output_layer_forward_backward(cb->out, &oa, s) != 0) {
+    if (cb->vp)
+        vocab_parallel_output(cb->vp, cb->lnf, cb->d_targets, loss_scale, cb->dlnf, cb->d_loss, s);
+    else if (output_layer_forward_backward(cb->out, &oa, s) != 0) {
         fprintf(stderr, "error: output layer rejected its arguments (%s:%d)\n", __FILE__, __LINE__);
         exit(1);
     }
@@ -632,6 +656,7 @@ static void cuda_phase_ms(Backend *be, double ms[3]) {
 /* The full-vocabulary logits of activation row `row` (lnf after a forward), to the host. */
 static void logits_of_row(CudaBackend *cb, int row, float *logits) {
     const GPTConfig *cfg = &cb->t->cfg;
+    refuse_with_split_head(cb, "sampling");
     matmul_forward(cb->d_logits_row, NULL, cb->lnf + (size_t)row * cfg->dim,
                    param_bf16(cb, param_whole(cb->t, head_role(cfg))),
                    NULL, 1, cfg->dim, cfg->padded_vocab_size, cb->stream);
@@ -676,6 +701,7 @@ static void cuda_decode_step(Backend *be, int token, int pos, float *logits) {
 static void cuda_zero_grad(Backend *be) {
     CudaBackend *cb = (CudaBackend *)be;
     CUDA_CHECK(cudaMemsetAsync(cb->grads, 0, cb->padded_total * sizeof(float), cb->stream));
+    if (cb->vp) vocab_parallel_zero_grad(cb->vp, cb->stream);
 }
 
 static void cuda_reduce_grads(Backend *be) {
@@ -695,6 +721,8 @@ static double cuda_grad_sumsq(Backend *be) {
     double s;
     CUDA_CHECK(cudaMemcpyAsync(&s, cb->d_sumsq, sizeof s, cudaMemcpyDeviceToHost, cb->stream));
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    /* the head's slices are disjoint: summed once over the ranks */
+    if (cb->vp) s += vocab_parallel_grad_sumsq(cb->vp, cb->d_sumsq, cb->scratch, cb->stream);
     return s;
 }
 
@@ -702,6 +730,7 @@ static void cuda_adamw_update(Backend *be, const AdamWStep *st) {
     CudaBackend *cb = (CudaBackend *)be;
     adamw_update(cb->adamw, cb->master, cb->params, cb->state_grads, cb->m, cb->v, st->lr, st->beta1, st->beta2,
                  st->eps, st->weight_decay, st->grad_scale, st->step, cb->stream);
+    if (cb->vp) vocab_parallel_adamw(cb->vp, st, cb->stream);
     grad_sync_gather_weights(cb->sync, cb->params, cb->stream);
 }
 
@@ -711,7 +740,7 @@ static int sharded(const CudaBackend *cb) {
 
 static void cuda_read_state(Backend *be, float *params, float *m, float *v) {
     CudaBackend *cb = (CudaBackend *)be;
-    size_t n = cb->t->total * sizeof(float);
+    size_t n = cb->P * sizeof(float);
     float *state[3] = {cb->master, cb->m, cb->v}, *host[3] = {params, m, v};
     for (int i = 0; i < 3; i++) {
         const float *from = state[i];
@@ -723,15 +752,16 @@ static void cuda_read_state(Backend *be, float *params, float *m, float *v) {
         if (host[i]) CUDA_CHECK(cudaMemcpyAsync(host[i], from, n, cudaMemcpyDeviceToHost, cb->stream));
         CUDA_CHECK(cudaStreamSynchronize(cb->stream));
     }
+    if (cb->vp) vocab_parallel_read(cb->vp, params, m, v, cb->stream);
 }
 
 static void cuda_write_state(Backend *be, const float *params, const float *m, const float *v) {
     CudaBackend *cb = (CudaBackend *)be;
-    size_t n = cb->t->total * sizeof(float);
+    size_t n = cb->P * sizeof(float);
     if (params) {
         /* bf16 weights are whole on every rank: convert from a full fp32 copy (the gradient buffer) */
         CUDA_CHECK(cudaMemcpyAsync(cb->grads, params, n, cudaMemcpyHostToDevice, cb->stream));
-        convert_fp32_to_bf16(cb->params, cb->grads, cb->t->total, cb->stream);
+        convert_fp32_to_bf16(cb->params, cb->grads, cb->P, cb->stream);
     }
     const float *host[3] = {params, m, v};
     float *state[3] = {cb->master, cb->m, cb->v};
@@ -744,18 +774,40 @@ static void cuda_write_state(Backend *be, const float *params, const float *m, c
     }
     CUDA_CHECK(cudaMemsetAsync(cb->grads, 0, cb->padded_total * sizeof(float), cb->stream));
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    if (cb->vp) vocab_parallel_write(cb->vp, params, m, v, cb->stream);
 }
 
 static void cuda_read_grads(Backend *be, float *grads) {
     CudaBackend *cb = (CudaBackend *)be;
-    CUDA_CHECK(cudaMemcpyAsync(grads, cb->grads, cb->t->total * sizeof(float), cudaMemcpyDeviceToHost, cb->stream));
+    CUDA_CHECK(cudaMemcpyAsync(grads, cb->grads, cb->P * sizeof(float), cudaMemcpyDeviceToHost, cb->stream));
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    if (cb->vp) vocab_parallel_read_grads(cb->vp, grads, cb->stream);
+}
+
+/* The workspace of the output layer that runs, then the others' for comparison, so the saving is
+ * visible whichever one runs. */
+static int output_workspace_items(CudaBackend *cb, MemoryItem *items) {
+    const GPTConfig *cfg = &cb->t->cfg;
+    const int64_t N = (int64_t)cb->base.B * cb->base.T, V = cfg->vocab_size;
+    const int d = cfg->dim;
+    int n = 0;
+    items[n++] = MemoryItem{cb->out_ws_label, cb->out_ws_bytes, 0};
+    if (cb->base.output == OUTPUT_FUSED) {
+        items[n++] = MemoryItem{"output layer workspace: canonical (not used)",
+                                output_layer_workspace_bytes(OUTPUT_CANONICAL, N, V, d, 0), 1};
+        if (cb->fused_budget)
+            items[n++] = MemoryItem{"output layer workspace: fused, streaming (not used)",
+                                    output_layer_workspace_bytes(OUTPUT_FUSED, N, V, d, 0), 1};
+    } else {
+        items[n++] = MemoryItem{"output layer workspace: fused, streaming (not used)",
+                                output_layer_workspace_bytes(OUTPUT_FUSED, N, V, d, 0), 1};
+    }
+    return n;
 }
 
 static int cuda_memory_items(Backend *be, MemoryItem *items) {
     CudaBackend *cb = (CudaBackend *)be;
     const ParamTable *t = cb->t;
-    size_t N = (size_t)be->B * be->T;
     int n = 0;
     size_t S = cb->state_elems;
     int zero1 = sharded(cb);
@@ -771,21 +823,7 @@ static int cuda_memory_items(Backend *be, MemoryItem *items) {
                        : cb->recompute_gelu    ? "activations and scratch (GELU recomputed)"
                                                : "activations and scratch";
     items[n++] = MemoryItem{acts, cb->arena_bytes, 0};
-    /* The workspace of the layer that runs, then the others' for comparison, so the saving is
-     * visible whichever one runs. */
-    items[n++] = MemoryItem{cb->out_ws_label, cb->out_ws_bytes, 0};
-    const int64_t V = t->cfg.vocab_size;
-    const int d = t->cfg.dim;
-    if (be->output == OUTPUT_FUSED) {
-        items[n++] = MemoryItem{"output layer workspace: canonical (not used)",
-                                output_layer_workspace_bytes(OUTPUT_CANONICAL, (int64_t)N, V, d, 0), 1};
-        if (cb->fused_budget)
-            items[n++] = MemoryItem{"output layer workspace: fused, streaming (not used)",
-                                    output_layer_workspace_bytes(OUTPUT_FUSED, (int64_t)N, V, d, 0), 1};
-    } else {
-        items[n++] = MemoryItem{"output layer workspace: fused, streaming (not used)",
-                                output_layer_workspace_bytes(OUTPUT_FUSED, (int64_t)N, V, d, 0), 1};
-    }
+    n += cb->vp ? vocab_parallel_memory_items(cb->vp, items + n) : output_workspace_items(cb, items + n);
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     items[n++] = MemoryItem{"GPU memory free now", free_b, 1};
@@ -804,6 +842,7 @@ static void cuda_destroy(Backend *be) {
     if (!cb) return;
     if (cb->stream) CUDA_CHECK(cudaStreamSynchronize(cb->stream));
     if (cb->out) output_layer_destroy(cb->out);
+    vocab_parallel_free(cb->vp);
     if (cb->adamw) adamw_plan_free(cb->adamw);
     grad_sync_free(cb->sync);
     for (int i = 0; i < 4; i++)
@@ -916,6 +955,11 @@ static size_t fused_budget_for(size_t budget, size_t N, const GPTConfig *cfg) {
  * when the whole of it does not fit. */
 static void fit_output_layer(CudaBackend *cb, size_t requested, size_t fixed, size_t free_b, size_t N,
                              const GPTConfig *cfg) {
+    if (cb->vp_world) { /* the slice layer streams: its memory does not shrink */
+        cb->fused_budget = 0;
+        cb->out_ws_bytes = vocab_parallel_bytes(cb->t, cb->vp_world, (int)N);
+        return;
+    }
     cb->fused_budget = requested;
     cb->out_ws_bytes = output_layer_workspace_bytes(cb->base.output, (int64_t)N, cfg->vocab_size, cfg->dim, requested);
     if (!requested || fixed + cb->arena_bytes + cb->out_ws_bytes <= free_b) return;
@@ -987,6 +1031,19 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     cb->base.output = output;
     cb->t = table;
     cb->base.dist = dist;
+    cb->replicated = *table;
+    if (dp && dp->vocab_parallel) {
+        const Dist *vdist = dp->dist;
+        const int world = vdist ? vdist->world : 1;
+        if (!vocab_parallel_check(table, world, B * T, err)) {
+            free(cb->layer);
+            free(cb);
+            return NULL;
+        }
+        cb->vp_world = world;
+        cb->replicated = vocab_parallel_replicated(table);
+    }
+    cb->P = cb->replicated.total;
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     cudaDeviceProp prop;
@@ -996,7 +1053,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
 
     /* Fit check before allocating anything large: fixed (parameters and optimizer state) plus
      * terms proportional to B (activations, output-layer workspace). */
-    size_t N = (size_t)B * T, P = table->total;
+    size_t N = (size_t)B * T, P = cb->P;
     const size_t asked = output == OUTPUT_FUSED ? fused_budget : 0;
     fused_budget = fused_budget_for(asked, N, cfg);
     cb->recompute_gelu = is_rope(cfg) ? (recompute_gelu == 2 ? 2 : 1) : 0;
@@ -1004,7 +1061,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     cb->arena_bytes = layout_arena(cb, NULL);
     /* bf16 weights and gradients whole; master and moments whole or 1/world (ZeRO-1) */
     size_t state_estimate = zero1 ? P / (size_t)dist->world + 1 : P;
-    cb->sync_bytes = grad_sync_bytes(table, dist, zero1, overlap, B, T);
+    cb->sync_bytes = grad_sync_bytes(&cb->replicated, dist, zero1, overlap, B, T);
     size_t fixed = P * (sizeof(kbf16) + sizeof(float)) + state_estimate * 3 * sizeof(float) + cb->sync_bytes +
                    MEMORY_RUNTIME_RESERVE;
     size_t free_b = 0, total_b = 0;
@@ -1041,7 +1098,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     }
     CUDA_CHECK(cudaStreamCreate(&cb->stream));
     for (int i = 0; i < 4; i++) CUDA_CHECK(cudaEventCreate(&cb->mark[i]));
-    cb->sync = grad_sync_create(table, dist, zero1, overlap, dist ? dp->bucket_bytes / sizeof(float) : 0, B, T, err);
+    cb->sync = grad_sync_create(&cb->replicated, dist, zero1, overlap, dist ? dp->bucket_bytes / sizeof(float) : 0, B, T, err);
     if (!cb->sync && err[0]) {
         cuda_destroy(&cb->base);
         return NULL;
@@ -1066,23 +1123,35 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     CUDA_CHECK(cudaMemset(cb->grads, 0, cb->padded_total * sizeof(float)));
     CUDA_CHECK(cudaMemset(cb->m, 0, cb->state_elems * sizeof(float)));
     CUDA_CHECK(cudaMemset(cb->v, 0, cb->state_elems * sizeof(float)));
-    cb->out = output_layer_create(output, (int64_t)N, cfg->vocab_size, cfg->dim, cb->fused_budget);
-    if (!cb->out) {
-        snprintf(err, ERR_LEN, "cannot create the %s output layer (see the message above)", output_layer_kind_name(output));
-        cuda_destroy(&cb->base);
-        return NULL;
+    if (cb->vp_world) {
+        cb->vp = vocab_parallel_create(table, dp->dist, B * T, err);
+        if (!cb->vp) {
+            cuda_destroy(&cb->base);
+            return NULL;
+        }
+        vocab_parallel_describe(cb->vp, cb->base.output_path, sizeof cb->base.output_path);
+    } else {
+        cb->out = output_layer_create(output, (int64_t)N, cfg->vocab_size, cfg->dim, cb->fused_budget);
+        if (!cb->out) {
+            snprintf(err, ERR_LEN, "cannot create the %s output layer (see the message above)",
+                     output_layer_kind_name(output));
+            cuda_destroy(&cb->base);
+            return NULL;
+        }
+        describe_output_layer(cb, output, asked);
     }
-    describe_output_layer(cb, output, asked);
-    size_t *offsets = (size_t *)malloc(table->count * sizeof(size_t)), *numels = (size_t *)malloc(table->count * sizeof(size_t));
-    int *decay = (int *)malloc(table->count * sizeof(int));
-    float *init = (float *)malloc(P * sizeof(float));
+    /* the AdamW plan over the flat buffers' rows; the initial weights of the whole table */
+    const int rows = cb->replicated.count;
+    size_t *offsets = (size_t *)malloc(rows * sizeof(size_t)), *numels = (size_t *)malloc(rows * sizeof(size_t));
+    int *decay = (int *)malloc(rows * sizeof(int));
+    float *init = (float *)malloc(table->total * sizeof(float));
     if (!offsets || !numels || !decay || !init) {
-        snprintf(err, ERR_LEN, "out of host memory for the initial weights (%.1f GB)", P * 4 / 1e9);
+        snprintf(err, ERR_LEN, "out of host memory for the initial weights (%.1f GB)", table->total * 4 / 1e9);
         free(offsets), free(numels), free(decay), free(init);
         cuda_destroy(&cb->base);
         return NULL;
     }
-    for (int i = 0; i < table->count; i++) {
+    for (int i = 0; i < rows; i++) {
         offsets[i] = table->params[i].offset;
         numels[i] = table->params[i].numel;
         decay[i] = table->params[i].weight_decay;
@@ -1094,10 +1163,10 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
             exit(1);
         }
         for (int i = 0; i < npieces; i++) ranges[i] = AdamWRange{pieces[i].begin, pieces[i].count, pieces[i].shard_offset};
-        cb->adamw = adamw_plan_create_ranges(offsets, numels, decay, table->count, ranges, npieces);
+        cb->adamw = adamw_plan_create_ranges(offsets, numels, decay, rows, ranges, npieces);
         free(ranges);
     } else {
-        cb->adamw = adamw_plan_create(offsets, numels, decay, table->count);
+        cb->adamw = adamw_plan_create(offsets, numels, decay, rows);
     }
     /* The same init as the CPU backend (host RNG), so the two can be compared step for step. */
     param_init(table, init, seed);

@@ -1,0 +1,67 @@
+/* model/dist/vocab_parallel.h - the vocabulary-parallel output layer of the CUDA backend
+ * (`--vocab-parallel`): each of R ranks keeps a contiguous slice of lm_head's Vp rows (bf16 weights,
+ * fp32 master, gradient and AdamW m, v: W-related memory divided by R), outside the data-parallel
+ * gradient buckets. The algorithm, its split and its reference over simulated ranks are
+ * model/cpu/vocab_parallel_cpu.h; the slice layer is kernels/output_layer.h's output_slice_*.
+ *
+ * Shapes: N rows per rank (B·T), NT = R·N rows in all, C model width, Vs = Vp/R rows per slice.
+ * One step, every rank in lockstep: all-gather H (bf16 [N, C]) and the targets, the slice's
+ * statistics of all NT rows, all-gather them, combine them in rank order (the same bits on every
+ * rank), the slice's backward from the combined lse (dW of the slice local, no reduction), and the
+ * fp32 partial dH [NT, C] reduce-scattered back to each rank's rows, then rounded once to bf16.
+ * The loss is the mean over the valid targets of all NT rows; with as many valid targets on every
+ * rank (every batch from token shards) that is data parallelism's mean of the ranks' means, and so
+ * are the gradients: dH and dW come at loss_scale, not loss_scale/R.
+ *
+ * Only an untied head is split (lm_head.weight, the table's last row); the embedding stays data
+ * parallel. Plain cross-entropy only: the slice layer takes no loss options.
+ * In a world of one (d->world 1, no communicator) the collectives are copies: one slice, the whole
+ * vocabulary, which the GPU tests hold against the unsplit layer. */
+#ifndef FUSEDGPT_VOCAB_PARALLEL_H
+#define FUSEDGPT_VOCAB_PARALLEL_H
+
+#include <cuda_runtime.h>
+
+#include "kernels/kernels.h"
+#include "model/backend.h"
+#include "model/dist/dist.h"
+#include "model/dist/vocab_parallel_plan.h"
+#include "model/gpt.h"
+
+typedef struct VocabParallel VocabParallel;
+
+/* NULL with a one-line reason in err when vocab_parallel_check refuses, or on allocation failure. */
+VocabParallel *vocab_parallel_create(const ParamTable *t, const Dist *d, int N, char *err);
+void vocab_parallel_free(VocabParallel *vp);
+/* Device bytes vocab_parallel_create allocates (the fit check, the memory table); 0 when it would
+ * refuse. */
+size_t vocab_parallel_bytes(const ParamTable *t, int world, int N);
+
+/* The output layer over the slice. H [N, C] and targets [N] are this rank's rows; loss (device, =)
+ * the mean over every rank's valid targets. dH NULL: forward only (evaluation); else dH (bf16
+ * [N, C], =) and the slice's gradient (+=) at loss_scale. Exits with a message when the layer
+ * rejects its arguments. */
+void vocab_parallel_output(VocabParallel *vp, const kbf16 *H, const int *targets, float loss_scale, kbf16 *dH,
+                           float *loss, cudaStream_t s);
+/* Mean log-sum-exp over the valid targets of the last vocab_parallel_output (synchronizes). */
+float vocab_parallel_mean_lse(VocabParallel *vp, cudaStream_t s);
+
+void vocab_parallel_zero_grad(VocabParallel *vp, cudaStream_t s);
+/* Σ over every rank's slice of its gradient's squares (the slices are disjoint: each summed once);
+ * sumsq: one device double, scratch: global_sumsq_scratch_bytes(). Synchronizes. */
+double vocab_parallel_grad_sumsq(VocabParallel *vp, double *sumsq, void *scratch, cudaStream_t s);
+void vocab_parallel_adamw(VocabParallel *vp, const AdamWStep *st, cudaStream_t s);
+
+/* Host copies of the whole head [Vp, C] (the table's row, fp32): read gathers every rank's slice
+ * (every rank calls it; NULLs skip a copy, for ranks that do not want it), write takes this rank's
+ * slice (the bf16 weights from params) and zeroes its gradient. read_grads gathers the gradient. */
+void vocab_parallel_read(VocabParallel *vp, float *params, float *m, float *v, cudaStream_t s);
+void vocab_parallel_write(VocabParallel *vp, const float *params, const float *m, const float *v, cudaStream_t s);
+void vocab_parallel_read_grads(VocabParallel *vp, float *grads, cudaStream_t s);
+
+/* The memory table's lines; returns how many (2). */
+int vocab_parallel_memory_items(const VocabParallel *vp, MemoryItem *items);
+/* "rows [a, b) of Vp on each of R ranks", for the run header. */
+void vocab_parallel_describe(const VocabParallel *vp, char *out, size_t n);
+
+#endif

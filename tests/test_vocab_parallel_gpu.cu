@@ -1,0 +1,147 @@
+/* The CUDA backend's vocabulary-parallel output layer (model/dist/vocab_parallel.h) in a world of one:
+ * the collectives are copies and the one slice is the whole vocabulary, so every step must be the
+ * unsplit backend's on the streaming path bit for bit (the slice layer runs the same kernels and
+ * GEMMs; its fp32 dH is rounded once, as the whole layer rounds its own), the gradient norm to fp32
+ * rounding (its squares are summed in two parts). What this pins down is the
+ * backend's side: the head in its own buffers, its AdamW plan, its share of the gradient norm, and
+ * checkpoints gathered and split again. Two ranks need two GPUs: dev/check/multigpu_check.sh vocabpar. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "model/backend.h"
+#include "model/dist/dist.h"
+#include "tests/test.h"
+#include "tests/test_util.h"
+
+enum { VB = 3, VT = 37, VSTEPS = 3 };
+
+/* A two-layer Llama of awkward widths with its own lm_head, over 1000 words (Vp 1024). */
+static GPTConfig untied_llama(void) {
+    GPTConfig cfg = {};
+    cfg.num_layers = 2, cfg.num_heads = 4, cfg.dim = 192, cfg.max_seq_len = 64, cfg.vocab_size = 1000;
+    gpt_family_defaults(&cfg, FAMILY_LLAMA);
+    cfg.num_kv_heads = 2, cfg.head_dim = 64, cfg.ffn_dim = 328;
+    cfg.untied_head = 1;
+    gpt_config_finish(&cfg);
+    return cfg;
+}
+
+/* Inputs and targets of VSTEPS micro-batches, some targets ignored. */
+static void batches(int *inputs, int *targets, int vocab, uint64_t seed) {
+    Rng rng;
+    rng_seed(&rng, seed);
+    for (size_t i = 0; i < (size_t)VSTEPS * VB * VT; i++) {
+        inputs[i] = (int)rng_below(&rng, (uint32_t)vocab);
+        targets[i] = i % 13 == 4 ? -1 : (int)rng_below(&rng, (uint32_t)vocab);
+    }
+}
+
+static Backend *create(const ParamTable *t, Dist *one, int split, char *err) {
+    DataParallel dp = {};
+    dp.dist = one, dp.vocab_parallel = split;
+    /* fused budget 0: the whole layer on the streaming path, which the slice layer runs */
+    return backend_cuda_create(t, VB, VT, OUTPUT_FUSED, 0, 0, 77, split ? &dp : NULL, err);
+}
+
+static size_t bits_differ(const float *a, const float *b, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += memcmp(&a[i], &b[i], 4) != 0;
+    return k;
+}
+
+TEST(a_world_of_one_vocab_parallel_run_is_the_unsplit_streaming_run_bitwise) {
+    GPTConfig cfg = untied_llama();
+    ParamTable t;
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    const size_t P = t.total, n = (size_t)VB * VT;
+    int *inputs = (int *)malloc(VSTEPS * n * sizeof(int)), *targets = (int *)malloc(VSTEPS * n * sizeof(int));
+    float *ga = (float *)malloc(P * 4), *gb = (float *)malloc(P * 4);
+    float *sa[3], *sb[3];
+    for (int i = 0; i < 3; i++) sa[i] = (float *)malloc(P * 4), sb[i] = (float *)malloc(P * 4);
+    batches(inputs, targets, cfg.vocab_size, 31);
+    Dist one = {};
+    one.world = 1;
+    Backend *a = create(&t, &one, 0, err);
+    REQUIRE(a, "unsplit backend: %s", err);
+    Backend *b = create(&t, &one, 1, err);
+    REQUIRE(b, "vocabulary-parallel backend: %s", err);
+    const ParamInfo *head = param_whole(&t, ROLE_LM_HEAD);
+    for (int k = 0; k < VSTEPS; k++) {
+        Backend *be[2] = {a, b};
+        float loss[2];
+        double sumsq[2];
+        for (int j = 0; j < 2; j++) {
+            be[j]->ops->zero_grad(be[j]);
+            loss[j] = be[j]->ops->train_micro_step(be[j], inputs + k * n, targets + k * n, 1.0f, 1);
+            be[j]->ops->reduce_grads(be[j]);
+            sumsq[j] = be[j]->ops->grad_sumsq(be[j]);
+        }
+        CHECK(memcmp(&loss[0], &loss[1], 4) == 0, "step %d: loss %.9g, unsplit %.9g", k + 1, loss[1], loss[0]);
+        /* the split layer averages the rows' lse on the host in double */
+        CHECK(fabsf(a->last_mean_lse - b->last_mean_lse) <= 1e-6f * fabsf(a->last_mean_lse) && a->last_mean_lse > 0,
+              "step %d: mean lse %.9g, unsplit %.9g", k + 1, b->last_mean_lse, a->last_mean_lse);
+        /* the same squares summed in two parts (body, head): global_sumsq accumulates each thread's
+         * and each block's partial in fp32, so regrouping them moves the total by fp32 rounding
+         * (2.2e-9 relative measured on the H100); a head left out or counted twice moves it by its share */
+        CHECK(sumsq[0] > 0 && fabs(sumsq[0] - sumsq[1]) <= 1e-6 * sumsq[0], "step %d: grad sumsq %.17g, unsplit %.17g",
+              k + 1, sumsq[1], sumsq[0]);
+        a->ops->read_grads(a, ga);
+        b->ops->read_grads(b, gb);
+        size_t head_differ = bits_differ(ga + head->offset, gb + head->offset, head->numel);
+        size_t body_differ = bits_differ(ga, gb, head->offset);
+        CHECK(head_differ == 0 && body_differ == 0, "step %d: %zu of %zu lm_head and %zu of %zu other gradients differ",
+              k + 1, head_differ, head->numel, body_differ, head->offset);
+        CHECK(max_abs(gb + head->offset, head->numel) > 0, "step %d: the head's gradient is all zero", k + 1);
+        AdamWStep st = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, k + 1};
+        a->ops->adamw_update(a, &st);
+        b->ops->adamw_update(b, &st);
+    }
+    a->ops->read_state(a, sa[0], sa[1], sa[2]);
+    b->ops->read_state(b, sb[0], sb[1], sb[2]);
+    const char *what[3] = {"master weights", "AdamW m", "AdamW v"};
+    for (int i = 0; i < 3; i++)
+        CHECK(bits_differ(sa[i], sb[i], P) == 0, "%s: %zu of %zu differ after %d steps", what[i],
+              bits_differ(sa[i], sb[i], P), P, VSTEPS);
+    CHECK(max_abs(sb[1] + head->offset, head->numel) > 0, "the head's AdamW m is all zero");
+    /* the memory table names the slice: the whole head here, bf16 weights and four fp32 copies */
+    MemoryItem items[MAX_MEMORY_ITEMS];
+    const int count = b->ops->memory_items(b, items);
+    size_t slice_bytes = 0;
+    for (int i = 0; i < count; i++)
+        if (strstr(items[i].what, "lm_head slice")) slice_bytes = items[i].bytes;
+    CHECK(slice_bytes == head->numel * 18, "memory table: lm_head slice %zu bytes, expected %zu", slice_bytes,
+          head->numel * 18);
+    /* the state written into a fresh split backend is the one read: the next step matches */
+    Backend *c = create(&t, &one, 1, err);
+    REQUIRE(c, "vocabulary-parallel backend: %s", err);
+    c->ops->write_state(c, sb[0], sb[1], sb[2]);
+    float eb = b->ops->eval_loss(b, inputs, targets), ec = c->ops->eval_loss(c, inputs, targets),
+          ea = a->ops->eval_loss(a, inputs, targets);
+    CHECK(memcmp(&ea, &eb, 4) == 0 && memcmp(&eb, &ec, 4) == 0, "eval loss: split %.9g, resumed %.9g, unsplit %.9g",
+          eb, ec, ea);
+    c->ops->destroy(c);
+    b->ops->destroy(b);
+    a->ops->destroy(a);
+    for (int i = 0; i < 3; i++) free(sa[i]), free(sb[i]);
+    free(gb), free(ga), free(targets), free(inputs);
+    param_table_free(&t);
+}
+
+TEST(vocab_parallel_backend_refuses_a_tied_head_with_one_line) {
+    GPTConfig cfg = untied_llama();
+    cfg.untied_head = 0;
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[ERR_LEN] = "";
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    Dist one = {};
+    one.world = 1;
+    Backend *b = create(&t, &one, 1, err);
+    CHECK(!b && strstr(err, "untied") && !strchr(err, '\n'), "a tied head: got %s, '%s'", b ? "a backend" : "NULL", err);
+    if (b) b->ops->destroy(b);
+    param_table_free(&t);
+}
