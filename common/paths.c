@@ -37,6 +37,23 @@ int make_dirs(const char *path) {
     return mkdir(tmp, 0755) == 0 || errno == EEXIST ? 0 : -1;
 }
 
+int write_file_whole(const char *path, const void *data, size_t n) {
+    char tmp[FGPT_PATH_LEN];
+    if (path_format(tmp, "%s.tmp", path) != 0) return -1;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return -1;
+    int ok = fwrite(data, 1, n, f) == n;
+    int e = ok ? 0 : errno;
+    if (fclose(f) != 0 && ok) ok = 0, e = errno;
+    if (ok && rename(tmp, path) != 0) ok = 0, e = errno;
+    if (!ok) {
+        remove(tmp);
+        errno = e ? e : EIO;
+        return -1;
+    }
+    return 0;
+}
+
 int lock_dir(const char *dir) {
     char path[FGPT_PATH_LEN];
     if (make_dirs(dir) != 0 || path_format(path, "%s/.lock", dir) != 0) return -1;

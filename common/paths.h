@@ -1,6 +1,8 @@
-/* common/paths.h - folders on disk. */
+/* common/paths.h - folders and whole files on disk. */
 #ifndef FUSEDGPT_PATHS_H
 #define FUSEDGPT_PATHS_H
+
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -16,6 +18,11 @@ int path_format(char *dst, const char *fmt, ...) __attribute__((format(printf, 2
 
 /* mkdir -p: creates path and its missing parents. 0, or -1 with errno set. */
 int make_dirs(const char *path);
+
+/* Writes n bytes to path whole or not at all: to path.tmp first, then renamed over path, so a
+ * failure (a full disk, a folder that is not writable) leaves what path held before. 0, or -1
+ * with errno set and no path.tmp left behind. */
+int write_file_whole(const char *path, const void *data, size_t n);
 
 /* Creates dir if needed and takes an exclusive advisory lock on dir/.lock for the rest of the
  * process (the descriptor stays open; the kernel drops the lock when the process ends, however it

@@ -609,17 +609,7 @@ void corpus_fix_utf8(TextBuf *b) {
 }
 
 static int write_text(const char *path, const TextBuf *b) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return -1;
-    int ok = fwrite(b->data, 1, b->len, f) == b->len;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) {
-        remove(tmp);
-        return -1;
-    }
-    return 0;
+    return write_file_whole(path, b->data, b->len);
 }
 
 /* The real corpus; -1 when a step fails (the log says which). */

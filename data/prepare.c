@@ -214,12 +214,12 @@ static int save_hf_json(const Tokenizer *tok, const char *path, char *err) {
         fgpt_set_err(err, "%s", terr);
         return -1;
     }
-    FILE *f = fopen(path, "wb");
-    int ok = f && fwrite(json, 1, n, f) == n;
-    ok = (f && fclose(f) == 0) && ok;
+    /* whole or not at all: a failed write leaves the tokenizer.json a folder held before */
+    const int rc = write_file_whole(path, json, n);
+    const int e = errno;
     free(json);
-    if (!ok) {
-        fgpt_set_err(err, "cannot write %s: %s (check the folder is writable)", path, strerror(errno));
+    if (rc != 0) {
+        fgpt_set_err(err, "cannot write %s: %s (check the folder is writable and the disk has room)", path, strerror(e));
         return -1;
     }
     return 0;

@@ -1,15 +1,20 @@
 /* tests/test_prepare.c - the default corpus cleaners (on small hand-made samples of each source,
  * so nothing is downloaded) and `./train prepare` on generated text files: shards that decode back
  * to the input, the validation tail, and every bad argument's error. */
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "data/corpus.h"
 #include "common/err.h"
+#include "common/paths.h"
 #include "data/prepare.h"
 #include "data/shard.h"
 #include "tests/test.h"
@@ -387,4 +392,59 @@ TEST(prepare_with_an_empty_path_is_a_usage_error) {
     CHECK(run_prepare(4, tok) == 2, "--tokenizer '' is a command-line error");
     const char *cache[] = {"prepare", "--default-corpus", "--cache-dir", ""};
     CHECK(run_prepare(4, cache) == 2, "--cache-dir '' is a command-line error");
+}
+
+/* What prepare and the corpus cache write (tokenizers, tokenizer.json, cleaned text) is whole or not
+ * there at all: a write that fails leaves the file a path held before, and no temporary beside it. */
+TEST(a_whole_file_write_that_fails_leaves_what_the_path_held_and_no_temporary) {
+    char path[800], tmp[820], dir[800], inside[820];
+    snprintf(path, sizeof path, "%s/whole.txt", test_tmpdir());
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    size_t n = 0;
+    char *got = NULL;
+    REQUIRE(write_file_whole(path, "old text", 8) == 0, "first write: %s", strerror(errno));
+    REQUIRE(write_file_whole(path, "new", 3) == 0, "second write: %s", strerror(errno));
+    got = read_file(path, &n);
+    CHECK(got && n == 3 && memcmp(got, "new", 3) == 0, "the file holds %zu bytes, not the new 3", n);
+    free(got);
+    CHECK(access(tmp, F_OK) != 0, "%s was left behind", tmp);
+
+    /* a full disk (a file size limit of 1000 bytes, in a child process) stops a 4000-byte write
+     * part way: the path still holds its 3 bytes, where a write in place would have cut them */
+    pid_t pid = fork();
+    REQUIRE(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        static char big[4000];
+        struct rlimit lim = {1000, 1000};
+        signal(SIGXFSZ, SIG_IGN);
+        _exit(setrlimit(RLIMIT_FSIZE, &lim) == 0 && write_file_whole(path, big, sizeof big) == -1 && errno == EFBIG
+                  ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "a write past the size limit did not fail with EFBIG");
+    got = read_file(path, &n);
+    CHECK(got && n == 3 && memcmp(got, "new", 3) == 0, "a failed write changed the file (%zu bytes)", n);
+    free(got);
+    CHECK(access(tmp, F_OK) != 0, "%s was left behind after the failed write", tmp);
+
+    /* a folder that does not exist: nothing written, errno says why */
+    snprintf(dir, sizeof dir, "%s/no/such/folder/file", test_tmpdir());
+    errno = 0;
+    CHECK(write_file_whole(dir, "x", 1) == -1 && errno == ENOENT, "a write into a missing folder: errno %d", errno);
+
+    /* the rename fails (the path is a folder that holds a file): the folder and its file stay, the
+     * temporary goes */
+    snprintf(dir, sizeof dir, "%s/a_folder", test_tmpdir());
+    snprintf(inside, sizeof inside, "%s/kept", dir);
+    REQUIRE(mkdir(dir, 0755) == 0 && write_file_whole(inside, "kept", 4) == 0, "setup: %s", strerror(errno));
+    errno = 0;
+    CHECK(write_file_whole(dir, "over a folder", 13) == -1 && errno != 0, "a write over a folder did not fail");
+    struct stat st;
+    CHECK(stat(dir, &st) == 0 && S_ISDIR(st.st_mode), "the folder is gone");
+    got = read_file(inside, &n);
+    CHECK(got && n == 4 && memcmp(got, "kept", 4) == 0, "the folder's file changed");
+    free(got);
+    snprintf(tmp, sizeof tmp, "%s.tmp", dir);
+    CHECK(access(tmp, F_OK) != 0, "%s was left behind", tmp);
 }

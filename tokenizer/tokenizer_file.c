@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/paths.h"
 #include "tokenizer/tokenizer_internal.h"
 
 #define TOKENIZER_MAGIC "FGPTBPE1"
@@ -62,26 +63,13 @@ int tokenizer_save(const Tokenizer *t, const char *path, char *err) {
     for (uint32_t i = 0; i < 2 * t->n_merges; i++) put_u32(m + 4 * (size_t)i, t->merges[i]);
     put_u64(buf + size - 8, fnv1a(buf, size - 8));
 
-    /* Temporary name then rename, so an interrupted save never leaves half a file under path. */
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        tok_error(err, "tokenizer path is too long (%zu bytes); use a shorter path", strlen(path));
-        free(buf);
-        return -1;
-    }
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        tok_error(err, "cannot write %s: %s (check the folder exists and is writable)", tmp,
-                 strerror(errno));
-        free(buf);
-        return -1;
-    }
-    int ok = fwrite(buf, 1, size, f) == size;
-    ok &= fclose(f) == 0;
+    /* whole or not at all: an interrupted save never leaves half a file under path */
+    const int rc = write_file_whole(path, buf, size);
+    const int e = errno;
     free(buf);
-    if (!ok || rename(tmp, path) != 0) {
-        tok_error(err, "cannot write %s: %s (disk full?)", path, strerror(errno));
-        remove(tmp);
+    if (rc != 0) {
+        tok_error(err, "cannot write %s: %s (check the folder exists and is writable, and the disk has room)", path,
+                  strerror(e));
         return -1;
     }
     return 0;
