@@ -160,6 +160,17 @@ static void norm_backward(const GPTConfig *cfg, float *dinp, float *dweight, flo
                              cfg->norm == NORM_RMSNORM_ONE_PLUS_W);
 }
 
+/* The gradient of a branch's output projection, proj: the residual stream's (dres), or under a
+ * sandwich norm (weight w, its gradient dw, proj's 1/rms) what that norm's backward makes of it. */
+static const float *branch_output_grad(CpuBackend *cb, float *dw, const float *w, const float *proj,
+                                       const float *rstd, int N) {
+    const GPTConfig *cfg = &cb->t->cfg;
+    if (!cfg->sandwich_norm) return cb->dres;
+    memset(cb->s.dproj, 0, (size_t)N * cfg->dim * sizeof(float));
+    norm_backward(cfg, cb->s.dproj, dw, NULL, cb->dres, proj, w, NULL, rstd, N);
+    return cb->s.dproj;
+}
+
 /* Layer l's attention over B sequences of T: its window (sliding layers) and the family's scale. */
 static AttentionParams gqa_params(const GPTConfig *cfg, int l, int B, int T) {
     AttentionParams p = {.qkv = {B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim},
@@ -324,14 +335,7 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
         memset(s->datty, 0, N * w.AW * sizeof(float));
         memset(s->dqkv, 0, N * w.QW * sizeof(float));
         memset(s->dln1, 0, NC * sizeof(float));
-        /* the gradient of the MLP's output projection: the residual stream's, or under a sandwich
-         * norm, what that norm's backward makes of it */
-        const float *dfcproj = cb->dres;
-        if (cfg->sandwich_norm) {
-            memset(s->dproj, 0, NC * sizeof(float));
-            norm_backward(cfg, s->dproj, g.mlppostw, NULL, cb->dres, a->fcproj, p.mlppostw, NULL, a->mlppost_rstd, N);
-            dfcproj = s->dproj;
-        }
+        const float *dfcproj = branch_output_grad(cb, g.mlppostw, p.mlppostw, a->fcproj, a->mlppost_rstd, N);
         matmul_backward_cpu(s->dfch_gelu, g.fcprojw, g.fcprojb, dfcproj, a->fch_gelu, p.fcprojw, N, (int)w.F, C);
         if (cfg->mlp == MLP_GELU)
             gelu_backward_cpu(s->dfch, a->fch, s->dfch_gelu, N * w.F);
@@ -339,12 +343,7 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
             glu_backward_cpu(s->dfch, s->dfch_gelu, a->fch, (size_t)N, (int)w.F, glu_of(cfg));
         matmul_backward_cpu(s->dln2, g.fcw, g.fcb, s->dfch, a->ln2, p.fcw, N, C, (int)w.FW);
         norm_backward(cfg, cb->dres, g.ln2w, g.ln2b, s->dln2, a->residual2, p.ln2w, a->ln2_mean, a->ln2_rstd, N);
-        const float *dattproj = cb->dres;
-        if (cfg->sandwich_norm) {
-            memset(s->dproj, 0, NC * sizeof(float));
-            norm_backward(cfg, s->dproj, g.attpostw, NULL, cb->dres, a->attproj, p.attpostw, NULL, a->attpost_rstd, N);
-            dattproj = s->dproj;
-        }
+        const float *dattproj = branch_output_grad(cb, g.attpostw, p.attpostw, a->attproj, a->attpost_rstd, N);
         matmul_backward_cpu(s->datty, g.attprojw, g.attprojb, dattproj, a->atty, p.attprojw, N, (int)w.AW, C);
         /* dqkv: the gradient of qkv_proj, the projection's output */
         if (is_rope(cfg)) {
