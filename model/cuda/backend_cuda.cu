@@ -39,8 +39,8 @@
  * layout without ZeRO-1); bf16 weights and the accumulating gradients stay whole.
  * Vocabulary parallel (model/dist/vocab_parallel.h): the head (lm_head, or a tied head's token
  * embedding) lives in its own slice buffers, and the flat buffers, the buckets and the AdamW plan
- * hold the other rows ("replicated": the table without the head's row, the table t the step
- * addresses them by, offsets from 0; they start at `flat0` of the whole table's layout, which the
+ * hold the other rows ("replicated": the table without the head's row, offsets from 0, which the
+ * step addresses them by as cb->t; they start at `flat0` in the whole table's layout, which the
  * host's state arrays keep); P below counts those. */
 #include <math.h>
 #include <stdio.h>
@@ -274,7 +274,7 @@ static kbf16 *param_bf16_opt(CudaBackend *cb, const ParamInfo *p) {
     return p ? cb->params + p->offset : NULL;
 }
 
-/* The embeddings of rows [t0, t0 + B·T) (forward_body_gpt2's) into encoded: token (scaled: Gemma)
+/* The embeddings of the body forward's rows [t0, t0 + B·T) into encoded: token (scaled: Gemma)
  * and, where the family has them, learned positions. A tied head split by --vocab-parallel looks
  * its rows up over every rank's tokens (a whole micro-batch: sampling is refused before). */
 static void forward_embed(CudaBackend *cb, int t0, int B, int T) {
@@ -486,9 +486,8 @@ static float cuda_eval_loss(Backend *be, const int *inputs, const int *targets) 
 
 /* The embeddings' backward from dres, the residual stream's gradient below layer 0, and its sync:
  * grad_sync does it itself over every rank's micro-batch when it owns the encoder, the
- * vocabulary-parallel layer for a tied head's slice. The RoPE
- * families have no position table (whole_tensor gives NULL); Gemma scales its embedding and gives
- * the pad token's row no gradient. */
+ * vocabulary-parallel layer for a tied head's slice. The RoPE families have no position table
+ * (whole_tensor gives NULL); Gemma scales its embedding and gives the pad token's row no gradient. */
 static void backward_encoder(CudaBackend *cb, GradSync *sync) {
     const ParamTable *t = cb->t;
     float *grads = cb->grads;

@@ -22,7 +22,10 @@
  * all-gathers every rank's d(embedding) [N, C] -> [NT, C] and adds each of the slice's tokens' rows
  * into the slice's gradient (sorted, deterministic; Gemma's scale, and no gradient to the pad
  * row), the gradient the output layer's dW adds into too. The position table (GPT-2's wpe) stays
- * data parallel. Untied, the embedding stays data parallel and only lm_head is split.
+ * data parallel. What it costs: two more [NT, C] bf16 collectives a micro-batch (the embeddings'
+ * reduce-scatter, the d(embedding) all-gather) and NT tokens, where data parallelism all-reduces
+ * the whole table's fp32 gradient (Vp·C values) once a step. Untied, the embedding stays data
+ * parallel and only lm_head is split.
  * Plain cross-entropy only: the slice layer takes no loss options.
  * In a world of one (d->world 1, no communicator) the collectives are copies: one slice, the whole
  * vocabulary, which the GPU tests hold against the unsplit layer. */
