@@ -150,8 +150,8 @@ static const OptSpec options[] = {
     {0, "bucket-mb", OPT_INT, O(bucket_mb), "0", "MB",
      "gradients per reduction at least, in MB of fp32 (layers merge; 0: one per layer)"},
     {0, "vocab-parallel", OPT_FLAG, O(vocab_parallel), "0", "",
-     "split the untied output layer (lm_head) over the GPUs by vocabulary rows: its weights, gradient and AdamW "
-     "state divided by -g (needs -g 2 or more)"},
+     "split the output layer (lm_head, or a tied head's token embedding) over the GPUs by vocabulary rows: its "
+     "weights, gradient and AdamW state divided by -g (needs -g 2 or more)"},
     {0, "recompute-gelu", OPT_INT, O(recompute_gelu), "0", "0|1|2",
      "1: the backward recomputes GELU rather than storing it (less memory; automatic when memory is short); "
      "2: Llama/Qwen also recompute the MLP's gate/up projection (a GEMM per layer, 2*ffn-dim values a token "
@@ -737,8 +737,8 @@ static int plan_model(Run *r) {
     return RUN_ON;
 }
 
-/* --vocab-parallel's checks that need the model as --init-from leaves it: an untied head (no
- * softcap from config.json) whose padded vocabulary splits over the ranks. */
+/* --vocab-parallel's checks that need the model as --init-from leaves it: no softcap from
+ * config.json, and a head (tied or untied) whose padded vocabulary splits over the ranks. */
 static int check_vocab_parallel(Run *r) {
     const Options *opt = &r->opt;
     if (!opt->vocab_parallel) return RUN_ON;

@@ -14,8 +14,9 @@
  *   most common token is a few % of N, which stays far below the dwpe pass.
  * Over a vocabulary slice (the token embedding of a tied head split by vocabulary rows): a rank
  * owning wte's rows [v0, v0 + Vs) looks up, at every rank's positions (the all-gathered tokens),
- * the rows it owns and writes 0 at the others, so that the ranks' outputs summed (a
- * reduce-scatter) are the whole lookup exactly: one rank adds its row to zeros. The backward adds
+ * the rows it owns, adds the position's wpe row there, and writes 0 at the others, so that the
+ * ranks' outputs summed (a reduce-scatter) are encoder_forward's exactly: one rank adds its row to
+ * zeros. With dwte NULL, encoder_backward gives the position table's gradient alone. The backward adds
  * each of the slice's tokens' rows of dout (the all-gathered d(embedding)) into its row of the
  * slice, sorted and summed as above, so the slices' dwte side by side are bitwise the whole one. */
 #include "kernels/kernel_util.cuh"
@@ -122,6 +123,7 @@ extern "C" void encoder_backward(float *dwte, float *dwpe, void *scratch, const 
         encoder_backward_wpe_kernel<<<ceil_div((size_t)T * (C / 8), 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
         CUDA_CHECK(cudaGetLastError());
     }
+    if (!dwte) return; /* the token embedding is a vocabulary-parallel slice's */
 
     sort_rows_by_key(inp, sorted_tok, rows, sorted_rows, temp, temp_bytes, N, bits_for(Vp), stream);
     int threads = C / 8 < 256 ? (int)round_up(C / 8, 32) : 256;
@@ -131,27 +133,34 @@ extern "C" void encoder_backward(float *dwte, float *dwpe, void *scratch, const 
 
 /* ---- over a vocabulary slice ---------------------------------------------------------------- */
 
-__global__ void encoder_slice_forward_kernel(bf16 *out, const int *inp, const bf16 *wte_slice, float scale, int v0,
-                                             int Vs, int N, int C) {
+/* encoder_forward_kernel's arithmetic, in its order, on the rows the slice owns. */
+__global__ void encoder_slice_forward_kernel(bf16 *out, const int *inp, const bf16 *wte_slice, const bf16 *wpe,
+                                             float scale, int v0, int Vs, int N, int T, int C) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     int groups = C / 8;
     if (idx >= (size_t)N * groups) return;
-    int n = (int)(idx / groups), c = (int)(idx % groups) * 8;
+    int n = (int)(idx / groups), c = (int)(idx % groups) * 8, t = n % T;
     int tok = inp[n] - v0;
     float a[8] = {0};
     if (tok >= 0 && tok < Vs) {
+        float p[8];
         bf16x8_to_float(load_bf16x8(wte_slice + (size_t)tok * C + c), a);
 #pragma unroll
         for (int i = 0; i < 8; i++) a[i] *= scale;
+        if (wpe) {
+            bf16x8_to_float(load_bf16x8(wpe + (size_t)t * C + c), p);
+#pragma unroll
+            for (int i = 0; i < 8; i++) a[i] += p[i];
+        }
     }
     store_bf16x8(out + (size_t)n * C + c, float_to_bf16x8(a));
 }
 
-extern "C" void encoder_slice_forward(kbf16 *out, const int *inp, const kbf16 *wte_slice, float scale, int v0, int Vs,
-                                      int N, int C, cudaStream_t stream) {
+extern "C" void encoder_slice_forward(kbf16 *out, const int *inp, const kbf16 *wte_slice, const kbf16 *wpe,
+                                      float scale, int v0, int Vs, int N, int T, int C, cudaStream_t stream) {
     size_t threads = (size_t)N * (C / 8);
-    encoder_slice_forward_kernel<<<ceil_div(threads, 256), 256, 0, stream>>>(out, inp, wte_slice, scale, v0, Vs, N,
-                                                                             C);
+    encoder_slice_forward_kernel<<<ceil_div(threads, 256), 256, 0, stream>>>(out, inp, wte_slice, wpe, scale, v0, Vs,
+                                                                             N, T, C);
     CUDA_CHECK(cudaGetLastError());
 }
 

@@ -228,8 +228,10 @@ TEST(kernels_encoder_matches_cpu_and_backward_is_deterministic) {
  * each over all N positions: every rank's output holds its own rows' embeddings and exact zeros
  * elsewhere, so their sum is the whole lookup bitwise; each slice's dwte (+=, from random values)
  * is bitwise encoder_backward's rows of the slice and matches the CPU reference. Tokens sit at both
- * edges of every slice, and half of them are one token when skewed (a long sorted run). */
-static void encoder_slices_case(int R, int N, int C, int Vp, int skewed) {
+ * edges of every slice, and half of them are one token when skewed (a long sorted run). With T > 0
+ * (N a multiple of T) the owner adds the position table's row, and the sum is encoder_forward's
+ * with wpe bitwise; encoder_backward without dwte then gives its dwpe alone, bitwise. */
+static void encoder_slices_case(int R, int N, int C, int Vp, int skewed, int T) {
     char what[112];
     int *inp = (int *)malloc(N * sizeof(int));
     for (int i = 0; i < N; i++) inp[i] = (skewed && (rng_u64() & 1)) ? 3 % Vp : (int)(rng_u64() % Vp);
@@ -263,6 +265,32 @@ static void encoder_slices_case(int R, int N, int C, int Vp, int skewed) {
     dsync();
     down_f32(dwte_whole, d_dwte, vc);
 
+    /* GPT-2's learned positions: the whole lookup with wpe is encoder_forward's, on the GPU */
+    bf16 *d_wpe = NULL;
+    if (T) {
+        float *wpe = hmalloc((size_t)T * C), *dwpe0 = hmalloc((size_t)T * C), *dwpe_whole = hmalloc((size_t)T * C),
+              *dwpe_alone = hmalloc((size_t)T * C);
+        fill_normal(wpe, (size_t)T * C, 1.0f);
+        round_bf16(wpe, (size_t)T * C);
+        fill_normal(dwpe0, (size_t)T * C, 1.0f);
+        d_wpe = up_bf16(wpe, (size_t)T * C);
+        bf16 *d_ref = (bf16 *)dalloc(nc * 2);
+        encoder_forward(d_ref, d_inp, d_wte, d_wpe, 1.0f, N / T, T, C, 0);
+        float *d_dwpe = up_f32(dwpe0, (size_t)T * C), *d_dwte2 = up_f32(dwte0, vc);
+        encoder_backward(d_dwte2, d_dwpe, scratch, d_dout, d_inp, 1.0f, -1, N / T, T, C, Vp, 0);
+        dsync();
+        down_bf16(ref, d_ref, nc);
+        down_f32(dwpe_whole, d_dwpe, (size_t)T * C);
+        CUDA_CHECK(cudaMemcpy(d_dwpe, dwpe0, (size_t)T * C * 4, cudaMemcpyHostToDevice));
+        encoder_backward(NULL, d_dwpe, scratch, d_dout, d_inp, 1.0f, -1, N / T, T, C, Vp, 0);
+        dsync();
+        down_f32(dwpe_alone, d_dwpe, (size_t)T * C);
+        CHECK(same_bytes(dwpe_alone, dwpe_whole, (size_t)T * C * 4),
+              "encoder_backward without dwte: dwpe differs from the whole backward's (seed %llu)",
+              (unsigned long long)g_seed);
+        free(wpe), free(dwpe0), free(dwpe_whole), free(dwpe_alone);
+    }
+
     int zeros_kept = 1;
     memset(sum, 0, nc * 4);
     for (int r = 0; r < R; r++) {
@@ -271,7 +299,7 @@ static void encoder_slices_case(int R, int N, int C, int Vp, int skewed) {
         void *slice_scratch = dalloc(encoder_slice_backward_scratch_bytes(N, sl.rows));
         poison(slice_scratch, encoder_slice_backward_scratch_bytes(N, sl.rows)); /* its contents must not matter */
         poison(d_out, nc * 2);
-        encoder_slice_forward(d_out, d_inp, d_wte + off, 1.0f, sl.begin, sl.rows, N, C, 0);
+        encoder_slice_forward(d_out, d_inp, d_wte + off, d_wpe, 1.0f, sl.begin, sl.rows, N, T ? T : N, C, 0);
         float *d_dwte_slice = up_f32(dwte0 + off, (size_t)sl.rows * C);
         encoder_slice_backward(d_dwte_slice, slice_scratch, d_dout, d_inp, 1.0f, -1, sl.begin, sl.rows, N, C, 0);
         dsync();
@@ -286,7 +314,8 @@ static void encoder_slices_case(int R, int N, int C, int Vp, int skewed) {
             }
         }
     }
-    snprintf(what, sizeof what, "encoder over %d slices N=%d C=%d Vp=%d%s", R, N, C, Vp, skewed ? " (skewed)" : "");
+    snprintf(what, sizeof what, "encoder over %d slices N=%d C=%d Vp=%d%s%s", R, N, C, Vp, skewed ? " (skewed)" : "",
+             T ? " with wpe" : "");
     CHECK(zeros_kept, "%s: a slice wrote a nonzero row for a token it does not own (seed %llu)", what,
           (unsigned long long)g_seed);
     CHECK(same_bytes(sum, ref, nc * 4), "%s: the slices' outputs summed are not the whole lookup (seed %llu)", what,
@@ -302,10 +331,12 @@ static void encoder_slices_case(int R, int N, int C, int Vp, int skewed) {
 
 TEST(kernels_encoder_over_vocabulary_slices_sums_to_the_whole_lookup_and_gradient) {
     seed_fresh();
-    encoder_slices_case(2, 1, 64, 128, 0);
-    encoder_slices_case(3, 777, 72, 1000, 0);
-    encoder_slices_case(8, 515, 64, 5003, 1);
-    encoder_slices_case(2, 4096, 768, 50304, 0);
+    encoder_slices_case(2, 1, 64, 128, 0, 0);
+    encoder_slices_case(3, 777, 72, 1000, 0, 0);
+    encoder_slices_case(8, 515, 64, 5003, 1, 0);
+    encoder_slices_case(2, 4096, 768, 50304, 0, 0);
+    encoder_slices_case(3, 777, 72, 1000, 0, 37);
+    encoder_slices_case(4, 2048, 768, 50304, 1, 1024);
 }
 
 /* Gemma's token embedding alone: scaled by bf16(sqrt(C)) (exact in bf16, so the forward is the

@@ -769,9 +769,6 @@ TEST(vocab_parallel_is_refused_with_one_line_wherever_it_cannot_run) {
                train, d);
     expect_run(2, "pass -s 0", NULL,
                TINY_RUN " " UNTIED_LLAMA " --device cuda -g 2 -s 10 -x 1 --vocab-parallel -i %s -o %s/vp", train, d);
-    /* the tied head (GPT-2's, here) is not split yet */
-    expect_run(2, "--vocab-parallel splits an untied output layer (lm_head.weight) only so far", "--untied-head",
-               TINY_RUN " --device cuda -g 2 -x 1 --vocab-parallel -i %s -o %s/vp", train, d);
     /* -v 64 pads to 128 rows: over 2 ranks the second slice would hold padding alone */
     expect_run(2, "gives rank 1 only padding rows", NULL,
                TINY_RUN " " UNTIED_LLAMA " --device cuda -g 2 -x 1 --vocab-parallel -i %s -o %s/vp", train, d);
@@ -782,16 +779,21 @@ TEST(vocab_parallel_is_refused_with_one_line_wherever_it_cannot_run) {
                TINY_RUN " --untied-head -x 1 -i %s -o %s/vp", train, d);
 }
 
-TEST(vocab_parallel_on_an_untied_head_over_two_gpus_passes_every_check_before_the_gpus) {
+TEST(vocab_parallel_on_a_tied_or_untied_head_over_two_gpus_passes_every_check_before_the_gpus) {
     char train[700], val[700], *out = NULL, args[2400];
     make_corpus(train, val, sizeof train);
-    snprintf(args, sizeof args, TINY_RUN " " UNTIED_LLAMA " -v 100 --device cuda -g 2 -x 1 --vocab-parallel -i %s -o %s/vpok",
-             train, test_tmpdir());
-    int rc = run_train(args, &out);
-    /* on a machine without GPUs the run stops at the GPU count; with two it trains */
-    CHECK(out && (rc == 0 || strstr(out, "CUDA GPU")) && !strstr(out, "--vocab-parallel"), "./train %s: exit %d: %s",
-          args, rc, out ? out : "");
-    free(out);
+    /* an untied Llama, and GPT-2 and Qwen3, whose heads are their token embeddings */
+    const char *models[] = {UNTIED_LLAMA, "", "--family qwen3 --kv-heads 1 --head-dim 48 --ffn-dim 192"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, TINY_RUN " %s -v 100 --device cuda -g 2 -x 1 --vocab-parallel -i %s -o %s/vpok%d",
+                 models[i], train, test_tmpdir(), i);
+        int rc = run_train(args, &out);
+        /* on a machine without GPUs the run stops at the GPU count; with two it trains */
+        CHECK(out && (rc == 0 || strstr(out, "CUDA GPU")) && !strstr(out, "--vocab-parallel"), "./train %s: exit %d: %s",
+              args, rc, out ? out : "");
+        free(out);
+        out = NULL;
+    }
 }
 
 TEST(an_untied_llama_made_with_untied_head_trains_on_the_cpu_and_exports_its_lm_head) {

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "model/cpu/llama_layers_cpu.h"
 #include "model/cpu/output_layer_cpu.h"
 #include "model/cpu/vocab_parallel_cpu.h"
 #include "tests/test.h"
@@ -399,4 +400,64 @@ TEST(vocab_parallel_refuses_a_target_outside_the_vocabulary_and_impossible_shape
     expect_refused(cfg, 0, "padded vocabulary at least the vocabulary");
     cfg = good, cfg.R = 0;
     expect_refused(cfg, 0, "over 0 ranks");
+}
+
+/* A tied head's token embedding over simulated ranks of 5, 7, 0, 5 rows: the tokens all-gathered,
+ * each slice's part for all rows (its tokens' rows, zeros elsewhere), reduce-scattered, is each
+ * rank's rows of the whole (scaled, as Gemma's) lookup bitwise; each slice's gradient from the
+ * all-gathered d(embedding), added to a random one, is the whole embedding's rows bitwise, and
+ * the pad token's row keeps its value. Tokens sit at both edges of every slice. */
+TEST(vocab_parallel_tied_embedding_over_slices_is_the_whole_lookup_and_gradient_bitwise) {
+    enum { R = 4 };
+    const int rows[R] = {5, 7, 0, 5}, C = WIDTH, pad = 7;
+    const float scale = 4.875f;
+    size_t N = 0, counts[R], counts_c[R];
+    for (int r = 0; r < R; r++) N += (size_t)rows[r], counts[r] = (size_t)rows[r], counts_c[r] = (size_t)rows[r] * C;
+    int *inp = malloc(N * sizeof(int)), *gathered[R];
+    float *W = malloc((size_t)V_PAD * C * 4), *dW0 = malloc((size_t)V_PAD * C * 4), *dW_whole = malloc((size_t)V_PAD * C * 4),
+          *dW_split = malloc((size_t)V_PAD * C * 4), *dout = malloc(N * C * 4), *whole = malloc(N * C * 4);
+    float *part[R], *own[R], *dout_all[R];
+    Rng rng;
+    rng_seed(&rng, 700);
+    for (size_t i = 0; i < (size_t)V_PAD * C; i++) W[i] = (float)rng_normal(&rng), dW0[i] = (float)rng_normal(&rng);
+    for (size_t i = 0; i < N * C; i++) dout[i] = (float)rng_normal(&rng);
+    for (size_t n = 0; n < N; n++) inp[n] = n % 5 == 3 ? pad : (int)rng_below(&rng, V_REAL);
+    for (int r = 0; r < R; r++) {
+        const VocabSlice s = vocab_slice(V_REAL, V_PAD, R, r);
+        inp[2 * r] = s.begin, inp[2 * r + 1] = s.begin + s.real - 1;
+    }
+    embedding_forward_cpu(whole, inp, W, scale, N, C);
+    memcpy(dW_whole, dW0, (size_t)V_PAD * C * 4);
+    embedding_backward_cpu(dW_whole, dout, inp, scale, pad, N, C);
+
+    const void *inp_send[R], *dout_send[R];
+    const float *part_send[R];
+    size_t row0 = 0;
+    for (int r = 0; r < R; r++) {
+        gathered[r] = malloc(N * sizeof(int));
+        part[r] = malloc(N * C * 4), dout_all[r] = malloc(N * C * 4), own[r] = malloc((rows[r] ? rows[r] : 1) * C * 4);
+        inp_send[r] = inp + row0, dout_send[r] = dout + row0 * C, part_send[r] = part[r];
+        row0 += (size_t)rows[r];
+    }
+    vp_all_gather(R, inp_send, counts, sizeof(int), (void *const *)gathered);
+    vp_all_gather(R, dout_send, counts_c, sizeof(float), (void *const *)dout_all);
+    memcpy(dW_split, dW0, (size_t)V_PAD * C * 4);
+    for (int r = 0; r < R; r++) {
+        const VocabSlice s = vocab_slice(V_REAL, V_PAD, R, r);
+        vocab_parallel_embed_cpu(part[r], gathered[r], W + (size_t)s.begin * C, s, scale, N, C);
+        vocab_parallel_embed_backward_cpu(dW_split + (size_t)s.begin * C, dout_all[r], gathered[r], s, scale, pad, N, C);
+    }
+    vp_reduce_scatter_sum(R, part_send, counts_c, own);
+    int same = 1;
+    row0 = 0;
+    for (int r = 0; r < R; r++) {
+        same &= !rows[r] || !memcmp(own[r], whole + row0 * C, (size_t)rows[r] * C * 4);
+        row0 += (size_t)rows[r];
+    }
+    CHECK(same, "the slices' lookups reduce-scattered are not the whole lookup bitwise");
+    CHECK(!memcmp(dW_split, dW_whole, (size_t)V_PAD * C * 4), "the slices' gradients are not the whole embedding's");
+    CHECK(!memcmp(dW_split + (size_t)pad * C, dW0 + (size_t)pad * C, (size_t)C * 4), "the pad token's row got a gradient");
+    CHECK(memcmp(dW_split, dW0, (size_t)V_PAD * C * 4), "no gradient at all: the test would not notice a missing one");
+    for (int r = 0; r < R; r++) free(gathered[r]), free(part[r]), free(dout_all[r]), free(own[r]);
+    free(inp), free(W), free(dW0), free(dW_whole), free(dW_split), free(dout), free(whole);
 }

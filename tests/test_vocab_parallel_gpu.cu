@@ -1,10 +1,12 @@
 /* The CUDA backend's vocabulary-parallel output layer (model/dist/vocab_parallel.h) in a world of one:
  * the collectives are copies and the one slice is the whole vocabulary, so every step must be the
  * unsplit backend's on the streaming path bit for bit (the slice layer runs the same kernels and
- * GEMMs; its fp32 dH is rounded once, as the whole layer rounds its own), the gradient norm to fp32
- * rounding (its squares are summed in two parts). What this pins down is the
- * backend's side: the head in its own buffers, its AdamW plan, its share of the gradient norm, and
- * checkpoints gathered and split again. Two ranks need two GPUs: dev/check/multigpu_check.sh vocabpar. */
+ * GEMMs; its fp32 dH is rounded once, as the whole layer rounds its own; a tied head's slice
+ * embedding is encoder_forward's arithmetic and its backward encoder_backward's order), the
+ * gradient norm to fp32 rounding (its squares are summed in two parts). What this pins down is the
+ * backend's side: the head in its own buffers (a tied head's also the embedding's, the other rows
+ * moved down in the flat buffers), its AdamW plan, its share of the gradient norm, and checkpoints
+ * gathered and split again. Two ranks need two GPUs: dev/check/multigpu_check.sh vocabpar. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,24 +20,33 @@
 
 enum { VB = 3, VT = 37, VSTEPS = 3 };
 
-/* A two-layer Llama of awkward widths with its own lm_head, over 1000 words (Vp 1024). */
-static GPTConfig untied_llama(void) {
+/* A two-layer model of a family, of awkward widths, over 1000 words (Vp 1024): its HF defaults,
+ * then the shape. */
+static GPTConfig family_model(ModelFamily family, int untied) {
     GPTConfig cfg = {};
     cfg.num_layers = 2, cfg.num_heads = 4, cfg.dim = 192, cfg.max_seq_len = 64, cfg.vocab_size = 1000;
-    gpt_family_defaults(&cfg, FAMILY_LLAMA);
-    cfg.num_kv_heads = 2, cfg.head_dim = 64, cfg.ffn_dim = 328;
-    cfg.untied_head = 1;
+    gpt_family_defaults(&cfg, family);
+    if (family == FAMILY_GPT2) cfg.num_heads = 3; /* heads of 64, which the CUDA attention has */
+    else cfg.num_kv_heads = 2, cfg.head_dim = 64, cfg.ffn_dim = 328;
+    cfg.untied_head = untied;
+    if (family == FAMILY_GEMMA3) {
+        cfg.sliding_window_pattern = 0, cfg.layer_sliding[0] = 1, cfg.sliding_window = 8;
+        cfg.pad_token_id = 3;
+        cfg.logit_softcap = 0.0f; /* the slice layer's plain cross-entropy */
+    }
     gpt_config_finish(&cfg);
     return cfg;
 }
 
-/* Inputs and targets of VSTEPS micro-batches, some targets ignored. */
-static void batches(int *inputs, int *targets, int vocab, uint64_t seed) {
+/* Inputs and targets of VSTEPS micro-batches, some targets ignored, the pad token (where the model
+ * has one) among the inputs. */
+static void batches(int *inputs, int *targets, const GPTConfig *cfg, uint64_t seed) {
     Rng rng;
     rng_seed(&rng, seed);
+    const int pad = gpt_embed_pad_token(cfg);
     for (size_t i = 0; i < (size_t)VSTEPS * VB * VT; i++) {
-        inputs[i] = (int)rng_below(&rng, (uint32_t)vocab);
-        targets[i] = i % 13 == 4 ? -1 : (int)rng_below(&rng, (uint32_t)vocab);
+        inputs[i] = pad >= 0 && i % 11 == 5 ? pad : (int)rng_below(&rng, (uint32_t)cfg->vocab_size);
+        targets[i] = i % 13 == 4 ? -1 : (int)rng_below(&rng, (uint32_t)cfg->vocab_size);
     }
 }
 
@@ -52,8 +63,8 @@ static size_t bits_differ(const float *a, const float *b, size_t n) {
     return k;
 }
 
-TEST(a_world_of_one_vocab_parallel_run_is_the_unsplit_streaming_run_bitwise) {
-    GPTConfig cfg = untied_llama();
+static void check_world_of_one(const GPTConfig *model) {
+    GPTConfig cfg = *model;
     ParamTable t;
     char err[ERR_LEN];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
@@ -62,14 +73,14 @@ TEST(a_world_of_one_vocab_parallel_run_is_the_unsplit_streaming_run_bitwise) {
     float *ga = (float *)malloc(P * 4), *gb = (float *)malloc(P * 4);
     float *sa[3], *sb[3];
     for (int i = 0; i < 3; i++) sa[i] = (float *)malloc(P * 4), sb[i] = (float *)malloc(P * 4);
-    batches(inputs, targets, cfg.vocab_size, 31);
+    batches(inputs, targets, &cfg, 31);
     Dist one = {};
     one.world = 1;
     Backend *a = create(&t, &one, 0, err);
     REQUIRE(a, "unsplit backend: %s", err);
     Backend *b = create(&t, &one, 1, err);
     REQUIRE(b, "vocabulary-parallel backend: %s", err);
-    const ParamInfo *head = param_whole(&t, ROLE_LM_HEAD);
+    const ParamInfo *head = param_whole(&t, head_role(&cfg));
     for (int k = 0; k < VSTEPS; k++) {
         Backend *be[2] = {a, b};
         float loss[2];
@@ -92,9 +103,9 @@ TEST(a_world_of_one_vocab_parallel_run_is_the_unsplit_streaming_run_bitwise) {
         a->ops->read_grads(a, ga);
         b->ops->read_grads(b, gb);
         size_t head_differ = bits_differ(ga + head->offset, gb + head->offset, head->numel);
-        size_t body_differ = bits_differ(ga, gb, head->offset);
-        CHECK(head_differ == 0 && body_differ == 0, "step %d: %zu of %zu lm_head and %zu of %zu other gradients differ",
-              k + 1, head_differ, head->numel, body_differ, head->offset);
+        size_t all_differ = bits_differ(ga, gb, P);
+        CHECK(all_differ == 0, "step %d: %zu of %zu %s and %zu of %zu other gradients differ", k + 1, head_differ,
+              head->numel, head->name, all_differ - head_differ, P - head->numel);
         CHECK(max_abs(gb + head->offset, head->numel) > 0, "step %d: the head's gradient is all zero", k + 1);
         AdamWStep st = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, k + 1};
         a->ops->adamw_update(a, &st);
@@ -107,14 +118,19 @@ TEST(a_world_of_one_vocab_parallel_run_is_the_unsplit_streaming_run_bitwise) {
         CHECK(bits_differ(sa[i], sb[i], P) == 0, "%s: %zu of %zu differ after %d steps", what[i],
               bits_differ(sa[i], sb[i], P), P, VSTEPS);
     CHECK(max_abs(sb[1] + head->offset, head->numel) > 0, "the head's AdamW m is all zero");
-    /* the memory table names the slice: the whole head here, bf16 weights and four fp32 copies */
+    /* the memory table names the slice: the whole head here, bf16 weights and four fp32 copies; a
+     * tied head's replica is gone from the flat buffers */
     MemoryItem items[MAX_MEMORY_ITEMS];
     const int count = b->ops->memory_items(b, items);
-    size_t slice_bytes = 0;
-    for (int i = 0; i < count; i++)
-        if (strstr(items[i].what, "lm_head slice")) slice_bytes = items[i].bytes;
-    CHECK(slice_bytes == head->numel * 18, "memory table: lm_head slice %zu bytes, expected %zu", slice_bytes,
+    size_t slice_bytes = 0, params_bytes = 0;
+    for (int i = 0; i < count; i++) {
+        if (strstr(items[i].what, "head slice")) slice_bytes = items[i].bytes;
+        if (strstr(items[i].what, "parameters (bf16)")) params_bytes = items[i].bytes;
+    }
+    CHECK(slice_bytes == head->numel * 18, "memory table: head slice %zu bytes, expected %zu", slice_bytes,
           head->numel * 18);
+    CHECK(params_bytes == (P - head->numel) * 2, "memory table: parameters %zu bytes, expected %zu without the head",
+          params_bytes, (P - head->numel) * 2);
     /* the state written into a fresh split backend is the one read: the next step matches */
     Backend *c = create(&t, &one, 1, err);
     REQUIRE(c, "vocabulary-parallel backend: %s", err);
@@ -131,17 +147,24 @@ TEST(a_world_of_one_vocab_parallel_run_is_the_unsplit_streaming_run_bitwise) {
     param_table_free(&t);
 }
 
-TEST(vocab_parallel_backend_refuses_a_tied_head_with_one_line) {
-    GPTConfig cfg = untied_llama();
-    cfg.untied_head = 0;
-    gpt_config_finish(&cfg);
-    ParamTable t;
-    char err[ERR_LEN] = "";
-    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
-    Dist one = {};
-    one.world = 1;
-    Backend *b = create(&t, &one, 1, err);
-    CHECK(!b && strstr(err, "untied") && !strchr(err, '\n'), "a tied head: got %s, '%s'", b ? "a backend" : "NULL", err);
-    if (b) b->ops->destroy(b);
-    param_table_free(&t);
+TEST(a_world_of_one_vocab_parallel_run_is_the_unsplit_streaming_run_bitwise) {
+    GPTConfig cfg = family_model(FAMILY_LLAMA, 1);
+    check_world_of_one(&cfg);
+}
+
+/* The tied heads: GPT-2 (learned positions added by the slice's owner, wpe's gradient data
+ * parallel), Qwen3, and Gemma 3 (the embedding scaled, the pad token's row without gradient). */
+TEST(a_world_of_one_vocab_parallel_run_with_a_tied_gpt2_head_is_the_unsplit_run_bitwise) {
+    GPTConfig cfg = family_model(FAMILY_GPT2, 0);
+    check_world_of_one(&cfg);
+}
+
+TEST(a_world_of_one_vocab_parallel_run_with_a_tied_qwen3_head_is_the_unsplit_run_bitwise) {
+    GPTConfig cfg = family_model(FAMILY_QWEN3, 0);
+    check_world_of_one(&cfg);
+}
+
+TEST(a_world_of_one_vocab_parallel_run_with_a_tied_gemma3_head_is_the_unsplit_run_bitwise) {
+    GPTConfig cfg = family_model(FAMILY_GEMMA3, 0);
+    check_world_of_one(&cfg);
 }

@@ -30,14 +30,19 @@
 #     tokens/s against DDP's measured here.
 #   skew: GPU 0 beside an independent run on GPU 1 (do they slow each other down?).
 #   nodes: two "hosts" on this one (a launcher per GPU, --nodes 2 over loopback TCP).
-#   vocabpar: --vocab-parallel (lm_head split by vocabulary rows) on a tiny untied Llama (V 1000,
-#     Vp 1024) against data parallelism and one GPU at the same global batch, all on the fused
-#     layer's streaming path (the slice layer's kernels). Verdicts: step 1's loss to 2e-6 relative
-#     (the forward is the same; the combined lse differs by fp32 rounding); step 1's AdamW m (0.1 g)
-#     against data parallelism, lm_head's rows to 1e-3 and all rows to 1e-2 relative L2 (derived
-#     beside vp_moment_py below); two identical runs bitwise; the tied head refused with one line.
-#     Then a GPT-2 124M-shaped untied Llama at V = 262144, B = 32 per GPU: tokens/s and memory,
-#     data parallel against --vocab-parallel. Exits 1 when a verdict fails.
+#   vocabpar: --vocab-parallel (the head split by vocabulary rows) on three tiny models (V 1000,
+#     Vp 1024): an untied Llama, and a tied GPT-2 and a tied Qwen3, whose slices are also their token
+#     embeddings', against data parallelism and one GPU at the same global batch, all on the fused
+#     layer's streaming path (the slice layer's kernels). Verdicts per model: step 1's loss to 2e-6
+#     relative (the forward is the same; the combined lse differs by fp32 rounding); step 1's AdamW
+#     m (0.1 g) against data parallelism, the head's rows to 1e-3 (untied; 1e-2 tied) and all rows
+#     to 1e-2 relative L2 (derived beside vp_moment_py below), also over two micro-batches a rank;
+#     two identical runs bitwise; resume from step 10 on G GPUs identical. Tied models also resume
+#     step 10's checkpoint across the split: --vocab-parallel's on one GPU without it (and on G/2
+#     GPUs with it when G >= 4), data parallelism's with --vocab-parallel, step 11's loss to 2e-6.
+#     Then at V = 262144, B = 32 per GPU, tokens/s and memory, data parallel against
+#     --vocab-parallel: a GPT-2 124M-shaped untied Llama, and GPT-2 124M itself (tied). Exits 1 when
+#     a verdict fails.
 #   real: ./train -g G -v 262144 on the default corpus (carried as .carry/corpus.tar.xz, see
 #     dev/check/pack_corpus.sh) against one GPU at the same global batch.
 # TP_VOCABS: vocabularies of the throughput, peers and sweep sections (default "50304 262144");
@@ -377,102 +382,147 @@ if has real; then
     note "$(python3 -c "$losses_py" /tmp/mg/real_1.log /tmp/mg/real_$G.log "real text d12 V=262144, 1 vs $G GPUs" 1e-2) $(grep -m1 error /tmp/mg/real_*.log)"
     note "    val: $(grep 'val loss' /tmp/mg/real_1.log | tail -1 | cut -d'|' -f2) vs $(grep 'val loss' /tmp/mg/real_$G.log | tail -1 | cut -d'|' -f2); $(grep -m1 'tokenizer' /tmp/mg/real_1.log)"
 fi
-# Step 1's AdamW m = 0.1 g of two checkpoints, lm_head (the table's last Vp*C values, argv[3]) and
-# the other rows apart. Why the bounds: at step 1 both runs see the same weights, so the forward is
-# bitwise the same; the split layer's lse is combined from the slices' sums, which differs from the
-# whole row's by fp32 rounding (~1e-7 relative). lm_head's gradient dZ^T H then differs only where
-# a dZ rounds to bf16 the other way: a fraction ~1e-7 / 2^-8 of the values, each by a bf16 ulp
-# (2^-8 relative), relative L2 ~2^-8 sqrt(2.5e-5) ~ 2e-5: bound 1e-3. dH is summed over the slices
-# in fp32 before its one bf16 rounding, so a fraction ~2^-16 of dH values differ by an ulp; each
-# bf16 rounding in the backward turns a relative perturbation d into ~sqrt(d 2^-8), so after a few
-# layers the body's gradients differ by ~1e-3: bound 1e-2. A real fault (a slice left out, a scale
-# off by the rank count, dH not reduced or to the wrong rows) gives 0.3 and more; the bounds sit
-# 10x to 50x above the estimates, so an estimate off by an order of magnitude fails no correct run.
+# Step 1's AdamW m = 0.1 g of two checkpoints, the head (argv[3] values: the table's last Vp*C for
+# lm_head, argv[4] "last"; its first for a tied head's token embedding, "first") and all rows. Why
+# the bounds: at step 1 both runs see the same weights, so the forward is bitwise the same; the
+# split layer's lse is combined from the slices' sums, which differs from the whole row's by fp32
+# rounding (~1e-7 relative). lm_head's gradient dZ^T H then differs only where a dZ rounds to bf16
+# the other way: a fraction ~1e-7 / 2^-8 of the values, each by a bf16 ulp (2^-8 relative),
+# relative L2 ~2^-8 sqrt(2.5e-5) ~ 2e-5: bound 1e-3. dH is summed over the slices in fp32 before
+# its one bf16 rounding, so a fraction ~2^-16 of dH values differ by an ulp; each bf16 rounding in
+# the backward turns a relative perturbation d into ~sqrt(d 2^-8), so after a few layers the body's
+# gradients differ by ~1e-3: bound 1e-2. A tied head's rows also take the embedding's gradient,
+# which is the residual stream's gradient at the bottom of that same backward (and its rows are
+# summed over all ranks' tokens in one order instead of per rank then across ranks, fp32 rounding):
+# the body's bound, 1e-2, for them. A real fault (a slice left out, a scale off by the rank count,
+# dH not reduced or to the wrong rows, an embedding row looked up or added on the wrong rank) gives
+# 0.3 and more; the bounds sit 10x to 50x above the estimates, so an estimate off by an order of
+# magnitude fails no correct run.
 vp_moment_py='
 import struct, sys, numpy as np
 def m_of(p):
     b = open(p, "rb").read()
     n = struct.unpack_from("<Q", b, 112)[0]
     return np.frombuffer(b[len(b) - 8 * n:len(b) - 4 * n], dtype=np.float32).astype(np.float64)
-a, b, h = m_of(sys.argv[1]), m_of(sys.argv[2]), int(sys.argv[3])
+a, b, h, where = m_of(sys.argv[1]), m_of(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+head = slice(0, h) if where == "first" else slice(len(a) - h, len(a))
+head_bound = 1e-2 if where == "first" else 1e-3
 def rel(x, y): return np.linalg.norm(x - y) / np.linalg.norm(x)
-rh, rall = rel(a[-h:], b[-h:]), rel(a, b)
-ok = len(a) == len(b) and rh <= 1e-3 and rall <= 1e-2 and np.linalg.norm(a[-h:]) > 0
+ok = len(a) == len(b) and np.linalg.norm(a[head]) > 0
+rh, rall = (rel(a[head], b[head]), rel(a, b)) if ok else (float("nan"), float("nan"))
+ok = ok and rh <= head_bound and rall <= 1e-2
 verdict = "ok" if ok else "FAIL"
-print(f"{verdict}: AdamW m relative L2, lm_head {rh:.2e} (bound 1e-3), all rows {rall:.2e} (bound 1e-2);"
-      f" equal elements {np.mean(a[-h:] == b[-h:]) * 100:.1f} % of lm_head, {np.mean(a == b) * 100:.1f} % of all")
+print(f"{verdict}: AdamW m relative L2, head ({where} {h} values) {rh:.2e} (bound {head_bound:.0e}), all rows {rall:.2e}"
+      f" (bound 1e-2); equal elements {np.mean(a[head] == b[head]) * 100 if ok else 0:.1f} % of the head,"
+      f" {np.mean(a == b) * 100 if len(a) == len(b) else 0:.1f} % of all")
+'
+# Step argv[3]'s loss in two logs, to 2e-6 relative: a checkpoint resumed one way against the run
+# that wrote it (the same weights, so the same forward up to the split lse's fp32 rounding).
+step_loss_py='
+import re, sys
+def loss(p, k):
+    m = re.search(r"^step +%d/\d+ \| loss ([0-9.]+)" % k, open(p).read(), re.M)
+    return float(m.group(1)) if m else None
+k = int(sys.argv[3])
+a, b = loss(sys.argv[1], k), loss(sys.argv[2], k)
+ok = a is not None and b is not None and abs(a - b) <= 2e-6 * abs(a)
+verdict = "ok" if ok else "FAIL"
+print(f"step {k} loss {b} vs {a} ({verdict}, bound 2e-6 relative)")
 '
 if has vocabpar; then
     vp_fail=0
     # a verdict that failed, or a run or script that stopped with an error
     vp_note() { note "$1"; case "$1" in *FAIL*|*DIFFERENT*|*rror*) vp_fail=1 ;; esac; }
     ./build/run_gpu_tests vocab_parallel >/tmp/mg/vp_gpu_tests.log 2>&1
-    vp_note "vocabpar GPU tests (world of one): $(grep -E 'passed' /tmp/mg/vp_gpu_tests.log | tail -1)$(grep -q ' 0 failed' /tmp/mg/vp_gpu_tests.log || echo ' FAIL') $(grep -m2 -A1 FAILED /tmp/mg/vp_gpu_tests.log | tr '\n' ' ')"
+    ./build/run_gpu_tests kernels_encoder >>/tmp/mg/vp_gpu_tests.log 2>&1
+    vp_note "vocabpar GPU tests (world of one; the slice embedding kernels): $(grep -E 'passed' /tmp/mg/vp_gpu_tests.log | tr '\n' ' ')$(grep -E 'passed' /tmp/mg/vp_gpu_tests.log | grep -vq ' 0 failed' && echo ' FAIL') $(grep -m2 -A1 FAILED /tmp/mg/vp_gpu_tests.log | tr '\n' ' ')"
     d=$((8 * 128 * G))
-    vp_model="--family llama --layers 2 --dim 128 --heads 2 --kv-heads 1 --head-dim 64 --ffn-dim 256 --untied-head -v 1000"
-    vp_common="$vp_model -b 8 -t 128 -l 2e-3 --warmup 5 --val-every 10 --val-batches 2 -s 0 --logits-mb 0 -i /tmp/mg/train.bin -j /tmp/mg/val.bin -d $d"
-    vp_head=$((1024 * 128)) # lm_head's Vp*C values, the table's last
-    for run in "one|" "dp|-g $G" "vp|-g $G --vocab-parallel" "vp2|-g $G --vocab-parallel"; do
-        IFS='|' read -r name flags <<<"$run"
-        ./train $flags $vp_common -x 20 -n 10 --keep-checkpoints 3 -o /tmp/mg/vp_$name >/tmp/mg/vp_$name.log 2>&1
-        echo "$name exit $?" >>/tmp/mg/vp_exits.log
-        ./train $flags $vp_common -x 1 -o /tmp/mg/vp_step1_$name >/tmp/mg/vp_step1_$name.log 2>&1
-        echo "$name step1 exit $?" >>/tmp/mg/vp_exits.log
-        e=$(grep -m1 -h error /tmp/mg/vp_$name.log /tmp/mg/vp_step1_$name.log)
-        [ -n "$e" ] && vp_note "vocabpar $name FAIL: $e"
-        [ -f /tmp/mg/vp_step1_$name/step_00000001/state.bin ] || vp_note "vocabpar $name FAIL: no step 1 checkpoint"
-    done
-    vp_note "vocabpar runs: $(grep -m1 'output layer' /tmp/mg/vp_vp.log) $(grep -m1 'lm_head slice' /tmp/mg/vp_vp.log)"
-    # bound 1 on the later steps, which drift apart once a bf16 weight rounds the other way
-    vp_note "$(python3 -c "$losses_py" /tmp/mg/vp_dp.log /tmp/mg/vp_vp.log "vocabpar: $G GPUs data parallel vs --vocab-parallel" 1)"
-    vp_note "$(python3 -c "$losses_py" /tmp/mg/vp_one.log /tmp/mg/vp_vp.log "vocabpar: 1 GPU vs $G GPUs --vocab-parallel" 1)"
-    vp_note "    val: 1 GPU $(grep 'val loss' /tmp/mg/vp_one.log | tail -1 | cut -d'|' -f2), data parallel $(grep 'val loss' /tmp/mg/vp_dp.log | tail -1 | cut -d'|' -f2), vocab parallel $(grep 'val loss' /tmp/mg/vp_vp.log | tail -1 | cut -d'|' -f2)"
-    vp_note "vocabpar step 1's gradient, data parallel vs --vocab-parallel: $(python3 -c "$vp_moment_py" \
-        /tmp/mg/vp_step1_dp/step_00000001/state.bin /tmp/mg/vp_step1_vp/step_00000001/state.bin $vp_head 2>&1 | tail -1)"
-    vp_note "vocabpar step 1's gradient, 1 GPU vs --vocab-parallel: $(python3 -c "$vp_moment_py" \
-        /tmp/mg/vp_step1_one/step_00000001/state.bin /tmp/mg/vp_step1_vp/step_00000001/state.bin $vp_head 2>&1 | tail -1)"
-    # two micro-batches a step on each rank: the slice's gradient accumulates as the flat buffers do
-    for run in "dp|-g $G" "vp|-g $G --vocab-parallel"; do
-        IFS='|' read -r name flags <<<"$run"
-        ./train $flags ${vp_common/-d $d/-d $((2 * d))} -x 1 -o /tmp/mg/vp_acc_$name >/tmp/mg/vp_acc_$name.log 2>&1
-    done
-    vp_note "vocabpar step 1's gradient over 2 micro-batches a rank, data parallel vs --vocab-parallel: $(python3 -c "$vp_moment_py" \
-        /tmp/mg/vp_acc_dp/step_00000001/state.bin /tmp/mg/vp_acc_vp/step_00000001/state.bin $vp_head 2>&1 | tail -1) $(grep -m1 -h error /tmp/mg/vp_acc_*.log)"
-    # two identical runs: every loss and the final checkpoint bit for bit (first differing line named)
-    first_diff=$(diff <(grep -E '^step|val loss' /tmp/mg/vp_vp.log | cut -d'|' -f1-2) \
-        <(grep -E '^step|val loss' /tmp/mg/vp_vp2.log | cut -d'|' -f1-2) | grep -m2 '^[<>]' | tr '\n' ' ')
-    w1=$(ls /tmp/mg/vp_vp/step_*/model.safetensors 2>/dev/null | tail -1)
-    same_w=$([ -n "$w1" ] && cmp -s "$w1" "${w1/vp_vp/vp_vp2}" && echo equal || echo DIFFERENT)
-    vp_note "vocabpar two identical runs: losses $([ -z "$first_diff" ] && [ -n "$w1" ] && echo equal || echo "DIFFERENT $first_diff"), final weights $same_w"
-    # resume on G GPUs from step 10's checkpoint repeats steps 11-20
-    mkdir -p /tmp/mg/vp_resume && cp -r /tmp/mg/vp_vp/step_00000010 /tmp/mg/vp_resume/ 2>/dev/null &&
-        echo step_00000010 >/tmp/mg/vp_resume/latest
-    ./train -g $G --vocab-parallel $vp_common -x 20 -n 10 --keep-checkpoints 3 -y 1 -o /tmp/mg/vp_resume >/tmp/mg/vp_resume.log 2>&1
-    full=$(grep -E '^step +(1[1-9]|20)/' /tmp/mg/vp_vp.log | cut -d'|' -f1-2)
-    part=$(grep -E '^step +(1[1-9]|20)/' /tmp/mg/vp_resume.log | cut -d'|' -f1-2)
-    vp_note "vocabpar resume from step 10: steps 11-20 $([ -n "$full" ] && [ "$full" = "$part" ] && echo identical || echo "DIFFERENT $(grep -m1 error /tmp/mg/vp_resume.log)")"
-    # the tied head is refused with one line, before any GPU work
-    ./train -g $G --vocab-parallel -e tiny -v 1000 -b 8 -t 128 -x 1 -s 0 -i /tmp/mg/train.bin -o /tmp/mg/vp_tied \
-        >/tmp/mg/vp_tied.log 2>&1
-    rc=$?
-    vp_note "vocabpar tied head: exit $rc $([ $rc = 2 ] && [ "$(wc -l </tmp/mg/vp_tied.log)" = 1 ] || echo FAIL): $(head -1 /tmp/mg/vp_tied.log | sed 's/^error: /refused: /')"
-    # GPT-2 124M's shape as an untied Llama (12 layers, C 768, 12 heads), V = 262144, B = 32 per GPU
+    vp_head=$((1024 * 128)) # the head's Vp*C values
+    # one model's checks: its tag, flags, and where its head lies in the table (last: lm_head; first: tied)
+    vp_checks() {
+        local m=$1 model=$2 where=$3
+        local vp_common="$model -v 1000 -b 8 -t 128 -l 2e-3 --warmup 5 --val-every 10 --val-batches 2 -s 0 --logits-mb 0 -i /tmp/mg/train.bin -j /tmp/mg/val.bin -d $d"
+        local run name flags e
+        for run in "one|" "dp|-g $G" "vp|-g $G --vocab-parallel" "vp2|-g $G --vocab-parallel"; do
+            IFS='|' read -r name flags <<<"$run"
+            ./train $flags $vp_common -x 20 -n 10 --keep-checkpoints 3 -o /tmp/mg/vp_${m}_$name >/tmp/mg/vp_${m}_$name.log 2>&1
+            echo "$m $name exit $?" >>/tmp/mg/vp_exits.log
+            ./train $flags $vp_common -x 1 -o /tmp/mg/vp_${m}_step1_$name >/tmp/mg/vp_${m}_step1_$name.log 2>&1
+            echo "$m $name step1 exit $?" >>/tmp/mg/vp_exits.log
+            e=$(grep -m1 -h error /tmp/mg/vp_${m}_$name.log /tmp/mg/vp_${m}_step1_$name.log)
+            [ -n "$e" ] && vp_note "vocabpar $m $name FAIL: $e"
+            [ -f /tmp/mg/vp_${m}_step1_$name/step_00000001/state.bin ] || vp_note "vocabpar $m $name FAIL: no step 1 checkpoint"
+        done
+        vp_note "vocabpar $m runs: $(grep -m1 'output layer' /tmp/mg/vp_${m}_vp.log) $(grep -m1 'head slice' /tmp/mg/vp_${m}_vp.log)"
+        # bound 1 on the later steps, which drift apart once a bf16 weight rounds the other way
+        vp_note "$(python3 -c "$losses_py" /tmp/mg/vp_${m}_dp.log /tmp/mg/vp_${m}_vp.log "vocabpar $m: $G GPUs data parallel vs --vocab-parallel" 1)"
+        vp_note "$(python3 -c "$losses_py" /tmp/mg/vp_${m}_one.log /tmp/mg/vp_${m}_vp.log "vocabpar $m: 1 GPU vs $G GPUs --vocab-parallel" 1)"
+        vp_note "    val: 1 GPU $(grep 'val loss' /tmp/mg/vp_${m}_one.log | tail -1 | cut -d'|' -f2), data parallel $(grep 'val loss' /tmp/mg/vp_${m}_dp.log | tail -1 | cut -d'|' -f2), vocab parallel $(grep 'val loss' /tmp/mg/vp_${m}_vp.log | tail -1 | cut -d'|' -f2)"
+        vp_note "vocabpar $m step 1's gradient, data parallel vs --vocab-parallel: $(python3 -c "$vp_moment_py" \
+            /tmp/mg/vp_${m}_step1_dp/step_00000001/state.bin /tmp/mg/vp_${m}_step1_vp/step_00000001/state.bin $vp_head $where 2>&1 | tail -1)"
+        vp_note "vocabpar $m step 1's gradient, 1 GPU vs --vocab-parallel: $(python3 -c "$vp_moment_py" \
+            /tmp/mg/vp_${m}_step1_one/step_00000001/state.bin /tmp/mg/vp_${m}_step1_vp/step_00000001/state.bin $vp_head $where 2>&1 | tail -1)"
+        # two micro-batches a step on each rank: the slice's gradient accumulates as the flat buffers do
+        for run in "dp|-g $G" "vp|-g $G --vocab-parallel"; do
+            IFS='|' read -r name flags <<<"$run"
+            ./train $flags ${vp_common/-d $d/-d $((2 * d))} -x 1 -o /tmp/mg/vp_${m}_acc_$name >/tmp/mg/vp_${m}_acc_$name.log 2>&1
+        done
+        vp_note "vocabpar $m step 1's gradient over 2 micro-batches a rank, data parallel vs --vocab-parallel: $(python3 -c "$vp_moment_py" \
+            /tmp/mg/vp_${m}_acc_dp/step_00000001/state.bin /tmp/mg/vp_${m}_acc_vp/step_00000001/state.bin $vp_head $where 2>&1 | tail -1) $(grep -m1 -h error /tmp/mg/vp_${m}_acc_*.log)"
+        # two identical runs: every loss and the final checkpoint bit for bit (first differing line named)
+        local first_diff w1 same_w full part
+        first_diff=$(diff <(grep -E '^step|val loss' /tmp/mg/vp_${m}_vp.log | cut -d'|' -f1-2) \
+            <(grep -E '^step|val loss' /tmp/mg/vp_${m}_vp2.log | cut -d'|' -f1-2) | grep -m2 '^[<>]' | tr '\n' ' ')
+        w1=$(ls /tmp/mg/vp_${m}_vp/step_*/model.safetensors 2>/dev/null | tail -1)
+        same_w=$([ -n "$w1" ] && cmp -s "$w1" "${w1/vp_${m}_vp\//vp_${m}_vp2/}" && echo equal || echo DIFFERENT)
+        vp_note "vocabpar $m two identical runs: losses $([ -z "$first_diff" ] && [ -n "$w1" ] && echo equal || echo "DIFFERENT $first_diff"), final weights $same_w"
+        # resume on G GPUs from step 10's checkpoint repeats steps 11-20
+        full=$(grep -E '^step +(1[1-9]|20)/' /tmp/mg/vp_${m}_vp.log | cut -d'|' -f1-2)
+        vp_resume "$m" vp_${m}_resume vp "-g $G --vocab-parallel" "$vp_common"
+        part=$(grep -E '^step +(1[1-9]|20)/' /tmp/mg/vp_${m}_resume.log | cut -d'|' -f1-2)
+        vp_note "vocabpar $m resume from step 10: steps 11-20 $([ -n "$full" ] && [ "$full" = "$part" ] && echo identical || echo "DIFFERENT $(grep -m1 error /tmp/mg/vp_${m}_resume.log)")"
+        [ "$where" = first ] || return 0
+        # a tied head's checkpoint holds the whole embedding: it resumes across the split and the rank count
+        vp_resume "$m" vp_${m}_vp_to_one vp "" "$vp_common"
+        vp_note "vocabpar $m --vocab-parallel's step 10 resumed on 1 GPU without it: $(python3 -c "$step_loss_py" /tmp/mg/vp_${m}_vp.log /tmp/mg/vp_${m}_vp_to_one.log 11) $(grep -m1 error /tmp/mg/vp_${m}_vp_to_one.log)"
+        vp_resume "$m" vp_${m}_dp_to_vp dp "-g $G --vocab-parallel" "$vp_common"
+        vp_note "vocabpar $m data parallelism's step 10 resumed with --vocab-parallel: $(python3 -c "$step_loss_py" /tmp/mg/vp_${m}_dp.log /tmp/mg/vp_${m}_dp_to_vp.log 11) $(grep -m1 error /tmp/mg/vp_${m}_dp_to_vp.log)"
+        if [ "$G" -ge 4 ]; then
+            vp_resume "$m" vp_${m}_vp_to_half vp "-g $((G / 2)) --vocab-parallel" "$vp_common"
+            vp_note "vocabpar $m --vocab-parallel's step 10 resumed on $((G / 2)) GPUs with it: $(python3 -c "$step_loss_py" /tmp/mg/vp_${m}_vp.log /tmp/mg/vp_${m}_vp_to_half.log 11) $(grep -m1 error /tmp/mg/vp_${m}_vp_to_half.log)"
+        fi
+    }
+    # model tag, the run (one|dp|vp) whose step 10 to resume, the flags to resume with, the common flags:
+    # steps 11-20 into /tmp/mg/$out
+    vp_resume() {
+        local m=$1 out=$2 from=$3 flags=$4 common=$5
+        rm -rf /tmp/mg/$out && mkdir -p /tmp/mg/$out && cp -r /tmp/mg/vp_${m}_$from/step_00000010 /tmp/mg/$out/ 2>/dev/null &&
+            echo step_00000010 >/tmp/mg/$out/latest
+        ./train $flags $common -x 20 -n 10 --keep-checkpoints 3 -y 1 -o /tmp/mg/$out >/tmp/mg/$out.log 2>&1
+    }
+    vp_checks llama_untied "--family llama --layers 2 --dim 128 --heads 2 --kv-heads 1 --head-dim 64 --ffn-dim 256 --untied-head" last
+    vp_checks gpt2_tied "-e tiny" first
+    vp_checks qwen3_tied "--family qwen3 --layers 2 --dim 128 --heads 2 --kv-heads 1 --head-dim 64 --ffn-dim 256" first
+    # at V = 262144, B = 32 per GPU: GPT-2 124M's shape as an untied Llama (12 layers, C 768, 12
+    # heads), and GPT-2 124M itself, whose tied head splits with its embedding
     V=262144
     [ -f /tmp/mg/rand_$V.bin ] || python3 tests/fixtures/gen/make_shard.py /tmp/mg/rand_$V.bin 40000000 $V random 3
-    big="--family llama --kv-heads 12 --head-dim 64 --ffn-dim 2048 --untied-head"
-    throughput $V untied_llama124m_dp ./train -g $G $big
-    tp_dp=$TP_TOK
-    # the slice layer streams (four GEMMs' work): data parallelism on the same path, for the split's own cost
-    throughput $V untied_llama124m_dp_streaming ./train -g $G $big --logits-mb 0
-    tp_dps=$TP_TOK
-    throughput $V untied_llama124m_vocabpar ./train -g $G $big --vocab-parallel
-    tp_vp=$TP_TOK
-    e=$(grep -m1 error /tmp/mg/tp_${V}_untied_llama124m_vocabpar.log)
-    [ -n "$e" ] || [ -z "$tp_vp" ] && vp_note "vocabpar 124M-shaped run FAIL: ${e:-no step lines}"
-    for tag in dp vocabpar; do
-        vp_note "    memory table, $tag: $(grep -E 'lm_head slice|parameters \(bf16\)|gradients \(fp32\)|vocabulary-parallel buffers|output layer workspace: fused' /tmp/mg/tp_${V}_untied_llama124m_$tag.log | tr -s ' ' | tr '\n' ';')"
+    for big in "untied_llama124m|--family llama --kv-heads 12 --head-dim 64 --ffn-dim 2048 --untied-head" "gpt2_124m|"; do
+        IFS='|' read -r m flags <<<"$big"
+        throughput $V ${m}_dp ./train -g $G $flags
+        tp_dp=$TP_TOK
+        # the slice layer streams (four GEMMs' work): data parallelism on the same path, for the split's own cost
+        throughput $V ${m}_dp_streaming ./train -g $G $flags --logits-mb 0
+        tp_dps=$TP_TOK
+        throughput $V ${m}_vocabpar ./train -g $G $flags --vocab-parallel
+        tp_vp=$TP_TOK
+        e=$(grep -m1 error /tmp/mg/tp_${V}_${m}_vocabpar.log)
+        [ -n "$e" ] || [ -z "$tp_vp" ] && vp_note "vocabpar $m run FAIL: ${e:-no step lines}"
+        for tag in dp vocabpar; do
+            vp_note "    memory table, $m $tag: $(grep -E 'head slice|parameters \(bf16\)|gradients \(fp32\)|vocabulary-parallel buffers|output layer workspace: fused' /tmp/mg/tp_${V}_${m}_$tag.log | tr -s ' ' | tr '\n' ';')"
+        done
+        vp_note "    $m --vocab-parallel against data parallel: $(python3 -c "print(f'{float(\"${tp_vp:-0}\") / float(\"${tp_dp:-0}\"):.3f}x tokens/s (default fused layer), {float(\"${tp_vp:-0}\") / float(\"${tp_dps:-0}\"):.3f}x (streaming, as the slices)')" 2>/dev/null || echo none)"
     done
-    vp_note "    --vocab-parallel against data parallel: $(python3 -c "print(f'{float(\"${tp_vp:-0}\") / float(\"${tp_dp:-0}\"):.3f}x tokens/s (default fused layer), {float(\"${tp_vp:-0}\") / float(\"${tp_dps:-0}\"):.3f}x (streaming, as the slices)')" 2>/dev/null || echo none)"
 fi
 tar -czf "$OUT/mg_logs.tar.gz" -C /tmp/mg $(cd /tmp/mg && ls *.log)
 echo

@@ -59,6 +59,27 @@ void vp_reduce_scatter_sum(int R, const float *const *send, const size_t *counts
     }
 }
 
+/* ---- a tied head's token embedding ---- */
+
+void vocab_parallel_embed_cpu(float *out, const int *inp, const float *W_slice, VocabSlice s, float scale, size_t N,
+                              int C) {
+    for (size_t n = 0; n < N; n++) {
+        const int row = inp[n] - s.begin;
+        const int mine = row >= 0 && row < s.rows;
+        for (int i = 0; i < C; i++) out[n * C + i] = mine ? W_slice[(size_t)row * C + i] * scale : 0.0f;
+    }
+}
+
+void vocab_parallel_embed_backward_cpu(float *dW_slice, const float *dout, const int *inp, VocabSlice s, float scale,
+                                       int pad, size_t N, int C) {
+    for (size_t n = 0; n < N; n++) {
+        const int row = inp[n] - s.begin;
+        if (row < 0 || row >= s.rows || inp[n] == pad) continue;
+        float *d = dW_slice + (size_t)row * C;
+        for (int i = 0; i < C; i++) d[i] += dout[n * C + i] * scale;
+    }
+}
+
 /* ---- one rank's buffers ---- */
 
 /* At least one element, so that a rank without rows still gets a pointer to tell from a failure. */

@@ -67,6 +67,19 @@ void vp_all_reduce_sum(int R, float *const *buf, size_t count);
  * after the parts of ranks 0..r−1). */
 void vp_reduce_scatter_sum(int R, const float *const *send, const size_t *counts, float *const *recv);
 
+/* A tied head's token embedding over the slices (the CUDA version is kernels/kernels.h
+ * encoder_slice_*; model/dist/vocab_parallel.h runs it): each rank all-gathers the tokens, and for
+ * all N of them writes out[n] = W_slice[inp[n] − begin]·scale where its slice holds inp[n], else 0,
+ * so that the ranks' parts reduce-scattered (vp_reduce_scatter_sum) are each rank's rows of the
+ * whole lookup exactly (one term plus zeros). The backward all-gathers every rank's d(embedding)
+ * [N x C] and each rank adds scale·dout[n] into dW_slice[inp[n] − begin] for its slice's tokens
+ * but pad (a whole-vocabulary id; < 0: none), n in increasing order: side by side the slices are
+ * the whole embedding's gradient bitwise. */
+void vocab_parallel_embed_cpu(float *out, const int *inp, const float *W_slice, VocabSlice s, float scale, size_t N,
+                              int C);
+void vocab_parallel_embed_backward_cpu(float *dW_slice, const float *dout, const int *inp, VocabSlice s, float scale,
+                                       int pad, size_t N, int C);
+
 /* What every rank shares. */
 typedef struct {
     int R, V, Vp, C;

@@ -37,9 +37,11 @@
  * them, during the backward of the step's last micro-batch. Under ZeRO-1 master weights, moments
  * and reduced gradients exist only for this rank's shard ("state" below: the shard, or the whole
  * layout without ZeRO-1); bf16 weights and the accumulating gradients stay whole.
- * Vocabulary parallel (model/dist/vocab_parallel.h): lm_head lives in its own slice buffers, and the
- * flat buffers, the buckets and the AdamW plan hold the other rows ("replicated", the table without
- * its last row); P below counts those. */
+ * Vocabulary parallel (model/dist/vocab_parallel.h): the head (lm_head, or a tied head's token
+ * embedding) lives in its own slice buffers, and the flat buffers, the buckets and the AdamW plan
+ * hold the other rows ("replicated": the table without the head's row, offsets from 0, which the
+ * step addresses them by as cb->t; they start at `flat0` in the whole table's layout, which the
+ * host's state arrays keep); P below counts those. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,7 +85,9 @@ typedef struct {
     GradSync *sync;                /* NULL when training alone */
     VocabParallel *vp;             /* the head's slice and its layer; NULL: the whole head here */
     int vp_world;                  /* ranks the head is split over (0: not split) */
-    ParamTable replicated;         /* the rows the flat buffers hold: the table, or all but lm_head */
+    ParamTable replicated;         /* the rows the flat buffers hold: the table, or all but the head */
+    ParamInfo *replicated_rows;    /* their rows (vocabulary parallel) */
+    size_t flat0;                  /* where they start in the whole table's layout */
     size_t P;                      /* their values */
     size_t sync_bytes;             /* what sync allocated */
     AdamWPlan *adamw;
@@ -270,6 +274,21 @@ static kbf16 *param_bf16_opt(CudaBackend *cb, const ParamInfo *p) {
     return p ? cb->params + p->offset : NULL;
 }
 
+/* The embeddings of the body forward's rows [t0, t0 + B·T) into encoded: token (scaled: Gemma)
+ * and, where the family has them, learned positions. A tied head split by --vocab-parallel looks
+ * its rows up over every rank's tokens (a whole micro-batch: sampling is refused before). */
+static void forward_embed(CudaBackend *cb, int t0, int B, int T) {
+    const GPTConfig *cfg = &cb->t->cfg;
+    const size_t r = (size_t)t0, C = (size_t)cfg->dim;
+    const kbf16 *wpe = param_bf16_opt(cb, param_whole(cb->t, ROLE_WPE));
+    if (vocab_parallel_tied(cb->vp)) {
+        vocab_parallel_embed(cb->vp, cb->encoded, cb->d_inputs, wpe, T, cb->stream);
+        return;
+    }
+    encoder_forward(cb->encoded + r * C, cb->d_inputs + r, param_bf16(cb, param_whole(cb->t, ROLE_WTE)),
+                    wpe ? wpe + r * C : NULL, gpt_embed_scale(cfg), B, T, (int)C, cb->stream);
+}
+
 /* The body's forward over the activation rows [t0, t0 + B·T), whose tokens are in d_inputs
  * already: with t0 = 0, B sequences of T tokens (a micro-batch, or a prompt with B = 1); with
  * t0 > 0, one token (B = T = 1) at position t0 of sequence 0, whose attention reads the keys and
@@ -281,8 +300,7 @@ static void forward_body_gpt2(CudaBackend *cb, int t0, int B, int T) {
     int C = cfg->dim, N = B * T;
     const size_t r = (size_t)t0; /* the first row */
     cudaStream_t s = cb->stream;
-    encoder_forward(cb->encoded + r * C, cb->d_inputs + r, param_bf16(cb, param_whole(t, ROLE_WTE)),
-                    param_bf16(cb, param_whole(t, ROLE_WPE)) + r * C, 1.0f, B, T, C, s);
+    forward_embed(cb, t0, B, T);
     for (int l = 0; l < cfg->num_layers; l++) {
         CudaLayerActs *a = &cb->layer[l];
         CudaLayerActs *prev = l > 0 ? &cb->layer[l - 1] : NULL;
@@ -330,8 +348,7 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
     const GatedAct act = cfg->mlp == MLP_GEGLU ? GATED_GELU_TANH : GATED_SILU;
     const RopeShape rs = rope_shape(cfg, B, T);
     cudaStream_t s = cb->stream;
-    encoder_forward(cb->encoded + r * C, cb->d_inputs + r, param_bf16(cb, param_whole(t, ROLE_WTE)), NULL,
-                    gpt_embed_scale(cfg), B, T, C, s);
+    forward_embed(cb, t0, B, T);
     for (int l = 0; l < cfg->num_layers; l++) {
         CudaLayerActs *a = &cb->layer[l];
         CudaLayerActs *prev = l > 0 ? &cb->layer[l - 1] : NULL;
@@ -468,12 +485,22 @@ static float cuda_eval_loss(Backend *be, const int *inputs, const int *targets) 
 }
 
 /* The embeddings' backward from dres, the residual stream's gradient below layer 0, and its sync:
- * grad_sync does it itself over every rank's micro-batch when it owns the encoder. The RoPE
- * families have no position table (whole_tensor gives NULL); Gemma scales its embedding and gives
- * the pad token's row no gradient. */
+ * grad_sync does it itself over every rank's micro-batch when it owns the encoder, the
+ * vocabulary-parallel layer for a tied head's slice. The RoPE families have no position table
+ * (whole_tensor gives NULL); Gemma scales its embedding and gives the pad token's row no gradient. */
 static void backward_encoder(CudaBackend *cb, GradSync *sync) {
     const ParamTable *t = cb->t;
     float *grads = cb->grads;
+    if (vocab_parallel_tied(cb->vp)) {
+        /* the token embedding is the head's slice, which takes every rank's rows; the position
+         * table (GPT-2) stays data parallel */
+        vocab_parallel_embed_backward(cb->vp, cb->dres, cb->stream);
+        if (param_whole(t, ROLE_WPE))
+            encoder_backward(NULL, whole_tensor(t, grads, ROLE_WPE), cb->scratch, cb->dres, cb->d_inputs, 1.0f, -1,
+                             cb->base.B, cb->base.T, t->cfg.dim, t->cfg.padded_vocab_size, cb->stream);
+        grad_sync_ready(sync, SYNC_AFTER_ENCODER, -1, grads, cb->stream);
+        return;
+    }
     if (sync && grad_sync_owns_encoder(sync)) {
         grad_sync_encoder(sync, grads, cb->dres, cb->d_inputs, cb->stream);
         return;
@@ -679,6 +706,7 @@ static void logits_of_row(CudaBackend *cb, int row, float *logits) {
 
 static void cuda_logits_at(Backend *be, const int *tokens, int pos, float *logits) {
     CudaBackend *cb = (CudaBackend *)be;
+    refuse_with_split_head(cb, "sampling"); /* before a forward whose embedding a tied slice would gather */
     upload_inputs(cb, tokens, 0, be->B * be->T);
     forward_body(cb, 0, be->B, be->T);
     logits_of_row(cb, pos, logits);
@@ -686,6 +714,7 @@ static void cuda_logits_at(Backend *be, const int *tokens, int pos, float *logit
 
 static void cuda_prefill(Backend *be, const int *tokens, int n, float *logits) {
     CudaBackend *cb = (CudaBackend *)be;
+    refuse_with_split_head(cb, "sampling");
     upload_inputs(cb, tokens, 0, n);
     forward_body(cb, 0, 1, n);
     logits_of_row(cb, n - 1, logits);
@@ -693,6 +722,7 @@ static void cuda_prefill(Backend *be, const int *tokens, int n, float *logits) {
 
 static void cuda_decode_step(Backend *be, int token, int pos, float *logits) {
     CudaBackend *cb = (CudaBackend *)be;
+    refuse_with_split_head(cb, "sampling");
     upload_inputs(cb, &token, pos, 1);
     forward_body(cb, pos, 1, 1);
     logits_of_row(cb, pos, logits);
@@ -749,7 +779,7 @@ static void cuda_read_state(Backend *be, float *params, float *m, float *v) {
             grad_sync_gather_shard(cb->sync, state[i], cb->grads, cb->stream);
             from = cb->grads;
         }
-        if (host[i]) CUDA_CHECK(cudaMemcpyAsync(host[i], from, n, cudaMemcpyDeviceToHost, cb->stream));
+        if (host[i]) CUDA_CHECK(cudaMemcpyAsync(host[i] + cb->flat0, from, n, cudaMemcpyDeviceToHost, cb->stream));
         CUDA_CHECK(cudaStreamSynchronize(cb->stream));
     }
     if (cb->vp) vocab_parallel_read(cb->vp, params, m, v, cb->stream);
@@ -760,7 +790,7 @@ static void cuda_write_state(Backend *be, const float *params, const float *m, c
     size_t n = cb->P * sizeof(float);
     if (params) {
         /* bf16 weights are whole on every rank: convert from a full fp32 copy (the gradient buffer) */
-        CUDA_CHECK(cudaMemcpyAsync(cb->grads, params, n, cudaMemcpyHostToDevice, cb->stream));
+        CUDA_CHECK(cudaMemcpyAsync(cb->grads, params + cb->flat0, n, cudaMemcpyHostToDevice, cb->stream));
         convert_fp32_to_bf16(cb->params, cb->grads, cb->P, cb->stream);
     }
     const float *host[3] = {params, m, v};
@@ -768,9 +798,9 @@ static void cuda_write_state(Backend *be, const float *params, const float *m, c
     for (int i = 0; i < 3; i++) {
         if (!host[i]) continue;
         if (sharded(cb))
-            grad_sync_scatter_shard(cb->sync, host[i], state[i], cb->stream);
+            grad_sync_scatter_shard(cb->sync, host[i] + cb->flat0, state[i], cb->stream);
         else
-            CUDA_CHECK(cudaMemcpyAsync(state[i], host[i], n, cudaMemcpyHostToDevice, cb->stream));
+            CUDA_CHECK(cudaMemcpyAsync(state[i], host[i] + cb->flat0, n, cudaMemcpyHostToDevice, cb->stream));
     }
     CUDA_CHECK(cudaMemsetAsync(cb->grads, 0, cb->padded_total * sizeof(float), cb->stream));
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
@@ -779,7 +809,8 @@ static void cuda_write_state(Backend *be, const float *params, const float *m, c
 
 static void cuda_read_grads(Backend *be, float *grads) {
     CudaBackend *cb = (CudaBackend *)be;
-    CUDA_CHECK(cudaMemcpyAsync(grads, cb->grads, cb->P * sizeof(float), cudaMemcpyDeviceToHost, cb->stream));
+    CUDA_CHECK(cudaMemcpyAsync(grads + cb->flat0, cb->grads, cb->P * sizeof(float), cudaMemcpyDeviceToHost,
+                               cb->stream));
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
     if (cb->vp) vocab_parallel_read_grads(cb->vp, grads, cb->stream);
 }
@@ -855,6 +886,7 @@ static void cuda_destroy(Backend *be) {
     CUDA_CHECK(cudaFree(cb->params));
     matmul_free();
     if (cb->stream) CUDA_CHECK(cudaStreamDestroy(cb->stream));
+    free(cb->replicated_rows);
     free(cb->layer);
     free(cb);
 }
@@ -957,7 +989,7 @@ static void fit_output_layer(CudaBackend *cb, size_t requested, size_t fixed, si
                              const GPTConfig *cfg) {
     if (cb->vp_world) { /* the slice layer streams: its memory does not shrink */
         cb->fused_budget = 0;
-        cb->out_ws_bytes = vocab_parallel_bytes(cb->t, cb->vp_world, (int)N);
+        cb->out_ws_bytes = vocab_parallel_bytes(cb->base.table, cb->vp_world, (int)N);
         return;
     }
     cb->fused_budget = requested;
@@ -1040,8 +1072,16 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
             free(cb);
             return NULL;
         }
+        cb->replicated_rows = (ParamInfo *)malloc((size_t)table->count * sizeof(ParamInfo));
+        if (!cb->replicated_rows) {
+            snprintf(err, ERR_LEN, "out of host memory");
+            free(cb->layer);
+            free(cb);
+            return NULL;
+        }
         cb->vp_world = world;
-        cb->replicated = vocab_parallel_replicated(table);
+        cb->replicated = vocab_parallel_replicated(table, cb->replicated_rows, &cb->flat0);
+        cb->t = &cb->replicated;
     }
     cb->P = cb->replicated.total;
     int dev = 0;
@@ -1092,6 +1132,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
                  "micro-batch that fits is -b %d (keep the total batch with -d for accumulation%s)",
                  (fixed + per_batch) / 1e9, free_b / 1e9, fit,
                  output == OUTPUT_CANONICAL ? ", or drop the logits with --output fused" : "");
+        free(cb->replicated_rows);
         free(cb->layer);
         free(cb);
         return NULL;
@@ -1152,9 +1193,9 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
         return NULL;
     }
     for (int i = 0; i < rows; i++) {
-        offsets[i] = table->params[i].offset;
-        numels[i] = table->params[i].numel;
-        decay[i] = table->params[i].weight_decay;
+        offsets[i] = cb->replicated.params[i].offset;
+        numels[i] = cb->replicated.params[i].numel;
+        decay[i] = cb->replicated.params[i].weight_decay;
     }
     if (npieces) {
         AdamWRange *ranges = (AdamWRange *)malloc((size_t)npieces * sizeof *ranges);

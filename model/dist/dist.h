@@ -102,6 +102,9 @@ void dist_reduce_scatter_sum(const Dist *d, const float *send, float *recv, size
 /* recv (world·count values) gets every rank's send (count values) in rank order; send may be
  * recv + rank·count (in place). */
 void dist_allgather(const Dist *d, const void *send, void *recv, size_t count, DistType type, void *cuda_stream);
+/* dist_reduce_scatter_sum in any type (the vocabulary-parallel token embedding's bf16 rows). */
+void dist_reduce_scatter_sum_typed(const Dist *d, const void *send, void *recv, size_t count, DistType type,
+                                   void *cuda_stream);
 /* Collectives between these two calls are launched as one (NCCL group). */
 void dist_group_begin(const Dist *d);
 void dist_group_end(const Dist *d);

@@ -130,3 +130,10 @@ extern "C" void dist_group_begin(const Dist *d) {
 extern "C" void dist_group_end(const Dist *d) {
     if (d->nccl) NCCL_CHECK(ncclGroupEnd());
 }
+
+extern "C" void dist_reduce_scatter_sum_typed(const Dist *d, const void *send, void *recv, size_t count, DistType type,
+                                              void *cuda_stream) {
+    NcclState *s = (NcclState *)d->nccl;
+    if (!s) return;
+    NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(type), ncclSum, s->comm, (cudaStream_t)cuda_stream));
+}

@@ -10,6 +10,7 @@
 struct GradSync {
     const Dist *dist;
     int zero1, overlap, world, rank;
+    int early_embeddings; /* grad_sync_encoder runs the embeddings' backward */
     int B, T, C, Vp;
     size_t wte_offset, total;
     const ParamInfo *wpe; /* NULL: the family has no position table */
@@ -29,14 +30,16 @@ struct GradSync {
     void *encoder_scratch;
 };
 
-static int owns_encoder(int zero1, int overlap, int world) {
-    return world > 1 && overlap && !zero1;
+/* A table without the token embedding (a tied head that --vocab-parallel splits) leaves the
+ * embeddings' backward to the backend. */
+static int owns_encoder(const ParamTable *t, int zero1, int overlap, int world) {
+    return world > 1 && overlap && !zero1 && param_whole(t, ROLE_WTE);
 }
 
 size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overlap, int B, int T) {
     if (!d || d->world < 2) return 0;
     size_t bytes = zero1 ? (t->total / (size_t)d->world + (size_t)t->cfg.num_layers + 3) * sizeof(float) : 0;
-    if (owns_encoder(zero1, overlap, d->world)) {
+    if (owns_encoder(t, zero1, overlap, d->world)) {
         size_t n_all = (size_t)d->world * B * T;
         bytes += n_all * t->cfg.dim * sizeof(kbf16) + n_all * sizeof(int) +
                  encoder_backward_scratch_bytes((int)n_all, t->cfg.padded_vocab_size);
@@ -53,7 +56,7 @@ GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int ov
         snprintf(err, ERR_LEN, "out of host memory for the gradient buckets");
         return NULL;
     }
-    const int early_embeddings = owns_encoder(zero1, overlap, d->world);
+    const int early_embeddings = owns_encoder(t, zero1, overlap, d->world);
     if (bucket_plan_build(&gs->plan, t, d->world, d->rank, zero1, early_embeddings, min_bucket, err) != 0) {
         free(gs);
         return NULL;
@@ -64,7 +67,8 @@ GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int ov
     gs->world = d->world;
     gs->rank = d->rank;
     gs->B = B, gs->T = T, gs->C = t->cfg.dim, gs->Vp = t->cfg.padded_vocab_size;
-    gs->wte_offset = param_whole(t, ROLE_WTE)->offset;
+    gs->early_embeddings = early_embeddings;
+    gs->wte_offset = early_embeddings ? param_whole(t, ROLE_WTE)->offset : 0;
     gs->wpe = param_whole(t, ROLE_WPE);
     gs->embed_scale = gpt_embed_scale(&t->cfg);
     gs->pad_token = gpt_embed_pad_token(&t->cfg);
@@ -121,7 +125,7 @@ float *grad_sync_grad_shard(const GradSync *gs) {
 }
 
 int grad_sync_owns_encoder(const GradSync *gs) {
-    return gs && owns_encoder(gs->zero1, gs->overlap, gs->world);
+    return gs && gs->early_embeddings;
 }
 
 static void reduce_bucket(GradSync *gs, int i, float *grads) {

@@ -1,6 +1,7 @@
 /* model/dist/vocab_parallel.cu - the vocabulary-parallel output layer (model/dist/vocab_parallel.h):
- * the slice's buffers, the step's collectives around kernels/output_layer.h's slice layer, and the
- * slice's share of the gradient norm, AdamW and checkpoints.
+ * the slice's buffers, the step's collectives around kernels/output_layer.h's slice layer and (a tied
+ * head) kernels/encoder.cu's slice embedding, and the slice's share of the gradient norm, AdamW and
+ * checkpoints.
  * Shapes: R ranks, N rows per rank, NT = R·N, C, Vp, Vs = Vp/R. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,14 +19,21 @@ extern "C" {
 struct VocabParallel {
     const Dist *dist;
     int R, rank, C;
+    int tied;                  /* the slice is also the token embedding's rows */
+    float embed_scale;         /* tied: the embedding's scale, and the token whose row gets no gradient */
+    int pad_token;
     size_t N, NT;
     VocabSlice slice;
     size_t elems;              /* Vs·C: every slice buffer's values */
     size_t head_offset;        /* the head row's offset in the table's flat layout */
     kbf16 *W;                  /* [Vs, C] the slice's bf16 weights */
     float *master, *grad, *m, *v;
-    kbf16 *H_all;              /* [NT, C] every rank's hidden states, in rank order */
+    kbf16 *H_all;              /* [NT, C] every rank's hidden states, in rank order; tied, also the
+                                * embedding's rows of every rank before the reduce-scatter and every
+                                * rank's d(embedding) (the output layer no longer reads H then) */
     int *targets_all;          /* [NT] */
+    int *inputs_all;           /* tied: [NT] every rank's tokens, from the embedding to its backward */
+    void *embed_scratch;       /* tied: the slice embedding backward's */
     float *stats;              /* [3, NT] this slice's statistics */
     float *stats_all;          /* [R, 3, NT] every slice's, in rank order */
     float *lse;                /* [NT] combined */
@@ -45,9 +53,10 @@ size_t vocab_parallel_bytes(const ParamTable *t, int world, int N) {
     const size_t Vs = (size_t)t->cfg.padded_vocab_size / (size_t)world;
     /* rank 0's slice stands for every rank's: the streaming path's workspace does not grow with V */
     const VocabSlice s0 = vocab_slice(t->cfg.vocab_size, t->cfg.padded_vocab_size, world, 0);
+    const size_t embed = t->cfg.untied_head ? 0 : NT * sizeof(int) + encoder_slice_backward_scratch_bytes((int)NT, (int)Vs);
     return Vs * C * (sizeof(kbf16) + 4 * sizeof(float)) + NT * C * (sizeof(kbf16) + sizeof(float)) +
            (size_t)N * C * sizeof(float) + NT * (sizeof(int) + (4 + 3 * (size_t)world) * sizeof(float)) +
-           output_layer_workspace_bytes(OUTPUT_FUSED, (int64_t)NT, s0.real, (int)C, 0);
+           output_layer_workspace_bytes(OUTPUT_FUSED, (int64_t)NT, s0.real, (int)C, 0) + embed;
 }
 
 static void *device_alloc(size_t bytes, size_t *total) {
@@ -65,8 +74,11 @@ VocabParallel *vocab_parallel_create(const ParamTable *t, const Dist *d, int N, 
         snprintf(err, ERR_LEN, "out of host memory");
         return NULL;
     }
-    const ParamInfo *head = param_whole(t, ROLE_LM_HEAD);
+    const ParamInfo *head = param_whole(t, head_role(&t->cfg));
     vp->dist = d;
+    vp->tied = !t->cfg.untied_head;
+    vp->embed_scale = gpt_embed_scale(&t->cfg);
+    vp->pad_token = gpt_embed_pad_token(&t->cfg);
     vp->R = world, vp->rank = d ? d->rank : 0, vp->C = t->cfg.dim;
     vp->N = (size_t)N, vp->NT = (size_t)world * N;
     vp->slice = vocab_slice(t->cfg.vocab_size, t->cfg.padded_vocab_size, world, vp->rank);
@@ -86,6 +98,10 @@ VocabParallel *vocab_parallel_create(const ParamTable *t, const Dist *d, int N, 
     vp->lse = (float *)device_alloc(NT * sizeof(float), b);
     vp->dH_all = (float *)device_alloc(NT * C * sizeof(float), b);
     vp->dH = (float *)device_alloc(vp->N * C * sizeof(float), b);
+    if (vp->tied) {
+        vp->inputs_all = (int *)device_alloc(NT * sizeof(int), b);
+        vp->embed_scratch = device_alloc(encoder_slice_backward_scratch_bytes((int)NT, vp->slice.rows), b);
+    }
     CUDA_CHECK(cudaMemset(vp->W, 0, vp->elems * sizeof(kbf16)));
     CUDA_CHECK(cudaMemset(vp->master, 0, vp->elems * sizeof(float)));
     CUDA_CHECK(cudaMemset(vp->grad, 0, vp->elems * sizeof(float)));
@@ -114,6 +130,8 @@ void vocab_parallel_free(VocabParallel *vp) {
     if (vp->out) output_layer_destroy(vp->out);
     free(vp->host_targets);
     free(vp->host_lse);
+    CUDA_CHECK(cudaFree(vp->embed_scratch));
+    CUDA_CHECK(cudaFree(vp->inputs_all));
     CUDA_CHECK(cudaFree(vp->dH));
     CUDA_CHECK(cudaFree(vp->dH_all));
     CUDA_CHECK(cudaFree(vp->lse));
@@ -142,11 +160,12 @@ static void all_gather(const VocabParallel *vp, const void *send, void *recv, si
         CUDA_CHECK(cudaMemcpyAsync(recv, send, count * type_bytes(type), cudaMemcpyDeviceToDevice, s));
 }
 
-static void reduce_scatter(const VocabParallel *vp, const float *send, float *recv, size_t count, cudaStream_t s) {
+static void reduce_scatter(const VocabParallel *vp, const void *send, void *recv, size_t count, DistType type,
+                           cudaStream_t s) {
     if (vp->dist && vp->dist->nccl)
-        dist_reduce_scatter_sum(vp->dist, send, recv, count, s);
+        dist_reduce_scatter_sum_typed(vp->dist, send, recv, count, type, s);
     else
-        CUDA_CHECK(cudaMemcpyAsync(recv, send, count * sizeof(float), cudaMemcpyDeviceToDevice, s));
+        CUDA_CHECK(cudaMemcpyAsync(recv, send, count * type_bytes(type), cudaMemcpyDeviceToDevice, s));
 }
 
 static void check_launch(int rc, const char *what) {
@@ -178,8 +197,28 @@ void vocab_parallel_output(VocabParallel *vp, const kbf16 *H, const int *targets
     a.dH = vp->dH_all;
     a.dW = vp->grad;
     check_launch(output_slice_backward(vp->out, &a, s), "output_slice_backward");
-    reduce_scatter(vp, vp->dH_all, vp->dH, N * C, s);
+    reduce_scatter(vp, vp->dH_all, vp->dH, N * C, DIST_FLOAT32, s);
     convert_fp32_to_bf16(dH, vp->dH, N * C, s);
+}
+
+int vocab_parallel_tied(const VocabParallel *vp) {
+    return vp && vp->tied;
+}
+
+void vocab_parallel_embed(VocabParallel *vp, kbf16 *out, const int *inputs, const kbf16 *wpe, int T, cudaStream_t s) {
+    const size_t C = (size_t)vp->C, N = vp->N, NT = vp->NT;
+    all_gather(vp, inputs, vp->inputs_all, N, DIST_INT32, s);
+    encoder_slice_forward(vp->H_all, vp->inputs_all, vp->W, wpe, vp->embed_scale, vp->slice.begin, vp->slice.rows,
+                          (int)NT, T, (int)C, s);
+    /* one rank's row and the others' zeros: the sum is that row, in bf16 as in fp32 */
+    reduce_scatter(vp, vp->H_all, out, N * C, DIST_BFLOAT16, s);
+}
+
+void vocab_parallel_embed_backward(VocabParallel *vp, const kbf16 *dout, cudaStream_t s) {
+    const size_t C = (size_t)vp->C, N = vp->N, NT = vp->NT;
+    all_gather(vp, dout, vp->H_all, N * C, DIST_BFLOAT16, s);
+    encoder_slice_backward(vp->grad, vp->embed_scratch, vp->H_all, vp->inputs_all, vp->embed_scale, vp->pad_token,
+                           vp->slice.begin, vp->slice.rows, (int)NT, (int)C, s);
 }
 
 float vocab_parallel_mean_lse(VocabParallel *vp, cudaStream_t s) {
@@ -250,13 +289,18 @@ void vocab_parallel_write(VocabParallel *vp, const float *params, const float *m
 
 int vocab_parallel_memory_items(const VocabParallel *vp, MemoryItem *items) {
     const size_t slice = vp->elems * (sizeof(kbf16) + 4 * sizeof(float));
-    items[0] = MemoryItem{"lm_head slice (bf16, fp32 master, gradient, AdamW m, v)", slice, 0};
-    items[1] = MemoryItem{"vocabulary-parallel buffers (gathered H, dH, statistics) and workspace", vp->bytes - slice,
-                          0};
+    items[0] = MemoryItem{vp->tied ? "tied head slice, lm_head and token embedding (bf16, fp32 master, gradient, AdamW "
+                                     "m, v)"
+                                   : "lm_head slice (bf16, fp32 master, gradient, AdamW m, v)",
+                          slice, 0};
+    items[1] = MemoryItem{vp->tied ? "vocabulary-parallel buffers (gathered H, dH, statistics, tokens) and workspace"
+                                   : "vocabulary-parallel buffers (gathered H, dH, statistics) and workspace",
+                          vp->bytes - slice, 0};
     return 2;
 }
 
 void vocab_parallel_describe(const VocabParallel *vp, char *out, size_t n) {
-    snprintf(out, n, "vocabulary-parallel fused streaming: lm_head rows [%d, %d) of %zu on this rank, %d ranks",
-             vp->slice.begin, vp->slice.begin + vp->slice.rows, (size_t)vp->slice.rows * (size_t)vp->R, vp->R);
+    snprintf(out, n, "vocabulary-parallel fused streaming: %s rows [%d, %d) of %zu on this rank, %d ranks",
+             vp->tied ? "tied head and token embedding" : "lm_head", vp->slice.begin, vp->slice.begin + vp->slice.rows,
+             (size_t)vp->slice.rows * (size_t)vp->R, vp->R);
 }

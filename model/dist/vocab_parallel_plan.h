@@ -10,12 +10,16 @@ extern "C" {
 #endif
 
 /* 1 when the model's head splits over `world` ranks of N rows each; else 0 with a one-line reason
- * in err (ERR_LEN bytes): a tied head, Vp not a multiple of world, a slice of padding only. */
+ * in err (ERR_LEN bytes): a head that is neither the table's first row (tied: the token embedding)
+ * nor its last (lm_head), Vp not a multiple of world, a slice of padding only. */
 int vocab_parallel_check(const ParamTable *t, int world, int N, char *err);
 
-/* The table without the head row: the rows every rank keeps whole and reduces as data parallelism
- * does (params points into t's; nothing to free). The table itself when the head is not split. */
-ParamTable vocab_parallel_replicated(const ParamTable *t);
+/* The rows every rank keeps whole and reduces as data parallelism does: the table without the
+ * head's row, copied into rows (t->count entries, the caller's) with the offsets of the flat
+ * buffers that hold them, from 0. *begin: where they start in the whole table's layout (a tied
+ * head's values, which lie before them; 0 for lm_head, which lies after). The table itself (rows a
+ * copy, *begin 0) when the head does not split. */
+ParamTable vocab_parallel_replicated(const ParamTable *t, ParamInfo *rows, size_t *begin);
 
 #ifdef __cplusplus
 }
