@@ -49,7 +49,10 @@
  * attention_forward.cuh and attention_backward.cuh (the kernels). */
 #include <math.h>
 
+#include <algorithm>
+
 #include "kernels/attention_forward.cuh"
+#include "kernels/attention_forward_tma.cuh"
 #include "kernels/attention_backward.cuh"
 #include "kernels/kernels.h"
 
@@ -117,6 +120,32 @@ static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const A
     CUDA_CHECK(cudaGetLastError());
 }
 
+/* The copy engine reads qkv as [B][T][(NH+2·NKV)·HS] in boxes of 128 tokens × 64 columns: rows past
+ * T (of the last block of each sequence) arrive as zeros, never as the next sequence's rows. */
+template <int HS>
+static void launch_forward_tma(bf16 *out, float *lse, const bf16 *qkv, const AttentionShape *s, cudaStream_t stream) {
+    const size_t smem = att_tma_smem_bytes(HS);
+    static bool attr_set = false; /* once per instantiation */
+    if (!attr_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(attention_forward_tma_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+        attr_set = true;
+    }
+    const size_t C3 = packed_qkv_width(s->NH, s->NKV, HS);
+    const cuuint64_t dims[3] = {C3, (cuuint64_t)s->T, (cuuint64_t)s->B};
+    const cuuint64_t strides[2] = {C3 * sizeof(bf16), (cuuint64_t)s->T * C3 * sizeof(bf16)};
+    const cuuint32_t box[3] = {64, ATT_TMA_BM, 1};
+    const CUtensorMap tm = tma_tensor_map_bf16(qkv, 3, dims, strides, box, "attention forward");
+    /* A section: the query heads whose key/value heads (2·T·HS bf16 each) fit in its share of L2. */
+    const int group = s->NH / s->NKV;
+    const size_t kv_head_bytes = (size_t)2 * s->T * HS * sizeof(bf16);
+    const int section = (int)std::max<size_t>(1, ATT_TMA_SECTION_BYTES / kv_head_bytes) * group;
+    const int nqb = ceil_div(s->T, ATT_TMA_BM);
+    attention_forward_tma_kernel<HS><<<nqb * s->B * s->NH, ATT_TMA_THREADS, smem, stream>>>(
+        tm, out, lse, s->T, s->NH, s->NKV, s->window, LOG2E * s->scale, nqb, section);
+    CUDA_CHECK(cudaGetLastError());
+}
+
 extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, const AttentionShape *s,
                                   cudaStream_t stream) {
     check_shape(s);
@@ -125,7 +154,7 @@ extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, cons
     else if (s->HS == 64 && use_wgmma)
         launch_forward_wgmma<64>(out, lse, qkv, s, stream);
     else if (use_wgmma)
-        launch_forward_wgmma<128>(out, lse, qkv, s, stream);
+        launch_forward_tma<128>(out, lse, qkv, s, stream);
     else if (s->HS == 64)
         launch_forward<64>(out, lse, qkv, s, stream);
     else

@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
         __syncthreads();
     }
 
-    store_forward_rows<HS>(out, lse, &o[0][0], lrow, mrow, b, h, q0 + warp * 16 + g, tq, T, C);
+    store_forward_rows<HS>(out, lse, &o[0][0], lrow, mrow, b, h, NH, q0 + warp * 16 + g, tq, T, C);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 128 ? ATT_FWD128_MINB : HS 
         }
     }
 
-    store_forward_rows<HS>(out, lse, &o[0][0], lrow, mrow, b, h, q0 + warp * 16 + g, tq, T, C);
+    store_forward_rows<HS>(out, lse, &o[0][0], lrow, mrow, b, h, NH, q0 + warp * 16 + g, tq, T, C);
 }
 
 #endif
