@@ -10,8 +10,11 @@
  * start first, so that the grid's tail is light.
  * Consumer warpgroup, per key tile j: S(j) = Q·K(j)ᵀ (wgmma m64n128k16 from shared memory) and
  * O += P(j-1)·V(j-1) (P from registers) are issued together; the softmax of S(j) runs while
- * P(j-1)·V(j-1) is on the tensor cores, and O is rescaled once that product is done. The tensor
- * cores thus never wait for a softmax, where the one-warpgroup kernel relies on other blocks.
+ * P(j-1)·V(j-1) is on the tensor cores, and O is rescaled once that product is done. The two
+ * warpgroups take turns to issue (ping-pong), so one's softmax also overlaps the other's products:
+ * the tensor cores never wait for a softmax, where the one-warpgroup kernel relies on other blocks.
+ * Measured at Qwen3-0.6B's shape (B 8, T 2048, NH 16, NKV 8): 0.29 ms against 0.49 for that kernel;
+ * without the turns 0.31-0.33, with a third stage 0.30-0.31 (dev/RESULTS.md, attention).
  * FLOPs 2·B·NH·T²·HS (causal); bytes: K and V cross from L2 once per 128 query rows. */
 #ifndef FUSEDGPT_ATTENTION_FORWARD_TMA_CUH
 #define FUSEDGPT_ATTENTION_FORWARD_TMA_CUH
@@ -97,6 +100,16 @@ __device__ __forceinline__ void att_tma_softmax(float (&s)[2][32], float (&mrow)
             }
         lrow[r] = lrow[r] * alpha[r] + l;
     }
+}
+
+/* Ping-pong between the two consumer warpgroups: warpgroup w issues its products only on its turn
+ * (named barrier 1 + w, which the other warpgroup's 128 threads arrive on once they issued theirs),
+ * so that one's softmax runs while the other's products hold the tensor cores. */
+__device__ __forceinline__ void att_tma_turn_wait(int wg) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + wg), "n"(ATT_TMA_CONSUMER_THREADS) : "memory");
+}
+__device__ __forceinline__ void att_tma_turn_pass(int wg) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(2 - wg), "n"(ATT_TMA_CONSUMER_THREADS) : "memory");
 }
 
 /* A warp's release of a ring slot once its products read it (every lane has waited for them). */
@@ -187,11 +200,16 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         for (int kk = 0; kk < 8; kk++) pack_a_fragment(a[kk], s[kk / 4], kk % 4);
     };
 
+    /* Warpgroup 0 goes first. Each issues nkv - j0 + 1 times and passes the turn after each but
+     * warpgroup 1's last: every barrier phase completes, none is left half-arrived. */
+    if (wg == 1) att_tma_turn_pass(wg);
     mbar_wait(q_full, 0);
     mbar_wait(k_full, 0);
+    att_tma_turn_wait(wg);
     wgmma_fence();
     att_tma_issue_qk<HS>(s, Qw, Ks);
     wgmma_commit();
+    att_tma_turn_pass(wg);
     wgmma_wait<0>();
     fence_acc(s[0]);
     fence_acc(s[1]);
@@ -207,11 +225,13 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         mbar_wait(v_full + 8 * sv, (uint32_t)(((it - 1) / ST) & 1));
 #pragma unroll
         for (int p = 0; p < NP; p++) fence_acc(o[p]);
+        att_tma_turn_wait(wg);
         wgmma_fence();
         att_tma_issue_qk<HS>(s, Qw, Ks + sk * TILE);
         wgmma_commit();
         att_tma_issue_pv<HS>(o, a, Vs + sv * TILE);
         wgmma_commit();
+        att_tma_turn_pass(wg);
         wgmma_wait<1>(); /* S(j); P(j-1)·V(j-1) may still run */
         fence_acc(s[0]);
         fence_acc(s[1]);
@@ -233,9 +253,11 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     mbar_wait(v_full + 8 * (last % ST), (uint32_t)((last / ST) & 1));
 #pragma unroll
     for (int p = 0; p < NP; p++) fence_acc(o[p]);
+    att_tma_turn_wait(wg);
     wgmma_fence();
     att_tma_issue_pv<HS>(o, a, Vs + (last % ST) * TILE);
     wgmma_commit();
+    if (wg == 0) att_tma_turn_pass(wg);
     wgmma_wait<0>();
     fence_regs(a);
 #pragma unroll
