@@ -27,7 +27,7 @@
 
 #define ATT_TMA_BM 128    /* query rows per block: two consumer warpgroups of 64 */
 #define ATT_TMA_BN 128    /* keys per tile */
-#define ATT_TMA_STAGES 3  /* K and V tiles in flight */
+#define ATT_TMA_STAGES 2  /* K and V tiles in flight */
 #define ATT_TMA_CONSUMER_THREADS 256
 #define ATT_TMA_THREADS (ATT_TMA_CONSUMER_THREADS + 128) /* + the producer warpgroup */
 /* Registers a thread after the split: a warp of each warpgroup shares each of the SM's four register
