@@ -17,10 +17,12 @@
  *
  * Forward: grid (⌈T/64⌉, B·NH), 4 warps; a block owns 64 query rows (16 per warp, Q fragments in
  *   registers; wgmma reads them from shared memory), loops over 64-key tiles up to the diagonal
- *   (K, V double-buffered through cp.async; the wgmma kernel keeps one K buffer, which at HS 128
- *   fits a third block per SM, and at HS 256 one V buffer too, which fits a second; it issues S of
- *   the next tile behind P·V of this one), online
- *   softmax in registers; no T×T tensor ever exists. Heaviest (last) query tiles start first.
+ *   (K, V double-buffered through cp.async; the wgmma kernel keeps one K buffer, and at HS 256 one
+ *   V buffer too, which fits a second block per SM; it issues S of the next tile behind P·V of this
+ *   one), online softmax in registers; no T×T tensor ever exists. Heaviest (last) query tiles start
+ *   first. On Hopper at HS 128 the forward is attention_forward_tma.cuh's instead: blocks of 128
+ *   rows as two warpgroups that take turns on the tensor cores, K and V tiles of 128 keys streamed
+ *   by the copy engine, the same softmax and masks.
  * Backward (deterministic, no atomics): D = rowsum(dout ∘ out) first; then
  *   dK,dV kernel: a block owns 64 keys of one key/value head (16 per warp), loops over the query
  *     heads of its group and, for each, over the query tiles that see its keys (from the diagonal
@@ -46,7 +48,7 @@
  * The kernels live in headers by role, compiled in this one file with the launchers below:
  * attention_tiles.cuh (block constants, loads into shared memory), attention_mma.cuh (mma.sync and
  * wgmma products), attention_mask.cuh, attention_store.cuh (results from registers),
- * attention_forward.cuh and attention_backward.cuh (the kernels). */
+ * attention_forward.cuh, attention_forward_tma.cuh and attention_backward.cuh (the kernels). */
 #include <math.h>
 
 #include <algorithm>

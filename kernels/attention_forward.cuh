@@ -1,6 +1,6 @@
-/* kernels/attention_forward.cuh - the forward kernels: mma.sync (HS 64 and 128) and wgmma (HS 64,
- * 128 and 256), with the same blocks, loads and online softmax (attention.cu describes the
- * algorithm). */
+/* kernels/attention_forward.cuh - the forward kernels of 64-row blocks: mma.sync (HS 64 and 128) and
+ * wgmma (HS 64 and 256; HS 128 on Hopper has attention_forward_tma.cuh), with the same blocks, loads
+ * and online softmax (attention.cu describes the algorithm). */
 #ifndef FUSEDGPT_ATTENTION_FORWARD_CUH
 #define FUSEDGPT_ATTENTION_FORWARD_CUH
 
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Forward on Hopper tensor cores, HS = 64, 128 or 256: the blocks, loads and online softmax of
+/* Forward on Hopper tensor cores, HS = 64 or 256: the blocks, loads and online softmax of
  * attention_forward_kernel, with both products as warpgroup MMAs (the block's 4 warps are one
  * warpgroup; each warp's 16 rows of S and O sit in the same registers as with mma.sync).
  *   S = Q·Kᵀ: wgmma m64n64k16 ×HS/16, Q and K K-major from shared memory;
@@ -121,11 +121,11 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
  * other without the block's round trip in between.
  * Shared tiles [64][HS] bf16 as [64][64] panels in wgmma's 128-byte swizzle: Q, K, V [2]. One K
  * buffer: K(j+2) and V(j+2) are copied in once S(j+1) and P(j)·V(j) are done, behind the next
- * softmax. At HS = 128 the 64 KB this leaves fit three blocks per SM instead of two (the kernels
- * are bound by latency, which resident warps hide). At HS = 256 V has one buffer too (96 KB: two
- * blocks per SM instead of one): V(j+1) is copied once P(j)·V(j) is done, behind softmax(j+1). */
+ * softmax (the kernels are bound by latency, which resident warps hide). At HS = 256 V has one
+ * buffer too (96 KB: two blocks per SM instead of one): V(j+1) is copied once P(j)·V(j) is done,
+ * behind softmax(j+1). */
 template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS, HS == 128 ? ATT_FWD128_MINB : HS == 256 ? ATT_FWD256_MINB : 1)
+__global__ void __launch_bounds__(ATT_THREADS, HS == 256 ? ATT_FWD256_MINB : 1)
     attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, int window,
                                    float sl2) {
     constexpr int TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2, NP = HS / 64, NVB = att_fwd_v_buffers(HS);

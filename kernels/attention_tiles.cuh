@@ -21,7 +21,6 @@
 #define ATT_WG_BWD_MINB 3
 #define ATT_WG_BWD128_MINB 2 /* head size 128: dK,dV needs 240 registers, dQ 97 KB of shared memory */
 #define ATT_FWD64_MINB 1    /* capping to 4 blocks (128 regs) spilled and ran slower */
-#define ATT_FWD128_MINB 3   /* wgmma forward, head size 128: what its shared memory allows */
 #define ATT_FWD256_MINB 2   /* wgmma forward, head size 256: with one V buffer (96 KB) */
 /* The wgmma forward's V buffers: two, but one at head size 256, where a second would leave room for
  * only one block per SM. */
