@@ -17,12 +17,12 @@
  *
  * Forward: grid (⌈T/64⌉, B·NH), 4 warps; a block owns 64 query rows (16 per warp, Q fragments in
  *   registers; wgmma reads them from shared memory), loops over 64-key tiles up to the diagonal
- *   (K, V double-buffered through cp.async; the wgmma kernel keeps one K buffer, and at HS 256 one
- *   V buffer too, which fits a second block per SM; it issues S of the next tile behind P·V of this
- *   one), online softmax in registers; no T×T tensor ever exists. Heaviest (last) query tiles start
- *   first. On Hopper at HS 128 the forward is attention_forward_tma.cuh's instead: blocks of 128
- *   rows as two warpgroups that take turns on the tensor cores, K and V tiles of 128 keys streamed
- *   by the copy engine, the same softmax and masks.
+ *   (K, V double-buffered through cp.async; the wgmma kernel, HS 256, keeps one buffer of each,
+ *   which fits a second block per SM, and issues S of the next tile behind P·V of this one),
+ *   online softmax in registers; no T×T tensor ever exists. Heaviest (last) query tiles start
+ *   first. On Hopper at HS 64 and 128 the forward is attention_forward_tma.cuh's instead: blocks of
+ *   128 rows as two warpgroups that take turns on the tensor cores, K and V tiles of 128 keys
+ *   streamed by the copy engine, the same softmax and masks.
  * Backward (deterministic, no atomics): D = rowsum(dout ∘ out) first; then
  *   dK,dV kernel: a block owns 64 keys of one key/value head (16 per warp), loops over the query
  *     heads of its group and, for each, over the query tiles that see its keys (from the diagonal
@@ -108,8 +108,7 @@ extern "C" void attention_use_wgmma(int on) {
 template <int HS>
 static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const AttentionShape *s,
                                  cudaStream_t stream) {
-    /* Q, K, V [att_fwd_v_buffers]; + alignment to 1024 bytes */
-    const size_t smem = (2 + att_fwd_v_buffers(HS)) * ATT_TILE * HS * sizeof(bf16) + 1024;
+    const size_t smem = 3 * ATT_TILE * HS * sizeof(bf16) + 1024; /* Q, K, V; + alignment to 1024 bytes */
     static bool attr_set = false; /* once per instantiation */
     if (!attr_set) {
         CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel<HS>,
@@ -154,7 +153,7 @@ extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, cons
     if (s->HS == 256)
         launch_forward_wgmma<256>(out, lse, qkv, s, stream);
     else if (s->HS == 64 && use_wgmma)
-        launch_forward_wgmma<64>(out, lse, qkv, s, stream);
+        launch_forward_tma<64>(out, lse, qkv, s, stream);
     else if (use_wgmma)
         launch_forward_tma<128>(out, lse, qkv, s, stream);
     else if (s->HS == 64)

@@ -1,11 +1,12 @@
-/* kernels/attention_forward_tma.cuh - the attention forward at head size 128 on Hopper, in
+/* kernels/attention_forward_tma.cuh - the attention forward at head sizes 64 and 128 on Hopper, in
  * FlashAttention-3's manner: a block owns 128 query rows as two consumer warpgroups of 64, and a
  * producer warp streams 128-key tiles of K and V into a two-stage ring by the copy engine (TMA),
  * each tile completing on an mbarrier and released by the consumers on another. Math, masks, lse
  * and the order of the softmax are those of attention.cu.
  *
  * Launch: 1-d grid of ⌈T/128⌉·B·NH blocks, 384 threads (warps 0-7 the consumers, 8-11 the
- * producer, which gives its registers to the consumers), 160 KB of shared memory: one block per SM. Blocks go by sections of heads whose K and V
+ * producer, which gives its registers to the consumers), 160 KB of shared memory at HS 128 (80 at
+ * 64): one block per SM. Blocks go by sections of heads whose K and V
  * fit in a share of L2 together; within a section the heaviest query blocks (the most key tiles)
  * start first, so that the grid's tail is light.
  * Consumer warpgroup, per key tile j: S(j) = Q·K(j)ᵀ (wgmma m64n128k16 from shared memory) and
@@ -14,7 +15,8 @@
  * warpgroups take turns to issue (ping-pong), so one's softmax also overlaps the other's products:
  * the tensor cores never wait for a softmax, where the one-warpgroup kernel relies on other blocks.
  * Measured at Qwen3-0.6B's shape (B 8, T 2048, NH 16, NKV 8): 0.29 ms against 0.49 for that kernel;
- * without the turns 0.31-0.33, with a third stage 0.30-0.31 (dev/RESULTS.md, attention).
+ * without the turns 0.31-0.33, with a third stage 0.30-0.31; at GPT-2's HS 64 (B 16, T 1024)
+ * 0.116-0.128 ms against 0.136-0.141 (dev/RESULTS.md, attention).
  * FLOPs 2·B·NH·T²·HS (causal); bytes: K and V cross from L2 once per 128 query rows. */
 #ifndef FUSEDGPT_ATTENTION_FORWARD_TMA_CUH
 #define FUSEDGPT_ATTENTION_FORWARD_TMA_CUH
@@ -158,18 +160,20 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         if (warp == ATT_TMA_CONSUMER_THREADS / 32 && lane == 0) {
             const int qcol = h * HS, kcol = (NH + kvh) * HS, vcol = (NH + NKV + kvh) * HS;
             mbar_expect_tx(q_full, TILE);
-            for (int p = 0; p < NP; p++) tma_load_3d(Qs + p * ATT_TMA_PANEL_BYTES, &tm_qkv, qcol + 64 * p, q0, b, q_full);
+            for (int p = 0; p < NP; p++)
+                tma_load_3d(Qs + p * ATT_TMA_PANEL_BYTES, &tm_qkv, qcol + 64 * p, q0, b, q_full);
             for (int j = j0; j < nkv; j++) {
                 const int it = j - j0, s = it % ST;
                 const uint32_t again = (uint32_t)((it / ST - 1) & 1); /* the phase that freed slot s */
+                const uint32_t kt = Ks + s * TILE, vt = Vs + s * TILE, kb = k_full + 8 * s, vb = v_full + 8 * s;
                 if (it >= ST) mbar_wait(k_empty + 8 * s, again);
-                mbar_expect_tx(k_full + 8 * s, TILE);
+                mbar_expect_tx(kb, TILE);
                 for (int p = 0; p < NP; p++)
-                    tma_load_3d(Ks + s * TILE + p * ATT_TMA_PANEL_BYTES, &tm_qkv, kcol + 64 * p, j * BN, b, k_full + 8 * s);
+                    tma_load_3d(kt + p * ATT_TMA_PANEL_BYTES, &tm_qkv, kcol + 64 * p, j * BN, b, kb);
                 if (it >= ST) mbar_wait(v_empty + 8 * s, again);
-                mbar_expect_tx(v_full + 8 * s, TILE);
+                mbar_expect_tx(vb, TILE);
                 for (int p = 0; p < NP; p++)
-                    tma_load_3d(Vs + s * TILE + p * ATT_TMA_PANEL_BYTES, &tm_qkv, vcol + 64 * p, j * BN, b, v_full + 8 * s);
+                    tma_load_3d(vt + p * ATT_TMA_PANEL_BYTES, &tm_qkv, vcol + 64 * p, j * BN, b, vb);
             }
         }
         return;
