@@ -1,22 +1,23 @@
 /* kernels/attention_forward_tma.cuh - the attention forward at head sizes 64 and 128 on Hopper, in
- * FlashAttention-3's manner: a block owns 128 query rows as two consumer warpgroups of 64, and a
- * producer warp streams 128-key tiles of K and V into a two-stage ring by the copy engine (TMA),
+ * FlashAttention-3's manner: a block owns 128 query rows as two consumer warpgroups of 64, and one
+ * producer thread streams 128-key tiles of K and V into a two-stage ring by the copy engine (TMA),
  * each tile completing on an mbarrier and released by the consumers on another. Math, masks, lse
  * and the order of the softmax are those of attention.cu.
  *
  * Launch: 1-d grid of ⌈T/128⌉·B·NH blocks, 384 threads (warps 0-7 the consumers, 8-11 the
- * producer, which gives its registers to the consumers), 160 KB of shared memory at HS 128 (80 at
- * 64): one block per SM. Blocks go by sections of heads whose K and V
- * fit in a share of L2 together; within a section the heaviest query blocks (the most key tiles)
- * start first, so that the grid's tail is light.
+ * producer warpgroup, which gives its registers to the consumers), 160 KB of shared memory at
+ * HS 128 (80 at 64): one block per SM. Blocks go by sections of heads whose K and V fit in a share
+ * of L2 together; within a section the heaviest query blocks (the most key tiles) start first, so
+ * that the grid's tail is light.
  * Consumer warpgroup, per key tile j: S(j) = Q·K(j)ᵀ (wgmma m64n128k16 from shared memory) and
  * O += P(j-1)·V(j-1) (P from registers) are issued together; the softmax of S(j) runs while
  * P(j-1)·V(j-1) is on the tensor cores, and O is rescaled once that product is done. The two
  * warpgroups take turns to issue (ping-pong), so one's softmax also overlaps the other's products:
  * the tensor cores never wait for a softmax, where the one-warpgroup kernel relies on other blocks.
- * Measured at Qwen3-0.6B's shape (B 8, T 2048, NH 16, NKV 8): 0.29 ms against 0.49 for that kernel;
- * without the turns 0.31-0.33, with a third stage 0.30-0.31; at GPT-2's HS 64 (B 16, T 1024)
- * 0.116-0.128 ms against 0.136-0.141 (dev/RESULTS.md, attention).
+ * Measured at Qwen3-0.6B's shape (B 8, T 2048, NH 16, NKV 8): 0.28-0.30 ms against 0.49-0.50 for
+ * that kernel; without the turns 0.31-0.33, with a third stage 0.30-0.31, with sections of 2 MB
+ * 0.30, of 32 MB 0.31; at GPT-2's HS 64 (B 16, T 1024) 0.116-0.132 ms against 0.131-0.150
+ * (dev/RESULTS.md, attention).
  * FLOPs 2·B·NH·T²·HS (causal); bytes: K and V cross from L2 once per 128 query rows. */
 #ifndef FUSEDGPT_ATTENTION_FORWARD_TMA_CUH
 #define FUSEDGPT_ATTENTION_FORWARD_TMA_CUH
