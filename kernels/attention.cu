@@ -17,10 +17,12 @@
  *
  * Forward: grid (⌈T/64⌉, B·NH), 4 warps; a block owns 64 query rows (16 per warp, Q fragments in
  *   registers; wgmma reads them from shared memory), loops over 64-key tiles up to the diagonal
- *   (K, V double-buffered through cp.async; the wgmma kernel keeps one K buffer, which at HS 128
- *   fits a third block per SM, and at HS 256 one V buffer too, which fits a second; it issues S of
- *   the next tile behind P·V of this one), online
- *   softmax in registers; no T×T tensor ever exists. Heaviest (last) query tiles start first.
+ *   (K, V double-buffered through cp.async; the wgmma kernel, HS 256, keeps one buffer of each,
+ *   which fits a second block per SM, and issues S of the next tile behind P·V of this one),
+ *   online softmax in registers; no T×T tensor ever exists. Heaviest (last) query tiles start
+ *   first. On Hopper at HS 64 and 128 the forward is attention_forward_tma.cuh's instead: blocks of
+ *   128 rows as two warpgroups that take turns on the tensor cores, K and V tiles of 128 keys
+ *   streamed by the copy engine, the same softmax and masks.
  * Backward (deterministic, no atomics): D = rowsum(dout ∘ out) first; then
  *   dK,dV kernel: a block owns 64 keys of one key/value head (16 per warp), loops over the query
  *     heads of its group and, for each, over the query tiles that see its keys (from the diagonal
@@ -46,10 +48,13 @@
  * The kernels live in headers by role, compiled in this one file with the launchers below:
  * attention_tiles.cuh (block constants, loads into shared memory), attention_mma.cuh (mma.sync and
  * wgmma products), attention_mask.cuh, attention_store.cuh (results from registers),
- * attention_forward.cuh and attention_backward.cuh (the kernels). */
+ * attention_forward.cuh, attention_forward_tma.cuh and attention_backward.cuh (the kernels). */
 #include <math.h>
 
+#include <algorithm>
+
 #include "kernels/attention_forward.cuh"
+#include "kernels/attention_forward_tma.cuh"
 #include "kernels/attention_backward.cuh"
 #include "kernels/kernels.h"
 
@@ -103,8 +108,7 @@ extern "C" void attention_use_wgmma(int on) {
 template <int HS>
 static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const AttentionShape *s,
                                  cudaStream_t stream) {
-    /* Q, K, V [att_fwd_v_buffers]; + alignment to 1024 bytes */
-    const size_t smem = (2 + att_fwd_v_buffers(HS)) * ATT_TILE * HS * sizeof(bf16) + 1024;
+    const size_t smem = 3 * ATT_TILE * HS * sizeof(bf16) + 1024; /* Q, K, V; + alignment to 1024 bytes */
     static bool attr_set = false; /* once per instantiation */
     if (!attr_set) {
         CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel<HS>,
@@ -117,15 +121,41 @@ static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const A
     CUDA_CHECK(cudaGetLastError());
 }
 
+/* The copy engine reads qkv as [B][T][(NH+2·NKV)·HS] in boxes of 128 tokens × 64 columns: rows past
+ * T (of the last block of each sequence) arrive as zeros, never as the next sequence's rows. */
+template <int HS>
+static void launch_forward_tma(bf16 *out, float *lse, const bf16 *qkv, const AttentionShape *s, cudaStream_t stream) {
+    const size_t smem = att_tma_smem_bytes(HS);
+    static bool attr_set = false; /* once per instantiation */
+    if (!attr_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(attention_forward_tma_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+        attr_set = true;
+    }
+    const size_t C3 = packed_qkv_width(s->NH, s->NKV, HS);
+    const cuuint64_t dims[3] = {C3, (cuuint64_t)s->T, (cuuint64_t)s->B};
+    const cuuint64_t strides[2] = {C3 * sizeof(bf16), (cuuint64_t)s->T * C3 * sizeof(bf16)};
+    const cuuint32_t box[3] = {64, ATT_TMA_BM, 1};
+    const CUtensorMap tm = tma_tensor_map_bf16(qkv, 3, dims, strides, box, "attention forward");
+    /* A section: the query heads whose key/value heads (2·T·HS bf16 each) fit in its share of L2. */
+    const int group = s->NH / s->NKV;
+    const size_t kv_head_bytes = (size_t)2 * s->T * HS * sizeof(bf16);
+    const int section = (int)std::max<size_t>(1, ATT_TMA_SECTION_BYTES / kv_head_bytes) * group;
+    const int nqb = ceil_div(s->T, ATT_TMA_BM);
+    attention_forward_tma_kernel<HS><<<nqb * s->B * s->NH, ATT_TMA_THREADS, smem, stream>>>(
+        tm, out, lse, s->T, s->NH, s->NKV, s->window, LOG2E * s->scale, nqb, section);
+    CUDA_CHECK(cudaGetLastError());
+}
+
 extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, const AttentionShape *s,
                                   cudaStream_t stream) {
     check_shape(s);
     if (s->HS == 256)
         launch_forward_wgmma<256>(out, lse, qkv, s, stream);
     else if (s->HS == 64 && use_wgmma)
-        launch_forward_wgmma<64>(out, lse, qkv, s, stream);
+        launch_forward_tma<64>(out, lse, qkv, s, stream);
     else if (use_wgmma)
-        launch_forward_wgmma<128>(out, lse, qkv, s, stream);
+        launch_forward_tma<128>(out, lse, qkv, s, stream);
     else if (s->HS == 64)
         launch_forward<64>(out, lse, qkv, s, stream);
     else

@@ -1,6 +1,6 @@
-/* kernels/attention_forward.cuh - the forward kernels: mma.sync (HS 64 and 128) and wgmma (HS 64,
- * 128 and 256), with the same blocks, loads and online softmax (attention.cu describes the
- * algorithm). */
+/* kernels/attention_forward.cuh - the forward kernels of 64-row blocks: mma.sync (HS 64 and 128) and
+ * wgmma (HS 256; on Hopper HS 64 and 128 have attention_forward_tma.cuh), with the same blocks, loads
+ * and online softmax (attention.cu describes the algorithm). */
 #ifndef FUSEDGPT_ATTENTION_FORWARD_CUH
 #define FUSEDGPT_ATTENTION_FORWARD_CUH
 
@@ -107,11 +107,11 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
         __syncthreads();
     }
 
-    store_forward_rows<HS>(out, lse, &o[0][0], lrow, mrow, b, h, q0 + warp * 16 + g, tq, T, C);
+    store_forward_rows<HS>(out, lse, &o[0][0], lrow, mrow, b, h, NH, q0 + warp * 16 + g, tq, T, C);
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Forward on Hopper tensor cores, HS = 64, 128 or 256: the blocks, loads and online softmax of
+/* Forward on Hopper tensor cores, HS = 256: the blocks, loads and online softmax of
  * attention_forward_kernel, with both products as warpgroup MMAs (the block's 4 warps are one
  * warpgroup; each warp's 16 rows of S and O sit in the same registers as with mma.sync).
  *   S = Q·Kᵀ: wgmma m64n64k16 ×HS/16, Q and K K-major from shared memory;
@@ -119,19 +119,17 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
  *   packed to bf16 pairs), V MN-major from shared memory (its rows are keys: the transposed operand).
  * S(j+1) is issued right behind P(j)·V(j), one wait for both, so the tensor cores go from one to the
  * other without the block's round trip in between.
- * Shared tiles [64][HS] bf16 as [64][64] panels in wgmma's 128-byte swizzle: Q, K, V [2]. One K
- * buffer: K(j+2) and V(j+2) are copied in once S(j+1) and P(j)·V(j) are done, behind the next
- * softmax. At HS = 128 the 64 KB this leaves fit three blocks per SM instead of two (the kernels
- * are bound by latency, which resident warps hide). At HS = 256 V has one buffer too (96 KB: two
- * blocks per SM instead of one): V(j+1) is copied once P(j)·V(j) is done, behind softmax(j+1). */
+ * Shared tiles [64][HS] bf16 as [64][64] panels in wgmma's 128-byte swizzle: Q, K, V, one buffer
+ * each (96 KB: two blocks per SM instead of one; the kernel is bound by latency, which resident
+ * warps hide). K(j+2) is copied in once S(j+1) is done and V(j+1) once P(j)·V(j) is, behind the
+ * next softmax. */
 template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS, HS == 128 ? ATT_FWD128_MINB : HS == 256 ? ATT_FWD256_MINB : 1)
+__global__ void __launch_bounds__(ATT_THREADS, ATT_FWD256_MINB)
     attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, int window,
                                    float sl2) {
-    constexpr int TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2, NP = HS / 64, NVB = att_fwd_v_buffers(HS);
+    constexpr int TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2, NP = HS / 64;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
     const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, Ks = Qs + TILE_BYTES, Vs = Ks + TILE_BYTES;
-    auto vbuf = [&](int j) { return Vs + (NVB == 2 ? (j & 1) * TILE_BYTES : 0); }; /* V(j)'s buffer */
 
     int C = NH * HS;
     size_t C3 = packed_qkv_width(NH, NKV, HS);
@@ -146,15 +144,9 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 128 ? ATT_FWD128_MINB : HS 
     int j0 = first_key_tile(q0, window), nkv = qb + 1;
     load_rows_swizzled<HS>(Qs, qbase, C3, q0, T);
     load_rows_swizzled<HS>(Ks, kbase, C3, j0 * TILE, T);
-    load_rows_swizzled<HS>(vbuf(j0), vbase, C3, j0 * TILE, T);
+    load_rows_swizzled<HS>(Vs, vbase, C3, j0 * TILE, T);
     cp_async_commit();
-    if (NVB == 2 && j0 + 1 < nkv) {
-        load_rows_swizzled<HS>(vbuf(j0 + 1), vbase, C3, (j0 + 1) * TILE, T);
-        cp_async_commit();
-        cp_async_wait<1>();
-    } else {
-        cp_async_wait<0>();
-    }
+    cp_async_wait<0>();
     fence_proxy_async(); /* the copies are read by wgmma, through the async proxy */
     __syncthreads();
     float s[32];
@@ -177,7 +169,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 128 ? ATT_FWD128_MINB : HS 
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
 
     /* Iteration j holds S(j) on entry; it issues O += P(j)·V(j) and, behind it on the tensor cores,
-     * S(j+1) = Q·K(j+1)ᵀ, then copies K(j+2) and V(j+2) in behind the next softmax. */
+     * S(j+1) = Q·K(j+1)ᵀ, then copies V(j+1) and K(j+2) in behind the next softmax. */
     for (int j = j0; j < nkv; j++) {
         if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, window))
             mask_tile(s, j * TILE, q0 + warp * 16 + g, tq, window);
@@ -210,7 +202,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 128 ? ATT_FWD128_MINB : HS 
         uint32_t a[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) pack_a_fragment(a[kk], s, kk);
-        if (NVB == 1 && j > j0) { /* V(j), copied behind this softmax; K(j+1) may stay in flight */
+        if (j > j0) { /* V(j), copied behind this softmax; K(j+1) may stay in flight */
             if (j + 1 < nkv)
                 cp_async_wait<1>();
             else
@@ -221,10 +213,10 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 128 ? ATT_FWD128_MINB : HS 
 #pragma unroll
         for (int p = 0; p < NP; p++) fence_acc(o[p]);
         wgmma_fence();
-        wgmma_issue_xb<HS>(o, a, vbuf(j)); /* O += P·V */
+        wgmma_issue_xb<HS>(o, a, Vs); /* O += P·V */
         wgmma_commit();
         if (j + 1 < nkv) {
-            cp_async_wait<0>(); /* K(j+1) (and with two buffers V(j+1)) */
+            cp_async_wait<0>(); /* K(j+1) */
             fence_proxy_async();
             __syncthreads();
             wgmma_fence();
@@ -238,12 +230,8 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 128 ? ATT_FWD128_MINB : HS 
         fence_acc(s);
         /* Every warp is done with V(j)'s buffer and with K(j+1) before they are refilled. */
         __syncthreads();
-        if (NVB == 2 && j + 2 < nkv) {
-            load_rows_swizzled<HS>(vbuf(j), vbase, C3, (j + 2) * TILE, T);
-            load_rows_swizzled<HS>(Ks, kbase, C3, (j + 2) * TILE, T);
-            cp_async_commit();
-        } else if (NVB == 1 && j + 1 < nkv) { /* two groups: V(j+1) is waited for first */
-            load_rows_swizzled<HS>(vbuf(j + 1), vbase, C3, (j + 1) * TILE, T);
+        if (j + 1 < nkv) { /* two groups: V(j+1) is waited for first */
+            load_rows_swizzled<HS>(Vs, vbase, C3, (j + 1) * TILE, T);
             cp_async_commit();
             if (j + 2 < nkv) {
                 load_rows_swizzled<HS>(Ks, kbase, C3, (j + 2) * TILE, T);
@@ -252,7 +240,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 128 ? ATT_FWD128_MINB : HS 
         }
     }
 
-    store_forward_rows<HS>(out, lse, &o[0][0], lrow, mrow, b, h, q0 + warp * 16 + g, tq, T, C);
+    store_forward_rows<HS>(out, lse, &o[0][0], lrow, mrow, b, h, NH, q0 + warp * 16 + g, tq, T, C);
 }
 
 #endif

@@ -14,9 +14,10 @@ __device__ __forceinline__ bool att_hidden(int key, int qi, int window) {
     return key > qi || (window > 0 && key <= qi - window);
 }
 
-/* The first key tile that query rows from q0 see (tile 0 without a window). */
+/* The first key tile (of KT keys) that query rows from q0 see (tile 0 without a window). */
+template <int KT = ATT_TILE>
 __device__ __forceinline__ int first_key_tile(int q0, int window) {
-    return window > 0 && q0 - window + 1 > 0 ? (q0 - window + 1) / ATT_TILE : 0;
+    return window > 0 && q0 - window + 1 > 0 ? (q0 - window + 1) / KT : 0;
 }
 
 /* One past the last query tile (of BQ rows) that sees a key of the tile from k0, at most nqt. */

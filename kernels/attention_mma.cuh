@@ -71,9 +71,10 @@ __device__ __forceinline__ void pack_a_fragment(uint32_t (&a)[4], const float (&
 
 /* Keeps packed A fragments in their registers up to this point (after the wait of the wgmma that
  * reads them). */
-__device__ __forceinline__ void fence_regs(uint32_t (&a)[4][4]) {
+template <int KS>
+__device__ __forceinline__ void fence_regs(uint32_t (&a)[KS][4]) {
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++)
+    for (int kk = 0; kk < KS; kk++)
 #pragma unroll
         for (int i = 0; i < 4; i++) asm volatile("" : "+r"(a[kk][i])::"memory");
 }

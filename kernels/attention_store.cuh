@@ -10,11 +10,11 @@
 /* The forward's result for a thread's query rows qrow and qrow + 8: O divided by the row's softmax
  * sum (a quad's four partial sums added first) and lse = max + log2(sum), in log2 units.
  * Accumulator element dt·4 + e holds columns dt·8 + 2·tq + (e & 1) of row qrow + 8·(e >> 1), as both
- * the mma.sync and the wgmma layouts place them. */
+ * the mma.sync and the wgmma layouts place them. lse is [B·NH][T]. */
 template <int HS>
 __device__ __forceinline__ void store_forward_rows(bf16 *out, float *lse, const float *o, const float (&lrow)[2],
-                                                   const float (&mrow)[2], int b, int h, int qrow, int tq, int T,
-                                                   int C) {
+                                                   const float (&mrow)[2], int b, int h, int NH, int qrow, int tq,
+                                                   int T, int C) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         float l = lrow[r];
@@ -28,7 +28,7 @@ __device__ __forceinline__ void store_forward_rows(bf16 *out, float *lse, const 
         for (int dt = 0; dt < HS / 8; dt++)
             *reinterpret_cast<__nv_bfloat162 *>(orow + dt * 8 + 2 * tq) =
                 __floats2bfloat162_rn(o[dt * 4 + 2 * r] * inv, o[dt * 4 + 2 * r + 1] * inv);
-        if (tq == 0) lse[(size_t)blockIdx.y * T + qi] = mrow[r] + log2f(l);
+        if (tq == 0) lse[((size_t)b * NH + h) * T + qi] = mrow[r] + log2f(l);
     }
 }
 

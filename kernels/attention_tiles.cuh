@@ -21,13 +21,7 @@
 #define ATT_WG_BWD_MINB 3
 #define ATT_WG_BWD128_MINB 2 /* head size 128: dK,dV needs 240 registers, dQ 97 KB of shared memory */
 #define ATT_FWD64_MINB 1    /* capping to 4 blocks (128 regs) spilled and ran slower */
-#define ATT_FWD128_MINB 3   /* wgmma forward, head size 128: what its shared memory allows */
 #define ATT_FWD256_MINB 2   /* wgmma forward, head size 256: with one V buffer (96 KB) */
-/* The wgmma forward's V buffers: two, but one at head size 256, where a second would leave room for
- * only one block per SM. */
-__host__ __device__ constexpr int att_fwd_v_buffers(int HS) {
-    return HS == 256 ? 1 : 2;
-}
 /* Head size 256 runs the backward at one block per SM: six tiles take 192 KB of shared memory, and
  * the accumulators most registers (the dK,dV kernel's two warpgroups 240 each). */
 __host__ __device__ constexpr int att_wg_bwd_min_blocks(int HS) {

@@ -21,6 +21,15 @@ template <int n> __device__ __forceinline__ void fence_acc(float (&d)[n]) {
 #pragma unroll
     for (int i = 0; i < n; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
+/* Warp specialisation: a warpgroup gives registers back to the SM's pool (dec) or takes them from it
+ * (inc), up to n per thread; every thread of the warpgroup executes it. Takes effect only in a
+ * kernel capped at entry (__launch_bounds__ with its minimum blocks). */
+template <int n> __device__ __forceinline__ void warpgroup_reg_dealloc() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(n));
+}
+template <int n> __device__ __forceinline__ void warpgroup_reg_alloc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(n));
+}
 /* cp.async writes through the generic proxy, wgmma reads through the async proxy */
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
@@ -50,6 +59,31 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 #else
     __trap(); /* only the sm_90a build has wgmma; the host launches no wgmma kernel elsewhere */
+#endif
+}
+
+/* D[64 x 128] (+)= A[64 x 16] . B[128 x 16]^T, both K-major in 128-byte-swizzled shared memory (B's
+ * 128 rows as 16 atoms of 8, 1024 bytes apart); accumulate when scale_d != 0. The accumulator as two
+ * 64-column halves, each laid out as wgmma_m64n64k16_ss's: d[h][i*4 + e] is column 64h + i*8 +
+ * (lane%4)*2 + (e&1). */
+__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[2][32], uint64_t desc_a, uint64_t desc_b,
+                                                    int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        :
+          "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[0][4]), "+f"(d[0][5]), "+f"(d[0][6]), "+f"(d[0][7]),
+          "+f"(d[0][8]), "+f"(d[0][9]), "+f"(d[0][10]), "+f"(d[0][11]), "+f"(d[0][12]), "+f"(d[0][13]), "+f"(d[0][14]), "+f"(d[0][15]),
+          "+f"(d[0][16]), "+f"(d[0][17]), "+f"(d[0][18]), "+f"(d[0][19]), "+f"(d[0][20]), "+f"(d[0][21]), "+f"(d[0][22]), "+f"(d[0][23]),
+          "+f"(d[0][24]), "+f"(d[0][25]), "+f"(d[0][26]), "+f"(d[0][27]), "+f"(d[0][28]), "+f"(d[0][29]), "+f"(d[0][30]), "+f"(d[0][31]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[1][4]), "+f"(d[1][5]), "+f"(d[1][6]), "+f"(d[1][7]),
+          "+f"(d[1][8]), "+f"(d[1][9]), "+f"(d[1][10]), "+f"(d[1][11]), "+f"(d[1][12]), "+f"(d[1][13]), "+f"(d[1][14]), "+f"(d[1][15]),
+          "+f"(d[1][16]), "+f"(d[1][17]), "+f"(d[1][18]), "+f"(d[1][19]), "+f"(d[1][20]), "+f"(d[1][21]), "+f"(d[1][22]), "+f"(d[1][23]),
+          "+f"(d[1][24]), "+f"(d[1][25]), "+f"(d[1][26]), "+f"(d[1][27]), "+f"(d[1][28]), "+f"(d[1][29]), "+f"(d[1][30]), "+f"(d[1][31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+    __trap();
 #endif
 }
 

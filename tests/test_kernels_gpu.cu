@@ -947,6 +947,34 @@ TEST(kernels_grouped_query_attention_shares_kv_heads_head128) {
     attention_use_wgmma(1);
 }
 
+/* The Hopper forward's blocks of 128 query rows (two warpgroups of 64) against key tiles of 128, at
+ * head sizes 64 and 128: lengths of one row, of less than a warpgroup, of a ragged second
+ * warpgroup, of several blocks with a ragged end; windows shorter than a tile, of exactly a tile and
+ * of a tile and a key (the first key tile partly or wholly before one warpgroup's rows); groups of
+ * 4, 2 and 1 at odd B·NH. Then one row past a power of two at Qwen3-0.6B's heads (20 at 64),
+ * where the grid's sections of heads (as many as share L2) do not divide B·NH. */
+static void block_tail_cases(int HS) {
+    const int T[5] = {1, 37, 100, 200, 515}, windows[4] = {0, 5, 128, 129};
+    const int heads[3][2] = {{4, 1}, {6, 3}, {3, 3}}; /* NH, NKV */
+    const float scale = 1.0f / sqrtf((float)HS);
+    for (int ti = 0; ti < 5; ti++)
+        for (int wi = 0; wi < 4; wi++)
+            for (int hi = 0; hi < 3; hi++) {
+                int B = T[ti] > 200 ? 1 : 3;
+                AttentionShape s = att_shape(B, T[ti], heads[hi][0], heads[hi][1], HS, scale, windows[wi]);
+                attention_case_shape(&s);
+            }
+    for (int w = 0; w <= 300; w += 300) {
+        AttentionShape big = HS == 128 ? att_shape(1, 2049, 16, 8, 128, scale, w)
+                                       : att_shape(1, 2049, 20, 20, 64, scale, w);
+        attention_case_shape(&big);
+    }
+}
+TEST(kernels_attention_128_row_blocks_match_cpu_at_tails_windows_and_groups) {
+    seed_fresh();
+    block_tail_cases(64);
+    block_tail_cases(128);
+}
 /* A scale other than 1/sqrt(HS) (Gemma's query_pre_attn_scalar^-1/2) reaches the softmax of both
  * passes: with the default it would fail the reference by far more than the tolerance. */
 TEST(kernels_attention_uses_the_given_softmax_scale) {

@@ -138,7 +138,8 @@ def main():
     B, T, C = (int(sys.argv[1]) if len(sys.argv) > 1 else 16), 1024, 768
     for hs in (64, 128):
         bench(B, T, C // hs, C // hs, hs)
-    bench(8, 2048, 16, 8, 128)  # Qwen3-0.6B's attention
+    for qwen_b in (8, 16):  # Qwen3-0.6B's attention
+        bench(qwen_b, 2048, 16, 8, 128)
 
 
 if __name__ == "__main__":

@@ -208,10 +208,12 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaFree(rstd)); CUDA_CHECK(cudaFree(dw)); CUDA_CHECK(cudaFree(db)); CUDA_CHECK(cudaFree(scratch));
         CUDA_CHECK(cudaFree(dsum));
     }
-    /* Attention at GPT-2's width with HS = 64 and 128, then Qwen3-0.6B's (grouped heads, T = 2048). */
+    /* Attention at GPT-2's width with HS = 64 and 128, then Qwen3-0.6B's (grouped heads, T = 2048)
+     * at B = 8 and 16. */
     for (int hs = 64; hs <= 128 && WANT("attention"); hs *= 2)
         bench_attention(B, T, C / hs, C / hs, hs, 1.0f / sqrtf((float)hs), 0);
-    if (WANT("attention")) bench_attention(8, 2048, 16, 8, 128, 1.0f / sqrtf(128.0f), 0);
+    for (int qb = 8; qb <= 16 && WANT("attention"); qb *= 2)
+        bench_attention(qb, 2048, 16, 8, 128, 1.0f / sqrtf(128.0f), 0);
     /* Gemma-3-270M's attention (T = 2048, four query heads on one key/value head of 256, scale
      * 256^-1/2): its local layers' window of 512 and its global layers, at B = 8 and 16. */
     for (int gb = 8; gb <= 16 && WANT("gemma-attention"); gb *= 2)

@@ -1,0 +1,89 @@
+/* kernels/tma.cuh - Hopper's tensor memory accelerator (the bulk tensor copy engine) and the
+ * shared-memory mbarriers its copies complete on: barrier init, arrive, expect-tx and wait; a 3-d
+ * tiled copy into shared memory; and, on the host, the tensor map that describes the global tensor
+ * (cuTensorMapEncodeTiled fetched through the runtime's driver entry point, so nothing links
+ * libcuda). Used by the attention forward; the output layer's tile kernel has its own 2-d ones. */
+#ifndef FUSEDGPT_TMA_CUH
+#define FUSEDGPT_TMA_CUH
+
+#include <cuda.h> /* CUtensorMap */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/cuda_check.h"
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+/* Makes the initialised barriers visible to the copy engine (the async proxy); a block barrier
+ * after it makes them visible to the block's threads. */
+__device__ __forceinline__ void mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+/* One arrival that also announces `bytes` more to come from copies completing on the barrier. */
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+/* One arrival, releasing this thread's earlier shared-memory reads (and their wgmma's, once waited). */
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* Waits until the phase of the given parity has completed. */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+/* The box at coordinates (c0, c1, c2) of the map's tensor into shared memory at dst, completing on
+ * bar; elements past the tensor's ends arrive as zeros and count towards the bytes. */
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2,
+                                            uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+        "[%5];\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        : "memory");
+}
+
+typedef CUresult (*TmaEncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                     const cuuint64_t *, const cuuint32_t *, const cuuint32_t *,
+                                     CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                     CUtensorMapFloatOOBfill);
+
+/* A bf16 tensor of `rank` dimensions (dims[0] contiguous; strides in bytes of dimensions 1 ..
+ * rank - 1) read in boxes of `box` elements with the 128-byte swizzle, the layout wgmma's
+ * descriptors describe (box[0] = 64 bf16 = 128 bytes). `who` names the caller in errors. */
+static CUtensorMap tma_tensor_map_bf16(const void *ptr, int rank, const cuuint64_t *dims, const cuuint64_t *strides,
+                                       const cuuint32_t *box, const char *who) {
+    static TmaEncodeTiledFn encode;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult q;
+        void *fn = NULL;
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+        if (q != cudaDriverEntryPointSuccess || !fn) {
+            fprintf(stderr, "error: %s: the driver has no cuTensorMapEncodeTiled (update the driver)\n", who);
+            exit(1);
+        }
+        encode = (TmaEncodeTiledFn)fn;
+    }
+    const cuuint32_t elem[3] = {1, 1, 1};
+    CUtensorMap m;
+    CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, (cuuint32_t)rank, (void *)ptr, dims, strides, box,
+                        elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "error: %s: cuTensorMapEncodeTiled failed (CUresult %d; the tensor must be 16-byte aligned)\n",
+                who, (int)r);
+        exit(1);
+    }
+    return m;
+}
+
+#endif
