@@ -68,6 +68,7 @@
 #include "kernels/device_util.cuh"
 #include "kernels/fast_math.cuh"
 #include "kernels/output_layer_internal.h"
+#include "kernels/tma.cuh"
 #include "kernels/wgmma.cuh"
 
 #define BM 128      /* rows per CTA */
@@ -393,22 +394,6 @@ __device__ __forceinline__ void wg_window_end(const TileArgs &a, int64_t win, in
  * describe. (A separate producer warp would cap the consumers at 168 registers, and the
  * accumulator plus the softmax epilogue need more.) */
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (!done);
-}
 /* arrive on the mbarrier at the same shared-memory offset in CTA `rank` of the cluster (itself
  * included); release at CTA scope, as a local arrive (what it orders are this warp's wgmma reads) */
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
@@ -437,13 +422,6 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtens
         : "memory");
 }
 
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-            dst),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-        : "memory");
-}
 
 /* The CTAs of a CL-CTA cluster take the CL row blocks of a unit of CL x 128 rows against the same W
  * tiles: each CTA's copy engine fetches 1/CL of every W stage and multicasts it into all of them,
@@ -483,7 +461,7 @@ __global__ void __launch_bounds__(T_THREADS, 1)
             mbar_init(full_bar + 8 * s, 1);       /* the issuing thread's arrive + the copies' bytes */
             mbar_init(empty_bar + 8 * s, 8 * CL); /* every warp of every CTA, after its wgmma on the stage */
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        mbar_init_fence();
     }
     cluster_sync_all(); /* the peer's barriers are initialised before any copy or arrive reaches them */
 
@@ -1002,37 +980,13 @@ OutlFusedSizes outl_fused_sizes(int64_t max_N, int64_t V, int d, int sms, size_t
     return s;
 }
 
-/* cuTensorMapEncodeTiled through the runtime's driver entry point (no link to libcuda) */
-typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
 /* A [rows x d] bf16 row-major tensor read in boxes of box_rows x BK with the 128-byte swizzle;
  * rows past the end read as zeros. */
 static CUtensorMap tensor_map(const bf16 *ptr, int64_t rows, int d, int box_rows) {
-    static EncodeTiledFn encode;
-    if (!encode) {
-        cudaDriverEntryPointQueryResult q;
-        void *fn = NULL;
-        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
-        if (q != cudaDriverEntryPointSuccess || !fn) {
-            fprintf(stderr, "error: output layer: the driver has no cuTensorMapEncodeTiled (update the driver)\n");
-            exit(1);
-        }
-        encode = (EncodeTiledFn)fn;
-    }
-    CUtensorMap m;
     const cuuint64_t dims[2] = {(cuuint64_t)d, (cuuint64_t)rows};
     const cuuint64_t strides[1] = {(cuuint64_t)d * sizeof(bf16)};
-    const cuuint32_t box[2] = {BK, (cuuint32_t)box_rows}, elem[2] = {1, 1};
-    CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, elem,
-                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "error: output layer: cuTensorMapEncodeTiled failed (CUresult %d)\n", (int)r);
-        exit(1);
-    }
-    return m;
+    const cuuint32_t box[2] = {BK, (cuuint32_t)box_rows};
+    return tma_tensor_map_bf16(ptr, 2, dims, strides, box, "output layer");
 }
 
 

@@ -2,7 +2,8 @@
  * shared-memory mbarriers its copies complete on: barrier init, arrive, expect-tx and wait; a 3-d
  * tiled copy into shared memory; and, on the host, the tensor map that describes the global tensor
  * (cuTensorMapEncodeTiled fetched through the runtime's driver entry point, so nothing links
- * libcuda). Used by the attention forward; the output layer's tile kernel has its own 2-d ones. */
+ * libcuda). Used by the attention forward and the output layer's tile kernel (whose cluster
+ * multicast copies stay beside it). */
 #ifndef FUSEDGPT_TMA_CUH
 #define FUSEDGPT_TMA_CUH
 
@@ -49,6 +50,15 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
         "[%5];\n" ::"r"(dst),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        : "memory");
+}
+
+/* The box at coordinates (c0, c1) of a 2-d map's tensor, as tma_load_3d. */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
         : "memory");
 }
 
