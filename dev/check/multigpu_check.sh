@@ -5,7 +5,7 @@
 # PyTorch (torch.compile on one GPU, DDP + torch.compile on G) in the same call. Prints a summary
 # last. NCCL's environment (NCCL_NVLS_ENABLE=0 where the machine sets it) is left as it is.
 # SECTIONS picks parts: tests correct families bitwise nodes resume kill throughput peers sweep skew vocabpar
-# real (default: tests correct bitwise nodes resume kill). TRAIN_PREBUILT=1: use ./train as it is
+# real wire (default: tests correct bitwise nodes resume kill). TRAIN_PREBUILT=1: use ./train as it is
 # (no make; the section tests still needs build/run_gpu_tests).
 #   correct: 1 GPU accumulating G micro-batches against G GPUs taking one each. Both compute the same
 #     function; each micro-batch runs the same kernels on the same inputs on either, and only the order of the
@@ -40,6 +40,10 @@
 #     data parallel against --vocab-parallel. Exits 1 when a verdict fails.
 #   real: ./train -g G -v 262144 on the default corpus (carried as .carry/corpus.tar.xz, see
 #     dev/check/pack_corpus.sh) against one GPU at the same global batch.
+#   wire: --grad-reduce bf16 against the fp32 wire: step 1's gradient within the bound derived in
+#     model/dist/grad_sync.h (from each rank's own gradient), every mode the same bits, two runs
+#     bitwise, the real section's loss curve, and tokens/s in every mode; a table last (WIRE_PARTS
+#     picks its parts: see the section). Exits 1 when a verdict fails.
 # TP_VOCABS: vocabularies of the throughput, peers and sweep sections (default "50304 262144");
 # TP_OUTPUTS: output layers of the throughput section (default fused; "fused fused:0 canonical" for all,
 #   "fused:MB" passing --logits-mb MB: 0 is the fused layer's streaming path).
@@ -59,6 +63,7 @@ echo "NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-unset}"
 targets="train"
 has tests && targets="train build/run_gpu_tests"
 has vocabpar && targets="train build/run_gpu_tests"
+has wire && targets="train build/run_gpu_tests"
 if [ "${TRAIN_PREBUILT:-0}" != 1 ]; then
     make -j32 $targets >/tmp/mg/build.log 2>&1 || { tail -30 /tmp/mg/build.log; exit 1; }
 fi
@@ -304,6 +309,7 @@ throughput() {
     local comm=$(grep '| loss' $log | tail -30 | grep -o 'comm [0-9.]*' | awk '{print $2}' | sort -n | sed -n 15p)
     local parts=$(grep '| loss' $log | tail -30 | grep -o 'fwd [0-9.]* out [0-9.]* bwd [0-9.]*' | sort -t' ' -k4 -n | sed -n 15p)
     TP_TOK=$(col '[0-9.]+ tok/s')
+    TP_MS=$(col '\| [0-9.]+ ms \|') TP_COMM=${comm:-0}
     note "d12 V=$V B=32/GPU $tag: median $(col '\| [0-9.]+ ms \|') ms/step, $TP_TOK tok/s, comm wait ${comm:-0} ms, $(grep '| loss' $log | tail -1 | grep -o '[0-9.]* GB') $(grep -m1 error $log)"
     note "    GPU ms of a step's parts (a middle step by output layer time): ${parts:-none}"
 }
@@ -376,6 +382,287 @@ if has real; then
     ./train -g $G $r -o /tmp/mg/real_$G >/tmp/mg/real_$G.log 2>&1
     note "$(python3 -c "$losses_py" /tmp/mg/real_1.log /tmp/mg/real_$G.log "real text d12 V=262144, 1 vs $G GPUs" 1e-2) $(grep -m1 error /tmp/mg/real_*.log)"
     note "    val: $(grep 'val loss' /tmp/mg/real_1.log | tail -1 | cut -d'|' -f2) vs $(grep 'val loss' /tmp/mg/real_$G.log | tail -1 | cut -d'|' -f2); $(grep -m1 'tokenizer' /tmp/mg/real_1.log)"
+fi
+# ---- wire: --grad-reduce bf16 (each rank's gradients rounded once to bf16, summed in fp32 in rank
+# order) against the fp32 wire. The bound (model/dist/grad_sync.h): rank r's contribution c_r (1/G
+# of its micro-batch's gradient) crosses as bf16(c_r) = c_r (1 + d), |d| <= 2^-8, so per element
+#   |g_bf16 - g_fp32| <= (2^-8 + 2^-16) sum_r |c_r|
+# (2^-8 for the rounding; the 2^-16 covers every fp32 rounding: the two wires' sums, m = 0.1 g and
+# reading c_r back, each a few 2^-24 of sum_r |c_r|). Relative to |g| alone there is no bound:
+# contributions of opposite signs cancel in g and not in their rounding errors. So the check
+# measures each rank's own gradient: one GPU takes the G micro-batches of step 1 as G steps of
+# learning rate 1e-30 (no weight moves: a zero-initialised bias becomes 1e-30, absorbed by any
+# activation above 1e-23), checkpointed after each: with m_k AdamW's m after step k (m_0 = 0),
+# rank r's c_r = (m_(r+1) - 0.9 m_r) / 0.1 / G.
+# Verdicts, on the tiny model (checkpoints after step 1, no clipping, every mode):
+#   - step 1's loss and lse printed the same for both wires (the forward is the same);
+#   - the per-rank gradients add up to the fp32 wire's (1e-4 relative; ~1e-7 expected): else the
+#     check itself is broken (another data order) and says so;
+#   - ||m_bf16 - m_fp32|| <= 0.1 (2^-8 + 2^-16) ||sum_r |c_r| || (rigorous: the L2 norm of the
+#     per-element bound). Expected: ~0.42 2^-8 ~ 1.7e-3 of sqrt(sum_r ||c_r||^2) (rounding errors
+#     uniform within half an ulp, independent across ranks);
+#   - one rounding a rank, summed in fp32: m_bf16 against fp32(sum_r bf16(c_r)) in rank order,
+#     computed here, within 3e-4 of ||g|| (c_r read back to ~1e-7 flips a rounding for ~2e-5 of the
+#     values: ~5e-6 in a simulation of the read-back; no rounding, or a second one, gives ~1e-3);
+#   - every mode's bf16 gradient the same bits (an element's sum does not depend on how the
+#     buckets are cut), except the embedding rows of the overlapped all-reduce: there the wire
+#     carries each rank's output-layer part alone (the encoder's is added after, in fp32), which
+#     the checkpoints cannot separate, so those rows are held to 1e-2 relative (an encoder's part
+#     lost or counted twice, a bucket not reduced: a rank's whole share) and left out of the bound
+#     and the one-rounding verdicts.
+# rounds: GPT-2 124M (V 50304, B 4, T 256), whose buckets take several rounds of the wire (16M
+#   values each), after the backward (the whole layout as one bucket) and ZeRO-1 (per bucket): the
+#   two bf16 gradients the same bits, and each within the bound from the per-rank norms the log
+#   prints, ||m_bf16 - m_fp32|| <= 0.1 (2^-8 + 2^-16) sqrt(G sum_r ||c_r||^2) (Cauchy-Schwarz over ranks).
+# bitwise: two identical bf16 runs (overlapped, ZeRO-1; 50 steps, two micro-batches a rank).
+# real: the real section's run (d12, V 262144, B 16, T 1024, 60 steps) with the bf16 wire against
+#   the fp32 wire, beside the rounding-only pair (1 vs G GPUs, fp32): largest per-step difference
+#   and the mean over steps 41-60. Verdict: the bf16 run not worse by more than 0.02 on average
+#   over steps 41-60 (the 1 vs 2 GPU pair of 2026-11-22 differed by 0.0036 there; chaotic drift,
+#   one sample, so the largest difference is printed, not judged).
+# throughput: GPT-2 124M, B 32 per GPU, each of TP_VOCABS, every mode with each wire, scaling
+#   against the mean of each GPU alone. WIRE_PARTS picks parts (default: step1 rounds bitwise real
+#   throughput); each run is under a timeout (WIRE_TIMEOUT, 420 s). On two H100s, about: step1
+#   2 min, rounds 2 min, bitwise 1 min, real 2 min (plus the corpus's preparation the first time),
+#   throughput 3-4 min a vocabulary: split the parts over calls of 10 minutes.
+wire_mpy='
+import struct, numpy as np
+B1 = np.float32(0.9)
+C1 = float(np.float32(1) - B1)  # AdamW: m = 0.9 m + (1 - 0.9) g in fp32
+def m_of(p):  # AdamW m of a state.bin (params, m, v: fp32, the last 3n floats)
+    with open(p, "rb") as f:
+        f.seek(112)
+        n = struct.unpack("<Q", f.read(8))[0]
+        f.seek(0, 2)
+        size = f.tell()
+    return np.fromfile(p, dtype=np.float32, count=n, offset=size - 8 * n)
+def norm(x): return float(np.linalg.norm(x))
+def bf16(x):  # fp32 to the nearest bf16, ties to even (finite values)
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return u.astype(np.uint32).view(np.float32)
+'
+# argv: mode fp32_state bf16_state G E rank_run_dir. E: rows [0, E) held to 1e-2 only (0: none).
+wire_step1_py="$wire_mpy"'
+import sys
+mode, fa, fb, G, E, ranks = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+ga, gb = m_of(fa).astype(np.float64) / C1, m_of(fb).astype(np.float64) / C1
+prev, c = 0.0, []
+for k in range(1, G + 1):
+    m = m_of(f"{ranks}/step_{k:08d}/state.bin").astype(np.float64)
+    c.append(((m - float(B1) * prev) / C1 / G).astype(np.float32))
+    prev = m
+s = slice(E, None)
+add_up = norm(sum(x.astype(np.float64) for x in c) - ga) / norm(ga)
+pred = bf16(c[0])
+for x in c[1:]: pred = pred + bf16(x)  # fp32, rank order
+abs_sum = sum(np.abs(x.astype(np.float64)) for x in c)
+err, bound = norm(gb[s] - ga[s]), (2**-8 + 2**-16) * norm(abs_sum[s])
+expect = 0.42 * 2**-8 * np.sqrt(sum(norm(x[s].astype(np.float64)) ** 2 for x in c))
+once = norm(gb[s] - pred[s]) / norm(ga[s])
+ok = add_up <= 1e-4 and err <= bound and once <= 3e-4 and err > 0
+emb = ""
+if E:
+    rel = norm(gb[:E] - ga[:E]) / norm(ga[:E])
+    ok = ok and rel <= 1e-2
+    emb = f"; embedding rows {rel:.2e} relative (bound 1e-2)"
+verdict = "ok" if ok else "FAIL"
+print(f"{verdict}: {mode}: |g_bf16 - g_fp32| {err:.3e} = {err / bound:.2f} of the bound {bound:.3e}"
+      f" (expected ~{expect:.1e}; {err / norm(ga[s]):.2e} of |g|); one rounding a rank {once:.1e} (bound 3e-4);"
+      f" the ranks add up to the fp32 wire to {add_up:.1e} (bound 1e-4){emb}")
+print(f"ROW|{err / norm(ga[s]):.2e}|{err / bound:.2f}|{once:.1e}|{verdict}")
+'
+# argv: E state... : every state's m the same bits as the first's, rows [E, n) for those after ";"
+wire_same_py="$wire_mpy"'
+import sys
+ref, out = m_of(sys.argv[2]).view(np.uint32), []
+E, tail = int(sys.argv[1]), False
+for p in sys.argv[3:]:
+    if p == ";":
+        tail = True
+        continue
+    x = m_of(p).view(np.uint32)
+    a, b = (x[E:], ref[E:]) if tail else (x, ref)
+    same = "equal" if len(a) == len(b) and np.array_equal(a, b) else "DIFFERENT"
+    out.append(p.split("/")[-3] + (" beyond the embeddings " if tail else " ") + same)
+print(", ".join(out))
+'
+# argv: mode fp32_state bf16_state G rank_log: the bound from each rank's gradient norm as printed
+wire_norm_py="$wire_mpy"'
+import re, sys
+mode, fa, fb, G = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+norms = [float(x) for x in re.findall(r"^step +\d+/\d+ \|.*?\| norm ([0-9.]+)", open(sys.argv[5]).read(), re.M)][:G]
+ga, gb = m_of(fa).astype(np.float64) / C1, m_of(fb).astype(np.float64) / C1
+cn = [(x + 1e-4) / G for x in norms]  # the log prints 4 decimals
+bound = (2**-8 + 2**-16) * np.sqrt(G * sum(x * x for x in cn))
+err = norm(gb - ga)
+ok = len(norms) == G and 0 < err <= bound
+verdict = "ok" if ok else "FAIL"
+expect = 0.42 * 2**-8 * np.sqrt(sum(x * x for x in cn))
+print(f"{verdict}: {mode}: |g_bf16 - g_fp32| {err:.3e} = {err / bound:.2f} of the bound {bound:.3e} from the norms"
+      f" of the ranks {norms} (expected ~{expect:.1e}; {err / norm(ga):.2e} of |g|)")
+print(f"ROW|{err / norm(ga):.2e}|{err / bound:.2f}|-|{verdict}")
+'
+# argv: fp32_log bf16_log one_gpu_log: the loss curves, bf16 against fp32 beside 1 against G GPUs
+wire_real_py='
+import math, re, sys
+def losses(p):
+    return [float(m.group(1)) for m in re.finditer(r"^step +\d+/\d+ \| loss ([0-9.]+)", open(p).read(), re.M)]
+def val(p):
+    v = re.findall(r"val loss ([0-9.]+)", open(p).read())
+    return v[-1] if v else None
+f, b, one = losses(sys.argv[1]), losses(sys.argv[2]), losses(sys.argv[3])
+def cmp(x, y):
+    if not x or len(x) != len(y): return None
+    d = [q - p for p, q in zip(x, y)]
+    k = max(range(len(d)), key=lambda i: abs(d[i]))
+    late = d[-20:]
+    return abs(d[k]), k + 1, sum(late) / len(late), sum(abs(t) for t in late) / len(late)
+w, r = cmp(f, b), cmp(one, f)
+ok = w is not None and len(f) == 60 and all(math.isfinite(t) for t in b) and w[2] <= 0.02
+verdict = "ok" if ok else "FAIL"
+fl = f"largest {r[0]:.2e} (step {r[1]}), mean |difference| over the last 20 steps {r[3]:.2e}" if r else "none"
+if w:
+    print(f"{verdict}: real text d12 V=262144 on {sys.argv[4]} GPUs, bf16 vs fp32 wire: largest |loss difference|"
+          f" {w[0]:.2e} (step {w[1]}), mean over the last 20 steps {w[2]:+.2e} (bf16 - fp32, bound +0.02), mean"
+          f" |difference| {w[3]:.2e}; rounding-only floor, 1 vs {sys.argv[4]} GPUs, fp32: {fl}; final {f[-1]} vs"
+          f" {b[-1]}, val {val(sys.argv[1])} vs {val(sys.argv[2])}")
+    print(f"ROW|{w[0]:.2e}|{w[2]:+.2e}|{r[0] if r else -1:.2e}|{verdict}")
+else:
+    print(f"FAIL: real text, bf16 vs fp32 wire: {len(f)} vs {len(b)} steps")
+'
+if has wire; then
+    wire_fail=0
+    wire_rows=()
+    # a verdict that failed, or a run or script that stopped with an error
+    w_note() { note "$1"; case "$1" in *FAIL*|*DIFFERENT*|*rror*) wire_fail=1 ;; esac; }
+    wt() { timeout "${WIRE_TIMEOUT:-420}" "$@"; }
+    WIRE_PARTS=${WIRE_PARTS:-step1 rounds bitwise real throughput}
+    wpart() { [[ " $WIRE_PARTS " == *" $1 "* ]]; }
+    # a python verdict: its last line to the summary (after $2), its ROW line to the table as "$1|..."
+    w_py() {
+        local label=$1 prefix=$2 out row
+        shift 2
+        out=$(python3 -c "$@" 2>&1)
+        w_note "$prefix$(grep -v '^ROW' <<<"$out" | tail -1)"
+        row=$(grep -m1 '^ROW' <<<"$out" | cut -d'|' -f2-)
+        [ -z "$label" ] || wire_rows+=("$label|${row:-||||FAIL}")
+    }
+    wire_modes=("overlap|--overlap-comm 1" "after|--overlap-comm 0" "zero1|--zero 1" "zero1_after|--zero 1 --overlap-comm 0")
+    ./build/run_gpu_tests grad_wire >/tmp/mg/wire_gpu_tests.log 2>&1
+    w_note "wire GPU tests (world of one): $(grep -E 'passed' /tmp/mg/wire_gpu_tests.log | tail -1)$(grep -q ' 0 failed' /tmp/mg/wire_gpu_tests.log || echo ' FAIL') $(grep -m2 -A1 FAILED /tmp/mg/wire_gpu_tests.log | tr '\n' ' ')"
+    if wpart step1; then
+        wire_rows+=("step 1|mode|bf16 - fp32, over norm g|of the bound|one rounding|verdict")
+        # each rank's own gradient: one GPU takes step 1's G micro-batches as G steps that move nothing
+        rm -rf /tmp/mg/wire_ranks
+        wt ./train $common -d 1024 -x $G -l 1e-30 --lr-final 0 --warmup 0 --weight-decay 0 --grad-clip 0 --val-every 0 \
+            -n 1 --keep-checkpoints $((G + 1)) -o /tmp/mg/wire_ranks >/tmp/mg/wire_ranks.log 2>&1 ||
+            w_note "wire ranks' gradients FAIL: exit $? $(grep -m1 error /tmp/mg/wire_ranks.log)"
+        # the embedding rows: wte (Vp x C) and wpe (maxT x C) lead the layout
+        E=$(grep -m1 '^model:' /tmp/mg/wire_ranks.log | sed -E 's/.*C=([0-9]+) maxT=([0-9]+) .*padded ([0-9]+)\).*/\1 \2 \3/' |
+            awk '{print $1 * ($2 + $3)}')
+        for mode in "${wire_modes[@]}"; do
+            IFS='|' read -r tag flags <<<"$mode"
+            for wire in fp32 bf16; do
+                rm -rf /tmp/mg/wire1_${tag}_$wire
+                wt ./train -g $G $common -d $((1024 * G)) -x 1 --grad-clip 0 --val-every 0 $flags --grad-reduce $wire \
+                    -o /tmp/mg/wire1_${tag}_$wire >/tmp/mg/wire1_${tag}_$wire.log 2>&1 ||
+                    w_note "wire step 1 $tag $wire FAIL: exit $? $(grep -m1 error /tmp/mg/wire1_${tag}_$wire.log)"
+            done
+            l32=$(grep -m1 -E '^step +1/' /tmp/mg/wire1_${tag}_fp32.log | cut -d'|' -f2-3)
+            l16=$(grep -m1 -E '^step +1/' /tmp/mg/wire1_${tag}_bf16.log | cut -d'|' -f2-3)
+            w_note "wire step 1, $tag: fp32 wire$l32, bf16 wire$l16: $([ -n "$l32" ] && [ "$l32" = "$l16" ] && echo equal || echo DIFFERENT)"
+            [ $tag = overlap ] && e=$E || e=0
+            w_py "step 1, tiny|$tag" "    " "$wire_step1_py" $tag /tmp/mg/wire1_${tag}_fp32/step_00000001/state.bin \
+                /tmp/mg/wire1_${tag}_bf16/step_00000001/state.bin $G $e /tmp/mg/wire_ranks
+            grep -q '^gradient reduce: bf16 on the wire' /tmp/mg/wire1_${tag}_bf16.log ||
+                w_note "wire $tag: FAIL: the bf16 run's header does not name the wire"
+        done
+        w_py "" "wire step 1, every mode's bf16 gradient against after-the-backward's: " "$wire_same_py" $E \
+            /tmp/mg/wire1_after_bf16/step_00000001/state.bin /tmp/mg/wire1_zero1_bf16/step_00000001/state.bin \
+            /tmp/mg/wire1_zero1_after_bf16/step_00000001/state.bin ';' /tmp/mg/wire1_overlap_bf16/step_00000001/state.bin
+    fi
+    if wpart rounds; then
+        wire_rows+=("step 1|mode|bf16 - fp32, over norm g|of the bound||verdict")
+        V=50304
+        [ -f /tmp/mg/rand_$V.bin ] || python3 tests/fixtures/gen/make_shard.py /tmp/mg/rand_$V.bin 40000000 $V random 3
+        big="-e d12 -v $V -b 4 -t 256 --grad-clip 0 --val-every 0 -s 0 -i /tmp/mg/rand_$V.bin"
+        rm -rf /tmp/mg/wire_big_ranks
+        wt ./train $big -d 1024 -x $G -l 1e-30 --lr-final 0 --warmup 0 --weight-decay 0 -o /tmp/mg/wire_big_ranks \
+            >/tmp/mg/wire_big_ranks.log 2>&1 || w_note "wire rounds, ranks' norms FAIL: exit $? $(grep -m1 error /tmp/mg/wire_big_ranks.log)"
+        rm -rf /tmp/mg/wire_big_ranks
+        for mode in "after|--overlap-comm 0" "zero1|--zero 1"; do
+            IFS='|' read -r tag flags <<<"$mode"
+            for wire in fp32 bf16; do
+                rm -rf /tmp/mg/wire_big_${tag}_$wire
+                wt ./train -g $G $big -d $((1024 * G)) -x 1 $flags --grad-reduce $wire -o /tmp/mg/wire_big_${tag}_$wire \
+                    >/tmp/mg/wire_big_${tag}_$wire.log 2>&1 ||
+                    w_note "wire rounds $tag $wire FAIL: exit $? $(grep -m1 error /tmp/mg/wire_big_${tag}_$wire.log)"
+            done
+            w_py "step 1, d12|$tag" "wire rounds (d12, V=$V, buckets of several 16M-value rounds): " "$wire_norm_py" $tag \
+                /tmp/mg/wire_big_${tag}_fp32/step_00000001/state.bin /tmp/mg/wire_big_${tag}_bf16/step_00000001/state.bin \
+                $G /tmp/mg/wire_big_ranks.log
+        done
+        w_py "" "wire rounds, the bf16 gradient after the backward (one bucket) and under ZeRO-1 (per bucket): " \
+            "$wire_same_py" 0 /tmp/mg/wire_big_after_bf16/step_00000001/state.bin /tmp/mg/wire_big_zero1_bf16/step_00000001/state.bin
+        rm -rf /tmp/mg/wire_big_*/ # GBs of checkpoints (the logs stay)
+    fi
+    if wpart bitwise; then
+        wire_rows+=("bf16 repeat|mode|two identical runs|||verdict")
+        for mode in "overlap|--overlap-comm 1" "zero1|--zero 1"; do
+            IFS='|' read -r tag flags <<<"$mode"
+            for k in 1 2; do
+                rm -rf /tmp/mg/wire_bit_${tag}_$k
+                wt ./train -g $G $common -d $((2048 * G)) $flags --grad-reduce bf16 -o /tmp/mg/wire_bit_${tag}_$k \
+                    >/tmp/mg/wire_bit_${tag}_$k.log 2>&1 || w_note "wire bitwise $tag run $k FAIL: exit $? $(grep -m1 error /tmp/mg/wire_bit_${tag}_$k.log)"
+            done
+            first_diff=$(diff <(grep -E '^step|val loss' /tmp/mg/wire_bit_${tag}_1.log | cut -d'|' -f1-2) \
+                <(grep -E '^step|val loss' /tmp/mg/wire_bit_${tag}_2.log | cut -d'|' -f1-2) | grep -m2 '^[<>]' | tr '\n' ' ')
+            w1=$(ls /tmp/mg/wire_bit_${tag}_1/step_*/model.safetensors 2>/dev/null | tail -1)
+            same_w=$([ -n "$w1" ] && cmp -s "$w1" "${w1/wire_bit_${tag}_1/wire_bit_${tag}_2}" && echo equal || echo DIFFERENT)
+            n=$(grep -c '^step' /tmp/mg/wire_bit_${tag}_1.log)
+            w_note "wire two identical bf16 runs, $tag: losses $([ -z "$first_diff" ] && [ "$n" -gt 0 ] && echo equal || echo "DIFFERENT $first_diff"), final weights $same_w ($n step lines)"
+            wire_rows+=("repeat|$tag|losses $([ -z "$first_diff" ] && echo equal || echo DIFFERENT), weights $same_w|||$([ -z "$first_diff" ] && [ $same_w = equal ] && echo ok || echo FAIL)")
+        done
+    fi
+    if wpart real; then
+        if [ -f .carry/corpus.tar.xz ]; then mkdir -p .cache && tar -xJf .carry/corpus.tar.xz -C .cache; fi
+        r="-v 262144 -b 16 -t 1024 -x 60 --warmup 20 --val-every 30 --val-batches 4 -s 0 -d $((16384 * G))"
+        # the real section's two runs, when it ran in this call
+        for run in "1|" "$G|-g $G"; do
+            IFS='|' read -r name flags <<<"$run"
+            n=$(grep -cE '^step +[0-9]+/' /tmp/mg/real_$name.log 2>/dev/null)
+            [ "${n:-0}" -ge 60 ] || wt ./train $flags $r -o /tmp/mg/real_$name >/tmp/mg/real_$name.log 2>&1
+        done
+        wt ./train -g $G $r --grad-reduce bf16 -o /tmp/mg/real_${G}_bf16 >/tmp/mg/real_${G}_bf16.log 2>&1
+        e=$(grep -m1 -h error /tmp/mg/real_1.log /tmp/mg/real_$G.log /tmp/mg/real_${G}_bf16.log)
+        [ -z "$e" ] || w_note "wire real text FAIL: $e"
+        wire_rows+=("real text|bf16 vs fp32|largest difference|mean, steps 41-60|floor's largest|verdict")
+        w_py "real text|60 steps" "" "$wire_real_py" /tmp/mg/real_$G.log /tmp/mg/real_${G}_bf16.log /tmp/mg/real_1.log $G
+        rm -rf /tmp/mg/real_${G}_bf16
+    fi
+    if wpart throughput; then
+        wire_rows+=("GPT-2 124M|mode, wire|ms/step|tokens/s|scaling|comm wait")
+        for V in $TP_VOCABS; do
+            [ -f /tmp/mg/rand_$V.bin ] || python3 tests/fixtures/gen/make_shard.py /tmp/mg/rand_$V.bin 40000000 $V random 3
+            throughput $V wire_1gpu timeout 300 ./train -g 1
+            one0=$TP_TOK
+            throughput $V wire_1gpu_on_gpu1 CUDA_VISIBLE_DEVICES=1 timeout 300 ./train -g 1
+            one1=$TP_TOK
+            for mode in "${wire_modes[@]}"; do
+                IFS='|' read -r tag flags <<<"$mode"
+                for wire in fp32 bf16; do
+                    throughput $V wire_${tag}_$wire timeout 300 ./train -g $G $flags --grad-reduce $wire
+                    [ -n "$TP_TOK" ] || w_note "wire throughput V=$V $tag $wire FAIL: no step lines"
+                    scale=$(python3 -c "
+t, a, b = float('${TP_TOK:-0}'), float('${one0:-0}'), float('${one1:-0}')
+print(f'{2 * t / (a + b):.3f}x' if a and b and t else 'none')" 2>/dev/null)
+                    note "    scaling against the mean of each GPU alone: ${scale:-none}"
+                    wire_rows+=("V=$V|$tag $wire|${TP_MS:-none} ms|${TP_TOK:-none} tok/s|$scale|comm ${TP_COMM:-none} ms")
+                done
+            done
+        done
+    fi
 fi
 # Step 1's AdamW m = 0.1 g of two checkpoints, lm_head (the table's last Vp*C values, argv[3]) and
 # the other rows apart. Why the bounds: at step 1 both runs see the same weights, so the forward is
@@ -478,4 +765,13 @@ tar -czf "$OUT/mg_logs.tar.gz" -C /tmp/mg $(cd /tmp/mg && ls *.log)
 echo
 echo "==== summary ===="
 printf '%s\n' "${summary[@]}"
+if [ -n "${wire_rows+x}" ]; then
+    echo
+    echo "==== wire: --grad-reduce bf16 against fp32 on $G GPUs ===="
+    for row in "${wire_rows[@]}"; do
+        IFS='|' read -r a b c d e f <<<"$row"
+        printf '%-12s %-20s %-28s %-18s %-14s %s\n' "$a" "$b" "$c" "$d" "$e" "$f"
+    done
+fi
 [ "${vp_fail:-0}" = 0 ] || { echo "vocabpar: a verdict failed (lines with FAIL or DIFFERENT above)"; exit 1; }
+[ "${wire_fail:-0}" = 0 ] || { echo "wire: a verdict failed (lines with FAIL or DIFFERENT above)"; exit 1; }
