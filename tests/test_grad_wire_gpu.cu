@@ -143,13 +143,13 @@ TEST(grad_wire_sums_every_ranks_part_in_fp32_in_rank_order) {
 TEST(grad_reduce_bf16_in_a_world_of_one_is_accepted_named_and_changes_nothing) {
     char shard[600], args[2000];
     snprintf(shard, sizeof shard, "%s/train.bin", test_tmpdir());
-    REQUIRE(write_pattern_shard(shard, 20000, 64, 5) == 0, "writing %s", shard);
+    REQUIRE(write_pattern_shard(shard, 20000, 1000, 5) == 0, "writing %s", shard);
     float losses[2][8];
     int steps[2];
     const char *wire[2] = {"fp32", "bf16"};
     for (int k = 0; k < 2; k++) {
         char *out = NULL;
-        snprintf(args, sizeof args, "-e tiny -v 64 -b 4 -t 64 -x 4 -l 3e-3 --warmup 1 -s 0 --val-every 0 "
+        snprintf(args, sizeof args, "-e tiny -v 1000 -b 8 -t 128 -x 4 -l 2e-3 --warmup 1 -s 0 --val-every 0 "
                                     "--grad-reduce %s -i %s -o %s/%s", wire[k], shard, test_tmpdir(), wire[k]);
         int rc = run_train(args, &out);
         REQUIRE(out, "could not run ./train %s", args);
