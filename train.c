@@ -58,6 +58,7 @@ typedef struct {
     int gpus, nodes, node_rank;
     const char *master;
     int zero, overlap_comm, bucket_mb, vocab_parallel;
+    const char *grad_reduce;
     int untied_head;
     int recompute_gelu, profile_step, step_parts;
     int help;
@@ -149,6 +150,9 @@ static const OptSpec options[] = {
      "1: reduce gradients during the backward; 0: after it (data parallel)"},
     {0, "bucket-mb", OPT_INT, O(bucket_mb), "0", "MB",
      "gradients per reduction at least, in MB of fp32 (layers merge; 0: one per layer)"},
+    {0, "grad-reduce", OPT_STR, O(grad_reduce), "fp32", "TYPE",
+     "what the gradient reduction sends: fp32, or bf16 (each GPU's gradients rounded once to bf16 and summed in "
+     "fp32: half the bytes of the reduce-scatter; data parallel)"},
     {0, "vocab-parallel", OPT_FLAG, O(vocab_parallel), "0", "",
      "split the output layer (lm_head, or a tied head's token embedding) over the GPUs by vocabulary rows: its "
      "weights, gradient and AdamW state divided by -g (needs -g 2 or more)"},
@@ -436,6 +440,8 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->zero != 0 && opt->zero != 1) bad("--zero", "must be 0 or 1");
     if (opt->overlap_comm != 0 && opt->overlap_comm != 1) bad("--overlap-comm", "must be 0 or 1");
     if (opt->bucket_mb < 0) bad("--bucket-mb", "must be 0 or more");
+    if (strcmp(opt->grad_reduce, "fp32") && strcmp(opt->grad_reduce, "bf16"))
+        bad("--grad-reduce", "must be fp32 or bf16");
     if (opt->recompute_gelu < 0 || opt->recompute_gelu > 2) bad("--recompute-gelu", "must be 0, 1 or 2");
     if (opt->profile_step < 0) bad("--profile-step", "must be 0 (off) or a step number");
     if (opt->step_parts != 0 && opt->step_parts != 1) bad("--step-parts", "must be 0 or 1");
@@ -765,6 +771,7 @@ static int start_world(Run *r, char **argv) {
         fprintf(stderr, "error: %s\n", r->err);
         return 2;
     }
+    r->dist.grad_reduce = strcmp(opt->grad_reduce, "bf16") == 0 ? GRAD_REDUCE_BF16 : GRAD_REDUCE_FP32;
     const int is_worker = getenv("FUSEDGPT_RANK") != NULL;
     const char *test_launcher = getenv("FUSEDGPT_TEST_LAUNCHER");
     if (test_launcher && strcmp(test_launcher, "1") == 0) {
@@ -801,9 +808,9 @@ static int start_world(Run *r, char **argv) {
         fprintf(stderr, "error: -g/--gpus and --nodes (data parallel) apply to --device cuda only\n");
         return 2;
     }
-    if (cpu && (opt->zero || !opt->overlap_comm || opt->bucket_mb)) {
-        fprintf(stderr, "error: --zero, --overlap-comm and --bucket-mb set how GPUs share gradients: they apply to "
-                        "--device cuda with -g/--nodes, not to the CPU backend\n");
+    if (cpu && (opt->zero || !opt->overlap_comm || opt->bucket_mb || strcmp(opt->grad_reduce, "fp32"))) {
+        fprintf(stderr, "error: --zero, --overlap-comm, --bucket-mb and --grad-reduce set how GPUs share gradients: "
+                        "they apply to --device cuda with -g/--nodes, not to the CPU backend\n");
         return 2;
     }
     /* Rank 0 alone prints, logs, samples and checkpoints; the others keep stderr for errors. */
@@ -1169,6 +1176,15 @@ static void print_header(Run *r) {
     printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches x %d rank(s)), output layer %s, device %s (%s)\n",
            r->B, r->T, opt->total_batch, r->accum, r->dist.world, opt->output, opt->device, be->device_name);
     if (be->output_path[0]) printf("output layer: %s\n", be->output_path);
+    if (r->dist.grad_reduce == GRAD_REDUCE_BF16 && r->dist.world == 1)
+        printf("gradient reduce: --grad-reduce bf16 does nothing in a world of one: there is nothing to reduce, "
+               "the gradients stay fp32\n");
+    else if (r->dist.grad_reduce == GRAD_REDUCE_BF16)
+        printf("gradient reduce: bf16 on the wire, summed in fp32 in rank order (each rank's gradients rounded once); "
+               "%s\n", opt->zero ? "ZeRO-1 keeps the fp32 sums of its shard: 2 + 2 bytes a parameter with the bf16 "
+                                    "weight gather, against 4 + 2"
+                                  : "the fp32 sums are all-gathered: 2 + 4 bytes a parameter, against the fp32 "
+                                    "all-reduce's 4 + 4");
     const OutputLossOptions lo = backend_loss_options(be);
     if (lo.z_loss > 0 || lo.logit_softcap > 0 || lo.label_smoothing > 0)
         printf("loss: z-loss %g, logit softcap %g, label smoothing %g (the logged loss is the cross-entropy)\n",

@@ -1,5 +1,6 @@
 /* The data-parallel bucket plan (model/dist/grad_buckets.c): buckets tile the layout, each holds only
- * values the backward has finished when the bucket is reduced, and ZeRO-1 shards split evenly. */
+ * values the backward has finished when the bucket is reduced, and ZeRO-1 shards split evenly; the
+ * bf16 wire's rounds cover each bucket once, each rank's part being its ZeRO-1 shard piece. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,6 +193,60 @@ TEST(grad_buckets_reduce_an_untied_llamas_lm_head_once_with_the_final_norm_and_i
 TEST(grad_buckets_reduce_a_tied_qwen3s_rows_at_their_layers_and_its_embedding_last) {
     for (int zero1 = 0; zero1 <= 1; zero1++)
         for (int early = 0; early <= !zero1; early++) check_rows_sync_points(FAMILY_QWEN3, 0, zero1, early);
+}
+
+TEST(wire_split_rounds_cover_every_value_of_a_bucket_once_inside_its_ranks_part) {
+    const size_t sizes[] = {1, 2, 7, 100, 1001, 4096, 65537};
+    const int worlds[] = {1, 2, 3, 4, 7, 8};
+    const size_t slices[] = {1, 3, 64, 1000, (size_t)1 << 40};
+    for (int a = 0; a < 7; a++)
+        for (int w = 0; w < 6; w++)
+            for (int c = 0; c < 5; c++) {
+                const size_t n = sizes[a];
+                const int world = worlds[w];
+                const WireSplit s = wire_split(n, world, slices[c]);
+                unsigned char *seen = calloc(n, 1);
+                size_t parts = 0, bad = 0;
+                int last_round_used = 0;
+                for (int j = 0; j < world; j++) {
+                    const size_t part_begin = (size_t)j * s.part, part_len = wire_part_len(&s, j);
+                    parts += part_len;
+                    for (int k = 0; k < s.rounds; k++) {
+                        const size_t len = wire_slice_len(&s, j, k), begin = part_begin + (size_t)k * s.slice;
+                        bad += len > slices[c] || (len && begin + len > part_begin + part_len);
+                        last_round_used |= k == s.rounds - 1 && len > 0;
+                        for (size_t i = begin; i < begin + len && i < n; i++) seen[i]++;
+                    }
+                }
+                for (size_t i = 0; i < n; i++) bad += seen[i] != 1;
+                CHECK(bad == 0 && parts == n && last_round_used,
+                      "n %zu, world %d, slice %zu: %zu values misplaced, parts hold %zu, last round %s", n, world,
+                      slices[c], bad, parts, last_round_used ? "used" : "empty");
+                free(seen);
+            }
+}
+
+TEST(wire_split_of_a_zero1_bucket_gives_each_rank_its_shard_piece) {
+    GPTConfig cfg = {.num_layers = 3, .num_heads = 1, .dim = 24, .max_seq_len = 16, .vocab_size = 300};
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    const int worlds[] = {2, 3, 4, 8};
+    for (int w = 0; w < 4; w++)
+        for (int r = 0; r < worlds[w]; r++) {
+            BucketPlan p;
+            REQUIRE(bucket_plan_build(&p, &t, worlds[w], r, 1, 0, 0, err) == 0, "%s", err);
+            for (int b = 0; b < p.num_buckets; b++) {
+                const WireSplit s = wire_split(p.buckets[b].count, worlds[w], 5);
+                const ShardPiece *piece = bucket_plan_piece(&p, b);
+                CHECK(piece->begin == p.buckets[b].begin + (size_t)r * s.part && piece->count == wire_part_len(&s, r),
+                      "world %d rank %d bucket %d: part [%zu, +%zu) but shard piece [%zu, +%zu)", worlds[w], r, b,
+                      p.buckets[b].begin + (size_t)r * s.part, wire_part_len(&s, r), piece->begin, piece->count);
+            }
+            bucket_plan_free(&p);
+        }
+    param_table_free(&t);
 }
 
 TEST(grad_buckets_reject_a_bad_rank) {

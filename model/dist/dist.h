@@ -38,10 +38,15 @@ extern "C" {
 #define DIST_MAX_WORLD 1024    /* ranks in all */
 #define DIST_EXIT_STOPPED 75   /* a worker's status when it stopped because another rank failed */
 
+/* What the gradient reduction puts on the wire (--grad-reduce; model/dist/grad_sync.h): fp32 as
+ * the backward wrote it, or each rank's values rounded once to bf16 and summed in fp32. */
+typedef enum { GRAD_REDUCE_FP32, GRAD_REDUCE_BF16 } GradReduce;
+
 typedef struct Dist {
     int rank, world, local_rank, node_rank;
     char master[256]; /* HOST:PORT of node 0's launcher (the rendezvous) */
     void *nccl;       /* communicator state (model/dist/dist_nccl.cu); NULL in a world of one */
+    GradReduce grad_reduce;
 } Dist;
 
 /* The launcher of one node: serves the rendezvous when node_rank is 0 (master NULL or "" on one
@@ -105,6 +110,15 @@ void dist_allgather(const Dist *d, const void *send, void *recv, size_t count, D
 /* dist_reduce_scatter_sum in any type (the vocabulary-parallel token embedding's bf16 rows). */
 void dist_reduce_scatter_sum_typed(const Dist *d, const void *send, void *recv, size_t count, DistType type,
                                    void *cuda_stream);
+/* All-to-all of one round of the bf16 gradient wire, in one NCCL group: to every other rank j,
+ * send_counts[j] values from send + j·stride; from every other rank i, recv_count values into
+ * recv + i·stride (strides in values). This rank's own slot is left alone. */
+void dist_alltoall(const Dist *d, const void *send, const size_t *send_counts, void *recv, size_t recv_count,
+                   size_t stride, DistType type, void *cuda_stream);
+/* In place, in one NCCL group: this rank's part, counts[rank] values at buf + rank·part, to every other
+ * rank, and every other rank j's counts[j] values into buf + j·part. */
+void dist_allgather_parts(const Dist *d, void *buf, const size_t *counts, size_t part, DistType type,
+                          void *cuda_stream);
 /* Collectives between these two calls are launched as one (NCCL group). */
 void dist_group_begin(const Dist *d);
 void dist_group_end(const Dist *d);

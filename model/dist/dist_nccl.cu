@@ -123,6 +123,53 @@ extern "C" void dist_allgather(const Dist *d, const void *send, void *recv, size
     NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(type), s->comm, (cudaStream_t)cuda_stream));
 }
 
+static size_t type_bytes(DistType t) {
+    switch (t) {
+    case DIST_FLOAT32: return 4;
+    case DIST_BFLOAT16: return 2;
+    case DIST_INT32: return 4;
+    case DIST_FLOAT64: return 8;
+    }
+    return 4;
+}
+
+extern "C" void dist_alltoall(const Dist *d, const void *send, const size_t *send_counts, void *recv,
+                              size_t recv_count, size_t stride, DistType type, void *cuda_stream) {
+    NcclState *s = (NcclState *)d->nccl;
+    if (!s) return;
+    const size_t step = stride * type_bytes(type);
+    /* a count of 0 is skipped on both sides: each rank computes every count alike */
+    NCCL_CHECK(ncclGroupStart());
+    for (int j = 0; j < d->world; j++) {
+        if (j == d->rank) continue;
+        if (send_counts[j])
+            NCCL_CHECK(ncclSend((const char *)send + j * step, send_counts[j], nccl_type(type), j, s->comm,
+                                (cudaStream_t)cuda_stream));
+        if (recv_count)
+            NCCL_CHECK(ncclRecv((char *)recv + j * step, recv_count, nccl_type(type), j, s->comm,
+                                (cudaStream_t)cuda_stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+}
+
+extern "C" void dist_allgather_parts(const Dist *d, void *buf, const size_t *counts, size_t part, DistType type,
+                                     void *cuda_stream) {
+    NcclState *s = (NcclState *)d->nccl;
+    if (!s) return;
+    const size_t step = part * type_bytes(type);
+    char *own = (char *)buf + d->rank * step;
+    NCCL_CHECK(ncclGroupStart());
+    for (int j = 0; j < d->world; j++) {
+        if (j == d->rank) continue;
+        if (counts[d->rank])
+            NCCL_CHECK(ncclSend(own, counts[d->rank], nccl_type(type), j, s->comm, (cudaStream_t)cuda_stream));
+        if (counts[j])
+            NCCL_CHECK(ncclRecv((char *)buf + j * step, counts[j], nccl_type(type), j, s->comm,
+                                (cudaStream_t)cuda_stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+}
+
 extern "C" void dist_group_begin(const Dist *d) {
     if (d->nccl) NCCL_CHECK(ncclGroupStart());
 }

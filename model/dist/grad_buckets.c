@@ -87,3 +87,19 @@ const ShardPiece *bucket_plan_piece(const BucketPlan *p, int b) {
         if (p->pieces[i].begin >= begin && p->pieces[i].begin < begin + p->buckets[b].count) return &p->pieces[i];
     return NULL;
 }
+
+WireSplit wire_split(size_t n, int world, size_t slice) {
+    WireSplit s = {n, (size_t)ceil_div((int64_t)n, world), slice, world, 0};
+    s.rounds = (int)ceil_div((int64_t)s.part, (int64_t)slice);
+    return s;
+}
+
+size_t wire_part_len(const WireSplit *s, int j) {
+    size_t begin = (size_t)j * s->part;
+    return begin >= s->n ? 0 : s->n - begin < s->part ? s->n - begin : s->part;
+}
+
+size_t wire_slice_len(const WireSplit *s, int j, int k) {
+    size_t len = wire_part_len(s, j), begin = (size_t)k * s->slice;
+    return begin >= len ? 0 : len - begin < s->slice ? len - begin : s->slice;
+}

@@ -52,6 +52,20 @@ void bucket_plan_free(BucketPlan *p);
 /* The rank's shard piece of bucket b (ZeRO-1). */
 const ShardPiece *bucket_plan_piece(const BucketPlan *p, int b);
 
+/* How the bf16 wire (model/dist/grad_sync.h) splits one bucket of n values over world ranks: rank j
+ * sums part j, values [j·part, j·part + wire_part_len(j)) with part = ceil(n / world) (under ZeRO-1 n
+ * splits evenly, and part j is rank j's shard piece). Buffers bound what one round exchanges: round
+ * k takes values [k·slice, k·slice + wire_slice_len(j, k)) of every part j. */
+typedef struct {
+    size_t n, part, slice;
+    int world, rounds;
+} WireSplit;
+
+/* slice >= 1: the most values of one part that a round takes. */
+WireSplit wire_split(size_t n, int world, size_t slice);
+size_t wire_part_len(const WireSplit *s, int j);
+size_t wire_slice_len(const WireSplit *s, int j, int k);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,5 @@
 /* model/dist/grad_sync.cu - data-parallel gradient reduction and ZeRO-1 sharding (see grad_sync.h). */
+#include <cuda_bf16.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,6 +7,11 @@
 #include "common/err.h"
 #include "kernels/cuda_check.h"
 #include "model/dist/grad_sync.h"
+
+/* The most values of a bucket that one round of the bf16 wire converts, exchanges and sums: it
+ * bounds the wire's two buffers (2 x 32 MB) whatever the largest bucket (the tied embedding of
+ * V = 262144 is 201M values, 13 rounds). */
+#define WIRE_ROUND_VALUES ((size_t)1 << 24)
 
 struct GradSync {
     const Dist *dist;
@@ -28,7 +34,20 @@ struct GradSync {
     kbf16 *dres_all;
     int *inputs_all;
     void *encoder_scratch;
+    /* the bf16 wire: one round's slices of every part, world slots of wire_slice values each; send
+     * holds this rank's values for each other rank, recv every rank's values of this rank's part
+     * (its own included, converted there directly) */
+    int bf16_wire;
+    size_t wire_slice;
+    kbf16 *wire_send, *wire_recv;
+    size_t *wire_counts; /* world entries */
 };
+
+/* A part's values that one round takes: no bucket exceeds the layout rounded up to world. */
+static size_t wire_slice_for(size_t total, int world) {
+    size_t padded = (size_t)round_up((int64_t)total, world);
+    return (size_t)ceil_div((int64_t)(padded < WIRE_ROUND_VALUES ? padded : WIRE_ROUND_VALUES), world);
+}
 
 /* A table without the token embedding (a tied head that --vocab-parallel splits) leaves the
  * embeddings' backward to the backend. */
@@ -44,6 +63,8 @@ size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overla
         bytes += n_all * t->cfg.dim * sizeof(kbf16) + n_all * sizeof(int) +
                  encoder_backward_scratch_bytes((int)n_all, t->cfg.padded_vocab_size);
     }
+    if (d->grad_reduce == GRAD_REDUCE_BF16)
+        bytes += 2 * (size_t)d->world * wire_slice_for(t->total, d->world) * sizeof(kbf16);
     return bytes;
 }
 
@@ -89,12 +110,27 @@ GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int ov
         CUDA_CHECK(cudaMalloc((void **)&gs->inputs_all, n_all * sizeof(int)));
         CUDA_CHECK(cudaMalloc(&gs->encoder_scratch, encoder_backward_scratch_bytes((int)n_all, gs->Vp)));
     }
+    gs->bf16_wire = d->grad_reduce == GRAD_REDUCE_BF16;
+    if (gs->bf16_wire) {
+        gs->wire_slice = wire_slice_for(t->total, gs->world);
+        gs->wire_counts = (size_t *)calloc((size_t)gs->world, sizeof(size_t));
+        if (!gs->wire_counts) {
+            snprintf(err, ERR_LEN, "out of host memory for the gradient buckets");
+            grad_sync_free(gs);
+            return NULL;
+        }
+        CUDA_CHECK(cudaMalloc((void **)&gs->wire_send, (size_t)gs->world * gs->wire_slice * sizeof(kbf16)));
+        CUDA_CHECK(cudaMalloc((void **)&gs->wire_recv, (size_t)gs->world * gs->wire_slice * sizeof(kbf16)));
+    }
     return gs;
 }
 
 void grad_sync_free(GradSync *gs) {
     if (!gs) return;
     CUDA_CHECK(cudaStreamSynchronize(gs->comm));
+    CUDA_CHECK(cudaFree(gs->wire_recv));
+    CUDA_CHECK(cudaFree(gs->wire_send));
+    free(gs->wire_counts);
     CUDA_CHECK(cudaFree(gs->encoder_scratch));
     CUDA_CHECK(cudaFree(gs->grad_shard));
     CUDA_CHECK(cudaFree(gs->inputs_all));
@@ -128,9 +164,57 @@ int grad_sync_owns_encoder(const GradSync *gs) {
     return gs && gs->early_embeddings;
 }
 
+__global__ void sum_parts_kernel(float *out, const __nv_bfloat16 *parts, size_t stride, int nparts, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float sum = __bfloat162float(parts[i]);
+    for (int r = 1; r < nparts; r++) sum += __bfloat162float(parts[(size_t)r * stride + i]);
+    out[i] = sum;
+}
+
+void grad_sync_sum_parts(float *out, const kbf16 *parts, size_t stride, int nparts, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    sum_parts_kernel<<<(unsigned)ceil_div((int64_t)n, 256), 256, 0, stream>>>(out, parts, stride, nparts, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* Values [0, n) of bucket over the bf16 wire: every part rounded to bf16 and sent to the rank that
+ * sums it, round by round; this rank's part summed into out. */
+static void wire_reduce_scatter(GradSync *gs, const float *bucket, const WireSplit *s, float *out) {
+    for (int k = 0; k < s->rounds; k++) {
+        for (int j = 0; j < gs->world; j++) {
+            size_t len = gs->wire_counts[j] = wire_slice_len(s, j, k);
+            if (!len) continue;
+            kbf16 *slot = (j == gs->rank ? gs->wire_recv : gs->wire_send) + (size_t)j * gs->wire_slice;
+            convert_fp32_to_bf16(slot, bucket + (size_t)j * s->part + (size_t)k * s->slice, len, gs->comm);
+        }
+        const size_t mine = gs->wire_counts[gs->rank];
+        dist_alltoall(gs->dist, gs->wire_send, gs->wire_counts, gs->wire_recv, mine, gs->wire_slice, DIST_BFLOAT16,
+                      gs->comm);
+        grad_sync_sum_parts(out + (size_t)k * s->slice, gs->wire_recv, gs->wire_slice, gs->world, mine, gs->comm);
+    }
+}
+
+/* Values [begin, begin + n) of grads over the bf16 wire. ZeRO-1: this rank's sums go to its shard
+ * piece (shard); else to its own part of grads, and every rank's part then to every rank in fp32. */
+static void wire_reduce(GradSync *gs, float *grads, size_t begin, size_t n, float *shard) {
+    const WireSplit s = wire_split(n, gs->world, gs->wire_slice);
+    float *bucket = grads + begin;
+    if (shard) {
+        wire_reduce_scatter(gs, bucket, &s, shard);
+        return;
+    }
+    wire_reduce_scatter(gs, bucket, &s, bucket + (size_t)gs->rank * s.part);
+    for (int j = 0; j < gs->world; j++) gs->wire_counts[j] = wire_part_len(&s, j);
+    dist_allgather_parts(gs->dist, bucket, gs->wire_counts, s.part, DIST_FLOAT32, gs->comm);
+}
+
 static void reduce_bucket(GradSync *gs, int i, float *grads) {
     const GradBucket *b = &gs->plan.buckets[i];
-    if (gs->zero1)
+    if (gs->bf16_wire)
+        wire_reduce(gs, grads, b->begin, b->count,
+                    gs->zero1 ? gs->grad_shard + bucket_plan_piece(&gs->plan, i)->shard_offset : NULL);
+    else if (gs->zero1)
         dist_reduce_scatter_sum(gs->dist, grads + b->begin, gs->grad_shard + bucket_plan_piece(&gs->plan, i)->shard_offset,
                                 b->count / (size_t)gs->world, gs->comm);
     else
@@ -172,7 +256,12 @@ void grad_sync_finish(GradSync *gs, float *grads, cudaStream_t main) {
     CUDA_CHECK(cudaEventRecord(gs->compute_done, main));
     if (!gs->overlap) {
         CUDA_CHECK(cudaStreamWaitEvent(gs->comm, gs->compute_done, 0));
-        if (gs->zero1) {
+        if (gs->bf16_wire && gs->zero1) {
+            /* one bucket after another: each round reuses the wire's buffers */
+            for (int i = 0; i < gs->plan.num_buckets; i++) reduce_bucket(gs, i, grads);
+        } else if (gs->bf16_wire) {
+            wire_reduce(gs, grads, 0, gs->plan.padded_total, NULL);
+        } else if (gs->zero1) {
             dist_group_begin(gs->dist);
             for (int i = 0; i < gs->plan.num_buckets; i++) reduce_bucket(gs, i, grads);
             dist_group_end(gs->dist);

@@ -19,7 +19,36 @@
  * (its shard: fp32 master weights, AdamW moments and reduced gradients, compact), updates it, and
  * the bf16 weights are all-gathered after the update. Bucket edges are then rounded up to
  * multiples of world so that every bucket splits evenly; a bucket still only ever holds values
- * that are final when it is reduced (model/dist/grad_buckets.h). */
+ * that are final when it is reduced (model/dist/grad_buckets.h).
+ *
+ * The bf16 wire (--grad-reduce bf16: Dist.grad_reduce). Each bucket is cut into world parts
+ * (grad_buckets.h WireSplit; under ZeRO-1 the shard pieces). Every rank rounds its fp32 values once
+ * to bf16 (to nearest, ties to even) and sends part j to rank j (NCCL send/recv, all to all, in
+ * rounds of at most 16M values of a bucket); rank j sums each element's world bf16 values in fp32,
+ * in rank order 0..world-1, so an element's sum is the same bits in every mode and whichever rank
+ * computes it. Under ZeRO-1 these sums are the rank's reduced gradient shard, and the wire carries
+ * 2 + 2 bytes a parameter (bf16 gradients out, bf16 weights back, (world-1)/world of each per rank)
+ * instead of the fp32 reduce-scatter's 4 + 2. Without ZeRO-1 the fp32 sums are then all-gathered in
+ * place, so every rank holds the same reduced gradients: 2 + 4 bytes a parameter instead of the fp32
+ * all-reduce's 4 + 4. With the early embeddings, the embedding bucket crosses the wire holding the
+ * output layer's part alone; the encoder's part, computed alike on every rank, is added to the fp32
+ * sums as before.
+ *
+ * Its error against the fp32 wire. Rank r's contribution c_r (already scaled by 1/world) crosses
+ * as bf16(c_r) = c_r (1 + d) with |d| <= 2^-8 (8 significant bits: half an ulp is at most 2^-8 of
+ * the value, not 2^-9; below 2^-126, where bf16 is subnormal, the error is at most 2^-134). With
+ * the two wires' own fp32 sums (world - 1 roundings of 2^-24 each), per element
+ *   |g_bf16 - g_fp32| <= (2^-8 + 2^-20) sum_r |c_r|                    (world <= 8)
+ * and in L2, by Cauchy-Schwarz over the ranks,
+ *   ||g_bf16 - g_fp32|| <= (2^-8 + 2^-20) ||sum_r |c_r| || <= (2^-8 + 2^-20) sqrt(world sum_r ||c_r||^2).
+ * There is no bound relative to ||g|| = ||sum_r c_r|| alone: where contributions of opposite signs
+ * cancel, the sum is small and its rounding errors are not (||sum_r |c_r| || / ||g|| >= 1; about
+ * 1-1.3 at a first step, where micro-batches' gradients share a direction). Expected size: a
+ * rounding error is uniform within half an ulp, rms 0.42 x 2^-8 ~ 1.7e-3 of the value (mantissas
+ * log-uniform), independent across ranks, so ||g_bf16 - g_fp32|| ~ 1.7e-3 sqrt(sum_r ||c_r||^2):
+ * 1.7e-3 / sqrt(world) of ||g|| when the ranks' gradients agree, 1.7e-3 when they are unrelated.
+ * dev/check/multigpu_check.sh (section wire) asserts the per-element form against each rank's own
+ * gradient. */
 #ifndef FUSEDGPT_GRAD_SYNC_H
 #define FUSEDGPT_GRAD_SYNC_H
 
@@ -66,6 +95,9 @@ void grad_sync_gather_weights(GradSync *gs, kbf16 *params, cudaStream_t main);
 /* ZeRO-1 state transfer: full (Ppad values on the device) <- every rank's shard, or shard <- full. */
 void grad_sync_gather_shard(GradSync *gs, const float *shard, float *full, cudaStream_t main);
 void grad_sync_scatter_shard(GradSync *gs, const float *full_host, float *shard, cudaStream_t main);
+/* The bf16 wire's sum: out[i] = p_0[i] + p_1[i] + ... + p_{nparts-1}[i] in fp32, from p_0 on, where p_r =
+ * parts + r·stride (bf16 values). */
+void grad_sync_sum_parts(float *out, const kbf16 *parts, size_t stride, int nparts, size_t n, cudaStream_t stream);
 /* Milliseconds of the last step during which the main stream waited on communication (the
  * reduction not hidden by the backward, plus the ZeRO-1 weight gather). Synchronizes. */
 double grad_sync_wait_ms(GradSync *gs);
