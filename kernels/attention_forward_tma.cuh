@@ -14,10 +14,7 @@
  * P(j-1)·V(j-1) is on the tensor cores, and O is rescaled once that product is done. The two
  * warpgroups take turns to issue (ping-pong), so one's softmax also overlaps the other's products:
  * the tensor cores never wait for a softmax, where the one-warpgroup kernel relies on other blocks.
- * Measured at Qwen3-0.6B's shape (B 8, T 2048, NH 16, NKV 8): 0.28-0.30 ms against 0.49-0.50 for
- * that kernel; without the turns 0.31-0.33, with a third stage 0.30-0.31, with sections of 2 MB
- * 0.30, of 32 MB 0.31; at GPT-2's HS 64 (B 16, T 1024) 0.116-0.132 ms against 0.131-0.150
- * (dev/RESULTS.md, attention).
+ * Two stages, the turns and 8 MB sections are the measured best (dev/RESULTS.md, attention).
  * FLOPs 2·B·NH·T²·HS (causal); bytes: K and V cross from L2 once per 128 query rows. */
 #ifndef FUSEDGPT_ATTENTION_FORWARD_TMA_CUH
 #define FUSEDGPT_ATTENTION_FORWARD_TMA_CUH
@@ -125,6 +122,7 @@ template <int HS>
 __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     attention_forward_tma_kernel(const __grid_constant__ CUtensorMap tm_qkv, bf16 *out, float *lse, int T, int NH,
                                  int NKV, int window, float sl2, int nqb, int section) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) /* setmaxnreg and wgmma: sm_90a only */
     constexpr int NP = HS / 64, TILE = att_tma_tile_bytes(HS), ST = ATT_TMA_STAGES, BN = ATT_TMA_BN;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
     /* full: the copies landed (the producer's arrive + the bytes); empty: every consumer warp is
@@ -269,6 +267,9 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     for (int p = 0; p < NP; p++) fence_acc(o[p]);
 
     store_forward_rows<HS>(out, lse, &o[0][0], lrow, mrow, b, h, NH, qrow, tq, T, NH * HS);
+#else
+    __trap();
+#endif
 }
 
 #endif

@@ -40,18 +40,19 @@ extern "C" {
 void encoder_forward(kbf16 *out, const int *inp, const kbf16 *wte, const kbf16 *wpe, float scale, int B, int T,
                      int C, cudaStream_t stream);
 /* dwte[inp[b,t],:] += scale·dout[b,t,:] for every token but pad (nn.Embedding's padding_idx: its row
- * gets no gradient; pad < 0: none); dwpe[t,:] += Σ_b dout[b,t,:] unless dwpe == NULL (dwte == NULL: dwpe alone)   (+= into fp32,
- * deterministic: positions are sorted by token (stable radix sort) and each token's rows summed in
- * position order by one block; no atomics). scratch: encoder_backward_scratch_bytes(B·T, Vp) bytes. */
+ * gets no gradient; pad < 0: none); dwpe[t,:] += Σ_b dout[b,t,:] unless dwpe == NULL (dwte == NULL:
+ * dwpe alone)   (+= into fp32, deterministic: positions are sorted by token (stable radix sort) and
+ * each token's rows summed in position order by one block; no atomics). scratch:
+ * encoder_backward_scratch_bytes(B·T, Vp) bytes. */
 size_t encoder_backward_scratch_bytes(int N, int Vp);
 void encoder_backward(float *dwte, float *dwpe, void *scratch, const kbf16 *dout, const int *inp, float scale,
                       int pad, int B, int T, int C, int Vp, cudaStream_t stream);
 /* Over wte's rows [v0, v0 + Vs) (wte_slice, the rows a rank owns), for N positions (every rank's,
  * sequences of T): out[n,:] = wte_slice[inp[n] - v0,:]·scale (+ wpe[n mod T,:] unless wpe == NULL)
  * where the slice holds inp[n], else 0   (=, exact: the ranks' outputs summed are encoder_forward's
- * bitwise), and dwte_slice[tok - v0,:] +=
- * scale·(the rows of dout at tok) for the slice's tokens but pad (a whole-vocabulary id; < 0: none)
- * only (+= fp32, deterministic; the slices side by side are encoder_backward's dwte bitwise). scratch: encoder_slice_backward_scratch_bytes(N, Vs) bytes. */
+ * bitwise), and dwte_slice[tok - v0,:] += scale·(the rows of dout at tok) for the slice's tokens
+ * but pad (a whole-vocabulary id; < 0: none) only (+= fp32, deterministic; the slices side by side
+ * are encoder_backward's dwte bitwise). scratch: encoder_slice_backward_scratch_bytes(N, Vs) bytes. */
 void encoder_slice_forward(kbf16 *out, const int *inp, const kbf16 *wte_slice, const kbf16 *wpe, float scale, int v0,
                            int Vs, int N, int T, int C, cudaStream_t stream);
 size_t encoder_slice_backward_scratch_bytes(int N, int Vs);

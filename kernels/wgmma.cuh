@@ -25,10 +25,14 @@ template <int n> __device__ __forceinline__ void fence_acc(float (&d)[n]) {
  * (inc), up to n per thread; every thread of the warpgroup executes it. Takes effect only in a
  * kernel capped at entry (__launch_bounds__ with its minimum blocks). */
 template <int n> __device__ __forceinline__ void warpgroup_reg_dealloc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(n));
+#endif
 }
 template <int n> __device__ __forceinline__ void warpgroup_reg_alloc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(n));
+#endif
 }
 /* cp.async writes through the generic proxy, wgmma reads through the async proxy */
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }

@@ -107,8 +107,8 @@ TEST(grad_wire_sums_every_ranks_part_in_fp32_in_rank_order) {
             float *x = (float *)malloc(total * sizeof(float)), *got = (float *)malloc((n + 3) * sizeof(float));
             uint16_t *parts = (uint16_t *)malloc(total * sizeof(uint16_t));
             /* magnitudes apart by up to 2^32: a bf16's 8 bits then reach past fp32's 24 in a sum, so
-             * its roundings, and with them the order of the additions, show in the last bits (apart
-             * by 2^12 every sum was exact, in any order: the check below saw 0 of 1001) */
+             * its roundings, and with them the order of the additions, show in the last bits (within
+             * 2^16 of each other, 8-bit values sum exactly in fp32, in any order) */
             fill_normal(x, total, 1.0f, &rng);
             for (size_t i = 0; i < total; i++) parts[i] = nearest_bf16(ldexpf(x[i], (int)rng_below(&rng, 33) - 16));
             kbf16 *d_parts;

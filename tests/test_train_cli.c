@@ -750,7 +750,7 @@ TEST(validation_batches_and_windows_near_2_to_the_31_do_not_overflow) {
 
 /* --vocab-parallel's refusals come before any GPU is looked for, so the CPU sees them all; a run it
  * accepts gets as far as looking for GPUs. */
-#define UNTIED_LLAMA "--family llama --kv-heads 1 --head-dim 48 --ffn-dim 192 --untied-head"
+#define UNTIED_LLAMA "--family llama --kv-heads 1 --ffn-dim 192 --untied-head"
 TEST(vocab_parallel_is_refused_with_one_line_wherever_it_cannot_run) {
     char train[700], val[700];
     make_corpus(train, val, sizeof train);
@@ -786,7 +786,7 @@ TEST(vocab_parallel_on_a_tied_or_untied_head_over_two_gpus_passes_every_check_be
     char train[700], val[700], *out = NULL, args[2400];
     make_corpus(train, val, sizeof train);
     /* an untied Llama, and GPT-2 and Qwen3, whose heads are their token embeddings */
-    const char *models[] = {UNTIED_LLAMA, "", "--family qwen3 --kv-heads 1 --head-dim 48 --ffn-dim 192"};
+    const char *models[] = {UNTIED_LLAMA, "", "--family qwen3 --kv-heads 1 --ffn-dim 192"};
     for (int i = 0; i < 3; i++) {
         snprintf(args, sizeof args, TINY_RUN " %s -v 100 --device cuda -g 2 -x 1 --vocab-parallel -i %s -o %s/vpok%d",
                  models[i], train, test_tmpdir(), i);

@@ -671,17 +671,6 @@ print(f'{2 * t / (a + b):.3f}x' if a and b and t else 'none')" 2>/dev/null)
         done
     fi
 fi
-# Step 1's AdamW m = 0.1 g of two checkpoints, lm_head (the table's last Vp*C values, argv[3]) and
-# the other rows apart. Why the bounds: at step 1 both runs see the same weights, so the forward is
-# bitwise the same; the split layer's lse is combined from the slices' sums, which differs from the
-# whole row's by fp32 rounding (~1e-7 relative). lm_head's gradient dZ^T H then differs only where
-# a dZ rounds to bf16 the other way: a fraction ~1e-7 / 2^-8 of the values, each by a bf16 ulp
-# (2^-8 relative), relative L2 ~2^-8 sqrt(2.5e-5) ~ 2e-5: bound 1e-3. dH is summed over the slices
-# in fp32 before its one bf16 rounding, so a fraction ~2^-16 of dH values differ by an ulp; each
-# bf16 rounding in the backward turns a relative perturbation d into ~sqrt(d 2^-8), so after a few
-# layers the body's gradients differ by ~1e-3: bound 1e-2. A real fault (a slice left out, a scale
-# off by the rank count, dH not reduced or to the wrong rows) gives 0.3 and more; the bounds sit
-# 10x to 50x above the estimates, so an estimate off by an order of magnitude fails no correct run.
 # Step 1's AdamW m = 0.1 g of two checkpoints, the head (argv[3] values: the table's last Vp*C for
 # lm_head, argv[4] "last"; its first for a tied head's token embedding, "first") and all rows. Why
 # the bounds: at step 1 both runs see the same weights, so the forward is bitwise the same; the

@@ -100,16 +100,16 @@ double dist_max_scalar(const Dist *d, double value);
 
 /* ---- gradient and weight collectives (model/dist/dist_nccl.cu), enqueued on a CUDA stream ---- */
 typedef enum { DIST_FLOAT32, DIST_BFLOAT16, DIST_INT32, DIST_FLOAT64 } DistType;
+size_t dist_type_bytes(DistType type);
 /* In-place sum of n values across ranks. */
 void dist_allreduce_sum(const Dist *d, void *values, size_t n, DistType type, void *cuda_stream);
-/* send holds world·count fp32 values; recv (count) gets the sum over ranks of this rank's part. */
-void dist_reduce_scatter_sum(const Dist *d, const float *send, float *recv, size_t count, void *cuda_stream);
+/* send holds world·count values; recv (count) gets the sum over ranks of this rank's part (fp32
+ * gradients, or the vocabulary-parallel token embedding's bf16 rows, of which one rank's is non-zero). */
+void dist_reduce_scatter_sum(const Dist *d, const void *send, void *recv, size_t count, DistType type,
+                             void *cuda_stream);
 /* recv (world·count values) gets every rank's send (count values) in rank order; send may be
  * recv + rank·count (in place). */
 void dist_allgather(const Dist *d, const void *send, void *recv, size_t count, DistType type, void *cuda_stream);
-/* dist_reduce_scatter_sum in any type (the vocabulary-parallel token embedding's bf16 rows). */
-void dist_reduce_scatter_sum_typed(const Dist *d, const void *send, void *recv, size_t count, DistType type,
-                                   void *cuda_stream);
 /* All-to-all of one round of the bf16 gradient wire, in one NCCL group: to every other rank j,
  * send_counts[j] values from send + j·stride; from every other rank i, recv_count values into
  * recv + i·stride (strides in values). This rank's own slot is left alone. */

@@ -109,11 +109,11 @@ extern "C" void dist_allreduce_sum(const Dist *d, void *values, size_t n, DistTy
     NCCL_CHECK(ncclAllReduce(values, values, n, nccl_type(type), ncclSum, s->comm, (cudaStream_t)cuda_stream));
 }
 
-extern "C" void dist_reduce_scatter_sum(const Dist *d, const float *send, float *recv, size_t count,
+extern "C" void dist_reduce_scatter_sum(const Dist *d, const void *send, void *recv, size_t count, DistType type,
                                         void *cuda_stream) {
     NcclState *s = (NcclState *)d->nccl;
     if (!s) return;
-    NCCL_CHECK(ncclReduceScatter(send, recv, count, ncclFloat32, ncclSum, s->comm, (cudaStream_t)cuda_stream));
+    NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(type), ncclSum, s->comm, (cudaStream_t)cuda_stream));
 }
 
 extern "C" void dist_allgather(const Dist *d, const void *send, void *recv, size_t count, DistType type,
@@ -123,7 +123,7 @@ extern "C" void dist_allgather(const Dist *d, const void *send, void *recv, size
     NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(type), s->comm, (cudaStream_t)cuda_stream));
 }
 
-static size_t type_bytes(DistType t) {
+extern "C" size_t dist_type_bytes(DistType t) {
     switch (t) {
     case DIST_FLOAT32: return 4;
     case DIST_BFLOAT16: return 2;
@@ -137,7 +137,7 @@ extern "C" void dist_alltoall(const Dist *d, const void *send, const size_t *sen
                               size_t recv_count, size_t stride, DistType type, void *cuda_stream) {
     NcclState *s = (NcclState *)d->nccl;
     if (!s) return;
-    const size_t step = stride * type_bytes(type);
+    const size_t step = stride * dist_type_bytes(type);
     /* a count of 0 is skipped on both sides: each rank computes every count alike */
     NCCL_CHECK(ncclGroupStart());
     for (int j = 0; j < d->world; j++) {
@@ -156,7 +156,7 @@ extern "C" void dist_allgather_parts(const Dist *d, void *buf, const size_t *cou
                                      void *cuda_stream) {
     NcclState *s = (NcclState *)d->nccl;
     if (!s) return;
-    const size_t step = part * type_bytes(type);
+    const size_t step = part * dist_type_bytes(type);
     char *own = (char *)buf + d->rank * step;
     NCCL_CHECK(ncclGroupStart());
     for (int j = 0; j < d->world; j++) {
@@ -176,11 +176,4 @@ extern "C" void dist_group_begin(const Dist *d) {
 
 extern "C" void dist_group_end(const Dist *d) {
     if (d->nccl) NCCL_CHECK(ncclGroupEnd());
-}
-
-extern "C" void dist_reduce_scatter_sum_typed(const Dist *d, const void *send, void *recv, size_t count, DistType type,
-                                              void *cuda_stream) {
-    NcclState *s = (NcclState *)d->nccl;
-    if (!s) return;
-    NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(type), ncclSum, s->comm, (cudaStream_t)cuda_stream));
 }

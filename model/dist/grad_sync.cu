@@ -196,7 +196,9 @@ static void wire_reduce_scatter(GradSync *gs, const float *bucket, const WireSpl
 }
 
 /* Values [begin, begin + n) of grads over the bf16 wire. ZeRO-1: this rank's sums go to its shard
- * piece (shard); else to its own part of grads, and every rank's part then to every rank in fp32. */
+ * piece (shard); else to its own part of grads, and every rank's part then to every rank in fp32.
+ * Never inside an NCCL group: its rounding and summing kernels must run before and after the
+ * exchange, which a group would launch at its end. */
 static void wire_reduce(GradSync *gs, float *grads, size_t begin, size_t n, float *shard) {
     const WireSplit s = wire_split(n, gs->world, gs->wire_slice);
     float *bucket = grads + begin;
@@ -216,7 +218,7 @@ static void reduce_bucket(GradSync *gs, int i, float *grads) {
                     gs->zero1 ? gs->grad_shard + bucket_plan_piece(&gs->plan, i)->shard_offset : NULL);
     else if (gs->zero1)
         dist_reduce_scatter_sum(gs->dist, grads + b->begin, gs->grad_shard + bucket_plan_piece(&gs->plan, i)->shard_offset,
-                                b->count / (size_t)gs->world, gs->comm);
+                                b->count / (size_t)gs->world, DIST_FLOAT32, gs->comm);
     else
         dist_allreduce_sum(gs->dist, grads + b->begin, b->count, DIST_FLOAT32, gs->comm);
 }

@@ -36,7 +36,7 @@
  *
  * Its error against the fp32 wire. Rank r's contribution c_r (already scaled by 1/world) crosses
  * as bf16(c_r) = c_r (1 + d) with |d| <= 2^-8 (8 significant bits: half an ulp is at most 2^-8 of
- * the value, not 2^-9; below 2^-126, where bf16 is subnormal, the error is at most 2^-134). With
+ * the value; below 2^-126, where bf16 is subnormal, the error is at most 2^-134). With
  * the two wires' own fp32 sums (world - 1 roundings of 2^-24 each), per element
  *   |g_bf16 - g_fp32| <= (2^-8 + 2^-20) sum_r |c_r|                    (world <= 8)
  * and in L2, by Cauchy-Schwarz over the ranks,

@@ -20,8 +20,8 @@ struct VocabParallel {
     const Dist *dist;
     int R, rank, C;
     int tied;                  /* the slice is also the token embedding's rows */
-    float embed_scale;         /* tied: the embedding's scale, and the token whose row gets no gradient */
-    int pad_token;
+    float embed_scale;         /* tied: the embedding's scale (gpt_embed_scale: Gemma's rounded √C, else 1) */
+    int pad_token;             /* tied: the padding_idx row, which gets no gradient (-1: none) */
     size_t N, NT;
     VocabSlice slice;
     size_t elems;              /* Vs·C: every slice buffer's values */
@@ -30,7 +30,8 @@ struct VocabParallel {
     float *master, *grad, *m, *v;
     kbf16 *H_all;              /* [NT, C] every rank's hidden states, in rank order; tied, also the
                                 * embedding's rows of every rank before the reduce-scatter and every
-                                * rank's d(embedding) (the output layer no longer reads H then) */
+                                * rank's d(embedding) (the output layer no longer reads H then): the
+                                * three uses follow each other on one stream, in this order */
     int *targets_all;          /* [NT] */
     int *inputs_all;           /* tied: [NT] every rank's tokens, from the embedding to its backward */
     void *embed_scratch;       /* tied: the slice embedding backward's */
@@ -53,7 +54,8 @@ size_t vocab_parallel_bytes(const ParamTable *t, int world, int N) {
     const size_t Vs = (size_t)t->cfg.padded_vocab_size / (size_t)world;
     /* rank 0's slice stands for every rank's: the streaming path's workspace does not grow with V */
     const VocabSlice s0 = vocab_slice(t->cfg.vocab_size, t->cfg.padded_vocab_size, world, 0);
-    const size_t embed = t->cfg.untied_head ? 0 : NT * sizeof(int) + encoder_slice_backward_scratch_bytes((int)NT, (int)Vs);
+    const size_t embed =
+        t->cfg.untied_head ? 0 : NT * sizeof(int) + encoder_slice_backward_scratch_bytes((int)NT, (int)Vs);
     return Vs * C * (sizeof(kbf16) + 4 * sizeof(float)) + NT * C * (sizeof(kbf16) + sizeof(float)) +
            (size_t)N * C * sizeof(float) + NT * (sizeof(int) + (4 + 3 * (size_t)world) * sizeof(float)) +
            output_layer_workspace_bytes(OUTPUT_FUSED, (int64_t)NT, s0.real, (int)C, 0) + embed;
@@ -147,25 +149,21 @@ void vocab_parallel_free(VocabParallel *vp) {
     free(vp);
 }
 
-static size_t type_bytes(DistType type) {
-    return type == DIST_BFLOAT16 ? 2 : type == DIST_FLOAT64 ? 8 : 4;
-}
-
 /* The collectives, or in a world of one (no communicator) the copy each one amounts to. */
 static void all_gather(const VocabParallel *vp, const void *send, void *recv, size_t count, DistType type,
                        cudaStream_t s) {
     if (vp->dist && vp->dist->nccl)
         dist_allgather(vp->dist, send, recv, count, type, s);
     else if (send != recv)
-        CUDA_CHECK(cudaMemcpyAsync(recv, send, count * type_bytes(type), cudaMemcpyDeviceToDevice, s));
+        CUDA_CHECK(cudaMemcpyAsync(recv, send, count * dist_type_bytes(type), cudaMemcpyDeviceToDevice, s));
 }
 
 static void reduce_scatter(const VocabParallel *vp, const void *send, void *recv, size_t count, DistType type,
                            cudaStream_t s) {
     if (vp->dist && vp->dist->nccl)
-        dist_reduce_scatter_sum_typed(vp->dist, send, recv, count, type, s);
+        dist_reduce_scatter_sum(vp->dist, send, recv, count, type, s);
     else
-        CUDA_CHECK(cudaMemcpyAsync(recv, send, count * type_bytes(type), cudaMemcpyDeviceToDevice, s));
+        CUDA_CHECK(cudaMemcpyAsync(recv, send, count * dist_type_bytes(type), cudaMemcpyDeviceToDevice, s));
 }
 
 static void check_launch(int rc, const char *what) {

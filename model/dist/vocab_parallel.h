@@ -73,9 +73,10 @@ void vocab_parallel_zero_grad(VocabParallel *vp, cudaStream_t s);
 double vocab_parallel_grad_sumsq(VocabParallel *vp, double *sumsq, void *scratch, cudaStream_t s);
 void vocab_parallel_adamw(VocabParallel *vp, const AdamWStep *st, cudaStream_t s);
 
-/* Host copies of the whole head [Vp, C] (the table's row, fp32, in the whole table's layout): read gathers every rank's slice
- * (every rank calls it; NULLs skip a copy, for ranks that do not want it), write takes this rank's
- * slice (the bf16 weights from params) and zeroes its gradient. read_grads gathers the gradient. */
+/* Host copies of the whole head [Vp, C] (the table's row, fp32, in the whole table's layout): read
+ * gathers every rank's slice (every rank calls it; NULLs skip a copy, for ranks that do not want
+ * it), write takes this rank's slice (the bf16 weights from params) and zeroes its gradient.
+ * read_grads gathers the gradient. */
 void vocab_parallel_read(VocabParallel *vp, float *params, float *m, float *v, cudaStream_t s);
 void vocab_parallel_write(VocabParallel *vp, const float *params, const float *m, const float *v, cudaStream_t s);
 void vocab_parallel_read_grads(VocabParallel *vp, float *grads, cudaStream_t s);
