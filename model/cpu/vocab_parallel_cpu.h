@@ -68,7 +68,8 @@ void vp_all_reduce_sum(int R, float *const *buf, size_t count);
 void vp_reduce_scatter_sum(int R, const float *const *send, const size_t *counts, float *const *recv);
 
 /* A tied head's token embedding over the slices (the CUDA version is kernels/kernels.h
- * encoder_slice_*; model/dist/vocab_parallel.h runs it): each rank all-gathers the tokens, and for
+ * encoder_slice_*, which also adds GPT-2's position rows where the slice holds the token; here the
+ * caller adds them; model/dist/vocab_parallel.h runs it): each rank all-gathers the tokens, and for
  * all N of them writes out[n] = W_slice[inp[n] − begin]·scale where its slice holds inp[n], else 0,
  * so that the ranks' parts reduce-scattered (vp_reduce_scatter_sum) are each rank's rows of the
  * whole lookup exactly (one term plus zeros). The backward all-gathers every rank's d(embedding)
