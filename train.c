@@ -771,7 +771,6 @@ static int start_world(Run *r, char **argv) {
         fprintf(stderr, "error: %s\n", r->err);
         return 2;
     }
-    r->dist.grad_reduce = strcmp(opt->grad_reduce, "bf16") == 0 ? GRAD_REDUCE_BF16 : GRAD_REDUCE_FP32;
     const int is_worker = getenv("FUSEDGPT_RANK") != NULL;
     const char *test_launcher = getenv("FUSEDGPT_TEST_LAUNCHER");
     if (test_launcher && strcmp(test_launcher, "1") == 0) {
@@ -988,7 +987,8 @@ static int create_backend(Run *r) {
     const Options *opt = &r->opt;
     OutputKind output = strcmp(opt->output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
     DataParallel dp = {.dist = &r->dist, .zero1 = opt->zero, .overlap = opt->overlap_comm,
-                       .bucket_bytes = (size_t)opt->bucket_mb << 20, .vocab_parallel = opt->vocab_parallel};
+                       .bucket_bytes = (size_t)opt->bucket_mb << 20, .bf16_wire = !strcmp(opt->grad_reduce, "bf16"),
+                       .vocab_parallel = opt->vocab_parallel};
     r->be = strcmp(opt->device, "cpu") == 0
                 ? backend_cpu_create(&r->table, r->B, r->T, output, (uint64_t)opt->seed, r->err)
                 : backend_cuda_create(&r->table, r->B, r->T, output, (size_t)opt->logits_mb << 20,
@@ -1176,10 +1176,11 @@ static void print_header(Run *r) {
     printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches x %d rank(s)), output layer %s, device %s (%s)\n",
            r->B, r->T, opt->total_batch, r->accum, r->dist.world, opt->output, opt->device, be->device_name);
     if (be->output_path[0]) printf("output layer: %s\n", be->output_path);
-    if (r->dist.grad_reduce == GRAD_REDUCE_BF16 && r->dist.world == 1)
+    const int bf16_wire = !strcmp(opt->grad_reduce, "bf16");
+    if (bf16_wire && r->dist.world == 1)
         printf("gradient reduce: --grad-reduce bf16 does nothing in a world of one: there is nothing to reduce, "
                "the gradients stay fp32\n");
-    else if (r->dist.grad_reduce == GRAD_REDUCE_BF16)
+    else if (bf16_wire)
         printf("gradient reduce: bf16 on the wire, summed in fp32 in rank order (each rank's gradients rounded once); "
                "%s\n", opt->zero ? "ZeRO-1 keeps the fp32 sums of its shard: 2 + 2 bytes a parameter with the bf16 "
                                     "weight gather, against 4 + 2"

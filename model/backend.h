@@ -120,6 +120,8 @@ typedef struct {
     int zero1;   /* shard fp32 master weights, AdamW moments and reduced gradients across ranks */
     int overlap; /* reduce gradients bucket by bucket during the backward (else after it) */
     size_t bucket_bytes; /* fp32 gradient bytes per bucket at least (layers merge; 0: per layer) */
+    int bf16_wire;       /* each rank's gradients cross rounded once to bf16, summed in fp32
+                          * (--grad-reduce bf16, model/dist/grad_sync.h); else fp32 collectives */
     int vocab_parallel;  /* split lm_head by vocabulary rows over dist's ranks (model/dist/vocab_parallel.h);
                           * in a world of one the single slice is the whole head */
 } DataParallel;

@@ -1032,7 +1032,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
                                         size_t fused_budget, int recompute_gelu, unsigned long long seed,
                                         const DataParallel *dp, char *err) {
     const Dist *dist = dp && dp->dist && dp->dist->world > 1 ? dp->dist : NULL;
-    const int zero1 = dist && dp->zero1, overlap = dist && dp->overlap;
+    const int zero1 = dist && dp->zero1, overlap = dist && dp->overlap, bf16_wire = dist && dp->bf16_wire;
     const GPTConfig *cfg = &table->cfg;
     /* the attention's launcher checks the kernels it has for 256 (Gemma 3's head) */
     int HS = cfg->head_dim;
@@ -1101,7 +1101,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     cb->arena_bytes = layout_arena(cb, NULL);
     /* bf16 weights and gradients whole; master and moments whole or 1/world (ZeRO-1) */
     size_t state_estimate = zero1 ? P / (size_t)dist->world + 1 : P;
-    cb->sync_bytes = grad_sync_bytes(&cb->replicated, dist, zero1, overlap, B, T);
+    cb->sync_bytes = grad_sync_bytes(&cb->replicated, dist, zero1, overlap, bf16_wire, B, T);
     size_t fixed = P * (sizeof(kbf16) + sizeof(float)) + state_estimate * 3 * sizeof(float) + cb->sync_bytes +
                    MEMORY_RUNTIME_RESERVE;
     size_t free_b = 0, total_b = 0;
@@ -1139,7 +1139,8 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     }
     CUDA_CHECK(cudaStreamCreate(&cb->stream));
     for (int i = 0; i < 4; i++) CUDA_CHECK(cudaEventCreate(&cb->mark[i]));
-    cb->sync = grad_sync_create(&cb->replicated, dist, zero1, overlap, dist ? dp->bucket_bytes / sizeof(float) : 0, B, T, err);
+    cb->sync = grad_sync_create(&cb->replicated, dist, zero1, overlap, bf16_wire,
+                                dist ? dp->bucket_bytes / sizeof(float) : 0, B, T, err);
     if (!cb->sync && err[0]) {
         cuda_destroy(&cb->base);
         return NULL;

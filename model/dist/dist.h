@@ -38,15 +38,10 @@ extern "C" {
 #define DIST_MAX_WORLD 1024    /* ranks in all */
 #define DIST_EXIT_STOPPED 75   /* a worker's status when it stopped because another rank failed */
 
-/* What the gradient reduction puts on the wire (--grad-reduce; model/dist/grad_sync.h): fp32 as
- * the backward wrote it, or each rank's values rounded once to bf16 and summed in fp32. */
-typedef enum { GRAD_REDUCE_FP32, GRAD_REDUCE_BF16 } GradReduce;
-
 typedef struct Dist {
     int rank, world, local_rank, node_rank;
     char master[256]; /* HOST:PORT of node 0's launcher (the rendezvous) */
     void *nccl;       /* communicator state (model/dist/dist_nccl.cu); NULL in a world of one */
-    GradReduce grad_reduce;
 } Dist;
 
 /* The launcher of one node: serves the rendezvous when node_rank is 0 (master NULL or "" on one

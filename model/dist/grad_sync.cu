@@ -55,7 +55,7 @@ static int owns_encoder(const ParamTable *t, int zero1, int overlap, int world) 
     return world > 1 && overlap && !zero1 && param_whole(t, ROLE_WTE);
 }
 
-size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overlap, int B, int T) {
+size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overlap, int bf16_wire, int B, int T) {
     if (!d || d->world < 2) return 0;
     size_t bytes = zero1 ? (t->total / (size_t)d->world + (size_t)t->cfg.num_layers + 3) * sizeof(float) : 0;
     if (owns_encoder(t, zero1, overlap, d->world)) {
@@ -63,13 +63,13 @@ size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overla
         bytes += n_all * t->cfg.dim * sizeof(kbf16) + n_all * sizeof(int) +
                  encoder_backward_scratch_bytes((int)n_all, t->cfg.padded_vocab_size);
     }
-    if (d->grad_reduce == GRAD_REDUCE_BF16)
+    if (bf16_wire)
         bytes += 2 * (size_t)d->world * wire_slice_for(t->total, d->world) * sizeof(kbf16);
     return bytes;
 }
 
-GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int overlap, size_t min_bucket, int B,
-                           int T, char *err) {
+GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int overlap, int bf16_wire,
+                           size_t min_bucket, int B, int T, char *err) {
     err[0] = 0;
     if (!d || d->world < 2) return NULL;
     GradSync *gs = (GradSync *)calloc(1, sizeof *gs);
@@ -110,7 +110,7 @@ GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int ov
         CUDA_CHECK(cudaMalloc((void **)&gs->inputs_all, n_all * sizeof(int)));
         CUDA_CHECK(cudaMalloc(&gs->encoder_scratch, encoder_backward_scratch_bytes((int)n_all, gs->Vp)));
     }
-    gs->bf16_wire = d->grad_reduce == GRAD_REDUCE_BF16;
+    gs->bf16_wire = bf16_wire;
     if (gs->bf16_wire) {
         gs->wire_slice = wire_slice_for(t->total, gs->world);
         gs->wire_counts = (size_t *)calloc((size_t)gs->world, sizeof(size_t));

@@ -21,7 +21,7 @@
  * multiples of world so that every bucket splits evenly; a bucket still only ever holds values
  * that are final when it is reduced (model/dist/grad_buckets.h).
  *
- * The bf16 wire (--grad-reduce bf16: Dist.grad_reduce). Each bucket is cut into world parts
+ * The bf16 wire (--grad-reduce bf16: grad_sync_create's bf16_wire). Each bucket is cut into world parts
  * (grad_buckets.h WireSplit; under ZeRO-1 the shard pieces). Every rank rounds its fp32 values once
  * to bf16 (to nearest, ties to even) and sends part j to rank j (NCCL send/recv, all to all, in
  * rounds of at most 16M values of a bucket); rank j sums each element's world bf16 values in fp32,
@@ -64,8 +64,8 @@ typedef struct GradSync GradSync;
 /* NULL + err when d is a world of one (nothing to do) or on failure (err set, non-empty).
  * min_bucket: values per bucket at least (grad_buckets.h). B, T: the micro-batch (for the
  * all-gathered encoder gradient). */
-GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int overlap, size_t min_bucket, int B,
-                           int T, char *err);
+GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int overlap, int bf16_wire,
+                           size_t min_bucket, int B, int T, char *err);
 void grad_sync_free(GradSync *gs);
 
 /* Elements of the parameter and gradient buffers (the table's total rounded up to a multiple of
@@ -76,7 +76,7 @@ int grad_sync_pieces(const GradSync *gs, const ShardPiece **pieces, size_t *shar
 /* ZeRO-1: this rank's reduced gradients (shard_elems fp32, compact, in piece order); else NULL. */
 float *grad_sync_grad_shard(const GradSync *gs);
 /* Device memory grad_sync itself allocates (bytes). Usable before creating: same arguments. */
-size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overlap, int B, int T);
+size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overlap, int bf16_wire, int B, int T);
 
 /* Backward hooks for the last micro-batch of a step, in this order: AFTER_OUTPUT, AFTER_LNF,
  * AFTER_LAYER for l = L-1..0, then either grad_sync_encoder (when grad_sync_owns_encoder) or the
