@@ -22,21 +22,28 @@
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
 
+/* One position's 8 channels from c: wte_row·scale, plus wpe_row where there is one. The whole
+ * lookup and the slice's run this same arithmetic, which is what makes their sums agree bitwise. */
+__device__ __forceinline__ void embed_channels8(float (&a)[8], const bf16 *wte_row, const bf16 *wpe_row, float scale) {
+    bf16x8_to_float(load_bf16x8(wte_row), a);
+#pragma unroll
+    for (int i = 0; i < 8; i++) a[i] *= scale;
+    if (wpe_row) {
+        float p[8];
+        bf16x8_to_float(load_bf16x8(wpe_row), p);
+#pragma unroll
+        for (int i = 0; i < 8; i++) a[i] += p[i];
+    }
+}
+
 __global__ void encoder_forward_kernel(bf16 *out, const int *inp, const bf16 *wte, const bf16 *wpe, float scale,
                                        int N, int T, int C) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; /* which 8-channel group */
     int groups = C / 8;
     if (idx >= (size_t)N * groups) return;
     int n = (int)(idx / groups), c = (int)(idx % groups) * 8, t = n % T;
-    float a[8], p[8];
-    bf16x8_to_float(load_bf16x8(wte + (size_t)inp[n] * C + c), a);
-#pragma unroll
-    for (int i = 0; i < 8; i++) a[i] *= scale;
-    if (wpe) {
-        bf16x8_to_float(load_bf16x8(wpe + (size_t)t * C + c), p);
-#pragma unroll
-        for (int i = 0; i < 8; i++) a[i] += p[i];
-    }
+    float a[8];
+    embed_channels8(a, wte + (size_t)inp[n] * C + c, wpe ? wpe + (size_t)t * C + c : NULL, scale);
     store_bf16x8(out + (size_t)n * C + c, float_to_bf16x8(a));
 }
 
@@ -133,7 +140,7 @@ extern "C" void encoder_backward(float *dwte, float *dwpe, void *scratch, const 
 
 /* ---- over a vocabulary slice ---------------------------------------------------------------- */
 
-/* encoder_forward_kernel's arithmetic, in its order, on the rows the slice owns. */
+/* encoder_forward_kernel's arithmetic (embed_channels8) on the rows the slice owns, zeros elsewhere. */
 __global__ void encoder_slice_forward_kernel(bf16 *out, const int *inp, const bf16 *wte_slice, const bf16 *wpe,
                                              float scale, int v0, int Vs, int N, int T, int C) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -142,17 +149,8 @@ __global__ void encoder_slice_forward_kernel(bf16 *out, const int *inp, const bf
     int n = (int)(idx / groups), c = (int)(idx % groups) * 8, t = n % T;
     int tok = inp[n] - v0;
     float a[8] = {0};
-    if (tok >= 0 && tok < Vs) {
-        float p[8];
-        bf16x8_to_float(load_bf16x8(wte_slice + (size_t)tok * C + c), a);
-#pragma unroll
-        for (int i = 0; i < 8; i++) a[i] *= scale;
-        if (wpe) {
-            bf16x8_to_float(load_bf16x8(wpe + (size_t)t * C + c), p);
-#pragma unroll
-            for (int i = 0; i < 8; i++) a[i] += p[i];
-        }
-    }
+    if (tok >= 0 && tok < Vs)
+        embed_channels8(a, wte_slice + (size_t)tok * C + c, wpe ? wpe + (size_t)t * C + c : NULL, scale);
     store_bf16x8(out + (size_t)n * C + c, float_to_bf16x8(a));
 }
 
