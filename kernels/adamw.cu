@@ -75,19 +75,15 @@ typedef struct {
 struct AdamWPlan {
     AdamWChunk *chunks; /* device */
     int num_chunks;
-    int *range_first; /* host, nranges + 1: range r's chunks are [range_first[r], range_first[r + 1]) */
-    int nranges;
 };
 
-/* Chunks of tensor i ∩ range r, each at most ADAMW_CHUNK long, range after range (range r's first
- * in first[r] unless NULL); counts them when out is NULL. */
+/* Chunks of tensor i ∩ range r, each at most ADAMW_CHUNK long; counts them when out is NULL. */
 static int plan_chunks(const size_t *offsets, const size_t *numels, const int *weight_decay, int count,
-                       const AdamWRange *ranges, int nranges, AdamWChunk *out, int *first) {
+                       const AdamWRange *ranges, int nranges, AdamWChunk *out) {
     const AdamWRange whole = {0, SIZE_MAX, 0};
     if (!ranges) ranges = &whole, nranges = 1;
     int k = 0;
     for (int r = 0; r < nranges; r++) {
-        if (first) first[r] = k;
         size_t r_end = ranges[r].count == SIZE_MAX ? SIZE_MAX : ranges[r].begin + ranges[r].count;
         for (int i = 0; i < count; i++) {
             size_t lo = offsets[i] > ranges[r].begin ? offsets[i] : ranges[r].begin;
@@ -101,24 +97,19 @@ static int plan_chunks(const size_t *offsets, const size_t *numels, const int *w
             }
         }
     }
-    if (first) first[nranges] = k;
     return k;
 }
 
 extern "C" AdamWPlan *adamw_plan_create_ranges(const size_t *offsets, const size_t *numels, const int *weight_decay,
                                                int count, const AdamWRange *ranges, int nranges) {
-    int total = plan_chunks(offsets, numels, weight_decay, count, ranges, nranges, NULL, NULL);
+    int total = plan_chunks(offsets, numels, weight_decay, count, ranges, nranges, NULL);
     AdamWChunk *host = (AdamWChunk *)malloc((total ? total : 1) * sizeof *host);
     AdamWPlan *plan = (AdamWPlan *)malloc(sizeof *plan);
-    const int plan_ranges = ranges ? nranges : 1;
-    int *range_first = (int *)malloc((size_t)(plan_ranges + 1) * sizeof(int));
-    if (!host || !plan || !range_first) {
+    if (!host || !plan) {
         fprintf(stderr, "error: out of host memory building the AdamW plan\n");
         exit(1);
     }
-    plan->nranges = plan_ranges;
-    plan->range_first = range_first;
-    plan->num_chunks = plan_chunks(offsets, numels, weight_decay, count, ranges, nranges, host, range_first);
+    plan->num_chunks = plan_chunks(offsets, numels, weight_decay, count, ranges, nranges, host);
     CUDA_CHECK(cudaMalloc(&plan->chunks, (total ? total : 1) * sizeof *host));
     CUDA_CHECK(cudaMemcpy(plan->chunks, host, total * sizeof *host, cudaMemcpyHostToDevice));
     free(host);
@@ -133,7 +124,6 @@ extern "C" AdamWPlan *adamw_plan_create(const size_t *offsets, const size_t *num
 extern "C" void adamw_plan_free(AdamWPlan *plan) {
     if (!plan) return;
     CUDA_CHECK(cudaFree(plan->chunks));
-    free(plan->range_first);
     free(plan);
 }
 
@@ -157,34 +147,16 @@ __global__ void __launch_bounds__(ADAMW_THREADS)
     }
 }
 
-/* Chunks [first, end) of the plan. */
-static void launch_adamw(const AdamWPlan *plan, int first, int end, float *master, kbf16 *params_bf16,
-                         const float *grads, float *m, float *v, float lr, float beta1, float beta2, float eps,
-                         float weight_decay, float grad_scale, int step, cudaStream_t stream) {
-    if (end <= first) return;
-    /* Same bias corrections as the CPU reference (model/cpu/backend_cpu.c). */
-    float c1 = 1.0f - powf(beta1, (float)step), c2 = 1.0f - powf(beta2, (float)step);
-    adamw_kernel<<<end - first, ADAMW_THREADS, 0, stream>>>(plan->chunks + first, master, params_bf16, grads, m, v,
-                                                            lr, beta1, beta2, eps, weight_decay, grad_scale, c1, c2);
-    CUDA_CHECK(cudaGetLastError());
-}
-
 extern "C" void adamw_update(const AdamWPlan *plan, float *master, kbf16 *params_bf16, const float *grads,
                              float *m, float *v, float lr, float beta1, float beta2, float eps, float weight_decay,
                              float grad_scale, int step, cudaStream_t stream) {
-    launch_adamw(plan, 0, plan->num_chunks, master, params_bf16, grads, m, v, lr, beta1, beta2, eps, weight_decay,
-                 grad_scale, step, stream);
-}
-
-extern "C" void adamw_update_range(const AdamWPlan *plan, int range, float *master, kbf16 *params_bf16,
-                                   const float *grads, float *m, float *v, float lr, float beta1, float beta2,
-                                   float eps, float weight_decay, float grad_scale, int step, cudaStream_t stream) {
-    if (range < 0 || range >= plan->nranges) {
-        fprintf(stderr, "error: internal: AdamW range %d of a plan of %d\n", range, plan->nranges);
-        exit(1);
-    }
-    launch_adamw(plan, plan->range_first[range], plan->range_first[range + 1], master, params_bf16, grads, m, v, lr,
-                 beta1, beta2, eps, weight_decay, grad_scale, step, stream);
+    if (plan->num_chunks == 0) return;
+    /* Same bias corrections as the CPU reference (model/cpu/backend_cpu.c). */
+    float c1 = 1.0f - powf(beta1, (float)step), c2 = 1.0f - powf(beta2, (float)step);
+    adamw_kernel<<<plan->num_chunks, ADAMW_THREADS, 0, stream>>>(plan->chunks, master, params_bf16, grads, m, v,
+                                                                 lr, beta1, beta2, eps, weight_decay, grad_scale,
+                                                                 c1, c2);
+    CUDA_CHECK(cudaGetLastError());
 }
 
 __global__ void convert_kernel(bf16 *out, const float *in, size_t n) {

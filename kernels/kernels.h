@@ -216,11 +216,6 @@ void adamw_plan_free(AdamWPlan *plan);
 void adamw_update(const AdamWPlan *plan, float *master, kbf16 *params_bf16, const float *grads, float *m,
                   float *v, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                   int step, cudaStream_t stream);
-/* adamw_update over range r of a plan made with ranges alone (ZeRO-1: one shard piece, so that its
- * weights can be all-gathered while the next piece updates); the same values as adamw_update. */
-void adamw_update_range(const AdamWPlan *plan, int range, float *master, kbf16 *params_bf16, const float *grads,
-                        float *m, float *v, float lr, float beta1, float beta2, float eps, float weight_decay,
-                        float grad_scale, int step, cudaStream_t stream);
 /* params_bf16[i] = bf16(master[i]) for n values (start-up and after loading a checkpoint). */
 void convert_fp32_to_bf16(kbf16 *out, const float *in, size_t n, cudaStream_t stream);
 

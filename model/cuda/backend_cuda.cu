@@ -758,22 +758,10 @@ static double cuda_grad_sumsq(Backend *be) {
 
 static void cuda_adamw_update(Backend *be, const AdamWStep *st) {
     CudaBackend *cb = (CudaBackend *)be;
-    const ShardPiece *pieces;
-    size_t shard_elems;
-    const int npieces = grad_sync_pieces(cb->sync, &pieces, &shard_elems);
-    /* ZeRO-1: a piece's weights travel while the next piece updates (the plan's ranges are the pieces) */
-    for (int i = 0; i < npieces; i++) {
-        adamw_update_range(cb->adamw, i, cb->master, cb->params, cb->state_grads, cb->m, cb->v, st->lr, st->beta1,
-                           st->beta2, st->eps, st->weight_decay, st->grad_scale, st->step, cb->stream);
-        grad_sync_gather_piece(cb->sync, i, cb->params, cb->stream);
-    }
-    if (npieces) {
-        grad_sync_pieces_gathered(cb->sync, cb->stream);
-        return;
-    }
     adamw_update(cb->adamw, cb->master, cb->params, cb->state_grads, cb->m, cb->v, st->lr, st->beta1, st->beta2,
                  st->eps, st->weight_decay, st->grad_scale, st->step, cb->stream);
     if (cb->vp) vocab_parallel_adamw(cb->vp, st, cb->stream);
+    grad_sync_gather_weights(cb->sync, cb->params, cb->stream);
 }
 
 static int sharded(const CudaBackend *cb) {

@@ -8,14 +8,11 @@
  * backward of the layers below.
  *
  * The tied embedding is the largest tensor (Vp·C: 201M values at V = 262144) and the last to be
- * finished, because the encoder's backward adds to it at the very end. With overlap it is reduced
- * right after the output layer instead: what the encoder would add is the same on every rank once
- * each rank has every rank's residual-stream gradient, so the ranks all-gather that gradient (N·C
- * bf16 per rank, ~25 MB at B=16, T=1024) and each runs the encoder's backward over all of it, after
- * the reduction. Its 800 MB reduction then hides under the whole transformer backward. Under ZeRO-1
- * a rank keeps only its piece of the reduced embedding, whole rows (grad_buckets.h), so it runs the
- * encoder's backward over those rows alone (encoder_slice_backward, the same sums as the whole
- * table's) and adds the position table's share where its pieces hold it.
+ * finished, because the encoder's backward adds to it at the very end. In all-reduce mode it is
+ * reduced right after the output layer instead: what the encoder would add is the same on every
+ * rank once each rank has every rank's residual-stream gradient, so the ranks all-gather that
+ * gradient (N·C bf16 per rank, ~25 MB at B=16, T=1024) and each runs the encoder's backward over
+ * all of it. Its 800 MB reduction then hides under the whole transformer backward.
  *
  * Ranks sum their gradients; the backend scales each rank's loss by 1/world, so the sum is the
  * mean. ZeRO-1: each bucket is reduce-scattered instead, every rank keeps 1/world of each bucket
@@ -93,13 +90,8 @@ void grad_sync_encoder(GradSync *gs, float *grads, const kbf16 *dres, const int 
 /* After the last micro-batch: enqueues whatever was not (overlap off), then makes main wait for
  * the reduced gradients (in grads, or ZeRO-1: in grad_sync_grad_shard). */
 void grad_sync_finish(GradSync *gs, float *grads, cudaStream_t main);
-/* ZeRO-1, after the update, every rank's updated bf16 weights to every rank, piece by piece: after
- * main has enqueued the update of shard piece i
- * (grad_sync_pieces' order), its bucket's weights are all-gathered on the communication stream
- * while main updates the next piece; then grad_sync_pieces_gathered makes main wait for them all.
- * Every rank gathers the same pieces in the same order. */
-void grad_sync_gather_piece(GradSync *gs, int i, kbf16 *params, cudaStream_t main);
-void grad_sync_pieces_gathered(GradSync *gs, cudaStream_t main);
+/* ZeRO-1, after the update: every rank's updated bf16 weights to every rank (on main). */
+void grad_sync_gather_weights(GradSync *gs, kbf16 *params, cudaStream_t main);
 /* ZeRO-1 state transfer: full (Ppad values on the device) <- every rank's shard, or shard <- full. */
 void grad_sync_gather_shard(GradSync *gs, const float *shard, float *full, cudaStream_t main);
 void grad_sync_scatter_shard(GradSync *gs, const float *full_host, float *shard, cudaStream_t main);
