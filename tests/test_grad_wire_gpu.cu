@@ -1,6 +1,6 @@
-/* The bf16 gradient wire's kernels (model/dist/grad_sync.h) on one GPU: each rank's fp32 value is
+/* The bf16 gradient wire's kernels (model/dist/grad_sync.h; kernels/wire_sum.cu) on one GPU: each rank's fp32 value is
  * rounded once to the nearest bf16, ties to even (convert_fp32_to_bf16), and a rank's part is
- * summed over the ranks in fp32 in rank order (grad_sync_sum_parts), bit for bit against a CPU loop,
+ * summed over the ranks in fp32 in rank order (sum_bf16_parts), bit for bit against a CPU loop,
  * at odd lengths and strides. A world of one cannot run NCCL: the exchange between ranks is
  * dev/check/multigpu_check.sh's wire section; here ./train in a world of one takes --grad-reduce
  * bf16 as the no-op it is and says so. */
@@ -13,7 +13,6 @@
 #include "common/rng.h"
 #include "kernels/cuda_check.h"
 #include "kernels/kernels.h"
-#include "model/dist/grad_sync.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 
@@ -117,7 +116,7 @@ TEST(grad_wire_sums_every_ranks_part_in_fp32_in_rank_order) {
             CUDA_CHECK(cudaMalloc((void **)&d_out, (n + 3) * sizeof(float)));
             CUDA_CHECK(cudaMemcpy(d_parts, parts, total * sizeof(kbf16), cudaMemcpyHostToDevice));
             CUDA_CHECK(cudaMemset(d_out, 0xff, (n + 3) * sizeof(float)));
-            grad_sync_sum_parts(d_out, d_parts, stride, world, n, 0);
+            sum_bf16_parts(d_out, d_parts, stride, world, n, 0);
             CUDA_CHECK(cudaMemcpy(got, d_out, (n + 3) * sizeof(float), cudaMemcpyDeviceToHost));
             size_t wrong = 0, order_shows = 0;
             for (size_t i = 0; i < n; i++) {

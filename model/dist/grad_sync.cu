@@ -1,5 +1,4 @@
 /* model/dist/grad_sync.cu - data-parallel gradient reduction and ZeRO-1 sharding (see grad_sync.h). */
-#include <cuda_bf16.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,20 +163,6 @@ int grad_sync_owns_encoder(const GradSync *gs) {
     return gs && gs->early_embeddings;
 }
 
-__global__ void sum_parts_kernel(float *out, const __nv_bfloat16 *parts, size_t stride, int nparts, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float sum = __bfloat162float(parts[i]);
-    for (int r = 1; r < nparts; r++) sum += __bfloat162float(parts[(size_t)r * stride + i]);
-    out[i] = sum;
-}
-
-void grad_sync_sum_parts(float *out, const kbf16 *parts, size_t stride, int nparts, size_t n, cudaStream_t stream) {
-    if (n == 0) return;
-    sum_parts_kernel<<<(unsigned)ceil_div((int64_t)n, 256), 256, 0, stream>>>(out, parts, stride, nparts, n);
-    CUDA_CHECK(cudaGetLastError());
-}
-
 /* Values [0, n) of bucket over the bf16 wire: every part rounded to bf16 and sent to the rank that
  * sums it, round by round; this rank's part summed into out. */
 static void wire_reduce_scatter(GradSync *gs, const float *bucket, const WireSplit *s, float *out) {
@@ -191,7 +176,7 @@ static void wire_reduce_scatter(GradSync *gs, const float *bucket, const WireSpl
         const size_t mine = gs->wire_counts[gs->rank];
         dist_alltoall(gs->dist, gs->wire_send, gs->wire_counts, gs->wire_recv, mine, gs->wire_slice, DIST_BFLOAT16,
                       gs->comm);
-        grad_sync_sum_parts(out + (size_t)k * s->slice, gs->wire_recv, gs->wire_slice, gs->world, mine, gs->comm);
+        sum_bf16_parts(out + (size_t)k * s->slice, gs->wire_recv, gs->wire_slice, gs->world, mine, gs->comm);
     }
 }
 

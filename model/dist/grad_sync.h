@@ -95,9 +95,6 @@ void grad_sync_gather_weights(GradSync *gs, kbf16 *params, cudaStream_t main);
 /* ZeRO-1 state transfer: full (Ppad values on the device) <- every rank's shard, or shard <- full. */
 void grad_sync_gather_shard(GradSync *gs, const float *shard, float *full, cudaStream_t main);
 void grad_sync_scatter_shard(GradSync *gs, const float *full_host, float *shard, cudaStream_t main);
-/* The bf16 wire's sum: out[i] = p_0[i] + p_1[i] + ... + p_{nparts-1}[i] in fp32, from p_0 on, where p_r =
- * parts + r·stride (bf16 values). */
-void grad_sync_sum_parts(float *out, const kbf16 *parts, size_t stride, int nparts, size_t n, cudaStream_t stream);
 /* Milliseconds of the last step during which the main stream waited on communication (the
  * reduction not hidden by the backward, plus the ZeRO-1 weight gather). Synchronizes. */
 double grad_sync_wait_ms(GradSync *gs);
