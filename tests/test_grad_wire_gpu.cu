@@ -1,9 +1,9 @@
-/* The bf16 gradient wire's kernels (model/dist/grad_sync.h; kernels/wire_sum.cu) on one GPU: each rank's fp32 value is
+/* The bf16 gradient wire's kernels (model/dist/grad_sync.h) on one GPU: each rank's fp32 value is
  * rounded once to the nearest bf16, ties to even (convert_fp32_to_bf16), and a rank's part is
- * summed over the ranks in fp32 in rank order (sum_bf16_parts), bit for bit against a CPU loop,
- * at odd lengths and strides. A world of one cannot run NCCL: the exchange between ranks is
- * dev/check/multigpu_check.sh's wire section; here ./train in a world of one takes --grad-reduce
- * bf16 as the no-op it is and says so. */
+ * summed over the ranks in fp32 in rank order (sum_bf16_parts, kernels/wire_sum.cu), bit for bit
+ * against a CPU loop, at odd lengths and strides. A world of one cannot run NCCL: the exchange
+ * between ranks is dev/check/multigpu_check.sh's wire section; here ./train in a world of one takes
+ * --grad-reduce bf16 as the no-op it is and says so. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
