@@ -335,6 +335,34 @@ static void forward_body_gpt2(CudaBackend *cb, int t0, int B, int T) {
                                param_bf16(cb, param_whole(t, ROLE_LNF_B)), N, C, s);
 }
 
+/* A branch's output projection into out, the buffer the residual add reads (rows from r on); under
+ * a sandwich norm (Gemma) the projection is kept and its RMSNorm (post_w) goes to out. */
+static void branch_projection_forward(CudaBackend *cb, kbf16 *out, kbf16 *kept, float *post_rstd, size_t r,
+                                      const kbf16 *in, const kbf16 *w, const kbf16 *post_w, int N, int K) {
+    const GPTConfig *cfg = &cb->t->cfg;
+    const int C = cfg->dim;
+    if (!cfg->sandwich_norm) {
+        matmul_forward(out + r * C, NULL, in, w, NULL, N, K, C, cb->stream);
+        return;
+    }
+    matmul_forward(kept + r * C, NULL, in, w, NULL, N, K, C, cb->stream);
+    residual_rmsnorm_forward(NULL, out + r * C, post_rstd + r, kept + r * C, NULL, post_w, N, C, cfg->norm_eps,
+                             cfg->norm == NORM_RMSNORM_ONE_PLUS_W, cb->stream);
+}
+
+/* The gradient of a branch's output projection: the residual stream's (dres), or under a sandwich
+ * norm its post-norm's backward of it (into dln; the norm weight's gradient into dpost_w). */
+static const kbf16 *branch_projection_grad(CudaBackend *cb, float *dpost_w, const kbf16 *kept, const kbf16 *post_w,
+                                           const float *post_rstd, int N) {
+    const GPTConfig *cfg = &cb->t->cfg;
+    const int C = cfg->dim;
+    if (!cfg->sandwich_norm) return cb->dres;
+    CUDA_CHECK(cudaMemsetAsync(cb->dln, 0, (size_t)N * C * sizeof(kbf16), cb->stream));
+    rmsnorm_backward(cb->dln, dpost_w, cb->scratch, cb->dres, kept, post_w, post_rstd, N, C,
+                     cfg->norm == NORM_RMSNORM_ONE_PLUS_W, cb->stream);
+    return cb->dln;
+}
+
 /* The RoPE families' body forward, over the same rows as forward_body_gpt2. Decoding (t0 > 0)
  * rotates the row by position t0's angles and attends to the rows before it. With sandwich norms
  * (Gemma) each branch's projection is kept and normed into the buffer the residual add reads. */
@@ -380,24 +408,14 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
             attention_forward(a->atty, a->att_lse, a->qkv, &as, s);
         else
             attention_decode(a->atty + r * w.AW, a->qkv, t0, &as, s);
-        if (cfg->sandwich_norm) {
-            matmul_forward(a->attproj + r * C, NULL, a->atty + r * w.AW, P(ROLE_ATTPROJ_W), NULL, N, (int)w.AW, C, s);
-            residual_rmsnorm_forward(NULL, cb->attproj + r * C, a->attpost_rstd + r, a->attproj + r * C, NULL,
-                                     P(ROLE_ATTPOST_W), N, C, eps, one_plus_w, s);
-        } else {
-            matmul_forward(cb->attproj + r * C, NULL, a->atty + r * w.AW, P(ROLE_ATTPROJ_W), NULL, N, (int)w.AW, C, s);
-        }
+        branch_projection_forward(cb, cb->attproj, a->attproj, a->attpost_rstd, r, a->atty + r * w.AW,
+                                  P(ROLE_ATTPROJ_W), P(ROLE_ATTPOST_W), N, (int)w.AW);
         residual_rmsnorm_forward(a->residual2 + r * C, a->ln2 + r * C, a->ln2_rstd + r, residual_in,
                                  cb->attproj + r * C, P(ROLE_LN2_W), N, C, eps, one_plus_w, s);
         matmul_forward(a->fch_pre + r * w.FW, NULL, a->ln2 + r * C, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
         gated_forward(a->fch_gelu + r * w.F, a->fch_pre + r * w.FW, (size_t)N, (int)w.F, act, s);
-        if (cfg->sandwich_norm) {
-            matmul_forward(a->fcproj + r * C, NULL, a->fch_gelu + r * w.F, P(ROLE_FCPROJ_W), NULL, N, (int)w.F, C, s);
-            residual_rmsnorm_forward(NULL, cb->fcproj + r * C, a->mlppost_rstd + r, a->fcproj + r * C, NULL,
-                                     P(ROLE_MLPPOST_W), N, C, eps, one_plus_w, s);
-        } else {
-            matmul_forward(cb->fcproj + r * C, NULL, a->fch_gelu + r * w.F, P(ROLE_FCPROJ_W), NULL, N, (int)w.F, C, s);
-        }
+        branch_projection_forward(cb, cb->fcproj, a->fcproj, a->mlppost_rstd, r, a->fch_gelu + r * w.F,
+                                  P(ROLE_FCPROJ_W), P(ROLE_MLPPOST_W), N, (int)w.F);
 #undef P
     }
     CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
@@ -593,13 +611,7 @@ static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
         if (cb->recompute_gelu == 2)
             matmul_forward(a->fch_pre, NULL, a->ln2, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
         gated_forward(a->fch_gelu, a->fch_pre, (size_t)N, (int)w.F, act, s);
-        const kbf16 *dfcproj = cb->dres;
-        if (cfg->sandwich_norm) {
-            CUDA_CHECK(cudaMemsetAsync(cb->dln, 0, (size_t)N * C * sizeof(kbf16), s));
-            rmsnorm_backward(cb->dln, g.mlppostw, cb->scratch, cb->dres, a->fcproj, P(ROLE_MLPPOST_W), a->mlppost_rstd,
-                             N, C, one_plus_w, s);
-            dfcproj = cb->dln;
-        }
+        const kbf16 *dfcproj = branch_projection_grad(cb, g.mlppostw, a->fcproj, P(ROLE_MLPPOST_W), a->mlppost_rstd, N);
         matmul_backward(cb->dact, g.fcprojw, NULL, NULL, dfcproj, a->fch_gelu, P(ROLE_FCPROJ_W), NULL, N, (int)w.F,
                         C, s);
         gated_backward(cb->dfch, cb->dact, a->fch_pre, (size_t)N, (int)w.F, act, s);
@@ -608,13 +620,8 @@ static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
                          one_plus_w, s);
         /* attention; dqkv becomes the projection's gradient in place (RoPE's transpose, QK-norm's
          * backward), so qkv's bias gradient is the projection's own column sum, not attention's */
-        const kbf16 *dattproj = cb->dres;
-        if (cfg->sandwich_norm) {
-            CUDA_CHECK(cudaMemsetAsync(cb->dln, 0, (size_t)N * C * sizeof(kbf16), s));
-            rmsnorm_backward(cb->dln, g.attpostw, cb->scratch, cb->dres, a->attproj, P(ROLE_ATTPOST_W),
-                             a->attpost_rstd, N, C, one_plus_w, s);
-            dattproj = cb->dln;
-        }
+        const kbf16 *dattproj = branch_projection_grad(cb, g.attpostw, a->attproj, P(ROLE_ATTPOST_W), a->attpost_rstd,
+                                                       N);
         matmul_backward(cb->datty, g.attprojw, NULL, NULL, dattproj, a->atty, P(ROLE_ATTPROJ_W), NULL, N, (int)w.AW,
                         C, s);
         if (cfg->qk_norm)
