@@ -56,6 +56,7 @@
 #include "kernels/attention_forward.cuh"
 #include "kernels/attention_forward_tma.cuh"
 #include "kernels/attention_backward.cuh"
+#include "kernels/attention_backward_tma.cuh"
 #include "kernels/kernels.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -229,6 +230,48 @@ static void launch_backward_wgmma(bf16 *dqkv, float *bias_part, float *D, const 
     CUDA_CHECK(cudaGetLastError());
 }
 
+/* The dK,dV kernel streams query tiles of Q and dO in boxes of 64 rows and reads its block's K and V
+ * in boxes of 128; the dQ kernel the other way round. Rows past T arrive as zeros. A dK,dV section is
+ * the key/value heads whose query heads' Q and dO (2·T·HS bf16 each) fit in L2's share; a dQ
+ * section the query heads whose key/value heads do, as the forward's. */
+template <int HS>
+static void launch_backward_tma(bf16 *dqkv, float *bias_part, const float *D, const bf16 *dout, const bf16 *qkv,
+                                const float *lse, const AttentionShape *s, cudaStream_t stream) {
+    const size_t smem = att_bwd_tma_smem_bytes(HS);
+    static bool attr_set = false; /* once per instantiation */
+    if (!attr_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_tma_kernel<HS>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_tma_kernel<HS>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attr_set = true;
+    }
+    const size_t C3 = packed_qkv_width(s->NH, s->NKV, HS), C = (size_t)s->NH * HS;
+    const cuuint64_t qkv_dims[3] = {C3, (cuuint64_t)s->T, (cuuint64_t)s->B};
+    const cuuint64_t qkv_strides[2] = {C3 * sizeof(bf16), (cuuint64_t)s->T * C3 * sizeof(bf16)};
+    const cuuint64_t do_dims[3] = {C, (cuuint64_t)s->T, (cuuint64_t)s->B};
+    const cuuint64_t do_strides[2] = {C * sizeof(bf16), (cuuint64_t)s->T * C * sizeof(bf16)};
+    const cuuint32_t box128[3] = {64, ATT_BWD_TMA_ROWS, 1}, box64[3] = {64, ATT_TILE, 1};
+    const char *who = "attention backward";
+    const CUtensorMap qkv128 = tma_tensor_map_bf16(qkv, 3, qkv_dims, qkv_strides, box128, who);
+    const CUtensorMap qkv64 = tma_tensor_map_bf16(qkv, 3, qkv_dims, qkv_strides, box64, who);
+    const CUtensorMap do128 = tma_tensor_map_bf16(dout, 3, do_dims, do_strides, box128, who);
+    const CUtensorMap do64 = tma_tensor_map_bf16(dout, 3, do_dims, do_strides, box64, who);
+    const int group = s->NH / s->NKV, nblk = ceil_div(s->T, ATT_BWD_TMA_ROWS);
+    const size_t head_bytes = (size_t)2 * s->T * HS * sizeof(bf16);
+    const int kv_section = (int)std::max<size_t>(1, ATT_TMA_SECTION_BYTES / (head_bytes * group));
+    const int q_section = (int)std::max<size_t>(1, ATT_TMA_SECTION_BYTES / head_bytes) * group;
+    const float sl2 = LOG2E * s->scale;
+    attention_backward_dkdv_tma_kernel<HS><<<nblk * s->B * s->NKV, ATT_TMA_THREADS, smem, stream>>>(
+        qkv128, qkv64, do64, dqkv, bias_part, lse, D, s->T, s->NH, s->NKV, s->window, sl2, s->scale, nblk,
+        kv_section);
+    CUDA_CHECK(cudaGetLastError());
+    attention_backward_dq_tma_kernel<HS><<<nblk * s->B * s->NH, ATT_TMA_THREADS, smem, stream>>>(
+        qkv128, do128, qkv64, dqkv, bias_part, lse, D, s->T, s->NH, s->NKV, s->window, sl2, s->scale, nblk,
+        q_section);
+    CUDA_CHECK(cudaGetLastError());
+}
+
 extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch, const kbf16 *dout,
                                    const kbf16 *qkv, const kbf16 *out, const float *lse, const AttentionShape *s,
                                    cudaStream_t stream) {
@@ -247,9 +290,9 @@ extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch,
     if (HS == 256)
         launch_backward_wgmma<256>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else if (HS == 64 && use_wgmma)
-        launch_backward_wgmma<64>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
+        launch_backward_tma<64>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else if (use_wgmma)
-        launch_backward_wgmma<128>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
+        launch_backward_tma<128>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else if (HS == 64)
         launch_backward<64, ATT_BQ64>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else

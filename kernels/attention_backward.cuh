@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
         __syncthreads();
     }
 
-    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, qb, C3), &dq[0][0], scale, 0, b, h, q0 + warp * 16 + g,
+    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, qb, gridDim.x, C3), &dq[0][0], scale, 0, b, h, q0 + warp * 16 + g,
                         tq, T, C3);
 }
 
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
         __syncthreads();
     }
 
-    float *bias_row = bias_part_row(bias_part, b, blockIdx.x, C3);
+    float *bias_row = bias_part_row(bias_part, b, blockIdx.x, gridDim.x, C3);
     store_head_grad<HS>(dqkv, bias_row, &dk[0][0], scale, key_col(NH, HS, 0), b, kvh, krow, tq, T, C3);
     store_head_grad<HS>(dqkv, bias_row, &dv[0][0], 1.0f, value_col(NH, NKV, HS, 0), b, kvh, krow, tq, T, C3);
 }
@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(ATT_THREADS, att_wg_bwd_min_blocks(HS))
         __syncthreads();
     }
 
-    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, qb, C3), &dq[0][0], scale, 0, b, h, q0 + warp * 16 + g, tq, T,
+    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, qb, gridDim.x, C3), &dq[0][0], scale, 0, b, h, q0 + warp * 16 + g, tq, T,
                         C3);
 }
 
@@ -392,7 +392,7 @@ __global__ void __launch_bounds__(ATT_THREADS, att_wg_bwd_min_blocks(HS))
         __syncthreads();
     }
 
-    float *bias_row = bias_part_row(bias_part, b, blockIdx.x, C3);
+    float *bias_row = bias_part_row(bias_part, b, blockIdx.x, gridDim.x, C3);
     store_head_grad<HS>(dqkv, bias_row, &dk[0][0], scale, key_col(NH, HS, 0), b, kvh, krow, tq, T, C3);
     store_head_grad<HS>(dqkv, bias_row, &dv[0][0], 1.0f, value_col(NH, NKV, HS, 0), b, kvh, krow, tq, T, C3);
 }
@@ -530,7 +530,7 @@ __global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
         __syncthreads();
     }
 
-    float *bias_row = bias_part_row(bias_part, b, blockIdx.x, C3);
+    float *bias_row = bias_part_row(bias_part, b, blockIdx.x, gridDim.x, C3);
     const size_t c0 = (size_t)wg * HO; /* head 0 below: the head and the half are in the column */
     store_head_grad<HO, 2>(dqkv, bias_row, &dk[0][0], scale, key_col(NH, HS, kvh) + c0, b, 0, krow, tq, T, C3);
     store_head_grad<HO, 2>(dqkv, bias_row, &dv[0][0], 1.0f, value_col(NH, NKV, HS, kvh) + c0, b, 0, krow, tq, T,

@@ -80,14 +80,15 @@ __device__ __forceinline__ void fence_regs(uint32_t (&a)[KS][4]) {
 }
 
 /* acc[64 x 64] = A·Bᵀ, A and B [64][HS] K-major tiles of HS/64 swizzled panels (k = the head's
- * columns). */
-template <int HS>
+ * columns). A's panels lie A_PANEL bytes apart: 64 rows of a 128-row tile's 16 KB panels also
+ * serve. */
+template <int HS, int A_PANEL = ATT_PANEL_BYTES>
 __device__ __forceinline__ void wgmma_abt(float (&acc)[32], uint32_t A, uint32_t B) {
 #pragma unroll
     for (int p = 0; p < HS / 64; p++)
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
-            wgmma_m64n64k16_ss(acc, smem_desc(A + p * ATT_PANEL_BYTES + kk * 32),
+            wgmma_m64n64k16_ss(acc, smem_desc(A + p * A_PANEL + kk * 32),
                                smem_desc(B + p * ATT_PANEL_BYTES + kk * 32), p > 0 || kk > 0);
 }
 
