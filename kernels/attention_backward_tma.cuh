@@ -129,6 +129,14 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
 #pragma unroll
         for (int i = 0; i < 32; i++) dk[p][i] = dv[p][i] = 0.0f;
     mbar_wait(kv_full, 0);
+    /* At HS 64 this warpgroup's K and V fit in registers beside the accumulators: Sᵀ and dPᵀ then
+     * read only Q and dO from shared memory. */
+    constexpr bool KV_REGS = HS == 64;
+    uint32_t ka[KV_REGS ? HS / 16 : 1][4], va[KV_REGS ? HS / 16 : 1][4];
+    if constexpr (KV_REGS) {
+        load_a_fragments<HS, ATT_TMA_PANEL_BYTES>(ka, Kw);
+        load_a_fragments<HS, ATT_TMA_PANEL_BYTES>(va, Vw);
+    }
 
     for (int i = 0; i < nsteps; i++) {
         const int s = i % ST, q0 = (qt0 + i % nper) * BQ;
@@ -138,8 +146,13 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
 
         float st[32], dpt[32];
         wgmma_fence();
-        wgmma_abt<HS, ATT_TMA_PANEL_BYTES>(st, Kw, Qt);   /* Sᵀ = K·Qᵀ */
-        wgmma_abt<HS, ATT_TMA_PANEL_BYTES>(dpt, Vw, dOt); /* dPᵀ = V·dOᵀ */
+        if constexpr (KV_REGS) {
+            wgmma_abt_rs<HS>(st, ka, Qt);   /* Sᵀ = K·Qᵀ */
+            wgmma_abt_rs<HS>(dpt, va, dOt); /* dPᵀ = V·dOᵀ */
+        } else {
+            wgmma_abt<HS, ATT_TMA_PANEL_BYTES>(st, Kw, Qt);
+            wgmma_abt<HS, ATT_TMA_PANEL_BYTES>(dpt, Vw, dOt);
+        }
         wgmma_commit();
         wgmma_wait<0>();
         fence_acc(st);
@@ -266,12 +279,12 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
 #pragma unroll
         for (int i = 0; i < 32; i++) dq[p][i] = 0.0f;
     float s[32], dp[32];
-    uint32_t a[4][4];
+    uint32_t a[4][4], qa[HS / 16][4], da[HS / 16][4]; /* dS(j-1); Q and dO, for the whole loop */
     /* S and dP of key tile j issued (the caller commits); then dS = P·(dP − D) in s, once they are done. */
     auto issue_sdp = [&](int it) {
         const uint32_t Kt = Ks + (it % ST) * TILE, Vt = Vs + (it % ST) * TILE;
-        wgmma_abt<HS, ATT_TMA_PANEL_BYTES>(s, Qw, Kt);   /* S = Q·Kᵀ */
-        wgmma_abt<HS, ATT_TMA_PANEL_BYTES>(dp, dOw, Vt); /* dP = dO·Vᵀ */
+        wgmma_abt_rs<HS>(s, qa, Kt);  /* S = Q·Kᵀ */
+        wgmma_abt_rs<HS>(dp, da, Vt); /* dP = dO·Vᵀ */
     };
     /* Tiles that reach past this warpgroup's first row or the window's edge need the mask (a uniform
      * branch); a block's last tile may lie wholly past warpgroup 0's rows. */
@@ -294,6 +307,8 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
      * warpgroup 1's last: every barrier phase completes, none is left half-arrived. */
     if (wg == 1) att_tma_turn_pass(wg);
     mbar_wait(qd_full, 0);
+    load_a_fragments<HS, ATT_TMA_PANEL_BYTES>(qa, Qw);
+    load_a_fragments<HS, ATT_TMA_PANEL_BYTES>(da, dOw);
     wait_kv(0);
     att_tma_turn_wait(wg);
     wgmma_fence();
