@@ -138,12 +138,14 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         load_a_fragments<HS, ATT_TMA_PANEL_BYTES>(va, Vw);
     }
 
-    float st[32], dpt[32];
-    uint32_t ap[4][4], ad[4][4]; /* Pᵀ and dSᵀ of the step before */
-    auto wait_full = [&](int i) { mbar_wait(full + 8 * (i % ST), (uint32_t)((i / ST) & 1)); };
-    /* Sᵀ and dPᵀ of step i issued (the caller commits). */
-    auto issue_sdp = [&](int i) {
-        const uint32_t Qt = Qs + (i % ST) * TILE, dOt = dOs + (i % ST) * TILE;
+    for (int i = 0; i < nsteps; i++) {
+        const int s = i % ST, q0 = (qt0 + i % nper) * BQ;
+        mbar_wait(full + 8 * s, (uint32_t)((i / ST) & 1));
+        const uint32_t Qt = Qs + s * TILE, dOt = dOs + s * TILE;
+        const float *lse_t = stats[s][0], *D_t = stats[s][1];
+
+        float st[32], dpt[32];
+        wgmma_fence();
         if constexpr (KV_REGS) {
             wgmma_abt_rs<HS>(st, ka, Qt);   /* Sᵀ = K·Qᵀ */
             wgmma_abt_rs<HS>(dpt, va, dOt); /* dPᵀ = V·dOᵀ */
@@ -151,18 +153,13 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
             wgmma_abt<HS, ATT_TMA_PANEL_BYTES>(st, Kw, Qt);
             wgmma_abt<HS, ATT_TMA_PANEL_BYTES>(dpt, Vw, dOt);
         }
-    };
-    /* dV += Pᵀ·dO, dK += dSᵀ·Q of step i issued (the caller commits). */
-    auto issue_grads = [&](int i) {
-        wgmma_issue_xb<HS>(dv, ap, dOs + (i % ST) * TILE);
-        wgmma_issue_xb<HS>(dk, ad, Qs + (i % ST) * TILE);
-    };
-    /* Pᵀ in st and dSᵀ in dpt once Sᵀ and dPᵀ of step i are done. Tiles that reach below this
-     * warpgroup's diagonal or past the window's edge need the mask (a uniform branch); the block's
-     * first tile lies wholly below warpgroup 1's keys. */
-    auto form = [&](int i) {
-        const int q0 = (qt0 + i % nper) * BQ;
-        const float *lse_t = stats[i % ST][0], *D_t = stats[i % ST][1];
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_acc(st);
+        fence_acc(dpt);
+
+        /* Tiles that reach below this warpgroup's diagonal or past the window's edge need the mask (a
+         * uniform branch); the block's first tile lies wholly below warpgroup 1's keys. */
         if (q0 < kw0 + 63 || crosses_window(kw0, q0, BQ, window)) {
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
@@ -179,61 +176,22 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
             st[e] = p;
             dpt[e] = p * (dpt[e] - D_t[col]);
         }
-    };
-    auto pack = [&]() {
+        uint32_t ap[4][4], ad[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) pack_a_fragment(ap[kk], st, kk), pack_a_fragment(ad[kk], dpt, kk);
-    };
-    auto fence_grads = [&]() {
 #pragma unroll
         for (int p = 0; p < NP; p++) fence_acc(dv[p]), fence_acc(dk[p]);
-    };
-
-    /* As the dQ kernel below: Sᵀ, dPᵀ of step i beside the gradient products of step i - 1, the
-     * warpgroups taking turns, each issuing nsteps + 1 times. */
-    if (wg == 1) att_tma_turn_pass(wg);
-    wait_full(0);
-    att_tma_turn_wait(wg);
-    wgmma_fence();
-    issue_sdp(0);
-    wgmma_commit();
-    att_tma_turn_pass(wg);
-    wgmma_wait<0>();
-    fence_acc(st);
-    fence_acc(dpt);
-    form(0);
-    pack();
-    for (int i = 1; i < nsteps; i++) {
-        wait_full(i);
-        fence_grads();
-        att_tma_turn_wait(wg);
         wgmma_fence();
-        issue_sdp(i);
+        wgmma_issue_xb<HS>(dv, ap, dOt); /* dV += Pᵀ·dO */
+        wgmma_issue_xb<HS>(dk, ad, Qt);  /* dK += dSᵀ·Q */
         wgmma_commit();
-        issue_grads(i - 1);
-        wgmma_commit();
-        att_tma_turn_pass(wg);
-        wgmma_wait<1>(); /* Sᵀ(i), dPᵀ(i); the gradient products of i - 1 may still run */
-        fence_acc(st);
-        fence_acc(dpt);
-        form(i);
         wgmma_wait<0>();
         fence_regs(ap);
         fence_regs(ad);
-        fence_grads();
-        att_tma_release(empty + 8 * ((i - 1) % ST), lane);
-        pack();
+#pragma unroll
+        for (int p = 0; p < NP; p++) fence_acc(dv[p]), fence_acc(dk[p]);
+        att_tma_release(empty + 8 * s, lane);
     }
-    fence_grads();
-    att_tma_turn_wait(wg);
-    wgmma_fence();
-    issue_grads(nsteps - 1);
-    wgmma_commit();
-    if (wg == 0) att_tma_turn_pass(wg);
-    wgmma_wait<0>();
-    fence_regs(ap);
-    fence_regs(ad);
-    fence_grads();
 
     if (kw0 >= T) return; /* a last block's second warpgroup may have no keys */
     const size_t C3 = packed_qkv_width(NH, NKV, HS);
