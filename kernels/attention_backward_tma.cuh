@@ -129,14 +129,6 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
 #pragma unroll
         for (int i = 0; i < 32; i++) dk[p][i] = dv[p][i] = 0.0f;
     mbar_wait(kv_full, 0);
-    /* At HS 64 this warpgroup's K and V fit in registers beside the accumulators: Sᵀ and dPᵀ then
-     * read only Q and dO from shared memory. */
-    constexpr bool KV_REGS = HS == 64;
-    uint32_t ka[KV_REGS ? HS / 16 : 1][4], va[KV_REGS ? HS / 16 : 1][4];
-    if constexpr (KV_REGS) {
-        load_a_fragments<HS, ATT_TMA_PANEL_BYTES>(ka, Kw);
-        load_a_fragments<HS, ATT_TMA_PANEL_BYTES>(va, Vw);
-    }
 
     for (int i = 0; i < nsteps; i++) {
         const int s = i % ST, q0 = (qt0 + i % nper) * BQ;
@@ -146,13 +138,8 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
 
         float st[32], dpt[32];
         wgmma_fence();
-        if constexpr (KV_REGS) {
-            wgmma_abt_rs<HS>(st, ka, Qt);   /* Sᵀ = K·Qᵀ */
-            wgmma_abt_rs<HS>(dpt, va, dOt); /* dPᵀ = V·dOᵀ */
-        } else {
-            wgmma_abt<HS, ATT_TMA_PANEL_BYTES>(st, Kw, Qt);
-            wgmma_abt<HS, ATT_TMA_PANEL_BYTES>(dpt, Vw, dOt);
-        }
+        wgmma_abt<HS, ATT_TMA_PANEL_BYTES>(st, Kw, Qt);   /* Sᵀ = K·Qᵀ */
+        wgmma_abt<HS, ATT_TMA_PANEL_BYTES>(dpt, Vw, dOt); /* dPᵀ = V·dOᵀ */
         wgmma_commit();
         wgmma_wait<0>();
         fence_acc(st);
