@@ -31,6 +31,9 @@
  *   dQ kernel: a block owns 64 queries, loops over the key tiles they see (up to the diagonal, from
  *     the window's start), recomputes P and dP, dQ += dS·K. P is recomputed twice (7 products
  *     instead of FA2's 5) in exchange for no atomics.
+ *   On Hopper at HS 64 and 128 both are attention_backward_tma.cuh's instead: blocks of 128 keys
+ *   (dK,dV) or queries (dQ) as two warpgroups of 64, the other side's tiles of 64 streamed by the
+ *   copy engine, the same order, masks and arithmetic.
  * Sliding window W > 0: query i sees keys i − W < j <= i (attention_mask.cuh); every loop is bounded
  *   by it, so a windowed layer's work grows with T·W.
  * FLOPs (causal, ≈ half of T²): forward 2·B·NH·T²·HS (two products over T²/2 pairs); backward
@@ -48,7 +51,8 @@
  * The kernels live in headers by role, compiled in this one file with the launchers below:
  * attention_tiles.cuh (block constants, loads into shared memory), attention_mma.cuh (mma.sync and
  * wgmma products), attention_mask.cuh, attention_store.cuh (results from registers),
- * attention_forward.cuh, attention_forward_tma.cuh and attention_backward.cuh (the kernels). */
+ * attention_forward.cuh, attention_forward_tma.cuh, attention_backward.cuh and
+ * attention_backward_tma.cuh (the kernels). */
 #include <math.h>
 
 #include <algorithm>
@@ -198,32 +202,25 @@ static void launch_backward(bf16 *dqkv, float *bias_part, float *D, const bf16 *
     CUDA_CHECK(cudaGetLastError());
 }
 
-template <int HS>
-static void launch_backward_wgmma(bf16 *dqkv, float *bias_part, float *D, const bf16 *dout, const bf16 *qkv,
-                                  const float *lse, const AttentionShape *s, cudaStream_t stream) {
+/* Head size 256 (Gemma 3): the 64-row wgmma kernels, dK,dV as two warpgroups. */
+static void launch_backward_wgmma256(bf16 *dqkv, float *bias_part, float *D, const bf16 *dout, const bf16 *qkv,
+                                     const float *lse, const AttentionShape *s, cudaStream_t stream) {
+    constexpr int HS = 256;
     const size_t smem = 6 * ATT_TILE * HS * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
-    /* At HS 256 the dK,dV kernel's two warpgroups also hand over 32 words a thread. */
-    const size_t smem_kv = smem + (HS == 256 ? (size_t)32 * ATT_BWD256_THREADS / 2 * sizeof(uint32_t) : 0);
-    static bool attr_set = false; /* once per instantiation */
+    /* The dK,dV kernel's two warpgroups also hand over 32 words a thread. */
+    const size_t smem_kv = smem + (size_t)32 * ATT_BWD256_THREADS / 2 * sizeof(uint32_t);
+    static bool attr_set = false;
     if (!attr_set) {
         CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_wgmma_kernel<HS>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        if constexpr (HS == 256)
-            CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma256_kernel,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
-        else
-            CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma_kernel<HS>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma256_kernel,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
         attr_set = true;
     }
     float scale = s->scale, sl2 = LOG2E * scale;
     int tiles = ceil_div(s->T, ATT_TILE);
-    if constexpr (HS == 256)
-        attention_backward_dkdv_wgmma256_kernel<<<dim3(tiles, s->B * s->NKV), ATT_BWD256_THREADS, smem_kv, stream>>>(
-            dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
-    else
-        attention_backward_dkdv_wgmma_kernel<HS><<<dim3(tiles, s->B * s->NKV), ATT_THREADS, smem_kv, stream>>>(
-            dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
+    attention_backward_dkdv_wgmma256_kernel<<<dim3(tiles, s->B * s->NKV), ATT_BWD256_THREADS, smem_kv, stream>>>(
+        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
     attention_backward_dq_wgmma_kernel<HS><<<dim3(tiles, s->B * s->NH), ATT_THREADS, smem, stream>>>(
         dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
@@ -288,7 +285,7 @@ extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch,
         attention_backward_dsum_kernel<256><<<ceil_div(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
     CUDA_CHECK(cudaGetLastError());
     if (HS == 256)
-        launch_backward_wgmma<256>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
+        launch_backward_wgmma256(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else if (HS == 64 && use_wgmma)
         launch_backward_tma<64>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else if (use_wgmma)

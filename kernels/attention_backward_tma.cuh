@@ -3,8 +3,8 @@
  * for dQ) as two consumer warpgroups of 64 that share every tile the block streams, and a producer
  * warpgroup streams the other side's tiles of 64 rows by the copy engine (TMA) through a two-stage
  * mbarrier ring, giving its registers to the consumers (setmaxnreg). Math, order, masks and the
- * qkv-bias partial sums are those of attention_backward.cuh's wgmma kernels (attention.cu describes
- * the algorithm): deterministic, no atomics, K and V read from the packed qkv for every query head
+ * qkv-bias partial sums are those of attention_backward.cuh's kernels (attention.cu describes the
+ * algorithm): deterministic, no atomics, K and V read from the packed qkv for every query head
  * of their group.
  *
  * Launch: 1-d grids of ⌈T/128⌉·B·NKV (dK,dV) and ⌈T/128⌉·B·NH (dQ) blocks of 384 threads (warps 0-7
@@ -18,7 +18,13 @@
  * dQ: per key tile of 64: S = Q·Kᵀ and dP = dO·Vᵀ of tile j are issued beside dQ += dS(j-1)·K(j-1),
  *   and dS(j) is formed while that product runs; the two warpgroups take turns to issue, as the
  *   forward's (attention_forward_tma.cuh), so that one's elementwise work overlaps the other's MMAs.
- * FLOPs: dK,dV 4·2·64·64·HS per (query tile, key tile) pair, dQ 3·; 7/2 of the forward together. */
+ *   Q and dO stay in registers as A fragments for the whole loop, so S and dP read only K and V
+ *   from shared memory. (dK,dV keeps K and V in shared memory: as register fragments over its loop
+ *   at HS 64 they gave wrong results from the second query tile on, and reloaded every tile no gain.)
+ * Both loops were measured against the 64-row wgmma kernels they replace (dev/RESULTS.md,
+ *   attention); a dK,dV loop pipelined as dQ's spilled at HS 128 and ran slower at both sizes.
+ * FLOPs: dK,dV 4·2·64·64·HS per (query tile, key tile) pair, dQ 3·; 7/2 of the forward together.
+ * Bytes: Q and dO cross from L2 once per 128 keys, K and V once per 128 queries; compute bound. */
 #ifndef FUSEDGPT_ATTENTION_BACKWARD_TMA_CUH
 #define FUSEDGPT_ATTENTION_BACKWARD_TMA_CUH
 
