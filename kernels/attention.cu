@@ -31,6 +31,9 @@
  *   dQ kernel: a block owns 64 queries, loops over the key tiles they see (up to the diagonal, from
  *     the window's start), recomputes P and dP, dQ += dS·K. P is recomputed twice (7 products
  *     instead of FA2's 5) in exchange for no atomics.
+ *   On Hopper at HS 64 and 128 both are attention_backward_tma.cuh's instead: blocks of 128 keys
+ *   (dK,dV) or queries (dQ) as two warpgroups of 64, the other side's tiles of 64 streamed by the
+ *   copy engine, the same order, masks and arithmetic.
  * Sliding window W > 0: query i sees keys i − W < j <= i (attention_mask.cuh); every loop is bounded
  *   by it, so a windowed layer's work grows with T·W.
  * FLOPs (causal, ≈ half of T²): forward 2·B·NH·T²·HS (two products over T²/2 pairs); backward
@@ -48,7 +51,8 @@
  * The kernels live in headers by role, compiled in this one file with the launchers below:
  * attention_tiles.cuh (block constants, loads into shared memory), attention_mma.cuh (mma.sync and
  * wgmma products), attention_mask.cuh, attention_store.cuh (results from registers),
- * attention_forward.cuh, attention_forward_tma.cuh and attention_backward.cuh (the kernels). */
+ * attention_forward.cuh, attention_forward_tma.cuh, attention_backward.cuh and
+ * attention_backward_tma.cuh (the kernels). */
 #include <math.h>
 
 #include <algorithm>
@@ -56,6 +60,7 @@
 #include "kernels/attention_forward.cuh"
 #include "kernels/attention_forward_tma.cuh"
 #include "kernels/attention_backward.cuh"
+#include "kernels/attention_backward_tma.cuh"
 #include "kernels/kernels.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -197,35 +202,70 @@ static void launch_backward(bf16 *dqkv, float *bias_part, float *D, const bf16 *
     CUDA_CHECK(cudaGetLastError());
 }
 
-template <int HS>
-static void launch_backward_wgmma(bf16 *dqkv, float *bias_part, float *D, const bf16 *dout, const bf16 *qkv,
-                                  const float *lse, const AttentionShape *s, cudaStream_t stream) {
+/* Head size 256 (Gemma 3): the 64-row wgmma kernels, dK,dV as two warpgroups. */
+static void launch_backward_wgmma256(bf16 *dqkv, float *bias_part, float *D, const bf16 *dout, const bf16 *qkv,
+                                     const float *lse, const AttentionShape *s, cudaStream_t stream) {
+    constexpr int HS = 256;
     const size_t smem = 6 * ATT_TILE * HS * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
-    /* At HS 256 the dK,dV kernel's two warpgroups also hand over 32 words a thread. */
-    const size_t smem_kv = smem + (HS == 256 ? (size_t)32 * ATT_BWD256_THREADS / 2 * sizeof(uint32_t) : 0);
-    static bool attr_set = false; /* once per instantiation */
+    /* The dK,dV kernel's two warpgroups also hand over 32 words a thread. */
+    const size_t smem_kv = smem + (size_t)32 * ATT_BWD256_THREADS / 2 * sizeof(uint32_t);
+    static bool attr_set = false;
     if (!attr_set) {
         CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_wgmma_kernel<HS>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        if constexpr (HS == 256)
-            CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma256_kernel,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
-        else
-            CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma_kernel<HS>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_wgmma256_kernel,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
         attr_set = true;
     }
     float scale = s->scale, sl2 = LOG2E * scale;
     int tiles = ceil_div(s->T, ATT_TILE);
-    if constexpr (HS == 256)
-        attention_backward_dkdv_wgmma256_kernel<<<dim3(tiles, s->B * s->NKV), ATT_BWD256_THREADS, smem_kv, stream>>>(
-            dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
-    else
-        attention_backward_dkdv_wgmma_kernel<HS><<<dim3(tiles, s->B * s->NKV), ATT_THREADS, smem_kv, stream>>>(
-            dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
+    attention_backward_dkdv_wgmma256_kernel<<<dim3(tiles, s->B * s->NKV), ATT_BWD256_THREADS, smem_kv, stream>>>(
+        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
     attention_backward_dq_wgmma_kernel<HS><<<dim3(tiles, s->B * s->NH), ATT_THREADS, smem, stream>>>(
         dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* The dK,dV kernel streams query tiles of Q and dO in boxes of 64 rows and reads its block's K and V
+ * in boxes of 128; the dQ kernel the other way round. Rows past T arrive as zeros. A dK,dV section is
+ * the key/value heads whose query heads' Q and dO (2·T·HS bf16 each) fit in L2's share; a dQ
+ * section the query heads whose key/value heads do, as the forward's. */
+template <int HS>
+static void launch_backward_tma(bf16 *dqkv, float *bias_part, const float *D, const bf16 *dout, const bf16 *qkv,
+                                const float *lse, const AttentionShape *s, cudaStream_t stream) {
+    const size_t smem = att_bwd_tma_smem_bytes(HS);
+    static bool attr_set = false; /* once per instantiation */
+    if (!attr_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_tma_kernel<HS>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_tma_kernel<HS>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attr_set = true;
+    }
+    const size_t C3 = packed_qkv_width(s->NH, s->NKV, HS), C = (size_t)s->NH * HS;
+    const cuuint64_t qkv_dims[3] = {C3, (cuuint64_t)s->T, (cuuint64_t)s->B};
+    const cuuint64_t qkv_strides[2] = {C3 * sizeof(bf16), (cuuint64_t)s->T * C3 * sizeof(bf16)};
+    const cuuint64_t do_dims[3] = {C, (cuuint64_t)s->T, (cuuint64_t)s->B};
+    const cuuint64_t do_strides[2] = {C * sizeof(bf16), (cuuint64_t)s->T * C * sizeof(bf16)};
+    const cuuint32_t box128[3] = {64, ATT_BWD_TMA_ROWS, 1}, box64[3] = {64, ATT_TILE, 1};
+    const char *who = "attention backward";
+    const CUtensorMap qkv128 = tma_tensor_map_bf16(qkv, 3, qkv_dims, qkv_strides, box128, who);
+    const CUtensorMap qkv64 = tma_tensor_map_bf16(qkv, 3, qkv_dims, qkv_strides, box64, who);
+    const CUtensorMap do128 = tma_tensor_map_bf16(dout, 3, do_dims, do_strides, box128, who);
+    const CUtensorMap do64 = tma_tensor_map_bf16(dout, 3, do_dims, do_strides, box64, who);
+    const int group = s->NH / s->NKV, nblk = ceil_div(s->T, ATT_BWD_TMA_ROWS);
+    const size_t head_bytes = (size_t)2 * s->T * HS * sizeof(bf16);
+    const int kv_section = (int)std::max<size_t>(1, ATT_TMA_SECTION_BYTES / (head_bytes * group));
+    const int q_section = (int)std::max<size_t>(1, ATT_TMA_SECTION_BYTES / head_bytes) * group;
+    const float sl2 = LOG2E * s->scale;
+    attention_backward_dkdv_tma_kernel<HS><<<nblk * s->B * s->NKV, ATT_TMA_THREADS, smem, stream>>>(
+        qkv128, qkv64, do64, dqkv, bias_part, lse, D, s->T, s->NH, s->NKV, s->window, sl2, s->scale, nblk,
+        kv_section);
+    CUDA_CHECK(cudaGetLastError());
+    attention_backward_dq_tma_kernel<HS><<<nblk * s->B * s->NH, ATT_TMA_THREADS, smem, stream>>>(
+        qkv128, do128, qkv64, dqkv, bias_part, lse, D, s->T, s->NH, s->NKV, s->window, sl2, s->scale, nblk,
+        q_section);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -245,11 +285,11 @@ extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch,
         attention_backward_dsum_kernel<256><<<ceil_div(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
     CUDA_CHECK(cudaGetLastError());
     if (HS == 256)
-        launch_backward_wgmma<256>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
+        launch_backward_wgmma256(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else if (HS == 64 && use_wgmma)
-        launch_backward_wgmma<64>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
+        launch_backward_tma<64>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else if (use_wgmma)
-        launch_backward_wgmma<128>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
+        launch_backward_tma<128>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else if (HS == 64)
         launch_backward<64, ATT_BQ64>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else

@@ -1,6 +1,6 @@
 /* kernels/attention_backward.cuh - the backward kernels: D = rowsum(dO∘O), then dK,dV and dQ with
- * mma.sync (HS 64 and 128) or wgmma (HS 64, 128 and 256), deterministic and without atomics
- * (attention.cu describes the algorithm). */
+ * mma.sync (HS 64 and 128) or wgmma (HS 256; at 64 and 128 attention_backward_tma.cuh's),
+ * deterministic and without atomics (attention.cu describes the algorithm). */
 #ifndef FUSEDGPT_ATTENTION_BACKWARD_CUH
 #define FUSEDGPT_ATTENTION_BACKWARD_CUH
 
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
         __syncthreads();
     }
 
-    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, qb, C3), &dq[0][0], scale, 0, b, h, q0 + warp * 16 + g,
+    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, qb, gridDim.x, C3), &dq[0][0], scale, 0, b, h, q0 + warp * 16 + g,
                         tq, T, C3);
 }
 
@@ -215,19 +215,20 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
         __syncthreads();
     }
 
-    float *bias_row = bias_part_row(bias_part, b, blockIdx.x, C3);
+    float *bias_row = bias_part_row(bias_part, b, blockIdx.x, gridDim.x, C3);
     store_head_grad<HS>(dqkv, bias_row, &dk[0][0], scale, key_col(NH, HS, 0), b, kvh, krow, tq, T, C3);
     store_head_grad<HS>(dqkv, bias_row, &dv[0][0], 1.0f, value_col(NH, NKV, HS, 0), b, kvh, krow, tq, T, C3);
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Backward on Hopper tensor cores: attention_backward_dq_kernel (HS = 64, 128 or 256) and
- * attention_backward_dkdv_kernel (BQ = 64; HS 64 or 128, 256 below) with every product a warpgroup MMA: the two score-like
- * products (S and dP, or Sᵀ and dPᵀ) from K-major shared tiles, the two gradient products from
- * registers times an MN-major shared tile (of HS/64 panels, as in the forward). Same blocks, order,
- * masking and arithmetic. */
+/* Backward on Hopper tensor cores at HS 256 (64 and 128: attention_backward_tma.cuh), every product
+ * a warpgroup MMA: the two score-like products (S and dP, or Sᵀ and dPᵀ) from K-major shared tiles,
+ * the two gradient products from registers times an MN-major shared tile (of HS/64 panels, as in the
+ * forward). Same blocks, order, masking and arithmetic as the mma.sync kernels above. One block per
+ * SM: six tiles take 192 KB of shared memory, and the accumulators most registers (the dK,dV
+ * kernel's two warpgroups 240 each). */
 template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS, att_wg_bwd_min_blocks(HS))
+__global__ void __launch_bounds__(ATT_THREADS, 1)
     attention_backward_dq_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
                                        const float *lse, const float *D, int T, int NH, int NKV, int window,
                                        float sl2, float scale) {
@@ -290,114 +291,11 @@ __global__ void __launch_bounds__(ATT_THREADS, att_wg_bwd_min_blocks(HS))
         __syncthreads();
     }
 
-    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, qb, C3), &dq[0][0], scale, 0, b, h, q0 + warp * 16 + g, tq, T,
+    store_head_grad<HS>(dqkv, bias_part_row(bias_part, b, qb, gridDim.x, C3), &dq[0][0], scale, 0, b, h, q0 + warp * 16 + g, tq, T,
                         C3);
 }
 
-template <int HS>
-__global__ void __launch_bounds__(ATT_THREADS, att_wg_bwd_min_blocks(HS))
-    attention_backward_dkdv_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
-                                         const float *lse, const float *D, int T, int NH, int NKV, int window,
-                                         float sl2, float scale) {
-    constexpr int TILE = ATT_TILE, BQ = ATT_TILE, TILE_BYTES = TILE * HS * 2, NP = HS / 64;
-    extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
-    const uint32_t Ks = (smem_addr(att_smem) + 1023) & ~1023u, Vs = Ks + TILE_BYTES, Qs = Vs + TILE_BYTES,
-                   dOs = Qs + 2 * TILE_BYTES;
-    __shared__ float lse_s[2 * BQ], D_s[2 * BQ];
-
-    int C = NH * HS;
-    size_t C3 = packed_qkv_width(NH, NKV, HS);
-    /* The block's key/value head kvh serves query heads h0 .. h0 + grp - 1: it walks their query
-     * tiles head after head, step i being head h0 + i / nper, tile qt0 + i % nper. */
-    int b = blockIdx.y / NKV, kvh = blockIdx.y % NKV, grp = NH / NKV, h0 = kvh * grp;
-    const bf16 *row0 = qkv + (size_t)b * T * C3, *dorow0 = dout + (size_t)b * T * C;
-    const bf16 *kbase = row0 + key_col(NH, HS, kvh), *vbase = row0 + value_col(NH, NKV, HS, kvh);
-    const float *lse_b = lse + (size_t)b * NH * T, *D_b = D + (size_t)b * NH * T;
-    int k0 = blockIdx.x * TILE;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    int qt0 = k0 / BQ, nqt = query_tile_end<BQ>(k0, window, ceil_div(T, BQ));
-    int nper = nqt - qt0, nsteps = grp * nper;
-
-    load_rows_swizzled<HS>(Ks, kbase, C3, k0, T);
-    load_rows_swizzled<HS>(Vs, vbase, C3, k0, T);
-    load_rows_swizzled<HS>(Qs, row0 + h0 * HS, C3, qt0 * BQ, T);
-    load_rows_swizzled<HS>(dOs, dorow0 + h0 * HS, C, qt0 * BQ, T);
-    cp_async_commit();
-    load_query_stats<BQ>(lse_s, D_s, lse_b + (size_t)h0 * T, D_b + (size_t)h0 * T, qt0 * BQ, T);
-
-    float dk[NP][32], dv[NP][32];
-#pragma unroll
-    for (int p = 0; p < NP; p++)
-#pragma unroll
-        for (int i = 0; i < 32; i++) dk[p][i] = dv[p][i] = 0.0f;
-    int krow = k0 + warp * 16 + g;
-
-    for (int i = 0; i < nsteps; i++) {
-        int buf = i & 1, qt = qt0 + i % nper;
-        if (i + 1 < nsteps) {
-            int nb = buf ^ 1, h1 = h0 + (i + 1) / nper, t1 = (qt0 + (i + 1) % nper) * BQ;
-            load_rows_swizzled<HS>(Qs + nb * TILE_BYTES, row0 + h1 * HS, C3, t1, T);
-            load_rows_swizzled<HS>(dOs + nb * TILE_BYTES, dorow0 + h1 * HS, C, t1, T);
-            cp_async_commit();
-            load_query_stats<BQ>(lse_s + nb * BQ, D_s + nb * BQ, lse_b + (size_t)h1 * T, D_b + (size_t)h1 * T, t1, T);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        fence_proxy_async();
-        __syncthreads();
-        const uint32_t Qt = Qs + buf * TILE_BYTES, dOt = dOs + buf * TILE_BYTES;
-        const float *lse_t = lse_s + buf * BQ, *D_t = D_s + buf * BQ;
-
-        float st[32], dpt[32];
-        wgmma_fence();
-        wgmma_abt<HS>(st, Ks, Qt);   /* Sᵀ = K·Qᵀ */
-        wgmma_abt<HS>(dpt, Vs, dOt); /* dPᵀ = V·dOᵀ */
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_acc(st);
-        fence_acc(dpt);
-
-        int q0 = qt * BQ;
-        if (q0 < k0 + TILE - 1 || crosses_window(k0, q0, BQ, window)) {
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int col = nt * 8 + 2 * tq + (e & 1), key = krow + 8 * (e >> 1);
-                    if (att_hidden(key, q0 + col, window)) st[nt * 4 + e] = -INFINITY;
-                }
-        }
-#pragma unroll
-        for (int i = 0; i < 32; i++) {
-            int col = (i >> 2) * 8 + 2 * tq + (i & 1);
-            float p = ex2(fmaf(st[i], sl2, -lse_t[col]));
-            st[i] = p;
-            dpt[i] = p * (dpt[i] - D_t[col]);
-        }
-        { /* both products in one group: dV += Pᵀ·dO, dK += dSᵀ·Q */
-            uint32_t ap[4][4], ad[4][4];
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) pack_a_fragment(ap[kk], st, kk), pack_a_fragment(ad[kk], dpt, kk);
-#pragma unroll
-            for (int p = 0; p < NP; p++) fence_acc(dv[p]), fence_acc(dk[p]);
-            wgmma_fence();
-            wgmma_issue_xb<HS>(dv, ap, dOt);
-            wgmma_issue_xb<HS>(dk, ad, Qt);
-            wgmma_commit();
-            wgmma_wait<0>();
-#pragma unroll
-            for (int p = 0; p < NP; p++) fence_acc(dv[p]), fence_acc(dk[p]);
-        }
-        __syncthreads();
-    }
-
-    float *bias_row = bias_part_row(bias_part, b, blockIdx.x, C3);
-    store_head_grad<HS>(dqkv, bias_row, &dk[0][0], scale, key_col(NH, HS, 0), b, kvh, krow, tq, T, C3);
-    store_head_grad<HS>(dqkv, bias_row, &dv[0][0], 1.0f, value_col(NH, NKV, HS, 0), b, kvh, krow, tq, T, C3);
-}
-
-/* dK, dV at HS = 256 (HS 64 and 128: the kernel above). All 256 columns of dK and dV would take 256
+/* dK, dV at HS = 256. All 256 columns of dK and dV would take 256
  * accumulator registers a thread, so a block of 64 keys has two warpgroups, each owning 128 of the
  * columns; per query tile warpgroup 0 computes Sᵀ = K·Qᵀ and warpgroup 1 dPᵀ = V·dOᵀ (each of the
  * 256-wide reductions once), warpgroup 1 hands dPᵀ to warpgroup 0 through shared memory, which forms
@@ -530,7 +428,7 @@ __global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
         __syncthreads();
     }
 
-    float *bias_row = bias_part_row(bias_part, b, blockIdx.x, C3);
+    float *bias_row = bias_part_row(bias_part, b, blockIdx.x, gridDim.x, C3);
     const size_t c0 = (size_t)wg * HO; /* head 0 below: the head and the half are in the column */
     store_head_grad<HO, 2>(dqkv, bias_row, &dk[0][0], scale, key_col(NH, HS, kvh) + c0, b, 0, krow, tq, T, C3);
     store_head_grad<HO, 2>(dqkv, bias_row, &dv[0][0], 1.0f, value_col(NH, NKV, HS, kvh) + c0, b, 0, krow, tq, T,

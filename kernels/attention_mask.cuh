@@ -20,11 +20,11 @@ __device__ __forceinline__ int first_key_tile(int q0, int window) {
     return window > 0 && q0 - window + 1 > 0 ? (q0 - window + 1) / KT : 0;
 }
 
-/* One past the last query tile (of BQ rows) that sees a key of the tile from k0, at most nqt. */
-template <int BQ>
+/* One past the last query tile (of BQ rows) that sees a key of the KT keys from k0, at most nqt. */
+template <int BQ, int KT = ATT_TILE>
 __device__ __forceinline__ int query_tile_end(int k0, int window, int nqt) {
     if (window <= 0) return nqt;
-    int end = (k0 + ATT_TILE - 2 + window) / BQ + 1; /* the last key's last query is key + W - 1 */
+    int end = (k0 + KT - 2 + window) / BQ + 1; /* the last key's last query is key + W - 1 */
     return end < nqt ? end : nqt;
 }
 

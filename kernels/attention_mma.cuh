@@ -80,15 +80,37 @@ __device__ __forceinline__ void fence_regs(uint32_t (&a)[KS][4]) {
 }
 
 /* acc[64 x 64] = A·Bᵀ, A and B [64][HS] K-major tiles of HS/64 swizzled panels (k = the head's
- * columns). */
-template <int HS>
+ * columns). A's panels lie A_PANEL bytes apart: 64 rows of a 128-row tile's 16 KB panels also
+ * serve. */
+template <int HS, int A_PANEL = ATT_PANEL_BYTES>
 __device__ __forceinline__ void wgmma_abt(float (&acc)[32], uint32_t A, uint32_t B) {
 #pragma unroll
     for (int p = 0; p < HS / 64; p++)
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
-            wgmma_m64n64k16_ss(acc, smem_desc(A + p * ATT_PANEL_BYTES + kk * 32),
+            wgmma_m64n64k16_ss(acc, smem_desc(A + p * A_PANEL + kk * 32),
                                smem_desc(B + p * ATT_PANEL_BYTES + kk * 32), p > 0 || kk > 0);
+}
+
+/* The A fragments (k-step ks in a[ks]) of this warpgroup's 64 rows of a [64][HS] K-major tile of
+ * swizzled panels A_PANEL bytes apart, from A: for register-sourced products whose left factor stays
+ * the same over a loop, which then read only their right factor from shared memory. */
+template <int HS, int A_PANEL>
+__device__ __forceinline__ void load_a_fragments(uint32_t (&a)[HS / 16][4], uint32_t A) {
+    const int lane = threadIdx.x % 32, r = (threadIdx.x / 32 % 4) * 16 + lane % 8 + (lane / 8 % 2) * 8;
+#pragma unroll
+    for (int ks = 0; ks < HS / 16; ks++)
+        ldmatrix_x4(a[ks], A + (ks / 4) * A_PANEL + swz128(r, (ks % 4) * 2 + lane / 16));
+}
+
+/* acc[64 x 64] = A·Bᵀ as wgmma_abt, A as fragments from load_a_fragments. */
+template <int HS>
+__device__ __forceinline__ void wgmma_abt_rs(float (&acc)[32], const uint32_t (&a)[HS / 16][4], uint32_t B) {
+#pragma unroll
+    for (int p = 0; p < HS / 64; p++)
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            wgmma_m64n64k16_rs(acc, a[p * 4 + kk], smem_desc(B + p * ATT_PANEL_BYTES + kk * 32), p > 0 || kk > 0);
 }
 
 /* Issues acc[64 x HS] += X·B (no commit or wait): X [64 x 64] as packed A fragments a[kk], B a

@@ -37,9 +37,17 @@ __device__ __forceinline__ void store_forward_rows(bf16 *out, float *lse, const 
  * columns dt·8 + 2·tq + (e & 1) of row row0 + 8·(e >> 1), as both the mma.sync and the wgmma
  * layouts place them.
  * With bias_part (the block's row of partial sums, 3C wide; NULL: none), also the column sums of
- * the block's 64 rows as stored (bf16), at bias_part[col0 + h·HS + c]: that slice of the qkv bias
- * gradient, taken from registers instead of a pass over dqkv. Every thread of the block calls it
- * (NWG warpgroups, each 4 warps of 16 rows and its own col0). */
+ * the warpgroup's 64 rows as stored (bf16), at bias_part[col0 + h·HS + c]: that slice of the qkv
+ * bias gradient, taken from registers instead of a pass over dqkv. Every thread of a warpgroup calls
+ * it (warpgroup wg < NWG of the block, 4 warps of 16 rows, with its own col0 or bias_part), and the
+ * warpgroup synchronizes only itself: in a block whose producer warps have left, or whose other
+ * warpgroup has no rows to store, nobody waits for them. */
+/* The 128 threads of warpgroup wg, on named barrier 8 + wg (barriers 1 and 2 take the consumers'
+ * turns in the Hopper kernels). */
+__device__ __forceinline__ void att_warpgroup_sync(int wg) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(8 + wg), "n"(ATT_THREADS) : "memory");
+}
+
 template <int HS, int NWG = 1>
 __device__ __forceinline__ void store_head_grad(bf16 *dqkv, float *bias_part, const float *acc, float scale,
                                                 size_t col0, int b, int h, int row0, int tq, int T, size_t C3) {
@@ -74,7 +82,7 @@ __device__ __forceinline__ void store_head_grad(bf16 *dqkv, float *bias_part, co
             if (lane < 4) warp_sums[wg][warp][dt * 8 + 2 * lane + e] = v;
         }
     /* Every warp's sums are in shared memory before they are added across warps. */
-    __syncthreads();
+    att_warpgroup_sync(wg);
     for (int c = threadIdx.x % ATT_THREADS; c < HS; c += ATT_THREADS) {
         float v = 0.0f;
 #pragma unroll
@@ -82,12 +90,13 @@ __device__ __forceinline__ void store_head_grad(bf16 *dqkv, float *bias_part, co
         bias_part[col0 + h * HS + c] = v;
     }
     /* Read before a second call (dV after dK) overwrites them. */
-    __syncthreads();
+    att_warpgroup_sync(wg);
 }
 
-/* The block's row of qkv bias partials (NULL when not asked): row b·tiles + tile of [B·tiles][3C]. */
-__device__ __forceinline__ float *bias_part_row(float *bias_part, int b, int tile, size_t C3) {
-    return bias_part ? bias_part + ((size_t)b * gridDim.x + tile) * C3 : NULL;
+/* The row of qkv bias partials of 64-row tile `tile` of sequence b (NULL when not asked): row
+ * b·tiles + tile of [B·tiles][3C], tiles = ⌈T/64⌉. */
+__device__ __forceinline__ float *bias_part_row(float *bias_part, int b, int tile, int tiles, size_t C3) {
+    return bias_part ? bias_part + ((size_t)b * tiles + tile) * C3 : NULL;
 }
 
 #endif

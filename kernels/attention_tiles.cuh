@@ -13,20 +13,11 @@
 #define ATT_TILE 64     /* query rows per forward / dQ block, keys per dK,dV block, key tile */
 /* Query rows per tile of the dK,dV kernel at head size 64 (the mma.sync one at 128 uses 32, for
  * registers), and the blocks per SM the kernels are compiled for (register cap): measured choices,
- * dev/RESULTS.md (attention). The wgmma dK,dV kernel issues its two gradient products as one group
- * with one wait: at head size 64 best together with 3 blocks (167 registers; one wait uncapped needs
- * 196 registers, 2 blocks). */
+ * dev/RESULTS.md (attention). */
 #define ATT_BQ64 64
 #define ATT_BWD64_MINB 3    /* 12 warps/SM: 0.54 ms vs 0.62 ms (uncapped, 8 warps) at B=16, T=1024 */
-#define ATT_WG_BWD_MINB 3
-#define ATT_WG_BWD128_MINB 2 /* head size 128: dK,dV needs 240 registers, dQ 97 KB of shared memory */
 #define ATT_FWD64_MINB 1    /* capping to 4 blocks (128 regs) spilled and ran slower */
 #define ATT_FWD256_MINB 2   /* wgmma forward, head size 256: with one V buffer (96 KB) */
-/* Head size 256 runs the backward at one block per SM: six tiles take 192 KB of shared memory, and
- * the accumulators most registers (the dK,dV kernel's two warpgroups 240 each). */
-__host__ __device__ constexpr int att_wg_bwd_min_blocks(int HS) {
-    return HS == 64 ? ATT_WG_BWD_MINB : HS == 128 ? ATT_WG_BWD128_MINB : 1;
-}
 
 /* A token's packed qkv row: NH query heads, then NKV key heads, then NKV value heads, HS columns
  * each; query head h reads key/value head h / (NH / NKV). Offsets in elements. */

@@ -20,11 +20,12 @@ typedef __nv_bfloat16 bf16;
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 /* Four 8×8 bf16 matrices from shared memory; lane l gives the address of row l%8 of matrix l/8. */
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16 *p) {
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
+                 : "r"(addr));
 }
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16 *p) { ldmatrix_x4(r, smem_addr(p)); }
 
 /* The same, each matrix transposed. */
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const bf16 *p) {

@@ -975,6 +975,24 @@ TEST(kernels_attention_128_row_blocks_match_cpu_at_tails_windows_and_groups) {
     block_tail_cases(64);
     block_tail_cases(128);
 }
+/* The Hopper backward's blocks of 128 rows (dK,dV: 128 keys, query tiles of 64 streamed head after
+ * head of the group; dQ: 128 queries, key tiles of 64) at Llama-3.2-1B's heads (32 over 8 at HS 64)
+ * and Qwen3-0.6B's (16 over 8 at 128): lengths where the last block's second warpgroup has one row
+ * or none, windows of a tile and of more than two, and B·NKV not a multiple of a section of heads. */
+TEST(kernels_attention_backward_128_row_blocks_match_cpu_at_llama_and_qwen_heads) {
+    seed_fresh();
+    const int cases[][6] = {
+        /* B, T, NH, NKV, HS, window */
+        {2, 129, 32, 8, 64, 0},   {1, 515, 32, 8, 64, 300}, {1, 2049, 32, 8, 64, 0}, {3, 65, 16, 8, 128, 0},
+        {2, 193, 16, 8, 128, 64}, {1, 2049, 16, 8, 128, 129},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int *c = cases[i];
+        AttentionShape s = att_shape(c[0], c[1], c[2], c[3], c[4], 1.0f / sqrtf((float)c[4]), c[5]);
+        attention_case_shape(&s);
+    }
+}
+
 /* A scale other than 1/sqrt(HS) (Gemma's query_pre_attn_scalar^-1/2) reaches the softmax of both
  * passes: with the default it would fail the reference by far more than the tolerance. */
 TEST(kernels_attention_uses_the_given_softmax_scale) {

@@ -1,6 +1,6 @@
 """bench_attention_torch.py - PyTorch's scaled_dot_product_attention (flash backend, causal,
-bf16) at the shapes dev/bench/bench_kernels.cu times (GPT-2's and Qwen3-0.6B's), for a side-by-side
-with kernels/attention.cu.
+bf16) at the shapes dev/bench/bench_kernels.cu times (GPT-2's, Qwen3-0.6B's and Llama-3.2-1B's),
+for a side-by-side with kernels/attention.cu.
 
 With `gemma`: Gemma-3-270M's attention (B 8 and 16, T 2048, NH 4, NKV 1, HS 256, scale 256^-1/2)
 with its local layers' sliding window of 512 keys and its global layers, against
@@ -140,6 +140,8 @@ def main():
         bench(B, T, C // hs, C // hs, hs)
     for qwen_b in (8, 16):  # Qwen3-0.6B's attention
         bench(qwen_b, 2048, 16, 8, 128)
+    for llama_b in (8, 16):  # Llama-3.2-1B's
+        bench(llama_b, 2048, 32, 8, 64)
 
 
 if __name__ == "__main__":

@@ -214,6 +214,8 @@ int main(int argc, char **argv) {
         bench_attention(B, T, C / hs, C / hs, hs, 1.0f / sqrtf((float)hs), 0);
     for (int qb = 8; qb <= 16 && WANT("attention"); qb *= 2)
         bench_attention(qb, 2048, 16, 8, 128, 1.0f / sqrtf(128.0f), 0);
+    for (int lb = 8; lb <= 16 && WANT("attention"); lb *= 2) /* Llama-3.2-1B's */
+        bench_attention(lb, 2048, 32, 8, 64, 1.0f / sqrtf(64.0f), 0);
     /* Gemma-3-270M's attention (T = 2048, four query heads on one key/value head of 256, scale
      * 256^-1/2): its local layers' window of 512 and its global layers, at B = 8 and 16. */
     for (int gb = 8; gb <= 16 && WANT("gemma-attention"); gb *= 2)
