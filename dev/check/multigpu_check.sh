@@ -24,7 +24,7 @@
 #     --init-from: no flag unties a head); then Qwen3-0.6B tokens/s on 1 and G GPUs and the scaling.
 #   bitwise: the same G-GPU run twice (overlapped all-reduce, ZeRO-1): losses and final weights
 #     must be equal bit for bit.
-#   throughput: one GPU alone on each GPU, then every mode on G GPUs, with the scaling against each
+#   throughput: one GPU alone on each GPU, then every mode on G GPUs (ZeRO-1 after the backward too), with the scaling against each
 #     GPU alone and against their mean (G GPUs move at the slowest one's pace).
 #   peers: PyTorch torch.compile on one GPU and DDP + torch.compile on G GPUs (dev/bench/bench_trainer_torch.py),
 #     the same model, B and T as the throughput section; the throughput lines then give our
@@ -345,7 +345,7 @@ if has throughput || has sweep || has skew || has peers; then
             one0=$TP_TOK
             throughput $V 1gpu_on_gpu1$sfx CUDA_VISIBLE_DEVICES=1 ./train -g 1 --output $out
             one1=$TP_TOK
-            for mode in "allreduce_after|--overlap-comm 0" "overlap|" "zero1|--zero 1"; do
+            for mode in "allreduce_after|--overlap-comm 0" "overlap|" "zero1|--zero 1" "zero1_after|--zero 1 --overlap-comm 0"; do
                 IFS='|' read -r tag flags <<<"$mode"
                 throughput $V $tag$sfx ./train -g $G $flags --output $out
                 note "    scaling: $(python3 -c "
@@ -376,7 +376,6 @@ if a and b:
             done
             throughput $V overlap_b128 ./train -g $G --bucket-mb 128
             throughput $V overlap_b128_ctas4 NCCL_MAX_CTAS=4 NCCL_MIN_CTAS=1 ./train -g $G --bucket-mb 128
-            throughput $V zero1_after ./train -g $G --zero 1 --overlap-comm 0
         fi
     done
 fi
