@@ -24,8 +24,9 @@
 #     --init-from: no flag unties a head); then Qwen3-0.6B tokens/s on 1 and G GPUs and the scaling.
 #   bitwise: the same G-GPU run twice (overlapped all-reduce, ZeRO-1): losses and final weights
 #     must be equal bit for bit.
-#   throughput: one GPU alone on each GPU, then every mode on G GPUs (ZeRO-1 after the backward too), with the scaling against each
-#     GPU alone and against their mean (G GPUs move at the slowest one's pace).
+#   throughput: one GPU alone on each GPU, then every mode on G GPUs (ZeRO-1 after the backward
+#     too), with the scaling against each GPU alone and against their mean (G GPUs move at the
+#     slowest one's pace).
 #   peers: PyTorch torch.compile on one GPU and DDP + torch.compile on G GPUs (dev/bench/bench_trainer_torch.py),
 #     the same model, B and T as the throughput section; the throughput lines then give our
 #     tokens/s against DDP's measured here.
