@@ -375,15 +375,7 @@ __global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
         uint32_t ap[4][4], ad[4][4];
         if (wg == 0) {
             int q0 = qt * BQ;
-            if (q0 < k0 + TILE - 1 || crosses_window(k0, q0, BQ, window)) {
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int col = nt * 8 + 2 * tq + (e & 1), key = krow + 8 * (e >> 1);
-                        if (att_hidden(key, q0 + col, window)) x[nt * 4 + e] = -INFINITY;
-                    }
-            }
+            if (q0 < k0 + TILE - 1 || crosses_window(k0, q0, BQ, window)) mask_tile_t(x, krow, q0, tq, window);
             float dst[32];
 #pragma unroll
             for (int e = 0; e < 32; e++) {

@@ -153,15 +153,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
 
         /* Tiles that reach below this warpgroup's diagonal or past the window's edge need the mask (a
          * uniform branch); the block's first tile lies wholly below warpgroup 1's keys. */
-        if (q0 < kw0 + 63 || crosses_window(kw0, q0, BQ, window)) {
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int col = nt * 8 + 2 * tq + (e & 1), key = krow + 8 * (e >> 1);
-                    if (att_hidden(key, q0 + col, window)) st[nt * 4 + e] = -INFINITY;
-                }
-        }
+        if (q0 < kw0 + 63 || crosses_window(kw0, q0, BQ, window)) mask_tile_t(st, krow, q0, tq, window);
 #pragma unroll
         for (int e = 0; e < 32; e++) {
             int col = (e >> 2) * 8 + 2 * tq + (e & 1);

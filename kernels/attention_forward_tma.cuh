@@ -59,17 +59,6 @@ __device__ __forceinline__ void att_tma_issue_qk(float (&s)[2][32], uint32_t Qw,
                                 smem_desc(Kt + p * ATT_TMA_PANEL_BYTES + kk * 32), p > 0 || kk > 0);
 }
 
-/* O [64 x HS] += P·V(j): P [64 x 128] as packed A fragments (k-step kk: keys 16kk .. 16kk + 15),
- * V read MN-major (its rows are keys), output panel p into o[p]. */
-template <int HS>
-__device__ __forceinline__ void att_tma_issue_pv(float (&o)[HS / 64][32], const uint32_t (&a)[8][4], uint32_t Vt) {
-#pragma unroll
-    for (int p = 0; p < HS / 64; p++)
-#pragma unroll
-        for (int kk = 0; kk < 8; kk++)
-            wgmma_m64n64k16_rs_mn(o[p], a[kk], smem_desc(Vt + p * ATT_TMA_PANEL_BYTES + kk * 16 * 128), 1);
-}
-
 /* The online softmax of one score tile in place: the rows' new maxima (mrow, log2 units), the factor
  * alpha by which their earlier sums and outputs shrink, P = exp2(S·sl2 − max) and the sums. O is
  * not touched: it may still be in a product. */
@@ -232,7 +221,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         wgmma_fence();
         att_tma_issue_qk<HS>(s, Qw, Ks + sk * TILE);
         wgmma_commit();
-        att_tma_issue_pv<HS>(o, a, Vs + sv * TILE);
+        wgmma_issue_xb<HS, 8, ATT_TMA_PANEL_BYTES>(o, a, Vs + sv * TILE); /* O += P·V */
         wgmma_commit();
         att_tma_turn_pass(wg);
         wgmma_wait<1>(); /* S(j); P(j-1)·V(j-1) may still run */
@@ -258,7 +247,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     for (int p = 0; p < NP; p++) fence_acc(o[p]);
     att_tma_turn_wait(wg);
     wgmma_fence();
-    att_tma_issue_pv<HS>(o, a, Vs + (last % ST) * TILE);
+    wgmma_issue_xb<HS, 8, ATT_TMA_PANEL_BYTES>(o, a, Vs + (last % ST) * TILE);
     wgmma_commit();
     if (wg == 0) att_tma_turn_pass(wg);
     wgmma_wait<0>();

@@ -46,6 +46,18 @@ __device__ __forceinline__ void mask_tile(float (&s)[32], int k0, int qrow, int 
         }
 }
 
+/* The same for a transposed tile, Sᵀ [64 keys × 64 queries] (the dK,dV kernels): this thread's keys
+ * krow and krow + 8, queries from q0. */
+__device__ __forceinline__ void mask_tile_t(float (&st)[32], int krow, int q0, int tq, int window) {
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int col = nt * 8 + 2 * tq + (e & 1), key = krow + 8 * (e >> 1);
+            if (att_hidden(key, q0 + col, window)) st[nt * 4 + e] = -INFINITY;
+        }
+}
+
 /* The running maximum to subtract in the online softmax: a row that has seen no key yet (a window's
  * first tile can lie wholly before it) still has -inf, and subtracting 0 then gives exp2(-inf) = 0
  * instead of NaN. Finite maxima pass unchanged. */

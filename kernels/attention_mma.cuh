@@ -113,16 +113,16 @@ __device__ __forceinline__ void wgmma_abt_rs(float (&acc)[32], const uint32_t (&
             wgmma_m64n64k16_rs(acc, a[p * 4 + kk], smem_desc(B + p * ATT_PANEL_BYTES + kk * 32), p > 0 || kk > 0);
 }
 
-/* Issues acc[64 x HS] += X·B (no commit or wait): X [64 x 64] as packed A fragments a[kk], B a
- * [64][HS] tile of swizzled panels read MN-major (its rows are X's columns), output panel p into
- * acc[p]. */
-template <int HS>
-__device__ __forceinline__ void wgmma_issue_xb(float (&acc)[HS / 64][32], const uint32_t (&a)[4][4], uint32_t B) {
+/* Issues acc[64 x HS] += X·B (no commit or wait): X [64 x 16·KK] as packed A fragments a[kk], B a
+ * [16·KK][HS] tile of swizzled panels PANEL bytes apart, read MN-major (its rows are X's columns),
+ * output panel p into acc[p]. */
+template <int HS, int KK = 4, int PANEL = ATT_PANEL_BYTES>
+__device__ __forceinline__ void wgmma_issue_xb(float (&acc)[HS / 64][32], const uint32_t (&a)[KK][4], uint32_t B) {
 #pragma unroll
     for (int p = 0; p < HS / 64; p++)
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-            wgmma_m64n64k16_rs_mn(acc[p], a[kk], smem_desc(B + p * ATT_PANEL_BYTES + kk * 16 * 128), 1);
+        for (int kk = 0; kk < KK; kk++)
+            wgmma_m64n64k16_rs_mn(acc[p], a[kk], smem_desc(B + p * PANEL + kk * 16 * 128), 1);
 }
 
 /* acc[64 x HS] += X·B, X in accumulator registers (packed to bf16 here), B as in wgmma_issue_xb.
