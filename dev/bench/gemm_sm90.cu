@@ -99,7 +99,7 @@ typedef struct {
     float *C;             /* [M x N] fp32 row-major, row stride N; STORE with splits > 1: the partials */
     int64_t split_stride; /* elements between two splits' partials */
     const float *alpha;   /* device scalar, the accumulating epilogues only */
-    int splits, kb_per_split; /* k-blocks of GM_BK per split; every split holds at least one */
+    int kb_per_split;         /* k-blocks of GM_BK per split; every split holds at least one */
     int kbs;                  /* k-blocks in all: ceil(K / GM_BK) */
     uint32_t tiles_m, tiles_n; /* cluster tiles: CL x 128 rows by 256 columns */
     uint32_t units;           /* tiles_m x tiles_n x splits, below 2^31 */
@@ -530,7 +530,7 @@ static int gemm_sm90(GemmContext *g, const GemmConfig *cfg, int dw, int64_t M, i
     }
     a.tiles_m = (uint32_t)tiles_m, a.tiles_n = (uint32_t)tiles_n, a.kbs = kbs;
     a.group = (uint32_t)(cfg->group < tiles_m ? cfg->group : tiles_m);
-    a.splits = splits, a.units = (uint32_t)(tiles * splits);
+    a.units = (uint32_t)(tiles * splits);
     if (splits > 1) {
         const size_t need = (size_t)splits * (size_t)M * (size_t)N * sizeof(float);
         if (need > g->workspace_bytes) {
