@@ -39,7 +39,8 @@
  * what into pinned host memory, which the host prints.
  *
  * Run: ./build/bench_gemm_sm90 [--check-only] [--shape dw:V,d,C | dh:C,d,V]... [--cluster 1|2]
- *        [--group G] [--splits S] [--dw-epilogue red|rmw] [--reps R]
+ *        [--group G] [--splits S] [--dw-epilogue red|rmw] [--clusters N] [--reps R]
+ * (--clusters N: at most N clusters in the persistent grid, each then walks more work units.)
  * It first checks every variant (cluster 1 and 2; red and rmw; split and unsplit dH) at awkward
  * sizes against cublasGemmEx with the same layouts (every element to 1e-3 relative, the first
  * mismatch printed as row, col, ours, cuBLAS) and against fp64 dot products at sampled elements,
@@ -403,6 +404,7 @@ typedef struct {
     int group;        /* cluster rows per raster group */
     int splits;       /* dH: 0 = chosen from the shape */
     int dw_epilogue;  /* EPI_ACC_RED or EPI_ACC_RMW */
+    int max_clusters; /* the persistent grid's clusters at most; 0: as many as fit */
 } GemmConfig;
 
 typedef struct {
@@ -542,7 +544,8 @@ static int gemm_sm90(GemmContext *g, const GemmConfig *cfg, int dw, int64_t M, i
     }
     const CUtensorMap tm_a = dw ? gm_map(E, K, M, lde, 64, 64) : gm_map(E, M, K, lde, 64, GM_BM);
     const CUtensorMap tm_b = gm_map(B, K, N, N, 64, 64);
-    const int64_t nclusters = (int64_t)a.units < g->clusters[cl] ? (int64_t)a.units : g->clusters[cl];
+    int64_t nclusters = (int64_t)a.units < g->clusters[cl] ? (int64_t)a.units : g->clusters[cl];
+    if (cfg->max_clusters > 0 && nclusters > cfg->max_clusters) nclusters = cfg->max_clusters;
     cudaLaunchAttribute at;
     const cudaLaunchConfig_t lc = launch_config(dim3((unsigned)(nclusters * cl)), cl, &at, stream);
     CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel_for(dw ? cfg->dw_epilogue : EPI_STORE, cl), a, tm_a, tm_b));
@@ -822,9 +825,11 @@ static int check_problem(GemmContext *g, cublasHandle_t h, const GemmConfig *cfg
     CUDA_CHECK(cudaMemcpy(&ndiff, bad + 2, sizeof ndiff, cudaMemcpyDeviceToHost));
 
     const int pass = hb[1] == 0 && spot_ours <= 10 * CHECK_TOL && ndiff == 0; /* a NaN spot fails */
-    printf("check %s M=%lld N=%lld K=%lld cluster=%d splits=%d%s: %s  rel-L2 %.2e, mismatches %llu, fp64 spots: ours "
+    char grid[32] = "";
+    if (cfg->max_clusters) snprintf(grid, sizeof grid, " clusters<=%d", cfg->max_clusters);
+    printf("check %s M=%lld N=%lld K=%lld cluster=%d%s splits=%d%s: %s  rel-L2 %.2e, mismatches %llu, fp64 spots: ours "
            "%.1e cuBLAS %.1e, rerun differs in %llu\n",
-           product_name(p), (long long)p->M, (long long)p->N, (long long)p->K, cfg->cluster, splits,
+           product_name(p), (long long)p->M, (long long)p->N, (long long)p->K, cfg->cluster, grid, splits,
            p->dw ? (cfg->dw_epilogue == EPI_ACC_RED ? " epilogue=red" : " epilogue=rmw") : "", pass ? "ok" : "FAIL",
            rel, hb[1], spot_ours, spot_cublas, ndiff);
     if (hb[1]) {
@@ -901,7 +906,7 @@ typedef struct {
 static void usage_error(const char *what) {
     fprintf(stderr,
             "error: %s (usage: bench_gemm_sm90 [--check-only] [--shape dw:V,d,C | dh:C,d,V]... [--cluster 1|2] "
-            "[--group G] [--splits S] [--dw-epilogue red|rmw] [--reps R])\n",
+            "[--group G] [--splits S] [--dw-epilogue red|rmw] [--clusters N] [--reps R])\n",
             what);
     exit(1);
 }
@@ -939,7 +944,7 @@ static ShapeArg parse_shape(const char *s) {
 }
 
 int main(int argc, char **argv) {
-    GemmConfig cfg = {2, 8, 0, EPI_ACC_RED};
+    GemmConfig cfg = {2, 8, 0, EPI_ACC_RED, 0};
     int check_only = 0, reps = 10;
     ShapeArg shapes[MAX_SHAPES];
     int nshapes = 0;
@@ -954,6 +959,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--group") && has) cfg.group = (int)parse_int(argv[++i], o, 1, 1 << 20);
         else if (!strcmp(o, "--splits") && has) cfg.splits = (int)parse_int(argv[++i], o, 1, GM_MAX_SPLITS);
         else if (!strcmp(o, "--reps") && has) reps = (int)parse_int(argv[++i], o, 1, 64);
+        else if (!strcmp(o, "--clusters") && has) cfg.max_clusters = (int)parse_int(argv[++i], o, 1, 1 << 16);
         else if (!strcmp(o, "--dw-epilogue") && has) {
             const char *v = argv[++i];
             if (!strcmp(v, "red")) cfg.dw_epilogue = EPI_ACC_RED;
@@ -998,6 +1004,10 @@ int main(int argc, char **argv) {
                 failed += !check_problem(&g, h, &v, &p), total++;
                 if (!p.dw && cfg.splits == 0) { /* and once unsplit */
                     v.splits = 1;
+                    failed += !check_problem(&g, h, &v, &p), total++;
+                }
+                if (p.M * p.N <= 512 * 512 && cfg.max_clusters == 0) { /* and by one cluster, all units */
+                    v.max_clusters = 1;
                     failed += !check_problem(&g, h, &v, &p), total++;
                 }
             }
