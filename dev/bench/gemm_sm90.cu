@@ -775,7 +775,10 @@ static int check_problem(GemmContext *g, cublasHandle_t h, const GemmConfig *cfg
     double hs[2];
     CUDA_CHECK(cudaMemcpy(hs, sums, sizeof hs, cudaMemcpyDeviceToHost));
     const float rms = (float)sqrt(hs[0] / (double)n);
-    compare_kernel<<<grid_for(n), 256>>>(p->ours, p->ref, n, CHECK_TOL, rms, sums + 1, bad);
+    /* from zero again: every call adds the sum of r^2 into sums[0], so the ratio below needs both
+     * sums from this one */
+    CUDA_CHECK(cudaMemset(sums, 0, 2 * sizeof(double)));
+    compare_kernel<<<grid_for(n), 256>>>(p->ours, p->ref, n, CHECK_TOL, rms, sums, bad);
     CUDA_CHECK(cudaGetLastError());
     unsigned long long hb[2];
     CUDA_CHECK(cudaMemcpy(hs, sums, sizeof hs, cudaMemcpyDeviceToHost));
