@@ -55,7 +55,8 @@ GPU_TEST_OBJ := $(patsubst %.cu,build/%.cu.o,$(GPU_TEST_SRC))
 
 .PHONY: all test test-gpu bench data clean deps compare
 .DEFAULT_GOAL := train
-all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer $(BUILD)/lt_algo_probe
+all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer $(BUILD)/lt_algo_probe \
+     $(BUILD)/bench_gemm_sm90
 
 # Under SANITIZE=1 the tests run a sanitized trainer, $(BUILD)/train; ./train is never sanitized.
 TRAIN_BIN := $(if $(SANFLAGS),$(BUILD)/train,train)
@@ -104,6 +105,11 @@ $(BUILD)/bench_output_layer: build/dev/bench/bench_output_layer.cu.o $(HOST_OBJ)
 # the body kernels' benchmark (dev/bench/bench_kernels.cu): kernels/ alone, no model code
 KERNEL_OBJ := $(patsubst %.cu,build/%.cu.o,$(wildcard kernels/*.cu))
 $(BUILD)/bench_kernels: build/dev/bench/bench_kernels.cu.o $(KERNEL_OBJ)
+	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
+
+# our Hopper GEMM for the fused output layer's dW and dH products, checked against cuBLAS and timed
+# beside it (dev/bench/gemm_sm90.cu; header-only kernels/ helpers, no kernel objects)
+$(BUILD)/bench_gemm_sm90: build/dev/bench/gemm_sm90.cu.o
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
 
 # every cuBLASLt algorithm for the fused backward's GEMM shapes (dev/profile/output_layer_profile.sh

@@ -394,35 +394,6 @@ __device__ __forceinline__ void wg_window_end(const TileArgs &a, int64_t win, in
  * describe. (A separate producer warp would cap the consumers at 168 registers, and the
  * accumulator plus the softmax epilogue need more.) */
 
-/* arrive on the mbarrier at the same shared-memory offset in CTA `rank` of the cluster (itself
- * included); release at CTA scope, as a local arrive (what it orders are this warp's wgmma reads) */
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
-    asm volatile(
-        "{\n.reg .b32 r;\nmapa.shared::cluster.u32 r, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [r];\n}\n" ::"r"(
-            bar),
-        "r"(rank)
-        : "memory");
-}
-__device__ __forceinline__ void cluster_sync_all() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ uint32_t cluster_rank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-/* the box lands at the same offset in every CTA of ctas (a bit mask), completing on each one's
- * mbarrier at the offset of bar */
-__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1,
-                                                      uint32_t bar, uint16_t ctas) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
-        "%3}], [%4], %5;\n" ::"r"(dst),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(ctas)
-        : "memory");
-}
-
-
 /* The CTAs of a CL-CTA cluster take the CL row blocks of a unit of CL x 128 rows against the same W
  * tiles: each CTA's copy engine fetches 1/CL of every W stage and multicasts it into all of them,
  * so W is read from L2 once per cluster (a CTA's L2 reads per stage drop from 48 KiB to

@@ -2,8 +2,8 @@
  * shared-memory mbarriers its copies complete on: barrier init, arrive, expect-tx and wait; a 3-d
  * tiled copy into shared memory; and, on the host, the tensor map that describes the global tensor
  * (cuTensorMapEncodeTiled fetched through the runtime's driver entry point, so nothing links
- * libcuda). Used by the attention forward and the output layer's tile kernel (whose cluster
- * multicast copies stay beside it). */
+ * libcuda); for 2-CTA clusters, the multicast copy, the remote arrive and the cluster barrier.
+ * Used by the attention forward, the output layer's tile kernel and dev/bench/gemm_sm90.cu. */
 #ifndef FUSEDGPT_TMA_CUH
 #define FUSEDGPT_TMA_CUH
 
@@ -59,6 +59,34 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
             dst),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
+
+/* arrive on the mbarrier at the same shared-memory offset in CTA `rank` of the cluster (itself
+ * included); release at CTA scope, as a local arrive (what it orders are this warp's wgmma reads) */
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+    asm volatile(
+        "{\n.reg .b32 r;\nmapa.shared::cluster.u32 r, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [r];\n}\n" ::"r"(
+            bar),
+        "r"(rank)
+        : "memory");
+}
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+/* the box lands at the same offset in every CTA of ctas (a bit mask), completing on each one's
+ * mbarrier at the offset of bar */
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                                      uint32_t bar, uint16_t ctas) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+        "%3}], [%4], %5;\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(ctas)
         : "memory");
 }
 
