@@ -504,7 +504,11 @@ GemmSm90Plan gemm_sm90_dh_plan(const GemmSm90 *g, int64_t M, int64_t N, int64_t 
         if (s > kbs) s = (int)kbs;
         s = (int)ceil_div(kbs, ceil_div(kbs, s));
         p.splits = s;
-        if (s == 1 || (size_t)(s - 1) * (size_t)p.panel_rows * (size_t)N * sizeof(float) <= parts_bytes) return p;
+        if (s == 1) { /* panels without splits would only add launches */
+            p.panel_rows = M;
+            return p;
+        }
+        if ((size_t)(s - 1) * (size_t)p.panel_rows * (size_t)N * sizeof(float) <= parts_bytes) return p;
         if (p.panel_rows <= GM_CL * GM_BM) {
             if (splits > 0) {
                 fprintf(stderr, "error: our Hopper GEMM (dH): %d splits of %lld x %lld need %zu bytes of partials, "
