@@ -107,9 +107,9 @@ KERNEL_OBJ := $(patsubst %.cu,build/%.cu.o,$(wildcard kernels/*.cu))
 $(BUILD)/bench_kernels: build/dev/bench/bench_kernels.cu.o $(KERNEL_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
 
-# our Hopper GEMM (kernels/gemm_sm90.cu), the fused output layer's dW and dH products, checked
-# against cuBLAS and timed beside it (dev/bench/gemm_sm90.cu)
-$(BUILD)/bench_gemm_sm90: build/dev/bench/gemm_sm90.cu.o build/kernels/gemm_sm90.cu.o
+# our Hopper GEMM for the fused output layer's dW and dH products, checked against cuBLAS and timed
+# beside it (dev/bench/gemm_sm90.cu; header-only kernels/ helpers, no kernel objects)
+$(BUILD)/bench_gemm_sm90: build/dev/bench/gemm_sm90.cu.o
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
 
 # every cuBLASLt algorithm for the fused backward's GEMM shapes (dev/profile/output_layer_profile.sh

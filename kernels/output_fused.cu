@@ -13,12 +13,8 @@
  *        1 / S per row, Hs = H / S in bf16, the one-hot coefficient p - 1 = expm1(z_t - lse) in
  *        fp32, and 0 in E at the target. P = E / S is never written: the row scale rides on the
  *        GEMMs' other operand or output.
- *      our Hopper GEMM (kernels/gemm_sm90.cu): E W (fp32, the chunk's [C x d]), then
- *        exp_dh_kernel: dH = scale (E W / S + (p - 1) W[target]) in bf16; dW (fp32, +=) += scale
- *        E^T Hs, one addition per element per chunk, so the order of the chunks alone fixes dW's
- *        sums. The layer's shapes always meet the GEMM's rules (d a multiple of 64, E's rows whole
- *        tiles of 256, its buffers from cudaMalloc, W 16-byte aligned for the tile kernel's copies
- *        and dW checked so up front): no other GEMM stands behind it.
+ *      cuBLASLt: E W (fp32, the chunk's [C x d]), then exp_dh_kernel: dH = scale (E W / S +
+ *        (p - 1) W[target]) in bf16; dW (fp32, +=) += scale E^T Hs.
  *      after the last chunk, onehot_dw_kernel: dW[t] += scale sum (p - 1) H over the rows aiming
  *        at t (rows sorted by target, one owner per dW row, fp32).
  *      A row with S > 2^60 (or not finite) flags its chunk, and the chunk is redone with s = lse from
@@ -1192,16 +1188,17 @@ void outl_fused_exp_forward_backward(OutputLayer *L, const OutputLayerArgs *a, f
         redo.run_if = L->exp_overflow;
         exp_chunk_redo(L, a, row_loss, r0, nr, redo, grid, tm_h, tm_w, stream);
         merge(L->exp_overflow);
-        /* E W [nr x d] = (E [nr x V], row stride ld) . (W [V x d])                        (fp32) */
-        gemm_sm90_dh(&L->gemm, nr, d, V, (const bf16 *)L->ex, ld, W, d, L->dh_acc, L->dh_parts, L->dh_parts_bytes, 0,
-                     stream);
+        /* (E W)^T [d x nr] = (W stored d x V) . (E stored V x nr, ld)                      (fp32) */
+        outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_N, d, nr, V, W, d, L->ex, ld, L->dh_acc, CUDA_R_32F, d, sc + OUTL_ONE,
+                  sc + OUTL_ZERO, stream);
         const int64_t n8 = nr * d / 8;
         exp_dh_kernel<<<(unsigned)ceil_div(n8, 256), 256, 0, stream>>>(a->dH + r0 * d, L->dh_acc, L->exp_row_scale,
                                                                  L->tcoef + r0, a->targets + r0, W,
                                                                  sc + OUTL_SCALE, (int)d, n8, wsum, uniform);
         CUDA_CHECK(cudaGetLastError());
-        /* dW [V x d] += scale . (E [nr x V], row stride ld)^T . (Hs [nr x d])            (+=, fp32) */
-        gemm_sm90_dw(&L->gemm, V, d, nr, (const bf16 *)L->ex, ld, L->exp_hs, d, a->dW, sc + OUTL_SCALE, stream);
+        /* dW^T [d x V] += (Hs stored d x nr) . (E stored V x nr)^T                       (+=, fp32) */
+        outl_gemm(L, CUBLAS_OP_N, CUBLAS_OP_T, d, V, nr, L->exp_hs, d, L->ex, ld, a->dW, CUDA_R_32F, d,
+                  sc + OUTL_SCALE, sc + OUTL_ONE, stream);
     }
     onehot_dw_kernel<<<(unsigned)N, 128, 0, stream>>>(keys, rows_by_target, N, TargetCoef{L->tcoef}, H, (int)d, V,
                                                           sc + OUTL_SCALE, a->dW);

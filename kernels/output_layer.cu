@@ -7,7 +7,6 @@
  * count stays on the device (the gradient scale 1/count is read by the backward kernels from device
  * memory, so a training step never waits for the host). */
 #include <math.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,7 +124,7 @@ typedef struct {
     size_t lse, row_loss, row_obj, scalars, win_m, win_a, win_zs, zt, slice_targets, exp_ref2, ex, exp_sums,
         exp_row_scale, exp_hs, tcoef, peak, peak_cols, exp_zsum, exp_rank1, exp_colsum, target_sort, target_sort_temp,
         exp_overflow, dz,
-        dh_acc, dh_parts, logits;
+        dh_acc, logits;
 } Sizes;
 
 static Sizes layer_sizes(OutputKind kind, int64_t max_N, int64_t V, int d, int sms, size_t budget,
@@ -158,7 +157,6 @@ static Sizes layer_sizes(OutputKind kind, int64_t max_N, int64_t V, int d, int s
         /* a chunked layer's streaming backward (loss options may ask for it) runs in E and its E W */
         s.dz = exp_rows ? 0 : (size_t)fs->chunk_rows * (size_t)fs->window_cols * sizeof(__nv_bfloat16);
         s.dh_acc = (size_t)(exp_rows ? exp_rows : fs->chunk_rows) * (size_t)d * sizeof(float);
-        s.dh_parts = exp_rows ? gemm_sm90_dh_workspace_bytes(fs->exp_rows, d) : 0;
     } else {
         s.logits = (size_t)max_N * (size_t)round_up(V, 128) * sizeof(__nv_bfloat16);
     }
@@ -178,7 +176,7 @@ size_t output_layer_workspace_bytes(OutputKind kind, int64_t max_N, int64_t V, i
     return OUTL_LT_WORKSPACE + s.lse + s.row_loss + s.row_obj + s.scalars + s.win_m + s.win_a + s.win_zs + s.zt +
            s.slice_targets + s.exp_ref2 + s.ex + s.exp_sums + s.exp_row_scale + s.exp_hs + s.tcoef + s.peak +
            s.peak_cols + s.exp_zsum + s.exp_rank1 + s.exp_colsum + s.target_sort + s.target_sort_temp + s.exp_overflow +
-           s.dz + s.dh_acc + s.dh_parts + s.logits;
+           s.dz + s.dh_acc + s.logits;
 }
 
 static void *dev_alloc(size_t bytes) {
@@ -197,10 +195,6 @@ OutputLayer *output_layer_create(OutputKind kind, int64_t max_N, int64_t V, int 
     L->kind = kind, L->max_N = max_N, L->V = V, L->Vp = round_up(V, 128), L->d = d;
     L->sms = device_sms();
     Sizes s = layer_sizes(kind, max_N, V, d, L->sms, budget, &L->fs);
-    if (L->fs.exp_rows > 0 && gemm_sm90_init(&L->gemm)) {
-        free(L);
-        return NULL;
-    }
     lt_plans_create(&L->lt, OUTL_LT_WORKSPACE);
     L->lse = (float *)dev_alloc(s.lse);
     L->row_loss = (float *)dev_alloc(s.row_loss);
@@ -228,8 +222,6 @@ OutputLayer *output_layer_create(OutputKind kind, int64_t max_N, int64_t V, int 
     L->exp_overflow = (int *)dev_alloc(s.exp_overflow);
     L->dz = (__nv_bfloat16 *)dev_alloc(s.dz);
     L->dh_acc = (float *)dev_alloc(s.dh_acc);
-    L->dh_parts = (float *)dev_alloc(s.dh_parts);
-    L->dh_parts_bytes = s.dh_parts;
     L->logits = (__nv_bfloat16 *)dev_alloc(s.logits);
     return L;
 }
@@ -238,7 +230,6 @@ void output_layer_destroy(OutputLayer *L) {
     if (!L) return;
     /* reverse order of creation */
     CUDA_CHECK(cudaFree(L->logits));
-    CUDA_CHECK(cudaFree(L->dh_parts));
     CUDA_CHECK(cudaFree(L->dh_acc));
     CUDA_CHECK(cudaFree(L->dz));
     CUDA_CHECK(cudaFree(L->exp_overflow));
@@ -265,7 +256,6 @@ void output_layer_destroy(OutputLayer *L) {
     CUDA_CHECK(cudaFree(L->row_loss));
     CUDA_CHECK(cudaFree(L->lse));
     lt_plans_destroy(&L->lt);
-    if (L->fs.exp_rows > 0) gemm_sm90_free(&L->gemm);
     free(L);
 }
 
@@ -299,13 +289,6 @@ static int check_args(const OutputLayer *L, const OutputLayerArgs *a, int backwa
     }
     if (backward && (!a->dH || !a->dW)) {
         fprintf(stderr, "error: output layer: forward_backward needs dH and dW\n");
-        return -1;
-    }
-    /* the chunks' dW product adds whole float4s */
-    if (backward && L->kind == OUTPUT_FUSED && L->fs.exp_rows > 0 && ((uintptr_t)a->dW & 15)) {
-        fprintf(stderr, "error: output layer: dW at %p is not 16-byte aligned (allocate it with cudaMalloc, or "
-                        "offset it by a multiple of 4 floats)\n",
-                a->dW);
         return -1;
     }
     const char *bad = output_loss_options_invalid(&a->options);

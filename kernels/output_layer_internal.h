@@ -7,7 +7,6 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
-#include "kernels/gemm_sm90.h"
 #include "kernels/lt_plans.h"
 #include "kernels/output_layer.h"
 
@@ -72,9 +71,6 @@ struct OutputLayer {
     __nv_bfloat16 *dz;    /* [chunk_rows x window_cols] P - Y (unscaled) of one window; NULL on a
                              chunked layer, whose streaming backward writes dZ into ex */
     float *dh_acc;        /* [exp_rows or chunk_rows x d] fp32 E W (or dH) of one chunk */
-    GemmSm90 gemm;        /* chunks: our Hopper GEMM, which runs their dH and dW products */
-    float *dh_parts;      /* chunks: its split partials of E W (gemm_sm90_dh_workspace_bytes) */
-    size_t dh_parts_bytes;
     /* canonical: */
     __nv_bfloat16 *logits; /* [max_N x Vp] */
 };

@@ -3,7 +3,7 @@
  * tiled copy into shared memory; and, on the host, the tensor map that describes the global tensor
  * (cuTensorMapEncodeTiled fetched through the runtime's driver entry point, so nothing links
  * libcuda); for 2-CTA clusters, the multicast copy, the remote arrive and the cluster barrier.
- * Used by the attention forward, the output layer's tile kernel and kernels/gemm_sm90.cu. */
+ * Used by the attention forward, the output layer's tile kernel and dev/bench/gemm_sm90.cu. */
 #ifndef FUSEDGPT_TMA_CUH
 #define FUSEDGPT_TMA_CUH
 

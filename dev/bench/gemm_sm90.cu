@@ -1,61 +1,481 @@
-/* dev/bench/gemm_sm90.cu - our Hopper GEMM (kernels/gemm_sm90.cu, whose header comment has the
- * design and the measured table) checked against cuBLAS and fp64 and timed beside cuBLAS, through
- * the launchers the fused output layer calls.
+/* dev/bench/gemm_sm90.cu - our own Hopper GEMM for the fused output layer's two backward products,
+ * checked against cuBLAS and timed beside it. Not wired into the layer yet.
  *
- * Run: ./build/bench_gemm_sm90 [--check-only] [--shape dw:V,d,C | dh:C,d,V]... [--group G]
- *        [--splits S] [--clusters N] [--reps R]
- * (--splits S: the dH product in S k ranges instead of the launcher's rule; --clusters N: at most N
- * clusters in the persistent grid, each then walks more work units.) The dH workspace is the
- * layer's (gemm_sm90_dh_workspace_bytes), so the schedule timed is the one the layer runs.
- * It first checks the products at awkward sizes (dH as the rule schedules it, unsplit, and in 3
- * splits; the small ones also by one cluster walking every unit) against cublasGemmEx with the
- * same layouts (every element to 1e-3 relative, the first mismatch printed as row, col, ours,
- * cuBLAS, with a map of its tile) and against fp64 dot products at sampled elements, and that two
- * runs are bitwise equal; then it times both at the layer's shapes (CUDA events, 3 warm-ups,
- * median of 10) and prints TFLOP/s.
+ * What it computes (row-major; E the chunk's scaled exponentials [C x V] bf16 with row stride ld,
+ * Hs [C x d] bf16, W [V x d] bf16; M, N, K the GEMM's sizes):
+ *   dW: dW [V x d] fp32 += alpha . E^T . Hs    M = V, N = d, K = C; A = E^T and B = Hs both MN-major
+ *   dH: out [C x d] fp32  = E . W              M = C, N = d, K = V; A = E K-major, B = W MN-major
+ * FLOPs 2 M N K. Fewest bytes: A and B once (2 (M + N) K), the fp32 output written once (4 M N)
+ * and, for dW, read once more (8 M N in all): at (262144, 768, 4096) that is 1.65 TFLOP against
+ * 2.7 GB, 2.2 ms and 0.9 ms at 750 TFLOP/s and 3 TB/s; the read-modify-write of dW is a third of
+ * the GEMM's time unless it overlaps the mainloop.
  *
- * What to look at first after a kernel change: --check-only. Its first checks are one tile and one
- * k-block: a mismatch there is an operand layout (descriptor, swizzle, transpose flag), and the
- * tile map printed under it shows which rows and columns. */
+ * Design: a persistent, warp-specialised kernel, 384 threads, one CTA per SM, 193 KiB of shared
+ * memory. Warp 8's lane 0 is the producer: it walks the CTA's work units and issues TMA copies
+ * (128-byte swizzle; MN-major operands as boxes of 64 k rows x 64 m/n) into a 4-stage ring of
+ * 48 KiB stages, each completing on its "full" mbarrier. Warps 0-7 are two consumer warpgroups
+ * sharing each 128 x 256 output tile, 64 rows each: wgmma m64n256k16 from shared memory with the
+ * transpose flag of each MN-major operand, one k-block's products in flight while the previous
+ * stage is released on its "empty" mbarrier. setmaxnreg gives the consumers 232 registers (128
+ * accumulators) and the producer warpgroup 40. With --cluster 2 (the default) two CTAs on adjacent
+ * 128-row blocks share every B stage: each fetches half and multicasts it to both, so B crosses
+ * from L2 once per pair (a stage costs each CTA 32 KiB of L2 reads instead of 48).
+ * Scheduler: work units are (cluster tile, k split), split-major, and the cluster tiles within a
+ * split are rastered in groups of --group cluster rows (m fastest inside a group, then n), so the
+ * units in flight share their A and B panels in L2; unit u goes to cluster u mod clusters.
+ * Epilogues, straight from the accumulators (a quad exchange gives each thread 4 adjacent columns,
+ * so every access is 16 bytes and a warp's covers whole 32-byte sectors):
+ *   dW, --dw-epilogue red (default): red.global.add.v4.f32 of alpha . acc. The reductions are
+ *     fire-and-forget, so the consumers start the next tile's mainloop (whose first stages the
+ *     producer has already loaded) while L2 performs the read-modify-write. Deterministic: every
+ *     element gets exactly one addition per launch, so no order can differ. (The reduction rounds
+ *     to nearest and flushes subnormals: alpha . acc is rounded once before the add, unlike an fma.)
+ *   dW, --dw-epilogue rmw: load, fma, store, eight 16-byte loads in flight per thread; the
+ *     tensor cores wait for it (the yardstick for what red hides).
+ *   dH: plain fp32 stores. When the tiles would leave SMs idle (C = 4096, d = 768: 48 cluster tiles
+ *     for 66 clusters) K is split in S ranges; each split stores its partial into a workspace and a
+ *     second kernel sums the S partials in split order (deterministic; no atomics).
+ * Every mbarrier wait is bounded (4 s): a lost copy or arrive traps after writing who waited on
+ * what into pinned host memory, which the host prints.
+ *
+ * Run: ./build/bench_gemm_sm90 [--check-only] [--shape dw:V,d,C | dh:C,d,V]... [--cluster 1|2]
+ *        [--group G] [--splits S] [--dw-epilogue red|rmw] [--clusters N] [--reps R]
+ * (--clusters N: at most N clusters in the persistent grid, each then walks more work units.)
+ * It first checks every variant (cluster 1 and 2; red and rmw; split and unsplit dH) at awkward
+ * sizes against cublasGemmEx with the same layouts (every element to 1e-3 relative, the first
+ * mismatch printed as row, col, ours, cuBLAS) and against fp64 dot products at sampled elements,
+ * and that two runs are bitwise equal; then it times both at the issue's shapes (CUDA events, 3
+ * warm-ups, median of 10) and prints TFLOP/s.
+ *
+ * Compiled (nvcc 13.0, sm_90a): HGMMA.64x256x16 with .tnspA.tnspB (dW) and .tnspB (dH), UTMALDG
+ * copies, REDG.E.ADD.F32x4 for red; no spills but 64 bytes in the dH cluster-2 epilogue. Not yet
+ * run on a GPU.
+ *
+ * What to measure first: --check-only. Its first checks are one tile and one k-block: a mismatch
+ * there is an operand layout (descriptor, swizzle, transpose flag), and the tile map printed under
+ * it shows which rows and columns. Then the dW rows with --dw-epilogue rmw and red (how much of the
+ * read-modify-write red hides), --cluster 1 against 2, and --group. Worth wiring into the layer (as
+ * its dW product, and its dH product with the row scale and one-hot term where the splits are
+ * summed) once the dW product beats cuBLAS by >= 5 % at the three dW shapes with its
+ * read-modify-write hidden. */
+#include <cuda.h> /* CUtensorMap */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cublas_v2.h>
-
 #include "kernels/cuda_check.h"
 #include "kernels/device_util.cuh"
-#include "kernels/gemm_sm90.h"
-#include "kernels/host_device.h"
+#include "kernels/tma.cuh"
+#include "kernels/wgmma.cuh"
 
-#define GM_BM GEMM_SM90_TILE_M
-#define GM_BN GEMM_SM90_TILE_N
+#define GM_BM 128 /* output rows per CTA: two consumer warpgroups of 64 */
+#define GM_BN 256 /* output columns per tile */
+#define GM_BK 64  /* k per stage: one 128-byte swizzle row of bf16 */
+#define GM_STAGES 4
+#define GM_PANEL_BYTES (64 * 128) /* a box of 64 rows of 128 bytes */
+#define GM_A_BYTES (GM_BM * GM_BK * 2)
+#define GM_B_BYTES (GM_BK * GM_BN * 2)
+#define GM_STAGE_BYTES (GM_A_BYTES + GM_B_BYTES)
+#define GM_CONSUMERS 256
+#define GM_THREADS (GM_CONSUMERS + 128)
+/* a warp of each warpgroup shares each of the SM's four 16K register files: 2 x 232 + 40 <= 512 */
+#define GM_CONSUMER_REGS 232
+#define GM_PRODUCER_REGS 40
+#define GM_SMEM (GM_STAGES * GM_STAGE_BYTES + 1024 + 16 * GM_STAGES) /* ring, alignment slack, barriers */
+#define GM_WAIT_NS 4000000000ull
+#define GM_MAX_SPLITS 16
+
+enum { EPI_STORE = 0, EPI_ACC_RED = 1, EPI_ACC_RMW = 2 };
+
+/* Where a timed-out wait is reported: pinned host memory, readable after the trap kills the
+ * context. [0] set last; [1] block, [2] thread, [3] 0 = full / 1 = empty, [4] stage, [5] parity. */
+typedef struct {
+    volatile uint32_t *hang;
+} GemmDebug;
 
 typedef struct {
-    int splits;       /* dH: 0 = the launcher's rule */
+    int64_t M, N, K;
+    float *C;             /* [M x N] fp32 row-major, row stride N; STORE with splits > 1: the partials */
+    int64_t split_stride; /* elements between two splits' partials */
+    const float *alpha;   /* device scalar, the accumulating epilogues only */
+    int kb_per_split;         /* k-blocks of GM_BK per split; every split holds at least one */
+    int kbs;                  /* k-blocks in all: ceil(K / GM_BK) */
+    uint32_t tiles_m, tiles_n; /* cluster tiles: CL x 128 rows by 256 columns */
+    uint32_t units;           /* tiles_m x tiles_n x splits, below 2^31 */
+    uint32_t group;           /* cluster rows per raster group */
+    GemmDebug dbg;
+} GemmArgs;
+
+/* ---- device: waits, descriptors, wgmma with transposes ------------------------------------------ */
+
+__device__ __forceinline__ uint64_t global_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* mbar_wait with a bound: after GM_WAIT_NS the waiter records itself and traps (a hang would
+ * otherwise hold the device until the lease ends). */
+__device__ __forceinline__ void gm_wait(uint32_t bar, uint32_t parity, const GemmDebug &dbg, int what, int stage) {
+    uint64_t start = 0;
+    for (uint32_t n = 0;; n++) {
+        uint32_t done;
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+        if (done) return;
+        if ((n & 255) == 255) {
+            const uint64_t now = global_ns();
+            if (!start) start = now;
+            else if (now - start > GM_WAIT_NS) {
+                dbg.hang[1] = blockIdx.x, dbg.hang[2] = threadIdx.x, dbg.hang[3] = (uint32_t)what;
+                dbg.hang[4] = (uint32_t)stage, dbg.hang[5] = parity;
+                __threadfence_system();
+                dbg.hang[0] = 1;
+                __threadfence_system();
+                __trap();
+            }
+        }
+    }
+}
+
+/* A 128-byte-swizzled operand's descriptor with its leading byte offset: for an MN-major operand,
+ * the distance between its 64-wide blocks along m or n (the stride byte offset, 1024, steps 8 k
+ * rows); for a K-major one the leading offset is unused. */
+__device__ __forceinline__ uint64_t gm_desc(uint32_t addr, uint32_t lbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+
+/* D[64 x 256] (+)= A[64 x 16] . B[16 x 256] from shared memory, TA = 1 when A is MN-major (m
+ * contiguous), B always MN-major (n contiguous); accumulator layout as wgmma_m64n256k16's. */
+template <int TA>
+__device__ __forceinline__ void wgmma_m64n256k16_tb(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, %131, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA));
+#else
+    __trap(); /* only the sm_90a build has wgmma */
+#endif
+}
+
+/* ---- the schedule: work unit -> (rows, columns, k-blocks) --------------------------------------- */
+
+typedef struct {
+    int64_t m0;   /* this CTA's first output row */
+    int64_t n0;   /* first output column */
+    int kb0, nkb; /* first k-block and how many */
+    int split;
+} Unit;
+
+/* Split-major; inside a split, groups of a.group cluster rows, m fastest, then n. 32-bit unsigned
+ * arithmetic (the host keeps units below 2^31): 64-bit division is a subroutine call, whose
+ * registers and stack the producer's 40 cannot hold. */
+__device__ __forceinline__ Unit unit_of(const GemmArgs &a, uint32_t u, int CL, uint32_t rank) {
+    const uint32_t tiles = a.tiles_m * a.tiles_n;
+    const uint32_t split = u / tiles, t = u - split * tiles;
+    const uint32_t per_group = a.group * a.tiles_n, g = t / per_group;
+    const uint32_t first = g * a.group, rows = min(a.group, a.tiles_m - first), idx = t - g * per_group;
+    const uint32_t n = idx / rows, cm = first + (idx - n * rows);
+    Unit w;
+    w.m0 = ((int64_t)cm * CL + rank) * GM_BM;
+    w.n0 = (int64_t)n * GM_BN;
+    w.split = (int)split;
+    w.kb0 = (int)split * a.kb_per_split;
+    w.nkb = min(a.kb_per_split, a.kbs - w.kb0);
+    return w;
+}
+
+/* ---- epilogue ------------------------------------------------------------------------------------ */
+
+__device__ __forceinline__ void red_add_v4(float *p, float4 v) {
+    asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y),
+                 "f"(v.z), "f"(v.w)
+                 : "memory");
+}
+
+/* Four adjacent columns of block i (8 columns) for this thread: the quad's lanes 2j and 2j + 1
+ * swap halves, so the even lane holds row r, columns 4(q/2) .. + 3 of the block, the odd lane row
+ * r + 8 (q = lane % 4; r = the thread's first accumulator row). */
+__device__ __forceinline__ float4 quad_v4(const float (&acc)[128], int i, bool odd) {
+    const float s0 = odd ? acc[i * 4 + 0] : acc[i * 4 + 2], s1 = odd ? acc[i * 4 + 1] : acc[i * 4 + 3];
+    const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1), r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+    return odd ? make_float4(r0, r1, acc[i * 4 + 2], acc[i * 4 + 3]) : make_float4(acc[i * 4 + 0], acc[i * 4 + 1], r0, r1);
+}
+
+/* A consumer warpgroup's 64 x 256 accumulators into C. row0: the warpgroup's first row. One
+ * epilogue per kernel (a template argument): with all three in one body the compiler hoists their
+ * common shuffles out of the branches, and the shuffled copy of the tile spills. */
+template <int EPI>
+__device__ __forceinline__ void gm_epilogue(const GemmArgs &a, const float (&acc)[128], int64_t row0, int64_t n0,
+                                            int split, int wq, int lane, float alpha) {
+    const bool odd = lane & 1;
+    const int64_t row = row0 + wq * 16 + (lane >> 2) + (odd ? 8 : 0);
+    const int64_t col = n0 + ((lane & 3) >> 1) * 4;
+    const bool row_in = row < a.M;
+    float *c = a.C + (EPI == EPI_STORE ? (int64_t)split * a.split_stride : 0) + row * a.N + col;
+    if (EPI == EPI_STORE) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const float4 v = quad_v4(acc, i, odd);
+            if (row_in && col + i * 8 < a.N) *reinterpret_cast<float4 *>(c + i * 8) = v;
+        }
+    } else if (EPI == EPI_ACC_RED) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            float4 v = quad_v4(acc, i, odd);
+            v.x *= alpha, v.y *= alpha, v.z *= alpha, v.w *= alpha;
+            if (row_in && col + i * 8 < a.N) red_add_v4(c + i * 8, v);
+        }
+    } else {
+#pragma unroll
+        for (int i0 = 0; i0 < 32; i0 += 8) {
+            float4 old[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                old[j] = row_in && col + (i0 + j) * 8 < a.N ? *reinterpret_cast<const float4 *>(c + (i0 + j) * 8)
+                                                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float4 v = quad_v4(acc, i0 + j, odd);
+                const float4 o = make_float4(fmaf(alpha, v.x, old[j].x), fmaf(alpha, v.y, old[j].y),
+                                             fmaf(alpha, v.z, old[j].z), fmaf(alpha, v.w, old[j].w));
+                if (row_in && col + (i0 + j) * 8 < a.N) *reinterpret_cast<float4 *>(c + (i0 + j) * 8) = o;
+            }
+        }
+    }
+}
+
+/* ---- the kernel ---------------------------------------------------------------------------------- */
+
+/* TA: A is MN-major (the dW product's E^T) when 1, K-major (the dH product's E) when 0. CL: CTAs
+ * per cluster sharing the B stages. tm_a: boxes {64 k, 128 m} (K-major) or {64 m, 64 k}; tm_b:
+ * boxes {64 n, 64 k}. */
+template <int TA, int CL, int EPI>
+__global__ void __launch_bounds__(GM_THREADS, 1)
+    gemm_sm90_kernel(const GemmArgs a, const __grid_constant__ CUtensorMap tm_a,
+                     const __grid_constant__ CUtensorMap tm_b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ unsigned char gm_smem[];
+    const uint32_t ring = (smem_addr(gm_smem) + 1023) & ~1023u;
+    const uint32_t full_bar = ring + GM_STAGES * GM_STAGE_BYTES, empty_bar = full_bar + 8 * GM_STAGES;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint32_t rank = CL > 1 ? cluster_rank() : 0;
+    const uint32_t cluster = blockIdx.x / CL, nclusters = gridDim.x / CL;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < GM_STAGES; s++) {
+            mbar_init(full_bar + 8 * s, 1);               /* the producer's expect-tx + the bytes */
+            mbar_init(empty_bar + 8 * s, 8 * CL);         /* every consumer warp of every CTA */
+        }
+        mbar_init_fence();
+    }
+    /* the barriers (the peer's too) are initialised before any copy, arrive or wait reaches them */
+    if (CL > 1) cluster_sync_all();
+    else __syncthreads();
+
+    if (warp >= GM_CONSUMERS / 32) {
+        warpgroup_reg_dealloc<GM_PRODUCER_REGS>();
+        if (warp == GM_CONSUMERS / 32 && lane == 0) {
+            uint32_t stage = 0, phase = 0, fills = 0;
+            for (uint32_t u = cluster; u < a.units; u += nclusters) {
+                const Unit w = unit_of(a, u, CL, rank);
+                for (int kb = w.kb0; kb < w.kb0 + w.nkb; kb++) {
+                    /* the slot's previous fill was released by every consumer warp of the cluster */
+                    if (fills >= GM_STAGES) gm_wait(empty_bar + 8 * stage, phase ^ 1, a.dbg, 1, (int)stage);
+                    const uint32_t fb = full_bar + 8 * stage, sa = ring + stage * GM_STAGE_BYTES,
+                                   sb = sa + GM_A_BYTES;
+                    mbar_expect_tx(fb, GM_STAGE_BYTES); /* A + the whole B stage, whoever fetches it */
+                    const int k0 = kb * GM_BK;
+                    if (TA) {
+                        tma_load_2d(sa, &tm_a, (int)w.m0, k0, fb);
+                        tma_load_2d(sa + GM_PANEL_BYTES, &tm_a, (int)w.m0 + 64, k0, fb);
+                    } else {
+                        tma_load_2d(sa, &tm_a, k0, (int)w.m0, fb);
+                    }
+#pragma unroll
+                    for (int p = (int)rank * (4 / CL); p < ((int)rank + 1) * (4 / CL); p++) {
+                        if (CL > 1)
+                            tma_load_2d_multicast(sb + p * GM_PANEL_BYTES, &tm_b, (int)w.n0 + 64 * p, k0, fb,
+                                                  (uint16_t)((1u << CL) - 1));
+                        else
+                            tma_load_2d(sb + p * GM_PANEL_BYTES, &tm_b, (int)w.n0 + 64 * p, k0, fb);
+                    }
+                    fills++;
+                    if (++stage == GM_STAGES) stage = 0, phase ^= 1;
+                }
+            }
+        }
+        __syncwarp();
+    } else {
+        warpgroup_reg_alloc<GM_CONSUMER_REGS>();
+        const int wg = warp >> 2, wq = warp & 3;
+        const float alpha = EPI != EPI_STORE && a.alpha ? *a.alpha : 1.0f;
+        uint32_t stage = 0, phase = 0;
+        /* a warp's release of a slot, once its products have read it: every CTA of the cluster
+         * refills that slot (B arrives by multicast), so each must hear from every consumer warp */
+        auto release = [&](uint32_t s) {
+            __syncwarp();
+            if (lane == 0) {
+                if (CL > 1) {
+#pragma unroll
+                    for (int c = 0; c < CL; c++) mbar_arrive_cluster(empty_bar + 8 * s, (uint32_t)c);
+                } else {
+                    mbar_arrive(empty_bar + 8 * s);
+                }
+            }
+        };
+        float acc[128];
+        for (uint32_t u = cluster; u < a.units; u += nclusters) {
+            const Unit w = unit_of(a, u, CL, rank);
+            uint32_t prev = 0;
+            for (int kb = 0; kb < w.nkb; kb++) {
+                gm_wait(full_bar + 8 * stage, phase, a.dbg, 0, (int)stage);
+                const uint32_t base = ring + stage * GM_STAGE_BYTES;
+                const uint32_t sa = base + wg * GM_PANEL_BYTES, sb = base + GM_A_BYTES; /* this warpgroup's 64 rows */
+                __syncwarp(); /* wgmma is .aligned: the warp converges after the wait */
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < GM_BK / 16; kk++) {
+                    /* K-major A steps 16 k = 32 bytes along its rows; MN-major operands step 16 k
+                     * rows of 128 bytes */
+                    const uint64_t da = TA ? gm_desc(sa + kk * 2048, GM_PANEL_BYTES) : gm_desc(sa + kk * 32, 16);
+                    wgmma_m64n256k16_tb<TA>(acc, da, gm_desc(sb + kk * 2048, GM_PANEL_BYTES), (kb | kk) != 0);
+                }
+                wgmma_commit();
+                /* the previous k-block's products are done: its stage goes back to the producer
+                 * while this one's run */
+                wgmma_wait<1>();
+                if (kb > 0) release(prev);
+                prev = stage;
+                if (++stage == GM_STAGES) stage = 0, phase ^= 1;
+            }
+            wgmma_wait<0>();
+            fence_acc(acc);
+            release(prev);
+            gm_epilogue<EPI>(a, acc, w.m0 + wg * 64, w.n0, w.split, wq, lane, alpha);
+        }
+    }
+    /* no CTA leaves while its peer may still multicast into it or arrive on its barriers */
+    if (CL > 1) cluster_sync_all();
+#else
+    __trap();
+#endif
+}
+
+/* out = the sum of the splits' partials in split order (float4s; n4 = M N / 4). */
+__global__ void split_sum_kernel(const float4 *parts, int splits, int64_t stride4, float4 *out, int64_t n4) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    float4 s = parts[i];
+    for (int p = 1; p < splits; p++) {
+        const float4 v = parts[p * stride4 + i];
+        s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+    }
+    out[i] = s;
+}
+
+/* ---- host: the launcher ---------------------------------------------------------------------------- */
+
+typedef struct {
+    int cluster;      /* 1 or 2 */
+    int group;        /* cluster rows per raster group */
+    int splits;       /* dH: 0 = chosen from the shape */
+    int dw_epilogue;  /* EPI_ACC_RED or EPI_ACC_RMW */
     int max_clusters; /* the persistent grid's clusters at most; 0: as many as fit */
 } GemmConfig;
 
-/* The launchers' device state and the dH workspace, grown as needed. */
 typedef struct {
-    GemmSm90 g;
-    float *workspace;
+    int num_sms;
+    int clusters[3]; /* resident clusters by cluster size (1, 2) */
+    volatile uint32_t *hang, *hang_dev;
+    float *workspace; /* dH's split partials */
     size_t workspace_bytes;
 } GemmContext;
 
-static GemmContext *g_ctx; /* for the report after a failed launch */
+/* The pinned record a timed-out wait leaves (GemmDebug), for the host to print. */
+static volatile uint32_t *g_hang;
 
-static void context_init(GemmContext *c) {
-    memset(c, 0, sizeof *c);
-    if (gemm_sm90_init(&c->g)) exit(1);
-    g_ctx = c;
+typedef void (*GemmKernel)(const GemmArgs, const CUtensorMap, const CUtensorMap);
+
+/* The products' instantiations: dW (MN-major A) with either accumulating epilogue, dH (K-major A)
+ * storing; each with 1 or 2 CTAs per cluster. */
+static GemmKernel kernel_for(int epi, int cl) {
+    if (epi == EPI_ACC_RED) return cl > 1 ? gemm_sm90_kernel<1, 2, EPI_ACC_RED> : gemm_sm90_kernel<1, 1, EPI_ACC_RED>;
+    if (epi == EPI_ACC_RMW) return cl > 1 ? gemm_sm90_kernel<1, 2, EPI_ACC_RMW> : gemm_sm90_kernel<1, 1, EPI_ACC_RMW>;
+    return cl > 1 ? gemm_sm90_kernel<0, 2, EPI_STORE> : gemm_sm90_kernel<0, 1, EPI_STORE>;
 }
 
-static void context_free(GemmContext *c) {
-    if (c->workspace) CUDA_CHECK(cudaFree(c->workspace));
-    gemm_sm90_free(&c->g);
+static cudaLaunchConfig_t launch_config(dim3 grid, int cl, cudaLaunchAttribute *at, cudaStream_t stream) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = dim3(GM_THREADS), cfg.dynamicSmemBytes = GM_SMEM, cfg.stream = stream;
+    at->id = cudaLaunchAttributeClusterDimension;
+    at->val.clusterDim.x = (unsigned)cl, at->val.clusterDim.y = 1, at->val.clusterDim.z = 1;
+    cfg.attrs = at, cfg.numAttrs = 1;
+    return cfg;
+}
+
+static void context_init(GemmContext *g) {
+    memset(g, 0, sizeof *g);
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    if (prop.major != 9) {
+        fprintf(stderr, "error: %s is compute capability %d.%d; this benchmark is built for sm_90a (run it on an H100 or H200)\n",
+                prop.name, prop.major, prop.minor);
+        exit(1);
+    }
+    g->num_sms = prop.multiProcessorCount;
+    for (int epi = 0; epi < 3; epi++)
+        for (int cl = 1; cl <= 2; cl++)
+            CUDA_CHECK(cudaFuncSetAttribute((const void *)kernel_for(epi, cl),
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM));
+    for (int cl = 1; cl <= 2; cl++) {
+        cudaLaunchAttribute at;
+        const cudaLaunchConfig_t cfg = launch_config(dim3((unsigned)(cl * 64)), cl, &at, 0);
+        int n = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, (const void *)kernel_for(EPI_STORE, cl), &cfg));
+        if (n < 1) {
+            fprintf(stderr, "error: no cluster of %d CTAs with %d bytes of shared memory fits this GPU (try --cluster 1)\n",
+                    cl, GM_SMEM);
+            exit(1);
+        }
+        g->clusters[cl] = n;
+    }
+    void *h = NULL, *d = NULL;
+    CUDA_CHECK(cudaHostAlloc(&h, 8 * sizeof(uint32_t), cudaHostAllocMapped));
+    memset(h, 0, 8 * sizeof(uint32_t));
+    CUDA_CHECK(cudaHostGetDevicePointer(&d, h, 0));
+    g->hang = (volatile uint32_t *)h, g->hang_dev = (volatile uint32_t *)d;
+    g_hang = g->hang;
+}
+
+static void context_free(GemmContext *g) {
+    if (g->workspace) CUDA_CHECK(cudaFree(g->workspace));
+    CUDA_CHECK(cudaFreeHost((void *)g->hang));
 }
 
 /* cudaDeviceSynchronize; on failure, what failed and the wait that timed out, if one did. */
@@ -63,31 +483,80 @@ static void sync_or_report(const char *what) {
     const cudaError_t e = cudaDeviceSynchronize();
     if (e == cudaSuccess) return;
     fprintf(stderr, "error: %s failed: %s\n", what, cudaGetErrorString(e));
-    if (g_ctx) gemm_sm90_report_hang(&g_ctx->g);
+    if (g_hang && g_hang[0])
+        fprintf(stderr,
+                "error: an mbarrier wait timed out: block %u thread %u waited on the %s barrier of stage %u, parity %u "
+                "(a copy that never landed or a release that never came)\n",
+                g_hang[1], g_hang[2], g_hang[3] ? "empty" : "full", g_hang[4], g_hang[5]);
     exit(1);
 }
 
-/* dW (dw = 1): C [M x N] += alpha E^T B, E [K x M]; dH (dw = 0): C = E B, E [M x K], with the
- * layer's workspace (more when --splits asks for more); E's row stride lde, B [K x N]. Returns the
- * dH schedule ({1, M} for dW). */
-static GemmSm90Plan gemm_run(GemmContext *c, const GemmConfig *cfg, int dw, int64_t M, int64_t N, int64_t K,
-                             const bf16 *E, int64_t lde, const bf16 *B, float *C, const float *alpha,
-                             cudaStream_t stream) {
-    c->g.max_clusters = cfg->max_clusters;
-    if (dw) {
-        gemm_sm90_dw(&c->g, M, N, K, E, lde, B, N, C, alpha, stream);
-        const GemmSm90Plan one = {1, M};
-        return one;
+/* A bf16 matrix of `rows` rows of `cols` elements (row stride ld) read in boxes of box_cols x
+ * box_rows. */
+static CUtensorMap gm_map(const bf16 *p, int64_t rows, int64_t cols, int64_t ld, int box_cols, int box_rows) {
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)ld * sizeof(bf16)};
+    const cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows};
+    return tma_tensor_map_bf16(p, 2, dims, strides, box, "gemm_sm90");
+}
+
+/* The smallest split count (at most GM_MAX_SPLITS, at most the k-blocks) whose units fill at
+ * least 90 % of the last wave of clusters. */
+static int choose_splits(int64_t tiles, int64_t clusters, int kbs) {
+    for (int s = 1; s <= GM_MAX_SPLITS && s <= kbs; s++) {
+        const int64_t units = tiles * s, waves = ceil_div(units, clusters);
+        if ((double)units >= 0.9 * (double)(waves * clusters)) return s;
     }
-    size_t need = gemm_sm90_dh_workspace_bytes(M, N);
-    if (cfg->splits > 1 && (size_t)(cfg->splits - 1) * (size_t)M * (size_t)N * sizeof(float) > need)
-        need = (size_t)(cfg->splits - 1) * (size_t)M * (size_t)N * sizeof(float);
-    if (need > c->workspace_bytes) {
-        if (c->workspace) CUDA_CHECK(cudaFree(c->workspace));
-        CUDA_CHECK(cudaMalloc(&c->workspace, need));
-        c->workspace_bytes = need;
+    return 1;
+}
+
+/* dW (dw = 1): C [M x N] += alpha E^T B with cfg's epilogue, E [K x M]; dH (dw = 0): C = E B, E
+ * [M x K]; E's row stride lde, B [K x N] (row stride N). Returns the split count used. */
+static int gemm_sm90(GemmContext *g, const GemmConfig *cfg, int dw, int64_t M, int64_t N, int64_t K, const bf16 *E,
+                     int64_t lde, const bf16 *B, float *C, const float *alpha, cudaStream_t stream) {
+    const int cl = cfg->cluster;
+    GemmArgs a = {};
+    a.M = M, a.N = N, a.K = K, a.C = C, a.alpha = alpha;
+    a.dbg.hang = g->hang_dev;
+    const int64_t tiles_m = ceil_div(M, (int64_t)cl * GM_BM), tiles_n = ceil_div(N, GM_BN), tiles = tiles_m * tiles_n;
+    const int kbs = (int)ceil_div(K, GM_BK);
+    int splits = 1;
+    if (!dw) splits = cfg->splits > 0 ? cfg->splits : choose_splits(tiles, g->clusters[cl], kbs);
+    if (splits > kbs) splits = kbs;
+    a.kb_per_split = (int)ceil_div(kbs, splits);
+    splits = (int)ceil_div(kbs, a.kb_per_split); /* so that no split is empty */
+    if (tiles * splits >= (1ll << 31)) {
+        fprintf(stderr, "error: %lld x %lld output needs %lld work units, more than the scheduler's 2^31 (split the product)\n",
+                (long long)M, (long long)N, (long long)(tiles * splits));
+        exit(1);
     }
-    return gemm_sm90_dh(&c->g, M, N, K, E, lde, B, N, C, c->workspace, need, cfg->splits, stream);
+    a.tiles_m = (uint32_t)tiles_m, a.tiles_n = (uint32_t)tiles_n, a.kbs = kbs;
+    a.group = (uint32_t)(cfg->group < tiles_m ? cfg->group : tiles_m);
+    a.units = (uint32_t)(tiles * splits);
+    if (splits > 1) {
+        const size_t need = (size_t)splits * (size_t)M * (size_t)N * sizeof(float);
+        if (need > g->workspace_bytes) {
+            if (g->workspace) CUDA_CHECK(cudaFree(g->workspace));
+            CUDA_CHECK(cudaMalloc(&g->workspace, need));
+            g->workspace_bytes = need;
+        }
+        a.C = g->workspace, a.split_stride = M * N;
+    }
+    const CUtensorMap tm_a = dw ? gm_map(E, K, M, lde, 64, 64) : gm_map(E, M, K, lde, 64, GM_BM);
+    const CUtensorMap tm_b = gm_map(B, K, N, N, 64, 64);
+    int64_t nclusters = (int64_t)a.units < g->clusters[cl] ? (int64_t)a.units : g->clusters[cl];
+    if (cfg->max_clusters > 0 && nclusters > cfg->max_clusters) nclusters = cfg->max_clusters;
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t lc = launch_config(dim3((unsigned)(nclusters * cl)), cl, &at, stream);
+    CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel_for(dw ? cfg->dw_epilogue : EPI_STORE, cl), a, tm_a, tm_b));
+    CUDA_CHECK(cudaGetLastError());
+    if (splits > 1) {
+        const int64_t n4 = M * N / 4;
+        split_sum_kernel<<<(unsigned)ceil_div(n4, 256), 256, 0, stream>>>((const float4 *)g->workspace, splits,
+                                                                          M * N / 4, (float4 *)C, n4);
+        CUDA_CHECK(cudaGetLastError());
+    }
+    return splits;
 }
 
 /* ---- host: inputs, references, comparisons ------------------------------------------------------- */
@@ -237,8 +706,8 @@ static void reset_output(const Problem *p, float *out) {
     else CUDA_CHECK(cudaMemset(out, 0xFF, bytes)); /* all-ones bits: a NaN */
 }
 
-static GemmSm90Plan run_ours(GemmContext *c, const GemmConfig *cfg, const Problem *p, float *out) {
-    return gemm_run(c, cfg, p->dw, p->M, p->N, p->K, p->E, p->lde, p->B, out, p->alpha_dev, 0);
+static int run_ours(GemmContext *g, const GemmConfig *cfg, const Problem *p, float *out) {
+    return gemm_sm90(g, cfg, p->dw, p->M, p->N, p->K, p->E, p->lde, p->B, out, p->alpha_dev, 0);
 }
 static void run_cublas(cublasHandle_t h, const Problem *p, float *out) {
     cublas_product(h, p->dw, p->M, p->N, p->K, p->E, p->lde, p->B, out, p->alpha, p->dw ? 1.0f : 0.0f);
@@ -289,7 +758,7 @@ static int check_problem(GemmContext *g, cublasHandle_t h, const GemmConfig *cfg
     const int64_t n = p->M * p->N;
     reset_output(p, p->ours);
     reset_output(p, p->ref);
-    const GemmSm90Plan plan = run_ours(g, cfg, p, p->ours);
+    const int splits = run_ours(g, cfg, p, p->ours);
     sync_or_report("our GEMM");
     run_cublas(h, p, p->ref);
     sync_or_report("cuBLAS");
@@ -361,10 +830,10 @@ static int check_problem(GemmContext *g, cublasHandle_t h, const GemmConfig *cfg
     const int pass = hb[1] == 0 && spot_ours <= 10 * CHECK_TOL && ndiff == 0; /* a NaN spot fails */
     char grid[32] = "";
     if (cfg->max_clusters) snprintf(grid, sizeof grid, " clusters<=%d", cfg->max_clusters);
-    printf("check %s M=%lld N=%lld K=%lld%s splits=%d panel=%lld: %s  rel-L2 %.2e, mismatches %llu, fp64 spots: ours "
+    printf("check %s M=%lld N=%lld K=%lld cluster=%d%s splits=%d%s: %s  rel-L2 %.2e, mismatches %llu, fp64 spots: ours "
            "%.1e cuBLAS %.1e, rerun differs in %llu\n",
-           product_name(p), (long long)p->M, (long long)p->N, (long long)p->K, grid, plan.splits,
-           (long long)plan.panel_rows, pass ? "ok" : "FAIL",
+           product_name(p), (long long)p->M, (long long)p->N, (long long)p->K, cfg->cluster, grid, splits,
+           p->dw ? (cfg->dw_epilogue == EPI_ACC_RED ? " epilogue=red" : " epilogue=rmw") : "", pass ? "ok" : "FAIL",
            rel, hb[1], spot_ours, spot_cublas, ndiff);
     if (hb[1]) {
         const int64_t i = (int64_t)hb[0];
@@ -418,13 +887,14 @@ template <class F> static float median_ms(F run, int reps) {
 /* Times ours and cuBLAS on p; writes one markdown row into line. */
 static void bench_problem(GemmContext *g, cublasHandle_t h, const GemmConfig *cfg, const Problem *p, int reps,
                           char *line, size_t size) {
-    GemmSm90Plan plan = {1, p->M};
-    const float ours = median_ms([&] { plan = run_ours(g, cfg, p, p->ours); }, reps);
+    int splits = 1;
+    const float ours = median_ms([&] { splits = run_ours(g, cfg, p, p->ours); }, reps);
     const float ref = median_ms([&] { run_cublas(h, p, p->ref); }, reps);
     const double flop = 2.0 * (double)p->M * (double)p->N * (double)p->K;
-    snprintf(line, size, "| %s | %lld x %lld x %lld | %.3f | %.0f | %.3f | %.0f | %.3f | splits %d, panels of %lld rows |",
+    snprintf(line, size, "| %s | %lld x %lld x %lld | %.3f | %.0f | %.3f | %.0f | %.3f | cluster %d, splits %d%s |",
              product_name(p), (long long)p->M, (long long)p->N, (long long)p->K, ours, flop / ours * 1e-9, ref,
-             flop / ref * 1e-9, ours / ref, plan.splits, (long long)plan.panel_rows);
+             flop / ref * 1e-9, ours / ref, cfg->cluster, splits,
+             p->dw ? (cfg->dw_epilogue == EPI_ACC_RED ? ", red" : ", rmw") : "");
 }
 
 /* ---- command line --------------------------------------------------------------------------------- */
@@ -438,8 +908,8 @@ typedef struct {
 
 static void usage_error(const char *what) {
     fprintf(stderr,
-            "error: %s (usage: bench_gemm_sm90 [--check-only] [--shape dw:V,d,C | dh:C,d,V]... [--group G] "
-            "[--splits S] [--clusters N] [--reps R])\n",
+            "error: %s (usage: bench_gemm_sm90 [--check-only] [--shape dw:V,d,C | dh:C,d,V]... [--cluster 1|2] "
+            "[--group G] [--splits S] [--dw-epilogue red|rmw] [--clusters N] [--reps R])\n",
             what);
     exit(1);
 }
@@ -477,8 +947,7 @@ static ShapeArg parse_shape(const char *s) {
 }
 
 int main(int argc, char **argv) {
-    GemmConfig cfg = {0, 0};
-    int group = 0;
+    GemmConfig cfg = {2, 8, 0, EPI_ACC_RED, 0};
     int check_only = 0, reps = 10;
     ShapeArg shapes[MAX_SHAPES];
     int nshapes = 0;
@@ -489,11 +958,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--shape") && has) {
             if (nshapes == MAX_SHAPES) usage_error("at most 32 --shape options");
             shapes[nshapes++] = parse_shape(argv[++i]);
-        } else if (!strcmp(o, "--group") && has) group = (int)parse_int(argv[++i], o, 1, 1 << 20);
-        else if (!strcmp(o, "--splits") && has) cfg.splits = (int)parse_int(argv[++i], o, 1, 16);
+        } else if (!strcmp(o, "--cluster") && has) cfg.cluster = (int)parse_int(argv[++i], o, 1, 2);
+        else if (!strcmp(o, "--group") && has) cfg.group = (int)parse_int(argv[++i], o, 1, 1 << 20);
+        else if (!strcmp(o, "--splits") && has) cfg.splits = (int)parse_int(argv[++i], o, 1, GM_MAX_SPLITS);
         else if (!strcmp(o, "--reps") && has) reps = (int)parse_int(argv[++i], o, 1, 64);
         else if (!strcmp(o, "--clusters") && has) cfg.max_clusters = (int)parse_int(argv[++i], o, 1, 1 << 16);
-        else {
+        else if (!strcmp(o, "--dw-epilogue") && has) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "red")) cfg.dw_epilogue = EPI_ACC_RED;
+            else if (!strcmp(v, "rmw")) cfg.dw_epilogue = EPI_ACC_RMW;
+            else usage_error("--dw-epilogue takes red or rmw");
+        } else {
             char msg[256];
             snprintf(msg, sizeof msg, "unknown option or missing value: '%s'", o);
             usage_error(msg);
@@ -502,14 +977,14 @@ int main(int argc, char **argv) {
 
     GemmContext g;
     context_init(&g);
-    if (group) g.g.group = group;
     cublasHandle_t h;
     CUBLAS_CHECK(cublasCreate(&h));
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    printf("device %s, %d SMs; resident clusters of 2: %d\n", prop.name, prop.multiProcessorCount, g.g.clusters);
+    printf("device %s, %d SMs; resident clusters of 1: %d, of 2: %d\n", prop.name, g.num_sms, g.clusters[1],
+           g.clusters[2]);
 
-    /* Awkward sizes: M, N and K off the tiles, E's padding NaN, every schedule. */
+    /* Awkward sizes: M, N and K off the tiles, E's padding NaN, every variant. */
     const ShapeArg checks[] = {
         {1, 256, 256, 64},     /* one tile, one k-block: the operand layouts alone */
         {0, 256, 256, 64},
@@ -517,7 +992,7 @@ int main(int argc, char **argv) {
         {0, 384, 512, 200},
         {1, 50257, 768, 4100}, /* dW: V off the 128/256 rows, C off the 64-k blocks */
         {1, 1000, 832, 300},   /* dW: d off the 256 columns, a partial last column tile */
-        {0, 4100, 768, 50257}, /* dH: C off the rows, V off the k blocks; the rule splits it, in panels */
+        {0, 4100, 768, 50257}, /* dH: C off the rows, V off the k blocks; splits chosen from the shape */
         {0, 300, 832, 1000},   /* dH: d off the columns; few tiles, so several splits */
     };
     int failed = 0, total = 0;
@@ -525,18 +1000,20 @@ int main(int argc, char **argv) {
     for (size_t c = 0; c < sizeof checks / sizeof checks[0]; c++) {
         Problem p;
         problem_init(&p, checks[c].dw, checks[c].s0, checks[c].d, checks[c].s2, seed += 7);
-        GemmConfig v = cfg;
-        failed += !check_problem(&g, h, &v, &p), total++;
-        if (!p.dw && cfg.splits == 0) { /* and unsplit, and in 3 splits whatever the rule says */
-            for (int s = 1; s <= 3; s += 2) {
-                v.splits = s;
+        for (int cl = 1; cl <= 2; cl++)
+            for (int e = 0; e < (p.dw ? 2 : 1); e++) {
+                GemmConfig v = cfg;
+                v.cluster = cl, v.dw_epilogue = e ? EPI_ACC_RMW : EPI_ACC_RED;
                 failed += !check_problem(&g, h, &v, &p), total++;
+                if (!p.dw && cfg.splits == 0) { /* and once unsplit */
+                    v.splits = 1;
+                    failed += !check_problem(&g, h, &v, &p), total++;
+                }
+                if (p.M * p.N <= 512 * 512 && cfg.max_clusters == 0) { /* and by one cluster, all units */
+                    v.max_clusters = 1;
+                    failed += !check_problem(&g, h, &v, &p), total++;
+                }
             }
-        }
-        if (p.M * p.N <= 512 * 512 && cfg.max_clusters == 0) { /* and by one cluster, all units */
-            v.max_clusters = 1;
-            failed += !check_problem(&g, h, &v, &p), total++;
-        }
         problem_free(&p);
     }
     printf("%d of %d checks passed\n", total - failed, total);
@@ -546,13 +1023,13 @@ int main(int argc, char **argv) {
         return failed ? 1 : 0;
     }
 
-    /* The layer's shapes: dW (V, d, C) and dH (C, d, V). */
-    const ShapeArg layer[] = {
+    /* The issue's shapes: dW (V, d, C) and dH (C, d, V). */
+    const ShapeArg issue[] = {
         {1, 128256, 4096, 4096}, {1, 262144, 768, 4096}, {1, 50304, 768, 16384},
         {0, 4096, 4096, 128256}, {0, 4096, 768, 262144}, {0, 16384, 768, 50304},
     };
-    const ShapeArg *list = nshapes ? shapes : layer;
-    const int nlist = nshapes ? nshapes : (int)(sizeof layer / sizeof layer[0]);
+    const ShapeArg *list = nshapes ? shapes : issue;
+    const int nlist = nshapes ? nshapes : (int)(sizeof issue / sizeof issue[0]);
     static char rows[MAX_SHAPES][256];
     for (int s = 0; s < nlist; s++) {
         Problem p;
