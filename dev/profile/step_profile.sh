@@ -11,7 +11,8 @@
 #      by part of the step (body forward, output layer, body backward, optimizer) and by name, the
 #      cuBLAS GEMMs also by grid so each matmul shape has its own line.
 # MODEL (default "-e d12 -t 1024") picks another model, e.g. MODEL="-e qwen3-0.6b -t 2048 --max-seq-len 2048"
-# VOCABS="151936" B_PROFILE=8 for Qwen3-0.6B. NCU=0 skips part 2. The sum of kernel times leaves out the gaps between kernels; step time minus that sum is what the
+# VOCABS="151936" B_PROFILE=8 for Qwen3-0.6B. NCU=0 skips part 2; TRAIN_PREBUILT=1 runs ./train as it is.
+# dev/profile/ncu_step_summary.py sums part 2's kernels. The sum of kernel times leaves out the gaps between kernels; step time minus that sum is what the
 # GPU spent idle or overlapping (memsets and copies are not kernels and are not counted).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -20,7 +21,8 @@ VOCABS=${VOCABS:-50304 262144}
 OUTPUTS=${OUTPUTS:-fused}
 B=${B_PROFILE:-32}
 mkdir -p "$OUT" /tmp/sp
-make -j16 train >"$OUT/step_profile_build.log" 2>&1 || { tail -20 "$OUT/step_profile_build.log"; exit 1; }
+[ "${TRAIN_PREBUILT:-0}" = 1 ] ||
+    make -j16 train >"$OUT/step_profile_build.log" 2>&1 || { tail -20 "$OUT/step_profile_build.log"; exit 1; }
 for V in $VOCABS; do
     python3 tests/fixtures/gen/make_shard.py /tmp/sp/rand_$V.bin 20000000 $V random 3 >/dev/null
     for output in $OUTPUTS; do
@@ -55,52 +57,6 @@ PY
         timeout -k 10 500 ncu --csv --profile-from-start off --clock-control none \
             --cache-control none --metrics gpu__time_duration.sum ./train $args --profile-step 3 -x 3 \
             >"$OUT/${tag}_ncu.csv" 2>"$OUT/${tag}_ncu.err" || { echo "ncu failed: $tag"; tail -5 "$OUT/${tag}_ncu.err"; continue; }
-        python3 - "$OUT/${tag}_ncu.csv" "$tag" "${step_ms:-nan}" <<'PY' | tee "$OUT/${tag}_profile.txt"
-import csv, sys, collections, re
-rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
-head, body = rows[0], rows[1:]
-col = {h: i for i, h in enumerate(head)}
-unit = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0}
-kernels = []
-for r in sorted(body, key=lambda r: int(r[col["ID"]])):
-    name = r[col["Kernel Name"]]
-    ms = float(r[col["Metric Value"]].replace(",", "")) * unit[r[col["Metric Unit"]]]
-    grid = r[col["Grid Size"]] if "Grid Size" in col else ""
-    kernels.append((name, grid, ms))
-output_layer = re.compile(r"tile_kernel|count_valid|canonical_loss|fused_merge|reduce_loss")
-part, parts = "body forward", []
-for name, grid, ms in kernels:
-    if part == "body forward" and output_layer.search(name): part = "output layer"
-    elif part == "output layer" and name.startswith(("layernorm_backward", "rmsnorm_backward")): part = "body backward"
-    elif name.startswith(("sumsq", "adamw")): part = "optimizer"
-    parts.append(part)
-def short(name):
-    n = name.split("(")[0]
-    n = re.sub(r"<.*", "", n)
-    return n[:58]
-def is_gemm(name):
-    return bool(re.search(r"gemm|nvjet|xmma|cutlass|sm90_", name)) and not short(name).endswith("_kernel")
-total = sum(ms for _, _, ms in kernels)
-step = float(sys.argv[3])
-print(f"== {sys.argv[2]}: {len(kernels)} kernels, {total:.2f} ms of kernel time; step {step:.2f} ms without the profiler"
-      f" (gaps and overlap: {step - total:+.2f} ms)")
-by_part = collections.OrderedDict()
-for (name, grid, ms), p in zip(kernels, parts):
-    by_part.setdefault(p, collections.Counter())
-    key = (("GEMM " + grid) if is_gemm(name) else short(name))
-    by_part[p][key] += ms
-for p, c in by_part.items():
-    s = sum(c.values())
-    print(f"  {p}: {s:.2f} ms ({100 * s / total:.1f} %)")
-    for k, v in c.most_common():
-        if v >= 0.02 * s or v >= 0.3:
-            print(f"      {v:8.3f} ms  {100 * v / total:5.1f} %  {k}")
-fam = collections.Counter()
-for name, grid, ms in kernels:
-    fam["cuBLAS GEMMs" if is_gemm(name) else short(name)] += ms
-print("  by kernel, whole step:")
-for k, v in fam.most_common(14):
-    print(f"      {v:8.3f} ms  {100 * v / total:5.1f} %  {k}")
-PY
+        python3 dev/profile/ncu_step_summary.py "$OUT/${tag}_ncu.csv" "$tag" "${step_ms:-nan}" | tee "$OUT/${tag}_profile.txt"
     done
 done
