@@ -1,12 +1,20 @@
 """PyTorch peers of the trainer's throughput on the model families: a Hugging Face model built from
-its config with random weights (Qwen3-0.6B, Llama-3.2-1B, Gemma-3-270M shapes), bf16 parameters,
-SDPA attention, fused AdamW, random tokens, trained with one of three stacks:
+its config with random weights (Qwen3-0.6B, Llama-3.2-1B, Gemma-3-270M shapes), SDPA attention, fused
+AdamW, random tokens, trained with one of three stacks:
 
     compile        torch.compile of the transformers model
     liger          Liger-Kernel's patches (RMSNorm, RoPE, SwiGLU/GeGLU, fused linear cross-entropy), eager
     liger_compile  both
 
-as ../shared/anchors.md describes its family rows. Not a dependency of the product: it only puts the
+as ../shared/anchors.md describes its family rows, in one of two precisions:
+
+    bf16           (default) parameters, gradients and AdamW's moments in bf16: 8 bytes a parameter,
+                   how these peers are usually measured
+    amp            fp32 parameters, gradients and moments, the forward under bf16 autocast: 16 bytes a
+                   parameter, the optimizer precision ./train keeps (fp32 master weights and moments
+                   beside bf16 weights, 18 bytes), for memory compared like with like
+
+ Not a dependency of the product: it only puts the
 peers beside ./train in the same run on the same GPU.
 
     python3 dev/bench/bench_family_torch.py --model qwen3-0.6b --stack compile liger --batch 8 16 [--seq 2048]
@@ -15,6 +23,7 @@ Each (stack, batch) runs in its own process, so that an out-of-memory error or a
 (Liger under torch.compile has died with an illegal memory access) costs that row only. Liger's wheel
 is installed from .whl/ when the import fails (the GPU machine has no network). Prints one line per row:
     csv_torch_family,model,stack,B,T,median_ms,tokens_per_s,peak_GB   (or ...,failed,<reason>)
+where stack reads e.g. liger/amp for the amp precision.
 median over the timed steps (CUDA events around fwd + bwd + optimizer step), after the warm-up
 steps, which include the compilation; peak is max_memory_allocated."""
 import argparse
@@ -42,7 +51,7 @@ LIGER_PATCH = {"qwen3": "apply_liger_kernel_to_qwen3", "llama": "apply_liger_ker
                "gemma3_text": "apply_liger_kernel_to_gemma3_text"}
 
 
-def one_row(model_name, stack, B, T, steps, warmup):
+def one_row(model_name, stack, precision, B, T, steps, warmup):
     import torch
     import transformers
 
@@ -60,7 +69,9 @@ def one_row(model_name, stack, B, T, steps, warmup):
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16)
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    if precision == "bf16":
+        model = model.to(torch.bfloat16)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     fwd = torch.compile(model) if stack.endswith("compile") else model
@@ -70,7 +81,8 @@ def one_row(model_name, stack, B, T, steps, warmup):
     for i in range(warmup + steps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        loss = fwd(input_ids=data[i], labels=data[i]).loss
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "amp"):
+            loss = fwd(input_ids=data[i], labels=data[i]).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -80,7 +92,12 @@ def one_row(model_name, stack, B, T, steps, warmup):
             times.append(start.elapsed_time(end))
     ms = statistics.median(times)
     peak = torch.cuda.max_memory_allocated() / 1e9
-    print(f"csv_torch_family,{model_name},{stack},{B},{T},{ms:.1f},{B * T / ms * 1e3:.0f},{peak:.1f}", flush=True)
+    print(f"csv_torch_family,{model_name},{label(stack, precision)},{B},{T},{ms:.1f},{B * T / ms * 1e3:.0f},{peak:.1f}",
+          flush=True)
+
+
+def label(stack, precision):
+    return stack if precision == "bf16" else f"{stack}/{precision}"
 
 
 def main():
@@ -88,6 +105,7 @@ def main():
     ap.add_argument("--model", choices=sorted(MODELS), required=True)
     ap.add_argument("--stack", nargs="+", default=["compile", "liger"], choices=["compile", "liger", "liger_compile"])
     ap.add_argument("--batch", type=int, nargs="+", default=[8, 16])
+    ap.add_argument("--precision", choices=["bf16", "amp"], default="bf16")
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=4)
@@ -96,12 +114,12 @@ def main():
     a = ap.parse_args()
     if a.row:
         stack, B = a.row.split(":")
-        one_row(a.model, stack, int(B), a.seq, a.steps, a.warmup)
+        one_row(a.model, stack, a.precision, int(B), a.seq, a.steps, a.warmup)
         return
     for stack in a.stack:
         for B in a.batch:
-            cmd = [sys.executable, __file__, "--model", a.model, "--seq", str(a.seq), "--steps", str(a.steps),
-                   "--warmup", str(a.warmup), "--row", f"{stack}:{B}"]
+            cmd = [sys.executable, __file__, "--model", a.model, "--precision", a.precision, "--seq", str(a.seq),
+                   "--steps", str(a.steps), "--warmup", str(a.warmup), "--row", f"{stack}:{B}"]
             try:
                 p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
                 row = [l for l in p.stdout.splitlines() if l.startswith("csv_torch_family")]
@@ -112,7 +130,7 @@ def main():
                 reason = "out of memory" if "OutOfMemory" in p.stderr else last[:120].replace(",", ";")
             except subprocess.TimeoutExpired:
                 reason = f"did not finish in {a.timeout} s"
-            print(f"csv_torch_family,{a.model},{stack},{B},{a.seq},failed,{reason}", flush=True)
+            print(f"csv_torch_family,{a.model},{label(stack, a.precision)},{B},{a.seq},failed,{reason}", flush=True)
 
 
 if __name__ == "__main__":
