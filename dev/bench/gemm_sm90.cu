@@ -1,6 +1,6 @@
 /* dev/bench/gemm_sm90.cu - our own Hopper GEMM for the fused output layer's two backward products,
  * checked against cuBLAS and timed beside it. A yardstick, not part of the layer: wired in as the
- * layer's dH and dW products (commits 1da4212-93bd963, reverted by 0d6a2a1) it was correct and
+ * layer's dH and dW products (commits 1da4212-93bd963, reverted by c29dc99) it was correct and
  * slower (dev/RESULTS.md, Output layer).
  *
  * What it computes (row-major; E the chunk's scaled exponentials [C x V] bf16 with row stride ld,
