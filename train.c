@@ -214,7 +214,7 @@ static const char *source_name(const Options *opt, const char *long_name, char *
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: ./train [flags]          train a model (GPT-2, Llama, Qwen)\n"
+    fprintf(f, "usage: ./train [flags]          train a model (GPT-2, Llama, Qwen, Gemma 3)\n"
                "       ./train prepare --help   text -> tokenizer + token shards\n"
                "       ./train sample --help    generate from a checkpoint\n"
                "       ./train eval --help      a checkpoint's loss on a token shard\n\nflags:\n");
