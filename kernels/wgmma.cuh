@@ -1,5 +1,5 @@
 /* kernels/wgmma.cuh - Hopper (sm_90a) warpgroup MMA helpers shared by the kernels that use wgmma:
- * the fused output layer's tile kernel and attention's forward and backward.
+ * the fused output layer's tile kernel, attention's forward and backward, and dev/bench/gemm_sm90.cu.
  *
  * Shared-memory operands use the 128-byte swizzle: a tile of rows of 64 bf16 (128 bytes), 16-byte
  * chunk c of row r stored at chunk c ^ (r & 7), the tile starting on a 1024-byte boundary (8-row
@@ -131,14 +131,16 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
 #endif
 }
 
-/* D[64 x 256] (+)= A[64 x 16] . B[256 x 16]^T, both K-major in 128-byte-swizzled shared memory;
- * accumulate when scale_d != 0, overwrite when 0. d[i*4 + e]: row (warp%4)*16 + lane/4 + 8*(e>>1),
- * column i*8 + (lane%4)*2 + (e&1). */
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+/* D[64 x 256] (+)= A[64 x 16] . B[256 x 16]^T in 128-byte-swizzled shared memory, each operand
+ * K-major, or MN-major (m or n contiguous) when its transpose flag TA / TB is 1; accumulate when
+ * scale_d != 0, overwrite when 0. d[i*4 + e]: row (warp%4)*16 + lane/4 + 8*(e>>1), column i*8 +
+ * (lane%4)*2 + (e&1). */
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_m64n256k16_t(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, %131, %132;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -155,10 +157,14 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
           "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
           "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
 #else
     __trap(); /* only the sm_90a build has wgmma; the host launches no wgmma kernel elsewhere */
 #endif
+}
+/* both operands K-major */
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    wgmma_m64n256k16_t<0, 0>(d, desc_a, desc_b, scale_d);
 }
 
 

@@ -52,13 +52,13 @@
  * Compiled (nvcc 13.0, sm_90a): HGMMA.64x256x16 with .tnspA.tnspB (dW) and .tnspB (dH), UTMALDG
  * copies, REDG.E.ADD.F32x4 for red; no spills but 64 bytes in the dH cluster-2 epilogue.
  *
- * On an H100 SXM 80 GB (2026-11-26) every check passed on the first run, and the six timed shapes
- * ran at 0.89-1.02x cuBLAS's time, 0.91-0.98x in one run and 0.89-1.02x in the next: a few per
- * cent ahead on average, with the run-to-run spread about as large. In the layer it lost (0.6-6.5 %
- * on the layer, 3 % on the GPT-2 trainer at V = 262144). The likely causes, not yet measured apart:
- * the next chunk's tile kernel, launched early behind cuBLASLt's dW, cannot start before the
- * persistent GEMM's last CTA ends, and the split dH needs panels and a sum pass where cuBLAS has
- * one launch. To win there it needs the
+ * On an H100 SXM 80 GB (2026-11-26; `./build/bench_gemm_sm90 --check-only`, then without it) every
+ * check passed on the first run, and the six timed shapes ran at 0.91-0.98x cuBLAS's time in one
+ * run and 0.89-1.02x in the next: a few per cent ahead on average, with the run-to-run spread
+ * about as large. In the layer it lost (0.6-6.5 % on the layer, 3 % on the GPT-2 trainer at
+ * V = 262144). The likely causes, not yet measured apart: the next chunk's tile kernel, launched
+ * early behind cuBLASLt's dW, cannot start before the persistent GEMM's last CTA ends, and the
+ * split dH needs panels and a sum pass where cuBLAS has one launch. To win there it needs the
  * softmax work in its epilogues, so that there are fewer kernels to hand over between. */
 #include <cuda.h> /* CUtensorMap */
 #include <math.h>
@@ -151,36 +151,6 @@ __device__ __forceinline__ void gm_wait(uint32_t bar, uint32_t parity, const Gem
 __device__ __forceinline__ uint64_t gm_desc(uint32_t addr, uint32_t lbo) {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
            (1ull << 62);
-}
-
-/* D[64 x 256] (+)= A[64 x 16] . B[16 x 256] from shared memory, TA = 1 when A is MN-major (m
- * contiguous), B always MN-major (n contiguous); accumulator layout as wgmma_m64n256k16's. */
-template <int TA>
-__device__ __forceinline__ void wgmma_m64n256k16_tb(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, %131, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA));
-#else
-    __trap(); /* only the sm_90a build has wgmma */
-#endif
 }
 
 /* ---- the schedule: work unit -> (rows, columns, k-blocks) --------------------------------------- */
@@ -364,7 +334,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                     /* K-major A steps 16 k = 32 bytes along its rows; MN-major operands step 16 k
                      * rows of 128 bytes */
                     const uint64_t da = TA ? gm_desc(sa + kk * 2048, GM_PANEL_BYTES) : gm_desc(sa + kk * 32, 16);
-                    wgmma_m64n256k16_tb<TA>(acc, da, gm_desc(sb + kk * 2048, GM_PANEL_BYTES), (kb | kk) != 0);
+                    wgmma_m64n256k16_t<TA, 1>(acc, da, gm_desc(sb + kk * 2048, GM_PANEL_BYTES), (kb | kk) != 0);
                 }
                 wgmma_commit();
                 /* the previous k-block's products are done: its stage goes back to the producer
@@ -446,7 +416,7 @@ static void context_init(GemmContext *g) {
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
     if (prop.major != 9) {
-        fprintf(stderr, "error: %s is compute capability %d.%d; this benchmark is built for sm_90a (run it on an H100 or H200)\n",
+        fprintf(stderr, "error: %s is compute capability %d.%d; this benchmark is built for sm_90a (run it on a Hopper GPU)\n",
                 prop.name, prop.major, prop.minor);
         exit(1);
     }
@@ -930,10 +900,10 @@ static long long parse_int(const char *s, const char *opt, long long lo, long lo
 static ShapeArg parse_shape(const char *s) {
     ShapeArg a = {};
     long long x, y, z;
-    char kind[3] = {0};
+    char product[3] = {0};
     int used = 0;
-    if (sscanf(s, "%2[dwh]:%lld,%lld,%lld%n", kind, &x, &y, &z, &used) != 4 || s[used] ||
-        (strcmp(kind, "dw") && strcmp(kind, "dh"))) {
+    if (sscanf(s, "%2[dwh]:%lld,%lld,%lld%n", product, &x, &y, &z, &used) != 4 || s[used] ||
+        (strcmp(product, "dw") && strcmp(product, "dh"))) {
         char msg[256];
         snprintf(msg, sizeof msg, "--shape takes dw:V,d,C or dh:C,d,V, got '%s'", s);
         usage_error(msg);
@@ -944,7 +914,7 @@ static ShapeArg parse_shape(const char *s) {
         snprintf(msg, sizeof msg, "--shape %s: sizes must be positive, below 2^31, and d a multiple of 8", s);
         usage_error(msg);
     }
-    a.dw = kind[1] == 'w', a.s0 = x, a.d = y, a.s2 = z;
+    a.dw = product[1] == 'w', a.s0 = x, a.d = y, a.s2 = z;
     return a;
 }
 
