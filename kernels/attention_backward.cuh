@@ -405,17 +405,7 @@ __global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
                     ap[kk][e] = xch[(kk * 4 + e) * ATT_THREADS + t];
                     ad[kk][e] = xch[(16 + kk * 4 + e) * ATT_THREADS + t];
                 }
-#pragma unroll
-        for (int p = 0; p < NP; p++) fence_acc(dv[p]), fence_acc(dk[p]);
-        wgmma_fence();
-        wgmma_issue_xb<HO>(dv, ap, dOt + half_off); /* dV += Pᵀ·dO */
-        wgmma_issue_xb<HO>(dk, ad, Qt + half_off);  /* dK += dSᵀ·Q */
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(ap);
-        fence_regs(ad);
-#pragma unroll
-        for (int p = 0; p < NP; p++) fence_acc(dv[p]), fence_acc(dk[p]);
+        wgmma_dv_dk<HO>(dv, dk, ap, ad, dOt + half_off, Qt + half_off);
         /* Every warpgroup is done with buffer `buf` and the hand-over before they are refilled. */
         __syncthreads();
     }

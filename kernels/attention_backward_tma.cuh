@@ -164,17 +164,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         uint32_t ap[4][4], ad[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) pack_a_fragment(ap[kk], st, kk), pack_a_fragment(ad[kk], dpt, kk);
-#pragma unroll
-        for (int p = 0; p < NP; p++) fence_acc(dv[p]), fence_acc(dk[p]);
-        wgmma_fence();
-        wgmma_issue_xb<HS>(dv, ap, dOt); /* dV += Pᵀ·dO */
-        wgmma_issue_xb<HS>(dk, ad, Qt);  /* dK += dSᵀ·Q */
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(ap);
-        fence_regs(ad);
-#pragma unroll
-        for (int p = 0; p < NP; p++) fence_acc(dv[p]), fence_acc(dk[p]);
+        wgmma_dv_dk<HS>(dv, dk, ap, ad, dOt, Qt);
         att_tma_release(empty + 8 * s, lane);
     }
 

@@ -142,4 +142,22 @@ __device__ __forceinline__ void wgmma_xb(float (&acc)[HS / 64][32], const float 
     for (int p = 0; p < HS / 64; p++) fence_acc(acc[p]);
 }
 
+/* dV += Pᵀ·dO and dK += dSᵀ·Q in one wgmma batch: Pᵀ and dSᵀ as A fragments (ap, ad), dOᵀ and Qᵀ as
+ * in wgmma_issue_xb. Waits for completion: the fragments are free after. */
+template <int HS>
+__device__ __forceinline__ void wgmma_dv_dk(float (&dv)[HS / 64][32], float (&dk)[HS / 64][32],
+                                            uint32_t (&ap)[4][4], uint32_t (&ad)[4][4], uint32_t dOt, uint32_t Qt) {
+#pragma unroll
+    for (int p = 0; p < HS / 64; p++) fence_acc(dv[p]), fence_acc(dk[p]);
+    wgmma_fence();
+    wgmma_issue_xb<HS>(dv, ap, dOt);
+    wgmma_issue_xb<HS>(dk, ad, Qt);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(ap);
+    fence_regs(ad);
+#pragma unroll
+    for (int p = 0; p < HS / 64; p++) fence_acc(dv[p]), fence_acc(dk[p]);
+}
+
 #endif
