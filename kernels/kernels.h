@@ -167,8 +167,9 @@ typedef enum {
 /* out [N, F] (=) = act(gate)·up, inp [N, 2F] per token gate F then up F (the packed gate/up
  * projection). Any F. */
 void gated_forward(kbf16 *out, const kbf16 *inp, size_t N, int F, GatedAct act, cudaStream_t stream);
-/* dinp [N, 2F] (=): dgate = dout·up·act'(gate), dup = dout·act(gate). */
-void gated_backward(kbf16 *dinp, const kbf16 *dout, const kbf16 *inp, size_t N, int F, GatedAct act,
+/* dinp [N, 2F] (=): dgate = dout·up·act'(gate), dup = dout·act(gate); and, when out != NULL,
+ * out [N, F] (=) the same bits gated_forward writes, for the down projection's weight gradient. */
+void gated_backward(kbf16 *dinp, kbf16 *out, const kbf16 *dout, const kbf16 *inp, size_t N, int F, GatedAct act,
                     cudaStream_t stream);
 
 /* ---- matmul.cu: cuBLASLt, plans and heuristics cached per shape ------------------------- */

@@ -5,7 +5,9 @@
  * [F, 2F): HF's gate_proj rows then up_proj rows as one matrix); out [N, F], down_proj's input.
  *   launch: a thread per 8 adjacent columns of one token (16-byte accesses) when F % 8 == 0, else a
  *   thread per column. FLOPs ~10 per output (forward), ~20 (backward); bytes N·F·2·3 forward,
- *   N·F·2·5 backward (memory bound). */
+ *   N·F·2·5 backward, N·F·2·6 when the backward also re-forms the product (memory bound): a
+ *   backward that needs the product for down_proj's weight gradient gets it from the pass that
+ *   reads gate and up anyway, instead of a forward pass that reads them again. */
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
 
@@ -54,22 +56,26 @@ __global__ void gated_forward_kernel(bf16 *out, const bf16 *inp, size_t N, int F
 }
 
 template <int V>
-__global__ void gated_backward_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp, size_t N, int F, int act) {
+__global__ void gated_backward_kernel(bf16 *dinp, bf16 *out, const bf16 *dout, const bf16 *inp, size_t N, int F,
+                                      int act) {
     size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x, per_row = (size_t)F / V;
     if (j >= N * per_row) return;
     size_t n = j / per_row, f = (j % per_row) * V;
     const bf16 *gate = inp + n * 2 * F + f;
-    float g[V], u[V], d[V], dg[V], du[V];
+    float g[V], u[V], d[V], dg[V], du[V], o[V];
     load_cols<V>(g, gate);
     load_cols<V>(u, gate + F);
     load_cols<V>(d, dout + n * F + f);
 #pragma unroll
     for (int i = 0; i < V; i++) {
+        float a = gated_act(g[i], act);
+        o[i] = a * u[i];
         dg[i] = d[i] * u[i] * gated_act_grad(g[i], act);
-        du[i] = d[i] * gated_act(g[i], act);
+        du[i] = d[i] * a;
     }
     store_cols<V>(dinp + n * 2 * F + f, dg);
     store_cols<V>(dinp + n * 2 * F + F + f, du);
+    if (out) store_cols<V>(out + n * F + f, o);
 }
 
 extern "C" void gated_forward(kbf16 *out, const kbf16 *inp, size_t N, int F, GatedAct act, cudaStream_t stream) {
@@ -82,13 +88,13 @@ extern "C" void gated_forward(kbf16 *out, const kbf16 *inp, size_t N, int F, Gat
     CUDA_CHECK(cudaGetLastError());
 }
 
-extern "C" void gated_backward(kbf16 *dinp, const kbf16 *dout, const kbf16 *inp, size_t N, int F, GatedAct act,
-                               cudaStream_t stream) {
+extern "C" void gated_backward(kbf16 *dinp, kbf16 *out, const kbf16 *dout, const kbf16 *inp, size_t N, int F,
+                               GatedAct act, cudaStream_t stream) {
     size_t threads = N * (size_t)F;
     if (threads == 0) return;
     if (F % 8 == 0)
-        gated_backward_kernel<8><<<ceil_div(threads / 8, 256), 256, 0, stream>>>(dinp, dout, inp, N, F, act);
+        gated_backward_kernel<8><<<ceil_div(threads / 8, 256), 256, 0, stream>>>(dinp, out, dout, inp, N, F, act);
     else
-        gated_backward_kernel<1><<<ceil_div(threads, 256), 256, 0, stream>>>(dinp, dout, inp, N, F, act);
+        gated_backward_kernel<1><<<ceil_div(threads, 256), 256, 0, stream>>>(dinp, out, dout, inp, N, F, act);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -1549,10 +1549,14 @@ static void gated_case(int N, int F, int gelu) {
 
     bf16 *d_inp = up_bf16(inp, nin), *d_dout = up_bf16(dout, nout);
     bf16 *d_out = (bf16 *)dalloc(nout * 2), *d_dinp = (bf16 *)dalloc(nin * 2);
+    bf16 *d_out_again = (bf16 *)dalloc(nout * 2), *d_dinp_alone = (bf16 *)dalloc(nin * 2);
     poison(d_out, nout * 2);
     poison(d_dinp, nin * 2);
+    poison(d_out_again, nout * 2);
+    poison(d_dinp_alone, nin * 2);
     gated_forward(d_out, d_inp, N, F, act, 0);
-    gated_backward(d_dinp, d_dout, d_inp, N, F, act, 0);
+    gated_backward(d_dinp, d_out_again, d_dout, d_inp, N, F, act, 0);
+    gated_backward(d_dinp_alone, NULL, d_dout, d_inp, N, F, act, 0);
     dsync();
     float *out_g = hmalloc(nout), *dinp_g = hmalloc(nin);
     down_bf16(out_g, d_out, nout);
@@ -1560,6 +1564,13 @@ static void gated_case(int N, int F, int gelu) {
     snprintf(what, sizeof what, "%s N=%d F=%d: out", gelu ? "geglu" : "swiglu", N, F);
     CHECK_REL(rel_l2(out_g, out_ref, nout), 1e-2, what);
     CHECK_REL(rel_l2(dinp_g, dinp_ref, nin), 1e-2, "  bwd d(gate|up)");
+    /* the backward's re-formed product is what down_proj's input was in the forward, bit for bit,
+     * and asking for it leaves the gradients unchanged */
+    float *out_again = hmalloc(nout), *dinp_alone = hmalloc(nin);
+    down_bf16(out_again, d_out_again, nout);
+    down_bf16(dinp_alone, d_dinp_alone, nin);
+    CHECK(same_bytes(out_again, out_g, nout * 4), "%s: the backward's product differs from the forward's", what);
+    CHECK(same_bytes(dinp_alone, dinp_g, nin * 4), "%s: the gradient depends on whether the product is kept", what);
     /* gate is the first half of each row: swapping the halves must not pass */
     double swapped = 0, den = 0;
     for (int n = 0; n < N; n++)
@@ -1572,11 +1583,11 @@ static void gated_case(int N, int F, int gelu) {
     if (nout >= 64) /* too few values may swap to nearly the same */
         CHECK(sqrt(swapped / den) > 0.1, "gate and up are indistinguishable in this case (rel %.2e)",
               sqrt(swapped / den));
-    free(inp); free(out_ref); free(dout); free(dinp_ref); free(out_g); free(dinp_g);
+    free(inp); free(out_ref); free(dout); free(dinp_ref); free(out_g); free(dinp_g); free(out_again); free(dinp_alone);
     dfree_all();
 }
 
-TEST(kernels_swiglu_and_geglu_take_gate_then_up_and_match_cpu) {
+TEST(kernels_swiglu_and_geglu_take_gate_then_up_match_cpu_and_the_backward_reforms_the_forwards_product) {
     seed_fresh();
     gated_case(1, 1, 0);
     gated_case(37, 7, 0);     /* a thread per column */

@@ -295,12 +295,15 @@ int main(int argc, char **argv) {
         bf16 *gu = rand_bf16(N * 2 * F, 2.0f), *act = (bf16 *)dmalloc(N * F * 2), *dgu = (bf16 *)dmalloc(N * 2 * F * 2);
         TIME_MS(ms, gated_forward(act, gu, N, F, GATED_SILU, 0));
         row("swiglu forward F=3072", ms, 10.0 * N * F, 3.0 * N * F * 2);
-        TIME_MS(ms, gated_backward(dgu, act, gu, N, F, GATED_SILU, 0));
+        TIME_MS(ms, gated_backward(dgu, NULL, act, gu, N, F, GATED_SILU, 0));
         row("swiglu backward F=3072", ms, 20.0 * N * F, 5.0 * N * F * 2);
+        bf16 *prod = (bf16 *)dmalloc(N * F * 2);
+        TIME_MS(ms, gated_backward(dgu, prod, act, gu, N, F, GATED_SILU, 0));
+        row("swiglu backward + product F=3072", ms, 30.0 * N * F, 6.0 * N * F * 2);
         CUDA_CHECK(cudaFree(proj)); CUDA_CHECK(cudaFree(qkv)); CUDA_CHECK(cudaFree(dqkv)); CUDA_CHECK(cudaFree(qn));
         CUDA_CHECK(cudaFree(kn)); CUDA_CHECK(cudaFree(cs)); CUDA_CHECK(cudaFree(sn)); CUDA_CHECK(cudaFree(rstd));
         CUDA_CHECK(cudaFree(dqn)); CUDA_CHECK(cudaFree(dkn)); CUDA_CHECK(cudaFree(scratch)); CUDA_CHECK(cudaFree(gu));
-        CUDA_CHECK(cudaFree(act)); CUDA_CHECK(cudaFree(dgu));
+        CUDA_CHECK(cudaFree(act)); CUDA_CHECK(cudaFree(dgu)); CUDA_CHECK(cudaFree(prod));
     }
     /* Optimizer over 124M parameters as one tensor list of GPT-2 small's sizes (approximate). */
     if (WANT("optimizer")) {

@@ -604,17 +604,17 @@ static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
         const float *cos_t, *sin_t;
         layer_rope(cb, l, &cos_t, &sin_t);
 #define P(role) param_bf16_opt(cb, param_of_layer(t, l, role))
-        /* MLP; its input (ln2, whose rstd is rewritten unchanged), [the gate/up rows] and the gated
-         * product are recomputed */
+        /* MLP; its input (ln2, whose rstd is rewritten unchanged) and [the gate/up rows] are
+         * recomputed, and the gated product is re-formed by the activation's backward (which reads
+         * gate/up anyway) before the down projection's weight gradient needs it */
         residual_rmsnorm_forward(NULL, a->ln2, a->ln2_rstd, a->residual2, NULL, P(ROLE_LN2_W), N, C, cfg->norm_eps,
                                  one_plus_w, s);
         if (cb->recompute_gelu == 2)
             matmul_forward(a->fch_pre, NULL, a->ln2, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
-        gated_forward(a->fch_gelu, a->fch_pre, (size_t)N, (int)w.F, act, s);
         const kbf16 *dfcproj = branch_projection_grad(cb, g.mlppostw, a->fcproj, P(ROLE_MLPPOST_W), a->mlppost_rstd, N);
-        matmul_backward(cb->dact, g.fcprojw, NULL, NULL, dfcproj, a->fch_gelu, P(ROLE_FCPROJ_W), NULL, N, (int)w.F,
-                        C, s);
-        gated_backward(cb->dfch, cb->dact, a->fch_pre, (size_t)N, (int)w.F, act, s);
+        matmul_backward(cb->dact, NULL, NULL, NULL, dfcproj, NULL, P(ROLE_FCPROJ_W), NULL, N, (int)w.F, C, s);
+        gated_backward(cb->dfch, a->fch_gelu, cb->dact, a->fch_pre, (size_t)N, (int)w.F, act, s);
+        matmul_backward(NULL, g.fcprojw, NULL, NULL, dfcproj, a->fch_gelu, NULL, NULL, N, (int)w.F, C, s);
         matmul_backward(cb->dln, g.fcw, NULL, NULL, cb->dfch, a->ln2, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
         rmsnorm_backward(cb->dres, g.ln2w, cb->scratch, cb->dln, a->residual2, P(ROLE_LN2_W), a->ln2_rstd, N, C,
                          one_plus_w, s);
