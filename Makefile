@@ -55,8 +55,8 @@ GPU_TEST_OBJ := $(patsubst %.cu,build/%.cu.o,$(GPU_TEST_SRC))
 
 .PHONY: all test test-gpu bench data clean deps compare
 .DEFAULT_GOAL := train
-all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer $(BUILD)/lt_algo_probe \
-     $(BUILD)/bench_gemm_sm90
+all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer $(BUILD)/bench_kernels \
+     $(BUILD)/lt_algo_probe $(BUILD)/bench_gemm_sm90
 
 # Under SANITIZE=1 the tests run a sanitized trainer, $(BUILD)/train; ./train is never sanitized.
 TRAIN_BIN := $(if $(SANFLAGS),$(BUILD)/train,train)
