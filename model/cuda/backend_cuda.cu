@@ -15,8 +15,8 @@
  * A RoPE family's layer keeps only what an elementwise pass cannot give back: the projection's qkv
  * (before QK-norm and RoPE), atty (+ lse), residual2, the gate/up rows and residual3, with the
  * norms' 1/rms; the backward recomputes ln1 and ln2 from the residuals (one RMSNorm pass each), the
- * gated product from the gate/up rows, and with QK-norm the rotated qkv from the projection's (one
- * RoPE pass), each into one buffer shared by the layers. At Qwen3-0.6B's widths that keeps 14·C
+ * gated product from the gate/up rows (in the pass that computes their gradient), and with QK-norm
+ * the rotated qkv from the projection's (one RoPE pass), each into one buffer shared by the layers. At Qwen3-0.6B's widths that keeps 14·C
  * values per token and layer instead of 23·C, for about 3 % more time in the backward. When that
  * does not fit (or recompute_gelu 2 asks), the gate/up rows are not kept either (8·C): the backward
  * runs their GEMM again, about 4 % of a step at Qwen3-0.6B's widths.
