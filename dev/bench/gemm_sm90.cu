@@ -118,8 +118,8 @@ __device__ __forceinline__ uint64_t global_ns() {
     return t;
 }
 
-/* mbar_wait with a bound: after GM_WAIT_NS the waiter records itself and traps (a hang would
- * otherwise hold the device until the lease ends). */
+/* mbar_wait with a bound: after GM_WAIT_NS the waiter records itself and traps, so a copy or a
+ * release that never comes ends the bench with a report instead of hanging the GPU. */
 __device__ __forceinline__ void gm_wait(uint32_t bar, uint32_t parity, const GemmDebug &dbg, int what, int stage) {
     uint64_t start = 0;
     for (uint32_t n = 0;; n++) {
