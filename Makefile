@@ -56,7 +56,7 @@ GPU_TEST_OBJ := $(patsubst %.cu,build/%.cu.o,$(GPU_TEST_SRC))
 .PHONY: all test test-gpu bench data clean deps compare
 .DEFAULT_GOAL := train
 all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer $(BUILD)/bench_kernels \
-     $(BUILD)/lt_algo_probe $(BUILD)/bench_gemm_sm90
+     $(BUILD)/lt_algo_probe $(BUILD)/bench_gemm_sm90 $(BUILD)/bench_nccl_copy_engine
 
 # Under SANITIZE=1 the tests run a sanitized trainer, $(BUILD)/train; ./train is never sanitized.
 TRAIN_BIN := $(if $(SANFLAGS),$(BUILD)/train,train)
@@ -111,6 +111,10 @@ $(BUILD)/bench_kernels: build/dev/bench/bench_kernels.cu.o $(KERNEL_OBJ)
 # beside it (dev/bench/gemm_sm90.cu; header-only kernels/ helpers, no kernel objects)
 $(BUILD)/bench_gemm_sm90: build/dev/bench/gemm_sm90.cu.o
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
+
+# NCCL's kernel-driven exchanges against its copy-engine ones, alone and beside GEMMs (two GPUs or more)
+$(BUILD)/bench_nccl_copy_engine: build/dev/bench/nccl_copy_engine.cu.o
+	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS) -lpthread
 
 # every cuBLASLt algorithm for the fused backward's GEMM shapes (dev/profile/output_layer_profile.sh
 # runs it)

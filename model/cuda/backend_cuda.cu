@@ -79,6 +79,7 @@ typedef struct {
     cudaStream_t stream;
     kbf16 *params;                 /* bf16 weights, table layout (padded_total) */
     float *grads;                  /* fp32, table layout (padded_total) */
+    const Dist *exchange;          /* data parallel: params and grads come from dist_alloc_exchanged */
     float *master, *m, *v;         /* fp32, state_elems: table layout, or this rank's shard */
     float *state_grads;            /* the reduced gradients AdamW reads: grads, or the shard's */
     size_t padded_total, state_elems;
@@ -888,9 +889,15 @@ static void cuda_destroy(Backend *be) {
     CUDA_CHECK(cudaFree(cb->arena));
     CUDA_CHECK(cudaFree(cb->v));
     CUDA_CHECK(cudaFree(cb->m));
-    CUDA_CHECK(cudaFree(cb->grads));
-    CUDA_CHECK(cudaFree(cb->master));
-    CUDA_CHECK(cudaFree(cb->params));
+    if (cb->exchange) {
+        dist_free_exchanged(cb->exchange, cb->grads);
+        CUDA_CHECK(cudaFree(cb->master));
+        dist_free_exchanged(cb->exchange, cb->params);
+    } else {
+        CUDA_CHECK(cudaFree(cb->grads));
+        CUDA_CHECK(cudaFree(cb->master));
+        CUDA_CHECK(cudaFree(cb->params));
+    }
     matmul_free();
     if (cb->stream) CUDA_CHECK(cudaStreamDestroy(cb->stream));
     free(cb->replicated_rows);
@@ -1156,8 +1163,15 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     int npieces = grad_sync_pieces(cb->sync, &pieces, &cb->state_elems);
     cb->padded_total = cb->sync ? grad_sync_padded_total(cb->sync) : P;
     if (!npieces) cb->state_elems = P;
-    CUDA_CHECK(cudaMalloc((void **)&cb->params, cb->padded_total * sizeof(kbf16)));
-    CUDA_CHECK(cudaMalloc((void **)&cb->grads, cb->padded_total * sizeof(float)));
+    if (cb->sync) {
+        /* where the copy engines can reach them on every rank (ZeRO-1's exchanges) */
+        cb->exchange = dist;
+        cb->params = (kbf16 *)dist_alloc_exchanged(dist, cb->padded_total * sizeof(kbf16));
+        cb->grads = (float *)dist_alloc_exchanged(dist, cb->padded_total * sizeof(float));
+    } else {
+        CUDA_CHECK(cudaMalloc((void **)&cb->params, cb->padded_total * sizeof(kbf16)));
+        CUDA_CHECK(cudaMalloc((void **)&cb->grads, cb->padded_total * sizeof(float)));
+    }
     CUDA_CHECK(cudaMalloc((void **)&cb->master, cb->state_elems * sizeof(float)));
     CUDA_CHECK(cudaMalloc((void **)&cb->m, cb->state_elems * sizeof(float)));
     CUDA_CHECK(cudaMalloc((void **)&cb->v, cb->state_elems * sizeof(float)));

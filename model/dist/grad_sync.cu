@@ -23,6 +23,9 @@ struct GradSync {
     int pad_token;
     BucketPlan plan;
     float *grad_shard; /* ZeRO-1: this rank's reduced gradients, compact */
+    /* ZeRO-1 over the fp32 wire: where the all-to-all lands every rank's piece of this rank's part,
+     * in the gradients' layout (bucket b's part from rank j at b.begin + j·part) */
+    float *landing;
     cudaStream_t comm;
     cudaEvent_t ready;                    /* reused: record on main, comm waits (ordered use) */
     cudaEvent_t compute_done, comm_done;  /* timing: the wait not hidden by the backward */
@@ -57,6 +60,7 @@ static int owns_encoder(const ParamTable *t, int zero1, int overlap, int world) 
 size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overlap, int bf16_wire, int B, int T) {
     if (!d || d->world < 2) return 0;
     size_t bytes = zero1 ? (t->total / (size_t)d->world + (size_t)t->cfg.num_layers + 3) * sizeof(float) : 0;
+    if (zero1 && !bf16_wire) bytes += (size_t)round_up((int64_t)t->total, d->world) * sizeof(float);
     if (owns_encoder(t, zero1, overlap, d->world)) {
         size_t n_all = (size_t)d->world * B * T;
         bytes += n_all * t->cfg.dim * sizeof(kbf16) + n_all * sizeof(int) +
@@ -103,6 +107,8 @@ GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int ov
     CUDA_CHECK(cudaEventCreate(&gs->gather_begin));
     CUDA_CHECK(cudaEventCreate(&gs->gather_end));
     if (zero1) CUDA_CHECK(cudaMalloc((void **)&gs->grad_shard, gs->plan.shard_elems * sizeof(float)));
+    if (zero1 && !bf16_wire)
+        gs->landing = (float *)dist_alloc_exchanged(d, gs->plan.padded_total * sizeof(float));
     if (early_embeddings) {
         size_t n_all = (size_t)gs->world * B * T;
         CUDA_CHECK(cudaMalloc((void **)&gs->dres_all, n_all * gs->C * sizeof(kbf16)));
@@ -131,6 +137,7 @@ void grad_sync_free(GradSync *gs) {
     CUDA_CHECK(cudaFree(gs->wire_send));
     free(gs->wire_counts);
     CUDA_CHECK(cudaFree(gs->encoder_scratch));
+    dist_free_exchanged(gs->dist, gs->landing);
     CUDA_CHECK(cudaFree(gs->grad_shard));
     CUDA_CHECK(cudaFree(gs->inputs_all));
     CUDA_CHECK(cudaFree(gs->dres_all));
@@ -196,16 +203,34 @@ static void wire_reduce(GradSync *gs, float *grads, size_t begin, size_t n, floa
     dist_allgather_parts(gs->dist, bucket, gs->wire_counts, s.part, DIST_FLOAT32, gs->comm);
 }
 
+/* ZeRO-1 over the fp32 wire, in two halves so that a step's exchanges can go as one group: every
+ * rank's piece of bucket i to the rank that owns it (the copy engines, no SM taken from the
+ * backward), then this rank's pieces summed in rank order into its shard. For two ranks that sum is
+ * a reduce-scatter's to the bit (one fp32 addition, which commutes). */
+static void exchange_bucket(GradSync *gs, int i, const float *grads) {
+    const GradBucket *b = &gs->plan.buckets[i];
+    dist_alltoall_copy(gs->dist, grads + b->begin, gs->landing + b->begin, b->count / (size_t)gs->world, DIST_FLOAT32,
+                       gs->comm);
+}
+
+static void sum_bucket(GradSync *gs, int i) {
+    const GradBucket *b = &gs->plan.buckets[i];
+    const size_t part = b->count / (size_t)gs->world;
+    sum_fp32_parts(gs->grad_shard + bucket_plan_piece(&gs->plan, i)->shard_offset, gs->landing + b->begin, part,
+                   gs->world, part, gs->comm);
+}
+
 static void reduce_bucket(GradSync *gs, int i, float *grads) {
     const GradBucket *b = &gs->plan.buckets[i];
-    if (gs->bf16_wire)
+    if (gs->bf16_wire) {
         wire_reduce(gs, grads, b->begin, b->count,
                     gs->zero1 ? gs->grad_shard + bucket_plan_piece(&gs->plan, i)->shard_offset : NULL);
-    else if (gs->zero1)
-        dist_reduce_scatter_sum(gs->dist, grads + b->begin, gs->grad_shard + bucket_plan_piece(&gs->plan, i)->shard_offset,
-                                b->count / (size_t)gs->world, DIST_FLOAT32, gs->comm);
-    else
+    } else if (gs->zero1) {
+        exchange_bucket(gs, i, grads);
+        sum_bucket(gs, i);
+    } else {
         dist_allreduce_sum(gs->dist, grads + b->begin, b->count, DIST_FLOAT32, gs->comm);
+    }
 }
 
 void grad_sync_ready(GradSync *gs, SyncPoint p, int layer, float *grads, cudaStream_t main) {
@@ -250,8 +275,9 @@ void grad_sync_finish(GradSync *gs, float *grads, cudaStream_t main) {
             wire_reduce(gs, grads, 0, gs->plan.padded_total, NULL);
         } else if (gs->zero1) {
             dist_group_begin(gs->dist);
-            for (int i = 0; i < gs->plan.num_buckets; i++) reduce_bucket(gs, i, grads);
+            for (int i = 0; i < gs->plan.num_buckets; i++) exchange_bucket(gs, i, grads);
             dist_group_end(gs->dist);
+            for (int i = 0; i < gs->plan.num_buckets; i++) sum_bucket(gs, i);
         } else {
             dist_allreduce_sum(gs->dist, grads, gs->plan.padded_total, DIST_FLOAT32, gs->comm);
         }
@@ -272,8 +298,8 @@ void grad_sync_gather_weights(GradSync *gs, kbf16 *params, cudaStream_t main) {
     dist_group_begin(gs->dist);
     for (int i = 0; i < gs->plan.num_buckets; i++) {
         const ShardPiece *piece = bucket_plan_piece(&gs->plan, i);
-        dist_allgather(gs->dist, params + piece->begin, params + gs->plan.buckets[i].begin, piece->count,
-                       DIST_BFLOAT16, main);
+        dist_allgather_copy(gs->dist, params + piece->begin, params + gs->plan.buckets[i].begin, piece->count,
+                            DIST_BFLOAT16, main);
     }
     dist_group_end(gs->dist);
     CUDA_CHECK(cudaEventRecord(gs->gather_end, main));

@@ -15,11 +15,15 @@
  * all of it. Its 800 MB reduction then hides under the whole transformer backward.
  *
  * Ranks sum their gradients; the backend scales each rank's loss by 1/world, so the sum is the
- * mean. ZeRO-1: each bucket is reduce-scattered instead, every rank keeps 1/world of each bucket
- * (its shard: fp32 master weights, AdamW moments and reduced gradients, compact), updates it, and
- * the bf16 weights are all-gathered after the update. Bucket edges are then rounded up to
- * multiples of world so that every bucket splits evenly; a bucket still only ever holds values
- * that are final when it is reduced (model/dist/grad_buckets.h).
+ * mean. ZeRO-1: every rank keeps 1/world of each bucket (its shard: fp32 master weights, AdamW
+ * moments and reduced gradients, compact), updates it, and the bf16 weights are all-gathered after
+ * the update. Bucket edges are then rounded up to multiples of world so that every bucket splits
+ * evenly; a bucket still only ever holds values that are final when it is reduced
+ * (model/dist/grad_buckets.h). A bucket's reduction is an all-to-all, each rank's piece j to rank j,
+ * and a sum in rank order on the receiver, rather than NCCL's reduce-scatter: the all-to-all and
+ * the weight gather then run on the GPUs' copy engines (dist.h), so the backward they overlap keeps
+ * every SM, and the sum is the same bits on every rank and in every mode. The pieces land in a
+ * buffer of the gradients' size.
  *
  * The bf16 wire (--grad-reduce bf16: grad_sync_create's bf16_wire). Each bucket is cut into world parts
  * (grad_buckets.h WireSplit; under ZeRO-1 the shard pieces). Every rank rounds its fp32 values once
