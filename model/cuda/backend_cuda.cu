@@ -282,6 +282,7 @@ static void forward_embed(CudaBackend *cb, int t0, int B, int T) {
     const GPTConfig *cfg = &cb->t->cfg;
     const size_t r = (size_t)t0, C = (size_t)cfg->dim;
     const kbf16 *wpe = param_bf16_opt(cb, param_whole(cb->t, ROLE_WPE));
+    grad_sync_weights_ready(cb->sync, -1, cb->stream);
     if (vocab_parallel_tied(cb->vp)) {
         vocab_parallel_embed(cb->vp, cb->encoded, cb->d_inputs, wpe, T, cb->stream);
         return;
@@ -303,6 +304,7 @@ static void forward_body_gpt2(CudaBackend *cb, int t0, int B, int T) {
     cudaStream_t s = cb->stream;
     forward_embed(cb, t0, B, T);
     for (int l = 0; l < cfg->num_layers; l++) {
+        grad_sync_weights_ready(cb->sync, l, s);
         CudaLayerActs *a = &cb->layer[l];
         CudaLayerActs *prev = l > 0 ? &cb->layer[l - 1] : NULL;
 #define P(role) param_bf16(cb, param_of_layer(t, l, role))
@@ -330,6 +332,7 @@ static void forward_body_gpt2(CudaBackend *cb, int t0, int B, int T) {
                        4 * C, C, s);
 #undef P
     }
+    grad_sync_weights_ready(cb->sync, cfg->num_layers, s); /* ln_f, and an untied head after it */
     CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
     residual_layernorm_forward(last->residual3 + r * C, cb->lnf + r * C, cb->lnf_mean + r, cb->lnf_rstd + r,
                                last->residual2 + r * C, cb->fcproj + r * C, param_bf16(cb, param_whole(t, ROLE_LNF_W)),
@@ -379,6 +382,7 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
     cudaStream_t s = cb->stream;
     forward_embed(cb, t0, B, T);
     for (int l = 0; l < cfg->num_layers; l++) {
+        grad_sync_weights_ready(cb->sync, l, s);
         CudaLayerActs *a = &cb->layer[l];
         CudaLayerActs *prev = l > 0 ? &cb->layer[l - 1] : NULL;
         const float *cos_t, *sin_t;
@@ -419,6 +423,7 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
                                   P(ROLE_FCPROJ_W), P(ROLE_MLPPOST_W), N, (int)w.F);
 #undef P
     }
+    grad_sync_weights_ready(cb->sync, cfg->num_layers, s); /* the final norm, and an untied head after it */
     CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
     residual_rmsnorm_forward(last->residual3 + r * C, cb->lnf + r * C, cb->lnf_rstd + r, last->residual2 + r * C,
                              cb->fcproj + r * C, param_bf16(cb, param_whole(t, ROLE_LNF_W)), N, C, eps, one_plus_w, s);
@@ -796,6 +801,7 @@ static void cuda_read_state(Backend *be, float *params, float *m, float *v) {
 static void cuda_write_state(Backend *be, const float *params, const float *m, const float *v) {
     CudaBackend *cb = (CudaBackend *)be;
     size_t n = cb->P * sizeof(float);
+    grad_sync_weights_wait(cb->sync, cb->stream); /* a pending gather would overwrite what this writes */
     if (params) {
         /* bf16 weights are whole on every rank: convert from a full fp32 copy (the gradient buffer) */
         CUDA_CHECK(cudaMemcpyAsync(cb->grads, params + cb->flat0, n, cudaMemcpyHostToDevice, cb->stream));
