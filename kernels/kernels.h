@@ -225,6 +225,8 @@ void convert_fp32_to_bf16(kbf16 *out, const float *in, size_t n, cudaStream_t st
  * (one part a rank): the same bits whichever rank sums them. */
 void sum_bf16_parts(float *out, const kbf16 *parts, size_t stride, int nparts, size_t n, cudaStream_t stream);
 void sum_fp32_parts(float *out, const float *parts, size_t stride, int nparts, size_t n, cudaStream_t stream);
+/* dst[i] += src[i] for n values. */
+void add_fp32(float *dst, const float *src, size_t n, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,8 @@
 /* kernels/wire_sum.cu - the gradient exchange's sum on the receiving rank (model/dist/grad_sync.h):
  * out[i] = p_0[i] + p_1[i] + ... in fp32, from rank 0's part on, p_r = parts + r·stride (one part a
  * rank: bf16 from the bf16 wire, fp32 from the copy engines' all-to-all), so that an element's sum
- * is the same bits whichever rank computes it and in every mode.
+ * is the same bits whichever rank computes it and in every mode. add_fp32 adds a share that every
+ * rank computes alike (the encoder's, under ZeRO-1) to a rank's reduced piece.
  *   launch: one thread per element; bytes (2 or 4)·nparts + 4 per element (memory bound). */
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
@@ -34,4 +35,15 @@ extern "C" void sum_bf16_parts(float *out, const kbf16 *parts, size_t stride, in
 extern "C" void sum_fp32_parts(float *out, const float *parts, size_t stride, int nparts, size_t n,
                                cudaStream_t stream) {
     launch_sum_parts(out, parts, stride, nparts, n, stream);
+}
+
+__global__ void add_fp32_kernel(float *dst, const float *src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] += src[i];
+}
+
+extern "C" void add_fp32(float *dst, const float *src, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    add_fp32_kernel<<<(unsigned)ceil_div((int64_t)n, 256), 256, 0, stream>>>(dst, src, n);
+    CUDA_CHECK(cudaGetLastError());
 }

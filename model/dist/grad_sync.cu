@@ -44,6 +44,7 @@ struct GradSync {
     kbf16 *dres_all;
     int *inputs_all;
     void *encoder_scratch;
+    float *wpe_grad; /* ZeRO-1: the position table's share, before its pieces go to the shard */
     /* the bf16 wire: one round's slices of every part, world slots of wire_slice values each; send
      * holds this rank's values for each other rank, recv every rank's values of this rank's part
      * (its own included, converted there directly) */
@@ -59,10 +60,23 @@ static size_t wire_slice_for(size_t total, int world) {
     return (size_t)ceil_div((int64_t)(padded < WIRE_ROUND_VALUES ? padded : WIRE_ROUND_VALUES), world);
 }
 
-/* A table without the token embedding (a tied head that --vocab-parallel splits) leaves the
- * embeddings' backward to the backend. */
+/* A table without the token embedding (a tied head that --vocab-parallel splits), or one whose
+ * rows do not split evenly over ZeRO-1's ranks, leaves the embeddings' backward to the backend. */
 static int owns_encoder(const ParamTable *t, int zero1, int overlap, int world) {
-    return world > 1 && overlap && !zero1 && param_whole(t, ROLE_WTE);
+    return world > 1 && overlap && bucket_plan_early_embeddings_fit(t, world, zero1);
+}
+
+/* The encoder's backward over every rank's micro-batch: under ZeRO-1 into this rank's rows of the
+ * token embedding, and the position table's through a [T, C] buffer. */
+static size_t encoder_scratch_bytes(const ParamTable *t, int zero1, int world, size_t n_all) {
+    const int Vp = t->cfg.padded_vocab_size;
+    return zero1 ? encoder_slice_backward_scratch_bytes((int)n_all, Vp / world)
+                 : encoder_backward_scratch_bytes((int)n_all, Vp);
+}
+
+static size_t wpe_grad_values(const ParamTable *t, int zero1) {
+    const ParamInfo *wpe = param_whole(t, ROLE_WPE);
+    return zero1 && wpe ? wpe->numel : 0;
 }
 
 /* ZeRO-1: the gather's per-bucket events, the waits' timing events, and what the forward needs
@@ -97,7 +111,7 @@ size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overla
     if (owns_encoder(t, zero1, overlap, d->world)) {
         size_t n_all = (size_t)d->world * B * T;
         bytes += n_all * t->cfg.dim * sizeof(kbf16) + n_all * sizeof(int) +
-                 encoder_backward_scratch_bytes((int)n_all, t->cfg.padded_vocab_size);
+                 encoder_scratch_bytes(t, zero1, d->world, n_all) + wpe_grad_values(t, zero1) * sizeof(float);
     }
     if (bf16_wire)
         bytes += 2 * (size_t)d->world * wire_slice_for(t->total, d->world) * sizeof(kbf16);
@@ -148,7 +162,9 @@ GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int ov
         size_t n_all = (size_t)gs->world * B * T;
         CUDA_CHECK(cudaMalloc((void **)&gs->dres_all, n_all * gs->C * sizeof(kbf16)));
         CUDA_CHECK(cudaMalloc((void **)&gs->inputs_all, n_all * sizeof(int)));
-        CUDA_CHECK(cudaMalloc(&gs->encoder_scratch, encoder_backward_scratch_bytes((int)n_all, gs->Vp)));
+        CUDA_CHECK(cudaMalloc(&gs->encoder_scratch, encoder_scratch_bytes(t, zero1, gs->world, n_all)));
+        if (wpe_grad_values(t, zero1))
+            CUDA_CHECK(cudaMalloc((void **)&gs->wpe_grad, wpe_grad_values(t, zero1) * sizeof(float)));
     }
     gs->bf16_wire = bf16_wire;
     if (gs->bf16_wire) {
@@ -171,6 +187,7 @@ void grad_sync_free(GradSync *gs) {
     CUDA_CHECK(cudaFree(gs->wire_recv));
     CUDA_CHECK(cudaFree(gs->wire_send));
     free(gs->wire_counts);
+    CUDA_CHECK(cudaFree(gs->wpe_grad));
     CUDA_CHECK(cudaFree(gs->encoder_scratch));
     dist_free_exchanged(gs->dist, gs->landing);
     CUDA_CHECK(cudaFree(gs->grad_shard));
@@ -299,10 +316,29 @@ void grad_sync_encoder(GradSync *gs, float *grads, const kbf16 *dres, const int 
     dist_allgather(gs->dist, dres, gs->dres_all, N * gs->C, DIST_BFLOAT16, gs->comm);
     dist_allgather(gs->dist, inputs, gs->inputs_all, N, DIST_INT32, gs->comm);
     dist_group_end(gs->dist);
-    /* after the embedding bucket's all-reduce (same stream): every rank adds the same values */
-    encoder_backward(grads + gs->wte_offset, gs->wpe ? grads + gs->wpe->offset : NULL, gs->encoder_scratch,
-                     gs->dres_all, gs->inputs_all, gs->embed_scale, gs->pad_token, gs->world * gs->B, gs->T, gs->C,
+    /* after the embedding buckets' reductions (same stream): every rank adds the same values */
+    if (!gs->zero1) {
+        encoder_backward(grads + gs->wte_offset, gs->wpe ? grads + gs->wpe->offset : NULL, gs->encoder_scratch,
+                         gs->dres_all, gs->inputs_all, gs->embed_scale, gs->pad_token, gs->world * gs->B, gs->T,
+                         gs->C, gs->Vp, gs->comm);
+        return;
+    }
+    /* ZeRO-1: the rank's piece of the token embedding is its rows [rank·Vp/world, +Vp/world) */
+    const int rows = gs->Vp / gs->world;
+    encoder_slice_backward(gs->grad_shard + bucket_plan_piece(&gs->plan, 0)->shard_offset, gs->encoder_scratch,
+                           gs->dres_all, gs->inputs_all, gs->embed_scale, gs->pad_token, gs->rank * rows, rows,
+                           gs->world * (int)N, gs->C, gs->comm);
+    if (!gs->wpe) return;
+    CUDA_CHECK(cudaMemsetAsync(gs->wpe_grad, 0, gs->wpe->numel * sizeof(float), gs->comm));
+    encoder_backward(NULL, gs->wpe_grad, NULL, gs->dres_all, gs->inputs_all, 1.0f, -1, gs->world * gs->B, gs->T, gs->C,
                      gs->Vp, gs->comm);
+    /* the position table lies in layer 0's bucket: whatever of it falls in this rank's pieces */
+    const size_t lo = gs->wpe->offset, hi = lo + gs->wpe->numel;
+    for (int i = 0; i < gs->plan.num_buckets; i++) {
+        const ShardPiece *p = &gs->plan.pieces[i];
+        const size_t a = p->begin > lo ? p->begin : lo, b = p->begin + p->count < hi ? p->begin + p->count : hi;
+        if (a < b) add_fp32(gs->grad_shard + p->shard_offset + (a - p->begin), gs->wpe_grad + (a - lo), b - a, gs->comm);
+    }
 }
 
 void grad_sync_finish(GradSync *gs, float *grads, cudaStream_t main) {

@@ -8,11 +8,14 @@
  * backward of the layers below.
  *
  * The tied embedding is the largest tensor (Vp·C: 201M values at V = 262144) and the last to be
- * finished, because the encoder's backward adds to it at the very end. In all-reduce mode it is
- * reduced right after the output layer instead: what the encoder would add is the same on every
- * rank once each rank has every rank's residual-stream gradient, so the ranks all-gather that
- * gradient (N·C bf16 per rank, ~25 MB at B=16, T=1024) and each runs the encoder's backward over
- * all of it. Its 800 MB reduction then hides under the whole transformer backward.
+ * finished, because the encoder's backward adds to it at the very end. With overlap it is reduced
+ * right after the output layer instead: what the encoder would add is the same on every rank once
+ * each rank has every rank's residual-stream gradient, so the ranks all-gather that gradient (N·C
+ * bf16 per rank, ~25 MB at B=16, T=1024) and each runs the encoder's backward over all of it, after
+ * the reduction. Its 800 MB reduction then hides under the whole transformer backward. Under ZeRO-1
+ * a rank keeps only its piece of the reduced embedding, whole rows (grad_buckets.h), so it runs the
+ * encoder's backward over those rows alone (encoder_slice_backward, the same sums as the whole
+ * table's) and adds the position table's share where its pieces hold it.
  *
  * Ranks sum their gradients; the backend scales each rank's loss by 1/world, so the sum is the
  * mean. ZeRO-1: every rank keeps 1/world of each bucket (its shard: fp32 master weights, AdamW
