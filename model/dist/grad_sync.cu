@@ -30,11 +30,13 @@ struct GradSync {
     cudaEvent_t ready;                    /* reused: record on main, comm waits (ordered use) */
     cudaEvent_t compute_done, comm_done;  /* timing: the wait not hidden by the backward */
     int launched;                         /* collectives enqueued for this step so far */
-    /* ZeRO-1's weight gather, on comm in forward order (the bucket array reversed): gathered[k] is
+    /* ZeRO-1's weight gather, on comm in forward order (gather_order: the buckets by where they begin
+     * in the layout; the early embeddings' bucket comes first there and in the array): gathered[k] is
      * recorded after the k-th bucket. Main has waited for the first weights_waited of them; need[l + 1]
      * is how many the forward needs before it reads layer l (l = -1: the embeddings, L: the tail). */
     cudaEvent_t *gathered;
     int *need;
+    int *gather_order;
     int weights_waited;
     /* timing: main's waits for the gather since it was launched (wait_begin/end[0..waits)); step_waits
      * of them came before the last reduction */
@@ -87,7 +89,8 @@ static int create_gather_events(GradSync *gs, const ParamTable *t, char *err) {
     gs->wait_begin = (cudaEvent_t *)calloc((size_t)nb, sizeof(cudaEvent_t));
     gs->wait_end = (cudaEvent_t *)calloc((size_t)nb, sizeof(cudaEvent_t));
     gs->need = (int *)calloc((size_t)L + 2, sizeof(int));
-    if (!gs->gathered || !gs->wait_begin || !gs->wait_end || !gs->need) {
+    gs->gather_order = (int *)calloc((size_t)nb, sizeof(int));
+    if (!gs->gathered || !gs->wait_begin || !gs->wait_end || !gs->need || !gs->gather_order) {
         snprintf(err, ERR_LEN, "out of host memory for the gradient buckets");
         return -1;
     }
@@ -95,6 +98,14 @@ static int create_gather_events(GradSync *gs, const ParamTable *t, char *err) {
         CUDA_CHECK(cudaEventCreateWithFlags(&gs->gathered[k], cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreate(&gs->wait_begin[k]));
         CUDA_CHECK(cudaEventCreate(&gs->wait_end[k]));
+    }
+    /* the forward reads the layout upward: the buckets by begin (insertion sort, a few dozen), so
+     * that the first need[l + 1] of them are exactly those holding a value below layer l + 1 */
+    for (int k = 0; k < nb; k++) {
+        int j = k;
+        for (; j > 0 && gs->plan.buckets[gs->gather_order[j - 1]].begin > gs->plan.buckets[k].begin; j--)
+            gs->gather_order[j] = gs->gather_order[j - 1];
+        gs->gather_order[j] = k;
     }
     /* layer l (-1: the embeddings) ends where layer l + 1 begins; the tail (ln_f and an untied
      * lm_head) at the layout's end, which every bucket lies below */
@@ -198,6 +209,7 @@ void grad_sync_free(GradSync *gs) {
         if (gs->wait_begin && gs->wait_begin[k]) CUDA_CHECK(cudaEventDestroy(gs->wait_begin[k]));
         if (gs->gathered && gs->gathered[k]) CUDA_CHECK(cudaEventDestroy(gs->gathered[k]));
     }
+    free(gs->gather_order);
     free(gs->need);
     free(gs->wait_end);
     free(gs->wait_begin);
@@ -379,7 +391,7 @@ void grad_sync_gather_weights(GradSync *gs, kbf16 *params, cudaStream_t main) {
     /* one all-gather per bucket, in the order the forward reads them, each with its event: the
      * forward's first layers need not wait for the last ones' */
     for (int k = 0; k < nb; k++) {
-        const int i = nb - 1 - k;
+        const int i = gs->gather_order[k];
         const ShardPiece *piece = bucket_plan_piece(&gs->plan, i);
         dist_allgather_copy(gs->dist, params + piece->begin, params + gs->plan.buckets[i].begin, piece->count,
                             DIST_BFLOAT16, gs->comm);
