@@ -220,13 +220,10 @@ void adamw_update(const AdamWPlan *plan, float *master, kbf16 *params_bf16, cons
 /* params_bf16[i] = bf16(master[i]) for n values (start-up and after loading a checkpoint). */
 void convert_fp32_to_bf16(kbf16 *out, const float *in, size_t n, cudaStream_t stream);
 
-/* ---- wire_sum.cu: the gradient exchange's sum -------------------------------------------- */
+/* ---- wire_sum.cu: the bf16 gradient wire's sum ------------------------------------------- */
 /* out[i] = p_0[i] + p_1[i] + ... + p_{nparts-1}[i] in fp32, from p_0 on, p_r = parts + r·stride
- * (one part a rank): the same bits whichever rank sums them. */
+ * (bf16 values, one part a rank): the same bits whichever rank sums them. */
 void sum_bf16_parts(float *out, const kbf16 *parts, size_t stride, int nparts, size_t n, cudaStream_t stream);
-void sum_fp32_parts(float *out, const float *parts, size_t stride, int nparts, size_t n, cudaStream_t stream);
-/* dst[i] += src[i] for n values. */
-void add_fp32(float *dst, const float *src, size_t n, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

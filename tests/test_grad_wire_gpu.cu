@@ -1,8 +1,7 @@
-/* The gradient exchange's kernels (model/dist/grad_sync.h) on one GPU: on the bf16 wire each rank's
- * fp32 value is rounded once to the nearest bf16, ties to even (convert_fp32_to_bf16), and a rank's
- * part is summed over the ranks in fp32 in rank order (sum_bf16_parts, and sum_fp32_parts for the
- * fp32 parts of ZeRO-1's copy-engine exchange; kernels/wire_sum.cu), bit for bit against a CPU loop,
- * at odd lengths and strides. A world of one cannot run NCCL: the exchange
+/* The bf16 gradient wire's kernels (model/dist/grad_sync.h) on one GPU: each rank's fp32 value is
+ * rounded once to the nearest bf16, ties to even (convert_fp32_to_bf16), and a rank's part is
+ * summed over the ranks in fp32 in rank order (sum_bf16_parts, kernels/wire_sum.cu), bit for bit
+ * against a CPU loop, at odd lengths and strides. A world of one cannot run NCCL: the exchange
  * between ranks is dev/check/multigpu_check.sh's wire section; here ./train in a world of one takes
  * --grad-reduce bf16 as the no-op it is and says so. */
 #include <math.h>
@@ -95,51 +94,39 @@ TEST(grad_wire_rounds_each_value_once_to_the_nearest_bf16_ties_to_even) {
     free(x);
 }
 
-/* parts_fp32 0: bf16 parts (the bf16 wire), 1: fp32 parts (the copy engines' all-to-all) */
-static void check_sums_in_rank_order(int parts_fp32) {
+TEST(grad_wire_sums_every_ranks_part_in_fp32_in_rank_order) {
     const int worlds[] = {1, 2, 3, 4, 7, 8};
     const size_t lengths[] = {1, 7, 1001, 65537};
-    const size_t part_bytes = parts_fp32 ? sizeof(float) : sizeof(kbf16);
     Rng rng;
-    rng_seed(&rng, 3602 + parts_fp32);
+    rng_seed(&rng, 3602);
     for (int w = 0; w < 6; w++)
         for (int l = 0; l < 4; l++) {
             const int world = worlds[w];
             const size_t n = lengths[l], stride = n + 13, total = (size_t)world * stride;
             float *x = (float *)malloc(total * sizeof(float)), *got = (float *)malloc((n + 3) * sizeof(float));
-            float *values = (float *)malloc(total * sizeof(float));
             uint16_t *parts = (uint16_t *)malloc(total * sizeof(uint16_t));
-            /* magnitudes apart by up to 2^32: a bf16's 8 bits (or an fp32's 24) then reach past
-             * fp32's 24 in a sum, so its roundings, and with them the order of the additions, show in
-             * the last bits (within 2^16 of each other, 8-bit values sum exactly in fp32, in any order) */
+            /* magnitudes apart by up to 2^32: a bf16's 8 bits then reach past fp32's 24 in a sum, so
+             * its roundings, and with them the order of the additions, show in the last bits (within
+             * 2^16 of each other, 8-bit values sum exactly in fp32, in any order) */
             fill_normal(x, total, 1.0f, &rng);
-            for (size_t i = 0; i < total; i++) {
-                const float scaled = ldexpf(x[i], (int)rng_below(&rng, 33) - 16);
-                parts[i] = nearest_bf16(scaled);
-                values[i] = parts_fp32 ? scaled : bf16_value(parts[i]);
-            }
-            void *d_parts;
+            for (size_t i = 0; i < total; i++) parts[i] = nearest_bf16(ldexpf(x[i], (int)rng_below(&rng, 33) - 16));
+            kbf16 *d_parts;
             float *d_out;
-            CUDA_CHECK(cudaMalloc(&d_parts, total * part_bytes));
+            CUDA_CHECK(cudaMalloc((void **)&d_parts, total * sizeof(kbf16)));
             CUDA_CHECK(cudaMalloc((void **)&d_out, (n + 3) * sizeof(float)));
-            CUDA_CHECK(cudaMemcpy(d_parts, parts_fp32 ? (const void *)values : (const void *)parts, total * part_bytes,
-                                  cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(d_parts, parts, total * sizeof(kbf16), cudaMemcpyHostToDevice));
             CUDA_CHECK(cudaMemset(d_out, 0xff, (n + 3) * sizeof(float)));
-            if (parts_fp32)
-                sum_fp32_parts(d_out, (const float *)d_parts, stride, world, n, 0);
-            else
-                sum_bf16_parts(d_out, (const kbf16 *)d_parts, stride, world, n, 0);
+            sum_bf16_parts(d_out, d_parts, stride, world, n, 0);
             CUDA_CHECK(cudaMemcpy(got, d_out, (n + 3) * sizeof(float), cudaMemcpyDeviceToHost));
             size_t wrong = 0, order_shows = 0;
             for (size_t i = 0; i < n; i++) {
-                float sum = values[i], reversed = values[(size_t)(world - 1) * stride + i];
-                for (int r = 1; r < world; r++) sum += values[(size_t)r * stride + i];
-                for (int r = world - 2; r >= 0; r--) reversed += values[(size_t)r * stride + i];
+                float sum = bf16_value(parts[i]), reversed = bf16_value(parts[(size_t)(world - 1) * stride + i]);
+                for (int r = 1; r < world; r++) sum += bf16_value(parts[(size_t)r * stride + i]);
+                for (int r = world - 2; r >= 0; r--) reversed += bf16_value(parts[(size_t)r * stride + i]);
                 wrong += bits_of(got[i]) != bits_of(sum);
                 order_shows += bits_of(reversed) != bits_of(sum);
             }
-            CHECK(wrong == 0, "%s parts, world %d, %zu values: %zu sums differ from rank order's bits",
-                  parts_fp32 ? "fp32" : "bf16", world, n, wrong);
+            CHECK(wrong == 0, "world %d, %zu values: %zu sums differ from rank order's bits", world, n, wrong);
             CHECK(bits_of(got[n]) == 0xffffffffu && bits_of(got[n + 2]) == 0xffffffffu,
                   "world %d, %zu values: sums written past the end", world, n);
             /* the inputs can tell one order from another: a sum in another order would fail above */
@@ -149,18 +136,9 @@ static void check_sums_in_rank_order(int parts_fp32) {
             CUDA_CHECK(cudaFree(d_out));
             CUDA_CHECK(cudaFree(d_parts));
             free(parts);
-            free(values);
             free(got);
             free(x);
         }
-}
-
-TEST(grad_wire_sums_every_ranks_part_in_fp32_in_rank_order) {
-    check_sums_in_rank_order(0);
-}
-
-TEST(grad_exchange_sums_every_ranks_fp32_part_in_rank_order) {
-    check_sums_in_rank_order(1);
 }
 
 TEST(grad_reduce_bf16_in_a_world_of_one_is_accepted_named_and_changes_nothing) {

@@ -1,6 +1,5 @@
-/* model/dist/dist_nccl.cu - the NCCL side of data parallelism: per worker one communicator for
- * reductions and one whose exchanges the copy engines drive (dist.h), gradient averaging, and
- * scalar averaging for the printed losses. */
+/* model/dist/dist_nccl.cu - the NCCL side of data parallelism: one communicator per worker, gradient
+ * averaging, and scalar averaging for the printed losses. */
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,43 +19,28 @@ static void nccl_check_impl(ncclResult_t r, const char *what, const char *file, 
 }
 #define NCCL_CHECK(call) nccl_check_impl((call), #call, __FILE__, __LINE__)
 
-/* buffers from dist_alloc_exchanged: weights, gradients and the gradient exchange's landing area */
-#define MAX_EXCHANGED 8
-
-typedef struct {
-    void *ptr;
-    ncclWindow_t window; /* NULL where NCCL could not register it: its kernels move that buffer */
-} Exchanged;
-
 typedef struct {
     ncclComm_t comm;
-    ncclComm_t copy; /* CTA policy ZERO: all-to-all and all-gather by the copy engines */
     double *d_scalar;
-    Exchanged exchanged[MAX_EXCHANGED];
 } NcclState;
 
 /* The watchdog's hooks (model/dist/dist_worker.c calls them from its own thread, which NCCL allows for
  * these two calls): abort the communicator so that collectives waiting on a dead peer return, and
  * report an error NCCL found in the background (a peer's connection closed, a timeout). */
 static void nccl_abort_hook(void *ctx) {
-    ncclCommAbort(((NcclState *)ctx)->copy);
     ncclCommAbort(((NcclState *)ctx)->comm);
 }
 
-static int comm_async_error(ncclComm_t comm, char *msg, size_t n) {
-    ncclResult_t async = ncclSuccess, r = ncclCommGetAsyncError(comm, &async);
+static int nccl_async_error_hook(void *ctx, char *msg, size_t n) {
+    NcclState *s = (NcclState *)ctx;
+    ncclResult_t async = ncclSuccess, r = ncclCommGetAsyncError(s->comm, &async);
     if (r != ncclSuccess) {
         snprintf(msg, n, "ncclCommGetAsyncError: %s", ncclGetErrorString(r));
         return 1;
     }
     if (async == ncclSuccess || async == ncclInProgress) return 0;
-    snprintf(msg, n, "%s (%s)", ncclGetErrorString(async), ncclGetLastError(comm));
+    snprintf(msg, n, "%s (%s)", ncclGetErrorString(async), ncclGetLastError(s->comm));
     return 1;
-}
-
-static int nccl_async_error_hook(void *ctx, char *msg, size_t n) {
-    NcclState *s = (NcclState *)ctx;
-    return comm_async_error(s->comm, msg, n) || comm_async_error(s->copy, msg, n);
 }
 
 extern "C" int dist_nccl_init(Dist *d, char *err) {
@@ -81,9 +65,6 @@ extern "C" int dist_nccl_init(Dist *d, char *err) {
         return -1;
     }
     NCCL_CHECK(ncclCommInitRank(&s->comm, d->world, id, d->rank));
-    ncclConfig_t copy_config = NCCL_CONFIG_INITIALIZER;
-    copy_config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
-    NCCL_CHECK(ncclCommSplit(s->comm, 0, d->rank, &s->copy, &copy_config));
     CUDA_CHECK(cudaMalloc((void **)&s->d_scalar, sizeof(double)));
     d->nccl = s;
     dist_set_fault_hooks(d, nccl_abort_hook, nccl_async_error_hook, s);
@@ -94,9 +75,7 @@ extern "C" void dist_nccl_free(Dist *d) {
     NcclState *s = (NcclState *)d->nccl;
     if (!s) return;
     dist_set_fault_hooks(d, NULL, NULL, NULL); /* the watchdog must not touch a destroyed communicator */
-    for (int i = 0; i < MAX_EXCHANGED; i++) dist_free_exchanged(d, s->exchanged[i].ptr);
     CUDA_CHECK(cudaFree(s->d_scalar));
-    NCCL_CHECK(ncclCommDestroy(s->copy));
     NCCL_CHECK(ncclCommDestroy(s->comm));
     free(s);
     d->nccl = NULL;
@@ -189,65 +168,6 @@ extern "C" void dist_allgather_parts(const Dist *d, void *buf, const size_t *cou
                                 (cudaStream_t)cuda_stream));
     }
     NCCL_CHECK(ncclGroupEnd());
-}
-
-extern "C" void *dist_alloc_exchanged(const Dist *d, size_t bytes) {
-    NcclState *s = (NcclState *)d->nccl;
-    void *p = NULL;
-    if (!s) {
-        CUDA_CHECK(cudaMalloc(&p, bytes));
-        return p;
-    }
-    int slot = 0;
-    while (slot < MAX_EXCHANGED && s->exchanged[slot].ptr) slot++;
-    if (slot == MAX_EXCHANGED) {
-        fprintf(stderr, "error: internal: more than %d exchanged buffers\n", MAX_EXCHANGED);
-        exit(1);
-    }
-    NCCL_CHECK(ncclMemAlloc(&p, bytes));
-    ncclWindow_t window = NULL;
-    ncclResult_t r = ncclCommWindowRegister(s->copy, p, bytes, &window, NCCL_WIN_COLL_SYMMETRIC);
-    if (r != ncclSuccess) {
-        /* not fatal: the exchanges still run, by NCCL's kernels (a rank of several hosts, say) */
-        if (d->rank == 0)
-            fprintf(stderr, "note: NCCL cannot register %.0f MB for its copy engines (%s); its kernels move them\n",
-                    bytes / 1e6, ncclGetErrorString(r));
-        window = NULL;
-    }
-    s->exchanged[slot] = (Exchanged){p, window};
-    return p;
-}
-
-extern "C" void dist_free_exchanged(const Dist *d, void *p) {
-    NcclState *s = (NcclState *)d->nccl;
-    if (!p) return;
-    if (!s) {
-        CUDA_CHECK(cudaFree(p));
-        return;
-    }
-    for (int i = 0; i < MAX_EXCHANGED; i++)
-        if (s->exchanged[i].ptr == p) {
-            if (s->exchanged[i].window) NCCL_CHECK(ncclCommWindowDeregister(s->copy, s->exchanged[i].window));
-            NCCL_CHECK(ncclMemFree(p));
-            s->exchanged[i] = (Exchanged){NULL, NULL};
-            return;
-        }
-    fprintf(stderr, "error: internal: %p is not an exchanged buffer\n", p);
-    exit(1);
-}
-
-extern "C" void dist_alltoall_copy(const Dist *d, const void *send, void *recv, size_t count, DistType type,
-                                   void *cuda_stream) {
-    NcclState *s = (NcclState *)d->nccl;
-    if (!s) return;
-    NCCL_CHECK(ncclAlltoAll(send, recv, count, nccl_type(type), s->copy, (cudaStream_t)cuda_stream));
-}
-
-extern "C" void dist_allgather_copy(const Dist *d, const void *send, void *recv, size_t count, DistType type,
-                                    void *cuda_stream) {
-    NcclState *s = (NcclState *)d->nccl;
-    if (!s) return;
-    NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(type), s->copy, (cudaStream_t)cuda_stream));
 }
 
 extern "C" void dist_group_begin(const Dist *d) {

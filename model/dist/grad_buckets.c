@@ -11,11 +11,6 @@ static void add_bucket(BucketPlan *p, size_t begin, size_t end, SyncPoint point,
     if (end > begin) p->buckets[p->num_buckets++] = (GradBucket){begin, end - begin, point, layer};
 }
 
-int bucket_plan_early_embeddings_fit(const ParamTable *t, int world, int zero1) {
-    const ParamInfo *wte = param_whole(t, ROLE_WTE);
-    return wte && wte->offset == 0 && (!zero1 || t->cfg.padded_vocab_size % world == 0);
-}
-
 int bucket_plan_build(BucketPlan *p, const ParamTable *t, int world, int rank, int zero1, int early_embeddings,
                       size_t min_bucket, char *err) {
     memset(p, 0, sizeof *p);
@@ -24,9 +19,9 @@ int bucket_plan_build(BucketPlan *p, const ParamTable *t, int world, int rank, i
         snprintf(err, ERR_LEN, "bucket plan: rank %d of %d is out of range", rank, world);
         return -1;
     }
-    if (early_embeddings && !bucket_plan_early_embeddings_fit(t, world, zero1)) {
-        snprintf(err, ERR_LEN, "bucket plan: the token embedding cannot be reduced early (%s)",
-                 zero1 ? "under ZeRO-1 its padded rows must split evenly over the ranks" : "it is not whole and first");
+    if (zero1 && early_embeddings) {
+        /* rounding the embeddings' edge up would take in values of layer 0 that are not final */
+        snprintf(err, ERR_LEN, "bucket plan: ZeRO-1 reduces the embeddings last, not early");
         return -1;
     }
     p->buckets = calloc((size_t)L + 3, sizeof *p->buckets);
@@ -47,11 +42,7 @@ int bucket_plan_build(BucketPlan *p, const ParamTable *t, int world, int rank, i
     }
     for (int l = 0; l < L; l++) edge[l] = round_up(t->layer_begin[l], unit);
     edge[L] = round_up(t->layer_begin[L], unit);
-    if (early_embeddings) {
-        /* the token embedding alone (a multiple of world values under ZeRO-1: whole rows a rank) */
-        edge[0] = param_whole(t, ROLE_WTE)->numel;
-        add_bucket(p, 0, edge[0], SYNC_AFTER_OUTPUT, -1);
-    }
+    if (early_embeddings) add_bucket(p, 0, edge[0], SYNC_AFTER_OUTPUT, -1);
     /* ln_f, layer L-1, ..., layer 0 lie downward in the layout; consecutive ones merge until a
      * bucket holds min_bucket values, and a bucket is reduced when its lowest part is final */
     size_t hi = p->padded_total;
@@ -95,12 +86,6 @@ const ShardPiece *bucket_plan_piece(const BucketPlan *p, int b) {
     for (int i = 0; i < p->num_buckets; i++)
         if (p->pieces[i].begin >= begin && p->pieces[i].begin < begin + p->buckets[b].count) return &p->pieces[i];
     return NULL;
-}
-
-int bucket_plan_count_below(const BucketPlan *p, size_t end) {
-    int n = 0;
-    for (int i = 0; i < p->num_buckets; i++) n += p->buckets[i].begin < end;
-    return n;
 }
 
 WireSplit wire_split(size_t n, int world, size_t slice) {

@@ -5,11 +5,8 @@
  * L-1, ..., layer 0, then the embeddings (wte, and wpe where the family has one), which the
  * encoder's backward completes last. An untied lm_head lies after ln_f in the layout and is reduced
  * with it, once: its gradient is final since the output layer.
- * With early_embeddings the token embedding's bucket comes first instead, right after the output
- * layer (the encoder's contribution is then added after the reduction; see grad_sync.h); it holds
- * the token embedding alone, and a position table joins layer 0's bucket. Under ZeRO-1 each rank's
- * piece of it is then whole rows, to which the rank adds the encoder's share itself: its Vp rows
- * must split evenly over the ranks (bucket_plan_early_embeddings_fit).
+ * With early_embeddings the embeddings bucket comes first instead, right after the output layer
+ * (the encoder's contribution is then added after the reduction; see grad_sync.h).
  * Under ZeRO-1 every bucket must split evenly over the ranks, so its edges are rounded UP to
  * multiples of world: a bucket then holds a few values of the tensor after it in the layout, which
  * the backward finished earlier, and never values it has not finished yet. */
@@ -47,22 +44,13 @@ typedef struct {
     size_t padded_total; /* the table's total rounded up to the bucket edge unit (padding stays 0) */
 } BucketPlan;
 
-/* Whether the token embedding can be reduced early: it is whole, first in the layout, and under
- * ZeRO-1 its rows split evenly over world ranks. */
-int bucket_plan_early_embeddings_fit(const ParamTable *t, int world, int zero1);
-/* 0, or -1 with a message in err (ERR_LEN bytes); early_embeddings needs
- * bucket_plan_early_embeddings_fit. min_bucket: values per bucket at least (layers merge; 0: one
- * bucket per layer and one for ln_f). */
+/* 0, or -1 with a message in err (ERR_LEN bytes); zero1 excludes early_embeddings. min_bucket: values
+ * per bucket at least (layers merge; 0: one bucket per layer and one for ln_f). */
 int bucket_plan_build(BucketPlan *p, const ParamTable *t, int world, int rank, int zero1, int early_embeddings,
                       size_t min_bucket, char *err);
 void bucket_plan_free(BucketPlan *p);
 /* The rank's shard piece of bucket b (ZeRO-1). */
 const ShardPiece *bucket_plan_piece(const BucketPlan *p, int b);
-/* How many buckets hold a value below `end` of the layout. Under ZeRO-1 the buckets lie downward in
- * the layout, so a forward, which reads the layout upward, needs the last this-many buckets of the
- * array gathered before it reads values [0, end): with edges rounded up, a layer's first values may
- * sit in the bucket before its own. */
-int bucket_plan_count_below(const BucketPlan *p, size_t end);
 
 /* How the bf16 wire (model/dist/grad_sync.h) splits one bucket of n values over world ranks: rank j
  * sums part j, values [j·part, j·part + wire_part_len(j)) with part = ceil(n / world) (under ZeRO-1 n

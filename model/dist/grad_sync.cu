@@ -23,30 +23,16 @@ struct GradSync {
     int pad_token;
     BucketPlan plan;
     float *grad_shard; /* ZeRO-1: this rank's reduced gradients, compact */
-    /* ZeRO-1 over the fp32 wire: where the all-to-all lands every rank's piece of this rank's part,
-     * in the gradients' layout (bucket b's part from rank j at b.begin + j·part) */
-    float *landing;
     cudaStream_t comm;
     cudaEvent_t ready;                    /* reused: record on main, comm waits (ordered use) */
     cudaEvent_t compute_done, comm_done;  /* timing: the wait not hidden by the backward */
+    cudaEvent_t gather_begin, gather_end; /* timing: ZeRO-1 weight gather */
     int launched;                         /* collectives enqueued for this step so far */
-    /* ZeRO-1's weight gather, on comm in forward order (gather_order: the buckets by where they begin
-     * in the layout; the early embeddings' bucket comes first there and in the array): gathered[k] is
-     * recorded after the k-th bucket. Main has waited for the first weights_waited of them; need[l + 1]
-     * is how many the forward needs before it reads layer l (l = -1: the embeddings, L: the tail). */
-    cudaEvent_t *gathered;
-    int *need;
-    int *gather_order;
-    int weights_waited;
-    /* timing: main's waits for the gather since it was launched (wait_begin/end[0..waits)); step_waits
-     * of them came before the last reduction */
-    cudaEvent_t *wait_begin, *wait_end;
-    int waits, step_waits;
+    int gathered_weights;
     /* all-reduce with overlap: the encoder's backward over every rank's micro-batch */
     kbf16 *dres_all;
     int *inputs_all;
     void *encoder_scratch;
-    float *wpe_grad; /* ZeRO-1: the position table's share, before its pieces go to the shard */
     /* the bf16 wire: one round's slices of every part, world slots of wire_slice values each; send
      * holds this rank's values for each other rank, recv every rank's values of this rank's part
      * (its own included, converted there directly) */
@@ -62,67 +48,19 @@ static size_t wire_slice_for(size_t total, int world) {
     return (size_t)ceil_div((int64_t)(padded < WIRE_ROUND_VALUES ? padded : WIRE_ROUND_VALUES), world);
 }
 
-/* A table without the token embedding (a tied head that --vocab-parallel splits), or one whose
- * rows do not split evenly over ZeRO-1's ranks, leaves the embeddings' backward to the backend. */
+/* A table without the token embedding (a tied head that --vocab-parallel splits) leaves the
+ * embeddings' backward to the backend. */
 static int owns_encoder(const ParamTable *t, int zero1, int overlap, int world) {
-    return world > 1 && overlap && bucket_plan_early_embeddings_fit(t, world, zero1);
-}
-
-/* The encoder's backward over every rank's micro-batch: under ZeRO-1 into this rank's rows of the
- * token embedding, and the position table's through a [T, C] buffer. */
-static size_t encoder_scratch_bytes(const ParamTable *t, int zero1, int world, size_t n_all) {
-    const int Vp = t->cfg.padded_vocab_size;
-    return zero1 ? encoder_slice_backward_scratch_bytes((int)n_all, Vp / world)
-                 : encoder_backward_scratch_bytes((int)n_all, Vp);
-}
-
-static size_t wpe_grad_values(const ParamTable *t, int zero1) {
-    const ParamInfo *wpe = param_whole(t, ROLE_WPE);
-    return zero1 && wpe ? wpe->numel : 0;
-}
-
-/* ZeRO-1: the gather's per-bucket events, the waits' timing events, and what the forward needs
- * before each layer. 0, or -1 with err set. */
-static int create_gather_events(GradSync *gs, const ParamTable *t, char *err) {
-    const int nb = gs->plan.num_buckets, L = t->cfg.num_layers;
-    gs->gathered = (cudaEvent_t *)calloc((size_t)nb, sizeof(cudaEvent_t));
-    gs->wait_begin = (cudaEvent_t *)calloc((size_t)nb, sizeof(cudaEvent_t));
-    gs->wait_end = (cudaEvent_t *)calloc((size_t)nb, sizeof(cudaEvent_t));
-    gs->need = (int *)calloc((size_t)L + 2, sizeof(int));
-    gs->gather_order = (int *)calloc((size_t)nb, sizeof(int));
-    if (!gs->gathered || !gs->wait_begin || !gs->wait_end || !gs->need || !gs->gather_order) {
-        snprintf(err, ERR_LEN, "out of host memory for the gradient buckets");
-        return -1;
-    }
-    for (int k = 0; k < nb; k++) {
-        CUDA_CHECK(cudaEventCreateWithFlags(&gs->gathered[k], cudaEventDisableTiming));
-        CUDA_CHECK(cudaEventCreate(&gs->wait_begin[k]));
-        CUDA_CHECK(cudaEventCreate(&gs->wait_end[k]));
-    }
-    /* the forward reads the layout upward: the buckets by begin (insertion sort, a few dozen), so
-     * that the first need[l + 1] of them are exactly those holding a value below layer l + 1 */
-    for (int k = 0; k < nb; k++) {
-        int j = k;
-        for (; j > 0 && gs->plan.buckets[gs->gather_order[j - 1]].begin > gs->plan.buckets[k].begin; j--)
-            gs->gather_order[j] = gs->gather_order[j - 1];
-        gs->gather_order[j] = k;
-    }
-    /* layer l (-1: the embeddings) ends where layer l + 1 begins; the tail (ln_f and an untied
-     * lm_head) at the layout's end, which every bucket lies below */
-    for (int l = -1; l < L; l++) gs->need[l + 1] = bucket_plan_count_below(&gs->plan, t->layer_begin[l + 1]);
-    gs->need[L + 1] = nb;
-    gs->weights_waited = nb; /* nothing gathered yet: nothing to wait for */
-    return 0;
+    return world > 1 && overlap && !zero1 && param_whole(t, ROLE_WTE);
 }
 
 size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overlap, int bf16_wire, int B, int T) {
     if (!d || d->world < 2) return 0;
     size_t bytes = zero1 ? (t->total / (size_t)d->world + (size_t)t->cfg.num_layers + 3) * sizeof(float) : 0;
-    if (zero1 && !bf16_wire) bytes += (size_t)round_up((int64_t)t->total, d->world) * sizeof(float);
     if (owns_encoder(t, zero1, overlap, d->world)) {
         size_t n_all = (size_t)d->world * B * T;
         bytes += n_all * t->cfg.dim * sizeof(kbf16) + n_all * sizeof(int) +
-                 encoder_scratch_bytes(t, zero1, d->world, n_all) + wpe_grad_values(t, zero1) * sizeof(float);
+                 encoder_backward_scratch_bytes((int)n_all, t->cfg.padded_vocab_size);
     }
     if (bf16_wire)
         bytes += 2 * (size_t)d->world * wire_slice_for(t->total, d->world) * sizeof(kbf16);
@@ -162,20 +100,14 @@ GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int ov
     CUDA_CHECK(cudaEventCreateWithFlags(&gs->ready, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreate(&gs->compute_done));
     CUDA_CHECK(cudaEventCreate(&gs->comm_done));
-    if (zero1 && create_gather_events(gs, t, err) != 0) {
-        grad_sync_free(gs);
-        return NULL;
-    }
+    CUDA_CHECK(cudaEventCreate(&gs->gather_begin));
+    CUDA_CHECK(cudaEventCreate(&gs->gather_end));
     if (zero1) CUDA_CHECK(cudaMalloc((void **)&gs->grad_shard, gs->plan.shard_elems * sizeof(float)));
-    if (zero1 && !bf16_wire)
-        gs->landing = (float *)dist_alloc_exchanged(d, gs->plan.padded_total * sizeof(float));
     if (early_embeddings) {
         size_t n_all = (size_t)gs->world * B * T;
         CUDA_CHECK(cudaMalloc((void **)&gs->dres_all, n_all * gs->C * sizeof(kbf16)));
         CUDA_CHECK(cudaMalloc((void **)&gs->inputs_all, n_all * sizeof(int)));
-        CUDA_CHECK(cudaMalloc(&gs->encoder_scratch, encoder_scratch_bytes(t, zero1, gs->world, n_all)));
-        if (wpe_grad_values(t, zero1))
-            CUDA_CHECK(cudaMalloc((void **)&gs->wpe_grad, wpe_grad_values(t, zero1) * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&gs->encoder_scratch, encoder_backward_scratch_bytes((int)n_all, gs->Vp)));
     }
     gs->bf16_wire = bf16_wire;
     if (gs->bf16_wire) {
@@ -198,22 +130,12 @@ void grad_sync_free(GradSync *gs) {
     CUDA_CHECK(cudaFree(gs->wire_recv));
     CUDA_CHECK(cudaFree(gs->wire_send));
     free(gs->wire_counts);
-    CUDA_CHECK(cudaFree(gs->wpe_grad));
     CUDA_CHECK(cudaFree(gs->encoder_scratch));
-    dist_free_exchanged(gs->dist, gs->landing);
     CUDA_CHECK(cudaFree(gs->grad_shard));
     CUDA_CHECK(cudaFree(gs->inputs_all));
     CUDA_CHECK(cudaFree(gs->dres_all));
-    for (int k = 0; k < gs->plan.num_buckets; k++) {
-        if (gs->wait_end && gs->wait_end[k]) CUDA_CHECK(cudaEventDestroy(gs->wait_end[k]));
-        if (gs->wait_begin && gs->wait_begin[k]) CUDA_CHECK(cudaEventDestroy(gs->wait_begin[k]));
-        if (gs->gathered && gs->gathered[k]) CUDA_CHECK(cudaEventDestroy(gs->gathered[k]));
-    }
-    free(gs->gather_order);
-    free(gs->need);
-    free(gs->wait_end);
-    free(gs->wait_begin);
-    free(gs->gathered);
+    CUDA_CHECK(cudaEventDestroy(gs->gather_end));
+    CUDA_CHECK(cudaEventDestroy(gs->gather_begin));
     CUDA_CHECK(cudaEventDestroy(gs->comm_done));
     CUDA_CHECK(cudaEventDestroy(gs->compute_done));
     CUDA_CHECK(cudaEventDestroy(gs->ready));
@@ -274,34 +196,16 @@ static void wire_reduce(GradSync *gs, float *grads, size_t begin, size_t n, floa
     dist_allgather_parts(gs->dist, bucket, gs->wire_counts, s.part, DIST_FLOAT32, gs->comm);
 }
 
-/* ZeRO-1 over the fp32 wire, in two halves so that a step's exchanges can go as one group: every
- * rank's piece of bucket i to the rank that owns it (the copy engines, no SM taken from the
- * backward), then this rank's pieces summed in rank order into its shard. For two ranks that sum is
- * a reduce-scatter's to the bit (one fp32 addition, which commutes). */
-static void exchange_bucket(GradSync *gs, int i, const float *grads) {
-    const GradBucket *b = &gs->plan.buckets[i];
-    dist_alltoall_copy(gs->dist, grads + b->begin, gs->landing + b->begin, b->count / (size_t)gs->world, DIST_FLOAT32,
-                       gs->comm);
-}
-
-static void sum_bucket(GradSync *gs, int i) {
-    const GradBucket *b = &gs->plan.buckets[i];
-    const size_t part = b->count / (size_t)gs->world;
-    sum_fp32_parts(gs->grad_shard + bucket_plan_piece(&gs->plan, i)->shard_offset, gs->landing + b->begin, part,
-                   gs->world, part, gs->comm);
-}
-
 static void reduce_bucket(GradSync *gs, int i, float *grads) {
     const GradBucket *b = &gs->plan.buckets[i];
-    if (gs->bf16_wire) {
+    if (gs->bf16_wire)
         wire_reduce(gs, grads, b->begin, b->count,
                     gs->zero1 ? gs->grad_shard + bucket_plan_piece(&gs->plan, i)->shard_offset : NULL);
-    } else if (gs->zero1) {
-        exchange_bucket(gs, i, grads);
-        sum_bucket(gs, i);
-    } else {
+    else if (gs->zero1)
+        dist_reduce_scatter_sum(gs->dist, grads + b->begin, gs->grad_shard + bucket_plan_piece(&gs->plan, i)->shard_offset,
+                                b->count / (size_t)gs->world, DIST_FLOAT32, gs->comm);
+    else
         dist_allreduce_sum(gs->dist, grads + b->begin, b->count, DIST_FLOAT32, gs->comm);
-    }
 }
 
 void grad_sync_ready(GradSync *gs, SyncPoint p, int layer, float *grads, cudaStream_t main) {
@@ -328,29 +232,10 @@ void grad_sync_encoder(GradSync *gs, float *grads, const kbf16 *dres, const int 
     dist_allgather(gs->dist, dres, gs->dres_all, N * gs->C, DIST_BFLOAT16, gs->comm);
     dist_allgather(gs->dist, inputs, gs->inputs_all, N, DIST_INT32, gs->comm);
     dist_group_end(gs->dist);
-    /* after the embedding buckets' reductions (same stream): every rank adds the same values */
-    if (!gs->zero1) {
-        encoder_backward(grads + gs->wte_offset, gs->wpe ? grads + gs->wpe->offset : NULL, gs->encoder_scratch,
-                         gs->dres_all, gs->inputs_all, gs->embed_scale, gs->pad_token, gs->world * gs->B, gs->T,
-                         gs->C, gs->Vp, gs->comm);
-        return;
-    }
-    /* ZeRO-1: the rank's piece of the token embedding is its rows [rank·Vp/world, +Vp/world) */
-    const int rows = gs->Vp / gs->world;
-    encoder_slice_backward(gs->grad_shard + bucket_plan_piece(&gs->plan, 0)->shard_offset, gs->encoder_scratch,
-                           gs->dres_all, gs->inputs_all, gs->embed_scale, gs->pad_token, gs->rank * rows, rows,
-                           gs->world * (int)N, gs->C, gs->comm);
-    if (!gs->wpe) return;
-    CUDA_CHECK(cudaMemsetAsync(gs->wpe_grad, 0, gs->wpe->numel * sizeof(float), gs->comm));
-    encoder_backward(NULL, gs->wpe_grad, NULL, gs->dres_all, gs->inputs_all, 1.0f, -1, gs->world * gs->B, gs->T, gs->C,
+    /* after the embedding bucket's all-reduce (same stream): every rank adds the same values */
+    encoder_backward(grads + gs->wte_offset, gs->wpe ? grads + gs->wpe->offset : NULL, gs->encoder_scratch,
+                     gs->dres_all, gs->inputs_all, gs->embed_scale, gs->pad_token, gs->world * gs->B, gs->T, gs->C,
                      gs->Vp, gs->comm);
-    /* the position table lies in layer 0's bucket: whatever of it falls in this rank's pieces */
-    const size_t lo = gs->wpe->offset, hi = lo + gs->wpe->numel;
-    for (int i = 0; i < gs->plan.num_buckets; i++) {
-        const ShardPiece *p = &gs->plan.pieces[i];
-        const size_t a = p->begin > lo ? p->begin : lo, b = p->begin + p->count < hi ? p->begin + p->count : hi;
-        if (a < b) add_fp32(gs->grad_shard + p->shard_offset + (a - p->begin), gs->wpe_grad + (a - lo), b - a, gs->comm);
-    }
 }
 
 void grad_sync_finish(GradSync *gs, float *grads, cudaStream_t main) {
@@ -365,9 +250,8 @@ void grad_sync_finish(GradSync *gs, float *grads, cudaStream_t main) {
             wire_reduce(gs, grads, 0, gs->plan.padded_total, NULL);
         } else if (gs->zero1) {
             dist_group_begin(gs->dist);
-            for (int i = 0; i < gs->plan.num_buckets; i++) exchange_bucket(gs, i, grads);
+            for (int i = 0; i < gs->plan.num_buckets; i++) reduce_bucket(gs, i, grads);
             dist_group_end(gs->dist);
-            for (int i = 0; i < gs->plan.num_buckets; i++) sum_bucket(gs, i);
         } else {
             dist_allreduce_sum(gs->dist, grads, gs->plan.padded_total, DIST_FLOAT32, gs->comm);
         }
@@ -377,50 +261,23 @@ void grad_sync_finish(GradSync *gs, float *grads, cudaStream_t main) {
         exit(1);
     }
     gs->launched = 0;
-    gs->step_waits = gs->waits;
+    gs->gathered_weights = 0;
     CUDA_CHECK(cudaEventRecord(gs->comm_done, gs->comm));
     CUDA_CHECK(cudaStreamWaitEvent(main, gs->comm_done, 0));
 }
 
 void grad_sync_gather_weights(GradSync *gs, kbf16 *params, cudaStream_t main) {
     if (!gs || !gs->zero1) return;
-    const int nb = gs->plan.num_buckets;
-    /* every piece this rank sends is updated */
-    CUDA_CHECK(cudaEventRecord(gs->ready, main));
-    CUDA_CHECK(cudaStreamWaitEvent(gs->comm, gs->ready, 0));
-    /* one all-gather per bucket, in the order the forward reads them, each with its event: the
-     * forward's first layers need not wait for the last ones' */
-    for (int k = 0; k < nb; k++) {
-        const int i = gs->gather_order[k];
+    CUDA_CHECK(cudaEventRecord(gs->gather_begin, main));
+    dist_group_begin(gs->dist);
+    for (int i = 0; i < gs->plan.num_buckets; i++) {
         const ShardPiece *piece = bucket_plan_piece(&gs->plan, i);
-        dist_allgather_copy(gs->dist, params + piece->begin, params + gs->plan.buckets[i].begin, piece->count,
-                            DIST_BFLOAT16, gs->comm);
-        CUDA_CHECK(cudaEventRecord(gs->gathered[k], gs->comm));
+        dist_allgather(gs->dist, params + piece->begin, params + gs->plan.buckets[i].begin, piece->count,
+                       DIST_BFLOAT16, main);
     }
-    gs->weights_waited = 0;
-    gs->waits = 0;
-}
-
-/* Main waits for the first `count` buckets of the gather (in forward order); the comm stream runs
- * them in that order, so waiting for the last of them is enough. Timed: the wait is main's idle
- * time between the two events. */
-static void wait_for_gathered(GradSync *gs, int count, cudaStream_t main) {
-    if (count <= gs->weights_waited) return;
-    CUDA_CHECK(cudaEventRecord(gs->wait_begin[gs->waits], main));
-    CUDA_CHECK(cudaStreamWaitEvent(main, gs->gathered[count - 1], 0));
-    CUDA_CHECK(cudaEventRecord(gs->wait_end[gs->waits], main));
-    gs->waits++;
-    gs->weights_waited = count;
-}
-
-void grad_sync_weights_ready(GradSync *gs, int layer, cudaStream_t main) {
-    if (!gs || !gs->zero1) return;
-    wait_for_gathered(gs, gs->need[layer + 1], main);
-}
-
-void grad_sync_weights_wait(GradSync *gs, cudaStream_t main) {
-    if (!gs || !gs->zero1) return;
-    wait_for_gathered(gs, gs->plan.num_buckets, main);
+    dist_group_end(gs->dist);
+    CUDA_CHECK(cudaEventRecord(gs->gather_end, main));
+    gs->gathered_weights = 1;
 }
 
 void grad_sync_gather_shard(GradSync *gs, const float *shard, float *full, cudaStream_t main) {
@@ -448,17 +305,13 @@ void grad_sync_scatter_shard(GradSync *gs, const float *full_host, float *shard,
 
 double grad_sync_wait_ms(GradSync *gs) {
     if (!gs) return 0.0;
-    float reduce = 0.0f;
+    float reduce = 0.0f, gather = 0.0f;
     CUDA_CHECK(cudaEventSynchronize(gs->comm_done));
     /* negative when the reduction finished before the backward did: nothing was waited for */
     CUDA_CHECK(cudaEventElapsedTime(&reduce, gs->compute_done, gs->comm_done));
-    double ms = reduce > 0.0f ? reduce : 0.0f;
-    /* the waits for the weights: done, since main passed them before its reduction */
-    for (int w = 0; w < gs->step_waits; w++) {
-        float waited = 0.0f;
-        CUDA_CHECK(cudaEventSynchronize(gs->wait_end[w]));
-        CUDA_CHECK(cudaEventElapsedTime(&waited, gs->wait_begin[w], gs->wait_end[w]));
-        ms += waited;
+    if (gs->gathered_weights) {
+        CUDA_CHECK(cudaEventSynchronize(gs->gather_end));
+        CUDA_CHECK(cudaEventElapsedTime(&gather, gs->gather_begin, gs->gather_end));
     }
-    return ms;
+    return (reduce > 0.0f ? reduce : 0.0f) + gather;
 }

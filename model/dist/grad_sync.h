@@ -8,37 +8,18 @@
  * backward of the layers below.
  *
  * The tied embedding is the largest tensor (Vp·C: 201M values at V = 262144) and the last to be
- * finished, because the encoder's backward adds to it at the very end. With overlap it is reduced
- * right after the output layer instead: what the encoder would add is the same on every rank once
- * each rank has every rank's residual-stream gradient, so the ranks all-gather that gradient (N·C
- * bf16 per rank, ~25 MB at B=16, T=1024) and each runs the encoder's backward over all of it, after
- * the reduction. Its 800 MB reduction then hides under the whole transformer backward. Under ZeRO-1
- * a rank keeps only its piece of the reduced embedding, whole rows (grad_buckets.h), so it runs the
- * encoder's backward over those rows alone (encoder_slice_backward, the same sums as the whole
- * table's) and adds the position table's share where its pieces hold it.
+ * finished, because the encoder's backward adds to it at the very end. In all-reduce mode it is
+ * reduced right after the output layer instead: what the encoder would add is the same on every
+ * rank once each rank has every rank's residual-stream gradient, so the ranks all-gather that
+ * gradient (N·C bf16 per rank, ~25 MB at B=16, T=1024) and each runs the encoder's backward over
+ * all of it. Its 800 MB reduction then hides under the whole transformer backward.
  *
  * Ranks sum their gradients; the backend scales each rank's loss by 1/world, so the sum is the
- * mean. ZeRO-1: every rank keeps 1/world of each bucket (its shard: fp32 master weights, AdamW
- * moments and reduced gradients, compact), updates it, and the bf16 weights are all-gathered after
- * the update. Bucket edges are then rounded up to multiples of world so that every bucket splits
- * evenly; a bucket still only ever holds values that are final when it is reduced
- * (model/dist/grad_buckets.h). A bucket's reduction is an all-to-all, each rank's piece j to rank j,
- * and a sum in rank order on the receiver, rather than NCCL's reduce-scatter: the all-to-all and
- * the weight gather then run on the GPUs' copy engines (dist.h), so the backward they overlap keeps
- * every SM, and the sum is the same bits on every rank and in every mode. The pieces land in a
- * buffer of the gradients' size.
- *
- * The weight gather runs on the communication stream, bucket by bucket in the order the next
- * forward reads them (embeddings, layer 0..L-1, the tail), while the main stream goes on: the
- * forward waits for each bucket just before its first read of it (grad_sync_weights_ready), so
- * the gather of the later layers runs under the forward of the earlier ones. Every other reader or
- * writer of the bf16 weights waits for the whole gather first (grad_sync_weights_wait). The next
- * update cannot overwrite a piece still being sent: it comes after grad_sync_finish, which makes
- * main wait for everything on the communication stream, the gather included; the next step's
- * reductions are enqueued on that stream behind the gather, and touch only gradients. Collectives
- * that main enqueues meanwhile on the other communicator (a checkpoint's shard gathers, the
- * vocabulary-parallel layer's) touch other buffers, and the gather's copy engines hold no SM that
- * their kernels would wait for.
+ * mean. ZeRO-1: each bucket is reduce-scattered instead, every rank keeps 1/world of each bucket
+ * (its shard: fp32 master weights, AdamW moments and reduced gradients, compact), updates it, and
+ * the bf16 weights are all-gathered after the update. Bucket edges are then rounded up to
+ * multiples of world so that every bucket splits evenly; a bucket still only ever holds values
+ * that are final when it is reduced (model/dist/grad_buckets.h).
  *
  * The bf16 wire (--grad-reduce bf16: grad_sync_create's bf16_wire). Each bucket is cut into world parts
  * (grad_buckets.h WireSplit; under ZeRO-1 the shard pieces). Every rank rounds its fp32 values once
@@ -109,22 +90,13 @@ void grad_sync_encoder(GradSync *gs, float *grads, const kbf16 *dres, const int 
 /* After the last micro-batch: enqueues whatever was not (overlap off), then makes main wait for
  * the reduced gradients (in grads, or ZeRO-1: in grad_sync_grad_shard). */
 void grad_sync_finish(GradSync *gs, float *grads, cudaStream_t main);
-/* ZeRO-1, after the update: enqueues every rank's updated bf16 weights to every rank on the
- * communication stream, one bucket after another in forward order; main goes on at once. */
+/* ZeRO-1, after the update: every rank's updated bf16 weights to every rank (on main). */
 void grad_sync_gather_weights(GradSync *gs, kbf16 *params, cudaStream_t main);
-/* ZeRO-1: main waits for the gathered buckets the forward reads next, before layer `layer` (-1: the
- * embeddings; L: the final norm and an untied head): every bucket holding a value of that layer or
- * below. Each bucket is waited for once per gather; a no-op when nothing is pending or without ZeRO-1. */
-void grad_sync_weights_ready(GradSync *gs, int layer, cudaStream_t main);
-/* ZeRO-1: main waits for the whole gather (for readers and writers of the weights outside the forward). */
-void grad_sync_weights_wait(GradSync *gs, cudaStream_t main);
 /* ZeRO-1 state transfer: full (Ppad values on the device) <- every rank's shard, or shard <- full. */
 void grad_sync_gather_shard(GradSync *gs, const float *shard, float *full, cudaStream_t main);
 void grad_sync_scatter_shard(GradSync *gs, const float *full_host, float *shard, cudaStream_t main);
-/* Milliseconds of the last step during which the main stream waited on communication: the
- * reduction not hidden by the backward, plus (ZeRO-1) main's waits for the weight gather between
- * the previous update and this reduction, which the forward (or an evaluation before it) paid.
- * Call between the update and the next forward. Synchronizes with the reduction, not the gather. */
+/* Milliseconds of the last step during which the main stream waited on communication (the
+ * reduction not hidden by the backward, plus the ZeRO-1 weight gather). Synchronizes. */
 double grad_sync_wait_ms(GradSync *gs);
 
 #endif
