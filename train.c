@@ -57,7 +57,8 @@ typedef struct {
     int logits_mb;
     int gpus, nodes, node_rank;
     const char *master;
-    int zero, overlap_comm, bucket_mb, vocab_parallel;
+    const char *zero;
+    int overlap_comm, bucket_mb, vocab_parallel;
     const char *grad_reduce;
     int untied_head;
     int recompute_gelu, profile_step, step_parts;
@@ -144,8 +145,9 @@ static const OptSpec options[] = {
     {0, "nodes", OPT_INT, O(nodes), "1", "M", "hosts taking part, each started with the same flags"},
     {0, "node-rank", OPT_INT, O(node_rank), "0", "K", "this host's place, 0..M-1 (node 0 serves the rendezvous)"},
     {0, "master", OPT_STR, O(master), "", "HOST:PORT", "node 0's address and a free port (needed with --nodes > 1)"},
-    {0, "zero", OPT_INT, O(zero), "0", "0|1",
-     "1: ZeRO-1, each GPU keeps 1/N of the master weights and AdamW moments (data parallel)"},
+    {0, "zero", OPT_STR, O(zero), "auto", "auto|0|1",
+     "1: ZeRO-1, each GPU keeps 1/N of the master weights and AdamW moments (data parallel); auto: 1 on two GPUs "
+     "or more, 0 with --vocab-parallel"},
     {0, "overlap-comm", OPT_INT, O(overlap_comm), "1", "0|1",
      "1: reduce gradients during the backward; 0: after it (data parallel)"},
     {0, "bucket-mb", OPT_INT, O(bucket_mb), "0", "MB",
@@ -437,7 +439,8 @@ static void validate(Options *opt, GPTConfig *cfg) {
         die_usage("%s expects HOST:PORT (node 0's address, a port 1..65535), got '%s'", master, opt->master);
     if (opt->nodes > 1 && !opt->master[0])
         die_usage("%s %d needs --master HOST:PORT (node 0's address, the same on every node)", nodes, opt->nodes);
-    if (opt->zero != 0 && opt->zero != 1) bad("--zero", "must be 0 or 1");
+    if (strcmp(opt->zero, "auto") && strcmp(opt->zero, "0") && strcmp(opt->zero, "1"))
+        bad("--zero", "must be auto, 0 or 1");
     if (opt->overlap_comm != 0 && opt->overlap_comm != 1) bad("--overlap-comm", "must be 0 or 1");
     if (opt->bucket_mb < 0) bad("--bucket-mb", "must be 0 or more");
     if (strcmp(opt->grad_reduce, "fp32") && strcmp(opt->grad_reduce, "bf16"))
@@ -452,7 +455,7 @@ static void validate(Options *opt, GPTConfig *cfg) {
         if (strcmp(opt->device, "cuda")) bad("--vocab-parallel", "splits the output layer over GPUs: it needs --device cuda");
         if ((long long)opt->gpus * opt->nodes < 2) bad("--vocab-parallel", "needs two GPUs or more (-g 2)");
         if (strcmp(opt->output, "fused")) bad("--vocab-parallel", "runs the fused output layer: leave out --output canonical");
-        if (opt->zero) bad("--vocab-parallel", "is not combined with --zero 1 yet: leave out one of them");
+        if (!strcmp(opt->zero, "1")) bad("--vocab-parallel", "is not combined with --zero 1 yet: leave out one of them");
         if (opt->z_loss > 0 || opt->label_smoothing > 0 || opt->logit_softcap > 0)
             bad("--vocab-parallel", "takes the plain cross-entropy only: leave out --z-loss, --label-smoothing and "
                                     "--logit-softcap");
@@ -807,7 +810,7 @@ static int start_world(Run *r, char **argv) {
         fprintf(stderr, "error: -g/--gpus and --nodes (data parallel) apply to --device cuda only\n");
         return 2;
     }
-    if (cpu && (opt->zero || !opt->overlap_comm || opt->bucket_mb || strcmp(opt->grad_reduce, "fp32"))) {
+    if (cpu && (!strcmp(opt->zero, "1") || !opt->overlap_comm || opt->bucket_mb || strcmp(opt->grad_reduce, "fp32"))) {
         fprintf(stderr, "error: --zero, --overlap-comm, --bucket-mb and --grad-reduce set how GPUs share gradients: "
                         "they apply to --device cuda with -g/--nodes, not to the CPU backend\n");
         return 2;
@@ -981,12 +984,21 @@ static int resolve_data(Run *r) {
     return RUN_ON;
 }
 
+/* --zero auto: ZeRO-1 wherever there is a gradient to share, except with --vocab-parallel, which
+ * splits the head instead (the two do not combine yet). With overlap it ran level with the all-reduce
+ * or faster in every measurement over NVLink (up to 2.5 %, on two and on four GPUs) and keeps less
+ * memory (dev/RESULTS.md, Multi-GPU). */
+static int zero1_on(const Options *opt, int world) {
+    if (!strcmp(opt->zero, "auto")) return world > 1 && !opt->vocab_parallel;
+    return !strcmp(opt->zero, "1");
+}
+
 /* The backend that trains (CPU reference or CUDA), the checkpoint buffers and the host buffers of a
  * batch. */
 static int create_backend(Run *r) {
     const Options *opt = &r->opt;
     OutputKind output = strcmp(opt->output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
-    DataParallel dp = {.dist = &r->dist, .zero1 = opt->zero, .overlap = opt->overlap_comm,
+    DataParallel dp = {.dist = &r->dist, .zero1 = zero1_on(opt, r->dist.world), .overlap = opt->overlap_comm,
                        .bucket_bytes = (size_t)opt->bucket_mb << 20, .bf16_wire = !strcmp(opt->grad_reduce, "bf16"),
                        .vocab_parallel = opt->vocab_parallel};
     r->be = strcmp(opt->device, "cpu") == 0
@@ -1176,13 +1188,18 @@ static void print_header(Run *r) {
     printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches x %d rank(s)), output layer %s, device %s (%s)\n",
            r->B, r->T, opt->total_batch, r->accum, r->dist.world, opt->output, opt->device, be->device_name);
     if (be->output_path[0]) printf("output layer: %s\n", be->output_path);
+    if (r->dist.world > 1)
+        printf("data parallel: %s, gradients reduced %s the backward\n",
+               zero1_on(opt, r->dist.world) ? "ZeRO-1 (each rank keeps 1/N of the master weights and AdamW moments)"
+                                            : "every rank keeps the whole optimizer state",
+               opt->overlap_comm ? "during" : "after");
     const int bf16_wire = !strcmp(opt->grad_reduce, "bf16");
     if (bf16_wire && r->dist.world == 1)
         printf("gradient reduce: --grad-reduce bf16 does nothing in a world of one: there is nothing to reduce, "
                "the gradients stay fp32\n");
     else if (bf16_wire)
         printf("gradient reduce: bf16 on the wire, summed in fp32 in rank order (each rank's gradients rounded once); "
-               "%s\n", opt->zero ? "ZeRO-1 keeps the fp32 sums of its shard: 2 + 2 bytes a parameter with the bf16 "
+               "%s\n", zero1_on(opt, r->dist.world) ? "ZeRO-1 keeps the fp32 sums of its shard: 2 + 2 bytes a parameter with the bf16 "
                                     "weight gather, against 4 + 2"
                                   : "the fp32 sums are all-gathered: 2 + 4 bytes a parameter, against the fp32 "
                                     "all-reduce's 4 + 4");

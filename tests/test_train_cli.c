@@ -56,6 +56,8 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("--logits-mb -1", "--logits-mb must be at least 0");
     expect_usage_error("--device tpu", "--device must be cuda or cpu");
     expect_usage_error("--grad-reduce fp16", "--grad-reduce must be fp32 or bf16");
+    expect_usage_error("--zero 2", "--zero must be auto, 0 or 1");
+    expect_usage_error("--zero on", "--zero must be auto, 0 or 1");
     expect_usage_error("-y 2", "-y/--resume must be 0 or 1");
     expect_usage_error("-x 0", "-x/--steps must be positive");
     /* 2^32 tokens per step: an int would wrap to 0 and divide by it */
@@ -480,6 +482,9 @@ TEST(inputs_that_would_be_silently_useless_are_refused_or_named) {
     REQUIRE(write_pattern_shard(other, 4000, 60, 3) == 0, "writing %s", other);
     expect_run(1, "for a vocabulary of 64 but", "for 60", TINY_RUN " -x 1 -i %s -j %s -o %s/q", train, other, d);
     expect_run(2, "not to the CPU backend", NULL, TINY_RUN " -x 1 --zero 1 -i %s -o %s/z", train, d);
+    /* --zero's default, auto, and an explicit 0 mean no sharding: the CPU backend takes both */
+    expect_run(0, "step     1/1", NULL, TINY_RUN " -x 1 --val-every 0 --zero auto -i %s -o %s/za", train, d);
+    expect_run(0, "step     1/1", NULL, TINY_RUN " -x 1 --val-every 0 --zero 0 -i %s -o %s/z0", train, d);
     expect_run(2, "--grad-reduce set how GPUs share gradients", "not to the CPU backend",
                TINY_RUN " -x 1 --grad-reduce bf16 -i %s -o %s/w", train, d);
     /* a resume from a directory that does not exist says so and does not create it */

@@ -150,7 +150,7 @@ if has correct; then
         echo "$floor" >$MG/floor_$d
         # one step's reduced gradient, through AdamW's first moment m = 0.1 g after step 1
         ./train $common -d $d -x 1 -o $MG/one_step1_$d >$MG/one_step1_$d.log 2>&1
-        for mode in "--overlap-comm 1" "--overlap-comm 0" "--zero 1" "--zero 1 --overlap-comm 0"; do
+        for mode in "--zero 0 --overlap-comm 1" "--zero 0 --overlap-comm 0" "--zero 1" "--zero 1 --overlap-comm 0"; do
             tag="$(echo "$mode" | tr -d ' -')"
             log=$MG/dp_${d}_$tag.log
             ./train -g $G $common -d $d $mode -o $MG/dp_${d}_$tag >$log 2>&1
@@ -214,7 +214,7 @@ if has families; then
         ./train $flags $fam_common -x 20 -o $MG/fam_one_$name >$MG/fam_one_$name.log 2>&1
         ./train $flags $fam_common -x 1 -o $MG/fam_one_step1_$name >$MG/fam_one_step1_$name.log 2>&1
         note "$name: $(grep -m1 '^family' $MG/fam_one_$name.log) $(grep -m1 error $MG/fam_one_*$name.log)"
-        for mode in "--overlap-comm 1" "--zero 1"; do
+        for mode in "--zero 0 --overlap-comm 1" "--zero 1"; do
             tag="$(echo "$mode" | tr -d ' -')"
             log=$MG/fam_dp_${name}_$tag.log
             ./train -g $G $flags $fam_common $mode -x 20 -o $MG/fam_dp_${name}_$tag >$log 2>&1
@@ -241,7 +241,7 @@ if has families; then
 fi
 if has bitwise; then
     # the same G-GPU run twice: every printed loss and the final weights equal bit for bit
-    for mode in "--overlap-comm 1" "--zero 1"; do
+    for mode in "--zero 0 --overlap-comm 1" "--zero 1"; do
         tag="$(echo "$mode" | tr -d ' -')"
         for k in 1 2; do
             ./train -g $G $common -d $((2048 * G)) $mode -o $MG/bit_${tag}_$k >$MG/bit_${tag}_$k.log 2>&1
@@ -346,7 +346,7 @@ if has throughput || has sweep || has skew || has peers; then
             one0=$TP_TOK
             throughput $V 1gpu_on_gpu1$sfx CUDA_VISIBLE_DEVICES=1 ./train -g 1 --output $out
             one1=$TP_TOK
-            for mode in "allreduce_after|--overlap-comm 0" "overlap|" "zero1|--zero 1" "zero1_after|--zero 1 --overlap-comm 0"; do
+            for mode in "allreduce_after|--zero 0 --overlap-comm 0" "overlap|--zero 0" "zero1|--zero 1" "zero1_after|--zero 1 --overlap-comm 0"; do
                 IFS='|' read -r tag flags <<<"$mode"
                 throughput $V $tag$sfx ./train -g $G $flags --output $out
                 note "    scaling: $(python3 -c "
@@ -372,11 +372,11 @@ if a and b:
             # NCCL's CTAs beside the backward take SMs from it: fewer CTAs make each reduction slower
             # but the backward shorter, and the overlap hides the slower reduction
             for ctas in ${SWEEP_CTAS:-1 2 4 8}; do
-                throughput $V overlap_ctas$ctas NCCL_MAX_CTAS=$ctas NCCL_MIN_CTAS=1 ./train -g $G
+                throughput $V overlap_ctas$ctas NCCL_MAX_CTAS=$ctas NCCL_MIN_CTAS=1 ./train -g $G --zero 0
                 throughput $V zero1_ctas$ctas NCCL_MAX_CTAS=$ctas NCCL_MIN_CTAS=1 ./train -g $G --zero 1
             done
-            throughput $V overlap_b128 ./train -g $G --bucket-mb 128
-            throughput $V overlap_b128_ctas4 NCCL_MAX_CTAS=4 NCCL_MIN_CTAS=1 ./train -g $G --bucket-mb 128
+            throughput $V overlap_b128 ./train -g $G --zero 0 --bucket-mb 128
+            throughput $V overlap_b128_ctas4 NCCL_MAX_CTAS=4 NCCL_MIN_CTAS=1 ./train -g $G --zero 0 --bucket-mb 128
         fi
     done
 fi
@@ -555,7 +555,7 @@ if has wire; then
         row=$(grep -m1 '^ROW' <<<"$out" | cut -d'|' -f2-)
         [ -z "$label" ] || wire_rows+=("$label|${row:-||||FAIL}")
     }
-    wire_modes=("overlap|--overlap-comm 1" "after|--overlap-comm 0" "zero1|--zero 1" "zero1_after|--zero 1 --overlap-comm 0")
+    wire_modes=("overlap|--zero 0 --overlap-comm 1" "after|--zero 0 --overlap-comm 0" "zero1|--zero 1" "zero1_after|--zero 1 --overlap-comm 0")
     ./build/run_gpu_tests grad_wire >$MG/wire_gpu_tests.log 2>&1
     w_note "wire GPU tests (world of one): $(grep -E 'passed' $MG/wire_gpu_tests.log | tail -1)$(grep -q ' 0 failed' $MG/wire_gpu_tests.log || echo ' FAIL') $(grep -m2 -A1 FAILED $MG/wire_gpu_tests.log | tr '\n' ' ')"
     if wpart step1; then
@@ -598,7 +598,7 @@ if has wire; then
         wt ./train $big -d 1024 -x $G -l 1e-30 --lr-final 0 --warmup 0 --weight-decay 0 -o $MG/wire_big_ranks \
             >$MG/wire_big_ranks.log 2>&1 || w_note "wire rounds, ranks' norms FAIL: exit $? $(grep -m1 error $MG/wire_big_ranks.log)"
         rm -rf $MG/wire_big_ranks
-        for mode in "after|--overlap-comm 0" "zero1|--zero 1"; do
+        for mode in "after|--zero 0 --overlap-comm 0" "zero1|--zero 1"; do
             IFS='|' read -r tag flags <<<"$mode"
             for wire in fp32 bf16; do
                 rm -rf $MG/wire_big_${tag}_$wire
@@ -616,7 +616,7 @@ if has wire; then
     fi
     if wpart bitwise; then
         wire_rows+=("bf16 repeat|mode|two identical runs|||verdict")
-        for mode in "overlap|--overlap-comm 1" "zero1|--zero 1"; do
+        for mode in "overlap|--zero 0 --overlap-comm 1" "zero1|--zero 1"; do
             IFS='|' read -r tag flags <<<"$mode"
             for k in 1 2; do
                 rm -rf $MG/wire_bit_${tag}_$k
@@ -732,7 +732,7 @@ if has vocabpar; then
         local m=$1 model=$2 where=$3
         local vp_common="$model -v 1000 -b 8 -t 128 -l 2e-3 --warmup 5 --val-every 10 --val-batches 2 -s 0 --logits-mb 0 -i $MG/train.bin -j $MG/val.bin -d $d"
         local run name flags e
-        for run in "one|" "dp|-g $G" "vp|-g $G --vocab-parallel" "vp2|-g $G --vocab-parallel"; do
+        for run in "one|" "dp|-g $G --zero 0" "vp|-g $G --vocab-parallel" "vp2|-g $G --vocab-parallel"; do
             IFS='|' read -r name flags <<<"$run"
             ./train $flags $vp_common -x 20 -n 10 --keep-checkpoints 3 -o $MG/vp_${m}_$name >$MG/vp_${m}_$name.log 2>&1
             echo "$m $name exit $?" >>$MG/vp_exits.log
@@ -752,7 +752,7 @@ if has vocabpar; then
         vp_note "vocabpar $m step 1's gradient, 1 GPU vs --vocab-parallel: $(python3 -c "$vp_moment_py" \
             $MG/vp_${m}_step1_one/step_00000001/state.bin $MG/vp_${m}_step1_vp/step_00000001/state.bin $vp_head $where 2>&1 | tail -1)"
         # two micro-batches a step on each rank: the slice's gradient accumulates as the flat buffers do
-        for run in "dp|-g $G" "vp|-g $G --vocab-parallel"; do
+        for run in "dp|-g $G --zero 0" "vp|-g $G --vocab-parallel"; do
             IFS='|' read -r name flags <<<"$run"
             ./train $flags ${vp_common/-d $d/-d $((2 * d))} -x 1 -o $MG/vp_${m}_acc_$name >$MG/vp_${m}_acc_$name.log 2>&1
         done
@@ -798,10 +798,10 @@ if has vocabpar; then
     [ -f $MG/rand_$V.bin ] || python3 tests/fixtures/gen/make_shard.py $MG/rand_$V.bin 40000000 $V random 3
     for big in "untied_llama124m|--family llama --kv-heads 12 --head-dim 64 --ffn-dim 2048 --untied-head" "gpt2_124m|"; do
         IFS='|' read -r m flags <<<"$big"
-        throughput $V ${m}_dp ./train -g $G $flags
+        throughput $V ${m}_dp ./train -g $G $flags --zero 0
         tp_dp=$TP_TOK
         # the slice layer streams (four GEMMs' work): data parallelism on the same path, for the split's own cost
-        throughput $V ${m}_dp_streaming ./train -g $G $flags --logits-mb 0
+        throughput $V ${m}_dp_streaming ./train -g $G $flags --zero 0 --logits-mb 0
         tp_dps=$TP_TOK
         throughput $V ${m}_vocabpar ./train -g $G $flags --vocab-parallel
         tp_vp=$TP_TOK
