@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Throughput A/B: this tree's ./train against $BASE on two GPUs, every data-parallel mode that changed.
+# MODES: "tag|flags;tag|flags" (default ZeRO-1 overlapped and after the backward, the all-reduce
+# overlapped); ROUNDS alternating rounds; VOCABS; BUDGET seconds.
 set -uo pipefail
 START=$(date +%s)
 OUT=${OUT:-out}
@@ -28,7 +30,8 @@ for V in ${VOCABS:-50304 262144}; do
     python3 tests/fixtures/gen/make_shard.py $MG/rand_$V.bin 8000000 $V random 3 >/dev/null
     tp V${V}_1gpu $V ./train -g 1
     for round in $(seq 1 ${ROUNDS:-1}); do
-        for mode in ${MODES:-"zero1|--zero 1" "zero1after|--zero 1 --overlap-comm 0" "overlap|--overlap-comm 1"}; do
+        IFS=';' read -ra modes <<<"${MODES:-zero1|--zero 1;zero1after|--zero 1 --overlap-comm 0;overlap|--zero 0 --overlap-comm 1}"
+        for mode in "${modes[@]}"; do
             IFS='|' read -r m flags <<<"$mode"
             [ "$(left)" -gt 40 ] || { say "(time: V$V round $round $m skipped)"; continue; }
             tp V${V}_base_${m}_r$round $V $BASE -g 2 $flags

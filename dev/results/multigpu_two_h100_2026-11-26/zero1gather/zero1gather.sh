@@ -15,7 +15,7 @@ START=$(date +%s)
 OUT=${OUT:-out}
 MG=${MG_TMP:-/tmp/mg}
 mkdir -p "$OUT" $MG
-MAIN=${MAIN:?main's ./train}
+MAIN=${MAIN:?the main build of ./train}
 chmod +x $MAIN ./train
 nvidia-smi --query-gpu=index,name --format=csv,noheader
 : >$OUT/zg_summary.txt
@@ -55,27 +55,9 @@ for round in 1 2; do
     done
 done
 
-# ---- 3. the same bits as main's binary (the gather copies bits; nothing else changes)
-python3 tests/fixtures/gen/make_shard.py $MG/zg_train.bin 2000000 1000 pattern 1 >/dev/null
-python3 tests/fixtures/gen/make_shard.py $MG/zg_val.bin 100000 1000 pattern 2 >/dev/null
-data="-v 1000 -b 8 -t 128 -x 30 -l 2e-3 --warmup 5 --val-every 7 --val-batches 2 -s 0 -i $MG/zg_train.bin -j $MG/zg_val.bin"
-qwen3="--family qwen3 --layers 2 --dim 128 --heads 2 --kv-heads 1 --head-dim 64 --ffn-dim 256"
-for run in "zero1|-e tiny --zero 1" "after_accum|-e tiny --zero 1 --overlap-comm 0 -d 4096" \
-    "merged|-e tiny --zero 1 --bucket-mb 1" "wire|-e tiny --zero 1 --grad-reduce bf16" "qwen3|$qwen3 --zero 1"; do
-    IFS='|' read -r tag flags <<<"$run"
-    [ "$(left)" -gt 20 ] || { say "(time: same-bits $tag skipped)"; continue; }
-    for b in main new; do
-        bin=$([ $b = main ] && echo $MAIN || echo ./train)
-        rm -rf $MG/zg_bit_${tag}_$b
-        timeout 60 $bin -g 2 $flags $data -o $MG/zg_bit_${tag}_$b >$MG/zg_bit_${tag}_$b.log 2>&1
-    done
-    losses=$(diff <(grep -E '^step|val loss' $MG/zg_bit_${tag}_main.log | cut -d'|' -f1-5) \
-        <(grep -E '^step|val loss' $MG/zg_bit_${tag}_new.log | cut -d'|' -f1-5) >/dev/null && [ -s $MG/zg_bit_${tag}_new.log ] && grep -q '^step' $MG/zg_bit_${tag}_new.log && echo equal || echo DIFFERENT)
-    w1=$(ls $MG/zg_bit_${tag}_main/step_*/model.safetensors 2>/dev/null | tail -1)
-    w2=${w1/_main/_new}
-    weights=$([ -n "$w1" ] && cmp -s "$w1" "$w2" && echo equal || echo DIFFERENT)
-    say "same bits as main, -g 2 $flags: losses, norms and val losses $losses ($(grep -cE '^step|val loss' $MG/zg_bit_${tag}_new.log) lines), final weights $weights $(grep -m1 error $MG/zg_bit_${tag}_new.log)"
-done
+# ---- 3. the same bits as main's binary (the gather copies bits; nothing else changes); the runs
+#      as dev/check/same_bits.sh has them now (it also runs the all-reduce)
+BASE=$MAIN NEW=./train bash dev/check/same_bits.sh | sed 's/same bits as base/same bits as main/' | tee -a $OUT/zg_summary.txt
 tar -czf $OUT/zg_logs.tgz -C $MG $(cd $MG && ls zg_*.log) 2>/dev/null
 
 # ---- 4. the table: scaling against the same binary on one GPU
