@@ -179,7 +179,9 @@ static int is_digit(char c) {
     return c >= '0' && c <= '9';
 }
 
-/* RFC 8259's number grammar, checked before strtod reads it (strtod takes more: hex, inf, nan). */
+/* RFC 8259's number grammar, checked before strtod reads it (strtod takes more: hex, inf, nan).
+ * 1: a number; 0: not one here; -1: one past a double's range (an error set: it would read as inf,
+ * and a file written back from it would hold no JSON at all). */
 static int parse_number(Parser *p, double *out) {
     size_t i = p->at;
     if (i < p->len && p->s[i] == '-') i++;
@@ -211,6 +213,10 @@ static int parse_number(Parser *p, double *out) {
         memcpy(buf, p->s + p->at, n);
         buf[n] = 0;
         *out = strtod(buf, NULL);
+    }
+    if (!isfinite(*out)) {
+        fail(p, "the number %.*s is too large for a double", (int)(n < 40 ? n : 40), p->s + p->at);
+        return -1;
     }
     p->at = i;
     return 1;
@@ -324,7 +330,9 @@ static int parse_value(Parser *p, JsonValue *v, int depth) {
     if (parse_literal(p, "null")) return v->type = JSON_NULL, 1;
     if (parse_literal(p, "true")) return v->type = JSON_TRUE, 1;
     if (parse_literal(p, "false")) return v->type = JSON_FALSE, 1;
-    if (parse_number(p, &v->number)) return v->type = JSON_NUMBER, 1;
+    const int number = parse_number(p, &v->number);
+    if (number > 0) return v->type = JSON_NUMBER, 1;
+    if (number < 0) return 0;
     fail(p, "expected a value (object, array, string, number, true, false or null)");
     return 0;
 }

@@ -460,6 +460,12 @@ TEST(a_family_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
         {", \"num_key_value_heads\": 3", "4 heads do not split into groups of 3 kv heads"},
         {", \"head_dim\": \"6\"", "\"head_dim\" is a string, expected an integer or null"},
         {", \"attention_dropout\": 0.1", "attention_dropout is 0.1"},
+        /* numbers past a double's or a float's range would train as inf or as 0 (the default put in,
+         * or the cap dropped) and write back a config.json that holds no JSON */
+        {", \"rope_theta\": 1e400", "the number 1e400 is too large for a double"},
+        {", \"rms_norm_eps\": 1e300", "rms_norm_eps is not a positive number that a float holds"},
+        {", \"rms_norm_eps\": 1e-320", "rms_norm_eps is not a positive number that a float holds"},
+        {", \"final_logit_softcapping\": 1e-320", "final_logit_softcapping is not a positive number"},
     };
     char err[ERR_LEN];
     GPTConfig cfg;

@@ -73,6 +73,8 @@ TEST(json_refuses_malformed_text_naming_the_place) {
     expect_bad("1.", "expected a value");
     expect_bad("-", "expected a value");
     expect_bad("+1", "expected a value");
+    expect_bad("[1e400]", "the number 1e400 is too large for a double");
+    expect_bad("-1e309", "too large for a double");
     expect_bad("nul", "expected a value");
     expect_bad("{} {}", "more text after the value");
     expect_bad("// comment\n1", "line 1 column 1");

@@ -177,6 +177,11 @@ static int read_gpt2_config(const JsonValue *root, const char *path, GPTConfig *
     return -1;
 }
 
+/* A config number the model keeps as a float: positive, and neither 0 nor inf once a float. */
+static int positive_float(const JsonValue *v) {
+    return v && v->type == JSON_NUMBER && v->number > 0 && (float)v->number > 0.0f && isfinite((float)v->number);
+}
+
 /* A positive number of a rope_scaling object; -1 with a message when it is missing. */
 static int rope_number(const JsonValue *rope, const char *field, const char *key, const char *path, double *out,
                        char *err) {
@@ -293,8 +298,8 @@ static int read_rope_family_config(const JsonValue *root, const char *path, Mode
                  dropout->number);
         return -1;
     }
-    if (eps && !(eps->number > 0)) {
-        snprintf(err, ERR_LEN, "%s: rms_norm_eps is not a positive number", path);
+    if (eps && !positive_float(eps)) {
+        snprintf(err, ERR_LEN, "%s: rms_norm_eps is not a positive number that a float holds (1e-6 is usual)", path);
         return -1;
     }
     gpt_family_defaults(cfg, family);
@@ -416,10 +421,10 @@ static int read_gemma3_config(const JsonValue *root, const char *path, GPTConfig
     else if (dropout && dropout->number != 0.0)
         snprintf(err, ERR_LEN, "%s: attention_dropout is %g; training here uses no dropout (set it to 0.0)", path,
                  dropout->number);
-    else if (eps && !(eps->number > 0))
-        snprintf(err, ERR_LEN, "%s: rms_norm_eps is not a positive number", path);
-    else if (scalar && !(scalar->number > 0))
-        snprintf(err, ERR_LEN, "%s: query_pre_attn_scalar is not a positive number", path);
+    else if (eps && !positive_float(eps))
+        snprintf(err, ERR_LEN, "%s: rms_norm_eps is not a positive number that a float holds (1e-6 is usual)", path);
+    else if (scalar && !positive_float(scalar))
+        snprintf(err, ERR_LEN, "%s: query_pre_attn_scalar is not a positive number that a float holds", path);
     else if (pad_id && pad_id->type != JSON_NULL && !json_int(pad_id, 0, 1 << 30, &pad))
         snprintf(err, ERR_LEN, "%s: pad_token_id is not a token id (an integer from 0, or null)", path);
     else
@@ -468,7 +473,7 @@ static EmbedScale gemma3_embed_scale(const JsonValue *text, const JsonValue *roo
  * logits are capped before the softmax. A positive number, or null or absent for none. */
 static int read_logit_cap(const JsonValue *root, const char *path, GPTConfig *cfg, char *err) {
     const JsonValue *cap = json_get(root, "final_logit_softcapping");
-    if (cap && cap->type != JSON_NULL && !(cap->type == JSON_NUMBER && cap->number > 0 && cap->number < 1e30)) {
+    if (cap && cap->type != JSON_NULL && !(positive_float(cap) && cap->number < 1e30)) {
         snprintf(err, ERR_LEN, "%s: final_logit_softcapping is not a positive number or null (fix the field)", path);
         return -1;
     }
