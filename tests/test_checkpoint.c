@@ -192,6 +192,13 @@ TEST(checkpoint_changed_on_disk_is_refused_and_a_resealed_one_accepted) {
         CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == 0,
               "restored file refused: %s", err);
     }
+    /* a damaged shape field is named as the damage, not as a flag to pass (--heads 7 would fix nothing) */
+    const long heads_at = 8 + 4 + 4 + 4; /* magic, version, world, num_layers */
+    flip_byte(path, heads_at);
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
+              strstr(err, "does not match its checksum") && !strstr(err, "--heads"),
+          "a damaged head count: %s", err);
+    flip_byte(path, heads_at);
     /* a header rewritten on purpose (a tool that converts checkpoints) and resealed loads */
     flip_byte(path, 100);
     REQUIRE(checkpoint_state_reseal(path, err) == 0, "%s", err);

@@ -653,9 +653,22 @@ int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, si
     if ((h.field) != (ours)) {                                                                           \
         snprintf(err, ERR_LEN, "checkpoint %s has " what " %d but this run has %d (pass %s %d, or start a "  \
                  "new run with another -o)", path, (int)(h.field), (int)(ours), flag, (int)(h.field));      \
-        fclose(f);                                                                                       \
-        return -1;                                                                                       \
+        goto disagrees;                                                                                  \
     }
+
+/* Whether state file f (header d, read; f at its arrays) holds what its checksum says, read into the
+ * caller's buffers of cap values each: 1 intact, 0 damaged (or of the wrong size), -1 cannot tell
+ * (its arrays are larger than the buffers). A header that disagrees with the run is so told apart
+ * from one damaged on disk, whose fields would ask for flags that fix nothing. */
+static int state_intact(FILE *f, const DiskHeader *d, float *params, float *m, float *v, size_t cap) {
+    struct stat sb;
+    const uint64_t count = d->h.total_params;
+    if (count > cap) return -1;
+    const size_t n = (size_t)count * sizeof(float);
+    if (fstat(fileno(f), &sb) != 0 || (uint64_t)sb.st_size != d->size + 3 * (uint64_t)n) return 0;
+    if (fread(params, 1, n, f) != n || fread(m, 1, n, f) != n || fread(v, 1, n, f) != n) return 0;
+    return state_checksum(d->raw, d->size, params, m, v, n) == d->h.checksum;
+}
 
 /* The model's shape differs: the flags that give the checkpoint's, its preset when it has one. */
 static void model_shape_mismatch(char *err, const char *path, const StateHeader *h, const GPTConfig *ours) {
@@ -722,13 +735,11 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
         snprintf(err, ERR_LEN, "checkpoint %s is a %s model but this run's is %s (pass --family %s, or the --init-from "
                  "it started from; or start a new run with another -o)", path, gpt_family_name(h.family.family),
                  gpt_family_name(t->cfg.family), gpt_family_name(h.family.family));
-        fclose(f);
-        return -1;
+        goto disagrees;
     }
     if (h.num_layers != t->cfg.num_layers || h.num_heads != t->cfg.num_heads || h.dim != t->cfg.dim) {
         model_shape_mismatch(err, path, &h, &t->cfg);
-        fclose(f);
-        return -1;
+        goto disagrees;
     }
     CHECK_FIELD(family.num_kv_heads, "kv heads", t->cfg.num_kv_heads, "--kv-heads");
     CHECK_FIELD(family.head_dim, "head dim", t->cfg.head_dim, "--head-dim");
@@ -740,14 +751,12 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
         snprintf(err, ERR_LEN, "checkpoint %s has logit softcap %g but this run has %g (pass --logit-softcap %g, or the "
                  "--init-from it started from; or start a new run with another -o)", path, (double)h.family.logit_softcap,
                  (double)ours.logit_softcap, (double)h.family.logit_softcap);
-        fclose(f);
-        return -1;
+        goto disagrees;
     }
     if (memcmp(&ours, &h.family, sizeof ours) != 0) { /* what no shape flag sets: config.json's switches */
         snprintf(err, ERR_LEN, "checkpoint %s has other norm, RoPE, bias, head-tying or sliding-window settings than "
                  "this run's model (pass the --init-from or --family it started with, or start a new run with another -o)", path);
-        fclose(f);
-        return -1;
+        goto disagrees;
     }
     CHECK_FIELD(max_seq_len, "max_seq_len", t->cfg.max_seq_len, "--max-seq-len");
     CHECK_FIELD(vocab_size, "vocab_size", t->cfg.vocab_size, "-v");
@@ -756,8 +765,7 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
         snprintf(err, ERR_LEN, "checkpoint %s pads its vocabulary of %d to %d rows but this model pads it to %d (a "
                  "state file of another build, or corrupt; start a new run with another -o)", path, (int)h.vocab_size,
                  (int)h.padded_vocab_size, t->cfg.padded_vocab_size);
-        fclose(f);
-        return -1;
+        goto disagrees;
     }
     size_t n = t->total * sizeof(float);
     if (fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size != d.size + 3 * n || h.total_params != t->total) {
@@ -800,6 +808,11 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
     st->warmup = h.warmup;
     st->checksum = h.checksum;
     return 0;
+disagrees:
+    if (state_intact(f, &d, params, m, v, t->total) == 0)
+        snprintf(err, ERR_LEN, "%s does not match its checksum (corrupt on disk); %s", path, OLDER_CHECKPOINT_HINT);
+    fclose(f);
+    return -1;
 }
 
 int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *params, float *m, float *v,
