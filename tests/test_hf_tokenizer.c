@@ -192,6 +192,8 @@ TEST(hf_tokenizer_unsupported_parts_are_refused_by_name) {
     expect_refused("\"decoder\": {", "\"decoder\": {\"type\": \"Metaspace\"}, \"y\": {", "decoder Metaspace");
     expect_refused("\"version\"", "\"version\" [", "is not valid JSON: line 2");
     expect_refused("\"!\": ", "\"no-byte\": ", "has no token for the byte 0x21");
+    /* an added token on a vocabulary token's id: the two texts would encode alike */
+    expect_refused("\"id\": 0,", "\"id\": 5,", "added token \"<|endoftext|>\" has id 5, which the vocabulary gives to");
 }
 
 TEST(hf_tokenizer_unknown_split_pattern_is_refused_naming_it) {

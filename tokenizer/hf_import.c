@@ -284,10 +284,16 @@ static int collect_ids(Import *im, int byte_level, const char *path, char *err) 
         }
         slot->value = id;
     }
-    /* an added token's content is what its id decodes to */
+    /* an added token's content is what its id decodes to; where the vocabulary lists the id too
+     * (GPT-2's <|endoftext|>, Gemma's <pad>) it must be the same token, or two texts would share an id */
     for (size_t i = 0; i < im->added->len; i++) {
         const JsonValue *c = json_get(&im->added->items[i], "content");
         uint32_t id = (uint32_t)json_get(&im->added->items[i], "id")->number;
+        if (im->strings[id] && (im->string_lens[id] != c->len || memcmp(im->strings[id], c->string, c->len) != 0)) {
+            tok_error(err, "%s: added token \"%.40s\" has id %u, which the vocabulary gives to \"%.40s\" (the file is "
+                      "corrupt or was edited: give the added token an id of its own)", path, c->string, id, im->strings[id]);
+            return -1;
+        }
         im->strings[id] = c->string;
         im->string_lens[id] = c->len;
     }
