@@ -520,6 +520,20 @@ TEST(a_missing_extra_or_misshaped_tensor_is_refused_naming_it_and_both_shapes) {
               strstr(err, "tensor model.layers.0.self_attn.v_proj.weight is [15, 24] but the model (config.json) needs [16, 24]"),
           "misshaped: %s", err);
     ts[v].d0 += 1, ts[v].bytes += ts[v].d1 * 4;
+    /* a weight that is not a number (a damaged file, or a model saved after it diverged) */
+    const int o = index_of(ts, n, "model.layers.1.mlp.down_proj.weight");
+    float *w = (float *)ts[o].data;
+    const float kept_w = w[5];
+    const float bad[2] = {NAN, INFINITY};
+    const char *said[2] = {"tensor model.layers.1.mlp.down_proj.weight holds a NaN at element 5",
+                           "tensor model.layers.1.mlp.down_proj.weight holds an infinity at element 5"};
+    for (int b = 0; b < 2; b++) {
+        w[5] = bad[b];
+        write_test_safetensors(path, ts, n);
+        CHECK(hf_read_weights(dir, &t, back, err) != 0 && strstr(err, said[b]) && !strchr(err, '\n'),
+              "a weight that is not a number: %s", err);
+    }
+    w[5] = kept_w;
     /* a tied model's lm_head.weight: the embedding itself is accepted, another matrix is not */
     ts[n] = ts[index_of(ts, n, "model.embed_tokens.weight")];
     snprintf(ts[n].name, sizeof ts[n].name, "lm_head.weight");

@@ -736,11 +736,25 @@ static int open_sources(const char *dir, Sources *s, char *err) {
 
 /* Reads stored tensor st of file f into its place in params (g), transposing Conv1D matrices;
  * tmp: scratch of at least the tensor's size. */
+/* A weight must be a number: a NaN or an infinity (a damaged file, or a model saved after it
+ * diverged) would train from a loss that is NaN already, or sample one token over and over. */
+static int check_finite(const StFile *f, const StTensor *st, const float *x, char *err) {
+    size_t n = 1;
+    for (int d = 0; d < st->ndim; d++) n *= (size_t)st->shape[d];
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) {
+            snprintf(err, ERR_LEN, "%s: tensor %s holds %s at element %zu (a damaged file, or a model saved after it "
+                     "diverged: take another checkpoint)", f->path, st->name, isnan(x[i]) ? "a NaN" : "an infinity", i);
+            return -1;
+        }
+    return 0;
+}
+
 static int place(StFile *f, const StTensor *st, const Target *g, float *params, float *tmp, char *err) {
     const ParamInfo *p = g->p;
     float *dst = params + p->offset + g->first * (p->ndim == 2 ? p->cols : 1);
-    if (!p->hf_transposed) return st_read_f32(f, st, dst, err);
-    if (st_read_f32(f, st, tmp, err) != 0) return -1;
+    if (!p->hf_transposed) return st_read_f32(f, st, dst, err) != 0 ? -1 : check_finite(f, st, dst, err);
+    if (st_read_f32(f, st, tmp, err) != 0 || check_finite(f, st, tmp, err) != 0) return -1;
     /* stored [in, out] = [cols, rows] of ours */
     for (size_t r = 0; r < p->rows; r++)
         for (size_t c = 0; c < p->cols; c++) dst[r * p->cols + c] = tmp[c * p->rows + r];

@@ -9,8 +9,8 @@ int step_is_finite(float loss, float norm, int step, char *msg, size_t n) {
     const int loss_bad = !isfinite(loss);
     const float bad = loss_bad ? loss : norm;
     snprintf(msg, n,
-             "error: %s is %s at step %d; stopping (the last checkpoint is untouched; lower -l/--lr or check the "
-             "data)",
+             "error: %s is %s at step %d; stopping before anything of it is saved (checkpoints written earlier stay "
+             "as they were; lower -l/--lr or check the data)",
              loss_bad ? "loss" : "gradient norm", isnan(bad) ? "NaN" : "Inf", step);
     return 0;
 }
