@@ -340,6 +340,9 @@ static void parse_args(Options *opt, int argc, char **argv) {
                 die_usage("%s needs a value, got the flag '%s' (if that is the value, write --%s=%s)", name, value,
                           o->long_name, value);
         }
+        /* an empty path or name would read as the flag left out: --init-from '' would train from scratch */
+        if (o->type == OPT_STR && !*value)
+            die_usage("%s needs a value, got an empty one (leave the flag out for its default)", name);
         set_value(opt, o, value, NULL);
     }
 }

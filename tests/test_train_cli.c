@@ -57,6 +57,10 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("--device tpu", "--device must be cuda or cpu");
     expect_usage_error("--grad-reduce fp16", "--grad-reduce must be fp32 or bf16");
     expect_usage_error("--zero 2", "--zero must be auto, 0 or 1");
+    /* an empty path would read as the flag left out: --init-from '' trained from scratch */
+    expect_usage_error("--init-from ''", "--init-from needs a value, got an empty one");
+    expect_usage_error("-j ''", "-j/--val-data needs a value, got an empty one");
+    expect_usage_error("--tokenizer=", "--tokenizer needs a value, got an empty one");
     expect_usage_error("--zero on", "--zero must be auto, 0 or 1");
     expect_usage_error("-y 2", "-y/--resume must be 0 or 1");
     expect_usage_error("-x 0", "-x/--steps must be positive");
