@@ -56,7 +56,7 @@ void gpt_config_finish(GPTConfig *cfg) {
     cfg->padded_vocab_size = gpt_round_vocab(cfg->vocab_size);
     if (!cfg->num_kv_heads) cfg->num_kv_heads = cfg->num_heads;
     if (!cfg->head_dim && cfg->num_heads > 0) cfg->head_dim = cfg->dim / cfg->num_heads;
-    if (!cfg->ffn_dim) cfg->ffn_dim = 4 * cfg->dim;
+    if (!cfg->ffn_dim) cfg->ffn_dim = cfg->dim > GPT_MAX_WIDTH ? cfg->dim : 4 * cfg->dim; /* check_shape refuses the first */
     if (cfg->norm_eps == 0.0f) cfg->norm_eps = 1e-5f;
 }
 
@@ -263,6 +263,13 @@ static int check_shape(const GPTConfig *cfg, char *err) {
     if (cfg->num_heads < 1 || cfg->dim < 1 || cfg->num_kv_heads < 1 || cfg->head_dim < 1 || cfg->ffn_dim < 1) {
         snprintf(err, ERR_LEN, "the model shape has a size below 1 (heads %d, kv heads %d, dim %d, head dim %d, ffn dim %d)",
                  cfg->num_heads, cfg->num_kv_heads, cfg->dim, cfg->head_dim, cfg->ffn_dim);
+        return -1;
+    }
+    const int64_t q_width = (int64_t)cfg->num_heads * cfg->head_dim, kv_width = (int64_t)cfg->num_kv_heads * cfg->head_dim;
+    if (cfg->dim > GPT_MAX_WIDTH || cfg->ffn_dim > GPT_MAX_WIDTH || q_width > GPT_MAX_WIDTH || kv_width > GPT_MAX_WIDTH) {
+        snprintf(err, ERR_LEN, "the model is wider than %d (dim %d, ffn dim %d, heads x head dim %lld); the widest released "
+                 "models take about 53k (check --dim, --ffn-dim, --heads and --head-dim, or config.json)", GPT_MAX_WIDTH,
+                 cfg->dim, cfg->ffn_dim, (long long)(q_width > kv_width ? q_width : kv_width));
         return -1;
     }
     /* the rows each family's table holds are those of these switches: another mix has no rows */

@@ -43,6 +43,10 @@ typedef struct {
 
 #define GPT_VOCAB_ALIGN 128
 #define GPT_MAX_LAYERS 128
+/* The widest dim, ffn dim, or heads x head dim a model may have: the shapes' int arithmetic (4 dim,
+ * heads x head dim) stays far from overflow, and the widest released models take about 53k (the MLP
+ * of Llama 3.1 405B). */
+#define GPT_MAX_WIDTH (1 << 18)
 
 typedef enum { FAMILY_GPT2, FAMILY_LLAMA, FAMILY_QWEN2, FAMILY_QWEN3, FAMILY_GEMMA3 } ModelFamily;
 typedef enum {

@@ -47,6 +47,10 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("-t 2048", "-t/--seq-len is above the model's context");
     expect_usage_error("-b 4 -t 64 -d 1000", "-d/--total-batch must be a multiple");
     expect_usage_error("-e tiny --heads 5", "--heads must divide --dim");
+    /* widths whose int arithmetic would wrap (4 dim, heads x head dim) are named, not computed */
+    expect_usage_error("--device cpu -e tiny --dim 536870912 --heads 2", "the model is wider than 262144 (dim 536870912");
+    expect_usage_error("--device cpu --family llama --dim 64 --heads 65536 --head-dim 65536",
+                       "heads x head dim 4294967296");
     expect_usage_error("-e d99", "-e/--preset must be one of");
     expect_usage_error("-l -1", "-l/--lr must be positive");
     expect_usage_error("-l 1e-3 --lr-final 1e-2", "--lr-final must be between");
