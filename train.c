@@ -276,6 +276,8 @@ static void set_value(Options *opt, const OptSpec *o, const char *value, const c
     }
     case OPT_FLOAT: {
         float v = strtof(value, &end);
+        if (*value && !isspace((unsigned char)*value) && !*end && errno == ERANGE)
+            die_usage("%s: %s is beyond what a float holds (about 1e-38 to 3e38 in size)", name, value);
         if (!*value || isspace((unsigned char)*value) || *end || errno || !isfinite(v))
             die_usage("%s expects a number, got '%s'", name, value);
         *(float *)dst = v;

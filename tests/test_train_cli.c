@@ -76,6 +76,7 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("--help=1", "-h/--help takes no value");
     expect_usage_error("-b ' 4'", "-b/--batch expects an integer, got ' 4'");
     expect_usage_error("--lr nan", "-l/--lr expects a number, got 'nan'");
+    expect_usage_error("--lr 1e-46", "-l/--lr: 1e-46 is beyond what a float holds");
 }
 
 TEST(cli_help_is_generated_from_the_option_table) {

@@ -116,7 +116,8 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
         } else if (!strcmp(a, "--temperature")) {
             char *end;
             o->temperature = strtof(v, &end);
-            if (!*v || *end || !(o->temperature >= 0 && o->temperature < 1e6)) return bad(a, "must be 0 or more");
+            if (!*v || *end || !(o->temperature >= 0 && o->temperature < 1e6))
+                return bad(a, "must be from 0 (greedy) to below 1e6");
         }
         i += takes_value;
     }
