@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MAX_HEADER (100u << 20) /* a larger header is no model's */
 /* Offsets and dimensions above this (a petabyte) are corrupt; below 2^53 a double holds them exactly. */
@@ -149,8 +150,13 @@ static int check_coverage(const StFile *s, uint64_t data_len, char *err) {
 int st_open(StFile *s, const char *path, char *err) {
     memset(s, 0, sizeof *s);
     snprintf(s->path, sizeof s->path, "%s", path);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(err, ERR_LEN, "%s is a directory, not a safetensors file", path);
+        return -1;
+    }
     if (!(s->f = fopen(path, "rb"))) {
-        snprintf(err, ERR_LEN, "cannot open %s: %s", path, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot open %s: %s (is the checkpoint whole?)", path, strerror(errno));
         return -1;
     }
     uint64_t hlen = 0, file_len = 0;
@@ -175,7 +181,8 @@ int st_open(StFile *s, const char *path, char *err) {
     s->header = json_parse(text, hlen, path, jerr);
     free(text);
     if (!s->header || s->header->type != JSON_OBJECT) {
-        snprintf(err, ERR_LEN, "%s", s->header ? "the safetensors header is not a JSON object" : jerr);
+        if (s->header) snprintf(err, ERR_LEN, "%s: the safetensors header is not a JSON object (not a safetensors file?)", path);
+        else snprintf(err, ERR_LEN, "%s", jerr);
         st_close(s);
         return -1;
     }

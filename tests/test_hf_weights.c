@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/rng.h"
@@ -263,12 +265,18 @@ TEST(a_safetensors_file_whose_data_is_not_exactly_its_tensors_is_refused) {
          "tensor h.0.ln_1.weight has dtype F31, which safetensors does not define"},
         {"no offsets", "{\"h.0.ln_1.weight\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8,
          "tensor h.0.ln_1.weight has no valid dtype, shape or data_offsets"},
+        {"a header that is an array", "[1, 2]", 8, "the safetensors header is not a JSON object"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_raw_safetensors(path, cases[i].header, cases[i].data_len);
         CHECK(hf_read_weights(dir, &t, p, err) != 0 && strstr(err, cases[i].msg) && strstr(err, "model.safetensors"),
               "%s: message '%s' lacks '%s'", cases[i].what, err, cases[i].msg);
     }
+    /* a directory where the file should be */
+    REQUIRE(remove(path) == 0 && mkdir(path, 0755) == 0, "making %s a directory", path);
+    CHECK(hf_read_weights(dir, &t, p, err) != 0 && strstr(err, "model.safetensors is a directory, not a safetensors file"),
+          "a directory: %s", err);
+    REQUIRE(rmdir(path) == 0, "removing %s", path);
     free(p);
     param_table_free(&t);
 }
