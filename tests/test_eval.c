@@ -239,6 +239,9 @@ TEST(eval_errors_name_the_problem_in_one_line) {
         {"eval -o {run} -i /nonexistent.bin --device cpu", "/nonexistent.bin", 1},
         {"eval -o {run} -i {big} --device cpu", "is >= the vocabulary 300 of the model", 1},
         {"eval -o {run} -i {one} --device cpu", "holds 1 token(s): a target needs 2", 1},
+        /* said before the evaluation, not after it, where the finished file would be renamed into place */
+        {"eval -o {run} -i {shard} --device cpu --per-token {run}", "--per-token names a directory", 2},
+        {"eval -o {run} -i {shard} --device cpu --per-token ''", "--per-token needs a file name", 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char args[1200];

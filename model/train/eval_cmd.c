@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/err.h"
 #include "data/shard.h"
@@ -154,6 +155,11 @@ static int parse(EvalOptions *o, int argc, char **argv) {
     if (strcmp(o->output, "fused") && strcmp(o->output, "canonical"))
         return bad("--output", "must be fused or canonical");
     if (o->per_token && strlen(o->per_token) >= FGPT_PATH_LEN) return bad("--per-token", "is too long a path");
+    /* known before the evaluation, not at its end, where the finished file is renamed into place */
+    struct stat sb;
+    if (o->per_token && !*o->per_token) return bad("--per-token", "needs a file name");
+    if (o->per_token && stat(o->per_token, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return bad("--per-token", "names a directory: give a file name");
     if (o->z_loss < 0.0f) return bad("--z-loss", "must be >= 0");
     if (!(o->label_smoothing >= 0.0f && o->label_smoothing < 1.0f))
         return bad("--label-smoothing", "must be in [0, 1)");
