@@ -364,6 +364,14 @@ TEST(a_missing_latest_resumes_from_the_newest_checkpoint_that_loads_whole) {
     CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
               strstr(err, "step_00000002/state.bin does not match its checksum"),
           "no whole checkpoint: %s", err);
+    /* and every one cut short: not 'drop -y', which would start anew over them, but what is wrong */
+    for (int s = 1; s <= 2; s++) {
+        snprintf(path, sizeof path, "%s/step_%08d/state.bin", test_tmpdir(), s);
+        REQUIRE(truncate(path, 100) == 0, "truncate");
+    }
+    CHECK(checkpoint_latest_name(test_tmpdir(), name, sizeof name, err) == -1 &&
+              strstr(err, "every step_* checkpoint there is incomplete or damaged") && !strstr(err, "drop -y"),
+          "only truncated checkpoints: %s", err);
     free(q);
     free(p);
     param_table_free(&t);

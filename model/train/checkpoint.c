@@ -687,7 +687,12 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
     FILE *lf = path_format(latest, "%s/latest", run_dir) == 0 ? fopen(latest, "r") : NULL;
     if (!lf) {
         if (errno == ENOENT && newest_whole_checkpoint(run_dir, INT_MAX, name, size) >= 0) return 1;
-        snprintf(err, ERR_LEN, "no checkpoint to resume in %s (%s missing; drop -y or check -o)", run_dir, latest);
+        if (errno == ENOENT && newest_checkpoint(run_dir, INT_MAX) >= 0)
+            snprintf(err, ERR_LEN, "no checkpoint to resume in %s: %s is missing and every step_* checkpoint there is "
+                     "incomplete or damaged (start a new run with another -o, or --init-from one's weights)", run_dir,
+                     latest);
+        else
+            snprintf(err, ERR_LEN, "no checkpoint to resume in %s (%s missing; drop -y or check -o)", run_dir, latest);
         return -1;
     }
     char buf[256] = {0};
