@@ -73,10 +73,20 @@ void outl_reduce_loss(const float *row_loss, const int32_t *targets, int64_t N, 
 
 /* ---- GEMMs ---------------------------------------------------------------------------------- */
 
+/* What cuBLASLt may assume of A, B and C: the largest power of two up to its default, 256 bytes, that
+ * all three are multiples of (0: the default). An untied lm_head sits after the final norm in the
+ * parameter buffer, on 128 bytes where C is an odd multiple of 64; the aligned shapes keep their plans. */
+static uint32_t common_alignment(const void *A, const void *B, const void *C) {
+    const uintptr_t bits = (uintptr_t)A | (uintptr_t)B | (uintptr_t)C | 256;
+    const uintptr_t lowest = bits & (~bits + 1);
+    return lowest >= 256 ? 0 : (uint32_t)lowest;
+}
+
 void outl_gemm(OutputLayer *L, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
                const void *A, int64_t lda, const void *B, int64_t ldb, void *C, int ctype, int64_t ldc,
                const float *alpha, const float *beta, cudaStream_t stream) {
     LtShape s = {};
+    s.min_alignment = common_alignment(A, B, C);
     s.ta = ta, s.tb = tb, s.m = m, s.n = n, s.k = k, s.lda = lda, s.ldb = ldb, s.ldc = ldc;
     s.ctype = (cudaDataType_t)ctype;
     s.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
