@@ -73,6 +73,9 @@ void residual_layernorm_forward(kbf16 *residual, kbf16 *ln, float *mean, float *
  * inp is the LN input (the residual), mean/rstd from the forward.
  * scratch: layernorm_backward_scratch_bytes(C) bytes. */
 size_t layernorm_backward_scratch_bytes(int C);
+/* The widest C layernorm_backward runs on the current device: past 2048 its kernel keeps two rows of
+ * C floats a warp in shared memory (7264 on an H100). */
+int layernorm_backward_max_dim(void);
 void layernorm_backward(kbf16 *dinp, float *dweight, float *dbias, float *dinp_sum, void *scratch,
                         const kbf16 *dout, const kbf16 *inp, const kbf16 *weight, const float *mean,
                         const float *rstd, int N, int C, cudaStream_t stream);

@@ -275,6 +275,14 @@ __global__ void __launch_bounds__(LN_WARPS * 32)
     }
 }
 
+extern "C" int layernorm_backward_max_dim(void) {
+    int device = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    const int widest = optin / (int)(LN_WARPS * 2 * sizeof(float));
+    return widest > 8 * 256 ? widest : 8 * 256; /* up to 8·256 the registers hold the rows */
+}
+
 extern "C" size_t layernorm_backward_scratch_bytes(int C) {
     /* three rows of partials per block (dweight, dbias, dinp sums); bias_backward's (128 rows), which
      * takes the dinp sums for C > 768, fits in that too */

@@ -11,6 +11,7 @@
 #include "common/err.h"
 #include "kernels/cuda_check.h"
 #include "kernels/output_layer.h"
+#include "kernels/kernels.h"
 #include "model/backend.h"
 #include "model/train/eval.h"
 #include "tests/test.h"
@@ -128,6 +129,24 @@ static void compare_with_cpu(OutputKind output, int heads, int dim, int vocab, i
                              size_t fused_budget = OUTPUT_FUSED_DEFAULT_BUDGET, int recompute_gelu = 0) {
     GPTConfig cfg = gpt2_config(heads, dim, vocab);
     compare_config_with_cpu(&cfg, output, B, T, fused_budget, recompute_gelu);
+}
+
+TEST(backend_cuda_refuses_a_gpt2_wider_than_its_layernorm_backward_at_creation) {
+    /* past layernorm_backward_max_dim the kernel's shared memory would fail at the first backward,
+     * after every weight was allocated and the forward had run */
+    const int widest = layernorm_backward_max_dim();
+    CHECK(widest >= 2048, "the LayerNorm backward takes at most C = %d", widest);
+    const int dim = (widest / 64 + 1) * 64;
+    GPTConfig cfg = gpt2_config(dim / 64, dim, 1000);
+    ParamTable t;
+    char err[ERR_LEN] = "";
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    Backend *gpu = backend_cuda_create(&t, 1, 8, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 42, NULL, err);
+    char want[96];
+    snprintf(want, sizeof want, "runs up to --dim %d on this GPU", widest);
+    CHECK(!gpu && strstr(err, want) && !strchr(err, '\n'), "--dim %d: %s", dim, err);
+    if (gpu) gpu->ops->destroy(gpu);
+    param_table_free(&t);
 }
 
 TEST(backend_cuda_matches_cpu_fused_head64_odd_sizes) {

@@ -1056,6 +1056,12 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
         snprintf(err, ERR_LEN, "the CUDA backend needs --dim to be a multiple of 64 (got %d)", cfg->dim);
         return NULL;
     }
+    if (cfg->norm == NORM_LAYERNORM && cfg->dim > layernorm_backward_max_dim()) {
+        snprintf(err, ERR_LEN, "the CUDA LayerNorm backward runs up to --dim %d on this GPU (its shared memory), this "
+                 "model has %d (a narrower GPT-2, or a RoPE family, whose RMSNorm has no such bound)",
+                 layernorm_backward_max_dim(), cfg->dim);
+        return NULL;
+    }
     CudaBackend *cb = (CudaBackend *)calloc(1, sizeof *cb);
     if (cb) cb->layer = (CudaLayerActs *)calloc((size_t)cfg->num_layers, sizeof(CudaLayerActs));
     if (!cb || !cb->layer) {
