@@ -2,6 +2,7 @@
  * windows, every target counted once, against a reference written out here from the CPU
  * backend's full-vocabulary logits (no loss path of the backend in it); a short last window, a
  * batch larger than the windows, a run's checkpoint and a Hugging Face directory; and the errors. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -279,13 +280,24 @@ TEST(eval_of_weights_that_make_the_loss_non_finite_is_refused) {
     REQUIRE(train_tiny_run(run) == 0, "the run");
     REQUIRE(write_pattern_shard(shard, 100, 300, 2) == 0, "shard");
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    /* the final norm's gain and bias (the file's last 2 x 128 floats) as large as a float goes: every
+     * weight a number, but the hidden states overflow and the loss with them */
     FILE *f = fopen(path, "r+b");
-    const float nan = NAN;
-    REQUIRE(f && fseek(f, -4, SEEK_END) == 0 && fwrite(&nan, 4, 1, f) == 1 && fclose(f) == 0, "%s", path);
+    float huge[256];
+    for (int i = 0; i < 256; i++) huge[i] = FLT_MAX;
+    REQUIRE(f && fseek(f, -(long)sizeof huge, SEEK_END) == 0 && fwrite(huge, sizeof huge, 1, f) == 1 && fclose(f) == 0,
+            "%s", path);
     snprintf(args, sizeof args, "eval --init-from %s -i %s --device cpu", dir, shard);
     int rc = run_train(args, &out);
     CHECK(rc == 1 && out && strstr(out, "error: the loss is not finite") && one_line(strstr(out, "error: ")) &&
               !strstr(out, "loss nan"),
           "(%d) %s", rc, out);
+    free(out);
+    /* a NaN among the weights is refused where they are read */
+    f = fopen(path, "r+b");
+    const float nan = NAN;
+    REQUIRE(f && fseek(f, -4, SEEK_END) == 0 && fwrite(&nan, 4, 1, f) == 1 && fclose(f) == 0, "%s", path);
+    rc = run_train(args, &out);
+    CHECK(rc == 1 && out && strstr(out, "holds a NaN") && one_line(strstr(out, "error: ")), "(%d) %s", rc, out);
     free(out);
 }
