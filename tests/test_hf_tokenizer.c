@@ -196,6 +196,18 @@ TEST(hf_tokenizer_unsupported_parts_are_refused_by_name) {
     expect_refused("\"id\": 0,", "\"id\": 5,", "added token \"<|endoftext|>\" has id 5, which the vocabulary gives to");
 }
 
+TEST(an_added_token_may_repeat_the_vocabularys_token_of_its_id_in_plain_text) {
+    /* the vocabulary writes the newline as the byte-level \u010a (id 199), added_tokens as the text */
+    const char *added = "\"added_tokens\": [\n  {\"id\": 199, \"content\": \"\\n\", \"single_word\": false, "
+                        "\"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": false},";
+    char err[ERR_LEN] = "";
+    Tokenizer *t = tokenizer_json_edited("tests/fixtures/hf_gpt2_style.json", "\"added_tokens\": [", added, err);
+    CHECK(t, "a newline added on the newline's id was refused: %s", err);
+    tokenizer_free(t);
+    expect_refused("\"added_tokens\": [", "\"added_tokens\": [\n  {\"id\": 199, \"content\": \"x\\n\"},",
+                   "added token \"x\\n\" has id 199");
+}
+
 TEST(hf_tokenizer_unknown_split_pattern_is_refused_naming_it) {
     char *json = read_text("tests/fixtures/hf_llama3_style.json"), path[700], err[ERR_LEN] = "";
     REQUIRE(json, "cannot read the fixture");

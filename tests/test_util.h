@@ -8,6 +8,7 @@
 
 #include "common/rng.h"
 #include "model/backend.h"
+#include "tokenizer/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,8 +48,10 @@ int write_pattern_shard(const char *path, uint64_t n, uint32_t vocab, uint64_t s
  * that contains msg (what names the case in failures). */
 void expect_shard_refused(const char *path, uint32_t model_vocab, const char *what, const char *msg);
 
-/* Loads the tokenizer.json fixture at fixture_path with its first `from` replaced by `to` and
- * checks that it is refused with one line that contains msg. */
+/* Loads the tokenizer.json fixture at fixture_path with its first `from` replaced by `to` (NULL and
+ * err as tokenizer_load gives them). */
+Tokenizer *tokenizer_json_edited(const char *fixture_path, const char *from, const char *to, char *err);
+/* The same, checking that it is refused with one line that contains msg. */
 void expect_tokenizer_json_refused(const char *fixture_path, const char *from, const char *to, const char *msg);
 
 /* A CPU backend for B sequences of T tokens over table t, output layer `output`, its weights moved

@@ -83,6 +83,47 @@ static size_t token_string_bytes(const int16_t *byte_of_cp, const char *str, siz
     return k;
 }
 
+/* byte_of_cp[cp]: the byte a code point of the byte-level alphabet stands for, -1 outside it. */
+static void byte_level_inverse(const uint32_t cp_of_byte[256], int16_t byte_of_cp[324]) {
+    memset(byte_of_cp, 0xff, 324 * sizeof *byte_of_cp);
+    for (int b = 0; b < 256; b++) byte_of_cp[cp_of_byte[b]] = (int16_t)b;
+}
+
+/* Up to 40 bytes of a token for a message, control characters written as escapes, so that the
+ * message stays one line. */
+static const char *shown(const char *s, size_t n, char *buf, size_t size) {
+    size_t k = 0;
+    for (size_t i = 0; i < n && i < 40 && k + 5 < size; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        if (c == '\n') k += (size_t)snprintf(buf + k, size - k, "\\n");
+        else if (c == '\t') k += (size_t)snprintf(buf + k, size - k, "\\t");
+        else if (c < 0x20 || c == 0x7f) k += (size_t)snprintf(buf + k, size - k, "\\x%02x", c);
+        else buf[k++] = (char)c;
+    }
+    buf[k] = 0;
+    return buf;
+}
+
+/* Whether a vocabulary string and an added token's content are one token: the same bytes once the
+ * byte-level alphabet is undone (a vocabulary writes "\n\n" as "ĊĊ", added_tokens as the text). */
+static int same_token(const char *v, size_t nv, const char *c, size_t nc, int byte_level) {
+    if (nv == nc && memcmp(v, c, nc) == 0) return 1;
+    if (!byte_level) return 0;
+    uint32_t cp_of_byte[256];
+    int16_t byte_of_cp[324];
+    byte_level_alphabet(cp_of_byte);
+    byte_level_inverse(cp_of_byte, byte_of_cp);
+    uint8_t *a = malloc(nv + 1), *b = malloc(nc + 1);
+    int same = 0;
+    if (a && b) {
+        const size_t na = token_string_bytes(byte_of_cp, v, nv, a), nb = token_string_bytes(byte_of_cp, c, nc, b);
+        same = na == nb && memcmp(a, b, na) == 0;
+    }
+    free(a);
+    free(b);
+    return same;
+}
+
 static int is_false_or_absent(const JsonValue *v) {
     return !v || v->type == JSON_FALSE || v->type == JSON_NULL;
 }
@@ -289,9 +330,12 @@ static int collect_ids(Import *im, int byte_level, const char *path, char *err) 
     for (size_t i = 0; i < im->added->len; i++) {
         const JsonValue *c = json_get(&im->added->items[i], "content");
         uint32_t id = (uint32_t)json_get(&im->added->items[i], "id")->number;
-        if (im->strings[id] && (im->string_lens[id] != c->len || memcmp(im->strings[id], c->string, c->len) != 0)) {
-            tok_error(err, "%s: added token \"%.40s\" has id %u, which the vocabulary gives to \"%.40s\" (the file is "
-                      "corrupt or was edited: give the added token an id of its own)", path, c->string, id, im->strings[id]);
+        if (im->strings[id] && !same_token(im->strings[id], im->string_lens[id], c->string, c->len, byte_level)) {
+            char added[200], listed[200];
+            tok_error(err, "%s: added token \"%s\" has id %u, which the vocabulary gives to \"%s\" (the file is "
+                      "corrupt or was edited: give the added token an id of its own)", path,
+                      shown(c->string, c->len, added, sizeof added), id,
+                      shown(im->strings[id], im->string_lens[id], listed, sizeof listed));
             return -1;
         }
         im->strings[id] = c->string;
@@ -496,8 +540,7 @@ Tokenizer *tokenizer_from_hf_json(const char *text, size_t len, const char *path
     uint32_t cp_of_byte[256];
     int16_t byte_of_cp[324];
     byte_level_alphabet(cp_of_byte);
-    memset(byte_of_cp, 0xff, sizeof byte_of_cp);
-    for (int b = 0; b < 256; b++) byte_of_cp[cp_of_byte[b]] = (int16_t)b;
+    byte_level_inverse(cp_of_byte, byte_of_cp);
     if (ok) {
         t->vocab_size = im.vocab_size;
         t->split = (SplitKind)split;
