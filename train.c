@@ -277,7 +277,7 @@ static void set_value(Options *opt, const OptSpec *o, const char *value, const c
     case OPT_FLOAT: {
         float v = strtof(value, &end);
         if (*value && !isspace((unsigned char)*value) && !*end && errno == ERANGE)
-            die_usage("%s: %s is beyond what a float holds (about 1e-38 to 3e38 in size)", name, value);
+            die_usage("%s: %s is beyond what a float holds (about 1.2e-38 to 3.4e38 in size)", name, value);
         if (!*value || isspace((unsigned char)*value) || *end || errno || !isfinite(v))
             die_usage("%s expects a number, got '%s'", name, value);
         *(float *)dst = v;
@@ -1196,6 +1196,8 @@ static void print_header(Run *r) {
     if (r->dist.world > 1)
         printf("data parallel: %s, gradients reduced %s the backward\n",
                zero1_on(opt, r->dist.world) ? "ZeRO-1 (each rank keeps 1/N of the master weights and AdamW moments)"
+               : opt->vocab_parallel        ? "the head split by vocabulary rows, the rest of the optimizer state whole on "
+                                              "every rank"
                                             : "every rank keeps the whole optimizer state",
                opt->overlap_comm ? "during" : "after");
     const int bf16_wire = !strcmp(opt->grad_reduce, "bf16");

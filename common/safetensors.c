@@ -156,7 +156,8 @@ int st_open(StFile *s, const char *path, char *err) {
         return -1;
     }
     if (!(s->f = fopen(path, "rb"))) {
-        snprintf(err, ERR_LEN, "cannot open %s: %s (is the checkpoint whole?)", path, strerror(errno));
+        snprintf(err, ERR_LEN, "cannot open %s: %s%s", path, strerror(errno),
+                 errno == ENOENT ? " (a file of the weights is missing: is the directory whole?)" : "");
         return -1;
     }
     uint64_t hlen = 0, file_len = 0;

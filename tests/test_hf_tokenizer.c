@@ -204,6 +204,13 @@ TEST(an_added_token_may_repeat_the_vocabularys_token_of_its_id_in_plain_text) {
     Tokenizer *t = tokenizer_json_edited("tests/fixtures/hf_gpt2_style.json", "\"added_tokens\": [", added, err);
     CHECK(t, "a newline added on the newline's id was refused: %s", err);
     tokenizer_free(t);
+    /* a character past ASCII: id 358 is the bytes C3 97 of the sign x, written "\u00c3\u0139" in the
+     * vocabulary and as the sign itself in added_tokens */
+    const char *times = "\"added_tokens\": [\n  {\"id\": 358, \"content\": \"\u00d7\", \"single_word\": false, "
+                        "\"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": false},";
+    t = tokenizer_json_edited("tests/fixtures/hf_gpt2_style.json", "\"added_tokens\": [", times, err);
+    CHECK(t, "the multiplication sign added on the id of its bytes was refused: %s", err);
+    tokenizer_free(t);
     expect_refused("\"added_tokens\": [", "\"added_tokens\": [\n  {\"id\": 199, \"content\": \"x\\n\"},",
                    "added token \"x\\n\" has id 199");
 }

@@ -104,8 +104,9 @@ static const char *shown(const char *s, size_t n, char *buf, size_t size) {
     return buf;
 }
 
-/* Whether a vocabulary string and an added token's content are one token: the same bytes once the
- * byte-level alphabet is undone (a vocabulary writes "\n\n" as "ĊĊ", added_tokens as the text). */
+/* Whether a vocabulary string and an added token's content are one token: the vocabulary's bytes,
+ * once its byte-level alphabet is undone, are the content's text (a byte-level vocabulary writes
+ * "\n\n" as "ĊĊ" and "é" as "Ã©"; added_tokens write the text itself). */
 static int same_token(const char *v, size_t nv, const char *c, size_t nc, int byte_level) {
     if (nv == nc && memcmp(v, c, nc) == 0) return 1;
     if (!byte_level) return 0;
@@ -113,14 +114,9 @@ static int same_token(const char *v, size_t nv, const char *c, size_t nc, int by
     int16_t byte_of_cp[324];
     byte_level_alphabet(cp_of_byte);
     byte_level_inverse(cp_of_byte, byte_of_cp);
-    uint8_t *a = malloc(nv + 1), *b = malloc(nc + 1);
-    int same = 0;
-    if (a && b) {
-        const size_t na = token_string_bytes(byte_of_cp, v, nv, a), nb = token_string_bytes(byte_of_cp, c, nc, b);
-        same = na == nb && memcmp(a, b, na) == 0;
-    }
-    free(a);
-    free(b);
+    uint8_t *bytes = malloc(nv + 1);
+    const int same = bytes && token_string_bytes(byte_of_cp, v, nv, bytes) == nc && memcmp(bytes, c, nc) == 0;
+    free(bytes);
     return same;
 }
 

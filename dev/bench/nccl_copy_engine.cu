@@ -22,6 +22,15 @@
 
 #include "kernels/cuda_check.h"
 
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 28, 0)
+/* the copy-engine exchanges came with NCCL 2.28: an older one still builds `make all` */
+int main(void) {
+    fprintf(stderr, "error: this benchmark needs NCCL 2.28 or newer (its copy-engine exchanges); this build has %d.%d\n",
+            NCCL_MAJOR, NCCL_MINOR);
+    return 1;
+}
+#else
+
 #define NCCL_CHECK(call)                                                                                    \
     do {                                                                                                    \
         ncclResult_t r_ = (call);                                                                           \
@@ -293,3 +302,4 @@ int main(int argc, char **argv) {
     free(ws);
     return 0;
 }
+#endif

@@ -21,7 +21,7 @@
 #   families: the RoPE families, as correct's verdicts (step 1's loss, step 1's AdamW m) at G·B·T
 #     tokens a step, overlapped all-reduce and ZeRO-1: a tiny Qwen3 (tied head, QK-norm) and a
 #     tiny Llama with GQA and an untied head (a random checkpoint written here, through
-#     --init-from: no flag unties a head); then Qwen3-0.6B tokens/s on 1 and G GPUs and the scaling.
+#     --init-from: no flag unties a head); then Qwen3-0.6B tokens/s on 1 GPU and on G (the all-reduce and ZeRO-1) and the scalings.
 #   bitwise: the same G-GPU run twice (overlapped all-reduce, ZeRO-1): losses and final weights
 #     must be equal bit for bit.
 #   throughput: one GPU alone on each GPU, then every mode on G GPUs (ZeRO-1 after the backward
@@ -167,7 +167,7 @@ if has correct; then
     ./train $common -d $d $streaming -o $MG/one_streaming >$MG/one_streaming.log 2>&1
     ./train ${common/-b 8/-b 4} -d $d $streaming -o $MG/one_b4_streaming >$MG/one_b4_streaming.log 2>&1
     floor=$(python3 -c "$worst_py" $MG/one_streaming.log $MG/one_b4_streaming.log)
-    ./train -g $G $common -d $d $streaming -o $MG/dp_streaming >$MG/dp_streaming.log 2>&1
+    ./train -g $G $common -d $d $streaming --zero 0 -o $MG/dp_streaming >$MG/dp_streaming.log 2>&1
     rc=$?
     note "$(python3 -c "$drift_py" $MG/one_streaming.log $MG/dp_streaming.log "-d $d, 1 vs $G GPUs $streaming (exit $rc)" $floor) $(grep -m1 error $MG/dp_streaming.log)"
 fi
@@ -229,15 +229,20 @@ if has families; then
     done
     # Qwen3-0.6B, B=8, T=2048 per GPU, random tokens: median tok/s of the last 8 of 12 steps
     python3 tests/fixtures/gen/make_shard.py $MG/rand_qwen3.bin 1000000 151936 random 3
-    for g in 1 $G; do
+    # on G GPUs the all-reduce (--zero 0) and the default, ZeRO-1
+    declare -A tok
+    for run in "1|1|" "$G|allreduce|--zero 0" "$G|zero1|--zero 1"; do
+        IFS='|' read -r g tag flags <<<"$run"
         rm -rf $MG/fam_tp # the final checkpoint of a 0.6B run: ~9 GB
-        ./train -g $g -e qwen3-0.6b -b 8 -t 2048 --max-seq-len 2048 -x 12 --warmup 2 --val-every 0 -s 0 \
-            -i $MG/rand_qwen3.bin -o $MG/fam_tp >$MG/fam_tp_$g.log 2>&1
-        tok[$g]=$(grep '| loss' $MG/fam_tp_$g.log | tail -8 | grep -o '[0-9.]* tok/s' | awk '{print $1}' | sort -n | sed -n 4p)
-        note "qwen3-0.6b B=8/GPU T=2048 on $g GPU(s): median ${tok[$g]:-none} tok/s, $(grep '| loss' $MG/fam_tp_$g.log | tail -1 | grep -o 'comm [0-9.]* ms') $(grep -m1 error $MG/fam_tp_$g.log)"
+        ./train -g $g $flags -e qwen3-0.6b -b 8 -t 2048 --max-seq-len 2048 -x 12 --warmup 2 --val-every 0 -s 0 \
+            -i $MG/rand_qwen3.bin -o $MG/fam_tp >$MG/fam_tp_$tag.log 2>&1
+        tok[$tag]=$(grep '| loss' $MG/fam_tp_$tag.log | tail -8 | grep -o '[0-9.]* tok/s' | awk '{print $1}' | sort -n | sed -n 4p)
+        note "qwen3-0.6b B=8/GPU T=2048 on $g GPU(s) $flags: median ${tok[$tag]:-none} tok/s, $(grep '| loss' $MG/fam_tp_$tag.log | tail -1 | grep -o 'comm [0-9.]* ms') $(grep -m1 error $MG/fam_tp_$tag.log)"
     done
     rm -rf $MG/fam_tp
-    note "    qwen3-0.6b scaling, $G GPUs against 1: $(python3 -c "print(f'{float(\"${tok[$G]:-0}\") / float(\"${tok[1]:-0}\"):.3f}x')" 2>/dev/null || echo none)"
+    for tag in allreduce zero1; do
+        note "    qwen3-0.6b scaling, $G GPUs ($tag) against 1: $(python3 -c "print(f'{float(\"${tok[$tag]:-0}\") / float(\"${tok[1]:-0}\"):.3f}x')" 2>/dev/null || echo none)"
+    done
 fi
 if has bitwise; then
     # the same G-GPU run twice: every printed loss and the final weights equal bit for bit

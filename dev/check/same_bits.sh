@@ -28,7 +28,7 @@ for run in "zero1|-e tiny --zero 1" "after_accum|-e tiny --zero 1 --overlap-comm
         <(grep -E '^step|val loss' $MG/sb_${tag}_new.log | cut -d'|' -f1-5) >/dev/null &&
         grep -q '^step' $MG/sb_${tag}_new.log && echo equal || echo DIFFERENT)
     w1=$(ls $MG/sb_${tag}_base/step_*/model.safetensors 2>/dev/null | tail -1)
-    w2=${w1/_base/_new}
+    w2=${w1/sb_${tag}_base/sb_${tag}_new}
     weights=$([ -n "$w1" ] && cmp -s "$w1" "$w2" && echo equal || echo DIFFERENT)
     echo "same bits as base, -g $G $flags: losses/norms/val $losses ($(grep -cE '^step|val loss' $MG/sb_${tag}_new.log) lines), final weights $weights $(grep -m1 error $MG/sb_${tag}_new.log)"
 done

@@ -686,8 +686,9 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
     char latest[FGPT_PATH_LEN];
     FILE *lf = path_format(latest, "%s/latest", run_dir) == 0 ? fopen(latest, "r") : NULL;
     if (!lf) {
-        if (errno == ENOENT && newest_whole_checkpoint(run_dir, INT_MAX, name, size) >= 0) return 1;
-        if (errno == ENOENT && newest_checkpoint(run_dir, INT_MAX) >= 0)
+        const int missing = errno == ENOENT; /* the search below opens files of its own */
+        if (missing && newest_whole_checkpoint(run_dir, INT_MAX, name, size) >= 0) return 1;
+        if (missing && newest_checkpoint(run_dir, INT_MAX) >= 0)
             snprintf(err, ERR_LEN, "no checkpoint to resume in %s: %s is missing and every step_* checkpoint there is "
                      "incomplete or damaged (start a new run with another -o, or --init-from one's weights)", run_dir,
                      latest);

@@ -734,8 +734,6 @@ static int open_sources(const char *dir, Sources *s, char *err) {
     return 0;
 }
 
-/* Reads stored tensor st of file f into its place in params (g), transposing Conv1D matrices;
- * tmp: scratch of at least the tensor's size. */
 /* A weight must be a number: a NaN or an infinity (a damaged file, or a model saved after it
  * diverged) would train from a loss that is NaN already, or sample one token over and over. */
 static int check_finite(const StFile *f, const StTensor *st, const float *x, char *err) {
@@ -750,6 +748,8 @@ static int check_finite(const StFile *f, const StTensor *st, const float *x, cha
     return 0;
 }
 
+/* Reads stored tensor st of file f into its place in params (g), transposing Conv1D matrices;
+ * tmp: scratch of at least the tensor's size. */
 static int place(StFile *f, const StTensor *st, const Target *g, float *params, float *tmp, char *err) {
     const ParamInfo *p = g->p;
     float *dst = params + p->offset + g->first * (p->ndim == 2 ? p->cols : 1);
