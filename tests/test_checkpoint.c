@@ -372,6 +372,14 @@ TEST(a_missing_latest_resumes_from_the_newest_checkpoint_that_loads_whole) {
     CHECK(checkpoint_latest_name(test_tmpdir(), name, sizeof name, err) == -1 &&
               strstr(err, "every step_* checkpoint there is incomplete or damaged") && !strstr(err, "drop -y"),
           "only truncated checkpoints: %s", err);
+    /* the same when opening one fails otherwise (a directory in the state file's place): the search
+     * must not take that failure's errno for the missing latest's */
+    snprintf(path, sizeof path, "%s/step_00000002/state.bin", test_tmpdir());
+    REQUIRE(unlink(path) == 0 && mkdir(path, 0755) == 0, "making %s a directory", path);
+    CHECK(checkpoint_latest_name(test_tmpdir(), name, sizeof name, err) == -1 &&
+              strstr(err, "every step_* checkpoint there is incomplete or damaged"),
+          "a state file that is a directory: %s", err);
+    REQUIRE(rmdir(path) == 0, "removing %s", path);
     free(q);
     free(p);
     param_table_free(&t);
