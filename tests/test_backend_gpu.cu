@@ -149,6 +149,17 @@ TEST(backend_cuda_refuses_a_gpt2_wider_than_its_layernorm_backward_at_creation) 
     param_table_free(&t);
 }
 
+TEST(backend_cuda_refuses_more_sequences_times_heads_than_its_attention_grid_at_creation) {
+    GPTConfig cfg = gpt2_config(4, 256, 1000);
+    ParamTable t;
+    char err[ERR_LEN] = "";
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    Backend *gpu = backend_cuda_create(&t, 16384, 1, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 42, NULL, err);
+    CHECK(!gpu && strstr(err, "-b 16384 x 4 heads is 65536") && !strchr(err, '\n'), "B 16384 x 4 heads: %s", err);
+    if (gpu) gpu->ops->destroy(gpu);
+    param_table_free(&t);
+}
+
 TEST(backend_cuda_matches_cpu_fused_head64_odd_sizes) {
     compare_with_cpu(OUTPUT_FUSED, 2, 128, 1000, 3, 37);
 }

@@ -1048,6 +1048,11 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
                  HS, is_rope(cfg) ? "--head-dim" : "--heads");
         return NULL;
     }
+    if ((long long)B * cfg->num_heads > 65535) { /* the attention kernels' grid y: said before anything is allocated */
+        snprintf(err, ERR_LEN, "the CUDA attention takes at most 65535 sequences x heads a micro-batch, -b %d x %d heads is "
+                 "%lld (lower -b; keep the total batch with -d)", B, cfg->num_heads, (long long)B * cfg->num_heads);
+        return NULL;
+    }
     if (cfg->ffn_dim % 8) {
         snprintf(err, ERR_LEN, "the CUDA backend needs --ffn-dim to be a multiple of 8 (got %d)", cfg->ffn_dim);
         return NULL;
