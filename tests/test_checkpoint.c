@@ -384,3 +384,18 @@ TEST(a_missing_latest_resumes_from_the_newest_checkpoint_that_loads_whole) {
     free(p);
     param_table_free(&t);
 }
+
+TEST(a_latest_file_whose_name_is_longer_than_a_name_can_be_is_corrupt_not_cut_short) {
+    /* cut to its first 255 characters it could name another checkpoint (the trainer's name buffer
+     * holds 255) */
+    char path[700], name[256], err[ERR_LEN] = "";
+    snprintf(path, sizeof path, "%s/latest", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    REQUIRE(f, "writing %s", path);
+    fputs("step_00000001", f);
+    for (int i = 0; i < 300; i++) fputc('1', f);
+    fputc('\n', f);
+    fclose(f);
+    CHECK(checkpoint_latest_name(test_tmpdir(), name, sizeof name, err) == -1 && strstr(err, "latest is corrupt"),
+          "a 313-character name: %s", err);
+}

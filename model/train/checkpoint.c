@@ -5,6 +5,7 @@
 #include "model/train/checkpoint.h"
 #include "model/train/hf_weights.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -698,8 +699,10 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
     }
     char buf[256] = {0};
     int got = fscanf(lf, "%255s", buf);
+    const int after = fgetc(lf); /* a name longer than the buffer must not pass cut short */
     fclose(lf);
-    if (got != 1 || strncmp(buf, "step_", 5) != 0 || strchr(buf, '/') || strlen(buf) >= size) {
+    if (got != 1 || (after != EOF && !isspace(after)) || strncmp(buf, "step_", 5) != 0 || strchr(buf, '/') ||
+        strlen(buf) >= size) {
         snprintf(err, ERR_LEN, "%s is corrupt (expected a name like step_00000100)", latest);
         return -1;
     }
