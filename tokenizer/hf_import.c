@@ -105,15 +105,11 @@ static const char *shown(const char *s, size_t n, char *buf, size_t size) {
 }
 
 /* Whether a vocabulary string and an added token's content are one token: the vocabulary's bytes,
- * once its byte-level alphabet is undone, are the content's text (a byte-level vocabulary writes
- * "\n\n" as "ĊĊ" and "é" as "Ã©"; added_tokens write the text itself). */
-static int same_token(const char *v, size_t nv, const char *c, size_t nc, int byte_level) {
+ * once its byte-level alphabet is undone (byte_of_cp; NULL: none), are the content's text (a
+ * byte-level vocabulary writes "\n\n" as "ĊĊ" and "é" as "Ã©"; added_tokens write the text itself). */
+static int same_token(const int16_t *byte_of_cp, const char *v, size_t nv, const char *c, size_t nc) {
     if (nv == nc && memcmp(v, c, nc) == 0) return 1;
-    if (!byte_level) return 0;
-    uint32_t cp_of_byte[256];
-    int16_t byte_of_cp[324];
-    byte_level_alphabet(cp_of_byte);
-    byte_level_inverse(cp_of_byte, byte_of_cp);
+    if (!byte_of_cp) return 0;
     uint8_t *bytes = malloc(nv + 1);
     const int same = bytes && token_string_bytes(byte_of_cp, v, nv, bytes) == nc && memcmp(bytes, c, nc) == 0;
     free(bytes);
@@ -256,7 +252,10 @@ typedef struct {
     BytesMap by_string; /* model vocabulary string -> id */
 } Import;
 
-static int collect_ids(Import *im, int byte_level, const char *path, char *err) {
+/* byte_of_cp: the byte-level alphabet undone (byte_level_inverse); NULL for a SentencePiece-style
+ * vocabulary, whose strings are their own bytes. */
+static int collect_ids(Import *im, const int16_t *byte_of_cp, const char *path, char *err) {
+    const int byte_level = byte_of_cp != NULL;
     uint64_t top = 0;
     for (size_t i = 0; i < im->vocab->len; i++) {
         long long id;
@@ -326,7 +325,7 @@ static int collect_ids(Import *im, int byte_level, const char *path, char *err) 
     for (size_t i = 0; i < im->added->len; i++) {
         const JsonValue *c = json_get(&im->added->items[i], "content");
         uint32_t id = (uint32_t)json_get(&im->added->items[i], "id")->number;
-        if (im->strings[id] && !same_token(im->strings[id], im->string_lens[id], c->string, c->len, byte_level)) {
+        if (im->strings[id] && !same_token(byte_of_cp, im->strings[id], im->string_lens[id], c->string, c->len)) {
             char added[200], listed[200];
             tok_error(err, "%s: added token \"%s\" has id %u, which the vocabulary gives to \"%s\" (the file is "
                       "corrupt or was edited: give the added token an id of its own)", path,
@@ -532,11 +531,11 @@ Tokenizer *tokenizer_from_hf_json(const char *text, size_t len, const char *path
             ok = 0;
         }
     }
-    ok = ok && collect_ids(&im, !spm, path, err) == 0;
     uint32_t cp_of_byte[256];
     int16_t byte_of_cp[324];
     byte_level_alphabet(cp_of_byte);
     byte_level_inverse(cp_of_byte, byte_of_cp);
+    ok = ok && collect_ids(&im, spm ? NULL : byte_of_cp, path, err) == 0;
     if (ok) {
         t->vocab_size = im.vocab_size;
         t->split = (SplitKind)split;

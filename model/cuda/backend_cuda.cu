@@ -1061,10 +1061,10 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
         snprintf(err, ERR_LEN, "the CUDA backend needs --dim to be a multiple of 64 (got %d)", cfg->dim);
         return NULL;
     }
-    if (cfg->norm == NORM_LAYERNORM && cfg->dim > layernorm_backward_max_dim()) {
+    const int ln_widest = cfg->norm == NORM_LAYERNORM ? layernorm_backward_max_dim() : 0;
+    if (cfg->norm == NORM_LAYERNORM && cfg->dim > ln_widest) {
         snprintf(err, ERR_LEN, "the CUDA LayerNorm backward runs up to --dim %d on this GPU (its shared memory), this "
-                 "model has %d (a narrower GPT-2, or a RoPE family, whose RMSNorm has no such bound)",
-                 layernorm_backward_max_dim(), cfg->dim);
+                 "model has %d (a narrower GPT-2, or a RoPE family, whose RMSNorm has no such bound)", ln_widest, cfg->dim);
         return NULL;
     }
     CudaBackend *cb = (CudaBackend *)calloc(1, sizeof *cb);

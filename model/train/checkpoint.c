@@ -657,18 +657,20 @@ int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, si
         goto disagrees;                                                                                  \
     }
 
-/* Whether state file f (header d, read; f at its arrays) holds what its checksum says, read into the
- * caller's buffers of cap values each: 1 intact, 0 damaged (or of the wrong size), -1 cannot tell
- * (its arrays are larger than the buffers). A header that disagrees with the run is so told apart
- * from one damaged on disk, whose fields would ask for flags that fix nothing. */
-static int state_intact(FILE *f, const DiskHeader *d, float *params, float *m, float *v, size_t cap) {
+/* What reading a state file's three arrays found (read_state_arrays). */
+typedef enum { STATE_WHOLE, STATE_DAMAGED, STATE_WRONG_SIZE, STATE_UNREADABLE, STATE_TOO_LARGE } StateRead;
+
+/* Reads the arrays of state file f (header d, read; f at its arrays) into the caller's buffers of cap
+ * values each and checks them against the checksum. A header that disagrees with the run is so also
+ * told apart from one damaged on disk, whose fields would ask for flags that fix nothing. */
+static StateRead read_state_arrays(FILE *f, const DiskHeader *d, float *params, float *m, float *v, size_t cap) {
     struct stat sb;
     const uint64_t count = d->h.total_params;
-    if (count > cap) return -1;
+    if (count > cap) return STATE_TOO_LARGE;
     const size_t n = (size_t)count * sizeof(float);
-    if (fstat(fileno(f), &sb) != 0 || (uint64_t)sb.st_size != d->size + 3 * (uint64_t)n) return 0;
-    if (fread(params, 1, n, f) != n || fread(m, 1, n, f) != n || fread(v, 1, n, f) != n) return 0;
-    return state_checksum(d->raw, d->size, params, m, v, n) == d->h.checksum;
+    if (fstat(fileno(f), &sb) != 0 || (uint64_t)sb.st_size != d->size + 3 * (uint64_t)n) return STATE_WRONG_SIZE;
+    if (fread(params, 1, n, f) != n || fread(m, 1, n, f) != n || fread(v, 1, n, f) != n) return STATE_UNREADABLE;
+    return state_checksum(d->raw, d->size, params, m, v, n) == d->h.checksum ? STATE_WHOLE : STATE_DAMAGED;
 }
 
 /* The model's shape differs: the flags that give the checkpoint's, its preset when it has one. */
@@ -720,7 +722,6 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
         return -1;
     }
     DiskHeader d;
-    struct stat sb;
     const int got = read_header(f, &d);
     StateHeader h = d.h;
     if (got == -1) {
@@ -776,25 +777,19 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
                  (int)h.padded_vocab_size, t->cfg.padded_vocab_size);
         goto disagrees;
     }
-    size_t n = t->total * sizeof(float);
-    if (fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size != d.size + 3 * n || h.total_params != t->total) {
-        snprintf(err, ERR_LEN, "%s is truncated or corrupt (expected %zu bytes); %s", path, d.size + 3 * n,
-                 OLDER_CHECKPOINT_HINT);
-        fclose(f);
-        return -1;
-    }
-    if (fread(params, 1, n, f) != n || fread(m, 1, n, f) != n || fread(v, 1, n, f) != n) {
+    const StateRead got_arrays =
+        h.total_params == t->total ? read_state_arrays(f, &d, params, m, v, t->total) : STATE_WRONG_SIZE;
+    if (got_arrays == STATE_WRONG_SIZE)
+        snprintf(err, ERR_LEN, "%s is truncated or corrupt (expected %zu bytes); %s", path,
+                 d.size + 3 * t->total * sizeof(float), OLDER_CHECKPOINT_HINT);
+    else if (got_arrays == STATE_UNREADABLE)
         snprintf(err, ERR_LEN, "read error in %s: %s", path, strerror(errno));
-        fclose(f);
-        return -1;
-    }
+    else if (got_arrays == STATE_DAMAGED)
+        snprintf(err, ERR_LEN, "%s does not match its checksum (corrupt on disk); %s", path, OLDER_CHECKPOINT_HINT);
     fclose(f);
+    if (got_arrays != STATE_WHOLE) return -1;
     int named_step;
     char tail;
-    if (state_checksum(d.raw, d.size, params, m, v, n) != h.checksum) {
-        snprintf(err, ERR_LEN, "%s does not match its checksum (corrupt on disk); %s", path, OLDER_CHECKPOINT_HINT);
-        return -1;
-    }
     if (sscanf(name, "step_%d%c", &named_step, &tail) != 1 || named_step != h.step || h.step < 0) {
         snprintf(err, ERR_LEN, "%s says step %d but its directory is %s (a checkpoint moved by hand?); %s", path, h.step,
                  name, OLDER_CHECKPOINT_HINT);
@@ -817,8 +812,9 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
     st->warmup = h.warmup;
     st->checksum = h.checksum;
     return 0;
-disagrees:
-    if (state_intact(f, &d, params, m, v, t->total) == 0)
+disagrees:;
+    const StateRead found = read_state_arrays(f, &d, params, m, v, t->total);
+    if (found != STATE_WHOLE && found != STATE_TOO_LARGE)
         snprintf(err, ERR_LEN, "%s does not match its checksum (corrupt on disk); %s", path, OLDER_CHECKPOINT_HINT);
     fclose(f);
     return -1;
