@@ -131,6 +131,52 @@ TEST(grad_buckets_of_a_llama_follow_its_tables_layer_ranges) {
                 check_family_plan(FAMILY_LLAMA, 3, 24, 300, worlds[w], zero1, 0, min_bucket);
 }
 
+/* ZeRO-1's weight gather runs in forward order (the bucket array reversed), and a forward about to
+ * read values [0, end) waits for the first bucket_plan_count_below(end) of that order: together
+ * they must cover [0, end), and the next bucket (not waited for) must hold nothing below end. */
+static void check_forward_gather_order(ModelFamily family, int L, int world, size_t min_bucket) {
+    GPTConfig cfg = {.num_layers = L, .num_heads = 1, .dim = 24, .max_seq_len = 16, .vocab_size = 300};
+    gpt_family_defaults(&cfg, family);
+    cfg.untied_head = family != FAMILY_GPT2;
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    BucketPlan p;
+    REQUIRE(bucket_plan_build(&p, &t, world, world - 1, 1, 0, min_bucket, err) == 0, "%s", err);
+    const int nb = p.num_buckets;
+    for (int i = 1; i < nb; i++)
+        CHECK(p.buckets[i].begin + p.buckets[i].count == p.buckets[i - 1].begin,
+              "%s world %d: bucket %d [%zu, +%zu) is not right below bucket %d at %zu", gpt_family_name(family),
+              world, i, p.buckets[i].begin, p.buckets[i].count, i - 1, p.buckets[i - 1].begin);
+    CHECK(p.buckets[nb - 1].begin == 0, "the forward's first bucket starts at %zu", p.buckets[nb - 1].begin);
+    /* what the forward reads up to, in order: the embeddings, layer 0..L-1, the tail */
+    for (int l = 0; l <= L + 1; l++) {
+        const size_t end = l <= L ? t.layer_begin[l] : t.total;
+        const int n = bucket_plan_count_below(&p, end);
+        const size_t covered = n ? p.buckets[nb - n].begin + p.buckets[nb - n].count : 0;
+        CHECK(covered >= end, "%s world %d min %zu: values below %zu need %d buckets, which cover only %zu",
+              gpt_family_name(family), world, min_bucket, end, n, covered);
+        CHECK(n == nb || p.buckets[nb - 1 - n].begin >= end,
+              "%s world %d min %zu: values below %zu need %d buckets, but the next one starts at %zu",
+              gpt_family_name(family), world, min_bucket, end, n, p.buckets[nb - 1 - n].begin);
+    }
+    CHECK(bucket_plan_count_below(&p, t.total) == nb, "the tail needs %d of %d buckets",
+          bucket_plan_count_below(&p, t.total), nb);
+    CHECK(bucket_plan_count_below(&p, 0) == 0, "nothing below 0 needs %d buckets", bucket_plan_count_below(&p, 0));
+    bucket_plan_free(&p);
+    param_table_free(&t);
+}
+
+TEST(zero1_gather_in_forward_order_has_every_layers_values_once_its_counted_buckets_arrive) {
+    const int worlds[] = {2, 3, 8};
+    for (int w = 0; w < 3; w++)
+        for (size_t min_bucket = 0; min_bucket <= 40000; min_bucket += 5000) {
+            check_forward_gather_order(FAMILY_GPT2, 5, worlds[w], min_bucket);
+            check_forward_gather_order(FAMILY_LLAMA, 3, worlds[w], min_bucket);
+        }
+}
+
 /* The one bucket that holds every value of row r (-1 when the row is split or in none: a row is
  * reduced exactly once, whole, at one sync point). */
 static int bucket_of_row(const BucketPlan *p, const ParamInfo *r) {

@@ -88,6 +88,12 @@ const ShardPiece *bucket_plan_piece(const BucketPlan *p, int b) {
     return NULL;
 }
 
+int bucket_plan_count_below(const BucketPlan *p, size_t end) {
+    int n = 0;
+    for (int i = 0; i < p->num_buckets; i++) n += p->buckets[i].begin < end;
+    return n;
+}
+
 WireSplit wire_split(size_t n, int world, size_t slice) {
     WireSplit s = {n, (size_t)ceil_div((int64_t)n, world), slice, world, 0};
     s.rounds = (int)ceil_div((int64_t)s.part, (int64_t)slice);

@@ -51,6 +51,11 @@ int bucket_plan_build(BucketPlan *p, const ParamTable *t, int world, int rank, i
 void bucket_plan_free(BucketPlan *p);
 /* The rank's shard piece of bucket b (ZeRO-1). */
 const ShardPiece *bucket_plan_piece(const BucketPlan *p, int b);
+/* How many buckets hold a value below `end` of the layout. Under ZeRO-1 the buckets lie downward in
+ * the layout, so a forward, which reads the layout upward, needs the last this-many buckets of the
+ * array gathered before it reads values [0, end): with edges rounded up, a layer's first values may
+ * sit in the bucket before its own. */
+int bucket_plan_count_below(const BucketPlan *p, size_t end);
 
 /* How the bf16 wire (model/dist/grad_sync.h) splits one bucket of n values over world ranks: rank j
  * sums part j, values [j·part, j·part + wire_part_len(j)) with part = ceil(n / world) (under ZeRO-1 n
