@@ -78,6 +78,7 @@ typedef struct {
     const ParamTable *t;
     cudaStream_t stream;
     kbf16 *params;                 /* bf16 weights, table layout (padded_total) */
+    const Dist *exchange;          /* ZeRO-1: params come from dist_alloc_exchanged (its weight gather) */
     float *grads;                  /* fp32, table layout (padded_total) */
     float *master, *m, *v;         /* fp32, state_elems: table layout, or this rank's shard */
     float *state_grads;            /* the reduced gradients AdamW reads: grads, or the shard's */
@@ -281,6 +282,7 @@ static void forward_embed(CudaBackend *cb, int t0, int B, int T) {
     const GPTConfig *cfg = &cb->t->cfg;
     const size_t r = (size_t)t0, C = (size_t)cfg->dim;
     const kbf16 *wpe = param_bf16_opt(cb, param_whole(cb->t, ROLE_WPE));
+    grad_sync_weights_ready(cb->sync, -1, cb->stream);
     if (vocab_parallel_tied(cb->vp)) {
         vocab_parallel_embed(cb->vp, cb->encoded, cb->d_inputs, wpe, T, cb->stream);
         return;
@@ -302,6 +304,7 @@ static void forward_body_gpt2(CudaBackend *cb, int t0, int B, int T) {
     cudaStream_t s = cb->stream;
     forward_embed(cb, t0, B, T);
     for (int l = 0; l < cfg->num_layers; l++) {
+        grad_sync_weights_ready(cb->sync, l, s);
         CudaLayerActs *a = &cb->layer[l];
         CudaLayerActs *prev = l > 0 ? &cb->layer[l - 1] : NULL;
 #define P(role) param_bf16(cb, param_of_layer(t, l, role))
@@ -329,6 +332,7 @@ static void forward_body_gpt2(CudaBackend *cb, int t0, int B, int T) {
                        4 * C, C, s);
 #undef P
     }
+    grad_sync_weights_ready(cb->sync, cfg->num_layers, s); /* the final norm, and an untied head after it */
     CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
     residual_layernorm_forward(last->residual3 + r * C, cb->lnf + r * C, cb->lnf_mean + r, cb->lnf_rstd + r,
                                last->residual2 + r * C, cb->fcproj + r * C, param_bf16(cb, param_whole(t, ROLE_LNF_W)),
@@ -378,6 +382,7 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
     cudaStream_t s = cb->stream;
     forward_embed(cb, t0, B, T);
     for (int l = 0; l < cfg->num_layers; l++) {
+        grad_sync_weights_ready(cb->sync, l, s);
         CudaLayerActs *a = &cb->layer[l];
         CudaLayerActs *prev = l > 0 ? &cb->layer[l - 1] : NULL;
         const float *cos_t, *sin_t;
@@ -418,6 +423,7 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
                                   P(ROLE_FCPROJ_W), P(ROLE_MLPPOST_W), N, (int)w.F);
 #undef P
     }
+    grad_sync_weights_ready(cb->sync, cfg->num_layers, s); /* the final norm, and an untied head after it */
     CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
     residual_rmsnorm_forward(last->residual3 + r * C, cb->lnf + r * C, cb->lnf_rstd + r, last->residual2 + r * C,
                              cb->fcproj + r * C, param_bf16(cb, param_whole(t, ROLE_LNF_W)), N, C, eps, one_plus_w, s);
@@ -795,6 +801,7 @@ static void cuda_read_state(Backend *be, float *params, float *m, float *v) {
 static void cuda_write_state(Backend *be, const float *params, const float *m, const float *v) {
     CudaBackend *cb = (CudaBackend *)be;
     size_t n = cb->P * sizeof(float);
+    grad_sync_weights_wait(cb->sync, cb->stream); /* a pending gather would overwrite what this writes */
     if (params) {
         /* bf16 weights are whole on every rank: convert from a full fp32 copy (the gradient buffer) */
         CUDA_CHECK(cudaMemcpyAsync(cb->grads, params + cb->flat0, n, cudaMemcpyHostToDevice, cb->stream));
@@ -890,7 +897,10 @@ static void cuda_destroy(Backend *be) {
     CUDA_CHECK(cudaFree(cb->m));
     CUDA_CHECK(cudaFree(cb->grads));
     CUDA_CHECK(cudaFree(cb->master));
-    CUDA_CHECK(cudaFree(cb->params));
+    if (cb->exchange)
+        dist_free_exchanged(cb->exchange, cb->params);
+    else
+        CUDA_CHECK(cudaFree(cb->params));
     matmul_free();
     if (cb->stream) CUDA_CHECK(cudaStreamDestroy(cb->stream));
     free(cb->replicated_rows);
@@ -1167,7 +1177,13 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     int npieces = grad_sync_pieces(cb->sync, &pieces, &cb->state_elems);
     cb->padded_total = cb->sync ? grad_sync_padded_total(cb->sync) : P;
     if (!npieces) cb->state_elems = P;
-    CUDA_CHECK(cudaMalloc((void **)&cb->params, cb->padded_total * sizeof(kbf16)));
+    if (npieces) {
+        /* where the copy engines reach them on every rank: the gather after each update */
+        cb->exchange = dist;
+        cb->params = (kbf16 *)dist_alloc_exchanged(dist, cb->padded_total * sizeof(kbf16));
+    } else {
+        CUDA_CHECK(cudaMalloc((void **)&cb->params, cb->padded_total * sizeof(kbf16)));
+    }
     CUDA_CHECK(cudaMalloc((void **)&cb->grads, cb->padded_total * sizeof(float)));
     CUDA_CHECK(cudaMalloc((void **)&cb->master, cb->state_elems * sizeof(float)));
     CUDA_CHECK(cudaMalloc((void **)&cb->m, cb->state_elems * sizeof(float)));

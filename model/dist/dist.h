@@ -114,7 +114,19 @@ void dist_alltoall(const Dist *d, const void *send, const size_t *send_counts, v
  * rank, and every other rank j's counts[j] values into buf + j·part. */
 void dist_allgather_parts(const Dist *d, void *buf, const size_t *counts, size_t part, DistType type,
                           void *cuda_stream);
-/* Collectives between these two calls are launched as one (NCCL group). */
+/* The copy engines' gathers. A second communicator (CTA policy ZERO) moves whole pieces with the
+ * GPUs' copy engines instead of kernels where the buffers lie in symmetric windows (NCCL 2.28, the
+ * GPUs of one NVLink domain), so the kernels beside a gather keep every SM; elsewhere NCCL runs the
+ * same calls with its kernels, with the same results. */
+/* Device memory those gathers reach on every rank: NCCL's allocation, registered as a symmetric
+ * window. Every rank allocates the same sizes in the same order (collective); cudaMalloc in a world
+ * of one. Freed by dist_free_exchanged, or with the communicators. */
+void *dist_alloc_exchanged(const Dist *d, size_t bytes);
+void dist_free_exchanged(const Dist *d, void *p);
+/* dist_allgather by the copy engines; send and recv in memory from dist_alloc_exchanged. */
+void dist_allgather_copy(const Dist *d, const void *send, void *recv, size_t count, DistType type,
+                         void *cuda_stream);
+/* Collectives between these two calls are launched as one (NCCL group, both communicators). */
 void dist_group_begin(const Dist *d);
 void dist_group_end(const Dist *d);
 

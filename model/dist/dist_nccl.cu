@@ -1,5 +1,6 @@
-/* model/dist/dist_nccl.cu - the NCCL side of data parallelism: one communicator per worker, gradient
- * averaging, and scalar averaging for the printed losses. */
+/* model/dist/dist_nccl.cu - the NCCL side of data parallelism: per worker one communicator for
+ * reductions and one whose gathers the copy engines drive (dist.h), gradient averaging, and scalar
+ * averaging for the printed losses. */
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,28 +20,46 @@ static void nccl_check_impl(ncclResult_t r, const char *what, const char *file, 
 }
 #define NCCL_CHECK(call) nccl_check_impl((call), #call, __FILE__, __LINE__)
 
+/* NCCL 2.28 moves an all-gather between symmetric windows with the copy engines; an older NCCL
+ * runs dist_allgather_copy with its kernels, on plain allocations. */
+#define NCCL_HAS_COPY_ENGINES (NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0))
+#define MAX_EXCHANGED 4 /* buffers from dist_alloc_exchanged: the ZeRO-1 bf16 weights */
+
+typedef struct {
+    void *ptr;
+    ncclWindow_t window; /* NULL where NCCL could not register it: its kernels move that buffer */
+} Exchanged;
+
 typedef struct {
     ncclComm_t comm;
+    ncclComm_t copy; /* CTA policy ZERO: gathers by the copy engines (or comm itself before NCCL 2.28) */
     double *d_scalar;
+    Exchanged exchanged[MAX_EXCHANGED];
 } NcclState;
 
 /* The watchdog's hooks (model/dist/dist_worker.c calls them from its own thread, which NCCL allows for
  * these two calls): abort the communicator so that collectives waiting on a dead peer return, and
  * report an error NCCL found in the background (a peer's connection closed, a timeout). */
 static void nccl_abort_hook(void *ctx) {
-    ncclCommAbort(((NcclState *)ctx)->comm);
+    NcclState *s = (NcclState *)ctx;
+    if (s->copy != s->comm) ncclCommAbort(s->copy);
+    ncclCommAbort(s->comm);
 }
 
-static int nccl_async_error_hook(void *ctx, char *msg, size_t n) {
-    NcclState *s = (NcclState *)ctx;
-    ncclResult_t async = ncclSuccess, r = ncclCommGetAsyncError(s->comm, &async);
+static int comm_async_error(ncclComm_t comm, char *msg, size_t n) {
+    ncclResult_t async = ncclSuccess, r = ncclCommGetAsyncError(comm, &async);
     if (r != ncclSuccess) {
         snprintf(msg, n, "ncclCommGetAsyncError: %s", ncclGetErrorString(r));
         return 1;
     }
     if (async == ncclSuccess || async == ncclInProgress) return 0;
-    snprintf(msg, n, "%s (%s)", ncclGetErrorString(async), ncclGetLastError(s->comm));
+    snprintf(msg, n, "%s (%s)", ncclGetErrorString(async), ncclGetLastError(comm));
     return 1;
+}
+
+static int nccl_async_error_hook(void *ctx, char *msg, size_t n) {
+    NcclState *s = (NcclState *)ctx;
+    return comm_async_error(s->comm, msg, n) || (s->copy != s->comm && comm_async_error(s->copy, msg, n));
 }
 
 extern "C" int dist_nccl_init(Dist *d, char *err) {
@@ -65,6 +84,12 @@ extern "C" int dist_nccl_init(Dist *d, char *err) {
         return -1;
     }
     NCCL_CHECK(ncclCommInitRank(&s->comm, d->world, id, d->rank));
+    s->copy = s->comm;
+#if NCCL_HAS_COPY_ENGINES
+    ncclConfig_t copy_config = NCCL_CONFIG_INITIALIZER;
+    copy_config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+    NCCL_CHECK(ncclCommSplit(s->comm, 0, d->rank, &s->copy, &copy_config));
+#endif
     CUDA_CHECK(cudaMalloc((void **)&s->d_scalar, sizeof(double)));
     d->nccl = s;
     dist_set_fault_hooks(d, nccl_abort_hook, nccl_async_error_hook, s);
@@ -75,7 +100,9 @@ extern "C" void dist_nccl_free(Dist *d) {
     NcclState *s = (NcclState *)d->nccl;
     if (!s) return;
     dist_set_fault_hooks(d, NULL, NULL, NULL); /* the watchdog must not touch a destroyed communicator */
+    for (int i = 0; i < MAX_EXCHANGED; i++) dist_free_exchanged(d, s->exchanged[i].ptr);
     CUDA_CHECK(cudaFree(s->d_scalar));
+    if (s->copy != s->comm) NCCL_CHECK(ncclCommDestroy(s->copy));
     NCCL_CHECK(ncclCommDestroy(s->comm));
     free(s);
     d->nccl = NULL;
@@ -168,6 +195,62 @@ extern "C" void dist_allgather_parts(const Dist *d, void *buf, const size_t *cou
                                 (cudaStream_t)cuda_stream));
     }
     NCCL_CHECK(ncclGroupEnd());
+}
+
+extern "C" void *dist_alloc_exchanged(const Dist *d, size_t bytes) {
+    NcclState *s = (NcclState *)d->nccl;
+    void *p = NULL;
+    if (!s || !NCCL_HAS_COPY_ENGINES) {
+        CUDA_CHECK(cudaMalloc(&p, bytes));
+        return p;
+    }
+#if NCCL_HAS_COPY_ENGINES
+    int slot = 0;
+    while (slot < MAX_EXCHANGED && s->exchanged[slot].ptr) slot++;
+    if (slot == MAX_EXCHANGED) {
+        fprintf(stderr, "error: internal: more than %d exchanged buffers\n", MAX_EXCHANGED);
+        exit(1);
+    }
+    NCCL_CHECK(ncclMemAlloc(&p, bytes));
+    ncclWindow_t window = NULL;
+    ncclResult_t r = ncclCommWindowRegister(s->copy, p, bytes, &window, NCCL_WIN_COLL_SYMMETRIC);
+    if (r != ncclSuccess) {
+        /* not fatal: the gathers still run, by NCCL's kernels (ranks on several hosts, say) */
+        if (d->rank == 0)
+            fprintf(stderr, "note: NCCL cannot register %.0f MB for its copy engines (%s); its kernels move them\n",
+                    bytes / 1e6, ncclGetErrorString(r));
+        window = NULL;
+    }
+    s->exchanged[slot] = (Exchanged){p, window};
+#endif
+    return p;
+}
+
+extern "C" void dist_free_exchanged(const Dist *d, void *p) {
+    NcclState *s = (NcclState *)d->nccl;
+    if (!p) return;
+    if (!s || !NCCL_HAS_COPY_ENGINES) {
+        CUDA_CHECK(cudaFree(p));
+        return;
+    }
+#if NCCL_HAS_COPY_ENGINES
+    for (int i = 0; i < MAX_EXCHANGED; i++)
+        if (s->exchanged[i].ptr == p) {
+            if (s->exchanged[i].window) NCCL_CHECK(ncclCommWindowDeregister(s->copy, s->exchanged[i].window));
+            NCCL_CHECK(ncclMemFree(p));
+            s->exchanged[i] = (Exchanged){NULL, NULL};
+            return;
+        }
+#endif
+    fprintf(stderr, "error: internal: %p is not an exchanged buffer\n", p);
+    exit(1);
+}
+
+extern "C" void dist_allgather_copy(const Dist *d, const void *send, void *recv, size_t count, DistType type,
+                                    void *cuda_stream) {
+    NcclState *s = (NcclState *)d->nccl;
+    if (!s) return;
+    NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(type), s->copy, (cudaStream_t)cuda_stream));
 }
 
 extern "C" void dist_group_begin(const Dist *d) {

@@ -26,9 +26,18 @@ struct GradSync {
     cudaStream_t comm;
     cudaEvent_t ready;                    /* reused: record on main, comm waits (ordered use) */
     cudaEvent_t compute_done, comm_done;  /* timing: the wait not hidden by the backward */
-    cudaEvent_t gather_begin, gather_end; /* timing: ZeRO-1 weight gather */
     int launched;                         /* collectives enqueued for this step so far */
-    int gathered_weights;
+    /* ZeRO-1's weight gather, on comm in the order the forward reads the layout (gather_order: the
+     * buckets by where they begin): gathered[k] is recorded after the k-th. Main has waited for the
+     * first weights_waited of them; need[l + 1] is how many the forward needs before it reads layer
+     * l (l = -1: the embeddings, L: the tail). */
+    cudaEvent_t *gathered;
+    int *need, *gather_order;
+    int weights_waited;
+    /* timing: main's waits for the gather since it was enqueued (wait_begin/end[0..waits)); step_waits
+     * of them came before the last reduction */
+    cudaEvent_t *wait_begin, *wait_end;
+    int waits, step_waits;
     /* all-reduce with overlap: the encoder's backward over every rank's micro-batch */
     kbf16 *dres_all;
     int *inputs_all;
@@ -52,6 +61,40 @@ static size_t wire_slice_for(size_t total, int world) {
  * embeddings' backward to the backend. */
 static int owns_encoder(const ParamTable *t, int zero1, int overlap, int world) {
     return world > 1 && overlap && !zero1 && param_whole(t, ROLE_WTE);
+}
+
+/* ZeRO-1: the gather's per-bucket events, the waits' timing events, the gather's order, and what
+ * the forward needs before each layer. 0, or -1 with err set. */
+static int create_gather_events(GradSync *gs, const ParamTable *t, char *err) {
+    const int nb = gs->plan.num_buckets, L = t->cfg.num_layers;
+    gs->gathered = (cudaEvent_t *)calloc((size_t)nb, sizeof(cudaEvent_t));
+    gs->wait_begin = (cudaEvent_t *)calloc((size_t)nb, sizeof(cudaEvent_t));
+    gs->wait_end = (cudaEvent_t *)calloc((size_t)nb, sizeof(cudaEvent_t));
+    gs->need = (int *)calloc((size_t)L + 2, sizeof(int));
+    gs->gather_order = (int *)calloc((size_t)nb, sizeof(int));
+    if (!gs->gathered || !gs->wait_begin || !gs->wait_end || !gs->need || !gs->gather_order) {
+        snprintf(err, ERR_LEN, "out of host memory for the gradient buckets");
+        return -1;
+    }
+    for (int k = 0; k < nb; k++) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&gs->gathered[k], cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreate(&gs->wait_begin[k]));
+        CUDA_CHECK(cudaEventCreate(&gs->wait_end[k]));
+    }
+    /* the forward reads the layout upward: the buckets by begin (insertion sort, a few dozen), so
+     * that the first need[l + 1] of them are exactly those holding a value below layer l + 1 */
+    for (int k = 0; k < nb; k++) {
+        int j = k;
+        for (; j > 0 && gs->plan.buckets[gs->gather_order[j - 1]].begin > gs->plan.buckets[k].begin; j--)
+            gs->gather_order[j] = gs->gather_order[j - 1];
+        gs->gather_order[j] = k;
+    }
+    /* layer l (-1: the embeddings) ends where layer l + 1 begins; the tail (the final norm and an
+     * untied head) at the layout's end, which every bucket lies below */
+    for (int l = -1; l < L; l++) gs->need[l + 1] = bucket_plan_count_below(&gs->plan, t->layer_begin[l + 1]);
+    gs->need[L + 1] = nb;
+    gs->weights_waited = nb; /* nothing gathered yet: nothing to wait for */
+    return 0;
 }
 
 size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overlap, int bf16_wire, int B, int T) {
@@ -100,8 +143,10 @@ GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int ov
     CUDA_CHECK(cudaEventCreateWithFlags(&gs->ready, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreate(&gs->compute_done));
     CUDA_CHECK(cudaEventCreate(&gs->comm_done));
-    CUDA_CHECK(cudaEventCreate(&gs->gather_begin));
-    CUDA_CHECK(cudaEventCreate(&gs->gather_end));
+    if (zero1 && create_gather_events(gs, t, err) != 0) {
+        grad_sync_free(gs);
+        return NULL;
+    }
     if (zero1) CUDA_CHECK(cudaMalloc((void **)&gs->grad_shard, gs->plan.shard_elems * sizeof(float)));
     if (early_embeddings) {
         size_t n_all = (size_t)gs->world * B * T;
@@ -134,8 +179,16 @@ void grad_sync_free(GradSync *gs) {
     CUDA_CHECK(cudaFree(gs->grad_shard));
     CUDA_CHECK(cudaFree(gs->inputs_all));
     CUDA_CHECK(cudaFree(gs->dres_all));
-    CUDA_CHECK(cudaEventDestroy(gs->gather_end));
-    CUDA_CHECK(cudaEventDestroy(gs->gather_begin));
+    for (int k = 0; k < gs->plan.num_buckets; k++) {
+        if (gs->wait_end && gs->wait_end[k]) CUDA_CHECK(cudaEventDestroy(gs->wait_end[k]));
+        if (gs->wait_begin && gs->wait_begin[k]) CUDA_CHECK(cudaEventDestroy(gs->wait_begin[k]));
+        if (gs->gathered && gs->gathered[k]) CUDA_CHECK(cudaEventDestroy(gs->gathered[k]));
+    }
+    free(gs->gather_order);
+    free(gs->need);
+    free(gs->wait_end);
+    free(gs->wait_begin);
+    free(gs->gathered);
     CUDA_CHECK(cudaEventDestroy(gs->comm_done));
     CUDA_CHECK(cudaEventDestroy(gs->compute_done));
     CUDA_CHECK(cudaEventDestroy(gs->ready));
@@ -261,23 +314,50 @@ void grad_sync_finish(GradSync *gs, float *grads, cudaStream_t main) {
         exit(1);
     }
     gs->launched = 0;
-    gs->gathered_weights = 0;
+    gs->step_waits = gs->waits;
     CUDA_CHECK(cudaEventRecord(gs->comm_done, gs->comm));
     CUDA_CHECK(cudaStreamWaitEvent(main, gs->comm_done, 0));
 }
 
 void grad_sync_gather_weights(GradSync *gs, kbf16 *params, cudaStream_t main) {
     if (!gs || !gs->zero1) return;
-    CUDA_CHECK(cudaEventRecord(gs->gather_begin, main));
-    dist_group_begin(gs->dist);
-    for (int i = 0; i < gs->plan.num_buckets; i++) {
+    const int nb = gs->plan.num_buckets;
+    /* every piece this rank sends is updated */
+    CUDA_CHECK(cudaEventRecord(gs->ready, main));
+    CUDA_CHECK(cudaStreamWaitEvent(gs->comm, gs->ready, 0));
+    /* one all-gather per bucket, in the order the forward reads them, each with its event: the
+     * forward's first layers need not wait for the last ones' */
+    for (int k = 0; k < nb; k++) {
+        const int i = gs->gather_order[k];
         const ShardPiece *piece = bucket_plan_piece(&gs->plan, i);
-        dist_allgather(gs->dist, params + piece->begin, params + gs->plan.buckets[i].begin, piece->count,
-                       DIST_BFLOAT16, main);
+        dist_allgather_copy(gs->dist, params + piece->begin, params + gs->plan.buckets[i].begin, piece->count,
+                            DIST_BFLOAT16, gs->comm);
+        CUDA_CHECK(cudaEventRecord(gs->gathered[k], gs->comm));
     }
-    dist_group_end(gs->dist);
-    CUDA_CHECK(cudaEventRecord(gs->gather_end, main));
-    gs->gathered_weights = 1;
+    gs->weights_waited = 0;
+    gs->waits = 0;
+}
+
+/* Main waits for the first `count` buckets of the gather; the comm stream runs them in that order,
+ * so waiting for the last of them is enough. Timed: the wait is main's idle time between the two
+ * events. */
+static void wait_for_gathered(GradSync *gs, int count, cudaStream_t main) {
+    if (count <= gs->weights_waited) return;
+    CUDA_CHECK(cudaEventRecord(gs->wait_begin[gs->waits], main));
+    CUDA_CHECK(cudaStreamWaitEvent(main, gs->gathered[count - 1], 0));
+    CUDA_CHECK(cudaEventRecord(gs->wait_end[gs->waits], main));
+    gs->waits++;
+    gs->weights_waited = count;
+}
+
+void grad_sync_weights_ready(GradSync *gs, int layer, cudaStream_t main) {
+    if (!gs || !gs->zero1) return;
+    wait_for_gathered(gs, gs->need[layer + 1], main);
+}
+
+void grad_sync_weights_wait(GradSync *gs, cudaStream_t main) {
+    if (!gs || !gs->zero1) return;
+    wait_for_gathered(gs, gs->plan.num_buckets, main);
 }
 
 void grad_sync_gather_shard(GradSync *gs, const float *shard, float *full, cudaStream_t main) {
@@ -305,13 +385,17 @@ void grad_sync_scatter_shard(GradSync *gs, const float *full_host, float *shard,
 
 double grad_sync_wait_ms(GradSync *gs) {
     if (!gs) return 0.0;
-    float reduce = 0.0f, gather = 0.0f;
+    float reduce = 0.0f;
     CUDA_CHECK(cudaEventSynchronize(gs->comm_done));
     /* negative when the reduction finished before the backward did: nothing was waited for */
     CUDA_CHECK(cudaEventElapsedTime(&reduce, gs->compute_done, gs->comm_done));
-    if (gs->gathered_weights) {
-        CUDA_CHECK(cudaEventSynchronize(gs->gather_end));
-        CUDA_CHECK(cudaEventElapsedTime(&gather, gs->gather_begin, gs->gather_end));
+    double ms = reduce > 0.0f ? reduce : 0.0f;
+    /* the forward's waits for the weights: done, since main passed them before its reduction */
+    for (int w = 0; w < gs->step_waits; w++) {
+        float waited = 0.0f;
+        CUDA_CHECK(cudaEventSynchronize(gs->wait_end[w]));
+        CUDA_CHECK(cudaEventElapsedTime(&waited, gs->wait_begin[w], gs->wait_end[w]));
+        ms += waited;
     }
-    return (reduce > 0.0f ? reduce : 0.0f) + gather;
+    return ms;
 }

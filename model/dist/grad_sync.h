@@ -21,6 +21,18 @@
  * multiples of world so that every bucket splits evenly; a bucket still only ever holds values
  * that are final when it is reduced (model/dist/grad_buckets.h).
  *
+ * The ZeRO-1 weight gather runs on the communication stream, bucket by bucket in the order the next
+ * forward reads them (embeddings, layer 0..L-1, the tail), and by the GPUs' copy engines, which take
+ * no SM from the forward beside them. The forward waits for each bucket just before its first read
+ * of it (grad_sync_weights_ready), so the gather of the later layers runs under the forward of the
+ * earlier ones. Every other reader or writer of the bf16 weights waits for the whole gather first
+ * (grad_sync_weights_wait). The next update cannot overwrite a piece still being sent: it comes
+ * after grad_sync_finish, which makes main wait for everything on the communication stream, the
+ * gather included; the next step's reductions are enqueued on that stream behind the gather and
+ * touch only gradients. Collectives that main enqueues meanwhile on the other communicator (a
+ * checkpoint's shard gathers) touch other buffers, and the copy engines hold no SM that their
+ * kernels would wait for.
+ *
  * The bf16 wire (--grad-reduce bf16: grad_sync_create's bf16_wire). Each bucket is cut into world parts
  * (grad_buckets.h WireSplit; under ZeRO-1 the shard pieces). Every rank rounds its fp32 values once
  * to bf16 (to nearest, ties to even) and sends part j to rank j (NCCL send/recv, all to all, in
@@ -90,13 +102,23 @@ void grad_sync_encoder(GradSync *gs, float *grads, const kbf16 *dres, const int 
 /* After the last micro-batch: enqueues whatever was not (overlap off), then makes main wait for
  * the reduced gradients (in grads, or ZeRO-1: in grad_sync_grad_shard). */
 void grad_sync_finish(GradSync *gs, float *grads, cudaStream_t main);
-/* ZeRO-1, after the update: every rank's updated bf16 weights to every rank (on main). */
+/* ZeRO-1, after the update: enqueues every rank's updated bf16 weights to every rank on the
+ * communication stream, by the copy engines (dist_allgather_copy: params from dist_alloc_exchanged),
+ * one bucket after another in the order the forward reads them; main goes on at once. */
 void grad_sync_gather_weights(GradSync *gs, kbf16 *params, cudaStream_t main);
+/* ZeRO-1: main waits for the gathered buckets the forward reads next, before layer `layer` (-1: the
+ * embeddings; L: the final norm and an untied head): every bucket holding a value of that layer or
+ * below. Each bucket is waited for once per gather; a no-op when nothing is pending or without ZeRO-1. */
+void grad_sync_weights_ready(GradSync *gs, int layer, cudaStream_t main);
+/* ZeRO-1: main waits for the whole gather (for readers and writers of the weights outside the forward). */
+void grad_sync_weights_wait(GradSync *gs, cudaStream_t main);
 /* ZeRO-1 state transfer: full (Ppad values on the device) <- every rank's shard, or shard <- full. */
 void grad_sync_gather_shard(GradSync *gs, const float *shard, float *full, cudaStream_t main);
 void grad_sync_scatter_shard(GradSync *gs, const float *full_host, float *shard, cudaStream_t main);
-/* Milliseconds of the last step during which the main stream waited on communication (the
- * reduction not hidden by the backward, plus the ZeRO-1 weight gather). Synchronizes. */
+/* Milliseconds of the last step during which the main stream waited on communication: the
+ * reduction not hidden by the backward, plus (ZeRO-1) main's waits for the weight gather between
+ * the previous update and this reduction, which the forward (or an evaluation before it) paid.
+ * Synchronizes with the reduction, not with the gather. */
 double grad_sync_wait_ms(GradSync *gs);
 
 #endif
