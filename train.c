@@ -494,7 +494,7 @@ static int check_init_from(const Options *opt, GPTConfig *cfg) {
     char err[ERR_LEN];
     if (!opt->init_from[0]) return 0;
     if (hf_read_config(opt->init_from, &hf, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
+        print_error(err);
         return -1;
     }
     const int preset = was_given(opt, "preset");
@@ -730,7 +730,7 @@ typedef struct {
 } StepResult;
 
 static int fail(const char *err) {
-    fprintf(stderr, "error: %s\n", err);
+    print_error(err);
     return 1;
 }
 
@@ -745,7 +745,7 @@ static int fail_write(const Run *r, const char *err) {
 /* The parameter table of the model the flags describe (before anything touches the disk). */
 static int plan_model(Run *r) {
     if (param_table_build(&r->table, &r->cfg, r->err) != 0) {
-        fprintf(stderr, "error: %s\n", r->err);
+        print_error(r->err);
         return 2;
     }
     return RUN_ON;
@@ -764,7 +764,7 @@ static int check_vocab_parallel(Run *r) {
     }
     const int world = opt->gpus * opt->nodes;
     if (!vocab_parallel_check(&r->table, world, opt->batch * opt->seq_len, r->err)) {
-        fprintf(stderr, "error: %s\n", r->err);
+        print_error(r->err);
         return 2;
     }
     return RUN_ON;
@@ -776,7 +776,7 @@ static int check_vocab_parallel(Run *r) {
 static int start_world(Run *r, char **argv) {
     const Options *opt = &r->opt;
     if (dist_from_env(&r->dist, r->err) != 0) {
-        fprintf(stderr, "error: %s\n", r->err);
+        print_error(r->err);
         return 2;
     }
     const int is_worker = getenv("FUSEDGPT_RANK") != NULL;

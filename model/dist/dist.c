@@ -4,6 +4,7 @@
  * The launcher is one poll() loop: it accepts and reads the workers' connections (node 0), reaps
  * its own workers (waitpid WNOHANG, every 50 ms), and decides when the run is over: every rank said
  * DONE and every local worker exited 0 (status 0), or one rank failed (status 1). */
+#include "common/err.h"
 #include "model/dist/dist.h"
 
 #include <arpa/inet.h>
@@ -262,7 +263,7 @@ static void server_hello(Launcher *L, Conn *c, const WireMsg *m) {
                  m->rank, o->host, o->node_rank, m->host, m->node_rank);
     }
     if (why[0]) {
-        fprintf(stderr, "error: %s\n", why);
+        print_error(why);
         WireMsg r = wire_msg(MSG_REJECT, m->rank, L->world, 0);
         snprintf(r.text, sizeof r.text, "%s", why);
         wire_send(c->fd, &r);

@@ -273,7 +273,7 @@ int dist_selftest_worker(Dist *d) {
         printf("rank 0 brings id %016llx\n", (unsigned long long)id_hash(id));
     }
     if (dist_exchange_id(d, id, err) != 0 || dist_watchdog_start(d, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
+        print_error(err);
         return 1;
     }
     printf("rank %d of %d: id %016llx\n", d->rank, d->world, (unsigned long long)id_hash(id));

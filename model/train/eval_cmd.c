@@ -185,7 +185,7 @@ static uint32_t *read_tokens(const char *path, int V, const char *dir, uint64_t 
     /* the shard's own checks here; the model's vocabulary below, with a hint that fits a model
      * whose vocabulary is the checkpoint's */
     if (shard_read(path, UINT32_MAX, &tokens, n, &hdr, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
+        print_error(err);
         return NULL;
     }
     for (uint64_t i = 0; i < *n; i++) {
@@ -215,7 +215,7 @@ static Backend *load_model(const EvalOptions *o, const char *dir, const ParamTab
         return NULL;
     }
     if (hf_read_weights(dir, table, params, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
+        print_error(err);
         free(params);
         return NULL;
     }
@@ -233,7 +233,7 @@ static Backend *load_model(const EvalOptions *o, const char *dir, const ParamTab
     if (be)
         be->ops->write_state(be, params, NULL, NULL); /* no optimizer: the moments stay unset */
     else
-        fprintf(stderr, "error: %s\n", err);
+        print_error(err);
     free(params);
     return be;
 }
@@ -249,7 +249,7 @@ int eval_main(int argc, char **argv) {
     GPTConfig cfg;
     if (checkpoint_dir_to_read(o.run, o.step, o.init_from, "--init-from", dir, err) != 0 ||
         hf_read_config(dir, &cfg, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
+        print_error(err);
         return 1;
     }
     if (o.logit_softcap > 0.0f) {
@@ -280,7 +280,7 @@ int eval_main(int argc, char **argv) {
     char tmp[FGPT_PATH_LEN + 8] = ""; /* the per-token file's temporary name while it is written */
     status = 1;
     if (param_table_build(&table, &cfg, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
+        print_error(err);
         goto done;
     }
     if (!(be = load_model(&o, dir, &table, B, T))) goto done;
@@ -299,7 +299,7 @@ int eval_main(int argc, char **argv) {
     }
     EvalMeans m;
     if (eval_run(be, tokens, n, &m, per_token, o.per_token, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
+        print_error(err);
         goto done;
     }
     if (!isfinite(m.loss) || !isfinite(m.objective)) { /* a number a script would take for a result */

@@ -142,7 +142,7 @@ static Tokenizer *open_tokenizer(const SampleOptions *o, const char *dir, int *s
     if (!o->tokenizer && (path_format(path, "%s/tokenizer.json", dir) != 0 || stat(path, &st) != 0)) return NULL;
     Tokenizer *t = tokenizer_load(o->tokenizer ? o->tokenizer : path, err);
     if (!t) {
-        fprintf(stderr, "error: %s\n", err);
+        print_error(err);
         *status = 1;
     }
     return t;
@@ -217,7 +217,7 @@ int sample_main(int argc, char **argv) {
     GPTConfig cfg;
     if (checkpoint_dir_to_read(o.run, o.step, o.checkpoint, "--checkpoint", dir, err) != 0 ||
         hf_read_config(dir, &cfg, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
+        print_error(err);
         return 1;
     }
     Tokenizer *tok = open_tokenizer(&o, dir, &status);
@@ -263,7 +263,7 @@ int sample_main(int argc, char **argv) {
     float *params = NULL, *zero = NULL;
     status = 1;
     if (param_table_build(&table, &cfg, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
+        print_error(err);
         goto done;
     }
     params = malloc(table.total * sizeof(float));
@@ -273,7 +273,7 @@ int sample_main(int argc, char **argv) {
         goto done;
     }
     if (hf_read_weights(dir, &table, params, err) != 0) {
-        fprintf(stderr, "error: %s\n", err);
+        print_error(err);
         goto done;
     }
     if (strcmp(o.device, "cuda") == 0) {
@@ -287,7 +287,7 @@ int sample_main(int argc, char **argv) {
         be = backend_cpu_create(&table, 1, T, OUTPUT_FUSED, o.seed, err);
     }
     if (!be) {
-        fprintf(stderr, "error: %s\n", err);
+        print_error(err);
         goto done;
     }
     be->ops->write_state(be, params, zero, zero);
