@@ -36,15 +36,20 @@ static int element_time(const ParamTable *t, size_t i, int early_embeddings) {
 }
 
 /* family: GPT-2, or a Llama with an untied head (whose lm_head lies after the final norm) */
-static void check_family_plan(ModelFamily family, int L, int C, int V, int world, int zero1, int early,
-                              size_t min_bucket) {
+static void family_table(ParamTable *t, ModelFamily family, int L, int C, int V) {
     GPTConfig cfg = {.num_layers = L, .num_heads = 1, .dim = C, .max_seq_len = 16, .vocab_size = V};
     gpt_family_defaults(&cfg, family);
     cfg.untied_head = family != FAMILY_GPT2;
     gpt_config_finish(&cfg);
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(t, &cfg, err) == 0, "%s", err);
+}
+
+static void check_family_plan(ModelFamily family, int L, int C, int V, int world, int zero1, int early,
+                              size_t min_bucket) {
     ParamTable t;
     char err[ERR_LEN];
-    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    family_table(&t, family, L, C, V);
     BucketPlan plan[8];
     for (int r = 0; r < world; r++)
         REQUIRE(bucket_plan_build(&plan[r], &t, world, r, zero1, early, min_bucket, err) == 0, "%s", err);
@@ -131,17 +136,14 @@ TEST(grad_buckets_of_a_llama_follow_its_tables_layer_ranges) {
                 check_family_plan(FAMILY_LLAMA, 3, 24, 300, worlds[w], zero1, 0, min_bucket);
 }
 
-/* ZeRO-1's weight gather runs in forward order (the bucket array reversed), and a forward about to
- * read values [0, end) waits for the first bucket_plan_count_below(end) of that order: together
- * they must cover [0, end), and the next bucket (not waited for) must hold nothing below end. */
+/* ZeRO-1's weight gather runs in layout order (the buckets by where they begin: the bucket array
+ * reversed), and a forward about to read values [0, end) waits for the first
+ * bucket_plan_count_below(end) of that order: together they must cover [0, end), and the next
+ * bucket (not waited for) must hold nothing below end. */
 static void check_forward_gather_order(ModelFamily family, int L, int world, size_t min_bucket) {
-    GPTConfig cfg = {.num_layers = L, .num_heads = 1, .dim = 24, .max_seq_len = 16, .vocab_size = 300};
-    gpt_family_defaults(&cfg, family);
-    cfg.untied_head = family != FAMILY_GPT2;
-    gpt_config_finish(&cfg);
     ParamTable t;
     char err[ERR_LEN];
-    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    family_table(&t, family, L, 24, 300);
     BucketPlan p;
     REQUIRE(bucket_plan_build(&p, &t, world, world - 1, 1, 0, min_bucket, err) == 0, "%s", err);
     const int nb = p.num_buckets;

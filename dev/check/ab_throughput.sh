@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Throughput A/B: this tree's ./train against $BASE on two GPUs, every data-parallel mode that changed.
-# MODES: "tag|flags;tag|flags" (default ZeRO-1 overlapped and after the backward, the all-reduce
-# overlapped); ROUNDS alternating rounds; VOCABS; BUDGET seconds.
+# Throughput A/B on two GPUs: this tree's ./train against $BASE (another build), GPT-2 124M, B = 32 per
+# GPU, T = 1024, random tokens, median of steps 11-40, the data-parallel modes in alternating rounds,
+# with one GPU alone first for the scaling; a table last.
+# usage: BASE=path/to/base/train [MODES="tag|flags;tag|flags"] [ROUNDS=1] [VOCABS="50304 262144"]
+#        [BUDGET=seconds] [OUT=out] [MG_TMP=/tmp/mg] bash dev/check/ab_throughput.sh
+# (default MODES: ZeRO-1 overlapped and after the backward, the all-reduce overlapped)
 set -uo pipefail
 START=$(date +%s)
 OUT=${OUT:-out}
@@ -10,16 +13,16 @@ mkdir -p "$OUT" $MG
 BASE=${BASE:?base ./train}
 chmod +x $BASE ./train
 nvidia-smi --query-gpu=index,name --format=csv,noheader
-: >$OUT/ce_summary.txt
-say() { echo "$1" | tee -a $OUT/ce_summary.txt; }
+: >$OUT/ab_summary.txt
+say() { echo "$1" | tee -a $OUT/ab_summary.txt; }
 left() { echo $(( ${BUDGET:-560} - $(date +%s) + START )); }
 rows=()
 tp() { # tag V binary flags...
     local tag=$1 V=$2 bin=$3; shift 3
-    local log=$MG/ce_tp_$tag.log
-    rm -rf $MG/ce_tp
+    local log=$MG/ab_tp_$tag.log
+    rm -rf $MG/ab_tp
     NCCL_DEBUG=WARN timeout 90 $bin "$@" --step-parts 1 -e d12 -v $V -b 32 -t 1024 -x 40 --warmup 5 --val-every 0 -s 0 \
-        -i $MG/rand_$V.bin -o $MG/ce_tp >$log 2>&1
+        -i $MG/rand_$V.bin -o $MG/ab_tp >$log 2>&1
     col() { grep '| loss' $log | tail -30 | grep -oE "$1" | grep -oE '[0-9.]+' | sort -n | sed -n 15p; }
     local ms=$(col '\| [0-9.]+ ms \|') tok=$(col '[0-9.]+ tok/s') comm=$(col 'comm [0-9.]+')
     local fwd=$(col 'fwd [0-9.]+') bwd=$(col 'bwd [0-9.]+')
@@ -39,7 +42,7 @@ for V in ${VOCABS:-50304 262144}; do
         done
     done
 done
-tar -czf $OUT/ce_tp_logs.tgz -C $MG $(cd $MG && ls ce_tp_*.log) 2>/dev/null
+tar -czf $OUT/ab_logs.tgz -C $MG $(cd $MG && ls ab_tp_*.log) 2>/dev/null
 echo "== throughput, GPT-2 124M, B=32/GPU, T=1024 ($(( $(date +%s) - START )) s)"
 python3 - "${rows[@]}" <<'PY'
 import sys
