@@ -238,12 +238,12 @@ static void usage(FILE *f) {
 /* A command-line error: one line naming the flag, exit status 2. */
 static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die_usage(const char *fmt, ...) {
+    char msg[ERR_LEN];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see ./train --help)\n");
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    print_error("%s (see ./train --help)", msg);
     exit(2);
 }
 
@@ -494,14 +494,14 @@ static int check_init_from(const Options *opt, GPTConfig *cfg) {
     char err[ERR_LEN];
     if (!opt->init_from[0]) return 0;
     if (hf_read_config(opt->init_from, &hf, err) != 0) {
-        print_error(err);
+        print_error("%s", err);
         return -1;
     }
     const int preset = was_given(opt, "preset");
     if ((preset || was_given(opt, "family")) && hf.family != cfg->family) {
-        fprintf(stderr, "error: --init-from %s is a %s model but the flags give %s (pass --family %s, or leave out -e "
-                        "and --family)\n", opt->init_from, gpt_family_name(hf.family), gpt_family_name(cfg->family),
-                gpt_family_name(hf.family));
+        print_error("--init-from %s is a %s model but the flags give %s (pass --family %s, or leave out -e "
+                    "and --family)", opt->init_from, gpt_family_name(hf.family), gpt_family_name(cfg->family),
+                    gpt_family_name(hf.family));
         return -1;
     }
     const struct {
@@ -522,20 +522,20 @@ static int check_init_from(const Options *opt, GPTConfig *cfg) {
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         if (fields[i].theirs == fields[i].ours || !(was_given(opt, fields[i].long_name) || (preset && fields[i].by_preset)))
             continue;
-        fprintf(stderr, "error: --init-from %s has %s %d but the flags give %d (pass %s %d)\n", opt->init_from,
-                fields[i].what, fields[i].theirs, fields[i].ours, fields[i].flag, fields[i].theirs);
+        print_error("--init-from %s has %s %d but the flags give %d (pass %s %d)", opt->init_from,
+                    fields[i].what, fields[i].theirs, fields[i].ours, fields[i].flag, fields[i].theirs);
         return -1;
     }
     if (hf.logit_softcap > 0 && cfg->logit_softcap > 0 && hf.logit_softcap != cfg->logit_softcap) {
-        fprintf(stderr, "error: --init-from %s has final_logit_softcapping %g but the flags give %g (leave out "
-                        "--logit-softcap)\n", opt->init_from, (double)hf.logit_softcap, (double)cfg->logit_softcap);
+        print_error("--init-from %s has final_logit_softcapping %g but the flags give %g (leave out "
+                    "--logit-softcap)", opt->init_from, (double)hf.logit_softcap, (double)cfg->logit_softcap);
         return -1;
     }
     if (hf.logit_softcap == 0) hf.logit_softcap = cfg->logit_softcap; /* the flag caps a model that has no cap */
     *cfg = hf;
     if (opt->seq_len > cfg->max_seq_len) {
-        fprintf(stderr, "error: -t/--seq-len %d is above the context of --init-from %s, %d (pass -t %d or less)\n",
-                opt->seq_len, opt->init_from, cfg->max_seq_len, cfg->max_seq_len);
+        print_error("-t/--seq-len %d is above the context of --init-from %s, %d (pass -t %d or less)",
+                    opt->seq_len, opt->init_from, cfg->max_seq_len, cfg->max_seq_len);
         return -1;
     }
     return 0;
@@ -730,7 +730,7 @@ typedef struct {
 } StepResult;
 
 static int fail(const char *err) {
-    print_error(err);
+    print_error("%s", err);
     return 1;
 }
 
@@ -738,14 +738,14 @@ static int fail(const char *err) {
 static int fail_write(const Run *r, const char *err) {
     char left[ERR_LEN];
     checkpoint_what_is_left(r->opt.out, left, sizeof left);
-    fprintf(stderr, "error: %s; %s\n", err, left);
+    print_error("%s; %s", err, left);
     return 1;
 }
 
 /* The parameter table of the model the flags describe (before anything touches the disk). */
 static int plan_model(Run *r) {
     if (param_table_build(&r->table, &r->cfg, r->err) != 0) {
-        print_error(r->err);
+        print_error("%s", r->err);
         return 2;
     }
     return RUN_ON;
@@ -757,14 +757,14 @@ static int check_vocab_parallel(Run *r) {
     const Options *opt = &r->opt;
     if (!opt->vocab_parallel) return RUN_ON;
     if (r->cfg.logit_softcap > 0) {
-        fprintf(stderr, "error: --vocab-parallel takes the plain cross-entropy only, and --init-from %s sets "
-                        "final_logit_softcapping %g (leave out --vocab-parallel)\n", opt->init_from,
-                (double)r->cfg.logit_softcap);
+        print_error("--vocab-parallel takes the plain cross-entropy only, and --init-from %s sets "
+                    "final_logit_softcapping %g (leave out --vocab-parallel)", opt->init_from,
+                    (double)r->cfg.logit_softcap);
         return 2;
     }
     const int world = opt->gpus * opt->nodes;
     if (!vocab_parallel_check(&r->table, world, opt->batch * opt->seq_len, r->err)) {
-        print_error(r->err);
+        print_error("%s", r->err);
         return 2;
     }
     return RUN_ON;
@@ -776,7 +776,7 @@ static int check_vocab_parallel(Run *r) {
 static int start_world(Run *r, char **argv) {
     const Options *opt = &r->opt;
     if (dist_from_env(&r->dist, r->err) != 0) {
-        print_error(r->err);
+        print_error("%s", r->err);
         return 2;
     }
     const int is_worker = getenv("FUSEDGPT_RANK") != NULL;
@@ -792,12 +792,12 @@ static int start_world(Run *r, char **argv) {
         char why[ERR_LEN] = "";
         int n = cuda_device_count(why);
         if (n == 0) {
-            fprintf(stderr, "error: no CUDA GPU available (%s); use --device cpu for the CPU reference backend\n",
-                    why);
+            print_error("no CUDA GPU available (%s); use --device cpu for the CPU reference backend",
+                        why);
             return 1;
         }
         if (opt->gpus > n) {
-            fprintf(stderr, "error: -g/--gpus %d but this host has %d CUDA GPU(s)\n", opt->gpus, n);
+            print_error("-g/--gpus %d but this host has %d CUDA GPU(s)", opt->gpus, n);
             return 1;
         }
         if ((opt->gpus > 1 || opt->nodes > 1) && !is_worker) {
@@ -805,24 +805,24 @@ static int start_world(Run *r, char **argv) {
             return dist_launch(argv, opt->gpus, opt->nodes, opt->node_rank, opt->master);
         }
         if (is_worker && r->dist.world != opt->gpus * opt->nodes) {
-            fprintf(stderr, "error: worker of a %d-rank group started with -g %d --nodes %d\n", r->dist.world,
-                    opt->gpus, opt->nodes);
+            print_error("worker of a %d-rank group started with -g %d --nodes %d", r->dist.world,
+                        opt->gpus, opt->nodes);
             return 2;
         }
         if (dist_nccl_init(&r->dist, r->err) != 0) return fail(r->err);
     }
     if (cpu && (opt->gpus != 1 || opt->nodes != 1 || r->dist.world != 1)) {
-        fprintf(stderr, "error: -g/--gpus and --nodes (data parallel) apply to --device cuda only\n");
+        print_error("-g/--gpus and --nodes (data parallel) apply to --device cuda only");
         return 2;
     }
     if (cpu && (!strcmp(opt->zero, "1") || !opt->overlap_comm || opt->bucket_mb || strcmp(opt->grad_reduce, "fp32"))) {
-        fprintf(stderr, "error: --zero, --overlap-comm, --bucket-mb and --grad-reduce set how GPUs share gradients: "
-                        "they apply to --device cuda with -g/--nodes, not to the CPU backend\n");
+        print_error("--zero, --overlap-comm, --bucket-mb and --grad-reduce set how GPUs share gradients: "
+                    "they apply to --device cuda with -g/--nodes, not to the CPU backend");
         return 2;
     }
     /* Rank 0 alone prints, logs, samples and checkpoints; the others keep stderr for errors. */
     if (r->dist.rank != 0 && !freopen("/dev/null", "w", stdout)) {
-        fprintf(stderr, "error: rank %d cannot silence its stdout\n", r->dist.rank);
+        print_error("rank %d cannot silence its stdout", r->dist.rank);
         return 1;
     }
     return RUN_ON;
@@ -836,7 +836,7 @@ static int read_init_from(Run *r) {
     if (!opt->init_from[0] || opt->resume) return RUN_ON;
     r->init_params = malloc(r->table.total * sizeof(float));
     if (!r->init_params) {
-        fprintf(stderr, "error: out of host memory reading --init-from %s\n", opt->init_from);
+        print_error("out of host memory reading --init-from %s", opt->init_from);
         return 1;
     }
     if (hf_read_weights(opt->init_from, &r->table, r->init_params, r->err) != 0) return fail(r->err);
@@ -880,13 +880,13 @@ static int claim_run_dir(Run *r) {
     r->made_lock = path_format(lock, "%s/.lock", opt->out) == 0 && stat(lock, &sb) != 0;
     if (lock_dir(opt->out) < 0) {
         if (errno == EWOULDBLOCK) {
-            fprintf(stderr, "error: another trainer is using run directory %s; wait for it to finish or pass "
-                            "another -o\n", opt->out);
+            print_error("another trainer is using run directory %s; wait for it to finish or pass "
+                        "another -o", opt->out);
             return 1;
         }
         if (errno != ENOSYS && errno != ENOLCK && errno != EOPNOTSUPP) {
-            fprintf(stderr, "error: cannot create or lock run directory %s: %s (check -o)\n", opt->out,
-                    strerror(errno));
+            print_error("cannot create or lock run directory %s: %s (check -o)", opt->out,
+                        strerror(errno));
             return 1;
         }
         /* a cluster file system mounted without locks: train, but nothing stops a second trainer */
@@ -945,8 +945,8 @@ static int resolve_data(Run *r) {
         r->tok = tokenizer_load(r->tok_path, r->err);
         if (!r->tok) return fail(r->err);
         if (tokenizer_vocab_size(r->tok) > (uint32_t)cfg->vocab_size) {
-            fprintf(stderr, "error: tokenizer %s has %u tokens but the model's vocabulary is %d (pass -v %u)\n",
-                    r->tok_path, tokenizer_vocab_size(r->tok), cfg->vocab_size, tokenizer_vocab_size(r->tok));
+            print_error("tokenizer %s has %u tokens but the model's vocabulary is %d (pass -v %u)",
+                        r->tok_path, tokenizer_vocab_size(r->tok), cfg->vocab_size, tokenizer_vocab_size(r->tok));
             return 1;
         }
         r->have_ck_tok = r->dist.rank == 0 && checkpoint_tokenizer(r->tok, cfg->max_seq_len, &r->ck_tok);
@@ -968,17 +968,17 @@ static int resolve_data(Run *r) {
             char dir[PREPARE_PATH_LEN];
             snprintf(dir, sizeof dir, "%s", r->prepared.train_path);
             if (strrchr(dir, '/')) *strrchr(dir, '/') = 0;
-            fprintf(stderr, "error: %s; it belongs to the default corpus's cache: delete %s and run again to prepare "
-                            "it anew\n", r->err, dir);
+            print_error("%s; it belongs to the default corpus's cache: delete %s and run again to prepare "
+                        "it anew", r->err, dir);
             return 1;
         }
         return fail(r->err);
     }
     /* the two shards must come from one tokenizer, or the validation loss means nothing */
     if (r->have_val && r->train_loader.shard_vocab != r->val_loader.shard_vocab) {
-        fprintf(stderr, "error: %s was tokenized for a vocabulary of %u but %s for %u: pass a validation shard "
-                        "made by the same tokenizer\n", r->train_path, r->train_loader.shard_vocab, r->val_path,
-                r->val_loader.shard_vocab);
+        print_error("%s was tokenized for a vocabulary of %u but %s for %u: pass a validation shard "
+                    "made by the same tokenizer", r->train_path, r->train_loader.shard_vocab, r->val_path,
+                    r->val_loader.shard_vocab);
         return 1;
     }
     r->train_fingerprint = loader_fingerprint(&r->train_loader);
@@ -1067,9 +1067,9 @@ static int resume(Run *r) {
     const int same_high = ranks_agree(dist, (double)(st.checksum >> 32));
     const int same_low = ranks_agree(dist, (double)(st.checksum & 0xffffffffu));
     if (!same_step || !same_high || !same_low) {
-        fprintf(stderr, "error: rank %d read a checkpoint of step %d in %s that differs from another rank's; "
-                        "every host needs the same checkpoint (-o on a shared file system, or a copy)\n",
-                dist->rank, st.step, opt->out);
+        print_error("rank %d read a checkpoint of step %d in %s that differs from another rank's; "
+                    "every host needs the same checkpoint (-o on a shared file system, or a copy)",
+                    dist->rank, st.step, opt->out);
         return 1;
     }
     if (st.B != r->B || st.T != r->T || st.total_batch != opt->total_batch || st.seed != (uint64_t)opt->seed) {
@@ -1100,8 +1100,8 @@ static int resume(Run *r) {
         else if (loader_state_for_world(&ls, st.world, dist->world, err) != 0)
             why = err;
         if (why) {
-            fprintf(stderr, "error: checkpoint in %s (%d rank(s), %d micro-batches per step): %s\n", opt->out,
-                    st.world, per_step, why);
+            print_error("checkpoint in %s (%d rank(s), %d micro-batches per step): %s", opt->out,
+                        st.world, per_step, why);
             return 1;
         }
         printf("resuming a run of %d rank(s) on %d: the data order goes on where it stopped; losses follow the "

@@ -7,6 +7,7 @@
 #define ERR_LEN 512
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 
 /* What a write that failed with errnum most likely met, and its fix, for the message: a file-size
@@ -15,18 +16,30 @@ static inline const char *write_error_hint(int errnum) {
     return errnum == EFBIG ? "a file-size limit: raise ulimit -f" : "disk full? free space or pass another -o";
 }
 
-/* Prints "error: <msg>" as one line on stderr. A message may quote what a file holds (a
- * config.json's model_type, a token's text): control characters in it are written as escapes, so
- * a quoted newline cannot split the line and a quoted escape sequence cannot reach the terminal. */
-static inline void print_error(const char *msg) {
-    fputs("error: ", stderr);
-    for (const unsigned char *c = (const unsigned char *)msg; *c; c++) {
-        if (*c == '\n') fputs("\\n", stderr);
-        else if (*c == '\t') fputs("\\t", stderr);
-        else if (*c < 0x20 || *c == 0x7f) fprintf(stderr, "\\x%02x", *c);
-        else fputc(*c, stderr);
+/* Prints "error: " and the formatted message as one line on stderr, in one write (ranks that fail
+ * together do not interleave their lines). A message may quote what a file or a peer holds (a
+ * config.json's model_type, a token's text, another rank's error): control characters in it are
+ * written as escapes (C1 controls as \u0080-\u009f), so a quoted newline cannot split the line and
+ * a quoted escape sequence cannot reach the terminal. */
+static inline void print_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline void print_error(const char *fmt, ...) {
+    char msg[2 * ERR_LEN], line[8 * ERR_LEN + 16];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(msg, sizeof msg, fmt, args);
+    va_end(args);
+    size_t k = (size_t)snprintf(line, sizeof line, "error: ");
+    for (const unsigned char *c = (const unsigned char *)msg; *c && k + 8 < sizeof line; c++) {
+        if (*c == '\n') k += (size_t)snprintf(line + k, sizeof line - k, "\\n");
+        else if (*c == '\t') k += (size_t)snprintf(line + k, sizeof line - k, "\\t");
+        else if (*c < 0x20 || *c == 0x7f) k += (size_t)snprintf(line + k, sizeof line - k, "\\x%02x", *c);
+        else if (*c == 0xc2 && c[1] >= 0x80 && c[1] <= 0x9f) /* a C1 control, UTF-8 encoded */
+            k += (size_t)snprintf(line + k, sizeof line - k, "\\u%04x", *++c);
+        else line[k++] = (char)*c;
     }
-    fputc('\n', stderr);
+    line[k++] = '\n';
+    line[k] = 0;
+    fputs(line, stderr);
 }
 
 #endif

@@ -423,7 +423,7 @@ static void usage(FILE *f) {
 }
 
 static int bad_arg(const char *flag, const char *why) {
-    fprintf(stderr, "error: prepare %s: %s (see ./train prepare --help)\n", flag, why);
+    print_error("prepare %s: %s (see ./train prepare --help)", flag, why);
     return 2;
 }
 
@@ -465,8 +465,8 @@ int prepare_main(int argc, char **argv) {
                 goto done;
             }
             if (opt.vocab < TOKENIZER_MIN_VOCAB) {
-                fprintf(stderr, "error: prepare -v %u: a vocabulary needs at least %u tokens (256 bytes + <|endoftext|>)\n",
-                        opt.vocab, TOKENIZER_MIN_VOCAB);
+                print_error("prepare -v %u: a vocabulary needs at least %u tokens (256 bytes + <|endoftext|>)",
+                            opt.vocab, TOKENIZER_MIN_VOCAB);
                 goto done;
             }
             vocab_given = 1;
@@ -509,7 +509,7 @@ int prepare_main(int argc, char **argv) {
             opt.threads = (int)t;
             i++;
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "error: prepare: unknown option %s (see ./train prepare --help)\n", a);
+            print_error("prepare: unknown option %s (see ./train prepare --help)", a);
             goto done;
         } else {
             files[n_files++] = a;
@@ -533,18 +533,18 @@ int prepare_main(int argc, char **argv) {
     if (default_corpus) {
         if (extended < 0) extended = prepare_wants_extended_corpus(opt.vocab);
         if (prepare_recipe(opt.vocab, cache_dir, extended, &out, err) != 0) {
-            fprintf(stderr, "error: %s\n", err);
+            print_error("%s", err);
             status = 1;
             goto done;
         }
     } else {
         if (n_files == 0) {
-            fprintf(stderr, "error: prepare: no text files given (pass FILE..., or --default-corpus)\n");
+            print_error("prepare: no text files given (pass FILE..., or --default-corpus)");
             goto done;
         }
         status = 1;
         if (check_out_dir(out_dir, err) != 0) {
-            fprintf(stderr, "error: %s\n", err);
+            print_error("%s", err);
             goto done;
         }
         char *text = NULL;
@@ -558,7 +558,7 @@ int prepare_main(int argc, char **argv) {
             char terr[ERR_LEN];
             given = tokenizer_load(opt.tokenizer_in, terr);
             if (!given) {
-                fprintf(stderr, "error: %s\n", terr);
+                print_error("%s", terr);
                 goto done;
             }
             sep = tokenizer_eot_text(given, &sep_len);
@@ -569,7 +569,7 @@ int prepare_main(int argc, char **argv) {
                 if (cap - len < sep_len) {
                     char *b = realloc(text, cap + sep_len + (1 << 20));
                     if (!b) {
-                        fprintf(stderr, "error: out of memory joining the text files\n");
+                        print_error("out of memory joining the text files");
                         free(text);
                         tokenizer_free(given);
                         goto done;
@@ -581,7 +581,7 @@ int prepare_main(int argc, char **argv) {
                 len += sep_len;
             }
             if (append_file(files[f], &text, &len, &cap, err) != 0) {
-                fprintf(stderr, "error: %s\n", err);
+                print_error("%s", err);
                 free(text);
                 tokenizer_free(given);
                 goto done;
@@ -591,7 +591,7 @@ int prepare_main(int argc, char **argv) {
         tokenizer_free(given);
         free(text);
         if (rc != 0) {
-            fprintf(stderr, "error: %s\n", err);
+            print_error("%s", err);
             goto done;
         }
     }

@@ -711,21 +711,22 @@ TEST(a_bad_init_from_is_refused_before_any_corpus_work) {
 }
 
 TEST(an_error_quoting_a_control_character_from_a_file_stays_one_line) {
-    /* model_type holds a newline and an escape sequence (valid JSON escapes); the message quotes it */
+    /* model_type holds a newline, an escape sequence and a C1 control (valid JSON escapes); the message
+     * quotes it */
     char ck[800], path[900], args[2400], *out = NULL;
     const char *d = test_tmpdir();
     snprintf(ck, sizeof ck, "%s/hf_ctl", d);
     REQUIRE(mkdir(ck, 0755) == 0, "mkdir %s", ck);
     snprintf(path, sizeof path, "%s/config.json", ck);
     FILE *f = fopen(path, "w");
-    REQUIRE(f && fputs("{\"model_type\": \"gpt\\u001b[31m\\nneo\", \"hidden_size\": 64}\n", f) >= 0 &&
+    REQUIRE(f && fputs("{\"model_type\": \"gpt\\u001b[31m\\nneo\\u009b\", \"hidden_size\": 64}\n", f) >= 0 &&
                 fclose(f) == 0,
             "writing %s", path);
     snprintf(args, sizeof args, "--device cpu -e tiny -b 2 -t 16 -x 1 -s 0 --val-every 0 --init-from %s -o %s/run_ctl", ck,
              d);
     int rc = run_train(args, &out);
     CHECK(rc == 1 && out && strncmp(out, "error: ", 7) == 0 && count_lines(out) == 1 &&
-              strstr(out, "model_type gpt\\x1b[31m\\nneo is not supported") && !strchr(out, 0x1b),
+              strstr(out, "model_type gpt\\x1b[31m\\nneo\\u009b is not supported") && !strchr(out, 0x1b),
           "exit %d: %s", rc, out);
     free(out);
 }

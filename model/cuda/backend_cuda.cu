@@ -783,6 +783,9 @@ static int sharded(const CudaBackend *cb) {
 
 static void cuda_read_state(Backend *be, float *params, float *m, float *v) {
     CudaBackend *cb = (CudaBackend *)be;
+    /* its shard gathers go on the other communicator: with NCCL's kernels moving the weights there
+     * too (no copy engines), two communicators' kernels in flight at once can deadlock */
+    grad_sync_weights_wait(cb->sync, cb->stream);
     size_t n = cb->P * sizeof(float);
     float *state[3] = {cb->master, cb->m, cb->v}, *host[3] = {params, m, v};
     for (int i = 0; i < 3; i++) {

@@ -124,9 +124,9 @@ static void fail(Launcher *L, int rank, const char *host, const char *text) {
 
 static void report_exit(int rank, int st) {
     if (WIFSIGNALED(st))
-        fprintf(stderr, "error: rank %d was killed by signal %d; stopping the other ranks\n", rank, WTERMSIG(st));
+        print_error("rank %d was killed by signal %d; stopping the other ranks", rank, WTERMSIG(st));
     else
-        fprintf(stderr, "error: rank %d exited with status %d; stopping the other ranks\n", rank, WEXITSTATUS(st));
+        print_error("rank %d exited with status %d; stopping the other ranks", rank, WEXITSTATUS(st));
 }
 
 /* Collects the local workers that ended; one that failed on its own fails the run. A worker that
@@ -154,8 +154,8 @@ static void reap(Launcher *L) {
         }
     }
     if (!L->failed && L->stopped_rank >= 0 && wire_now() >= L->stopped_deadline) {
-        fprintf(stderr, "error: rank %d stopped after a failure elsewhere; stopping the other ranks\n",
-                L->stopped_rank);
+        print_error("rank %d stopped after a failure elsewhere; stopping the other ranks",
+                    L->stopped_rank);
         fail(L, L->stopped_rank, L->host, NULL);
     }
 }
@@ -170,7 +170,7 @@ static int server_open(Launcher *L, const char *master) {
     a.sin_family = AF_INET;
     if (master && master[0]) {
         if (dist_parse_master(master, host, sizeof host, &port) != 0) {
-            fprintf(stderr, "error: --master expects HOST:PORT, got '%s'\n", master);
+            print_error("--master expects HOST:PORT, got '%s'", master);
             return -1;
         }
         a.sin_addr.s_addr = htonl(INADDR_ANY); /* the other nodes reach us through HOST */
@@ -180,15 +180,15 @@ static int server_open(Launcher *L, const char *master) {
     a.sin_port = htons((uint16_t)port);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     if (fd < 0) {
-        fprintf(stderr, "error: cannot create the rendezvous socket: %s\n", strerror(errno));
+        print_error("cannot create the rendezvous socket: %s", strerror(errno));
         return -1;
     }
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one); /* a port left in TIME_WAIT is free */
     if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, SOMAXCONN) != 0) {
         if (errno == EADDRINUSE)
-            fprintf(stderr, "error: --master port %d is in use on this host (pick another port)\n", port);
+            print_error("--master port %d is in use on this host (pick another port)", port);
         else
-            fprintf(stderr, "error: cannot listen on port %d for the rendezvous: %s\n", port, strerror(errno));
+            print_error("cannot listen on port %d for the rendezvous: %s", port, strerror(errno));
         close(fd);
         return -1;
     }
@@ -263,7 +263,7 @@ static void server_hello(Launcher *L, Conn *c, const WireMsg *m) {
                  m->rank, o->host, o->node_rank, m->host, m->node_rank);
     }
     if (why[0]) {
-        print_error(why);
+        print_error("%s", why);
         WireMsg r = wire_msg(MSG_REJECT, m->rank, L->world, 0);
         snprintf(r.text, sizeof r.text, "%s", why);
         wire_send(c->fd, &r);
@@ -295,8 +295,8 @@ static void server_lost(Launcher *L, Conn *c) {
             reap(L);
         }
     if (L->failed) return;
-    fprintf(stderr, "error: rank %d (host %s) stopped without finishing; stopping the other ranks\n", c->rank,
-            c->host);
+    print_error("rank %d (host %s) stopped without finishing; stopping the other ranks", c->rank,
+                c->host);
     fail(L, c->rank, c->host, NULL);
 }
 
@@ -326,7 +326,7 @@ static void server_read(Launcher *L, Conn *c) {
         c->done = 1;
         L->done++;
     } else if (m.type == MSG_FAILED && !L->failed) {
-        fprintf(stderr, "error: rank %d (host %s) failed: %s; stopping the other ranks\n", c->rank, c->host, m.text);
+        print_error("rank %d (host %s) failed: %s; stopping the other ranks", c->rank, c->host, m.text);
         fail(L, c->rank, c->host, NULL);
     }
 }
@@ -379,12 +379,12 @@ static void server_check_deadline(Launcher *L) {
 
 int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *master) {
     if (gpus < 1 || gpus > DIST_MAX_GPUS) {
-        fprintf(stderr, "error: -g/--gpus %d is out of range (1..%d)\n", gpus, DIST_MAX_GPUS);
+        print_error("-g/--gpus %d is out of range (1..%d)", gpus, DIST_MAX_GPUS);
         return 2;
     }
     if (nodes < 1 || (long long)nodes * gpus > DIST_MAX_WORLD || node_rank < 0 || node_rank >= nodes) {
-        fprintf(stderr, "error: --nodes %d --node-rank %d -g %d is out of range (at most %d ranks in all)\n", nodes,
-                node_rank, gpus, DIST_MAX_WORLD);
+        print_error("--nodes %d --node-rank %d -g %d is out of range (at most %d ranks in all)", nodes,
+                    node_rank, gpus, DIST_MAX_WORLD);
         return 2;
     }
     Launcher L;
@@ -407,7 +407,7 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
         L.conns = calloc((size_t)L.nconns, sizeof *L.conns);
         L.by_rank = malloc((size_t)L.world * sizeof *L.by_rank);
         if (!L.conns || !L.by_rank) {
-            fprintf(stderr, "error: out of host memory for the rendezvous\n");
+            print_error("out of host memory for the rendezvous");
             return 1;
         }
         for (int i = 0; i < L.nconns; i++) L.conns[i].fd = L.conns[i].rank = -1;
@@ -423,7 +423,7 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
     }
 
     if (child_pipe[0] < 0 && pipe2(child_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-        fprintf(stderr, "error: cannot create the launcher's pipe: %s\n", strerror(errno));
+        print_error("cannot create the launcher's pipe: %s", strerror(errno));
         return 1;
     }
     struct sigaction sa;
@@ -438,7 +438,7 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
     for (int r = 0; r < gpus; r++) {
         pid_t pid = fork();
         if (pid < 0) {
-            fprintf(stderr, "error: cannot start worker %d: %s\n", L.base + r, strerror(errno));
+            print_error("cannot start worker %d: %s", L.base + r, strerror(errno));
             stop_workers(L.pids, r);
             return 1;
         }
@@ -457,7 +457,7 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
             setenv("FUSEDGPT_NODE_RANK", value, 1);
             setenv("FUSEDGPT_MASTER", worker_master, 1);
             execv("/proc/self/exe", argv);
-            fprintf(stderr, "error: worker %d cannot start %s: %s\n", L.base + r, argv[0], strerror(errno));
+            print_error("worker %d cannot start %s: %s", L.base + r, argv[0], strerror(errno));
             _exit(127);
         }
         L.pids[r] = pid;

@@ -27,12 +27,16 @@ static void nccl_check_impl(ncclResult_t r, const char *what, const char *file, 
 
 typedef struct {
     void *ptr;
+#if NCCL_HAS_COPY_ENGINES
     ncclWindow_t window; /* NULL where NCCL could not register it: its kernels move that buffer */
+#endif
 } Exchanged;
 
 typedef struct {
     ncclComm_t comm;
-    ncclComm_t copy; /* CTA policy ZERO: gathers by the copy engines (or comm itself before NCCL 2.28) */
+    /* CTA policy ZERO: gathers by the copy engines. comm itself until the first exchanged buffer
+     * splits it off (and always before NCCL 2.28); read by the watchdog's thread, so set atomically */
+    ncclComm_t copy;
     double *d_scalar;
     Exchanged exchanged[MAX_EXCHANGED];
 } NcclState;
@@ -40,9 +44,14 @@ typedef struct {
 /* The watchdog's hooks (model/dist/dist_worker.c calls them from its own thread, which NCCL allows for
  * these two calls): abort the communicator so that collectives waiting on a dead peer return, and
  * report an error NCCL found in the background (a peer's connection closed, a timeout). */
+static ncclComm_t copy_comm(const NcclState *s) {
+    return __atomic_load_n(&s->copy, __ATOMIC_ACQUIRE);
+}
+
 static void nccl_abort_hook(void *ctx) {
     NcclState *s = (NcclState *)ctx;
-    if (s->copy != s->comm) ncclCommAbort(s->copy);
+    ncclComm_t copy = copy_comm(s);
+    if (copy != s->comm) ncclCommAbort(copy);
     ncclCommAbort(s->comm);
 }
 
@@ -59,7 +68,8 @@ static int comm_async_error(ncclComm_t comm, char *msg, size_t n) {
 
 static int nccl_async_error_hook(void *ctx, char *msg, size_t n) {
     NcclState *s = (NcclState *)ctx;
-    return comm_async_error(s->comm, msg, n) || (s->copy != s->comm && comm_async_error(s->copy, msg, n));
+    ncclComm_t copy = copy_comm(s);
+    return comm_async_error(s->comm, msg, n) || (copy != s->comm && comm_async_error(copy, msg, n));
 }
 
 extern "C" int dist_nccl_init(Dist *d, char *err) {
@@ -85,11 +95,6 @@ extern "C" int dist_nccl_init(Dist *d, char *err) {
     }
     NCCL_CHECK(ncclCommInitRank(&s->comm, d->world, id, d->rank));
     s->copy = s->comm;
-#if NCCL_HAS_COPY_ENGINES
-    ncclConfig_t copy_config = NCCL_CONFIG_INITIALIZER;
-    copy_config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
-    NCCL_CHECK(ncclCommSplit(s->comm, 0, d->rank, &s->copy, &copy_config));
-#endif
     CUDA_CHECK(cudaMalloc((void **)&s->d_scalar, sizeof(double)));
     d->nccl = s;
     dist_set_fault_hooks(d, nccl_abort_hook, nccl_async_error_hook, s);
@@ -205,6 +210,14 @@ extern "C" void *dist_alloc_exchanged(const Dist *d, size_t bytes) {
         return p;
     }
 #if NCCL_HAS_COPY_ENGINES
+    if (s->copy == s->comm) {
+        /* the first exchanged buffer: every rank is here, in the same order (collective) */
+        ncclComm_t copy;
+        ncclConfig_t copy_config = NCCL_CONFIG_INITIALIZER;
+        copy_config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+        NCCL_CHECK(ncclCommSplit(s->comm, 0, d->rank, &copy, &copy_config));
+        __atomic_store_n(&s->copy, copy, __ATOMIC_RELEASE);
+    }
     int slot = 0;
     while (slot < MAX_EXCHANGED && s->exchanged[slot].ptr) slot++;
     if (slot == MAX_EXCHANGED) {
@@ -229,7 +242,7 @@ extern "C" void *dist_alloc_exchanged(const Dist *d, size_t bytes) {
 extern "C" void dist_free_exchanged(const Dist *d, void *p) {
     NcclState *s = (NcclState *)d->nccl;
     if (!p) return;
-    if (!s || !NCCL_HAS_COPY_ENGINES) {
+    if (!s || !NCCL_HAS_COPY_ENGINES) { /* the backend frees its buffers before dist_nccl_free */
         CUDA_CHECK(cudaFree(p));
         return;
     }

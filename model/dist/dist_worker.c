@@ -77,7 +77,7 @@ static void *watchdog_main(void *arg) {
         struct pollfd p[2] = {{wd.fd, POLLIN, 0}, {wd.wake[0], POLLIN, 0}};
         int k = poll(p, 2, 1000);
         if (k < 0 && errno != EINTR) {
-            fprintf(stderr, "error: rank %d: the watchdog cannot poll: %s; stopping\n", wd.rank, strerror(errno));
+            print_error("rank %d: the watchdog cannot poll: %s; stopping", wd.rank, strerror(errno));
             stop_this_rank();
         }
         if (p[1].revents) return NULL; /* dist_finish */
@@ -86,14 +86,14 @@ static void *watchdog_main(void *arg) {
             int r = wire_recv(wd.fd, &m, 5000);
             if (r == 1 && m.type == MSG_ABORT) {
                 if (m.rank >= 0)
-                    fprintf(stderr, "error: rank %d: stopping because rank %d failed (on host %s)\n", wd.rank, m.rank,
-                            m.host);
+                    print_error("rank %d: stopping because rank %d failed (on host %s)", wd.rank, m.rank,
+                                m.host);
                 else
-                    fprintf(stderr, "error: rank %d: stopping: %s\n", wd.rank, m.text);
+                    print_error("rank %d: stopping: %s", wd.rank, m.text);
                 stop_this_rank();
             }
             if (r != 1) {
-                fprintf(stderr, "error: rank %d: lost the master (node 0's launcher stopped); stopping\n", wd.rank);
+                print_error("rank %d: lost the master (node 0's launcher stopped); stopping", wd.rank);
                 stop_this_rank();
             }
         }
@@ -106,7 +106,7 @@ static void *watchdog_main(void *arg) {
             WireMsg f = wire_msg(MSG_FAILED, wd.rank, 0, 0);
             snprintf(f.text, sizeof f.text, "%s", msg);
             wire_send(wd.fd, &f);
-            fprintf(stderr, "error: rank %d: NCCL failed: %s; stopping\n", wd.rank, msg);
+            print_error("rank %d: NCCL failed: %s; stopping", wd.rank, msg);
             stop_this_rank();
         }
     }
@@ -273,7 +273,7 @@ int dist_selftest_worker(Dist *d) {
         printf("rank 0 brings id %016llx\n", (unsigned long long)id_hash(id));
     }
     if (dist_exchange_id(d, id, err) != 0 || dist_watchdog_start(d, err) != 0) {
-        print_error(err);
+        print_error("%s", err);
         return 1;
     }
     printf("rank %d of %d: id %016llx\n", d->rank, d->world, (unsigned long long)id_hash(id));
@@ -287,8 +287,8 @@ int dist_selftest_worker(Dist *d) {
         struct timespec ts = {120, 0};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
         }
-        fprintf(stderr, "error: rank %d: still running 120 s after rank %d failed; the watchdog did not stop it\n",
-                d->rank, fail_rank);
+        print_error("rank %d: still running 120 s after rank %d failed; the watchdog did not stop it",
+                    d->rank, fail_rank);
         return 1;
     }
     dist_finish(d);

@@ -29,9 +29,9 @@
  * (grad_sync_weights_wait). The next update cannot overwrite a piece still being sent: it comes
  * after grad_sync_finish, which makes main wait for everything on the communication stream, the
  * gather included; the next step's reductions are enqueued on that stream behind the gather and
- * touch only gradients. Collectives that main enqueues meanwhile on the other communicator (a
- * checkpoint's shard gathers) touch other buffers, and the copy engines hold no SM that their
- * kernels would wait for.
+ * touch only gradients. A state read or write waits for the whole gather before its own
+ * collectives on the other communicator: where NCCL moves the weights with kernels (no copy
+ * engines), two communicators' kernels in flight at once could wait on each other.
  *
  * The bf16 wire (--grad-reduce bf16: grad_sync_create's bf16_wire). Each bucket is cut into world parts
  * (grad_buckets.h WireSplit; under ZeRO-1 the shard pieces). Every rank rounds its fp32 values once

@@ -88,7 +88,7 @@ static void usage(FILE *f) {
 }
 
 static int bad(const char *flag, const char *why) {
-    fprintf(stderr, "error: eval %s %s (see ./train eval --help)\n", flag, why);
+    print_error("eval %s %s (see ./train eval --help)", flag, why);
     return 2;
 }
 
@@ -117,7 +117,7 @@ static int parse(EvalOptions *o, int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         const EvalFlag *f = find_flag(a);
         if (!f) {
-            fprintf(stderr, "error: eval: unknown flag '%s' (see ./train eval --help)\n", a);
+            print_error("eval: unknown flag '%s' (see ./train eval --help)", a);
             return 2;
         }
         void *dst = (char *)o + f->offset;
@@ -168,7 +168,7 @@ static int parse(EvalOptions *o, int argc, char **argv) {
     /* every file read below the directory must fit the system's paths, uncut */
     char err[ERR_LEN];
     if (o->run && checkpoint_run_dir_ok(o->run, err) != 0) {
-        fprintf(stderr, "error: eval %s\n", err);
+        print_error("eval %s", err);
         return 2;
     }
     if (o->init_from && strlen(o->init_from) > CHECKPOINT_RUN_DIR_MAX)
@@ -185,20 +185,20 @@ static uint32_t *read_tokens(const char *path, int V, const char *dir, uint64_t 
     /* the shard's own checks here; the model's vocabulary below, with a hint that fits a model
      * whose vocabulary is the checkpoint's */
     if (shard_read(path, UINT32_MAX, &tokens, n, &hdr, err) != 0) {
-        print_error(err);
+        print_error("%s", err);
         return NULL;
     }
     for (uint64_t i = 0; i < *n; i++) {
         if (tokens[i] < (uint32_t)V) continue;
-        fprintf(stderr, "error: token %u at position %llu in shard %s is >= the vocabulary %d of the model in %s "
-                        "(evaluate a shard made by the model's tokenizer)\n",
-                tokens[i], (unsigned long long)i, path, V, dir);
+        print_error("token %u at position %llu in shard %s is >= the vocabulary %d of the model in %s "
+                    "(evaluate a shard made by the model's tokenizer)",
+                    tokens[i], (unsigned long long)i, path, V, dir);
         free(tokens);
         return NULL;
     }
     if (*n < 2) {
-        fprintf(stderr, "error: shard %s holds %llu token(s): a target needs 2 (pass a longer shard)\n", path,
-                (unsigned long long)*n);
+        print_error("shard %s holds %llu token(s): a target needs 2 (pass a longer shard)", path,
+                    (unsigned long long)*n);
         free(tokens);
         return NULL;
     }
@@ -211,11 +211,11 @@ static Backend *load_model(const EvalOptions *o, const char *dir, const ParamTab
     char err[ERR_LEN];
     float *params = malloc(table->total * sizeof(float));
     if (!params) {
-        fprintf(stderr, "error: out of host memory for the model of %s\n", dir);
+        print_error("out of host memory for the model of %s", dir);
         return NULL;
     }
     if (hf_read_weights(dir, table, params, err) != 0) {
-        print_error(err);
+        print_error("%s", err);
         free(params);
         return NULL;
     }
@@ -233,7 +233,7 @@ static Backend *load_model(const EvalOptions *o, const char *dir, const ParamTab
     if (be)
         be->ops->write_state(be, params, NULL, NULL); /* no optimizer: the moments stay unset */
     else
-        print_error(err);
+        print_error("%s", err);
     free(params);
     return be;
 }
@@ -249,22 +249,22 @@ int eval_main(int argc, char **argv) {
     GPTConfig cfg;
     if (checkpoint_dir_to_read(o.run, o.step, o.init_from, "--init-from", dir, err) != 0 ||
         hf_read_config(dir, &cfg, err) != 0) {
-        print_error(err);
+        print_error("%s", err);
         return 1;
     }
     if (o.logit_softcap > 0.0f) {
         if (cfg.logit_softcap != 0.0f && cfg.logit_softcap != o.logit_softcap) {
-            fprintf(stderr, "error: --logit-softcap %g differs from the final_logit_softcapping %g of the model in %s "
-                            "(drop the flag: the model's own cap applies)\n",
-                    (double)o.logit_softcap, (double)cfg.logit_softcap, dir);
+            print_error("--logit-softcap %g differs from the final_logit_softcapping %g of the model in %s "
+                        "(drop the flag: the model's own cap applies)",
+                        (double)o.logit_softcap, (double)cfg.logit_softcap, dir);
             return 2;
         }
         cfg.logit_softcap = o.logit_softcap;
     }
     const int T = o.seq_len ? o.seq_len : cfg.max_seq_len;
     if (T > cfg.max_seq_len) {
-        fprintf(stderr, "error: -t %d is above the context of the model in %s (pass -t %d or less)\n", T, dir,
-                cfg.max_seq_len);
+        print_error("-t %d is above the context of the model in %s (pass -t %d or less)", T, dir,
+                    cfg.max_seq_len);
         return 1;
     }
     uint64_t n;
@@ -280,7 +280,7 @@ int eval_main(int argc, char **argv) {
     char tmp[FGPT_PATH_LEN + 8] = ""; /* the per-token file's temporary name while it is written */
     status = 1;
     if (param_table_build(&table, &cfg, err) != 0) {
-        print_error(err);
+        print_error("%s", err);
         goto done;
     }
     if (!(be = load_model(&o, dir, &table, B, T))) goto done;
@@ -292,27 +292,27 @@ int eval_main(int argc, char **argv) {
     if (o.per_token) {
         snprintf(tmp, sizeof tmp, "%s.tmp", o.per_token);
         if (!(per_token = fopen(tmp, "wb"))) {
-            fprintf(stderr, "error: cannot create %s for --per-token: %s (pass a path in a writable directory)\n",
-                    tmp, strerror(errno));
+            print_error("cannot create %s for --per-token: %s (pass a path in a writable directory)",
+                        tmp, strerror(errno));
             goto done;
         }
     }
     EvalMeans m;
     if (eval_run(be, tokens, n, &m, per_token, o.per_token, err) != 0) {
-        print_error(err);
+        print_error("%s", err);
         goto done;
     }
     if (!isfinite(m.loss) || !isfinite(m.objective)) { /* a number a script would take for a result */
-        fprintf(stderr, "error: the loss is not finite (%g): the weights in %s hold a NaN or an infinity, or "
-                        "overflow fp32 (evaluate another checkpoint)\n", !isfinite(m.loss) ? m.loss : m.objective, dir);
+        print_error("the loss is not finite (%g): the weights in %s hold a NaN or an infinity, or "
+                    "overflow fp32 (evaluate another checkpoint)", !isfinite(m.loss) ? m.loss : m.objective, dir);
         goto done;
     }
     if (per_token) {
         const int closed = fclose(per_token);
         per_token = NULL;
         if (closed != 0 || rename(tmp, o.per_token) != 0) {
-            fprintf(stderr, "error: cannot write the per-token losses to %s: %s (free some disk space or pass another "
-                            "path)\n", o.per_token, strerror(errno));
+            print_error("cannot write the per-token losses to %s: %s (free some disk space or pass another "
+                        "path)", o.per_token, strerror(errno));
             goto done;
         }
         tmp[0] = 0;

@@ -51,7 +51,7 @@ static void usage(FILE *f) {
 }
 
 static int bad(const char *flag, const char *why) {
-    fprintf(stderr, "error: sample %s %s (see ./train sample --help)\n", flag, why);
+    print_error("sample %s %s (see ./train sample --help)", flag, why);
     return 2;
 }
 
@@ -87,7 +87,7 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
             o->print_ids = 1;
             takes_value = 0;
         } else if (!flag_takes_value(a)) {
-            fprintf(stderr, "error: sample: unknown flag '%s' (see ./train sample --help)\n", a);
+            print_error("sample: unknown flag '%s' (see ./train sample --help)", a);
             return 2;
         } else if (!v) {
             return bad(a, "needs a value");
@@ -126,7 +126,7 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
     /* every file read below the directory must fit the system's paths, uncut */
     char err[ERR_LEN];
     if (o->run && checkpoint_run_dir_ok(o->run, err) != 0) {
-        fprintf(stderr, "error: sample %s\n", err);
+        print_error("sample %s", err);
         return 2;
     }
     if (o->checkpoint && strlen(o->checkpoint) > CHECKPOINT_RUN_DIR_MAX)
@@ -142,7 +142,7 @@ static Tokenizer *open_tokenizer(const SampleOptions *o, const char *dir, int *s
     if (!o->tokenizer && (path_format(path, "%s/tokenizer.json", dir) != 0 || stat(path, &st) != 0)) return NULL;
     Tokenizer *t = tokenizer_load(o->tokenizer ? o->tokenizer : path, err);
     if (!t) {
-        print_error(err);
+        print_error("%s", err);
         *status = 1;
     }
     return t;
@@ -177,7 +177,7 @@ static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, c
     float *logits = malloc((size_t)V * sizeof *logits);
     if (!tokens || !logits) {
         free(tokens), free(logits);
-        fprintf(stderr, "error: out of host memory for sampling\n");
+        print_error("out of host memory for sampling");
         return 1;
     }
     for (size_t i = 0; i < n_prompt; i++) tokens[i] = (int)prompt[i];
@@ -217,18 +217,18 @@ int sample_main(int argc, char **argv) {
     GPTConfig cfg;
     if (checkpoint_dir_to_read(o.run, o.step, o.checkpoint, "--checkpoint", dir, err) != 0 ||
         hf_read_config(dir, &cfg, err) != 0) {
-        print_error(err);
+        print_error("%s", err);
         return 1;
     }
     Tokenizer *tok = open_tokenizer(&o, dir, &status);
     if (status) return status;
     if (o.prompt && !tok) {
-        fprintf(stderr, "error: --prompt needs a tokenizer: %s has no tokenizer.json (pass --tokenizer FILE)\n", dir);
+        print_error("--prompt needs a tokenizer: %s has no tokenizer.json (pass --tokenizer FILE)", dir);
         return 1;
     }
     if (tok && tokenizer_vocab_size(tok) > (uint32_t)cfg.vocab_size) {
-        fprintf(stderr, "error: the tokenizer has %u tokens but the model's vocabulary is %d (pass the tokenizer the "
-                        "model was trained with)\n", tokenizer_vocab_size(tok), cfg.vocab_size);
+        print_error("the tokenizer has %u tokens but the model's vocabulary is %d (pass the tokenizer the "
+                    "model was trained with)", tokenizer_vocab_size(tok), cfg.vocab_size);
         tokenizer_free(tok);
         return 1;
     }
@@ -238,7 +238,7 @@ int sample_main(int argc, char **argv) {
         size_t len = strlen(o.prompt);
         char terr[ERR_LEN];
         if (tokenizer_check_text(tok, o.prompt, len, terr) != 0) {
-            fprintf(stderr, "error: --prompt: %s\n", terr);
+            print_error("--prompt: %s", terr);
             tokenizer_free(tok);
             return 1;
         }
@@ -251,8 +251,8 @@ int sample_main(int argc, char **argv) {
     int T = (int)((want + 63) / 64 * 64);
     if (T > cfg.max_seq_len) T = cfg.max_seq_len;
     if ((long)n_prompt >= T) {
-        fprintf(stderr, "error: the prompt is %zu tokens, the model's context %d; shorten --prompt\n", n_prompt,
-                cfg.max_seq_len);
+        print_error("the prompt is %zu tokens, the model's context %d; shorten --prompt", n_prompt,
+                    cfg.max_seq_len);
         free(prompt);
         tokenizer_free(tok);
         return 1;
@@ -263,23 +263,23 @@ int sample_main(int argc, char **argv) {
     float *params = NULL, *zero = NULL;
     status = 1;
     if (param_table_build(&table, &cfg, err) != 0) {
-        print_error(err);
+        print_error("%s", err);
         goto done;
     }
     params = malloc(table.total * sizeof(float));
     zero = calloc(table.total, sizeof(float));
     if (!params || !zero) {
-        fprintf(stderr, "error: out of host memory for the model\n");
+        print_error("out of host memory for the model");
         goto done;
     }
     if (hf_read_weights(dir, &table, params, err) != 0) {
-        print_error(err);
+        print_error("%s", err);
         goto done;
     }
     if (strcmp(o.device, "cuda") == 0) {
         char why[ERR_LEN] = "";
         if (cuda_device_count(why) == 0) {
-            fprintf(stderr, "error: no CUDA GPU available (%s); use --device cpu for the CPU reference backend\n", why);
+            print_error("no CUDA GPU available (%s); use --device cpu for the CPU reference backend", why);
             goto done;
         }
         be = backend_cuda_create(&table, 1, T, OUTPUT_FUSED, 0, 0, o.seed, NULL, err);
@@ -287,7 +287,7 @@ int sample_main(int argc, char **argv) {
         be = backend_cpu_create(&table, 1, T, OUTPUT_FUSED, o.seed, err);
     }
     if (!be) {
-        print_error(err);
+        print_error("%s", err);
         goto done;
     }
     be->ops->write_state(be, params, zero, zero);
