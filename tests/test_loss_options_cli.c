@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "data/shard.h"
@@ -88,11 +90,12 @@ static double last_line_value(const char *out, const char *key) {
 }
 
 TEST(eval_per_token_writes_each_targets_capped_loss_in_window_order_and_the_objective_beside_the_loss) {
-    char run[800], dir[900], shard[900], file[900], args[3000], *out = NULL;
+    char run[800], dir[900], shard[900], file[900], link[900], args[3000], *out = NULL;
     snprintf(run, sizeof run, "%s/run", test_tmpdir());
     snprintf(dir, sizeof dir, "%s/step_00000002", run);
     snprintf(shard, sizeof shard, "%s/eval.bin", test_tmpdir());
     snprintf(file, sizeof file, "%s/per_token.f32", test_tmpdir());
+    snprintf(link, sizeof link, "%s/per_token_link.f32", test_tmpdir());
     REQUIRE(train_tiny(run, "", &out) == 0, "train: %s", out);
     free(out);
     REQUIRE(write_pattern_shard(shard, 87, 300, 2) == 0, "eval shard");
@@ -104,10 +107,12 @@ TEST(eval_per_token_writes_each_targets_capped_loss_in_window_order_and_the_obje
     free(plain.per_token);
     const char *outputs[] = {"fused", "canonical"};
     for (int k = 0; k < 2; k++) {
+        /* the second run writes through a link to the first's file: in place, the link kept */
+        if (k == 1) REQUIRE(symlink(file, link) == 0, "symlink %s", link);
         snprintf(args, sizeof args,
                  "eval --init-from %s -i %s -t 16 -b 4 --device cpu --output %s --logit-softcap 0.02 --z-loss 0.01 "
                  "--label-smoothing 0.1 --per-token %s",
-                 dir, shard, outputs[k], file);
+                 dir, shard, outputs[k], k == 1 ? link : file);
         int rc = run_train(args, &out);
         REQUIRE(rc == 0 && out, "'%s': (%d) %s", args, rc, out);
         const double loss = last_line_value(out, "loss"), obj = last_line_value(out, "objective");
@@ -117,6 +122,8 @@ TEST(eval_per_token_writes_each_targets_capped_loss_in_window_order_and_the_obje
               outputs[k], obj, e.objective);
         CHECK(fabs(obj - loss) > 1e-3, "%s: objective %.6f equals the loss: the options did nothing", outputs[k], obj);
         free(out);
+        struct stat lsb;
+        if (k == 1) CHECK(lstat(link, &lsb) == 0 && S_ISLNK(lsb.st_mode), "--per-token replaced the link %s", link);
         size_t len = 0;
         unsigned char *bytes = (unsigned char *)read_file(file, &len);
         REQUIRE(bytes && len == 4 * (e.n - 1), "%s: %zu bytes of per-token losses, expected %llu", outputs[k], len,

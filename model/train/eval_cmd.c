@@ -288,12 +288,15 @@ int eval_main(int argc, char **argv) {
     printf("eval: %s on %s: %llu tokens, %llu window(s) of T=%d in batches of B=%d, output layer %s, device %s (%s)\n",
            dir, o.data, (unsigned long long)n, (unsigned long long)windows, T, B, o.output, o.device, be->device_name);
     /* the per-token file goes to a temporary name, renamed once complete: a failed run leaves
-     * whatever the path held before */
+     * whatever the path held before. A path that is there and is not a regular file (a FIFO, a
+     * device such as /dev/stdout, a link) is written in place: a rename would replace it. */
     if (o.per_token) {
-        snprintf(tmp, sizeof tmp, "%s.tmp", o.per_token);
-        if (!(per_token = fopen(tmp, "wb"))) {
+        struct stat lsb;
+        const int in_place = lstat(o.per_token, &lsb) == 0 && !S_ISREG(lsb.st_mode);
+        if (!in_place) snprintf(tmp, sizeof tmp, "%s.tmp", o.per_token);
+        if (!(per_token = fopen(in_place ? o.per_token : tmp, "wb"))) {
             print_error("cannot create %s for --per-token: %s (pass a path in a writable directory)",
-                        tmp, strerror(errno));
+                        in_place ? o.per_token : tmp, strerror(errno));
             goto done;
         }
     }
@@ -310,7 +313,7 @@ int eval_main(int argc, char **argv) {
     if (per_token) {
         const int closed = fclose(per_token);
         per_token = NULL;
-        if (closed != 0 || rename(tmp, o.per_token) != 0) {
+        if (closed != 0 || (tmp[0] && rename(tmp, o.per_token) != 0)) {
             print_error("cannot write the per-token losses to %s: %s (free some disk space or pass another "
                         "path)", o.per_token, strerror(errno));
             goto done;
