@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -66,4 +67,27 @@ int lock_dir(const char *dir) {
         return -1;
     }
     return fd;
+}
+
+char *read_stream_whole(FILE *f, size_t *len) {
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0) return NULL;
+    if (!S_ISREG(sb.st_mode)) {
+        errno = S_ISDIR(sb.st_mode) ? EISDIR : EINVAL;
+        return NULL;
+    }
+    const size_t n = (size_t)sb.st_size;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (fseek(f, 0, SEEK_SET) != 0 || fread(buf, 1, n, f) != n) {
+        free(buf);
+        errno = EIO;
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
 }

@@ -3,6 +3,7 @@
 #define FUSEDGPT_PATHS_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -23,6 +24,11 @@ int make_dirs(const char *path);
  * failure (a full disk, a folder that is not writable) leaves what path held before. 0, or -1
  * with errno set and no path.tmp left behind. */
 int write_file_whole(const char *path, const void *data, size_t n);
+
+/* A regular file's bytes from f's start, a NUL after them (malloc'ed; *len their count), or NULL
+ * with errno set: EISDIR for a directory, EINVAL for anything else that is not a regular file (a
+ * device or a FIFO, whose size is no length), ENOMEM, or EIO for a short read. */
+char *read_stream_whole(FILE *f, size_t *len);
 
 /* Creates dir if needed and takes an exclusive advisory lock on dir/.lock for the rest of the
  * process (the descriptor stays open; the kernel drops the lock when the process ends, however it

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/err.h"
 #include "data/shard.h"
@@ -92,6 +93,30 @@ TEST(hf_tokenizer_separator_is_endoftext_or_end_of_text) {
     s = tokenizer_eot_text(t, &n);
     CHECK(n == 13 && memcmp(s, "<|endoftext|>", 13) == 0 && tokenizer_eot_token(t) == 0, "GPT-2 style: %.*s",
           (int)n, s);
+    tokenizer_free(t);
+}
+
+/* A tokenizer path that is a directory, and a tokenizer_config.json beside a good tokenizer.json
+ * that is one, are named as such (their size was read as the system's LONG_MAX, an allocation of
+ * 8 EB that failed, or under the sanitizer aborted). */
+TEST(a_tokenizer_or_its_config_that_is_a_directory_is_refused_naming_it) {
+    char err[ERR_LEN], dir[800], json[900], config[900];
+    snprintf(dir, sizeof dir, "%s/tokdir", test_tmpdir());
+    REQUIRE(mkdir(dir, 0755) == 0, "mkdir %s", dir);
+    Tokenizer *t = tokenizer_load(dir, err);
+    CHECK(!t && strstr(err, "is a directory"), "a directory as the tokenizer: %s", t ? "loaded" : err);
+    tokenizer_free(t);
+    size_t len = 0;
+    char *text = read_file("tests/fixtures/hf_gpt2_style.json", &len);
+    REQUIRE(text, "fixture");
+    snprintf(json, sizeof json, "%s/tokenizer.json", dir);
+    FILE *f = fopen(json, "wb");
+    REQUIRE(f && fwrite(text, 1, len, f) == len && fclose(f) == 0, "writing %s", json);
+    free(text);
+    snprintf(config, sizeof config, "%s/tokenizer_config.json", dir);
+    REQUIRE(mkdir(config, 0755) == 0, "mkdir %s", config);
+    t = tokenizer_load(json, err);
+    CHECK(!t && strstr(err, "tokenizer_config.json") && strstr(err, "Is a directory"), "%s", t ? "loaded" : err);
     tokenizer_free(t);
 }
 

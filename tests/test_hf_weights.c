@@ -188,6 +188,16 @@ TEST(hf_weights_config_of_another_model_is_refused_naming_the_field) {
           "a missing directory: %s", err);
 }
 
+/* A config.json that is a directory is named as one (its size was read as LONG_MAX). */
+TEST(a_config_json_that_is_a_directory_is_refused_naming_it) {
+    char dir[800], path[900], err[ERR_LEN];
+    snprintf(dir, sizeof dir, "%s/cfgdir", test_tmpdir());
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    REQUIRE(mkdir(dir, 0755) == 0 && mkdir(path, 0755) == 0, "mkdir %s", path);
+    GPTConfig cfg;
+    CHECK(hf_read_config(dir, &cfg, err) != 0 && strstr(err, "config.json is a directory"), "%s", err);
+}
+
 TEST(a_config_field_of_the_wrong_type_is_refused_naming_the_field_and_both_types) {
     /* every field read has the type transformers writes; another type is a hand-edited or foreign
      * file, and reading around it (31 as "no model_type", 0 as "not false") would guess */

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/err.h"
 #include "common/paths.h"
@@ -104,30 +105,14 @@ static uint64_t check_header(const uint8_t *h, size_t have, const char *path, ch
     return (uint64_t)FIXED_HEADER + S + (uint64_t)M * 8 + 8;
 }
 
-/* A whole file, NUL after its bytes (malloc'ed), or NULL. */
-static char *slurp(FILE *f, size_t *len) {
-    if (fseek(f, 0, SEEK_END) != 0) return NULL;
-    long end = ftell(f);
-    if (end < 0 || fseek(f, 0, SEEK_SET) != 0) return NULL;
-    char *buf = malloc((size_t)end + 1);
-    if (!buf) return NULL;
-    if (fread(buf, 1, (size_t)end, f) != (size_t)end) {
-        free(buf);
-        return NULL;
-    }
-    buf[end] = 0;
-    *len = (size_t)end;
-    return buf;
-}
-
 /* A Hugging Face tokenizer.json, and the tokenizer_config.json beside it when there is one (a
  * checkpoint hands both on as they were). */
 static Tokenizer *load_hf(FILE *f, const char *path, char *err) {
     size_t len = 0;
-    char *text = slurp(f, &len);
+    char *text = read_stream_whole(f, &len);
     fclose(f);
     if (!text) {
-        tok_error(err, "cannot read tokenizer %s (I/O error or out of memory)", path);
+        tok_error(err, "cannot read tokenizer %s: %s", path, strerror(errno));
         return NULL;
     }
     Tokenizer *t = tokenizer_from_hf_json(text, len, path, err);
@@ -140,8 +125,13 @@ static Tokenizer *load_hf(FILE *f, const char *path, char *err) {
     FILE *c = fopen(config, "rb");
     if (c) {
         size_t clen;
-        t->hf_config = slurp(c, &clen);
+        t->hf_config = read_stream_whole(c, &clen);
         fclose(c);
+        if (!t->hf_config) {
+            tok_error(err, "cannot read %s beside tokenizer %s: %s (fix or remove it)", config, path, strerror(errno));
+            tokenizer_free(t);
+            return NULL;
+        }
     }
     return t;
 }
@@ -150,6 +140,12 @@ Tokenizer *tokenizer_load(const char *path, char *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         tok_error(err, "cannot open tokenizer %s: %s (train one with `./train prepare`)", path, strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(f);
+        tok_error(err, "tokenizer %s is a directory (pass the file in it: tokenizer.bin or tokenizer.json)", path);
         return NULL;
     }
     int first = ' ';

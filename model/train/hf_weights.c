@@ -22,17 +22,11 @@ static char *read_whole(const char *path, size_t *len, char *err) {
         snprintf(err, ERR_LEN, "cannot open %s: %s (pass a Hugging Face checkpoint directory)", path, strerror(errno));
         return NULL;
     }
-    char *buf = NULL;
-    long end = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (end >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)end + 1)) &&
-        fread(buf, 1, (size_t)end, f) == (size_t)end) {
-        buf[end] = 0;
-        *len = (size_t)end;
-    } else {
-        free(buf);
-        buf = NULL;
-        snprintf(err, ERR_LEN, "cannot read %s (I/O error or out of memory)", path);
-    }
+    char *buf = read_stream_whole(f, len);
+    if (!buf && errno == EISDIR)
+        snprintf(err, ERR_LEN, "%s is a directory, not a file (pass a Hugging Face checkpoint directory)", path);
+    else if (!buf)
+        snprintf(err, ERR_LEN, "cannot read %s: %s", path, strerror(errno));
     fclose(f);
     return buf;
 }
