@@ -731,6 +731,22 @@ TEST(an_error_quoting_a_control_character_from_a_file_stays_one_line) {
     free(out);
 }
 
+/* A tokenizer smaller than the shard's recorded vocabulary did not make the shard (an interrupted
+ * prepare into a used folder leaves such a pair): refused before training, naming both sizes. */
+TEST(a_tokenizer_smaller_than_the_shards_vocabulary_is_refused) {
+    char shard[800], args[2400], *out = NULL;
+    snprintf(shard, sizeof shard, "%s/v900.bin", test_tmpdir());
+    /* a shard of a 900-token vocabulary (the model's 1024 hold its ids), the tokenizer of 700 */
+    REQUIRE(write_pattern_shard(shard, 4000, 900, 1) == 0, "shard");
+    snprintf(args, sizeof args, "--device cpu -e tiny -v 1024 -b 2 -t 16 -x 1 -s 0 --val-every 0 -i %s "
+             "--tokenizer tests/fixtures/hf_gpt2_style.json -o %s/run_small_tok", shard, test_tmpdir());
+    int rc = run_train(args, &out);
+    CHECK(rc == 1 && out && count_lines(out) >= 1 && strstr(out, "error: tokenizer") &&
+              strstr(out, "has 700 tokens but") && strstr(out, "vocabulary of 900"),
+          "exit %d: %s", rc, out);
+    free(out);
+}
+
 /* The schedule note a resume prints, as the trainer formats it. */
 static void schedule_note(char *buf, size_t n, const char *changes, int step, float before, float after) {
     snprintf(buf, n,
