@@ -981,14 +981,19 @@ static int resolve_data(Run *r) {
                     r->val_loader.shard_vocab);
         return 1;
     }
-    /* a tokenizer smaller than the shard's cannot be the one that made it (an interrupted prepare
-     * into a used folder leaves such a pair): its samples and checkpoints would decode garbage */
+    /* a tokenizer of another size than the shard records is not the one that made it (an
+     * interrupted prepare into a used folder leaves such a pair): a smaller one cannot decode the
+     * shard's ids, and is refused; a larger one is named (a synthetic shard may use a few ids) */
     if (r->tok && tokenizer_vocab_size(r->tok) < r->train_loader.shard_vocab) {
         print_error("tokenizer %s has %u tokens but %s was tokenized for a vocabulary of %u: pass the tokenizer "
                     "that made the shard (or prepare the text again)", r->tok_path, tokenizer_vocab_size(r->tok),
                     r->train_path, r->train_loader.shard_vocab);
         return 1;
     }
+    if (r->tok && tokenizer_vocab_size(r->tok) > r->train_loader.shard_vocab && rank == 0)
+        printf("note: tokenizer %s has %u tokens, more than the vocabulary of %u that %s records: samples and "
+               "checkpoints carry it; pass the tokenizer that made the shard if it is another\n", r->tok_path,
+               tokenizer_vocab_size(r->tok), r->train_loader.shard_vocab, r->train_path);
     r->train_fingerprint = loader_fingerprint(&r->train_loader);
     /* a small validation shard (1 % of a small corpus) is used whole rather than refused */
     r->val_batches_asked = r->val_batches_per_rank;

@@ -11,9 +11,15 @@
 #include <stdio.h>
 
 /* What a write that failed with errnum most likely met, and its fix, for the message: a file-size
- * limit (ulimit -f: EFBIG, the signal ignored) reads differently from a full disk. */
+ * limit (ulimit -f: EFBIG, the signal ignored), a folder that is not writable and a full disk
+ * each read differently. */
 static inline const char *write_error_hint(int errnum) {
-    return errnum == EFBIG ? "a file-size limit: raise ulimit -f" : "disk full? free space or pass another -o";
+    switch (errnum) {
+    case EFBIG: return "a file-size limit: raise ulimit -f";
+    case EACCES: case EPERM: case EROFS: return "not writable: fix its permissions or pass another -o";
+    case ENOSPC: case EDQUOT: return "disk full: free space or pass another -o";
+    default: return "check the disk, or pass another -o";
+    }
 }
 
 /* Prints "error: " and the formatted message as one line on stderr, in one write (ranks that fail

@@ -285,12 +285,6 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
         fprintf(stderr, "prepare: tokenizer has %u tokens (%u asked for) after %.1f s\n", out->vocab_reached, opt->vocab,
                 seconds() - t0);
     }
-    int saved = imported ? save_hf_json(tok, out->tokenizer_path, err) : tokenizer_save(tok, out->tokenizer_path, terr);
-    if (saved != 0) {
-        if (!imported) fgpt_set_err(err, "%s", terr);
-        if (tok != given) tokenizer_free(tok);
-        return -1;
-    }
     if (!at_boundary)
         fprintf(stderr, "prepare: no document boundary near the last %g of the text: validation starts at a line "
                 "inside the last document\n", opt->val_fraction);
@@ -304,10 +298,23 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
         fprintf(stderr, "prepare: %llu train + %llu validation tokens (%.3f tokens/byte) in %.1f s -> %s\n",
                 (unsigned long long)n_train, (unsigned long long)n_val, (double)(n_train + n_val) / (double)len,
                 seconds() - t0, out_dir);
+    if (rc == 0 && n_train == 0) {
+        fgpt_set_err(err, "the training part of the text holds no tokens (%zu bytes in all); give more text", len);
+        rc = -1;
+    }
     if (rc == 0 && n_val == 0) {
         fgpt_set_err(err, "the validation part of the text is empty (%zu bytes in all); give more text or raise "
                      "--val-fraction", len);
         rc = -1;
+    }
+    /* the tokenizer last, once its shards are whole: a prepare stopped before it leaves a folder whose
+     * tokenizer (if any) is the old one, which the trainer refuses beside shards of a larger
+     * vocabulary and names beside shards of a smaller one */
+    if (rc == 0) {
+        const int saved = imported ? save_hf_json(tok, out->tokenizer_path, err)
+                                   : tokenizer_save(tok, out->tokenizer_path, terr);
+        if (saved != 0 && !imported) fgpt_set_err(err, "%s", terr);
+        if (saved != 0) rc = -1;
     }
     if (tok != given) tokenizer_free(tok);
     return rc;
@@ -411,7 +418,8 @@ static void usage(FILE *f) {
             "                         above 187536, as ./train does\n"
             "  -o, --out DIR          where tokenizer.bin, train.bin and val.bin go (default: prepared)\n"
             "      --tokenizer FILE   encode with this tokenizer instead of training one (ours, or a Hugging Face\n"
-            "                         tokenizer.json of a byte-level BPE: GPT-2, Llama 3, Qwen 2 style)\n"
+            "                         tokenizer.json: a byte-level BPE in the GPT-2, Llama 3 or Qwen 2 style,\n"
+            "                         or a SentencePiece-style one, Gemma's or Llama 2's)\n"
             "      --val-fraction F   share of the text held out for validation, from its end (default %.2f)\n"
             "      --cache-dir DIR    where the default corpus is cached (default .cache)\n"
             "      --threads N        threads for counting and encoding (default: all cores)\n"

@@ -27,6 +27,17 @@ static float *random_floats(size_t n, uint64_t seed) {
     return x;
 }
 
+/* A failed write's hint names the fix for what it met: a file-size limit, a folder that is not
+ * writable, a full disk (a permission error used to read "disk full?"). */
+TEST(a_write_errors_hint_names_the_fix_for_its_errno) {
+    CHECK(strstr(write_error_hint(EFBIG), "ulimit -f"), "EFBIG: %s", write_error_hint(EFBIG));
+    CHECK(strstr(write_error_hint(EACCES), "not writable") && strstr(write_error_hint(EROFS), "not writable"),
+          "EACCES: %s", write_error_hint(EACCES));
+    CHECK(strstr(write_error_hint(ENOSPC), "disk full"), "ENOSPC: %s", write_error_hint(ENOSPC));
+    CHECK(!strstr(write_error_hint(EIO), "disk full") && !strstr(write_error_hint(EIO), "not writable"), "EIO: %s",
+          write_error_hint(EIO));
+}
+
 TEST(checkpoint_round_trip_restores_everything) {
     ParamTable t;
     tiny_table(&t, 50);

@@ -340,6 +340,27 @@ TEST(prepare_of_an_empty_text_creates_nothing) {
     CHECK(stat(out, &sb) != 0, "the failed prepare left %s behind", out);
 }
 
+/* One byte of text gives a validation token and no training one: refused, and the tokenizer, which
+ * is written last, is not there; an absurd -v on a small text gives the vocabulary the text holds
+ * (its tables sized by the text, not by -v). */
+TEST(prepare_of_a_text_with_no_training_token_writes_no_tokenizer_and_a_huge_v_is_bounded_by_the_text) {
+    char one[1100], out[1100], tok[1200], text[1100], out2[1100];
+    snprintf(one, sizeof one, "%s/one.txt", test_tmpdir());
+    snprintf(out, sizeof out, "%s/out1", test_tmpdir());
+    snprintf(tok, sizeof tok, "%s/tokenizer.bin", out);
+    write_text_file(one, "a", 1);
+    const char *argv[] = {"prepare", "-v", "300", "-o", out, one};
+    CHECK(run_prepare(6, argv) == 1, "a text without a training token is a runtime error");
+    struct stat sb;
+    CHECK(stat(tok, &sb) != 0, "the failed prepare wrote %s", tok);
+    snprintf(text, sizeof text, "%s/text.txt", test_tmpdir());
+    snprintf(out2, sizeof out2, "%s/out2", test_tmpdir());
+    const char *words = "the cat sat on the mat and the dog sat on the log\n";
+    write_text_file(text, words, strlen(words));
+    const char *argv2[] = {"prepare", "-v", "4294967295", "-o", out2, text};
+    CHECK(run_prepare(6, argv2) == 0, "-v 4294967295 on a small text");
+}
+
 TEST(prepare_refuses_an_output_path_that_is_a_file_before_training) {
     char text[1100], file[1100], log[1200];
     snprintf(text, sizeof text, "%s/a.txt", test_tmpdir());

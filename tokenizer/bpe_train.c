@@ -424,6 +424,9 @@ Tokenizer *tokenizer_train(const char *text, size_t len, const TokenizerTrainOpt
         return NULL;
     }
     uint32_t want = V - TOKENIZER_MIN_VOCAB;
+    /* each merge shortens the corpus's tokenization by one token at least, so no corpus of len bytes
+     * gives more than len merges: a vocabulary asked for far past that does not size the tables */
+    if ((uint64_t)want > (uint64_t)len) want = (uint32_t)len;
     uint32_t *merges = malloc(((size_t)want + 1) * 2 * sizeof *merges);
     tr.tok_len = malloc(((size_t)want + 256) * sizeof *tr.tok_len);
     if (!merges || !tr.tok_len || pair_map_init(&tr.pair_index, 1 << 20) != 0) {

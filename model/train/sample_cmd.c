@@ -251,8 +251,8 @@ int sample_main(int argc, char **argv) {
     int T = (int)((want + 63) / 64 * 64);
     if (T > cfg.max_seq_len) T = cfg.max_seq_len;
     if ((long)n_prompt >= T) {
-        print_error("the prompt is %zu tokens, the model's context %d; shorten --prompt", n_prompt,
-                    cfg.max_seq_len);
+        print_error("the prompt is %zu tokens and must be shorter than the model's context, %d, to leave room "
+                    "for a token; shorten --prompt", n_prompt, cfg.max_seq_len);
         free(prompt);
         tokenizer_free(tok);
         return 1;
