@@ -38,6 +38,25 @@ TEST(a_write_errors_hint_names_the_fix_for_its_errno) {
           write_error_hint(EIO));
 }
 
+/* latest naming a checkpoint whose state.bin is gone says so, and how to fall back to an older one. */
+TEST(a_latest_checkpoint_without_its_state_file_names_the_older_ones_fix) {
+    ParamTable t;
+    tiny_table(&t, 50);
+    float *p = random_floats(t.total, 1);
+    TrainState st = {.step = 3, .B = 2, .T = 8, .total_batch = 16, .world = 1, .seed = 1};
+    char err[ERR_LEN], path[1200];
+    REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 2, err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/step_00000003/state.bin", test_tmpdir());
+    REQUIRE(unlink(path) == 0, "unlink %s", path);
+    float *q = malloc(3 * t.total * sizeof(float));
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
+              strstr(err, "state.bin") && strstr(err, "checkpoint incomplete?") && strstr(err, "latest file"),
+          "%s", err);
+    free(q);
+    free(p);
+    param_table_free(&t);
+}
+
 TEST(checkpoint_round_trip_restores_everything) {
     ParamTable t;
     tiny_table(&t, 50);

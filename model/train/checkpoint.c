@@ -718,7 +718,10 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
     char path[FGPT_PATH_LEN];
     FILE *f = path_format(path, "%s/%s/state.bin", run_dir, name) == 0 ? fopen(path, "rb") : NULL;
     if (!f) {
-        snprintf(err, ERR_LEN, "cannot open %s: %s (checkpoint incomplete?)", path, strerror(errno));
+        const int e = errno;
+        snprintf(err, ERR_LEN, "cannot open %s: %s (%s); %s", path, strerror(e),
+                 e == EACCES || e == EPERM ? "not readable: fix its permissions" : "checkpoint incomplete?",
+                 OLDER_CHECKPOINT_HINT);
         return -1;
     }
     DiskHeader d;
