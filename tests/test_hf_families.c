@@ -557,9 +557,22 @@ TEST(a_missing_extra_or_misshaped_tensor_is_refused_naming_it_and_both_shapes) {
     REQUIRE(n2 > 0, "checkpoint");
     snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
     write_test_safetensors(path, ts + n2 / 2, n2 - n2 / 2 - 1); /* the last, lm_head.weight, left out */
-    CHECK(hf_read_weights(dir, &t, back, err) != 0 && strstr(err, "lists") && strstr(err, "its shards hold"),
+    CHECK(hf_read_weights(dir, &t, back, err) != 0 && strstr(err, "puts tensor lm_head.weight in") &&
+              strstr(err, "does not hold it"),
           "a shard short of the index: %s", err);
+    /* the index listing a tensor twice (JSON keeps both keys) */
+    write_test_safetensors(path, ts + n2 / 2, n2 - n2 / 2);
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    char *index = read_text(path);
+    REQUIRE(index && strstr(index, "\"weight_map\": {"), "index: %s", index ? index : "");
+    char *at = strstr(index, "\"weight_map\": {") + strlen("\"weight_map\": {");
+    FILE *dup = fopen(path, "w");
+    REQUIRE(dup, "rewriting %s", path);
+    fprintf(dup, "%.*s\"lm_head.weight\": \"model-00002-of-00002.safetensors\", %s", (int)(at - index), index, at);
+    fclose(dup);
+    free(index);
+    CHECK(hf_read_weights(dir, &t, back, err) != 0 && strstr(err, "lists tensor lm_head.weight twice"),
+          "an index listing a tensor twice: %s", err);
     FILE *f = fopen(path, "w");
     fprintf(f, "{\"weight_map\": {\"lm_head.weight\": \"gone.safetensors\"}}");
     fclose(f);

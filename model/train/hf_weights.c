@@ -691,8 +691,27 @@ static int open_sharded(const char *dir, const char *index_path, Sources *s, cha
         listed += f->count;
     }
     if (listed != map->len) {
-        snprintf(err, ERR_LEN, "%s lists %zu tensors but its shards hold %zu (a shard is missing tensors; re-save the "
-                 "checkpoint)", index_path, map->len, listed);
+        /* name one: a tensor listed twice, or one that no shard holds */
+        for (size_t i = 0; i < map->len; i++) {
+            const char *name = map->members[i].key;
+            for (size_t j = 0; j < i; j++)
+                if (strcmp(map->members[j].key, name) == 0) {
+                    snprintf(err, ERR_LEN, "%s's weight_map lists tensor %s twice (re-save the checkpoint)",
+                             index_path, name);
+                    return -1;
+                }
+            int held = 0;
+            for (int f = 0; f < s->count && !held; f++)
+                for (size_t k = 0; k < s->files[f].count && !held; k++) held = !strcmp(s->files[f].tensors[k].name, name);
+            if (!held) {
+                snprintf(err, ERR_LEN, "%s's weight_map puts tensor %s in %s, which does not hold it (a shard is "
+                         "missing tensors; re-save the checkpoint)", index_path, name,
+                         json_string(&map->members[i].value));
+                return -1;
+            }
+        }
+        snprintf(err, ERR_LEN, "%s lists %zu tensors but its shards hold %zu (re-save the checkpoint)", index_path,
+                 map->len, listed);
         return -1;
     }
     return 0;
