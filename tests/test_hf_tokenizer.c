@@ -120,6 +120,22 @@ TEST(a_tokenizer_or_its_config_that_is_a_directory_is_refused_naming_it) {
     tokenizer_free(t);
 }
 
+/* A tokenizer.json that an editor saved with a UTF-8 byte-order mark first loads as without it. */
+TEST(a_tokenizer_json_with_a_byte_order_mark_loads) {
+    char err[ERR_LEN], path[800];
+    size_t len = 0;
+    char *text = read_file("tests/fixtures/hf_gpt2_style.json", &len);
+    REQUIRE(text, "fixture");
+    snprintf(path, sizeof path, "%s/bom.json", test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f && fwrite("\xEF\xBB\xBF", 1, 3, f) == 3 && fwrite(text, 1, len, f) == len && fclose(f) == 0,
+            "writing %s", path);
+    free(text);
+    Tokenizer *t = tokenizer_load(path, err);
+    CHECK(t && tokenizer_vocab_size(t) == 700, "%s", t ? "wrong size" : err);
+    tokenizer_free(t);
+}
+
 /* Ours, trained on the README, written as tokenizer.json into the test's folder. */
 static Tokenizer *exported_tokenizer(char *json_path, size_t size) {
     size_t len;

@@ -115,7 +115,8 @@ static Tokenizer *load_hf(FILE *f, const char *path, char *err) {
         tok_error(err, "cannot read tokenizer %s: %s", path, strerror(errno));
         return NULL;
     }
-    Tokenizer *t = tokenizer_from_hf_json(text, len, path, err);
+    const size_t bom = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+    Tokenizer *t = tokenizer_from_hf_json(text + bom, len - bom, path, err);
     free(text);
     if (!t) return NULL;
     char config[4200];
@@ -148,7 +149,9 @@ Tokenizer *tokenizer_load(const char *path, char *err) {
         tok_error(err, "tokenizer %s is a directory (pass the file in it: tokenizer.bin or tokenizer.json)", path);
         return NULL;
     }
-    int first = ' ';
+    int first = fgetc(f);
+    /* a UTF-8 byte-order mark, which some editors write first, is no part of the JSON */
+    if (first == 0xEF && fgetc(f) == 0xBB && fgetc(f) == 0xBF) first = ' ';
     while (first == ' ' || first == '\t' || first == '\n' || first == '\r') first = fgetc(f);
     if (first == '{') return load_hf(f, path, err);
     rewind(f);
