@@ -869,6 +869,11 @@ static int claim_run_dir(Run *r) {
     if (opt->resume) {
         char name[256];
         int found = checkpoint_latest_name(opt->out, name, sizeof name, r->err);
+        if (found < 0 && dir_locked_by_another(opt->out)) { /* a trainer before its first checkpoint */
+            print_error("another trainer is using run directory %s; wait for it to finish or pass another -o",
+                        opt->out);
+            return 1;
+        }
         if (found < 0) return fail(r->err);
         if (found == 1)
             printf("note: %s/latest is missing (a crash or a full disk while it was written); resuming from the "

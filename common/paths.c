@@ -69,6 +69,16 @@ int lock_dir(const char *dir) {
     return fd;
 }
 
+int dir_locked_by_another(const char *dir) {
+    char path[FGPT_PATH_LEN];
+    if (path_format(path, "%s/.lock", dir) != 0) return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    const int held = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd); /* drops the lock this took, if it took one */
+    return held;
+}
+
 char *read_stream_whole(FILE *f, size_t *len) {
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0) return NULL;

@@ -25,6 +25,9 @@ int make_dirs(const char *path);
  * with errno set and no path.tmp left behind. */
 int write_file_whole(const char *path, const void *data, size_t n);
 
+/* Whether another process holds dir's lock (lock_dir), without creating anything. */
+int dir_locked_by_another(const char *dir);
+
 /* A regular file's bytes from f's start, a NUL after them (malloc'ed; *len their count), or NULL
  * with errno set: EISDIR for a directory, EINVAL for anything else that is not a regular file (a
  * device or a FIFO, whose size is no length), ENOMEM, or EIO for a short read. */

@@ -508,6 +508,8 @@ TEST(inputs_that_would_be_silently_useless_are_refused_or_named) {
     int fd = lock_dir(dir);
     REQUIRE(fd >= 0, "cannot lock %s", dir);
     expect_run(1, "another trainer is using run directory", NULL, TINY_RUN " -x 1 -i %s -o %s", train, dir);
+    /* a resume there, before that trainer's first checkpoint: the same, not "nothing to resume" */
+    expect_run(1, "another trainer is using run directory", NULL, TINY_RUN " -x 1 -y 1 -i %s -o %s", train, dir);
     close(fd);
     expect_run(0, "step     1/1", NULL, TINY_RUN " -x 1 -i %s -o %s", train, dir);
     expect_run(0, "--logits-mb sizes the fused layer's chunks; --output canonical does not use it", NULL,
