@@ -215,4 +215,9 @@ TEST(sentencepiece_models_and_components_we_do_not_run_are_refused_by_name) {
     expect_refused("\"type\": \"Fuse\"", "\"type\": \"CTC\"", "decoder CTC is not supported");
     expect_refused("\"unk_token\": null", "\"unk_token\": \"<nope>\"", "unk_token \"<nope>\" is not in the vocabulary");
     expect_refused("\"dropout\": null", "\"dropout\": 0.1", "dropout");
+    /* a Replace on a regex is not run; one with an empty String or no content is malformed */
+    expect_refused("\"String\": \" \"\n    },\n    \"content\"", "\"Regex\": \" \"\n    },\n    \"content\"",
+                   "normalizer Replace with a regex pattern is not supported");
+    expect_refused("\"String\": \" \"\n    },\n    \"content\"", "\"String\": \"\"\n    },\n    \"content\"",
+                   "normalizer Replace needs a non-empty pattern String and a content string");
 }

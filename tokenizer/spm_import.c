@@ -115,8 +115,12 @@ static int read_normalizer(Spm *spm, Tokenizer *t, const JsonValue *norm, const 
         SpmRewrite *r = &spm->norm[spm->n_norm];
         if (strcmp(type, "Replace") == 0) {
             const JsonValue *from = literal_pattern(s), *to = json_get(s, "content");
-            if (!from || !json_string(to)) {
+            if (json_get(json_get(s, "pattern"), "Regex")) {
                 tok_error(err, "%s: normalizer Replace with a regex pattern is not supported (a literal String is)", path);
+                return -1;
+            }
+            if (!from || !json_string(to)) {
+                tok_error(err, "%s: normalizer Replace needs a non-empty pattern String and a content string", path);
                 return -1;
             }
             if (set_rewrite(r, 0, from, to) != 0) goto oom;
