@@ -89,18 +89,9 @@ static void byte_level_inverse(const uint32_t cp_of_byte[256], int16_t byte_of_c
     for (int b = 0; b < 256; b++) byte_of_cp[cp_of_byte[b]] = (int16_t)b;
 }
 
-/* Up to 40 bytes of a token for a message, control characters written as escapes, so that the
- * message stays one line. */
+/* Up to 40 bytes of a token for a message, control characters escaped (escape_controls). */
 static const char *shown(const char *s, size_t n, char *buf, size_t size) {
-    size_t k = 0;
-    for (size_t i = 0; i < n && i < 40 && k + 5 < size; i++) {
-        const unsigned char c = (unsigned char)s[i];
-        if (c == '\n') k += (size_t)snprintf(buf + k, size - k, "\\n");
-        else if (c == '\t') k += (size_t)snprintf(buf + k, size - k, "\\t");
-        else if (c < 0x20 || c == 0x7f) k += (size_t)snprintf(buf + k, size - k, "\\x%02x", c);
-        else buf[k++] = (char)c;
-    }
-    buf[k] = 0;
+    escape_controls(buf, size, s, n < 40 ? n : 40);
     return buf;
 }
 
