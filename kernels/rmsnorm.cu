@@ -10,17 +10,23 @@
  *   FLOPs ~4·N·C; bytes N·C·2·(2 read + 2 written) + 4N (memory bound).
  * Backward: dinp += rstd·(dnorm − norm·mean(dnorm·norm)), norm = x·rstd, dnorm = g·dout;
  *   dweight += Σ_n norm·dout.
- *   launch: dinp by the forward's layout (a warp per row; the second pass re-reads dout and x, which
- *   the first pass just brought into L1); dweight by a column kernel, a thread per column over
- *   RMS_ROW_CHUNKS fixed slices of rows, whose partial sums add_partial_sums adds in a fixed order:
- *   deterministic, no atomics, and no limit on C from per-column registers.
- *   FLOPs ~10·N·C; bytes N·C·2·(3 read + 1 written) for dinp, N·C·2·2 for dweight. */
+ *   launch, C % 8 == 0 and C ≤ 2048 (Llama's and Qwen's widths): one kernel. Block b takes the rows
+ *   of slice b of RMS_FUSED_CHUNKS, a warp a row as the forward; a lane keeps its columns' Σ
+ *   norm·dout over its warp's rows in registers while it writes dinp, and the block adds its warps'
+ *   sums in warp order into its partial row, which add_partial_sums adds in slice order: dweight
+ *   without reading dout and x a second time. Other C: dinp by the forward's layout (the second pass
+ *   re-reads dout and x, which the first just brought into L1), then dweight by a column kernel, a
+ *   thread per column over RMS_ROW_CHUNKS fixed slices of rows. Deterministic either way (the
+ *   orders are fixed, whatever N or the device), no atomics.
+ *   FLOPs ~10·N·C; bytes N·C·2·(3 read + 1 written), and N·C·2·2 more for the column kernel. */
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
 
 #define RMS_WARPS 4
 #define RMS_MAX_K 32         /* register-resident rows up to C = 32·256 = 8192 */
 #define RMS_ROW_CHUNKS 256   /* fixed: the partial-sum order never depends on N or the device */
+#define RMS_FUSED_CHUNKS 1024 /* the one-kernel backward's slices: enough blocks to fill the GPU */
+#define RMS_FUSED_MAX_K 8     /* its widest row: 8 lanes' groups of 8 columns, C ≤ 2048 */
 
 __device__ __forceinline__ float norm_gain(float w, int one_plus_w) { return one_plus_w ? 1.0f + w : w; }
 
@@ -192,12 +198,100 @@ __global__ void __launch_bounds__(256) rmsnorm_dweight_partial_kernel(float *par
     partial[(size_t)blockIdx.y * C + c] = acc;
 }
 
-extern "C" size_t rmsnorm_backward_scratch_bytes(int C) { return (size_t)RMS_ROW_CHUNKS * C * sizeof(float); }
+/* dinp of each row of slice blockIdx.x (a warp a row), and the slice's Σ norm·dout into partial:
+ * C % 8 == 0, C ≤ 256·K; lane owns the 8-column groups c = 8·(lane + 32·k), k < K. */
+template <int K>
+__global__ void __launch_bounds__(RMS_WARPS * 32)
+    rmsnorm_backward_fused_kernel(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp, const bf16 *weight,
+                                  const float *rstd, int N, int C, int one_plus_w) {
+    __shared__ float warp_sums[RMS_WARPS][256 * RMS_FUSED_MAX_K];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int rows_per_chunk = (int)ceil_div(N, RMS_FUSED_CHUNKS);
+    int r0 = blockIdx.x * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float acc[K][8];
+#pragma unroll
+    for (int k = 0; k < K; k++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[k][i] = 0.0f;
+    for (int row = r0 + warp; row < r1; row += RMS_WARPS) {
+        size_t base = (size_t)row * C;
+        float s = rstd[row];
+        float dot = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int c = (k * 32 + lane) * 8;
+            if (c >= C) continue;
+            float d[8], x[8], w[8];
+            bf16x8_to_float(load_bf16x8(dout + base + c), d);
+            bf16x8_to_float(load_bf16x8(inp + base + c), x);
+            bf16x8_to_float(load_bf16x8(weight + c), w);
+#pragma unroll
+            for (int i = 0; i < 8; i++) dot += norm_gain(w[i], one_plus_w) * d[i] * (x[i] * s);
+        }
+        float dnorm_norm_mean = warp_sum(dot) / (float)C;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int c = (k * 32 + lane) * 8;
+            if (c >= C) continue;
+            float d[8], x[8], w[8], dx[8];
+            bf16x8_to_float(load_bf16x8(dout + base + c), d);
+            bf16x8_to_float(load_bf16x8(inp + base + c), x);
+            bf16x8_to_float(load_bf16x8(weight + c), w);
+            bf16x8_to_float(load_bf16x8_rw(dinp + base + c), dx);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                dx[i] += s * (norm_gain(w[i], one_plus_w) * d[i] - (x[i] * s) * dnorm_norm_mean);
+                acc[k][i] += (x[i] * s) * d[i];
+            }
+            store_bf16x8(dinp + base + c, float_to_bf16x8(dx));
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int c = (k * 32 + lane) * 8;
+        if (c >= C) continue;
+#pragma unroll
+        for (int i = 0; i < 8; i++) warp_sums[warp][c + i] = acc[k][i];
+    }
+    __syncthreads(); /* every warp's sums are in shared memory before the block adds them */
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float sum = warp_sums[0][c];
+#pragma unroll
+        for (int w = 1; w < RMS_WARPS; w++) sum += warp_sums[w][c];
+        partial[(size_t)blockIdx.x * C + c] = sum;
+    }
+}
+
+template <int K>
+static void launch_rms_bwd_fused(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp, const bf16 *weight,
+                                 const float *rstd, int N, int C, int one_plus_w, cudaStream_t stream) {
+    rmsnorm_backward_fused_kernel<K><<<RMS_FUSED_CHUNKS, RMS_WARPS * 32, 0, stream>>>(dinp, partial, dout, inp, weight,
+                                                                                   rstd, N, C, one_plus_w);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+extern "C" size_t rmsnorm_backward_scratch_bytes(int C) {
+    const size_t chunks = C % 8 == 0 && C <= 256 * RMS_FUSED_MAX_K ? RMS_FUSED_CHUNKS : RMS_ROW_CHUNKS;
+    return chunks * C * sizeof(float);
+}
 
 extern "C" void rmsnorm_backward(kbf16 *dinp, float *dweight, void *scratch, const kbf16 *dout, const kbf16 *inp,
                                  const kbf16 *weight, const float *rstd, int N, int C, int one_plus_w,
                                  cudaStream_t stream) {
     if (N == 0) return;
+    float *partial = (float *)scratch;
+    if (C % 8 == 0 && C <= 256 * RMS_FUSED_MAX_K) {
+        if (C <= 256)
+            launch_rms_bwd_fused<1>(dinp, partial, dout, inp, weight, rstd, N, C, one_plus_w, stream);
+        else if (C <= 512)
+            launch_rms_bwd_fused<2>(dinp, partial, dout, inp, weight, rstd, N, C, one_plus_w, stream);
+        else if (C <= 1024)
+            launch_rms_bwd_fused<4>(dinp, partial, dout, inp, weight, rstd, N, C, one_plus_w, stream);
+        else
+            launch_rms_bwd_fused<8>(dinp, partial, dout, inp, weight, rstd, N, C, one_plus_w, stream);
+        add_partial_sums(PartialSumOutputs{{dweight, NULL, NULL}}, 1, partial, RMS_FUSED_CHUNKS, C, C, stream);
+        return;
+    }
     unsigned grid = (unsigned)ceil_div(N, RMS_WARPS);
     if (C % 8 == 0)
         rmsnorm_backward_dinp_kernel<8><<<grid, RMS_WARPS * 32, 0, stream>>>(dinp, dout, inp, weight, rstd, N, C,
@@ -206,7 +300,6 @@ extern "C" void rmsnorm_backward(kbf16 *dinp, float *dweight, void *scratch, con
         rmsnorm_backward_dinp_kernel<1><<<grid, RMS_WARPS * 32, 0, stream>>>(dinp, dout, inp, weight, rstd, N, C,
                                                                               one_plus_w);
     CUDA_CHECK(cudaGetLastError());
-    float *partial = (float *)scratch;
     rmsnorm_dweight_partial_kernel<<<dim3(ceil_div(C, 256), RMS_ROW_CHUNKS), 256, 0, stream>>>(partial, dout, inp,
                                                                                               rstd, N, C);
     CUDA_CHECK(cudaGetLastError());
