@@ -702,6 +702,7 @@ typedef struct {
     int launcher; /* this process started the ranks (or is the launcher's self-test): it trains nothing */
     PreparedData prepared; /* the default corpus, when there is no -i */
     const char *train_path, *val_path, *tok_path;
+    char beside_init[FGPT_PATH_LEN]; /* the tokenizer.json beside --init-from's weights, taken when no --tokenizer */
     Tokenizer *tok;
     CheckpointTokenizer ck_tok; /* the tokenizer as checkpoints carry it (rank 0) */
     int have_ck_tok;
@@ -946,18 +947,33 @@ static int resolve_data(Run *r) {
     if (opt->warmup >= opt->steps)
         printf("schedule: --warmup %d is not below -x %d: the learning rate never reaches -l %g\n", opt->warmup,
                opt->steps, opt->lr);
+    /* a Hugging Face checkpoint's own tokenizer, unless another is named: samples decode with it,
+     * checkpoints carry it, and a shard made by another is refused. It is not needed to train, so
+     * one that does not load is only named. */
+    struct stat st;
+    const int beside = !r->tok_path[0] && opt->init_from[0] &&
+                       path_format(r->beside_init, "%s/tokenizer.json", opt->init_from) == 0 &&
+                       stat(r->beside_init, &st) == 0;
+    if (beside) r->tok_path = r->beside_init;
     if (r->tok_path[0]) {
         r->tok = tokenizer_load(r->tok_path, r->err);
-        if (!r->tok) return fail(r->err);
-        if (tokenizer_vocab_size(r->tok) > (uint32_t)cfg->vocab_size) {
-            print_error("tokenizer %s has %u tokens but the model's vocabulary is %d (pass -v %u)",
-                        r->tok_path, tokenizer_vocab_size(r->tok), cfg->vocab_size, tokenizer_vocab_size(r->tok));
-            return 1;
+        if (r->tok && tokenizer_vocab_size(r->tok) > (uint32_t)cfg->vocab_size) {
+            snprintf(r->err, sizeof r->err, "tokenizer %s has %u tokens but the model's vocabulary is %d (pass -v %u)",
+                     r->tok_path, tokenizer_vocab_size(r->tok), cfg->vocab_size, tokenizer_vocab_size(r->tok));
+            tokenizer_free(r->tok);
+            r->tok = NULL;
         }
-        r->have_ck_tok = r->dist.rank == 0 && checkpoint_tokenizer(r->tok, cfg->max_seq_len, &r->ck_tok);
+        if (!r->tok && !beside) return fail(r->err);
+        if (!r->tok && r->dist.rank == 0)
+            printf("note: not using %s (%s); checkpoints will carry no tokenizer.json (pass --tokenizer FILE)\n",
+                   r->tok_path, r->err);
+        if (r->tok && beside && r->dist.rank == 0)
+            printf("tokenizer: %s (beside --init-from's weights)\n", r->tok_path);
+        if (!r->tok) r->tok_path = "";
     } else if (r->dist.rank == 0) {
         printf("note: no --tokenizer: checkpoints will carry no tokenizer.json\n");
     }
+    r->have_ck_tok = r->tok && r->dist.rank == 0 && checkpoint_tokenizer(r->tok, cfg->max_seq_len, &r->ck_tok);
     note_sample_window(r->tok, opt);
 
     const int world = r->dist.world, rank = r->dist.rank;
@@ -985,6 +1001,19 @@ static int resolve_data(Run *r) {
                     "made by the same tokenizer", r->train_path, r->train_loader.shard_vocab, r->val_path,
                     r->val_loader.shard_vocab);
         return 1;
+    }
+    if (r->have_val && r->train_loader.shard_tokenizer && r->val_loader.shard_tokenizer &&
+        r->train_loader.shard_tokenizer != r->val_loader.shard_tokenizer) {
+        print_error("%s and %s were made by different tokenizers: pass a validation shard made by the training "
+                    "shard's tokenizer", r->train_path, r->val_path);
+        return 1;
+    }
+    if (r->tok) {
+        const uint64_t fp = tokenizer_fingerprint(r->tok);
+        if (shard_check_tokenizer(r->train_path, r->train_loader.shard_tokenizer, r->tok_path, fp, r->err) != 0 ||
+            (r->have_val &&
+             shard_check_tokenizer(r->val_path, r->val_loader.shard_tokenizer, r->tok_path, fp, r->err) != 0))
+            return fail(r->err);
     }
     /* a tokenizer of another size than the shard records is not the one that made it (an
      * interrupted prepare into a used folder leaves such a pair): a smaller one cannot decode the

@@ -28,6 +28,7 @@ int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T,
     ShardHeader hdr;
     if (shard_read(path, model_vocab, &l->tokens, &l->num_tokens, &hdr, err) != 0) return -1;
     l->shard_vocab = hdr.vocab_size;
+    l->shard_tokenizer = hdr.tokenizer;
     l->B = B;
     l->T = T;
     l->rank = rank;

@@ -18,6 +18,7 @@ typedef struct {
     uint32_t *tokens;
     uint64_t num_tokens;
     uint32_t shard_vocab; /* the vocabulary the shard's header records (its tokenizer's) */
+    uint64_t shard_tokenizer; /* the fingerprint of the tokenizer that made it (0: not recorded) */
     int B, T;
     int rank, world;
     int shuffle;

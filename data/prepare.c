@@ -199,7 +199,7 @@ static int write_part(const Tokenizer *tok, const char *text, size_t len, int fl
         free(ids);
         return -1;
     }
-    int rc = shard_write(path, ids, n, tokenizer_vocab_size(tok), err);
+    int rc = shard_write(path, ids, n, tokenizer_vocab_size(tok), tokenizer_fingerprint(tok), err);
     free(ids);
     *n_tokens = n;
     return rc;

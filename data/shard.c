@@ -21,7 +21,7 @@ struct ShardWriter {
     FILE *f;
     char path[1024], tmp_path[1040];
     uint32_t vocab_size, bytes_per_token;
-    uint64_t count;
+    uint64_t count, tokenizer;
 };
 
 static uint32_t width_for_vocab(uint32_t vocab_size) {
@@ -29,7 +29,7 @@ static uint32_t width_for_vocab(uint32_t vocab_size) {
 }
 
 static void encode_header(unsigned char h[SHARD_HEADER_BYTES], uint32_t bytes_per_token, uint32_t vocab,
-                          uint64_t count) {
+                          uint64_t count, uint64_t tokenizer) {
     memset(h, 0, SHARD_HEADER_BYTES);
     memcpy(h, SHARD_MAGIC, 8);
     uint32_t version = SHARD_VERSION;
@@ -37,9 +37,10 @@ static void encode_header(unsigned char h[SHARD_HEADER_BYTES], uint32_t bytes_pe
     memcpy(h + 12, &bytes_per_token, 4);
     memcpy(h + 16, &vocab, 4);
     memcpy(h + 24, &count, 8);
+    memcpy(h + 32, &tokenizer, 8);
 }
 
-ShardWriter *shard_writer_open(const char *path, uint32_t vocab_size, char *err) {
+ShardWriter *shard_writer_open(const char *path, uint32_t vocab_size, uint64_t tokenizer, char *err) {
     if (vocab_size == 0) {
         snprintf(err, ERR_LEN, "shard %s: vocabulary size 0 (pass the tokenizer's vocabulary size)", path);
         return NULL;
@@ -52,10 +53,11 @@ ShardWriter *shard_writer_open(const char *path, uint32_t vocab_size, char *err)
     snprintf(w->path, sizeof w->path, "%s", path);
     snprintf(w->tmp_path, sizeof w->tmp_path, "%s.tmp", path);
     w->vocab_size = vocab_size;
+    w->tokenizer = tokenizer;
     w->bytes_per_token = width_for_vocab(vocab_size);
     w->f = fopen(w->tmp_path, "wb");
     unsigned char h[SHARD_HEADER_BYTES];
-    encode_header(h, w->bytes_per_token, vocab_size, 0);
+    encode_header(h, w->bytes_per_token, vocab_size, 0, tokenizer);
     if (!w->f || fwrite(h, 1, sizeof h, w->f) != sizeof h) {
         snprintf(err, ERR_LEN, "cannot write shard %s: %s (check the directory exists and is writable)",
                  w->tmp_path, strerror(errno));
@@ -104,7 +106,7 @@ void shard_writer_abort(ShardWriter *w) {
 
 int shard_writer_close(ShardWriter *w, char *err) {
     unsigned char h[SHARD_HEADER_BYTES];
-    encode_header(h, w->bytes_per_token, w->vocab_size, w->count);
+    encode_header(h, w->bytes_per_token, w->vocab_size, w->count, w->tokenizer);
     int ok = fseek(w->f, 0, SEEK_SET) == 0 && fwrite(h, 1, sizeof h, w->f) == sizeof h && fflush(w->f) == 0 &&
              fsync(fileno(w->f)) == 0;
     ok = (fclose(w->f) == 0) && ok;
@@ -118,8 +120,9 @@ int shard_writer_close(ShardWriter *w, char *err) {
     return 0;
 }
 
-int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t vocab_size, char *err) {
-    ShardWriter *w = shard_writer_open(path, vocab_size, err);
+int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t vocab_size, uint64_t tokenizer,
+                char *err) {
+    ShardWriter *w = shard_writer_open(path, vocab_size, tokenizer, err);
     if (!w) return -1;
     if (shard_writer_append(w, tokens, n, err) != 0) {
         shard_writer_abort(w);
@@ -137,6 +140,7 @@ static FILE *open_llmc(FILE *f, const char *path, const int32_t llmc[3], const s
     const int gpt2 = llmc[0] == LLMC_MAGIC_GPT2;
     const int32_t version = gpt2 ? LLMC_VERSION_GPT2 : LLMC_VERSION_LLAMA3;
     hdr->version = (uint32_t)llmc[1];
+    hdr->tokenizer = 0;
     hdr->bytes_per_token = gpt2 ? 2 : 4;
     hdr->vocab_size = gpt2 ? LLMC_VOCAB_GPT2 : LLMC_VOCAB_LLAMA3;
     hdr->header_bytes = LLMC_HEADER_BYTES;
@@ -207,14 +211,17 @@ static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
     memcpy(&hdr->bytes_per_token, h + 12, 4);
     memcpy(&hdr->vocab_size, h + 16, 4);
     memcpy(&hdr->num_tokens, h + 24, 8);
-    if (hdr->version != SHARD_VERSION) {
-        snprintf(err, ERR_LEN, "token shard %s has format version %u, this build reads %u (re-create it)", path,
-                 hdr->version, SHARD_VERSION);
+    if (hdr->version != SHARD_VERSION && hdr->version != 1) {
+        snprintf(err, ERR_LEN, "token shard %s has format version %u, this build reads 1 and %u (re-create it, or "
+                 "use the fusedgpt that wrote it)", path, hdr->version, SHARD_VERSION);
         fclose(f);
         return NULL;
     }
-    /* the writer leaves them 0: anything else is a field this version does not know, or a corrupt header */
-    static const int reserved[][2] = {{20, 24}, {32, SHARD_HEADER_BYTES}}; /* [from, to) */
+    hdr->tokenizer = 0;
+    if (hdr->version >= 2) memcpy(&hdr->tokenizer, h + 32, 8);
+    /* the writer leaves them 0: anything else is a field this version does not know, or a corrupt
+     * header (version 1 had no fingerprint: bytes 32..39 were reserved too) */
+    const int reserved[][2] = {{20, 24}, {hdr->version >= 2 ? 40 : 32, SHARD_HEADER_BYTES}}; /* [from, to) */
     for (int r = 0; r < 2; r++)
         for (int i = reserved[r][0]; i < reserved[r][1]; i++)
             if (h[i] != 0) {
@@ -335,4 +342,13 @@ int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64
     *tokens = out;
     *n = count;
     return 0;
+}
+
+int shard_check_tokenizer(const char *path, uint64_t made_by, const char *tok_path, uint64_t tokenizer,
+                          char *err) {
+    if (!made_by || !tokenizer || made_by == tokenizer) return 0;
+    snprintf(err, ERR_LEN, "token shard %s was made by another tokenizer than %s (its ids stand for other text): "
+             "pass the tokenizer that made it, or tokenize the text again with `./train prepare --tokenizer %s`",
+             path, tok_path, tok_path);
+    return -1;
 }

@@ -2,12 +2,13 @@
  *
  * Layout (little-endian), 64-byte header then the tokens:
  *   0  char[8]  magic "FGPTTOK1"
- *   8  uint32   format version (1)
+ *   8  uint32   format version (2; 1 is still read: it has no fingerprint)
  *   12 uint32   bytes per token: 2 (vocabulary <= 65536) or 4
  *   16 uint32   vocabulary size the tokens were produced with
  *   20 uint32   reserved (0)
  *   24 uint64   token count
- *   32 ..63     reserved (0)
+ *   32 uint64   the tokenizer's fingerprint (tokenizer_fingerprint; 0: not recorded)
+ *   40 ..63     reserved (0)
  *   64 tokens   uint16 or uint32 each
  * The reader also takes llm.c's .bin files as they are: a 256 x int32 header (magic, version, token
  * count, then zeros) and the tokens; GPT-2 files (magic 20240520, version 1) hold uint16 tokens,
@@ -29,7 +30,7 @@
 /* Formats one error line into err (ERR_LEN bytes), the data layer's error convention. */
 void fgpt_set_err(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define SHARD_MAGIC "FGPTTOK1"
-#define SHARD_VERSION 1u
+#define SHARD_VERSION 2u
 #define SHARD_HEADER_BYTES 64
 #define LLMC_HEADER_BYTES 1024
 #define LLMC_MAGIC_GPT2 20240520
@@ -46,19 +47,23 @@ typedef struct {
     uint32_t vocab_size;
     uint64_t num_tokens;
     uint32_t header_bytes; /* where the tokens start: 64, or 1024 in an llm.c file */
+    uint64_t tokenizer;    /* the fingerprint of the tokenizer that made the tokens; 0: not recorded
+                            * (version 1, llm.c's files, shards of synthetic tokens) */
 } ShardHeader;
 
 /* Streaming writer: tokens go to "<path>.tmp"; close patches the count, flushes and renames, so a
  * crash never leaves a half-written shard under the final name. */
 typedef struct ShardWriter ShardWriter;
-ShardWriter *shard_writer_open(const char *path, uint32_t vocab_size, char *err);
+ShardWriter *shard_writer_open(const char *path, uint32_t vocab_size, uint64_t tokenizer, char *err);
 int shard_writer_append(ShardWriter *w, const uint32_t *tokens, size_t n, char *err);
 int shard_writer_close(ShardWriter *w, char *err);
 /* Drops the temporary file without touching a shard of the same name. */
 void shard_writer_abort(ShardWriter *w);
 
-/* Writes a whole shard in one call (tests, small corpora). */
-int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t vocab_size, char *err);
+/* Writes a whole shard in one call (tests, small corpora). tokenizer: the fingerprint of the
+ * tokenizer that made the tokens, or 0 for tokens that no tokenizer made. */
+int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t vocab_size, uint64_t tokenizer,
+                char *err);
 
 /* Reads the header only, validating magic, version, width and the file length. */
 int shard_read_header(const char *path, ShardHeader *hdr, char *err);
@@ -67,5 +72,10 @@ int shard_read_header(const char *path, ShardHeader *hdr, char *err);
  * vocabulary) and, in our format, < the header's. On success *tokens is malloc'ed (caller frees) and *n holds the count. */
 int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64_t *n, ShardHeader *hdr,
                char *err);
+
+/* 0 when the shard at path records no tokenizer (made_by, its header's fingerprint, is 0) or the
+ * one given: the file tok_path of fingerprint `tokenizer`. -1 + message naming both when another tokenizer made its tokens. */
+int shard_check_tokenizer(const char *path, uint64_t made_by, const char *tok_path, uint64_t tokenizer,
+                          char *err);
 
 #endif

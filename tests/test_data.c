@@ -23,7 +23,7 @@ static void round_trip(uint32_t vocab, uint32_t expect_width) {
     rng_seed(&rng, vocab);
     for (int i = 0; i < 1000; i++) toks[i] = (uint32_t)rng_below(&rng, vocab);
     toks[7] = vocab - 1;
-    REQUIRE(shard_write(path, toks, 1000, vocab, err) == 0, "%s", err);
+    REQUIRE(shard_write(path, toks, 1000, vocab, 0, err) == 0, "%s", err);
     uint32_t *back;
     uint64_t n;
     ShardHeader h;
@@ -49,7 +49,7 @@ static void expect_defect(const char *what, long patch_at, const void *patch, si
     path_in_tmp(path, sizeof path, "bad.bin");
     uint32_t toks[100];
     for (int i = 0; i < 100; i++) toks[i] = (uint32_t)(i * 7 % 300);
-    REQUIRE(shard_write(path, toks, 100, 300, err) == 0, "%s", err);
+    REQUIRE(shard_write(path, toks, 100, 300, 0, err) == 0, "%s", err);
     if (patch) {
         FILE *f = fopen(path, "r+b");
         fseek(f, patch_at, SEEK_SET);
@@ -61,10 +61,10 @@ static void expect_defect(const char *what, long patch_at, const void *patch, si
 }
 
 TEST(shard_defects_give_clear_errors) {
-    uint32_t v2 = 2, w3 = 3;
+    uint32_t v3 = 3, w3 = 3;
     uint64_t huge = 1000;
     expect_defect("bad magic", 0, "NOTATOKS", 8, -1, 300, "not a token shard");
-    expect_defect("future version", 8, &v2, 4, -1, 300, "format version 2");
+    expect_defect("future version", 8, &v3, 4, -1, 300, "format version 3, this build reads 1 and 2");
     expect_defect("odd width", 12, &w3, 4, -1, 300, "bytes per token");
     expect_defect("count beyond the file", 24, &huge, 8, -1, 300, "truncated or corrupt");
     expect_defect("truncated data", 0, NULL, 0, 64 + 150, 300, "truncated or corrupt");
@@ -102,6 +102,48 @@ TEST(a_shard_with_nonzero_reserved_header_bytes_is_refused) {
     expect_defect("reserved word after the vocabulary", 20, &one, 1, -1, 300,
                   "reserved header byte 20 is 0x01, not 0 (a newer format or a corrupt header; re-create it)");
     expect_defect("reserved bytes after the count", 63, &one, 1, -1, 300, "reserved header byte 63 is 0x01");
+    expect_defect("reserved bytes after the fingerprint", 40, &one, 1, -1, 300, "reserved header byte 40 is 0x01");
+}
+
+/* Version 2 records the tokenizer's fingerprint at byte 32; version 1 shards (older fusedgpt, the
+ * Python fixture writer) still read, as made by no known tokenizer, and there those bytes are
+ * reserved. */
+TEST(a_shard_records_its_tokenizer_and_a_version_1_shard_still_reads) {
+    char path[700], err[ERR_LEN];
+    path_in_tmp(path, sizeof path, "fp.bin");
+    uint32_t toks[50];
+    for (int i = 0; i < 50; i++) toks[i] = (uint32_t)(i * 11 % 300);
+    const uint64_t fp = 0x0123456789abcdefull;
+    REQUIRE(shard_write(path, toks, 50, 300, fp, err) == 0, "%s", err);
+    ShardHeader h;
+    CHECK(shard_read_header(path, &h, err) == 0 && h.version == 2 && h.tokenizer == fp, "version %u fingerprint "
+          "%016llx: %s", h.version, (unsigned long long)h.tokenizer, err);
+    CHECK(shard_check_tokenizer(path, h.tokenizer, "same.json", fp, err) == 0, "its own tokenizer refused: %s", err);
+    CHECK(shard_check_tokenizer(path, h.tokenizer, "other.json", fp + 1, err) == -1 &&
+              strstr(err, "fp.bin was made by another tokenizer than other.json") &&
+              strstr(err, "./train prepare --tokenizer other.json"),
+          "another tokenizer: %s", err);
+    CHECK(shard_check_tokenizer(path, 0, "any.json", fp, err) == 0 && shard_check_tokenizer(path, fp, "", 0, err) == 0,
+          "an unrecorded fingerprint refused: %s", err);
+    /* the same shard as version 1 wrote it: version 1, bytes 32..39 zero */
+    FILE *f = fopen(path, "r+b");
+    const uint32_t v1 = 1;
+    const uint64_t zero = 0;
+    REQUIRE(f && fseek(f, 8, SEEK_SET) == 0 && fwrite(&v1, 4, 1, f) == 1 && fseek(f, 32, SEEK_SET) == 0 &&
+                fwrite(&zero, 8, 1, f) == 1 && fclose(f) == 0,
+            "patching %s", path);
+    uint32_t *back;
+    uint64_t n;
+    REQUIRE(shard_read(path, 300, &back, &n, &h, err) == 0, "%s", err);
+    CHECK(h.version == 1 && h.tokenizer == 0 && n == 50 && memcmp(back, toks, sizeof toks) == 0,
+          "version 1: version %u fingerprint %016llx, %llu tokens", h.version, (unsigned long long)h.tokenizer,
+          (unsigned long long)n);
+    free(back);
+    /* in version 1, byte 32 is reserved */
+    const uint8_t one = 1;
+    f = fopen(path, "r+b");
+    REQUIRE(f && fseek(f, 32, SEEK_SET) == 0 && fwrite(&one, 1, 1, f) == 1 && fclose(f) == 0, "patching %s", path);
+    expect_shard_refused(path, 300, "version 1 with byte 32 set", "reserved header byte 32 is 0x01");
 }
 
 static int open_loader_accum(Loader *l, const char *path, int B, int T, int rank, int world, int accum,
@@ -123,7 +165,7 @@ TEST(loader_covers_each_window_once_per_epoch_and_ranks_are_disjoint) {
     enum { NT = 8 * 10 + 1, T = 8 };
     uint32_t toks[NT];
     for (int i = 0; i < NT; i++) toks[i] = (uint32_t)i;
-    REQUIRE(shard_write(path, toks, NT, 1000, err) == 0, "%s", err);
+    REQUIRE(shard_write(path, toks, NT, 1000, 0, err) == 0, "%s", err);
     int seen[10] = {0};
     for (int rank = 0; rank < 2; rank++) {
         Loader l;

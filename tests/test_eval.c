@@ -217,7 +217,7 @@ TEST(eval_errors_name_the_problem_in_one_line) {
     REQUIRE(write_pattern_shard(shard, 100, 300, 2) == 0 && write_pattern_shard(big, 100, 400, 3) == 0, "shards");
     const uint32_t single = 7;
     char err[ERR_LEN];
-    REQUIRE(shard_write(one, &single, 1, 300, err) == 0, "%s", err);
+    REQUIRE(shard_write(one, &single, 1, 300, 0, err) == 0, "%s", err);
     const struct {
         const char *fmt, *msg;
         int status;

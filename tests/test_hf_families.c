@@ -292,7 +292,7 @@ static uint32_t *write_tokens(const char *path, uint64_t n, uint32_t V) {
     rng_seed(&r, 5);
     for (uint64_t i = 0; i < n; i++) tok[i] = i % 3 == 2 ? (tok[i - 1] * 7 + 3) % V : (uint32_t)rng_below(&r, V);
     char err[ERR_LEN];
-    if (shard_write(path, tok, n, V, err) != 0) fprintf(stderr, "%s\n", err);
+    if (shard_write(path, tok, n, V, 0, err) != 0) fprintf(stderr, "%s\n", err);
     return tok;
 }
 

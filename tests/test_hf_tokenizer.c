@@ -190,6 +190,35 @@ TEST(hf_tokenizer_our_export_reimports_to_the_same_ids) {
     tokenizer_free(ours);
 }
 
+/* A shard records its tokenizer's fingerprint, and the trainer compares it with the tokenizer it is
+ * given: so the fingerprint must not change when a tokenizer travels as tokenizer.json (checkpoints
+ * carry ours that way), and must change when one id stands for other text. */
+TEST(hf_tokenizer_fingerprint_survives_the_export_and_tells_swapped_ids_apart) {
+    char path[700], swapped[800], err[ERR_LEN];
+    Tokenizer *ours = exported_tokenizer(path, sizeof path);
+    REQUIRE(ours, "could not train and export a tokenizer");
+    Tokenizer *back = tokenizer_load(path, err);
+    REQUIRE(back, "%s", err);
+    CHECK(tokenizer_fingerprint(ours) == tokenizer_fingerprint(back) && tokenizer_fingerprint(ours) != 0,
+          "ours %016llx, its tokenizer.json %016llx", (unsigned long long)tokenizer_fingerprint(ours),
+          (unsigned long long)tokenizer_fingerprint(back));
+    snprintf(swapped, sizeof swapped, "%s/swapped.json", test_tmpdir());
+    REQUIRE(write_gpt2_style_tokenizer_with_two_ids_swapped(swapped) == 0, "writing %s", swapped);
+    Tokenizer *a = tokenizer_load("tests/fixtures/hf_gpt2_style.json", err), *b = tokenizer_load(swapped, err);
+    REQUIRE(a && b, "%s", err);
+    Tokenizer *a2 = tokenizer_load("tests/fixtures/hf_gpt2_style.json", err);
+    REQUIRE(a2, "%s", err);
+    CHECK(tokenizer_vocab_size(a) == tokenizer_vocab_size(b), "the swap changed the size");
+    CHECK(tokenizer_fingerprint(a) != tokenizer_fingerprint(b), "ids 33 and 34 swapped, the same fingerprint");
+    CHECK(tokenizer_fingerprint(a) == tokenizer_fingerprint(a2), "two loads of one file differ");
+    CHECK(tokenizer_fingerprint(a) != tokenizer_fingerprint(ours), "two unrelated tokenizers agree");
+    tokenizer_free(a2);
+    tokenizer_free(b);
+    tokenizer_free(a);
+    tokenizer_free(back);
+    tokenizer_free(ours);
+}
+
 /* The oracle itself, where Python's `tokenizers` is installed (`make deps` does not install
  * it: the fixtures above carry its answers into every run). */
 TEST(hf_tokenizer_our_export_encodes_as_tokenizers_does_when_python_has_it) {

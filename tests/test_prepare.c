@@ -147,6 +147,10 @@ TEST(prepare_text_files_into_shards_that_decode_back) {
     REQUIRE(shard_read(val_path, V, &va, &nva, &h2, err) == 0, "%s", err);
     CHECK(h1.vocab_size == V && h2.vocab_size == V, "shards record the tokenizer's %u tokens (%u, %u)", V,
           h1.vocab_size, h2.vocab_size);
+    CHECK(h1.tokenizer == tokenizer_fingerprint(t) && h2.tokenizer == h1.tokenizer,
+          "shards record the tokenizer's fingerprint %016llx (%016llx, %016llx)",
+          (unsigned long long)tokenizer_fingerprint(t), (unsigned long long)h1.tokenizer,
+          (unsigned long long)h2.tokenizer);
     CHECK(nva > 0 && nva * 50 < ntr, "validation is a small tail: %llu of %llu tokens", (unsigned long long)nva,
           (unsigned long long)ntr);
     /* train + val decode to the files joined by one separator. */
@@ -179,6 +183,8 @@ TEST(prepare_text_files_into_shards_that_decode_back) {
     uint64_t ntr2 = 0, nva2 = 0;
     REQUIRE(shard_read(train2, V, &tr2, &ntr2, &h1, err) == 0 && shard_read(val2, V, &va2, &nva2, &h2, err) == 0, "%s",
             err);
+    CHECK(h1.tokenizer == tokenizer_fingerprint(t) && h2.tokenizer == h1.tokenizer,
+          "shards of --tokenizer record its fingerprint");
     n1 = tokenizer_decode(t, tr2, ntr2, back, total + 64);
     n2 = n1 <= total ? tokenizer_decode(t, va2, nva2, back + n1, total + 64 - n1) : 0;
     CHECK(n1 + n2 == b.len && memcmp(back, b.data, b.len) == 0, "shards of --tokenizer decode to %zu bytes, not the "

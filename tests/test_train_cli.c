@@ -581,14 +581,14 @@ TEST(a_shard_token_no_vocabulary_flag_can_fix_gets_no_such_hint) {
     uint32_t t[64];
     for (int i = 0; i < 64; i++) t[i] = i == 40 ? 2147483653u : (uint32_t)i;
     char err[ERR_LEN];
-    REQUIRE(shard_write(path, t, 64, UINT32_MAX, err) == 0, "%s", err);
+    REQUIRE(shard_write(path, t, 64, UINT32_MAX, 0, err) == 0, "%s", err);
     expect_run(1, "token 2147483653 at position 40", "(re-tokenize: the shard's vocabulary of 4294967295 is above the "
                "largest a model takes, -v 2000000000)", "--device cpu -e tiny -v 64 -b 1 -t 8 -x 1 -i %s -o %s/w",
                path, d);
     /* a shard whose token contradicts its own header is corrupt, whatever -v is */
     snprintf(path, sizeof path, "%s/bad.bin", d);
     for (int i = 0; i < 64; i++) t[i] = (uint32_t)i % 50;
-    REQUIRE(shard_write(path, t, 64, 64, err) == 0, "%s", err);
+    REQUIRE(shard_write(path, t, 64, 64, 0, err) == 0, "%s", err);
     FILE *f = fopen(path, "r+b");
     REQUIRE(f && fseek(f, SHARD_HEADER_BYTES + 2 * 10, SEEK_SET) == 0 && fputc(0xff, f) != EOF &&
                 fputc(0xff, f) != EOF && fclose(f) == 0,
@@ -747,6 +747,86 @@ TEST(a_tokenizer_smaller_than_the_shards_vocabulary_is_refused) {
               strstr(out, "has 700 tokens but") && strstr(out, "vocabulary of 900"),
           "exit %d: %s", rc, out);
     free(out);
+}
+
+/* A shard records the tokenizer that made it. Another tokenizer of the same size, whose ids stand
+ * for other text, is refused for the training shard and a validation shard made by another is
+ * refused beside it; the tokenizer that made the shard trains. */
+TEST(a_shard_made_by_another_tokenizer_of_the_same_size_is_refused) {
+    char other[800], train[800], val_b[800], args[2400], err[ERR_LEN], *out = NULL;
+    const char *d = test_tmpdir(), *fixture = "tests/fixtures/hf_gpt2_style.json";
+    snprintf(other, sizeof other, "%s/swapped_ids.json", d);
+    REQUIRE(write_gpt2_style_tokenizer_with_two_ids_swapped(other) == 0, "writing %s", other);
+    Tokenizer *a = tokenizer_load(fixture, err), *b = a ? tokenizer_load(other, err) : NULL;
+    REQUIRE(a && b, "%s", err);
+    snprintf(train, sizeof train, "%s/made_by_a.bin", d);
+    snprintf(val_b, sizeof val_b, "%s/made_by_b.bin", d);
+    REQUIRE(write_pattern_shard_made_by(train, 4000, 700, 1, tokenizer_fingerprint(a)) == 0 &&
+                write_pattern_shard_made_by(val_b, 2000, 700, 2, tokenizer_fingerprint(b)) == 0,
+            "shards");
+    tokenizer_free(a);
+    tokenizer_free(b);
+#define RUN700 "--device cpu -e tiny -v 700 -b 2 -t 16 -x 1 --warmup 0 -s 0 --val-every 0"
+    snprintf(args, sizeof args, RUN700 " -i %s --tokenizer %s -o %s/run_other_tok", train, other, d);
+    int rc = run_train(args, &out);
+    CHECK(rc == 1 && out && strncmp(out, "error: ", 7) == 0 && count_lines(out) == 1 &&
+              strstr(out, "made_by_a.bin was made by another tokenizer than") && strstr(out, "swapped_ids.json"),
+          "another tokenizer: exit %d: %s", rc, out);
+    free(out);
+    snprintf(args, sizeof args, RUN700 " --val-every 1 -i %s -j %s --tokenizer %s -o %s/run_val_b", train, val_b,
+             fixture, d);
+    rc = run_train(args, &out);
+    CHECK(rc == 1 && out && strstr(out, "error: ") && strstr(out, "were made by different tokenizers"),
+          "a validation shard of another tokenizer: exit %d: %s", rc, out);
+    free(out);
+    expect_run(0, "step     1/1", NULL, RUN700 " -i %s --tokenizer %s -o %s/run_same_tok", train, fixture, d);
+}
+
+/* --init-from takes the tokenizer.json beside the weights (our checkpoints carry one) unless
+ * --tokenizer names another: so a shard its tokenizer did not make is refused there too. */
+TEST(init_from_takes_the_tokenizer_beside_the_weights_and_refuses_a_shard_it_did_not_make) {
+    char other[800], train[800], train_b[800], ck[900], args[2400], err[ERR_LEN], *out = NULL;
+    const char *d = test_tmpdir(), *fixture = "tests/fixtures/hf_gpt2_style.json";
+    snprintf(other, sizeof other, "%s/swapped_ids2.json", d);
+    REQUIRE(write_gpt2_style_tokenizer_with_two_ids_swapped(other) == 0, "writing %s", other);
+    Tokenizer *a = tokenizer_load(fixture, err), *b = a ? tokenizer_load(other, err) : NULL;
+    REQUIRE(a && b, "%s", err);
+    snprintf(train, sizeof train, "%s/init_a.bin", d);
+    snprintf(train_b, sizeof train_b, "%s/init_b.bin", d);
+    REQUIRE(write_pattern_shard_made_by(train, 4000, 700, 1, tokenizer_fingerprint(a)) == 0 &&
+                write_pattern_shard_made_by(train_b, 4000, 700, 1, tokenizer_fingerprint(b)) == 0,
+            "shards");
+    tokenizer_free(a);
+    tokenizer_free(b);
+    expect_run(0, "step     1/1", NULL, RUN700 " -i %s --tokenizer %s -o %s/with_tok", train, fixture, d);
+    snprintf(ck, sizeof ck, "%s/with_tok/step_00000001", d);
+    snprintf(args, sizeof args, RUN700 " --init-from %s -i %s -o %s/from_ck", ck, train, d);
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "step_00000001/tokenizer.json (beside --init-from's weights)") &&
+              !strstr(out, "no --tokenizer"),
+          "the tokenizer beside the weights: exit %d: %s", rc, out);
+    free(out);
+    snprintf(args, sizeof args, RUN700 " --init-from %s -i %s -o %s/from_ck_b", ck, train_b, d);
+    rc = run_train(args, &out);
+    CHECK(rc == 1 && out && strstr(out, "error: ") && strstr(out, "init_b.bin was made by another tokenizer than") &&
+              strstr(out, "step_00000001/tokenizer.json"),
+          "a shard of another tokenizer: exit %d: %s", rc, out);
+    free(out);
+    /* --tokenizer wins over the one beside the weights */
+    expect_run(0, "step     1/1", NULL, RUN700 " --init-from %s -i %s --tokenizer %s -o %s/from_ck_given", ck, train_b,
+               other, d);
+    /* eval refuses the shard too: its loss would be of other text */
+    snprintf(args, sizeof args, "eval --init-from %s -i %s -t 16 --device cpu", ck, train_b);
+    rc = run_train(args, &out);
+    CHECK(rc == 1 && out && strncmp(out, "error: ", 7) == 0 && count_lines(out) == 1 &&
+              strstr(out, "init_b.bin was made by another tokenizer than"),
+          "eval of a shard of another tokenizer: exit %d: %s", rc, out);
+    free(out);
+    snprintf(args, sizeof args, "eval --init-from %s -i %s -t 16 --device cpu", ck, train);
+    rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "loss "), "eval of its own tokenizer's shard: exit %d: %s", rc, out);
+    free(out);
+#undef RUN700
 }
 
 /* The schedule note a resume prints, as the trainer formats it. */

@@ -109,6 +109,10 @@ char *read_file(const char *path, size_t *length) {
 char *read_text(const char *path) { return read_file(path, NULL); }
 
 int write_pattern_shard(const char *path, uint64_t n, uint32_t vocab, uint64_t seed) {
+    return write_pattern_shard_made_by(path, n, vocab, seed, 0);
+}
+
+int write_pattern_shard_made_by(const char *path, uint64_t n, uint32_t vocab, uint64_t seed, uint64_t tokenizer) {
     /* Tokens follow t[i+1] = (5·t[i] + 3) mod vocab, restarting at a random token every 16 steps:
      * a model can learn it (loss far below ln vocab) but not from the unigram counts alone. */
     uint32_t *t = malloc(n * sizeof(uint32_t));
@@ -117,10 +121,42 @@ int write_pattern_shard(const char *path, uint64_t n, uint32_t vocab, uint64_t s
     for (uint64_t i = 0; i < n; i++)
         t[i] = (i % 16 == 0) ? (uint32_t)rng_below(&rng, vocab) : (5 * t[i - 1] + 3) % vocab;
     char err[ERR_LEN];
-    int rc = shard_write(path, t, n, vocab, err);
+    int rc = shard_write(path, t, n, vocab, tokenizer, err);
     if (rc) fprintf(stderr, "%s\n", err);
     free(t);
     return rc;
+}
+
+int write_edited_copy(const char *from_path, const char *to_path, const char *const *edits, int n_edits) {
+    size_t len;
+    char *text = read_file(from_path, &len);
+    if (!text) return -1;
+    for (int i = 0; i < n_edits; i++) {
+        const char *from = edits[2 * i], *to = edits[2 * i + 1];
+        char *at = strstr(text, from);
+        if (!at) {
+            free(text);
+            return -1;
+        }
+        const size_t nf = strlen(from), nt = strlen(to), pre = (size_t)(at - text);
+        char *next = malloc(len - nf + nt + 1);
+        memcpy(next, text, pre);
+        memcpy(next + pre, to, nt);
+        memcpy(next + pre + nt, at + nf, len - pre - nf + 1);
+        free(text);
+        text = next;
+        len = len - nf + nt;
+    }
+    FILE *f = fopen(to_path, "wb");
+    int ok = f && fwrite(text, 1, len, f) == len;
+    if (f) ok = fclose(f) == 0 && ok;
+    free(text);
+    return ok ? 0 : -1;
+}
+
+int write_gpt2_style_tokenizer_with_two_ids_swapped(const char *path) {
+    static const char *const swap[] = {"\"A\": 33,", "\"A\": 34,", "\"B\": 34,", "\"B\": 33,"};
+    return write_edited_copy("tests/fixtures/hf_gpt2_style.json", path, swap, 2);
 }
 
 int parse_losses(const char *output, float *losses, int max) {

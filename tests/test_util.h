@@ -43,6 +43,14 @@ uint32_t *read_ids_file(const char *path, size_t *n);
 
 /* Writes a token shard of n tokens following a fixed learnable pattern over vocab tokens. */
 int write_pattern_shard(const char *path, uint64_t n, uint32_t vocab, uint64_t seed);
+/* The same, recording `tokenizer` (a tokenizer_fingerprint) as the tokenizer that made it. */
+int write_pattern_shard_made_by(const char *path, uint64_t n, uint32_t vocab, uint64_t seed, uint64_t tokenizer);
+/* Copies the text file from_path to to_path with the first occurrence of each edits[2i] replaced by
+ * edits[2i + 1] (n_edits pairs); 0, or -1 when a file fails or a text to replace is missing. */
+int write_edited_copy(const char *from_path, const char *to_path, const char *const *edits, int n_edits);
+/* tests/fixtures/hf_gpt2_style.json with the ids of "A" and "B" swapped, at path: the same tokens
+ * and merges, so it loads, but two ids stand for other text. */
+int write_gpt2_style_tokenizer_with_two_ids_swapped(const char *path);
 
 /* Checks that shard_read refuses the shard at path for a model of model_vocab words with one line
  * that contains msg (what names the case in failures). */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/hash.h"
 #include "tokenizer/nfc_table.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/tokenizer_internal.h"
@@ -160,6 +161,19 @@ const uint8_t *tokenizer_token_bytes(const Tokenizer *t, uint32_t id, size_t *le
     if (id >= t->vocab_size) return NULL;
     *len = t->tok_off[id + 1] - t->tok_off[id];
     return t->tok_bytes + t->tok_off[id];
+}
+
+uint64_t tokenizer_fingerprint(const Tokenizer *t) {
+    /* each id's length goes in before its bytes, so a byte moving from one token to the next changes it */
+    uint64_t h = fgpt_hash64(&t->vocab_size, sizeof t->vocab_size, 0x746f6b656e697a65ull);
+    for (uint32_t id = 0; id < t->vocab_size; id++) {
+        size_t len;
+        const uint8_t *b = tokenizer_token_bytes(t, id, &len);
+        const uint32_t n = (uint32_t)len;
+        h = fgpt_hash64(&n, sizeof n, h);
+        h = fgpt_hash64(b, len, h);
+    }
+    return h ? h : 1;
 }
 
 int tokenizer_merge_pair(const Tokenizer *t, uint32_t id, uint32_t *left, uint32_t *right) {

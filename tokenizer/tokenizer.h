@@ -81,6 +81,11 @@ int tokenizer_is_imported(const Tokenizer *t);
 uint32_t tokenizer_num_merges(const Tokenizer *t);
 /* Bytes of token id (not NUL-terminated) and their count in *len; NULL if id is out of range. */
 const uint8_t *tokenizer_token_bytes(const Tokenizer *t, uint32_t id, size_t *len);
+/* A 64-bit fingerprint of what the ids stand for: the vocabulary size and each id's bytes, in id
+ * order. Two tokenizers with the same fingerprint decode every id alike (a tokenizer and its
+ * tokenizer.json export agree), so a shard records its tokenizer's and the trainer refuses another.
+ * Never 0 (a shard's 0 means "not recorded"). */
+uint64_t tokenizer_fingerprint(const Tokenizer *t);
 /* The pair merged into token id (>= 256, not the EOT token) of one of our tokenizers; -1 otherwise
  * (and for an imported one). */
 int tokenizer_merge_pair(const Tokenizer *t, uint32_t id, uint32_t *left, uint32_t *right);

@@ -23,6 +23,7 @@
 #include "model/train/checkpoint.h"
 #include "model/train/eval.h"
 #include "model/train/hf_weights.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct {
     const char *init_from, *run, *data, *device, *output, *per_token;
@@ -176,6 +177,20 @@ static int parse(EvalOptions *o, int argc, char **argv) {
     return 0;
 }
 
+/* 1 after the message when the checkpoint in dir carries a tokenizer.json that is not the one
+ * that made the shard (made_by: its header's fingerprint): the loss would be of other text. */
+static int made_by_other_tokenizer(const char *path, uint64_t made_by, const char *dir) {
+    char tok_path[FGPT_PATH_LEN], err[ERR_LEN];
+    struct stat st;
+    if (!made_by || path_format(tok_path, "%s/tokenizer.json", dir) != 0 || stat(tok_path, &st) != 0) return 0;
+    Tokenizer *tok = tokenizer_load(tok_path, err);
+    if (!tok) return 0; /* not needed to evaluate */
+    const int other = shard_check_tokenizer(path, made_by, tok_path, tokenizer_fingerprint(tok), err) != 0;
+    tokenizer_free(tok);
+    if (other) print_error("%s", err);
+    return other;
+}
+
 /* The shard's tokens, each below the model's vocabulary V, at least 2 of them. NULL after the
  * message. */
 static uint32_t *read_tokens(const char *path, int V, const char *dir, uint64_t *n) {
@@ -186,6 +201,10 @@ static uint32_t *read_tokens(const char *path, int V, const char *dir, uint64_t 
      * whose vocabulary is the checkpoint's */
     if (shard_read(path, UINT32_MAX, &tokens, n, &hdr, err) != 0) {
         print_error("%s", err);
+        return NULL;
+    }
+    if (made_by_other_tokenizer(path, hdr.tokenizer, dir)) {
+        free(tokens);
         return NULL;
     }
     for (uint64_t i = 0; i < *n; i++) {
