@@ -924,6 +924,14 @@ static int resolve_data(Run *r) {
     const Options *opt = &r->opt;
     const GPTConfig *cfg = &r->cfg;
     r->train_path = opt->train_data, r->val_path = opt->val_data, r->tok_path = opt->tokenizer;
+    /* a Hugging Face checkpoint's own tokenizer, unless another is named: samples decode with it,
+     * checkpoints carry it, and a shard made by another is refused (the default corpus's too: its
+     * tokenizer is ours). It is not needed to train, so one that does not load is only named. */
+    struct stat st;
+    const int beside = !r->tok_path[0] && opt->init_from[0] &&
+                       path_format(r->beside_init, "%s/tokenizer.json", opt->init_from) == 0 &&
+                       stat(r->beside_init, &st) == 0;
+    if (beside) r->tok_path = r->beside_init;
     if (!r->train_path[0]) {
         if (prepare_default_corpus((uint32_t)cfg->vocab_size, opt->cache_dir, &r->prepared, r->err) != 0)
             return fail(r->err);
@@ -947,14 +955,6 @@ static int resolve_data(Run *r) {
     if (opt->warmup >= opt->steps)
         printf("schedule: --warmup %d is not below -x %d: the learning rate never reaches -l %g\n", opt->warmup,
                opt->steps, opt->lr);
-    /* a Hugging Face checkpoint's own tokenizer, unless another is named: samples decode with it,
-     * checkpoints carry it, and a shard made by another is refused. It is not needed to train, so
-     * one that does not load is only named. */
-    struct stat st;
-    const int beside = !r->tok_path[0] && opt->init_from[0] &&
-                       path_format(r->beside_init, "%s/tokenizer.json", opt->init_from) == 0 &&
-                       stat(r->beside_init, &st) == 0;
-    if (beside) r->tok_path = r->beside_init;
     if (r->tok_path[0]) {
         r->tok = tokenizer_load(r->tok_path, r->err);
         if (r->tok && tokenizer_vocab_size(r->tok) > (uint32_t)cfg->vocab_size) {
@@ -965,11 +965,12 @@ static int resolve_data(Run *r) {
         }
         if (!r->tok && !beside) return fail(r->err);
         if (!r->tok && r->dist.rank == 0)
-            printf("note: not using %s (%s); checkpoints will carry no tokenizer.json (pass --tokenizer FILE)\n",
-                   r->tok_path, r->err);
+            printf("note: not using %s (%s); checkpoints will carry %s (pass --tokenizer FILE)\n", r->tok_path,
+                   r->err, r->prepared.train_path[0] ? "the default corpus's tokenizer" : "no tokenizer.json");
         if (r->tok && beside && r->dist.rank == 0)
             printf("tokenizer: %s (beside --init-from's weights)\n", r->tok_path);
-        if (!r->tok) r->tok_path = "";
+        if (!r->tok) r->tok_path = r->prepared.train_path[0] ? r->prepared.tokenizer_path : "";
+        if (!r->tok && r->tok_path[0] && !(r->tok = tokenizer_load(r->tok_path, r->err))) return fail(r->err);
     } else if (r->dist.rank == 0) {
         printf("note: no --tokenizer: checkpoints will carry no tokenizer.json\n");
     }
@@ -1012,8 +1013,13 @@ static int resolve_data(Run *r) {
         const uint64_t fp = tokenizer_fingerprint(r->tok);
         if (shard_check_tokenizer(r->train_path, r->train_loader.shard_tokenizer, r->tok_path, fp, r->err) != 0 ||
             (r->have_val &&
-             shard_check_tokenizer(r->val_path, r->val_loader.shard_tokenizer, r->tok_path, fp, r->err) != 0))
-            return fail(r->err);
+             shard_check_tokenizer(r->val_path, r->val_loader.shard_tokenizer, r->tok_path, fp, r->err) != 0)) {
+            if (!r->prepared.train_path[0]) return fail(r->err);
+            print_error("the default corpus is tokenized by its own tokenizer, not %s: tokenize your text with "
+                        "`./train prepare --tokenizer %s -o DIR FILE...` and pass -i DIR/train.bin -j DIR/val.bin",
+                        r->tok_path, r->tok_path);
+            return 1;
+        }
     }
     /* a tokenizer of another size than the shard records is not the one that made it (an
      * interrupted prepare into a used folder leaves such a pair): a smaller one cannot decode the

@@ -812,6 +812,18 @@ TEST(init_from_takes_the_tokenizer_beside_the_weights_and_refuses_a_shard_it_did
               strstr(out, "step_00000001/tokenizer.json"),
           "a shard of another tokenizer: exit %d: %s", rc, out);
     free(out);
+    /* without -i, the default corpus: our own tokenizer made it, not the checkpoint's */
+    char cache[900], nobin[900], prefix[1000];
+    snprintf(cache, sizeof cache, "%s/cache_fp", d);
+    snprintf(nobin, sizeof nobin, "%s/nobin_fp", d);
+    mkdir(nobin, 0755);
+    snprintf(prefix, sizeof prefix, "PATH=%s", nobin); /* no apt-get: the synthetic default corpus */
+    snprintf(args, sizeof args, RUN700 " --init-from %s --cache-dir %s -o %s/from_ck_default", ck, cache, d);
+    rc = run_train_under(prefix, args, &out);
+    CHECK(rc == 1 && out && strstr(out, "error: the default corpus is tokenized by its own tokenizer, not ") &&
+              strstr(out, "step_00000001/tokenizer.json: tokenize your text with `./train prepare --tokenizer"),
+          "the default corpus under a checkpoint's tokenizer: exit %d: %s", rc, out);
+    free(out);
     /* --tokenizer wins over the one beside the weights */
     expect_run(0, "step     1/1", NULL, RUN700 " --init-from %s -i %s --tokenizer %s -o %s/from_ck_given", ck, train_b,
                other, d);
