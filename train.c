@@ -918,6 +918,95 @@ static void release_run_dir(const Run *r) {
     }
 }
 
+/* 1 for a tokenizer laid out as ours (ids 0..255 the single bytes, "<|endoftext|>" last), the only
+ * kind that can have made the default corpus: a cheap refusal before preparing it for another. */
+static int has_our_layout(const Tokenizer *t) {
+    size_t len;
+    const uint8_t *b;
+    for (uint32_t id = 0; id < 256; id++)
+        if (!(b = tokenizer_token_bytes(t, id, &len)) || len != 1 || b[0] != id) return 0;
+    const uint32_t eot = tokenizer_eot_token(t);
+    b = tokenizer_token_bytes(t, eot, &len);
+    return eot + 1 == tokenizer_vocab_size(t) && b && len == 13 && memcmp(b, "<|endoftext|>", 13) == 0;
+}
+
+/* The default corpus is tokenized by our own tokenizer: one given (--tokenizer, or --init-from's) that
+ * did not make it is refused with the command that tokenizes the user's text for it. */
+static int refuse_default_corpus(const Run *r) {
+    print_error("the default corpus is tokenized by its own tokenizer, not %s: tokenize your text with "
+                "`./train prepare --tokenizer %s -o DIR FILE...` and pass -i DIR/train.bin -j DIR/val.bin",
+                r->tok_path, r->tok_path);
+    return 1;
+}
+
+/* r->tok from r->tok_path, checked against the model's vocabulary. A tokenizer.json beside
+ * --init-from's weights (beside) is not needed to train on shards, so one that does not fit is only
+ * named; one named by --tokenizer must load. */
+static int load_tokenizer(Run *r, int beside) {
+    const GPTConfig *cfg = &r->cfg;
+    r->tok = tokenizer_load(r->tok_path, r->err);
+    if (r->tok && tokenizer_vocab_size(r->tok) > (uint32_t)cfg->vocab_size) {
+        snprintf(r->err, sizeof r->err, "tokenizer %s has %u tokens but the model's vocabulary is %d (pass -v %u)",
+                 r->tok_path, tokenizer_vocab_size(r->tok), cfg->vocab_size, tokenizer_vocab_size(r->tok));
+        tokenizer_free(r->tok);
+        r->tok = NULL;
+    }
+    if (!r->tok && !beside) return fail(r->err);
+    if (!r->tok && r->dist.rank == 0)
+        printf("note: not using %s (%s); checkpoints will carry no tokenizer.json (pass --tokenizer FILE)\n",
+               r->tok_path, r->err);
+    if (r->tok && beside && r->dist.rank == 0) printf("tokenizer: %s (beside --init-from's weights)\n", r->tok_path);
+    return RUN_ON;
+}
+
+/* The default corpus, prepared for the model's vocabulary (cached), and its tokenizer unless one
+ * was given, which must be the one that made it. */
+static int use_default_corpus(Run *r, int beside) {
+    const Options *opt = &r->opt;
+    const GPTConfig *cfg = &r->cfg;
+    if (beside && !r->tok) {
+        print_error("--init-from %s: its tokenizer.json cannot be used (%s), and the default corpus is tokenized by "
+                    "our own tokenizer: pass -i and -j shards made by the model's tokenizer", opt->init_from, r->err);
+        return 1;
+    }
+    if (r->tok && !has_our_layout(r->tok)) return refuse_default_corpus(r);
+    if (prepare_default_corpus((uint32_t)cfg->vocab_size, opt->cache_dir, &r->prepared, r->err) != 0)
+        return fail(r->err);
+    r->train_path = r->prepared.train_path;
+    r->val_path = r->prepared.val_path;
+    printf("data: the default corpus %s%s, tokenizer of %u tokens\n", r->prepared.corpus,
+           prepare_wants_extended_corpus((uint32_t)cfg->vocab_size) ? " (the standard one supports fewer tokens than -v)"
+                                                                    : "",
+           r->prepared.vocab_reached);
+    if (r->prepared.vocab_reached < r->prepared.vocab_requested)
+        printf("tokenizer: the corpus supports %u of the %u tokens asked for; the model keeps V = %d\n",
+               r->prepared.vocab_reached, r->prepared.vocab_requested, cfg->vocab_size);
+    /* its tokenizer, not its shards' headers: a cache of version 1 records none */
+    Tokenizer *made = tokenizer_load(r->prepared.tokenizer_path, r->err);
+    if (!made) return fail(r->err);
+    if (!r->tok) {
+        r->tok = made;
+        r->tok_path = r->prepared.tokenizer_path;
+        return RUN_ON;
+    }
+    const int same = tokenizer_fingerprint(made) == tokenizer_fingerprint(r->tok);
+    tokenizer_free(made);
+    return same ? RUN_ON : refuse_default_corpus(r);
+}
+
+/* --tokenizer overrides the tokenizer.json beside --init-from's weights: said when they differ, since
+ * the weights learnt the other one's ids. */
+static void note_other_than_init_from(const Run *r) {
+    char path[FGPT_PATH_LEN], err[ERR_LEN];
+    struct stat st;
+    if (path_format(path, "%s/tokenizer.json", r->opt.init_from) != 0 || stat(path, &st) != 0) return;
+    Tokenizer *own = tokenizer_load(path, err);
+    if (own && tokenizer_fingerprint(own) != tokenizer_fingerprint(r->tok))
+        printf("note: --tokenizer %s is not %s, the tokenizer the weights were trained with: its ids mean other "
+               "text to the model\n", r->tok_path, path);
+    tokenizer_free(own);
+}
+
 /* Data: the user's shards, or the default corpus prepared for this vocabulary; the tokenizer; the
  * loaders, each rank reading its share. */
 static int resolve_data(Run *r) {
@@ -925,28 +1014,15 @@ static int resolve_data(Run *r) {
     const GPTConfig *cfg = &r->cfg;
     r->train_path = opt->train_data, r->val_path = opt->val_data, r->tok_path = opt->tokenizer;
     /* a Hugging Face checkpoint's own tokenizer, unless another is named: samples decode with it,
-     * checkpoints carry it, and a shard made by another is refused (the default corpus's too: its
-     * tokenizer is ours). It is not needed to train, so one that does not load is only named. */
+     * checkpoints carry it, and a shard made by another is refused */
     struct stat st;
     const int beside = !r->tok_path[0] && opt->init_from[0] &&
                        path_format(r->beside_init, "%s/tokenizer.json", opt->init_from) == 0 &&
                        stat(r->beside_init, &st) == 0;
     if (beside) r->tok_path = r->beside_init;
-    if (!r->train_path[0]) {
-        if (prepare_default_corpus((uint32_t)cfg->vocab_size, opt->cache_dir, &r->prepared, r->err) != 0)
-            return fail(r->err);
-        r->train_path = r->prepared.train_path;
-        r->val_path = r->prepared.val_path;
-        if (!r->tok_path[0]) r->tok_path = r->prepared.tokenizer_path;
-        printf("data: the default corpus %s%s, tokenizer of %u tokens\n", r->prepared.corpus,
-               prepare_wants_extended_corpus((uint32_t)cfg->vocab_size)
-                   ? " (the standard one supports fewer tokens than -v)"
-                   : "",
-               r->prepared.vocab_reached);
-        if (r->prepared.vocab_reached < r->prepared.vocab_requested)
-            printf("tokenizer: the corpus supports %u of the %u tokens asked for; the model keeps V = %d\n",
-                   r->prepared.vocab_reached, r->prepared.vocab_requested, cfg->vocab_size);
-    }
+    if (r->tok_path[0] && load_tokenizer(r, beside) != RUN_ON) return 1;
+    if (!r->train_path[0] && use_default_corpus(r, beside) != RUN_ON) return 1;
+    if (!r->tok) r->tok_path = "";
     if (opt->train_data[0] && !r->val_path[0] && opt->val_every > 0) /* -i without -j: nothing to validate on */
         printf("validation: off (no -j/--val-data shard beside -i); --val-every has nothing to evaluate\n");
     if (opt->repeated[0]) printf("note: given more than once, the last value is used: %s\n", opt->repeated);
@@ -955,25 +1031,9 @@ static int resolve_data(Run *r) {
     if (opt->warmup >= opt->steps)
         printf("schedule: --warmup %d is not below -x %d: the learning rate never reaches -l %g\n", opt->warmup,
                opt->steps, opt->lr);
-    if (r->tok_path[0]) {
-        r->tok = tokenizer_load(r->tok_path, r->err);
-        if (r->tok && tokenizer_vocab_size(r->tok) > (uint32_t)cfg->vocab_size) {
-            snprintf(r->err, sizeof r->err, "tokenizer %s has %u tokens but the model's vocabulary is %d (pass -v %u)",
-                     r->tok_path, tokenizer_vocab_size(r->tok), cfg->vocab_size, tokenizer_vocab_size(r->tok));
-            tokenizer_free(r->tok);
-            r->tok = NULL;
-        }
-        if (!r->tok && !beside) return fail(r->err);
-        if (!r->tok && r->dist.rank == 0)
-            printf("note: not using %s (%s); checkpoints will carry %s (pass --tokenizer FILE)\n", r->tok_path,
-                   r->err, r->prepared.train_path[0] ? "the default corpus's tokenizer" : "no tokenizer.json");
-        if (r->tok && beside && r->dist.rank == 0)
-            printf("tokenizer: %s (beside --init-from's weights)\n", r->tok_path);
-        if (!r->tok) r->tok_path = r->prepared.train_path[0] ? r->prepared.tokenizer_path : "";
-        if (!r->tok && r->tok_path[0] && !(r->tok = tokenizer_load(r->tok_path, r->err))) return fail(r->err);
-    } else if (r->dist.rank == 0) {
+    if (!r->tok && r->dist.rank == 0 && !beside)
         printf("note: no --tokenizer: checkpoints will carry no tokenizer.json\n");
-    }
+    if (r->tok && opt->tokenizer[0] && opt->init_from[0] && r->dist.rank == 0) note_other_than_init_from(r);
     r->have_ck_tok = r->tok && r->dist.rank == 0 && checkpoint_tokenizer(r->tok, cfg->max_seq_len, &r->ck_tok);
     note_sample_window(r->tok, opt);
 
@@ -1010,16 +1070,19 @@ static int resolve_data(Run *r) {
         return 1;
     }
     if (r->tok) {
+        /* the model's own tokenizer (--init-from's) is to be kept: only the text can change */
+        char fix[FGPT_PATH_LEN + 128];
+        if (r->tok_path == r->beside_init)
+            snprintf(fix, sizeof fix, "tokenize the text for this model with `./train prepare --tokenizer %s`",
+                     r->tok_path);
+        else
+            snprintf(fix, sizeof fix, "pass the tokenizer that made it, or tokenize the text again with `./train "
+                     "prepare --tokenizer %s`", r->tok_path);
         const uint64_t fp = tokenizer_fingerprint(r->tok);
-        if (shard_check_tokenizer(r->train_path, r->train_loader.shard_tokenizer, r->tok_path, fp, r->err) != 0 ||
+        if (shard_check_tokenizer(r->train_path, r->train_loader.shard_tokenizer, r->tok_path, fp, fix, r->err) != 0 ||
             (r->have_val &&
-             shard_check_tokenizer(r->val_path, r->val_loader.shard_tokenizer, r->tok_path, fp, r->err) != 0)) {
-            if (!r->prepared.train_path[0]) return fail(r->err);
-            print_error("the default corpus is tokenized by its own tokenizer, not %s: tokenize your text with "
-                        "`./train prepare --tokenizer %s -o DIR FILE...` and pass -i DIR/train.bin -j DIR/val.bin",
-                        r->tok_path, r->tok_path);
-            return 1;
-        }
+             shard_check_tokenizer(r->val_path, r->val_loader.shard_tokenizer, r->tok_path, fp, fix, r->err) != 0))
+            return fail(r->err);
     }
     /* a tokenizer of another size than the shard records is not the one that made it (an
      * interrupted prepare into a used folder leaves such a pair): a smaller one cannot decode the

@@ -10,6 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The formats (shards, checkpoints) and the fingerprints are little-endian and written with memcpy. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "fusedgpt reads and writes its files little-endian: this host is big-endian"
+#endif
+
 void fgpt_set_err(char *err, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -345,10 +350,9 @@ int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64
 }
 
 int shard_check_tokenizer(const char *path, uint64_t made_by, const char *tok_path, uint64_t tokenizer,
-                          char *err) {
+                          const char *fix, char *err) {
     if (!made_by || !tokenizer || made_by == tokenizer) return 0;
-    snprintf(err, ERR_LEN, "token shard %s was made by another tokenizer than %s (its ids stand for other text): "
-             "pass the tokenizer that made it, or tokenize the text again with `./train prepare --tokenizer %s`",
-             path, tok_path, tok_path);
+    snprintf(err, ERR_LEN, "token shard %s was made by another tokenizer than %s (its ids stand for other text): %s",
+             path, tok_path, fix);
     return -1;
 }

@@ -74,8 +74,9 @@ int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64
                char *err);
 
 /* 0 when the shard at path records no tokenizer (made_by, its header's fingerprint, is 0) or the
- * one given: the file tok_path of fingerprint `tokenizer`. -1 + message naming both when another tokenizer made its tokens. */
+ * one given: the file tok_path of fingerprint `tokenizer`. -1 + a message naming both, then `fix`
+ * (what to do: it depends on where the tokenizer came from), when another tokenizer made its tokens. */
 int shard_check_tokenizer(const char *path, uint64_t made_by, const char *tok_path, uint64_t tokenizer,
-                          char *err);
+                          const char *fix, char *err);
 
 #endif

@@ -824,9 +824,37 @@ TEST(init_from_takes_the_tokenizer_beside_the_weights_and_refuses_a_shard_it_did
               strstr(out, "step_00000001/tokenizer.json: tokenize your text with `./train prepare --tokenizer"),
           "the default corpus under a checkpoint's tokenizer: exit %d: %s", rc, out);
     free(out);
-    /* --tokenizer wins over the one beside the weights */
-    expect_run(0, "step     1/1", NULL, RUN700 " --init-from %s -i %s --tokenizer %s -o %s/from_ck_given", ck, train_b,
-               other, d);
+    /* one of our tokenizers, but not the default corpus's: refused once the corpus is prepared */
+    char ours[900];
+    snprintf(ours, sizeof ours, "%s/ours_other", d);
+    snprintf(args, sizeof args, "prepare -v 700 -o %s README.md", ours);
+    REQUIRE(run_train(args, &out) == 0, "prepare: %s", out);
+    free(out);
+    snprintf(args, sizeof args, RUN700 " --tokenizer %s/tokenizer.bin --cache-dir %s -o %s/ours_default", ours, cache, d);
+    rc = run_train_under(prefix, args, &out);
+    CHECK(rc == 1 && out && strstr(out, "error: the default corpus is tokenized by its own tokenizer, not ") &&
+              strstr(out, "ours_other/tokenizer.bin"),
+          "another of our tokenizers on the default corpus: exit %d: %s", rc, out);
+    free(out);
+    /* a checkpoint whose tokenizer.json cannot be read: named and left out on shards, refused on the
+     * default corpus (nothing says which tokenizer the weights learnt) */
+    char bad[900];
+    snprintf(bad, sizeof bad, "%s/ck_bad_tok", d);
+    snprintf(args, sizeof args, "cp -r %s %s && echo '{\"model\": 1}' > %s/tokenizer.json", ck, bad, bad);
+    REQUIRE(system(args) == 0, "%s", args);
+    expect_run(0, "step     1/1", "note: not using", RUN700 " --init-from %s -i %s -o %s/bad_tok_shard", bad, train, d);
+    snprintf(args, sizeof args, RUN700 " --init-from %s --cache-dir %s -o %s/bad_tok_default", bad, cache, d);
+    rc = run_train_under(prefix, args, &out);
+    CHECK(rc == 1 && out && strstr(out, "error: --init-from ") && strstr(out, "its tokenizer.json cannot be used"),
+          "an unreadable tokenizer.json on the default corpus: exit %d: %s", rc, out);
+    free(out);
+    /* --tokenizer wins over the one beside the weights, which is named */
+    snprintf(args, sizeof args, RUN700 " --init-from %s -i %s --tokenizer %s -o %s/from_ck_given", ck, train_b, other, d);
+    rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "swapped_ids2.json is not ") &&
+              strstr(out, "the tokenizer the weights were trained with"),
+          "--tokenizer over the checkpoint's: exit %d: %s", rc, out);
+    free(out);
     /* eval refuses the shard too: its loss would be of other text */
     snprintf(args, sizeof args, "eval --init-from %s -i %s -t 16 --device cpu", ck, train_b);
     rc = run_train(args, &out);

@@ -36,7 +36,7 @@ for V in $VOCABS; do
         rm -rf /tmp/sp/run # a new run sets an earlier one aside whole: GBs of checkpoints each
         ./train $args --step-parts 1 -x 30 >"$OUT/${tag}_steps.log" 2>&1
         kill $smi 2>/dev/null
-        step_ms=$(grep '| loss' "$OUT/${tag}_steps.log" | tail -20 | awk -F'|' '{print $5}' | awk '{print $1}' |
+        step_ms=$(grep '| loss' "$OUT/${tag}_steps.log" | tail -20 | grep -oE '\| [0-9.]+ ms \|' | awk '{print $2}' |
             sort -n | sed -n 10p)
         python3 - "$OUT/${tag}_steps.log" "$OUT/${tag}_clocks.csv" <<'PY' | tee "$OUT/${tag}_parts.txt"
 import re, sys, statistics as st

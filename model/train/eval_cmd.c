@@ -185,7 +185,9 @@ static int made_by_other_tokenizer(const char *path, uint64_t made_by, const cha
     if (!made_by || path_format(tok_path, "%s/tokenizer.json", dir) != 0 || stat(tok_path, &st) != 0) return 0;
     Tokenizer *tok = tokenizer_load(tok_path, err);
     if (!tok) return 0; /* not needed to evaluate */
-    const int other = shard_check_tokenizer(path, made_by, tok_path, tokenizer_fingerprint(tok), err) != 0;
+    char fix[FGPT_PATH_LEN + 96];
+    snprintf(fix, sizeof fix, "evaluate a shard made by it (`./train prepare --tokenizer %s`)", tok_path);
+    const int other = shard_check_tokenizer(path, made_by, tok_path, tokenizer_fingerprint(tok), fix, err) != 0;
     tokenizer_free(tok);
     if (other) print_error("%s", err);
     return other;
