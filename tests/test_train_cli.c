@@ -437,21 +437,41 @@ TEST(nan_loss_stops_the_run_and_keeps_the_last_checkpoint) {
     free(out);
 }
 
-/* Runs ./train with the flags fmt makes; its exit status must be rc and its output must hold
- * `needle` and, unless NULL, `needle2`. */
-static void expect_run(int rc, const char *needle, const char *needle2, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void expect_run(int rc, const char *needle, const char *needle2, const char *fmt, ...) {
+/* Runs ./train with the flags fmt makes, after the shell commands `prefix` (run_train_under);
+ * its exit status must be rc and its output must hold `needle` and, unless NULL, `needle2`. */
+static void expect_run_under(const char *prefix, int rc, const char *needle, const char *needle2, const char *fmt,
+                             va_list ap) {
     char args[2400], *out = NULL;
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    int got = run_train(args, &out);
+    int got = prefix ? run_train_under(prefix, args, &out) : run_train(args, &out);
     CHECK(out && got == rc && strstr(out, needle) && (!needle2 || strstr(out, needle2)),
           "./train %s: exit %d (expected %d), output lacks '%s'%s%s: %s", args, got, rc, needle, needle2 ? " or " : "",
           needle2 ? needle2 : "", out ? out : "");
     free(out);
+}
+
+/* The same without a prefix. */
+static void expect_run(int rc, const char *needle, const char *needle2, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void expect_run(int rc, const char *needle, const char *needle2, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    expect_run_under(NULL, rc, needle, needle2, fmt, ap);
+    va_end(ap);
+}
+
+/* ./train without apt-get on PATH, so that the default corpus is the synthetic one (in cache_dir). */
+static void expect_run_synthetic_corpus(int rc, const char *needle, const char *needle2, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void expect_run_synthetic_corpus(int rc, const char *needle, const char *needle2, const char *fmt, ...) {
+    char nobin[900], prefix[1000];
+    snprintf(nobin, sizeof nobin, "%s/nobin_synthetic", test_tmpdir());
+    mkdir(nobin, 0755);
+    snprintf(prefix, sizeof prefix, "PATH=%s", nobin);
+    va_list ap;
+    va_start(ap, fmt);
+    expect_run_under(prefix, rc, needle, needle2, fmt, ap);
+    va_end(ap);
 }
 
 TEST(a_new_run_in_a_used_directory_sets_the_old_one_aside_and_a_finished_resume_says_so) {
@@ -749,28 +769,42 @@ TEST(a_tokenizer_smaller_than_the_shards_vocabulary_is_refused) {
     free(out);
 }
 
+#define GPT2_STYLE_TOKENIZER "tests/fixtures/hf_gpt2_style.json"
+#define RUN700 "--device cpu -e tiny -v 700 -b 2 -t 16 -x 1 --warmup 0 -s 0 --val-every 0"
+
+/* Into the test folder: `other`, the GPT-2-style fixture tokenizer with two ids swapped (the same size),
+ * and two pattern shards of 700 ids, `by_a` made by the fixture and `by_b` by the other, at paths
+ * named after tag (each path buffer PATH_BUF bytes). 0, or -1. */
+#define PATH_BUF 800
+static int two_tokenizers_and_their_shards(const char *tag, char *other, char *by_a, char *by_b) {
+    char err[ERR_LEN];
+    const char *d = test_tmpdir();
+    snprintf(other, PATH_BUF, "%s/%s_swapped_ids.json", d, tag);
+    snprintf(by_a, PATH_BUF, "%s/%s_made_by_a.bin", d, tag);
+    snprintf(by_b, PATH_BUF, "%s/%s_made_by_b.bin", d, tag);
+    if (write_gpt2_style_tokenizer_with_two_ids_swapped(other) != 0) return -1;
+    Tokenizer *a = tokenizer_load(GPT2_STYLE_TOKENIZER, err), *b = a ? tokenizer_load(other, err) : NULL;
+    int rc = a && b && write_pattern_shard_made_by(by_a, 4000, 700, 1, tokenizer_fingerprint(a)) == 0 &&
+                     write_pattern_shard_made_by(by_b, 2000, 700, 2, tokenizer_fingerprint(b)) == 0
+                 ? 0
+                 : -1;
+    if (!a || !b) fprintf(stderr, "%s\n", err);
+    tokenizer_free(a);
+    tokenizer_free(b);
+    return rc;
+}
+
 /* A shard records the tokenizer that made it. Another tokenizer of the same size, whose ids stand
  * for other text, is refused for the training shard and a validation shard made by another is
  * refused beside it; the tokenizer that made the shard trains. */
 TEST(a_shard_made_by_another_tokenizer_of_the_same_size_is_refused) {
-    char other[800], train[800], val_b[800], args[2400], err[ERR_LEN], *out = NULL;
-    const char *d = test_tmpdir(), *fixture = "tests/fixtures/hf_gpt2_style.json";
-    snprintf(other, sizeof other, "%s/swapped_ids.json", d);
-    REQUIRE(write_gpt2_style_tokenizer_with_two_ids_swapped(other) == 0, "writing %s", other);
-    Tokenizer *a = tokenizer_load(fixture, err), *b = a ? tokenizer_load(other, err) : NULL;
-    REQUIRE(a && b, "%s", err);
-    snprintf(train, sizeof train, "%s/made_by_a.bin", d);
-    snprintf(val_b, sizeof val_b, "%s/made_by_b.bin", d);
-    REQUIRE(write_pattern_shard_made_by(train, 4000, 700, 1, tokenizer_fingerprint(a)) == 0 &&
-                write_pattern_shard_made_by(val_b, 2000, 700, 2, tokenizer_fingerprint(b)) == 0,
-            "shards");
-    tokenizer_free(a);
-    tokenizer_free(b);
-#define RUN700 "--device cpu -e tiny -v 700 -b 2 -t 16 -x 1 --warmup 0 -s 0 --val-every 0"
+    char other[PATH_BUF], train[PATH_BUF], val_b[PATH_BUF], args[2400], *out = NULL;
+    const char *d = test_tmpdir(), *fixture = GPT2_STYLE_TOKENIZER;
+    REQUIRE(two_tokenizers_and_their_shards("cli", other, train, val_b) == 0, "tokenizers and shards");
     snprintf(args, sizeof args, RUN700 " -i %s --tokenizer %s -o %s/run_other_tok", train, other, d);
     int rc = run_train(args, &out);
     CHECK(rc == 1 && out && strncmp(out, "error: ", 7) == 0 && count_lines(out) == 1 &&
-              strstr(out, "made_by_a.bin was made by another tokenizer than") && strstr(out, "swapped_ids.json"),
+              strstr(out, "cli_made_by_a.bin was made by another tokenizer than") && strstr(out, "cli_swapped_ids.json"),
           "another tokenizer: exit %d: %s", rc, out);
     free(out);
     snprintf(args, sizeof args, RUN700 " --val-every 1 -i %s -j %s --tokenizer %s -o %s/run_val_b", train, val_b,
@@ -785,19 +819,9 @@ TEST(a_shard_made_by_another_tokenizer_of_the_same_size_is_refused) {
 /* --init-from takes the tokenizer.json beside the weights (our checkpoints carry one) unless
  * --tokenizer names another: so a shard its tokenizer did not make is refused there too. */
 TEST(init_from_takes_the_tokenizer_beside_the_weights_and_refuses_a_shard_it_did_not_make) {
-    char other[800], train[800], train_b[800], ck[900], args[2400], err[ERR_LEN], *out = NULL;
-    const char *d = test_tmpdir(), *fixture = "tests/fixtures/hf_gpt2_style.json";
-    snprintf(other, sizeof other, "%s/swapped_ids2.json", d);
-    REQUIRE(write_gpt2_style_tokenizer_with_two_ids_swapped(other) == 0, "writing %s", other);
-    Tokenizer *a = tokenizer_load(fixture, err), *b = a ? tokenizer_load(other, err) : NULL;
-    REQUIRE(a && b, "%s", err);
-    snprintf(train, sizeof train, "%s/init_a.bin", d);
-    snprintf(train_b, sizeof train_b, "%s/init_b.bin", d);
-    REQUIRE(write_pattern_shard_made_by(train, 4000, 700, 1, tokenizer_fingerprint(a)) == 0 &&
-                write_pattern_shard_made_by(train_b, 4000, 700, 1, tokenizer_fingerprint(b)) == 0,
-            "shards");
-    tokenizer_free(a);
-    tokenizer_free(b);
+    char other[PATH_BUF], train[PATH_BUF], train_b[PATH_BUF], ck[900], args[2400], *out = NULL;
+    const char *d = test_tmpdir(), *fixture = GPT2_STYLE_TOKENIZER;
+    REQUIRE(two_tokenizers_and_their_shards("init", other, train, train_b) == 0, "tokenizers and shards");
     expect_run(0, "step     1/1", NULL, RUN700 " -i %s --tokenizer %s -o %s/with_tok", train, fixture, d);
     snprintf(ck, sizeof ck, "%s/with_tok/step_00000001", d);
     snprintf(args, sizeof args, RUN700 " --init-from %s -i %s -o %s/from_ck", ck, train, d);
@@ -808,34 +832,23 @@ TEST(init_from_takes_the_tokenizer_beside_the_weights_and_refuses_a_shard_it_did
     free(out);
     snprintf(args, sizeof args, RUN700 " --init-from %s -i %s -o %s/from_ck_b", ck, train_b, d);
     rc = run_train(args, &out);
-    CHECK(rc == 1 && out && strstr(out, "error: ") && strstr(out, "init_b.bin was made by another tokenizer than") &&
+    CHECK(rc == 1 && out && strstr(out, "error: ") && strstr(out, "init_made_by_b.bin was made by another tokenizer than") &&
               strstr(out, "step_00000001/tokenizer.json"),
           "a shard of another tokenizer: exit %d: %s", rc, out);
     free(out);
     /* without -i, the default corpus: our own tokenizer made it, not the checkpoint's */
-    char cache[900], nobin[900], prefix[1000];
+    char cache[900];
     snprintf(cache, sizeof cache, "%s/cache_fp", d);
-    snprintf(nobin, sizeof nobin, "%s/nobin_fp", d);
-    mkdir(nobin, 0755);
-    snprintf(prefix, sizeof prefix, "PATH=%s", nobin); /* no apt-get: the synthetic default corpus */
-    snprintf(args, sizeof args, RUN700 " --init-from %s --cache-dir %s -o %s/from_ck_default", ck, cache, d);
-    rc = run_train_under(prefix, args, &out);
-    CHECK(rc == 1 && out && strstr(out, "error: the default corpus is tokenized by its own tokenizer, not ") &&
-              strstr(out, "step_00000001/tokenizer.json: tokenize your text with `./train prepare --tokenizer"),
-          "the default corpus under a checkpoint's tokenizer: exit %d: %s", rc, out);
-    free(out);
+    expect_run_synthetic_corpus(1, "error: the default corpus is tokenized by its own tokenizer, not ",
+                                "step_00000001/tokenizer.json: tokenize your text with `./train prepare --tokenizer",
+                                RUN700 " --init-from %s --cache-dir %s -o %s/from_ck_default", ck, cache, d);
     /* one of our tokenizers, but not the default corpus's: refused once the corpus is prepared */
     char ours[900];
     snprintf(ours, sizeof ours, "%s/ours_other", d);
-    snprintf(args, sizeof args, "prepare -v 700 -o %s README.md", ours);
-    REQUIRE(run_train(args, &out) == 0, "prepare: %s", out);
-    free(out);
-    snprintf(args, sizeof args, RUN700 " --tokenizer %s/tokenizer.bin --cache-dir %s -o %s/ours_default", ours, cache, d);
-    rc = run_train_under(prefix, args, &out);
-    CHECK(rc == 1 && out && strstr(out, "error: the default corpus is tokenized by its own tokenizer, not ") &&
-              strstr(out, "ours_other/tokenizer.bin"),
-          "another of our tokenizers on the default corpus: exit %d: %s", rc, out);
-    free(out);
+    expect_run(0, "train.bin", NULL, "prepare -v 700 -o %s README.md", ours);
+    expect_run_synthetic_corpus(1, "error: the default corpus is tokenized by its own tokenizer, not ",
+                                "ours_other/tokenizer.bin", RUN700 " --tokenizer %s/tokenizer.bin --cache-dir %s -o %s/ours_default",
+                                ours, cache, d);
     /* a checkpoint whose tokenizer.json cannot be read: named and left out on shards, refused on the
      * default corpus (nothing says which tokenizer the weights learnt) */
     char bad[900];
@@ -843,15 +856,12 @@ TEST(init_from_takes_the_tokenizer_beside_the_weights_and_refuses_a_shard_it_did
     snprintf(args, sizeof args, "cp -r %s %s && echo '{\"model\": 1}' > %s/tokenizer.json", ck, bad, bad);
     REQUIRE(system(args) == 0, "%s", args);
     expect_run(0, "step     1/1", "note: not using", RUN700 " --init-from %s -i %s -o %s/bad_tok_shard", bad, train, d);
-    snprintf(args, sizeof args, RUN700 " --init-from %s --cache-dir %s -o %s/bad_tok_default", bad, cache, d);
-    rc = run_train_under(prefix, args, &out);
-    CHECK(rc == 1 && out && strstr(out, "error: --init-from ") && strstr(out, "its tokenizer.json cannot be used"),
-          "an unreadable tokenizer.json on the default corpus: exit %d: %s", rc, out);
-    free(out);
+    expect_run_synthetic_corpus(1, "error: --init-from ", "its tokenizer.json cannot be used",
+                                RUN700 " --init-from %s --cache-dir %s -o %s/bad_tok_default", bad, cache, d);
     /* --tokenizer wins over the one beside the weights, which is named */
     snprintf(args, sizeof args, RUN700 " --init-from %s -i %s --tokenizer %s -o %s/from_ck_given", ck, train_b, other, d);
     rc = run_train(args, &out);
-    CHECK(rc == 0 && out && strstr(out, "swapped_ids2.json is not ") &&
+    CHECK(rc == 0 && out && strstr(out, "init_swapped_ids.json is not ") &&
               strstr(out, "the tokenizer the weights were trained with"),
           "--tokenizer over the checkpoint's: exit %d: %s", rc, out);
     free(out);
@@ -859,14 +869,13 @@ TEST(init_from_takes_the_tokenizer_beside_the_weights_and_refuses_a_shard_it_did
     snprintf(args, sizeof args, "eval --init-from %s -i %s -t 16 --device cpu", ck, train_b);
     rc = run_train(args, &out);
     CHECK(rc == 1 && out && strncmp(out, "error: ", 7) == 0 && count_lines(out) == 1 &&
-              strstr(out, "init_b.bin was made by another tokenizer than"),
+              strstr(out, "init_made_by_b.bin was made by another tokenizer than"),
           "eval of a shard of another tokenizer: exit %d: %s", rc, out);
     free(out);
     snprintf(args, sizeof args, "eval --init-from %s -i %s -t 16 --device cpu", ck, train);
     rc = run_train(args, &out);
     CHECK(rc == 0 && out && strstr(out, "loss "), "eval of its own tokenizer's shard: exit %d: %s", rc, out);
     free(out);
-#undef RUN700
 }
 
 /* The schedule note a resume prints, as the trainer formats it. */
