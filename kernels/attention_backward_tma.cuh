@@ -1,14 +1,14 @@
 /* kernels/attention_backward_tma.cuh - the attention backward's dK,dV and dQ kernels at head sizes
  * 64 and 128 on Hopper, in FlashAttention-3's manner: a block owns 128 rows (keys for dK,dV, queries
  * for dQ) as two consumer warpgroups of 64 that share every tile the block streams, and a producer
- * warpgroup streams the other side's tiles of 64 rows by the copy engine (TMA) through a two-stage
+ * warpgroup streams the other side's tiles of 64 rows by the copy engine (TMA) through a three-stage
  * mbarrier ring, giving its registers to the consumers (setmaxnreg). Math, order, masks and the
  * qkv-bias partial sums are those of attention_backward.cuh's kernels (attention.cu describes the
  * algorithm): deterministic, no atomics, K and V read from the packed qkv for every query head
  * of their group.
  *
  * Launch: 1-d grids of ⌈T/128⌉·B·NKV (dK,dV) and ⌈T/128⌉·B·NH (dQ) blocks of 384 threads (warps 0-7
- * the consumers, 8-11 the producer warpgroup), 129 KB of shared memory at HS 128 (65 at 64): one
+ * the consumers, 8-11 the producer warpgroup), 161 KB of shared memory at HS 128 (81 at 64): one
  * block per SM. Blocks go by sections of heads whose streamed tiles fit in a share of L2 together,
  * heaviest blocks first within a section (the first key blocks, the last query blocks).
  * dK,dV: per query tile of 64 rows (head after head of the group): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (wgmma
@@ -31,7 +31,9 @@
 #include "kernels/attention_forward_tma.cuh"
 
 #define ATT_BWD_TMA_ROWS 128 /* keys of a dK,dV block, queries of a dQ block */
-#define ATT_BWD_TMA_STAGES 2 /* streamed tiles in flight */
+/* streamed tiles in flight: three, not two, took 6-11 % off the backward at Llama's and Qwen3's
+ * shapes (dev/RESULTS.md, attention); four gave no more */
+#define ATT_BWD_TMA_STAGES 3
 
 /* A streamed [64][HS] tile: HS/64 panels of 64 rows × 128 bytes (8 KB each). */
 __host__ __device__ constexpr int att_bwd_tma_tile_bytes(int HS) {
