@@ -964,6 +964,12 @@ static int load_tokenizer(Run *r, int beside) {
 static int use_default_corpus(Run *r, int beside) {
     const Options *opt = &r->opt;
     const GPTConfig *cfg = &r->cfg;
+    if (opt->init_from[0] && !opt->tokenizer[0] && !beside) {
+        print_error("--init-from %s has no tokenizer.json, and the default corpus is tokenized by our own tokenizer, "
+                    "which need not be the one its weights learnt: pass -i and -j shards made by the model's "
+                    "tokenizer, or --tokenizer FILE naming the one that made the default corpus", opt->init_from);
+        return 1;
+    }
     if (beside && !r->tok) {
         print_error("--init-from %s: its tokenizer.json cannot be used (%s), and the default corpus is tokenized by "
                     "our own tokenizer: pass -i and -j shards made by the model's tokenizer", opt->init_from, r->err);

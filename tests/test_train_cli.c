@@ -858,6 +858,13 @@ TEST(init_from_takes_the_tokenizer_beside_the_weights_and_refuses_a_shard_it_did
     expect_run(0, "step     1/1", "note: not using", RUN700 " --init-from %s -i %s -o %s/bad_tok_shard", bad, train, d);
     expect_run_synthetic_corpus(1, "error: --init-from ", "its tokenizer.json cannot be used",
                                 RUN700 " --init-from %s --cache-dir %s -o %s/bad_tok_default", bad, cache, d);
+    /* no tokenizer.json at all: nothing says which tokenizer the weights learnt */
+    char none[900];
+    snprintf(none, sizeof none, "%s/ck_no_tok", d);
+    snprintf(args, sizeof args, "cp -r %s %s && rm %s/tokenizer.json", ck, none, none);
+    REQUIRE(system(args) == 0, "%s", args);
+    expect_run_synthetic_corpus(1, "error: --init-from ", "has no tokenizer.json, and the default corpus",
+                                RUN700 " --init-from %s --cache-dir %s -o %s/no_tok_default", none, cache, d);
     /* --tokenizer wins over the one beside the weights, which is named */
     snprintf(args, sizeof args, RUN700 " --init-from %s -i %s --tokenizer %s -o %s/from_ck_given", ck, train_b, other, d);
     rc = run_train(args, &out);
