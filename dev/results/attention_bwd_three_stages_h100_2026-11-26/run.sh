@@ -1,48 +1,5 @@
 #!/usr/bin/env bash
-# One H100: the attention backward's ring of streamed tiles three deep instead of two (this tree's ./train
-# and build/run_gpu_tests) against a ./train of two ($BASE): the GPU tests of attention and of the
-# backend; every loss, norm and
-# validation line and the final weights of tiny runs (GPT-2, Qwen3 at head sizes 64 and 128, an untied
-# Llama, Gemma 3's windows, T not a multiple of 128, gradient accumulation); then the trainer's
-# throughput in alternating rounds. Prints a summary last.
-set -uo pipefail
-OUT=${OUT:-out}; M=/tmp/ad; mkdir -p $OUT $M
-S=$OUT/summary.txt; : >$S
-say() { echo "$1" | tee -a $S; }
-BASE=${BASE:?the parent commit\'s ./train}
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a $S
-t0=$SECONDS
-for f in attention backend; do
-  timeout 120 ./build/run_gpu_tests $f >$OUT/gpu_tests_$f.log 2>&1
-  say "gpu tests $f rc $?: $(grep -E '[0-9]+ passed' $OUT/gpu_tests_$f.log | tail -1) $(grep -m3 FAIL $OUT/gpu_tests_$f.log | tr '\n' ' ') [$((SECONDS-t0)) s]"
-done
-python3 tests/fixtures/gen/make_shard.py $M/t.bin 2000000 1000 pattern 1 >/dev/null
-python3 tests/fixtures/gen/make_shard.py $M/v.bin 100000 1000 pattern 2 >/dev/null
-data="-v 1000 -b 8 -t 128 -x 30 -l 2e-3 --warmup 5 --val-every 7 --val-batches 2 -s 0 -i $M/t.bin -j $M/v.bin"
-fam="--layers 2 --dim 128 --heads 2 --kv-heads 1 --ffn-dim 256"
-for run in "gpt2|-e tiny" "gpt2_t100|-e tiny -b 6 -t 100" "accum|-e tiny -d 4096" "qwen3|--family qwen3 $fam --head-dim 64" \
-           "qwen3_hd128|--family qwen3 $fam --head-dim 128" "llama_untied|--family llama $fam --head-dim 64 --untied-head" \
-           "gemma3|--family gemma3 $fam --head-dim 64 --sliding-window 64"; do
-  IFS='|' read -r tag flags <<<"$run"
-  for b in base new; do bin=$([ $b = base ] && echo $BASE || echo ./train); rm -rf $M/sb_${tag}_$b
-    timeout 60 $bin $data $flags -o $M/sb_${tag}_$b >$M/sb_${tag}_$b.log 2>&1; done
-  l=$(diff <(grep -E '^step|val loss' $M/sb_${tag}_base.log | cut -d'|' -f1-5) <(grep -E '^step|val loss' $M/sb_${tag}_new.log | cut -d'|' -f1-5) >/dev/null && grep -q '^step' $M/sb_${tag}_new.log && echo equal || echo DIFFERENT)
-  w1=$(ls $M/sb_${tag}_base/step_*/model.safetensors 2>/dev/null | tail -1); w2=${w1/sb_${tag}_base/sb_${tag}_new}
-  say "same bits as the parent, $tag: lines $l, final weights $([ -n "$w1" ] && cmp -s "$w1" "$w2" && echo equal || echo DIFFERENT) $(grep -m1 error $M/sb_${tag}_new.log)"
-done
-say "[$((SECONDS-t0)) s]"
-python3 tests/fixtures/gen/make_shard.py $M/r.bin 8000000 50304 random 3 >/dev/null
-python3 tests/fixtures/gen/make_shard.py $M/rq.bin 2000000 151936 random 3 >/dev/null
-python3 tests/fixtures/gen/make_shard.py $M/rl.bin 2000000 128256 random 4 >/dev/null
-for r in 1 2; do for b in base new; do bin=$([ $b = base ] && echo $BASE || echo ./train)
-  rm -rf $M/o; timeout 90 $bin -e d12 -v 50304 -b 32 -t 1024 -x 40 --warmup 5 --val-every 0 -s 0 -n 0 --step-parts 1 -i $M/r.bin -o $M/o >$M/g.log 2>&1
-  say "GPT-2 124M V50304 B32 $b r$r: $(grep '| loss' $M/g.log | tail -30 | grep -oE '[0-9.]+ tok/s' | sort -n | sed -n 15p) $(grep '| loss' $M/g.log | tail -1 | grep -oE 'fwd [0-9.]+ out [0-9.]+ bwd [0-9.]+')"
-  rm -rf $M/o; timeout 120 $bin -e qwen3-0.6b -b 16 -t 2048 --max-seq-len 2048 -x 14 --warmup 2 --val-every 0 -s 0 -n 0 --step-parts 1 -i $M/rq.bin -o $M/o >$M/q.log 2>&1
-  say "Qwen3-0.6B B16 $b r$r: $(grep '| loss' $M/q.log | tail -8 | grep -oE '[0-9.]+ tok/s' | sort -n | sed -n 4p) $(grep '| loss' $M/q.log | tail -1 | grep -oE 'bwd [0-9.]+')"
-done; done
-for b in base new; do bin=$([ $b = base ] && echo $BASE || echo ./train)
-  rm -rf $M/o; timeout 150 $bin -e llama3.2-1b -b 16 -t 2048 --max-seq-len 2048 -x 12 --warmup 2 --val-every 0 -s 0 -n 0 --step-parts 1 -i $M/rl.bin -o $M/o >$M/l.log 2>&1
-  say "Llama-3.2-1B B16 $b: $(grep '| loss' $M/l.log | tail -6 | grep -oE '[0-9.]+ tok/s' | sort -n | sed -n 3p) $(grep '| loss' $M/l.log | tail -1 | grep -oE 'bwd [0-9.]+')"
-done
-say "---- elapsed $((SECONDS-t0)) s"
-cat $S
+# One H100: the attention backward's ring of streamed tiles three deep instead of two (this tree's
+# ./train and build/run_gpu_tests) against a ./train of two ($BASE): the GPU tests of attention and of
+# the backend, the same bits in tiny runs, the trainer's throughput.
+TESTS="attention backend" exec bash dev/check/ab_one_gpu.sh
