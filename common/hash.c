@@ -3,11 +3,6 @@
 
 #include <string.h>
 
-/* The formats (shards, checkpoints) and the fingerprints are little-endian and written with memcpy. */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "fusedgpt reads and writes its files little-endian: this host is big-endian"
-#endif
-
 #define H_P1 0x9E3779B185EBCA87ull
 #define H_P2 0xC2B2AE3D27D4EB4Full
 static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }

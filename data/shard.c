@@ -10,7 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The formats (shards, checkpoints) and the fingerprints are little-endian and written with memcpy. */
+/* The one build-time check of byte order: the file formats (shards, checkpoints) and the hashes and
+ * fingerprints they store are little-endian and written with memcpy, and this file is in every build. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "fusedgpt reads and writes its files little-endian: this host is big-endian"
 #endif
