@@ -52,6 +52,8 @@
 #     bitwise, the real section's loss curve, and tokens/s in every mode; a table last (WIRE_PARTS
 #     picks its parts: see the section). Exits 1 when a verdict fails.
 # TP_VOCABS: vocabularies of the throughput, peers and sweep sections (default "50304 262144");
+# TP_MODES: the throughput section's data-parallel modes, "tag|flags;tag|flags" (default: the all-reduce
+#   after the backward and overlapped, ZeRO-1 overlapped and after the backward);
 # TP_OUTPUTS: output layers of the throughput section (default fused; "fused fused:0 canonical" for all,
 #   "fused:MB" passing --logits-mb MB: 0 is the fused layer's streaming path).
 set -uo pipefail
@@ -327,6 +329,7 @@ throughput() {
     note "    GPU ms of a step's parts (a middle step by output layer time): ${parts:-none}"
 }
 if has throughput || has sweep || has skew || has peers; then
+    IFS=';' read -ra tp_modes <<<"${TP_MODES:-allreduce_after|--zero 0 --overlap-comm 0;overlap|--zero 0;zero1|--zero 1;zero1_after|--zero 1 --overlap-comm 0}"
     for V in $TP_VOCABS; do
         python3 tests/fixtures/gen/make_shard.py $MG/rand_$V.bin 40000000 $V random 3
         DDP_TOK=
@@ -351,7 +354,7 @@ if has throughput || has sweep || has skew || has peers; then
             one0=$TP_TOK
             throughput $V 1gpu_on_gpu1$sfx CUDA_VISIBLE_DEVICES=1 ./train -g 1 --output $out
             one1=$TP_TOK
-            for mode in "allreduce_after|--zero 0 --overlap-comm 0" "overlap|--zero 0" "zero1|--zero 1" "zero1_after|--zero 1 --overlap-comm 0"; do
+            for mode in "${tp_modes[@]}"; do
                 IFS='|' read -r tag flags <<<"$mode"
                 throughput $V $tag$sfx ./train -g $G $flags --output $out
                 note "    scaling: $(python3 -c "
