@@ -31,9 +31,10 @@
  *   dQ kernel: a block owns 64 queries, loops over the key tiles they see (up to the diagonal, from
  *     the window's start), recomputes P and dP, dQ += dS·K. P is recomputed twice (7 products
  *     instead of FA2's 5) in exchange for no atomics.
- *   On Hopper at HS 64 and 128 both are attention_backward_tma.cuh's instead: blocks of 128 keys
- *   (dK,dV) or queries (dQ) as two warpgroups of 64, the other side's tiles of 64 streamed by the
- *   copy engine, the same order, masks and arithmetic.
+ *   On Hopper at HS 64 and 128 one kernel does both (attention_backward_tma.cuh): blocks of 128 keys
+ *   as two warpgroups of 64, query tiles of 64 streamed by the copy engine, the same masks and
+ *   arithmetic, and dQ += dS·K in the same step (5 products), its shares summed over key blocks in
+ *   fp32 in the key blocks' order, which a count per query tile enforces: still no atomics.
  * Sliding window W > 0: query i sees keys i − W < j <= i (attention_mask.cuh); every loop is bounded
  *   by it, so a windowed layer's work grows with T·W.
  * FLOPs (causal, ≈ half of T²): forward 2·B·NH·T²·HS (two products over T²/2 pairs); backward
@@ -167,14 +168,25 @@ extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, cons
         launch_forward<128>(out, lse, qkv, s, stream);
 }
 
-/* Scratch: D = rowsum(dout·out) [B·NH·T], then the qkv bias partials [B·tiles][(NH+2·NKV)·HS]. */
+/* Scratch: D = rowsum(dout·out) [B·NH·T], the qkv bias partials [B·tiles][(NH+2·NKV)·HS], and for
+ * the Hopper backward (HS 64, 128) dQ's fp32 sums [B·NH·tiles][64·HS] and their counts [B·NH·tiles]. */
 static size_t dsum_floats(const AttentionShape *s) {
     return (size_t)round_up((int64_t)s->B * s->NH * s->T, 64); /* the partials start 256-byte aligned */
 }
+static size_t bias_part_floats(const AttentionShape *s) {
+    return (size_t)s->B * ceil_div(s->T, ATT_TILE) * packed_qkv_width(s->NH, s->NKV, s->HS);
+}
+static size_t dq_tiles(const AttentionShape *s) {
+    return (size_t)s->B * s->NH * ceil_div(s->T, ATT_TILE);
+}
+static bool backward_is_tma(const AttentionShape *s) {
+    return s->HS != 256;
+}
 
 extern "C" size_t attention_backward_scratch_bytes(const AttentionShape *s) {
-    size_t tiles = ceil_div(s->T, ATT_TILE);
-    return (dsum_floats(s) + (size_t)s->B * tiles * packed_qkv_width(s->NH, s->NKV, s->HS)) * sizeof(float);
+    size_t floats = dsum_floats(s) + bias_part_floats(s);
+    if (backward_is_tma(s)) floats += dq_tiles(s) * (ATT_TILE * s->HS + 1);
+    return floats * sizeof(float);
 }
 
 /* dK,dV blocks are one per (key tile, batch, key/value head); dQ blocks one per (query tile, batch,
@@ -227,20 +239,19 @@ static void launch_backward_wgmma256(bf16 *dqkv, float *bias_part, float *D, con
     CUDA_CHECK(cudaGetLastError());
 }
 
-/* The dK,dV kernel streams query tiles of Q and dO in boxes of 64 rows and reads its block's K and V
- * in boxes of 128; the dQ kernel the other way round. Rows past T arrive as zeros. A dK,dV section is
- * the key/value heads whose query heads' Q and dO (2·T·HS bf16 each) fit in L2's share; a dQ
- * section the query heads whose key/value heads do, as the forward's. */
+/* The kernel streams query tiles of Q and dO in boxes of 64 rows and reads its block's K and V in
+ * boxes of 128; rows past T arrive as zeros. A section is the key/value heads whose query heads' Q
+ * and dO (2·T·HS bf16 each) fit in L2's share. dQ's sums over key blocks go through dq_acc, in an
+ * order the counts enforce (zeroed here), and the store kernel turns them into bf16. */
 template <int HS>
-static void launch_backward_tma(bf16 *dqkv, float *bias_part, const float *D, const bf16 *dout, const bf16 *qkv,
-                                const float *lse, const AttentionShape *s, cudaStream_t stream) {
+static void launch_backward_tma(bf16 *dqkv, float *bias_part, float *dq_acc, unsigned *dq_count, const float *D,
+                                const bf16 *dout, const bf16 *qkv, const float *lse, const AttentionShape *s,
+                                cudaStream_t stream) {
     const size_t smem = att_bwd_tma_smem_bytes(HS);
     static bool attr_set = false; /* once per instantiation */
     if (!attr_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_tma_kernel<HS>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_tma_kernel<HS>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_tma_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
         attr_set = true;
     }
     const size_t C3 = packed_qkv_width(s->NH, s->NKV, HS), C = (size_t)s->NH * HS;
@@ -252,20 +263,18 @@ static void launch_backward_tma(bf16 *dqkv, float *bias_part, const float *D, co
     const char *who = "attention backward";
     const CUtensorMap qkv128 = tma_tensor_map_bf16(qkv, 3, qkv_dims, qkv_strides, box128, who);
     const CUtensorMap qkv64 = tma_tensor_map_bf16(qkv, 3, qkv_dims, qkv_strides, box64, who);
-    const CUtensorMap do128 = tma_tensor_map_bf16(dout, 3, do_dims, do_strides, box128, who);
     const CUtensorMap do64 = tma_tensor_map_bf16(dout, 3, do_dims, do_strides, box64, who);
     const int group = s->NH / s->NKV, nblk = ceil_div(s->T, ATT_BWD_TMA_ROWS);
     const size_t head_bytes = (size_t)2 * s->T * HS * sizeof(bf16);
     const int kv_section = (int)std::max<size_t>(1, ATT_TMA_SECTION_BYTES / (head_bytes * group));
-    const int q_section = (int)std::max<size_t>(1, ATT_TMA_SECTION_BYTES / head_bytes) * group;
     const float sl2 = LOG2E * s->scale;
-    attention_backward_dkdv_tma_kernel<HS><<<nblk * s->B * s->NKV, ATT_TMA_THREADS, smem, stream>>>(
-        qkv128, qkv64, do64, dqkv, bias_part, lse, D, s->T, s->NH, s->NKV, s->window, sl2, s->scale, nblk,
-        kv_section);
+    CUDA_CHECK(cudaMemsetAsync(dq_count, 0, dq_tiles(s) * sizeof(unsigned), stream));
+    attention_backward_tma_kernel<HS><<<nblk * s->B * s->NKV, ATT_TMA_THREADS, smem, stream>>>(
+        qkv128, qkv64, do64, dqkv, bias_part, dq_acc, dq_count, lse, D, s->T, s->NH, s->NKV, s->window, sl2,
+        s->scale, nblk, kv_section);
     CUDA_CHECK(cudaGetLastError());
-    attention_backward_dq_tma_kernel<HS><<<nblk * s->B * s->NH, ATT_TMA_THREADS, smem, stream>>>(
-        qkv128, do128, qkv64, dqkv, bias_part, lse, D, s->T, s->NH, s->NKV, s->window, sl2, s->scale, nblk,
-        q_section);
+    attention_backward_dq_store_kernel<HS><<<(unsigned)dq_tiles(s), 2 * ATT_THREADS, 0, stream>>>(
+        dqkv, bias_part, dq_acc, s->T, s->NH, s->NKV, s->scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -276,6 +285,8 @@ extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch,
     const int T = s->T, NH = s->NH, HS = s->HS;
     float *D = (float *)scratch;
     float *bias_part = dbias_qkv ? D + dsum_floats(s) : NULL;
+    float *dq_acc = D + dsum_floats(s) + bias_part_floats(s);
+    unsigned *dq_count = (unsigned *)(dq_acc + (backward_is_tma(s) ? dq_tiles(s) * ATT_TILE * HS : 0));
     size_t rows = (size_t)s->B * T * NH, threads = rows * (HS / 8);
     if (HS == 64)
         attention_backward_dsum_kernel<64><<<ceil_div(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
@@ -287,9 +298,9 @@ extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch,
     if (HS == 256)
         launch_backward_wgmma256(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else if (HS == 64 && use_wgmma)
-        launch_backward_tma<64>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
+        launch_backward_tma<64>(dqkv, bias_part, dq_acc, dq_count, D, dout, qkv, lse, s, stream);
     else if (use_wgmma)
-        launch_backward_tma<128>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
+        launch_backward_tma<128>(dqkv, bias_part, dq_acc, dq_count, D, dout, qkv, lse, s, stream);
     else if (HS == 64)
         launch_backward<64, ATT_BQ64>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
     else

@@ -1,36 +1,41 @@
-/* kernels/attention_backward_tma.cuh - the attention backward's dK,dV and dQ kernels at head sizes
- * 64 and 128 on Hopper, in FlashAttention-3's manner: a block owns 128 rows (keys for dK,dV, queries
- * for dQ) as two consumer warpgroups of 64 that share every tile the block streams, and a producer
- * warpgroup streams the other side's tiles of 64 rows by the copy engine (TMA) through a three-stage
- * mbarrier ring, giving its registers to the consumers (setmaxnreg). Math, order, masks and the
- * qkv-bias partial sums are those of attention_backward.cuh's kernels (attention.cu describes the
- * algorithm): deterministic, no atomics, K and V read from the packed qkv for every query head
- * of their group.
+/* kernels/attention_backward_tma.cuh - the attention backward at head sizes 64 and 128 on Hopper in
+ * one kernel, in FlashAttention-3's manner: a block owns 128 keys of one key/value head as two
+ * consumer warpgroups of 64, and a producer warpgroup streams the query tiles of 64 rows that see
+ * them by the copy engine (TMA) through a three-stage mbarrier ring, giving its registers to the
+ * consumers (setmaxnreg). Math, masks and the qkv-bias partial sums are those of
+ * attention_backward.cuh's kernels (attention.cu describes the algorithm): deterministic, no
+ * atomics, K and V read from the packed qkv for every query head of their group.
  *
- * Launch: 1-d grids of ⌈T/128⌉·B·NKV (dK,dV) and ⌈T/128⌉·B·NH (dQ) blocks of 384 threads (warps 0-7
- * the consumers, 8-11 the producer warpgroup), 161 KB of shared memory at HS 128 (81 at 64): one
- * block per SM. Blocks go by sections of heads whose streamed tiles fit in a share of L2 together,
- * heaviest blocks first within a section (the first key blocks, the last query blocks).
- * dK,dV: per query tile of 64 rows (head after head of the group): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (wgmma
- *   from shared memory, K and V this warpgroup's 64 rows of the block's), Pᵀ and dSᵀ in registers,
- *   then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ, dSᵀ as register A operands. The producer's first warp
- *   copies Q and dO, its second the tile's lse and D = rowsum(dO∘O) into the ring beside them.
- * dQ: per key tile of 64: S = Q·Kᵀ and dP = dO·Vᵀ of tile j are issued beside dQ += dS(j-1)·K(j-1),
- *   and dS(j) is formed while that product runs; the two warpgroups take turns to issue, as the
- *   forward's (attention_forward_tma.cuh), so that one's elementwise work overlaps the other's MMAs.
- *   Q and dO stay in registers as A fragments for the whole loop, so S and dP read only K and V
- *   from shared memory. (dK,dV keeps K and V in shared memory: as register fragments over its loop
- *   at HS 64 they gave wrong results from the second query tile on, and reloaded every tile no gain.)
- * Both loops were measured against the 64-row wgmma kernels they replace (dev/RESULTS.md,
- *   attention); a dK,dV loop pipelined as dQ's spilled at HS 128 and ran slower at both sizes.
- * FLOPs: dK,dV 4·2·64·64·HS per (query tile, key tile) pair, dQ 3·; 7/2 of the forward together.
- * Bytes: Q and dO cross from L2 once per 128 keys, K and V once per 128 queries; compute bound. */
+ * Launch: 1-d grid of ⌈T/128⌉·B·NKV blocks of 384 threads (warps 0-7 the consumers, 8-11 the
+ * producer warpgroup), 209 KB of shared memory at HS 128 (113 at 64): one block per SM. Blocks go by
+ * sections of heads whose streamed tiles fit in a share of L2 together, the first key blocks (the
+ * heaviest) first within a section.
+ * Per step, a (query tile, head of the group): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (wgmma from shared memory,
+ *   K and V this warpgroup's 64 rows of the block's), Pᵀ and dSᵀ in registers, then dV += Pᵀ·dO and
+ *   dK += dSᵀ·Q with Pᵀ, dSᵀ as register A operands. dSᵀ also goes to shared memory, and once both
+ *   warpgroups' rows are there, dQ's share of the block's 128 keys, dS·K, is one more product (dS
+ *   MN-major from shared memory; each warpgroup half of the columns). 5 products a step where a
+ *   dK,dV kernel beside a dQ kernel needs 7.
+ * dQ's shares are summed over key blocks in fp32 in a buffer of the scratch, in the order of the key
+ *   blocks, which makes the sum deterministic without atomics: the producer's third warp copies a
+ *   step's share out by a bulk copy (the first key block that sees the tile stores, each later one
+ *   adds by the L2's reduction), once a per-tile count says the key block before it is in, and
+ *   raises the count when its add is done. A block only waits for a block launched before it, and
+ *   walks its query tiles from the last down to the diagonal, so it meets each tile at the same step
+ *   as the key block before it, or later: the adds follow each other without holding the consumers.
+ *   attention_backward_dq_store_kernel then scales the sums to bf16 dQ with their bias partials.
+ * The producer's first warp copies Q and dO, its second the tile's lse and D = rowsum(dO∘O) into
+ *   the ring beside them.
+ * Measured against the two kernels it replaced (dev/RESULTS.md, attention): 7-10 % faster at Qwen3's
+ *   and GPT-2's shapes, level to 3 % slower at Llama's (HS 64, groups of 4).
+ * FLOPs: 5·2·64·64·HS per (query tile, key tile) pair, 5/2 of the forward.
+ * Bytes: Q and dO cross from L2 once per 128 keys; dQ's fp32 shares once each way per step. */
 #ifndef FUSEDGPT_ATTENTION_BACKWARD_TMA_CUH
 #define FUSEDGPT_ATTENTION_BACKWARD_TMA_CUH
 
 #include "kernels/attention_forward_tma.cuh"
 
-#define ATT_BWD_TMA_ROWS 128 /* keys of a dK,dV block, queries of a dQ block */
+#define ATT_BWD_TMA_ROWS 128 /* keys of a block */
 /* streamed tiles in flight: three, not two, took 6-11 % off the backward at Llama's and Qwen3's
  * shapes (dev/RESULTS.md, attention); four gave no more */
 #define ATT_BWD_TMA_STAGES 3
@@ -39,14 +44,26 @@
 __host__ __device__ constexpr int att_bwd_tma_tile_bytes(int HS) {
     return (HS / 64) * ATT_PANEL_BYTES;
 }
-/* The block's own two [128][HS] tiles (K and V, or Q and dO), then the ring's two streamed tiles
- * a stage; + alignment to 1024 bytes. */
+/* A step's dSᵀ: 128 keys × 64 queries of bf16, rows of 128 bytes. */
+__host__ __device__ constexpr int att_bwd_tma_ds_bytes() {
+    return ATT_BWD_TMA_ROWS * 128;
+}
+/* A step's dQ share: 64 queries × HS in fp32. */
+__host__ __device__ constexpr int att_bwd_tma_dq_bytes(int HS) {
+    return ATT_TILE * HS * 4;
+}
+/* The block's K and V ([128][HS] each), the ring's Q and dO tiles a stage, a step's dSᵀ and dQ
+ * share; + alignment to 1024 bytes. 209 KB at HS 128 (with 6 KB of static shared memory: a second
+ * dSᵀ slot would not fit the SM's 227). */
 __host__ __device__ constexpr int att_bwd_tma_smem_bytes(int HS) {
-    return 2 * att_tma_tile_bytes(HS) + ATT_BWD_TMA_STAGES * 2 * att_bwd_tma_tile_bytes(HS) + 1024;
+    return 2 * att_tma_tile_bytes(HS) + ATT_BWD_TMA_STAGES * 2 * att_bwd_tma_tile_bytes(HS) +
+           att_bwd_tma_ds_bytes() + att_bwd_tma_dq_bytes(HS) + 1024;
 }
 
 /* The block's (row block, head) of a 1-d grid of nblk row blocks per head: sections of `section`
- * heads, blocks in the order of `rank` (0 first) across the section's heads. */
+ * heads, blocks in the order of `rank` (0 first) across the section's heads. So a head's key block
+ * has a higher index than the ones before it, which the GPU starts first: waiting for their dQ
+ * shares cannot hold a block that has not started. */
 __device__ __forceinline__ void att_bwd_tma_block(int nblk, int section, int &rank, int &head) {
     const int nheads = gridDim.x / nblk, per = section * nblk, sec = blockIdx.x / per, first = sec * section;
     const int heads = min(section, nheads - first), r = blockIdx.x - sec * per;
@@ -54,30 +71,42 @@ __device__ __forceinline__ void att_bwd_tma_block(int nblk, int section, int &ra
     head = first + r % heads;
 }
 
+/* The step's query tile and head: tiles from the last that sees the block's keys down to the
+ * diagonal, the group's heads within each tile. Every key block of a head meets a query tile at the
+ * same step or a later one than the block before it, whose dQ share comes first. */
+__device__ __forceinline__ void att_bwd_tma_step(int i, int grp, int nper, int qt0, int h0, int &qt, int &h) {
+    qt = qt0 + nper - 1 - i / grp;
+    h = h0 + i % grp;
+}
+
 template <int HS>
 __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
-    attention_backward_dkdv_tma_kernel(const __grid_constant__ CUtensorMap tm_kv, const __grid_constant__ CUtensorMap tm_q,
-                                       const __grid_constant__ CUtensorMap tm_do, bf16 *dqkv, float *bias_part,
-                                       const float *lse, const float *D, int T, int NH, int NKV, int window,
-                                       float sl2, float scale, int nkb, int section) {
+    attention_backward_tma_kernel(const __grid_constant__ CUtensorMap tm_kv, const __grid_constant__ CUtensorMap tm_q,
+                                  const __grid_constant__ CUtensorMap tm_do, bf16 *dqkv, float *bias_part,
+                                  float *dq_acc, unsigned *dq_count, const float *lse, const float *D, int T, int NH,
+                                  int NKV, int window, float sl2, float scale, int nkb, int section) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) /* setmaxnreg and wgmma: sm_90a only */
     constexpr int NP = HS / 64, OWN = att_tma_tile_bytes(HS), TILE = att_bwd_tma_tile_bytes(HS);
     constexpr int ST = ATT_BWD_TMA_STAGES, BQ = ATT_TILE, CONSUMER_WARPS = ATT_TMA_CONSUMER_THREADS / 32;
+    constexpr int DS = att_bwd_tma_ds_bytes(), DQ = att_bwd_tma_dq_bytes(HS), DQV = HS / 4;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
     /* kv: K and V landed; full: a stage's Q, dO (the copy engine) and lse, D (the stats warp's 32
-     * lanes) landed; empty: every consumer warp is done with the stage */
-    __shared__ __align__(8) uint64_t bars[1 + 2 * ST];
+     * lanes) landed; empty: every consumer warp is done with the stage; ds_full: the step's dSᵀ
+     * written by every consumer warp; ds_empty: read by both warpgroups' products; dq_full: the
+     * step's dQ share in shared memory; dq_empty: its copy out has read it */
+    __shared__ __align__(8) uint64_t bars[1 + 2 * ST + 4];
     __shared__ float stats[ST][2][BQ]; /* lse, D of a stage's query rows */
     const uint32_t Ks = (smem_addr(att_smem) + 1023) & ~1023u, Vs = Ks + OWN, Qs = Vs + OWN, dOs = Qs + ST * TILE;
-    const uint32_t kv_full = smem_addr(bars), full = kv_full + 8, empty = full + 8 * ST;
+    const uint32_t dSs = dOs + ST * TILE, dQs = dSs + DS;
+    const uint32_t kv_full = smem_addr(bars), full = kv_full + 8, empty = full + 8 * ST, ds_full = empty + 8 * ST;
+    const uint32_t ds_empty = ds_full + 8, dq_full = ds_empty + 8, dq_empty = dq_full + 8;
 
     int kb, bkv;
     att_bwd_tma_block(nkb, section, kb, bkv);
     const int b = bkv / NKV, kvh = bkv % NKV, grp = NH / NKV, h0 = kvh * grp;
-    const int k0 = kb * ATT_BWD_TMA_ROWS;
-    /* the query tiles that see these keys, walked head after head: step i is head h0 + i / nper,
-     * tile qt0 + i % nper */
-    const int qt0 = k0 / BQ, nper = query_tile_end<BQ, ATT_BWD_TMA_ROWS>(k0, window, ceil_div(T, BQ)) - qt0;
+    const int k0 = kb * ATT_BWD_TMA_ROWS, nqt = ceil_div(T, BQ);
+    /* the query tiles that see these keys: qt0 (the diagonal) to qt0 + nper - 1 */
+    const int qt0 = k0 / BQ, nper = query_tile_end<BQ, ATT_BWD_TMA_ROWS>(k0, window, nqt) - qt0;
     const int nsteps = grp * nper;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
@@ -87,6 +116,10 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
             mbar_init(full + 8 * s, 1 + 32);
             mbar_init(empty + 8 * s, CONSUMER_WARPS);
         }
+        mbar_init(ds_full, CONSUMER_WARPS);
+        mbar_init(ds_empty, CONSUMER_WARPS);
+        mbar_init(dq_full, CONSUMER_WARPS);
+        mbar_init(dq_empty, 1);
         mbar_init_fence();
     }
     /* The barriers are initialised before anyone waits on them or copies complete on them. */
@@ -102,7 +135,9 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
                 tma_load_3d(Vs + p * ATT_TMA_PANEL_BYTES, &tm_kv, vcol + 64 * p, k0, b, kv_full);
             }
             for (int i = 0; i < nsteps; i++) {
-                const int s = i % ST, qcol = (h0 + i / nper) * HS, t0 = (qt0 + i % nper) * BQ;
+                int qt, h;
+                att_bwd_tma_step(i, grp, nper, qt0, h0, qt, h);
+                const int s = i % ST, qcol = h * HS, t0 = qt * BQ;
                 if (i >= ST) mbar_wait(empty + 8 * s, (uint32_t)((i / ST - 1) & 1));
                 mbar_expect_tx(full + 8 * s, 2 * TILE);
                 for (int p = 0; p < NP; p++) {
@@ -112,7 +147,9 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
             }
         } else if (warp == CONSUMER_WARPS + 1) { /* the statistics: each lane two rows, then arrives */
             for (int i = 0; i < nsteps; i++) {
-                const int s = i % ST, h = h0 + i / nper, t0 = (qt0 + i % nper) * BQ;
+                int qt, h;
+                att_bwd_tma_step(i, grp, nper, qt0, h0, qt, h);
+                const int s = i % ST, t0 = qt * BQ;
                 if (i >= ST) mbar_wait(empty + 8 * s, (uint32_t)((i / ST - 1) & 1));
                 const size_t row = ((size_t)b * NH + h) * T;
                 for (int c = lane; c < BQ; c += 32) { /* queries past T: P = exp2(finite − inf) = 0 */
@@ -121,6 +158,32 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
                     stats[s][1][c] = t < T ? D[row + t] : 0.0f;
                 }
                 mbar_arrive(full + 8 * s);
+            }
+        } else if (warp == CONSUMER_WARPS + 2 && lane == 0) {
+            /* dQ's shares, in key-block order: a tile's first key block stores its share, each later
+             * one adds its own once the count says the one before it is in; the count rises only
+             * after the add is done. Waits only for blocks launched before this one. */
+            for (int i = 0; i < nsteps; i++) {
+                int qt, h;
+                att_bwd_tma_step(i, grp, nper, qt0, h0, qt, h);
+                int first = 0; /* the first key block that sees query tile qt */
+                while (query_tile_end<BQ, ATT_BWD_TMA_ROWS>(first * ATT_BWD_TMA_ROWS, window, nqt) <= qt) first++;
+                const size_t tile = ((size_t)b * NH + h) * nqt + qt;
+                const unsigned before = (unsigned)(kb - first);
+                mbar_wait(dq_full, (uint32_t)(i & 1));
+                while (ld_acquire_gpu(dq_count + tile) < before) {
+                }
+                fence_proxy_async_global();
+                if (before == 0)
+                    bulk_store(dq_acc + tile * BQ * HS, dQs, DQ);
+                else
+                    bulk_add_f32(dq_acc + tile * BQ * HS, dQs, DQ);
+                bulk_commit();
+                bulk_wait_read();
+                mbar_arrive(dq_empty);
+                bulk_wait_done();
+                fence_proxy_async_global();
+                red_release_gpu_inc(dq_count + tile);
             }
         }
         return;
@@ -131,7 +194,8 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     const int kw0 = k0 + 64 * wg, krow = kw0 + (warp % 4) * 16 + g;
     /* this warpgroup's 64 keys: 64 rows of 128 bytes into each panel of the block's K and V */
     const uint32_t Kw = Ks + wg * (ATT_TMA_PANEL_BYTES / 2), Vw = Vs + wg * (ATT_TMA_PANEL_BYTES / 2);
-    float dk[NP][32], dv[NP][32];
+    const int dsrow = 64 * wg + 16 * (warp % 4) + g; /* this thread's first key row of a dSᵀ slot */
+    float dk[NP][32], dv[NP][32], dq[DQV];
 #pragma unroll
     for (int p = 0; p < NP; p++)
 #pragma unroll
@@ -139,7 +203,9 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     mbar_wait(kv_full, 0);
 
     for (int i = 0; i < nsteps; i++) {
-        const int s = i % ST, q0 = (qt0 + i % nper) * BQ;
+        int qt, h;
+        att_bwd_tma_step(i, grp, nper, qt0, h0, qt, h);
+        const int s = i % ST, q0 = qt * BQ;
         mbar_wait(full + 8 * s, (uint32_t)((i / ST) & 1));
         const uint32_t Qt = Qs + s * TILE, dOt = dOs + s * TILE;
         const float *lse_t = stats[s][0], *D_t = stats[s][1];
@@ -166,13 +232,62 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         uint32_t ap[4][4], ad[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) pack_a_fragment(ap[kk], st, kk), pack_a_fragment(ad[kk], dpt, kk);
-        wgmma_dv_dk<HS>(dv, dk, ap, ad, dOt, Qt);
+        /* dSᵀ to shared memory, once both warpgroups' products have read the last step's: row = key
+         * of the block, 64 queries of 128 bytes (swizzled), which dQ's product reads as an MN-major
+         * left factor */
+        if (i > 0) mbar_wait(ds_empty, (uint32_t)((i - 1) & 1));
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            st_shared_u32(dSs + swz128(dsrow, 2 * kk) + 4 * tq, ad[kk][0]);
+            st_shared_u32(dSs + swz128(dsrow + 8, 2 * kk) + 4 * tq, ad[kk][1]);
+            st_shared_u32(dSs + swz128(dsrow, 2 * kk + 1) + 4 * tq, ad[kk][2]);
+            st_shared_u32(dSs + swz128(dsrow + 8, 2 * kk + 1) + 4 * tq, ad[kk][3]);
+        }
+        fence_proxy_async();
+        att_tma_release(ds_full, lane);
+
+#pragma unroll
+        for (int p = 0; p < NP; p++) fence_acc(dv[p]), fence_acc(dk[p]);
+        wgmma_fence();
+        wgmma_issue_xb<HS>(dv, ap, dOt); /* dV += Pᵀ·dO */
+        wgmma_issue_xb<HS>(dk, ad, Qt);  /* dK += dSᵀ·Q */
+        wgmma_commit();
+        /* dQ's share of these 128 keys, dS·K: this warpgroup's half of the columns, once both
+         * warpgroups' dSᵀ rows are in the slot */
+        mbar_wait(ds_full, (uint32_t)(i & 1));
+#pragma unroll
+        for (int kk = 0; kk < ATT_BWD_TMA_ROWS / 16; kk++) {
+            if constexpr (HS == 128)
+                wgmma_m64n64k16_ss_t<1, 1>(dq, smem_desc(dSs + kk * 2048),
+                                           smem_desc(Ks + wg * ATT_TMA_PANEL_BYTES + kk * 2048), kk > 0);
+            else
+                wgmma_m64n32k16_ss_t<1, 1>(dq, smem_desc(dSs + kk * 2048), smem_desc(Ks + kk * 2048 + wg * 64),
+                                           kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(ap);
+        fence_regs(ad);
+        fence_acc(dq);
+#pragma unroll
+        for (int p = 0; p < NP; p++) fence_acc(dv[p]), fence_acc(dk[p]);
         att_tma_release(empty + 8 * s, lane);
+        att_tma_release(ds_empty, lane);
+
+        /* The share to shared memory for the copy out, float4 j of thread t at [j][t]: conflict-free,
+         * and attention_backward_dq_store_kernel reads it back in the same order. */
+        if (i > 0) mbar_wait(dq_empty, (uint32_t)((i - 1) & 1));
+#pragma unroll
+        for (int j = 0; j < DQV / 4; j++)
+            st_shared_v4(dQs + (j * ATT_TMA_CONSUMER_THREADS + threadIdx.x) * 16, dq[4 * j], dq[4 * j + 1],
+                         dq[4 * j + 2], dq[4 * j + 3]);
+        fence_proxy_async();
+        att_tma_release(dq_full, lane);
     }
 
     if (kw0 >= T) return; /* a last block's second warpgroup may have no keys */
     const size_t C3 = packed_qkv_width(NH, NKV, HS);
-    float *bias_row = bias_part_row(bias_part, b, 2 * kb + wg, ceil_div(T, 64), C3);
+    float *bias_row = bias_part_row(bias_part, b, 2 * kb + wg, nqt, C3);
     store_head_grad<HS, 2>(dqkv, bias_row, &dk[0][0], scale, key_col(NH, HS, 0), b, kvh, krow, tq, T, C3);
     store_head_grad<HS, 2>(dqkv, bias_row, &dv[0][0], 1.0f, value_col(NH, NKV, HS, 0), b, kvh, krow, tq, T, C3);
 #else
@@ -180,170 +295,28 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
 #endif
 }
 
+/* dQ from its fp32 sum over key blocks (attention_backward_tma_kernel's copies out): a block of 256
+ * threads per (sequence, head, 64-row query tile), each thread the values its consumer thread
+ * wrote, in the same wgmma layout (warpgroup wg: columns wg·HS/2 .. of the head), times scale, to
+ * dqkv as bf16, with the tile's qkv bias partial sums. */
 template <int HS>
-__global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
-    attention_backward_dq_tma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
-                                     const __grid_constant__ CUtensorMap tm_kv, bf16 *dqkv, float *bias_part,
-                                     const float *lse, const float *D, int T, int NH, int NKV, int window, float sl2,
-                                     float scale, int nqb, int section) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int NP = HS / 64, OWN = att_tma_tile_bytes(HS), TILE = att_bwd_tma_tile_bytes(HS);
-    constexpr int ST = ATT_BWD_TMA_STAGES, BN = ATT_TILE, CONSUMER_WARPS = ATT_TMA_CONSUMER_THREADS / 32;
-    extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
-    /* qd: Q and dO landed; k_full, v_full: a stage's key or value tile landed; empty: every
-     * consumer warp is done with the stage */
-    __shared__ __align__(8) uint64_t bars[1 + 3 * ST];
-    const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, dOs = Qs + OWN, Ks = dOs + OWN, Vs = Ks + ST * TILE;
-    const uint32_t qd_full = smem_addr(bars), k_full = qd_full + 8, v_full = k_full + 8 * ST, empty = v_full + 8 * ST;
-
-    int r, bh;
-    att_bwd_tma_block(nqb, section, r, bh);
-    const int qb = nqb - 1 - r, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
-    const int q0 = qb * ATT_BWD_TMA_ROWS, j0 = first_key_tile<BN>(q0, window);
-    const int nkv = min(2 * qb + 2, (int)ceil_div(T, BN)); /* key tiles up to the block's last row or T */
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-
-    if (threadIdx.x == 0) {
-        mbar_init(qd_full, 1);
-        for (int s = 0; s < ST; s++) {
-            mbar_init(k_full + 8 * s, 1);
-            mbar_init(v_full + 8 * s, 1);
-            mbar_init(empty + 8 * s, CONSUMER_WARPS);
-        }
-        mbar_init_fence();
+__global__ void __launch_bounds__(2 * ATT_THREADS)
+    attention_backward_dq_store_kernel(bf16 *dqkv, float *bias_part, const float *dq_acc, int T, int NH, int NKV,
+                                       float scale) {
+    const int nqt = ceil_div(T, ATT_TILE), qt = blockIdx.x % nqt, bh = blockIdx.x / nqt;
+    const int b = bh / NH, h = bh % NH, wg = threadIdx.x / ATT_THREADS, warp = threadIdx.x % ATT_THREADS / 32;
+    const int lane = threadIdx.x % 32;
+    const float4 *src = reinterpret_cast<const float4 *>(dq_acc + (size_t)blockIdx.x * ATT_TILE * HS);
+    float acc[HS / 4];
+#pragma unroll
+    for (int j = 0; j < HS / 16; j++) {
+        const float4 v = src[j * 2 * ATT_THREADS + threadIdx.x];
+        acc[4 * j] = v.x, acc[4 * j + 1] = v.y, acc[4 * j + 2] = v.z, acc[4 * j + 3] = v.w;
     }
-    /* The barriers are initialised before anyone waits on them or copies complete on them. */
-    __syncthreads();
-
-    if (warp >= CONSUMER_WARPS) { /* the producer: one lane issues every copy */
-        warpgroup_reg_dealloc<ATT_TMA_PRODUCER_REGS>();
-        if (warp == CONSUMER_WARPS && lane == 0) {
-            const int qcol = h * HS, kcol = (NH + kvh) * HS, vcol = (NH + NKV + kvh) * HS;
-            mbar_expect_tx(qd_full, 2 * OWN);
-            for (int p = 0; p < NP; p++) {
-                tma_load_3d(Qs + p * ATT_TMA_PANEL_BYTES, &tm_q, qcol + 64 * p, q0, b, qd_full);
-                tma_load_3d(dOs + p * ATT_TMA_PANEL_BYTES, &tm_do, qcol + 64 * p, q0, b, qd_full);
-            }
-            for (int j = j0; j < nkv; j++) {
-                const int it = j - j0, s = it % ST;
-                if (it >= ST) mbar_wait(empty + 8 * s, (uint32_t)((it / ST - 1) & 1));
-                mbar_expect_tx(k_full + 8 * s, TILE);
-                for (int p = 0; p < NP; p++)
-                    tma_load_3d(Ks + s * TILE + p * ATT_PANEL_BYTES, &tm_kv, kcol + 64 * p, j * BN, b, k_full + 8 * s);
-                mbar_expect_tx(v_full + 8 * s, TILE);
-                for (int p = 0; p < NP; p++)
-                    tma_load_3d(Vs + s * TILE + p * ATT_PANEL_BYTES, &tm_kv, vcol + 64 * p, j * BN, b, v_full + 8 * s);
-            }
-        }
-        return;
-    }
-
-    warpgroup_reg_alloc<ATT_TMA_CONSUMER_REGS>();
-    const int wg = warp / 4, g = lane / 4, tq = lane % 4;
-    const int row0 = q0 + 64 * wg, qrow = row0 + (warp % 4) * 16 + g;
-    const uint32_t Qw = Qs + wg * (ATT_TMA_PANEL_BYTES / 2), dOw = dOs + wg * (ATT_TMA_PANEL_BYTES / 2);
-    /* Rows past T: zero Q and dO (the copy engine's fill) give finite P and dS = P·(0 − 0) = 0. */
-    float lse_r[2], D_r[2];
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-        const int qi = qrow + 8 * e;
-        lse_r[e] = qi < T ? lse[(size_t)bh * T + qi] : 0.0f;
-        D_r[e] = qi < T ? D[(size_t)bh * T + qi] : 0.0f;
-    }
-    float dq[NP][32];
-#pragma unroll
-    for (int p = 0; p < NP; p++)
-#pragma unroll
-        for (int i = 0; i < 32; i++) dq[p][i] = 0.0f;
-    float s[32], dp[32];
-    uint32_t a[4][4], qa[HS / 16][4], da[HS / 16][4]; /* dS(j-1); Q and dO, for the whole loop */
-    /* S and dP of key tile j issued (the caller commits); then dS = P·(dP − D) in s, once they are done. */
-    auto issue_sdp = [&](int it) {
-        const uint32_t Kt = Ks + (it % ST) * TILE, Vt = Vs + (it % ST) * TILE;
-        wgmma_abt_rs<HS>(s, qa, Kt);  /* S = Q·Kᵀ */
-        wgmma_abt_rs<HS>(dp, da, Vt); /* dP = dO·Vᵀ */
-    };
-    /* Tiles that reach past this warpgroup's first row or the window's edge need the mask (a uniform
-     * branch); a block's last tile may lie wholly past warpgroup 0's rows. */
-    auto form_ds = [&](int j) {
-        if (j * BN + BN - 1 > row0 || crosses_window(j * BN, row0, 64, window))
-            mask_tile(s, j * BN, qrow, tq, window);
-#pragma unroll
-        for (int i = 0; i < 32; i++) {
-            const int e = (i >> 1) & 1;
-            const float p = ex2(fmaf(s[i], sl2, -lse_r[e]));
-            s[i] = p * (dp[i] - D_r[e]); /* dS (without the scale) */
-        }
-    };
-    auto wait_kv = [&](int it) {
-        mbar_wait(k_full + 8 * (it % ST), (uint32_t)((it / ST) & 1));
-        mbar_wait(v_full + 8 * (it % ST), (uint32_t)((it / ST) & 1));
-    };
-
-    /* Warpgroup 0 goes first. Each issues nkv - j0 + 1 times and passes the turn after each but
-     * warpgroup 1's last: every barrier phase completes, none is left half-arrived. */
-    if (wg == 1) att_tma_turn_pass(wg);
-    mbar_wait(qd_full, 0);
-    load_a_fragments<HS, ATT_TMA_PANEL_BYTES>(qa, Qw);
-    load_a_fragments<HS, ATT_TMA_PANEL_BYTES>(da, dOw);
-    wait_kv(0);
-    att_tma_turn_wait(wg);
-    wgmma_fence();
-    issue_sdp(0);
-    wgmma_commit();
-    att_tma_turn_pass(wg);
-    wgmma_wait<0>();
-    fence_acc(s);
-    fence_acc(dp);
-    form_ds(j0);
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) pack_a_fragment(a[kk], s, kk);
-
-    /* Iteration j holds dS(j-1) packed on entry. */
-    for (int j = j0 + 1; j < nkv; j++) {
-        const int it = j - j0, sp = (it - 1) % ST;
-        wait_kv(it);
-#pragma unroll
-        for (int p = 0; p < NP; p++) fence_acc(dq[p]);
-        att_tma_turn_wait(wg);
-        wgmma_fence();
-        issue_sdp(it);
-        wgmma_commit();
-        wgmma_issue_xb<HS>(dq, a, Ks + sp * TILE); /* dQ += dS(j-1)·K(j-1) */
-        wgmma_commit();
-        att_tma_turn_pass(wg);
-        wgmma_wait<1>(); /* S(j), dP(j); dS(j-1)·K(j-1) may still run */
-        fence_acc(s);
-        fence_acc(dp);
-        form_ds(j);
-        wgmma_wait<0>();
-        fence_regs(a); /* read by dS·K until the wait: no other value may take their registers */
-#pragma unroll
-        for (int p = 0; p < NP; p++) fence_acc(dq[p]);
-        att_tma_release(empty + 8 * sp, lane);
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) pack_a_fragment(a[kk], s, kk);
-    }
-    const int last = nkv - 1 - j0;
-#pragma unroll
-    for (int p = 0; p < NP; p++) fence_acc(dq[p]);
-    att_tma_turn_wait(wg);
-    wgmma_fence();
-    wgmma_issue_xb<HS>(dq, a, Ks + (last % ST) * TILE);
-    wgmma_commit();
-    if (wg == 0) att_tma_turn_pass(wg);
-    wgmma_wait<0>();
-    fence_regs(a);
-#pragma unroll
-    for (int p = 0; p < NP; p++) fence_acc(dq[p]);
-
-    if (row0 >= T) return; /* a last block's second warpgroup may have no rows */
     const size_t C3 = packed_qkv_width(NH, NKV, HS);
-    float *bias_row = bias_part_row(bias_part, b, 2 * qb + wg, ceil_div(T, 64), C3);
-    store_head_grad<HS, 2>(dqkv, bias_row, &dq[0][0], scale, 0, b, h, qrow, tq, T, C3);
-#else
-    __trap();
-#endif
+    const int qrow = qt * ATT_TILE + warp * 16 + lane / 4;
+    store_head_grad<HS / 2, 2>(dqkv, bias_part_row(bias_part, b, qt, nqt, C3), acc, scale,
+                               (size_t)h * HS + wg * (HS / 2), b, 0, qrow, lane % 4, T, C3);
 }
 
 #endif

@@ -34,6 +34,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const bf16 *p) 
                  : "r"(smem_addr(p)));
 }
 
+/* Stores to a shared-state-space address: one 32-bit word, or four floats (16-byte aligned). */
+__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, float x, float y, float z, float w) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+}
+
 /* c += a·b for one 16×8×16 tile (bf16 operands, fp32 accumulators). */
 __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "

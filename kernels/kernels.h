@@ -136,12 +136,13 @@ void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, const Attention
  * HS 256 always runs on wgmma); for tests and benchmarks that compare the two. */
 void attention_use_wgmma(int on);
 /* dqkv like qkv (=; q, k and v parts all written). dout is the gradient of out; out and lse are the
- * forward's outputs (out is read for rowsum(dout·out)). Recomputes the probabilities; two kernels
- * (dK,dV by key tile of a key/value head, looping over the query heads of its group; dQ by query
- * tile), so no atomics: deterministic.
+ * forward's outputs (out is read for rowsum(dout·out)). Recomputes the probabilities; no atomics:
+ * deterministic (on Hopper at head sizes 64 and 128 one kernel by key tile of a key/value head, dQ's
+ * shares summed in a fixed order; else a dK,dV kernel beside a dQ kernel by query tile).
  * When dbias_qkv != NULL also dbias_qkv[c] += Σ_n dqkv[n,c] over the stored bf16 values, for all
  * (NH + 2·NKV)·HS columns (the qkv projection's bias gradient, as bias_backward would give it).
- * scratch: attention_backward_scratch_bytes(s) bytes (rowsum(dout·out), bias partials). */
+ * scratch: attention_backward_scratch_bytes(s) bytes (rowsum(dout·out), bias partials, and on the
+ * Hopper path dQ's fp32 sums over key blocks). */
 size_t attention_backward_scratch_bytes(const AttentionShape *s);
 void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch, const kbf16 *dout, const kbf16 *qkv,
                         const kbf16 *out, const float *lse, const AttentionShape *s, cudaStream_t stream);

@@ -2,8 +2,9 @@
  * shared-memory mbarriers its copies complete on: barrier init, arrive, expect-tx and wait; a 3-d
  * tiled copy into shared memory; and, on the host, the tensor map that describes the global tensor
  * (cuTensorMapEncodeTiled fetched through the runtime's driver entry point, so nothing links
- * libcuda); for 2-CTA clusters, the multicast copy, the remote arrive and the cluster barrier.
- * Used by the attention forward, the output layer's tile kernel and dev/bench/gemm_sm90.cu. */
+ * libcuda); for 2-CTA clusters, the multicast copy, the remote arrive and the cluster barrier; bulk
+ * stores and fp32 adds from shared to global memory, and the acquire/release counters that order
+ * them across blocks. Used by the attention forward, the output layer's tile kernel and dev/bench/gemm_sm90.cu. */
 #ifndef FUSEDGPT_TMA_CUH
 #define FUSEDGPT_TMA_CUH
 
@@ -88,6 +89,37 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtens
         "%3}], [%4], %5;\n" ::"r"(dst),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(ctas)
         : "memory");
+}
+
+/* Bulk copies from shared to global memory, issued by one thread: `bytes` (a multiple of 16, both
+ * addresses 16-byte aligned) stored, or added element-wise in fp32 by the L2's reduction units. They
+ * join the thread's bulk group at the next commit; wait_read frees the shared source, wait_done
+ * also has the global writes performed. */
+__device__ __forceinline__ void bulk_store(void *dst, uint32_t src, int bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_add_f32(float *dst, uint32_t src, int bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_done() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+/* Orders this thread's generic-proxy accesses to global memory against its bulk (async-proxy) ones. */
+__device__ __forceinline__ void fence_proxy_async_global() {
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+/* A counter in global memory read with acquire, and raised by one with release, at GPU scope: what
+ * one block wrote before raising it is seen by a block that reads the raised value. */
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void red_release_gpu_inc(unsigned *p) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(p) : "memory");
 }
 
 typedef CUresult (*TmaEncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,

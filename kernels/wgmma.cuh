@@ -47,22 +47,45 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
 /* Byte offset of 16-byte chunk ch of row r in such a tile. */
 __device__ __forceinline__ uint32_t swz128(int r, int ch) { return (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4)); }
 
-/* D[64 x 64] (+)= A[64 x 16] . B[64 x 16]^T, A and B K-major in 128-byte-swizzled shared memory
- * (smem_desc). Accumulates when scale_d != 0. d[i*4 + e]: row (warp%4)*16 + lane/4 + 8*(e>>1),
- * column i*8 + (lane%4)*2 + (e&1). */
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+/* D[64 x 64] (+)= A[64 x 16] . B[64 x 16]^T in 128-byte-swizzled shared memory (smem_desc), each
+ * operand K-major, or MN-major (m or n contiguous) when its transpose flag TA / TB is 1. Accumulates
+ * when scale_d != 0. d[i*4 + e]: row (warp%4)*16 + lane/4 + 8*(e>>1), column i*8 + (lane%4)*2 + (e&1). */
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_m64n64k16_ss_t(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
         :
           "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
 #else
     __trap(); /* only the sm_90a build has wgmma; the host launches no wgmma kernel elsewhere */
+#endif
+}
+/* both operands K-major */
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    wgmma_m64n64k16_ss_t<0, 0>(d, desc_a, desc_b, scale_d);
+}
+
+/* D[64 x 32] (+)= A[64 x 16] . B[32 x 16]^T as wgmma_m64n64k16_ss_t, 32 columns: d[i*4 + e] is column
+ * i*8 + (lane%4)*2 + (e&1). An MN-major B of 32 columns starts 64 bytes into its 128-byte rows for
+ * the second half of a 64-column tile. */
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_m64n32k16_ss_t(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
+        :
+          "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
+#else
+    __trap();
 #endif
 }
 

@@ -975,10 +975,11 @@ TEST(kernels_attention_128_row_blocks_match_cpu_at_tails_windows_and_groups) {
     block_tail_cases(64);
     block_tail_cases(128);
 }
-/* The Hopper backward's blocks of 128 rows (dK,dV: 128 keys, query tiles of 64 streamed head after
- * head of the group; dQ: 128 queries, key tiles of 64) at Llama-3.2-1B's heads (32 over 8 at HS 64)
- * and Qwen3-0.6B's (16 over 8 at 128): lengths where the last block's second warpgroup has one row
- * or none, windows of a tile and of more than two, and B·NKV not a multiple of a section of heads. */
+/* The Hopper backward's blocks of 128 keys (query tiles of 64 streamed from the last down, the heads
+ * of the group within each; dQ's shares added over the key blocks in their order) at Llama-3.2-1B's
+ * heads (32 over 8 at HS 64) and Qwen3-0.6B's (16 over 8 at 128): lengths where the last block's
+ * second warpgroup has one row or none, windows of a tile and of more than two (a query tile's
+ * first key block is not the first), and B·NKV not a multiple of a section of heads. */
 TEST(kernels_attention_backward_128_row_blocks_match_cpu_at_llama_and_qwen_heads) {
     seed_fresh();
     const int cases[][6] = {
