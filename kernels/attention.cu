@@ -169,7 +169,8 @@ extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, cons
 }
 
 /* Scratch: D = rowsum(dout·out) [B·NH·T], the qkv bias partials [B·tiles][(NH+2·NKV)·HS], and for
- * the Hopper backward (HS 64, 128) dQ's fp32 sums [B·NH·tiles][64·HS] and their counts [B·NH·tiles]. */
+ * the Hopper backward (HS 64, 128) dQ's fp32 sums [B·NH·tiles][64·HS], their counts [B·NH·tiles] and
+ * the blocks' start tickets (one counter). */
 static size_t dsum_floats(const AttentionShape *s) {
     return (size_t)round_up((int64_t)s->B * s->NH * s->T, 64); /* the partials start 256-byte aligned */
 }
@@ -185,7 +186,7 @@ static bool backward_is_tma(const AttentionShape *s) {
 
 extern "C" size_t attention_backward_scratch_bytes(const AttentionShape *s) {
     size_t floats = dsum_floats(s) + bias_part_floats(s);
-    if (backward_is_tma(s)) floats += dq_tiles(s) * (ATT_TILE * s->HS + 1);
+    if (backward_is_tma(s)) floats += dq_tiles(s) * (ATT_TILE * s->HS + 1) + 1; /* + the start tickets */
     return floats * sizeof(float);
 }
 
@@ -268,9 +269,10 @@ static void launch_backward_tma(bf16 *dqkv, float *bias_part, float *dq_acc, uns
     const size_t head_bytes = (size_t)2 * s->T * HS * sizeof(bf16);
     const int kv_section = (int)std::max<size_t>(1, ATT_TMA_SECTION_BYTES / (head_bytes * group));
     const float sl2 = LOG2E * s->scale;
-    CUDA_CHECK(cudaMemsetAsync(dq_count, 0, dq_tiles(s) * sizeof(unsigned), stream));
+    unsigned *started = dq_count + dq_tiles(s);
+    CUDA_CHECK(cudaMemsetAsync(dq_count, 0, (dq_tiles(s) + 1) * sizeof(unsigned), stream));
     attention_backward_tma_kernel<HS><<<nblk * s->B * s->NKV, ATT_TMA_THREADS, smem, stream>>>(
-        qkv128, qkv64, do64, dqkv, bias_part, dq_acc, dq_count, lse, D, s->T, s->NH, s->NKV, s->window, sl2,
+        qkv128, qkv64, do64, dqkv, bias_part, dq_acc, dq_count, started, lse, D, s->T, s->NH, s->NKV, s->window, sl2,
         s->scale, nblk, kv_section);
     CUDA_CHECK(cudaGetLastError());
     attention_backward_dq_store_kernel<HS><<<(unsigned)dq_tiles(s), 2 * ATT_THREADS, 0, stream>>>(

@@ -20,9 +20,11 @@
  *   blocks, which makes the sum deterministic without atomics: the producer's third warp copies a
  *   step's share out by a bulk copy (the first key block that sees the tile stores, each later one
  *   adds by the L2's reduction), once a per-tile count says the key block before it is in, and
- *   raises the count when its add is done. A block only waits for a block launched before it, and
- *   walks its query tiles from the last down to the diagonal, so it meets each tile at the same step
- *   as the key block before it, or later: the adds follow each other without holding the consumers.
+ *   raises the count when its add is done. A block only waits for a block started before it (its
+ *   place in the grid is a ticket taken at its start), and walks its query tiles from the last down
+ *   to the diagonal, so it meets each tile at the same step as the key block before it, or later.
+ *   Each tile's adds are a chain across its key blocks, which holds the consumers (one share buffer)
+ *   when a link is slow: the copy-out thread's step is kept short.
  *   attention_backward_dq_store_kernel then scales the sums to bf16 dQ with their bias partials.
  * The producer's first warp copies Q and dO, its second the tile's lse and D = rowsum(dO∘O) into
  *   the ring beside them.
@@ -60,13 +62,13 @@ __host__ __device__ constexpr int att_bwd_tma_smem_bytes(int HS) {
            att_bwd_tma_ds_bytes() + att_bwd_tma_dq_bytes(HS) + 1024;
 }
 
-/* The block's (row block, head) of a 1-d grid of nblk row blocks per head: sections of `section`
- * heads, blocks in the order of `rank` (0 first) across the section's heads. So a head's key block
- * has a higher index than the ones before it, which the GPU starts first: waiting for their dQ
- * shares cannot hold a block that has not started. */
-__device__ __forceinline__ void att_bwd_tma_block(int nblk, int section, int &rank, int &head) {
-    const int nheads = gridDim.x / nblk, per = section * nblk, sec = blockIdx.x / per, first = sec * section;
-    const int heads = min(section, nheads - first), r = blockIdx.x - sec * per;
+/* The (row block, head) of place idx in a 1-d grid of nblk row blocks per head: sections of
+ * `section` heads, blocks in the order of `rank` (0 first) across the section's heads. With idx the
+ * order in which blocks started (a ticket), a head's key block starts after the ones before it, so
+ * waiting for their dQ shares never waits for a block that has not started. */
+__device__ __forceinline__ void att_bwd_tma_block(int idx, int nblk, int section, int &rank, int &head) {
+    const int nheads = gridDim.x / nblk, per = section * nblk, sec = idx / per, first = sec * section;
+    const int heads = min(section, nheads - first), r = idx - sec * per;
     rank = r / heads;
     head = first + r % heads;
 }
@@ -79,11 +81,20 @@ __device__ __forceinline__ void att_bwd_tma_step(int i, int grp, int nper, int q
     h = h0 + i % grp;
 }
 
+/* The first key block (of 128 keys) that sees query tile qt: the inverse of query_tile_end, whose
+ * last query of a key block is its last key + W - 1. */
+__device__ __forceinline__ int first_key_block(int qt, int window) {
+    if (window <= 0) return 0;
+    const long long k = ((long long)qt * ATT_TILE - (ATT_BWD_TMA_ROWS - 2) - window + ATT_BWD_TMA_ROWS - 1);
+    return k > 0 ? (int)(k / ATT_BWD_TMA_ROWS) : 0;
+}
+
 template <int HS>
 __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     attention_backward_tma_kernel(const __grid_constant__ CUtensorMap tm_kv, const __grid_constant__ CUtensorMap tm_q,
                                   const __grid_constant__ CUtensorMap tm_do, bf16 *dqkv, float *bias_part,
-                                  float *dq_acc, unsigned *dq_count, const float *lse, const float *D, int T, int NH,
+                                  float *dq_acc, unsigned *dq_count, unsigned *started, const float *lse,
+                                  const float *D, int T, int NH,
                                   int NKV, int window, float sl2, float scale, int nkb, int section) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) /* setmaxnreg and wgmma: sm_90a only */
     constexpr int NP = HS / 64, OWN = att_tma_tile_bytes(HS), TILE = att_bwd_tma_tile_bytes(HS);
@@ -101,8 +112,11 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     const uint32_t kv_full = smem_addr(bars), full = kv_full + 8, empty = full + 8 * ST, ds_full = empty + 8 * ST;
     const uint32_t ds_empty = ds_full + 8, dq_full = ds_empty + 8, dq_empty = dq_full + 8;
 
+    __shared__ int ticket;
+    if (threadIdx.x == 0) ticket = (int)atomicAdd(started, 1u);
+    __syncthreads();
     int kb, bkv;
-    att_bwd_tma_block(nkb, section, kb, bkv);
+    att_bwd_tma_block(ticket, nkb, section, kb, bkv);
     const int b = bkv / NKV, kvh = bkv % NKV, grp = NH / NKV, h0 = kvh * grp;
     const int k0 = kb * ATT_BWD_TMA_ROWS, nqt = ceil_div(T, BQ);
     /* the query tiles that see these keys: qt0 (the diagonal) to qt0 + nper - 1 */
@@ -162,17 +176,20 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         } else if (warp == CONSUMER_WARPS + 2 && lane == 0) {
             /* dQ's shares, in key-block order: a tile's first key block stores its share, each later
              * one adds its own once the count says the one before it is in; the count rises only
-             * after the add is done. Waits only for blocks launched before this one. */
+             * after the add is done. Waits only for blocks started before this one. This thread is
+             * a link in a chain across the key blocks of a tile, so its step is kept short: the
+             * tile walked as att_bwd_tma_step without divisions, the count polled without acquire
+             * (which would invalidate L1 on every poll) before the share is waited for. */
+            int qt = qt0 + nper - 1, h = h0;
             for (int i = 0; i < nsteps; i++) {
-                int qt, h;
-                att_bwd_tma_step(i, grp, nper, qt0, h0, qt, h);
-                int first = 0; /* the first key block that sees query tile qt */
-                while (query_tile_end<BQ, ATT_BWD_TMA_ROWS>(first * ATT_BWD_TMA_ROWS, window, nqt) <= qt) first++;
                 const size_t tile = ((size_t)b * NH + h) * nqt + qt;
-                const unsigned before = (unsigned)(kb - first);
-                mbar_wait(dq_full, (uint32_t)(i & 1));
-                while (ld_acquire_gpu(dq_count + tile) < before) {
+                const unsigned before = (unsigned)(kb - first_key_block(qt, window));
+                if (before) {
+                    while (ld_relaxed_gpu(dq_count + tile) < before) {
+                    }
+                    (void)ld_acquire_gpu(dq_count + tile);
                 }
+                mbar_wait(dq_full, (uint32_t)(i & 1));
                 fence_proxy_async_global();
                 if (before == 0)
                     bulk_store(dq_acc + tile * BQ * HS, dQs, DQ);
@@ -184,6 +201,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
                 bulk_wait_done();
                 fence_proxy_async_global();
                 red_release_gpu_inc(dq_count + tile);
+                if (++h == h0 + grp) h = h0, qt--;
             }
         }
         return;
@@ -255,6 +273,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         /* dQ's share of these 128 keys, dS·K: this warpgroup's half of the columns, once both
          * warpgroups' dSᵀ rows are in the slot */
         mbar_wait(ds_full, (uint32_t)(i & 1));
+        wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < ATT_BWD_TMA_ROWS / 16; kk++) {
             if constexpr (HS == 128)
