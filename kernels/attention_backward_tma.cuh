@@ -28,8 +28,8 @@
  *   attention_backward_dq_store_kernel then scales the sums to bf16 dQ with their bias partials.
  * The producer's first warp copies Q and dO, its second the tile's lse and D = rowsum(dO∘O) into
  *   the ring beside them.
- * Measured against the two kernels it replaced (dev/RESULTS.md, attention): 7-10 % faster at Qwen3's
- *   and GPT-2's shapes, level to 3 % slower at Llama's (HS 64, groups of 4).
+ * Measured against the two kernels it replaced (dev/RESULTS.md, attention): 6-9 % faster at Qwen3's
+ *   and 7-9 % at Llama's shapes (T 2048), level to 7 % at GPT-2's (T 1024, a noisy shape).
  * FLOPs: 5·2·64·64·HS per (query tile, key tile) pair, 5/2 of the forward.
  * Bytes: Q and dO cross from L2 once per 128 keys; dQ's fp32 shares once each way per step. */
 #ifndef FUSEDGPT_ATTENTION_BACKWARD_TMA_CUH
