@@ -1004,8 +1004,7 @@ static int use_default_corpus(Run *r, int beside) {
  * the weights learnt the other one's ids. */
 static void note_other_than_init_from(const Run *r) {
     char path[FGPT_PATH_LEN], err[ERR_LEN];
-    struct stat st;
-    if (path_format(path, "%s/tokenizer.json", r->opt.init_from) != 0 || stat(path, &st) != 0) return;
+    if (!file_in_dir(path, r->opt.init_from, "tokenizer.json")) return;
     Tokenizer *own = tokenizer_load(path, err);
     if (own && tokenizer_fingerprint(own) != tokenizer_fingerprint(r->tok))
         printf("note: --tokenizer %s is not %s, the tokenizer the weights were trained with: its ids mean other "
@@ -1021,10 +1020,8 @@ static int resolve_data(Run *r) {
     r->train_path = opt->train_data, r->val_path = opt->val_data, r->tok_path = opt->tokenizer;
     /* a Hugging Face checkpoint's own tokenizer, unless another is named: samples decode with it,
      * checkpoints carry it, and a shard made by another is refused */
-    struct stat st;
-    const int beside = !r->tok_path[0] && opt->init_from[0] &&
-                       path_format(r->beside_init, "%s/tokenizer.json", opt->init_from) == 0 &&
-                       stat(r->beside_init, &st) == 0;
+    const int beside =
+        !r->tok_path[0] && opt->init_from[0] && file_in_dir(r->beside_init, opt->init_from, "tokenizer.json");
     if (beside) r->tok_path = r->beside_init;
     if (r->tok_path[0] && load_tokenizer(r, beside) != RUN_ON) return 1;
     if (!r->train_path[0] && use_default_corpus(r, beside) != RUN_ON) return 1;

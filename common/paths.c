@@ -23,6 +23,11 @@ int path_format(char *dst, const char *fmt, ...) {
     return 0;
 }
 
+int file_in_dir(char *dst, const char *dir, const char *name) {
+    struct stat st;
+    return path_format(dst, "%s/%s", dir, name) == 0 && stat(dst, &st) == 0;
+}
+
 int make_dirs(const char *path) {
     char tmp[FGPT_PATH_LEN];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s", path) >= sizeof tmp) {

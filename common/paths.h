@@ -17,6 +17,10 @@ extern "C" {
  * fit: a cut path would name a file outside the folder it belongs to. */
 int path_format(char *dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Whether dir/name exists, its path left in dst (FGPT_PATH_LEN bytes): 1, or 0 when it does not
+ * exist or its path does not fit. */
+int file_in_dir(char *dst, const char *dir, const char *name);
+
 /* mkdir -p: creates path and its missing parents. 0, or -1 with errno set. */
 int make_dirs(const char *path);
 

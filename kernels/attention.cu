@@ -38,8 +38,8 @@
  * Sliding window W > 0: query i sees keys i − W < j <= i (attention_mask.cuh); every loop is bounded
  *   by it, so a windowed layer's work grows with T·W.
  * FLOPs (causal, ≈ half of T²): forward 2·B·NH·T²·HS (two products over T²/2 pairs); backward
- *   ≈ 7/2 of that. Bytes: forward reads qkv once per query tile (K, V re-read ⌈T/64⌉/2 times from
- *   L2), writes out and lse; compute bound for T ≳ 256.
+ *   ≈ 7/2 of that (5/2 in the Hopper kernel). Bytes: forward reads qkv once per query tile (K, V
+ *   re-read ⌈T/64⌉/2 times from L2), writes out and lse; compute bound for T ≳ 256.
  *
  * Fragment layouts used below (PTX ISA, mma.m16n8k16 .bf16): with g = lane/4, t = lane%4,
  *   A (16×16, row): a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)

@@ -181,8 +181,7 @@ static int parse(EvalOptions *o, int argc, char **argv) {
  * that made the shard (made_by: its header's fingerprint): the loss would be of other text. */
 static int made_by_other_tokenizer(const char *path, uint64_t made_by, const char *dir) {
     char tok_path[FGPT_PATH_LEN], err[ERR_LEN];
-    struct stat st;
-    if (!made_by || path_format(tok_path, "%s/tokenizer.json", dir) != 0 || stat(tok_path, &st) != 0) return 0;
+    if (!made_by || !file_in_dir(tok_path, dir, "tokenizer.json")) return 0;
     Tokenizer *tok = tokenizer_load(tok_path, err);
     if (!tok) return 0; /* not needed to evaluate */
     char fix[FGPT_PATH_LEN + 96];

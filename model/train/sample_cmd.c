@@ -137,9 +137,8 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
 /* The tokenizer: --tokenizer, else the checkpoint's tokenizer.json, else none (NULL, *status 0). */
 static Tokenizer *open_tokenizer(const SampleOptions *o, const char *dir, int *status) {
     char path[FGPT_PATH_LEN], err[ERR_LEN];
-    struct stat st;
     *status = 0;
-    if (!o->tokenizer && (path_format(path, "%s/tokenizer.json", dir) != 0 || stat(path, &st) != 0)) return NULL;
+    if (!o->tokenizer && !file_in_dir(path, dir, "tokenizer.json")) return NULL;
     Tokenizer *t = tokenizer_load(o->tokenizer ? o->tokenizer : path, err);
     if (!t) {
         print_error("%s", err);
