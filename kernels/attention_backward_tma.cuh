@@ -81,11 +81,13 @@ __device__ __forceinline__ void att_bwd_tma_step(int i, int grp, int nper, int q
     h = h0 + i % grp;
 }
 
-/* The first key block (of 128 keys) that sees query tile qt: the inverse of query_tile_end, whose
- * last query of a key block is its last key + W - 1. */
+/* The first key block (of 128 keys) that sees query tile qt, the inverse of query_tile_end: a key
+ * block's last key kb·128 + 127 sees queries up to kb·128 + 127 + W - 1, so the first is the least
+ * kb with kb·128 + 126 + W >= 64·qt, ⌈(64·qt - 126 - W) / 128⌉ = ⌊(64·qt + 1 - W) / 128⌋ (0 if
+ * negative). */
 __device__ __forceinline__ int first_key_block(int qt, int window) {
     if (window <= 0) return 0;
-    const long long k = ((long long)qt * ATT_TILE - (ATT_BWD_TMA_ROWS - 2) - window + ATT_BWD_TMA_ROWS - 1);
+    const long long k = (long long)qt * ATT_TILE + 1 - window;
     return k > 0 ? (int)(k / ATT_BWD_TMA_ROWS) : 0;
 }
 
@@ -94,8 +96,8 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     attention_backward_tma_kernel(const __grid_constant__ CUtensorMap tm_kv, const __grid_constant__ CUtensorMap tm_q,
                                   const __grid_constant__ CUtensorMap tm_do, bf16 *dqkv, float *bias_part,
                                   float *dq_acc, unsigned *dq_count, unsigned *started, const float *lse,
-                                  const float *D, int T, int NH,
-                                  int NKV, int window, float sl2, float scale, int nkb, int section) {
+                                  const float *D, int T, int NH, int NKV, int window, float sl2, float scale,
+                                  int nkb, int section) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) /* setmaxnreg and wgmma: sm_90a only */
     constexpr int NP = HS / 64, OWN = att_tma_tile_bytes(HS), TILE = att_bwd_tma_tile_bytes(HS);
     constexpr int ST = ATT_BWD_TMA_STAGES, BQ = ATT_TILE, CONSUMER_WARPS = ATT_TMA_CONSUMER_THREADS / 32;
