@@ -979,13 +979,17 @@ TEST(kernels_attention_128_row_blocks_match_cpu_at_tails_windows_and_groups) {
  * of the group within each; dQ's shares added over the key blocks in their order) at Llama-3.2-1B's
  * heads (32 over 8 at HS 64) and Qwen3-0.6B's (16 over 8 at 128): lengths where the last block's
  * second warpgroup has one row or none, windows of a tile and of more than two (a query tile's
- * first key block is not the first), and B·NKV not a multiple of a section of heads. */
+ * first key block is not the first), B·NKV not a multiple of a section of heads, and long chains
+ * of key blocks. */
 TEST(kernels_attention_backward_128_row_blocks_match_cpu_at_llama_and_qwen_heads) {
     seed_fresh();
     const int cases[][6] = {
         /* B, T, NH, NKV, HS, window */
         {2, 129, 32, 8, 64, 0},   {1, 515, 32, 8, 64, 300}, {1, 2049, 32, 8, 64, 0}, {3, 65, 16, 8, 128, 0},
         {2, 193, 16, 8, 128, 64}, {1, 2049, 16, 8, 128, 129},
+        /* 33 key blocks: the last query tiles' dQ sums a chain of 33 shares, or of 4 from a key block
+         * past the first with the window */
+        {1, 4097, 2, 1, 64, 0},   {1, 4097, 4, 2, 64, 300},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int *c = cases[i];
