@@ -57,8 +57,8 @@ typedef struct {
     int logits_mb;
     int gpus, nodes, node_rank;
     const char *master;
-    const char *zero;
-    int overlap_comm, bucket_mb, vocab_parallel;
+    const char *zero, *overlap_comm;
+    int bucket_mb, vocab_parallel;
     const char *grad_reduce;
     int untied_head;
     int recompute_gelu, profile_step, step_parts;
@@ -148,8 +148,9 @@ static const OptSpec options[] = {
     {0, "zero", OPT_STR, O(zero), "auto", "auto|0|1",
      "1: ZeRO-1, each GPU keeps 1/N of the master weights and AdamW moments (data parallel); auto: 1 on two GPUs "
      "or more, 0 with --vocab-parallel"},
-    {0, "overlap-comm", OPT_INT, O(overlap_comm), "1", "0|1",
-     "1: reduce gradients during the backward; 0: after it (data parallel)"},
+    {0, "overlap-comm", OPT_STR, O(overlap_comm), "auto", "auto|0|1",
+     "1: reduce gradients during the backward; 0: after it; auto: after it on one host whose GPUs NVLink joins, "
+     "during it otherwise (data parallel)"},
     {0, "bucket-mb", OPT_INT, O(bucket_mb), "0", "MB",
      "gradients per reduction at least, in MB of fp32 (layers merge; 0: one per layer)"},
     {0, "grad-reduce", OPT_STR, O(grad_reduce), "fp32", "TYPE",
@@ -446,7 +447,8 @@ static void validate(Options *opt, GPTConfig *cfg) {
         die_usage("%s %d needs --master HOST:PORT (node 0's address, the same on every node)", nodes, opt->nodes);
     if (strcmp(opt->zero, "auto") && strcmp(opt->zero, "0") && strcmp(opt->zero, "1"))
         bad("--zero", "must be auto, 0 or 1");
-    if (opt->overlap_comm != 0 && opt->overlap_comm != 1) bad("--overlap-comm", "must be 0 or 1");
+    if (strcmp(opt->overlap_comm, "auto") && strcmp(opt->overlap_comm, "0") && strcmp(opt->overlap_comm, "1"))
+        bad("--overlap-comm", "must be auto, 0 or 1");
     if (opt->bucket_mb < 0) bad("--bucket-mb", "must be 0 or more");
     if (strcmp(opt->grad_reduce, "fp32") && strcmp(opt->grad_reduce, "bf16"))
         bad("--grad-reduce", "must be fp32 or bf16");
@@ -699,6 +701,7 @@ typedef struct {
     GPTConfig cfg;
     ParamTable table;
     Dist dist;
+    int overlap_comm; /* --overlap-comm as it applies to this world (overlap_on) */
     int launcher; /* this process started the ranks (or is the launcher's self-test): it trains nothing */
     PreparedData prepared; /* the default corpus, when there is no -i */
     const char *train_path, *val_path, *tok_path;
@@ -771,6 +774,18 @@ static int check_vocab_parallel(Run *r) {
     return RUN_ON;
 }
 
+/* --overlap-comm auto. On one host whose GPUs NVLink joins, reducing after the backward was as fast
+ * or faster in every measurement (ZeRO-1: 0.1-1.5 % on two H100s, two and four H200s; the all-reduce
+ * within 0.2 % or faster): the reductions beside the backward take SMs and memory bandwidth from its
+ * kernels and slow it by about what they hide, and over NVLink there is little to hide. Over slower
+ * links (hosts over a network, PCIe) the reductions are long enough that hiding them pays.
+ * dev/RESULTS.md, Multi-GPU. */
+static int overlap_on(const Options *opt, const Dist *d) {
+    if (d->world == 1) return 0;
+    if (!strcmp(opt->overlap_comm, "auto")) return !dist_one_nvlink_host(d, opt->nodes);
+    return !strcmp(opt->overlap_comm, "1");
+}
+
 /* The ranks of this run: a worker started by `-g N` knows its rank from the environment; anything
  * else is either the launcher of this node (-g N > 1 or --nodes M > 1) or a world of one. The
  * launcher returns the workers' status; a worker joins NCCL. */
@@ -811,12 +826,13 @@ static int start_world(Run *r, char **argv) {
             return 2;
         }
         if (dist_nccl_init(&r->dist, r->err) != 0) return fail(r->err);
+        r->overlap_comm = overlap_on(opt, &r->dist);
     }
     if (cpu && (opt->gpus != 1 || opt->nodes != 1 || r->dist.world != 1)) {
         print_error("-g/--gpus and --nodes (data parallel) apply to --device cuda only");
         return 2;
     }
-    if (cpu && (!strcmp(opt->zero, "1") || !opt->overlap_comm || opt->bucket_mb || strcmp(opt->grad_reduce, "fp32"))) {
+    if (cpu && (!strcmp(opt->zero, "1") || strcmp(opt->overlap_comm, "auto") || opt->bucket_mb || strcmp(opt->grad_reduce, "fp32"))) {
         print_error("--zero, --overlap-comm, --bucket-mb and --grad-reduce set how GPUs share gradients: "
                     "they apply to --device cuda with -g/--nodes, not to the CPU backend");
         return 2;
@@ -1122,7 +1138,7 @@ static int zero1_on(const Options *opt, int world) {
 static int create_backend(Run *r) {
     const Options *opt = &r->opt;
     OutputKind output = strcmp(opt->output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
-    DataParallel dp = {.dist = &r->dist, .zero1 = zero1_on(opt, r->dist.world), .overlap = opt->overlap_comm,
+    DataParallel dp = {.dist = &r->dist, .zero1 = zero1_on(opt, r->dist.world), .overlap = r->overlap_comm,
                        .bucket_bytes = (size_t)opt->bucket_mb << 20, .bf16_wire = !strcmp(opt->grad_reduce, "bf16"),
                        .vocab_parallel = opt->vocab_parallel};
     r->be = strcmp(opt->device, "cpu") == 0
@@ -1313,12 +1329,15 @@ static void print_header(Run *r) {
            r->B, r->T, opt->total_batch, r->accum, r->dist.world, opt->output, opt->device, be->device_name);
     if (be->output_path[0]) printf("output layer: %s\n", be->output_path);
     if (r->dist.world > 1)
-        printf("data parallel: %s, gradients reduced %s the backward\n",
+        printf("data parallel: %s, gradients reduced %s the backward%s\n",
                zero1_on(opt, r->dist.world) ? "ZeRO-1 (each rank keeps 1/N of the master weights and AdamW moments)"
                : opt->vocab_parallel        ? "the head split by vocabulary rows, the rest of the optimizer state whole on "
                                               "every rank"
                                             : "every rank keeps the whole optimizer state",
-               opt->overlap_comm ? "during" : "after");
+               r->overlap_comm ? "during" : "after",
+               strcmp(opt->overlap_comm, "auto")   ? ""
+               : r->overlap_comm                   ? " (--overlap-comm auto: ranks on several hosts, or GPUs without NVLink)"
+                                                   : " (--overlap-comm auto: one host, its GPUs joined by NVLink)");
     const int bf16_wire = !strcmp(opt->grad_reduce, "bf16");
     if (bf16_wire && r->dist.world == 1)
         printf("gradient reduce: --grad-reduce bf16 does nothing in a world of one: there is nothing to reduce, "

@@ -33,7 +33,7 @@ for V in ${VOCABS:-50304 262144}; do
     python3 tests/fixtures/gen/make_shard.py $MG/rand_$V.bin 8000000 $V random 3 >/dev/null
     tp V${V}_1gpu $V ./train -g 1
     for round in $(seq 1 ${ROUNDS:-1}); do
-        IFS=';' read -ra modes <<<"${MODES:-zero1|--zero 1;zero1after|--zero 1 --overlap-comm 0;overlap|--zero 0 --overlap-comm 1}"
+        IFS=';' read -ra modes <<<"${MODES:-zero1|--zero 1 --overlap-comm 1;zero1after|--zero 1 --overlap-comm 0;overlap|--zero 0 --overlap-comm 1}"
         for mode in "${modes[@]}"; do
             IFS='|' read -r m flags <<<"$mode"
             [ "$(left)" -gt 40 ] || { say "(time: V$V round $round $m skipped)"; continue; }

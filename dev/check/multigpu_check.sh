@@ -152,7 +152,7 @@ if has correct; then
         echo "$floor" >$MG/floor_$d
         # one step's reduced gradient, through AdamW's first moment m = 0.1 g after step 1
         ./train $common -d $d -x 1 -o $MG/one_step1_$d >$MG/one_step1_$d.log 2>&1
-        for mode in "--zero 0 --overlap-comm 1" "--zero 0 --overlap-comm 0" "--zero 1" "--zero 1 --overlap-comm 0"; do
+        for mode in "--zero 0 --overlap-comm 1" "--zero 0 --overlap-comm 0" "--zero 1 --overlap-comm 1" "--zero 1 --overlap-comm 0"; do
             tag="$(echo "$mode" | tr -d ' -')"
             log=$MG/dp_${d}_$tag.log
             ./train -g $G $common -d $d $mode -o $MG/dp_${d}_$tag >$log 2>&1
@@ -172,6 +172,7 @@ if has correct; then
     ./train -g $G $common -d $d $streaming --zero 0 -o $MG/dp_streaming >$MG/dp_streaming.log 2>&1
     rc=$?
     note "$(python3 -c "$drift_py" $MG/one_streaming.log $MG/dp_streaming.log "-d $d, 1 vs $G GPUs $streaming (exit $rc)" $floor) $(grep -m1 error $MG/dp_streaming.log)"
+    note "    --overlap-comm auto here: $(grep -m1 'data parallel:' $MG/dp_streaming.log)"
 fi
 # A random Llama checkpoint (config.json + fp32 model.safetensors) with GQA and an untied head:
 # L=2, C=128, NH=4, NKV=2, hd=64, F=256, V=1000. argv[1]: its directory.
@@ -216,7 +217,7 @@ if has families; then
         ./train $flags $fam_common -x 20 -o $MG/fam_one_$name >$MG/fam_one_$name.log 2>&1
         ./train $flags $fam_common -x 1 -o $MG/fam_one_step1_$name >$MG/fam_one_step1_$name.log 2>&1
         note "$name: $(grep -m1 '^family' $MG/fam_one_$name.log) $(grep -m1 error $MG/fam_one_*$name.log)"
-        for mode in "--zero 0 --overlap-comm 1" "--zero 1"; do
+        for mode in "--zero 0 --overlap-comm 1" "--zero 1 --overlap-comm 1"; do
             tag="$(echo "$mode" | tr -d ' -')"
             log=$MG/fam_dp_${name}_$tag.log
             ./train -g $G $flags $fam_common $mode -x 20 -o $MG/fam_dp_${name}_$tag >$log 2>&1
@@ -248,7 +249,7 @@ if has families; then
 fi
 if has bitwise; then
     # the same G-GPU run twice: every printed loss and the final weights equal bit for bit
-    for mode in "--zero 0 --overlap-comm 1" "--zero 1"; do
+    for mode in "--zero 0 --overlap-comm 1" "--zero 1 --overlap-comm 1"; do
         tag="$(echo "$mode" | tr -d ' -')"
         for k in 1 2; do
             ./train -g $G $common -d $((2048 * G)) $mode -o $MG/bit_${tag}_$k >$MG/bit_${tag}_$k.log 2>&1
@@ -327,9 +328,10 @@ throughput() {
     TP_MS=$(col '\| [0-9.]+ ms \|') TP_COMM=${comm:-0}
     note "d12 V=$V B=32/GPU $tag: median $(col '\| [0-9.]+ ms \|') ms/step, $TP_TOK tok/s, comm wait ${comm:-0} ms, $(grep '| loss' $log | tail -1 | grep -o '[0-9.]* GB') $(grep -m1 error $log)"
     note "    GPU ms of a step's parts (a middle step by output layer time): ${parts:-none}"
+    grep -q 'data parallel:' $log && note "    $(grep -m1 'data parallel:' $log)"
 }
 if has throughput || has sweep || has skew || has peers; then
-    IFS=';' read -ra tp_modes <<<"${TP_MODES:-allreduce_after|--zero 0 --overlap-comm 0;overlap|--zero 0;zero1|--zero 1;zero1_after|--zero 1 --overlap-comm 0}"
+    IFS=';' read -ra tp_modes <<<"${TP_MODES:-allreduce_after|--zero 0 --overlap-comm 0;overlap|--zero 0 --overlap-comm 1;zero1|--zero 1 --overlap-comm 1;zero1_after|--zero 1 --overlap-comm 0}"
     for V in $TP_VOCABS; do
         python3 tests/fixtures/gen/make_shard.py $MG/rand_$V.bin 40000000 $V random 3
         DDP_TOK=
@@ -563,7 +565,7 @@ if has wire; then
         row=$(grep -m1 '^ROW' <<<"$out" | cut -d'|' -f2-)
         [ -z "$label" ] || wire_rows+=("$label|${row:-||||FAIL}")
     }
-    wire_modes=("overlap|--zero 0 --overlap-comm 1" "after|--zero 0 --overlap-comm 0" "zero1|--zero 1" "zero1_after|--zero 1 --overlap-comm 0")
+    wire_modes=("overlap|--zero 0 --overlap-comm 1" "after|--zero 0 --overlap-comm 0" "zero1|--zero 1 --overlap-comm 1" "zero1_after|--zero 1 --overlap-comm 0")
     ./build/run_gpu_tests grad_wire >$MG/wire_gpu_tests.log 2>&1
     w_note "wire GPU tests (world of one): $(grep -E 'passed' $MG/wire_gpu_tests.log | tail -1)$(grep -q ' 0 failed' $MG/wire_gpu_tests.log || echo ' FAIL') $(grep -m2 -A1 FAILED $MG/wire_gpu_tests.log | tr '\n' ' ')"
     if wpart step1; then
@@ -606,7 +608,7 @@ if has wire; then
         wt ./train $big -d 1024 -x $G -l 1e-30 --lr-final 0 --warmup 0 --weight-decay 0 -o $MG/wire_big_ranks \
             >$MG/wire_big_ranks.log 2>&1 || w_note "wire rounds, ranks' norms FAIL: exit $? $(grep -m1 error $MG/wire_big_ranks.log)"
         rm -rf $MG/wire_big_ranks
-        for mode in "after|--zero 0 --overlap-comm 0" "zero1|--zero 1"; do
+        for mode in "after|--zero 0 --overlap-comm 0" "zero1|--zero 1 --overlap-comm 1"; do
             IFS='|' read -r tag flags <<<"$mode"
             for wire in fp32 bf16; do
                 rm -rf $MG/wire_big_${tag}_$wire
@@ -624,7 +626,7 @@ if has wire; then
     fi
     if wpart bitwise; then
         wire_rows+=("bf16 repeat|mode|two identical runs|||verdict")
-        for mode in "overlap|--zero 0 --overlap-comm 1" "zero1|--zero 1"; do
+        for mode in "overlap|--zero 0 --overlap-comm 1" "zero1|--zero 1 --overlap-comm 1"; do
             IFS='|' read -r tag flags <<<"$mode"
             for k in 1 2; do
                 rm -rf $MG/wire_bit_${tag}_$k

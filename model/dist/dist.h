@@ -92,6 +92,10 @@ void dist_nccl_free(Dist *d);
 double dist_mean_scalar(const Dist *d, double value);
 /* Largest of one host value across ranks (blocks; exact, so ranks can check they agree). */
 double dist_max_scalar(const Dist *d, double value);
+/* 1 when all ranks run on one host (nodes == 1) and every rank's GPU reaches every other rank's
+ * through peer access with native atomics, which NVLink and NVSwitch give and PCIe peer links, on the
+ * hosts we know, do not; the same answer on every rank (blocks). 0 in a world of one. */
+int dist_one_nvlink_host(const Dist *d, int nodes);
 
 /* ---- gradient and weight collectives (model/dist/dist_nccl.cu), enqueued on a CUDA stream ---- */
 typedef enum { DIST_FLOAT32, DIST_BFLOAT16, DIST_INT32, DIST_FLOAT64 } DistType;

@@ -125,6 +125,20 @@ static double allreduce_scalar(const Dist *d, double value, ncclRedOp_t op) {
 extern "C" double dist_mean_scalar(const Dist *d, double value) { return allreduce_scalar(d, value, ncclAvg); }
 extern "C" double dist_max_scalar(const Dist *d, double value) { return allreduce_scalar(d, value, ncclMax); }
 
+extern "C" int dist_one_nvlink_host(const Dist *d, int nodes) {
+    if (!d->nccl) return 0;
+    int linked = nodes == 1;
+    for (int peer = 0; linked && peer < d->world; peer++) {
+        if (peer == d->local_rank) continue;
+        int access = 0, atomics = 0;
+        CUDA_CHECK(cudaDeviceCanAccessPeer(&access, d->local_rank, peer));
+        if (access) CUDA_CHECK(cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, d->local_rank, peer));
+        linked = access && atomics;
+    }
+    /* one rank that sees a slower link decides for all: every rank must reduce in the same mode */
+    return dist_max_scalar(d, linked ? 0.0 : 1.0) == 0.0;
+}
+
 static ncclDataType_t nccl_type(DistType t) {
     switch (t) {
     case DIST_FLOAT32: return ncclFloat32;
