@@ -149,8 +149,8 @@ static const OptSpec options[] = {
      "1: ZeRO-1, each GPU keeps 1/N of the master weights and AdamW moments (data parallel); auto: 1 on two GPUs "
      "or more, 0 with --vocab-parallel"},
     {0, "overlap-comm", OPT_STR, O(overlap_comm), "auto", "auto|0|1",
-     "1: reduce gradients during the backward; 0: after it; auto: after it on one host whose GPUs NVLink joins, "
-     "during it otherwise (data parallel)"},
+     "1: reduce gradients during the backward; 0: after it; auto: after it when all ranks are on one host with "
+     "NVLink between every pair of its GPUs, during it otherwise (data parallel)"},
     {0, "bucket-mb", OPT_INT, O(bucket_mb), "0", "MB",
      "gradients per reduction at least, in MB of fp32 (layers merge; 0: one per layer)"},
     {0, "grad-reduce", OPT_STR, O(grad_reduce), "fp32", "TYPE",
@@ -782,8 +782,11 @@ static int check_vocab_parallel(Run *r) {
  * dev/RESULTS.md, Multi-GPU. */
 static int overlap_on(const Options *opt, const Dist *d) {
     if (d->world == 1) return 0;
-    if (!strcmp(opt->overlap_comm, "auto")) return !dist_one_nvlink_host(d, opt->nodes);
-    return !strcmp(opt->overlap_comm, "1");
+    /* every rank makes the same collectives whatever its flag, so ranks started with different
+     * values reach the check below instead of pairing one rank's query with another's reduction */
+    const int nvlink = dist_one_nvlink_host(d, opt->nodes);
+    const int overlap = !strcmp(opt->overlap_comm, "auto") ? !nvlink : !strcmp(opt->overlap_comm, "1");
+    return ranks_agree(d, overlap) ? overlap : -1;
 }
 
 /* The ranks of this run: a worker started by `-g N` knows its rank from the environment; anything
@@ -827,12 +830,17 @@ static int start_world(Run *r, char **argv) {
         }
         if (dist_nccl_init(&r->dist, r->err) != 0) return fail(r->err);
         r->overlap_comm = overlap_on(opt, &r->dist);
+        if (r->overlap_comm < 0) {
+            print_error("the ranks reduce gradients in different modes (--overlap-comm differs between nodes): "
+                        "start every node with the same flags");
+            return 2;
+        }
     }
     if (cpu && (opt->gpus != 1 || opt->nodes != 1 || r->dist.world != 1)) {
         print_error("-g/--gpus and --nodes (data parallel) apply to --device cuda only");
         return 2;
     }
-    if (cpu && (!strcmp(opt->zero, "1") || strcmp(opt->overlap_comm, "auto") || opt->bucket_mb || strcmp(opt->grad_reduce, "fp32"))) {
+    if (cpu && (!strcmp(opt->zero, "1") || !strcmp(opt->overlap_comm, "0") || opt->bucket_mb || strcmp(opt->grad_reduce, "fp32"))) {
         print_error("--zero, --overlap-comm, --bucket-mb and --grad-reduce set how GPUs share gradients: "
                     "they apply to --device cuda with -g/--nodes, not to the CPU backend");
         return 2;
@@ -1125,9 +1133,9 @@ static int resolve_data(Run *r) {
 }
 
 /* --zero auto: ZeRO-1 wherever there is a gradient to share, except with --vocab-parallel, which
- * splits the head instead (the two do not combine yet). With overlap it ran level with the all-reduce
- * or faster in every measurement over NVLink (up to 2.5 %, on two and on four GPUs) and keeps less
- * memory (dev/RESULTS.md, Multi-GPU). */
+ * splits the head instead (the two do not combine yet). It ran level with the all-reduce or faster in
+ * every measurement over NVLink, overlapped and after the backward (up to 2.5 %, on two and on four
+ * GPUs), and keeps less memory (dev/RESULTS.md, Multi-GPU). */
 static int zero1_on(const Options *opt, int world) {
     if (!strcmp(opt->zero, "auto")) return world > 1 && !opt->vocab_parallel;
     return !strcmp(opt->zero, "1");

@@ -61,6 +61,8 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("--device tpu", "--device must be cuda or cpu");
     expect_usage_error("--grad-reduce fp16", "--grad-reduce must be fp32 or bf16");
     expect_usage_error("--zero 2", "--zero must be auto, 0 or 1");
+    expect_usage_error("--overlap-comm 2", "--overlap-comm must be auto, 0 or 1");
+    expect_usage_error("--overlap-comm yes", "--overlap-comm must be auto, 0 or 1");
     /* an empty path would read as the flag left out: --init-from '' trained from scratch */
     expect_usage_error("--init-from ''", "--init-from needs a value, got an empty one");
     expect_usage_error("-j ''", "-j/--val-data needs a value, got an empty one");
@@ -514,6 +516,9 @@ TEST(inputs_that_would_be_silently_useless_are_refused_or_named) {
     /* --zero's default, auto, and an explicit 0 mean no sharding: the CPU backend takes both */
     expect_run(0, "step     1/1", NULL, TINY_RUN " -x 1 --val-every 0 --zero auto -i %s -o %s/za", train, d);
     expect_run(0, "step     1/1", NULL, TINY_RUN " -x 1 --val-every 0 --zero 0 -i %s -o %s/z0", train, d);
+    /* reducing after the backward asks for GPUs; the default, auto, and 1 (the default before auto) run */
+    expect_run(2, "not to the CPU backend", NULL, TINY_RUN " -x 1 --overlap-comm 0 -i %s -o %s/o0", train, d);
+    expect_run(0, "step     1/1", NULL, TINY_RUN " -x 1 --val-every 0 --overlap-comm auto -i %s -o %s/oa", train, d);
     expect_run(2, "--grad-reduce set how GPUs share gradients", "not to the CPU backend",
                TINY_RUN " -x 1 --grad-reduce bf16 -i %s -o %s/w", train, d);
     /* a resume from a directory that does not exist says so and does not create it */

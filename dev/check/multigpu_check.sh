@@ -232,9 +232,9 @@ if has families; then
     done
     # Qwen3-0.6B, B=8, T=2048 per GPU, random tokens: median tok/s of the last 8 of 12 steps
     python3 tests/fixtures/gen/make_shard.py $MG/rand_qwen3.bin 1000000 151936 random 3
-    # on G GPUs the all-reduce (--zero 0) and the default, ZeRO-1
+    # on G GPUs the all-reduce (--zero 0) and ZeRO-1, overlapped
     declare -A tok
-    for run in "1|1|" "$G|allreduce|--zero 0" "$G|zero1|--zero 1"; do
+    for run in "1|1|" "$G|allreduce|--zero 0 --overlap-comm 1" "$G|zero1|--zero 1 --overlap-comm 1"; do
         IFS='|' read -r g tag flags <<<"$run"
         rm -rf $MG/fam_tp # the final checkpoint of a 0.6B run: ~9 GB
         ./train -g $g $flags -e qwen3-0.6b -b 8 -t 2048 --max-seq-len 2048 -x 12 --warmup 2 --val-every 0 -s 0 \
@@ -382,11 +382,11 @@ if a and b:
             # NCCL's CTAs beside the backward take SMs from it: fewer CTAs make each reduction slower
             # but the backward shorter, and the overlap hides the slower reduction
             for ctas in ${SWEEP_CTAS:-1 2 4 8}; do
-                throughput $V overlap_ctas$ctas NCCL_MAX_CTAS=$ctas NCCL_MIN_CTAS=1 ./train -g $G --zero 0
-                throughput $V zero1_ctas$ctas NCCL_MAX_CTAS=$ctas NCCL_MIN_CTAS=1 ./train -g $G --zero 1
+                throughput $V overlap_ctas$ctas NCCL_MAX_CTAS=$ctas NCCL_MIN_CTAS=1 ./train -g $G --zero 0 --overlap-comm 1
+                throughput $V zero1_ctas$ctas NCCL_MAX_CTAS=$ctas NCCL_MIN_CTAS=1 ./train -g $G --zero 1 --overlap-comm 1
             done
-            throughput $V overlap_b128 ./train -g $G --zero 0 --bucket-mb 128
-            throughput $V overlap_b128_ctas4 NCCL_MAX_CTAS=4 NCCL_MIN_CTAS=1 ./train -g $G --zero 0 --bucket-mb 128
+            throughput $V overlap_b128 ./train -g $G --zero 0 --overlap-comm 1 --bucket-mb 128
+            throughput $V overlap_b128_ctas4 NCCL_MAX_CTAS=4 NCCL_MIN_CTAS=1 ./train -g $G --zero 0 --overlap-comm 1 --bucket-mb 128
         fi
     done
 fi

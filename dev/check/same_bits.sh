@@ -15,9 +15,9 @@ python3 tests/fixtures/gen/make_shard.py $MG/sb_train.bin 2000000 1000 pattern 1
 python3 tests/fixtures/gen/make_shard.py $MG/sb_val.bin 100000 1000 pattern 2 >/dev/null
 data="-v 1000 -b 8 -t 128 -x 30 -l 2e-3 --warmup 5 --val-every 7 --val-batches 2 -s 0 -i $MG/sb_train.bin -j $MG/sb_val.bin"
 qwen3="--family qwen3 --layers 2 --dim 128 --heads 2 --kv-heads 1 --head-dim 64 --ffn-dim 256"
-for run in "zero1|-e tiny --zero 1" "after_accum|-e tiny --zero 1 --overlap-comm 0 -d 4096" \
-    "merged|-e tiny --zero 1 --bucket-mb 1" "wire|-e tiny --zero 1 --grad-reduce bf16" "qwen3|$qwen3 --zero 1" \
-    "allreduce|-e tiny --zero 0"; do
+for run in "zero1|-e tiny --zero 1 --overlap-comm 1" "after_accum|-e tiny --zero 1 --overlap-comm 0 -d 4096" \
+    "merged|-e tiny --zero 1 --overlap-comm 1 --bucket-mb 1" "wire|-e tiny --zero 1 --overlap-comm 1 --grad-reduce bf16" \
+    "qwen3|$qwen3 --zero 1 --overlap-comm 1" "allreduce|-e tiny --zero 0 --overlap-comm 1"; do
     IFS='|' read -r tag flags <<<"$run"
     for b in base new; do
         bin=$([ $b = base ] && echo $BASE || echo $NEW)
