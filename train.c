@@ -110,7 +110,7 @@ static const OptSpec options[] = {
     {'l', "lr", OPT_FLOAT, O(lr), "6e-4", "LR", "peak learning rate"},
     {0, "warmup", OPT_INT, O(warmup), "100", "N", "linear warmup steps"},
     {0, "lr-final", OPT_FLOAT, O(lr_final), "6e-5", "LR", "learning rate at the last step (cosine decay)"},
-    {0, "weight-decay", OPT_FLOAT, O(weight_decay), "0.1", "WD", "AdamW decoupled weight decay (matrices only)"},
+    {0, "weight-decay", OPT_FLOAT, O(weight_decay), "0.1", "WD", "AdamW decoupled weight decay (matrices and embeddings; not biases or norms)"},
     {0, "grad-clip", OPT_FLOAT, O(grad_clip), "1.0", "NORM", "clip the global gradient norm (0: off)"},
     {0, "z-loss", OPT_FLOAT, O(z_loss), "0", "C", "objective: add C lse^2 per token (PaLM's z-loss; 0: off)"},
     {0, "label-smoothing", OPT_FLOAT, O(label_smoothing), "0", "EPS",
@@ -150,7 +150,7 @@ static const OptSpec options[] = {
      "or more, 0 with --vocab-parallel"},
     {0, "overlap-comm", OPT_STR, O(overlap_comm), "auto", "auto|0|1",
      "1: reduce gradients during the backward; 0: after it; auto: after it when all ranks are on one host with "
-     "NVLink between every pair of its GPUs, during it otherwise (data parallel)"},
+     "NVLink between every pair of the GPUs they use, during it otherwise (data parallel)"},
     {0, "bucket-mb", OPT_INT, O(bucket_mb), "0", "MB",
      "gradients per reduction at least, in MB of fp32 (layers merge; 0: one per layer)"},
     {0, "grad-reduce", OPT_STR, O(grad_reduce), "fp32", "TYPE",
@@ -1134,7 +1134,7 @@ static int resolve_data(Run *r) {
 
 /* --zero auto: ZeRO-1 wherever there is a gradient to share, except with --vocab-parallel, which
  * splits the head instead (the two do not combine yet). It ran level with the all-reduce or faster in
- * every measurement over NVLink, overlapped and after the backward (up to 2.5 %, on two and on four
+ * every measurement over NVLink, overlapped and after the backward (up to 3.1 %, on two and on four
  * GPUs), and keeps less memory (dev/RESULTS.md, Multi-GPU). */
 static int zero1_on(const Options *opt, int world) {
     if (!strcmp(opt->zero, "auto")) return world > 1 && !opt->vocab_parallel;
