@@ -93,8 +93,8 @@ double dist_mean_scalar(const Dist *d, double value);
 /* Largest of one host value across ranks (blocks; exact, so ranks can check they agree). */
 double dist_max_scalar(const Dist *d, double value);
 /* 1 when all ranks run on one host (nodes == 1) and every rank's GPU reaches every other rank's
- * through peer access with native atomics: reported over NVLink and NVSwitch, not over the PCIe peer
- * links of the machines measured. The same answer on every rank (a collective: every rank calls it).
+ * through peer access with native atomics: NVLink and NVSwitch give them, PCIe peer links as a rule
+ * do not (no PCIe host was at hand to check). The same answer on every rank (a collective: every rank calls it).
  * 0 in a world of one. */
 int dist_one_nvlink_host(const Dist *d, int nodes);
 
