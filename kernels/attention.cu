@@ -34,7 +34,8 @@
  *   On Hopper at HS 64 and 128 one kernel does both (attention_backward_tma.cuh): blocks of 128 keys
  *   as two warpgroups of 64, query tiles of 64 streamed by the copy engine, the same masks and
  *   arithmetic, and dQ += dS·K in the same step (5 products), its shares summed over key blocks in
- *   fp32 in the key blocks' order, which a count per query tile enforces: still no atomics.
+ *   fp32 in the key blocks' order, which a count per query tile enforces: still no atomics. The
+ *   block on a query tile's diagonal, the last to add to it, stores the tile's dQ.
  * Sliding window W > 0: query i sees keys i − W < j <= i (attention_mask.cuh); every loop is bounded
  *   by it, so a windowed layer's work grows with T·W.
  * FLOPs (causal, ≈ half of T²): forward 2·B·NH·T²·HS (two products over T²/2 pairs); backward
@@ -243,7 +244,8 @@ static void launch_backward_wgmma256(bf16 *dqkv, float *bias_part, float *D, con
 /* The kernel streams query tiles of Q and dO in boxes of 64 rows and reads its block's K and V in
  * boxes of 128; rows past T arrive as zeros. A section is the key/value heads whose query heads' Q
  * and dO (2·T·HS bf16 each) fit in L2's share. dQ's sums over key blocks go through dq_acc, in an
- * order the counts enforce (zeroed here), and the store kernel turns them into bf16. */
+ * order the counts enforce (zeroed here); the block on a query tile's diagonal, its last key block,
+ * turns the tile's sums into bf16. */
 template <int HS>
 static void launch_backward_tma(bf16 *dqkv, float *bias_part, float *dq_acc, unsigned *dq_count, const float *D,
                                 const bf16 *dout, const bf16 *qkv, const float *lse, const AttentionShape *s,
@@ -274,9 +276,6 @@ static void launch_backward_tma(bf16 *dqkv, float *bias_part, float *dq_acc, uns
     attention_backward_tma_kernel<HS><<<nblk * s->B * s->NKV, ATT_TMA_THREADS, smem, stream>>>(
         qkv128, qkv64, do64, dqkv, bias_part, dq_acc, dq_count, started, lse, D, s->T, s->NH, s->NKV, s->window, sl2,
         s->scale, nblk, kv_section);
-    CUDA_CHECK(cudaGetLastError());
-    attention_backward_dq_store_kernel<HS><<<(unsigned)dq_tiles(s), 2 * ATT_THREADS, 0, stream>>>(
-        dqkv, bias_part, dq_acc, s->T, s->NH, s->NKV, s->scale);
     CUDA_CHECK(cudaGetLastError());
 }
 

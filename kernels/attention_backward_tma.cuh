@@ -25,11 +25,13 @@
  *   to the diagonal, so it meets each tile at the same step as the key block before it, or later.
  *   Each tile's adds are a chain across its key blocks, which holds the consumers (one share buffer)
  *   when a link is slow: the copy-out thread's step is kept short.
- *   attention_backward_dq_store_kernel then scales the sums to bf16 dQ with their bias partials.
+ *   A block is the last key block of the two query tiles on its diagonal: once its own adds are in,
+ *   it reads their sums back from L2 and writes bf16 dQ with their bias partials.
  * The producer's first warp copies Q and dO, its second the tile's lse and D = rowsum(dO∘O) into
  *   the ring beside them.
  * Measured against the two kernels it replaced (dev/RESULTS.md, attention): 6-9 % faster at Qwen3's
- *   and 7-9 % at Llama's shapes (T 2048), level to 7 % at GPT-2's (T 1024, a noisy shape).
+ *   and 7-9 % at Llama's shapes (T 2048), level to 7 % at GPT-2's (T 1024, a noisy shape); storing
+ *   dQ at each diagonal rather than in a kernel after it took 3-4 % more off at Qwen3's shape.
  * FLOPs: 5·2·64·64·HS per (query tile, key tile) pair, 5/2 of the forward.
  * Bytes: Q and dO cross from L2 once per 128 keys; dQ's fp32 shares once each way per step. */
 #ifndef FUSEDGPT_ATTENTION_BACKWARD_TMA_CUH
@@ -106,13 +108,14 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     /* kv: K and V landed; full: a stage's Q, dO (the copy engine) and lse, D (the stats warp's 32
      * lanes) landed; empty: every consumer warp is done with the stage; ds_full: the step's dSᵀ
      * written by every consumer warp; ds_empty: read by both warpgroups' products; dq_full: the
-     * step's dQ share in shared memory; dq_empty: its copy out has read it */
-    __shared__ __align__(8) uint64_t bars[1 + 2 * ST + 4];
+     * step's dQ share in shared memory; dq_empty: its copy out has read it; dq_done: every add of
+     * this block is in dq_acc */
+    __shared__ __align__(8) uint64_t bars[1 + 2 * ST + 5];
     __shared__ float stats[ST][2][BQ]; /* lse, D of a stage's query rows */
     const uint32_t Ks = (smem_addr(att_smem) + 1023) & ~1023u, Vs = Ks + OWN, Qs = Vs + OWN, dOs = Qs + ST * TILE;
     const uint32_t dSs = dOs + ST * TILE, dQs = dSs + DS;
     const uint32_t kv_full = smem_addr(bars), full = kv_full + 8, empty = full + 8 * ST, ds_full = empty + 8 * ST;
-    const uint32_t ds_empty = ds_full + 8, dq_full = ds_empty + 8, dq_empty = dq_full + 8;
+    const uint32_t ds_empty = ds_full + 8, dq_full = ds_empty + 8, dq_empty = dq_full + 8, dq_done = dq_empty + 8;
 
     __shared__ int ticket;
     if (threadIdx.x == 0) ticket = (int)atomicAdd(started, 1u);
@@ -136,6 +139,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         mbar_init(ds_empty, CONSUMER_WARPS);
         mbar_init(dq_full, CONSUMER_WARPS);
         mbar_init(dq_empty, 1);
+        mbar_init(dq_done, 1);
         mbar_init_fence();
     }
     /* The barriers are initialised before anyone waits on them or copies complete on them. */
@@ -205,6 +209,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
                 red_release_gpu_inc(dq_count + tile);
                 if (++h == h0 + grp) h = h0, qt--;
             }
+            mbar_arrive(dq_done);
         }
         return;
     }
@@ -296,7 +301,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         att_tma_release(ds_empty, lane);
 
         /* The share to shared memory for the copy out, float4 j of thread t at [j][t]: conflict-free,
-         * and attention_backward_dq_store_kernel reads it back in the same order. */
+         * and the dQ store at the end reads the sums back in the same order. */
         if (i > 0) mbar_wait(dq_empty, (uint32_t)((i - 1) & 1));
 #pragma unroll
         for (int j = 0; j < DQV / 4; j++)
@@ -306,38 +311,34 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         att_tma_release(dq_full, lane);
     }
 
-    if (kw0 >= T) return; /* a last block's second warpgroup may have no keys */
     const size_t C3 = packed_qkv_width(NH, NKV, HS);
-    float *bias_row = bias_part_row(bias_part, b, 2 * kb + wg, nqt, C3);
-    store_head_grad<HS, 2>(dqkv, bias_row, &dk[0][0], scale, key_col(NH, HS, 0), b, kvh, krow, tq, T, C3);
-    store_head_grad<HS, 2>(dqkv, bias_row, &dv[0][0], 1.0f, value_col(NH, NKV, HS, 0), b, kvh, krow, tq, T, C3);
+    if (kw0 < T) { /* a last block's second warpgroup may have no keys */
+        float *bias_row = bias_part_row(bias_part, b, 2 * kb + wg, nqt, C3);
+        store_head_grad<HS, 2>(dqkv, bias_row, &dk[0][0], scale, key_col(NH, HS, 0), b, kvh, krow, tq, T, C3);
+        store_head_grad<HS, 2>(dqkv, bias_row, &dv[0][0], 1.0f, value_col(NH, NKV, HS, 0), b, kvh, krow, tq, T, C3);
+    }
+    /* No later key block sees query tiles qt0 and qt0 + 1 (causal: this block holds their diagonal),
+     * so once this block's own adds are in, their sums are whole: dQ of the group's heads, scaled,
+     * to bf16 with the tiles' bias partials, each thread the values its own share held. The copy
+     * out's completed bulk adds, its proxy fence and the barrier order them before these reads. */
+    mbar_wait(dq_done, 0);
+    for (int qt = qt0; qt < min(qt0 + 2, nqt); qt++)
+        for (int h = h0; h < h0 + grp; h++) {
+            const float4 *src =
+                reinterpret_cast<const float4 *>(dq_acc + (((size_t)b * NH + h) * nqt + qt) * BQ * HS);
+            float acc[DQV];
+#pragma unroll
+            for (int j = 0; j < DQV / 4; j++) {
+                const float4 v = __ldcg(src + j * ATT_TMA_CONSUMER_THREADS + threadIdx.x);
+                acc[4 * j] = v.x, acc[4 * j + 1] = v.y, acc[4 * j + 2] = v.z, acc[4 * j + 3] = v.w;
+            }
+            store_head_grad<HS / 2, 2>(dqkv, bias_part_row(bias_part, b, qt, nqt, C3), acc, scale,
+                                       (size_t)h * HS + wg * (HS / 2), b, 0, qt * BQ + (warp % 4) * 16 + g, tq, T,
+                                       C3);
+        }
 #else
     __trap();
 #endif
-}
-
-/* dQ from its fp32 sum over key blocks (attention_backward_tma_kernel's copies out): a block of 256
- * threads per (sequence, head, 64-row query tile), each thread the values its consumer thread
- * wrote, in the same wgmma layout (warpgroup wg: columns wg·HS/2 .. of the head), times scale, to
- * dqkv as bf16, with the tile's qkv bias partial sums. */
-template <int HS>
-__global__ void __launch_bounds__(2 * ATT_THREADS)
-    attention_backward_dq_store_kernel(bf16 *dqkv, float *bias_part, const float *dq_acc, int T, int NH, int NKV,
-                                       float scale) {
-    const int nqt = ceil_div(T, ATT_TILE), qt = blockIdx.x % nqt, bh = blockIdx.x / nqt;
-    const int b = bh / NH, h = bh % NH, wg = threadIdx.x / ATT_THREADS, warp = threadIdx.x % ATT_THREADS / 32;
-    const int lane = threadIdx.x % 32;
-    const float4 *src = reinterpret_cast<const float4 *>(dq_acc + (size_t)blockIdx.x * ATT_TILE * HS);
-    float acc[HS / 4];
-#pragma unroll
-    for (int j = 0; j < HS / 16; j++) {
-        const float4 v = src[j * 2 * ATT_THREADS + threadIdx.x];
-        acc[4 * j] = v.x, acc[4 * j + 1] = v.y, acc[4 * j + 2] = v.z, acc[4 * j + 3] = v.w;
-    }
-    const size_t C3 = packed_qkv_width(NH, NKV, HS);
-    const int qrow = qt * ATT_TILE + warp * 16 + lane / 4;
-    store_head_grad<HS / 2, 2>(dqkv, bias_part_row(bias_part, b, qt, nqt, C3), acc, scale,
-                               (size_t)h * HS + wg * (HS / 2), b, 0, qrow, lane % 4, T, C3);
 }
 
 #endif
