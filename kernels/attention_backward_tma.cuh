@@ -57,8 +57,8 @@ __host__ __device__ constexpr int att_bwd_tma_dq_bytes(int HS) {
     return ATT_TILE * HS * 4;
 }
 /* The block's K and V ([128][HS] each), the ring's Q and dO tiles a stage, a step's dSᵀ and dQ
- * share; + alignment to 1024 bytes. 209 KB at HS 128 (with 6 KB of static shared memory: a second
- * dSᵀ slot would not fit the SM's 227). */
+ * share; + alignment to 1024 bytes. 209 KB at HS 128 (with 7.6 KB of static shared memory: a
+ * second dSᵀ slot would not fit the SM's 227). */
 __host__ __device__ constexpr int att_bwd_tma_smem_bytes(int HS) {
     return 2 * att_tma_tile_bytes(HS) + ATT_BWD_TMA_STAGES * 2 * att_bwd_tma_tile_bytes(HS) +
            att_bwd_tma_ds_bytes() + att_bwd_tma_dq_bytes(HS) + 1024;
