@@ -32,7 +32,7 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ./train sample -o RUN [--step N] [flags]    generate from a run's checkpoint\n"
-            "       ./train sample --checkpoint DIR [flags]     ... or from a Hugging Face directory (gpt2, llama, qwen2, qwen3)\n"
+            "       ./train sample --checkpoint DIR [flags]     ... or from a Hugging Face directory (gpt2, llama, qwen2, qwen3, gemma3)\n"
             "\n"
             "flags:\n"
             "  -o, --out RUN          run directory (its latest checkpoint, or --step's)\n"
