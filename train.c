@@ -60,6 +60,7 @@ typedef struct {
     const char *zero, *overlap_comm;
     int bucket_mb, vocab_parallel;
     const char *grad_reduce;
+    const char *optimizer_state;
     int untied_head;
     int recompute_gelu, profile_step, step_parts;
     int help;
@@ -112,6 +113,9 @@ static const OptSpec options[] = {
     {0, "lr-final", OPT_FLOAT, O(lr_final), "6e-5", "LR", "learning rate at the last step (cosine decay)"},
     {0, "weight-decay", OPT_FLOAT, O(weight_decay), "0.1", "WD", "AdamW decoupled weight decay (matrices and embeddings; not biases or norms)"},
     {0, "grad-clip", OPT_FLOAT, O(grad_clip), "1.0", "NORM", "clip the global gradient norm (0: off)"},
+    {0, "optimizer-state", OPT_STR, O(optimizer_state), "fp32", "TYPE",
+     "AdamW's state: fp32 (master weights and moments beside the bf16 weights: 18 bytes a parameter with the "
+     "fp32 gradients), or bf16 (moments in bf16 and no master copy, each rounded stochastically: 10 bytes)"},
     {0, "z-loss", OPT_FLOAT, O(z_loss), "0", "C", "objective: add C lse^2 per token (PaLM's z-loss; 0: off)"},
     {0, "label-smoothing", OPT_FLOAT, O(label_smoothing), "0", "EPS",
      "objective: PyTorch's label smoothing over the real vocabulary, 0 <= EPS < 1 (0: off)"},
@@ -452,6 +456,8 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->bucket_mb < 0) bad("--bucket-mb", "must be 0 or more");
     if (strcmp(opt->grad_reduce, "fp32") && strcmp(opt->grad_reduce, "bf16"))
         bad("--grad-reduce", "must be fp32 or bf16");
+    if (strcmp(opt->optimizer_state, "fp32") && strcmp(opt->optimizer_state, "bf16"))
+        bad("--optimizer-state", "must be fp32 or bf16");
     if (opt->recompute_gelu < 0 || opt->recompute_gelu > 2) bad("--recompute-gelu", "must be 0, 1 or 2");
     if (opt->profile_step < 0) bad("--profile-step", "must be 0 (off) or a step number");
     if (opt->step_parts != 0 && opt->step_parts != 1) bad("--step-parts", "must be 0 or 1");
@@ -561,16 +567,21 @@ static int checkpoint_tokenizer(const Tokenizer *tok, int max_seq_len, Checkpoin
 /* What the same run would take on a GPU, whatever the family (the CUDA backend's own table says
  * it exactly for the families it runs), below the table of a run on the CPU. An H100's 80 GB is
  * the reference for the largest micro-batch. */
-static void print_gpu_estimate(const ParamTable *t, int B, int T, int recompute_mlp) {
+static void print_gpu_estimate(const ParamTable *t, int B, int T, int recompute_mlp, OptimizerState state) {
     const size_t h100 = (size_t)80e9;
-    const MemoryEstimate e = memory_estimate(t, B, T, recompute_mlp);
-    const int largest = memory_estimate_largest_batch(t, T, recompute_mlp, MEMORY_RUNTIME_RESERVE, h100);
+    const MemoryEstimate e = memory_estimate(t, B, T, recompute_mlp, state);
+    const int largest = memory_estimate_largest_batch(t, T, recompute_mlp, state, MEMORY_RUNTIME_RESERVE, h100);
     printf("  on a GPU (estimate): %.2f MB weights and optimizer state + %.2f MB activations = %.2f MB\n"
-           "    (bf16 weights; fp32 master weights, gradients, AdamW m, v; plus the output layer's workspace, the "
-           "kernels' scratch and %.0f GB for the runtime)\n"
+           "    (bf16 weights; fp32 gradients; %s; plus the output layer's workspace, the kernels' scratch and %.0f GB "
+           "for the runtime)\n"
            "    the largest micro-batch on an 80 GB H100 is -b %d\n",
            (e.weights + e.master + e.grads + e.adamw) / 1e6, e.activations / 1e6, memory_estimate_total(&e) / 1e6,
+           state == OPTIMIZER_STATE_BF16 ? "bf16 AdamW m, v" : "fp32 master weights, AdamW m, v",
            MEMORY_RUNTIME_RESERVE / 1e9, largest);
+}
+
+static OptimizerState optimizer_state_of(const Options *opt) {
+    return strcmp(opt->optimizer_state, "bf16") ? OPTIMIZER_STATE_FP32 : OPTIMIZER_STATE_BF16;
 }
 
 /* Prints the start-up memory table: the backend's, and the host buffers checkpoints are written
@@ -1150,9 +1161,9 @@ static int create_backend(Run *r) {
                        .bucket_bytes = (size_t)opt->bucket_mb << 20, .bf16_wire = !strcmp(opt->grad_reduce, "bf16"),
                        .vocab_parallel = opt->vocab_parallel};
     r->be = strcmp(opt->device, "cpu") == 0
-                ? backend_cpu_create(&r->table, r->B, r->T, output, (uint64_t)opt->seed, r->err)
+                ? backend_cpu_create(&r->table, r->B, r->T, output, optimizer_state_of(opt), (uint64_t)opt->seed, r->err)
                 : backend_cuda_create(&r->table, r->B, r->T, output, (size_t)opt->logits_mb << 20,
-                                      opt->recompute_gelu, (uint64_t)opt->seed, &dp, r->err);
+                                      opt->recompute_gelu, optimizer_state_of(opt), (uint64_t)opt->seed, &dp, r->err);
     if (!r->be) return fail(r->err);
     r->be->dist = &r->dist;
     r->be->z_loss = opt->z_loss, r->be->label_smoothing = opt->label_smoothing;
@@ -1336,6 +1347,9 @@ static void print_header(Run *r) {
     printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches x %d rank(s)), output layer %s, device %s (%s)\n",
            r->B, r->T, opt->total_batch, r->accum, r->dist.world, opt->output, opt->device, be->device_name);
     if (be->output_path[0]) printf("output layer: %s\n", be->output_path);
+    if (be->optimizer_state == OPTIMIZER_STATE_BF16)
+        printf("optimizer: AdamW on bf16 moments and the bf16 weights, no fp32 master copy, each value rounded "
+               "stochastically (checkpoints stay fp32)\n");
     if (r->dist.world > 1)
         printf("data parallel: %s, gradients reduced %s the backward%s\n",
                zero1_on(opt, r->dist.world) ? "ZeRO-1 (each rank keeps 1/N of the master weights and AdamW moments)"
@@ -1372,7 +1386,7 @@ static void print_header(Run *r) {
     r->flops_per_step = gpt_flops_per_token(cfg, r->T) * opt->total_batch;
     const int on_cpu = strcmp(opt->device, "cpu") == 0;
     print_memory(be, r->ck.params ? checkpoint_buffers_bytes(&r->table) : 0, on_cpu);
-    if (on_cpu) print_gpu_estimate(&r->table, r->B, r->T, opt->recompute_gelu);
+    if (on_cpu) print_gpu_estimate(&r->table, r->B, r->T, opt->recompute_gelu, optimizer_state_of(opt));
 }
 
 /* The validation loss at `step`, printed and logged. */

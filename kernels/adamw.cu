@@ -1,4 +1,5 @@
-/* kernels/adamw.cu - deterministic global gradient norm and fused AdamW on fp32 master weights.
+/* kernels/adamw.cu - deterministic global gradient norm and fused AdamW, on fp32 master weights or on
+ * bf16 state (kernels/adamw_bf16.h).
  *
  * global_sumsq: Σ g² over n fp32 gradients. Pass 1: NORM_BLOCKS blocks (a fixed number, so the
  *   order of additions never depends on the device or on timing) each sum a grid-stride slice
@@ -6,11 +7,13 @@
  *   the partials in fp64. FLOPs 2n; bytes 4n (memory bound: ~0.17 ms for 124M on an H100).
  * adamw_update: one block per chunk of ≤ ADAMW_CHUNK elements, every chunk inside one tensor, so
  *   the weight-decay flag is per block. Per element: read g, m, v, master (16 B), write m, v,
- *   master, bf16 param (14 B); ~15 FLOPs. Memory bound: 30 B/element (~1.2 ms for 124M). */
+ *   master, bf16 param (14 B); ~15 FLOPs. Memory bound: 30 B/element (~1.2 ms for 124M). On bf16
+ *   state: read g, m, v, param (10 B), write m, v, param (6 B): 16 B/element. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "kernels/adamw_bf16.h"
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
 
@@ -159,6 +162,34 @@ extern "C" void adamw_update(const AdamWPlan *plan, float *master, kbf16 *params
     CUDA_CHECK(cudaGetLastError());
 }
 
+__global__ void __launch_bounds__(ADAMW_THREADS)
+    adamw_bf16_kernel(const AdamWChunk *chunks, bf16 *params, const float *grads, bf16 *m, bf16 *v,
+                      uint64_t index0, AdamWBf16Step s, float weight_decay) {
+    AdamWChunk ch = chunks[blockIdx.x];
+    s.decay = ch.decay ? weight_decay : 0.0f;
+    for (int j = threadIdx.x; j < ch.count; j += ADAMW_THREADS) {
+        size_t i = ch.state_offset + j;
+        uint16_t w = __bfloat16_as_ushort(params[ch.offset + j]);
+        uint16_t mi = __bfloat16_as_ushort(m[i]), vi = __bfloat16_as_ushort(v[i]);
+        adamw_bf16_value(&s, index0 + ch.offset + j, grads[i], &w, &mi, &vi);
+        params[ch.offset + j] = __ushort_as_bfloat16(w);
+        m[i] = __ushort_as_bfloat16(mi);
+        v[i] = __ushort_as_bfloat16(vi);
+    }
+}
+
+extern "C" void adamw_update_bf16(const AdamWPlan *plan, kbf16 *params_bf16, const float *grads, kbf16 *m,
+                                  kbf16 *v, uint64_t index0, float lr, float beta1, float beta2, float eps,
+                                  float weight_decay, float grad_scale, int step, cudaStream_t stream) {
+    if (plan->num_chunks == 0) return;
+    /* the bias corrections as adamw_update's, computed on the host for both */
+    AdamWBf16Step s = {lr, beta1, beta2, eps, 0.0f, grad_scale, 1.0f - powf(beta1, (float)step),
+                       1.0f - powf(beta2, (float)step), step};
+    adamw_bf16_kernel<<<plan->num_chunks, ADAMW_THREADS, 0, stream>>>(plan->chunks, params_bf16, grads, m, v, index0,
+                                                                      s, weight_decay);
+    CUDA_CHECK(cudaGetLastError());
+}
+
 __global__ void convert_kernel(bf16 *out, const float *in, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = __float2bfloat16_rn(in[i]);
@@ -167,5 +198,16 @@ __global__ void convert_kernel(bf16 *out, const float *in, size_t n) {
 extern "C" void convert_fp32_to_bf16(kbf16 *out, const float *in, size_t n, cudaStream_t stream) {
     if (n == 0) return;
     convert_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(out, in, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+__global__ void widen_kernel(float *out, const bf16 *in, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __bfloat162float(in[i]);
+}
+
+extern "C" void convert_bf16_to_fp32(float *out, const kbf16 *in, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    widen_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(out, in, n);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -221,8 +221,16 @@ void adamw_plan_free(AdamWPlan *plan);
 void adamw_update(const AdamWPlan *plan, float *master, kbf16 *params_bf16, const float *grads, float *m,
                   float *v, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                   int step, cudaStream_t stream);
+/* The same update on bf16 state (--optimizer-state bf16, kernels/adamw_bf16.h): no master copy, the
+ * bf16 params, m and v (at s) read, updated in fp32 and rounded back stochastically, the random bits
+ * keyed by step and the flat index index0 + i. Bit-identical to the CPU reference. */
+void adamw_update_bf16(const AdamWPlan *plan, kbf16 *params_bf16, const float *grads, kbf16 *m, kbf16 *v,
+                       uint64_t index0, float lr, float beta1, float beta2, float eps, float weight_decay,
+                       float grad_scale, int step, cudaStream_t stream);
 /* params_bf16[i] = bf16(master[i]) for n values (start-up and after loading a checkpoint). */
 void convert_fp32_to_bf16(kbf16 *out, const float *in, size_t n, cudaStream_t stream);
+/* out[i] = in[i] as fp32 for n values (bf16 state to a checkpoint). */
+void convert_bf16_to_fp32(float *out, const kbf16 *in, size_t n, cudaStream_t stream);
 
 /* ---- wire_sum.cu: the bf16 gradient wire's sum ------------------------------------------- */
 /* out[i] = p_0[i] + p_1[i] + ... + p_{nparts-1}[i] in fp32, from p_0 on, p_r = parts + r·stride

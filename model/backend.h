@@ -24,6 +24,12 @@ typedef struct {
     int step;           /* 1-based, for bias correction */
 } AdamWStep;
 
+/* Where AdamW keeps its state (--optimizer-state). FP32: fp32 master weights and moments beside the
+ * bf16 weights the step reads. BF16: moments in bf16 and no master copy, each of the three rounded
+ * stochastically after the update (kernels/adamw_bf16.h): 8 bytes a parameter less. The CPU
+ * backend then holds its weights at bf16 values, as the GPU does. */
+typedef enum { OPTIMIZER_STATE_FP32, OPTIMIZER_STATE_BF16 } OptimizerState;
+
 /* One line of the start-up memory table. */
 typedef struct {
     const char *what;
@@ -68,7 +74,8 @@ typedef struct {
     /* Sum of squares of all parameter gradients (the caller takes the root and clips). */
     double (*grad_sumsq)(Backend *be);
     void (*adamw_update)(Backend *be, const AdamWStep *s);
-    /* Copies of the fp32 master weights and moments, in table layout, to/from the host. With
+    /* Copies of the master weights and moments, in table layout, to/from the host in fp32 (bf16
+     * state: its values widened, and written values rounded to nearest). With
      * data parallelism every rank must call both (ZeRO-1 gathers/scatters the shards); read_state
      * may then get NULL pointers on ranks that do not want the values, and both may overwrite the
      * gradients (call them between steps). */
@@ -91,6 +98,7 @@ struct Backend {
     const ParamTable *table;
     int B, T;
     OutputKind output;
+    OptimizerState optimizer_state;
     double peak_flops;       /* dense bf16 FLOP/s of the device, for MFU (0: not reported) */
     const char *peak_source; /* where peak_flops comes from, for the run header ("published", ...) */
     const struct Dist *dist; /* data-parallel group (model/dist/dist.h); NULL: alone */
@@ -110,14 +118,15 @@ static inline OutputLossOptions backend_loss_options(const Backend *be) {
     return o;
 }
 
-/* CPU reference backend; params initialised from seed. NULL + err on failure (allocation). */
-Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind output, unsigned long long seed,
-                            char *err);
+/* CPU reference backend; params initialised from seed (at bf16 values under OPTIMIZER_STATE_BF16).
+ * NULL + err on failure (allocation). */
+Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind output, OptimizerState state,
+                            unsigned long long seed, char *err);
 
 /* How a CUDA backend takes part in data parallelism. */
 typedef struct {
     const struct Dist *dist; /* NULL or a world of one: alone */
-    int zero1;   /* shard fp32 master weights, AdamW moments and reduced gradients across ranks */
+    int zero1;   /* shard master weights, AdamW moments and reduced gradients across ranks */
     int overlap; /* reduce gradients bucket by bucket during the backward (else after it) */
     size_t bucket_bytes; /* fp32 gradient bytes per bucket at least (layers merge; 0: per layer) */
     int bf16_wire;       /* each rank's gradients cross rounded once to bf16, summed in fp32
@@ -126,8 +135,8 @@ typedef struct {
                           * in a world of one the single slice is the whole head */
 } DataParallel;
 
-/* CUDA backend on the current device: bf16 weights and activations, fp32 master weights, gradients
- * and AdamW moments; params initialised from seed exactly as the CPU backend's. dp NULL: alone.
+/* CUDA backend on the current device: bf16 weights and activations, fp32 gradients, AdamW's state as
+ * `state` says; params initialised from seed exactly as the CPU backend's. dp NULL: alone.
  * fused_budget: bytes for the fused layer's chunks of scaled exponentials (kernels/output_layer.h;
  * 0: the streaming path). Where the GPU lacks the room, the chunk shrinks to what is free once
  * everything else is allocated, and when that holds fewer than min(B*T, 1024) rows the streaming
@@ -139,7 +148,8 @@ typedef struct {
  * NULL + err (one line) when the configuration is unsupported or will not fit in the GPU's free
  * memory (the message then gives the estimate and the largest micro-batch that would fit). */
 Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output, size_t fused_budget,
-                             int recompute_gelu, unsigned long long seed, const DataParallel *dp, char *err);
+                             int recompute_gelu, OptimizerState state, unsigned long long seed,
+                             const DataParallel *dp, char *err);
 
 #ifdef __cplusplus
 }

@@ -30,7 +30,7 @@ static size_t norm_stats(const GPTConfig *cfg, size_t N) {
     return cfg->norm == NORM_LAYERNORM ? 2 * take(N * sizeof(float)) : take(N * sizeof(float));
 }
 
-MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_mlp) {
+MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_mlp, OptimizerState state) {
     const GPTConfig *cfg = &t->cfg;
     const size_t N = (size_t)B * (size_t)T, C = (size_t)cfg->dim, NH = (size_t)cfg->num_heads;
     const size_t NKV = (size_t)cfg->num_kv_heads, hd = (size_t)cfg->head_dim, F = (size_t)cfg->ffn_dim;
@@ -38,7 +38,9 @@ MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_
     const size_t bf = 2, P = t->total;
     const int rope = cfg->positions == POS_ROPE;
     recompute_mlp = rope ? (recompute_mlp == 2 ? 2 : 1) : recompute_mlp != 0;
-    MemoryEstimate e = {P * bf, P * sizeof(float), P * sizeof(float), 2 * P * sizeof(float), 0};
+    const int bf16_state = state == OPTIMIZER_STATE_BF16;
+    MemoryEstimate e = {P * bf, bf16_state ? 0 : P * sizeof(float), P * sizeof(float),
+                        2 * P * (bf16_state ? bf : sizeof(float)), 0};
     size_t layer = take(N * Q * bf) + take(N * A * bf) + 2 * take(N * C * bf) +
                    (recompute_mlp == 2 ? 0 : take(N * MLP_IN * bf)) +
                    (recompute_mlp ? 0 : take(N * F * bf)) + 2 * norm_stats(cfg, N) + take(N * NH * sizeof(float));
@@ -68,11 +70,12 @@ size_t memory_estimate_total(const MemoryEstimate *e) {
     return e->weights + e->master + e->grads + e->adamw + e->activations;
 }
 
-int memory_estimate_largest_batch(const ParamTable *t, int T, int recompute_mlp, size_t extra, size_t bytes) {
+int memory_estimate_largest_batch(const ParamTable *t, int T, int recompute_mlp, OptimizerState state, size_t extra,
+                                  size_t bytes) {
     int lo = 0, hi = 1 << 20; /* the estimate grows with B: the largest that fits, by bisection */
     while (lo < hi) {
         const int mid = lo + (hi - lo + 1) / 2;
-        const MemoryEstimate e = memory_estimate(t, mid, T, recompute_mlp);
+        const MemoryEstimate e = memory_estimate(t, mid, T, recompute_mlp, state);
         if (memory_estimate_total(&e) + extra <= bytes) lo = mid;
         else hi = mid - 1;
     }

@@ -75,13 +75,24 @@ static float step(Backend *be, Setup *s, int k, int t_step) {
 
 /* One step's gradients of every tensor, then the loss of each of 10 AdamW steps, GPU against CPU. */
 static void compare_config_with_cpu(const GPTConfig *cfg, OutputKind output, int B, int T,
-                                    size_t fused_budget = OUTPUT_FUSED_DEFAULT_BUDGET, int recompute_gelu = 0) {
+                                    size_t fused_budget = OUTPUT_FUSED_DEFAULT_BUDGET, int recompute_gelu = 0,
+                                    OptimizerState state = OPTIMIZER_STATE_FP32) {
     Setup s;
     setup_config(&s, cfg, B, T, 10, 3);
     char err[ERR_LEN];
-    Backend *cpu = backend_cpu_create(&s.table, B, T, output, 42, err);
-    Backend *gpu = backend_cuda_create(&s.table, B, T, output, fused_budget, recompute_gelu, 42, NULL, err);
+    Backend *cpu = backend_cpu_create(&s.table, B, T, output, state, 42, err);
+    Backend *gpu = backend_cuda_create(&s.table, B, T, output, fused_budget, recompute_gelu, state, 42, NULL, err);
     REQUIRE(cpu && gpu, "%s", err);
+    if (state == OPTIMIZER_STATE_BF16) {
+        /* no master copy: both start from the init rounded to bf16, the same bits */
+        size_t P = s.table.total;
+        float *wc = (float *)malloc(P * 4), *wg = (float *)malloc(P * 4);
+        cpu->ops->read_state(cpu, wc, NULL, NULL);
+        gpu->ops->read_state(gpu, wg, NULL, NULL);
+        CHECK(memcmp(wc, wg, P * 4) == 0, "bf16 state: the initial weights differ between CPU and GPU");
+        free(wc);
+        free(wg);
+    }
     if (recompute_gelu) {
         MemoryItem items[MAX_MEMORY_ITEMS];
         int n = gpu->ops->memory_items(gpu, items), found = 0;
@@ -141,7 +152,7 @@ TEST(backend_cuda_refuses_a_gpt2_wider_than_its_layernorm_backward_at_creation) 
     ParamTable t;
     char err[ERR_LEN] = "";
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
-    Backend *gpu = backend_cuda_create(&t, 1, 8, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 42, NULL, err);
+    Backend *gpu = backend_cuda_create(&t, 1, 8, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 42, NULL, err);
     char want[96];
     snprintf(want, sizeof want, "runs up to --dim %d on this GPU", widest);
     CHECK(!gpu && strstr(err, want) && !strchr(err, '\n'), "--dim %d: %s", dim, err);
@@ -154,7 +165,7 @@ TEST(backend_cuda_refuses_more_sequences_times_heads_than_its_attention_grid_at_
     ParamTable t;
     char err[ERR_LEN] = "";
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
-    Backend *gpu = backend_cuda_create(&t, 16384, 1, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 42, NULL, err);
+    Backend *gpu = backend_cuda_create(&t, 16384, 1, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 42, NULL, err);
     CHECK(!gpu && strstr(err, "-b 16384 x 4 heads is 65536") && !strchr(err, '\n'), "B 16384 x 4 heads: %s", err);
     if (gpu) gpu->ops->destroy(gpu);
     param_table_free(&t);
@@ -203,6 +214,14 @@ TEST(backend_cuda_matches_cpu_on_a_tiny_untied_llama_with_llama3_rope_and_gqa) {
     cfg.rope.original_max_position_embeddings = 8192.0;
     compare_config_with_cpu(&cfg, OUTPUT_FUSED, 3, 37);
     compare_config_with_cpu(&cfg, OUTPUT_CANONICAL, 2, 29);
+}
+
+/* bf16 optimizer state on both backends: the CPU holds its weights at bf16 values and updates them
+ * with the GPU's rounding, so the two track as closely as with fp32 state. */
+TEST(backend_cuda_matches_cpu_on_a_tiny_llama_with_bf16_optimizer_state) {
+    GPTConfig cfg = family_config(FAMILY_LLAMA, 4, 2, 64, 192, 328);
+    cfg.untied_head = 1;
+    compare_config_with_cpu(&cfg, OUTPUT_FUSED, 3, 37, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_BF16);
 }
 
 TEST(backend_cuda_matches_cpu_on_a_tiny_tied_qwen3_with_qk_norm) {
@@ -273,8 +292,8 @@ static void eval_matches_cpu(OutputKind output) {
     uint32_t tokens[N];
     for (int i = 0; i < N; i++) tokens[i] = (uint32_t)s.inputs[i];
     char err[ERR_LEN];
-    Backend *cpu = backend_cpu_create(&s.table, 3, 37, output, 42, err);
-    Backend *gpu = backend_cuda_create(&s.table, 3, 37, output, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 42, NULL, err);
+    Backend *cpu = backend_cpu_create(&s.table, 3, 37, output, OPTIMIZER_STATE_FP32, 42, err);
+    Backend *gpu = backend_cuda_create(&s.table, 3, 37, output, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 42, NULL, err);
     REQUIRE(cpu && gpu, "%s", err);
     double lc = 0, lg = 0;
     CHECK(eval_mean_loss(cpu, tokens, N, &lc, err) == 0 && eval_mean_loss(gpu, tokens, N, &lg, err) == 0, "%s", err);
@@ -302,9 +321,9 @@ static void decoding_matches_a_full_forward(const GPTConfig *cfg) {
     setup_config(&s, cfg, B, T, 1, 17);
     const int V = s.table.cfg.vocab_size;
     char err[ERR_LEN];
-    Backend *gpu = backend_cuda_create(&s.table, B, T, OUTPUT_FUSED, 0, 0, 5, NULL, err);
-    Backend *full = backend_cuda_create(&s.table, B, T, OUTPUT_FUSED, 0, 0, 5, NULL, err);
-    Backend *cpu = backend_cpu_create(&s.table, B, T, OUTPUT_FUSED, 5, err);
+    Backend *gpu = backend_cuda_create(&s.table, B, T, OUTPUT_FUSED, 0, 0, OPTIMIZER_STATE_FP32, 5, NULL, err);
+    Backend *full = backend_cuda_create(&s.table, B, T, OUTPUT_FUSED, 0, 0, OPTIMIZER_STATE_FP32, 5, NULL, err);
+    Backend *cpu = backend_cpu_create(&s.table, B, T, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 5, err);
     REQUIRE(gpu && full && cpu, "%s", err);
     float *cached = (float *)malloc(V * sizeof(float)), *whole = (float *)malloc(V * sizeof(float)),
           *ref = (float *)malloc(V * sizeof(float));
@@ -352,11 +371,11 @@ TEST(backend_cuda_decoding_a_gemma3_keeps_each_layers_window_and_rotation_as_a_f
     decoding_matches_a_full_forward(&cfg);
 }
 
-TEST(backend_cuda_is_deterministic_and_resumes_bit_exact) {
+static void deterministic_and_resumes_bit_exact(OptimizerState state) {
     Setup s;
     setup(&s, 2, 128, 1000, 3, 37, 10, 5);
     char err[ERR_LEN];
-    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 9, NULL, err);
+    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, state, 9, NULL, err);
     REQUIRE(a, "%s", err);
     float la[10];
     size_t P = s.table.total;
@@ -366,14 +385,14 @@ TEST(backend_cuda_is_deterministic_and_resumes_bit_exact) {
         if (k == 4) a->ops->read_state(a, p, m, v);
     }
     a->ops->destroy(a);
-    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 9, NULL, err);
+    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, state, 9, NULL, err);
     REQUIRE(b, "%s", err);
     for (int k = 0; k < 10; k++) {
         float lb = step(b, &s, k, k + 1);
         CHECK(memcmp(&lb, &la[k], 4) == 0, "run 2 step %d loss %.9g vs %.9g (not deterministic)", k, lb, la[k]);
     }
     b->ops->destroy(b);
-    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 1234, NULL, err);
+    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, state, 1234, NULL, err);
     REQUIRE(c, "%s", err);
     c->ops->write_state(c, p, m, v);
     for (int k = 5; k < 10; k++) {
@@ -387,6 +406,15 @@ TEST(backend_cuda_is_deterministic_and_resumes_bit_exact) {
     teardown(&s);
 }
 
+TEST(backend_cuda_is_deterministic_and_resumes_bit_exact) {
+    deterministic_and_resumes_bit_exact(OPTIMIZER_STATE_FP32);
+}
+
+/* bf16 state crosses a checkpoint's fp32 exactly, and its random bits follow the step */
+TEST(backend_cuda_with_bf16_optimizer_state_is_deterministic_and_resumes_bit_exact) {
+    deterministic_and_resumes_bit_exact(OPTIMIZER_STATE_BF16);
+}
+
 /* The fused layer's chunk gives way to the memory the GPU has free: with a little more than the
  * streaming path needs it runs a smaller chunk or streams (the run header says which), and the
  * step's loss is the unconstrained one's. */
@@ -394,7 +422,7 @@ TEST(backend_cuda_fused_chunk_gives_way_to_free_memory) {
     Setup s;
     setup(&s, 2, 128, 262144, 32, 64, 1, 7); /* N = 2048: a full chunk is 1.1 GB */
     char err[ERR_LEN];
-    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 9, NULL, err);
+    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 9, NULL, err);
     REQUIRE(a, "%s", err);
     CHECK(strstr(a->output_path, "chunk") && !strstr(a->output_path, "reduced"), "with room: %s", a->output_path);
     const float la = step(a, &s, 0, 0);
@@ -402,7 +430,7 @@ TEST(backend_cuda_fused_chunk_gives_way_to_free_memory) {
 
     size_t free0, free1, total;
     CUDA_CHECK(cudaMemGetInfo(&free0, &total));
-    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, 0, 0, 9, NULL, err);
+    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, 0, 0, OPTIMIZER_STATE_FP32, 9, NULL, err);
     REQUIRE(b, "%s", err);
     CUDA_CHECK(cudaMemGetInfo(&free1, &total));
     b->ops->destroy(b);
@@ -413,7 +441,7 @@ TEST(backend_cuda_fused_chunk_gives_way_to_free_memory) {
     REQUIRE(free0 > leave + ((size_t)256 << 20), "too little GPU memory for this test");
     void *filler = NULL;
     CUDA_CHECK(cudaMalloc(&filler, free0 - leave));
-    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 9, NULL, err);
+    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 9, NULL, err);
     REQUIRE(c, "with %zu MB free: %s", leave >> 20, err);
     fprintf(stderr, "[%zu MB free: %s] ", leave >> 20, c->output_path);
     CHECK(strstr(c->output_path, "streaming") || strstr(c->output_path, "reduced"), "without room: %s",

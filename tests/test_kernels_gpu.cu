@@ -28,6 +28,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/cuda_check.h"
+#include "kernels/adamw_bf16.h"
 #include "kernels/kernels.h"
 #include "tests/test.h"
 
@@ -1276,6 +1277,70 @@ TEST(kernels_adamw_on_shard_ranges_matches_the_whole_update) {
     adamw_plan_free(whole);
     adamw_plan_free(part);
     free(p); free(m); free(v); free(g); free(sp); free(sm); free(sv); free(sg); free(pb); free(spb); free(poisoned);
+    dfree_all();
+}
+
+/* AdamW on bf16 state: the kernel against the CPU reference's per-value function (kernels/adamw_bf16.h),
+ * bit for bit, on a ZeRO-1-like plan of two ranges whose state is compact and whose random bits are
+ * keyed by the whole table's index (index0 + i); three steps, so the stored m and v feed back. */
+TEST(kernels_adamw_bf16_state_matches_the_cpu_reference_bit_for_bit) {
+    seed_fresh();
+    size_t numels[3] = {16384 * 2 + 5, 777, 100003};
+    int decay[3] = {1, 0, 1};
+    size_t offsets[3] = {0, numels[0], numels[0] + numels[1]};
+    size_t n = numels[0] + numels[1] + numels[2];
+    AdamWRange ranges[2] = {{5, 33000, 0}, {60001, n - 60001 - 3, 33000}};
+    const size_t shard = ranges[0].count + ranges[1].count;
+    const uint64_t index0 = 123457; /* where these rows start in a larger table */
+    float *tmp = hmalloc(n);
+    uint16_t *w = (uint16_t *)malloc(n * 2), *sm = (uint16_t *)malloc(shard * 2), *sv = (uint16_t *)malloc(shard * 2);
+    fill_normal(tmp, n, 0.02f);
+    for (size_t i = 0; i < n; i++) w[i] = bf16_bits_nearest(tmp[i]);
+    fill_normal(tmp, shard, 1e-3f);
+    for (size_t s = 0; s < shard; s++) sm[s] = bf16_bits_nearest(tmp[s]), sv[s] = bf16_bits_nearest(1e-6f * rng_uniform());
+    AdamWPlan *plan = adamw_plan_create_ranges(offsets, numels, decay, 3, ranges, 2);
+    bf16 *d_w = (bf16 *)dalloc(n * 2), *d_m = (bf16 *)dalloc(shard * 2), *d_v = (bf16 *)dalloc(shard * 2);
+    CUDA_CHECK(cudaMemcpy(d_w, w, n * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_m, sm, shard * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_v, sv, shard * 2, cudaMemcpyHostToDevice));
+    const float lr = 6e-4f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f;
+    float *g = hmalloc(shard);
+    size_t moved = 0;
+    for (int step = 1; step <= 3; step++) {
+        fill_normal(g, shard, 1e-2f);
+        float *d_g = up_f32(g, shard);
+        adamw_update_bf16(plan, d_w, d_g, d_m, d_v, index0, lr, b1, b2, eps, wd, gs, step, 0);
+        const float c1 = 1.0f - powf(b1, (float)step), c2 = 1.0f - powf(b2, (float)step);
+        for (int r = 0; r < 2; r++)
+            for (size_t j = 0; j < ranges[r].count; j++) {
+                const size_t i = ranges[r].begin + j, s = ranges[r].state_offset + j;
+                const int t = i < offsets[1] ? 0 : i < offsets[2] ? 1 : 2;
+                const AdamWBf16Step st = {lr, b1, b2, eps, decay[t] ? wd : 0.0f, gs, c1, c2, step};
+                const uint16_t before = w[i];
+                adamw_bf16_value(&st, index0 + i, g[s], &w[i], &sm[s], &sv[s]);
+                moved += w[i] != before;
+            }
+    }
+    dsync();
+    uint16_t *gw = (uint16_t *)malloc(n * 2), *gm = (uint16_t *)malloc(shard * 2), *gv = (uint16_t *)malloc(shard * 2);
+    CUDA_CHECK(cudaMemcpy(gw, d_w, n * 2, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(gm, d_m, shard * 2, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(gv, d_v, shard * 2, cudaMemcpyDeviceToHost));
+    size_t wrong_w = 0, wrong_m = 0, wrong_v = 0;
+    for (size_t i = 0; i < n; i++) wrong_w += gw[i] != w[i]; /* also: weights outside the ranges untouched */
+    for (size_t s = 0; s < shard; s++) wrong_m += gm[s] != sm[s], wrong_v += gv[s] != sv[s];
+    CHECK(wrong_w == 0 && wrong_m == 0 && wrong_v == 0, "differ from the CPU reference: %zu weights, %zu m, %zu v of %zu",
+          wrong_w, wrong_m, wrong_v, shard);
+    CHECK(moved > shard / 2, "only %zu of %zu weight updates moved a bf16 weight", moved, 3 * shard);
+    /* the widening used to read bf16 state into checkpoints is exact */
+    float *d_wide = (float *)dalloc(n * 4), *wide = hmalloc(n);
+    convert_bf16_to_fp32(d_wide, d_w, n, 0);
+    down_f32(wide, d_wide, n);
+    size_t inexact = 0;
+    for (size_t i = 0; i < n; i++) inexact += wide[i] != bf16_bits_to_float(w[i]);
+    CHECK(inexact == 0, "%zu values widened wrongly", inexact);
+    adamw_plan_free(plan);
+    free(tmp); free(w); free(sm); free(sv); free(g); free(gw); free(gm); free(gv); free(wide);
     dfree_all();
 }
 

@@ -31,7 +31,7 @@ static ParamTable tiny_table(ModelFamily family) {
 }
 
 static void expect_estimate(const ParamTable *t, int recompute, size_t params, size_t activations, const char *what) {
-    const MemoryEstimate e = memory_estimate(t, 2, 8, recompute);
+    const MemoryEstimate e = memory_estimate(t, 2, 8, recompute, OPTIMIZER_STATE_FP32);
     CHECK(t->total == params, "%s: %zu parameters, %zu by hand", what, t->total, params);
     CHECK(e.weights == 2 * params && e.master == 4 * params && e.grads == 4 * params && e.adamw == 8 * params,
           "%s: weights %zu, master %zu, gradients %zu, AdamW %zu bytes for %zu parameters", what, e.weights, e.master,
@@ -99,7 +99,7 @@ TEST(a_llama_recomputing_its_gate_and_up_rows_keeps_one_layers_of_them) {
                     "llama, gate and up recomputed");
     /* GPT-2 has no gate/up GEMM to run again: 2 is 1 */
     ParamTable g = tiny_table(FAMILY_GPT2);
-    const MemoryEstimate one = memory_estimate(&g, 2, 8, 1), two = memory_estimate(&g, 2, 8, 2);
+    const MemoryEstimate one = memory_estimate(&g, 2, 8, 1, OPTIMIZER_STATE_FP32), two = memory_estimate(&g, 2, 8, 2, OPTIMIZER_STATE_FP32);
     CHECK(one.activations == two.activations, "gpt2: %zu bytes at 2, %zu at 1", two.activations, one.activations);
     param_table_free(&g);
     param_table_free(&t);
@@ -151,22 +151,37 @@ TEST(gpt2_124m_memory_figures_stay_what_they_were) {
     ParamTable t;
     char err[ERR_LEN];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
-    MemoryEstimate e = memory_estimate(&t, 4, 1024, 0);
+    MemoryEstimate e = memory_estimate(&t, 4, 1024, 0, OPTIMIZER_STATE_FP32);
     CHECK(t.total == 124475904u && e.weights == 248951808u && e.adamw == 995807232u, "parameters %zu", t.total);
     CHECK(e.activations == 1305660160u, "activations %zu bytes", e.activations);
-    e = memory_estimate(&t, 4, 1024, 1);
+    e = memory_estimate(&t, 4, 1024, 1, OPTIMIZER_STATE_FP32);
     CHECK(e.activations == 1028836096u, "activations with GELU recomputed %zu bytes", e.activations);
+    param_table_free(&t);
+}
+
+/* bf16 optimizer state: no master copy and two bytes a moment, 8 bytes a parameter less; the
+ * activations do not change. Llama-3.2-1B's 1.24B parameters at B 16: 9.9 GB less. */
+TEST(bf16_optimizer_state_counts_no_master_and_bf16_moments) {
+    ParamTable t = tiny_table(FAMILY_LLAMA);
+    const MemoryEstimate f = memory_estimate(&t, 3, 8, 0, OPTIMIZER_STATE_FP32);
+    const MemoryEstimate h = memory_estimate(&t, 3, 8, 0, OPTIMIZER_STATE_BF16);
+    CHECK(h.master == 0 && h.adamw == 4 * t.total && h.grads == f.grads && h.weights == f.weights,
+          "master %zu, m and v %zu for %zu parameters", h.master, h.adamw, t.total);
+    CHECK(memory_estimate_total(&f) - memory_estimate_total(&h) == 8 * t.total && h.activations == f.activations,
+          "saves %zu bytes, expected %zu", memory_estimate_total(&f) - memory_estimate_total(&h), 8 * t.total);
+    CHECK(memory_estimate_largest_batch(&t, 8, 0, OPTIMIZER_STATE_BF16, 0, memory_estimate_total(&h)) == 3,
+          "the largest batch does not count bf16 state");
     param_table_free(&t);
 }
 
 TEST(the_largest_micro_batch_is_the_largest_whose_estimate_fits) {
     ParamTable t = tiny_table(FAMILY_QWEN3);
-    const MemoryEstimate five = memory_estimate(&t, 5, 8, 0);
+    const MemoryEstimate five = memory_estimate(&t, 5, 8, 0, OPTIMIZER_STATE_FP32);
     const size_t extra = 1000, fits_five = memory_estimate_total(&five) + extra;
-    CHECK(memory_estimate_largest_batch(&t, 8, 0, extra, fits_five) == 5, "not -b 5 in exactly its estimate");
-    CHECK(memory_estimate_largest_batch(&t, 8, 0, extra, fits_five - 1) == 4, "not -b 4 one byte short of -b 5");
-    const MemoryEstimate one = memory_estimate(&t, 1, 8, 0);
-    CHECK(memory_estimate_largest_batch(&t, 8, 0, extra, memory_estimate_total(&one) + extra - 1) == 0,
+    CHECK(memory_estimate_largest_batch(&t, 8, 0, OPTIMIZER_STATE_FP32, extra, fits_five) == 5, "not -b 5 in exactly its estimate");
+    CHECK(memory_estimate_largest_batch(&t, 8, 0, OPTIMIZER_STATE_FP32, extra, fits_five - 1) == 4, "not -b 4 one byte short of -b 5");
+    const MemoryEstimate one = memory_estimate(&t, 1, 8, 0, OPTIMIZER_STATE_FP32);
+    CHECK(memory_estimate_largest_batch(&t, 8, 0, OPTIMIZER_STATE_FP32, extra, memory_estimate_total(&one) + extra - 1) == 0,
           "a sequence fits in less than its estimate");
     param_table_free(&t);
 }
@@ -189,12 +204,12 @@ TEST(a_cpu_run_of_a_llama_prints_its_gpu_memory_estimate_and_largest_micro_batch
     ParamTable t;
     char err[ERR_LEN], want[200];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
-    const MemoryEstimate e = memory_estimate(&t, 4, 32, 0);
+    const MemoryEstimate e = memory_estimate(&t, 4, 32, 0, OPTIMIZER_STATE_FP32);
     snprintf(want, sizeof want, "+ %.2f MB activations = %.2f MB", e.activations / 1e6,
              memory_estimate_total(&e) / 1e6);
     CHECK(strstr(out, "on a GPU (estimate)") && strstr(out, want), "no line with '%s': %s", want, out);
     snprintf(want, sizeof want, "the largest micro-batch on an 80 GB H100 is -b %d",
-             memory_estimate_largest_batch(&t, 32, 0, MEMORY_RUNTIME_RESERVE, (size_t)80e9));
+             memory_estimate_largest_batch(&t, 32, 0, OPTIMIZER_STATE_FP32, MEMORY_RUNTIME_RESERVE, (size_t)80e9));
     CHECK(strstr(out, want), "no '%s': %s", want, out);
     free(out);
     param_table_free(&t);

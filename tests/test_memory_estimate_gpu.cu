@@ -28,11 +28,11 @@ static void expect_config_counts_the_estimate(const GPTConfig *cfg, int B, int T
     ParamTable t;
     char err[ERR_LEN];
     REQUIRE(param_table_build(&t, cfg, err) == 0, "%s", err);
-    Backend *be = backend_cuda_create(&t, B, T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, recompute, 1, NULL, err);
+    Backend *be = backend_cuda_create(&t, B, T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, recompute, OPTIMIZER_STATE_FP32, 1, NULL, err);
     REQUIRE(be, "%s", err);
     MemoryItem items[MAX_MEMORY_ITEMS];
     const int n = be->ops->memory_items(be, items);
-    const MemoryEstimate e = memory_estimate(&t, B, T, recompute);
+    const MemoryEstimate e = memory_estimate(&t, B, T, recompute, OPTIMIZER_STATE_FP32);
     const int N = B * T, C = cfg->dim, hd = cfg->head_dim, rope = cfg->positions == POS_ROPE;
     const AttentionShape att = {B, T, cfg->num_heads, cfg->num_kv_heads, hd, 1.0f / sqrtf((float)hd), 0};
     size_t scratch = encoder_backward_scratch_bytes(N, cfg->padded_vocab_size);

@@ -1,9 +1,12 @@
-/* AdamW against a hand computation, and the learning-rate schedule. */
+/* AdamW against a hand computation, AdamW on bf16 state (kernels/adamw_bf16.h) against the fp32
+ * update, and the learning-rate schedule. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
+#include "common/rng.h"
+#include "kernels/adamw_bf16.h"
 #include "model/backend.h"
 #include "model/train/schedule.h"
 #include "tests/test.h"
@@ -15,7 +18,7 @@ TEST(adamw_two_steps_match_hand_computation) {
     ParamTable t;
     char err[ERR_LEN];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
-    Backend *be = backend_cpu_create(&t, 1, 4, OUTPUT_FUSED, 3, err);
+    Backend *be = backend_cpu_create(&t, 1, 4, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 3, err);
     REQUIRE(be, "%s", err);
     size_t P = t.total;
     float *p0 = malloc(P * 4), *g = malloc(P * 4), *p = malloc(P * 4), *m = malloc(P * 4), *v = malloc(P * 4);
@@ -65,6 +68,115 @@ TEST(adamw_two_steps_match_hand_computation) {
     free(p0);
     be->ops->destroy(be);
     param_table_free(&t);
+}
+
+/* Over all 2^16 random draws, the stochastic rounding's mean is the value itself: up exactly as
+ * often as the fraction of a bf16 step it lies above the value below. */
+TEST(bf16_stochastic_rounding_is_unbiased_over_every_draw) {
+    const float xs[] = {1.0f + 3e-4f, -2.7182818f, 3.14159e-5f, -1e-30f, 65504.123f, 0.1f};
+    for (size_t k = 0; k < sizeof xs / sizeof xs[0]; k++) {
+        const float x = xs[k];
+        const float lo = bf16_bits_to_float(bf16_bits_stochastic(x, 0));
+        double sum = 0;
+        int ups = 0;
+        for (uint32_t r = 0; r < 65536; r++) {
+            const float y = bf16_bits_to_float(bf16_bits_stochastic(x, r));
+            sum += y;
+            ups += y != lo;
+        }
+        const double mean = sum / 65536;
+        CHECK(fabs(mean - x) <= 1e-12 * fabs(x), "x %.9g: mean of the roundings %.12g", x, mean);
+        CHECK(ups > 0 && ups < 65536, "x %.9g: rounded up %d times of 65536", x, ups);
+        CHECK(fabsf(lo) <= fabsf(x), "x %.9g: the draw 0 gives %.9g, not the value toward zero", x, lo);
+    }
+    /* a bf16 value is never moved, and infinities stay */
+    CHECK(bf16_bits_to_float(bf16_bits_stochastic(1.5f, 65535)) == 1.5f, "a bf16 value rounded away");
+    CHECK(isinf(bf16_bits_to_float(bf16_bits_stochastic(INFINITY, 65535))), "infinity lost");
+}
+
+TEST(bf16_nearest_rounding_ties_to_even) {
+    /* 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: to even, 1; 1 + 3·2^-8 between 1 + 2^-7 and
+     * 1 + 2^-6... halfway: to even, 1 + 2^-6 */
+    CHECK(bf16_bits_to_float(bf16_bits_nearest(1.0f + 0x1p-8f)) == 1.0f, "tie below not to even");
+    CHECK(bf16_bits_to_float(bf16_bits_nearest(1.0f + 3 * 0x1p-8f)) == 1.0f + 0x1p-6f, "tie above not to even");
+    CHECK(bf16_bits_to_float(bf16_bits_nearest(1.0f + 0x1p-8f + 0x1p-20f)) == 1.0f + 0x1p-7f, "above the tie");
+    CHECK(isnan(bf16_bits_to_float(bf16_bits_nearest(NAN))), "NaN lost");
+}
+
+/* A tiny model on the CPU backend under both states, from the same bf16 weights and moments and
+ * the same gradients: each bf16 value after the update is one of the two bf16 neighbours of the
+ * fp32 update's result (and that itself when it is a bf16 value). */
+TEST(adamw_on_bf16_state_rounds_the_fp32_update_to_a_neighbour) {
+    GPTConfig cfg = {.num_layers = 1, .num_heads = 2, .dim = 8, .max_seq_len = 4, .vocab_size = 11};
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    Backend *f = backend_cpu_create(&t, 1, 4, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 3, err);
+    Backend *h = backend_cpu_create(&t, 1, 4, OUTPUT_FUSED, OPTIMIZER_STATE_BF16, 3, err);
+    REQUIRE(f && h, "%s", err);
+    const size_t P = t.total;
+    float *st[3], *sf[3];
+    for (int i = 0; i < 3; i++) st[i] = malloc(P * 4), sf[i] = malloc(P * 4);
+    int in[4] = {1, 2, 3, 4}, tg[4] = {2, 3, 4, 5};
+    size_t outside = 0, checked = 0, off_grid = 0;
+    for (int step = 1; step <= 3; step++) {
+        /* the fp32 backend starts each step from the bf16 backend's state */
+        h->ops->read_state(h, st[0], st[1], st[2]);
+        f->ops->write_state(f, st[0], st[1], st[2]);
+        Backend *both[2] = {f, h};
+        for (int j = 0; j < 2; j++) {
+            both[j]->ops->zero_grad(both[j]);
+            both[j]->ops->train_micro_step(both[j], in, tg, 1.0f, 1);
+            AdamWStep s = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step};
+            both[j]->ops->adamw_update(both[j], &s);
+        }
+        f->ops->read_state(f, sf[0], sf[1], sf[2]);
+        h->ops->read_state(h, st[0], st[1], st[2]);
+        for (int i = 0; i < 3; i++)
+            for (size_t j = 0; j < P; j++) {
+                const float exact = sf[i][j], got = st[i][j];
+                const float down = bf16_bits_to_float(bf16_bits_stochastic(exact, 0));
+                const float up = bf16_bits_to_float(bf16_bits_stochastic(exact, 65535));
+                outside += got != down && got != up;
+                off_grid += bf16_bits_to_float(bf16_bits_nearest(got)) != got;
+                checked++;
+            }
+    }
+    CHECK(outside == 0 && off_grid == 0, "%zu of %zu values not a bf16 neighbour of the fp32 update, %zu not bf16",
+          outside, checked, off_grid);
+    for (int i = 0; i < 3; i++) free(st[i]), free(sf[i]);
+    f->ops->destroy(f);
+    h->ops->destroy(h);
+    param_table_free(&t);
+}
+
+/* The trap round-to-nearest falls into: an update below half a bf16 step. Here every weight is 1
+ * (a bf16 step of 2^-7) and the update a tenth of a step; nearest rounding would keep every weight
+ * at 1, stochastic rounding moves about a tenth of them a step down, the fp32 update on average. */
+TEST(adamw_on_bf16_state_keeps_updates_below_half_a_step) {
+    const int n = 1 << 16;
+    const float lr = 0.1f * 0x1p-7f; /* the first step's normalized update is 1 (g / |g|) */
+    const float c1 = 1.0f - 0.9f, c2 = 1.0f - 0.95f;
+    const AdamWBf16Step s = {lr, 0.9f, 0.95f, 0.0f, 0.0f, 1.0f, c1, c2, 1};
+    double sum = 0;
+    int moved = 0;
+    for (int i = 0; i < n; i++) {
+        uint16_t w = bf16_bits_nearest(1.0f), m = 0, v = 0;
+        adamw_bf16_value(&s, (uint64_t)i, 0.25f, &w, &m, &v);
+        const float x = bf16_bits_to_float(w);
+        sum += x;
+        moved += x != 1.0f;
+        if (x != 1.0f && x != 1.0f - 0x1p-8f) { /* below 1 the bf16 step halves */
+            CHECK(0, "weight %d became %.9g", i, x);
+            break;
+        }
+    }
+    /* 1 - lr is 1 - 0.1 of 2^-7 = 1 - 0.2 of the step 2^-8 below 1: moved with probability 0.2 */
+    const double p = 0.2, sigma = sqrt(p * (1 - p) / n);
+    CHECK(fabs((double)moved / n - p) < 5 * sigma, "%d of %d weights moved (expected about %.0f)", moved, n, p * n);
+    CHECK(fabs(sum / n - (1.0 - lr)) < 5 * sigma * 0x1p-8, "mean weight %.9g, the fp32 update gives %.9g", sum / n,
+          1.0 - lr);
 }
 
 TEST(schedule_warmup_is_linear_then_cosine_reaches_final) {

@@ -60,6 +60,7 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("--logits-mb -1", "--logits-mb must be at least 0");
     expect_usage_error("--device tpu", "--device must be cuda or cpu");
     expect_usage_error("--grad-reduce fp16", "--grad-reduce must be fp32 or bf16");
+    expect_usage_error("--optimizer-state fp16", "--optimizer-state must be fp32 or bf16");
     expect_usage_error("--zero 2", "--zero must be auto, 0 or 1");
     expect_usage_error("--overlap-comm 2", "--overlap-comm must be auto, 0 or 1");
     expect_usage_error("--overlap-comm yes", "--overlap-comm must be auto, 0 or 1");
@@ -323,6 +324,36 @@ TEST(resume_prints_exactly_the_losses_of_the_uninterrupted_run) {
     CHECK(rc == 1 && strstr(bad, "(2 rank(s), 1 micro-batches per step): that many ranks cannot share its batch"),
           "exit %d: %s", rc, bad);
     free(bad);
+    free(resumed);
+    free(full);
+}
+
+/* --optimizer-state bf16 on the CPU: the run says so, learns, and a resume from its (fp32)
+ * checkpoint prints exactly the uninterrupted run's losses: the state crosses fp32 exactly and the
+ * rounding's random bits follow the step. */
+TEST(cpu_training_with_bf16_optimizer_state_learns_and_resumes_exactly) {
+    char train[700], val[700], args[2400], *full = NULL, *resumed = NULL;
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    const char *llama = TINY_RUN " --family llama --kv-heads 1 --head-dim 48 --ffn-dim 192 --optimizer-state bf16";
+    snprintf(args, sizeof args, "%s -x 20 -n 10 --val-every 0 -i %s -j %s -o %s/bf16a", llama, train, val, d);
+    REQUIRE(run_train(args, &full) == 0, "bf16 state run failed: %s", full);
+    CHECK(strstr(full, "optimizer: AdamW on bf16 moments") && strstr(full, "AdamW m, v (fp32 holding bf16 values)"),
+          "no optimizer line or memory row: %s", full);
+    float losses[100];
+    int n = parse_losses(full, losses, 100);
+    REQUIRE(n == 20, "parsed %d losses", n);
+    CHECK(losses[19] < 0.5f * logf(64), "final loss %.3f is not well below ln 64", losses[19]);
+    char src[800], dst[800];
+    snprintf(src, sizeof src, "%s/bf16a", d);
+    snprintf(dst, sizeof dst, "%s/bf16b", d);
+    REQUIRE(copy_checkpoint(src, 10, dst) == 0, "copying the checkpoint failed");
+    snprintf(args, sizeof args, "%s -x 20 -n 10 --val-every 0 -y 1 -i %s -j %s -o %s/bf16b", llama, train, val, d);
+    REQUIRE(run_train(args, &resumed) == 0, "resumed run failed: %s", resumed);
+    static char a[8192], b[8192];
+    losses_after(full, 10, a, sizeof a);
+    losses_after(resumed, 10, b, sizeof b);
+    CHECK(count_lines(a) == 10 && strcmp(a, b) == 0, "resumed losses differ:\n%s---\n%s", a, b);
     free(resumed);
     free(full);
 }

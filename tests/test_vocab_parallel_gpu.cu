@@ -50,11 +50,11 @@ static void batches(int *inputs, int *targets, const GPTConfig *cfg, uint64_t se
     }
 }
 
-static Backend *create(const ParamTable *t, Dist *one, int split, char *err) {
+static Backend *create(const ParamTable *t, Dist *one, int split, OptimizerState state, char *err) {
     DataParallel dp = {};
     dp.dist = one, dp.vocab_parallel = split;
     /* fused budget 0: the whole layer on the streaming path, which the slice layer runs */
-    return backend_cuda_create(t, VB, VT, OUTPUT_FUSED, 0, 0, 77, split ? &dp : NULL, err);
+    return backend_cuda_create(t, VB, VT, OUTPUT_FUSED, 0, 0, state, 77, split ? &dp : NULL, err);
 }
 
 static size_t bits_differ(const float *a, const float *b, size_t n) {
@@ -63,7 +63,9 @@ static size_t bits_differ(const float *a, const float *b, size_t n) {
     return k;
 }
 
-static void check_world_of_one(const GPTConfig *model) {
+/* bf16 state: the slice's random bits are keyed by the whole table's index, so the split run's
+ * state is the unsplit run's bit for bit too. */
+static void check_world_of_one(const GPTConfig *model, OptimizerState state = OPTIMIZER_STATE_FP32) {
     GPTConfig cfg = *model;
     ParamTable t;
     char err[ERR_LEN];
@@ -76,9 +78,9 @@ static void check_world_of_one(const GPTConfig *model) {
     batches(inputs, targets, &cfg, 31);
     Dist one = {};
     one.world = 1;
-    Backend *a = create(&t, &one, 0, err);
+    Backend *a = create(&t, &one, 0, state, err);
     REQUIRE(a, "unsplit backend: %s", err);
-    Backend *b = create(&t, &one, 1, err);
+    Backend *b = create(&t, &one, 1, state, err);
     REQUIRE(b, "vocabulary-parallel backend: %s", err);
     const ParamInfo *head = param_whole(&t, head_role(&cfg));
     for (int k = 0; k < VSTEPS; k++) {
@@ -118,8 +120,9 @@ static void check_world_of_one(const GPTConfig *model) {
         CHECK(bits_differ(sa[i], sb[i], P) == 0, "%s: %zu of %zu differ after %d steps", what[i],
               bits_differ(sa[i], sb[i], P), P, VSTEPS);
     CHECK(max_abs(sb[1] + head->offset, head->numel) > 0, "the head's AdamW m is all zero");
-    /* the memory table names the slice: the whole head here, bf16 weights and four fp32 copies; a
-     * tied head's replica is gone from the flat buffers */
+    /* the memory table names the slice: the whole head here, bf16 weights and four fp32 copies (bf16
+     * state: the fp32 gradient and two bf16 moments); a tied head's replica is gone from the flat buffers */
+    const size_t value_bytes = state == OPTIMIZER_STATE_BF16 ? 10 : 18;
     MemoryItem items[MAX_MEMORY_ITEMS];
     const int count = b->ops->memory_items(b, items);
     size_t slice_bytes = 0, params_bytes = 0;
@@ -127,12 +130,12 @@ static void check_world_of_one(const GPTConfig *model) {
         if (strstr(items[i].what, "head slice")) slice_bytes = items[i].bytes;
         if (strstr(items[i].what, "parameters (bf16)")) params_bytes = items[i].bytes;
     }
-    CHECK(slice_bytes == head->numel * 18, "memory table: head slice %zu bytes, expected %zu", slice_bytes,
-          head->numel * 18);
+    CHECK(slice_bytes == head->numel * value_bytes, "memory table: head slice %zu bytes, expected %zu", slice_bytes,
+          head->numel * value_bytes);
     CHECK(params_bytes == (P - head->numel) * 2, "memory table: parameters %zu bytes, expected %zu without the head",
           params_bytes, (P - head->numel) * 2);
     /* the state written into a fresh split backend is the one read: the next step matches */
-    Backend *c = create(&t, &one, 1, err);
+    Backend *c = create(&t, &one, 1, state, err);
     REQUIRE(c, "vocabulary-parallel backend: %s", err);
     c->ops->write_state(c, sb[0], sb[1], sb[2]);
     float eb = b->ops->eval_loss(b, inputs, targets), ec = c->ops->eval_loss(c, inputs, targets),
@@ -167,4 +170,10 @@ TEST(a_world_of_one_vocab_parallel_run_with_a_tied_qwen3_head_is_the_unsplit_run
 TEST(a_world_of_one_vocab_parallel_run_with_a_tied_gemma3_head_is_the_unsplit_run_bitwise) {
     GPTConfig cfg = family_model(FAMILY_GEMMA3, 0);
     check_world_of_one(&cfg);
+}
+
+TEST(a_world_of_one_vocab_parallel_run_with_bf16_optimizer_state_is_the_unsplit_run_bitwise) {
+    GPTConfig untied = family_model(FAMILY_LLAMA, 1), tied = family_model(FAMILY_QWEN3, 0);
+    check_world_of_one(&untied, OPTIMIZER_STATE_BF16);
+    check_world_of_one(&tied, OPTIMIZER_STATE_BF16);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "kernels/adamw_bf16.h"
 #include "model/backend.h"
 #include "model/cpu/layers_cpu.h"
 #include "model/cpu/llama_layers_cpu.h"
@@ -423,9 +424,37 @@ static double cpu_grad_sumsq(Backend *be) {
     return s;
 }
 
+/* Under OPTIMIZER_STATE_BF16 the weights, m and v hold bf16 values: the update of one value is the
+ * CUDA kernel's, to the bit (kernels/adamw_bf16.h). */
+static void cpu_adamw_update_bf16(CpuBackend *cb, const AdamWStep *s, float c1, float c2) {
+    for (int i = 0; i < cb->t->count; i++) {
+        const ParamInfo *pi = &cb->t->params[i];
+        const AdamWBf16Step st = {s->lr, s->beta1, s->beta2, s->eps, pi->weight_decay ? s->weight_decay : 0.0f,
+                                  s->grad_scale, c1, c2, s->step};
+        for (size_t j = 0; j < pi->numel; j++) {
+            const size_t k = pi->offset + j;
+            uint16_t w = bf16_bits_nearest(cb->params[k]), m = bf16_bits_nearest(cb->m[k]);
+            uint16_t v = bf16_bits_nearest(cb->v[k]);
+            adamw_bf16_value(&st, k, cb->grads[k], &w, &m, &v);
+            cb->params[k] = bf16_bits_to_float(w);
+            cb->m[k] = bf16_bits_to_float(m);
+            cb->v[k] = bf16_bits_to_float(v);
+        }
+    }
+}
+
+/* Rounds n values to bf16 in place (to nearest): how values enter bf16 state. */
+static void round_to_bf16(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = bf16_bits_to_float(bf16_bits_nearest(x[i]));
+}
+
 static void cpu_adamw_update(Backend *be, const AdamWStep *s) {
     CpuBackend *cb = (CpuBackend *)be;
     float c1 = 1.0f - powf(s->beta1, (float)s->step), c2 = 1.0f - powf(s->beta2, (float)s->step);
+    if (be->optimizer_state == OPTIMIZER_STATE_BF16) {
+        cpu_adamw_update_bf16(cb, s, c1, c2);
+        return;
+    }
     for (int i = 0; i < cb->t->count; i++) {
         const ParamInfo *pi = &cb->t->params[i];
         float wd = pi->weight_decay ? s->weight_decay : 0.0f;
@@ -455,6 +484,11 @@ static void cpu_write_state(Backend *be, const float *params, const float *m, co
     if (params) memcpy(cb->params, params, n);
     if (m) memcpy(cb->m, m, n);
     if (v) memcpy(cb->v, v, n);
+    if (be->optimizer_state == OPTIMIZER_STATE_BF16) {
+        if (params) round_to_bf16(cb->params, cb->t->total);
+        if (m) round_to_bf16(cb->m, cb->t->total);
+        if (v) round_to_bf16(cb->v, cb->t->total);
+    }
 }
 
 static void cpu_read_grads(Backend *be, float *grads) {
@@ -467,9 +501,10 @@ static int cpu_memory_items(Backend *be, MemoryItem *items) {
     size_t p = cb->t->total * sizeof(float);
     int n = 0;
     int N = be->B * be->T, V = cb->t->cfg.vocab_size;
-    items[n++] = (MemoryItem){"parameters (fp32)", p, 0};
+    const int bf16 = be->optimizer_state == OPTIMIZER_STATE_BF16;
+    items[n++] = (MemoryItem){bf16 ? "parameters (fp32 holding bf16 values)" : "parameters (fp32)", p, 0};
     items[n++] = (MemoryItem){"gradients (fp32)", p, 0};
-    items[n++] = (MemoryItem){"AdamW m, v (fp32)", 2 * p, 0};
+    items[n++] = (MemoryItem){bf16 ? "AdamW m, v (fp32 holding bf16 values)" : "AdamW m, v (fp32)", 2 * p, 0};
     items[n++] = (MemoryItem){"activations", cb->acts_floats * sizeof(float), 0};
     items[n++] = (MemoryItem){"output layer workspace: fused", output_layer_fused_cpu_workspace(N) * sizeof(float),
                               be->output != OUTPUT_FUSED};
@@ -520,14 +555,15 @@ static const BackendOps cpu_ops = {
     .destroy = cpu_destroy,
 };
 
-Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind output, unsigned long long seed,
-                            char *err) {
+Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind output, OptimizerState state,
+                            unsigned long long seed, char *err) {
     CpuBackend *cb = calloc(1, sizeof *cb);
     if (!cb) {
         snprintf(err, ERR_LEN, "out of host memory for the CPU backend");
         return NULL;
     }
-    cb->base = (Backend){.ops = &cpu_ops, .table = table, .B = B, .T = T, .output = output, .device_name = "cpu"};
+    cb->base = (Backend){.ops = &cpu_ops, .table = table, .B = B, .T = T, .output = output,
+                         .optimizer_state = state, .device_name = "cpu"};
     cb->t = table;
     size_t P = table->total;
     cb->params = calloc(P, sizeof(float));
@@ -569,6 +605,7 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
         free(inv_freq);
     }
     param_init(table, cb->params, seed);
+    if (state == OPTIMIZER_STATE_BF16) round_to_bf16(cb->params, P); /* the GPU's bf16 weights, with no master */
     return &cb->base;
 oom:
     snprintf(err, ERR_LEN, "out of host memory for the CPU backend (needs about %.1f GB; lower -b or -t, or the model: -e, -v, --max-seq-len)",

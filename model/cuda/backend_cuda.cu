@@ -1,10 +1,10 @@
 /* model/cuda/backend_cuda.cu - the CUDA backend: the GPT-2 step from the kernels in kernels/, either
- * output layer, AdamW on fp32 master weights.
+ * output layer, AdamW on fp32 master weights or on bf16 state (OptimizerState, model/backend.h).
  *
- * Shapes: B, T, C, NH, L, V, Vp; N = B·T. Weights and activations bf16; master weights, gradients,
- * AdamW moments, LayerNorm statistics, attention log-sum-exp and the loss fp32. Parameter buffers
- * (bf16 weights, fp32 master/grads/m/v) all use the parameter table's flat layout, so one offset
- * addresses a tensor in each.
+ * Shapes: B, T, C, NH, L, V, Vp; N = B·T. Weights and activations bf16; gradients, LayerNorm
+ * statistics, attention log-sum-exp and the loss fp32; master weights and AdamW moments fp32, or
+ * no master and bf16 moments. Parameter buffers (bf16 weights, grads, master, m, v) all use the
+ * parameter table's flat layout, so one offset addresses a tensor in each.
  *
  * Per GPT-2 layer the forward keeps: ln1, qkv, atty (+ lse), residual2, ln2, fch_pre, fch_gelu and
  * residual3, 16·C bf16 values per token. The two projections that feed the residual stream
@@ -80,7 +80,8 @@ typedef struct {
     kbf16 *params;                 /* bf16 weights, table layout (padded_total) */
     const Dist *exchange;          /* ZeRO-1: params come from dist_alloc_exchanged (its weight gather) */
     float *grads;                  /* fp32, table layout (padded_total) */
-    float *master, *m, *v;         /* fp32, state_elems: table layout, or this rank's shard */
+    float *master, *m, *v;         /* fp32, state_elems: table layout, or this rank's shard (NULL: bf16 state) */
+    kbf16 *m_bf16, *v_bf16;        /* the same under OPTIMIZER_STATE_BF16, which keeps no master (else NULL) */
     float *state_grads;            /* the reduced gradients AdamW reads: grads, or the shard's */
     size_t padded_total, state_elems;
     GradSync *sync;                /* NULL when training alone */
@@ -771,8 +772,12 @@ static double cuda_grad_sumsq(Backend *be) {
 
 static void cuda_adamw_update(Backend *be, const AdamWStep *st) {
     CudaBackend *cb = (CudaBackend *)be;
-    adamw_update(cb->adamw, cb->master, cb->params, cb->state_grads, cb->m, cb->v, st->lr, st->beta1, st->beta2,
-                 st->eps, st->weight_decay, st->grad_scale, st->step, cb->stream);
+    if (be->optimizer_state == OPTIMIZER_STATE_BF16)
+        adamw_update_bf16(cb->adamw, cb->params, cb->state_grads, cb->m_bf16, cb->v_bf16, cb->flat0, st->lr,
+                          st->beta1, st->beta2, st->eps, st->weight_decay, st->grad_scale, st->step, cb->stream);
+    else
+        adamw_update(cb->adamw, cb->master, cb->params, cb->state_grads, cb->m, cb->v, st->lr, st->beta1,
+                     st->beta2, st->eps, st->weight_decay, st->grad_scale, st->step, cb->stream);
     if (cb->vp) vocab_parallel_adamw(cb->vp, st, cb->stream);
     grad_sync_gather_weights(cb->sync, cb->params, cb->stream);
 }
@@ -781,18 +786,36 @@ static int sharded(const CudaBackend *cb) {
     return grad_sync_grad_shard(cb->sync) != NULL;
 }
 
+/* State i (0 the weights, 1 m, 2 v) in fp32 on the device: this rank's shard when *shard, else
+ * the flat layout's P values. bf16 state is widened into a buffer the step no longer needs: the
+ * weights (whole on every rank) and unsharded moments into the gradients, a shard into the shard's
+ * reduced gradients, leaving the gradients for its gather. */
+static const float *state_fp32(CudaBackend *cb, int i, int *shard) {
+    *shard = sharded(cb);
+    if (cb->base.optimizer_state == OPTIMIZER_STATE_FP32) return i == 0 ? cb->master : i == 1 ? cb->m : cb->v;
+    if (i == 0) {
+        *shard = 0;
+        convert_bf16_to_fp32(cb->grads, cb->params, cb->P, cb->stream);
+        return cb->grads;
+    }
+    float *staging = *shard ? cb->state_grads : cb->grads;
+    convert_bf16_to_fp32(staging, i == 1 ? cb->m_bf16 : cb->v_bf16, cb->state_elems, cb->stream);
+    return staging;
+}
+
 static void cuda_read_state(Backend *be, float *params, float *m, float *v) {
     CudaBackend *cb = (CudaBackend *)be;
     /* its shard gathers go on the other communicator: with NCCL's kernels moving the weights there
      * too (no copy engines), two communicators' kernels in flight at once can deadlock */
     grad_sync_weights_wait(cb->sync, cb->stream);
     size_t n = cb->P * sizeof(float);
-    float *state[3] = {cb->master, cb->m, cb->v}, *host[3] = {params, m, v};
+    float *host[3] = {params, m, v};
     for (int i = 0; i < 3; i++) {
-        const float *from = state[i];
-        if (sharded(cb)) {
+        int shard = 0;
+        const float *from = state_fp32(cb, i, &shard);
+        if (shard) {
             /* every rank's shard into the gradient buffer, which the step no longer needs */
-            grad_sync_gather_shard(cb->sync, state[i], cb->grads, cb->stream);
+            grad_sync_gather_shard(cb->sync, from, cb->grads, cb->stream);
             from = cb->grads;
         }
         if (host[i]) CUDA_CHECK(cudaMemcpyAsync(host[i] + cb->flat0, from, n, cudaMemcpyDeviceToHost, cb->stream));
@@ -811,13 +834,18 @@ static void cuda_write_state(Backend *be, const float *params, const float *m, c
         convert_fp32_to_bf16(cb->params, cb->grads, cb->P, cb->stream);
     }
     const float *host[3] = {params, m, v};
+    const int bf16 = be->optimizer_state == OPTIMIZER_STATE_BF16;
     float *state[3] = {cb->master, cb->m, cb->v};
-    for (int i = 0; i < 3; i++) {
+    kbf16 *state_bf16[3] = {NULL, cb->m_bf16, cb->v_bf16};
+    for (int i = bf16; i < 3; i++) { /* bf16 state: the weights above are all there is */
         if (!host[i]) continue;
+        /* bf16 state arrives in fp32 where state_fp32 widens it, then is rounded to nearest */
+        float *to = !bf16 ? state[i] : sharded(cb) ? cb->state_grads : cb->grads;
         if (sharded(cb))
-            grad_sync_scatter_shard(cb->sync, host[i] + cb->flat0, state[i], cb->stream);
+            grad_sync_scatter_shard(cb->sync, host[i] + cb->flat0, to, cb->stream);
         else
-            CUDA_CHECK(cudaMemcpyAsync(state[i], host[i] + cb->flat0, n, cudaMemcpyHostToDevice, cb->stream));
+            CUDA_CHECK(cudaMemcpyAsync(to, host[i] + cb->flat0, n, cudaMemcpyHostToDevice, cb->stream));
+        if (bf16) convert_fp32_to_bf16(state_bf16[i], to, cb->state_elems, cb->stream);
     }
     CUDA_CHECK(cudaMemsetAsync(cb->grads, 0, cb->padded_total * sizeof(float), cb->stream));
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
@@ -860,11 +888,17 @@ static int cuda_memory_items(Backend *be, MemoryItem *items) {
     size_t S = cb->state_elems;
     int zero1 = sharded(cb);
     items[n++] = MemoryItem{"parameters (bf16)", cb->padded_total * sizeof(kbf16), 0};
-    items[n++] = MemoryItem{zero1 ? "master weights (fp32, this rank's shard)" : "master weights (fp32)",
-                            S * sizeof(float), 0};
+    if (be->optimizer_state == OPTIMIZER_STATE_FP32)
+        items[n++] = MemoryItem{zero1 ? "master weights (fp32, this rank's shard)" : "master weights (fp32)",
+                                S * sizeof(float), 0};
     items[n++] = MemoryItem{"gradients (fp32)", cb->padded_total * sizeof(float), 0};
-    items[n++] = MemoryItem{zero1 ? "AdamW m, v (fp32, this rank's shard)" : "AdamW m, v (fp32)",
-                            2 * S * sizeof(float), 0};
+    if (be->optimizer_state == OPTIMIZER_STATE_FP32)
+        items[n++] = MemoryItem{zero1 ? "AdamW m, v (fp32, this rank's shard)" : "AdamW m, v (fp32)",
+                                2 * S * sizeof(float), 0};
+    else
+        items[n++] = MemoryItem{zero1 ? "AdamW m, v (bf16, this rank's shard; no master weights)"
+                                      : "AdamW m, v (bf16; no master weights)",
+                                2 * S * sizeof(kbf16), 0};
     if (cb->sync) items[n++] = MemoryItem{"data parallel buffers", cb->sync_bytes, 0};
     const char *acts = cb->recompute_gelu == 2 ? "activations and scratch (norms, MLP input and activation recomputed)"
                        : is_rope(&t->cfg)      ? "activations and scratch (norms and MLP activation recomputed)"
@@ -896,6 +930,8 @@ static void cuda_destroy(Backend *be) {
     for (int i = 0; i < 4; i++)
         if (cb->mark[i]) CUDA_CHECK(cudaEventDestroy(cb->mark[i]));
     CUDA_CHECK(cudaFree(cb->arena));
+    CUDA_CHECK(cudaFree(cb->v_bf16));
+    CUDA_CHECK(cudaFree(cb->m_bf16));
     CUDA_CHECK(cudaFree(cb->v));
     CUDA_CHECK(cudaFree(cb->m));
     CUDA_CHECK(cudaFree(cb->grads));
@@ -1009,7 +1045,7 @@ static void fit_output_layer(CudaBackend *cb, size_t requested, size_t fixed, si
                              const GPTConfig *cfg) {
     if (cb->vp_world) { /* the slice layer streams: its memory does not shrink */
         cb->fused_budget = 0;
-        cb->out_ws_bytes = vocab_parallel_bytes(cb->base.table, cb->vp_world, (int)N);
+        cb->out_ws_bytes = vocab_parallel_bytes(cb->base.table, cb->vp_world, (int)N, cb->base.optimizer_state);
         return;
     }
     cb->fused_budget = requested;
@@ -1049,8 +1085,8 @@ static void describe_output_layer(CudaBackend *cb, OutputKind output, size_t ask
 }
 
 extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output,
-                                        size_t fused_budget, int recompute_gelu, unsigned long long seed,
-                                        const DataParallel *dp, char *err) {
+                                        size_t fused_budget, int recompute_gelu, OptimizerState state,
+                                        unsigned long long seed, const DataParallel *dp, char *err) {
     const Dist *dist = dp && dp->dist && dp->dist->world > 1 ? dp->dist : NULL;
     const int zero1 = dist && dp->zero1, overlap = dist && dp->overlap, bf16_wire = dist && dp->bf16_wire;
     const GPTConfig *cfg = &table->cfg;
@@ -1092,6 +1128,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     cb->base.B = B;
     cb->base.T = T;
     cb->base.output = output;
+    cb->base.optimizer_state = state;
     cb->t = table;
     cb->base.dist = dist;
     cb->replicated = *table;
@@ -1130,10 +1167,11 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     cb->recompute_gelu = is_rope(cfg) ? (recompute_gelu == 2 ? 2 : 1) : 0;
     cb->scratch_bytes = scratch_needed(cfg, B, T);
     cb->arena_bytes = layout_arena(cb, NULL);
-    /* bf16 weights and gradients whole; master and moments whole or 1/world (ZeRO-1) */
+    /* bf16 weights and gradients whole; master and moments (fp32: 12 bytes, bf16: 4) whole or 1/world (ZeRO-1) */
     size_t state_estimate = zero1 ? P / (size_t)dist->world + 1 : P;
+    const size_t state_bytes = state == OPTIMIZER_STATE_BF16 ? 2 * sizeof(kbf16) : 3 * sizeof(float);
     cb->sync_bytes = grad_sync_bytes(&cb->replicated, dist, zero1, overlap, bf16_wire, B, T);
-    size_t fixed = P * (sizeof(kbf16) + sizeof(float)) + state_estimate * 3 * sizeof(float) + cb->sync_bytes +
+    size_t fixed = P * (sizeof(kbf16) + sizeof(float)) + state_estimate * state_bytes + cb->sync_bytes +
                    MEMORY_RUNTIME_RESERVE;
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -1153,10 +1191,10 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
          * the scratch and the workspace only shrink with B, so this B's stand for the smaller ones.
          * The budget is what is free once this run's own fixed part (ZeRO-1 shards its state) is
          * taken instead of the estimate's. */
-        const MemoryEstimate one = memory_estimate(table, 1, T, cb->recompute_gelu);
+        const MemoryEstimate one = memory_estimate(table, 1, T, cb->recompute_gelu, state);
         const size_t est_fixed = memory_estimate_total(&one) - one.activations;
         const size_t room = free_b + est_fixed > fixed ? free_b + est_fixed - fixed : 0;
-        const int fit = memory_estimate_largest_batch(table, T, cb->recompute_gelu,
+        const int fit = memory_estimate_largest_batch(table, T, cb->recompute_gelu, state,
                                                       round_up(cb->scratch_bytes, 256) + cb->out_ws_bytes, room);
         snprintf(err, ERR_LEN,
                  "this configuration needs about %.1f GB of GPU memory but %.1f GB are free; the largest "
@@ -1188,9 +1226,18 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
         CUDA_CHECK(cudaMalloc((void **)&cb->params, cb->padded_total * sizeof(kbf16)));
     }
     CUDA_CHECK(cudaMalloc((void **)&cb->grads, cb->padded_total * sizeof(float)));
-    CUDA_CHECK(cudaMalloc((void **)&cb->master, cb->state_elems * sizeof(float)));
-    CUDA_CHECK(cudaMalloc((void **)&cb->m, cb->state_elems * sizeof(float)));
-    CUDA_CHECK(cudaMalloc((void **)&cb->v, cb->state_elems * sizeof(float)));
+    if (state == OPTIMIZER_STATE_BF16) {
+        CUDA_CHECK(cudaMalloc((void **)&cb->m_bf16, cb->state_elems * sizeof(kbf16)));
+        CUDA_CHECK(cudaMalloc((void **)&cb->v_bf16, cb->state_elems * sizeof(kbf16)));
+        CUDA_CHECK(cudaMemset(cb->m_bf16, 0, cb->state_elems * sizeof(kbf16)));
+        CUDA_CHECK(cudaMemset(cb->v_bf16, 0, cb->state_elems * sizeof(kbf16)));
+    } else {
+        CUDA_CHECK(cudaMalloc((void **)&cb->master, cb->state_elems * sizeof(float)));
+        CUDA_CHECK(cudaMalloc((void **)&cb->m, cb->state_elems * sizeof(float)));
+        CUDA_CHECK(cudaMalloc((void **)&cb->v, cb->state_elems * sizeof(float)));
+        CUDA_CHECK(cudaMemset(cb->m, 0, cb->state_elems * sizeof(float)));
+        CUDA_CHECK(cudaMemset(cb->v, 0, cb->state_elems * sizeof(float)));
+    }
     cb->state_grads = npieces ? grad_sync_grad_shard(cb->sync) : cb->grads;
     CUDA_CHECK(cudaMalloc(&cb->arena, cb->arena_bytes));
     layout_arena(cb, (char *)cb->arena);
@@ -1200,10 +1247,8 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     }
     CUDA_CHECK(cudaMemset(cb->params, 0, cb->padded_total * sizeof(kbf16)));
     CUDA_CHECK(cudaMemset(cb->grads, 0, cb->padded_total * sizeof(float)));
-    CUDA_CHECK(cudaMemset(cb->m, 0, cb->state_elems * sizeof(float)));
-    CUDA_CHECK(cudaMemset(cb->v, 0, cb->state_elems * sizeof(float)));
     if (cb->vp_world) {
-        cb->vp = vocab_parallel_create(table, dp->dist, B * T, err);
+        cb->vp = vocab_parallel_create(table, dp->dist, B * T, state, err);
         if (!cb->vp) {
             cuda_destroy(&cb->base);
             return NULL;

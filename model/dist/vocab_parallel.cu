@@ -27,7 +27,9 @@ struct VocabParallel {
     size_t elems;              /* Vs·C: every slice buffer's values */
     size_t head_offset;        /* the head row's offset in the table's flat layout */
     kbf16 *W;                  /* [Vs, C] the slice's bf16 weights */
-    float *master, *grad, *m, *v;
+    float *master, *grad, *m, *v; /* master, m, v: NULL under bf16 state */
+    kbf16 *m_bf16, *v_bf16;       /* bf16 state's moments (else NULL) */
+    int state_bf16;
     kbf16 *H_all;              /* [NT, C] every rank's hidden states, in rank order; tied, also the
                                 * embedding's rows of every rank before the reduce-scatter and every
                                 * rank's d(embedding) (the output layer no longer reads H then): the
@@ -47,7 +49,12 @@ struct VocabParallel {
     size_t bytes;
 };
 
-size_t vocab_parallel_bytes(const ParamTable *t, int world, int N) {
+/* Bytes of one slice value's weight, gradient and AdamW state. */
+static size_t slice_value_bytes(OptimizerState state) {
+    return sizeof(kbf16) + sizeof(float) + (state == OPTIMIZER_STATE_BF16 ? 2 * sizeof(kbf16) : 3 * sizeof(float));
+}
+
+size_t vocab_parallel_bytes(const ParamTable *t, int world, int N, OptimizerState state) {
     char err[ERR_LEN];
     if (!vocab_parallel_check(t, world, N, err)) return 0;
     const size_t C = (size_t)t->cfg.dim, NT = (size_t)world * N;
@@ -56,7 +63,7 @@ size_t vocab_parallel_bytes(const ParamTable *t, int world, int N) {
     const VocabSlice s0 = vocab_slice(t->cfg.vocab_size, t->cfg.padded_vocab_size, world, 0);
     const size_t embed =
         t->cfg.untied_head ? 0 : NT * sizeof(int) + encoder_slice_backward_scratch_bytes((int)NT, (int)Vs);
-    return Vs * C * (sizeof(kbf16) + 4 * sizeof(float)) + NT * C * (sizeof(kbf16) + sizeof(float)) +
+    return Vs * C * slice_value_bytes(state) + NT * C * (sizeof(kbf16) + sizeof(float)) +
            (size_t)N * C * sizeof(float) + NT * (sizeof(int) + (4 + 3 * (size_t)world) * sizeof(float)) +
            output_layer_workspace_bytes(OUTPUT_FUSED, (int64_t)NT, s0.real, (int)C, 0) + embed;
 }
@@ -68,7 +75,7 @@ static void *device_alloc(size_t bytes, size_t *total) {
     return p;
 }
 
-VocabParallel *vocab_parallel_create(const ParamTable *t, const Dist *d, int N, char *err) {
+VocabParallel *vocab_parallel_create(const ParamTable *t, const Dist *d, int N, OptimizerState state, char *err) {
     const int world = d ? d->world : 1;
     if (!vocab_parallel_check(t, world, N, err)) return NULL;
     VocabParallel *vp = (VocabParallel *)calloc(1, sizeof *vp);
@@ -88,11 +95,22 @@ VocabParallel *vocab_parallel_create(const ParamTable *t, const Dist *d, int N, 
     vp->head_offset = head->offset;
     const size_t C = (size_t)vp->C, NT = vp->NT;
     size_t *b = &vp->bytes;
+    vp->state_bf16 = state == OPTIMIZER_STATE_BF16;
     vp->W = (kbf16 *)device_alloc(vp->elems * sizeof(kbf16), b);
-    vp->master = (float *)device_alloc(vp->elems * sizeof(float), b);
     vp->grad = (float *)device_alloc(vp->elems * sizeof(float), b);
-    vp->m = (float *)device_alloc(vp->elems * sizeof(float), b);
-    vp->v = (float *)device_alloc(vp->elems * sizeof(float), b);
+    if (vp->state_bf16) {
+        vp->m_bf16 = (kbf16 *)device_alloc(vp->elems * sizeof(kbf16), b);
+        vp->v_bf16 = (kbf16 *)device_alloc(vp->elems * sizeof(kbf16), b);
+        CUDA_CHECK(cudaMemset(vp->m_bf16, 0, vp->elems * sizeof(kbf16)));
+        CUDA_CHECK(cudaMemset(vp->v_bf16, 0, vp->elems * sizeof(kbf16)));
+    } else {
+        vp->master = (float *)device_alloc(vp->elems * sizeof(float), b);
+        vp->m = (float *)device_alloc(vp->elems * sizeof(float), b);
+        vp->v = (float *)device_alloc(vp->elems * sizeof(float), b);
+        CUDA_CHECK(cudaMemset(vp->master, 0, vp->elems * sizeof(float)));
+        CUDA_CHECK(cudaMemset(vp->m, 0, vp->elems * sizeof(float)));
+        CUDA_CHECK(cudaMemset(vp->v, 0, vp->elems * sizeof(float)));
+    }
     vp->H_all = (kbf16 *)device_alloc(NT * C * sizeof(kbf16), b);
     vp->targets_all = (int *)device_alloc(NT * sizeof(int), b);
     vp->stats = (float *)device_alloc(3 * NT * sizeof(float), b);
@@ -105,10 +123,7 @@ VocabParallel *vocab_parallel_create(const ParamTable *t, const Dist *d, int N, 
         vp->embed_scratch = device_alloc(encoder_slice_backward_scratch_bytes((int)NT, vp->slice.rows), b);
     }
     CUDA_CHECK(cudaMemset(vp->W, 0, vp->elems * sizeof(kbf16)));
-    CUDA_CHECK(cudaMemset(vp->master, 0, vp->elems * sizeof(float)));
     CUDA_CHECK(cudaMemset(vp->grad, 0, vp->elems * sizeof(float)));
-    CUDA_CHECK(cudaMemset(vp->m, 0, vp->elems * sizeof(float)));
-    CUDA_CHECK(cudaMemset(vp->v, 0, vp->elems * sizeof(float)));
     vp->host_lse = (float *)malloc(NT * sizeof(float));
     vp->host_targets = (int *)malloc(NT * sizeof(int));
     /* the slice's real words only: its padding rows are never read (their gradient stays zero) */
@@ -141,6 +156,8 @@ void vocab_parallel_free(VocabParallel *vp) {
     CUDA_CHECK(cudaFree(vp->stats));
     CUDA_CHECK(cudaFree(vp->targets_all));
     CUDA_CHECK(cudaFree(vp->H_all));
+    CUDA_CHECK(cudaFree(vp->v_bf16));
+    CUDA_CHECK(cudaFree(vp->m_bf16));
     CUDA_CHECK(cudaFree(vp->v));
     CUDA_CHECK(cudaFree(vp->m));
     CUDA_CHECK(cudaFree(vp->grad));
@@ -244,8 +261,13 @@ double vocab_parallel_grad_sumsq(VocabParallel *vp, double *sumsq, void *scratch
 }
 
 void vocab_parallel_adamw(VocabParallel *vp, const AdamWStep *st, cudaStream_t s) {
-    adamw_update(vp->adamw, vp->master, vp->W, vp->grad, vp->m, vp->v, st->lr, st->beta1, st->beta2, st->eps,
-                 st->weight_decay, st->grad_scale, st->step, s);
+    if (vp->state_bf16) /* the random bits keyed by each value's index in the whole table, as on one GPU */
+        adamw_update_bf16(vp->adamw, vp->W, vp->grad, vp->m_bf16, vp->v_bf16,
+                          vp->head_offset + (size_t)vp->slice.begin * vp->C, st->lr, st->beta1, st->beta2, st->eps,
+                          st->weight_decay, st->grad_scale, st->step, s);
+    else
+        adamw_update(vp->adamw, vp->master, vp->W, vp->grad, vp->m, vp->v, st->lr, st->beta1, st->beta2, st->eps,
+                     st->weight_decay, st->grad_scale, st->step, s);
 }
 
 /* Every rank's slice of `from` into host [Vp, C] (NULL: the collective still runs), through dH_all
@@ -264,9 +286,19 @@ static void gather_to_host(VocabParallel *vp, const float *from, float *host, cu
 }
 
 void vocab_parallel_read(VocabParallel *vp, float *params, float *m, float *v, cudaStream_t s) {
-    gather_to_host(vp, vp->master, params ? params + vp->head_offset : NULL, s);
-    gather_to_host(vp, vp->m, m ? m + vp->head_offset : NULL, s);
-    gather_to_host(vp, vp->v, v ? v + vp->head_offset : NULL, s);
+    if (!vp->state_bf16) {
+        gather_to_host(vp, vp->master, params ? params + vp->head_offset : NULL, s);
+        gather_to_host(vp, vp->m, m ? m + vp->head_offset : NULL, s);
+        gather_to_host(vp, vp->v, v ? v + vp->head_offset : NULL, s);
+        return;
+    }
+    /* bf16 state: each widened into the slice's gradient, which the step no longer needs */
+    const kbf16 *state[3] = {vp->W, vp->m_bf16, vp->v_bf16};
+    float *host[3] = {params, m, v};
+    for (int i = 0; i < 3; i++) {
+        convert_bf16_to_fp32(vp->grad, state[i], vp->elems, s);
+        gather_to_host(vp, vp->grad, host[i] ? host[i] + vp->head_offset : NULL, s);
+    }
 }
 
 void vocab_parallel_read_grads(VocabParallel *vp, float *grads, cudaStream_t s) {
@@ -275,21 +307,35 @@ void vocab_parallel_read_grads(VocabParallel *vp, float *grads, cudaStream_t s) 
 
 void vocab_parallel_write(VocabParallel *vp, const float *params, const float *m, const float *v, cudaStream_t s) {
     const size_t first = vp->head_offset + (size_t)vp->slice.begin * vp->C, bytes = vp->elems * sizeof(float);
-    if (params) {
-        CUDA_CHECK(cudaMemcpyAsync(vp->master, params + first, bytes, cudaMemcpyHostToDevice, s));
-        convert_fp32_to_bf16(vp->W, vp->master, vp->elems, s);
+    if (!vp->state_bf16) {
+        if (params) {
+            CUDA_CHECK(cudaMemcpyAsync(vp->master, params + first, bytes, cudaMemcpyHostToDevice, s));
+            convert_fp32_to_bf16(vp->W, vp->master, vp->elems, s);
+        }
+        if (m) CUDA_CHECK(cudaMemcpyAsync(vp->m, m + first, bytes, cudaMemcpyHostToDevice, s));
+        if (v) CUDA_CHECK(cudaMemcpyAsync(vp->v, v + first, bytes, cudaMemcpyHostToDevice, s));
+    } else {
+        /* bf16 state: through the slice's gradient (zeroed below), rounded to nearest */
+        const float *host[3] = {params, m, v};
+        kbf16 *state[3] = {vp->W, vp->m_bf16, vp->v_bf16};
+        for (int i = 0; i < 3; i++) {
+            if (!host[i]) continue;
+            CUDA_CHECK(cudaMemcpyAsync(vp->grad, host[i] + first, bytes, cudaMemcpyHostToDevice, s));
+            convert_fp32_to_bf16(state[i], vp->grad, vp->elems, s);
+        }
     }
-    if (m) CUDA_CHECK(cudaMemcpyAsync(vp->m, m + first, bytes, cudaMemcpyHostToDevice, s));
-    if (v) CUDA_CHECK(cudaMemcpyAsync(vp->v, v + first, bytes, cudaMemcpyHostToDevice, s));
     vocab_parallel_zero_grad(vp, s);
     CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 int vocab_parallel_memory_items(const VocabParallel *vp, MemoryItem *items) {
-    const size_t slice = vp->elems * (sizeof(kbf16) + 4 * sizeof(float));
-    items[0] = MemoryItem{vp->tied ? "tied head slice, lm_head and token embedding (bf16, fp32 master, gradient, AdamW "
-                                     "m, v)"
-                                   : "lm_head slice (bf16, fp32 master, gradient, AdamW m, v)",
+    const size_t slice = vp->elems * slice_value_bytes(vp->state_bf16 ? OPTIMIZER_STATE_BF16 : OPTIMIZER_STATE_FP32);
+    items[0] = MemoryItem{vp->tied ? vp->state_bf16 ? "tied head slice, lm_head and token embedding (bf16, gradient, bf16 "
+                                                      "AdamW m, v)"
+                                                    : "tied head slice, lm_head and token embedding (bf16, fp32 "
+                                                      "master, gradient, AdamW m, v)"
+                                   : vp->state_bf16 ? "lm_head slice (bf16, gradient, bf16 AdamW m, v)"
+                                                    : "lm_head slice (bf16, fp32 master, gradient, AdamW m, v)",
                           slice, 0};
     items[1] = MemoryItem{vp->tied ? "vocabulary-parallel buffers (gathered H, dH, statistics, tokens) and workspace"
                                    : "vocabulary-parallel buffers (gathered H, dH, statistics) and workspace",

@@ -42,12 +42,13 @@
 
 typedef struct VocabParallel VocabParallel;
 
-/* NULL with a one-line reason in err when vocab_parallel_check refuses, or on allocation failure. */
-VocabParallel *vocab_parallel_create(const ParamTable *t, const Dist *d, int N, char *err);
+/* NULL with a one-line reason in err when vocab_parallel_check refuses, or on allocation failure.
+ * state: the slice's AdamW state, as the backend's (fp32 master and moments, or bf16 moments). */
+VocabParallel *vocab_parallel_create(const ParamTable *t, const Dist *d, int N, OptimizerState state, char *err);
 void vocab_parallel_free(VocabParallel *vp);
 /* Device bytes vocab_parallel_create allocates (the fit check, the memory table); 0 when it would
  * refuse. */
-size_t vocab_parallel_bytes(const ParamTable *t, int world, int N);
+size_t vocab_parallel_bytes(const ParamTable *t, int world, int N, OptimizerState state);
 
 /* The output layer over the slice. H [N, C] and targets [N] are this rank's rows; loss (device, =)
  * the mean over every rank's valid targets. dH NULL: forward only (evaluation); else dH (bf16

@@ -246,9 +246,9 @@ static Backend *load_model(const EvalOptions *o, const char *dir, const ParamTab
         if (cuda_device_count(why) == 0)
             snprintf(err, ERR_LEN, "no CUDA GPU available (%s); use --device cpu for the CPU reference backend", why);
         else
-            be = backend_cuda_create(table, B, T, output, OUTPUT_FUSED_DEFAULT_BUDGET, 0, 0, NULL, err);
+            be = backend_cuda_create(table, B, T, output, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 0, NULL, err);
     } else {
-        be = backend_cpu_create(table, B, T, output, 0, err);
+        be = backend_cpu_create(table, B, T, output, OPTIMIZER_STATE_FP32, 0, err);
     }
     if (be)
         be->ops->write_state(be, params, NULL, NULL); /* no optimizer: the moments stay unset */

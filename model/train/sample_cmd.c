@@ -281,9 +281,9 @@ int sample_main(int argc, char **argv) {
             print_error("no CUDA GPU available (%s); use --device cpu for the CPU reference backend", why);
             goto done;
         }
-        be = backend_cuda_create(&table, 1, T, OUTPUT_FUSED, 0, 0, o.seed, NULL, err);
+        be = backend_cuda_create(&table, 1, T, OUTPUT_FUSED, 0, 0, OPTIMIZER_STATE_FP32, o.seed, NULL, err);
     } else {
-        be = backend_cpu_create(&table, 1, T, OUTPUT_FUSED, o.seed, err);
+        be = backend_cpu_create(&table, 1, T, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, o.seed, err);
     }
     if (!be) {
         print_error("%s", err);
