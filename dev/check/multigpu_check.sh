@@ -51,6 +51,9 @@
 #     model/dist/grad_sync.h (from each rank's own gradient), every mode the same bits, two runs
 #     bitwise, the real section's loss curve, and tokens/s in every mode; a table last (WIRE_PARTS
 #     picks its parts: see the section). Exits 1 when a verdict fails.
+# EXTRA: flags added to every run of the correct, bitwise, resume and vocabpar sections (e.g.
+#   "--optimizer-state bf16"; their AdamW m verdicts assume fp32 state). VP_BIG=0: vocabpar without
+#   its V = 262144 throughput runs.
 # TP_VOCABS: vocabularies of the throughput, peers and sweep sections (default "50304 262144");
 # TP_MODES: the throughput section's data-parallel modes, "tag|flags;tag|flags" (default: the all-reduce
 #   after the backward and overlapped, ZeRO-1 overlapped and after the backward);
@@ -132,7 +135,7 @@ import re, sys
 l = [[float(m.group(1)) for m in re.finditer(r"^step +\d+/\d+ \| loss ([0-9.]+)", open(p).read(), re.M)] for p in sys.argv[1:3]]
 print(f"{max(abs(x - y) for x, y in zip(*l)):.3e}" if l[0] and l[1] else "nan")
 '
-common="-e tiny -v 1000 -b 8 -t 128 -x 50 -l 2e-3 --warmup 5 --val-every 25 --val-batches 2 -s 0 -i $MG/train.bin -j $MG/val.bin"
+common="-e tiny -v 1000 -b 8 -t 128 -x 50 -l 2e-3 --warmup 5 --val-every 25 --val-batches 2 -s 0 -i $MG/train.bin -j $MG/val.bin ${EXTRA:-}"
 if has correct; then
     # one GPU accumulating G (or 2G) micro-batches against G GPUs taking one (or two) each
     for d in $((1024 * G)) $((2048 * G)); do
@@ -740,7 +743,7 @@ if has vocabpar; then
     # one model's checks: its tag, flags, and where its head lies in the table (last: lm_head; first: tied)
     vp_checks() {
         local m=$1 model=$2 where=$3
-        local vp_common="$model -v 1000 -b 8 -t 128 -l 2e-3 --warmup 5 --val-every 10 --val-batches 2 -s 0 --logits-mb 0 -i $MG/train.bin -j $MG/val.bin -d $d"
+        local vp_common="$model -v 1000 -b 8 -t 128 -l 2e-3 --warmup 5 --val-every 10 --val-batches 2 -s 0 --logits-mb 0 -i $MG/train.bin -j $MG/val.bin -d $d ${EXTRA:-}"
         local run name flags e
         for run in "one|" "dp|-g $G --zero 0" "vp|-g $G --vocab-parallel" "vp2|-g $G --vocab-parallel"; do
             IFS='|' read -r name flags <<<"$run"
@@ -805,8 +808,9 @@ if has vocabpar; then
     # at V = 262144, B = 32 per GPU: GPT-2 124M's shape as an untied Llama (12 layers, C 768, 12
     # heads), and GPT-2 124M itself, whose tied head splits with its embedding
     V=262144
-    [ -f $MG/rand_$V.bin ] || python3 tests/fixtures/gen/make_shard.py $MG/rand_$V.bin 40000000 $V random 3
+    [ "${VP_BIG:-1}" = 0 ] || [ -f $MG/rand_$V.bin ] || python3 tests/fixtures/gen/make_shard.py $MG/rand_$V.bin 40000000 $V random 3
     for big in "untied_llama124m|--family llama --kv-heads 12 --head-dim 64 --ffn-dim 2048 --untied-head" "gpt2_124m|"; do
+        [ "${VP_BIG:-1}" = 0 ] && break
         IFS='|' read -r m flags <<<"$big"
         throughput $V ${m}_dp ./train -g $G $flags --zero 0
         tp_dp=$TP_TOK
