@@ -32,7 +32,7 @@
  *     the window's start), recomputes P and dP, dQ += dS·K. P is recomputed twice (7 products
  *     instead of FA2's 5) in exchange for no atomics.
  *   On Hopper at HS 64 and 128 one kernel does both (attention_backward_tma.cuh): blocks of 128 keys
- *   as two warpgroups of 64, query tiles of 64 streamed by the copy engine, the same masks and
+ *   as two warpgroups of 64, query tiles (128 rows at HS 64, 64 at 128) streamed by the copy engine, the same masks and
  *   arithmetic, and dQ += dS·K in the same step (5 products), its shares summed over key blocks in
  *   fp32 in the key blocks' order, which a count per query tile enforces: still no atomics. The
  *   block on a query tile's diagonal, the last to add to it, stores the tile's dQ.
@@ -170,8 +170,9 @@ extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, cons
 }
 
 /* Scratch: D = rowsum(dout·out) [B·NH·T], the qkv bias partials [B·tiles][(NH+2·NKV)·HS], and for
- * the Hopper backward (HS 64, 128) dQ's fp32 sums [B·NH·tiles][64·HS], their counts [B·NH·tiles] and
- * the blocks' start tickets (one counter). */
+ * the Hopper backward (HS 64, 128) dQ's fp32 sums [B·NH·qtiles][BQ·HS] over its query tiles of BQ
+ * rows (att_bwd_tma_query_rows), their counts [B·NH·qtiles] and the blocks' start tickets (one
+ * counter). */
 static size_t dsum_floats(const AttentionShape *s) {
     return (size_t)round_up((int64_t)s->B * s->NH * s->T, 64); /* the partials start 256-byte aligned */
 }
@@ -179,7 +180,10 @@ static size_t bias_part_floats(const AttentionShape *s) {
     return (size_t)s->B * ceil_div(s->T, ATT_TILE) * packed_qkv_width(s->NH, s->NKV, s->HS);
 }
 static size_t dq_tiles(const AttentionShape *s) {
-    return (size_t)s->B * s->NH * ceil_div(s->T, ATT_TILE);
+    return (size_t)s->B * s->NH * ceil_div(s->T, att_bwd_tma_query_rows(s->HS));
+}
+static size_t dq_tile_floats(const AttentionShape *s) {
+    return (size_t)att_bwd_tma_query_rows(s->HS) * s->HS;
 }
 static bool backward_is_tma(const AttentionShape *s) {
     return s->HS != 256;
@@ -187,7 +191,7 @@ static bool backward_is_tma(const AttentionShape *s) {
 
 extern "C" size_t attention_backward_scratch_bytes(const AttentionShape *s) {
     size_t floats = dsum_floats(s) + bias_part_floats(s);
-    if (backward_is_tma(s)) floats += dq_tiles(s) * (ATT_TILE * s->HS + 1) + 1; /* + the start tickets */
+    if (backward_is_tma(s)) floats += dq_tiles(s) * (dq_tile_floats(s) + 1) + 1; /* + the start tickets */
     return floats * sizeof(float);
 }
 
@@ -241,8 +245,8 @@ static void launch_backward_wgmma256(bf16 *dqkv, float *bias_part, float *D, con
     CUDA_CHECK(cudaGetLastError());
 }
 
-/* The kernel streams query tiles of Q and dO in boxes of 64 rows and reads its block's K and V in
- * boxes of 128; rows past T arrive as zeros. A section is the key/value heads whose query heads' Q
+/* The kernel streams query tiles of Q and dO (128 rows at HS 64, 64 at 128) in boxes of 64 rows and
+ * reads its block's K and V in boxes of 128; rows past T arrive as zeros. A section is the key/value heads whose query heads' Q
  * and dO (2·T·HS bf16 each) fit in L2's share. dQ's sums over key blocks go through dq_acc, in an
  * order the counts enforce (zeroed here); the block on a query tile's diagonal, its last key block,
  * turns the tile's sums into bf16. */
@@ -287,7 +291,7 @@ extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch,
     float *D = (float *)scratch;
     float *bias_part = dbias_qkv ? D + dsum_floats(s) : NULL;
     float *dq_acc = D + dsum_floats(s) + bias_part_floats(s);
-    unsigned *dq_count = (unsigned *)(dq_acc + (backward_is_tma(s) ? dq_tiles(s) * ATT_TILE * HS : 0));
+    unsigned *dq_count = (unsigned *)(dq_acc + (backward_is_tma(s) ? dq_tiles(s) * dq_tile_floats(s) : 0));
     size_t rows = (size_t)s->B * T * NH, threads = rows * (HS / 8);
     if (HS == 64)
         attention_backward_dsum_kernel<64><<<ceil_div(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);

@@ -1,21 +1,22 @@
 /* kernels/attention_backward_tma.cuh - the attention backward at head sizes 64 and 128 on Hopper in
  * one kernel, in FlashAttention-3's manner: a block owns 128 keys of one key/value head as two
- * consumer warpgroups of 64, and a producer warpgroup streams the query tiles of 64 rows that see
- * them by the copy engine (TMA) through a three-stage mbarrier ring, giving its registers to the
+ * consumer warpgroups of 64, and a producer warpgroup streams the query tiles of BQ rows that see
+ * them (128 at HS 64, 64 at 128: att_bwd_tma_query_rows) by the copy engine (TMA) through a
+ * three-stage mbarrier ring, giving its registers to the
  * consumers (setmaxnreg). Math, masks and the qkv-bias partial sums are those of
  * attention_backward.cuh's kernels (attention.cu describes the algorithm): deterministic, no
  * atomics, K and V read from the packed qkv for every query head of their group.
  *
  * Launch: 1-d grid of ⌈T/128⌉·B·NKV blocks of 384 threads (warps 0-7 the consumers, 8-11 the
- * producer warpgroup), 209 KB of shared memory at HS 128 (113 at 64): one block per SM. Blocks go by
+ * producer warpgroup), 209 KB of shared memory at HS 128 (193 at 64): one block per SM. Blocks go by
  * sections of heads whose streamed tiles fit in a share of L2 together, the first key blocks (the
  * heaviest) first within a section.
  * Per step, a (query tile, head of the group): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (wgmma from shared memory,
  *   K and V this warpgroup's 64 rows of the block's), Pᵀ and dSᵀ in registers, then dV += Pᵀ·dO and
  *   dK += dSᵀ·Q with Pᵀ, dSᵀ as register A operands. dSᵀ also goes to shared memory, and once both
  *   warpgroups' rows are there, dQ's share of the block's 128 keys, dS·K, is one more product (dS
- *   MN-major from shared memory; each warpgroup half of the columns). 5 products a step where a
- *   dK,dV kernel beside a dQ kernel needs 7.
+ *   MN-major from shared memory; each warpgroup half of the columns at BQ 64, half of the rows at
+ *   BQ 128). 5 products a step where a dK,dV kernel beside a dQ kernel needs 7.
  * dQ's shares are summed over key blocks in fp32 in a buffer of the scratch, in the order of the key
  *   blocks, which makes the sum deterministic without atomics: the producer's third warp copies a
  *   step's share out by a bulk copy (the first key block that sees the tile stores, each later one
@@ -32,7 +33,7 @@
  * Measured against the two kernels it replaced (dev/RESULTS.md, attention): 6-9 % faster at Qwen3's
  *   and 7-9 % at Llama's shapes (T 2048), level to 7 % at GPT-2's (T 1024, a noisy shape); storing
  *   dQ at each diagonal rather than in a kernel after it took 3-4 % more off at Qwen3's shape.
- * FLOPs: 5·2·64·64·HS per (query tile, key tile) pair, 5/2 of the forward.
+ * FLOPs: 5·2·64·64·HS per 64 × 64 pair of queries and keys, 5/2 of the forward.
  * Bytes: Q and dO cross from L2 once per 128 keys; dQ's fp32 shares once each way per step. */
 #ifndef FUSEDGPT_ATTENTION_BACKWARD_TMA_CUH
 #define FUSEDGPT_ATTENTION_BACKWARD_TMA_CUH
@@ -40,28 +41,37 @@
 #include "kernels/attention_forward_tma.cuh"
 
 #define ATT_BWD_TMA_ROWS 128 /* keys of a block */
+
+/* Query rows a step streams: 128 at HS 64, 64 at HS 128. At HS 64 a step of 64 queries makes Sᵀ and
+ * dPᵀ m64n64 products reading both operands from shared memory, whose 4 KB per 32 clocks of tensor
+ * work leave no shared-memory bandwidth for the rest of the step; 128 queries (m64n128) read 6 KB
+ * per 64 clocks and halve the step's barriers per unit of work. At HS 128 the registers of a
+ * 128-query step would not fit. */
+__host__ __device__ constexpr int att_bwd_tma_query_rows(int HS) {
+    return HS == 64 ? 128 : 64;
+}
 /* streamed tiles in flight: three, not two, took 6-11 % off the backward at Llama's and Qwen3's
  * shapes (dev/RESULTS.md, attention); four gave no more */
 #define ATT_BWD_TMA_STAGES 3
 
-/* A streamed [64][HS] tile: HS/64 panels of 64 rows × 128 bytes (8 KB each). */
+/* A streamed [BQ][HS] tile: HS/64 panels of BQ rows × 128 bytes. */
 __host__ __device__ constexpr int att_bwd_tma_tile_bytes(int HS) {
-    return (HS / 64) * ATT_PANEL_BYTES;
+    return (HS / 64) * att_bwd_tma_query_rows(HS) * 128;
 }
-/* A step's dSᵀ: 128 keys × 64 queries of bf16, rows of 128 bytes. */
-__host__ __device__ constexpr int att_bwd_tma_ds_bytes() {
-    return ATT_BWD_TMA_ROWS * 128;
+/* A step's dSᵀ: 128 keys × BQ queries of bf16, as BQ/64 panels of 128 rows of 128 bytes. */
+__host__ __device__ constexpr int att_bwd_tma_ds_bytes(int HS) {
+    return ATT_BWD_TMA_ROWS * 2 * att_bwd_tma_query_rows(HS);
 }
-/* A step's dQ share: 64 queries × HS in fp32. */
+/* A step's dQ share: BQ queries × HS in fp32. */
 __host__ __device__ constexpr int att_bwd_tma_dq_bytes(int HS) {
-    return ATT_TILE * HS * 4;
+    return att_bwd_tma_query_rows(HS) * HS * 4;
 }
 /* The block's K and V ([128][HS] each), the ring's Q and dO tiles a stage, a step's dSᵀ and dQ
  * share; + alignment to 1024 bytes. 209 KB at HS 128 (with 7.6 KB of static shared memory: a
- * second dSᵀ slot would not fit the SM's 227). */
+ * second dSᵀ slot would not fit the SM's 227), 193 KB at HS 64. */
 __host__ __device__ constexpr int att_bwd_tma_smem_bytes(int HS) {
     return 2 * att_tma_tile_bytes(HS) + ATT_BWD_TMA_STAGES * 2 * att_bwd_tma_tile_bytes(HS) +
-           att_bwd_tma_ds_bytes() + att_bwd_tma_dq_bytes(HS) + 1024;
+           att_bwd_tma_ds_bytes(HS) + att_bwd_tma_dq_bytes(HS) + 1024;
 }
 
 /* The (row block, head) of place idx in a 1-d grid of nblk row blocks per head: sections of
@@ -83,13 +93,14 @@ __device__ __forceinline__ void att_bwd_tma_step(int i, int grp, int nper, int q
     h = h0 + i % grp;
 }
 
-/* The first key block (of 128 keys) that sees query tile qt, the inverse of query_tile_end: a key
- * block's last key kb·128 + 127 sees queries up to kb·128 + 127 + W - 1, so the first is the least
- * kb with kb·128 + 126 + W >= 64·qt, ⌈(64·qt - 126 - W) / 128⌉ = ⌊(64·qt + 1 - W) / 128⌋ (0 if
- * negative). */
+/* The first key block (of 128 keys) that sees query tile qt of BQ rows, the inverse of
+ * query_tile_end: a key block's last key kb·128 + 127 sees queries up to kb·128 + 127 + W - 1, so
+ * the first is the least kb with kb·128 + 126 + W >= BQ·qt, ⌈(BQ·qt - 126 - W) / 128⌉ =
+ * ⌊(BQ·qt + 1 - W) / 128⌋ (0 if negative). */
+template <int BQ>
 __device__ __forceinline__ int first_key_block(int qt, int window) {
     if (window <= 0) return 0;
-    const long long k = (long long)qt * ATT_TILE + 1 - window;
+    const long long k = (long long)qt * BQ + 1 - window;
     return k > 0 ? (int)(k / ATT_BWD_TMA_ROWS) : 0;
 }
 
@@ -102,8 +113,12 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
                                   int nkb, int section) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) /* setmaxnreg and wgmma: sm_90a only */
     constexpr int NP = HS / 64, OWN = att_tma_tile_bytes(HS), TILE = att_bwd_tma_tile_bytes(HS);
-    constexpr int ST = ATT_BWD_TMA_STAGES, BQ = ATT_TILE, CONSUMER_WARPS = ATT_TMA_CONSUMER_THREADS / 32;
-    constexpr int DS = att_bwd_tma_ds_bytes(), DQ = att_bwd_tma_dq_bytes(HS), DQV = HS / 4;
+    constexpr int ST = ATT_BWD_TMA_STAGES, BQ = att_bwd_tma_query_rows(HS), QT = BQ / 64;
+    constexpr int CONSUMER_WARPS = ATT_TMA_CONSUMER_THREADS / 32;
+    /* DQV: a thread's values of the step's dQ share (a warpgroup's 64 × 64 either way: at QT 1
+     * half the columns of the 64 rows, at QT 2 its own 64 of the 128 rows) */
+    constexpr int DS = att_bwd_tma_ds_bytes(HS), DQ = att_bwd_tma_dq_bytes(HS), DQV = BQ * HS / 256;
+    static_assert(DQV == 32, "dQ's product is one m64n64 per warpgroup");
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
     /* kv: K and V landed; full: a stage's Q, dO (the copy engine) and lse, D (the stats warp's 32
      * lanes) landed; empty: every consumer warp is done with the stage; ds_full: the step's dSᵀ
@@ -123,7 +138,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     int kb, bkv;
     att_bwd_tma_block(ticket, nkb, section, kb, bkv);
     const int b = bkv / NKV, kvh = bkv % NKV, grp = NH / NKV, h0 = kvh * grp;
-    const int k0 = kb * ATT_BWD_TMA_ROWS, nqt = ceil_div(T, BQ);
+    const int k0 = kb * ATT_BWD_TMA_ROWS, nqt = ceil_div(T, BQ), ntiles64 = ceil_div(T, ATT_TILE);
     /* the query tiles that see these keys: qt0 (the diagonal) to qt0 + nper - 1 */
     const int qt0 = k0 / BQ, nper = query_tile_end<BQ, ATT_BWD_TMA_ROWS>(k0, window, nqt) - qt0;
     const int nsteps = grp * nper;
@@ -160,10 +175,12 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
                 const int s = i % ST, qcol = h * HS, t0 = qt * BQ;
                 if (i >= ST) mbar_wait(empty + 8 * s, (uint32_t)((i / ST - 1) & 1));
                 mbar_expect_tx(full + 8 * s, 2 * TILE);
-                for (int p = 0; p < NP; p++) {
-                    tma_load_3d(Qs + s * TILE + p * ATT_PANEL_BYTES, &tm_q, qcol + 64 * p, t0, b, full + 8 * s);
-                    tma_load_3d(dOs + s * TILE + p * ATT_PANEL_BYTES, &tm_do, qcol + 64 * p, t0, b, full + 8 * s);
-                }
+                for (int p = 0; p < NP; p++)
+                    for (int r = 0; r < QT; r++) { /* boxes of 64 rows, one after the other in the panel */
+                        const uint32_t at = s * TILE + p * QT * ATT_PANEL_BYTES + r * ATT_PANEL_BYTES;
+                        tma_load_3d(Qs + at, &tm_q, qcol + 64 * p, t0 + 64 * r, b, full + 8 * s);
+                        tma_load_3d(dOs + at, &tm_do, qcol + 64 * p, t0 + 64 * r, b, full + 8 * s);
+                    }
             }
         } else if (warp == CONSUMER_WARPS + 1) { /* the statistics: each lane two rows, then arrives */
             for (int i = 0; i < nsteps; i++) {
@@ -189,7 +206,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
             int qt = qt0 + nper - 1, h = h0;
             for (int i = 0; i < nsteps; i++) {
                 const size_t tile = ((size_t)b * NH + h) * nqt + qt;
-                const unsigned before = (unsigned)(kb - first_key_block(qt, window));
+                const unsigned before = (unsigned)(kb - first_key_block<BQ>(qt, window));
                 if (before) {
                     while (ld_relaxed_gpu(dq_count + tile) < before) {
                     }
@@ -220,6 +237,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     /* this warpgroup's 64 keys: 64 rows of 128 bytes into each panel of the block's K and V */
     const uint32_t Kw = Ks + wg * (ATT_TMA_PANEL_BYTES / 2), Vw = Vs + wg * (ATT_TMA_PANEL_BYTES / 2);
     const int dsrow = 64 * wg + 16 * (warp % 4) + g; /* this thread's first key row of a dSᵀ slot */
+    constexpr int PANEL = QT * ATT_PANEL_BYTES;           /* a streamed tile's panel: BQ rows of 128 bytes */
     float dk[NP][32], dv[NP][32], dq[DQV];
 #pragma unroll
     for (int p = 0; p < NP; p++)
@@ -235,60 +253,80 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         const uint32_t Qt = Qs + s * TILE, dOt = dOs + s * TILE;
         const float *lse_t = stats[s][0], *D_t = stats[s][1];
 
-        float st[32], dpt[32];
+        /* Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, [64 keys × BQ queries] as QT halves of 64 columns */
+        float st[QT][32], dpt[QT][32];
         wgmma_fence();
-        wgmma_abt<HS, ATT_TMA_PANEL_BYTES>(st, Kw, Qt);   /* Sᵀ = K·Qᵀ */
-        wgmma_abt<HS, ATT_TMA_PANEL_BYTES>(dpt, Vw, dOt); /* dPᵀ = V·dOᵀ */
+        if constexpr (QT == 1) {
+            wgmma_abt<HS, ATT_TMA_PANEL_BYTES>(st[0], Kw, Qt);
+            wgmma_abt<HS, ATT_TMA_PANEL_BYTES>(dpt[0], Vw, dOt);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                wgmma_m64n128k16_ss(st, smem_desc(Kw + kk * 32), smem_desc(Qt + kk * 32), kk > 0);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                wgmma_m64n128k16_ss(dpt, smem_desc(Vw + kk * 32), smem_desc(dOt + kk * 32), kk > 0);
+        }
         wgmma_commit();
         wgmma_wait<0>();
-        fence_acc(st);
-        fence_acc(dpt);
+#pragma unroll
+        for (int c = 0; c < QT; c++) fence_acc(st[c]), fence_acc(dpt[c]);
 
         /* Tiles that reach below this warpgroup's diagonal or past the window's edge need the mask (a
-         * uniform branch); the block's first tile lies wholly below warpgroup 1's keys. */
-        if (q0 < kw0 + 63 || crosses_window(kw0, q0, BQ, window)) mask_tile_t(st, krow, q0, tq, window);
+         * uniform branch); at QT 1 the block's first tile lies wholly below warpgroup 1's keys. */
+        if (q0 < kw0 + 63 || crosses_window(kw0, q0, BQ, window))
 #pragma unroll
-        for (int e = 0; e < 32; e++) {
-            int col = (e >> 2) * 8 + 2 * tq + (e & 1);
-            float p = ex2(fmaf(st[e], sl2, -lse_t[col]));
-            st[e] = p;
-            dpt[e] = p * (dpt[e] - D_t[col]);
-        }
-        uint32_t ap[4][4], ad[4][4];
+            for (int c = 0; c < QT; c++) mask_tile_t(st[c], krow, q0 + 64 * c, tq, window);
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) pack_a_fragment(ap[kk], st, kk), pack_a_fragment(ad[kk], dpt, kk);
+        for (int c = 0; c < QT; c++)
+#pragma unroll
+            for (int e = 0; e < 32; e++) {
+                int col = 64 * c + (e >> 2) * 8 + 2 * tq + (e & 1);
+                float p = ex2(fmaf(st[c][e], sl2, -lse_t[col]));
+                st[c][e] = p;
+                dpt[c][e] = p * (dpt[c][e] - D_t[col]);
+            }
+        uint32_t ap[4 * QT][4], ad[4 * QT][4];
+#pragma unroll
+        for (int c = 0; c < QT; c++)
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                pack_a_fragment(ap[4 * c + kk], st[c], kk), pack_a_fragment(ad[4 * c + kk], dpt[c], kk);
         /* dSᵀ to shared memory, once both warpgroups' products have read the last step's: row = key
-         * of the block, 64 queries of 128 bytes (swizzled), which dQ's product reads as an MN-major
-         * left factor */
+         * of the block, 64 queries of 128 bytes (swizzled) a panel, which dQ's product reads as an
+         * MN-major left factor */
         if (i > 0) mbar_wait(ds_empty, (uint32_t)((i - 1) & 1));
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            st_shared_u32(dSs + swz128(dsrow, 2 * kk) + 4 * tq, ad[kk][0]);
-            st_shared_u32(dSs + swz128(dsrow + 8, 2 * kk) + 4 * tq, ad[kk][1]);
-            st_shared_u32(dSs + swz128(dsrow, 2 * kk + 1) + 4 * tq, ad[kk][2]);
-            st_shared_u32(dSs + swz128(dsrow + 8, 2 * kk + 1) + 4 * tq, ad[kk][3]);
-        }
+        for (int c = 0; c < QT; c++)
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                const uint32_t panel = dSs + c * ATT_BWD_TMA_ROWS * 128;
+                st_shared_u32(panel + swz128(dsrow, 2 * kk) + 4 * tq, ad[4 * c + kk][0]);
+                st_shared_u32(panel + swz128(dsrow + 8, 2 * kk) + 4 * tq, ad[4 * c + kk][1]);
+                st_shared_u32(panel + swz128(dsrow, 2 * kk + 1) + 4 * tq, ad[4 * c + kk][2]);
+                st_shared_u32(panel + swz128(dsrow + 8, 2 * kk + 1) + 4 * tq, ad[4 * c + kk][3]);
+            }
         fence_proxy_async();
         att_tma_release(ds_full, lane);
 
 #pragma unroll
         for (int p = 0; p < NP; p++) fence_acc(dv[p]), fence_acc(dk[p]);
         wgmma_fence();
-        wgmma_issue_xb<HS>(dv, ap, dOt); /* dV += Pᵀ·dO */
-        wgmma_issue_xb<HS>(dk, ad, Qt);  /* dK += dSᵀ·Q */
+        wgmma_issue_xb<HS, 4 * QT, PANEL>(dv, ap, dOt); /* dV += Pᵀ·dO */
+        wgmma_issue_xb<HS, 4 * QT, PANEL>(dk, ad, Qt);  /* dK += dSᵀ·Q */
         wgmma_commit();
-        /* dQ's share of these 128 keys, dS·K: this warpgroup's half of the columns, once both
-         * warpgroups' dSᵀ rows are in the slot */
+        /* dQ's share of these 128 keys, dS·K, once both warpgroups' dSᵀ rows are in the slot: at QT 1
+         * this warpgroup's half of the columns, at QT 2 its own 64 of the queries (dSᵀ's panel wg) */
         mbar_wait(ds_full, (uint32_t)(i & 1));
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < ATT_BWD_TMA_ROWS / 16; kk++) {
-            if constexpr (HS == 128)
+            if constexpr (QT == 1)
                 wgmma_m64n64k16_ss_t<1, 1>(dq, smem_desc(dSs + kk * 2048),
                                            smem_desc(Ks + wg * ATT_TMA_PANEL_BYTES + kk * 2048), kk > 0);
             else
-                wgmma_m64n32k16_ss_t<1, 1>(dq, smem_desc(dSs + kk * 2048), smem_desc(Ks + kk * 2048 + wg * 64),
-                                           kk > 0);
+                wgmma_m64n64k16_ss_t<1, 1>(dq, smem_desc(dSs + wg * ATT_BWD_TMA_ROWS * 128 + kk * 2048),
+                                           smem_desc(Ks + kk * 2048), kk > 0);
         }
         wgmma_commit();
         wgmma_wait<0>();
@@ -313,16 +351,17 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
 
     const size_t C3 = packed_qkv_width(NH, NKV, HS);
     if (kw0 < T) { /* a last block's second warpgroup may have no keys */
-        float *bias_row = bias_part_row(bias_part, b, 2 * kb + wg, nqt, C3);
+        float *bias_row = bias_part_row(bias_part, b, 2 * kb + wg, ntiles64, C3);
         store_head_grad<HS, 2>(dqkv, bias_row, &dk[0][0], scale, key_col(NH, HS, 0), b, kvh, krow, tq, T, C3);
         store_head_grad<HS, 2>(dqkv, bias_row, &dv[0][0], 1.0f, value_col(NH, NKV, HS, 0), b, kvh, krow, tq, T, C3);
     }
-    /* No later key block sees query tiles qt0 and qt0 + 1 (causal: this block holds their diagonal),
-     * so once this block's own adds are in, their sums are whole: dQ of the group's heads, scaled,
-     * to bf16 with the tiles' bias partials, each thread the values its own share held. The copy
-     * out's completed bulk adds, its proxy fence and the barrier order them before these reads. */
+    /* No later key block sees the 128 queries from k0 (causal: this block holds their diagonal; query
+     * tiles qt0 and qt0 + 1 at QT 1, qt0 at QT 2), so once this block's own adds are in, their sums
+     * are whole: dQ of the group's heads, scaled, to bf16 with the tiles' bias partials, each thread
+     * the values its own share held. The copy out's completed bulk adds, its proxy fence and the
+     * barrier order them before these reads. */
     mbar_wait(dq_done, 0);
-    for (int qt = qt0; qt < min(qt0 + 2, nqt); qt++)
+    for (int qt = qt0; qt < min(qt0 + 2 / QT, nqt); qt++)
         for (int h = h0; h < h0 + grp; h++) {
             const float4 *src =
                 reinterpret_cast<const float4 *>(dq_acc + (((size_t)b * NH + h) * nqt + qt) * BQ * HS);
@@ -332,9 +371,13 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
                 const float4 v = __ldcg(src + j * ATT_TMA_CONSUMER_THREADS + threadIdx.x);
                 acc[4 * j] = v.x, acc[4 * j + 1] = v.y, acc[4 * j + 2] = v.z, acc[4 * j + 3] = v.w;
             }
-            store_head_grad<HS / 2, 2>(dqkv, bias_part_row(bias_part, b, qt, nqt, C3), acc, scale,
-                                       (size_t)h * HS + wg * (HS / 2), b, 0, qt * BQ + (warp % 4) * 16 + g, tq, T,
-                                       C3);
+            if constexpr (QT == 1)
+                store_head_grad<HS / 2, 2>(dqkv, bias_part_row(bias_part, b, qt, ntiles64, C3), acc, scale,
+                                           (size_t)h * HS + wg * (HS / 2), b, 0, qt * BQ + (warp % 4) * 16 + g, tq,
+                                           T, C3);
+            else if (qt * BQ + 64 * wg < T) /* a last tile's second half may lie past T (uniform per warpgroup) */
+                store_head_grad<HS, 2>(dqkv, bias_part_row(bias_part, b, QT * qt + wg, ntiles64, C3), acc, scale,
+                                       (size_t)h * HS, b, 0, qt * BQ + 64 * wg + (warp % 4) * 16 + g, tq, T, C3);
         }
 #else
     __trap();
