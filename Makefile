@@ -37,8 +37,10 @@ BUILD    := build-san
 SANFLAGS := -fsanitize=address -fsanitize=undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g
 endif
 
-CFLAGS   += -std=c11 $(OPT) -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -D_GNU_SOURCE -fopenmp -I. $(SANFLAGS)
-NVFLAGS  += $(OPT) -std=c++17 $(CUDA_GENCODE) -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Wno-format-truncation
+# -ffp-contract=off: no fused multiply-add on the host either, so the CPU reference's AdamW on bf16
+# state (kernels/adamw_bf16.h) gives the GPU's bits on every host compiler and architecture.
+CFLAGS   += -std=c11 $(OPT) -ffp-contract=off -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -D_GNU_SOURCE -fopenmp -I. $(SANFLAGS)
+NVFLAGS  += $(OPT) -std=c++17 $(CUDA_GENCODE) -I. -Xcompiler -ffp-contract=off,-Wall,-Wextra,-Wno-unused-parameter,-Wno-format-truncation
 LDLIBS   += -lm -lpthread
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lnccl -lcudart
 

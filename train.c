@@ -150,7 +150,7 @@ static const OptSpec options[] = {
     {0, "node-rank", OPT_INT, O(node_rank), "0", "K", "this host's place, 0..M-1 (node 0 serves the rendezvous)"},
     {0, "master", OPT_STR, O(master), "", "HOST:PORT", "node 0's address and a free port (needed with --nodes > 1)"},
     {0, "zero", OPT_STR, O(zero), "auto", "auto|0|1",
-     "1: ZeRO-1, each GPU keeps 1/N of the master weights and AdamW moments (data parallel); auto: 1 on two GPUs "
+     "1: ZeRO-1, each GPU keeps 1/N of AdamW's state (master weights and moments) (data parallel); auto: 1 on two GPUs "
      "or more, 0 with --vocab-parallel"},
     {0, "overlap-comm", OPT_STR, O(overlap_comm), "auto", "auto|0|1",
      "1: reduce gradients during the backward; 0: after it; auto: after it when all ranks are on one host with "
@@ -1352,7 +1352,7 @@ static void print_header(Run *r) {
                "stochastically (checkpoints stay fp32)\n");
     if (r->dist.world > 1)
         printf("data parallel: %s, gradients reduced %s the backward%s\n",
-               zero1_on(opt, r->dist.world) ? "ZeRO-1 (each rank keeps 1/N of the master weights and AdamW moments)"
+               zero1_on(opt, r->dist.world) ? "ZeRO-1 (each rank keeps 1/N of AdamW's state)"
                : opt->vocab_parallel        ? "the head split by vocabulary rows, the rest of the optimizer state whole on "
                                               "every rank"
                                             : "every rank keeps the whole optimizer state",

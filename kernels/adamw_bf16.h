@@ -12,7 +12,8 @@
  * The random bits are a hash of the step and the value's index in the parameter table's flat
  * layout, so they do not depend on sharding (ZeRO-1, the vocabulary-parallel head) or on the
  * device, and a resumed run draws the same ones. The arithmetic is spelled with explicitly rounded
- * operations so that no compiler fuses a multiply and an add on one side only. */
+ * operations on the device, and the host code is built with -ffp-contract=off (Makefile), so that
+ * no compiler fuses a multiply and an add on one side only. */
 #ifndef FUSEDGPT_ADAMW_BF16_H
 #define FUSEDGPT_ADAMW_BF16_H
 
@@ -62,11 +63,13 @@ static HOST_DEVICE uint16_t bf16_bits_nearest(float x) {
 }
 
 /* The bf16 value of x rounded up in magnitude when r16 (uniform in [0, 2^16)) is below the 16 bits
- * truncation drops: up with probability equal to the dropped fraction. Infinities and NaNs pass. */
+ * truncation drops: up with probability equal to the dropped fraction. Infinities and NaNs pass; a
+ * finite value above the largest bf16 stays at it (an infinite v would freeze its weight). */
 static HOST_DEVICE uint16_t bf16_bits_stochastic(float x, uint32_t r16) {
     uint32_t u = adamw_float_bits(x);
     if ((u & 0x7f800000u) == 0x7f800000u) return bf16_bits_nearest(x);
-    return (uint16_t)((u + (r16 & 0xffffu)) >> 16);
+    const uint16_t b = (uint16_t)((u + (r16 & 0xffffu)) >> 16);
+    return (b & 0x7f80u) == 0x7f80u ? (uint16_t)(b - 1) : b; /* rounded up to infinity: the largest finite */
 }
 
 static HOST_DEVICE float bf16_bits_to_float(uint16_t b) {

@@ -1344,6 +1344,56 @@ TEST(kernels_adamw_bf16_state_matches_the_cpu_reference_bit_for_bit) {
     dfree_all();
 }
 
+/* A slice of the flat layout updated on its own (a vocabulary-parallel rank's head rows: its own
+ * buffers, offsets from 0) with index0 = where it starts gets the whole update's bits there. */
+TEST(kernels_adamw_bf16_state_of_a_slice_keyed_by_its_start_matches_the_whole_update) {
+    seed_fresh();
+    const size_t n = 70001, begin = 30011, count = 20007;
+    const int decay = 1;
+    float *tmp = hmalloc(n), *g = hmalloc(n);
+    uint16_t *w = (uint16_t *)malloc(n * 2), *m = (uint16_t *)malloc(n * 2), *v = (uint16_t *)malloc(n * 2);
+    fill_normal(tmp, n, 0.02f);
+    fill_normal(g, n, 1e-2f);
+    for (size_t i = 0; i < n; i++)
+        w[i] = bf16_bits_nearest(tmp[i]), m[i] = bf16_bits_nearest(1e-3f * tmp[i]), v[i] = bf16_bits_nearest(1e-6f);
+    const size_t zero = 0;
+    AdamWPlan *whole = adamw_plan_create(&zero, &n, &decay, 1), *part = adamw_plan_create(&zero, &count, &decay, 1);
+    bf16 *d_w = (bf16 *)dalloc(n * 2), *d_m = (bf16 *)dalloc(n * 2), *d_v = (bf16 *)dalloc(n * 2);
+    bf16 *s_w = (bf16 *)dalloc(count * 2), *s_m = (bf16 *)dalloc(count * 2), *s_v = (bf16 *)dalloc(count * 2);
+    CUDA_CHECK(cudaMemcpy(d_w, w, n * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_m, m, n * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d_v, v, n * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(s_w, w + begin, count * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(s_m, m + begin, count * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(s_v, v + begin, count * 2, cudaMemcpyHostToDevice));
+    float *d_g = up_f32(g, n), *s_g = up_f32(g + begin, count);
+    adamw_update_bf16(whole, d_w, d_g, d_m, d_v, 0, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 4, 0);
+    adamw_update_bf16(part, s_w, s_g, s_m, s_v, begin, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 4, 0);
+    dsync();
+    uint16_t *a = (uint16_t *)malloc(count * 2), *b = (uint16_t *)malloc(count * 2);
+    size_t wrong = 0;
+    bf16 *pairs[3][2] = {{d_w, s_w}, {d_m, s_m}, {d_v, s_v}};
+    for (int k = 0; k < 3; k++) {
+        CUDA_CHECK(cudaMemcpy(a, pairs[k][0] + begin, count * 2, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(b, pairs[k][1], count * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < count; i++) wrong += a[i] != b[i];
+    }
+    CHECK(wrong == 0, "%zu of %zu values of the slice differ from the whole update", wrong, 3 * count);
+    /* and keyed by the wrong start, the rounding differs (the check above could not pass by chance) */
+    adamw_update_bf16(part, s_w, s_g, s_m, s_v, 0, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 5, 0);
+    adamw_update_bf16(whole, d_w, d_g, d_m, d_v, 0, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 5, 0);
+    dsync();
+    CUDA_CHECK(cudaMemcpy(a, d_w + begin, count * 2, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(b, s_w, count * 2, cudaMemcpyDeviceToHost));
+    size_t differ = 0;
+    for (size_t i = 0; i < count; i++) differ += a[i] != b[i];
+    CHECK(differ > count / 100, "keyed by 0 instead of its start, only %zu of %zu weights differ", differ, count);
+    adamw_plan_free(whole);
+    adamw_plan_free(part);
+    free(tmp); free(g); free(w); free(m); free(v); free(a); free(b);
+    dfree_all();
+}
+
 /* ---- RMSNorm ----------------------------------------------------------------------------- */
 
 static void rmsnorm_case(int N, int C, int with_residual, float eps, int one_plus_w) {

@@ -89,9 +89,14 @@ TEST(bf16_stochastic_rounding_is_unbiased_over_every_draw) {
         CHECK(ups > 0 && ups < 65536, "x %.9g: rounded up %d times of 65536", x, ups);
         CHECK(fabsf(lo) <= fabsf(x), "x %.9g: the draw 0 gives %.9g, not the value toward zero", x, lo);
     }
-    /* a bf16 value is never moved, and infinities stay */
+    /* a bf16 value is never moved, infinities stay, and a finite value above the largest bf16
+     * stays finite (an infinite v would freeze its weight for good) */
     CHECK(bf16_bits_to_float(bf16_bits_stochastic(1.5f, 65535)) == 1.5f, "a bf16 value rounded away");
     CHECK(isinf(bf16_bits_to_float(bf16_bits_stochastic(INFINITY, 65535))), "infinity lost");
+    const float largest = bf16_bits_to_float(0x7f7f);
+    CHECK(bf16_bits_to_float(bf16_bits_stochastic(3.395e38f, 65535)) == largest &&
+              bf16_bits_to_float(bf16_bits_stochastic(-3.395e38f, 65535)) == -largest,
+          "a finite value rounded to infinity");
 }
 
 TEST(bf16_nearest_rounding_ties_to_even) {
@@ -106,7 +111,7 @@ TEST(bf16_nearest_rounding_ties_to_even) {
 /* A tiny model on the CPU backend under both states, from the same bf16 weights and moments and
  * the same gradients: each bf16 value after the update is one of the two bf16 neighbours of the
  * fp32 update's result (and that itself when it is a bf16 value). */
-TEST(adamw_on_bf16_state_rounds_the_fp32_update_to_a_neighbour) {
+TEST(adamw_on_bf16_state_lands_on_a_bf16_neighbour_of_the_fp32_update) {
     GPTConfig cfg = {.num_layers = 1, .num_heads = 2, .dim = 8, .max_seq_len = 4, .vocab_size = 11};
     gpt_config_finish(&cfg);
     ParamTable t;
@@ -177,6 +182,23 @@ TEST(adamw_on_bf16_state_keeps_updates_below_half_a_step) {
     CHECK(fabs((double)moved / n - p) < 5 * sigma, "%d of %d weights moved (expected about %.0f)", moved, n, p * n);
     CHECK(fabs(sum / n - (1.0 - lr)) < 5 * sigma * 0x1p-8, "mean weight %.9g, the fp32 update gives %.9g", sum / n,
           1.0 - lr);
+}
+
+/* The random bits follow the step: one value (one index) given the same sub-half-step update at
+ * every step moves on about the expected fraction of steps, not on all or none of them. */
+TEST(adamw_on_bf16_state_draws_new_bits_each_step_for_the_same_value) {
+    const int steps = 1 << 14;
+    const float lr = 0.1f * 0x1p-7f;
+    int moved = 0;
+    for (int step = 1; step <= steps; step++) {
+        const AdamWBf16Step s = {lr, 0.9f, 0.95f, 0.0f, 0.0f, 1.0f, 1.0f - 0.9f, 1.0f - 0.95f, step};
+        uint16_t w = bf16_bits_nearest(1.0f), m = 0, v = 0;
+        adamw_bf16_value(&s, 12345, 0.25f, &w, &m, &v);
+        moved += w != bf16_bits_nearest(1.0f);
+    }
+    const double p = 0.2, sigma = sqrt(p * (1 - p) / steps);
+    CHECK(fabs((double)moved / steps - p) < 5 * sigma, "value 12345 moved on %d of %d steps (expected about %.0f)",
+          moved, steps, p * steps);
 }
 
 TEST(schedule_warmup_is_linear_then_cosine_reaches_final) {

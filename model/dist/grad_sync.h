@@ -16,7 +16,7 @@
  *
  * Ranks sum their gradients; the backend scales each rank's loss by 1/world, so the sum is the
  * mean. ZeRO-1: each bucket is reduce-scattered instead, every rank keeps 1/world of each bucket
- * (its shard: fp32 master weights, AdamW moments and reduced gradients, compact), updates it, and
+ * (its shard: AdamW's state, fp32 master weights and moments or bf16 moments, and reduced gradients, compact), updates it, and
  * the bf16 weights are all-gathered after the update. Bucket edges are then rounded up to
  * multiples of world so that every bucket splits evenly; a bucket still only ever holds values
  * that are final when it is reduced (model/dist/grad_buckets.h).
