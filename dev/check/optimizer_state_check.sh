@@ -2,8 +2,8 @@
 # optimizer_state_check.sh - one GPU: --optimizer-state bf16 (bf16 AdamW moments, no fp32 master copy)
 # against the fp32 default. PARTS picks (default all):
 #   tests  the GPU tests (TESTS: filters, default all)
-#   speed  Llama-3.2-1B and Qwen3-0.6B at B 16, T 2048 in each state, and Llama at B 24 in bf16 state:
-#          median tokens/s of the last 8 of 14 steps and the memory in use, random tokens
+#   speed  Llama-3.2-1B and Qwen3-0.6B at B 16, T 2048 in each state, and Llama at B 24 in bf16 state
+#          (RUNS picks others): median tokens/s of the last 8 of 14 steps and the memory in use, random tokens
 #   peers  PyTorch + Liger eager in bf16 at B 16 (8 bytes a parameter: bf16 weights, gradients and
 #          AdamW moments), the best PyTorch stack of dev/RESULTS.md's family entries (wheel from .whl/)
 #   curves Qwen3-0.6B on the default corpus (.carry/corpus.tar.xz) in each state, same seed and data:
@@ -23,8 +23,9 @@ fi
 if has speed; then
   python3 tests/fixtures/gen/make_shard.py /tmp/f/q.bin 6000000 151936 random 3 >/dev/null
   python3 tests/fixtures/gen/make_shard.py /tmp/f/l.bin 6000000 128256 random 4 >/dev/null
-  for m in "llama3.2-1b 16 l fp32" "llama3.2-1b 16 l bf16" "qwen3-0.6b 16 q fp32" "qwen3-0.6b 16 q bf16" \
-           "llama3.2-1b 24 l bf16"; do set -- $m
+  # RUNS: "model B shard state;..." (default: both models at B 16 in each state, Llama at B 24 in bf16)
+  IFS=';' read -ra runs <<<"${RUNS:-llama3.2-1b 16 l fp32;llama3.2-1b 16 l bf16;qwen3-0.6b 16 q fp32;qwen3-0.6b 16 q bf16;llama3.2-1b 24 l bf16}"
+  for m in "${runs[@]}"; do set -- $m
     log=$OUT/ours_$1_b$2_$4.log; rm -rf /tmp/f/r
     timeout 90 ./train -e $1 -b $2 -t 2048 --max-seq-len 2048 -x 14 --warmup 2 --val-every 0 -s 0 --step-parts 1 \
       --optimizer-state $4 -i /tmp/f/$3.bin -o /tmp/f/r > $log 2>&1
