@@ -20,7 +20,7 @@ has bench && for r in $(seq 1 ${ROUNDS:-2}); do
   for v in "$@"; do
     timeout 100 $DIR/$v/bench_kernels 16 attention >$OUT/bench_${v}_$r.log 2>&1
     grep -E '^attention|attention_backward wgmma \(' $OUT/bench_${v}_$r.log |
-      awk -v v=$v -v r=$r '/^attention/{shape=$2" "$3" "$4" "$5" "$6} /backward/{print "bench", v, "round", r, shape, $(NF-7), $(NF-6)}' | tee -a $S
+      awk -v v=$v -v r=$r '/^attention/{shape=$2" "$3" "$4" "$5" "$6} /backward/{print "bench", v, "round", r, shape, $5, $6, $7, $8}' | tee -a $S
   done
 done
 M=/tmp/av; mkdir -p $M
