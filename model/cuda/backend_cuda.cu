@@ -786,10 +786,15 @@ static int sharded(const CudaBackend *cb) {
     return grad_sync_grad_shard(cb->sync) != NULL;
 }
 
+/* Where bf16 moments pass through fp32 to and from the host, a buffer the step no longer needs: the
+ * gradients, or under ZeRO-1 the shard's reduced gradients (leaving the gradients for the gather). */
+static float *moment_staging(CudaBackend *cb) {
+    return sharded(cb) ? cb->state_grads : cb->grads;
+}
+
 /* State i (0 the weights, 1 m, 2 v) in fp32 on the device: this rank's shard when *shard, else
- * the flat layout's P values. bf16 state is widened into a buffer the step no longer needs: the
- * weights (whole on every rank) and unsharded moments into the gradients, a shard into the shard's
- * reduced gradients, leaving the gradients for its gather. */
+ * the flat layout's P values. bf16 state is widened: the weights (whole on every rank) into the
+ * gradients, the moments into moment_staging. */
 static const float *state_fp32(CudaBackend *cb, int i, int *shard) {
     *shard = sharded(cb);
     if (cb->base.optimizer_state == OPTIMIZER_STATE_FP32) return i == 0 ? cb->master : i == 1 ? cb->m : cb->v;
@@ -798,7 +803,7 @@ static const float *state_fp32(CudaBackend *cb, int i, int *shard) {
         convert_bf16_to_fp32(cb->grads, cb->params, cb->P, cb->stream);
         return cb->grads;
     }
-    float *staging = *shard ? cb->state_grads : cb->grads;
+    float *staging = moment_staging(cb);
     convert_bf16_to_fp32(staging, i == 1 ? cb->m_bf16 : cb->v_bf16, cb->state_elems, cb->stream);
     return staging;
 }
@@ -840,7 +845,7 @@ static void cuda_write_state(Backend *be, const float *params, const float *m, c
     for (int i = bf16; i < 3; i++) { /* bf16 state: the weights above are all there is */
         if (!host[i]) continue;
         /* bf16 state arrives in fp32 where state_fp32 widens it, then is rounded to nearest */
-        float *to = !bf16 ? state[i] : sharded(cb) ? cb->state_grads : cb->grads;
+        float *to = bf16 ? moment_staging(cb) : state[i];
         if (sharded(cb))
             grad_sync_scatter_shard(cb->sync, host[i] + cb->flat0, to, cb->stream);
         else
