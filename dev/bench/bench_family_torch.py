@@ -18,6 +18,14 @@ as ../shared/anchors.md describes its family rows, in one of two precisions:
 peers beside ./train in the same run on the same GPU.
 
     python3 dev/bench/bench_family_torch.py --model qwen3-0.6b --stack compile liger --batch 8 16 [--seq 2048]
+    python3 -m torch.distributed.run --standalone --nproc_per_node G dev/bench/bench_family_torch.py \
+        --model qwen3-0.6b --row liger:16
+
+Under torch.distributed.run one row runs as PyTorch DDP (default 25 MB buckets, gradients reduced
+during the backward in the parameters' dtype, reduced into the gradients' own storage), B sequences
+per GPU, each rank its own random tokens, the compile stacks compiling the DDP module: the
+data-parallel peer of `./train -g G`. tokens_per_s then counts every GPU's tokens and the row's
+stack reads e.g. liger/ddp2.
 
 Each (stack, batch) runs in its own process, so that an out-of-memory error or a crashed compile
 (Liger under torch.compile has died with an illegal memory access) costs that row only. Liger's wheel
@@ -55,6 +63,11 @@ def one_row(model_name, stack, precision, B, T, steps, warmup):
     import torch
     import transformers
 
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    if world > 1:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        torch.distributed.init_process_group("nccl")
+
     spec = dict(MODELS[model_name])
     model_type = spec.pop("model_type")
     if stack.startswith("liger"):
@@ -67,14 +80,18 @@ def one_row(model_name, stack, precision, B, T, steps, warmup):
         getattr(lk, LIGER_PATCH[model_type])()
     config = transformers.AutoConfig.for_model(model_type, **spec)
     config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
+    torch.manual_seed(0)  # the same initial weights on every rank, as DDP requires
     with torch.device("cuda"):
         model = transformers.AutoModelForCausalLM.from_config(config)
     if precision == "bf16":
         model = model.to(torch.bfloat16)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[torch.cuda.current_device()],
+                                                          gradient_as_bucket_view=True)
     fwd = torch.compile(model) if stack.endswith("compile") else model
+    torch.manual_seed(1 + rank)
     data = torch.randint(0, spec["vocab_size"], (warmup + steps, B, T), device="cuda")
     torch.cuda.reset_peak_memory_stats()
     times = []
@@ -92,12 +109,15 @@ def one_row(model_name, stack, precision, B, T, steps, warmup):
             times.append(start.elapsed_time(end))
     ms = statistics.median(times)
     peak = torch.cuda.max_memory_allocated() / 1e9
-    print(f"csv_torch_family,{model_name},{label(stack, precision)},{B},{T},{ms:.1f},{B * T / ms * 1e3:.0f},{peak:.1f}",
-          flush=True)
+    if rank == 0:
+        print(f"csv_torch_family,{model_name},{label(stack, precision, world)},{B},{T},{ms:.1f},"
+              f"{world * B * T / ms * 1e3:.0f},{peak:.1f}", flush=True)
+    if world > 1:
+        torch.distributed.destroy_process_group()
 
 
-def label(stack, precision):
-    return stack if precision == "bf16" else f"{stack}/{precision}"
+def label(stack, precision, world=1):
+    return stack + ("" if precision == "bf16" else f"/{precision}") + ("" if world == 1 else f"/ddp{world}")
 
 
 def main():
