@@ -93,7 +93,8 @@ static void check_shape(const AttentionShape *s) {
 }
 
 template <int HS>
-static void launch_forward(bf16 *out, float *lse, const bf16 *qkv, const AttentionShape *s, cudaStream_t stream) {
+static void launch_forward(bf16 *out, float *lse, const bf16 *qkv, const bf16 *vsrc, const AttentionShape *s,
+                           cudaStream_t stream) {
     size_t smem = (size_t)5 * ATT_TILE * (HS + 8) * sizeof(bf16);
     static bool attr_set = false; /* once per instantiation */
     if (!attr_set) {
@@ -102,8 +103,8 @@ static void launch_forward(bf16 *out, float *lse, const bf16 *qkv, const Attenti
         attr_set = true;
     }
     dim3 grid(ceil_div(s->T, ATT_TILE), s->B * s->NH);
-    attention_forward_kernel<HS><<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, s->T, s->NH, s->NKV, s->window,
-                                                                      LOG2E * s->scale);
+    attention_forward_kernel<HS><<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, vsrc, s->T, s->NH, s->NKV,
+                                                                      s->window, LOG2E * s->scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -113,7 +114,7 @@ extern "C" void attention_use_wgmma(int on) {
 }
 
 template <int HS>
-static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const AttentionShape *s,
+static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const bf16 *vsrc, const AttentionShape *s,
                                  cudaStream_t stream) {
     const size_t smem = 3 * ATT_TILE * HS * sizeof(bf16) + 1024; /* Q, K, V; + alignment to 1024 bytes */
     static bool attr_set = false; /* once per instantiation */
@@ -123,15 +124,16 @@ static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const A
         attr_set = true;
     }
     dim3 grid(ceil_div(s->T, ATT_TILE), s->B * s->NH);
-    attention_forward_wgmma_kernel<HS><<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, s->T, s->NH, s->NKV, s->window,
-                                                                        LOG2E * s->scale);
+    attention_forward_wgmma_kernel<HS><<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, vsrc, s->T, s->NH, s->NKV,
+                                                                            s->window, LOG2E * s->scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
 /* The copy engine reads qkv as [B][T][(NH+2·NKV)·HS] in boxes of 128 tokens × 64 columns: rows past
  * T (of the last block of each sequence) arrive as zeros, never as the next sequence's rows. */
 template <int HS>
-static void launch_forward_tma(bf16 *out, float *lse, const bf16 *qkv, const AttentionShape *s, cudaStream_t stream) {
+static void launch_forward_tma(bf16 *out, float *lse, const bf16 *qkv, const bf16 *vsrc, const AttentionShape *s,
+                               cudaStream_t stream) {
     const size_t smem = att_tma_smem_bytes(HS);
     static bool attr_set = false; /* once per instantiation */
     if (!attr_set) {
@@ -144,29 +146,31 @@ static void launch_forward_tma(bf16 *out, float *lse, const bf16 *qkv, const Att
     const cuuint64_t strides[2] = {C3 * sizeof(bf16), (cuuint64_t)s->T * C3 * sizeof(bf16)};
     const cuuint32_t box[3] = {64, ATT_TMA_BM, 1};
     const CUtensorMap tm = tma_tensor_map_bf16(qkv, 3, dims, strides, box, "attention forward");
+    const CUtensorMap tm_v = tma_tensor_map_bf16(vsrc, 3, dims, strides, box, "attention forward");
     /* A section: the query heads whose key/value heads (2·T·HS bf16 each) fit in its share of L2. */
     const int group = s->NH / s->NKV;
     const size_t kv_head_bytes = (size_t)2 * s->T * HS * sizeof(bf16);
     const int section = (int)std::max<size_t>(1, ATT_TMA_SECTION_BYTES / kv_head_bytes) * group;
     const int nqb = ceil_div(s->T, ATT_TMA_BM);
     attention_forward_tma_kernel<HS><<<nqb * s->B * s->NH, ATT_TMA_THREADS, smem, stream>>>(
-        tm, out, lse, s->T, s->NH, s->NKV, s->window, LOG2E * s->scale, nqb, section);
+        tm, tm_v, out, lse, s->T, s->NH, s->NKV, s->window, LOG2E * s->scale, nqb, section);
     CUDA_CHECK(cudaGetLastError());
 }
 
-extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, const AttentionShape *s,
+extern "C" void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, const kbf16 *v, const AttentionShape *s,
                                   cudaStream_t stream) {
     check_shape(s);
+    const bf16 *vsrc = v ? v : qkv;
     if (s->HS == 256)
-        launch_forward_wgmma<256>(out, lse, qkv, s, stream);
+        launch_forward_wgmma<256>(out, lse, qkv, vsrc, s, stream);
     else if (s->HS == 64 && use_wgmma)
-        launch_forward_tma<64>(out, lse, qkv, s, stream);
+        launch_forward_tma<64>(out, lse, qkv, vsrc, s, stream);
     else if (use_wgmma)
-        launch_forward_tma<128>(out, lse, qkv, s, stream);
+        launch_forward_tma<128>(out, lse, qkv, vsrc, s, stream);
     else if (s->HS == 64)
-        launch_forward<64>(out, lse, qkv, s, stream);
+        launch_forward<64>(out, lse, qkv, vsrc, s, stream);
     else
-        launch_forward<128>(out, lse, qkv, s, stream);
+        launch_forward<128>(out, lse, qkv, vsrc, s, stream);
 }
 
 /* Scratch: D = rowsum(dout·out) [B·NH·T], the qkv bias partials [B·tiles][(NH+2·NKV)·HS], and for
@@ -199,7 +203,7 @@ extern "C" size_t attention_backward_scratch_bytes(const AttentionShape *s) {
  * query head). Both write their columns of the same row of bias partials, indexed by tile. */
 template <int HS, int BQ>
 static void launch_backward(bf16 *dqkv, float *bias_part, float *D, const bf16 *dout, const bf16 *qkv,
-                            const float *lse, const AttentionShape *s, cudaStream_t stream) {
+                            const bf16 *vsrc, const float *lse, const AttentionShape *s, cudaStream_t stream) {
     size_t smem_dq = (size_t)6 * ATT_TILE * (HS + 8) * sizeof(bf16);
     size_t smem_kv = (size_t)(2 * ATT_TILE + 4 * BQ) * (HS + 8) * sizeof(bf16) + 4 * BQ * sizeof(float);
     static bool attr_set = false;
@@ -213,16 +217,17 @@ static void launch_backward(bf16 *dqkv, float *bias_part, float *D, const bf16 *
     float scale = s->scale, sl2 = LOG2E * scale;
     int tiles = ceil_div(s->T, ATT_TILE);
     attention_backward_dkdv_kernel<HS, BQ><<<dim3(tiles, s->B * s->NKV), ATT_THREADS, smem_kv, stream>>>(
-        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
+        dqkv, bias_part, qkv, vsrc, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
     attention_backward_dq_kernel<HS><<<dim3(tiles, s->B * s->NH), ATT_THREADS, smem_dq, stream>>>(
-        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
+        dqkv, bias_part, qkv, vsrc, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
 /* Head size 256 (Gemma 3): the 64-row wgmma kernels, dK,dV as two warpgroups. */
 static void launch_backward_wgmma256(bf16 *dqkv, float *bias_part, float *D, const bf16 *dout, const bf16 *qkv,
-                                     const float *lse, const AttentionShape *s, cudaStream_t stream) {
+                                     const bf16 *vsrc, const float *lse, const AttentionShape *s,
+                                     cudaStream_t stream) {
     constexpr int HS = 256;
     const size_t smem = 6 * ATT_TILE * HS * sizeof(bf16) + 1024; /* + alignment to 1024 bytes */
     /* The dK,dV kernel's two warpgroups also hand over 32 words a thread. */
@@ -238,10 +243,10 @@ static void launch_backward_wgmma256(bf16 *dqkv, float *bias_part, float *D, con
     float scale = s->scale, sl2 = LOG2E * scale;
     int tiles = ceil_div(s->T, ATT_TILE);
     attention_backward_dkdv_wgmma256_kernel<<<dim3(tiles, s->B * s->NKV), ATT_BWD256_THREADS, smem_kv, stream>>>(
-        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
+        dqkv, bias_part, qkv, vsrc, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
     attention_backward_dq_wgmma_kernel<HS><<<dim3(tiles, s->B * s->NH), ATT_THREADS, smem, stream>>>(
-        dqkv, bias_part, qkv, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
+        dqkv, bias_part, qkv, vsrc, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -252,8 +257,8 @@ static void launch_backward_wgmma256(bf16 *dqkv, float *bias_part, float *D, con
  * turns the tile's sums into bf16. */
 template <int HS>
 static void launch_backward_tma(bf16 *dqkv, float *bias_part, float *dq_acc, unsigned *dq_count, const float *D,
-                                const bf16 *dout, const bf16 *qkv, const float *lse, const AttentionShape *s,
-                                cudaStream_t stream) {
+                                const bf16 *dout, const bf16 *qkv, const bf16 *vsrc, const float *lse,
+                                const AttentionShape *s, cudaStream_t stream) {
     const size_t smem = att_bwd_tma_smem_bytes(HS);
     static bool attr_set = false; /* once per instantiation */
     if (!attr_set) {
@@ -269,6 +274,7 @@ static void launch_backward_tma(bf16 *dqkv, float *bias_part, float *dq_acc, uns
     const cuuint32_t box128[3] = {64, ATT_BWD_TMA_ROWS, 1}, box64[3] = {64, ATT_TILE, 1};
     const char *who = "attention backward";
     const CUtensorMap qkv128 = tma_tensor_map_bf16(qkv, 3, qkv_dims, qkv_strides, box128, who);
+    const CUtensorMap v128 = tma_tensor_map_bf16(vsrc, 3, qkv_dims, qkv_strides, box128, who);
     const CUtensorMap qkv64 = tma_tensor_map_bf16(qkv, 3, qkv_dims, qkv_strides, box64, who);
     const CUtensorMap do64 = tma_tensor_map_bf16(dout, 3, do_dims, do_strides, box64, who);
     const int group = s->NH / s->NKV, nblk = ceil_div(s->T, ATT_BWD_TMA_ROWS);
@@ -278,15 +284,16 @@ static void launch_backward_tma(bf16 *dqkv, float *bias_part, float *dq_acc, uns
     unsigned *started = dq_count + dq_tiles(s);
     CUDA_CHECK(cudaMemsetAsync(dq_count, 0, (dq_tiles(s) + 1) * sizeof(unsigned), stream));
     attention_backward_tma_kernel<HS><<<nblk * s->B * s->NKV, ATT_TMA_THREADS, smem, stream>>>(
-        qkv128, qkv64, do64, dqkv, bias_part, dq_acc, dq_count, started, lse, D, s->T, s->NH, s->NKV, s->window, sl2,
+        qkv128, v128, qkv64, do64, dqkv, bias_part, dq_acc, dq_count, started, lse, D, s->T, s->NH, s->NKV, s->window, sl2,
         s->scale, nblk, kv_section);
     CUDA_CHECK(cudaGetLastError());
 }
 
 extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch, const kbf16 *dout,
-                                   const kbf16 *qkv, const kbf16 *out, const float *lse, const AttentionShape *s,
-                                   cudaStream_t stream) {
+                                   const kbf16 *qkv, const kbf16 *v, const kbf16 *out, const float *lse,
+                                   const AttentionShape *s, cudaStream_t stream) {
     check_shape(s);
+    const bf16 *vsrc = v ? v : qkv;
     const int T = s->T, NH = s->NH, HS = s->HS;
     float *D = (float *)scratch;
     float *bias_part = dbias_qkv ? D + dsum_floats(s) : NULL;
@@ -301,15 +308,15 @@ extern "C" void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch,
         attention_backward_dsum_kernel<256><<<ceil_div(threads, 256), 256, 0, stream>>>(D, dout, out, T, NH, rows);
     CUDA_CHECK(cudaGetLastError());
     if (HS == 256)
-        launch_backward_wgmma256(dqkv, bias_part, D, dout, qkv, lse, s, stream);
+        launch_backward_wgmma256(dqkv, bias_part, D, dout, qkv, vsrc, lse, s, stream);
     else if (HS == 64 && use_wgmma)
-        launch_backward_tma<64>(dqkv, bias_part, dq_acc, dq_count, D, dout, qkv, lse, s, stream);
+        launch_backward_tma<64>(dqkv, bias_part, dq_acc, dq_count, D, dout, qkv, vsrc, lse, s, stream);
     else if (use_wgmma)
-        launch_backward_tma<128>(dqkv, bias_part, dq_acc, dq_count, D, dout, qkv, lse, s, stream);
+        launch_backward_tma<128>(dqkv, bias_part, dq_acc, dq_count, D, dout, qkv, vsrc, lse, s, stream);
     else if (HS == 64)
-        launch_backward<64, ATT_BQ64>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
+        launch_backward<64, ATT_BQ64>(dqkv, bias_part, D, dout, qkv, vsrc, lse, s, stream);
     else
-        launch_backward<128, 32>(dqkv, bias_part, D, dout, qkv, lse, s, stream);
+        launch_backward<128, 32>(dqkv, bias_part, D, dout, qkv, vsrc, lse, s, stream);
     if (dbias_qkv) {
         int tiles = ceil_div(T, ATT_TILE);
         size_t width = packed_qkv_width(NH, s->NKV, HS);

@@ -44,7 +44,7 @@ __global__ void attention_backward_dsum_kernel(float *D, const bf16 *dout, const
 /* dQ. Shared: Q, dO [64][HS+8], K, V [2][64][HS+8]. */
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
-    attention_backward_dq_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout, const float *lse,
+    attention_backward_dq_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *vsrc, const bf16 *dout, const float *lse,
                                  const float *D, int T, int NH, int NKV, int window, float sl2,
                                  float scale) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = TILE / 8, DT = HS / 8;
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     int b = blockIdx.y / NH, h = blockIdx.y % NH;
     const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS;
     const bf16 *kbase = qkv + (size_t)b * T * C3 + key_col(NH, HS, h / (NH / NKV));
-    const bf16 *vbase = qkv + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
+    const bf16 *vbase = vsrc + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
     const bf16 *dobase = dout + (size_t)b * T * C + h * HS;
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
 /* dK, dV. Shared: K, V [64][HS+8]; Q, dO [2][BQ][HS+8]; lse, D [2][BQ]. */
 template <int HS, int BQ>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
-    attention_backward_dkdv_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout, const float *lse,
+    attention_backward_dkdv_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *vsrc, const bf16 *dout, const float *lse,
                                    const float *D, int T, int NH, int NKV, int window, float sl2,
                                    float scale) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = BQ / 8, DT = HS / 8;
@@ -139,7 +139,8 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
      * tiles head after head, step i being head h0 + i / nper, tile qt0 + i % nper. */
     int b = blockIdx.y / NKV, kvh = blockIdx.y % NKV, grp = NH / NKV, h0 = kvh * grp;
     const bf16 *row0 = qkv + (size_t)b * T * C3, *dorow0 = dout + (size_t)b * T * C;
-    const bf16 *kbase = row0 + key_col(NH, HS, kvh), *vbase = row0 + value_col(NH, NKV, HS, kvh);
+    const bf16 *kbase = row0 + key_col(NH, HS, kvh);
+    const bf16 *vbase = vsrc + (size_t)b * T * C3 + value_col(NH, NKV, HS, kvh);
     const float *lse_b = lse + (size_t)b * NH * T, *D_b = D + (size_t)b * NH * T;
     int k0 = blockIdx.x * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
@@ -229,7 +230,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
  * kernel's two warpgroups 240 each). */
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, 1)
-    attention_backward_dq_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
+    attention_backward_dq_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *vsrc, const bf16 *dout,
                                        const float *lse, const float *D, int T, int NH, int NKV, int window,
                                        float sl2, float scale) {
     constexpr int TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2, NP = HS / 64;
@@ -243,7 +244,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 1)
     int b = blockIdx.y / NH, h = blockIdx.y % NH;
     const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS;
     const bf16 *kbase = qkv + (size_t)b * T * C3 + key_col(NH, HS, h / (NH / NKV));
-    const bf16 *vbase = qkv + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
+    const bf16 *vbase = vsrc + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
     const bf16 *dobase = dout + (size_t)b * T * C + h * HS;
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
@@ -306,7 +307,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 1)
  * threads t and t + 128 hold the same accumulator positions, so they share slot t (conflict-free). */
 #define ATT_BWD256_THREADS (2 * ATT_THREADS)
 __global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
-    attention_backward_dkdv_wgmma256_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *dout,
+    attention_backward_dkdv_wgmma256_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *vsrc,
+                                            const bf16 *dout,
                                             const float *lse, const float *D, int T, int NH, int NKV, int window,
                                             float sl2, float scale) {
     constexpr int HS = 256, HO = HS / 2, NP = HO / 64, NTH = ATT_BWD256_THREADS;
@@ -321,7 +323,8 @@ __global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
     size_t C3 = packed_qkv_width(NH, NKV, HS);
     int b = blockIdx.y / NKV, kvh = blockIdx.y % NKV, grp = NH / NKV, h0 = kvh * grp;
     const bf16 *row0 = qkv + (size_t)b * T * C3, *dorow0 = dout + (size_t)b * T * C;
-    const bf16 *kbase = row0 + key_col(NH, HS, kvh), *vbase = row0 + value_col(NH, NKV, HS, kvh);
+    const bf16 *kbase = row0 + key_col(NH, HS, kvh);
+    const bf16 *vbase = vsrc + (size_t)b * T * C3 + value_col(NH, NKV, HS, kvh);
     const float *lse_b = lse + (size_t)b * NH * T, *D_b = D + (size_t)b * NH * T;
     int k0 = blockIdx.x * TILE;
     const int wg = threadIdx.x / ATT_THREADS, t = threadIdx.x % ATT_THREADS;

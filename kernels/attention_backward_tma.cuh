@@ -106,7 +106,8 @@ __device__ __forceinline__ int first_key_block(int qt, int window) {
 
 template <int HS>
 __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
-    attention_backward_tma_kernel(const __grid_constant__ CUtensorMap tm_kv, const __grid_constant__ CUtensorMap tm_q,
+    attention_backward_tma_kernel(const __grid_constant__ CUtensorMap tm_kv, const __grid_constant__ CUtensorMap tm_v,
+                                  const __grid_constant__ CUtensorMap tm_q,
                                   const __grid_constant__ CUtensorMap tm_do, bf16 *dqkv, float *bias_part,
                                   float *dq_acc, unsigned *dq_count, unsigned *started, const float *lse,
                                   const float *D, int T, int NH, int NKV, int window, float sl2, float scale,
@@ -167,7 +168,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
             mbar_expect_tx(kv_full, 2 * OWN);
             for (int p = 0; p < NP; p++) {
                 tma_load_3d(Ks + p * ATT_TMA_PANEL_BYTES, &tm_kv, kcol + 64 * p, k0, b, kv_full);
-                tma_load_3d(Vs + p * ATT_TMA_PANEL_BYTES, &tm_kv, vcol + 64 * p, k0, b, kv_full);
+                tma_load_3d(Vs + p * ATT_TMA_PANEL_BYTES, &tm_v, vcol + 64 * p, k0, b, kv_full);
             }
             for (int i = 0; i < nsteps; i++) {
                 int qt, h;

@@ -3,7 +3,8 @@
  *
  * Shapes: qkv [t+1, (NH + 2·NKV)·HS] rows of one sequence (the forward's packed layout: query heads,
  * then key heads, then value heads; query head h reads key/value head h / (NH/NKV)), the keys and
- * values of rows 0..t being the cache; out [NH·HS], row t's output. HS a multiple of 32 up to 256.
+ * values of rows 0..t being the cache (the values read from v's rows when v is given: the same layout);
+ * out [NH·HS], row t's output. HS a multiple of 32 up to 256.
  * Math: as attention_forward for its last row: S = scale·q·kᵀ over keys max(0, t − W + 1)..t
  *   (all of 0..t when the window W is 0), P = softmax(S) in fp32 (base 2, as attention.cu),
  *   out = P·v rounded once to bf16.
@@ -27,7 +28,8 @@
 #define DECODE_PER_LANE (DECODE_MAX_HS / 32)
 
 __global__ void __launch_bounds__(DECODE_WARPS * 32)
-    attention_decode_kernel(bf16 *out, const bf16 *qkv, int t, int key0, int NH, int NKV, int HS, float scale2) {
+    attention_decode_kernel(bf16 *out, const bf16 *qkv, const bf16 *vsrc, int t, int key0, int NH, int NKV, int HS,
+                            float scale2) {
     const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_lane = HS / 32;
     const size_t row = (size_t)(NH + 2 * NKV) * HS;
     const size_t kcol = (size_t)(NH + h / (NH / NKV)) * HS, vcol = kcol + (size_t)NKV * HS;
@@ -40,7 +42,7 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32)
     }
     float m = -INFINITY, l = 0.0f; /* running max of the base-2 logits, and Σ exp2(s2 − m) */
     for (int key = key0 + warp; key <= t; key += DECODE_WARPS) {
-        const bf16 *k = qkv + (size_t)key * row + kcol, *v = qkv + (size_t)key * row + vcol;
+        const bf16 *k = qkv + (size_t)key * row + kcol, *v = vsrc + (size_t)key * row + vcol;
         float s2 = 0.0f;
 #pragma unroll
         for (int j = 0; j < DECODE_PER_LANE; j++)
@@ -74,7 +76,8 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32)
     }
 }
 
-extern "C" void attention_decode(kbf16 *out, const kbf16 *qkv, int t, const AttentionShape *s, cudaStream_t stream) {
+extern "C" void attention_decode(kbf16 *out, const kbf16 *qkv, const kbf16 *v, int t, const AttentionShape *s,
+                                 cudaStream_t stream) {
     const int NH = s->NH, NKV = s->NKV, HS = s->HS;
     if (NH <= 0 || NKV <= 0 || NH % NKV != 0 || HS <= 0 || HS % 32 != 0 || HS > DECODE_MAX_HS || t < 0 ||
         s->window < 0 || !(s->scale > 0.0f)) {
@@ -86,6 +89,6 @@ extern "C" void attention_decode(kbf16 *out, const kbf16 *qkv, int t, const Atte
         exit(1);
     }
     const int key0 = s->window > 0 && t - s->window + 1 > 0 ? t - s->window + 1 : 0;
-    attention_decode_kernel<<<NH, DECODE_WARPS * 32, 0, stream>>>(out, qkv, t, key0, NH, NKV, HS, LOG2E * s->scale);
+    attention_decode_kernel<<<NH, DECODE_WARPS * 32, 0, stream>>>(out, qkv, v ? v : qkv, t, key0, NH, NKV, HS, LOG2E * s->scale);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -11,7 +11,7 @@
 
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
-    attention_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, int window,
+    attention_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, const bf16 *vsrc, int T, int NH, int NKV, int window,
                              float sl2) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = TILE / 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];
@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
     int b = blockIdx.y / NH, h = blockIdx.y % NH;
     const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS;
     const bf16 *kbase = qkv + (size_t)b * T * C3 + key_col(NH, HS, h / (NH / NKV));
-    const bf16 *vbase = qkv + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
+    const bf16 *vbase = vsrc + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
  * next softmax. */
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, ATT_FWD256_MINB)
-    attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, int window,
+    attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, const bf16 *vsrc, int T, int NH, int NKV, int window,
                                    float sl2) {
     constexpr int TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2, NP = HS / 64;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_FWD256_MINB)
     int b = blockIdx.y / NH, h = blockIdx.y % NH;
     const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS;
     const bf16 *kbase = qkv + (size_t)b * T * C3 + key_col(NH, HS, h / (NH / NKV));
-    const bf16 *vbase = qkv + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
+    const bf16 *vbase = vsrc + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 

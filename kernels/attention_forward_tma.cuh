@@ -109,7 +109,8 @@ __device__ __forceinline__ void att_tma_release(uint32_t bar, int lane) {
 
 template <int HS>
 __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
-    attention_forward_tma_kernel(const __grid_constant__ CUtensorMap tm_qkv, bf16 *out, float *lse, int T, int NH,
+    attention_forward_tma_kernel(const __grid_constant__ CUtensorMap tm_qkv, const __grid_constant__ CUtensorMap tm_v,
+                                 bf16 *out, float *lse, int T, int NH,
                                  int NKV, int window, float sl2, int nqb, int section) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) /* setmaxnreg and wgmma: sm_90a only */
     constexpr int NP = HS / 64, TILE = att_tma_tile_bytes(HS), ST = ATT_TMA_STAGES, BN = ATT_TMA_BN;
@@ -161,7 +162,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
                 if (it >= ST) mbar_wait(v_empty + 8 * s, again);
                 mbar_expect_tx(vb, TILE);
                 for (int p = 0; p < NP; p++)
-                    tma_load_3d(vt + p * ATT_TMA_PANEL_BYTES, &tm_qkv, vcol + 64 * p, j * BN, b, vb);
+                    tma_load_3d(vt + p * ATT_TMA_PANEL_BYTES, &tm_v, vcol + 64 * p, j * BN, b, vb);
             }
         }
         return;

@@ -101,7 +101,8 @@ typedef struct {
     float eps;             /* QK-norm's epsilon */
     int one_plus_w;        /* QK-norm multiplies by 1 + w (Gemma) */
 } RopeShape;
-/* out (=) = RoPE(QK-norm(inp)) on the query and key heads, the value heads copied; rotate-half pairs
+/* out (=) = RoPE(QK-norm(inp)) on the query and key heads; out's value heads are not written (the
+ * attention reads them from inp: attention_forward's v); rotate-half pairs
  * (i, i + hd/2) at positions 0..T-1 with cos, sin [T, hd/2] fp32 on the device (rope_cos_sin of
  * model/cpu/llama_layers_cpu.h). QK-norm (q_norm, k_norm [hd] bf16) runs only when q_norm != NULL,
  * and then writes rstd [B·T, NH + NKV] (=; query heads', then key heads'). out may be inp. */
@@ -121,7 +122,10 @@ void rope_backward(kbf16 *dinp, float *dq_norm, float *dk_norm, void *scratch, c
  * NKV value heads, HS columns each ((NH + 2·NKV)·HS, the packed q/k/v rows of the parameter table);
  * query head h reads key/value head h / (NH/NKV) (grouped-query attention; NKV = NH is multi-head).
  * scale multiplies q·k before the softmax: 1/sqrt(HS) for GPT-2, Llama and Qwen (Gemma passes
- * query_pre_attn_scalar^-1/2). window 0: full causal; W > 0: query i sees keys i-W < j <= i. */
+ * query_pre_attn_scalar^-1/2). window 0: full causal; W > 0: query i sees keys i-W < j <= i.
+ * v: where the value heads are read, NULL for qkv itself; else a buffer of qkv's layout whose value
+ * columns hold them (the projection's rows, when only the query and key heads were rotated into
+ * qkv: RoPE leaves the values alone, so they are never copied). */
 typedef struct {
     int B, T, NH, NKV, HS;
     float scale;
@@ -131,11 +135,12 @@ typedef struct {
 /* out [B,T,NH·HS] (=), lse [B,NH,T] (=; fp32 log2-sum-exp of the scaled logits, the only saved state
  * besides out). HS must be 64, 128 or 256; NH a multiple of NKV; any T >= 1; B·NH <= 65535; window >= 0.
  * Never stores T×T; a windowed call's work grows with T·W. As gqa_attention_forward_cpu. */
-void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, const AttentionShape *s, cudaStream_t stream);
+void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, const kbf16 *v, const AttentionShape *s,
+                       cudaStream_t stream);
 /* Hopper's warpgroup MMA kernels unless turned off here (0: the mma.sync kernels, at HS 64 and 128;
  * HS 256 always runs on wgmma); for tests and benchmarks that compare the two. */
 void attention_use_wgmma(int on);
-/* dqkv like qkv (=; q, k and v parts all written). dout is the gradient of out; out and lse are the
+/* dqkv like qkv (=; q, k and v parts all written), v as in attention_forward. dout is the gradient of out; out and lse are the
  * forward's outputs (out is read for rowsum(dout·out)). Recomputes the probabilities; no atomics:
  * deterministic (on Hopper at head sizes 64 and 128 one kernel by key tile of a key/value head, dQ's
  * shares summed in a fixed order; else a dK,dV kernel beside a dQ kernel by query tile).
@@ -145,14 +150,16 @@ void attention_use_wgmma(int on);
  * Hopper path dQ's fp32 sums over key blocks). */
 size_t attention_backward_scratch_bytes(const AttentionShape *s);
 void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch, const kbf16 *dout, const kbf16 *qkv,
-                        const kbf16 *out, const float *lse, const AttentionShape *s, cudaStream_t stream);
+                        const kbf16 *v, const kbf16 *out, const float *lse, const AttentionShape *s,
+                        cudaStream_t stream);
 
 /* ---- attention_decode.cu: one query row against cached keys and values ----------------- */
 /* out [NH·HS] (=): row t's attention output, softmax(scale·q·kᵀ)·v over the keys row t sees (0..t,
  * or the last `window` of them) in fp32, as row t of attention_forward. qkv holds one sequence's rows
  * 0..t in the forward's layout (the cache is the keys and values the forward left in its qkv rows);
- * s->B and s->T are not read. HS a multiple of 32 up to 256; any t >= 0. */
-void attention_decode(kbf16 *out, const kbf16 *qkv, int t, const AttentionShape *s, cudaStream_t stream);
+ * v as in attention_forward; s->B and s->T are not read. HS a multiple of 32 up to 256; any t >= 0. */
+void attention_decode(kbf16 *out, const kbf16 *qkv, const kbf16 *v, int t, const AttentionShape *s,
+                      cudaStream_t stream);
 
 /* ---- gelu.cu: GELU (tanh approximation) and bias gradients ------------------------------- */
 /* out = gelu(inp) (=). n elements, a multiple of 8. */

@@ -4,7 +4,7 @@
  * Shapes: qkv [N = B·T, (NH + 2·NKV)·hd]: per token the NH query heads, the NKV key heads, the NKV
  * value heads, hd contiguous values each; cos, sin [T, hd/2] fp32 (rope_cos_sin of
  * model/cpu/llama_layers_cpu.h, uploaded once), for positions 0..T-1. H = hd/2.
- * Forward, per query or key head x (value heads pass through):
+ * Forward, per query or key head x (value heads are not written):
  *   [QK-norm] y = x·rstd·g, rstd = 1/sqrt(mean(x²) + eps) fp32 [N, NH + NKV], g = q_norm or k_norm
  *             (1 + w when one_plus_w);
  *   RoPE, transformers' rotate-half pairs (i, i + H):
@@ -15,13 +15,14 @@
  * launch: a group of G lanes per (token, query or key head), 32/G heads per warp; a lane owns V
  *   adjacent pairs (i, i + H) per slot, V = 8 (16-byte loads of both halves and 32-byte loads of
  *   cos, sin) when H % 8 == 0, else V = 1; G the power of two ≥ H/V up to 32, so hd ≤ 256. Value
- *   heads are never touched by the kernels: in place they stay, out of place one strided copy moves
- *   them. The backward runs a fixed grid (ROPE_BWD_BLOCKS blocks of ROPE_BWD_WARPS warps, grid-
+ *   heads are never touched: in place they stay, and out of place the attention reads them from the
+ *   input (its v argument), so no copy moves them; the backward out of place copies their gradient
+ *   (dinp = dout there). The backward runs a fixed grid (ROPE_BWD_BLOCKS blocks of ROPE_BWD_WARPS warps, grid-
  *   stride), each lane keeping its columns' norm-weight sums in registers; the groups of a warp add
  *   theirs by shuffles, the block its warps in order, and add_partial_sums the blocks in order:
  *   deterministic, no atomics, one pass over the data.
  * FLOPs ~6 per rotated element (+5 with QK-norm); bytes, with Q = N·(NH + NKV)·hd the query and key
- * values: forward Q·2·2 (+ the value heads' 2·N·NKV·hd·2 out of place), backward Q·2·2 (+ Q·2 for
+ * values: forward Q·2·2, backward Q·2·2 (+ Q·2 for
  * the norm's input with QK-norm). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -295,7 +296,8 @@ static RopeLane rope_lane(const RopeShape *s, int V) {
     return RopeLane{g, (int)ceil_div(H, (int64_t)V * g)};
 }
 
-/* The value heads (the last NKV·hd columns of each of the N rows) from src to dst, one strided copy. */
+/* The value heads (the last NKV·hd columns of each of the N rows) from src to dst, one strided copy:
+ * their gradient passes through the backward unchanged. */
 static void copy_value_heads(kbf16 *dst, const kbf16 *src, const RopeShape *s, cudaStream_t stream) {
     const size_t R = (size_t)(s->NH + 2 * s->NKV) * s->hd, skip = (size_t)(s->NH + s->NKV) * s->hd;
     CUDA_CHECK(cudaMemcpy2DAsync(dst + skip, R * sizeof(kbf16), src + skip, R * sizeof(kbf16),
@@ -321,7 +323,6 @@ extern "C" void rope_forward(kbf16 *out, float *rstd, const kbf16 *inp, const kb
         launch_rope_forward<8>(out, rstd, inp, q_norm, k_norm, cos_t, sin_t, s, stream);
     else
         launch_rope_forward<1>(out, rstd, inp, q_norm, k_norm, cos_t, sin_t, s, stream);
-    if (out != inp && s->NKV > 0) copy_value_heads(out, inp, s, stream);
 }
 
 extern "C" size_t rope_backward_scratch_bytes(const RopeShape *s) {

@@ -781,7 +781,8 @@ static float *columns(const float *x, size_t rows, size_t width, size_t c0, size
 }
 
 /* Forward out and lse, and backward dqkv (each of the q, k and v parts on its own) and the qkv bias
- * sums, against the fp32 CPU reference on the same bf16 inputs; the backward twice, bitwise. */
+ * sums, against the fp32 CPU reference on the same bf16 inputs; the backward twice, bitwise; and both
+ * again with the value heads read from another buffer (v), bitwise the same. */
 static void attention_case_shape(const AttentionShape *sh) {
     char what[160];
     const int B = sh->B, T = sh->T, NH = sh->NH, NKV = sh->NKV, HS = sh->HS;
@@ -800,7 +801,7 @@ static void attention_case_shape(const AttentionShape *sh) {
     float *d_lse = (float *)dalloc(nlse * 4);
     poison(d_out, nout * 2);
     poison(d_lse, nlse * 4);
-    attention_forward(d_out, d_lse, d_qkv, sh, 0);
+    attention_forward(d_out, d_lse, d_qkv, NULL, sh, 0);
     dsync();
     down_bf16(out_g, d_out, nout);
     CHECK_REL(rel_l2(out_g, out_ref, nout), 1e-2, what);
@@ -844,7 +845,7 @@ static void attention_case_shape(const AttentionShape *sh) {
         poison(d_dqkv, nqkv * 2);
         poison(scratch, scratch_bytes);
         CUDA_CHECK(cudaMemcpy(d_db, db0, W * 4, cudaMemcpyHostToDevice));
-        attention_backward(d_dqkv, d_db, scratch, d_dout, d_qkv, d_out, d_lse, sh, 0);
+        attention_backward(d_dqkv, d_db, scratch, d_dout, d_qkv, NULL, d_out, d_lse, sh, 0);
         dsync();
         down_bf16(run ? dqkv_g2 : dqkv_g, d_dqkv, nqkv);
         down_f32(db_g[run], d_db, W);
@@ -855,10 +856,35 @@ static void attention_case_shape(const AttentionShape *sh) {
     CHECK(worst <= 1.0, "%s: qkv bias sums error %.3g of the allowed", what, worst);
     /* Without the sums, the same dqkv. */
     poison(d_dqkv, nqkv * 2);
-    attention_backward(d_dqkv, NULL, scratch, d_dout, d_qkv, d_out, d_lse, sh, 0);
+    attention_backward(d_dqkv, NULL, scratch, d_dout, d_qkv, NULL, d_out, d_lse, sh, 0);
     dsync();
     down_bf16(dqkv_g2, d_dqkv, nqkv);
     CHECK(same_bytes(dqkv_g, dqkv_g2, nqkv * 4), "%s: backward without the bias sums differs from with them", what);
+    /* The value heads from another buffer of the same layout: its query and key columns, and qkv's
+     * value columns, are NaN, so reading a wrong column cannot go unseen. */
+    {
+        const size_t kv_end = (size_t)(NH + NKV) * HS;
+        bf16 *d_qk = up_bf16(qkv, nqkv), *d_v = up_bf16(qkv, nqkv);
+        CUDA_CHECK(cudaMemset2D(d_qk + kv_end, W * 2, 0xFF, (W - kv_end) * 2, N));
+        CUDA_CHECK(cudaMemset2D(d_v, W * 2, 0xFF, kv_end * 2, N));
+        bf16 *d_out2 = (bf16 *)dalloc(nout * 2);
+        float *d_lse2 = (float *)dalloc(nlse * 4), *out_v = hmalloc(nout), *lse_v = hmalloc(nlse);
+        poison(d_out2, nout * 2);
+        attention_forward(d_out2, d_lse2, d_qk, d_v, sh, 0);
+        dsync();
+        down_bf16(out_v, d_out2, nout);
+        down_f32(lse_v, d_lse2, nlse);
+        CHECK(same_bytes(out_v, out_g, nout * 4) && same_bytes(lse_v, lse, nlse * 4),
+              "%s: forward with the values from another buffer differs", what);
+        poison(d_dqkv, nqkv * 2);
+        poison(scratch, scratch_bytes);
+        attention_backward(d_dqkv, NULL, scratch, d_dout, d_qk, d_v, d_out, d_lse, sh, 0);
+        dsync();
+        down_bf16(dqkv_g2, d_dqkv, nqkv);
+        CHECK(same_bytes(dqkv_g, dqkv_g2, nqkv * 4), "%s: backward with the values from another buffer differs",
+              what);
+        free(out_v); free(lse_v);
+    }
     free(db0); free(db_g[0]); free(db_g[1]);
     /* Per part, so a wrong dK cannot hide behind a right dQ. */
     const char *names[3] = {"  bwd dq", "  bwd dk", "  bwd dv"};
@@ -871,7 +897,7 @@ static void attention_case_shape(const AttentionShape *sh) {
     }
     /* The forward too must be deterministic (it has no reductions across blocks; cheap to check). */
     float *out_g2 = hmalloc(nout);
-    attention_forward(d_out, d_lse, d_qkv, sh, 0);
+    attention_forward(d_out, d_lse, d_qkv, NULL, sh, 0);
     dsync();
     down_bf16(out_g2, d_out, nout);
     CHECK(same_bytes(out_g, out_g2, nout * 4), "%s: forward is not bitwise deterministic", what);
@@ -1082,7 +1108,7 @@ TEST(kernels_sliding_window_attention_sees_exactly_w_keys_head256) {
 
 /* Row ctx-1 of a sequence of ctx rows (its keys and values the cache), against the last row of the
  * fp32 CPU forward on the same bf16 inputs; the whole of out is checked, so a head left unwritten
- * fails. */
+ * fails. Run 2 reads the values from another buffer (qkv's value columns NaN there): the same bits. */
 static void attention_decode_case_shape(int ctx, int NH, int NKV, int HS, float scale, int window) {
     char what[160];
     const int t = ctx - 1;
@@ -1095,15 +1121,23 @@ static void attention_decode_case_shape(int ctx, int NH, int NKV, int HS, float 
     round_bf16(qkv, nqkv);
     gqa_attention_forward_cpu(ref, att, qkv, &prm);
     bf16 *d_qkv = up_bf16(qkv, nqkv), *d_out = (bf16 *)dalloc(C * 2);
-    for (int run = 0; run < 2; run++) {
+    const size_t W = (size_t)(NH + 2 * NKV) * HS, kv_end = (size_t)(NH + NKV) * HS;
+    bf16 *d_qk = up_bf16(qkv, nqkv), *d_v = up_bf16(qkv, nqkv);
+    CUDA_CHECK(cudaMemset2D(d_qk + kv_end, W * 2, 0xFF, (W - kv_end) * 2, ctx));
+    CUDA_CHECK(cudaMemset2D(d_v, W * 2, 0xFF, kv_end * 2, ctx));
+    for (int run = 0; run < 3; run++) {
         poison(d_out, C * 2);
-        attention_decode(d_out, d_qkv, t, &sh, 0);
+        if (run < 2)
+            attention_decode(d_out, d_qkv, NULL, t, &sh, 0);
+        else
+            attention_decode(d_out, d_qk, d_v, t, &sh, 0);
         dsync();
         down_bf16(run ? again : got, d_out, C);
+        CHECK(run == 0 || same_bytes(got, again, C * 4), "attention decode run %d differs from run 0 (ctx %d)", run,
+              ctx);
     }
     snprintf(what, sizeof what, "attention decode ctx=%d NH=%d NKV=%d HS=%d window=%d", ctx, NH, NKV, HS, window);
     CHECK_REL(rel_l2(got, ref + (size_t)t * C, C), 4e-3, what);
-    CHECK(same_bytes(got, again, C * 4), "attention decode is not bitwise repeatable (ctx %d)", ctx);
     free(qkv); free(ref); free(att); free(got); free(again);
     dfree_all();
 }
@@ -1546,12 +1580,17 @@ static void rope_case(int B, int T, int NH, int NKV, int hd, int qk_norm, RopePa
     snprintf(what, sizeof what, "rope fwd B=%d T=%d NH=%d NKV=%d hd=%d%s%s scaling %d", B, T, NH, NKV, hd,
              qk_norm ? (one_plus_w ? " +qk-norm (1+w)" : " +qk-norm") : "", in_place ? " in place" : "",
              (int)rp.scaling);
-    CHECK_REL(rel_l2(out_g, out_ref, n), 1e-2, what);
-    /* value heads are copied (or left) exactly */
+    /* value heads are never written: in place they stay the input's, else out's (poisoned) bytes; the
+     * attention reads them from the input */
     size_t v_wrong = 0;
     for (int r = 0; r < N; r++)
-        for (size_t i = (size_t)nheads * hd; i < R; i++) v_wrong += out_g[(size_t)r * R + i] != qkv[(size_t)r * R + i];
-    CHECK(v_wrong == 0, "rope forward changed %zu value-head elements", v_wrong);
+        for (size_t i = (size_t)nheads * hd; i < R; i++) {
+            float *o = &out_g[(size_t)r * R + i];
+            v_wrong += in_place ? *o != qkv[(size_t)r * R + i] : !isnan(*o);
+            *o = qkv[(size_t)r * R + i]; /* so that the comparison below sees the rotated heads only */
+        }
+    CHECK(v_wrong == 0, "rope forward wrote %zu value-head elements", v_wrong);
+    CHECK_REL(rel_l2(out_g, out_ref, n), 1e-2, what);
     if (qk_norm) CHECK_REL(rel_l2(rstd_g, rstd_ref, (size_t)N * nheads), 1e-5, "  qk-norm rstd");
 
     /* Backward: the CPU chain (RoPE's transpose, then QK-norm's backward) from zero; the GPU writes

@@ -124,13 +124,13 @@ static void bench_attention(int B, int T, int NH, int NKV, int HS, float scale, 
     for (int wgmma = 1; wgmma >= (HS == 256 ? 1 : 0); wgmma--) {
         const char *path = wgmma ? "wgmma" : "mma.sync";
         attention_use_wgmma(wgmma);
-        TIME_MS(ms, attention_forward(out, lse, qkv, &sh, 0));
+        TIME_MS(ms, attention_forward(out, lse, qkv, NULL, &sh, 0));
         snprintf(name, sizeof name, "  attention_forward %s", path);
         row(name, ms, f, bytes);
-        TIME_MS(ms, attention_backward(dqkv, NULL, scratch, dout, qkv, out, lse, &sh, 0));
+        TIME_MS(ms, attention_backward(dqkv, NULL, scratch, dout, qkv, NULL, out, lse, &sh, 0));
         snprintf(name, sizeof name, "  attention_backward %s (FA2 FLOPs)", path);
         row(name, ms, 2.5 * f, 2.0 * bytes);
-        TIME_MS(ms, attention_backward(dqkv, dbias, scratch, dout, qkv, out, lse, &sh, 0));
+        TIME_MS(ms, attention_backward(dqkv, dbias, scratch, dout, qkv, NULL, out, lse, &sh, 0));
         snprintf(name, sizeof name, "  attention_backward %s + qkv bias sums", path);
         row(name, ms, 2.5 * f, 2.0 * bytes);
     }

@@ -16,7 +16,9 @@
  * (before QK-norm and RoPE), atty (+ lse), residual2, the gate/up rows and residual3, with the
  * norms' 1/rms; the backward recomputes ln1 and ln2 from the residuals (one RMSNorm pass each), the
  * gated product from the gate/up rows (in the pass that computes their gradient), and with QK-norm
- * the rotated qkv from the projection's (one RoPE pass), each into one buffer shared by the layers. At Qwen3-0.6B's widths that keeps 14·C
+ * the rotated query and key heads from the projection's (one RoPE pass), each into one buffer shared
+ * by the layers; the attention reads the value heads from the projection's rows, so they are never
+ * copied. At Qwen3-0.6B's widths that keeps 14·C
  * values per token and layer instead of 23·C, for about 3 % more time in the backward. When that
  * does not fit (or recompute_gelu 2 asks), the gate/up rows are not kept either (8·C): the backward
  * runs their GEMM again, about 4 % of a step at Qwen3-0.6B's widths.
@@ -321,9 +323,9 @@ static void forward_body_gpt2(CudaBackend *cb, int t0, int B, int T) {
         matmul_forward(a->qkv + r * 3 * C, NULL, a->ln1 + r * C, P(ROLE_QKV_W), P(ROLE_QKV_B), N, C, 3 * C, s);
         const AttentionShape as = attention_shape(cfg, l, B, T);
         if (t0 == 0)
-            attention_forward(a->atty, a->att_lse, a->qkv, &as, s);
+            attention_forward(a->atty, a->att_lse, a->qkv, NULL, &as, s);
         else
-            attention_decode(a->atty + r * C, a->qkv, t0, &as, s);
+            attention_decode(a->atty + r * C, a->qkv, NULL, t0, &as, s);
         matmul_forward(cb->attproj + r * C, NULL, a->atty + r * C, P(ROLE_ATTPROJ_W), P(ROLE_ATTPROJ_B), N, C, C, s);
         residual_layernorm_forward(a->residual2 + r * C, a->ln2 + r * C, a->ln2_mean + r, a->ln2_rstd + r,
                                    residual_in, cb->attproj + r * C, P(ROLE_LN2_W), P(ROLE_LN2_B), N, C, s);
@@ -411,9 +413,9 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
         }
         const AttentionShape as = attention_shape(cfg, l, B, T);
         if (t0 == 0)
-            attention_forward(a->atty, a->att_lse, a->qkv, &as, s);
+            attention_forward(a->atty, a->att_lse, a->qkv, a->qkv_proj, &as, s);
         else
-            attention_decode(a->atty + r * w.AW, a->qkv, t0, &as, s);
+            attention_decode(a->atty + r * w.AW, a->qkv, a->qkv_proj, t0, &as, s);
         branch_projection_forward(cb, cb->attproj, a->attproj, a->attpost_rstd, r, a->atty + r * w.AW,
                                   P(ROLE_ATTPROJ_W), P(ROLE_ATTPOST_W), N, (int)w.AW);
         residual_rmsnorm_forward(a->residual2 + r * C, a->ln2 + r * C, a->ln2_rstd + r, residual_in,
@@ -573,7 +575,7 @@ static void backward_body_gpt2(CudaBackend *cb, GradSync *sync) {
         matmul_backward(cb->datty, g.attprojw, NULL, cb->scratch, cb->dres, a->atty, P(ROLE_ATTPROJ_W), NULL, N, C,
                         C, s);
         /* qkv's bias gradient is summed as the attention backward stores dqkv */
-        attention_backward(cb->dqkv, g.qkvb, cb->scratch, cb->datty, a->qkv, a->atty, a->att_lse, &as, s);
+        attention_backward(cb->dqkv, g.qkvb, cb->scratch, cb->datty, a->qkv, NULL, a->atty, a->att_lse, &as, s);
         matmul_backward(cb->dln, g.qkvw, NULL, cb->scratch, cb->dqkv, a->ln1, P(ROLE_QKV_W), NULL, N, C, 3 * C, s);
         /* below layer 0 is the encoder, which has no bias */
         layernorm_backward(cb->dres, g.ln1w, g.ln1b, l > 0 ? layer_tensors(t, cb->grads, l - 1).fcprojb : NULL,
@@ -633,7 +635,8 @@ static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
                         C, s);
         if (cfg->qk_norm)
             rope_forward(a->qkv, a->qk_rstd, a->qkv_proj, P(ROLE_QNORM_W), P(ROLE_KNORM_W), cos_t, sin_t, &rs, s);
-        attention_backward(cb->dqkv, NULL, cb->scratch, cb->datty, a->qkv, a->atty, a->att_lse, &as, s);
+        attention_backward(cb->dqkv, NULL, cb->scratch, cb->datty, a->qkv, a->qkv_proj, a->atty, a->att_lse, &as,
+                           s);
         rope_backward(cb->dqkv, g.qnormw, g.knormw, cb->scratch, cb->dqkv, a->qkv_proj, P(ROLE_QNORM_W),
                       P(ROLE_KNORM_W), a->qk_rstd, cos_t, sin_t, &rs, s);
         residual_rmsnorm_forward(NULL, a->ln1, a->ln1_rstd, residual_in, NULL, P(ROLE_LN1_W), N, C, cfg->norm_eps,
