@@ -58,7 +58,7 @@ GPU_TEST_OBJ := $(patsubst %.cu,build/%.cu.o,$(GPU_TEST_SRC))
 .PHONY: all test test-gpu bench data clean deps compare
 .DEFAULT_GOAL := train
 all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer $(BUILD)/bench_kernels \
-     $(BUILD)/lt_algo_probe $(BUILD)/bench_gemm_sm90 $(BUILD)/bench_nccl_copy_engine
+     $(BUILD)/lt_algo_probe $(BUILD)/bench_gemm_sm90 $(BUILD)/bench_nccl_copy_engine $(BUILD)/kernel_trace.so
 
 # Under SANITIZE=1 the tests run a sanitized trainer, $(BUILD)/train; ./train is never sanitized.
 TRAIN_BIN := $(if $(SANFLAGS),$(BUILD)/train,train)
@@ -120,6 +120,11 @@ $(BUILD)/bench_nccl_copy_engine: build/dev/bench/nccl_copy_engine.cu.o
 
 # every cuBLASLt algorithm for the fused backward's GEMM shapes (dev/profile/output_layer_profile.sh
 # runs it)
+# A CUPTI injection library (CUDA_INJECTION64_PATH) for dev/profile/gap_profile.sh; never linked.
+$(BUILD)/kernel_trace.so: dev/profile/kernel_trace.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -Wall -shared -fPIC -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcupti
+
 $(BUILD)/lt_algo_probe: build/dev/profile/lt_algo_probe.cu.o
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
 
