@@ -118,13 +118,13 @@ $(BUILD)/bench_gemm_sm90: build/dev/bench/gemm_sm90.cu.o
 $(BUILD)/bench_nccl_copy_engine: build/dev/bench/nccl_copy_engine.cu.o
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS) -lpthread
 
-# every cuBLASLt algorithm for the fused backward's GEMM shapes (dev/profile/output_layer_profile.sh
-# runs it)
 # A CUPTI injection library (CUDA_INJECTION64_PATH) for dev/profile/gap_profile.sh; never linked.
 $(BUILD)/kernel_trace.so: dev/profile/kernel_trace.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O2 -Wall -shared -fPIC -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcupti
 
+# every cuBLASLt algorithm for the fused backward's GEMM shapes (dev/profile/output_layer_profile.sh
+# runs it)
 $(BUILD)/lt_algo_probe: build/dev/profile/lt_algo_probe.cu.o
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
 

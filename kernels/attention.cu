@@ -129,8 +129,9 @@ static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const b
     CUDA_CHECK(cudaGetLastError());
 }
 
-/* The copy engine reads qkv as [B][T][(NH+2·NKV)·HS] in boxes of 128 tokens × 64 columns: rows past
- * T (of the last block of each sequence) arrive as zeros, never as the next sequence's rows. */
+/* The copy engine reads qkv as [B][T][(NH+2·NKV)·HS] in boxes of 128 tokens × 64 columns, the value
+ * heads through a second map of the same shape over vsrc: rows past T (of the last block of each
+ * sequence) arrive as zeros, never as the next sequence's rows. */
 template <int HS>
 static void launch_forward_tma(bf16 *out, float *lse, const bf16 *qkv, const bf16 *vsrc, const AttentionShape *s,
                                cudaStream_t stream) {

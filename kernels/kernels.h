@@ -156,8 +156,8 @@ void attention_backward(kbf16 *dqkv, float *dbias_qkv, void *scratch, const kbf1
 /* ---- attention_decode.cu: one query row against cached keys and values ----------------- */
 /* out [NH·HS] (=): row t's attention output, softmax(scale·q·kᵀ)·v over the keys row t sees (0..t,
  * or the last `window` of them) in fp32, as row t of attention_forward. qkv holds one sequence's rows
- * 0..t in the forward's layout (the cache is the keys and values the forward left in its qkv rows);
- * v as in attention_forward; s->B and s->T are not read. HS a multiple of 32 up to 256; any t >= 0. */
+ * 0..t in the forward's layout (the cache is the keys and values the forward left in its qkv rows,
+ * or the values in v's rows when v is given, as in attention_forward); s->B and s->T are not read. HS a multiple of 32 up to 256; any t >= 0. */
 void attention_decode(kbf16 *out, const kbf16 *qkv, const kbf16 *v, int t, const AttentionShape *s,
                       cudaStream_t stream);
 

@@ -12,8 +12,8 @@ nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee -a 
 t0=$SECONDS; M=/tmp/fddp; mkdir -p $M
 case $MODEL in qwen3-0.6b) V=151936 ;; llama3.2-1b) V=128256 ;; gemma3-270m) V=262144 ;; *) say "unknown MODEL $MODEL"; exit 2 ;; esac
 python3 tests/fixtures/gen/make_shard.py $M/data.bin 8000000 $V random 3 >/dev/null
-# the end-of-run checkpoint is not what is measured: to memory where /dev/shm has room
-CK=/dev/shm; [ "$(df -k --output=avail /dev/shm 2>/dev/null | tail -1)" -gt 30000000 ] 2>/dev/null || CK=$M
+# the end-of-run checkpoint is not what is measured: to memory where /dev/shm has room for two at once
+CK=/dev/shm; [ "$(df -k --output=avail /dev/shm 2>/dev/null | tail -1)" -gt 64000000 ] 2>/dev/null || CK=$M
 ours() { # tag, GPU list, ./train flags...
   local tag=$1 gpus=$2; shift 2
   rm -rf $CK/fddp_$tag

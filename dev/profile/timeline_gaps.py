@@ -39,6 +39,9 @@ def main():
         time_by[short(n)] += e - s
         busy += max(0, e - max(s, end))
         end = max(end, e)
+    closing = next(n for s, _, n in ops if s == w1)
+    if w1 > end:  # before the next step's first kernel, which closes the window
+        idle_by[short(closing)] += w1 - end
     span = w1 - w0
     per = lambda ns: ns / a.steps / 1e6
     print(f"step {per(span):.2f} ms on the timeline, busy {per(busy):.2f}, idle {per(span - busy):.2f} "

@@ -68,7 +68,8 @@ extern "C" {
 typedef struct {
     kbf16 *ln1, *qkv, *atty, *residual2, *ln2, *fch_pre, *fch_gelu, *residual3;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att_lse; /* means: LayerNorm only */
-    kbf16 *qkv_proj; /* [N,QW] the projection's output before QK-norm (Qwen3); else RoPE runs in place on qkv */
+    kbf16 *qkv_proj; /* [N,QW] the projection's output before QK-norm (Qwen3), where the attention reads
+                      * the value heads; else RoPE runs in place on qkv and qkv_proj is qkv */
     float *qk_rstd;  /* [N,NH+NKV] QK-norm's */
     /* sandwich norms: o_proj's and down_proj's outputs [N,C] before their norms, and the norms' 1/rms */
     kbf16 *attproj, *fcproj;
@@ -102,7 +103,8 @@ typedef struct {
                               * projections, or with sandwich norms their norms' outputs) */
     kbf16 *gelu_tmp;         /* [N,F] when recompute_gelu: every layer's fch_gelu, one at a time */
     kbf16 *ln_tmp;           /* [N,C] RoPE families: every layer's ln1 and ln2, one at a time */
-    kbf16 *qkv_rot;          /* [N,QW] QK-norm families: every layer's rotated qkv, one at a time */
+    kbf16 *qkv_rot;          /* [N,QW] QK-norm families: every layer's rotated query and key heads, one at
+                              * a time (its value columns are never written: see qkv_proj) */
     kbf16 *fch_tmp;          /* [N,FW] when recompute_gelu == 2: every layer's fch_pre, one at a time */
     int recompute_gelu;      /* 1: the MLP's activation (always for the RoPE families); 2: its input too */
     float *lnf_mean, *lnf_rstd;
