@@ -274,8 +274,10 @@ static void set_value(Options *opt, const OptSpec *o, const char *value, const c
     switch (o->type) {
     case OPT_INT: {
         long v = strtol(value, &end, 10);
-        if (!*value || isspace((unsigned char)*value) || *end || errno || v < -2147483647L || v > 2147483647L)
+        if (!*value || isspace((unsigned char)*value) || *end || (errno && errno != ERANGE))
             die_usage("%s expects an integer, got '%s'", name, value);
+        if (errno == ERANGE || v < -2147483647L || v > 2147483647L)
+            die_usage("%s %s is out of range: an integer from -2147483647 to 2147483647 is expected", name, value);
         *(int *)dst = (int)v;
         break;
     }
@@ -460,7 +462,12 @@ static void validate(Options *opt, GPTConfig *cfg) {
         bad("--optimizer-state", "must be fp32 or bf16");
     if (opt->recompute_gelu < 0 || opt->recompute_gelu > 2) bad("--recompute-gelu", "must be 0, 1 or 2");
     if (opt->profile_step < 0) bad("--profile-step", "must be 0 (off) or a step number");
+    if (opt->profile_step > opt->steps) bad("--profile-step", "is past the last step (-x/--steps)");
     if (opt->step_parts != 0 && opt->step_parts != 1) bad("--step-parts", "must be 0 or 1");
+    if (!strcmp(opt->device, "cpu") && opt->profile_step)
+        bad("--profile-step", "opens a GPU profiler's capture range: it needs --device cuda");
+    if (!strcmp(opt->device, "cpu") && opt->step_parts)
+        bad("--step-parts", "times the GPU's parts of a step: it needs --device cuda");
     if (strcmp(opt->output, "fused") && strcmp(opt->output, "canonical"))
         bad("--output", "must be fused or canonical");
     if (opt->logits_mb < 0) bad("--logits-mb", "must be at least 0 (0: the streaming path)");
@@ -717,6 +724,7 @@ typedef struct {
     PreparedData prepared; /* the default corpus, when there is no -i */
     const char *train_path, *val_path, *tok_path;
     char beside_init[FGPT_PATH_LEN]; /* the tokenizer.json beside --init-from's weights, taken when no --tokenizer */
+    char carried_tok[FGPT_PATH_LEN]; /* the tokenizer.json of the checkpoint -y 1 resumes, taken when no --tokenizer */
     Tokenizer *tok;
     CheckpointTokenizer ck_tok; /* the tokenizer as checkpoints carry it (rank 0) */
     int have_ck_tok;
@@ -934,6 +942,13 @@ static int claim_run_dir(Run *r) {
         printf("note: run directory %s cannot be locked (%s); do not start a second trainer on it\n", opt->out,
                strerror(errno));
     }
+    /* the lock of an earlier run opens read-only: a directory this run cannot write into would only
+     * be found at its first checkpoint, after the training it would lose */
+    if (access(opt->out, W_OK | X_OK) != 0) {
+        print_error("cannot write into run directory %s: %s (check -o and its permissions)", opt->out,
+                    strerror(errno));
+        return 1;
+    }
     return RUN_ON;
 }
 
@@ -977,7 +992,10 @@ static int refuse_default_corpus(const Run *r) {
 /* r->tok from r->tok_path, checked against the model's vocabulary. A tokenizer.json beside
  * --init-from's weights (beside) is not needed to train on shards, so one that does not fit is only
  * named; one named by --tokenizer must load. */
-static int load_tokenizer(Run *r, int beside) {
+/* The tokenizer at r->tok_path. `from` says where it was found when no --tokenizer named it (beside
+ * --init-from's weights, in the checkpoint resumed): such a one that cannot be used is noted and
+ * left out, where a named one stops the run. */
+static int load_tokenizer(Run *r, const char *from) {
     const GPTConfig *cfg = &r->cfg;
     r->tok = tokenizer_load(r->tok_path, r->err);
     if (r->tok && tokenizer_vocab_size(r->tok) > (uint32_t)cfg->vocab_size) {
@@ -986,11 +1004,11 @@ static int load_tokenizer(Run *r, int beside) {
         tokenizer_free(r->tok);
         r->tok = NULL;
     }
-    if (!r->tok && !beside) return fail(r->err);
+    if (!r->tok && !from) return fail(r->err);
     if (!r->tok && r->dist.rank == 0)
         printf("note: not using %s (%s); checkpoints will carry no tokenizer.json (pass --tokenizer FILE)\n",
                r->tok_path, r->err);
-    if (r->tok && beside && r->dist.rank == 0) printf("tokenizer: %s (beside --init-from's weights)\n", r->tok_path);
+    if (r->tok && from && r->dist.rank == 0) printf("tokenizer: %s (%s)\n", r->tok_path, from);
     return RUN_ON;
 }
 
@@ -1058,7 +1076,16 @@ static int resolve_data(Run *r) {
     const int beside =
         !r->tok_path[0] && opt->init_from[0] && file_in_dir(r->beside_init, opt->init_from, "tokenizer.json");
     if (beside) r->tok_path = r->beside_init;
-    if (r->tok_path[0] && load_tokenizer(r, beside) != RUN_ON) return 1;
+    /* a resume keeps the tokenizer its checkpoint carries, unless another is named: the checkpoints it
+     * writes carry it on (the default corpus brings its own) */
+    char latest[256], ignored[ERR_LEN], dir[FGPT_PATH_LEN];
+    const int carried = !r->tok_path[0] && opt->resume && opt->train_data[0] &&
+                        checkpoint_latest_name(opt->out, latest, sizeof latest, ignored) >= 0 &&
+                        path_format(dir, "%s/%s", opt->out, latest) == 0 &&
+                        file_in_dir(r->carried_tok, dir, "tokenizer.json");
+    if (carried) r->tok_path = r->carried_tok;
+    const char *from = beside ? "beside --init-from's weights" : carried ? "the resumed checkpoint's" : NULL;
+    if (r->tok_path[0] && load_tokenizer(r, from) != RUN_ON) return 1;
     if (!r->train_path[0] && use_default_corpus(r, beside) != RUN_ON) return 1;
     if (!r->tok) r->tok_path = "";
     if (opt->train_data[0] && !r->val_path[0] && opt->val_every > 0) /* -i without -j: nothing to validate on */
@@ -1069,7 +1096,7 @@ static int resolve_data(Run *r) {
     if (opt->warmup >= opt->steps)
         printf("schedule: --warmup %d is not below -x %d: the learning rate never reaches -l %g\n", opt->warmup,
                opt->steps, opt->lr);
-    if (!r->tok && r->dist.rank == 0 && !beside)
+    if (!r->tok && r->dist.rank == 0 && !from)
         printf("note: no --tokenizer: checkpoints will carry no tokenizer.json\n");
     if (r->tok && opt->tokenizer[0] && opt->init_from[0] && r->dist.rank == 0) note_other_than_init_from(r);
     r->have_ck_tok = r->tok && r->dist.rank == 0 && checkpoint_tokenizer(r->tok, cfg->max_seq_len, &r->ck_tok);

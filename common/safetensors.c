@@ -7,6 +7,9 @@
 #include <sys/stat.h>
 
 #define MAX_HEADER (100u << 20) /* a larger header is no model's */
+/* What to do about a file that is not whole: it is a copy to make again, whichever wrote it (a
+ * checkpoint of ours: another step's, or a new export; a download: again). */
+#define DAMAGED_FIX "; the file is damaged or incomplete: copy, download or export it again (or use another checkpoint)"
 /* Offsets and dimensions above this (a petabyte) are corrupt; below 2^53 a double holds them exactly. */
 #define MAX_OFFSET (1ll << 50)
 
@@ -90,13 +93,13 @@ static int check_entry(const char *name, const JsonValue *v, uint64_t data_len, 
     st_shape_string(t, dims, sizeof dims);
     const uint64_t width = dtype_width(dtype), bytes = mul_saturating(elems, width);
     if (!width) {
-        snprintf(err, ERR_LEN, "%s: tensor %s has dtype %s, which safetensors does not define (corrupt header)", path,
-                 name, dtype);
+        snprintf(err, ERR_LEN, "%s: tensor %s has dtype %s, which safetensors does not define (corrupt header)" DAMAGED_FIX,
+                 path, name, dtype);
         return -1;
     }
     if ((uint64_t)e > data_len) {
-        snprintf(err, ERR_LEN, "%s: tensor %s ends at byte %lld of the data, past its end at %llu (truncated?)", path,
-                 name, e, (unsigned long long)data_len);
+        snprintf(err, ERR_LEN, "%s: tensor %s ends at byte %lld of the data, past its end at %llu (truncated?)" DAMAGED_FIX,
+                 path, name, e, (unsigned long long)data_len);
         return -1;
     }
     if ((uint64_t)(e - b) != bytes) {
@@ -165,7 +168,7 @@ int st_open(StFile *s, const char *path, char *err) {
     if (fseek(s->f, 0, SEEK_END) == 0) file_len = (uint64_t)ftell(s->f);
     rewind(s->f);
     if (fread(b8, 1, 8, s->f) != 8) {
-        snprintf(err, ERR_LEN, "%s is shorter than a safetensors header", path);
+        snprintf(err, ERR_LEN, "%s is shorter than a safetensors header" DAMAGED_FIX, path);
         st_close(s);
         return -1;
     }
@@ -173,8 +176,8 @@ int st_open(StFile *s, const char *path, char *err) {
     char *text = hlen <= MAX_HEADER && 8 + hlen <= file_len ? malloc(hlen + 1) : NULL;
     if (!text || fread(text, 1, hlen, s->f) != hlen) {
         free(text);
-        snprintf(err, ERR_LEN, "%s has a header of %llu bytes in a %llu-byte file (not a safetensors file?)", path,
-                 (unsigned long long)hlen, (unsigned long long)file_len);
+        snprintf(err, ERR_LEN, "%s has a header of %llu bytes in a %llu-byte file (not a safetensors file?)" DAMAGED_FIX,
+                 path, (unsigned long long)hlen, (unsigned long long)file_len);
         st_close(s);
         return -1;
     }
@@ -182,7 +185,9 @@ int st_open(StFile *s, const char *path, char *err) {
     s->header = json_parse(text, hlen, path, jerr);
     free(text);
     if (!s->header || s->header->type != JSON_OBJECT) {
-        if (s->header) snprintf(err, ERR_LEN, "%s: the safetensors header is not a JSON object (not a safetensors file?)", path);
+        if (s->header)
+            snprintf(err, ERR_LEN, "%s: the safetensors header is not a JSON object (not a safetensors file?)" DAMAGED_FIX,
+                     path);
         else snprintf(err, ERR_LEN, "%s", jerr);
         st_close(s);
         return -1;
@@ -232,13 +237,13 @@ int st_read_f32(StFile *s, const StTensor *t, float *out, char *err) {
     }
     if (width == 4) {
         if (fread(out, 4, n, s->f) == n) return 0;
-        snprintf(err, ERR_LEN, "cannot read tensor %s from %s (truncated?)", t->name, s->path);
+        snprintf(err, ERR_LEN, "cannot read tensor %s from %s (truncated?)" DAMAGED_FIX, t->name, s->path);
         return -1;
     }
     /* halves are widened in place: read into the upper half of out, convert front to back */
     uint16_t *h = (uint16_t *)(out + n) - n;
     if (fread(h, 2, n, s->f) != n) {
-        snprintf(err, ERR_LEN, "cannot read tensor %s from %s (truncated?)", t->name, s->path);
+        snprintf(err, ERR_LEN, "cannot read tensor %s from %s (truncated?)" DAMAGED_FIX, t->name, s->path);
         return -1;
     }
     const int bf16 = strcmp(t->dtype, "BF16") == 0;

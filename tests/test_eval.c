@@ -224,8 +224,8 @@ TEST(eval_errors_name_the_problem_in_one_line) {
     } cases[] = {
         {"eval --device cpu", "--init-from or -o/--out: give one of them", 2},
         {"eval -o {run} --bogus 1 -i {shard}", "unknown flag '--bogus'", 2},
-        {"eval -o {run} -i {shard} -t 0", "-t expects a whole number of 1 or more, got '0'", 2},
-        {"eval -o {run} -i {shard} -b x", "-b expects a whole number of 1 or more, got 'x'", 2},
+        {"eval -o {run} -i {shard} -t 0", "-t expects a whole number from 1 to 2147483647, got '0'", 2},
+        {"eval -o {run} -i {shard} -b x", "-b expects a whole number from 1 to 2147483647, got 'x'", 2},
         {"eval -o {run} -i {shard} -b", "-b needs a value", 2},
         {"eval -o {run} -i -t 8", "-i needs a value", 2},
         {"eval -o {run} -i {shard} --device tpu", "--device must be cuda or cpu", 2},

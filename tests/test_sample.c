@@ -272,7 +272,7 @@ TEST(sample_errors_name_the_problem) {
         {"sample -o /nonexistent/run --step 5 --device cpu", "has no checkpoint of step 5", NULL, 1},
         {"sample -o x --temperature -1", "--temperature must be from 0 (greedy) to below 1e6", NULL, 2},
         {"sample -o x --temperature 1e6", "--temperature must be from 0 (greedy) to below 1e6", NULL, 2},
-        {"sample -o x --top-k abc", "--top-k must be 0 or more", NULL, 2},
+        {"sample -o x --top-k abc", "--top-k must be a whole number from 0 to 2147483647", NULL, 2},
         {"sample -o x --bogus 1", "unknown flag '--bogus'", NULL, 2},
         {"sample -o x --bogus", "unknown flag '--bogus'", NULL, 2},
         {"sample -o x --seed", "--seed needs a value", NULL, 2},

@@ -80,6 +80,13 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("-b ' 4'", "-b/--batch expects an integer, got ' 4'");
     expect_usage_error("--lr nan", "-l/--lr expects a number, got 'nan'");
     expect_usage_error("--lr 1e-46", "-l/--lr: 1e-46 is beyond what a float holds");
+    /* an integer too large for an int is named as out of range, not as something else */
+    expect_usage_error("-b 2147483648", "-b/--batch 2147483648 is out of range: an integer from -2147483647 to 2147483647");
+    expect_usage_error("-x 99999999999999999999", "-x/--steps 99999999999999999999 is out of range");
+    /* the GPU's timing flags do nothing on the CPU: refused there, not ignored */
+    expect_usage_error("--device cpu --step-parts 1", "--step-parts times the GPU's parts of a step: it needs --device cuda");
+    expect_usage_error("--device cpu -x 5 --profile-step 3", "--profile-step opens a GPU profiler's capture range");
+    expect_usage_error("-x 5 --profile-step 6", "--profile-step is past the last step (-x/--steps)");
 }
 
 TEST(cli_help_is_generated_from_the_option_table) {
@@ -759,7 +766,8 @@ TEST(a_bad_init_from_is_refused_before_any_corpus_work) {
     snprintf(args, sizeof args, "--device cpu -e tiny -v 300 -b 2 -t 16 -x 1 -s 0 --val-every 0 --init-from %s "
              "--cache-dir %s -o %s/run", ck, cache, d);
     int rc = run_train_under(prefix, args, &out);
-    CHECK(rc == 1 && strstr(out, "error: ") && strstr(out, "model.safetensors") && count_lines(out) == 1,
+    CHECK(rc == 1 && strstr(out, "error: ") && strstr(out, "model.safetensors") && count_lines(out) == 1 &&
+              strstr(out, "the file is damaged or incomplete: copy, download or export it again"),
           "exit %d: %s", rc, out);
     free(out);
     struct stat sb;
@@ -850,6 +858,26 @@ TEST(a_shard_made_by_another_tokenizer_of_the_same_size_is_refused) {
           "a validation shard of another tokenizer: exit %d: %s", rc, out);
     free(out);
     expect_run(0, "step     1/1", NULL, RUN700 " -i %s --tokenizer %s -o %s/run_same_tok", train, fixture, d);
+}
+
+/* A resume without --tokenizer keeps the one its checkpoint carries: the checkpoints it writes carry
+ * it on (they used to lose it, and with it the text, once the old ones were pruned). */
+TEST(a_resume_keeps_the_tokenizer_its_checkpoint_carries) {
+    char other[PATH_BUF], train[PATH_BUF], train_b[PATH_BUF], args[2400], path[PATH_BUF + 64], *out = NULL;
+    const char *d = test_tmpdir(), *fixture = GPT2_STYLE_TOKENIZER;
+    REQUIRE(two_tokenizers_and_their_shards("resume", other, train, train_b) == 0, "tokenizers and shards");
+    expect_run(0, "step     1/1", NULL, RUN700 " -i %s --tokenizer %s -o %s/res_tok", train, fixture, d);
+    snprintf(args, sizeof args, RUN700 " -i %s -x 2 -y 1 -o %s/res_tok", train, d);
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "step_00000001/tokenizer.json (the resumed checkpoint's)") &&
+              !strstr(out, "no --tokenizer"),
+          "the resumed checkpoint's tokenizer: exit %d: %s", rc, out);
+    free(out);
+    snprintf(path, sizeof path, "%s/res_tok/step_00000002/tokenizer.json", d);
+    CHECK(access(path, F_OK) == 0, "the resumed run's checkpoint carries no tokenizer.json (%s)", path);
+    /* a run without one resumes without one, as before */
+    expect_run(0, "step     1/1", NULL, RUN700 " -i %s -o %s/res_none", train, d);
+    expect_run(0, "no --tokenizer", NULL, RUN700 " -i %s -x 2 -y 1 -o %s/res_none", train, d);
 }
 
 /* --init-from takes the tokenizer.json beside the weights (our checkpoints carry one) unless

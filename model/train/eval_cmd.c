@@ -143,7 +143,7 @@ static int parse(EvalOptions *o, int argc, char **argv) {
         long n = strtol(v, &end, 10);
         if (!*v || *end || errno || n < f->lo || n > 2147483647L) {
             char why[64];
-            snprintf(why, sizeof why, "expects a whole number of %d or more, got '%.20s'", f->lo, v);
+            snprintf(why, sizeof why, "expects a whole number from %d to 2147483647, got '%.20s'", f->lo, v);
             return bad(a, why);
         }
         *(int *)dst = (int)n;

@@ -107,7 +107,7 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
         } else if (!strcmp(a, "-G") || !strcmp(a, "--gen-tokens")) {
             if (parse_int(v, 1, 1 << 20, &o->gen_tokens)) return bad(a, "must be between 1 and 2^20");
         } else if (!strcmp(a, "--top-k")) {
-            if (parse_int(v, 0, 2147483647L, &o->top_k)) return bad(a, "must be 0 or more");
+            if (parse_int(v, 0, 2147483647L, &o->top_k)) return bad(a, "must be a whole number from 0 to 2147483647");
         } else if (!strcmp(a, "--seed")) {
             char *end;
             errno = 0;
