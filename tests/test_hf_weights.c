@@ -178,6 +178,7 @@ TEST(hf_weights_config_of_another_model_is_refused_naming_the_field) {
         {", \"tie_word_embeddings\": false", "tie_word_embeddings is false"},
         {", \"layer_norm_epsilon\": 1e-6", "layer_norm_epsilon"},
         {", \"n_layer\": -2", "\"n_layer\" is missing or not a positive integer"},
+        {", \"n_head\": 3", "n_head 3 does not divide n_embd 16 (not a GPT-2 this trainer can build"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_gpt2_config(test_tmpdir(), cases[i].extra);
@@ -186,6 +187,13 @@ TEST(hf_weights_config_of_another_model_is_refused_naming_the_field) {
     }
     CHECK(hf_read_config("/nonexistent", &cfg, err) != 0 && strstr(err, "cannot open /nonexistent/config.json"),
           "a missing directory: %s", err);
+    /* JSON, but not an object: named, with what to do */
+    char path[900];
+    snprintf(path, sizeof path, "%s/config.json", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    REQUIRE(f && fputs("[]\n", f) >= 0 && fclose(f) == 0, "writing %s", path);
+    CHECK(hf_read_config(test_tmpdir(), &cfg, err) != 0 && strstr(err, "config.json is not a JSON object (a Hugging Face "),
+          "an array: %s", err);
 }
 
 /* A config.json that is a directory is named as one (its size was read as LONG_MAX). */

@@ -40,7 +40,9 @@ static JsonValue *read_json(const char *path, char *err) {
     JsonValue *root = json_parse(text, len, path, jerr);
     free(text);
     if (!root) snprintf(err, ERR_LEN, "%s", jerr);
-    else if (root->type != JSON_OBJECT) snprintf(err, ERR_LEN, "%s is not a JSON object", path);
+    else if (root->type != JSON_OBJECT)
+        snprintf(err, ERR_LEN, "%s is not a JSON object (a Hugging Face model directory's config.json is one: copy "
+                 "or download it again)", path);
     if (root && root->type != JSON_OBJECT) {
         json_free(root);
         return NULL;
@@ -159,7 +161,8 @@ static int read_gpt2_config(const JsonValue *root, const char *path, GPTConfig *
     else if (is_true(by_layer) || (scale && scale->type == JSON_FALSE))
         snprintf(err, ERR_LEN, "%s: attention scaled other than by 1/sqrt(head size) is not supported", path);
     else if (C % NH)
-        snprintf(err, ERR_LEN, "%s: n_head %lld does not divide n_embd %lld", path, NH, C);
+        snprintf(err, ERR_LEN, "%s: n_head %lld does not divide n_embd %lld (not a GPT-2 this trainer can build: "
+                 "is config.json damaged?)", path, NH, C);
     else {
         cfg->num_layers = (int)L;
         cfg->num_heads = (int)NH;
