@@ -989,12 +989,10 @@ static int refuse_default_corpus(const Run *r) {
     return 1;
 }
 
-/* r->tok from r->tok_path, checked against the model's vocabulary. A tokenizer.json beside
- * --init-from's weights (beside) is not needed to train on shards, so one that does not fit is only
- * named; one named by --tokenizer must load. */
-/* The tokenizer at r->tok_path. `from` says where it was found when no --tokenizer named it (beside
- * --init-from's weights, in the checkpoint resumed): such a one that cannot be used is noted and
- * left out, where a named one stops the run. */
+/* r->tok from r->tok_path, checked against the model's vocabulary. `from` says where it was found
+ * when no --tokenizer named it (beside --init-from's weights, in the checkpoint resumed): such a one is
+ * not needed to train on shards, so one that does not fit is only named; one named by --tokenizer
+ * must load. */
 static int load_tokenizer(Run *r, const char *from) {
     const GPTConfig *cfg = &r->cfg;
     r->tok = tokenizer_load(r->tok_path, r->err);
