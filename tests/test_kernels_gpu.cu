@@ -1315,16 +1315,20 @@ TEST(kernels_adamw_on_shard_ranges_matches_the_whole_update) {
 }
 
 /* AdamW on bf16 state: the kernel against the CPU reference's per-value function (kernels/adamw_bf16.h),
- * bit for bit, on a ZeRO-1-like plan of two ranges whose state is compact and whose random bits are
- * keyed by the whole table's index (index0 + i); three steps, so the stored m and v feed back. */
-TEST(kernels_adamw_bf16_state_matches_the_cpu_reference_bit_for_bit) {
+ * bit for bit, on a ZeRO-1-like plan of two ranges whose random bits are keyed by the whole table's
+ * index (index0 + i); three steps, so the stored m and v feed back. Two layouts of the state: compact,
+ * where weight and state indices never meet a group of eight together (every value singly), and with
+ * gaps that line them up (groups of eight between single heads and tails). */
+static void adamw_bf16_state_against_the_cpu_reference(int grouped) {
     seed_fresh();
     size_t numels[3] = {16384 * 2 + 5, 777, 100003};
     int decay[3] = {1, 0, 1};
     size_t offsets[3] = {0, numels[0], numels[0] + numels[1]};
     size_t n = numels[0] + numels[1] + numels[2];
-    AdamWRange ranges[2] = {{5, 33000, 0}, {60001, n - 60001 - 3, 33000}};
-    const size_t shard = ranges[0].count + ranges[1].count;
+    AdamWRange compact[2] = {{5, 33000, 0}, {60001, n - 60001 - 3, 33000}};
+    AdamWRange gapped[2] = {{5, 33000, 13}, {60001, n - 60001 - 3, 33017}}; /* begin ≡ state_offset mod 8 */
+    const AdamWRange *ranges = grouped ? gapped : compact;
+    const size_t shard = ranges[1].state_offset + ranges[1].count;
     const uint64_t index0 = 123457; /* where these rows start in a larger table */
     float *tmp = hmalloc(n);
     uint16_t *w = (uint16_t *)malloc(n * 2), *sm = (uint16_t *)malloc(shard * 2), *sv = (uint16_t *)malloc(shard * 2);
@@ -1363,7 +1367,8 @@ TEST(kernels_adamw_bf16_state_matches_the_cpu_reference_bit_for_bit) {
     size_t wrong_w = 0, wrong_m = 0, wrong_v = 0;
     for (size_t i = 0; i < n; i++) wrong_w += gw[i] != w[i]; /* also: weights outside the ranges untouched */
     for (size_t s = 0; s < shard; s++) wrong_m += gm[s] != sm[s], wrong_v += gv[s] != sv[s];
-    CHECK(wrong_w == 0 && wrong_m == 0 && wrong_v == 0, "differ from the CPU reference: %zu weights, %zu m, %zu v of %zu",
+    CHECK(wrong_w == 0 && wrong_m == 0 && wrong_v == 0,
+          "differ from the CPU reference (%s state): %zu weights, %zu m, %zu v of %zu", grouped ? "gapped" : "compact",
           wrong_w, wrong_m, wrong_v, shard);
     CHECK(moved > shard / 2, "only %zu of %zu weight updates moved a bf16 weight", moved, 3 * shard);
     /* the widening used to read bf16 state into checkpoints is exact */
@@ -1376,6 +1381,11 @@ TEST(kernels_adamw_bf16_state_matches_the_cpu_reference_bit_for_bit) {
     adamw_plan_free(plan);
     free(tmp); free(w); free(sm); free(sv); free(g); free(gw); free(gm); free(gv); free(wide);
     dfree_all();
+}
+
+TEST(kernels_adamw_bf16_state_matches_the_cpu_reference_bit_for_bit) {
+    adamw_bf16_state_against_the_cpu_reference(0);
+    adamw_bf16_state_against_the_cpu_reference(1);
 }
 
 /* A slice of the flat layout updated on its own (a vocabulary-parallel rank's head rows: its own

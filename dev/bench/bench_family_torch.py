@@ -59,7 +59,7 @@ LIGER_PATCH = {"qwen3": "apply_liger_kernel_to_qwen3", "llama": "apply_liger_ker
                "gemma3_text": "apply_liger_kernel_to_gemma3_text"}
 
 
-def one_row(model_name, stack, precision, B, T, steps, warmup):
+def one_row(model_name, stack, precision, B, T, steps, warmup, mark_steps=False):
     import torch
     import transformers
 
@@ -97,6 +97,8 @@ def one_row(model_name, stack, precision, B, T, steps, warmup):
     times = []
     for i in range(warmup + steps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if mark_steps:  # a kernel named spin_kernel opens the step on a traced timeline
+            torch.cuda._sleep(1)
         start.record()
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "amp"):
             loss = fwd(input_ids=data[i], labels=data[i]).loss
@@ -130,16 +132,21 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--timeout", type=int, default=300, help="seconds per row, compilation included")
+    ap.add_argument("--mark-steps", action="store_true",
+                    help="open each step with torch.cuda._sleep(1) (kernel spin_kernel), the step marker of "
+                         "dev/profile/timeline_gaps.py --marker spin_kernel")
     ap.add_argument("--row", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.row:
         stack, B = a.row.split(":")
-        one_row(a.model, stack, a.precision, int(B), a.seq, a.steps, a.warmup)
+        one_row(a.model, stack, a.precision, int(B), a.seq, a.steps, a.warmup, a.mark_steps)
         return
     for stack in a.stack:
         for B in a.batch:
             cmd = [sys.executable, __file__, "--model", a.model, "--precision", a.precision, "--seq", str(a.seq),
                    "--steps", str(a.steps), "--warmup", str(a.warmup), "--row", f"{stack}:{B}"]
+            if a.mark_steps:
+                cmd.append("--mark-steps")
             try:
                 p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
                 row = [l for l in p.stdout.splitlines() if l.startswith("csv_torch_family")]

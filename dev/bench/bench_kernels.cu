@@ -322,6 +322,14 @@ int main(int argc, char **argv) {
         int step = 1;
         TIME_MS(ms, adamw_update(plan, p, pb, g, m, v, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step++, 0));
         row("adamw_update 124M (fp32 master -> bf16)", ms, 15.0 * n, 30.0 * n);
+        /* bf16 state: m and v rounded from the fp32 ones, the weights in pb */
+        bf16 *mb = (bf16 *)dmalloc(n * 2), *vb = (bf16 *)dmalloc(n * 2);
+        convert_fp32_to_bf16(pb, p, n, 0);
+        convert_fp32_to_bf16(mb, m, n, 0);
+        convert_fp32_to_bf16(vb, v, n, 0);
+        TIME_MS(ms, adamw_update_bf16(plan, pb, g, mb, vb, 0, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step++, 0));
+        row("adamw_update_bf16 124M (bf16 state)", ms, 15.0 * n, 16.0 * n);
+        CUDA_CHECK(cudaFree(mb)); CUDA_CHECK(cudaFree(vb));
         adamw_plan_free(plan);
         CUDA_CHECK(cudaFree(p)); CUDA_CHECK(cudaFree(g)); CUDA_CHECK(cudaFree(m)); CUDA_CHECK(cudaFree(v));
         CUDA_CHECK(cudaFree(pb)); CUDA_CHECK(cudaFree(ss)); CUDA_CHECK(cudaFree(scratch));

@@ -1,5 +1,5 @@
 /* kernel_trace.c - the GPU's timeline of a process without Nsight Systems: a CUPTI injection library
- * that records every kernel, copy and memset (start, duration, name) and writes them as CSV with the
+ * that records every kernel, copy and memset (start, duration, name, grid) and writes them as CSV with the
  * columns of `nsys stats --report cuda_gpu_trace`, for dev/profile/timeline_gaps.py.
  *
  *   make build/kernel_trace.so
@@ -42,15 +42,15 @@ static void CUPTIAPI take_buffer(CUcontext ctx, uint32_t stream, uint8_t *buffer
     while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
         if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
             const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
-            fprintf(out, "%llu,%llu,\"%s\"\n", (unsigned long long)k->start,
-                    (unsigned long long)(k->end - k->start), k->name);
+            fprintf(out, "%llu,%llu,\"%s\",%d,%d,%d\n", (unsigned long long)k->start,
+                    (unsigned long long)(k->end - k->start), k->name, k->gridX, k->gridY, k->gridZ);
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)rec;
-            fprintf(out, "%llu,%llu,\"[memcpy]\"\n", (unsigned long long)m->start,
+            fprintf(out, "%llu,%llu,\"[memcpy]\",0,0,0\n", (unsigned long long)m->start,
                     (unsigned long long)(m->end - m->start));
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
             const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)rec;
-            fprintf(out, "%llu,%llu,\"[memset]\"\n", (unsigned long long)m->start,
+            fprintf(out, "%llu,%llu,\"[memset]\",0,0,0\n", (unsigned long long)m->start,
                     (unsigned long long)(m->end - m->start));
         }
     }
@@ -69,7 +69,7 @@ int InitializeInjection(void) {
         fprintf(stderr, "kernel_trace: cannot write %s\n", path ? path : "kernel_trace.csv");
         exit(1);
     }
-    fprintf(out, "Start (ns),Duration (ns),Name\n");
+    fprintf(out, "Start (ns),Duration (ns),Name,GrdX,GrdY,GrdZ\n");
     CUPTI_OK(cuptiActivityRegisterCallbacks(give_buffer, take_buffer));
     CUPTI_OK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
     CUPTI_OK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
