@@ -4,11 +4,11 @@
  * each tile completing on an mbarrier and released by the consumers on another. Math, masks, lse
  * and the order of the softmax are those of attention.cu.
  *
- * Launch: 1-d grid of ⌈T/128⌉·B·NH blocks, 384 threads (warps 0-7 the consumers, 8-11 the
- * producer warpgroup, which gives its registers to the consumers), 160 KB of shared memory at
- * HS 128 (80 at 64): one block per SM. Blocks go by sections of heads whose K and V fit in a share
- * of L2 together; within a section the heaviest query blocks (the most key tiles) start first, so
- * that the grid's tail is light.
+ * Launch: a persistent grid of one block per SM (at most the ⌈T/128⌉·B·NH work items), 384
+ * threads (warps 0-7 the consumers, 8-11 the producer warpgroup, which gives its registers to the
+ * consumers), 192 KB of shared memory at HS 128 (96 at 64). The work items go by sections of heads
+ * whose K and V fit in a share of L2 together; within a section the heaviest query blocks (the
+ * most key tiles) go first, so that the grid's tail is light; blocks take them from a queue.
  * Consumer warpgroup, per key tile j: S(j) = Q·K(j)ᵀ (wgmma m64n128k16 from shared memory) and
  * O += P(j-1)·V(j-1) (P from registers) are issued together; the softmax of S(j) runs while
  * P(j-1)·V(j-1) is on the tensor cores, and O is rescaled once that product is done. The two
@@ -34,6 +34,9 @@
  * files (16K each), and 240 + 240 + 24 of 512 per lane fit; at entry all get 65536 / 384 = 168. */
 #define ATT_TMA_PRODUCER_REGS 24
 #define ATT_TMA_CONSUMER_REGS 240
+/* The persistent forward's producer walks the queue too (its item, the next, the ring's count):
+ * 32 + 240 + 240 of 512 */
+#define ATT_TMA_FWD_PRODUCER_REGS 32
 /* A [128][64] box of the 128-byte swizzle: 16 KB; a [128][HS] tile is HS/64 of them. */
 #define ATT_TMA_PANEL_BYTES (ATT_TMA_BN * 128)
 /* The heads one section of the grid walks together: their K and V within this much L2. */
@@ -42,9 +45,9 @@
 __host__ __device__ constexpr int att_tma_tile_bytes(int HS) {
     return (HS / 64) * ATT_TMA_PANEL_BYTES;
 }
-/* Q, then the K ring, then the V ring; + alignment to 1024 bytes. */
+/* Two Q buffers, then the K ring, then the V ring; + alignment to 1024 bytes. */
 __host__ __device__ constexpr int att_tma_smem_bytes(int HS) {
-    return (1 + 2 * ATT_TMA_STAGES) * att_tma_tile_bytes(HS) + 1024;
+    return (2 + 2 * ATT_TMA_STAGES) * att_tma_tile_bytes(HS) + 1024;
 }
 
 /* S [64 x 128] = Q·K(j)ᵀ for a warpgroup's 64 rows (Q at Qw: HS/64 panels of 128 rows, this
@@ -107,32 +110,59 @@ __device__ __forceinline__ void att_tma_release(uint32_t bar, int lane) {
     if (lane == 0) mbar_arrive(bar);
 }
 
+/* The persistent grid's queue of work items (a query block of one head): the next item to hand
+ * out past the grid's first, and how many blocks found the queue empty. The last of them resets
+ * both for the next launch on the stream. One queue per head size. */
+struct AttTmaQueue {
+    unsigned next, drained;
+};
+__device__ AttTmaQueue att_tma_forward_queue[2];
+
+/* Which query block and head work item `item` is: sections of `section` heads, heaviest query
+ * blocks first across the section's heads. */
+struct AttTmaItem {
+    int b, h, kvh, q0, j0, nkv;
+};
+__device__ __forceinline__ AttTmaItem att_tma_item(int item, int nbh, int nqb, int section, int NH, int NKV,
+                                                   int window) {
+    const int per = section * nqb, sec = item / per, first = sec * section;
+    const int heads = min(section, nbh - first), r = item - sec * per;
+    const int qb = nqb - 1 - r / heads, bh = first + r % heads;
+    AttTmaItem w;
+    w.b = bh / NH, w.h = bh % NH, w.kvh = w.h / (NH / NKV);
+    w.q0 = qb * ATT_TMA_BM, w.j0 = first_key_tile<ATT_TMA_BN>(w.q0, window), w.nkv = qb + 1;
+    return w;
+}
+
+/* Persistent: one block per SM walks work items from the queue until it is empty, so that a block's
+ * start (barriers, Q's copy, the first key tile's wait) and end (the last P·V, the stores) overlap
+ * its neighbours' products instead of leaving the SM idle: one block fills an SM, and the average
+ * item at T = 2048 is 8.5 key tiles. The producer fetches the next item while it streams the current
+ * one's tiles, and Q is double-buffered, so the consumers find the next item's Q and first key tile
+ * loaded. The ring and the consumers' turns run on across items. */
 template <int HS>
 __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     attention_forward_tma_kernel(const __grid_constant__ CUtensorMap tm_qkv, const __grid_constant__ CUtensorMap tm_v,
-                                 bf16 *out, float *lse, int T, int NH,
-                                 int NKV, int window, float sl2, int nqb, int section) {
+                                 bf16 *out, float *lse, int T, int NH, int NKV, int window, float sl2, int nqb,
+                                 int section, int nitems) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) /* setmaxnreg and wgmma: sm_90a only */
     constexpr int NP = HS / 64, TILE = att_tma_tile_bytes(HS), ST = ATT_TMA_STAGES, BN = ATT_TMA_BN;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
-    /* full: the copies landed (the producer's arrive + the bytes); empty: every consumer warp is
-     * done with the slot */
-    __shared__ __align__(8) uint64_t bars[1 + 4 * ST];
-    const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, Ks = Qs + TILE, Vs = Ks + ST * TILE;
-    const uint32_t q_full = smem_addr(bars), k_full = q_full + 8, v_full = k_full + 8 * ST,
+    /* q_full / q_empty per Q buffer; full: the copies landed (the producer's arrive + the bytes);
+     * empty: every consumer warp is done with the slot */
+    __shared__ __align__(8) uint64_t bars[4 + 4 * ST];
+    __shared__ int items[2]; /* the work item in each Q buffer; -1: the queue is empty */
+    const uint32_t Qs = (smem_addr(att_smem) + 1023) & ~1023u, Ks = Qs + 2 * TILE, Vs = Ks + ST * TILE;
+    const uint32_t q_full = smem_addr(bars), q_empty = q_full + 16, k_full = q_empty + 16, v_full = k_full + 8 * ST,
                    k_empty = v_full + 8 * ST, v_empty = k_empty + 8 * ST;
-
-    /* The block's (query block, batch·head): sections of `section` heads, heaviest query blocks
-     * first across the section's heads. */
-    const int nbh = gridDim.x / nqb, per = section * nqb, sec = blockIdx.x / per, first = sec * section;
-    const int heads = min(section, nbh - first), r = blockIdx.x - sec * per;
-    const int qb = nqb - 1 - r / heads, bh = first + r % heads;
-    const int b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
-    const int q0 = qb * ATT_TMA_BM, j0 = first_key_tile<BN>(q0, window), nkv = qb + 1;
+    const int nbh = nitems / nqb;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
     if (threadIdx.x == 0) {
-        mbar_init(q_full, 1);
+        for (int q = 0; q < 2; q++) {
+            mbar_init(q_full + 8 * q, 1);
+            mbar_init(q_empty + 8 * q, ATT_TMA_CONSUMER_THREADS / 32);
+        }
         for (int s = 0; s < ST; s++) {
             mbar_init(k_full + 8 * s, 1);
             mbar_init(v_full + 8 * s, 1);
@@ -145,24 +175,47 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     __syncthreads();
 
     if (warp >= ATT_TMA_CONSUMER_THREADS / 32) { /* the producer: one lane issues every copy */
-        warpgroup_reg_dealloc<ATT_TMA_PRODUCER_REGS>();
+        warpgroup_reg_dealloc<ATT_TMA_FWD_PRODUCER_REGS>();
         if (warp == ATT_TMA_CONSUMER_THREADS / 32 && lane == 0) {
-            const int qcol = h * HS, kcol = (NH + kvh) * HS, vcol = (NH + NKV + kvh) * HS;
-            mbar_expect_tx(q_full, TILE);
-            for (int p = 0; p < NP; p++)
-                tma_load_3d(Qs + p * ATT_TMA_PANEL_BYTES, &tm_qkv, qcol + 64 * p, q0, b, q_full);
-            for (int j = j0; j < nkv; j++) {
-                const int it = j - j0, s = it % ST;
-                const uint32_t again = (uint32_t)((it / ST - 1) & 1); /* the phase that freed slot s */
-                const uint32_t kt = Ks + s * TILE, vt = Vs + s * TILE, kb = k_full + 8 * s, vb = v_full + 8 * s;
-                if (it >= ST) mbar_wait(k_empty + 8 * s, again);
-                mbar_expect_tx(kb, TILE);
+            AttTmaQueue *queue = &att_tma_forward_queue[HS == 128];
+            uint32_t t = 0; /* the ring's running tile count */
+            int item = blockIdx.x;
+            for (int n = 0;; n++) {
+                const int qb = n & 1;
+                if (n >= 2) mbar_wait(q_empty + 8 * qb, (uint32_t)((n / 2 - 1) & 1));
+                if (item >= nitems) {
+                    items[qb] = -1; /* published by the arrive (release), read after the wait (acquire) */
+                    mbar_arrive(q_full + 8 * qb);
+                    break;
+                }
+                items[qb] = item;
+                const int next = (int)gridDim.x + (int)atomicAdd(&queue->next, 1u); /* used once this item's tiles are issued */
+                const AttTmaItem w = att_tma_item(item, nbh, nqb, section, NH, NKV, window);
+                const int qcol = w.h * HS, kcol = (NH + w.kvh) * HS, vcol = (NH + NKV + w.kvh) * HS;
+                mbar_expect_tx(q_full + 8 * qb, TILE);
                 for (int p = 0; p < NP; p++)
-                    tma_load_3d(kt + p * ATT_TMA_PANEL_BYTES, &tm_qkv, kcol + 64 * p, j * BN, b, kb);
-                if (it >= ST) mbar_wait(v_empty + 8 * s, again);
-                mbar_expect_tx(vb, TILE);
-                for (int p = 0; p < NP; p++)
-                    tma_load_3d(vt + p * ATT_TMA_PANEL_BYTES, &tm_v, vcol + 64 * p, j * BN, b, vb);
+                    tma_load_3d(Qs + qb * TILE + p * ATT_TMA_PANEL_BYTES, &tm_qkv, qcol + 64 * p, w.q0, w.b,
+                                q_full + 8 * qb);
+                for (int j = w.j0; j < w.nkv; j++, t++) {
+                    const int s = (int)(t % ST);
+                    const uint32_t again = (t / ST - 1) & 1; /* the phase that freed slot s */
+                    const uint32_t kt = Ks + s * TILE, vt = Vs + s * TILE, kb = k_full + 8 * s, vb = v_full + 8 * s;
+                    if (t >= ST) mbar_wait(k_empty + 8 * s, again);
+                    mbar_expect_tx(kb, TILE);
+                    for (int p = 0; p < NP; p++)
+                        tma_load_3d(kt + p * ATT_TMA_PANEL_BYTES, &tm_qkv, kcol + 64 * p, j * BN, w.b, kb);
+                    if (t >= ST) mbar_wait(v_empty + 8 * s, again);
+                    mbar_expect_tx(vb, TILE);
+                    for (int p = 0; p < NP; p++)
+                        tma_load_3d(vt + p * ATT_TMA_PANEL_BYTES, &tm_v, vcol + 64 * p, j * BN, w.b, vb);
+                }
+                item = next;
+            }
+            /* every fetch of this block is done before it counts itself out */
+            __threadfence();
+            if (atomicAdd(&queue->drained, 1u) == gridDim.x - 1) {
+                atomicExch(&queue->next, 0u);
+                atomicExch(&queue->drained, 0u);
             }
         }
         return;
@@ -170,93 +223,110 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
 
     warpgroup_reg_alloc<ATT_TMA_CONSUMER_REGS>();
     const int wg = warp / 4, g = lane / 4, tq = lane % 4;
-    const int row0 = q0 + 64 * wg, qrow = row0 + (warp % 4) * 16 + g;
-    const uint32_t Qw = Qs + wg * (ATT_TMA_PANEL_BYTES / 2); /* 64 rows of 128 bytes into each Q panel */
     float o[NP][32];
-#pragma unroll
-    for (int p = 0; p < NP; p++)
-#pragma unroll
-        for (int i = 0; i < 32; i++) o[p][i] = 0.0f;
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f}, alpha[2];
+    float mrow[2], lrow[2], alpha[2];
     float s[2][32];
     uint32_t a[8][4];
-    /* Only the diagonal tile and those at the window's edge need the mask (a uniform branch); the
-     * diagonal's also masks keys >= T, which are > every query. */
-    auto mask = [&](int j) {
-        if (j == nkv - 1 || crosses_window(j * BN, row0, 64, window)) {
-            mask_tile(s[0], j * BN, qrow, tq, window);
-            mask_tile(s[1], j * BN + 64, qrow, tq, window);
-        }
-    };
     auto pack = [&]() {
 #pragma unroll
         for (int kk = 0; kk < 8; kk++) pack_a_fragment(a[kk], s[kk / 4], kk % 4);
     };
 
-    /* Warpgroup 0 goes first. Each issues nkv - j0 + 1 times and passes the turn after each but
-     * warpgroup 1's last: every barrier phase completes, none is left half-arrived. */
+    /* Warpgroup 0 goes first. Each issues nkv - j0 + 1 times an item and passes the turn after each;
+     * warpgroup 1's first pass opens the kernel, and warpgroup 0 takes its last one after the
+     * queue ran dry: every barrier phase completes, none is left half-arrived. */
     if (wg == 1) att_tma_turn_pass(wg);
-    mbar_wait(q_full, 0);
-    mbar_wait(k_full, 0);
-    att_tma_turn_wait(wg);
-    wgmma_fence();
-    att_tma_issue_qk<HS>(s, Qw, Ks);
-    wgmma_commit();
-    att_tma_turn_pass(wg);
-    wgmma_wait<0>();
-    fence_acc(s[0]);
-    fence_acc(s[1]);
-    att_tma_release(k_empty, lane);
-    mask(j0);
-    att_tma_softmax(s, mrow, lrow, alpha, sl2);
-    pack();
+    uint32_t t0 = 0; /* the ring's running tile count at the item's first key tile */
+    for (int n = 0;; n++) {
+        const int qb = n & 1;
+        mbar_wait(q_full + 8 * qb, (uint32_t)((n / 2) & 1));
+        const int item = *(volatile int *)&items[qb];
+        if (item < 0) break;
+        const AttTmaItem w = att_tma_item(item, nbh, nqb, section, NH, NKV, window);
+        const int row0 = w.q0 + 64 * wg, qrow = row0 + (warp % 4) * 16 + g, j0 = w.j0, nkv = w.nkv;
+        const uint32_t Qw = Qs + qb * TILE + wg * (ATT_TMA_PANEL_BYTES / 2); /* 64 rows of 128 bytes into each Q panel */
+#pragma unroll
+        for (int p = 0; p < NP; p++)
+#pragma unroll
+            for (int i = 0; i < 32; i++) o[p][i] = 0.0f;
+        mrow[0] = mrow[1] = -INFINITY;
+        lrow[0] = lrow[1] = 0.0f;
+        /* Only the diagonal tile and those at the window's edge need the mask (a uniform branch); the
+         * diagonal's also masks keys >= T, which are > every query. */
+        auto mask = [&](int j) {
+            if (j == nkv - 1 || crosses_window(j * BN, row0, 64, window)) {
+                mask_tile(s[0], j * BN, qrow, tq, window);
+                mask_tile(s[1], j * BN + 64, qrow, tq, window);
+            }
+        };
 
-    /* Iteration j holds P(j-1) packed on entry. */
-    for (int j = j0 + 1; j < nkv; j++) {
-        const int it = j - j0, sk = it % ST, sv = (it - 1) % ST;
-        mbar_wait(k_full + 8 * sk, (uint32_t)((it / ST) & 1));
-        mbar_wait(v_full + 8 * sv, (uint32_t)(((it - 1) / ST) & 1));
+        mbar_wait(k_full + 8 * (t0 % ST), (t0 / ST) & 1);
+        att_tma_turn_wait(wg);
+        wgmma_fence();
+        att_tma_issue_qk<HS>(s, Qw, Ks + (t0 % ST) * TILE);
+        wgmma_commit();
+        att_tma_turn_pass(wg);
+        wgmma_wait<0>();
+        fence_acc(s[0]);
+        fence_acc(s[1]);
+        att_tma_release(k_empty + 8 * (t0 % ST), lane);
+        mask(j0);
+        att_tma_softmax(s, mrow, lrow, alpha, sl2);
+        pack();
+
+        /* Iteration j holds P(j-1) packed on entry. */
+        for (int j = j0 + 1; j < nkv; j++) {
+            const uint32_t tk = t0 + (uint32_t)(j - j0), tv = tk - 1;
+            const int sk = (int)(tk % ST), sv = (int)(tv % ST);
+            mbar_wait(k_full + 8 * sk, (tk / ST) & 1);
+            mbar_wait(v_full + 8 * sv, (tv / ST) & 1);
+#pragma unroll
+            for (int p = 0; p < NP; p++) fence_acc(o[p]);
+            att_tma_turn_wait(wg);
+            wgmma_fence();
+            att_tma_issue_qk<HS>(s, Qw, Ks + sk * TILE);
+            wgmma_commit();
+            wgmma_issue_xb<HS, 8, ATT_TMA_PANEL_BYTES>(o, a, Vs + sv * TILE); /* O += P·V */
+            wgmma_commit();
+            att_tma_turn_pass(wg);
+            wgmma_wait<1>(); /* S(j); P(j-1)·V(j-1) may still run */
+            fence_acc(s[0]);
+            fence_acc(s[1]);
+            att_tma_release(k_empty + 8 * sk, lane);
+            mask(j);
+            att_tma_softmax(s, mrow, lrow, alpha, sl2);
+            wgmma_wait<0>();
+            fence_regs(a); /* read by P·V until the wait: no other value may take their registers */
+#pragma unroll
+            for (int p = 0; p < NP; p++) fence_acc(o[p]);
+            att_tma_release(v_empty + 8 * sv, lane);
+#pragma unroll
+            for (int p = 0; p < NP; p++)
+#pragma unroll
+                for (int i = 0; i < 32; i++) o[p][i] *= alpha[(i >> 1) & 1];
+            pack();
+        }
+        /* Q's last reader (the last S) is done: the producer may load the item after next into it */
+        att_tma_release(q_empty + 8 * qb, lane);
+        const uint32_t tl = t0 + (uint32_t)(nkv - 1 - j0);
+        mbar_wait(v_full + 8 * (tl % ST), (tl / ST) & 1);
 #pragma unroll
         for (int p = 0; p < NP; p++) fence_acc(o[p]);
         att_tma_turn_wait(wg);
         wgmma_fence();
-        att_tma_issue_qk<HS>(s, Qw, Ks + sk * TILE);
-        wgmma_commit();
-        wgmma_issue_xb<HS, 8, ATT_TMA_PANEL_BYTES>(o, a, Vs + sv * TILE); /* O += P·V */
+        wgmma_issue_xb<HS, 8, ATT_TMA_PANEL_BYTES>(o, a, Vs + (tl % ST) * TILE);
         wgmma_commit();
         att_tma_turn_pass(wg);
-        wgmma_wait<1>(); /* S(j); P(j-1)·V(j-1) may still run */
-        fence_acc(s[0]);
-        fence_acc(s[1]);
-        att_tma_release(k_empty + 8 * sk, lane);
-        mask(j);
-        att_tma_softmax(s, mrow, lrow, alpha, sl2);
         wgmma_wait<0>();
-        fence_regs(a); /* read by P·V until the wait: no other value may take their registers */
+        fence_regs(a);
 #pragma unroll
         for (int p = 0; p < NP; p++) fence_acc(o[p]);
-        att_tma_release(v_empty + 8 * sv, lane);
-#pragma unroll
-        for (int p = 0; p < NP; p++)
-#pragma unroll
-            for (int i = 0; i < 32; i++) o[p][i] *= alpha[(i >> 1) & 1];
-        pack();
-    }
-    const int last = nkv - 1 - j0;
-    mbar_wait(v_full + 8 * (last % ST), (uint32_t)((last / ST) & 1));
-#pragma unroll
-    for (int p = 0; p < NP; p++) fence_acc(o[p]);
-    att_tma_turn_wait(wg);
-    wgmma_fence();
-    wgmma_issue_xb<HS, 8, ATT_TMA_PANEL_BYTES>(o, a, Vs + (last % ST) * TILE);
-    wgmma_commit();
-    if (wg == 0) att_tma_turn_pass(wg);
-    wgmma_wait<0>();
-    fence_regs(a);
-#pragma unroll
-    for (int p = 0; p < NP; p++) fence_acc(o[p]);
+        att_tma_release(v_empty + 8 * (tl % ST), lane);
 
-    store_forward_rows<HS>(out, lse, &o[0][0], lrow, mrow, b, h, NH, qrow, tq, T, NH * HS);
+        store_forward_rows<HS>(out, lse, &o[0][0], lrow, mrow, w.b, w.h, NH, qrow, tq, T, NH * HS);
+        t0 = tl + 1;
+    }
+    if (wg == 0) att_tma_turn_wait(wg);
 #else
     __trap();
 #endif

@@ -6,7 +6,8 @@
 # step with torch.cuda._sleep (kernel spin_kernel) to mark it. dev/profile/timeline_gaps.py sums
 # each run's last 5 whole steps by part (GEMMs, attention, norms, ...) and lists its longest GEMM
 # kernels; a table of the parts side by side comes last.
-#   [MODELS="qwen3-0.6b llama3.2-1b"] [B=16] [EXTRA="--optimizer-state bf16"] [OUT=out] bash dev/profile/parts_vs_peers.sh
+#   [MODELS="qwen3-0.6b llama3.2-1b"] [B=16] [EXTRA="--optimizer-state bf16"] [PEERS=0] [OUT=out] bash dev/profile/parts_vs_peers.sh
+# PEERS=0 traces ./train alone.
 # Needs ./train, build/kernel_trace.so (make build/kernel_trace.so), CUPTI, PyTorch with
 # transformers, and Liger's wheel in .whl/ when it is not installed.
 OUT=${OUT:-out}; mkdir -p $OUT; S=$OUT/parts.txt; M=/tmp/pvp; mkdir -p $M
@@ -22,6 +23,7 @@ for m in ${MODELS:-qwen3-0.6b llama3.2-1b}; do
       -s 0 $EXTRA -i $M/data_$V.bin -o $CK >$OUT/ours_$m.log 2>&1
   echo "ours $m B $B: $(grep '| loss' $OUT/ours_$m.log | tail -1 | cut -c1-150) $(grep -m1 -i error $OUT/ours_$m.log)" | tee -a $S
   python3 dev/profile/timeline_gaps.py $M/ours_$m.csv --steps 5 --categories --gemms 14 --csv-tag ours_$m >>$S 2>&1
+  [ "${PEERS:-1}" = 0 ] && { gzip -c $M/ours_$m.csv >$OUT/ours_${m}_trace.csv.gz; continue; }
   probe $M/liger_$m.csv timeout 300 python3 dev/bench/bench_family_torch.py --model $m --stack liger --batch $B \
       --precision bf16 --steps 7 --warmup 3 --mark-steps >$OUT/liger_$m.log 2>&1
   echo "liger $m B $B: $(grep csv_ $OUT/liger_$m.log)" | tee -a $S
