@@ -34,9 +34,17 @@
  * files (16K each), and 240 + 240 + 24 of 512 per lane fit; at entry all get 65536 / 384 = 168. */
 #define ATT_TMA_PRODUCER_REGS 24
 #define ATT_TMA_CONSUMER_REGS 240
-/* The persistent forward's producer walks the queue too (its item, the next, the ring's count):
- * 32 + 240 + 240 of 512 */
+/* The persistent forward's producer walks the queue too (its item, the next, the ring's count) and
+ * spills at 24: 32 + 232 + 232 of 512. setmaxnreg.inc waits for registers the others gave back, so
+ * the split must fit the 168 a thread the block was launched with, or the consumers never start. */
 #define ATT_TMA_FWD_PRODUCER_REGS 32
+#define ATT_TMA_FWD_CONSUMER_REGS 232
+static_assert(ATT_TMA_FWD_PRODUCER_REGS * 128 + ATT_TMA_FWD_CONSUMER_REGS * ATT_TMA_CONSUMER_THREADS <=
+                  ((65536 / ATT_TMA_THREADS) & ~7) * ATT_TMA_THREADS,
+              "the forward's register split exceeds the block's registers");
+static_assert(ATT_TMA_PRODUCER_REGS * 128 + ATT_TMA_CONSUMER_REGS * ATT_TMA_CONSUMER_THREADS <=
+                  ((65536 / ATT_TMA_THREADS) & ~7) * ATT_TMA_THREADS,
+              "the backward's register split exceeds the block's registers");
 /* A [128][64] box of the 128-byte swizzle: 16 KB; a [128][HS] tile is HS/64 of them. */
 #define ATT_TMA_PANEL_BYTES (ATT_TMA_BN * 128)
 /* The heads one section of the grid walks together: their K and V within this much L2. */
@@ -221,7 +229,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         return;
     }
 
-    warpgroup_reg_alloc<ATT_TMA_CONSUMER_REGS>();
+    warpgroup_reg_alloc<ATT_TMA_FWD_CONSUMER_REGS>();
     const int wg = warp / 4, g = lane / 4, tq = lane % 4;
     float o[NP][32];
     float mrow[2], lrow[2], alpha[2];
