@@ -166,12 +166,15 @@ union F32x8 {
     float f[ADAMW_VEC];
 };
 
+/* Spelled with explicitly rounded operations, so that the single and the grouped paths (which the
+ * compiler would contract into FMAs differently) give every value the same bits. */
 __device__ __forceinline__ void adamw_value(float &master, float &m, float &v, float g, float lr, float beta1,
                                             float beta2, float eps, float wd, float grad_scale, float c1, float c2) {
-    g *= grad_scale;
-    m = beta1 * m + (1.0f - beta1) * g;
-    v = beta2 * v + (1.0f - beta2) * g * g;
-    master -= lr * ((m / c1) / (sqrtf(v / c2) + eps) + wd * master);
+    g = __fmul_rn(g, grad_scale);
+    m = __fmaf_rn(beta1, m, __fmul_rn(1.0f - beta1, g));
+    v = __fmaf_rn(beta2, v, __fmul_rn(__fmul_rn(1.0f - beta2, g), g));
+    const float step = __fdiv_rn(__fdiv_rn(m, c1), __fadd_rn(__fsqrt_rn(__fdiv_rn(v, c2)), eps));
+    master = __fmaf_rn(-lr, __fmaf_rn(wd, master, step), master);
 }
 
 __global__ void __launch_bounds__(ADAMW_THREADS)

@@ -6,7 +6,7 @@
 # multiple of 128, gradient accumulation, Qwen3 at head sizes 64 and 128, an untied Llama, Gemma 3's
 # windows); then the trainer's throughput in alternating rounds (GPT-2 124M at V 50304, Qwen3-0.6B
 # and Llama-3.2-1B at B 16). EXTRA adds ./train flags to the families' throughput runs (e.g.
-# "--optimizer-state bf16"). Prints a summary last.
+# "--optimizer-state bf16"); THROUGHPUT=0 stops before the throughput rounds. Prints a summary last.
 set -uo pipefail
 OUT=${OUT:-out}; M=/tmp/ad; mkdir -p $OUT $M
 S=$OUT/summary.txt; : >$S
@@ -24,7 +24,8 @@ data="-v 1000 -b 8 -t 128 -x 30 -l 2e-3 --warmup 5 --val-every 7 --val-batches 2
 fam="--layers 2 --dim 128 --heads 2 --kv-heads 1 --ffn-dim 256"
 for run in "gpt2|-e tiny" "gpt2_t100|-e tiny -b 6 -t 100" "accum|-e tiny -d 4096" "qwen3|--family qwen3 $fam --head-dim 64" \
            "qwen3_hd128|--family qwen3 $fam --head-dim 128" "llama_untied|--family llama $fam --head-dim 64 --untied-head" \
-           "gemma3|--family gemma3 $fam --head-dim 64 --sliding-window 64"; do
+           "gemma3|--family gemma3 $fam --head-dim 64 --sliding-window 64" \
+           "qwen3_bf16_state|--family qwen3 $fam --head-dim 128 --optimizer-state bf16"; do
   IFS='|' read -r tag flags <<<"$run"
   for b in base new; do bin=$([ $b = base ] && echo $BASE || echo ./train); rm -rf $M/sb_${tag}_$b
     timeout 60 $bin $data $flags -o $M/sb_${tag}_$b >$M/sb_${tag}_$b.log 2>&1; done
@@ -33,6 +34,7 @@ for run in "gpt2|-e tiny" "gpt2_t100|-e tiny -b 6 -t 100" "accum|-e tiny -d 4096
   say "same bits as the parent, $tag: lines $l, final weights $([ -n "$w1" ] && cmp -s "$w1" "$w2" && echo equal || echo DIFFERENT) $(grep -m1 error $M/sb_${tag}_new.log)"
 done
 say "[$((SECONDS-t0)) s]"
+[ "${THROUGHPUT:-1}" = 0 ] && { cat $S; exit 0; }
 python3 tests/fixtures/gen/make_shard.py $M/r.bin 8000000 50304 random 3 >/dev/null
 python3 tests/fixtures/gen/make_shard.py $M/rq.bin 2000000 151936 random 3 >/dev/null
 python3 tests/fixtures/gen/make_shard.py $M/rl.bin 2000000 128256 random 4 >/dev/null
