@@ -59,7 +59,9 @@ static uint64_t rng_u64(void) { /* splitmix64 */
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-static float rng_uniform(void) { return (float)((rng_u64() >> 40) + 0.5) / (float)(1 << 24); }
+/* In (0, 1) strictly: 23 bits and a half, all exact in float (with 24, the largest rounded to 1.0,
+ * and fill_normal's log of it made an exact ±0 about once in 2^25 values) */
+static float rng_uniform(void) { return (float)((rng_u64() >> 41) + 0.5) / (float)(1 << 23); }
 static void fill_normal(float *x, size_t n, float std) {
     for (size_t i = 0; i < n; i++) {
         float u1 = rng_uniform(), u2 = rng_uniform();
@@ -253,7 +255,7 @@ static void encoder_slices_case(int R, int N, int C, int Vp, int skewed, int T) 
     memcpy(dwte_ref, dwte0, vc * 4);
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) {
-            ref[(size_t)n * C + c] = wte[(size_t)inp[n] * C + c];
+            ref[(size_t)n * C + c] = 0.0f + wte[(size_t)inp[n] * C + c]; /* a sum over ranks: -0 comes out +0 */
             dwte_ref[(size_t)inp[n] * C + c] += dout[(size_t)n * C + c];
         }
 
