@@ -132,22 +132,25 @@ extern "C" void adamw_plan_free(AdamWPlan *plan) {
     free(plan);
 }
 
-/* A chunk's values in groups of ADAMW_VEC with 16-byte bf16 accesses (and two 16-byte fp32 ones),
- * where the weight and state indices reach a group boundary together and the buffers are 16-byte
- * aligned (vec); the values before the first whole group and after the last one singly. One value
- * at a time left each warp a 64-byte request in flight per array and ran at half the memory's speed
- * (Llama-3.2-1B's update on bf16 state: 14.9 ms for 19.8 GB). */
+/* A chunk's values in groups of ADAMW_VEC: 16-byte accesses to the state (gradient, m, v, master),
+ * whose groups start at a multiple of ADAMW_VEC of the state index, and to the bf16 weights when
+ * their index lines up with it too (wvec; a ZeRO-1 shard's pieces start anywhere); the values before
+ * the first whole group and after the last one singly; vec: the buffers are 16-byte aligned. One
+ * value at a time left each warp a 64-byte request in flight per array and ran at half the memory's
+ * speed (Llama-3.2-1B's update on bf16 state: 14.9 ms for 19.8 GB). */
 #define ADAMW_VEC 8
 
 struct ChunkSplit {
     int head, groups; /* values [0, head) singly, then groups of ADAMW_VEC, then the rest singly */
+    bool wvec;        /* the groups' weights are whole 16-byte words as well */
 };
 
 __device__ __forceinline__ ChunkSplit split_chunk(const AdamWChunk &ch, bool vec) {
-    ChunkSplit c = {ch.count, 0};
-    if (vec && (ch.offset - ch.state_offset) % ADAMW_VEC == 0) {
-        c.head = (int)min((size_t)ch.count, (ADAMW_VEC - ch.offset % ADAMW_VEC) % ADAMW_VEC);
+    ChunkSplit c = {ch.count, 0, false};
+    if (vec) {
+        c.head = (int)min((size_t)ch.count, (ADAMW_VEC - ch.state_offset % ADAMW_VEC) % ADAMW_VEC);
         c.groups = (ch.count - c.head) / ADAMW_VEC;
+        c.wvec = (ch.offset - ch.state_offset) % ADAMW_VEC == 0;
     }
     return c;
 }
@@ -213,7 +216,10 @@ __global__ void __launch_bounds__(ADAMW_THREADS)
             reinterpret_cast<float4 *>(v + i)[h] = vi.raw[h];
             reinterpret_cast<float4 *>(master + i)[h] = p.raw[h];
         }
-        if (params) *reinterpret_cast<uint4 *>(params + ch.offset + j) = out.raw;
+        if (params && c.wvec) *reinterpret_cast<uint4 *>(params + ch.offset + j) = out.raw;
+        else if (params)
+#pragma unroll
+            for (int e = 0; e < ADAMW_VEC; e++) params[ch.offset + j + e] = __ushort_as_bfloat16(out.h[e]);
     }
 }
 
@@ -252,7 +258,10 @@ __global__ void __launch_bounds__(ADAMW_THREADS)
         const size_t i = ch.state_offset + j;
         Bf16x8 w, mi, vi;
         F32x8 g;
-        w.raw = *reinterpret_cast<const uint4 *>(w16 + ch.offset + j);
+        if (c.wvec) w.raw = *reinterpret_cast<const uint4 *>(w16 + ch.offset + j);
+        else
+#pragma unroll
+            for (int e = 0; e < ADAMW_VEC; e++) w.h[e] = w16[ch.offset + j + e];
         mi.raw = *reinterpret_cast<const uint4 *>(m16 + i);
         vi.raw = *reinterpret_cast<const uint4 *>(v16 + i);
         g.raw[0] = reinterpret_cast<const float4 *>(grads + i)[0];
@@ -260,7 +269,10 @@ __global__ void __launch_bounds__(ADAMW_THREADS)
 #pragma unroll
         for (int e = 0; e < ADAMW_VEC; e++)
             adamw_bf16_value(&s, index0 + ch.offset + j + e, g.f[e], &w.h[e], &mi.h[e], &vi.h[e]);
-        *reinterpret_cast<uint4 *>(w16 + ch.offset + j) = w.raw;
+        if (c.wvec) *reinterpret_cast<uint4 *>(w16 + ch.offset + j) = w.raw;
+        else
+#pragma unroll
+            for (int e = 0; e < ADAMW_VEC; e++) w16[ch.offset + j + e] = w.h[e];
         *reinterpret_cast<uint4 *>(m16 + i) = mi.raw;
         *reinterpret_cast<uint4 *>(v16 + i) = vi.raw;
     }

@@ -1319,8 +1319,8 @@ TEST(kernels_adamw_on_shard_ranges_matches_the_whole_update) {
 /* AdamW on bf16 state: the kernel against the CPU reference's per-value function (kernels/adamw_bf16.h),
  * bit for bit, on a ZeRO-1-like plan of two ranges whose random bits are keyed by the whole table's
  * index (index0 + i); three steps, so the stored m and v feed back. Two layouts of the state: compact,
- * where weight and state indices never meet a group of eight together (every value singly), and with
- * gaps that line them up (groups of eight between single heads and tails). */
+ * where weight and state indices never line up (groups of eight state values, their weights one by
+ * one), and with gaps that line them up (16-byte weight accesses too); single heads and tails in both. */
 static void adamw_bf16_state_against_the_cpu_reference(int grouped) {
     seed_fresh();
     size_t numels[3] = {16384 * 2 + 5, 777, 100003};
