@@ -37,7 +37,7 @@ import collections, sys
 ms = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
     if line.startswith("csv_part,"):
-        _, tag, part, v = line.rstrip("\n").split(",")
+        head, v = line.rstrip("\n").rsplit(",", 1); _, tag, part = head.split(",", 2)
         ms[tag][part] = float(v)
 for m in sorted({t.split("_", 1)[1] for t in ms}):
     ours, peer = ms.get("ours_" + m, {}), ms.get("liger_" + m, {})

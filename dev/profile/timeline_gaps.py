@@ -85,16 +85,16 @@ def main():
 # Liger's Triton kernels) under the same names
 PARTS = [
     ("GEMMs (cuBLAS)", ("nvjet", "gemm", "splitkreduce", "xmma", "cutlass")),
-    ("attention", ("attention", "flash", "fmha", "attn")),
+    ("attention", ("attention", "flash", "fmha", "attn", "dot_do_o", "convert_dq")),
     ("output layer (softmax, loss)", ("tile_kernel", "merge_kernel", "exp_dh", "onehot_dw", "reference_logit",
                                       "canonical_loss", "cross_entropy", "radixsort", "smoothing_dw", "stream_dh",
                                       "peak_columns", "slices_combine", "iota_kernel", "count_valid", "reduce_loss")),
-    ("norms", ("rmsnorm", "rms_norm", "layernorm", "layer_norm", "sumsq")),
+    ("norms", ("rmsnorm", "rms_norm", "layernorm", "layer_norm")),
     ("RoPE (with QK-norm)", ("rope",)),
     ("gated/GELU activation", ("gated_", "swiglu", "geglu", "gelu", "silu")),
     ("embedding", ("encoder_", "embedding", "indexselect", "index_select")),
-    ("optimizer", ("adam", "multi_tensor")),
-    ("copies and sets", ("[memcpy]", "[memset]", "copy")),
+    ("optimizer and gradient norm", ("adam", "multi_tensor", "sumsq")),
+    ("copies and sets", ("[memcpy]", "[memset]", "copy", "catarraybatched")),
 ]
 
 
