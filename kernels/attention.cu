@@ -129,6 +129,35 @@ static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const b
     CUDA_CHECK(cudaGetLastError());
 }
 
+/* The persistent forward's work queues: one per (device, stream), zero between launches. Launches on
+ * one stream run one after another and may share a queue; launches on two streams may overlap. */
+#define ATT_TMA_MAX_STREAMS 64
+__device__ AttTmaQueue att_tma_forward_queues[ATT_TMA_MAX_STREAMS];
+
+static AttTmaQueue *forward_queue(int device, cudaStream_t stream) {
+    static struct {
+        int device;
+        cudaStream_t stream;
+        AttTmaQueue *queue;
+    } known[ATT_TMA_MAX_STREAMS * 8];
+    static int nknown;
+    int on_device = 0;
+    for (int i = 0; i < nknown; i++) {
+        if (known[i].device != device) continue;
+        if (known[i].stream == stream) return known[i].queue;
+        on_device++;
+    }
+    if (on_device == ATT_TMA_MAX_STREAMS || nknown == ATT_TMA_MAX_STREAMS * 8) {
+        fprintf(stderr, "error: the attention forward ran on more than %d streams of one device (its work queues); "
+                        "issue it on fewer streams\n", ATT_TMA_MAX_STREAMS);
+        exit(1);
+    }
+    AttTmaQueue *queues;
+    CUDA_CHECK(cudaGetSymbolAddress((void **)&queues, att_tma_forward_queues));
+    known[nknown].device = device, known[nknown].stream = stream, known[nknown].queue = queues + on_device;
+    return known[nknown++].queue;
+}
+
 /* The copy engine reads qkv as [B][T][(NH+2·NKV)·HS] in boxes of 128 tokens × 64 columns, the value
  * heads through a second map of the same shape over vsrc: rows past T (of the last block of each
  * sequence) arrive as zeros, never as the next sequence's rows. */
@@ -157,7 +186,8 @@ static void launch_forward_tma(bf16 *out, float *lse, const bf16 *qkv, const bf1
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     attention_forward_tma_kernel<HS><<<std::min(nitems, sms), ATT_TMA_THREADS, smem, stream>>>(
-        tm, tm_v, out, lse, s->T, s->NH, s->NKV, s->window, LOG2E * s->scale, nqb, section, nitems);
+        tm, tm_v, out, lse, s->T, s->NH, s->NKV, s->window, LOG2E * s->scale, nqb, section, nitems,
+        forward_queue(device, stream));
     CUDA_CHECK(cudaGetLastError());
 }
 

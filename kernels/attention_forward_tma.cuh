@@ -120,11 +120,11 @@ __device__ __forceinline__ void att_tma_release(uint32_t bar, int lane) {
 
 /* The persistent grid's queue of work items (a query block of one head): the next item to hand
  * out past the grid's first, and how many blocks found the queue empty. The last of them resets
- * both for the next launch on the stream. One queue per head size. */
+ * both for the next launch. One queue per stream (attention.cu), so that no two running grids share
+ * one. */
 struct AttTmaQueue {
     unsigned next, drained;
 };
-__device__ AttTmaQueue att_tma_forward_queue[2];
 
 /* Which query block and head work item `item` is: sections of `section` heads, heaviest query
  * blocks first across the section's heads. */
@@ -152,7 +152,7 @@ template <int HS>
 __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     attention_forward_tma_kernel(const __grid_constant__ CUtensorMap tm_qkv, const __grid_constant__ CUtensorMap tm_v,
                                  bf16 *out, float *lse, int T, int NH, int NKV, int window, float sl2, int nqb,
-                                 int section, int nitems) {
+                                 int section, int nitems, AttTmaQueue *queue) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) /* setmaxnreg and wgmma: sm_90a only */
     constexpr int NP = HS / 64, TILE = att_tma_tile_bytes(HS), ST = ATT_TMA_STAGES, BN = ATT_TMA_BN;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
@@ -185,7 +185,6 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     if (warp >= ATT_TMA_CONSUMER_THREADS / 32) { /* the producer: one lane issues every copy */
         warpgroup_reg_dealloc<ATT_TMA_FWD_PRODUCER_REGS>();
         if (warp == ATT_TMA_CONSUMER_THREADS / 32 && lane == 0) {
-            AttTmaQueue *queue = &att_tma_forward_queue[HS == 128];
             uint32_t t = 0; /* the ring's running tile count */
             int item = blockIdx.x;
             for (int n = 0;; n++) {

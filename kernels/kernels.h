@@ -134,9 +134,7 @@ typedef struct {
 
 /* out [B,T,NH·HS] (=), lse [B,NH,T] (=; fp32 log2-sum-exp of the scaled logits, the only saved state
  * besides out). HS must be 64, 128 or 256; NH a multiple of NKV; any T >= 1; B·NH <= 65535; window >= 0.
- * Never stores T×T; a windowed call's work grows with T·W. As gqa_attention_forward_cpu. At head
- * sizes 64 and 128 the blocks share a work queue in device memory, one per head size: two such calls
- * on one device must not run at the same time (issue them on one stream, as the trainer does). */
+ * Never stores T×T; a windowed call's work grows with T·W. As gqa_attention_forward_cpu. */
 void attention_forward(kbf16 *out, float *lse, const kbf16 *qkv, const kbf16 *v, const AttentionShape *s,
                        cudaStream_t stream);
 /* Hopper's warpgroup MMA kernels unless turned off here (0: the mma.sync kernels, at HS 64 and 128;

@@ -1027,6 +1027,55 @@ TEST(kernels_attention_backward_128_row_blocks_match_cpu_at_llama_and_qwen_heads
     }
 }
 
+/* The persistent forward's grids take work items from a queue per stream: launched on two streams at
+ * once (interleaved, three times each, at Llama-3.2-1B's and Qwen3-0.6B's heads), every output and
+ * lse is the one-stream result's bits. Sharing one queue, two grids would steal each other's items. */
+TEST(kernels_attention_forward_on_two_streams_at_once_matches_one_stream) {
+    seed_fresh();
+    for (int HS = 64; HS <= 128; HS *= 2) {
+        const AttentionShape s = att_shape(4, 2048, HS == 64 ? 32 : 16, 8, HS, 1.0f / sqrtf((float)HS), 0);
+        const size_t N = (size_t)s.B * s.T, W = (size_t)(s.NH + 2 * s.NKV) * HS, nout = N * s.NH * HS;
+        const size_t nlse = (size_t)s.B * s.NH * s.T;
+        float *h = hmalloc(N * W), *ref_out[2], *ref_lse[2], *got = hmalloc(nout), *got_lse = hmalloc(nlse);
+        bf16 *d_qkv[2], *d_out[2][3];
+        float *d_lse[2][3];
+        for (int k = 0; k < 2; k++) {
+            fill_normal(h, N * W, 1.0f);
+            d_qkv[k] = up_bf16(h, N * W);
+            ref_out[k] = hmalloc(nout), ref_lse[k] = hmalloc(nlse);
+            for (int r = 0; r < 3; r++) {
+                d_out[k][r] = (bf16 *)dalloc(nout * 2), d_lse[k][r] = (float *)dalloc(nlse * 4);
+                poison(d_out[k][r], nout * 2);
+            }
+            attention_forward(d_out[k][0], d_lse[k][0], d_qkv[k], NULL, &s, 0);
+            dsync();
+            down_bf16(ref_out[k], d_out[k][0], nout);
+            down_f32(ref_lse[k], d_lse[k][0], nlse);
+            poison(d_out[k][0], nout * 2);
+        }
+        cudaStream_t st[2];
+        for (int k = 0; k < 2; k++) CUDA_CHECK(cudaStreamCreateWithFlags(&st[k], cudaStreamNonBlocking));
+        for (int r = 0; r < 3; r++)
+            for (int k = 0; k < 2; k++) attention_forward(d_out[k][r], d_lse[k][r], d_qkv[k], NULL, &s, st[k]);
+        dsync();
+        int wrong = 0;
+        for (int k = 0; k < 2; k++)
+            for (int r = 0; r < 3; r++) {
+                down_bf16(got, d_out[k][r], nout);
+                down_f32(got_lse, d_lse[k][r], nlse);
+                wrong += !same_bytes(got, ref_out[k], nout * 4) || !same_bytes(got_lse, ref_lse[k], nlse * 4);
+            }
+        CHECK(wrong == 0, "head size %d: %d of 6 forwards on two streams differ from one stream's (seed %llu)", HS,
+              wrong, (unsigned long long)g_seed);
+        for (int k = 0; k < 2; k++) {
+            CUDA_CHECK(cudaStreamDestroy(st[k]));
+            free(ref_out[k]), free(ref_lse[k]);
+        }
+        free(h), free(got), free(got_lse);
+        dfree_all();
+    }
+}
+
 /* A scale other than 1/sqrt(HS) (Gemma's query_pre_attn_scalar^-1/2) reaches the softmax of both
  * passes: with the default it would fail the reference by far more than the tolerance. */
 TEST(kernels_attention_uses_the_given_softmax_scale) {
