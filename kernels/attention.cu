@@ -130,7 +130,9 @@ static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const b
 }
 
 /* The persistent forward's work queues: one per (device, stream), zero between launches. Launches on
- * one stream run one after another and may share a queue; launches on two streams may overlap. */
+ * one stream run one after another and may share a queue; launches on two streams may overlap. The
+ * table assumes one host thread launching (as each trainer process has) and no CUDA graph capture,
+ * whose replays could put one queue on two streams. */
 #define ATT_TMA_MAX_STREAMS 64
 __device__ AttTmaQueue att_tma_forward_queues[ATT_TMA_MAX_STREAMS];
 
@@ -148,8 +150,8 @@ static AttTmaQueue *forward_queue(int device, cudaStream_t stream) {
         on_device++;
     }
     if (on_device == ATT_TMA_MAX_STREAMS || nknown == ATT_TMA_MAX_STREAMS * 8) {
-        fprintf(stderr, "error: the attention forward ran on more than %d streams of one device (its work queues); "
-                        "issue it on fewer streams\n", ATT_TMA_MAX_STREAMS);
+        fprintf(stderr, "error: the attention forward ran on more than %d streams (%d of one device): its work "
+                        "queues are full; issue it on fewer streams\n", nknown, ATT_TMA_MAX_STREAMS);
         exit(1);
     }
     AttTmaQueue *queues;

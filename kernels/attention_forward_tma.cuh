@@ -6,7 +6,7 @@
  *
  * Launch: a persistent grid of one block per SM (at most the ⌈T/128⌉·B·NH work items), 384
  * threads (warps 0-7 the consumers, 8-11 the producer warpgroup, which gives its registers to the
- * consumers), 192 KB of shared memory at HS 128 (96 at 64). The work items go by sections of heads
+ * consumers), 193 KB of shared memory at HS 128 (97 at 64). The work items go by sections of heads
  * whose K and V fit in a share of L2 together; within a section the heaviest query blocks (the
  * most key tiles) go first, so that the grid's tail is light; blocks take them from a queue.
  * Consumer warpgroup, per key tile j: S(j) = Q·K(j)ᵀ (wgmma m64n128k16 from shared memory) and
@@ -221,6 +221,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
             /* every fetch of this block is done before it counts itself out */
             __threadfence();
             if (atomicAdd(&queue->drained, 1u) == gridDim.x - 1) {
+                __threadfence(); /* every block's fetches, counted out before their drained, come first */
                 atomicExch(&queue->next, 0u);
                 atomicExch(&queue->drained, 0u);
             }
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         for (int kk = 0; kk < 8; kk++) pack_a_fragment(a[kk], s[kk / 4], kk % 4);
     };
 
-    /* Warpgroup 0 goes first. Each issues nkv - j0 + 1 times an item and passes the turn after each;
+    /* Warpgroup 0 goes first. Each issues nkv - j0 + 1 times per item and passes the turn after each;
      * warpgroup 1's first pass opens the kernel, and warpgroup 0 takes its last one after the
      * queue ran dry: every barrier phase completes, none is left half-arrived. */
     if (wg == 1) att_tma_turn_pass(wg);

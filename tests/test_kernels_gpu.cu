@@ -1046,13 +1046,16 @@ TEST(kernels_attention_forward_on_two_streams_at_once_matches_one_stream) {
             for (int r = 0; r < 3; r++) {
                 d_out[k][r] = (bf16 *)dalloc(nout * 2), d_lse[k][r] = (float *)dalloc(nlse * 4);
                 poison(d_out[k][r], nout * 2);
+                poison(d_lse[k][r], nlse * 4);
             }
             attention_forward(d_out[k][0], d_lse[k][0], d_qkv[k], NULL, &s, 0);
             dsync();
             down_bf16(ref_out[k], d_out[k][0], nout);
             down_f32(ref_lse[k], d_lse[k][0], nlse);
             poison(d_out[k][0], nout * 2);
+            poison(d_lse[k][0], nlse * 4);
         }
+        dsync(); /* the non-blocking streams below do not wait for the legacy stream's memsets */
         cudaStream_t st[2];
         for (int k = 0; k < 2; k++) CUDA_CHECK(cudaStreamCreateWithFlags(&st[k], cudaStreamNonBlocking));
         for (int r = 0; r < 3; r++)

@@ -13,7 +13,7 @@
 OUT=${OUT:-out}; mkdir -p $OUT; S=$OUT/parts.txt; M=/tmp/pvp; mkdir -p $M
 [ -f build/kernel_trace.so ] || { echo "build/kernel_trace.so is missing: make build/kernel_trace.so" | tee -a $S; exit 1; }
 CK=/dev/shm/pvp; [ "$(df -k --output=avail /dev/shm 2>/dev/null | tail -1)" -gt 30000000 ] 2>/dev/null || CK=$M/run
-B=${B:-16}; EXTRA=${EXTRA:---optimizer-state bf16}
+B=${B:-16}; EXTRA=${EXTRA---optimizer-state bf16}  # EXTRA="" runs the default fp32 state
 probe() { CUDA_INJECTION64_PATH=$PWD/build/kernel_trace.so KERNEL_TRACE_OUT=$1 "${@:2}"; }
 for m in ${MODELS:-qwen3-0.6b llama3.2-1b}; do
   V=$(python3 -c "import sys; sys.path.insert(0, 'dev/bench'); import bench_family_torch as b; print(b.MODELS['$m']['vocab_size'])")

@@ -4,9 +4,9 @@
                                          [--categories] [--gemms N] [--csv-tag TAG]
 
 TRACE.csv is `nsys stats --report cuda_gpu_trace --format csv` of a ./train run, or
-the CSV of dev/profile/kernel_trace.c (the same columns). A step starts at the first kernel whose
-name holds MARKER (encoder_forward_kernel, ./train's first kernel; a PyTorch peer marks its steps
-with torch.cuda._sleep, whose kernel is spin_kernel); the last STEPS whole steps before the run's
+the CSV of dev/profile/kernel_trace.c (the same columns). Every kernel whose name holds MARKER
+starts a step (encoder_forward_kernel, ./train's first kernel, once a micro-batch: run without
+gradient accumulation; a PyTorch peer marks its steps with torch.cuda._sleep, kernel spin_kernel); the last STEPS whole steps before the run's
 last one are the window. Prints the window's length per step, the time some kernel, copy or set ran
 (their union), the idle rest, the operations a step, the idle time summed by the operation that
 ended it (what the GPU waited to start), and the TOP kernels by their time a step at the clocks of
@@ -84,8 +84,8 @@ def main():
 # the parts of a step, first match wins: ./train's kernels and PyTorch's (ATen, flash attention,
 # Liger's Triton kernels) under the same names
 PARTS = [
+    ("attention", ("attention", "flash", "fmha", "attn", "dot_do_o", "convert_dq")),  # before GEMMs: flash names hold "cutlass"
     ("GEMMs (cuBLAS)", ("nvjet", "gemm", "splitkreduce", "xmma", "cutlass")),
-    ("attention", ("attention", "flash", "fmha", "attn", "dot_do_o", "convert_dq")),
     ("output layer (softmax, loss)", ("tile_kernel", "merge_kernel", "exp_dh", "onehot_dw", "reference_logit",
                                       "canonical_loss", "cross_entropy", "radixsort", "smoothing_dw", "stream_dh",
                                       "peak_columns", "slices_combine", "iota_kernel", "count_valid", "reduce_loss")),
