@@ -184,10 +184,9 @@ static void launch_forward_tma(bf16 *out, float *lse, const bf16 *qkv, const bf1
     const size_t kv_head_bytes = (size_t)2 * s->T * HS * sizeof(bf16);
     const int section = (int)std::max<size_t>(1, ATT_TMA_SECTION_BYTES / kv_head_bytes) * group;
     const int nqb = ceil_div(s->T, ATT_TMA_BM), nitems = nqb * s->B * s->NH;
-    int device, sms;
+    int device;
     CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    attention_forward_tma_kernel<HS><<<std::min(nitems, sms), ATT_TMA_THREADS, smem, stream>>>(
+    attention_forward_tma_kernel<HS><<<std::min(nitems, device_sms()), ATT_TMA_THREADS, smem, stream>>>(
         tm, tm_v, out, lse, s->T, s->NH, s->NKV, s->window, LOG2E * s->scale, nqb, section, nitems,
         forward_queue(device, stream));
     CUDA_CHECK(cudaGetLastError());

@@ -1,5 +1,5 @@
 /* kernels/device_util.cuh - the one home of the small device helpers that more than one kernel file
- * uses: the bf16 type, log2(e) for base-2 exponentials, shared-memory addresses, ldmatrix, the
+ * uses: the bf16 type, the SM count, log2(e) for base-2 exponentials, shared-memory addresses, ldmatrix, the
  * m16n8k16 bf16 MMA, cp.async, and the row sort by key of two backward passes. Ceiling division, which host code needs too, is in
  * kernels/host_device.h (included here); Hopper's warpgroup MMA helpers and the 128-byte swizzle
  * are in kernels/wgmma.cuh; vectors and reductions of the body kernels in kernels/kernel_util.cuh. */
@@ -10,9 +10,18 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "kernels/cuda_check.h"
 #include "kernels/host_device.h"
 
 typedef __nv_bfloat16 bf16;
+
+/* The current device's SM count, which persistent grids size themselves by. */
+static inline int device_sms(void) {
+    int dev, sms;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+}
 
 #define LOG2E 1.4426950408889634f /* exp(x) = exp2(x·LOG2E): ex2 is the hardware's exponential */
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/cuda_check.h"
+#include "kernels/device_util.cuh"
 #include "kernels/output_layer_internal.h"
 
 #define REDUCE_THREADS 1024
@@ -119,13 +120,6 @@ static int check_shape(int64_t max_N, int64_t V, int d) {
         return -1;
     }
     return 0;
-}
-
-static int device_sms(void) {
-    int dev, sms;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return sms;
 }
 
 /* Every buffer of the object, in creation order, with its size; shared by workspace_bytes and
