@@ -992,19 +992,28 @@ static void persistent_plan(int64_t N, int64_t V, int d, int64_t slots, int64_t 
 
 /* The backward-style launch over rows [r0, r0 + nr) and columns [c0, c0 + nc): P row-block units at
  * a time (their H blocks stay in L2), the columns' tiles split among the remaining slots; each CTA
- * sweeps its tiles unit after unit. Returns the grid (x: units' CTAs, y: tile groups). */
+ * sweeps its tiles unit after unit. P is chosen by the products a CTA runs, passes x tiles per CTA,
+ * not by the most units L2 holds: Qwen3-0.6B's chunk (26 units of 256 rows, 594 tiles) in one pass
+ * leaves 66 / 26 = 2 groups, 52 of 66 clusters busy and 297 products each; two passes of 13 units
+ * take 5 groups, 65 busy and 2 x 119 = 238 products each. A tie keeps the fewer passes (each pass
+ * streams W from DRAM again). Which CTA runs a tile changes nothing in its results. Returns the grid
+ * (x: units' CTAs, y: tile groups). */
 static dim3 row_sweep_grid(int64_t nr, int64_t nc, int64_t d, TileArgs *t) {
-    const int64_t ur = BM * CLUSTER, nrb = ceil_div(nr, ur), nt = ceil_div(nc, TN);
-    int64_t P = L2_H_BUDGET / (ur * d * 2);
-    P = P < 1 ? 1 : P > nrb ? nrb : P;
-    /* equal passes over the row blocks: 128 blocks with room for 85 would otherwise run as 85 + 43
-     * with G = 1: 85 CTAs, half of them idle half the time */
-    P = ceil_div(nrb, ceil_div(nrb, P));
-    int64_t G = resident_clusters() / P;
-    G = G < 1 ? 1 : G > nt ? nt : G;
-    const int64_t tpc = ceil_div(nt, G);
-    t->tiles_per_cta = (int)tpc;
-    return dim3((unsigned)(P * CLUSTER), (unsigned)ceil_div(nt, tpc));
+    const int64_t ur = BM * CLUSTER, nrb = ceil_div(nr, ur), nt = ceil_div(nc, TN), slots = resident_clusters();
+    int64_t pmax = L2_H_BUDGET / (ur * d * 2);
+    pmax = pmax < 1 ? 1 : pmax > nrb ? nrb : pmax;
+    const int64_t fewest = ceil_div(nrb, pmax);
+    int64_t best_P = 1, best_tpc = nt, best_cost = -1;
+    for (int64_t passes = fewest; passes <= fewest + 8 && passes <= nrb; passes++) {
+        /* equal passes: 128 blocks with room for 85 run as 64 + 64, not 85 + 43 */
+        const int64_t P = ceil_div(nrb, passes);
+        int64_t G = slots / P;
+        G = G < 1 ? 1 : G > nt ? nt : G;
+        const int64_t tpc = ceil_div(nt, G), cost = ceil_div(nrb, P) * tpc;
+        if (best_cost < 0 || cost < best_cost) best_cost = cost, best_P = P, best_tpc = tpc;
+    }
+    t->tiles_per_cta = (int)best_tpc;
+    return dim3((unsigned)(best_P * CLUSTER), (unsigned)ceil_div(nt, best_tpc));
 }
 
 void outl_fused_forward(OutputLayer *L, const OutputLayerArgs *a, float *row_loss, float *slice_stats,

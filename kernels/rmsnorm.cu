@@ -199,20 +199,35 @@ __global__ void __launch_bounds__(256) rmsnorm_dweight_partial_kernel(float *par
 }
 
 /* dinp of each row of slice blockIdx.x (a warp a row), and the slice's Σ norm·dout into partial:
- * C % 8 == 0, C ≤ 256·K; lane owns the 8-column groups c = 8·(lane + 32·k), k < K. */
+ * C % 8 == 0, C ≤ 256·K; lane owns the 8-column groups c = 8·(lane + 32·k), k < K. Where the
+ * lane keeps its columns' sums of norm·dout sets how many blocks an SM holds, and the grid's 1024
+ * slices run best in about one or two full waves. At K ≤ 4 (C ≤ 1024) they go into the warp's row
+ * of shared memory: 64 registers a thread, eight blocks an SM, one wave (in 95 registers, five
+ * blocks an SM took 1.6 waves: 0.146 against 0.120 ms at N = 32768, C = 1024). At K = 8 the 64
+ * sums stay in registers: four blocks an SM, two full waves (in shared memory, 32 KB a block
+ * allows seven, 1.1 waves, and it ran 0.295 against 0.273 ms at C = 2048). Either way the warp's
+ * sums land in shared memory with column c = 8·(lane + 32·k) + i at (8·k + i)·32 + lane, so a
+ * warp's accesses touch 32 banks at once, and the block adds its warps in order. */
 template <int K>
-__global__ void __launch_bounds__(RMS_WARPS * 32)
+__global__ void __launch_bounds__(RMS_WARPS * 32, K <= 4 ? 8 : 4)
     rmsnorm_backward_fused_kernel(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp, const bf16 *weight,
                                   const float *rstd, int N, int C, int one_plus_w) {
-    __shared__ float warp_sums[RMS_WARPS][256 * RMS_FUSED_MAX_K];
+    __shared__ float warp_sums[RMS_WARPS][256 * K];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int rows_per_chunk = (int)ceil_div(N, RMS_FUSED_CHUNKS);
     int r0 = blockIdx.x * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
-    float acc[K][8];
+    constexpr bool sums_in_smem = K <= 4;
+    float *acc = warp_sums[warp];
+    float racc[sums_in_smem ? 1 : K][8];
 #pragma unroll
     for (int k = 0; k < K; k++)
 #pragma unroll
-        for (int i = 0; i < 8; i++) acc[k][i] = 0.0f;
+        for (int i = 0; i < 8; i++) {
+            if constexpr (sums_in_smem)
+                acc[(k * 8 + i) * 32 + lane] = 0.0f;
+            else
+                racc[k][i] = 0.0f;
+        }
     for (int row = r0 + warp; row < r1; row += RMS_WARPS) {
         size_t base = (size_t)row * C;
         float s = rstd[row];
@@ -241,23 +256,26 @@ __global__ void __launch_bounds__(RMS_WARPS * 32)
 #pragma unroll
             for (int i = 0; i < 8; i++) {
                 dx[i] += s * (norm_gain(w[i], one_plus_w) * d[i] - (x[i] * s) * dnorm_norm_mean);
-                acc[k][i] += (x[i] * s) * d[i];
+                if constexpr (sums_in_smem)
+                    acc[(k * 8 + i) * 32 + lane] += (x[i] * s) * d[i];
+                else
+                    racc[k][i] += (x[i] * s) * d[i];
             }
             store_bf16x8(dinp + base + c, float_to_bf16x8(dx));
         }
     }
+    if constexpr (!sums_in_smem) {
 #pragma unroll
-    for (int k = 0; k < K; k++) {
-        int c = (k * 32 + lane) * 8;
-        if (c >= C) continue;
+        for (int k = 0; k < K; k++)
 #pragma unroll
-        for (int i = 0; i < 8; i++) warp_sums[warp][c + i] = acc[k][i];
+            for (int i = 0; i < 8; i++) acc[(k * 8 + i) * 32 + lane] = racc[k][i];
     }
     __syncthreads(); /* every warp's sums are in shared memory before the block adds them */
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float sum = warp_sums[0][c];
+        const int at = (c / 256 * 8 + c % 8) * 32 + c / 8 % 32;
+        float sum = warp_sums[0][at];
 #pragma unroll
-        for (int w = 1; w < RMS_WARPS; w++) sum += warp_sums[w][c];
+        for (int w = 1; w < RMS_WARPS; w++) sum += warp_sums[w][at];
         partial[(size_t)blockIdx.x * C + c] = sum;
     }
 }

@@ -287,7 +287,7 @@ int main(int argc, char **argv) {
         void *scratch = dmalloc(rope_backward_scratch_bytes(&rs));
         const double qk = (double)N * (nh + nkv) * hd;
         TIME_MS(ms, rope_forward(qkv, rstd, proj, qn, kn, cs, sn, &rs, 0));
-        row("qk-norm + rope forward (qkv copied)", ms, 11.0 * qk, 2.0 * N * QW * 2);
+        row("qk-norm + rope forward (out of place)", ms, 11.0 * qk, 2.0 * qk * 2); /* value heads untouched */
         TIME_MS(ms, rope_backward(dqkv, dqn, dkn, scratch, dqkv, proj, qn, kn, rstd, cs, sn, &rs, 0));
         row("qk-norm + rope backward (in place)", ms, 16.0 * qk, 3.0 * qk * 2);
         TIME_MS(ms, rope_forward(qkv, NULL, qkv, NULL, NULL, cs, sn, &rs, 0));
