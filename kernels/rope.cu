@@ -18,8 +18,8 @@
  *   heads are never touched: in place they stay, and out of place the attention reads them from the
  *   input (its v argument), so no copy moves them; the backward out of place copies their gradient
  *   (dinp = dout there). The backward runs a fixed grid (ROPE_BWD_BLOCKS blocks of ROPE_BWD_WARPS warps, grid-
- *   stride), each lane keeping its columns' norm-weight sums in registers; the groups of a warp add
- *   theirs by shuffles, the block its warps in order, and add_partial_sums the blocks in order:
+ *   stride), each lane keeping its columns' norm-weight sums in its warp's shared memory (registers
+ *   then leave four blocks an SM); the groups of a warp add theirs by shuffles, the block its warps in order, and add_partial_sums the blocks in order:
  *   deterministic, no atomics, one pass over the data.
  * FLOPs ~6 per rotated element (+5 with QK-norm); bytes, with Q = N·(NH + NKV)·hd the query and key
  * values: forward Q·2·2, backward Q·2·2 (+ Q·2 for
@@ -157,23 +157,28 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
 
 /* dinp may be dout (in place). Without QK-norm inp, rstd and partial are not read or written.
  * partial: per block, dq_norm sums [hd] then dk_norm sums [hd]. */
+/* Four blocks an SM (64 registers a thread): the fixed grid of 528 is then one wave on an H100's
+ * 132 SMs. */
 template <int V>
-__global__ void __launch_bounds__(ROPE_BWD_WARPS * 32)
+__global__ void __launch_bounds__(ROPE_BWD_WARPS * 32, 4)
     rope_backward_kernel(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp, const bf16 *q_norm,
                          const bf16 *k_norm, const float *rstd, const float *cos_t, const float *sin_t, RopeShape s,
                          RopeLane rl) {
     constexpr int PMAX = RopeSlots<V>::max;
     __shared__ float red[ROPE_BWD_WARPS][2][256];
+    /* the lane's sums (dq's 2·PMAX·V, then dk's) at [warp][sum][lane]: in registers they took 119 a
+     * thread and two blocks an SM */
+    constexpr int NSUM = 4 * PMAX * V;
+    __shared__ float sums[ROPE_BWD_WARPS][NSUM][32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, lig = lane % rl.g, qk = s.NH + s.NKV, H = s.hd / 2;
     const size_t R = (size_t)(s.NH + 2 * s.NKV) * s.hd;
     const int per_warp = 32 / rl.g;
     const int64_t tasks = (int64_t)s.B * s.T * qk;
-    /* this lane's sums of norm·dy for its columns: [p][0, V) the first half, [p][V, 2V) the second */
-    float dq[PMAX][2 * V], dk[PMAX][2 * V];
+    /* this lane's sums of norm·dy for its columns, dq's at sum p·2V + v and dk's 2·PMAX·V further:
+     * v in [0, V) the first half, [V, 2V) the second */
+    float(*acc)[32] = sums[warp];
 #pragma unroll
-    for (int p = 0; p < PMAX; p++)
-#pragma unroll
-        for (int v = 0; v < 2 * V; v++) dq[p][v] = dk[p][v] = 0.0f;
+    for (int i = 0; i < NSUM; i++) acc[i][lane] = 0.0f;
     for (int64_t first = ((int64_t)blockIdx.x * ROPE_BWD_WARPS + warp) * per_warp; first < tasks;
          first += (int64_t)gridDim.x * ROPE_BWD_WARPS * per_warp) {
         const int64_t task = first + lane / rl.g;
@@ -230,13 +235,9 @@ __global__ void __launch_bounds__(ROPE_BWD_WARPS * 32)
             for (int p = 0; p < PMAX; p++) {
 #pragma unroll
                 for (int v = 0; v < V; v++) { /* zeros where the lane holds no column */
-                    if (is_q) {
-                        dq[p][v] += n1[p][v] * dy1[p][v];
-                        dq[p][V + v] += n2[p][v] * dy2[p][v];
-                    } else {
-                        dk[p][v] += n1[p][v] * dy1[p][v];
-                        dk[p][V + v] += n2[p][v] * dy2[p][v];
-                    }
+                    const int at = (is_q ? 0 : 2 * PMAX * V) + p * 2 * V + v;
+                    acc[at][lane] += n1[p][v] * dy1[p][v];
+                    acc[at + V][lane] += n2[p][v] * dy2[p][v];
                     dy1[p][v] = r * (g1[p][v] * dy1[p][v] - n1[p][v] * mean);
                     dy2[p][v] = r * (g2[p][v] * dy2[p][v] - n2[p][v] * mean);
                 }
@@ -251,6 +252,14 @@ __global__ void __launch_bounds__(ROPE_BWD_WARPS * 32)
         }
     }
     if (!q_norm) return;
+    float dq[PMAX][2 * V], dk[PMAX][2 * V];
+#pragma unroll
+    for (int p = 0; p < PMAX; p++)
+#pragma unroll
+        for (int v = 0; v < 2 * V; v++) {
+            dq[p][v] = acc[p * 2 * V + v][lane];
+            dk[p][v] = acc[2 * PMAX * V + p * 2 * V + v][lane];
+        }
     /* the groups of the warp hold the same columns: add them by shuffles, lower groups first */
 #pragma unroll
     for (int p = 0; p < PMAX; p++)
