@@ -12,9 +12,9 @@
  *   dweight += Σ_n norm·dout.
  *   launch, C % 8 == 0 and C ≤ 2048 (Llama's and Qwen's widths): one kernel. Block b takes the rows
  *   of slice b of RMS_FUSED_CHUNKS, a warp a row as the forward; a lane keeps its columns' Σ
- *   norm·dout over its warp's rows in registers while it writes dinp, and the block adds its warps'
- *   sums in warp order into its partial row, which add_partial_sums adds in slice order: dweight
- *   without reading dout and x a second time. Other C: dinp by the forward's layout (the second pass
+ *   norm·dout over its warp's rows (in shared memory or registers, by width: the kernel says why)
+ *   while it writes dinp, and the block adds its warps' sums in warp order into its partial row,
+ *   which add_partial_sums adds in slice order: dweight without reading dout and x a second time. Other C: dinp by the forward's layout (the second pass
  *   re-reads dout and x, which the first just brought into L1), then dweight by a column kernel, a
  *   thread per column over RMS_ROW_CHUNKS fixed slices of rows. Deterministic either way (the
  *   orders are fixed, whatever N or the device), no atomics.
@@ -204,8 +204,8 @@ __global__ void __launch_bounds__(256) rmsnorm_dweight_partial_kernel(float *par
  * slices run best in about one or two full waves. At K ≤ 4 (C ≤ 1024) they go into the warp's row
  * of shared memory: 64 registers a thread, eight blocks an SM, one wave (in 95 registers, five
  * blocks an SM took 1.6 waves: 0.146 against 0.120 ms at N = 32768, C = 1024). At K = 8 the 64
- * sums stay in registers: four blocks an SM, two full waves (in shared memory, 32 KB a block
- * allows seven, 1.1 waves, and it ran 0.295 against 0.273 ms at C = 2048). Either way the warp's
+ * sums stay in registers: four blocks an SM, two full waves (in shared memory, 32 KB a block and
+ * the 1 KB each block reserves allow six, 1.3 waves, and it ran 0.295 against 0.273 ms at C = 2048). Either way the warp's
  * sums land in shared memory with column c = 8·(lane + 32·k) + i at (8·k + i)·32 + lane, so a
  * warp's accesses touch 32 banks at once, and the block adds its warps in order. */
 template <int K>

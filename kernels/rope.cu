@@ -17,9 +17,10 @@
  *   cos, sin) when H % 8 == 0, else V = 1; G the power of two ≥ H/V up to 32, so hd ≤ 256. Value
  *   heads are never touched: in place they stay, and out of place the attention reads them from the
  *   input (its v argument), so no copy moves them; the backward out of place copies their gradient
- *   (dinp = dout there). The backward runs a fixed grid (ROPE_BWD_BLOCKS blocks of ROPE_BWD_WARPS warps, grid-
- *   stride), each lane keeping its columns' norm-weight sums in its warp's shared memory (registers
- *   then leave four blocks an SM); the groups of a warp add theirs by shuffles, the block its warps in order, and add_partial_sums the blocks in order:
+ *   (dinp = dout there). The backward runs a fixed grid (ROPE_BWD_BLOCKS blocks of ROPE_BWD_WARPS
+ *   warps, grid-stride), each lane keeping its columns' norm-weight sums in its warp's shared memory
+ *   (in registers they left room for two blocks an SM, not four); the groups of a warp add theirs
+ *   by shuffles, the block its warps in order, and add_partial_sums the blocks in order:
  *   deterministic, no atomics, one pass over the data.
  * FLOPs ~6 per rotated element (+5 with QK-norm); bytes, with Q = N·(NH + NKV)·hd the query and key
  * values: forward Q·2·2, backward Q·2·2 (+ Q·2 for
@@ -167,7 +168,8 @@ __global__ void __launch_bounds__(ROPE_BWD_WARPS * 32, 4)
     constexpr int PMAX = RopeSlots<V>::max;
     __shared__ float red[ROPE_BWD_WARPS][2][256];
     /* the lane's sums (dq's 2·PMAX·V, then dk's) at [warp][sum][lane]: in registers they took 119 a
-     * thread and two blocks an SM */
+     * thread and two blocks an SM. With red, 48 KB at V = 8: all the static shared memory a block
+     * may have, and four blocks (with their reserved 1 KB each) fit an SM's 228 KB. */
     constexpr int NSUM = 4 * PMAX * V;
     __shared__ float sums[ROPE_BWD_WARPS][NSUM][32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, lig = lane % rl.g, qk = s.NH + s.NKV, H = s.hd / 2;

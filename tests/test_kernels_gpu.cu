@@ -1588,7 +1588,7 @@ TEST(kernels_residual_rmsnorm_matches_cpu_at_any_width_and_backward_is_determini
     rmsnorm_case(131, 7, 1, 1e-6f, 0);   /* a lane per column */
     rmsnorm_case(5, 96, 0, 1e-5f, 0);    /* the plain norm (first block, final norm) */
     rmsnorm_case(257, 2048, 1, 1e-5f, 0);
-    rmsnorm_case(1031, 264, 1, 1e-6f, 0); /* two groups a lane, some slices of one row and some of two */
+    rmsnorm_case(1031, 264, 1, 1e-6f, 0); /* K = 2, lane 0 alone with a second group; slices of one and two rows */
     rmsnorm_case(5003, 1024, 1, 1e-6f, 0); /* Qwen3-0.6B's width, five rows a slice */
     rmsnorm_case(67, 3000, 1, 1e-6f, 0); /* 3000 % 256 != 0: the last register group is partial */
     rmsnorm_case(129, 8192, 1, 1e-5f, 0); /* the widest register-resident row */
