@@ -277,7 +277,8 @@ static void set_value(Options *opt, const OptSpec *o, const char *value, const c
         if (!*value || isspace((unsigned char)*value) || *end || (errno && errno != ERANGE))
             die_usage("%s expects an integer, got '%s'", name, value);
         if (errno == ERANGE || v < -2147483647L || v > 2147483647L)
-            die_usage("%s %s is out of range: an integer from -2147483647 to 2147483647 is expected", name, value);
+            die_usage("%s %s is too %s for an integer flag (at most %s2147483647 in size)", name, value,
+                      *value == '-' ? "small" : "large", *value == '-' ? "-" : "");
         *(int *)dst = (int)v;
         break;
     }
@@ -423,6 +424,7 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (!(opt->lr > 0)) bad("-l/--lr", "must be positive");
     if (opt->lr_final < 0 || opt->lr_final > opt->lr) bad("--lr-final", "must be between 0 and the peak -l/--lr");
     if (opt->warmup < 0) bad("--warmup", "must be 0 or more");
+    if (opt->seed < 0) bad("--seed", "must be 0 or more"); /* checkpoints keep it unsigned */
     if (opt->weight_decay < 0) bad("--weight-decay", "must be 0 or more");
     if (opt->grad_clip < 0) bad("--grad-clip", "must be 0 (off) or positive");
     if (!(opt->z_loss >= 0)) bad("--z-loss", "must be 0 (off) or positive");
@@ -537,8 +539,12 @@ static int check_init_from(const Options *opt, GPTConfig *cfg) {
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         if (fields[i].theirs == fields[i].ours || !(was_given(opt, fields[i].long_name) || (preset && fields[i].by_preset)))
             continue;
-        print_error("--init-from %s has %s %d but the flags give %d (pass %s %d)", opt->init_from,
-                    fields[i].what, fields[i].theirs, fields[i].ours, fields[i].flag, fields[i].theirs);
+        if (was_given(opt, fields[i].long_name))
+            print_error("--init-from %s has %s %d but the flags give %d (pass %s %d)", opt->init_from,
+                        fields[i].what, fields[i].theirs, fields[i].ours, fields[i].flag, fields[i].theirs);
+        else /* the preset's shape: the checkpoint gives the whole shape without it */
+            print_error("--init-from %s has %s %d but the preset -e gives %d (leave out -e: --init-from gives the "
+                        "shape)", opt->init_from, fields[i].what, fields[i].theirs, fields[i].ours);
         return -1;
     }
     if (hf.logit_softcap > 0 && cfg->logit_softcap > 0 && hf.logit_softcap != cfg->logit_softcap) {

@@ -1,5 +1,7 @@
 #include "common/paths.h"
 
+#include "common/err.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -82,6 +84,43 @@ int dir_locked_by_another(const char *dir) {
     const int held = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
     close(fd); /* drops the lock this took, if it took one */
     return held;
+}
+
+FILE *open_regular(const char *path, char *why) {
+    why[0] = 0;
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        const int e = errno;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        if (S_ISDIR(sb.st_mode)) {
+            errno = EISDIR;
+            return NULL;
+        }
+        const char *kind = S_ISFIFO(sb.st_mode)   ? "a pipe"
+                           : S_ISCHR(sb.st_mode)  ? "a character device"
+                           : S_ISBLK(sb.st_mode)  ? "a block device"
+                           : S_ISSOCK(sb.st_mode) ? "a socket"
+                                                  : "not a regular file";
+        snprintf(why, ERR_LEN, "%s is %s, not a file: save what it gives to a file and pass that", path, kind);
+        errno = EINVAL;
+        return NULL;
+    }
+    /* a regular file reads the same either way, and fdopen keeps the descriptor's flags */
+    const int flags = fcntl(fd, F_GETFL);
+    FILE *f = flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        const int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return f;
 }
 
 char *read_stream_whole(FILE *f, size_t *len) {

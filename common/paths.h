@@ -32,6 +32,13 @@ int write_file_whole(const char *path, const void *data, size_t n);
 /* Whether another process holds dir's lock (lock_dir), without creating anything. */
 int dir_locked_by_another(const char *dir);
 
+/* path opened for reading ("rb") when it is a regular file. Else NULL with errno set: open's own
+ * (ENOENT, EACCES, ...), EISDIR for a directory (the caller names what it wanted inside), or EINVAL
+ * for a pipe, a device or a socket, which a reader would wait on or read without end; then `why`
+ * (ERR_LEN bytes; "" otherwise) holds the whole message, which names what path is and the fix. A
+ * FIFO is opened without waiting for a writer, to learn what it is. */
+FILE *open_regular(const char *path, char *why);
+
 /* A regular file's bytes from f's start, a NUL after them (malloc'ed; *len their count), or NULL
  * with errno set: EISDIR for a directory, EINVAL for anything else that is not a regular file (a
  * device or a FIFO, whose size is no length), ENOMEM, or EIO for a short read. */

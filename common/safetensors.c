@@ -1,10 +1,11 @@
 /* common/safetensors.c - the safetensors reader (see safetensors.h). */
 #include "common/safetensors.h"
 
+#include "common/paths.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define MAX_HEADER (100u << 20) /* a larger header is no model's */
 /* What to do about a file that is not whole: it is a copy to make again, whichever wrote it (a
@@ -116,17 +117,43 @@ static int by_offset(const void *a, const void *b) {
     return (x->end > y->end) - (x->end < y->end);
 }
 
+static int by_name(const void *a, const void *b) {
+    return strcmp((*(const StTensor *const *)a)->name, (*(const StTensor *const *)b)->name);
+}
+
+/* The file's tensors in the order cmp gives (malloc'ed), or NULL with a message. */
+static const StTensor **sorted_tensors(const StFile *s, int (*cmp)(const void *, const void *), char *err) {
+    const StTensor **order = malloc((s->count ? s->count : 1) * sizeof *order);
+    if (!order) {
+        snprintf(err, ERR_LEN, "out of memory reading %s", s->path);
+        return NULL;
+    }
+    for (size_t i = 0; i < s->count; i++) order[i] = &s->tensors[i];
+    qsort(order, s->count, sizeof *order, cmp);
+    return order;
+}
+
+/* A name the header lists twice: which of the two entries would be read is a guess. */
+static int check_unique_names(const StFile *s, char *err) {
+    const StTensor **order = sorted_tensors(s, by_name, err);
+    if (!order) return -1;
+    int rc = 0;
+    for (size_t i = 1; rc == 0 && i < s->count; i++)
+        if (strcmp(order[i - 1]->name, order[i]->name) == 0) {
+            snprintf(err, ERR_LEN, "%s: tensor %s is listed twice in the header (corrupt file; re-export it)", s->path,
+                     order[i]->name);
+            rc = -1;
+        }
+    free(order);
+    return rc;
+}
+
 /* The tensors cover the data exactly, as the format requires: no overlap (two tensors read from the
  * same bytes), no hole and no bytes after the last tensor (data that is no tensor's: a corrupt,
  * concatenated or crafted file). */
 static int check_coverage(const StFile *s, uint64_t data_len, char *err) {
-    const StTensor **order = malloc((s->count ? s->count : 1) * sizeof *order);
-    if (!order) {
-        snprintf(err, ERR_LEN, "out of memory reading %s", s->path);
-        return -1;
-    }
-    for (size_t i = 0; i < s->count; i++) order[i] = &s->tensors[i];
-    qsort(order, s->count, sizeof *order, by_offset);
+    const StTensor **order = sorted_tensors(s, by_offset, err);
+    if (!order) return -1;
     int rc = 0;
     uint64_t covered = 0; /* the data before it is some tensor's */
     for (size_t i = 0; rc == 0 && i < s->count; i++) {
@@ -153,14 +180,15 @@ static int check_coverage(const StFile *s, uint64_t data_len, char *err) {
 int st_open(StFile *s, const char *path, char *err) {
     memset(s, 0, sizeof *s);
     snprintf(s->path, sizeof s->path, "%s", path);
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        snprintf(err, ERR_LEN, "%s is a directory, not a safetensors file", path);
-        return -1;
-    }
-    if (!(s->f = fopen(path, "rb"))) {
-        snprintf(err, ERR_LEN, "cannot open %s: %s%s", path, strerror(errno),
-                 errno == ENOENT ? " (a file of the weights is missing: is the directory whole?)" : "");
+    char why[ERR_LEN];
+    if (!(s->f = open_regular(path, why))) {
+        if (why[0])
+            snprintf(err, ERR_LEN, "%s", why);
+        else if (errno == EISDIR)
+            snprintf(err, ERR_LEN, "%s is a directory, not a safetensors file", path);
+        else
+            snprintf(err, ERR_LEN, "cannot open %s: %s%s", path, strerror(errno),
+                     errno == ENOENT ? " (a file of the weights is missing: is the directory whole?)" : "");
         return -1;
     }
     uint64_t hlen = 0, file_len = 0;
@@ -207,7 +235,7 @@ int st_open(StFile *s, const char *path, char *err) {
             return -1;
         }
     }
-    if (check_coverage(s, file_len - s->data_start, err) != 0) {
+    if (check_unique_names(s, err) != 0 || check_coverage(s, file_len - s->data_start, err) != 0) {
         st_close(s);
         return -1;
     }

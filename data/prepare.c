@@ -91,14 +91,15 @@ static int check_out_dir(const char *dir, char *err) {
 
 /* Appends a file to *buf; -1 + message when it cannot be read. */
 static int append_file(const char *path, char **buf, size_t *len, size_t *cap, char *err) {
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        fgpt_set_err(err, "%s is a folder, not a text file: pass the files in it (e.g. %s/*.txt)", path, path);
-        return -1;
-    }
-    FILE *f = fopen(path, "rb");
+    char why[ERR_LEN];
+    FILE *f = open_regular(path, why);
     if (!f) {
-        fgpt_set_err(err, "cannot open text file %s: %s (check the path)", path, strerror(errno));
+        if (why[0])
+            fgpt_set_err(err, "%s", why);
+        else if (errno == EISDIR)
+            fgpt_set_err(err, "%s is a folder, not a text file: pass the files in it (e.g. %s/*.txt)", path, path);
+        else
+            fgpt_set_err(err, "cannot open text file %s: %s (check the path)", path, strerror(errno));
         return -1;
     }
     for (;;) {

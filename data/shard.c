@@ -1,6 +1,7 @@
 /* data/shard.c - token shard writer and validating reader (format in shard.h). */
 #include "data/shard.h"
 #include "common/err.h"
+#include "common/paths.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -94,7 +95,8 @@ int shard_writer_append(ShardWriter *w, const uint32_t *tokens, size_t n, char *
             }
         }
         if (fwrite(buf, w->bytes_per_token, k, w->f) != k) {
-            snprintf(err, ERR_LEN, "cannot write shard %s: %s (disk full?)", w->tmp_path, strerror(errno));
+            const int e = errno;
+            snprintf(err, ERR_LEN, "cannot write shard %s: %s (%s)", w->tmp_path, strerror(e), write_error_hint(e));
             return -1;
         }
         i += k;
@@ -118,7 +120,8 @@ int shard_writer_close(ShardWriter *w, char *err) {
     ok = (fclose(w->f) == 0) && ok;
     w->f = NULL;
     if (!ok || rename(w->tmp_path, w->path) != 0) {
-        snprintf(err, ERR_LEN, "cannot finish shard %s: %s", w->path, strerror(errno));
+        const int e = errno;
+        snprintf(err, ERR_LEN, "cannot finish shard %s: %s (%s)", w->path, strerror(e), write_error_hint(e));
         shard_writer_abort(w);
         return -1;
     }
@@ -183,20 +186,21 @@ static FILE *open_llmc(FILE *f, const char *path, const int32_t llmc[3], const s
 
 /* Opens path and validates its header against the file's length. */
 static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
-    FILE *f = fopen(path, "rb");
+    char why[ERR_LEN];
+    FILE *f = open_regular(path, why);
     if (!f) {
-        snprintf(err, ERR_LEN, "cannot open token shard %s: %s (check -i/-j, or run `make data`)", path,
-                 strerror(errno));
+        if (why[0])
+            snprintf(err, ERR_LEN, "%s", why);
+        else if (errno == EISDIR)
+            snprintf(err, ERR_LEN, "%s is a directory, not a token shard (pass the shard file, e.g. DIR/train.bin)",
+                     path);
+        else
+            snprintf(err, ERR_LEN, "cannot open token shard %s: %s (check -i/-j, or run `make data`)", path,
+                     strerror(errno));
         return NULL;
     }
     unsigned char h[SHARD_HEADER_BYTES];
     struct stat st;
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(err, ERR_LEN, "%s is a directory, not a token shard (pass the shard file, e.g. DIR/train.bin)",
-                 path);
-        fclose(f);
-        return NULL;
-    }
     if (fstat(fileno(f), &st) != 0 || fread(h, 1, sizeof h, f) != sizeof h) {
         snprintf(err, ERR_LEN, "token shard %s is shorter than its %d-byte header (truncated; re-create it)",
                  path, SHARD_HEADER_BYTES);

@@ -184,6 +184,19 @@ TEST(eval_of_a_checkpoint_prints_the_reference_loss_of_every_target_on_its_last_
     snprintf(args, sizeof args, "eval -o %s -i %s --device cpu", run, shard);
     CHECK(run_train(args, &out) == 0 && out && strstr(out, "2 window(s) of T=64 in batches of B=2"), "%s", out);
     free(out);
+    /* a checkpoint's tokenizer.json that cannot be read: the shard (made by some tokenizer) is
+     * evaluated, and the run says that nothing checked it against the checkpoint's */
+    char tok[1000], made_by[900];
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", dir);
+    snprintf(made_by, sizeof made_by, "%s/made_by.bin", test_tmpdir());
+    FILE *f = fopen(tok, "w");
+    REQUIRE(f && fputs("{\"model\": {\"type\": \"BPE\", \"vocab\": {", f) >= 0 && fclose(f) == 0, "%s", tok);
+    REQUIRE(write_pattern_shard_made_by(made_by, 87, 300, 2, 0x1234567) == 0, "shard made by a tokenizer");
+    snprintf(args, sizeof args, "eval --init-from %s -i %s -t 16 --device cpu", dir, made_by);
+    CHECK(run_train(args, &out) == 0 && out && strstr(out, "note: not checking the shard against the checkpoint's "
+                                                           "tokenizer: ") && strstr(out, "tokenizer.json"),
+          "%s", out);
+    free(out);
 }
 
 static int one_line(const char *s) {

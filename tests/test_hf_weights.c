@@ -270,6 +270,9 @@ TEST(a_safetensors_file_whose_data_is_not_exactly_its_tensors_is_refused) {
         {"overlap", "{\"h.0.ln_1.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                     "\"h.0.ln_1.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
          12, "tensors h.0.ln_1.weight and h.0.ln_1.bias overlap"},
+        {"a name twice", "{\"h.0.ln_1.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                         "\"h.0.ln_1.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+         8, "tensor h.0.ln_1.weight is listed twice in the header"},
         {"hole", "{\"h.0.ln_1.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                  "\"h.0.ln_1.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}",
          20, "bytes 8 to 12 of the data belong to no tensor"},
@@ -337,7 +340,7 @@ TEST(train_init_from_continues_from_the_exported_weights_and_refuses_other_shape
     const struct {
         const char *flags, *msg;
     } cases[] = {
-        {"-e d6", "has layers 2 but the flags give 6 (pass --layers 2)"},
+        {"-e d6", "has layers 2 but the preset -e gives 6 (leave out -e: --init-from gives the shape)"},
         {"-e tiny --dim 64 --heads 2", "has width 128 but the flags give 64 (pass --dim 128)"},
         {"-e tiny --max-seq-len 128", "has context (n_positions) 64 but the flags give 128 (pass --max-seq-len 64)"},
         {"-e tiny --max-seq-len 64 -v 512", "has vocabulary 300 but the flags give 512 (pass -v 300)"},

@@ -80,9 +80,11 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("-b ' 4'", "-b/--batch expects an integer, got ' 4'");
     expect_usage_error("--lr nan", "-l/--lr expects a number, got 'nan'");
     expect_usage_error("--lr 1e-46", "-l/--lr: 1e-46 is beyond what a float holds");
-    /* an integer too large for an int is named as out of range, not as something else */
-    expect_usage_error("-b 2147483648", "-b/--batch 2147483648 is out of range: an integer from -2147483647 to 2147483647");
-    expect_usage_error("-x 99999999999999999999", "-x/--steps 99999999999999999999 is out of range");
+    /* an integer too large for an int is named as such, not as something else */
+    expect_usage_error("-b 2147483648", "-b/--batch 2147483648 is too large for an integer flag (at most 2147483647");
+    expect_usage_error("--seed -99999999999", "--seed -99999999999 is too small for an integer flag");
+    expect_usage_error("--seed -1", "--seed must be 0 or more");
+    expect_usage_error("-x 99999999999999999999", "-x/--steps 99999999999999999999 is too large for an integer flag");
     /* the GPU's timing flags do nothing on the CPU: refused there, not ignored */
     expect_usage_error("--device cpu --step-parts 1", "--step-parts times the GPU's parts of a step: it needs --device cuda");
     expect_usage_error("--device cpu -x 5 --profile-step 3", "--profile-step opens a GPU profiler's capture range");

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "common/err.h"
 #include "common/paths.h"
@@ -123,7 +122,17 @@ static Tokenizer *load_hf(FILE *f, const char *path, char *err) {
     const char *slash = strrchr(path, '/');
     int dir_len = slash ? (int)(slash - path) : 1;
     snprintf(config, sizeof config, "%.*s/tokenizer_config.json", dir_len, slash ? path : ".");
-    FILE *c = fopen(config, "rb");
+    char why[ERR_LEN];
+    FILE *c = open_regular(config, why);
+    if (!c && errno != ENOENT) {
+        if (why[0])
+            tok_error(err, "%s", why);
+        else
+            tok_error(err, "cannot read %s beside tokenizer %s: %s (fix or remove it)", config, path,
+                      strerror(errno));
+        tokenizer_free(t);
+        return NULL;
+    }
     if (c) {
         size_t clen;
         t->hf_config = read_stream_whole(c, &clen);
@@ -138,15 +147,15 @@ static Tokenizer *load_hf(FILE *f, const char *path, char *err) {
 }
 
 Tokenizer *tokenizer_load(const char *path, char *err) {
-    FILE *f = fopen(path, "rb");
+    char why[ERR_LEN];
+    FILE *f = open_regular(path, why);
     if (!f) {
-        tok_error(err, "cannot open tokenizer %s: %s (train one with `./train prepare`)", path, strerror(errno));
-        return NULL;
-    }
-    struct stat sb;
-    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        fclose(f);
-        tok_error(err, "tokenizer %s is a directory (pass the file in it: tokenizer.bin or tokenizer.json)", path);
+        if (why[0])
+            tok_error(err, "%s", why);
+        else if (errno == EISDIR)
+            tok_error(err, "tokenizer %s is a directory (pass the file in it: tokenizer.bin or tokenizer.json)", path);
+        else
+            tok_error(err, "cannot open tokenizer %s: %s (train one with `./train prepare`)", path, strerror(errno));
         return NULL;
     }
     int first = fgetc(f);

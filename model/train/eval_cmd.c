@@ -183,7 +183,10 @@ static int made_by_other_tokenizer(const char *path, uint64_t made_by, const cha
     char tok_path[FGPT_PATH_LEN], err[ERR_LEN];
     if (!made_by || !file_in_dir(tok_path, dir, "tokenizer.json")) return 0;
     Tokenizer *tok = tokenizer_load(tok_path, err);
-    if (!tok) return 0; /* not needed to evaluate */
+    if (!tok) { /* not needed to evaluate, but then nothing checks the shard against it */
+        fprintf(stderr, "note: not checking the shard against the checkpoint's tokenizer: %s\n", err);
+        return 0;
+    }
     char fix[FGPT_PATH_LEN + 96];
     snprintf(fix, sizeof fix, "evaluate a shard made by it (`./train prepare --tokenizer %s`)", tok_path);
     const int other = shard_check_tokenizer(path, made_by, tok_path, tokenizer_fingerprint(tok), fix, err) != 0;

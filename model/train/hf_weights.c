@@ -17,15 +17,20 @@
 
 /* A whole file, NUL after its bytes (malloc'ed), or NULL with a message. */
 static char *read_whole(const char *path, size_t *len, char *err) {
-    FILE *f = fopen(path, "rb");
+    char why[ERR_LEN];
+    FILE *f = open_regular(path, why);
     if (!f) {
-        snprintf(err, ERR_LEN, "cannot open %s: %s (pass a Hugging Face checkpoint directory)", path, strerror(errno));
+        if (why[0])
+            snprintf(err, ERR_LEN, "%s", why);
+        else if (errno == EISDIR)
+            snprintf(err, ERR_LEN, "%s is a directory, not a file (pass a Hugging Face checkpoint directory)", path);
+        else
+            snprintf(err, ERR_LEN, "cannot open %s: %s (pass a Hugging Face checkpoint directory)", path,
+                     strerror(errno));
         return NULL;
     }
     char *buf = read_stream_whole(f, len);
-    if (!buf && errno == EISDIR)
-        snprintf(err, ERR_LEN, "%s is a directory, not a file (pass a Hugging Face checkpoint directory)", path);
-    else if (!buf)
+    if (!buf)
         snprintf(err, ERR_LEN, "cannot read %s: %s", path, strerror(errno));
     fclose(f);
     return buf;
@@ -117,7 +122,7 @@ static int check_field_types(const JsonValue *root, const char *path, char *err)
 
 static int get_int(const JsonValue *cfg, const char *key, const char *path, long long *out, char *err) {
     if (!json_int(json_get(cfg, key), 1, 1 << 30, out)) {
-        snprintf(err, ERR_LEN, "%s: \"%s\" is missing or not a positive integer", path, key);
+        snprintf(err, ERR_LEN, "%s: \"%s\" is missing or not a positive integer up to 2^30", path, key);
         return -1;
     }
     return 0;
