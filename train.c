@@ -25,6 +25,7 @@
 #include "common/paths.h"
 #include "data/prepare.h"
 #include "common/rng.h"
+#include "common/safetensors.h"
 #include "model/backend.h"
 #include "model/memory_estimate.h"
 #include "model/train/checkpoint.h"
@@ -1238,6 +1239,23 @@ static void note_schedule_change(const TrainState *st, const Options *opt, int s
            lr_at_step(step, opt->steps, opt->warmup, opt->lr, opt->lr_final));
 }
 
+/* A note when the latest checkpoint's Hugging Face files cannot be read: the resume reads only its
+ * state.bin, but eval, sample and transformers read config.json and model.safetensors. */
+static void note_unreadable_export(const char *run_dir) {
+    char name[256], dir[FGPT_PATH_LEN], path[FGPT_PATH_LEN], err[ERR_LEN];
+    if (checkpoint_latest_name(run_dir, name, sizeof name, err) < 0 || path_format(dir, "%s/%s", run_dir, name) != 0 ||
+        path_format(path, "%s/model.safetensors", dir) != 0)
+        return;
+    GPTConfig cfg;
+    StFile st;
+    if (hf_read_config(dir, &cfg, err) == 0 && st_open(&st, path, err) == 0) {
+        st_close(&st);
+        return;
+    }
+    printf("note: resuming from %s/state.bin, but eval, sample and transformers cannot read that checkpoint: %s "
+           "(the next checkpoint is written whole)\n", dir, err);
+}
+
 /* -y 1: the latest checkpoint's weights, moments, data position and draws, after checking that it
  * belongs to this run (the same on every rank, batch, seed and data). 0 when it is already at -x. */
 static int resume(Run *r) {
@@ -1299,6 +1317,7 @@ static int resume(Run *r) {
     memcpy(r->rng.s, st.rng, sizeof r->rng.s);
     r->start_step = st.step;
     printf("resumed from %s at step %d\n", opt->out, r->start_step);
+    if (dist->rank == 0) note_unreadable_export(opt->out);
     if (r->start_step >= opt->steps) {
         printf("nothing to train: the checkpoint is at step %d and -x is %d (pass a larger -x to go on)\n",
                r->start_step, opt->steps);

@@ -127,6 +127,20 @@ static int append_file(const char *path, char **buf, size_t *len, size_t *cap, c
     return 0;
 }
 
+/* A file the user gave as text: no UTF-8 text holds a zero byte, so one is a binary file or
+ * UTF-16 text. -1 + message. */
+static int append_text_file(const char *path, char **buf, size_t *len, size_t *cap, char *err) {
+    const size_t start = *len;
+    if (append_file(path, buf, len, cap, err) != 0) return -1;
+    const char *zero = memchr(*buf + start, 0, *len - start);
+    if (zero) {
+        fgpt_set_err(err, "%s holds a zero byte (at byte %zu): it is not UTF-8 text (a binary file, or UTF-16: "
+                          "convert it to UTF-8)", path, (size_t)(zero - (*buf + start)));
+        return -1;
+    }
+    return 0;
+}
+
 /* Byte where validation starts, near the target that leaves `fraction` of the bytes to it: the
  * document boundary (just after the separator `eot`) nearest at or after the target, else the
  * nearest before it; where that would give validation more than twice its share (one long last
@@ -589,7 +603,7 @@ int prepare_main(int argc, char **argv) {
                 memcpy(text + len, sep, sep_len);
                 len += sep_len;
             }
-            if (append_file(files[f], &text, &len, &cap, err) != 0) {
+            if (append_text_file(files[f], &text, &len, &cap, err) != 0) {
                 print_error("%s", err);
                 free(text);
                 tokenizer_free(given);

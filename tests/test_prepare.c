@@ -326,6 +326,18 @@ TEST(prepare_names_a_folder_given_as_text_and_a_vocabulary_its_tokenizer_decides
           "prepare said: %s", said ? said : "");
     free(said);
     unlink(log);
+    /* a file with a zero byte (a binary, or UTF-16 text) is no UTF-8 text */
+    char bin[1200];
+    snprintf(bin, sizeof bin, "%s/utf16.txt", test_tmpdir());
+    FILE *f = fopen(bin, "wb");
+    REQUIRE(f && fwrite("h\0i\0\n\0", 1, 6, f) == 6 && fclose(f) == 0, "%s", bin);
+    const char *binary[] = {"prepare", "-o", out, bin};
+    CHECK(run_prepare(4, binary) == 1, "a text with a zero byte is a runtime error");
+    said = read_text(log);
+    CHECK(said && strstr(said, "utf16.txt holds a zero byte (at byte 1): it is not UTF-8 text"), "prepare said: %s",
+          said ? said : "");
+    free(said);
+    unlink(log);
     /* -v sizes a tokenizer prepare trains: with --tokenizer it would be ignored */
     const char *both[] = {"prepare", "-v", "5000", "--tokenizer", tok, "-o", out, dir};
     CHECK(run_prepare(8, both) == 2, "-v with --tokenizer is a command-line error");

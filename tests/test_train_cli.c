@@ -302,6 +302,7 @@ TEST(resume_prints_exactly_the_losses_of_the_uninterrupted_run) {
     snprintf(args, sizeof args, TINY_RUN " -x 20 -n 10 --val-every 5 -y 1 -i %s -j %s -o %s/b", train, val, d);
     REQUIRE(run_train(args, &resumed) == 0, "resumed run failed: %s", resumed);
     CHECK(strstr(resumed, "resumed from") != NULL, "no resume message");
+    CHECK(!strstr(resumed, "cannot read that checkpoint"), "a whole checkpoint was called unreadable: %s", resumed);
     static char a[8192], b[8192];
     losses_after(full, 10, a, sizeof a);
     losses_after(resumed, 10, b, sizeof b);
@@ -331,6 +332,17 @@ TEST(resume_prints_exactly_the_losses_of_the_uninterrupted_run) {
     snprintf(args, sizeof args, TINY_RUN " -x 20 -y 1 -i %s -o %s/b", train, d);
     rc = run_train(args, &bad);
     CHECK(rc == 1 && strstr(bad, "(2 rank(s), 1 micro-batches per step): that many ranks cannot share its batch"),
+          "exit %d: %s", rc, bad);
+    free(bad);
+    /* a checkpoint whose model.safetensors was cut short still resumes (from state.bin), and the run
+     * says that eval, sample and transformers cannot read it */
+    char weights[800];
+    snprintf(weights, sizeof weights, "%s/a/step_00000020/model.safetensors", d);
+    REQUIRE(truncate(weights, 5000) == 0, "truncating %s", weights);
+    snprintf(args, sizeof args, TINY_RUN " -x 21 -n 10 --val-every 5 -y 1 -i %s -j %s -o %s/a", train, val, d);
+    rc = run_train(args, &bad);
+    CHECK(rc == 0 && strstr(bad, "note: resuming from ") && strstr(bad, "step_00000020/state.bin, but eval, sample "
+                                                                        "and transformers cannot read that checkpoint"),
           "exit %d: %s", rc, bad);
     free(bad);
     free(resumed);
