@@ -423,7 +423,10 @@ static void validate(Options *opt, GPTConfig *cfg) {
         bad("-t/--seq-len", "is above the model's context (--max-seq-len)");
     if (opt->steps < 1) bad("-x/--steps", "must be positive");
     if (!(opt->lr > 0)) bad("-l/--lr", "must be positive");
-    if (opt->lr_final < 0 || opt->lr_final > opt->lr) bad("--lr-final", "must be between 0 and the peak -l/--lr");
+    if (opt->lr_final < 0 || opt->lr_final > opt->lr)
+        bad("--lr-final", was_given(opt, "lr-final") ? "must be between 0 and the peak -l/--lr"
+                                                     : "defaults to 6e-5, above this -l/--lr: pass a final rate below "
+                                                       "the peak (e.g. a tenth of it)");
     if (opt->warmup < 0) bad("--warmup", "must be 0 or more");
     if (opt->seed < 0) bad("--seed", "must be 0 or more"); /* checkpoints keep it unsigned */
     if (opt->weight_decay < 0) bad("--weight-decay", "must be 0 or more");

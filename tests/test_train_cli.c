@@ -54,6 +54,8 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("-e d99", "-e/--preset must be one of");
     expect_usage_error("-l -1", "-l/--lr must be positive");
     expect_usage_error("-l 1e-3 --lr-final 1e-2", "--lr-final must be between");
+    /* a fine-tuning rate below the default final rate: the message says the final rate is the default's */
+    expect_usage_error("-l 2e-5", "--lr-final defaults to 6e-5, above this -l/--lr: pass a final rate below the peak");
     expect_usage_error("-v 1", "-v/--vocab");
     expect_usage_error("--output logits", "--output must be fused or canonical");
     expect_usage_error("--output chunked", "--output must be fused or canonical");

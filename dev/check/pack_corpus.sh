@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# pack_corpus.sh - packs the cleaned default corpus (and, with --shards, the prepared tokenizers
-# and shards) into one small .tar.xz for a machine without network (10 MB; 19 MB with --shards).
+# pack_corpus.sh - packs the cleaned default corpus texts in the cache (and, with --shards, the
+# prepared tokenizers and shards) into one small .tar.xz for a machine without network (10 MB with
+# the standard text; a V above 187536 needs the extended one: `./train prepare --default-corpus -v
+# 262144` fetches it first, and the pack grows to about 18 MB).
 #
 #   dev/check/pack_corpus.sh [--shards] [--cache-dir DIR] [-o FILE]     (defaults: .cache, corpus.tar.xz)
 #
 # On the other machine, from the repository root:
 #   mkdir -p .cache && tar -xJf corpus.tar.xz -C .cache
-#   ./train -v 262144 ...      # finds .cache/corpus/default-v1.txt: no fetch; prepares in seconds
+#   ./train -v 262144 ...      # finds .cache/corpus/extended-v1.txt: no fetch; prepares in seconds
 # The cache is keyed by the corpus text and V, so shards packed with --shards are used as they are
 # and any other V is prepared there from the text.
 set -euo pipefail
@@ -19,7 +21,7 @@ while [ $# -gt 0 ]; do
         --shards) shards=1; shift ;;
         --cache-dir) cache="${2:?--cache-dir needs a folder}"; shift 2 ;;
         -o) out="${2:?-o needs a file name}"; shift 2 ;;
-        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "error: unknown argument $1 (see dev/check/pack_corpus.sh --help)" >&2; exit 2 ;;
     esac
 done
