@@ -6,11 +6,16 @@
 #include "kernels/cuda_check.h"
 #include "kernels/lt_plans.h"
 
+/* How many of the heuristic's offers a timed plan tries, and in how many rounds it times them. */
+#define LT_CANDIDATES 8
+#define LT_TIMED_ROUNDS 7
+
 struct LtPlan {
     LtShape shape;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c; /* c describes D too */
     cublasLtMatmulAlgo_t algo;
+    int algo_fixed; /* the first call has run: algo is final */
 };
 
 static int has_bias(cublasLtEpilogue_t e) {
@@ -58,6 +63,27 @@ void lt_plans_destroy(LtPlans *c) {
     memset(c, 0, sizeof *c);
 }
 
+/* Up to max of the heuristic's algorithms for p's shape, best first; returns how many. */
+static int heuristic_offers(const LtPlans *c, const LtPlan *p, cublasLtMatmulHeuristicResult_t *res, int max) {
+    const LtShape *s = &p->shape;
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = c->workspace_bytes;
+    set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (s->min_alignment) {
+        const cublasLtMatmulPreferenceAttributes_t which[] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; i < 4; i++) set_pref(pref, which[i], &s->min_alignment, sizeof s->min_alignment);
+    }
+    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_INPLACE;
+    set_pref(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes);
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(c->handle, p->desc, p->a, p->b, p->c, p->c, pref, max, res, &found));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    return found;
+}
+
 /* The descriptors and the heuristic's algorithm for s; NULL when there is none. */
 static LtPlan *make_plan(const LtPlans *c, const LtShape *s, const void *bias, const void *aux) {
     LtPlan *p = (LtPlan *)calloc(1, sizeof *p);
@@ -90,23 +116,8 @@ static LtPlan *make_plan(const LtPlans *c, const LtShape *s, const void *bias, c
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, tb ? s->n : s->k, tb ? s->k : s->n, s->ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, s->ctype, s->m, s->n, s->ldc));
 
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = c->workspace_bytes;
-    set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    if (s->min_alignment) {
-        const cublasLtMatmulPreferenceAttributes_t which[] = {
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-        for (int i = 0; i < 4; i++) set_pref(pref, which[i], &s->min_alignment, sizeof s->min_alignment);
-    }
-    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_INPLACE;
-    set_pref(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes);
     cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(c->handle, p->desc, p->a, p->b, p->c, p->c, pref, 1, &res, &found));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (found < 1) {
+    if (heuristic_offers(c, p, &res, 1) < 1) {
         free_plan(p);
         return NULL;
     }
@@ -131,11 +142,135 @@ LtPlan *lt_plan(LtPlans *c, const LtShape *s, const void *bias, const void *aux)
     return p;
 }
 
+/* h[0] += a hash of the n 8-byte words at x: each word mixed with its index (splitmix64's
+ * finalizer), summed in integers, so the value does not depend on the order of the adds. */
+__global__ void hash_words_kernel(const unsigned long long *x, size_t n, unsigned long long *h) {
+    unsigned long long sum = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned long long z = x[i] ^ (i * 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        sum += z ^ (z >> 31);
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if ((threadIdx.x & 31) == 0) atomicAdd(h, sum);
+}
+
+/* What one timed product needs besides the algorithm: its operands, where it writes (D: C itself
+ * or scratch) and the bytes whose hash identifies its result (D, and the aux matrix a GELU
+ * epilogue writes). */
+typedef struct {
+    const void *alpha, *A, *B, *beta, *C;
+    void *D;
+    const void *aux;
+    size_t d_bytes, aux_bytes;
+    cudaStream_t stream;
+    unsigned long long *hash; /* device, one word */
+} TimedProduct;
+
+static cublasStatus_t run_candidate(LtPlans *c, LtPlan *p, const cublasLtMatmulAlgo_t *algo, const TimedProduct *t) {
+    return cublasLtMatmul(c->handle, p->desc, t->alpha, t->A, p->a, t->B, p->b, t->beta, t->C, p->c, t->D, p->c,
+                          algo, c->workspace, c->workspace_bytes, t->stream);
+}
+
+/* Runs algo once and returns the hash of what it wrote; 0 with *ok = 0 when cuBLASLt refused it. */
+static unsigned long long candidate_hash(LtPlans *c, LtPlan *p, const cublasLtMatmulAlgo_t *algo,
+                                         const TimedProduct *t, int *ok) {
+    *ok = run_candidate(c, p, algo, t) == CUBLAS_STATUS_SUCCESS;
+    if (!*ok) return 0;
+    CUDA_CHECK(cudaMemsetAsync(t->hash, 0, sizeof *t->hash, t->stream));
+    hash_words_kernel<<<264, 256, 0, t->stream>>>((const unsigned long long *)t->D, t->d_bytes / 8, t->hash);
+    CUDA_CHECK(cudaGetLastError());
+    if (t->aux_bytes) {
+        hash_words_kernel<<<264, 256, 0, t->stream>>>((const unsigned long long *)t->aux, t->aux_bytes / 8, t->hash);
+        CUDA_CHECK(cudaGetLastError());
+    }
+    unsigned long long h;
+    CUDA_CHECK(cudaMemcpyAsync(&h, t->hash, sizeof h, cudaMemcpyDeviceToHost, t->stream));
+    CUDA_CHECK(cudaStreamSynchronize(t->stream));
+    return h;
+}
+
+static int cmp_float(const void *x, const void *y) {
+    const float a = *(const float *)x, b = *(const float *)y;
+    return (a > b) - (a < b);
+}
+
+/* The time of one call of algo, in ms. */
+static float candidate_ms(LtPlans *c, LtPlan *p, const cublasLtMatmulAlgo_t *algo, const TimedProduct *t,
+                          cudaEvent_t start, cudaEvent_t stop) {
+    float ms;
+    CUDA_CHECK(cudaEventRecord(start, t->stream));
+    CUBLAS_CHECK(run_candidate(c, p, algo, t));
+    CUDA_CHECK(cudaEventRecord(stop, t->stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    return ms;
+}
+
+/* A timed plan's first call: p->algo becomes the fastest offer whose result hashes as the first
+ * choice's does. The candidates take turns, one call each a round, so that the clocks' drift while
+ * the GPU warms falls on all of them alike, and each is judged by its median round. One must be 1 %
+ * faster than the best before it to replace it, so noise alone does not move the choice. */
+static void choose_fastest_same_bits(LtPlans *c, LtPlan *p, const void *alpha, const void *A, const void *B,
+                                     const void *beta, void *C, const void *aux, cudaStream_t stream) {
+    const LtShape *s = &p->shape;
+    const size_t c_size = s->ctype == CUDA_R_32F ? 4 : 2;
+    const size_t d_bytes = (size_t)s->m * (size_t)s->n * c_size;
+    if (s->device_scalars || s->ldc != s->m || d_bytes % 8 || 2.0 * s->m * s->n * s->k < c->timed_min_flop) return;
+    cublasLtMatmulHeuristicResult_t offers[LT_CANDIDATES];
+    const int found = heuristic_offers(c, p, offers, LT_CANDIDATES);
+    if (found < 2) return;
+    TimedProduct t = {alpha, A, B, beta, C, C, aux, d_bytes, 0, stream, NULL};
+    if (s->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || s->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+        t.aux_bytes = (size_t)s->m * (size_t)s->n * 2;
+    /* beta != 0 reads C, so the candidates write elsewhere and leave C as the real call needs it */
+    const int into_scratch = *(const float *)beta != 0.0f;
+    if (into_scratch && cudaMalloc(&t.D, d_bytes) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no room for scratch: the first choice stays */
+        return;
+    }
+    CUDA_CHECK(cudaMalloc(&t.hash, sizeof *t.hash));
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    /* the offers that give the first choice's bits, the first choice first */
+    cublasLtMatmulAlgo_t same[LT_CANDIDATES + 1];
+    int n_same = 0, ok;
+    const unsigned long long first_bits = candidate_hash(c, p, &p->algo, &t, &ok);
+    if (ok) {
+        same[n_same++] = p->algo;
+        for (int i = 0; i < found; i++)
+            if (memcmp(&offers[i].algo, &p->algo, sizeof p->algo) != 0 &&
+                candidate_hash(c, p, &offers[i].algo, &t, &ok) == first_bits && ok)
+                same[n_same++] = offers[i].algo;
+    }
+    if (n_same > 1) {
+        float ms[LT_CANDIDATES + 1][LT_TIMED_ROUNDS];
+        for (int r = 0; r < LT_TIMED_ROUNDS; r++)
+            for (int i = 0; i < n_same; i++) ms[i][r] = candidate_ms(c, p, &same[i], &t, start, stop);
+        int best = 0;
+        for (int i = 0; i < n_same; i++) {
+            qsort(ms[i], LT_TIMED_ROUNDS, sizeof ms[i][0], cmp_float);
+            if (ms[i][LT_TIMED_ROUNDS / 2] < 0.99f * ms[best][LT_TIMED_ROUNDS / 2]) best = i;
+        }
+        p->algo = same[best];
+    }
+    CUDA_CHECK(cudaEventDestroy(stop));
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaFree(t.hash));
+    if (into_scratch) CUDA_CHECK(cudaFree(t.D));
+}
+
 void lt_matmul(LtPlans *c, LtPlan *p, const void *alpha, const void *A, const void *B, const void *beta, void *C,
                const void *bias, const void *aux, cudaStream_t stream) {
     /* the descriptor is read when the call is queued, so a later call may set other pointers */
     if (has_bias(p->shape.epilogue)) set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     if (has_aux(p->shape.epilogue)) set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+    if (!p->algo_fixed) {
+        if (c->timed_min_flop > 0) choose_fastest_same_bits(c, p, alpha, A, B, beta, C, aux, stream);
+        p->algo_fixed = 1;
+    }
     CUBLAS_CHECK(cublasLtMatmul(c->handle, p->desc, alpha, A, p->a, B, p->b, beta, C, p->c, C, p->c, &p->algo,
                                 c->workspace, c->workspace_bytes, stream));
 }

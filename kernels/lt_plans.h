@@ -2,11 +2,14 @@
  * one plan cache of the body's matmuls (kernels/matmul.cu) and the output layers
  * (kernels/output_layer.cu), each of which owns an LtPlans (handle, workspace, plans).
  *
- * A shape's algorithm is the heuristic's first choice, taken once on first use and kept: every
- * later call of that shape runs the same kernel, so results are the same bits run after run.
- * Algorithms are never autotuned by timing (a choice that followed timings could differ between two
- * runs, and with it the rounding of split-K), and split-K may not reduce in place in the output
- * (its sum order would follow timing). Not thread-safe: one host thread per cache. */
+ * A shape's algorithm is fixed on its first call and kept: every later call of that shape runs the
+ * same kernel. It is the heuristic's first choice, or, where the cache times candidates, the fastest
+ * of the heuristic's offers whose result on that first call is the first choice's to the bit.
+ * cuBLAS's Hopper kernels without split-K add along K in one order whatever their tile (tested at
+ * the families' shapes: every offer without split-K gave the first choice's bits, every split-K
+ * offer other bits), so timing picks a kernel but never the rounding: results are the same bits
+ * run after run, whichever candidate a run's timings favour. Split-K may not reduce in place in the
+ * output (its sum order would follow timing). Not thread-safe: one host thread per cache. */
 #ifndef FUSEDGPT_LT_PLANS_H
 #define FUSEDGPT_LT_PLANS_H
 
@@ -36,6 +39,10 @@ typedef struct {
     size_t workspace_bytes;
     LtPlan **plans;
     int count, capacity;
+    /* 0: every plan keeps the heuristic's first choice. Else products of at least this many FLOPs
+     * (2·m·n·k) with host scalars time the heuristic's offers on their first call (see above);
+     * smaller ones would spend more on timing than the choice could save. */
+    double timed_min_flop;
 } LtPlans;
 
 /* A handle and workspace_bytes of device workspace; no plans yet. */
@@ -46,7 +53,9 @@ void lt_plans_destroy(LtPlans *c);
  * heuristic may look at); NULL when cuBLASLt has no algorithm for it (the caller says why). */
 LtPlan *lt_plan(LtPlans *c, const LtShape *s, const void *bias, const void *aux);
 /* Queues the matmul on stream. alpha, beta: host or device pointers as the plan's shape says; bias
- * and aux as its epilogue needs (else ignored). */
+ * and aux as its epilogue needs (else ignored). A timed plan's first call waits for the stream and
+ * runs each candidate a few times first: into C itself when beta is 0 (C is then overwritten), else
+ * into a scratch matrix (when that cannot be allocated, the first choice stays). */
 void lt_matmul(LtPlans *c, LtPlan *p, const void *alpha, const void *A, const void *B, const void *beta, void *C,
                const void *bias, const void *aux, cudaStream_t stream);
 

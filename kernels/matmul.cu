@@ -10,9 +10,12 @@
  * read transposed; dinp^T = W^T·dout^T with nothing transposed; dW^T = inp^T·dout with dout read
  * transposed. FLOPs 2·N·C·OC per product; bf16 operands, fp32 accumulation.
  *
- * Plans: each (kind, m, n, k, bias?) gets its descriptors and the heuristic's algorithm once, on
- * first use, from the plan cache of kernels/lt_plans.h (which says why the choice is never timed);
- * later calls only set the data pointers on the cached descriptor and call cublasLtMatmul.
+ * Plans: each (kind, m, n, k, bias?) gets its descriptors and its algorithm once, on first use,
+ * from the plan cache of kernels/lt_plans.h; later calls only set the data pointers on the cached
+ * descriptor and call cublasLtMatmul. Products of 10 GFLOP or more take the fastest of the
+ * heuristic's offers that give its first choice's bits (lt_plans.h says why that is safe): at the
+ * families' shapes on an H100 the first choice was up to 9 % slower than the best one
+ * (dev/RESULTS.md, 2026-11-27).
  * Minimum alignments are declared as 16 bytes, so tensors inside the flat parameter buffer work.
  * The bias gradient stays a separate kernel: cuBLASLt's BGRADB epilogue on the dW product was
  * measured slower than dW + bias_backward on an H100 (fc 768->3072 at N=16384: 0.274 vs 0.263 ms;
@@ -22,6 +25,8 @@
 #include "kernels/lt_plans.h"
 
 #define MATMUL_WORKSPACE_BYTES (32u << 20)
+/* about 15 µs of tensor-core time: below it, timing the offers would cost more than it saves */
+#define MATMUL_TIMED_MIN_FLOP 1e10
 
 typedef enum { MM_FWD, MM_FWD_GELU, MM_DINP, MM_DINP_DGELU, MM_DW } MatmulKind;
 
@@ -29,7 +34,10 @@ static LtPlans g_plans;
 
 /* The plan of one row-major product (see the top of the file for how each maps to column-major). */
 static LtPlan *plan_get(MatmulKind kind, int m, int n, int k, int has_bias, const void *bias, const void *aux) {
-    if (!g_plans.handle) lt_plans_create(&g_plans, MATMUL_WORKSPACE_BYTES);
+    if (!g_plans.handle) {
+        lt_plans_create(&g_plans, MATMUL_WORKSPACE_BYTES);
+        g_plans.timed_min_flop = MATMUL_TIMED_MIN_FLOP;
+    }
     LtShape s = {};
     s.ta = kind == MM_FWD || kind == MM_FWD_GELU ? CUBLAS_OP_T : CUBLAS_OP_N;
     s.tb = kind == MM_DW ? CUBLAS_OP_T : CUBLAS_OP_N;

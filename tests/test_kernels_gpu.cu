@@ -30,6 +30,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/adamw_bf16.h"
 #include "kernels/kernels.h"
+#include "kernels/lt_plans.h"
 #include "tests/test.h"
 
 extern "C" {
@@ -761,6 +762,77 @@ TEST(kernels_body_gemms_of_gpt2_124m_are_bitwise_repeatable) {
         matmul_twice_case(N, C, 4 * C, 1, 0); /* fc, GELU epilogue */
         matmul_twice_case(N, 4 * C, C, 0, 1); /* fc_proj, dGELU epilogue in the backward */
     }
+}
+
+/* One product through a plan cache that times the heuristic's offers and through one that does not,
+ * on the same operands: the outputs (and a GELU epilogue's aux matrix) must be the same bits, and
+ * an accumulating product (beta = 1) must add to its random start exactly once, so the timed
+ * candidates wrote elsewhere. weight_gradient: m x n += A[m x k] . B[n x k]^T in fp32 (the dW
+ * product); else a bf16 forward out[m x n] = A[k x m]^T . B[k x n] with epilogue ep. */
+static void timed_plan_case(LtPlans *timed, LtPlans *first, int m, int n, int k, int weight_gradient,
+                            cublasLtEpilogue_t ep) {
+    LtShape s = {};
+    s.ta = weight_gradient ? CUBLAS_OP_N : CUBLAS_OP_T;
+    s.tb = weight_gradient ? CUBLAS_OP_T : CUBLAS_OP_N;
+    s.m = m, s.n = n, s.k = k;
+    s.lda = s.ta == CUBLAS_OP_T ? k : m;
+    s.ldb = s.tb == CUBLAS_OP_T ? n : k;
+    s.ldc = m;
+    s.ctype = weight_gradient ? CUDA_R_32F : CUDA_R_16BF;
+    s.epilogue = ep;
+    s.min_alignment = 16;
+    const size_t na = (size_t)m * k, nb = (size_t)n * k, nc = (size_t)m * n, c_bytes = nc * (weight_gradient ? 4 : 2);
+    float *h = hmalloc(na > nb ? (na > nc ? na : nc) : (nb > nc ? nb : nc));
+    fill_normal(h, na, 1.0f);
+    bf16 *A = up_bf16(h, na);
+    fill_normal(h, nb, 1.0f / sqrtf((float)k));
+    bf16 *B = up_bf16(h, nb);
+    fill_normal(h, m, 0.5f);
+    bf16 *bias = up_bf16(h, m);
+    fill_normal(h, nc, 1.0f);
+    const float one = 1.0f, zero = 0.0f;
+    unsigned char *got[2][2];
+    LtPlans *caches[2] = {timed, first};
+    for (int i = 0; i < 2; i++) {
+        void *C = dalloc(c_bytes), *aux = dalloc(nc * 2);
+        if (weight_gradient) CUDA_CHECK(cudaMemcpy(C, h, c_bytes, cudaMemcpyHostToDevice));
+        else poison(C, c_bytes);
+        poison(aux, nc * 2);
+        LtPlan *p = lt_plan(caches[i], &s, bias, aux);
+        REQUIRE(p, "cuBLASLt has no algorithm for m=%d n=%d k=%d", m, n, k);
+        lt_matmul(caches[i], p, &one, A, B, weight_gradient ? &one : &zero, C, bias, aux, 0);
+        dsync();
+        got[i][0] = (unsigned char *)malloc(c_bytes);
+        got[i][1] = (unsigned char *)malloc(nc * 2);
+        REQUIRE(got[i][0] && got[i][1], "host memory");
+        CUDA_CHECK(cudaMemcpy(got[i][0], C, c_bytes, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(got[i][1], aux, nc * 2, cudaMemcpyDeviceToHost));
+    }
+    CHECK(same_bytes(got[0][0], got[1][0], c_bytes), "m=%d n=%d k=%d %s: the timed plan's output differs from the "
+          "first choice's", m, n, k, weight_gradient ? "weight gradient" : "forward");
+    if (ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+        CHECK(same_bytes(got[0][1], got[1][1], nc * 2), "m=%d n=%d k=%d: the timed plan's pre-GELU values differ",
+              m, n, k);
+    for (int i = 0; i < 2; i++) free(got[i][0]), free(got[i][1]);
+    free(h);
+    dfree_all();
+}
+
+/* Timing picks among kernels, never among roundings: at every product the timed cache gives the
+ * heuristic's first choice's bits. The last shape is one where the heuristic also offers split-K
+ * (other bits), which the hash must turn away. */
+TEST(kernels_timed_matmul_plans_give_the_heuristics_first_choice_bits) {
+    seed_fresh();
+    LtPlans timed, first;
+    lt_plans_create(&timed, 32u << 20);
+    lt_plans_create(&first, 32u << 20);
+    timed.timed_min_flop = 1.0;
+    timed_plan_case(&timed, &first, 1032, 2056, 776, 0, CUBLASLT_EPILOGUE_DEFAULT);
+    timed_plan_case(&timed, &first, 1032, 2056, 776, 0, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+    timed_plan_case(&timed, &first, 776, 1032, 2056, 1, CUBLASLT_EPILOGUE_DEFAULT);
+    timed_plan_case(&timed, &first, 2048, 1024, 32768, 1, CUBLASLT_EPILOGUE_DEFAULT);
+    lt_plans_destroy(&timed);
+    lt_plans_destroy(&first);
 }
 
 /* ---- attention --------------------------------------------------------------------------- */

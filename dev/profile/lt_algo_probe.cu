@@ -4,6 +4,8 @@
  *   make build/lt_algo_probe
  *   ./build/lt_algo_probe d rows cols [ws_mib (default 1)]     the fused output layer's backward
  *   ./build/lt_algo_probe body C OC N [ws_mib (default 32)]   one linear layer of the model body
+ *   ./build/lt_algo_probe linear C OC N [ws_mib (default 32)] one bias-free linear layer of the
+ *                                                               families (Llama, Qwen3, Gemma 3)
  *
  * Output layer: the two GEMMs of one (chunk rows x window cols) block, as kernels/output_fused.cu
  * issues them (column-major, fp32 output, alpha from the device, beta = 1):
@@ -13,8 +15,13 @@
  * same transposes, types and epilogues (forward with bias or GELU+bias, input gradient with or
  * without dGELU, weight gradient in fp32 with beta = 1), and the input gradient once more with the
  * DGELU_BGRAD epilogue (bias gradient fused; fp32, then bf16), to see what that epilogue costs.
+ * Linear: the families' three products of one layer (forward with no epilogue, input gradient, weight
+ * gradient in fp32 with beta = 1), with split-K's in-place reduction refused as kernels/lt_plans.cu does.
  * Events, 3 warm-ups, median of 15. Prints one line per algorithm with its tile, stages, split-K and
- * cluster attributes; the heuristic's order is kept (index 0 is what the code uses today). */
+ * cluster attributes; the heuristic's order is kept (index 0 is what the code uses today). Each
+ * algorithm also runs once from the same starting output, and the line says whether its result is
+ * the first algorithm's to the bit ("same bits") or not: an algorithm that sums in the same order
+ * could replace the first without changing a single gradient. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +31,7 @@
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
 #include "kernels/cuda_check.h"
 
@@ -75,6 +83,12 @@ typedef struct {
     const void *aux; /* GELU_AUX / DGELU epilogues: bf16 [m x n] */
 } GemmSpec;
 
+static size_t differing_bytes(const std::vector<unsigned char> &x, const std::vector<unsigned char> &y) {
+    size_t n = 0;
+    for (size_t i = 0; i < x.size(); i++) n += x[i] != y[i];
+    return n;
+}
+
 static void probe(cublasLtHandle_t lt, const GemmSpec *g, void *ws, size_t ws_bytes, int reduction_inplace) {
     cublasLtMatmulDesc_t desc;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -117,6 +131,9 @@ static void probe(cublasLtHandle_t lt, const GemmSpec *g, void *ws, size_t ws_by
     int found = 0;
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, c, c, pref, 32, res, &found);
     const double flop = 2.0 * g->m * g->n * g->k;
+    const size_t out_bytes = (size_t)g->m * g->n * (g->dtype == CUDA_R_32F ? 4 : 2);
+    std::vector<unsigned char> first(out_bytes), mine(out_bytes), start(out_bytes);
+    CUDA_CHECK(cudaMemcpy(start.data(), g->D, out_bytes, cudaMemcpyDeviceToHost));
     printf("%s m=%lld n=%lld k=%lld ws=%zu MiB: %d algorithms%s\n", g->name, (long long)g->m, (long long)g->n,
            (long long)g->k, ws_bytes >> 20, found, hs == CUBLAS_STATUS_SUCCESS ? "" : " (heuristic refused)");
     for (int i = 0; i < found; i++) {
@@ -127,10 +144,22 @@ static void probe(cublasLtHandle_t lt, const GemmSpec *g, void *ws, size_t ws_by
         const int red = algo_attr(al, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
         const int cluster = algo_attr(al, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
         const int swz = algo_attr(al, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
+        CUDA_CHECK(cudaMemcpy(g->D, start.data(), out_bytes, cudaMemcpyHostToDevice));
+        cublasStatus_t once = cublasLtMatmul(lt, desc, g->alpha, g->A, a, g->B, b, g->beta, g->D, c, g->D, c,
+                                             &res[i].algo, ws, ws_bytes, 0);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaMemcpy((i ? mine : first).data(), g->D, out_bytes, cudaMemcpyDeviceToHost));
+        char bits[96];
+        if (once != CUBLAS_STATUS_SUCCESS) snprintf(bits, sizeof bits, "failed");
+        else if (i == 0)
+            snprintf(bits, sizeof bits, "reference (%zu of %zu bytes changed by the product)",
+                     differing_bytes(first, start), out_bytes);
+        else if (size_t d = differing_bytes(first, mine)) snprintf(bits, sizeof bits, "other bits (%zu bytes)", d);
+        else snprintf(bits, sizeof bits, "same bits");
         const float ms = median_ms(lt, desc, a, b, c, &res[i].algo, g->A, g->B, g->D, g->alpha, g->beta, ws, ws_bytes);
-        printf("  #%-2d id %3d tile %3d stages %3d splitk %2d red %d cluster %3d swz %d ws %8zu  %8.4f ms  %6.1f TF/s\n",
+        printf("  #%-2d id %3d tile %3d stages %3d splitk %2d red %d cluster %3d swz %d ws %8zu  %8.4f ms  %6.1f TF/s  %s\n",
                i, id, tile, stages, splitk, red, cluster, swz, res[i].workspaceSize, ms,
-               ms > 0 ? flop / (ms * 1e-3) / 1e12 : 0.0);
+               ms > 0 ? flop / (ms * 1e-3) / 1e12 : 0.0, bits);
     }
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(a));
@@ -141,7 +170,13 @@ static void probe(cublasLtHandle_t lt, const GemmSpec *g, void *ws, size_t ws_by
 
 __global__ void fill_kernel(__nv_bfloat16 *x, int64_t n, float scale) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        x[i] = __float2bfloat16(scale * (float)((i * 2654435761ull) % 2001 - 1000) / 1000.0f);
+    {
+        uint64_t z = (uint64_t)i + 0x9e3779b97f4a7c15ull; /* splitmix64: no period a GEMM could line up with */
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        x[i] = __float2bfloat16(scale * ((float)(z >> 40) / 8388608.0f - 1.0f));
+    }
 }
 
 static __nv_bfloat16 *random_bf16(int64_t n, float scale) {
@@ -209,10 +244,38 @@ static void probe_body(cublasLtHandle_t lt, int64_t C, int64_t OC, int64_t N, vo
     probe(lt, &dw, ws, ws_bytes, 1);
 }
 
+/* The families' bias-free products for weight [OC, C] at N rows, as probe_body's. */
+static void probe_linear(cublasLtHandle_t lt, int64_t C, int64_t OC, int64_t N, void *ws, size_t ws_bytes) {
+    __nv_bfloat16 *Wt = random_bf16(OC * C, 0.02f), *inp = random_bf16(N * C, 1.0f);
+    __nv_bfloat16 *out = random_bf16(N * OC, 1.0f), *dinp = random_bf16(N * C, 1.0f);
+    float *dW;
+    CUDA_CHECK(cudaMalloc(&dW, C * OC * 4));
+    CUDA_CHECK(cudaMemset(dW, 0, C * OC * 4));
+    static const float one = 1.0f, zero = 0.0f;
+    const cublasLtPointerMode_t host = CUBLASLT_POINTER_MODE_HOST;
+    const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
+    GemmSpec fwd = {"forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, C, C, Wt, inp, out, CUDA_R_16BF, &one, &zero,
+                    host, none, NULL, CUDA_R_16BF, NULL};
+    probe(lt, &fwd, ws, ws_bytes, 0);
+    GemmSpec din = {"input gradient", CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, C, OC, Wt, out, dinp, CUDA_R_16BF, &one,
+                    &zero, host, none, NULL, CUDA_R_32F, NULL};
+    probe(lt, &din, ws, ws_bytes, 0);
+    GemmSpec dw = {"weight gradient", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, C, OC, inp, out, dW, CUDA_R_32F, &one, &one,
+                   host, none, NULL, CUDA_R_32F, NULL};
+    probe(lt, &dw, ws, ws_bytes, 0);
+    CUDA_CHECK(cudaFree(dW));
+    CUDA_CHECK(cudaFree(Wt));
+    CUDA_CHECK(cudaFree(inp));
+    CUDA_CHECK(cudaFree(out));
+    CUDA_CHECK(cudaFree(dinp));
+}
+
 int main(int argc, char **argv) {
-    const int body = argc > 1 && strcmp(argv[1], "body") == 0;
+    const int linear = argc > 1 && strcmp(argv[1], "linear") == 0;
+    const int body = linear || (argc > 1 && strcmp(argv[1], "body") == 0);
     if (argc < 4 + body) {
-        fprintf(stderr, "usage: %s d rows cols [ws_mib]\n       %s body C OC N [ws_mib]\n", argv[0], argv[0]);
+        fprintf(stderr, "usage: %s d rows cols [ws_mib]\n       %s body|linear C OC N [ws_mib]\n", argv[0],
+                argv[0]);
         return 1;
     }
     const int64_t x = atoll(argv[1 + body]), y = atoll(argv[2 + body]), z = atoll(argv[3 + body]);
@@ -221,7 +284,8 @@ int main(int argc, char **argv) {
     CUBLAS_CHECK(cublasLtCreate(&lt));
     void *ws;
     CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
-    if (body) probe_body(lt, x, y, z, ws, ws_bytes);
+    if (linear) probe_linear(lt, x, y, z, ws, ws_bytes);
+    else if (body) probe_body(lt, x, y, z, ws, ws_bytes);
     else probe_output_layer(lt, x, y, z, ws, ws_bytes);
     return 0;
 }
