@@ -165,9 +165,9 @@ static const OptSpec options[] = {
      "split the output layer (lm_head, or a tied head's token embedding) over the GPUs by vocabulary rows: its "
      "weights, gradient and AdamW state divided by -g (needs -g 2 or more)"},
     {0, "recompute-gelu", OPT_INT, O(recompute_gelu), "0", "0|1|2",
-     "1: the backward recomputes GELU rather than storing it (less memory; automatic when memory is short); "
-     "2: Llama/Qwen also recompute the MLP's gate/up projection (a GEMM per layer, 2*ffn-dim values a token "
-     "less)"},
+     "1: the backward recomputes GELU rather than storing it, and Qwen3's and Gemma 3's normed, rotated q and k "
+     "(less memory; automatic when memory is short); 2: Llama/Qwen/Gemma also recompute the MLP's gate/up "
+     "projection (a GEMM per layer, 2*ffn-dim values a token less)"},
     {0, "profile-step", OPT_INT, O(profile_step), "0", "N",
      "CUDA: step N (1-based) alone inside the profiler's capture range (nsys --capture-range=cudaProfilerApi; 0: none)"},
     {0, "step-parts", OPT_INT, O(step_parts), "0", "0|1",

@@ -142,9 +142,10 @@ typedef struct {
  * everything else is allocated, and when that holds fewer than min(B*T, 1024) rows the streaming
  * path runs instead (it is then the faster of the two); output_path says which.
  * recompute_gelu 1: the backward recomputes GELU instead of reading its stored output (4·C fewer
- * values per token; the RoPE families always recompute their gated product); 2: the RoPE families
- * also recompute their gate/up rows by the GEMM (2·F fewer, one GEMM per layer more; GPT-2 reads it
- * as 1); 0: only when the activations would not fit otherwise.
+ * values per token; the RoPE families always recompute their gated product), and with QK-norm the
+ * normed and rotated q, k (one RoPE pass a layer; (NH + 2·NKV)·hd fewer); 2: the RoPE families also
+ * recompute their gate/up rows by the GEMM (2·F fewer, one GEMM per layer more; GPT-2 reads it as
+ * 1). Where the activations would not fit, the backend takes the next level, then the one after.
  * NULL + err (one line) when the configuration is unsupported or will not fit in the GPU's free
  * memory (the message then gives the estimate and the largest micro-batch that would fit). */
 Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output, size_t fused_budget,

@@ -6,9 +6,10 @@
  * output (NH·hd), the residual after it (C), the MLP's norm (C), the MLP's input (F), its GELU (F,
  * unless recomputed) and the residual after it (C). A RoPE family's layer keeps q, k, v as the
  * projection wrote them (Q: before QK-norm and RoPE), the attention's output, the two residuals
- * and the gate/up rows (2F, unless recomputed by their GEMM); its norms, its gated product and
- * (with QK-norm) its rotated q, k, v are recomputed in the backward into one buffer each that the
- * layers share. With sandwich norms (Gemma) a layer also keeps its two projections' outputs before
+ * and the gate/up rows (2F, unless recomputed by their GEMM); its norms and its gated product are
+ * recomputed in the backward into one buffer each that the layers share. With QK-norm a layer also
+ * keeps its normed and rotated q, k, v (Q), unless they are recomputed too (recompute 1 and 2),
+ * into one more shared buffer. With sandwich norms (Gemma) a layer also keeps its two projections' outputs before
  * their norms (2·C) and the norms' 1/rms. In fp32: each norm's
  * statistics (LayerNorm's mean and 1/std, RMSNorm's 1/rms alone), QK-norm's 1/rms per head, and
  * the attention's log-sum-exp per head. Beside the layers: the embedding's output, the two
@@ -37,22 +38,25 @@ MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_
     const size_t Q = (NH + 2 * NKV) * hd, A = NH * hd, MLP_IN = cfg->mlp == MLP_GELU ? F : 2 * F;
     const size_t bf = 2, P = t->total;
     const int rope = cfg->positions == POS_ROPE;
-    recompute_mlp = rope ? (recompute_mlp == 2 ? 2 : 1) : recompute_mlp != 0;
+    if (!rope) recompute_mlp = recompute_mlp != 0;
+    const int recompute_act = rope || recompute_mlp; /* the RoPE families always recompute their gated product */
+    const int keep_rotated = cfg->qk_norm && recompute_mlp == 0;
     const int bf16_state = state == OPTIMIZER_STATE_BF16;
     MemoryEstimate e = {P * bf, bf16_state ? 0 : P * sizeof(float), P * sizeof(float),
                         2 * P * (bf16_state ? bf : sizeof(float)), 0};
     size_t layer = take(N * Q * bf) + take(N * A * bf) + 2 * take(N * C * bf) +
                    (recompute_mlp == 2 ? 0 : take(N * MLP_IN * bf)) +
-                   (recompute_mlp ? 0 : take(N * F * bf)) + 2 * norm_stats(cfg, N) + take(N * NH * sizeof(float));
+                   (recompute_act ? 0 : take(N * F * bf)) + 2 * norm_stats(cfg, N) + take(N * NH * sizeof(float));
     if (!rope) layer += 2 * take(N * C * bf); /* the two norms' outputs */
     if (cfg->qk_norm) layer += take(N * (NH + NKV) * sizeof(float));
+    if (keep_rotated) layer += take(N * Q * bf);
     if (cfg->sandwich_norm) layer += 2 * take(N * C * bf) + 2 * take(N * sizeof(float));
     size_t a = take(N * C * bf) + (size_t)cfg->num_layers * layer;
     a += 2 * take(N * C * bf);                         /* the attention's and the MLP's projections */
-    if (recompute_mlp) a += take(N * F * bf);          /* one layer's activation at a time */
+    if (recompute_act) a += take(N * F * bf);          /* one layer's activation at a time */
     if (recompute_mlp == 2) a += take(N * MLP_IN * bf); /* one layer's gate/up rows at a time */
     if (rope) a += take(N * C * bf);                   /* one layer's norm output at a time */
-    if (cfg->qk_norm) a += take(N * Q * bf);           /* one layer's rotated q, k, v at a time */
+    if (cfg->qk_norm && !keep_rotated) a += take(N * Q * bf); /* one layer's rotated q, k, v at a time */
     a += take(N * C * bf) + norm_stats(cfg, N);        /* final norm */
     a += 2 * take(N * C * bf) + take(N * MLP_IN * bf); /* backward: residual, final norm, MLP input */
     if (cfg->mlp != MLP_GELU) a += take(N * F * bf);   /* the gated product */

@@ -30,8 +30,9 @@ typedef struct {
 } MemoryEstimate;
 
 /* The estimate for micro-batches of B sequences of T tokens; recompute_mlp 1: GPT-2's GELU is
- * recomputed in the backward, not kept per layer (the RoPE families always recompute their gated
- * product); 2: the RoPE families' gate/up rows too, by their GEMM (GPT-2 reads it as 1). */
+ * recomputed in the backward, not kept per layer, and with QK-norm (Qwen3, Gemma 3) the normed and
+ * rotated q and k (the RoPE families always recompute their gated product); 2: the RoPE families'
+ * gate/up rows too, by their GEMM (GPT-2 reads it as 1). */
 MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_mlp, OptimizerState state);
 /* All of it, in bytes (without the runtime's reserve). */
 size_t memory_estimate_total(const MemoryEstimate *e);

@@ -95,9 +95,11 @@ static void compare_config_with_cpu(const GPTConfig *cfg, OutputKind output, int
     }
     if (recompute_gelu) {
         MemoryItem items[MAX_MEMORY_ITEMS];
-        int n = gpu->ops->memory_items(gpu, items), found = 0;
+        int n = gpu->ops->memory_items(gpu, items), found = 0, rotated = 0;
         for (int i = 0; i < n; i++) found |= strstr(items[i].what, "recomputed") != NULL;
+        for (int i = 0; i < n; i++) rotated |= strstr(items[i].what, "rotated q and k") != NULL;
         CHECK(found, "the backend did not take the recompute path");
+        CHECK(rotated == cfg->qk_norm, "the rotated q and k: recomputed %d, QK-norm %d", rotated, cfg->qk_norm);
     }
     float lc = step(cpu, &s, 0, 0), lg = step(gpu, &s, 0, 0);
     CHECK(fabsf(lg - lc) <= 1e-2f * fabsf(lc), "loss GPU %.6f CPU %.6f", lg, lc);
@@ -228,6 +230,8 @@ TEST(backend_cuda_matches_cpu_on_a_tiny_tied_qwen3_with_qk_norm) {
     /* Qwen3's head of 128 over a narrower model: NH·hd = 256 != C = 128; 2 query heads per kv head */
     GPTConfig cfg = family_config(FAMILY_QWEN3, 2, 1, 128, 128, 200);
     compare_config_with_cpu(&cfg, OUTPUT_FUSED, 3, 37);
+    /* the rotated q and k recomputed in the backward into one buffer the layers share */
+    compare_config_with_cpu(&cfg, OUTPUT_FUSED, 2, 33, OUTPUT_FUSED_DEFAULT_BUDGET, 1);
 }
 
 TEST(backend_cuda_matches_cpu_on_a_tiny_qwen2_with_qkv_bias) {
@@ -315,13 +319,13 @@ TEST(backend_cuda_eval_over_windows_matches_cpu_with_a_short_last_window_canonic
  * of the window (logits_at, on a second backend: a forward overwrites the cache), within bf16's
  * rounding (the GEMMs of one row and of the window may round differently), and against the CPU's
  * cached logits within the backends' usual gap. Sequence 0 of a micro-batch of two. */
-static void decoding_matches_a_full_forward(const GPTConfig *cfg) {
+static void decoding_matches_a_full_forward(const GPTConfig *cfg, int recompute = 0) {
     Setup s;
     const int B = 2, T = 61, prompt = 9;
     setup_config(&s, cfg, B, T, 1, 17);
     const int V = s.table.cfg.vocab_size;
     char err[ERR_LEN];
-    Backend *gpu = backend_cuda_create(&s.table, B, T, OUTPUT_FUSED, 0, 0, OPTIMIZER_STATE_FP32, 5, NULL, err);
+    Backend *gpu = backend_cuda_create(&s.table, B, T, OUTPUT_FUSED, 0, recompute, OPTIMIZER_STATE_FP32, 5, NULL, err);
     Backend *full = backend_cuda_create(&s.table, B, T, OUTPUT_FUSED, 0, 0, OPTIMIZER_STATE_FP32, 5, NULL, err);
     Backend *cpu = backend_cpu_create(&s.table, B, T, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 5, err);
     REQUIRE(gpu && full && cpu, "%s", err);
@@ -357,11 +361,13 @@ TEST(backend_cuda_decoding_with_the_cache_gives_the_logits_of_a_full_forward) {
     decoding_matches_a_full_forward(&cfg);
 }
 
-/* Qwen3 keeps each layer's projected q, k, v (before QK-norm and RoPE) and rotates them into one
- * buffer the layers share, so a decoded row's layer rotates its cached rows again. */
+/* Qwen3 keeps each layer's rotated q, k beside its projected q, k, v (before QK-norm and RoPE), so a
+ * decoded row rotates only itself; when the rotated rows are recomputed into one buffer the layers
+ * share, a decoded row's layer rotates its cached projections again. */
 TEST(backend_cuda_decoding_a_qwen3_rotates_its_cached_projections_as_a_full_forward) {
     GPTConfig cfg = family_config(FAMILY_QWEN3, 2, 1, 128, 128, 200);
     decoding_matches_a_full_forward(&cfg);
+    decoding_matches_a_full_forward(&cfg, 1);
 }
 
 /* Gemma 3's decoded rows attend within their sliding layers' window and rotate by each layer's own

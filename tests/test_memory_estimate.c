@@ -122,12 +122,31 @@ TEST(qwen2_memory_estimate_counts_the_qkv_bias) {
     param_table_free(&t);
 }
 
-TEST(qwen3_memory_estimate_counts_qk_norm_statistics_per_head_and_one_shared_rotated_qkv) {
+TEST(qwen3_memory_estimate_counts_qk_norm_statistics_per_head_and_the_rotated_qkv_per_layer) {
     ParamTable t = tiny_table(FAMILY_QWEN3);
-    /* + q_norm and k_norm (6 each) per layer; 1/rms per row and head (16 x 6) in fp32 per layer, and
-     * one layer's rotated q, k, v (16·48) shared by the layers */
+    /* + q_norm and k_norm (6 each) per layer; 1/rms per row and head (16 x 6) in fp32 and the rotated
+     * q, k, v (16·48) per layer */
     const size_t layer = llama_layer_acts() + r(16 * 6 * 4);
-    expect_estimate(&t, 0, LLAMA_PARAMS + 2 * 12, 2 * layer + llama_rest() + r(16 * 48 * 2), "qwen3");
+    expect_estimate(&t, 0, LLAMA_PARAMS + 2 * 12, 2 * (layer + r(16 * 48 * 2)) + llama_rest(), "qwen3");
+    param_table_free(&t);
+}
+
+TEST(a_qwen3_recomputing_its_rotated_qk_keeps_one_layers_of_them) {
+    ParamTable t = tiny_table(FAMILY_QWEN3);
+    const size_t layer = llama_layer_acts() + r(16 * 6 * 4);
+    /* one layer's rotated q, k, v (16·48) shared by the layers */
+    expect_estimate(&t, 1, LLAMA_PARAMS + 2 * 12, 2 * layer + llama_rest() + r(16 * 48 * 2),
+                    "qwen3, rotated q and k recomputed");
+    /* and the gate/up rows (16·48) too: one shared buffer of them */
+    expect_estimate(&t, 2, LLAMA_PARAMS + 2 * 12,
+                    2 * (layer - r(16 * 48 * 2)) + llama_rest() + r(16 * 48 * 2) + r(16 * 48 * 2),
+                    "qwen3, rotated q and k and the gate/up rows recomputed");
+    /* without QK-norm there is nothing rotated to keep: Llama's 0 and 1 are the same */
+    ParamTable l = tiny_table(FAMILY_LLAMA);
+    const MemoryEstimate zero = memory_estimate(&l, 2, 8, 0, OPTIMIZER_STATE_FP32),
+                         one = memory_estimate(&l, 2, 8, 1, OPTIMIZER_STATE_FP32);
+    CHECK(zero.activations == one.activations, "llama: %zu bytes at 0, %zu at 1", zero.activations, one.activations);
+    param_table_free(&l);
     param_table_free(&t);
 }
 
@@ -135,11 +154,10 @@ TEST(gemma3_memory_estimate_counts_the_sandwich_norms_projections_and_the_slidin
     ParamTable t = tiny_table(FAMILY_GEMMA3);
     /* + per layer q_norm, k_norm (6 each) and the two sandwich norms (16 each); per layer the two
      * projections' outputs kept for their norms (16·16 each) with their 1/rms, on Qwen3's QK-norm
-     * layer; beside the layers the shared rotated q, k, v and, both layers sliding with their own
-     * base, a second cos and sin [8, 3] */
-    const size_t layer = llama_layer_acts() + r(16 * 6 * 4) + 2 * r(512) + 2 * r(64);
-    expect_estimate(&t, 0, LLAMA_PARAMS + 2 * (12 + 32), 2 * layer + llama_rest() + r(16 * 48 * 2) + 2 * r(8 * 3 * 4),
-                    "gemma3");
+     * layer with its rotated q, k, v; beside the layers, both layers sliding with their own base, a
+     * second cos and sin [8, 3] */
+    const size_t layer = llama_layer_acts() + r(16 * 6 * 4) + r(16 * 48 * 2) + 2 * r(512) + 2 * r(64);
+    expect_estimate(&t, 0, LLAMA_PARAMS + 2 * (12 + 32), 2 * layer + llama_rest() + 2 * r(8 * 3 * 4), "gemma3");
     param_table_free(&t);
 }
 

@@ -93,6 +93,7 @@ TEST(gpu_memory_estimate_is_the_cuda_backends_count_for_llama_qwen2_and_qwen3) {
     /* Qwen3's heads of 128 over a narrower model, 2 query heads per key/value head */
     GPTConfig qwen3 = family_config(FAMILY_QWEN3, 4, 2, 128, 256, 776, 50257);
     expect_config_counts_the_estimate(&qwen3, 5, 64, 0);
+    expect_config_counts_the_estimate(&qwen3, 4, 37, 1); /* the rotated q and k recomputed */
     expect_config_counts_the_estimate(&qwen3, 3, 37, 2); /* the gate/up rows recomputed too */
 }
 

@@ -12,16 +12,16 @@
  * the micro-batch would not fit otherwise, fch_gelu is not kept either (12·C per token): the
  * backward recomputes it from fch_pre, one elementwise pass per layer.
  * The residual add before each LayerNorm is fused into it (residual_layernorm_forward).
- * A RoPE family's layer keeps only what an elementwise pass cannot give back: the projection's qkv
- * (before QK-norm and RoPE), atty (+ lse), residual2, the gate/up rows and residual3, with the
- * norms' 1/rms; the backward recomputes ln1 and ln2 from the residuals (one RMSNorm pass each), the
- * gated product from the gate/up rows (in the pass that computes their gradient), and with QK-norm
- * the rotated query and key heads from the projection's (one RoPE pass), each into one buffer shared
- * by the layers; the attention reads the value heads from the projection's rows, so they are never
- * copied. At Qwen3-0.6B's widths that keeps 14·C
- * values per token and layer instead of 23·C, for about 3 % more time in the backward. When that
- * does not fit (or recompute_gelu 2 asks), the gate/up rows are not kept either (8·C): the backward
- * runs their GEMM again, about 4 % of a step at Qwen3-0.6B's widths.
+ * A RoPE family's layer keeps the projection's qkv (before QK-norm and RoPE), atty (+ lse),
+ * residual2, the gate/up rows and residual3, with the norms' 1/rms, and with QK-norm the normed and
+ * rotated q, k (qkv); the backward recomputes ln1 and ln2 from the residuals (one RMSNorm pass each)
+ * and the gated product from the gate/up rows (in the pass that computes their gradient), each into
+ * one buffer shared by the layers; the attention reads the value heads from the projection's rows,
+ * so they are never copied. At Qwen3-0.6B's widths that keeps 18·C values per token and layer
+ * instead of 23·C. When that does not fit (or recompute_gelu asks), the levels give way in turn:
+ * 1, the rotated q, k recomputed from the projection's (one RoPE pass a layer, about 1.5 % of a
+ * step at Qwen3-0.6B's widths) into one shared buffer (14·C); 2, the gate/up rows not kept either
+ * (8·C): the backward runs their GEMM again, about 4 % of a step.
  *
  * Llama and Qwen (RoPE families) run their own block, picking its operations from the config as
  * the CPU backend does: RMSNorm (fused with the residual add) -> qkv [+ bias: Qwen2] -> [QK-norm:
@@ -103,10 +103,11 @@ typedef struct {
                               * projections, or with sandwich norms their norms' outputs) */
     kbf16 *gelu_tmp;         /* [N,F] when recompute_gelu: every layer's fch_gelu, one at a time */
     kbf16 *ln_tmp;           /* [N,C] RoPE families: every layer's ln1 and ln2, one at a time */
-    kbf16 *qkv_rot;          /* [N,QW] QK-norm families: every layer's rotated query and key heads, one at
-                              * a time (its value columns are never written: see qkv_proj) */
+    kbf16 *qkv_rot;          /* [N,QW] QK-norm families when recompute_gelu: every layer's rotated query and
+                              * key heads, one at a time (its value columns are never written: see qkv_proj) */
     kbf16 *fch_tmp;          /* [N,FW] when recompute_gelu == 2: every layer's fch_pre, one at a time */
-    int recompute_gelu;      /* 1: the MLP's activation (always for the RoPE families); 2: its input too */
+    int recompute_gelu;      /* 1: the MLP's activation (always for the RoPE families) and QK-norm's rotated
+                              * q, k; 2: the MLP's input too */
     float *lnf_mean, *lnf_rstd;
     CudaLayerActs *layer;
     /* backward scratch, reused by every layer */
@@ -144,6 +145,7 @@ static size_t layout_arena(CudaBackend *cb, char *base) {
     const BlockWidths w = gpt_block_widths(cfg);
     size_t B = cb->base.B, T = cb->base.T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
     const int layernorm = cfg->norm == NORM_LAYERNORM, rope = is_rope(cfg), gated = cfg->mlp != MLP_GELU;
+    const int recompute_act = rope || cb->recompute_gelu, shared_rotated = cfg->qk_norm && cb->recompute_gelu;
     size_t off = 0;
 #define TAKE(ptr, type, count)                                        \
     do {                                                              \
@@ -157,6 +159,7 @@ static size_t layout_arena(CudaBackend *cb, char *base) {
         if (cfg->qk_norm) {
             TAKE(a->qkv_proj, kbf16, N * w.QW);
             TAKE(a->qk_rstd, float, N * (size_t)(cfg->num_heads + cfg->num_kv_heads));
+            if (!shared_rotated) TAKE(a->qkv, kbf16, N * w.QW);
         } else {
             TAKE(a->qkv, kbf16, N * w.QW);
             if (base) a->qkv_proj = a->qkv;
@@ -171,7 +174,7 @@ static size_t layout_arena(CudaBackend *cb, char *base) {
         TAKE(a->residual2, kbf16, N * C);
         if (!rope) TAKE(a->ln2, kbf16, N * C);
         if (cb->recompute_gelu < 2) TAKE(a->fch_pre, kbf16, N * w.FW);
-        if (!cb->recompute_gelu) TAKE(a->fch_gelu, kbf16, N * w.F);
+        if (!recompute_act) TAKE(a->fch_gelu, kbf16, N * w.F);
         TAKE(a->residual3, kbf16, N * C);
         if (layernorm) TAKE(a->ln1_mean, float, N);
         TAKE(a->ln1_rstd, float, N);
@@ -181,7 +184,7 @@ static size_t layout_arena(CudaBackend *cb, char *base) {
     }
     TAKE(cb->attproj, kbf16, N * C);
     TAKE(cb->fcproj, kbf16, N * C);
-    if (cb->recompute_gelu) {
+    if (recompute_act) {
         TAKE(cb->gelu_tmp, kbf16, N * w.F);
         for (int l = 0; base && l < cfg->num_layers; l++) cb->layer[l].fch_gelu = cb->gelu_tmp;
     }
@@ -193,7 +196,7 @@ static size_t layout_arena(CudaBackend *cb, char *base) {
         TAKE(cb->ln_tmp, kbf16, N * C);
         for (int l = 0; base && l < cfg->num_layers; l++) cb->layer[l].ln1 = cb->layer[l].ln2 = cb->ln_tmp;
     }
-    if (cfg->qk_norm) {
+    if (shared_rotated) {
         TAKE(cb->qkv_rot, kbf16, N * w.QW);
         for (int l = 0; base && l < cfg->num_layers; l++) cb->layer[l].qkv = cb->qkv_rot;
     }
@@ -402,7 +405,7 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
                                      cb->fcproj + r * C, P(ROLE_LN1_W), N, C, eps, one_plus_w, s);
         const kbf16 *residual_in = (l == 0 ? cb->encoded : prev->residual3) + r * C;
         matmul_forward(a->qkv_proj + r * w.QW, NULL, a->ln1 + r * C, P(ROLE_QKV_W), P(ROLE_QKV_B), N, C, (int)w.QW, s);
-        if (cfg->qk_norm && t0 > 0) {
+        if (cfg->qk_norm && t0 > 0 && cb->recompute_gelu) {
             /* the rotated rows are shared by the layers, so the cache is the projections': rotate
              * this layer's rows 0..t0 again */
             const RopeShape upto = rope_shape(cfg, 1, t0 + 1);
@@ -635,7 +638,7 @@ static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
                                                        N);
         matmul_backward(cb->datty, g.attprojw, NULL, NULL, dattproj, a->atty, P(ROLE_ATTPROJ_W), NULL, N, (int)w.AW,
                         C, s);
-        if (cfg->qk_norm)
+        if (cfg->qk_norm && cb->recompute_gelu)
             rope_forward(a->qkv, a->qk_rstd, a->qkv_proj, P(ROLE_QNORM_W), P(ROLE_KNORM_W), cos_t, sin_t, &rs, s);
         attention_backward(cb->dqkv, NULL, cb->scratch, cb->datty, a->qkv, a->qkv_proj, a->atty, a->att_lse, &as,
                            s);
@@ -910,10 +913,14 @@ static int cuda_memory_items(Backend *be, MemoryItem *items) {
                                       : "AdamW m, v (bf16; no master weights)",
                                 2 * S * sizeof(kbf16), 0};
     if (cb->sync) items[n++] = MemoryItem{"data parallel buffers", cb->sync_bytes, 0};
-    const char *acts = cb->recompute_gelu == 2 ? "activations and scratch (norms, MLP input and activation recomputed)"
-                       : is_rope(&t->cfg)      ? "activations and scratch (norms and MLP activation recomputed)"
-                       : cb->recompute_gelu    ? "activations and scratch (GELU recomputed)"
-                                               : "activations and scratch";
+    const int rotated = t->cfg.qk_norm && cb->recompute_gelu;
+    const char *acts =
+        cb->recompute_gelu == 2 ? (rotated ? "activations and scratch (norms, rotated q and k, MLP input and activation recomputed)"
+                                           : "activations and scratch (norms, MLP input and activation recomputed)")
+        : rotated               ? "activations and scratch (norms, rotated q and k, and MLP activation recomputed)"
+        : is_rope(&t->cfg)      ? "activations and scratch (norms and MLP activation recomputed)"
+        : cb->recompute_gelu    ? "activations and scratch (GELU recomputed)"
+                                : "activations and scratch";
     items[n++] = MemoryItem{acts, cb->arena_bytes, 0};
     n += cb->vp ? vocab_parallel_memory_items(cb->vp, items + n) : output_workspace_items(cb, items + n);
     size_t free_b = 0, total_b = 0;
@@ -1174,7 +1181,8 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     size_t N = (size_t)B * T, P = cb->P;
     const size_t asked = output == OUTPUT_FUSED ? fused_budget : 0;
     fused_budget = fused_budget_for(asked, N, cfg);
-    cb->recompute_gelu = is_rope(cfg) ? (recompute_gelu == 2 ? 2 : 1) : 0;
+    const int most_recomputed = is_rope(cfg) ? 2 : 1;
+    cb->recompute_gelu = recompute_gelu < most_recomputed ? recompute_gelu : most_recomputed;
     cb->scratch_bytes = scratch_needed(cfg, B, T);
     cb->arena_bytes = layout_arena(cb, NULL);
     /* bf16 weights and gradients whole; master and moments (fp32: 12 bytes, bf16: 4) whole or 1/world (ZeRO-1) */
@@ -1188,10 +1196,11 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     /* The fused layer's chunk first gives way to what is free (its speed barely changes down to
      * 1024 rows), then the activations (recomputed), then the chunk again with what that freed. */
     fit_output_layer(cb, fused_budget, fixed, free_b, N, cfg);
-    if (fixed + cb->arena_bytes + cb->out_ws_bytes > free_b || (recompute_gelu && !cb->recompute_gelu)) {
+    while (fixed + cb->arena_bytes + cb->out_ws_bytes > free_b && cb->recompute_gelu < most_recomputed) {
         /* GPT-2 trades one elementwise pass per layer in the backward for 4·C values per token; the
-         * RoPE families, whose activation is always recomputed, their gate/up GEMM for 2F. */
-        cb->recompute_gelu = is_rope(cfg) ? 2 : 1;
+         * RoPE families, whose activation is always recomputed, one RoPE pass for QK-norm's rotated
+         * q, k, then their gate/up GEMM for 2F. */
+        cb->recompute_gelu++;
         cb->arena_bytes = layout_arena(cb, NULL);
         fit_output_layer(cb, fused_budget, fixed, free_b, N, cfg);
     }
