@@ -19,7 +19,7 @@
  * one buffer shared by the layers; the attention reads the value heads from the projection's rows,
  * so they are never copied. At Qwen3-0.6B's widths that keeps 18·C values per token and layer
  * instead of 23·C. When that does not fit (or recompute_gelu asks), the levels give way in turn:
- * 1, the rotated q, k recomputed from the projection's (one RoPE pass a layer, about 1.5 % of a
+ * 1, the rotated q, k recomputed from the projection's (one RoPE pass a layer, about 1.4 % of a
  * step at Qwen3-0.6B's widths) into one shared buffer (14·C); 2, the gate/up rows not kept either
  * (8·C): the backward runs their GEMM again, about 4 % of a step.
  *
