@@ -89,7 +89,8 @@ static size_t differing_bytes(const std::vector<unsigned char> &x, const std::ve
     return n;
 }
 
-static void probe(cublasLtHandle_t lt, const GemmSpec *g, void *ws, size_t ws_bytes, int reduction_inplace) {
+/* Split-K may not reduce in place in the output, as kernels/lt_plans.cu asks. */
+static void probe(cublasLtHandle_t lt, const GemmSpec *g, void *ws, size_t ws_bytes) {
     cublasLtMatmulDesc_t desc;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &g->opa, sizeof g->opa));
@@ -117,11 +118,9 @@ static void probe(cublasLtHandle_t lt, const GemmSpec *g, void *ws, size_t ws_by
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                       sizeof ws_bytes));
-    if (!reduction_inplace) {
-        uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_INPLACE;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
-                                                          sizeof schemes));
-    }
+    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_INPLACE;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                      sizeof schemes));
     uint32_t align = 16;
     for (cublasLtMatmulPreferenceAttributes_t at :
          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
@@ -201,13 +200,16 @@ static void probe_output_layer(cublasLtHandle_t lt, int64_t d, int64_t rows, int
                    CUBLASLT_POINTER_MODE_DEVICE, CUBLASLT_EPILOGUE_DEFAULT, NULL, CUDA_R_32F, NULL};
     GemmSpec dw = {"dW", CUBLAS_OP_N, CUBLAS_OP_T, d, cols, rows, d, cols, H, dz, C, CUDA_R_32F, scal, scal + 1,
                    CUBLASLT_POINTER_MODE_DEVICE, CUBLASLT_EPILOGUE_DEFAULT, NULL, CUDA_R_32F, NULL};
-    probe(lt, &dh, ws, ws_bytes, 0);
-    probe(lt, &dw, ws, ws_bytes, 0);
+    probe(lt, &dh, ws, ws_bytes);
+    probe(lt, &dw, ws, ws_bytes);
 }
 
 /* kernels/matmul.cu's products for weight [OC, C] at N rows (row-major there, so each matrix is its
- * transpose here); gelu: the layer is fc (GELU after the forward, dGELU on its input gradient). */
-static void probe_body(cublasLtHandle_t lt, int64_t C, int64_t OC, int64_t N, void *ws, size_t ws_bytes) {
+ * transpose here). gpt2: with
+ * GPT-2's epilogues (the forward with bias, then GELU + bias as fc; the input gradient plain, with
+ * dGELU as fcproj, and with DGELU_BGRAD to see what that epilogue costs); else the families'
+ * bias-free forward, input gradient and weight gradient. */
+static void probe_layer(cublasLtHandle_t lt, int64_t C, int64_t OC, int64_t N, void *ws, size_t ws_bytes, int gpt2) {
     __nv_bfloat16 *Wt = random_bf16(OC * C, 0.02f), *inp = random_bf16(N * C, 1.0f);
     __nv_bfloat16 *out = random_bf16(N * OC, 1.0f), *aux = random_bf16(N * std::max(C, OC), 1.0f);
     __nv_bfloat16 *bias = random_bf16(OC, 0.1f), *dinp = random_bf16(N * C, 1.0f);
@@ -218,56 +220,38 @@ static void probe_body(cublasLtHandle_t lt, int64_t C, int64_t OC, int64_t N, vo
     static const float one = 1.0f, zero = 0.0f;
     const cublasLtPointerMode_t host = CUBLASLT_POINTER_MODE_HOST;
     const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
-    GemmSpec fwd = {"forward, bias", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, C, C, Wt, inp, out, CUDA_R_16BF, &one, &zero,
-                    host, CUBLASLT_EPILOGUE_BIAS, bias, CUDA_R_16BF, NULL};
-    probe(lt, &fwd, ws, ws_bytes, 1);
-    fwd.name = "forward, GELU + bias (as fc)";
-    fwd.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    fwd.aux = aux;
-    probe(lt, &fwd, ws, ws_bytes, 1);
-    GemmSpec din = {"input gradient", CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, C, OC, Wt, out, dinp, CUDA_R_16BF, &one,
-                    &zero, host, none, NULL, CUDA_R_32F, NULL};
-    probe(lt, &din, ws, ws_bytes, 1);
-    din.name = "input gradient, dGELU (as fcproj)";
-    din.epilogue = CUBLASLT_EPILOGUE_DGELU;
-    din.aux = aux;
-    probe(lt, &din, ws, ws_bytes, 1);
-    din.name = "input gradient, dGELU + bias gradient (DGELU_BGRAD)";
-    din.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
-    din.bias = dbias;
-    probe(lt, &din, ws, ws_bytes, 1);
-    din.name = "input gradient, dGELU + bf16 bias gradient (DGELU_BGRAD)";
-    din.bias_type = CUDA_R_16BF;
-    probe(lt, &din, ws, ws_bytes, 1);
-    GemmSpec dw = {"weight gradient", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, C, OC, inp, out, dW, CUDA_R_32F, &one, &one,
-                   host, none, NULL, CUDA_R_32F, NULL};
-    probe(lt, &dw, ws, ws_bytes, 1);
-}
-
-/* The families' bias-free products for weight [OC, C] at N rows, as probe_body's. */
-static void probe_linear(cublasLtHandle_t lt, int64_t C, int64_t OC, int64_t N, void *ws, size_t ws_bytes) {
-    __nv_bfloat16 *Wt = random_bf16(OC * C, 0.02f), *inp = random_bf16(N * C, 1.0f);
-    __nv_bfloat16 *out = random_bf16(N * OC, 1.0f), *dinp = random_bf16(N * C, 1.0f);
-    float *dW;
-    CUDA_CHECK(cudaMalloc(&dW, C * OC * 4));
-    CUDA_CHECK(cudaMemset(dW, 0, C * OC * 4));
-    static const float one = 1.0f, zero = 0.0f;
-    const cublasLtPointerMode_t host = CUBLASLT_POINTER_MODE_HOST;
-    const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
     GemmSpec fwd = {"forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, C, C, Wt, inp, out, CUDA_R_16BF, &one, &zero,
                     host, none, NULL, CUDA_R_16BF, NULL};
-    probe(lt, &fwd, ws, ws_bytes, 0);
+    if (gpt2) fwd.name = "forward, bias", fwd.epilogue = CUBLASLT_EPILOGUE_BIAS, fwd.bias = bias;
+    probe(lt, &fwd, ws, ws_bytes);
+    if (gpt2) {
+        fwd.name = "forward, GELU + bias (as fc)";
+        fwd.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+        fwd.aux = aux;
+        probe(lt, &fwd, ws, ws_bytes);
+    }
     GemmSpec din = {"input gradient", CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, C, OC, Wt, out, dinp, CUDA_R_16BF, &one,
                     &zero, host, none, NULL, CUDA_R_32F, NULL};
-    probe(lt, &din, ws, ws_bytes, 0);
+    probe(lt, &din, ws, ws_bytes);
+    if (gpt2) {
+        din.name = "input gradient, dGELU (as fcproj)";
+        din.epilogue = CUBLASLT_EPILOGUE_DGELU;
+        din.aux = aux;
+        probe(lt, &din, ws, ws_bytes);
+        din.name = "input gradient, dGELU + bias gradient (DGELU_BGRAD)";
+        din.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+        din.bias = dbias;
+        probe(lt, &din, ws, ws_bytes);
+        din.name = "input gradient, dGELU + bf16 bias gradient (DGELU_BGRAD)";
+        din.bias_type = CUDA_R_16BF;
+        probe(lt, &din, ws, ws_bytes);
+    }
     GemmSpec dw = {"weight gradient", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, C, OC, inp, out, dW, CUDA_R_32F, &one, &one,
                    host, none, NULL, CUDA_R_32F, NULL};
-    probe(lt, &dw, ws, ws_bytes, 0);
-    CUDA_CHECK(cudaFree(dW));
-    CUDA_CHECK(cudaFree(Wt));
-    CUDA_CHECK(cudaFree(inp));
-    CUDA_CHECK(cudaFree(out));
-    CUDA_CHECK(cudaFree(dinp));
+    probe(lt, &dw, ws, ws_bytes);
+    for (void *x : {(void *)dbias, (void *)dW, (void *)dinp, (void *)bias, (void *)aux, (void *)out, (void *)inp,
+                    (void *)Wt})
+        CUDA_CHECK(cudaFree(x));
 }
 
 int main(int argc, char **argv) {
@@ -284,8 +268,7 @@ int main(int argc, char **argv) {
     CUBLAS_CHECK(cublasLtCreate(&lt));
     void *ws;
     CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
-    if (linear) probe_linear(lt, x, y, z, ws, ws_bytes);
-    else if (body) probe_body(lt, x, y, z, ws, ws_bytes);
+    if (body) probe_layer(lt, x, y, z, ws, ws_bytes, !linear);
     else probe_output_layer(lt, x, y, z, ws, ws_bytes);
     return 0;
 }
