@@ -587,11 +587,12 @@ static int checkpoint_tokenizer(const Tokenizer *tok, int max_seq_len, Checkpoin
 static void print_gpu_estimate(const ParamTable *t, int B, int T, int recompute_mlp, OptimizerState state) {
     const size_t h100 = (size_t)80e9;
     const MemoryEstimate e = memory_estimate(t, B, T, recompute_mlp, state);
-    const int largest = memory_estimate_largest_batch(t, T, recompute_mlp, state, MEMORY_RUNTIME_RESERVE, h100);
+    /* the backend recomputes what it must to fit, up to level 2 */
+    const int largest = memory_estimate_largest_batch(t, T, 2, state, MEMORY_RUNTIME_RESERVE, h100);
     printf("  on a GPU (estimate): %.2f MB weights and optimizer state + %.2f MB activations = %.2f MB\n"
            "    (bf16 weights; fp32 gradients; %s; plus the output layer's workspace, the kernels' scratch and %.0f GB "
            "for the runtime)\n"
-           "    the largest micro-batch on an 80 GB H100 is -b %d\n",
+           "    the largest micro-batch on an 80 GB H100 is -b %d (recomputing what it must to fit)\n",
            (e.weights + e.master + e.grads + e.adamw) / 1e6, e.activations / 1e6, memory_estimate_total(&e) / 1e6,
            state == OPTIMIZER_STATE_BF16 ? "bf16 AdamW m, v" : "fp32 master weights, AdamW m, v",
            MEMORY_RUNTIME_RESERVE / 1e9, largest);

@@ -144,7 +144,7 @@ LtPlan *lt_plan(LtPlans *c, const LtShape *s, const void *bias, const void *aux)
 
 /* h[0] += a hash of the n 8-byte words at x: each word mixed with its index (splitmix64's
  * finalizer), summed in integers, so the value does not depend on the order of the adds. */
-__global__ void hash_words_kernel(const unsigned long long *x, size_t n, unsigned long long *h) {
+static __global__ void hash_words_kernel(const unsigned long long *x, size_t n, unsigned long long *h) {
     unsigned long long sum = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         unsigned long long z = x[i] ^ (i * 0x9e3779b97f4a7c15ull);
@@ -191,6 +191,16 @@ static unsigned long long candidate_hash(LtPlans *c, LtPlan *p, const cublasLtMa
     return h;
 }
 
+/* How many pieces algo splits K into (1: none). */
+static int split_k_of(const cublasLtMatmulAlgo_t *algo) {
+    int32_t v = 1;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &v, sizeof v, &written) !=
+        CUBLAS_STATUS_SUCCESS)
+        return -1;
+    return v;
+}
+
 static int cmp_float(const void *x, const void *y) {
     const float a = *(const float *)x, b = *(const float *)y;
     return (a > b) - (a < b);
@@ -217,7 +227,9 @@ static void choose_fastest_same_bits(LtPlans *c, LtPlan *p, const void *alpha, c
     const LtShape *s = &p->shape;
     const size_t c_size = s->ctype == CUDA_R_32F ? 4 : 2;
     const size_t d_bytes = (size_t)s->m * (size_t)s->n * c_size;
-    if (s->device_scalars || s->ldc != s->m || d_bytes % 8 || 2.0 * s->m * s->n * s->k < c->timed_min_flop) return;
+    if (s->device_scalars || s->ldc != s->m || d_bytes % 8 || ((uintptr_t)C | (uintptr_t)aux) % 8 ||
+        2.0 * s->m * s->n * s->k < c->timed_min_flop)
+        return;
     cublasLtMatmulHeuristicResult_t offers[LT_CANDIDATES];
     const int found = heuristic_offers(c, p, offers, LT_CANDIDATES);
     if (found < 2) return;
@@ -230,18 +242,25 @@ static void choose_fastest_same_bits(LtPlans *c, LtPlan *p, const void *alpha, c
         (void)cudaGetLastError(); /* no room for scratch: the first choice stays */
         return;
     }
-    CUDA_CHECK(cudaMalloc(&t.hash, sizeof *t.hash));
+    if (cudaMalloc(&t.hash, sizeof *t.hash) != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (into_scratch) CUDA_CHECK(cudaFree(t.D));
+        return;
+    }
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
-    /* the offers that give the first choice's bits, the first choice first */
+    /* the offers that give the first choice's bits, the first choice first; an offer must also split
+     * K as the first choice does, so that one input that happens to round alike cannot let another
+     * split through */
     cublasLtMatmulAlgo_t same[LT_CANDIDATES + 1];
     int n_same = 0, ok;
+    const int first_split = split_k_of(&p->algo);
     const unsigned long long first_bits = candidate_hash(c, p, &p->algo, &t, &ok);
     if (ok) {
         same[n_same++] = p->algo;
         for (int i = 0; i < found; i++)
-            if (memcmp(&offers[i].algo, &p->algo, sizeof p->algo) != 0 &&
+            if (memcmp(&offers[i].algo, &p->algo, sizeof p->algo) != 0 && split_k_of(&offers[i].algo) == first_split &&
                 candidate_hash(c, p, &offers[i].algo, &t, &ok) == first_bits && ok)
                 same[n_same++] = offers[i].algo;
     }

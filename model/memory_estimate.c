@@ -38,6 +38,7 @@ MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_
     const size_t Q = (NH + 2 * NKV) * hd, A = NH * hd, MLP_IN = cfg->mlp == MLP_GELU ? F : 2 * F;
     const size_t bf = 2, P = t->total;
     const int rope = cfg->positions == POS_ROPE;
+    recompute_mlp = recompute_mlp < 0 ? 0 : recompute_mlp > 2 ? 2 : recompute_mlp;
     if (!rope) recompute_mlp = recompute_mlp != 0;
     const int recompute_act = rope || recompute_mlp; /* the RoPE families always recompute their gated product */
     const int keep_rotated = cfg->qk_norm && recompute_mlp == 0;

@@ -101,7 +101,8 @@ typedef struct {
     kbf16 *encoded, *lnf;
     kbf16 *attproj, *fcproj; /* [N,C] each: what a layer's branches add to the residual stream (the
                               * projections, or with sandwich norms their norms' outputs) */
-    kbf16 *gelu_tmp;         /* [N,F] when recompute_gelu: every layer's fch_gelu, one at a time */
+    kbf16 *gelu_tmp;         /* [N,F] when recompute_gelu, or for a RoPE family: every layer's fch_gelu, one
+                              * at a time */
     kbf16 *ln_tmp;           /* [N,C] RoPE families: every layer's ln1 and ln2, one at a time */
     kbf16 *qkv_rot;          /* [N,QW] QK-norm families when recompute_gelu: every layer's rotated query and
                               * key heads, one at a time (its value columns are never written: see qkv_proj) */
@@ -1182,7 +1183,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     const size_t asked = output == OUTPUT_FUSED ? fused_budget : 0;
     fused_budget = fused_budget_for(asked, N, cfg);
     const int most_recomputed = is_rope(cfg) ? 2 : 1;
-    cb->recompute_gelu = recompute_gelu < most_recomputed ? recompute_gelu : most_recomputed;
+    cb->recompute_gelu = recompute_gelu < 0 ? 0 : recompute_gelu < most_recomputed ? recompute_gelu : most_recomputed;
     cb->scratch_bytes = scratch_needed(cfg, B, T);
     cb->arena_bytes = layout_arena(cb, NULL);
     /* bf16 weights and gradients whole; master and moments (fp32: 12 bytes, bf16: 4) whole or 1/world (ZeRO-1) */
@@ -1196,13 +1197,25 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     /* The fused layer's chunk first gives way to what is free (its speed barely changes down to
      * 1024 rows), then the activations (recomputed), then the chunk again with what that freed. */
     fit_output_layer(cb, fused_budget, fixed, free_b, N, cfg);
-    while (fixed + cb->arena_bytes + cb->out_ws_bytes > free_b && cb->recompute_gelu < most_recomputed) {
+    const int fits = fixed + cb->arena_bytes + cb->out_ws_bytes <= free_b;
+    const int chunk_lost = fused_budget > 0 && cb->fused_budget == 0 && !cb->vp_world;
+    if (!fits || chunk_lost) {
         /* GPT-2 trades one elementwise pass per layer in the backward for 4·C values per token; the
          * RoPE families, whose activation is always recomputed, one RoPE pass for QK-norm's rotated
-         * q, k, then their gate/up GEMM for 2F. */
-        cb->recompute_gelu++;
-        cb->arena_bytes = layout_arena(cb, NULL);
-        fit_output_layer(cb, fused_budget, fixed, free_b, N, cfg);
+         * q, k, then their gate/up GEMM for 2F. When everything fits on the streaming path (a GEMM
+         * more), a level is taken only if it brings the chunks back. */
+        const int kept = cb->recompute_gelu;
+        while (cb->recompute_gelu < most_recomputed) {
+            cb->recompute_gelu++;
+            cb->arena_bytes = layout_arena(cb, NULL);
+            fit_output_layer(cb, fused_budget, fixed, free_b, N, cfg);
+            if (fits ? cb->fused_budget > 0 : fixed + cb->arena_bytes + cb->out_ws_bytes <= free_b) break;
+        }
+        if (fits && cb->fused_budget == 0 && cb->recompute_gelu != kept) {
+            cb->recompute_gelu = kept;
+            cb->arena_bytes = layout_arena(cb, NULL);
+            fit_output_layer(cb, fused_budget, fixed, free_b, N, cfg);
+        }
     }
     const size_t per_batch = cb->arena_bytes + cb->out_ws_bytes;
     if (fixed + per_batch > free_b) {
