@@ -204,6 +204,13 @@ static void probe_output_layer(cublasLtHandle_t lt, int64_t d, int64_t rows, int
     probe(lt, &dw, ws, ws_bytes);
 }
 
+/* g again under another name and epilogue, reading or writing aux. */
+static void probe_with_epilogue(cublasLtHandle_t lt, GemmSpec *g, const char *name, cublasLtEpilogue_t epilogue,
+                                const void *aux, void *ws, size_t ws_bytes) {
+    g->name = name, g->epilogue = epilogue, g->aux = aux;
+    probe(lt, g, ws, ws_bytes);
+}
+
 /* kernels/matmul.cu's products for weight [OC, C] at N rows (row-major there, so each matrix is its
  * transpose here). gpt2: with
  * GPT-2's epilogues (the forward with bias, then GELU + bias as fc; the input gradient plain, with
@@ -224,27 +231,19 @@ static void probe_layer(cublasLtHandle_t lt, int64_t C, int64_t OC, int64_t N, v
                     host, none, NULL, CUDA_R_16BF, NULL};
     if (gpt2) fwd.name = "forward, bias", fwd.epilogue = CUBLASLT_EPILOGUE_BIAS, fwd.bias = bias;
     probe(lt, &fwd, ws, ws_bytes);
-    if (gpt2) {
-        fwd.name = "forward, GELU + bias (as fc)";
-        fwd.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-        fwd.aux = aux;
-        probe(lt, &fwd, ws, ws_bytes);
-    }
+    if (gpt2) probe_with_epilogue(lt, &fwd, "forward, GELU + bias (as fc)", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, aux, ws,
+                                  ws_bytes);
     GemmSpec din = {"input gradient", CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, C, OC, Wt, out, dinp, CUDA_R_16BF, &one,
                     &zero, host, none, NULL, CUDA_R_32F, NULL};
     probe(lt, &din, ws, ws_bytes);
     if (gpt2) {
-        din.name = "input gradient, dGELU (as fcproj)";
-        din.epilogue = CUBLASLT_EPILOGUE_DGELU;
-        din.aux = aux;
-        probe(lt, &din, ws, ws_bytes);
-        din.name = "input gradient, dGELU + bias gradient (DGELU_BGRAD)";
-        din.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+        probe_with_epilogue(lt, &din, "input gradient, dGELU (as fcproj)", CUBLASLT_EPILOGUE_DGELU, aux, ws, ws_bytes);
         din.bias = dbias;
-        probe(lt, &din, ws, ws_bytes);
-        din.name = "input gradient, dGELU + bf16 bias gradient (DGELU_BGRAD)";
+        probe_with_epilogue(lt, &din, "input gradient, dGELU + bias gradient (DGELU_BGRAD)",
+                            CUBLASLT_EPILOGUE_DGELU_BGRAD, aux, ws, ws_bytes);
         din.bias_type = CUDA_R_16BF;
-        probe(lt, &din, ws, ws_bytes);
+        probe_with_epilogue(lt, &din, "input gradient, dGELU + bf16 bias gradient (DGELU_BGRAD)",
+                            CUBLASLT_EPILOGUE_DGELU_BGRAD, aux, ws, ws_bytes);
     }
     GemmSpec dw = {"weight gradient", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, C, OC, inp, out, dW, CUDA_R_32F, &one, &one,
                    host, none, NULL, CUDA_R_32F, NULL};
