@@ -78,10 +78,8 @@ static HOST_DEVICE float bf16_bits_to_float(uint16_t b) {
 
 /* 48 random bits for the value at flat index i in the given step: a splitmix64 finalizer of both. */
 static HOST_DEVICE uint64_t adamw_random_bits(uint64_t i, int step) {
-    uint64_t z = i * 0x9e3779b97f4a7c15ull + (uint64_t)(uint32_t)step * 0xd1b54a32d192ed03ull + 0x2545f4914f6cdd1dull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return splitmix64_mix(i * 0x9e3779b97f4a7c15ull + (uint64_t)(uint32_t)step * 0xd1b54a32d192ed03ull +
+                          0x2545f4914f6cdd1dull);
 }
 
 typedef struct {

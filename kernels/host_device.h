@@ -1,5 +1,5 @@
 /* kernels/host_device.h - what C host code and CUDA code both spell: the bf16 type of the launcher
- * headers (kernels.h, output_layer.h) and integer ceiling division. Plain C without CUDA headers
+ * headers (kernels.h, output_layer.h), integer ceiling division and splitmix64's bit mixer. Plain C without CUDA headers
  * when not compiled by nvcc, so the CPU build and the trainer include it too. */
 #ifndef FUSEDGPT_HOST_DEVICE_H
 #define FUSEDGPT_HOST_DEVICE_H
@@ -20,5 +20,13 @@ static HOST_DEVICE int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) /
 
 /* a rounded up to a multiple of b (a >= 0, b > 0). */
 static HOST_DEVICE int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+/* splitmix64's finalizer: 64 well-mixed bits from any 64 (AdamW's stochastic rounding, the matmul
+ * plans' result hashes). */
+static HOST_DEVICE uint64_t splitmix64_mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
 
 #endif

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kernels/cuda_check.h"
+#include "kernels/host_device.h"
 #include "kernels/lt_plans.h"
 
 /* How many of the heuristic's offers a timed plan tries, and in how many rounds it times them. */
@@ -147,10 +148,7 @@ LtPlan *lt_plan(LtPlans *c, const LtShape *s, const void *bias, const void *aux)
 static __global__ void hash_words_kernel(const unsigned long long *x, size_t n, unsigned long long *h) {
     unsigned long long sum = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned long long z = x[i] ^ (i * 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        sum += z ^ (z >> 31);
+        sum += splitmix64_mix(x[i] ^ (i * 0x9e3779b97f4a7c15ull));
     }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if ((threadIdx.x & 31) == 0) atomicAdd(h, sum);
