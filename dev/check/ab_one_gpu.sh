@@ -6,7 +6,7 @@
 # multiple of 128, gradient accumulation, Qwen3 at head sizes 64 and 128, an untied Llama, Gemma 3's
 # windows); then the trainer's throughput in alternating rounds (GPT-2 124M at V 50304, Qwen3-0.6B
 # and Llama-3.2-1B at B 16), whose first round's loss, lse, lr and norm columns are compared too
-# (the same bits at full size). EXTRA adds ./train flags to the families' throughput runs (e.g.
+# (the same bits at full size); GPT2_VOCABS="50304 262144" runs GPT-2 at each. EXTRA adds ./train flags to the families' throughput runs (e.g.
 # "--optimizer-state bf16"); THROUGHPUT=0 stops before the throughput rounds. Prints a summary last.
 set -uo pipefail
 OUT=${OUT:-out}; M=/tmp/ad; mkdir -p $OUT $M
@@ -40,9 +40,11 @@ python3 tests/fixtures/gen/make_shard.py $M/r.bin 8000000 50304 random 3 >/dev/n
 python3 tests/fixtures/gen/make_shard.py $M/rq.bin 2000000 151936 random 3 >/dev/null
 python3 tests/fixtures/gen/make_shard.py $M/rl.bin 2000000 128256 random 4 >/dev/null
 for r in 1 2; do for b in base new; do bin=$([ $b = base ] && echo $BASE || echo ./train)
-  rm -rf $M/o; timeout 90 $bin -e d12 -v 50304 -b 32 -t 1024 -x 40 --warmup 5 --val-every 0 -s 0 -n 0 --step-parts 1 -i $M/r.bin -o $M/o >$M/g_${b}_$r.log 2>&1
-  cp $M/g_${b}_$r.log $M/g.log
-  say "GPT-2 124M V50304 B32 $b r$r: $(grep '| loss' $M/g.log | tail -30 | grep -oE '[0-9.]+ tok/s' | sort -n | sed -n 15p) $(grep '| loss' $M/g.log | tail -1 | grep -oE 'fwd [0-9.]+ out [0-9.]+ bwd [0-9.]+')"
+  for v in ${GPT2_VOCABS:-50304}; do g=g$([ $v = 50304 ] || echo $v)
+  rm -rf $M/o; timeout 90 $bin -e d12 -v $v -b 32 -t 1024 -x 40 --warmup 5 --val-every 0 -s 0 -n 0 --step-parts 1 -i $M/r.bin -o $M/o >$M/${g}_${b}_$r.log 2>&1
+  cp $M/${g}_${b}_$r.log $M/g.log
+  say "GPT-2 124M V$v B32 $b r$r: $(grep '| loss' $M/g.log | tail -30 | grep -oE '[0-9.]+ tok/s' | sort -n | sed -n 15p) $(grep '| loss' $M/g.log | tail -1 | grep -oE 'fwd [0-9.]+ out [0-9.]+ bwd [0-9.]+')"
+  done
   rm -rf $M/o; timeout 120 $bin -e qwen3-0.6b -b 16 -t 2048 --max-seq-len 2048 -x 14 --warmup 2 --val-every 0 -s 0 -n 0 --step-parts 1 ${EXTRA:-} -i $M/rq.bin -o $M/o >$M/q_${b}_$r.log 2>&1
   cp $M/q_${b}_$r.log $M/q.log
   say "Qwen3-0.6B B16 ${EXTRA:-} $b r$r: $(grep '| loss' $M/q.log | tail -8 | grep -oE '[0-9.]+ tok/s' | sort -n | sed -n 4p) $(grep '| loss' $M/q.log | tail -1 | grep -oE 'bwd [0-9.]+')"
@@ -52,7 +54,7 @@ for b in base new; do bin=$([ $b = base ] && echo $BASE || echo ./train)
   cp $M/l_${b}_1.log $M/l.log
   say "Llama-3.2-1B B16 ${EXTRA:-} $b: $(grep '| loss' $M/l.log | tail -6 | grep -oE '[0-9.]+ tok/s' | sort -n | sed -n 3p) $(grep '| loss' $M/l.log | tail -1 | grep -oE 'bwd [0-9.]+')"
 done
-for m in g q l; do
+for m in g $(for v in ${GPT2_VOCABS:-}; do [ $v = 50304 ] || echo g$v; done) q l; do
   same=$(diff <(grep '^step' $M/${m}_base_1.log | cut -d'|' -f1-5) <(grep '^step' $M/${m}_new_1.log | cut -d'|' -f1-5) >/dev/null &&
     grep -q '^step' $M/${m}_new_1.log && echo equal || echo DIFFERENT)
   say "same bits as the parent at full size, $m (first round): loss, lse, lr and norm lines $same"
