@@ -30,8 +30,7 @@ static int has_aux(cublasLtEpilogue_t e) {
 static int same_shape(const LtShape *x, const LtShape *y) {
     return x->ta == y->ta && x->tb == y->tb && x->m == y->m && x->n == y->n && x->k == y->k && x->lda == y->lda &&
            x->ldb == y->ldb && x->ldc == y->ldc && x->ctype == y->ctype && x->epilogue == y->epilogue &&
-           x->device_scalars == y->device_scalars && x->accumulate == y->accumulate &&
-           x->min_alignment == y->min_alignment;
+           x->device_scalars == y->device_scalars && x->min_alignment == y->min_alignment;
 }
 
 static void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *v, size_t n) {
@@ -226,7 +225,7 @@ static void choose_fastest_same_bits(LtPlans *c, LtPlan *p, const void *alpha, c
     const LtShape *s = &p->shape;
     const size_t c_size = s->ctype == CUDA_R_32F ? 4 : 2;
     const size_t d_bytes = (size_t)s->m * (size_t)s->n * c_size;
-    if (s->ldc != s->m || d_bytes % 8 || ((uintptr_t)C | (uintptr_t)aux) % 8 ||
+    if (s->device_scalars || s->ldc != s->m || d_bytes % 8 || ((uintptr_t)C | (uintptr_t)aux) % 8 ||
         2.0 * s->m * s->n * s->k < c->timed_min_flop)
         return;
     cublasLtMatmulHeuristicResult_t offers[LT_CANDIDATES];
@@ -236,7 +235,7 @@ static void choose_fastest_same_bits(LtPlans *c, LtPlan *p, const void *alpha, c
     if (s->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || s->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
         t.aux_bytes = (size_t)s->m * (size_t)s->n * 2;
     /* beta != 0 reads C, so the candidates write elsewhere and leave C as the real call needs it */
-    const int into_scratch = s->device_scalars ? s->accumulate : *(const float *)beta != 0.0f;
+    const int into_scratch = *(const float *)beta != 0.0f;
     if (into_scratch && cudaMalloc(&t.D, d_bytes) != cudaSuccess) {
         (void)cudaGetLastError(); /* no room for scratch: the first choice stays */
         return;

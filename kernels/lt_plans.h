@@ -28,9 +28,6 @@ typedef struct {
      * the aux matrix (bf16, shaped like C) are given on every call */
     cublasLtEpilogue_t epilogue;
     int device_scalars;         /* alpha and beta are device pointers (else host) */
-    /* with device scalars: whether beta may be non-zero, which the host cannot read. A product that
-     * adds to C and one that overwrites it are separate plans, each checked on its own first call */
-    int accumulate;
     uint32_t min_alignment;     /* bytes every pointer is aligned to (0: cuBLASLt's default, 256) */
 } LtShape;
 
@@ -43,13 +40,10 @@ typedef struct {
     LtPlan **plans;
     int count, capacity;
     /* 0: every plan keeps the heuristic's first choice. Else products of at least this many FLOPs
-     * (2·m·n·k) time the heuristic's offers on their first call (see above); smaller ones would
-     * spend more on timing than the choice could save. */
+     * (2·m·n·k) with host scalars time the heuristic's offers on their first call (see above);
+     * smaller ones would spend more on timing than the choice could save. */
     double timed_min_flop;
 } LtPlans;
-
-/* about 15 µs of tensor-core time: below it, timing the offers costs more than it can save */
-#define LT_TIMED_MIN_FLOP 1e10
 
 /* A handle and workspace_bytes of device workspace; no plans yet. */
 void lt_plans_create(LtPlans *c, size_t workspace_bytes);
@@ -60,9 +54,8 @@ void lt_plans_destroy(LtPlans *c);
 LtPlan *lt_plan(LtPlans *c, const LtShape *s, const void *bias, const void *aux);
 /* Queues the matmul on stream. alpha, beta: host or device pointers as the plan's shape says; bias
  * and aux as its epilogue needs (else ignored). A timed plan's first call waits for the stream and
- * runs each candidate a few times first: into C itself when beta is 0 (host scalars) or the shape
- * does not accumulate (device scalars), so C is then overwritten; else into a scratch matrix (when
- * that cannot be allocated, the first choice stays). */
+ * runs each candidate a few times first: into C itself when beta is 0 (C is then overwritten), else
+ * into a scratch matrix (when that cannot be allocated, the first choice stays). */
 void lt_matmul(LtPlans *c, LtPlan *p, const void *alpha, const void *A, const void *B, const void *beta, void *C,
                const void *bias, const void *aux, cudaStream_t stream);
 

@@ -92,7 +92,6 @@ void outl_gemm(OutputLayer *L, cublasOperation_t ta, cublasOperation_t tb, int64
     s.ctype = (cudaDataType_t)ctype;
     s.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     s.device_scalars = 1; /* alpha = the gradient scale, on the device */
-    s.accumulate = beta != L->scalars + OUTL_ZERO;
     LtPlan *p = lt_plan(&L->lt, &s, NULL, NULL);
     if (!p) {
         fprintf(stderr, "error: output layer: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld\n", (long long)m,
@@ -201,7 +200,6 @@ OutputLayer *output_layer_create(OutputKind kind, int64_t max_N, int64_t V, int 
     L->sms = device_sms();
     Sizes s = layer_sizes(kind, max_N, V, d, L->sms, budget, &L->fs);
     lt_plans_create(&L->lt, OUTL_LT_WORKSPACE);
-    L->lt.timed_min_flop = LT_TIMED_MIN_FLOP;
     L->lse = (float *)dev_alloc(s.lse);
     L->row_loss = (float *)dev_alloc(s.row_loss);
     L->row_obj = (float *)dev_alloc(s.row_obj);

@@ -92,11 +92,8 @@ struct OutputLayer {
 #define OUTL_NUM_SCALARS 8
 
 /* C = alpha op(A) op(B) + beta C in cuBLAS's column-major terms; A and B bf16, fp32 accumulation,
- * C fp32 or bf16 (ctype CUDA_R_32F / CUDA_R_16BF); alpha and beta are device pointers, beta one of
- * L->scalars' OUTL_ZERO (overwrite) or OUTL_ONE (add). Plans are cached per shape and per the two
- * in L->lt; products of LT_TIMED_MIN_FLOP or more take the fastest offer with the heuristic's
- * first choice's bits (kernels/lt_plans.h): at the layer's shapes on an H100 the best such offer was
- * up to 5 % faster than the first (dev/RESULTS.md). */
+ * C fp32 or bf16 (ctype CUDA_R_32F / CUDA_R_16BF); alpha and beta are device pointers. Plans are
+ * cached per shape in L->lt. */
 void outl_gemm(OutputLayer *L, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
                const void *A, int64_t lda, const void *B, int64_t ldb, void *C, int ctype, int64_t ldc,
                const float *alpha, const float *beta, cudaStream_t stream);

@@ -768,14 +768,10 @@ TEST(kernels_body_gemms_of_gpt2_124m_are_bitwise_repeatable) {
  * on the same operands: the outputs (and a GELU epilogue's aux matrix) must be the same bits, and
  * an accumulating product (beta = 1) must add to its random start exactly once, so the timed
  * candidates wrote elsewhere. weight_gradient: m x n += A[m x k] . B[n x k]^T in fp32 (the dW
- * product); else a bf16 forward out[m x n] = A[k x m]^T . B[k x n] with epilogue ep.
- * device_scalars: alpha (an awkward scale, as the output layer's) and beta live on the device, as
- * the output layer passes them, where the plan is told whether beta adds. */
+ * product); else a bf16 forward out[m x n] = A[k x m]^T . B[k x n] with epilogue ep. */
 static void timed_plan_case(LtPlans *timed, LtPlans *first, int m, int n, int k, int weight_gradient,
-                            cublasLtEpilogue_t ep, int device_scalars = 0) {
+                            cublasLtEpilogue_t ep) {
     LtShape s = {};
-    s.device_scalars = device_scalars;
-    s.accumulate = device_scalars && weight_gradient;
     s.ta = weight_gradient ? CUBLAS_OP_N : CUBLAS_OP_T;
     s.tb = weight_gradient ? CUBLAS_OP_T : CUBLAS_OP_N;
     s.m = m, s.n = n, s.k = k;
@@ -794,11 +790,7 @@ static void timed_plan_case(LtPlans *timed, LtPlans *first, int m, int n, int k,
     fill_normal(h, m, 0.5f);
     bf16 *bias = up_bf16(h, m);
     fill_normal(h, nc, 1.0f);
-    const float one = 1.0f, zero = 0.0f, host_scalars[2] = {device_scalars ? 0.3779f : 1.0f, weight_gradient ? 1.0f : 0.0f};
-    float *dev_scalars = (float *)dalloc(sizeof host_scalars);
-    CUDA_CHECK(cudaMemcpy(dev_scalars, host_scalars, sizeof host_scalars, cudaMemcpyHostToDevice));
-    const float *alpha = device_scalars ? dev_scalars : &one;
-    const float *beta = device_scalars ? dev_scalars + 1 : weight_gradient ? &one : &zero;
+    const float one = 1.0f, zero = 0.0f;
     unsigned char *got[2][2];
     LtPlans *caches[2] = {timed, first};
     for (int i = 0; i < 2; i++) {
@@ -808,7 +800,7 @@ static void timed_plan_case(LtPlans *timed, LtPlans *first, int m, int n, int k,
         poison(aux, nc * 2);
         LtPlan *p = lt_plan(caches[i], &s, bias, aux);
         REQUIRE(p, "cuBLASLt has no algorithm for m=%d n=%d k=%d", m, n, k);
-        lt_matmul(caches[i], p, alpha, A, B, beta, C, bias, aux, 0);
+        lt_matmul(caches[i], p, &one, A, B, weight_gradient ? &one : &zero, C, bias, aux, 0);
         dsync();
         got[i][0] = (unsigned char *)malloc(c_bytes);
         got[i][1] = (unsigned char *)malloc(nc * 2);
@@ -827,10 +819,8 @@ static void timed_plan_case(LtPlans *timed, LtPlans *first, int m, int n, int k,
 }
 
 /* Timing picks among kernels, never among roundings: at every product the timed cache gives the
- * heuristic's first choice's bits. The fourth shape is one where the heuristic also offers split-K
- * (other bits), which the hash must turn away; the last two take their scalars from the device, as
- * the output layer does (its dW product's shape: the layer's width by a vocabulary, over a chunk's
- * rows). */
+ * heuristic's first choice's bits. The last shape is one where the heuristic also offers split-K
+ * (other bits), which the hash must turn away. */
 TEST(kernels_timed_matmul_plans_give_the_heuristics_first_choice_bits) {
     seed_fresh();
     LtPlans timed, first;
@@ -841,8 +831,6 @@ TEST(kernels_timed_matmul_plans_give_the_heuristics_first_choice_bits) {
     timed_plan_case(&timed, &first, 1032, 2056, 776, 0, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
     timed_plan_case(&timed, &first, 776, 1032, 2056, 1, CUBLASLT_EPILOGUE_DEFAULT);
     timed_plan_case(&timed, &first, 2048, 1024, 32768, 1, CUBLASLT_EPILOGUE_DEFAULT);
-    timed_plan_case(&timed, &first, 1032, 2056, 776, 0, CUBLASLT_EPILOGUE_DEFAULT, 1);
-    timed_plan_case(&timed, &first, 776, 20504, 1544, 1, CUBLASLT_EPILOGUE_DEFAULT, 1);
     lt_plans_destroy(&timed);
     lt_plans_destroy(&first);
 }

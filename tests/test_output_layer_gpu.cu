@@ -23,7 +23,6 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/output_layer.h"
-#include "kernels/output_layer_internal.h" /* the layer's plan cache, to time its GEMMs or not */
 #include "tests/test.h"
 
 extern "C" {
@@ -225,10 +224,9 @@ static const char *layer_name(Layer l, int64_t N, int64_t V, char *buf, size_t n
  * show. */
 static int run_layer(Layer layer, const Bf16Tensor &H, const Bf16Tensor &W, const std::vector<int32_t> &tg,
                      int64_t N, int64_t V, int d, OutputReduction red, float grad_scale, const std::vector<float> *dW0,
-                     GpuOut *out, OutputLossOptions opt = {}, double timed_min_flop = -1.0) {
+                     GpuOut *out, OutputLossOptions opt = {}) {
     OutputLayer *L = output_layer_create(layer.kind, N, V, d, layer.budget);
     if (!L) return -1;
-    if (timed_min_flop >= 0.0) L->lt.timed_min_flop = timed_min_flop; /* else the layer's own */
     if (layer.kind == OUTPUT_FUSED && (output_layer_fused_chunk_rows(L) > 0) != (layer.budget > 0)) {
         fprintf(stderr, "layer took the wrong path: budget %zu, chunk rows %lld\n", layer.budget,
                 (long long)output_layer_fused_chunk_rows(L));
@@ -752,40 +750,6 @@ TEST(every_layer_with_loss_options_is_bitwise_deterministic) {
         check_deterministic(STREAMING, o);
         check_deterministic(exp_chunks(700, 30000), o);
         check_deterministic(CANONICAL, o);
-    }
-}
-
-/* The layer's GEMMs take the fastest cuBLASLt offer with the heuristic's first choice's bits: every
- * product timed (a threshold of 1 FLOP) against none timed gives the same loss, lse, dH and dW to
- * the bit, on every path (the streaming path's dH product both overwrites and adds, two plans), with
- * dW added to a random start once. */
-TEST(output_gemms_timed_or_not_give_the_same_bits) {
-    for (int li = 0; li < NUM_LAYERS; li++) {
-        uint64_t seed = fresh_seed(), s = seed;
-        const int64_t N = 1500, V = 30011;
-        const int d = 256;
-        const Layer layer = li == 1 ? exp_chunks(700, V) : all_layers(li, V);
-        char nb[96];
-        const char *name = layer_name(layer, N, V, nb, sizeof nb);
-        Bf16Tensor H, W;
-        fill_normal(&H, (size_t)N * d, 1.0, &s);
-        fill_normal(&W, (size_t)V * d, 2.0 / sqrt((double)d), &s);
-        std::vector<int32_t> tg = random_targets(N, V, 0.1, &s);
-        std::vector<float> dW0((size_t)V * d);
-        for (auto &x : dW0) x = (float)normal(&s) * 1e-3f;
-        GpuOut a, b;
-        REQUIRE(run_layer(layer, H, W, tg, N, V, d, OUTPUT_REDUCE_MEAN, 0.37f, &dW0, &a, {}, 0.0) == 0,
-                "%s: the untimed run failed", name);
-        REQUIRE(run_layer(layer, H, W, tg, N, V, d, OUTPUT_REDUCE_MEAN, 0.37f, &dW0, &b, {}, 1.0) == 0,
-                "%s: the timed run failed", name);
-        CHECK(memcmp(&a.loss, &b.loss, 4) == 0, "%s: loss %.9g untimed, %.9g timed (seed %llu)", name, a.loss,
-              b.loss, (unsigned long long)seed);
-        CHECK(memcmp(a.lse.data(), b.lse.data(), N * 4) == 0, "%s: lse differs timed (seed %llu)", name,
-              (unsigned long long)seed);
-        CHECK(memcmp(a.dH_bits.data(), b.dH_bits.data(), a.dH_bits.size() * 2) == 0,
-              "%s: dH differs timed (seed %llu)", name, (unsigned long long)seed);
-        CHECK(memcmp(a.dW.data(), b.dW.data(), a.dW.size() * 4) == 0, "%s: dW differs timed (seed %llu)", name,
-              (unsigned long long)seed);
     }
 }
 
