@@ -70,11 +70,6 @@ __device__ __forceinline__ void att_tma_issue_qk(float (&s)[2][32], uint32_t Qw,
                                 smem_desc(Kt + p * ATT_TMA_PANEL_BYTES + kk * 32), p > 0 || kk > 0);
 }
 
-/* One of ATT_TMA_FMA_EXP_EVERY column octets of a score tile takes its exponentials on the FMA
- * pipe (ex2_fma), the others on MUFU: at head size 64 the softmax, not the tensor cores, bounds the
- * forward (without it the kernel ran 35 % faster), and MUFU is the softmax's narrowest pipe. */
-#define ATT_TMA_FMA_EXP_EVERY 4
-
 /* The online softmax of one score tile in place: the rows' new maxima (mrow, log2 units), the factor
  * alpha by which their earlier sums and outputs shrink, P = exp2(S·sl2 − max) and the sums. O is
  * not touched: it may still be in a product. */
@@ -97,11 +92,8 @@ __device__ __forceinline__ void att_tma_softmax(float (&s)[2][32], float (&mrow)
         for (int hf = 0; hf < 2; hf++)
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
-                const float x0 = fmaf(s[hf][nt * 4 + 2 * r], sl2, -msub);
-                const float x1 = fmaf(s[hf][nt * 4 + 2 * r + 1], sl2, -msub);
-                const bool on_fma = (hf * 8 + nt) % ATT_TMA_FMA_EXP_EVERY == ATT_TMA_FMA_EXP_EVERY - 1;
-                float p0 = on_fma ? ex2_fma(x0) : ex2(x0);
-                float p1 = on_fma ? ex2_fma(x1) : ex2(x1);
+                float p0 = ex2(fmaf(s[hf][nt * 4 + 2 * r], sl2, -msub));
+                float p1 = ex2(fmaf(s[hf][nt * 4 + 2 * r + 1], sl2, -msub));
                 s[hf][nt * 4 + 2 * r] = p0;
                 s[hf][nt * 4 + 2 * r + 1] = p1;
                 l += p0 + p1;
