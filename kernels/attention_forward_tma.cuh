@@ -70,45 +70,23 @@ __device__ __forceinline__ void att_tma_issue_qk(float (&s)[2][32], uint32_t Qw,
                                 smem_desc(Kt + p * ATT_TMA_PANEL_BYTES + kk * 32), p > 0 || kk > 0);
 }
 
-/* A row's reference (the running maximum the exponentials are taken against) moves only when the
- * tile's maximum would exceed it by more than this many powers of two: until then P = exp2(S·sl2 −
- * reference) stays below 2^8 (exact in fp32, relative-precise in bf16) and O, l need no rescaling.
- * Every warp of 16 rows decides at once, so the rescaling multiplies are skipped, not predicated. */
-#define ATT_TMA_RESCALE_SLACK 8.0f
-
-/* The online softmax of one score tile in place: the rows' references (mrow, log2 units), the factor
- * alpha by which their earlier sums and outputs shrink, P = exp2(S·sl2 − reference) and the sums.
- * Returns whether O must be rescaled by alpha (uniform across the warp). O is not touched: it may
- * still be in a product. */
-__device__ __forceinline__ bool att_tma_softmax(float (&s)[2][32], float (&mrow)[2], float (&lrow)[2],
+/* The online softmax of one score tile in place: the rows' new maxima (mrow, log2 units), the factor
+ * alpha by which their earlier sums and outputs shrink, P = exp2(S·sl2 − max) and the sums. O is
+ * not touched: it may still be in a product. */
+__device__ __forceinline__ void att_tma_softmax(float (&s)[2][32], float (&mrow)[2], float (&lrow)[2],
                                                 float (&alpha)[2], float sl2) {
-    float mx[2];
-    bool grows = false;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        float m = -INFINITY;
+        float mx = -INFINITY;
 #pragma unroll
         for (int hf = 0; hf < 2; hf++)
 #pragma unroll
-            for (int nt = 0; nt < 8; nt++) m = fmaxf(m, fmaxf(s[hf][nt * 4 + 2 * r], s[hf][nt * 4 + 2 * r + 1]));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        mx[r] = m * sl2;
-        grows |= mx[r] > mrow[r] + ATT_TMA_RESCALE_SLACK; /* always at a row's first key (mrow = -inf) */
-    }
-    const bool rescale = __any_sync(0xffffffffu, grows);
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float msub;
-        if (rescale) {
-            const float mnew = fmaxf(mrow[r], mx[r]);
-            msub = safe_max(mnew);
-            alpha[r] = ex2(mrow[r] - msub); /* 0 until the row's first key (mrow = -inf) */
-            mrow[r] = mnew;
-        } else {
-            msub = safe_max(mrow[r]); /* a row with no key yet keeps -inf: its P is 0 */
-            alpha[r] = 1.0f;
-        }
+            for (int nt = 0; nt < 8; nt++) mx = fmaxf(mx, fmaxf(s[hf][nt * 4 + 2 * r], s[hf][nt * 4 + 2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float mnew = fmaxf(mrow[r], mx * sl2), msub = safe_max(mnew);
+        alpha[r] = ex2(mrow[r] - msub); /* 0 until the row's first key (mrow = -inf) */
+        mrow[r] = mnew;
         float l = 0.0f;
 #pragma unroll
         for (int hf = 0; hf < 2; hf++)
@@ -122,7 +100,6 @@ __device__ __forceinline__ bool att_tma_softmax(float (&s)[2][32], float (&mrow)
             }
         lrow[r] = lrow[r] * alpha[r] + l;
     }
-    return rescale;
 }
 
 /* Ping-pong between the two consumer warpgroups: warpgroup w issues its products only on its turn
@@ -325,17 +302,16 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
             fence_acc(s[1]);
             att_tma_release(k_empty + 8 * sk, lane);
             mask(j);
-            const bool rescale = att_tma_softmax(s, mrow, lrow, alpha, sl2);
+            att_tma_softmax(s, mrow, lrow, alpha, sl2);
             wgmma_wait<0>();
             fence_regs(a); /* read by P·V until the wait: no other value may take their registers */
 #pragma unroll
             for (int p = 0; p < NP; p++) fence_acc(o[p]);
             att_tma_release(v_empty + 8 * sv, lane);
-            if (rescale)
 #pragma unroll
-                for (int p = 0; p < NP; p++)
+            for (int p = 0; p < NP; p++)
 #pragma unroll
-                    for (int i = 0; i < 32; i++) o[p][i] *= alpha[(i >> 1) & 1];
+                for (int i = 0; i < 32; i++) o[p][i] *= alpha[(i >> 1) & 1];
             pack();
         }
         /* Q's last reader (the last S) is done: the producer may load the item after next into it */
