@@ -682,7 +682,11 @@ static void generate_sample(Backend *be, const Tokenizer *tok, const Options *op
     }
     free(ids);
     int end = (long long)start + opt->gen_tokens < T ? start + opt->gen_tokens : T;
-    sample_generate(be, tokens, start, end - start, 1.0f, 0, rng, logits, NULL, NULL);
+    const int drawn = sample_generate(be, tokens, start, end - start, 1.0f, 0, rng, logits, NULL, NULL);
+    if (drawn < end - start) {
+        printf("note: the sample at step %d stopped after %d token(s): the model's logits are NaN or Inf\n", step, drawn);
+        end = start + drawn;
+    }
     char *text = sample_text(tok, tokens, end);
     if (!text) return;
     printf("sample at step %d: %s\n", step, text);
@@ -1471,7 +1475,7 @@ static int take_step(Run *r, int step, StepResult *s) {
     s->objective = output_loss_has_objective(&lo) ? dist_mean_scalar(&r->dist, objective / r->accum) : s->loss;
     s->lse = dist_mean_scalar(&r->dist, lse / r->accum);
     s->norm = (float)sqrt(be->ops->grad_sumsq(be));
-    char why[256];
+    char why[512];
     if (!step_is_finite((float)s->loss, s->norm, step + 1, why, sizeof why)) {
         fprintf(stderr, "%s\n", why);
         return 1;

@@ -151,6 +151,30 @@ TEST(sample_generate_draws_as_a_full_forward_per_token_and_slides_a_full_window_
     param_table_free(&t);
 }
 
+/* Weights that make the logits NaN stop the sampler before its first draw, instead of drawing some
+ * fixed token from them; finite weights draw every token asked for. */
+TEST(sample_generate_stops_at_logits_that_are_not_finite) {
+    ParamTable t;
+    REQUIRE(tiny_table(&t) == 0, "table");
+    enum { T = 8, V = 37, GEN = 5 };
+    Backend *be = tiny_model(&t, 1, T);
+    float *params = malloc(t.total * sizeof *params), *zero = calloc(t.total, sizeof *zero);
+    REQUIRE(be && params && zero, "backend and buffers");
+    int tokens[1 + GEN] = {4};
+    float logits[V];
+    Rng rng;
+    rng_seed(&rng, 3);
+    CHECK(sample_generate(be, tokens, 1, GEN, 1.0f, 0, &rng, logits, NULL, NULL) == GEN, "finite weights");
+    for (size_t i = 0; i < t.total; i++) params[i] = NAN;
+    be->ops->write_state(be, params, zero, zero);
+    CHECK(sample_generate(be, tokens, 1, GEN, 1.0f, 0, &rng, logits, NULL, NULL) == 0, "NaN weights drew tokens");
+    CHECK(sample_generate(be, tokens, 1, GEN, 0.0f, 1, &rng, logits, NULL, NULL) == 0, "greedy drew from NaN");
+    free(zero);
+    free(params);
+    be->ops->destroy(be);
+    param_table_free(&t);
+}
+
 /* A sample's text holds every token of its window, however long (a window of -t 8192 tokens, each
  * of which decodes to two bytes, and the ids where there is no tokenizer). */
 TEST(sample_text_decodes_every_token_of_a_long_window) {

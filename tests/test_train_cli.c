@@ -448,6 +448,11 @@ TEST(a_non_finite_loss_or_gradient_norm_stops_the_step_and_is_named) {
                   "case %zu: wanted '%s...' with the fix, got '%s'", i, cases[i].want, msg);
         }
     }
+    /* before any update the learning rate cannot be the cause: the starting weights or loss options are */
+    char msg[512] = "";
+    CHECK(step_is_finite(NAN, NAN, 1, msg, sizeof msg) == 0 && strstr(msg, "error: loss is NaN at step 1;") == msg &&
+              strstr(msg, "--init-from") && strstr(msg, "--z-loss") && !strstr(msg, "lower -l/--lr"),
+          "step 1 names the starting weights and loss options, not the learning rate: '%s'", msg);
 }
 
 TEST(nan_loss_stops_the_run_and_keeps_the_last_checkpoint) {

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/host_memory.h"
 #include "kernels/adamw_bf16.h"
 #include "model/backend.h"
 #include "model/cpu/layers_cpu.h"
@@ -566,17 +567,28 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
                          .optimizer_state = state, .device_name = "cpu"};
     cb->t = table;
     size_t P = table->total;
+    int N = B * T, V = table->cfg.vocab_size;
+    cb->layer = calloc((size_t)table->cfg.num_layers, sizeof(LayerActs));
+    if (!cb->layer) goto oom;
+    cb->acts_floats = layout_acts(cb, NULL);
+    cb->out_ws_floats = output != OUTPUT_FUSED ? output_layer_canonical_cpu_workspace(N, V)
+                                               : output_layer_fused_cpu_workspace(N);
+    /* Linux lets these callocs succeed beyond what the host has and kills the process once their
+     * pages are touched, so the sum is checked against what is left first. */
+    const double needed = (double)(4 * P + cb->acts_floats + cb->out_ws_floats + 3 * (size_t)N) * sizeof(float);
+    const size_t available = host_memory_available();
+    if (available && needed > (double)available) {
+        snprintf(err, ERR_LEN, "the CPU backend needs about %.1f GB but this host has %.1f GB free; lower -b or -t, or "
+                 "the model: -e, -v, --max-seq-len", needed / 1e9, available / 1e9);
+        cpu_destroy(&cb->base);
+        return NULL;
+    }
     cb->params = calloc(P, sizeof(float));
     cb->grads = calloc(P, sizeof(float));
     cb->m = calloc(P, sizeof(float));
     cb->v = calloc(P, sizeof(float));
-    cb->layer = calloc((size_t)table->cfg.num_layers, sizeof(LayerActs));
-    if (!cb->params || !cb->grads || !cb->m || !cb->v || !cb->layer) goto oom;
-    cb->acts_floats = layout_acts(cb, NULL);
+    if (!cb->params || !cb->grads || !cb->m || !cb->v) goto oom;
     cb->acts = calloc(cb->acts_floats, sizeof(float));
-    int N = B * T, V = table->cfg.vocab_size;
-    cb->out_ws_floats = output != OUTPUT_FUSED ? output_layer_canonical_cpu_workspace(N, V)
-                                               : output_layer_fused_cpu_workspace(N);
     cb->out_ws = calloc(cb->out_ws_floats, sizeof(float));
     cb->row_losses = calloc((size_t)N, sizeof(float));
     cb->row_objectives = calloc((size_t)N, sizeof(float));

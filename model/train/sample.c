@@ -55,12 +55,20 @@ int sample_token_top_k(const float *logits, int V, float temperature, int top_k,
     return pick;
 }
 
-void sample_generate(Backend *be, int *tokens, int n, int gen, float temperature, int top_k, Rng *rng,
-                     float *logits, void (*each)(int token, void *ctx), void *ctx) {
+static int all_finite(const float *x, int n) {
+    for (int i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+int sample_generate(Backend *be, int *tokens, int n, int gen, float temperature, int top_k, Rng *rng,
+                    float *logits, void (*each)(int token, void *ctx), void *ctx) {
     const int T = be->T, V = be->table->cfg.vocab_size, keep = T > 1 ? T / 2 : 1;
     int first = 0; /* the context's first token, at position 0 of the window */
     be->ops->prefill(be, tokens, n, logits);
     for (int i = n; i < n + gen; i++) {
+        /* a draw from NaN or Inf logits would be some fixed token, silently */
+        if (!all_finite(logits, V)) return i - n;
         tokens[i] = sample_token_top_k(logits, V, temperature, top_k, rng);
         if (each) each(tokens[i], ctx);
         if (i + 1 == n + gen) break;
@@ -71,6 +79,7 @@ void sample_generate(Backend *be, int *tokens, int n, int gen, float temperature
             be->ops->prefill(be, tokens + first, keep, logits);
         }
     }
+    return gen;
 }
 
 char *sample_text(const Tokenizer *tok, const int *tokens, int n) {

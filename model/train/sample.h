@@ -19,9 +19,10 @@ int sample_token_top_k(const float *logits, int V, float temperature, int top_k,
  * window of be->T positions, so when the context fills it the last be->T/2 tokens are kept and run
  * again from position 0, and generation goes on; until then the tokens are exactly those a full
  * forward per token draws. each(token, ctx) sees every token as it is drawn (each may be NULL).
- * logits: V floats of scratch. */
-void sample_generate(Backend *be, int *tokens, int n, int gen, float temperature, int top_k, Rng *rng,
-                     float *logits, void (*each)(int token, void *ctx), void *ctx);
+ * logits: V floats of scratch. Returns the number of tokens drawn: gen, or fewer when the model's
+ * logits came out NaN or Inf (damaged or diverged weights), where it stops rather than draw. */
+int sample_generate(Backend *be, int *tokens, int n, int gen, float temperature, int top_k, Rng *rng,
+                    float *logits, void (*each)(int token, void *ctx), void *ctx);
 
 /* The text of tokens[0..n), all of them: decoded by tok, or the ids separated by spaces where there
  * is no tokenizer. Allocated here (free it); NULL when out of memory. */

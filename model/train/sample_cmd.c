@@ -188,8 +188,16 @@ static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, c
     fflush(stdout);
     Rng rng;
     rng_seed(&rng, o->seed);
-    sample_generate(be, tokens, start, o->gen_tokens, o->temperature, o->top_k, &rng, logits, print_token, (void *)tok);
+    const int drawn =
+        sample_generate(be, tokens, start, o->gen_tokens, o->temperature, o->top_k, &rng, logits, print_token, (void *)tok);
     fputc('\n', stdout);
+    if (drawn < o->gen_tokens) {
+        print_error("the model's logits are NaN or Inf after %d token(s): its weights are damaged or diverged "
+                    "(sample from an earlier checkpoint)", drawn);
+        free(logits);
+        free(tokens);
+        return 1;
+    }
     if (o->print_ids && n_prompt) {
         printf("prompt ids:");
         for (size_t i = 0; i < n_prompt; i++) printf(" %u", prompt[i]);
