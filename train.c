@@ -1119,21 +1119,30 @@ static int resolve_data(Run *r) {
     r->B = opt->batch, r->T = opt->seq_len, r->accum = opt->total_batch / (r->B * r->T * world);
     /* --val-batches counts batches over all ranks, so N GPUs evaluate what one GPU evaluates */
     r->val_batches_per_rank = loader_batches_per_rank(opt->val_batches, world);
-    r->have_val = r->val_path[0] != 0;
-    if (loader_open(&r->train_loader, r->train_path, (uint32_t)cfg->vocab_size, r->B, r->T, rank, world, r->accum,
-                    1, (uint64_t)opt->seed, r->err) != 0 ||
-        (r->have_val && loader_open(&r->val_loader, r->val_path, (uint32_t)cfg->vocab_size, r->B, r->T, rank, world,
-                                    1, 0, 0, r->err) != 0)) {
-        if (r->prepared.train_path[0]) { /* the default corpus: its cache, which the trainer made, is damaged */
-            char dir[PREPARE_PATH_LEN];
-            snprintf(dir, sizeof dir, "%s", r->prepared.train_path);
-            if (strrchr(dir, '/')) *strrchr(dir, '/') = 0;
-            print_error("%s; it belongs to the default corpus's cache: delete %s and run again to prepare "
-                        "it anew", r->err, dir);
+    r->have_val = r->val_path[0] != 0 && opt->val_every > 0; /* validation that never runs needs no shard */
+    int rc = loader_open(&r->train_loader, r->train_path, (uint32_t)cfg->vocab_size, r->B, r->T, rank, world,
+                         r->accum, 1, (uint64_t)opt->seed, r->err);
+    if (rc == 0 && r->have_val) {
+        rc = loader_open(&r->val_loader, r->val_path, (uint32_t)cfg->vocab_size, r->B, r->T, rank, world, 1, 0, 0,
+                         r->err);
+        if (rc == LOADER_TOO_SHORT && r->val_path == r->prepared.val_path) {
+            /* the default corpus's validation text is 1 % of it: a batch this large outgrows it */
+            printf("validation: off (%s)\n", r->err);
+            r->have_val = 0, rc = 0;
+        } else if (rc == LOADER_TOO_SHORT) {
+            print_error("%s, or pass --val-every 0", r->err);
             return 1;
         }
-        return fail(r->err);
     }
+    if (rc == -1 && r->prepared.train_path[0]) { /* the default corpus: its cache, which the trainer made, is damaged */
+        char dir[PREPARE_PATH_LEN];
+        snprintf(dir, sizeof dir, "%s", r->prepared.train_path);
+        if (strrchr(dir, '/')) *strrchr(dir, '/') = 0;
+        print_error("%s; it belongs to the default corpus's cache: delete %s and run again to prepare it anew", r->err,
+                    dir);
+        return 1;
+    }
+    if (rc != 0) return fail(r->err);
     /* the two shards must come from one tokenizer, or the validation loss means nothing */
     if (r->have_val && r->train_loader.shard_vocab != r->val_loader.shard_vocab) {
         print_error("%s was tokenized for a vocabulary of %u but %s for %u: pass a validation shard "

@@ -44,7 +44,7 @@ int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T,
                  path, (unsigned long long)l->num_tokens, B, (long long)T + 1, world, accum,
                  (unsigned long long)B * T * world * accum + 1);
         loader_close(l);
-        return -1;
+        return LOADER_TOO_SHORT;
     }
     l->order = malloc(l->total_windows * sizeof(uint64_t));
     if (!l->order) {

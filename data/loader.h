@@ -33,9 +33,13 @@ typedef struct {
     uint64_t epoch, position;
 } LoaderState;
 
+/* loader_open's answer for a sound shard that holds less than one step's batches. */
+#define LOADER_TOO_SHORT (-2)
+
 /* Reads and validates the shard against model_vocab. accum is the number of micro-batches per
  * optimizer step on each rank: an epoch ends on a whole step, so epochs line up whatever the split
- * between ranks and accumulation. Returns 0, or -1 with a message in err. */
+ * between ranks and accumulation. Returns 0; LOADER_TOO_SHORT when the shard is sound but too short
+ * for one step; -1 when it cannot be read or is corrupt. Both failures leave a message in err. */
 int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T, int rank, int world, int accum,
                 int shuffle, uint64_t seed, char *err);
 void loader_close(Loader *l);

@@ -306,6 +306,6 @@ TEST(loader_rejects_a_shard_too_small_for_one_batch) {
     path_in_tmp(path, sizeof path, "small.bin");
     REQUIRE(write_pattern_shard(path, 100, 1000, 1) == 0, "write");
     Loader l;
-    CHECK(loader_open(&l, path, 1000, 4, 64, 0, 1, 1, 1, 1, err) == -1 && strstr(err, "too few for a batch"), "%s",
+    CHECK(loader_open(&l, path, 1000, 4, 64, 0, 1, 1, 1, 1, err) == LOADER_TOO_SHORT && strstr(err, "too few for a batch"), "%s",
           err);
 }

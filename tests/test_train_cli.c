@@ -743,8 +743,12 @@ TEST(a_runtime_error_before_training_leaves_no_run_directory_behind) {
     expect_run(1, "has 257 tokens but the model's vocabulary is 64", NULL,
                TINY_RUN " -x 1 -i %s --tokenizer %s -o %s/gone4/run", train, tok_path, d);
     expect_run(1, "too few for a batch", NULL, TINY_RUN " -x 1 -i %s -o %s/gone5/run", small, d);
+    /* a validation shard shorter than a batch: named with its way out, and needless when validation is off */
+    expect_run(1, "too few for a batch", "or pass --val-every 0", TINY_RUN " -x 1 -i %s -j %s -o %s/gone7/run",
+               train, small, d);
+    expect_run(0, "step     1/1", NULL, TINY_RUN " -x 1 --val-every 0 -i %s -j %s -o %s/short_val", train, small, d);
     expect_run(1, "/nonexistent", NULL, TINY_RUN " -x 1 -i %s --init-from /nonexistent -o %s/gone6/run", train, d);
-    for (int i = 1; i <= 6; i++) {
+    for (int i = 1; i <= 7; i++) {
         snprintf(dir, sizeof dir, "%s/gone%d", d, i);
         CHECK(stat(dir, &sb) != 0, "a failed run created %s", dir);
     }
