@@ -484,7 +484,10 @@ int prepare_main(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--vocab")) {
             if (!val || parse_u32(val, &opt.vocab) != 0) {
-                status = bad_arg(a, "needs a whole number of tokens, e.g. -v 50257");
+                /* -v bounds what the text reaches, so any 32-bit count is taken; beyond it, say so */
+                status = bad_arg(a, val && *val && strspn(val, "0123456789") == strlen(val)
+                                        ? "is too large: at most 4294967295 (the text bounds the vocabulary anyway)"
+                                        : "needs a whole number of tokens, e.g. -v 50257");
                 goto done;
             }
             if (opt.vocab < TOKENIZER_MIN_VOCAB) {
