@@ -462,17 +462,15 @@ static int parse_u32(const char *s, uint32_t *v) {
 int prepare_main(int argc, char **argv) {
     PrepareOptions opt = {PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL, 0, NULL};
     const char *out_dir = "prepared", *cache_dir = ".cache";
-    int default_corpus = 0, extended = -1, n_files = 0, vocab_given = 0; /* extended -1: chosen by -v */
+    int default_corpus = 0, extended = -1, n_files = 0, vocab_given = 0, help = 0; /* extended -1: chosen by -v */
     const char **files = calloc((size_t)argc + 1, sizeof *files);
     if (!files) return 1;
     int status = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            status = 0;
-            goto done;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { /* the rest is still read: a bad flag is named, as ./train does */
+            help = 1;
         } else if (!strcmp(a, "--default-corpus")) {
             default_corpus = 1;
         } else if (!strcmp(a, "--corpus")) {
@@ -540,6 +538,11 @@ int prepare_main(int argc, char **argv) {
         } else {
             files[n_files++] = a;
         }
+    }
+    if (help) {
+        usage(stdout);
+        status = 0;
+        goto done;
     }
     char err[ERR_LEN];
     PreparedData out;

@@ -108,6 +108,24 @@ TEST(cli_help_is_generated_from_the_option_table) {
     free(out);
 }
 
+/* --help beside a bad flag: every subcommand names the flag in one line and exits 2, as ./train does;
+ * --help alone prints the usage and exits 0. */
+TEST(cli_help_beside_an_unknown_flag_is_one_error_line_in_every_subcommand) {
+    const char *commands[] = {"", "eval ", "sample ", "prepare "};
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        char args[64], *out = NULL;
+        snprintf(args, sizeof args, "%s--help --bogus", commands[i]);
+        int rc = run_train(args, &out);
+        CHECK(rc == 2 && out && strncmp(out, "error: ", 7) == 0 && count_lines(out) == 1 && strstr(out, "--bogus"),
+              "./train %s: exit %d: %s", args, rc, out ? out : "");
+        free(out);
+        snprintf(args, sizeof args, "%s--help", commands[i]);
+        rc = run_train(args, &out);
+        CHECK(rc == 0 && out && strstr(out, "usage:") == out, "./train %s: exit %d: %.200s", args, rc, out ? out : "");
+        free(out);
+    }
+}
+
 TEST(cli_without_gpu_or_cuda_backend_says_so_in_one_line) {
     char *out = NULL;
     int rc = run_train("-e tiny -x 1", &out);

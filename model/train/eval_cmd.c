@@ -265,7 +265,7 @@ int eval_main(int argc, char **argv) {
     EvalOptions o;
     int status = parse(&o, argc, argv);
     if (status || o.help) {
-        if (o.help) usage(stdout);
+        if (o.help && !status) usage(stdout); /* a bad flag beside --help gets its one line, as ./train's do */
         return status;
     }
     char dir[FGPT_PATH_LEN], err[ERR_LEN];

@@ -80,9 +80,9 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int takes_value = 1;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { /* the rest is still read: a bad flag is named, as ./train does */
             *help = 1;
-            return 0;
+            takes_value = 0;
         } else if (!strcmp(a, "--ids")) {
             o->print_ids = 1;
             takes_value = 0;
@@ -121,6 +121,7 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
         }
         i += takes_value;
     }
+    if (*help) return 0;
     if (!o->run == !o->checkpoint) return bad("-o/--out", "or --checkpoint: give one of them");
     if (o->checkpoint && o->step >= 0) return bad("--step", "goes with -o RUN, not --checkpoint");
     /* every file read below the directory must fit the system's paths, uncut */
@@ -217,7 +218,7 @@ int sample_main(int argc, char **argv) {
     SampleOptions o;
     int help, status = parse(&o, argc, argv, &help);
     if (status || help) {
-        if (help) usage(stdout);
+        if (help && !status) usage(stdout); /* a bad flag beside --help gets its one line, as ./train's do */
         return status;
     }
     char dir[FGPT_PATH_LEN], err[ERR_LEN];
