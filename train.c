@@ -1441,6 +1441,10 @@ static void print_header(Run *r) {
     if (lo.z_loss > 0 || lo.logit_softcap > 0 || lo.label_smoothing > 0)
         printf("loss: z-loss %g, logit softcap %g, label smoothing %g (the logged loss is the cross-entropy)\n",
                (double)lo.z_loss, (double)lo.logit_softcap, (double)lo.label_smoothing);
+    /* transformers applies final_logit_softcapping in Gemma's classes only */
+    if (lo.logit_softcap > 0 && r->cfg.family != FAMILY_GEMMA3)
+        printf("note: checkpoints record the cap as final_logit_softcapping, but transformers' %s does not apply it: "
+               "loaded there, this model's logits are uncapped\n", hf_architecture(r->cfg.family));
     if (be->output == OUTPUT_FUSED && be->output_path[0] && lo.logit_softcap > 0 && lo.label_smoothing > 0)
         printf("output layer: soft-capping with label smoothing runs the streaming path (the chunks' rank-1 "
                "smoothing term does not hold under the cap)\n");
