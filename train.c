@@ -1012,8 +1012,14 @@ static int load_tokenizer(Run *r, const char *from) {
     const GPTConfig *cfg = &r->cfg;
     r->tok = tokenizer_load(r->tok_path, r->err);
     if (r->tok && tokenizer_vocab_size(r->tok) > (uint32_t)cfg->vocab_size) {
-        snprintf(r->err, sizeof r->err, "tokenizer %s has %u tokens but the model's vocabulary is %d (pass -v %u)",
-                 r->tok_path, tokenizer_vocab_size(r->tok), cfg->vocab_size, tokenizer_vocab_size(r->tok));
+        /* weights from --init-from or a resumed checkpoint fix the vocabulary: -v cannot help there */
+        if (from || r->opt.init_from[0])
+            snprintf(r->err, sizeof r->err, "tokenizer %s has %u tokens, more than the vocabulary of %d of the model's "
+                     "weights: it is not their tokenizer (pass the one they were trained with as --tokenizer)",
+                     r->tok_path, tokenizer_vocab_size(r->tok), cfg->vocab_size);
+        else
+            snprintf(r->err, sizeof r->err, "tokenizer %s has %u tokens but the model's vocabulary is %d (pass -v %u)",
+                     r->tok_path, tokenizer_vocab_size(r->tok), cfg->vocab_size, tokenizer_vocab_size(r->tok));
         tokenizer_free(r->tok);
         r->tok = NULL;
     }

@@ -881,6 +881,34 @@ static int two_tokenizers_and_their_shards(const char *tag, char *other, char *b
     return rc;
 }
 
+/* A tokenizer.json beside a checkpoint's weights with more tokens than their vocabulary is not
+ * theirs: training names it as such (no -v can help: the weights fix the vocabulary), and eval
+ * refuses it rather than advise tokenizing with it. */
+TEST(a_tokenizer_larger_than_the_weights_vocabulary_beside_them_is_named_as_not_theirs) {
+    char shard[PATH_BUF], ck[PATH_BUF], args[2400], *out = NULL;
+    const char *d = test_tmpdir();
+    snprintf(shard, sizeof shard, "%s/v300.bin", d);
+    REQUIRE(write_pattern_shard_made_by(shard, 4000, 300, 1, 12345) == 0, "shard");
+    expect_run(0, "step     1/1", NULL, "--device cpu -e tiny -v 300 -b 2 -t 16 -x 1 --warmup 0 -s 0 --val-every 0 "
+               "-i %s -o %s/run300", shard, d);
+    snprintf(ck, sizeof ck, "%s/run300/step_00000001", d);
+    snprintf(args, sizeof args, "cp %s %s/tokenizer.json", GPT2_STYLE_TOKENIZER, ck);
+    REQUIRE(system(args) == 0, "%s", args);
+    snprintf(args, sizeof args, "--device cpu -b 2 -t 16 -x 1 --warmup 0 -s 0 --val-every 0 -i %s --init-from %s "
+             "-o %s/from300", shard, ck, d);
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "has 700 tokens, more than the vocabulary of 300 of the model's weights: it "
+                                        "is not their tokenizer") && !strstr(out, "pass -v"),
+          "training: exit %d: %s", rc, out ? out : "");
+    free(out);
+    snprintf(args, sizeof args, "eval --device cpu --init-from %s -i %s -t 16", ck, shard);
+    rc = run_train(args, &out);
+    CHECK(rc == 1 && out && count_lines(out) == 1 && strstr(out, "more than the vocabulary of 300 of the weights "
+                                                               "beside it: it is not their tokenizer"),
+          "eval: exit %d: %s", rc, out ? out : "");
+    free(out);
+}
+
 /* A shard records the tokenizer that made it. Another tokenizer of the same size, whose ids stand
  * for other text, is refused for the training shard and a validation shard made by another is
  * refused beside it; the tokenizer that made the shard trains. */

@@ -178,14 +178,21 @@ static int parse(EvalOptions *o, int argc, char **argv) {
 }
 
 /* 1 after the message when the checkpoint in dir carries a tokenizer.json that is not the one
- * that made the shard (made_by: its header's fingerprint): the loss would be of other text. */
-static int made_by_other_tokenizer(const char *path, uint64_t made_by, const char *dir) {
+ * that made the shard (made_by: its header's fingerprint): the loss would be of other text. One
+ * with more tokens than the weights' vocabulary V is not theirs at all, and is named as such. */
+static int made_by_other_tokenizer(const char *path, uint64_t made_by, const char *dir, int V) {
     char tok_path[FGPT_PATH_LEN], err[ERR_LEN];
     if (!made_by || !file_in_dir(tok_path, dir, "tokenizer.json")) return 0;
     Tokenizer *tok = tokenizer_load(tok_path, err);
     if (!tok) { /* not needed to evaluate, but then nothing checks the shard against it */
         fprintf(stderr, "note: not checking the shard against the checkpoint's tokenizer: %s\n", err);
         return 0;
+    }
+    if (tokenizer_vocab_size(tok) > (uint32_t)V) {
+        print_error("%s has %u tokens, more than the vocabulary of %d of the weights beside it: it is not their "
+                    "tokenizer (put the one they were trained with there)", tok_path, tokenizer_vocab_size(tok), V);
+        tokenizer_free(tok);
+        return 1;
     }
     char fix[FGPT_PATH_LEN + 96];
     snprintf(fix, sizeof fix, "evaluate a shard made by it (`./train prepare --tokenizer %s`)", tok_path);
@@ -207,7 +214,7 @@ static uint32_t *read_tokens(const char *path, int V, const char *dir, uint64_t 
         print_error("%s", err);
         return NULL;
     }
-    if (made_by_other_tokenizer(path, hdr.tokenizer, dir)) {
+    if (made_by_other_tokenizer(path, hdr.tokenizer, dir, V)) {
         free(tokens);
         return NULL;
     }
