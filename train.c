@@ -34,6 +34,7 @@
 #include "model/dist/dist.h"
 #include "model/dist/vocab_parallel_plan.h"
 #include "model/gpt.h"
+#include "common/host_memory.h"
 #include "model/train/hf_weights.h"
 #include "model/train/runlog.h"
 #include "model/train/sample.h"
@@ -1013,7 +1014,7 @@ static int load_tokenizer(Run *r, const char *from) {
     r->tok = tokenizer_load(r->tok_path, r->err);
     if (r->tok && tokenizer_vocab_size(r->tok) > (uint32_t)cfg->vocab_size) {
         /* weights from --init-from or a resumed checkpoint fix the vocabulary: -v cannot help there */
-        if (from || r->opt.init_from[0])
+        if (from || r->opt.init_from[0] || r->opt.resume)
             snprintf(r->err, sizeof r->err, "tokenizer %s has %u tokens, more than the vocabulary of %d of the model's "
                      "weights: it is not their tokenizer (pass the one they were trained with as --tokenizer)",
                      r->tok_path, tokenizer_vocab_size(r->tok), cfg->vocab_size);
@@ -1109,6 +1110,8 @@ static int resolve_data(Run *r) {
     if (!r->tok) r->tok_path = "";
     if (opt->train_data[0] && !r->val_path[0] && opt->val_every > 0) /* -i without -j: nothing to validate on */
         printf("validation: off (no -j/--val-data shard beside -i); --val-every has nothing to evaluate\n");
+    if (r->val_path[0] && opt->val_every == 0 && opt->val_data[0])
+        printf("validation: off (--val-every 0): -j %s is not read\n", r->val_path);
     if (opt->repeated[0]) printf("note: given more than once, the last value is used: %s\n", opt->repeated);
     if (opt->logits_mb != OUTPUT_FUSED_DEFAULT_BUDGET_MIB && strcmp(opt->output, "fused"))
         printf("output layer: --logits-mb sizes the fused layer's chunks; --output %s does not use it\n", opt->output);
@@ -1215,15 +1218,22 @@ static int create_backend(Run *r) {
     DataParallel dp = {.dist = &r->dist, .zero1 = zero1_on(opt, r->dist.world), .overlap = r->overlap_comm,
                        .bucket_bytes = (size_t)opt->bucket_mb << 20, .bf16_wire = !strcmp(opt->grad_reduce, "bf16"),
                        .vocab_parallel = opt->vocab_parallel};
-    r->be = strcmp(opt->device, "cpu") == 0
-                ? backend_cpu_create(&r->table, r->B, r->T, output, optimizer_state_of(opt), (uint64_t)opt->seed, r->err)
+    const int cpu = strcmp(opt->device, "cpu") == 0, keeps_checkpoint = r->dist.rank == 0 || opt->resume;
+    if (cpu && host_memory_short(backend_cpu_bytes(&r->table, r->B, r->T, output, 1) +
+                                     (keeps_checkpoint ? (double)checkpoint_buffers_bytes(&r->table) : 0.0),
+                                 "the CPU backend with its checkpoint buffers",
+                                 opt->init_from[0] || opt->resume ? "lower -b or -t"
+                                                                  : "lower -b or -t, or the model: -e, -v, --max-seq-len",
+                                 r->err))
+        return fail(r->err);
+    r->be = cpu ? backend_cpu_create(&r->table, r->B, r->T, output, optimizer_state_of(opt), (uint64_t)opt->seed, r->err)
                 : backend_cuda_create(&r->table, r->B, r->T, output, (size_t)opt->logits_mb << 20,
                                       opt->recompute_gelu, optimizer_state_of(opt), (uint64_t)opt->seed, &dp, r->err);
     if (!r->be) return fail(r->err);
     r->be->dist = &r->dist;
     r->be->z_loss = opt->z_loss, r->be->label_smoothing = opt->label_smoothing;
     /* rank 0 writes every checkpoint; a resume has each rank read one */
-    if ((r->dist.rank == 0 || opt->resume) && checkpoint_buffers_alloc(&r->ck, &r->table, r->err) != 0)
+    if (keeps_checkpoint && checkpoint_buffers_alloc(&r->ck, &r->table, r->err) != 0)
         return fail(r->err);
     r->inputs = malloc((size_t)r->B * r->T * sizeof(int));
     r->targets = malloc((size_t)r->B * r->T * sizeof(int));

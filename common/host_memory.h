@@ -8,11 +8,16 @@
 extern "C" {
 #endif
 
-/* Bytes the kernel can still hand out without killing anyone: MemAvailable plus SwapFree from
- * /proc/meminfo, or the physical memory when that file cannot be read; 0 when neither is known.
- * Linux overcommits, so a large calloc succeeds and the process is killed later, when it touches
- * the pages: a caller that is about to use N bytes compares N with this first. */
+/* Bytes this process can still be given without being killed: MemAvailable plus SwapFree from
+ * /proc/meminfo (a run that swaps is slow, not killed), or the physical memory when that file
+ * cannot be read; within a container, no more than its cgroup's limit less what it uses. 0 when
+ * none of these is known. */
 size_t host_memory_available(void);
+
+/* Linux overcommits: a large calloc succeeds and the process is killed later, when it touches the
+ * pages. So a caller about to touch `bytes` asks first: 0 when they fit (or nothing is known), else
+ * 1 with "<what> needs about X GB but this host has Y GB free; <fix>" in err (ERR_LEN bytes). */
+int host_memory_short(double bytes, const char *what, const char *fix, char *err);
 
 #ifdef __cplusplus
 }

@@ -40,9 +40,9 @@ int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T,
     if (l->num_batches == 0) {
         snprintf(err, ERR_LEN,
                  "shard %s has %llu tokens: too few for a batch of %d x %lld on each of %d rank(s) with %d "
-                 "micro-batch(es) per step (need %llu; lower -b, -t or -d, or use more data)",
+                 "micro-batch(es) per step (need %llu; lower -b or -t%s, or use more data)",
                  path, (unsigned long long)l->num_tokens, B, (long long)T + 1, world, accum,
-                 (unsigned long long)B * T * world * accum + 1);
+                 (unsigned long long)B * T * world * accum + 1, accum > 1 ? " (or -d)" : "");
         loader_close(l);
         return LOADER_TOO_SHORT;
     }

@@ -123,6 +123,11 @@ static inline OutputLossOptions backend_loss_options(const Backend *be) {
 Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind output, OptimizerState state,
                             unsigned long long seed, char *err);
 
+/* The bytes such a backend touches: the weights, activations, the output layer's workspace, and for
+ * training (training = 1) the gradients and AdamW's moments too. Callers compare it with the host's
+ * free memory first (host_memory_short), since Linux lets the allocations succeed regardless. */
+double backend_cpu_bytes(const ParamTable *table, int B, int T, OutputKind output, int training);
+
 /* How a CUDA backend takes part in data parallelism. */
 typedef struct {
     const struct Dist *dist; /* NULL or a world of one: alone */

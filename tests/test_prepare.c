@@ -209,8 +209,15 @@ TEST(prepare_rejects_bad_arguments) {
     CHECK(run_prepare(4, bad_v) == 2, "-v below 257 is a command-line error");
     const char *word_v[] = {"prepare", "-v", "lots", missing};
     CHECK(run_prepare(4, word_v) == 2, "-v must be a number");
+    char log[1200];
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    unlink(log);
     const char *huge_v[] = {"prepare", "-v", "99999999999", missing};
     CHECK(run_prepare(4, huge_v) == 2, "-v beyond 32 bits is a command-line error");
+    char *said = read_text(log);
+    CHECK(said && strstr(said, "error: prepare -v: is too large: at most 4294967295"), "prepare said: %s",
+          said ? said : "");
+    free(said);
     const char *bad_frac[] = {"prepare", "--val-fraction", "0.9", missing};
     CHECK(run_prepare(4, bad_frac) == 2, "--val-fraction above 0.5 is a command-line error");
     const char *corpus_kind[] = {"prepare", "--default-corpus", "--corpus", "huge"};

@@ -126,6 +126,22 @@ TEST(cli_help_beside_an_unknown_flag_is_one_error_line_in_every_subcommand) {
     }
 }
 
+/* A CPU model larger than the host's free memory is refused before anything is allocated (Linux
+ * would let the allocations succeed and kill the run when it touches them), naming the size. */
+TEST(a_cpu_model_larger_than_the_free_memory_is_refused_in_one_line) {
+    char *out = NULL, shard[900], args[2400];
+    snprintf(shard, sizeof shard, "%s/huge_model.bin", test_tmpdir());
+    REQUIRE(write_pattern_shard(shard, 1000, 64, 1) == 0, "shard");
+    /* 25.8B parameters: 720 GB with the optimizer and checkpoint buffers */
+    snprintf(args, sizeof args, "--device cpu -e tiny --layers 128 --dim 4096 --heads 32 -v 64 -b 1 -t 2 -x 1 -s 0 "
+             "--val-every 0 -i %s -o %s/huge", shard, test_tmpdir());
+    const int rc = run_train(args, &out);
+    CHECK(rc == 1 && out && strstr(out, "error: the CPU backend with its checkpoint buffers needs about ") &&
+              strstr(out, "GB free; lower -b or -t"),
+          "exit %d: %s", rc, out ? out : "");
+    free(out);
+}
+
 TEST(cli_without_gpu_or_cuda_backend_says_so_in_one_line) {
     char *out = NULL;
     int rc = run_train("-e tiny -x 1", &out);
@@ -907,6 +923,16 @@ TEST(a_tokenizer_larger_than_the_weights_vocabulary_beside_them_is_named_as_not_
                                                                "beside it: it is not their tokenizer"),
           "eval: exit %d: %s", rc, out ? out : "");
     free(out);
+}
+
+/* The default corpus's validation shard is 1 % of its text: a micro-batch larger than it turns
+ * validation off with a note (deleting the cache would make the same shard), and the run goes on to
+ * its next check, here the huge model's memory. */
+TEST(a_micro_batch_larger_than_the_default_corpus_validation_shard_turns_validation_off) {
+    const char *d = test_tmpdir();
+    expect_run_synthetic_corpus(1, "validation: off (shard ", "the CPU backend with its checkpoint buffers needs about",
+                                "--device cpu -e tiny --layers 128 --dim 4096 --heads 32 -v 700 -b 4096 -t 64 -x 1 "
+                                "-s 0 --val-every 1 --cache-dir %s/cache_val -o %s/val_off", d, d);
 }
 
 /* A shard records the tokenizer that made it. Another tokenizer of the same size, whose ids stand

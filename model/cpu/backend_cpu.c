@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "common/host_memory.h"
 #include "kernels/adamw_bf16.h"
 #include "model/backend.h"
 #include "model/cpu/layers_cpu.h"
@@ -556,6 +555,23 @@ static const BackendOps cpu_ops = {
     .destroy = cpu_destroy,
 };
 
+static size_t output_workspace_floats(OutputKind output, int N, int V) {
+    return output != OUTPUT_FUSED ? output_layer_canonical_cpu_workspace(N, V) : output_layer_fused_cpu_workspace(N);
+}
+
+double backend_cpu_bytes(const ParamTable *table, int B, int T, OutputKind output, int training) {
+    CpuBackend probe = {.base = {.B = B, .T = T}, .t = table};
+    probe.layer = calloc((size_t)table->cfg.num_layers, sizeof(LayerActs)); /* layout_acts points into it */
+    if (!probe.layer) return 0.0;
+    const size_t acts = layout_acts(&probe, NULL);
+    free(probe.layer);
+    const int N = B * T;
+    /* the forward alone never touches the gradients and AdamW's moments, so their pages stay unmapped */
+    const size_t weights = (training ? 4 : 1) * table->total;
+    return (double)(weights + acts + output_workspace_floats(output, N, table->cfg.vocab_size) + 3 * (size_t)N) *
+           sizeof(float);
+}
+
 Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind output, OptimizerState state,
                             unsigned long long seed, char *err) {
     CpuBackend *cb = calloc(1, sizeof *cb);
@@ -571,18 +587,7 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
     cb->layer = calloc((size_t)table->cfg.num_layers, sizeof(LayerActs));
     if (!cb->layer) goto oom;
     cb->acts_floats = layout_acts(cb, NULL);
-    cb->out_ws_floats = output != OUTPUT_FUSED ? output_layer_canonical_cpu_workspace(N, V)
-                                               : output_layer_fused_cpu_workspace(N);
-    /* Linux lets these callocs succeed beyond what the host has and kills the process once their
-     * pages are touched, so the sum is checked against what is left first. */
-    const double needed = (double)(4 * P + cb->acts_floats + cb->out_ws_floats + 3 * (size_t)N) * sizeof(float);
-    const size_t available = host_memory_available();
-    if (available && needed > (double)available) {
-        snprintf(err, ERR_LEN, "the CPU backend needs about %.1f GB but this host has %.1f GB free; lower -b or -t, or "
-                 "the model: -e, -v, --max-seq-len", needed / 1e9, available / 1e9);
-        cpu_destroy(&cb->base);
-        return NULL;
-    }
+    cb->out_ws_floats = output_workspace_floats(output, N, V);
     cb->params = calloc(P, sizeof(float));
     cb->grads = calloc(P, sizeof(float));
     cb->m = calloc(P, sizeof(float));
@@ -621,7 +626,7 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
     return &cb->base;
 oom:
     snprintf(err, ERR_LEN, "out of host memory for the CPU backend (needs about %.1f GB; lower -b or -t, or the model: -e, -v, --max-seq-len)",
-             (table->total * 4 + cb->acts_floats + cb->out_ws_floats) * sizeof(float) / 1e9);
+             backend_cpu_bytes(table, B, T, output, 1) / 1e9);
     cpu_destroy(&cb->base);
     return NULL;
 }

@@ -1,5 +1,6 @@
 /* model/train/checkpoint.c - checkpoint writer and reader (see checkpoint.h for the layout). */
 #include "common/err.h"
+#include "common/host_memory.h"
 #include "common/hash.h"
 #include "common/paths.h"
 #include "model/train/checkpoint.h"
@@ -83,6 +84,12 @@ size_t checkpoint_buffers_bytes(const ParamTable *t) {
 
 int checkpoint_buffers_alloc(CheckpointBuffers *b, const ParamTable *t, char *err) {
     size_t n = t->total * sizeof(float);
+    /* checked first: the compiler may make the malloc and memset below one calloc, whose pages the
+     * first save touches, hours into a run */
+    if (host_memory_short((double)checkpoint_buffers_bytes(t), "the checkpoint buffers (a host copy of the weights "
+                          "and AdamW moments, which every save writes from)", "free host memory or train a smaller "
+                          "model (-e, -v)", err))
+        return -1;
     b->params = malloc(n);
     b->m = malloc(n);
     b->v = malloc(n);

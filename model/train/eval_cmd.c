@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "common/err.h"
+#include "common/host_memory.h"
 #include "data/shard.h"
 #include "model/backend.h"
 #include "model/cuda/cuda_device.h"
@@ -257,7 +258,8 @@ static Backend *load_model(const EvalOptions *o, const char *dir, const ParamTab
             snprintf(err, ERR_LEN, "no CUDA GPU available (%s); use --device cpu for the CPU reference backend", why);
         else
             be = backend_cuda_create(table, B, T, output, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 0, NULL, err);
-    } else {
+    } else if (!host_memory_short(backend_cpu_bytes(table, B, T, output, 0), "the CPU backend", "lower -b or -t",
+                                  err)) {
         be = backend_cpu_create(table, B, T, output, OPTIMIZER_STATE_FP32, 0, err);
     }
     if (be)

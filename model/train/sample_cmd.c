@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "common/err.h"
+#include "common/host_memory.h"
 #include "common/rng.h"
 #include "model/backend.h"
 #include "model/train/checkpoint.h"
@@ -194,7 +195,7 @@ static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, c
     fputc('\n', stdout);
     if (drawn < o->gen_tokens) {
         print_error("the model's logits are NaN or Inf after %d token(s): its weights are damaged or diverged "
-                    "(sample from an earlier checkpoint)", drawn);
+                    "(sample from an earlier checkpoint: --step N)", drawn);
         free(logits);
         free(tokens);
         return 1;
@@ -268,15 +269,14 @@ int sample_main(int argc, char **argv) {
     ParamTable table;
     memset(&table, 0, sizeof table);
     Backend *be = NULL;
-    float *params = NULL, *zero = NULL;
+    float *params = NULL;
     status = 1;
     if (param_table_build(&table, &cfg, err) != 0) {
         print_error("%s", err);
         goto done;
     }
     params = malloc(table.total * sizeof(float));
-    zero = calloc(table.total, sizeof(float));
-    if (!params || !zero) {
+    if (!params) {
         print_error("out of host memory for the model");
         goto done;
     }
@@ -291,18 +291,18 @@ int sample_main(int argc, char **argv) {
             goto done;
         }
         be = backend_cuda_create(&table, 1, T, OUTPUT_FUSED, 0, 0, OPTIMIZER_STATE_FP32, o.seed, NULL, err);
-    } else {
+    } else if (!host_memory_short(backend_cpu_bytes(&table, 1, T, OUTPUT_FUSED, 0), "the CPU backend", "ask for fewer "
+                                  "tokens (-G) or give a shorter --prompt", err)) {
         be = backend_cpu_create(&table, 1, T, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, o.seed, err);
     }
     if (!be) {
         print_error("%s", err);
         goto done;
     }
-    be->ops->write_state(be, params, zero, zero);
+    be->ops->write_state(be, params, NULL, NULL); /* no optimizer: the moments stay unset */
     status = generate(&o, be, tok, prompt, n_prompt);
 done:
     if (be) be->ops->destroy(be);
-    free(zero);
     free(params);
     param_table_free(&table);
     free(prompt);

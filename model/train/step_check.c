@@ -11,7 +11,7 @@ int step_is_finite(float loss, float norm, int step, char *msg, size_t n) {
     /* Step 1 runs on weights no update has touched, so the learning rate cannot be the cause there. */
     const char *fix = step == 1 ? "no update has run yet, so check the starting weights (a checkpoint given to "
                                   "--init-from) and the loss options (--z-loss, --logit-softcap, --label-smoothing)"
-                                : "lower -l/--lr (or --weight-decay, --z-loss) or check the data";
+                                : "lower -l/--lr or --weight-decay, or check the data";
     snprintf(msg, n,
              "error: %s is %s at step %d; stopping before anything of it is saved (checkpoints written earlier stay "
              "as they were; %s)",
