@@ -256,6 +256,12 @@ TEST(eval_errors_name_the_problem_in_one_line) {
         /* said before the evaluation, not after it, where the finished file would be renamed into place */
         {"eval -o {run} -i {shard} --device cpu --per-token {run}", "--per-token names a directory", 2},
         {"eval -o {run} -i {shard} --device cpu --per-token ''", "--per-token needs a file name", 2},
+        /* the output may not land on the input: the shard, or any file of the checkpoint's folder */
+        {"eval -o {run} -i {shard} --device cpu --per-token {shard}", "would overwrite the shard being evaluated", 2},
+        {"eval -o {run} -i {shard} --device cpu --per-token {run}/step_00000002/model.safetensors",
+         "would write into the checkpoint's folder", 2},
+        {"eval -o {run} -i {shard} -b 99999999999999999999999999 --device cpu",
+         "got '999999999999999999999999...'", 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char args[1200];

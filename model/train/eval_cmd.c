@@ -143,8 +143,9 @@ static int parse(EvalOptions *o, int argc, char **argv) {
         }
         long n = strtol(v, &end, 10);
         if (!*v || *end || errno || n < f->lo || n > 2147483647L) {
-            char why[64];
-            snprintf(why, sizeof why, "expects a whole number from %d to 2147483647, got '%.20s'", f->lo, v);
+            char why[96];
+            snprintf(why, sizeof why, "expects a whole number from %d to 2147483647, got '%.24s%s'", f->lo, v,
+                     strlen(v) > 24 ? "..." : "");
             return bad(a, why);
         }
         *(int *)dst = (int)n;
@@ -270,6 +271,23 @@ static Backend *load_model(const EvalOptions *o, const char *dir, const ParamTab
     return be;
 }
 
+/* Whether a and b name one file (through links, or two spellings of a path). */
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* Whether path's folder is dir. */
+static int in_folder(const char *path, const char *dir) {
+    char parent[FGPT_PATH_LEN];
+    snprintf(parent, sizeof parent, "%s", path);
+    char *slash = strrchr(parent, '/');
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == parent) parent[1] = 0;
+    else *slash = 0;
+    return same_file(parent, dir);
+}
+
 int eval_main(int argc, char **argv) {
     EvalOptions o;
     int status = parse(&o, argc, argv);
@@ -298,6 +316,12 @@ int eval_main(int argc, char **argv) {
         print_error("-t %d is above the context of the model in %s (pass -t %d or less)", T, dir,
                     cfg.max_seq_len);
         return 1;
+    }
+    if (o.per_token && (same_file(o.per_token, o.data) || in_folder(o.per_token, dir))) {
+        print_error("--per-token %s %s: pass a path outside the checkpoint and other than -i", o.per_token,
+                    same_file(o.per_token, o.data) ? "would overwrite the shard being evaluated"
+                                                   : "would write into the checkpoint's folder");
+        return 2;
     }
     uint64_t n;
     uint32_t *tokens = read_tokens(o.data, cfg.vocab_size, dir, &n);
