@@ -1362,6 +1362,7 @@ static int resume(Run *r) {
     const int sample_again = opt->sample_every && r->start_step % opt->sample_every == 0;
     if (dist->rank == 0 && leave_later_timeline(opt->out, r->start_step, eval_again, sample_again, err) != 0)
         return fail_write(r, err);
+    if (dist->rank == 0 && checkpoint_clear_leftovers(opt->out, err) != 0) return fail(err);
     if (opt->init_from[0])
         printf("note: resuming: the checkpoint holds the weights, --init-from %s is not read\n", opt->init_from);
     return RUN_ON;

@@ -388,6 +388,28 @@ static void remove_checkpoint_dir(const char *dir) {
     rmdir(dir);
 }
 
+int checkpoint_clear_leftovers(const char *run_dir, char *err) {
+    DIR *d = opendir(run_dir);
+    if (!d) return 0; /* no run directory yet: nothing left over */
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d))) {
+        const size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "step_", 5) || len < 4 || strcmp(e->d_name + len - 4, ".tmp")) continue;
+        char p[FGPT_PATH_LEN];
+        struct stat sb;
+        if (path_format(p, "%s/%s", run_dir, e->d_name) != 0 || lstat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
+        remove_checkpoint_dir(p);
+        if (lstat(p, &sb) == 0) {
+            snprintf(err, ERR_LEN, "%s, the unfinished checkpoint of a stopped run, holds files a checkpoint does not "
+                     "write, so the next save could not use its name: move or remove it, and run again", p);
+            rc = -1;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
 static int compare_steps(const void *a, const void *b) {
     int x = *(const int *)a, y = *(const int *)b;
     return (x > y) - (x < y);

@@ -74,6 +74,11 @@ typedef struct {
 int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *params, const float *m,
                          const float *v, const TrainState *st, const CheckpointTokenizer *tok, int keep, char *err);
 
+/* Removes the files a checkpoint writes from every unfinished checkpoint (step_N.tmp) a stopped run
+ * left in run_dir, and those folders. 0, or -1 with err naming one that holds other files: caught
+ * before training, not at the save that would need its name. */
+int checkpoint_clear_leftovers(const char *run_dir, char *err);
+
 /* A new run in a directory that holds an earlier run's files (latest, log.jsonl, step_* checkpoints)
  * moves them into <run_dir>/earlier_run_N (the first free N), so that nothing of the earlier run is
  * overwritten or pruned. 1 with that directory in moved_to, 0 when there was nothing to move
