@@ -616,6 +616,12 @@ TEST(a_resume_clears_an_unfinished_checkpoint_or_names_one_holding_other_files) 
                NULL, TINY_RUN " -x 4 -n 1 --val-every 0 -y 1 -i %s -o %s/left", train, d);
     struct stat sb;
     CHECK(stat(path, &sb) == 0, "the user's file in the leftover was removed");
+    /* a folder where the run's log belongs is named as such, not as an I/O error */
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "rm -r %s/left/step_00000004.tmp && rm %s/left/log.jsonl && mkdir %s/left/log.jsonl", d, d, d);
+    REQUIRE(system(cmd) == 0, "%s", cmd);
+    expect_run(1, "log.jsonl is not a file (a run's log is): move it out of the run directory", NULL,
+               TINY_RUN " -x 4 -n 1 --val-every 0 -y 1 -i %s -o %s/left", train, d);
 }
 
 TEST(inputs_that_would_be_silently_useless_are_refused_or_named) {

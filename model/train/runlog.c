@@ -190,6 +190,11 @@ int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_
         snprintf(err, ERR_LEN, "run directory %s is too long a path for its log (pass a shorter -o)", run_dir);
         return -1;
     }
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) { /* fopen takes a folder; its reads fail as "I/O error" */
+        snprintf(err, ERR_LEN, "%s is not a file (a run's log is): move it out of the run directory", path);
+        return -1;
+    }
     FILE *in = fopen(path, "r");
     if (!in) {
         if (errno == ENOENT) return 0;
