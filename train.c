@@ -1155,14 +1155,16 @@ static int resolve_data(Run *r) {
     /* the two shards must come from one tokenizer, or the validation loss means nothing */
     if (r->have_val && r->train_loader.shard_vocab != r->val_loader.shard_vocab) {
         print_error("%s was tokenized for a vocabulary of %u but %s for %u: pass a validation shard "
-                    "made by the same tokenizer", r->train_path, r->train_loader.shard_vocab, r->val_path,
+                    "made by the same tokenizer (a prepare stopped while rewriting a folder leaves such a pair: "
+                    "run it again)", r->train_path, r->train_loader.shard_vocab, r->val_path,
                     r->val_loader.shard_vocab);
         return 1;
     }
     if (r->have_val && r->train_loader.shard_tokenizer && r->val_loader.shard_tokenizer &&
         r->train_loader.shard_tokenizer != r->val_loader.shard_tokenizer) {
         print_error("%s and %s were made by different tokenizers: pass a validation shard made by the training "
-                    "shard's tokenizer", r->train_path, r->val_path);
+                    "shard's tokenizer (a prepare stopped while rewriting a folder leaves such a pair: run it again)",
+                    r->train_path, r->val_path);
         return 1;
     }
     if (r->tok) {

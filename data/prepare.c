@@ -313,13 +313,15 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
         fprintf(stderr, "prepare: %llu train + %llu validation tokens (%.3f tokens/byte) in %.1f s -> %s\n",
                 (unsigned long long)n_train, (unsigned long long)n_val, (double)(n_train + n_val) / (double)len,
                 seconds() - t0, out_dir);
-    if (rc == 0 && n_train == 0) {
-        fgpt_set_err(err, "the training part of the text holds no tokens (%zu bytes in all); give more text", len);
+    /* a shard of one token holds no target, and the trainer and eval refuse it */
+    if (rc == 0 && n_train < 2) {
+        fgpt_set_err(err, "the training part of the text holds %llu token(s), and a target needs 2 (%zu bytes in all); "
+                     "give more text", (unsigned long long)n_train, len);
         rc = -1;
     }
-    if (rc == 0 && n_val == 0) {
-        fgpt_set_err(err, "the validation part of the text is empty (%zu bytes in all); give more text or raise "
-                     "--val-fraction", len);
+    if (rc == 0 && n_val < 2) {
+        fgpt_set_err(err, "the validation part of the text holds %llu token(s), and a target needs 2 (%zu bytes in "
+                     "all); give more text or raise --val-fraction", (unsigned long long)n_val, len);
         rc = -1;
     }
     /* the tokenizer last, once its shards are whole: a prepare stopped before it leaves a folder whose

@@ -384,8 +384,19 @@ TEST(prepare_of_a_text_with_no_training_token_writes_no_tokenizer_and_a_huge_v_i
     snprintf(out2, sizeof out2, "%s/out2", test_tmpdir());
     const char *words = "the cat sat on the mat and the dog sat on the log\n";
     write_text_file(text, words, strlen(words));
-    const char *argv2[] = {"prepare", "-v", "4294967295", "-o", out2, text};
-    CHECK(run_prepare(6, argv2) == 0, "-v 4294967295 on a small text");
+    const char *argv2[] = {"prepare", "-v", "4294967295", "--val-fraction", "0.5", "-o", out2, text};
+    CHECK(run_prepare(8, argv2) == 0, "-v 4294967295 on a small text");
+    /* a validation part too small to hold a target is refused, not written as a shard nothing can read */
+    char log[1200], out3[1100];
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    snprintf(out3, sizeof out3, "%s/out3", test_tmpdir());
+    unlink(log);
+    const char *argv3[] = {"prepare", "-v", "300", "--val-fraction", "1e-9", "-o", out3, text};
+    CHECK(run_prepare(8, argv3) == 1, "a validation part without a target is a runtime error");
+    char *said = read_text(log);
+    CHECK(said && strstr(said, "the validation part of the text holds ") && strstr(said, "a target needs 2"),
+          "prepare said: %s", said ? said : "");
+    free(said);
 }
 
 TEST(prepare_refuses_an_output_path_that_is_a_file_before_training) {
