@@ -596,32 +596,35 @@ TEST(a_new_run_in_a_used_directory_sets_the_old_one_aside_and_a_finished_resume_
                train, d);
 }
 
+/* RUN/step_N.tmp holding one file `name` with `text`, as a stopped save leaves it; the file's path in path. */
+static void leave_unfinished_checkpoint(const char *run, int step, const char *name, const char *text, char *path,
+                                        size_t n) {
+    snprintf(path, n, "%s/step_%08d.tmp", run, step);
+    REQUIRE(mkdir(path, 0755) == 0, "%s", path);
+    snprintf(path, n, "%s/step_%08d.tmp/%s", run, step, name);
+    REQUIRE(write_file_whole(path, text, strlen(text)) == 0, "%s", path);
+}
+
 /* An unfinished checkpoint (step_N.tmp) a stopped run left behind is cleared on resume; one that
  * holds files a checkpoint does not write is named before training, not at the save that needs it. */
 TEST(a_resume_clears_an_unfinished_checkpoint_or_names_one_holding_other_files) {
-    char train[700], val[700], path[1000];
+    char train[700], val[700], run[800], path[1000];
     make_corpus(train, val, sizeof train);
-    const char *d = test_tmpdir();
-    expect_run(0, "step     2/2", NULL, TINY_RUN " -x 2 -n 1 --val-every 0 -i %s -o %s/left", train, d);
-    snprintf(path, sizeof path, "%s/left/step_00000003.tmp", d);
-    REQUIRE(mkdir(path, 0755) == 0, "%s", path);
-    snprintf(path, sizeof path, "%s/left/step_00000003.tmp/config.json", d);
-    REQUIRE(write_file_whole(path, "{", 1) == 0, "%s", path);
-    expect_run(0, "step     3/3", NULL, TINY_RUN " -x 3 -n 1 --val-every 0 -y 1 -i %s -o %s/left", train, d);
-    snprintf(path, sizeof path, "%s/left/step_00000004.tmp", d);
-    REQUIRE(mkdir(path, 0755) == 0, "%s", path);
-    snprintf(path, sizeof path, "%s/left/step_00000004.tmp/notes.txt", d);
-    REQUIRE(write_file_whole(path, "mine", 4) == 0, "%s", path);
+    snprintf(run, sizeof run, "%s/left", test_tmpdir());
+    expect_run(0, "step     2/2", NULL, TINY_RUN " -x 2 -n 1 --val-every 0 -i %s -o %s", train, run);
+    leave_unfinished_checkpoint(run, 3, "config.json", "{", path, sizeof path);
+    expect_run(0, "step     3/3", NULL, TINY_RUN " -x 3 -n 1 --val-every 0 -y 1 -i %s -o %s", train, run);
+    leave_unfinished_checkpoint(run, 4, "notes.txt", "mine", path, sizeof path);
     expect_run(1, "step_00000004.tmp, the unfinished checkpoint of a stopped run, holds files a checkpoint does not write",
-               NULL, TINY_RUN " -x 4 -n 1 --val-every 0 -y 1 -i %s -o %s/left", train, d);
+               NULL, TINY_RUN " -x 4 -n 1 --val-every 0 -y 1 -i %s -o %s", train, run);
     struct stat sb;
     CHECK(stat(path, &sb) == 0, "the user's file in the leftover was removed");
     /* a folder where the run's log belongs is named as such, not as an I/O error */
     char cmd[2400];
-    snprintf(cmd, sizeof cmd, "rm -r %s/left/step_00000004.tmp && rm %s/left/log.jsonl && mkdir %s/left/log.jsonl", d, d, d);
+    snprintf(cmd, sizeof cmd, "rm -r %s/step_00000004.tmp && rm %s/log.jsonl && mkdir %s/log.jsonl", run, run, run);
     REQUIRE(system(cmd) == 0, "%s", cmd);
     expect_run(1, "log.jsonl is not a file (a run's log is): move it out of the run directory", NULL,
-               TINY_RUN " -x 4 -n 1 --val-every 0 -y 1 -i %s -o %s/left", train, d);
+               TINY_RUN " -x 4 -n 1 --val-every 0 -y 1 -i %s -o %s", train, run);
 }
 
 TEST(inputs_that_would_be_silently_useless_are_refused_or_named) {
