@@ -563,6 +563,21 @@ static size_t utf8_valid_len(const uint8_t *s, size_t n) {
     return need;
 }
 
+size_t corpus_invalid_utf8(const char *s, size_t n, size_t *first) {
+    const uint8_t *u = (const uint8_t *)s;
+    size_t bad = 0;
+    for (size_t i = 0; i < n;) {
+        const size_t k = utf8_valid_len(u + i, n - i);
+        if (k) {
+            i += k;
+            continue;
+        }
+        if (!bad && first) *first = i;
+        bad++, i++;
+    }
+    return bad;
+}
+
 /* The sources are UTF-8 but for a few stray Windows-1252 bytes (GCIDE has three). Those become the
  * characters they were meant to be (Latin-1 for 0xA0-0xFF, the usual quotes and dashes below), so
  * the corpus is clean UTF-8; anything else is dropped. */

@@ -59,6 +59,10 @@ void corpus_clean_fortunes(const char *text, size_t n, TextBuf *out);
 /* Makes the text valid UTF-8: stray Windows-1252/Latin-1 bytes become their characters, other
  * invalid bytes are dropped. */
 void corpus_fix_utf8(TextBuf *b);
+
+/* How many of s[0..n) are bytes outside valid UTF-8 sequences (stray, truncated, overlong, surrogate),
+ * the first one's offset in *first when there is one. */
+size_t corpus_invalid_utf8(const char *s, size_t n, size_t *first);
 /* bytes of synthetic English-like text from a seeded grammar over our own word list and a large
  * set of pseudo-words (so large vocabularies stay reachable); deterministic in seed. */
 void corpus_synthetic(uint64_t seed, size_t bytes, TextBuf *out);

@@ -235,6 +235,32 @@ TEST(prepare_rejects_bad_arguments) {
     CHECK(run_prepare(4, emp) == 1, "an empty corpus is a runtime error");
 }
 
+/* Bytes outside UTF-8 are counted one by one (a stray byte, a sequence cut short, an overlong form,
+ * a surrogate), valid text of 1 to 4 bytes a character not at all; prepare names them in a note and
+ * goes on, since they train as bytes. */
+TEST(corpus_invalid_utf8_counts_each_stray_byte_and_prepare_names_them) {
+    size_t first = 99;
+    const char *valid = "caf\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x98\x80";
+    CHECK(corpus_invalid_utf8(valid, strlen(valid), &first) == 0 && first == 99, "valid text counted");
+    const char *bad = "ok\xff \xc3\x28 \xc0\xaf \xed\xa0\x80 \xe4\xb8";
+    /* ff; c3 before '('; c0 af (overlong); ed a0 80 (a surrogate); e4 b8 (cut short) */
+    CHECK(corpus_invalid_utf8(bad, strlen(bad), &first) == 9 && first == 2, "counted %zu, first at %zu",
+          corpus_invalid_utf8(bad, strlen(bad), &first), first);
+    char text[1100], out[1100], log[1200];
+    snprintf(text, sizeof text, "%s/stray.txt", test_tmpdir());
+    snprintf(out, sizeof out, "%s/stray_out", test_tmpdir());
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    const char *words = "the cat sat on the mat \x92 and the dog sat on the log\n";
+    write_text_file(text, words, strlen(words));
+    unlink(log);
+    const char *argv[] = {"prepare", "-v", "300", "--val-fraction", "0.5", "-o", out, text};
+    CHECK(run_prepare(8, argv) == 0, "a stray byte is no error");
+    char *said = read_text(log);
+    CHECK(said && strstr(said, "stray.txt holds 1 byte(s) outside UTF-8 (the first at byte 23)"), "prepare said: %s",
+          said ? said : "");
+    free(said);
+}
+
 TEST(corpus_fix_utf8_repairs_stray_windows_1252_bytes) {
     TextBuf b = {0};
     const char *raw = "market\x92s fa\xe7" "ade \xe2\x80\x94 ok \x81x \xe4\xb8";
