@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/host_memory.h"
 #include "data/loader.h"
 #include "common/paths.h"
 #include "data/prepare.h"
@@ -34,7 +35,6 @@
 #include "model/dist/dist.h"
 #include "model/dist/vocab_parallel_plan.h"
 #include "model/gpt.h"
-#include "common/host_memory.h"
 #include "model/train/hf_weights.h"
 #include "model/train/runlog.h"
 #include "model/train/sample.h"

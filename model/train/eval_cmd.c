@@ -317,10 +317,10 @@ int eval_main(int argc, char **argv) {
                     cfg.max_seq_len);
         return 1;
     }
-    if (o.per_token && (same_file(o.per_token, o.data) || in_folder(o.per_token, dir))) {
+    const int onto_shard = o.per_token && same_file(o.per_token, o.data);
+    if (onto_shard || (o.per_token && in_folder(o.per_token, dir))) {
         print_error("--per-token %s %s: pass a path outside the checkpoint and other than -i", o.per_token,
-                    same_file(o.per_token, o.data) ? "would overwrite the shard being evaluated"
-                                                   : "would write into the checkpoint's folder");
+                    onto_shard ? "would overwrite the shard being evaluated" : "would write into the checkpoint's folder");
         return 2;
     }
     uint64_t n;
