@@ -1274,6 +1274,36 @@ static void note_schedule_change(const TrainState *st, const Options *opt, int s
            lr_at_step(step, opt->steps, opt->warmup, opt->lr, opt->lr_final));
 }
 
+/* The run's optimizer and objective settings, as a checkpoint records them. */
+static TrainSettings train_settings(const Options *opt) {
+    return (TrainSettings){.recorded = 1, .bf16_state = optimizer_state_of(opt) == OPTIMIZER_STATE_BF16,
+                           .weight_decay = opt->weight_decay, .grad_clip = opt->grad_clip, .z_loss = opt->z_loss,
+                           .label_smoothing = opt->label_smoothing};
+}
+
+/* A resume may also take other optimizer or objective settings (a fine-tuning phase, a clip found too
+ * tight): they act from the next step on, and one line names them, so that a mistyped flag in a
+ * restart script is seen before hours of training. */
+static void note_settings_change(const TrainSettings *was, const Options *opt) {
+    const TrainSettings now = train_settings(opt);
+    if (!was->recorded) return; /* a checkpoint of an earlier fusedgpt */
+    char changes[400] = "";
+    size_t len = 0;
+    if (was->weight_decay != now.weight_decay)
+        list_append(changes, sizeof changes, &len, "--weight-decay %g -> %g", was->weight_decay, now.weight_decay);
+    if (was->grad_clip != now.grad_clip)
+        list_append(changes, sizeof changes, &len, "--grad-clip %g -> %g", was->grad_clip, now.grad_clip);
+    if (was->bf16_state != now.bf16_state)
+        list_append(changes, sizeof changes, &len, "--optimizer-state %s -> %s", was->bf16_state ? "bf16" : "fp32",
+                    now.bf16_state ? "bf16" : "fp32");
+    if (was->z_loss != now.z_loss)
+        list_append(changes, sizeof changes, &len, "--z-loss %g -> %g", was->z_loss, now.z_loss);
+    if (was->label_smoothing != now.label_smoothing)
+        list_append(changes, sizeof changes, &len, "--label-smoothing %g -> %g", was->label_smoothing,
+                    now.label_smoothing);
+    if (len) printf("settings: changed since the checkpoint: %s; they apply from this step on\n", changes);
+}
+
 /* A note when the latest checkpoint's Hugging Face files cannot be read: the resume reads only its
  * state.bin, but eval, sample and transformers read config.json and model.safetensors. */
 static void note_unreadable_export(const char *run_dir) {
@@ -1359,6 +1389,7 @@ static int resume(Run *r) {
         return 0;
     }
     note_schedule_change(&st, opt, r->start_step);
+    note_settings_change(&st.settings, opt);
     /* the records of step start_step that the loop writes again */
     const int eval_again = r->have_val && opt->val_every && r->start_step % opt->val_every == 0;
     const int sample_again = opt->sample_every && r->start_step % opt->sample_every == 0;
@@ -1572,7 +1603,8 @@ static int save_checkpoint(Run *r, int steps_done) {
                      .B = r->B, .T = r->T, .total_batch = opt->total_batch, .world = r->dist.world,
                      .seed = (uint64_t)opt->seed, .data_tokens = r->train_loader.num_tokens,
                      .data_fingerprint = r->train_fingerprint, .total_steps = opt->steps,
-                     .warmup = opt->warmup, .lr = opt->lr, .lr_final = opt->lr_final};
+                     .warmup = opt->warmup, .lr = opt->lr, .lr_final = opt->lr_final,
+                     .settings = train_settings(opt)};
     memcpy(st.rng, r->rng.s, sizeof st.rng);
     if (checkpoint_save_with(opt->out, &r->table, r->ck.params, r->ck.m, r->ck.v, &st,
                              r->have_ck_tok ? &r->ck_tok : NULL, opt->keep_checkpoints, r->err) != 0)

@@ -63,7 +63,9 @@ TEST(checkpoint_round_trip_restores_everything) {
     float *p = random_floats(t.total, 1), *m = random_floats(t.total, 2), *v = random_floats(t.total, 3);
     TrainState st = {.step = 7, .loader_epoch = 2, .loader_position = 5, .rng = {1, 2, 3, 4}, .B = 2, .T = 8,
                      .total_batch = 32, .world = 4, .seed = 99, .data_tokens = 123456789012ull,
-                     .data_fingerprint = 0xfedcba9876543210ull};
+                     .data_fingerprint = 0xfedcba9876543210ull,
+                     .settings = {.recorded = 1, .bf16_state = 1, .weight_decay = 0.05f, .grad_clip = 0.5f,
+                                  .z_loss = 1e-4f, .label_smoothing = 0.1f}};
     char err[ERR_LEN];
     REQUIRE(checkpoint_save(test_tmpdir(), &t, p, m, v, &st, 2, err) == 0, "%s", err);
     float *p2 = malloc(t.total * 4), *m2 = malloc(t.total * 4), *v2 = malloc(t.total * 4);
@@ -75,6 +77,10 @@ TEST(checkpoint_round_trip_restores_everything) {
               st2.total_batch == 32 && st2.world == 4 && st2.seed == 99 && !memcmp(st.rng, st2.rng, sizeof st.rng) &&
               st2.data_tokens == st.data_tokens && st2.data_fingerprint == st.data_fingerprint,
           "train state differs after the round trip");
+    CHECK(!memcmp(&st.settings, &st2.settings, sizeof st.settings),
+          "settings differ after the round trip: recorded %d, bf16 %d, wd %g, clip %g, z %g, smoothing %g",
+          st2.settings.recorded, st2.settings.bf16_state, st2.settings.weight_decay, st2.settings.grad_clip,
+          st2.settings.z_loss, st2.settings.label_smoothing);
     free(p);
     free(m);
     free(v);

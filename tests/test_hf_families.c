@@ -773,6 +773,50 @@ TEST(a_version_5_state_file_of_a_llama_run_with_a_logit_cap_still_loads) {
     param_table_free(&t);
 }
 
+/* Version 6's header: the family block of version 7, then the checksum, with no settings block
+ * (24 bytes in version 7). */
+#define STATE_V7_SETTINGS 24
+
+TEST(a_version_6_state_file_loads_with_its_settings_unrecorded) {
+    GPTConfig cfg = config_of(&LLAMA);
+    ParamTable t;
+    char err[ERR_LEN], path[900];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    float *p = malloc(3 * t.total * sizeof *p), *q = malloc(3 * t.total * sizeof *q);
+    Rng r;
+    rng_seed(&r, 6);
+    fill_normal(p, 3 * t.total, 1.0f, &r);
+    TrainState st = {.step = 3, .B = 2, .T = 16, .settings = {.recorded = 1, .weight_decay = 0.1f, .grad_clip = 1}};
+    REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p + t.total, p + 2 * t.total, &st, 1, err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/step_00000003/state.bin", test_tmpdir());
+    size_t len;
+    char *v7 = read_file(path, &len);
+    const size_t arrays = 3 * t.total * sizeof(float), header = len - arrays;
+    REQUIRE(v7 && header > STATE_V7_SETTINGS + 8, "state file of %zu bytes", len);
+    FILE *f = fopen(path, "wb");
+    const uint32_t six = 6;
+    const uint64_t unsealed = 0;
+    fwrite(v7, 1, 8, f);
+    fwrite(&six, 4, 1, f);
+    fwrite(v7 + 12, 1, header - STATE_V7_SETTINGS - 8 - 12, f);
+    fwrite(&unsealed, 8, 1, f);
+    fwrite(v7 + header, 1, arrays, f);
+    fclose(f);
+    free(v7);
+    REQUIRE(checkpoint_state_reseal(path, err) == 0, "%s", err);
+    TrainState back;
+    memset(&back, 0xff, sizeof back);
+    REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &back, err) == 0, "%s", err);
+    CHECK(back.step == 3 && back.B == 2 && memcmp(p, q, 3 * t.total * sizeof *p) == 0,
+          "the version 6 file loaded as step %d with other arrays", back.step);
+    CHECK(!back.settings.recorded && back.settings.weight_decay == 0 && back.settings.grad_clip == 0,
+          "a version 6 file's settings: recorded %d, wd %g, clip %g", back.settings.recorded,
+          back.settings.weight_decay, back.settings.grad_clip);
+    free(q);
+    free(p);
+    param_table_free(&t);
+}
+
 TEST(a_released_models_preset_carries_its_vocabulary_and_a_given_v_overrides_it) {
     char shard[800], args[2400], *out = NULL;
     snprintf(shard, sizeof shard, "%s/d.bin", test_tmpdir());

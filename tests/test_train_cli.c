@@ -1109,6 +1109,31 @@ TEST(a_resume_with_another_schedule_says_what_changed) {
                train, d);
 }
 
+TEST(a_resume_with_other_optimizer_or_objective_settings_says_which_changed) {
+    char train[700], val[700];
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    expect_run(0, "step     4/4", NULL, TINY_RUN " -x 4 -n 2 --val-every 0 -i %s -o %s/o", train, d);
+    char args[2400], *out = NULL;
+    snprintf(args, sizeof args, "echo step_00000002 > %s/o/latest", d);
+    REQUIRE(system(args) == 0, "rolling latest back");
+    snprintf(args, sizeof args, TINY_RUN " -x 4 -n 2 --val-every 0 -y 1 -i %s -o %s/o", train, d);
+    REQUIRE(run_train(args, &out) == 0, "%s", out);
+    CHECK(!strstr(out, "settings:"), "unchanged settings were named: %s", out);
+    free(out);
+    expect_run(0, "settings: changed since the checkpoint: --weight-decay 0.1 -> 0.02, --grad-clip 1 -> 0.5, "
+               "--optimizer-state fp32 -> bf16, --z-loss 0 -> 0.0001, --label-smoothing 0 -> 0.1; they apply from "
+               "this step on\n", "step     6/6",
+               TINY_RUN " -x 6 -n 2 --val-every 0 -y 1 --weight-decay 0.02 --grad-clip 0.5 --optimizer-state bf16 "
+               "--z-loss 1e-4 --label-smoothing 0.1 -i %s -o %s/o", train, d);
+    /* the checkpoint of step 6 records the new values: going on with them says nothing */
+    snprintf(args, sizeof args, TINY_RUN " -x 7 --val-every 0 -y 1 --weight-decay 0.02 --grad-clip 0.5 "
+             "--optimizer-state bf16 --z-loss 1e-4 --label-smoothing 0.1 -i %s -o %s/o", train, d);
+    REQUIRE(run_train(args, &out) == 0, "%s", out);
+    CHECK(!strstr(out, "settings:") && strstr(out, "step     7/7"), "the recorded settings were named: %s", out);
+    free(out);
+}
+
 TEST(validation_batches_and_windows_near_2_to_the_31_do_not_overflow) {
     CHECK(loader_batches_per_rank(10, 1) == 10 && loader_batches_per_rank(10, 4) == 3 &&
               loader_batches_per_rank(1, 8) == 1 && loader_batches_per_rank(8, 8) == 1,

@@ -20,11 +20,13 @@
 
 #define STATE_MAGIC "FGPTSTAT"
 /* 2: a checksum of the whole file in the header; 3: the training data's fingerprint; 4: the schedule;
- * 5: the model family's switches and shape (StateFamily); 6: Gemma 3's switches and the logit cap */
-#define STATE_VERSION 6u
+ * 5: the model family's switches and shape (StateFamily); 6: Gemma 3's switches and the logit cap;
+ * 7: the optimizer's and the objective's settings (StateSettings) */
+#define STATE_VERSION 7u
 /* The oldest version still read: its files are GPT-2 runs (their family block is all GPT-2's). */
 #define STATE_VERSION_V4 4u
 #define STATE_VERSION_V5 5u
+#define STATE_VERSION_V6 6u
 
 /* Everything of GPTConfig beyond GPT-2's shape, in fixed widths: version 5's fields, then 6's. */
 #define STATE_FAMILY_V5_FIELDS                                                                           \
@@ -47,6 +49,12 @@ typedef struct {
     uint64_t sliding_layers[GPT_MAX_LAYERS / 64];
 } StateFamily;
 
+/* TrainSettings in fixed widths. */
+typedef struct {
+    uint32_t recorded, bf16_state;
+    float weight_decay, grad_clip, z_loss, label_smoothing;
+} StateSettings;
+
 /* The fields of every version from 4 on, in their order. */
 #define STATE_HEADER_FIELDS                                                                         \
     char magic[8];                                                                                  \
@@ -62,8 +70,16 @@ typedef struct {
 typedef struct {
     STATE_HEADER_FIELDS
     StateFamily family;
+    StateSettings settings;
     uint64_t checksum; /* state_checksum of the header (this field 0) and the three arrays */
 } StateHeader;
+
+/* Version 6's header: runs written before the settings were kept. */
+typedef struct {
+    STATE_HEADER_FIELDS
+    StateFamily family;
+    uint64_t checksum;
+} StateHeaderV6;
 
 /* Version 5's header: runs of GPT-2, Llama and Qwen written before Gemma's fields. */
 typedef struct {
@@ -166,8 +182,8 @@ static StateFamily family_block(const GPTConfig *cfg) {
 }
 
 /* A state file's header as read: this version's fields (a version 4 file's family block is the
- * GPT-2 of its shape, a version 5 file's has no Gemma switches and no logit cap), and its bytes as on
- * disk, which the checksum covers. */
+ * GPT-2 of its shape, a version 5 file's has no Gemma switches and no logit cap, a version 6 file's
+ * settings are not recorded), and its bytes as on disk, which the checksum covers. */
 typedef struct {
     StateHeader h;
     size_t size;
@@ -190,6 +206,15 @@ static int read_header(FILE *f, DiskHeader *d) {
         return 0;
     }
     d->h.version = v4.version;
+    if (v4.version == STATE_VERSION_V6) {
+        StateHeaderV6 v6;
+        if (fread(d->raw + sizeof v4, sizeof v6 - sizeof v4, 1, f) != 1) return -3;
+        memcpy(&v6, d->raw, sizeof v6);
+        memcpy(&d->h, &v6, offsetof(StateHeaderV6, checksum)); /* all but the settings, which stay unrecorded */
+        d->h.checksum = v6.checksum;
+        d->size = sizeof v6;
+        return 0;
+    }
     if (v4.version == STATE_VERSION_V5) {
         StateHeaderV5 v5;
         if (fread(d->raw + sizeof v4, sizeof v5 - sizeof v4, 1, f) != 1) return -3;
@@ -260,6 +285,9 @@ static int write_state(const char *path, const ParamTable *t, const float *param
     h.total_steps = st->total_steps;
     h.warmup = st->warmup;
     h.family = family_block(&t->cfg);
+    h.settings = (StateSettings){.recorded = 1, .bf16_state = (uint32_t)st->settings.bf16_state,
+                                 .weight_decay = st->settings.weight_decay, .grad_clip = st->settings.grad_clip,
+                                 .z_loss = st->settings.z_loss, .label_smoothing = st->settings.label_smoothing};
     size_t n = t->total * sizeof(float);
     h.checksum = state_checksum(&h, sizeof h, params, m, v, n);
     int ok = write_all(f, &h, sizeof h) && write_all(f, params, n) && write_all(f, m, n) && write_all(f, v, n);
@@ -788,7 +816,7 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
     CHECK_FIELD(family.ffn_dim, "ffn dim", t->cfg.ffn_dim, "--ffn-dim");
     const StateFamily ours = family_block(&t->cfg);
     CHECK_FIELD(family.sliding_window, "sliding window", ours.sliding_window, "--sliding-window");
-    if (h.version < STATE_VERSION) h.family.logit_softcap = ours.logit_softcap; /* not recorded before 6 */
+    if (h.version < STATE_VERSION_V6) h.family.logit_softcap = ours.logit_softcap; /* not recorded before 6 */
     if (h.family.logit_softcap != ours.logit_softcap) {
         snprintf(err, ERR_LEN, "checkpoint %s has logit softcap %g but this run has %g (pass --logit-softcap %g, or the "
                  "--init-from it started from; or start a new run with another -o)", path, (double)h.family.logit_softcap,
@@ -842,6 +870,9 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
     st->lr_final = h.lr_final;
     st->total_steps = h.total_steps;
     st->warmup = h.warmup;
+    st->settings = (TrainSettings){.recorded = h.settings.recorded != 0, .bf16_state = h.settings.bf16_state != 0,
+                                   .weight_decay = h.settings.weight_decay, .grad_clip = h.settings.grad_clip,
+                                   .z_loss = h.settings.z_loss, .label_smoothing = h.settings.label_smoothing};
     st->checksum = h.checksum;
     return 0;
 disagrees:;

@@ -23,6 +23,15 @@
  * name a run writes below it is /step_NNNNNNNNNN.replaced/tokenizer_config.json (47 bytes). */
 #define CHECKPOINT_RUN_DIR_MAX (FGPT_PATH_LEN - 64)
 
+/* What a step optimizes besides the schedule (--weight-decay, --grad-clip, --optimizer-state, --z-loss,
+ * --label-smoothing): a resume may change them, and then says which changed. recorded 0: a checkpoint
+ * written before they were kept, whose values are unknown. */
+typedef struct {
+    int recorded;
+    int bf16_state; /* --optimizer-state bf16 (the checkpoint's moments are fp32 either way) */
+    float weight_decay, grad_clip, z_loss, label_smoothing;
+} TrainSettings;
+
 typedef struct {
     int step;                       /* optimizer steps completed */
     uint64_t loader_epoch, loader_position;
@@ -34,6 +43,7 @@ typedef struct {
                                                is refused; 0 0: not recorded (not checked) */
     int total_steps, warmup;        /* the learning-rate schedule (-x, --warmup, -l, --lr-final): a resume */
     float lr, lr_final;             /* with another one says what changed */
+    TrainSettings settings;
     uint64_t checksum; /* set by checkpoint_load_latest: the state file's, which ranks compare */
 } TrainState;
 
