@@ -1182,8 +1182,8 @@ static int resolve_data(Run *r) {
              shard_check_tokenizer(r->val_path, r->val_loader.shard_tokenizer, r->tok_path, fp, fix, r->err) != 0))
             return fail(r->err);
     }
-    /* a tokenizer of another size than the shard records is not the one that made it (an
-     * interrupted prepare into a used folder leaves such a pair): a smaller one cannot decode the
+    /* a tokenizer of another size than the shard records is not the one that made it (files of two
+     * prepares put side by side give such a pair): a smaller one cannot decode the
      * shard's ids, and is refused; a larger one is named (a synthetic shard may use a few ids) */
     if (r->tok && tokenizer_vocab_size(r->tok) < r->train_loader.shard_vocab) {
         print_error("tokenizer %s has %u tokens but %s was tokenized for a vocabulary of %u: pass the tokenizer "

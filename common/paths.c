@@ -62,6 +62,13 @@ int write_file_whole(const char *path, const void *data, size_t n) {
     return 0;
 }
 
+int sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int ok = fsync(fd) == 0;
+    return (close(fd) == 0) && ok;
+}
+
 int lock_dir(const char *dir) {
     char path[FGPT_PATH_LEN];
     if (make_dirs(dir) != 0 || path_format(path, "%s/.lock", dir) != 0) return -1;

@@ -29,6 +29,10 @@ int make_dirs(const char *path);
  * with errno set and no path.tmp left behind. */
 int write_file_whole(const char *path, const void *data, size_t n);
 
+/* Makes the renames inside dir durable (fsync of the folder): without it a power loss can undo a
+ * rename whose files reached the disk. 1 on success, 0 with errno set. */
+int sync_dir(const char *dir);
+
 /* Whether another process holds dir's lock (lock_dir), without creating anything. */
 int dir_locked_by_another(const char *dir);
 

@@ -41,9 +41,13 @@ static double seconds(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Room kept after a file's name for the staging suffixes its writes add (".new", then ".tmp"). */
+#define STAGING_ROOM 8
+
 static int path_join(char *dst, const char *dir, const char *name, char *err) {
-    if ((size_t)snprintf(dst, PREPARE_PATH_LEN, "%s/%s", dir, name) >= PREPARE_PATH_LEN) {
-        fgpt_set_err(err, "path %s/%s is longer than %d bytes; use a shorter folder", dir, name, PREPARE_PATH_LEN - 1);
+    if ((size_t)snprintf(dst, PREPARE_PATH_LEN, "%s/%s", dir, name) >= PREPARE_PATH_LEN - STAGING_ROOM) {
+        fgpt_set_err(err, "path %s/%s is longer than %d bytes; use a shorter folder", dir, name,
+                     PREPARE_PATH_LEN - STAGING_ROOM - 1);
         return -1;
     }
     return 0;
@@ -84,6 +88,38 @@ static int check_out_dir(const char *dir, char *err) {
     if (access(path, W_OK | X_OK) != 0) {
         fgpt_set_err(err, "prepare -o %s: cannot write into %s: %s (choose a writable folder)", dir, path,
                      strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* The shards prepare writes replace files of those names in -o only when they are shards of ours (or
+ * empty): anything else there, another tool's data under a common name, is refused before any work
+ * rather than overwritten. */
+static int check_replaceable(const char *dir, char *err) {
+    static const char *const names[] = {"train.bin", "val.bin"};
+    for (int k = 0; k < 2; k++) {
+        char path[PREPARE_PATH_LEN], why[ERR_LEN];
+        if (path_join(path, dir, names[k], err) != 0) return -1;
+        FILE *f = open_regular(path, why);
+        if (!f) {
+            if (errno == ENOENT) continue;
+            if (errno == EISDIR)
+                fgpt_set_err(err, "prepare -o %s: %s is a folder, where prepare writes a shard (move it, or pass "
+                             "another -o)", dir, path);
+            else
+                fgpt_set_err(err, "prepare -o %s: %s", dir, why[0] ? why : strerror(errno));
+            return -1;
+        }
+        unsigned char head[8];
+        const size_t got = fread(head, 1, sizeof head, f);
+        fclose(f);
+        if (got == 0 || (got == sizeof head && memcmp(head, SHARD_MAGIC, 8) == 0)) continue;
+        int32_t magic = 0;
+        if (got >= 4) memcpy(&magic, head, 4);
+        fgpt_set_err(err, "prepare -o %s: %s holds %s, which prepare would replace with its own shard (move it, or "
+                     "pass another -o)", dir, path, magic == LLMC_MAGIC_GPT2 || magic == LLMC_MAGIC_LLAMA3
+                     ? "an llm.c shard" : "no token shard of fusedgpt's");
         return -1;
     }
     return 0;
@@ -309,12 +345,19 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
     if (!at_boundary)
         fprintf(stderr, "prepare: no document boundary near the last %g of the text: validation starts at a line "
                 "inside the last document\n", opt->val_fraction);
+    /* the three files are written whole under staging names and renamed over the old ones only
+     * when all are: a prepare stopped before that leaves the folder's earlier set as it was (and
+     * staged files the next prepare overwrites), never new shards beside an old tokenizer */
+    char train_new[PREPARE_PATH_LEN], val_new[PREPARE_PATH_LEN], tok_new[PREPARE_PATH_LEN];
+    snprintf(train_new, sizeof train_new, "%s.new", out->train_path);
+    snprintf(val_new, sizeof val_new, "%s.new", out->val_path);
+    snprintf(tok_new, sizeof tok_new, "%s.new", out->tokenizer_path);
     uint64_t n_train = 0, n_val = 0;
     t0 = seconds();
     fprintf(stderr, "prepare: encoding %.1f MB (train) + %.2f MB (validation)\n", cut / 1e6, (len - cut) / 1e6);
     const int mid_start = imported ? TOKENIZER_MID_START : 0, mid_end = imported ? TOKENIZER_MID_END : 0;
-    int rc = write_part(tok, text, cut, mid_end, opt->threads, out->train_path, &n_train, err);
-    if (rc == 0) rc = write_part(tok, text + cut, len - cut, mid_start, opt->threads, out->val_path, &n_val, err);
+    int rc = write_part(tok, text, cut, mid_end, opt->threads, train_new, &n_train, err);
+    if (rc == 0) rc = write_part(tok, text + cut, len - cut, mid_start, opt->threads, val_new, &n_val, err);
     if (rc == 0)
         fprintf(stderr, "prepare: %llu train + %llu validation tokens (%.3f tokens/byte) in %.1f s -> %s\n",
                 (unsigned long long)n_train, (unsigned long long)n_val, (double)(n_train + n_val) / (double)len,
@@ -330,15 +373,27 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
                      "all); give more text or raise --val-fraction", (unsigned long long)n_val, len);
         rc = -1;
     }
-    /* the tokenizer last, once its shards are whole: a prepare stopped before it leaves a folder whose
-     * tokenizer (if any) is the old one, which the trainer refuses beside shards of a larger
-     * vocabulary and names beside shards of a smaller one */
     if (rc == 0) {
-        const int saved = imported ? save_hf_json(tok, out->tokenizer_path, err)
-                                   : tokenizer_save(tok, out->tokenizer_path, terr);
+        const int saved = imported ? save_hf_json(tok, tok_new, err) : tokenizer_save(tok, tok_new, terr);
         if (saved != 0 && !imported) fgpt_set_err(err, "%s", terr);
         if (saved != 0) rc = -1;
     }
+    /* the tokenizer last: in the instant between renames the trainer refuses shards of a larger
+     * vocabulary than the old tokenizer's, and names those of a smaller one */
+    const char *staged[3] = {val_new, train_new, tok_new}, *final[3] = {out->val_path, out->train_path,
+                                                                            out->tokenizer_path};
+    for (int k = 0; rc == 0 && k < 3; k++)
+        if (rename(staged[k], final[k]) != 0) {
+            fgpt_set_err(err, "cannot move %s to %s: %s (check the folder is writable)", staged[k], final[k],
+                         strerror(errno));
+            rc = -1;
+        }
+    if (rc == 0 && !sync_dir(out_dir)) {
+        fgpt_set_err(err, "cannot sync %s: %s (check the disk)", out_dir, strerror(errno));
+        rc = -1;
+    }
+    if (rc != 0)
+        for (int k = 0; k < 3; k++) unlink(staged[k]);
     if (tok != given) tokenizer_free(tok);
     return rc;
 }
@@ -580,7 +635,7 @@ int prepare_main(int argc, char **argv) {
             goto done;
         }
         status = 1;
-        if (check_out_dir(out_dir, err) != 0) {
+        if (check_out_dir(out_dir, err) != 0 || check_replaceable(out_dir, err) != 0) {
             print_error("%s", err);
             goto done;
         }

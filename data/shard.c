@@ -52,6 +52,11 @@ ShardWriter *shard_writer_open(const char *path, uint32_t vocab_size, uint64_t t
         snprintf(err, ERR_LEN, "shard %s: vocabulary size 0 (pass the tokenizer's vocabulary size)", path);
         return NULL;
     }
+    if (strlen(path) >= sizeof((ShardWriter *)0)->path) {
+        snprintf(err, ERR_LEN, "shard path %s is longer than %zu bytes; use a shorter folder", path,
+                 sizeof((ShardWriter *)0)->path - 1);
+        return NULL;
+    }
     ShardWriter *w = calloc(1, sizeof *w);
     if (!w) {
         snprintf(err, ERR_LEN, "out of memory opening shard %s", path);

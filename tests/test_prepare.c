@@ -533,3 +533,84 @@ TEST(a_whole_file_write_that_fails_leaves_what_the_path_held_and_no_temporary) {
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
     CHECK(access(tmp, F_OK) != 0, "%s was left behind", tmp);
 }
+
+/* The earlier set in -o is replaced only when the new one is whole: a prepare that fails after
+ * encoding leaves the old shards and tokenizer byte for byte, and no staged file behind. */
+TEST(a_failed_prepare_leaves_the_folders_earlier_set_as_it_was) {
+    char text[1100], out[1100], log[1200];
+    snprintf(text, sizeof text, "%s/words.txt", test_tmpdir());
+    snprintf(out, sizeof out, "%s/set", test_tmpdir());
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    write_lines(text, 4000, 5);
+    const char *argv[] = {"prepare", "-v", "300", "-o", out, text};
+    REQUIRE(run_prepare(6, argv) == 0, "the first prepare");
+    static const char *const names[] = {"train.bin", "val.bin", "tokenizer.bin"};
+    char *before[3];
+    size_t len[3];
+    for (int k = 0; k < 3; k++) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s", out, names[k]);
+        before[k] = read_file(path, &len[k]);
+        REQUIRE(before[k], "the first prepare wrote no %s", names[k]);
+    }
+    /* another text whose validation part holds no target: encoded, then refused */
+    char small[1100];
+    snprintf(small, sizeof small, "%s/small.txt", test_tmpdir());
+    const char *words = "the cat sat on the mat and the dog sat on the log\n";
+    write_text_file(small, words, strlen(words));
+    const char *argv2[] = {"prepare", "-v", "280", "--val-fraction", "1e-9", "-o", out, small};
+    unlink(log);
+    CHECK(run_prepare(8, argv2) == 1, "a validation part without a target is a runtime error");
+    char *said = read_text(log);
+    CHECK(said && strstr(said, "a target needs 2"), "prepare said: %s", said ? said : "");
+    free(said);
+    for (int k = 0; k < 3; k++) {
+        char path[1200], staged[1300];
+        snprintf(path, sizeof path, "%s/%s", out, names[k]);
+        size_t n;
+        char *now = read_file(path, &n);
+        CHECK(now && n == len[k] && memcmp(now, before[k], n) == 0, "%s changed under a failed prepare", names[k]);
+        free(now);
+        free(before[k]);
+        snprintf(staged, sizeof staged, "%s.new", path);
+        CHECK(access(staged, F_OK) != 0, "%s was left behind", staged);
+    }
+}
+
+/* train.bin or val.bin in -o that is not one of our shards is another tool's data: refused before
+ * any work, and left as it was. */
+TEST(prepare_refuses_to_replace_a_file_in_its_folder_that_is_not_its_shard) {
+    char text[1100], out[1100], log[1200], path[1200];
+    snprintf(text, sizeof text, "%s/words.txt", test_tmpdir());
+    snprintf(out, sizeof out, "%s/theirs", test_tmpdir());
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    write_lines(text, 4000, 6);
+    REQUIRE(make_dirs(out) == 0, "mkdir %s", out);
+    snprintf(path, sizeof path, "%s/train.bin", out);
+    write_text_file(path, "raw uint16 tokens", 17);
+    const char *argv[] = {"prepare", "-v", "300", "-o", out, text};
+    unlink(log);
+    CHECK(run_prepare(6, argv) == 1, "a foreign train.bin is a runtime error");
+    char *said = read_text(log);
+    CHECK(said && strstr(said, "train.bin holds no token shard of fusedgpt's, which prepare would replace") &&
+              strstr(said, "pass another -o") && !strstr(said, "training a"),
+          "prepare said: %s", said ? said : "");
+    free(said);
+    size_t n;
+    char *kept = read_file(path, &n);
+    CHECK(kept && n == 17 && memcmp(kept, "raw uint16 tokens", 17) == 0, "the foreign train.bin was changed");
+    free(kept);
+    /* an llm.c shard as val.bin is named as one */
+    unlink(path);
+    snprintf(path, sizeof path, "%s/val.bin", out);
+    int32_t llmc[256] = {LLMC_MAGIC_GPT2, LLMC_VERSION_GPT2, 0};
+    write_text_file(path, (const char *)llmc, sizeof llmc);
+    unlink(log);
+    CHECK(run_prepare(6, argv) == 1, "an llm.c val.bin is a runtime error");
+    said = read_text(log);
+    CHECK(said && strstr(said, "val.bin holds an llm.c shard"), "prepare said: %s", said ? said : "");
+    free(said);
+    /* an empty one holds nothing to keep */
+    write_text_file(path, "", 0);
+    CHECK(run_prepare(6, argv) == 0, "an empty val.bin is replaced");
+}

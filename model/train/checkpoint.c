@@ -245,15 +245,6 @@ static int close_synced(FILE *f) {
     return (fclose(f) == 0) && ok;
 }
 
-/* Makes the renames inside dir durable: without it a power loss can undo a rename whose files
- * reached the disk, after pruning removed the older checkpoints. 1 on success. */
-static int sync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    int ok = fsync(fd) == 0;
-    return (close(fd) == 0) && ok;
-}
-
 static int write_state(const char *path, const ParamTable *t, const float *params, const float *m, const float *v,
                        const TrainState *st) {
     FILE *f = fopen(path, "wb");
