@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/err.h"
 #include "common/rng.h"
@@ -670,6 +671,27 @@ TEST(a_llama_run_resumed_from_its_checkpoint_ends_bit_for_bit_where_the_uninterr
     free(out);
 }
 
+/* Rewrites the state file at path, a checkpoint of this version whose arrays take `arrays` bytes, as
+ * an older version wrote it: `fields` bytes of this header under that version's number (the fields
+ * of every version lead in the same order), its checksum, the arrays; then resealed. */
+static void rewrite_state_as(const char *path, uint32_t version, size_t fields, size_t arrays) {
+    char err[ERR_LEN];
+    size_t len;
+    char *now = read_file(path, &len);
+    REQUIRE(now && len > arrays + fields + 8, "state file %s of %zu bytes", path, len);
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f, "cannot rewrite %s", path);
+    const uint64_t unsealed = 0;
+    fwrite(now, 1, 8, f);
+    fwrite(&version, 4, 1, f);
+    fwrite(now + 12, 1, fields - 12, f);
+    fwrite(&unsealed, 8, 1, f);
+    fwrite(now + len - arrays, 1, arrays, f);
+    fclose(f);
+    free(now);
+    REQUIRE(checkpoint_state_reseal(path, err) == 0, "%s", err);
+}
+
 /* Version 4's header (the last before the family block): 152 bytes of fields, then the checksum. */
 #define STATE_V4_FIELDS 152
 
@@ -686,22 +708,8 @@ TEST(a_version_4_state_file_of_a_gpt2_run_still_loads) {
     TrainState st = {.step = 7, .B = 2, .T = 16};
     REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p + t.total, p + 2 * t.total, &st, 1, err) == 0, "%s", err);
     snprintf(path, sizeof path, "%s/step_00000007/state.bin", test_tmpdir());
-    size_t len;
-    char *v5 = read_file(path, &len);
-    const size_t arrays = 3 * t.total * sizeof(float), header = len - arrays;
-    REQUIRE(v5 && header > STATE_V4_FIELDS + 8, "state file of %zu bytes", len);
     /* the same run as version 4 wrote it: no family block */
-    FILE *f = fopen(path, "wb");
-    const uint32_t four = 4;
-    const uint64_t unsealed = 0;
-    fwrite(v5, 1, 8, f);
-    fwrite(&four, 4, 1, f);
-    fwrite(v5 + 12, 1, STATE_V4_FIELDS - 12, f);
-    fwrite(&unsealed, 8, 1, f);
-    fwrite(v5 + header, 1, arrays, f);
-    fclose(f);
-    free(v5);
-    REQUIRE(checkpoint_state_reseal(path, err) == 0, "%s", err);
+    rewrite_state_as(path, 4, STATE_V4_FIELDS, 3 * t.total * sizeof(float));
     TrainState back;
     REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &back, err) == 0, "%s", err);
     CHECK(back.step == 7 && back.B == 2 && memcmp(p, q, 3 * t.total * sizeof *p) == 0,
@@ -740,21 +748,7 @@ TEST(a_version_5_state_file_of_a_llama_run_with_a_logit_cap_still_loads) {
     TrainState st = {.step = 6, .B = 2, .T = 16};
     REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p + t.total, p + 2 * t.total, &st, 1, err) == 0, "%s", err);
     snprintf(path, sizeof path, "%s/step_00000006/state.bin", test_tmpdir());
-    size_t len;
-    char *v6 = read_file(path, &len);
-    const size_t arrays = 3 * t.total * sizeof(float), header = len - arrays;
-    REQUIRE(v6 && header > STATE_V4_FIELDS + STATE_V5_FAMILY + 8, "state file of %zu bytes", len);
-    FILE *f = fopen(path, "wb");
-    const uint32_t five = 5;
-    const uint64_t unsealed = 0;
-    fwrite(v6, 1, 8, f);
-    fwrite(&five, 4, 1, f);
-    fwrite(v6 + 12, 1, STATE_V4_FIELDS + STATE_V5_FAMILY - 12, f);
-    fwrite(&unsealed, 8, 1, f);
-    fwrite(v6 + header, 1, arrays, f);
-    fclose(f);
-    free(v6);
-    REQUIRE(checkpoint_state_reseal(path, err) == 0, "%s", err);
+    rewrite_state_as(path, 5, STATE_V4_FIELDS + STATE_V5_FAMILY, 3 * t.total * sizeof(float));
     TrainState back;
     REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &back, err) == 0, "%s", err);
     CHECK(back.step == 6 && memcmp(p, q, 3 * t.total * sizeof *p) == 0,
@@ -773,8 +767,7 @@ TEST(a_version_5_state_file_of_a_llama_run_with_a_logit_cap_still_loads) {
     param_table_free(&t);
 }
 
-/* Version 6's header: the family block of version 7, then the checksum, with no settings block
- * (24 bytes in version 7). */
+/* Version 6's header: version 7's without its settings block (24 bytes before the checksum). */
 #define STATE_V7_SETTINGS 24
 
 TEST(a_version_6_state_file_loads_with_its_settings_unrecorded) {
@@ -789,21 +782,10 @@ TEST(a_version_6_state_file_loads_with_its_settings_unrecorded) {
     TrainState st = {.step = 3, .B = 2, .T = 16, .settings = {.recorded = 1, .weight_decay = 0.1f, .grad_clip = 1}};
     REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p + t.total, p + 2 * t.total, &st, 1, err) == 0, "%s", err);
     snprintf(path, sizeof path, "%s/step_00000003/state.bin", test_tmpdir());
-    size_t len;
-    char *v7 = read_file(path, &len);
-    const size_t arrays = 3 * t.total * sizeof(float), header = len - arrays;
-    REQUIRE(v7 && header > STATE_V7_SETTINGS + 8, "state file of %zu bytes", len);
-    FILE *f = fopen(path, "wb");
-    const uint32_t six = 6;
-    const uint64_t unsealed = 0;
-    fwrite(v7, 1, 8, f);
-    fwrite(&six, 4, 1, f);
-    fwrite(v7 + 12, 1, header - STATE_V7_SETTINGS - 8 - 12, f);
-    fwrite(&unsealed, 8, 1, f);
-    fwrite(v7 + header, 1, arrays, f);
-    fclose(f);
-    free(v7);
-    REQUIRE(checkpoint_state_reseal(path, err) == 0, "%s", err);
+    const size_t arrays = 3 * t.total * sizeof(float);
+    struct stat sb;
+    REQUIRE(stat(path, &sb) == 0, "no %s", path);
+    rewrite_state_as(path, 6, (size_t)sb.st_size - arrays - 8 - STATE_V7_SETTINGS, arrays);
     TrainState back;
     memset(&back, 0xff, sizeof back);
     REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &back, err) == 0, "%s", err);
