@@ -2,7 +2,8 @@
 output layer, run on the same GPU right after build/bench_output_layer so that the ratios are
 same-run.
 
-    python3 dev/bench/bench_output_layer_torch.py [--no-fwd] [--no-eager] [--peers] [--reps R] [d,N,V ...]
+    python3 dev/bench/bench_output_layer_torch.py [--no-fwd] [--no-eager] [--peers] [--quack-chunk R] [--reps R]
+                                                  [d,N,V ...]
 
 Same inputs and method as the C benchmark and ../shared/anchors.md: H ~ N(0,1), W ~ N(0, 0.02^2)
 bf16, uniform targets, mean loss; logits = nn.Linear-style H W^T in bf16, F.cross_entropy on the
@@ -16,11 +17,14 @@ Prints one line per shape and CSV lines:
     csv_torch,d,N,V,compile_fwd_ms,compile_fwdbwd_ms,compile_extra_GB,eager_fwdbwd_ms,eager_extra_GB
 (nan where not measured or out of memory).
 
---peers also times the two fused peers of anchors.md when their packages import (a GPU machine
-without network needs their wheels copied there and installed with pip --no-index): Liger-Kernel's
-liger_fused_linear_cross_entropy (its defaults) and Apple's Cut Cross-Entropy with filter_eps=None
-(dense: no gradient block skipped, the fair figure for pretraining). One line per shape:
-    csv_peer,d,N,V,liger_fwdbwd_ms,liger_extra_GB,cce_fwdbwd_ms,cce_extra_GB"""
+--peers also times the fused peers of anchors.md whose packages import (a GPU machine without
+network needs their wheels copied there and installed with pip --no-index): Liger-Kernel's
+liger_fused_linear_cross_entropy (its defaults), Apple's Cut Cross-Entropy with filter_eps=None
+(dense: no gradient block skipped, the fair figure for pretraining), and quack's
+chunked_linear_cross_entropy (chunks of 4096 rows, or --quack-chunk R; its scaled-exp pipeline
+where it supports the shape). Each peer's loss is checked against torch.compile's (relative difference printed). One line
+per shape:
+    csv_peer,d,N,V,liger_fwdbwd_ms,liger_extra_GB,cce_fwdbwd_ms,cce_extra_GB,quack_fwdbwd_ms,quack_extra_GB"""
 import gc
 import math
 import statistics
@@ -28,6 +32,8 @@ import sys
 
 import torch
 import torch.nn.functional as F
+
+QUACK_CHUNK = 4096  # rows per chunk for quack (--quack-chunk)
 
 
 def loss_fn(h, w, t):
@@ -82,7 +88,24 @@ def peer_losses():
         found["cce"] = lambda h, w, t: linear_cross_entropy(h, w, t, filter_eps=None, impl="cce")
     except Exception as e:
         print(f"peer cce unavailable: {e!r}", flush=True)
+    try:
+        from quack.linear_cross_entropy import chunked_linear_cross_entropy
+
+        found["quack"] = lambda h, w, t: chunked_linear_cross_entropy(h, w, t, chunk_size=QUACK_CHUNK)
+    except Exception as e:
+        print(f"peer quack unavailable: {e!r}", flush=True)
     return found
+
+
+def quack_path(h, w):
+    """which of quack's pipelines chunked_linear_cross_entropy takes at this shape"""
+    try:
+        from quack.linear_cross_entropy import scaled_exp_lce_supported
+
+        path = "scaled-exp" if scaled_exp_lce_supported(h, w, QUACK_CHUNK, "mean") else "chunked (not scaled-exp)"
+        return f", {path}, chunks of {QUACK_CHUNK}"
+    except Exception as e:
+        return f", path unknown ({e!r})"[:120]
 
 
 def bench(d, n, v, fwd_too, eager_too, reps, peers):
@@ -118,16 +141,26 @@ def bench(d, n, v, fwd_too, eager_too, reps, peers):
         return "     OOM" if math.isnan(x) else f"{x:8.2f}"
 
     if peers:
-        got = {}
-        for name in ("liger", "cce"):
-            got[name] = measure(fwd_bwd(peers[name]), max(3, reps // 2)) if name in peers else (math.nan, math.nan)
+        with torch.no_grad():
+            ref = compiled(h, w, t).item()
+        got, said = {}, []
+        for name in ("liger", "cce", "quack"):
+            got[name] = (math.nan, math.nan)
+            if name in peers:
+                try:
+                    with torch.no_grad():
+                        rel = abs(peers[name](h, w, t).float().item() - ref) / ref
+                    got[name] = measure(fwd_bwd(peers[name]), max(3, reps // 2))
+                    said.append(f"{name} fwd+bwd {ms(got[name][0])} ms, extra {got[name][1]:6.2f} GB, loss rel {rel:.1e}"
+                                + quack_path(h, w) * (name == "quack"))
+                except Exception as e:  # a peer that imports but fails at a shape: say so, go on
+                    said.append(f"{name} failed: {e!r}"[:300])
             h.grad = w.grad = None
             gc.collect()
             torch.cuda.empty_cache()
-        print(f"peers {d:5d} {n:6d} {v:7d} | liger fwd+bwd {ms(got['liger'][0])} ms, extra {got['liger'][1]:6.2f} GB"
-              f" | cce dense fwd+bwd {ms(got['cce'][0])} ms, extra {got['cce'][1]:6.2f} GB", flush=True)
-        print(f"csv_peer,{d},{n},{v},{got['liger'][0]:.3f},{got['liger'][1]:.3f},{got['cce'][0]:.3f},"
-              f"{got['cce'][1]:.3f}", flush=True)
+        print(f"peers {d:5d} {n:6d} {v:7d} | " + " | ".join(said), flush=True)
+        print(f"csv_peer,{d},{n},{v}," + ",".join(f"{got[k][0]:.3f},{got[k][1]:.3f}" for k in ("liger", "cce", "quack")),
+              flush=True)
 
     print(f"torch {d:5d} {n:6d} {v:7d} | compile fwd {ms(fwd_ms)} ms | compile fwd+bwd {ms(fb_ms)} ms "
           f"({3 * gemm_g / fb_ms / 1e9 if fb_ms == fb_ms else 0:5.0f} TF at 3G), extra {fb_gb:6.2f} GB | "
@@ -150,10 +183,13 @@ if __name__ == "__main__":
             peers = peer_losses()
         elif a == "--reps":
             reps = int(next(args))
+        elif a == "--quack-chunk":
+            QUACK_CHUNK = int(next(args))
         elif not a.startswith("--") and a.count(",") == 2:
             shapes.append(a)
         else:
-            sys.exit(f"usage: {sys.argv[0]} [--no-fwd] [--no-eager] [--peers] [--reps R] [d,N,V ...]  (got {a!r})")
+            sys.exit(f"usage: {sys.argv[0]} [--no-fwd] [--no-eager] [--peers] [--quack-chunk R] [--reps R] [d,N,V ...]"
+                     f"  (got {a!r})")
     shapes = shapes or ["768,16384,50304", "768,65536,262144", "4096,16384,262144"]
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
     print("csv_torch,d,N,V,compile_fwd_ms,compile_fwdbwd_ms,compile_extra_GB,eager_fwdbwd_ms,eager_extra_GB",
