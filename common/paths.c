@@ -50,7 +50,8 @@ int write_file_whole(const char *path, const void *data, size_t n) {
     if (path_format(tmp, "%s.tmp", path) != 0) return -1;
     FILE *f = fopen(tmp, "wb");
     if (!f) return -1;
-    int ok = fwrite(data, 1, n, f) == n;
+    /* on disk before the rename: a rename that outlives a power loss must not name an empty file */
+    int ok = fwrite(data, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int e = ok ? 0 : errno;
     if (fclose(f) != 0 && ok) ok = 0, e = errno;
     if (ok && rename(tmp, path) != 0) ok = 0, e = errno;

@@ -24,8 +24,8 @@ int file_in_dir(char *dst, const char *dir, const char *name);
 /* mkdir -p: creates path and its missing parents. 0, or -1 with errno set. */
 int make_dirs(const char *path);
 
-/* Writes n bytes to path whole or not at all: to path.tmp first, then renamed over path, so a
- * failure (a full disk, a folder that is not writable) leaves what path held before. 0, or -1
+/* Writes n bytes to path whole or not at all: to path.tmp first, synced, then renamed over path, so
+ * a failure (a full disk, a folder that is not writable) leaves what path held before. 0, or -1
  * with errno set and no path.tmp left behind. */
 int write_file_whole(const char *path, const void *data, size_t n);
 

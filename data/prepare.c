@@ -93,28 +93,39 @@ static int check_out_dir(const char *dir, char *err) {
     return 0;
 }
 
-/* The shards prepare writes replace files of those names in -o only when they are shards of ours (or
- * empty): anything else there, another tool's data under a common name, is refused before any work
- * rather than overwritten. */
-static int check_replaceable(const char *dir, char *err) {
-    static const char *const names[] = {"train.bin", "val.bin"};
-    for (int k = 0; k < 2; k++) {
-        char path[PREPARE_PATH_LEN], why[ERR_LEN];
+/* The three files prepare writes replace files of those names in -o, so each name must be free, an
+ * empty file, or a regular file of prepare's kind: for the shards, one of our shards. Anything else
+ * there (another tool's data under a common name, a folder, a pipe) is refused before any work,
+ * rather than overwritten, or found only at the renames with part of the new set in place. */
+static int check_replaceable(const char *dir, const char *tokenizer_name, char *err) {
+    const char *const names[] = {"train.bin", "val.bin", tokenizer_name};
+    for (int k = 0; k < 3; k++) {
+        char path[PREPARE_PATH_LEN];
         if (path_join(path, dir, names[k], err) != 0) return -1;
-        FILE *f = open_regular(path, why);
-        if (!f) {
+        struct stat sb;
+        if (stat(path, &sb) != 0) {
             if (errno == ENOENT) continue;
-            if (errno == EISDIR)
-                fgpt_set_err(err, "prepare -o %s: %s is a folder, where prepare writes a shard (move it, or pass "
-                             "another -o)", dir, path);
-            else
-                fgpt_set_err(err, "prepare -o %s: %s", dir, why[0] ? why : strerror(errno));
+            fgpt_set_err(err, "prepare -o %s: cannot check %s: %s (move it, or pass another -o)", dir, path,
+                         strerror(errno));
             return -1;
         }
+        if (!S_ISREG(sb.st_mode)) {
+            fgpt_set_err(err, "prepare -o %s: %s is %s, where prepare writes its %s (move it, or pass another -o)", dir,
+                         path, S_ISDIR(sb.st_mode) ? "a folder" : "no regular file (a pipe, device or socket)",
+                         k < 2 ? "shard" : "tokenizer");
+            return -1;
+        }
+        if (k == 2 || sb.st_size == 0) continue; /* a tokenizer file of that name is replaced by the new one */
+        FILE *f = fopen(path, "rb");
         unsigned char head[8];
-        const size_t got = fread(head, 1, sizeof head, f);
+        const size_t got = f ? fread(head, 1, sizeof head, f) : 0;
+        if (!f) {
+            fgpt_set_err(err, "prepare -o %s: cannot read %s: %s (move it, or pass another -o)", dir, path,
+                         strerror(errno));
+            return -1;
+        }
         fclose(f);
-        if (got == 0 || (got == sizeof head && memcmp(head, SHARD_MAGIC, 8) == 0)) continue;
+        if (got == sizeof head && memcmp(head, SHARD_MAGIC, 8) == 0) continue;
         int32_t magic = 0;
         if (got >= 4) memcpy(&magic, head, 4);
         fgpt_set_err(err, "prepare -o %s: %s holds %s, which prepare would replace with its own shard (move it, or "
@@ -388,10 +399,10 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
                          strerror(errno));
             rc = -1;
         }
-    if (rc == 0 && !sync_dir(out_dir)) {
-        fgpt_set_err(err, "cannot sync %s: %s (check the disk)", out_dir, strerror(errno));
-        rc = -1;
-    }
+    /* the set is in place either way; without the sync a power loss soon after may undo the renames */
+    if (rc == 0 && !sync_dir(out_dir))
+        fprintf(stderr, "prepare: note: cannot sync the folder %s (%s): the new files are in place, but a power loss "
+                "in the next seconds may bring back the old ones\n", out_dir, strerror(errno));
     if (rc != 0)
         for (int k = 0; k < 3; k++) unlink(staged[k]);
     if (tok != given) tokenizer_free(tok);
@@ -635,7 +646,7 @@ int prepare_main(int argc, char **argv) {
             goto done;
         }
         status = 1;
-        if (check_out_dir(out_dir, err) != 0 || check_replaceable(out_dir, err) != 0) {
+        if (check_out_dir(out_dir, err) != 0) {
             print_error("%s", err);
             goto done;
         }
@@ -654,6 +665,12 @@ int prepare_main(int argc, char **argv) {
                 goto done;
             }
             sep = tokenizer_eot_text(given, &sep_len);
+        }
+        const int imported = given && tokenizer_is_imported(given);
+        if (check_replaceable(out_dir, imported ? "tokenizer.json" : "tokenizer.bin", err) != 0) {
+            print_error("%s", err);
+            tokenizer_free(given);
+            goto done;
         }
         for (int f = 0; f < n_files; f++) {
             if (f > 0) {

@@ -613,4 +613,25 @@ TEST(prepare_refuses_to_replace_a_file_in_its_folder_that_is_not_its_shard) {
     /* an empty one holds nothing to keep */
     write_text_file(path, "", 0);
     CHECK(run_prepare(6, argv) == 0, "an empty val.bin is replaced");
+    /* a folder under the tokenizer's name is found before any work, not at the renames with the new
+     * shards already in place */
+    char tok[1200];
+    snprintf(tok, sizeof tok, "%s/tokenizer.bin", out);
+    unlink(tok);
+    REQUIRE(make_dirs(tok) == 0, "mkdir %s", tok);
+    size_t before_n;
+    char *before = read_file(path, &before_n);
+    unlink(log);
+    CHECK(run_prepare(6, argv) == 1, "a folder named tokenizer.bin is a runtime error");
+    said = read_text(log);
+    CHECK(said && strstr(said, "tokenizer.bin is a folder, where prepare writes its tokenizer") &&
+              !strstr(said, "training a"),
+          "prepare said: %s", said ? said : "");
+    free(said);
+    size_t after_n;
+    char *after = read_file(path, &after_n);
+    CHECK(before && after && before_n == after_n && memcmp(before, after, after_n) == 0,
+          "val.bin changed under a prepare refused for its tokenizer's folder");
+    free(before);
+    free(after);
 }

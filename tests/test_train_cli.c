@@ -887,8 +887,8 @@ TEST(an_error_quoting_a_control_character_from_a_file_stays_one_line) {
     free(out);
 }
 
-/* A tokenizer smaller than the shard's recorded vocabulary did not make the shard (an interrupted
- * prepare into a used folder leaves such a pair): refused before training, naming both sizes. */
+/* A tokenizer smaller than the shard's recorded vocabulary did not make the shard (files of two
+ * prepares put side by side give such a pair): refused before training, naming both sizes. */
 TEST(a_tokenizer_smaller_than_the_shards_vocabulary_is_refused) {
     char shard[800], args[2400], *out = NULL;
     snprintf(shard, sizeof shard, "%s/v900.bin", test_tmpdir());

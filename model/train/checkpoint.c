@@ -276,7 +276,7 @@ static int write_state(const char *path, const ParamTable *t, const float *param
     h.total_steps = st->total_steps;
     h.warmup = st->warmup;
     h.family = family_block(&t->cfg);
-    h.settings = (StateSettings){.recorded = 1, .bf16_state = (uint32_t)st->settings.bf16_state,
+    h.settings = (StateSettings){.recorded = st->settings.recorded != 0, .bf16_state = (uint32_t)st->settings.bf16_state,
                                  .weight_decay = st->settings.weight_decay, .grad_clip = st->settings.grad_clip,
                                  .z_loss = st->settings.z_loss, .label_smoothing = st->settings.label_smoothing};
     size_t n = t->total * sizeof(float);
