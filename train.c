@@ -27,6 +27,7 @@
 #include "data/prepare.h"
 #include "common/rng.h"
 #include "common/safetensors.h"
+#include "common/stop_request.h"
 #include "model/backend.h"
 #include "model/memory_estimate.h"
 #include "model/train/checkpoint.h"
@@ -757,6 +758,7 @@ typedef struct {
     int start_step;
     size_t made_dirs_from; /* the length of -o's prefix that names the first directory this run created (0: none) */
     int made_lock;         /* this run created -o/.lock */
+    int stopped_by;        /* the signal that stopped training after a step, with a checkpoint (0: none) */
     RunLog log;
     double flops_per_step;
     char err[ERR_LEN];
@@ -766,6 +768,7 @@ typedef struct {
 typedef struct {
     double loss, objective, lse, ms, tokens_per_s, comm_ms; /* loss: the cross-entropy; means over the step */
     float lr, norm;
+    int stop; /* a rank was asked to stop (a signal): every rank stops after this step */
 } StepResult;
 
 static int fail(const char *err) {
@@ -1533,10 +1536,15 @@ static int take_step(Run *r, int step, StepResult *s) {
         objective += be->last_objective, lse += be->last_mean_lse;
     }
     be->ops->reduce_grads(be);
-    s->loss = dist_mean_scalar(&r->dist, loss / r->accum);
+    /* one collective for the step's means and for whether any rank was asked to stop: every rank
+     * reads the same answer, so all of them stop after the same step */
+    double means[4] = {loss / r->accum, objective / r->accum, lse / r->accum, stop_request_signal() ? 1.0 : 0.0};
+    dist_mean_scalars(&r->dist, means, 4);
     const OutputLossOptions lo = backend_loss_options(be);
-    s->objective = output_loss_has_objective(&lo) ? dist_mean_scalar(&r->dist, objective / r->accum) : s->loss;
-    s->lse = dist_mean_scalar(&r->dist, lse / r->accum);
+    s->loss = means[0];
+    s->objective = output_loss_has_objective(&lo) ? means[1] : s->loss;
+    s->lse = means[2];
+    s->stop = means[3] > 0.0;
     s->norm = (float)sqrt(be->ops->grad_sumsq(be));
     char why[512];
     if (!step_is_finite((float)s->loss, s->norm, step + 1, why, sizeof why)) {
@@ -1613,6 +1621,18 @@ static int save_checkpoint(Run *r, int steps_done) {
     return RUN_ON;
 }
 
+/* Training stopped on request after `steps_done` steps, whose checkpoint is written: says how to go
+ * on. The exit status is the signal's (128 + N), so that scripts see the run did not finish; under
+ * the launcher it collects the ranks' statuses and reports the same. */
+static int stop_after(Run *r, int steps_done) {
+    const int sig = stop_request_signal() ? stop_request_signal() : SIGTERM; /* SIGTERM: another rank's */
+    r->stopped_by = sig;
+    if (r->dist.rank == 0)
+        printf("stopped by %s after step %d of %d: checkpoint %s/step_%08d written; the same command with -y 1 "
+               "goes on from there\n", stop_request_name(sig), steps_done, r->opt.steps, r->opt.out, steps_done);
+    return stop_request_exit_status(sig);
+}
+
 /* Releases everything the stages created, in reverse order, whichever stage stopped the run; a rank
  * that succeeded tells the rendezvous so (without it, node 0's launcher counts the rank as failed). */
 static int close_run(Run *r, int status) {
@@ -1630,7 +1650,7 @@ static int close_run(Run *r, int status) {
     free((char *)r->ck_tok.tokenizer_config_json);
     if (r->tok) tokenizer_free(r->tok);
     dist_nccl_free(&r->dist);
-    if (status == 0 && !r->launcher) dist_finish(&r->dist);
+    if ((status == 0 || r->stopped_by) && !r->launcher) dist_finish(&r->dist);
     param_table_free(&r->table);
     return status;
 }
@@ -1672,6 +1692,7 @@ int main(int argc, char **argv) {
     if (status == RUN_ON) print_header(r);
 
     /* ---- the training loop ---- */
+    if (status == RUN_ON) stop_request_install("training stops at the end of a step, with a checkpoint");
     for (int step = r->start_step; status == RUN_ON && step < opt->steps; step++) {
         if (r->have_val && opt->val_every && step % opt->val_every == 0) {
             status = evaluate(r, step);
@@ -1679,12 +1700,13 @@ int main(int argc, char **argv) {
         }
         if (r->dist.rank == 0 && opt->sample_every && step > 0 && step % opt->sample_every == 0)
             generate_sample(r->be, r->tok, opt, &r->rng, step, &r->log, r->inputs, r->logits);
-        StepResult s;
+        StepResult s = {0};
         status = take_step(r, step, &s);
         if (status == RUN_ON) status = log_step(r, step, &s);
-        const int checkpoint_due =
-            (opt->checkpoint_every && (step + 1) % opt->checkpoint_every == 0) || step == opt->steps - 1;
+        const int checkpoint_due = (opt->checkpoint_every && (step + 1) % opt->checkpoint_every == 0) ||
+                                   step == opt->steps - 1 || (status == RUN_ON && s.stop);
         if (status == RUN_ON && checkpoint_due) status = save_checkpoint(r, step + 1);
+        if (status == RUN_ON && s.stop) status = stop_after(r, step + 1);
     }
     if (status == RUN_ON && r->have_val && opt->val_every) status = evaluate(r, opt->steps);
 

@@ -5,6 +5,7 @@
  * an error naming it; a rendezvous that cannot complete must say why within its time limit. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +151,45 @@ TEST(dist_launcher_fails_naming_the_rank_that_failed) {
     CHECK(strstr(out, "error: rank 0 exited with status 3; stopping the other ranks") != NULL,
           "the failed rank is not named: %s", out);
     CHECK(took < 10, "the launcher took %.1f s to give up", took);
+    free(out);
+}
+
+/* Waits up to `seconds` until the file at path holds `count` copies of needle; 1 when it does. */
+static int wait_for_lines(const char *path, const char *needle, int count, double seconds) {
+    for (double t0 = now_s(); now_s() - t0 < seconds;) {
+        char *text = read_text(path);
+        int n = 0;
+        for (const char *p = text; p && (p = strstr(p, needle)); p++) n++;
+        free(text);
+        if (n >= count) return 1;
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+TEST(dist_ctrl_c_at_the_launcher_reaches_every_worker_once_and_they_stop_as_asked) {
+    /* the workers stand in for training ranks: they take the stop, "save", finish and exit 130;
+     * the launcher passes its SIGINT on once (the workers are in their own process group, so a
+     * terminal's Ctrl-C reaches them only that way), counts them as stopped, not failed, and exits
+     * 130 too */
+    char log[700];
+    snprintf(log, sizeof log, "%s/stop.log", test_tmpdir());
+    setenv("FUSEDGPT_TEST_LAUNCHER", "1", 1);
+    setenv("FUSEDGPT_TEST_WAIT_STOP", "1", 1);
+    int pid = spawn_train("-g 2", log);
+    unsetenv("FUSEDGPT_TEST_WAIT_STOP");
+    unsetenv("FUSEDGPT_TEST_LAUNCHER");
+    REQUIRE(pid > 0, "could not start ./train");
+    const int ready = wait_for_lines(log, "waits for a stop", 2, 20);
+    kill(pid, SIGINT);
+    const int rc = wait_train(pid, 30);
+    char *out = read_text(log);
+    CHECK(ready, "the workers never got ready: %s", out ? out : "");
+    CHECK(rc == 130, "launcher exit status %d, expected 130 (128 + SIGINT): %s", rc, out ? out : "");
+    CHECK(out && strstr(out, "rank 0 stops on SIGINT") && strstr(out, "rank 1 stops on SIGINT") &&
+              !strstr(out, "error:"),
+          "each rank should stop once on the SIGINT passed on, with no error: %s", out ? out : "");
     free(out);
 }
 

@@ -2,12 +2,14 @@
  * comes from the option table, no GPU means a clear error, a tiny model learns a synthetic corpus,
  * and a resumed run prints exactly the losses of the uninterrupted one. */
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/err.h"
@@ -1132,6 +1134,56 @@ TEST(a_resume_with_other_optimizer_or_objective_settings_says_which_changed) {
     REQUIRE(run_train(args, &out) == 0, "%s", out);
     CHECK(!strstr(out, "settings:") && strstr(out, "step     7/7"), "the recorded settings were named: %s", out);
     free(out);
+}
+
+/* Ctrl-C (or a scheduler's SIGTERM) ends training after the step in progress with a checkpoint of it
+ * and exit status 128 + N; the same command with -y 1 then ends where the uninterrupted run does,
+ * bit for bit. */
+TEST(sigint_stops_training_after_its_step_with_a_checkpoint_and_the_resume_ends_bit_for_bit) {
+    char train[700], val[700], args[2400], log[800];
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    const char *run = TINY_RUN " --layers 2 -x 40 --val-every 0";
+    snprintf(args, sizeof args, "%s -i %s -o %s/straight", run, train, d);
+    char *out = NULL;
+    REQUIRE(run_train(args, &out) == 0, "the uninterrupted run: %s", out);
+    free(out);
+    snprintf(log, sizeof log, "%s/stopped.log", d);
+    snprintf(args, sizeof args, "%s -i %s -o %s/stopped", run, train, d);
+    const int pid = spawn_train(args, log);
+    REQUIRE(pid > 0, "could not start ./train");
+    int seen = 0;
+    for (int waited = 0; waited < 3000 && !seen; waited++) { /* until step 3's line, at most 30 s */
+        char *text = read_text(log);
+        seen = text && strstr(text, "step     3/40");
+        free(text);
+        struct timespec ts = {0, 10 * 1000000L};
+        if (!seen) nanosleep(&ts, NULL);
+    }
+    kill(pid, SIGINT);
+    const int rc = wait_train(pid, 60);
+    out = read_text(log);
+    int stopped_at = 0;
+    const char *said = out ? strstr(out, "stopped by SIGINT after step ") : NULL;
+    if (said) sscanf(said, "stopped by SIGINT after step %d", &stopped_at);
+    CHECK(seen && rc == 130 && stopped_at >= 3 && stopped_at < 40 && strstr(out, "stop requested (SIGINT)") &&
+              strstr(said, "-y 1 goes on from there"),
+          "exit %d, stopped at %d: %s", rc, stopped_at, out ? out : "");
+    free(out);
+    char ck[900];
+    snprintf(ck, sizeof ck, "%s/stopped/step_%08d/state.bin", d, stopped_at);
+    CHECK(access(ck, F_OK) == 0, "no checkpoint %s", ck);
+    snprintf(args, sizeof args, "%s -y 1 -i %s -o %s/stopped", run, train, d);
+    REQUIRE(run_train(args, &out) == 0, "the resume: %s", out);
+    free(out);
+    char a[900], b[900];
+    snprintf(a, sizeof a, "%s/straight/step_00000040/model.safetensors", d);
+    snprintf(b, sizeof b, "%s/stopped/step_00000040/model.safetensors", d);
+    size_t na, nb;
+    char *wa = read_file(a, &na), *wb = read_file(b, &nb);
+    CHECK(wa && wb && na == nb && memcmp(wa, wb, na) == 0, "the stopped and resumed run ends with other weights");
+    free(wa);
+    free(wb);
 }
 
 TEST(validation_batches_and_windows_near_2_to_the_31_do_not_overflow) {

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/stop_request.h"
 #include "model/dist/dist_wire.h"
 
 /* After a failure, how long the other local workers get to stop through their own watchdogs (they
@@ -37,6 +38,29 @@ static int child_pipe[2] = {-1, -1};
 static void on_sigchld(int sig) {
     (void)sig;
     int saved = errno;
+    char one = 1;
+    if (write(child_pipe[1], &one, 1) < 0) { /* full: a wakeup is pending anyway */
+    }
+    errno = saved;
+}
+
+/* SIGINT or SIGTERM at the launcher: the workers are asked to stop after their step (they save a
+ * checkpoint; common/stop_request.h). The first signal and when it came; a repeat STOP_REPEAT_SECONDS
+ * or more later stops them at once. */
+static volatile sig_atomic_t stop_signal, stop_repeated;
+static struct timespec stop_first;
+
+static void on_stop_signal(int sig) {
+    int saved = errno;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (!stop_signal) {
+        stop_signal = sig;
+        stop_first = now;
+    } else if ((long long)(now.tv_sec - stop_first.tv_sec) * 1000000000LL + (now.tv_nsec - stop_first.tv_nsec) >=
+               STOP_REPEAT_SECONDS * 1000000000LL) {
+        stop_repeated = 1;
+    }
     char one = 1;
     if (write(child_pipe[1], &one, 1) < 0) { /* full: a wakeup is pending anyway */
     }
@@ -101,6 +125,8 @@ typedef struct {
     int stopped_rank;
     double stopped_deadline;
     int usage_error; /* the local worker that failed the run exited with 2 (bad flag or input) */
+    int stop_status;  /* a local worker stopped on request (its exit status), 0 while none */
+    int stop_passed;  /* this launcher's stop signal went to its workers */
 } Launcher;
 
 /* Sends ABORT to every rank still working, except the one that failed. */
@@ -123,7 +149,10 @@ static void fail(Launcher *L, int rank, const char *host, const char *text) {
 }
 
 static void report_exit(int rank, int st) {
-    if (WIFSIGNALED(st))
+    if (WIFSIGNALED(st) && stop_signal && WTERMSIG(st) == stop_signal)
+        print_error("rank %d ended on %s before its first step, with nothing to save; stopping the other ranks", rank,
+                    stop_request_name(stop_signal));
+    else if (WIFSIGNALED(st))
         print_error("rank %d was killed by signal %d; stopping the other ranks", rank, WTERMSIG(st));
     else
         print_error("rank %d exited with status %d; stopping the other ranks", rank, WEXITSTATUS(st));
@@ -140,6 +169,12 @@ static void reap(Launcher *L) {
         L->pids[i] = 0;
         L->alive--;
         if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
+        /* stopped on request after a step, its checkpoint written: not a failure */
+        if (WIFEXITED(st) && (WEXITSTATUS(st) == stop_request_exit_status(SIGINT) ||
+                              WEXITSTATUS(st) == stop_request_exit_status(SIGTERM))) {
+            if (!L->stop_status) L->stop_status = WEXITSTATUS(st);
+            continue;
+        }
         if (WIFEXITED(st) && WEXITSTATUS(st) == DIST_EXIT_STOPPED) {
             if (L->stopped_rank < 0) {
                 L->stopped_rank = L->base + i;
@@ -431,6 +466,10 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
     sa.sa_handler = on_sigchld;
     sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
     sigaction(SIGCHLD, &sa, NULL); /* workers get the default back at exec */
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 
     pid_t launcher = getpid();
     fflush(stdout);
@@ -445,6 +484,8 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
         if (pid == 0) {
             /* A worker must not outlive its launcher (killed launcher -> no orphaned GPU jobs). */
             prctl(PR_SET_PDEATHSIG, SIGTERM);
+            /* its own process group: a terminal's Ctrl-C reaches the launcher, which passes it on once */
+            setpgid(0, 0);
             if (getppid() != launcher) _exit(1);
             char value[32];
             snprintf(value, sizeof value, "%d", L.base + r);
@@ -469,13 +510,23 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
         reap(&L); /* also every 50 ms: a signal can be missed between reap and poll */
         launcher_poll(&L, 50);
         if (L.listen_fd >= 0) server_check_deadline(&L);
+        if (stop_signal && !L.stop_passed) {
+            for (int i = 0; i < gpus; i++)
+                if (L.pids[i] > 0) kill(L.pids[i], stop_signal);
+            L.stop_passed = 1;
+        }
+        if (stop_repeated) {
+            stop_workers(L.pids, gpus);
+            status = stop_request_exit_status(stop_signal);
+            break;
+        }
         if (!L.failed && L.alive == 0 && L.stopped_rank < 0 && (L.listen_fd < 0 || L.done == L.world)) {
-            status = 0;
+            status = L.stop_status ? L.stop_status : 0;
             break;
         }
         if (L.failed && (L.alive == 0 || wire_now() >= L.grace_end)) {
             stop_workers(L.pids, gpus);
-            status = L.usage_error ? 2 : 1;
+            status = L.usage_error ? 2 : stop_signal ? stop_request_exit_status(stop_signal) : 1;
             break;
         }
     }

@@ -90,6 +90,9 @@ int dist_nccl_init(Dist *d, char *err);
 void dist_nccl_free(Dist *d);
 /* Average of one host value across ranks (blocks). */
 double dist_mean_scalar(const Dist *d, double value);
+/* The averages of n <= DIST_MAX_SCALARS host values in one collective (one wait, not n). */
+#define DIST_MAX_SCALARS 8
+void dist_mean_scalars(const Dist *d, double *values, int n);
 /* Largest of one host value across ranks (blocks; exact, so ranks can check they agree). */
 double dist_max_scalar(const Dist *d, double value);
 /* 1 when all ranks run on one host (nodes == 1) and every rank's GPU reaches every other rank's

@@ -95,7 +95,7 @@ extern "C" int dist_nccl_init(Dist *d, char *err) {
     }
     NCCL_CHECK(ncclCommInitRank(&s->comm, d->world, id, d->rank));
     s->copy = s->comm;
-    CUDA_CHECK(cudaMalloc((void **)&s->d_scalar, sizeof(double)));
+    CUDA_CHECK(cudaMalloc((void **)&s->d_scalar, DIST_MAX_SCALARS * sizeof(double)));
     d->nccl = s;
     dist_set_fault_hooks(d, nccl_abort_hook, nccl_async_error_hook, s);
     return 0;
@@ -123,6 +123,19 @@ static double allreduce_scalar(const Dist *d, double value, ncclRedOp_t op) {
 }
 
 extern "C" double dist_mean_scalar(const Dist *d, double value) { return allreduce_scalar(d, value, ncclAvg); }
+
+extern "C" void dist_mean_scalars(const Dist *d, double *values, int n) {
+    NcclState *s = (NcclState *)d->nccl;
+    if (!s) return;
+    if (n < 1 || n > DIST_MAX_SCALARS) {
+        fprintf(stderr, "error: dist_mean_scalars: %d values, at most %d (%s:%d)\n", n, DIST_MAX_SCALARS, __FILE__,
+                __LINE__);
+        exit(1);
+    }
+    CUDA_CHECK(cudaMemcpy(s->d_scalar, values, n * sizeof(double), cudaMemcpyHostToDevice));
+    NCCL_CHECK(ncclAllReduce(s->d_scalar, s->d_scalar, n, ncclFloat64, ncclAvg, s->comm, 0));
+    CUDA_CHECK(cudaMemcpy(values, s->d_scalar, n * sizeof(double), cudaMemcpyDeviceToHost));
+}
 extern "C" double dist_max_scalar(const Dist *d, double value) { return allreduce_scalar(d, value, ncclMax); }
 
 extern "C" int dist_one_nvlink_host(const Dist *d, int nodes) {

@@ -15,6 +15,7 @@
 
 #include "common/err.h"
 #include "common/rng.h"
+#include "common/stop_request.h"
 #include "model/dist/dist.h"
 #include "model/dist/dist_wire.h"
 
@@ -281,6 +282,19 @@ int dist_selftest_worker(Dist *d) {
     if (fail_rank == d->rank) {
         fprintf(stderr, "rank %d: failing on purpose after the rendezvous (FUSEDGPT_TEST_FAIL_RANK)\n", d->rank);
         return fail_status; /* no DONE: the master sees this rank stop without finishing */
+    }
+    if (getenv("FUSEDGPT_TEST_WAIT_STOP")) { /* as if training: a stop signal ends it after a "step" */
+        stop_request_install("this rank stops");
+        printf("rank %d waits for a stop\n", d->rank);
+        fflush(stdout);
+        for (int waited = 0; !stop_request_signal() && waited < 3000; waited++) {
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        const int sig = stop_request_signal();
+        printf("rank %d stops on %s\n", d->rank, sig ? stop_request_name(sig) : "nothing (30 s passed)");
+        dist_finish(d);
+        return sig ? stop_request_exit_status(sig) : 1;
     }
     if (fail_rank >= 0) { /* (a rank outside the world: everyone waits, for tests that kill one) */
         /* as if blocked in a collective with the failed rank: only the watchdog can end this */

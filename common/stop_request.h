@@ -1,0 +1,27 @@
+/* common/stop_request.h - a stop asked for by a signal, taken at a safe point.
+ *
+ * SIGINT (Ctrl-C) and SIGTERM (a scheduler's preemption, `kill`) end a training run after the step in
+ * progress, with a checkpoint, rather than losing everything since the last one. A repeat of the
+ * signal STOP_REPEAT_SECONDS or more after the first ends the process at once (the signal's default
+ * action); a repeat sooner is taken as the same request, since a scheduler may signal both the
+ * launcher, which passes it on, and its workers. */
+#ifndef FUSEDGPT_STOP_REQUEST_H
+#define FUSEDGPT_STOP_REQUEST_H
+
+#define STOP_REPEAT_SECONDS 2
+
+/* Takes over SIGINT and SIGTERM for the rest of the process. `what` (a static string) ends the
+ * line printed on the first signal: what happens next, e.g. "stopping after this step". */
+void stop_request_install(const char *what);
+
+/* The signal that asked for a stop, or 0. */
+int stop_request_signal(void);
+
+/* The exit status of a process stopped on request by signal sig: 128 + sig, as a shell reports a
+ * process the signal ended, so that scripts see the run did not finish. */
+int stop_request_exit_status(int sig);
+
+/* "SIGINT", "SIGTERM" or "signal N", for messages. */
+const char *stop_request_name(int sig);
+
+#endif
