@@ -35,15 +35,21 @@ static void on_stop_signal(int sig) {
     }
 }
 
-void stop_request_install(const char *what) {
-    g_what = what ? what : "";
+void stop_request_catch(int sig, void (*handler)(int)) {
+    struct sigaction old;
+    if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN) return;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
+    sa.sa_handler = handler;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    sigaction(sig, &sa, NULL);
+}
+
+void stop_request_install(const char *what) {
+    g_what = what ? what : "";
+    stop_request_catch(SIGINT, on_stop_signal);
+    stop_request_catch(SIGTERM, on_stop_signal);
 }
 
 int stop_request_signal(void) {

@@ -1,7 +1,7 @@
 /* common/stop_request.h - a stop asked for by a signal, taken at a safe point.
  *
- * SIGINT (Ctrl-C) and SIGTERM (a scheduler's preemption, `kill`) end a training run after the step in
- * progress, with a checkpoint, rather than losing everything since the last one. A repeat of the
+ * SIGINT (Ctrl-C) and SIGTERM (a scheduler's preemption, `kill`) end a training run at the end of a
+ * step, with a checkpoint, rather than losing everything since the last one. A repeat of the
  * signal STOP_REPEAT_SECONDS or more after the first ends the process at once (the signal's default
  * action); a repeat sooner is taken as the same request, since a scheduler may signal both the
  * launcher, which passes it on, and its workers. */
@@ -10,9 +10,14 @@
 
 #define STOP_REPEAT_SECONDS 2
 
-/* Takes over SIGINT and SIGTERM for the rest of the process. `what` (a static string) ends the
+/* Takes over SIGINT and SIGTERM (those not ignored, stop_request_catch) for the rest of the process. `what` (a static string) ends the
  * line printed on the first signal: what happens next, e.g. "stopping after this step". */
 void stop_request_install(const char *what);
+
+/* Sets handler for sig unless the process started with sig ignored: a job started in the
+ * background of a script (`cmd &`) ignores SIGINT so that Ctrl-C meant for the foreground passes it
+ * by, and keeps ignoring it. */
+void stop_request_catch(int sig, void (*handler)(int));
 
 /* The signal that asked for a stop, or 0. */
 int stop_request_signal(void);

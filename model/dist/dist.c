@@ -466,10 +466,8 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
     sa.sa_handler = on_sigchld;
     sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
     sigaction(SIGCHLD, &sa, NULL); /* workers get the default back at exec */
-    sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    stop_request_catch(SIGINT, on_stop_signal);
+    stop_request_catch(SIGTERM, on_stop_signal);
 
     pid_t launcher = getpid();
     fflush(stdout);
