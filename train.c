@@ -1692,7 +1692,8 @@ int main(int argc, char **argv) {
     if (status == RUN_ON) print_header(r);
 
     /* ---- the training loop ---- */
-    if (status == RUN_ON) stop_request_install("training stops at the end of a step, with a checkpoint");
+    if (status == RUN_ON)
+        stop_request_install(r->dist.rank == 0 ? "training stops at the end of a step, with a checkpoint" : NULL);
     for (int step = r->start_step; status == RUN_ON && step < opt->steps; step++) {
         if (r->have_val && opt->val_every && step % opt->val_every == 0) {
             status = evaluate(r, step);

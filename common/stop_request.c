@@ -8,7 +8,7 @@
 
 static volatile sig_atomic_t g_signal;
 static struct timespec g_first; /* when g_signal was set */
-static const char *g_what = "";
+static const char *g_what; /* NULL: say nothing (the ranks other than 0) */
 
 /* Only async-signal-safe calls here: clock_gettime, write, signal, raise. */
 static void on_stop_signal(int sig) {
@@ -17,9 +17,10 @@ static void on_stop_signal(int sig) {
     if (!g_signal) {
         g_first = now;
         g_signal = sig;
+        if (!g_what) return;
         static const char head[] = "\nstop requested (";
         const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-        static const char tail[] = "; the same signal again, 2 s or more later, ends the process at once)\n";
+        static const char tail[] = " (the same signal again, 2 s or more later, ends the process at once)\n";
         ssize_t ignored = write(STDERR_FILENO, head, sizeof head - 1);
         ignored = write(STDERR_FILENO, name, strlen(name));
         ignored = write(STDERR_FILENO, "): ", 3);
@@ -47,7 +48,7 @@ void stop_request_catch(int sig, void (*handler)(int)) {
 }
 
 void stop_request_install(const char *what) {
-    g_what = what ? what : "";
+    g_what = what;
     stop_request_catch(SIGINT, on_stop_signal);
     stop_request_catch(SIGTERM, on_stop_signal);
 }

@@ -10,8 +10,9 @@
 
 #define STOP_REPEAT_SECONDS 2
 
-/* Takes over SIGINT and SIGTERM (those not ignored, stop_request_catch) for the rest of the process. `what` (a static string) ends the
- * line printed on the first signal: what happens next, e.g. "stopping after this step". */
+/* Takes over SIGINT and SIGTERM (those not ignored: stop_request_catch) for the rest of the process.
+ * `what` (a static string) ends the line printed on the first signal, what happens next; NULL prints
+ * nothing (the ranks other than 0, whose line would repeat rank 0's). */
 void stop_request_install(const char *what);
 
 /* Sets handler for sig unless the process started with sig ignored: a job started in the

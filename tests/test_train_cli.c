@@ -9,12 +9,14 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/err.h"
 #include "data/loader.h"
 #include "common/paths.h"
+#include "common/stop_request.h"
 #include "data/shard.h"
 #include "model/train/checkpoint.h"
 #include "model/train/schedule.h"
@@ -1184,6 +1186,48 @@ TEST(sigint_stops_training_after_its_step_with_a_checkpoint_and_the_resume_ends_
     CHECK(wa && wb && na == nb && memcmp(wa, wb, na) == 0, "the stopped and resumed run ends with other weights");
     free(wa);
     free(wb);
+}
+
+/* The same signal again, STOP_REPEAT_SECONDS or more after the first, ends a step that is still
+ * running at once: the process dies of the signal, with no checkpoint. A step of several seconds (a
+ * large batch on the CPU) is still running when the second comes. */
+TEST(a_second_sigint_two_seconds_later_ends_the_step_in_progress_at_once) {
+    char train[700], val[700], args[2400], log[800];
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    snprintf(log, sizeof log, "%s/twice.log", d);
+    snprintf(args, sizeof args, "--device cpu -e tiny -v 64 -b 128 -t 128 -s 0 -x 100 --val-every 0 -i %s -o %s/twice",
+             train, d);
+    const int pid = spawn_train(args, log);
+    REQUIRE(pid > 0, "could not start ./train");
+    int seen = 0;
+    for (int waited = 0; waited < 6000 && !seen; waited++) { /* until step 1's line, at most 60 s */
+        char *text = read_text(log);
+        seen = text && strstr(text, "step     1/100");
+        free(text);
+        struct timespec ts = {0, 10 * 1000000L};
+        if (!seen) nanosleep(&ts, NULL);
+    }
+    kill(pid, SIGINT);
+    struct timespec gap = {STOP_REPEAT_SECONDS, 200 * 1000000L};
+    nanosleep(&gap, NULL);
+    kill(pid, SIGINT);
+    int st = 0, ended = 0;
+    for (int waited = 0; waited < 3000 && !ended; waited++) {
+        ended = waitpid(pid, &st, WNOHANG) == pid;
+        struct timespec ts = {0, 10 * 1000000L};
+        if (!ended) nanosleep(&ts, NULL);
+    }
+    if (!ended) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    char *out = read_text(log);
+    CHECK(seen && ended && WIFSIGNALED(st) && WTERMSIG(st) == SIGINT && !strstr(out, "stopped by") &&
+              !strstr(out, "step     2/100"),
+          "ended %d, signaled %d (%d), exit %d: %s", ended, WIFSIGNALED(st), WIFSIGNALED(st) ? WTERMSIG(st) : 0,
+          WIFEXITED(st) ? WEXITSTATUS(st) : -1, out ? out : "");
+    free(out);
 }
 
 TEST(validation_batches_and_windows_near_2_to_the_31_do_not_overflow) {
