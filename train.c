@@ -768,7 +768,8 @@ typedef struct {
 typedef struct {
     double loss, objective, lse, ms, tokens_per_s, comm_ms; /* loss: the cross-entropy; means over the step */
     float lr, norm;
-    int stop; /* a rank was asked to stop (a signal): every rank stops after this step */
+    int stop_signal; /* a rank was asked to stop (SIGINT if any rank got one, else SIGTERM): every rank
+                        stops after this step; 0: none */
 } StepResult;
 
 static int fail(const char *err) {
@@ -1538,13 +1539,15 @@ static int take_step(Run *r, int step, StepResult *s) {
     be->ops->reduce_grads(be);
     /* one collective for the step's means and for whether any rank was asked to stop: every rank
      * reads the same answer, so all of them stop after the same step */
-    double means[4] = {loss / r->accum, objective / r->accum, lse / r->accum, stop_request_signal() ? 1.0 : 0.0};
-    dist_mean_scalars(&r->dist, means, 4);
+    const int asked = stop_request_signal();
+    double means[5] = {loss / r->accum, objective / r->accum, lse / r->accum, asked == SIGINT ? 1.0 : 0.0,
+                       asked && asked != SIGINT ? 1.0 : 0.0};
+    dist_mean_scalars(&r->dist, means, 5);
     const OutputLossOptions lo = backend_loss_options(be);
     s->loss = means[0];
     s->objective = output_loss_has_objective(&lo) ? means[1] : s->loss;
     s->lse = means[2];
-    s->stop = means[3] > 0.0;
+    s->stop_signal = means[3] > 0.0 ? SIGINT : means[4] > 0.0 ? SIGTERM : 0;
     s->norm = (float)sqrt(be->ops->grad_sumsq(be));
     char why[512];
     if (!step_is_finite((float)s->loss, s->norm, step + 1, why, sizeof why)) {
@@ -1621,11 +1624,10 @@ static int save_checkpoint(Run *r, int steps_done) {
     return RUN_ON;
 }
 
-/* Training stopped on request after `steps_done` steps, whose checkpoint is written: says how to go
- * on. The exit status is the signal's (128 + N), so that scripts see the run did not finish; under
- * the launcher it collects the ranks' statuses and reports the same. */
-static int stop_after(Run *r, int steps_done) {
-    const int sig = stop_request_signal() ? stop_request_signal() : SIGTERM; /* SIGTERM: another rank's */
+/* Training stopped on request (signal sig) after `steps_done` steps, whose checkpoint is written:
+ * says how to go on. A launcher's worker exits 128 + sig, which the launcher counts as stopped; the
+ * process a user or scheduler started ends by the signal itself (main). */
+static int stop_after(Run *r, int steps_done, int sig) {
     r->stopped_by = sig;
     if (r->dist.rank == 0)
         printf("stopped by %s after step %d of %d: checkpoint %s/step_%08d written; the same command with -y 1 "
@@ -1704,13 +1706,21 @@ int main(int argc, char **argv) {
         StepResult s = {0};
         status = take_step(r, step, &s);
         if (status == RUN_ON) status = log_step(r, step, &s);
-        const int checkpoint_due = (opt->checkpoint_every && (step + 1) % opt->checkpoint_every == 0) ||
-                                   step == opt->steps - 1 || (status == RUN_ON && s.stop);
+        /* a stop asked for at the last step changes nothing: the run has finished training */
+        const int stop = status == RUN_ON && s.stop_signal && step + 1 < opt->steps;
+        const int checkpoint_due =
+            (opt->checkpoint_every && (step + 1) % opt->checkpoint_every == 0) || step == opt->steps - 1 || stop;
         if (status == RUN_ON && checkpoint_due) status = save_checkpoint(r, step + 1);
-        if (status == RUN_ON && s.stop) status = stop_after(r, step + 1);
+        if (status == RUN_ON && stop) status = stop_after(r, step + 1, s.stop_signal);
     }
     if (status == RUN_ON && r->have_val && opt->val_every) status = evaluate(r, opt->steps);
 
     /* ---- tear down ---- */
-    return close_run(r, status == RUN_ON ? 0 : status);
+    const int rc = close_run(r, status == RUN_ON ? 0 : status);
+    /* stopped on request: the process that was started (not a launcher's worker) ends by the signal */
+    const int stopped = r->stopped_by ? r->stopped_by
+                        : r->launcher && (rc == stop_request_exit_status(SIGINT) ||
+                                          rc == stop_request_exit_status(SIGTERM)) ? rc - 128 : 0;
+    if (stopped && !getenv("FUSEDGPT_RANK")) stop_request_end(stopped);
+    return rc;
 }

@@ -1,5 +1,6 @@
 #include "common/stop_request.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,33 +8,41 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t g_signal;
-static struct timespec g_first; /* when g_signal was set */
-static const char *g_what; /* NULL: say nothing (the ranks other than 0) */
+static volatile long long g_first_ns; /* when g_signal was set (CLOCK_MONOTONIC) */
+static const char *g_what;            /* NULL: say nothing (the ranks other than 0) */
+
+long long stop_request_now_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+}
 
 /* Only async-signal-safe calls here: clock_gettime, write, signal, raise. */
 static void on_stop_signal(int sig) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
+    const int saved = errno;
+    const long long now = stop_request_now_ns();
     if (!g_signal) {
-        g_first = now;
+        g_first_ns = now;
         g_signal = sig;
-        if (!g_what) return;
-        static const char head[] = "\nstop requested (";
-        const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-        static const char tail[] = " (the same signal again, 2 s or more later, ends the process at once)\n";
-        ssize_t ignored = write(STDERR_FILENO, head, sizeof head - 1);
-        ignored = write(STDERR_FILENO, name, strlen(name));
-        ignored = write(STDERR_FILENO, "): ", 3);
-        ignored = write(STDERR_FILENO, g_what, strlen(g_what));
-        ignored = write(STDERR_FILENO, tail, sizeof tail - 1);
-        (void)ignored;
-        return;
-    }
-    const long long ns = (long long)(now.tv_sec - g_first.tv_sec) * 1000000000LL + (now.tv_nsec - g_first.tv_nsec);
-    if (ns >= STOP_REPEAT_SECONDS * 1000000000LL) {
+        /* a Ctrl-C also ends a `| tee` beside us: a write to its pipe must fail, not end the process
+         * before the checkpoint */
+        signal(SIGPIPE, SIG_IGN);
+        if (g_what) {
+            static const char head[] = "\nstop requested (";
+            const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+            static const char tail[] = " (the same signal again, 2 s or more later, ends the process at once)\n";
+            ssize_t ignored = write(STDERR_FILENO, head, sizeof head - 1);
+            ignored = write(STDERR_FILENO, name, strlen(name));
+            ignored = write(STDERR_FILENO, "): ", 3);
+            ignored = write(STDERR_FILENO, g_what, strlen(g_what));
+            ignored = write(STDERR_FILENO, tail, sizeof tail - 1);
+            (void)ignored;
+        }
+    } else if (now - g_first_ns >= STOP_REPEAT_SECONDS * 1000000000LL) {
         signal(sig, SIG_DFL);
         raise(sig);
     }
+    errno = saved;
 }
 
 void stop_request_catch(int sig, void (*handler)(int)) {
@@ -42,7 +51,9 @@ void stop_request_catch(int sig, void (*handler)(int)) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = handler;
-    sigemptyset(&sa.sa_mask);
+    sigemptyset(&sa.sa_mask); /* one handler at a time: a SIGTERM inside the SIGINT's waits for it */
+    sigaddset(&sa.sa_mask, SIGINT);
+    sigaddset(&sa.sa_mask, SIGTERM);
     sa.sa_flags = SA_RESTART;
     sigaction(sig, &sa, NULL);
 }
@@ -55,6 +66,17 @@ void stop_request_install(const char *what) {
 
 int stop_request_signal(void) {
     return g_signal;
+}
+
+void stop_request_end(int sig) {
+    fflush(stdout);
+    fflush(stderr);
+    signal(sig, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    sigprocmask(SIG_UNBLOCK, &set, NULL);
+    raise(sig);
 }
 
 int stop_request_exit_status(int sig) {

@@ -23,9 +23,17 @@ void stop_request_catch(int sig, void (*handler)(int));
 /* The signal that asked for a stop, or 0. */
 int stop_request_signal(void);
 
-/* The exit status of a process stopped on request by signal sig: 128 + sig, as a shell reports a
- * process the signal ended, so that scripts see the run did not finish. */
+/* Ends the process as the signal would have, once a stop it asked for is done (the checkpoint
+ * written): a shell then sees a process the signal ended, so a script's loop stops as it does for
+ * any program Ctrl-C ends. */
+void stop_request_end(int sig);
+
+/* The exit status of a launcher's worker stopped on request (128 + sig, what a shell shows for a
+ * process the signal ended): the launcher counts it as stopped, not failed. */
 int stop_request_exit_status(int sig);
+
+/* CLOCK_MONOTONIC in nanoseconds (async-signal-safe). */
+long long stop_request_now_ns(void);
 
 /* "SIGINT", "SIGTERM" or "signal N", for messages. */
 const char *stop_request_name(int sig);

@@ -79,16 +79,20 @@ int spawn_train(const char *args, const char *log_path) {
     return pid > 0 ? (int)pid : -1;
 }
 
-int wait_train(int pid, int seconds) {
-    int st;
+int wait_train_status(int pid, int seconds, int *status) {
     for (int waited = 0; waited < seconds * 100; waited++) {
-        if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        if (waitpid(pid, status, WNOHANG) == pid) return 1;
         struct timespec ts = {0, 10 * 1000000L};
         nanosleep(&ts, NULL);
     }
     kill(-pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    return -1;
+    waitpid(pid, status, 0);
+    return 0;
+}
+
+int wait_train(int pid, int seconds) {
+    int st;
+    return wait_train_status(pid, seconds, &st) && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 char *read_file(const char *path, size_t *length) {

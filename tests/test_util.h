@@ -33,6 +33,9 @@ int spawn_train(const char *args, const char *log_path);
 /* Waits at most `seconds` for a process from spawn_train: its exit status, or -1 when it ran longer
  * (it is then killed, with everything it started). */
 int wait_train(int pid, int seconds);
+/* The same, for a process that may end by a signal: 1 with its wait status in *status, or 0 when it
+ * ran longer than `seconds` (it is then killed). */
+int wait_train_status(int pid, int seconds, int *status);
 /* A whole file (malloc'ed, caller frees, with a 0 after its bytes) and its length, or NULL. */
 char *read_file(const char *path, size_t *length);
 /* The same for a text file. */

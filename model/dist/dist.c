@@ -48,17 +48,16 @@ static void on_sigchld(int sig) {
  * checkpoint; common/stop_request.h). The first signal and when it came; a repeat STOP_REPEAT_SECONDS
  * or more later stops them at once. */
 static volatile sig_atomic_t stop_signal, stop_repeated;
-static struct timespec stop_first;
+static volatile long long stop_first_ns;
 
 static void on_stop_signal(int sig) {
     int saved = errno;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
+    const long long now = stop_request_now_ns();
     if (!stop_signal) {
         stop_signal = sig;
-        stop_first = now;
-    } else if ((long long)(now.tv_sec - stop_first.tv_sec) * 1000000000LL + (now.tv_nsec - stop_first.tv_nsec) >=
-               STOP_REPEAT_SECONDS * 1000000000LL) {
+        stop_first_ns = now;
+        signal(SIGPIPE, SIG_IGN); /* a `| tee` that Ctrl-C ended must not end the launcher */
+    } else if (now - stop_first_ns >= STOP_REPEAT_SECONDS * 1000000000LL) {
         stop_repeated = 1;
     }
     char one = 1;
@@ -72,10 +71,11 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-/* Stops every worker still running: SIGTERM, then SIGKILL after a grace period. */
+/* Stops every worker still running, at once: SIGKILL (a worker in training takes SIGTERM as a
+ * request to stop after its step, which one stuck in a collective never reaches). */
 static void stop_workers(pid_t *pids, int n) {
     for (int i = 0; i < n; i++)
-        if (pids[i] > 0) kill(pids[i], SIGTERM);
+        if (pids[i] > 0) kill(pids[i], SIGKILL);
     for (int waited = 0; waited < 5000; waited += 50) {
         int alive = 0;
         for (int i = 0; i < n; i++) {
@@ -126,6 +126,7 @@ typedef struct {
     double stopped_deadline;
     int usage_error; /* the local worker that failed the run exited with 2 (bad flag or input) */
     int stop_status;  /* a local worker stopped on request (its exit status), 0 while none */
+    int killed_by_stop; /* a local worker died of the stop signal passed on (before its training loop) */
     int stop_passed;  /* this launcher's stop signal went to its workers */
 } Launcher;
 
@@ -150,8 +151,8 @@ static void fail(Launcher *L, int rank, const char *host, const char *text) {
 
 static void report_exit(int rank, int st) {
     if (WIFSIGNALED(st) && stop_signal && WTERMSIG(st) == stop_signal)
-        print_error("rank %d ended on %s before its first step, with nothing to save; stopping the other ranks", rank,
-                    stop_request_name(stop_signal));
+        fprintf(stderr, "launcher: rank %d ended on %s (before training began, or on the signal's repeat); "
+                "stopping the other ranks\n", rank, stop_request_name(stop_signal));
     else if (WIFSIGNALED(st))
         print_error("rank %d was killed by signal %d; stopping the other ranks", rank, WTERMSIG(st));
     else
@@ -182,6 +183,7 @@ static void reap(Launcher *L) {
             }
             continue;
         }
+        if (WIFSIGNALED(st) && stop_signal && WTERMSIG(st) == stop_signal) L->killed_by_stop = 1;
         if (!L->failed) {
             report_exit(L->base + i, st);
             L->usage_error = WIFEXITED(st) && WEXITSTATUS(st) == 2;
@@ -472,18 +474,32 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
     pid_t launcher = getpid();
     fflush(stdout);
     fflush(stderr);
+    /* a stop signal waits until every worker exists: one passed on between a worker's fork and its
+     * exec would reach the launcher's handler in the child and be lost there */
+    sigset_t stops, before_fork;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGTERM);
+    sigprocmask(SIG_BLOCK, &stops, &before_fork);
     for (int r = 0; r < gpus; r++) {
         pid_t pid = fork();
         if (pid < 0) {
             print_error("cannot start worker %d: %s", L.base + r, strerror(errno));
+            sigprocmask(SIG_SETMASK, &before_fork, NULL);
             stop_workers(L.pids, r);
             return 1;
         }
         if (pid == 0) {
             /* A worker must not outlive its launcher (killed launcher -> no orphaned GPU jobs). */
             prctl(PR_SET_PDEATHSIG, SIGTERM);
-            /* its own process group: a terminal's Ctrl-C reaches the launcher, which passes it on once */
-            setpgid(0, 0);
+            /* the stop signals as a program starts with them (caught ones back to the default, ignored
+             * ones left so), then unblocked: one that came since fork acts now */
+            for (int k = 0; k < 2; k++) {
+                const int sig = k ? SIGTERM : SIGINT;
+                struct sigaction now;
+                if (sigaction(sig, NULL, &now) == 0 && now.sa_handler != SIG_IGN) signal(sig, SIG_DFL);
+            }
+            sigprocmask(SIG_SETMASK, &before_fork, NULL);
             if (getppid() != launcher) _exit(1);
             char value[32];
             snprintf(value, sizeof value, "%d", L.base + r);
@@ -502,6 +518,7 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
         L.pids[r] = pid;
         L.alive++;
     }
+    sigprocmask(SIG_SETMASK, &before_fork, NULL);
 
     int status;
     for (;;) {
@@ -524,7 +541,8 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
         }
         if (L.failed && (L.alive == 0 || wire_now() >= L.grace_end)) {
             stop_workers(L.pids, gpus);
-            status = L.usage_error ? 2 : stop_signal ? stop_request_exit_status(stop_signal) : 1;
+            /* a worker the stop signal ended stopped as asked; any other failure is one */
+            status = L.usage_error ? 2 : L.killed_by_stop ? stop_request_exit_status(stop_signal) : 1;
             break;
         }
     }
