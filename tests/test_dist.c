@@ -155,20 +155,6 @@ TEST(dist_launcher_fails_naming_the_rank_that_failed) {
     free(out);
 }
 
-/* Waits up to `seconds` until the file at path holds `count` copies of needle; 1 when it does. */
-static int wait_for_lines(const char *path, const char *needle, int count, double seconds) {
-    for (double t0 = now_s(); now_s() - t0 < seconds;) {
-        char *text = read_text(path);
-        int n = 0;
-        for (const char *p = text; p && (p = strstr(p, needle)); p++) n++;
-        free(text);
-        if (n >= count) return 1;
-        struct timespec ts = {0, 20 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-    return 0;
-}
-
 TEST(dist_ctrl_c_at_the_launcher_reaches_every_worker_once_and_they_stop_as_asked) {
     /* the workers stand in for training ranks: they take the stop, "save", finish and exit 130;
      * the launcher passes its SIGINT on once, counts them as stopped, not failed, and then ends by
@@ -181,7 +167,7 @@ TEST(dist_ctrl_c_at_the_launcher_reaches_every_worker_once_and_they_stop_as_aske
     unsetenv("FUSEDGPT_TEST_WAIT_STOP");
     unsetenv("FUSEDGPT_TEST_LAUNCHER");
     REQUIRE(pid > 0, "could not start ./train");
-    const int ready = wait_for_lines(log, "waits for a stop", 2, 20);
+    const int ready = wait_for_log(log, "waits for a stop", 2, 20);
     kill(pid, SIGINT);
     int st = 0;
     const int ended = wait_train_status(pid, 30, &st);

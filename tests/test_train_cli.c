@@ -1154,14 +1154,7 @@ TEST(sigint_stops_training_after_its_step_with_a_checkpoint_and_the_resume_ends_
     snprintf(args, sizeof args, "%s -i %s -o %s/stopped", run, train, d);
     const int pid = spawn_train(args, log);
     REQUIRE(pid > 0, "could not start ./train");
-    int seen = 0;
-    for (int waited = 0; waited < 3000 && !seen; waited++) { /* until step 3's line, at most 30 s */
-        char *text = read_text(log);
-        seen = text && strstr(text, "step     3/40");
-        free(text);
-        struct timespec ts = {0, 10 * 1000000L};
-        if (!seen) nanosleep(&ts, NULL);
-    }
+    const int seen = wait_for_log(log, "step     3/40", 1, 30);
     kill(pid, SIGINT);
     int st = 0;
     const int ended = wait_train_status(pid, 60, &st);
@@ -1204,14 +1197,7 @@ TEST(a_second_sigint_two_seconds_later_ends_the_step_in_progress_at_once) {
     const int pid = spawn_train(args, log);
     unsetenv("OMP_NUM_THREADS");
     REQUIRE(pid > 0, "could not start ./train");
-    int seen = 0;
-    for (int waited = 0; waited < 6000 && !seen; waited++) { /* until step 1's line, at most 60 s */
-        char *text = read_text(log);
-        seen = text && strstr(text, "step     1/100");
-        free(text);
-        struct timespec ts = {0, 10 * 1000000L};
-        if (!seen) nanosleep(&ts, NULL);
-    }
+    const int seen = wait_for_log(log, "step     1/100", 1, 60);
     kill(pid, SIGINT);
     struct timespec gap = {STOP_REPEAT_SECONDS, 200 * 1000000L};
     nanosleep(&gap, NULL);

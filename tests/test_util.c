@@ -90,6 +90,19 @@ int wait_train_status(int pid, int seconds, int *status) {
     return 0;
 }
 
+int wait_for_log(const char *path, const char *needle, int count, int seconds) {
+    for (int waited = 0; waited < seconds * 50; waited++) {
+        char *text = read_text(path);
+        int n = 0;
+        for (const char *p = text; p && (p = strstr(p, needle)); p++) n++;
+        free(text);
+        if (n >= count) return 1;
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
 int wait_train(int pid, int seconds) {
     int st;
     return wait_train_status(pid, seconds, &st) && WIFEXITED(st) ? WEXITSTATUS(st) : -1;

@@ -36,6 +36,9 @@ int wait_train(int pid, int seconds);
 /* The same, for a process that may end by a signal: 1 with its wait status in *status, or 0 when it
  * ran longer than `seconds` (it is then killed). */
 int wait_train_status(int pid, int seconds, int *status);
+/* Waits at most `seconds` until the log at path holds `count` copies of needle (a process from
+ * spawn_train reaching a point); 1 when it does. */
+int wait_for_log(const char *path, const char *needle, int count, int seconds);
 /* A whole file (malloc'ed, caller frees, with a 0 after its bytes) and its length, or NULL. */
 char *read_file(const char *path, size_t *length);
 /* The same for a text file. */
