@@ -11,34 +11,40 @@ static volatile sig_atomic_t g_signal;
 static volatile long long g_first_ns; /* when g_signal was set (CLOCK_MONOTONIC) */
 static const char *g_what;            /* NULL: say nothing (the ranks other than 0) */
 
-long long stop_request_now_ns(void) {
+static long long now_ns(void) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     return (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
 }
 
-/* Only async-signal-safe calls here: clock_gettime, write, signal, raise. */
-static void on_stop_signal(int sig) {
-    const int saved = errno;
-    const long long now = stop_request_now_ns();
+StopKind stop_request_note(int sig) {
+    const long long now = now_ns();
     if (!g_signal) {
         g_first_ns = now;
         g_signal = sig;
         /* a Ctrl-C also ends a `| tee` beside us: a write to its pipe must fail, not end the process
          * before the checkpoint */
         signal(SIGPIPE, SIG_IGN);
-        if (g_what) {
-            static const char head[] = "\nstop requested (";
-            const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-            static const char tail[] = " (the same signal again, 2 s or more later, ends the process at once)\n";
-            ssize_t ignored = write(STDERR_FILENO, head, sizeof head - 1);
-            ignored = write(STDERR_FILENO, name, strlen(name));
-            ignored = write(STDERR_FILENO, "): ", 3);
-            ignored = write(STDERR_FILENO, g_what, strlen(g_what));
-            ignored = write(STDERR_FILENO, tail, sizeof tail - 1);
-            (void)ignored;
-        }
-    } else if (now - g_first_ns >= STOP_REPEAT_SECONDS * 1000000000LL) {
+        return STOP_FIRST;
+    }
+    return now - g_first_ns >= STOP_REPEAT_SECONDS * 1000000000LL ? STOP_REPEATED : STOP_SAME;
+}
+
+/* Only async-signal-safe calls here: clock_gettime, write, signal, raise. */
+static void on_stop_signal(int sig) {
+    const int saved = errno;
+    const StopKind kind = stop_request_note(sig);
+    if (kind == STOP_FIRST && g_what) {
+        static const char head[] = "\nstop requested (";
+        const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+        static const char tail[] = " (the same signal again, 2 s or more later, ends the process at once)\n";
+        ssize_t ignored = write(STDERR_FILENO, head, sizeof head - 1);
+        ignored = write(STDERR_FILENO, name, strlen(name));
+        ignored = write(STDERR_FILENO, "): ", 3);
+        ignored = write(STDERR_FILENO, g_what, strlen(g_what));
+        ignored = write(STDERR_FILENO, tail, sizeof tail - 1);
+        (void)ignored;
+    } else if (kind == STOP_REPEATED) {
         signal(sig, SIG_DFL);
         raise(sig);
     }

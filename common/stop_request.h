@@ -32,8 +32,11 @@ void stop_request_end(int sig);
  * process the signal ended): the launcher counts it as stopped, not failed. */
 int stop_request_exit_status(int sig);
 
-/* CLOCK_MONOTONIC in nanoseconds (async-signal-safe). */
-long long stop_request_now_ns(void);
+/* What a stop signal means, for a handler of its own (the launcher's, which passes it on): the first
+ * (recorded: stop_request_signal; SIGPIPE ignored from then on), the same request again (sooner than
+ * STOP_REPEAT_SECONDS), or a repeat that asks to end at once. Async-signal-safe. */
+typedef enum { STOP_FIRST, STOP_SAME, STOP_REPEATED } StopKind;
+StopKind stop_request_note(int sig);
 
 /* "SIGINT", "SIGTERM" or "signal N", for messages. */
 const char *stop_request_name(int sig);

@@ -45,21 +45,12 @@ static void on_sigchld(int sig) {
 }
 
 /* SIGINT or SIGTERM at the launcher: the workers are asked to stop after their step (they save a
- * checkpoint; common/stop_request.h). The first signal and when it came; a repeat STOP_REPEAT_SECONDS
- * or more later stops them at once. */
-static volatile sig_atomic_t stop_signal, stop_repeated;
-static volatile long long stop_first_ns;
+ * checkpoint; common/stop_request.h); a repeat STOP_REPEAT_SECONDS or more later stops them at once. */
+static volatile sig_atomic_t stop_repeated;
 
 static void on_stop_signal(int sig) {
     int saved = errno;
-    const long long now = stop_request_now_ns();
-    if (!stop_signal) {
-        stop_signal = sig;
-        stop_first_ns = now;
-        signal(SIGPIPE, SIG_IGN); /* a `| tee` that Ctrl-C ended must not end the launcher */
-    } else if (now - stop_first_ns >= STOP_REPEAT_SECONDS * 1000000000LL) {
-        stop_repeated = 1;
-    }
+    if (stop_request_note(sig) == STOP_REPEATED) stop_repeated = 1;
     char one = 1;
     if (write(child_pipe[1], &one, 1) < 0) { /* full: a wakeup is pending anyway */
     }
@@ -150,9 +141,9 @@ static void fail(Launcher *L, int rank, const char *host, const char *text) {
 }
 
 static void report_exit(int rank, int st) {
-    if (WIFSIGNALED(st) && stop_signal && WTERMSIG(st) == stop_signal)
+    if (WIFSIGNALED(st) && stop_request_signal() && WTERMSIG(st) == stop_request_signal())
         fprintf(stderr, "launcher: rank %d ended on %s (before training began, or on the signal's repeat); "
-                "stopping the other ranks\n", rank, stop_request_name(stop_signal));
+                "stopping the other ranks\n", rank, stop_request_name(stop_request_signal()));
     else if (WIFSIGNALED(st))
         print_error("rank %d was killed by signal %d; stopping the other ranks", rank, WTERMSIG(st));
     else
@@ -183,7 +174,7 @@ static void reap(Launcher *L) {
             }
             continue;
         }
-        if (WIFSIGNALED(st) && stop_signal && WTERMSIG(st) == stop_signal) L->killed_by_stop = 1;
+        if (WIFSIGNALED(st) && stop_request_signal() && WTERMSIG(st) == stop_request_signal()) L->killed_by_stop = 1;
         if (!L->failed) {
             report_exit(L->base + i, st);
             L->usage_error = WIFEXITED(st) && WEXITSTATUS(st) == 2;
@@ -525,14 +516,14 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
         reap(&L); /* also every 50 ms: a signal can be missed between reap and poll */
         launcher_poll(&L, 50);
         if (L.listen_fd >= 0) server_check_deadline(&L);
-        if (stop_signal && !L.stop_passed) {
+        if (stop_request_signal() && !L.stop_passed) {
             for (int i = 0; i < gpus; i++)
-                if (L.pids[i] > 0) kill(L.pids[i], stop_signal);
+                if (L.pids[i] > 0) kill(L.pids[i], stop_request_signal());
             L.stop_passed = 1;
         }
         if (stop_repeated) {
             stop_workers(L.pids, gpus);
-            status = stop_request_exit_status(stop_signal);
+            status = stop_request_exit_status(stop_request_signal());
             break;
         }
         if (!L.failed && L.alive == 0 && L.stopped_rank < 0 && (L.listen_fd < 0 || L.done == L.world)) {
@@ -542,7 +533,7 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
         if (L.failed && (L.alive == 0 || wire_now() >= L.grace_end)) {
             stop_workers(L.pids, gpus);
             /* a worker the stop signal ended stopped as asked; any other failure is one */
-            status = L.usage_error ? 2 : L.killed_by_stop ? stop_request_exit_status(stop_signal) : 1;
+            status = L.usage_error ? 2 : L.killed_by_stop ? stop_request_exit_status(stop_request_signal()) : 1;
             break;
         }
     }

@@ -113,30 +113,30 @@ extern "C" void dist_nccl_free(Dist *d) {
     d->nccl = NULL;
 }
 
-static double allreduce_scalar(const Dist *d, double value, ncclRedOp_t op) {
-    NcclState *s = (NcclState *)d->nccl;
-    if (!s) return value;
-    CUDA_CHECK(cudaMemcpy(s->d_scalar, &value, sizeof value, cudaMemcpyHostToDevice));
-    NCCL_CHECK(ncclAllReduce(s->d_scalar, s->d_scalar, 1, ncclFloat64, op, s->comm, 0));
-    CUDA_CHECK(cudaMemcpy(&value, s->d_scalar, sizeof value, cudaMemcpyDeviceToHost));
-    return value;
-}
-
-extern "C" double dist_mean_scalar(const Dist *d, double value) { return allreduce_scalar(d, value, ncclAvg); }
-
-extern "C" void dist_mean_scalars(const Dist *d, double *values, int n) {
+/* values[0..n) reduced across ranks in place, in one collective (blocks). */
+static void allreduce_values(const Dist *d, double *values, int n, ncclRedOp_t op) {
     NcclState *s = (NcclState *)d->nccl;
     if (!s) return;
     if (n < 1 || n > DIST_MAX_SCALARS) {
-        fprintf(stderr, "error: dist_mean_scalars: %d values, at most %d (%s:%d)\n", n, DIST_MAX_SCALARS, __FILE__,
-                __LINE__);
+        fprintf(stderr, "error: %d host values to reduce, at most %d (%s:%d)\n", n, DIST_MAX_SCALARS, __FILE__, __LINE__);
         exit(1);
     }
     CUDA_CHECK(cudaMemcpy(s->d_scalar, values, n * sizeof(double), cudaMemcpyHostToDevice));
-    NCCL_CHECK(ncclAllReduce(s->d_scalar, s->d_scalar, n, ncclFloat64, ncclAvg, s->comm, 0));
+    NCCL_CHECK(ncclAllReduce(s->d_scalar, s->d_scalar, n, ncclFloat64, op, s->comm, 0));
     CUDA_CHECK(cudaMemcpy(values, s->d_scalar, n * sizeof(double), cudaMemcpyDeviceToHost));
 }
-extern "C" double dist_max_scalar(const Dist *d, double value) { return allreduce_scalar(d, value, ncclMax); }
+
+extern "C" double dist_mean_scalar(const Dist *d, double value) {
+    allreduce_values(d, &value, 1, ncclAvg);
+    return value;
+}
+
+extern "C" void dist_mean_scalars(const Dist *d, double *values, int n) { allreduce_values(d, values, n, ncclAvg); }
+
+extern "C" double dist_max_scalar(const Dist *d, double value) {
+    allreduce_values(d, &value, 1, ncclMax);
+    return value;
+}
 
 extern "C" int dist_one_nvlink_host(const Dist *d, int nodes) {
     if (!d->nccl) return 0;
