@@ -1512,6 +1512,7 @@ static void print_header(Run *r) {
     const int on_cpu = strcmp(opt->device, "cpu") == 0;
     print_memory(be, r->ck.params ? checkpoint_buffers_bytes(&r->table) : 0, on_cpu);
     if (on_cpu) print_gpu_estimate(&r->table, r->B, r->T, opt->recompute_gelu, optimizer_state_of(opt));
+    fflush(stdout); /* a log file or a `| tee` shows the set-up before the first step ends */
 }
 
 /* The validation loss at `step`, printed and logged. */
@@ -1691,11 +1692,12 @@ int main(int argc, char **argv) {
     if (status == RUN_ON) status = create_backend(r);
     if (status == RUN_ON) status = opt->resume ? resume(r) : start_new(r);
     if (status == RUN_ON) status = open_log(r);
+    /* before the header: once its lines are out, a Ctrl-C is a stop request */
+    if (status == RUN_ON)
+        stop_request_install(r->dist.rank == 0 ? "training stops at the end of a step, with a checkpoint" : NULL);
     if (status == RUN_ON) print_header(r);
 
     /* ---- the training loop ---- */
-    if (status == RUN_ON)
-        stop_request_install(r->dist.rank == 0 ? "training stops at the end of a step, with a checkpoint" : NULL);
     for (int step = r->start_step; status == RUN_ON && step < opt->steps; step++) {
         if (r->have_val && opt->val_every && step % opt->val_every == 0) {
             status = evaluate(r, step);
