@@ -1445,6 +1445,25 @@ static int open_log(Run *r) {
     return RUN_ON;
 }
 
+/* Loss settings that are legal but rarely meant, said before any step. A cap CAP keeps
+ * every logit within ±CAP, so the best a softmax over V words can give its target is
+ * e^CAP / (e^CAP + (V - 1) e^-CAP): the loss cannot fall below ln(1 + (V - 1) e^(-2 CAP)). A z-loss
+ * weight above 1 / ln V makes C lse² outweigh the cross-entropy at the start, where lse is about ln V. */
+static void print_loss_option_notes(const OutputLossOptions *lo, int vocab) {
+    const double ln_v = log((double)vocab);
+    if (lo->logit_softcap > 0) {
+        const double floor = log1p((vocab - 1) * exp(-2.0 * lo->logit_softcap));
+        if (floor >= 0.1)
+            printf("note: --logit-softcap %g keeps every logit within +-%g, so over %d words the loss cannot fall "
+                   "below %.3f (ln V = %.3f); Gemma 2's is 30\n",
+                   (double)lo->logit_softcap, (double)lo->logit_softcap, vocab, floor, ln_v);
+    }
+    if (lo->z_loss > 0 && lo->z_loss * ln_v > 1.0)
+        printf("note: --z-loss %g weighs lse^2 above the cross-entropy itself at the start (%.3g against %.3f "
+               "with lse near ln V); PaLM's weight is 1e-4\n",
+               (double)lo->z_loss, lo->z_loss * ln_v * ln_v, ln_v);
+}
+
 /* The model, the batch, the device and the start-up memory table. */
 static void print_header(Run *r) {
     const Options *opt = &r->opt;
@@ -1495,6 +1514,7 @@ static void print_header(Run *r) {
     if (lo.z_loss > 0 || lo.logit_softcap > 0 || lo.label_smoothing > 0)
         printf("loss: z-loss %g, logit softcap %g, label smoothing %g (the logged loss is the cross-entropy)\n",
                (double)lo.z_loss, (double)lo.logit_softcap, (double)lo.label_smoothing);
+    print_loss_option_notes(&lo, r->cfg.vocab_size);
     /* transformers applies final_logit_softcapping in Gemma's classes only */
     if (lo.logit_softcap > 0 && r->cfg.family != FAMILY_GEMMA3)
         printf("note: checkpoints record the cap as final_logit_softcapping, but transformers' %s does not apply it: "

@@ -223,6 +223,28 @@ TEST(training_logs_the_cross_entropy_the_objective_and_the_mean_lse) {
     free(out);
 }
 
+/* A cap of 1 over 300 words bounds the loss below by ln(1 + 299 e^-2), and a z-loss of 1 outweighs
+ * the cross-entropy at the start: each is said before the first step. Gemma 2's cap and PaLM's
+ * weight are said nothing of. */
+TEST(a_cap_that_bounds_the_loss_and_a_z_loss_that_outweighs_it_are_noted_before_training) {
+    char run[800], *out = NULL;
+    snprintf(run, sizeof run, "%s/notes", test_tmpdir());
+    REQUIRE(train_tiny(run, "--logit-softcap 1 --z-loss 1", &out) == 0, "train: %s", out);
+    const char *cap = out ? strstr(out, "note: --logit-softcap 1 keeps every logit within +-1, so over 300 words the "
+                                        "loss cannot fall below ")
+                          : NULL;
+    const char *zl = out ? strstr(out, "note: --z-loss 1 weighs lse^2 above the cross-entropy itself") : NULL;
+    const char *first = out ? strstr(out, "step     1/2") : NULL;
+    const double floor = cap ? strtod(strstr(cap, "below ") + 6, NULL) : -1;
+    CHECK(cap && zl && first && cap < first && zl < first && fabs(floor - log1p(299.0 * exp(-2.0))) < 1e-3,
+          "floor %g, expected %g: %s", floor, log1p(299.0 * exp(-2.0)), out ? out : "");
+    free(out);
+    snprintf(run, sizeof run, "%s/usual", test_tmpdir());
+    REQUIRE(train_tiny(run, "--logit-softcap 30 --z-loss 1e-4", &out) == 0, "train: %s", out);
+    CHECK(out && !strstr(out, "note: --logit-softcap") && !strstr(out, "note: --z-loss"), "%s", out ? out : "");
+    free(out);
+}
+
 TEST(loss_option_flags_out_of_range_are_refused_in_one_line) {
     const char *cases[][2] = {
         {"-x 1 --device cpu -e tiny --z-loss -1", "--z-loss must be 0 (off) or positive"},
