@@ -318,11 +318,19 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
      * validation part goes on from the training part, so it starts at the separator (the piece
      * after it then begins as it does in the whole, and the separator brings the post-processor's
      * tokens around it: wrap_documents), or at a place where the tokenizer can cut text
-     * (tokenizer_cut_near) */
+     * (tokenizer_cut_near) that leaves validation between half and twice its share. Where there is
+     * none (every line of a long text starts with white space), validation starts at the line
+     * start, and its first ids may differ from those the whole text would give there. */
     if (imported && at_boundary && cut < len) cut -= eot_len;
-    else if (imported && !at_boundary) {
-        size_t at = tokenizer_cut_near(given, text, len, cut > 0 ? cut - 1 : 0);
+    else if (imported && !at_boundary && cut < len) {
+        const size_t share = len - (size_t)((double)len * (1.0 - opt->val_fraction));
+        const size_t lo = share * 2 < len ? len - share * 2 : 1, hi = len - share / 2;
+        size_t at = tokenizer_cut_near(given, text, len, cut, lo, hi);
         if (at < len) cut = at;
+        else
+            fprintf(stderr, "note: near --val-fraction %g the text has no place where the tokenizer's pieces are "
+                    "sure to end; validation starts at a line start, where its first token(s) may differ from those "
+                    "of the text whole\n", opt->val_fraction);
     }
     if (cut == len) {
         fgpt_set_err(err, "the validation part of the text is empty (%zu bytes in all); give more text or raise "

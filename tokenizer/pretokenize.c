@@ -212,10 +212,20 @@ static int is_cut_point(const uint8_t *s, size_t len, size_t i) {
     return i > 0 && i < len && s[i - 1] == '\n' && s[i] > 0x20 && s[i] < 0x7f;
 }
 
-size_t tokenizer_cut_near(const Tokenizer *t, const char *text, size_t len, size_t at) {
+static int can_cut_at(const Tokenizer *t, const uint8_t *s, size_t len, size_t i) {
+    return t->spm ? spm_is_cut_point(t->spm, s, len, i) : is_cut_point(s, len, i);
+}
+
+size_t tokenizer_cut_near(const Tokenizer *t, const char *text, size_t len, size_t at, size_t lo, size_t hi) {
     const uint8_t *s = (const uint8_t *)text;
-    while (at < len && !(t->spm ? spm_is_cut_point(t->spm, s, len, at) : is_cut_point(s, len, at))) at++;
-    return at;
+    if (hi >= len) hi = len - 1;
+    if (at < lo || at > hi || len == 0) return len;
+    /* outwards from at, one byte each way a round: the first found is the nearest */
+    for (size_t d = 0; at - lo >= d || hi - at >= d; d++) {
+        if (hi - at >= d && can_cut_at(t, s, len, at + d)) return at + d;
+        if (d > 0 && at - lo >= d && can_cut_at(t, s, len, at - d)) return at - d;
+    }
+    return len;
 }
 
 int tokenizer_cut_text(const char *text, size_t len, int parts, size_t *cuts) {

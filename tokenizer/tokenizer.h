@@ -118,10 +118,10 @@ uint32_t *tokenizer_encode_alloc(const Tokenizer *t, const char *text, size_t le
 int tokenizer_encode_parallel(const Tokenizer *t, const char *text, size_t len, int flags, int threads,
                               uint32_t **out, size_t *n_out, char *err);
 
-/* The first place at or after `at` where text may be cut so that its two parts, encoded alone (the
- * first with TOKENIZER_MID_END, the second with TOKENIZER_MID_START), give the ids of the whole;
- * len when there is none. */
-size_t tokenizer_cut_near(const Tokenizer *t, const char *text, size_t len, size_t at);
+/* The place in [lo, hi] nearest `at` (the later of two as near) where text may be cut so that its
+ * two parts, encoded alone (the first with TOKENIZER_MID_END, the second with TOKENIZER_MID_START),
+ * give the ids of the whole; len when there is none. */
+size_t tokenizer_cut_near(const Tokenizer *t, const char *text, size_t len, size_t at, size_t lo, size_t hi);
 
 /* Writes the bytes of ids[0..n) into out (capacity cap, no terminating NUL) and returns the number
  * of bytes needed, which may exceed cap. The EOT token decodes as "<|endoftext|>"; an id outside the
