@@ -136,8 +136,11 @@ static int check_replaceable(const char *dir, const char *tokenizer_name, char *
     return 0;
 }
 
-/* Appends a file to *buf; -1 + message when it cannot be read. */
-static int append_file(const char *path, char **buf, size_t *len, size_t *cap, char *err) {
+/* Appends a file to *buf; -1 + message when it cannot be read, or, with `text_only`, as soon as a
+ * zero byte is read: no UTF-8 text holds one, so it is a binary file (read no further: it may be
+ * larger than memory) or UTF-16 text. */
+static int append_file(const char *path, int text_only, char **buf, size_t *len, size_t *cap, char *err) {
+    const size_t start = *len;
     char why[ERR_LEN];
     FILE *f = open_regular(path, why);
     if (!f) {
@@ -162,6 +165,13 @@ static int append_file(const char *path, char **buf, size_t *len, size_t *cap, c
             *cap = c;
         }
         size_t got = fread(*buf + *len, 1, *cap - *len, f);
+        const char *zero = text_only ? memchr(*buf + *len, 0, got) : NULL;
+        if (zero) {
+            fclose(f);
+            fgpt_set_err(err, "%s holds a zero byte (at byte %zu): it is not UTF-8 text (a binary file, or UTF-16: "
+                              "convert it to UTF-8)", path, (size_t)(zero - (*buf + start)));
+            return -1;
+        }
         *len += got;
         if (got == 0) break;
     }
@@ -174,17 +184,10 @@ static int append_file(const char *path, char **buf, size_t *len, size_t *cap, c
     return 0;
 }
 
-/* A file the user gave as text: no UTF-8 text holds a zero byte, so one is a binary file or
- * UTF-16 text. -1 + message. */
+/* A file the user gave as text. -1 + message. */
 static int append_text_file(const char *path, char **buf, size_t *len, size_t *cap, char *err) {
     const size_t start = *len;
-    if (append_file(path, buf, len, cap, err) != 0) return -1;
-    const char *zero = memchr(*buf + start, 0, *len - start);
-    if (zero) {
-        fgpt_set_err(err, "%s holds a zero byte (at byte %zu): it is not UTF-8 text (a binary file, or UTF-16: "
-                          "convert it to UTF-8)", path, (size_t)(zero - (*buf + start)));
-        return -1;
-    }
+    if (append_file(path, 1, buf, len, cap, err) != 0) return -1;
     /* a few stray bytes are common in real text (Windows-1252 quotes) and train as bytes: named, not refused */
     size_t first = 0;
     const size_t bad = corpus_invalid_utf8(*buf + start, *len - start, &first);
@@ -447,7 +450,7 @@ static int prepare_default_locked(uint32_t vocab_size, const char *cache_dir, in
     if (corpus_default(cache_dir, extended, text_path, sizeof text_path, name, err) != 0) return -1;
     char *text = NULL;
     size_t len = 0, cap = 0;
-    if (append_file(text_path, &text, &len, &cap, err) != 0) {
+    if (append_file(text_path, 0, &text, &len, &cap, err) != 0) {
         free(text);
         return -1;
     }
