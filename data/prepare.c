@@ -93,12 +93,30 @@ static int check_out_dir(const char *dir, char *err) {
     return 0;
 }
 
+/* Whether two files hold the same bytes (0 when either cannot be read). */
+static int same_file_bytes(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb;
+    char ba[1 << 14], bb[1 << 14];
+    while (same) {
+        const size_t na = fread(ba, 1, sizeof ba, fa), nb = fread(bb, 1, sizeof bb, fb);
+        same = na == nb && memcmp(ba, bb, na) == 0 && !ferror(fa) && !ferror(fb);
+        if (na == 0) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
 /* The three files prepare writes replace files of those names in -o, so each name must be free, an
- * empty file, or a regular file of prepare's kind: for the shards, one of our shards. Anything else
- * there (another tool's data under a common name, a folder, a pipe) is refused before any work,
- * rather than overwritten, or found only at the renames with part of the new set in place. */
-static int check_replaceable(const char *dir, const char *tokenizer_name, char *err) {
+ * empty file, or a regular file of prepare's kind: for the shards, one of our shards; for the
+ * tokenizer, one of an earlier prepare's set (our train.bin beside it) or the very file given as
+ * --tokenizer (`given`, NULL when prepare trains one). Anything else there (another tool's data or a
+ * model's own tokenizer under a common name, a folder, a pipe) is refused before any work, rather
+ * than overwritten, or found only at the renames with part of the new set in place. */
+static int check_replaceable(const char *dir, const char *tokenizer_name, const char *given, char *err) {
     const char *const names[] = {"train.bin", "val.bin", tokenizer_name};
+    int our_set = 0; /* train.bin there is one of our shards */
     for (int k = 0; k < 3; k++) {
         char path[PREPARE_PATH_LEN];
         if (path_join(path, dir, names[k], err) != 0) return -1;
@@ -115,7 +133,14 @@ static int check_replaceable(const char *dir, const char *tokenizer_name, char *
                          k < 2 ? "shard" : "tokenizer");
             return -1;
         }
-        if (k == 2 || sb.st_size == 0) continue; /* a tokenizer file of that name is replaced by the new one */
+        if (sb.st_size == 0) continue;
+        if (k == 2) {
+            if (our_set || (given && same_file_bytes(path, given))) continue;
+            fgpt_set_err(err, "prepare -o %s: %s is not the tokenizer of an earlier prepare there (no shard of "
+                         "fusedgpt's beside it), and prepare would replace it with %s (move it, or pass another -o)",
+                         dir, path, given ? given : "the one it trains");
+            return -1;
+        }
         FILE *f = fopen(path, "rb");
         unsigned char head[8];
         const size_t got = f ? fread(head, 1, sizeof head, f) : 0;
@@ -125,7 +150,10 @@ static int check_replaceable(const char *dir, const char *tokenizer_name, char *
             return -1;
         }
         fclose(f);
-        if (got == sizeof head && memcmp(head, SHARD_MAGIC, 8) == 0) continue;
+        if (got == sizeof head && memcmp(head, SHARD_MAGIC, 8) == 0) {
+            our_set |= k == 0;
+            continue;
+        }
         int32_t magic = 0;
         if (got >= 4) memcpy(&magic, head, 4);
         fgpt_set_err(err, "prepare -o %s: %s holds %s, which prepare would replace with its own shard (move it, or "
@@ -678,7 +706,7 @@ int prepare_main(int argc, char **argv) {
             sep = tokenizer_eot_text(given, &sep_len);
         }
         const int imported = given && tokenizer_is_imported(given);
-        if (check_replaceable(out_dir, imported ? "tokenizer.json" : "tokenizer.bin", err) != 0) {
+        if (check_replaceable(out_dir, imported ? "tokenizer.json" : "tokenizer.bin", opt.tokenizer_in, err) != 0) {
             print_error("%s", err);
             tokenizer_free(given);
             goto done;

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "common/err.h"
+#include "common/paths.h"
 #include "data/shard.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
@@ -415,6 +416,32 @@ TEST(prepare_with_a_tokenizer_json_cuts_validation_at_the_exact_cut_nearest_the_
           out ? out : "");
     free(all), free(out), free(text);
     tokenizer_free(t);
+}
+
+/* prepare -o a model's folder: its own tokenizer.json given as --tokenizer stays (the same bytes);
+ * another one there is refused before any work, and kept. */
+TEST(prepare_into_a_model_folder_keeps_its_tokenizer_json_unless_it_is_the_one_given) {
+    char dir[800], path[900], args[2000], *out = NULL;
+    snprintf(dir, sizeof dir, "%s/model_folder", test_tmpdir());
+    REQUIRE(make_dirs(dir) == 0, "mkdir %s", dir);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    char *own = read_text("tests/fixtures/hf_llama3_style.json");
+    REQUIRE(own, "cannot read the fixture");
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f, "cannot write %s", path);
+    fputs(own, f);
+    fclose(f);
+    snprintf(args, sizeof args, "prepare --tokenizer tests/fixtures/hf_gpt2_style.json -o %s " DOCUMENT, dir);
+    CHECK(run_train(args, &out) == 1 && strstr(out, "tokenizer.json is not the tokenizer of an earlier prepare there"),
+          "another tokenizer.json: %s", out ? out : "");
+    free(out);
+    char *kept = read_text(path);
+    CHECK(kept && strcmp(kept, own) == 0, "the folder's tokenizer.json was changed");
+    free(kept);
+    snprintf(args, sizeof args, "prepare --tokenizer %s -o %s " DOCUMENT, path, dir);
+    CHECK(run_train(args, &out) == 0, "its own tokenizer.json: %s", out ? out : "");
+    free(out);
+    free(own);
 }
 
 /* Qwen 2's NFC normalizer: text that is already NFC encodes as `tokenizers` does (above); text

@@ -634,4 +634,23 @@ TEST(prepare_refuses_to_replace_a_file_in_its_folder_that_is_not_its_shard) {
           "val.bin changed under a prepare refused for its tokenizer's folder");
     free(before);
     free(after);
+    /* a tokenizer file with no shard of ours beside it is someone's (a model folder's own tokenizer):
+     * kept; beside our set it is the earlier prepare's, and replaced */
+    rmdir(tok);
+    snprintf(path, sizeof path, "%s/train.bin", out);
+    unlink(path);
+    write_text_file(tok, "their tokenizer", 15);
+    unlink(log);
+    CHECK(run_prepare(6, argv) == 1, "a foreign tokenizer.bin is a runtime error");
+    said = read_text(log);
+    CHECK(said && strstr(said, "tokenizer.bin is not the tokenizer of an earlier prepare there") &&
+              !strstr(said, "training a"),
+          "prepare said: %s", said ? said : "");
+    free(said);
+    char *theirs = read_file(tok, &n);
+    CHECK(theirs && n == 15 && memcmp(theirs, "their tokenizer", 15) == 0, "the foreign tokenizer.bin was changed");
+    free(theirs);
+    unlink(tok);
+    CHECK(run_prepare(6, argv) == 0, "a fresh set");
+    CHECK(run_prepare(6, argv) == 0, "the earlier prepare's set is replaced, its tokenizer with it");
 }
