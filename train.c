@@ -1033,6 +1033,13 @@ static int load_tokenizer(Run *r, const char *from) {
         printf("note: not using %s (%s); checkpoints will carry no tokenizer.json (pass --tokenizer FILE)\n",
                r->tok_path, r->err);
     if (r->tok && from && r->dist.rank == 0) printf("tokenizer: %s (%s)\n", r->tok_path, from);
+    /* a -v of our own choosing above the tokenizer's (weights fix theirs, often with room to spare) */
+    const uint32_t words = r->tok ? tokenizer_vocab_size(r->tok) : 0;
+    if (r->tok && !from && !r->opt.init_from[0] && !r->opt.resume && words < (uint32_t)cfg->vocab_size &&
+        r->dist.rank == 0)
+        printf("note: the model's vocabulary of %d is larger than the %u tokens of %s: ids %u to %d have no text, "
+               "yet cost the output layer its work (pass -v %u unless the room is meant for tokens to come)\n",
+               cfg->vocab_size, words, r->tok_path, words, cfg->vocab_size - 1, words);
     return RUN_ON;
 }
 

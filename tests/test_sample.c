@@ -276,6 +276,15 @@ TEST(sample_with_an_imported_tokenizer_json_and_its_checkpoint_copy) {
     snprintf(args, sizeof args, "sample -o %s --device cpu --prompt 'Hello' -G 8 --temperature 0.7 --ids", run);
     CHECK(run_train(args, &out) == 0 && out && strncmp(out, "Hello", 5) == 0 && strstr(out, "ids:"), "sample: %s", out);
     free(out);
+    /* --tokenizer over the checkpoint's own: the same file says nothing, another is named */
+    snprintf(args, sizeof args, "sample -o %s --device cpu -G 4 --tokenizer tests/fixtures/hf_gpt2_style.json", run);
+    CHECK(run_train(args, &out) == 0 && !strstr(out, "note:"), "the same tokenizer: %s", out);
+    free(out);
+    snprintf(args, sizeof args, "sample -o %s --device cpu -G 4 --tokenizer tests/fixtures/hf_llama3_style.json", run);
+    CHECK(run_train(args, &out) == 0 && strstr(out, "note: --tokenizer tests/fixtures/hf_llama3_style.json is not ") &&
+              strstr(out, "the tokenizer the checkpoint carries"),
+          "another tokenizer: %s", out);
+    free(out);
 }
 
 static int one_line(const char *s) {

@@ -907,6 +907,26 @@ TEST(a_tokenizer_smaller_than_the_shards_vocabulary_is_refused) {
     free(out);
 }
 
+/* A -v above the tokenizer's size (no weights fixing it) is named with the ids that have no text;
+ * -v equal to it says nothing of the kind. */
+TEST(a_vocabulary_larger_than_the_tokenizer_is_named_with_the_ids_that_have_no_text) {
+    char shard[800], args[2400], *out = NULL;
+    snprintf(shard, sizeof shard, "%s/v700.bin", test_tmpdir());
+    REQUIRE(write_pattern_shard(shard, 4000, 700, 1) == 0, "shard");
+    const int vocab[2] = {1024, 700};
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args, "--device cpu -e tiny -v %d -b 2 -t 16 -x 1 --warmup 0 -s 0 --val-every 0 -i %s "
+                 "--tokenizer tests/fixtures/hf_gpt2_style.json -o %s/run_v%d", vocab[k], shard, test_tmpdir(), vocab[k]);
+        const int rc = run_train(args, &out);
+        const char *note = out ? strstr(out, "note: the model's vocabulary of 1024 is larger than the 700 tokens of "
+                                             "tests/fixtures/hf_gpt2_style.json: ids 700 to 1023 have no text")
+                               : NULL;
+        CHECK(rc == 0 && (k == 0 ? note && strstr(note, "pass -v 700") : !strstr(out, "have no text")), "-v %d: %s",
+              vocab[k], out ? out : "");
+        free(out);
+    }
+}
+
 #define GPT2_STYLE_TOKENIZER "tests/fixtures/hf_gpt2_style.json"
 #define RUN700 "--device cpu -e tiny -v 700 -b 2 -t 16 -x 1 --warmup 0 -s 0 --val-every 0"
 

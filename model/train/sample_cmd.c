@@ -141,11 +141,18 @@ static Tokenizer *open_tokenizer(const SampleOptions *o, const char *dir, int *s
     char path[FGPT_PATH_LEN], err[ERR_LEN];
     *status = 0;
     if (!o->tokenizer && !file_in_dir(path, dir, "tokenizer.json")) return NULL;
+    const int has_own = o->tokenizer && file_in_dir(path, dir, "tokenizer.json");
     Tokenizer *t = tokenizer_load(o->tokenizer ? o->tokenizer : path, err);
     if (!t) {
         print_error("%s", err);
         *status = 1;
     }
+    /* the checkpoint's own names the model's ids: another decodes them as other text */
+    Tokenizer *own = t && has_own ? tokenizer_load(path, err) : NULL;
+    if (own && tokenizer_fingerprint(own) != tokenizer_fingerprint(t))
+        fprintf(stderr, "note: --tokenizer %s is not %s, the tokenizer the checkpoint carries: its ids mean other "
+                "text to the model (leave out --tokenizer to use the checkpoint's)\n", o->tokenizer, path);
+    tokenizer_free(own);
     return t;
 }
 
