@@ -139,6 +139,12 @@ TEST(eval_per_token_writes_each_targets_capped_loss_in_window_order_and_the_obje
         CHECK(worst <= 1e-5, "%s: a per-token loss is off by %.3g relative", outputs[k], worst);
         free(bytes);
     }
+    /* a --per-token path that cannot be created is refused before the model or the data is read */
+    snprintf(args, sizeof args, "eval --init-from %s -i %s -t 16 --device cpu --per-token %s/x", dir, shard, file);
+    CHECK(run_train(args, &out) == 1 && out && strstr(out, "error: cannot create") && strstr(out, "for --per-token") &&
+              !strstr(out, "eval: "),
+          "'%s': %s", args, out);
+    free(out);
     /* without an objective flag there is no objective on the line */
     snprintf(args, sizeof args, "eval --init-from %s -i %s -t 16 --device cpu --logit-softcap 0.02", dir, shard);
     CHECK(run_train(args, &out) == 0 && out && !strstr(out, "objective") &&

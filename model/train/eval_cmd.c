@@ -323,18 +323,33 @@ int eval_main(int argc, char **argv) {
                     onto_shard ? "would overwrite the shard being evaluated" : "would write into the checkpoint's folder");
         return 2;
     }
-    uint64_t n;
-    uint32_t *tokens = read_tokens(o.data, cfg.vocab_size, dir, &n);
-    if (!tokens) return 1;
-    /* a batch holds no more windows than there are: the backend's buffers are no larger than needed */
-    const uint64_t windows = eval_window_count(n, T);
-    const int B = windows < (uint64_t)o.batch ? (int)windows : o.batch;
+    uint64_t n = 0;
+    uint32_t *tokens = NULL;
     ParamTable table;
     memset(&table, 0, sizeof table);
     Backend *be = NULL;
     FILE *per_token = NULL;
     char tmp[FGPT_PATH_LEN + 8] = ""; /* the per-token file's temporary name while it is written */
     status = 1;
+    /* before the model and the data, so that a path that cannot be written costs nothing. The file
+     * goes to a temporary name, renamed once complete: a failed run leaves whatever the path held
+     * before. A path that is there and is not a regular file (a FIFO, a device such as /dev/stdout,
+     * a link) is written in place: a rename would replace it. */
+    if (o.per_token) {
+        struct stat lsb;
+        const int in_place = lstat(o.per_token, &lsb) == 0 && !S_ISREG(lsb.st_mode);
+        if (!in_place) snprintf(tmp, sizeof tmp, "%s.tmp", o.per_token);
+        if (!(per_token = fopen(in_place ? o.per_token : tmp, "wb"))) {
+            print_error("cannot create %s for --per-token: %s (pass a path in a writable directory)",
+                        in_place ? o.per_token : tmp, strerror(errno));
+            tmp[0] = 0;
+            goto done;
+        }
+    }
+    if (!(tokens = read_tokens(o.data, cfg.vocab_size, dir, &n))) goto done;
+    /* a batch holds no more windows than there are: the backend's buffers are no larger than needed */
+    const uint64_t windows = eval_window_count(n, T);
+    const int B = windows < (uint64_t)o.batch ? (int)windows : o.batch;
     if (param_table_build(&table, &cfg, err) != 0) {
         print_error("%s", err);
         goto done;
@@ -343,19 +358,6 @@ int eval_main(int argc, char **argv) {
     be->z_loss = o.z_loss, be->label_smoothing = o.label_smoothing;
     printf("eval: %s on %s: %llu tokens, %llu window(s) of T=%d in batches of B=%d, output layer %s, device %s (%s)\n",
            dir, o.data, (unsigned long long)n, (unsigned long long)windows, T, B, o.output, o.device, be->device_name);
-    /* the per-token file goes to a temporary name, renamed once complete: a failed run leaves
-     * whatever the path held before. A path that is there and is not a regular file (a FIFO, a
-     * device such as /dev/stdout, a link) is written in place: a rename would replace it. */
-    if (o.per_token) {
-        struct stat lsb;
-        const int in_place = lstat(o.per_token, &lsb) == 0 && !S_ISREG(lsb.st_mode);
-        if (!in_place) snprintf(tmp, sizeof tmp, "%s.tmp", o.per_token);
-        if (!(per_token = fopen(in_place ? o.per_token : tmp, "wb"))) {
-            print_error("cannot create %s for --per-token: %s (pass a path in a writable directory)",
-                        in_place ? o.per_token : tmp, strerror(errno));
-            goto done;
-        }
-    }
     EvalMeans m;
     if (eval_run(be, tokens, n, &m, per_token, o.per_token, err) != 0) {
         print_error("%s", err);
