@@ -189,12 +189,33 @@ TEST(checkpoint_crash_midway_leaves_latest_intact_and_prunes_old) {
     float *q = malloc(t.total * 4 * 3);
     REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == 0, "%s", err);
     CHECK(st.step == 3, "latest is step %d, expected 3", st.step);
+    /* latest written by hand: with a completion's trailing slash it names the same checkpoint; a
+     * name that is none says how to go on */
+    char latest[700];
+    snprintf(latest, sizeof latest, "%s/latest", test_tmpdir());
+    FILE *lf = fopen(latest, "w");
+    REQUIRE(lf && fputs("step_00000003/\n", lf) >= 0 && fclose(lf) == 0, "writing latest");
+    REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == 0, "%s", err);
+    CHECK(st.step == 3, "latest step_00000003/ is step %d", st.step);
+    lf = fopen(latest, "w");
+    REQUIRE(lf && fputs("/abs/step_00000003\n", lf) >= 0 && fclose(lf) == 0, "writing latest");
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
+              strstr(err, "is corrupt (expected a name like step_00000100)") &&
+              strstr(err, "or remove it and -y 1 resumes from the newest whole checkpoint"),
+          "a latest naming no checkpoint: %s", err);
+    lf = fopen(latest, "w");
+    REQUIRE(lf && fputs("step_00000003\n", lf) >= 0 && fclose(lf) == 0, "writing latest");
     /* a truncated state file is reported, not read */
     snprintf(path, sizeof path, "%s/step_00000003/state.bin", test_tmpdir());
     REQUIRE(truncate(path, 200) == 0, "truncate");
     CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
               strstr(err, "truncated"),
           "truncated state accepted: %s", err);
+    /* a folder in its place is named as one */
+    REQUIRE(unlink(path) == 0 && mkdir(path, 0755) == 0, "a folder as %s", path);
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
+              strstr(err, "state.bin is a folder, not a state file"),
+          "a folder as state.bin: %s", err);
     free(q);
     free(p);
     param_table_free(&t);

@@ -751,9 +751,12 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
     int got = fscanf(lf, "%255s", buf);
     const int after = fgetc(lf); /* a name longer than the buffer must not pass cut short */
     fclose(lf);
+    /* a name written by hand may end in the slash a shell's completion adds */
+    for (size_t k = strlen(buf); k > 5 && buf[k - 1] == '/'; k--) buf[k - 1] = 0;
     if (got != 1 || (after != EOF && !isspace(after)) || strncmp(buf, "step_", 5) != 0 || strchr(buf, '/') ||
         strlen(buf) >= size) {
-        snprintf(err, ERR_LEN, "%s is corrupt (expected a name like step_00000100)", latest);
+        snprintf(err, ERR_LEN, "%s is corrupt (expected a name like step_00000100): write the name of the checkpoint "
+                 "to resume into it, or remove it and -y 1 resumes from the newest whole checkpoint there", latest);
         return -1;
     }
     memcpy(name, buf, strlen(buf) + 1);
@@ -770,6 +773,12 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
         snprintf(err, ERR_LEN, "cannot open %s: %s (%s); %s", path, strerror(e),
                  e == EACCES || e == EPERM ? "not readable: fix its permissions" : "checkpoint incomplete?",
                  OLDER_CHECKPOINT_HINT);
+        return -1;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(err, ERR_LEN, "%s is a folder, not a state file; %s", path, OLDER_CHECKPOINT_HINT);
+        fclose(f);
         return -1;
     }
     DiskHeader d;
