@@ -516,6 +516,12 @@ static int check_init_from(const Options *opt, GPTConfig *cfg) {
     GPTConfig hf;
     char err[ERR_LEN];
     if (!opt->init_from[0]) return 0;
+    char latest[FGPT_PATH_LEN];
+    if (checkpoint_is_run_dir(opt->init_from, latest)) {
+        print_error("--init-from %s is a training run's directory, not a checkpoint: pass --init-from %s, its "
+                    "latest (or -y 1 -o %s to go on with that run)", opt->init_from, latest, opt->init_from);
+        return -1;
+    }
     if (hf_read_config(opt->init_from, &hf, err) != 0) {
         print_error("%s", err);
         return -1;

@@ -10,6 +10,7 @@
 #include "common/rng.h"
 #include "model/backend.h"
 #include "model/train/sample.h"
+#include "common/paths.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 
@@ -291,6 +292,30 @@ static int one_line(const char *s) {
     const char *nl = strchr(s, '\n');
     return nl && nl[1] == 0;
 }
+
+/* A run's directory where a checkpoint's is expected (--checkpoint, --init-from) is named as one,
+ * with the path of its latest checkpoint. */
+TEST(a_run_directory_given_for_a_checkpoint_names_its_latest) {
+    char run[800], path[900], args[2400], *out = NULL;
+    snprintf(run, sizeof run, "%s/a_run", test_tmpdir());
+    REQUIRE(make_dirs(run) == 0, "mkdir %s", run);
+    snprintf(path, sizeof path, "%s/latest", run);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f && fputs("step_00000004\n", f) >= 0 && fclose(f) == 0, "writing %s", path);
+    const char *how[][2] = {{"sample --device cpu --checkpoint", "--checkpoint"},
+                            {"eval --device cpu -i x.bin --init-from", "--init-from"},
+                            {"--device cpu -e tiny -x 1 -o elsewhere --init-from", "--init-from"}};
+    for (int k = 0; k < 3; k++) {
+        snprintf(args, sizeof args, "%s %s", how[k][0], run);
+        char want[2000];
+        snprintf(want, sizeof want, "error: %s %s is a training run's directory, not a checkpoint: pass %s %s/step_00000004",
+                 how[k][1], run, how[k][1], run);
+        const int rc = run_train(args, &out);
+        CHECK(rc == 1 && out && strstr(out, want) && one_line(out), "'%s': (%d) %s", args, rc, out ? out : "");
+        free(out);
+    }
+}
+
 
 TEST(sample_errors_name_the_problem) {
     char args[1200], *out = NULL;

@@ -919,6 +919,15 @@ int checkpoint_state_reseal(const char *path, char *err) {
     return 0;
 }
 
+int checkpoint_is_run_dir(const char *dir, char *path) {
+    char latest[FGPT_PATH_LEN], name[256], why[ERR_LEN];
+    struct stat st;
+    if (path_format(latest, "%s/latest", dir) != 0 || stat(latest, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    if (checkpoint_latest_name(dir, name, sizeof name, why) < 0) snprintf(name, sizeof name, "step_NNNNNNNN");
+    if (path_format(path, "%s/%s", dir, name) != 0) path_format(path, "%s", dir);
+    return 1;
+}
+
 int checkpoint_dir_to_read(const char *run_dir, int step, const char *hf_dir, const char *hf_flag, char *dir,
                            char *err) {
     char name[256], why[ERR_LEN];
@@ -954,7 +963,11 @@ int checkpoint_dir_to_read(const char *run_dir, int step, const char *hf_dir, co
         char path[FGPT_PATH_LEN], index[FGPT_PATH_LEN];
         if (path_format(path, "%s/%s", dir, files[i]) == 0 && stat(path, &st) == 0) continue;
         if (i == 1 && path_format(index, "%s/model.safetensors.index.json", dir) == 0 && stat(index, &st) == 0) continue;
-        if (hf_dir)
+        char latest[FGPT_PATH_LEN];
+        if (hf_dir && checkpoint_is_run_dir(dir, latest)) /* where one of its checkpoints was meant */
+            snprintf(err, ERR_LEN, "%s %s is a training run's directory, not a checkpoint: pass %s %s, its latest "
+                                   "(or -o %s)", hf_flag, dir, hf_flag, latest, dir);
+        else if (hf_dir)
             snprintf(err, ERR_LEN, "%s %s has no %s (pass a Hugging Face checkpoint directory: config.json and "
                                    "model.safetensors, or its shards and model.safetensors.index.json)", hf_flag, dir,
                      files[i]);

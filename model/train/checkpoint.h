@@ -108,6 +108,12 @@ int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, si
  * state.bin is whole (1). -1 with a message in err when there is none or latest is not such a name. */
 int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *err);
 
+/* Whether dir is a training run's directory (it has a latest file) rather than a checkpoint: then
+ * its latest checkpoint's path (dir/step_NNNNNNNN, the placeholder itself when latest names none)
+ * goes into path (FGPT_PATH_LEN bytes), for a message that points a flag expecting a checkpoint to
+ * it. */
+int checkpoint_is_run_dir(const char *dir, char *path);
+
 /* The checkpoint directory that a command reading one (sample, eval) takes, into dir (FGPT_PATH_LEN
  * bytes): hf_dir when it is given (a Hugging Face directory, which messages name by its flag,
  * hf_flag), else run_dir's checkpoint of step `step`, or its latest when step < 0. config.json and
