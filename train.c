@@ -720,7 +720,8 @@ static int leave_later_timeline(const char *run_dir, int step, int eval_again, i
         snprintf(err, ERR_LEN, "run directory %s is too long a path (pass a shorter -o)", run_dir);
         return -1;
     }
-    int records = runlog_trim_after(run_dir, step, eval_again, sample_again, moved ? moved_log : NULL, err);
+    int cut_short = 0;
+    int records = runlog_trim_after(run_dir, step, eval_again, sample_again, moved ? moved_log : NULL, &cut_short, err);
     if (records < 0) return -1;
     if (moved)
         printf("note: %s held %d checkpoint(s) after step %d, where this run resumes; moved them and %d log "
@@ -729,6 +730,8 @@ static int leave_later_timeline(const char *run_dir, int step, int eval_again, i
     else if (records)
         printf("note: %s/log.jsonl held %d record(s) after step %d, from a run stopped before its next checkpoint; "
                "dropped them, this run writes them again\n", run_dir, records, step);
+    if (cut_short)
+        printf("note: %s/log.jsonl ended in a line cut short (a run killed while writing it); dropped it\n", run_dir);
     return 0;
 }
 

@@ -183,8 +183,9 @@ static int sync_parent(const char *path) {
 }
 
 int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_again, const char *moved_log,
-                      char *err) {
+                      int *cut_short, char *err) {
     const Resume r = {step, eval_again, sample_again};
+    if (cut_short) *cut_short = 0;
     char path[FGPT_PATH_LEN], tmp[FGPT_PATH_LEN];
     if (path_format(path, "%s/log.jsonl", run_dir) != 0 || path_format(tmp, "%s.tmp", path) != 0) {
         snprintf(err, ERR_LEN, "run directory %s is too long a path for its log (pass a shorter -o)", run_dir);
@@ -205,13 +206,14 @@ int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
-    int leaving = 0, stays = 1;
+    int leaving = 0, stays = 1, torn = 0;
     long long number = 0;
     char why[ERR_LEN];
     while (stays >= 0 && (len = getline(&line, &cap, in)) > 0) {
         number++;
         stays = line_stays(line, (size_t)len, &r, why);
         leaving += stays == 0;
+        torn = line[len - 1] != '\n'; /* only the last line can lack its newline */
     }
     if (stays < 0) {
         snprintf(err, ERR_LEN, "%s line %lld is not a run-log record (%s; delete or fix that line, then resume again)",
@@ -251,5 +253,6 @@ int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_
         unlink(tmp);
         return -1;
     }
-    return leaving;
+    if (cut_short) *cut_short = torn;
+    return leaving - torn;
 }
