@@ -344,7 +344,10 @@ JsonValue *json_parse(const char *text, size_t len, const char *what, char *err)
         snprintf(err, ERR_LEN, "out of memory reading %s", what);
         return NULL;
     }
-    if (parse_value(&p, root, 0)) {
+    /* an editor's byte-order mark is no JSON (Python's json refuses it too): named, with the fix */
+    if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0)
+        fail(&p, "the file starts with a UTF-8 byte-order mark (save it as UTF-8 without one)");
+    else if (parse_value(&p, root, 0)) {
         skip_space(&p);
         if (p.at < len) fail(&p, "more text after the value");
     }

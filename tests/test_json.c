@@ -79,6 +79,7 @@ TEST(json_refuses_malformed_text_naming_the_place) {
     expect_bad("{} {}", "more text after the value");
     expect_bad("// comment\n1", "line 1 column 1");
     expect_bad("[\n1,\n  x]", "line 3 column 3");
+    expect_bad("\xef\xbb\xbf{\"a\": 1}", "starts with a UTF-8 byte-order mark (save it as UTF-8 without one)");
     char deep[JSON_MAX_DEPTH + 10];
     memset(deep, '[', sizeof deep - 1);
     deep[sizeof deep - 1] = 0;
