@@ -310,7 +310,8 @@ static int check_shape(const GPTConfig *cfg, char *err) {
         return -1;
     }
     if (cfg->head_dim % 2 != 0 || !(cfg->rope.theta > 0.0)) {
-        snprintf(err, ERR_LEN, "rotary positions need an even head dim and theta > 0 (head dim %d, theta %g)",
+        snprintf(err, ERR_LEN, "rotary positions need an even head dim and theta > 0 (head dim %d, theta %g): pass an "
+                 "even --head-dim, or --dim and --heads whose quotient is even (config.json: head_dim, rope_theta)",
                  cfg->head_dim, cfg->rope.theta);
         return -1;
     }

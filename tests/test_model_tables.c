@@ -186,7 +186,7 @@ TEST(a_family_shape_the_blocks_cannot_compute_is_refused_naming_it) {
         const char *msg;
     } bad[] = {
         {FAMILY_LLAMA, 4, 3, 6, "do not split into groups of 3 kv heads"},
-        {FAMILY_QWEN3, 4, 2, 5, "even head dim"},
+        {FAMILY_QWEN3, 4, 2, 5, "even head dim and theta > 0 (head dim 5, theta 1e+06): pass an even --head-dim"},
         {FAMILY_GPT2, 4, 2, 0, "GPT-2 has kv heads = heads"},
     };
     GPTConfig mixed = small_family(FAMILY_LLAMA);
