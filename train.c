@@ -27,6 +27,7 @@
 #include "data/prepare.h"
 #include "common/rng.h"
 #include "common/safetensors.h"
+#include "common/repeated_flags.h"
 #include "common/stop_request.h"
 #include "model/backend.h"
 #include "model/memory_estimate.h"
@@ -68,7 +69,7 @@ typedef struct {
     int recompute_gelu, profile_step, step_parts;
     int help;
     unsigned from_env; /* bit k: option_env[k]'s value came from its environment variable */
-    char repeated[256]; /* flags given more than once on the command line (the last value holds) */
+    RepeatedFlags repeated; /* the flags' uses, for the note on those given more than once */
     unsigned char given[64]; /* given[k]: options[k] was on the command line (its default was not taken) */
 } Options;
 
@@ -334,10 +335,8 @@ static void parse_args(Options *opt, int argc, char **argv) {
         char name[64];
         flag_name(o, name, sizeof name);
         /* the last value holds (scripts override their defaults this way), but the user hears of it */
-        if (given[o - options]++ == 1 && o->type != OPT_FLAG) {
-            size_t len = strlen(opt->repeated);
-            snprintf(opt->repeated + len, sizeof opt->repeated - len, "%s%s", len ? ", " : "", name);
-        }
+        given[o - options] = 1;
+        if (o->type != OPT_FLAG) repeated_flags_use(&opt->repeated, name);
         if (o->type == OPT_FLAG) {
             if (inline_value) die_usage("%s takes no value, got '%s'", name, arg);
             set_value(opt, o, "1", NULL);
@@ -1132,7 +1131,7 @@ static int resolve_data(Run *r) {
         printf("validation: off (no -j/--val-data shard beside -i); --val-every has nothing to evaluate\n");
     if (r->val_path[0] && opt->val_every == 0 && opt->val_data[0])
         printf("validation: off (--val-every 0): -j %s is not read\n", r->val_path);
-    if (opt->repeated[0]) printf("note: given more than once, the last value is used: %s\n", opt->repeated);
+    repeated_flags_note(&opt->repeated, stdout);
     if (opt->logits_mb != OUTPUT_FUSED_DEFAULT_BUDGET_MIB && strcmp(opt->output, "fused"))
         printf("output layer: --logits-mb sizes the fused layer's chunks; --output %s does not use it\n", opt->output);
     if (opt->warmup >= opt->steps)

@@ -10,7 +10,9 @@
 #include "data/prepare.h"
 #include "common/err.h"
 #include "common/paths.h"
+#include "common/repeated_flags.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -567,7 +569,7 @@ static int parse_u32(const char *s, uint32_t *v) {
     char *end;
     errno = 0;
     unsigned long long x = strtoull(s, &end, 10);
-    if (errno || end == s || *end || x > UINT32_MAX || s[0] == '-') return -1;
+    if (errno || end == s || *end || x > UINT32_MAX || s[0] == '-' || isspace((unsigned char)s[0])) return -1;
     *v = (uint32_t)x;
     return 0;
 }
@@ -579,9 +581,16 @@ int prepare_main(int argc, char **argv) {
     const char **files = calloc((size_t)argc + 1, sizeof *files);
     if (!files) return 1;
     int status = 2;
+    RepeatedFlags repeated = {0};
+    static const char *const value_flags[][2] = {
+        {"-v", "-v/--vocab"},           {"--vocab", "-v/--vocab"},      {"-o", "-o/--out"},
+        {"--out", "-o/--out"},          {"--corpus", "--corpus"},       {"--tokenizer", "--tokenizer"},
+        {"--val-fraction", "--val-fraction"}, {"--cache-dir", "--cache-dir"}, {"--threads", "--threads"}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
+            if (!strcmp(a, value_flags[k][0])) repeated_flags_use(&repeated, value_flags[k][1]);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { /* the rest is still read: a bad flag is named, as ./train does */
             help = 1;
         } else if (!strcmp(a, "--default-corpus")) {
@@ -625,7 +634,7 @@ int prepare_main(int argc, char **argv) {
         } else if (!strcmp(a, "--val-fraction")) {
             char *end;
             opt.val_fraction = val ? strtod(val, &end) : -1;
-            if (!val || *end || !(opt.val_fraction > 0 && opt.val_fraction <= 0.5)) {
+            if (!val || isspace((unsigned char)*val) || *end || !(opt.val_fraction > 0 && opt.val_fraction <= 0.5)) {
                 status = bad_arg(a, "needs a fraction in (0, 0.5], e.g. 0.01");
                 goto done;
             }
@@ -657,6 +666,7 @@ int prepare_main(int argc, char **argv) {
         status = 0;
         goto done;
     }
+    repeated_flags_note(&repeated, stderr);
     char err[ERR_LEN];
     PreparedData out;
     if (default_corpus && (n_files || opt.tokenizer_in)) {

@@ -676,6 +676,22 @@ TEST(inputs_that_would_be_silently_useless_are_refused_or_named) {
                "--device cpu -e tiny -v 64 -b 4 -t 32 -s 0 -x 2 --warmup 10 --val-every 1 -i %s -o %s/r", train, d);
 }
 
+/* eval, sample and prepare say which flags came twice as ./train does, and refuse a number that
+ * starts with white space as ./train does (strtol would skip it). */
+TEST(the_commands_name_flags_given_twice_and_refuse_numbers_with_leading_space_alike) {
+    const char *d = test_tmpdir();
+    expect_run(1, "note: given more than once, the last value is used: -i/--data, -b/--batch\n", NULL,
+               "eval --device cpu -o %s/none -i a -i b -b 2 --batch 3", d);
+    expect_run(1, "note: given more than once, the last value is used: -o/--out, -G/--gen-tokens\n", NULL,
+               "sample --device cpu -o %s/none -G 3 --gen-tokens 4 --out %s/none", d, d);
+    expect_run(1, "note: given more than once, the last value is used: -v/--vocab, -o/--out\n", NULL,
+               "prepare -v 512 --vocab 600 -o %s/p -o %s/q %s/no_such.txt", d, d, d);
+    expect_run(2, "sample --temperature must be from 0", NULL, "sample --device cpu -o %s/none --temperature ' 1'", d);
+    expect_run(2, "sample --top-k must be a whole number", NULL, "sample --device cpu -o %s/none --top-k ' 3'", d);
+    expect_run(2, "eval -b", "expects a whole number", "eval --device cpu -o %s/none -i a -b ' 2'", d);
+    expect_run(2, "prepare -v: needs a whole number", NULL, "prepare -v ' 512' %s/no_such.txt", d);
+}
+
 TEST(cli_help_as_a_word_prints_the_help) {
     char *out = NULL;
     int rc = run_train("help", &out);

@@ -8,6 +8,7 @@
  * when --z-loss or --label-smoothing asks for one. --per-token FILE writes each target's loss. */
 #include "model/train/eval_cmd.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "common/err.h"
+#include "common/repeated_flags.h"
 #include "common/host_memory.h"
 #include "data/shard.h"
 #include "model/backend.h"
@@ -115,6 +117,7 @@ static int find_given(int argc, char **argv, const char *flag) {
 /* 0, or the exit status of a bad command line (after its message). */
 static int parse(EvalOptions *o, int argc, char **argv) {
     *o = (EvalOptions){.device = "cuda", .output = "fused", .step = -1, .batch = 4};
+    RepeatedFlags repeated = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         const EvalFlag *f = find_flag(a);
@@ -129,6 +132,10 @@ static int parse(EvalOptions *o, int argc, char **argv) {
         }
         if (!v || find_flag(v)) return bad(a, "needs a value");
         i++;
+        char name[48];
+        if (f->short_name) snprintf(name, sizeof name, "-%c/--%s", f->short_name, f->long_name);
+        else snprintf(name, sizeof name, "--%s", f->long_name);
+        repeated_flags_use(&repeated, name);
         if (f->type == EVAL_STR) {
             *(const char **)dst = v;
             continue;
@@ -137,12 +144,12 @@ static int parse(EvalOptions *o, int argc, char **argv) {
         errno = 0;
         if (f->type == EVAL_FLOAT) {
             float x = strtof(v, &end);
-            if (!*v || *end || errno || !isfinite(x)) return bad(a, "expects a number");
+            if (!*v || isspace((unsigned char)*v) || *end || errno || !isfinite(x)) return bad(a, "expects a number");
             *(float *)dst = x;
             continue;
         }
         long n = strtol(v, &end, 10);
-        if (!*v || *end || errno || n < f->lo || n > 2147483647L) {
+        if (!*v || isspace((unsigned char)*v) || *end || errno || n < f->lo || n > 2147483647L) {
             char why[96];
             snprintf(why, sizeof why, "expects a whole number from %d to 2147483647, got '%.24s%s'", f->lo, v,
                      strlen(v) > 24 ? "..." : "");
@@ -151,6 +158,7 @@ static int parse(EvalOptions *o, int argc, char **argv) {
         *(int *)dst = (int)n;
     }
     if (o->help) return 0;
+    repeated_flags_note(&repeated, stderr);
     if (!o->run == !o->init_from) return bad("--init-from", "or -o/--out: give one of them");
     if (o->init_from && o->step >= 0) return bad("--step", "goes with -o RUN, not --init-from");
     if (!o->data) return bad("-i/--data", "is missing: name the token shard to evaluate");

@@ -7,6 +7,7 @@
  * the backend's key/value cache (model/train/sample.c), printed as it is drawn. */
 #include "model/train/sample_cmd.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "common/err.h"
+#include "common/repeated_flags.h"
 #include "common/host_memory.h"
 #include "common/rng.h"
 #include "model/backend.h"
@@ -60,7 +62,7 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
     char *end;
     errno = 0;
     long v = s ? strtol(s, &end, 10) : 0;
-    if (!s || !*s || *end || errno || v < lo || v > hi) return -1;
+    if (!s || !*s || isspace((unsigned char)*s) || *end || errno || v < lo || v > hi) return -1;
     *out = (int)v;
     return 0;
 }
@@ -78,21 +80,26 @@ static int flag_takes_value(const char *a) {
 static int parse(SampleOptions *o, int argc, char **argv, int *help) {
     *o = (SampleOptions){.device = "cuda", .step = -1, .gen_tokens = 64, .temperature = 1.0f, .seed = 1337};
     *help = 0;
+    RepeatedFlags repeated = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes_value = 1;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { /* the rest is still read: a bad flag is named, as ./train does */
             *help = 1;
-            takes_value = 0;
-        } else if (!strcmp(a, "--ids")) {
+            continue;
+        }
+        if (!strcmp(a, "--ids")) {
             o->print_ids = 1;
-            takes_value = 0;
-        } else if (!flag_takes_value(a)) {
+            continue;
+        }
+        if (!flag_takes_value(a)) {
             print_error("sample: unknown flag '%s' (see ./train sample --help)", a);
             return 2;
-        } else if (!v) {
-            return bad(a, "needs a value");
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
+        }
+        if (!v) return bad(a, "needs a value");
+        i++;
+        const int out = !strcmp(a, "-o") || !strcmp(a, "--out"), gen = !strcmp(a, "-G") || !strcmp(a, "--gen-tokens");
+        repeated_flags_use(&repeated, out ? "-o/--out" : gen ? "-G/--gen-tokens" : a);
+        if (out) {
             o->run = v;
         } else if (!strcmp(a, "--checkpoint")) {
             o->checkpoint = v;
@@ -105,7 +112,7 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
             o->device = v;
         } else if (!strcmp(a, "--step")) {
             if (parse_int(v, 0, 2147483647L, &o->step)) return bad(a, "expects a step number");
-        } else if (!strcmp(a, "-G") || !strcmp(a, "--gen-tokens")) {
+        } else if (gen) {
             if (parse_int(v, 1, 1 << 20, &o->gen_tokens)) return bad(a, "must be between 1 and 2^20");
         } else if (!strcmp(a, "--top-k")) {
             if (parse_int(v, 0, 2147483647L, &o->top_k)) return bad(a, "must be a whole number from 0 to 2147483647");
@@ -113,16 +120,16 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
             char *end;
             errno = 0;
             o->seed = strtoull(v, &end, 10);
-            if (!*v || *end || errno || v[0] == '-') return bad(a, "expects a whole number");
+            if (!*v || isspace((unsigned char)*v) || *end || errno || v[0] == '-') return bad(a, "expects a whole number");
         } else if (!strcmp(a, "--temperature")) {
             char *end;
             o->temperature = strtof(v, &end);
-            if (!*v || *end || !(o->temperature >= 0 && o->temperature < 1e6))
+            if (!*v || isspace((unsigned char)*v) || *end || !(o->temperature >= 0 && o->temperature < 1e6))
                 return bad(a, "must be from 0 (greedy) to below 1e6");
         }
-        i += takes_value;
     }
     if (*help) return 0;
+    repeated_flags_note(&repeated, stderr);
     if (!o->run == !o->checkpoint) return bad("-o/--out", "or --checkpoint: give one of them");
     if (o->checkpoint && o->step >= 0) return bad("--step", "goes with -o RUN, not --checkpoint");
     /* every file read below the directory must fit the system's paths, uncut */
