@@ -112,13 +112,13 @@ static int same_file_bytes(const char *a, const char *b) {
 
 /* The three files prepare writes replace files of those names in -o, so each name must be free, an
  * empty file, or a regular file of prepare's kind: for the shards, one of our shards; for the
- * tokenizer, one of an earlier prepare's set (our train.bin beside it) or the very file given as
+ * tokenizer, one of an earlier prepare's set (one of our shards beside it) or the very file given as
  * --tokenizer (`given`, NULL when prepare trains one). Anything else there (another tool's data or a
  * model's own tokenizer under a common name, a folder, a pipe) is refused before any work, rather
  * than overwritten, or found only at the renames with part of the new set in place. */
 static int check_replaceable(const char *dir, const char *tokenizer_name, const char *given, char *err) {
     const char *const names[] = {"train.bin", "val.bin", tokenizer_name};
-    int our_set = 0; /* train.bin there is one of our shards */
+    int our_set = 0; /* a shard there is one of ours */
     for (int k = 0; k < 3; k++) {
         char path[PREPARE_PATH_LEN];
         if (path_join(path, dir, names[k], err) != 0) return -1;
@@ -153,7 +153,7 @@ static int check_replaceable(const char *dir, const char *tokenizer_name, const 
         }
         fclose(f);
         if (got == sizeof head && memcmp(head, SHARD_MAGIC, 8) == 0) {
-            our_set |= k == 0;
+            our_set = 1;
             continue;
         }
         int32_t magic = 0;
@@ -350,20 +350,19 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
     /* An imported tokenizer encodes the text as Hugging Face does each document of it: the
      * validation part goes on from the training part, so it starts at the separator (the piece
      * after it then begins as it does in the whole, and the separator brings the post-processor's
-     * tokens around it: wrap_documents), or at a place where the tokenizer can cut text
-     * (tokenizer_cut_near) that leaves validation between half and twice its share. Where there is
-     * none (every line of a long text starts with white space), validation starts at the line
-     * start, and its first ids may differ from those the whole text would give there. */
+     * tokens around it: wrap_documents), or at the place nearest the asked-for share where the
+     * tokenizer can cut text (tokenizer_cut_near), within half to twice that share. Where there is
+     * none (a long text whose lines all start with white space; some tokenizers can never be cut),
+     * validation starts where val_cut put it, and its first ids may differ from those the whole
+     * text would give there. */
+    int exact = 1; /* the cut gives the ids of the whole text */
     if (imported && at_boundary && cut < len) cut -= eot_len;
     else if (imported && !at_boundary && cut < len) {
         const size_t share = len - (size_t)((double)len * (1.0 - opt->val_fraction));
         const size_t lo = share * 2 < len ? len - share * 2 : 1, hi = len - share / 2;
-        size_t at = tokenizer_cut_near(given, text, len, cut, lo, hi);
+        size_t at = tokenizer_cut_near(given, text, len, len - share < lo ? lo : len - share, lo, hi);
         if (at < len) cut = at;
-        else
-            fprintf(stderr, "note: near --val-fraction %g the text has no place where the tokenizer's pieces are "
-                    "sure to end; validation starts at a line start, where its first token(s) may differ from those "
-                    "of the text whole\n", opt->val_fraction);
+        else exact = 0;
     }
     if (cut == len) {
         fgpt_set_err(err, "the validation part of the text is empty (%zu bytes in all); give more text or raise "
@@ -394,9 +393,15 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
         fprintf(stderr, "prepare: tokenizer has %u tokens (%u asked for) after %.1f s\n", out->vocab_reached, opt->vocab,
                 seconds() - t0);
     }
-    if (!at_boundary)
-        fprintf(stderr, "prepare: no document boundary near the last %g of the text: validation starts at a line "
-                "inside the last document\n", opt->val_fraction);
+    if (!at_boundary && exact)
+        fprintf(stderr, "prepare: no document boundary near the last %g of the text: validation starts inside the "
+                "last document, at byte %zu%s\n", opt->val_fraction, cut,
+                imported ? ", where the tokenizer's pieces are sure to end" : "");
+    else if (!at_boundary)
+        fprintf(stderr, "note: no document boundary near the last %g of the text, and no place near it where this "
+                "tokenizer's pieces are sure to end: validation starts at byte %zu, where its first token(s) may differ "
+                "from those of the text whole (separate documents with %.*s to cut between them)\n",
+                opt->val_fraction, cut, (int)eot_len, eot);
     /* the three files are written whole under staging names and renamed over the old ones only
      * when all are: a prepare stopped before that leaves the folder's earlier set as it was (and
      * staged files the next prepare overwrites), never new shards beside an old tokenizer */

@@ -201,7 +201,7 @@ TEST(checkpoint_crash_midway_leaves_latest_intact_and_prunes_old) {
     REQUIRE(lf && fputs("/abs/step_00000003\n", lf) >= 0 && fclose(lf) == 0, "writing latest");
     CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
               strstr(err, "is corrupt (expected a name like step_00000100)") &&
-              strstr(err, "or remove it and -y 1 resumes from the newest whole checkpoint"),
+              strstr(err, "or remove it and the newest whole checkpoint there is taken"),
           "a latest naming no checkpoint: %s", err);
     lf = fopen(latest, "w");
     REQUIRE(lf && fputs("step_00000003\n", lf) >= 0 && fclose(lf) == 0, "writing latest");

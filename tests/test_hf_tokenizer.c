@@ -352,17 +352,18 @@ TEST(hf_tokenizer_prepare_gives_the_ids_tokenizers_gives) {
     expect_prepare_matches_tokenizers("hf_llama3_style");
 }
 
-/* Prepares `text` (written to a file) with --val-fraction 0.5 and the GPT-2-style tokenizer.json;
- * returns the tokens of the two shards (n[0] train, n[1] validation) one after the other, or NULL. */
-static uint32_t *prepare_halves(const char *text, uint64_t n[2], char **out) {
+/* Prepares `text` (written to a file) with --val-fraction `fraction` and the GPT-2-style
+ * tokenizer.json; returns the tokens of the two shards (n[0] train, n[1] validation) one after the
+ * other, or NULL. */
+static uint32_t *prepare_halves(const char *text, double fraction, uint64_t n[2], char **out) {
     char path[800], args[1800], err[ERR_LEN];
     snprintf(path, sizeof path, "%s/halves.txt", test_tmpdir());
     FILE *f = fopen(path, "wb");
     if (!f) return NULL;
     fputs(text, f);
     fclose(f);
-    snprintf(args, sizeof args, "prepare --tokenizer tests/fixtures/hf_gpt2_style.json --val-fraction 0.5 -o %s/halves %s",
-             test_tmpdir(), path);
+    snprintf(args, sizeof args, "prepare --tokenizer tests/fixtures/hf_gpt2_style.json --val-fraction %g -o %s/halves %s",
+             fraction, test_tmpdir(), path);
     if (run_train(args, out) != 0) return NULL;
     uint32_t *ids[2] = {NULL, NULL}, *all = NULL;
     const char *parts[2] = {"train", "val"};
@@ -383,8 +384,9 @@ static uint32_t *prepare_halves(const char *text, uint64_t n[2], char **out) {
 /* An imported tokenizer's validation part starts where the tokenizer can cut the text exactly: here
  * only at a line that starts with a letter. The one nearest the asked-for half lies before it (the
  * indented lines after it have none, their last line is too near the end), so validation holds
- * about 60 % of the tokens, and the two parts give the ids of the whole. Text with no such line
- * near the half is cut at a line start, with a note. */
+ * about 60 % of the tokens, and the two parts give the ids of the whole. Nearest the asked-for
+ * point, not the line start after it: a long last line but one must not push the cut past it. Text
+ * with no such line near the half is cut elsewhere, with a note. */
 TEST(prepare_with_a_tokenizer_json_cuts_validation_at_the_exact_cut_nearest_the_fraction) {
     char *text = malloc(1 << 16), *out = NULL, err[ERR_LEN] = "";
     size_t len = 0;
@@ -392,10 +394,11 @@ TEST(prepare_with_a_tokenizer_json_cuts_validation_at_the_exact_cut_nearest_the_
     for (int i = 0; i < 600; i++) len += (size_t)sprintf(text + len, "    indented %03d\n", i);
     len += (size_t)sprintf(text + len, "end\n");
     uint64_t n[2] = {0, 0};
-    uint32_t *all = prepare_halves(text, n, &out);
+    uint32_t *all = prepare_halves(text, 0.5, n, &out);
     REQUIRE(all, "prepare: %s", out ? out : "");
-    const double val_share = (double)n[1] / (double)(n[0] + n[1]);
-    CHECK(val_share > 0.5 && val_share < 0.75 && !strstr(out, "note: near --val-fraction"),
+    double val_share = (double)n[1] / (double)(n[0] + n[1]);
+    CHECK(val_share > 0.5 && val_share < 0.75 && strstr(out, "where the tokenizer's pieces are sure to end") &&
+              !strstr(out, "note:"),
           "%llu train and %llu validation tokens: %s", (unsigned long long)n[0], (unsigned long long)n[1], out);
     Tokenizer *t = tokenizer_load("tests/fixtures/hf_gpt2_style.json", err);
     REQUIRE(t, "%s", err);
@@ -406,12 +409,24 @@ TEST(prepare_with_a_tokenizer_json_cuts_validation_at_the_exact_cut_nearest_the_
           "the two parts (%llu tokens) are not the whole's %zu", (unsigned long long)(n[0] + n[1]), n_whole);
     free(all), free(whole), free(out);
     out = NULL;
-    /* no line near the half starts with a letter: a line start, said */
+    len = 0;
+    for (int i = 0; i < 200; i++) len += (size_t)sprintf(text + len, "Line %03d xx\n", i);
+    memset(text + len, 'x', 700), len += 700;
+    len += (size_t)sprintf(text + len, "\nTail end\n");
+    all = prepare_halves(text, 0.2, n, &out);
+    val_share = all ? (double)n[1] / (double)(n[0] + n[1]) : 0;
+    CHECK(all && val_share > 0.1 && val_share < 0.4 && !strstr(out, "note:"), "%llu train and %llu validation tokens: %s",
+          (unsigned long long)n[0], (unsigned long long)n[1], out ? out : "");
+    free(all), free(out);
+    out = NULL;
+    /* no line near the half starts with a letter: cut elsewhere, said */
     len = (size_t)sprintf(text, "Title\n");
     for (int i = 0; i < 900; i++) len += (size_t)sprintf(text + len, "    indented %03d\n", i);
     len += (size_t)sprintf(text + len, "end\n");
-    all = prepare_halves(text, n, &out);
-    CHECK(all && n[1] * 3 > n[0] && n[0] * 3 > n[1] && strstr(out, "note: near --val-fraction 0.5 the text has no place"),
+    all = prepare_halves(text, 0.5, n, &out);
+    CHECK(all && n[1] * 3 > n[0] && n[0] * 3 > n[1] &&
+              strstr(out, "note: no document boundary near the last 0.5 of the text, and no place near it where this "
+                          "tokenizer's pieces are sure to end"),
           "%llu train and %llu validation tokens: %s", (unsigned long long)n[0], (unsigned long long)n[1],
           out ? out : "");
     free(all), free(out), free(text);

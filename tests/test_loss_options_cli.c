@@ -139,6 +139,17 @@ TEST(eval_per_token_writes_each_targets_capped_loss_in_window_order_and_the_obje
         CHECK(worst <= 1e-5, "%s: a per-token loss is off by %.3g relative", outputs[k], worst);
         free(bytes);
     }
+    /* an eval that fails before it runs leaves a file written in place (through a link) as it was */
+    size_t kept_len = 0, again_len = 0;
+    char *kept = read_file(file, &kept_len);
+    snprintf(args, sizeof args, "eval --init-from %s -i %s/no_such.bin -t 16 --device cpu --per-token %s", dir,
+             test_tmpdir(), link);
+    CHECK(run_train(args, &out) == 1, "'%s': %s", args, out ? out : "");
+    free(out);
+    char *again = read_file(file, &again_len);
+    CHECK(kept && again && kept_len == again_len && kept_len > 0 && !memcmp(kept, again, kept_len),
+          "a failed eval changed the file behind --per-token's link (%zu bytes, then %zu)", kept_len, again_len);
+    free(kept), free(again);
     /* a --per-token path that cannot be created is refused before the model or the data is read */
     snprintf(args, sizeof args, "eval --init-from %s -i %s -t 16 --device cpu --per-token %s/x", dir, shard, file);
     CHECK(run_train(args, &out) == 1 && out && strstr(out, "error: cannot create") && strstr(out, "for --per-token") &&

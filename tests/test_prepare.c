@@ -639,6 +639,8 @@ TEST(prepare_refuses_to_replace_a_file_in_its_folder_that_is_not_its_shard) {
     rmdir(tok);
     snprintf(path, sizeof path, "%s/train.bin", out);
     unlink(path);
+    snprintf(path, sizeof path, "%s/val.bin", out);
+    unlink(path);
     write_text_file(tok, "their tokenizer", 15);
     unlink(log);
     CHECK(run_prepare(6, argv) == 1, "a foreign tokenizer.bin is a runtime error");
@@ -653,4 +655,6 @@ TEST(prepare_refuses_to_replace_a_file_in_its_folder_that_is_not_its_shard) {
     unlink(tok);
     CHECK(run_prepare(6, argv) == 0, "a fresh set");
     CHECK(run_prepare(6, argv) == 0, "the earlier prepare's set is replaced, its tokenizer with it");
+    snprintf(path, sizeof path, "%s/train.bin", out);
+    CHECK(unlink(path) == 0 && run_prepare(6, argv) == 0, "our val.bin beside the tokenizer makes it ours too");
 }

@@ -1224,11 +1224,6 @@ TEST(sigint_stops_training_after_its_step_with_a_checkpoint_and_the_resume_ends_
  * request. The signals come during the first step, once the header is out (the handler is in place
  * by then): a step of several seconds on one core, of a minute under the sanitizers. Repeats go on
  * every half second past STOP_REPEAT_SECONDS, so a first signal the process saw late still counts. */
-static int still_running(int pid) {
-    int st;
-    return waitpid(pid, &st, WNOHANG) == 0;
-}
-
 TEST(a_second_sigint_two_seconds_later_ends_the_step_in_progress_at_once) {
     char train[700], val[700], args[2400], log[800];
     make_corpus(train, val, sizeof train);
@@ -1246,10 +1241,10 @@ TEST(a_second_sigint_two_seconds_later_ends_the_step_in_progress_at_once) {
     nanosleep(&soon, NULL);
     kill(pid, SIGINT);
     nanosleep(&half, NULL);
-    const int survived_the_quick_repeat = still_running(pid);
+    int st = 0, ended = waitpid(pid, &st, WNOHANG) == pid;
+    const int survived_the_quick_repeat = !ended;
     struct timespec rest = {STOP_REPEAT_SECONDS - 1, 400 * 1000000L};
     nanosleep(&rest, NULL);
-    int st = 0, ended = 0;
     for (int tries = 0; tries < 60 && !ended; tries++) {
         kill(pid, SIGINT);
         nanosleep(&half, NULL);

@@ -755,8 +755,8 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
     for (size_t k = strlen(buf); k > 5 && buf[k - 1] == '/'; k--) buf[k - 1] = 0;
     if (got != 1 || (after != EOF && !isspace(after)) || strncmp(buf, "step_", 5) != 0 || strchr(buf, '/') ||
         strlen(buf) >= size) {
-        snprintf(err, ERR_LEN, "%s is corrupt (expected a name like step_00000100): write the name of the checkpoint "
-                 "to resume into it, or remove it and -y 1 resumes from the newest whole checkpoint there", latest);
+        snprintf(err, ERR_LEN, "%s is corrupt (expected a name like step_00000100): write the name of a checkpoint "
+                 "there into it, or remove it and the newest whole checkpoint there is taken", latest);
         return -1;
     }
     memcpy(name, buf, strlen(buf) + 1);
@@ -924,7 +924,9 @@ int checkpoint_is_run_dir(const char *dir, char *path) {
     struct stat st;
     if (path_format(latest, "%s/latest", dir) != 0 || stat(latest, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
     if (checkpoint_latest_name(dir, name, sizeof name, why) < 0) snprintf(name, sizeof name, "step_NNNNNNNN");
-    if (path_format(path, "%s/%s", dir, name) != 0) path_format(path, "%s", dir);
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--; /* a completion's slash: one between the two names */
+    if (path_format(path, "%.*s/%s", (int)n, dir, name) != 0) path_format(path, "%s", dir);
     return 1;
 }
 

@@ -339,17 +339,18 @@ int eval_main(int argc, char **argv) {
     FILE *per_token = NULL;
     char tmp[FGPT_PATH_LEN + 8] = ""; /* the per-token file's temporary name while it is written */
     status = 1;
-    /* before the model and the data, so that a path that cannot be written costs nothing. The file
-     * goes to a temporary name, renamed once complete: a failed run leaves whatever the path held
-     * before. A path that is there and is not a regular file (a FIFO, a device such as /dev/stdout,
-     * a link) is written in place: a rename would replace it. */
-    if (o.per_token) {
-        struct stat lsb;
-        const int in_place = lstat(o.per_token, &lsb) == 0 && !S_ISREG(lsb.st_mode);
-        if (!in_place) snprintf(tmp, sizeof tmp, "%s.tmp", o.per_token);
-        if (!(per_token = fopen(in_place ? o.per_token : tmp, "wb"))) {
-            print_error("cannot create %s for --per-token: %s (pass a path in a writable directory)",
-                        in_place ? o.per_token : tmp, strerror(errno));
+    /* The file goes to a temporary name, renamed once complete: a failed run leaves whatever the
+     * path held before. It is created before the model and the data are read, so that a path that
+     * cannot be written costs nothing. A path that is there and is not a regular file (a FIFO, a
+     * device such as /dev/stdout, a link) is written in place, since a rename would replace it: it
+     * is opened only once the evaluation is ready to run, since opening empties what it names. */
+    struct stat lsb;
+    const int in_place = o.per_token && lstat(o.per_token, &lsb) == 0 && !S_ISREG(lsb.st_mode);
+    if (o.per_token && !in_place) {
+        snprintf(tmp, sizeof tmp, "%s.tmp", o.per_token);
+        if (!(per_token = fopen(tmp, "wb"))) {
+            print_error("cannot create %s for --per-token: %s (pass a path in a writable directory)", tmp,
+                        strerror(errno));
             tmp[0] = 0;
             goto done;
         }
@@ -366,6 +367,11 @@ int eval_main(int argc, char **argv) {
     be->z_loss = o.z_loss, be->label_smoothing = o.label_smoothing;
     printf("eval: %s on %s: %llu tokens, %llu window(s) of T=%d in batches of B=%d, output layer %s, device %s (%s)\n",
            dir, o.data, (unsigned long long)n, (unsigned long long)windows, T, B, o.output, o.device, be->device_name);
+    if (in_place && !(per_token = fopen(o.per_token, "wb"))) {
+        print_error("cannot open %s for --per-token: %s (pass a path in a writable directory)", o.per_token,
+                    strerror(errno));
+        goto done;
+    }
     EvalMeans m;
     if (eval_run(be, tokens, n, &m, per_token, o.per_token, err) != 0) {
         print_error("%s", err);
