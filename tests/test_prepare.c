@@ -579,6 +579,16 @@ TEST(a_failed_prepare_leaves_the_folders_earlier_set_as_it_was) {
 
 /* train.bin or val.bin in -o that is not one of our shards is another tool's data: refused before
  * any work, and left as it was. */
+/* prepare (argv, six words, logging to `log`) fails at once, before training a tokenizer, and says
+ * `refusal`. */
+static void expect_refused_before_work(const char **argv, const char *log, const char *refusal, const char *what) {
+    unlink(log);
+    CHECK(run_prepare(6, argv) == 1, "%s is a runtime error", what);
+    char *said = read_text(log);
+    CHECK(said && strstr(said, refusal) && !strstr(said, "training a"), "%s: prepare said: %s", what, said ? said : "");
+    free(said);
+}
+
 TEST(prepare_refuses_to_replace_a_file_in_its_folder_that_is_not_its_shard) {
     char text[1100], out[1100], log[1200], path[1200];
     snprintf(text, sizeof text, "%s/words.txt", test_tmpdir());
@@ -589,13 +599,11 @@ TEST(prepare_refuses_to_replace_a_file_in_its_folder_that_is_not_its_shard) {
     snprintf(path, sizeof path, "%s/train.bin", out);
     write_text_file(path, "raw uint16 tokens", 17);
     const char *argv[] = {"prepare", "-v", "300", "-o", out, text};
-    unlink(log);
-    CHECK(run_prepare(6, argv) == 1, "a foreign train.bin is a runtime error");
-    char *said = read_text(log);
-    CHECK(said && strstr(said, "train.bin holds no token shard of fusedgpt's, which prepare would replace") &&
-              strstr(said, "pass another -o") && !strstr(said, "training a"),
-          "prepare said: %s", said ? said : "");
-    free(said);
+    expect_refused_before_work(argv, log,
+                               "train.bin holds no token shard of fusedgpt's, which prepare would replace with its own "
+                               "shard (move it, or pass another -o)",
+                               "a foreign train.bin");
+    char *said;
     size_t n;
     char *kept = read_file(path, &n);
     CHECK(kept && n == 17 && memcmp(kept, "raw uint16 tokens", 17) == 0, "the foreign train.bin was changed");
@@ -621,13 +629,8 @@ TEST(prepare_refuses_to_replace_a_file_in_its_folder_that_is_not_its_shard) {
     REQUIRE(make_dirs(tok) == 0, "mkdir %s", tok);
     size_t before_n;
     char *before = read_file(path, &before_n);
-    unlink(log);
-    CHECK(run_prepare(6, argv) == 1, "a folder named tokenizer.bin is a runtime error");
-    said = read_text(log);
-    CHECK(said && strstr(said, "tokenizer.bin is a folder, where prepare writes its tokenizer") &&
-              !strstr(said, "training a"),
-          "prepare said: %s", said ? said : "");
-    free(said);
+    expect_refused_before_work(argv, log, "tokenizer.bin is a folder, where prepare writes its tokenizer",
+                               "a folder named tokenizer.bin");
     size_t after_n;
     char *after = read_file(path, &after_n);
     CHECK(before && after && before_n == after_n && memcmp(before, after, after_n) == 0,
@@ -642,13 +645,8 @@ TEST(prepare_refuses_to_replace_a_file_in_its_folder_that_is_not_its_shard) {
     snprintf(path, sizeof path, "%s/val.bin", out);
     unlink(path);
     write_text_file(tok, "their tokenizer", 15);
-    unlink(log);
-    CHECK(run_prepare(6, argv) == 1, "a foreign tokenizer.bin is a runtime error");
-    said = read_text(log);
-    CHECK(said && strstr(said, "tokenizer.bin is not the tokenizer of an earlier prepare there") &&
-              !strstr(said, "training a"),
-          "prepare said: %s", said ? said : "");
-    free(said);
+    expect_refused_before_work(argv, log, "tokenizer.bin is not the tokenizer of an earlier prepare there",
+                               "a foreign tokenizer.bin");
     char *theirs = read_file(tok, &n);
     CHECK(theirs && n == 15 && memcmp(theirs, "their tokenizer", 15) == 0, "the foreign tokenizer.bin was changed");
     free(theirs);
