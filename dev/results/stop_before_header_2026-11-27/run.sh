@@ -21,7 +21,7 @@ kill -INT $pid; wait $pid; rc=$?
 said=$(grep -m1 '^stopped by' $OUT/stopped.log)
 timeout 120 ./train $base -y 1 -o $M/stopped >$OUT/resumed.log 2>&1; rc2=$?
 same=$(cmp -s $M/straight/step_00000120/model.safetensors $M/stopped/step_00000120/model.safetensors && echo equal || echo DIFFERENT)
-echo "one GPU: stopped rc $rc ($said), resumed rc $rc2, final weights against the uninterrupted run: $same $(grep -m1 error $OUT/*.log)" | tee -a $S
+echo "one GPU: stopped rc $rc ($said), resumed rc $rc2, final weights against the uninterrupted run: $same $(grep -m1 -h '^error:' $OUT/straight.log $OUT/stopped.log $OUT/resumed.log)" | tee -a $S
 timeout 60 ./train $base -x 2 --logit-softcap 1 --z-loss 1 -o $M/notes >$OUT/notes.log 2>&1
 echo "notes (rc $?):" | tee -a $S; grep '^note: --' $OUT/notes.log | tee -a $S
 cat $S
