@@ -1222,15 +1222,17 @@ TEST(sigint_stops_training_after_its_step_with_a_checkpoint_and_the_resume_ends_
 /* The same signal again, STOP_REPEAT_SECONDS or more after the first, ends a step that is still
  * running at once: the process dies of the signal, with no checkpoint; a repeat sooner is the same
  * request. The signals come during the first step, once the header is out (the handler is in place
- * by then): a step of several seconds on one core, of a minute under the sanitizers. Repeats go on
- * every half second past STOP_REPEAT_SECONDS, so a first signal the process saw late still counts. */
+ * by then): a step of four micro-batches takes half a minute on one core here, minutes under the
+ * sanitizers, so a much faster machine still has one running. Repeats go on every half second past
+ * STOP_REPEAT_SECONDS, so a first signal the process saw late still counts. */
 TEST(a_second_sigint_two_seconds_later_ends_the_step_in_progress_at_once) {
-    char train[700], val[700], args[2400], log[800];
-    make_corpus(train, val, sizeof train);
+    char train[700], args[2400], log[800];
     const char *d = test_tmpdir();
+    snprintf(train, sizeof train, "%s/long.bin", d);
+    REQUIRE(write_pattern_shard(train, 100000, 64, 1) == 0, "writing %s", train);
     snprintf(log, sizeof log, "%s/twice.log", d);
-    snprintf(args, sizeof args, "--device cpu -e tiny -v 64 -b 128 -t 128 -s 0 -x 100 --val-every 0 -i %s -o %s/twice",
-             train, d);
+    snprintf(args, sizeof args,
+             "--device cpu -e tiny -v 64 -b 128 -t 128 -d 65536 -s 0 -x 100 --val-every 0 -i %s -o %s/twice", train, d);
     setenv("OMP_NUM_THREADS", "1", 1);
     const int pid = spawn_train(args, log);
     unsetenv("OMP_NUM_THREADS");
