@@ -224,6 +224,7 @@ TEST(a_config_field_of_the_wrong_type_is_refused_naming_the_field_and_both_types
         {", \"n_layer\": \"2\"", "\"n_layer\" is a string, expected an integer"},
         {", \"vocab_size\": [300]", "\"vocab_size\" is an array, expected an integer"},
         {", \"n_positions\": null", "\"n_positions\" is null, expected an integer"},
+        {", \"model_type\": \"gpt2\\u0000x\"", "\"model_type\" holds a NUL character"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_gpt2_config(test_tmpdir(), cases[i].extra);

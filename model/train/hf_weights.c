@@ -116,6 +116,12 @@ static int check_field_types(const JsonValue *root, const char *path, char *err)
                      config_fields[i].key, json_type_name(v->type), expected[config_fields[i].type]);
             return -1;
         }
+        /* a \u0000 would cut the name short where it is read as text ("gpt2\u0000x" is no gpt2) */
+        if (v && v->type == JSON_STRING && strlen(v->string) != v->len) {
+            snprintf(err, ERR_LEN, "%s: \"%s\" holds a NUL character (\\u0000), which no value of it does (fix the field)",
+                     path, config_fields[i].key);
+            return -1;
+        }
     }
     return 0;
 }
