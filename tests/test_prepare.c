@@ -577,8 +577,6 @@ TEST(a_failed_prepare_leaves_the_folders_earlier_set_as_it_was) {
     }
 }
 
-/* train.bin or val.bin in -o that is not one of our shards is another tool's data: refused before
- * any work, and left as it was. */
 /* prepare (argv, six words, logging to `log`) fails at once, before training a tokenizer, and says
  * `refusal`. */
 static void expect_refused_before_work(const char **argv, const char *log, const char *refusal, const char *what) {
@@ -589,6 +587,8 @@ static void expect_refused_before_work(const char **argv, const char *log, const
     free(said);
 }
 
+/* train.bin or val.bin in -o that is not one of our shards is another tool's data: refused before
+ * any work, and left as it was. */
 TEST(prepare_refuses_to_replace_a_file_in_its_folder_that_is_not_its_shard) {
     char text[1100], out[1100], log[1200], path[1200];
     snprintf(text, sizeof text, "%s/words.txt", test_tmpdir());
