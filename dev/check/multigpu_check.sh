@@ -4,7 +4,7 @@
 # checkpoint resumed on one GPU), a killed worker, and GPT-2 124M tokens/s on 1 and G GPUs beside
 # PyTorch (torch.compile on one GPU, DDP + torch.compile on G) in the same call. Prints a summary
 # last. NCCL's environment (NCCL_NVLS_ENABLE=0 where the machine sets it) is left as it is.
-# SECTIONS picks parts: tests correct families bitwise nodes resume kill throughput peers sweep skew vocabpar
+# SECTIONS picks parts: tests correct families bitwise nodes resume kill throughput peers sweep skew trace vocabpar
 # real wire (default: tests correct bitwise nodes resume kill). TRAIN_PREBUILT=1: use ./train as it is
 # (no make; the section tests still needs build/run_gpu_tests). MG_TMP: the scratch folder (default
 # /tmp/mg), for two checks side by side on one host (each with its own CUDA_VISIBLE_DEVICES).
@@ -31,6 +31,8 @@
 #     the same model, B and T as the throughput section; the throughput lines then give our
 #     tokens/s against DDP's measured here.
 #   skew: GPU 0 beside an independent run on GPU 1 (do they slow each other down?).
+#   trace: GPU 0 alone and every rank of the default mode under a CUPTI probe, at TRACE_V (default
+#     the first of TP_VOCABS): each run's step by part and its longest GEMM kernels, side by side.
 #   nodes: two "hosts" on this one (a launcher per GPU, --nodes 2 over loopback TCP).
 #   vocabpar: --vocab-parallel (the head split by vocabulary rows) on three tiny models (V 1000,
 #     Vp 1024): an untied Llama, and a tied GPT-2 and a tied Qwen3, whose slices are also their token
@@ -326,11 +328,12 @@ throughput() {
     # the median of the last 30 steps' field matching $1 (by its unit: the line's columns have grown)
     col() { grep '| loss' $log | tail -30 | grep -oE "$1" | grep -oE '[0-9.]+' | sort -n | sed -n 15p; }
     local comm=$(grep '| loss' $log | tail -30 | grep -o 'comm [0-9.]*' | awk '{print $2}' | sort -n | sed -n 15p)
-    local parts=$(grep '| loss' $log | tail -30 | grep -o 'fwd [0-9.]* out [0-9.]* bwd [0-9.]*' | sort -t' ' -k4 -n | sed -n 15p)
+    # each part's median on its own: one step's three parts moved by up to 2 ms between steps
+    local parts=$(for f in fwd out bwd; do echo "$f $(col "$f [0-9.]+")"; done | tr '\n' ' ')
     TP_TOK=$(col '[0-9.]+ tok/s')
     TP_MS=$(col '\| [0-9.]+ ms \|') TP_COMM=${comm:-0}
     note "d12 V=$V B=32/GPU $tag: median $(col '\| [0-9.]+ ms \|') ms/step, $TP_TOK tok/s, comm wait ${comm:-0} ms, $(grep '| loss' $log | tail -1 | grep -o '[0-9.]* GB') $(grep -m1 error $log)"
-    note "    GPU ms of a step's parts (a middle step by output layer time): ${parts:-none}"
+    note "    GPU ms of a step's parts (medians of the last 30): ${parts:-none}"
     grep -q 'data parallel:' $log && note "    $(grep -m1 'data parallel:' $log)"
 }
 if has throughput || has sweep || has skew || has peers; then
@@ -392,6 +395,35 @@ if a and b:
             throughput $V overlap_b128_ctas4 NCCL_MAX_CTAS=4 NCCL_MIN_CTAS=1 ./train -g $G --zero 0 --overlap-comm 1 --bucket-mb 128
         fi
     done
+fi
+if has trace; then
+    # where a G-GPU step's extra time goes: GPU 0 alone and each rank of the default mode under the
+    # CUPTI probe (build/kernel_trace.so), the last 5 whole steps by part, and each run's 12 longest
+    # GEMM kernels with their grids (a rank that timed another cuBLASLt kernel shows it here)
+    V=${TRACE_V:-${TP_VOCABS%% *}}
+    [ -f $MG/rand_$V.bin ] || python3 tests/fixtures/gen/make_shard.py $MG/rand_$V.bin 40000000 $V random 3
+    if [ ! -f build/kernel_trace.so ]; then
+        note "trace: build/kernel_trace.so is missing (make build/kernel_trace.so)"
+    else
+        rm -rf $MG/traces && mkdir -p $MG/traces
+        for run in "1gpu|-g 1" "default|-g $G"; do
+            IFS='|' read -r tag flags <<<"$run"
+            rm -rf $MG/tp
+            CUDA_INJECTION64_PATH=$PWD/build/kernel_trace.so KERNEL_TRACE_OUT=$MG/traces/${tag}_%p.csv \
+                ./train $flags --step-parts 1 -e d12 -v $V -b 32 -t 1024 -x 24 --warmup 5 --val-every 0 -s 0 \
+                -i $MG/rand_$V.bin -o $MG/tp >$MG/trace_${V}_$tag.log 2>&1
+            note "trace V=$V $tag: $(grep '| loss' $MG/trace_${V}_$tag.log | tail -8 | grep -oE '\| [0-9.]+ ms \|' | grep -oE '[0-9.]+' | sort -n | sed -n 4p) ms a step traced (median of the last 8) $(grep -m1 error $MG/trace_${V}_$tag.log)"
+            for f in $MG/traces/${tag}_*.csv; do
+                [ -s "$f" ] || continue
+                # the launcher's own process initialises no GPU work: its file holds no step
+                python3 dev/profile/timeline_gaps.py "$f" --steps 5 --top 0 --categories --gemms 12 \
+                    >$f.txt 2>&1 || continue
+                note "  $(basename $f):"
+                while read -r line; do note "    $line"; done <$f.txt
+            done
+        done
+        tar -czf $OUT/traces_$V.tar.gz -C $MG traces 2>/dev/null
+    fi
 fi
 if has real; then
     # the check that matters: ./train -g G -v 262144 on real text, against one GPU accumulating G

@@ -5,12 +5,16 @@
  *   make build/kernel_trace.so
  *   CUDA_INJECTION64_PATH=$PWD/build/kernel_trace.so KERNEL_TRACE_OUT=trace.csv ./train ...
  *
+ * A "%p" in KERNEL_TRACE_OUT becomes the process id, so the ranks of `./train -g N` (each a process
+ * of its own, inheriting the environment) write a file each.
+ *
  * The driver loads the library at cuInit and calls InitializeInjection; the records are flushed at
  * exit. Not part of the product: a development probe. */
 #include <cupti.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BUF_BYTES (8u << 20)
 static FILE *out;
@@ -62,11 +66,23 @@ static void flush_at_exit(void) {
     if (out) fclose(out);
 }
 
+/* KERNEL_TRACE_OUT with its first "%p" replaced by the process id */
+static void trace_path(char *path, size_t size) {
+    const char *given = getenv("KERNEL_TRACE_OUT");
+    if (!given) given = "kernel_trace.csv";
+    const char *p = strstr(given, "%p");
+    if (p)
+        snprintf(path, size, "%.*s%ld%s", (int)(p - given), given, (long)getpid(), p + 2);
+    else
+        snprintf(path, size, "%s", given);
+}
+
 int InitializeInjection(void) {
-    const char *path = getenv("KERNEL_TRACE_OUT");
-    out = fopen(path ? path : "kernel_trace.csv", "w");
+    char path[4096];
+    trace_path(path, sizeof path);
+    out = fopen(path, "w");
     if (!out) {
-        fprintf(stderr, "kernel_trace: cannot write %s\n", path ? path : "kernel_trace.csv");
+        fprintf(stderr, "kernel_trace: cannot write %s\n", path);
         exit(1);
     }
     fprintf(out, "Start (ns),Duration (ns),Name,GrdX,GrdY,GrdZ\n");

@@ -84,6 +84,7 @@ def main():
 # the parts of a step, first match wins: ./train's kernels and PyTorch's (ATen, flash attention,
 # Liger's Triton kernels) under the same names
 PARTS = [
+    ("communication (NCCL's kernels)", ("nccl",)),
     ("attention", ("attention", "flash", "fmha", "attn", "dot_do_o", "convert_dq")),  # before GEMMs: flash names hold "cutlass"
     ("GEMMs (cuBLAS)", ("nvjet", "gemm", "splitkreduce", "xmma", "cutlass")),
     ("output layer (softmax, loss)", ("tile_kernel", "merge_kernel", "exp_dh", "onehot_dw", "reference_logit",
