@@ -79,6 +79,7 @@ targets="train"
 has tests && targets="train build/run_gpu_tests"
 has vocabpar && targets="train build/run_gpu_tests"
 has wire && targets="train build/run_gpu_tests"
+has trace && targets="$targets build/kernel_trace.so"
 if [ "${TRAIN_PREBUILT:-0}" != 1 ]; then
     make -j32 $targets >$MG/build.log 2>&1 || { tail -30 $MG/build.log; exit 1; }
 fi
