@@ -4,7 +4,7 @@
 #   make test-gpu   GPU tests (needs a GPU)      make bench   output-layer benchmark (needs a GPU)
 #   make data       default corpus -> tokenizer + shards      make clean
 #   make deps       installs PCRE2 (the tests' one dependency) where missing; `make test` runs it
-#   DEBUG=1         -g -O0 everywhere
+#   DEBUG=1         -g -O0 everywhere (objects in build-debug/; ./train relinks when the build changes)
 # Development tools live in dev/ (bench/, check/, profile/, plots/, RESULTS.md); test fixtures and
 # their generators in tests/fixtures/.
 # Host library sources are every .c in common/, model/ (and its groups: cpu/, cuda/, dist/, train/), data/ and
@@ -27,10 +27,13 @@ CUDA_GENCODE ?= -gencode arch=compute_90a,code=sm_90a
 comma := ,
 space := $(empty) $(empty)
 OPT      := -O3
+BUILD    := build
+# a debug build's objects live apart: make tracks files, not flags, so sharing build/ would keep the
+# -O3 objects (and ./train) of an earlier build
 ifeq ($(DEBUG),1)
 OPT      := -g -O0
+BUILD    := build-debug
 endif
-BUILD    := build
 SANFLAGS :=
 ifeq ($(SANITIZE),1)
 BUILD    := build-san
@@ -63,8 +66,14 @@ all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer
 # Under SANITIZE=1 the tests run a sanitized trainer, $(BUILD)/train; ./train is never sanitized.
 TRAIN_BIN := $(if $(SANFLAGS),$(BUILD)/train,train)
 LINK_SAN  := $(if $(SANFLAGS),-Xcompiler $(subst $(space),$(comma),$(strip $(SANFLAGS))))
-$(TRAIN_BIN): $(BUILD)/train.o $(patsubst %.c,$(BUILD)/%.o,$(CMD_SRC)) $(HOST_OBJ) $(CUDA_OBJ)
-	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp $(LINK_SAN) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+# ./train is one file for the optimized and the DEBUG=1 builds: a stamp rewritten when the build
+# changes makes it relink from that build's objects (whose own older times would not)
+TRAIN_STAMP := build/.train_build
+ifeq ($(SANFLAGS),)
+$(shell mkdir -p build && [ "$$(cat $(TRAIN_STAMP) 2>/dev/null)" = "$(BUILD) $(OPT)" ] || echo "$(BUILD) $(OPT)" >$(TRAIN_STAMP))
+endif
+$(TRAIN_BIN): $(BUILD)/train.o $(patsubst %.c,$(BUILD)/%.o,$(CMD_SRC)) $(HOST_OBJ) $(CUDA_OBJ) $(if $(SANFLAGS),,$(TRAIN_STAMP))
+	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp $(LINK_SAN) -o $@ $(filter %.o,$^) $(CUDA_LIBS) $(LDLIBS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -140,7 +149,7 @@ compare: train
 	bash dev/check/compare_output_layers.sh runs/compare $(COMPARE_ARGS)
 
 clean:
-	rm -rf build build-san ./train
+	rm -rf build build-san build-debug ./train
 
 -include $(shell find build $(BUILD) -name '*.d' 2>/dev/null | sort -u)
 

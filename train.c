@@ -421,7 +421,8 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->seq_len < 1) bad("-t/--seq-len", "must be positive");
     /* --init-from's context is its config.json's unless --max-seq-len is given (check_init_from) */
     if (opt->seq_len > cfg->max_seq_len && !(opt->init_from[0] && !was_given(opt, "max-seq-len")))
-        bad("-t/--seq-len", "is above the model's context (--max-seq-len)");
+        die_usage("-t/--seq-len %d is above the model's context (--max-seq-len %d): pass -t %d or less, or "
+                  "--max-seq-len %d", opt->seq_len, cfg->max_seq_len, cfg->max_seq_len, opt->seq_len);
     if (opt->steps < 1) bad("-x/--steps", "must be positive");
     if (!(opt->lr > 0)) bad("-l/--lr", "must be positive");
     if (opt->lr_final < 0 || opt->lr_final > opt->lr)
@@ -658,7 +659,7 @@ static size_t encode_prompt(const Tokenizer *tok, const char *prompt, uint32_t *
 /* A sample fills one window of -t tokens: the prompt's first -t - 1 tokens (or the end-of-text
  * token), then generated ones. Says so at the start when that cuts --prompt or -G. */
 static void note_sample_window(const Tokenizer *tok, const Options *opt) {
-    if (!opt->sample_every || opt->sample_every >= opt->steps) return; /* no sample in this run */
+    if (!opt->sample_every || opt->sample_every > opt->steps) return; /* no sample in this run */
     const int T = opt->seq_len;
     uint32_t *ids;
     const size_t n = encode_prompt(tok, opt->prompt, &ids);
@@ -713,7 +714,8 @@ static int ranks_agree(const Dist *dist, double value) {
  * wrote after its last checkpoint leave the log, since this run writes them again. */
 static int leave_later_timeline(const char *run_dir, int step, int eval_again, int sample_again, char *err) {
     char moved_to[FGPT_PATH_LEN], moved_log[FGPT_PATH_LEN];
-    int moved = checkpoint_set_aside_after(run_dir, step, moved_to, sizeof moved_to, err);
+    int resumable = 0;
+    int moved = checkpoint_set_aside_after(run_dir, step, moved_to, sizeof moved_to, &resumable, err);
     if (moved < 0) return -1;
     if (moved && path_format(moved_log, "%s/log.jsonl", moved_to) != 0) {
         snprintf(err, ERR_LEN, "run directory %s is too long a path (pass a shorter -o)", run_dir);
@@ -722,10 +724,14 @@ static int leave_later_timeline(const char *run_dir, int step, int eval_again, i
     int cut_short = 0;
     int records = runlog_trim_after(run_dir, step, eval_again, sample_again, moved ? moved_log : NULL, &cut_short, err);
     if (records < 0) return -1;
-    if (moved)
+    if (moved && resumable)
         printf("note: %s held %d checkpoint(s) after step %d, where this run resumes; moved them and %d log "
                "record(s) after that step to %s (-o %s -y 1 resumes them; remove it when it is not needed)\n",
                run_dir, moved, step, records, moved_to, moved_to);
+    else if (moved)
+        printf("note: %s held %d checkpoint(s) after step %d, where this run resumes, none of them complete; moved "
+               "them and %d log record(s) after that step to %s (remove it when it is not needed)\n",
+               run_dir, moved, step, records, moved_to);
     else if (records)
         printf("note: %s/log.jsonl held %d record(s) after step %d, from a run stopped before its next checkpoint; "
                "dropped them, this run writes them again\n", run_dir, records, step);
@@ -884,12 +890,12 @@ static int start_world(Run *r, char **argv) {
         }
     }
     if (cpu && (opt->gpus != 1 || opt->nodes != 1 || r->dist.world != 1)) {
-        print_error("-g/--gpus and --nodes (data parallel) apply to --device cuda only");
+        print_error("-g/--gpus and --nodes (data parallel) apply to --device cuda only (see ./train --help)");
         return 2;
     }
     if (cpu && (!strcmp(opt->zero, "1") || !strcmp(opt->overlap_comm, "0") || opt->bucket_mb || strcmp(opt->grad_reduce, "fp32"))) {
         print_error("--zero, --overlap-comm, --bucket-mb and --grad-reduce set how GPUs share gradients: "
-                    "they apply to --device cuda with -g/--nodes, not to the CPU backend");
+                    "they apply to --device cuda with -g/--nodes, not to the CPU backend (see ./train --help)");
         return 2;
     }
     /* Rank 0 alone prints, logs, samples and checkpoints; the others keep stderr for errors. */
@@ -947,9 +953,15 @@ static int claim_run_dir(Run *r) {
             return 1;
         }
         if (found < 0) return fail(r->err);
-        if (found == 1)
+        if (found == 1) {
+            /* a newer step directory passed over is named: its state file is cut short or not ours */
+            const int newest = checkpoint_newest_step(opt->out);
+            char skipped[96] = "";
+            if (newest > atoi(name + 5)) /* name is step_NNNNNNNN */
+                snprintf(skipped, sizeof skipped, " (step_%08d, newer, is incomplete or damaged)", newest);
             printf("note: %s/latest is missing (a crash or a full disk while it was written); resuming from the "
-                   "newest complete checkpoint\n", opt->out);
+                   "newest complete checkpoint, %s%s\n", opt->out, name, skipped);
+        }
     }
     char lock[FGPT_PATH_LEN];
     struct stat sb;
@@ -1751,6 +1763,9 @@ int main(int argc, char **argv) {
         if (status == RUN_ON && stop) status = stop_after(r, step + 1, s.stop_signal);
     }
     if (status == RUN_ON && r->have_val && opt->val_every) status = evaluate(r, opt->steps);
+    /* every N steps includes the last: a run of -x N with -s N samples its trained model once */
+    if (status == RUN_ON && r->dist.rank == 0 && opt->sample_every && opt->steps % opt->sample_every == 0)
+        generate_sample(r->be, r->tok, opt, &r->rng, opt->steps, &r->log, r->inputs, r->logits);
 
     /* ---- tear down ---- */
     const int rc = close_run(r, status == RUN_ON ? 0 : status);

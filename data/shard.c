@@ -200,8 +200,10 @@ static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
             snprintf(err, ERR_LEN, "%s is a directory, not a token shard (pass the shard file, e.g. DIR/train.bin)",
                      path);
         else
-            snprintf(err, ERR_LEN, "cannot open token shard %s: %s (check -i/-j, or run `make data`)", path,
-                     strerror(errno));
+            snprintf(err, ERR_LEN,
+                     "cannot open token shard %s: %s (check the path; `./train prepare` makes shards from text, "
+                     "`make data` the default corpus's)",
+                     path, strerror(errno));
         return NULL;
     }
     unsigned char h[SHARD_HEADER_BYTES];

@@ -1,6 +1,6 @@
 /* tests/runner.c - runs every registered TEST (optionally only those whose name contains argv[1])
- * and prints "N passed, M failed" last, followed by the failed tests' names, so that the one line a
- * script keeps from a long log still says what failed. */
+ * and prints "N passed, M failed" last, followed by the failed tests' names and how many were
+ * skipped, so that the one line a script keeps from a long log still says what failed. */
 #include "test.h"
 
 #include <stdarg.h>
@@ -20,6 +20,7 @@ typedef struct {
 static TestEntry tests[MAX_TESTS];
 static int num_tests;
 static int current_failures;
+static char current_skip[300]; /* why the running test was skipped; empty: it ran */
 static char tmpdir_root[512];
 static char current_tmpdir[600];
 
@@ -50,6 +51,10 @@ const char *test_tmpdir(void) {
     return current_tmpdir;
 }
 
+void test_skip(const char *why) {
+    snprintf(current_skip, sizeof current_skip, "%s", why);
+}
+
 static int compare_by_file_then_order(const void *a, const void *b) {
     const TestEntry *x = a, *y = b;
     int c = strcmp(x->file, y->file);
@@ -70,7 +75,7 @@ int main(int argc, char **argv) {
         return 2;
     }
 
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, skipped = 0;
     const char *failed_names[MAX_TESTS];
     for (int i = 0; i < num_tests; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;
@@ -82,10 +87,14 @@ int main(int argc, char **argv) {
             return 2;
         }
         current_failures = 0;
+        current_skip[0] = 0;
         fprintf(stderr, "  %-64s ", tests[i].name);
         fflush(stderr);
         tests[i].fn();
-        if (current_failures == 0) {
+        if (current_failures == 0 && current_skip[0]) {
+            fprintf(stderr, "skipped (%s)\n", current_skip);
+            skipped++;
+        } else if (current_failures == 0) {
             fprintf(stderr, "ok\n");
             passed++;
         } else {
@@ -98,6 +107,7 @@ int main(int argc, char **argv) {
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmpdir_root);
     printf("%d passed, %d failed", passed, failed);
     for (int i = 0; i < failed; i++) printf("%s%s", i ? ", " : ": ", failed_names[i]);
+    if (skipped) printf("%s%d skipped", failed ? "; " : ", ", skipped);
     printf("\n");
     return failed ? 1 : 0;
 }

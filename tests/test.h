@@ -5,7 +5,8 @@
  *
  * Each TEST registers itself before main through a constructor, so adding a test file needs no
  * central list. A test fails when any CHECK fails; the runner prints one line per failure and ends
- * with "N passed, M failed" (exit status 1 on any failure). Timings never belong here. */
+ * with "N passed, M failed" (and ", K skipped" when a test could not run here; exit status 1 on any
+ * failure). Timings never belong here. */
 #ifndef FUSEDGPT_TEST_H
 #define FUSEDGPT_TEST_H
 
@@ -24,6 +25,9 @@ void test_fail(const char *file, int line, const char *fmt, ...)
 const char *test_train_binary(void);
 /* A fresh empty directory for the running test (under $TMPDIR), removed after the run. */
 const char *test_tmpdir(void);
+/* Marks the running test skipped, with why (what it needs and this machine lacks); the test then
+ * returns. A skipped test is counted apart, never as passed. */
+void test_skip(const char *why);
 
 #ifdef __cplusplus
 }

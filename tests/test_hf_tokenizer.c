@@ -224,7 +224,7 @@ TEST(hf_tokenizer_fingerprint_survives_the_export_and_tells_swapped_ids_apart) {
  * it: the fixtures above carry its answers into every run). */
 TEST(hf_tokenizer_our_export_encodes_as_tokenizers_does_when_python_has_it) {
     if (system("python3 -c 'import tokenizers' >/dev/null 2>&1") != 0) {
-        fprintf(stderr, "(python3 tokenizers not installed: skipped) ");
+        test_skip("needs Python's tokenizers");
         return;
     }
     char path[700], cmd[2000], ids_path[800];

@@ -279,6 +279,27 @@ TEST(a_file_size_limit_stops_the_run_with_one_line_naming_the_last_checkpoint) {
     free(out);
 }
 
+TEST(a_resume_without_latest_names_the_damaged_newer_checkpoint_it_passes_over) {
+    /* checkpoints at steps 2 and 4, latest gone and step 4's state file cut short: the resume takes
+     * step 2, says why step 4 was passed over, and sets it aside without claiming it resumes */
+    char args[1200], cmd[2000], *out = NULL;
+    const char *d = test_tmpdir();
+    snprintf(args, sizeof args, RUN " -x 4 -n 2 --val-every 0 -i %s -o %s/dm", train_shard(), d);
+    REQUIRE(run_train(args, &out) == 0, "first run failed: %s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "rm %s/dm/latest && truncate -s 1000 %s/dm/step_00000004/state.bin", d, d);
+    REQUIRE(system(cmd) == 0, "damaging step 4");
+    snprintf(args, sizeof args, RUN " -x 6 -n 2 --val-every 0 -y 1 -i %s -o %s/dm", train_shard(), d);
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && strstr(out, "resuming from the newest complete checkpoint, step_00000002 (step_00000004, newer, "
+                                 "is incomplete or damaged)") &&
+              strstr(out, "none of them complete") && !strstr(out, "resumes them") && strstr(out, "step     6/6"),
+          "exit %d: %s", rc, out);
+    free(out);
+    CHECK(!exists("%s/%s", d, "dm/earlier_run_1/latest"), "a latest was written beside only damaged checkpoints");
+    CHECK(exists("%s/%s", d, "dm/earlier_run_1/step_00000004"), "the damaged checkpoint was not set aside");
+}
+
 TEST(a_resume_without_latest_continues_from_the_newest_complete_checkpoint) {
     /* the disk filled while latest was replaced: the step directory is whole, latest is gone and an
      * empty latest.tmp remains */

@@ -48,7 +48,7 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("--steps=abc", "-x/--steps expects an integer");
     expect_usage_error("-b 0", "-b/--batch must be positive");
     expect_usage_error("-t -5", "-t/--seq-len must be positive");
-    expect_usage_error("-t 2048", "-t/--seq-len is above the model's context");
+    expect_usage_error("-t 2048", "-t/--seq-len 2048 is above the model's context (--max-seq-len 1024): pass -t 1024 or less, or --max-seq-len 2048");
     expect_usage_error("-b 4 -t 64 -d 1000", "-d/--total-batch must be a multiple");
     expect_usage_error("-e tiny --heads 5", "--heads must divide --dim");
     /* widths whose int arithmetic would wrap (4 dim, heads x head dim) are named, not computed */
@@ -245,8 +245,8 @@ TEST(a_released_models_preset_takes_its_context_from_max_position_embeddings) {
     int rc = run_train(args, &out);
     CHECK(rc == 0 && out && strstr(out, "maxT=40960 "), "qwen3-0.6b -t 2048 without --max-seq-len (%d): %s", rc, out);
     free(out);
-    expect_usage_error("-e qwen3-0.6b -t 40961", "-t/--seq-len is above the model's context");
-    expect_usage_error("-e qwen3-0.6b --max-seq-len 1024 -t 2048", "-t/--seq-len is above the model's context");
+    expect_usage_error("-e qwen3-0.6b -t 40961", "-t/--seq-len 40961 is above the model's context (--max-seq-len 40960)");
+    expect_usage_error("-e qwen3-0.6b --max-seq-len 1024 -t 2048", "-t/--seq-len 2048 is above the model's context");
 }
 
 TEST(a_family_flag_the_run_cannot_honour_is_a_usage_error_naming_it) {
@@ -717,6 +717,31 @@ TEST(a_checkpoint_of_another_shape_or_a_changed_one_is_a_runtime_failure_naming_
     FILE *f = fopen(state, "r+b");
     REQUIRE(f && fseek(f, 1000, SEEK_SET) == 0 && fputc(0x55, f) != EOF && fclose(f) == 0, "changing %s", state);
     expect_run(1, "does not match its checksum", NULL, TINY_RUN " -x 2 -y 1 -i %s -o %s/c", train, d);
+}
+
+TEST(samples_come_every_n_steps_and_after_the_last_when_n_divides_it) {
+    char train[700], val[700], args[2000], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    /* -x 4 -s 2: after steps 2 and 4 (the trained model's sample), in the output and the log */
+    snprintf(args, sizeof args, TINY_RUN " -x 4 -s 2 -G 4 --val-every 0 -i %s -o %s/s4", train, d);
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "sample at step 2: ") && strstr(out, "sample at step 4: "),
+          "./train %s: exit %d, expected samples at steps 2 and 4: %s", args, rc, out ? out : "");
+    free(out);
+    char log_path[900];
+    snprintf(log_path, sizeof log_path, "%s/s4/log.jsonl", d);
+    char *log = read_text(log_path);
+    CHECK(log && strstr(log, "\"type\":\"sample\",\"step\":4,"), "the log lacks the sample at step 4: %s",
+          log ? log : "(unreadable)");
+    free(log);
+    /* -x 3 -s 2: after step 2 only; step 3 is not a multiple of 2 */
+    snprintf(args, sizeof args, TINY_RUN " -x 3 -s 2 -G 4 --val-every 0 -i %s -o %s/s3", train, d);
+    out = NULL;
+    rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "sample at step 2: ") && !strstr(out, "sample at step 3"),
+          "./train %s: exit %d, expected a sample at step 2 alone: %s", args, rc, out ? out : "");
+    free(out);
 }
 
 TEST(samples_that_cannot_hold_the_prompt_or_the_asked_tokens_say_so) {

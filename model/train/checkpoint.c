@@ -681,18 +681,28 @@ static int newest_whole_checkpoint(const char *run_dir, int below, char *name, s
     return -1;
 }
 
-int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, size_t size, char *err) {
-    char dest[FGPT_PATH_LEN], latest[FGPT_PATH_LEN];
+int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, size_t size, int *resumable,
+                               char *err) {
+    char dest[FGPT_PATH_LEN], latest[FGPT_PATH_LEN], name[64];
+    *resumable = 0;
     int moved = move_aside(run_dir, is_checkpoint_after, step, dest, err);
     if (moved <= 0) return moved;
-    /* the set-aside future resumes from its newest checkpoint, as an earlier run does */
+    snprintf(moved_to, size, "%s", dest);
+    /* the set-aside future resumes from its newest whole checkpoint, as an earlier run does; a
+     * latest naming a damaged one would only fail there */
+    if (newest_whole_checkpoint(dest, INT_MAX, name, sizeof name) < 0) return moved;
     FILE *f = path_format(latest, "%s/latest", dest) == 0 ? fopen(latest, "w") : NULL;
-    if (!f || fprintf(f, "step_%08d\n", newest_checkpoint(dest, INT_MAX)) < 0 || !close_synced(f) || !sync_dir(dest)) {
+    const int written = f && fprintf(f, "%s\n", name) >= 0;
+    if (!f || !close_synced(f) || !written || !sync_dir(dest)) {
         snprintf(err, ERR_LEN, "cannot write %s/latest: %s", dest, strerror(errno));
         return -1;
     }
-    snprintf(moved_to, size, "%s", dest);
+    *resumable = 1;
     return moved;
+}
+
+int checkpoint_newest_step(const char *run_dir) {
+    return newest_checkpoint(run_dir, INT_MAX);
 }
 
 #define OLDER_CHECKPOINT_HINT \

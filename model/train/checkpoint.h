@@ -97,11 +97,15 @@ int checkpoint_set_aside_run(const char *run_dir, char *moved_to, size_t size, c
 
 /* A resume from step `step` (latest rolled back by hand, or an older checkpoint named in latest)
  * moves the checkpoints of later steps, a future this run abandons, into <run_dir>/earlier_run_N
- * with a latest naming the newest of them, so that they are neither pruned in place of this run's
- * checkpoints nor mixed into its timeline, and `-o <run_dir>/earlier_run_N -y 1` still resumes them.
- * How many were moved (0: none, no directory made), with that directory in moved_to, or -1 with a
- * message in err. */
-int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, size_t size, char *err);
+ * with a latest naming the newest whole one, so that they are neither pruned in place of this run's
+ * checkpoints nor mixed into its timeline, and `-o <run_dir>/earlier_run_N -y 1` still resumes them
+ * (*resumable 1; 0 when none of them is whole, and no latest is written). How many were moved (0:
+ * none, no directory made), with that directory in moved_to, or -1 with a message in err. */
+int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, size_t size, int *resumable,
+                               char *err);
+
+/* The newest step_NNNNNNNN directory in run_dir, whole or not: its step, or -1 when there is none. */
+int checkpoint_newest_step(const char *run_dir);
 
 /* The name (step_NNNNNNNN) of the checkpoint a resume continues from, into name (size bytes): the
  * one <run_dir>/latest holds (0), or, when latest is missing, the newest step directory whose
