@@ -51,14 +51,16 @@ CMD_SRC  := model/train/sample_cmd.c model/train/eval_cmd.c
 HOST_SRC := $(filter-out $(CMD_SRC),$(wildcard common/*.c model/*.c model/*/*.c data/*.c tokenizer/*.c))
 CUDA_SRC := $(wildcard kernels/*.cu model/*.cu model/*/*.cu)
 HOST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(HOST_SRC))
-# CUDA objects are never sanitized, so the sanitizer build reuses them from build/.
-CUDA_OBJ := $(patsubst %.cu,build/%.cu.o,$(CUDA_SRC))
+# CUDA objects are never sanitized, so the sanitizer build reuses them from build/; a debug build
+# has its own.
+CUDA_BUILD := $(if $(filter 1,$(DEBUG)),build-debug,build)
+CUDA_OBJ := $(patsubst %.cu,$(CUDA_BUILD)/%.cu.o,$(CUDA_SRC))
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) tests/runner.c tests/test_util.c)
 GPU_TEST_SRC := $(wildcard tests/test_*_gpu.cu)
-GPU_TEST_OBJ := $(patsubst %.cu,build/%.cu.o,$(GPU_TEST_SRC))
+GPU_TEST_OBJ := $(patsubst %.cu,$(CUDA_BUILD)/%.cu.o,$(GPU_TEST_SRC))
 
-.PHONY: all test test-gpu bench data clean deps compare
+.PHONY: all test test-gpu bench data clean deps compare FORCE
 .DEFAULT_GOAL := train
 all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer $(BUILD)/bench_kernels \
      $(BUILD)/lt_algo_probe $(BUILD)/bench_gemm_sm90 $(BUILD)/bench_nccl_copy_engine $(BUILD)/kernel_trace.so
@@ -69,9 +71,10 @@ LINK_SAN  := $(if $(SANFLAGS),-Xcompiler $(subst $(space),$(comma),$(strip $(SAN
 # ./train is one file for the optimized and the DEBUG=1 builds: a stamp rewritten when the build
 # changes makes it relink from that build's objects (whose own older times would not)
 TRAIN_STAMP := build/.train_build
-ifeq ($(SANFLAGS),)
-$(shell mkdir -p build && [ "$$(cat $(TRAIN_STAMP) 2>/dev/null)" = "$(BUILD) $(OPT)" ] || echo "$(BUILD) $(OPT)" >$(TRAIN_STAMP))
-endif
+$(TRAIN_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@[ "$$(cat $@ 2>/dev/null)" = "$(BUILD) $(OPT)" ] || echo "$(BUILD) $(OPT)" >$@
+FORCE:
 $(TRAIN_BIN): $(BUILD)/train.o $(patsubst %.c,$(BUILD)/%.o,$(CMD_SRC)) $(HOST_OBJ) $(CUDA_OBJ) $(if $(SANFLAGS),,$(TRAIN_STAMP))
 	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp $(LINK_SAN) -o $@ $(filter %.o,$^) $(CUDA_LIBS) $(LDLIBS)
 
@@ -79,7 +82,7 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
-build/%.cu.o: %.cu
+$(CUDA_BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
@@ -110,21 +113,21 @@ $(BUILD)/run_gpu_tests: $(GPU_TEST_OBJ) $(BUILD)/tests/runner.o $(BUILD)/tests/t
 test-gpu: $(BUILD)/run_gpu_tests
 	./$(BUILD)/run_gpu_tests $(FILTER)
 
-$(BUILD)/bench_output_layer: build/dev/bench/bench_output_layer.cu.o $(HOST_OBJ) $(CUDA_OBJ)
+$(BUILD)/bench_output_layer: $(CUDA_BUILD)/dev/bench/bench_output_layer.cu.o $(HOST_OBJ) $(CUDA_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -Xcompiler -fopenmp -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
 # the body kernels' benchmark (dev/bench/bench_kernels.cu): kernels/ alone, no model code
-KERNEL_OBJ := $(patsubst %.cu,build/%.cu.o,$(wildcard kernels/*.cu))
-$(BUILD)/bench_kernels: build/dev/bench/bench_kernels.cu.o $(KERNEL_OBJ)
+KERNEL_OBJ := $(patsubst %.cu,$(CUDA_BUILD)/%.cu.o,$(wildcard kernels/*.cu))
+$(BUILD)/bench_kernels: $(CUDA_BUILD)/dev/bench/bench_kernels.cu.o $(KERNEL_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
 
 # our Hopper GEMM for the fused output layer's dW and dH products, checked against cuBLAS and timed
 # beside it (dev/bench/gemm_sm90.cu; header-only kernels/ helpers, no kernel objects)
-$(BUILD)/bench_gemm_sm90: build/dev/bench/gemm_sm90.cu.o
+$(BUILD)/bench_gemm_sm90: $(CUDA_BUILD)/dev/bench/gemm_sm90.cu.o
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
 
 # NCCL's kernel-driven exchanges against its copy-engine ones, alone and beside GEMMs (two GPUs or more)
-$(BUILD)/bench_nccl_copy_engine: build/dev/bench/nccl_copy_engine.cu.o
+$(BUILD)/bench_nccl_copy_engine: $(CUDA_BUILD)/dev/bench/nccl_copy_engine.cu.o
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS) -lpthread
 
 # A CUPTI injection library (CUDA_INJECTION64_PATH) for dev/profile/gap_profile.sh; never linked.
@@ -134,7 +137,7 @@ $(BUILD)/kernel_trace.so: dev/profile/kernel_trace.c
 
 # every cuBLASLt algorithm for the fused backward's GEMM shapes (dev/profile/output_layer_profile.sh
 # runs it)
-$(BUILD)/lt_algo_probe: build/dev/profile/lt_algo_probe.cu.o
+$(BUILD)/lt_algo_probe: $(CUDA_BUILD)/dev/profile/lt_algo_probe.cu.o
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
 
 bench: $(BUILD)/bench_output_layer
@@ -151,7 +154,7 @@ compare: train
 clean:
 	rm -rf build build-san build-debug ./train
 
--include $(shell find build $(BUILD) -name '*.d' 2>/dev/null | sort -u)
+-include $(shell find $(CUDA_BUILD) $(BUILD) -name '*.d' 2>/dev/null | sort -u)
 
 # tokenizer benchmark: training time, merges reached, tokens/byte, encode MB/s on the
 # default corpus (prepared by `make data`); BENCH_TOKENIZER_ARGS overrides file and sizes.

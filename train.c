@@ -420,9 +420,14 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->batch < 1) bad("-b/--batch", "must be positive");
     if (opt->seq_len < 1) bad("-t/--seq-len", "must be positive");
     /* --init-from's context is its config.json's unless --max-seq-len is given (check_init_from) */
-    if (opt->seq_len > cfg->max_seq_len && !(opt->init_from[0] && !was_given(opt, "max-seq-len")))
+    if (opt->seq_len > cfg->max_seq_len && !(opt->init_from[0] && !was_given(opt, "max-seq-len"))) {
+        /* a resumed model keeps its context (GPT-2's position table is part of its weights) */
+        if (opt->resume)
+            die_usage("-t/--seq-len %d is above the model's context (--max-seq-len %d): pass -t %d or less",
+                      opt->seq_len, cfg->max_seq_len, cfg->max_seq_len);
         die_usage("-t/--seq-len %d is above the model's context (--max-seq-len %d): pass -t %d or less, or "
                   "--max-seq-len %d", opt->seq_len, cfg->max_seq_len, cfg->max_seq_len, opt->seq_len);
+    }
     if (opt->steps < 1) bad("-x/--steps", "must be positive");
     if (!(opt->lr > 0)) bad("-l/--lr", "must be positive");
     if (opt->lr_final < 0 || opt->lr_final > opt->lr)
@@ -1764,8 +1769,11 @@ int main(int argc, char **argv) {
     }
     if (status == RUN_ON && r->have_val && opt->val_every) status = evaluate(r, opt->steps);
     /* every N steps includes the last: a run of -x N with -s N samples its trained model once */
-    if (status == RUN_ON && r->dist.rank == 0 && opt->sample_every && opt->steps % opt->sample_every == 0)
+    if (status == RUN_ON && r->dist.rank == 0 && opt->sample_every && opt->steps % opt->sample_every == 0) {
         generate_sample(r->be, r->tok, opt, &r->rng, opt->steps, &r->log, r->inputs, r->logits);
+        /* in the loop the next step's record reports a failed sample record; here none follows */
+        if (r->log.failed) status = fail_write(r, r->log.err);
+    }
 
     /* ---- tear down ---- */
     const int rc = close_run(r, status == RUN_ON ? 0 : status);

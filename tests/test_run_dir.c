@@ -300,6 +300,29 @@ TEST(a_resume_without_latest_names_the_damaged_newer_checkpoint_it_passes_over) 
     CHECK(exists("%s/%s", d, "dm/earlier_run_1/step_00000004"), "the damaged checkpoint was not set aside");
 }
 
+TEST(a_rolled_back_resume_sets_aside_a_latest_naming_the_newest_whole_checkpoint) {
+    /* checkpoints at 2, 4 and 6, step 6's state file cut short, latest rolled back to step 2 by hand:
+     * 4 and 6 move aside, and their latest names step 4, which -y 1 can resume */
+    char args[1200], cmd[2000], path[1000], *out = NULL;
+    const char *d = test_tmpdir();
+    snprintf(args, sizeof args, RUN " -x 6 -n 2 --keep-checkpoints 3 --val-every 0 -i %s -o %s/rb", train_shard(), d);
+    REQUIRE(run_train(args, &out) == 0, "first run failed: %s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "truncate -s 1000 %s/rb/step_00000006/state.bin && echo step_00000002 > %s/rb/latest", d,
+             d);
+    REQUIRE(system(cmd) == 0, "damaging step 6, rolling latest back");
+    snprintf(args, sizeof args, RUN " -x 3 -n 2 --warmup 1 --val-every 0 -y 1 -i %s -o %s/rb", train_shard(), d);
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && strstr(out, "held 2 checkpoint(s) after step 2") && strstr(out, "-y 1 resumes them"),
+          "exit %d: %s", rc, out);
+    free(out);
+    snprintf(path, sizeof path, "%s/rb/earlier_run_1/latest", d);
+    char *latest = read_text(path);
+    CHECK(latest && strcmp(latest, "step_00000004\n") == 0, "the set-aside latest holds '%s', not step_00000004",
+          latest ? latest : "(none)");
+    free(latest);
+}
+
 TEST(a_resume_without_latest_continues_from_the_newest_complete_checkpoint) {
     /* the disk filled while latest was replaced: the step directory is whole, latest is gone and an
      * empty latest.tmp remains */

@@ -49,6 +49,8 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("-b 0", "-b/--batch must be positive");
     expect_usage_error("-t -5", "-t/--seq-len must be positive");
     expect_usage_error("-t 2048", "-t/--seq-len 2048 is above the model's context (--max-seq-len 1024): pass -t 1024 or less, or --max-seq-len 2048");
+    /* a resumed model's context is its own: no --max-seq-len advice */
+    expect_usage_error("-y 1 -t 2048", "(--max-seq-len 1024): pass -t 1024 or less (see ./train --help)");
     expect_usage_error("-b 4 -t 64 -d 1000", "-d/--total-batch must be a multiple");
     expect_usage_error("-e tiny --heads 5", "--heads must divide --dim");
     /* widths whose int arithmetic would wrap (4 dim, heads x head dim) are named, not computed */

@@ -331,6 +331,7 @@ throughput() {
     local comm=$(grep '| loss' $log | tail -30 | grep -o 'comm [0-9.]*' | awk '{print $2}' | sort -n | sed -n 15p)
     # each part's median on its own: one step's three parts moved by up to 2 ms between steps
     local parts=$(for f in fwd out bwd; do echo "$f $(col "$f [0-9.]+")"; done | tr '\n' ' ')
+    [ -n "$(col 'fwd [0-9.]+')" ] || parts= # a run without --step-parts lines
     TP_TOK=$(col '[0-9.]+ tok/s')
     TP_MS=$(col '\| [0-9.]+ ms \|') TP_COMM=${comm:-0}
     note "d12 V=$V B=32/GPU $tag: median $(col '\| [0-9.]+ ms \|') ms/step, $TP_TOK tok/s, comm wait ${comm:-0} ms, $(grep '| loss' $log | tail -1 | grep -o '[0-9.]* GB') $(grep -m1 error $log)"

@@ -138,7 +138,8 @@ typedef struct {
 /* Whether a record of `type` at `step` belongs to the timeline up to the checkpoint. */
 static int before_checkpoint(const char *type, long long at, const Resume *r) {
     /* a step record is written at the end of its step; eval and sample records of step k at the
-     * start of step k + 1, after the checkpoint of step k (or, for the last eval, after the loop) */
+     * start of step k + 1, after the checkpoint of step k (or, for the last eval and sample, after
+     * the loop) */
     if (strcmp(type, "step") == 0) return at <= r->step;
     if (at != r->step) return at < r->step;
     return strcmp(type, "eval") == 0 ? !r->eval_again : !r->sample_again;
