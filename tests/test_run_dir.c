@@ -34,6 +34,30 @@ static int exists(const char *fmt, const char *a, const char *b) {
     return stat(p, &sb) == 0;
 }
 
+/* A first run (`RUN first_flags -i <shard> -o <dir>/<name>`), then `alter` (a shell command, where
+ * each %s is the test's directory), then a resume with second_flags: the resume's exit status and
+ * output (*out, caller frees), or -1 when the first two failed (a failure recorded). */
+static int run_alter_resume(const char *name, const char *first_flags, const char *alter, const char *second_flags,
+                            char **out) {
+    char args[1600], cmd[2400];
+    const char *d = test_tmpdir();
+    *out = NULL;
+    snprintf(args, sizeof args, RUN " %s -i %s -o %s/%s", first_flags, train_shard(), d, name);
+    if (run_train(args, out) != 0) {
+        CHECK(0, "first run failed: %s", *out ? *out : "");
+        return -1;
+    }
+    free(*out);
+    *out = NULL;
+    snprintf(cmd, sizeof cmd, alter, d, d, d);
+    if (system(cmd) != 0) {
+        CHECK(0, "%s failed", cmd);
+        return -1;
+    }
+    snprintf(args, sizeof args, RUN " %s -y 1 -i %s -o %s/%s", second_flags, train_shard(), d, name);
+    return run_train(args, out);
+}
+
 /* The steps of a log's step records, in file order, into steps[]; how many. Every line must be one
  * complete record. */
 static int logged_steps(const char *log_path, int *steps, int max) {
@@ -282,15 +306,12 @@ TEST(a_file_size_limit_stops_the_run_with_one_line_naming_the_last_checkpoint) {
 TEST(a_resume_without_latest_names_the_damaged_newer_checkpoint_it_passes_over) {
     /* checkpoints at steps 2 and 4, latest gone and step 4's state file cut short: the resume takes
      * step 2, says why step 4 was passed over, and sets it aside without claiming it resumes */
-    char args[1200], cmd[2000], *out = NULL;
+    char *out;
     const char *d = test_tmpdir();
-    snprintf(args, sizeof args, RUN " -x 4 -n 2 --val-every 0 -i %s -o %s/dm", train_shard(), d);
-    REQUIRE(run_train(args, &out) == 0, "first run failed: %s", out);
-    free(out);
-    snprintf(cmd, sizeof cmd, "rm %s/dm/latest && truncate -s 1000 %s/dm/step_00000004/state.bin", d, d);
-    REQUIRE(system(cmd) == 0, "damaging step 4");
-    snprintf(args, sizeof args, RUN " -x 6 -n 2 --val-every 0 -y 1 -i %s -o %s/dm", train_shard(), d);
-    int rc = run_train(args, &out);
+    int rc = run_alter_resume("dm", "-x 4 -n 2 --val-every 0",
+                              "rm %s/dm/latest && truncate -s 1000 %s/dm/step_00000004/state.bin",
+                              "-x 6 -n 2 --val-every 0", &out);
+    REQUIRE(rc >= 0, "setting up");
     CHECK(rc == 0 && strstr(out, "resuming from the newest complete checkpoint, step_00000002 (step_00000004, newer, "
                                  "is incomplete or damaged)") &&
               strstr(out, "none of them complete") && !strstr(out, "resumes them") && strstr(out, "step     6/6"),
@@ -303,20 +324,15 @@ TEST(a_resume_without_latest_names_the_damaged_newer_checkpoint_it_passes_over) 
 TEST(a_rolled_back_resume_sets_aside_a_latest_naming_the_newest_whole_checkpoint) {
     /* checkpoints at 2, 4 and 6, step 6's state file cut short, latest rolled back to step 2 by hand:
      * 4 and 6 move aside, and their latest names step 4, which -y 1 can resume */
-    char args[1200], cmd[2000], path[1000], *out = NULL;
-    const char *d = test_tmpdir();
-    snprintf(args, sizeof args, RUN " -x 6 -n 2 --keep-checkpoints 3 --val-every 0 -i %s -o %s/rb", train_shard(), d);
-    REQUIRE(run_train(args, &out) == 0, "first run failed: %s", out);
-    free(out);
-    snprintf(cmd, sizeof cmd, "truncate -s 1000 %s/rb/step_00000006/state.bin && echo step_00000002 > %s/rb/latest", d,
-             d);
-    REQUIRE(system(cmd) == 0, "damaging step 6, rolling latest back");
-    snprintf(args, sizeof args, RUN " -x 3 -n 2 --warmup 1 --val-every 0 -y 1 -i %s -o %s/rb", train_shard(), d);
-    int rc = run_train(args, &out);
+    char path[1000], *out;
+    int rc = run_alter_resume("rb", "-x 6 -n 2 --keep-checkpoints 3 --val-every 0",
+                              "truncate -s 1000 %s/rb/step_00000006/state.bin && echo step_00000002 > %s/rb/latest",
+                              "-x 3 -n 2 --warmup 1 --val-every 0", &out);
+    REQUIRE(rc >= 0, "setting up");
     CHECK(rc == 0 && strstr(out, "held 2 checkpoint(s) after step 2") && strstr(out, "-y 1 resumes them"),
           "exit %d: %s", rc, out);
     free(out);
-    snprintf(path, sizeof path, "%s/rb/earlier_run_1/latest", d);
+    snprintf(path, sizeof path, "%s/rb/earlier_run_1/latest", test_tmpdir());
     char *latest = read_text(path);
     CHECK(latest && strcmp(latest, "step_00000004\n") == 0, "the set-aside latest holds '%s', not step_00000004",
           latest ? latest : "(none)");
@@ -326,15 +342,10 @@ TEST(a_rolled_back_resume_sets_aside_a_latest_naming_the_newest_whole_checkpoint
 TEST(a_resume_without_latest_continues_from_the_newest_complete_checkpoint) {
     /* the disk filled while latest was replaced: the step directory is whole, latest is gone and an
      * empty latest.tmp remains */
-    char args[1200], cmd[2000], *out = NULL;
+    char args[1200], cmd[2000], *out;
     const char *d = test_tmpdir();
-    snprintf(args, sizeof args, RUN " -x 4 -n 2 -i %s -o %s/nl", train_shard(), d);
-    REQUIRE(run_train(args, &out) == 0, "first run failed: %s", out);
-    free(out);
-    snprintf(cmd, sizeof cmd, "rm %s/nl/latest && : > %s/nl/latest.tmp", d, d);
-    REQUIRE(system(cmd) == 0, "removing latest");
-    snprintf(args, sizeof args, RUN " -x 5 -n 2 -y 1 -i %s -o %s/nl", train_shard(), d);
-    int rc = run_train(args, &out);
+    int rc = run_alter_resume("nl", "-x 4 -n 2", "rm %s/nl/latest && : > %s/nl/latest.tmp", "-x 5 -n 2", &out);
+    REQUIRE(rc >= 0, "setting up");
     CHECK(rc == 0 && strstr(out, "nl/latest is missing") && strstr(out, "at step 4") && strstr(out, "step     5/5"),
           "exit %d: %s", rc, out);
     free(out);
