@@ -422,11 +422,10 @@ static void validate(Options *opt, GPTConfig *cfg) {
     /* --init-from's context is its config.json's unless --max-seq-len is given (check_init_from) */
     if (opt->seq_len > cfg->max_seq_len && !(opt->init_from[0] && !was_given(opt, "max-seq-len"))) {
         /* a resumed model keeps its context (GPT-2's position table is part of its weights) */
-        if (opt->resume)
-            die_usage("-t/--seq-len %d is above the model's context (--max-seq-len %d): pass -t %d or less",
-                      opt->seq_len, cfg->max_seq_len, cfg->max_seq_len);
-        die_usage("-t/--seq-len %d is above the model's context (--max-seq-len %d): pass -t %d or less, or "
-                  "--max-seq-len %d", opt->seq_len, cfg->max_seq_len, cfg->max_seq_len, opt->seq_len);
+        char or_longer[48] = "";
+        if (!opt->resume) snprintf(or_longer, sizeof or_longer, ", or --max-seq-len %d", opt->seq_len);
+        die_usage("-t/--seq-len %d is above the model's context (--max-seq-len %d): pass -t %d or less%s", opt->seq_len,
+                  cfg->max_seq_len, cfg->max_seq_len, or_longer);
     }
     if (opt->steps < 1) bad("-x/--steps", "must be positive");
     if (!(opt->lr > 0)) bad("-l/--lr", "must be positive");
@@ -962,7 +961,7 @@ static int claim_run_dir(Run *r) {
             /* a newer step directory passed over is named: its state file is cut short or not ours */
             const int newest = checkpoint_newest_step(opt->out);
             char skipped[96] = "";
-            if (newest > atoi(name + 5)) /* name is step_NNNNNNNN */
+            if (newest > checkpoint_dir_step(name))
                 snprintf(skipped, sizeof skipped, " (step_%08d, newer, is incomplete or damaged)", newest);
             printf("note: %s/latest is missing (a crash or a full disk while it was written); resuming from the "
                    "newest complete checkpoint, %s%s\n", opt->out, name, skipped);

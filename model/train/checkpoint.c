@@ -434,8 +434,7 @@ static int compare_steps(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The step of a checkpoint directory named step_NNNNNNNN exactly (no .tmp), or -1. */
-static int checkpoint_dir_step(const char *name) {
+int checkpoint_dir_step(const char *name) {
     int step;
     char tail;
     return sscanf(name, "step_%d%c", &step, &tail) == 1 && step >= 0 ? step : -1;

@@ -107,6 +107,9 @@ int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, si
 /* The newest step_NNNNNNNN directory in run_dir, whole or not: its step, or -1 when there is none. */
 int checkpoint_newest_step(const char *run_dir);
 
+/* The step of a checkpoint directory named step_NNNNNNNN exactly (no .tmp), or -1. */
+int checkpoint_dir_step(const char *name);
+
 /* The name (step_NNNNNNNN) of the checkpoint a resume continues from, into name (size bytes): the
  * one <run_dir>/latest holds (0), or, when latest is missing, the newest step directory whose
  * state.bin is whole (1). -1 with a message in err when there is none or latest is not such a name. */
