@@ -53,7 +53,7 @@ typedef struct {
     float lr, lr_final, weight_decay, grad_clip;
     float z_loss, logit_softcap, label_smoothing;
     int warmup;
-    int seed;
+    uint64_t seed; /* checkpoints and `./train sample --seed` take all 64 bits */
     const char *train_data, *val_data, *out, *cache_dir, *tokenizer, *prompt, *init_from;
     int checkpoint_every, keep_checkpoints, resume;
     int val_every, val_batches, sample_every, gen_tokens;
@@ -73,7 +73,7 @@ typedef struct {
     unsigned char given[64]; /* given[k]: options[k] was on the command line (its default was not taken) */
 } Options;
 
-typedef enum { OPT_INT, OPT_FLOAT, OPT_STR, OPT_FLAG } OptType;
+typedef enum { OPT_INT, OPT_U64, OPT_FLOAT, OPT_STR, OPT_FLAG } OptType;
 
 typedef struct {
     char short_name; /* 0: long form only */
@@ -125,7 +125,7 @@ static const OptSpec options[] = {
      "objective: PyTorch's label smoothing over the real vocabulary, 0 <= EPS < 1 (0: off)"},
     {0, "logit-softcap", OPT_FLOAT, O(logit_softcap), "0", "CAP",
      "model: logits become CAP tanh(z/CAP) before the softmax (0: none, or --init-from's final_logit_softcapping)"},
-    {0, "seed", OPT_INT, O(seed), "1337", "S", "seed for init, data order and sampling"},
+    {0, "seed", OPT_U64, O(seed), "1337", "S", "seed for init, data order and sampling (0 to 2^64 - 1)"},
     {'i', "train-data", OPT_STR, O(train_data), "", "FILE", "train token shard (default: the default corpus)"},
     {'j', "val-data", OPT_STR, O(val_data), "", "FILE", "validation token shard"},
     {0, "tokenizer", OPT_STR, O(tokenizer), "", "FILE",
@@ -286,6 +286,13 @@ static void set_value(Options *opt, const OptSpec *o, const char *value, const c
         *(int *)dst = (int)v;
         break;
     }
+    case OPT_U64: {
+        unsigned long long v = strtoull(value, &end, 10);
+        if (!*value || isspace((unsigned char)*value) || *value == '-' || *value == '+' || *end || errno)
+            die_usage("%s expects a whole number from 0 to 18446744073709551615, got '%s'", name, value);
+        *(uint64_t *)dst = v;
+        break;
+    }
     case OPT_FLOAT: {
         float v = strtof(value, &end);
         if (*value && !isspace((unsigned char)*value) && !*end && errno == ERANGE)
@@ -434,7 +441,6 @@ static void validate(Options *opt, GPTConfig *cfg) {
                                                      : "defaults to 6e-5, above this -l/--lr: pass a final rate below "
                                                        "the peak (e.g. a tenth of it)");
     if (opt->warmup < 0) bad("--warmup", "must be 0 or more");
-    if (opt->seed < 0) bad("--seed", "must be 0 or more"); /* checkpoints keep it unsigned */
     if (opt->weight_decay < 0) bad("--weight-decay", "must be 0 or more");
     if (opt->grad_clip < 0) bad("--grad-clip", "must be 0 (off) or positive");
     if (!(opt->z_loss >= 0)) bad("--z-loss", "must be 0 (off) or positive");
@@ -642,14 +648,34 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static float validation_loss(Backend *be, Loader *val, int batches, int *inputs, int *targets) {
+/* A stop asked for on this rank as two flags (SIGINT, SIGTERM) for a mean over the ranks, which the
+ * caller takes with its own values (a step's means and its stop go in one collective);
+ * stop_from_flags then gives every rank the same answer: SIGINT if any rank got one, else SIGTERM,
+ * else 0. */
+static void stop_flags(double *values) {
+    const int asked = stop_request_signal();
+    values[0] = asked == SIGINT ? 1.0 : 0.0;
+    values[1] = asked && asked != SIGINT ? 1.0 : 0.0;
+}
+static int stop_from_flags(const double *means) { return means[0] > 0.0 ? SIGINT : means[1] > 0.0 ? SIGTERM : 0; }
+
+/* The mean loss over the validation batches, or a stop asked for during them (*stop_signal; the loss
+ * is then meaningless). The ranks agree on a stop batch by batch: a long validation would otherwise
+ * hold a Ctrl-C for its whole length and then a step's more. */
+static float validation_loss(Backend *be, const Dist *dist, Loader *val, int batches, int *inputs, int *targets,
+                             int *stop_signal) {
     loader_reset(val);
     double sum = 0.0;
+    *stop_signal = 0;
     for (int i = 0; i < batches; i++) {
+        double flags[2];
+        stop_flags(flags);
+        dist_mean_scalars(dist, flags, 2);
+        if ((*stop_signal = stop_from_flags(flags))) return 0.0f;
         loader_next_batch(val, inputs, targets);
         sum += be->ops->eval_loss(be, inputs, targets);
     }
-    return (float)(be->dist ? dist_mean_scalar(be->dist, sum / batches) : sum / batches);
+    return (float)dist_mean_scalar(dist, sum / batches);
 }
 
 /* The prompt's tokens (all of them; a sample keeps those that fit its window) into ids, allocated
@@ -1165,7 +1191,7 @@ static int resolve_data(Run *r) {
     r->val_batches_per_rank = loader_batches_per_rank(opt->val_batches, world);
     r->have_val = r->val_path[0] != 0 && opt->val_every > 0; /* validation that never runs needs no shard */
     int rc = loader_open(&r->train_loader, r->train_path, (uint32_t)cfg->vocab_size, r->B, r->T, rank, world,
-                         r->accum, 1, (uint64_t)opt->seed, r->err);
+                         r->accum, 1, opt->seed, r->err);
     if (rc == 0 && r->have_val) {
         rc = loader_open(&r->val_loader, r->val_path, (uint32_t)cfg->vocab_size, r->B, r->T, rank, world, 1, 0, 0,
                          r->err);
@@ -1263,9 +1289,9 @@ static int create_backend(Run *r) {
                                                                   : "lower -b or -t, or the model: -e, -v, --max-seq-len",
                                  r->err))
         return fail(r->err);
-    r->be = cpu ? backend_cpu_create(&r->table, r->B, r->T, output, optimizer_state_of(opt), (uint64_t)opt->seed, r->err)
+    r->be = cpu ? backend_cpu_create(&r->table, r->B, r->T, output, optimizer_state_of(opt), opt->seed, r->err)
                 : backend_cuda_create(&r->table, r->B, r->T, output, (size_t)opt->logits_mb << 20,
-                                      opt->recompute_gelu, optimizer_state_of(opt), (uint64_t)opt->seed, &dp, r->err);
+                                      opt->recompute_gelu, optimizer_state_of(opt), opt->seed, &dp, r->err);
     if (!r->be) return fail(r->err);
     r->be->dist = &r->dist;
     r->be->z_loss = opt->z_loss, r->be->label_smoothing = opt->label_smoothing;
@@ -1276,7 +1302,7 @@ static int create_backend(Run *r) {
     r->targets = malloc((size_t)r->B * r->T * sizeof(int));
     r->logits = malloc((size_t)r->cfg.vocab_size * sizeof(float));
     if (!r->inputs || !r->targets || !r->logits) return fail("out of host memory");
-    rng_seed(&r->rng, (uint64_t)opt->seed ^ 0x5eed5a3e1eull);
+    rng_seed(&r->rng, opt->seed ^ 0x5eed5a3e1eull);
     return RUN_ON;
 }
 
@@ -1375,7 +1401,7 @@ static int resume(Run *r) {
                     dist->rank, st.step, opt->out);
         return 1;
     }
-    if (st.B != r->B || st.T != r->T || st.total_batch != opt->total_batch || st.seed != (uint64_t)opt->seed) {
+    if (st.B != r->B || st.T != r->T || st.total_batch != opt->total_batch || st.seed != opt->seed) {
         fprintf(stderr,
                 "error: checkpoint in %s was trained with -b %d -t %d -d %d --seed %llu; resume with the same "
                 "values so the data order continues\n",
@@ -1566,9 +1592,15 @@ static void print_header(Run *r) {
     fflush(stdout); /* a log file or a `| tee` shows the set-up before the first step ends */
 }
 
-/* The validation loss at `step`, printed and logged. */
-static int evaluate(Run *r, int step) {
-    float vl = validation_loss(r->be, &r->val_loader, r->val_batches_per_rank, r->inputs, r->targets);
+/* The validation loss at `step`, printed and logged, or the signal of a stop asked for during it
+ * (*stop_signal), which leaves it unlogged. */
+static int evaluate(Run *r, int step, int *stop_signal) {
+    float vl = validation_loss(r->be, &r->dist, &r->val_loader, r->val_batches_per_rank, r->inputs, r->targets,
+                               stop_signal);
+    if (*stop_signal) {
+        if (r->dist.rank == 0) printf("step %5d | validation abandoned on %s\n", step, stop_request_name(*stop_signal));
+        return RUN_ON;
+    }
     printf("step %5d | val loss %.6f\n", step, vl);
     return runlog_eval(&r->log, step, vl) != 0 ? fail_write(r, r->log.err) : RUN_ON;
 }
@@ -1591,15 +1623,14 @@ static int take_step(Run *r, int step, StepResult *s) {
     be->ops->reduce_grads(be);
     /* one collective for the step's means and for whether any rank was asked to stop: every rank
      * reads the same answer, so all of them stop after the same step */
-    const int asked = stop_request_signal();
-    double means[5] = {loss / r->accum, objective / r->accum, lse / r->accum, asked == SIGINT ? 1.0 : 0.0,
-                       asked && asked != SIGINT ? 1.0 : 0.0};
+    double means[5] = {loss / r->accum, objective / r->accum, lse / r->accum};
+    stop_flags(means + 3);
     dist_mean_scalars(&r->dist, means, 5);
     const OutputLossOptions lo = backend_loss_options(be);
     s->loss = means[0];
     s->objective = output_loss_has_objective(&lo) ? means[1] : s->loss;
     s->lse = means[2];
-    s->stop_signal = means[3] > 0.0 ? SIGINT : means[4] > 0.0 ? SIGTERM : 0;
+    s->stop_signal = stop_from_flags(means + 3);
     s->norm = (float)sqrt(be->ops->grad_sumsq(be));
     char why[512];
     if (!step_is_finite((float)s->loss, s->norm, step + 1, why, sizeof why)) {
@@ -1664,7 +1695,7 @@ static int save_checkpoint(Run *r, int steps_done) {
     LoaderState ls = loader_get_state(&r->train_loader);
     TrainState st = {.step = steps_done, .loader_epoch = ls.epoch, .loader_position = ls.position,
                      .B = r->B, .T = r->T, .total_batch = opt->total_batch, .world = r->dist.world,
-                     .seed = (uint64_t)opt->seed, .data_tokens = r->train_loader.num_tokens,
+                     .seed = opt->seed, .data_tokens = r->train_loader.num_tokens,
                      .data_fingerprint = r->train_fingerprint, .total_steps = opt->steps,
                      .warmup = opt->warmup, .lr = opt->lr, .lr_final = opt->lr_final,
                      .settings = train_settings(opt)};
@@ -1681,9 +1712,17 @@ static int save_checkpoint(Run *r, int steps_done) {
  * process a user or scheduler started ends by the signal itself (main). */
 static int stop_after(Run *r, int steps_done, int sig) {
     r->stopped_by = sig;
-    if (r->dist.rank == 0)
+    const char *name = stop_request_name(sig), *out = r->opt.out;
+    if (r->dist.rank != 0) return stop_request_exit_status(sig);
+    if (steps_done == r->opt.steps)
+        printf("stopped by %s in the last validation: training is done, checkpoint %s/step_%08d written\n", name, out,
+               steps_done);
+    else if (steps_done == 0)
+        printf("stopped by %s before the first step: checkpoint %s/step_%08d written; the same command with -y 1 "
+               "starts from there\n", name, out, steps_done);
+    else
         printf("stopped by %s after step %d of %d: checkpoint %s/step_%08d written; the same command with -y 1 "
-               "goes on from there\n", stop_request_name(sig), steps_done, r->opt.steps, r->opt.out, steps_done);
+               "goes on from there\n", name, steps_done, r->opt.steps, out, steps_done);
     return stop_request_exit_status(sig);
 }
 
@@ -1745,13 +1784,20 @@ int main(int argc, char **argv) {
     if (status == RUN_ON) status = open_log(r);
     /* before the header: once its lines are out, a Ctrl-C is a stop request */
     if (status == RUN_ON)
-        stop_request_install(r->dist.rank == 0 ? "training stops at the end of a step, with a checkpoint" : NULL);
+        stop_request_install(r->dist.rank == 0 ? "training stops at the end of a step or validation batch, with a "
+                                                 "checkpoint"
+                                               : NULL);
     if (status == RUN_ON) print_header(r);
 
     /* ---- the training loop ---- */
+    int saved = opt->resume ? r->start_step : -1; /* the step of -o's newest checkpoint */
     for (int step = r->start_step; status == RUN_ON && step < opt->steps; step++) {
         if (r->have_val && opt->val_every && step % opt->val_every == 0) {
-            status = evaluate(r, step);
+            int asked;
+            status = evaluate(r, step, &asked);
+            /* a stop during validation leaves the checkpoint of the steps taken (step 0's included) */
+            if (status == RUN_ON && asked && saved != step) status = save_checkpoint(r, step);
+            if (status == RUN_ON && asked) status = stop_after(r, step, asked);
             if (status != RUN_ON) break;
         }
         if (r->dist.rank == 0 && opt->sample_every && step > 0 && step % opt->sample_every == 0)
@@ -1763,10 +1809,17 @@ int main(int argc, char **argv) {
         const int stop = status == RUN_ON && s.stop_signal && step + 1 < opt->steps;
         const int checkpoint_due =
             (opt->checkpoint_every && (step + 1) % opt->checkpoint_every == 0) || step == opt->steps - 1 || stop;
-        if (status == RUN_ON && checkpoint_due) status = save_checkpoint(r, step + 1);
+        if (status == RUN_ON && checkpoint_due) {
+            status = save_checkpoint(r, step + 1);
+            saved = step + 1;
+        }
         if (status == RUN_ON && stop) status = stop_after(r, step + 1, s.stop_signal);
     }
-    if (status == RUN_ON && r->have_val && opt->val_every) status = evaluate(r, opt->steps);
+    if (status == RUN_ON && r->have_val && opt->val_every) {
+        int asked;
+        status = evaluate(r, opt->steps, &asked);
+        if (status == RUN_ON && asked) status = stop_after(r, opt->steps, asked);
+    }
     /* every N steps includes the last: a run of -x N with -s N samples its trained model once */
     if (status == RUN_ON && r->dist.rank == 0 && opt->sample_every && opt->steps % opt->sample_every == 0) {
         generate_sample(r->be, r->tok, opt, &r->rng, opt->steps, &r->log, r->inputs, r->logits);

@@ -182,20 +182,21 @@ static int is_digit(char c) {
 /* RFC 8259's number grammar, checked before strtod reads it (strtod takes more: hex, inf, nan).
  * 1: a number; 0: not one here; -1: one past a double's range (an error set: it would read as inf,
  * and a file written back from it would hold no JSON at all). */
-static int parse_number(Parser *p, double *out) {
+static int parse_number(Parser *p, double *out, int *integer) {
     size_t i = p->at;
+    *integer = 1;
     if (i < p->len && p->s[i] == '-') i++;
     if (i >= p->len || !is_digit(p->s[i])) return 0;
     if (p->s[i] == '0') i++;
     else
         while (i < p->len && is_digit(p->s[i])) i++;
     if (i < p->len && p->s[i] == '.') {
-        i++;
+        i++, *integer = 0;
         if (i >= p->len || !is_digit(p->s[i])) return 0;
         while (i < p->len && is_digit(p->s[i])) i++;
     }
     if (i < p->len && (p->s[i] == 'e' || p->s[i] == 'E')) {
-        i++;
+        i++, *integer = 0;
         if (i < p->len && (p->s[i] == '+' || p->s[i] == '-')) i++;
         if (i >= p->len || !is_digit(p->s[i])) return 0;
         while (i < p->len && is_digit(p->s[i])) i++;
@@ -330,7 +331,7 @@ static int parse_value(Parser *p, JsonValue *v, int depth) {
     if (parse_literal(p, "null")) return v->type = JSON_NULL, 1;
     if (parse_literal(p, "true")) return v->type = JSON_TRUE, 1;
     if (parse_literal(p, "false")) return v->type = JSON_FALSE, 1;
-    const int number = parse_number(p, &v->number);
+    const int number = parse_number(p, &v->number, &v->integer);
     if (number > 0) return v->type = JSON_NUMBER, 1;
     if (number < 0) return 0;
     fail(p, "expected a value (object, array, string, number, true, false or null)");
@@ -377,8 +378,7 @@ const char *json_string(const JsonValue *v) {
 }
 
 int json_int(const JsonValue *v, long long lo, long long hi, long long *out) {
-    if (!v || v->type != JSON_NUMBER || !(v->number >= (double)lo && v->number <= (double)hi) ||
-        v->number != floor(v->number))
+    if (!v || v->type != JSON_NUMBER || !v->integer || !(v->number >= (double)lo && v->number <= (double)hi))
         return 0;
     *out = (long long)v->number;
     return 1;

@@ -23,6 +23,9 @@ struct JsonValue {
     JsonType type;
     size_t len;          /* string: bytes (a NUL follows them); array, object: elements */
     double number;       /* JSON_NUMBER */
+    int integer;         /* JSON_NUMBER written as an integer: no fraction, no exponent (Python's json
+                          * reads 512.0 and 5e2 as floats, which transformers' sizes and safetensors'
+                          * shapes refuse) */
     char *string;        /* JSON_STRING */
     JsonValue *items;    /* JSON_ARRAY: len values */
     JsonMember *members; /* JSON_OBJECT: len members, in document order */
@@ -44,7 +47,7 @@ void json_free(JsonValue *v);
 const JsonValue *json_get(const JsonValue *v, const char *key);
 /* The string of v when it is one, else NULL. */
 const char *json_string(const JsonValue *v);
-/* 1 when v is a number holding an integer in [lo, hi], stored in *out. */
+/* 1 when v is a number written as an integer (512, not 512.0 or 5.12e2) in [lo, hi], stored in *out. */
 int json_int(const JsonValue *v, long long lo, long long hi, long long *out);
 /* The type's name, for messages ("an object", "a string", ...). */
 const char *json_type_name(JsonType t);

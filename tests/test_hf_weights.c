@@ -225,6 +225,10 @@ TEST(a_config_field_of_the_wrong_type_is_refused_naming_the_field_and_both_types
         {", \"vocab_size\": [300]", "\"vocab_size\" is an array, expected an integer"},
         {", \"n_positions\": null", "\"n_positions\" is null, expected an integer"},
         {", \"model_type\": \"gpt2\\u0000x\"", "\"model_type\" holds a NUL character"},
+        /* Python's json reads these as floats, which transformers' sizes refuse */
+        {", \"n_embd\": 64.0", "\"n_embd\" is 64 written with a fraction or exponent, expected an integer"},
+        {", \"n_layer\": 2e0", "\"n_layer\" is 2 written with a fraction or exponent, expected an integer"},
+        {", \"n_inner\": 256.0", "\"n_inner\" is 256 written with a fraction or exponent, expected an integer"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_gpt2_config(test_tmpdir(), cases[i].extra);
@@ -286,6 +290,11 @@ TEST(a_safetensors_file_whose_data_is_not_exactly_its_tensors_is_refused) {
         {"unknown dtype", "{\"h.0.ln_1.weight\":{\"dtype\":\"F31\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
          "tensor h.0.ln_1.weight has dtype F31, which safetensors does not define"},
         {"no offsets", "{\"h.0.ln_1.weight\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8,
+         "tensor h.0.ln_1.weight has no valid dtype, shape or data_offsets"},
+        /* safetensors' own reader takes integers only: 2.0 is no dimension */
+        {"a float dimension", "{\"h.0.ln_1.weight\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}", 8,
+         "tensor h.0.ln_1.weight has no valid dtype, shape or data_offsets"},
+        {"a float offset", "{\"h.0.ln_1.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8e0]}}", 8,
          "tensor h.0.ln_1.weight has no valid dtype, shape or data_offsets"},
         {"a header that is an array", "[1, 2]", 8, "the safetensors header is not a JSON object"},
     };

@@ -31,6 +31,14 @@ TEST(json_reads_every_value_type_in_document_order) {
     CHECK(json_int(&b->items[0], 0, 10, &x) && x == 1, "integer");
     CHECK(!json_int(&b->items[2], -10, 10, &x) && !json_int(&b->items[1], 0, 10, &x), "non-integers");
     json_free(v);
+    /* an integer value written with a fraction or exponent is a float to Python's json, and to the
+     * readers of sizes and shapes that follow it */
+    v = parse("[512, 512.0, 5.12e2, 5E2, -0]", err);
+    REQUIRE(v, "%s", err);
+    CHECK(json_int(&v->items[0], 0, 1000, &x) && x == 512, "512");
+    for (int i = 1; i < 4; i++) CHECK(!json_int(&v->items[i], 0, 1000, &x), "item %d taken as an integer", i);
+    CHECK(json_int(&v->items[4], 0, 10, &x) && x == 0, "-0");
+    json_free(v);
 }
 
 TEST(json_decodes_escapes_and_surrogate_pairs_to_utf8) {

@@ -90,8 +90,8 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("--lr 1e-46", "-l/--lr: 1e-46 is beyond what a float holds");
     /* an integer too large for an int is named as such, not as something else */
     expect_usage_error("-b 2147483648", "-b/--batch 2147483648 is too large for an integer flag (at most 2147483647");
-    expect_usage_error("--seed -99999999999", "--seed -99999999999 is too small for an integer flag");
-    expect_usage_error("--seed -1", "--seed must be 0 or more");
+    expect_usage_error("--seed -1", "--seed expects a whole number from 0 to 18446744073709551615, got '-1'");
+    expect_usage_error("--seed 18446744073709551616", "--seed expects a whole number from 0 to 18446744073709551615");
     expect_usage_error("-x 99999999999999999999", "-x/--steps 99999999999999999999 is too large for an integer flag");
     /* the GPU's timing flags do nothing on the CPU: refused there, not ignored */
     expect_usage_error("--device cpu --step-parts 1", "--step-parts times the GPU's parts of a step: it needs --device cuda");
@@ -327,6 +327,35 @@ static int rewrite_state(const char *state, long at, const void *value, size_t b
     char err[ERR_LEN];
     /* as a conversion tool would: the checksum follows the rewritten header */
     return (fclose(f) == 0 && ok && checkpoint_state_reseal(state, err) == 0) ? 0 : -1;
+}
+
+/* --seed takes all 64 bits, as checkpoints record it and `./train sample --seed` reads it: seeds
+ * that differ above bit 31 train differently, and a resume must name the same one. */
+TEST(seeds_take_all_64_bits_and_a_resume_names_the_same_one) {
+    char train[700], val[700], args[2400], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    float first[2] = {0, 0};
+    const char *seeds[2] = {"5", "4294967301"}; /* 2^32 + 5 */
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args, TINY_RUN " -x 2 --val-every 0 --seed %s -i %s -o %s/s%d", seeds[k], train, d, k);
+        REQUIRE(run_train(args, &out) == 0, "--seed %s: %s", seeds[k], out);
+        REQUIRE(parse_losses(out, &first[k], 1) == 1, "no loss: %s", out);
+        free(out);
+    }
+    CHECK(first[0] != first[1], "seeds 5 and 2^32 + 5 gave the same first loss %g", first[0]);
+    snprintf(args, sizeof args, TINY_RUN " -x 2 --val-every 0 --seed 18446744073709551557 -i %s -o %s/big", train, d);
+    REQUIRE(run_train(args, &out) == 0, "the largest seeds: %s", out);
+    free(out);
+    snprintf(args, sizeof args, TINY_RUN " -x 3 --val-every 0 --seed 18446744073709551557 -y 1 -i %s -o %s/big", train, d);
+    REQUIRE(run_train(args, &out) == 0, "resuming with the same seed: %s", out);
+    CHECK(strstr(out, "step     3/3") != NULL, "no step 3: %s", out);
+    free(out);
+    snprintf(args, sizeof args, TINY_RUN " -x 4 --val-every 0 -y 1 -i %s -o %s/big", train, d);
+    const int rc = run_train(args, &out);
+    CHECK(rc == 1 && strstr(out, "--seed 18446744073709551557; resume with the same"), "another seed: exit %d: %s", rc,
+          out);
+    free(out);
 }
 
 TEST(resume_prints_exactly_the_losses_of_the_uninterrupted_run) {
@@ -1239,6 +1268,63 @@ TEST(sigint_stops_training_after_its_step_with_a_checkpoint_and_the_resume_ends_
     char a[900], b[900];
     snprintf(a, sizeof a, "%s/straight/step_00000040/model.safetensors", d);
     snprintf(b, sizeof b, "%s/stopped/step_00000040/model.safetensors", d);
+    size_t na, nb;
+    char *wa = read_file(a, &na), *wb = read_file(b, &nb);
+    CHECK(wa && wb && na == nb && memcmp(wa, wb, na) == 0, "the stopped and resumed run ends with other weights");
+    free(wa);
+    free(wb);
+}
+
+/* A stop asked for during a validation abandons it at the next batch (unlogged) and leaves the
+ * checkpoint of the steps taken, step 0's included; resuming from either ends bit for bit where the
+ * uninterrupted run does. A validation of 400 batches takes seconds here (minutes under the
+ * sanitizers) and the signal comes as it starts, so it is still running. */
+TEST(a_stop_during_validation_abandons_it_and_leaves_the_checkpoint_of_the_steps_taken) {
+    char train[700], val[700], args[2400], log[800], ck[900];
+    const char *d = test_tmpdir();
+    make_corpus(train, val, sizeof train);
+    snprintf(val, sizeof val, "%s/long_val.bin", d);
+    REQUIRE(write_pattern_shard(val, 60000, 64, 2) == 0, "writing %s", val);
+    const char *run = TINY_RUN " --layers 2 -x 6";
+    char *out = NULL;
+    snprintf(args, sizeof args, "%s --val-every 0 -i %s -o %s/straight", run, train, d);
+    REQUIRE(run_train(args, &out) == 0, "the uninterrupted run: %s", out);
+    free(out);
+    const char *stops[2] = {"stopped by SIGINT before the first step: checkpoint ",
+                            "stopped by SIGINT after step 2 of 6: checkpoint "};
+    const char *waits[2] = {"largest micro-batch", "step     2/6"};
+    for (int k = 0; k < 2; k++) {
+        if (k == 1) { /* on from step 1, so the next validation comes after step 2, whose checkpoint is not due */
+            snprintf(args, sizeof args, TINY_RUN " --layers 2 -x 1 --val-every 0 -y 1 -i %s -o %s/stopped", train, d);
+            REQUIRE(run_train(args, &out) == 0, "the step to step 1: %s", out);
+            free(out);
+        }
+        snprintf(log, sizeof log, "%s/stopped%d.log", d, k);
+        snprintf(args, sizeof args, "%s --val-every 2 --val-batches 400 -y %d -i %s -j %s -o %s/stopped", run, k, train,
+                 val, d);
+        const int pid = spawn_train(args, log);
+        REQUIRE(pid > 0, "could not start ./train");
+        const int seen = wait_for_log(log, waits[k], 1, 60);
+        kill(pid, SIGINT);
+        int st = 0;
+        const int ended = wait_train_status(pid, 600, &st);
+        out = read_text(log);
+        const int at = 2 * k;
+        char abandoned[64];
+        snprintf(abandoned, sizeof abandoned, "step %5d | validation abandoned on SIGINT", at);
+        CHECK(seen && ended && WIFSIGNALED(st) && WTERMSIG(st) == SIGINT && out && strstr(out, abandoned) &&
+                  strstr(out, stops[k]) && !strstr(out, "val loss"),
+              "stop %d: status %#x: %s", k, st, out ? out : "");
+        free(out);
+        snprintf(ck, sizeof ck, "%s/stopped/step_%08d/state.bin", d, at);
+        CHECK(access(ck, F_OK) == 0, "no checkpoint %s", ck);
+    }
+    snprintf(args, sizeof args, "%s --val-every 0 -y 1 -i %s -o %s/stopped", run, train, d);
+    REQUIRE(run_train(args, &out) == 0, "the resume: %s", out);
+    free(out);
+    char a[900], b[900];
+    snprintf(a, sizeof a, "%s/straight/step_00000006/model.safetensors", d);
+    snprintf(b, sizeof b, "%s/stopped/step_00000006/model.safetensors", d);
     size_t na, nb;
     char *wa = read_file(a, &na), *wb = read_file(b, &nb);
     CHECK(wa && wb && na == nb && memcmp(wa, wb, na) == 0, "the stopped and resumed run ends with other weights");

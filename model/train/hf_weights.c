@@ -94,9 +94,9 @@ static int has_type(const JsonValue *v, FieldType want) {
     switch (want) {
     case FIELD_STRING: return v->type == JSON_STRING;
     case FIELD_BOOL: return v->type == JSON_TRUE || v->type == JSON_FALSE;
-    case FIELD_NUMBER:
-    case FIELD_INT: return v->type == JSON_NUMBER;
-    case FIELD_INT_OR_NULL: return v->type == JSON_NUMBER || v->type == JSON_NULL;
+    case FIELD_NUMBER: return v->type == JSON_NUMBER;
+    case FIELD_INT: return v->type == JSON_NUMBER && v->integer;
+    case FIELD_INT_OR_NULL: return (v->type == JSON_NUMBER && v->integer) || v->type == JSON_NULL;
     case FIELD_OBJECT_OR_NULL: return v->type == JSON_OBJECT || v->type == JSON_NULL;
     case FIELD_ARRAY_OR_NULL: return v->type == JSON_ARRAY || v->type == JSON_NULL;
     }
@@ -112,8 +112,14 @@ static int check_field_types(const JsonValue *root, const char *path, char *err)
     for (size_t i = 0; i < sizeof config_fields / sizeof config_fields[0]; i++) {
         const JsonValue *v = json_get(root, config_fields[i].key);
         if (v && !has_type(v, config_fields[i].type)) {
-            snprintf(err, ERR_LEN, "%s: \"%s\" is %s, expected %s (re-save the config with transformers, or fix the field)", path,
-                     config_fields[i].key, json_type_name(v->type), expected[config_fields[i].type]);
+            /* transformers' sizes refuse a float: nn.Linear(512.0, ...) is a TypeError */
+            const FieldType want = config_fields[i].type;
+            if (v->type == JSON_NUMBER && (want == FIELD_INT || want == FIELD_INT_OR_NULL))
+                snprintf(err, ERR_LEN, "%s: \"%s\" is %.17g written with a fraction or exponent, expected an integer "
+                         "(write it as one, as transformers does)", path, config_fields[i].key, v->number);
+            else
+                snprintf(err, ERR_LEN, "%s: \"%s\" is %s, expected %s (re-save the config with transformers, or fix the "
+                         "field)", path, config_fields[i].key, json_type_name(v->type), expected[want]);
             return -1;
         }
         /* a \u0000 would cut the name short where it is read as text ("gpt2\u0000x" is no gpt2) */
