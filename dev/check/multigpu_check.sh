@@ -4,8 +4,8 @@
 # checkpoint resumed on one GPU), a killed worker, and GPT-2 124M tokens/s on 1 and G GPUs beside
 # PyTorch (torch.compile on one GPU, DDP + torch.compile on G) in the same call. Prints a summary
 # last. NCCL's environment (NCCL_NVLS_ENABLE=0 where the machine sets it) is left as it is.
-# SECTIONS picks parts: tests correct families bitwise nodes resume kill throughput peers sweep skew trace vocabpar
-# real wire (default: tests correct bitwise nodes resume kill). TRAIN_PREBUILT=1: use ./train as it is
+# SECTIONS picks parts: tests correct families bitwise nodes resume kill stop throughput peers sweep skew trace vocabpar
+# real wire (default: tests correct bitwise nodes resume kill stop). TRAIN_PREBUILT=1: use ./train as it is
 # (no make; the section tests still needs build/run_gpu_tests). MG_TMP: the scratch folder (default
 # /tmp/mg), for two checks side by side on one host (each with its own CUDA_VISIBLE_DEVICES).
 #   correct: 1 GPU accumulating G micro-batches against G GPUs taking one each. Both compute the same
@@ -63,7 +63,7 @@
 #   "fused:MB" passing --logits-mb MB: 0 is the fused layer's streaming path).
 set -uo pipefail
 OUT=${OUT:-out}
-SECTIONS=${SECTIONS:-tests correct bitwise nodes resume kill}
+SECTIONS=${SECTIONS:-tests correct bitwise nodes resume kill stop}
 TP_VOCABS=${TP_VOCABS:-50304 262144}
 TP_OUTPUTS=${TP_OUTPUTS:-fused} # output layers of the throughput section ("fused canonical": both)
 G=${G:-2} # GPUs to compare with one
@@ -318,6 +318,28 @@ if has kill; then
     wait $launcher
     rc=$?
     note "killed worker pid $victim: launcher exit $rc after $(( $(date +%s) - t0 )) s: $(grep 'error' $MG/kill.log | head -3 | tr '\n' ' ')"
+fi
+if has stop; then
+    # a stop asked for during a validation: the ranks agree batch by batch to abandon it, checkpoint the
+    # steps taken and end by the signal; the resume ends where the uninterrupted run does, bit for bit.
+    # SIGTERM, as a scheduler sends it: a script's background job ignores SIGINT.
+    python3 tests/fixtures/gen/make_shard.py $MG/val_long.bin 8000000 1000 pattern 2
+    stop_common="-e tiny -v 1000 -b 8 -t 128 -x 30 -l 2e-3 --warmup 5 -s 0 -i $MG/train.bin"
+    rm -rf $MG/stop_straight $MG/stop
+    ./train -g $G $stop_common --val-every 0 -o $MG/stop_straight >$MG/stop_straight.log 2>&1
+    ./train -g $G $stop_common --val-every 20 --val-batches 6000 -j $MG/val_long.bin -o $MG/stop >$MG/stop.log 2>&1 &
+    launcher=$!
+    for i in $(seq 1200); do grep -q 'step    20/30' $MG/stop.log && break; sleep 0.05; done
+    kill -TERM $launcher
+    wait $launcher
+    rc=$?
+    ./train -g $G $stop_common --val-every 0 -y 1 -o $MG/stop >$MG/stop_resume.log 2>&1
+    same=$(cmp -s $MG/stop/step_00000030/model.safetensors $MG/stop_straight/step_00000030/model.safetensors && echo same || echo DIFFERENT)
+    abandoned=$(grep -c 'step    20 | validation abandoned on SIGTERM' $MG/stop.log)
+    stopped=$(grep -c 'stopped by SIGTERM after step 20 of 30' $MG/stop.log)
+    ok=$([ $rc = 143 ] && [ $abandoned = 1 ] && [ $stopped = 1 ] && [ -f $MG/stop/step_00000020/state.bin ] &&
+        [ $same = same ] && ! grep -q 'step    20 | val loss' $MG/stop.log && echo ok || echo FAIL)
+    note "stop during validation ($G ranks): launcher exit $rc, abandoned $abandoned, stopped at 20 $stopped, resumed final weights $same ($ok)"
 fi
 # GPT-2 124M, T=1024, B=32 per GPU (as the DDP anchors): median ms and tok/s of the last 30 of 40
 # steps, and the median time a step waited on communication. $1: V, $2: tag, rest: env/flags.
