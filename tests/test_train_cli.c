@@ -1277,7 +1277,7 @@ TEST(sigint_stops_training_after_its_step_with_a_checkpoint_and_the_resume_ends_
 
 /* A stop asked for during a validation abandons it at the next batch (unlogged) and leaves the
  * checkpoint of the steps taken, step 0's included; resuming from either ends bit for bit where the
- * uninterrupted run does. A validation of 400 batches takes seconds here (minutes under the
+ * uninterrupted run does. In the validation after the last step it only ends the run. A validation of 400 batches takes seconds here (minutes under the
  * sanitizers) and the signal comes as it starts, so it is still running. */
 TEST(a_stop_during_validation_abandons_it_and_leaves_the_checkpoint_of_the_steps_taken) {
     char train[700], val[700], args[2400], log[800], ck[900];
@@ -1319,8 +1319,24 @@ TEST(a_stop_during_validation_abandons_it_and_leaves_the_checkpoint_of_the_steps
         snprintf(ck, sizeof ck, "%s/stopped/step_%08d/state.bin", d, at);
         CHECK(access(ck, F_OK) == 0, "no checkpoint %s", ck);
     }
-    snprintf(args, sizeof args, "%s --val-every 0 -y 1 -i %s -o %s/stopped", run, train, d);
-    REQUIRE(run_train(args, &out) == 0, "the resume: %s", out);
+    /* on to step 5, then step 6 and a stop in the validation after it: training is done */
+    snprintf(args, sizeof args, TINY_RUN " --layers 2 -x 5 --val-every 0 -y 1 -i %s -o %s/stopped", train, d);
+    REQUIRE(run_train(args, &out) == 0, "the resume to step 5: %s", out);
+    free(out);
+    snprintf(log, sizeof log, "%s/stopped_last.log", d);
+    snprintf(args, sizeof args, "%s --val-every 4 --val-batches 400 -y 1 -i %s -j %s -o %s/stopped", run, train, val, d);
+    const int pid = spawn_train(args, log);
+    REQUIRE(pid > 0, "could not start ./train");
+    const int seen = wait_for_log(log, "step_00000006", 1, 60);
+    kill(pid, SIGINT);
+    int st = 0;
+    const int ended = wait_train_status(pid, 600, &st);
+    out = read_text(log);
+    CHECK(seen && ended && WIFSIGNALED(st) && WTERMSIG(st) == SIGINT && out &&
+              strstr(out, "step     6 | validation abandoned on SIGINT") &&
+              strstr(out, "stopped by SIGINT in the last validation: training is done, checkpoint ") &&
+              !strstr(out, "val loss"),
+          "the last validation: status %#x: %s", st, out ? out : "");
     free(out);
     char a[900], b[900];
     snprintf(a, sizeof a, "%s/straight/step_00000006/model.safetensors", d);
