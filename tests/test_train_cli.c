@@ -1230,6 +1230,32 @@ TEST(a_resume_with_other_optimizer_or_objective_settings_says_which_changed) {
     free(out);
 }
 
+/* Whether <d>/straight and <d>/stopped hold the same weights, byte for byte, at `step`. */
+static int same_weights_at(const char *d, int step) {
+    char a[900], b[900];
+    snprintf(a, sizeof a, "%s/straight/step_%08d/model.safetensors", d, step);
+    snprintf(b, sizeof b, "%s/stopped/step_%08d/model.safetensors", d, step);
+    size_t na, nb;
+    char *wa = read_file(a, &na), *wb = read_file(b, &nb);
+    const int same = wa && wb && na == nb && memcmp(wa, wb, na) == 0;
+    free(wa);
+    free(wb);
+    return same;
+}
+
+/* Starts ./train with args, its output into log; once `needle` is in the log, sends sig and waits
+ * for the end. The output (to free), with *seen, *ended and the wait status *st. */
+static char *signal_when_logged(const char *args, const char *log, const char *needle, int sig, int *seen, int *ended,
+                                int *st) {
+    *seen = *ended = *st = 0;
+    const int pid = spawn_train(args, log);
+    if (pid <= 0) return NULL;
+    *seen = wait_for_log(log, needle, 1, 60);
+    kill(pid, sig);
+    *ended = wait_train_status(pid, 600, st);
+    return read_text(log);
+}
+
 /* Ctrl-C (or a scheduler's SIGTERM) ends training at the end of a step with a checkpoint of it, then
  * the process by the signal; the same command with -y 1 then ends where the uninterrupted run does,
  * bit for bit. */
@@ -1265,20 +1291,14 @@ TEST(sigint_stops_training_after_its_step_with_a_checkpoint_and_the_resume_ends_
     snprintf(args, sizeof args, "%s -y 1 -i %s -o %s/stopped", run, train, d);
     REQUIRE(run_train(args, &out) == 0, "the resume: %s", out);
     free(out);
-    char a[900], b[900];
-    snprintf(a, sizeof a, "%s/straight/step_00000040/model.safetensors", d);
-    snprintf(b, sizeof b, "%s/stopped/step_00000040/model.safetensors", d);
-    size_t na, nb;
-    char *wa = read_file(a, &na), *wb = read_file(b, &nb);
-    CHECK(wa && wb && na == nb && memcmp(wa, wb, na) == 0, "the stopped and resumed run ends with other weights");
-    free(wa);
-    free(wb);
+    CHECK(same_weights_at(d, 40), "the stopped and resumed run ends with other weights");
 }
 
 /* A stop asked for during a validation abandons it at the next batch (unlogged) and leaves the
  * checkpoint of the steps taken, step 0's included; resuming from either ends bit for bit where the
- * uninterrupted run does. In the validation after the last step it only ends the run. A validation of 400 batches takes seconds here (minutes under the
- * sanitizers) and the signal comes as it starts, so it is still running. */
+ * uninterrupted run does. In the validation after the last step it only ends the run. A validation
+ * of 400 batches takes seconds here (minutes under the sanitizers) and the signal comes as it
+ * starts, so it is still running. */
 TEST(a_stop_during_validation_abandons_it_and_leaves_the_checkpoint_of_the_steps_taken) {
     char train[700], val[700], args[2400], log[800], ck[900];
     const char *d = test_tmpdir();
@@ -1302,13 +1322,8 @@ TEST(a_stop_during_validation_abandons_it_and_leaves_the_checkpoint_of_the_steps
         snprintf(log, sizeof log, "%s/stopped%d.log", d, k);
         snprintf(args, sizeof args, "%s --val-every 2 --val-batches 400 -y %d -i %s -j %s -o %s/stopped", run, k, train,
                  val, d);
-        const int pid = spawn_train(args, log);
-        REQUIRE(pid > 0, "could not start ./train");
-        const int seen = wait_for_log(log, waits[k], 1, 60);
-        kill(pid, SIGINT);
-        int st = 0;
-        const int ended = wait_train_status(pid, 600, &st);
-        out = read_text(log);
+        int seen, ended, st;
+        out = signal_when_logged(args, log, waits[k], SIGINT, &seen, &ended, &st);
         const int at = 2 * k;
         char abandoned[64];
         snprintf(abandoned, sizeof abandoned, "step %5d | validation abandoned on SIGINT", at);
@@ -1325,27 +1340,15 @@ TEST(a_stop_during_validation_abandons_it_and_leaves_the_checkpoint_of_the_steps
     free(out);
     snprintf(log, sizeof log, "%s/stopped_last.log", d);
     snprintf(args, sizeof args, "%s --val-every 4 --val-batches 400 -y 1 -i %s -j %s -o %s/stopped", run, train, val, d);
-    const int pid = spawn_train(args, log);
-    REQUIRE(pid > 0, "could not start ./train");
-    const int seen = wait_for_log(log, "step_00000006", 1, 60);
-    kill(pid, SIGINT);
-    int st = 0;
-    const int ended = wait_train_status(pid, 600, &st);
-    out = read_text(log);
+    int seen, ended, st;
+    out = signal_when_logged(args, log, "step_00000006", SIGINT, &seen, &ended, &st);
     CHECK(seen && ended && WIFSIGNALED(st) && WTERMSIG(st) == SIGINT && out &&
               strstr(out, "step     6 | validation abandoned on SIGINT") &&
               strstr(out, "stopped by SIGINT in the last validation: training is done, checkpoint ") &&
               !strstr(out, "val loss"),
           "the last validation: status %#x: %s", st, out ? out : "");
     free(out);
-    char a[900], b[900];
-    snprintf(a, sizeof a, "%s/straight/step_00000006/model.safetensors", d);
-    snprintf(b, sizeof b, "%s/stopped/step_00000006/model.safetensors", d);
-    size_t na, nb;
-    char *wa = read_file(a, &na), *wb = read_file(b, &nb);
-    CHECK(wa && wb && na == nb && memcmp(wa, wb, na) == 0, "the stopped and resumed run ends with other weights");
-    free(wa);
-    free(wb);
+    CHECK(same_weights_at(d, 6), "the stopped and resumed run ends with other weights");
 }
 
 /* The same signal again, STOP_REPEAT_SECONDS or more after the first, ends a step that is still
