@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/rng.h"
@@ -231,6 +233,15 @@ TEST(eval_errors_name_the_problem_in_one_line) {
     const uint32_t single = 7;
     char err[ERR_LEN];
     REQUIRE(shard_write(one, &single, 1, 300, 0, err) == 0, "%s", err);
+    char link[800], copy[800], copy_tmp[900], weights[900];
+    snprintf(link, sizeof link, "%s/weights_link", test_tmpdir());
+    snprintf(weights, sizeof weights, "%s/step_00000002/model.safetensors", run);
+    REQUIRE(symlink(weights, link) == 0, "linking %s", link);
+    snprintf(copy, sizeof copy, "%s/copy.bin", test_tmpdir());
+    snprintf(copy_tmp, sizeof copy_tmp, "%s.tmp", copy);
+    REQUIRE(write_pattern_shard(copy_tmp, 100, 300, 2) == 0, "%s", copy_tmp);
+    struct stat before_w, before_c, after;
+    REQUIRE(stat(weights, &before_w) == 0 && stat(copy_tmp, &before_c) == 0, "stat");
     const struct {
         const char *fmt, *msg;
         int status;
@@ -257,22 +268,31 @@ TEST(eval_errors_name_the_problem_in_one_line) {
         {"eval -o {run} -i {shard} --device cpu --per-token {run}", "--per-token names a directory", 2},
         {"eval -o {run} -i {shard} --device cpu --per-token ''", "--per-token needs a file name", 2},
         /* the output may not land on the input: the shard, or any file of the checkpoint's folder */
-        {"eval -o {run} -i {shard} --device cpu --per-token {shard}", "would overwrite the shard being evaluated", 2},
+        {"eval -o {run} -i {shard} --device cpu --per-token {shard}", "would overwrite the shard being evaluated", 1},
         {"eval -o {run} -i {shard} --device cpu --per-token {run}/step_00000002/model.safetensors",
-         "would write into the checkpoint's folder", 2},
+         "would write into the checkpoint's folder", 1},
+        /* ... through a link to one of its files, or through the temporary name it is written under */
+        {"eval -o {run} -i {shard} --device cpu --per-token {link}", "would write into the checkpoint's folder", 1},
+        {"eval -o {run} -i {copy}.tmp --device cpu --per-token {copy}",
+         "would overwrite the shard being evaluated, through its temporary name", 1},
         {"eval -o {run} -i {shard} -b 99999999999999999999999999 --device cpu",
          "got '999999999999999999999999...'", 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char args[1200];
-        const char *names[][2] = {{"{run}", run}, {"{shard}", shard}, {"{big}", big}, {"{one}", one}};
-        expand(args, sizeof args, cases[i].fmt, names, 4);
+        const char *names[][2] = {{"{run}", run}, {"{shard}", shard}, {"{big}", big}, {"{one}", one},
+                                  {"{link}", link}, {"{copy}", copy}};
+        expand(args, sizeof args, cases[i].fmt, names, 6);
         int rc = run_train(args, &out);
         CHECK(rc == cases[i].status && out && strncmp(out, "error: ", 7) == 0 && strstr(out, cases[i].msg) &&
                   one_line(out),
               "'%s': (%d) %s", args, rc, out);
         free(out);
     }
+    CHECK(stat(weights, &after) == 0 && after.st_size == before_w.st_size && after.st_mtime == before_w.st_mtime,
+          "the checkpoint's weights were written through the link");
+    CHECK(stat(copy_tmp, &after) == 0 && after.st_size == before_c.st_size, "the shard named like the temporary file "
+                                                                          "was touched");
 }
 
 /* --help comes from the table of flags: every flag is in it, and it says what the last window does. */

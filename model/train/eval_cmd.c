@@ -10,6 +10,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -285,9 +286,13 @@ static int same_file(const char *a, const char *b) {
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-/* Whether path's folder is dir. */
+/* Whether path's folder is dir; a link is followed to the file it names, which is what a write
+ * through it changes. */
 static int in_folder(const char *path, const char *dir) {
-    char parent[FGPT_PATH_LEN];
+    char parent[FGPT_PATH_LEN], resolved[PATH_MAX];
+    struct stat lsb;
+    if (lstat(path, &lsb) == 0 && S_ISLNK(lsb.st_mode) && realpath(path, resolved) && strlen(resolved) < sizeof parent)
+        path = resolved;
     snprintf(parent, sizeof parent, "%s", path);
     char *slash = strrchr(parent, '/');
     if (!slash) snprintf(parent, sizeof parent, ".");
@@ -315,7 +320,7 @@ int eval_main(int argc, char **argv) {
             print_error("--logit-softcap %g differs from the final_logit_softcapping %g of the model in %s "
                         "(drop the flag: the model's own cap applies)",
                         (double)o.logit_softcap, (double)cfg.logit_softcap, dir);
-            return 2;
+            return 1;
         }
         cfg.logit_softcap = o.logit_softcap;
     }
@@ -325,11 +330,19 @@ int eval_main(int argc, char **argv) {
                     cfg.max_seq_len);
         return 1;
     }
-    const int onto_shard = o.per_token && same_file(o.per_token, o.data);
-    if (onto_shard || (o.per_token && in_folder(o.per_token, dir))) {
-        print_error("--per-token %s %s: pass a path outside the checkpoint and other than -i", o.per_token,
-                    onto_shard ? "would overwrite the shard being evaluated" : "would write into the checkpoint's folder");
-        return 2;
+    /* the file, and the temporary name it is written under, must be neither the shard nor in the
+     * checkpoint's folder, through links included */
+    char tmp[FGPT_PATH_LEN + 8] = ""; /* the per-token file's temporary name while it is written */
+    if (o.per_token) snprintf(tmp, sizeof tmp, "%s.tmp", o.per_token);
+    for (int k = 0; o.per_token && k < 2; k++) {
+        const char *path = k ? tmp : o.per_token;
+        const int onto_shard = same_file(path, o.data);
+        if (onto_shard || in_folder(path, dir)) {
+            print_error("--per-token %s would %s%s%s: pass a path outside the checkpoint and other than -i", o.per_token,
+                        onto_shard ? "overwrite the shard being evaluated" : "write into the checkpoint's folder",
+                        k ? ", through its temporary name " : "", k ? tmp : "");
+            return 1;
+        }
     }
     uint64_t n = 0;
     uint32_t *tokens = NULL;
@@ -337,7 +350,6 @@ int eval_main(int argc, char **argv) {
     memset(&table, 0, sizeof table);
     Backend *be = NULL;
     FILE *per_token = NULL;
-    char tmp[FGPT_PATH_LEN + 8] = ""; /* the per-token file's temporary name while it is written */
     status = 1;
     /* The file goes to a temporary name, renamed once complete: a failed run leaves whatever the
      * path held before. It is created before the model and the data are read, so that a path that
@@ -346,8 +358,11 @@ int eval_main(int argc, char **argv) {
      * is opened only once the evaluation is ready to run, since opening empties what it names. */
     struct stat lsb;
     const int in_place = o.per_token && lstat(o.per_token, &lsb) == 0 && !S_ISREG(lsb.st_mode);
+    if (in_place) tmp[0] = 0;
     if (o.per_token && !in_place) {
-        snprintf(tmp, sizeof tmp, "%s.tmp", o.per_token);
+        /* a link left under the temporary name is replaced, not written through */
+        struct stat tsb;
+        if (lstat(tmp, &tsb) == 0 && S_ISLNK(tsb.st_mode)) remove(tmp);
         if (!(per_token = fopen(tmp, "wb"))) {
             print_error("cannot create %s for --per-token: %s (pass a path in a writable directory)", tmp,
                         strerror(errno));
