@@ -186,6 +186,23 @@ TEST(eval_of_a_checkpoint_prints_the_reference_loss_of_every_target_on_its_last_
     snprintf(args, sizeof args, "eval -o %s -i %s --device cpu", run, shard);
     CHECK(run_train(args, &out) == 0 && out && strstr(out, "2 window(s) of T=64 in batches of B=2"), "%s", out);
     free(out);
+    /* a shard shorter than the context: one window of its n - 1 targets, not a window of the whole
+     * context (a Llama 3's 131072 would take gigabytes for a few tokens), and the loss of -t 64 */
+    char small[900];
+    snprintf(small, sizeof small, "%s/small.bin", test_tmpdir());
+    REQUIRE(write_pattern_shard(small, 21, 300, 4) == 0, "small shard");
+    double by_default = 0, by_context = -1, ppl;
+    unsigned long long count = 0;
+    snprintf(args, sizeof args, "eval -o %s -i %s --device cpu", run, small);
+    CHECK(run_train(args, &out) == 0 && out && strstr(out, "1 window(s) of T=20 in batches of B=1") &&
+              parse_result(out, &by_default, &ppl, &count) == 0 && count == 20,
+          "%s", out);
+    free(out);
+    snprintf(args, sizeof args, "eval -o %s -i %s -t 64 --device cpu", run, small);
+    CHECK(run_train(args, &out) == 0 && out && parse_result(out, &by_context, &ppl, &count) == 0 &&
+              by_default == by_context,
+          "the default window gave %.8f, -t 64 %.8f: %s", by_default, by_context, out);
+    free(out);
     /* a checkpoint's tokenizer.json that cannot be read: the shard (made by some tokenizer) is
      * evaluated, and the run says that nothing checked it against the checkpoint's */
     char tok[1000], made_by[900];

@@ -55,7 +55,7 @@ static const EvalFlag flags[] = {
     {'o', "out", "RUN", EVAL_STR, E(run), 0, "... or a run directory: its latest checkpoint, or --step's"},
     {0, "step", "N", EVAL_INT, E(step), 0, "the run's checkpoint of step N (default: the latest)"},
     {'i', "data", "SHARD", EVAL_STR, E(data), 0, "token shard to evaluate (ours or llm.c's .bin)"},
-    {'t', "seq-len", "T", EVAL_INT, E(seq_len), 1, "window length (default: the model's context, n_positions)"},
+    {'t', "seq-len", "T", EVAL_INT, E(seq_len), 1, "window length (default: the model's context, or the shard's length if shorter)"},
     {'b', "batch", "B", EVAL_INT, E(batch), 1, "windows per forward (default 4; at most the shard's windows)"},
     {0, "device", "KIND", EVAL_STR, E(device), 0, "cuda or cpu (the fp32 reference backend) (default cuda)"},
     {0, "output", "KIND", EVAL_STR, E(output), 0,
@@ -324,9 +324,8 @@ int eval_main(int argc, char **argv) {
         }
         cfg.logit_softcap = o.logit_softcap;
     }
-    const int T = o.seq_len ? o.seq_len : cfg.max_seq_len;
-    if (T > cfg.max_seq_len) {
-        print_error("-t %d is above the context of the model in %s (pass -t %d or less)", T, dir,
+    if (o.seq_len > cfg.max_seq_len) {
+        print_error("-t %d is above the context of the model in %s (pass -t %d or less)", o.seq_len, dir,
                     cfg.max_seq_len);
         return 1;
     }
@@ -371,6 +370,11 @@ int eval_main(int argc, char **argv) {
         }
     }
     if (!(tokens = read_tokens(o.data, cfg.vocab_size, dir, &n))) goto done;
+    /* by default the model's context, or the shard's n - 1 targets when fewer: a longer window holds
+     * the same targets in more memory (Llama 3's context is 131072) */
+    const int T = o.seq_len                               ? o.seq_len
+                  : n - 1 < (uint64_t)cfg.max_seq_len ? (int)(n - 1)
+                                                        : cfg.max_seq_len;
     /* a batch holds no more windows than there are: the backend's buffers are no larger than needed */
     const uint64_t windows = eval_window_count(n, T);
     const int B = windows < (uint64_t)o.batch ? (int)windows : o.batch;
