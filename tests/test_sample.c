@@ -264,6 +264,49 @@ TEST(sample_from_a_checkpoint_is_repeatable_and_decodes_with_its_tokenizer) {
     free(c);
 }
 
+/* Without its tokenizer.json a checkpoint's samples start after the same separator, config.json's
+ * eos_token_id, and draw the same ids; a config.json whose vocabulary is not the weights' is named
+ * as such by sample and eval, not blamed on the tokenizer or the shard. */
+TEST(a_checkpoint_without_its_tokenizer_samples_after_config_jsons_separator) {
+    char run[800], bare[900], args[2400], cmd[2000], *with = NULL, *without = NULL;
+    snprintf(run, sizeof run, "%s/run", test_tmpdir());
+    snprintf(bare, sizeof bare, "%s/bare", test_tmpdir());
+    train_tiny_run(run, NULL);
+    snprintf(cmd, sizeof cmd, "cp -r %s/step_00000008 %s && rm %s/tokenizer.json", run, bare, bare);
+    REQUIRE(system(cmd) == 0, "%s", cmd);
+    snprintf(args, sizeof args, "sample --checkpoint %s/step_00000008 --device cpu -G 8 --seed 5 --ids", run);
+    REQUIRE(run_train(args, &with) == 0, "%s", with);
+    snprintf(args, sizeof args, "sample --checkpoint %s --device cpu -G 8 --seed 5", bare);
+    REQUIRE(run_train(args, &without) == 0, "%s", without);
+    const char *ids = with ? strstr(with, "\nids:") : NULL;
+    CHECK(ids && strncmp(without, ids + 1, strlen(without) - 1) == 0, "with the tokenizer: %s\nwithout: %s", with,
+          without);
+    free(with);
+    free(without);
+    /* config.json's vocabulary 300 against the weights' 400 */
+    char cfg[1000];
+    snprintf(cfg, sizeof cfg, "%s/config.json", bare);
+    char *text = read_text(cfg), *at = text ? strstr(text, "\"vocab_size\": 400") : NULL;
+    REQUIRE(at, "no vocab_size 400 in %s", cfg);
+    memcpy(at + 14, "300", 3);
+    FILE *f = fopen(cfg, "w");
+    REQUIRE(f && fputs(text, f) >= 0 && fclose(f) == 0, "%s", cfg);
+    free(text);
+    snprintf(cmd, sizeof cmd, "cp %s/step_00000008/tokenizer.json %s/", run, bare);
+    REQUIRE(system(cmd) == 0, "%s", cmd);
+    char shard[900];
+    snprintf(shard, sizeof shard, "%s/prep/val.bin", test_tmpdir());
+    const char *fmts[2] = {"sample --checkpoint %s --device cpu -G 4", "eval --init-from %s -i %s --device cpu"};
+    for (int k = 0; k < 2; k++) {
+        char *out = NULL;
+        snprintf(args, sizeof args, fmts[k], bare, shard);
+        const int rc = run_train(args, &out);
+        CHECK(rc == 1 && out && strstr(out, "but the model (config.json) needs [300, ") && !strstr(out, "tokenizer"),
+              "'%s': (%d) %s", args, rc, out);
+        free(out);
+    }
+}
+
 TEST(sample_with_an_imported_tokenizer_json_and_its_checkpoint_copy) {
     char run[800], args[1200], path[900];
     snprintf(run, sizeof run, "%s/run", test_tmpdir());

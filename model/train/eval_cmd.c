@@ -246,9 +246,10 @@ static uint32_t *read_tokens(const char *path, int V, const char *dir, uint64_t 
     return tokens;
 }
 
-/* The backend of B windows of T on the device asked for, holding the checkpoint's weights. NULL
- * after the message. */
-static Backend *load_model(const EvalOptions *o, const char *dir, const ParamTable *table, int B, int T) {
+/* The checkpoint's weights in the table's layout (malloc'd), read and checked against its config.json
+ * before anything else is checked against them: a config whose vocabulary disagrees with the weights
+ * is named as such, not as a tokenizer or a shard that does not fit it. NULL after the message. */
+static float *read_weights(const char *dir, const ParamTable *table) {
     char err[ERR_LEN];
     float *params = malloc(table->total * sizeof(float));
     if (!params) {
@@ -260,6 +261,12 @@ static Backend *load_model(const EvalOptions *o, const char *dir, const ParamTab
         free(params);
         return NULL;
     }
+    return params;
+}
+
+/* The backend of B windows of T on the device asked for, holding params. NULL after the message. */
+static Backend *load_model(const EvalOptions *o, const ParamTable *table, const float *params, int B, int T) {
+    char err[ERR_LEN];
     const OutputKind output = strcmp(o->output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
     Backend *be = NULL;
     if (strcmp(o->device, "cuda") == 0) {
@@ -276,7 +283,6 @@ static Backend *load_model(const EvalOptions *o, const char *dir, const ParamTab
         be->ops->write_state(be, params, NULL, NULL); /* no optimizer: the moments stay unset */
     else
         print_error("%s", err);
-    free(params);
     return be;
 }
 
@@ -345,6 +351,7 @@ int eval_main(int argc, char **argv) {
     }
     uint64_t n = 0;
     uint32_t *tokens = NULL;
+    float *params = NULL;
     ParamTable table;
     memset(&table, 0, sizeof table);
     Backend *be = NULL;
@@ -369,7 +376,11 @@ int eval_main(int argc, char **argv) {
             goto done;
         }
     }
-    if (!(tokens = read_tokens(o.data, cfg.vocab_size, dir, &n))) goto done;
+    if (param_table_build(&table, &cfg, err) != 0) {
+        print_error("%s", err);
+        goto done;
+    }
+    if (!(params = read_weights(dir, &table)) || !(tokens = read_tokens(o.data, cfg.vocab_size, dir, &n))) goto done;
     /* by default the model's context, or the shard's n - 1 targets when fewer: a longer window holds
      * the same targets in more memory (Llama 3's context is 131072) */
     const int T = o.seq_len                               ? o.seq_len
@@ -378,11 +389,9 @@ int eval_main(int argc, char **argv) {
     /* a batch holds no more windows than there are: the backend's buffers are no larger than needed */
     const uint64_t windows = eval_window_count(n, T);
     const int B = windows < (uint64_t)o.batch ? (int)windows : o.batch;
-    if (param_table_build(&table, &cfg, err) != 0) {
-        print_error("%s", err);
-        goto done;
-    }
-    if (!(be = load_model(&o, dir, &table, B, T))) goto done;
+    if (!(be = load_model(&o, &table, params, B, T))) goto done;
+    free(params); /* the backend holds its own copy */
+    params = NULL;
     be->z_loss = o.z_loss, be->label_smoothing = o.label_smoothing;
     printf("eval: %s on %s: %llu tokens, %llu window(s) of T=%d in batches of B=%d, output layer %s, device %s (%s)\n",
            dir, o.data, (unsigned long long)n, (unsigned long long)windows, T, B, o.output, o.device, be->device_name);
@@ -420,6 +429,7 @@ done:
     if (tmp[0]) remove(tmp);
     if (be) be->ops->destroy(be);
     param_table_free(&table);
+    free(params);
     free(tokens);
     return status;
 }

@@ -518,6 +518,19 @@ static int gemma3_text_config(const JsonValue *root, const char *path, const Jso
     return check_field_types(*text, path, err);
 }
 
+int hf_read_eos_token(const char *dir, int vocab_size) {
+    char path[FGPT_PATH_LEN], err[ERR_LEN];
+    if (path_format(path, "%s/config.json", dir) != 0) return -1;
+    JsonValue *root = read_json(path, err);
+    if (!root) return -1;
+    const JsonValue *eos = json_get(root, "eos_token_id");
+    if (eos && eos->type == JSON_ARRAY) eos = eos->len ? &eos->items[0] : NULL; /* Llama 3.1's instruct models list three */
+    long long id = -1;
+    if (!json_int(eos, 0, vocab_size - 1, &id)) id = -1;
+    json_free(root);
+    return (int)id;
+}
+
 int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
     char path[FGPT_PATH_LEN];
     memset(cfg, 0, sizeof *cfg); /* every switch config.json does not set is GPT-2's */

@@ -24,6 +24,10 @@
  * transformers writes. 0, or -1 with a one-line message in err (ERR_LEN bytes). */
 int hf_read_config(const char *dir, GPTConfig *cfg, char *err);
 
+/* config.json's eos_token_id (a list's first) when it is a token below vocab_size, else -1: where a
+ * sample from a checkpoint without a tokenizer starts a new document. */
+int hf_read_eos_token(const char *dir, int vocab_size);
+
 /* The weights of <dir> into params (t->total floats, t's layout; F32, F16 or BF16 tensors; the
  * padded vocabulary rows set to 0): model.safetensors, else the shards that
  * model.safetensors.index.json's weight_map names, every one checked whole (safetensors.h) and

@@ -183,8 +183,10 @@ static void print_token(int token, void *ctx) {
     fflush(stdout);
 }
 
-/* Generates o->gen_tokens tokens after the prompt, printing them as they come. */
-static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, const uint32_t *prompt, size_t n_prompt) {
+/* Generates o->gen_tokens tokens after the prompt (or after the document separator), printing them
+ * as they come. */
+static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, int separator, const uint32_t *prompt,
+                    size_t n_prompt) {
     const int V = be->table->cfg.vocab_size;
     const int start = n_prompt ? (int)n_prompt : 1; /* no prompt: after the separator, as a new document */
     const size_t n = (size_t)start + (size_t)o->gen_tokens;
@@ -196,7 +198,7 @@ static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, c
         return 1;
     }
     for (size_t i = 0; i < n_prompt; i++) tokens[i] = (int)prompt[i];
-    if (!n_prompt) tokens[0] = tok ? (int)tokenizer_eot_token(tok) : 0;
+    if (!n_prompt) tokens[0] = separator;
     if (tok)
         write_text(tok, prompt, n_prompt);
     else
@@ -243,31 +245,55 @@ int sample_main(int argc, char **argv) {
         print_error("%s", err);
         return 1;
     }
-    Tokenizer *tok = open_tokenizer(&o, dir, &status);
-    if (status) return status;
+    /* the weights first, checked against config.json: a config whose vocabulary is not theirs is named
+     * as such, not as a tokenizer that does not fit it */
+    ParamTable table;
+    memset(&table, 0, sizeof table);
+    Backend *be = NULL;
+    Tokenizer *tok = NULL;
+    uint32_t *prompt = NULL;
+    float *params = NULL;
+    if (param_table_build(&table, &cfg, err) != 0) {
+        print_error("%s", err);
+        status = 1;
+        goto done;
+    }
+    if (!(params = malloc(table.total * sizeof(float)))) {
+        print_error("out of host memory for the model");
+        status = 1;
+        goto done;
+    }
+    if (hf_read_weights(dir, &table, params, err) != 0) {
+        print_error("%s", err);
+        status = 1;
+        goto done;
+    }
+    tok = open_tokenizer(&o, dir, &status);
+    if (status) goto done;
+    status = 1;
     if (o.prompt && !tok) {
         print_error("--prompt needs a tokenizer: %s has no tokenizer.json (pass --tokenizer FILE)", dir);
-        return 1;
+        goto done;
     }
     if (tok && tokenizer_vocab_size(tok) > (uint32_t)cfg.vocab_size) {
         print_error("the tokenizer has %u tokens but the model's vocabulary is %d (pass the tokenizer the "
                     "model was trained with)", tokenizer_vocab_size(tok), cfg.vocab_size);
-        tokenizer_free(tok);
-        return 1;
+        goto done;
     }
-    uint32_t *prompt = NULL;
     size_t n_prompt = 0;
     if (o.prompt) {
         size_t len = strlen(o.prompt);
         char terr[ERR_LEN];
         if (tokenizer_check_text(tok, o.prompt, len, terr) != 0) {
             print_error("--prompt: %s", terr);
-            tokenizer_free(tok);
-            return 1;
+            goto done;
         }
         prompt = tokenizer_encode_alloc(tok, o.prompt, len, TOKENIZER_SPECIALS, &n_prompt);
         if (!prompt) n_prompt = 0;
     }
+    /* a new document starts after the separator: the tokenizer's, else config.json's eos_token_id */
+    const int eos = hf_read_eos_token(dir, cfg.vocab_size);
+    const int separator = tok ? (int)tokenizer_eot_token(tok) : eos >= 0 ? eos : 0;
     /* the window: room for the prompt and what is asked, in multiples of 64, within the context
      * (beyond it the window slides: sample_generate) */
     long want = (long)(n_prompt ? n_prompt : 1) + o.gen_tokens;
@@ -276,26 +302,6 @@ int sample_main(int argc, char **argv) {
     if ((long)n_prompt >= T) {
         print_error("the prompt is %zu tokens and must be shorter than the model's context, %d, to leave room "
                     "for a token; shorten --prompt", n_prompt, cfg.max_seq_len);
-        free(prompt);
-        tokenizer_free(tok);
-        return 1;
-    }
-    ParamTable table;
-    memset(&table, 0, sizeof table);
-    Backend *be = NULL;
-    float *params = NULL;
-    status = 1;
-    if (param_table_build(&table, &cfg, err) != 0) {
-        print_error("%s", err);
-        goto done;
-    }
-    params = malloc(table.total * sizeof(float));
-    if (!params) {
-        print_error("out of host memory for the model");
-        goto done;
-    }
-    if (hf_read_weights(dir, &table, params, err) != 0) {
-        print_error("%s", err);
         goto done;
     }
     if (strcmp(o.device, "cuda") == 0) {
@@ -314,7 +320,7 @@ int sample_main(int argc, char **argv) {
         goto done;
     }
     be->ops->write_state(be, params, NULL, NULL); /* no optimizer: the moments stay unset */
-    status = generate(&o, be, tok, prompt, n_prompt);
+    status = generate(&o, be, tok, separator, prompt, n_prompt);
 done:
     if (be) be->ops->destroy(be);
     free(params);
