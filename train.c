@@ -659,6 +659,14 @@ static void stop_flags(double *values) {
 }
 static int stop_from_flags(const double *means) { return means[0] > 0.0 ? SIGINT : means[1] > 0.0 ? SIGTERM : 0; }
 
+/* The stop signal any rank was asked for, agreed by every rank (one collective). */
+static int stop_agreed(const Dist *dist) {
+    double flags[2];
+    stop_flags(flags);
+    dist_mean_scalars(dist, flags, 2);
+    return stop_from_flags(flags);
+}
+
 /* The mean loss over the validation batches, or a stop asked for during them (*stop_signal; the loss
  * is then meaningless). The ranks agree on a stop batch by batch: a long validation would otherwise
  * hold a Ctrl-C for its whole length and then a step's more. */
@@ -668,10 +676,7 @@ static float validation_loss(Backend *be, const Dist *dist, Loader *val, int bat
     double sum = 0.0;
     *stop_signal = 0;
     for (int i = 0; i < batches; i++) {
-        double flags[2];
-        stop_flags(flags);
-        dist_mean_scalars(dist, flags, 2);
-        if ((*stop_signal = stop_from_flags(flags))) return 0.0f;
+        if ((*stop_signal = stop_agreed(dist))) return 0.0f;
         loader_next_batch(val, inputs, targets);
         sum += be->ops->eval_loss(be, inputs, targets);
     }
@@ -751,8 +756,9 @@ static int leave_later_timeline(const char *run_dir, int step, int eval_again, i
         snprintf(err, ERR_LEN, "run directory %s is too long a path (pass a shorter -o)", run_dir);
         return -1;
     }
-    int cut_short = 0;
-    int records = runlog_trim_after(run_dir, step, eval_again, sample_again, moved ? moved_log : NULL, &cut_short, err);
+    int cut_short = 0, again = 0;
+    int records =
+        runlog_trim_after(run_dir, step, eval_again, sample_again, moved ? moved_log : NULL, &cut_short, &again, err);
     if (records < 0) return -1;
     if (moved && resumable)
         printf("note: %s held %d checkpoint(s) after step %d, where this run resumes; moved them and %d log "
@@ -762,9 +768,9 @@ static int leave_later_timeline(const char *run_dir, int step, int eval_again, i
         printf("note: %s held %d checkpoint(s) after step %d, where this run resumes, none of them complete; moved "
                "them and %d log record(s) after that step to %s (remove it when it is not needed)\n",
                run_dir, moved, step, records, moved_to);
-    else if (records)
+    else if (records > again) /* those at the step itself (its eval, its sample) come again as they were */
         printf("note: %s/log.jsonl held %d record(s) after step %d, from a run stopped before its next checkpoint; "
-               "dropped them, this run writes them again\n", run_dir, records, step);
+               "dropped them, this run writes them again\n", run_dir, records - again, step);
     if (cut_short)
         printf("note: %s/log.jsonl ended in a line cut short (a run killed while writing it); dropped it\n", run_dir);
     return 0;
@@ -1714,9 +1720,9 @@ static int stop_after(Run *r, int steps_done, int sig) {
     r->stopped_by = sig;
     const char *name = stop_request_name(sig), *out = r->opt.out;
     if (r->dist.rank != 0) return stop_request_exit_status(sig);
-    if (steps_done == r->opt.steps)
-        printf("stopped by %s in the last validation: training is done, checkpoint %s/step_%08d written\n", name, out,
-               steps_done);
+    if (steps_done == r->opt.steps) /* a resume would have nothing to train, and so no validation to run */
+        printf("stopped by %s in the last validation: training is done, checkpoint %s/step_%08d written (`./train "
+               "eval -o %s -i SHARD` measures a loss)\n", name, out, steps_done, out);
     else if (steps_done == 0)
         printf("stopped by %s before the first step: checkpoint %s/step_%08d written; the same command with -y 1 "
                "starts from there\n", name, out, steps_done);
@@ -1806,14 +1812,18 @@ int main(int argc, char **argv) {
         status = take_step(r, step, &s);
         if (status == RUN_ON) status = log_step(r, step, &s);
         /* a stop asked for at the last step changes nothing: the run has finished training */
-        const int stop = status == RUN_ON && s.stop_signal && step + 1 < opt->steps;
+        const int last = step + 1 == opt->steps;
+        int stop = status == RUN_ON && !last ? s.stop_signal : 0;
         const int checkpoint_due =
-            (opt->checkpoint_every && (step + 1) % opt->checkpoint_every == 0) || step == opt->steps - 1 || stop;
+            (opt->checkpoint_every && (step + 1) % opt->checkpoint_every == 0) || last || stop;
         if (status == RUN_ON && checkpoint_due) {
             status = save_checkpoint(r, step + 1);
             saved = step + 1;
+            /* asked for while that checkpoint was written (seconds for a large model): stop at it,
+             * not a step and a checkpoint later */
+            if (status == RUN_ON && !stop && !last) stop = stop_agreed(&r->dist);
         }
-        if (status == RUN_ON && stop) status = stop_after(r, step + 1, s.stop_signal);
+        if (status == RUN_ON && stop) status = stop_after(r, step + 1, stop);
     }
     if (status == RUN_ON && r->have_val && opt->val_every) {
         int asked;

@@ -329,6 +329,22 @@ static int rewrite_state(const char *state, long at, const void *value, size_t b
     return (fclose(f) == 0 && ok && checkpoint_state_reseal(state, err) == 0) ? 0 : -1;
 }
 
+/* A finished run taken further: its final eval, at the step the resume starts from and evaluates
+ * again, is not called the record of a run stopped before its next checkpoint. */
+TEST(a_finished_run_taken_further_drops_its_final_eval_without_a_stopped_run_note) {
+    char train[700], val[700], args[2400], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    snprintf(args, sizeof args, TINY_RUN " -x 3 --val-every 3 -i %s -j %s -o %s/r", train, val, test_tmpdir());
+    REQUIRE(run_train(args, &out) == 0, "%s", out);
+    free(out);
+    snprintf(args, sizeof args, TINY_RUN " -x 6 --val-every 3 -y 1 -i %s -j %s -o %s/r", train, val, test_tmpdir());
+    REQUIRE(run_train(args, &out) == 0, "%s", out);
+    CHECK(!strstr(out, "stopped before its next checkpoint") && strstr(out, "step     3 | val loss") &&
+              strstr(out, "step     6/6"),
+          "%s", out);
+    free(out);
+}
+
 /* --seed takes all 64 bits, as checkpoints record it and `./train sample --seed` reads it: seeds
  * that differ above bit 31 train differently, and a resume must name the same one. */
 TEST(seeds_take_all_64_bits_and_a_resume_names_the_same_one) {

@@ -150,7 +150,8 @@ static int before_checkpoint(const char *type, long long at, const Resume *r) {
  * newline: a crash cut it short (a record reaches the file whole only with its newline), and it
  * goes. Any other line that is not a record this file writes is refused rather than kept or dropped
  * blindly: the log's timeline could not be told from it. */
-static int line_stays(const char *line, size_t len, const Resume *r, char *why) {
+static int line_stays(const char *line, size_t len, const Resume *r, int *at_step, char *why) {
+    *at_step = 0;
     if (line[len - 1] != '\n') return 0;
     char jerr[ERR_LEN];
     JsonValue *v = json_parse(line, len, "the line", jerr);
@@ -166,7 +167,7 @@ static int line_stays(const char *line, size_t len, const Resume *r, char *why) 
     else if (!json_int(json_get(v, "step"), 0, INT32_MAX, &at))
         snprintf(why, ERR_LEN, "its step is not a count");
     else
-        stays = before_checkpoint(type, at, r);
+        stays = before_checkpoint(type, at, r), *at_step = at == r->step;
     json_free(v);
     return stays;
 }
@@ -184,9 +185,10 @@ static int sync_parent(const char *path) {
 }
 
 int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_again, const char *moved_log,
-                      int *cut_short, char *err) {
+                      int *cut_short, int *written_again, char *err) {
     const Resume r = {step, eval_again, sample_again};
     if (cut_short) *cut_short = 0;
+    if (written_again) *written_again = 0;
     char path[FGPT_PATH_LEN], tmp[FGPT_PATH_LEN];
     if (path_format(path, "%s/log.jsonl", run_dir) != 0 || path_format(tmp, "%s.tmp", path) != 0) {
         snprintf(err, ERR_LEN, "run directory %s is too long a path for its log (pass a shorter -o)", run_dir);
@@ -207,13 +209,14 @@ int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
-    int leaving = 0, stays = 1, torn = 0;
+    int leaving = 0, stays = 1, torn = 0, again = 0, at_step;
     long long number = 0;
     char why[ERR_LEN];
     while (stays >= 0 && (len = getline(&line, &cap, in)) > 0) {
         number++;
-        stays = line_stays(line, (size_t)len, &r, why);
+        stays = line_stays(line, (size_t)len, &r, &at_step, why);
         leaving += stays == 0;
+        again += stays == 0 && at_step;
         torn = line[len - 1] != '\n'; /* only the last line can lack its newline */
     }
     if (stays < 0) {
@@ -234,7 +237,7 @@ int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_
     FILE *out = fopen(tmp, "w"), *moved = moved_log ? fopen(moved_log, "a") : NULL;
     int ok = out && (!moved_log || moved);
     while (ok && (len = getline(&line, &cap, in)) > 0) {
-        int keep = line_stays(line, (size_t)len, &r, why);
+        int keep = line_stays(line, (size_t)len, &r, &at_step, why);
         if (keep < 0) /* the file changed since the first pass */
             ok = 0;
         else if (keep)
@@ -255,5 +258,6 @@ int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_
         return -1;
     }
     if (cut_short) *cut_short = torn;
+    if (written_again) *written_again = again;
     return leaving - torn;
 }

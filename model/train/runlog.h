@@ -44,9 +44,10 @@ int runlog_sample(RunLog *log, int step, const char *text);
  * that the resumed run writes again (eval_again, sample_again: its schedule has one there), and a
  * last line cut short by a crash (*cut_short: 1 when there was one, which is dropped). With moved_log
  * the records are appended to that file, else dropped. How many whole records left the log (0 and
- * no line cut short: the file is untouched), or -1 with a message in err; any other line that is
- * not a record is such an error, naming the file and the line, and the file is untouched. */
+ * no line cut short: the file is untouched; *written_again of them were at `step` itself), or -1
+ * with a message in err; any other line that is not a record is such an error, naming the file and
+ * the line, and the file is untouched. cut_short and written_again may be NULL. */
 int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_again, const char *moved_log,
-                      int *cut_short, char *err);
+                      int *cut_short, int *written_again, char *err);
 
 #endif
