@@ -746,7 +746,12 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
     char latest[FGPT_PATH_LEN];
     FILE *lf = path_format(latest, "%s/latest", run_dir) == 0 ? fopen(latest, "r") : NULL;
     if (!lf) {
-        const int missing = errno == ENOENT; /* the search below opens files of its own */
+        const int e = errno, missing = e == ENOENT; /* the search below opens files of its own */
+        if (!missing && e != ENAMETOOLONG) { /* there but unreadable: what it names is not known */
+            snprintf(err, ERR_LEN, "cannot read %s: %s (make it readable, or remove it and the newest whole "
+                     "checkpoint there is taken)", latest, strerror(e));
+            return -1;
+        }
         if (missing && newest_whole_checkpoint(run_dir, INT_MAX, name, size) >= 0) return 1;
         if (missing && newest_checkpoint(run_dir, INT_MAX) >= 0)
             snprintf(err, ERR_LEN, "no checkpoint to resume in %s: %s is missing and every step_* checkpoint there is "
