@@ -980,6 +980,13 @@ static size_t missing_from(const char *path) {
 static int claim_run_dir(Run *r) {
     const Options *opt = &r->opt;
     if (r->dist.rank != 0) return RUN_ON;
+    /* a run's files beside a checkpoint's weights would make it neither (transformers and -y alike) */
+    if (checkpoint_is_checkpoint_dir(opt->out)) {
+        print_error("-o %s is a checkpoint (config.json and its weights), not a run's directory: pass the run's "
+                    "directory to go on with it, or a new -o (--init-from %s starts from its weights)", opt->out,
+                    opt->out);
+        return 1;
+    }
     if (opt->resume) {
         char name[256];
         int found = checkpoint_latest_name(opt->out, name, sizeof name, r->err);

@@ -274,7 +274,7 @@ TEST(eval_errors_name_the_problem_in_one_line) {
         {"eval -o {run} --init-from {run}/step_00000002 -i {shard}", "give one of them", 2},
         {"eval --init-from {run}/step_00000002 --step 2 -i {shard}", "--step goes with -o RUN", 2},
         {"eval -o {run} --device cpu", "-i/--data is missing", 2},
-        {"eval --init-from /nonexistent -i {shard} --device cpu", "--init-from /nonexistent has no config.json", 1},
+        {"eval --init-from /nonexistent -i {shard} --device cpu", "--init-from /nonexistent: No such file or directory", 1},
         {"eval -o /nonexistent/run -i {shard} --device cpu", "no run directory /nonexistent/run (pass -o", 1},
         {"eval -o {run} --step 5 -i {shard} --device cpu", "has no checkpoint of step 5", 1},
         {"eval -o {run} -i {shard} -t 65 --device cpu", "-t 65 is above the context of the model", 1},

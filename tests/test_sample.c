@@ -377,7 +377,7 @@ TEST(sample_errors_name_the_problem) {
         {"sample -o x --bogus 1", "unknown flag '--bogus'", NULL, 2},
         {"sample -o x --bogus", "unknown flag '--bogus'", NULL, 2},
         {"sample -o x --seed", "--seed needs a value", NULL, 2},
-        {"sample --checkpoint /nonexistent --device cpu", "--checkpoint /nonexistent has no config.json", "--init-from",
+        {"sample --checkpoint /nonexistent --device cpu", "--checkpoint /nonexistent: No such file or directory", "--init-from",
          1},
         {"sample --checkpoint tests/fixtures --device cpu", "--checkpoint tests/fixtures has no config.json",
          "--init-from", 1},

@@ -329,6 +329,28 @@ static int rewrite_state(const char *state, long at, const void *value, size_t b
     return (fclose(f) == 0 && ok && checkpoint_state_reseal(state, err) == 0) ? 0 : -1;
 }
 
+/* -o naming one of a run's checkpoints (a Hugging Face folder) is refused, new run or resume: a run's
+ * files beside its weights would make it neither. */
+TEST(an_out_folder_that_is_a_checkpoint_is_refused_naming_both_ways_on) {
+    char train[700], val[700], args[2400], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    snprintf(args, sizeof args, TINY_RUN " -x 2 --val-every 0 -i %s -o %s/r", train, d);
+    REQUIRE(run_train(args, &out) == 0, "%s", out);
+    free(out);
+    for (int resume = 0; resume < 2; resume++) {
+        snprintf(args, sizeof args, TINY_RUN " -x 4 --val-every 0 -y %d -i %s -o %s/r/step_00000002", resume, train, d);
+        const int rc = run_train(args, &out);
+        CHECK(rc == 1 && out && strstr(out, "step_00000002 is a checkpoint (config.json and its weights), not a run's "
+                                            "directory") && strstr(out, "--init-from "),
+              "-y %d: (%d) %s", resume, rc, out);
+        free(out);
+    }
+    char lock[900];
+    snprintf(lock, sizeof lock, "%s/r/step_00000002/log.jsonl", d);
+    CHECK(access(lock, F_OK) != 0, "a run's log was written into the checkpoint");
+}
+
 /* A finished run taken further: its final eval, at the step the resume starts from and evaluates
  * again, is not called the record of a run stopped before its next checkpoint. */
 TEST(a_finished_run_taken_further_drops_its_final_eval_without_a_stopped_run_note) {

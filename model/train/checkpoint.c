@@ -944,6 +944,15 @@ int checkpoint_is_run_dir(const char *dir, char *path) {
     return 1;
 }
 
+int checkpoint_is_checkpoint_dir(const char *dir) {
+    char config[FGPT_PATH_LEN], weights[FGPT_PATH_LEN], index[FGPT_PATH_LEN];
+    struct stat st;
+    return path_format(config, "%s/config.json", dir) == 0 && stat(config, &st) == 0 &&
+           path_format(weights, "%s/model.safetensors", dir) == 0 &&
+           path_format(index, "%s/model.safetensors.index.json", dir) == 0 &&
+           (stat(weights, &st) == 0 || stat(index, &st) == 0);
+}
+
 int checkpoint_dir_to_read(const char *run_dir, int step, const char *hf_dir, const char *hf_flag, char *dir,
                            char *err) {
     char name[256], why[ERR_LEN];
@@ -983,6 +992,10 @@ int checkpoint_dir_to_read(const char *run_dir, int step, const char *hf_dir, co
         if (hf_dir && checkpoint_is_run_dir(dir, latest)) /* where one of its checkpoints was meant */
             snprintf(err, ERR_LEN, "%s %s is a training run's directory, not a checkpoint: pass %s %s, its latest "
                                    "(or -o %s)", hf_flag, dir, hf_flag, latest, dir);
+        else if (hf_dir && stat(dir, &st) != 0)
+            snprintf(err, ERR_LEN, "%s %s: %s (pass a Hugging Face checkpoint directory: config.json and "
+                                   "model.safetensors, or its shards and model.safetensors.index.json)", hf_flag, dir,
+                     strerror(errno));
         else if (hf_dir)
             snprintf(err, ERR_LEN, "%s %s has no %s (pass a Hugging Face checkpoint directory: config.json and "
                                    "model.safetensors, or its shards and model.safetensors.index.json)", hf_flag, dir,

@@ -121,6 +121,10 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
  * it. */
 int checkpoint_is_run_dir(const char *dir, char *path);
 
+/* Whether dir is a checkpoint (config.json beside model.safetensors or its index), where a flag
+ * expecting a training run's directory was given one of its checkpoints. */
+int checkpoint_is_checkpoint_dir(const char *dir);
+
 /* The checkpoint directory that a command reading one (sample, eval) takes, into dir (FGPT_PATH_LEN
  * bytes): hf_dir when it is given (a Hugging Face directory, which messages name by its flag,
  * hf_flag), else run_dir's checkpoint of step `step`, or its latest when step < 0. config.json and
