@@ -534,3 +534,37 @@ TEST(checkpoints_with_a_tokenizer_keep_it_through_pruning_and_a_rollback_at_the_
               exists("%s/%s", run, "step_00000004/tokenizer_config.json"),
           "the set-aside or the new step 4 lacks its tokenizer files");
 }
+
+/* A new run whose earlier run cannot be set aside whole moves none of it: a failed move puts back
+ * what had moved, so that the folder still resumes as it did. The failure here: an entry whose path
+ * fits the run's folder but not earlier_run_1 inside it. */
+TEST(an_earlier_run_that_cannot_be_set_aside_whole_is_left_as_it_was) {
+    char dir[FGPT_PATH_LEN], args[FGPT_PATH_LEN + 200], name[FGPT_PATH_LEN], *out = NULL;
+    int len = snprintf(dir, sizeof dir, "%s/deep", test_tmpdir());
+    REQUIRE(mkdir(dir, 0755) == 0, "%s", dir);
+    while (len < FGPT_PATH_LEN - 254 - 250) { /* folders of 200 characters up to 254 short of the limit */
+        len += snprintf(dir + len, sizeof dir - len, "/%0200d", 0);
+        REQUIRE(mkdir(dir, 0755) == 0, "%s", dir);
+    }
+    len += snprintf(dir + len, sizeof dir - len, "/%0*d", FGPT_PATH_LEN - 254 - len - 1, 0);
+    REQUIRE(mkdir(dir, 0755) == 0 && len == FGPT_PATH_LEN - 254, "%d", len);
+    snprintf(args, sizeof args, RUN " -x 2 --val-every 0 -i %s -o %s", train_shard(), dir);
+    REQUIRE(run_train(args, &out) == 0, "%s", out);
+    free(out);
+    /* dir + "/" + 245 characters fits; dir + "/earlier_run_1/" + 245 does not */
+    snprintf(name, sizeof name, "%s/step_%0240d", dir, 0);
+    FILE *f = fopen(name, "w");
+    REQUIRE(f && fclose(f) == 0, "%s", name);
+    const int rc = run_train(args, &out);
+    /* (the message's end, past the long paths, is cut at the error length) */
+    CHECK(rc == 1 && out && strstr(out, "error: cannot move "), "(%d) %.300s", rc, out ? out : "");
+    free(out);
+    char path[FGPT_PATH_LEN + 32];
+    snprintf(path, sizeof path, "%s/earlier_run_1", dir);
+    CHECK(access(path, F_OK) != 0, "earlier_run_1 was left behind");
+    snprintf(path, sizeof path, "%s/latest", dir);
+    CHECK(access(path, F_OK) == 0, "latest did not come back");
+    snprintf(path, sizeof path, "%s/step_00000002/state.bin", dir);
+    CHECK(access(path, F_OK) == 0, "the checkpoint did not come back");
+    CHECK(access(name, F_OK) == 0, "the long-named entry moved");
+}

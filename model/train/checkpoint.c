@@ -580,7 +580,8 @@ static int create_earlier_dir(const char *run_dir, char *dest, char *err) {
 
 /* Moves the entries of run_dir that take(name, after) selects into a new <run_dir>/earlier_run_N,
  * whose path goes to dest (FGPT_PATH_LEN bytes). How many moved (0: none, and no directory made),
- * or -1 with a message in err. */
+ * or -1 with a message in err; then what had moved is moved back, so that neither folder is left
+ * holding half a run that neither can resume. */
 static int move_aside(const char *run_dir, int (*take)(const char *name, int after), int after, char *dest,
                       char *err) {
     dest[0] = 0;
@@ -594,22 +595,37 @@ static int move_aside(const char *run_dir, int (*take)(const char *name, int aft
      * and the new earlier_run_N is not selected. */
     char from[FGPT_PATH_LEN], to[FGPT_PATH_LEN];
     struct dirent *e;
-    int moved = 0;
-    while ((e = readdir(d))) {
+    int moved = 0, failed = 0;
+    char **names = NULL; /* what moved, to move back on a failure */
+    while (!failed && (e = readdir(d))) {
         if (!take(e->d_name, after)) continue;
         if (!dest[0] && create_earlier_dir(run_dir, dest, err) != 0) {
-            moved = -1;
+            failed = 1;
             break;
         }
-        if (path_format(from, "%s/%s", run_dir, e->d_name) != 0 || path_format(to, "%s/%s", dest, e->d_name) != 0 ||
-            rename(from, to) != 0) {
-            snprintf(err, ERR_LEN, "cannot move %s/%s to %s: %s (check -o)", run_dir, e->d_name, dest, strerror(errno));
-            moved = -1;
-            break;
+        char **grown = realloc(names, (size_t)(moved + 1) * sizeof *names);
+        if (grown) names = grown;
+        if (!grown || !(names[moved] = strdup(e->d_name))) {
+            snprintf(err, ERR_LEN, "out of memory setting the earlier run in %s aside", run_dir);
+            failed = 1;
+        } else if (path_format(from, "%s/%s", run_dir, e->d_name) != 0 ||
+                   path_format(to, "%s/%s", dest, e->d_name) != 0 || rename(from, to) != 0) {
+            snprintf(err, ERR_LEN, "cannot move %s/%s to %s: %s (check its permissions, or -o)", run_dir, e->d_name,
+                     dest, strerror(errno));
+            free(names[moved]);
+            failed = 1;
+        } else {
+            moved++;
         }
-        moved++;
     }
     closedir(d);
+    for (int i = moved - 1; failed && i >= 0; i--) /* back as it was; the emptied earlier_run_N goes */
+        if (path_format(from, "%s/%s", dest, names[i]) == 0 && path_format(to, "%s/%s", run_dir, names[i]) == 0)
+            rename(from, to);
+    if (failed && dest[0]) rmdir(dest);
+    for (int i = 0; i < moved; i++) free(names[i]);
+    free(names);
+    if (failed) return -1;
     if (moved > 0 && !sync_dir(run_dir)) {
         snprintf(err, ERR_LEN, "cannot sync run directory %s: %s", run_dir, strerror(errno));
         return -1;
