@@ -414,10 +414,10 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->sliding_window < 0) bad("--sliding-window", "must be positive (0: the preset's)");
     if (opt->sliding_window && family != FAMILY_GEMMA3 && !opt->init_from[0]) bad("--sliding-window", "needs --family gemma3 (the family with sliding layers)");
     if (opt->sliding_window) cfg->sliding_window = opt->sliding_window;
+    if (opt->untied_head && opt->init_from[0]) /* first: --init-from's family is not known here */
+        bad("--untied-head", "is --init-from's config.json's to say (tie_word_embeddings): leave it out");
     if (opt->untied_head && family == FAMILY_GPT2)
         bad("--untied-head", "needs --family llama, qwen2 or qwen3 (GPT-2's output layer is its token embedding)");
-    if (opt->untied_head && opt->init_from[0])
-        bad("--untied-head", "is --init-from's config.json's to say (tie_word_embeddings): leave it out");
     cfg->untied_head = opt->untied_head;
     if (!cfg->head_dim && cfg->dim % cfg->num_heads) bad("--heads", "must divide --dim (the model width), or pass --head-dim");
     if (cfg->num_kv_heads && cfg->num_heads % cfg->num_kv_heads) bad("--kv-heads", "must divide --heads");

@@ -1485,6 +1485,10 @@ TEST(vocab_parallel_is_refused_with_one_line_wherever_it_cannot_run) {
                TINY_RUN " " UNTIED_LLAMA " --device cuda -g 3 -x 1 --vocab-parallel -i %s -o %s/vp", train, d);
     expect_run(2, "--untied-head needs --family llama, qwen2 or qwen3", NULL,
                TINY_RUN " --untied-head -x 1 -i %s -o %s/vp", train, d);
+    /* beside --init-from (whose family, unknown to the command line, may well be Llama's) the flag
+     * is the checkpoint's to say, whatever --family says */
+    expect_run(2, "--untied-head is --init-from's config.json's to say", NULL,
+               TINY_RUN " --untied-head --init-from %s/nowhere -x 1 -i %s -o %s/vp", d, train, d);
 }
 
 TEST(vocab_parallel_on_a_tied_or_untied_head_over_two_gpus_passes_every_check_before_the_gpus) {
