@@ -508,7 +508,8 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->total_batch == 0) opt->total_batch = (int)(bt * ranks); /* no accumulation */
     if (opt->total_batch < 0) bad("-d/--total-batch", "must be positive");
     if (opt->total_batch % (bt * ranks))
-        bad("-d/--total-batch", "must be a multiple of B*T*ranks (-b times -t times -g times --nodes)");
+        die_usage("-d/--total-batch %d must be a multiple of B*T*ranks, %lld (-b times -t times -g times --nodes)",
+                  opt->total_batch, bt * ranks);
     if (!opt->out[0]) bad("-o/--out", "must name a directory");
     if (checkpoint_run_dir_ok(opt->out, why) != 0) die_usage("%s", why);
     /* what the data flags leave open is decided here too, before anything touches the disk */
@@ -1241,6 +1242,11 @@ static int resolve_data(Run *r) {
                     r->train_path, r->val_path);
         return 1;
     }
+    struct stat ts, vs; /* allowed (a smoke test), but a validation loss that looks too good needs saying */
+    if (r->have_val && stat(r->train_path, &ts) == 0 && stat(r->val_path, &vs) == 0 && ts.st_dev == vs.st_dev &&
+        ts.st_ino == vs.st_ino)
+        printf("note: -j %s is the training shard itself: the validation loss is measured on the training data\n",
+               r->val_path);
     if (r->tok) {
         /* the model's own tokenizer (--init-from's) is to be kept: only the text can change */
         char fix[FGPT_PATH_LEN + 128];
@@ -1343,9 +1349,14 @@ static void note_schedule_change(const TrainState *st, const Options *opt, int s
     if (st->lr_final != opt->lr_final)
         list_append(changes, sizeof changes, &len, "--lr-final %g -> %g", st->lr_final, opt->lr_final);
     if (!len) return;
-    printf("schedule: changed since the checkpoint: %s; the learning rate of step %d goes from %.3e to %.3e\n",
-           changes, step + 1, lr_at_step(step, st->total_steps, st->warmup, st->lr, st->lr_final),
-           lr_at_step(step, opt->steps, opt->warmup, opt->lr, opt->lr_final));
+    const float was = lr_at_step(step, st->total_steps, st->warmup, st->lr, st->lr_final),
+                now = lr_at_step(step, opt->steps, opt->warmup, opt->lr, opt->lr_final);
+    if (was == now) /* in the warmup, say, where -x does not reach */
+        printf("schedule: changed since the checkpoint: %s; the learning rate of step %d stays %.3e\n", changes,
+               step + 1, now);
+    else
+        printf("schedule: changed since the checkpoint: %s; the learning rate of step %d goes from %.3e to %.3e\n",
+               changes, step + 1, was, now);
 }
 
 /* The run's optimizer and objective settings, as a checkpoint records them. */

@@ -208,14 +208,16 @@ static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
     }
     unsigned char h[SHARD_HEADER_BYTES];
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || fread(h, 1, sizeof h, f) != sizeof h) {
-        snprintf(err, ERR_LEN, "token shard %s is shorter than its %d-byte header (truncated; re-create it)",
-                 path, SHARD_HEADER_BYTES);
+    const size_t got = fstat(fileno(f), &st) == 0 ? fread(h, 1, sizeof h, f) : 0;
+    int32_t llmc[3] = {0, 0, 0};
+    memcpy(llmc, h, got < sizeof llmc ? got : sizeof llmc);
+    if (got != sizeof h) { /* an llm.c file's header is its own, of 1024 bytes */
+        const int llmc_magic = got >= 4 && (llmc[0] == LLMC_MAGIC_GPT2 || llmc[0] == LLMC_MAGIC_LLAMA3);
+        snprintf(err, ERR_LEN, "token shard %s is shorter than its %d-byte %sheader (truncated; re-create it)", path,
+                 llmc_magic ? LLMC_HEADER_BYTES : SHARD_HEADER_BYTES, llmc_magic ? "llm.c " : "");
         fclose(f);
         return NULL;
     }
-    int32_t llmc[3];
-    memcpy(llmc, h, sizeof llmc);
     if (llmc[0] == LLMC_MAGIC_GPT2 || llmc[0] == LLMC_MAGIC_LLAMA3) return open_llmc(f, path, llmc, &st, hdr, err);
     if (memcmp(h, SHARD_MAGIC, 8) != 0) {
         snprintf(err, ERR_LEN, "%s is not a token shard (bad magic; expected one written by `train prepare`, "
@@ -330,7 +332,12 @@ int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64
             }
             if (tok >= bound) {
                 const unsigned long long at = i + j, byte = hdr->header_bytes + at * hdr->bytes_per_token;
-                if (tok >= hdr->vocab_size) /* the shard contradicts its own header: no -v makes it right */
+                if (!recorded && tok >= hdr->vocab_size) /* beyond what llm.c's magic suggests: that guess is off */
+                    snprintf(err, ERR_LEN,
+                             "token %u at position %llu (byte %llu) in shard %s is >= vocabulary %u (pass the -v of "
+                             "the tokenizer that made it, above %u, or re-tokenize)", tok, at, byte, path, model_vocab,
+                             tok);
+                else if (tok >= hdr->vocab_size) /* the shard contradicts its own header: no -v makes it right */
                     snprintf(err, ERR_LEN,
                              "token %u at position %llu (byte %llu) in shard %s is beyond the shard's own vocabulary "
                              "of %u (the shard is corrupt: re-create it)", tok, at, byte, path, hdr->vocab_size);

@@ -74,6 +74,12 @@ TEST(llmc_shard_defects_give_the_same_errors_as_ours) {
                        "is >= vocabulary 1000 (re-tokenize, or pass -v 50257)");
     expect_llmc_defect(LLAMA3_FIXTURE, "token above the model's vocabulary", -1, 0, -1, 50257,
                        "is >= vocabulary 50257 (re-tokenize, or pass -v 128256)");
+    /* a token beyond what the magic suggests: that guess is off, and no corruption is claimed (the
+     * header records no vocabulary); the fix is a -v above the token. 55340 as the first token. */
+    expect_llmc_defect(GPT2_FIXTURE, "token above the magic's vocabulary", 1024, 55340, -1, 1000,
+                       "is >= vocabulary 1000 (pass the -v of the tokenizer that made it, above 55340");
+    /* a file cut inside llm.c's own header is named by that header's size */
+    expect_llmc_defect(GPT2_FIXTURE, "cut at 12 bytes", -1, 0, 12, 50257, "shorter than its 1024-byte llm.c header");
 }
 
 TEST(train_runs_on_llmc_shards_and_names_their_vocabulary) {
@@ -83,6 +89,8 @@ TEST(train_runs_on_llmc_shards_and_names_their_vocabulary) {
              "--val-batches 1 -s 0 -o %s/run", test_tmpdir());
     int rc = run_train(args, &out);
     CHECK(rc == 0 && out && strstr(out, "step     2/2"), "training on an llm.c GPT-2 shard failed (%d): %s", rc, out);
+    CHECK(out && strstr(out, "is the training shard itself: the validation loss is measured on the training data"),
+          "-j naming -i's file passed without a note: %s", out);
     free(out);
     snprintf(args, sizeof args, "-i " LLAMA3_FIXTURE " --device cpu -e tiny -b 2 -t 32 -x 1 -v 50257 -o %s/run2",
              test_tmpdir());

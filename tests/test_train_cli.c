@@ -51,7 +51,7 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("-t 2048", "-t/--seq-len 2048 is above the model's context (--max-seq-len 1024): pass -t 1024 or less, or --max-seq-len 2048");
     /* a resumed model's context is its own: no --max-seq-len advice */
     expect_usage_error("-y 1 -t 2048", "(--max-seq-len 1024): pass -t 1024 or less (see ./train --help)");
-    expect_usage_error("-b 4 -t 64 -d 1000", "-d/--total-batch must be a multiple");
+    expect_usage_error("-b 4 -t 64 -d 1000", "-d/--total-batch 1000 must be a multiple of B*T*ranks, 256");
     expect_usage_error("-e tiny --heads 5", "--heads must divide --dim");
     /* widths whose int arithmetic would wrap (4 dim, heads x head dim) are named, not computed */
     expect_usage_error("--device cpu -e tiny --dim 536870912 --heads 2", "the model is wider than 262144 (dim 536870912");
@@ -364,6 +364,8 @@ TEST(a_finished_run_taken_further_drops_its_final_eval_without_a_stopped_run_not
     CHECK(!strstr(out, "stopped before its next checkpoint") && strstr(out, "step     3 | val loss") &&
               strstr(out, "step     6/6"),
           "%s", out);
+    /* step 4 is in the warmup of either schedule: its rate does not move, and the line says so */
+    CHECK(strstr(out, "-x/--steps 3 -> 6; the learning rate of step 4 stays 2.400e-03"), "%s", out);
     free(out);
 }
 
