@@ -283,6 +283,16 @@ TEST(a_checkpoint_without_its_tokenizer_samples_after_config_jsons_separator) {
           without);
     free(with);
     free(without);
+    /* a tokenizer.json that cannot be read: the fix names --tokenizer */
+    char tok[1000], *out = NULL;
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", bare);
+    FILE *tf = fopen(tok, "w");
+    REQUIRE(tf && fputs("{bad", tf) >= 0 && fclose(tf) == 0, "%s", tok);
+    snprintf(args, sizeof args, "sample --checkpoint %s --device cpu -G 4", bare);
+    CHECK(run_train(args, &out) == 1 && out && strstr(out, "the checkpoint's tokenizer.json cannot be read (") &&
+              strstr(out, "--tokenizer FILE"),
+          "%s", out);
+    free(out);
     /* config.json's vocabulary 300 against the weights' 400 */
     char cfg[1000];
     snprintf(cfg, sizeof cfg, "%s/config.json", bare);
@@ -298,7 +308,6 @@ TEST(a_checkpoint_without_its_tokenizer_samples_after_config_jsons_separator) {
     snprintf(shard, sizeof shard, "%s/prep/val.bin", test_tmpdir());
     const char *fmts[2] = {"sample --checkpoint %s --device cpu -G 4", "eval --init-from %s -i %s --device cpu"};
     for (int k = 0; k < 2; k++) {
-        char *out = NULL;
         snprintf(args, sizeof args, fmts[k], bare, shard);
         const int rc = run_train(args, &out);
         CHECK(rc == 1 && out && strstr(out, "but the model (config.json) needs [300, ") && !strstr(out, "tokenizer"),

@@ -150,7 +150,11 @@ static Tokenizer *open_tokenizer(const SampleOptions *o, const char *dir, int *s
     if (!o->tokenizer && !file_in_dir(path, dir, "tokenizer.json")) return NULL;
     const int has_own = o->tokenizer && file_in_dir(path, dir, "tokenizer.json");
     Tokenizer *t = tokenizer_load(o->tokenizer ? o->tokenizer : path, err);
-    if (!t) {
+    if (!t && !o->tokenizer) { /* the checkpoint's own: another can stand in for it */
+        print_error("the checkpoint's tokenizer.json cannot be read (%s); pass the model's tokenizer with --tokenizer "
+                    "FILE, or sample ids without it by moving that file out", err);
+        *status = 1;
+    } else if (!t) {
         print_error("%s", err);
         *status = 1;
     }
