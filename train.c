@@ -1739,8 +1739,9 @@ static int stop_after(Run *r, int steps_done, int sig) {
     const char *name = stop_request_name(sig), *out = r->opt.out;
     if (r->dist.rank != 0) return stop_request_exit_status(sig);
     if (steps_done == r->opt.steps) /* a resume would have nothing to train, and so no validation to run */
-        printf("stopped by %s in the last validation: training is done, checkpoint %s/step_%08d written (`./train "
-               "eval -o %s -i SHARD` measures a loss)\n", name, out, steps_done, out);
+        printf("stopped by %s after the last step: training is done, checkpoint %s/step_%08d written; the last "
+               "validation and sample are skipped (`./train eval -o %s -i SHARD` measures a loss)\n", name, out,
+               steps_done, out);
     else if (steps_done == 0)
         printf("stopped by %s before the first step: checkpoint %s/step_%08d written; the same command with -y 1 "
                "starts from there\n", name, out, steps_done);
@@ -1829,7 +1830,8 @@ int main(int argc, char **argv) {
         StepResult s = {0};
         status = take_step(r, step, &s);
         if (status == RUN_ON) status = log_step(r, step, &s);
-        /* a stop asked for at the last step changes nothing: the run has finished training */
+        /* a stop asked for at the last step leaves its checkpoint as the last one: the run has finished
+         * training, and the stop skips what would follow it (below) */
         const int last = step + 1 == opt->steps;
         int stop = status == RUN_ON && !last ? s.stop_signal : 0;
         const int checkpoint_due =
@@ -1843,11 +1845,11 @@ int main(int argc, char **argv) {
         }
         if (status == RUN_ON && stop) status = stop_after(r, step + 1, stop);
     }
-    if (status == RUN_ON && r->have_val && opt->val_every) {
-        int asked;
-        status = evaluate(r, opt->steps, &asked);
-        if (status == RUN_ON && asked) status = stop_after(r, opt->steps, asked);
-    }
+    /* a stop asked for at the last step, or in the validation after it, skips that validation and the
+     * last sample: what was asked is to stop */
+    int asked = status == RUN_ON ? stop_agreed(&r->dist) : 0;
+    if (status == RUN_ON && !asked && r->have_val && opt->val_every) status = evaluate(r, opt->steps, &asked);
+    if (status == RUN_ON && asked) status = stop_after(r, opt->steps, asked);
     /* every N steps includes the last: a run of -x N with -s N samples its trained model once */
     if (status == RUN_ON && r->dist.rank == 0 && opt->sample_every && opt->steps % opt->sample_every == 0) {
         generate_sample(r->be, r->tok, opt, &r->rng, opt->steps, &r->log, r->inputs, r->logits);

@@ -254,6 +254,10 @@ TEST(eval_errors_name_the_problem_in_one_line) {
     snprintf(link, sizeof link, "%s/weights_link", test_tmpdir());
     snprintf(weights, sizeof weights, "%s/step_00000002/model.safetensors", run);
     REQUIRE(symlink(weights, link) == 0, "linking %s", link);
+    char dangling[800], inside[900];
+    snprintf(dangling, sizeof dangling, "%s/dangling_link", test_tmpdir());
+    snprintf(inside, sizeof inside, "%s/step_00000002/losses.bin", run);
+    REQUIRE(symlink(inside, dangling) == 0, "linking %s", dangling);
     snprintf(copy, sizeof copy, "%s/copy.bin", test_tmpdir());
     snprintf(copy_tmp, sizeof copy_tmp, "%s.tmp", copy);
     REQUIRE(write_pattern_shard(copy_tmp, 100, 300, 2) == 0, "%s", copy_tmp);
@@ -292,14 +296,16 @@ TEST(eval_errors_name_the_problem_in_one_line) {
         {"eval -o {run} -i {shard} --device cpu --per-token {link}", "would write into the checkpoint's folder", 1},
         {"eval -o {run} -i {copy}.tmp --device cpu --per-token {copy}",
          "would overwrite the shard being evaluated, through its temporary name", 1},
+        /* a link to a file not yet there (in the checkpoint's folder, say) is no path to create */
+        {"eval -o {run} -i {shard} --device cpu --per-token {dangling}", "is a link to no file", 1},
         {"eval -o {run} -i {shard} -b 99999999999999999999999999 --device cpu",
          "got '999999999999999999999999...'", 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char args[1200];
-        const char *names[][2] = {{"{run}", run}, {"{shard}", shard}, {"{big}", big}, {"{one}", one},
-                                  {"{link}", link}, {"{copy}", copy}};
-        expand(args, sizeof args, cases[i].fmt, names, 6);
+        const char *names[][2] = {{"{run}", run},   {"{shard}", shard}, {"{big}", big},          {"{one}", one},
+                                  {"{link}", link}, {"{copy}", copy},   {"{dangling}", dangling}};
+        expand(args, sizeof args, cases[i].fmt, names, 7);
         int rc = run_train(args, &out);
         CHECK(rc == cases[i].status && out && strncmp(out, "error: ", 7) == 0 && strstr(out, cases[i].msg) &&
                   one_line(out),
@@ -310,6 +316,7 @@ TEST(eval_errors_name_the_problem_in_one_line) {
           "the checkpoint's weights were written through the link");
     CHECK(stat(copy_tmp, &after) == 0 && after.st_size == before_c.st_size, "the shard named like the temporary file "
                                                                           "was touched");
+    CHECK(access(inside, F_OK) != 0, "a file was created in the checkpoint's folder through a dangling link");
 }
 
 /* --help comes from the table of flags: every flag is in it, and it says what the last window does. */

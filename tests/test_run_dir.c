@@ -562,8 +562,11 @@ TEST(an_earlier_run_that_cannot_be_set_aside_whole_is_left_as_it_was) {
     char path[FGPT_PATH_LEN + 32];
     snprintf(path, sizeof path, "%s/earlier_run_1", dir);
     CHECK(access(path, F_OK) != 0, "earlier_run_1 was left behind");
+    /* moves go in the order of the names: latest and log.jsonl had moved when the long name failed */
     snprintf(path, sizeof path, "%s/latest", dir);
     CHECK(access(path, F_OK) == 0, "latest did not come back");
+    snprintf(path, sizeof path, "%s/log.jsonl", dir);
+    CHECK(access(path, F_OK) == 0, "the log did not come back");
     snprintf(path, sizeof path, "%s/step_00000002/state.bin", dir);
     CHECK(access(path, F_OK) == 0, "the checkpoint did not come back");
     CHECK(access(name, F_OK) == 0, "the long-named entry moved");

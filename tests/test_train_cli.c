@@ -1384,7 +1384,7 @@ TEST(a_stop_during_validation_abandons_it_and_leaves_the_checkpoint_of_the_steps
     out = signal_when_logged(args, log, "step_00000006", SIGINT, &seen, &ended, &st);
     CHECK(seen && ended && WIFSIGNALED(st) && WTERMSIG(st) == SIGINT && out &&
               strstr(out, "step     6 | validation abandoned on SIGINT") &&
-              strstr(out, "stopped by SIGINT in the last validation: training is done, checkpoint ") &&
+              strstr(out, "stopped by SIGINT after the last step: training is done, checkpoint ") &&
               !strstr(out, "val loss"),
           "the last validation: status %#x: %s", st, out ? out : "");
     free(out);

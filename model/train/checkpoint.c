@@ -578,10 +578,14 @@ static int create_earlier_dir(const char *run_dir, char *dest, char *err) {
     return -1;
 }
 
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 /* Moves the entries of run_dir that take(name, after) selects into a new <run_dir>/earlier_run_N,
- * whose path goes to dest (FGPT_PATH_LEN bytes). How many moved (0: none, and no directory made),
- * or -1 with a message in err; then what had moved is moved back, so that neither folder is left
- * holding half a run that neither can resume. */
+ * whose path goes to dest (FGPT_PATH_LEN bytes), in the order of their names. How many moved (0:
+ * none, and no directory made), or -1 with a message in err; then what had moved is moved back, so
+ * that neither folder is left holding half a run that neither can resume. */
 static int move_aside(const char *run_dir, int (*take)(const char *name, int after), int after, char *dest,
                       char *err) {
     dest[0] = 0;
@@ -591,39 +595,46 @@ static int move_aside(const char *run_dir, int (*take)(const char *name, int aft
         snprintf(err, ERR_LEN, "cannot read run directory %s: %s (check -o)", run_dir, strerror(errno));
         return -1;
     }
-    /* Renaming entries out while reading is fine: readdir still returns every other entry once,
-     * and the new earlier_run_N is not selected. */
-    char from[FGPT_PATH_LEN], to[FGPT_PATH_LEN];
+    char **names = NULL;
+    int count = 0, failed = 0;
     struct dirent *e;
-    int moved = 0, failed = 0;
-    char **names = NULL; /* what moved, to move back on a failure */
     while (!failed && (e = readdir(d))) {
         if (!take(e->d_name, after)) continue;
-        if (!dest[0] && create_earlier_dir(run_dir, dest, err) != 0) {
-            failed = 1;
-            break;
-        }
-        char **grown = realloc(names, (size_t)(moved + 1) * sizeof *names);
+        char **grown = realloc(names, (size_t)(count + 1) * sizeof *names);
         if (grown) names = grown;
-        if (!grown || !(names[moved] = strdup(e->d_name))) {
+        if (!grown || !(names[count] = strdup(e->d_name))) {
             snprintf(err, ERR_LEN, "out of memory setting the earlier run in %s aside", run_dir);
             failed = 1;
-        } else if (path_format(from, "%s/%s", run_dir, e->d_name) != 0 ||
-                   path_format(to, "%s/%s", dest, e->d_name) != 0 || rename(from, to) != 0) {
-            snprintf(err, ERR_LEN, "cannot move %s/%s to %s: %s (check its permissions, or -o)", run_dir, e->d_name,
-                     dest, strerror(errno));
-            free(names[moved]);
-            failed = 1;
         } else {
-            moved++;
+            count++;
         }
     }
     closedir(d);
-    for (int i = moved - 1; failed && i >= 0; i--) /* back as it was; the emptied earlier_run_N goes */
-        if (path_format(from, "%s/%s", dest, names[i]) == 0 && path_format(to, "%s/%s", run_dir, names[i]) == 0)
-            rename(from, to);
-    if (failed && dest[0]) rmdir(dest);
-    for (int i = 0; i < moved; i++) free(names[i]);
+    if (count) qsort(names, (size_t)count, sizeof *names, by_name);
+    char from[FGPT_PATH_LEN], to[FGPT_PATH_LEN];
+    int moved = 0;
+    if (!failed && count && create_earlier_dir(run_dir, dest, err) != 0) failed = 1;
+    for (; !failed && moved < count; moved++) {
+        if (path_format(from, "%s/%s", run_dir, names[moved]) != 0 || path_format(to, "%s/%s", dest, names[moved]) != 0 ||
+            rename(from, to) != 0) {
+            const int name_too_long = errno == ENAMETOOLONG;
+            snprintf(err, ERR_LEN, "cannot move %s/%s to %s: %s (%s)", run_dir, names[moved], dest, strerror(errno),
+                     name_too_long ? "pass a shorter -o" : "check its permissions, or -o");
+            failed = 1;
+            break;
+        }
+    }
+    int stuck = 0; /* entries that could not move back */
+    for (int i = moved - 1; failed && i >= 0; i--)
+        if (path_format(from, "%s/%s", dest, names[i]) != 0 || path_format(to, "%s/%s", run_dir, names[i]) != 0 ||
+            rename(from, to) != 0)
+            stuck++;
+    if (failed && dest[0] && !stuck) rmdir(dest);
+    if (stuck) { /* the message says where the run's files are now */
+        const size_t n = strlen(err);
+        snprintf(err + n, ERR_LEN - n, "; %d of them stayed in %s: move them back by hand", stuck, dest);
+    }
+    for (int i = 0; i < count; i++) free(names[i]);
     free(names);
     if (failed) return -1;
     if (moved > 0 && !sync_dir(run_dir)) {
@@ -763,7 +774,9 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
     FILE *lf = path_format(latest, "%s/latest", run_dir) == 0 ? fopen(latest, "r") : NULL;
     if (!lf) {
         const int e = errno, missing = e == ENOENT; /* the search below opens files of its own */
-        if (!missing && e != ENAMETOOLONG) { /* there but unreadable: what it names is not known */
+        struct stat ds, ls;
+        /* there but unreadable (a folder that can be searched holds it): what it names is not known */
+        if (!missing && stat(run_dir, &ds) == 0 && S_ISDIR(ds.st_mode) && lstat(latest, &ls) == 0) {
             snprintf(err, ERR_LEN, "cannot read %s: %s (make it readable, or remove it and the newest whole "
                      "checkpoint there is taken)", latest, strerror(e));
             return -1;

@@ -341,6 +341,15 @@ int eval_main(int argc, char **argv) {
     if (o.per_token) snprintf(tmp, sizeof tmp, "%s.tmp", o.per_token);
     for (int k = 0; o.per_token && k < 2; k++) {
         const char *path = k ? tmp : o.per_token;
+        struct stat ls;
+        char resolved[PATH_MAX];
+        const int link = lstat(path, &ls) == 0 && S_ISLNK(ls.st_mode);
+        if (k == 1 && link) continue; /* a link at the temporary name is removed, never written through */
+        if (link && !realpath(path, resolved)) { /* where it would create a file is not known */
+            print_error("--per-token %s is a link to no file (%s): pass the path of the file itself", o.per_token,
+                        strerror(errno));
+            return 1;
+        }
         const int onto_shard = same_file(path, o.data);
         if (onto_shard || in_folder(path, dir)) {
             print_error("--per-token %s would %s%s%s: pass a path outside the checkpoint and other than -i", o.per_token,

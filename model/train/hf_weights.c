@@ -115,7 +115,7 @@ static int check_field_types(const JsonValue *root, const char *path, char *err)
             /* transformers' sizes refuse a float: nn.Linear(512.0, ...) is a TypeError */
             const FieldType want = config_fields[i].type;
             if (v->type == JSON_NUMBER && (want == FIELD_INT || want == FIELD_INT_OR_NULL))
-                snprintf(err, ERR_LEN, "%s: \"%s\" is %.17g written with a fraction or exponent, expected an integer "
+                snprintf(err, ERR_LEN, "%s: \"%s\" is %.10g written with a fraction or exponent, expected an integer "
                          "(write it as one, as transformers does)", path, config_fields[i].key, v->number);
             else
                 snprintf(err, ERR_LEN, "%s: \"%s\" is %s, expected %s (re-save the config with transformers, or fix the "

@@ -249,6 +249,11 @@ int sample_main(int argc, char **argv) {
         print_error("%s", err);
         return 1;
     }
+    char own_tok[FGPT_PATH_LEN]; /* what needs no reading comes first */
+    if (o.prompt && !o.tokenizer && !file_in_dir(own_tok, dir, "tokenizer.json")) {
+        print_error("--prompt needs a tokenizer: %s has no tokenizer.json (pass --tokenizer FILE)", dir);
+        return 1;
+    }
     /* the weights first, checked against config.json: a config whose vocabulary is not theirs is named
      * as such, not as a tokenizer that does not fit it */
     ParamTable table;
