@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ab_trainer.sh - two trainer binaries, same GPU, same call: is a change faster in the trainer?
 #   bash dev/bench/ab_trainer.sh               (from the repository root; output in $OUT, or ./out)
-# A (default ./train, built here) against B (default .carry/train_base: the base commit's `train`
+# A (default ./train, built here) against B (default inputs/train_base: the base commit's `train`
 # built on the workstation, `git worktree add /tmp/base BASE && make -C /tmp/base train`, carried).
 # GPT-2 124M (d12), T=1024, B=32 (AB_BATCH), random tokens; for each vocabulary in AB_VOCABS
 # (default 50304) and output layer in AB_OUTPUTS (default fused), AB_ROUNDS rounds (default 3)
@@ -12,7 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-out}
 A=${A:-./train}
-B=${B:-.carry/train_base}
+B=${B:-inputs/train_base}
 ROUNDS=${AB_ROUNDS:-3}
 mkdir -p "$OUT" /tmp/ab
 [ -x "$B" ] || { echo "ab_trainer: no base binary at $B"; exit 1; }

@@ -3,10 +3,10 @@
 # (binaries bench_kernels, run_gpu_tests, train): the GPU tests of attention (and backend for the
 # last), `bench_kernels 16 attention` in ROUNDS alternating rounds, then the trainer (Qwen3-0.6B B 16,
 # GPT-2 124M V 50304 B 32) for the first and the last variant. Summary last.
-#   VARIANTS="base v1 v2" DIR=.carry/attn [ROUNDS=2] [PARTS="tests bench train"] [OUT=out] bash dev/check/attention_variants.sh
+#   VARIANTS="base v1 v2" DIR=inputs/attn [ROUNDS=2] [PARTS="tests bench train"] [OUT=out] bash dev/check/attention_variants.sh
 OUT=${OUT:-out}; mkdir -p $OUT; S=$OUT/summary.txt; : >$S
 say() { echo "$1" | tee -a $S; }
-DIR=${DIR:-.carry/attn}; set -- ${VARIANTS:-base v1 v2 v3 v4}; first=$1; last=${@: -1}
+DIR=${DIR:-inputs/attn}; set -- ${VARIANTS:-base v1 v2 v3 v4}; first=$1; last=${@: -1}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a $S
 t0=$SECONDS
 has() { [[ " ${PARTS:-tests bench train} " == *" $1 "* ]]; }

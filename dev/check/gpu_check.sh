@@ -3,7 +3,7 @@
 # Hugging Face transformers, and trainer throughput at GPT-2 124M. Prints a summary table last.
 #   bash dev/check/gpu_check.sh [tests] [train] [throughput] [bench] [cli] [compare] [memory]
 #       (default: tests train throughput; cli and compare need the default corpus, packed by
-#        `dev/check/pack_corpus.sh --shards -o .carry/corpus.tar.xz` and carried as .carry)
+#        `dev/check/pack_corpus.sh --shards -o inputs/corpus.tar.xz` and carried as inputs)
 #   TP_OUTPUTS="canonical fused fused:0"  output layers the throughput section trains with ("fused:MB"
 #                                           adds --logits-mb MB; 0 is the fused layer's streaming path)
 #   B_THROUGHPUT=32 TP_VOCABS=262144        its micro-batch (default 16) and vocabularies (50304 262144)
@@ -19,7 +19,7 @@ mkdir -p "$OUT" /tmp/fg
 sections=${*:-tests train throughput}
 LOGS=/tmp/fg/logs
 mkdir -p "$LOGS"
-if [ -f .carry/corpus.tar.xz ]; then mkdir -p .cache && tar -xJf .carry/corpus.tar.xz -C .cache; fi
+if [ -f inputs/corpus.tar.xz ]; then mkdir -p .cache && tar -xJf inputs/corpus.tar.xz -C .cache; fi
 summary=()
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOGS/gpu.txt"
 make -j16 train build/run_gpu_tests >"$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }

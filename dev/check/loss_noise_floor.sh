@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # loss_noise_floor.sh - how far two bf16 training runs that differ only in rounding drift apart,
 # as the yardstick for "fused and canonical agree to bf16 noise". One run on a GPU machine, the
-# default corpus copied there (dev/check/pack_corpus.sh --shards -o .carry/corpus.tar.xz):
+# default corpus copied there (dev/check/pack_corpus.sh --shards -o inputs/corpus.tar.xz):
 #   SEEDS="1337 1" bash dev/check/loss_noise_floor.sh
 # For each seed, GPT-2 124M at V = 262144, T = 1024, 16 sequences per step, STEPS (500) steps, four
 # runs: each output layer with one micro-batch of 16 (-b 16) and with two of 8 (-b 8 -d 16384).
@@ -17,7 +17,7 @@ SEEDS=${SEEDS:-1337 1 2}
 STEPS=${STEPS:-500}
 runs=/tmp/nf
 mkdir -p "$OUT/noise_floor" "$runs"
-if [ -f .carry/corpus.tar.xz ]; then mkdir -p .cache && tar -xJf .carry/corpus.tar.xz -C .cache; fi
+if [ -f inputs/corpus.tar.xz ]; then mkdir -p .cache && tar -xJf inputs/corpus.tar.xz -C .cache; fi
 make -j16 train >"$OUT/noise_floor/build.log" 2>&1 || { tail -20 "$OUT/noise_floor/build.log"; exit 1; }
 summary=()
 for seed in $SEEDS; do

@@ -47,7 +47,7 @@
 #     Then at V = 262144, B = 32 per GPU, tokens/s and memory, data parallel against
 #     --vocab-parallel: a GPT-2 124M-shaped untied Llama, and GPT-2 124M itself (tied). Exits 1 when
 #     a verdict fails.
-#   real: ./train -g G -v 262144 on the default corpus (carried as .carry/corpus.tar.xz, see
+#   real: ./train -g G -v 262144 on the default corpus (carried as inputs/corpus.tar.xz, see
 #     dev/check/pack_corpus.sh) against one GPU at the same global batch.
 #   wire: --grad-reduce bf16 against the fp32 wire: step 1's gradient within the bound derived in
 #     model/dist/grad_sync.h (from each rank's own gradient), every mode the same bits, two runs
@@ -452,7 +452,7 @@ fi
 if has real; then
     # the check that matters: ./train -g G -v 262144 on real text, against one GPU accumulating G
     # micro-batches (same global batch, same data order); 60 steps of GPT-2 124M, B=16, T=1024
-    if [ -f .carry/corpus.tar.xz ]; then mkdir -p .cache && tar -xJf .carry/corpus.tar.xz -C .cache; fi
+    if [ -f inputs/corpus.tar.xz ]; then mkdir -p .cache && tar -xJf inputs/corpus.tar.xz -C .cache; fi
     r="-v 262144 -b 16 -t 1024 -x 60 --warmup 20 --val-every 30 --val-batches 4 -s 0 -d $((16384 * G))"
     ./train $r -o $MG/real_1 >$MG/real_1.log 2>&1
     ./train -g $G $r -o $MG/real_$G >$MG/real_$G.log 2>&1
@@ -702,7 +702,7 @@ if has wire; then
         done
     fi
     if wpart real; then
-        if [ -f .carry/corpus.tar.xz ]; then mkdir -p .cache && tar -xJf .carry/corpus.tar.xz -C .cache; fi
+        if [ -f inputs/corpus.tar.xz ]; then mkdir -p .cache && tar -xJf inputs/corpus.tar.xz -C .cache; fi
         r="-v 262144 -b 16 -t 1024 -x 60 --warmup 20 --val-every 30 --val-batches 4 -s 0 -d $((16384 * G))"
         # the real section's two runs, when it ran in this call
         for run in "1|" "$G|-g $G"; do

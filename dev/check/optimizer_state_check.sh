@@ -6,7 +6,7 @@
 #          (RUNS picks others): median tokens/s of the last 8 of 14 steps and the memory in use, random tokens
 #   peers  PyTorch + Liger eager in bf16 at B 16 (8 bytes a parameter: bf16 weights, gradients and
 #          AdamW moments), the best PyTorch stack of dev/RESULTS.md's family entries (wheel from .whl/)
-#   curves Qwen3-0.6B on the default corpus (.carry/corpus.tar.xz) in each state, same seed and data:
+#   curves Qwen3-0.6B on the default corpus (inputs/corpus.tar.xz) in each state, same seed and data:
 #          the per-step loss difference (dev/check/compare_losses.py) and both validation losses
 # A summary last.   [PARTS="tests speed"] [OUT=out] bash dev/check/optimizer_state_check.sh
 OUT=${OUT:-out}; mkdir -p $OUT /tmp/f
@@ -39,7 +39,7 @@ if has peers; then
   done
 fi
 if has curves; then
-  mkdir -p .cache && tar -xJf .carry/corpus.tar.xz -C .cache
+  mkdir -p .cache && tar -xJf inputs/corpus.tar.xz -C .cache
   r="-e qwen3-0.6b -b 8 -t 2048 -x 150 --warmup 20 --val-every 50 --val-batches 4 -s 0 --seed 0"
   for st in fp32 bf16; do
     timeout 200 ./train $r --optimizer-state $st -o /tmp/f/curve_$st > $OUT/curve_$st.log 2>&1

@@ -2,8 +2,8 @@
 # removal_probes.sh - bounds by removal: timing-only builds of the benchmarks with one part of a
 # kernel taken out (their results are wrong; only their times mean anything). Built here from a
 # patched git worktree of HEAD, run on the GPU machine:
-#   bash dev/profile/removal_probes.sh build   # -> .carry/probe/: the binaries and this script
-#   bash .carry/probe/removal_probes.sh run    # there (from the repository root): rounds, then a summary
+#   bash dev/profile/removal_probes.sh build   # -> inputs/probe/: the binaries and this script
+#   bash inputs/probe/removal_probes.sh run    # there (from the repository root): rounds, then a summary
 # Variants of build/bench_output_layer (one chunk at each family's shape, forward + backward):
 #   base            the code as it is
 #   nostore         the tile kernel computes E and its sums but stores no E
@@ -16,7 +16,7 @@
 # ROUNDS (2) alternating rounds.
 set -uo pipefail
 mode=${1:?build or run}
-P=.carry/probe
+P=inputs/probe
 
 if [ "$mode" = build ]; then
     root=$(git rev-parse --show-toplevel) || exit 1

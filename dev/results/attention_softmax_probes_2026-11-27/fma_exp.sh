@@ -2,7 +2,7 @@
 # The attention forward with a share of its softmax exponentials on the FMA pipe: tests, the kernel
 # bench against the parent (1 in 8, 4, 3, 2 octets on FMA; and no softmax at all, a bound), the
 # trainer against the parent. Summary last.
-P=.carry/probe; M=/tmp/fz; mkdir -p $M; S=$OUT/summary.txt; : > $S
+P=inputs/probe; M=/tmp/fz; mkdir -p $M; S=$OUT/summary.txt; : > $S
 say() { echo "$1" | tee -a $S; }
 t0=$SECONDS
 nvidia-smi --query-gpu=name --format=csv,noheader | tee -a $S
@@ -14,7 +14,7 @@ for r in 1 2; do for v in base fma4 fma3 $([ $r = 1 ] && echo "fma8 fma2 nosoftm
 done; done
 python3 tests/fixtures/gen/make_shard.py $M/r.bin 8000000 50304 random 3 >/dev/null
 python3 tests/fixtures/gen/make_shard.py $M/rl.bin 2000000 128256 random 4 >/dev/null
-for b in base new; do bin=$([ $b = base ] && echo .carry/train_base || echo ./train)
+for b in base new; do bin=$([ $b = base ] && echo inputs/train_base || echo ./train)
   rm -rf $M/o; timeout 90 $bin -e d12 -v 50304 -b 32 -t 1024 -x 40 --warmup 5 --val-every 0 -s 0 -n 0 --step-parts 1 -i $M/r.bin -o $M/o >$M/g_$b.log 2>&1
   say "GPT-2 V50304 B32 $b: $(grep '| loss' $M/g_$b.log | tail -30 | grep -oE '[0-9.]+ tok/s' | sort -n | sed -n 15p) $(grep '| loss' $M/g_$b.log | tail -1 | grep -oE 'fwd [0-9.]+ out [0-9.]+ bwd [0-9.]+') last: $(grep '^step' $M/g_$b.log | tail -1 | cut -d'|' -f1-2)"
   rm -rf $M/o; timeout 150 $bin -e llama3.2-1b -b 16 -t 2048 --max-seq-len 2048 -x 12 --warmup 2 --val-every 0 -s 0 -n 0 --step-parts 1 --optimizer-state bf16 -i $M/rl.bin -o $M/o >$M/l_$b.log 2>&1

@@ -1,7 +1,7 @@
 #!/bin/bash
 # tests, then interleaved A/B rounds of the attention bench against the base kernel, then PyTorch;
 # the summary last
-C=.carry/attnfwd
+C=inputs/attnfwd
 S=$OUT/summary.txt
 nvidia-smi --query-gpu=name,clocks.sm,power.limit --format=csv,noheader > $S
 T_ARG=${TESTS:-attention}; [ "$T_ARG" = all ] && T_ARG=

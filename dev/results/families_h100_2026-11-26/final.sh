@@ -11,9 +11,9 @@ grep -E "FAILED" $OUT/gpu_tests.log | head -10 | tee -a $OUT/summary.txt
 timeout 90 python3 dev/check/hf_families_check.py --train ./train 2>&1 | grep -v Warning | tail -1 | tee -a $OUT/summary.txt
 timeout 90 ./build/bench_output_layer --no-canonical --slices 2 --shape 768,16384,262144 > $OUT/slices.txt 2>&1; tail -8 $OUT/slices.txt | tee -a $OUT/summary.txt
 python3 tests/fixtures/gen/make_shard.py /tmp/f/g.bin 20000000 50304 random 3 >/dev/null
-chmod +x .carry/train_before
+chmod +x inputs/train_before
 med() { grep '| loss' $1 | tail -20 | awk -F'|' -v c=$2 '{print $c}' | awk '{print $1}' | sort -n | sed -n 10p; }
-for round in 1 2; do for bin in .carry/train_before ./train; do
+for round in 1 2; do for bin in inputs/train_before ./train; do
   tag=$(basename $bin)_$round; rm -rf /tmp/f/r
   $bin -e d12 -v 50304 -b 32 -t 1024 -x 30 --warmup 5 --val-every 0 -s 0 -i /tmp/f/g.bin -o /tmp/f/r >/tmp/f/gpt2_$tag.log 2>&1
   echo "gpt2 d12 V=50304 B=32 $tag: median $(med /tmp/f/gpt2_$tag.log 5) ms, $(grep '| loss' /tmp/f/gpt2_$tag.log | tail -1 | grep -o '[0-9]* tok/s') last, $(grep '| loss' /tmp/f/gpt2_$tag.log | tail -1 | grep -o '[0-9.]* GB')" | tee -a $OUT/summary.txt

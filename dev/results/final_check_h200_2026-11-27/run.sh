@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # one call: the committed code's GPU tests and Llama beside Liger; then the persistent variant's attention tests and bench
 OUT=${OUT:-out}; mkdir -p $OUT /tmp/f; S=$OUT/summary.txt; t0=$SECONDS
-H=.carry/attn/head P=.carry/attn/pers
+H=inputs/attn/head P=inputs/attn/pers
 nvidia-smi --query-gpu=name --format=csv,noheader | tee -a $S
 timeout 220 $H/run_gpu_tests > $OUT/gpu_tests_head.log 2>&1
 echo "head gpu tests rc $? $(grep -E '[0-9]+ passed' $OUT/gpu_tests_head.log | tail -1) $(grep -m5 -E 'FAIL' $OUT/gpu_tests_head.log | tr '\n' ' ' | cut -c1-300) [$((SECONDS-t0)) s]" | tee -a $S
@@ -17,7 +17,7 @@ timeout 45 $P/run_gpu_tests attention > $OUT/tests_pers.log 2>&1
 echo "pers attention tests rc $? $(grep -E '[0-9]+ passed' $OUT/tests_pers.log | tail -1) [$((SECONDS-t0)) s]" | tee -a $S
 if grep -q ' 0 failed' $OUT/tests_pers.log; then
   for v in head pers head pers; do
-    timeout 40 .carry/attn/$v/bench_kernels 16 attention > $OUT/b.log 2>&1
+    timeout 40 inputs/attn/$v/bench_kernels 16 attention > $OUT/b.log 2>&1
     awk -v v=$v '/^attention/{sh=$2" "$4" "$6} /attention_backward wgmma \(FA2/{print "bench", v, sh, $5}' $OUT/b.log | tee -a $S
   done
 fi

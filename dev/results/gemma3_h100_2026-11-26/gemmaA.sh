@@ -27,7 +27,7 @@ python3 tests/fixtures/gen/make_shard.py /tmp/f/l.bin 3000000 128256 random 4 >/
 rm -rf /tmp/f/r; timeout 90 ./train -e llama3.2-1b -b 16 -t 2048 -x 8 --warmup 2 --val-every 0 -s 0 --recompute-gelu 2 -i /tmp/f/l.bin -o /tmp/f/r >/tmp/f/llama_b16_rg2.log 2>&1
 echo "llama3.2-1b B=16 --recompute-gelu 2: $(med /tmp/f/llama_b16_rg2.log) $(grep '| loss' /tmp/f/llama_b16_rg2.log | tail -1 | grep -o 'MFU.*') $(grep -m1 error /tmp/f/llama_b16_rg2.log)" | tee -a $S
 # real text: the default corpus (extended for 262144), fused against canonical
-mkdir -p .cache && tar -xJf .carry/corpus.tar.xz -C .cache
+mkdir -p .cache && tar -xJf inputs/corpus.tar.xz -C .cache
 for m in "gemma3-270m 16 150" "qwen3-0.6b 8 100"; do set -- $m
   timeout 200 bash dev/check/compare_output_layers.sh /tmp/f/cmp_$1 -e $1 -b $2 -t 2048 -x $3 --warmup 20 --val-every 50 --val-batches 4 >/tmp/f/cmp_$1.log 2>&1
   echo "real text $1 B=$2: $(grep 'compare fused' /tmp/f/cmp_$1.log) $(grep -m1 error /tmp/f/cmp_$1.log)" | tee -a $S

@@ -3,10 +3,10 @@
 # the step-1 message, validation shard opened only when validation runs, --help beside a bad flag,
 # the softcap note, the tokenizer beside weights) against the parent's binary: every GPU test, the
 # eight tiny runs' bits, and sampling from a GPU run. Needs ./train, build/run_gpu_tests and
-# .carry/train_base (the parent's ./train) built beforehand. Summary last.
+# inputs/train_base (the parent's ./train) built beforehand. Summary last.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p $OUT
-BASE=.carry/train_base TESTS=all THROUGHPUT=0 timeout 420 bash dev/check/ab_one_gpu.sh >$OUT/ab.log 2>&1
+BASE=inputs/train_base TESTS=all THROUGHPUT=0 timeout 420 bash dev/check/ab_one_gpu.sh >$OUT/ab.log 2>&1
 echo "ab rc $?" >>$OUT/summary.txt
 M=/tmp/ad
 timeout 60 ./train -e tiny -v 1000 -b 8 -t 128 -x 20 --warmup 2 -s 10 -G 16 --val-every 10 -i $M/t.bin -j $M/v.bin \

@@ -27,8 +27,8 @@ b=$!
   export CUDA_VISIBLE_DEVICES=3
   python3 tests/fixtures/gen/make_shard.py /tmp/f/q.bin 6000000 151936 random 3 >/dev/null
   python3 tests/fixtures/gen/make_shard.py /tmp/f/l.bin 6000000 128256 random 4 >/dev/null
-  chmod +x .carry/train_before_attn
-  for r in "qwen3-0.6b q ./train after" "qwen3-0.6b q .carry/train_before_attn before" "llama3.2-1b l ./train after"; do
+  chmod +x inputs/train_before_attn
+  for r in "qwen3-0.6b q ./train after" "qwen3-0.6b q inputs/train_before_attn before" "llama3.2-1b l ./train after"; do
     set -- $r; rm -rf /tmp/f/r
     timeout 70 $3 -e $1 -b 16 -t 2048 -x 12 --warmup 2 --val-every 0 -s 0 --step-parts 1 -i /tmp/f/$2.bin -o /tmp/f/r >/tmp/f/${1}_$4.log 2>&1
     echo "$1 B=16 T=2048 $4: median $(grep '| loss' /tmp/f/${1}_$4.log | tail -8 | grep -o '[0-9]* tok/s' | sort -n | sed -n 4p), $(grep '| loss' /tmp/f/${1}_$4.log | tail -1 | grep -oE 'MFU.*|fwd.*' | head -1) $(grep -m1 error /tmp/f/${1}_$4.log)" >>$OUT/families.txt

@@ -21,7 +21,7 @@ for V in 262144 50304; do
     tp $V 1gpu_gpu0 ./train -g 1
     CUDA_VISIBLE_DEVICES=1 tp $V 1gpu_gpu1 ./train -g 1
     for round in 1 2; do
-        tp $V main_zero1_r$round .carry/train_main -g 2 --zero 1
+        tp $V main_zero1_r$round inputs/train_main -g 2 --zero 1
         tp $V new_zero1_r$round ./train -g 2 --zero 1
         [ $round = 1 ] && tp $V new_overlap ./train -g 2
     done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One H100: quack (Q=.carry/quack: 0.6.5 on CuTe DSL 4.7.1; Q=.carry/quack2: 0.6.4 on 4.6.2) beside
+# One H100: quack (Q=inputs/quack: 0.6.5 on CuTe DSL 4.7.1; Q=inputs/quack2: 0.6.4 on 4.6.2) beside
 # our fused layer, three cuBLAS GEMMs and torch.compile, in one call. The DSL's CUDA 13 libraries
 # (88 MB as a wheel) travel as an xz of the wheel's files in two parts, the first left in /tmp/qparts
 # by an earlier call on the same warm machine; the other wheels in $Q/wheels. Needs
@@ -8,7 +8,7 @@
 # may be given. Summary last.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p $OUT
-Q=${Q:-.carry/quack}; S=/tmp/site; rm -rf $S; SHAPES=${SHAPES:-4096,4096,128256 768,16384,262144 4096,16384,262144 1024,16384,151936}
+Q=${Q:-inputs/quack}; S=/tmp/site; rm -rf $S; SHAPES=${SHAPES:-4096,4096,128256 768,16384,262144 4096,16384,262144 1024,16384,151936}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $S $Q/wheels/*.whl \
     >$OUT/install.log 2>&1 || { cat $OUT/install.log; exit 1; }
 cat /tmp/qparts/part_aa $Q/part_ab | xz -d | tar -xf - -C $S || { echo "the DSL's libraries did not unpack"; exit 1; }
@@ -23,7 +23,7 @@ echo "peers rc $?"
 head -n 8 $OUT/ours.log
 if [ -f build/kernel_trace.so ]; then
   first=${SHAPES%% *}
-  LD_LIBRARY_PATH=$PWD/.carry/lib:${LD_LIBRARY_PATH:-} CUDA_INJECTION64_PATH=$PWD/build/kernel_trace.so KERNEL_TRACE_OUT=$OUT/trace.csv \
+  LD_LIBRARY_PATH=$PWD/inputs/lib:${LD_LIBRARY_PATH:-} CUDA_INJECTION64_PATH=$PWD/build/kernel_trace.so KERNEL_TRACE_OUT=$OUT/trace.csv \
       ./build/bench_output_layer --no-canonical --no-streaming --fb-only --reps 5 --shape $first >$OUT/traced.log 2>&1
   python3 - $OUT/trace.csv <<'PY'
 import csv, sys, collections

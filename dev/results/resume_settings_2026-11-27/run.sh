@@ -3,7 +3,7 @@
 # unfinished checkpoints, prepare's checks and staged writes, state.bin version 7 and the resume's
 # settings line) against the parent's binary: every GPU test, the eight tiny runs' bits, sampling
 # from a GPU run; then a GPU resume that changes the optimizer's settings, and a prepare into a
-# used folder trained on at once. Needs ./train, build/run_gpu_tests and .carry/train_base (the
+# used folder trained on at once. Needs ./train, build/run_gpu_tests and inputs/train_base (the
 # parent's ./train) built beforehand. Summary last.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p $OUT

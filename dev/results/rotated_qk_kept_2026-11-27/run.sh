@@ -4,7 +4,7 @@
 # dev/check/ab_one_gpu.sh, which must give the parent's bits (the kept rows are the recomputed ones);
 # Qwen3-0.6B at B 16 (bf16 state) in alternating rounds, and at B 32, where memory sends the backend
 # back to recomputing them.
-#   BASE=.carry/train_base OUT=out bash dev/results/rotated_qk_kept_2026-11-27/run.sh
+#   BASE=inputs/train_base OUT=out bash dev/results/rotated_qk_kept_2026-11-27/run.sh
 set -uo pipefail
 OUT=${OUT:-out}; M=/tmp/rq; mkdir -p $OUT/logs $M
 S=$OUT/summary.txt; : >$S

@@ -3,13 +3,13 @@
 # against the parent's binary: every GPU test and the eight tiny runs' bits on GPU 0, the two-GPU
 # runs' bits (same_bits.sh), then a SIGINT to one GPU's run and to the launcher of a two-GPU run, each
 # resumed with -y 1 and compared with an uninterrupted run bit for bit. Needs ./train,
-# build/run_gpu_tests and .carry/train_base (the parent's ./train). Summary last.
+# build/run_gpu_tests and inputs/train_base (the parent's ./train). Summary last.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p $OUT; S=$OUT/summary.txt
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee $S
-OUT=$OUT/ab BASE=.carry/train_base TESTS=all THROUGHPUT=0 timeout 420 bash dev/check/ab_one_gpu.sh >$OUT/ab.log 2>&1
+OUT=$OUT/ab BASE=inputs/train_base TESTS=all THROUGHPUT=0 timeout 420 bash dev/check/ab_one_gpu.sh >$OUT/ab.log 2>&1
 grep -E 'gpu tests|same bits' $OUT/ab/summary.txt >>$S
-BASE=.carry/train_base NEW=./train G=2 timeout 400 bash dev/check/same_bits.sh >>$S 2>&1
+BASE=inputs/train_base NEW=./train G=2 timeout 400 bash dev/check/same_bits.sh >>$S 2>&1
 M=/tmp/ad
 set -m # background jobs in their own process groups, with SIGINT not ignored (as from a terminal)
 # stop_and_resume TAG FLAGS: an uninterrupted run, a run stopped by SIGINT after step 20, its resume

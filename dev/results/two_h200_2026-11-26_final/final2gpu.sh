@@ -5,7 +5,7 @@ set -uo pipefail
 OUT=${OUT:-out}; mkdir -p $OUT /tmp/f
 S=$OUT/summary_final.txt
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee $S
-mkdir -p .cache && tar -xJf .carry/corpus.tar.xz -C .cache
+mkdir -p .cache && tar -xJf inputs/corpus.tar.xz -C .cache
 mg() { TRAIN_PREBUILT=1 SECTIONS="$1" OUT=$OUT/mg_$2 timeout $3 bash dev/check/multigpu_check.sh >$OUT/multigpu_$2.log 2>&1
   echo "== multigpu $1 (rc $?)" >>$S; sed -n '/==== summary ====/,$p' $OUT/multigpu_$2.log >>$S; }
 mg vocabpar vp 200
