@@ -292,7 +292,8 @@ static int write_part(const Tokenizer *tok, const char *text, size_t len, int fl
     uint32_t *ids = NULL;
     size_t n = 0;
     char terr[ERR_LEN];
-    if (tokenizer_encode_parallel(tok, text, len, TOKENIZER_SPECIALS | flags, threads, &ids, &n, terr) != 0) {
+    if (tokenizer_encode_parallel(tok, text, len, TOKENIZER_SPECIALS | TOKENIZER_DOCUMENTS | flags, threads, &ids, &n,
+                                  terr) != 0) {
         fgpt_set_err(err, "%s", terr);
         return -1;
     }

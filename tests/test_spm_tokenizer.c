@@ -167,6 +167,37 @@ TEST(prepare_with_a_sentencepiece_tokenizer_gives_the_ids_tokenizers_gives) {
     }
 }
 
+/* prepare's files are documents, each encoded by tokenizers alone: after the separator the ids of
+ * the next document are those it has alone, past the post-processor's tokens before it (Mistral's
+ * Metaspace, prepend_scheme "first", puts its "▁" at each document's start, not only the text's). */
+TEST(a_document_after_the_separator_gets_the_ids_it_has_alone_in_every_layout) {
+    for (size_t l = 0; l < N_LAYOUTS; l++) {
+        Tokenizer *t = load_layout(layouts[l]);
+        if (!t) continue;
+        size_t eot_len, n_whole, n_alone;
+        const char *eot = tokenizer_eot_text(t, &eot_len);
+        const char *second = "Second doc here, with more words.";
+        char text[256];
+        snprintf(text, sizeof text, "First doc.%.*s%s", (int)eot_len, eot, second);
+        const int flags = TOKENIZER_SPECIALS | TOKENIZER_DOCUMENTS;
+        uint32_t *whole = tokenizer_encode_alloc(t, text, strlen(text), flags, &n_whole);
+        uint32_t *alone = tokenizer_encode_alloc(t, second, strlen(second), flags, &n_alone);
+        const uint32_t *before;
+        const size_t n_before = (size_t)tokenizer_post_tokens(t, 0, &before);
+        size_t at = n_before; /* past the post-processor's tokens, which may hold the separator's id */
+        while (whole && at < n_whole && whole[at] != tokenizer_eot_token(t)) at++;
+        REQUIRE(whole && alone && at < n_whole && n_alone >= n_before, "%s: no separator among the ids", layouts[l]);
+        const uint32_t *tail = whole + at + 1;
+        const size_t n_tail = n_whole - at - 1;
+        CHECK(first_difference(tail, n_tail, alone + n_before, n_alone - n_before) < 0,
+              "%s: the second document's ids differ from its own at %ld", layouts[l],
+              first_difference(tail, n_tail, alone + n_before, n_alone - n_before));
+        free(whole);
+        free(alone);
+        tokenizer_free(t);
+    }
+}
+
 /* A run trained on shards of an imported Gemma 3 layout tokenizer: each checkpoint carries its
  * tokenizer.json byte for byte, and `./train sample` decodes through its decoder ("▁" as spaces). */
 TEST(a_checkpoint_carries_the_imported_sentencepiece_tokenizer_json_unchanged_and_samples_decode_with_it) {

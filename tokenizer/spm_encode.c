@@ -397,17 +397,22 @@ static void encode_piece(EncodeCtx *c, const uint8_t *s, size_t n, int origin, i
     pre_step(c, 0, ns + pos, m - pos, origin && pos == 0, o);
 }
 
-/* A text, or the part of one (origin = 0: it began before). */
-static void encode_document(EncodeCtx *c, const uint8_t *s, size_t n, int origin, int specials, Out *o) {
-    const Spm *spm = encode_ctx_tokenizer(c)->spm;
+/* A text, or the part of one (origin = 0: it began before). With documents, the text after the
+ * separator is at the origin of a document of its own. */
+static void encode_document(EncodeCtx *c, const uint8_t *s, size_t n, int origin, int specials, int documents,
+                            Out *o) {
+    const Tokenizer *t = encode_ctx_tokenizer(c);
+    const Spm *spm = t->spm;
     size_t scan = 0, pos = 0, st, sp;
     uint32_t id;
+    int at_origin = origin; /* the piece from pos starts a document */
     while (next_added(spm, &spm->raw, s, n, specials, &scan, pos, &st, &sp, &id)) {
-        if (st > pos) encode_piece(c, s + pos, st - pos, origin && pos == 0, origin || pos > 0, specials, o);
+        if (st > pos) encode_piece(c, s + pos, st - pos, at_origin, origin || pos > 0, specials, o);
         put(o, id);
         pos = sp;
+        at_origin = documents && id == t->eot;
     }
-    if (pos < n) encode_piece(c, s + pos, n - pos, origin && pos == 0, origin || pos > 0, specials, o);
+    if (pos < n) encode_piece(c, s + pos, n - pos, at_origin, origin || pos > 0, specials, o);
 }
 
 /* The text as tokenizers encodes it, the post-processor's tokens around it (with specials): a
@@ -418,7 +423,7 @@ size_t spm_encode(EncodeCtx *c, const uint8_t *text, size_t len, int flags, uint
     const int specials = flags & TOKENIZER_SPECIALS, starts = !(flags & TOKENIZER_MID_START);
     if (specials && starts)
         for (int i = 0; i < t->n_prefix; i++) put(&o, t->prefix[i]);
-    encode_document(c, text, len, starts, specials, &o);
+    encode_document(c, text, len, starts, specials, specials && (flags & TOKENIZER_DOCUMENTS), &o);
     if (specials && !(flags & TOKENIZER_MID_END))
         for (int i = 0; i < t->n_suffix; i++) put(&o, t->suffix[i]);
     return o.done;

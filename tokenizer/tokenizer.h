@@ -97,10 +97,15 @@ int tokenizer_merge_pair(const Tokenizer *t, uint32_t id, uint32_t *left, uint32
  *   <|begin_of_text|>, Gemma's <bos> before it), as Hugging Face's encode(text) does.
  * TOKENIZER_MID_START: the text goes on from text before it (no BOS, no prefix space), as the
  *   second part of a text cut at tokenizer_cut_near does.
- * TOKENIZER_MID_END: the text stops before its end (no end-of-text token). */
+ * TOKENIZER_MID_END: the text stops before its end (no end-of-text token).
+ * TOKENIZER_DOCUMENTS: with TOKENIZER_SPECIALS, the separator (tokenizer_eot_token) ends a document
+ *   and the text after it starts one, as Hugging Face encodes each document alone: a SentencePiece
+ *   Metaspace whose prepend_scheme is "first" puts its "▁" at each document's start, not only the
+ *   text's (`./train prepare`, whose files are documents). */
 #define TOKENIZER_SPECIALS 1
 #define TOKENIZER_MID_START 2
 #define TOKENIZER_MID_END 4
+#define TOKENIZER_DOCUMENTS 8
 
 /* Encodes len bytes of text into out (capacity cap) on the calling thread. Returns the number of
  * tokens the text needs; only the first cap are written. That number never exceeds len + 1 for
