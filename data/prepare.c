@@ -245,6 +245,9 @@ static size_t val_cut(const char *text, size_t len, double fraction, const char 
     *at_boundary = 0;
     const char *nl = memchr(text + target, '\n', len - target);
     if (nl && (size_t)(nl - text) + 1 < len) return (size_t)(nl - text) + 1;
+    /* never inside a character: a UTF-8 continuation byte (10xxxxxx) would start validation with a
+     * byte the text does not hold alone */
+    while (target > 0 && ((unsigned char)text[target] & 0xC0) == 0x80) target--;
     return target;
 }
 

@@ -347,6 +347,37 @@ TEST(prepare_keeps_the_validation_share_near_the_one_asked_for_with_a_long_last_
     free(said);
 }
 
+/* With no document boundary and no line end near the asked-for share, validation starts on a
+ * character's first byte, never inside one: its tokens decode to text that starts whole. */
+TEST(prepare_cuts_a_text_without_line_ends_between_characters) {
+    char path[1100], out[1100];
+    snprintf(path, sizeof path, "%s/cjk.txt", test_tmpdir());
+    snprintf(out, sizeof out, "%s/prepared", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    /* 31 bytes a repeat: 'a', then 3-byte CJK and Hangul characters */
+    for (int i = 0; i < 2001; i++) REQUIRE(f && fputs("a\xe4\xb8\xad\xe6\x96\x87\xe5\xad\x97\xe7\xac\xa6\xe6\x97"
+                                                  "\xa5\xe6\x9c\xac\xe8\xaa\x9e\xed\x95\x9c\xea\xb5\xad\xec\x96\xb4",
+                                                  f) >= 0, "%s", path);
+    REQUIRE(fclose(f) == 0, "%s", path);
+    const char *argv[] = {"prepare", "-v", "300", "-o", out, "--threads", "1", path};
+    REQUIRE(run_prepare(8, argv) == 0, "prepare failed");
+    char val_path[1200], tok_path[1200], err[ERR_LEN];
+    snprintf(val_path, sizeof val_path, "%s/val.bin", out);
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", out);
+    uint32_t *ids = NULL;
+    uint64_t n = 0;
+    ShardHeader h;
+    REQUIRE(shard_read(val_path, 1024, &ids, &n, &h, err) == 0 && n > 0, "%s", err);
+    Tokenizer *t = tokenizer_load(tok_path, err);
+    REQUIRE(t, "%s", err);
+    char first[64];
+    const size_t got = tokenizer_decode(t, ids, n < 4 ? n : 4, first, sizeof first);
+    CHECK(got > 0 && ((unsigned char)first[0] & 0xC0) != 0x80, "validation starts with byte %#x, inside a character",
+          got ? (unsigned char)first[0] : 0);
+    tokenizer_free(t);
+    free(ids);
+}
+
 TEST(prepare_names_a_folder_given_as_text_and_a_vocabulary_its_tokenizer_decides) {
     char dir[1100], out[1100], log[1200], tok[1100];
     snprintf(dir, sizeof dir, "%s/texts", test_tmpdir());
