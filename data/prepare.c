@@ -222,7 +222,7 @@ static int append_text_file(const char *path, char **buf, size_t *len, size_t *c
     size_t first = 0;
     const size_t bad = corpus_invalid_utf8(*buf + start, *len - start, &first);
     if (bad)
-        fprintf(stderr, "note: %s holds %zu byte(s) outside UTF-8 (the first at byte %zu): they are trained on as bytes, "
+        fprintf(stderr, "note: %s holds %zu byte(s) outside UTF-8 (the first at byte %zu): they are tokenized as bytes, "
                 "and samples print them as they are (convert the file to UTF-8 to avoid it)\n", path, bad, first);
     return 0;
 }
@@ -377,6 +377,17 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
         path_join(out->val_path, out_dir, "val.bin", err) != 0 ||
         path_join(out->tokenizer_path, out_dir, imported ? "tokenizer.json" : "tokenizer.bin", err) != 0)
         return -1;
+    /* two prepares into one folder would stage and rename each other's files into a mixed set */
+    char lock_path[PREPARE_PATH_LEN];
+    const int lock = path_join(lock_path, out_dir, ".prepare.lock", err) == 0 ? open(lock_path, O_RDWR | O_CREAT, 0644) : -1;
+    if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) != 0) {
+        if (lock >= 0 && errno == EWOULDBLOCK)
+            fgpt_set_err(err, "another prepare is writing into %s; wait for it to finish or pass another -o", out_dir);
+        else
+            fgpt_set_err(err, "cannot lock %s: %s (check the folder is writable)", lock_path, strerror(errno));
+        if (lock >= 0) close(lock);
+        return -1;
+    }
     out->vocab_requested = opt->vocab;
     Tokenizer *tok;
     double t0 = seconds();
@@ -390,6 +401,7 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
     }
     if (!tok) {
         fgpt_set_err(err, "%s", terr);
+        close(lock);
         return -1;
     }
     out->vocab_reached = tokenizer_vocab_size(tok);
@@ -456,6 +468,7 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
     if (rc != 0)
         for (int k = 0; k < 3; k++) unlink(staged[k]);
     if (tok != given) tokenizer_free(tok);
+    close(lock); /* releases it; the empty file stays, as a run's .lock does */
     return rc;
 }
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -376,6 +377,31 @@ TEST(prepare_cuts_a_text_without_line_ends_between_characters) {
           got ? (unsigned char)first[0] : 0);
     tokenizer_free(t);
     free(ids);
+}
+
+/* Two prepares into one folder would rename each other's staged files into a mixed set: the second
+ * is refused while the first holds the folder's lock (held here by the test), and goes once it is
+ * released. */
+TEST(a_prepare_into_a_folder_another_is_writing_is_refused) {
+    char text[1100], out[1100], lock_path[1200], args[3000], *said = NULL;
+    snprintf(text, sizeof text, "%s/a.txt", test_tmpdir());
+    snprintf(out, sizeof out, "%s/prepared", test_tmpdir());
+    snprintf(lock_path, sizeof lock_path, "%s/.prepare.lock", out);
+    write_lines(text, 20000, 1);
+    REQUIRE(mkdir(out, 0755) == 0, "%s", out);
+    const int fd = open(lock_path, O_RDWR | O_CREAT, 0644);
+    REQUIRE(fd >= 0 && flock(fd, LOCK_EX) == 0, "locking %s", lock_path);
+    snprintf(args, sizeof args, "prepare -v 300 --threads 1 -o %s %s", out, text);
+    int rc = run_train(args, &said);
+    char train_bin[1200];
+    snprintf(train_bin, sizeof train_bin, "%s/train.bin", out);
+    CHECK(rc == 1 && said && strstr(said, "another prepare is writing into ") && access(train_bin, F_OK) != 0,
+          "(%d) %s", rc, said ? said : "");
+    free(said);
+    close(fd);
+    rc = run_train(args, &said);
+    CHECK(rc == 0 && access(train_bin, F_OK) == 0, "after the lock went: (%d) %s", rc, said ? said : "");
+    free(said);
 }
 
 TEST(prepare_names_a_folder_given_as_text_and_a_vocabulary_its_tokenizer_decides) {
