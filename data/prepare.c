@@ -461,6 +461,17 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
                          strerror(errno));
             rc = -1;
         }
+    /* an earlier set's tokenizer of the other kind would sit beside shards it did not make */
+    char other[PREPARE_PATH_LEN], oerr[ERR_LEN];
+    if (rc == 0 && path_join(other, out_dir, imported ? "tokenizer.bin" : "tokenizer.json", oerr) == 0 &&
+        access(other, F_OK) == 0) {
+        if (unlink(other) == 0)
+            fprintf(stderr, "prepare: removed %s, the earlier set's tokenizer (the new shards are %s's)\n", other,
+                    out->tokenizer_path);
+        else
+            fprintf(stderr, "prepare: note: cannot remove %s, the earlier set's tokenizer (%s): the new shards are %s's\n",
+                    other, strerror(errno), out->tokenizer_path);
+    }
     /* the set is in place either way; without the sync a power loss soon after may undo the renames */
     if (rc == 0 && !sync_dir(out_dir))
         fprintf(stderr, "prepare: note: cannot sync the folder %s (%s): the new files are in place, but a power loss "

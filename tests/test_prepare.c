@@ -713,3 +713,26 @@ TEST(prepare_refuses_to_replace_a_file_in_its_folder_that_is_not_its_shard) {
     snprintf(path, sizeof path, "%s/train.bin", out);
     CHECK(unlink(path) == 0 && run_prepare(6, argv) == 0, "our val.bin beside the tokenizer makes it ours too");
 }
+
+/* A set prepared with the other kind of tokenizer replaces the earlier one whole: the earlier
+ * tokenizer file of the other kind goes, so no stale tokenizer sits beside the new shards. */
+TEST(a_prepare_with_the_other_kind_of_tokenizer_removes_the_earlier_sets_tokenizer) {
+    char text[1100], out[1100], bin[1200], json[1200], log[1200];
+    snprintf(text, sizeof text, "%s/words.txt", test_tmpdir());
+    snprintf(out, sizeof out, "%s/set", test_tmpdir());
+    snprintf(bin, sizeof bin, "%s/tokenizer.bin", out);
+    snprintf(json, sizeof json, "%s/tokenizer.json", out);
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    write_lines(text, 4000, 5);
+    const char *ours[] = {"prepare", "-v", "300", "-o", out, text};
+    const char *imported[] = {"prepare", "--tokenizer", "tests/fixtures/hf_gpt2_style.json", "-o", out, text};
+    REQUIRE(run_prepare(6, ours) == 0 && access(bin, F_OK) == 0, "our tokenizer's set");
+    unlink(log);
+    REQUIRE(run_prepare(6, imported) == 0, "the imported tokenizer's set");
+    char *said = read_text(log);
+    CHECK(access(json, F_OK) == 0 && access(bin, F_OK) != 0 && said && strstr(said, "the earlier set's tokenizer"),
+          "tokenizer.bin stayed beside the imported set: %s", said ? said : "");
+    free(said);
+    REQUIRE(run_prepare(6, ours) == 0, "our tokenizer's set again");
+    CHECK(access(bin, F_OK) == 0 && access(json, F_OK) != 0, "tokenizer.json stayed beside our set");
+}
