@@ -379,7 +379,8 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
         return -1;
     /* two prepares into one folder would stage and rename each other's files into a mixed set */
     char lock_path[PREPARE_PATH_LEN];
-    const int lock = path_join(lock_path, out_dir, ".prepare.lock", err) == 0 ? open(lock_path, O_RDWR | O_CREAT, 0644) : -1;
+    const int lock =
+        path_join(lock_path, out_dir, ".prepare.lock", err) == 0 ? open(lock_path, O_RDWR | O_CREAT, 0644) : -1;
     if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) != 0) {
         if (lock >= 0 && errno == EWOULDBLOCK)
             fgpt_set_err(err, "another prepare is writing into %s; wait for it to finish or pass another -o", out_dir);

@@ -615,8 +615,8 @@ static int move_aside(const char *run_dir, int (*take)(const char *name, int aft
     int moved = 0;
     if (!failed && count && create_earlier_dir(run_dir, dest, err) != 0) failed = 1;
     for (; !failed && moved < count; moved++) {
-        if (path_format(from, "%s/%s", run_dir, names[moved]) != 0 || path_format(to, "%s/%s", dest, names[moved]) != 0 ||
-            rename(from, to) != 0) {
+        if (path_format(from, "%s/%s", run_dir, names[moved]) != 0 ||
+            path_format(to, "%s/%s", dest, names[moved]) != 0 || rename(from, to) != 0) {
             const int name_too_long = errno == ENAMETOOLONG;
             snprintf(err, ERR_LEN, "cannot move %s/%s to %s: %s (%s)", run_dir, names[moved], dest, strerror(errno),
                      name_too_long ? "pass a shorter -o" : "check its permissions, or -o");
