@@ -120,9 +120,16 @@ static int check_replaceable(const char *dir, const char *tokenizer_name, const 
     const char *const names[] = {"train.bin", "val.bin", tokenizer_name};
     int our_set = 0; /* a shard there is one of ours */
     for (int k = 0; k < 3; k++) {
-        char path[PREPARE_PATH_LEN];
+        char path[PREPARE_PATH_LEN], staged[PREPARE_PATH_LEN + 8];
         if (path_join(path, dir, names[k], err) != 0) return -1;
         struct stat sb;
+        /* the name each is written under first: a file there is a stopped prepare's, to overwrite */
+        snprintf(staged, sizeof staged, "%s.new", path);
+        if (lstat(staged, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+            fgpt_set_err(err, "prepare -o %s: %s is %s, where prepare stages its %s (move it, or pass another -o)", dir,
+                         staged, S_ISDIR(sb.st_mode) ? "a folder" : "no regular file", k < 2 ? "shard" : "tokenizer");
+            return -1;
+        }
         if (stat(path, &sb) != 0) {
             if (errno == ENOENT) continue;
             fgpt_set_err(err, "prepare -o %s: cannot check %s: %s (move it, or pass another -o)", dir, path,
@@ -778,6 +785,14 @@ int prepare_main(int argc, char **argv) {
                 tokenizer_free(given);
                 goto done;
             }
+            /* allowed (a text weighted twice), but its copy may land in validation: said, not refused */
+            struct stat a, b;
+            for (int g = 0; g < f; g++)
+                if (stat(files[f], &a) == 0 && stat(files[g], &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+                    fprintf(stderr, "note: %s is given more than once: its text is in the shards as often, and "
+                            "validation may hold a copy of training text\n", files[f]);
+                    break;
+                }
         }
         int rc = prepare_text(text, len, &opt, given, out_dir, &out, err);
         tokenizer_free(given);

@@ -736,3 +736,31 @@ TEST(a_prepare_with_the_other_kind_of_tokenizer_removes_the_earlier_sets_tokeniz
     REQUIRE(run_prepare(6, ours) == 0, "our tokenizer's set again");
     CHECK(access(bin, F_OK) == 0 && access(json, F_OK) != 0, "tokenizer.json stayed beside our set");
 }
+
+/* Smaller refusals and notes: an empty tokenizer file is named empty; a folder under a staging name
+ * is refused before any work; a file given twice is noted (its copy may land in validation). */
+TEST(prepare_names_an_empty_tokenizer_a_folder_at_a_staging_name_and_a_file_given_twice) {
+    char text[1100], empty[1100], out[1100], staged[1200], args[4000], *said = NULL;
+    snprintf(text, sizeof text, "%s/words.txt", test_tmpdir());
+    snprintf(empty, sizeof empty, "%s/empty.bin", test_tmpdir());
+    snprintf(out, sizeof out, "%s/set", test_tmpdir());
+    write_lines(text, 4000, 5);
+    write_text_file(empty, "", 0);
+    snprintf(args, sizeof args, "prepare --tokenizer %s -o %s %s", empty, out, text);
+    int rc = run_train(args, &said);
+    CHECK(rc == 1 && said && strstr(said, "is empty (0 bytes"), "(%d) %s", rc, said ? said : "");
+    free(said);
+    snprintf(staged, sizeof staged, "%s/val.bin.new", out);
+    REQUIRE(mkdir(out, 0755) == 0 && mkdir(staged, 0755) == 0, "%s", staged);
+    snprintf(args, sizeof args, "prepare -v 300 -o %s %s", out, text);
+    rc = run_train(args, &said);
+    CHECK(rc == 1 && said && strstr(said, "val.bin.new is a folder, where prepare stages its shard") &&
+              !strstr(said, "training a"),
+          "(%d) %s", rc, said ? said : "");
+    free(said);
+    REQUIRE(rmdir(staged) == 0, "%s", staged);
+    snprintf(args, sizeof args, "prepare -v 300 -o %s %s %s", out, text, text);
+    rc = run_train(args, &said);
+    CHECK(rc == 0 && said && strstr(said, "is given more than once"), "(%d) %s", rc, said ? said : "");
+    free(said);
+}

@@ -78,6 +78,11 @@ int tokenizer_save(const Tokenizer *t, const char *path, char *err) {
 /* Checks the fixed header; returns the file size it implies, or 0 with a message. */
 static uint64_t check_header(const uint8_t *h, size_t have, const char *path, char *err) {
     const size_t eot_len = strlen(TOKENIZER_EOT_TEXT);
+    if (have == 0) {
+        tok_error(err, "tokenizer %s is empty (0 bytes; a write that never finished?): pass the tokenizer.bin that "
+                  "`./train prepare` wrote, or a Hugging Face tokenizer.json", path);
+        return 0;
+    }
     if (have < 8 || memcmp(h, TOKENIZER_MAGIC, 8) != 0) {
         tok_error(err, "%s is not a fusedgpt tokenizer file (bad magic) nor a tokenizer.json; pass the tokenizer.bin "
                   "that `./train prepare` wrote, or a Hugging Face tokenizer.json",
