@@ -633,7 +633,7 @@ TEST(tokenizer_load_rejects_missing_truncated_and_corrupt_files) {
     } cases[] = {
         {"truncated in the merges", size / 2, -1, "truncated"},
         {"truncated in the header", 12, -1, "truncated"},
-        {"empty", 0, -1, "not a fusedgpt tokenizer"},
+        {"empty", 0, -1, "is empty (0 bytes"},
         {"bad magic", size, 0, "not a fusedgpt tokenizer"},
         {"future version", size, 8, "version"},
         {"flipped merge byte", size, size - 20, "checksum"},
