@@ -1242,9 +1242,8 @@ static int resolve_data(Run *r) {
                     r->train_path, r->val_path);
         return 1;
     }
-    struct stat ts, vs; /* allowed (a smoke test), but a validation loss that looks too good needs saying */
-    if (r->have_val && stat(r->train_path, &ts) == 0 && stat(r->val_path, &vs) == 0 && ts.st_dev == vs.st_dev &&
-        ts.st_ino == vs.st_ino)
+    /* allowed (a smoke test), but a validation loss that looks too good needs saying */
+    if (r->have_val && same_file(r->train_path, r->val_path))
         printf("note: -j %s is the training shard itself: the validation loss is measured on the training data\n",
                r->val_path);
     if (r->tok) {

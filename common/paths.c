@@ -70,6 +70,11 @@ int sync_dir(const char *dir) {
     return (close(fd) == 0) && ok;
 }
 
+int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 int lock_dir(const char *dir) {
     char path[FGPT_PATH_LEN];
     if (make_dirs(dir) != 0 || path_format(path, "%s/.lock", dir) != 0) return -1;

@@ -21,6 +21,10 @@ int path_format(char *dst, const char *fmt, ...) __attribute__((format(printf, 2
  * exist or its path does not fit. */
 int file_in_dir(char *dst, const char *dir, const char *name);
 
+/* Whether a and b name one file (through links, or two spellings of a path); 0 when either is not
+ * there. */
+int same_file(const char *a, const char *b);
+
 /* mkdir -p: creates path and its missing parents. 0, or -1 with errno set. */
 int make_dirs(const char *path);
 

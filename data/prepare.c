@@ -385,15 +385,12 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
         path_join(out->tokenizer_path, out_dir, imported ? "tokenizer.json" : "tokenizer.bin", err) != 0)
         return -1;
     /* two prepares into one folder would stage and rename each other's files into a mixed set */
-    char lock_path[PREPARE_PATH_LEN];
-    const int lock =
-        path_join(lock_path, out_dir, ".prepare.lock", err) == 0 ? open(lock_path, O_RDWR | O_CREAT, 0644) : -1;
-    if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) != 0) {
-        if (lock >= 0 && errno == EWOULDBLOCK)
+    const int lock = lock_dir(out_dir);
+    if (lock < 0) {
+        if (errno == EWOULDBLOCK)
             fgpt_set_err(err, "another prepare is writing into %s; wait for it to finish or pass another -o", out_dir);
         else
-            fgpt_set_err(err, "cannot lock %s: %s (check the folder is writable)", lock_path, strerror(errno));
-        if (lock >= 0) close(lock);
+            fgpt_set_err(err, "cannot lock %s/.lock: %s (check the folder is writable)", out_dir, strerror(errno));
         return -1;
     }
     out->vocab_requested = opt->vocab;
@@ -786,9 +783,8 @@ int prepare_main(int argc, char **argv) {
                 goto done;
             }
             /* allowed (a text weighted twice), but its copy may land in validation: said, not refused */
-            struct stat a, b;
             for (int g = 0; g < f; g++)
-                if (stat(files[f], &a) == 0 && stat(files[g], &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+                if (same_file(files[f], files[g])) {
                     fprintf(stderr, "note: %s is given more than once: its text is in the shards as often, and "
                             "validation may hold a copy of training text\n", files[f]);
                     break;

@@ -621,16 +621,6 @@ TEST(init_from_flags_left_out_take_the_checkpoints_values_and_a_given_one_must_a
     param_table_free(&t);
 }
 
-/* Both files of two checkpoints hold the same bytes. */
-static int same_file(const char *a, const char *b) {
-    size_t la, lb;
-    char *x = read_file(a, &la), *y = read_file(b, &lb);
-    const int same = x && y && la == lb && memcmp(x, y, la) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 /* `model` (flags with -x 4 -n 2) trained straight to step 4 in DIR/a, and again in DIR/b resumed
  * from a's step-2 checkpoint: both step-4 checkpoints must be the same files. shard: its data. */
 static void resume_ends_where_the_straight_run_does(const char *model, const char *d, char *shard, size_t n) {
@@ -652,7 +642,7 @@ static void resume_ends_where_the_straight_run_does(const char *model, const cha
     for (int i = 0; i < 3; i++) {
         snprintf(a, sizeof a, "%s/a/step_00000004/%s", d, files[i]);
         snprintf(b, sizeof b, "%s/b/step_00000004/%s", d, files[i]);
-        CHECK(same_file(a, b), "%s differs between the straight and the resumed run", files[i]);
+        CHECK(same_bytes(a, b), "%s differs between the straight and the resumed run", files[i]);
     }
 }
 

@@ -386,7 +386,7 @@ TEST(a_prepare_into_a_folder_another_is_writing_is_refused) {
     char text[1100], out[1100], lock_path[1200], args[3000], *said = NULL;
     snprintf(text, sizeof text, "%s/a.txt", test_tmpdir());
     snprintf(out, sizeof out, "%s/prepared", test_tmpdir());
-    snprintf(lock_path, sizeof lock_path, "%s/.prepare.lock", out);
+    snprintf(lock_path, sizeof lock_path, "%s/.lock", out);
     write_lines(text, 20000, 1);
     REQUIRE(mkdir(out, 0755) == 0, "%s", out);
     const int fd = open(lock_path, O_RDWR | O_CREAT, 0644);

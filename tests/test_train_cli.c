@@ -1275,12 +1275,7 @@ static int same_weights_at(const char *d, int step) {
     char a[900], b[900];
     snprintf(a, sizeof a, "%s/straight/step_%08d/model.safetensors", d, step);
     snprintf(b, sizeof b, "%s/stopped/step_%08d/model.safetensors", d, step);
-    size_t na, nb;
-    char *wa = read_file(a, &na), *wb = read_file(b, &nb);
-    const int same = wa && wb && na == nb && memcmp(wa, wb, na) == 0;
-    free(wa);
-    free(wb);
-    return same;
+    return same_bytes(a, b);
 }
 
 /* Starts ./train with args, its output into log; once `needle` is in the log, sends sig and waits

@@ -108,6 +108,15 @@ int wait_train(int pid, int seconds) {
     return wait_train_status(pid, seconds, &st) && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+int same_bytes(const char *a, const char *b) {
+    size_t la = 0, lb = 0;
+    char *x = read_file(a, &la), *y = read_file(b, &lb);
+    const int same = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
 char *read_file(const char *path, size_t *length) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

@@ -41,6 +41,8 @@ int wait_train_status(int pid, int seconds, int *status);
 int wait_for_log(const char *path, const char *needle, int count, int seconds);
 /* A whole file (malloc'ed, caller frees, with a 0 after its bytes) and its length, or NULL. */
 char *read_file(const char *path, size_t *length);
+/* Whether files a and b both exist and hold the same bytes. */
+int same_bytes(const char *a, const char *b);
 /* The same for a text file. */
 char *read_text(const char *path);
 

@@ -286,12 +286,6 @@ static Backend *load_model(const EvalOptions *o, const ParamTable *table, const 
     return be;
 }
 
-/* Whether a and b name one file (through links, or two spellings of a path). */
-static int same_file(const char *a, const char *b) {
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 /* Whether path's folder is dir; a link is followed to the file it names, which is what a write
  * through it changes. */
 static int in_folder(const char *path, const char *dir) {
