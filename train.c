@@ -1097,6 +1097,8 @@ static int load_tokenizer(Run *r, const char *from) {
         printf("note: not using %s (%s); checkpoints will carry no tokenizer.json (pass --tokenizer FILE)\n",
                r->tok_path, r->err);
     if (r->tok && from && r->dist.rank == 0) printf("tokenizer: %s (%s)\n", r->tok_path, from);
+    if (r->tok && tokenizer_load_note(r->tok) && !r->opt.resume && r->dist.rank == 0)
+        printf("note: %s\n", tokenizer_load_note(r->tok));
     /* a -v of our own choosing above the tokenizer's (weights fix theirs, often with room to spare) */
     const uint32_t words = r->tok ? tokenizer_vocab_size(r->tok) : 0;
     if (r->tok && !from && !r->opt.init_from[0] && !r->opt.resume && words < (uint32_t)cfg->vocab_size &&

@@ -752,6 +752,7 @@ int prepare_main(int argc, char **argv) {
                 goto done;
             }
             sep = tokenizer_eot_text(given, &sep_len);
+            if (tokenizer_load_note(given)) fprintf(stderr, "note: %s\n", tokenizer_load_note(given));
         }
         const int imported = given && tokenizer_is_imported(given);
         if (check_replaceable(out_dir, imported ? "tokenizer.json" : "tokenizer.bin", opt.tokenizer_in, err) != 0) {

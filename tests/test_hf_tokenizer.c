@@ -263,27 +263,134 @@ TEST(hf_tokenizer_unsupported_parts_are_refused_by_name) {
     expect_refused("\"decoder\": {", "\"decoder\": {\"type\": \"Metaspace\"}, \"y\": {", "decoder Metaspace");
     expect_refused("\"version\"", "\"version\" [", "is not valid JSON: line 2");
     expect_refused("\"!\": ", "\"no-byte\": ", "has no token for the byte 0x21");
-    /* an added token on a vocabulary token's id: the two texts would encode alike */
-    expect_refused("\"id\": 0,", "\"id\": 5,", "added token \"<|endoftext|>\" has id 5, which the vocabulary gives to");
 }
 
-TEST(an_added_token_may_repeat_the_vocabularys_token_of_its_id_in_plain_text) {
-    /* the vocabulary writes the newline as the byte-level \u010a (id 199), added_tokens as the text */
-    const char *added = "\"added_tokens\": [\n  {\"id\": 199, \"content\": \"\\n\", \"single_word\": false, "
-                        "\"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": false},";
+/* `text` encodes to `want` (the post-processor's tokens left out) under t, the tokenizer.json just
+ * written to the test folder, and under Python's tokenizers where it is installed; the ids decode
+ * back to the text. */
+static void expect_added_ids(const Tokenizer *t, const char *text, const uint32_t *want, size_t n_want,
+                             const char *what) {
+    uint32_t all[16];
+    const uint32_t *around;
+    const size_t len = strlen(text), n_all = tokenizer_encode(t, text, len, TOKENIZER_SPECIALS, all, 16);
+    const size_t before = (size_t)tokenizer_post_tokens(t, 0, &around), after = (size_t)tokenizer_post_tokens(t, 1, &around);
+    REQUIRE(n_all <= 16 && n_all >= before + after, "%s: %zu ids", what, n_all);
+    const uint32_t *ids = all + before;
+    const size_t n = n_all - before - after;
+    expect_same_ids(ids, n, want, n_want, what);
+    char back[64];
+    CHECK(tokenizer_decode(t, ids, n, back, sizeof back) == len && memcmp(back, text, len) == 0,
+          "%s: the ids do not decode back to the text", what);
+    if (system("python3 -c 'import tokenizers' >/dev/null 2>&1") != 0) return;
+    char text_path[700], ids_path[700], cmd[2400];
+    snprintf(text_path, sizeof text_path, "%s/added.txt", test_tmpdir());
+    snprintf(ids_path, sizeof ids_path, "%s/added_ids.txt", test_tmpdir());
+    FILE *f = fopen(text_path, "wb");
+    REQUIRE(f && fputs(text, f) >= 0 && fclose(f) == 0, "cannot write %s", text_path);
+    snprintf(cmd, sizeof cmd, "python3 tests/fixtures/gen/hf_encode.py '%s/tokenizer.json' '%s' > '%s'",
+             test_tmpdir(), text_path, ids_path);
+    REQUIRE(system(cmd) == 0, "%s failed", cmd);
+    size_t n_hf = 0;
+    uint32_t *hf = read_ids_file(ids_path, &n_hf);
+    REQUIRE(hf, "cannot read %s", ids_path);
+    expect_same_ids(ids, n, hf, n_hf, "against tokenizers");
+    free(hf);
+}
+
+static Tokenizer *with_added(const char *tokens, char *err) {
+    char to[600];
+    snprintf(to, sizeof to, "\"added_tokens\": [\n  %s,", tokens);
+    return tokenizer_json_edited("tests/fixtures/hf_gpt2_style.json", "\"added_tokens\": [", to, err);
+}
+
+#define ADDED(id, content) "{\"id\": " #id ", \"content\": \"" content "\", \"single_word\": false, \"lstrip\": false, " \
+                           "\"rstrip\": false, \"normalized\": false, \"special\": false}"
+
+TEST(an_added_token_takes_the_id_tokenizers_gives_it_whatever_id_the_file_lists) {
+    /* The fixture's 700 keys have ids 0..699; its one added token, <|endoftext|>, is the key of id 0.
+     * tokenizers numbers an added token that no key spells from 700 on, in the order listed. */
     char err[ERR_LEN] = "";
-    Tokenizer *t = tokenizer_json_edited("tests/fixtures/hf_gpt2_style.json", "\"added_tokens\": [", added, err);
-    CHECK(t, "a newline added on the newline's id was refused: %s", err);
+    /* the newline's key is the byte-level "\u010a" (id 199); the text "\n" is no key, so 700 */
+    Tokenizer *t = with_added(ADDED(199, "\\n"), err);
+    REQUIRE(t, "%s", err);
+    CHECK(tokenizer_vocab_size(t) == 701, "vocabulary %u, not 701", tokenizer_vocab_size(t));
+    expect_added_ids(t, "a\nb", (const uint32_t[]){65, 700, 66}, 3, "a newline listed at 199");
+    const char *note = tokenizer_load_note(t);
+    CHECK(note && strstr(note, "added token \"\\n\" at id 199") && strstr(note, "gives it id 700") && !strchr(note, '\n'),
+          "the note should name the token and both ids on one line: %s", note ? note : "(none)");
     tokenizer_free(t);
-    /* a character past ASCII: id 358 is the bytes C3 97 of the sign x, written "\u00c3\u0139" in the
-     * vocabulary and as the sign itself in added_tokens */
-    const char *times = "\"added_tokens\": [\n  {\"id\": 358, \"content\": \"\u00d7\", \"single_word\": false, "
-                        "\"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": false},";
-    t = tokenizer_json_edited("tests/fixtures/hf_gpt2_style.json", "\"added_tokens\": [", times, err);
-    CHECK(t, "the multiplication sign added on the id of its bytes was refused: %s", err);
+    /* prepare says so, and its shard holds the newline as 700 */
+    char args[1600], shard_path[800], *out = NULL;
+    snprintf(args, sizeof args, "prepare --tokenizer %s/tokenizer.json --val-fraction 0.1 -o %s/prep_note " DOCUMENT,
+             test_tmpdir(), test_tmpdir());
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "note: ") && strstr(out, "gives it id 700"), "prepare: (%d) %s", rc, out);
+    free(out);
+    snprintf(shard_path, sizeof shard_path, "%s/prep_note/train.bin", test_tmpdir());
+    uint32_t *shard_ids = NULL;
+    uint64_t n_shard = 0, newlines = 0;
+    ShardHeader h;
+    REQUIRE(shard_read(shard_path, 701, &shard_ids, &n_shard, &h, err) == 0, "%s", err);
+    for (uint64_t i = 0; i < n_shard; i++) newlines += shard_ids[i] == 700;
+    CHECK(h.vocab_size == 701 && newlines > 0, "the shard: vocabulary %u, %llu newlines as 700", h.vocab_size,
+          (unsigned long long)newlines);
+    free(shard_ids);
+    /* the sign x, listed at 358 (its bytes C3 97 are the key "\u00c3\u0139"): tokenizers gives it
+     * the id of the key "\u00d7", the byte token of D7 (148), and decodes it to that one byte */
+    expect_refused("\"added_tokens\": [", "\"added_tokens\": [\n  " ADDED(358, "\u00d7") ",",
+                   "added token \"\u00d7\" is spelled like the byte-level key of id 148");
+    /* a text the vocabulary spells as a key takes the key's id, whatever the file lists */
+    t = tokenizer_json_edited("tests/fixtures/hf_gpt2_style.json", "\"id\": 0,", "\"id\": 5,", err);
+    REQUIRE(t, "%s", err);
+    CHECK(tokenizer_vocab_size(t) == 700 && tokenizer_eot_token(t) == 0, "vocabulary %u, separator %u",
+          tokenizer_vocab_size(t), tokenizer_eot_token(t));
+    expect_added_ids(t, "<|endoftext|>", (const uint32_t[]){0}, 1, "<|endoftext|> listed at 5");
+    note = tokenizer_load_note(t);
+    CHECK(note && strstr(note, "at id 5") && strstr(note, "gives it id 0"), "note: %s", note ? note : "(none)");
     tokenizer_free(t);
-    expect_refused("\"added_tokens\": [", "\"added_tokens\": [\n  {\"id\": 199, \"content\": \"x\\n\"},",
-                   "added token \"x\\n\" has id 199");
+    /* gaps and disorder in the listed ids (only 701 is as given); a content listed twice keeps its
+     * first id */
+    t = with_added(ADDED(750, "<y>") ", " ADDED(701, "<x>") ", " ADDED(702, "<y>"), err);
+    REQUIRE(t, "%s", err);
+    CHECK(tokenizer_vocab_size(t) == 702, "vocabulary %u, not 702", tokenizer_vocab_size(t));
+    expect_added_ids(t, "<x><y>", (const uint32_t[]){701, 700}, 2, "listed 750, 701 and 702");
+    note = tokenizer_load_note(t);
+    CHECK(note && strstr(note, "\"<y>\" at id 750") && strstr(note, "(2 of 4 added tokens"), "note: %s",
+          note ? note : "(none)");
+    tokenizer_free(t);
+    /* an empty added token is skipped and takes no id */
+    t = with_added(ADDED(700, "") ", " ADDED(701, "<x>"), err);
+    REQUIRE(t, "%s", err);
+    CHECK(tokenizer_vocab_size(t) == 701, "vocabulary %u, not 701", tokenizer_vocab_size(t));
+    expect_added_ids(t, "<x>", (const uint32_t[]){700}, 1, "<x> after an empty added token");
+    tokenizer_free(t);
+    /* ids listed as tokenizers gives them: no note */
+    t = with_added(ADDED(700, "<y>") ", " ADDED(701, "<x>"), err);
+    REQUIRE(t, "%s", err);
+    CHECK(!tokenizer_load_note(t), "a note for ids listed as given: %s", tokenizer_load_note(t));
+    expect_added_ids(t, "<x><y>", (const uint32_t[]){701, 700}, 2, "listed 700 and 701");
+    tokenizer_free(t);
+    /* a SentencePiece-style file (800 keys) numbers them the same way */
+    t = tokenizer_json_edited("tests/fixtures/spm_llama2.json", "\"added_tokens\": [",
+                              "\"added_tokens\": [\n  " ADDED(5000, "<x>") ",", err);
+    REQUIRE(t, "%s", err);
+    CHECK(tokenizer_vocab_size(t) == 801, "vocabulary %u, not 801", tokenizer_vocab_size(t));
+    expect_added_ids(t, "<x>", (const uint32_t[]){800}, 1, "a SentencePiece-style file's <x> listed at 5000");
+    tokenizer_free(t);
+    /* keys with a gap (699 moved to 700): the next id after the 700 keys is a key's */
+    char *json = read_text("tests/fixtures/hf_gpt2_style.json"), path[700];
+    REQUIRE(json && strstr(json, ": 699\n"), "the fixture has no id 699 at a line's end");
+    snprintf(path, sizeof path, "%s/gap.json", test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    char *at = strstr(json, ": 699\n");
+    REQUIRE(f, "cannot write %s", path);
+    fwrite(json, 1, (size_t)(at - json), f);
+    fputs(": 700\n", f);
+    fputs(at + 6, f);
+    fclose(f);
+    free(json);
+    expect_tokenizer_json_refused(path, "\"added_tokens\": [", "\"added_tokens\": [\n  " ADDED(3, "<x>") ",",
+                                  "added token \"<x>\" takes id 700, the next after the vocabulary's 700 keys");
 }
 
 TEST(hf_tokenizer_unknown_split_pattern_is_refused_naming_it) {
@@ -529,24 +636,25 @@ static int write_plain_hf_json(const char *path, uint32_t n_filler, size_t long_
 }
 
 TEST(a_tokenizer_json_whose_ids_leave_more_than_half_their_range_unused_is_refused) {
-    /* 257 tokens listed (256 bytes + the separator): ids up to 513 leave at most half of the range
-     * unused and load; 514, or one id of 268435456, is not a vocabulary but a corrupt file. */
-    char path[700], err[ERR_LEN] = "";
-    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
-    REQUIRE(write_plain_hf_json(path, 0, 0, 513) == 0, "cannot write %s", path);
-    Tokenizer *t = tokenizer_load(path, err);
-    CHECK(t && tokenizer_vocab_size(t) == 514 && tokenizer_eot_token(t) == 513, "ids up to 513 of 257 tokens: %s",
+    /* 258 tokens listed (256 bytes, "t256" and the separator): "t256" at id 515 leaves at most half
+     * of the range unused and loads; at 516, or at 268435456, the file is not a vocabulary but a
+     * corrupt one. */
+    char plain[700], err[ERR_LEN] = "";
+    snprintf(plain, sizeof plain, "%s/plain.json", test_tmpdir());
+    REQUIRE(write_plain_hf_json(plain, 1, 0, 257) == 0, "cannot write %s", plain);
+    Tokenizer *t = tokenizer_json_edited(plain, "\"t256\": 256", "\"t256\": 515", err);
+    CHECK(t && tokenizer_vocab_size(t) == 516 && tokenizer_eot_token(t) == 257, "t256 at 515 among 258 tokens: %s",
           t ? "wrong vocabulary" : err);
     tokenizer_free(t);
-    const uint64_t too_far[] = {514, 268435456};
+    const char *too_far[] = {"516", "268435456"};
     for (int k = 0; k < 2; k++) {
-        REQUIRE(write_plain_hf_json(path, 0, 0, too_far[k]) == 0, "cannot write %s", path);
+        char to[64], want[64];
+        snprintf(to, sizeof to, "\"t256\": %s", too_far[k]);
         err[0] = 0;
-        t = tokenizer_load(path, err);
-        CHECK(!t, "an id of %llu among 257 tokens was accepted", (unsigned long long)too_far[k]);
-        char want[64];
-        snprintf(want, sizeof want, "id %llu is far beyond the 257 tokens", (unsigned long long)too_far[k]);
-        CHECK(strstr(err, path) && strstr(err, want) && strstr(err, "corrupt") && !strchr(err, '\n'),
+        t = tokenizer_json_edited(plain, "\"t256\": 256", to, err);
+        CHECK(!t, "an id of %s among 258 tokens was accepted", too_far[k]);
+        snprintf(want, sizeof want, "id %s is far beyond the 258 tokens", too_far[k]);
+        CHECK(strstr(err, "tokenizer.json") && strstr(err, want) && strstr(err, "corrupt") && !strchr(err, '\n'),
               "the error should name the file and the id on one line: %s", err);
         tokenizer_free(t);
     }

@@ -8,7 +8,8 @@
  * ByteLevel with its regex, or a Split on the Llama 3 / GPT-4 / Qwen 2 pattern followed by a
  * ByteLevel without its regex. Token strings are in ByteLevel's alphabet (one code point per
  * byte); a string with a character outside it stands for its own UTF-8 bytes, as Hugging Face's
- * ByteLevel decoder does. Anything that would make our ids differ from Hugging Face's (another
+ * ByteLevel decoder does. Added tokens take the ids tokenizers gives them (number_added_tokens),
+ * whatever ids the file lists. Anything that would make our ids differ from Hugging Face's (another
  * model type, a normalizer that rewrites text, an unknown pattern, added tokens that strip space)
  * is refused with one line naming it, and so is a file that asks for more than a
  * vocabulary needs (an id far past the number of tokens, a token over TOKENIZER_MAX_TOKEN_BYTES).
@@ -93,18 +94,6 @@ static void byte_level_inverse(const uint32_t cp_of_byte[256], int16_t byte_of_c
 static const char *shown(const char *s, size_t n, char *buf, size_t size) {
     escape_controls(buf, size, s, n < 40 ? n : 40);
     return buf;
-}
-
-/* Whether a vocabulary string and an added token's content are one token: the vocabulary's bytes,
- * once its byte-level alphabet is undone (byte_of_cp; NULL: none), are the content's text (a
- * byte-level vocabulary writes "\n\n" as "ĊĊ" and "é" as "Ã©"; added_tokens write the text itself). */
-static int same_token(const int16_t *byte_of_cp, const char *v, size_t nv, const char *c, size_t nc) {
-    if (nv == nc && memcmp(v, c, nc) == 0) return 1;
-    if (!byte_of_cp) return 0;
-    uint8_t *bytes = malloc(nv + 1);
-    const int same = bytes && token_string_bytes(byte_of_cp, v, nv, bytes) == nc && memcmp(bytes, c, nc) == 0;
-    free(bytes);
-    return same;
 }
 
 static int is_false_or_absent(const JsonValue *v) {
@@ -239,9 +228,74 @@ typedef struct {
     const JsonValue *root, *vocab, *merges, *added;
     const char **strings;
     size_t *string_lens;
+    uint8_t *is_text;     /* per id: its string is plain text (an added token's), not vocabulary bytes */
+    uint32_t *added_ids;  /* per added token: the id tokenizers gives it; NO_ID for an empty one */
     uint32_t vocab_size;
     BytesMap by_string; /* model vocabulary string -> id */
+    size_t n_renumbered, first_renumbered; /* added tokens whose listed id is not the one given */
 } Import;
+
+#define NO_ID UINT32_MAX
+
+static int lookup(const Import *im, const char *s, size_t n, uint32_t *id) {
+    BytesSlot *slot = bytes_map_find(&im->by_string, (const uint8_t *)s, n, bytes_hash((const uint8_t *)s, n));
+    if (!slot) return 0;
+    *id = (uint32_t)slot->value;
+    return 1;
+}
+
+/* The ids tokenizers gives the added tokens, which are not the ids the file lists: in the order
+ * listed, a content already given an id keeps it, one the model's vocabulary holds as a key gets
+ * that key's id, and any other takes the next id from the vocabulary's number of distinct keys up
+ * (tokenizers' AddedVocabulary::add_tokens). Real files list exactly these ids; one that lists
+ * others is read as transformers reads it. An empty content is skipped, as tokenizers skips it. */
+static int number_added_tokens(Import *im, size_t n_keys, const char *path, char *err) {
+    BytesMap given;
+    im->added_ids = malloc((im->added->len + 1) * sizeof *im->added_ids);
+    if (!im->added_ids || bytes_map_init(&given, im->added->len) != 0) {
+        tok_error(err, "out of memory reading %s", path);
+        return -1;
+    }
+    uint64_t next = n_keys;
+    for (size_t i = 0; i < im->added->len; i++) {
+        const JsonValue *c = json_get(&im->added->items[i], "content");
+        const uint32_t listed = (uint32_t)json_get(&im->added->items[i], "id")->number;
+        im->added_ids[i] = NO_ID;
+        if (c->len == 0) continue;
+        const uint64_t h = bytes_hash((const uint8_t *)c->string, c->len);
+        int inserted;
+        BytesSlot *slot = bytes_map_upsert(&given, (const uint8_t *)c->string, c->len, h, &inserted);
+        if (!slot) {
+            tok_error(err, "out of memory reading %s", path);
+            bytes_map_free(&given);
+            return -1;
+        }
+        uint32_t id;
+        if (!inserted) id = (uint32_t)slot->value;
+        else if (!lookup(im, c->string, c->len, &id)) {
+            if (next > 0x7ffffffe) {
+                tok_error(err, "%s: too many added tokens", path);
+                bytes_map_free(&given);
+                return -1;
+            }
+            id = (uint32_t)next++;
+        }
+        slot->value = id;
+        im->added_ids[i] = id;
+        if (id != listed && im->n_renumbered++ == 0) im->first_renumbered = i;
+    }
+    bytes_map_free(&given);
+    return 0;
+}
+
+/* Whether a byte-level key stands for its own text: "<|endoftext|>" does, the byte token "\u00d7"
+ * (the byte 0xd7) does not. */
+static int key_is_its_text(const int16_t *byte_of_cp, const char *key, size_t n) {
+    uint8_t *bytes = malloc(n + 1);
+    const int same = bytes && token_string_bytes(byte_of_cp, key, n, bytes) == n && memcmp(bytes, key, n) == 0;
+    free(bytes);
+    return same;
+}
 
 /* byte_of_cp: the byte-level alphabet undone (byte_level_inverse); NULL for a SentencePiece-style
  * vocabulary, whose strings are their own bytes. */
@@ -259,8 +313,7 @@ static int collect_ids(Import *im, const int16_t *byte_of_cp, const char *path, 
     for (size_t i = 0; i < im->added->len; i++) {
         long long id;
         const JsonValue *a = &im->added->items[i];
-        if (!json_int(json_get(a, "id"), 0, 0x7ffffffe, &id) || !json_string(json_get(a, "content")) ||
-            json_get(a, "content")->len == 0) {
+        if (!json_int(json_get(a, "id"), 0, 0x7ffffffe, &id) || !json_string(json_get(a, "content"))) {
             tok_error(err, "%s: added token %zu has no valid id or content", path, i);
             return -1;
         }
@@ -270,8 +323,28 @@ static int collect_ids(Import *im, const int16_t *byte_of_cp, const char *path, 
                       path, json_string(json_get(a, "content")));
             return -1;
         }
-        if ((uint64_t)id + 1 > top) top = (uint64_t)id + 1;
     }
+    /* a key listed twice keeps its later id, as tokenizers' map does */
+    size_t n_keys = 0;
+    if (bytes_map_init(&im->by_string, im->vocab->len) != 0) {
+        tok_error(err, "out of memory reading %s", path);
+        return -1;
+    }
+    for (size_t i = 0; i < im->vocab->len; i++) {
+        const JsonMember *m = &im->vocab->members[i];
+        int inserted;
+        BytesSlot *slot = bytes_map_upsert(&im->by_string, (const uint8_t *)m->key, m->key_len,
+                                           bytes_hash((const uint8_t *)m->key, m->key_len), &inserted);
+        if (!slot) {
+            tok_error(err, "out of memory reading %s", path);
+            return -1;
+        }
+        slot->value = (uint32_t)m->value.number;
+        n_keys += (size_t)inserted;
+    }
+    if (number_added_tokens(im, n_keys, path, err) != 0) return -1;
+    for (size_t i = 0; i < im->added->len; i++)
+        if (im->added_ids[i] != NO_ID && (uint64_t)im->added_ids[i] + 1 > top) top = (uint64_t)im->added_ids[i] + 1;
     if (top < 1) {
         tok_error(err, "%s has an empty vocabulary", path);
         return -1;
@@ -289,7 +362,8 @@ static int collect_ids(Import *im, const int16_t *byte_of_cp, const char *path, 
     im->vocab_size = (uint32_t)top;
     im->strings = calloc(top, sizeof *im->strings);
     im->string_lens = calloc(top, sizeof *im->string_lens);
-    if (!im->strings || !im->string_lens || bytes_map_init(&im->by_string, im->vocab->len) != 0) {
+    im->is_text = calloc(top, 1);
+    if (!im->strings || !im->string_lens || !im->is_text) {
         tok_error(err, "out of memory reading %s", path);
         return -1;
     }
@@ -302,40 +376,40 @@ static int collect_ids(Import *im, const int16_t *byte_of_cp, const char *path, 
         }
         im->strings[id] = m->key;
         im->string_lens[id] = m->key_len;
-        int inserted;
-        BytesSlot *slot = bytes_map_upsert(&im->by_string, (const uint8_t *)m->key, m->key_len,
-                                           bytes_hash((const uint8_t *)m->key, m->key_len), &inserted);
-        if (!slot) {
-            tok_error(err, "out of memory reading %s", path);
-            return -1;
-        }
-        slot->value = id;
     }
-    /* an added token's content is what its id decodes to; where the vocabulary lists the id too
-     * (GPT-2's <|endoftext|>, Gemma's <pad>) it must be the same token, or two texts would share an id */
+    /* an added token new to the vocabulary is its content's text; numbered from the count of keys,
+     * it lands on a vocabulary id only when the vocabulary's ids leave gaps, and then tokenizers
+     * would give two tokens one id */
     for (size_t i = 0; i < im->added->len; i++) {
         const JsonValue *c = json_get(&im->added->items[i], "content");
-        uint32_t id = (uint32_t)json_get(&im->added->items[i], "id")->number;
-        if (im->strings[id] && !same_token(byte_of_cp, im->strings[id], im->string_lens[id], c->string, c->len)) {
-            char added[200], listed[200];
-            tok_error(err, "%s: added token \"%s\" has id %u, which the vocabulary gives to \"%s\" (the file is "
-                      "corrupt or was edited: give the added token an id of its own)", path,
-                      shown(c->string, c->len, added, sizeof added), id,
-                      shown(im->strings[id], im->string_lens[id], listed, sizeof listed));
+        const uint32_t id = im->added_ids[i];
+        if (id == NO_ID || im->is_text[id]) continue;
+        if (lookup(im, c->string, c->len, &(uint32_t){0})) {
+            /* tokenizers finds the text and gives the key's id, which decodes to other bytes */
+            if (byte_level && !key_is_its_text(byte_of_cp, c->string, c->len)) {
+                char added[200];
+                tok_error(err, "%s: added token \"%s\" is spelled like the byte-level key of id %u, which stands for "
+                          "other bytes than its text; not supported", path, shown(c->string, c->len, added, sizeof added),
+                          id);
+                return -1;
+            }
+            continue;
+        }
+        if (im->strings[id]) {
+            char added[200], held[200];
+            tok_error(err, "%s: added token \"%s\" takes id %u, the next after the vocabulary's %zu keys as tokenizers "
+                      "numbers added tokens, but the vocabulary gives that id to \"%s\" (its ids leave gaps); the file "
+                      "is corrupt", path, shown(c->string, c->len, added, sizeof added), id, n_keys,
+                      shown(im->strings[id], im->string_lens[id], held, sizeof held));
             return -1;
         }
         im->strings[id] = c->string;
         im->string_lens[id] = c->len;
+        im->is_text[id] = 1;
     }
     return 0;
 }
 
-static int lookup(const Import *im, const char *s, size_t n, uint32_t *id) {
-    BytesSlot *slot = bytes_map_find(&im->by_string, (const uint8_t *)s, n, bytes_hash((const uint8_t *)s, n));
-    if (!slot) return 0;
-    *id = (uint32_t)slot->value;
-    return 1;
-}
 
 /* byte_of_cp NULL: token strings are their own bytes (a SentencePiece-style vocabulary). */
 static int build_token_bytes(Tokenizer *t, const Import *im, const int16_t *byte_of_cp, const char *path, char *err) {
@@ -353,7 +427,7 @@ static int build_token_bytes(Tokenizer *t, const Import *im, const int16_t *byte
         t->tok_off[id] = at;
         if (im->strings[id]) {
             size_t n = im->string_lens[id];
-            if (byte_of_cp) n = token_string_bytes(byte_of_cp, im->strings[id], n, t->tok_bytes + at);
+            if (byte_of_cp && !im->is_text[id]) n = token_string_bytes(byte_of_cp, im->strings[id], n, t->tok_bytes + at);
             else memcpy(t->tok_bytes + at, im->strings[id], n);
             if (n > TOKENIZER_MAX_TOKEN_BYTES) {
                 tok_error(err, "%s: token %u is %zu bytes, longer than the %u a token may have", path, id, n,
@@ -454,7 +528,8 @@ static int build_specials(Tokenizer *t, const Import *im, const char *path, char
     int64_t eot = -1, first_special = -1;
     for (size_t i = 0; i < im->added->len; i++) {
         const JsonValue *a = &im->added->items[i];
-        uint32_t id = (uint32_t)json_get(a, "id")->number;
+        const uint32_t id = im->added_ids[i];
+        if (id == NO_ID) continue;
         t->special_ids[t->n_specials++] = id;
         if (json_get(a, "special") && json_get(a, "special")->type == JSON_TRUE) {
             const char *c = json_string(json_get(a, "content"));
@@ -544,7 +619,7 @@ Tokenizer *tokenizer_from_hf_json(const char *text, size_t len, const char *path
     }
     ok = ok && build_merges(t, &im, path, err) == 0 && build_specials(t, &im, path, err) == 0;
     ok = ok && read_post_processor(t, json_get(root, "post_processor"), path, err) == 0;
-    ok = ok && (!spm || spm_import(t, root, path, err) == 0);
+    ok = ok && (!spm || spm_import(t, root, im.added_ids, path, err) == 0);
     const JsonValue *ignore = json_get(json_get(root, "model"), "ignore_merges");
     if (ok && ignore && ignore->type == JSON_TRUE) ok = build_whole_tokens(t, &im, path, err) == 0;
     if (ok) {
@@ -558,10 +633,24 @@ Tokenizer *tokenizer_from_hf_json(const char *text, size_t len, const char *path
             ok = 0;
         }
     }
+    if (ok && im.n_renumbered) {
+        const JsonValue *a = &im.added->items[im.first_renumbered];
+        const JsonValue *c = json_get(a, "content");
+        char shown_content[200];
+        t->load_note = malloc(ERR_LEN);
+        if (t->load_note)
+            snprintf(t->load_note, ERR_LEN, "%s lists added token \"%s\" at id %u; tokenizers gives it id %u (in the "
+                     "order listed, after the vocabulary's keys and the earlier added tokens), and so does this run "
+                     "(%zu of %zu added tokens take another id than listed)", path,
+                     shown(c->string, c->len, shown_content, sizeof shown_content), (uint32_t)json_get(a, "id")->number,
+                     im.added_ids[im.first_renumbered], im.n_renumbered, im.added->len);
+    }
     if (!t) tok_error(err, "out of memory reading %s", path);
-    if (im.strings) bytes_map_free(&im.by_string);
+    bytes_map_free(&im.by_string);
     free(im.strings);
     free(im.string_lens);
+    free(im.is_text);
+    free(im.added_ids);
     json_free(root);
     if (!ok) {
         tokenizer_free(t);

@@ -87,7 +87,7 @@ struct Spm {
 
 /* Reads the SentencePiece-style parts of a tokenizer.json (root) into t->spm, once t's ids, token
  * strings, merges and specials are built (hf_import.c). -1 + message naming the component. */
-int spm_import(Tokenizer *t, const JsonValue *root, const char *path, char *err);
+int spm_import(Tokenizer *t, const JsonValue *root, const uint32_t *added_ids, const char *path, char *err);
 void spm_free(Spm *s);
 /* 1 when the tokenizer.json (root) is SentencePiece-style: its BPE model has byte_fallback. */
 int spm_wanted(const JsonValue *root);

@@ -329,15 +329,16 @@ static int spans_word_space(const char *s, size_t n) {
     return 0;
 }
 
-static int read_added(Spm *spm, const JsonValue *added, const char *path, char *err) {
+static int read_added(Spm *spm, const JsonValue *added, const uint32_t *ids, const char *path, char *err) {
     spm->added = calloc(added->len + 1, sizeof *spm->added);
     uint8_t *bufs[2] = {NULL, NULL};
     if (!spm->added) goto oom;
     for (size_t i = 0; i < added->len; i++) {
         const JsonValue *a = &added->items[i];
         const JsonValue *c = json_get(a, "content"), *normalized = json_get(a, "normalized");
-        SpmAdded *x = &spm->added[spm->n_added++];
-        x->id = (uint32_t)json_get(a, "id")->number;
+        if (c->len == 0) continue; /* skipped, as tokenizers skips it */
+        SpmAdded *x = &spm->added[spm->n_added];
+        x->id = ids[i];
         x->special = is_true(json_get(a, "special"));
         x->lstrip = is_true(json_get(a, "lstrip"));
         x->rstrip = is_true(json_get(a, "rstrip"));
@@ -353,7 +354,8 @@ static int read_added(Spm *spm, const JsonValue *added, const char *path, char *
         if (x->lstrip || x->rstrip || x->single_word || spans_word_space((const char *)s, n) ||
             spans_word_space(c->string, c->len))
             spm->can_cut = 0;
-        if (n && trie_add(is_normalized ? &spm->normalized : &spm->raw, s, n, (uint32_t)i) != 0) goto oom;
+        if (n && trie_add(is_normalized ? &spm->normalized : &spm->raw, s, n, spm->n_added) != 0) goto oom;
+        spm->n_added++;
     }
     free(bufs[1]);
     free(bufs[0]);
@@ -442,7 +444,7 @@ static int cuts_are_safe(const Spm *spm) {
     return space_to_meta;
 }
 
-int spm_import(Tokenizer *t, const JsonValue *root, const char *path, char *err) {
+int spm_import(Tokenizer *t, const JsonValue *root, const uint32_t *added_ids, const char *path, char *err) {
     Spm *spm = calloc(1, sizeof *spm);
     if (!spm) {
         tok_error(err, "out of memory reading %s", path);
@@ -456,7 +458,7 @@ int spm_import(Tokenizer *t, const JsonValue *root, const char *path, char *err)
     if (read_normalizer(spm, t, json_get(root, "normalizer"), path, err) != 0 ||
         read_pre_tokenizer(spm, json_get(root, "pre_tokenizer"), path, err) != 0 ||
         read_model(spm, json_get(root, "model"), path, err) != 0 || find_joins(spm, t, path, err) != 0 ||
-        read_added(spm, added, path, err) != 0 ||
+        read_added(spm, added, added_ids, path, err) != 0 ||
         read_decoder(spm, json_get(root, "decoder"), path, err) != 0)
         return -1;
     spm->can_cut = cuts_are_safe(spm);

@@ -124,6 +124,7 @@ void tokenizer_free(Tokenizer *t) {
     if (t->ignore_merges) bytes_map_free(&t->whole_tokens);
     free(t->hf_json);
     free(t->hf_config);
+    free(t->load_note);
     free(t->special_ids);
     free(t->merge_result);
     free(t->tok_bytes);
@@ -147,6 +148,10 @@ const char *tokenizer_eot_text(const Tokenizer *t, size_t *len) {
 int tokenizer_post_tokens(const Tokenizer *t, int after, const uint32_t **ids) {
     *ids = after ? t->suffix : t->prefix;
     return after ? t->n_suffix : t->n_prefix;
+}
+
+const char *tokenizer_load_note(const Tokenizer *t) {
+    return t->load_note;
 }
 
 int tokenizer_is_imported(const Tokenizer *t) {

@@ -78,6 +78,9 @@ const char *tokenizer_eot_text(const Tokenizer *t, size_t *len);
 int tokenizer_post_tokens(const Tokenizer *t, int after, const uint32_t **ids);
 /* 1 for a tokenizer read from a Hugging Face tokenizer.json. */
 int tokenizer_is_imported(const Tokenizer *t);
+/* One line a user should see when the tokenizer is first given (a tokenizer.json whose added tokens
+ * take other ids than it lists, as tokenizers numbers them), or NULL. */
+const char *tokenizer_load_note(const Tokenizer *t);
 uint32_t tokenizer_num_merges(const Tokenizer *t);
 /* Bytes of token id (not NUL-terminated) and their count in *len; NULL if id is out of range. */
 const uint8_t *tokenizer_token_bytes(const Tokenizer *t, uint32_t id, size_t *len);
