@@ -467,6 +467,10 @@ TEST(a_family_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
         {", \"rms_norm_eps\": 1e300", "rms_norm_eps is not a positive number that a float holds"},
         {", \"rms_norm_eps\": 1e-320", "rms_norm_eps is not a positive number that a float holds"},
         {", \"final_logit_softcapping\": 1e-320", "final_logit_softcapping is not a positive number"},
+        /* beside rope_scaling, transformers 5 would take rope_scaling and 4 rope_parameters */
+        {", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 500000.0}",
+         "sets both rope_parameters and rope_scaling"},
+        {", \"pad_token_id\": 300", "pad token 300 is not one of the 300 tokens"},
     };
     char err[ERR_LEN];
     GPTConfig cfg;
@@ -475,13 +479,26 @@ TEST(a_family_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
         CHECK(hf_read_config(test_tmpdir(), &cfg, err) != 0 && strstr(err, cases[i].msg) && !strchr(err, '\n'),
               "'%s': message '%s' lacks '%s'", cases[i].extra, err, cases[i].msg);
     }
+    /* a base inside rope_parameters and outside it: transformers 4 reads the outer, 5 the inner */
+    write_config(test_tmpdir(), &QWEN3, ", \"rope_theta\": 10000.0");
+    CHECK(hf_read_config(test_tmpdir(), &cfg, err) != 0 &&
+              strstr(err, "rope_theta and rope_parameters.rope_theta are both set and differ"),
+          "two bases: %s", err);
+    write_config(test_tmpdir(), &QWEN3, ", \"rope_theta\": 1000000.0, \"pad_token_id\": 7");
+    REQUIRE(hf_read_config(test_tmpdir(), &cfg, err) == 0, "%s", err);
+    CHECK(cfg.rope.theta == 1e6 && cfg.has_pad_token && cfg.pad_token_id == 7, "theta %g, pad %d %d", cfg.rope.theta,
+          cfg.has_pad_token, cfg.pad_token_id);
     /* left out, a field takes its config class's default: Qwen3's head_dim is 128, Llama's is C / NH */
     TinyModel no_head_dim = QWEN3;
     no_head_dim.hd = 0;
     write_config(test_tmpdir(), &no_head_dim, ", \"num_key_value_heads\": null");
     REQUIRE(hf_read_config(test_tmpdir(), &cfg, err) == 0, "%s", err);
-    CHECK(cfg.head_dim == 128 && cfg.num_kv_heads == QWEN3.NH, "qwen3 defaults: hd %d NKV %d", cfg.head_dim,
-          cfg.num_kv_heads);
+    CHECK(cfg.head_dim == 128 && cfg.num_kv_heads == QWEN3.NH && !cfg.has_pad_token, "qwen3 defaults: hd %d NKV %d pad %d",
+          cfg.head_dim, cfg.num_kv_heads, cfg.has_pad_token);
+    /* a null head_dim is not Qwen's default: its attention would take None */
+    write_config(test_tmpdir(), &no_head_dim, ", \"head_dim\": null");
+    CHECK(hf_read_config(test_tmpdir(), &cfg, err) != 0 && strstr(err, "\"head_dim\" is null"), "qwen3 head_dim null: %s",
+          err);
     TinyModel wider = LLAMA;
     wider.C = 24;
     write_config(test_tmpdir(), &wider, ", \"head_dim\": null, \"tie_word_embeddings\": true");
@@ -838,7 +855,15 @@ TEST(config_json_is_written_with_the_fields_transformers_writes_for_each_family)
               "%s: the tokenizer's separator is not bos and eos:\n%s", gpt_family_name(cfg.family), buf);
         CHECK(hf_config_json(&cfg, -1, buf, 100) == -1, "%s: a buffer too small is not refused",
               gpt_family_name(cfg.family));
+        CHECK(!strstr(buf, "pad_token_id"), "%s: a pad token where the model has none", gpt_family_name(cfg.family));
     }
+    /* a pad token read from config.json is written back, where LlamaConfig sorts it */
+    GPTConfig padded = config_of(&LLAMA);
+    padded.has_pad_token = 1;
+    padded.pad_token_id = 7;
+    REQUIRE(hf_config_json(&padded, -1, buf, sizeof buf) > 0, "no config.json");
+    CHECK(strstr(buf, "\"num_key_value_heads\": 2,\n  \"pad_token_id\": 7,\n  \"pretraining_tp\""),
+          "llama's pad token:\n%s", buf);
 }
 
 /* A multimodal checkpoint in dir: the text model of m under body (its tensor names' prefix before
@@ -919,9 +944,12 @@ TEST(a_gemma3_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
         {", \"layer_types\": [\"sliding_attention\", \"chunked_attention\", \"full_attention\"]", "layer_types[1] is not"},
         {", \"sliding_window\": null", "sliding_window is null but layers slide"},
         {", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}", "rope_scaling rope_type yarn is not computed here"},
-        {", \"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\"}, \"sliding_attention\": "
-         "{\"rope_type\": \"linear\", \"factor\": 2.0}}", "rope_parameters.sliding_attention is scaled"},
-        {", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0}", "rope_parameters has no full_attention"},
+        /* beside rope_scaling, transformers 5 would take rope_scaling and 4 rope_parameters */
+        {", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0}",
+         "sets both rope_parameters and rope_scaling"},
+        {", \"head_dim\": null", "\"head_dim\" is null"},
+        {", \"num_key_value_heads\": null", "\"num_key_value_heads\" is null"},
+        {", \"query_pre_attn_scalar\": 16.5", "\"query_pre_attn_scalar\" is 16.5 written with a fraction"},
         {", \"query_pre_attn_scalar\": 0", "query_pre_attn_scalar is not a positive number"},
         {", \"pad_token_id\": 300", "pad token 300 is not one of the 300 tokens"},
         {", \"layer_types\": \"sliding_attention\"", "\"layer_types\" is a string, expected an array or null"},
@@ -934,6 +962,32 @@ TEST(a_gemma3_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
         CHECK(hf_read_config(test_tmpdir(), &cfg, err) != 0 && strstr(err, cases[i].msg) && !strchr(err, '\n'),
               "'%s': message '%s' lacks '%s'", cases[i].extra, err, cases[i].msg);
     }
+    /* rope_parameters alone (no rope_scaling beside it) */
+    TinyModel unscaled = GEMMA3;
+    unscaled.rope_json = "\"rope_local_base_freq\": 20000.0, \"rope_theta\": 1000000.0";
+    const struct {
+        const char *extra, *msg;
+    } v5_cases[] = {
+        {", \"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\"}, \"sliding_attention\": "
+         "{\"rope_type\": \"linear\", \"factor\": 2.0}}", "rope_parameters.sliding_attention is scaled"},
+        {", \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0}", "rope_parameters has no full_attention"},
+        {", \"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\", \"rope_theta\": 5e5}, "
+         "\"sliding_attention\": {\"rope_type\": \"default\"}}",
+         "rope_theta and rope_parameters.full_attention.rope_theta are both set and differ"},
+        {", \"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\"}, \"sliding_attention\": "
+         "{\"rope_type\": \"default\", \"rope_theta\": 1e4}}",
+         "rope_local_base_freq and rope_parameters.sliding_attention.rope_theta are both set and differ"},
+    };
+    for (size_t i = 0; i < sizeof v5_cases / sizeof v5_cases[0]; i++) {
+        write_config(test_tmpdir(), &unscaled, v5_cases[i].extra);
+        CHECK(hf_read_config(test_tmpdir(), &cfg, err) != 0 && strstr(err, v5_cases[i].msg) && !strchr(err, '\n'),
+              "'%s': message '%s' lacks '%s'", v5_cases[i].extra, err, v5_cases[i].msg);
+    }
+    /* the same bases said twice are one RoPE to either transformers */
+    write_config(test_tmpdir(), &unscaled, ", \"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\", "
+                                           "\"rope_theta\": 1000000.0}, \"sliding_attention\": {\"rope_type\": \"default\"}}");
+    REQUIRE(hf_read_config(test_tmpdir(), &cfg, err) == 0, "%s", err);
+    CHECK(cfg.rope.theta == 1e6 && cfg.rope_local_theta == 2e4, "theta %g, local %g", cfg.rope.theta, cfg.rope_local_theta);
     /* left out, a field takes Gemma3TextConfig's default; without layer_types every 6th layer is global */
     const char *bare = "{\"model_type\": \"gemma3_text\", \"num_hidden_layers\": 7, \"hidden_size\": 64, "
                        "\"num_attention_heads\": 8, \"intermediate_size\": 32, \"vocab_size\": 300, \"pad_token_id\": null}";

@@ -196,6 +196,19 @@ TEST(hf_weights_config_of_another_model_is_refused_naming_the_field) {
           "an array: %s", err);
 }
 
+/* GPT2Config's context is n_positions (1024 when absent); n_ctx, which old files carry beside it,
+ * is never read. */
+TEST(a_gpt2_config_without_n_positions_has_gpt2configs_1024_whatever_n_ctx_says) {
+    char path[900], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/config.json", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    REQUIRE(f && fputs("{\"model_type\": \"gpt2\", \"n_ctx\": 32, \"n_embd\": 16, \"n_head\": 2, \"n_layer\": 2, "
+                       "\"vocab_size\": 300}", f) >= 0 && fclose(f) == 0, "writing %s", path);
+    GPTConfig cfg;
+    REQUIRE(hf_read_config(test_tmpdir(), &cfg, err) == 0, "%s", err);
+    CHECK(cfg.max_seq_len == 1024, "context %d, not 1024", cfg.max_seq_len);
+}
+
 /* A config.json that is a directory is named as one (its size was read as LONG_MAX). */
 TEST(a_config_json_that_is_a_directory_is_refused_naming_it) {
     char dir[800], path[900], err[ERR_LEN];

@@ -84,7 +84,7 @@ static const struct {
     {"use_sliding_window", FIELD_BOOL},    {"attention_dropout", FIELD_NUMBER},
     {"layer_types", FIELD_ARRAY_OR_NULL},
     /* Gemma3TextConfig */
-    {"hidden_activation", FIELD_STRING},   {"query_pre_attn_scalar", FIELD_NUMBER},
+    {"hidden_activation", FIELD_STRING},   {"query_pre_attn_scalar", FIELD_INT},
     {"sliding_window", FIELD_INT_OR_NULL}, {"sliding_window_pattern", FIELD_INT},
     {"rope_local_base_freq", FIELD_NUMBER}, {"pad_token_id", FIELD_INT_OR_NULL},
     {"use_bidirectional_attention", FIELD_BOOL},
@@ -152,6 +152,15 @@ static int get_int_or(const JsonValue *cfg, const char *key, long long absent, l
     return get_int(cfg, key, path, out, err);
 }
 
+/* -1 with a message when `key` is null: a config class that keeps None there builds no model. */
+static int not_null(const JsonValue *cfg, const char *key, const char *path, char *err) {
+    const JsonValue *v = json_get(cfg, key);
+    if (!v || v->type != JSON_NULL) return 0;
+    snprintf(err, ERR_LEN, "%s: \"%s\" is null, which transformers cannot build a model from (give the value, or "
+             "leave the field out for the config class's default)", path, key);
+    return -1;
+}
+
 static int is_true(const JsonValue *v) {
     return v && v->type == JSON_TRUE;
 }
@@ -164,8 +173,8 @@ static int read_gpt2_config(const JsonValue *root, const char *path, GPTConfig *
     const JsonValue *scale = json_get(root, "scale_attn_weights");
     if (get_int(root, "n_layer", path, &L, err) || get_int(root, "n_head", path, &NH, err) ||
         get_int(root, "n_embd", path, &C, err) || get_int(root, "vocab_size", path, &V, err) ||
-        (json_get(root, "n_positions") ? get_int(root, "n_positions", path, &T, err)
-                                       : get_int(root, "n_ctx", path, &T, err)))
+        /* GPT2Config's context is n_positions, 1024 when absent; it never reads n_ctx */
+        get_int_or(root, "n_positions", 1024, 1024, path, &T, err))
         return -1;
     if (act && strcmp(act, "gelu_new") != 0 && strcmp(act, "gelu_pytorch_tanh") != 0)
         snprintf(err, ERR_LEN, "%s: activation_function %s is not supported (the tanh GELU, gelu_new, is)", path, act);
@@ -236,32 +245,69 @@ static int read_rope_type(const JsonValue *r, const char *field, const char *pat
     return -1;
 }
 
-/* A RoPE base: r's rope_theta, else the config's field `key`, else dflt; a value that is not a
- * positive number is refused naming `name`. */
+/* A RoPE base: r's rope_theta (`name` in messages), else the config's field `key`, else dflt; a value
+ * that is not a positive number is refused naming its field. Both set and different: transformers 4
+ * reads `key`, 5 reads r's, so the file means another RoPE to each; refused too. */
 static int read_theta(const JsonValue *r, const JsonValue *root, const char *key, double dflt, const char *name,
                       const char *path, double *theta, char *err) {
-    const JsonValue *v = json_get(r, "rope_theta");
-    if (!v) v = json_get(root, key);
+    const JsonValue *inner = json_get(r, "rope_theta"), *outer = json_get(root, key);
+    if (outer && outer->type == JSON_NULL) outer = NULL;
+    const JsonValue *v = inner ? inner : outer;
     *theta = dflt;
     if (!v) return 0;
     if (v->type != JSON_NUMBER || !(v->number > 0)) {
-        snprintf(err, ERR_LEN, "%s: %s is not a positive number", path, name);
+        snprintf(err, ERR_LEN, "%s: %s is not a positive number", path, inner ? name : key);
+        return -1;
+    }
+    if (inner && outer && !(outer->type == JSON_NUMBER && outer->number == inner->number)) {
+        snprintf(err, ERR_LEN, "%s: %s and %s are both set and differ; transformers 4 takes the first and 5 the second "
+                 "(keep one)", path, key, name);
         return -1;
     }
     *theta = v->number;
     return 0;
 }
 
+/* A config with rope_parameters (as transformers 5 writes it) and a rope_scaling object (as 4 does)
+ * besides: 5 takes rope_scaling in place of rope_parameters, bases included (Gemma 3: merged into
+ * its full_attention entry), and 4 never reads rope_parameters, so which RoPE the file means depends
+ * on the reader; -1 with a message. */
+static int both_rope_forms(const JsonValue *root, const char *path, char *err) {
+    const JsonValue *params = json_get(root, "rope_parameters"), *scaling = json_get(root, "rope_scaling");
+    if (!params || params->type != JSON_OBJECT || !scaling || scaling->type != JSON_OBJECT) return 0;
+    snprintf(err, ERR_LEN, "%s: sets both rope_parameters and rope_scaling, which transformers 4 and 5 read as "
+             "different RoPE (keep rope_parameters, as transformers 5 writes it, or rope_theta with rope_scaling)", path);
+    return -1;
+}
+
 /* rope_theta and rope_scaling as transformers 4 writes them, or rope_parameters as transformers 5
  * does (theta inside). */
 static int read_rope(const JsonValue *root, const char *path, RopeParams *rope, char *err) {
     const JsonValue *params = json_get(root, "rope_parameters"), *scaling = json_get(root, "rope_scaling");
+    if (both_rope_forms(root, path, err)) return -1;
     const char *field = params && params->type == JSON_OBJECT ? "rope_parameters" : "rope_scaling";
     const JsonValue *r = params && params->type == JSON_OBJECT ? params : scaling;
     *rope = (RopeParams){.scaling = ROPE_SCALING_NONE}; /* theta 10000: the config classes' default */
-    if (read_theta(r, root, "rope_theta", 10000.0, "rope_theta", path, &rope->theta, err) != 0) return -1;
+    char name[40];
+    snprintf(name, sizeof name, "%s.rope_theta", field);
+    if (read_theta(r, root, "rope_theta", 10000.0, name, path, &rope->theta, err) != 0) return -1;
     if (!r || r->type != JSON_OBJECT) return 0;
     return read_rope_type(r, field, path, rope, err);
+}
+
+/* pad_token_id, the embedding's padding_idx (its row starts at zero and its lookups give it no
+ * gradient), as the family's embedding takes it: absent, the config class's default (Gemma's 0;
+ * Llama's and Qwen's None), null none. */
+static int read_pad_token(const JsonValue *root, const char *path, ModelFamily family, GPTConfig *cfg, char *err) {
+    const JsonValue *v = json_get(root, "pad_token_id");
+    long long pad = 0;
+    if (v && v->type != JSON_NULL && !json_int(v, 0, 1 << 30, &pad)) {
+        snprintf(err, ERR_LEN, "%s: pad_token_id is not a token id (an integer from 0, or null)", path);
+        return -1;
+    }
+    cfg->has_pad_token = v ? v->type != JSON_NULL : family == FAMILY_GEMMA3;
+    cfg->pad_token_id = cfg->has_pad_token ? (int)pad : 0;
+    return 0;
 }
 
 /* Llama, Qwen2 and Qwen3: the fields their config classes read, with those classes' defaults. */
@@ -275,6 +321,8 @@ static int read_rope_family_config(const JsonValue *root, const char *path, Mode
         /* LlamaConfig leaves it to the heads; Qwen2Config and Qwen3Config default to 32 */
         get_int_or(root, "num_key_value_heads", qwen ? 32 : NH, NH, path, &NKV, err) ||
         get_int_or(root, "head_dim", family == FAMILY_QWEN3 ? 128 : C / NH, C / NH, path, &hd, err) ||
+        /* Qwen2's and Qwen3's attention take a null head_dim as it is: transformers 4 fails, 5 refuses it */
+        (family != FAMILY_LLAMA && not_null(root, "head_dim", path, err)) ||
         get_int_or(root, "max_position_embeddings", qwen ? 32768 : 2048, qwen ? 32768 : 2048, path, &T, err))
         return -1;
     const char *act = json_string(json_get(root, "hidden_act"));
@@ -317,7 +365,7 @@ static int read_rope_family_config(const JsonValue *root, const char *path, Mode
         return -1;
     }
     gpt_family_defaults(cfg, family);
-    if (read_rope(root, path, &cfg->rope, err) != 0) return -1;
+    if (read_rope(root, path, &cfg->rope, err) != 0 || read_pad_token(root, path, family, cfg, err) != 0) return -1;
     cfg->num_layers = (int)L;
     cfg->num_heads = (int)NH;
     cfg->dim = (int)C;
@@ -343,6 +391,7 @@ static int read_gemma3_rope(const JsonValue *root, const char *path, RopeParams 
                             char *err) {
     const JsonValue *params = json_get(root, "rope_parameters");
     *global = (RopeParams){.scaling = ROPE_SCALING_NONE};
+    if (both_rope_forms(root, path, err)) return -1;
     if (!params || params->type != JSON_OBJECT) {
         const JsonValue *scaling = json_get(root, "rope_scaling");
         return read_theta(NULL, root, "rope_theta", 1e6, "rope_theta", path, &global->theta, err) ||
@@ -404,7 +453,7 @@ static int read_gemma3_layers(const JsonValue *root, const char *path, long long
 /* Gemma3TextConfig: the fields it reads, with its defaults (they describe a model of 26 layers at
  * width 2304: a multimodal checkpoint's text_config leaves out those it shares with them). */
 static int read_gemma3_config(const JsonValue *root, const char *path, GPTConfig *cfg, char *err) {
-    long long L, NH, C, F, V, NKV, hd, T, W, pad = 0;
+    long long L, NH, C, F, V, NKV, hd, T, W;
     if (get_int_or(root, "num_hidden_layers", 26, 26, path, &L, err) ||
         get_int_or(root, "num_attention_heads", 8, 8, path, &NH, err) ||
         get_int_or(root, "hidden_size", 2304, 2304, path, &C, err) ||
@@ -412,13 +461,14 @@ static int read_gemma3_config(const JsonValue *root, const char *path, GPTConfig
         get_int_or(root, "vocab_size", 262208, 262208, path, &V, err) ||
         get_int_or(root, "num_key_value_heads", 4, NH, path, &NKV, err) ||
         get_int_or(root, "head_dim", 256, C / NH, path, &hd, err) ||
+        /* Gemma3TextConfig keeps a null as it is: transformers 4 fails on it, 5 refuses it */
+        not_null(root, "num_key_value_heads", path, err) || not_null(root, "head_dim", path, err) ||
         get_int_or(root, "max_position_embeddings", 131072, 131072, path, &T, err) ||
         get_int_or(root, "sliding_window", 4096, 0, path, &W, err))
         return -1;
     const char *act = json_string(json_get(root, "hidden_activation"));
     const JsonValue *eps = json_get(root, "rms_norm_eps"), *dropout = json_get(root, "attention_dropout");
     const JsonValue *scalar = json_get(root, "query_pre_attn_scalar"), *attn_cap = json_get(root, "attn_logit_softcapping");
-    const JsonValue *pad_id = json_get(root, "pad_token_id");
     if (L > GPT_MAX_LAYERS)
         snprintf(err, ERR_LEN, "%s: num_hidden_layers %lld is above the %d layers a model here has", path, L,
                  GPT_MAX_LAYERS);
@@ -439,13 +489,12 @@ static int read_gemma3_config(const JsonValue *root, const char *path, GPTConfig
         snprintf(err, ERR_LEN, "%s: rms_norm_eps is not a positive number that a float holds (1e-6 is usual)", path);
     else if (scalar && !positive_float(scalar))
         snprintf(err, ERR_LEN, "%s: query_pre_attn_scalar is not a positive number that a float holds", path);
-    else if (pad_id && pad_id->type != JSON_NULL && !json_int(pad_id, 0, 1 << 30, &pad))
-        snprintf(err, ERR_LEN, "%s: pad_token_id is not a token id (an integer from 0, or null)", path);
     else
         err[0] = 0;
     if (err[0]) return -1;
     gpt_family_defaults(cfg, FAMILY_GEMMA3);
     if (read_gemma3_rope(root, path, &cfg->rope, &cfg->rope_local_theta, err) != 0 ||
+        read_pad_token(root, path, FAMILY_GEMMA3, cfg, err) != 0 ||
         read_gemma3_layers(root, path, L, cfg, err) != 0)
         return -1;
     cfg->num_layers = (int)L;
@@ -465,8 +514,6 @@ static int read_gemma3_config(const JsonValue *root, const char *path, GPTConfig
     cfg->sliding_window = (int)W;
     cfg->norm_eps = eps ? (float)eps->number : 1e-6f;
     cfg->query_pre_attn_scalar = scalar ? (float)scalar->number : 256.0f;
-    cfg->has_pad_token = !(pad_id && pad_id->type == JSON_NULL); /* nn.Embedding's padding_idx, unless null */
-    cfg->pad_token_id = (int)pad;
     cfg->untied_head = is_false(json_get(root, "tie_word_embeddings")); /* tied unless said */
     return 0;
 }
@@ -1028,6 +1075,7 @@ int hf_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n) {
     PUT("  \"model_type\": \"%s\",\n  \"num_attention_heads\": %d,\n  \"num_hidden_layers\": %d,\n"
         "  \"num_key_value_heads\": %d,\n", gpt_family_name(cfg->family), cfg->num_heads, cfg->num_layers,
         cfg->num_kv_heads);
+    if (cfg->has_pad_token) PUT("  \"pad_token_id\": %d,\n", cfg->pad_token_id);
     if (llama) PUT("  \"pretraining_tp\": 1,\n");
     PUT("  \"rms_norm_eps\": %s,\n  \"rope_scaling\": %s,\n  \"rope_theta\": %s,\n", eps, rope, theta);
     if (!llama) PUT("  \"sliding_window\": null,\n");
