@@ -514,7 +514,8 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (checkpoint_run_dir_ok(opt->out, why) != 0) die_usage("%s", why);
     /* what the data flags leave open is decided here too, before anything touches the disk */
     if (!opt->train_data[0] && opt->val_data[0]) bad("-j/--val-data", "needs -i/--train-data too");
-    if (opt->prompt[0] && opt->train_data[0] && !opt->tokenizer[0]) /* the default corpus brings its tokenizer */
+    /* the default corpus brings its tokenizer, and so may a resumed checkpoint or --init-from's folder */
+    if (opt->prompt[0] && opt->train_data[0] && !opt->tokenizer[0] && !opt->resume && !opt->init_from[0])
         bad("--prompt", "needs a tokenizer to encode it: pass --tokenizer FILE (the one that made -i's tokens)");
     gpt_config_finish(cfg);
 }
@@ -748,10 +749,11 @@ static int ranks_agree(const Dist *dist, double value) {
 /* A resume from the checkpoint of step `step` continues one timeline: checkpoints of later steps
  * (latest rolled back by hand) move aside with their log records, and records that a stopped run
  * wrote after its last checkpoint leave the log, since this run writes them again. */
-static int leave_later_timeline(const char *run_dir, int step, int eval_again, int sample_again, char *err) {
+static int leave_later_timeline(const char *run_dir, int step, int damaged, int eval_again, int sample_again,
+                                char *err) {
     char moved_to[FGPT_PATH_LEN], moved_log[FGPT_PATH_LEN];
     int resumable = 0;
-    int moved = checkpoint_set_aside_after(run_dir, step, moved_to, sizeof moved_to, &resumable, err);
+    int moved = checkpoint_set_aside_after(run_dir, step, damaged, moved_to, sizeof moved_to, &resumable, err);
     if (moved < 0) return -1;
     if (moved && path_format(moved_log, "%s/log.jsonl", moved_to) != 0) {
         snprintf(err, ERR_LEN, "run directory %s is too long a path (pass a shorter -o)", run_dir);
@@ -766,7 +768,7 @@ static int leave_later_timeline(const char *run_dir, int step, int eval_again, i
                "record(s) after that step to %s (-o %s -y 1 resumes them; remove it when it is not needed)\n",
                run_dir, moved, step, records, moved_to, moved_to);
     else if (moved)
-        printf("note: %s held %d checkpoint(s) after step %d, where this run resumes, none of them complete; moved "
+        printf("note: %s held %d checkpoint(s) after step %d, where this run resumes, none of which loads whole; moved "
                "them and %d log record(s) after that step to %s (remove it when it is not needed)\n",
                run_dir, moved, step, records, moved_to);
     else if (records > again) /* those at the step itself (its eval, its sample) come again as they were */
@@ -1004,7 +1006,7 @@ static int claim_run_dir(Run *r) {
             if (newest > checkpoint_dir_step(name))
                 snprintf(skipped, sizeof skipped, " (step_%08d, newer, is incomplete or damaged)", newest);
             printf("note: %s/latest is missing (a crash or a full disk while it was written); resuming from the "
-                   "newest complete checkpoint, %s%s\n", opt->out, name, skipped);
+                   "newest checkpoint that loads whole, from %s down%s\n", opt->out, name, skipped);
         }
     }
     char lock[FGPT_PATH_LEN];
@@ -1185,6 +1187,14 @@ static int resolve_data(Run *r) {
     if (r->tok_path[0] && load_tokenizer(r, from) != RUN_ON) return 1;
     if (!r->train_path[0] && use_default_corpus(r, beside) != RUN_ON) return 1;
     if (!r->tok) r->tok_path = "";
+    if (opt->prompt[0] && !r->tok) {
+        print_error("--prompt needs a tokenizer to encode it, and %s brings none: pass --tokenizer FILE (the one that "
+                    "made -i's tokens)", opt->init_from[0] ? opt->init_from : opt->out);
+        return 1;
+    }
+    if (opt->prompt[0] && (!opt->sample_every || opt->sample_every > opt->steps) && r->dist.rank == 0)
+        printf("note: --prompt is for samples during training, and -s %d takes none in this run (sample a checkpoint "
+               "with ./train sample --prompt)\n", opt->sample_every);
     if (opt->train_data[0] && !r->val_path[0] && opt->val_every > 0) /* -i without -j: nothing to validate on */
         printf("validation: off (no -j/--val-data shard beside -i); --val-every has nothing to evaluate\n");
     if (r->val_path[0] && opt->val_every == 0 && opt->val_data[0])
@@ -1192,9 +1202,17 @@ static int resolve_data(Run *r) {
     repeated_flags_note(&opt->repeated, stdout);
     if (opt->logits_mb != OUTPUT_FUSED_DEFAULT_BUDGET_MIB && strcmp(opt->output, "fused"))
         printf("output layer: --logits-mb sizes the fused layer's chunks; --output %s does not use it\n", opt->output);
-    if (opt->warmup >= opt->steps)
-        printf("schedule: --warmup %d is not below -x %d: the learning rate never reaches -l %g\n", opt->warmup,
-               opt->steps, opt->lr);
+    /* the cosine decay runs from the step after the warmup (at -l) to the last (at --lr-final), so it
+     * needs two steps; with fewer, the last step runs at -l or, in a warmup longer than the run, below
+     * (a one-step run without warmup, a smoke test, runs at -l unremarked) */
+    if (opt->warmup > opt->steps)
+        printf("schedule: --warmup %d is longer than -x %d: the learning rate climbs to %g of -l %g and never decays "
+               "to --lr-final\n", opt->warmup, opt->steps, (double)lr_at_step(opt->steps - 1, opt->steps, opt->warmup,
+               opt->lr, opt->lr_final), (double)opt->lr);
+    else if (opt->warmup > 0 && opt->steps - opt->warmup <= 1 && opt->lr_final != opt->lr)
+        printf("schedule: --warmup %d leaves %s of -x %d after it: the last step runs at -l %g, not --lr-final %g "
+               "(the decay needs two steps)\n", opt->warmup, opt->steps == opt->warmup ? "no step" : "one step",
+               opt->steps, (double)opt->lr, (double)opt->lr_final);
     if (!r->tok && r->dist.rank == 0 && !from)
         printf("note: no --tokenizer: checkpoints will carry no tokenizer.json\n");
     if (r->tok && opt->tokenizer[0] && opt->init_from[0] && r->dist.rank == 0) note_other_than_init_from(r);
@@ -1426,6 +1444,9 @@ static int resume(Run *r) {
                     dist->rank, st.step, opt->out);
         return 1;
     }
+    if (st.passed_over_step >= 0 && dist->rank == 0)
+        printf("note: step_%08d, the newest checkpoint, does not load (%s); this run resumes from step %d, the newest "
+               "that does\n", st.passed_over_step, st.passed_over_why, st.step);
     if (st.B != r->B || st.T != r->T || st.total_batch != opt->total_batch || st.seed != opt->seed) {
         fprintf(stderr,
                 "error: checkpoint in %s was trained with -b %d -t %d -d %d --seed %llu; resume with the same "
@@ -1479,7 +1500,7 @@ static int resume(Run *r) {
     /* the records of step start_step that the loop writes again */
     const int eval_again = r->have_val && opt->val_every && r->start_step % opt->val_every == 0;
     const int sample_again = opt->sample_every && r->start_step % opt->sample_every == 0;
-    if (dist->rank == 0 && leave_later_timeline(opt->out, r->start_step, eval_again, sample_again, err) != 0)
+    if (dist->rank == 0 && leave_later_timeline(opt->out, r->start_step, st.passed_over_step, eval_again, sample_again, err) != 0)
         return fail_write(r, err);
     if (dist->rank == 0 && checkpoint_clear_leftovers(opt->out, err) != 0) return fail(err);
     if (opt->init_from[0])

@@ -313,13 +313,26 @@ TEST(a_resume_without_latest_names_the_damaged_newer_checkpoint_it_passes_over) 
                               "rm %s/dm/latest && truncate -s 1000 %s/dm/step_00000004/state.bin",
                               "-x 6 -n 2 --val-every 0", &out);
     REQUIRE(rc >= 0, "setting up");
-    CHECK(rc == 0 && strstr(out, "resuming from the newest complete checkpoint, step_00000002 (step_00000004, newer, "
-                                 "is incomplete or damaged)") &&
-              strstr(out, "none of them complete") && !strstr(out, "resumes them") && strstr(out, "step     6/6"),
+    CHECK(rc == 0 && strstr(out, "resuming from the newest checkpoint that loads whole, from step_00000002 down "
+                                 "(step_00000004, newer, is incomplete or damaged)") &&
+              strstr(out, "none of which loads whole") && !strstr(out, "resumes them") && strstr(out, "step     6/6"),
           "exit %d: %s", rc, out);
     free(out);
     CHECK(!exists("%s/%s", d, "dm/earlier_run_1/latest"), "a latest was written beside only damaged checkpoints");
     CHECK(exists("%s/%s", d, "dm/earlier_run_1/step_00000004"), "the damaged checkpoint was not set aside");
+    /* whole in size but changed on disk: only its checksum tells, when it is loaded */
+    rc = run_alter_resume("dc", "-x 4 -n 2 --val-every 0",
+                          "rm %s/dc/latest && printf XXXX | dd of=%s/dc/step_00000004/state.bin bs=1 seek=2000 "
+                          "conv=notrunc 2>/dev/null",
+                          "-x 6 -n 2 --val-every 0", &out);
+    REQUIRE(rc >= 0, "setting up");
+    CHECK(rc == 0 && strstr(out, "from step_00000004 down") &&
+              strstr(out, "note: step_00000004, the newest checkpoint, does not load (") && strstr(out, "checksum") &&
+              strstr(out, "this run resumes from step 2, the newest that does") &&
+              strstr(out, "none of which loads whole") && !strstr(out, "resumes them") && strstr(out, "step     6/6"),
+          "exit %d: %s", rc, out);
+    free(out);
+    CHECK(!exists("%s/%s", d, "dc/earlier_run_1/latest"), "a latest named the damaged checkpoint");
 }
 
 TEST(a_rolled_back_resume_sets_aside_a_latest_naming_the_newest_whole_checkpoint) {

@@ -743,7 +743,7 @@ TEST(inputs_that_would_be_silently_useless_are_refused_or_named) {
     expect_run(0, "note: given more than once, the last value is used: -b/--batch, -x/--steps\n", "step     2/2",
                TINY_RUN " -x 1 -b 2 -x 9 -b 4 -x 2 -i %s -o %s/twice", train, d);
     /* notes, not errors: no validation shard for --val-every; a warmup the run never finishes */
-    expect_run(0, "validation: off (no -j/--val-data", "--warmup 10 is not below -x 2",
+    expect_run(0, "validation: off (no -j/--val-data", "--warmup 10 is longer than -x 2",
                "--device cpu -e tiny -v 64 -b 4 -t 32 -s 0 -x 2 --warmup 10 --val-every 1 -i %s -o %s/r", train, d);
 }
 
@@ -836,6 +836,18 @@ TEST(samples_that_cannot_hold_the_prompt_or_the_asked_tokens_say_so) {
     expect_run(0, "samples generate 15 tokens, not -G 64", NULL,
                "--device cpu -e tiny -v 257 -b 4 -t 16 -x 2 -s 1 --val-every 0 --tokenizer %s -i %s -o %s/t",
                tok_path, train, d);
+    /* a resume encodes --prompt with its checkpoint's tokenizer */
+    expect_run(0, "(the resumed checkpoint's)", "step     3/3",
+               "--device cpu -e tiny -v 257 -b 4 -t 16 -x 3 -s 1 -G 4 --val-every 0 -y 1 --prompt hello -i %s -o %s/t",
+               train, d);
+    /* a prompt no sample of the run uses is named */
+    expect_run(0, "note: --prompt is for samples during training, and -s 0 takes none in this run", NULL,
+               "--device cpu -e tiny -v 257 -b 4 -t 16 -x 1 -s 0 --val-every 0 --tokenizer %s --prompt hi -i %s -o %s/u",
+               tok_path, train, d);
+    /* a resumed run without a tokenizer cannot encode one */
+    expect_run(0, "step     1/1", NULL, TINY_RUN " -x 1 --val-every 0 -i %s -o %s/v", train, d);
+    expect_run(1, "--prompt needs a tokenizer to encode it, and", "brings none: pass --tokenizer FILE",
+               TINY_RUN " -x 2 -s 1 --val-every 0 -y 1 --prompt hi -i %s -o %s/v", train, d);
 }
 
 TEST(a_shard_token_no_vocabulary_flag_can_fix_gets_no_such_hint) {
@@ -1220,6 +1232,21 @@ static void schedule_note(char *buf, size_t n, const char *changes, int step, fl
              changes, step, before, after);
 }
 
+TEST(a_schedule_too_short_to_decay_says_where_its_last_step_runs) {
+    char train[700], val[700], args[2400], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    /* TINY_RUN: -l 3e-3 --warmup 5 --lr-final 3e-4; the last of 2 steps runs at 2/5 of -l */
+    expect_run(0, "schedule: --warmup 5 is longer than -x 2: the learning rate climbs to 0.0012 of -l 0.003", "lr 1.200e-03",
+               TINY_RUN " -x 2 --val-every 0 -i %s -o %s/a", train, d);
+    expect_run(0, "schedule: --warmup 2 leaves one step of -x 3 after it: the last step runs at -l 0.003, not --lr-final 0.0003",
+               "step     3/3 | loss", TINY_RUN " -x 3 --warmup 2 --val-every 0 -i %s -o %s/b", train, d);
+    snprintf(args, sizeof args, TINY_RUN " -x 3 --warmup 1 --val-every 0 -i %s -o %s/c", train, d);
+    REQUIRE(run_train(args, &out) == 0, "%s", out);
+    CHECK(!strstr(out, "schedule:") && strstr(out, "lr 3.000e-04"), "a schedule that decays: %s", out);
+    free(out);
+}
+
 TEST(a_resume_with_another_schedule_says_what_changed) {
     char train[700], val[700], want[400];
     make_corpus(train, val, sizeof train);
@@ -1486,6 +1513,19 @@ TEST(vocab_parallel_is_refused_with_one_line_wherever_it_cannot_run) {
      * is the checkpoint's to say, whatever --family says */
     expect_run(2, "--untied-head is --init-from's config.json's to say", NULL,
                TINY_RUN " --untied-head --init-from %s/nowhere -x 1 -i %s -o %s/vp", d, train, d);
+}
+
+TEST(a_resume_whose_head_tying_differs_from_its_checkpoints_names_the_flag) {
+    char train[700], val[700], args[2400], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    expect_run(0, "step     2/2", NULL, TINY_RUN " " UNTIED_LLAMA " -x 2 -n 2 --val-every 0 -i %s -o %s/u", train, d);
+    snprintf(args, sizeof args, TINY_RUN " --family llama --kv-heads 1 --ffn-dim 192 -x 3 --val-every 0 -y 1 -i %s -o %s/u",
+             train, d);
+    const int rc = run_train(args, &out);
+    CHECK(rc != 0 && out && strstr(out, "has an untied output head but this run's is tied (pass --untied-head"),
+          "resumed tied: (%d) %s", rc, out ? out : "");
+    free(out);
 }
 
 TEST(vocab_parallel_on_a_tied_or_untied_head_over_two_gpus_passes_every_check_before_the_gpus) {

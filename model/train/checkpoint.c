@@ -707,8 +707,8 @@ static int newest_whole_checkpoint(const char *run_dir, int below, char *name, s
     return -1;
 }
 
-int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, size_t size, int *resumable,
-                               char *err) {
+int checkpoint_set_aside_after(const char *run_dir, int step, int damaged, char *moved_to, size_t size,
+                               int *resumable, char *err) {
     char dest[FGPT_PATH_LEN], latest[FGPT_PATH_LEN], name[64];
     *resumable = 0;
     int moved = move_aside(run_dir, is_checkpoint_after, step, dest, err);
@@ -716,7 +716,9 @@ int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, si
     snprintf(moved_to, size, "%s", dest);
     /* the set-aside future resumes from its newest whole checkpoint, as an earlier run does; a
      * latest naming a damaged one would only fail there */
-    if (newest_whole_checkpoint(dest, INT_MAX, name, sizeof name) < 0) return moved;
+    int newest = newest_whole_checkpoint(dest, INT_MAX, name, sizeof name);
+    if (newest >= 0 && newest == damaged) newest = newest_whole_checkpoint(dest, newest, name, sizeof name);
+    if (newest < 0) return moved;
     FILE *f = path_format(latest, "%s/latest", dest) == 0 ? fopen(latest, "w") : NULL;
     const int written = f && fprintf(f, "%s\n", name) >= 0;
     if (!f || !close_synced(f) || !written || !sync_dir(dest)) {
@@ -866,6 +868,12 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
                  (double)ours.logit_softcap, (double)h.family.logit_softcap);
         goto disagrees;
     }
+    if (h.family.untied_head != ours.untied_head) {
+        snprintf(err, ERR_LEN, "checkpoint %s has %s output head but this run's is %s (%s, or the --init-from it started "
+                 "from; or start a new run with another -o)", path, h.family.untied_head ? "an untied" : "a tied",
+                 ours.untied_head ? "untied" : "tied", h.family.untied_head ? "pass --untied-head" : "leave out --untied-head");
+        goto disagrees;
+    }
     if (memcmp(&ours, &h.family, sizeof ours) != 0) { /* what no shape flag sets: config.json's switches */
         snprintf(err, ERR_LEN, "checkpoint %s has other norm, RoPE, bias, head-tying or sliding-window settings than "
                  "this run's model (pass the --init-from or --family it started with, or start a new run with another -o)", path);
@@ -930,11 +938,22 @@ int checkpoint_load_latest(const char *run_dir, const ParamTable *t, float *para
                            TrainState *st, char *err) {
     char name[256], first_err[ERR_LEN] = "";
     int found = checkpoint_latest_name(run_dir, name, sizeof name, err);
+    st->passed_over_step = -1;
+    st->passed_over_why[0] = 0;
     if (found <= 0) return found < 0 ? -1 : load_checkpoint(run_dir, name, t, params, m, v, st, err);
     /* latest is missing: the newest checkpoint that loads whole; when none does, the newest one's error */
-    int step = checkpoint_dir_step(name);
-    for (; step >= 0; step = newest_whole_checkpoint(run_dir, step, name, sizeof name))
-        if (load_checkpoint(run_dir, name, t, params, m, v, st, first_err[0] ? err : first_err) == 0) return 0;
+    const int newest = checkpoint_dir_step(name);
+    for (int step = newest; step >= 0; step = newest_whole_checkpoint(run_dir, step, name, sizeof name))
+        if (load_checkpoint(run_dir, name, t, params, m, v, st, first_err[0] ? err : first_err) == 0) {
+            if (step != newest) {
+                st->passed_over_step = newest;
+                snprintf(st->passed_over_why, sizeof st->passed_over_why, "%s", first_err);
+            } else {
+                st->passed_over_step = -1;
+                st->passed_over_why[0] = 0;
+            }
+            return 0;
+        }
     snprintf(err, ERR_LEN, "%s", first_err);
     return -1;
 }

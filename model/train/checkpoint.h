@@ -45,6 +45,10 @@ typedef struct {
     float lr, lr_final;             /* with another one says what changed */
     TrainSettings settings;
     uint64_t checksum; /* set by checkpoint_load_latest: the state file's, which ranks compare */
+    /* set by checkpoint_load_latest without latest: the newest checkpoint, when it did not load and an
+     * older one did (-1: none passed over), and why */
+    int passed_over_step;
+    char passed_over_why[ERR_LEN];
 } TrainState;
 
 /* Host copies of the fp32 weights and AdamW moments in table layout: what checkpoint_save writes
@@ -99,10 +103,11 @@ int checkpoint_set_aside_run(const char *run_dir, char *moved_to, size_t size, c
  * moves the checkpoints of later steps, a future this run abandons, into <run_dir>/earlier_run_N
  * with a latest naming the newest whole one, so that they are neither pruned in place of this run's
  * checkpoints nor mixed into its timeline, and `-o <run_dir>/earlier_run_N -y 1` still resumes them
- * (*resumable 1; 0 when none of them is whole, and no latest is written). How many were moved (0:
- * none, no directory made), with that directory in moved_to, or -1 with a message in err. */
-int checkpoint_set_aside_after(const char *run_dir, int step, char *moved_to, size_t size, int *resumable,
-                               char *err);
+ * (*resumable 1; 0 when none of them is whole, and no latest is written). `damaged`: a step known
+ * not to load (its checksum failed), never named there (-1: none). How many were moved (0: none, no
+ * directory made), with that directory in moved_to, or -1 with a message in err. */
+int checkpoint_set_aside_after(const char *run_dir, int step, int damaged, char *moved_to, size_t size,
+                               int *resumable, char *err);
 
 /* The newest step_NNNNNNNN directory in run_dir, whole or not: its step, or -1 when there is none. */
 int checkpoint_newest_step(const char *run_dir);
