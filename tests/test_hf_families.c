@@ -488,6 +488,13 @@ TEST(a_family_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
     REQUIRE(hf_read_config(test_tmpdir(), &cfg, err) == 0, "%s", err);
     CHECK(cfg.rope.theta == 1e6 && cfg.has_pad_token && cfg.pad_token_id == 7, "theta %g, pad %d %d", cfg.rope.theta,
           cfg.has_pad_token, cfg.pad_token_id);
+    /* nn.Embedding counts a negative padding_idx from the end (converted LLaMA configs carry -1) */
+    write_config(test_tmpdir(), &QWEN3, ", \"pad_token_id\": -1");
+    REQUIRE(hf_read_config(test_tmpdir(), &cfg, err) == 0, "%s", err);
+    CHECK(cfg.has_pad_token && cfg.pad_token_id == QWEN3.V - 1, "pad -1: %d %d", cfg.has_pad_token, cfg.pad_token_id);
+    write_config(test_tmpdir(), &QWEN3, ", \"pad_token_id\": -301");
+    CHECK(hf_read_config(test_tmpdir(), &cfg, err) != 0 && strstr(err, "pad_token_id is not a token id"), "pad -301: %s",
+          err);
     /* left out, a field takes its config class's default: Qwen3's head_dim is 128, Llama's is C / NH */
     TinyModel no_head_dim = QWEN3;
     no_head_dim.hd = 0;

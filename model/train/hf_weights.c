@@ -297,14 +297,17 @@ static int read_rope(const JsonValue *root, const char *path, RopeParams *rope, 
 
 /* pad_token_id, the embedding's padding_idx (its row starts at zero and its lookups give it no
  * gradient), as the family's embedding takes it: absent, the config class's default (Gemma's 0;
- * Llama's and Qwen's None), null none. */
-static int read_pad_token(const JsonValue *root, const char *path, ModelFamily family, GPTConfig *cfg, char *err) {
+ * Llama's and Qwen's None), null none, and a negative one counts from the end of the V rows, as
+ * nn.Embedding counts it (converted LLaMA checkpoints carry -1). */
+static int read_pad_token(const JsonValue *root, const char *path, ModelFamily family, long long V, GPTConfig *cfg,
+                          char *err) {
     const JsonValue *v = json_get(root, "pad_token_id");
     long long pad = 0;
-    if (v && v->type != JSON_NULL && !json_int(v, 0, 1 << 30, &pad)) {
-        snprintf(err, ERR_LEN, "%s: pad_token_id is not a token id (an integer from 0, or null)", path);
+    if (v && v->type != JSON_NULL && !json_int(v, -V, 1 << 30, &pad)) {
+        snprintf(err, ERR_LEN, "%s: pad_token_id is not a token id (an integer from -vocab_size, or null)", path);
         return -1;
     }
+    if (pad < 0) pad += V;
     cfg->has_pad_token = v ? v->type != JSON_NULL : family == FAMILY_GEMMA3;
     cfg->pad_token_id = cfg->has_pad_token ? (int)pad : 0;
     return 0;
@@ -365,7 +368,7 @@ static int read_rope_family_config(const JsonValue *root, const char *path, Mode
         return -1;
     }
     gpt_family_defaults(cfg, family);
-    if (read_rope(root, path, &cfg->rope, err) != 0 || read_pad_token(root, path, family, cfg, err) != 0) return -1;
+    if (read_rope(root, path, &cfg->rope, err) != 0 || read_pad_token(root, path, family, V, cfg, err) != 0) return -1;
     cfg->num_layers = (int)L;
     cfg->num_heads = (int)NH;
     cfg->dim = (int)C;
@@ -494,7 +497,7 @@ static int read_gemma3_config(const JsonValue *root, const char *path, GPTConfig
     if (err[0]) return -1;
     gpt_family_defaults(cfg, FAMILY_GEMMA3);
     if (read_gemma3_rope(root, path, &cfg->rope, &cfg->rope_local_theta, err) != 0 ||
-        read_pad_token(root, path, FAMILY_GEMMA3, cfg, err) != 0 ||
+        read_pad_token(root, path, FAMILY_GEMMA3, V, cfg, err) != 0 ||
         read_gemma3_layers(root, path, L, cfg, err) != 0)
         return -1;
     cfg->num_layers = (int)L;
