@@ -597,6 +597,27 @@ TEST(hf_tokenizer_nfc_normalizer_refuses_text_it_would_rewrite) {
     const char *decomposed = "cafe\xcc\x81!"; /* e + U+0301: NFC makes it é */
     CHECK(tokenizer_check_text(t, decomposed, strlen(decomposed), err) != 0 && strstr(err, "U+0301 at byte 4"),
           "decomposed text: %s", err);
+    /* combining marks in text already NFC pass: Hindi's virama and vowel signs, Thai, Arabic's
+     * harakat, Hebrew's points in canonical order, a mark NFC leaves after its composite */
+    const char *marked[] = {"\u0928\u092e\u0938\u094d\u0924\u0947 \u0926\u0941\u0928\u093f\u092f\u093e",
+                            "\u0e20\u0e32\u0e29\u0e32\u0e44\u0e17\u0e22 \u0e01\u0e34\u0e19",
+                            "\u0645\u064e\u0631\u0652\u062d\u064e\u0628\u064b\u0627",
+                            "\u05e9\u05b8\u05c1\u05dc\u05d5\u05b9\u05dd", "\u1eb9\u0301"};
+    for (int k = 0; k < 5; k++)
+        CHECK(tokenizer_check_text(t, marked[k], strlen(marked[k]), err) == 0, "NFC text %d refused: %s", k, err);
+    /* and text NFC rewrites is refused, naming where: a mark out of canonical order after a
+     * composite (é then a dot below: NFC gives ẹ then the acute), Hangul jamo that compose, a
+     * composite that composes backwards once decomposed (Tulu-Tigalari), Hebrew points out of order */
+    const struct {
+        const char *text, *msg;
+    } rewritten[] = {{"x\u00e9\u0323", "U+0323 at byte 3"},
+                     {"\u1100\u1161", "U+1161 at byte 3"},
+                     {"\U000113c2\U000113c5", "U+113C2 at byte 0"},
+                     {"\u05e9\u05c1\u05b8", "U+05C1 at byte 2"}};
+    for (int k = 0; k < 4; k++)
+        CHECK(tokenizer_check_text(t, rewritten[k].text, strlen(rewritten[k].text), err) != 0 &&
+                  strstr(err, rewritten[k].msg),
+              "text %d NFC rewrites: %s", k, err);
     tokenizer_free(t);
     t = tokenizer_load("tests/fixtures/hf_llama3_style.json", err);
     REQUIRE(t, "%s", err);

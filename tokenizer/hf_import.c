@@ -169,8 +169,8 @@ static int pre_tokenizer_split(const JsonValue *pt, const char *path, char *err)
 }
 
 /* Everything of a byte-level file besides the model: refused where it would change the ids. NFC
- * (Qwen 2's normalizer) is kept in *nfc: it leaves text alone that holds none of the code points
- * of tokenizer/nfc_table.c, and tokenizer_check_text refuses text that does. */
+ * (Qwen 2's normalizer) is kept in *nfc: tokenizer_check_text refuses text it would rewrite (nfc.c),
+ * and every other text is its own NFC. */
 static int check_byte_level_pipeline(const JsonValue *root, const char *path, int *nfc, char *err) {
     const JsonValue *norm = json_get(root, "normalizer");
     if (norm && norm->type != JSON_NULL) {

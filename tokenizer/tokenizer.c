@@ -7,7 +7,7 @@
 
 #include "common/err.h"
 #include "common/hash.h"
-#include "tokenizer/nfc_table.h"
+#include "tokenizer/nfc.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/tokenizer_internal.h"
 
@@ -210,23 +210,17 @@ size_t tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char 
 
 int tokenizer_check_text(const Tokenizer *t, const char *text, size_t len, char *err) {
     if (!t->nfc) return 0;
-    const uint8_t *s = (const uint8_t *)text;
-    for (size_t i = 0; i < len;) {
-        uint8_t b = s[i];
-        if (b < 0xcc) { /* ASCII, continuation bytes and code points below U+0300: never rewritten */
-            i++;
-            continue;
-        }
-        size_t need = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : 2;
-        if (i + need > len) break;
-        uint32_t cp = b & (need == 2 ? 0x1fu : need == 3 ? 0x0fu : 0x07u);
-        for (size_t k = 1; k < need; k++) cp = cp << 6 | (s[i + k] & 0x3fu);
-        if (nfc_may_change(cp)) {
-            tok_error(err, "the text holds U+%04X at byte %zu, which this tokenizer's NFC normalizer may rewrite; "
-                      "normalize the text to NFC first (e.g. uconv -x any-nfc)", cp, i);
-            return -1;
-        }
-        i += need;
+    uint32_t cp = 0;
+    size_t at = 0;
+    const int normal = nfc_is_normal((const uint8_t *)text, len, &cp, &at);
+    if (normal < 0) {
+        tok_error(err, "out of memory checking the text against this tokenizer's NFC normalizer");
+        return -1;
+    }
+    if (!normal) {
+        tok_error(err, "the text holds U+%04X at byte %zu, where NFC (this tokenizer's normalizer) rewrites it; "
+                  "normalize the text to NFC first (e.g. uconv -x any-nfc)", cp, at);
+        return -1;
     }
     return 0;
 }
