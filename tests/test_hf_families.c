@@ -464,6 +464,10 @@ TEST(a_family_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
         /* numbers past a double's or a float's range would train as inf or as 0 (the default put in,
          * or the cap dropped) and write back a config.json that holds no JSON */
         {", \"rope_theta\": 1e400", "the number 1e400 is too large for a double"},
+        /* and below a float's, every angle NaN */
+        {", \"rope_theta\": 1e-50", "rope_theta is not a positive number that a float holds"},
+        {", \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 1e-40}",
+         "rope_scaling.factor is missing or not a positive number that a float holds"},
         {", \"rms_norm_eps\": 1e300", "rms_norm_eps is not a positive number that a float holds"},
         {", \"rms_norm_eps\": 1e-320", "rms_norm_eps is not a positive number that a float holds"},
         {", \"final_logit_softcapping\": 1e-320", "final_logit_softcapping is not a positive number"},
@@ -741,6 +745,14 @@ TEST(a_version_4_state_file_of_a_gpt2_run_still_loads) {
           "a llama run on a gpt2 checkpoint: %s", err);
     free(x);
     param_table_free(&lt);
+    /* its shape makes the family block before the checksum is read: a damaged one (dim -2^30) is corrupt */
+    FILE *f = fopen(path, "r+b");
+    const int32_t damaged = INT32_MIN / 2;
+    REQUIRE(f && fseek(f, 24, SEEK_SET) == 0 && fwrite(&damaged, sizeof damaged, 1, f) == 1 && fclose(f) == 0,
+            "damaging %s", path);
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &back, err) != 0 &&
+              strstr(err, "is not a fusedgpt state file (corrupt)"),
+          "a damaged version 4 header: %s", err);
     free(q);
     free(p);
     param_table_free(&t);

@@ -335,6 +335,22 @@ TEST(a_resume_without_latest_names_the_damaged_newer_checkpoint_it_passes_over) 
     CHECK(!exists("%s/%s", d, "dc/earlier_run_1/latest"), "a latest named the damaged checkpoint");
 }
 
+TEST(a_pipe_at_latest_or_at_a_state_file_is_named_not_waited_on) {
+    /* a FIFO blocks the open that reads it until a writer comes: the resume would hang */
+    char *out;
+    int rc = run_alter_resume("fl", "-x 2 -n 2 --val-every 0", "rm %s/fl/latest && mkfifo %s/fl/latest",
+                              "-x 3 -n 2 --val-every 0", &out);
+    REQUIRE(rc >= 0, "setting up");
+    CHECK(rc != 0 && out && strstr(out, "fl/latest is a pipe"), "a pipe at latest: exit %d: %s", rc, out);
+    free(out);
+    rc = run_alter_resume("fs", "-x 2 -n 2 --val-every 0",
+                          "rm %s/fs/step_00000002/state.bin && mkfifo %s/fs/step_00000002/state.bin",
+                          "-x 3 -n 2 --val-every 0", &out);
+    REQUIRE(rc >= 0, "setting up");
+    CHECK(rc != 0 && out && strstr(out, "state.bin is a pipe"), "a pipe at state.bin: exit %d: %s", rc, out);
+    free(out);
+}
+
 TEST(a_rolled_back_resume_sets_aside_a_latest_naming_the_newest_whole_checkpoint) {
     /* checkpoints at 2, 4 and 6, step 6's state file cut short, latest rolled back to step 2 by hand:
      * 4 and 6 move aside, and their latest names step 4, which -y 1 can resume */

@@ -226,6 +226,10 @@ static int read_header(FILE *f, DiskHeader *d) {
         return 0;
     }
     if (v4.version != STATE_VERSION_V4) return -2;
+    /* its family block is derived from the shape, before the checksum is read: a damaged one is corrupt */
+    if (v4.num_layers < 1 || v4.num_layers > GPT_MAX_LAYERS || v4.num_heads < 1 || v4.dim < v4.num_heads ||
+        v4.dim > GPT_MAX_WIDTH)
+        return -1;
     memcpy(&d->h, &v4, offsetof(StateHeaderV4, checksum)); /* the fields both versions share */
     GPTConfig gpt2 = {.num_layers = v4.num_layers, .num_heads = v4.num_heads, .dim = v4.dim};
     gpt_config_finish(&gpt2);
@@ -681,8 +685,9 @@ static int newest_checkpoint(const char *dir, int below) {
 /* Opens a state file (mode "rb" or "r+b") whose header is of a version read here and whose size is
  * the one its header gives, with that header in d; NULL when it is not such a file. */
 static FILE *open_whole_state(const char *path, const char *mode, DiskHeader *d) {
-    FILE *f = fopen(path, mode);
     struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return NULL; /* a FIFO would block the open */
+    FILE *f = fopen(path, mode);
     if (f && read_header(f, d) == 0 && fstat(fileno(f), &sb) == 0 &&
         (uint64_t)sb.st_size == d->size + 3 * d->h.total_params * sizeof(float))
         return f;
@@ -772,8 +777,12 @@ static void model_shape_mismatch(char *err, const char *path, const StateHeader 
 }
 
 int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *err) {
-    char latest[FGPT_PATH_LEN];
-    FILE *lf = path_format(latest, "%s/latest", run_dir) == 0 ? fopen(latest, "r") : NULL;
+    char latest[FGPT_PATH_LEN], why[ERR_LEN] = "";
+    FILE *lf = path_format(latest, "%s/latest", run_dir) == 0 ? open_regular(latest, why) : NULL;
+    if (!lf && why[0]) { /* a FIFO, a device: named, never waited on */
+        snprintf(err, ERR_LEN, "%s", why);
+        return -1;
+    }
     if (!lf) {
         const int e = errno, missing = e == ENOENT; /* the search below opens files of its own */
         struct stat ds, ls;
@@ -811,19 +820,21 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
 /* Loads checkpoint <run_dir>/<name> (see checkpoint_load_latest). */
 static int load_checkpoint(const char *run_dir, const char *name, const ParamTable *t, float *params, float *m,
                            float *v, TrainState *st, char *err) {
-    char path[FGPT_PATH_LEN];
-    FILE *f = path_format(path, "%s/%s/state.bin", run_dir, name) == 0 ? fopen(path, "rb") : NULL;
+    char path[FGPT_PATH_LEN], why[ERR_LEN] = "";
+    FILE *f = path_format(path, "%s/%s/state.bin", run_dir, name) == 0 ? open_regular(path, why) : NULL;
+    if (!f && errno == EISDIR) {
+        snprintf(err, ERR_LEN, "%s is a folder, not a state file; %s", path, OLDER_CHECKPOINT_HINT);
+        return -1;
+    }
+    if (!f && why[0]) {
+        snprintf(err, ERR_LEN, "%s; %s", why, OLDER_CHECKPOINT_HINT);
+        return -1;
+    }
     if (!f) {
         const int e = errno;
         snprintf(err, ERR_LEN, "cannot open %s: %s (%s); %s", path, strerror(e),
                  e == EACCES || e == EPERM ? "not readable: fix its permissions" : "checkpoint incomplete?",
                  OLDER_CHECKPOINT_HINT);
-        return -1;
-    }
-    struct stat sb;
-    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        snprintf(err, ERR_LEN, "%s is a folder, not a state file; %s", path, OLDER_CHECKPOINT_HINT);
-        fclose(f);
         return -1;
     }
     DiskHeader d;

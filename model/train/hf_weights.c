@@ -3,6 +3,7 @@
 #include "model/train/hf_weights.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -200,18 +201,19 @@ static int read_gpt2_config(const JsonValue *root, const char *path, GPTConfig *
     return -1;
 }
 
-/* A config number the model keeps as a float: positive, and neither 0 nor inf once a float. */
+/* A config number the model keeps as a float: positive, and a normal float (neither 0, subnormal nor
+ * inf once a float: a RoPE factor of 1e-40 would make 1/factor inf, and every angle NaN). */
 static int positive_float(const JsonValue *v) {
-    return v && v->type == JSON_NUMBER && v->number > 0 && (float)v->number > 0.0f && isfinite((float)v->number);
+    return v && v->type == JSON_NUMBER && v->number > 0 && (float)v->number >= FLT_MIN && isfinite((float)v->number);
 }
 
 /* A positive number of a rope_scaling object; -1 with a message when it is missing. */
 static int rope_number(const JsonValue *rope, const char *field, const char *key, const char *path, double *out,
                        char *err) {
     const JsonValue *v = json_get(rope, key);
-    if (!v || v->type != JSON_NUMBER || !(v->number > 0)) {
-        snprintf(err, ERR_LEN, "%s: %s.%s is missing or not a positive number (transformers needs it for this rope_type)",
-                 path, field, key);
+    if (!positive_float(v)) { /* 1e-40 would be 0 in the kernels' floats, and every angle NaN */
+        snprintf(err, ERR_LEN, "%s: %s.%s is missing or not a positive number that a float holds (transformers needs "
+                 "it for this rope_type)", path, field, key);
         return -1;
     }
     *out = v->number;
@@ -255,8 +257,8 @@ static int read_theta(const JsonValue *r, const JsonValue *root, const char *key
     const JsonValue *v = inner ? inner : outer;
     *theta = dflt;
     if (!v) return 0;
-    if (v->type != JSON_NUMBER || !(v->number > 0)) {
-        snprintf(err, ERR_LEN, "%s: %s is not a positive number", path, inner ? name : key);
+    if (!positive_float(v)) {
+        snprintf(err, ERR_LEN, "%s: %s is not a positive number that a float holds", path, inner ? name : key);
         return -1;
     }
     if (inner && outer && !(outer->type == JSON_NUMBER && outer->number == inner->number)) {
