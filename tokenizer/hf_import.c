@@ -22,6 +22,7 @@
 #include "common/json.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/tokenizer_internal.h"
+#include "tokenizer/utf8.h"
 
 /* The patterns we split by hand (pretokenize.c), as tokenizer.json files spell them. */
 static const struct {
@@ -49,32 +50,12 @@ void byte_level_alphabet(uint32_t cp_of_byte[256]) {
     }
 }
 
-/* Next code point of s[*i..n), or UINT32_MAX for a byte that is not valid UTF-8 (skipped). */
-static uint32_t next_cp(const uint8_t *s, size_t n, size_t *i) {
-    uint8_t b = s[*i];
-    size_t need = b < 0x80 ? 1 : b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
-    if (!need || *i + need > n) {
-        (*i)++;
-        return UINT32_MAX;
-    }
-    uint32_t cp = need == 1 ? b : need == 2 ? b & 0x1fu : need == 3 ? b & 0x0fu : b & 0x07u;
-    for (size_t k = 1; k < need; k++) {
-        if ((s[*i + k] & 0xc0) != 0x80) {
-            (*i)++;
-            return UINT32_MAX;
-        }
-        cp = cp << 6 | (s[*i + k] & 0x3fu);
-    }
-    *i += need;
-    return cp;
-}
-
 /* The bytes a token string stands for, into out (room for n bytes: never longer than the string);
  * returns their count. */
 static size_t token_string_bytes(const int16_t *byte_of_cp, const char *str, size_t n, uint8_t *out) {
     size_t i = 0, k = 0;
     while (i < n) {
-        uint32_t cp = next_cp((const uint8_t *)str, n, &i);
+        uint32_t cp = utf8_next((const uint8_t *)str, n, &i);
         if (cp >= 324 || byte_of_cp[cp] < 0) { /* outside the alphabet: the string's own bytes */
             memcpy(out, str, n);
             return n;

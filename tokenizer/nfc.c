@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "tokenizer/nfc_table.h"
+#include "tokenizer/utf8.h"
 
 /* Hangul syllables compose and decompose by arithmetic (UAX #15, 3.12 of the standard). */
 enum {
@@ -59,32 +60,6 @@ static uint32_t composite(uint32_t a, uint32_t b) {
         else return p[2];
     }
     return 0;
-}
-
-/* The code point at s[*i] (advancing *i past it), or UINT32_MAX for a byte that is not UTF-8 (one
- * byte skipped). */
-static uint32_t next_cp(const uint8_t *s, size_t len, size_t *i) {
-    const uint8_t b = s[*i];
-    const size_t need = b < 0x80 ? 1 : b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
-    if (!need || *i + need > len) {
-        (*i)++;
-        return UINT32_MAX;
-    }
-    uint32_t cp = need == 1 ? b : need == 2 ? b & 0x1fu : need == 3 ? b & 0x0fu : b & 0x07u;
-    for (size_t k = 1; k < need; k++) {
-        if ((s[*i + k] & 0xc0) != 0x80) {
-            (*i)++;
-            return UINT32_MAX;
-        }
-        cp = cp << 6 | (s[*i + k] & 0x3fu);
-    }
-    const int overlong = (need == 3 && cp < 0x800) || (need == 4 && (cp < 0x10000 || cp > 0x10ffff));
-    if (overlong || (cp >= 0xd800 && cp <= 0xdfff)) {
-        (*i)++;
-        return UINT32_MAX;
-    }
-    *i += need;
-    return cp;
 }
 
 typedef struct {
@@ -162,7 +137,7 @@ int nfc_is_normal(const uint8_t *s, size_t len, uint32_t *cp, size_t *at) {
             continue;
         }
         const size_t start = i;
-        const uint32_t c = next_cp(s, len, &i);
+        const uint32_t c = utf8_next(s, len, &i);
         if (c == UINT32_MAX || !nfc_may_change(c)) {
             untouched = c == UINT32_MAX ? i : start; /* a stretch never reaches back past a byte not UTF-8 */
             continue;
@@ -170,13 +145,13 @@ int nfc_is_normal(const uint8_t *s, size_t len, uint32_t *cp, size_t *at) {
         size_t end = i;
         while (end < len) {
             size_t e = end;
-            const uint32_t d = next_cp(s, len, &e);
+            const uint32_t d = utf8_next(s, len, &e);
             if (d == UINT32_MAX || !nfc_may_change(d)) break;
             end = e;
         }
         stretch.n = 0;
         for (size_t k = untouched; k < end && rc == 1;)
-            if (push(&stretch, next_cp(s, len, &k))) rc = -1;
+            if (push(&stretch, utf8_next(s, len, &k))) rc = -1;
         if (rc == 1 && normalize(stretch.v, stretch.n, &work, &normal) != 0) rc = -1;
         if (rc == 1 && (normal.n != stretch.n || memcmp(normal.v, stretch.v, stretch.n * sizeof *stretch.v) != 0)) {
             *cp = c;
