@@ -1500,7 +1500,8 @@ static int resume(Run *r) {
     /* the records of step start_step that the loop writes again */
     const int eval_again = r->have_val && opt->val_every && r->start_step % opt->val_every == 0;
     const int sample_again = opt->sample_every && r->start_step % opt->sample_every == 0;
-    if (dist->rank == 0 && leave_later_timeline(opt->out, r->start_step, st.passed_over_step, eval_again, sample_again, err) != 0)
+    if (dist->rank == 0 &&
+        leave_later_timeline(opt->out, r->start_step, st.passed_over_step, eval_again, sample_again, err) != 0)
         return fail_write(r, err);
     if (dist->rank == 0 && checkpoint_clear_leftovers(opt->out, err) != 0) return fail(err);
     if (opt->init_from[0])
