@@ -951,12 +951,7 @@ static int start_world(Run *r, char **argv) {
 static int read_init_from(Run *r) {
     const Options *opt = &r->opt;
     if (!opt->init_from[0] || opt->resume) return RUN_ON;
-    r->init_params = malloc(r->table.total * sizeof(float));
-    if (!r->init_params) {
-        print_error("out of host memory reading --init-from %s", opt->init_from);
-        return 1;
-    }
-    if (hf_read_weights(opt->init_from, &r->table, r->init_params, r->err) != 0) return fail(r->err);
+    if (!(r->init_params = hf_load_weights(opt->init_from, &r->table, r->err))) return fail(r->err);
     return RUN_ON;
 }
 

@@ -375,4 +375,29 @@ TEST(train_init_from_continues_from_the_exported_weights_and_refuses_other_shape
         CHECK(rc == 1 && out && strstr(out, cases[i].msg), "'%s': (%d) %s", cases[i].flags, rc, out);
         free(out);
     }
+    /* a config.json of a 2^30-token vocabulary beside these weights: the tensor that disagrees is named
+     * from the files' headers, before 512 GB would be asked for a model of the config's sizes */
+    char big[900], from[1000], to[1000];
+    snprintf(big, sizeof big, "%s/big_vocab", test_tmpdir());
+    REQUIRE(mkdir(big, 0755) == 0, "mkdir %s", big);
+    snprintf(from, sizeof from, "%s/model.safetensors", ck);
+    snprintf(to, sizeof to, "%s/model.safetensors", big);
+    REQUIRE(symlink(from, to) == 0, "link %s", to);
+    const char *edit[] = {"\"vocab_size\": 300", "\"vocab_size\": 1073741824"};
+    snprintf(from, sizeof from, "%s/config.json", ck);
+    snprintf(to, sizeof to, "%s/config.json", big);
+    REQUIRE(write_edited_copy(from, to, edit, 1) == 0, "config.json of %s", big);
+    const char *commands[] = {"-i %s --device cpu -b 2 -t 32 -x 1 --init-from %s -o %s/d",
+                              "eval -i %s --device cpu -t 32 --init-from %s", "sample --device cpu -G 2 --checkpoint %s"};
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (i < 2)
+            snprintf(args, sizeof args, commands[i], shard, big, test_tmpdir());
+        else
+            snprintf(args, sizeof args, commands[i], big);
+        int rc = run_train(args, &out);
+        CHECK(rc == 1 && out && strstr(out, "is [300, 128] but the model (config.json) needs [1073741824, 128]") &&
+                  !strstr(out, "memory"),
+              "%s: (%d) %s", args, rc, out);
+        free(out);
+    }
 }

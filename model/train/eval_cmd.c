@@ -251,16 +251,8 @@ static uint32_t *read_tokens(const char *path, int V, const char *dir, uint64_t 
  * is named as such, not as a tokenizer or a shard that does not fit it. NULL after the message. */
 static float *read_weights(const char *dir, const ParamTable *table) {
     char err[ERR_LEN];
-    float *params = malloc(table->total * sizeof(float));
-    if (!params) {
-        print_error("out of host memory for the model of %s", dir);
-        return NULL;
-    }
-    if (hf_read_weights(dir, table, params, err) != 0) {
-        print_error("%s", err);
-        free(params);
-        return NULL;
-    }
+    float *params = hf_load_weights(dir, table, err);
+    if (!params) print_error("%s", err);
     return params;
 }
 

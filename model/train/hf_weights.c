@@ -734,6 +734,19 @@ static void close_sources(Sources *s) {
     memset(s, 0, sizeof *s);
 }
 
+static int by_key(const void *a, const void *b) {
+    return strcmp((*(const JsonMember *const *)a)->key, (*(const JsonMember *const *)b)->key);
+}
+
+/* The weight_map entry of tensor name in sorted (n entries by key), or NULL. */
+static const JsonMember *map_entry(const JsonMember *const *sorted, size_t n, const char *name) {
+    const JsonMember key = {.key = (char *)name}, *k = &key;
+    const JsonMember *const *hit = bsearch(&k, sorted, n, sizeof *sorted, by_key);
+    return hit ? *hit : NULL;
+}
+
+/* The shards of index_path's weight_map, each holding exactly the tensors the map puts in it. The
+ * map is sorted once, so that a checkpoint of many tensors is checked in n log n. */
 static int open_sharded(const char *dir, const char *index_path, Sources *s, char *err) {
     if (!(s->index = read_json(index_path, err))) return -1;
     const JsonValue *map = json_get(s->index, "weight_map");
@@ -742,17 +755,30 @@ static int open_sharded(const char *dir, const char *index_path, Sources *s, cha
                  index_path);
         return -1;
     }
-    if (!(s->files = calloc(map->len, sizeof *s->files))) {
+    const JsonMember **sorted = malloc(map->len * sizeof *sorted);
+    unsigned char *held = calloc(map->len, 1);
+    if (!(s->files = calloc(map->len, sizeof *s->files)) || !sorted || !held) {
         snprintf(err, ERR_LEN, "out of memory reading %s", index_path);
+        free(sorted);
+        free(held);
         return -1;
     }
-    size_t listed = 0; /* tensors the shards hold, each checked against the map */
-    for (size_t i = 0; i < map->len; i++) {
+    for (size_t i = 0; i < map->len; i++) sorted[i] = &map->members[i];
+    qsort(sorted, map->len, sizeof *sorted, by_key);
+    int rc = 0;
+    for (size_t i = 1; rc == 0 && i < map->len; i++)
+        if (strcmp(sorted[i - 1]->key, sorted[i]->key) == 0) {
+            snprintf(err, ERR_LEN, "%s's weight_map lists tensor %s twice (re-save the checkpoint)", index_path,
+                     sorted[i]->key);
+            rc = -1;
+        }
+    for (size_t i = 0; rc == 0 && i < map->len; i++) {
         const char *file = json_string(&map->members[i].value);
         if (!file || !file[0] || strchr(file, '/') || strcmp(file, "..") == 0 || strcmp(file, ".") == 0) {
             snprintf(err, ERR_LEN, "%s: weight_map gives tensor %s no file name of this directory", index_path,
                      map->members[i].key);
-            return -1;
+            rc = -1;
+            break;
         }
         int known = 0;
         for (int j = 0; j < s->count && !known; j++) known = strcmp(strrchr(s->files[j].path, '/') + 1, file) == 0;
@@ -760,46 +786,34 @@ static int open_sharded(const char *dir, const char *index_path, Sources *s, cha
         char path[FGPT_PATH_LEN];
         if (path_format(path, "%s/%s", dir, file) != 0) {
             snprintf(err, ERR_LEN, "%.200s...: too long a path for shard %.100s", dir, file);
-            return -1;
+            rc = -1;
+            break;
         }
         StFile *f = &s->files[s->count];
-        if (st_open(f, path, err) != 0) return -1;
+        if ((rc = st_open(f, path, err)) != 0) break;
         s->count++;
-        for (size_t k = 0; k < f->count; k++) {
-            const char *owner = json_string(json_get(map, f->tensors[k].name));
+        for (size_t k = 0; rc == 0 && k < f->count; k++) {
+            const JsonMember *entry = map_entry(sorted, map->len, f->tensors[k].name);
+            const char *owner = entry ? json_string(&entry->value) : NULL;
             if (!owner || strcmp(owner, file) != 0) {
                 snprintf(err, ERR_LEN, "%s holds tensor %s, which %s's weight_map puts %s%s (re-save the checkpoint)",
                          path, f->tensors[k].name, index_path, owner ? "in " : "in no file", owner ? owner : "");
-                return -1;
+                rc = -1;
+            } else {
+                held[entry - map->members] = 1;
             }
         }
-        listed += f->count;
     }
-    if (listed != map->len) {
-        /* name one: a tensor listed twice, or one that no shard holds */
-        for (size_t i = 0; i < map->len; i++) {
-            const char *name = map->members[i].key;
-            for (size_t j = 0; j < i; j++)
-                if (strcmp(map->members[j].key, name) == 0) {
-                    snprintf(err, ERR_LEN, "%s's weight_map lists tensor %s twice (re-save the checkpoint)",
-                             index_path, name);
-                    return -1;
-                }
-            int held = 0;
-            for (int f = 0; f < s->count && !held; f++)
-                for (size_t k = 0; k < s->files[f].count && !held; k++) held = !strcmp(s->files[f].tensors[k].name, name);
-            if (!held) {
-                snprintf(err, ERR_LEN, "%s's weight_map puts tensor %s in %s, which does not hold it (a shard is "
-                         "missing tensors; re-save the checkpoint)", index_path, name,
-                         json_string(&map->members[i].value));
-                return -1;
-            }
+    for (size_t i = 0; rc == 0 && i < map->len; i++)
+        if (!held[i]) {
+            snprintf(err, ERR_LEN, "%s's weight_map puts tensor %s in %s, which does not hold it (a shard is "
+                     "missing tensors; re-save the checkpoint)", index_path, map->members[i].key,
+                     json_string(&map->members[i].value));
+            rc = -1;
         }
-        snprintf(err, ERR_LEN, "%s lists %zu tensors but its shards hold %zu (re-save the checkpoint)", index_path,
-                 map->len, listed);
-        return -1;
-    }
-    return 0;
+    free(sorted);
+    free(held);
+    return rc;
 }
 
 /* model.safetensors when there is one (as transformers prefers it), else the sharded index. */
@@ -859,10 +873,10 @@ static int place(StFile *f, const StTensor *st, const Target *g, float *params, 
     return 0;
 }
 
-/* A tied model's lm_head.weight: accepted only as the token embedding itself. */
-static int check_tied_head(StFile *f, const StTensor *st, const ParamTable *t, const float *params, char *err) {
+/* A tied model's lm_head.weight must have the token embedding's shape (its values are compared once
+ * the embedding is read). */
+static int check_tied_head_shape(const StFile *f, const StTensor *st, const ParamTable *t, char *err) {
     const ParamInfo *wte = param_whole(t, ROLE_WTE);
-    const size_t n = (size_t)t->cfg.vocab_size * wte->cols;
     char dims[64];
     st_shape_string(st, dims, sizeof dims);
     if (st->ndim != 2 || st->shape[0] != t->cfg.vocab_size || st->shape[1] != (int64_t)wte->cols) {
@@ -870,6 +884,13 @@ static int check_tied_head(StFile *f, const StTensor *st, const ParamTable *t, c
                  t->cfg.vocab_size, wte->cols);
         return -1;
     }
+    return 0;
+}
+
+/* A tied model's lm_head.weight: accepted only as the token embedding itself. */
+static int check_tied_head(StFile *f, const StTensor *st, const ParamTable *t, const float *params, char *err) {
+    const ParamInfo *wte = param_whole(t, ROLE_WTE);
+    const size_t n = (size_t)t->cfg.vocab_size * wte->cols;
     float *w = malloc(n * sizeof *w);
     if (!w) {
         snprintf(err, ERR_LEN, "out of memory reading %s", f->path);
@@ -885,21 +906,19 @@ static int check_tied_head(StFile *f, const StTensor *st, const ParamTable *t, c
     return rc;
 }
 
-int hf_read_weights(const char *dir, const ParamTable *t, float *params, char *err) {
-    err[0] = 0;
-    Sources src;
-    if (open_sources(dir, &src, err) != 0) return -1;
-    memset(params, 0, t->total * sizeof(float)); /* the padded vocabulary rows stay 0 */
+/* Every stored tensor matched to its place in t: a name the family has, its HF shape, once each,
+ * and none of the table's missing. With params, each is also read into its place (tmp: scratch for
+ * a transpose, GPT-2 only) and a tied lm_head.weight compared with the embedding; without, only the
+ * headers are read, so that a config.json of other sizes is named before memory is taken for it. */
+static int match_tensors(const char *dir, Sources *src, const ParamTable *t, float *params, float *tmp,
+                         char *err) {
     unsigned char *seen = calloc((size_t)t->count * MAX_HF_PARTS, 1);
-    size_t largest = 0; /* the largest table row: scratch for a transpose */
-    for (int i = 0; i < t->count; i++) largest = t->params[i].numel > largest ? t->params[i].numel : largest;
-    float *tmp = t->cfg.family == FAMILY_GPT2 ? malloc(largest * sizeof *tmp) : NULL;
     StFile *head_file = NULL;
     const StTensor *head = NULL;
-    int rc = seen && (tmp || t->cfg.family != FAMILY_GPT2) ? 0 : -1;
-    if (rc) snprintf(err, ERR_LEN, "out of memory reading %s", dir);
-    for (int fi = 0; rc == 0 && fi < src.count; fi++) {
-        StFile *f = &src.files[fi];
+    int rc = seen ? 0 : -1;
+    if (rc) snprintf(err, ERR_LEN, "out of host memory reading %s", dir);
+    for (int fi = 0; rc == 0 && fi < src->count; fi++) {
+        StFile *f = &src->files[fi];
         for (size_t k = 0; rc == 0 && k < f->count; k++) {
             const StTensor *st = &f->tensors[k];
             Target g;
@@ -931,11 +950,11 @@ int hf_read_weights(const char *dir, const ParamTable *t, float *params, char *e
                 break;
             }
             if (seen[(g.p - t->params) * MAX_HF_PARTS + g.part]++) {
-                snprintf(err, ERR_LEN, "%s holds tensor %s more than once", dir, st->name);
+                snprintf(err, ERR_LEN, "%s holds tensor %s more than once", f->path, st->name);
                 rc = -1;
                 break;
             }
-            rc = place(f, st, &g, params, tmp, err);
+            if (params) rc = place(f, st, &g, params, tmp, err);
         }
     }
     for (int i = 0; rc == 0 && i < t->count; i++) {
@@ -947,11 +966,53 @@ int hf_read_weights(const char *dir, const ParamTable *t, float *params, char *e
                 rc = -1;
             }
     }
-    if (rc == 0 && head) rc = check_tied_head(head_file, head, t, params, err);
-    free(tmp);
+    if (rc == 0 && head) rc = check_tied_head_shape(head_file, head, t, err);
+    if (rc == 0 && head && params) rc = check_tied_head(head_file, head, t, params, err);
     free(seen);
+    return rc;
+}
+
+/* The weights of src, whose tensors match_tensors has matched to t, into params. */
+static int read_matched(const char *dir, Sources *src, const ParamTable *t, float *params, char *err) {
+    size_t largest = 0; /* the largest table row: scratch for a transpose */
+    for (int i = 0; i < t->count; i++) largest = t->params[i].numel > largest ? t->params[i].numel : largest;
+    float *tmp = t->cfg.family == FAMILY_GPT2 ? malloc(largest * sizeof *tmp) : NULL;
+    if (t->cfg.family == FAMILY_GPT2 && !tmp) {
+        snprintf(err, ERR_LEN, "out of host memory reading %s", dir);
+        return -1;
+    }
+    memset(params, 0, t->total * sizeof(float)); /* the padded vocabulary rows stay 0 */
+    const int rc = match_tensors(dir, src, t, params, tmp, err);
+    free(tmp);
+    return rc;
+}
+
+int hf_read_weights(const char *dir, const ParamTable *t, float *params, char *err) {
+    err[0] = 0;
+    Sources src;
+    if (open_sources(dir, &src, err) != 0) return -1;
+    int rc = match_tensors(dir, &src, t, NULL, NULL, err);
+    if (rc == 0) rc = read_matched(dir, &src, t, params, err);
     close_sources(&src);
     return rc;
+}
+
+float *hf_load_weights(const char *dir, const ParamTable *t, char *err) {
+    err[0] = 0;
+    Sources src;
+    if (open_sources(dir, &src, err) != 0) return NULL;
+    float *params = NULL;
+    if (match_tensors(dir, &src, t, NULL, NULL, err) == 0) {
+        if (!(params = malloc(t->total * sizeof *params)))
+            snprintf(err, ERR_LEN, "out of host memory for the model of %s (%.1f GB of float32 weights)", dir,
+                     (double)t->total * sizeof *params / 1e9);
+        else if (read_matched(dir, &src, t, params, err) != 0) {
+            free(params);
+            params = NULL;
+        }
+    }
+    close_sources(&src);
+    return params;
 }
 
 /* ---- config.json out ---- */

@@ -33,8 +33,14 @@ int hf_read_eos_token(const char *dir, int vocab_size);
  * model.safetensors.index.json's weight_map names, every one checked whole (safetensors.h) and
  * holding exactly the tensors the map gives it. Every tensor of the table must be there once with
  * its HF shape; a tensor the family's model does not have is refused naming it; lm_head.weight of
- * a tied model must equal the token embedding. 0, or -1 with a one-line message in err. */
+ * a tied model must equal the token embedding. The names and shapes are all checked from the files'
+ * headers before a value is read. 0, or -1 with a one-line message in err. */
 int hf_read_weights(const char *dir, const ParamTable *t, float *params, char *err);
+
+/* hf_read_weights into memory of its own (malloc'd, the caller frees), taken only once the headers
+ * match t: a config.json of other sizes is named by the tensor that disagrees, not by the memory a
+ * model of its sizes would take. NULL with a one-line message in err. */
+float *hf_load_weights(const char *dir, const ParamTable *t, char *err);
 
 /* The class transformers loads a family's checkpoint with ("LlamaForCausalLM"). */
 const char *hf_architecture(ModelFamily family);

@@ -267,12 +267,7 @@ int sample_main(int argc, char **argv) {
         status = 1;
         goto done;
     }
-    if (!(params = malloc(table.total * sizeof(float)))) {
-        print_error("out of host memory for the model");
-        status = 1;
-        goto done;
-    }
-    if (hf_read_weights(dir, &table, params, err) != 0) {
+    if (!(params = hf_load_weights(dir, &table, err))) {
         print_error("%s", err);
         status = 1;
         goto done;
