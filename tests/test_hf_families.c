@@ -456,7 +456,6 @@ TEST(a_family_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
         {", \"hidden_act\": \"gelu\"", "hidden_act gelu is not computed here"},
         {", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}", "rope_scaling rope_type yarn is not computed here"},
         {", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}", "rope_scaling.low_freq_factor is missing"},
-        {", \"use_sliding_window\": true", "use_sliding_window is true"},
         {", \"model_type\": \"mistral\"", "model_type mistral is not supported"},
         {", \"num_key_value_heads\": 3", "4 heads do not split into groups of 3 kv heads"},
         {", \"head_dim\": \"6\"", "\"head_dim\" is a string, expected an integer or null"},
@@ -482,6 +481,32 @@ TEST(a_family_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
         write_config(test_tmpdir(), &LLAMA, cases[i].extra);
         CHECK(hf_read_config(test_tmpdir(), &cfg, err) != 0 && strstr(err, cases[i].msg) && !strchr(err, '\n'),
               "'%s': message '%s' lacks '%s'", cases[i].extra, err, cases[i].msg);
+    }
+    /* Qwen's layers from max_window_layers on slide when use_sliding_window is true and there is a
+     * window (transformers' rule without layer_types); LlamaConfig has no such field */
+    const struct {
+        const TinyModel *m;
+        const char *extra;
+        int accepted;
+    } windows[] = {
+        {&QWEN3, ", \"use_sliding_window\": true, \"max_window_layers\": 1", 0},
+        {&QWEN2, ", \"use_sliding_window\": true, \"max_window_layers\": 0, \"sliding_window\": 16", 0},
+        {&QWEN3, ", \"use_sliding_window\": true", 1}, /* the default 28 layers of full attention */
+        {&QWEN3, ", \"use_sliding_window\": true, \"max_window_layers\": 2", 1},
+        {&QWEN3, ", \"use_sliding_window\": true, \"max_window_layers\": 1, \"sliding_window\": null", 1},
+        {&QWEN2, ", \"use_sliding_window\": true, \"max_window_layers\": 0, "
+                 "\"layer_types\": [\"full_attention\", \"full_attention\"]", 1},
+        {&QWEN3, ", \"use_sliding_window\": false, \"layer_types\": [\"full_attention\", \"sliding_attention\"]", 0},
+        {&LLAMA, ", \"use_sliding_window\": true, \"max_window_layers\": 0", 1},
+    };
+    for (size_t i = 0; i < sizeof windows / sizeof windows[0]; i++) {
+        write_config(test_tmpdir(), windows[i].m, windows[i].extra);
+        const int rc = hf_read_config(test_tmpdir(), &cfg, err);
+        CHECK(windows[i].accepted ? rc == 0
+                                  : rc != 0 && (strstr(err, "layers 0 to 1 would see a sliding window") ||
+                                                strstr(err, "layers 1 to 1 would see a sliding window") ||
+                                                strstr(err, "layer_types[1] is not \"full_attention\"")),
+              "'%s': %d %s", windows[i].extra, rc, err);
     }
     /* a base inside rope_parameters and outside it: transformers 4 reads the outer, 5 the inner */
     write_config(test_tmpdir(), &QWEN3, ", \"rope_theta\": 10000.0");

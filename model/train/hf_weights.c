@@ -83,7 +83,7 @@ static const struct {
     {"attention_bias", FIELD_BOOL},        {"mlp_bias", FIELD_BOOL},
     {"hidden_act", FIELD_STRING},          {"max_position_embeddings", FIELD_INT},
     {"use_sliding_window", FIELD_BOOL},    {"attention_dropout", FIELD_NUMBER},
-    {"layer_types", FIELD_ARRAY_OR_NULL},
+    {"layer_types", FIELD_ARRAY_OR_NULL},  {"max_window_layers", FIELD_INT},
     /* Gemma3TextConfig */
     {"hidden_activation", FIELD_STRING},   {"query_pre_attn_scalar", FIELD_INT},
     {"sliding_window", FIELD_INT_OR_NULL}, {"sliding_window_pattern", FIELD_INT},
@@ -348,9 +348,26 @@ static int read_rope_family_config(const JsonValue *root, const char *path, Mode
         snprintf(err, ERR_LEN, "%s: mlp_bias is true; the MLP here has no biases", path);
         return -1;
     }
-    if (is_true(json_get(root, "use_sliding_window"))) {
-        snprintf(err, ERR_LEN, "%s: use_sliding_window is true; attention here sees every earlier token", path);
-        return -1;
+    /* Qwen2Config's and Qwen3Config's rule when layer_types is not given: with use_sliding_window and
+     * a sliding_window, layers from max_window_layers on slide (none when it is L or more). LlamaConfig
+     * has no such field, and transformers passes it over there. */
+    long long first_sliding;
+    const JsonValue *window = json_get(root, "sliding_window");
+    if (qwen && is_true(json_get(root, "use_sliding_window")) && (!window || window->type != JSON_NULL) &&
+        (!layer_types || layer_types->type == JSON_NULL)) {
+        const JsonValue *from = json_get(root, "max_window_layers");
+        first_sliding = 28; /* the classes' default */
+        if (from && !json_int(from, -(1LL << 30), 1LL << 30, &first_sliding)) {
+            snprintf(err, ERR_LEN, "%s: \"max_window_layers\" is not an integer up to 2^30", path);
+            return -1;
+        }
+        if (first_sliding < L) {
+            snprintf(err, ERR_LEN, "%s: use_sliding_window is true and max_window_layers is %lld, so layers %lld to %lld "
+                     "would see a sliding window; attention here sees every earlier token (set max_window_layers "
+                     "to %lld or use_sliding_window to false)", path, first_sliding,
+                     first_sliding < 0 ? 0 : first_sliding, L - 1, L);
+            return -1;
+        }
     }
     for (size_t i = 0; layer_types && layer_types->type == JSON_ARRAY && i < layer_types->len; i++) {
         const char *kind = json_string(&layer_types->items[i]);
