@@ -1614,6 +1614,10 @@ static void print_header(Run *r) {
         printf("loss: z-loss %g, logit softcap %g, label smoothing %g (the logged loss is the cross-entropy)\n",
                (double)lo.z_loss, (double)lo.logit_softcap, (double)lo.label_smoothing);
     print_loss_option_notes(&lo, r->cfg.vocab_size);
+    char dropout[200];
+    if (opt->init_from[0] && !opt->resume && hf_dropout_note(opt->init_from, dropout, sizeof dropout) > 0)
+        printf("note: --init-from's config.json sets dropout (%s), which training here does not apply: its steps "
+               "are those of transformers with dropout off\n", dropout);
     /* transformers applies final_logit_softcapping in Gemma's classes only */
     if (lo.logit_softcap > 0 && r->cfg.family != FAMILY_GEMMA3)
         printf("note: checkpoints record the cap as final_logit_softcapping, but transformers' %s does not apply it: "

@@ -459,7 +459,7 @@ TEST(a_family_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
         {", \"model_type\": \"mistral\"", "model_type mistral is not supported"},
         {", \"num_key_value_heads\": 3", "4 heads do not split into groups of 3 kv heads"},
         {", \"head_dim\": \"6\"", "\"head_dim\" is a string, expected an integer or null"},
-        {", \"attention_dropout\": 0.1", "attention_dropout is 0.1"},
+        {", \"attention_dropout\": 1.5", "attention_dropout is 1.5, not a probability from 0 to 1"},
         /* numbers past a double's or a float's range would train as inf or as 0 (the default put in,
          * or the cap dropped) and write back a config.json that holds no JSON */
         {", \"rope_theta\": 1e400", "the number 1e400 is too large for a double"},
@@ -498,6 +498,8 @@ TEST(a_family_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
                  "\"layer_types\": [\"full_attention\", \"full_attention\"]", 1},
         {&QWEN3, ", \"use_sliding_window\": false, \"layer_types\": [\"full_attention\", \"sliding_attention\"]", 0},
         {&LLAMA, ", \"use_sliding_window\": true, \"max_window_layers\": 0", 1},
+        /* dropout is a training setting, noted by training, not a part of the model */
+        {&LLAMA, ", \"attention_dropout\": 0.1", 1},
     };
     for (size_t i = 0; i < sizeof windows / sizeof windows[0]; i++) {
         write_config(test_tmpdir(), windows[i].m, windows[i].extra);
@@ -997,7 +999,7 @@ TEST(a_gemma3_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
         {", \"query_pre_attn_scalar\": 0", "query_pre_attn_scalar is not a positive number"},
         {", \"pad_token_id\": 300", "pad token 300 is not one of the 300 tokens"},
         {", \"layer_types\": \"sliding_attention\"", "\"layer_types\" is a string, expected an array or null"},
-        {", \"attention_dropout\": 0.1", "attention_dropout is 0.1"},
+        {", \"attention_dropout\": 1.5", "attention_dropout is 1.5, not a probability from 0 to 1"},
     };
     char err[ERR_LEN];
     GPTConfig cfg;

@@ -400,4 +400,14 @@ TEST(train_init_from_continues_from_the_exported_weights_and_refuses_other_shape
               "%s: (%d) %s", args, rc, out);
         free(out);
     }
+    /* GPT-2's files set dropout 0.1, which training here does not apply: said, and the run goes on */
+    const char *dropout[] = {"\"resid_pdrop\": 0.0", "\"resid_pdrop\": 0.1", "\"attn_pdrop\": 0.0", "\"attn_pdrop\": 0.25"};
+    snprintf(to, sizeof to, "%s/config.json", big);
+    REQUIRE(remove(to) == 0 && write_edited_copy(from, to, dropout, 2) == 0, "config.json of %s", big);
+    snprintf(args, sizeof args, "-i %s --device cpu -b 2 -t 32 -x 1 --init-from %s -o %s/e", shard, big, test_tmpdir());
+    run_ok(args, &out);
+    CHECK(out && strstr(out, "note: --init-from's config.json sets dropout (resid_pdrop 0.1, attn_pdrop 0.25), which "
+                             "training here does not apply"),
+          "no dropout note: %s", out);
+    free(out);
 }

@@ -72,6 +72,8 @@ static const struct {
     {"n_embd", FIELD_INT},                 {"vocab_size", FIELD_INT},
     {"n_positions", FIELD_INT},            {"n_ctx", FIELD_INT},
     {"n_inner", FIELD_INT_OR_NULL},        {"tie_word_embeddings", FIELD_BOOL},
+    {"resid_pdrop", FIELD_NUMBER},         {"embd_pdrop", FIELD_NUMBER},
+    {"attn_pdrop", FIELD_NUMBER},
     {"layer_norm_epsilon", FIELD_NUMBER},  {"scale_attn_weights", FIELD_BOOL},
     {"scale_attn_by_inverse_layer_idx", FIELD_BOOL},
     /* LlamaConfig, Qwen2Config, Qwen3Config */
@@ -331,7 +333,7 @@ static int read_rope_family_config(const JsonValue *root, const char *path, Mode
         get_int_or(root, "max_position_embeddings", qwen ? 32768 : 2048, qwen ? 32768 : 2048, path, &T, err))
         return -1;
     const char *act = json_string(json_get(root, "hidden_act"));
-    const JsonValue *eps = json_get(root, "rms_norm_eps"), *dropout = json_get(root, "attention_dropout");
+    const JsonValue *eps = json_get(root, "rms_norm_eps");
     const JsonValue *layer_types = json_get(root, "layer_types");
     if (act && strcmp(act, "silu") != 0) {
         snprintf(err, ERR_LEN, "%s: hidden_act %s is not computed here (%s's MLP is SwiGLU: silu)", path, act,
@@ -376,11 +378,6 @@ static int read_rope_family_config(const JsonValue *root, const char *path, Mode
                      path, i);
             return -1;
         }
-    }
-    if (dropout && dropout->number != 0.0) {
-        snprintf(err, ERR_LEN, "%s: attention_dropout is %g; training here uses no dropout (set it to 0.0)", path,
-                 dropout->number);
-        return -1;
     }
     if (eps && !positive_float(eps)) {
         snprintf(err, ERR_LEN, "%s: rms_norm_eps is not a positive number that a float holds (1e-6 is usual)", path);
@@ -489,7 +486,7 @@ static int read_gemma3_config(const JsonValue *root, const char *path, GPTConfig
         get_int_or(root, "sliding_window", 4096, 0, path, &W, err))
         return -1;
     const char *act = json_string(json_get(root, "hidden_activation"));
-    const JsonValue *eps = json_get(root, "rms_norm_eps"), *dropout = json_get(root, "attention_dropout");
+    const JsonValue *eps = json_get(root, "rms_norm_eps");
     const JsonValue *scalar = json_get(root, "query_pre_attn_scalar"), *attn_cap = json_get(root, "attn_logit_softcapping");
     if (L > GPT_MAX_LAYERS)
         snprintf(err, ERR_LEN, "%s: num_hidden_layers %lld is above the %d layers a model here has", path, L,
@@ -504,9 +501,6 @@ static int read_gemma3_config(const JsonValue *root, const char *path, GPTConfig
                  "to null)", path);
     else if (is_true(json_get(root, "use_bidirectional_attention")))
         snprintf(err, ERR_LEN, "%s: use_bidirectional_attention is true; attention here is causal", path);
-    else if (dropout && dropout->number != 0.0)
-        snprintf(err, ERR_LEN, "%s: attention_dropout is %g; training here uses no dropout (set it to 0.0)", path,
-                 dropout->number);
     else if (eps && !positive_float(eps))
         snprintf(err, ERR_LEN, "%s: rms_norm_eps is not a positive number that a float holds (1e-6 is usual)", path);
     else if (scalar && !positive_float(scalar))
@@ -587,6 +581,45 @@ static int gemma3_text_config(const JsonValue *root, const char *path, const Jso
     return check_field_types(*text, path, err);
 }
 
+/* The dropout probabilities a family's config class reads: GPT2Config's three, the others'
+ * attention_dropout. Training here uses none (as transformers' model.eval() does): they are checked
+ * as probabilities and noted, not applied. */
+static const char *const dropout_fields[] = {"resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout"};
+
+static int check_dropouts(const JsonValue *text, const char *path, char *err) {
+    for (size_t i = 0; i < sizeof dropout_fields / sizeof dropout_fields[0]; i++) {
+        const JsonValue *p = json_get(text, dropout_fields[i]);
+        if (p && !(p->number >= 0 && p->number <= 1)) { /* a number: check_field_types */
+            snprintf(err, ERR_LEN, "%s: %s is %g, not a probability from 0 to 1 (fix the field)", path,
+                     dropout_fields[i], p->number);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int hf_dropout_note(const char *dir, char *out, size_t n) {
+    char path[FGPT_PATH_LEN], err[ERR_LEN];
+    int listed = 0;
+    out[0] = 0;
+    if (path_format(path, "%s/config.json", dir) != 0) return 0;
+    JsonValue *root = read_json(path, err);
+    if (!root) return 0;
+    const JsonValue *text = json_get(root, "text_config");
+    if (!text || text->type != JSON_OBJECT) text = root;
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof dropout_fields / sizeof dropout_fields[0]; i++) {
+        const JsonValue *p = json_get(text, dropout_fields[i]);
+        if (!p || p->type != JSON_NUMBER || p->number == 0) continue;
+        const int k = snprintf(out + used, n - used, "%s%s %g", listed ? ", " : "", dropout_fields[i], p->number);
+        if (k < 0 || (size_t)k >= n - used) break;
+        used += (size_t)k;
+        listed++;
+    }
+    json_free(root);
+    return listed;
+}
+
 int hf_read_eos_token(const char *dir, int vocab_size) {
     char path[FGPT_PATH_LEN], err[ERR_LEN];
     if (path_format(path, "%s/config.json", dir) != 0) return -1;
@@ -624,6 +657,8 @@ int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
         snprintf(err, ERR_LEN, "%s has no model_type (add the one transformers wrote: llama, qwen2, qwen3 or "
                  "gemma3_text)", path);
     } else if (gemma3 && strcmp(type, "gemma3") == 0 && gemma3_text_config(root, path, &text, err) != 0) {
+        /* err set */
+    } else if (check_dropouts(text, path, err) != 0) {
         /* err set */
     } else if ((family == FAMILY_GPT2 ? read_gpt2_config(root, path, cfg, err) == 0
                 : family == FAMILY_GEMMA3 ? read_gemma3_config(text, path, cfg, err) == 0
