@@ -801,7 +801,9 @@ typedef struct {
     int B, T, accum;           /* micro-batch, sequence, micro-batches per step on each rank */
     Loader train_loader, val_loader;
     int have_val, val_batches_per_rank, val_batches_asked;
-    uint64_t train_fingerprint; /* checkpoints record it */
+    uint64_t train_fingerprint, val_fingerprint; /* checkpoints record them */
+    int resumed_world;          /* a resume: the ranks of the checkpoint's run (0: a new run) */
+    char resume_changes[1000];  /* a resume: what it changed, for the log */
     float *init_params;         /* --init-from's weights (table layout), until the backend takes them */
     Backend *be;
     CheckpointBuffers ck; /* host copies of the weights and moments that checkpoints are read into and written from */
@@ -1290,6 +1292,7 @@ static int resolve_data(Run *r) {
                "checkpoints carry it; pass the tokenizer that made the shard if it is another\n", r->tok_path,
                tokenizer_vocab_size(r->tok), r->train_loader.shard_vocab, r->train_path);
     r->train_fingerprint = loader_fingerprint(&r->train_loader);
+    if (r->have_val) r->val_fingerprint = loader_fingerprint(&r->val_loader);
     /* a small validation shard (1 % of a small corpus) is used whole rather than refused */
     r->val_batches_asked = r->val_batches_per_rank;
     if (r->have_val && r->val_loader.num_batches < (uint64_t)r->val_batches_per_rank)
@@ -1352,7 +1355,7 @@ static void list_append(char *buf, size_t size, size_t *len, const char *fmt, ..
 
 /* A resume may take another learning-rate schedule (a longer run, another peak), but the learning
  * rate then jumps where it goes on: one line says what changed and how far it jumps. */
-static void note_schedule_change(const TrainState *st, const Options *opt, int step) {
+static void note_schedule_change(const TrainState *st, const Options *opt, int step, char *changed) {
     char changes[400] = "";
     size_t len = 0;
     if (st->total_steps != opt->steps)
@@ -1362,6 +1365,7 @@ static void note_schedule_change(const TrainState *st, const Options *opt, int s
         list_append(changes, sizeof changes, &len, "--warmup %d -> %d", st->warmup, opt->warmup);
     if (st->lr_final != opt->lr_final)
         list_append(changes, sizeof changes, &len, "--lr-final %g -> %g", st->lr_final, opt->lr_final);
+    snprintf(changed, 400, "%s", changes);
     if (!len) return;
     const float was = lr_at_step(step, st->total_steps, st->warmup, st->lr, st->lr_final),
                 now = lr_at_step(step, opt->steps, opt->warmup, opt->lr, opt->lr_final);
@@ -1383,8 +1387,9 @@ static TrainSettings train_settings(const Options *opt) {
 /* A resume may also take other optimizer or objective settings (a fine-tuning phase, a clip found too
  * tight): they act from the next step on, and one line names them, so that a mistyped flag in a
  * restart script is seen before hours of training. */
-static void note_settings_change(const TrainSettings *was, const Options *opt) {
+static void note_settings_change(const TrainSettings *was, const Options *opt, char *changed) {
     const TrainSettings now = train_settings(opt);
+    changed[0] = 0;
     if (!was->recorded) return; /* a checkpoint of an earlier fusedgpt */
     char changes[400] = "";
     size_t len = 0;
@@ -1400,6 +1405,7 @@ static void note_settings_change(const TrainSettings *was, const Options *opt) {
     if (was->label_smoothing != now.label_smoothing)
         list_append(changes, sizeof changes, &len, "--label-smoothing %g -> %g", was->label_smoothing,
                     now.label_smoothing);
+    snprintf(changed, 400, "%s", changes);
     if (len) printf("settings: changed since the checkpoint: %s; they apply from this step on\n", changes);
 }
 
@@ -1490,8 +1496,21 @@ static int resume(Run *r) {
                r->start_step, opt->steps);
         return 0;
     }
-    note_schedule_change(&st, opt, r->start_step);
-    note_settings_change(&st.settings, opt);
+    char schedule[400], settings[400];
+    note_schedule_change(&st, opt, r->start_step, schedule);
+    note_settings_change(&st.settings, opt, settings);
+    const int other_val = r->have_val && (st.val_tokens || st.val_fingerprint) &&
+                          (st.val_tokens != r->val_loader.num_tokens || st.val_fingerprint != r->val_fingerprint);
+    if (other_val)
+        printf("validation: %s is not the shard the checkpoint's run validated on (%llu tokens): the validation losses "
+               "from step %d on are on other data than those before\n",
+               r->val_path, (unsigned long long)st.val_tokens, r->start_step);
+    size_t len = 0;
+    r->resume_changes[0] = 0;
+    if (schedule[0]) list_append(r->resume_changes, sizeof r->resume_changes, &len, "%s", schedule);
+    if (settings[0]) list_append(r->resume_changes, sizeof r->resume_changes, &len, "%s", settings);
+    if (other_val) list_append(r->resume_changes, sizeof r->resume_changes, &len, "-j/--val-data: another shard");
+    r->resumed_world = st.world;
     /* the records of step start_step that the loop writes again */
     const int eval_again = r->have_val && opt->val_every && r->start_step % opt->val_every == 0;
     const int sample_again = opt->sample_every && r->start_step % opt->sample_every == 0;
@@ -1540,7 +1559,11 @@ static int start_new(Run *r) {
 }
 
 static int open_log(Run *r) {
-    if (r->dist.rank == 0 && runlog_open(&r->log, r->opt.out, r->err) != 0) return fail(r->err);
+    if (r->dist.rank != 0) return RUN_ON;
+    if (runlog_open(&r->log, r->opt.out, r->err) != 0) return fail(r->err);
+    if (r->resumed_world &&
+        runlog_resume(&r->log, r->start_step, r->dist.world, r->resumed_world, r->resume_changes) != 0)
+        return fail_write(r, r->log.err);
     return RUN_ON;
 }
 
@@ -1743,6 +1766,7 @@ static int save_checkpoint(Run *r, int steps_done) {
                      .B = r->B, .T = r->T, .total_batch = opt->total_batch, .world = r->dist.world,
                      .seed = opt->seed, .data_tokens = r->train_loader.num_tokens,
                      .data_fingerprint = r->train_fingerprint, .total_steps = opt->steps,
+                     .val_tokens = r->have_val ? r->val_loader.num_tokens : 0, .val_fingerprint = r->val_fingerprint,
                      .warmup = opt->warmup, .lr = opt->lr, .lr_final = opt->lr_final,
                      .settings = train_settings(opt)};
     memcpy(st.rng, r->rng.s, sizeof st.rng);

@@ -820,8 +820,42 @@ TEST(a_version_5_state_file_of_a_llama_run_with_a_logit_cap_still_loads) {
     param_table_free(&t);
 }
 
-/* Version 6's header: version 7's without its settings block (24 bytes before the checksum). */
+/* Version 7's header: version 8's without the validation shard (16 bytes before the checksum);
+ * version 6's: version 7's without its settings block (24 bytes before that). */
+#define STATE_V8_VALIDATION 16
 #define STATE_V7_SETTINGS 24
+
+TEST(a_version_7_state_file_loads_with_its_validation_shard_unrecorded) {
+    GPTConfig cfg = config_of(&QWEN3);
+    ParamTable t;
+    char err[ERR_LEN], path[900];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    float *p = malloc(3 * t.total * sizeof *p), *q = malloc(3 * t.total * sizeof *q);
+    Rng r;
+    rng_seed(&r, 7);
+    fill_normal(p, 3 * t.total, 1.0f, &r);
+    TrainState st = {.step = 5, .B = 2, .T = 16, .val_tokens = 4000, .val_fingerprint = 77,
+                     .settings = {.recorded = 1, .weight_decay = 0.1f, .grad_clip = 1}};
+    REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p + t.total, p + 2 * t.total, &st, 1, err) == 0, "%s", err);
+    TrainState back;
+    REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &back, err) == 0, "%s", err);
+    CHECK(back.val_tokens == 4000 && back.val_fingerprint == 77, "version 8 keeps the validation shard: %llu %llu",
+          (unsigned long long)back.val_tokens, (unsigned long long)back.val_fingerprint);
+    snprintf(path, sizeof path, "%s/step_00000005/state.bin", test_tmpdir());
+    const size_t arrays = 3 * t.total * sizeof(float);
+    struct stat sb;
+    REQUIRE(stat(path, &sb) == 0, "no %s", path);
+    rewrite_state_as(path, 7, (size_t)sb.st_size - arrays - 8 - STATE_V8_VALIDATION, arrays);
+    memset(&back, 0xff, sizeof back);
+    REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &back, err) == 0, "%s", err);
+    CHECK(back.step == 5 && memcmp(p, q, 3 * t.total * sizeof *p) == 0 && back.settings.recorded &&
+              back.settings.weight_decay == 0.1f && back.val_tokens == 0 && back.val_fingerprint == 0,
+          "the version 7 file: step %d, settings %d %g, validation %llu %llu", back.step, back.settings.recorded,
+          back.settings.weight_decay, (unsigned long long)back.val_tokens, (unsigned long long)back.val_fingerprint);
+    free(q);
+    free(p);
+    param_table_free(&t);
+}
 
 TEST(a_version_6_state_file_loads_with_its_settings_unrecorded) {
     GPTConfig cfg = config_of(&LLAMA);
@@ -838,7 +872,7 @@ TEST(a_version_6_state_file_loads_with_its_settings_unrecorded) {
     const size_t arrays = 3 * t.total * sizeof(float);
     struct stat sb;
     REQUIRE(stat(path, &sb) == 0, "no %s", path);
-    rewrite_state_as(path, 6, (size_t)sb.st_size - arrays - 8 - STATE_V7_SETTINGS, arrays);
+    rewrite_state_as(path, 6, (size_t)sb.st_size - arrays - 8 - STATE_V8_VALIDATION - STATE_V7_SETTINGS, arrays);
     TrainState back;
     memset(&back, 0xff, sizeof back);
     REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &back, err) == 0, "%s", err);

@@ -466,6 +466,33 @@ TEST(a_resume_keeps_the_records_of_its_step_that_it_will_not_write_again) {
           "a second trim moved records: %s", err);
 }
 
+TEST(a_resume_keeps_the_resume_records_of_its_timeline_only) {
+    /* resumed at 2 and at 5, then resumed again from 4: the resume at 5 belongs to a timeline that is
+     * gone, and the one from 4 writes its own */
+    char path[800], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/log.jsonl", test_tmpdir());
+    const char *kept = "{\"type\":\"step\",\"step\":2,\"loss\":1.0}\n"
+                       "{\"type\":\"resume\",\"step\":2,\"ranks\":2,\"ranks_before\":1,\"changed\":\"\"}\n"
+                       "{\"type\":\"step\",\"step\":4,\"loss\":0.9}\n";
+    char before[1000];
+    snprintf(before, sizeof before, "%s%s", kept,
+             "{\"type\":\"step\",\"step\":5,\"loss\":0.8}\n"
+             "{\"type\":\"resume\",\"step\":5,\"ranks\":2,\"ranks_before\":2,\"changed\":\"-l/--lr 0.1 -> 0.2\"}\n"
+             "{\"type\":\"step\",\"step\":6,\"loss\":0.7}\n");
+    FILE *f = fopen(path, "w");
+    REQUIRE(f && fputs(before, f) >= 0 && fclose(f) == 0, "writing %s", path);
+    CHECK(runlog_trim_after(test_tmpdir(), 4, 0, 0, NULL, NULL, NULL, err) == 3, "trimming: %s", err);
+    char *after = read_text(path);
+    CHECK(after && strcmp(after, kept) == 0, "the log after the trim:\n%s", after ? after : "");
+    free(after);
+    /* a resume from 2 itself drops the resume at 2: the new one is written in its place */
+    CHECK(runlog_trim_after(test_tmpdir(), 2, 0, 0, NULL, NULL, NULL, err) == 2, "trimming at 2: %s", err);
+    after = read_text(path);
+    CHECK(after && strcmp(after, "{\"type\":\"step\",\"step\":2,\"loss\":1.0}\n") == 0, "the log after the trim at 2:\n%s",
+          after ? after : "");
+    free(after);
+}
+
 TEST(a_non_finite_validation_loss_is_logged_as_null_so_the_log_stays_json) {
     /* JSON has no NaN: a line holding nan would be refused by the next resume */
     char err[ERR_LEN];

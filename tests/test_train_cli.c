@@ -1295,6 +1295,48 @@ TEST(a_resume_with_other_optimizer_or_objective_settings_says_which_changed) {
     REQUIRE(run_train(args, &out) == 0, "%s", out);
     CHECK(!strstr(out, "settings:") && strstr(out, "step     7/7"), "the recorded settings were named: %s", out);
     free(out);
+    /* log.jsonl keeps each resume of the timeline, with what it changed */
+    snprintf(args, sizeof args, "%s/o/log.jsonl", d);
+    char *log = read_text(args);
+    const char *resumes[] = {
+        "{\"type\":\"resume\",\"step\":2,\"ranks\":1,\"ranks_before\":1,\"changed\":\"\"}\n",
+        "{\"type\":\"resume\",\"step\":4,\"ranks\":1,\"ranks_before\":1,\"changed\":\"-x/--steps 4 -> 6, "
+        "--weight-decay 0.1 -> 0.02, --grad-clip 1 -> 0.5, --optimizer-state fp32 -> bf16, --z-loss 0 -> 0.0001, "
+        "--label-smoothing 0 -> 0.1\"}\n",
+        "{\"type\":\"resume\",\"step\":6,\"ranks\":1,\"ranks_before\":1,\"changed\":\"-x/--steps 6 -> 7\"}\n",
+    };
+    const char *at = log;
+    for (size_t i = 0; i < sizeof resumes / sizeof resumes[0] && at; i++)
+        if ((at = strstr(at, resumes[i]))) at += strlen(resumes[i]);
+    CHECK(at && !strstr(at, "\"resume\"") && strstr(log, "\"step\":7,"), "the resumes in log.jsonl:\n%s",
+          log ? log : "(none)");
+    free(log);
+}
+
+TEST(a_resume_validating_on_another_shard_says_so_and_logs_it) {
+    char train[700], val[700], other[800];
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    snprintf(other, sizeof other, "%s/other_val.bin", d);
+    REQUIRE(write_pattern_shard(other, 4000, 64, 3) == 0, "%s", other);
+    expect_run(0, "step     2/2", NULL, TINY_RUN " -x 2 --val-every 2 --val-batches 2 -i %s -j %s -o %s/v", train, val,
+               d);
+    char args[2400], *out = NULL;
+    snprintf(args, sizeof args, TINY_RUN " -x 3 --val-every 2 --val-batches 2 -y 1 -i %s -j %s -o %s/v", train, val, d);
+    REQUIRE(run_train(args, &out) == 0, "%s", out);
+    CHECK(!strstr(out, "validation: ") || !strstr(out, "is not the shard"), "the same shard was named: %s", out);
+    free(out);
+    char want[1200];
+    snprintf(want, sizeof want, "validation: %s is not the shard the checkpoint's run validated on (4000 tokens): the "
+             "validation losses from step 3 on are on other data than those before\n", other);
+    expect_run(0, want, "step     4/4", TINY_RUN " -x 4 --val-every 2 --val-batches 2 -y 1 -i %s -j %s -o %s/v", train,
+               other, d);
+    snprintf(args, sizeof args, "%s/v/log.jsonl", d);
+    char *log = read_text(args);
+    CHECK(log && strstr(log, "{\"type\":\"resume\",\"step\":3,\"ranks\":1,\"ranks_before\":1,\"changed\":\"-x/--steps 3 "
+                             "-> 4, -j/--val-data: another shard\"}\n"),
+          "log.jsonl: %s", log ? log : "(none)");
+    free(log);
 }
 
 /* Whether <d>/straight and <d>/stopped hold the same weights, byte for byte, at `step`. */

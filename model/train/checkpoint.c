@@ -22,11 +22,12 @@
 /* 2: a checksum of the whole file in the header; 3: the training data's fingerprint; 4: the schedule;
  * 5: the model family's switches and shape (StateFamily); 6: Gemma 3's switches and the logit cap;
  * 7: the optimizer's and the objective's settings (StateSettings) */
-#define STATE_VERSION 7u
+#define STATE_VERSION 8u
 /* The oldest version still read: its files are GPT-2 runs (their family block is all GPT-2's). */
 #define STATE_VERSION_V4 4u
 #define STATE_VERSION_V5 5u
 #define STATE_VERSION_V6 6u
+#define STATE_VERSION_V7 7u
 
 /* Everything of GPTConfig beyond GPT-2's shape, in fixed widths: version 5's fields, then 6's. */
 #define STATE_FAMILY_V5_FIELDS                                                                           \
@@ -71,8 +72,17 @@ typedef struct {
     STATE_HEADER_FIELDS
     StateFamily family;
     StateSettings settings;
+    uint64_t val_tokens, val_fingerprint; /* the validation shard's (TrainState); 0 0: none */
     uint64_t checksum; /* state_checksum of the header (this field 0) and the three arrays */
 } StateHeader;
+
+/* Version 7's header: runs written before the validation shard was kept. */
+typedef struct {
+    STATE_HEADER_FIELDS
+    StateFamily family;
+    StateSettings settings;
+    uint64_t checksum;
+} StateHeaderV7;
 
 /* Version 6's header: runs written before the settings were kept. */
 typedef struct {
@@ -206,6 +216,15 @@ static int read_header(FILE *f, DiskHeader *d) {
         return 0;
     }
     d->h.version = v4.version;
+    if (v4.version == STATE_VERSION_V7) {
+        StateHeaderV7 v7;
+        if (fread(d->raw + sizeof v4, sizeof v7 - sizeof v4, 1, f) != 1) return -3;
+        memcpy(&v7, d->raw, sizeof v7);
+        memcpy(&d->h, &v7, offsetof(StateHeaderV7, checksum)); /* all but the validation shard, unrecorded */
+        d->h.checksum = v7.checksum;
+        d->size = sizeof v7;
+        return 0;
+    }
     if (v4.version == STATE_VERSION_V6) {
         StateHeaderV6 v6;
         if (fread(d->raw + sizeof v4, sizeof v6 - sizeof v4, 1, f) != 1) return -3;
@@ -283,6 +302,8 @@ static int write_state(const char *path, const ParamTable *t, const float *param
     h.settings = (StateSettings){.recorded = st->settings.recorded != 0, .bf16_state = (uint32_t)st->settings.bf16_state,
                                  .weight_decay = st->settings.weight_decay, .grad_clip = st->settings.grad_clip,
                                  .z_loss = st->settings.z_loss, .label_smoothing = st->settings.label_smoothing};
+    h.val_tokens = st->val_tokens;
+    h.val_fingerprint = st->val_fingerprint;
     size_t n = t->total * sizeof(float);
     h.checksum = state_checksum(&h, sizeof h, params, m, v, n);
     int ok = write_all(f, &h, sizeof h) && write_all(f, params, n) && write_all(f, m, n) && write_all(f, v, n);
@@ -928,6 +949,8 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
     memcpy(st->rng, h.rng, sizeof st->rng);
     st->data_tokens = h.data_tokens;
     st->data_fingerprint = h.data_fingerprint;
+    st->val_tokens = h.val_tokens;
+    st->val_fingerprint = h.val_fingerprint;
     st->lr = h.lr;
     st->lr_final = h.lr_final;
     st->total_steps = h.total_steps;

@@ -41,6 +41,8 @@ typedef struct {
     uint64_t seed;
     uint64_t data_tokens, data_fingerprint; /* the training shard (Loader.fingerprint): a resume on other data
                                                is refused; 0 0: not recorded (not checked) */
+    uint64_t val_tokens, val_fingerprint;   /* the validation shard: a resume with another one says so;
+                                               0 0: no validation, or not recorded */
     int total_steps, warmup;        /* the learning-rate schedule (-x, --warmup, -l, --lr-final): a resume */
     float lr, lr_final;             /* with another one says what changed */
     TrainSettings settings;

@@ -108,25 +108,42 @@ static int utf8_char_length(const unsigned char *s) {
     return n;
 }
 
-int runlog_sample(RunLog *log, int step, const char *text) {
-    if (!log->f) return 0;
-    if (log->failed) return -1;
-    fprintf(log->f, "{\"type\":\"sample\",\"step\":%d,\"text\":\"", step);
+/* text as a JSON string, quotes included; a byte of no valid UTF-8 character as U+FFFD. */
+static void put_string(FILE *f, const char *text) {
+    fputc('"', f);
     for (const unsigned char *c = (const unsigned char *)text; *c;) {
         int n = utf8_char_length(c);
         if (n == 0) {
-            fputs("\\ufffd", log->f);
+            fputs("\\ufffd", f);
             c++;
         } else if (*c == '"' || *c == '\\') {
-            fprintf(log->f, "\\%c", *c++);
+            fprintf(f, "\\%c", *c++);
         } else if (*c < 0x20) {
-            fprintf(log->f, "\\u%04x", *c++);
+            fprintf(f, "\\u%04x", *c++);
         } else {
-            fwrite(c, 1, (size_t)n, log->f);
+            fwrite(c, 1, (size_t)n, f);
             c += n;
         }
     }
-    fprintf(log->f, "\"}\n");
+    fputc('"', f);
+}
+
+int runlog_sample(RunLog *log, int step, const char *text) {
+    if (!log->f) return 0;
+    if (log->failed) return -1;
+    fprintf(log->f, "{\"type\":\"sample\",\"step\":%d,\"text\":", step);
+    put_string(log->f, text);
+    fprintf(log->f, "}\n");
+    return finish_record(log);
+}
+
+int runlog_resume(RunLog *log, int step, int ranks, int ranks_before, const char *changed) {
+    if (!log->f) return 0;
+    if (log->failed) return -1;
+    fprintf(log->f, "{\"type\":\"resume\",\"step\":%d,\"ranks\":%d,\"ranks_before\":%d,\"changed\":", step, ranks,
+            ranks_before);
+    put_string(log->f, changed);
+    fprintf(log->f, "}\n");
     return finish_record(log);
 }
 
@@ -141,6 +158,8 @@ static int before_checkpoint(const char *type, long long at, const Resume *r) {
      * start of step k + 1, after the checkpoint of step k (or, for the last eval and sample, after
      * the loop) */
     if (strcmp(type, "step") == 0) return at <= r->step;
+    /* a resume from step k is written when the steps after k begin: the resume from here writes its own */
+    if (strcmp(type, "resume") == 0) return at < r->step;
     if (at != r->step) return at < r->step;
     return strcmp(type, "eval") == 0 ? !r->eval_again : !r->sample_again;
 }
@@ -162,8 +181,8 @@ static int line_stays(const char *line, size_t len, const Resume *r, int *at_ste
         snprintf(why, ERR_LEN, "not JSON");
     else if (v->type != JSON_OBJECT)
         snprintf(why, ERR_LEN, "%s, not an object", json_type_name(v->type));
-    else if (!type || (strcmp(type, "step") && strcmp(type, "eval") && strcmp(type, "sample")))
-        snprintf(why, ERR_LEN, "its type is not step, eval or sample");
+    else if (!type || (strcmp(type, "step") && strcmp(type, "eval") && strcmp(type, "sample") && strcmp(type, "resume")))
+        snprintf(why, ERR_LEN, "its type is not step, eval, sample or resume");
     else if (!json_int(json_get(v, "step"), 0, INT32_MAX, &at))
         snprintf(why, ERR_LEN, "its step is not a count");
     else

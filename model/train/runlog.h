@@ -1,5 +1,6 @@
 /* model/train/runlog.h - the machine-readable run log: one JSON object per line in <run>/log.jsonl,
- * {"type":"step",...}, {"type":"eval",...}, {"type":"sample",...}. Plot scripts read it.
+ * {"type":"step",...}, {"type":"eval",...}, {"type":"sample",...}, {"type":"resume",...}. Plot
+ * scripts read it.
  *
  * Every line is valid JSON in valid UTF-8 (a number that is not finite is written null), and the
  * log holds one timeline: a resumed run first
@@ -37,10 +38,14 @@ int runlog_eval(RunLog *log, int step, float val_loss);
 /* text is any bytes (a sample can end inside a character): it is written as a JSON string, with
  * each byte that does not belong to a valid UTF-8 character written as U+FFFD. */
 int runlog_sample(RunLog *log, int step, const char *text);
+/* A resume from the checkpoint of `step`, on `ranks` ranks (the checkpoint's run had ranks_before);
+ * changed: what the resume changed, as its notes say it ("-l/--lr 0.0006 -> 0.0003, ..."), or "". */
+int runlog_resume(RunLog *log, int step, int ranks, int ranks_before, const char *changed);
 
 /* For a run resumed from the checkpoint of step `step`: rewrites <run_dir>/log.jsonl (by rename, so
  * a crash leaves the old one) without the records that came after that checkpoint in the earlier
- * timeline: step records above `step`, eval and sample records above it, those at `step` itself
+ * timeline: step records above `step`, eval and sample records above it, resume records at it or
+ * above (the resume writes its own), eval and sample records at `step` itself
  * that the resumed run writes again (eval_again, sample_again: its schedule has one there), and a
  * last line cut short by a crash (*cut_short: 1 when there was one, which is dropped). With moved_log
  * the records are appended to that file, else dropped. How many whole records left the log (0 and
