@@ -1658,6 +1658,14 @@ static void print_header(Run *r) {
     const int on_cpu = strcmp(opt->device, "cpu") == 0;
     print_memory(be, r->ck.params ? checkpoint_buffers_bytes(&r->table) : 0, on_cpu);
     if (on_cpu) print_gpu_estimate(&r->table, r->B, r->T, opt->recompute_gelu, optimizer_state_of(opt));
+    /* the CPU reference keeps every activation and runs its output layer whole */
+    if (on_cpu && (was_given(opt, "recompute-gelu") || was_given(opt, "logits-mb")))
+        printf("note: %s%s%s set%s the GPU backend's memory; the CPU backend keeps every activation and computes its "
+               "output layer whole (the GPU estimate above takes --recompute-gelu)\n",
+               was_given(opt, "recompute-gelu") ? "--recompute-gelu" : "",
+               was_given(opt, "recompute-gelu") && was_given(opt, "logits-mb") ? " and " : "",
+               was_given(opt, "logits-mb") ? "--logits-mb" : "",
+               was_given(opt, "recompute-gelu") && was_given(opt, "logits-mb") ? "" : "s");
     fflush(stdout); /* a log file or a `| tee` shows the set-up before the first step ends */
 }
 

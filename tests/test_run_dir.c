@@ -526,7 +526,7 @@ TEST(a_resume_refuses_a_run_log_line_that_is_not_a_record_naming_its_line) {
         {"garbage\n", "line 2 is not a run-log record (not JSON; delete or fix that line"},
         {"{\"type\":\"step\",\"step\":2,\"lo\n", "line 2 is not a run-log record (not JSON; delete or fix that line"},
         {"[1,2]\n", "line 2 is not a run-log record (an array, not an object;"},
-        {"{\"type\":\"note\",\"step\":2}\n", "line 2 is not a run-log record (its type is not step, eval or sample;"},
+        {"{\"type\":\"note\",\"step\":2}\n", "line 2 is not a run-log record (its type is not step, eval, sample or resume;"},
         {"{\"type\":\"eval\",\"step\":\"2\"}\n", "line 2 is not a run-log record (its step is not a count;"},
         {"\n", "line 2 is not a run-log record (not JSON; delete or fix that line"},
     };

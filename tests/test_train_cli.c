@@ -1598,3 +1598,13 @@ TEST(an_untied_llama_made_with_untied_head_trains_on_the_cpu_and_exports_its_lm_
     CHECK(st && len > 16 && memmem(st, len, "lm_head.weight", 14), "%s lacks lm_head.weight", path);
     free(st);
 }
+
+TEST(gpu_memory_flags_on_the_cpu_backend_are_noted_as_the_gpus) {
+    char train[700], val[700];
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    expect_run(0, "note: --recompute-gelu sets the GPU backend's memory; the CPU backend keeps every activation",
+               "step     1/1", TINY_RUN " -x 1 --val-every 0 --recompute-gelu 2 -i %s -o %s/g", train, d);
+    expect_run(0, "note: --recompute-gelu and --logits-mb set the GPU backend's memory;", "step     1/1",
+               TINY_RUN " -x 1 --val-every 0 --recompute-gelu 1 --logits-mb 64 -i %s -o %s/h", train, d);
+}
