@@ -262,6 +262,21 @@ TEST(sample_from_a_checkpoint_is_repeatable_and_decodes_with_its_tokenizer) {
     free(a);
     free(b);
     free(c);
+    /* a tokenizer of 300 tokens for the model's 400: drawn ids past it are named, not only printed as U+FFFD */
+    char small[900], *out = NULL;
+    snprintf(small, sizeof small, "%s/small", test_tmpdir());
+    snprintf(args, sizeof args, "prepare -v 300 -o %s README.md", small);
+    REQUIRE(run_train(args, &out) == 0, "prepare: %s", out);
+    free(out);
+    snprintf(args, sizeof args, "sample -o %s --device cpu -G 64 --temperature 50 --tokenizer %s/tokenizer.bin --ids", run,
+             small);
+    CHECK(run_train(args, &out) == 0 && out && strstr(out, "lie past the tokenizer's 300 tokens and have no text: "
+                                                          "printed as U+FFFD") && strstr(out, "\xef\xbf\xbd"),
+          "a smaller tokenizer: %s", out);
+    free(out);
+    snprintf(args, sizeof args, "sample -o %s --device cpu -G 64 --temperature 50 --ids", run);
+    CHECK(run_train(args, &out) == 0 && out && !strstr(out, "lie past the tokenizer"), "the model's tokenizer: %s", out);
+    free(out);
 }
 
 /* Without its tokenizer.json a checkpoint's samples start after the same separator, config.json's

@@ -220,6 +220,13 @@ static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, i
         free(tokens);
         return 1;
     }
+    /* a model's vocabulary often has room past its tokenizer's (Qwen's 151936 over 151665 tokens) */
+    int textless = 0, first = -1;
+    for (size_t i = (size_t)start; tok && i < n; i++)
+        if ((uint32_t)tokens[i] >= tokenizer_vocab_size(tok)) textless++, first = first < 0 ? tokens[i] : first;
+    if (textless)
+        printf("note: %d drawn token(s) (the first id %d) lie past the tokenizer's %u tokens and have no text: "
+               "printed as U+FFFD\n", textless, first, tokenizer_vocab_size(tok));
     if (o->print_ids && n_prompt) {
         printf("prompt ids:");
         for (size_t i = 0; i < n_prompt; i++) printf(" %u", prompt[i]);
