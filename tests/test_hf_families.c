@@ -1034,6 +1034,9 @@ TEST(a_gemma3_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
         {", \"pad_token_id\": 300", "pad token 300 is not one of the 300 tokens"},
         {", \"layer_types\": \"sliding_attention\"", "\"layer_types\" is a string, expected an array or null"},
         {", \"attention_dropout\": 1.5", "attention_dropout is 1.5, not a probability from 0 to 1"},
+        /* a typo would round the embedding scale as float32, unlike transformers */
+        {", \"torch_dtype\": \"bfloat\"", "torch_dtype bfloat is not float32, bfloat16 or float16"},
+        {", \"dtype\": \"float64\"", "dtype float64 is not float32, bfloat16 or float16"},
     };
     char err[ERR_LEN];
     GPTConfig cfg;

@@ -536,14 +536,23 @@ static int read_gemma3_config(const JsonValue *root, const char *path, GPTConfig
 
 /* The dtype transformers loads a Gemma checkpoint's weights in (dtype, or torch_dtype before
  * transformers 5; a multimodal checkpoint's text_config may leave it to the outer config), which its
- * embedding scale is rounded to; float32 when neither says. */
-static EmbedScale gemma3_embed_scale(const JsonValue *text, const JsonValue *root) {
-    const char *dtype = NULL;
+ * embedding scale is rounded to; float32 when neither says. Another name (a typo) is refused rather
+ * than read as float32: the scale would differ from transformers' in its last bits. */
+static int gemma3_embed_scale(const JsonValue *text, const JsonValue *root, const char *path, EmbedScale *scale,
+                              char *err) {
+    const char *dtype = NULL, *field = NULL;
     for (int i = 0; i < 4 && !dtype; i++)
-        dtype = json_string(json_get(i < 2 ? text : root, i % 2 ? "torch_dtype" : "dtype"));
-    if (dtype && strcmp(dtype, "bfloat16") == 0) return EMBED_SCALE_BF16;
-    if (dtype && strcmp(dtype, "float16") == 0) return EMBED_SCALE_F16;
-    return EMBED_SCALE_F32;
+        dtype = json_string(json_get(i < 2 ? text : root, field = i % 2 ? "torch_dtype" : "dtype"));
+    *scale = EMBED_SCALE_F32;
+    if (!dtype || strcmp(dtype, "float32") == 0) return 0;
+    if (strcmp(dtype, "bfloat16") == 0) *scale = EMBED_SCALE_BF16;
+    else if (strcmp(dtype, "float16") == 0) *scale = EMBED_SCALE_F16;
+    else {
+        snprintf(err, ERR_LEN, "%s: %s %s is not float32, bfloat16 or float16, the dtypes Gemma 3's embedding scale is "
+                 "rounded to here (fix the field)", path, field, dtype);
+        return -1;
+    }
+    return 0;
 }
 
 /* final_logit_softcapping, a field of any family's config.json (Gemma 2's models set it): the model's
@@ -663,8 +672,8 @@ int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
     } else if ((family == FAMILY_GPT2 ? read_gpt2_config(root, path, cfg, err) == 0
                 : family == FAMILY_GEMMA3 ? read_gemma3_config(text, path, cfg, err) == 0
                                           : read_rope_family_config(root, path, family, cfg, err) == 0) &&
-               read_logit_cap(text, path, cfg, err) == 0) {
-        if (family == FAMILY_GEMMA3) cfg->embed_scale = gemma3_embed_scale(text, root);
+               read_logit_cap(text, path, cfg, err) == 0 &&
+               (family != FAMILY_GEMMA3 || gemma3_embed_scale(text, root, path, &cfg->embed_scale, err) == 0)) {
         gpt_config_finish(cfg);
         ParamTable t; /* the shape must be one the blocks compute: said now, naming the file */
         char why[ERR_LEN];
