@@ -332,7 +332,12 @@ int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64
             }
             if (tok >= bound) {
                 const unsigned long long at = i + j, byte = hdr->header_bytes + at * hdr->bytes_per_token;
-                if (!recorded && tok >= hdr->vocab_size) /* beyond what llm.c's magic suggests: that guess is off */
+                if (!recorded && tok >= FGPT_MAX_VOCAB) /* no -v takes it */
+                    snprintf(err, ERR_LEN,
+                             "token %u at position %llu (byte %llu) in shard %s is above the largest vocabulary a "
+                             "model takes, %u (the shard is corrupt or holds no token ids: re-create it)", tok, at,
+                             byte, path, FGPT_MAX_VOCAB);
+                else if (!recorded && tok >= hdr->vocab_size) /* beyond what llm.c's magic suggests: that guess is off */
                     snprintf(err, ERR_LEN,
                              "token %u at position %llu (byte %llu) in shard %s is >= vocabulary %u (pass the -v of "
                              "the tokenizer that made it, above %u, or re-tokenize)", tok, at, byte, path, model_vocab,

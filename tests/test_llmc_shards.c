@@ -78,6 +78,11 @@ TEST(llmc_shard_defects_give_the_same_errors_as_ours) {
      * header records no vocabulary); the fix is a -v above the token. 55340 as the first token. */
     expect_llmc_defect(GPT2_FIXTURE, "token above the magic's vocabulary", 1024, 55340, -1, 1000,
                        "is >= vocabulary 1000 (pass the -v of the tokenizer that made it, above 55340");
+    /* a token no vocabulary holds (as eval reads shards, bounded by no model): no -v is offered */
+    expect_llmc_defect(LLAMA3_FIXTURE, "token 0xFFFFFFFF", 1024, -1, -1, UINT32_MAX,
+                       "is above the largest vocabulary a model takes, 2000000000 (the shard is corrupt");
+    expect_llmc_defect(LLAMA3_FIXTURE, "token 0xFFFFFFFF under a model", 1024, -1, -1, 128256,
+                       "is above the largest vocabulary a model takes");
     /* a file cut inside llm.c's own header is named by that header's size */
     expect_llmc_defect(GPT2_FIXTURE, "cut at 12 bytes", -1, 0, 12, 50257, "shorter than its 1024-byte llm.c header");
 }
