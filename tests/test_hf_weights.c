@@ -192,8 +192,19 @@ TEST(hf_weights_config_of_another_model_is_refused_naming_the_field) {
     snprintf(path, sizeof path, "%s/config.json", test_tmpdir());
     FILE *f = fopen(path, "w");
     REQUIRE(f && fputs("[]\n", f) >= 0 && fclose(f) == 0, "writing %s", path);
-    CHECK(hf_read_config(test_tmpdir(), &cfg, err) != 0 && strstr(err, "config.json is not a JSON object (a Hugging Face "),
+    CHECK(hf_read_config(test_tmpdir(), &cfg, err) != 0 &&
+              strstr(err, "config.json is not a JSON object, as a Hugging Face model directory's config.json is"),
           "an array: %s", err);
+    /* the shards' index is named as itself */
+    write_gpt2_config(test_tmpdir(), "");
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", test_tmpdir());
+    REQUIRE((f = fopen(path, "w")) && fputs("[]\n", f) >= 0 && fclose(f) == 0, "writing %s", path);
+    char args[1200], *out = NULL;
+    snprintf(args, sizeof args, "eval --init-from %s -i /dev/null --device cpu", test_tmpdir());
+    CHECK(run_train(args, &out) == 1 && out && strstr(out, "model.safetensors.index.json is not a JSON object, as a "
+                                                           "Hugging Face model directory's model.safetensors.index.json is"),
+          "an index that is an array: %s", out);
+    free(out);
 }
 
 /* GPT2Config's context is n_positions (1024 when absent); n_ctx, which old files carry beside it,

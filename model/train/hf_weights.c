@@ -47,8 +47,8 @@ static JsonValue *read_json(const char *path, char *err) {
     free(text);
     if (!root) snprintf(err, ERR_LEN, "%s", jerr);
     else if (root->type != JSON_OBJECT)
-        snprintf(err, ERR_LEN, "%s is not a JSON object (a Hugging Face model directory's config.json is one: copy "
-                 "or download it again)", path);
+        snprintf(err, ERR_LEN, "%s is not a JSON object, as a Hugging Face model directory's %s is (copy or "
+                 "download it again)", path, strrchr(path, '/') ? strrchr(path, '/') + 1 : path);
     if (root && root->type != JSON_OBJECT) {
         json_free(root);
         return NULL;
