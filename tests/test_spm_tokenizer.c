@@ -33,17 +33,18 @@ static long first_difference(const uint32_t *a, size_t na, const uint32_t *b, si
     return i == na && i == nb ? -1 : (long)i;
 }
 
-/* Every case of spm_NAME.expected.json: ids (with the BOS) and the decoded text. */
-static void expect_layout_matches_tokenizers(const char *name) {
+/* Every case of spm_CASES.expected.json (at least min_cases) with layout NAME's tokenizer: ids (with
+ * the BOS) and the decoded text. */
+static void expect_cases_match_tokenizers(const char *name, const char *cases_name, size_t min_cases) {
     Tokenizer *t = load_layout(name);
     if (!t) return;
     char path[256], err[ERR_LEN];
-    snprintf(path, sizeof path, "tests/fixtures/spm_%s.expected.json", name);
+    snprintf(path, sizeof path, "tests/fixtures/spm_%s.expected.json", cases_name);
     size_t len;
     char *text = read_file(path, &len);
     REQUIRE(text, "cannot read %s", path);
     JsonValue *cases = json_parse(text, len, path, err);
-    REQUIRE(cases && cases->type == JSON_ARRAY && cases->len > 20, "%s: %s", path, err);
+    REQUIRE(cases && cases->type == JSON_ARRAY && cases->len >= min_cases, "%s: %s", path, err);
     int failures = 0;
     for (size_t c = 0; c < cases->len && failures < 5; c++) {
         const JsonValue *k = &cases->items[c], *s = json_get(k, "text"), *want = json_get(k, "ids_bos"),
@@ -80,6 +81,10 @@ static void expect_layout_matches_tokenizers(const char *name) {
     tokenizer_free(t);
 }
 
+static void expect_layout_matches_tokenizers(const char *name) {
+    expect_cases_match_tokenizers(name, name, 21);
+}
+
 TEST(a_gemma3_layout_tokenizer_encodes_and_decodes_hard_strings_as_tokenizers_does) {
     expect_layout_matches_tokenizers("gemma3");
 }
@@ -94,6 +99,12 @@ TEST(a_mistral_layout_metaspace_first_with_stripping_added_tokens_matches_tokeni
 
 TEST(a_split_metaspace_layout_with_normalized_and_single_word_tokens_matches_tokenizers) {
     expect_layout_matches_tokenizers("metaspace");
+}
+
+/* tokenizers' word characters (the Rust regex crate's \w) beside a single_word token: ² and ① are no
+ * word characters, Ⓐ, a spacing mark and a variation selector are */
+TEST(a_single_word_token_is_kept_from_word_characters_as_tokenizers_keeps_it) {
+    expect_cases_match_tokenizers("metaspace", "metaspace_words", 23);
 }
 
 TEST(a_split_on_literal_layout_matches_tokenizers) {

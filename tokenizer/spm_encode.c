@@ -85,14 +85,9 @@ static int is_space_cp(uint32_t cp) {
     return cp != UINT32_MAX && (cp == '\n' || cp == '\r' || unicode_class(cp) == UCLASS_SPACE);
 }
 
-/* Regex \w as tokenizers' single_word sees it: letters, numbers, '_', the joiners, and combining
- * marks (the common blocks of them: our class table has no class of its own for marks). */
+/* Regex \w as tokenizers' single_word sees it (unicode_is_word); cp is UINT32_MAX for no character. */
 static int is_word_cp(uint32_t cp) {
-    if (cp == UINT32_MAX) return 0;
-    int c = unicode_class(cp);
-    return c == UCLASS_LETTER || c == UCLASS_NUMBER || cp == '_' || cp == 0x200c || cp == 0x200d ||
-           (cp >= 0x300 && cp <= 0x36f) || (cp >= 0x1ab0 && cp <= 0x1aff) || (cp >= 0x1dc0 && cp <= 0x1dff) ||
-           (cp >= 0x20d0 && cp <= 0x20ff) || (cp >= 0xfe20 && cp <= 0xfe2f);
+    return cp < 0x110000 && unicode_is_word(cp);
 }
 
 /* The character that ends at s[end) (end > 0) and where it starts. */
