@@ -10,7 +10,9 @@ global layers, its own local base and query_pre_attn_scalar) and saved with save
      loss on a token shard (our --init-from reads their checkpoint as they do);
   2. `./train --init-from HF_DIR` fine-tunes it a few steps (on --device); transformers loads the
      exported checkpoint with AutoModelForCausalLM.from_pretrained, and its loss equals
-     `./train eval` of the same checkpoint (our export is their format).
+     `./train eval` of the same checkpoint (our export is their format);
+  3. the untied Llama and Qwen2 set pad_token_id: transformers gives its embedding row no gradient
+     from the lookups, and after our fine-tuning the row has only shrunk by weight decay.
 Both at 1e-4 relative, in fp32, with transformers' eager attention (its sliding-window mask is exact
 there). With --device cuda our side runs on the GPU: the tiny models take the widths the CUDA backend
 computes (hidden 128, head_dim 64, MLP width a multiple of 8), and the tolerance is 3e-2 relative
@@ -37,6 +39,7 @@ from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Qw
 
 TOLERANCE = {"cpu": 1e-4, "cuda": 3e-2}
 V = 300
+PAD = 7  # the untied Llama's and Qwen2's pad_token_id, a token of the inputs
 
 
 def cuda_widths(cfg):
@@ -69,14 +72,15 @@ FAMILIES = {
         num_key_value_heads=2, head_dim=6, max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=500000.0,
         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                       "original_max_position_embeddings": 16},
-        tie_word_embeddings=False),
+        tie_word_embeddings=False, pad_token_id=PAD),
     "qwen3": lambda: Qwen3Config(
         vocab_size=V, hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=8, max_position_embeddings=64, rope_theta=1000000.0,
         tie_word_embeddings=True),
     "qwen2": lambda: Qwen2Config(
         vocab_size=V, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=1, max_position_embeddings=64, rope_theta=1000000.0, tie_word_embeddings=False),
+        num_key_value_heads=1, max_position_embeddings=64, rope_theta=1000000.0, tie_word_embeddings=False,
+        pad_token_id=PAD),
     "gemma3": gemma3_config,
 }
 
@@ -127,6 +131,27 @@ def compare(what, ours, theirs, tolerance):
     return ok
 
 
+def padding_row_kept(model, exported, pad):
+    """nn.Embedding(padding_idx) gives the pad token's row no gradient from its lookups: transformers'
+    gradient of the row is zero, and after our fine-tuning steps the row of the (untied) embedding has
+    only shrunk by weight decay, a scalar multiple of what it was, while the next row moved."""
+    x = torch.tensor([[pad, 3, pad, 5, 11, pad]], dtype=torch.long)
+    model.zero_grad()
+    model(x, labels=x).loss.backward()
+    theirs_zero = model.get_input_embeddings().weight.grad[pad].abs().max().item() == 0.0
+    before = model.get_input_embeddings().weight.detach().double()
+    after = AutoModelForCausalLM.from_pretrained(exported, torch_dtype=torch.float32)
+    after = after.get_input_embeddings().weight.detach().double()
+    scale = (after[pad] @ before[pad] / (before[pad] @ before[pad])).item()
+    off = (after[pad] - scale * before[pad]).abs().max().item() / before[pad].abs().max().item()
+    moved = (after[pad + 1] - before[pad + 1]).abs().max().item()
+    ok = theirs_zero and off <= 1e-5 and 0.9 < scale <= 1.0 and moved > 1e-3
+    print(f"  pad token {pad}: transformers' gradient of its row {'zero' if theirs_zero else 'NOT zero'}; ours after "
+          f"fine-tuning {scale:.6f} x the row (off by {off:.1e} relative), the next row moved {moved:.1e} "
+          f"{'ok' if ok else 'FAILED'}")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--train", default="./train")
@@ -138,7 +163,9 @@ def main():
     configs = {f: (lambda m=m: cuda_widths(m())) if a.device == "cuda" else m for f, m in FAMILIES.items()}
     work = a.work or tempfile.mkdtemp(prefix="hf_families_")
     rng = np.random.default_rng(0)
-    tokens = rng.integers(0, V, size=600).tolist()
+    tokens = rng.integers(0, V, size=600)
+    tokens[::37] = PAD  # the padding row is looked up
+    tokens = tokens.tolist()
     shard = os.path.join(work, "tokens.bin")
     write_shard(shard, tokens, V)
     ok = True
@@ -161,10 +188,12 @@ def main():
         theirs, cls = hf_loss(exported, tokens, a.t)
         ok &= compare(f"our export loaded as {cls}", our_loss(a.train, exported, shard, a.t, a.device), theirs,
                       tolerance)
+        if getattr(make_config(), "pad_token_id", None) == PAD and not make_config().tie_word_embeddings:
+            ok &= padding_row_kept(model, exported, PAD)
         with open(os.path.join(exported, "config.json")) as f:
             cfg = json.load(f)
         want = make_config().to_dict()
-        for key in ("num_key_value_heads", "head_dim", "tie_word_embeddings", "rope_scaling", "rope_theta",
+        for key in ("pad_token_id", "num_key_value_heads", "head_dim", "tie_word_embeddings", "rope_scaling", "rope_theta",
                     "layer_types", "sliding_window", "query_pre_attn_scalar", "rope_local_base_freq"):
             if key in want and key in cfg and cfg[key] != want[key]:
                 print(f"  config.json {key}: ours {cfg[key]!r}, transformers {want[key]!r} FAILED")
