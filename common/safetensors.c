@@ -68,7 +68,9 @@ void st_shape_string(const StTensor *t, char *buf, size_t n) {
 static int check_entry(const char *name, const JsonValue *v, uint64_t data_len, const char *path, StTensor *t,
                        char *err) {
     const JsonValue *shape = json_get(v, "shape"), *off = json_get(v, "data_offsets");
-    const char *dtype = json_string(json_get(v, "dtype"));
+    const JsonValue *dtype_value = json_get(v, "dtype");
+    const char *dtype = json_string(dtype_value);
+    if (dtype && strlen(dtype) != dtype_value->len) dtype = NULL; /* a NUL inside: not the name it starts with */
     long long b, e, d;
     int ok = dtype && shape && shape->type == JSON_ARRAY && off && off->type == JSON_ARRAY && off->len == 2 &&
              json_int(&off->items[0], 0, MAX_OFFSET, &b) && json_int(&off->items[1], 0, MAX_OFFSET, &e) && b <= e;
@@ -228,6 +230,12 @@ int st_open(StFile *s, const char *path, char *err) {
         return -1;
     }
     for (size_t i = 0; i < h->len; i++) {
+        if (strlen(h->members[i].key) != h->members[i].key_len) {
+            snprintf(err, ERR_LEN, "%s: the tensor name \"%s\" goes on past a NUL character (corrupt header)" DAMAGED_FIX,
+                     path, h->members[i].key);
+            st_close(s);
+            return -1;
+        }
         if (strcmp(h->members[i].key, "__metadata__") == 0) continue;
         if (check_entry(h->members[i].key, &h->members[i].value, file_len - s->data_start, path,
                         &s->tensors[s->count++], err) != 0) {

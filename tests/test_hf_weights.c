@@ -321,6 +321,11 @@ TEST(a_safetensors_file_whose_data_is_not_exactly_its_tensors_is_refused) {
         {"a float offset", "{\"h.0.ln_1.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8e0]}}", 8,
          "tensor h.0.ln_1.weight has no valid dtype, shape or data_offsets"},
         {"a header that is an array", "[1, 2]", 8, "the safetensors header is not a JSON object"},
+        /* a NUL inside a name or dtype: the text before it is not the name or dtype the file gives */
+        {"a NUL in a name", "{\"h.0.ln_1.weight\\u0000junk\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+         8, "the tensor name \"h.0.ln_1.weight\" goes on past a NUL character"},
+        {"a NUL in a dtype", "{\"h.0.ln_1.weight\":{\"dtype\":\"F32\\u0000x\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+         8, "tensor h.0.ln_1.weight has no valid dtype, shape or data_offsets"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_raw_safetensors(path, cases[i].header, cases[i].data_len);
