@@ -203,6 +203,15 @@ TEST(checkpoint_crash_midway_leaves_latest_intact_and_prunes_old) {
               strstr(err, "is corrupt (expected a name like step_00000100)") &&
               strstr(err, "or remove it and the newest whole checkpoint there is taken"),
           "a latest naming no checkpoint: %s", err);
+    /* two names (a hand edit gone wrong) name no one checkpoint; trailing white space is fine */
+    lf = fopen(latest, "w");
+    REQUIRE(lf && fputs("step_00000003 step_00000002\n", lf) >= 0 && fclose(lf) == 0, "writing latest");
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
+              strstr(err, "is corrupt (expected a name like step_00000100)"),
+          "a latest with two names: %s", err);
+    lf = fopen(latest, "w");
+    REQUIRE(lf && fputs("step_00000003 \n\n\t", lf) >= 0 && fclose(lf) == 0, "writing latest");
+    REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == 0, "%s", err);
     /* a latest that is there but cannot be read (a link to itself: ELOOP, as a root-proof stand-in for
      * EACCES) names why, not "missing" with advice to start over */
     REQUIRE(unlink(latest) == 0 && symlink("latest", latest) == 0, "a looping latest");

@@ -825,10 +825,13 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
     char buf[256] = {0};
     int got = fscanf(lf, "%255s", buf);
     const int after = fgetc(lf); /* a name longer than the buffer must not pass cut short */
+    /* and nothing but white space after it: "step_00000006 step_00000004" names no one checkpoint */
+    int rest = after;
+    while (rest != EOF && isspace(rest)) rest = fgetc(lf);
     fclose(lf);
     /* a name written by hand may end in the slash a shell's completion adds */
     for (size_t k = strlen(buf); k > 5 && buf[k - 1] == '/'; k--) buf[k - 1] = 0;
-    if (got != 1 || (after != EOF && !isspace(after)) || strncmp(buf, "step_", 5) != 0 || strchr(buf, '/') ||
+    if (got != 1 || (after != EOF && !isspace(after)) || rest != EOF || strncmp(buf, "step_", 5) != 0 || strchr(buf, '/') ||
         strlen(buf) >= size) {
         snprintf(err, ERR_LEN, "%s is corrupt (expected a name like step_00000100): write the name of a checkpoint "
                  "there into it, or remove it and the newest whole checkpoint there is taken", latest);
