@@ -825,65 +825,57 @@ TEST(a_version_5_state_file_of_a_llama_run_with_a_logit_cap_still_loads) {
 #define STATE_V8_VALIDATION 16
 #define STATE_V7_SETTINGS 24
 
-TEST(a_version_7_state_file_loads_with_its_validation_shard_unrecorded) {
-    GPTConfig cfg = config_of(&QWEN3);
+/* A checkpoint of m saved with st (whose settings and validation shard are recorded), rewritten as
+ * `version` (its header `cut` bytes shorter before the checksum), then loaded into *back; the
+ * arrays must come back as saved. */
+static void load_as_older_version(const TinyModel *m, TrainState st, uint32_t version, size_t cut, TrainState *back) {
+    GPTConfig cfg = config_of(m);
     ParamTable t;
     char err[ERR_LEN], path[900];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
     float *p = malloc(3 * t.total * sizeof *p), *q = malloc(3 * t.total * sizeof *q);
     Rng r;
-    rng_seed(&r, 7);
+    rng_seed(&r, version);
     fill_normal(p, 3 * t.total, 1.0f, &r);
-    TrainState st = {.step = 5, .B = 2, .T = 16, .val_tokens = 4000, .val_fingerprint = 77,
-                     .settings = {.recorded = 1, .weight_decay = 0.1f, .grad_clip = 1}};
     REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p + t.total, p + 2 * t.total, &st, 1, err) == 0, "%s", err);
-    TrainState back;
-    REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &back, err) == 0, "%s", err);
-    CHECK(back.val_tokens == 4000 && back.val_fingerprint == 77, "version 8 keeps the validation shard: %llu %llu",
-          (unsigned long long)back.val_tokens, (unsigned long long)back.val_fingerprint);
-    snprintf(path, sizeof path, "%s/step_00000005/state.bin", test_tmpdir());
+    REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, back, err) == 0, "%s", err);
+    CHECK(back->val_tokens == st.val_tokens && back->val_fingerprint == st.val_fingerprint &&
+              back->settings.recorded,
+          "this version keeps the validation shard and settings: %llu %llu %d", (unsigned long long)back->val_tokens,
+          (unsigned long long)back->val_fingerprint, back->settings.recorded);
+    snprintf(path, sizeof path, "%s/step_%08d/state.bin", test_tmpdir(), st.step);
     const size_t arrays = 3 * t.total * sizeof(float);
     struct stat sb;
     REQUIRE(stat(path, &sb) == 0, "no %s", path);
-    rewrite_state_as(path, 7, (size_t)sb.st_size - arrays - 8 - STATE_V8_VALIDATION, arrays);
-    memset(&back, 0xff, sizeof back);
-    REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &back, err) == 0, "%s", err);
-    CHECK(back.step == 5 && memcmp(p, q, 3 * t.total * sizeof *p) == 0 && back.settings.recorded &&
-              back.settings.weight_decay == 0.1f && back.val_tokens == 0 && back.val_fingerprint == 0,
-          "the version 7 file: step %d, settings %d %g, validation %llu %llu", back.step, back.settings.recorded,
-          back.settings.weight_decay, (unsigned long long)back.val_tokens, (unsigned long long)back.val_fingerprint);
+    rewrite_state_as(path, version, (size_t)sb.st_size - arrays - 8 - cut, arrays);
+    memset(back, 0xff, sizeof *back);
+    REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, back, err) == 0, "%s", err);
+    CHECK(back->step == st.step && back->B == st.B && memcmp(p, q, 3 * t.total * sizeof *p) == 0,
+          "the version %u file loaded as step %d with other arrays", version, back->step);
     free(q);
     free(p);
     param_table_free(&t);
 }
 
-TEST(a_version_6_state_file_loads_with_its_settings_unrecorded) {
-    GPTConfig cfg = config_of(&LLAMA);
-    ParamTable t;
-    char err[ERR_LEN], path[900];
-    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
-    float *p = malloc(3 * t.total * sizeof *p), *q = malloc(3 * t.total * sizeof *q);
-    Rng r;
-    rng_seed(&r, 6);
-    fill_normal(p, 3 * t.total, 1.0f, &r);
-    TrainState st = {.step = 3, .B = 2, .T = 16, .settings = {.recorded = 1, .weight_decay = 0.1f, .grad_clip = 1}};
-    REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p + t.total, p + 2 * t.total, &st, 1, err) == 0, "%s", err);
-    snprintf(path, sizeof path, "%s/step_00000003/state.bin", test_tmpdir());
-    const size_t arrays = 3 * t.total * sizeof(float);
-    struct stat sb;
-    REQUIRE(stat(path, &sb) == 0, "no %s", path);
-    rewrite_state_as(path, 6, (size_t)sb.st_size - arrays - 8 - STATE_V8_VALIDATION - STATE_V7_SETTINGS, arrays);
+static const TrainState RECORDED = {.step = 5, .B = 2, .T = 16, .val_tokens = 4000, .val_fingerprint = 77,
+                                    .settings = {.recorded = 1, .weight_decay = 0.1f, .grad_clip = 1}};
+
+TEST(a_version_7_state_file_loads_with_its_validation_shard_unrecorded) {
     TrainState back;
-    memset(&back, 0xff, sizeof back);
-    REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &back, err) == 0, "%s", err);
-    CHECK(back.step == 3 && back.B == 2 && memcmp(p, q, 3 * t.total * sizeof *p) == 0,
-          "the version 6 file loaded as step %d with other arrays", back.step);
-    CHECK(!back.settings.recorded && back.settings.weight_decay == 0 && back.settings.grad_clip == 0,
+    load_as_older_version(&QWEN3, RECORDED, 7, STATE_V8_VALIDATION, &back);
+    CHECK(back.settings.recorded && back.settings.weight_decay == 0.1f && back.val_tokens == 0 &&
+              back.val_fingerprint == 0,
+          "the version 7 file: settings %d %g, validation %llu %llu", back.settings.recorded,
+          back.settings.weight_decay, (unsigned long long)back.val_tokens, (unsigned long long)back.val_fingerprint);
+}
+
+TEST(a_version_6_state_file_loads_with_its_settings_unrecorded) {
+    TrainState back;
+    load_as_older_version(&LLAMA, RECORDED, 6, STATE_V8_VALIDATION + STATE_V7_SETTINGS, &back);
+    CHECK(!back.settings.recorded && back.settings.weight_decay == 0 && back.settings.grad_clip == 0 &&
+              back.val_tokens == 0,
           "a version 6 file's settings: recorded %d, wd %g, clip %g", back.settings.recorded,
           back.settings.weight_decay, back.settings.grad_clip);
-    free(q);
-    free(p);
-    param_table_free(&t);
 }
 
 TEST(a_released_models_preset_carries_its_vocabulary_and_a_given_v_overrides_it) {
