@@ -801,7 +801,8 @@ typedef struct {
     int B, T, accum;           /* micro-batch, sequence, micro-batches per step on each rank */
     Loader train_loader, val_loader;
     int have_val, val_batches_per_rank, val_batches_asked;
-    uint64_t train_fingerprint, val_fingerprint; /* checkpoints record them */
+    uint64_t train_fingerprint; /* checkpoints record it */
+    uint64_t val_tokens, val_fingerprint; /* and the validation shard's (0 0: none) */
     int resumed_world;          /* a resume: the ranks of the checkpoint's run (0: a new run) */
     char resume_changes[1000];  /* a resume: what it changed, for the log */
     float *init_params;         /* --init-from's weights (table layout), until the backend takes them */
@@ -1292,7 +1293,7 @@ static int resolve_data(Run *r) {
                "checkpoints carry it; pass the tokenizer that made the shard if it is another\n", r->tok_path,
                tokenizer_vocab_size(r->tok), r->train_loader.shard_vocab, r->train_path);
     r->train_fingerprint = loader_fingerprint(&r->train_loader);
-    if (r->have_val) r->val_fingerprint = loader_fingerprint(&r->val_loader);
+    if (r->have_val) r->val_tokens = r->val_loader.num_tokens, r->val_fingerprint = loader_fingerprint(&r->val_loader);
     /* a small validation shard (1 % of a small corpus) is used whole rather than refused */
     r->val_batches_asked = r->val_batches_per_rank;
     if (r->have_val && r->val_loader.num_batches < (uint64_t)r->val_batches_per_rank)
@@ -1502,9 +1503,12 @@ static int resume(Run *r) {
     const int other_val = r->have_val && (st.val_tokens || st.val_fingerprint) &&
                           (st.val_tokens != r->val_loader.num_tokens || st.val_fingerprint != r->val_fingerprint);
     if (other_val)
-        printf("validation: %s is not the shard the checkpoint's run validated on (%llu tokens): the validation losses "
-               "from step %d on are on other data than those before\n",
-               r->val_path, (unsigned long long)st.val_tokens, r->start_step);
+        printf("validation: %s (%llu tokens) is not the shard the checkpoint's run validated on (%llu tokens): the "
+               "validation losses from step %d on are on other data than those before\n",
+               r->val_path, (unsigned long long)r->val_loader.num_tokens, (unsigned long long)st.val_tokens,
+               r->start_step);
+    /* a resume that does not validate keeps the shard its checkpoint names, for the next one to compare */
+    if (!r->have_val) r->val_tokens = st.val_tokens, r->val_fingerprint = st.val_fingerprint;
     size_t len = 0;
     r->resume_changes[0] = 0;
     if (schedule[0]) list_append(r->resume_changes, sizeof r->resume_changes, &len, "%s", schedule);
@@ -1638,7 +1642,7 @@ static void print_header(Run *r) {
                (double)lo.z_loss, (double)lo.logit_softcap, (double)lo.label_smoothing);
     print_loss_option_notes(&lo, r->cfg.vocab_size);
     char dropout[200];
-    if (opt->init_from[0] && !opt->resume && hf_dropout_note(opt->init_from, dropout, sizeof dropout) > 0)
+    if (opt->init_from[0] && !opt->resume && hf_dropout_note(opt->init_from, r->cfg.family, dropout, sizeof dropout) > 0)
         printf("note: --init-from's config.json sets dropout (%s), which training here does not apply: its steps "
                "are those of transformers with dropout off\n", dropout);
     /* transformers applies final_logit_softcapping in Gemma's classes only */
@@ -1774,7 +1778,7 @@ static int save_checkpoint(Run *r, int steps_done) {
                      .B = r->B, .T = r->T, .total_batch = opt->total_batch, .world = r->dist.world,
                      .seed = opt->seed, .data_tokens = r->train_loader.num_tokens,
                      .data_fingerprint = r->train_fingerprint, .total_steps = opt->steps,
-                     .val_tokens = r->have_val ? r->val_loader.num_tokens : 0, .val_fingerprint = r->val_fingerprint,
+                     .val_tokens = r->val_tokens, .val_fingerprint = r->val_fingerprint,
                      .warmup = opt->warmup, .lr = opt->lr, .lr_final = opt->lr_final,
                      .settings = train_settings(opt)};
     memcpy(st.rng, r->rng.s, sizeof st.rng);

@@ -330,7 +330,7 @@ int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64
             } else {
                 memcpy(&tok, buf + 4 * j, 4);
             }
-            if (tok >= bound) {
+            if (tok >= bound || (!recorded && tok >= FGPT_MAX_VOCAB)) {
                 const unsigned long long at = i + j, byte = hdr->header_bytes + at * hdr->bytes_per_token;
                 if (!recorded && tok >= FGPT_MAX_VOCAB) /* no -v takes it */
                     snprintf(err, ERR_LEN,

@@ -498,8 +498,10 @@ TEST(a_family_config_the_trainer_does_not_compute_is_refused_naming_the_field) {
                  "\"layer_types\": [\"full_attention\", \"full_attention\"]", 1},
         {&QWEN3, ", \"use_sliding_window\": false, \"layer_types\": [\"full_attention\", \"sliding_attention\"]", 0},
         {&LLAMA, ", \"use_sliding_window\": true, \"max_window_layers\": 0", 1},
-        /* dropout is a training setting, noted by training, not a part of the model */
+        /* dropout is a training setting, noted by training, not a part of the model; LlamaConfig reads
+         * no GPT-2 field */
         {&LLAMA, ", \"attention_dropout\": 0.1", 1},
+        {&LLAMA, ", \"resid_pdrop\": 1.5", 1},
     };
     for (size_t i = 0; i < sizeof windows / sizeof windows[0]; i++) {
         write_config(test_tmpdir(), windows[i].m, windows[i].extra);
@@ -622,13 +624,27 @@ TEST(a_missing_extra_or_misshaped_tensor_is_refused_naming_it_and_both_shapes) {
     char *index = read_text(path);
     REQUIRE(index && strstr(index, "\"weight_map\": {"), "index: %s", index ? index : "");
     char *at = strstr(index, "\"weight_map\": {") + strlen("\"weight_map\": {");
-    FILE *dup = fopen(path, "w");
-    REQUIRE(dup, "rewriting %s", path);
-    fprintf(dup, "%.*s\"lm_head.weight\": \"model-00002-of-00002.safetensors\", %s", (int)(at - index), index, at);
-    fclose(dup);
+    const struct {
+        const char *entry, *msg;
+    } entries[] = {
+        {"\"lm_head.weight\": \"model-00002-of-00002.safetensors\"", "lists tensor lm_head.weight twice"},
+        /* a NUL inside a name or a file: not the name the text before it gives */
+        {"\"lm_head.weight\\u0000x\": \"model-00002-of-00002.safetensors\"",
+         "the weight_map's tensor name \"lm_head.weight\" goes on past a NUL character"},
+        {"\"lm_head.weight\\u0000x\": \"model-00002-of-00002.safetensors\\u0000x\"",
+         "the weight_map's tensor name \"lm_head.weight\" goes on past a NUL character"},
+        {"\"extra.weight\": \"model-00002-of-00002.safetensors\\u0000x\"",
+         "weight_map gives tensor extra.weight no file name of this directory"},
+    };
+    for (size_t e = 0; e < sizeof entries / sizeof entries[0]; e++) {
+        FILE *dup = fopen(path, "w");
+        REQUIRE(dup, "rewriting %s", path);
+        fprintf(dup, "%.*s%s, %s", (int)(at - index), index, entries[e].entry, at);
+        fclose(dup);
+        CHECK(hf_read_weights(dir, &t, back, err) != 0 && strstr(err, entries[e].msg), "an index with %s: %s",
+              entries[e].entry, err);
+    }
     free(index);
-    CHECK(hf_read_weights(dir, &t, back, err) != 0 && strstr(err, "lists tensor lm_head.weight twice"),
-          "an index listing a tensor twice: %s", err);
     FILE *f = fopen(path, "w");
     fprintf(f, "{\"weight_map\": {\"lm_head.weight\": \"gone.safetensors\"}}");
     fclose(f);

@@ -253,15 +253,17 @@ TEST(a_config_field_of_the_wrong_type_is_refused_naming_the_field_and_both_types
         {", \"n_embd\": 64.0", "\"n_embd\" is 64 written with a fraction or exponent, expected an integer"},
         {", \"n_layer\": 2e0", "\"n_layer\" is 2 written with a fraction or exponent, expected an integer"},
         {", \"n_inner\": 256.0", "\"n_inner\" is 256 written with a fraction or exponent, expected an integer"},
+        {", \"resid_pdrop\": 1.5", "resid_pdrop is 1.5, not a probability from 0 to 1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_gpt2_config(test_tmpdir(), cases[i].extra);
         CHECK(hf_read_config(test_tmpdir(), &cfg, err) != 0 && strstr(err, cases[i].msg) && strstr(err, "config.json"),
               "'%s': message '%s' lacks '%s'", cases[i].extra, err, cases[i].msg);
     }
-    /* the types transformers writes are taken: n_inner null, booleans, a float epsilon */
+    /* the types transformers writes are taken: n_inner null, booleans, a float epsilon; a field of
+     * another family's class (attention_dropout) is not GPT2Config's to check */
     write_gpt2_config(test_tmpdir(), ", \"n_inner\": null, \"tie_word_embeddings\": true, \"scale_attn_weights\": true,"
-                                     " \"scale_attn_by_inverse_layer_idx\": false");
+                                     " \"scale_attn_by_inverse_layer_idx\": false, \"attention_dropout\": 1.5");
     CHECK(hf_read_config(test_tmpdir(), &cfg, err) == 0 && cfg.num_layers == 2, "GPT-2's own types refused: %s", err);
 }
 

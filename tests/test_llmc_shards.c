@@ -83,6 +83,10 @@ TEST(llmc_shard_defects_give_the_same_errors_as_ours) {
                        "is above the largest vocabulary a model takes, 2000000000 (the shard is corrupt");
     expect_llmc_defect(LLAMA3_FIXTURE, "token 0xFFFFFFFF under a model", 1024, -1, -1, 128256,
                        "is above the largest vocabulary a model takes");
+    expect_llmc_defect(LLAMA3_FIXTURE, "token 0xFFFFFFFE", 1024, -2, -1, UINT32_MAX,
+                       "is above the largest vocabulary a model takes");
+    expect_llmc_defect(LLAMA3_FIXTURE, "token 2^31", 1024, INT32_MIN, -1, UINT32_MAX,
+                       "is above the largest vocabulary a model takes");
     /* a file cut inside llm.c's own header is named by that header's size */
     expect_llmc_defect(GPT2_FIXTURE, "cut at 12 bytes", -1, 0, 12, 50257, "shorter than its 1024-byte llm.c header");
 }

@@ -1318,7 +1318,7 @@ TEST(a_resume_validating_on_another_shard_says_so_and_logs_it) {
     make_corpus(train, val, sizeof train);
     const char *d = test_tmpdir();
     snprintf(other, sizeof other, "%s/other_val.bin", d);
-    REQUIRE(write_pattern_shard(other, 4000, 64, 3) == 0, "%s", other);
+    REQUIRE(write_pattern_shard(other, 3000, 64, 3) == 0, "%s", other);
     expect_run(0, "step     2/2", NULL, TINY_RUN " -x 2 --val-every 2 --val-batches 2 -i %s -j %s -o %s/v", train, val,
                d);
     char args[2400], *out = NULL;
@@ -1326,15 +1326,17 @@ TEST(a_resume_validating_on_another_shard_says_so_and_logs_it) {
     REQUIRE(run_train(args, &out) == 0, "%s", out);
     CHECK(!strstr(out, "validation: ") || !strstr(out, "is not the shard"), "the same shard was named: %s", out);
     free(out);
+    /* a resume without validation keeps the checkpoint's shard for the next one to compare */
+    expect_run(0, "step     4/4", NULL, TINY_RUN " -x 4 --val-every 0 -y 1 -i %s -o %s/v", train, d);
     char want[1200];
-    snprintf(want, sizeof want, "validation: %s is not the shard the checkpoint's run validated on (4000 tokens): the "
-             "validation losses from step 3 on are on other data than those before\n", other);
-    expect_run(0, want, "step     4/4", TINY_RUN " -x 4 --val-every 2 --val-batches 2 -y 1 -i %s -j %s -o %s/v", train,
+    snprintf(want, sizeof want, "validation: %s (3000 tokens) is not the shard the checkpoint's run validated on (4000 "
+             "tokens): the validation losses from step 4 on are on other data than those before\n", other);
+    expect_run(0, want, "step     5/5", TINY_RUN " -x 5 --val-every 2 --val-batches 2 -y 1 -i %s -j %s -o %s/v", train,
                other, d);
     snprintf(args, sizeof args, "%s/v/log.jsonl", d);
     char *log = read_text(args);
-    CHECK(log && strstr(log, "{\"type\":\"resume\",\"step\":3,\"ranks\":1,\"ranks_before\":1,\"changed\":\"-x/--steps 3 "
-                             "-> 4, -j/--val-data: another shard\"}\n"),
+    CHECK(log && strstr(log, "{\"type\":\"resume\",\"step\":4,\"ranks\":1,\"ranks_before\":1,\"changed\":\"-x/--steps 4 "
+                             "-> 5, -j/--val-data: another shard\"}\n"),
           "log.jsonl: %s", log ? log : "(none)");
     free(log);
 }

@@ -591,23 +591,27 @@ static int gemma3_text_config(const JsonValue *root, const char *path, const Jso
 }
 
 /* The dropout probabilities a family's config class reads: GPT2Config's three, the others'
- * attention_dropout. Training here uses none (as transformers' model.eval() does): they are checked
- * as probabilities and noted, not applied. */
-static const char *const dropout_fields[] = {"resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout"};
+ * attention_dropout (NULL-terminated). Training here uses none (as transformers' model.eval() does):
+ * they are checked as probabilities and noted, not applied. */
+static const char *const *dropout_fields(ModelFamily family) {
+    static const char *const gpt2[] = {"resid_pdrop", "embd_pdrop", "attn_pdrop", NULL};
+    static const char *const others[] = {"attention_dropout", NULL};
+    return family == FAMILY_GPT2 ? gpt2 : others;
+}
 
-static int check_dropouts(const JsonValue *text, const char *path, char *err) {
-    for (size_t i = 0; i < sizeof dropout_fields / sizeof dropout_fields[0]; i++) {
-        const JsonValue *p = json_get(text, dropout_fields[i]);
+static int check_dropouts(const JsonValue *text, ModelFamily family, const char *path, char *err) {
+    for (const char *const *f = dropout_fields(family); *f; f++) {
+        const JsonValue *p = json_get(text, *f);
         if (p && !(p->number >= 0 && p->number <= 1)) { /* a number: check_field_types */
-            snprintf(err, ERR_LEN, "%s: %s is %g, not a probability from 0 to 1 (fix the field)", path,
-                     dropout_fields[i], p->number);
+            snprintf(err, ERR_LEN, "%s: %s is %g, not a probability from 0 to 1 (fix the field)", path, *f,
+                     p->number);
             return -1;
         }
     }
     return 0;
 }
 
-int hf_dropout_note(const char *dir, char *out, size_t n) {
+int hf_dropout_note(const char *dir, ModelFamily family, char *out, size_t n) {
     char path[FGPT_PATH_LEN], err[ERR_LEN];
     int listed = 0;
     out[0] = 0;
@@ -617,10 +621,10 @@ int hf_dropout_note(const char *dir, char *out, size_t n) {
     const JsonValue *text = json_get(root, "text_config");
     if (!text || text->type != JSON_OBJECT) text = root;
     size_t used = 0;
-    for (size_t i = 0; i < sizeof dropout_fields / sizeof dropout_fields[0]; i++) {
-        const JsonValue *p = json_get(text, dropout_fields[i]);
+    for (const char *const *f = dropout_fields(family); *f; f++) {
+        const JsonValue *p = json_get(text, *f);
         if (!p || p->type != JSON_NUMBER || p->number == 0) continue;
-        const int k = snprintf(out + used, n - used, "%s%s %g", listed ? ", " : "", dropout_fields[i], p->number);
+        const int k = snprintf(out + used, n - used, "%s%s %g", listed ? ", " : "", *f, p->number);
         if (k < 0 || (size_t)k >= n - used) break;
         used += (size_t)k;
         listed++;
@@ -667,7 +671,7 @@ int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {
                  "gemma3_text)", path);
     } else if (gemma3 && strcmp(type, "gemma3") == 0 && gemma3_text_config(root, path, &text, err) != 0) {
         /* err set */
-    } else if (check_dropouts(text, path, err) != 0) {
+    } else if (check_dropouts(text, family, path, err) != 0) {
         /* err set */
     } else if ((family == FAMILY_GPT2 ? read_gpt2_config(root, path, cfg, err) == 0
                 : family == FAMILY_GEMMA3 ? read_gemma3_config(text, path, cfg, err) == 0
@@ -824,9 +828,16 @@ static int open_sharded(const char *dir, const char *index_path, Sources *s, cha
         free(held);
         return -1;
     }
-    for (size_t i = 0; i < map->len; i++) sorted[i] = &map->members[i];
-    qsort(sorted, map->len, sizeof *sorted, by_key);
     int rc = 0;
+    for (size_t i = 0; i < map->len; i++) {
+        sorted[i] = &map->members[i];
+        if (rc == 0 && strlen(map->members[i].key) != map->members[i].key_len) {
+            snprintf(err, ERR_LEN, "%s: the weight_map's tensor name \"%s\" goes on past a NUL character (re-save "
+                     "the checkpoint)", index_path, map->members[i].key);
+            rc = -1;
+        }
+    }
+    qsort(sorted, map->len, sizeof *sorted, by_key);
     for (size_t i = 1; rc == 0 && i < map->len; i++)
         if (strcmp(sorted[i - 1]->key, sorted[i]->key) == 0) {
             snprintf(err, ERR_LEN, "%s's weight_map lists tensor %s twice (re-save the checkpoint)", index_path,
@@ -835,7 +846,8 @@ static int open_sharded(const char *dir, const char *index_path, Sources *s, cha
         }
     for (size_t i = 0; rc == 0 && i < map->len; i++) {
         const char *file = json_string(&map->members[i].value);
-        if (!file || !file[0] || strchr(file, '/') || strcmp(file, "..") == 0 || strcmp(file, ".") == 0) {
+        if (!file || !file[0] || strlen(file) != map->members[i].value.len || strchr(file, '/') ||
+            strcmp(file, "..") == 0 || strcmp(file, ".") == 0) {
             snprintf(err, ERR_LEN, "%s: weight_map gives tensor %s no file name of this directory", index_path,
                      map->members[i].key);
             rc = -1;
@@ -1011,7 +1023,7 @@ static int match_tensors(const char *dir, Sources *src, const ParamTable *t, flo
                 break;
             }
             if (seen[(g.p - t->params) * MAX_HF_PARTS + g.part]++) {
-                snprintf(err, ERR_LEN, "%s holds tensor %s more than once", f->path, st->name);
+                snprintf(err, ERR_LEN, "%s holds tensor %s more than once", dir, st->name);
                 rc = -1;
                 break;
             }

@@ -24,9 +24,10 @@
  * transformers writes. 0, or -1 with a one-line message in err (ERR_LEN bytes). */
 int hf_read_config(const char *dir, GPTConfig *cfg, char *err);
 
-/* The dropout probabilities <dir>/config.json sets above 0 ("resid_pdrop 0.1, embd_pdrop 0.1"),
- * into out (n bytes): training here uses no dropout, so --init-from notes them. How many. */
-int hf_dropout_note(const char *dir, char *out, size_t n);
+/* The dropout probabilities of family's config class that <dir>/config.json sets above 0
+ * ("resid_pdrop 0.1, embd_pdrop 0.1"), into out (n bytes): training here uses no dropout, so
+ * --init-from notes them. How many. */
+int hf_dropout_note(const char *dir, ModelFamily family, char *out, size_t n);
 
 /* config.json's eos_token_id (a list's first) when it is a token below vocab_size, else -1: where a
  * sample from a checkpoint without a tokenizer starts a new document. */
