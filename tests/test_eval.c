@@ -165,6 +165,7 @@ TEST(eval_of_a_checkpoint_prints_the_reference_loss_of_every_target_on_its_last_
     } runs[] = {
         {"-o", "-b 4", "6 window(s) of T=16 in batches of B=4"},
         {"--init-from", "-b 4", "6 window(s) of T=16 in batches of B=4"},
+        {"--checkpoint", "-b 4", "6 window(s) of T=16 in batches of B=4"}, /* ./train sample's name for it */
         {"-o", "-b 100", "in batches of B=6,"},
         {"-o", "-b 4 --output canonical", "output layer canonical"},
     };

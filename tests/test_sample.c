@@ -293,6 +293,12 @@ TEST(a_checkpoint_without_its_tokenizer_samples_after_config_jsons_separator) {
     REQUIRE(run_train(args, &with) == 0, "%s", with);
     snprintf(args, sizeof args, "sample --checkpoint %s --device cpu -G 8 --seed 5", bare);
     REQUIRE(run_train(args, &without) == 0, "%s", without);
+    /* --init-from, ./train's and eval's name for it, is the same */
+    char *same = NULL;
+    snprintf(args, sizeof args, "sample --init-from %s --device cpu -G 8 --seed 5", bare);
+    CHECK(run_train(args, &same) == 0 && same && strcmp(same, without) == 0, "--init-from: %s\n--checkpoint: %s", same,
+          without);
+    free(same);
     const char *ids = with ? strstr(with, "\nids:") : NULL;
     CHECK(ids && strncmp(without, ids + 1, strlen(without) - 1) == 0, "with the tokenizer: %s\nwithout: %s", with,
           without);

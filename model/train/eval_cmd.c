@@ -52,6 +52,7 @@ typedef struct {
 static const EvalFlag flags[] = {
     {0, "init-from", "DIR", EVAL_STR, E(init_from), 0,
      "a Hugging Face checkpoint directory (config.json + model.safetensors), ours or the original's"},
+    {0, "checkpoint", "DIR", EVAL_STR, E(init_from), 0, "the same (./train sample's name for it)"},
     {'o', "out", "RUN", EVAL_STR, E(run), 0, "... or a run directory: its latest checkpoint, or --step's"},
     {0, "step", "N", EVAL_INT, E(step), 0, "the run's checkpoint of step N (default: the latest)"},
     {'i', "data", "SHARD", EVAL_STR, E(data), 0, "token shard to evaluate (ours or llm.c's .bin)"},
@@ -133,6 +134,8 @@ static int parse(EvalOptions *o, int argc, char **argv) {
         }
         if (!v || find_flag(v)) return bad(a, "needs a value");
         i++;
+        for (const EvalFlag *first = flags; first < f; first++) /* two names of one setting repeat each other */
+            if (first->offset == f->offset) f = first;
         char name[48];
         if (f->short_name) snprintf(name, sizeof name, "-%c/--%s", f->short_name, f->long_name);
         else snprintf(name, sizeof name, "--%s", f->long_name);

@@ -41,6 +41,7 @@ static void usage(FILE *f) {
             "  -o, --out RUN          run directory (its latest checkpoint, or --step's)\n"
             "      --step N           the checkpoint of step N (default: the latest)\n"
             "      --checkpoint DIR   a directory with config.json + model.safetensors (+ tokenizer.json)\n"
+            "      --init-from DIR    the same (./train's and eval's name for it)\n"
             "      --prompt TEXT      text to continue (default: start after the document separator)\n"
             "  -G, --gen-tokens N     tokens to generate (default 64); past the model's context (n_positions)\n"
             "                         the last half of the context is kept and run again from position 0\n"
@@ -69,8 +70,9 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
 
 /* The flags that take a value, so that an unknown flag is named as such, not as one missing its value. */
 static int flag_takes_value(const char *a) {
-    static const char *const flags[] = {"-o",     "--out",  "--checkpoint", "--prompt", "--tokenizer",   "--device",
-                                        "--step", "-G",     "--gen-tokens", "--top-k",  "--temperature", "--seed"};
+    static const char *const flags[] = {"-o",     "--out",        "--checkpoint", "--init-from", "--prompt",
+                                        "--tokenizer", "--device", "--step", "-G",         "--gen-tokens",
+                                        "--top-k", "--temperature", "--seed"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(a, flags[i])) return 1;
     return 0;
@@ -98,10 +100,11 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
         if (!v) return bad(a, "needs a value");
         i++;
         const int out = !strcmp(a, "-o") || !strcmp(a, "--out"), gen = !strcmp(a, "-G") || !strcmp(a, "--gen-tokens");
-        repeated_flags_use(&repeated, out ? "-o/--out" : gen ? "-G/--gen-tokens" : a);
+        const int checkpoint = !strcmp(a, "--checkpoint") || !strcmp(a, "--init-from");
+        repeated_flags_use(&repeated, out ? "-o/--out" : gen ? "-G/--gen-tokens" : checkpoint ? "--checkpoint" : a);
         if (out) {
             o->run = v;
-        } else if (!strcmp(a, "--checkpoint")) {
+        } else if (checkpoint) {
             o->checkpoint = v;
         } else if (!strcmp(a, "--prompt")) {
             o->prompt = v;
