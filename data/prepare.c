@@ -264,15 +264,20 @@ static size_t val_cut(const char *text, size_t len, double fraction, const char 
  * encoder put them around the part (where its ends are a document's: tokenizer.h's flags); here
  * they go on either side of each separator in ids[0..*n), which grows to hold them. Between two
  * documents lies the separator once: not again where the post-processor's tokens already put it
- * there (Gemma's and Llama 2's <bos> is their separator). */
-static int wrap_documents(const Tokenizer *tok, uint32_t **ids, size_t *n, char *err) {
+ * there (Gemma's and Llama 2's <bos> is their separator). The post-processor's own tokens at the
+ * part's ends (flags: where the encoder put them) are no separators, even where one of them is the
+ * separator's id ("<s> $A </s>", "<bos> <bos> $A"). */
+static int wrap_documents(const Tokenizer *tok, int flags, uint32_t **ids, size_t *n, char *err) {
     const uint32_t *before, *after, sep = tokenizer_eot_token(tok);
     const size_t n_before = (size_t)tokenizer_post_tokens(tok, 0, &before);
     const size_t n_after = (size_t)tokenizer_post_tokens(tok, 1, &after);
     const int sep_there = (n_after && after[n_after - 1] == sep) || (n_before && before[0] == sep);
     const size_t each = n_after + n_before + !sep_there; /* the ids one separator becomes */
+    size_t head = flags & TOKENIZER_MID_START ? 0 : n_before, tail = flags & TOKENIZER_MID_END ? 0 : n_after;
+    if (head + tail > *n) head = tail = 0; /* cannot be: the encoder put them there */
+    const size_t end = *n - tail;          /* separators lie in [head, end) */
     size_t seps = 0;
-    for (size_t i = 0; i < *n; i++) seps += (*ids)[i] == sep;
+    for (size_t i = head; i < end; i++) seps += (*ids)[i] == sep;
     if (each == 1 || seps == 0) return 0;
     const size_t total = *n + seps * (each - 1);
     uint32_t *grown = realloc(*ids, (total ? total : 1) * sizeof *grown);
@@ -282,7 +287,7 @@ static int wrap_documents(const Tokenizer *tok, uint32_t **ids, size_t *n, char 
     }
     /* from the back, so each id moves once and is never overwritten before it moves */
     for (size_t i = *n, o = total; i-- > 0;) {
-        if (grown[i] != sep) {
+        if (grown[i] != sep || i < head || i >= end) {
             grown[--o] = grown[i];
             continue;
         }
@@ -307,7 +312,7 @@ static int write_part(const Tokenizer *tok, const char *text, size_t len, int fl
         fgpt_set_err(err, "%s", terr);
         return -1;
     }
-    if (wrap_documents(tok, &ids, &n, err) != 0) {
+    if (wrap_documents(tok, flags, &ids, &n, err) != 0) {
         free(ids);
         return -1;
     }

@@ -140,6 +140,72 @@ TEST(a_sentencepiece_document_encodes_the_same_on_one_thread_and_on_several) {
     free(doc);
 }
 
+/* Post-processors whose tokens hold the separator (Llama 2's <s>) more than once or at the end: each
+ * document's ids in the shards are tokenizers' for that document alone, its template's tokens once
+ * (the tokens at the parts' ends are the template's, not separators between documents). */
+TEST(prepare_wraps_each_document_in_a_template_that_holds_the_separator_as_tokenizers_does) {
+    const char *single_seq = "\"Sequence\": {\n          \"id\": \"A\",\n          \"type_id\": 0\n        }\n      }\n    ],";
+    const char *with_eos = "\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, {\"SpecialToken\": {\"id\": \"</s>\", "
+                           "\"type_id\": 0}}],";
+    const struct {
+        const char *what, *edits[4];
+        int n_edits;
+    } variants[] = {
+        {"<s> $A </s>", {single_seq, with_eos, "\"special_tokens\": {", "\"special_tokens\": {\"</s>\": {\"id\": \"</s>\", "
+                                                                     "\"ids\": [2], \"tokens\": [\"</s>\"]},"}, 2},
+        {"<s> <s> $A", {"\"single\": [", "\"single\": [{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}},"}, 1},
+    };
+    const char *docs[] = {"The quick brown fox jumps over the lazy dog. Hello world, again and again.\n",
+                          "Größe Straße schön, and a second document of some length to encode here.\n",
+                          "A third one: def encode(text): return [vocab[piece] for piece in split(text)]\n"};
+    char files[3][800];
+    for (int d = 0; d < 3; d++) {
+        snprintf(files[d], sizeof files[d], "%s/doc%d.txt", test_tmpdir(), d);
+        FILE *f = fopen(files[d], "w");
+        REQUIRE(f && fputs(docs[d], f) >= 0 && fclose(f) == 0, "%s", files[d]);
+    }
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        char json[800], args[4000], path[900], err[ERR_LEN], *out = NULL;
+        snprintf(json, sizeof json, "%s/variant%zu.json", test_tmpdir(), v);
+        REQUIRE(write_edited_copy("tests/fixtures/spm_llama2.json", json, variants[v].edits, variants[v].n_edits) == 0,
+                "%s", variants[v].what);
+        Tokenizer *t = tokenizer_load(json, err);
+        REQUIRE(t, "%s: %s", variants[v].what, err);
+        uint32_t want[4096];
+        size_t n_want = 0;
+        for (int d = 0; d < 3; d++) {
+            size_t n;
+            uint32_t *ids = tokenizer_encode_alloc(t, docs[d], strlen(docs[d]), TOKENIZER_SPECIALS, &n);
+            REQUIRE(ids && n_want + n <= 4096, "encoding");
+            memcpy(want + n_want, ids, n * sizeof *ids);
+            n_want += n;
+            free(ids);
+        }
+        tokenizer_free(t);
+        snprintf(args, sizeof args, "prepare --tokenizer %s --val-fraction 0.4 -o %s/w%zu %s %s %s", json, test_tmpdir(),
+                 v, files[0], files[1], files[2]);
+        REQUIRE(run_train(args, &out) == 0, "%s: %s", variants[v].what, out);
+        free(out);
+        uint32_t *ids[2] = {NULL, NULL}, all[4096];
+        uint64_t n[2] = {0, 0};
+        const char *parts[2] = {"train", "val"};
+        for (int k = 0; k < 2; k++) {
+            ShardHeader h;
+            snprintf(path, sizeof path, "%s/w%zu/%s.bin", test_tmpdir(), v, parts[k]);
+            REQUIRE(shard_read(path, 1024, &ids[k], &n[k], &h, err) == 0, "%s", err);
+        }
+        REQUIRE(n[0] + n[1] <= 4096, "%llu ids", (unsigned long long)(n[0] + n[1]));
+        memcpy(all, ids[0], n[0] * sizeof *all);
+        memcpy(all + n[0], ids[1], n[1] * sizeof *all);
+        const long at = first_difference(all, n[0] + n[1], want, n_want);
+        CHECK(at < 0, "%s: the shards' %llu + %llu ids differ from the documents' %zu at %ld (%u against %u)",
+              variants[v].what, (unsigned long long)n[0], (unsigned long long)n[1], n_want, at,
+              at >= 0 && (size_t)at < n[0] + n[1] ? all[at] : 0, at >= 0 && (size_t)at < n_want ? want[at] : 0);
+        free(ids[0]);
+        free(ids[1]);
+    }
+}
+
 /* `./train prepare --tokenizer` on the document: its train and validation shards together hold the
  * ids `tokenizers` gives the document (its BOS once, at the start), wherever the cut falls. */
 TEST(prepare_with_a_sentencepiece_tokenizer_gives_the_ids_tokenizers_gives) {
