@@ -115,8 +115,11 @@ static int same_file_bytes(const char *a, const char *b) {
  * tokenizer, one of an earlier prepare's set (one of our shards beside it) or the very file given as
  * --tokenizer (`given`, NULL when prepare trains one). Anything else there (another tool's data or a
  * model's own tokenizer under a common name, a folder, a pipe) is refused before any work, rather
- * than overwritten, or found only at the renames with part of the new set in place. */
-static int check_replaceable(const char *dir, const char *tokenizer_name, const char *given, char *err) {
+ * than overwritten, or found only at the renames with part of the new set in place. A tokenizer of
+ * the other kind (other_name), which prepare removes once the new set is in, must be an earlier
+ * set's too: a checkpoint's or a model folder's tokenizer.json is never removed. */
+static int check_replaceable(const char *dir, const char *tokenizer_name, const char *other_name, const char *given,
+                             char *err) {
     const char *const names[] = {"train.bin", "val.bin", tokenizer_name};
     int our_set = 0; /* a shard there is one of ours */
     for (int k = 0; k < 3; k++) {
@@ -168,6 +171,15 @@ static int check_replaceable(const char *dir, const char *tokenizer_name, const 
         fgpt_set_err(err, "prepare -o %s: %s holds %s, which prepare would replace with its own shard (move it, or "
                      "pass another -o)", dir, path, magic == LLMC_MAGIC_GPT2 || magic == LLMC_MAGIC_LLAMA3
                      ? "an llm.c shard" : "no token shard of fusedgpt's");
+        return -1;
+    }
+    char other[PREPARE_PATH_LEN];
+    struct stat sb;
+    if (path_join(other, dir, other_name, err) != 0) return -1;
+    if (!our_set && lstat(other, &sb) == 0) {
+        fgpt_set_err(err, "prepare -o %s: %s is not the tokenizer of an earlier prepare there (no shard of fusedgpt's "
+                     "beside it), and prepare's set would sit beside it with %s (move it, or pass another -o)", dir,
+                     other, tokenizer_name);
         return -1;
     }
     return 0;
@@ -760,7 +772,8 @@ int prepare_main(int argc, char **argv) {
             if (tokenizer_load_note(given)) fprintf(stderr, "note: %s\n", tokenizer_load_note(given));
         }
         const int imported = given && tokenizer_is_imported(given);
-        if (check_replaceable(out_dir, imported ? "tokenizer.json" : "tokenizer.bin", opt.tokenizer_in, err) != 0) {
+        if (check_replaceable(out_dir, imported ? "tokenizer.json" : "tokenizer.bin",
+                              imported ? "tokenizer.bin" : "tokenizer.json", opt.tokenizer_in, err) != 0) {
             print_error("%s", err);
             tokenizer_free(given);
             goto done;

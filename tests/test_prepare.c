@@ -735,6 +735,27 @@ TEST(a_prepare_with_the_other_kind_of_tokenizer_removes_the_earlier_sets_tokeniz
     free(said);
     REQUIRE(run_prepare(6, ours) == 0, "our tokenizer's set again");
     CHECK(access(bin, F_OK) == 0 && access(json, F_OK) != 0, "tokenizer.json stayed beside our set");
+    /* a folder's own tokenizer of the other kind, with no shard of ours beside it (a checkpoint's or a
+     * model's tokenizer.json), is refused before any work and kept */
+    char model[1100], model_json[1200], model_bin[1200];
+    snprintf(model, sizeof model, "%s/model", test_tmpdir());
+    snprintf(model_json, sizeof model_json, "%s/tokenizer.json", model);
+    snprintf(model_bin, sizeof model_bin, "%s/tokenizer.bin", model);
+    REQUIRE(mkdir(model, 0755) == 0 && write_edited_copy("tests/fixtures/hf_gpt2_style.json", model_json, NULL, 0) == 0,
+            "%s", model_json);
+    const char *into_model[] = {"prepare", "-v", "300", "-o", model, text};
+    unlink(log);
+    CHECK(run_prepare(6, into_model) != 0 && access(model_json, F_OK) == 0 && access(model_bin, F_OK) != 0, "%s",
+          model_json);
+    said = read_text(log);
+    CHECK(said && strstr(said, "tokenizer.json is not the tokenizer of an earlier prepare there (no shard of "
+                               "fusedgpt's beside it), and prepare's set would sit beside it with tokenizer.bin"),
+          "a model folder's tokenizer.json: %s", said ? said : "");
+    free(said);
+    REQUIRE(unlink(model_json) == 0 && rename(bin, model_bin) == 0, "a lone tokenizer.bin");
+    const char *imported_into_model[] = {"prepare", "--tokenizer", "tests/fixtures/hf_gpt2_style.json", "-o", model, text};
+    CHECK(run_prepare(6, imported_into_model) != 0 && access(model_bin, F_OK) == 0 && access(model_json, F_OK) != 0,
+          "a lone tokenizer.bin was replaced");
 }
 
 /* Smaller refusals and notes: an empty tokenizer file is named empty; a folder under a staging name
