@@ -633,6 +633,7 @@ int prepare_main(int argc, char **argv) {
     PrepareOptions opt = {PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL, 0, NULL};
     const char *out_dir = "prepared", *cache_dir = ".cache";
     int default_corpus = 0, extended = -1, n_files = 0, vocab_given = 0, help = 0; /* extended -1: chosen by -v */
+    const char *for_files = NULL, *for_corpus = NULL; /* a flag given that only FILE... or --default-corpus takes */
     const char **files = calloc((size_t)argc + 1, sizeof *files);
     if (!files) return 1;
     int status = 2;
@@ -645,7 +646,12 @@ int prepare_main(int argc, char **argv) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
-            if (!strcmp(a, value_flags[k][0])) repeated_flags_use(&repeated, value_flags[k][1]);
+            if (!strcmp(a, value_flags[k][0])) {
+                repeated_flags_use(&repeated, value_flags[k][1]);
+                if (!strcmp(value_flags[k][1], "-o/--out") || !strcmp(a, "--val-fraction") || !strcmp(a, "--threads"))
+                    for_files = value_flags[k][1];
+                if (!strcmp(a, "--cache-dir")) for_corpus = a;
+            }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { /* the rest is still read: a bad flag is named, as ./train does */
             help = 1;
         } else if (!strcmp(a, "--default-corpus")) {
@@ -735,6 +741,16 @@ int prepare_main(int argc, char **argv) {
     }
     if (!default_corpus && extended >= 0) {
         status = bad_arg("--corpus", "goes with --default-corpus");
+        goto done;
+    }
+    /* the default corpus is prepared into its cache with its own split, where ./train looks for it */
+    if (default_corpus && for_files) {
+        status = bad_arg(for_files, "applies to FILE..., not to --default-corpus, which is prepared into --cache-dir "
+                                    "with its own validation share (prepare the files yourself to choose these)");
+        goto done;
+    }
+    if (!default_corpus && for_corpus) {
+        status = bad_arg("--cache-dir", "goes with --default-corpus (FILE... are prepared into -o)");
         goto done;
     }
     if (default_corpus) {

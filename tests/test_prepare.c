@@ -225,6 +225,16 @@ TEST(prepare_rejects_bad_arguments) {
     CHECK(run_prepare(4, corpus_kind) == 2, "--corpus takes standard or extended");
     const char *corpus_files[] = {"prepare", "--corpus", "extended", missing};
     CHECK(run_prepare(4, corpus_files) == 2, "--corpus without --default-corpus is a command-line error");
+    /* the default corpus has its own folder (the cache) and split: -o, --val-fraction and --threads
+     * would be passed over, and --cache-dir over FILE... */
+    const char *corpus_out[] = {"prepare", "--default-corpus", "-o", out};
+    CHECK(run_prepare(4, corpus_out) == 2, "-o with --default-corpus is a command-line error");
+    const char *corpus_val[] = {"prepare", "--default-corpus", "--val-fraction", "0.3"};
+    CHECK(run_prepare(4, corpus_val) == 2, "--val-fraction with --default-corpus is a command-line error");
+    const char *corpus_threads[] = {"prepare", "--threads", "1", "--default-corpus"};
+    CHECK(run_prepare(4, corpus_threads) == 2, "--threads with --default-corpus is a command-line error");
+    const char *files_cache[] = {"prepare", "--cache-dir", out, missing};
+    CHECK(run_prepare(4, files_cache) == 2, "--cache-dir with FILE... is a command-line error");
     const char *unknown[] = {"prepare", "--frobnicate", missing};
     CHECK(run_prepare(3, unknown) == 2, "an unknown flag is a command-line error");
     const char *miss[] = {"prepare", "-o", out, missing};
