@@ -505,6 +505,38 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
     return rc;
 }
 
+/* A text file by its identity on disk, and its place on the command line. */
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+    int index;
+} FileId;
+
+static int by_identity(const void *a, const void *b) {
+    const FileId *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+    if (x->ino != y->ino) return x->ino < y->ino ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Notes each of files[0..n) that names a file given earlier (a link, another path): allowed, a text
+ * weighted twice, but its copy may land in validation. Sorted by identity, so that tens of thousands
+ * of files take no pairwise checks. */
+static void note_files_given_twice(const char *const *files, int n) {
+    FileId *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
+    int known = 0;
+    for (int f = 0; ids && f < n; f++) {
+        struct stat sb;
+        if (stat(files[f], &sb) == 0) ids[known++] = (FileId){sb.st_dev, sb.st_ino, f};
+    }
+    if (ids) qsort(ids, (size_t)known, sizeof *ids, by_identity);
+    for (int k = 1; ids && k < known; k++)
+        if (ids[k].dev == ids[k - 1].dev && ids[k].ino == ids[k - 1].ino)
+            fprintf(stderr, "note: %s is given more than once: its text is in the shards as often, and validation may "
+                    "hold a copy of training text\n", files[ids[k].index]);
+    free(ids);
+}
+
 /* FNV-1a over the corpus: the cache key says which text the shards came from. */
 static uint64_t text_hash(const char *s, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -817,14 +849,8 @@ int prepare_main(int argc, char **argv) {
                 tokenizer_free(given);
                 goto done;
             }
-            /* allowed (a text weighted twice), but its copy may land in validation: said, not refused */
-            for (int g = 0; g < f; g++)
-                if (same_file(files[f], files[g])) {
-                    fprintf(stderr, "note: %s is given more than once: its text is in the shards as often, and "
-                            "validation may hold a copy of training text\n", files[f]);
-                    break;
-                }
         }
+        note_files_given_twice(files, n_files);
         int rc = prepare_text(text, len, &opt, given, out_dir, &out, err);
         tokenizer_free(given);
         free(text);
