@@ -640,6 +640,8 @@ static void usage(FILE *f) {
             "      --val-fraction F   share of the text held out for validation, from its end (default %.2f)\n"
             "      --cache-dir DIR    where the default corpus is cached (default .cache)\n"
             "      --threads N        threads for counting and encoding (default: all cores)\n"
+            "      --files-from LIST  also the text files LIST names, one path a line (- for stdin): more files\n"
+            "                         than a command line holds\n"
             "  -h, --help             this text\n"
             "Each FILE is one document; the tokenizer's separator (\"<|endoftext|>\", or Llama 3's\n"
             "\"<|end_of_text|>\") inside a file also separates documents.\n"
@@ -650,6 +652,63 @@ static void usage(FILE *f) {
 static int bad_arg(const char *flag, const char *why) {
     print_error("prepare %s: %s (see ./train prepare --help)", flag, why);
     return 2;
+}
+
+/* Appends the paths listed in `list` (one a line; "-": stdin) to *files (n of them, capacity *cap),
+ * keeping each line's text as the path. 0, or -1 with a message. */
+static int read_file_list(const char *list, const char ***files, int *n, size_t *cap, char **text, char *err) {
+    FILE *f = strcmp(list, "-") ? fopen(list, "r") : stdin;
+    if (!f) {
+        fgpt_set_err(err, "prepare --files-from %s: cannot read it: %s", list, strerror(errno));
+        return -1;
+    }
+    size_t len = 0, room = 1 << 16;
+    char *buf = malloc(room);
+    int rc = buf ? 0 : -1;
+    for (size_t got; rc == 0 && (got = fread(buf + len, 1, room - len - 1, f)) > 0;) {
+        len += got;
+        char *grown = len + 1 == room ? realloc(buf, room *= 2) : buf;
+        if (!grown) rc = -1;
+        else buf = grown;
+    }
+    if (rc == 0 && ferror(f)) {
+        fgpt_set_err(err, "prepare --files-from %s: read error: %s", list, strerror(errno));
+        rc = -2;
+    }
+    if (f != stdin) fclose(f);
+    if (rc == -1) fgpt_set_err(err, "prepare --files-from %s: out of memory", list);
+    if (rc != 0) {
+        free(buf);
+        return -1;
+    }
+    buf[len] = 0;
+    if (memchr(buf, 0, len)) {
+        fgpt_set_err(err, "prepare --files-from %s holds a NUL byte: it is no list of paths, one a line", list);
+        free(buf);
+        return -1;
+    }
+    for (char *line = buf; *line;) {
+        char *end = strchr(line, '\n');
+        if (end) *end = 0;
+        const size_t k = strlen(line);
+        if (k && line[k - 1] == '\r') line[k - 1] = 0; /* a list written on Windows */
+        if (line[0]) {
+            if ((size_t)*n + 1 >= *cap) {
+                const char **grown = realloc(*files, (*cap *= 2) * sizeof *grown);
+                if (!grown) {
+                    fgpt_set_err(err, "prepare --files-from %s: out of memory", list);
+                    free(buf);
+                    return -1;
+                }
+                *files = grown;
+            }
+            (*files)[(*n)++] = line;
+        }
+        if (!end) break;
+        line = end + 1;
+    }
+    *text = buf;
+    return 0;
 }
 
 static int parse_u32(const char *s, uint32_t *v) {
@@ -666,19 +725,23 @@ int prepare_main(int argc, char **argv) {
     const char *out_dir = "prepared", *cache_dir = ".cache";
     int default_corpus = 0, extended = -1, n_files = 0, vocab_given = 0, help = 0; /* extended -1: chosen by -v */
     const char *for_files = NULL, *for_corpus = NULL; /* a flag given that only FILE... or --default-corpus takes */
-    const char **files = calloc((size_t)argc + 1, sizeof *files);
+    size_t files_cap = (size_t)argc + 1;
+    const char **files = calloc(files_cap, sizeof *files);
+    char *lists[8] = {NULL}; /* the --files-from lists' text, which files[] points into */
+    int n_lists = 0;
     if (!files) return 1;
     int status = 2;
     RepeatedFlags repeated = {0};
     static const char *const value_flags[][2] = {
         {"-v", "-v/--vocab"},           {"--vocab", "-v/--vocab"},      {"-o", "-o/--out"},
         {"--out", "-o/--out"},          {"--corpus", "--corpus"},       {"--tokenizer", "--tokenizer"},
-        {"--val-fraction", "--val-fraction"}, {"--cache-dir", "--cache-dir"}, {"--threads", "--threads"}};
+        {"--val-fraction", "--val-fraction"}, {"--cache-dir", "--cache-dir"}, {"--threads", "--threads"},
+        {"--files-from", NULL}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
-            if (!strcmp(a, value_flags[k][0])) {
+            if (!strcmp(a, value_flags[k][0]) && value_flags[k][1]) {
                 repeated_flags_use(&repeated, value_flags[k][1]);
                 if (!strcmp(value_flags[k][1], "-o/--out") || !strcmp(a, "--val-fraction") || !strcmp(a, "--threads"))
                     for_files = value_flags[k][1];
@@ -739,6 +802,23 @@ int prepare_main(int argc, char **argv) {
             }
             cache_dir = val;
             i++;
+        } else if (!strcmp(a, "--files-from")) {
+            char err[ERR_LEN];
+            if (!val || !*val) {
+                status = bad_arg(a, "needs a file listing text files, one a line (- for stdin)");
+                goto done;
+            }
+            if (n_lists == (int)(sizeof lists / sizeof lists[0])) {
+                status = bad_arg(a, "is given more than 8 times (put the paths in one list)");
+                goto done;
+            }
+            if (read_file_list(val, &files, &n_files, &files_cap, &lists[n_lists], err) != 0) {
+                print_error("%s", err);
+                status = 1;
+                goto done;
+            }
+            n_lists++;
+            i++;
         } else if (!strcmp(a, "--threads")) {
             uint32_t t;
             if (!val || parse_u32(val, &t) != 0 || t < 1 || t > 64) {
@@ -751,6 +831,15 @@ int prepare_main(int argc, char **argv) {
             print_error("prepare: unknown option %s (see ./train prepare --help)", a);
             goto done;
         } else {
+            if ((size_t)n_files + 1 >= files_cap) { /* lists came first */
+                const char **grown = realloc(files, (files_cap *= 2) * sizeof *grown);
+                if (!grown) {
+                    print_error("prepare: out of memory for the list of files");
+                    status = 1;
+                    goto done;
+                }
+                files = grown;
+            }
             files[n_files++] = a;
         }
     }
@@ -866,5 +955,6 @@ int prepare_main(int argc, char **argv) {
     status = 0;
 done:
     free(files);
+    for (int k = 0; k < n_lists; k++) free(lists[k]);
     return status;
 }

@@ -795,3 +795,41 @@ TEST(prepare_names_an_empty_tokenizer_a_folder_at_a_staging_name_and_a_file_give
     CHECK(rc == 0 && said && strstr(said, "is given more than once"), "(%d) %s", rc, said ? said : "");
     free(said);
 }
+
+/* --files-from: the files a list names, one a line (blank lines and CRLF ends taken), in the list's
+ * place among the command line's files; "-" reads the list from stdin. The shards are those of the
+ * same files given on the command line. */
+TEST(prepare_takes_the_files_a_list_names_as_if_given_on_the_command_line) {
+    char f[3][1100], list[1100], a[1100], b[1100], c[1100], args[4000], *out = NULL;
+    for (int k = 0; k < 3; k++) {
+        snprintf(f[k], sizeof f[k], "%s/doc%d.txt", test_tmpdir(), k);
+        write_lines(f[k], 300, (unsigned)(7 + k));
+    }
+    snprintf(list, sizeof list, "%s/list.txt", test_tmpdir());
+    FILE *lf = fopen(list, "w");
+    REQUIRE(lf && fprintf(lf, "%s\r\n\n%s\n", f[0], f[1]) > 0 && fclose(lf) == 0, "%s", list);
+    snprintf(a, sizeof a, "%s/a", test_tmpdir());
+    snprintf(b, sizeof b, "%s/b", test_tmpdir());
+    snprintf(c, sizeof c, "%s/c", test_tmpdir());
+    const char *given[] = {"prepare", "-v", "300", "-o", a, f[0], f[1], f[2]};
+    const char *listed[] = {"prepare", "-v", "300", "-o", b, "--files-from", list, f[2]};
+    REQUIRE(run_prepare(8, given) == 0 && run_prepare(8, listed) == 0, "prepare");
+    snprintf(args, sizeof args, "prepare -v 300 -o %s %s --files-from - < %s", c, f[0], list);
+    REQUIRE(run_train(args, &out) == 0, "%s", out);
+    free(out);
+    char pa[1200], pb[1200];
+    for (int k = 0; k < 2; k++) {
+        snprintf(pa, sizeof pa, "%s/%s", a, k ? "val.bin" : "train.bin");
+        snprintf(pb, sizeof pb, "%s/%s", b, k ? "val.bin" : "train.bin");
+        CHECK(same_bytes(pa, pb), "%s and %s differ", pa, pb);
+    }
+    /* from stdin, after a file of the command line: doc0 twice (noted), then doc1 */
+    snprintf(pa, sizeof pa, "%s/train.bin", c);
+    CHECK(access(pa, F_OK) == 0, "no %s", pa);
+    const char *missing_list[] = {"prepare", "-o", a, "--files-from", "/nonexistent/list"};
+    CHECK(run_prepare(5, missing_list) == 1, "a missing list is an error");
+    snprintf(list, sizeof list, "%s/missing_file_list.txt", test_tmpdir());
+    REQUIRE((lf = fopen(list, "w")) && fputs("/nonexistent/doc.txt\n", lf) >= 0 && fclose(lf) == 0, "%s", list);
+    const char *listing_missing[] = {"prepare", "-o", a, "--files-from", list};
+    CHECK(run_prepare(5, listing_missing) == 1, "a list naming a missing file is an error");
+}
