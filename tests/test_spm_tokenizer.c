@@ -308,6 +308,14 @@ static void expect_refused(const char *from, const char *to, const char *msg) {
 }
 
 TEST(sentencepiece_models_and_components_we_do_not_run_are_refused_by_name) {
+    /* without byte fallback it is neither kind: said so, not blamed on a step byte-level files lack */
+    for (int l = 0; l < 3; l++) {
+        const char *files[] = {"tests/fixtures/spm_gemma3.json", "tests/fixtures/spm_llama2.json",
+                               "tests/fixtures/spm_mistral.json"};
+        expect_tokenizer_json_refused(files[l], "\"byte_fallback\": true", "\"byte_fallback\": false",
+                                      "neither byte-level (no ByteLevel pre-tokenizer or decoder) nor SentencePiece-style "
+                                      "with byte_fallback true");
+    }
     expect_refused("\"type\": \"BPE\"", "\"type\": \"Unigram\"", "model Unigram is not supported");
     expect_refused("\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "model WordPiece is not supported");
     expect_refused("\"type\": \"BPE\"", "\"type\": \"WordLevel\"", "model WordLevel is not supported");

@@ -153,6 +153,18 @@ static int pre_tokenizer_split(const JsonValue *pt, const char *path, char *err)
  * (Qwen 2's normalizer) is kept in *nfc: tokenizer_check_text refuses text it would rewrite (nfc.c),
  * and every other text is its own NFC. */
 static int check_byte_level_pipeline(const JsonValue *root, const char *path, int *nfc, char *err) {
+    /* neither kind (a SentencePiece file with byte_fallback false, say): named as that, not by the
+     * first of its steps a byte-level file would not have */
+    const JsonValue *pre = json_get(root, "pre_tokenizer"), *steps = json_get(pre, "pretokenizers");
+    int byte_level = strcmp(type_of(pre), "ByteLevel") == 0 || strcmp(type_of(json_get(root, "decoder")), "ByteLevel") == 0;
+    for (size_t i = 0; steps && steps->type == JSON_ARRAY && i < steps->len; i++)
+        byte_level |= strcmp(type_of(&steps->items[i]), "ByteLevel") == 0;
+    if (!byte_level) {
+        tok_error(err, "%s: a BPE that is neither byte-level (no ByteLevel pre-tokenizer or decoder) nor SentencePiece-"
+                  "style with byte_fallback true is not supported: text outside its pieces would become its unknown "
+                  "token", path);
+        return -1;
+    }
     const JsonValue *norm = json_get(root, "normalizer");
     if (norm && norm->type != JSON_NULL) {
         const JsonValue *list = json_get(norm, "normalizers");
