@@ -63,6 +63,15 @@ static int make_dirs_or_err(const char *path, char *err) {
     return 0;
 }
 
+/* A folder this prepare made and then failed to fill: its lock goes, and the folder if nothing else
+ * is in it (rmdir refuses otherwise), so that a failed run leaves nothing behind. */
+static void remove_made_folder(const char *dir) {
+    char lock[PREPARE_PATH_LEN + 8];
+    snprintf(lock, sizeof lock, "%s/.lock", dir);
+    unlink(lock);
+    rmdir(dir);
+}
+
 /* Refuses an output folder that cannot be made or written into, before the text is read or a
  * tokenizer trained: the nearest part of the path that exists must be a writable folder. */
 static int check_out_dir(const char *dir, char *err) {
@@ -397,6 +406,8 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
                      "--val-fraction", len);
         return -1;
     }
+    struct stat before;
+    const int made_here = stat(out_dir, &before) != 0; /* a failed prepare takes back a folder it made */
     if (make_dirs_or_err(out_dir, err) != 0 || path_join(out->train_path, out_dir, "train.bin", err) != 0 ||
         path_join(out->val_path, out_dir, "val.bin", err) != 0 ||
         path_join(out->tokenizer_path, out_dir, imported ? "tokenizer.json" : "tokenizer.bin", err) != 0)
@@ -424,6 +435,7 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
     if (!tok) {
         fgpt_set_err(err, "%s", terr);
         close(lock);
+        if (made_here) remove_made_folder(out_dir);
         return -1;
     }
     out->vocab_reached = tokenizer_vocab_size(tok);
@@ -502,6 +514,7 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
         for (int k = 0; k < 3; k++) unlink(staged[k]);
     if (tok != given) tokenizer_free(tok);
     close(lock); /* releases it; the empty file stays, as a run's .lock does */
+    if (rc != 0 && made_here) remove_made_folder(out_dir);
     return rc;
 }
 

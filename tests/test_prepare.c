@@ -472,7 +472,7 @@ TEST(prepare_of_a_text_with_no_training_token_writes_no_tokenizer_and_a_huge_v_i
     const char *argv[] = {"prepare", "-v", "300", "-o", out, one};
     CHECK(run_prepare(6, argv) == 1, "a text without a training token is a runtime error");
     struct stat sb;
-    CHECK(stat(tok, &sb) != 0, "the failed prepare wrote %s", tok);
+    CHECK(stat(tok, &sb) != 0 && stat(out, &sb) != 0, "the failed prepare wrote %s or left its folder", tok);
     snprintf(text, sizeof text, "%s/text.txt", test_tmpdir());
     snprintf(out2, sizeof out2, "%s/out2", test_tmpdir());
     const char *words = "the cat sat on the mat and the dog sat on the log\n";
