@@ -47,7 +47,9 @@ static double seconds(void) {
 #define STAGING_ROOM 8
 
 static int path_join(char *dst, const char *dir, const char *name, char *err) {
-    if ((size_t)snprintf(dst, PREPARE_PATH_LEN, "%s/%s", dir, name) >= PREPARE_PATH_LEN - STAGING_ROOM) {
+    const size_t n = strlen(dir);
+    const char *slash = n && dir[n - 1] == '/' ? "" : "/"; /* -o mydata/ gives mydata/train.bin */
+    if ((size_t)snprintf(dst, PREPARE_PATH_LEN, "%s%s%s", dir, slash, name) >= PREPARE_PATH_LEN - STAGING_ROOM) {
         fgpt_set_err(err, "path %s/%s is longer than %d bytes; use a shorter folder", dir, name,
                      PREPARE_PATH_LEN - STAGING_ROOM - 1);
         return -1;
@@ -658,8 +660,23 @@ static void usage(FILE *f) {
             "  -h, --help             this text\n"
             "Each FILE is one document; the tokenizer's separator (\"<|endoftext|>\", or Llama 3's\n"
             "\"<|end_of_text|>\") inside a file also separates documents.\n"
-            "Then train with: ./train -i DIR/train.bin -j DIR/val.bin --tokenizer DIR/tokenizer.bin -v <tokens>\n",
+            "Then train with the command it prints: ./train -i DIR/train.bin -j DIR/val.bin --tokenizer\n"
+            "DIR/tokenizer.bin (tokenizer.json for --tokenizer FILE.json) -v <tokens>\n",
             PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL);
+}
+
+/* s as one word of a POSIX shell: as it is when it holds only characters no shell reads specially,
+ * else in single quotes (a quote inside written '\''). */
+static void print_shell_word(FILE *f, const char *s) {
+    if (*s && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./+-=:,@%") == strlen(s)) {
+        fputs(s, f);
+        return;
+    }
+    fputc('\'', f);
+    for (; *s; s++)
+        if (*s == '\'') fputs("'\\''", f);
+        else fputc(*s, f);
+    fputc('\'', f);
 }
 
 static int bad_arg(const char *flag, const char *why) {
@@ -963,8 +980,14 @@ int prepare_main(int argc, char **argv) {
     }
     printf("prepared: %s %s %s (vocabulary %u of %u asked for)\n", out.tokenizer_path, out.train_path, out.val_path,
            out.vocab_reached, out.vocab_requested);
-    printf("train with: ./train -i %s -j %s --tokenizer %s -v %u\n", out.train_path, out.val_path, out.tokenizer_path,
-           out.vocab_reached);
+    /* a command to paste: paths with spaces or quotes quoted as a shell takes them */
+    printf("train with: ./train -i ");
+    print_shell_word(stdout, out.train_path);
+    printf(" -j ");
+    print_shell_word(stdout, out.val_path);
+    printf(" --tokenizer ");
+    print_shell_word(stdout, out.tokenizer_path);
+    printf(" -v %u\n", out.vocab_reached);
     status = 0;
 done:
     free(files);

@@ -833,3 +833,26 @@ TEST(prepare_takes_the_files_a_list_names_as_if_given_on_the_command_line) {
     const char *listing_missing[] = {"prepare", "-o", a, "--files-from", list};
     CHECK(run_prepare(5, listing_missing) == 1, "a list naming a missing file is an error");
 }
+
+/* The command prepare prints to train with pastes into a shell as it is: a path with a space or a
+ * quote is quoted, and -o's trailing slash gives no doubled one. */
+TEST(prepare_prints_a_train_command_a_shell_takes_as_it_is) {
+    char text[1100], args[4000], want[4000], *out = NULL;
+    snprintf(text, sizeof text, "%s/words.txt", test_tmpdir());
+    write_lines(text, 400, 3);
+    snprintf(args, sizeof args, "prepare -v 300 -o \"%s/it's a set/\" %s", test_tmpdir(), text);
+    REQUIRE(run_train(args, &out) == 0, "%s", out);
+    snprintf(want, sizeof want, "train with: ./train -i '%s/it'\\''s a set/train.bin' -j '%s/it'\\''s a set/val.bin' "
+             "--tokenizer '%s/it'\\''s a set/tokenizer.bin' -v", test_tmpdir(), test_tmpdir(), test_tmpdir());
+    CHECK(out && strstr(out, want), "wanted %s in: %s", want, out);
+    /* and the shell reads the quoted paths back as the files */
+    const char *line = out ? strstr(out, "train with: ./train -i ") : NULL;
+    if (line) {
+        char cmd[4000];
+        const char *end = strchr(line, '\n');
+        snprintf(cmd, sizeof cmd, "set -- %.*s; test -f \"$3\" && test -f \"$5\" && test -f \"$7\"",
+                 (int)((end ? end : line + strlen(line)) - (line + 12)), line + 12);
+        CHECK(system(cmd) == 0, "the shell did not find the files of: %s", cmd);
+    }
+    free(out);
+}
