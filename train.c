@@ -71,6 +71,11 @@ typedef struct {
     unsigned from_env; /* bit k: option_env[k]'s value came from its environment variable */
     RepeatedFlags repeated; /* the flags' uses, for the note on those given more than once */
     unsigned char given[64]; /* given[k]: options[k] was on the command line (its default was not taken) */
+    /* where the model's shape comes from, flags left out taking its config.json's values: --init-from's
+     * checkpoint, or on -y 1 the run's own (find_shape_source); "" for the flags alone */
+    char shape_from[FGPT_PATH_LEN];
+    char shape_label[FGPT_PATH_LEN + 32]; /* how messages name it: "--init-from DIR", "the checkpoint DIR" */
+    const char *ignored_init_from;        /* --init-from given with -y 1, which resumes from the run's own */
 } Options;
 
 typedef enum { OPT_INT, OPT_U64, OPT_FLOAT, OPT_STR, OPT_FLAG } OptType;
@@ -409,13 +414,17 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->dim < 0 || cfg->dim < 1) bad("--dim", "must be positive");
     if (opt->kv_heads < 0 || opt->head_dim < 0 || opt->ffn_dim < 0)
         bad("--kv-heads, --head-dim and --ffn-dim", "must be positive (0: the preset's)");
-    if (family == FAMILY_GPT2 && (opt->kv_heads || opt->head_dim || opt->ffn_dim) && !opt->init_from[0])
+    if (family == FAMILY_GPT2 && (opt->kv_heads || opt->head_dim || opt->ffn_dim) && !opt->shape_from[0])
         bad("--kv-heads, --head-dim and --ffn-dim", "need --family llama, qwen2, qwen3 or gemma3 (GPT-2's follow from --heads and --dim)");
     if (opt->sliding_window < 0) bad("--sliding-window", "must be positive (0: the preset's)");
-    if (opt->sliding_window && family != FAMILY_GEMMA3 && !opt->init_from[0]) bad("--sliding-window", "needs --family gemma3 (the family with sliding layers)");
+    if (opt->sliding_window && family != FAMILY_GEMMA3 && !opt->shape_from[0]) bad("--sliding-window", "needs --family gemma3 (the family with sliding layers)");
     if (opt->sliding_window) cfg->sliding_window = opt->sliding_window;
-    if (opt->untied_head && opt->init_from[0]) /* first: --init-from's family is not known here */
-        bad("--untied-head", "is --init-from's config.json's to say (tie_word_embeddings): leave it out");
+    if (opt->untied_head && opt->shape_from[0]) { /* first: the checkpoint's family is not known here */
+        char why[FGPT_PATH_LEN + 128];
+        snprintf(why, sizeof why, "is the config.json of %s to say (tie_word_embeddings): leave it out",
+                 opt->shape_label);
+        bad("--untied-head", why);
+    }
     if (opt->untied_head && family == FAMILY_GPT2)
         bad("--untied-head", "needs --family llama, qwen2 or qwen3 (GPT-2's output layer is its token embedding)");
     cfg->untied_head = opt->untied_head;
@@ -426,8 +435,8 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (cfg->vocab_size < 2 || cfg->vocab_size > (long long)FGPT_MAX_VOCAB) bad("-v/--vocab", "must be between 2 and 2e9");
     if (opt->batch < 1) bad("-b/--batch", "must be positive");
     if (opt->seq_len < 1) bad("-t/--seq-len", "must be positive");
-    /* --init-from's context is its config.json's unless --max-seq-len is given (check_init_from) */
-    if (opt->seq_len > cfg->max_seq_len && !(opt->init_from[0] && !was_given(opt, "max-seq-len"))) {
+    /* the checkpoint's context is its config.json's unless --max-seq-len is given (take_shape) */
+    if (opt->seq_len > cfg->max_seq_len && !(opt->shape_from[0] && !was_given(opt, "max-seq-len"))) {
         /* a resumed model keeps its context (GPT-2's position table is part of its weights) */
         char or_longer[48] = "";
         if (!opt->resume) snprintf(or_longer, sizeof or_longer, ", or --max-seq-len %d", opt->seq_len);
@@ -520,28 +529,53 @@ static void validate(Options *opt, GPTConfig *cfg) {
     gpt_config_finish(cfg);
 }
 
-/* --init-from's model is the one config.json describes: every shape flag left at its default takes
- * the checkpoint's value, and one the command line gives (a preset given names its shape) must
- * agree, or it is refused with the flag that would make them agree (exit 1, as for a checkpoint of
- * another model: a file that does not match the flags). 0, or -1 after printing the error. */
-static int check_init_from(const Options *opt, GPTConfig *cfg) {
+/* Where the model's shape comes from (Options.shape_from): --init-from's checkpoint for a new run;
+ * for -y 1 the checkpoint it resumes (latest's, or the newest whole one), when its config.json reads
+ * (else the flags alone, and the resume names what does not match). --init-from beside -y 1 is
+ * passed over: the resume takes the run's own weights, shape and tokenizer. */
+static void find_shape_source(Options *opt) {
+    char name[256], err[ERR_LEN];
+    GPTConfig cfg;
+    if (opt->resume && opt->init_from[0]) {
+        opt->ignored_init_from = opt->init_from;
+        opt->init_from = "";
+    }
+    if (opt->init_from[0]) {
+        snprintf(opt->shape_from, sizeof opt->shape_from, "%s", opt->init_from);
+        snprintf(opt->shape_label, sizeof opt->shape_label, "--init-from %s", opt->init_from);
+    } else if (opt->resume && checkpoint_latest_name(opt->out, name, sizeof name, err) >= 0 &&
+               path_format(opt->shape_from, "%s/%s", opt->out, name) == 0 &&
+               hf_read_config(opt->shape_from, &cfg, err) == 0) {
+        snprintf(opt->shape_label, sizeof opt->shape_label, "the checkpoint %s", opt->shape_from);
+    } else {
+        opt->shape_from[0] = 0;
+    }
+}
+
+/* The model of Options.shape_from is the one its config.json describes: every shape flag left at its
+ * default takes the checkpoint's value, and one the command line gives (a preset given names its
+ * shape) must agree, or it is refused with the flag that would make them agree (exit 1, as for a
+ * checkpoint of another model: a file that does not match the flags). 0, or -1 after printing the
+ * error. */
+static int take_shape(const Options *opt, GPTConfig *cfg) {
     GPTConfig hf;
     char err[ERR_LEN];
-    if (!opt->init_from[0]) return 0;
+    const char *from = opt->shape_label;
+    if (!opt->shape_from[0]) return 0;
     char latest[FGPT_PATH_LEN];
-    if (checkpoint_is_run_dir(opt->init_from, latest)) {
+    if (opt->init_from[0] && checkpoint_is_run_dir(opt->init_from, latest)) {
         print_error("--init-from %s is a training run's directory, not a checkpoint: pass --init-from %s, its "
                     "latest (or -y 1 -o %s to go on with that run)", opt->init_from, latest, opt->init_from);
         return -1;
     }
-    if (hf_read_config(opt->init_from, &hf, err) != 0) {
+    if (hf_read_config(opt->shape_from, &hf, err) != 0) {
         print_error("%s", err);
         return -1;
     }
     const int preset = was_given(opt, "preset");
     if ((preset || was_given(opt, "family")) && hf.family != cfg->family) {
-        print_error("--init-from %s is a %s model but the flags give %s (pass --family %s, or leave out -e "
-                    "and --family)", opt->init_from, gpt_family_name(hf.family), gpt_family_name(cfg->family),
+        print_error("%s is a %s model but the flags give %s (pass --family %s, or leave out -e and --family)", from,
+                    gpt_family_name(hf.family), gpt_family_name(cfg->family),
                     gpt_family_name(hf.family));
         return -1;
     }
@@ -564,23 +598,24 @@ static int check_init_from(const Options *opt, GPTConfig *cfg) {
         if (fields[i].theirs == fields[i].ours || !(was_given(opt, fields[i].long_name) || (preset && fields[i].by_preset)))
             continue;
         if (was_given(opt, fields[i].long_name))
-            print_error("--init-from %s has %s %d but the flags give %d (pass %s %d)", opt->init_from,
+            print_error("%s has %s %d but the flags give %d (pass %s %d)", from,
                         fields[i].what, fields[i].theirs, fields[i].ours, fields[i].flag, fields[i].theirs);
         else /* the preset's shape: the checkpoint gives the whole shape without it */
-            print_error("--init-from %s has %s %d but the preset -e gives %d (leave out -e: --init-from gives the "
-                        "shape)", opt->init_from, fields[i].what, fields[i].theirs, fields[i].ours);
+            print_error("%s has %s %d but the preset -e gives %d (leave out -e: the checkpoint gives the shape)", from,
+                        fields[i].what, fields[i].theirs, fields[i].ours);
         return -1;
     }
-    if (hf.logit_softcap > 0 && cfg->logit_softcap > 0 && hf.logit_softcap != cfg->logit_softcap) {
-        print_error("--init-from %s has final_logit_softcapping %g but the flags give %g (leave out "
-                    "--logit-softcap)", opt->init_from, (double)hf.logit_softcap, (double)cfg->logit_softcap);
+    if (hf.logit_softcap > 0 && (cfg->logit_softcap > 0 || was_given(opt, "logit-softcap")) &&
+        hf.logit_softcap != cfg->logit_softcap) {
+        print_error("%s has final_logit_softcapping %g but the flags give %g (leave out --logit-softcap)", from,
+                    (double)hf.logit_softcap, (double)cfg->logit_softcap);
         return -1;
     }
     if (hf.logit_softcap == 0) hf.logit_softcap = cfg->logit_softcap; /* the flag caps a model that has no cap */
     *cfg = hf;
     if (opt->seq_len > cfg->max_seq_len) {
-        print_error("-t/--seq-len %d is above the context of --init-from %s, %d (pass -t %d or less)",
-                    opt->seq_len, opt->init_from, cfg->max_seq_len, cfg->max_seq_len);
+        print_error("-t/--seq-len %d is above the context of %s, %d (pass -t %d or less)", opt->seq_len, from,
+                    cfg->max_seq_len, cfg->max_seq_len);
         return -1;
     }
     return 0;
@@ -850,14 +885,15 @@ static int plan_model(Run *r) {
     return RUN_ON;
 }
 
-/* --vocab-parallel's checks that need the model as --init-from leaves it: no softcap from
- * config.json, and a head (tied or untied) whose padded vocabulary splits over the ranks. */
+/* --vocab-parallel's checks that need the model as its checkpoint leaves it (--init-from's, or the
+ * resumed one's): no softcap from config.json, and a head (tied or untied) whose padded vocabulary
+ * splits over the ranks. */
 static int check_vocab_parallel(Run *r) {
     const Options *opt = &r->opt;
     if (!opt->vocab_parallel) return RUN_ON;
     if (r->cfg.logit_softcap > 0) {
-        print_error("--vocab-parallel takes the plain cross-entropy only, and --init-from %s sets "
-                    "final_logit_softcapping %g (leave out --vocab-parallel)", opt->init_from,
+        print_error("--vocab-parallel takes the plain cross-entropy only, and %s sets final_logit_softcapping %g "
+                    "(leave out --vocab-parallel)", opt->shape_from[0] ? opt->shape_label : "--logit-softcap",
                     (double)r->cfg.logit_softcap);
         return 2;
     }
@@ -1522,8 +1558,9 @@ static int resume(Run *r) {
         leave_later_timeline(opt->out, r->start_step, st.passed_over_step, eval_again, sample_again, err) != 0)
         return fail_write(r, err);
     if (dist->rank == 0 && checkpoint_clear_leftovers(opt->out, err) != 0) return fail(err);
-    if (opt->init_from[0])
-        printf("note: resuming: the checkpoint holds the weights, --init-from %s is not read\n", opt->init_from);
+    if (opt->ignored_init_from)
+        printf("note: resuming: the checkpoint holds the weights, shape and tokenizer; --init-from %s is not read\n",
+               opt->ignored_init_from);
     return RUN_ON;
 }
 
@@ -1852,10 +1889,11 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    find_shape_source(&r->opt);
 
     /* ---- set up: the command line is checked whole before anything touches the disk ---- */
     validate(&r->opt, &r->cfg); /* exits with status 2 */
-    if (check_init_from(opt, &r->cfg) != 0) return 1;
+    if (take_shape(opt, &r->cfg) != 0) return 1;
     int status = plan_model(r);
     if (status == RUN_ON) status = check_vocab_parallel(r);
     if (status == RUN_ON) status = start_world(r, argv);

@@ -727,8 +727,29 @@ TEST(a_llama_run_resumed_from_its_checkpoint_ends_bit_for_bit_where_the_uninterr
     char *out = NULL;
     /* a resume with another number of kv heads is refused naming the flag */
     snprintf(args, sizeof args, "%s --kv-heads 1 -x 6 -y 1 -i %s -o %s/b", model, shard, d);
-    const int rc = run_train(args, &out);
-    CHECK(rc == 1 && out && strstr(out, "has kv heads 2 but this run has 1 (pass --kv-heads 2"), "(%d) %s", rc, out);
+    int rc = run_train(args, &out);
+    CHECK(rc == 1 && out && strstr(out, "/b/step_00000004 has kv heads 2 but the flags give 1 (pass --kv-heads 2)"),
+          "(%d) %s", rc, out);
+    free(out);
+    /* the shape flags left out, the checkpoint's config.json gives the model: the resume goes on */
+    snprintf(args, sizeof args, "--device cpu -b 2 -t 16 -x 5 -s 0 --val-every 0 --warmup 1 -y 1 -i %s -o %s/b", shard,
+             d);
+    rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "step     5/5"), "a resume without the shape flags: (%d) %s", rc, out);
+    free(out);
+    /* --init-from beside -y 1 is passed over whole: neither its shape nor its tokenizer is asked about */
+    snprintf(args, sizeof args, "--device cpu -b 2 -t 16 -x 6 -s 0 --val-every 0 --warmup 1 -y 1 -i %s -o %s/b "
+             "--init-from %s/nowhere --family gpt2", shard, d, d);
+    rc = run_train(args, &out);
+    CHECK(rc == 1 && out && strstr(out, "/b/step_00000005 is a llama model but the flags give gpt2 (pass --family llama"),
+          "--family gpt2 on a llama resume: (%d) %s", rc, out);
+    free(out);
+    snprintf(args, sizeof args, "--device cpu -b 2 -t 16 -x 6 -s 0 --val-every 0 --warmup 1 -y 1 -i %s -o %s/b "
+             "--init-from %s/nowhere", shard, d, d);
+    rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "note: resuming: the checkpoint holds the weights, shape and tokenizer; "
+                                        "--init-from ") && strstr(out, "step     6/6"),
+          "a resume beside --init-from: (%d) %s", rc, out);
     free(out);
 }
 
@@ -1142,8 +1163,8 @@ TEST(a_gemma3_run_resumed_from_its_checkpoint_ends_bit_for_bit_and_another_windo
     const struct {
         const char *flags, *msg;
     } cases[] = {
-        {"--sliding-window 6", "has sliding window 5 but this run has 6 (pass --sliding-window 5"},
-        {"--logit-softcap 0", "has logit softcap 20 but this run has 0 (pass --logit-softcap 20"},
+        {"--sliding-window 6", "has sliding window 5 but the flags give 6 (pass --sliding-window 5)"},
+        {"--logit-softcap 0", "has final_logit_softcapping 20 but the flags give 0 (leave out --logit-softcap)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(args, sizeof args, "%s %s -x 6 -y 1 -i %s -o %s/b", model, cases[i].flags, shard, d);

@@ -381,7 +381,7 @@ TEST(train_init_from_continues_from_the_exported_weights_and_refuses_other_shape
     const struct {
         const char *flags, *msg;
     } cases[] = {
-        {"-e d6", "has layers 2 but the preset -e gives 6 (leave out -e: --init-from gives the shape)"},
+        {"-e d6", "has layers 2 but the preset -e gives 6 (leave out -e: the checkpoint gives the shape)"},
         {"-e tiny --dim 64 --heads 2", "has width 128 but the flags give 64 (pass --dim 128)"},
         {"-e tiny --max-seq-len 128", "has context (n_positions) 64 but the flags give 128 (pass --max-seq-len 64)"},
         {"-e tiny --max-seq-len 64 -v 512", "has vocabulary 300 but the flags give 512 (pass -v 300)"},

@@ -1555,7 +1555,7 @@ TEST(vocab_parallel_is_refused_with_one_line_wherever_it_cannot_run) {
                TINY_RUN " --untied-head -x 1 -i %s -o %s/vp", train, d);
     /* beside --init-from (whose family, unknown to the command line, may well be Llama's) the flag
      * is the checkpoint's to say, whatever --family says */
-    expect_run(2, "--untied-head is --init-from's config.json's to say", NULL,
+    expect_run(2, "--untied-head is the config.json of --init-from", NULL,
                TINY_RUN " --untied-head --init-from %s/nowhere -x 1 -i %s -o %s/vp", d, train, d);
 }
 
@@ -1563,10 +1563,19 @@ TEST(a_resume_whose_head_tying_differs_from_its_checkpoints_names_the_flag) {
     char train[700], val[700], args[2400], *out = NULL;
     make_corpus(train, val, sizeof train);
     const char *d = test_tmpdir();
-    expect_run(0, "step     2/2", NULL, TINY_RUN " " UNTIED_LLAMA " -x 2 -n 2 --val-every 0 -i %s -o %s/u", train, d);
-    snprintf(args, sizeof args, TINY_RUN " --family llama --kv-heads 1 --ffn-dim 192 -x 3 --val-every 0 -y 1 -i %s -o %s/u",
+    expect_run(0, "step     2/2", NULL, TINY_RUN " " UNTIED_LLAMA " -x 2 -n 4 --val-every 0 -i %s -o %s/u", train, d);
+    /* the checkpoint's config.json says the head is untied: a resume without the flag keeps it */
+    snprintf(args, sizeof args, TINY_RUN " --family llama --kv-heads 1 --ffn-dim 192 -x 3 -n 4 --val-every 0 -y 1 -i %s "
+             "-o %s/u", train, d);
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "step     3/3"), "resumed without --untied-head: (%d) %s", rc, out ? out : "");
+    free(out);
+    /* without a config.json to read the flags give the model, and the state names the flag */
+    snprintf(args, sizeof args, "%s/u/step_00000003/config.json", d);
+    REQUIRE(remove(args) == 0, "removing %s", args);
+    snprintf(args, sizeof args, TINY_RUN " --family llama --kv-heads 1 --ffn-dim 192 -x 4 --val-every 0 -y 1 -i %s -o %s/u",
              train, d);
-    const int rc = run_train(args, &out);
+    rc = run_train(args, &out);
     CHECK(rc != 0 && out && strstr(out, "has an untied output head but this run's is tied (pass --untied-head"),
           "resumed tied: (%d) %s", rc, out ? out : "");
     free(out);

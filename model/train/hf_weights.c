@@ -466,6 +466,13 @@ static int read_gemma3_layers(const JsonValue *root, const char *path, long long
             return -1;
         }
     }
+    /* a pattern beside the list that gives the same layers is kept, so that the config writes back as
+     * it was read (ours hold both) */
+    long long P = 0;
+    const JsonValue *pattern = json_get(root, "sliding_window_pattern");
+    int same = pattern && json_int(pattern, 1, 1 << 30, &P);
+    for (long long l = 0; same && l < L; l++) same = cfg->layer_sliding[l] == ((l + 1) % P != 0);
+    if (same) cfg->sliding_window_pattern = (int)P;
     return 0;
 }
 
