@@ -45,6 +45,13 @@ static void on_stop_signal(int sig) {
         ignored = write(STDERR_FILENO, tail, sizeof tail - 1);
         (void)ignored;
     } else if (kind == STOP_REPEATED) {
+        /* said, since a checkpoint being written is left unfinished: the run resumes from the last whole one */
+        static const char line[] = "\nstop requested again: ending at once; a checkpoint being written is left "
+                                   "unfinished, and -y 1 resumes from the newest whole one\n";
+        if (g_what) {
+            ssize_t ignored = write(STDERR_FILENO, line, sizeof line - 1);
+            (void)ignored;
+        }
         signal(sig, SIG_DFL);
         raise(sig);
     }

@@ -432,6 +432,18 @@ static void remove_checkpoint_dir(const char *dir) {
     rmdir(dir);
 }
 
+/* The name of an unfinished checkpoint (step_*.tmp, a folder) in run_dir into name, or "". */
+static void unfinished_checkpoint(const char *run_dir, char *name, size_t size) {
+    DIR *d = opendir(run_dir);
+    name[0] = 0;
+    for (struct dirent *e; d && !name[0] && (e = readdir(d));) {
+        const size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "step_", 5) == 0 && len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0)
+            snprintf(name, size, "%s", e->d_name);
+    }
+    if (d) closedir(d);
+}
+
 int checkpoint_clear_leftovers(const char *run_dir, char *err) {
     DIR *d = opendir(run_dir);
     if (!d) return 0; /* no run directory yet: nothing left over */
@@ -818,8 +830,17 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
             snprintf(err, ERR_LEN, "no checkpoint to resume in %s: %s is missing and every step_* checkpoint there is "
                      "incomplete or damaged (start a new run with another -o, or --init-from one's weights)", run_dir,
                      latest);
-        else
-            snprintf(err, ERR_LEN, "no checkpoint to resume in %s (%s missing; drop -y or check -o)", run_dir, latest);
+        else {
+            char cut[256];
+            unfinished_checkpoint(run_dir, cut, sizeof cut);
+            if (missing && cut[0])
+                snprintf(err, ERR_LEN, "no checkpoint to resume in %s: %s is a checkpoint whose write was cut off (the "
+                         "run ended during its first save) and holds nothing to resume; drop -y to start anew (the "
+                         "earlier run's files move aside)", run_dir, cut);
+            else
+                snprintf(err, ERR_LEN, "no checkpoint to resume in %s (%s missing; drop -y or check -o)", run_dir,
+                         latest);
+        }
         return -1;
     }
     char buf[256] = {0};
