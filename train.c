@@ -108,7 +108,7 @@ static const OptSpec options[] = {
     {0, "sliding-window", OPT_INT, O(sliding_window), "0", "W",
      "gemma3: its sliding layers' query t sees keys t-W+1..t (0: the preset's, or 4096)"},
     {0, "untied-head", OPT_FLAG, O(untied_head), "0", "",
-     "llama, qwen2, qwen3: the output layer gets its own matrix (lm_head.weight), not the token embedding"},
+     "llama, qwen2, qwen3, gemma3: the output layer gets its own matrix (lm_head.weight), not the token embedding"},
     {0, "max-seq-len", OPT_INT, O(max_seq_len), "1024", "T",
      "context length of the model (GPT-2's position table; a released model's preset: its own)"},
     {'v', "vocab", OPT_INT, O(vocab), "50257", "V", "vocabulary size (padded to a multiple of 128 inside)"},
@@ -426,10 +426,15 @@ static void validate(Options *opt, GPTConfig *cfg) {
         bad("--untied-head", why);
     }
     if (opt->untied_head && family == FAMILY_GPT2)
-        bad("--untied-head", "needs --family llama, qwen2 or qwen3 (GPT-2's output layer is its token embedding)");
+        bad("--untied-head", "needs --family llama, qwen2, qwen3 or gemma3 (GPT-2's output layer is its token embedding)");
     cfg->untied_head = opt->untied_head;
     if (!cfg->head_dim && cfg->dim % cfg->num_heads) bad("--heads", "must divide --dim (the model width), or pass --head-dim");
-    if (cfg->num_kv_heads && cfg->num_heads % cfg->num_kv_heads) bad("--kv-heads", "must divide --heads");
+    if (cfg->num_kv_heads && cfg->num_heads % cfg->num_kv_heads) {
+        char why[96];
+        snprintf(why, sizeof why, "%d must divide --heads %d%s", cfg->num_kv_heads, cfg->num_heads,
+                 opt->kv_heads ? "" : " (the preset's: pass --kv-heads)");
+        bad("--kv-heads", why);
+    }
     if (cfg->head_dim % 2) bad("--head-dim", "must be even (rotary positions turn pairs)");
     if (opt->max_seq_len < 1) bad("--max-seq-len", "must be positive");
     if (cfg->vocab_size < 2 || cfg->vocab_size > (long long)FGPT_MAX_VOCAB) bad("-v/--vocab", "must be between 2 and 2e9");
@@ -1642,10 +1647,23 @@ static void print_header(Run *r) {
     if (cfg->family == FAMILY_GEMMA3) {
         int sliding = 0;
         for (int l = 0; l < cfg->num_layers; l++) sliding += gpt_layer_is_sliding(cfg, l);
-        printf("gemma3: %d of %d layers slide with a window of %d and RoPE theta %g, the rest are global; norms x (1 + w) "
-               "before and after each branch; query_pre_attn_scalar %g; embeddings x %g\n",
-               sliding, cfg->num_layers, cfg->sliding_window, cfg->rope_local_theta, cfg->query_pre_attn_scalar,
-               gpt_embed_scale(cfg));
+        printf("gemma3: %d of %d layers slide with a window of %d and RoPE theta %g%s; norms x (1 + w) before and after "
+               "each branch; query_pre_attn_scalar %g; embeddings x %g\n",
+               sliding, cfg->num_layers, cfg->sliding_window, cfg->rope_local_theta,
+               sliding == cfg->num_layers ? " (none is global)" : sliding ? ", the rest are global" : "",
+               cfg->query_pre_attn_scalar, gpt_embed_scale(cfg));
+    }
+    /* nn.Embedding(padding_idx): said, since with a tokenizer of other ids that row is a real token's */
+    if (cfg->has_pad_token) {
+        char text[64] = "";
+        if (r->tok) {
+            const uint32_t id = (uint32_t)cfg->pad_token_id;
+            char piece[48];
+            const size_t n = tokenizer_decode(r->tok, &id, 1, piece, sizeof piece - 1);
+            if (n < sizeof piece) snprintf(text, sizeof text, " (\"%.*s\" to the tokenizer)", (int)n, piece);
+        }
+        printf("padding: token %d%s is the padding row (pad_token_id): its embedding row starts at 0 and its lookups "
+               "give it no gradient\n", cfg->pad_token_id, text);
     }
     printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches x %d rank(s)), output layer %s, device %s (%s)\n",
            r->B, r->T, opt->total_batch, r->accum, r->dist.world, opt->output, opt->device, be->device_name);

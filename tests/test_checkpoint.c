@@ -203,6 +203,13 @@ TEST(checkpoint_crash_midway_leaves_latest_intact_and_prunes_old) {
               strstr(err, "is corrupt (expected a name like step_00000100)") &&
               strstr(err, "or remove it and the newest whole checkpoint there is taken"),
           "a latest naming no checkpoint: %s", err);
+    /* a name of no checkpoint there says which one is */
+    lf = fopen(latest, "w");
+    REQUIRE(lf && fputs("step_6\n", lf) >= 0 && fclose(lf) == 0, "writing latest");
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
+              strstr(err, "latest names step_6, which is not in ") &&
+              strstr(err, "(step_00000003 is the newest whole one)"),
+          "a latest naming a missing checkpoint: %s", err);
     /* two names (a hand edit gone wrong) name no one checkpoint; trailing white space is fine */
     lf = fopen(latest, "w");
     REQUIRE(lf && fputs("step_00000003 step_00000002\n", lf) >= 0 && fclose(lf) == 0, "writing latest");

@@ -230,7 +230,11 @@ TEST(cpu_training_of_a_gemma3_with_sliding_layers_loss_falls_well_below_ln_vocab
     REQUIRE(n == 20, "parsed %d losses", n);
     CHECK(fabsf(losses[0] - logf(64)) < 0.3f, "first loss %.3f should be near ln 64", losses[0]);
     CHECK(losses[19] < 0.5f * logf(64), "final loss %.3f is not well below ln 64", losses[19]);
-    CHECK(strstr(out, "gemma3: 5 of 6 layers slide with a window of 8 and RoPE theta 10000"), "no gemma3 line: %s", out);
+    CHECK(strstr(out, "gemma3: 5 of 6 layers slide with a window of 8 and RoPE theta 10000, the rest are global"),
+          "no gemma3 line: %s", out);
+    /* Gemma 3's pad_token_id 0 is said: with this corpus's ids, token 0 is a real token */
+    CHECK(strstr(out, "padding: token 0 is the padding row (pad_token_id): its embedding row starts at 0"),
+          "no padding line: %s", out);
     free(out);
 }
 
@@ -259,7 +263,9 @@ TEST(a_family_flag_the_run_cannot_honour_is_a_usage_error_naming_it) {
         {"--kv-heads 1", "need --family llama, qwen2, qwen3 or gemma3"},
         {"--family llama --sliding-window 8", "--sliding-window needs --family gemma3"},
         {"--family gemma3 --sliding-window -1", "--sliding-window must be positive"},
-        {"--family llama --kv-heads 3", "--kv-heads must divide --heads"},
+        {"--family llama --kv-heads 3", "--kv-heads 3 must divide --heads 2"},
+        /* the preset's kv heads, named as the preset's */
+        {"-e qwen3-0.6b --layers 1 --dim 96 --heads 6", "--kv-heads 8 must divide --heads 6 (the preset's: pass --kv-heads)"},
         {"--family llama --head-dim 33", "--head-dim must be even"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -776,12 +782,21 @@ TEST(a_checkpoint_of_another_shape_or_a_changed_one_is_a_runtime_failure_naming_
     make_corpus(train, val, sizeof train);
     const char *d = test_tmpdir();
     expect_run(0, "step     1/1", NULL, TINY_RUN " -x 1 --val-every 0 -i %s -o %s/c", train, d);
-    /* a tiny run resumed as d6: the preset, not one of its numbers, is the fix */
+    /* a tiny run resumed as d6: its config.json gives the shape, so the preset is what to leave out */
+    expect_run(1, "/c/step_00000001 has layers 2 but the preset -e gives 6 (leave out -e: the checkpoint gives the "
+               "shape)", NULL, "--device cpu -e d6 -v 64 -b 4 -t 32 -s 0 -x 2 -y 1 -i %s -o %s/c", train, d);
+    expect_run(0, "step     1/1", NULL, TINY_RUN " --layers 3 -x 1 --val-every 0 -i %s -o %s/c3", train, d);
+    expect_run(1, "/c3/step_00000001 has layers 3 but the preset -e gives 2", NULL, TINY_RUN " -x 2 -y 1 -i %s -o %s/c3",
+               train, d);
+    /* without a config.json to read, the state file names the shape: the preset, not one of its numbers, is
+     * the fix, and a shape no preset has gets the three flags alone */
+    snprintf(state, sizeof state, "%s/c/step_00000001/config.json", d);
+    REQUIRE(remove(state) == 0, "removing %s", state);
     expect_run(1, "is a model of 2 layers, 2 heads and width 128 but this run's is 6, 6 and 384 (pass -e tiny, or "
                "--layers 2 --heads 2 --dim 128;", NULL, "--device cpu -e d6 -v 64 -b 4 -t 32 -s 0 -x 2 -y 1 -i %s -o %s/c",
                train, d);
-    /* and a shape no preset has gets the three flags alone */
-    expect_run(0, "step     1/1", NULL, TINY_RUN " --layers 3 -x 1 --val-every 0 -i %s -o %s/c3", train, d);
+    snprintf(state, sizeof state, "%s/c3/step_00000001/config.json", d);
+    REQUIRE(remove(state) == 0, "removing %s", state);
     expect_run(1, "(pass --layers 3 --heads 2 --dim 128;", NULL, TINY_RUN " -x 2 -y 1 -i %s -o %s/c3", train, d);
     /* a state file changed on disk */
     snprintf(state, sizeof state, "%s/c/step_00000001/state.bin", d);

@@ -875,6 +875,19 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
         snprintf(err, ERR_LEN, "%s; %s", why, OLDER_CHECKPOINT_HINT);
         return -1;
     }
+    char dir[FGPT_PATH_LEN];
+    struct stat sb;
+    if (!f && errno == ENOENT && path_format(dir, "%s/%s", run_dir, name) == 0 && stat(dir, &sb) != 0) {
+        const int newest = newest_whole_checkpoint(run_dir, INT_MAX, NULL, 0);
+        if (newest >= 0)
+            snprintf(err, ERR_LEN, "%s/latest names %s, which is not in %s: write the name of a checkpoint there "
+                     "into it (step_%08d is the newest whole one), or remove it and that one is taken", run_dir, name,
+                     run_dir, newest);
+        else
+            snprintf(err, ERR_LEN, "%s/latest names %s, which is not in %s, and no whole checkpoint is there", run_dir,
+                     name, run_dir);
+        return -1;
+    }
     if (!f) {
         const int e = errno;
         snprintf(err, ERR_LEN, "cannot open %s: %s (%s); %s", path, strerror(e),
