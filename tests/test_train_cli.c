@@ -1578,7 +1578,7 @@ TEST(vocab_parallel_is_refused_with_one_line_wherever_it_cannot_run) {
     /* Vp = 128 rows do not split over 3 ranks */
     expect_run(2, "to split evenly over 3 ranks", NULL,
                TINY_RUN " " UNTIED_LLAMA " --device cuda -g 3 -x 1 --vocab-parallel -i %s -o %s/vp", train, d);
-    expect_run(2, "--untied-head needs --family llama, qwen2 or qwen3", NULL,
+    expect_run(2, "--untied-head needs --family llama, qwen2, qwen3 or gemma3", NULL,
                TINY_RUN " --untied-head -x 1 -i %s -o %s/vp", train, d);
     /* beside --init-from (whose family, unknown to the command line, may well be Llama's) the flag
      * is the checkpoint's to say, whatever --family says */
