@@ -432,15 +432,18 @@ static void remove_checkpoint_dir(const char *dir) {
     rmdir(dir);
 }
 
-/* The name of an unfinished checkpoint (step_*.tmp, a folder) in run_dir into name, or "". */
+/* Whether a run directory's entry is the name a checkpoint is written under (step_*.tmp). */
+static int is_unfinished_name(const char *name) {
+    const size_t len = strlen(name);
+    return strncmp(name, "step_", 5) == 0 && len > 4 && strcmp(name + len - 4, ".tmp") == 0;
+}
+
+/* The name of an unfinished checkpoint in run_dir into name, or "". */
 static void unfinished_checkpoint(const char *run_dir, char *name, size_t size) {
     DIR *d = opendir(run_dir);
     name[0] = 0;
-    for (struct dirent *e; d && !name[0] && (e = readdir(d));) {
-        const size_t len = strlen(e->d_name);
-        if (strncmp(e->d_name, "step_", 5) == 0 && len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0)
-            snprintf(name, size, "%s", e->d_name);
-    }
+    for (struct dirent *e; d && !name[0] && (e = readdir(d));)
+        if (is_unfinished_name(e->d_name)) snprintf(name, size, "%s", e->d_name);
     if (d) closedir(d);
 }
 
@@ -450,8 +453,7 @@ int checkpoint_clear_leftovers(const char *run_dir, char *err) {
     struct dirent *e;
     int rc = 0;
     while (rc == 0 && (e = readdir(d))) {
-        const size_t len = strlen(e->d_name);
-        if (strncmp(e->d_name, "step_", 5) || len < 4 || strcmp(e->d_name + len - 4, ".tmp")) continue;
+        if (!is_unfinished_name(e->d_name)) continue;
         char p[FGPT_PATH_LEN];
         struct stat sb;
         if (path_format(p, "%s/%s", run_dir, e->d_name) != 0 || lstat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
