@@ -8,6 +8,7 @@
  * document boundary, becomes the validation shard. Shards are written through data/shard.h with the vocabulary size the tokenizer
  * reached (which can be below the one asked for on a small corpus). */
 #include "data/prepare.h"
+#include "common/cli_word.h"
 #include "common/err.h"
 #include "common/paths.h"
 #include "common/repeated_flags.h"
@@ -768,14 +769,20 @@ int prepare_main(int argc, char **argv) {
         {"--val-fraction", "--val-fraction"}, {"--cache-dir", "--cache-dir"}, {"--threads", "--threads"},
         {"--files-from", NULL}};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        CliWord w;
+        cli_word_split(argv[i], &w);
+        const char *a = w.flag;
+        const char *val = w.value ? w.value : i + 1 < argc ? argv[i + 1] : NULL;
+        if (w.value && (!strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "--default-corpus"))) {
+            status = bad_arg(a, "takes no value");
+            goto done;
+        }
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
             if (!strcmp(a, value_flags[k][0]) && value_flags[k][1]) {
                 repeated_flags_use(&repeated, value_flags[k][1]);
                 if (!strcmp(value_flags[k][1], "-o/--out") || !strcmp(a, "--val-fraction") || !strcmp(a, "--threads"))
                     for_files = value_flags[k][1];
-                if (!strcmp(a, "--cache-dir")) for_corpus = a;
+                if (!strcmp(a, "--cache-dir")) for_corpus = "--cache-dir";
             }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { /* the rest is still read: a bad flag is named, as ./train does */
             help = 1;
@@ -787,7 +794,7 @@ int prepare_main(int argc, char **argv) {
                 goto done;
             }
             extended = !strcmp(val, "extended");
-            i++;
+            i += !w.value;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--vocab")) {
             if (!val || parse_u32(val, &opt.vocab) != 0) {
                 /* -v bounds what the text reaches, so any 32-bit count is taken; beyond it, say so */
@@ -802,21 +809,21 @@ int prepare_main(int argc, char **argv) {
                 goto done;
             }
             vocab_given = 1;
-            i++;
+            i += !w.value;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
             if (!val || !*val) {
                 status = bad_arg(a, "needs a folder");
                 goto done;
             }
             out_dir = val;
-            i++;
+            i += !w.value;
         } else if (!strcmp(a, "--tokenizer")) {
             if (!val || !*val) {
                 status = bad_arg(a, "needs a tokenizer file");
                 goto done;
             }
             opt.tokenizer_in = val;
-            i++;
+            i += !w.value;
         } else if (!strcmp(a, "--val-fraction")) {
             char *end;
             opt.val_fraction = val ? strtod(val, &end) : -1;
@@ -824,14 +831,14 @@ int prepare_main(int argc, char **argv) {
                 status = bad_arg(a, "needs a fraction in (0, 0.5], e.g. 0.01");
                 goto done;
             }
-            i++;
+            i += !w.value;
         } else if (!strcmp(a, "--cache-dir")) {
             if (!val || !*val) {
                 status = bad_arg(a, "needs a folder");
                 goto done;
             }
             cache_dir = val;
-            i++;
+            i += !w.value;
         } else if (!strcmp(a, "--files-from")) {
             char err[ERR_LEN];
             if (!val || !*val) {
@@ -848,7 +855,7 @@ int prepare_main(int argc, char **argv) {
                 goto done;
             }
             n_lists++;
-            i++;
+            i += !w.value;
         } else if (!strcmp(a, "--threads")) {
             uint32_t t;
             if (!val || parse_u32(val, &t) != 0 || t < 1 || t > 64) {
@@ -856,9 +863,9 @@ int prepare_main(int argc, char **argv) {
                 goto done;
             }
             opt.threads = (int)t;
-            i++;
+            i += !w.value;
         } else if (a[0] == '-' && a[1]) {
-            print_error("prepare: unknown option %s (see ./train prepare --help)", a);
+            print_error("prepare: unknown option %s (see ./train prepare --help)", argv[i]);
             goto done;
         } else {
             if ((size_t)n_files + 1 >= files_cap) { /* lists came first */
@@ -870,7 +877,7 @@ int prepare_main(int argc, char **argv) {
                 }
                 files = grown;
             }
-            files[n_files++] = a;
+            files[n_files++] = argv[i];
         }
     }
     if (help) {

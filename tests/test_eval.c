@@ -182,6 +182,15 @@ TEST(eval_of_a_checkpoint_prints_the_reference_loss_of_every_target_on_its_last_
         CHECK(out && strstr(out, runs[i].header), "'%s': the header does not say '%s': %s", args, runs[i].header, out);
         free(out);
     }
+    /* every long flag takes its value inline too, as ./train's do */
+    snprintf(args, sizeof args, "eval --out=%s --data=%s --seq-len=16 --batch=4 --device=cpu", run, shard);
+    double inline_loss = 0, inline_ppl = 0;
+    unsigned long long inline_count = 0;
+    CHECK(run_train(args, &out) == 0 && parse_result(out, &inline_loss, &inline_ppl, &inline_count) == 0 &&
+              fabs(inline_loss - want) <= 2e-6 + 1e-6 * want && inline_count == 86 &&
+              strstr(out, "6 window(s) of T=16 in batches of B=4"),
+          "'%s': %s", args, out);
+    free(out);
     /* without -t the windows are the model's context, 64: one window of 86 targets would not fit
      * it, so two, of 64 and 22 */
     snprintf(args, sizeof args, "eval -o %s -i %s --device cpu", run, shard);
@@ -275,6 +284,10 @@ TEST(eval_errors_name_the_problem_in_one_line) {
         {"eval -o {run} -i {shard} -b", "-b needs a value", 2},
         {"eval -o {run} -i -t 8", "-i needs a value", 2},
         {"eval -o {run} -i {shard} --device tpu", "--device must be cuda or cpu", 2},
+        {"eval -o {run} -i {shard} --device=tpu", "--device must be cuda or cpu", 2},
+        {"eval -o {run} -i {shard} --help=1", "--help takes no value", 2},
+        {"eval -o {run} -i {shard} --bogus=1", "unknown flag '--bogus=1'", 2},
+        {"eval -o {run} -i {shard} --out=", "--out needs a value, got an empty one", 2},
         {"eval -o {run} -i {shard} --output logits", "--output must be fused or canonical", 2},
         {"eval -o {run} --init-from {run}/step_00000002 -i {shard}", "give one of them", 2},
         {"eval --init-from {run}/step_00000002 --step 2 -i {shard}", "--step goes with -o RUN", 2},
@@ -288,7 +301,7 @@ TEST(eval_errors_name_the_problem_in_one_line) {
         {"eval -o {run} -i {one} --device cpu", "holds 1 token(s): a target needs 2", 1},
         /* said before the evaluation, not after it, where the finished file would be renamed into place */
         {"eval -o {run} -i {shard} --device cpu --per-token {run}", "--per-token names a directory", 2},
-        {"eval -o {run} -i {shard} --device cpu --per-token ''", "--per-token needs a file name", 2},
+        {"eval -o {run} -i {shard} --device cpu --per-token ''", "--per-token needs a value, got an empty one", 2},
         /* the output may not land on the input: the shard, or any file of the checkpoint's folder */
         {"eval -o {run} -i {shard} --device cpu --per-token {shard}", "would overwrite the shard being evaluated", 1},
         {"eval -o {run} -i {shard} --device cpu --per-token {run}/step_00000002/model.safetensors",

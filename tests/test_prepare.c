@@ -190,6 +190,20 @@ TEST(prepare_text_files_into_shards_that_decode_back) {
     n2 = n1 <= total ? tokenizer_decode(t, va2, nva2, back + n1, total + 64 - n1) : 0;
     CHECK(n1 + n2 == b.len && memcmp(back, b.data, b.len) == 0, "shards of --tokenizer decode to %zu bytes, not the "
           "%zu of the text", n1 + n2, b.len);
+    /* the long flags' values written inline make the same shard */
+    char out3[1200], tok_flag[1300], out_flag[1300], train3[1300];
+    snprintf(out3, sizeof out3, "%s/inline", test_tmpdir());
+    snprintf(tok_flag, sizeof tok_flag, "--tokenizer=%s", tok_path);
+    snprintf(out_flag, sizeof out_flag, "--out=%s", out3);
+    snprintf(train3, sizeof train3, "%s/train.bin", out3);
+    const char *argv3[] = {"prepare", tok_flag, out_flag, "--threads=2", f2};
+    CHECK(run_prepare(5, argv3) == 0, "prepare with inline values failed");
+    size_t len_spaced = 0, len_inline = 0;
+    char *spaced = read_file(train2, &len_spaced), *inlined = read_file(train3, &len_inline);
+    CHECK(spaced && inlined && len_spaced == len_inline && memcmp(spaced, inlined, len_spaced) == 0,
+          "the shard of inline values differs (%zu vs %zu bytes)", len_inline, len_spaced);
+    free(spaced);
+    free(inlined);
     free(tr2);
     free(va2);
     free(back);
@@ -237,6 +251,16 @@ TEST(prepare_rejects_bad_arguments) {
     CHECK(run_prepare(4, files_cache) == 2, "--cache-dir with FILE... is a command-line error");
     const char *unknown[] = {"prepare", "--frobnicate", missing};
     CHECK(run_prepare(3, unknown) == 2, "an unknown flag is a command-line error");
+    const char *inline_frac[] = {"prepare", "--val-fraction=0.9", missing};
+    CHECK(run_prepare(3, inline_frac) == 2, "--val-fraction=0.9 is a command-line error");
+    const char *inline_unknown[] = {"prepare", "--frobnicate=1", missing};
+    CHECK(run_prepare(3, inline_unknown) == 2, "an unknown flag with a value is a command-line error");
+    unlink(log);
+    const char *inline_switch[] = {"prepare", "--default-corpus=1"};
+    CHECK(run_prepare(2, inline_switch) == 2, "--default-corpus takes no value");
+    said = read_text(log);
+    CHECK(said && strstr(said, "error: prepare --default-corpus: takes no value"), "prepare said: %s", said ? said : "");
+    free(said);
     const char *miss[] = {"prepare", "-o", out, missing};
     CHECK(run_prepare(4, miss) == 1, "a missing file is a runtime error");
     char empty[1100];

@@ -407,6 +407,9 @@ TEST(sample_errors_name_the_problem) {
         {"sample -o x --bogus 1", "unknown flag '--bogus'", NULL, 2},
         {"sample -o x --bogus", "unknown flag '--bogus'", NULL, 2},
         {"sample -o x --seed", "--seed needs a value", NULL, 2},
+        {"sample -o x --temperature=-1", "--temperature must be from 0 (greedy) to below 1e6", NULL, 2},
+        {"sample -o x --ids=1", "--ids takes no value", NULL, 2},
+        {"sample -o x --bogus=1", "unknown flag '--bogus=1'", NULL, 2},
         {"sample --checkpoint /nonexistent --device cpu", "--checkpoint /nonexistent: No such file or directory", "--init-from",
          1},
         {"sample --checkpoint tests/fixtures --device cpu", "--checkpoint tests/fixtures has no config.json",
@@ -439,6 +442,11 @@ TEST(sample_errors_name_the_problem) {
     free(out);
     snprintf(args, sizeof args, "sample -o %s/r --device cpu -G 5", test_tmpdir());
     CHECK(run_train(args, &out) == 0 && out && strncmp(out, "ids: ", 5) == 0, "ids only: %s", out);
+    char *inline_out = NULL; /* the long flags' values written inline draw the same ids */
+    snprintf(args, sizeof args, "sample --out=%s/r --device=cpu --gen-tokens=5", test_tmpdir());
+    CHECK(run_train(args, &inline_out) == 0 && out && inline_out && !strcmp(out, inline_out), "'%s': %s, not %s", args,
+          inline_out, out);
+    free(inline_out);
     free(out);
     snprintf(args, sizeof args, "sample -o %s/r --device cpu --prompt hi", test_tmpdir());
     CHECK(run_train(args, &out) == 1 && out && strstr(out, "--prompt needs a tokenizer"), "prompt: %s", out);

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/cli_word.h"
 #include "common/err.h"
 #include "common/repeated_flags.h"
 #include "common/host_memory.h"
@@ -109,10 +110,20 @@ static const EvalFlag *find_flag(const char *a) {
     return NULL;
 }
 
+/* Whether a command-line word is one of the flags, its value inline or not. */
+static int names_flag(const char *word) {
+    CliWord w;
+    cli_word_split(word, &w);
+    return find_flag(w.flag) != NULL;
+}
+
 /* Whether the command line names the long flag (a value of 0 given, as against left out). */
 static int find_given(int argc, char **argv, const char *flag) {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], flag)) return 1;
+    for (int i = 1; i < argc; i++) {
+        CliWord w;
+        cli_word_split(argv[i], &w);
+        if (!strcmp(w.flag, flag)) return 1;
+    }
     return 0;
 }
 
@@ -121,19 +132,23 @@ static int parse(EvalOptions *o, int argc, char **argv) {
     *o = (EvalOptions){.device = "cuda", .output = "fused", .step = -1, .batch = 4};
     RepeatedFlags repeated = {0};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        CliWord w;
+        cli_word_split(argv[i], &w);
+        const char *a = w.flag, *v = w.value ? w.value : i + 1 < argc ? argv[i + 1] : NULL;
         const EvalFlag *f = find_flag(a);
         if (!f) {
-            print_error("eval: unknown flag '%s' (see ./train eval --help)", a);
+            print_error("eval: unknown flag '%s' (see ./train eval --help)", argv[i]);
             return 2;
         }
         void *dst = (char *)o + f->offset;
         if (f->type == EVAL_FLAG) {
+            if (w.value) return bad(a, "takes no value");
             *(int *)dst = 1;
             continue;
         }
-        if (!v || find_flag(v)) return bad(a, "needs a value");
-        i++;
+        /* "-o -i shard" would read a run named -i; a value that really is such a name is written --out=-i */
+        if (!v || (!w.value && names_flag(v))) return bad(a, "needs a value");
+        if (!w.value) i++;
         for (const EvalFlag *first = flags; first < f; first++) /* two names of one setting repeat each other */
             if (first->offset == f->offset) f = first;
         char name[48];
@@ -141,6 +156,8 @@ static int parse(EvalOptions *o, int argc, char **argv) {
         else snprintf(name, sizeof name, "--%s", f->long_name);
         repeated_flags_use(&repeated, name);
         if (f->type == EVAL_STR) {
+            /* an empty path would read as the flag left out */
+            if (!*v) return bad(a, "needs a value, got an empty one");
             *(const char **)dst = v;
             continue;
         }
@@ -172,7 +189,6 @@ static int parse(EvalOptions *o, int argc, char **argv) {
     if (o->per_token && strlen(o->per_token) >= FGPT_PATH_LEN) return bad("--per-token", "is too long a path");
     /* known before the evaluation, not at its end, where the finished file is renamed into place */
     struct stat sb;
-    if (o->per_token && !*o->per_token) return bad("--per-token", "needs a file name");
     if (o->per_token && stat(o->per_token, &sb) == 0 && S_ISDIR(sb.st_mode))
         return bad("--per-token", "names a directory: give a file name");
     if (o->z_loss < 0.0f) return bad("--z-loss", "must be >= 0");

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/cli_word.h"
 #include "common/err.h"
 #include "common/repeated_flags.h"
 #include "common/host_memory.h"
@@ -84,7 +85,11 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
     *help = 0;
     RepeatedFlags repeated = {0};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        CliWord w;
+        cli_word_split(argv[i], &w);
+        const char *a = w.flag, *v = w.value ? w.value : i + 1 < argc ? argv[i + 1] : NULL;
+        const int no_value = !strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "--ids");
+        if (no_value && w.value) return bad(a, "takes no value");
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { /* the rest is still read: a bad flag is named, as ./train does */
             *help = 1;
             continue;
@@ -94,11 +99,11 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
             continue;
         }
         if (!flag_takes_value(a)) {
-            print_error("sample: unknown flag '%s' (see ./train sample --help)", a);
+            print_error("sample: unknown flag '%s' (see ./train sample --help)", argv[i]);
             return 2;
         }
         if (!v) return bad(a, "needs a value");
-        i++;
+        if (!w.value) i++;
         const int out = !strcmp(a, "-o") || !strcmp(a, "--out"), gen = !strcmp(a, "-G") || !strcmp(a, "--gen-tokens");
         const int checkpoint = !strcmp(a, "--checkpoint") || !strcmp(a, "--init-from");
         repeated_flags_use(&repeated, out ? "-o/--out" : gen ? "-G/--gen-tokens" : checkpoint ? "--checkpoint" : a);
