@@ -55,7 +55,10 @@ typedef struct {
     int warmup;
     uint64_t seed; /* checkpoints and `./train sample --seed` take all 64 bits */
     const char *train_data, *val_data, *out, *cache_dir, *tokenizer, *prompt, *init_from;
-    int checkpoint_every, keep_checkpoints, resume;
+    int checkpoint_every, keep_checkpoints;
+    const char *resume_mode; /* -y as given: 0, 1 or auto */
+    int resume;              /* what it decided: 1 resumes the run directory's checkpoint */
+    int resume_auto;         /* -y auto, which found nothing to resume when resume is 0 */
     int val_every, val_batches, sample_every, gen_tokens;
     const char *output, *device;
     int logits_mb;
@@ -143,7 +146,9 @@ static const OptSpec options[] = {
     {'n', "checkpoint-every", OPT_INT, O(checkpoint_every), "0", "N",
      "checkpoint every N steps (0: only at the end)"},
     {0, "keep-checkpoints", OPT_INT, O(keep_checkpoints), "2", "N", "checkpoints kept in the run directory"},
-    {'y', "resume", OPT_INT, O(resume), "0", "0|1", "1: resume from the run directory's latest checkpoint"},
+    {'y', "resume", OPT_STR, O(resume_mode), "0", "0|1|auto",
+     "1: resume from the run directory's latest checkpoint; auto: resume when the run directory holds a checkpoint, "
+     "else start a new run (a job that may be requeued)"},
     {0, "val-every", OPT_INT, O(val_every), "100", "N", "validation loss every N steps (0: off)"},
     {0, "val-batches", OPT_INT, O(val_batches), "10", "N", "micro-batches per validation (over all GPUs)"},
     {'s', "sample-every", OPT_INT, O(sample_every), "500", "N", "generate a sample every N steps (0: off)"},
@@ -383,6 +388,21 @@ static void bad(const char *flag, const char *why) {
     die_usage("%s %s", flag, why);
 }
 
+/* -y: 1 resumes -o's checkpoint; auto does when -o holds one (its latest, or any step_* checkpoint,
+ * whole or not, so that a damaged one is named rather than set aside for a new run) and starts anew
+ * when it holds none (missing, empty, a log, or a first checkpoint whose write was cut off). */
+static void decide_resume(Options *opt) {
+    const char *mode = opt->resume_mode;
+    if (strcmp(mode, "0") && strcmp(mode, "1") && strcmp(mode, "auto")) bad("-y/--resume", "must be 0, 1 or auto");
+    opt->resume_auto = !strcmp(mode, "auto");
+    opt->resume = !strcmp(mode, "1");
+    char latest[FGPT_PATH_LEN];
+    struct stat sb;
+    if (opt->resume_auto)
+        opt->resume = (path_format(latest, "%s/latest", opt->out) == 0 && lstat(latest, &sb) == 0) ||
+                      checkpoint_newest_step(opt->out) >= 0;
+}
+
 /* Fills cfg from the options and rejects contradictory combinations. */
 static void validate(Options *opt, GPTConfig *cfg) {
     const GPTPreset *p = gpt_find_preset(opt->preset);
@@ -463,7 +483,6 @@ static void validate(Options *opt, GPTConfig *cfg) {
     cfg->logit_softcap = opt->logit_softcap;
     if (opt->checkpoint_every < 0) bad("-n/--checkpoint-every", "must be 0 or more");
     if (opt->keep_checkpoints < 1) bad("--keep-checkpoints", "must be at least 1");
-    if (opt->resume != 0 && opt->resume != 1) bad("-y/--resume", "must be 0 or 1");
     if (opt->val_every < 0) bad("--val-every", "must be 0 or more");
     if (opt->val_batches < 1) bad("--val-batches", "must be positive");
     if (opt->sample_every < 0) bad("-s/--sample-every", "must be 0 or more");
@@ -970,6 +989,13 @@ static int start_world(Run *r, char **argv) {
             print_error("the ranks reduce gradients in different modes (--overlap-comm differs between nodes): "
                         "start every node with the same flags");
             return 2;
+        }
+        /* -y auto looks at -o on each host: one that resumed beside one that starts anew would train
+         * two models as one */
+        if (!ranks_agree(&r->dist, opt->resume)) {
+            print_error("the ranks disagree on resuming: -o %s holds a checkpoint on some hosts and none on others "
+                        "(-y auto): give every host the same run directory (a shared file system)", opt->out);
+            return 1;
         }
     }
     if (cpu && (opt->gpus != 1 || opt->nodes != 1 || r->dist.world != 1)) {
@@ -1589,6 +1615,7 @@ static int start_new(Run *r) {
         printf("init: weights from %s\n", opt->init_from);
     }
     if (r->dist.rank != 0) return RUN_ON;
+    if (opt->resume_auto) printf("note: %s holds no checkpoint to resume (-y auto): a new run\n", opt->out);
     char name[256] = "", moved_to[FGPT_PATH_LEN];
     int had_latest = checkpoint_latest_name(opt->out, name, sizeof name, r->err) >= 0;
     int moved = checkpoint_set_aside_run(opt->out, moved_to, sizeof moved_to, r->err);
@@ -1725,6 +1752,10 @@ static void print_header(Run *r) {
                was_given(opt, "recompute-gelu") && was_given(opt, "logits-mb") ? " and " : "",
                was_given(opt, "logits-mb") ? "--logits-mb" : "",
                was_given(opt, "recompute-gelu") && was_given(opt, "logits-mb") ? "" : "s");
+    /* a scheduler's environment may set FUSEDGPT_MASTER for every job; the flag typed for one host is a slip */
+    if (opt->nodes == 1 && was_given(opt, "master"))
+        printf("note: --master %s serves the rendezvous of --nodes 2 or more; this run on one host does not use it\n",
+               opt->master);
     fflush(stdout); /* a log file or a `| tee` shows the set-up before the first step ends */
 }
 
@@ -1907,6 +1938,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    decide_resume(&r->opt);
     find_shape_source(&r->opt);
 
     /* ---- set up: the command line is checked whole before anything touches the disk ---- */

@@ -627,3 +627,56 @@ TEST(an_earlier_run_that_cannot_be_set_aside_whole_is_left_as_it_was) {
     CHECK(access(path, F_OK) == 0, "the checkpoint did not come back");
     CHECK(access(name, F_OK) == 0, "the long-named entry moved");
 }
+
+/* -y auto, for a job a scheduler may start again: the first start finds nothing and trains from step
+ * 0 (from --init-from's weights when given), the next resumes where it stopped and ends as one run
+ * would; a damaged checkpoint is named, never set aside for a new run. */
+TEST(a_requeued_job_with_y_auto_starts_anew_then_resumes_and_names_a_damaged_checkpoint) {
+    char args[1600], a[900], b[900], *out = NULL;
+    const char *d = test_tmpdir();
+    snprintf(args, sizeof args, RUN " -x 6 -n 2 -i %s -o %s/straight", train_shard(), d);
+    REQUIRE(run_train(args, &out) == 0, "the uninterrupted run: %s", out);
+    free(out);
+    snprintf(args, sizeof args, RUN " -x 4 -n 2 -y auto -i %s -o %s/auto", train_shard(), d);
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && strstr(out, "auto holds no checkpoint to resume (-y auto): a new run") && strstr(out, "step     4/4"),
+          "the first start: exit %d: %s", rc, out);
+    free(out);
+    snprintf(args, sizeof args, RUN " -x 6 -n 2 -y auto -i %s -o %s/auto", train_shard(), d);
+    rc = run_train(args, &out);
+    CHECK(rc == 0 && strstr(out, "at step 4") && strstr(out, "step     6/6") && !strstr(out, "a new run"),
+          "the second start: exit %d: %s", rc, out);
+    free(out);
+    snprintf(a, sizeof a, "%s/straight/step_00000006/model.safetensors", d);
+    snprintf(b, sizeof b, "%s/auto/step_00000006/model.safetensors", d);
+    size_t na = 0, nb = 0;
+    char *wa = read_file(a, &na), *wb = read_file(b, &nb);
+    CHECK(wa && wb && na == nb && memcmp(wa, wb, na) == 0, "the resumed run's weights are not the uninterrupted run's");
+    free(wa);
+    free(wb);
+
+    /* fine-tuning: --init-from's weights on the first start, the run's own checkpoint after */
+    snprintf(args, sizeof args, RUN " -x 2 -n 2 -y auto --init-from %s/straight/step_00000006 -i %s -o %s/ft", d,
+             train_shard(), d);
+    rc = run_train(args, &out);
+    CHECK(rc == 0 && strstr(out, "init: weights from") && strstr(out, "a new run"), "fine-tuning: exit %d: %s", rc, out);
+    free(out);
+    snprintf(args, sizeof args, RUN " -x 3 -n 2 -y auto --init-from %s/straight/step_00000006 -i %s -o %s/ft", d,
+             train_shard(), d);
+    rc = run_train(args, &out);
+    CHECK(rc == 0 && strstr(out, "at step 2") && strstr(out, "is not read") && !strstr(out, "init: weights from"),
+          "fine-tuning resumed: exit %d: %s", rc, out);
+    free(out);
+
+    /* the only checkpoint damaged and no latest: named, and left where it is */
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/dmg && cp -r %s/straight/step_00000006 %s/dmg/ && : > %s/dmg/step_00000006/state.bin",
+             d, d, d, d);
+    REQUIRE(system(cmd) == 0, "%s", cmd);
+    snprintf(args, sizeof args, RUN " -x 8 -y auto -i %s -o %s/dmg", train_shard(), d);
+    rc = run_train(args, &out);
+    CHECK(rc == 1 && strstr(out, "every step_* checkpoint there is incomplete or damaged") && !strstr(out, "(-y auto): a new run"),
+          "a damaged checkpoint: exit %d: %s", rc, out);
+    free(out);
+    CHECK(exists("%s/%s", d, "dmg/step_00000006/config.json"), "the damaged checkpoint was moved");
+}

@@ -77,7 +77,7 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("-j ''", "-j/--val-data needs a value, got an empty one");
     expect_usage_error("--tokenizer=", "--tokenizer needs a value, got an empty one");
     expect_usage_error("--zero on", "--zero must be auto, 0 or 1");
-    expect_usage_error("-y 2", "-y/--resume must be 0 or 1");
+    expect_usage_error("-y 2", "-y/--resume must be 0, 1 or auto");
     expect_usage_error("-x 0", "-x/--steps must be positive");
     /* 2^32 tokens per step: an int would wrap to 0 and divide by it */
     expect_usage_error("-b 65536 -t 65536 --max-seq-len 65536", "-b/--batch times -t, -g and --nodes is above");
@@ -1645,4 +1645,23 @@ TEST(gpu_memory_flags_on_the_cpu_backend_are_noted_as_the_gpus) {
                "step     1/1", TINY_RUN " -x 1 --val-every 0 --recompute-gelu 2 -i %s -o %s/g", train, d);
     expect_run(0, "note: --recompute-gelu and --logits-mb set the GPU backend's memory;", "step     1/1",
                TINY_RUN " -x 1 --val-every 0 --recompute-gelu 1 --logits-mb 64 -i %s -o %s/h", train, d);
+}
+
+/* --master typed for a run on one host is noted as unused; the same address from a scheduler's
+ * environment, set for every job, is not. */
+TEST(a_master_address_given_to_a_run_on_one_host_is_noted_as_unused) {
+    char train[700], val[700], args[2400], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    snprintf(args, sizeof args, TINY_RUN " -x 1 --val-every 0 --master localhost:29500 -i %s -o %s/m", train,
+             test_tmpdir());
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "note: --master localhost:29500 serves the rendezvous of --nodes 2 or more"),
+          "exit %d: %s", rc, out);
+    free(out);
+    setenv("FUSEDGPT_MASTER", "localhost:29500", 1);
+    snprintf(args, sizeof args, TINY_RUN " -x 1 --val-every 0 -i %s -o %s/m2", train, test_tmpdir());
+    rc = run_train(args, &out);
+    unsetenv("FUSEDGPT_MASTER");
+    CHECK(rc == 0 && out && !strstr(out, "--master"), "exit %d: %s", rc, out);
+    free(out);
 }
