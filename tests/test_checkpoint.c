@@ -479,3 +479,44 @@ TEST(a_latest_file_whose_name_is_longer_than_a_name_can_be_is_corrupt_not_cut_sh
     CHECK(checkpoint_latest_name(test_tmpdir(), name, sizeof name, err) == -1 && strstr(err, "latest is corrupt"),
           "a 313-character name: %s", err);
 }
+
+/* A NaN or an Inf in a state file whose checksum holds (edited and resealed) is named with its
+ * tensor when the checkpoint loads, not found as a diverged loss a step into the resume. */
+TEST(a_resealed_state_file_holding_a_nan_moment_is_refused_naming_its_tensor) {
+    ParamTable t;
+    tiny_table(&t, 50);
+    float *p = random_floats(t.total, 9), *q = malloc(t.total * 4 * 3);
+    TrainState st = {.step = 3, .B = 2, .T = 8, .total_batch = 16};
+    char err[ERR_LEN] = "", path[700];
+    REQUIRE(q && checkpoint_save(test_tmpdir(), &t, p, p, p, &st, 2, err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/step_00000003/state.bin", test_tmpdir());
+    struct stat sb;
+    REQUIRE(stat(path, &sb) == 0, "%s", path);
+    const ParamInfo *last = &t.params[t.count - 1];
+    const struct {
+        int array; /* 0 weights, 1 m, 2 v */
+        float value;
+        const char *what;
+    } cases[] = {{1, NAN, "first moment (AdamW's m)"}, {2, INFINITY, "second moment (AdamW's v)"}, {0, -INFINITY, "weight"}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        /* the arrays end the file: params, m, v, each t.total floats */
+        const long at = (long)sb.st_size - (long)((3 - cases[c].array) * t.total - last->offset) * 4;
+        FILE *f = fopen(path, "r+b");
+        float old;
+        REQUIRE(f && fseek(f, at, SEEK_SET) == 0 && fread(&old, 4, 1, f) == 1 && fseek(f, at, SEEK_SET) == 0 &&
+                    fwrite(&cases[c].value, 4, 1, f) == 1 && fclose(f) == 0,
+                "editing %s", path);
+        REQUIRE(checkpoint_state_reseal(path, err) == 0, "%s", err);
+        CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
+                  strstr(err, cases[c].what) && strstr(err, last->name) && strstr(err, "which training never saves"),
+              "case %zu: %s", c, err);
+        f = fopen(path, "r+b");
+        REQUIRE(f && fseek(f, at, SEEK_SET) == 0 && fwrite(&old, 4, 1, f) == 1 && fclose(f) == 0, "restoring");
+        REQUIRE(checkpoint_state_reseal(path, err) == 0, "%s", err);
+        CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == 0,
+              "case %zu restored: %s", c, err);
+    }
+    free(q);
+    free(p);
+    param_table_free(&t);
+}

@@ -7,6 +7,7 @@
 #include "model/train/hf_weights.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -811,6 +812,35 @@ static void model_shape_mismatch(char *err, const char *path, const StateHeader 
              ours->num_layers, ours->num_heads, ours->dim, fix);
 }
 
+/* A trainer never saves a NaN or an Inf (the step that makes one stops the run before its checkpoint),
+ * so one in a state file whose checksum holds was put there by a tool: named with its tensor, rather
+ * than found as a diverged loss a step later. -1 after the message, else 0. */
+static int first_non_finite(const ParamTable *t, const float *params, const float *m, const float *v, const char *path,
+                            char *err) {
+    const float *arrays[3] = {params, m, v};
+    static const char *const what[3] = {"weight", "first moment (AdamW's m)", "second moment (AdamW's v)"};
+    for (int a = 0; a < 3; a++) {
+        const float *x = arrays[a];
+        int bad = 0;
+#pragma omp parallel for reduction(| : bad)
+        for (size_t i = 0; i < t->total; i++) bad |= !isfinite(x[i]);
+        if (!bad) continue;
+        for (int k = 0; k < t->count; k++) {
+            const ParamInfo *p = &t->params[k];
+            for (size_t i = p->offset; i < p->offset + p->numel; i++) {
+                if (isfinite(x[i])) continue;
+                snprintf(err, ERR_LEN, "%s holds a %s of %s that is %g, which training never saves (a state file "
+                         "edited and resealed?); %s", path, what[a], p->name, (double)x[i], OLDER_CHECKPOINT_HINT);
+                return -1;
+            }
+        }
+        snprintf(err, ERR_LEN, "%s holds a %s that is not finite, which training never saves; %s", path, what[a],
+                 OLDER_CHECKPOINT_HINT);
+        return -1;
+    }
+    return 0;
+}
+
 int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *err) {
     char latest[FGPT_PATH_LEN], why[ERR_LEN] = "";
     FILE *lf = path_format(latest, "%s/latest", run_dir) == 0 ? open_regular(latest, why) : NULL;
@@ -969,7 +999,7 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
     else if (got_arrays == STATE_DAMAGED)
         snprintf(err, ERR_LEN, "%s does not match its checksum (corrupt on disk); %s", path, OLDER_CHECKPOINT_HINT);
     fclose(f);
-    if (got_arrays != STATE_WHOLE) return -1;
+    if (got_arrays != STATE_WHOLE || first_non_finite(t, params, m, v, path, err) != 0) return -1;
     int named_step;
     char tail;
     if (sscanf(name, "step_%d%c", &named_step, &tail) != 1 || named_step != h.step || h.step < 0) {
