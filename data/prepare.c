@@ -944,6 +944,9 @@ int prepare_main(int argc, char **argv) {
             }
             sep = tokenizer_eot_text(given, &sep_len);
             if (tokenizer_load_note(given)) fprintf(stderr, "note: %s\n", tokenizer_load_note(given));
+            if (tokenizer_unapplied_settings(given))
+                fprintf(stderr, "note: %s sets %s, which prepare does not apply: each document is tokenized whole\n",
+                        opt.tokenizer_in, tokenizer_unapplied_settings(given));
         }
         const int imported = given && tokenizer_is_imported(given);
         if (check_replaceable(out_dir, imported ? "tokenizer.json" : "tokenizer.bin",

@@ -853,3 +853,42 @@ TEST(a_post_processor_we_cannot_apply_is_refused_by_name) {
     expect_tokenizer_json_refused(LLAMA3_BOS, "\"processors\": [", "\"processors\": 3, \"x\": [",
                                   "post_processor Sequence has no processors list");
 }
+
+/* A tokenizer.json saved with truncation or padding on keeps them; prepare tokenizes each document
+ * whole regardless, and says so, so that nobody expects shards cut to max_length. */
+TEST(a_tokenizer_json_with_truncation_and_padding_is_noted_and_prepare_keeps_documents_whole) {
+    char err[ERR_LEN] = "", args[1600], shard[800], plain_shard[800], *out = NULL;
+    Tokenizer *t = tokenizer_load("tests/fixtures/hf_gpt2_style.json", err);
+    REQUIRE(t, "%s", err);
+    CHECK(!tokenizer_unapplied_settings(t), "a fixture without them: %s", tokenizer_unapplied_settings(t));
+    tokenizer_free(t);
+    snprintf(args, sizeof args, "prepare --tokenizer tests/fixtures/hf_gpt2_style.json --val-fraction 0.1 -o %s/whole "
+             DOCUMENT, test_tmpdir());
+    REQUIRE(run_train(args, &out) == 0, "prepare: %s", out);
+    free(out);
+    t = tokenizer_json_edited("tests/fixtures/hf_gpt2_style.json", "\"truncation\": null,\n \"padding\": null",
+                              "\"truncation\": {\"direction\": \"Right\", \"max_length\": 8, \"strategy\": "
+                              "\"LongestFirst\", \"stride\": 0},\n \"padding\": {\"strategy\": {\"Fixed\": 8}, "
+                              "\"direction\": \"Right\", \"pad_to_multiple_of\": null, \"pad_id\": 0, \"pad_type_id\": 0, "
+                              "\"pad_token\": \"<|endoftext|>\"}",
+                              err);
+    REQUIRE(t, "%s", err);
+    const char *said = tokenizer_unapplied_settings(t);
+    CHECK(said && !strcmp(said, "truncation to 8 tokens and padding"), "%s", said ? said : "(none)");
+    tokenizer_free(t);
+    snprintf(args, sizeof args, "prepare --tokenizer %s/tokenizer.json --val-fraction 0.1 -o %s/cut " DOCUMENT,
+             test_tmpdir(), test_tmpdir());
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "tokenizer.json sets truncation to 8 tokens and padding, which prepare does not "
+                                        "apply: each document is tokenized whole"),
+          "prepare: (%d) %s", rc, out);
+    free(out);
+    snprintf(shard, sizeof shard, "%s/cut/train.bin", test_tmpdir());
+    snprintf(plain_shard, sizeof plain_shard, "%s/whole/train.bin", test_tmpdir());
+    size_t n_cut = 0, n_whole = 0;
+    char *cut = read_file(shard, &n_cut), *whole = read_file(plain_shard, &n_whole);
+    CHECK(cut && whole && n_cut == n_whole && n_cut > 64 * 4 && !memcmp(cut, whole, n_cut),
+          "the shard differs from the one without truncation (%zu against %zu bytes)", n_cut, n_whole);
+    free(cut);
+    free(whole);
+}

@@ -563,6 +563,19 @@ static int build_whole_tokens(Tokenizer *t, const Import *im, const char *path, 
     return 0;
 }
 
+/* A tokenizer.json saved from a tokenizer with truncation or padding switched on keeps them; tokenizers
+ * would cut or pad each encoding to them, which a corpus for pretraining must not be. */
+static void describe_unapplied(Tokenizer *t, const JsonValue *root) {
+    const JsonValue *trunc = json_get(root, "truncation"), *pad = json_get(root, "padding");
+    const int truncates = trunc && trunc->type != JSON_NULL, pads = pad && pad->type != JSON_NULL;
+    const JsonValue *max_length = truncates ? json_get(trunc, "max_length") : NULL;
+    char length[48] = "";
+    if (max_length && max_length->type == JSON_NUMBER && max_length->number >= 0 && max_length->number < 1e15)
+        snprintf(length, sizeof length, " to %.0f tokens", max_length->number);
+    snprintf(t->unapplied, sizeof t->unapplied, "%s%s%s%s", truncates ? "truncation" : "", length,
+             truncates && pads ? " and " : "", pads ? "padding" : "");
+}
+
 Tokenizer *tokenizer_from_hf_json(const char *text, size_t len, const char *path, char *err) {
     char jerr[ERR_LEN];
     JsonValue *root = json_parse(text, len, path, jerr);
@@ -626,6 +639,7 @@ Tokenizer *tokenizer_from_hf_json(const char *text, size_t len, const char *path
             ok = 0;
         }
     }
+    if (ok) describe_unapplied(t, root);
     if (ok && im.n_renumbered) {
         const JsonValue *a = &im.added->items[im.first_renumbered];
         const JsonValue *c = json_get(a, "content");

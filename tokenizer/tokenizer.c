@@ -150,6 +150,10 @@ int tokenizer_post_tokens(const Tokenizer *t, int after, const uint32_t **ids) {
     return after ? t->n_suffix : t->n_prefix;
 }
 
+const char *tokenizer_unapplied_settings(const Tokenizer *t) {
+    return t->unapplied[0] ? t->unapplied : NULL;
+}
+
 const char *tokenizer_load_note(const Tokenizer *t) {
     return t->load_note;
 }

@@ -81,6 +81,9 @@ int tokenizer_is_imported(const Tokenizer *t);
 /* One line a user should see when the tokenizer is first given (a tokenizer.json whose added tokens
  * take other ids than it lists, as tokenizers numbers them), or NULL. */
 const char *tokenizer_load_note(const Tokenizer *t);
+/* What a tokenizer.json sets that encoding a corpus does not apply ("truncation to 512 tokens",
+ * "padding", both), or NULL: documents are tokenized whole, as pretraining wants them. */
+const char *tokenizer_unapplied_settings(const Tokenizer *t);
 uint32_t tokenizer_num_merges(const Tokenizer *t);
 /* Bytes of token id (not NUL-terminated) and their count in *len; NULL if id is out of range. */
 const uint8_t *tokenizer_token_bytes(const Tokenizer *t, uint32_t id, size_t *len);

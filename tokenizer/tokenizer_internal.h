@@ -114,6 +114,7 @@ struct Tokenizer {
     size_t hf_json_len;
     char *hf_config; /* the tokenizer_config.json beside it, if any */
     char *load_note; /* what a user should know of how the file was read (tokenizer_load_note), or NULL */
+    char unapplied[96]; /* its truncation and padding settings, which encoding a corpus leaves out, or "" */
     int nfc;         /* its normalizer is NFC: text must already be NFC (tokenizer_check_text) */
     /* its post-processor's tokens before and after each encoded text (post_processor.c) */
     uint32_t prefix[TOKENIZER_MAX_AROUND], suffix[TOKENIZER_MAX_AROUND];
