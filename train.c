@@ -656,7 +656,7 @@ static int checkpoint_tokenizer(const Tokenizer *tok, int max_seq_len, Checkpoin
         free(json);
         return 0;
     }
-    *ck = (CheckpointTokenizer){json, len, config, (int)tokenizer_eot_token(tok)};
+    *ck = (CheckpointTokenizer){json, len, config, (int)tokenizer_bos_token(tok), (int)tokenizer_eot_token(tok)};
     return 1;
 }
 

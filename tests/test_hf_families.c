@@ -954,15 +954,23 @@ TEST(config_json_is_written_with_the_fields_transformers_writes_for_each_family)
     char buf[4096];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const GPTConfig cfg = config_of(cases[i].m);
-        REQUIRE(hf_config_json(&cfg, -1, buf, sizeof buf) > 0, "%s: no config.json", gpt_family_name(cfg.family));
+        REQUIRE(hf_config_json(&cfg, -1, -1, buf, sizeof buf) > 0, "%s: no config.json", gpt_family_name(cfg.family));
         for (int k = 0; k < 8; k++)
             CHECK(strstr(buf, cases[i].has[k]), "%s: config.json lacks %s:\n%s", gpt_family_name(cfg.family),
                   cases[i].has[k], buf);
-        CHECK(!strstr(buf, cases[i].lacks) && !strstr(buf, "bos_token_id"), "%s: config.json has %s or a bos id:\n%s",
-              gpt_family_name(cfg.family), cases[i].lacks, buf);
-        CHECK(hf_config_json(&cfg, 7, buf, sizeof buf) > 0 && strstr(buf, "\"bos_token_id\": 7,\n  \"eos_token_id\": 7,"),
-              "%s: the tokenizer's separator is not bos and eos:\n%s", gpt_family_name(cfg.family), buf);
-        CHECK(hf_config_json(&cfg, -1, buf, 100) == -1, "%s: a buffer too small is not refused",
+        /* no tokenizer: null, not the class's default (GPT-2's 50256, outside a small vocabulary) */
+        CHECK(!strstr(buf, cases[i].lacks) && strstr(buf, "\"bos_token_id\": null,\n  \"eos_token_id\": null,"),
+              "%s: config.json has %s, or token ids that are not null:\n%s", gpt_family_name(cfg.family),
+              cases[i].lacks, buf);
+        CHECK(hf_config_json(&cfg, 5, 7, buf, sizeof buf) > 0 && strstr(buf, "\"bos_token_id\": 5,\n  \"eos_token_id\": 7,"),
+              "%s: the tokenizer's opening token and separator are not bos and eos:\n%s", gpt_family_name(cfg.family),
+              buf);
+        /* transformers' config classes take final_logit_softcapping as a float only */
+        GPTConfig capped = cfg;
+        capped.logit_softcap = 30.0f;
+        CHECK(hf_config_json(&capped, 5, 7, buf, sizeof buf) > 0 && strstr(buf, "\"final_logit_softcapping\": 30.0,"),
+              "%s: the cap is not written as a float:\n%s", gpt_family_name(cfg.family), buf);
+        CHECK(hf_config_json(&cfg, -1, -1, buf, 100) == -1, "%s: a buffer too small is not refused",
               gpt_family_name(cfg.family));
         CHECK(!strstr(buf, "pad_token_id"), "%s: a pad token where the model has none", gpt_family_name(cfg.family));
     }
@@ -970,7 +978,7 @@ TEST(config_json_is_written_with_the_fields_transformers_writes_for_each_family)
     GPTConfig padded = config_of(&LLAMA);
     padded.has_pad_token = 1;
     padded.pad_token_id = 7;
-    REQUIRE(hf_config_json(&padded, -1, buf, sizeof buf) > 0, "no config.json");
+    REQUIRE(hf_config_json(&padded, -1, -1, buf, sizeof buf) > 0, "no config.json");
     CHECK(strstr(buf, "\"num_key_value_heads\": 2,\n  \"pad_token_id\": 7,\n  \"pretraining_tp\""),
           "llama's pad token:\n%s", buf);
 }
@@ -1122,11 +1130,11 @@ TEST(a_gemma3_config_json_is_written_as_transformers_writes_gemma3_text) {
     GPTConfig cfg = config_of(&GEMMA3);
     cfg.logit_softcap = 30.0f;
     char buf[8192];
-    REQUIRE(hf_config_json(&cfg, -1, buf, sizeof buf) > 0, "no config.json");
+    REQUIRE(hf_config_json(&cfg, -1, -1, buf, sizeof buf) > 0, "no config.json");
     const char *has[] = {"\"architectures\": [\"Gemma3ForCausalLM\"]", "\"model_type\": \"gemma3_text\"",
                          "\"layer_types\": [\n    \"sliding_attention\",\n    \"full_attention\",\n    \"sliding_attention\"\n  ],",
                          "\"sliding_window\": 5,", "\"rope_local_base_freq\": 20000.0,", "\"query_pre_attn_scalar\": 12,",
-                         "\"final_logit_softcapping\": 30,", "\"hidden_activation\": \"gelu_pytorch_tanh\",",
+                         "\"final_logit_softcapping\": 30.0,", "\"hidden_activation\": \"gelu_pytorch_tanh\",",
                          "\"rope_scaling\": {\n    \"factor\": 4.0,\n    \"rope_type\": \"linear\"\n  },",
                          "\"rope_theta\": 1000000.0,", "\"pad_token_id\": 0,", "\"head_dim\": 8,",
                          "\"tie_word_embeddings\": true,", "\"attn_logit_softcapping\": null,"};
@@ -1137,11 +1145,11 @@ TEST(a_gemma3_config_json_is_written_as_transformers_writes_gemma3_text) {
     /* a preset's pattern is written besides, for the transformers releases before layer_types */
     GPTConfig preset = cfg;
     preset.sliding_window_pattern = 2;
-    CHECK(hf_config_json(&preset, -1, buf, sizeof buf) > 0 && strstr(buf, "\"sliding_window_pattern\": 2,"),
+    CHECK(hf_config_json(&preset, -1, -1, buf, sizeof buf) > 0 && strstr(buf, "\"sliding_window_pattern\": 2,"),
           "no sliding_window_pattern:\n%s", buf);
     /* 128 layers' layer_types fit the buffer a checkpoint writes from */
     preset.num_layers = GPT_MAX_LAYERS;
-    CHECK(hf_config_json(&preset, 7, buf, sizeof buf) > 0, "a 128-layer config.json does not fit 8 KB");
+    CHECK(hf_config_json(&preset, 7, 7, buf, sizeof buf) > 0, "a 128-layer config.json does not fit 8 KB");
 }
 
 TEST(a_gemma3_run_resumed_from_its_checkpoint_ends_bit_for_bit_and_another_window_or_cap_is_refused) {

@@ -361,6 +361,34 @@ TEST(sample_with_an_imported_tokenizer_json_and_its_checkpoint_copy) {
     free(out);
 }
 
+/* A tokenizer whose post-processor opens each text with a token of its own (Llama 3's
+ * <|begin_of_text|>) is exported with that token as bos and its separator as eos, as Meta's files
+ * name them; transformers then reports the bos its encodings start with. */
+TEST(a_checkpoint_names_the_token_its_tokenizer_opens_texts_with_as_bos_and_the_separator_as_eos) {
+    char run[800], path[900];
+    snprintf(run, sizeof run, "%s/run", test_tmpdir());
+    train_tiny_run(run, "tests/fixtures/hf_llama3_bos.json");
+    snprintf(path, sizeof path, "%s/step_00000008/config.json", run);
+    char *config = read_text(path);
+    CHECK(config && strstr(config, "\"bos_token_id\": 0,\n  \"eos_token_id\": 1,"), "config.json: %s", config);
+    free(config);
+    snprintf(path, sizeof path, "%s/step_00000008/tokenizer_config.json", run);
+    char *tok_config = read_text(path);
+    CHECK(tok_config && strstr(tok_config, "\"bos_token\": \"<|begin_of_text|>\"") &&
+              strstr(tok_config, "\"eos_token\": \"<|end_of_text|>\""),
+          "tokenizer_config.json: %s", tok_config);
+    free(tok_config);
+    /* GPT-2's style has one special token: both */
+    snprintf(run, sizeof run, "%s/gpt2_style", test_tmpdir());
+    train_tiny_run(run, "tests/fixtures/hf_gpt2_style.json");
+    snprintf(path, sizeof path, "%s/step_00000008/tokenizer_config.json", run);
+    tok_config = read_text(path);
+    CHECK(tok_config && strstr(tok_config, "\"bos_token\": \"<|endoftext|>\"") &&
+              strstr(tok_config, "\"eos_token\": \"<|endoftext|>\""),
+          "tokenizer_config.json: %s", tok_config);
+    free(tok_config);
+}
+
 static int one_line(const char *s) {
     const char *nl = strchr(s, '\n');
     return nl && nl[1] == 0;

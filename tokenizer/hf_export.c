@@ -200,10 +200,11 @@ char *tokenizer_hf_config_json(const Tokenizer *t, int model_max_length, char *e
         return copy;
     }
     Buf b = {0};
-    size_t eot_len;
+    size_t eot_len, bos_len;
     const uint8_t *eot = tokenizer_token_bytes(t, t->eot, &eot_len);
+    const uint8_t *bos = tokenizer_token_bytes(t, tokenizer_bos_token(t), &bos_len);
     puts_(&b, "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n  \"bos_token\": ");
-    put_json_string(&b, eot, eot_len);
+    put_json_string(&b, bos, bos_len);
     puts_(&b, ",\n  \"eos_token\": ");
     put_json_string(&b, eot, eot_len);
     printf_(&b, ",\n  \"model_max_length\": %d,\n  \"clean_up_tokenization_spaces\": false\n}\n", model_max_length);

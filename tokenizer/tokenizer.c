@@ -141,6 +141,10 @@ uint32_t tokenizer_eot_token(const Tokenizer *t) {
     return t->eot;
 }
 
+uint32_t tokenizer_bos_token(const Tokenizer *t) {
+    return t->n_prefix > 0 ? t->prefix[0] : t->eot;
+}
+
 const char *tokenizer_eot_text(const Tokenizer *t, size_t *len) {
     return (const char *)tokenizer_token_bytes(t, t->eot, len);
 }

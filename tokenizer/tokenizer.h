@@ -70,6 +70,9 @@ uint32_t tokenizer_vocab_size(const Tokenizer *t); /* includes the EOT token */
 /* The document separator: ours "<|endoftext|>"; an imported tokenizer's special token of that
  * text, else "<|end_of_text|>", else its first special token. */
 uint32_t tokenizer_eot_token(const Tokenizer *t);
+/* The token that opens a text: the post-processor's first token before each text (Llama 3's
+ * <|begin_of_text|>), else the separator (GPT-2 names its one special token both). */
+uint32_t tokenizer_bos_token(const Tokenizer *t);
 /* Its text (not NUL-terminated), what `./train prepare` puts between documents. */
 const char *tokenizer_eot_text(const Tokenizer *t, size_t *len);
 /* The tokens an imported tokenizer's post-processor puts before (after = 0) or after (after = 1)

@@ -417,10 +417,10 @@ static int write_safetensors(const char *path, const ParamTable *t, const float 
     return close_synced(f) && ok;
 }
 
-/* eos: the tokenizer's separator id, named as bos and eos (-1: no tokenizer; the class defaults) */
-static int write_config_json(const char *path, const GPTConfig *cfg, int eos) {
+/* bos, eos: the tokenizer's (-1: no tokenizer) */
+static int write_config_json(const char *path, const GPTConfig *cfg, int bos, int eos) {
     char buf[16384]; /* Gemma's layer_types: a line per layer */
-    int len = hf_config_json(cfg, eos, buf, sizeof buf);
+    int len = hf_config_json(cfg, bos, eos, buf, sizeof buf);
     return len > 0 && write_text(path, buf, (size_t)len);
 }
 
@@ -557,7 +557,7 @@ int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *
     if (ok) path_format(p, "%s/model.safetensors", tmp_dir);
     ok = ok && write_safetensors(p, t, params);
     if (ok) path_format(p, "%s/config.json", tmp_dir);
-    ok = ok && write_config_json(p, &t->cfg, tok ? tok->eos_token_id : -1);
+    ok = ok && write_config_json(p, &t->cfg, tok ? tok->bos_token_id : -1, tok ? tok->eos_token_id : -1);
     if (ok && tok) {
         path_format(p, "%s/tokenizer.json", tmp_dir);
         ok = write_text(p, tok->tokenizer_json, tok->tokenizer_json_len);

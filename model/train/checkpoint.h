@@ -77,13 +77,13 @@ int checkpoint_run_dir_ok(const char *run_dir, char *err);
 int checkpoint_save(const char *run_dir, const ParamTable *t, const float *params, const float *m, const float *v,
                     const TrainState *st, int keep, char *err);
 
-/* The run's tokenizer as Hugging Face files: their texts, and the separator's id, which config.json
- * then names as bos_token_id and eos_token_id (generate stops there). */
+/* The run's tokenizer as Hugging Face files: their texts, and the ids config.json names as
+ * bos_token_id (the token that opens a text) and eos_token_id (the separator: generate stops there). */
 typedef struct {
     const char *tokenizer_json;
     size_t tokenizer_json_len;
     const char *tokenizer_config_json;
-    int eos_token_id;
+    int bos_token_id, eos_token_id;
 } CheckpointTokenizer;
 
 /* checkpoint_save, with the tokenizer files written into the checkpoint too (tok NULL: none). */

@@ -1116,6 +1116,21 @@ static void py_float(double x, int as_float32, char *buf, size_t n) {
     if (!strchr(buf, '.')) strncat(buf, ".0", n - strlen(buf) - 1);
 }
 
+/* The bos_token_id and eos_token_id lines (null for -1: no tokenizer). */
+static void token_ids_json(int bos, int eos, char *out, size_t n) {
+    char b[16] = "null", e[16] = "null";
+    if (bos >= 0) snprintf(b, sizeof b, "%d", bos);
+    if (eos >= 0) snprintf(e, sizeof e, "%d", eos);
+    snprintf(out, n, "  \"bos_token_id\": %s,\n  \"eos_token_id\": %s,\n", b, e);
+}
+
+/* final_logit_softcapping as a float (30.0: transformers' config classes check that it is one), or
+ * null. */
+static void softcap_json(const GPTConfig *cfg, char *out, size_t n) {
+    if (cfg->logit_softcap > 0.0f) py_float(cfg->logit_softcap, 1, out, n);
+    else snprintf(out, n, "null");
+}
+
 /* Appends to buf (n bytes, len used); the caller returns -1 when it does not fit. */
 #define PUT(...)                                                                   \
     do {                                                                           \
@@ -1145,9 +1160,11 @@ static void rope_scaling_json(const RopeParams *r, char *out, size_t n) {
  * which transformers 4.53 on and 5 read, and sliding_window_pattern besides when the config has one,
  * for the releases before; rope_theta, rope_scaling and rope_local_base_freq, which 5 turns into its
  * rope_parameters. */
-static int gemma3_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n) {
+static int gemma3_config_json(const GPTConfig *cfg, int bos, int eos, char *buf, size_t n) {
     size_t len = 0;
-    char eps[32], theta[32], local[32], rope[512], scalar[32];
+    char eps[32], theta[32], local[32], rope[512], scalar[32], cap[32], ids[96];
+    token_ids_json(bos, eos, ids, sizeof ids);
+    softcap_json(cfg, cap, sizeof cap);
     py_float(cfg->norm_eps, 1, eps, sizeof eps);
     py_float(cfg->rope.theta, 0, theta, sizeof theta);
     py_float(cfg->rope_local_theta, 0, local, sizeof local);
@@ -1159,9 +1176,7 @@ static int gemma3_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n
         py_float(cfg->query_pre_attn_scalar, 1, scalar, sizeof scalar);
     PUT("{\n  \"architectures\": [\"%s\"],\n  \"attention_bias\": false,\n  \"attention_dropout\": 0.0,\n"
         "  \"attn_logit_softcapping\": null,\n", hf_architecture(cfg->family));
-    if (eos >= 0) PUT("  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n", eos, eos);
-    if (cfg->logit_softcap > 0.0f) PUT("  \"final_logit_softcapping\": %.9g,\n", (double)cfg->logit_softcap);
-    else PUT("  \"final_logit_softcapping\": null,\n");
+    PUT("%s  \"final_logit_softcapping\": %s,\n", ids, cap);
     PUT("  \"head_dim\": %d,\n  \"hidden_activation\": \"gelu_pytorch_tanh\",\n  \"hidden_size\": %d,\n"
         "  \"initializer_range\": 0.02,\n  \"intermediate_size\": %d,\n  \"layer_types\": [",
         cfg->head_dim, cfg->dim, cfg->ffn_dim);
@@ -1185,13 +1200,16 @@ static int gemma3_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n
     return (int)len;
 }
 
-int hf_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n) {
-    if (cfg->family == FAMILY_GEMMA3) return gemma3_config_json(cfg, eos, buf, n);
+int hf_config_json(const GPTConfig *cfg, int bos, int eos, char *buf, size_t n) {
+    if (cfg->family == FAMILY_GEMMA3) return gemma3_config_json(cfg, bos, eos, buf, n);
     size_t len = 0;
+    char cap[32], ids[96];
+    token_ids_json(bos, eos, ids, sizeof ids);
+    softcap_json(cfg, cap, sizeof cap);
     PUT("{\n  \"architectures\": [\"%s\"],\n", hf_architecture(cfg->family));
     if (cfg->family == FAMILY_GPT2) {
-        if (eos >= 0) PUT("  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n", eos, eos);
-        if (cfg->logit_softcap > 0.0f) PUT("  \"final_logit_softcapping\": %.9g,\n", (double)cfg->logit_softcap);
+        PUT("%s", ids);
+        if (cfg->logit_softcap > 0.0f) PUT("  \"final_logit_softcapping\": %s,\n", cap);
         PUT("  \"model_type\": \"gpt2\",\n  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n"
             "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
             "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
@@ -1208,8 +1226,8 @@ int hf_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n) {
     const int llama = cfg->family == FAMILY_LLAMA, qwen3 = cfg->family == FAMILY_QWEN3;
     if (llama || qwen3) PUT("  \"attention_bias\": false,\n");
     PUT("  \"attention_dropout\": 0.0,\n");
-    if (eos >= 0) PUT("  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n", eos, eos);
-    if (cfg->logit_softcap > 0.0f) PUT("  \"final_logit_softcapping\": %.9g,\n", (double)cfg->logit_softcap);
+    PUT("%s", ids);
+    if (cfg->logit_softcap > 0.0f) PUT("  \"final_logit_softcapping\": %s,\n", cap);
     /* Qwen2Config has no head_dim (its attention takes one when the config has it, else C / NH) */
     if (cfg->family != FAMILY_QWEN2 || cfg->head_dim * cfg->num_heads != cfg->dim)
         PUT("  \"head_dim\": %d,\n", cfg->head_dim);

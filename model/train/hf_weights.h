@@ -51,8 +51,9 @@ float *hf_load_weights(const char *dir, const ParamTable *t, char *err);
 const char *hf_architecture(ModelFamily family);
 
 /* config.json as transformers writes it for cfg's family (every field of its config class), into
- * buf (n bytes); eos: the tokenizer's separator id, written as bos_token_id and eos_token_id (-1:
- * none written, the class defaults hold). The length, or -1 when buf is too small. */
-int hf_config_json(const GPTConfig *cfg, int eos, char *buf, size_t n);
+ * buf (n bytes); bos, eos: the tokenizer's ids of the token that opens a text and of its separator
+ * (-1: no tokenizer, written as null: a class default such as GPT-2's 50256 could lie outside the
+ * vocabulary). The length, or -1 when buf is too small. */
+int hf_config_json(const GPTConfig *cfg, int bos, int eos, char *buf, size_t n);
 
 #endif
