@@ -1229,6 +1229,32 @@ static void note_other_than_init_from(const Run *r) {
     tokenizer_free(own);
 }
 
+/* A shard made by another tokenizer than the run's (its header's fingerprint) is named as such
+ * before its ids are checked against the vocabulary: "pass -v" would be the wrong fix for ids of
+ * another tokenizer, and --init-from's vocabulary refuses it anyway. A header that does not read is
+ * left to the loader, which names it. 0, or 1 after the message. */
+static int shards_of_the_tokenizer(Run *r) {
+    if (!r->tok) return 0;
+    /* the model's own tokenizer (--init-from's) is to be kept: only the text can change */
+    char fix[FGPT_PATH_LEN + 128], err[ERR_LEN];
+    if (r->tok_path == r->beside_init)
+        snprintf(fix, sizeof fix, "tokenize the text for this model with `./train prepare --tokenizer %s`", r->tok_path);
+    else
+        snprintf(fix, sizeof fix, "pass the tokenizer that made it, or tokenize the text again with `./train prepare "
+                 "--tokenizer %s`", r->tok_path);
+    const uint64_t fp = tokenizer_fingerprint(r->tok);
+    const char *paths[2] = {r->train_path, r->have_val ? r->val_path : NULL};
+    for (int k = 0; k < 2; k++) {
+        ShardHeader h;
+        if (paths[k] && shard_read_header(paths[k], &h, err) == 0 &&
+            shard_check_tokenizer(paths[k], h.tokenizer, r->tok_path, fp, fix, r->err) != 0) {
+            print_error("%s", r->err);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Data: the user's shards, or the default corpus prepared for this vocabulary; the tokenizer; the
  * loaders, each rank reading its share. */
 static int resolve_data(Run *r) {
@@ -1289,6 +1315,7 @@ static int resolve_data(Run *r) {
     /* --val-batches counts batches over all ranks, so N GPUs evaluate what one GPU evaluates */
     r->val_batches_per_rank = loader_batches_per_rank(opt->val_batches, world);
     r->have_val = r->val_path[0] != 0 && opt->val_every > 0; /* validation that never runs needs no shard */
+    if (shards_of_the_tokenizer(r) != 0) return 1;
     int rc = loader_open(&r->train_loader, r->train_path, (uint32_t)cfg->vocab_size, r->B, r->T, rank, world,
                          r->accum, 1, opt->seed, r->err);
     if (rc == 0 && r->have_val) {
@@ -1331,21 +1358,6 @@ static int resolve_data(Run *r) {
     if (r->have_val && same_file(r->train_path, r->val_path))
         printf("note: -j %s is the training shard itself: the validation loss is measured on the training data\n",
                r->val_path);
-    if (r->tok) {
-        /* the model's own tokenizer (--init-from's) is to be kept: only the text can change */
-        char fix[FGPT_PATH_LEN + 128];
-        if (r->tok_path == r->beside_init)
-            snprintf(fix, sizeof fix, "tokenize the text for this model with `./train prepare --tokenizer %s`",
-                     r->tok_path);
-        else
-            snprintf(fix, sizeof fix, "pass the tokenizer that made it, or tokenize the text again with `./train "
-                     "prepare --tokenizer %s`", r->tok_path);
-        const uint64_t fp = tokenizer_fingerprint(r->tok);
-        if (shard_check_tokenizer(r->train_path, r->train_loader.shard_tokenizer, r->tok_path, fp, fix, r->err) != 0 ||
-            (r->have_val &&
-             shard_check_tokenizer(r->val_path, r->val_loader.shard_tokenizer, r->tok_path, fp, fix, r->err) != 0))
-            return fail(r->err);
-    }
     /* a tokenizer of another size than the shard records is not the one that made it (files of two
      * prepares put side by side give such a pair): a smaller one cannot decode the
      * shard's ids, and is refused; a larger one is named (a synthetic shard may use a few ids) */

@@ -1191,6 +1191,16 @@ TEST(init_from_takes_the_tokenizer_beside_the_weights_and_refuses_a_shard_it_did
               strstr(out, "step_00000001/tokenizer.json"),
           "a shard of another tokenizer: exit %d: %s", rc, out);
     free(out);
+    /* a shard of another tokenizer whose ids pass the vocabulary: the tokenizer is named, not -v, which
+     * --init-from's weights would refuse next */
+    char wide[900];
+    snprintf(wide, sizeof wide, "%s/init_wider.bin", d);
+    REQUIRE(write_pattern_shard_made_by(wide, 20000, 1000, 3, 0x5eed) == 0, "%s", wide);
+    snprintf(args, sizeof args, RUN700 " --init-from %s -i %s -o %s/from_ck_wide", ck, wide, d);
+    rc = run_train(args, &out);
+    CHECK(rc == 1 && out && strstr(out, "init_wider.bin was made by another tokenizer than") && !strstr(out, "-v 1000"),
+          "a shard of a larger tokenizer: exit %d: %s", rc, out);
+    free(out);
     /* without -i, the default corpus: our own tokenizer made it, not the checkpoint's */
     char cache[900];
     snprintf(cache, sizeof cache, "%s/cache_fp", d);
