@@ -1489,21 +1489,34 @@ static void note_settings_change(const TrainSettings *was, const Options *opt, c
     if (len) printf("settings: changed since the checkpoint: %s; they apply from this step on\n", changes);
 }
 
-/* A note when the latest checkpoint's Hugging Face files cannot be read: the resume reads only its
- * state.bin, but eval, sample and transformers read config.json and model.safetensors. */
-static void note_unreadable_export(const char *run_dir) {
-    char name[256], dir[FGPT_PATH_LEN], path[FGPT_PATH_LEN], err[ERR_LEN];
-    if (checkpoint_latest_name(run_dir, name, sizeof name, err) < 0 || path_format(dir, "%s/%s", run_dir, name) != 0 ||
-        path_format(path, "%s/model.safetensors", dir) != 0)
+/* A note when the resumed checkpoint's Hugging Face files cannot be read, or hold other weights than
+ * its state.bin: the resume reads only state.bin (the master weights and moments), while eval,
+ * sample and transformers read config.json and model.safetensors, so an edit there would otherwise
+ * leave the two silently apart. params: state.bin's weights, as loaded. */
+static void note_export(const char *run_dir, int step, const ParamTable *t, const float *params) {
+    char dir[FGPT_PATH_LEN], path[FGPT_PATH_LEN], err[ERR_LEN];
+    if (path_format(dir, "%s/step_%08d", run_dir, step) != 0 || path_format(path, "%s/model.safetensors", dir) != 0)
         return;
     GPTConfig cfg;
     StFile st;
-    if (hf_read_config(dir, &cfg, err) == 0 && st_open(&st, path, err) == 0) {
-        st_close(&st);
+    if (hf_read_config(dir, &cfg, err) != 0 || st_open(&st, path, err) != 0) {
+        printf("note: resuming from %s/state.bin, but eval, sample and transformers cannot read that checkpoint: %s "
+               "(the next checkpoint is written whole)\n", dir, err);
         return;
     }
-    printf("note: resuming from %s/state.bin, but eval, sample and transformers cannot read that checkpoint: %s "
-           "(the next checkpoint is written whole)\n", dir, err);
+    st_close(&st);
+    float *exported = hf_load_weights(dir, t, err); /* NULL: not comparable (short of memory), nothing to say */
+    const ParamInfo *first = NULL;
+    for (int k = 0; exported && k < t->count && !first; k++) {
+        const ParamInfo *p = &t->params[k];
+        for (size_t i = p->offset; i < p->offset + p->numel && !first; i++)
+            if (exported[i] != params[i]) first = p;
+    }
+    free(exported);
+    if (first)
+        printf("note: %s holds other weights than its state.bin (from %s on; edited after the save?): the resume "
+               "continues from state.bin's, which eval and sample of that checkpoint do not; to train from the "
+               "file's weights, start a new run with --init-from %s\n", path, first->name, dir);
 }
 
 /* -y 1: the latest checkpoint's weights, moments, data position and draws, after checking that it
@@ -1570,7 +1583,7 @@ static int resume(Run *r) {
     memcpy(r->rng.s, st.rng, sizeof r->rng.s);
     r->start_step = st.step;
     printf("resumed from %s at step %d\n", opt->out, r->start_step);
-    if (dist->rank == 0) note_unreadable_export(opt->out);
+    if (dist->rank == 0) note_export(opt->out, st.step, &r->table, r->ck.params);
     if (r->start_step >= opt->steps) {
         printf("nothing to train: the checkpoint is at step %d and -x is %d (pass a larger -x to go on)\n",
                r->start_step, opt->steps);

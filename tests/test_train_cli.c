@@ -462,6 +462,19 @@ TEST(resume_prints_exactly_the_losses_of_the_uninterrupted_run) {
                                                                         "and transformers cannot read that checkpoint"),
           "exit %d: %s", rc, bad);
     free(bad);
+    /* one weight of model.safetensors changed after the save: the resume continues from state.bin,
+     * and says that the file eval and sample read holds other weights */
+    CHECK(!strstr(resumed, "holds other weights"), "an untouched checkpoint was called edited: %s", resumed);
+    snprintf(weights, sizeof weights, "%s/a/step_00000021/model.safetensors", d);
+    FILE *f = fopen(weights, "r+b");
+    const float edited = 0.125f;
+    REQUIRE(f && fseek(f, -4, SEEK_END) == 0 && fwrite(&edited, 4, 1, f) == 1 && fclose(f) == 0, "editing %s", weights);
+    snprintf(args, sizeof args, TINY_RUN " -x 22 -n 10 --val-every 5 -y 1 -i %s -j %s -o %s/a", train, val, d);
+    rc = run_train(args, &bad);
+    CHECK(rc == 0 && strstr(bad, "step_00000021/model.safetensors holds other weights than its state.bin (from ") &&
+              strstr(bad, "start a new run with --init-from"),
+          "exit %d: %s", rc, bad);
+    free(bad);
     free(resumed);
     free(full);
 }
