@@ -1158,8 +1158,14 @@ TEST(a_shard_made_by_another_tokenizer_of_the_same_size_is_refused) {
     snprintf(args, sizeof args, RUN700 " --val-every 1 -i %s -j %s --tokenizer %s -o %s/run_val_b", train, val_b,
              fixture, d);
     rc = run_train(args, &out);
-    CHECK(rc == 1 && out && strstr(out, "error: ") && strstr(out, "were made by different tokenizers"),
+    CHECK(rc == 1 && out && strstr(out, "error: ") && strstr(out, "cli_made_by_b.bin was made by another tokenizer than"),
           "a validation shard of another tokenizer: exit %d: %s", rc, out);
+    free(out);
+    /* without a tokenizer, the pair itself */
+    snprintf(args, sizeof args, RUN700 " --val-every 1 -i %s -j %s -o %s/run_val_b_alone", train, val_b, d);
+    rc = run_train(args, &out);
+    CHECK(rc == 1 && out && strstr(out, "error: ") && strstr(out, "were made by different tokenizers"),
+          "a validation shard of another tokenizer, no --tokenizer: exit %d: %s", rc, out);
     free(out);
     expect_run(0, "step     1/1", NULL, RUN700 " -i %s --tokenizer %s -o %s/run_same_tok", train, fixture, d);
 }
