@@ -78,6 +78,7 @@ typedef struct {
      * checkpoint, or on -y 1 the run's own (find_shape_source); "" for the flags alone */
     char shape_from[FGPT_PATH_LEN];
     char shape_label[FGPT_PATH_LEN + 32]; /* how messages name it: "--init-from DIR", "the checkpoint DIR" */
+    char shape_unread[ERR_LEN];           /* -y 1: why the checkpoint's config.json did not read ("": it did) */
     const char *ignored_init_from;        /* --init-from given with -y 1, which resumes from the run's own */
 } Options;
 
@@ -568,9 +569,16 @@ static void find_shape_source(Options *opt) {
         snprintf(opt->shape_from, sizeof opt->shape_from, "%s", opt->init_from);
         snprintf(opt->shape_label, sizeof opt->shape_label, "--init-from %s", opt->init_from);
     } else if (opt->resume && checkpoint_latest_name(opt->out, name, sizeof name, err) >= 0 &&
-               path_format(opt->shape_from, "%s/%s", opt->out, name) == 0 &&
-               hf_read_config(opt->shape_from, &cfg, err) == 0) {
+               path_format(opt->shape_from, "%s/%s", opt->out, name) == 0) {
         snprintf(opt->shape_label, sizeof opt->shape_label, "the checkpoint %s", opt->shape_from);
+        char config[FGPT_PATH_LEN];
+        struct stat sb;
+        if (hf_read_config(opt->shape_from, &cfg, err) != 0) {
+            /* a config.json there but damaged is said before the flags are asked for one at a time */
+            if (path_format(config, "%s/config.json", opt->shape_from) == 0 && stat(config, &sb) == 0)
+                snprintf(opt->shape_unread, sizeof opt->shape_unread, "%s", err);
+            opt->shape_from[0] = 0;
+        }
     } else {
         opt->shape_from[0] = 0;
     }
@@ -1526,6 +1534,10 @@ static int resume(Run *r) {
     const Dist *dist = &r->dist;
     char *err = r->err;
     TrainState st;
+    if (opt->shape_unread[0] && dist->rank == 0)
+        printf("note: the resumed checkpoint's config.json does not read (%s): the model's shape comes from the flags, "
+               "and eval, sample and transformers cannot read that checkpoint (the next one is written whole)\n",
+               opt->shape_unread);
     if (checkpoint_load_latest(opt->out, &r->table, r->ck.params, r->ck.m, r->ck.v, &st, err) != 0) return fail(err);
     /* each rank read the checkpoint itself; on hosts that do not share -o they may have read
      * different ones, and would train different replicas or wait for each other forever */

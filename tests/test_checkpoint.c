@@ -1,5 +1,6 @@
 /* Checkpoints: state round trip, HF-compatible safetensors (names, shapes, Conv1D transposes,
  * unpadded wte), config mismatch errors, and a crashed write leaving the last checkpoint intact. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -478,6 +479,37 @@ TEST(a_latest_file_whose_name_is_longer_than_a_name_can_be_is_corrupt_not_cut_sh
     fclose(f);
     CHECK(checkpoint_latest_name(test_tmpdir(), name, sizeof name, err) == -1 && strstr(err, "latest is corrupt"),
           "a 313-character name: %s", err);
+    /* a NUL inside the name would end it early, leaving the bytes after it unread */
+    f = fopen(path, "wb");
+    REQUIRE(f && fwrite("step_00000006\0garbage\n", 1, 22, f) == 22 && fclose(f) == 0, "writing %s", path);
+    CHECK(checkpoint_latest_name(test_tmpdir(), name, sizeof name, err) == -1 && strstr(err, "latest is corrupt"),
+          "a name with a NUL inside: %s", err);
+    f = fopen(path, "wb");
+    REQUIRE(f && fputs("  step_00000006\n", f) >= 0 && fclose(f) == 0, "writing %s", path);
+    CHECK(checkpoint_latest_name(test_tmpdir(), name, sizeof name, err) == 0 && !strcmp(name, "step_00000006"),
+          "a name after spaces: %s", err);
+}
+
+/* A header's batch or schedule that no run writes (a state file edited and resealed) is refused
+ * when it loads, not met as an overflow in the learning-rate schedule. */
+TEST(a_resealed_state_file_with_a_negative_warmup_is_refused) {
+    ParamTable t;
+    tiny_table(&t, 50);
+    float *p = random_floats(t.total, 5), *q = malloc(t.total * 4 * 3);
+    char err[ERR_LEN] = "";
+    const TrainState bad[] = {{.step = 3, .B = 2, .T = 8, .total_batch = 16, .warmup = INT_MIN, .total_steps = 10},
+                              {.step = 3, .B = 0, .T = 8, .total_batch = 16},
+                              {.step = 3, .B = 2, .T = 8, .total_batch = 16, .total_steps = -1}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        TrainState st;
+        REQUIRE(q && checkpoint_save(test_tmpdir(), &t, p, p, p, &bad[i], 2, err) == 0, "%s", err);
+        CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
+                  strstr(err, "no run writes"),
+              "case %zu: %s", i, err);
+    }
+    free(q);
+    free(p);
+    param_table_free(&t);
 }
 
 /* A NaN or an Inf in a state file whose checksum holds (edited and resealed) is named with its

@@ -680,3 +680,16 @@ TEST(a_requeued_job_with_y_auto_starts_anew_then_resumes_and_names_a_damaged_che
     free(out);
     CHECK(exists("%s/%s", d, "dmg/step_00000006/config.json"), "the damaged checkpoint was moved");
 }
+
+/* A resume whose checkpoint's config.json is damaged says so before anything else: the flags then
+ * give the shape (here they match, and the run goes on), and the error a mismatch would bring names
+ * a flag, not the file. */
+TEST(a_resume_names_a_damaged_config_json_before_asking_the_flags) {
+    char *out = NULL;
+    int rc = run_alter_resume("cfg", "-x 2 -n 2", "echo '{' > %s/cfg/step_00000002/config.json", "-x 3", &out);
+    REQUIRE(rc >= 0, "setting up");
+    CHECK(rc == 0 && strstr(out, "note: the resumed checkpoint's config.json does not read (") &&
+              strstr(out, "config.json is not valid JSON") && strstr(out, "step     3/3"),
+          "exit %d: %s", rc, out);
+    free(out);
+}

@@ -876,7 +876,10 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
         return -1;
     }
     char buf[256] = {0};
-    int got = fscanf(lf, "%255s", buf);
+    int word_at = 0, word_end = 0;
+    int got = fscanf(lf, " %n%255s%n", &word_at, buf, &word_end);
+    /* a NUL inside the name ends the string early: the count of bytes read says so */
+    const int cut_by_nul = got == 1 && strlen(buf) != (size_t)(word_end - word_at);
     const int after = fgetc(lf); /* a name longer than the buffer must not pass cut short */
     /* and nothing but white space after it: "step_00000006 step_00000004" names no one checkpoint */
     int rest = after;
@@ -885,7 +888,7 @@ int checkpoint_latest_name(const char *run_dir, char *name, size_t size, char *e
     /* a name written by hand may end in the slash a shell's completion adds */
     for (size_t k = strlen(buf); k > 5 && buf[k - 1] == '/'; k--) buf[k - 1] = 0;
     if (got != 1 || (after != EOF && !isspace(after)) || rest != EOF || strncmp(buf, "step_", 5) != 0 || strchr(buf, '/') ||
-        strlen(buf) >= size) {
+        strlen(buf) >= size || cut_by_nul) {
         snprintf(err, ERR_LEN, "%s is corrupt (expected a name like step_00000100): write the name of a checkpoint "
                  "there into it, or remove it and the newest whole checkpoint there is taken", latest);
         return -1;
@@ -1005,6 +1008,13 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
     if (sscanf(name, "step_%d%c", &named_step, &tail) != 1 || named_step != h.step || h.step < 0) {
         snprintf(err, ERR_LEN, "%s says step %d but its directory is %s (a checkpoint moved by hand?); %s", path, h.step,
                  name, OLDER_CHECKPOINT_HINT);
+        return -1;
+    }
+    /* values no run writes, in a file whose checksum holds: edited and resealed by hand */
+    if (h.B < 1 || h.T < 1 || h.total_steps < 0 || h.warmup < 0 || h.world > 1u << 20) {
+        snprintf(err, ERR_LEN, "%s holds a batch, schedule or rank count no run writes (-b %d -t %d -x %d --warmup %d, "
+                 "%u ranks; a state file edited and resealed?); %s", path, (int)h.B, (int)h.T, (int)h.total_steps,
+                 (int)h.warmup, (unsigned)h.world, OLDER_CHECKPOINT_HINT);
         return -1;
     }
     st->step = h.step;
