@@ -1010,11 +1010,12 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
                  name, OLDER_CHECKPOINT_HINT);
         return -1;
     }
-    /* values no run writes, in a file whose checksum holds: edited and resealed by hand */
-    if (h.B < 1 || h.T < 1 || h.total_steps < 0 || h.warmup < 0 || h.world > 1u << 20) {
-        snprintf(err, ERR_LEN, "%s holds a batch, schedule or rank count no run writes (-b %d -t %d -x %d --warmup %d, "
-                 "%u ranks; a state file edited and resealed?); %s", path, (int)h.B, (int)h.T, (int)h.total_steps,
-                 (int)h.warmup, (unsigned)h.world, OLDER_CHECKPOINT_HINT);
+    /* values no run writes, in a file whose checksum holds: edited and resealed by hand (the schedule
+     * would overflow its arithmetic; a batch of 0 is refused as another batch than the run's) */
+    if (h.total_steps < 0 || h.warmup < 0 || h.world > 1u << 20) {
+        snprintf(err, ERR_LEN, "%s holds a schedule or rank count no run writes (-x %d --warmup %d, %u ranks; a state "
+                 "file edited and resealed?); %s", path, (int)h.total_steps, (int)h.warmup, (unsigned)h.world,
+                 OLDER_CHECKPOINT_HINT);
         return -1;
     }
     st->step = h.step;
