@@ -502,8 +502,11 @@ TEST(a_resealed_state_file_with_a_negative_warmup_is_refused) {
                               {.step = 3, .B = 2, .T = 8, .total_batch = 16, .total_steps = -1}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         TrainState st;
-        REQUIRE(q && checkpoint_save(test_tmpdir(), &t, p, p, p, &bad[i], 2, err) == 0, "%s", err);
-        CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
+        char dir[700];
+        snprintf(dir, sizeof dir, "%s/case%zu", test_tmpdir(), i);
+        REQUIRE(mkdir(dir, 0755) == 0, "%s", dir);
+        REQUIRE(q && checkpoint_save(dir, &t, p, p, p, &bad[i], 2, err) == 0, "%s", err);
+        CHECK(checkpoint_load_latest(dir, &t, q, q + t.total, q + 2 * t.total, &st, err) == -1 &&
                   strstr(err, "no run writes"),
               "case %zu: %s", i, err);
     }
