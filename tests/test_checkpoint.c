@@ -490,7 +490,7 @@ TEST(a_latest_file_whose_name_is_longer_than_a_name_can_be_is_corrupt_not_cut_sh
           "a name after spaces: %s", err);
 }
 
-/* A header's schedule or rank count that no run writes (a state file edited and resealed) is refused
+/* A header's schedule that no run writes (a state file edited and resealed) is refused
  * when it loads, not met as an overflow in the learning-rate schedule. */
 TEST(a_resealed_state_file_with_a_negative_warmup_is_refused) {
     ParamTable t;
@@ -498,7 +498,7 @@ TEST(a_resealed_state_file_with_a_negative_warmup_is_refused) {
     float *p = random_floats(t.total, 5), *q = malloc(t.total * 4 * 3);
     char err[ERR_LEN] = "";
     const TrainState bad[] = {{.step = 3, .B = 2, .T = 8, .total_batch = 16, .warmup = INT_MIN, .total_steps = 10},
-                              {.step = 3, .B = 2, .T = 8, .total_batch = 16, .world = 1u << 31},
+                              {.step = 3, .B = 2, .T = 8, .total_batch = 16, .warmup = -1, .total_steps = 10},
                               {.step = 3, .B = 2, .T = 8, .total_batch = 16, .total_steps = -1}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         TrainState st;
