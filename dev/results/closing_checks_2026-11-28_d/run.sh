@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU, the code of the session's last commits: every GPU test; transformers against our
+# One GPU, the code of 2026-11-28 (evening): every GPU test; transformers against our
 # checkpoints both ways on the GPU and the CPU reference (the exported bos/eos ids now); the GPT-2
 # round trip; then GPU resumes (fp32 and bf16 AdamW state, a Qwen3 and GPT-2) whose checkpoints'
 # model.safetensors must compare equal to their state.bin (no "holds other weights" note) and whose
