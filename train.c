@@ -9,6 +9,7 @@
  * tokenizer/. Exit status: 0 success, 1 runtime failure, 2 bad command line. */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -291,10 +292,11 @@ static void set_value(Options *opt, const OptSpec *o, const char *value, const c
         long v = strtol(value, &end, 10);
         if (!*value || isspace((unsigned char)*value) || *end || (errno && errno != ERANGE))
             die_usage("%s expects an integer, got '%s'", name, value);
-        if (errno == ERANGE || v < -2147483647L || v > 2147483647L)
-            die_usage("%s %s is too %s for an integer flag (at most %s2147483647 in size)", name, value,
-                      *value == '-' ? "small" : "large", *value == '-' ? "-" : "");
-        *(int *)dst = (int)v;
+        if ((errno == ERANGE && v > 0) || v > 2147483647L)
+            die_usage("%s %s is too large for an integer flag (at most 2147483647)", name, value);
+        /* no integer flag takes a negative value: each one's own check names its range
+         * (validate), so a negative beyond an int is held as the most negative one */
+        *(int *)dst = v < INT_MIN ? INT_MIN : (int)v;
         break;
     }
     case OPT_U64: {
@@ -495,7 +497,8 @@ static void validate(Options *opt, GPTConfig *cfg) {
     source_name(opt, "master", master, sizeof master);
     if (opt->nodes < 1) bad(nodes, "must be positive");
     int port;
-    if (opt->node_rank < 0 || opt->node_rank >= opt->nodes)
+    if (opt->node_rank < 0) bad(node_rank, "must be 0 or more (this host's place among --nodes)");
+    if (opt->node_rank >= opt->nodes)
         die_usage("%s %d is out of range for %s %d (0..%d)", node_rank, opt->node_rank, nodes, opt->nodes,
                   opt->nodes - 1);
     if ((long long)opt->gpus * opt->nodes > DIST_MAX_WORLD) bad(nodes, "times -g/--gpus is above 1024 ranks");
@@ -1553,6 +1556,13 @@ static int resume(Run *r) {
     if (st.passed_over_step >= 0 && dist->rank == 0)
         printf("note: step_%08d, the newest checkpoint, does not load (%s); this run resumes from step %d, the newest "
                "that does\n", st.passed_over_step, st.passed_over_why, st.step);
+    if (st.B < 1 || st.T < 1 || st.total_batch < 1) { /* "resume with -b 0" would be a fix no one can follow */
+        fprintf(stderr,
+                "error: checkpoint in %s holds -b %d -t %d -d %d, a batch no run writes (a state.bin edited and "
+                "resealed?); start from its weights instead: --init-from %s/step_%08d\n",
+                opt->out, st.B, st.T, st.total_batch, opt->out, st.step);
+        return 1;
+    }
     if (st.B != r->B || st.T != r->T || st.total_batch != opt->total_batch || st.seed != opt->seed) {
         fprintf(stderr,
                 "error: checkpoint in %s was trained with -b %d -t %d -d %d --seed %llu; resume with the same "

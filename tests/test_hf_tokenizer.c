@@ -253,6 +253,9 @@ static void expect_refused(const char *from, const char *to, const char *msg) {
 TEST(hf_tokenizer_unsupported_parts_are_refused_by_name) {
     expect_refused("\"type\": \"BPE\"", "\"type\": \"Unigram\"", "model Unigram is not supported");
     expect_refused("\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "model WordPiece is not supported");
+    /* a model naming no type is a BPE when it has merges (older files), and named for what it lacks if not */
+    expect_refused("\"model\": {\n  \"type\": \"BPE\",", "\"model\": {\"vocab\": {}}, \"unused\": {",
+                   "its model has neither a \"type\" nor \"merges\"");
     expect_refused("\"normalizer\": null", "\"normalizer\": {\"type\": \"Lowercase\"}",
                    "normalizer Lowercase is not supported");
     expect_refused("\"normalizer\": null", "\"normalizer\": {\"type\": \"NFKC\"}", "normalizer NFKC");

@@ -93,6 +93,23 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("--seed -1", "--seed expects a whole number from 0 to 18446744073709551615, got '-1'");
     expect_usage_error("--seed 18446744073709551616", "--seed expects a whole number from 0 to 18446744073709551615");
     expect_usage_error("-x 99999999999999999999", "-x/--steps 99999999999999999999 is too large for an integer flag");
+    /* a negative beyond an int is refused by the flag's own range, as any negative is */
+    expect_usage_error("--warmup -2147483648", "--warmup must be 0 or more");
+    expect_usage_error("-b -99999999999999999999", "-b/--batch must be positive");
+    static const char *const int_flags[] = {
+        "--layers", "--heads", "--dim", "--kv-heads", "--head-dim", "--ffn-dim", "--sliding-window",
+        "--max-seq-len", "-v", "-b", "-t", "-d", "-x", "--warmup", "-n", "--keep-checkpoints", "--val-every",
+        "--val-batches", "-s", "-G", "--logits-mb", "-g", "--nodes", "--node-rank", "--bucket-mb",
+        "--recompute-gelu", "--profile-step", "--step-parts"};
+    for (size_t i = 0; i < sizeof int_flags / sizeof int_flags[0]; i++) {
+        char args[96], *out = NULL;
+        snprintf(args, sizeof args, "%s -3000000000", int_flags[i]);
+        int rc = run_train(args, &out);
+        REQUIRE(out, "could not run ./train %s", args);
+        CHECK(rc == 2 && count_lines(out) == 1 && !strstr(out, "integer") && strstr(out, "must"),
+              "'%s': not refused by the flag's range (exit %d): %s", args, rc, out);
+        free(out);
+    }
     /* the GPU's timing flags do nothing on the CPU: refused there, not ignored */
     expect_usage_error("--device cpu --step-parts 1", "--step-parts times the GPU's parts of a step: it needs --device cuda");
     expect_usage_error("--device cpu -x 5 --profile-step 3", "--profile-step opens a GPU profiler's capture range");
@@ -326,6 +343,7 @@ static int copy_checkpoint(const char *src, int step, const char *dst) {
 /* state.bin's header: the number of ranks (uint32) at byte 12, the loader's position (uint64) at 72 */
 #define STATE_WORLD_AT 12
 #define STATE_POSITION_AT 72
+#define STATE_BATCH_AT 44 /* B (int32) */
 static int rewrite_state(const char *state, long at, const void *value, size_t bytes) {
     FILE *f = fopen(state, "r+b");
     if (!f) return -1;
@@ -449,6 +467,15 @@ TEST(resume_prints_exactly_the_losses_of_the_uninterrupted_run) {
     snprintf(args, sizeof args, TINY_RUN " -x 20 -y 1 -i %s -o %s/b", train, d);
     rc = run_train(args, &bad);
     CHECK(rc == 1 && strstr(bad, "(2 rank(s), 1 micro-batches per step): that many ranks cannot share its batch"),
+          "exit %d: %s", rc, bad);
+    free(bad);
+    /* a batch of 0 in a resealed header is named as such, not as a batch to resume with */
+    const int32_t one = 1, zero = 0;
+    REQUIRE(rewrite_state(state, STATE_WORLD_AT, &one, 4) == 0 && rewrite_state(state, STATE_BATCH_AT, &zero, 4) == 0,
+            "cannot rewrite %s", state);
+    rc = run_train(args, &bad);
+    CHECK(rc == 1 && strstr(bad, "holds -b 0 -t 32 -d 128, a batch no run writes") &&
+              strstr(bad, "--init-from ") && strstr(bad, "/b/step_00000010"),
           "exit %d: %s", rc, bad);
     free(bad);
     /* a checkpoint whose model.safetensors was cut short still resumes (from state.bin), and the run

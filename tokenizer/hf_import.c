@@ -198,9 +198,14 @@ static int check_model(const JsonValue *root, const char *path, char *err) {
         return -1;
     }
     const char *type = json_string(json_get(model, "type"));
-    if (type ? strcmp(type, "BPE") != 0 : !json_get(model, "merges")) {
+    if (!type && !json_get(model, "merges")) {
+        tok_error(err, "%s: its model has neither a \"type\" nor \"merges\"; a BPE tokenizer.json (byte-level, or "
+                  "SentencePiece-style with byte_fallback) is what reads", path);
+        return -1;
+    }
+    if (type && strcmp(type, "BPE") != 0) {
         tok_error(err, "%s: model %s is not supported (BPE is: byte-level, or SentencePiece-style with byte_fallback)",
-                  path, type ? type : "without merges");
+                  path, type);
         return -1;
     }
     const JsonValue *dropout = json_get(model, "dropout");

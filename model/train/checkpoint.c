@@ -1011,7 +1011,7 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
         return -1;
     }
     /* values no run writes, in a file whose checksum holds: edited and resealed by hand (the schedule
-     * would overflow its arithmetic; a batch of 0 is refused as another batch than the run's) */
+     * would overflow its arithmetic; a batch of 0, which tests write, is named by the resume) */
     if (h.total_steps < 0 || h.warmup < 0 || h.world > 1u << 20) {
         snprintf(err, ERR_LEN, "%s holds a schedule or rank count no run writes (-x %d --warmup %d, %u ranks; a state "
                  "file edited and resealed?); %s", path, (int)h.total_steps, (int)h.warmup, (unsigned)h.world,
