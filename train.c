@@ -136,8 +136,9 @@ static const OptSpec options[] = {
     {0, "logit-softcap", OPT_FLOAT, O(logit_softcap), "0", "CAP",
      "model: logits become CAP tanh(z/CAP) before the softmax (0: none, or --init-from's final_logit_softcapping)"},
     {0, "seed", OPT_U64, O(seed), "1337", "S", "seed for init, data order and sampling (0 to 2^64 - 1)"},
-    {'i', "train-data", OPT_STR, O(train_data), "", "FILE", "train token shard (default: the default corpus)"},
-    {'j', "val-data", OPT_STR, O(val_data), "", "FILE", "validation token shard"},
+    {'i', "train-data", OPT_STR, O(train_data), "", "FILE",
+     "train token shard, or a quoted pattern of several ('data/train_*.bin') (default: the default corpus)"},
+    {'j', "val-data", OPT_STR, O(val_data), "", "FILE", "validation token shard, or a quoted pattern of several"},
     {0, "tokenizer", OPT_STR, O(tokenizer), "", "FILE",
      "tokenizer (ours, or a Hugging Face tokenizer.json), to decode samples; checkpoints carry it"},
     {0, "init-from", OPT_STR, O(init_from), "", "DIR",
@@ -347,11 +348,17 @@ static void parse_args(Options *opt, int argc, char **argv) {
     }
     _Static_assert(NUM_OPTIONS <= (int)sizeof opt->given, "Options.given has a flag for every option");
     unsigned char *given = opt->given;
+    const OptSpec *previous = NULL;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *eq = arg[0] == '-' && arg[1] == '-' ? strchr(arg, '=') : NULL;
         const char *inline_value = eq ? eq + 1 : NULL;
         const OptSpec *o = find_option(arg);
+        /* a shell that expanded -i data/train_*.bin unquoted leaves the second shard as a word of its own */
+        if (!o && arg[0] != '-' && previous && (previous->short_name == 'i' || previous->short_name == 'j'))
+            die_usage("'%s' follows the value of -%c: for several shards, quote a pattern so that the shell leaves it "
+                      "whole (-%c 'data/train_*.bin')", arg, previous->short_name, previous->short_name);
         if (!o) die_usage("unknown flag '%s'", arg);
+        previous = o;
         char name[64];
         flag_name(o, name, sizeof name);
         /* the last value holds (scripts override their defaults this way), but the user hears of it */
@@ -1244,6 +1251,14 @@ static void note_other_than_init_from(const Run *r) {
  * before its ids are checked against the vocabulary: "pass -v" would be the wrong fix for ids of
  * another tokenizer, and --init-from's vocabulary refuses it anyway. A header that does not read is
  * left to the loader, which names it. 0, or 1 after the message. */
+/* A shard of val that is also one of train (the same file), or NULL. */
+static const char *shard_in_both(const Loader *train, const Loader *val) {
+    for (size_t i = 0; i < val->num_shards; i++)
+        for (size_t k = 0; k < train->num_shards; k++)
+            if (same_file(train->shards[k].path, val->shards[i].path)) return val->shards[i].path;
+    return NULL;
+}
+
 static int shards_of_the_tokenizer(Run *r) {
     if (!r->tok) return 0;
     /* the model's own tokenizer (--init-from's) is to be kept: only the text can change */
@@ -1256,9 +1271,16 @@ static int shards_of_the_tokenizer(Run *r) {
     const uint64_t fp = tokenizer_fingerprint(r->tok);
     const char *paths[2] = {r->train_path, r->have_val ? r->val_path : NULL};
     for (int k = 0; k < 2; k++) {
-        ShardHeader h;
-        if (paths[k] && shard_read_header(paths[k], &h, err) == 0 &&
-            shard_check_tokenizer(paths[k], h.tokenizer, r->tok_path, fp, fix, r->err) != 0) {
+        ShardPaths shards;
+        if (!paths[k] || shard_paths(paths[k], &shards, err) != 0) continue; /* the loader names what is wrong */
+        int other = 0;
+        for (size_t i = 0; i < shards.n && !other; i++) {
+            ShardHeader h;
+            other = shard_read_header(shards.paths[i], &h, err) == 0 &&
+                    shard_check_tokenizer(shards.paths[i], h.tokenizer, r->tok_path, fp, fix, r->err) != 0;
+        }
+        shard_paths_free(&shards);
+        if (other) {
             print_error("%s", r->err);
             return 1;
         }
@@ -1366,9 +1388,13 @@ static int resolve_data(Run *r) {
         return 1;
     }
     /* allowed (a smoke test), but a validation loss that looks too good needs saying */
-    if (r->have_val && same_file(r->train_path, r->val_path))
+    const char *shared = r->have_val ? shard_in_both(&r->train_loader, &r->val_loader) : NULL;
+    if (shared && r->val_loader.num_shards == 1 && r->train_loader.num_shards == 1)
         printf("note: -j %s is the training shard itself: the validation loss is measured on the training data\n",
                r->val_path);
+    else if (shared)
+        printf("note: %s is a shard of both -i and -j: the validation loss is measured partly on the training "
+               "data\n", shared);
     /* a tokenizer of another size than the shard records is not the one that made it (files of two
      * prepares put side by side give such a pair): a smaller one cannot decode the
      * shard's ids, and is refused; a larger one is named (a synthetic shard may use a few ids) */
@@ -1574,8 +1600,8 @@ static int resume(Run *r) {
     if ((st.data_tokens || st.data_fingerprint) &&
         (st.data_tokens != train->num_tokens || st.data_fingerprint != r->train_fingerprint)) {
         fprintf(stderr,
-                "error: checkpoint in %s was trained on other data (a shard of %llu tokens) than %s (%llu "
-                "tokens%s); resume with the same -i so the data order continues\n",
+                "error: checkpoint in %s was trained on other data (%llu tokens) than %s (%llu tokens%s); resume "
+                "with the same -i so the data order continues\n",
                 opt->out, (unsigned long long)st.data_tokens, r->train_path, (unsigned long long)train->num_tokens,
                 st.data_tokens == train->num_tokens ? ", other values" : "");
         return 1;
@@ -1617,7 +1643,7 @@ static int resume(Run *r) {
     const int other_val = r->have_val && (st.val_tokens || st.val_fingerprint) &&
                           (st.val_tokens != r->val_loader.num_tokens || st.val_fingerprint != r->val_fingerprint);
     if (other_val)
-        printf("validation: %s (%llu tokens) is not the shard the checkpoint's run validated on (%llu tokens): the "
+        printf("validation: %s (%llu tokens) is not the data the checkpoint's run validated on (%llu tokens): the "
                "validation losses from step %d on are on other data than those before\n",
                r->val_path, (unsigned long long)r->val_loader.num_tokens, (unsigned long long)st.val_tokens,
                r->start_step);

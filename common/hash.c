@@ -8,18 +8,47 @@
 static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 static uint64_t hash_round(uint64_t acc, uint64_t w) { return rotl64(acc + w * H_P2, 31) * H_P1; }
 
-uint64_t fgpt_hash64(const void *data, size_t n, uint64_t seed) {
+static void add_block(uint64_t lane[4], const unsigned char *p) {
+    for (int k = 0; k < 4; k++) {
+        uint64_t w;
+        memcpy(&w, p + 8 * k, 8);
+        lane[k] = hash_round(lane[k], w);
+    }
+}
+
+void fgpt_hash_begin(FgptHashStream *s, uint64_t seed) {
+    s->lane[0] = seed + H_P1 + H_P2, s->lane[1] = seed + H_P2, s->lane[2] = seed, s->lane[3] = seed - H_P1;
+    s->total = 0;
+    s->npending = 0;
+}
+
+void fgpt_hash_add(FgptHashStream *s, const void *data, size_t n) {
     const unsigned char *p = data;
-    uint64_t lane[4] = {seed + H_P1 + H_P2, seed + H_P2, seed, seed - H_P1};
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        for (int k = 0; k < 4; k++) {
-            uint64_t w;
-            memcpy(&w, p + i + 8 * k, 8);
-            lane[k] = hash_round(lane[k], w);
-        }
-    uint64_t h = rotl64(lane[0], 1) + rotl64(lane[1], 7) + rotl64(lane[2], 12) + rotl64(lane[3], 18) + (uint64_t)n;
-    for (; i < n; i++) h = rotl64(h ^ (p[i] * H_P1), 11) * H_P2;
+    s->total += n;
+    if (s->npending) { /* complete the block an earlier piece began */
+        size_t take = 32 - s->npending < n ? 32 - s->npending : n;
+        memcpy(s->pending + s->npending, p, take);
+        s->npending += take, p += take, n -= take;
+        if (s->npending < 32) return;
+        add_block(s->lane, s->pending);
+        s->npending = 0;
+    }
+    for (; n >= 32; p += 32, n -= 32) add_block(s->lane, p);
+    memcpy(s->pending, p, n);
+    s->npending = n;
+}
+
+uint64_t fgpt_hash_end(const FgptHashStream *s) {
+    const uint64_t *lane = s->lane;
+    uint64_t h = rotl64(lane[0], 1) + rotl64(lane[1], 7) + rotl64(lane[2], 12) + rotl64(lane[3], 18) + s->total;
+    for (size_t i = 0; i < s->npending; i++) h = rotl64(h ^ (s->pending[i] * H_P1), 11) * H_P2;
     h ^= h >> 33, h *= H_P2, h ^= h >> 29, h *= H_P1, h ^= h >> 32;
     return h;
+}
+
+uint64_t fgpt_hash64(const void *data, size_t n, uint64_t seed) {
+    FgptHashStream s;
+    fgpt_hash_begin(&s, seed);
+    fgpt_hash_add(&s, data, n);
+    return fgpt_hash_end(&s);
 }

@@ -22,33 +22,103 @@ static void build_order(Loader *l) {
     }
 }
 
-int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T, int rank, int world, int accum,
+/* Maps every shard, checks that they share a vocabulary and tokenizer, and takes one pass over their
+ * tokens: each checked against model_vocab and hashed for the fingerprint. */
+static int map_shards(Loader *l, const ShardPaths *paths, uint32_t model_vocab, char *err) {
+    l->shards = calloc(paths->n, sizeof *l->shards);
+    if (!l->shards) {
+        snprintf(err, ERR_LEN, "out of memory for %zu shards", paths->n);
+        return -1;
+    }
+    for (size_t i = 0; i < paths->n; i++) {
+        LoaderShard *s = &l->shards[i];
+        if (shard_map(paths->paths[i], &s->map, err) != 0) return -1;
+        l->num_shards = i + 1;
+        if (!(s->path = strdup(paths->paths[i]))) {
+            snprintf(err, ERR_LEN, "out of memory");
+            return -1;
+        }
+        const ShardHeader *h = &s->map.hdr, *h0 = &l->shards[0].map.hdr;
+        if (h->vocab_size != h0->vocab_size ||
+            (h->tokenizer && h0->tokenizer && h->tokenizer != h0->tokenizer)) {
+            snprintf(err, ERR_LEN, "shard %s was made by another tokenizer than %s (%s%u tokens against %u): the "
+                     "shards of one -i or -j must share their tokenizer", s->path, l->shards[0].path,
+                     h->vocab_size == h0->vocab_size ? "the same size, other ids: " : "", h->vocab_size,
+                     h0->vocab_size);
+            return -1;
+        }
+        if (!l->shard_tokenizer) l->shard_tokenizer = h->tokenizer;
+        l->num_tokens += h->num_tokens;
+    }
+    l->shard_vocab = l->shards[0].map.hdr.vocab_size;
+    enum { CHUNK = 1 << 16 };
+    uint32_t *buf = malloc(CHUNK * sizeof *buf);
+    if (!buf) {
+        snprintf(err, ERR_LEN, "out of memory");
+        return -1;
+    }
+    FgptHashStream hash;
+    fgpt_hash_begin(&hash, l->num_tokens);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < l->num_shards; i++) {
+        const LoaderShard *s = &l->shards[i];
+        const uint64_t n = s->map.hdr.num_tokens;
+        for (uint64_t at = 0; rc == 0 && at < n; at += CHUNK) {
+            const size_t k = n - at < CHUNK ? (size_t)(n - at) : CHUNK;
+            rc = shard_decode_checked(&s->map.hdr, s->path, s->map.tokens + at * s->map.hdr.bytes_per_token, at, k,
+                                      model_vocab, buf, err);
+            fgpt_hash_add(&hash, buf, k * sizeof *buf);
+        }
+    }
+    free(buf);
+    l->fingerprint = fgpt_hash_end(&hash);
+    return rc;
+}
+
+int loader_open(Loader *l, const char *spec, uint32_t model_vocab, int B, int T, int rank, int world, int accum,
                 int shuffle, uint64_t seed, char *err) {
     memset(l, 0, sizeof *l);
-    ShardHeader hdr;
-    if (shard_read(path, model_vocab, &l->tokens, &l->num_tokens, &hdr, err) != 0) return -1;
-    l->shard_vocab = hdr.vocab_size;
-    l->shard_tokenizer = hdr.tokenizer;
+    ShardPaths paths;
+    if (shard_paths(spec, &paths, err) != 0) return -1;
+    const int rc = map_shards(l, &paths, model_vocab, err);
+    const size_t n_paths = paths.n;
+    shard_paths_free(&paths);
+    if (rc != 0) {
+        loader_close(l);
+        return -1;
+    }
     l->B = B;
     l->T = T;
     l->rank = rank;
     l->world = world;
     l->shuffle = shuffle;
     l->seed = seed;
-    l->total_windows = l->num_tokens > 0 ? (l->num_tokens - 1) / (uint64_t)T : 0;
+    for (size_t i = 0; i < l->num_shards; i++) {
+        LoaderShard *s = &l->shards[i];
+        s->first_window = l->total_windows;
+        s->windows = s->map.hdr.num_tokens > 0 ? (s->map.hdr.num_tokens - 1) / (uint64_t)T : 0;
+        l->total_windows += s->windows;
+    }
     l->num_batches = l->total_windows / (uint64_t)B / ((uint64_t)world * accum) * accum;
     if (l->num_batches == 0) {
+        char what[ERR_LEN];
+        if (n_paths == 1)
+            snprintf(what, sizeof what, "shard %s has %llu tokens", spec, (unsigned long long)l->num_tokens);
+        else /* windows stop at each shard's end */
+            snprintf(what, sizeof what, "the %zu shards of %s hold %llu windows of %lld tokens", n_paths, spec,
+                     (unsigned long long)l->total_windows, (long long)T + 1);
         snprintf(err, ERR_LEN,
-                 "shard %s has %llu tokens: too few for a batch of %d x %lld on each of %d rank(s) with %d "
-                 "micro-batch(es) per step (need %llu; lower -b or -t%s, or use more data)",
-                 path, (unsigned long long)l->num_tokens, B, (long long)T + 1, world, accum,
-                 (unsigned long long)B * T * world * accum + 1, accum > 1 ? " (or -d)" : "");
+                 "%s: too few for a batch of %d x %lld on each of %d rank(s) with %d micro-batch(es) per step "
+                 "(need %llu %s; lower -b or -t%s, or use more data)",
+                 what, B, (long long)T + 1, world, accum,
+                 n_paths == 1 ? (unsigned long long)B * T * world * accum + 1 : (unsigned long long)B * world * accum,
+                 n_paths == 1 ? "tokens" : "windows", accum > 1 ? " (or -d)" : "");
         loader_close(l);
         return LOADER_TOO_SHORT;
     }
     l->order = malloc(l->total_windows * sizeof(uint64_t));
     if (!l->order) {
-        snprintf(err, ERR_LEN, "out of memory for the batch order of %s", path);
+        snprintf(err, ERR_LEN, "out of memory for the batch order of %s", spec);
         loader_close(l);
         return -1;
     }
@@ -58,8 +128,23 @@ int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T,
 
 void loader_close(Loader *l) {
     free(l->order);
-    free(l->tokens);
+    for (size_t i = 0; i < l->num_shards; i++) {
+        shard_unmap(&l->shards[i].map);
+        free(l->shards[i].path);
+    }
+    free(l->shards);
     memset(l, 0, sizeof *l);
+}
+
+/* The shard that holds window w: the last whose first window is at or before it. */
+static const LoaderShard *shard_of_window(const Loader *l, uint64_t w) {
+    size_t lo = 0, hi = l->num_shards - 1;
+    while (lo < hi) {
+        const size_t mid = (lo + hi + 1) / 2;
+        if (l->shards[mid].first_window <= w) lo = mid;
+        else hi = mid - 1;
+    }
+    return &l->shards[lo];
 }
 
 void loader_next_batch(Loader *l, int *inputs, int *targets) {
@@ -72,10 +157,21 @@ void loader_next_batch(Loader *l, int *inputs, int *targets) {
     uint64_t batch = l->position * (uint64_t)l->world + (uint64_t)l->rank; /* dealt round-robin */
     l->position++;
     for (int b = 0; b < l->B; b++) {
-        const uint32_t *w = l->tokens + l->order[batch * (uint64_t)l->B + (uint64_t)b] * (uint64_t)T;
-        for (int t = 0; t < T; t++) {
-            inputs[b * T + t] = (int)w[t];
-            targets[b * T + t] = (int)w[t + 1];
+        const uint64_t w = l->order[batch * (uint64_t)l->B + (uint64_t)b];
+        const LoaderShard *s = shard_of_window(l, w);
+        const uint32_t width = s->map.hdr.bytes_per_token;
+        const unsigned char *p = s->map.tokens + (w - s->first_window) * (uint64_t)T * width;
+        for (int t = 0; t <= T; t++) {
+            uint32_t tok = 0; /* checked when the loader opened */
+            if (width == 2) {
+                uint16_t t16;
+                memcpy(&t16, p + 2 * (size_t)t, 2);
+                tok = t16;
+            } else {
+                memcpy(&tok, p + 4 * (size_t)t, 4);
+            }
+            if (t < T) inputs[b * T + t] = (int)tok;
+            if (t > 0) targets[b * T + t - 1] = (int)tok;
         }
     }
 }
@@ -90,9 +186,7 @@ LoaderState loader_get_state(const Loader *l) {
     return (LoaderState){l->epoch, l->position};
 }
 
-uint64_t loader_fingerprint(const Loader *l) {
-    return fgpt_hash64(l->tokens, l->num_tokens * sizeof(uint32_t), l->num_tokens);
-}
+uint64_t loader_fingerprint(const Loader *l) { return l->fingerprint; }
 
 int loader_state_for_world(LoaderState *s, int from_world, int to_world, char *err) {
     const uint64_t consumed = s->position * (uint64_t)from_world;

@@ -1,29 +1,40 @@
-/* data/loader.h - batches of (B, T+1) token windows from one shard.
+/* data/loader.h - batches of (B, T+1) token windows from one shard or several.
  *
- * The shard is cut into non-overlapping windows of T+1 tokens (stride T, so every token is a
- * target once per epoch). Each epoch orders all windows (a permutation drawn from (seed, epoch)
+ * Each shard is cut into non-overlapping windows of T+1 tokens (stride T, so every token is a
+ * target once per epoch); windows never span two shards, and shards follow each other in the
+ * order shard_paths gives. Each epoch orders all windows (a permutation drawn from (seed, epoch)
  * when shuffling, file order otherwise) and deals them out in batches of B: batch k goes to rank
  * k mod W. So W ranks with accumulation A see, step for step, exactly the batches one rank sees
  * with accumulation A·W, and an epoch is a whole number of optimizer steps on every rank (the
  * remainder of the windows is skipped). The whole state is (epoch, position), the same on every rank:
- * checkpoints save those two numbers and resume exactly. */
+ * checkpoints save those two numbers and resume exactly. The shards are mapped, not read into
+ * memory: a window's tokens are decoded as its batch is made. */
 #ifndef FUSEDGPT_LOADER_H
 #define FUSEDGPT_LOADER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "data/shard.h"
 
 typedef struct {
-    uint32_t *tokens;
-    uint64_t num_tokens;
-    uint32_t shard_vocab; /* the vocabulary the shard's header records (its tokenizer's) */
-    uint64_t shard_tokenizer; /* the fingerprint of the tokenizer that made it (0: not recorded) */
+    MappedShard map;
+    char *path;
+    uint64_t first_window, windows; /* its windows' place in the loader's numbering */
+} LoaderShard;
+
+typedef struct {
+    LoaderShard *shards;
+    size_t num_shards;
+    uint64_t num_tokens;      /* in all shards */
+    uint32_t shard_vocab;     /* the vocabulary the shards' headers record (their tokenizer's) */
+    uint64_t shard_tokenizer; /* the fingerprint of the tokenizer that made them (0: not recorded) */
+    uint64_t fingerprint;     /* loader_fingerprint's */
     int B, T;
     int rank, world;
     int shuffle;
     uint64_t seed;
-    uint64_t total_windows; /* in the shard */
+    uint64_t total_windows; /* in all shards */
     uint64_t num_batches;   /* this rank's batches per epoch */
     uint64_t *order;        /* every window index, in this epoch's order */
     uint64_t epoch, position;
@@ -36,11 +47,12 @@ typedef struct {
 /* loader_open's answer for a sound shard that holds less than one step's batches. */
 #define LOADER_TOO_SHORT (-2)
 
-/* Reads and validates the shard against model_vocab. accum is the number of micro-batches per
+/* Maps the shards that spec names (shard_paths: a file or a glob pattern) and checks every token
+ * against model_vocab; the shards must share one vocabulary and tokenizer. accum is the number of micro-batches per
  * optimizer step on each rank: an epoch ends on a whole step, so epochs line up whatever the split
  * between ranks and accumulation. Returns 0; LOADER_TOO_SHORT when the shard is sound but too short
  * for one step; -1 when it cannot be read or is corrupt. Both failures leave a message in err. */
-int loader_open(Loader *l, const char *path, uint32_t model_vocab, int B, int T, int rank, int world, int accum,
+int loader_open(Loader *l, const char *spec, uint32_t model_vocab, int B, int T, int rank, int world, int accum,
                 int shuffle, uint64_t seed, char *err);
 void loader_close(Loader *l);
 
@@ -51,8 +63,9 @@ void loader_next_batch(Loader *l, int *inputs, int *targets);
 void loader_reset(Loader *l);
 
 LoaderState loader_get_state(const Loader *l);
-/* A hash of the shard's tokens (one pass over them): the same data gives the same value, whatever
- * its file or token width. Checkpoints record the training shard's, so a resume can tell. */
+/* A hash of the tokens of all shards in order, as 32-bit values (taken as loader_open checks them):
+ * the same data gives the same value, whatever its files or token width. Checkpoints record the
+ * training data's, so a resume can tell. */
 uint64_t loader_fingerprint(const Loader *l);
 /* The same data position for a run on another number of ranks (the same global batch). Ranks are
  * dealt the batches of one global order round-robin, so at a step boundary a run on from_world

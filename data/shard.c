@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <glob.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -292,6 +294,63 @@ int shard_read_header(const char *path, ShardHeader *hdr, char *err) {
     return 0;
 }
 
+/* The message for token tok at position at of the shard: what bounds it and what would fix it. */
+static void bad_token_message(const ShardHeader *hdr, const char *path, uint32_t tok, uint64_t at, uint32_t model_vocab,
+                              char *err) {
+    const int recorded = hdr->header_bytes == SHARD_HEADER_BYTES;
+    const unsigned long long byte = hdr->header_bytes + at * hdr->bytes_per_token;
+    if (!recorded && tok >= FGPT_MAX_VOCAB) /* no -v takes it */
+        snprintf(err, ERR_LEN,
+                 "token %u at position %llu (byte %llu) in shard %s is above the largest vocabulary a model takes, "
+                 "%u (the shard is corrupt or holds no token ids: re-create it)", tok, (unsigned long long)at, byte,
+                 path, FGPT_MAX_VOCAB);
+    else if (!recorded && tok >= hdr->vocab_size) /* beyond what llm.c's magic suggests: that guess is off */
+        snprintf(err, ERR_LEN,
+                 "token %u at position %llu (byte %llu) in shard %s is >= vocabulary %u (pass the -v of the "
+                 "tokenizer that made it, above %u, or re-tokenize)", tok, (unsigned long long)at, byte, path,
+                 model_vocab, tok);
+    else if (tok >= hdr->vocab_size) /* the shard contradicts its own header: no -v makes it right */
+        snprintf(err, ERR_LEN,
+                 "token %u at position %llu (byte %llu) in shard %s is beyond the shard's own vocabulary of %u (the "
+                 "shard is corrupt: re-create it)", tok, (unsigned long long)at, byte, path, hdr->vocab_size);
+    else if (hdr->vocab_size > FGPT_MAX_VOCAB)
+        snprintf(err, ERR_LEN,
+                 "token %u at position %llu (byte %llu) in shard %s is >= vocabulary %u (re-tokenize: the shard's "
+                 "vocabulary of %u is above the largest a model takes, -v %u)", tok, (unsigned long long)at, byte,
+                 path, model_vocab, hdr->vocab_size, FGPT_MAX_VOCAB);
+    else
+        snprintf(err, ERR_LEN,
+                 "token %u at position %llu (byte %llu) in shard %s is >= vocabulary %u (re-tokenize, or pass -v %u)",
+                 tok, (unsigned long long)at, byte, path, model_vocab, hdr->vocab_size);
+}
+
+int shard_decode_checked(const ShardHeader *hdr, const char *path, const void *src, uint64_t first, size_t count,
+                         uint32_t model_vocab, uint32_t *out, char *err) {
+    /* Our header records the vocabulary the tokens were made with, so a token at or above it is
+     * corrupt even where the model's is larger. llm.c's records none (its stand-in is a guess from the
+     * magic), so there only the model's vocabulary bounds the tokens. */
+    const int recorded = hdr->header_bytes == SHARD_HEADER_BYTES;
+    const uint32_t bound = recorded && hdr->vocab_size < model_vocab ? hdr->vocab_size : model_vocab;
+    const uint32_t limit = recorded ? bound : bound < FGPT_MAX_VOCAB ? bound : FGPT_MAX_VOCAB;
+    const unsigned char *p = src;
+    for (size_t j = 0; j < count; j++) {
+        uint32_t tok;
+        if (hdr->bytes_per_token == 2) {
+            uint16_t t16;
+            memcpy(&t16, p + 2 * j, 2);
+            tok = t16;
+        } else {
+            memcpy(&tok, p + 4 * j, 4);
+        }
+        if (tok >= limit) {
+            bad_token_message(hdr, path, tok, first + j, model_vocab, err);
+            return -1;
+        }
+        out[j] = tok;
+    }
+    return 0;
+}
+
 int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64_t *n, ShardHeader *hdr,
                char *err) {
     *tokens = NULL;
@@ -305,11 +364,6 @@ int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64
         fclose(f);
         return -1;
     }
-    /* Our header records the vocabulary the tokens were made with, so a token at or above it is
-     * corrupt even where the model's is larger. llm.c's records none (its stand-in is a guess from the
-     * magic), so there only the model's vocabulary bounds the tokens. */
-    const int recorded = hdr->header_bytes == SHARD_HEADER_BYTES;
-    const uint32_t bound = recorded && hdr->vocab_size < model_vocab ? hdr->vocab_size : model_vocab;
     enum { CHUNK = 1 << 16 };
     unsigned char *buf = malloc((size_t)CHUNK * 4);
     int rc = buf ? 0 : -1;
@@ -321,45 +375,7 @@ int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64
             rc = -1;
             break;
         }
-        for (size_t j = 0; j < k; j++) {
-            uint32_t tok;
-            if (hdr->bytes_per_token == 2) {
-                uint16_t t16;
-                memcpy(&t16, buf + 2 * j, 2);
-                tok = t16;
-            } else {
-                memcpy(&tok, buf + 4 * j, 4);
-            }
-            if (tok >= bound || (!recorded && tok >= FGPT_MAX_VOCAB)) {
-                const unsigned long long at = i + j, byte = hdr->header_bytes + at * hdr->bytes_per_token;
-                if (!recorded && tok >= FGPT_MAX_VOCAB) /* no -v takes it */
-                    snprintf(err, ERR_LEN,
-                             "token %u at position %llu (byte %llu) in shard %s is above the largest vocabulary a "
-                             "model takes, %u (the shard is corrupt or holds no token ids: re-create it)", tok, at,
-                             byte, path, FGPT_MAX_VOCAB);
-                else if (!recorded && tok >= hdr->vocab_size) /* beyond what llm.c's magic suggests: that guess is off */
-                    snprintf(err, ERR_LEN,
-                             "token %u at position %llu (byte %llu) in shard %s is >= vocabulary %u (pass the -v of "
-                             "the tokenizer that made it, above %u, or re-tokenize)", tok, at, byte, path, model_vocab,
-                             tok);
-                else if (tok >= hdr->vocab_size) /* the shard contradicts its own header: no -v makes it right */
-                    snprintf(err, ERR_LEN,
-                             "token %u at position %llu (byte %llu) in shard %s is beyond the shard's own vocabulary "
-                             "of %u (the shard is corrupt: re-create it)", tok, at, byte, path, hdr->vocab_size);
-                else if (hdr->vocab_size > FGPT_MAX_VOCAB)
-                    snprintf(err, ERR_LEN,
-                             "token %u at position %llu (byte %llu) in shard %s is >= vocabulary %u (re-tokenize: the "
-                             "shard's vocabulary of %u is above the largest a model takes, -v %u)", tok, at, byte,
-                             path, model_vocab, hdr->vocab_size, FGPT_MAX_VOCAB);
-                else
-                    snprintf(err, ERR_LEN,
-                             "token %u at position %llu (byte %llu) in shard %s is >= vocabulary %u (re-tokenize, or "
-                             "pass -v %u)", tok, at, byte, path, model_vocab, hdr->vocab_size);
-                rc = -1;
-                break;
-            }
-            out[i + j] = tok;
-        }
+        rc = shard_decode_checked(hdr, path, buf, i, k, model_vocab, out + i, err);
         i += k;
     }
     free(buf);
@@ -371,6 +387,90 @@ int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64
     *tokens = out;
     *n = count;
     return 0;
+}
+
+int shard_map(const char *path, MappedShard *m, char *err) {
+    memset(m, 0, sizeof *m);
+    FILE *f = open_and_check(path, &m->hdr, err);
+    if (!f) return -1;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        snprintf(err, ERR_LEN, "cannot read token shard %s: %s", path, strerror(errno));
+        fclose(f);
+        return -1;
+    }
+    m->map_bytes = (size_t)st.st_size;
+    m->map = mmap(NULL, m->map_bytes, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+    fclose(f); /* the mapping keeps the file */
+    if (m->map == MAP_FAILED) {
+        snprintf(err, ERR_LEN, "cannot map token shard %s into memory: %s", path, strerror(errno));
+        m->map = NULL;
+        return -1;
+    }
+    m->tokens = (const unsigned char *)m->map + m->hdr.header_bytes;
+    return 0;
+}
+
+void shard_unmap(MappedShard *m) {
+    if (m->map) munmap(m->map, m->map_bytes);
+    memset(m, 0, sizeof *m);
+}
+
+static int by_bytes(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int shard_paths(const char *spec, ShardPaths *out, char *err) {
+    memset(out, 0, sizeof *out);
+    struct stat st;
+    /* a path that names a file is that file, even with a glob character in its name */
+    if (!strpbrk(spec, "*?[") || stat(spec, &st) == 0) {
+        out->paths = malloc(sizeof *out->paths);
+        out->paths_owned = out->paths ? strdup(spec) : NULL;
+        if (!out->paths_owned) {
+            free(out->paths);
+            out->paths = NULL;
+            snprintf(err, ERR_LEN, "out of memory");
+            return -1;
+        }
+        out->paths[0] = out->paths_owned;
+        out->n = 1;
+        return 0;
+    }
+    glob_t g;
+    const int rc = glob(spec, GLOB_NOSORT, NULL, &g);
+    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
+        if (rc == 0) globfree(&g);
+        snprintf(err, ERR_LEN, "no file matches the shard pattern %s (check the path; quote the pattern so that "
+                 "./train expands it)", spec);
+        return -1;
+    }
+    if (rc != 0) {
+        snprintf(err, ERR_LEN, "cannot list the shards of %s: %s", spec,
+                 rc == GLOB_NOSPACE ? "out of memory" : "a directory on the way cannot be read");
+        return -1;
+    }
+    /* byte order, not the locale's collation: every rank and host must see one order */
+    qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, by_bytes);
+    out->glob = malloc(sizeof g);
+    if (!out->glob) {
+        globfree(&g);
+        snprintf(err, ERR_LEN, "out of memory");
+        return -1;
+    }
+    memcpy(out->glob, &g, sizeof g);
+    out->paths = (const char **)g.gl_pathv;
+    out->n = g.gl_pathc;
+    return 0;
+}
+
+void shard_paths_free(ShardPaths *p) {
+    if (p->glob) {
+        globfree(p->glob);
+        free(p->glob);
+    } else {
+        free(p->paths_owned);
+        free(p->paths);
+    }
+    memset(p, 0, sizeof *p);
 }
 
 int shard_check_tokenizer(const char *path, uint64_t made_by, const char *tok_path, uint64_t tokenizer,

@@ -73,6 +73,37 @@ int shard_read_header(const char *path, ShardHeader *hdr, char *err);
 int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64_t *n, ShardHeader *hdr,
                char *err);
 
+/* Decodes count tokens of a shard, the first of them its token number `first`, from src (as the
+ * file stores them: hdr->bytes_per_token bytes each) into out, with shard_read's checks. 0, or -1
+ * with the message that names the first bad token, its position and the fix. */
+int shard_decode_checked(const ShardHeader *hdr, const char *path, const void *src, uint64_t first, size_t count,
+                         uint32_t model_vocab, uint32_t *out, char *err);
+
+/* A shard mapped read-only, its header checked against the file's length: tokens points at the
+ * first token as the file stores it. The pages come from the file as they are read, and processes
+ * mapping one file share them, so a corpus larger than memory trains. */
+typedef struct {
+    ShardHeader hdr;
+    const unsigned char *tokens;
+    void *map;
+    size_t map_bytes;
+} MappedShard;
+
+int shard_map(const char *path, MappedShard *m, char *err);
+void shard_unmap(MappedShard *m);
+
+/* The shards that -i or -j names: the file itself, or, for a glob pattern (* ? [), every file it
+ * matches, in the byte order of their paths (the same on every host). */
+typedef struct {
+    const char **paths;
+    size_t n;
+    void *glob;        /* the matches' storage, or NULL */
+    char *paths_owned; /* the one path's copy, or NULL */
+} ShardPaths;
+
+int shard_paths(const char *spec, ShardPaths *out, char *err);
+void shard_paths_free(ShardPaths *p);
+
 /* 0 when the shard at path records no tokenizer (made_by, its header's fingerprint, is 0) or the
  * one given: the file tok_path of fingerprint `tokenizer`. -1 + a message naming both, then `fix`
  * (what to do: it depends on where the tokenizer came from), when another tokenizer made its tokens. */

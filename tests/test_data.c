@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/hash.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "tests/test.h"
@@ -308,4 +309,120 @@ TEST(loader_rejects_a_shard_too_small_for_one_batch) {
     Loader l;
     CHECK(loader_open(&l, path, 1000, 4, 64, 0, 1, 1, 1, 1, err) == LOADER_TOO_SHORT && strstr(err, "too few for a batch"), "%s",
           err);
+}
+
+TEST(the_hash_over_pieces_is_the_hash_of_their_concatenation_and_keeps_its_values) {
+    unsigned char b[1000];
+    for (int i = 0; i < 1000; i++) b[i] = (unsigned char)(i * 37 + 11);
+    /* values of the one-call hash before it took pieces: checkpoints sealed with it must still load */
+    const size_t ns[8] = {0, 1, 31, 32, 33, 100, 999, 1000};
+    const uint64_t want[8] = {0x7b1d64eab02729bbull, 0xe3df558d3b8adce2ull, 0xb8ad8e4d8e3c65f4ull,
+                              0xdd7c5a54a93b87d0ull, 0x26a7ed27714842cfull, 0x2940bebf1e396996ull,
+                              0x7c4ef4e8473a2981ull, 0xea9cead9dac2e851ull};
+    for (int k = 0; k < 8; k++)
+        CHECK(fgpt_hash64(b, ns[k], ns[k] * 7 + 3) == want[k], "%zu bytes: %016llx", ns[k],
+              (unsigned long long)fgpt_hash64(b, ns[k], ns[k] * 7 + 3));
+    Rng rng;
+    rng_seed(&rng, 5);
+    for (int trial = 0; trial < 200; trial++) {
+        const size_t n = (size_t)rng_below(&rng, 1001);
+        FgptHashStream s;
+        fgpt_hash_begin(&s, 99);
+        for (size_t at = 0; at < n;) {
+            size_t k = (size_t)rng_below(&rng, 70);
+            if (k > n - at) k = n - at;
+            fgpt_hash_add(&s, b + at, k);
+            at += k;
+        }
+        CHECK(fgpt_hash_end(&s) == fgpt_hash64(b, n, 99), "%zu bytes in random pieces", n);
+    }
+}
+
+/* Shard k of a set holds tokens 100 k + i (i = 0..n-1): a window's first input names its shard and place. */
+static void write_numbered_shard(const char *name, int k, int n, uint32_t vocab, uint64_t tokenizer) {
+    char path[700], err[ERR_LEN];
+    path_in_tmp(path, sizeof path, name);
+    uint32_t toks[100];
+    for (int i = 0; i < n; i++) toks[i] = (uint32_t)(100 * k + i);
+    REQUIRE(shard_write(path, toks, (uint64_t)n, vocab, tokenizer, err) == 0, "%s", err);
+}
+
+TEST(loader_over_a_pattern_of_shards_covers_each_shards_windows_once_and_never_spans_two) {
+    char pattern[700], err[ERR_LEN];
+    /* 8-token windows: part_a 3 windows (25 tokens), part_b 0 (5), part_c 5 (43: 2 left over);
+     * written out of name order, read in it */
+    write_numbered_shard("part_c.bin", 2, 43, 1000, 7);
+    write_numbered_shard("part_a.bin", 0, 25, 1000, 7);
+    write_numbered_shard("part_b.bin", 1, 5, 1000, 7);
+    path_in_tmp(pattern, sizeof pattern, "part_*.bin");
+    Loader l;
+    REQUIRE(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 0, 42, err) == 0, "%s", err);
+    CHECK(l.num_shards == 3 && l.total_windows == 8 && l.num_tokens == 73 && l.shard_vocab == 1000 &&
+              l.shard_tokenizer == 7,
+          "%zu shards, %llu windows, %llu tokens", l.num_shards, (unsigned long long)l.total_windows,
+          (unsigned long long)l.num_tokens);
+    const int first_inputs[8] = {0, 8, 16, 200, 208, 216, 224, 232}; /* file order, unshuffled */
+    int in[8], tg[8];
+    for (int w = 0; w < 8; w++) {
+        loader_next_batch(&l, in, tg);
+        CHECK(in[0] == first_inputs[w], "window %d starts at %d, not %d", w, in[0], first_inputs[w]);
+        for (int t = 0; t < 8; t++)
+            CHECK(in[t] == in[0] + t && tg[t] == in[t] + 1, "window %d crosses a shard's end at %d", w, t);
+    }
+    /* the fingerprint is the one of all tokens in order, as 32-bit values */
+    uint32_t all[73];
+    int at = 0;
+    for (int i = 0; i < 25; i++) all[at++] = (uint32_t)i;
+    for (int i = 0; i < 5; i++) all[at++] = (uint32_t)(100 + i);
+    for (int i = 0; i < 43; i++) all[at++] = (uint32_t)(200 + i);
+    CHECK(loader_fingerprint(&l) == fgpt_hash64(all, sizeof all, 73), "fingerprint of the set");
+    loader_close(&l);
+    /* shuffled, two ranks: every window once an epoch between them */
+    int seen[8] = {0};
+    for (int rank = 0; rank < 2; rank++) {
+        REQUIRE(loader_open(&l, pattern, 1000, 1, 8, rank, 2, 1, 1, 42, err) == 0, "%s", err);
+        for (int k = 0; k < 4; k++) {
+            loader_next_batch(&l, in, tg);
+            for (int w = 0; w < 8; w++) seen[w] += in[0] == first_inputs[w];
+        }
+        loader_close(&l);
+    }
+    for (int w = 0; w < 8; w++) CHECK(seen[w] == 1, "window %d seen %d times in an epoch", w, seen[w]);
+    /* one shard's fingerprint is what it was when the loader read the shard into memory */
+    char one[700];
+    path_in_tmp(one, sizeof one, "part_a.bin");
+    REQUIRE(loader_open(&l, one, 1000, 1, 8, 0, 1, 1, 1, 42, err) == 0, "%s", err);
+    CHECK(loader_fingerprint(&l) == fgpt_hash64(all, 25 * sizeof(uint32_t), 25), "fingerprint of one shard");
+    loader_close(&l);
+}
+
+TEST(a_pattern_of_shards_that_matches_nothing_or_mixes_tokenizers_or_holds_a_bad_token_is_named) {
+    char pattern[700], err[ERR_LEN];
+    Loader l;
+    path_in_tmp(pattern, sizeof pattern, "none_*.bin");
+    CHECK(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 1, 1, err) == -1 && strstr(err, "no file matches the shard "
+                                                                                       "pattern") &&
+              strstr(err, "none_*.bin"),
+          "%s", err);
+    write_numbered_shard("mix_a.bin", 0, 40, 1000, 7);
+    write_numbered_shard("mix_b.bin", 1, 40, 1000, 8);
+    path_in_tmp(pattern, sizeof pattern, "mix_*.bin");
+    CHECK(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 1, 1, err) == -1 && strstr(err, "mix_b.bin was made by another "
+                                                                                      "tokenizer than") &&
+              strstr(err, "the same size, other ids"),
+          "%s", err);
+    write_numbered_shard("mix_b.bin", 1, 40, 2000, 7);
+    CHECK(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 1, 1, err) == -1 && strstr(err, "(2000 tokens against 1000)"),
+          "%s", err);
+    /* a token beyond the model's vocabulary in the second shard: that shard and place are named */
+    write_numbered_shard("mix_b.bin", 1, 40, 1000, 7);
+    CHECK(loader_open(&l, pattern, 120, 1, 8, 0, 1, 1, 1, 1, err) == -1 && strstr(err, "token 120 at position 20") &&
+              strstr(err, "mix_b.bin"),
+          "%s", err);
+    /* a file whose name holds a pattern's characters is read as itself */
+    write_numbered_shard("odd[1].bin", 0, 40, 1000, 7);
+    path_in_tmp(pattern, sizeof pattern, "odd[1].bin");
+    REQUIRE(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 1, 1, err) == 0, "%s", err);
+    CHECK(l.num_shards == 1 && l.num_tokens == 40, "%zu shards", l.num_shards);
+    loader_close(&l);
 }

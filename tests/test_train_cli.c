@@ -1400,7 +1400,7 @@ TEST(a_resume_validating_on_another_shard_says_so_and_logs_it) {
     /* a resume without validation keeps the checkpoint's shard for the next one to compare */
     expect_run(0, "step     4/4", NULL, TINY_RUN " -x 4 --val-every 0 -y 1 -i %s -o %s/v", train, d);
     char want[1200];
-    snprintf(want, sizeof want, "validation: %s (3000 tokens) is not the shard the checkpoint's run validated on (4000 "
+    snprintf(want, sizeof want, "validation: %s (3000 tokens) is not the data the checkpoint's run validated on (4000 "
              "tokens): the validation losses from step 4 on are on other data than those before\n", other);
     expect_run(0, want, "step     5/5", TINY_RUN " -x 5 --val-every 2 --val-batches 2 -y 1 -i %s -j %s -o %s/v", train,
                other, d);
@@ -1720,4 +1720,42 @@ TEST(a_master_address_given_to_a_run_on_one_host_is_noted_as_unused) {
     unsetenv("FUSEDGPT_MASTER");
     CHECK(rc == 0 && out && !strstr(out, "--master"), "exit %d: %s", rc, out);
     free(out);
+}
+
+/* -i takes a quoted pattern of shards: a run over them resumes exactly, a changed set is other data,
+ * and a pattern the shell expanded is named with the fix. */
+TEST(training_on_a_pattern_of_shards_resumes_exactly_and_a_changed_set_is_other_data) {
+    const char *d = test_tmpdir();
+    char part[700], args[2400], *full = NULL, *resumed = NULL, *bad = NULL;
+    for (int k = 1; k <= 2; k++) {
+        snprintf(part, sizeof part, "%s/part_%d.bin", d, k);
+        REQUIRE(write_pattern_shard(part, 20000, 64, (uint64_t)k) == 0, "writing %s", part);
+    }
+    snprintf(args, sizeof args, TINY_RUN " -x 10 -n 5 --val-every 0 -i '%s/part_*.bin' -o %s/full", d, d);
+    REQUIRE(run_train(args, &full) == 0, "%s", full);
+    char src[800], dst[800];
+    snprintf(src, sizeof src, "%s/full", d);
+    snprintf(dst, sizeof dst, "%s/cut", d);
+    REQUIRE(copy_checkpoint(src, 5, dst) == 0, "copying the checkpoint failed");
+    snprintf(args, sizeof args, TINY_RUN " -x 10 --val-every 0 -y 1 -i '%s/part_*.bin' -o %s/cut", d, d);
+    REQUIRE(run_train(args, &resumed) == 0, "%s", resumed);
+    static char a[8192], b[8192];
+    losses_after(full, 5, a, sizeof a);
+    losses_after(resumed, 5, b, sizeof b);
+    CHECK(count_lines(a) == 5 && strcmp(a, b) == 0, "resumed losses differ:\n%s---\n%s", a, b);
+    /* a third shard matching the pattern: the data position would point into other windows */
+    snprintf(part, sizeof part, "%s/part_3.bin", d);
+    REQUIRE(write_pattern_shard(part, 20000, 64, 3) == 0, "writing %s", part);
+    snprintf(args, sizeof args, TINY_RUN " -x 12 --val-every 0 -y 1 -i '%s/part_*.bin' -o %s/cut", d, d);
+    int rc = run_train(args, &bad);
+    CHECK(rc == 1 && strstr(bad, "was trained on other data"), "exit %d: %s", rc, bad);
+    free(bad);
+    /* the shell expanded an unquoted pattern: the second shard stands alone */
+    snprintf(args, sizeof args, TINY_RUN " -x 10 -i %s/part_*.bin -o %s/x", d, d);
+    rc = run_train(args, &bad);
+    CHECK(rc == 2 && strstr(bad, "part_2.bin' follows the value of -i: for several shards, quote a pattern"),
+          "exit %d: %s", rc, bad);
+    free(bad);
+    free(resumed);
+    free(full);
 }
