@@ -240,6 +240,12 @@ static uint32_t *read_tokens(const char *path, int V, const char *dir, uint64_t 
     ShardHeader hdr;
     /* the shard's own checks here; the model's vocabulary below, with a hint that fits a model
      * whose vocabulary is the checkpoint's */
+    struct stat sb;
+    if (strpbrk(path, "*?[") && stat(path, &sb) != 0) { /* ./train's -i takes patterns; eval's windows are one shard's */
+        print_error("eval reads one shard, and %s is a pattern no file is named by: evaluate each shard of it "
+                    "in turn", path);
+        return NULL;
+    }
     if (shard_read(path, UINT32_MAX, &tokens, n, &hdr, err) != 0) {
         print_error("%s", err);
         return NULL;
