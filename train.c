@@ -1768,6 +1768,11 @@ static void print_header(Run *r) {
     printf("batch: B=%d T=%d, %d tokens per step (%d micro-batches x %d rank(s)), output layer %s, device %s (%s)\n",
            r->B, r->T, opt->total_batch, r->accum, r->dist.world, opt->output, opt->device, be->device_name);
     if (be->output_path[0]) printf("output layer: %s\n", be->output_path);
+    const Loader *tl = &r->train_loader;
+    char shards[48] = "";
+    if (tl->num_shards > 1) snprintf(shards, sizeof shards, " in %zu shards", tl->num_shards);
+    printf("data: %s, %llu tokens%s: %llu steps an epoch\n", r->train_path, (unsigned long long)tl->num_tokens, shards,
+           (unsigned long long)(tl->num_batches / (uint64_t)r->accum));
     if (be->optimizer_state == OPTIMIZER_STATE_BF16)
         printf("optimizer: AdamW on bf16 moments and the bf16 weights, no fp32 master copy, each value rounded "
                "stochastically (checkpoints stay fp32)\n");

@@ -1733,6 +1733,8 @@ TEST(training_on_a_pattern_of_shards_resumes_exactly_and_a_changed_set_is_other_
     }
     snprintf(args, sizeof args, TINY_RUN " -x 10 -n 5 --val-every 0 -i '%s/part_*.bin' -o %s/full", d, d);
     REQUIRE(run_train(args, &full) == 0, "%s", full);
+    /* 624 windows of 33 tokens in each shard's 20000, four a step */
+    CHECK(strstr(full, "/part_*.bin, 40000 tokens in 2 shards: 312 steps an epoch\n"), "no data line: %s", full);
     char src[800], dst[800];
     snprintf(src, sizeof src, "%s/full", d);
     snprintf(dst, sizeof dst, "%s/cut", d);
