@@ -1254,8 +1254,10 @@ static void note_other_than_init_from(const Run *r) {
 /* A shard of val that is also one of train (the same file), or NULL. */
 static const char *shard_in_both(const Loader *train, const Loader *val) {
     for (size_t i = 0; i < val->num_shards; i++)
-        for (size_t k = 0; k < train->num_shards; k++)
-            if (same_file(train->shards[k].path, val->shards[i].path)) return val->shards[i].path;
+        for (size_t k = 0; k < train->num_shards; k++) {
+            const MappedShard *a = &train->shards[k].map, *b = &val->shards[i].map;
+            if (a->device == b->device && a->inode == b->inode) return val->shards[i].path;
+        }
     return NULL;
 }
 

@@ -400,6 +400,7 @@ int shard_map(const char *path, MappedShard *m, char *err) {
         return -1;
     }
     m->map_bytes = (size_t)st.st_size;
+    m->device = (uint64_t)st.st_dev, m->inode = (uint64_t)st.st_ino;
     m->map = mmap(NULL, m->map_bytes, PROT_READ, MAP_PRIVATE, fileno(f), 0);
     fclose(f); /* the mapping keeps the file */
     if (m->map == MAP_FAILED) {

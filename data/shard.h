@@ -87,6 +87,7 @@ typedef struct {
     const unsigned char *tokens;
     void *map;
     size_t map_bytes;
+    uint64_t device, inode; /* which file it is, however it was named */
 } MappedShard;
 
 int shard_map(const char *path, MappedShard *m, char *err);

@@ -1752,6 +1752,14 @@ TEST(training_on_a_pattern_of_shards_resumes_exactly_and_a_changed_set_is_other_
     int rc = run_train(args, &bad);
     CHECK(rc == 1 && strstr(bad, "was trained on other data"), "exit %d: %s", rc, bad);
     free(bad);
+    /* validation on one of the training shards is named, as one shard for both is */
+    snprintf(args, sizeof args, TINY_RUN " -x 1 --val-every 1 --val-batches 1 -i '%s/part_*.bin' -j %s/part_2.bin -o %s/v",
+             d, d, d);
+    rc = run_train(args, &bad);
+    CHECK(rc == 0 && strstr(bad, "part_2.bin is a shard of both -i and -j: the validation loss is measured partly on the "
+                                 "training data"),
+          "exit %d: %s", rc, bad);
+    free(bad);
     /* the shell expanded an unquoted pattern: the second shard stands alone */
     snprintf(args, sizeof args, TINY_RUN " -x 10 -i %s/part_*.bin -o %s/x", d, d);
     rc = run_train(args, &bad);
