@@ -1769,3 +1769,29 @@ TEST(training_on_a_pattern_of_shards_resumes_exactly_and_a_changed_set_is_other_
     free(resumed);
     free(full);
 }
+
+/* A corpus prepared in parts with one tokenizer trains as one pattern: the parts' shards and
+ * validation shards agree on their tokenizer, and the data line counts both parts. */
+TEST(a_corpus_prepared_in_parts_with_one_tokenizer_trains_as_one_pattern) {
+    const char *d = test_tmpdir();
+    char args[2400], *out = NULL;
+    snprintf(args, sizeof args, "prepare -v 300 --val-fraction 0.2 -o %s/parts/p0 tests/fixtures/hf_document.txt", d);
+    REQUIRE(run_train(args, &out) == 0, "%s", out);
+    free(out);
+    snprintf(args, sizeof args, "prepare --tokenizer %s/parts/p0/tokenizer.bin --val-fraction 0.2 -o %s/parts/p1 "
+             "tests/fixtures/spm_document.txt", d, d);
+    REQUIRE(run_train(args, &out) == 0, "%s", out);
+    free(out);
+    ShardHeader h0, h1;
+    char p0[800], p1[800], err[ERR_LEN];
+    snprintf(p0, sizeof p0, "%s/parts/p0/train.bin", d);
+    snprintf(p1, sizeof p1, "%s/parts/p1/train.bin", d);
+    REQUIRE(shard_read_header(p0, &h0, err) == 0 && shard_read_header(p1, &h1, err) == 0, "%s", err);
+    snprintf(args, sizeof args, "--device cpu -e tiny -v 300 -b 2 -t 16 -x 2 --val-every 2 --val-batches 1 -s 0 -i "
+             "'%s/parts/*/train.bin' -j '%s/parts/*/val.bin' --tokenizer %s/parts/p0/tokenizer.bin -o %s/run", d, d, d, d);
+    char want[200];
+    snprintf(want, sizeof want, ", %llu tokens in 2 shards: ", (unsigned long long)(h0.num_tokens + h1.num_tokens));
+    const int rc = run_train(args, &out);
+    CHECK(rc == 0 && strstr(out, want) && strstr(out, "step     2 | val loss"), "exit %d: %s", rc, out);
+    free(out);
+}
