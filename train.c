@@ -2003,6 +2003,7 @@ int main(int argc, char **argv) {
     /* a file-size limit (ulimit -f) then fails the write (EFBIG), which is reported as a full disk
      * is, rather than killing the process without a word */
     signal(SIGXFSZ, SIG_IGN);
+    loader_catch_cut_shards();
     if (argc > 1 && strcmp(argv[1], "prepare") == 0) return prepare_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "sample") == 0) return sample_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "eval") == 0) return eval_main(argc - 1, argv + 1);

@@ -1,9 +1,11 @@
 /* data/loader.c - shuffled, rank-sliced, resumable batches of token windows (see loader.h). */
 #include "data/loader.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/err.h"
 #include "common/hash.h"
@@ -20,6 +22,51 @@ static void build_order(Loader *l) {
         l->order[i - 1] = l->order[j];
         l->order[j] = tmp;
     }
+}
+
+/* The open loaders, for the bus-error handler to tell a shard's pages from other memory. */
+#define MAX_OPEN_LOADERS 16
+static const Loader *open_loaders[MAX_OPEN_LOADERS];
+
+static void note_open(const Loader *l, int open) {
+    for (int i = 0; i < MAX_OPEN_LOADERS; i++)
+        if (open_loaders[i] == (open ? NULL : l)) {
+            open_loaders[i] = open ? l : NULL;
+            return;
+        }
+}
+
+static void write_str(const char *s) {
+    if (write(2, s, strlen(s)) < 0) return;
+}
+
+/* A mapped page past a file's end faults with SIGBUS: on a shard's pages, its file was cut short
+ * while the run read it. Anything else keeps the default action (the fault recurs without us). */
+static void on_bus_error(int sig, siginfo_t *info, void *context) {
+    (void)context;
+    const char *at = info->si_addr;
+    for (int i = 0; i < MAX_OPEN_LOADERS; i++) {
+        const Loader *l = open_loaders[i];
+        for (size_t k = 0; l && k < l->num_shards; k++) {
+            const char *map = l->shards[k].map.map;
+            if (at < map || at >= map + l->shards[k].map.map_bytes) continue;
+            write_str("error: token shard ");
+            write_str(l->shards[k].path);
+            write_str(" was cut short while the run read it (rewritten in place?): put it back as it was and resume "
+                      "with -y 1 from the last checkpoint, or write new data under another name\n");
+            _exit(1);
+        }
+    }
+    signal(sig, SIG_DFL);
+}
+
+void loader_catch_cut_shards(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_bus_error;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
 }
 
 /* Maps every shard, checks that they share a vocabulary and tokenizer, and takes one pass over their
@@ -123,10 +170,12 @@ int loader_open(Loader *l, const char *spec, uint32_t model_vocab, int B, int T,
         return -1;
     }
     build_order(l);
+    note_open(l, 1);
     return 0;
 }
 
 void loader_close(Loader *l) {
+    note_open(l, 0);
     free(l->order);
     for (size_t i = 0; i < l->num_shards; i++) {
         shard_unmap(&l->shards[i].map);

@@ -56,6 +56,10 @@ int loader_open(Loader *l, const char *spec, uint32_t model_vocab, int B, int T,
                 int shuffle, uint64_t seed, char *err);
 void loader_close(Loader *l);
 
+/* A shard cut short while a loader maps it (a file rewritten in place) then ends the process with a
+ * line naming it and exit status 1, not a bus error's crash. For the whole process (SIGBUS). */
+void loader_catch_cut_shards(void);
+
 /* Fills inputs and targets (int32 [B, T]) with the next B windows. */
 void loader_next_batch(Loader *l, int *inputs, int *targets);
 

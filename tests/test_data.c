@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/err.h"
@@ -425,4 +426,34 @@ TEST(a_pattern_of_shards_that_matches_nothing_or_mixes_tokenizers_or_holds_a_bad
     REQUIRE(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 1, 1, err) == 0, "%s", err);
     CHECK(l.num_shards == 1 && l.num_tokens == 40, "%zu shards", l.num_shards);
     loader_close(&l);
+}
+
+/* A shard cut short while the loader maps it (rewritten in place) ends the process with a line that
+ * names it and exit status 1, where its pages would otherwise crash it with a bus error. */
+TEST(a_shard_cut_short_under_the_loader_is_named_and_ends_the_process_cleanly) {
+    char path[700], err[ERR_LEN], log[800];
+    path_in_tmp(path, sizeof path, "cut.bin");
+    path_in_tmp(log, sizeof log, "cut.log");
+    REQUIRE(write_pattern_shard(path, 200000, 1000, 1) == 0, "write");
+    fflush(NULL);
+    const pid_t child = fork();
+    REQUIRE(child >= 0, "fork");
+    if (child == 0) {
+        if (!freopen(log, "w", stderr)) _exit(3);
+        loader_catch_cut_shards();
+        Loader l;
+        if (loader_open(&l, path, 1000, 4, 64, 0, 1, 1, 1, 1, err) != 0) _exit(4);
+        if (truncate(path, 64) != 0) _exit(5);
+        int in[256], tg[256];
+        for (int k = 0; k < 1000; k++) loader_next_batch(&l, in, tg);
+        _exit(0); /* every page still readable: the test would not test anything */
+    }
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child, "waitpid");
+    char *text = read_text(log);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "child %s %d", WIFEXITED(status) ? "exited" : "was killed by",
+          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    CHECK(text && strstr(text, "cut.bin was cut short while the run read it") && strstr(text, "resume with -y 1"), "%s",
+          text ? text : "(no log)");
+    free(text);
 }
