@@ -356,7 +356,8 @@ static void parse_args(Options *opt, int argc, char **argv) {
         /* a shell that expanded -i data/train_*.bin unquoted leaves the second shard as a word of its own */
         if (!o && arg[0] != '-' && previous && (previous->short_name == 'i' || previous->short_name == 'j'))
             die_usage("'%s' follows the value of -%c: for several shards, quote a pattern so that the shell leaves it "
-                      "whole (-%c 'data/train_*.bin')", arg, previous->short_name, previous->short_name);
+                      "whole (-%c 'data/%s_*.bin')", arg, previous->short_name, previous->short_name,
+                      previous->short_name == 'i' ? "train" : "val");
         if (!o) die_usage("unknown flag '%s'", arg);
         previous = o;
         char name[64];
@@ -746,6 +747,14 @@ static int stop_agreed(const Dist *dist) {
     return stop_from_flags(flags);
 }
 
+/* A shard written over while the run reads it: its tokens are no longer the checked ones. The
+ * process ends at once, as it does on a shard cut short (loader_catch_cut_shards): other ranks wait
+ * in a collective, and the launcher ends them when this one fails. */
+static _Noreturn void shard_changed(const Loader *l) {
+    print_error("%s", l->changed);
+    exit(1);
+}
+
 /* The mean loss over the validation batches, or a stop asked for during them (*stop_signal; the loss
  * is then meaningless). The ranks agree on a stop batch by batch: a long validation would otherwise
  * hold a Ctrl-C for its whole length and then a step's more. */
@@ -757,6 +766,7 @@ static float validation_loss(Backend *be, const Dist *dist, Loader *val, int bat
     for (int i = 0; i < batches; i++) {
         if ((*stop_signal = stop_agreed(dist))) return 0.0f;
         loader_next_batch(val, inputs, targets);
+        if (val->changed[0]) shard_changed(val);
         sum += be->ops->eval_loss(be, inputs, targets);
     }
     return (float)dist_mean_scalar(dist, sum / batches);
@@ -1603,9 +1613,11 @@ static int resume(Run *r) {
         (st.data_tokens != train->num_tokens || st.data_fingerprint != r->train_fingerprint)) {
         fprintf(stderr,
                 "error: checkpoint in %s was trained on other data (%llu tokens) than %s (%llu tokens%s); resume "
-                "with the same -i so the data order continues\n",
+                "with the same -i so the data order continues%s\n",
                 opt->out, (unsigned long long)st.data_tokens, r->train_path, (unsigned long long)train->num_tokens,
-                st.data_tokens == train->num_tokens ? ", other values" : "");
+                st.data_tokens == train->num_tokens ? ", other values" : "",
+                train->num_shards > 1 ? " (a pattern's shards count in the byte order of their paths, each as it is cut)"
+                                      : "");
         return 1;
     }
     LoaderState ls = {st.loader_epoch, st.loader_position};
@@ -1864,6 +1876,7 @@ static int take_step(Run *r, int step, StepResult *s) {
     double loss = 0.0, objective = 0.0, lse = 0.0;
     for (int micro = 0; micro < r->accum; micro++) {
         loader_next_batch(&r->train_loader, r->inputs, r->targets);
+        if (r->train_loader.changed[0]) shard_changed(&r->train_loader);
         loss += be->ops->train_micro_step(be, r->inputs, r->targets, 1.0f / r->accum, micro == r->accum - 1);
         objective += be->last_objective, lse += be->last_mean_lse;
     }

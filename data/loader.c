@@ -71,30 +71,46 @@ void loader_catch_cut_shards(void) {
 
 /* Maps every shard, checks that they share a vocabulary and tokenizer, and takes one pass over their
  * tokens: each checked against model_vocab and hashed for the fingerprint. */
-static int map_shards(Loader *l, const ShardPaths *paths, uint32_t model_vocab, char *err) {
+static int map_shards(Loader *l, const ShardPaths *paths, const char *spec, uint32_t model_vocab, char *err) {
     l->shards = calloc(paths->n, sizeof *l->shards);
     if (!l->shards) {
         snprintf(err, ERR_LEN, "out of memory for %zu shards", paths->n);
         return -1;
     }
+    size_t named_by = 0; /* the first shard that records its tokenizer */
     for (size_t i = 0; i < paths->n; i++) {
         LoaderShard *s = &l->shards[i];
-        if (shard_map(paths->paths[i], &s->map, err) != 0) return -1;
+        if (shard_map(paths->paths[i], &s->map, err) != 0) {
+            if (paths->n > 1) { /* which pattern brought the file in */
+                char why[ERR_LEN];
+                snprintf(why, sizeof why, "%s", err);
+                snprintf(err, ERR_LEN, "%s (a file of the shard pattern %s)", why, spec);
+            }
+            return -1;
+        }
         l->num_shards = i + 1;
         if (!(s->path = strdup(paths->paths[i]))) {
             snprintf(err, ERR_LEN, "out of memory");
             return -1;
         }
         const ShardHeader *h = &s->map.hdr, *h0 = &l->shards[0].map.hdr;
-        if (h->vocab_size != h0->vocab_size ||
-            (h->tokenizer && h0->tokenizer && h->tokenizer != h0->tokenizer)) {
-            snprintf(err, ERR_LEN, "shard %s was made by another tokenizer than %s (%s%u tokens against %u): the "
-                     "shards of one -i or -j must share their tokenizer", s->path, l->shards[0].path,
-                     h->vocab_size == h0->vocab_size ? "the same size, other ids: " : "", h->vocab_size,
-                     h0->vocab_size);
+        if (h->vocab_size != h0->vocab_size) {
+            snprintf(err, ERR_LEN, "shard %s was made by another tokenizer than %s (a vocabulary of %u against "
+                     "%u): the shards of one pattern must share their tokenizer", s->path, l->shards[0].path,
+                     h->vocab_size, h0->vocab_size);
             return -1;
         }
-        if (!l->shard_tokenizer) l->shard_tokenizer = h->tokenizer;
+        if (h->tokenizer && l->shard_tokenizer && h->tokenizer != l->shard_tokenizer) {
+            snprintf(err, ERR_LEN, "shard %s was made by another tokenizer than %s (the same vocabulary of %u, "
+                     "other ids): the shards of one pattern must share their tokenizer", s->path,
+                     l->shards[named_by].path, h->vocab_size);
+            return -1;
+        }
+        if (!l->shard_tokenizer) l->shard_tokenizer = h->tokenizer, named_by = i;
+        /* what shard_decode_checked holds every token below */
+        const int recorded = h->header_bytes == SHARD_HEADER_BYTES;
+        s->limit = recorded && h->vocab_size < model_vocab ? h->vocab_size : model_vocab;
+        if (!recorded && s->limit > FGPT_MAX_VOCAB) s->limit = FGPT_MAX_VOCAB;
         l->num_tokens += h->num_tokens;
     }
     l->shard_vocab = l->shards[0].map.hdr.vocab_size;
@@ -118,6 +134,10 @@ static int map_shards(Loader *l, const ShardPaths *paths, uint32_t model_vocab, 
         }
     }
     free(buf);
+    /* where the shards end decides the windows: the same tokens cut otherwise are other data (one
+     * shard keeps the hash of its tokens alone, which checkpoints before patterns recorded) */
+    for (size_t i = 0; l->num_shards > 1 && i < l->num_shards; i++)
+        fgpt_hash_add(&hash, &l->shards[i].map.hdr.num_tokens, sizeof(uint64_t));
     l->fingerprint = fgpt_hash_end(&hash);
     return rc;
 }
@@ -127,7 +147,7 @@ int loader_open(Loader *l, const char *spec, uint32_t model_vocab, int B, int T,
     memset(l, 0, sizeof *l);
     ShardPaths paths;
     if (shard_paths(spec, &paths, err) != 0) return -1;
-    const int rc = map_shards(l, &paths, model_vocab, err);
+    const int rc = map_shards(l, &paths, spec, model_vocab, err);
     const size_t n_paths = paths.n;
     shard_paths_free(&paths);
     if (rc != 0) {
@@ -150,7 +170,7 @@ int loader_open(Loader *l, const char *spec, uint32_t model_vocab, int B, int T,
     if (l->num_batches == 0) {
         char what[ERR_LEN];
         if (n_paths == 1)
-            snprintf(what, sizeof what, "shard %s has %llu tokens", spec, (unsigned long long)l->num_tokens);
+            snprintf(what, sizeof what, "shard %s has %llu tokens", l->shards[0].path, (unsigned long long)l->num_tokens);
         else /* windows stop at each shard's end */
             snprintf(what, sizeof what, "the %zu shards of %s hold %llu windows of %lld tokens", n_paths, spec,
                      (unsigned long long)l->total_windows, (long long)T + 1);
@@ -211,13 +231,23 @@ void loader_next_batch(Loader *l, int *inputs, int *targets) {
         const uint32_t width = s->map.hdr.bytes_per_token;
         const unsigned char *p = s->map.tokens + (w - s->first_window) * (uint64_t)T * width;
         for (int t = 0; t <= T; t++) {
-            uint32_t tok = 0; /* checked when the loader opened */
+            uint32_t tok = 0;
             if (width == 2) {
                 uint16_t t16;
                 memcpy(&t16, p + 2 * (size_t)t, 2);
                 tok = t16;
             } else {
                 memcpy(&tok, p + 4 * (size_t)t, 4);
+            }
+            /* checked when the loader opened, but a file written over in place shows through its mapping */
+            if (tok >= s->limit) {
+                if (!l->changed[0])
+                    snprintf(l->changed, sizeof l->changed, "token shard %s changed while the run read it: token %u "
+                             "at position %llu is not below %u (written over in place?): put it back as it was and "
+                             "resume with -y 1 from the last checkpoint, or write new data under another name",
+                             s->path, tok, (unsigned long long)((w - s->first_window) * (uint64_t)T + (uint64_t)t),
+                             s->limit);
+                tok = 0;
             }
             if (t < T) inputs[b * T + t] = (int)tok;
             if (t > 0) targets[b * T + t - 1] = (int)tok;

@@ -15,12 +15,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/err.h"
 #include "data/shard.h"
 
 typedef struct {
     MappedShard map;
     char *path;
     uint64_t first_window, windows; /* its windows' place in the loader's numbering */
+    uint32_t limit;                 /* every token is below it (checked at open, and as batches are made) */
 } LoaderShard;
 
 typedef struct {
@@ -38,6 +40,9 @@ typedef struct {
     uint64_t num_batches;   /* this rank's batches per epoch */
     uint64_t *order;        /* every window index, in this epoch's order */
     uint64_t epoch, position;
+    /* set by loader_next_batch when a token is no longer below its bound: the shard changed on disk
+     * since the loader checked it (the batch then holds 0 there); the caller stops */
+    char changed[ERR_LEN];
 } Loader;
 
 typedef struct {
@@ -60,7 +65,8 @@ void loader_close(Loader *l);
  * line naming it and exit status 1, not a bus error's crash. For the whole process (SIGBUS). */
 void loader_catch_cut_shards(void);
 
-/* Fills inputs and targets (int32 [B, T]) with the next B windows. */
+/* Fills inputs and targets (int32 [B, T]) with the next B windows; l->changed says whether a shard
+ * changed under it. */
 void loader_next_batch(Loader *l, int *inputs, int *targets);
 
 /* Back to the start of epoch 0 (validation passes start here every time). */

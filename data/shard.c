@@ -404,7 +404,10 @@ int shard_map(const char *path, MappedShard *m, char *err) {
     m->map = mmap(NULL, m->map_bytes, PROT_READ, MAP_PRIVATE, fileno(f), 0);
     fclose(f); /* the mapping keeps the file */
     if (m->map == MAP_FAILED) {
-        snprintf(err, ERR_LEN, "cannot map token shard %s into memory: %s", path, strerror(errno));
+        const int no_room = errno == ENOMEM; /* most likely the count of mappings (vm.max_map_count) */
+        snprintf(err, ERR_LEN, "cannot map token shard %s into memory: %s%s", path, strerror(errno),
+                 no_room ? " (past some 65000 shards this is the system's limit on mappings, vm.max_map_count: "
+                           "merge shards, or raise it with sysctl)" : "");
         m->map = NULL;
         return -1;
     }
@@ -423,7 +426,7 @@ int shard_paths(const char *spec, ShardPaths *out, char *err) {
     memset(out, 0, sizeof *out);
     struct stat st;
     /* a path that names a file is that file, even with a glob character in its name */
-    if (!strpbrk(spec, "*?[") || stat(spec, &st) == 0) {
+    if ((!strpbrk(spec, "*?[") && spec[0] != '~') || stat(spec, &st) == 0) {
         out->paths = malloc(sizeof *out->paths);
         out->paths_owned = out->paths ? strdup(spec) : NULL;
         if (!out->paths_owned) {
@@ -437,7 +440,7 @@ int shard_paths(const char *spec, ShardPaths *out, char *err) {
         return 0;
     }
     glob_t g;
-    const int rc = glob(spec, GLOB_NOSORT, NULL, &g);
+    const int rc = glob(spec, GLOB_NOSORT | GLOB_TILDE, NULL, &g); /* ~ too: the pattern is quoted */
     if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
         if (rc == 0) globfree(&g);
         snprintf(err, ERR_LEN, "no file matches the shard pattern %s (check the path; quote the pattern so that "

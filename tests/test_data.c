@@ -370,13 +370,19 @@ TEST(loader_over_a_pattern_of_shards_covers_each_shards_windows_once_and_never_s
         for (int t = 0; t < 8; t++)
             CHECK(in[t] == in[0] + t && tg[t] == in[t] + 1, "window %d crosses a shard's end at %d", w, t);
     }
-    /* the fingerprint is the one of all tokens in order, as 32-bit values */
+    /* the fingerprint is the one of all tokens in order, as 32-bit values, */
     uint32_t all[73];
     int at = 0;
     for (int i = 0; i < 25; i++) all[at++] = (uint32_t)i;
     for (int i = 0; i < 5; i++) all[at++] = (uint32_t)(100 + i);
     for (int i = 0; i < 43; i++) all[at++] = (uint32_t)(200 + i);
-    CHECK(loader_fingerprint(&l) == fgpt_hash64(all, sizeof all, 73), "fingerprint of the set");
+    /* then the shards' lengths: the same tokens cut into other shards make other windows */
+    FgptHashStream h;
+    fgpt_hash_begin(&h, 73);
+    fgpt_hash_add(&h, all, sizeof all);
+    const uint64_t lengths[3] = {25, 5, 43};
+    fgpt_hash_add(&h, lengths, sizeof lengths);
+    CHECK(loader_fingerprint(&l) == fgpt_hash_end(&h), "fingerprint of the set");
     loader_close(&l);
     /* shuffled, two ranks: every window once an epoch between them */
     int seen[8] = {0};
@@ -410,10 +416,15 @@ TEST(a_pattern_of_shards_that_matches_nothing_or_mixes_tokenizers_or_holds_a_bad
     path_in_tmp(pattern, sizeof pattern, "mix_*.bin");
     CHECK(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 1, 1, err) == -1 && strstr(err, "mix_b.bin was made by another "
                                                                                       "tokenizer than") &&
-              strstr(err, "the same size, other ids"),
+              strstr(err, "mix_a.bin (the same vocabulary of 1000, other ids)"),
+          "%s", err);
+    /* a first shard that records no tokenizer does not let two others differ */
+    write_numbered_shard("mix_0.bin", 0, 40, 1000, 0);
+    CHECK(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 1, 1, err) == -1 &&
+              strstr(err, "mix_b.bin was made by another tokenizer than") && strstr(err, "mix_a.bin (the same"),
           "%s", err);
     write_numbered_shard("mix_b.bin", 1, 40, 2000, 7);
-    CHECK(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 1, 1, err) == -1 && strstr(err, "(2000 tokens against 1000)"),
+    CHECK(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 1, 1, err) == -1 && strstr(err, "(a vocabulary of 2000 against 1000)"),
           "%s", err);
     /* a token beyond the model's vocabulary in the second shard: that shard and place are named */
     write_numbered_shard("mix_b.bin", 1, 40, 1000, 7);
@@ -456,4 +467,27 @@ TEST(a_shard_cut_short_under_the_loader_is_named_and_ends_the_process_cleanly) {
     CHECK(text && strstr(text, "cut.bin was cut short while the run read it") && strstr(text, "resume with -y 1"), "%s",
           text ? text : "(no log)");
     free(text);
+}
+
+/* A shard written over in place while the loader maps it shows through: a token no longer below
+ * its bound is named (the batch holds 0 there), for the trainer to stop. */
+TEST(a_shard_written_over_under_the_loader_is_named_as_changed) {
+    char path[700], err[ERR_LEN];
+    path_in_tmp(path, sizeof path, "over.bin");
+    REQUIRE(write_pattern_shard(path, 4000, 1000, 1) == 0, "write");
+    Loader l;
+    REQUIRE(loader_open(&l, path, 1000, 2, 16, 0, 1, 1, 0, 1, err) == 0, "%s", err);
+    int in[32], tg[32];
+    loader_next_batch(&l, in, tg);
+    CHECK(!l.changed[0], "an untouched shard called changed: %s", l.changed);
+    FILE *f = fopen(path, "r+b");
+    const uint16_t big = 65535;
+    /* the second batch's windows (file order): tokens 32..64; position 40 */
+    REQUIRE(f && fseek(f, 64 + 2 * 40, SEEK_SET) == 0 && fwrite(&big, 2, 1, f) == 1 && fclose(f) == 0, "patching");
+    loader_next_batch(&l, in, tg);
+    CHECK(strstr(l.changed, "over.bin changed while the run read it: token 65535 at position 40 is not below 1000") &&
+              strstr(l.changed, "resume with -y 1"),
+          "got: '%s'", l.changed);
+    CHECK(in[8] == 0 && tg[7] == 0, "the changed token went into the batch: %d %d", in[8], tg[7]);
+    loader_close(&l);
 }

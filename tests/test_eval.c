@@ -297,7 +297,8 @@ TEST(eval_errors_name_the_problem_in_one_line) {
         {"eval -o {run} --step 5 -i {shard} --device cpu", "has no checkpoint of step 5", 1},
         {"eval -o {run} -i {shard} -t 65 --device cpu", "-t 65 is above the context of the model", 1},
         {"eval -o {run} -i /nonexistent.bin --device cpu", "/nonexistent.bin", 1},
-        {"eval -o {run} -i '{shard}*' --device cpu", "eval reads one shard, and ", 1},
+        {"eval -o {run} -i '{shard}*.none' --device cpu", "no file matches the shard pattern", 1},
+        {"eval -o {run} -i '{run}/../*.bin' --device cpu", "eval reads one shard, and ", 2},
         {"eval -o {run} -i {big} --device cpu", "is >= the vocabulary 300 of the model", 1},
         {"eval -o {run} -i {one} --device cpu", "holds 1 token(s): a target needs 2", 1},
         /* said before the evaluation, not after it, where the finished file would be renamed into place */

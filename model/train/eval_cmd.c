@@ -240,12 +240,6 @@ static uint32_t *read_tokens(const char *path, int V, const char *dir, uint64_t 
     ShardHeader hdr;
     /* the shard's own checks here; the model's vocabulary below, with a hint that fits a model
      * whose vocabulary is the checkpoint's */
-    struct stat sb;
-    if (strpbrk(path, "*?[") && stat(path, &sb) != 0) { /* ./train's -i takes patterns; eval's windows are one shard's */
-        print_error("eval reads one shard, and %s is a pattern no file is named by: evaluate each shard of it "
-                    "in turn", path);
-        return NULL;
-    }
     if (shard_read(path, UINT32_MAX, &tokens, n, &hdr, err) != 0) {
         print_error("%s", err);
         return NULL;
@@ -325,7 +319,24 @@ int eval_main(int argc, char **argv) {
         if (o.help && !status) usage(stdout); /* a bad flag beside --help gets its one line, as ./train's do */
         return status;
     }
-    char dir[FGPT_PATH_LEN], err[ERR_LEN];
+    char dir[FGPT_PATH_LEN], err[ERR_LEN], data[FGPT_PATH_LEN];
+    /* ./train's -i takes a pattern of shards; eval's windows are one shard's, so a pattern must name one */
+    ShardPaths shards;
+    if (shard_paths(o.data, &shards, err) != 0) {
+        print_error("%s", err);
+        return 1;
+    }
+    if (shards.n > 1 || strlen(shards.paths[0]) >= sizeof data) {
+        if (shards.n > 1)
+            print_error("eval reads one shard, and %s matches %zu: evaluate them one by one", o.data, shards.n);
+        else
+            print_error("the shard path %s is too long", shards.paths[0]);
+        shard_paths_free(&shards);
+        return 2;
+    }
+    snprintf(data, sizeof data, "%s", shards.paths[0]);
+    shard_paths_free(&shards);
+    o.data = data;
     GPTConfig cfg;
     if (checkpoint_dir_to_read(o.run, o.step, o.init_from, "--init-from", dir, err) != 0 ||
         hf_read_config(dir, &cfg, err) != 0) {
