@@ -1257,10 +1257,6 @@ static void note_other_than_init_from(const Run *r) {
     tokenizer_free(own);
 }
 
-/* A shard made by another tokenizer than the run's (its header's fingerprint) is named as such
- * before its ids are checked against the vocabulary: "pass -v" would be the wrong fix for ids of
- * another tokenizer, and --init-from's vocabulary refuses it anyway. A header that does not read is
- * left to the loader, which names it. 0, or 1 after the message. */
 /* A shard of val that is also one of train (the same file), or NULL. */
 static const char *shard_in_both(const Loader *train, const Loader *val) {
     for (size_t i = 0; i < val->num_shards; i++)
@@ -1271,6 +1267,10 @@ static const char *shard_in_both(const Loader *train, const Loader *val) {
     return NULL;
 }
 
+/* A shard made by another tokenizer than the run's (its header's fingerprint) is named as such
+ * before its ids are checked against the vocabulary: "pass -v" would be the wrong fix for ids of
+ * another tokenizer, and --init-from's vocabulary refuses it anyway. A header that does not read is
+ * left to the loader, which names it. 0, or 1 after the message. */
 static int shards_of_the_tokenizer(Run *r) {
     if (!r->tok) return 0;
     /* the model's own tokenizer (--init-from's) is to be kept: only the text can change */

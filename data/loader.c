@@ -107,10 +107,7 @@ static int map_shards(Loader *l, const ShardPaths *paths, const char *spec, uint
             return -1;
         }
         if (!l->shard_tokenizer) l->shard_tokenizer = h->tokenizer, named_by = i;
-        /* what shard_decode_checked holds every token below */
-        const int recorded = h->header_bytes == SHARD_HEADER_BYTES;
-        s->limit = recorded && h->vocab_size < model_vocab ? h->vocab_size : model_vocab;
-        if (!recorded && s->limit > FGPT_MAX_VOCAB) s->limit = FGPT_MAX_VOCAB;
+        s->limit = shard_token_limit(h, model_vocab);
         l->num_tokens += h->num_tokens;
     }
     l->shard_vocab = l->shards[0].map.hdr.vocab_size;

@@ -324,14 +324,18 @@ static void bad_token_message(const ShardHeader *hdr, const char *path, uint32_t
                  tok, (unsigned long long)at, byte, path, model_vocab, hdr->vocab_size);
 }
 
-int shard_decode_checked(const ShardHeader *hdr, const char *path, const void *src, uint64_t first, size_t count,
-                         uint32_t model_vocab, uint32_t *out, char *err) {
+uint32_t shard_token_limit(const ShardHeader *hdr, uint32_t model_vocab) {
     /* Our header records the vocabulary the tokens were made with, so a token at or above it is
      * corrupt even where the model's is larger. llm.c's records none (its stand-in is a guess from the
      * magic), so there only the model's vocabulary bounds the tokens. */
     const int recorded = hdr->header_bytes == SHARD_HEADER_BYTES;
     const uint32_t bound = recorded && hdr->vocab_size < model_vocab ? hdr->vocab_size : model_vocab;
-    const uint32_t limit = recorded ? bound : bound < FGPT_MAX_VOCAB ? bound : FGPT_MAX_VOCAB;
+    return recorded || bound < FGPT_MAX_VOCAB ? bound : FGPT_MAX_VOCAB;
+}
+
+int shard_decode_checked(const ShardHeader *hdr, const char *path, const void *src, uint64_t first, size_t count,
+                         uint32_t model_vocab, uint32_t *out, char *err) {
+    const uint32_t limit = shard_token_limit(hdr, model_vocab);
     const unsigned char *p = src;
     for (size_t j = 0; j < count; j++) {
         uint32_t tok;

@@ -73,6 +73,10 @@ int shard_read_header(const char *path, ShardHeader *hdr, char *err);
 int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64_t *n, ShardHeader *hdr,
                char *err);
 
+/* What every token of the shard is below: the model's vocabulary, or the smaller one our header
+ * records (llm.c's files record none; their tokens stay below the largest vocabulary a model takes). */
+uint32_t shard_token_limit(const ShardHeader *hdr, uint32_t model_vocab);
+
 /* Decodes count tokens of a shard, the first of them its token number `first`, from src (as the
  * file stores them: hdr->bytes_per_token bytes each) into out, with shard_read's checks. 0, or -1
  * with the message that names the first bad token, its position and the fix. */

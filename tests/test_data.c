@@ -403,34 +403,33 @@ TEST(loader_over_a_pattern_of_shards_covers_each_shards_windows_once_and_never_s
     loader_close(&l);
 }
 
+/* loader_open of the shards pattern_name (in the test folder) fails with a message holding both needles. */
+static void expect_pattern_refused(const char *pattern_name, uint32_t model_vocab, const char *needle,
+                                   const char *also) {
+    char pattern[700], err[ERR_LEN] = "";
+    path_in_tmp(pattern, sizeof pattern, pattern_name);
+    Loader l;
+    CHECK(loader_open(&l, pattern, model_vocab, 1, 8, 0, 1, 1, 1, 1, err) == -1 && strstr(err, needle) &&
+              strstr(err, also),
+          "%s: %s", pattern_name, err);
+}
+
 TEST(a_pattern_of_shards_that_matches_nothing_or_mixes_tokenizers_or_holds_a_bad_token_is_named) {
     char pattern[700], err[ERR_LEN];
     Loader l;
-    path_in_tmp(pattern, sizeof pattern, "none_*.bin");
-    CHECK(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 1, 1, err) == -1 && strstr(err, "no file matches the shard "
-                                                                                       "pattern") &&
-              strstr(err, "none_*.bin"),
-          "%s", err);
+    expect_pattern_refused("none_*.bin", 1000, "no file matches the shard pattern", "none_*.bin");
     write_numbered_shard("mix_a.bin", 0, 40, 1000, 7);
     write_numbered_shard("mix_b.bin", 1, 40, 1000, 8);
-    path_in_tmp(pattern, sizeof pattern, "mix_*.bin");
-    CHECK(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 1, 1, err) == -1 && strstr(err, "mix_b.bin was made by another "
-                                                                                      "tokenizer than") &&
-              strstr(err, "mix_a.bin (the same vocabulary of 1000, other ids)"),
-          "%s", err);
+    expect_pattern_refused("mix_*.bin", 1000, "mix_b.bin was made by another tokenizer than",
+                           "mix_a.bin (the same vocabulary of 1000, other ids)");
     /* a first shard that records no tokenizer does not let two others differ */
     write_numbered_shard("mix_0.bin", 0, 40, 1000, 0);
-    CHECK(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 1, 1, err) == -1 &&
-              strstr(err, "mix_b.bin was made by another tokenizer than") && strstr(err, "mix_a.bin (the same"),
-          "%s", err);
+    expect_pattern_refused("mix_*.bin", 1000, "mix_b.bin was made by another tokenizer than", "mix_a.bin (the same");
     write_numbered_shard("mix_b.bin", 1, 40, 2000, 7);
-    CHECK(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 1, 1, err) == -1 && strstr(err, "(a vocabulary of 2000 against 1000)"),
-          "%s", err);
+    expect_pattern_refused("mix_*.bin", 1000, "(a vocabulary of 2000 against 1000)", "mix_b.bin");
     /* a token beyond the model's vocabulary in the second shard: that shard and place are named */
     write_numbered_shard("mix_b.bin", 1, 40, 1000, 7);
-    CHECK(loader_open(&l, pattern, 120, 1, 8, 0, 1, 1, 1, 1, err) == -1 && strstr(err, "token 120 at position 20") &&
-              strstr(err, "mix_b.bin"),
-          "%s", err);
+    expect_pattern_refused("mix_*.bin", 120, "token 120 at position 20", "mix_b.bin");
     /* a file whose name holds a pattern's characters is read as itself */
     write_numbered_shard("odd[1].bin", 0, 40, 1000, 7);
     path_in_tmp(pattern, sizeof pattern, "odd[1].bin");
