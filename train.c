@@ -450,13 +450,8 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->sliding_window < 0) bad("--sliding-window", "must be positive (0: the preset's)");
     if (opt->sliding_window && family != FAMILY_GEMMA3 && !opt->shape_from[0]) bad("--sliding-window", "needs --family gemma3 (the family with sliding layers)");
     if (opt->sliding_window) cfg->sliding_window = opt->sliding_window;
-    if (opt->untied_head && opt->shape_from[0]) { /* first: the checkpoint's family is not known here */
-        char why[FGPT_PATH_LEN + 128];
-        snprintf(why, sizeof why, "is the config.json of %s to say (tie_word_embeddings): leave it out",
-                 opt->shape_label);
-        bad("--untied-head", why);
-    }
-    if (opt->untied_head && family == FAMILY_GPT2)
+    /* beside a checkpoint, its config.json gives the family, and take_shape checks the flag against it */
+    if (opt->untied_head && family == FAMILY_GPT2 && !opt->shape_from[0])
         bad("--untied-head", "needs --family llama, qwen2, qwen3 or gemma3 (GPT-2's output layer is its token embedding)");
     cfg->untied_head = opt->untied_head;
     if (!cfg->head_dim && cfg->dim % cfg->num_heads) bad("--heads", "must divide --dim (the model width), or pass --head-dim");
@@ -646,6 +641,11 @@ static int take_shape(const Options *opt, GPTConfig *cfg) {
         else /* the preset's shape: the checkpoint gives the whole shape without it */
             print_error("%s has %s %d but the preset -e gives %d (leave out -e: the checkpoint gives the shape)", from,
                         fields[i].what, fields[i].theirs, fields[i].ours);
+        return -1;
+    }
+    if (opt->untied_head && !hf.untied_head) {
+        print_error("%s ties its output head to the token embedding (tie_word_embeddings) but the flags give "
+                    "--untied-head (leave out --untied-head)", from);
         return -1;
     }
     if (hf.logit_softcap > 0 && (cfg->logit_softcap > 0 || was_given(opt, "logit-softcap")) &&
