@@ -93,19 +93,10 @@ static int map_shards(Loader *l, const ShardPaths *paths, const char *spec, uint
             snprintf(err, ERR_LEN, "out of memory");
             return -1;
         }
-        const ShardHeader *h = &s->map.hdr, *h0 = &l->shards[0].map.hdr;
-        if (h->vocab_size != h0->vocab_size) {
-            snprintf(err, ERR_LEN, "shard %s was made by another tokenizer than %s (a vocabulary of %u against "
-                     "%u): the shards of one pattern must share their tokenizer", s->path, l->shards[0].path,
-                     h->vocab_size, h0->vocab_size);
+        const ShardHeader *h = &s->map.hdr;
+        if (shard_joins_set(h, s->path, &l->shards[0].map.hdr, l->shards[0].path,
+                            l->shard_tokenizer ? &l->shards[named_by].map.hdr : NULL, l->shards[named_by].path, err) != 0)
             return -1;
-        }
-        if (h->tokenizer && l->shard_tokenizer && h->tokenizer != l->shard_tokenizer) {
-            snprintf(err, ERR_LEN, "shard %s was made by another tokenizer than %s (the same vocabulary of %u, "
-                     "other ids): the shards of one pattern must share their tokenizer", s->path,
-                     l->shards[named_by].path, h->vocab_size);
-            return -1;
-        }
         if (!l->shard_tokenizer) l->shard_tokenizer = h->tokenizer, named_by = i;
         s->limit = shard_token_limit(h, model_vocab);
         l->num_tokens += h->num_tokens;

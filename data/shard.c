@@ -324,6 +324,22 @@ static void bad_token_message(const ShardHeader *hdr, const char *path, uint32_t
                  tok, (unsigned long long)at, byte, path, model_vocab, hdr->vocab_size);
 }
 
+int shard_joins_set(const ShardHeader *h, const char *path, const ShardHeader *first, const char *first_path,
+                    const ShardHeader *named, const char *named_path, char *err) {
+    if (h->vocab_size != first->vocab_size) {
+        fgpt_set_err(err, "shard %s was made by another tokenizer than %s (a vocabulary of %u against %u): the "
+                     "shards of one pattern must share their tokenizer", path, first_path, h->vocab_size,
+                     first->vocab_size);
+        return -1;
+    }
+    if (h->tokenizer && named && h->tokenizer != named->tokenizer) {
+        fgpt_set_err(err, "shard %s was made by another tokenizer than %s (the same vocabulary of %u, other ids): the "
+                     "shards of one pattern must share their tokenizer", path, named_path, h->vocab_size);
+        return -1;
+    }
+    return 0;
+}
+
 uint32_t shard_token_limit(const ShardHeader *hdr, uint32_t model_vocab) {
     /* Our header records the vocabulary the tokens were made with, so a token at or above it is
      * corrupt even where the model's is larger. llm.c's records none (its stand-in is a guess from the

@@ -109,6 +109,12 @@ typedef struct {
 int shard_paths(const char *spec, ShardPaths *out, char *err);
 void shard_paths_free(ShardPaths *p);
 
+/* Whether a shard joins a set of shards (one pattern's) that share their tokenizer: the set's first
+ * shard (first, at first_path) gives the vocabulary, and the first that records a fingerprint (named,
+ * at named_path; NULL while none has) gives the tokenizer. 0, or -1 + a message naming both shards. */
+int shard_joins_set(const ShardHeader *h, const char *path, const ShardHeader *first, const char *first_path,
+                    const ShardHeader *named, const char *named_path, char *err);
+
 /* 0 when the shard at path records no tokenizer (made_by, its header's fingerprint, is 0) or the
  * one given: the file tok_path of fingerprint `tokenizer`. -1 + a message naming both, then `fix`
  * (what to do: it depends on where the tokenizer came from), when another tokenizer made its tokens. */

@@ -249,6 +249,68 @@ static void expand(char *dst, size_t size, const char *fmt, const char *names[][
     dst[len < size ? len : size - 1] = 0;
 }
 
+/* A pattern of shards: each cut into windows of its own, a line per shard, and on the last line the
+ * mean over the targets of all, which is their losses weighted by their targets; --per-token writes
+ * the shards' losses one after the other. A shard of one token in the pattern is named. */
+TEST(eval_of_a_pattern_of_shards_weighs_each_shards_loss_by_its_targets) {
+    char run[800], a[900], b[900], dir[900], args[2400], spec[900], *out = NULL;
+    snprintf(run, sizeof run, "%s/run", test_tmpdir());
+    snprintf(a, sizeof a, "%s/set/val_a.bin", test_tmpdir());
+    snprintf(b, sizeof b, "%s/set/val_b.bin", test_tmpdir());
+    snprintf(dir, sizeof dir, "%s/set", test_tmpdir());
+    snprintf(spec, sizeof spec, "'%s/set/val_*.bin'", test_tmpdir());
+    REQUIRE(train_tiny_run(run) == 0, "the run");
+    REQUIRE(mkdir(dir, 0755) == 0, "%s", dir);
+    REQUIRE(write_pattern_shard(a, 87, 300, 2) == 0 && write_pattern_shard(b, 40, 300, 5) == 0, "shards");
+    double loss[2], ppl;
+    unsigned long long count[2];
+    char per[2][900], both[900];
+    const char *paths[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        snprintf(per[k], sizeof per[k], "%s/per_%d.f32", test_tmpdir(), k);
+        snprintf(args, sizeof args, "eval -o %s -i %s -t 16 -b 3 --device cpu --per-token %s", run, paths[k], per[k]);
+        CHECK(run_train(args, &out) == 0 && parse_result(out, &loss[k], &ppl, &count[k]) == 0, "'%s': %s", args, out);
+        free(out);
+    }
+    REQUIRE(count[0] == 86 && count[1] == 39, "targets %llu and %llu", count[0], count[1]);
+    snprintf(both, sizeof both, "%s/per_both.f32", test_tmpdir());
+    snprintf(args, sizeof args, "eval -o %s -i %s -t 16 -b 3 --device cpu --per-token %s", run, spec, both);
+    double mean = 0;
+    unsigned long long targets = 0;
+    int rc = run_train(args, &out);
+    CHECK(rc == 0 && parse_result(out, &mean, &ppl, &targets) == 0, "'%s': (%d) %s", args, rc, out);
+    const double want = (86 * loss[0] + 39 * loss[1]) / 125;
+    CHECK(targets == 125 && fabs(mean - want) <= 2e-6, "mean %.6f over %llu targets, want %.6f over 125", mean, targets,
+          want);
+    /* 6 windows of 16 in the first shard, 3 in the second */
+    CHECK(out && strstr(out, "127 tokens in 2 shards, 9 window(s) of T=16 in batches of B=3"), "header: %s", out);
+    char line[1000];
+    for (int k = 0; k < 2; k++) {
+        snprintf(line, sizeof line, "shard %s: loss %.6f tokens %llu\n", paths[k], loss[k], count[k]);
+        CHECK(out && strstr(out, line), "no line '%s' in %s", line, out);
+    }
+    free(out);
+    size_t len[3];
+    char *f0 = read_file(per[0], &len[0]), *f1 = read_file(per[1], &len[1]), *fb = read_file(both, &len[2]);
+    CHECK(f0 && f1 && fb && len[0] == 86 * 4 && len[1] == 39 * 4 && len[2] == len[0] + len[1] &&
+              memcmp(fb, f0, len[0]) == 0 && memcmp(fb + len[0], f1, len[1]) == 0,
+          "--per-token over the pattern is not the two shards' files one after the other");
+    free(f0), free(f1), free(fb);
+    /* without -t: the windows are the model's context (64), as the longest shard has more targets */
+    snprintf(args, sizeof args, "eval -o %s -i %s --device cpu", run, spec);
+    CHECK(run_train(args, &out) == 0 && out && strstr(out, "3 window(s) of T=64 in batches of B=2"), "%s", out);
+    free(out);
+    char lone[900], err[ERR_LEN];
+    const uint32_t single = 7;
+    snprintf(lone, sizeof lone, "%s/set/val_c.bin", test_tmpdir());
+    REQUIRE(shard_write(lone, &single, 1, 300, 0, err) == 0, "%s", err);
+    snprintf(args, sizeof args, "eval -o %s -i %s --device cpu", run, spec);
+    CHECK(run_train(args, &out) == 1 && out && strstr(out, "val_c.bin holds 1 token(s): a target needs 2 (leave it out "
+                                                           "of the pattern)") && one_line(out),
+          "%s", out);
+    free(out);
+}
+
 TEST(eval_errors_name_the_problem_in_one_line) {
     char run[800], shard[900], big[900], one[900], *out = NULL;
     snprintf(run, sizeof run, "%s/run", test_tmpdir());
@@ -298,7 +360,8 @@ TEST(eval_errors_name_the_problem_in_one_line) {
         {"eval -o {run} -i {shard} -t 65 --device cpu", "-t 65 is above the context of the model", 1},
         {"eval -o {run} -i /nonexistent.bin --device cpu", "/nonexistent.bin", 1},
         {"eval -o {run} -i '{shard}*.none' --device cpu", "no file matches the shard pattern", 1},
-        {"eval -o {run} -i '{run}/../*.bin' --device cpu", "eval reads one shard, and ", 2},
+        /* big.bin's header records a vocabulary of 400, eval.bin's 300 */
+        {"eval -o {run} -i '{run}/../*.bin' --device cpu", "the shards of one pattern must share their tokenizer", 1},
         {"eval -o {run} -i {big} --device cpu", "is >= the vocabulary 300 of the model", 1},
         {"eval -o {run} -i {one} --device cpu", "holds 1 token(s): a target needs 2", 1},
         /* said before the evaluation, not after it, where the finished file would be renamed into place */

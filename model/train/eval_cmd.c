@@ -1,9 +1,10 @@
 /* model/train/eval_cmd.c - `./train eval`: the mean next-token loss of a checkpoint over a token
- * shard, on the GPU or the CPU, without training.
+ * shard or a pattern of shards, on the GPU or the CPU, without training.
  *
  * The checkpoint is any the trainer reads with --init-from (a Hugging Face directory: ours or the
- * original's), or a run's, as `./train sample` finds it. The shard is cut into consecutive windows
- * (model/train/eval.h) that the backend's forward runs B at a time; the last line is the result,
+ * original's), or a run's, as `./train sample` finds it. Each shard is cut into consecutive windows
+ * (model/train/eval.h; none spans two shards, as in training) that the backend's forward runs B at a
+ * time; a line per shard precedes the mean over all of them when there are several; the last line is the result,
  * for scripts: `loss <mean> ppl <exp(mean)> tokens <targets>`, with `objective <mean>` after the loss
  * when --z-loss or --label-smoothing asks for one. --per-token FILE writes each target's loss. */
 #include "model/train/eval_cmd.h"
@@ -56,14 +57,16 @@ static const EvalFlag flags[] = {
     {0, "checkpoint", "DIR", EVAL_STR, E(init_from), 0, "the same (./train sample's name for it)"},
     {'o', "out", "RUN", EVAL_STR, E(run), 0, "... or a run directory: its latest checkpoint, or --step's"},
     {0, "step", "N", EVAL_INT, E(step), 0, "the run's checkpoint of step N (default: the latest)"},
-    {'i', "data", "SHARD", EVAL_STR, E(data), 0, "token shard to evaluate (ours or llm.c's .bin)"},
-    {'t', "seq-len", "T", EVAL_INT, E(seq_len), 1, "window length (default: the model's context, or the shard's length if shorter)"},
-    {'b', "batch", "B", EVAL_INT, E(batch), 1, "windows per forward (default 4; at most the shard's windows)"},
+    {'i', "data", "SHARD", EVAL_STR, E(data), 0,
+     "token shard to evaluate (ours or llm.c's .bin), or a quoted glob pattern of shards"},
+    {'t', "seq-len", "T", EVAL_INT, E(seq_len), 1,
+     "window length (default: the model's context, or the longest shard's length less one if shorter)"},
+    {'b', "batch", "B", EVAL_INT, E(batch), 1, "windows per forward (default 4; at most a shard's windows)"},
     {0, "device", "KIND", EVAL_STR, E(device), 0, "cuda or cpu (the fp32 reference backend) (default cuda)"},
     {0, "output", "KIND", EVAL_STR, E(output), 0,
      "output layer: fused (no logits tensor) or canonical (all logits) (default fused)"},
     {0, "per-token", "FILE", EVAL_STR, E(per_token), 0,
-     "write each target's loss to FILE: float32 little-endian, one per target in window order"},
+     "write each target's loss to FILE: float32 little-endian, one per target in window order, shard after shard"},
     {0, "z-loss", "C", EVAL_FLOAT, E(z_loss), 0, "objective: add C lse^2 per token (C >= 0)"},
     {0, "label-smoothing", "EPS", EVAL_FLOAT, E(label_smoothing), 0,
      "objective: PyTorch's label smoothing over the real vocabulary (0 <= EPS < 1)"},
@@ -82,6 +85,9 @@ static void usage(FILE *f) {
                "first is a target exactly once. The last line is `loss <mean> ppl <exp(mean)> tokens <count>`:\n"
                "the mean loss over all targets, and their count; with --z-loss or --label-smoothing\n"
                "`objective <mean>` follows the loss, which stays the cross-entropy of the (capped) logits.\n"
+               "A pattern's shards (-i 'dir/val_*.bin', in the byte order of their paths) are cut into windows\n"
+               "each, none spanning two; a line per shard, `shard <path>: loss <mean> tokens <count>`, comes\n"
+               "before the last, whose mean is over the targets of them all.\n"
                "\nflags:\n");
     for (size_t i = 0; i < NUM_FLAGS; i++) {
         const EvalFlag *o = &flags[i];
@@ -208,7 +214,8 @@ static int parse(EvalOptions *o, int argc, char **argv) {
 }
 
 /* 1 after the message when the checkpoint in dir carries a tokenizer.json that is not the one
- * that made the shard (made_by: its header's fingerprint): the loss would be of other text. One
+ * that made the shard at path (made_by: its header's fingerprint; the shards of a pattern share
+ * theirs): the loss would be of other text. One
  * with more tokens than the weights' vocabulary V is not theirs at all, and is named as such. */
 static int made_by_other_tokenizer(const char *path, uint64_t made_by, const char *dir, int V) {
     char tok_path[FGPT_PATH_LEN], err[ERR_LEN];
@@ -232,8 +239,63 @@ static int made_by_other_tokenizer(const char *path, uint64_t made_by, const cha
     return other;
 }
 
-/* The shard's tokens, each below the model's vocabulary V, at least 2 of them. NULL after the
- * message. */
+/* The shards -i names, their headers read and checked before any weights are: one tokenizer for
+ * them all, and a target in each. */
+typedef struct {
+    ShardPaths paths;
+    ShardHeader *hdr;
+    size_t named;     /* the first shard that records its tokenizer; paths.n when none does */
+    uint64_t targets; /* over all shards: each one's tokens less one */
+} EvalShards;
+
+static void eval_shards_free(EvalShards *s) {
+    shard_paths_free(&s->paths);
+    free(s->hdr);
+}
+
+/* 0, or the exit status after the message. */
+static int open_shards(const char *spec, EvalShards *s) {
+    char err[ERR_LEN];
+    memset(s, 0, sizeof *s);
+    if (shard_paths(spec, &s->paths, err) != 0) {
+        print_error("%s", err);
+        return 1;
+    }
+    const size_t n = s->paths.n;
+    const char *const *path = s->paths.paths;
+    if (!(s->hdr = calloc(n, sizeof *s->hdr))) {
+        print_error("out of memory for the headers of %zu shards", n);
+        return 1;
+    }
+    s->named = n;
+    for (size_t i = 0; i < n; i++) {
+        if (strlen(path[i]) >= FGPT_PATH_LEN) {
+            print_error("the shard path %s is too long", path[i]);
+            return 2;
+        }
+        if (shard_read_header(path[i], &s->hdr[i], err) != 0) {
+            if (n > 1) print_error("%s (a file of the shard pattern %s)", err, spec);
+            else print_error("%s", err);
+            return 1;
+        }
+        if (shard_joins_set(&s->hdr[i], path[i], &s->hdr[0], path[0], s->named < n ? &s->hdr[s->named] : NULL,
+                            s->named < n ? path[s->named] : "", err) != 0) {
+            print_error("%s", err);
+            return 1;
+        }
+        if (s->named == n && s->hdr[i].tokenizer) s->named = i;
+        const uint64_t count = s->hdr[i].num_tokens;
+        if (count < 2) {
+            print_error("shard %s holds %llu token(s): a target needs 2 (%s)", path[i], (unsigned long long)count,
+                        n > 1 ? "leave it out of the pattern" : "pass a longer shard");
+            return 1;
+        }
+        s->targets += count - 1;
+    }
+    return 0;
+}
+
+/* The shard's tokens, each below the model's vocabulary V. NULL after the message. */
 static uint32_t *read_tokens(const char *path, int V, const char *dir, uint64_t *n) {
     char err[ERR_LEN];
     uint32_t *tokens;
@@ -244,21 +306,11 @@ static uint32_t *read_tokens(const char *path, int V, const char *dir, uint64_t 
         print_error("%s", err);
         return NULL;
     }
-    if (made_by_other_tokenizer(path, hdr.tokenizer, dir, V)) {
-        free(tokens);
-        return NULL;
-    }
     for (uint64_t i = 0; i < *n; i++) {
         if (tokens[i] < (uint32_t)V) continue;
         print_error("token %u at position %llu in shard %s is >= the vocabulary %d of the model in %s "
                     "(evaluate a shard made by the model's tokenizer)",
                     tokens[i], (unsigned long long)i, path, V, dir);
-        free(tokens);
-        return NULL;
-    }
-    if (*n < 2) {
-        print_error("shard %s holds %llu token(s): a target needs 2 (pass a longer shard)", path,
-                    (unsigned long long)*n);
         free(tokens);
         return NULL;
     }
@@ -312,31 +364,11 @@ static int in_folder(const char *path, const char *dir) {
     return same_file(parent, dir);
 }
 
-int eval_main(int argc, char **argv) {
-    EvalOptions o;
-    int status = parse(&o, argc, argv);
-    if (status || o.help) {
-        if (o.help && !status) usage(stdout); /* a bad flag beside --help gets its one line, as ./train's do */
-        return status;
-    }
-    char dir[FGPT_PATH_LEN], err[ERR_LEN], data[FGPT_PATH_LEN];
-    /* ./train's -i takes a pattern of shards; eval's windows are one shard's, so a pattern must name one */
-    ShardPaths shards;
-    if (shard_paths(o.data, &shards, err) != 0) {
-        print_error("%s", err);
-        return 1;
-    }
-    if (shards.n > 1 || strlen(shards.paths[0]) >= sizeof data) {
-        if (shards.n > 1)
-            print_error("eval reads one shard, and %s matches %zu: evaluate them one by one", o.data, shards.n);
-        else
-            print_error("the shard path %s is too long", shards.paths[0]);
-        shard_paths_free(&shards);
-        return 2;
-    }
-    snprintf(data, sizeof data, "%s", shards.paths[0]);
-    shard_paths_free(&shards);
-    o.data = data;
+/* The evaluation of the checkpoint that o names over the shards: 0, or 1 after the message. */
+static int evaluate(EvalOptions o, const EvalShards *shards) {
+    char dir[FGPT_PATH_LEN], err[ERR_LEN];
+    const size_t num_shards = shards->paths.n;
+    const char *const *shard = shards->paths.paths;
     GPTConfig cfg;
     if (checkpoint_dir_to_read(o.run, o.step, o.init_from, "--init-from", dir, err) != 0 ||
         hf_read_config(dir, &cfg, err) != 0) {
@@ -357,7 +389,7 @@ int eval_main(int argc, char **argv) {
                     cfg.max_seq_len);
         return 1;
     }
-    /* the file, and the temporary name it is written under, must be neither the shard nor in the
+    /* the file, and the temporary name it is written under, must be neither a shard nor in the
      * checkpoint's folder, through links included */
     char tmp[FGPT_PATH_LEN + 8] = ""; /* the per-token file's temporary name while it is written */
     if (o.per_token) snprintf(tmp, sizeof tmp, "%s.tmp", o.per_token);
@@ -372,7 +404,8 @@ int eval_main(int argc, char **argv) {
                         strerror(errno));
             return 1;
         }
-        const int onto_shard = same_file(path, o.data);
+        int onto_shard = 0;
+        for (size_t i = 0; i < num_shards; i++) onto_shard |= same_file(path, shard[i]);
         if (onto_shard || in_folder(path, dir)) {
             print_error("--per-token %s would %s%s%s: pass a path outside the checkpoint and other than -i", o.per_token,
                         onto_shard ? "overwrite the shard being evaluated" : "write into the checkpoint's folder",
@@ -380,14 +413,13 @@ int eval_main(int argc, char **argv) {
             return 1;
         }
     }
-    uint64_t n = 0;
     uint32_t *tokens = NULL;
     float *params = NULL;
     ParamTable table;
     memset(&table, 0, sizeof table);
     Backend *be = NULL;
     FILE *per_token = NULL;
-    status = 1;
+    int status = 1;
     /* The file goes to a temporary name, renamed once complete: a failed run leaves whatever the
      * path held before. It is created before the model and the data are read, so that a path that
      * cannot be written costs nothing. A path that is there and is not a regular file (a FIFO, a
@@ -411,30 +443,55 @@ int eval_main(int argc, char **argv) {
         print_error("%s", err);
         goto done;
     }
-    if (!(params = read_weights(dir, &table)) || !(tokens = read_tokens(o.data, cfg.vocab_size, dir, &n))) goto done;
-    /* by default the model's context, or the shard's n - 1 targets when fewer: a longer window holds
-     * the same targets in more memory (Llama 3's context is 131072) */
-    const int T = o.seq_len                               ? o.seq_len
-                  : n - 1 < (uint64_t)cfg.max_seq_len ? (int)(n - 1)
-                                                        : cfg.max_seq_len;
-    /* a batch holds no more windows than there are: the backend's buffers are no larger than needed */
-    const uint64_t windows = eval_window_count(n, T);
-    const int B = windows < (uint64_t)o.batch ? (int)windows : o.batch;
+    if (!(params = read_weights(dir, &table))) goto done;
+    if (shards->named < num_shards &&
+        made_by_other_tokenizer(shard[shards->named], shards->hdr[shards->named].tokenizer, dir, cfg.vocab_size))
+        goto done;
+    /* the first shard's tokens before the model is made, so that one shard is checked whole before any
+     * work; a later one's as its turn comes */
+    uint64_t n = 0;
+    if (!(tokens = read_tokens(shard[0], cfg.vocab_size, dir, &n))) goto done;
+    /* by default the model's context, or the longest shard's targets when fewer: a longer window
+     * holds the same targets in more memory (Llama 3's context is 131072) */
+    uint64_t longest = 0, windows = 0, most = 0;
+    for (size_t i = 0; i < num_shards; i++)
+        if (shards->hdr[i].num_tokens - 1 > longest) longest = shards->hdr[i].num_tokens - 1;
+    const int T = o.seq_len ? o.seq_len : longest < (uint64_t)cfg.max_seq_len ? (int)longest : cfg.max_seq_len;
+    for (size_t i = 0; i < num_shards; i++) {
+        const uint64_t w = eval_window_count(shards->hdr[i].num_tokens, T);
+        windows += w;
+        if (w > most) most = w;
+    }
+    /* a batch holds no more windows than a shard has: the backend's buffers are no larger than needed */
+    const int B = most < (uint64_t)o.batch ? (int)most : o.batch;
     if (!(be = load_model(&o, &table, params, B, T))) goto done;
     free(params); /* the backend holds its own copy */
     params = NULL;
     be->z_loss = o.z_loss, be->label_smoothing = o.label_smoothing;
-    printf("eval: %s on %s: %llu tokens, %llu window(s) of T=%d in batches of B=%d, output layer %s, device %s (%s)\n",
-           dir, o.data, (unsigned long long)n, (unsigned long long)windows, T, B, o.output, o.device, be->device_name);
+    char in_shards[48] = "";
+    if (num_shards > 1) snprintf(in_shards, sizeof in_shards, " in %zu shards", num_shards);
+    printf("eval: %s on %s: %llu tokens%s, %llu window(s) of T=%d in batches of B=%d, output layer %s, device %s "
+           "(%s)\n", dir, num_shards > 1 ? o.data : shard[0], (unsigned long long)(shards->targets + num_shards),
+           in_shards, (unsigned long long)windows, T, B, o.output, o.device, be->device_name);
     if (in_place && !(per_token = fopen(o.per_token, "wb"))) {
         print_error("cannot open %s for --per-token: %s (pass a path in a writable directory)", o.per_token,
                     strerror(errno));
         goto done;
     }
-    EvalMeans m;
-    if (eval_run(be, tokens, n, &m, per_token, o.per_token, err) != 0) {
-        print_error("%s", err);
-        goto done;
+    /* the means over all targets: each shard's, weighted by its targets */
+    EvalMeans m = {0};
+    for (size_t i = 0; i < num_shards; i++) {
+        EvalMeans one;
+        if (i > 0 && !(tokens = read_tokens(shard[i], cfg.vocab_size, dir, &n))) goto done;
+        if (eval_run(be, tokens, n, &one, per_token, o.per_token, err) != 0) {
+            print_error("%s", err);
+            goto done;
+        }
+        free(tokens);
+        tokens = NULL;
+        const double share = (double)(n - 1) / (double)shards->targets;
+        m.loss += share * one.loss, m.objective += share * one.objective, m.lse += share * one.lse;
+        if (num_shards > 1) printf("shard %s: loss %.6f tokens %llu\n", shard[i], one.loss, (unsigned long long)(n - 1));
     }
     if (!isfinite(m.loss) || !isfinite(m.objective)) { /* a number a script would take for a result */
         print_error("the loss is not finite (%g): the weights in %s hold a NaN or an infinity, or "
@@ -453,7 +510,7 @@ int eval_main(int argc, char **argv) {
     }
     printf("loss %.6f", m.loss);
     if (o.z_loss != 0.0f || o.label_smoothing != 0.0f) printf(" objective %.6f", m.objective);
-    printf(" ppl %.6f tokens %llu\n", exp(m.loss), (unsigned long long)(n - 1));
+    printf(" ppl %.6f tokens %llu\n", exp(m.loss), (unsigned long long)shards->targets);
     status = 0;
 done:
     if (per_token) fclose(per_token);
@@ -462,5 +519,22 @@ done:
     param_table_free(&table);
     free(params);
     free(tokens);
+    return status;
+}
+
+int eval_main(int argc, char **argv) {
+    EvalOptions o;
+    int status = parse(&o, argc, argv);
+    if (status || o.help) {
+        if (o.help && !status) usage(stdout); /* a bad flag beside --help gets its one line, as ./train's do */
+        return status;
+    }
+    EvalShards shards;
+    if ((status = open_shards(o.data, &shards)) != 0) {
+        eval_shards_free(&shards);
+        return status;
+    }
+    status = evaluate(o, &shards);
+    eval_shards_free(&shards);
     return status;
 }
