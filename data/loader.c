@@ -12,13 +12,13 @@
 #include "common/rng.h"
 
 static void build_order(Loader *l) {
-    for (uint64_t i = 0; i < l->total_windows; i++) l->order[i] = i;
+    for (uint64_t i = 0; i < l->total_windows; i++) l->order[i] = (uint32_t)i;
     if (!l->shuffle) return;
     Rng rng;
     rng_seed(&rng, l->seed * 0x9e3779b97f4a7c15ull + l->epoch);
     for (uint64_t i = l->total_windows; i > 1; i--) { /* Fisher-Yates */
-        uint64_t j = rng_below(&rng, i);
-        uint64_t tmp = l->order[i - 1];
+        const uint64_t j = rng_below(&rng, i);
+        const uint32_t tmp = l->order[i - 1];
         l->order[i - 1] = l->order[j];
         l->order[j] = tmp;
     }
@@ -69,8 +69,7 @@ void loader_catch_cut_shards(void) {
     sigaction(SIGBUS, &sa, NULL);
 }
 
-/* Maps every shard, checks that they share a vocabulary and tokenizer, and takes one pass over their
- * tokens: each checked against model_vocab and hashed for the fingerprint. */
+/* Maps every shard and checks that they share a vocabulary and tokenizer (their headers alone). */
 static int map_shards(Loader *l, const ShardPaths *paths, const char *spec, uint32_t model_vocab, char *err) {
     l->shards = calloc(paths->n, sizeof *l->shards);
     if (!l->shards) {
@@ -102,6 +101,11 @@ static int map_shards(Loader *l, const ShardPaths *paths, const char *spec, uint
         l->num_tokens += h->num_tokens;
     }
     l->shard_vocab = l->shards[0].map.hdr.vocab_size;
+    return 0;
+}
+
+/* One pass over the shards' tokens: each checked against model_vocab and hashed for the fingerprint. */
+static int check_tokens(Loader *l, uint32_t model_vocab, char *err) {
     enum { CHUNK = 1 << 16 };
     uint32_t *buf = malloc(CHUNK * sizeof *buf);
     if (!buf) {
@@ -154,6 +158,19 @@ int loader_open(Loader *l, const char *spec, uint32_t model_vocab, int B, int T,
         s->windows = s->map.hdr.num_tokens > 0 ? (s->map.hdr.num_tokens - 1) / (uint64_t)T : 0;
         l->total_windows += s->windows;
     }
+    /* 4 bytes a window in the order: a 100-billion-token corpus at T = 1024 takes 390 MB a rank.
+     * Said before the pass over the tokens, which would take minutes at this size. */
+    if (l->total_windows > UINT32_MAX) {
+        snprintf(err, ERR_LEN, "%s holds %llu windows of %lld tokens, more than one run orders (%u): raise -t, or "
+                 "train on part of the shards at a time", spec, (unsigned long long)l->total_windows, (long long)T + 1,
+                 UINT32_MAX);
+        loader_close(l);
+        return -1;
+    }
+    if (check_tokens(l, model_vocab, err) != 0) {
+        loader_close(l);
+        return -1;
+    }
     l->num_batches = l->total_windows / (uint64_t)B / ((uint64_t)world * accum) * accum;
     if (l->num_batches == 0) {
         char what[ERR_LEN];
@@ -171,7 +188,7 @@ int loader_open(Loader *l, const char *spec, uint32_t model_vocab, int B, int T,
         loader_close(l);
         return LOADER_TOO_SHORT;
     }
-    l->order = malloc(l->total_windows * sizeof(uint64_t));
+    l->order = malloc(l->total_windows * sizeof *l->order);
     if (!l->order) {
         snprintf(err, ERR_LEN, "out of memory for the batch order of %s", spec);
         loader_close(l);

@@ -38,7 +38,7 @@ typedef struct {
     uint64_t seed;
     uint64_t total_windows; /* in all shards */
     uint64_t num_batches;   /* this rank's batches per epoch */
-    uint64_t *order;        /* every window index, in this epoch's order */
+    uint32_t *order;        /* every window index, in this epoch's order (at most 2^32 - 1 windows) */
     uint64_t epoch, position;
     /* set by loader_next_batch when a token is no longer below its bound: the shard changed on disk
      * since the loader checked it (the batch then holds 0 there); the caller stops */

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -310,6 +311,26 @@ TEST(loader_rejects_a_shard_too_small_for_one_batch) {
     Loader l;
     CHECK(loader_open(&l, path, 1000, 4, 64, 0, 1, 1, 1, 1, err) == LOADER_TOO_SHORT && strstr(err, "too few for a batch"), "%s",
           err);
+}
+
+/* The window order takes 4 bytes a window, so a corpus of 2^32 windows or more is refused, before the
+ * pass over its tokens. The shard here holds 2^32 + 2 tokens of 2 bytes (8 GB), windows of T = 1 each:
+ * a sparse file, which takes no disk. */
+TEST(loader_refuses_more_windows_than_its_order_holds_before_reading_the_tokens) {
+    char path[700], err[ERR_LEN];
+    path_in_tmp(path, sizeof path, "huge.bin");
+    REQUIRE(write_pattern_shard(path, 10, 1000, 1) == 0, "write");
+    const uint64_t n = (1ull << 32) + 2;
+    FILE *f = fopen(path, "r+b");
+    REQUIRE(f && fseek(f, 24, SEEK_SET) == 0 && fwrite(&n, sizeof n, 1, f) == 1 && fclose(f) == 0, "patching %s", path);
+    REQUIRE(truncate(path, (off_t)(SHARD_HEADER_BYTES + 2 * n)) == 0, "growing %s", path);
+    struct stat sb;
+    REQUIRE(stat(path, &sb) == 0 && (uint64_t)sb.st_blocks * 512 < (1u << 20), "%s is not sparse here", path);
+    Loader l;
+    CHECK(loader_open(&l, path, 1000, 1, 1, 0, 1, 1, 1, 1, err) == -1 &&
+              strstr(err, "holds 4294967297 windows of 2 tokens, more than one run orders (4294967295): raise -t"),
+          "%s", err);
+    remove(path);
 }
 
 TEST(the_hash_over_pieces_is_the_hash_of_their_concatenation_and_keeps_its_values) {
