@@ -49,7 +49,7 @@
 typedef struct {
     const char *preset, *family;
     int layers, heads, dim, max_seq_len;
-    int kv_heads, head_dim, ffn_dim, sliding_window;
+    int kv_heads, head_dim, ffn_dim, sliding_window, query_pre_attn_scalar;
     int vocab, batch, seq_len, total_batch, steps;
     float lr, lr_final, weight_decay, grad_clip;
     float z_loss, logit_softcap, label_smoothing;
@@ -112,6 +112,8 @@ static const OptSpec options[] = {
     {0, "ffn-dim", OPT_INT, O(ffn_dim), "0", "F", "MLP hidden width (0: the preset's, or 4C)"},
     {0, "sliding-window", OPT_INT, O(sliding_window), "0", "W",
      "gemma3: its sliding layers' query t sees keys t-W+1..t (0: the preset's, or 4096)"},
+    {0, "query-pre-attn-scalar", OPT_INT, O(query_pre_attn_scalar), "0", "S",
+     "gemma3: attention scores scaled by S^-1/2 (0: the preset's, or 256; Gemma 3 27B's is 168)"},
     {0, "untied-head", OPT_FLAG, O(untied_head), "0", "",
      "llama, qwen2, qwen3, gemma3: the output layer gets its own matrix (lm_head.weight), not the token embedding"},
     {0, "max-seq-len", OPT_INT, O(max_seq_len), "1024", "T",
@@ -450,6 +452,10 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->sliding_window < 0) bad("--sliding-window", "must be positive (0: the preset's)");
     if (opt->sliding_window && family != FAMILY_GEMMA3 && !opt->shape_from[0]) bad("--sliding-window", "needs --family gemma3 (the family with sliding layers)");
     if (opt->sliding_window) cfg->sliding_window = opt->sliding_window;
+    if (opt->query_pre_attn_scalar < 0) bad("--query-pre-attn-scalar", "must be positive (0: the preset's)");
+    if (opt->query_pre_attn_scalar && family != FAMILY_GEMMA3 && !opt->shape_from[0])
+        bad("--query-pre-attn-scalar", "needs --family gemma3 (the others scale by head_dim^-1/2)");
+    if (opt->query_pre_attn_scalar) cfg->query_pre_attn_scalar = (float)opt->query_pre_attn_scalar;
     /* beside a checkpoint, its config.json gives the family, and take_shape checks the flag against it */
     if (opt->untied_head && family == FAMILY_GPT2 && !opt->shape_from[0])
         bad("--untied-head", "needs --family llama, qwen2, qwen3 or gemma3 (GPT-2's output layer is its token embedding)");
@@ -641,6 +647,11 @@ static int take_shape(const Options *opt, GPTConfig *cfg) {
         else /* the preset's shape: the checkpoint gives the whole shape without it */
             print_error("%s has %s %d but the preset -e gives %d (leave out -e: the checkpoint gives the shape)", from,
                         fields[i].what, fields[i].theirs, fields[i].ours);
+        return -1;
+    }
+    if (opt->query_pre_attn_scalar && hf.query_pre_attn_scalar != cfg->query_pre_attn_scalar) {
+        print_error("%s has query_pre_attn_scalar %g but the flags give %g (leave out --query-pre-attn-scalar: the "
+                    "checkpoint gives it)", from, (double)hf.query_pre_attn_scalar, (double)cfg->query_pre_attn_scalar);
         return -1;
     }
     if (opt->untied_head && !hf.untied_head) {

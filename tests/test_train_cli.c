@@ -97,7 +97,7 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("--warmup -2147483648", "--warmup must be 0 or more");
     expect_usage_error("-b -99999999999999999999", "-b/--batch must be positive");
     static const char *const int_flags[] = {
-        "--layers", "--heads", "--dim", "--kv-heads", "--head-dim", "--ffn-dim", "--sliding-window",
+        "--layers", "--heads", "--dim", "--kv-heads", "--head-dim", "--ffn-dim", "--sliding-window", "--query-pre-attn-scalar",
         "--max-seq-len", "-v", "-b", "-t", "-d", "-x", "--warmup", "-n", "--keep-checkpoints", "--val-every",
         "--val-batches", "-s", "-G", "--logits-mb", "-g", "--nodes", "--node-rank", "--bucket-mb",
         "--recompute-gelu", "--profile-step", "--step-parts"};
@@ -280,6 +280,8 @@ TEST(a_family_flag_the_run_cannot_honour_is_a_usage_error_naming_it) {
         {"--kv-heads 1", "need --family llama, qwen2, qwen3 or gemma3"},
         {"--family llama --sliding-window 8", "--sliding-window needs --family gemma3"},
         {"--family gemma3 --sliding-window -1", "--sliding-window must be positive"},
+        {"--family llama --query-pre-attn-scalar 168", "--query-pre-attn-scalar needs --family gemma3"},
+        {"--family gemma3 --query-pre-attn-scalar -1", "--query-pre-attn-scalar must be positive"},
         {"--family llama --kv-heads 3", "--kv-heads 3 must divide --heads 2"},
         /* the preset's kv heads, named as the preset's */
         {"-e qwen3-0.6b --layers 1 --dim 96 --heads 6", "--kv-heads 8 must divide --heads 6 (the preset's: pass --kv-heads)"},
@@ -1804,4 +1806,30 @@ TEST(a_corpus_prepared_in_parts_with_one_tokenizer_trains_as_one_pattern) {
     const int rc = run_train(args, &out);
     CHECK(rc == 0 && strstr(out, want) && strstr(out, "step     2 | val loss"), "exit %d: %s", rc, out);
     free(out);
+}
+
+/* --query-pre-attn-scalar sets Gemma 3's attention scale from scratch (27B's 168, where the others'
+ * are 256): the run says it, its config.json carries it, --init-from takes it back, and a checkpoint
+ * of another value refuses the flag. */
+TEST(a_gemma3_from_scratch_takes_its_query_pre_attn_scalar_into_its_checkpoint) {
+    char train[700], val[700], args[2400], config[900], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+#define SMALL_GEMMA3 "--family gemma3 --layers 2 --kv-heads 1 --head-dim 16 --ffn-dim 64"
+    expect_run(0, "query_pre_attn_scalar 168;", NULL,
+               TINY_RUN " " SMALL_GEMMA3 " --query-pre-attn-scalar 168 -x 1 --val-every 0 -i %s -o %s/q", train, d);
+    snprintf(config, sizeof config, "%s/q/step_00000001/config.json", d);
+    char *json = read_text(config);
+    CHECK(json && strstr(json, "\"query_pre_attn_scalar\": 168,"), "%s: %s", config, json ? json : "(none)");
+    free(json);
+    expect_run(0, "query_pre_attn_scalar 168;", NULL,
+               "--device cpu -b 4 -t 32 -s 0 -x 1 --val-every 0 --init-from %s/q/step_00000001 -i %s -o %s/q2", d, train, d);
+    snprintf(args, sizeof args, "--device cpu -b 4 -t 32 -s 0 --query-pre-attn-scalar 100 -x 1 --val-every 0 --init-from %s/q/step_00000001 "
+             "-i %s -o %s/q3", d, train, d);
+    int rc = run_train(args, &out);
+    CHECK(rc == 1 && out && strstr(out, "has query_pre_attn_scalar 168 but the flags give 100 (leave out "
+                                        "--query-pre-attn-scalar: the checkpoint gives it)"),
+          "(%d) %s", rc, out ? out : "");
+    free(out);
+#undef SMALL_GEMMA3
 }
