@@ -199,8 +199,10 @@ TEST(hf_weights_config_of_another_model_is_refused_naming_the_field) {
     write_gpt2_config(test_tmpdir(), "");
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", test_tmpdir());
     REQUIRE((f = fopen(path, "w")) && fputs("[]\n", f) >= 0 && fclose(f) == 0, "writing %s", path);
-    char args[1200], *out = NULL;
-    snprintf(args, sizeof args, "eval --init-from %s -i /dev/null --device cpu", test_tmpdir());
+    char args[1200], shard[900], *out = NULL;
+    snprintf(shard, sizeof shard, "%s/eval.bin", test_tmpdir());
+    REQUIRE(write_pattern_shard(shard, 100, 300, 2) == 0, "%s", shard);
+    snprintf(args, sizeof args, "eval --init-from %s -i %s --device cpu", test_tmpdir(), shard);
     CHECK(run_train(args, &out) == 1 && out && strstr(out, "model.safetensors.index.json is not a JSON object, as a "
                                                            "Hugging Face model directory's model.safetensors.index.json is"),
           "an index that is an array: %s", out);

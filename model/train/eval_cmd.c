@@ -364,31 +364,37 @@ static int in_folder(const char *path, const char *dir) {
     return same_file(parent, dir);
 }
 
-/* The evaluation of the checkpoint that o names over the shards: 0, or 1 after the message. */
-static int evaluate(EvalOptions o, const EvalShards *shards) {
-    char dir[FGPT_PATH_LEN], err[ERR_LEN];
-    const size_t num_shards = shards->paths.n;
-    const char *const *shard = shards->paths.paths;
-    GPTConfig cfg;
-    if (checkpoint_dir_to_read(o.run, o.step, o.init_from, "--init-from", dir, err) != 0 ||
-        hf_read_config(dir, &cfg, err) != 0) {
+/* The checkpoint that o names: its directory into dir (FGPT_PATH_LEN bytes) and its config.json,
+ * with the flags that bear on it checked. 0, or 1 after the message. */
+static int find_model(const EvalOptions *o, char *dir, GPTConfig *cfg) {
+    char err[ERR_LEN];
+    if (checkpoint_dir_to_read(o->run, o->step, o->init_from, "--init-from", dir, err) != 0 ||
+        hf_read_config(dir, cfg, err) != 0) {
         print_error("%s", err);
         return 1;
     }
-    if (o.logit_softcap > 0.0f) {
-        if (cfg.logit_softcap != 0.0f && cfg.logit_softcap != o.logit_softcap) {
+    if (o->logit_softcap > 0.0f) {
+        if (cfg->logit_softcap != 0.0f && cfg->logit_softcap != o->logit_softcap) {
             print_error("--logit-softcap %g differs from the final_logit_softcapping %g of the model in %s "
                         "(drop the flag: the model's own cap applies)",
-                        (double)o.logit_softcap, (double)cfg.logit_softcap, dir);
+                        (double)o->logit_softcap, (double)cfg->logit_softcap, dir);
             return 1;
         }
-        cfg.logit_softcap = o.logit_softcap;
+        cfg->logit_softcap = o->logit_softcap;
     }
-    if (o.seq_len > cfg.max_seq_len) {
-        print_error("-t %d is above the context of the model in %s (pass -t %d or less)", o.seq_len, dir,
-                    cfg.max_seq_len);
+    if (o->seq_len > cfg->max_seq_len) {
+        print_error("-t %d is above the context of the model in %s (pass -t %d or less)", o->seq_len, dir,
+                    cfg->max_seq_len);
         return 1;
     }
+    return 0;
+}
+
+/* The evaluation of the model in dir over the shards: 0, or 1 after the message. */
+static int evaluate(EvalOptions o, const char *dir, GPTConfig cfg, const EvalShards *shards) {
+    char err[ERR_LEN];
+    const size_t num_shards = shards->paths.n;
+    const char *const *shard = shards->paths.paths;
     /* the file, and the temporary name it is written under, must be neither a shard nor in the
      * checkpoint's folder, through links included */
     char tmp[FGPT_PATH_LEN + 8] = ""; /* the per-token file's temporary name while it is written */
@@ -529,12 +535,16 @@ int eval_main(int argc, char **argv) {
         if (o.help && !status) usage(stdout); /* a bad flag beside --help gets its one line, as ./train's do */
         return status;
     }
+    /* the model first, then the shards' headers, before the weights and the tokens are read */
+    char dir[FGPT_PATH_LEN];
+    GPTConfig cfg;
+    if ((status = find_model(&o, dir, &cfg)) != 0) return status;
     EvalShards shards;
     if ((status = open_shards(o.data, &shards)) != 0) {
         eval_shards_free(&shards);
         return status;
     }
-    status = evaluate(o, &shards);
+    status = evaluate(o, dir, cfg, &shards);
     eval_shards_free(&shards);
     return status;
 }
