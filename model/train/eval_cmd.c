@@ -4,8 +4,8 @@
  * The checkpoint is any the trainer reads with --init-from (a Hugging Face directory: ours or the
  * original's), or a run's, as `./train sample` finds it. Each shard is cut into consecutive windows
  * (model/train/eval.h; none spans two shards, as in training) that the backend's forward runs B at a
- * time; a line per shard precedes the mean over all of them when there are several; the last line is the result,
- * for scripts: `loss <mean> ppl <exp(mean)> tokens <targets>`, with `objective <mean>` after the loss
+ * time. Several shards get a line each before the last, which is the result over all of them, for
+ * scripts: `loss <mean> ppl <exp(mean)> tokens <targets>`, with `objective <mean>` after the loss
  * when --z-loss or --label-smoothing asks for one. --per-token FILE writes each target's loss. */
 #include "model/train/eval_cmd.h"
 
@@ -215,8 +215,8 @@ static int parse(EvalOptions *o, int argc, char **argv) {
 
 /* 1 after the message when the checkpoint in dir carries a tokenizer.json that is not the one
  * that made the shard at path (made_by: its header's fingerprint; the shards of a pattern share
- * theirs): the loss would be of other text. One
- * with more tokens than the weights' vocabulary V is not theirs at all, and is named as such. */
+ * theirs): the loss would be of other text. One with more tokens than the weights' vocabulary V is
+ * not theirs at all, and is named as such. */
 static int made_by_other_tokenizer(const char *path, uint64_t made_by, const char *dir, int V) {
     char tok_path[FGPT_PATH_LEN], err[ERR_LEN];
     if (!made_by || !file_in_dir(tok_path, dir, "tokenizer.json")) return 0;
