@@ -236,14 +236,7 @@ void loader_next_batch(Loader *l, int *inputs, int *targets) {
         const uint32_t width = s->map.hdr.bytes_per_token;
         const unsigned char *p = s->map.tokens + (w - s->first_window) * (uint64_t)T * width;
         for (int t = 0; t <= T; t++) {
-            uint32_t tok = 0;
-            if (width == 2) {
-                uint16_t t16;
-                memcpy(&t16, p + 2 * (size_t)t, 2);
-                tok = t16;
-            } else {
-                memcpy(&tok, p + 4 * (size_t)t, 4);
-            }
+            uint32_t tok = shard_token_at(p, width, (uint64_t)t);
             /* checked when the loader opened, but a file written over in place shows through its mapping */
             if (tok >= s->limit) {
                 if (!l->changed[0])

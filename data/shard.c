@@ -352,16 +352,8 @@ uint32_t shard_token_limit(const ShardHeader *hdr, uint32_t model_vocab) {
 int shard_decode_checked(const ShardHeader *hdr, const char *path, const void *src, uint64_t first, size_t count,
                          uint32_t model_vocab, uint32_t *out, char *err) {
     const uint32_t limit = shard_token_limit(hdr, model_vocab);
-    const unsigned char *p = src;
     for (size_t j = 0; j < count; j++) {
-        uint32_t tok;
-        if (hdr->bytes_per_token == 2) {
-            uint16_t t16;
-            memcpy(&t16, p + 2 * j, 2);
-            tok = t16;
-        } else {
-            memcpy(&tok, p + 4 * j, 4);
-        }
+        const uint32_t tok = shard_token_at(src, hdr->bytes_per_token, j);
         if (tok >= limit) {
             bad_token_message(hdr, path, tok, first + j, model_vocab, err);
             return -1;

@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/err.h"
 
@@ -76,6 +77,19 @@ int shard_read(const char *path, uint32_t model_vocab, uint32_t **tokens, uint64
 /* What every token of the shard is below: the model's vocabulary, or the smaller one our header
  * records (llm.c's files record none; their tokens stay below the largest vocabulary a model takes). */
 uint32_t shard_token_limit(const ShardHeader *hdr, uint32_t model_vocab);
+
+/* Token i of a shard's tokens as the file stores them, bytes_per_token (2 or 4) bytes each. Inline:
+ * the loader calls it for every token of every batch. */
+static inline uint32_t shard_token_at(const unsigned char *tokens, uint32_t bytes_per_token, uint64_t i) {
+    if (bytes_per_token == 2) {
+        uint16_t t16;
+        memcpy(&t16, tokens + 2 * i, 2);
+        return t16;
+    }
+    uint32_t t32;
+    memcpy(&t32, tokens + 4 * i, 4);
+    return t32;
+}
 
 /* Decodes count tokens of a shard, the first of them its token number `first`, from src (as the
  * file stores them: hdr->bytes_per_token bytes each) into out, with shard_read's checks. 0, or -1
