@@ -6,8 +6,10 @@
  * separator takes its place, and each document gets its post-processor's tokens (Llama 3's BOS).
  * The tokenizer is trained on all of it; the last ~val_fraction of the bytes, starting at a
  * document boundary, becomes the validation shard. Shards are written through data/shard.h with the vocabulary size the tokenizer
- * reached (which can be below the one asked for on a small corpus). */
+ * reached (which can be below the one asked for on a small corpus). With --shard-tokens the text
+ * is streamed instead (data/prepare_stream.c); data/prepare_internal.h is what the two share. */
 #include "data/prepare.h"
+#include "data/prepare_internal.h"
 #include "common/cli_word.h"
 #include "common/err.h"
 #include "common/paths.h"
@@ -22,6 +24,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <dirent.h>
 #include <time.h>
 
 #include "data/corpus.h"
@@ -31,34 +34,24 @@
 #define PREPARE_DEFAULT_VOCAB 50257u
 #define PREPARE_DEFAULT_VAL 0.01
 
-typedef struct {
-    uint32_t vocab;
-    double val_fraction;
-    int threads;
-    const char *tokenizer_in; /* encode with this tokenizer instead of training one */
-} PrepareOptions;
-
-static double seconds(void) {
+double prepare_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Room kept after a file's name for the staging suffixes its writes add (".new", then ".tmp"). */
-#define STAGING_ROOM 8
-
-static int path_join(char *dst, const char *dir, const char *name, char *err) {
+int prepare_path_join(char *dst, const char *dir, const char *name, char *err) {
     const size_t n = strlen(dir);
     const char *slash = n && dir[n - 1] == '/' ? "" : "/"; /* -o mydata/ gives mydata/train.bin */
-    if ((size_t)snprintf(dst, PREPARE_PATH_LEN, "%s%s%s", dir, slash, name) >= PREPARE_PATH_LEN - STAGING_ROOM) {
+    if ((size_t)snprintf(dst, PREPARE_PATH_LEN, "%s%s%s", dir, slash, name) >= PREPARE_PATH_LEN - PREPARE_STAGING_ROOM) {
         fgpt_set_err(err, "path %s/%s is longer than %d bytes; use a shorter folder", dir, name,
-                     PREPARE_PATH_LEN - STAGING_ROOM - 1);
+                     PREPARE_PATH_LEN - PREPARE_STAGING_ROOM - 1);
         return -1;
     }
     return 0;
 }
 
-static int make_dirs_or_err(const char *path, char *err) {
+int prepare_make_dirs(const char *path, char *err) {
     if (make_dirs(path) != 0) {
         fgpt_set_err(err, "cannot create folder %s: %s (choose a writable place)", path, strerror(errno));
         return -1;
@@ -68,7 +61,7 @@ static int make_dirs_or_err(const char *path, char *err) {
 
 /* A folder this prepare made and then failed to fill: its lock goes, and the folder if nothing else
  * is in it (rmdir refuses otherwise), so that a failed run leaves nothing behind. */
-static void remove_made_folder(const char *dir) {
+void prepare_remove_made_folder(const char *dir) {
     char lock[PREPARE_PATH_LEN + 8];
     snprintf(lock, sizeof lock, "%s/.lock", dir);
     unlink(lock);
@@ -77,7 +70,7 @@ static void remove_made_folder(const char *dir) {
 
 /* Refuses an output folder that cannot be made or written into, before the text is read or a
  * tokenizer trained: the nearest part of the path that exists must be a writable folder. */
-static int check_out_dir(const char *dir, char *err) {
+int prepare_check_out_dir(const char *dir, char *err) {
     char path[PREPARE_PATH_LEN];
     if ((size_t)snprintf(path, sizeof path, "%s", dir) >= sizeof path) {
         fgpt_set_err(err, "prepare -o: the path is longer than %d bytes; use a shorter folder", PREPARE_PATH_LEN - 1);
@@ -122,72 +115,134 @@ static int same_file_bytes(const char *a, const char *b) {
     return same;
 }
 
-/* The three files prepare writes replace files of those names in -o, so each name must be free, an
- * empty file, or a regular file of prepare's kind: for the shards, one of our shards; for the
- * tokenizer, one of an earlier prepare's set (one of our shards beside it) or the very file given as
- * --tokenizer (`given`, NULL when prepare trains one). Anything else there (another tool's data or a
- * model's own tokenizer under a common name, a folder, a pipe) is refused before any work, rather
- * than overwritten, or found only at the renames with part of the new set in place. A tokenizer of
- * the other kind (other_name), which prepare removes once the new set is in, must be an earlier
- * set's too: a checkpoint's or a model folder's tokenizer.json is never removed. */
-static int check_replaceable(const char *dir, const char *tokenizer_name, const char *other_name, const char *given,
-                             char *err) {
-    const char *const names[] = {"train.bin", "val.bin", tokenizer_name};
-    int our_set = 0; /* a shard there is one of ours */
-    for (int k = 0; k < 3; k++) {
-        char path[PREPARE_PATH_LEN], staged[PREPARE_PATH_LEN + 8];
-        if (path_join(path, dir, names[k], err) != 0) return -1;
-        struct stat sb;
-        /* the name each is written under first: a file there is a stopped prepare's, to overwrite */
-        snprintf(staged, sizeof staged, "%s.new", path);
-        if (lstat(staged, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-            fgpt_set_err(err, "prepare -o %s: %s is %s, where prepare stages its %s (move it, or pass another -o)", dir,
-                         staged, S_ISDIR(sb.st_mode) ? "a folder" : "no regular file", k < 2 ? "shard" : "tokenizer");
-            return -1;
-        }
-        if (stat(path, &sb) != 0) {
-            if (errno == ENOENT) continue;
-            fgpt_set_err(err, "prepare -o %s: cannot check %s: %s (move it, or pass another -o)", dir, path,
-                         strerror(errno));
-            return -1;
-        }
-        if (!S_ISREG(sb.st_mode)) {
-            fgpt_set_err(err, "prepare -o %s: %s is %s, where prepare writes its %s (move it, or pass another -o)", dir,
-                         path, S_ISDIR(sb.st_mode) ? "a folder" : "no regular file (a pipe, device or socket)",
-                         k < 2 ? "shard" : "tokenizer");
-            return -1;
-        }
-        if (sb.st_size == 0) continue;
-        if (k == 2) {
-            if (our_set || (given && same_file_bytes(path, given))) continue;
-            fgpt_set_err(err, "prepare -o %s: %s is not the tokenizer of an earlier prepare there (no shard of "
-                         "fusedgpt's beside it), and prepare would replace it with %s (move it, or pass another -o)",
-                         dir, path, given ? given : "the one it trains");
-            return -1;
-        }
-        FILE *f = fopen(path, "rb");
-        unsigned char head[8];
-        const size_t got = f ? fread(head, 1, sizeof head, f) : 0;
-        if (!f) {
-            fgpt_set_err(err, "prepare -o %s: cannot read %s: %s (move it, or pass another -o)", dir, path,
-                         strerror(errno));
-            return -1;
-        }
-        fclose(f);
-        if (got == sizeof head && memcmp(head, SHARD_MAGIC, 8) == 0) {
-            our_set = 1;
-            continue;
-        }
-        int32_t magic = 0;
-        if (got >= 4) memcpy(&magic, head, 4);
-        fgpt_set_err(err, "prepare -o %s: %s holds %s, which prepare would replace with its own shard (move it, or "
-                     "pass another -o)", dir, path, magic == LLMC_MAGIC_GPT2 || magic == LLMC_MAGIC_LLAMA3
-                     ? "an llm.c shard" : "no token shard of fusedgpt's");
+/* A numbered shard's name, "<train|val>_<six digits>.bin", staged as ".new" and written as
+ * ".new.tmp" (data/shard.h's writer). 1 when name is one, with its kind, index and stage. */
+typedef struct {
+    int val;        /* val_ rather than train_ */
+    uint64_t index; /* its number */
+    int staged;     /* .new or .new.tmp */
+} NumberedName;
+
+static int numbered_name(const char *name, NumberedName *n) {
+    const char *p = name;
+    if (!strncmp(p, "train_", 6)) n->val = 0, p += 6;
+    else if (!strncmp(p, "val_", 4)) n->val = 1, p += 4;
+    else return 0;
+    if (strspn(p, "0123456789") != 6) return 0;
+    n->index = strtoull(p, NULL, 10);
+    p += 6;
+    if (!strcmp(p, ".bin")) n->staged = 0;
+    else if (!strcmp(p, ".bin.new") || !strcmp(p, ".bin.new.tmp")) n->staged = 1;
+    else return 0;
+    return 1;
+}
+
+/* The numbered shards' names in dir, by a callback (name, what it is); stops at a callback's -1. */
+static int each_numbered(const char *dir, int (*fn)(const char *dir, const char *name, const NumberedName *n,
+                                                    void *ctx), void *ctx) {
+    DIR *d = opendir(dir);
+    if (!d) return 0; /* a folder not made yet holds none */
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+        NumberedName n;
+        if (numbered_name(e->d_name, &n)) rc = fn(dir, e->d_name, &n, ctx);
+    }
+    closedir(d);
+    return rc;
+}
+
+/* One name prepare's set writes or replaces must be free, an empty file, or a regular file of
+ * prepare's kind: a shard, one of ours (*our_set then says so); the tokenizer, one of an earlier
+ * prepare's set (our_set) or the very file given as --tokenizer (`given`). */
+static int check_one_name(const char *dir, const char *name, int shard, const char *given, int *our_set, char *err) {
+    char path[PREPARE_PATH_LEN], staged[PREPARE_PATH_LEN + 8];
+    if (prepare_path_join(path, dir, name, err) != 0) return -1;
+    struct stat sb;
+    /* the name each is written under first: a file there is a stopped prepare's, to overwrite */
+    snprintf(staged, sizeof staged, "%s.new", path);
+    if (lstat(staged, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fgpt_set_err(err, "prepare -o %s: %s is %s, where prepare stages its %s (move it, or pass another -o)", dir,
+                     staged, S_ISDIR(sb.st_mode) ? "a folder" : "no regular file", shard ? "shard" : "tokenizer");
         return -1;
     }
+    if (stat(path, &sb) != 0) {
+        if (errno == ENOENT) return 0;
+        fgpt_set_err(err, "prepare -o %s: cannot check %s: %s (move it, or pass another -o)", dir, path,
+                     strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        fgpt_set_err(err, "prepare -o %s: %s is %s, where prepare writes its %s (move it, or pass another -o)", dir,
+                     path, S_ISDIR(sb.st_mode) ? "a folder" : "no regular file (a pipe, device or socket)",
+                     shard ? "shard" : "tokenizer");
+        return -1;
+    }
+    if (sb.st_size == 0) return 0;
+    if (!shard) {
+        if (*our_set || (given && same_file_bytes(path, given))) return 0;
+        fgpt_set_err(err, "prepare -o %s: %s is not the tokenizer of an earlier prepare there (no shard of "
+                     "fusedgpt's beside it), and prepare would replace it with %s (move it, or pass another -o)",
+                     dir, path, given ? given : "the one it trains");
+        return -1;
+    }
+    FILE *f = fopen(path, "rb");
+    unsigned char head[8];
+    const size_t got = f ? fread(head, 1, sizeof head, f) : 0;
+    if (!f) {
+        fgpt_set_err(err, "prepare -o %s: cannot read %s: %s (move it, or pass another -o)", dir, path,
+                     strerror(errno));
+        return -1;
+    }
+    fclose(f);
+    if (got == sizeof head && memcmp(head, SHARD_MAGIC, 8) == 0) {
+        *our_set = 1;
+        return 0;
+    }
+    int32_t magic = 0;
+    if (got >= 4) memcpy(&magic, head, 4);
+    fgpt_set_err(err, "prepare -o %s: %s holds %s, which prepare's set would replace (move it, or pass another -o)",
+                 dir, path, magic == LLMC_MAGIC_GPT2 || magic == LLMC_MAGIC_LLAMA3 ? "an llm.c shard"
+                                                                                   : "no token shard of fusedgpt's");
+    return -1;
+}
+
+typedef struct {
+    int *our_set;
+    char *err;
+} NumberedCheck;
+
+static int check_numbered(const char *dir, const char *name, const NumberedName *n, void *ctx) {
+    NumberedCheck *c = ctx;
+    if (!n->staged) return check_one_name(dir, name, 1, NULL, c->our_set, c->err);
+    char path[PREPARE_PATH_LEN];
+    struct stat sb;
+    if (prepare_path_join(path, dir, name, c->err) != 0) return -1;
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fgpt_set_err(c->err, "prepare -o %s: %s is %s, where prepare stages its shards (move it, or pass another -o)",
+                     dir, path, S_ISDIR(sb.st_mode) ? "a folder" : "no regular file");
+        return -1;
+    }
+    return 0;
+}
+
+/* The files prepare writes replace files of those names in -o, and those it removes once the new
+ * set is in (data/prepare_internal.h) must be an earlier set's, so each name must pass
+ * check_one_name. Anything else there (another tool's data or a model's own tokenizer under a
+ * common name, a folder, a pipe) is refused before any work, rather than overwritten, or found only
+ * at the renames with part of the new set in place. A tokenizer of the other kind (other_name) must
+ * be an earlier set's too: a checkpoint's or a model folder's tokenizer.json is never removed. */
+int prepare_check_replaceable(const char *dir, const char *tokenizer_name, const char *other_name, const char *given,
+                              char *err) {
+    int our_set = 0; /* a shard there is one of ours */
+    NumberedCheck numbered = {&our_set, err};
+    if (check_one_name(dir, "train.bin", 1, NULL, &our_set, err) != 0 ||
+        check_one_name(dir, "val.bin", 1, NULL, &our_set, err) != 0 ||
+        each_numbered(dir, check_numbered, &numbered) != 0 ||
+        check_one_name(dir, tokenizer_name, 0, given, &our_set, err) != 0)
+        return -1;
     char other[PREPARE_PATH_LEN];
     struct stat sb;
-    if (path_join(other, dir, other_name, err) != 0) return -1;
+    if (prepare_path_join(other, dir, other_name, err) != 0) return -1;
     if (!our_set && lstat(other, &sb) == 0) {
         fgpt_set_err(err, "prepare -o %s: %s is not the tokenizer of an earlier prepare there (no shard of fusedgpt's "
                      "beside it), and prepare's set would sit beside it with %s (move it, or pass another -o)", dir,
@@ -197,22 +252,74 @@ static int check_replaceable(const char *dir, const char *tokenizer_name, const 
     return 0;
 }
 
+typedef struct {
+    uint64_t keep[2]; /* numbered shards of each kind the new set holds */
+    int removed, failed;
+    char first_failed[PREPARE_PATH_LEN];
+} EarlierSet;
+
+static void remove_earlier_file(const char *path, EarlierSet *e) {
+    if (unlink(path) == 0) e->removed++;
+    else if (errno != ENOENT && e->failed++ == 0) snprintf(e->first_failed, sizeof e->first_failed, "%s", path);
+}
+
+static int remove_numbered(const char *dir, const char *name, const NumberedName *n, void *ctx) {
+    EarlierSet *e = ctx;
+    char path[PREPARE_PATH_LEN];
+    char err[ERR_LEN];
+    if ((n->staged || n->index >= e->keep[n->val]) && prepare_path_join(path, dir, name, err) == 0)
+        remove_earlier_file(path, e);
+    return 0;
+}
+
+void prepare_remove_earlier_set(const char *dir, int numbered, uint64_t n_train, uint64_t n_val,
+                                const char *other_name, const char *tokenizer_path) {
+    EarlierSet e = {{numbered ? n_train : 0, numbered ? n_val : 0}, 0, 0, ""};
+    char path[PREPARE_PATH_LEN], err[ERR_LEN];
+    each_numbered(dir, remove_numbered, &e);
+    for (int k = 0; numbered && k < 2; k++)
+        if (prepare_path_join(path, dir, k ? "val.bin" : "train.bin", err) == 0) remove_earlier_file(path, &e);
+    if (e.removed)
+        fprintf(stderr, "prepare: removed %d shard file(s) of an earlier set from %s\n", e.removed, dir);
+    if (e.failed)
+        fprintf(stderr, "prepare: note: cannot remove %d shard file(s) of an earlier set (the first: %s): delete "
+                "them, as they are not the new set's\n", e.failed, e.first_failed);
+    /* an earlier set's tokenizer of the other kind would sit beside shards it did not make */
+    if (prepare_path_join(path, dir, other_name, err) == 0 && access(path, F_OK) == 0) {
+        if (unlink(path) == 0)
+            fprintf(stderr, "prepare: removed %s, the earlier set's tokenizer (the new shards are %s's)\n", path,
+                    tokenizer_path);
+        else
+            fprintf(stderr, "prepare: note: cannot remove %s, the earlier set's tokenizer (%s): the new shards are %s's\n",
+                    path, strerror(errno), tokenizer_path);
+    }
+}
+
+FILE *prepare_open_text(const char *path, char *err) {
+    char why[ERR_LEN];
+    FILE *f = open_regular(path, why);
+    if (f) return f;
+    if (why[0])
+        fgpt_set_err(err, "%s", why);
+    else if (errno == EISDIR)
+        fgpt_set_err(err, "%s is a folder, not a text file: pass the files in it (e.g. %s/*.txt)", path, path);
+    else
+        fgpt_set_err(err, "cannot open text file %s: %s (check the path)", path, strerror(errno));
+    return NULL;
+}
+
+void prepare_zero_byte_err(const char *path, uint64_t at, char *err) {
+    fgpt_set_err(err, "%s holds a zero byte (at byte %llu): it is not UTF-8 text (a binary file, or UTF-16: convert it "
+                 "to UTF-8)", path, (unsigned long long)at);
+}
+
 /* Appends a file to *buf; -1 + message when it cannot be read, or, with `text_only`, as soon as a
  * zero byte is read: no UTF-8 text holds one, so it is a binary file (read no further: it may be
  * larger than memory) or UTF-16 text. */
 static int append_file(const char *path, int text_only, char **buf, size_t *len, size_t *cap, char *err) {
     const size_t start = *len;
-    char why[ERR_LEN];
-    FILE *f = open_regular(path, why);
-    if (!f) {
-        if (why[0])
-            fgpt_set_err(err, "%s", why);
-        else if (errno == EISDIR)
-            fgpt_set_err(err, "%s is a folder, not a text file: pass the files in it (e.g. %s/*.txt)", path, path);
-        else
-            fgpt_set_err(err, "cannot open text file %s: %s (check the path)", path, strerror(errno));
-        return -1;
-    }
+    FILE *f = prepare_open_text(path, err);
+    if (!f) return -1;
     for (;;) {
         if (*cap - *len < (1 << 16)) {
             size_t c = *cap ? 2 * *cap : 1 << 20;
@@ -229,8 +336,7 @@ static int append_file(const char *path, int text_only, char **buf, size_t *len,
         const char *zero = text_only ? memchr(*buf + *len, 0, got) : NULL;
         if (zero) {
             fclose(f);
-            fgpt_set_err(err, "%s holds a zero byte (at byte %zu): it is not UTF-8 text (a binary file, or UTF-16: "
-                              "convert it to UTF-8)", path, (size_t)(zero - (*buf + start)));
+            prepare_zero_byte_err(path, (uint64_t)(zero - (*buf + start)), err);
             return -1;
         }
         *len += got;
@@ -245,17 +351,60 @@ static int append_file(const char *path, int text_only, char **buf, size_t *len,
     return 0;
 }
 
-/* A file the user gave as text. -1 + message. */
-static int append_text_file(const char *path, char **buf, size_t *len, size_t *cap, char *err) {
-    const size_t start = *len;
-    if (append_file(path, 1, buf, len, cap, err) != 0) return -1;
-    /* a few stray bytes are common in real text (Windows-1252 quotes) and train as bytes: named, not refused */
+int prepare_check_file_text(const Tokenizer *given, const char *path, const char *text, size_t len, uint64_t offset,
+                            uint64_t *stray, uint64_t *first_stray, char *err) {
+    char terr[ERR_LEN];
+    if (given && tokenizer_check_text(given, text, len, (size_t)offset, terr) != 0) {
+        fgpt_set_err(err, "%s: %s", path, terr);
+        return -1;
+    }
     size_t first = 0;
-    const size_t bad = corpus_invalid_utf8(*buf + start, *len - start, &first);
-    if (bad)
-        fprintf(stderr, "note: %s holds %zu byte(s) outside UTF-8 (the first at byte %zu): they are tokenized as bytes, "
-                "and samples print them as they are (convert the file to UTF-8 to avoid it)\n", path, bad, first);
+    const size_t bad = corpus_invalid_utf8(text, len, &first);
+    if (bad && *stray == 0) *first_stray = offset + first;
+    *stray += bad;
     return 0;
+}
+
+/* a few stray bytes are common in real text (Windows-1252 quotes) and train as bytes: named, not refused */
+void prepare_note_stray_bytes(const char *path, uint64_t stray, uint64_t first_stray) {
+    if (stray)
+        fprintf(stderr, "note: %s holds %llu byte(s) outside UTF-8 (the first at byte %llu): they are tokenized as "
+                "bytes, and samples print them as they are (convert the file to UTF-8 to avoid it)\n", path,
+                (unsigned long long)stray, (unsigned long long)first_stray);
+}
+
+/* A file the user gave as text, checked against the given tokenizer's normalizer. -1 + message. */
+static int append_text_file(const char *path, const Tokenizer *given, char **buf, size_t *len, size_t *cap,
+                            char *err) {
+    const size_t start = *len;
+    uint64_t stray = 0, first = 0;
+    if (append_file(path, 1, buf, len, cap, err) != 0 ||
+        prepare_check_file_text(given, path, *buf + start, *len - start, 0, &stray, &first, err) != 0)
+        return -1;
+    prepare_note_stray_bytes(path, stray, first);
+    return 0;
+}
+
+int prepare_lock_out_dir(const char *dir, char *err) {
+    const int lock = lock_dir(dir);
+    if (lock >= 0) return lock;
+    if (errno == EWOULDBLOCK)
+        fgpt_set_err(err, "another prepare is writing into %s; wait for it to finish or pass another -o", dir);
+    else
+        fgpt_set_err(err, "cannot lock %s/.lock: %s (check the folder is writable)", dir, strerror(errno));
+    return -1;
+}
+
+void prepare_note_val_cut(double fraction, uint64_t cut, int imported, int exact, const char *eot, size_t eot_len) {
+    if (exact)
+        fprintf(stderr, "prepare: no document boundary near the last %g of the text: validation starts inside the "
+                "last document, at byte %llu%s\n", fraction, (unsigned long long)cut,
+                imported ? ", where the tokenizer's pieces are sure to end" : "");
+    else
+        fprintf(stderr, "note: no document boundary near the last %g of the text, and no place near it where this "
+                "tokenizer's pieces are sure to end: validation starts at byte %llu, where its first token(s) may "
+                "differ from those of the text whole (separate documents with %.*s to cut between them)\n",
+                fraction, (unsigned long long)cut, (int)eot_len, eot);
 }
 
 /* Byte where validation starts, near the target that leaves `fraction` of the bytes to it: the
@@ -324,31 +473,43 @@ static int wrap_documents(const Tokenizer *tok, int flags, uint32_t **ids, size_
     return 0;
 }
 
-/* Encodes one part (flags: which end of it the text goes on from, tokenizer.h), gives each of its
- * documents the post-processor's tokens, and writes it as a shard. */
-static int write_part(const Tokenizer *tok, const char *text, size_t len, int flags, int threads, const char *path,
-                      uint64_t *n_tokens, char *err) {
-    uint32_t *ids = NULL;
-    size_t n = 0;
+int prepare_encode_part(const Tokenizer *tok, const char *text, size_t len, int flags, int threads, uint32_t **ids,
+                        size_t *n, char *err) {
     char terr[ERR_LEN];
-    if (tokenizer_encode_parallel(tok, text, len, TOKENIZER_SPECIALS | TOKENIZER_DOCUMENTS | flags, threads, &ids, &n,
+    *ids = NULL;
+    *n = 0;
+    if (tokenizer_encode_parallel(tok, text, len, TOKENIZER_SPECIALS | TOKENIZER_DOCUMENTS | flags, threads, ids, n,
                                   terr) != 0) {
         fgpt_set_err(err, "%s", terr);
         return -1;
     }
-    if (wrap_documents(tok, flags, &ids, &n, err) != 0) {
-        free(ids);
+    if (wrap_documents(tok, flags, ids, n, err) != 0) {
+        free(*ids);
+        *ids = NULL;
         return -1;
     }
+    return 0;
+}
+
+/* Encodes one part and writes it as a shard. */
+static int write_part(const Tokenizer *tok, const char *text, size_t len, int flags, int threads, const char *path,
+                      uint64_t *n_tokens, char *err) {
+    uint32_t *ids;
+    size_t n;
+    if (prepare_encode_part(tok, text, len, flags, threads, &ids, &n, err) != 0) return -1;
     int rc = shard_write(path, ids, n, tokenizer_vocab_size(tok), tokenizer_fingerprint(tok), err);
     free(ids);
     *n_tokens = n;
     return rc;
 }
 
-/* Writes an imported tokenizer's tokenizer.json beside the shards, as it was read. */
-static int save_hf_json(const Tokenizer *tok, const char *path, char *err) {
+int prepare_save_tokenizer(const Tokenizer *tok, const char *path, char *err) {
     char terr[ERR_LEN];
+    if (!tokenizer_is_imported(tok)) {
+        if (tokenizer_save(tok, path, terr) == 0) return 0;
+        fgpt_set_err(err, "%s", terr);
+        return -1;
+    }
     size_t n;
     char *json = tokenizer_hf_json(tok, &n, terr);
     if (!json) {
@@ -379,10 +540,6 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
         fgpt_set_err(err, "the text is empty (0 bytes): give files that hold text");
         return -1;
     }
-    if (given && tokenizer_check_text(given, text, len, terr) != 0) {
-        fgpt_set_err(err, "%s", terr);
-        return -1;
-    }
     size_t eot_len = strlen(TOKENIZER_EOT_TEXT);
     const char *eot = given ? tokenizer_eot_text(given, &eot_len) : TOKENIZER_EOT_TEXT;
     int at_boundary;
@@ -411,22 +568,16 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
     }
     struct stat before;
     const int made_here = stat(out_dir, &before) != 0; /* a failed prepare takes back a folder it made */
-    if (make_dirs_or_err(out_dir, err) != 0 || path_join(out->train_path, out_dir, "train.bin", err) != 0 ||
-        path_join(out->val_path, out_dir, "val.bin", err) != 0 ||
-        path_join(out->tokenizer_path, out_dir, imported ? "tokenizer.json" : "tokenizer.bin", err) != 0)
+    if (prepare_make_dirs(out_dir, err) != 0 || prepare_path_join(out->train_path, out_dir, "train.bin", err) != 0 ||
+        prepare_path_join(out->val_path, out_dir, "val.bin", err) != 0 ||
+        prepare_path_join(out->tokenizer_path, out_dir, imported ? "tokenizer.json" : "tokenizer.bin", err) != 0)
         return -1;
     /* two prepares into one folder would stage and rename each other's files into a mixed set */
-    const int lock = lock_dir(out_dir);
-    if (lock < 0) {
-        if (errno == EWOULDBLOCK)
-            fgpt_set_err(err, "another prepare is writing into %s; wait for it to finish or pass another -o", out_dir);
-        else
-            fgpt_set_err(err, "cannot lock %s/.lock: %s (check the folder is writable)", out_dir, strerror(errno));
-        return -1;
-    }
+    const int lock = prepare_lock_out_dir(out_dir, err);
+    if (lock < 0) return -1;
     out->vocab_requested = opt->vocab;
     Tokenizer *tok;
-    double t0 = seconds();
+    double t0 = prepare_seconds();
     if (given) {
         tok = given;
         out->vocab_requested = tokenizer_vocab_size(tok);
@@ -438,23 +589,15 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
     if (!tok) {
         fgpt_set_err(err, "%s", terr);
         close(lock);
-        if (made_here) remove_made_folder(out_dir);
+        if (made_here) prepare_remove_made_folder(out_dir);
         return -1;
     }
     out->vocab_reached = tokenizer_vocab_size(tok);
     if (!given) {
         fprintf(stderr, "prepare: tokenizer has %u tokens (%u asked for) after %.1f s\n", out->vocab_reached, opt->vocab,
-                seconds() - t0);
+                prepare_seconds() - t0);
     }
-    if (!at_boundary && exact)
-        fprintf(stderr, "prepare: no document boundary near the last %g of the text: validation starts inside the "
-                "last document, at byte %zu%s\n", opt->val_fraction, cut,
-                imported ? ", where the tokenizer's pieces are sure to end" : "");
-    else if (!at_boundary)
-        fprintf(stderr, "note: no document boundary near the last %g of the text, and no place near it where this "
-                "tokenizer's pieces are sure to end: validation starts at byte %zu, where its first token(s) may differ "
-                "from those of the text whole (separate documents with %.*s to cut between them)\n",
-                opt->val_fraction, cut, (int)eot_len, eot);
+    if (!at_boundary) prepare_note_val_cut(opt->val_fraction, cut, imported, exact, eot, eot_len);
     /* the three files are written whole under staging names and renamed over the old ones only
      * when all are: a prepare stopped before that leaves the folder's earlier set as it was (and
      * staged files the next prepare overwrites), never new shards beside an old tokenizer */
@@ -463,7 +606,7 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
     snprintf(val_new, sizeof val_new, "%s.new", out->val_path);
     snprintf(tok_new, sizeof tok_new, "%s.new", out->tokenizer_path);
     uint64_t n_train = 0, n_val = 0;
-    t0 = seconds();
+    t0 = prepare_seconds();
     fprintf(stderr, "prepare: encoding %.1f MB (train) + %.2f MB (validation)\n", cut / 1e6, (len - cut) / 1e6);
     const int mid_start = imported ? TOKENIZER_MID_START : 0, mid_end = imported ? TOKENIZER_MID_END : 0;
     int rc = write_part(tok, text, cut, mid_end, opt->threads, train_new, &n_train, err);
@@ -471,7 +614,7 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
     if (rc == 0)
         fprintf(stderr, "prepare: %llu train + %llu validation tokens (%.3f tokens/byte) in %.1f s -> %s\n",
                 (unsigned long long)n_train, (unsigned long long)n_val, (double)(n_train + n_val) / (double)len,
-                seconds() - t0, out_dir);
+                prepare_seconds() - t0, out_dir);
     /* a shard of one token holds no target, and the trainer and eval refuse it */
     if (rc == 0 && n_train < 2) {
         fgpt_set_err(err, "the training part of the text holds %llu token(s), and a target needs 2 (%zu bytes in all); "
@@ -483,11 +626,7 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
                      "all); give more text or raise --val-fraction", (unsigned long long)n_val, len);
         rc = -1;
     }
-    if (rc == 0) {
-        const int saved = imported ? save_hf_json(tok, tok_new, err) : tokenizer_save(tok, tok_new, terr);
-        if (saved != 0 && !imported) fgpt_set_err(err, "%s", terr);
-        if (saved != 0) rc = -1;
-    }
+    if (rc == 0 && prepare_save_tokenizer(tok, tok_new, err) != 0) rc = -1;
     /* the tokenizer last: in the instant between renames the trainer refuses shards of a larger
      * vocabulary than the old tokenizer's, and names those of a smaller one */
     const char *staged[3] = {val_new, train_new, tok_new}, *final[3] = {out->val_path, out->train_path,
@@ -498,17 +637,9 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
                          strerror(errno));
             rc = -1;
         }
-    /* an earlier set's tokenizer of the other kind would sit beside shards it did not make */
-    char other[PREPARE_PATH_LEN], oerr[ERR_LEN];
-    if (rc == 0 && path_join(other, out_dir, imported ? "tokenizer.bin" : "tokenizer.json", oerr) == 0 &&
-        access(other, F_OK) == 0) {
-        if (unlink(other) == 0)
-            fprintf(stderr, "prepare: removed %s, the earlier set's tokenizer (the new shards are %s's)\n", other,
-                    out->tokenizer_path);
-        else
-            fprintf(stderr, "prepare: note: cannot remove %s, the earlier set's tokenizer (%s): the new shards are %s's\n",
-                    other, strerror(errno), out->tokenizer_path);
-    }
+    if (rc == 0)
+        prepare_remove_earlier_set(out_dir, 0, 0, 0, imported ? "tokenizer.bin" : "tokenizer.json",
+                                   out->tokenizer_path);
     /* the set is in place either way; without the sync a power loss soon after may undo the renames */
     if (rc == 0 && !sync_dir(out_dir))
         fprintf(stderr, "prepare: note: cannot sync the folder %s (%s): the new files are in place, but a power loss "
@@ -517,7 +648,7 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
         for (int k = 0; k < 3; k++) unlink(staged[k]);
     if (tok != given) tokenizer_free(tok);
     close(lock); /* releases it; the empty file stays, as a run's .lock does */
-    if (rc != 0 && made_here) remove_made_folder(out_dir);
+    if (rc != 0 && made_here) prepare_remove_made_folder(out_dir);
     return rc;
 }
 
@@ -564,8 +695,8 @@ static uint64_t text_hash(const char *s, size_t n) {
  * checks; anything less is prepared again. */
 static int cached_ok(const char *dir, uint32_t vocab, PreparedData *out) {
     char err[ERR_LEN], terr[ERR_LEN];
-    if (path_join(out->train_path, dir, "train.bin", err) || path_join(out->val_path, dir, "val.bin", err) ||
-        path_join(out->tokenizer_path, dir, "tokenizer.bin", err))
+    if (prepare_path_join(out->train_path, dir, "train.bin", err) || prepare_path_join(out->val_path, dir, "val.bin", err) ||
+        prepare_path_join(out->tokenizer_path, dir, "tokenizer.bin", err))
         return 0;
     ShardHeader h;
     if (shard_read_header(out->train_path, &h, err) != 0 || shard_read_header(out->val_path, &h, err) != 0) return 0;
@@ -589,7 +720,7 @@ static int prepare_default_locked(uint32_t vocab_size, const char *cache_dir, in
     }
     char key[96], dir[PREPARE_PATH_LEN];
     snprintf(key, sizeof key, "%s-%012llx-v%u", name, (unsigned long long)(text_hash(text, len) >> 16), vocab_size);
-    if (path_join(dir, cache_dir, key, err) != 0) {
+    if (prepare_path_join(dir, cache_dir, key, err) != 0) {
         free(text);
         return -1;
     }
@@ -600,7 +731,7 @@ static int prepare_default_locked(uint32_t vocab_size, const char *cache_dir, in
     }
     fprintf(stderr, "prepare: first use of the %s corpus with -v %u; preparing it once into %s\n", name, vocab_size,
             dir);
-    PrepareOptions opt = {vocab_size, PREPARE_DEFAULT_VAL, 0, NULL};
+    PrepareOptions opt = {vocab_size, PREPARE_DEFAULT_VAL, 0, NULL, 0};
     int rc = prepare_text(text, len, &opt, NULL, dir, out, err);
     snprintf(out->corpus, sizeof out->corpus, "%s", name);
     free(text);
@@ -617,7 +748,7 @@ static int prepare_recipe(uint32_t vocab_size, const char *cache_dir, int extend
         return -1;
     }
     char lock_path[PREPARE_PATH_LEN];
-    if (corpus_check_cache_dir(cache_dir, err) != 0 || make_dirs_or_err(cache_dir, err) != 0 || path_join(lock_path, cache_dir, "prepare.lock", err) != 0) return -1;
+    if (corpus_check_cache_dir(cache_dir, err) != 0 || prepare_make_dirs(cache_dir, err) != 0 || prepare_path_join(lock_path, cache_dir, "prepare.lock", err) != 0) return -1;
     int fd = open(lock_path, O_RDWR | O_CREAT, 0644);
     if (fd < 0 || flock(fd, LOCK_EX) != 0) {
         fgpt_set_err(err, "cannot lock %s: %s (choose a writable --cache-dir)", lock_path, strerror(errno));
@@ -658,12 +789,15 @@ static void usage(FILE *f) {
             "      --threads N        threads for counting and encoding (default: all cores)\n"
             "      --files-from LIST  also the text files LIST names, one path a line (- for stdin): more files\n"
             "                         than a command line holds\n"
+            "      --shard-tokens N   with --tokenizer: stream text of any size into shards of N tokens\n"
+            "                         (DIR/train_000000.bin, ..., DIR/val_000000.bin, ...; at least %u)\n"
             "  -h, --help             this text\n"
             "Each FILE is one document; the tokenizer's separator (\"<|endoftext|>\", or Llama 3's\n"
             "\"<|end_of_text|>\") inside a file also separates documents.\n"
             "Then train with the command it prints: ./train -i DIR/train.bin -j DIR/val.bin --tokenizer\n"
-            "DIR/tokenizer.bin (tokenizer.json for --tokenizer FILE.json) -v <tokens>\n",
-            PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL);
+            "DIR/tokenizer.bin (tokenizer.json for --tokenizer FILE.json) -v <tokens>; with --shard-tokens,\n"
+            "-i 'DIR/train_*.bin' -j 'DIR/val_*.bin'\n",
+            PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL, PREPARE_MIN_SHARD_TOKENS);
 }
 
 /* s as one word of a POSIX shell: as it is when it holds only characters no shell reads specially,
@@ -752,7 +886,7 @@ static int parse_u32(const char *s, uint32_t *v) {
 }
 
 int prepare_main(int argc, char **argv) {
-    PrepareOptions opt = {PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL, 0, NULL};
+    PrepareOptions opt = {PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL, 0, NULL, 0};
     const char *out_dir = "prepared", *cache_dir = ".cache";
     int default_corpus = 0, extended = -1, n_files = 0, vocab_given = 0, help = 0; /* extended -1: chosen by -v */
     const char *for_files = NULL, *for_corpus = NULL; /* a flag given that only FILE... or --default-corpus takes */
@@ -767,7 +901,7 @@ int prepare_main(int argc, char **argv) {
         {"-v", "-v/--vocab"},           {"--vocab", "-v/--vocab"},      {"-o", "-o/--out"},
         {"--out", "-o/--out"},          {"--corpus", "--corpus"},       {"--tokenizer", "--tokenizer"},
         {"--val-fraction", "--val-fraction"}, {"--cache-dir", "--cache-dir"}, {"--threads", "--threads"},
-        {"--files-from", NULL}};
+        {"--shard-tokens", "--shard-tokens"}, {"--files-from", NULL}};
     for (int i = 1; i < argc; i++) {
         CliWord w;
         cli_word_split(argv[i], &w);
@@ -780,7 +914,8 @@ int prepare_main(int argc, char **argv) {
         for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
             if (!strcmp(a, value_flags[k][0]) && value_flags[k][1]) {
                 repeated_flags_use(&repeated, value_flags[k][1]);
-                if (!strcmp(value_flags[k][1], "-o/--out") || !strcmp(a, "--val-fraction") || !strcmp(a, "--threads"))
+                if (!strcmp(value_flags[k][1], "-o/--out") || !strcmp(a, "--val-fraction") || !strcmp(a, "--threads") ||
+                    !strcmp(a, "--shard-tokens"))
                     for_files = value_flags[k][1];
                 if (!strcmp(a, "--cache-dir")) for_corpus = "--cache-dir";
             }
@@ -856,6 +991,15 @@ int prepare_main(int argc, char **argv) {
             }
             n_lists++;
             i += !w.value;
+        } else if (!strcmp(a, "--shard-tokens")) {
+            uint32_t n;
+            if (!val || parse_u32(val, &n) != 0 || n < PREPARE_MIN_SHARD_TOKENS) {
+                status = bad_arg(a, "needs a token count of 1024 to 4294967295, e.g. 100000000 (a shard of llm.c's "
+                                    "FineWeb)");
+                goto done;
+            }
+            opt.shard_tokens = n;
+            i += !w.value;
         } else if (!strcmp(a, "--threads")) {
             uint32_t t;
             if (!val || parse_u32(val, &t) != 0 || t < 1 || t > 64) {
@@ -892,6 +1036,12 @@ int prepare_main(int argc, char **argv) {
         status = bad_arg("--default-corpus", "takes no text files and no --tokenizer");
         goto done;
     }
+    if (opt.shard_tokens && !default_corpus && !opt.tokenizer_in) {
+        status = bad_arg("--shard-tokens", "streams the text through a given tokenizer: pass --tokenizer FILE (to "
+                                           "train one, prepare a part of the text without --shard-tokens, then pass "
+                                           "its tokenizer)");
+        goto done;
+    }
     if (vocab_given && opt.tokenizer_in) {
         status = bad_arg("-v", "sizes a tokenizer that prepare trains; --tokenizer FILE brings its own vocabulary "
                                "(drop -v, or drop --tokenizer to train one)");
@@ -924,7 +1074,7 @@ int prepare_main(int argc, char **argv) {
             goto done;
         }
         status = 1;
-        if (check_out_dir(out_dir, err) != 0) {
+        if (prepare_check_out_dir(out_dir, err) != 0) {
             print_error("%s", err);
             goto done;
         }
@@ -949,11 +1099,21 @@ int prepare_main(int argc, char **argv) {
                         opt.tokenizer_in, tokenizer_unapplied_settings(given));
         }
         const int imported = given && tokenizer_is_imported(given);
-        if (check_replaceable(out_dir, imported ? "tokenizer.json" : "tokenizer.bin",
+        if (prepare_check_replaceable(out_dir, imported ? "tokenizer.json" : "tokenizer.bin",
                               imported ? "tokenizer.bin" : "tokenizer.json", opt.tokenizer_in, err) != 0) {
             print_error("%s", err);
             tokenizer_free(given);
             goto done;
+        }
+        if (opt.shard_tokens) {
+            note_files_given_twice(files, n_files);
+            const int rc = prepare_stream(files, n_files, &opt, given, out_dir, &out, err);
+            tokenizer_free(given);
+            if (rc != 0) {
+                print_error("%s", err);
+                goto done;
+            }
+            goto prepared;
         }
         for (int f = 0; f < n_files; f++) {
             if (f > 0) {
@@ -972,7 +1132,7 @@ int prepare_main(int argc, char **argv) {
                 memcpy(text + len, sep, sep_len);
                 len += sep_len;
             }
-            if (append_text_file(files[f], &text, &len, &cap, err) != 0) {
+            if (append_text_file(files[f], given, &text, &len, &cap, err) != 0) {
                 print_error("%s", err);
                 free(text);
                 tokenizer_free(given);
@@ -988,6 +1148,7 @@ int prepare_main(int argc, char **argv) {
             goto done;
         }
     }
+prepared:
     printf("prepared: %s %s %s (vocabulary %u of %u asked for)\n", out.tokenizer_path, out.train_path, out.val_path,
            out.vocab_reached, out.vocab_requested);
     /* a command to paste: paths with spaces or quotes quoted as a shell takes them */

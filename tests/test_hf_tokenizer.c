@@ -596,9 +596,9 @@ TEST(hf_tokenizer_nfc_normalizer_refuses_text_it_would_rewrite) {
     Tokenizer *t = tokenizer_load("tests/fixtures/hf_qwen2_style.json", err);
     REQUIRE(t, "%s", err);
     const char *nfc = "caf\xc3\xa9 \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4 \xce\xac"; /* é, Korean syllables, ά */
-    CHECK(tokenizer_check_text(t, nfc, strlen(nfc), err) == 0, "NFC text refused: %s", err);
+    CHECK(tokenizer_check_text(t, nfc, strlen(nfc), 0, err) == 0, "NFC text refused: %s", err);
     const char *decomposed = "cafe\xcc\x81!"; /* e + U+0301: NFC makes it é */
-    CHECK(tokenizer_check_text(t, decomposed, strlen(decomposed), err) != 0 && strstr(err, "U+0301 at byte 4"),
+    CHECK(tokenizer_check_text(t, decomposed, strlen(decomposed), 0, err) != 0 && strstr(err, "U+0301 at byte 4"),
           "decomposed text: %s", err);
     /* combining marks in text already NFC pass: Hindi's virama and vowel signs, Thai, Arabic's
      * harakat, Hebrew's points in canonical order, a mark NFC leaves after its composite */
@@ -607,7 +607,7 @@ TEST(hf_tokenizer_nfc_normalizer_refuses_text_it_would_rewrite) {
                             "\u0645\u064e\u0631\u0652\u062d\u064e\u0628\u064b\u0627",
                             "\u05e9\u05b8\u05c1\u05dc\u05d5\u05b9\u05dd", "\u1eb9\u0301"};
     for (int k = 0; k < 5; k++)
-        CHECK(tokenizer_check_text(t, marked[k], strlen(marked[k]), err) == 0, "NFC text %d refused: %s", k, err);
+        CHECK(tokenizer_check_text(t, marked[k], strlen(marked[k]), 0, err) == 0, "NFC text %d refused: %s", k, err);
     /* and text NFC rewrites is refused, naming where: a mark out of canonical order after a
      * composite (é then a dot below: NFC gives ẹ then the acute), Hangul jamo that compose, a
      * composite that composes backwards once decomposed (Tulu-Tigalari), Hebrew points out of order */
@@ -618,13 +618,13 @@ TEST(hf_tokenizer_nfc_normalizer_refuses_text_it_would_rewrite) {
                      {"\U000113c2\U000113c5", "U+113C2 at byte 0"},
                      {"\u05e9\u05c1\u05b8", "U+05C1 at byte 2"}};
     for (int k = 0; k < 4; k++)
-        CHECK(tokenizer_check_text(t, rewritten[k].text, strlen(rewritten[k].text), err) != 0 &&
+        CHECK(tokenizer_check_text(t, rewritten[k].text, strlen(rewritten[k].text), 0, err) != 0 &&
                   strstr(err, rewritten[k].msg),
               "text %d NFC rewrites: %s", k, err);
     tokenizer_free(t);
     t = tokenizer_load("tests/fixtures/hf_llama3_style.json", err);
     REQUIRE(t, "%s", err);
-    CHECK(tokenizer_check_text(t, decomposed, strlen(decomposed), err) == 0, "no normalizer: nothing to refuse");
+    CHECK(tokenizer_check_text(t, decomposed, strlen(decomposed), 0, err) == 0, "no normalizer: nothing to refuse");
     tokenizer_free(t);
     char path[800], args[1600], *out = NULL;
     snprintf(path, sizeof path, "%s/doc.txt", test_tmpdir());
@@ -634,7 +634,9 @@ TEST(hf_tokenizer_nfc_normalizer_refuses_text_it_would_rewrite) {
     fclose(f);
     snprintf(args, sizeof args, "prepare --tokenizer tests/fixtures/hf_qwen2_style.json -o %s/p %s", test_tmpdir(), path);
     int rc = run_train(args, &out);
-    CHECK(rc != 0 && out && strstr(out, "error: the text holds U+0301") && strstr(out, "normalize the text to NFC"),
+    /* named by its file and its byte in that file */
+    CHECK(rc != 0 && out && strstr(out, "doc.txt: the text holds U+0301 at byte 23") &&
+              strstr(out, "normalize the text to NFC"),
           "prepare: (%d) %s", rc, out);
     free(out);
 }

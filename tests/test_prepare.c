@@ -691,8 +691,8 @@ TEST(prepare_refuses_to_replace_a_file_in_its_folder_that_is_not_its_shard) {
     write_text_file(path, "raw uint16 tokens", 17);
     const char *argv[] = {"prepare", "-v", "300", "-o", out, text};
     expect_refused_before_work(argv, log,
-                               "train.bin holds no token shard of fusedgpt's, which prepare would replace with its own "
-                               "shard (move it, or pass another -o)",
+                               "train.bin holds no token shard of fusedgpt's, which prepare's set would replace (move "
+                               "it, or pass another -o)",
                                "a foreign train.bin");
     char *said;
     size_t n;
@@ -879,4 +879,246 @@ TEST(prepare_prints_a_train_command_a_shell_takes_as_it_is) {
         CHECK(system(cmd) == 0, "the shell did not find the files of: %s", cmd);
     }
     free(out);
+}
+
+/* ---- --shard-tokens: the text streamed into numbered shards ---- */
+
+/* The tokens of dir's numbered shards of a kind ("train", "val") in order (malloc'ed, *n of them),
+ * and how many shards (*count); checks every shard but the last holds per_shard tokens and the
+ * last 2 to per_shard + 1, each made by `fingerprint`. NULL when a shard cannot be read. */
+static uint32_t *read_numbered(const char *dir, const char *kind, uint64_t per_shard, uint64_t fingerprint,
+                               uint32_t V, uint64_t *n, int *count) {
+    uint32_t *all = NULL;
+    *n = 0;
+    *count = 0;
+    for (;; (*count)++) {
+        char path[1300], err[ERR_LEN];
+        snprintf(path, sizeof path, "%s/%s_%06d.bin", dir, kind, *count);
+        if (access(path, F_OK) != 0) break;
+        uint32_t *ids = NULL;
+        uint64_t k = 0;
+        ShardHeader h;
+        if (shard_read(path, V, &ids, &k, &h, err) != 0) {
+            CHECK(0, "%s", err);
+            free(all);
+            return NULL;
+        }
+        char next[1300];
+        snprintf(next, sizeof next, "%s/%s_%06d.bin", dir, kind, *count + 1);
+        const int last = access(next, F_OK) != 0;
+        CHECK(last ? k >= 2 && k <= per_shard + 1 : k == per_shard, "%s holds %llu tokens (shards of %llu%s)", path,
+              (unsigned long long)k, (unsigned long long)per_shard, last ? ", the last" : "");
+        CHECK(h.tokenizer == fingerprint, "%s records another tokenizer", path);
+        all = realloc(all, (*n + k) * sizeof *all);
+        memcpy(all + *n, ids, k * sizeof *ids);
+        *n += k;
+        free(ids);
+    }
+    return all;
+}
+
+/* Several documents: files with the separator inside, a short one, and one longer than a block
+ * (64 KiB) with line ends but no separator, so blocks end at boundaries and at cut places both. */
+static int write_documents(char files[][1100], const char *sep) {
+    static const size_t sizes[] = {30000, 150000, 5000, 90000, 300, 12000};
+    for (int k = 0; k < 6; k++) {
+        snprintf(files[k], 1100, "%s/doc%d.txt", test_tmpdir(), k);
+        FILE *f = fopen(files[k], "wb");
+        unsigned seed = 17u + (unsigned)k;
+        static const char *words[] = {"alpha", "beta", "gamma", "delta", "sigma", "omega", "river", "stone"};
+        for (size_t written = 0; f && written < sizes[k];) {
+            seed = seed * 1103515245u + 12345u;
+            int w = fprintf(f, "%s %s, %s.%s\n", words[seed >> 16 & 7], words[seed >> 20 & 7], words[seed >> 24 & 7],
+                            k == 1 && (seed >> 8 & 31) == 0 ? sep : "");
+            written += (size_t)w;
+        }
+        if (!f || fclose(f) != 0) return -1;
+    }
+    return 6;
+}
+
+/* The numbered shards hold exactly the ids prepare gives the text whole, cut into shards of N: for
+ * our tokenizer, for byte-level BPE with a BOS post-processor and for SentencePiece with Gemma's. */
+TEST(prepare_in_shards_of_n_tokens_gives_the_ids_of_the_text_whole) {
+    char dir[1100], tokdir[1100];
+    snprintf(tokdir, sizeof tokdir, "%s/ours", test_tmpdir());
+    char words[1100];
+    snprintf(words, sizeof words, "%s/words.txt", test_tmpdir());
+    write_lines(words, 20000, 3);
+    const char *train_tok[] = {"prepare", "-v", "300", "-o", tokdir, words};
+    REQUIRE(run_prepare(6, train_tok) == 0, "the tokenizer of our own kind");
+    char ours[1200];
+    snprintf(ours, sizeof ours, "%s/tokenizer.bin", tokdir);
+    const char *tokenizers[] = {ours, "tests/fixtures/hf_llama3_bos.json", "tests/fixtures/spm_gemma3.json"};
+    const char *separators[] = {"<|endoftext|>", "<|end_of_text|>", "<bos>"};
+    for (int t = 0; t < 3; t++) {
+        char files[6][1100], whole[1200], streamed[1200], err[ERR_LEN];
+        REQUIRE(write_documents(files, separators[t]) == 6, "writing the documents");
+        snprintf(dir, sizeof dir, "%s/t%d", test_tmpdir(), t);
+        snprintf(whole, sizeof whole, "%s/whole", dir);
+        snprintf(streamed, sizeof streamed, "%s/streamed", dir);
+        const char *w_argv[] = {"prepare", "--tokenizer", tokenizers[t], "-o", whole, files[0], files[1], files[2],
+                                files[3], files[4], files[5]};
+        REQUIRE(run_prepare(11, w_argv) == 0, "%s: the text whole", tokenizers[t]);
+        const char *s_argv[] = {"prepare", "--tokenizer", tokenizers[t], "--shard-tokens", "1024", "--threads", "2",
+                                "-o", streamed, files[0], files[1], files[2], files[3], files[4], files[5]};
+        REQUIRE(run_prepare(15, s_argv) == 0, "%s: streamed", tokenizers[t]);
+        Tokenizer *tok = tokenizer_load(tokenizers[t], err);
+        REQUIRE(tok, "%s", err);
+        const uint32_t V = tokenizer_vocab_size(tok);
+        for (int kind = 0; kind < 2; kind++) {
+            char path[1300];
+            snprintf(path, sizeof path, "%s/%s.bin", whole, kind ? "val" : "train");
+            uint32_t *want = NULL;
+            uint64_t n_want = 0, n_got = 0;
+            ShardHeader h;
+            REQUIRE(shard_read(path, V, &want, &n_want, &h, err) == 0, "%s", err);
+            int shards = 0;
+            uint32_t *got = read_numbered(streamed, kind ? "val" : "train", 1024, tokenizer_fingerprint(tok), V,
+                                          &n_got, &shards);
+            CHECK(got && n_got == n_want && memcmp(got, want, n_want * sizeof *got) == 0,
+                  "%s: the %s shards hold %llu tokens, not the %llu of the text whole (or other ids)", tokenizers[t],
+                  kind ? "validation" : "training", (unsigned long long)n_got, (unsigned long long)n_want);
+            CHECK(shards == (int)((n_want - 2) / 1024 + 1) || (n_want % 1024 == 1 && shards == (int)(n_want / 1024)),
+                  "%llu tokens in %d shards of 1024", (unsigned long long)n_want, shards);
+            free(want);
+            free(got);
+        }
+        /* the tokenizer goes beside the shards, as it was given */
+        char beside[1300];
+        snprintf(beside, sizeof beside, "%s/%s", streamed, t ? "tokenizer.json" : "tokenizer.bin");
+        Tokenizer *back = tokenizer_load(beside, err);
+        CHECK(back && tokenizer_fingerprint(back) == tokenizer_fingerprint(tok), "%s: %s", beside, err);
+        tokenizer_free(back);
+        tokenizer_free(tok);
+    }
+}
+
+/* A last shard of one token would hold no target: the token left over after whole shards goes into
+ * the last one, which then holds N + 1. */
+TEST(prepare_in_shards_never_leaves_a_shard_of_one_token) {
+    char text[1100], tokdir[1100], out[1100], tokpath[1200], trainpath[1200], err[ERR_LEN];
+    snprintf(text, sizeof text, "%s/words.txt", test_tmpdir());
+    snprintf(tokdir, sizeof tokdir, "%s/whole", test_tmpdir());
+    snprintf(out, sizeof out, "%s/streamed", test_tmpdir());
+    write_lines(text, 20000, 9);
+    const char *whole[] = {"prepare", "-v", "300", "-o", tokdir, text};
+    REQUIRE(run_prepare(6, whole) == 0, "the text whole");
+    snprintf(tokpath, sizeof tokpath, "%s/tokenizer.bin", tokdir);
+    snprintf(trainpath, sizeof trainpath, "%s/train.bin", tokdir);
+    ShardHeader h;
+    REQUIRE(shard_read_header(trainpath, &h, err) == 0, "%s", err);
+    REQUIRE(h.num_tokens > 1100, "a text of %llu training tokens", (unsigned long long)h.num_tokens);
+    char per[32];
+    snprintf(per, sizeof per, "%llu", (unsigned long long)h.num_tokens - 1); /* one shard and one token over */
+    const char *streamed[] = {"prepare", "--tokenizer", tokpath, "--shard-tokens", per, "-o", out, text};
+    REQUIRE(run_prepare(8, streamed) == 0, "streamed");
+    Tokenizer *tok = tokenizer_load(tokpath, err);
+    REQUIRE(tok, "%s", err);
+    uint64_t n = 0;
+    int shards = 0;
+    uint32_t *ids = read_numbered(out, "train", h.num_tokens - 1, tokenizer_fingerprint(tok), 300, &n, &shards);
+    CHECK(ids && shards == 1 && n == h.num_tokens, "%llu tokens in %d shard(s), wanted all %llu in one",
+          (unsigned long long)n, shards, (unsigned long long)h.num_tokens);
+    free(ids);
+    tokenizer_free(tok);
+}
+
+static int count_named(const char *dir, const char *prefix) {
+    int n = 0;
+    for (int k = 0; k < 1000; k++) {
+        char path[1300];
+        snprintf(path, sizeof path, "%s/%s_%06d.bin", dir, prefix, k);
+        n += access(path, F_OK) == 0;
+    }
+    return n;
+}
+
+/* A folder holds one set: a streamed set with fewer shards takes the earlier one's extra shards
+ * away, a set of train.bin and val.bin takes numbered shards away and the other way round, and a
+ * numbered name that is not our shard is refused before any work and kept. */
+TEST(a_prepare_in_shards_replaces_the_earlier_set_whole) {
+    char text[1100], tokdir[1100], out[1100], tokpath[1200], path[1300], log[1200];
+    snprintf(text, sizeof text, "%s/words.txt", test_tmpdir());
+    snprintf(tokdir, sizeof tokdir, "%s/tok", test_tmpdir());
+    snprintf(out, sizeof out, "%s/set", test_tmpdir());
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    write_lines(text, 200000, 4);
+    const char *train_tok[] = {"prepare", "-v", "300", "-o", tokdir, text};
+    REQUIRE(run_prepare(6, train_tok) == 0, "the tokenizer");
+    snprintf(tokpath, sizeof tokpath, "%s/tokenizer.bin", tokdir);
+    const char *small[] = {"prepare", "--tokenizer", tokpath, "--shard-tokens", "1024", "-o", out, text};
+    REQUIRE(run_prepare(8, small) == 0, "shards of 1024");
+    const int many = count_named(out, "train");
+    CHECK(many > 10, "%d shards of 1024", many);
+    const char *large[] = {"prepare", "--tokenizer", tokpath, "--shard-tokens", "8192", "-o", out, text};
+    REQUIRE(run_prepare(8, large) == 0, "shards of 8192");
+    const int fewer = count_named(out, "train");
+    CHECK(fewer > 1 && fewer < many && count_named(out, "val") == 1, "%d shards of 8192 after %d of 1024", fewer,
+          many);
+    const char *whole[] = {"prepare", "--tokenizer", tokpath, "-o", out, text};
+    REQUIRE(run_prepare(6, whole) == 0, "the text whole into the same folder");
+    snprintf(path, sizeof path, "%s/train.bin", out);
+    CHECK(access(path, F_OK) == 0 && count_named(out, "train") == 0 && count_named(out, "val") == 0,
+          "the numbered shards are gone beside train.bin");
+    REQUIRE(run_prepare(8, small) == 0, "streamed again");
+    CHECK(access(path, F_OK) != 0 && count_named(out, "train") == many, "train.bin is gone beside %d shards",
+          count_named(out, "train"));
+    /* a numbered name that is another tool's file */
+    snprintf(path, sizeof path, "%s/train_%06d.bin", out, many + 3);
+    write_text_file(path, "raw uint16 tokens", 17);
+    unlink(log);
+    CHECK(run_prepare(8, large) == 1, "a foreign numbered file is a runtime error");
+    char *said = read_text(log);
+    CHECK(said && strstr(said, "holds no token shard of fusedgpt's") && !strstr(said, "encoding"),
+          "refused before work: %s", said ? said : "");
+    free(said);
+    size_t n;
+    char *kept = read_file(path, &n);
+    CHECK(kept && n == 17, "the foreign file was changed");
+    free(kept);
+    CHECK(count_named(out, "train") == many + 1, "the earlier set stays whole");
+}
+
+/* A text the tokenizer refuses midway (Qwen 2's NFC normalizer, in the third file) is named by its
+ * file and its byte there, and leaves no staged shard and no folder behind. */
+TEST(a_prepare_in_shards_refused_midway_names_the_file_and_leaves_nothing) {
+    char files[6][1100], out[1100], log[1200];
+    REQUIRE(write_documents(files, "<|endoftext|>") == 6, "writing the documents");
+    FILE *f = fopen(files[2], "ab");
+    REQUIRE(f && fputs("a cafe\xcc\x81 with a combining accent\n", f) >= 0 && fclose(f) == 0, "appending");
+    struct stat sb;
+    REQUIRE(stat(files[2], &sb) == 0, "%s", files[2]);
+    snprintf(out, sizeof out, "%s/refused", test_tmpdir());
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    unlink(log);
+    const char *argv[] = {"prepare", "--tokenizer", "tests/fixtures/hf_qwen2_style.json", "--shard-tokens", "1024",
+                          "-o", out, files[0], files[1], files[2], files[3], files[4], files[5]};
+    CHECK(run_prepare(13, argv) == 1, "a text NFC rewrites is a runtime error");
+    char want[1300];
+    snprintf(want, sizeof want, "%s: the text holds U+0301 at byte %lld", files[2], (long long)sb.st_size - 27);
+    char *said = read_text(log);
+    CHECK(said && strstr(said, want), "wanted '%s' in: %s", want, said ? said : "");
+    free(said);
+    CHECK(access(out, F_OK) != 0, "the folder %s it made is left", out);
+}
+
+/* --shard-tokens streams through a given tokenizer, into shards of at least 1024 tokens, from text
+ * files only. */
+TEST(prepare_shard_tokens_flags_are_checked) {
+    char text[1100], out[1100];
+    snprintf(text, sizeof text, "%s/words.txt", test_tmpdir());
+    snprintf(out, sizeof out, "%s/x", test_tmpdir());
+    write_lines(text, 400, 3);
+    const char *no_tok[] = {"prepare", "--shard-tokens", "4096", "-o", out, text};
+    CHECK(run_prepare(6, no_tok) == 2, "--shard-tokens without --tokenizer is a command-line error");
+    const char *few[] = {"prepare", "--tokenizer", "tests/fixtures/hf_llama3_bos.json", "--shard-tokens", "1023",
+                         "-o", out, text};
+    CHECK(run_prepare(8, few) == 2, "--shard-tokens 1023 is a command-line error");
+    const char *word[] = {"prepare", "--tokenizer", "tests/fixtures/hf_llama3_bos.json", "--shard-tokens", "many",
+                          "-o", out, text};
+    CHECK(run_prepare(8, word) == 2, "--shard-tokens many is a command-line error");
+    const char *corpus[] = {"prepare", "--default-corpus", "--shard-tokens", "4096"};
+    CHECK(run_prepare(4, corpus) == 2, "--shard-tokens with --default-corpus is a command-line error");
+    CHECK(access(out, F_OK) != 0, "nothing was made");
 }

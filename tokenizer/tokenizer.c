@@ -216,7 +216,7 @@ size_t tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char 
     return need;
 }
 
-int tokenizer_check_text(const Tokenizer *t, const char *text, size_t len, char *err) {
+int tokenizer_check_text(const Tokenizer *t, const char *text, size_t len, size_t base, char *err) {
     if (!t->nfc) return 0;
     uint32_t cp = 0;
     size_t at = 0;
@@ -227,7 +227,7 @@ int tokenizer_check_text(const Tokenizer *t, const char *text, size_t len, char 
     }
     if (!normal) {
         tok_error(err, "the text holds U+%04X at byte %zu, where NFC (this tokenizer's normalizer) rewrites it; "
-                  "normalize the text to NFC first (e.g. uconv -x any-nfc)", cp, at);
+                  "normalize the text to NFC first (e.g. uconv -x any-nfc)", cp, base + at);
         return -1;
     }
     return 0;

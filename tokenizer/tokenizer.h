@@ -145,9 +145,10 @@ size_t tokenizer_cut_near(const Tokenizer *t, const char *text, size_t len, size
 size_t tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char *out, size_t cap);
 
 /* 0 when encoding gives what the tokenizer's own pipeline would; -1 with a message naming the
- * byte and code point when an imported tokenizer's NFC normalizer could rewrite the text there
- * (we do not normalize: normalize such text to NFC first). */
-int tokenizer_check_text(const Tokenizer *t, const char *text, size_t len, char *err);
+ * byte (counted from `base`: text's place in its file) and code point when an imported
+ * tokenizer's NFC normalizer could rewrite the text there (we do not normalize: normalize such
+ * text to NFC first). */
+int tokenizer_check_text(const Tokenizer *t, const char *text, size_t len, size_t base, char *err);
 
 /* ---- the pre-tokenizer, for tests and tools ---- */
 /* Length in bytes of the chunk that starts at text[0] (len > 0): GPT-4 cl100k's split pattern

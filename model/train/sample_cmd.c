@@ -303,7 +303,7 @@ int sample_main(int argc, char **argv) {
     if (o.prompt) {
         size_t len = strlen(o.prompt);
         char terr[ERR_LEN];
-        if (tokenizer_check_text(tok, o.prompt, len, terr) != 0) {
+        if (tokenizer_check_text(tok, o.prompt, len, 0, terr) != 0) {
             print_error("--prompt: %s", terr);
             goto done;
         }

@@ -1,0 +1,94 @@
+/* data/prepare_internal.h - what the two ways of `./train prepare` share: the whole text in memory
+ * (data/prepare.c: train.bin and val.bin) and a text of any size streamed through a given tokenizer
+ * (data/prepare_stream.c: train_000000.bin, ... and val_000000.bin, ...). Both write a set of
+ * shards and their tokenizer into one folder under staging names and put it in place only once all
+ * of it is whole; the helpers below check what a folder holds before any work, encode a part of the
+ * text, and take away an earlier set's files once the new one is in. */
+#ifndef FUSEDGPT_PREPARE_INTERNAL_H
+#define FUSEDGPT_PREPARE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "data/prepare.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct {
+    uint32_t vocab;
+    double val_fraction;
+    int threads;
+    const char *tokenizer_in; /* encode with this tokenizer instead of training one */
+    uint64_t shard_tokens;    /* tokens a numbered shard holds (prepare_stream); 0: train.bin and val.bin */
+} PrepareOptions;
+
+/* The fewest tokens --shard-tokens takes: smaller shards would be more files than data. */
+#define PREPARE_MIN_SHARD_TOKENS 1024u
+
+/* Room kept after a file's name for the staging suffixes its writes add (".new", then ".tmp"). */
+#define PREPARE_STAGING_ROOM 8
+
+double prepare_seconds(void);
+
+/* dir/name into dst (PREPARE_PATH_LEN bytes, staging room kept); -1 + message when too long. */
+int prepare_path_join(char *dst, const char *dir, const char *name, char *err);
+
+/* make_dirs with a message; -1 + message. */
+int prepare_make_dirs(const char *path, char *err);
+
+/* A folder this prepare made and then failed to fill: its lock goes, and the folder if empty. */
+void prepare_remove_made_folder(const char *dir);
+
+/* Refuses an output folder that cannot be made or written into, before any work. */
+int prepare_check_out_dir(const char *dir, char *err);
+
+/* Takes dir's lock (another prepare writing into it is refused): the descriptor, or -1 + message. */
+int prepare_lock_out_dir(const char *dir, char *err);
+
+/* A text file opened for reading, or NULL + a message naming what it is and the fix. */
+FILE *prepare_open_text(const char *path, char *err);
+
+/* The message for a zero byte at byte `at` of a text file: no UTF-8 text holds one. */
+void prepare_zero_byte_err(const char *path, uint64_t at, char *err);
+
+/* Says where validation starts when it is not a document boundary (cut: its byte in the joined
+ * text; exact: the tokenizer's pieces are sure to end there). */
+void prepare_note_val_cut(double fraction, uint64_t cut, int imported, int exact, const char *eot, size_t eot_len);
+
+/* What -o holds must be free to replace: train.bin and val.bin, the numbered shards, their staged
+ * names, and the tokenizer (tokenizer_name; other_name is the other kind, removed once the new set
+ * is in). `given`: the --tokenizer file (NULL when prepare trains one). -1 + message. */
+int prepare_check_replaceable(const char *dir, const char *tokenizer_name, const char *other_name, const char *given,
+                              char *err);
+
+/* Once the new set is in place: removes what is left of an earlier one in dir, so that the folder
+ * holds one set: numbered shards past the new set's n_train and n_val (all of them for a set of
+ * train.bin and val.bin), any stopped prepare's staged shards, train.bin and val.bin when the new
+ * set is numbered (numbered = 1), and the tokenizer of the other kind (other_name). Says what it
+ * removed; a file it cannot remove is named in a note. */
+void prepare_remove_earlier_set(const char *dir, int numbered, uint64_t n_train, uint64_t n_val,
+                                const char *other_name, const char *tokenizer_path);
+
+/* Encodes one part of the text (flags: which end of it the text goes on from, tokenizer.h) and
+ * gives each of its documents the post-processor's tokens: *ids (malloc'ed), *n. -1 + message. */
+int prepare_encode_part(const Tokenizer *tok, const char *text, size_t len, int flags, int threads, uint32_t **ids,
+                        size_t *n, char *err);
+
+/* Writes the tokenizer beside the shards: an imported one's tokenizer.json as it was read, ours as
+ * tokenizer.bin. -1 + message. */
+int prepare_save_tokenizer(const Tokenizer *tok, const char *path, char *err);
+
+/* Checks text[0..len), bytes [offset, offset + len) of the file `path`, against a given tokenizer's
+ * normalizer (NULL: none), and adds its bytes outside UTF-8 to *stray (the first at *first_stray
+ * when it is the first). -1 + message naming the file and the byte. */
+int prepare_check_file_text(const Tokenizer *given, const char *path, const char *text, size_t len, uint64_t offset,
+                            uint64_t *stray, uint64_t *first_stray, char *err);
+
+/* The note for a file with bytes outside UTF-8 (none when stray is 0). */
+void prepare_note_stray_bytes(const char *path, uint64_t stray, uint64_t first_stray);
+
+/* The text files, streamed: prepare_stream.c. Same contract as prepare_text. */
+int prepare_stream(const char *const *files, int n_files, const PrepareOptions *opt, Tokenizer *given,
+                   const char *out_dir, PreparedData *out, char *err);
+
+#endif

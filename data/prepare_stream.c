@@ -1,0 +1,507 @@
+/* data/prepare_stream.c - `./train prepare --tokenizer FILE --shard-tokens N FILE...`: text of any
+ * size, through a given tokenizer, into numbered shards of N tokens (train_000000.bin, ... and
+ * val_000000.bin, ...) in memory bounded by a block of text and its ids, not by the text.
+ *
+ * The files are one text, one document per file joined by the tokenizer's separator, as
+ * data/prepare.c joins them. The text reaches the encoder in blocks that end at their last document
+ * boundary, else at a place where the tokenizer's pieces are sure to end (tokenizer_cut_near); each
+ * block is encoded alone as a part of the whole (tokenizer.h's TOKENIZER_MID_*), so the shards hold
+ * the ids that prepare gives the text whole. Validation is the text from the first document
+ * boundary at or after the place that leaves it the last --val-fraction of the bytes (counted from
+ * the files' sizes at the start), looked for up to 64 MiB past that place, as prepare's whole-text
+ * cut looks for it; where there is none, the nearest boundary before it (within the share), else
+ * the place nearest it where the tokenizer's pieces are sure to end. Every shard holds N tokens but
+ * the last of each kind, which holds 2 to N + 1 (a shard of one token has no target). */
+#include "data/prepare_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/paths.h"
+#include "data/shard.h"
+
+/* A block of text holds about a shard's ids (4 bytes of text a token is generous), within bounds
+ * that keep the encoder's threads busy and the memory small. */
+#define BLOCK_MIN ((size_t)64 << 10)
+#define BLOCK_MAX ((size_t)64 << 20)
+/* How far past the validation target a document boundary is looked for. */
+#define LOOKAHEAD ((size_t)64 << 20)
+/* Six digits name a shard, and the byte order of the names is their order. */
+#define MAX_SHARDS 1000000ull
+#define PROGRESS_EVERY_S 10.0
+
+/* ---- the files as one text ---- */
+
+typedef struct {
+    const char *const *files;
+    int n_files;
+    int next;         /* the next file to open */
+    int cur;          /* the file being read; -1 between files */
+    int sep_given;    /* the separator before files[next] is given */
+    FILE *f;
+    uint64_t in_file; /* bytes read of the current file */
+    const char *sep;
+    size_t sep_len, sep_left; /* the separator's bytes still to give */
+    uint64_t pos;             /* bytes of the joined text given so far */
+    uint64_t *start, *end;    /* each file's bytes in the joined text; end UINT64_MAX while unread */
+} Joined;
+
+/* Up to `want` bytes of the joined text into dst; *got < want only at its end. -1 + message. */
+static int joined_read(Joined *j, char *dst, size_t want, size_t *got, char *err) {
+    *got = 0;
+    while (*got < want) {
+        if (j->sep_left) {
+            const size_t k = j->sep_left < want - *got ? j->sep_left : want - *got;
+            memcpy(dst + *got, j->sep + (j->sep_len - j->sep_left), k);
+            j->sep_left -= k;
+            *got += k;
+            j->pos += k;
+            continue;
+        }
+        if (!j->f) {
+            if (j->next == j->n_files) break;
+            if (j->next > 0 && !j->sep_given) { /* one document per file */
+                j->sep_given = 1;
+                j->sep_left = j->sep_len;
+                continue;
+            }
+            if (!(j->f = prepare_open_text(j->files[j->next], err))) return -1;
+            j->cur = j->next++;
+            j->sep_given = 0;
+            j->start[j->cur] = j->pos;
+            j->in_file = 0;
+        }
+        const size_t n = fread(dst + *got, 1, want - *got, j->f);
+        const char *zero = memchr(dst + *got, 0, n);
+        if (zero) {
+            prepare_zero_byte_err(j->files[j->cur], j->in_file + (uint64_t)(zero - (dst + *got)), err);
+            return -1;
+        }
+        *got += n;
+        j->pos += n;
+        j->in_file += n;
+        if (n == 0) {
+            const int bad = ferror(j->f);
+            fclose(j->f);
+            j->f = NULL;
+            if (bad) {
+                fgpt_set_err(err, "cannot read text file %s (I/O error)", j->files[j->cur]);
+                return -1;
+            }
+            j->end[j->cur] = j->pos;
+            j->cur = -1;
+        }
+    }
+    return 0;
+}
+
+/* The file that holds byte `at` of the joined text, or the last one opened before it. */
+static int file_at(const Joined *j, uint64_t at) {
+    int lo = 0, hi = j->next - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (j->start[mid] <= at) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* ---- numbered shards ---- */
+
+typedef struct {
+    const char *dir;
+    const char *kind; /* "train" or "val" */
+    uint64_t per_shard;
+    uint32_t vocab;
+    uint64_t fingerprint;
+    ShardWriter *w;    /* the shard being written, under its staged name */
+    uint64_t in_shard; /* its tokens so far */
+    uint64_t shards;   /* shards closed */
+    uint64_t tokens;   /* tokens given, the held one included */
+    uint32_t held;     /* the last token given, not yet written: the last shard takes it, so that no shard
+                        * holds one token alone */
+    int has_held;
+} ShardSink;
+
+static int staged_name(char *dst, const ShardSink *s, uint64_t index, int staged, char *err) {
+    char name[64];
+    snprintf(name, sizeof name, "%s_%06llu.bin%s", s->kind, (unsigned long long)index, staged ? ".new" : "");
+    return prepare_path_join(dst, s->dir, name, err);
+}
+
+static int sink_rotate(ShardSink *s, char *err) {
+    if (s->w) {
+        const int rc = shard_writer_close(s->w, err);
+        s->w = NULL;
+        if (rc != 0) return -1;
+        s->shards++;
+        s->in_shard = 0;
+    }
+    if (s->shards + 1 > MAX_SHARDS) {
+        fgpt_set_err(err, "the text makes more than %llu %s shards of %llu tokens: raise --shard-tokens",
+                     MAX_SHARDS - 1, s->kind, (unsigned long long)s->per_shard);
+        return -1;
+    }
+    char path[PREPARE_PATH_LEN];
+    if (staged_name(path, s, s->shards, 1, err) != 0) return -1;
+    s->w = shard_writer_open(path, s->vocab, s->fingerprint, err);
+    return s->w ? 0 : -1;
+}
+
+static int sink_emit(ShardSink *s, const uint32_t *ids, size_t n, char *err) {
+    while (n) {
+        if ((!s->w || s->in_shard == s->per_shard) && sink_rotate(s, err) != 0) return -1;
+        const uint64_t room = s->per_shard - s->in_shard;
+        const size_t take = n < room ? n : (size_t)room;
+        if (shard_writer_append(s->w, ids, take, err) != 0) return -1;
+        s->in_shard += take;
+        ids += take;
+        n -= take;
+    }
+    return 0;
+}
+
+static int sink_add(ShardSink *s, const uint32_t *ids, size_t n, char *err) {
+    if (n == 0) return 0;
+    s->tokens += n;
+    if (s->has_held && sink_emit(s, &s->held, 1, err) != 0) return -1;
+    if (sink_emit(s, ids, n - 1, err) != 0) return -1;
+    s->held = ids[n - 1];
+    s->has_held = 1;
+    return 0;
+}
+
+/* The held token goes into the last shard, full or not; then it is closed. */
+static int sink_finish(ShardSink *s, char *err) {
+    if (s->has_held) {
+        s->has_held = 0;
+        if (!s->w && sink_rotate(s, err) != 0) return -1;
+        if (shard_writer_append(s->w, &s->held, 1, err) != 0) return -1;
+    }
+    if (!s->w) return 0;
+    const int rc = shard_writer_close(s->w, err);
+    s->w = NULL;
+    if (rc == 0) s->shards++;
+    return rc;
+}
+
+/* Takes back what this prepare staged. */
+static void sink_abort(ShardSink *s) {
+    char path[PREPARE_PATH_LEN], err[ERR_LEN];
+    if (s->w) shard_writer_abort(s->w);
+    s->w = NULL;
+    for (uint64_t i = 0; i < s->shards; i++)
+        if (staged_name(path, s, i, 1, err) == 0) unlink(path);
+}
+
+static int sink_install(const ShardSink *s, char *err) {
+    char staged[PREPARE_PATH_LEN], final[PREPARE_PATH_LEN];
+    for (uint64_t i = 0; i < s->shards; i++) {
+        if (staged_name(staged, s, i, 1, err) != 0 || staged_name(final, s, i, 0, err) != 0) return -1;
+        if (rename(staged, final) != 0) {
+            fgpt_set_err(err, "cannot move %s to %s: %s (check the folder is writable)", staged, final,
+                         strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- the stream ---- */
+
+typedef struct {
+    const PrepareOptions *opt;
+    const Tokenizer *tok;
+    int imported;
+    Joined text;
+    uint64_t *stray, *first_stray; /* each file's bytes outside UTF-8 */
+} Stream;
+
+/* Checks each file's bytes in the piece [at, at + len) of the joined text, then encodes it (last:
+ * it ends the text) and gives its ids to the sink. */
+static int encode_piece(Stream *st, ShardSink *sink, const char *text, size_t len, uint64_t at, int last, char *err) {
+    if (len == 0) return 0;
+    const Joined *j = &st->text;
+    for (int k = file_at(j, at); k < j->next && j->start[k] < at + len; k++) {
+        const uint64_t from = at > j->start[k] ? at : j->start[k];
+        const uint64_t to = at + len < j->end[k] ? at + len : j->end[k];
+        if (from < to && prepare_check_file_text(st->tok, j->files[k], text + (from - at), (size_t)(to - from),
+                                                 from - j->start[k], &st->stray[k], &st->first_stray[k], err) != 0)
+            return -1;
+    }
+    /* an imported tokenizer's part goes on from the text before it and stops before the text's end:
+     * no BOS, no prefix space, no end-of-text token there (ours adds none) */
+    int flags = 0;
+    if (st->imported) flags = (at > 0 ? TOKENIZER_MID_START : 0) | (last ? 0 : TOKENIZER_MID_END);
+    uint32_t *ids;
+    size_t n;
+    if (prepare_encode_part(st->tok, text, len, flags, st->opt->threads, &ids, &n, err) != 0) return -1;
+    const int rc = sink_add(sink, ids, n, err);
+    free(ids);
+    return rc;
+}
+
+/* The last document boundary in text[0..len) that leaves a non-empty part before it: an imported
+ * tokenizer's part starts at the separator (its post-processor's tokens go around it), ours after
+ * it. 0 when there is none. */
+static size_t last_boundary(const char *text, size_t len, const char *sep, size_t sep_len, int imported) {
+    /* candidates by the separator's first byte, from the end: [0, n) holds the starts left to try */
+    for (size_t n = len >= sep_len ? len - sep_len + 1 : 0; n > 0;) {
+        const char *p = memrchr(text, sep[0], n);
+        if (!p) break;
+        const size_t i = (size_t)(p - text);
+        const size_t b = imported ? i : i + sep_len;
+        if (memcmp(p, sep, sep_len) == 0 && b > 0) return b;
+        n = i;
+    }
+    return 0;
+}
+
+/* Where validation starts in buf[0..have) (buf from byte `base` of the joined text), the target at
+ * buf[t]: the first boundary at or after it; *more when none is there but more text may hold one
+ * within LOOKAHEAD; else the boundary before it within the share; else, for an imported
+ * tokenizer, where its pieces are sure to end near it; else the next line's start, else the target
+ * at a character's start: the cut prepare.c makes in the text whole. */
+static size_t choose_val_cut(const Stream *st, const char *buf, size_t have, size_t t, uint64_t share, int eof,
+                             int *more, int *at_boundary, int *exact) {
+    size_t sep_len;
+    const char *sep = tokenizer_eot_text(st->tok, &sep_len);
+    *more = 0;
+    *at_boundary = 1;
+    *exact = 1;
+    const char *s = memmem(buf + t, have - t, sep, sep_len);
+    if (s) {
+        const size_t b = (size_t)(s - buf) + (st->imported ? 0 : sep_len);
+        if (b < have || !eof) return b; /* a separator that ends the text starts no document */
+    }
+    if (!eof && have - t < LOOKAHEAD) {
+        *more = 1;
+        return 0;
+    }
+    const size_t lo = t > share ? t - (size_t)share : 0;
+    for (size_t i = t; i > lo && i >= sep_len; i--)
+        if (memcmp(buf + i - sep_len, sep, sep_len) == 0) return st->imported ? i - sep_len : i;
+    *at_boundary = 0;
+    if (st->imported) {
+        const size_t hi = t + share / 2 < have ? t + (size_t)(share / 2) : have - 1;
+        const size_t at = tokenizer_cut_near(st->tok, buf, have, t, lo > 0 ? lo : 1, hi);
+        if (at < have) return at;
+        *exact = 0;
+    }
+    const char *nl = memchr(buf + t, '\n', have - t); /* a line's start, else never inside a character */
+    if (nl && (size_t)(nl - buf) + 1 < have) return (size_t)(nl - buf) + 1;
+    size_t c = t;
+    while (c > 0 && ((unsigned char)buf[c] & 0xC0) == 0x80) c--;
+    return c;
+}
+
+static size_t block_bytes(uint64_t shard_tokens) {
+    const uint64_t b = shard_tokens * 4;
+    return b < BLOCK_MIN ? BLOCK_MIN : b > BLOCK_MAX ? BLOCK_MAX : (size_t)b;
+}
+
+/* The whole text's bytes, from the files' sizes: -1 + message for a file that cannot be read. */
+static int text_size(const char *const *files, int n_files, size_t sep_len, uint64_t *total, char *err) {
+    *total = 0;
+    for (int k = 0; k < n_files; k++) {
+        FILE *f = prepare_open_text(files[k], err);
+        struct stat sb;
+        if (!f) return -1;
+        const int rc = fstat(fileno(f), &sb);
+        fclose(f);
+        if (rc != 0) {
+            fgpt_set_err(err, "cannot read text file %s: %s (check the path)", files[k], strerror(errno));
+            return -1;
+        }
+        *total += (uint64_t)sb.st_size + (k > 0 ? sep_len : 0);
+    }
+    return 0;
+}
+
+/* Reads, encodes and shards the whole text; the sinks hold the staged shards after. */
+static int run_stream(Stream *st, ShardSink *train, ShardSink *val, uint64_t total, const char *out_dir,
+                      char *err) {
+    const uint64_t target = (uint64_t)((double)total * (1.0 - st->opt->val_fraction)), share = total - target;
+    const size_t block = block_bytes(st->opt->shard_tokens);
+    size_t cap = 2 * block, have = 0, want = block;
+    char *buf = malloc(cap);
+    if (!buf) {
+        fgpt_set_err(err, "out of memory for a block of %zu bytes of text", cap);
+        return -1;
+    }
+    uint64_t base = 0; /* buf[0]'s byte in the joined text */
+    int eof = 0, in_val = 0, rc = 0;
+    const double t0 = prepare_seconds();
+    double said = t0;
+    while (rc == 0) {
+        if (want > cap) {
+            char *grown = realloc(buf, want);
+            if (!grown) {
+                fgpt_set_err(err, "out of memory for %zu bytes of text with no place to cut them (a document of no "
+                             "line ends?)", want);
+                rc = -1;
+                break;
+            }
+            buf = grown;
+            cap = want;
+        }
+        while (!eof && have < want) {
+            size_t got;
+            if ((rc = joined_read(&st->text, buf + have, want - have, &got, err)) != 0) break;
+            have += got;
+            eof = have < want;
+        }
+        if (rc != 0 || have == 0) break;
+        want = block;
+        if (!in_val && target < base + have) { /* validation starts in this buffer */
+            int more, at_boundary, exact;
+            const size_t t = target > base ? (size_t)(target - base) : 0;
+            const size_t cut = choose_val_cut(st, buf, have, t, share, eof, &more, &at_boundary, &exact);
+            if (more) {
+                want = have + block;
+                continue;
+            }
+            if (!at_boundary) {
+                size_t sep_len;
+                const char *sep = tokenizer_eot_text(st->tok, &sep_len);
+                prepare_note_val_cut(st->opt->val_fraction, base + cut, st->imported, exact, sep, sep_len);
+            }
+            rc = encode_piece(st, train, buf, cut, base, 0, err);
+            memmove(buf, buf + cut, have - cut);
+            have -= cut;
+            base += cut;
+            in_val = 1;
+            continue;
+        }
+        size_t end = have;
+        if (!eof) {
+            size_t sep_len;
+            const char *sep = tokenizer_eot_text(st->tok, &sep_len);
+            end = last_boundary(buf, have, sep, sep_len, st->imported);
+            if (end == 0) end = tokenizer_cut_near(st->tok, buf, have, have - 1, have / 2, have - 1);
+            if (end >= have) { /* no place to cut: read on */
+                want = have + block;
+                continue;
+            }
+        }
+        rc = encode_piece(st, in_val ? val : train, buf, end, base, eof && end == have, err);
+        memmove(buf, buf + end, have - end);
+        have -= end;
+        base += end;
+        const double now = prepare_seconds();
+        if (rc == 0 && now - said >= PROGRESS_EVERY_S) {
+            said = now;
+            fprintf(stderr, "prepare: %.1f of %.1f MB, %llu tokens, %.0f s -> %s\n", base / 1e6, total / 1e6,
+                    (unsigned long long)(train->tokens + val->tokens), now - t0, out_dir);
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+int prepare_stream(const char *const *files, int n_files, const PrepareOptions *opt, Tokenizer *given,
+                   const char *out_dir, PreparedData *out, char *err) {
+    memset(out, 0, sizeof *out);
+    size_t sep_len;
+    const char *sep = tokenizer_eot_text(given, &sep_len);
+    const int imported = tokenizer_is_imported(given);
+    uint64_t total;
+    if (text_size(files, n_files, sep_len, &total, err) != 0) return -1;
+    if (total == 0) {
+        fgpt_set_err(err, "the text is empty (0 bytes): give files that hold text");
+        return -1;
+    }
+    if ((uint64_t)((double)total * (1.0 - opt->val_fraction)) >= total) {
+        fgpt_set_err(err, "the validation part of the text is empty (%llu bytes in all); give more text or raise "
+                     "--val-fraction", (unsigned long long)total);
+        return -1;
+    }
+    struct stat before;
+    const int made_here = stat(out_dir, &before) != 0; /* a failed prepare takes back a folder it made */
+    if (prepare_make_dirs(out_dir, err) != 0 || prepare_path_join(out->train_path, out_dir, "train_*.bin", err) != 0 ||
+        prepare_path_join(out->val_path, out_dir, "val_*.bin", err) != 0 ||
+        prepare_path_join(out->tokenizer_path, out_dir, imported ? "tokenizer.json" : "tokenizer.bin", err) != 0)
+        return -1;
+    const int lock = prepare_lock_out_dir(out_dir, err);
+    if (lock < 0) return -1;
+    out->vocab_requested = out->vocab_reached = tokenizer_vocab_size(given);
+
+    Stream st = {opt, given, imported, {files, n_files, 0, -1, 0, NULL, 0, sep, sep_len, 0, 0, NULL, NULL}, NULL,
+                 NULL};
+    st.text.start = calloc((size_t)n_files, sizeof *st.text.start);
+    st.text.end = malloc((size_t)n_files * sizeof *st.text.end);
+    st.stray = calloc((size_t)n_files, sizeof *st.stray);
+    st.first_stray = calloc((size_t)n_files, sizeof *st.first_stray);
+    for (int k = 0; st.text.end && k < n_files; k++) st.text.end[k] = UINT64_MAX;
+    ShardSink train = {out_dir, "train", opt->shard_tokens, out->vocab_reached, tokenizer_fingerprint(given),
+                       NULL, 0, 0, 0, 0, 0};
+    ShardSink val = train;
+    val.kind = "val";
+    char tok_new[PREPARE_PATH_LEN];
+    snprintf(tok_new, sizeof tok_new, "%s.new", out->tokenizer_path);
+    int rc = 0;
+    if (!st.text.start || !st.text.end || !st.stray || !st.first_stray) {
+        fgpt_set_err(err, "out of memory for the list of %d files", n_files);
+        rc = -1;
+    }
+    const double t0 = prepare_seconds();
+    if (rc == 0) {
+        fprintf(stderr, "prepare: encoding %.1f MB in shards of %llu tokens\n", total / 1e6,
+                (unsigned long long)opt->shard_tokens);
+        rc = run_stream(&st, &train, &val, total, out_dir, err);
+    }
+    if (st.text.f) fclose(st.text.f);
+    if (rc == 0) rc = sink_finish(&train, err);
+    if (rc == 0) rc = sink_finish(&val, err);
+    if (rc == 0)
+        fprintf(stderr, "prepare: %llu train tokens in %llu shard(s) + %llu validation tokens in %llu, %.3f tokens/byte, "
+                "in %.1f s -> %s\n", (unsigned long long)train.tokens, (unsigned long long)train.shards,
+                (unsigned long long)val.tokens, (unsigned long long)val.shards,
+                (double)(train.tokens + val.tokens) / (double)total, prepare_seconds() - t0, out_dir);
+    /* a shard of one token holds no target, and the trainer and eval refuse it */
+    if (rc == 0 && train.tokens < 2) {
+        fgpt_set_err(err, "the training part of the text holds %llu token(s), and a target needs 2 (%llu bytes in "
+                     "all); give more text", (unsigned long long)train.tokens, (unsigned long long)total);
+        rc = -1;
+    }
+    if (rc == 0 && val.tokens < 2) {
+        fgpt_set_err(err, "the validation part of the text holds %llu token(s), and a target needs 2 (%llu bytes in "
+                     "all); give more text or raise --val-fraction", (unsigned long long)val.tokens,
+                     (unsigned long long)total);
+        rc = -1;
+    }
+    if (rc == 0) rc = prepare_save_tokenizer(given, tok_new, err);
+    /* validation's shards, training's, then the tokenizer: in the instant between renames the
+     * trainer refuses shards of a larger vocabulary than an old tokenizer's */
+    if (rc == 0) rc = sink_install(&val, err);
+    if (rc == 0) rc = sink_install(&train, err);
+    if (rc == 0 && rename(tok_new, out->tokenizer_path) != 0) {
+        fgpt_set_err(err, "cannot move %s to %s: %s (check the folder is writable)", tok_new, out->tokenizer_path,
+                     strerror(errno));
+        rc = -1;
+    }
+    if (rc == 0) {
+        prepare_remove_earlier_set(out_dir, 1, train.shards, val.shards, imported ? "tokenizer.bin" : "tokenizer.json",
+                                   out->tokenizer_path);
+        if (!sync_dir(out_dir))
+            fprintf(stderr, "prepare: note: cannot sync the folder %s (%s): the new files are in place, but a power "
+                    "loss in the next seconds may bring back the old ones\n", out_dir, strerror(errno));
+        for (int k = 0; k < n_files; k++) prepare_note_stray_bytes(files[k], st.stray[k], st.first_stray[k]);
+    } else {
+        sink_abort(&train);
+        sink_abort(&val);
+        unlink(tok_new);
+    }
+    free(st.text.start);
+    free(st.text.end);
+    free(st.stray);
+    free(st.first_stray);
+    close(lock); /* releases it; the empty file stays, as a run's .lock does */
+    if (rc != 0 && made_here) prepare_remove_made_folder(out_dir);
+    return rc;
+}
