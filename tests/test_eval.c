@@ -309,6 +309,20 @@ TEST(eval_of_a_pattern_of_shards_weighs_each_shards_loss_by_its_targets) {
                                                            "of the pattern)") && one_line(out),
           "%s", out);
     free(out);
+    /* a token the model cannot take in the pattern's last shard is named before any shard's line */
+    uint32_t ids[90];
+    for (int i = 0; i < 90; i++) ids[i] = (uint32_t)(i * 7 % 300);
+    snprintf(a, sizeof a, "%s/wide/val_a.bin", test_tmpdir());
+    snprintf(b, sizeof b, "%s/wide/val_b.bin", test_tmpdir());
+    snprintf(dir, sizeof dir, "%s/wide", test_tmpdir());
+    REQUIRE(mkdir(dir, 0755) == 0 && shard_write(a, ids, 90, 400, 0, err) == 0, "%s", err);
+    ids[61] = 350; /* below the shards' vocabulary of 400, not below the model's 300 */
+    REQUIRE(shard_write(b, ids, 90, 400, 0, err) == 0, "%s", err);
+    snprintf(args, sizeof args, "eval -o %s -i '%s/val_*.bin' -t 16 --device cpu", run, dir);
+    char refusal[1200];
+    snprintf(refusal, sizeof refusal, "token 350 at position 61 in shard %s is >= the vocabulary 300 of the model", b);
+    CHECK(run_train(args, &out) == 1 && out && strstr(out, refusal) && !strstr(out, "loss"), "%s", out);
+    free(out);
 }
 
 TEST(eval_errors_name_the_problem_in_one_line) {

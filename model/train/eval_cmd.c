@@ -317,6 +317,47 @@ static uint32_t *read_tokens(const char *path, int V, const char *dir, uint64_t 
     return tokens;
 }
 
+/* The later shards of a pattern checked as read_tokens checks the first, before any work, mapped
+ * (their pages stay in the cache for their turn): a bad token in the last shard is named before the
+ * first shard's line. 0, or 1 after the message. */
+static int check_later_shards(const EvalShards *s, int V, const char *dir) {
+    enum { CHUNK = 1 << 16 };
+    char err[ERR_LEN];
+    uint32_t *buf = malloc(CHUNK * sizeof *buf);
+    if (!buf) {
+        print_error("out of memory checking the shards of a pattern");
+        return 1;
+    }
+    int status = 0;
+    for (size_t k = 1; status == 0 && k < s->paths.n; k++) {
+        MappedShard m;
+        const char *path = s->paths.paths[k];
+        if (shard_map(path, &m, err) != 0) {
+            print_error("%s", err);
+            status = 1;
+            break;
+        }
+        for (uint64_t at = 0; status == 0 && at < m.hdr.num_tokens; at += CHUNK) {
+            const size_t n = m.hdr.num_tokens - at < CHUNK ? (size_t)(m.hdr.num_tokens - at) : CHUNK;
+            if (shard_decode_checked(&m.hdr, path, m.tokens + at * m.hdr.bytes_per_token, at, n, UINT32_MAX, buf,
+                                     err) != 0) {
+                print_error("%s", err);
+                status = 1;
+            }
+            for (size_t i = 0; status == 0 && i < n; i++)
+                if (buf[i] >= (uint32_t)V) {
+                    print_error("token %u at position %llu in shard %s is >= the vocabulary %d of the model in %s "
+                                "(evaluate a shard made by the model's tokenizer)",
+                                buf[i], (unsigned long long)(at + i), path, V, dir);
+                    status = 1;
+                }
+        }
+        shard_unmap(&m);
+    }
+    free(buf);
+    return status;
+}
+
 /* The checkpoint's weights in the table's layout (malloc'd), read and checked against its config.json
  * before anything else is checked against them: a config whose vocabulary disagrees with the weights
  * is named as such, not as a tokenizer or a shard that does not fit it. NULL after the message. */
@@ -453,10 +494,10 @@ static int evaluate(EvalOptions o, const char *dir, GPTConfig cfg, const EvalSha
     if (shards->named < num_shards &&
         made_by_other_tokenizer(shard[shards->named], shards->hdr[shards->named].tokenizer, dir, cfg.vocab_size))
         goto done;
-    /* the first shard's tokens before the model is made, so that one shard is checked whole before any
-     * work; a later one's as its turn comes */
+    /* every shard's tokens before the model is made: the first read whole, the later ones checked */
     uint64_t n = 0;
-    if (!(tokens = read_tokens(shard[0], cfg.vocab_size, dir, &n))) goto done;
+    if (!(tokens = read_tokens(shard[0], cfg.vocab_size, dir, &n)) || check_later_shards(shards, cfg.vocab_size, dir))
+        goto done;
     /* by default the model's context, or the longest shard's targets when fewer: a longer window
      * holds the same targets in more memory (Llama 3's context is 131072) */
     uint64_t longest = 0, windows = 0, most = 0;
