@@ -6,11 +6,12 @@
  * data/prepare.c joins them. The text reaches the encoder in blocks that end at their last document
  * boundary, else at a place where the tokenizer's pieces are sure to end (tokenizer_cut_near); each
  * block is encoded alone as a part of the whole (tokenizer.h's TOKENIZER_MID_*), so the shards hold
- * the ids that prepare gives the text whole. Validation is the text from the first document
- * boundary at or after the place that leaves it the last --val-fraction of the bytes (counted from
- * the files' sizes at the start), looked for up to 64 MiB past that place, as prepare's whole-text
- * cut looks for it; where there is none, the nearest boundary before it (within the share), else
- * the place nearest it where the tokenizer's pieces are sure to end. Every shard holds N tokens but
+ * the ids that prepare gives the text whole. Where validation starts is settled before any of it is
+ * encoded, by a pass over the text's last 2 x --val-fraction (the files' sizes at the start give
+ * the joined text's length), with prepare's whole-text rule: the first document boundary at or
+ * after the place that leaves validation its share, else the last one before it within the share,
+ * else (an imported tokenizer) the place nearest it, looked for within 64 MiB, where the
+ * tokenizer's pieces are sure to end, else the next line's start. Every shard holds N tokens but
  * the last of each kind, which holds 2 to N + 1 (a shard of one token has no target). */
 #include "data/prepare_internal.h"
 
@@ -29,8 +30,8 @@
  * that keep the encoder's threads busy and the memory small. */
 #define BLOCK_MIN ((size_t)64 << 10)
 #define BLOCK_MAX ((size_t)64 << 20)
-/* How far past the validation target a document boundary is looked for. */
-#define LOOKAHEAD ((size_t)64 << 20)
+/* How far from the validation target a place to cut inside a document is looked for. */
+#define CUT_WINDOW ((uint64_t)64 << 20)
 /* Six digits name a shard, and the byte order of the names is their order. */
 #define MAX_SHARDS 1000000ull
 #define PROGRESS_EVERY_S 10.0
@@ -111,6 +112,33 @@ static int file_at(const Joined *j, uint64_t at) {
     return lo;
 }
 
+/* Makes the next joined_read give the joined text from byte `at`; size[k] is file k's size, from
+ * which the files' places are known. -1 + message. */
+static int joined_seek(Joined *j, const uint64_t *size, uint64_t at, char *err) {
+    uint64_t start = 0;
+    int k = 0;
+    while (k + 1 < j->n_files && start + size[k] + j->sep_len <= at) start += size[k++] + j->sep_len;
+    j->pos = at;
+    if (at >= start + size[k] && k + 1 < j->n_files) { /* inside the separator after file k */
+        j->next = k + 1;
+        j->sep_given = 1;
+        j->sep_left = (size_t)(start + size[k] + j->sep_len - at);
+        return 0;
+    }
+    j->next = k + 1;
+    j->sep_given = 0;
+    j->sep_left = 0;
+    if (!(j->f = prepare_open_text(j->files[k], err))) return -1;
+    j->cur = k;
+    j->start[k] = start;
+    j->in_file = at - start;
+    if (fseeko(j->f, (off_t)j->in_file, SEEK_SET) != 0) {
+        fgpt_set_err(err, "cannot read text file %s: %s", j->files[k], strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- numbered shards ---- */
 
 typedef struct {
@@ -144,7 +172,7 @@ static int sink_rotate(ShardSink *s, char *err) {
     }
     if (s->shards + 1 > MAX_SHARDS) {
         fgpt_set_err(err, "the text makes more than %llu %s shards of %llu tokens: raise --shard-tokens",
-                     MAX_SHARDS - 1, s->kind, (unsigned long long)s->per_shard);
+                     MAX_SHARDS, s->kind, (unsigned long long)s->per_shard);
         return -1;
     }
     char path[PREPARE_PATH_LEN];
@@ -246,9 +274,9 @@ static int encode_piece(Stream *st, ShardSink *sink, const char *text, size_t le
     return rc;
 }
 
-/* The last document boundary in text[0..len) that leaves a non-empty part before it: an imported
- * tokenizer's part starts at the separator (its post-processor's tokens go around it), ours after
- * it. 0 when there is none. */
+/* The last document boundary in text[0..len) that leaves a non-empty part on either side: an
+ * imported tokenizer's part starts at the separator (its post-processor's tokens go around it),
+ * ours after it. 0 when there is none. */
 static size_t last_boundary(const char *text, size_t len, const char *sep, size_t sep_len, int imported) {
     /* candidates by the separator's first byte, from the end: [0, n) holds the starts left to try */
     for (size_t n = len >= sep_len ? len - sep_len + 1 : 0; n > 0;) {
@@ -256,48 +284,107 @@ static size_t last_boundary(const char *text, size_t len, const char *sep, size_
         if (!p) break;
         const size_t i = (size_t)(p - text);
         const size_t b = imported ? i : i + sep_len;
-        if (memcmp(p, sep, sep_len) == 0 && b > 0) return b;
+        if (memcmp(p, sep, sep_len) == 0 && b > 0 && b < len) return b;
         n = i;
     }
     return 0;
 }
 
-/* Where validation starts in buf[0..have) (buf from byte `base` of the joined text), the target at
- * buf[t]: the first boundary at or after it; *more when none is there but more text may hold one
- * within LOOKAHEAD; else the boundary before it within the share; else, for an imported
- * tokenizer, where its pieces are sure to end near it; else the next line's start, else the target
- * at a character's start: the cut prepare.c makes in the text whole. */
-static size_t choose_val_cut(const Stream *st, const char *buf, size_t have, size_t t, uint64_t share, int eof,
-                             int *more, int *at_boundary, int *exact) {
+/* Bytes [at, at + n) of the joined text into dst: *got of them (fewer at its end). -1 + message. */
+static int read_joined_at(const Stream *st, const uint64_t *size, uint64_t at, char *dst, size_t n, size_t *got,
+                          char *err) {
+    Joined j = st->text;
+    j.f = NULL;
+    j.cur = -1;
+    int rc = joined_seek(&j, size, at, err);
+    if (rc == 0) rc = joined_read(&j, dst, n, got, err);
+    if (j.f) fclose(j.f);
+    return rc;
+}
+
+/* Where validation starts, in bytes of the joined text (total of them; the target leaves it its
+ * share): prepare's whole-text rule (val_cut and prepare_text in data/prepare.c), found by one pass
+ * over [target - share, total) that stops at the first boundary after the target. */
+static int find_val_cut(const Stream *st, const uint64_t *size, uint64_t total, uint64_t target, uint64_t share,
+                        uint64_t *cut, char *err) {
     size_t sep_len;
     const char *sep = tokenizer_eot_text(st->tok, &sep_len);
-    *more = 0;
-    *at_boundary = 1;
-    *exact = 1;
-    const char *s = memmem(buf + t, have - t, sep, sep_len);
-    if (s) {
-        const size_t b = (size_t)(s - buf) + (st->imported ? 0 : sep_len);
-        if (b < have || !eof) return b; /* a separator that ends the text starts no document */
+    const uint64_t lo = target > share ? target - share : 0; /* validation gets at most twice its share */
+    enum { CHUNK = 1 << 20 };
+    char *buf = malloc(CHUNK + sep_len);
+    if (!buf) {
+        fgpt_set_err(err, "out of memory finding where validation starts");
+        return -1;
     }
-    if (!eof && have - t < LOOKAHEAD) {
-        *more = 1;
-        return 0;
+    uint64_t after = UINT64_MAX, before = 0, line = UINT64_MAX; /* boundaries' ends, a line's start */
+    uint64_t base = lo > sep_len ? lo - sep_len : 0;          /* buf[0]'s byte */
+    size_t keep = 0;                                          /* bytes of the last chunk kept in front */
+    Joined j = st->text;
+    j.f = NULL;
+    j.cur = -1;
+    int rc = joined_seek(&j, size, base, err);
+    while (rc == 0 && after == UINT64_MAX) {
+        size_t got;
+        if ((rc = joined_read(&j, buf + keep, CHUNK, &got, err)) != 0 || got == 0) break;
+        const size_t have = keep + got;
+        for (const char *p = buf; (p = memmem(p, have - (size_t)(p - buf), sep, sep_len)); p++) {
+            const uint64_t end = base + (uint64_t)(p - buf) + sep_len;
+            if (end - sep_len >= target && end < total) {
+                after = end;
+                break;
+            }
+            if (end <= target && end >= lo && end > 0) before = end;
+        }
+        const char *nl = line == UINT64_MAX ? memchr(buf + keep, '\n', got) : NULL;
+        for (; nl && line == UINT64_MAX; nl = memchr(nl + 1, '\n', have - (size_t)(nl + 1 - buf)))
+            if (base + (uint64_t)(nl - buf) >= target && base + (uint64_t)(nl - buf) + 1 < total)
+                line = base + (uint64_t)(nl - buf) + 1;
+        keep = have < sep_len - 1 ? have : sep_len - 1; /* a separator may span two chunks */
+        memmove(buf, buf + have - keep, keep);
+        base += have - keep;
+        if (got < CHUNK) break;
     }
-    const size_t lo = t > share ? t - (size_t)share : 0;
-    for (size_t i = t; i > lo && i >= sep_len; i--)
-        if (memcmp(buf + i - sep_len, sep, sep_len) == 0) return st->imported ? i - sep_len : i;
-    *at_boundary = 0;
-    if (st->imported) {
-        const size_t hi = t + share / 2 < have ? t + (size_t)(share / 2) : have - 1;
-        const size_t at = tokenizer_cut_near(st->tok, buf, have, t, lo > 0 ? lo : 1, hi);
-        if (at < have) return at;
-        *exact = 0;
+    if (j.f) fclose(j.f);
+    /* an imported tokenizer's validation part starts at its separator */
+    const uint64_t at_sep = st->imported ? sep_len : 0;
+    int at_boundary = 1, exact = 1;
+    if (rc == 0 && after != UINT64_MAX) *cut = after - at_sep;
+    else if (rc == 0 && before) *cut = before - at_sep;
+    else if (rc == 0) {
+        at_boundary = 0;
+        /* the next line's start, else the target at a character's start */
+        unsigned char near[4];
+        size_t got = 0;
+        const uint64_t from = target > 3 ? target - 3 : 0;
+        rc = read_joined_at(st, size, from, (char *)near, (size_t)(target - from + 1), &got, err);
+        uint64_t c = target;
+        while (rc == 0 && c > from && c - from < got && (near[c - from] & 0xC0) == 0x80) c--;
+        *cut = line != UINT64_MAX ? line : c;
+        if (rc == 0 && st->imported) { /* where the tokenizer's pieces are sure to end, nearest the target */
+            const uint64_t lo_cut = lo > 0 ? lo : 1, hi = total - share / 2;
+            const uint64_t w_lo = target > CUT_WINDOW && target - CUT_WINDOW > lo_cut ? target - CUT_WINDOW : lo_cut;
+            const uint64_t w_hi = target + CUT_WINDOW < hi ? target + CUT_WINDOW : hi;
+            /* two bytes either side: what a cut place's test reads around it */
+            const uint64_t w_from = w_lo > 2 ? w_lo - 2 : 0, w_to = w_hi + 3;
+            char *win = malloc((size_t)(w_to - w_from));
+            size_t wn = 0;
+            rc = win ? read_joined_at(st, size, w_from, win, (size_t)(w_to - w_from), &wn, err) : -1;
+            if (!win) fgpt_set_err(err, "out of memory finding where validation starts");
+            if (rc == 0 && wn > target - w_from) {
+                const size_t hi_in = w_hi - w_from < wn - 1 ? (size_t)(w_hi - w_from) : wn - 1;
+                const size_t at = tokenizer_cut_near(st->tok, win, wn, (size_t)(target - w_from),
+                                                     (size_t)(w_lo - w_from), hi_in);
+                if (at < wn) *cut = w_from + at;
+                else exact = 0;
+            } else if (rc == 0) {
+                exact = 0;
+            }
+            free(win);
+        }
     }
-    const char *nl = memchr(buf + t, '\n', have - t); /* a line's start, else never inside a character */
-    if (nl && (size_t)(nl - buf) + 1 < have) return (size_t)(nl - buf) + 1;
-    size_t c = t;
-    while (c > 0 && ((unsigned char)buf[c] & 0xC0) == 0x80) c--;
-    return c;
+    free(buf);
+    if (rc == 0 && !at_boundary) prepare_note_val_cut(st->opt->val_fraction, *cut, st->imported, exact, sep, sep_len);
+    return rc;
 }
 
 static size_t block_bytes(uint64_t shard_tokens) {
@@ -305,8 +392,10 @@ static size_t block_bytes(uint64_t shard_tokens) {
     return b < BLOCK_MIN ? BLOCK_MIN : b > BLOCK_MAX ? BLOCK_MAX : (size_t)b;
 }
 
-/* The whole text's bytes, from the files' sizes: -1 + message for a file that cannot be read. */
-static int text_size(const char *const *files, int n_files, size_t sep_len, uint64_t *total, char *err) {
+/* Each file's size (size[k]) and the joined text's bytes: -1 + message for a file that cannot be
+ * read. */
+static int text_size(const char *const *files, int n_files, size_t sep_len, uint64_t *size, uint64_t *total,
+                     char *err) {
     *total = 0;
     for (int k = 0; k < n_files; k++) {
         FILE *f = prepare_open_text(files[k], err);
@@ -318,15 +407,16 @@ static int text_size(const char *const *files, int n_files, size_t sep_len, uint
             fgpt_set_err(err, "cannot read text file %s: %s (check the path)", files[k], strerror(errno));
             return -1;
         }
-        *total += (uint64_t)sb.st_size + (k > 0 ? sep_len : 0);
+        size[k] = (uint64_t)sb.st_size;
+        *total += size[k] + (k > 0 ? sep_len : 0);
     }
     return 0;
 }
 
-/* Reads, encodes and shards the whole text; the sinks hold the staged shards after. */
-static int run_stream(Stream *st, ShardSink *train, ShardSink *val, uint64_t total, const char *out_dir,
-                      char *err) {
-    const uint64_t target = (uint64_t)((double)total * (1.0 - st->opt->val_fraction)), share = total - target;
+/* Reads, encodes and shards the whole text, validation from byte `cut` on; the sinks hold the
+ * staged shards after. */
+static int run_stream(Stream *st, ShardSink *train, ShardSink *val, uint64_t total, uint64_t cut,
+                      const char *out_dir, char *err) {
     const size_t block = block_bytes(st->opt->shard_tokens);
     size_t cap = 2 * block, have = 0, want = block;
     char *buf = malloc(cap);
@@ -334,6 +424,8 @@ static int run_stream(Stream *st, ShardSink *train, ShardSink *val, uint64_t tot
         fgpt_set_err(err, "out of memory for a block of %zu bytes of text", cap);
         return -1;
     }
+    size_t sep_len;
+    const char *sep = tokenizer_eot_text(st->tok, &sep_len);
     uint64_t base = 0; /* buf[0]'s byte in the joined text */
     int eof = 0, in_val = 0, rc = 0;
     const double t0 = prepare_seconds();
@@ -358,38 +450,22 @@ static int run_stream(Stream *st, ShardSink *train, ShardSink *val, uint64_t tot
         }
         if (rc != 0 || have == 0) break;
         want = block;
-        if (!in_val && target < base + have) { /* validation starts in this buffer */
-            int more, at_boundary, exact;
-            const size_t t = target > base ? (size_t)(target - base) : 0;
-            const size_t cut = choose_val_cut(st, buf, have, t, share, eof, &more, &at_boundary, &exact);
-            if (more) {
-                want = have + block;
-                continue;
-            }
-            if (!at_boundary) {
-                size_t sep_len;
-                const char *sep = tokenizer_eot_text(st->tok, &sep_len);
-                prepare_note_val_cut(st->opt->val_fraction, base + cut, st->imported, exact, sep, sep_len);
-            }
-            rc = encode_piece(st, train, buf, cut, base, 0, err);
-            memmove(buf, buf + cut, have - cut);
-            have -= cut;
-            base += cut;
-            in_val = 1;
-            continue;
-        }
         size_t end = have;
-        if (!eof) {
-            size_t sep_len;
-            const char *sep = tokenizer_eot_text(st->tok, &sep_len);
-            end = last_boundary(buf, have, sep, sep_len, st->imported);
-            if (end == 0) end = tokenizer_cut_near(st->tok, buf, have, have - 1, have / 2, have - 1);
-            if (end >= have) { /* no place to cut: read on */
-                want = have + block;
-                continue;
+        if (!in_val && cut - base <= have) { /* training's last piece ends where validation starts */
+            end = (size_t)(cut - base);
+            rc = encode_piece(st, train, buf, end, base, 0, err);
+            in_val = 1;
+        } else {
+            if (!eof) {
+                end = last_boundary(buf, have, sep, sep_len, st->imported);
+                if (end == 0) end = tokenizer_cut_near(st->tok, buf, have, have - 1, have / 2, have - 1);
+                if (end >= have) { /* no place to cut: read on, twice as much each time */
+                    want = 2 * have;
+                    continue;
+                }
             }
+            rc = encode_piece(st, in_val ? val : train, buf, end, base, eof && end == have, err);
         }
-        rc = encode_piece(st, in_val ? val : train, buf, end, base, eof && end == have, err);
         memmove(buf, buf + end, have - end);
         have -= end;
         base += end;
@@ -410,13 +486,24 @@ int prepare_stream(const char *const *files, int n_files, const PrepareOptions *
     size_t sep_len;
     const char *sep = tokenizer_eot_text(given, &sep_len);
     const int imported = tokenizer_is_imported(given);
-    uint64_t total;
-    if (text_size(files, n_files, sep_len, &total, err) != 0) return -1;
+    uint64_t total, cut = 0;
+    uint64_t *size = malloc((size_t)n_files * sizeof *size);
+    if (!size) {
+        fgpt_set_err(err, "out of memory for the list of %d files", n_files);
+        return -1;
+    }
+    if (text_size(files, n_files, sep_len, size, &total, err) != 0) {
+        free(size);
+        return -1;
+    }
     if (total == 0) {
+        free(size);
         fgpt_set_err(err, "the text is empty (0 bytes): give files that hold text");
         return -1;
     }
-    if ((uint64_t)((double)total * (1.0 - opt->val_fraction)) >= total) {
+    const uint64_t target = (uint64_t)((double)total * (1.0 - opt->val_fraction)), share = total - target;
+    if (target >= total) {
+        free(size);
         fgpt_set_err(err, "the validation part of the text is empty (%llu bytes in all); give more text or raise "
                      "--val-fraction", (unsigned long long)total);
         return -1;
@@ -425,10 +512,15 @@ int prepare_stream(const char *const *files, int n_files, const PrepareOptions *
     const int made_here = stat(out_dir, &before) != 0; /* a failed prepare takes back a folder it made */
     if (prepare_make_dirs(out_dir, err) != 0 || prepare_path_join(out->train_path, out_dir, "train_*.bin", err) != 0 ||
         prepare_path_join(out->val_path, out_dir, "val_*.bin", err) != 0 ||
-        prepare_path_join(out->tokenizer_path, out_dir, imported ? "tokenizer.json" : "tokenizer.bin", err) != 0)
+        prepare_path_join(out->tokenizer_path, out_dir, imported ? "tokenizer.json" : "tokenizer.bin", err) != 0) {
+        free(size);
         return -1;
+    }
     const int lock = prepare_lock_out_dir(out_dir, err);
-    if (lock < 0) return -1;
+    if (lock < 0) {
+        free(size);
+        return -1;
+    }
     out->vocab_requested = out->vocab_reached = tokenizer_vocab_size(given);
 
     Stream st = {opt, given, imported, {files, n_files, 0, -1, 0, NULL, 0, sep, sep_len, 0, 0, NULL, NULL}, NULL,
@@ -450,10 +542,11 @@ int prepare_stream(const char *const *files, int n_files, const PrepareOptions *
         rc = -1;
     }
     const double t0 = prepare_seconds();
+    if (rc == 0) rc = find_val_cut(&st, size, total, target, share, &cut, err);
     if (rc == 0) {
-        fprintf(stderr, "prepare: encoding %.1f MB in shards of %llu tokens\n", total / 1e6,
-                (unsigned long long)opt->shard_tokens);
-        rc = run_stream(&st, &train, &val, total, out_dir, err);
+        fprintf(stderr, "prepare: encoding %.1f MB (train) + %.2f MB (validation) in shards of %llu tokens\n",
+                cut / 1e6, (total - cut) / 1e6, (unsigned long long)opt->shard_tokens);
+        rc = run_stream(&st, &train, &val, total, cut, out_dir, err);
     }
     if (st.text.f) fclose(st.text.f);
     if (rc == 0) rc = sink_finish(&train, err);
@@ -501,6 +594,7 @@ int prepare_stream(const char *const *files, int n_files, const PrepareOptions *
     free(st.text.end);
     free(st.stray);
     free(st.first_stray);
+    free(size);
     close(lock); /* releases it; the empty file stays, as a run's .lock does */
     if (rc != 0 && made_here) prepare_remove_made_folder(out_dir);
     return rc;

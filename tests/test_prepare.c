@@ -937,6 +937,43 @@ static int write_documents(char files[][1100], const char *sep) {
     return 6;
 }
 
+/* Prepares files[0..n) whole and in shards of 1024 (into dir/whole and dir/streamed) with the
+ * tokenizer tok_path, and checks the shards joined hold train.bin's and val.bin's ids, kind by kind. */
+static void expect_shards_as_whole(const char *tok_path, const char *const *files, int n, const char *dir,
+                                   const char *what) {
+    char whole[1200], streamed[1200], err[ERR_LEN];
+    snprintf(whole, sizeof whole, "%s/whole", dir);
+    snprintf(streamed, sizeof streamed, "%s/streamed", dir);
+    const char *w_argv[16] = {"prepare", "--tokenizer", tok_path, "-o", whole};
+    const char *s_argv[20] = {"prepare", "--tokenizer", tok_path, "--shard-tokens", "1024", "--threads", "2", "-o",
+                              streamed};
+    for (int k = 0; k < n; k++) w_argv[5 + k] = s_argv[9 + k] = files[k];
+    REQUIRE(run_prepare(5 + n, w_argv) == 0, "%s: the text whole", what);
+    REQUIRE(run_prepare(9 + n, s_argv) == 0, "%s: streamed", what);
+    Tokenizer *tok = tokenizer_load(tok_path, err);
+    REQUIRE(tok, "%s", err);
+    const uint32_t V = tokenizer_vocab_size(tok);
+    for (int kind = 0; kind < 2; kind++) {
+        char path[1300];
+        snprintf(path, sizeof path, "%s/%s.bin", whole, kind ? "val" : "train");
+        uint32_t *want = NULL;
+        uint64_t n_want = 0, n_got = 0;
+        ShardHeader h;
+        REQUIRE(shard_read(path, V, &want, &n_want, &h, err) == 0, "%s", err);
+        int shards = 0;
+        uint32_t *got = read_numbered(streamed, kind ? "val" : "train", 1024, tokenizer_fingerprint(tok), V, &n_got,
+                                      &shards);
+        CHECK(got && n_got == n_want && memcmp(got, want, n_want * sizeof *got) == 0,
+              "%s: the %s shards hold %llu tokens, not the %llu of the text whole (or other ids)", what,
+              kind ? "validation" : "training", (unsigned long long)n_got, (unsigned long long)n_want);
+        CHECK(shards == (int)((n_want - 2) / 1024 + 1) || (n_want % 1024 == 1 && shards == (int)(n_want / 1024)),
+              "%s: %llu tokens in %d shards of 1024", what, (unsigned long long)n_want, shards);
+        free(want);
+        free(got);
+    }
+    tokenizer_free(tok);
+}
+
 /* The numbered shards hold exactly the ids prepare gives the text whole, cut into shards of N: for
  * our tokenizer, for byte-level BPE with a BOS post-processor and for SentencePiece with Gemma's. */
 TEST(prepare_in_shards_of_n_tokens_gives_the_ids_of_the_text_whole) {
@@ -952,46 +989,65 @@ TEST(prepare_in_shards_of_n_tokens_gives_the_ids_of_the_text_whole) {
     const char *tokenizers[] = {ours, "tests/fixtures/hf_llama3_bos.json", "tests/fixtures/spm_gemma3.json"};
     const char *separators[] = {"<|endoftext|>", "<|end_of_text|>", "<bos>"};
     for (int t = 0; t < 3; t++) {
-        char files[6][1100], whole[1200], streamed[1200], err[ERR_LEN];
+        char files[6][1100], err[ERR_LEN];
         REQUIRE(write_documents(files, separators[t]) == 6, "writing the documents");
         snprintf(dir, sizeof dir, "%s/t%d", test_tmpdir(), t);
-        snprintf(whole, sizeof whole, "%s/whole", dir);
-        snprintf(streamed, sizeof streamed, "%s/streamed", dir);
-        const char *w_argv[] = {"prepare", "--tokenizer", tokenizers[t], "-o", whole, files[0], files[1], files[2],
-                                files[3], files[4], files[5]};
-        REQUIRE(run_prepare(11, w_argv) == 0, "%s: the text whole", tokenizers[t]);
-        const char *s_argv[] = {"prepare", "--tokenizer", tokenizers[t], "--shard-tokens", "1024", "--threads", "2",
-                                "-o", streamed, files[0], files[1], files[2], files[3], files[4], files[5]};
-        REQUIRE(run_prepare(15, s_argv) == 0, "%s: streamed", tokenizers[t]);
-        Tokenizer *tok = tokenizer_load(tokenizers[t], err);
-        REQUIRE(tok, "%s", err);
-        const uint32_t V = tokenizer_vocab_size(tok);
-        for (int kind = 0; kind < 2; kind++) {
-            char path[1300];
-            snprintf(path, sizeof path, "%s/%s.bin", whole, kind ? "val" : "train");
-            uint32_t *want = NULL;
-            uint64_t n_want = 0, n_got = 0;
-            ShardHeader h;
-            REQUIRE(shard_read(path, V, &want, &n_want, &h, err) == 0, "%s", err);
-            int shards = 0;
-            uint32_t *got = read_numbered(streamed, kind ? "val" : "train", 1024, tokenizer_fingerprint(tok), V,
-                                          &n_got, &shards);
-            CHECK(got && n_got == n_want && memcmp(got, want, n_want * sizeof *got) == 0,
-                  "%s: the %s shards hold %llu tokens, not the %llu of the text whole (or other ids)", tokenizers[t],
-                  kind ? "validation" : "training", (unsigned long long)n_got, (unsigned long long)n_want);
-            CHECK(shards == (int)((n_want - 2) / 1024 + 1) || (n_want % 1024 == 1 && shards == (int)(n_want / 1024)),
-                  "%llu tokens in %d shards of 1024", (unsigned long long)n_want, shards);
-            free(want);
-            free(got);
-        }
+        const char *paths[6] = {files[0], files[1], files[2], files[3], files[4], files[5]};
+        expect_shards_as_whole(tokenizers[t], paths, 6, dir, tokenizers[t]);
         /* the tokenizer goes beside the shards, as it was given */
         char beside[1300];
-        snprintf(beside, sizeof beside, "%s/%s", streamed, t ? "tokenizer.json" : "tokenizer.bin");
-        Tokenizer *back = tokenizer_load(beside, err);
-        CHECK(back && tokenizer_fingerprint(back) == tokenizer_fingerprint(tok), "%s: %s", beside, err);
+        snprintf(beside, sizeof beside, "%s/streamed/%s", dir, t ? "tokenizer.json" : "tokenizer.bin");
+        Tokenizer *tok = tokenizer_load(tokenizers[t], err), *back = tokenizer_load(beside, err);
+        CHECK(tok && back && tokenizer_fingerprint(back) == tokenizer_fingerprint(tok), "%s: %s", beside, err);
         tokenizer_free(back);
         tokenizer_free(tok);
     }
+}
+
+/* Files of `n` bytes of short lines each (0: empty). */
+static void write_sized(char paths[][1100], const size_t *sizes, int n, const char *tag) {
+    for (int k = 0; k < n; k++) {
+        snprintf(paths[k], 1100, "%s/%s%d.txt", test_tmpdir(), tag, k);
+        FILE *f = fopen(paths[k], "wb");
+        for (size_t i = 0; f && i < sizes[k]; i++) fputc(i % 13 == 12 ? '\n' : "riverstone"[i % 10], f);
+        if (f) fclose(f);
+    }
+}
+
+/* Validation starts where the whole-text prepare starts it, in the layouts where a streamed pass
+ * could see it otherwise: a last document longer than validation's share whose start the stream
+ * has passed (the boundary before the target), a boundary exactly at twice the share from the end,
+ * an empty last file (a separator that ends the text starts no validation), and a text whose end
+ * falls on a block's end. */
+TEST(prepare_in_shards_starts_validation_where_the_text_whole_does) {
+    char tokdir[1100], words[1100], ours[1200], dir[1100];
+    snprintf(tokdir, sizeof tokdir, "%s/ours", test_tmpdir());
+    snprintf(words, sizeof words, "%s/words.txt", test_tmpdir());
+    write_lines(words, 20000, 3);
+    const char *train_tok[] = {"prepare", "-v", "300", "-o", tokdir, words};
+    REQUIRE(run_prepare(6, train_tok) == 0, "the tokenizer of our own kind");
+    snprintf(ours, sizeof ours, "%s/tokenizer.bin", tokdir);
+    static const struct {
+        size_t sizes[3];
+        int n;
+        const char *what;
+    } cases[] = {
+        {{65000, 1287}, 2, "a last document longer than the share"},
+        {{9787, 200}, 2, "a boundary at twice the share"},
+        {{65523, 0}, 2, "an empty last file ending the text at a block's end"},
+        {{30000, 30000, 0}, 3, "an empty last file"},
+    };
+    const char *tokenizers[] = {ours, "tests/fixtures/hf_llama3_bos.json", "tests/fixtures/spm_gemma3.json"};
+    for (int c = 0; c < 4; c++)
+        for (int t = 0; t < 3; t++) {
+            char files[3][1100], tag[16], what[200];
+            snprintf(tag, sizeof tag, "c%dt%d_", c, t);
+            write_sized(files, cases[c].sizes, cases[c].n, tag);
+            snprintf(dir, sizeof dir, "%s/%s", test_tmpdir(), tag);
+            snprintf(what, sizeof what, "%s, %s", cases[c].what, tokenizers[t]);
+            const char *paths[3] = {files[0], files[1], files[2]};
+            expect_shards_as_whole(tokenizers[t], paths, cases[c].n, dir, what);
+        }
 }
 
 /* A last shard of one token would hold no target: the token left over after whole shards goes into

@@ -213,7 +213,8 @@ static int is_cut_point(const uint8_t *s, size_t len, size_t i) {
 }
 
 static int can_cut_at(const Tokenizer *t, const uint8_t *s, size_t len, size_t i) {
-    return t->spm ? spm_is_cut_point(t->spm, s, len, i) : is_cut_point(s, len, i);
+    if (t->spm) return spm_is_cut_point(t->spm, s, len, i);
+    return !t->special_has_newline && is_cut_point(s, len, i); /* a line start may lie inside a special token */
 }
 
 size_t tokenizer_cut_near(const Tokenizer *t, const char *text, size_t len, size_t at, size_t lo, size_t hi) {
