@@ -290,12 +290,22 @@ static size_t last_boundary(const char *text, size_t len, const char *sep, size_
     return 0;
 }
 
-/* Bytes [at, at + n) of the joined text into dst: *got of them (fewer at its end). -1 + message. */
-static int read_joined_at(const Stream *st, const uint64_t *size, uint64_t at, char *dst, size_t n, size_t *got,
-                          char *err) {
-    Joined j = st->text;
+/* A second reader of the stream's files, for the pass that finds validation's cut: it keeps the
+ * files' places in its own marks (2 x n_files), so that the stream's record stays its own. */
+static Joined side_reader(const Joined *text, uint64_t *marks) {
+    Joined j = *text;
     j.f = NULL;
     j.cur = -1;
+    j.start = marks;
+    j.end = marks + text->n_files;
+    return j;
+}
+
+/* Bytes [at, at + n) of the joined text into dst, through a copy of `side`: *got of them (fewer at
+ * its end). -1 + message. */
+static int read_joined_at(const Joined *side, const uint64_t *size, uint64_t at, char *dst, size_t n, size_t *got,
+                          char *err) {
+    Joined j = *side;
     int rc = joined_seek(&j, size, at, err);
     if (rc == 0) rc = joined_read(&j, dst, n, got, err);
     if (j.f) fclose(j.f);
@@ -312,16 +322,18 @@ static int find_val_cut(const Stream *st, const uint64_t *size, uint64_t total, 
     const uint64_t lo = target > share ? target - share : 0; /* validation gets at most twice its share */
     enum { CHUNK = 1 << 20 };
     char *buf = malloc(CHUNK + sep_len);
-    if (!buf) {
+    uint64_t *marks = calloc(2 * (size_t)st->text.n_files, sizeof *marks);
+    if (!buf || !marks) {
+        free(buf);
+        free(marks);
         fgpt_set_err(err, "out of memory finding where validation starts");
         return -1;
     }
+    const Joined side = side_reader(&st->text, marks);
     uint64_t after = UINT64_MAX, before = 0, line = UINT64_MAX; /* boundaries' ends, a line's start */
     uint64_t base = lo > sep_len ? lo - sep_len : 0;          /* buf[0]'s byte */
     size_t keep = 0;                                          /* bytes of the last chunk kept in front */
-    Joined j = st->text;
-    j.f = NULL;
-    j.cur = -1;
+    Joined j = side;
     int rc = joined_seek(&j, size, base, err);
     while (rc == 0 && after == UINT64_MAX) {
         size_t got;
@@ -356,7 +368,7 @@ static int find_val_cut(const Stream *st, const uint64_t *size, uint64_t total, 
         unsigned char near[4];
         size_t got = 0;
         const uint64_t from = target > 3 ? target - 3 : 0;
-        rc = read_joined_at(st, size, from, (char *)near, (size_t)(target - from + 1), &got, err);
+        rc = read_joined_at(&side, size, from, (char *)near, (size_t)(target - from + 1), &got, err);
         uint64_t c = target;
         while (rc == 0 && c > from && c - from < got && (near[c - from] & 0xC0) == 0x80) c--;
         *cut = line != UINT64_MAX ? line : c;
@@ -368,7 +380,7 @@ static int find_val_cut(const Stream *st, const uint64_t *size, uint64_t total, 
             const uint64_t w_from = w_lo > 2 ? w_lo - 2 : 0, w_to = w_hi + 3;
             char *win = malloc((size_t)(w_to - w_from));
             size_t wn = 0;
-            rc = win ? read_joined_at(st, size, w_from, win, (size_t)(w_to - w_from), &wn, err) : -1;
+            rc = win ? read_joined_at(&side, size, w_from, win, (size_t)(w_to - w_from), &wn, err) : -1;
             if (!win) fgpt_set_err(err, "out of memory finding where validation starts");
             if (rc == 0 && wn > target - w_from) {
                 const size_t hi_in = w_hi - w_from < wn - 1 ? (size_t)(w_hi - w_from) : wn - 1;
@@ -383,6 +395,7 @@ static int find_val_cut(const Stream *st, const uint64_t *size, uint64_t total, 
         }
     }
     free(buf);
+    free(marks);
     if (rc == 0 && !at_boundary) prepare_note_val_cut(st->opt->val_fraction, *cut, st->imported, exact, sep, sep_len);
     return rc;
 }

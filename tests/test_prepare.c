@@ -974,18 +974,24 @@ static void expect_shards_as_whole(const char *tok_path, const char *const *file
     tokenizer_free(tok);
 }
 
+/* Our own 300-token tokenizer, prepared from `bytes` of generated lines (seed) written to text
+ * (1100 bytes) into the folder test_tmpdir()/name; its path into tok_path (1200 bytes). 0, or
+ * prepare's exit status. */
+static int prepare_our_tokenizer(const char *name, size_t bytes, unsigned seed, char *text, char *tok_path) {
+    char dir[1100];
+    snprintf(text, 1100, "%s/%s.txt", test_tmpdir(), name);
+    snprintf(dir, sizeof dir, "%s/%s", test_tmpdir(), name);
+    write_lines(text, bytes, seed);
+    const char *argv[] = {"prepare", "-v", "300", "-o", dir, text};
+    snprintf(tok_path, 1200, "%s/tokenizer.bin", dir);
+    return run_prepare(6, argv);
+}
+
 /* The numbered shards hold exactly the ids prepare gives the text whole, cut into shards of N: for
  * our tokenizer, for byte-level BPE with a BOS post-processor and for SentencePiece with Gemma's. */
 TEST(prepare_in_shards_of_n_tokens_gives_the_ids_of_the_text_whole) {
-    char dir[1100], tokdir[1100];
-    snprintf(tokdir, sizeof tokdir, "%s/ours", test_tmpdir());
-    char words[1100];
-    snprintf(words, sizeof words, "%s/words.txt", test_tmpdir());
-    write_lines(words, 20000, 3);
-    const char *train_tok[] = {"prepare", "-v", "300", "-o", tokdir, words};
-    REQUIRE(run_prepare(6, train_tok) == 0, "the tokenizer of our own kind");
-    char ours[1200];
-    snprintf(ours, sizeof ours, "%s/tokenizer.bin", tokdir);
+    char dir[1100], words[1100], ours[1200];
+    REQUIRE(prepare_our_tokenizer("ours", 20000, 3, words, ours) == 0, "the tokenizer of our own kind");
     const char *tokenizers[] = {ours, "tests/fixtures/hf_llama3_bos.json", "tests/fixtures/spm_gemma3.json"};
     const char *separators[] = {"<|endoftext|>", "<|end_of_text|>", "<bos>"};
     for (int t = 0; t < 3; t++) {
@@ -1020,13 +1026,8 @@ static void write_sized(char paths[][1100], const size_t *sizes, int n, const ch
  * an empty last file (a separator that ends the text starts no validation), and a text whose end
  * falls on a block's end. */
 TEST(prepare_in_shards_starts_validation_where_the_text_whole_does) {
-    char tokdir[1100], words[1100], ours[1200], dir[1100];
-    snprintf(tokdir, sizeof tokdir, "%s/ours", test_tmpdir());
-    snprintf(words, sizeof words, "%s/words.txt", test_tmpdir());
-    write_lines(words, 20000, 3);
-    const char *train_tok[] = {"prepare", "-v", "300", "-o", tokdir, words};
-    REQUIRE(run_prepare(6, train_tok) == 0, "the tokenizer of our own kind");
-    snprintf(ours, sizeof ours, "%s/tokenizer.bin", tokdir);
+    char words[1100], ours[1200], dir[1100];
+    REQUIRE(prepare_our_tokenizer("ours", 20000, 3, words, ours) == 0, "the tokenizer of our own kind");
     static const struct {
         size_t sizes[3];
         int n;
@@ -1053,15 +1054,10 @@ TEST(prepare_in_shards_starts_validation_where_the_text_whole_does) {
 /* A last shard of one token would hold no target: the token left over after whole shards goes into
  * the last one, which then holds N + 1. */
 TEST(prepare_in_shards_never_leaves_a_shard_of_one_token) {
-    char text[1100], tokdir[1100], out[1100], tokpath[1200], trainpath[1200], err[ERR_LEN];
-    snprintf(text, sizeof text, "%s/words.txt", test_tmpdir());
-    snprintf(tokdir, sizeof tokdir, "%s/whole", test_tmpdir());
+    char text[1100], out[1100], tokpath[1200], trainpath[1200], err[ERR_LEN];
     snprintf(out, sizeof out, "%s/streamed", test_tmpdir());
-    write_lines(text, 20000, 9);
-    const char *whole[] = {"prepare", "-v", "300", "-o", tokdir, text};
-    REQUIRE(run_prepare(6, whole) == 0, "the text whole");
-    snprintf(tokpath, sizeof tokpath, "%s/tokenizer.bin", tokdir);
-    snprintf(trainpath, sizeof trainpath, "%s/train.bin", tokdir);
+    REQUIRE(prepare_our_tokenizer("whole", 20000, 9, text, tokpath) == 0, "the text whole");
+    snprintf(trainpath, sizeof trainpath, "%s/whole/train.bin", test_tmpdir());
     ShardHeader h;
     REQUIRE(shard_read_header(trainpath, &h, err) == 0, "%s", err);
     REQUIRE(h.num_tokens > 1100, "a text of %llu training tokens", (unsigned long long)h.num_tokens);
@@ -1094,15 +1090,10 @@ static int count_named(const char *dir, const char *prefix) {
  * away, a set of train.bin and val.bin takes numbered shards away and the other way round, and a
  * numbered name that is not our shard is refused before any work and kept. */
 TEST(a_prepare_in_shards_replaces_the_earlier_set_whole) {
-    char text[1100], tokdir[1100], out[1100], tokpath[1200], path[1300], log[1200];
-    snprintf(text, sizeof text, "%s/words.txt", test_tmpdir());
-    snprintf(tokdir, sizeof tokdir, "%s/tok", test_tmpdir());
+    char text[1100], out[1100], tokpath[1200], path[1300], log[1200];
     snprintf(out, sizeof out, "%s/set", test_tmpdir());
     snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
-    write_lines(text, 200000, 4);
-    const char *train_tok[] = {"prepare", "-v", "300", "-o", tokdir, text};
-    REQUIRE(run_prepare(6, train_tok) == 0, "the tokenizer");
-    snprintf(tokpath, sizeof tokpath, "%s/tokenizer.bin", tokdir);
+    REQUIRE(prepare_our_tokenizer("tok", 200000, 4, text, tokpath) == 0, "the tokenizer");
     const char *small[] = {"prepare", "--tokenizer", tokpath, "--shard-tokens", "1024", "-o", out, text};
     REQUIRE(run_prepare(8, small) == 0, "shards of 1024");
     const int many = count_named(out, "train");
