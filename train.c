@@ -53,7 +53,8 @@ typedef struct {
     int vocab, batch, seq_len, total_batch, steps;
     float lr, lr_final, weight_decay, grad_clip;
     float z_loss, logit_softcap, label_smoothing;
-    int warmup;
+    int warmup, decay_steps;
+    const char *lr_schedule;
     uint64_t seed; /* checkpoints and `./train sample --seed` take all 64 bits */
     const char *train_data, *val_data, *out, *cache_dir, *tokenizer, *prompt, *init_from;
     int checkpoint_every, keep_checkpoints;
@@ -126,7 +127,11 @@ static const OptSpec options[] = {
     {'x', "steps", OPT_INT, O(steps), "1000", "N", "optimizer steps"},
     {'l', "lr", OPT_FLOAT, O(lr), "6e-4", "LR", "peak learning rate"},
     {0, "warmup", OPT_INT, O(warmup), "100", "N", "linear warmup steps"},
-    {0, "lr-final", OPT_FLOAT, O(lr_final), "6e-5", "LR", "learning rate at the last step (cosine decay)"},
+    {0, "lr-final", OPT_FLOAT, O(lr_final), "6e-5", "LR", "learning rate at the last step (equal to -l: constant after the warmup)"},
+    {0, "lr-schedule", OPT_STR, O(lr_schedule), "cosine", "SHAPE",
+     "after the warmup: cosine or linear decay to --lr-final over the remaining steps, or wsd (warmup-stable-decay: "
+     "-l until the last --decay-steps, which fall to --lr-final as 1 - sqrt of their progress)"},
+    {0, "decay-steps", OPT_INT, O(decay_steps), "0", "N", "wsd: the steps at the end of the run that decay (0: a fifth of -x)"},
     {0, "weight-decay", OPT_FLOAT, O(weight_decay), "0.1", "WD", "AdamW decoupled weight decay (matrices and embeddings; not biases or norms)"},
     {0, "grad-clip", OPT_FLOAT, O(grad_clip), "1.0", "NORM", "clip the global gradient norm (0: off)"},
     {0, "optimizer-state", OPT_STR, O(optimizer_state), "fp32", "TYPE",
@@ -487,6 +492,12 @@ static void validate(Options *opt, GPTConfig *cfg) {
                                                      : "defaults to 6e-5, above this -l/--lr: pass a final rate below "
                                                        "the peak (e.g. a tenth of it)");
     if (opt->warmup < 0) bad("--warmup", "must be 0 or more");
+    LrShape shape;
+    if (lr_shape_parse(opt->lr_schedule, &shape) != 0) bad("--lr-schedule", "must be cosine, linear or wsd");
+    if (opt->decay_steps < 0) bad("--decay-steps", "must be 0 (a fifth of -x) or more");
+    if (opt->decay_steps > 0 && shape != LR_WSD)
+        bad("--decay-steps", "sets the decay of --lr-schedule wsd; cosine and linear decay over every step after the "
+                             "warmup");
     if (opt->weight_decay < 0) bad("--weight-decay", "must be 0 or more");
     if (opt->grad_clip < 0) bad("--grad-clip", "must be 0 (off) or positive");
     if (!(opt->z_loss >= 0)) bad("--z-loss", "must be 0 (off) or positive");
@@ -705,6 +716,14 @@ static void print_gpu_estimate(const ParamTable *t, int B, int T, int recompute_
            (e.weights + e.master + e.grads + e.adamw) / 1e6, e.activations / 1e6, memory_estimate_total(&e) / 1e6,
            state == OPTIMIZER_STATE_BF16 ? "bf16 AdamW m, v" : "fp32 master weights, AdamW m, v",
            MEMORY_RUNTIME_RESERVE / 1e9, largest);
+}
+
+/* The learning-rate schedule of the flags (checked by then). */
+static LrSchedule schedule_of(const Options *opt) {
+    LrSchedule s = {.shape = LR_COSINE, .total_steps = opt->steps, .warmup = opt->warmup,
+                    .decay_steps = opt->decay_steps, .lr = opt->lr, .lr_final = opt->lr_final};
+    lr_shape_parse(opt->lr_schedule, &s.shape);
+    return s;
 }
 
 static OptimizerState optimizer_state_of(const Options *opt) {
@@ -1349,14 +1368,18 @@ static int resolve_data(Run *r) {
     repeated_flags_note(&opt->repeated, stdout);
     if (opt->logits_mb != OUTPUT_FUSED_DEFAULT_BUDGET_MIB && strcmp(opt->output, "fused"))
         printf("output layer: --logits-mb sizes the fused layer's chunks; --output %s does not use it\n", opt->output);
-    /* the cosine decay runs from the step after the warmup (at -l) to the last (at --lr-final), so it
-     * needs two steps; with fewer, the last step runs at -l or, in a warmup longer than the run, below
-     * (a one-step run without warmup, a smoke test, runs at -l unremarked) */
+    /* the cosine and linear decays run from the step after the warmup (at -l) to the last (at
+     * --lr-final), so they need two steps; with fewer, the last step runs at -l or, in a warmup longer
+     * than the run, below (a one-step run without warmup, a smoke test, runs at -l unremarked) */
+    const LrSchedule schedule = schedule_of(opt);
     if (opt->warmup > opt->steps)
         printf("schedule: --warmup %d is longer than -x %d: the learning rate climbs to %g of -l %g and never decays "
-               "to --lr-final\n", opt->warmup, opt->steps, (double)lr_at_step(opt->steps - 1, opt->steps, opt->warmup,
-               opt->lr, opt->lr_final), (double)opt->lr);
-    else if (opt->warmup > 0 && opt->steps - opt->warmup <= 1 && opt->lr_final != opt->lr)
+               "to --lr-final\n", opt->warmup, opt->steps, (double)lr_at_step(&schedule, opt->steps - 1),
+               (double)opt->lr);
+    else if (schedule.shape == LR_WSD && opt->decay_steps > opt->steps - opt->warmup)
+        printf("schedule: --decay-steps %d is longer than the %d steps after the warmup: the decay starts right after "
+               "it\n", opt->decay_steps, opt->steps - opt->warmup);
+    else if (schedule.shape != LR_WSD && opt->warmup > 0 && opt->steps - opt->warmup <= 1 && opt->lr_final != opt->lr)
         printf("schedule: --warmup %d leaves %s of -x %d after it: the last step runs at -l %g, not --lr-final %g "
                "(the decay needs two steps)\n", opt->warmup, opt->steps == opt->warmup ? "no step" : "one step",
                opt->steps, (double)opt->lr, (double)opt->lr_final);
@@ -1498,17 +1521,22 @@ static void list_append(char *buf, size_t size, size_t *len, const char *fmt, ..
 static void note_schedule_change(const TrainState *st, const Options *opt, int step, char *changed) {
     char changes[400] = "";
     size_t len = 0;
-    if (st->total_steps != opt->steps)
-        list_append(changes, sizeof changes, &len, "-x/--steps %d -> %d", st->total_steps, opt->steps);
-    if (st->lr != opt->lr) list_append(changes, sizeof changes, &len, "-l/--lr %g -> %g", st->lr, opt->lr);
-    if (st->warmup != opt->warmup)
-        list_append(changes, sizeof changes, &len, "--warmup %d -> %d", st->warmup, opt->warmup);
-    if (st->lr_final != opt->lr_final)
-        list_append(changes, sizeof changes, &len, "--lr-final %g -> %g", st->lr_final, opt->lr_final);
+    const LrSchedule *old = &st->schedule, new = schedule_of(opt);
+    if (old->total_steps != new.total_steps)
+        list_append(changes, sizeof changes, &len, "-x/--steps %d -> %d", old->total_steps, new.total_steps);
+    if (old->lr != new.lr) list_append(changes, sizeof changes, &len, "-l/--lr %g -> %g", old->lr, new.lr);
+    if (old->warmup != new.warmup)
+        list_append(changes, sizeof changes, &len, "--warmup %d -> %d", old->warmup, new.warmup);
+    if (old->lr_final != new.lr_final)
+        list_append(changes, sizeof changes, &len, "--lr-final %g -> %g", old->lr_final, new.lr_final);
+    if (old->shape != new.shape)
+        list_append(changes, sizeof changes, &len, "--lr-schedule %s -> %s", lr_shape_name(old->shape),
+                    lr_shape_name(new.shape));
+    if (old->decay_steps != new.decay_steps)
+        list_append(changes, sizeof changes, &len, "--decay-steps %d -> %d", old->decay_steps, new.decay_steps);
     snprintf(changed, 400, "%s", changes);
     if (!len) return;
-    const float was = lr_at_step(step, st->total_steps, st->warmup, st->lr, st->lr_final),
-                now = lr_at_step(step, opt->steps, opt->warmup, opt->lr, opt->lr_final);
+    const float was = lr_at_step(old, step), now = lr_at_step(&new, step);
     if (was == now) /* in the warmup, say, where -x does not reach */
         printf("schedule: changed since the checkpoint: %s; the learning rate of step %d stays %.3e\n", changes,
                step + 1, now);
@@ -1908,8 +1936,9 @@ static int take_step(Run *r, int step, StepResult *s) {
         fprintf(stderr, "%s\n", why);
         return 1;
     }
+    const LrSchedule schedule = schedule_of(opt);
     AdamWStep as = {
-        .lr = lr_at_step(step, opt->steps, opt->warmup, opt->lr, opt->lr_final),
+        .lr = lr_at_step(&schedule, step),
         .beta1 = 0.9f,
         .beta2 = 0.95f,
         .eps = 1e-8f,
@@ -1967,9 +1996,8 @@ static int save_checkpoint(Run *r, int steps_done) {
     TrainState st = {.step = steps_done, .loader_epoch = ls.epoch, .loader_position = ls.position,
                      .B = r->B, .T = r->T, .total_batch = opt->total_batch, .world = r->dist.world,
                      .seed = opt->seed, .data_tokens = r->train_loader.num_tokens,
-                     .data_fingerprint = r->train_fingerprint, .total_steps = opt->steps,
+                     .data_fingerprint = r->train_fingerprint, .schedule = schedule_of(opt),
                      .val_tokens = r->val_tokens, .val_fingerprint = r->val_fingerprint,
-                     .warmup = opt->warmup, .lr = opt->lr, .lr_final = opt->lr_final,
                      .settings = train_settings(opt)};
     memcpy(st.rng, r->rng.s, sizeof st.rng);
     if (checkpoint_save_with(opt->out, &r->table, r->ck.params, r->ck.m, r->ck.v, &st,

@@ -497,9 +497,12 @@ TEST(a_resealed_state_file_with_a_negative_warmup_is_refused) {
     tiny_table(&t, 50);
     float *p = random_floats(t.total, 5), *q = malloc(t.total * 4 * 3);
     char err[ERR_LEN] = "";
-    const TrainState bad[] = {{.step = 3, .B = 2, .T = 8, .total_batch = 16, .warmup = INT_MIN, .total_steps = 10},
-                              {.step = 3, .B = 2, .T = 8, .total_batch = 16, .warmup = -1, .total_steps = 10},
-                              {.step = 3, .B = 2, .T = 8, .total_batch = 16, .total_steps = -1}};
+    const TrainState bad[] = {
+        {.step = 3, .B = 2, .T = 8, .total_batch = 16, .schedule = {.warmup = INT_MIN, .total_steps = 10}},
+        {.step = 3, .B = 2, .T = 8, .total_batch = 16, .schedule = {.warmup = -1, .total_steps = 10}},
+        {.step = 3, .B = 2, .T = 8, .total_batch = 16, .schedule = {.total_steps = -1}},
+        {.step = 3, .B = 2, .T = 8, .total_batch = 16, .schedule = {.total_steps = 10, .decay_steps = -1}},
+        {.step = 3, .B = 2, .T = 8, .total_batch = 16, .schedule = {.total_steps = 10, .shape = (LrShape)3}}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         TrainState st;
         char dir[700];

@@ -857,8 +857,10 @@ TEST(a_version_5_state_file_of_a_llama_run_with_a_logit_cap_still_loads) {
     param_table_free(&t);
 }
 
-/* Version 7's header: version 8's without the validation shard (16 bytes before the checksum);
- * version 6's: version 7's without its settings block (24 bytes before that). */
+/* Version 8's header: version 9's without the schedule's shape (8 bytes before the checksum);
+ * version 7's: version 8's without the validation shard (16 bytes before that); version 6's: version
+ * 7's without its settings block (24 bytes before that). */
+#define STATE_V9_SCHEDULE 8
 #define STATE_V8_VALIDATION 16
 #define STATE_V7_SETTINGS 24
 
@@ -877,9 +879,10 @@ static void load_as_older_version(const TinyModel *m, TrainState st, uint32_t ve
     REQUIRE(checkpoint_save(test_tmpdir(), &t, p, p + t.total, p + 2 * t.total, &st, 1, err) == 0, "%s", err);
     REQUIRE(checkpoint_load_latest(test_tmpdir(), &t, q, q + t.total, q + 2 * t.total, back, err) == 0, "%s", err);
     CHECK(back->val_tokens == st.val_tokens && back->val_fingerprint == st.val_fingerprint &&
-              back->settings.recorded,
-          "this version keeps the validation shard and settings: %llu %llu %d", (unsigned long long)back->val_tokens,
-          (unsigned long long)back->val_fingerprint, back->settings.recorded);
+              back->settings.recorded && !memcmp(&back->schedule, &st.schedule, sizeof st.schedule),
+          "this version keeps the validation shard, settings and schedule: %llu %llu %d, shape %d decay %d",
+          (unsigned long long)back->val_tokens, (unsigned long long)back->val_fingerprint, back->settings.recorded,
+          (int)back->schedule.shape, back->schedule.decay_steps);
     snprintf(path, sizeof path, "%s/step_%08d/state.bin", test_tmpdir(), st.step);
     const size_t arrays = 3 * t.total * sizeof(float);
     struct stat sb;
@@ -894,12 +897,25 @@ static void load_as_older_version(const TinyModel *m, TrainState st, uint32_t ve
     param_table_free(&t);
 }
 
-static const TrainState RECORDED = {.step = 5, .B = 2, .T = 16, .val_tokens = 4000, .val_fingerprint = 77,
-                                    .settings = {.recorded = 1, .weight_decay = 0.1f, .grad_clip = 1}};
+static const TrainState RECORDED = {
+    .step = 5, .B = 2, .T = 16, .val_tokens = 4000, .val_fingerprint = 77,
+    .settings = {.recorded = 1, .weight_decay = 0.1f, .grad_clip = 1},
+    .schedule = {.shape = LR_WSD, .total_steps = 50, .warmup = 4, .decay_steps = 9, .lr = 1e-3f, .lr_final = 1e-4f}};
+
+TEST(a_version_8_state_file_loads_with_a_cosine_schedule) {
+    TrainState back;
+    load_as_older_version(&QWEN3, RECORDED, 8, STATE_V9_SCHEDULE, &back);
+    CHECK(back.schedule.shape == LR_COSINE && back.schedule.decay_steps == 0 && back.schedule.total_steps == 50 &&
+              back.schedule.warmup == 4 && back.schedule.lr == 1e-3f && back.schedule.lr_final == 1e-4f &&
+              back.val_tokens == 4000 && back.settings.recorded,
+          "the version 8 file: shape %d, decay %d, -x %d, warmup %d, validation %llu", (int)back.schedule.shape,
+          back.schedule.decay_steps, back.schedule.total_steps, back.schedule.warmup,
+          (unsigned long long)back.val_tokens);
+}
 
 TEST(a_version_7_state_file_loads_with_its_validation_shard_unrecorded) {
     TrainState back;
-    load_as_older_version(&QWEN3, RECORDED, 7, STATE_V8_VALIDATION, &back);
+    load_as_older_version(&QWEN3, RECORDED, 7, STATE_V9_SCHEDULE + STATE_V8_VALIDATION, &back);
     CHECK(back.settings.recorded && back.settings.weight_decay == 0.1f && back.val_tokens == 0 &&
               back.val_fingerprint == 0,
           "the version 7 file: settings %d %g, validation %llu %llu", back.settings.recorded,
@@ -908,7 +924,7 @@ TEST(a_version_7_state_file_loads_with_its_validation_shard_unrecorded) {
 
 TEST(a_version_6_state_file_loads_with_its_settings_unrecorded) {
     TrainState back;
-    load_as_older_version(&LLAMA, RECORDED, 6, STATE_V8_VALIDATION + STATE_V7_SETTINGS, &back);
+    load_as_older_version(&LLAMA, RECORDED, 6, STATE_V9_SCHEDULE + STATE_V8_VALIDATION + STATE_V7_SETTINGS, &back);
     CHECK(!back.settings.recorded && back.settings.weight_decay == 0 && back.settings.grad_clip == 0 &&
               back.val_tokens == 0,
           "a version 6 file's settings: recorded %d, wd %g, clip %g", back.settings.recorded,

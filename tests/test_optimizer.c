@@ -201,28 +201,110 @@ TEST(adamw_on_bf16_state_draws_new_bits_each_step_for_the_same_value) {
           moved, steps, p * steps);
 }
 
+static float cosine_lr(int step, int total, int warmup, float lr, float fin) {
+    const LrSchedule s = {.shape = LR_COSINE, .total_steps = total, .warmup = warmup, .lr = lr, .lr_final = fin};
+    return lr_at_step(&s, step);
+}
+
+/* The first step after s's warmup whose rate rises above the one before (-1: none). */
+static int first_rise(const LrSchedule *s) {
+    for (int step = s->warmup + 1; step < s->total_steps; step++)
+        if (lr_at_step(s, step) > lr_at_step(s, step - 1)) return step;
+    return -1;
+}
+
 TEST(schedule_warmup_is_linear_then_cosine_reaches_final) {
     const float lr = 1e-3f, fin = 1e-4f;
-    CHECK(fabsf(lr_at_step(0, 100, 10, lr, fin) - 1e-4f) < 1e-9f, "first warmup step is lr/warmup");
-    CHECK(fabsf(lr_at_step(4, 100, 10, lr, fin) - 5e-4f) < 1e-9f, "warmup is linear");
-    CHECK(fabsf(lr_at_step(9, 100, 10, lr, fin) - lr) < 1e-9f, "warmup ends at the peak");
-    CHECK(fabsf(lr_at_step(10, 100, 10, lr, fin) - lr) < 1e-9f, "decay starts at the peak");
-    float mid = lr_at_step(10 + 89 / 2, 100, 10, lr, fin);
+    CHECK(fabsf(cosine_lr(0, 100, 10, lr, fin) - 1e-4f) < 1e-9f, "first warmup step is lr/warmup");
+    CHECK(fabsf(cosine_lr(4, 100, 10, lr, fin) - 5e-4f) < 1e-9f, "warmup is linear");
+    CHECK(fabsf(cosine_lr(9, 100, 10, lr, fin) - lr) < 1e-9f, "warmup ends at the peak");
+    CHECK(fabsf(cosine_lr(10, 100, 10, lr, fin) - lr) < 1e-9f, "decay starts at the peak");
+    float mid = cosine_lr(10 + 89 / 2, 100, 10, lr, fin);
     CHECK(fabsf(mid - 0.5f * (lr + fin)) < 2e-5f, "halfway through the decay is the midpoint (%g)", mid);
-    CHECK(fabsf(lr_at_step(99, 100, 10, lr, fin) - fin) < 1e-9f, "last step runs at lr_final");
+    CHECK(fabsf(cosine_lr(99, 100, 10, lr, fin) - fin) < 1e-9f, "last step runs at lr_final");
     /* a quarter of the way the cosine is still near the peak, where a linear decay is not:
      * 0.854 against 0.75 of the way from lr_final to lr */
-    float quarter = lr_at_step(10 + 89 / 4, 100, 10, lr, fin);
+    float quarter = cosine_lr(10 + 89 / 4, 100, 10, lr, fin);
     double cosine = fin + 0.5 * (lr - fin) * (1 + cos(3.14159265358979 * (89 / 4) / 89.0));
     CHECK(fabs(quarter - cosine) < 1e-8, "a quarter through the decay: %g, cosine gives %g", quarter, cosine);
     float prev = lr;
     for (int s = 10; s < 100; s++) {
-        float x = lr_at_step(s, 100, 10, lr, fin);
+        float x = cosine_lr(s, 100, 10, lr, fin);
         if (x > prev + 1e-12f) {
             CHECK(0, "cosine decay increases at step %d", s);
             break;
         }
         prev = x;
     }
-    CHECK(lr_at_step(0, 1, 0, lr, fin) == lr, "a one-step run uses the peak");
+    CHECK(cosine_lr(0, 1, 0, lr, fin) == lr, "a one-step run uses the peak");
+}
+
+TEST(schedule_linear_falls_by_equal_steps_to_final) {
+    const float lr = 1e-3f, fin = 1e-4f;
+    const LrSchedule s = {.shape = LR_LINEAR, .total_steps = 100, .warmup = 10, .lr = lr, .lr_final = fin};
+    CHECK(lr_at_step(&s, 4) == cosine_lr(4, 100, 10, lr, fin), "the warmup is the cosine's");
+    CHECK(lr_at_step(&s, 10) == lr, "the decay starts at the peak: %g", lr_at_step(&s, 10));
+    CHECK(lr_at_step(&s, 99) == fin, "the last step runs at lr_final: %g", lr_at_step(&s, 99));
+    /* 89 equal falls of (lr - fin) / 89 between steps 10 and 99 */
+    for (int step = 10; step < 99; step++) {
+        const double fall = (double)lr_at_step(&s, step) - lr_at_step(&s, step + 1);
+        if (fabs(fall - (lr - fin) / 89.0) > 5e-10) {
+            CHECK(0, "step %d falls by %g, not %g", step + 1, fall, (lr - fin) / 89.0);
+            break;
+        }
+    }
+    /* a quarter of the way: 0.75 of the way from lr_final to lr, where the cosine is at 0.854 */
+    const double quarter = lr_at_step(&s, 10 + 89 / 4), want = fin + (lr - fin) * (1 - (89 / 4) / 89.0);
+    CHECK(fabs(quarter - want) < 1e-9 && cosine_lr(10 + 89 / 4, 100, 10, lr, fin) > quarter + 1e-5f,
+          "a quarter through the decay: %g, a straight line gives %g", quarter, want);
+    CHECK(first_rise(&s) == -1, "the rate rises at step %d", first_rise(&s));
+}
+
+TEST(schedule_wsd_holds_the_peak_then_falls_as_one_minus_sqrt_over_its_last_steps) {
+    const float lr = 1e-3f, fin = 1e-4f;
+    LrSchedule s = {.shape = LR_WSD, .total_steps = 100, .warmup = 10, .decay_steps = 20, .lr = lr, .lr_final = fin};
+    CHECK(lr_at_step(&s, 0) == cosine_lr(0, 100, 10, lr, fin) && lr_at_step(&s, 9) == lr, "the warmup is the cosine's");
+    int held = 1;
+    for (int step = 10; step < 80; step++) held &= lr_at_step(&s, step) == lr;
+    CHECK(held, "steps 11 to 80 run at the peak");
+    for (int k = 1; k <= 20; k++) { /* step 79 + k: k/20 of the decay done */
+        const double want = fin + (lr - fin) * (1.0 - sqrt(k / 20.0)), got = lr_at_step(&s, 79 + k);
+        if (fabs(got - want) > 1e-9) {
+            CHECK(0, "decay step %d of 20: %g, 1 - sqrt gives %g", k, got, want);
+            break;
+        }
+    }
+    CHECK(lr_at_step(&s, 99) == fin, "the last step runs at lr_final: %g", lr_at_step(&s, 99));
+    CHECK(first_rise(&s) == -1, "the rate rises at step %d", first_rise(&s));
+    /* decay_steps 0: a fifth of the run */
+    s.decay_steps = 0;
+    CHECK(lr_wsd_decay_steps(&s) == 20 && lr_at_step(&s, 79) == lr && lr_at_step(&s, 80) < lr,
+          "the default decay: %d steps", lr_wsd_decay_steps(&s));
+    s.total_steps = 3, s.warmup = 0;
+    CHECK(lr_wsd_decay_steps(&s) == 1 && lr_at_step(&s, 1) == lr && lr_at_step(&s, 2) == fin,
+          "a run shorter than five steps still decays at its last: %d steps", lr_wsd_decay_steps(&s));
+    /* a decay longer than what the warmup leaves starts right after it */
+    s = (LrSchedule){.shape = LR_WSD, .total_steps = 30, .warmup = 10, .decay_steps = 50, .lr = lr, .lr_final = fin};
+    CHECK(lr_wsd_decay_steps(&s) == 20 && lr_at_step(&s, 9) == lr && lr_at_step(&s, 10) < lr &&
+              lr_at_step(&s, 29) == fin,
+          "a decay of 50 in 20 steps: %d steps, step 11 at %g", lr_wsd_decay_steps(&s), lr_at_step(&s, 10));
+    /* a warmup as long as the run leaves no decay */
+    s.warmup = 30;
+    CHECK(lr_wsd_decay_steps(&s) == 0 && lr_at_step(&s, 29) == lr, "a run of warmup: %d decay steps, last %g",
+          lr_wsd_decay_steps(&s), lr_at_step(&s, 29));
+    /* a longer run resumed in the stable part decays at its new end */
+    const LrSchedule longer = {.shape = LR_WSD, .total_steps = 200, .warmup = 10, .decay_steps = 20, .lr = lr,
+                               .lr_final = fin};
+    CHECK(lr_at_step(&longer, 150) == lr && lr_at_step(&longer, 199) == fin, "the longer run: %g at 151, %g at 200",
+          lr_at_step(&longer, 150), lr_at_step(&longer, 199));
+}
+
+TEST(schedule_shapes_parse_by_name) {
+    LrShape shape = LR_COSINE;
+    CHECK(lr_shape_parse("wsd", &shape) == 0 && shape == LR_WSD, "wsd");
+    CHECK(lr_shape_parse("linear", &shape) == 0 && shape == LR_LINEAR, "linear");
+    CHECK(lr_shape_parse("cosine", &shape) == 0 && shape == LR_COSINE, "cosine");
+    CHECK(lr_shape_parse("Cosine", &shape) != 0 && lr_shape_parse("", &shape) != 0 && shape == LR_COSINE,
+          "other names are refused and leave the shape");
+    CHECK(!strcmp(lr_shape_name(LR_WSD), "wsd") && !strcmp(lr_shape_name(LR_LINEAR), "linear"), "names");
 }

@@ -60,6 +60,10 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
     expect_usage_error("-e d99", "-e/--preset must be one of");
     expect_usage_error("-l -1", "-l/--lr must be positive");
     expect_usage_error("-l 1e-3 --lr-final 1e-2", "--lr-final must be between");
+    expect_usage_error("--lr-schedule step", "--lr-schedule must be cosine, linear or wsd");
+    expect_usage_error("--lr-schedule WSD", "--lr-schedule must be cosine, linear or wsd");
+    expect_usage_error("--decay-steps 50", "--decay-steps sets the decay of --lr-schedule wsd; cosine and linear decay");
+    expect_usage_error("--lr-schedule linear --decay-steps 50", "--decay-steps sets the decay of --lr-schedule wsd");
     /* a fine-tuning rate below the default final rate: the message says the final rate is the default's */
     expect_usage_error("-l 2e-5", "--lr-final defaults to 6e-5, above this -l/--lr: pass a final rate below the peak");
     expect_usage_error("-v 1", "-v/--vocab");
@@ -100,7 +104,7 @@ TEST(cli_bad_flags_name_the_flag_and_exit_2) {
         "--layers", "--heads", "--dim", "--kv-heads", "--head-dim", "--ffn-dim", "--sliding-window", "--query-pre-attn-scalar",
         "--max-seq-len", "-v", "-b", "-t", "-d", "-x", "--warmup", "-n", "--keep-checkpoints", "--val-every",
         "--val-batches", "-s", "-G", "--logits-mb", "-g", "--nodes", "--node-rank", "--bucket-mb",
-        "--recompute-gelu", "--profile-step", "--step-parts"};
+        "--recompute-gelu", "--profile-step", "--step-parts", "--decay-steps"};
     for (size_t i = 0; i < sizeof int_flags / sizeof int_flags[0]; i++) {
         char args[96], *out = NULL;
         snprintf(args, sizeof args, "%s -3000000000", int_flags[i]);
@@ -1298,6 +1302,11 @@ TEST(init_from_takes_the_tokenizer_beside_the_weights_and_refuses_a_shard_it_did
     free(out);
 }
 
+static float cosine_lr(int step, int total, int warmup, float lr, float fin) {
+    const LrSchedule s = {.shape = LR_COSINE, .total_steps = total, .warmup = warmup, .lr = lr, .lr_final = fin};
+    return lr_at_step(&s, step);
+}
+
 /* The schedule note a resume prints, as the trainer formats it. */
 static void schedule_note(char *buf, size_t n, const char *changes, int step, float before, float after) {
     snprintf(buf, n,
@@ -1320,6 +1329,60 @@ TEST(a_schedule_too_short_to_decay_says_where_its_last_step_runs) {
     free(out);
 }
 
+/* The learning rate on the step line of step `step` (1-based) in a run's output; -1 when absent. */
+static double step_lr(const char *out, int step, int steps) {
+    char head[64];
+    snprintf(head, sizeof head, "step %5d/%d | loss", step, steps);
+    const char *line = strstr(out, head), *lr = line ? strstr(line, "| lr ") : NULL;
+    double v;
+    return lr && sscanf(lr, "| lr %lf", &v) == 1 ? v : -1.0;
+}
+
+/* Each shape's rates reach the optimizer: the step lines print them, as the schedule gives them. */
+TEST(each_schedule_shape_sets_the_step_lines_learning_rate) {
+    char train[700], val[700], args[2400], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    static const struct {
+        const char *flags;
+        LrSchedule s;
+    } runs[] = {
+        {"--lr-schedule wsd --decay-steps 3", {.shape = LR_WSD, .decay_steps = 3}},
+        {"--lr-schedule wsd", {.shape = LR_WSD}}, /* a fifth of 10: the last 2 steps */
+        {"--lr-schedule linear", {.shape = LR_LINEAR}},
+        {"", {.shape = LR_COSINE}},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        /* TINY_RUN: -l 3e-3 --warmup 5 --lr-final 3e-4 */
+        snprintf(args, sizeof args, TINY_RUN " -x 10 --warmup 2 %s --val-every 0 -i %s -o %s/shape%zu", runs[i].flags,
+                 train, test_tmpdir(), i);
+        REQUIRE(run_train(args, &out) == 0, "%s", out);
+        LrSchedule s = runs[i].s;
+        s.total_steps = 10, s.warmup = 2, s.lr = 3e-3f, s.lr_final = 3e-4f;
+        for (int step = 0; step < 10; step++) {
+            char want[16], got[16];
+            snprintf(want, sizeof want, "%.3e", lr_at_step(&s, step));
+            snprintf(got, sizeof got, "%.3e", step_lr(out, step + 1, 10));
+            if (strcmp(want, got)) {
+                CHECK(0, "'%s': step %d runs at %s, the schedule gives %s: %s", runs[i].flags, step + 1, got, want, out);
+                break;
+            }
+        }
+        free(out);
+        out = NULL;
+    }
+    /* the wsd runs hold the peak until their decay and end at --lr-final */
+    snprintf(args, sizeof args, TINY_RUN " -x 10 --warmup 2 --lr-schedule wsd --decay-steps 3 --val-every 0 -i %s -o %s/w",
+             train, test_tmpdir());
+    REQUIRE(run_train(args, &out) == 0, "%s", out);
+    CHECK(step_lr(out, 7, 10) == 3e-3 && step_lr(out, 8, 10) < 3e-3 && step_lr(out, 10, 10) == 3e-4,
+          "wsd: step 7 %g, step 8 %g, step 10 %g", step_lr(out, 7, 10), step_lr(out, 8, 10), step_lr(out, 10, 10));
+    free(out);
+    /* a decay longer than the steps after the warmup is named */
+    expect_run(0, "schedule: --decay-steps 20 is longer than the 8 steps after the warmup: the decay starts right after it",
+               NULL, TINY_RUN " -x 10 --warmup 2 --lr-schedule wsd --decay-steps 20 --val-every 0 -i %s -o %s/long", train,
+               test_tmpdir());
+}
+
 TEST(a_resume_with_another_schedule_says_what_changed) {
     char train[700], val[700], want[400];
     make_corpus(train, val, sizeof train);
@@ -1335,14 +1398,22 @@ TEST(a_resume_with_another_schedule_says_what_changed) {
     CHECK(!strstr(out, "since the checkpoint"), "an unchanged schedule was named: %s", out);
     free(out);
     schedule_note(want, sizeof want, "-x/--steps 4 -> 8, -l/--lr 0.003 -> 0.01, --warmup 5 -> 2", 5,
-                  lr_at_step(4, 4, 5, 3e-3f, 3e-4f), lr_at_step(4, 8, 2, 1e-2f, 3e-4f));
+                  cosine_lr(4, 4, 5, 3e-3f, 3e-4f), cosine_lr(4, 8, 2, 1e-2f, 3e-4f));
     expect_run(0, want, "step     8/8", TINY_RUN " -x 8 -l 1e-2 --warmup 2 --val-every 0 -y 1 -i %s -o %s/s", train,
                d);
     /* the final learning rate too */
     schedule_note(want, sizeof want, "-x/--steps 8 -> 9, --lr-final 0.0003 -> 0.001", 9,
-                  lr_at_step(8, 8, 2, 1e-2f, 3e-4f), lr_at_step(8, 9, 2, 1e-2f, 1e-3f));
+                  cosine_lr(8, 8, 2, 1e-2f, 3e-4f), cosine_lr(8, 9, 2, 1e-2f, 1e-3f));
     expect_run(0, want, NULL, TINY_RUN " -x 9 -l 1e-2 --warmup 2 --lr-final 1e-3 --val-every 0 -y 1 -i %s -o %s/s",
                train, d);
+    /* the shape and the decay's length: a cosine run continued as warmup-stable-decay */
+    const LrSchedule wsd = {.shape = LR_WSD, .total_steps = 12, .warmup = 2, .decay_steps = 3, .lr = 1e-2f,
+                            .lr_final = 1e-3f};
+    schedule_note(want, sizeof want, "-x/--steps 9 -> 12, --lr-schedule cosine -> wsd, --decay-steps 0 -> 3", 10,
+                  cosine_lr(9, 9, 2, 1e-2f, 1e-3f), lr_at_step(&wsd, 9));
+    expect_run(0, want, "step    12/12",
+               TINY_RUN " -x 12 -l 1e-2 --warmup 2 --lr-final 1e-3 --lr-schedule wsd --decay-steps 3 --val-every 0 -y 1 "
+                        "-i %s -o %s/s", train, d);
 }
 
 TEST(a_resume_with_other_optimizer_or_objective_settings_says_which_changed) {

@@ -22,13 +22,15 @@
 #define STATE_MAGIC "FGPTSTAT"
 /* 2: a checksum of the whole file in the header; 3: the training data's fingerprint; 4: the schedule;
  * 5: the model family's switches and shape (StateFamily); 6: Gemma 3's switches and the logit cap;
- * 7: the optimizer's and the objective's settings (StateSettings) */
-#define STATE_VERSION 8u
+ * 7: the optimizer's and the objective's settings (StateSettings); 8: the validation shard; 9: the
+ * schedule's shape and decay steps */
+#define STATE_VERSION 9u
 /* The oldest version still read: its files are GPT-2 runs (their family block is all GPT-2's). */
 #define STATE_VERSION_V4 4u
 #define STATE_VERSION_V5 5u
 #define STATE_VERSION_V6 6u
 #define STATE_VERSION_V7 7u
+#define STATE_VERSION_V8 8u
 
 /* Everything of GPTConfig beyond GPT-2's shape, in fixed widths: version 5's fields, then 6's. */
 #define STATE_FAMILY_V5_FIELDS                                                                           \
@@ -74,8 +76,18 @@ typedef struct {
     StateFamily family;
     StateSettings settings;
     uint64_t val_tokens, val_fingerprint; /* the validation shard's (TrainState); 0 0: none */
+    int32_t lr_shape, decay_steps;        /* the schedule's (LrSchedule) beyond the fields above */
     uint64_t checksum; /* state_checksum of the header (this field 0) and the three arrays */
 } StateHeader;
+
+/* Version 8's header: runs written before the schedule's shape was kept (all cosine). */
+typedef struct {
+    STATE_HEADER_FIELDS
+    StateFamily family;
+    StateSettings settings;
+    uint64_t val_tokens, val_fingerprint;
+    uint64_t checksum;
+} StateHeaderV8;
 
 /* Version 7's header: runs written before the validation shard was kept. */
 typedef struct {
@@ -194,7 +206,8 @@ static StateFamily family_block(const GPTConfig *cfg) {
 
 /* A state file's header as read: this version's fields (a version 4 file's family block is the
  * GPT-2 of its shape, a version 5 file's has no Gemma switches and no logit cap, a version 6 file's
- * settings are not recorded), and its bytes as on disk, which the checksum covers. */
+ * settings are not recorded, a version 8 file's schedule is cosine), and its bytes as on disk, which
+ * the checksum covers. */
 typedef struct {
     StateHeader h;
     size_t size;
@@ -217,6 +230,15 @@ static int read_header(FILE *f, DiskHeader *d) {
         return 0;
     }
     d->h.version = v4.version;
+    if (v4.version == STATE_VERSION_V8) {
+        StateHeaderV8 v8;
+        if (fread(d->raw + sizeof v4, sizeof v8 - sizeof v4, 1, f) != 1) return -3;
+        memcpy(&v8, d->raw, sizeof v8);
+        memcpy(&d->h, &v8, offsetof(StateHeaderV8, checksum)); /* the shape stays 0: cosine, all there was */
+        d->h.checksum = v8.checksum;
+        d->size = sizeof v8;
+        return 0;
+    }
     if (v4.version == STATE_VERSION_V7) {
         StateHeaderV7 v7;
         if (fread(d->raw + sizeof v4, sizeof v7 - sizeof v4, 1, f) != 1) return -3;
@@ -295,10 +317,12 @@ static int write_state(const char *path, const ParamTable *t, const float *param
     h.total_params = t->total;
     h.data_tokens = st->data_tokens;
     h.data_fingerprint = st->data_fingerprint;
-    h.lr = st->lr;
-    h.lr_final = st->lr_final;
-    h.total_steps = st->total_steps;
-    h.warmup = st->warmup;
+    h.lr = st->schedule.lr;
+    h.lr_final = st->schedule.lr_final;
+    h.total_steps = st->schedule.total_steps;
+    h.warmup = st->schedule.warmup;
+    h.lr_shape = (int32_t)st->schedule.shape;
+    h.decay_steps = st->schedule.decay_steps;
     h.family = family_block(&t->cfg);
     h.settings = (StateSettings){.recorded = st->settings.recorded != 0, .bf16_state = (uint32_t)st->settings.bf16_state,
                                  .weight_decay = st->settings.weight_decay, .grad_clip = st->settings.grad_clip,
@@ -1012,10 +1036,11 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
     }
     /* values no run writes, in a file whose checksum holds: edited and resealed by hand (the schedule
      * would overflow its arithmetic; a batch of 0, which tests write, is named by the resume) */
-    if (h.total_steps < 0 || h.warmup < 0 || h.world > 1u << 20) {
-        snprintf(err, ERR_LEN, "%s holds a schedule or rank count no run writes (-x %d --warmup %d, %u ranks; a state "
-                 "file edited and resealed?); %s", path, (int)h.total_steps, (int)h.warmup, (unsigned)h.world,
-                 OLDER_CHECKPOINT_HINT);
+    if (h.total_steps < 0 || h.warmup < 0 || h.decay_steps < 0 || h.lr_shape < LR_COSINE || h.lr_shape > LR_WSD ||
+        h.world > 1u << 20) {
+        snprintf(err, ERR_LEN, "%s holds a schedule or rank count no run writes (-x %d --warmup %d, shape %d, "
+                 "--decay-steps %d, %u ranks; a state file edited and resealed?); %s", path, (int)h.total_steps,
+                 (int)h.warmup, (int)h.lr_shape, (int)h.decay_steps, (unsigned)h.world, OLDER_CHECKPOINT_HINT);
         return -1;
     }
     st->step = h.step;
@@ -1031,10 +1056,8 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
     st->data_fingerprint = h.data_fingerprint;
     st->val_tokens = h.val_tokens;
     st->val_fingerprint = h.val_fingerprint;
-    st->lr = h.lr;
-    st->lr_final = h.lr_final;
-    st->total_steps = h.total_steps;
-    st->warmup = h.warmup;
+    st->schedule = (LrSchedule){.shape = (LrShape)h.lr_shape, .total_steps = h.total_steps, .warmup = h.warmup,
+                                .decay_steps = h.decay_steps, .lr = h.lr, .lr_final = h.lr_final};
     st->settings = (TrainSettings){.recorded = h.settings.recorded != 0, .bf16_state = h.settings.bf16_state != 0,
                                    .weight_decay = h.settings.weight_decay, .grad_clip = h.settings.grad_clip,
                                    .z_loss = h.settings.z_loss, .label_smoothing = h.settings.label_smoothing};

@@ -18,6 +18,7 @@
 
 #include "common/paths.h"
 #include "model/gpt.h"
+#include "model/train/schedule.h"
 
 /* The longest run directory (-o) whose files all fit a path of FGPT_PATH_LEN bytes: the deepest
  * name a run writes below it is /step_NNNNNNNNNN.replaced/tokenizer_config.json (47 bytes). */
@@ -43,8 +44,8 @@ typedef struct {
                                                is refused; 0 0: not recorded (not checked) */
     uint64_t val_tokens, val_fingerprint;   /* the validation shard: a resume with another one says so;
                                                0 0: no validation, or not recorded */
-    int total_steps, warmup;        /* the learning-rate schedule (-x, --warmup, -l, --lr-final): a resume */
-    float lr, lr_final;             /* with another one says what changed */
+    LrSchedule schedule;            /* -x, --warmup, -l, --lr-final, --lr-schedule, --decay-steps: a resume
+                                       with another one says what changed */
     TrainSettings settings;
     uint64_t checksum; /* set by checkpoint_load_latest: the state file's, which ranks compare */
     /* set by checkpoint_load_latest without latest: the newest checkpoint, when it did not load and an
