@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -231,14 +232,37 @@ static int check_numbered(const char *dir, const char *name, const NumberedName 
  * common name, a folder, a pipe) is refused before any work, rather than overwritten, or found only
  * at the renames with part of the new set in place. A tokenizer of the other kind (other_name) must
  * be an earlier set's too: a checkpoint's or a model folder's tokenizer.json is never removed. */
-int prepare_check_replaceable(const char *dir, const char *tokenizer_name, const char *other_name, const char *given,
-                              char *err) {
+/* A name the printed patterns 'DIR/train_*.bin' and 'DIR/val_*.bin' would match that is no
+ * numbered shard's (train_old.bin): training would read it as part of the set. */
+static int check_pattern_strays(const char *dir, char *err) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+        NumberedName n;
+        const int val = fnmatch("val_*.bin", e->d_name, 0) == 0;
+        if ((val || fnmatch("train_*.bin", e->d_name, 0) == 0) && !numbered_name(e->d_name, &n)) {
+            char path[PREPARE_PATH_LEN];
+            if (prepare_path_join(path, dir, e->d_name, err) == 0)
+                fgpt_set_err(err, "prepare -o %s: %s is no numbered shard, but the pattern of the %s shards that "
+                             "training takes ('%s_*.bin' there) would read it with the new set (move it, or pass "
+                             "another -o)", dir, path, val ? "validation" : "training", val ? "val" : "train");
+            rc = -1;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+int prepare_check_replaceable(const char *dir, int numbered_set, const char *tokenizer_name, const char *other_name,
+                              const char *given, char *err) {
     int our_set = 0; /* a shard there is one of ours */
     NumberedCheck numbered = {&our_set, err};
     if (check_one_name(dir, "train.bin", 1, NULL, &our_set, err) != 0 ||
         check_one_name(dir, "val.bin", 1, NULL, &our_set, err) != 0 ||
         each_numbered(dir, check_numbered, &numbered) != 0 ||
-        check_one_name(dir, tokenizer_name, 0, given, &our_set, err) != 0)
+        check_one_name(dir, tokenizer_name, 0, given, &our_set, err) != 0 ||
+        (numbered_set && check_pattern_strays(dir, err) != 0))
         return -1;
     char other[PREPARE_PATH_LEN];
     struct stat sb;
@@ -1099,7 +1123,7 @@ int prepare_main(int argc, char **argv) {
                         opt.tokenizer_in, tokenizer_unapplied_settings(given));
         }
         const int imported = given && tokenizer_is_imported(given);
-        if (prepare_check_replaceable(out_dir, imported ? "tokenizer.json" : "tokenizer.bin",
+        if (prepare_check_replaceable(out_dir, opt.shard_tokens > 0, imported ? "tokenizer.json" : "tokenizer.bin",
                               imported ? "tokenizer.bin" : "tokenizer.json", opt.tokenizer_in, err) != 0) {
             print_error("%s", err);
             tokenizer_free(given);

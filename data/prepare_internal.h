@@ -57,9 +57,10 @@ void prepare_note_val_cut(double fraction, uint64_t cut, int imported, int exact
 
 /* What -o holds must be free to replace: train.bin and val.bin, the numbered shards, their staged
  * names, and the tokenizer (tokenizer_name; other_name is the other kind, removed once the new set
- * is in). `given`: the --tokenizer file (NULL when prepare trains one). -1 + message. */
-int prepare_check_replaceable(const char *dir, const char *tokenizer_name, const char *other_name, const char *given,
-                              char *err);
+ * is in); for a numbered set (numbered_set), no other file the patterns train_*.bin and val_*.bin
+ * match. `given`: the --tokenizer file (NULL when prepare trains one). -1 + message. */
+int prepare_check_replaceable(const char *dir, int numbered_set, const char *tokenizer_name, const char *other_name,
+                              const char *given, char *err);
 
 /* Once the new set is in place: removes what is left of an earlier one in dir, so that the folder
  * holds one set: numbered shards past the new set's n_train and n_val (all of them for a set of

@@ -1125,6 +1125,21 @@ TEST(a_prepare_in_shards_replaces_the_earlier_set_whole) {
     CHECK(kept && n == 17, "the foreign file was changed");
     free(kept);
     CHECK(count_named(out, "train") == many + 1, "the earlier set stays whole");
+    unlink(path);
+    /* a file the training pattern would read beside the set: refused for a numbered set, and no
+     * concern of a set of train.bin and val.bin */
+    snprintf(path, sizeof path, "%s/val_old.bin", out);
+    write_text_file(path, "their shard", 11);
+    unlink(log);
+    CHECK(run_prepare(8, large) == 1, "a stray val_old.bin is a runtime error");
+    said = read_text(log);
+    CHECK(said && strstr(said, "val_old.bin is no numbered shard, but the pattern of the validation shards") &&
+              strstr(said, "('val_*.bin' there)") && !strstr(said, "encoding"),
+          "refused before work: %s", said ? said : "");
+    free(said);
+    CHECK(count_named(out, "train") == many && access(path, F_OK) == 0, "the earlier set and the stray file stay");
+    REQUIRE(run_prepare(6, whole) == 0, "the text whole beside val_old.bin");
+    CHECK(access(path, F_OK) == 0, "the stray file stays");
 }
 
 /* A text the tokenizer refuses midway (Qwen 2's NFC normalizer, in the third file) is named by its
