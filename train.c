@@ -844,7 +844,8 @@ static void generate_sample(Backend *be, const Tokenizer *tok, const Options *op
     }
     free(ids);
     int end = (long long)start + opt->gen_tokens < T ? start + opt->gen_tokens : T;
-    const int drawn = sample_generate(be, tokens, start, end - start, 1.0f, 0, rng, logits, NULL, NULL);
+    const SampleSettings plain = {.temperature = 1.0f, .top_p = 1.0f};
+    const int drawn = sample_generate(be, tokens, start, end - start, &plain, rng, logits, NULL, NULL);
     if (drawn < end - start) {
         printf("note: the sample at step %d stopped after %d token(s): the model's logits are NaN or Inf\n", step, drawn);
         end = start + drawn;

@@ -1,4 +1,4 @@
-/* Sampling: greedy, temperature and top-k draws; `./train sample` from a run's checkpoint on the
+/* Sampling: greedy, temperature, top-k and top-p draws; `./train sample` from a run's checkpoint on the
  * CPU (repeatable, --step, the checkpoint's own tokenizer, an imported tokenizer.json), and its
  * errors. Checkpoints carry the run's tokenizer in Hugging Face's format. */
 #include <math.h>
@@ -14,12 +14,18 @@
 #include "tests/test.h"
 #include "tests/test_util.h"
 
+static int draw(const float *l, int V, float temperature, int top_k, float top_p, Rng *r) {
+    const SampleSettings s = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
+    return sample_draw(l, V, &s, r);
+}
+
 TEST(sample_greedy_takes_the_largest_logit_lowest_id_on_ties) {
     float l[6] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f, 0.0f};
     Rng r;
     rng_seed(&r, 1);
-    CHECK(sample_token_top_k(l, 6, 0.0f, 0, &r) == 1, "temperature 0");
-    CHECK(sample_token_top_k(l, 6, 1.0f, 1, &r) == 1, "top-k 1");
+    CHECK(draw(l, 6, 0.0f, 0, 1.0f, &r) == 1, "temperature 0");
+    CHECK(draw(l, 6, 1.0f, 1, 1.0f, &r) == 1, "top-k 1");
+    CHECK(draw(l, 6, 1.0f, 0, 1e-6f, &r) == 1, "a top-p below the likeliest token's probability");
 }
 
 TEST(sample_top_k_draws_only_among_the_k_likeliest) {
@@ -27,7 +33,7 @@ TEST(sample_top_k_draws_only_among_the_k_likeliest) {
     Rng r;
     rng_seed(&r, 2);
     int count[8] = {0};
-    for (int i = 0; i < 3000; i++) count[sample_token_top_k(l, 8, 2.0f, 3, &r)]++;
+    for (int i = 0; i < 3000; i++) count[draw(l, 8, 2.0f, 3, 1.0f, &r)]++;
     CHECK(count[2] > 0 && count[4] > 0 && count[5] > 0, "the top three are drawn: %d %d %d", count[2], count[4],
           count[5]);
     CHECK(count[0] + count[1] + count[3] + count[6] + count[7] == 0, "a token outside the top three was drawn");
@@ -36,9 +42,57 @@ TEST(sample_top_k_draws_only_among_the_k_likeliest) {
     rng_seed(&a, 9);
     rng_seed(&b, 9);
     int same = 1;
-    for (int i = 0; i < 100; i++) same &= sample_token_top_k(l, 8, 1.0f, 8, &a) == sample_token(l, 8, 1.0f, &b);
+    for (int i = 0; i < 100; i++) same &= draw(l, 8, 1.0f, 8, 1.0f, &a) == sample_token(l, 8, 1.0f, &b);
     CHECK(same, "top-k 8 of 8 differs from the full draw");
 }
+
+/* Probabilities 0.05, 0.5, 0.15, 0.3 at temperature 1: the likeliest first are ids 1, 3, 2, 0, whose
+ * running totals are 0.5, 0.8, 0.95, 1. */
+static void counts_of(float top_p, int top_k, float temperature, int count[4]) {
+    const float l[4] = {logf(0.05f), logf(0.5f), logf(0.15f), logf(0.3f)};
+    Rng r;
+    rng_seed(&r, 3);
+    for (int k = 0; k < 4; k++) count[k] = 0;
+    for (int i = 0; i < 6000; i++) count[draw(l, 4, temperature, top_k, top_p, &r)]++;
+}
+
+/* Binomial: the count of p in n draws within 5 sigma. */
+static int near(int count, double p, int n) {
+    return fabs(count - p * n) <= 5 * sqrt(n * p * (1 - p)) + 1;
+}
+
+TEST(sample_top_p_draws_among_the_fewest_likeliest_reaching_p) {
+    int c[4];
+    counts_of(0.7f, 0, 1.0f, c); /* 0.5 < 0.7 <= 0.8: ids 1 and 3, renormalized to 5/8 and 3/8 */
+    CHECK(c[0] == 0 && c[2] == 0 && near(c[1], 0.625, 6000) && near(c[3], 0.375, 6000), "top-p 0.7: %d %d %d %d", c[0],
+          c[1], c[2], c[3]);
+    counts_of(0.9f, 0, 1.0f, c); /* 0.8 < 0.9: id 2 joins; 1, 3, 2 at 0.5, 0.3, 0.15 of 0.95 */
+    CHECK(c[0] == 0 && c[2] > 0 && near(c[1], 0.5 / 0.95, 6000) && near(c[2], 0.15 / 0.95, 6000),
+          "top-p 0.9: %d %d %d %d", c[0], c[1], c[2], c[3]);
+    counts_of(0.45f, 0, 1.0f, c); /* the likeliest alone reaches 0.45 */
+    CHECK(c[1] == 6000, "top-p 0.45: %d %d %d %d", c[0], c[1], c[2], c[3]);
+    /* after top-k 2 (ids 1 and 3: 5/8 and 3/8), 0.7 keeps both, and 0.6 the first only */
+    counts_of(0.7f, 2, 1.0f, c);
+    CHECK(c[0] == 0 && c[2] == 0 && near(c[1], 0.625, 6000), "top-k 2, top-p 0.7: %d %d %d %d", c[0], c[1], c[2],
+          c[3]);
+    counts_of(0.6f, 2, 1.0f, c);
+    CHECK(c[1] == 6000, "top-k 2, top-p 0.6: %d %d %d %d", c[0], c[1], c[2], c[3]);
+    /* the temperature comes first: at 4 the probabilities, as p^(1/4), are flatter (0.31, 0.28, 0.23, 0.18),
+     * and the likeliest alone no longer reaches 0.45 */
+    counts_of(0.45f, 0, 4.0f, c);
+    CHECK(c[1] > 0 && c[3] > 0 && c[0] == 0 && c[2] == 0, "top-p 0.45 at temperature 4: %d %d %d %d", c[0], c[1], c[2],
+          c[3]);
+    /* top-p 1 is the plain draw, draw for draw */
+    const float l[4] = {0.1f, 2.0f, -1.0f, 1.0f};
+    Rng a, b;
+    rng_seed(&a, 4);
+    rng_seed(&b, 4);
+    int same = 1;
+    for (int i = 0; i < 100; i++) same &= draw(l, 4, 1.0f, 0, 1.0f, &a) == sample_token(l, 4, 1.0f, &b);
+    CHECK(same, "top-p 1 differs from the full draw");
+}
+
+static const SampleSettings PLAIN = {.temperature = 1.0f, .top_p = 1.0f};
 
 /* A tiny GPT-2: 2 layers, 2 heads of 8, a context of 16, 37 tokens. */
 static int tiny_table(ParamTable *t) {
@@ -132,7 +186,7 @@ TEST(sample_generate_draws_as_a_full_forward_per_token_and_slides_a_full_window_
     Rng a, b;
     rng_seed(&a, 5);
     rng_seed(&b, 5);
-    sample_generate(be, got, PROMPT, GEN, 1.0f, 0, &a, logits, NULL, NULL);
+    sample_generate(be, got, PROMPT, GEN, &PLAIN, &a, logits, NULL, NULL);
     int first = 0, slides = 0;
     for (int i = PROMPT; i < PROMPT + GEN; i++) {
         if (i - first > T) {
@@ -141,7 +195,7 @@ TEST(sample_generate_draws_as_a_full_forward_per_token_and_slides_a_full_window_
         }
         for (int k = 0; k < T; k++) window[k] = first + k < i ? want[first + k] : 0;
         full_be->ops->logits_at(full_be, window, i - 1 - first, logits);
-        want[i] = sample_token_top_k(logits, V, 1.0f, 0, &b);
+        want[i] = sample_draw(logits, V, &PLAIN, &b);
     }
     CHECK(slides >= 4, "the window slid %d times", slides);
     CHECK(memcmp(got, want, sizeof got) == 0, "the cached draws differ from the full forwards'");
@@ -165,11 +219,12 @@ TEST(sample_generate_stops_at_logits_that_are_not_finite) {
     float logits[V];
     Rng rng;
     rng_seed(&rng, 3);
-    CHECK(sample_generate(be, tokens, 1, GEN, 1.0f, 0, &rng, logits, NULL, NULL) == GEN, "finite weights");
+    CHECK(sample_generate(be, tokens, 1, GEN, &PLAIN, &rng, logits, NULL, NULL) == GEN, "finite weights");
     for (size_t i = 0; i < t.total; i++) params[i] = NAN;
     be->ops->write_state(be, params, zero, zero);
-    CHECK(sample_generate(be, tokens, 1, GEN, 1.0f, 0, &rng, logits, NULL, NULL) == 0, "NaN weights drew tokens");
-    CHECK(sample_generate(be, tokens, 1, GEN, 0.0f, 1, &rng, logits, NULL, NULL) == 0, "greedy drew from NaN");
+    CHECK(sample_generate(be, tokens, 1, GEN, &PLAIN, &rng, logits, NULL, NULL) == 0, "NaN weights drew tokens");
+    CHECK(sample_generate(be, tokens, 1, GEN, &(SampleSettings){.top_k = 1, .top_p = 1.0f}, &rng, logits, NULL, NULL) == 0,
+          "greedy drew from NaN");
     free(zero);
     free(params);
     be->ops->destroy(be);
@@ -259,6 +314,11 @@ TEST(sample_from_a_checkpoint_is_repeatable_and_decodes_with_its_tokenizer) {
     /* an earlier step's checkpoint, drawn with top-k */
     snprintf(args, sizeof args, "sample -o %s --step 4 --device cpu -G 10 --top-k 5 --seed 3", run);
     CHECK(run_train(args, &c) == 0, "sample --step 4: %s", c);
+    /* a top-p below every likeliest token's probability draws what greedy decoding takes */
+    free(b);
+    b = NULL;
+    snprintf(args, sizeof args, "sample -o %s --device cpu --prompt 'The trainer' -G 24 --top-p 1e-6 --ids", run);
+    CHECK(run_train(args, &b) == 0 && a && b && !strcmp(a, b), "top-p 1e-6 against greedy:\n%s\n%s", a, b);
     free(a);
     free(b);
     free(c);

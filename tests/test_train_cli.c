@@ -811,6 +811,9 @@ TEST(the_commands_name_flags_given_twice_and_refuse_numbers_with_leading_space_a
                "prepare -v 512 --vocab 600 -o %s/p -o %s/q %s/no_such.txt", d, d, d);
     expect_run(2, "sample --temperature must be from 0", NULL, "sample --device cpu -o %s/none --temperature ' 1'", d);
     expect_run(2, "sample --top-k must be a whole number", NULL, "sample --device cpu -o %s/none --top-k ' 3'", d);
+    expect_run(2, "sample --top-p must be above 0 and at most 1", NULL, "sample --device cpu -o %s/none --top-p 0", d);
+    expect_run(2, "sample --top-p must be above 0 and at most 1", NULL, "sample --device cpu -o %s/none --top-p 1.5", d);
+    expect_run(2, "sample --top-p must be above 0 and at most 1", NULL, "sample --device cpu -o %s/none --top-p nan", d);
     expect_run(2, "eval -b", "expects a whole number", "eval --device cpu -o %s/none -i a -b ' 2'", d);
     expect_run(2, "prepare -v: needs a whole number", NULL, "prepare -v ' 512' %s/no_such.txt", d);
 }

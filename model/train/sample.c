@@ -1,4 +1,5 @@
-/* model/train/sample.c - drawing the next token from logits: all of them, or the top k, or greedily. */
+/* model/train/sample.c - drawing the next token from logits: all of them, the top k, the top p, or
+ * greedily. */
 #include "model/train/sample.h"
 
 #include <math.h>
@@ -33,24 +34,41 @@ static int by_logit_desc(const void *a, const void *b, void *logits) {
     return (x > y) - (x < y);
 }
 
-int sample_token_top_k(const float *logits, int V, float temperature, int top_k, Rng *rng) {
-    if (temperature <= 0 || top_k == 1) return argmax(logits, V);
-    if (top_k <= 0 || top_k >= V) return sample_token(logits, V, temperature, rng);
+int sample_draw(const float *logits, int V, const SampleSettings *s, Rng *rng) {
+    const float t = s->temperature;
+    if (t <= 0 || s->top_k == 1) return argmax(logits, V);
+    const int by_k = s->top_k > 0 && s->top_k < V, by_p = s->top_p < 1.0f;
+    if (!by_k && !by_p) return sample_token(logits, V, t, rng);
     int *ids = malloc((size_t)V * sizeof *ids);
-    if (!ids) return argmax(logits, V); /* out of memory: the likeliest token is still a fair answer */
+    double *w = malloc((size_t)V * sizeof *w);
+    if (!ids || !w) { /* out of memory: the likeliest token is still a fair answer */
+        free(ids);
+        free(w);
+        return argmax(logits, V);
+    }
     for (int i = 0; i < V; i++) ids[i] = i;
     qsort_r(ids, (size_t)V, sizeof *ids, by_logit_desc, (void *)logits);
+    int n = by_k ? s->top_k : V;
     double sum = 0.0, m = logits[ids[0]];
-    for (int k = 0; k < top_k; k++) sum += exp((logits[ids[k]] - m) / temperature);
+    for (int k = 0; k < n; k++) sum += w[k] = exp((logits[ids[k]] - m) / t);
+    if (by_p) { /* a token stays while the likelier ones hold less than top_p of the mass */
+        double before = 0.0;
+        for (int k = 0; k < n; k++)
+            if ((before += w[k]) >= (double)s->top_p * sum) {
+                n = k + 1;
+                break;
+            }
+        sum = 0.0;
+        for (int k = 0; k < n; k++) sum += w[k];
+    }
     double r = rng_uniform(rng) * sum, acc = 0.0;
-    int pick = ids[top_k - 1];
-    for (int k = 0; k < top_k; k++) {
-        acc += exp((logits[ids[k]] - m) / temperature);
-        if (r < acc) {
+    int pick = ids[n - 1];
+    for (int k = 0; k < n; k++)
+        if (r < (acc += w[k])) {
             pick = ids[k];
             break;
         }
-    }
+    free(w);
     free(ids);
     return pick;
 }
@@ -61,15 +79,15 @@ static int all_finite(const float *x, int n) {
     return 1;
 }
 
-int sample_generate(Backend *be, int *tokens, int n, int gen, float temperature, int top_k, Rng *rng,
-                    float *logits, void (*each)(int token, void *ctx), void *ctx) {
+int sample_generate(Backend *be, int *tokens, int n, int gen, const SampleSettings *s, Rng *rng, float *logits,
+                    void (*each)(int token, void *ctx), void *ctx) {
     const int T = be->T, V = be->table->cfg.vocab_size, keep = T > 1 ? T / 2 : 1;
     int first = 0; /* the context's first token, at position 0 of the window */
     be->ops->prefill(be, tokens, n, logits);
     for (int i = n; i < n + gen; i++) {
         /* a draw from NaN or Inf logits would be some fixed token, silently */
         if (!all_finite(logits, V)) return i - n;
-        tokens[i] = sample_token_top_k(logits, V, temperature, top_k, rng);
+        tokens[i] = sample_draw(logits, V, s, rng);
         if (each) each(tokens[i], ctx);
         if (i + 1 == n + gen) break;
         if (i - first < T) {

@@ -9,11 +9,19 @@
 /* Softmax of logits[0..V) at the given temperature, then one draw. */
 int sample_token(const float *logits, int V, float temperature, Rng *rng);
 
-/* The same over the top_k largest logits only (top_k <= 0 or >= V: all of them); temperature 0
- * (or top_k 1) is greedy: the largest logit, the lowest id among equals, with no draw. */
-int sample_token_top_k(const float *logits, int V, float temperature, int top_k, Rng *rng);
+/* How a token is drawn, in transformers' order: the logits divided by the temperature, the top_k
+ * largest kept (top_k <= 0 or >= V: all of them), then the fewest of those, likeliest first, whose
+ * probability reaches top_p (top_p >= 1: all; never none). Temperature 0 (or top_k 1) is greedy: the
+ * largest logit, the lowest id among equals, with no draw. Equal logits rank by lower id. */
+typedef struct {
+    float temperature;
+    int top_k;
+    float top_p;
+} SampleSettings;
 
-/* Continues tokens[0..n) (1 <= n <= be->T) with gen tokens, each drawn by sample_token_top_k, into
+int sample_draw(const float *logits, int V, const SampleSettings *s, Rng *rng);
+
+/* Continues tokens[0..n) (1 <= n <= be->T) with gen tokens, each drawn by sample_draw, into
  * tokens[n..n+gen) (room for n + gen). The context runs through the model once (prefill), then
  * each token costs one row against the backend's key/value cache. The position table ends at the
  * window of be->T positions, so when the context fills it the last be->T/2 tokens are kept and run
@@ -21,8 +29,8 @@ int sample_token_top_k(const float *logits, int V, float temperature, int top_k,
  * forward per token draws. each(token, ctx) sees every token as it is drawn (each may be NULL).
  * logits: V floats of scratch. Returns the number of tokens drawn: gen, or fewer when the model's
  * logits came out NaN or Inf (damaged or diverged weights), where it stops rather than draw. */
-int sample_generate(Backend *be, int *tokens, int n, int gen, float temperature, int top_k, Rng *rng,
-                    float *logits, void (*each)(int token, void *ctx), void *ctx);
+int sample_generate(Backend *be, int *tokens, int n, int gen, const SampleSettings *s, Rng *rng, float *logits,
+                    void (*each)(int token, void *ctx), void *ctx);
 
 /* The text of tokens[0..n), all of them: decoded by tok, or the ids separated by spaces where there
  * is no tokenizer. Allocated here (free it); NULL when out of memory. */

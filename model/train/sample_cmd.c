@@ -29,7 +29,7 @@
 typedef struct {
     const char *run, *checkpoint, *prompt, *tokenizer, *device;
     int step, gen_tokens, top_k, print_ids;
-    float temperature;
+    float temperature, top_p;
     unsigned long long seed;
 } SampleOptions;
 
@@ -48,6 +48,8 @@ static void usage(FILE *f) {
             "                         the last half of the context is kept and run again from position 0\n"
             "      --temperature T    softmax temperature; 0 is greedy (default 1.0)\n"
             "      --top-k K          draw among the K likeliest tokens only; 0 for all, 1 is greedy (default 0)\n"
+            "      --top-p P          then among the fewest likeliest whose probability reaches P (0 < P <= 1;\n"
+            "                         default 1: all)\n"
             "      --seed S           seed of the draws (default 1337)\n"
             "      --device KIND      cuda or cpu (the fp32 reference backend) (default cuda)\n"
             "      --tokenizer FILE   tokenizer, where the checkpoint carries none\n"
@@ -73,7 +75,7 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
 static int flag_takes_value(const char *a) {
     static const char *const flags[] = {"-o",     "--out",        "--checkpoint", "--init-from", "--prompt",
                                         "--tokenizer", "--device", "--step", "-G",         "--gen-tokens",
-                                        "--top-k", "--temperature", "--seed"};
+                                        "--top-k", "--top-p", "--temperature", "--seed"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(a, flags[i])) return 1;
     return 0;
@@ -81,7 +83,7 @@ static int flag_takes_value(const char *a) {
 
 /* 0, or the exit status of a bad command line (after its message). */
 static int parse(SampleOptions *o, int argc, char **argv, int *help) {
-    *o = (SampleOptions){.device = "cuda", .step = -1, .gen_tokens = 64, .temperature = 1.0f, .seed = 1337};
+    *o = (SampleOptions){.device = "cuda", .step = -1, .gen_tokens = 64, .temperature = 1.0f, .top_p = 1.0f, .seed = 1337};
     *help = 0;
     RepeatedFlags repeated = {0};
     for (int i = 1; i < argc; i++) {
@@ -134,6 +136,11 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
             o->temperature = strtof(v, &end);
             if (!*v || isspace((unsigned char)*v) || *end || !(o->temperature >= 0 && o->temperature < 1e6))
                 return bad(a, "must be from 0 (greedy) to below 1e6");
+        } else if (!strcmp(a, "--top-p")) {
+            char *end;
+            o->top_p = strtof(v, &end);
+            if (!*v || isspace((unsigned char)*v) || *end || !(o->top_p > 0 && o->top_p <= 1))
+                return bad(a, "must be above 0 and at most 1");
         }
     }
     if (*help) return 0;
@@ -219,7 +226,9 @@ static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, i
     Rng rng;
     rng_seed(&rng, o->seed);
     const int drawn =
-        sample_generate(be, tokens, start, o->gen_tokens, o->temperature, o->top_k, &rng, logits, print_token, (void *)tok);
+        sample_generate(be, tokens, start, o->gen_tokens,
+                        &(SampleSettings){.temperature = o->temperature, .top_k = o->top_k, .top_p = o->top_p}, &rng,
+                        logits, print_token, (void *)tok);
     fputc('\n', stdout);
     if (drawn < o->gen_tokens) {
         print_error("the model's logits are NaN or Inf after %d token(s): its weights are damaged or diverged "
