@@ -1386,6 +1386,46 @@ TEST(each_schedule_shape_sets_the_step_lines_learning_rate) {
                test_tmpdir());
 }
 
+/* The step lines from step `from` (1-based) on, without the total and after the norm (step, loss,
+ * lse, lr); other lines between them are passed over. NULL when step `from` has none. */
+static char *step_lines_from(const char *out, int from) {
+    char head[32];
+    snprintf(head, sizeof head, "step %5d/", from);
+    const char *p = strstr(out, head);
+    if (!p) return NULL;
+    char *lines = calloc(strlen(p) + 1, 1);
+    size_t len = 0;
+    for (; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        const char *end = strchr(p, '\n'), *norm = strstr(p, " | norm"), *slash = strchr(p, '/'), *bar = strchr(p, '|');
+        if (strncmp(p, "step ", 5) || !norm || !bar || (end && norm > end)) continue;
+        len += (size_t)sprintf(lines + len, "%.*s%.*s\n", (int)(slash - p), p, (int)(norm - bar), bar);
+    }
+    return lines;
+}
+
+/* warmup-stable-decay's promise: a run stopped in its stable part and resumed with a larger -x
+ * trains as a run of that length from the start, step for step. */
+TEST(a_wsd_run_resumed_in_its_stable_part_with_more_steps_is_the_longer_run) {
+    char train[700], val[700], args[2400], *longer = NULL, *resumed = NULL;
+    make_corpus(train, val, sizeof train);
+    const char *d = test_tmpdir();
+    const char *wsd = TINY_RUN " --warmup 2 --lr-schedule wsd --decay-steps 3 --val-every 0";
+    expect_run(0, "step     8/8", NULL, "%s -x 8 -n 4 -i %s -o %s/short", wsd, train, d);
+    snprintf(args, sizeof args, "echo step_00000004 > %s/short/latest", d);
+    REQUIRE(system(args) == 0, "rolling latest back to step 4");
+    snprintf(args, sizeof args, "%s -x 14 -n 4 -y 1 -i %s -o %s/short", wsd, train, d);
+    REQUIRE(run_train(args, &resumed) == 0, "%s", resumed);
+    snprintf(args, sizeof args, "%s -x 14 -i %s -o %s/long", wsd, train, d);
+    REQUIRE(run_train(args, &longer) == 0, "%s", longer);
+    char *a = step_lines_from(resumed, 5), *b = step_lines_from(longer, 5);
+    CHECK(a && b && !strcmp(a, b) && strstr(b, "step    14") && strstr(resumed, "-x/--steps 8 -> 14"),
+          "steps 5 to 14 resumed:\n%s\nfrom the start:\n%s", a ? a : "", b ? b : "");
+    free(a);
+    free(b);
+    free(resumed);
+    free(longer);
+}
+
 TEST(a_resume_with_another_schedule_says_what_changed) {
     char train[700], val[700], want[400];
     make_corpus(train, val, sizeof train);
