@@ -1370,20 +1370,29 @@ static int resolve_data(Run *r) {
     if (opt->logits_mb != OUTPUT_FUSED_DEFAULT_BUDGET_MIB && strcmp(opt->output, "fused"))
         printf("output layer: --logits-mb sizes the fused layer's chunks; --output %s does not use it\n", opt->output);
     /* the cosine and linear decays run from the step after the warmup (at -l) to the last (at
-     * --lr-final), so they need two steps; with fewer, the last step runs at -l or, in a warmup longer
-     * than the run, below (a one-step run without warmup, a smoke test, runs at -l unremarked) */
+     * --lr-final), so they need two steps, and wsd's one; with fewer, the last step runs at -l or, in a
+     * warmup longer than the run, below (a one-step run without warmup, a smoke test, runs at -l
+     * unremarked). A wsd decay longer than the steps the warmup leaves starts right after it. */
     const LrSchedule schedule = schedule_of(opt);
+    const int after = opt->steps - opt->warmup, needs = schedule.shape == LR_WSD ? 1 : 2;
     if (opt->warmup > opt->steps)
         printf("schedule: --warmup %d is longer than -x %d: the learning rate climbs to %g of -l %g and never decays "
                "to --lr-final\n", opt->warmup, opt->steps, (double)lr_at_step(&schedule, opt->steps - 1),
                (double)opt->lr);
-    else if (schedule.shape == LR_WSD && opt->decay_steps > opt->steps - opt->warmup)
-        printf("schedule: --decay-steps %d is longer than the %d steps after the warmup: the decay starts right after "
-               "it\n", opt->decay_steps, opt->steps - opt->warmup);
-    else if (schedule.shape != LR_WSD && opt->warmup > 0 && opt->steps - opt->warmup <= 1 && opt->lr_final != opt->lr)
+    else if (opt->warmup > 0 && after < needs && opt->lr_final != opt->lr)
         printf("schedule: --warmup %d leaves %s of -x %d after it: the last step runs at -l %g, not --lr-final %g "
-               "(the decay needs two steps)\n", opt->warmup, opt->steps == opt->warmup ? "no step" : "one step",
-               opt->steps, (double)opt->lr, (double)opt->lr_final);
+               "(the decay needs %s)\n", opt->warmup, after == 0 ? "no step" : "one step", opt->steps, (double)opt->lr,
+               (double)opt->lr_final, needs == 2 ? "two steps" : "a step");
+    else if (schedule.shape == LR_WSD && after > 0) {
+        const int asked = opt->decay_steps > 0 ? opt->decay_steps : opt->steps / 5 > 1 ? opt->steps / 5 : 1;
+        if (lr_wsd_decay_steps(&schedule) < asked) {
+            char what[64];
+            if (opt->decay_steps > 0) snprintf(what, sizeof what, "--decay-steps %d", asked);
+            else snprintf(what, sizeof what, "a fifth of -x (%d steps, wsd's default decay)", asked);
+            printf("schedule: %s is longer than the %d step%s after the warmup: the decay starts right after it\n",
+                   what, after, after == 1 ? "" : "s");
+        }
+    }
     if (!r->tok && r->dist.rank == 0 && !from)
         printf("note: no --tokenizer: checkpoints will carry no tokenizer.json\n");
     if (r->tok && opt->tokenizer[0] && opt->init_from[0] && r->dist.rank == 0) note_other_than_init_from(r);
@@ -1535,6 +1544,12 @@ static void note_schedule_change(const TrainState *st, const Options *opt, int s
                     lr_shape_name(new.shape));
     if (old->decay_steps != new.decay_steps)
         list_append(changes, sizeof changes, &len, "--decay-steps %d -> %d", old->decay_steps, new.decay_steps);
+    /* a new -x moves a wsd decay, which the flags alone do not show */
+    const int d_old = lr_wsd_decay_steps(old), d_new = lr_wsd_decay_steps(&new);
+    if (old->shape == LR_WSD && new.shape == LR_WSD && d_old > 0 && d_new > 0 &&
+        (d_old != d_new || old->total_steps != new.total_steps))
+        list_append(changes, sizeof changes, &len, "wsd's decay: steps %d-%d -> %d-%d", old->total_steps - d_old + 1,
+                    old->total_steps, new.total_steps - d_new + 1, new.total_steps);
     snprintf(changed, 400, "%s", changes);
     if (!len) return;
     const float was = lr_at_step(old, step), now = lr_at_step(&new, step);

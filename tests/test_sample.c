@@ -19,6 +19,11 @@ static int draw(const float *l, int V, float temperature, int top_k, float top_p
     return sample_draw(l, V, &s, r);
 }
 
+/* Binomial: the count of p in n draws within 5 sigma. */
+static int near(int count, double p, int n) {
+    return fabs(count - p * n) <= 5 * sqrt(n * p * (1 - p)) + 1;
+}
+
 TEST(sample_greedy_takes_the_largest_logit_lowest_id_on_ties) {
     float l[6] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f, 0.0f};
     Rng r;
@@ -46,6 +51,25 @@ TEST(sample_top_k_draws_only_among_the_k_likeliest) {
     CHECK(same, "top-k 8 of 8 differs from the full draw");
 }
 
+/* transformers keeps every logit equal to the k-th; a zero top_p (a struct left unset) keeps all */
+TEST(sample_top_k_keeps_the_ties_of_its_kth_logit) {
+    const float l[6] = {3.0f, 1.0f, 3.0f, 2.0f, 3.0f, 0.5f};
+    Rng r;
+    rng_seed(&r, 6);
+    int count[6] = {0};
+    for (int i = 0; i < 3000; i++) count[draw(l, 6, 1.0f, 2, 1.0f, &r)]++;
+    CHECK(near(count[0], 1 / 3.0, 3000) && near(count[2], 1 / 3.0, 3000) && near(count[4], 1 / 3.0, 3000) &&
+              count[1] + count[3] + count[5] == 0,
+          "top-k 2 of three equal largest: %d %d %d %d %d %d", count[0], count[1], count[2], count[3], count[4],
+          count[5]);
+    Rng a, b;
+    rng_seed(&a, 7);
+    rng_seed(&b, 7);
+    int same = 1;
+    for (int i = 0; i < 100; i++) same &= draw(l, 6, 1.0f, 0, 0.0f, &a) == sample_token(l, 6, 1.0f, &b);
+    CHECK(same, "top-p 0 differs from the full draw");
+}
+
 /* Probabilities 0.05, 0.5, 0.15, 0.3 at temperature 1: the likeliest first are ids 1, 3, 2, 0, whose
  * running totals are 0.5, 0.8, 0.95, 1. */
 static void counts_of(float top_p, int top_k, float temperature, int count[4]) {
@@ -54,11 +78,6 @@ static void counts_of(float top_p, int top_k, float temperature, int count[4]) {
     rng_seed(&r, 3);
     for (int k = 0; k < 4; k++) count[k] = 0;
     for (int i = 0; i < 6000; i++) count[draw(l, 4, temperature, top_k, top_p, &r)]++;
-}
-
-/* Binomial: the count of p in n draws within 5 sigma. */
-static int near(int count, double p, int n) {
-    return fabs(count - p * n) <= 5 * sqrt(n * p * (1 - p)) + 1;
 }
 
 TEST(sample_top_p_draws_among_the_fewest_likeliest_reaching_p) {

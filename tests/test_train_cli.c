@@ -1380,6 +1380,14 @@ TEST(each_schedule_shape_sets_the_step_lines_learning_rate) {
     CHECK(step_lr(out, 7, 10) == 3e-3 && step_lr(out, 8, 10) < 3e-3 && step_lr(out, 10, 10) == 3e-4,
           "wsd: step 7 %g, step 8 %g, step 10 %g", step_lr(out, 7, 10), step_lr(out, 8, 10), step_lr(out, 10, 10));
     free(out);
+    /* a warmup that fills the run leaves wsd no step to decay in; a default decay of a fifth of -x
+     * longer than the steps after the warmup is named as --decay-steps is */
+    expect_run(0, "schedule: --warmup 5 leaves no step of -x 5 after it: the last step runs at -l 0.003, not --lr-final "
+               "0.0003 (the decay needs a step)", NULL,
+               TINY_RUN " -x 5 --lr-schedule wsd --val-every 0 -i %s -o %s/filled", train, test_tmpdir());
+    expect_run(0, "schedule: a fifth of -x (2 steps, wsd's default decay) is longer than the 1 step after the warmup: the "
+               "decay starts right after it", "lr 3.000e-04",
+               TINY_RUN " -x 10 --warmup 9 --lr-schedule wsd --val-every 0 -i %s -o %s/fifth", train, test_tmpdir());
     /* a decay longer than the steps after the warmup is named */
     expect_run(0, "schedule: --decay-steps 20 is longer than the 8 steps after the warmup: the decay starts right after it",
                NULL, TINY_RUN " -x 10 --warmup 2 --lr-schedule wsd --decay-steps 20 --val-every 0 -i %s -o %s/long", train,
@@ -1456,6 +1464,14 @@ TEST(a_resume_with_another_schedule_says_what_changed) {
                   cosine_lr(9, 9, 2, 1e-2f, 1e-3f), lr_at_step(&wsd, 9));
     expect_run(0, want, "step    12/12",
                TINY_RUN " -x 12 -l 1e-2 --warmup 2 --lr-final 1e-3 --lr-schedule wsd --decay-steps 3 --val-every 0 -y 1 "
+                        "-i %s -o %s/s", train, d);
+    /* a longer wsd run moves its decay, which the note says */
+    const LrSchedule wsd15 = {.shape = LR_WSD, .total_steps = 15, .warmup = 2, .decay_steps = 3, .lr = 1e-2f,
+                              .lr_final = 1e-3f};
+    schedule_note(want, sizeof want, "-x/--steps 12 -> 15, wsd's decay: steps 10-12 -> 13-15", 13, lr_at_step(&wsd, 12),
+                  lr_at_step(&wsd15, 12));
+    expect_run(0, want, "step    15/15",
+               TINY_RUN " -x 15 -l 1e-2 --warmup 2 --lr-final 1e-3 --lr-schedule wsd --decay-steps 3 --val-every 0 -y 1 "
                         "-i %s -o %s/s", train, d);
 }
 

@@ -37,7 +37,7 @@ static int by_logit_desc(const void *a, const void *b, void *logits) {
 int sample_draw(const float *logits, int V, const SampleSettings *s, Rng *rng) {
     const float t = s->temperature;
     if (t <= 0 || s->top_k == 1) return argmax(logits, V);
-    const int by_k = s->top_k > 0 && s->top_k < V, by_p = s->top_p < 1.0f;
+    const int by_k = s->top_k > 0 && s->top_k < V, by_p = s->top_p > 0.0f && s->top_p < 1.0f;
     if (!by_k && !by_p) return sample_token(logits, V, t, rng);
     int *ids = malloc((size_t)V * sizeof *ids);
     double *w = malloc((size_t)V * sizeof *w);
@@ -49,6 +49,7 @@ int sample_draw(const float *logits, int V, const SampleSettings *s, Rng *rng) {
     for (int i = 0; i < V; i++) ids[i] = i;
     qsort_r(ids, (size_t)V, sizeof *ids, by_logit_desc, (void *)logits);
     int n = by_k ? s->top_k : V;
+    while (n < V && logits[ids[n]] == logits[ids[n - 1]]) n++; /* the k-th's equals stay, as in transformers */
     double sum = 0.0, m = logits[ids[0]];
     for (int k = 0; k < n; k++) sum += w[k] = exp((logits[ids[k]] - m) / t);
     if (by_p) { /* a token stays while the likelier ones hold less than top_p of the mass */

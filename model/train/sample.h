@@ -10,9 +10,10 @@
 int sample_token(const float *logits, int V, float temperature, Rng *rng);
 
 /* How a token is drawn, in transformers' order: the logits divided by the temperature, the top_k
- * largest kept (top_k <= 0 or >= V: all of them), then the fewest of those, likeliest first, whose
- * probability reaches top_p (top_p >= 1: all; never none). Temperature 0 (or top_k 1) is greedy: the
- * largest logit, the lowest id among equals, with no draw. Equal logits rank by lower id. */
+ * largest kept with any equal to the k-th (top_k <= 0 or >= V: all of them), then the fewest of those,
+ * likeliest first, whose probability reaches top_p (top_p <= 0 or >= 1: all; never none). Temperature
+ * 0 (or top_k 1) is greedy: the largest logit, the lowest id among equals, with no draw. Equal logits
+ * rank by lower id. */
 typedef struct {
     float temperature;
     int top_k;

@@ -5,7 +5,8 @@
  *   wsd:    warmup-stable-decay: the peak until the last decay steps, which fall to lr_final as
  *           1 - sqrt(progress) (the cooldown shape Hägele et al., 2024, found best). A run stopped in the
  *           stable part can be resumed with a larger total and decays at its new end.
- * Steps are 0-based; the last step (total_steps - 1) runs at lr_final whenever the decay has a step. */
+ * Steps are 0-based. The last step (total_steps - 1) runs at lr_final when the warmup leaves it two
+ * steps (cosine, linear) or one (wsd); with fewer it runs at lr. */
 #ifndef FUSEDGPT_SCHEDULE_H
 #define FUSEDGPT_SCHEDULE_H
 
