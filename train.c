@@ -1384,7 +1384,7 @@ static int resolve_data(Run *r) {
                "(the decay needs %s)\n", opt->warmup, after == 0 ? "no step" : "one step", opt->steps, (double)opt->lr,
                (double)opt->lr_final, needs == 2 ? "two steps" : "a step");
     else if (schedule.shape == LR_WSD && after > 0) {
-        const int asked = opt->decay_steps > 0 ? opt->decay_steps : opt->steps / 5 > 1 ? opt->steps / 5 : 1;
+        const int asked = lr_wsd_decay_asked(&schedule);
         if (lr_wsd_decay_steps(&schedule) < asked) {
             char what[64];
             if (opt->decay_steps > 0) snprintf(what, sizeof what, "--decay-steps %d", asked);

@@ -201,11 +201,6 @@ TEST(adamw_on_bf16_state_draws_new_bits_each_step_for_the_same_value) {
           moved, steps, p * steps);
 }
 
-static float cosine_lr(int step, int total, int warmup, float lr, float fin) {
-    const LrSchedule s = {.shape = LR_COSINE, .total_steps = total, .warmup = warmup, .lr = lr, .lr_final = fin};
-    return lr_at_step(&s, step);
-}
-
 /* The first step after s's warmup whose rate rises above the one before (-1: none). */
 static int first_rise(const LrSchedule *s) {
     for (int step = s->warmup + 1; step < s->total_steps; step++)

@@ -24,6 +24,16 @@ static int near(int count, double p, int n) {
     return fabs(count - p * n) <= 5 * sqrt(n * p * (1 - p)) + 1;
 }
 
+/* 100 draws with these settings at temperature 1 are sample_token's, draw for draw. */
+static int draws_as_plain(const float *l, int V, int top_k, float top_p, uint64_t seed) {
+    Rng a, b;
+    rng_seed(&a, seed);
+    rng_seed(&b, seed);
+    int same = 1;
+    for (int i = 0; i < 100; i++) same &= draw(l, V, 1.0f, top_k, top_p, &a) == sample_token(l, V, 1.0f, &b);
+    return same;
+}
+
 TEST(sample_greedy_takes_the_largest_logit_lowest_id_on_ties) {
     float l[6] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f, 0.0f};
     Rng r;
@@ -43,12 +53,7 @@ TEST(sample_top_k_draws_only_among_the_k_likeliest) {
           count[5]);
     CHECK(count[0] + count[1] + count[3] + count[6] + count[7] == 0, "a token outside the top three was drawn");
     /* top-k of V or more is the plain softmax draw */
-    Rng a, b;
-    rng_seed(&a, 9);
-    rng_seed(&b, 9);
-    int same = 1;
-    for (int i = 0; i < 100; i++) same &= draw(l, 8, 1.0f, 8, 1.0f, &a) == sample_token(l, 8, 1.0f, &b);
-    CHECK(same, "top-k 8 of 8 differs from the full draw");
+    CHECK(draws_as_plain(l, 8, 8, 1.0f, 9), "top-k 8 of 8 differs from the full draw");
 }
 
 /* transformers keeps every logit equal to the k-th; a zero top_p (a struct left unset) keeps all */
@@ -62,12 +67,7 @@ TEST(sample_top_k_keeps_the_ties_of_its_kth_logit) {
               count[1] + count[3] + count[5] == 0,
           "top-k 2 of three equal largest: %d %d %d %d %d %d", count[0], count[1], count[2], count[3], count[4],
           count[5]);
-    Rng a, b;
-    rng_seed(&a, 7);
-    rng_seed(&b, 7);
-    int same = 1;
-    for (int i = 0; i < 100; i++) same &= draw(l, 6, 1.0f, 0, 0.0f, &a) == sample_token(l, 6, 1.0f, &b);
-    CHECK(same, "top-p 0 differs from the full draw");
+    CHECK(draws_as_plain(l, 6, 0, 0.0f, 7), "top-p 0 differs from the full draw");
 }
 
 /* Probabilities 0.05, 0.5, 0.15, 0.3 at temperature 1: the likeliest first are ids 1, 3, 2, 0, whose
@@ -103,12 +103,7 @@ TEST(sample_top_p_draws_among_the_fewest_likeliest_reaching_p) {
           c[3]);
     /* top-p 1 is the plain draw, draw for draw */
     const float l[4] = {0.1f, 2.0f, -1.0f, 1.0f};
-    Rng a, b;
-    rng_seed(&a, 4);
-    rng_seed(&b, 4);
-    int same = 1;
-    for (int i = 0; i < 100; i++) same &= draw(l, 4, 1.0f, 0, 1.0f, &a) == sample_token(l, 4, 1.0f, &b);
-    CHECK(same, "top-p 1 differs from the full draw");
+    CHECK(draws_as_plain(l, 4, 0, 1.0f, 4), "top-p 1 differs from the full draw");
 }
 
 static const SampleSettings PLAIN = {.temperature = 1.0f, .top_p = 1.0f};

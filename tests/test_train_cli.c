@@ -1305,11 +1305,6 @@ TEST(init_from_takes_the_tokenizer_beside_the_weights_and_refuses_a_shard_it_did
     free(out);
 }
 
-static float cosine_lr(int step, int total, int warmup, float lr, float fin) {
-    const LrSchedule s = {.shape = LR_COSINE, .total_steps = total, .warmup = warmup, .lr = lr, .lr_final = fin};
-    return lr_at_step(&s, step);
-}
-
 /* The schedule note a resume prints, as the trainer formats it. */
 static void schedule_note(char *buf, size_t n, const char *changes, int step, float before, float after) {
     snprintf(buf, n,

@@ -14,6 +14,7 @@
 #include "tests/test.h"
 #include "tokenizer/tokenizer.h"
 #include "data/shard.h"
+#include "model/train/schedule.h"
 #include "tests/test.h"
 
 void fill_normal(float *x, size_t n, float std, Rng *rng) {
@@ -305,4 +306,9 @@ uint16_t test_to_bf16(float x) {
     uint32_t b;
     memcpy(&b, &x, 4);
     return (uint16_t)(b >> 16);
+}
+
+float cosine_lr(int step, int total, int warmup, float lr, float fin) {
+    const LrSchedule s = {.shape = LR_COSINE, .total_steps = total, .warmup = warmup, .lr = lr, .lr_final = fin};
+    return lr_at_step(&s, step);
 }

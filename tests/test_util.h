@@ -93,6 +93,9 @@ uint16_t test_to_bf16(float x);
 /* Extracts the losses printed by ./train ("step k/N | loss x") into losses[]; returns how many. */
 int parse_losses(const char *output, float *losses, int max);
 
+/* The cosine schedule's rate at step (0-based) of a run of total steps: lr_at_step's, shorter to write. */
+float cosine_lr(int step, int total, int warmup, float lr, float fin);
+
 #ifdef __cplusplus
 }
 #endif

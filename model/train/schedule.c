@@ -18,12 +18,15 @@ int lr_shape_parse(const char *name, LrShape *shape) {
     return -1;
 }
 
-int lr_wsd_decay_steps(const LrSchedule *s) {
+int lr_wsd_decay_asked(const LrSchedule *s) {
     if (s->shape != LR_WSD) return 0;
-    const int after_warmup = s->total_steps - s->warmup;
+    if (s->decay_steps > 0) return s->decay_steps;
+    return s->total_steps / 5 > 1 ? s->total_steps / 5 : 1;
+}
+
+int lr_wsd_decay_steps(const LrSchedule *s) {
+    const int after_warmup = s->total_steps - s->warmup, d = lr_wsd_decay_asked(s);
     if (after_warmup <= 0) return 0;
-    int d = s->decay_steps > 0 ? s->decay_steps : s->total_steps / 5;
-    if (d < 1) d = 1;
     return d < after_warmup ? d : after_warmup;
 }
 

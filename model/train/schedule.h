@@ -21,8 +21,12 @@ typedef struct {
 
 float lr_at_step(const LrSchedule *s, int step);
 
-/* wsd: the decay's length as run: decay_steps (or a fifth of total_steps, at least 1), at most the steps
- * the warmup leaves. 0 for the other shapes. */
+/* wsd: the decay's length asked for: decay_steps, or a fifth of total_steps (at least 1). 0 for the
+ * other shapes. */
+int lr_wsd_decay_asked(const LrSchedule *s);
+
+/* wsd: the decay's length as run: the length asked for, at most the steps the warmup leaves. 0 for the
+ * other shapes. */
 int lr_wsd_decay_steps(const LrSchedule *s);
 
 /* "cosine", "linear" or "wsd"; parse returns 0, or -1 for any other name. */
