@@ -39,6 +39,7 @@
 #include "model/dist/vocab_parallel_plan.h"
 #include "model/gpt.h"
 #include "model/train/hf_weights.h"
+#include "model/train/loss_weights.h"
 #include "model/train/runlog.h"
 #include "model/train/sample.h"
 #include "model/train/sample_cmd.h"
@@ -787,19 +788,31 @@ static _Noreturn void shard_changed(const Loader *l) {
 
 /* The mean loss over the validation batches, or a stop asked for during them (*stop_signal; the loss
  * is then meaningless). The ranks agree on a stop batch by batch: a long validation would otherwise
- * hold a Ctrl-C for its whole length and then a step's more. */
-static float validation_loss(Backend *be, const Dist *dist, Loader *val, int batches, int *inputs, int *targets,
-                             int *stop_signal) {
+ * hold a Ctrl-C for its whole length and then a step's more. With masked data each batch's mean
+ * weighs as many targets as it holds (loss_weights.h); the vocabulary-parallel layer's mean is
+ * already over every rank's rows, so it weighs their count, the same on every rank. */
+static float validation_loss(Backend *be, const Dist *dist, Loader *val, int batches, int vocab_parallel,
+                             int *inputs, int *targets, int *stop_signal) {
     loader_reset(val);
-    double sum = 0.0;
+    double sum = 0.0, weight = 0.0;
     *stop_signal = 0;
     for (int i = 0; i < batches; i++) {
         if ((*stop_signal = stop_agreed(dist))) return 0.0f;
         loader_next_batch(val, inputs, targets);
         if (val->changed[0]) shard_changed(val);
-        sum += be->ops->eval_loss(be, inputs, targets);
+        const double mean = be->ops->eval_loss(be, inputs, targets);
+        if (!val->masked) {
+            sum += mean;
+            continue;
+        }
+        double valid = (double)count_valid_targets(targets, (size_t)be->B * be->T);
+        if (vocab_parallel) valid = dist_mean_scalar(dist, valid);
+        sum += mean * valid, weight += valid;
     }
-    return (float)dist_mean_scalar(dist, sum / batches);
+    if (!val->masked) return (float)dist_mean_scalar(dist, sum / batches);
+    double both[2] = {sum, weight};
+    dist_mean_scalars(dist, both, 2);
+    return both[1] > 0.0 ? (float)(both[0] / both[1]) : 0.0f;
 }
 
 /* The prompt's tokens (all of them; a sample keeps those that fit its window) into ids, allocated
@@ -926,7 +939,9 @@ typedef struct {
     float *init_params;         /* --init-from's weights (table layout), until the backend takes them */
     Backend *be;
     CheckpointBuffers ck; /* host copies of the weights and moments that checkpoints are read into and written from */
-    int *inputs, *targets;
+    int *inputs, *targets; /* a batch; with masked training data a step's batches, one after another */
+    float *loss_scales;    /* masked training data: each of a step's batches' (loss_weights.h) */
+    uint64_t *step_targets; /* masked training data: each batch's valid targets here, then on every rank */
     float *logits; /* one row, for samples */
     Rng rng;       /* samples' draws */
     int start_step;
@@ -1507,10 +1522,15 @@ static int create_backend(Run *r) {
     /* rank 0 writes every checkpoint; a resume has each rank read one */
     if (keeps_checkpoint && checkpoint_buffers_alloc(&r->ck, &r->table, r->err) != 0)
         return fail(r->err);
-    r->inputs = malloc((size_t)r->B * r->T * sizeof(int));
-    r->targets = malloc((size_t)r->B * r->T * sizeof(int));
+    /* masked data fetches a step's batches at once (fetch_masked_step) */
+    const size_t batches = r->train_loader.masked ? (size_t)r->accum : 1;
+    r->inputs = malloc(batches * r->B * r->T * sizeof(int));
+    r->targets = malloc(batches * r->B * r->T * sizeof(int));
+    r->loss_scales = malloc((size_t)r->accum * sizeof(float));
+    r->step_targets = malloc(2 * (size_t)r->accum * sizeof(uint64_t));
     r->logits = malloc((size_t)r->cfg.vocab_size * sizeof(float));
-    if (!r->inputs || !r->targets || !r->logits) return fail("out of host memory");
+    if (!r->inputs || !r->targets || !r->loss_scales || !r->step_targets || !r->logits)
+        return fail("out of host memory");
     rng_seed(&r->rng, opt->seed ^ 0x5eed5a3e1eull);
     return RUN_ON;
 }
@@ -1842,6 +1862,10 @@ static void print_header(Run *r) {
     if (tl->num_shards > 1) snprintf(shards, sizeof shards, " in %zu shards", tl->num_shards);
     printf("data: %s, %llu tokens%s: %llu steps an epoch\n", r->train_path, (unsigned long long)tl->num_tokens, shards,
            (unsigned long long)(tl->num_batches / (uint64_t)r->accum));
+    if (tl->masked)
+        printf("data: %.1f %% of the tokens are marked as no target (prompts): the loss is the mean over the rest, "
+               "each step's over all of its targets on every rank\n",
+               100.0 * (double)tl->no_loss_tokens / (double)tl->num_tokens);
     if (be->optimizer_state == OPTIMIZER_STATE_BF16)
         printf("optimizer: AdamW on bf16 moments and the bf16 weights, no fp32 master copy, each value rounded "
                "stochastically (checkpoints stay fp32)\n");
@@ -1909,7 +1933,8 @@ static void print_header(Run *r) {
 /* The validation loss at `step`, printed and logged, or the signal of a stop asked for during it
  * (*stop_signal), which leaves it unlogged. */
 static int evaluate(Run *r, int step, int *stop_signal) {
-    float vl = validation_loss(r->be, &r->dist, &r->val_loader, r->val_batches_per_rank, r->inputs, r->targets,
+    float vl = validation_loss(r->be, &r->dist, &r->val_loader, r->val_batches_per_rank, r->opt.vocab_parallel,
+                               r->inputs, r->targets,
                                stop_signal);
     if (*stop_signal) {
         if (r->dist.rank == 0) printf("step %5d | validation abandoned on %s\n", step, stop_request_name(*stop_signal));
@@ -1917,6 +1942,27 @@ static int evaluate(Run *r, int step, int *stop_signal) {
     }
     printf("step %5d | val loss %.6f\n", step, vl);
     return runlog_eval(&r->log, step, vl) != 0 ? fail_write(r, r->log.err) : RUN_ON;
+}
+
+/* Masked training data: the step's batches, all fetched before the first runs, and each one's
+ * loss_scale from how many valid targets the step holds on every rank (a collective for each
+ * DIST_MAX_SCALARS batches). */
+static void fetch_masked_step(Run *r) {
+    const size_t BT = (size_t)r->B * r->T;
+    uint64_t *mine = r->step_targets, *every = r->step_targets + r->accum;
+    for (int a = 0; a < r->accum; a++) {
+        loader_next_batch(&r->train_loader, r->inputs + a * BT, r->targets + a * BT);
+        if (r->train_loader.changed[0]) shard_changed(&r->train_loader);
+        mine[a] = count_valid_targets(r->targets + a * BT, BT);
+    }
+    for (int a = 0; a < r->accum; a += DIST_MAX_SCALARS) {
+        const int n = r->accum - a < DIST_MAX_SCALARS ? r->accum - a : DIST_MAX_SCALARS;
+        double counts[DIST_MAX_SCALARS];
+        for (int k = 0; k < n; k++) counts[k] = (double)mine[a + k];
+        dist_mean_scalars(&r->dist, counts, n);
+        for (int k = 0; k < n; k++) every[a + k] = (uint64_t)llround(counts[k] * r->dist.world);
+    }
+    step_loss_scales(mine, every, r->accum, r->dist.world, r->opt.vocab_parallel, r->loss_scales);
 }
 
 /* One optimizer step (0-based `step`): -d/--total-batch tokens in micro-batches, their gradients
@@ -1928,17 +1974,28 @@ static int take_step(Run *r, int step, StepResult *s) {
     if (profiled) cuda_profiler_range(1);
     double t0 = now_ms();
     be->ops->zero_grad(be);
+    const int masked = r->train_loader.masked;
+    if (masked) fetch_masked_step(r);
+    const size_t BT = (size_t)r->B * r->T;
     double loss = 0.0, objective = 0.0, lse = 0.0;
     for (int micro = 0; micro < r->accum; micro++) {
-        loader_next_batch(&r->train_loader, r->inputs, r->targets);
-        if (r->train_loader.changed[0]) shard_changed(&r->train_loader);
-        loss += be->ops->train_micro_step(be, r->inputs, r->targets, 1.0f / r->accum, micro == r->accum - 1);
-        objective += be->last_objective, lse += be->last_mean_lse;
+        int *inputs = r->inputs, *targets = r->targets;
+        if (masked) {
+            inputs += micro * BT, targets += micro * BT;
+        } else {
+            loader_next_batch(&r->train_loader, inputs, targets);
+            if (r->train_loader.changed[0]) shard_changed(&r->train_loader);
+        }
+        const float scale = masked ? r->loss_scales[micro] : 1.0f / r->accum;
+        const double weight = masked ? scale : 1.0; /* the step's means: a masked batch's by its targets */
+        loss += be->ops->train_micro_step(be, inputs, targets, scale, micro == r->accum - 1) * weight;
+        objective += be->last_objective * weight, lse += be->last_mean_lse * weight;
     }
     be->ops->reduce_grads(be);
     /* one collective for the step's means and for whether any rank was asked to stop: every rank
      * reads the same answer, so all of them stop after the same step */
-    double means[5] = {loss / r->accum, objective / r->accum, lse / r->accum};
+    const double per = masked ? 1.0 : r->accum;
+    double means[5] = {loss / per, objective / per, lse / per};
     stop_flags(means + 3);
     dist_mean_scalars(&r->dist, means, 5);
     const OutputLossOptions lo = backend_loss_options(be);
@@ -2049,6 +2106,8 @@ static int close_run(Run *r, int status) {
     if (status != 0 && !r->log.f) release_run_dir(r);
     runlog_close(&r->log);
     free(r->logits);
+    free(r->step_targets);
+    free(r->loss_scales);
     free(r->targets);
     free(r->inputs);
     checkpoint_buffers_free(&r->ck);

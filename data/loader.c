@@ -98,6 +98,7 @@ static int map_shards(Loader *l, const ShardPaths *paths, const char *spec, uint
             return -1;
         if (!l->shard_tokenizer) l->shard_tokenizer = h->tokenizer, named_by = i;
         s->limit = shard_token_limit(h, model_vocab);
+        l->masked |= (h->flags & SHARD_LOSS_MASK) != 0;
         l->num_tokens += h->num_tokens;
     }
     l->shard_vocab = l->shards[0].map.hdr.vocab_size;
@@ -123,6 +124,7 @@ static int check_tokens(Loader *l, uint32_t model_vocab, char *err) {
             rc = shard_decode_checked(&s->map.hdr, s->path, s->map.tokens + at * s->map.hdr.bytes_per_token, at, k,
                                       model_vocab, buf, err);
             fgpt_hash_add(&hash, buf, k * sizeof *buf);
+            for (size_t j = 0; rc == 0 && l->masked && j < k; j++) l->no_loss_tokens += (buf[j] & SHARD_NO_LOSS) != 0;
         }
     }
     free(buf);
@@ -233,22 +235,22 @@ void loader_next_batch(Loader *l, int *inputs, int *targets) {
     for (int b = 0; b < l->B; b++) {
         const uint64_t w = l->order[batch * (uint64_t)l->B + (uint64_t)b];
         const LoaderShard *s = shard_of_window(l, w);
-        const uint32_t width = s->map.hdr.bytes_per_token;
+        const uint32_t width = s->map.hdr.bytes_per_token, id_bits = shard_id_bits(&s->map.hdr);
         const unsigned char *p = s->map.tokens + (w - s->first_window) * (uint64_t)T * width;
         for (int t = 0; t <= T; t++) {
             uint32_t tok = shard_token_at(p, width, (uint64_t)t);
             /* checked when the loader opened, but a file written over in place shows through its mapping */
-            if (tok >= s->limit) {
+            if ((tok & id_bits) >= s->limit) {
                 if (!l->changed[0])
                     snprintf(l->changed, sizeof l->changed, "token shard %s changed while the run read it: token %u "
                              "at position %llu is not below %u (written over in place?): put it back as it was and "
                              "resume with -y 1 from the last checkpoint, or write new data under another name",
-                             s->path, tok, (unsigned long long)((w - s->first_window) * (uint64_t)T + (uint64_t)t),
-                             s->limit);
+                             s->path, tok & id_bits,
+                             (unsigned long long)((w - s->first_window) * (uint64_t)T + (uint64_t)t), s->limit);
                 tok = 0;
             }
-            if (t < T) inputs[b * T + t] = (int)tok;
-            if (t > 0) targets[b * T + t - 1] = (int)tok;
+            if (t < T) inputs[b * T + t] = (int)shard_token_id(tok);
+            if (t > 0) targets[b * T + t - 1] = shard_token_target(tok);
         }
     }
 }

@@ -32,6 +32,9 @@ typedef struct {
     uint32_t shard_vocab;     /* the vocabulary the shards' headers record (their tokenizer's) */
     uint64_t shard_tokenizer; /* the fingerprint of the tokenizer that made them (0: not recorded) */
     uint64_t fingerprint;     /* loader_fingerprint's */
+    int masked;               /* a shard marks tokens that are no target (SHARD_LOSS_MASK): batches hold -1
+                               * targets, and a step's loss is the mean over the targets of all its batches */
+    uint64_t no_loss_tokens;  /* the tokens so marked, in all shards */
     int B, T;
     int rank, world;
     int shuffle;

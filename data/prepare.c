@@ -590,15 +590,8 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
                      "--val-fraction", len);
         return -1;
     }
-    struct stat before;
-    const int made_here = stat(out_dir, &before) != 0; /* a failed prepare takes back a folder it made */
-    if (prepare_make_dirs(out_dir, err) != 0 || prepare_path_join(out->train_path, out_dir, "train.bin", err) != 0 ||
-        prepare_path_join(out->val_path, out_dir, "val.bin", err) != 0 ||
-        prepare_path_join(out->tokenizer_path, out_dir, imported ? "tokenizer.json" : "tokenizer.bin", err) != 0)
-        return -1;
-    /* two prepares into one folder would stage and rename each other's files into a mixed set */
-    const int lock = prepare_lock_out_dir(out_dir, err);
-    if (lock < 0) return -1;
+    SetInProgress set;
+    if (prepare_begin_set(out_dir, imported, out, &set, err) != 0) return -1;
     out->vocab_requested = opt->vocab;
     Tokenizer *tok;
     double t0 = prepare_seconds();
@@ -612,8 +605,7 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
     }
     if (!tok) {
         fgpt_set_err(err, "%s", terr);
-        close(lock);
-        if (made_here) prepare_remove_made_folder(out_dir);
+        prepare_end_set(&set, -1, tok, err);
         return -1;
     }
     out->vocab_reached = tokenizer_vocab_size(tok);
@@ -622,19 +614,12 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
                 prepare_seconds() - t0);
     }
     if (!at_boundary) prepare_note_val_cut(opt->val_fraction, cut, imported, exact, eot, eot_len);
-    /* the three files are written whole under staging names and renamed over the old ones only
-     * when all are: a prepare stopped before that leaves the folder's earlier set as it was (and
-     * staged files the next prepare overwrites), never new shards beside an old tokenizer */
-    char train_new[PREPARE_PATH_LEN], val_new[PREPARE_PATH_LEN], tok_new[PREPARE_PATH_LEN];
-    snprintf(train_new, sizeof train_new, "%s.new", out->train_path);
-    snprintf(val_new, sizeof val_new, "%s.new", out->val_path);
-    snprintf(tok_new, sizeof tok_new, "%s.new", out->tokenizer_path);
     uint64_t n_train = 0, n_val = 0;
     t0 = prepare_seconds();
     fprintf(stderr, "prepare: encoding %.1f MB (train) + %.2f MB (validation)\n", cut / 1e6, (len - cut) / 1e6);
     const int mid_start = imported ? TOKENIZER_MID_START : 0, mid_end = imported ? TOKENIZER_MID_END : 0;
-    int rc = write_part(tok, text, cut, mid_end, opt->threads, train_new, &n_train, err);
-    if (rc == 0) rc = write_part(tok, text + cut, len - cut, mid_start, opt->threads, val_new, &n_val, err);
+    int rc = write_part(tok, text, cut, mid_end, opt->threads, set.train_new, &n_train, err);
+    if (rc == 0) rc = write_part(tok, text + cut, len - cut, mid_start, opt->threads, set.val_new, &n_val, err);
     if (rc == 0)
         fprintf(stderr, "prepare: %llu train + %llu validation tokens (%.3f tokens/byte) in %.1f s -> %s\n",
                 (unsigned long long)n_train, (unsigned long long)n_val, (double)(n_train + n_val) / (double)len,
@@ -650,11 +635,41 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
                      "all); give more text or raise --val-fraction", (unsigned long long)n_val, len);
         rc = -1;
     }
-    if (rc == 0 && prepare_save_tokenizer(tok, tok_new, err) != 0) rc = -1;
+    rc = prepare_end_set(&set, rc, tok, err);
+    if (tok != given) tokenizer_free(tok);
+    return rc;
+}
+
+int prepare_begin_set(const char *out_dir, int imported, PreparedData *out, SetInProgress *set, char *err) {
+    struct stat before;
+    memset(set, 0, sizeof *set);
+    set->lock = -1;
+    set->out_dir = out_dir;
+    set->out = out;
+    set->imported = imported;
+    set->made_here = stat(out_dir, &before) != 0; /* a failed prepare takes back a folder it made */
+    if (prepare_make_dirs(out_dir, err) != 0 || prepare_path_join(out->train_path, out_dir, "train.bin", err) != 0 ||
+        prepare_path_join(out->val_path, out_dir, "val.bin", err) != 0 ||
+        prepare_path_join(out->tokenizer_path, out_dir, imported ? "tokenizer.json" : "tokenizer.bin", err) != 0)
+        return -1;
+    /* two prepares into one folder would stage and rename each other's files into a mixed set */
+    if ((set->lock = prepare_lock_out_dir(out_dir, err)) < 0) return -1;
+    /* the three files are written whole under staging names and renamed over the old ones only
+     * when all are: a prepare stopped before that leaves the folder's earlier set as it was (and
+     * staged files the next prepare overwrites), never new shards beside an old tokenizer */
+    snprintf(set->train_new, sizeof set->train_new, "%s.new", out->train_path);
+    snprintf(set->val_new, sizeof set->val_new, "%s.new", out->val_path);
+    snprintf(set->tok_new, sizeof set->tok_new, "%s.new", out->tokenizer_path);
+    return 0;
+}
+
+int prepare_end_set(SetInProgress *set, int rc, const Tokenizer *tok, char *err) {
+    PreparedData *out = set->out;
+    if (rc == 0 && prepare_save_tokenizer(tok, set->tok_new, err) != 0) rc = -1;
     /* the tokenizer last: in the instant between renames the trainer refuses shards of a larger
      * vocabulary than the old tokenizer's, and names those of a smaller one */
-    const char *staged[3] = {val_new, train_new, tok_new}, *final[3] = {out->val_path, out->train_path,
-                                                                            out->tokenizer_path};
+    const char *staged[3] = {set->val_new, set->train_new, set->tok_new}, *final[3] = {out->val_path, out->train_path,
+                                                                                          out->tokenizer_path};
     for (int k = 0; rc == 0 && k < 3; k++)
         if (rename(staged[k], final[k]) != 0) {
             fgpt_set_err(err, "cannot move %s to %s: %s (check the folder is writable)", staged[k], final[k],
@@ -662,17 +677,17 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
             rc = -1;
         }
     if (rc == 0)
-        prepare_remove_earlier_set(out_dir, 0, 0, 0, imported ? "tokenizer.bin" : "tokenizer.json",
+        prepare_remove_earlier_set(set->out_dir, 0, 0, 0, set->imported ? "tokenizer.bin" : "tokenizer.json",
                                    out->tokenizer_path);
     /* the set is in place either way; without the sync a power loss soon after may undo the renames */
-    if (rc == 0 && !sync_dir(out_dir))
+    if (rc == 0 && !sync_dir(set->out_dir))
         fprintf(stderr, "prepare: note: cannot sync the folder %s (%s): the new files are in place, but a power loss "
-                "in the next seconds may bring back the old ones\n", out_dir, strerror(errno));
+                "in the next seconds may bring back the old ones\n", set->out_dir, strerror(errno));
     if (rc != 0)
-        for (int k = 0; k < 3; k++) unlink(staged[k]);
-    if (tok != given) tokenizer_free(tok);
-    close(lock); /* releases it; the empty file stays, as a run's .lock does */
-    if (rc != 0 && made_here) prepare_remove_made_folder(out_dir);
+        for (int k = 0; k < 3; k++)
+            if (staged[k][0]) unlink(staged[k]);
+    if (set->lock >= 0) close(set->lock); /* releases it; the empty file stays, as a run's .lock does */
+    if (rc != 0 && set->made_here) prepare_remove_made_folder(set->out_dir);
     return rc;
 }
 
@@ -815,6 +830,9 @@ static void usage(FILE *f) {
             "                         than a command line holds\n"
             "      --shard-tokens N   with --tokenizer: stream text of any size into shards of N tokens\n"
             "                         (DIR/train_000000.bin, ..., DIR/val_000000.bin, ...; at least %u)\n"
+            "      --prompt-completion  with --tokenizer: each FILE is JSON Lines of {\"prompt\": ..., \"completion\":\n"
+            "                         ...}, for fine-tuning: the prompts' tokens are no target (TRL's\n"
+            "                         completion-only loss); --val-fraction counts examples\n"
             "  -h, --help             this text\n"
             "Each FILE is one document; the tokenizer's separator (\"<|endoftext|>\", or Llama 3's\n"
             "\"<|end_of_text|>\") inside a file also separates documents.\n"
@@ -913,6 +931,7 @@ int prepare_main(int argc, char **argv) {
     PrepareOptions opt = {PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL, 0, NULL, 0};
     const char *out_dir = "prepared", *cache_dir = ".cache";
     int default_corpus = 0, extended = -1, n_files = 0, vocab_given = 0, help = 0; /* extended -1: chosen by -v */
+    int pairs = 0;
     const char *for_files = NULL, *for_corpus = NULL; /* a flag given that only FILE... or --default-corpus takes */
     size_t files_cap = (size_t)argc + 1;
     const char **files = calloc(files_cap, sizeof *files);
@@ -931,7 +950,8 @@ int prepare_main(int argc, char **argv) {
         cli_word_split(argv[i], &w);
         const char *a = w.flag;
         const char *val = w.value ? w.value : i + 1 < argc ? argv[i + 1] : NULL;
-        if (w.value && (!strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "--default-corpus"))) {
+        if (w.value && (!strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "--default-corpus") ||
+                        !strcmp(a, "--prompt-completion"))) {
             status = bad_arg(a, "takes no value");
             goto done;
         }
@@ -947,6 +967,9 @@ int prepare_main(int argc, char **argv) {
             help = 1;
         } else if (!strcmp(a, "--default-corpus")) {
             default_corpus = 1;
+        } else if (!strcmp(a, "--prompt-completion")) {
+            pairs = 1;
+            for_files = "--prompt-completion";
         } else if (!strcmp(a, "--corpus")) {
             if (!val || (strcmp(val, "standard") && strcmp(val, "extended"))) {
                 status = bad_arg(a, "is standard or extended");
@@ -1060,6 +1083,16 @@ int prepare_main(int argc, char **argv) {
         status = bad_arg("--default-corpus", "takes no text files and no --tokenizer");
         goto done;
     }
+    if (pairs && opt.shard_tokens) {
+        status = bad_arg("--prompt-completion", "holds the examples in memory; --shard-tokens streams plain text "
+                                                "(drop one)");
+        goto done;
+    }
+    if (pairs && !default_corpus && !opt.tokenizer_in) {
+        status = bad_arg("--prompt-completion", "tokenizes with the model's tokenizer: pass --tokenizer FILE (its "
+                                                "tokenizer.json, or a tokenizer.bin of ours)");
+        goto done;
+    }
     if (opt.shard_tokens && !default_corpus && !opt.tokenizer_in) {
         status = bad_arg("--shard-tokens", "streams the text through a given tokenizer: pass --tokenizer FILE (to "
                                            "train one, prepare a part of the text without --shard-tokens, then pass "
@@ -1129,9 +1162,10 @@ int prepare_main(int argc, char **argv) {
             tokenizer_free(given);
             goto done;
         }
-        if (opt.shard_tokens) {
+        if (opt.shard_tokens || pairs) {
             note_files_given_twice(files, n_files);
-            const int rc = prepare_stream(files, n_files, &opt, given, out_dir, &out, err);
+            const int rc = pairs ? prepare_pairs(files, n_files, &opt, given, out_dir, &out, err)
+                                 : prepare_stream(files, n_files, &opt, given, out_dir, &out, err);
             tokenizer_free(given);
             if (rc != 0) {
                 print_error("%s", err);

@@ -88,6 +88,29 @@ int prepare_check_file_text(const Tokenizer *given, const char *path, const char
 /* The note for a file with bytes outside UTF-8 (none when stray is 0). */
 void prepare_note_stray_bytes(const char *path, uint64_t stray, uint64_t first_stray);
 
+/* A set of train.bin, val.bin and their tokenizer being written into out_dir (prepare_begin_set):
+ * the folder's lock and the files' staging names. */
+typedef struct {
+    const char *out_dir;
+    PreparedData *out; /* its paths: the final names */
+    int imported, made_here, lock;
+    char train_new[PREPARE_PATH_LEN], val_new[PREPARE_PATH_LEN], tok_new[PREPARE_PATH_LEN];
+} SetInProgress;
+
+/* Makes out_dir (if need be), names the set's files in out and their staging names in set, and takes
+ * the folder's lock. -1 + message (then prepare_end_set(set, -1, ...) still releases what was taken). */
+int prepare_begin_set(const char *out_dir, int imported, PreparedData *out, SetInProgress *set, char *err);
+
+/* rc == 0 (both shards written under their staging names): writes the tokenizer's, puts the three in
+ * place, takes away what an earlier set left. rc != 0: takes the staged files back. Either way
+ * releases the lock, and on failure removes a folder the set made. The final rc. */
+int prepare_end_set(SetInProgress *set, int rc, const Tokenizer *tok, char *err);
+
+/* JSON Lines of prompt-completion pairs into masked train.bin and val.bin (prepare_pairs.c),
+ * tokenized by tok. 0, or -1 + message. */
+int prepare_pairs(const char *const *files, int n_files, const PrepareOptions *opt, Tokenizer *tok,
+                  const char *out_dir, PreparedData *out, char *err);
+
 /* The text files, streamed: prepare_stream.c. Same contract as prepare_text. */
 int prepare_stream(const char *const *files, int n_files, const PrepareOptions *opt, Tokenizer *given,
                    const char *out_dir, PreparedData *out, char *err);

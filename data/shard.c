@@ -29,7 +29,7 @@ void fgpt_set_err(char *err, const char *fmt, ...) {
 struct ShardWriter {
     FILE *f;
     char path[1024], tmp_path[1040];
-    uint32_t vocab_size, bytes_per_token;
+    uint32_t vocab_size, bytes_per_token, flags;
     uint64_t count, tokenizer;
 };
 
@@ -37,19 +37,21 @@ static uint32_t width_for_vocab(uint32_t vocab_size) {
     return vocab_size <= 65536u ? 2u : 4u;
 }
 
-static void encode_header(unsigned char h[SHARD_HEADER_BYTES], uint32_t bytes_per_token, uint32_t vocab,
-                          uint64_t count, uint64_t tokenizer) {
+/* A shard without flags stays version 2, which earlier builds read. */
+static void encode_header(unsigned char h[SHARD_HEADER_BYTES], const ShardWriter *w) {
     memset(h, 0, SHARD_HEADER_BYTES);
     memcpy(h, SHARD_MAGIC, 8);
-    uint32_t version = SHARD_VERSION;
+    uint32_t version = w->flags ? SHARD_VERSION_FLAGS : SHARD_VERSION;
     memcpy(h + 8, &version, 4);
-    memcpy(h + 12, &bytes_per_token, 4);
-    memcpy(h + 16, &vocab, 4);
-    memcpy(h + 24, &count, 8);
-    memcpy(h + 32, &tokenizer, 8);
+    memcpy(h + 12, &w->bytes_per_token, 4);
+    memcpy(h + 16, &w->vocab_size, 4);
+    memcpy(h + 20, &w->flags, 4);
+    memcpy(h + 24, &w->count, 8);
+    memcpy(h + 32, &w->tokenizer, 8);
 }
 
-ShardWriter *shard_writer_open(const char *path, uint32_t vocab_size, uint64_t tokenizer, char *err) {
+static ShardWriter *open_writer(const char *path, uint32_t vocab_size, uint64_t tokenizer, uint32_t flags,
+                                char *err) {
     if (vocab_size == 0) {
         snprintf(err, ERR_LEN, "shard %s: vocabulary size 0 (pass the tokenizer's vocabulary size)", path);
         return NULL;
@@ -68,10 +70,11 @@ ShardWriter *shard_writer_open(const char *path, uint32_t vocab_size, uint64_t t
     snprintf(w->tmp_path, sizeof w->tmp_path, "%s.tmp", path);
     w->vocab_size = vocab_size;
     w->tokenizer = tokenizer;
-    w->bytes_per_token = width_for_vocab(vocab_size);
+    w->flags = flags;
+    w->bytes_per_token = flags & SHARD_LOSS_MASK ? 4u : width_for_vocab(vocab_size);
     w->f = fopen(w->tmp_path, "wb");
     unsigned char h[SHARD_HEADER_BYTES];
-    encode_header(h, w->bytes_per_token, vocab_size, 0, tokenizer);
+    encode_header(h, w);
     if (!w->f || fwrite(h, 1, sizeof h, w->f) != sizeof h) {
         snprintf(err, ERR_LEN, "cannot write shard %s: %s (check the directory exists and is writable)",
                  w->tmp_path, strerror(errno));
@@ -82,6 +85,14 @@ ShardWriter *shard_writer_open(const char *path, uint32_t vocab_size, uint64_t t
     return w;
 }
 
+ShardWriter *shard_writer_open(const char *path, uint32_t vocab_size, uint64_t tokenizer, char *err) {
+    return open_writer(path, vocab_size, tokenizer, 0, err);
+}
+
+ShardWriter *shard_writer_open_masked(const char *path, uint32_t vocab_size, uint64_t tokenizer, char *err) {
+    return open_writer(path, vocab_size, tokenizer, SHARD_LOSS_MASK, err);
+}
+
 int shard_writer_append(ShardWriter *w, const uint32_t *tokens, size_t n, char *err) {
     enum { CHUNK = 4096 };
     unsigned char buf[CHUNK * 4];
@@ -89,8 +100,9 @@ int shard_writer_append(ShardWriter *w, const uint32_t *tokens, size_t n, char *
         size_t k = n - i < CHUNK ? n - i : CHUNK;
         for (size_t j = 0; j < k; j++) {
             uint32_t tok = tokens[i + j];
-            if (tok >= w->vocab_size) {
-                snprintf(err, ERR_LEN, "token %u is >= the shard's vocabulary %u (writing %s)", tok,
+            const uint32_t id = w->flags & SHARD_LOSS_MASK ? shard_token_id(tok) : tok;
+            if (id >= w->vocab_size) {
+                snprintf(err, ERR_LEN, "token %u is >= the shard's vocabulary %u (writing %s)", id,
                          w->vocab_size, w->path);
                 return -1;
             }
@@ -121,7 +133,7 @@ void shard_writer_abort(ShardWriter *w) {
 
 int shard_writer_close(ShardWriter *w, char *err) {
     unsigned char h[SHARD_HEADER_BYTES];
-    encode_header(h, w->bytes_per_token, w->vocab_size, w->count, w->tokenizer);
+    encode_header(h, w);
     int ok = fseek(w->f, 0, SEEK_SET) == 0 && fwrite(h, 1, sizeof h, w->f) == sizeof h && fflush(w->f) == 0 &&
              fsync(fileno(w->f)) == 0;
     ok = (fclose(w->f) == 0) && ok;
@@ -136,15 +148,23 @@ int shard_writer_close(ShardWriter *w, char *err) {
     return 0;
 }
 
-int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t vocab_size, uint64_t tokenizer,
-                char *err) {
-    ShardWriter *w = shard_writer_open(path, vocab_size, tokenizer, err);
+static int write_whole(ShardWriter *w, const uint32_t *tokens, uint64_t n, char *err) {
     if (!w) return -1;
     if (shard_writer_append(w, tokens, n, err) != 0) {
         shard_writer_abort(w);
         return -1;
     }
     return shard_writer_close(w, err);
+}
+
+int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t vocab_size, uint64_t tokenizer,
+                char *err) {
+    return write_whole(shard_writer_open(path, vocab_size, tokenizer, err), tokens, n, err);
+}
+
+int shard_write_masked(const char *path, const uint32_t *tokens, uint64_t n, uint32_t vocab_size, uint64_t tokenizer,
+                       char *err) {
+    return write_whole(shard_writer_open_masked(path, vocab_size, tokenizer, err), tokens, n, err);
 }
 
 /* An llm.c file, recognised by its magic in the first int32 of a 256 x int32 header: checks the
@@ -160,6 +180,7 @@ static FILE *open_llmc(FILE *f, const char *path, const int32_t llmc[3], const s
     hdr->bytes_per_token = gpt2 ? 2 : 4;
     hdr->vocab_size = gpt2 ? LLMC_VOCAB_GPT2 : LLMC_VOCAB_LLAMA3;
     hdr->header_bytes = LLMC_HEADER_BYTES;
+    hdr->flags = 0;
     if (llmc[1] != version) {
         snprintf(err, ERR_LEN, "llm.c shard %s has magic %d with version %d, but that magic goes with version %d "
                  "(corrupt header; re-create it with llm.c's dev/data scripts)", path, (int)llmc[0], (int)llmc[1],
@@ -232,17 +253,27 @@ static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
     memcpy(&hdr->bytes_per_token, h + 12, 4);
     memcpy(&hdr->vocab_size, h + 16, 4);
     memcpy(&hdr->num_tokens, h + 24, 8);
-    if (hdr->version != SHARD_VERSION && hdr->version != 1) {
-        snprintf(err, ERR_LEN, "token shard %s has format version %u, this build reads 1 and %u (re-create it, or "
-                 "use the fusedgpt that wrote it)", path, hdr->version, SHARD_VERSION);
+    if (hdr->version < 1 || hdr->version > SHARD_VERSION_FLAGS) {
+        snprintf(err, ERR_LEN, "token shard %s has format version %u, this build reads 1 to %u (re-create it, or "
+                 "use the fusedgpt that wrote it)", path, hdr->version, SHARD_VERSION_FLAGS);
         fclose(f);
         return NULL;
     }
     hdr->tokenizer = 0;
+    hdr->flags = 0;
     if (hdr->version >= 2) memcpy(&hdr->tokenizer, h + 32, 8);
+    if (hdr->version >= SHARD_VERSION_FLAGS) memcpy(&hdr->flags, h + 20, 4);
+    if (hdr->flags & ~SHARD_LOSS_MASK) {
+        snprintf(err, ERR_LEN, "token shard %s has flags 0x%x, of which this build knows 0x%x (a newer format or a "
+                 "corrupt header; re-create it)", path, hdr->flags, SHARD_LOSS_MASK);
+        fclose(f);
+        return NULL;
+    }
     /* the writer leaves them 0: anything else is a field this version does not know, or a corrupt
-     * header (version 1 had no fingerprint: bytes 32..39 were reserved too) */
-    const int reserved[][2] = {{20, 24}, {hdr->version >= 2 ? 40 : 32, SHARD_HEADER_BYTES}}; /* [from, to) */
+     * header (version 1 had no fingerprint: bytes 32..39 were reserved too; before version 3 bytes
+     * 20..23 were) */
+    const int reserved[][2] = {{20, hdr->version >= SHARD_VERSION_FLAGS ? 20 : 24},
+                               {hdr->version >= 2 ? 40 : 32, SHARD_HEADER_BYTES}}; /* [from, to) */
     for (int r = 0; r < 2; r++)
         for (int i = reserved[r][0]; i < reserved[r][1]; i++)
             if (h[i] != 0) {
@@ -254,6 +285,12 @@ static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
     if (hdr->bytes_per_token != 2 && hdr->bytes_per_token != 4) {
         snprintf(err, ERR_LEN, "token shard %s has %u bytes per token (must be 2 or 4; corrupt header)", path,
                  hdr->bytes_per_token);
+        fclose(f);
+        return NULL;
+    }
+    if ((hdr->flags & SHARD_LOSS_MASK) && hdr->bytes_per_token != 4) {
+        snprintf(err, ERR_LEN, "token shard %s marks tokens without loss in 2-byte tokens, which have no room for the "
+                 "mark (corrupt header; re-create it)", path);
         fclose(f);
         return NULL;
     }
@@ -351,11 +388,11 @@ uint32_t shard_token_limit(const ShardHeader *hdr, uint32_t model_vocab) {
 
 int shard_decode_checked(const ShardHeader *hdr, const char *path, const void *src, uint64_t first, size_t count,
                          uint32_t model_vocab, uint32_t *out, char *err) {
-    const uint32_t limit = shard_token_limit(hdr, model_vocab);
+    const uint32_t limit = shard_token_limit(hdr, model_vocab), id_bits = shard_id_bits(hdr);
     for (size_t j = 0; j < count; j++) {
         const uint32_t tok = shard_token_at(src, hdr->bytes_per_token, j);
-        if (tok >= limit) {
-            bad_token_message(hdr, path, tok, first + j, model_vocab, err);
+        if ((tok & id_bits) >= limit) {
+            bad_token_message(hdr, path, tok & id_bits, first + j, model_vocab, err);
             return -1;
         }
         out[j] = tok;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "data/shard.h"
 
 uint64_t eval_window_count(uint64_t n, int T) {
     return (n - 1 + (uint64_t)T - 1) / (uint64_t)T;
@@ -49,6 +50,7 @@ int eval_run(Backend *be, const uint32_t *tokens, uint64_t n, EvalMeans *means, 
         return -1;
     }
     double sum = 0.0, obj = 0.0, lse = 0.0;
+    uint64_t all_valid = 0;
     int status = 0;
     for (uint64_t first = 0; first < windows && status == 0; first += (uint64_t)B) {
         uint64_t valid = 0;
@@ -58,10 +60,11 @@ int eval_run(Backend *be, const uint32_t *tokens, uint64_t n, EvalMeans *means, 
                 const uint64_t i = start + (uint64_t)t;
                 /* past the end: any valid token as input (causal attention keeps it out of the
                  * positions before it), and an ignored target */
-                const int counts = i + 1 < n;
-                inputs[(size_t)b * T + t] = counts ? (int)tokens[i] : 0;
-                targets[(size_t)b * T + t] = counts ? (int)tokens[i + 1] : -1;
-                valid += (uint64_t)counts;
+                const int in_range = i + 1 < n;
+                const int target = in_range ? shard_token_target(tokens[i + 1]) : -1;
+                inputs[(size_t)b * T + t] = in_range ? (int)shard_token_id(tokens[i]) : 0;
+                targets[(size_t)b * T + t] = target;
+                valid += (uint64_t)(target >= 0);
             }
         }
         /* the backend's mean over the batch's targets, weighted by their count: every target
@@ -69,15 +72,18 @@ int eval_run(Backend *be, const uint32_t *tokens, uint64_t n, EvalMeans *means, 
         sum += (double)be->ops->eval_loss(be, inputs, targets) * (double)valid;
         obj += (double)be->last_objective * (double)valid;
         lse += (double)be->last_mean_lse * (double)valid;
+        all_valid += valid;
         if (per_token) status = write_per_token(be, targets, rows, bytes, per_token, per_token_name, err);
     }
     free(bytes);
     free(rows);
     free(targets);
     free(inputs);
-    means->loss = sum / (double)(n - 1);
-    means->objective = obj / (double)(n - 1);
-    means->lse = lse / (double)(n - 1);
+    const double d = all_valid ? (double)all_valid : 1.0; /* none: every mean is 0 */
+    means->loss = sum / d;
+    means->objective = obj / d;
+    means->lse = lse / d;
+    means->targets = all_valid;
     return status;
 }
 

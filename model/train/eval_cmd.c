@@ -307,10 +307,10 @@ static uint32_t *read_tokens(const char *path, int V, const char *dir, uint64_t 
         return NULL;
     }
     for (uint64_t i = 0; i < *n; i++) {
-        if (tokens[i] < (uint32_t)V) continue;
+        if (shard_token_id(tokens[i]) < (uint32_t)V) continue;
         print_error("token %u at position %llu in shard %s is >= the vocabulary %d of the model in %s "
                     "(evaluate a shard made by the model's tokenizer)",
-                    tokens[i], (unsigned long long)i, path, V, dir);
+                    shard_token_id(tokens[i]), (unsigned long long)i, path, V, dir);
         free(tokens);
         return NULL;
     }
@@ -345,10 +345,10 @@ static int check_later_shards(const EvalShards *s, int V, const char *dir) {
                 status = 1;
             }
             for (size_t i = 0; status == 0 && i < n; i++)
-                if (buf[i] >= (uint32_t)V) {
+                if (shard_token_id(buf[i]) >= (uint32_t)V) {
                     print_error("token %u at position %llu in shard %s is >= the vocabulary %d of the model in %s "
                                 "(evaluate a shard made by the model's tokenizer)",
-                                buf[i], (unsigned long long)(at + i), path, V, dir);
+                                shard_token_id(buf[i]), (unsigned long long)(at + i), path, V, dir);
                     status = 1;
                 }
         }
@@ -536,10 +536,16 @@ static int evaluate(EvalOptions o, const char *dir, GPTConfig cfg, const EvalSha
         }
         free(tokens);
         tokens = NULL;
-        const double share = (double)(n - 1) / (double)shards->targets;
-        m.loss += share * one.loss, m.objective += share * one.objective, m.lse += share * one.lse;
-        if (num_shards > 1) printf("shard %s: loss %.6f tokens %llu\n", shard[i], one.loss, (unsigned long long)(n - 1));
+        m.loss += one.loss * (double)one.targets, m.objective += one.objective * (double)one.targets;
+        m.lse += one.lse * (double)one.targets, m.targets += one.targets;
+        if (num_shards > 1) printf("shard %s: loss %.6f tokens %llu\n", shard[i], one.loss, (unsigned long long)one.targets);
     }
+    if (m.targets == 0) { /* a masked shard whose every token is a prompt's */
+        print_error("%s holds no target with a loss: every token is marked as a prompt's (evaluate a shard with "
+                    "completions, or one of plain text)", num_shards > 1 ? o.data : shard[0]);
+        goto done;
+    }
+    m.loss /= (double)m.targets, m.objective /= (double)m.targets, m.lse /= (double)m.targets;
     if (!isfinite(m.loss) || !isfinite(m.objective)) { /* a number a script would take for a result */
         print_error("the loss is not finite (%g): the weights in %s hold a NaN or an infinity, or "
                     "overflow fp32 (evaluate another checkpoint)", !isfinite(m.loss) ? m.loss : m.objective, dir);
@@ -557,7 +563,7 @@ static int evaluate(EvalOptions o, const char *dir, GPTConfig cfg, const EvalSha
     }
     printf("loss %.6f", m.loss);
     if (o.z_loss != 0.0f || o.label_smoothing != 0.0f) printf(" objective %.6f", m.objective);
-    printf(" ppl %.6f tokens %llu\n", exp(m.loss), (unsigned long long)shards->targets);
+    printf(" ppl %.6f tokens %llu\n", exp(m.loss), (unsigned long long)m.targets);
     status = 0;
 done:
     if (per_token) fclose(per_token);

@@ -1,0 +1,220 @@
+/* data/prepare_pairs.c - `./train prepare --prompt-completion`: JSON Lines of prompt-completion pairs
+ * into shards whose prompt tokens carry no loss (SHARD_LOSS_MASK), for supervised fine-tuning.
+ *
+ * Each line of each file is an object with a "prompt" and a "completion" string (other keys are
+ * passed over). An example is tokenized as TRL's SFTTrainer tokenizes a prompt-completion pair
+ * with completion_only_loss: the completion gets the tokenizer's eos_token appended unless it ends
+ * with it, tokenizer(prompt + completion) gives the ids, and the first len(tokenizer(prompt)) of
+ * them are the prompt's, no target. Examples follow each other in the shard (packed: a window may
+ * hold the end of one and the start of the next, and attends across them); the last
+ * --val-fraction of them (at least one) go to validation. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/json.h"
+#include "common/paths.h"
+#include "data/prepare_internal.h"
+#include "data/shard.h"
+
+/* The examples' ids, one after another, the prompt's with SHARD_NO_LOSS; where each example starts. */
+typedef struct {
+    uint32_t *ids;
+    size_t n, cap;
+    size_t *starts; /* examples + 1 entries: starts[examples] == n */
+    size_t examples, starts_cap;
+    uint64_t mismatched; /* examples whose prompt's ids are not the start of the whole's */
+    uint64_t prompt_ids, completion_ids;
+    uint64_t stray, first_stray; /* a file's bytes outside UTF-8 in the examples' text (prepare_note_stray_bytes) */
+} PairIds;
+
+static int grow(void **p, size_t *cap, size_t need, size_t each) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 1024;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, c * each);
+    if (!q) return -1;
+    *p = q, *cap = c;
+    return 0;
+}
+
+/* The text transformers' tokenizer.eos_token names: tokenizer_config.json's eos_token beside the
+ * tokenizer (a string, or an object with its "content"), else the tokenizer's separator. malloc'ed;
+ * NULL + message. */
+static char *eos_text(const Tokenizer *tok, char *err) {
+    char terr[ERR_LEN];
+    char *config = tokenizer_hf_config_json(tok, 0, terr);
+    if (!config) {
+        fgpt_set_err(err, "%s", terr);
+        return NULL;
+    }
+    JsonValue *root = json_parse(config, strlen(config), "tokenizer_config.json", terr);
+    free(config);
+    const JsonValue *eos = root ? json_get(root, "eos_token") : NULL;
+    if (eos && eos->type == JSON_OBJECT) eos = json_get(eos, "content");
+    char *text = eos && json_string(eos) && eos->len ? strdup(json_string(eos)) : NULL;
+    json_free(root);
+    if (!text) { /* no config names one: the separator the tokenizer ends documents with */
+        size_t len;
+        const char *sep = tokenizer_eot_text(tok, &len);
+        text = strndup(sep, len);
+    }
+    if (!text) fgpt_set_err(err, "out of memory");
+    return text;
+}
+
+static int ends_with(const char *s, size_t n, const char *tail) {
+    const size_t k = strlen(tail);
+    return n >= k && memcmp(s + n - k, tail, k) == 0;
+}
+
+/* Appends one example: the ids of prompt + completion (+ eos), the prompt's marked. */
+static int add_example(PairIds *p, const Tokenizer *tok, const JsonValue *prompt, const JsonValue *completion,
+                       const char *eos, const char *where, char *err) {
+    const size_t eos_len = ends_with(completion->string, completion->len, eos) ? 0 : strlen(eos);
+    const size_t len = prompt->len + completion->len + eos_len;
+    char *text = malloc(len + 1);
+    size_t n_prompt = 0, n_whole = 0;
+    uint32_t *ids_prompt = NULL, *ids_whole = NULL;
+    if (text) {
+        memcpy(text, prompt->string, prompt->len);
+        memcpy(text + prompt->len, completion->string, completion->len);
+        memcpy(text + prompt->len + completion->len, eos, eos_len);
+        text[len] = 0;
+        /* the normalizer's refusals (text NFC would change) name the line; stray bytes are counted */
+        if (prepare_check_file_text(tok, where, text, len, 0, &p->stray, &p->first_stray, err) != 0) {
+            free(text);
+            return -1;
+        }
+        ids_prompt = tokenizer_encode_alloc(tok, prompt->string, prompt->len, TOKENIZER_SPECIALS, &n_prompt);
+        ids_whole = tokenizer_encode_alloc(tok, text, len, TOKENIZER_SPECIALS, &n_whole);
+    }
+    int rc = -1;
+    if (!text || !ids_prompt || !ids_whole || grow((void **)&p->ids, &p->cap, p->n + n_whole, sizeof *p->ids) != 0 ||
+        grow((void **)&p->starts, &p->starts_cap, p->examples + 2, sizeof *p->starts) != 0) {
+        fgpt_set_err(err, "out of memory for the ids of %zu examples; prepare fewer at a time", p->examples + 1);
+    } else {
+        const size_t masked = n_prompt < n_whole ? n_prompt : n_whole;
+        p->mismatched += masked != n_prompt || memcmp(ids_prompt, ids_whole, masked * sizeof *ids_whole) != 0;
+        for (size_t i = 0; i < n_whole; i++) p->ids[p->n + i] = ids_whole[i] | (i < masked ? SHARD_NO_LOSS : 0);
+        p->starts[p->examples++] = p->n;
+        p->n += n_whole;
+        p->starts[p->examples] = p->n;
+        p->prompt_ids += masked, p->completion_ids += n_whole - masked;
+        rc = 0;
+    }
+    free(ids_whole);
+    free(ids_prompt);
+    free(text);
+    return rc;
+}
+
+/* The string member `key` of line `line` of path, or NULL + message. */
+static const JsonValue *pair_string(const JsonValue *v, const char *key, const char *path, size_t line, char *err) {
+    const JsonValue *s = json_get(v, key);
+    if (s && s->type == JSON_STRING) return s;
+    char what[64];
+    if (s) snprintf(what, sizeof what, "\"%s\" is %s, not a string", key, json_type_name(s->type));
+    else snprintf(what, sizeof what, "no \"%s\"", key);
+    fgpt_set_err(err, "%s line %zu: %s (each line of --prompt-completion is an object {\"prompt\": \"...\", "
+                 "\"completion\": \"...\"})", path, line, what);
+    return NULL;
+}
+
+/* Every example of one file, line by line (blank lines passed over). */
+static int read_pairs(const char *path, const Tokenizer *tok, const char *eos, PairIds *p, char *err) {
+    FILE *f = prepare_open_text(path, err);
+    if (!f) return -1;
+    size_t len;
+    char *text = read_stream_whole(f, &len);
+    const int e = errno;
+    fclose(f);
+    if (!text) {
+        fgpt_set_err(err, "cannot read %s: %s", path, strerror(e));
+        return -1;
+    }
+    int rc = 0;
+    size_t line = 0;
+    p->stray = 0;
+    for (char *at = text, *end = text + len; rc == 0 && at < end;) {
+        char *nl = memchr(at, '\n', (size_t)(end - at));
+        const size_t n = nl ? (size_t)(nl - at) : (size_t)(end - at);
+        line++;
+        size_t blank = 0;
+        while (blank < n && strchr(" \t\r", at[blank])) blank++;
+        if (blank < n) {
+            char what[ERR_LEN], jerr[ERR_LEN];
+            snprintf(what, sizeof what, "%s line %zu", path, line);
+            JsonValue *v = json_parse(at, n, what, jerr);
+            const JsonValue *prompt = NULL, *completion = NULL;
+            if (!v) fgpt_set_err(err, "%s (--prompt-completion reads JSON Lines: one object a line)", jerr);
+            else if (v->type != JSON_OBJECT)
+                fgpt_set_err(err, "%s line %zu is %s, not an object {\"prompt\": \"...\", \"completion\": \"...\"}", path,
+                             line, json_type_name(v->type));
+            else if ((prompt = pair_string(v, "prompt", path, line, err)) &&
+                     (completion = pair_string(v, "completion", path, line, err)))
+                rc = add_example(p, tok, prompt, completion, eos, what, err);
+            if (!prompt || !completion) rc = -1;
+            json_free(v);
+        }
+        at += n + 1;
+    }
+    free(text);
+    if (rc == 0) prepare_note_stray_bytes(path, p->stray, p->first_stray);
+    return rc;
+}
+
+int prepare_pairs(const char *const *files, int n_files, const PrepareOptions *opt, Tokenizer *tok,
+                  const char *out_dir, PreparedData *out, char *err) {
+    memset(out, 0, sizeof *out);
+    PairIds p = {0};
+    char *eos = eos_text(tok, err);
+    int rc = eos ? 0 : -1;
+    const double t0 = prepare_seconds();
+    for (int f = 0; rc == 0 && f < n_files; f++) rc = read_pairs(files[f], tok, eos, &p, err);
+    if (rc == 0 && p.examples < 2)
+        fgpt_set_err(err, "%zu prompt-completion example(s) in all: training and validation need one each at least "
+                     "(give more examples)", p.examples), rc = -1;
+    SetInProgress set;
+    if (rc == 0 && prepare_begin_set(out_dir, tokenizer_is_imported(tok), out, &set, err) != 0) {
+        prepare_end_set(&set, -1, tok, err);
+        rc = -1;
+        goto done;
+    }
+    if (rc != 0) goto done;
+    out->vocab_requested = out->vocab_reached = tokenizer_vocab_size(tok);
+    size_t val = (size_t)((double)p.examples * opt->val_fraction + 0.5);
+    if (val < 1) val = 1;
+    if (val > p.examples - 1) val = p.examples - 1;
+    const size_t cut = p.starts[p.examples - val];
+    /* a shard of one token holds no target, and the trainer and eval refuse it */
+    if (cut < 2 || p.n - cut < 2) {
+        fgpt_set_err(err, "the %s examples hold %zu token(s), and a target needs 2 (give more examples%s)",
+                     cut < 2 ? "training" : "validation", cut < 2 ? cut : p.n - cut,
+                     cut < 2 ? "" : ", or raise --val-fraction");
+        prepare_end_set(&set, -1, tok, err);
+        rc = -1;
+        goto done;
+    }
+    const uint32_t V = tokenizer_vocab_size(tok);
+    const uint64_t fp = tokenizer_fingerprint(tok);
+    rc = shard_write_masked(set.train_new, p.ids, cut, V, fp, err);
+    if (rc == 0) rc = shard_write_masked(set.val_new, p.ids + cut, p.n - cut, V, fp, err);
+    rc = prepare_end_set(&set, rc, tok, err);
+    if (rc == 0) {
+        fprintf(stderr, "prepare: %zu train + %zu validation examples, %llu prompt + %llu completion tokens (each "
+                "completion ends with %s) in %.1f s -> %s\n", p.examples - val, val,
+                (unsigned long long)p.prompt_ids, (unsigned long long)p.completion_ids, eos, prepare_seconds() - t0,
+                out_dir);
+        if (p.mismatched)
+            fprintf(stderr, "prepare: note: in %llu example(s) the prompt's ids are not the start of the whole's (the "
+                    "tokenizer merged across the join): as TRL does, the first as many ids as the prompt has are "
+                    "its, no target\n", (unsigned long long)p.mismatched);
+    }
+done:
+    free(p.starts);
+    free(p.ids);
+    free(eos);
+    return rc;
+}
