@@ -64,10 +64,11 @@ static void expect_defect(const char *what, long patch_at, const void *patch, si
 }
 
 TEST(shard_defects_give_clear_errors) {
-    uint32_t v3 = 3, w3 = 3;
+    uint32_t w3 = 3;
     uint64_t huge = 1000;
     expect_defect("bad magic", 0, "NOTATOKS", 8, -1, 300, "not a token shard");
-    expect_defect("future version", 8, &v3, 4, -1, 300, "format version 3, this build reads 1 and 2");
+    uint32_t v4 = 4;
+    expect_defect("future version", 8, &v4, 4, -1, 300, "format version 4, this build reads 1 to 3");
     expect_defect("odd width", 12, &w3, 4, -1, 300, "bytes per token");
     expect_defect("count beyond the file", 24, &huge, 8, -1, 300, "truncated or corrupt");
     expect_defect("truncated data", 0, NULL, 0, 64 + 150, 300, "truncated or corrupt");
@@ -147,6 +148,74 @@ TEST(a_shard_records_its_tokenizer_and_a_version_1_shard_still_reads) {
     f = fopen(path, "r+b");
     REQUIRE(f && fseek(f, 32, SEEK_SET) == 0 && fwrite(&one, 1, 1, f) == 1 && fclose(f) == 0, "patching %s", path);
     expect_shard_refused(path, 300, "version 1 with byte 32 set", "reserved header byte 32 is 0x01");
+}
+
+/* A masked shard (version 3, SHARD_LOSS_MASK): its marks come back from the reader, the loader makes
+ * them -1 targets and plain inputs, and what it cannot hold is refused: the mark in a shard without
+ * the flag (there it is a token beyond the vocabulary), the flag with 2-byte tokens, an unknown flag,
+ * and a marked token whose id is beyond the vocabulary. */
+TEST(a_masked_shard_gives_no_target_where_it_marks_one_and_refuses_what_it_cannot_hold) {
+    enum { T = 8, NT = 4 * T + 1 };
+    char path[700], err[ERR_LEN];
+    path_in_tmp(path, sizeof path, "masked.bin");
+    uint32_t toks[NT];
+    uint64_t marked = 0;
+    for (int i = 0; i < NT; i++) {
+        toks[i] = (uint32_t)(i * 7 % 300) | (i % 3 == 0 ? SHARD_NO_LOSS : 0);
+        marked += i % 3 == 0;
+    }
+    REQUIRE(shard_write_masked(path, toks, NT, 300, 0, err) == 0, "%s", err);
+    ShardHeader h;
+    uint32_t *back;
+    uint64_t n;
+    REQUIRE(shard_read(path, 300, &back, &n, &h, err) == 0, "%s", err);
+    CHECK(h.version == 3 && h.flags == SHARD_LOSS_MASK && h.bytes_per_token == 4 && n == NT &&
+              memcmp(back, toks, sizeof toks) == 0,
+          "version %u flags %u width %u: the marks do not come back", h.version, h.flags, h.bytes_per_token);
+    free(back);
+    Loader l;
+    REQUIRE(loader_open(&l, path, 300, 1, T, 0, 1, 1, 0, 42, err) == 0, "%s", err);
+    CHECK(l.masked && l.no_loss_tokens == marked, "masked %d, %llu marked tokens of %llu", l.masked,
+          (unsigned long long)l.no_loss_tokens, (unsigned long long)marked);
+    for (int w = 0; w < 4; w++) {
+        int in[T], tg[T];
+        loader_next_batch(&l, in, tg);
+        for (int t = 0; t < T; t++) {
+            const int i = w * T + t;
+            CHECK(in[t] == i * 7 % 300, "window %d position %d: input %d, not the id %d", w, t, in[t], i * 7 % 300);
+            const int want = (i + 1) % 3 == 0 ? -1 : (i + 1) * 7 % 300;
+            CHECK(tg[t] == want, "window %d position %d: target %d, not %d", w, t, tg[t], want);
+        }
+    }
+    loader_close(&l);
+    /* the flag off: the marked tokens are beyond any vocabulary */
+    const uint32_t no_flags = 0, v2 = 2, flag2 = 2;
+    FILE *f = fopen(path, "r+b");
+    REQUIRE(f && fseek(f, 20, SEEK_SET) == 0 && fwrite(&no_flags, 4, 1, f) == 1 && fclose(f) == 0, "patch");
+    expect_shard_refused(path, 300, "a mark without the flag", "token 2147483648 at position 0");
+    f = fopen(path, "r+b");
+    REQUIRE(f && fseek(f, 8, SEEK_SET) == 0 && fwrite(&v2, 4, 1, f) == 1 && fseek(f, 20, SEEK_SET) == 0 &&
+                fwrite(&flag2, 4, 1, f) == 1 && fclose(f) == 0,
+            "patch");
+    expect_shard_refused(path, 300, "flags in version 2", "reserved header byte 20 is 0x02");
+    const uint32_t v3 = 3;
+    f = fopen(path, "r+b");
+    REQUIRE(f && fseek(f, 8, SEEK_SET) == 0 && fwrite(&v3, 4, 1, f) == 1 && fclose(f) == 0, "patch");
+    expect_shard_refused(path, 300, "an unknown flag", "has flags 0x2, of which this build knows 0x1");
+    /* 2-byte tokens cannot hold the mark */
+    uint16_t small[3] = {1, 2, 3};
+    unsigned char hdr[64] = "FGPTTOK1";
+    const uint32_t fields[4] = {3, 2, 300, SHARD_LOSS_MASK};
+    const uint64_t count = 3;
+    memcpy(hdr + 8, fields, sizeof fields);
+    memcpy(hdr + 24, &count, 8);
+    f = fopen(path, "wb");
+    REQUIRE(f && fwrite(hdr, 1, 64, f) == 64 && fwrite(small, 2, 3, f) == 3 && fclose(f) == 0, "write");
+    expect_shard_refused(path, 300, "a mark in 2-byte tokens", "marks tokens without loss in 2-byte tokens");
+    /* the id under the mark is checked */
+    toks[5] = 301 | SHARD_NO_LOSS;
+    REQUIRE(shard_write_masked(path, toks, NT, 302, 0, err) == 0, "%s", err);
+    expect_shard_refused(path, 301, "a marked id beyond the model's vocabulary", "token 301 at position 5");
 }
 
 static int open_loader_accum(Loader *l, const char *path, int B, int T, int rank, int world, int accum,

@@ -19,7 +19,8 @@
 #include "tests/test.h"
 #include "tests/test_util.h"
 
-/* The loss written out: target i (0 <= i < n - 1) is token i + 1, predicted at position i mod T of
+/* The loss written out: target i (0 <= i < n - 1) is token i + 1 (none where a masked shard marks
+ * it, SHARD_NO_LOSS), predicted at position i mod T of
  * window i / T, whose inputs are tokens[w·T, w·T+T) (past the end: 0s, which the causal mask keeps
  * out of the positions before them); -log softmax of the logits of a full forward, in double. be
  * has T of its own and B = 1. */
@@ -28,18 +29,22 @@ static double reference_mean_loss(Backend *be, const uint32_t *tokens, uint64_t 
     int *window = malloc((size_t)T * sizeof *window);
     float *logits = malloc((size_t)V * sizeof *logits);
     double sum = 0.0;
+    uint64_t targets = 0;
     for (uint64_t i = 0; i + 1 < n; i++) {
+        if (tokens[i + 1] & SHARD_NO_LOSS) continue; /* a masked shard's prompt token: no target */
         const uint64_t start = i / (uint64_t)T * (uint64_t)T;
-        for (int t = 0; t < T; t++) window[t] = start + (uint64_t)t < n ? (int)tokens[start + (uint64_t)t] : 0;
+        for (int t = 0; t < T; t++)
+            window[t] = start + (uint64_t)t < n ? (int)(tokens[start + (uint64_t)t] & ~SHARD_NO_LOSS) : 0;
         be->ops->logits_at(be, window, (int)(i - start), logits);
         double max = logits[0], z = 0.0;
         for (int v = 1; v < V; v++) max = fmax(max, logits[v]);
         for (int v = 0; v < V; v++) z += exp(logits[v] - max);
         sum += max + log(z) - logits[tokens[i + 1]];
+        targets++;
     }
     free(logits);
     free(window);
-    return sum / (double)(n - 1);
+    return sum / (double)targets;
 }
 
 /* A tiny GPT-2 (2 layers, 2 heads of 8, a context of 16, 37 tokens) on the CPU with B windows of
@@ -87,6 +92,35 @@ TEST(eval_loss_is_the_mean_over_every_target_of_consecutive_windows_with_a_short
         }
         be->ops->destroy(be);
     }
+    ref->ops->destroy(ref);
+    param_table_free(&t);
+}
+
+/* Tokens a masked shard marks as no target (a prompt's) are inputs, and the loss is the mean over
+ * the others only: a third of them marked at random, and the whole of one window of T, in batches
+ * of 3 (a batch then holds windows of 0, few and many targets). */
+TEST(eval_of_a_masked_shard_is_the_mean_over_the_targets_it_does_not_mark) {
+    enum { T = 8, V = 37, N = 5 * T + 3 };
+    ParamTable t = {0};
+    Backend *ref = tiny_model(&t, 1, T, OUTPUT_FUSED), *be = tiny_model(&t, 3, T, OUTPUT_FUSED);
+    REQUIRE(ref && be, "backends");
+    uint32_t tokens[N];
+    Rng rng;
+    rng_seed(&rng, 9);
+    uint64_t kept = 0;
+    for (int i = 0; i < N; i++) {
+        const int marked = (i > T && i <= 2 * T) || rng_below(&rng, 3) == 0; /* window 1's targets all marked */
+        tokens[i] = (uint32_t)rng_below(&rng, V) | (marked ? SHARD_NO_LOSS : 0);
+        kept += i > 0 && !marked;
+    }
+    EvalMeans m;
+    char err[ERR_LEN];
+    REQUIRE(eval_run(be, tokens, N, &m, NULL, NULL, err) == 0, "%s", err);
+    const double want = reference_mean_loss(ref, tokens, N);
+    CHECK(m.targets == kept, "%llu targets counted, %llu not marked", (unsigned long long)m.targets,
+          (unsigned long long)kept);
+    CHECK(fabs(m.loss - want) <= 1e-5 * want, "loss %.8f, the reference over the unmarked targets %.8f", m.loss, want);
+    be->ops->destroy(be);
     ref->ops->destroy(ref);
     param_table_free(&t);
 }
