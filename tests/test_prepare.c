@@ -1184,3 +1184,126 @@ TEST(prepare_shard_tokens_flags_are_checked) {
     CHECK(run_prepare(4, corpus) == 2, "--shard-tokens with --default-corpus is a command-line error");
     CHECK(access(out, F_OK) != 0, "nothing was made");
 }
+
+/* The examples' expected ids, as TRL tokenizes a prompt-completion pair: tokenizer(prompt +
+ * completion + eos) (eos only where the completion lacks it), its first len(tokenizer(prompt)) ids
+ * marked SHARD_NO_LOSS. Appends to ids; returns the new count. */
+static size_t expected_pair_ids(const Tokenizer *tok, const char *prompt, const char *completion, const char *eos,
+                                uint32_t *ids, size_t n) {
+    char whole[512];
+    const size_t lc = strlen(completion), le = strlen(eos);
+    const int has_eos = lc >= le && strcmp(completion + lc - le, eos) == 0;
+    snprintf(whole, sizeof whole, "%s%s%s", prompt, completion, has_eos ? "" : eos);
+    size_t np, nw;
+    uint32_t *p = tokenizer_encode_alloc(tok, prompt, strlen(prompt), TOKENIZER_SPECIALS, &np);
+    uint32_t *w = tokenizer_encode_alloc(tok, whole, strlen(whole), TOKENIZER_SPECIALS, &nw);
+    for (size_t i = 0; i < nw; i++) ids[n + i] = w[i] | (i < np ? SHARD_NO_LOSS : 0);
+    free(w);
+    free(p);
+    return n + nw;
+}
+
+/* Ten pairs (an extra key, a blank line, one completion that ends with the eos text already)
+ * through Llama 3's tokenizer beside a tokenizer_config.json whose eos_token (an object, as older
+ * transformers wrote it) is not the document separator: each example is its BOS and prompt, marked,
+ * then its completion and one eos, not marked; the last 20 % of the examples are validation. */
+TEST(prepare_prompt_completion_marks_each_prompts_ids_as_no_target_and_ends_completions_with_eos) {
+    char dir[1100], tok_path[1200], config[1200], pairs[1100], out[1100], path[1200], err[ERR_LEN];
+    snprintf(dir, sizeof dir, "%s/model", test_tmpdir());
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", dir);
+    snprintf(config, sizeof config, "%s/tokenizer_config.json", dir);
+    snprintf(pairs, sizeof pairs, "%s/pairs.jsonl", test_tmpdir());
+    snprintf(out, sizeof out, "%s/sft", test_tmpdir());
+    REQUIRE(make_dirs(dir) == 0, "mkdir");
+    size_t len;
+    char *json = read_file("tests/fixtures/hf_llama3_bos.json", &len);
+    REQUIRE(json && write_file_whole(tok_path, json, len) == 0, "tokenizer copy");
+    free(json);
+    const char *eos = "<|reserved_special_token_0|>";
+    char text[4096];
+    snprintf(text, sizeof text, "{\"eos_token\": {\"content\": \"%s\", \"lstrip\": false}}", eos);
+    REQUIRE(write_file_whole(config, text, strlen(text)) == 0, "config");
+    const char *prompt[10], *completion[10];
+    char p_buf[10][64], c_buf[10][96];
+    size_t at = 0;
+    for (int i = 0; i < 10; i++) {
+        snprintf(p_buf[i], sizeof p_buf[i], "Q%d: name a color.\nA:", i);
+        snprintf(c_buf[i], sizeof c_buf[i], " blue and red%s", eos);
+        if (i != 3) snprintf(c_buf[i], sizeof c_buf[i], " green, %d times", i);
+        prompt[i] = p_buf[i], completion[i] = c_buf[i];
+    }
+    /* the prompts hold a newline: written escaped, as JSON Lines must */
+    for (int i = 0; i < 10; i++)
+        at += (size_t)snprintf(text + at, sizeof text - at, "{\"id\": %d, \"prompt\": \"Q%d: name a color.\\nA:\", "
+                               "\"completion\": \"%s\"}\n%s", i, i, completion[i], i == 4 ? "  \n" : "");
+    write_text_file(pairs, text, at);
+    const char *argv[] = {"prepare", "--prompt-completion", "--tokenizer", tok_path, "-o", out, "--val-fraction", "0.2",
+                          pairs};
+    REQUIRE(run_prepare(9, argv) == 0, "prepare --prompt-completion failed");
+    Tokenizer *tok = tokenizer_load(tok_path, err);
+    REQUIRE(tok, "%s", err);
+    uint32_t want[2][1024];
+    size_t nwant[2] = {0, 0};
+    for (int i = 0; i < 10; i++) nwant[i >= 8] = expected_pair_ids(tok, prompt[i], completion[i], eos, want[i >= 8],
+                                                                    nwant[i >= 8]);
+    const uint32_t bos = want[0][0] & ~SHARD_NO_LOSS, eos_id = want[0][nwant[0] - 1];
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/%s", out, k ? "val.bin" : "train.bin");
+        uint32_t *got;
+        uint64_t n;
+        ShardHeader h;
+        REQUIRE(shard_read(path, tokenizer_vocab_size(tok), &got, &n, &h, err) == 0, "%s", err);
+        CHECK(h.flags == SHARD_LOSS_MASK && h.tokenizer == tokenizer_fingerprint(tok), "%s: flags %u", path, h.flags);
+        CHECK(n == nwant[k] && memcmp(got, want[k], n * sizeof *got) == 0, "%s: %llu ids, %zu expected, or others",
+              path, (unsigned long long)n, nwant[k]);
+        /* each example: BOS first and marked, its last id the eos, once and not marked */
+        uint64_t examples = 0, eos_seen = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            examples += got[i] == (bos | SHARD_NO_LOSS);
+            eos_seen += got[i] == eos_id;
+            CHECK(got[i] != (eos_id | SHARD_NO_LOSS), "%s: a marked eos at %llu", path, (unsigned long long)i);
+        }
+        CHECK(examples == (k ? 2u : 8u) && eos_seen == examples, "%s: %llu examples, %llu eos", path,
+              (unsigned long long)examples, (unsigned long long)eos_seen);
+        free(got);
+    }
+    size_t n_eos;
+    uint32_t *e = tokenizer_encode_alloc(tok, eos, strlen(eos), TOKENIZER_SPECIALS, &n_eos); /* BOS, then it */
+    CHECK(n_eos == 2 && e[1] == eos_id, "the examples end with %u, not the config's eos_token", eos_id);
+    free(e);
+    tokenizer_free(tok);
+}
+
+TEST(prepare_prompt_completion_names_the_line_and_the_flag_that_is_wrong) {
+    char pairs[1100], out[1100], log[1100];
+    snprintf(pairs, sizeof pairs, "%s/bad.jsonl", test_tmpdir());
+    snprintf(out, sizeof out, "%s/sft_bad", test_tmpdir());
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    const char *tok = "tests/fixtures/hf_llama3_bos.json";
+    const struct {
+        const char *lines, *says;
+    } cases[] = {
+        {"{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"a\" \"completion\": \"b\"}\n", "bad.jsonl line 2"},
+        {"{\"prompt\": \"a\", \"completion\": \"b\"}\n\n{\"prompt\": \"a\"}\n", "line 3: no \"completion\""},
+        {"{\"prompt\": 5, \"completion\": \"b\"}\n", "line 1: \"prompt\" is a number, not a string"},
+        {"[\"a\", \"b\"]\n", "line 1 is an array, not an object"},
+        {"{\"prompt\": \"a\", \"completion\": \"b\"}\n", "1 prompt-completion example(s) in all"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        write_text_file(pairs, cases[c].lines, strlen(cases[c].lines));
+        unlink(log);
+        const char *argv[] = {"prepare", "--prompt-completion", "--tokenizer", tok, "-o", out, pairs};
+        CHECK(run_prepare(7, argv) == 1, "case %zu: not refused", c);
+        char *said = read_text(log);
+        CHECK(said && strstr(said, cases[c].says), "case %zu: '%s' lacks '%s'", c, said ? said : "", cases[c].says);
+        free(said);
+    }
+    const char *no_tok[] = {"prepare", "--prompt-completion", "-o", out, pairs};
+    CHECK(run_prepare(5, no_tok) == 2, "--prompt-completion without --tokenizer is a command-line error");
+    const char *streamed[] = {"prepare", "--prompt-completion", "--tokenizer", tok, "--shard-tokens", "4096", "-o", out,
+                              pairs};
+    CHECK(run_prepare(9, streamed) == 2, "--prompt-completion with --shard-tokens is a command-line error");
+    const char *valued[] = {"prepare", "--prompt-completion=1", "--tokenizer", tok, "-o", out, pairs};
+    CHECK(run_prepare(7, valued) == 2, "--prompt-completion=1 is a command-line error");
+    CHECK(access(out, F_OK) != 0, "nothing was made");
+}
