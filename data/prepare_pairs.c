@@ -207,6 +207,10 @@ int prepare_pairs(const char *const *files, int n_files, const PrepareOptions *o
                 "completion ends with %s) in %.1f s -> %s\n", p.examples - val, val,
                 (unsigned long long)p.prompt_ids, (unsigned long long)p.completion_ids, eos, prepare_seconds() - t0,
                 out_dir);
+        if (!tokenizer_has_hf_config(tok) && tokenizer_is_imported(tok))
+            fprintf(stderr, "prepare: note: no tokenizer_config.json beside the tokenizer names its eos_token, so each "
+                    "completion ends with the document separator %s (put the model's tokenizer_config.json beside "
+                    "the tokenizer.json to end them with its eos_token)\n", eos);
         if (p.mismatched)
             fprintf(stderr, "prepare: note: in %llu example(s) the prompt's ids are not the start of the whole's (the "
                     "tokenizer merged across the join): as TRL does, the first as many ids as the prompt has are "

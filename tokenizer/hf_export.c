@@ -193,6 +193,8 @@ char *tokenizer_hf_json(const Tokenizer *t, size_t *len, char *err) {
     return b.p;
 }
 
+int tokenizer_has_hf_config(const Tokenizer *t) { return t->hf_config != NULL; }
+
 char *tokenizer_hf_config_json(const Tokenizer *t, int model_max_length, char *err) {
     if (t->hf_config) {
         char *copy = strdup(t->hf_config);

@@ -64,6 +64,8 @@ char *tokenizer_hf_json(const Tokenizer *t, size_t *len, char *err);
 /* tokenizer_config.json's text (malloc'ed): the one beside an imported tokenizer.json, else one
  * naming PreTrainedTokenizerFast, the separator as BOS and EOS, and model_max_length. */
 char *tokenizer_hf_config_json(const Tokenizer *t, int model_max_length, char *err);
+/* 1 when a tokenizer_config.json sat beside the imported tokenizer.json (the one above is then it). */
+int tokenizer_has_hf_config(const Tokenizer *t);
 
 /* ---- queries ---- */
 uint32_t tokenizer_vocab_size(const Tokenizer *t); /* includes the EOT token */

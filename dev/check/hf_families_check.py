@@ -12,7 +12,12 @@ global layers, its own local base and query_pre_attn_scalar) and saved with save
      exported checkpoint with AutoModelForCausalLM.from_pretrained, and its loss equals
      `./train eval` of the same checkpoint (our export is their format);
   3. the untied Llama and Qwen2 set pad_token_id: transformers gives its embedding row no gradient
-     from the lookups, and after our fine-tuning the row has only shrunk by weight decay.
+     from the lookups, and after our fine-tuning the row has only shrunk by weight decay;
+  4. on a masked shard (tokens marked as no target, as `prepare --prompt-completion` writes prompts),
+     `./train eval` gives transformers' loss with those labels at -100, and the first step of
+     `./train --init-from HF_DIR` in two micro-batches of two windows each gives the loss and the
+     gradient norm of transformers' one batch of the four windows (its mean over every valid label,
+     as the Trainer's num_items_in_batch makes it).
 Both at 1e-4 relative, in fp32, with transformers' eager attention (its sliding-window mask is exact
 there). With --device cuda our side runs on the GPU: the tiny models take the widths the CUDA backend
 computes (hidden 128, head_dim 64, MLP width a multiple of 8), and the tolerance is 3e-2 relative
@@ -92,7 +97,34 @@ def write_shard(path, tokens, vocab):
         f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
 
 
-def hf_loss(model_dir, tokens, T):
+def write_masked_shard(path, tokens, marked, vocab):
+    """Version 3 with the loss-mask flag: 4-byte tokens, bit 31 on each token that is no target."""
+    header = b"FGPTTOK1" + struct.pack("<IIII", 3, 4, vocab, 1) + struct.pack("<Q", len(tokens))
+    words = np.asarray(tokens, dtype=np.uint32) | (np.asarray(marked, dtype=np.uint32) << np.uint32(31))
+    with open(path, "wb") as f:
+        f.write(header.ljust(64, b"\0"))
+        f.write(words.astype("<u4").tobytes())
+
+
+def masked_labels(tokens, marked):
+    return [-100 if m else t for t, m in zip(tokens, marked)]
+
+
+def hf_masked_step(model_dir, tokens, marked, T, windows):
+    """transformers' loss over `windows` windows of T + 1 tokens in one batch, labels of marked tokens
+    at -100 (the mean over every other), and the norm of its gradient."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="eager")
+    x = torch.tensor([tokens[w * T:w * T + T] for w in range(windows)], dtype=torch.long)
+    labels = masked_labels(tokens, marked)
+    y = torch.tensor([labels[w * T + 1:w * T + T + 1] for w in range(windows)], dtype=torch.long)
+    logits = model(x).logits
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
+    loss.backward()
+    norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters() if p.grad is not None))
+    return loss.item(), norm.item()
+
+
+def hf_loss(model_dir, tokens, T, marked=None):
     """The mean next-token loss over ./train eval's windows, computed by transformers."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="eager")
     model.eval()
@@ -102,10 +134,11 @@ def hf_loss(model_dir, tokens, T):
         for start in range(0, n - 1, T):
             end = min(start + T, n - 1)
             x = torch.tensor(tokens[start:end], dtype=torch.long)[None]
-            y = torch.tensor(tokens[start + 1:end + 1], dtype=torch.long)
+            labels = tokens if marked is None else masked_labels(tokens, marked)
+            y = torch.tensor(labels[start + 1:end + 1], dtype=torch.long)
             logits = model(x).logits[0].double()
-            total += F.cross_entropy(logits, y, reduction="sum").item()
-            count += end - start
+            total += F.cross_entropy(logits, y, reduction="sum", ignore_index=-100).item()
+            count += int((y != -100).sum())
     return total / count, type(model).__name__
 
 
@@ -122,6 +155,36 @@ def our_loss(train, model_dir, shard, T, device):
     if not m:
         sys.exit(f"error: no loss line in ./train eval's output:\n{out}")
     return float(m.group(1))
+
+
+def our_first_step(train, model_dir, shard, T, device, work):
+    """Step 1's loss and gradient norm of a run of two micro-batches of two windows."""
+    out = train_cmd(train, ["--device", device, "--init-from", model_dir, "-i", shard, "-b", "2", "-t", str(T), "-d",
+                            str(4 * T), "-x", "1", "-s", "0", "--val-every", "0", "-o", os.path.join(work, "masked-run")])
+    m = re.search(r"\| loss (\S+) .*\| norm (\S+) ", out)
+    if not m:
+        sys.exit(f"error: no step line in ./train's output:\n{out}")
+    return float(m.group(1)), float(m.group(2))
+
+
+def masked_checks(train, hf_dir, T, device, work, tolerance, rng):
+    """Point 4 of the module's text: eval on a masked shard, and a masked step in micro-batches."""
+    ok = True
+    os.makedirs(work, exist_ok=True)
+    n = 4 * T + 1
+    tokens = rng.integers(0, V, size=n).tolist()
+    marked = (rng.random(n) < 0.4).tolist()
+    marked[T + 1:2 * T + 1] = [True] * T  # window 1 holds no target: micro-batches of very different counts
+    marked[2 * T + 1:2 * T + 4] = [False] * 3
+    shard = os.path.join(work, "masked.bin")
+    write_masked_shard(shard, tokens, marked, V)
+    theirs, _ = hf_loss(hf_dir, tokens, T, marked)
+    ok &= compare("eval of a masked shard", our_loss(train, hf_dir, shard, T, device), theirs, tolerance)
+    loss, norm = our_first_step(train, hf_dir, shard, T, device, work)
+    their_loss, their_norm = hf_masked_step(hf_dir, tokens, marked, T, 4)
+    ok &= compare("masked step's loss, two micro-batches", loss, their_loss, tolerance)
+    ok &= compare("masked step's gradient norm", norm, their_norm, tolerance)
+    return ok
 
 
 def compare(what, ours, theirs, tolerance):
@@ -181,6 +244,7 @@ def main():
         theirs, _ = hf_loss(hf_dir, tokens, a.t)
         ok &= compare("--init-from of their checkpoint", our_loss(a.train, hf_dir, shard, a.t, a.device), theirs,
                       tolerance)
+        ok &= masked_checks(a.train, hf_dir, a.t, a.device, os.path.join(work, family), tolerance, rng)
         run = os.path.join(work, f"{family}-run")
         train_cmd(a.train, ["--device", a.device, "--init-from", hf_dir, "-i", shard, "-b", "2", "-t", str(a.t),
                             "-x", "3", "--warmup", "0", "-l", "1e-2", "-s", "0", "--val-every", "0", "-o", run])
