@@ -53,6 +53,7 @@
 #     model/dist/grad_sync.h (from each rank's own gradient), every mode the same bits, two runs
 #     bitwise, the real section's loss curve, and tokens/s in every mode; a table last (WIRE_PARTS
 #     picks its parts: see the section). Exits 1 when a verdict fails.
+# MASKED=1: the tiny runs' shards (train.bin, val.bin) mark spans as no target (fine-tuning prompts).
 # EXTRA: flags added to every run of the correct, bitwise, resume and vocabpar sections (e.g.
 #   "--optimizer-state bf16"; their AdamW m verdicts assume fp32 state). VP_BIG=0: vocabpar without
 #   its V = 262144 throughput runs.
@@ -88,8 +89,11 @@ if has tests; then
     ./build/run_gpu_tests backend >>$MG/gpu_tests.log 2>&1
     note "GPU tests (adamw, backend): $(grep -E 'passed' $MG/gpu_tests.log | tr '\n' ' ')$(grep -m3 FAILED $MG/gpu_tests.log)"
 fi
-python3 tests/fixtures/gen/make_shard.py $MG/train.bin 2000000 1000 pattern 1
-python3 tests/fixtures/gen/make_shard.py $MG/val.bin 100000 1000 pattern 2
+# MASKED=1: the shards mark spans of tokens as no target, as fine-tuning prompts are (every section's
+# runs then take a step's loss as the mean over all of its targets on every rank)
+shard_kind=$([ "${MASKED:-0}" = 1 ] && echo pattern-masked || echo pattern)
+python3 tests/fixtures/gen/make_shard.py $MG/train.bin 2000000 1000 $shard_kind 1
+python3 tests/fixtures/gen/make_shard.py $MG/val.bin 100000 1000 $shard_kind 2
 losses_py='
 import re, sys
 def losses(p):
