@@ -789,10 +789,11 @@ static _Noreturn void shard_changed(const Loader *l) {
 /* The mean loss over the validation batches, or a stop asked for during them (*stop_signal; the loss
  * is then meaningless). The ranks agree on a stop batch by batch: a long validation would otherwise
  * hold a Ctrl-C for its whole length and then a step's more. With masked data each batch's mean
- * weighs as many targets as it holds (loss_weights.h); the vocabulary-parallel layer's mean is
- * already over every rank's rows, so it weighs their count, the same on every rank. */
-static float validation_loss(Backend *be, const Dist *dist, Loader *val, int batches, int vocab_parallel,
-                             int *inputs, int *targets, int *stop_signal) {
+ * weighs as many targets as it holds (loss_weights.h). The vocabulary-parallel layer's mean is
+ * already over every rank's rows, the same on every rank: weighed by each rank's count, the ranks'
+ * sum weighs it by their total all the same. */
+static float validation_loss(Backend *be, const Dist *dist, Loader *val, int batches, int *inputs, int *targets,
+                             int *stop_signal) {
     loader_reset(val);
     double sum = 0.0, weight = 0.0;
     *stop_signal = 0;
@@ -805,8 +806,7 @@ static float validation_loss(Backend *be, const Dist *dist, Loader *val, int bat
             sum += mean;
             continue;
         }
-        double valid = (double)count_valid_targets(targets, (size_t)be->B * be->T);
-        if (vocab_parallel) valid = dist_mean_scalar(dist, valid);
+        const double valid = (double)count_valid_targets(targets, (size_t)be->B * be->T);
         sum += mean * valid, weight += valid;
     }
     if (!val->masked) return (float)dist_mean_scalar(dist, sum / batches);
@@ -1933,8 +1933,7 @@ static void print_header(Run *r) {
 /* The validation loss at `step`, printed and logged, or the signal of a stop asked for during it
  * (*stop_signal), which leaves it unlogged. */
 static int evaluate(Run *r, int step, int *stop_signal) {
-    float vl = validation_loss(r->be, &r->dist, &r->val_loader, r->val_batches_per_rank, r->opt.vocab_parallel,
-                               r->inputs, r->targets,
+    float vl = validation_loss(r->be, &r->dist, &r->val_loader, r->val_batches_per_rank, r->inputs, r->targets,
                                stop_signal);
     if (*stop_signal) {
         if (r->dist.rank == 0) printf("step %5d | validation abandoned on %s\n", step, stop_request_name(*stop_signal));

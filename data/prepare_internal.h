@@ -98,7 +98,8 @@ typedef struct {
 } SetInProgress;
 
 /* Makes out_dir (if need be), names the set's files in out and their staging names in set, and takes
- * the folder's lock. -1 + message (then prepare_end_set(set, -1, ...) still releases what was taken). */
+ * the folder's lock. -1 + message: then nothing is to be released (and a folder that another
+ * prepare's lock holds is left to it). */
 int prepare_begin_set(const char *out_dir, int imported, PreparedData *out, SetInProgress *set, char *err);
 
 /* rc == 0 (both shards written under their staging names): writes the tokenizer's, puts the three in

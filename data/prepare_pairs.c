@@ -26,7 +26,8 @@ typedef struct {
     size_t examples, starts_cap;
     uint64_t mismatched; /* examples whose prompt's ids are not the start of the whole's */
     uint64_t prompt_ids, completion_ids;
-    uint64_t stray, first_stray; /* a file's bytes outside UTF-8 in the examples' text (prepare_note_stray_bytes) */
+    uint64_t stray;              /* a file's bytes outside UTF-8 in the examples' strings */
+    size_t first_stray_line;     /* the line of the first */
 } PairIds;
 
 static int grow(void **p, size_t *cap, size_t need, size_t each) {
@@ -71,7 +72,7 @@ static int ends_with(const char *s, size_t n, const char *tail) {
 
 /* Appends one example: the ids of prompt + completion (+ eos), the prompt's marked. */
 static int add_example(PairIds *p, const Tokenizer *tok, const JsonValue *prompt, const JsonValue *completion,
-                       const char *eos, const char *where, char *err) {
+                       const char *eos, const char *where, size_t line, char *err) {
     const size_t eos_len = ends_with(completion->string, completion->len, eos) ? 0 : strlen(eos);
     const size_t len = prompt->len + completion->len + eos_len;
     char *text = malloc(len + 1);
@@ -83,10 +84,13 @@ static int add_example(PairIds *p, const Tokenizer *tok, const JsonValue *prompt
         memcpy(text + prompt->len + completion->len, eos, eos_len);
         text[len] = 0;
         /* the normalizer's refusals (text NFC would change) name the line; stray bytes are counted */
-        if (prepare_check_file_text(tok, where, text, len, 0, &p->stray, &p->first_stray, err) != 0) {
+        uint64_t stray = 0, first = 0;
+        if (prepare_check_file_text(tok, where, text, len, 0, &stray, &first, err) != 0) {
             free(text);
             return -1;
         }
+        if (stray && !p->stray) p->first_stray_line = line;
+        p->stray += stray;
         ids_prompt = tokenizer_encode_alloc(tok, prompt->string, prompt->len, TOKENIZER_SPECIALS, &n_prompt);
         ids_whole = tokenizer_encode_alloc(tok, text, len, TOKENIZER_SPECIALS, &n_whole);
     }
@@ -142,7 +146,7 @@ static int read_pairs(const char *path, const Tokenizer *tok, const char *eos, P
         const size_t n = nl ? (size_t)(nl - at) : (size_t)(end - at);
         line++;
         size_t blank = 0;
-        while (blank < n && strchr(" \t\r", at[blank])) blank++;
+        while (blank < n && (at[blank] == ' ' || at[blank] == '\t' || at[blank] == '\r')) blank++;
         if (blank < n) {
             char what[ERR_LEN], jerr[ERR_LEN];
             snprintf(what, sizeof what, "%s line %zu", path, line);
@@ -154,14 +158,17 @@ static int read_pairs(const char *path, const Tokenizer *tok, const char *eos, P
                              line, json_type_name(v->type));
             else if ((prompt = pair_string(v, "prompt", path, line, err)) &&
                      (completion = pair_string(v, "completion", path, line, err)))
-                rc = add_example(p, tok, prompt, completion, eos, what, err);
+                rc = add_example(p, tok, prompt, completion, eos, what, line, err);
             if (!prompt || !completion) rc = -1;
             json_free(v);
         }
         at += n + 1;
     }
     free(text);
-    if (rc == 0) prepare_note_stray_bytes(path, p->stray, p->first_stray);
+    if (rc == 0 && p->stray) /* they are tokenized as bytes, as in a text file */
+        fprintf(stderr, "note: %s holds %llu byte(s) outside UTF-8 in its strings (the first on line %zu): they are "
+                "tokenized as bytes (convert the file to UTF-8 to avoid it)\n", path, (unsigned long long)p->stray,
+                p->first_stray_line);
     return rc;
 }
 
@@ -177,12 +184,11 @@ int prepare_pairs(const char *const *files, int n_files, const PrepareOptions *o
         fgpt_set_err(err, "%zu prompt-completion example(s) in all: training and validation need one each at least "
                      "(give more examples)", p.examples), rc = -1;
     SetInProgress set;
-    if (rc == 0 && prepare_begin_set(out_dir, tokenizer_is_imported(tok), out, &set, err) != 0) {
-        prepare_end_set(&set, -1, tok, err);
+    /* a failed begin leaves the folder to whoever holds its lock */
+    if (rc != 0 || prepare_begin_set(out_dir, tokenizer_is_imported(tok), out, &set, err) != 0) {
         rc = -1;
         goto done;
     }
-    if (rc != 0) goto done;
     out->vocab_requested = out->vocab_reached = tokenizer_vocab_size(tok);
     size_t val = (size_t)((double)p.examples * opt->val_fraction + 0.5);
     if (val < 1) val = 1;

@@ -536,8 +536,11 @@ static int evaluate(EvalOptions o, const char *dir, GPTConfig cfg, const EvalSha
         }
         free(tokens);
         tokens = NULL;
-        m.loss += one.loss * (double)one.targets, m.objective += one.objective * (double)one.targets;
-        m.lse += one.lse * (double)one.targets, m.targets += one.targets;
+        if (num_shards == 1) m = one; /* as it was: the division below gives it back to rounding only */
+        else {
+            m.loss += one.loss * (double)one.targets, m.objective += one.objective * (double)one.targets;
+            m.lse += one.lse * (double)one.targets, m.targets += one.targets;
+        }
         if (num_shards > 1) printf("shard %s: loss %.6f tokens %llu\n", shard[i], one.loss, (unsigned long long)one.targets);
     }
     if (m.targets == 0) { /* a masked shard whose every token is a prompt's */
@@ -545,7 +548,7 @@ static int evaluate(EvalOptions o, const char *dir, GPTConfig cfg, const EvalSha
                     "completions, or one of plain text)", num_shards > 1 ? o.data : shard[0]);
         goto done;
     }
-    m.loss /= (double)m.targets, m.objective /= (double)m.targets, m.lse /= (double)m.targets;
+    if (num_shards > 1) m.loss /= (double)m.targets, m.objective /= (double)m.targets, m.lse /= (double)m.targets;
     if (!isfinite(m.loss) || !isfinite(m.objective)) { /* a number a script would take for a result */
         print_error("the loss is not finite (%g): the weights in %s hold a NaN or an infinity, or "
                     "overflow fp32 (evaluate another checkpoint)", !isfinite(m.loss) ? m.loss : m.objective, dir);
