@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "common/json.h"
 #include "common/paths.h"
 #include "data/prepare_internal.h"
@@ -29,16 +30,6 @@ typedef struct {
     uint64_t stray;              /* a file's bytes outside UTF-8 in the examples' strings */
     size_t first_stray_line;     /* the line of the first */
 } PairIds;
-
-static int grow(void **p, size_t *cap, size_t need, size_t each) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 1024;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, c * each);
-    if (!q) return -1;
-    *p = q, *cap = c;
-    return 0;
-}
 
 /* The text transformers' tokenizer.eos_token names: tokenizer_config.json's eos_token beside the
  * tokenizer (a string, or an object with its "content"), else the tokenizer's separator. malloc'ed;
@@ -95,8 +86,9 @@ static int add_example(PairIds *p, const Tokenizer *tok, const JsonValue *prompt
         ids_whole = tokenizer_encode_alloc(tok, text, len, TOKENIZER_SPECIALS, &n_whole);
     }
     int rc = -1;
-    if (!text || !ids_prompt || !ids_whole || grow((void **)&p->ids, &p->cap, p->n + n_whole, sizeof *p->ids) != 0 ||
-        grow((void **)&p->starts, &p->starts_cap, p->examples + 2, sizeof *p->starts) != 0) {
+    if (!text || !ids_prompt || !ids_whole ||
+        grow_array((void **)&p->ids, &p->cap, p->n + n_whole, sizeof *p->ids) != 0 ||
+        grow_array((void **)&p->starts, &p->starts_cap, p->examples + 2, sizeof *p->starts) != 0) {
         fgpt_set_err(err, "out of memory for the ids of %zu examples; prepare fewer at a time", p->examples + 1);
     } else {
         const size_t masked = n_prompt < n_whole ? n_prompt : n_whole;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/grow.h"
 #include "tokenizer/tokenizer_internal.h"
 
 #define NO_NODE UINT32_MAX
@@ -74,18 +75,6 @@ typedef struct {
     int oom;
 } Trainer;
 
-/* ---- growable arrays ---- */
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 1024;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
 /* ---- heap: larger count first, then smaller (left, right) ---- */
 static inline int heap_before(const HeapEntry *a, const HeapEntry *b) {
     if (a->count != b->count) return a->count > b->count;
@@ -99,7 +88,7 @@ static void heap_push(Trainer *tr, uint32_t pair) {
         tr->too_long = 1;
         return;
     }
-    if (grow((void **)&tr->heap, &tr->cap_heap, tr->n_heap + 1, sizeof *tr->heap)) {
+    if (grow_array((void **)&tr->heap, &tr->cap_heap, tr->n_heap + 1, sizeof *tr->heap)) {
         tr->oom = 1;
         return;
     }
@@ -139,7 +128,7 @@ static uint32_t pair_get_or_add(Trainer *tr, uint32_t left, uint32_t right) {
         return 0;
     }
     if (inserted) {
-        if (grow((void **)&tr->pairs, &tr->cap_pairs, tr->n_pairs + 1, sizeof *tr->pairs)) {
+        if (grow_array((void **)&tr->pairs, &tr->cap_pairs, tr->n_pairs + 1, sizeof *tr->pairs)) {
             tr->oom = 1;
             return 0;
         }
@@ -154,7 +143,7 @@ static void pair_list_cell(Trainer *tr, uint32_t pair, uint32_t cell) {
         tr->oom = 1;
         return;
     }
-    if (grow((void **)&tr->nodes, &tr->cap_nodes, tr->n_nodes + 1, sizeof *tr->nodes)) {
+    if (grow_array((void **)&tr->nodes, &tr->cap_nodes, tr->n_nodes + 1, sizeof *tr->nodes)) {
         tr->oom = 1;
         return;
     }
@@ -333,7 +322,7 @@ static void recount(Trainer *tr, uint32_t left, uint32_t right, uint32_t cell, i
     pair_list_cell(tr, p, cell);
     if (tr->pairs[p].stamp == stamp) return;
     tr->pairs[p].stamp = stamp;
-    if (grow((void **)&tr->touched, &tr->cap_touched, tr->n_touched + 1, sizeof *tr->touched)) {
+    if (grow_array((void **)&tr->touched, &tr->cap_touched, tr->n_touched + 1, sizeof *tr->touched)) {
         tr->oom = 1;
         return;
     }
@@ -373,7 +362,7 @@ static int compare_cells(const void *x, const void *y) {
 static void merge_pair(Trainer *tr, uint32_t pair, uint32_t a, uint32_t b, uint32_t z, uint32_t stamp) {
     size_t n = 0;
     for (uint32_t node = tr->pairs[pair].head; node != NO_NODE; node = tr->nodes[node].next) {
-        if (grow((void **)&tr->at, &tr->cap_at, n + 1, sizeof *tr->at)) {
+        if (grow_array((void **)&tr->at, &tr->cap_at, n + 1, sizeof *tr->at)) {
             tr->oom = 1;
             return;
         }
