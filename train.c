@@ -475,7 +475,7 @@ static void validate(Options *opt, GPTConfig *cfg) {
     }
     if (cfg->head_dim % 2) bad("--head-dim", "must be even (rotary positions turn pairs)");
     if (opt->max_seq_len < 1) bad("--max-seq-len", "must be positive");
-    if (cfg->vocab_size < 2 || cfg->vocab_size > (long long)FGPT_MAX_VOCAB) bad("-v/--vocab", "must be between 2 and 2e9");
+    if (cfg->vocab_size < 2 || cfg->vocab_size > (long long)FGPT_MAX_VOCAB) bad("-v/--vocab", "must be between 2 and 1073741824 (2^30)");
     if (opt->batch < 1) bad("-b/--batch", "must be positive");
     if (opt->seq_len < 1) bad("-t/--seq-len", "must be positive");
     /* the checkpoint's context is its config.json's unless --max-seq-len is given (take_shape) */
@@ -793,15 +793,16 @@ static _Noreturn void shard_changed(const Loader *l) {
  * already over every rank's rows, the same on every rank: weighed by each rank's count, the ranks'
  * sum weighs it by their total all the same. */
 static float validation_loss(Backend *be, const Dist *dist, Loader *val, int batches, int *inputs, int *targets,
-                             int *stop_signal) {
+                             int *positions, int *stop_signal) {
     loader_reset(val);
     double sum = 0.0, weight = 0.0;
     *stop_signal = 0;
     for (int i = 0; i < batches; i++) {
         if ((*stop_signal = stop_agreed(dist))) return 0.0f;
-        loader_next_batch(val, inputs, targets);
+        /* documents: positions for every batch, so that the ranks' collectives agree */
+        loader_next_batch(val, inputs, targets, positions);
         if (val->changed[0]) shard_changed(val);
-        const double mean = be->ops->eval_loss(be, inputs, targets);
+        const double mean = be->ops->eval_loss(be, inputs, targets, val->documents ? positions : NULL);
         if (!val->masked) {
             sum += mean;
             continue;
@@ -940,6 +941,7 @@ typedef struct {
     Backend *be;
     CheckpointBuffers ck; /* host copies of the weights and moments that checkpoints are read into and written from */
     int *inputs, *targets; /* a batch; with masked training data a step's batches, one after another */
+    int *positions;        /* theirs (loader_next_batch), given to the backend when the data has documents */
     float *loss_scales;    /* masked training data: each of a step's batches' (loss_weights.h) */
     uint64_t *step_targets; /* masked training data: each batch's valid targets here, then on every rank */
     float *logits; /* one row, for samples */
@@ -1001,6 +1003,17 @@ static int check_vocab_parallel(Run *r) {
         return 2;
     }
     return RUN_ON;
+}
+
+/* Data with documents (SHARD_DOCUMENTS) runs every document at its own positions. A tied GPT-2 head
+ * split by --vocab-parallel looks up the position table inside the head's slice, over every rank's
+ * tokens at their rows' places in a window, which has no positions of its own: refused. */
+static int check_documents(Run *r) {
+    if (!r->train_loader.documents || !r->opt.vocab_parallel || r->cfg.untied_head || r->cfg.positions != POS_LEARNED)
+        return RUN_ON;
+    print_error("%s marks documents, whose positions a GPT-2 head tied to the embedding cannot take under "
+                "--vocab-parallel (leave out --vocab-parallel, or train an untied or RoPE model)", r->train_path);
+    return 2;
 }
 
 /* --overlap-comm auto. On one host whose GPUs NVLink joins, reducing after the backward was as fast
@@ -1526,10 +1539,11 @@ static int create_backend(Run *r) {
     const size_t batches = r->train_loader.masked ? (size_t)r->accum : 1;
     r->inputs = malloc(batches * r->B * r->T * sizeof(int));
     r->targets = malloc(batches * r->B * r->T * sizeof(int));
+    r->positions = malloc(batches * r->B * r->T * sizeof(int));
     r->loss_scales = malloc((size_t)r->accum * sizeof(float));
     r->step_targets = malloc(2 * (size_t)r->accum * sizeof(uint64_t));
     r->logits = malloc((size_t)r->cfg.vocab_size * sizeof(float));
-    if (!r->inputs || !r->targets || !r->loss_scales || !r->step_targets || !r->logits)
+    if (!r->inputs || !r->targets || !r->positions || !r->loss_scales || !r->step_targets || !r->logits)
         return fail("out of host memory");
     rng_seed(&r->rng, opt->seed ^ 0x5eed5a3e1eull);
     return RUN_ON;
@@ -1934,7 +1948,7 @@ static void print_header(Run *r) {
  * (*stop_signal), which leaves it unlogged. */
 static int evaluate(Run *r, int step, int *stop_signal) {
     float vl = validation_loss(r->be, &r->dist, &r->val_loader, r->val_batches_per_rank, r->inputs, r->targets,
-                               stop_signal);
+                               r->positions, stop_signal);
     if (*stop_signal) {
         if (r->dist.rank == 0) printf("step %5d | validation abandoned on %s\n", step, stop_request_name(*stop_signal));
         return RUN_ON;
@@ -1950,7 +1964,7 @@ static void fetch_masked_step(Run *r) {
     const size_t BT = (size_t)r->B * r->T;
     uint64_t *mine = r->step_targets, *every = r->step_targets + r->accum;
     for (int a = 0; a < r->accum; a++) {
-        loader_next_batch(&r->train_loader, r->inputs + a * BT, r->targets + a * BT);
+        loader_next_batch(&r->train_loader, r->inputs + a * BT, r->targets + a * BT, r->positions + a * BT);
         if (r->train_loader.changed[0]) shard_changed(&r->train_loader);
         mine[a] = count_valid_targets(r->targets + a * BT, BT);
     }
@@ -1978,16 +1992,17 @@ static int take_step(Run *r, int step, StepResult *s) {
     const size_t BT = (size_t)r->B * r->T;
     double loss = 0.0, objective = 0.0, lse = 0.0;
     for (int micro = 0; micro < r->accum; micro++) {
-        int *inputs = r->inputs, *targets = r->targets;
+        int *inputs = r->inputs, *targets = r->targets, *positions = r->positions;
         if (masked) {
-            inputs += micro * BT, targets += micro * BT;
+            inputs += micro * BT, targets += micro * BT, positions += micro * BT;
         } else {
-            loader_next_batch(&r->train_loader, inputs, targets);
+            loader_next_batch(&r->train_loader, inputs, targets, positions);
             if (r->train_loader.changed[0]) shard_changed(&r->train_loader);
         }
         const float scale = masked ? r->loss_scales[micro] : 1.0f / r->accum;
         const double weight = masked ? scale : 1.0; /* the step's means: a masked batch's by its targets */
-        loss += be->ops->train_micro_step(be, inputs, targets, scale, micro == r->accum - 1) * weight;
+        loss += be->ops->train_micro_step(be, inputs, targets, r->train_loader.documents ? positions : NULL, scale,
+                                          micro == r->accum - 1) * weight;
         objective += be->last_objective * weight, lse += be->last_mean_lse * weight;
     }
     be->ops->reduce_grads(be);
@@ -2107,6 +2122,7 @@ static int close_run(Run *r, int status) {
     free(r->logits);
     free(r->step_targets);
     free(r->loss_scales);
+    free(r->positions);
     free(r->targets);
     free(r->inputs);
     checkpoint_buffers_free(&r->ck);
@@ -2157,6 +2173,7 @@ int main(int argc, char **argv) {
     if (status == RUN_ON) status = read_init_from(r);
     if (status == RUN_ON) status = claim_run_dir(r);
     if (status == RUN_ON) status = resolve_data(r);
+    if (status == RUN_ON) status = check_documents(r);
     if (status == RUN_ON) status = create_backend(r);
     if (status == RUN_ON) status = opt->resume ? resume(r) : start_new(r);
     if (status == RUN_ON) status = open_log(r);

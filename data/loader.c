@@ -98,7 +98,8 @@ static int map_shards(Loader *l, const ShardPaths *paths, const char *spec, uint
             return -1;
         if (!l->shard_tokenizer) l->shard_tokenizer = h->tokenizer, named_by = i;
         s->limit = shard_token_limit(h, model_vocab);
-        l->masked |= (h->flags & SHARD_LOSS_MASK) != 0;
+        l->masked |= (h->flags & (SHARD_LOSS_MASK | SHARD_DOCUMENTS)) != 0;
+        l->documents |= (h->flags & SHARD_DOCUMENTS) != 0;
         l->num_tokens += h->num_tokens;
     }
     l->shard_vocab = l->shards[0].map.hdr.vocab_size;
@@ -191,7 +192,8 @@ int loader_open(Loader *l, const char *spec, uint32_t model_vocab, int B, int T,
         return LOADER_TOO_SHORT;
     }
     l->order = malloc(l->total_windows * sizeof *l->order);
-    if (!l->order) {
+    l->window = malloc(((size_t)T + 1) * sizeof *l->window);
+    if (!l->order || !l->window) {
         snprintf(err, ERR_LEN, "out of memory for the batch order of %s", spec);
         loader_close(l);
         return -1;
@@ -204,6 +206,7 @@ int loader_open(Loader *l, const char *spec, uint32_t model_vocab, int B, int T,
 void loader_close(Loader *l) {
     note_open(l, 0);
     free(l->order);
+    free(l->window);
     for (size_t i = 0; i < l->num_shards; i++) {
         shard_unmap(&l->shards[i].map);
         free(l->shards[i].path);
@@ -223,8 +226,26 @@ static const LoaderShard *shard_of_window(const Loader *l, uint64_t w) {
     return &l->shards[lo];
 }
 
-void loader_next_batch(Loader *l, int *inputs, int *targets) {
-    int T = l->T;
+int loader_split_window(const uint32_t *stored, int count, int T, int *inputs, int *targets, int *positions) {
+    int documents = 0, at = 0;
+    for (int t = 0; t <= T; t++) {
+        const uint32_t tok = t < count ? stored[t] : 0;
+        const int starts = t < count && shard_token_starts_document(tok);
+        if (t < T) {
+            at = t == 0 || starts ? 0 : at + 1;
+            documents |= t > 0 && starts;
+            inputs[t] = (int)shard_token_id(tok);
+            if (positions) positions[t] = at;
+        }
+        /* no document predicts the next one's first token */
+        if (t > 0) targets[t - 1] = t < count && !starts ? shard_token_target(tok) : -1;
+    }
+    return documents;
+}
+
+int loader_next_batch(Loader *l, int *inputs, int *targets, int *positions) {
+    int T = l->T, documents = 0;
+    uint32_t *window = l->window;
     if (l->position == l->num_batches) {
         l->epoch++;
         l->position = 0;
@@ -249,10 +270,12 @@ void loader_next_batch(Loader *l, int *inputs, int *targets) {
                              (unsigned long long)((w - s->first_window) * (uint64_t)T + (uint64_t)t), s->limit);
                 tok = 0;
             }
-            if (t < T) inputs[b * T + t] = (int)shard_token_id(tok);
-            if (t > 0) targets[b * T + t - 1] = shard_token_target(tok);
+            window[t] = tok;
         }
+        documents |= loader_split_window(window, T + 1, T, inputs + (size_t)b * T, targets + (size_t)b * T,
+                                         positions ? positions + (size_t)b * T : NULL);
     }
+    return documents;
 }
 
 void loader_reset(Loader *l) {

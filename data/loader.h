@@ -32,8 +32,9 @@ typedef struct {
     uint32_t shard_vocab;     /* the vocabulary the shards' headers record (their tokenizer's) */
     uint64_t shard_tokenizer; /* the fingerprint of the tokenizer that made them (0: not recorded) */
     uint64_t fingerprint;     /* loader_fingerprint's */
-    int masked;               /* a shard marks tokens that are no target (SHARD_LOSS_MASK): batches hold -1
-                               * targets, and a step's loss is the mean over the targets of all its batches */
+    int masked;               /* a shard marks tokens that are no target (SHARD_LOSS_MASK) or documents: batches
+                               * hold -1 targets, and a step's loss is the mean over the targets of all its batches */
+    int documents;            /* a shard marks where documents start (SHARD_DOCUMENTS): batches have positions */
     uint64_t no_loss_tokens;  /* the tokens so marked, in all shards */
     int B, T;
     int rank, world;
@@ -42,6 +43,7 @@ typedef struct {
     uint64_t total_windows; /* in all shards */
     uint64_t num_batches;   /* this rank's batches per epoch */
     uint32_t *order;        /* every window index, in this epoch's order (at most 2^32 - 1 windows) */
+    uint32_t *window;       /* one window's T + 1 stored tokens */
     uint64_t epoch, position;
     /* set by loader_next_batch when a token is no longer below its bound: the shard changed on disk
      * since the loader checked it (the batch then holds 0 there); the caller stops */
@@ -68,9 +70,18 @@ void loader_close(Loader *l);
  * line naming it and exit status 1, not a bus error's crash. For the whole process (SIGBUS). */
 void loader_catch_cut_shards(void);
 
-/* Fills inputs and targets (int32 [B, T]) with the next B windows; l->changed says whether a shard
- * changed under it. */
-void loader_next_batch(Loader *l, int *inputs, int *targets);
+/* One window's stored tokens (count of them, at most T + 1, as shard_read gives them, marks kept) as
+ * the model takes them: inputs[t], the id of token t (0 past count); targets[t], token t + 1's target,
+ * -1 where it has no loss, lies past count or starts a document (no document predicts the next one's
+ * first token); positions[t] (unless NULL), token t's place in its document (backend.h): 0 at t = 0
+ * and at each SHARD_DOC_START. Returns whether a document starts after t = 0. */
+int loader_split_window(const uint32_t *stored, int count, int T, int *inputs, int *targets, int *positions);
+
+/* Fills inputs and targets (int32 [B, T]) with the next B windows, and positions (int32 [B, T]; NULL:
+ * not wanted) as loader_split_window; l->changed says whether a shard changed under it. Returns
+ * whether a document starts inside a window: else every position is t, and the backend may be given
+ * NULL for them. */
+int loader_next_batch(Loader *l, int *inputs, int *targets, int *positions);
 
 /* Back to the start of epoch 0 (validation passes start here every time). */
 void loader_reset(Loader *l);

@@ -1,13 +1,14 @@
 /* data/prepare_pairs.c - `./train prepare --prompt-completion`: JSON Lines of prompt-completion pairs
- * into shards whose prompt tokens carry no loss (SHARD_LOSS_MASK), for supervised fine-tuning.
+ * into shards whose prompt tokens carry no loss (SHARD_LOSS_MASK) and whose examples are documents
+ * (SHARD_DOCUMENTS), for supervised fine-tuning.
  *
  * Each line of each file is an object with a "prompt" and a "completion" string (other keys are
  * passed over). An example is tokenized as TRL's SFTTrainer tokenizes a prompt-completion pair
  * with completion_only_loss: the completion gets the tokenizer's eos_token appended unless it ends
  * with it, tokenizer(prompt + completion) gives the ids, and the first len(tokenizer(prompt)) of
- * them are the prompt's, no target. Examples follow each other in the shard (packed: a window may
- * hold the end of one and the start of the next, and attends across them); the last
- * --val-fraction of them (at least one) go to validation. */
+ * them are the prompt's, no target. Examples follow each other in the shard, each one's first token
+ * marked: training packs them into windows, and each runs as if alone (its own positions, no
+ * attention across examples). The last --val-fraction of them (at least one) go to validation. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,8 @@
 #include "data/prepare_internal.h"
 #include "data/shard.h"
 
-/* The examples' ids, one after another, the prompt's with SHARD_NO_LOSS; where each example starts. */
+/* The examples' ids, one after another, the prompt's with SHARD_NO_LOSS, each example's first with
+ * SHARD_DOC_START; where each example starts. */
 typedef struct {
     uint32_t *ids;
     size_t n, cap;
@@ -93,7 +95,8 @@ static int add_example(PairIds *p, const Tokenizer *tok, const JsonValue *prompt
     } else {
         const size_t masked = n_prompt < n_whole ? n_prompt : n_whole;
         p->mismatched += masked != n_prompt || memcmp(ids_prompt, ids_whole, masked * sizeof *ids_whole) != 0;
-        for (size_t i = 0; i < n_whole; i++) p->ids[p->n + i] = ids_whole[i] | (i < masked ? SHARD_NO_LOSS : 0);
+        for (size_t i = 0; i < n_whole; i++)
+            p->ids[p->n + i] = ids_whole[i] | (i < masked ? SHARD_NO_LOSS : 0) | (i == 0 ? SHARD_DOC_START : 0);
         p->starts[p->examples++] = p->n;
         p->n += n_whole;
         p->starts[p->examples] = p->n;
@@ -197,8 +200,9 @@ int prepare_pairs(const char *const *files, int n_files, const PrepareOptions *o
     }
     const uint32_t V = tokenizer_vocab_size(tok);
     const uint64_t fp = tokenizer_fingerprint(tok);
-    rc = shard_write_masked(set.train_new, p.ids, cut, V, fp, err);
-    if (rc == 0) rc = shard_write_masked(set.val_new, p.ids + cut, p.n - cut, V, fp, err);
+    const uint32_t flags = SHARD_LOSS_MASK | SHARD_DOCUMENTS;
+    rc = shard_write_flagged(set.train_new, p.ids, cut, V, fp, flags, err);
+    if (rc == 0) rc = shard_write_flagged(set.val_new, p.ids + cut, p.n - cut, V, fp, flags, err);
     rc = prepare_end_set(&set, rc, tok, err);
     if (rc == 0) {
         fprintf(stderr, "prepare: %zu train + %zu validation examples, %llu prompt + %llu completion tokens (each "

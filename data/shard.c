@@ -71,7 +71,7 @@ static ShardWriter *open_writer(const char *path, uint32_t vocab_size, uint64_t 
     w->vocab_size = vocab_size;
     w->tokenizer = tokenizer;
     w->flags = flags;
-    w->bytes_per_token = flags & SHARD_LOSS_MASK ? 4u : width_for_vocab(vocab_size);
+    w->bytes_per_token = flags ? 4u : width_for_vocab(vocab_size);
     w->f = fopen(w->tmp_path, "wb");
     unsigned char h[SHARD_HEADER_BYTES];
     encode_header(h, w);
@@ -89,8 +89,13 @@ ShardWriter *shard_writer_open(const char *path, uint32_t vocab_size, uint64_t t
     return open_writer(path, vocab_size, tokenizer, 0, err);
 }
 
-ShardWriter *shard_writer_open_masked(const char *path, uint32_t vocab_size, uint64_t tokenizer, char *err) {
-    return open_writer(path, vocab_size, tokenizer, SHARD_LOSS_MASK, err);
+ShardWriter *shard_writer_open_flagged(const char *path, uint32_t vocab_size, uint64_t tokenizer, uint32_t flags,
+                                       char *err) {
+    if (flags & ~SHARD_KNOWN_FLAGS) {
+        snprintf(err, ERR_LEN, "shard %s: flags 0x%x, of which only 0x%x exist", path, flags, SHARD_KNOWN_FLAGS);
+        return NULL;
+    }
+    return open_writer(path, vocab_size, tokenizer, flags, err);
 }
 
 int shard_writer_append(ShardWriter *w, const uint32_t *tokens, size_t n, char *err) {
@@ -100,7 +105,8 @@ int shard_writer_append(ShardWriter *w, const uint32_t *tokens, size_t n, char *
         size_t k = n - i < CHUNK ? n - i : CHUNK;
         for (size_t j = 0; j < k; j++) {
             uint32_t tok = tokens[i + j];
-            const uint32_t id = w->flags & SHARD_LOSS_MASK ? shard_token_id(tok) : tok;
+            const ShardHeader marks = {.flags = w->flags};
+            const uint32_t id = tok & shard_id_bits(&marks);
             if (id >= w->vocab_size) {
                 snprintf(err, ERR_LEN, "token %u is >= the shard's vocabulary %u (writing %s)", id,
                          w->vocab_size, w->path);
@@ -162,9 +168,9 @@ int shard_write(const char *path, const uint32_t *tokens, uint64_t n, uint32_t v
     return write_whole(shard_writer_open(path, vocab_size, tokenizer, err), tokens, n, err);
 }
 
-int shard_write_masked(const char *path, const uint32_t *tokens, uint64_t n, uint32_t vocab_size, uint64_t tokenizer,
-                       char *err) {
-    return write_whole(shard_writer_open_masked(path, vocab_size, tokenizer, err), tokens, n, err);
+int shard_write_flagged(const char *path, const uint32_t *tokens, uint64_t n, uint32_t vocab_size, uint64_t tokenizer,
+                        uint32_t flags, char *err) {
+    return write_whole(shard_writer_open_flagged(path, vocab_size, tokenizer, flags, err), tokens, n, err);
 }
 
 /* An llm.c file, recognised by its magic in the first int32 of a 256 x int32 header: checks the
@@ -263,9 +269,9 @@ static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
     hdr->flags = 0;
     if (hdr->version >= 2) memcpy(&hdr->tokenizer, h + 32, 8);
     if (hdr->version >= SHARD_VERSION_FLAGS) memcpy(&hdr->flags, h + 20, 4);
-    if (hdr->flags & ~SHARD_LOSS_MASK) {
+    if (hdr->flags & ~SHARD_KNOWN_FLAGS) {
         snprintf(err, ERR_LEN, "token shard %s has flags 0x%x, of which this build knows 0x%x (a newer format or a "
-                 "corrupt header; re-create it)", path, hdr->flags, SHARD_LOSS_MASK);
+                 "corrupt header; re-create it)", path, hdr->flags, SHARD_KNOWN_FLAGS);
         fclose(f);
         return NULL;
     }
@@ -288,9 +294,9 @@ static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
         fclose(f);
         return NULL;
     }
-    if ((hdr->flags & SHARD_LOSS_MASK) && hdr->bytes_per_token != 4) {
-        snprintf(err, ERR_LEN, "token shard %s marks tokens without loss in 2-byte tokens, which have no room for the "
-                 "mark (corrupt header; re-create it)", path);
+    if (hdr->flags && hdr->bytes_per_token != 4) {
+        snprintf(err, ERR_LEN, "token shard %s marks tokens (flags 0x%x) in 2-byte tokens, which have no room for the "
+                 "marks (corrupt header; re-create it)", path, hdr->flags);
         fclose(f);
         return NULL;
     }
@@ -383,7 +389,8 @@ uint32_t shard_token_limit(const ShardHeader *hdr, uint32_t model_vocab) {
      * magic), so there only the model's vocabulary bounds the tokens. */
     const int recorded = hdr->header_bytes == SHARD_HEADER_BYTES;
     const uint32_t bound = recorded && hdr->vocab_size < model_vocab ? hdr->vocab_size : model_vocab;
-    return recorded || bound < FGPT_MAX_VOCAB ? bound : FGPT_MAX_VOCAB;
+    /* and no id reaches a mark's bit (shard_token_id), whatever a header records */
+    return bound < FGPT_MAX_VOCAB ? bound : FGPT_MAX_VOCAB;
 }
 
 int shard_decode_checked(const ShardHeader *hdr, const char *path, const void *src, uint64_t first, size_t count,

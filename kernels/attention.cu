@@ -37,7 +37,8 @@
  *   fp32 in the key blocks' order, which a count per query tile enforces: still no atomics. The
  *   block on a query tile's diagonal, the last to add to it, stores the tile's dQ.
  * Sliding window W > 0: query i sees keys i − W < j <= i (attention_mask.cuh); every loop is bounded
- *   by it, so a windowed layer's work grows with T·W.
+ *   by it, so a windowed layer's work grows with T·W. Documents (pos): query i sees keys from
+ *   i − pos[i] on, its own document's; the loops are bounded by the documents too.
  * FLOPs (causal, ≈ half of T²): forward 2·B·NH·T²·HS (two products over T²/2 pairs); backward
  *   ≈ 7/2 of that (5/2 in the Hopper kernel). Bytes: forward reads qkv once per query tile (K, V
  *   re-read ⌈T/64⌉/2 times from L2), writes out and lse; compute bound for T ≳ 256.
@@ -66,6 +67,10 @@
 #include "kernels/kernels.h"
 
 /* ------------------------------------------------------------------------------------------ */
+static AttMask att_mask(const AttentionShape *s) {
+    return AttMask{s->window, s->T, s->pos};
+}
+
 static void check_shape(const AttentionShape *s) {
     if (s->HS != 64 && s->HS != 128 && s->HS != 256) {
         fprintf(stderr, "error: CUDA attention supports head sizes 64, 128 and 256, got %d (change the head size)\n",
@@ -104,7 +109,7 @@ static void launch_forward(bf16 *out, float *lse, const bf16 *qkv, const bf16 *v
     }
     dim3 grid(ceil_div(s->T, ATT_TILE), s->B * s->NH);
     attention_forward_kernel<HS><<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, vsrc, s->T, s->NH, s->NKV,
-                                                                      s->window, LOG2E * s->scale);
+                                                                      att_mask(s), LOG2E * s->scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -125,7 +130,7 @@ static void launch_forward_wgmma(bf16 *out, float *lse, const bf16 *qkv, const b
     }
     dim3 grid(ceil_div(s->T, ATT_TILE), s->B * s->NH);
     attention_forward_wgmma_kernel<HS><<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, vsrc, s->T, s->NH, s->NKV,
-                                                                            s->window, LOG2E * s->scale);
+                                                                            att_mask(s), LOG2E * s->scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -187,7 +192,7 @@ static void launch_forward_tma(bf16 *out, float *lse, const bf16 *qkv, const bf1
     int device;
     CUDA_CHECK(cudaGetDevice(&device));
     attention_forward_tma_kernel<HS><<<std::min(nitems, device_sms()), ATT_TMA_THREADS, smem, stream>>>(
-        tm, tm_v, out, lse, s->T, s->NH, s->NKV, s->window, LOG2E * s->scale, nqb, section, nitems,
+        tm, tm_v, out, lse, s->T, s->NH, s->NKV, att_mask(s), LOG2E * s->scale, nqb, section, nitems,
         forward_queue(device, stream));
     CUDA_CHECK(cudaGetLastError());
 }
@@ -252,10 +257,10 @@ static void launch_backward(bf16 *dqkv, float *bias_part, float *D, const bf16 *
     float scale = s->scale, sl2 = LOG2E * scale;
     int tiles = ceil_div(s->T, ATT_TILE);
     attention_backward_dkdv_kernel<HS, BQ><<<dim3(tiles, s->B * s->NKV), ATT_THREADS, smem_kv, stream>>>(
-        dqkv, bias_part, qkv, vsrc, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
+        dqkv, bias_part, qkv, vsrc, dout, lse, D, s->T, s->NH, s->NKV, att_mask(s), sl2, scale);
     CUDA_CHECK(cudaGetLastError());
     attention_backward_dq_kernel<HS><<<dim3(tiles, s->B * s->NH), ATT_THREADS, smem_dq, stream>>>(
-        dqkv, bias_part, qkv, vsrc, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
+        dqkv, bias_part, qkv, vsrc, dout, lse, D, s->T, s->NH, s->NKV, att_mask(s), sl2, scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -278,10 +283,10 @@ static void launch_backward_wgmma256(bf16 *dqkv, float *bias_part, float *D, con
     float scale = s->scale, sl2 = LOG2E * scale;
     int tiles = ceil_div(s->T, ATT_TILE);
     attention_backward_dkdv_wgmma256_kernel<<<dim3(tiles, s->B * s->NKV), ATT_BWD256_THREADS, smem_kv, stream>>>(
-        dqkv, bias_part, qkv, vsrc, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
+        dqkv, bias_part, qkv, vsrc, dout, lse, D, s->T, s->NH, s->NKV, att_mask(s), sl2, scale);
     CUDA_CHECK(cudaGetLastError());
     attention_backward_dq_wgmma_kernel<HS><<<dim3(tiles, s->B * s->NH), ATT_THREADS, smem, stream>>>(
-        dqkv, bias_part, qkv, vsrc, dout, lse, D, s->T, s->NH, s->NKV, s->window, sl2, scale);
+        dqkv, bias_part, qkv, vsrc, dout, lse, D, s->T, s->NH, s->NKV, att_mask(s), sl2, scale);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -319,7 +324,7 @@ static void launch_backward_tma(bf16 *dqkv, float *bias_part, float *dq_acc, uns
     unsigned *started = dq_count + dq_tiles(s);
     CUDA_CHECK(cudaMemsetAsync(dq_count, 0, (dq_tiles(s) + 1) * sizeof(unsigned), stream));
     attention_backward_tma_kernel<HS><<<nblk * s->B * s->NKV, ATT_TMA_THREADS, smem, stream>>>(
-        qkv128, v128, qkv64, do64, dqkv, bias_part, dq_acc, dq_count, started, lse, D, s->T, s->NH, s->NKV, s->window, sl2,
+        qkv128, v128, qkv64, do64, dqkv, bias_part, dq_acc, dq_count, started, lse, D, s->T, s->NH, s->NKV, att_mask(s), sl2,
         s->scale, nblk, kv_section);
     CUDA_CHECK(cudaGetLastError());
 }

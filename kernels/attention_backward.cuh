@@ -45,7 +45,7 @@ __global__ void attention_backward_dsum_kernel(float *D, const bf16 *dout, const
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     attention_backward_dq_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *vsrc, const bf16 *dout, const float *lse,
-                                 const float *D, int T, int NH, int NKV, int window, float sl2,
+                                 const float *D, int T, int NH, int NKV, AttMask masks, float sl2,
                                  float scale) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = TILE / 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];
@@ -56,6 +56,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     size_t C3 = packed_qkv_width(NH, NKV, HS);
     int qb = gridDim.x - 1 - blockIdx.x;
     int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const AttMask am = masks.seq(b);
     const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS;
     const bf16 *kbase = qkv + (size_t)b * T * C3 + key_col(NH, HS, h / (NH / NKV));
     const bf16 *vbase = vsrc + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
@@ -63,7 +64,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 
-    int j0 = first_key_tile(q0, window);
+    int j0 = first_key_tile(q0, am);
     load_rows<HS, TILE>(Qs, qbase, C3, q0, T);
     load_rows<HS, TILE>(dOs, dobase, C, q0, T);
     load_rows<HS, TILE>(Ks + (j0 & 1) * TILE * SROW, kbase, C3, j0 * TILE, T);
@@ -94,14 +95,14 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
         mma_abt<SROW, HS / 16, NT>(dp, dOs, warp * 16, Vt, lane);
 
         /* Only the diagonal tile and those at the window's edge need the mask (a uniform branch). */
-        if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, window)) {
+        if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, am)) {
             int k0 = j * TILE, qrow = q0 + warp * 16 + g;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int key = k0 + nt * 8 + 2 * tq + (e & 1), qi = qrow + 8 * (e >> 1);
-                    if (att_hidden(key, qi, window)) s[nt][e] = -INFINITY;
+                    if (att_hidden(key, qi, am)) s[nt][e] = -INFINITY;
                 }
         }
 #pragma unroll
@@ -125,7 +126,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
 template <int HS, int BQ>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     attention_backward_dkdv_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *vsrc, const bf16 *dout, const float *lse,
-                                   const float *D, int T, int NH, int NKV, int window, float sl2,
+                                   const float *D, int T, int NH, int NKV, AttMask masks, float sl2,
                                    float scale) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = BQ / 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];
@@ -138,6 +139,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     /* The block's key/value head kvh serves query heads h0 .. h0 + grp - 1: it walks their query
      * tiles head after head, step i being head h0 + i / nper, tile qt0 + i % nper. */
     int b = blockIdx.y / NKV, kvh = blockIdx.y % NKV, grp = NH / NKV, h0 = kvh * grp;
+    const AttMask am = masks.seq(b);
     const bf16 *row0 = qkv + (size_t)b * T * C3, *dorow0 = dout + (size_t)b * T * C;
     const bf16 *kbase = row0 + key_col(NH, HS, kvh);
     const bf16 *vbase = vsrc + (size_t)b * T * C3 + value_col(NH, NKV, HS, kvh);
@@ -145,7 +147,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
     int k0 = blockIdx.x * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     /* the query tiles that see these keys */
-    int qt0 = k0 / BQ, nqt = query_tile_end<BQ>(k0, window, ceil_div(T, BQ));
+    int qt0 = k0 / BQ, nqt = query_tile_end<BQ>(k0, am, ceil_div(T, BQ));
     int nper = nqt - qt0, nsteps = grp * nper;
 
     load_rows<HS, TILE>(Ks, kbase, C3, k0, T);
@@ -192,13 +194,13 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
         /* Only tiles that reach below the diagonal or past the window's edge need the mask (a
          * uniform branch). */
         int q0 = qt * BQ;
-        if (q0 < k0 + TILE - 1 || crosses_window(k0, q0, BQ, window)) {
+        if (q0 < k0 + TILE - 1 || crosses_window(k0, q0, BQ, am)) {
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int col = nt * 8 + 2 * tq + (e & 1), key = krow + 8 * (e >> 1);
-                    if (att_hidden(key, q0 + col, window)) st[nt][e] = -INFINITY;
+                    if (att_hidden(key, q0 + col, am)) st[nt][e] = -INFINITY;
                 }
         }
 #pragma unroll
@@ -231,7 +233,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_BWD64_MINB : 1)
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, 1)
     attention_backward_dq_wgmma_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *vsrc, const bf16 *dout,
-                                       const float *lse, const float *D, int T, int NH, int NKV, int window,
+                                       const float *lse, const float *D, int T, int NH, int NKV, AttMask masks,
                                        float sl2, float scale) {
     constexpr int TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2, NP = HS / 64;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
@@ -242,6 +244,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 1)
     size_t C3 = packed_qkv_width(NH, NKV, HS);
     int qb = gridDim.x - 1 - blockIdx.x;
     int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const AttMask am = masks.seq(b);
     const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS;
     const bf16 *kbase = qkv + (size_t)b * T * C3 + key_col(NH, HS, h / (NH / NKV));
     const bf16 *vbase = vsrc + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
@@ -249,7 +252,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 1)
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 
-    int j0 = first_key_tile(q0, window);
+    int j0 = first_key_tile(q0, am);
     load_rows_swizzled<HS>(Qs, qbase, C3, q0, T);
     load_rows_swizzled<HS>(dOs, dobase, C, q0, T);
     load_rows_swizzled<HS>(Ks + (j0 & 1) * TILE_BYTES, kbase, C3, j0 * TILE, T);
@@ -280,8 +283,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 1)
         fence_acc(s);
         fence_acc(dp);
 
-        if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, window))
-            mask_tile(s, j * TILE, q0 + warp * 16 + g, tq, window);
+        if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, am))
+            mask_tile(s, j * TILE, q0 + warp * 16 + g, tq, am);
 #pragma unroll
         for (int i = 0; i < 32; i++) {
             int r = (i >> 1) & 1;
@@ -309,7 +312,7 @@ __global__ void __launch_bounds__(ATT_THREADS, 1)
 __global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
     attention_backward_dkdv_wgmma256_kernel(bf16 *dqkv, float *bias_part, const bf16 *qkv, const bf16 *vsrc,
                                             const bf16 *dout,
-                                            const float *lse, const float *D, int T, int NH, int NKV, int window,
+                                            const float *lse, const float *D, int T, int NH, int NKV, AttMask masks,
                                             float sl2, float scale) {
     constexpr int HS = 256, HO = HS / 2, NP = HO / 64, NTH = ATT_BWD256_THREADS;
     constexpr int TILE = ATT_TILE, BQ = ATT_TILE, TILE_BYTES = TILE * HS * 2;
@@ -322,6 +325,7 @@ __global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
     int C = NH * HS;
     size_t C3 = packed_qkv_width(NH, NKV, HS);
     int b = blockIdx.y / NKV, kvh = blockIdx.y % NKV, grp = NH / NKV, h0 = kvh * grp;
+    const AttMask am = masks.seq(b);
     const bf16 *row0 = qkv + (size_t)b * T * C3, *dorow0 = dout + (size_t)b * T * C;
     const bf16 *kbase = row0 + key_col(NH, HS, kvh);
     const bf16 *vbase = vsrc + (size_t)b * T * C3 + value_col(NH, NKV, HS, kvh);
@@ -330,7 +334,7 @@ __global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
     const int wg = threadIdx.x / ATT_THREADS, t = threadIdx.x % ATT_THREADS;
     const int warp = t / 32, lane = t % 32, g = lane / 4, tq = lane % 4;
     const uint32_t half_off = wg * NP * ATT_PANEL_BYTES; /* the warpgroup's columns in a tile */
-    int qt0 = k0 / BQ, nqt = query_tile_end<BQ>(k0, window, ceil_div(T, BQ));
+    int qt0 = k0 / BQ, nqt = query_tile_end<BQ>(k0, am, ceil_div(T, BQ));
     int nper = nqt - qt0, nsteps = grp * nper;
 
     load_rows_swizzled<HS, NTH>(Ks, kbase, C3, k0, T);
@@ -378,7 +382,7 @@ __global__ void __launch_bounds__(ATT_BWD256_THREADS, 1)
         uint32_t ap[4][4], ad[4][4];
         if (wg == 0) {
             int q0 = qt * BQ;
-            if (q0 < k0 + TILE - 1 || crosses_window(k0, q0, BQ, window)) mask_tile_t(x, krow, q0, tq, window);
+            if (q0 < k0 + TILE - 1 || crosses_window(k0, q0, BQ, am)) mask_tile_t(x, krow, q0, tq, am);
             float dst[32];
 #pragma unroll
             for (int e = 0; e < 32; e++) {

@@ -94,14 +94,12 @@ __device__ __forceinline__ void att_bwd_tma_step(int i, int grp, int nper, int q
 }
 
 /* The first key block (of 128 keys) that sees query tile qt of BQ rows, the inverse of
- * query_tile_end: a key block's last key kb·128 + 127 sees queries up to kb·128 + 127 + W - 1, so
- * the first is the least kb with kb·128 + 126 + W >= BQ·qt, ⌈(BQ·qt - 126 - W) / 128⌉ =
- * ⌊(BQ·qt + 1 - W) / 128⌋ (0 if negative). */
+ * query_tile_end: the block of the tile's first row's first key (its later rows' first keys come no
+ * earlier). Every block from there to the diagonal walks the tile: one of its keys is seen by the
+ * tile's first row, or (past it) by the row of its first key. */
 template <int BQ>
-__device__ __forceinline__ int first_key_block(int qt, int window) {
-    if (window <= 0) return 0;
-    const long long k = (long long)qt * BQ + 1 - window;
-    return k > 0 ? (int)(k / ATT_BWD_TMA_ROWS) : 0;
+__device__ __forceinline__ int first_key_block(int qt, const AttMask &m) {
+    return att_first_key(m, qt * BQ) / ATT_BWD_TMA_ROWS;
 }
 
 template <int HS>
@@ -110,7 +108,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
                                   const __grid_constant__ CUtensorMap tm_q,
                                   const __grid_constant__ CUtensorMap tm_do, bf16 *dqkv, float *bias_part,
                                   float *dq_acc, unsigned *dq_count, unsigned *started, const float *lse,
-                                  const float *D, int T, int NH, int NKV, int window, float sl2, float scale,
+                                  const float *D, int T, int NH, int NKV, AttMask masks, float sl2, float scale,
                                   int nkb, int section) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) /* setmaxnreg and wgmma: sm_90a only */
     constexpr int NP = HS / 64, OWN = att_tma_tile_bytes(HS), TILE = att_bwd_tma_tile_bytes(HS);
@@ -139,9 +137,10 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     int kb, bkv;
     att_bwd_tma_block(ticket, nkb, section, kb, bkv);
     const int b = bkv / NKV, kvh = bkv % NKV, grp = NH / NKV, h0 = kvh * grp;
+    const AttMask am = masks.seq(b);
     const int k0 = kb * ATT_BWD_TMA_ROWS, nqt = ceil_div(T, BQ), ntiles64 = ceil_div(T, ATT_TILE);
     /* the query tiles that see these keys: qt0 (the diagonal) to qt0 + nper - 1 */
-    const int qt0 = k0 / BQ, nper = query_tile_end<BQ, ATT_BWD_TMA_ROWS>(k0, window, nqt) - qt0;
+    const int qt0 = k0 / BQ, nper = query_tile_end<BQ, ATT_BWD_TMA_ROWS>(k0, am, nqt) - qt0;
     const int nsteps = grp * nper;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
@@ -207,7 +206,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
             int qt = qt0 + nper - 1, h = h0;
             for (int i = 0; i < nsteps; i++) {
                 const size_t tile = ((size_t)b * NH + h) * nqt + qt;
-                const unsigned before = (unsigned)(kb - first_key_block<BQ>(qt, window));
+                const unsigned before = (unsigned)(kb - first_key_block<BQ>(qt, am));
                 if (before) {
                     while (ld_relaxed_gpu(dq_count + tile) < before) {
                     }
@@ -275,9 +274,9 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
 
         /* Tiles that reach below this warpgroup's diagonal or past the window's edge need the mask (a
          * uniform branch); at QT 1 the block's first tile lies wholly below warpgroup 1's keys. */
-        if (q0 < kw0 + 63 || crosses_window(kw0, q0, BQ, window))
+        if (q0 < kw0 + 63 || crosses_window(kw0, q0, BQ, am))
 #pragma unroll
-            for (int c = 0; c < QT; c++) mask_tile_t(st[c], krow, q0 + 64 * c, tq, window);
+            for (int c = 0; c < QT; c++) mask_tile_t(st[c], krow, q0 + 64 * c, tq, am);
 #pragma unroll
         for (int c = 0; c < QT; c++)
 #pragma unroll

@@ -11,7 +11,7 @@
 
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
-    attention_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, const bf16 *vsrc, int T, int NH, int NKV, int window,
+    attention_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, const bf16 *vsrc, int T, int NH, int NKV, AttMask masks,
                              float sl2) {
     constexpr int SROW = HS + 8, TILE = ATT_TILE, NT = TILE / 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char att_smem[];
@@ -22,13 +22,14 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
     size_t C3 = packed_qkv_width(NH, NKV, HS);
     int qb = gridDim.x - 1 - blockIdx.x;
     int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const AttMask am = masks.seq(b);
     const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS;
     const bf16 *kbase = qkv + (size_t)b * T * C3 + key_col(NH, HS, h / (NH / NKV));
     const bf16 *vbase = vsrc + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 
-    int j0 = first_key_tile(q0, window); /* key tiles j0..qb: the query and key tiles are the same size */
+    int j0 = first_key_tile(q0, am); /* key tiles j0..qb: the query and key tiles are the same size */
     load_rows<HS, TILE>(Qs, qbase, C3, q0, T);
     load_rows<HS, TILE>(Ks + (j0 & 1) * TILE * SROW, kbase, C3, j0 * TILE, T);
     load_rows<HS, TILE>(Vs + (j0 & 1) * TILE * SROW, vbase, C3, j0 * TILE, T);
@@ -67,14 +68,14 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
         /* Only the diagonal tile and those at the window's edge need the mask (a uniform branch); the
          * diagonal's also masks keys >= T, which are > every query. The max is taken over raw scores
          * and scaled once (sl2 > 0). */
-        if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, window)) {
+        if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, am)) {
             int k0 = j * TILE, qrow = q0 + warp * 16 + g;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int key = k0 + nt * 8 + 2 * tq + (e & 1), qi = qrow + (e >= 2 ? 8 : 0);
-                    if (att_hidden(key, qi, window)) s[nt][e] = -INFINITY;
+                    if (att_hidden(key, qi, am)) s[nt][e] = -INFINITY;
                 }
         }
 
@@ -125,7 +126,7 @@ __global__ void __launch_bounds__(ATT_THREADS, HS == 64 ? ATT_FWD64_MINB : 1)
  * next softmax. */
 template <int HS>
 __global__ void __launch_bounds__(ATT_THREADS, ATT_FWD256_MINB)
-    attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, const bf16 *vsrc, int T, int NH, int NKV, int window,
+    attention_forward_wgmma_kernel(bf16 *out, float *lse, const bf16 *qkv, const bf16 *vsrc, int T, int NH, int NKV, AttMask masks,
                                    float sl2) {
     constexpr int TILE = ATT_TILE, TILE_BYTES = TILE * HS * 2, NP = HS / 64;
     extern __shared__ __align__(16) unsigned char att_smem[]; /* aligned to 1024 by hand below */
@@ -135,13 +136,14 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_FWD256_MINB)
     size_t C3 = packed_qkv_width(NH, NKV, HS);
     int qb = gridDim.x - 1 - blockIdx.x;
     int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const AttMask am = masks.seq(b);
     const bf16 *qbase = qkv + (size_t)b * T * C3 + h * HS;
     const bf16 *kbase = qkv + (size_t)b * T * C3 + key_col(NH, HS, h / (NH / NKV));
     const bf16 *vbase = vsrc + (size_t)b * T * C3 + value_col(NH, NKV, HS, h / (NH / NKV));
     int q0 = qb * TILE;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
 
-    int j0 = first_key_tile(q0, window), nkv = qb + 1;
+    int j0 = first_key_tile(q0, am), nkv = qb + 1;
     load_rows_swizzled<HS>(Qs, qbase, C3, q0, T);
     load_rows_swizzled<HS>(Ks, kbase, C3, j0 * TILE, T);
     load_rows_swizzled<HS>(Vs, vbase, C3, j0 * TILE, T);
@@ -171,8 +173,8 @@ __global__ void __launch_bounds__(ATT_THREADS, ATT_FWD256_MINB)
     /* Iteration j holds S(j) on entry; it issues O += P(j)·V(j) and, behind it on the tensor cores,
      * S(j+1) = Q·K(j+1)ᵀ, then copies V(j+1) and K(j+2) in behind the next softmax. */
     for (int j = j0; j < nkv; j++) {
-        if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, window))
-            mask_tile(s, j * TILE, q0 + warp * 16 + g, tq, window);
+        if (j == nkv - 1 || crosses_window(j * TILE, q0, TILE, am))
+            mask_tile(s, j * TILE, q0 + warp * 16 + g, tq, am);
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             float mx = -INFINITY;

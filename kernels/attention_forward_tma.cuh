@@ -132,13 +132,13 @@ struct AttTmaItem {
     int b, h, kvh, q0, j0, nkv;
 };
 __device__ __forceinline__ AttTmaItem att_tma_item(int item, int nbh, int nqb, int section, int NH, int NKV,
-                                                   int window) {
+                                                   const AttMask &masks) {
     const int per = section * nqb, sec = item / per, first = sec * section;
     const int heads = min(section, nbh - first), r = item - sec * per;
     const int qb = nqb - 1 - r / heads, bh = first + r % heads;
     AttTmaItem w;
     w.b = bh / NH, w.h = bh % NH, w.kvh = w.h / (NH / NKV);
-    w.q0 = qb * ATT_TMA_BM, w.j0 = first_key_tile<ATT_TMA_BN>(w.q0, window), w.nkv = qb + 1;
+    w.q0 = qb * ATT_TMA_BM, w.j0 = first_key_tile<ATT_TMA_BN>(w.q0, masks.seq(w.b)), w.nkv = qb + 1;
     return w;
 }
 
@@ -151,7 +151,7 @@ __device__ __forceinline__ AttTmaItem att_tma_item(int item, int nbh, int nqb, i
 template <int HS>
 __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
     attention_forward_tma_kernel(const __grid_constant__ CUtensorMap tm_qkv, const __grid_constant__ CUtensorMap tm_v,
-                                 bf16 *out, float *lse, int T, int NH, int NKV, int window, float sl2, int nqb,
+                                 bf16 *out, float *lse, int T, int NH, int NKV, AttMask masks, float sl2, int nqb,
                                  int section, int nitems, AttTmaQueue *queue) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) /* setmaxnreg and wgmma: sm_90a only */
     constexpr int NP = HS / 64, TILE = att_tma_tile_bytes(HS), ST = ATT_TMA_STAGES, BN = ATT_TMA_BN;
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
                 }
                 items[qb] = item;
                 const int next = (int)gridDim.x + (int)atomicAdd(&queue->next, 1u); /* used once this item's tiles are issued */
-                const AttTmaItem w = att_tma_item(item, nbh, nqb, section, NH, NKV, window);
+                const AttTmaItem w = att_tma_item(item, nbh, nqb, section, NH, NKV, masks);
                 const int qcol = w.h * HS, kcol = (NH + w.kvh) * HS, vcol = (NH + NKV + w.kvh) * HS;
                 mbar_expect_tx(q_full + 8 * qb, TILE);
                 for (int p = 0; p < NP; p++)
@@ -250,8 +250,9 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         mbar_wait(q_full + 8 * qb, (uint32_t)((n / 2) & 1));
         const int item = *(volatile int *)&items[qb];
         if (item < 0) break;
-        const AttTmaItem w = att_tma_item(item, nbh, nqb, section, NH, NKV, window);
+        const AttTmaItem w = att_tma_item(item, nbh, nqb, section, NH, NKV, masks);
         const int row0 = w.q0 + 64 * wg, qrow = row0 + (warp % 4) * 16 + g, j0 = w.j0, nkv = w.nkv;
+        const AttMask am = masks.seq(w.b);
         const uint32_t Qw = Qs + qb * TILE + wg * (ATT_TMA_PANEL_BYTES / 2); /* 64 rows of 128 bytes into each Q panel */
 #pragma unroll
         for (int p = 0; p < NP; p++)
@@ -262,9 +263,9 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         /* Only the diagonal tile and those at the window's edge need the mask (a uniform branch); the
          * diagonal's also masks keys >= T, which are > every query. */
         auto mask = [&](int j) {
-            if (j == nkv - 1 || crosses_window(j * BN, row0, 64, window)) {
-                mask_tile(s[0], j * BN, qrow, tq, window);
-                mask_tile(s[1], j * BN + 64, qrow, tq, window);
+            if (j == nkv - 1 || crosses_window(j * BN, row0, 64, am)) {
+                mask_tile(s[0], j * BN, qrow, tq, am);
+                mask_tile(s[1], j * BN + 64, qrow, tq, am);
             }
         };
 

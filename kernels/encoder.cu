@@ -1,14 +1,15 @@
 /* kernels/encoder.cu - token + position embedding, forward and deterministic backward.
  *
  * Forward:  out[b,t,:] = wte[inp[b,t],:]·scale + wpe[t,:]     out [B,T,C] bf16, wte [Vp,C], wpe [maxT,C]
- *   (scale: Gemma's sqrt(C), else 1)
+ *   (scale: Gemma's sqrt(C), else 1; with documents wpe's row is the token's position pos[b,t])
  *   launch: one thread per 8 channels of one row (16-byte loads), 256 threads a block.
  *   FLOPs N·C; bytes 3·N·C·2 + 4N (memory bound: ~2.4 µs per 1M elements at 3 TB/s).
  * Backward: dwte[tok,:] += scale·Σ_{n: inp[n]=tok} dout[n,:] (no row for the pad token);
  *   dwpe[t,:] += Σ_b dout[b,t,:]   (fp32)
  *   Deterministic without atomics: the rows n are stable-radix-sorted by token (kernels/sort_rows.cu),
  *   so the rows of one token lie together in increasing n; the block that sees a token's first row
- *   sums all of its rows in that order and adds once. dwpe: one thread per (t, 8 channels) loops over b.
+ *   sums all of its rows in that order and adds once. dwpe: one thread per (t, 8 channels) loops over b;
+ *   with documents, the rows sorted by position and summed as the tokens' are (the same order).
  *   FLOPs 2·N·C; bytes 2·N·C·2 (dout read twice) + (U + T)·C·4·2 (U distinct tokens) + the sort.
  *   A token repeated very often makes one block long (its rows are summed serially); on text the
  *   most common token is a few % of N, which stays far below the dwpe pass.
@@ -19,6 +20,8 @@
  * zeros. With dwte NULL, encoder_backward gives the position table's gradient alone. The backward adds
  * each of the slice's tokens' rows of dout (the all-gathered d(embedding)) into its row of the
  * slice, sorted and summed as above, so the slices' dwte side by side are bitwise the whole one. */
+#include <algorithm>
+
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
 
@@ -36,21 +39,21 @@ __device__ __forceinline__ void embed_channels8(float (&a)[8], const bf16 *wte_r
     }
 }
 
-__global__ void encoder_forward_kernel(bf16 *out, const int *inp, const bf16 *wte, const bf16 *wpe, float scale,
-                                       int N, int T, int C) {
+__global__ void encoder_forward_kernel(bf16 *out, const int *inp, const int *pos, const bf16 *wte, const bf16 *wpe,
+                                       float scale, int N, int T, int C) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; /* which 8-channel group */
     int groups = C / 8;
     if (idx >= (size_t)N * groups) return;
-    int n = (int)(idx / groups), c = (int)(idx % groups) * 8, t = n % T;
+    int n = (int)(idx / groups), c = (int)(idx % groups) * 8, t = pos ? pos[n] : n % T;
     float a[8];
     embed_channels8(a, wte + (size_t)inp[n] * C + c, wpe ? wpe + (size_t)t * C + c : NULL, scale);
     store_bf16x8(out + (size_t)n * C + c, float_to_bf16x8(a));
 }
 
-extern "C" void encoder_forward(kbf16 *out, const int *inp, const kbf16 *wte, const kbf16 *wpe, float scale, int B,
-                                int T, int C, cudaStream_t stream) {
+extern "C" void encoder_forward(kbf16 *out, const int *inp, const int *pos, const kbf16 *wte, const kbf16 *wpe,
+                                float scale, int B, int T, int C, cudaStream_t stream) {
     size_t threads = (size_t)B * T * (C / 8);
-    encoder_forward_kernel<<<ceil_div(threads, 256), 256, 0, stream>>>(out, inp, wte, wpe, scale, B * T, T, C);
+    encoder_forward_kernel<<<ceil_div(threads, 256), 256, 0, stream>>>(out, inp, pos, wte, wpe, scale, B * T, T, C);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -111,29 +114,37 @@ static int bits_for(int Vp) {
     return bits;
 }
 
-/* Scratch layout: rows, sorted tokens, sorted rows (N ints each, 256-byte aligned), then the sort's
- * temporary storage. */
+/* Scratch layout: rows, sorted keys (tokens or positions), sorted rows (N ints each, 256-byte
+ * aligned), then the sort's temporary storage, for keys below Vp or below N (positions). */
 extern "C" size_t encoder_backward_scratch_bytes(int N, int Vp) {
-    return 3 * round_up(N * sizeof(int), 256) + round_up(sort_rows_by_key_temp_bytes(N, bits_for(Vp)), 256);
+    const size_t temp =
+        std::max(sort_rows_by_key_temp_bytes(N, bits_for(Vp)), sort_rows_by_key_temp_bytes(N, bits_for(N)));
+    return 3 * round_up(N * sizeof(int), 256) + round_up(temp, 256);
 }
 
 extern "C" void encoder_backward(float *dwte, float *dwpe, void *scratch, const kbf16 *dout, const int *inp,
-                                 float scale, int pad, int B, int T, int C, int Vp, cudaStream_t stream) {
+                                 const int *pos, float scale, int pad, int B, int T, int C, int Vp, cudaStream_t stream) {
     int N = B * T;
     size_t ints = round_up(N * sizeof(int), 256);
     char *s = (char *)scratch;
     int *rows = (int *)s, *sorted_tok = (int *)(s + ints), *sorted_rows = (int *)(s + 2 * ints);
     void *temp = s + 3 * ints;
     size_t temp_bytes = sort_rows_by_key_temp_bytes(N, bits_for(Vp));
+    int threads = C / 8 < 256 ? (int)round_up(C / 8, 32) : 256;
 
-    if (dwpe) {
+    if (dwpe && pos) { /* positions < T, each one's rows summed in row order as a token's are */
+        const int bits = bits_for(T);
+        sort_rows_by_key(pos, sorted_tok, rows, sorted_rows, temp, sort_rows_by_key_temp_bytes(N, bits), N, bits,
+                         stream);
+        encoder_backward_wte_kernel<<<N, threads, 0, stream>>>(dwpe, dout, sorted_tok, sorted_rows, 1.0f, -1, N, C, T);
+        CUDA_CHECK(cudaGetLastError());
+    } else if (dwpe) {
         encoder_backward_wpe_kernel<<<ceil_div((size_t)T * (C / 8), 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
         CUDA_CHECK(cudaGetLastError());
     }
     if (!dwte) return; /* the token embedding is a vocabulary-parallel slice's */
 
     sort_rows_by_key(inp, sorted_tok, rows, sorted_rows, temp, temp_bytes, N, bits_for(Vp), stream);
-    int threads = C / 8 < 256 ? (int)round_up(C / 8, 32) : 256;
     encoder_backward_wte_kernel<<<N, threads, 0, stream>>>(dwte, dout, sorted_tok, sorted_rows, scale, pad, N, C, Vp);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -34,19 +34,20 @@ extern "C" {
 #endif
 
 /* ---- encoder.cu: token + position embedding ---------------------------------------------- */
-/* out[b,t,:] = wte[inp[b,t],:]·scale + wpe[t,:]   (= ; fp32 math, one bf16 rounding). inp on the
- * device, every token in [0, Vp). wpe == NULL: the token embedding alone (RoPE families). scale:
- * gpt_embed_scale (Gemma's sqrt(C), else 1). */
-void encoder_forward(kbf16 *out, const int *inp, const kbf16 *wte, const kbf16 *wpe, float scale, int B, int T,
-                     int C, cudaStream_t stream);
+/* out[b,t,:] = wte[inp[b,t],:]·scale + wpe[p,:]   (= ; fp32 math, one bf16 rounding), p = t, or
+ * pos[b,t] with documents (pos on the device, backend.h; NULL: t). inp on the device, every token in
+ * [0, Vp). wpe == NULL: the token embedding alone (RoPE families). scale: gpt_embed_scale (Gemma's
+ * sqrt(C), else 1). */
+void encoder_forward(kbf16 *out, const int *inp, const int *pos, const kbf16 *wte, const kbf16 *wpe, float scale,
+                     int B, int T, int C, cudaStream_t stream);
 /* dwte[inp[b,t],:] += scale·dout[b,t,:] for every token but pad (nn.Embedding's padding_idx: its row
- * gets no gradient; pad < 0: none); dwpe[t,:] += Σ_b dout[b,t,:] unless dwpe == NULL (dwte == NULL:
- * dwpe alone)   (+= into fp32, deterministic: positions are sorted by token (stable radix sort) and
- * each token's rows summed in position order by one block; no atomics). scratch:
- * encoder_backward_scratch_bytes(B·T, Vp) bytes. */
+ * gets no gradient; pad < 0: none); dwpe[p,:] += the rows of dout at position p (Σ_b dout[b,p,:]
+ * without documents) unless dwpe == NULL (dwte == NULL: dwpe alone)   (+= into fp32, deterministic:
+ * rows are sorted by token, or by position, with a stable radix sort and each one's rows summed in
+ * row order by one block; no atomics). scratch: encoder_backward_scratch_bytes(B·T, Vp) bytes. */
 size_t encoder_backward_scratch_bytes(int N, int Vp);
-void encoder_backward(float *dwte, float *dwpe, void *scratch, const kbf16 *dout, const int *inp, float scale,
-                      int pad, int B, int T, int C, int Vp, cudaStream_t stream);
+void encoder_backward(float *dwte, float *dwpe, void *scratch, const kbf16 *dout, const int *inp, const int *pos,
+                      float scale, int pad, int B, int T, int C, int Vp, cudaStream_t stream);
 /* Over wte's rows [v0, v0 + Vs) (wte_slice, the rows a rank owns), for N positions (every rank's,
  * sequences of T): out[n,:] = wte_slice[inp[n] - v0,:]·scale (+ wpe[n mod T,:] unless wpe == NULL)
  * where the slice holds inp[n], else 0   (=, exact: the ranks' outputs summed are encoder_forward's
@@ -100,6 +101,8 @@ typedef struct {
     int B, T, NH, NKV, hd; /* hd even, ≤ 256 */
     float eps;             /* QK-norm's epsilon */
     int one_plus_w;        /* QK-norm multiplies by 1 + w (Gemma) */
+    const int *pos;        /* on the device, [B·T]: each token's position in its document (backend.h), the
+                            * row of cos, sin it takes; NULL: token t of a sequence at position t */
 } RopeShape;
 /* out (=) = RoPE(QK-norm(inp)) on the query and key heads; out's value heads are not written (the
  * attention reads them from inp: attention_forward's v); rotate-half pairs
@@ -123,6 +126,8 @@ void rope_backward(kbf16 *dinp, float *dq_norm, float *dk_norm, void *scratch, c
  * query head h reads key/value head h / (NH/NKV) (grouped-query attention; NKV = NH is multi-head).
  * scale multiplies q·k before the softmax: 1/sqrt(HS) for GPT-2, Llama and Qwen (Gemma passes
  * query_pre_attn_scalar^-1/2). window 0: full causal; W > 0: query i sees keys i-W < j <= i.
+ * pos: NULL, or on the device [B·T] each token's position in its document (backend.h), the sequences
+ * being documents packed end to end: query i then sees keys from i - pos[i] on, its own document's.
  * v: where the value heads are read, NULL for qkv itself; else a buffer of qkv's layout whose value
  * columns hold them (the projection's rows, when only the query and key heads were rotated into
  * qkv: RoPE leaves the values alone, so they are never copied). */
@@ -130,6 +135,7 @@ typedef struct {
     int B, T, NH, NKV, HS;
     float scale;
     int window;
+    const int *pos;
 } AttentionShape;
 
 /* out [B,T,NH·HS] (=), lse [B,NH,T] (=; fp32 log2-sum-exp of the scaled logits, the only saved state

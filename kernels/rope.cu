@@ -3,7 +3,8 @@
  *
  * Shapes: qkv [N = B·T, (NH + 2·NKV)·hd]: per token the NH query heads, the NKV key heads, the NKV
  * value heads, hd contiguous values each; cos, sin [T, hd/2] fp32 (rope_cos_sin of
- * model/cpu/llama_layers_cpu.h, uploaded once), for positions 0..T-1. H = hd/2.
+ * model/cpu/llama_layers_cpu.h, uploaded once), for positions 0..T-1: token t of a sequence at
+ * position t, or pos[n] with documents (RopeShape). H = hd/2.
  * Forward, per query or key head x (value heads are not written):
  *   [QK-norm] y = x·rstd·g, rstd = 1/sqrt(mean(x²) + eps) fp32 [N, NH + NKV], g = q_norm or k_norm
  *             (1 + w when one_plus_w);
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
     const int64_t task = ((int64_t)blockIdx.x * ROPE_WARPS + threadIdx.x / 32) * (32 / rl.g) + lane / rl.g;
     const bool live = task < (int64_t)s.B * s.T * qk; /* dead lanes still join the group's shuffles */
     const int64_t n = live ? task / qk : 0;
-    const int h = live ? (int)(task % qk) : 0, t = (int)(n % s.T);
+    const int h = live ? (int)(task % qk) : 0, t = s.pos ? s.pos[n] : (int)(n % s.T);
     const size_t base = (size_t)n * R + (size_t)h * s.hd;
     float x1[PMAX][V], x2[PMAX][V];
 #pragma unroll
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(ROPE_BWD_WARPS * 32, 4)
         const int64_t task = first + lane / rl.g;
         const bool live = task < tasks; /* dead lanes still join the group's shuffles */
         const int64_t n = live ? task / qk : 0;
-        const int h = live ? (int)(task % qk) : 0, t = (int)(n % s.T);
+        const int h = live ? (int)(task % qk) : 0, t = s.pos ? s.pos[n] : (int)(n % s.T);
         const size_t base = (size_t)n * R + (size_t)h * s.hd;
         float dy1[PMAX][V], dy2[PMAX][V], n1[PMAX][V], n2[PMAX][V];
 #pragma unroll

@@ -45,10 +45,15 @@ typedef struct {
     /* Forward and backward of one micro-batch; gradients are ADDED, scaled so that the gradient of
      * (mean loss over valid targets)·loss_scale results (after reduce_grads: averaged over the
      * data-parallel ranks). last: the step's last micro-batch, whose backward may already start
-     * reducing gradients across ranks. Returns the micro-batch's mean loss. */
-    float (*train_micro_step)(Backend *be, const int *inputs, const int *targets, float loss_scale, int last);
-    /* Forward only; returns the mean loss over valid targets (0 if none). */
-    float (*eval_loss)(Backend *be, const int *inputs, const int *targets);
+     * reducing gradients across ranks. Returns the micro-batch's mean loss.
+     * positions: NULL, each sequence one document; or int32 [B, T], each token's position in its
+     * document, the sequences being documents packed end to end (0 at each document's first token):
+     * then every document is its own sequence, as if run alone. Its tokens attend only to each other
+     * and take their positions from it (RoPE's rotation, GPT-2's position embedding). */
+    float (*train_micro_step)(Backend *be, const int *inputs, const int *targets, const int *positions,
+                              float loss_scale, int last);
+    /* Forward only; returns the mean loss over valid targets (0 if none). positions as above. */
+    float (*eval_loss)(Backend *be, const int *inputs, const int *targets, const int *positions);
     /* The per-token losses of the last eval_loss or train_micro_step, [B·T] in row order: each
      * target's cross-entropy (of the softcapped logits when the model caps them), 0 where the
      * target is ignored. */

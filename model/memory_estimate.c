@@ -15,7 +15,7 @@
  * the attention's log-sum-exp per head. Beside the layers: the embedding's output, the two
  * projections that feed the residual stream (one buffer each), the final norm, the backward's
  * gradients of one layer's activations (with a gated MLP, its product's too), RoPE's cos and sin
- * tables [T, hd/2] (a second pair when the sliding layers have their own base), the batch's inputs and targets, the loss (with the objective and mean lse) and
+ * tables [T, hd/2] (a second pair when the sliding layers have their own base), the batch's inputs, targets and positions, the loss (with the objective and mean lse) and
  * its per-token values, and one row of logits for sampling. This is the CUDA backend's activation
  * arena without its scratch. */
 #include "model/memory_estimate.h"
@@ -64,7 +64,7 @@ MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_
     a += take(N * C * bf) + take(N * A * bf) + take(N * Q * bf); /* norm, attention output, q k v */
     if (rope) a += 2 * take((size_t)T * (hd / 2) * sizeof(float)); /* cos, sin */
     if (gpt_first_local_rope_layer(cfg) >= 0) a += 2 * take((size_t)T * (hd / 2) * sizeof(float));
-    a += 2 * take(N * sizeof(int32_t)) + take(3 * sizeof(float)) + take(sizeof(double)); /* batch, loss, norm */
+    a += 3 * take(N * sizeof(int32_t)) + take(3 * sizeof(float)) + take(sizeof(double)); /* batch, loss, norm */
     a += take(N * sizeof(float));                     /* per-token losses */
     a += take((size_t)cfg->padded_vocab_size * bf);   /* one row of logits */
     e.activations = a;

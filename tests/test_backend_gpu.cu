@@ -65,7 +65,7 @@ static void teardown(Setup *s) {
 static float step(Backend *be, Setup *s, int k, int t_step) {
     size_t off = (size_t)k * s->B * s->T;
     be->ops->zero_grad(be);
-    float loss = be->ops->train_micro_step(be, s->inputs + off, s->targets + off, 1.0f, 1);
+    float loss = be->ops->train_micro_step(be, s->inputs + off, s->targets + off, NULL, 1.0f, 1);
     if (t_step > 0) {
         AdamWStep a = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, t_step};
         be->ops->adamw_update(be, &a);

@@ -164,7 +164,7 @@ TEST(a_masked_shard_gives_no_target_where_it_marks_one_and_refuses_what_it_canno
         toks[i] = (uint32_t)(i * 7 % 300) | (i % 3 == 0 ? SHARD_NO_LOSS : 0);
         marked += i % 3 == 0;
     }
-    REQUIRE(shard_write_masked(path, toks, NT, 300, 0, err) == 0, "%s", err);
+    REQUIRE(shard_write_flagged(path, toks, NT, 300, 0, SHARD_LOSS_MASK, err) == 0, "%s", err);
     ShardHeader h;
     uint32_t *back;
     uint64_t n;
@@ -179,7 +179,7 @@ TEST(a_masked_shard_gives_no_target_where_it_marks_one_and_refuses_what_it_canno
           (unsigned long long)l.no_loss_tokens, (unsigned long long)marked);
     for (int w = 0; w < 4; w++) {
         int in[T], tg[T];
-        loader_next_batch(&l, in, tg);
+        loader_next_batch(&l, in, tg, NULL);
         for (int t = 0; t < T; t++) {
             const int i = w * T + t;
             CHECK(in[t] == i * 7 % 300, "window %d position %d: input %d, not the id %d", w, t, in[t], i * 7 % 300);
@@ -189,19 +189,19 @@ TEST(a_masked_shard_gives_no_target_where_it_marks_one_and_refuses_what_it_canno
     }
     loader_close(&l);
     /* the flag off: the marked tokens are beyond any vocabulary */
-    const uint32_t no_flags = 0, v2 = 2, flag2 = 2;
+    const uint32_t no_flags = 0, v2 = 2, flag4 = 4;
     FILE *f = fopen(path, "r+b");
     REQUIRE(f && fseek(f, 20, SEEK_SET) == 0 && fwrite(&no_flags, 4, 1, f) == 1 && fclose(f) == 0, "patch");
     expect_shard_refused(path, 300, "a mark without the flag", "token 2147483648 at position 0");
     f = fopen(path, "r+b");
     REQUIRE(f && fseek(f, 8, SEEK_SET) == 0 && fwrite(&v2, 4, 1, f) == 1 && fseek(f, 20, SEEK_SET) == 0 &&
-                fwrite(&flag2, 4, 1, f) == 1 && fclose(f) == 0,
+                fwrite(&flag4, 4, 1, f) == 1 && fclose(f) == 0,
             "patch");
-    expect_shard_refused(path, 300, "flags in version 2", "reserved header byte 20 is 0x02");
+    expect_shard_refused(path, 300, "flags in version 2", "reserved header byte 20 is 0x04");
     const uint32_t v3 = 3;
     f = fopen(path, "r+b");
     REQUIRE(f && fseek(f, 8, SEEK_SET) == 0 && fwrite(&v3, 4, 1, f) == 1 && fclose(f) == 0, "patch");
-    expect_shard_refused(path, 300, "an unknown flag", "has flags 0x2, of which this build knows 0x1");
+    expect_shard_refused(path, 300, "an unknown flag", "has flags 0x4, of which this build knows 0x3");
     /* 2-byte tokens cannot hold the mark */
     uint16_t small[3] = {1, 2, 3};
     unsigned char hdr[64] = "FGPTTOK1";
@@ -211,10 +211,10 @@ TEST(a_masked_shard_gives_no_target_where_it_marks_one_and_refuses_what_it_canno
     memcpy(hdr + 24, &count, 8);
     f = fopen(path, "wb");
     REQUIRE(f && fwrite(hdr, 1, 64, f) == 64 && fwrite(small, 2, 3, f) == 3 && fclose(f) == 0, "write");
-    expect_shard_refused(path, 300, "a mark in 2-byte tokens", "marks tokens without loss in 2-byte tokens");
+    expect_shard_refused(path, 300, "a mark in 2-byte tokens", "marks tokens (flags 0x1) in 2-byte tokens");
     /* the id under the mark is checked */
     toks[5] = 301 | SHARD_NO_LOSS;
-    REQUIRE(shard_write_masked(path, toks, NT, 302, 0, err) == 0, "%s", err);
+    REQUIRE(shard_write_flagged(path, toks, NT, 302, 0, SHARD_LOSS_MASK, err) == 0, "%s", err);
     expect_shard_refused(path, 301, "a marked id beyond the model's vocabulary", "token 301 at position 5");
 }
 
@@ -245,7 +245,7 @@ TEST(loader_covers_each_window_once_per_epoch_and_ranks_are_disjoint) {
         CHECK(l.num_batches == 5, "rank %d has %llu batches", rank, (unsigned long long)l.num_batches);
         int in[T], tg[T];
         for (int k = 0; k < 5; k++) {
-            loader_next_batch(&l, in, tg);
+            loader_next_batch(&l, in, tg, NULL);
             seen[in[0] / T]++;
             for (int t = 0; t < T; t++) CHECK(tg[t] == in[t] + 1, "targets are inputs shifted by one");
         }
@@ -262,8 +262,8 @@ TEST(loader_shuffle_is_seeded_and_state_resumes_exactly) {
     REQUIRE(open_loader(&a, path, 3, 16, 0, 1, 1) == 0 && open_loader(&b, path, 3, 16, 0, 1, 1) == 0, "open");
     int ia[48], ta[48], ib[48], tb[48];
     for (int k = 0; k < 250; k++) { /* crosses several epochs (104 windows each) */
-        loader_next_batch(&a, ia, ta);
-        loader_next_batch(&b, ib, tb);
+        loader_next_batch(&a, ia, ta, NULL);
+        loader_next_batch(&b, ib, tb, NULL);
     }
     CHECK(a.epoch >= 2, "test should cross epochs (epoch %llu)", (unsigned long long)a.epoch);
     /* 312 windows -> 104 batches of 3 per epoch; 250 batches end at epoch 2, position 42 */
@@ -276,8 +276,8 @@ TEST(loader_shuffle_is_seeded_and_state_resumes_exactly) {
     REQUIRE(loader_set_state(&c, s, err) == 0, "%s", err);
     int ic[48], tc[48], differs_from_unshuffled = 0;
     for (int k = 0; k < 50; k++) {
-        loader_next_batch(&a, ia, ta);
-        loader_next_batch(&c, ic, tc);
+        loader_next_batch(&a, ia, ta, NULL);
+        loader_next_batch(&c, ic, tc, NULL);
         if (memcmp(ia, ic, sizeof ia) || memcmp(ta, tc, sizeof ta)) {
             CHECK(0, "resumed loader diverges at batch %d", k);
             break;
@@ -285,15 +285,15 @@ TEST(loader_shuffle_is_seeded_and_state_resumes_exactly) {
     }
     Loader u;
     REQUIRE(open_loader(&u, path, 3, 16, 0, 1, 0) == 0, "open");
-    loader_next_batch(&u, ic, tc);
+    loader_next_batch(&u, ic, tc, NULL);
     loader_reset(&b);
-    loader_next_batch(&b, ib, tb);
+    loader_next_batch(&b, ib, tb, NULL);
     differs_from_unshuffled = memcmp(ib, ic, sizeof ib) != 0;
     CHECK(differs_from_unshuffled, "shuffled order equals the file order");
     /* another seed, another order */
     Loader other;
     REQUIRE(loader_open(&other, path, 1000, 3, 16, 0, 1, 1, 1, 43, err) == 0, "%s", err);
-    loader_next_batch(&other, ic, tc);
+    loader_next_batch(&other, ic, tc, NULL);
     CHECK(memcmp(ib, ic, sizeof ib) != 0, "seeds 42 and 43 give the same first batch");
     loader_close(&other);
     loader_close(&u);
@@ -312,12 +312,12 @@ TEST(loader_two_ranks_see_the_batches_one_rank_sees_with_accumulation_two) {
             "open");
     int a[32], at[32], b[32], bt[32];
     for (int step = 0; step < 200; step++) { /* several epochs */
-        loader_next_batch(&one, a, at);
-        loader_next_batch(&r0, b, bt);
+        loader_next_batch(&one, a, at, NULL);
+        loader_next_batch(&r0, b, bt, NULL);
         CHECK(!memcmp(a, b, sizeof a) && !memcmp(at, bt, sizeof at), "step %d: rank 0 differs from micro-batch 0",
               step);
-        loader_next_batch(&one, a, at);
-        loader_next_batch(&r1, b, bt);
+        loader_next_batch(&one, a, at, NULL);
+        loader_next_batch(&r1, b, bt, NULL);
         CHECK(!memcmp(a, b, sizeof a) && !memcmp(at, bt, sizeof at), "step %d: rank 1 differs from micro-batch 1",
               step);
         if (memcmp(a, b, sizeof a)) break;
@@ -347,8 +347,8 @@ TEST(loader_state_moves_between_rank_counts_at_step_boundaries) {
             REQUIRE(open_loader_accum(&ref, path, 2, 16, 0, 1, 4, 1) == 0, "open");
             for (int step = 0; step < switch_at[sw]; step++)
                 for (int k = 0; k < 4; k++) {
-                    loader_next_batch(&ref, a, at);
-                    loader_next_batch(&src[k % fw], b, bt);
+                    loader_next_batch(&ref, a, at, NULL);
+                    loader_next_batch(&src[k % fw], b, bt, NULL);
                 }
             for (int r = 0; r < tw; r++) {
                 LoaderState s = loader_get_state(&src[0]);
@@ -358,8 +358,8 @@ TEST(loader_state_moves_between_rank_counts_at_step_boundaries) {
             /* the next 3 steps on tw ranks are the micro-batches one rank with accumulation 4 sees */
             for (int step = 0; step < 3; step++)
                 for (int k = 0; k < 4; k++) {
-                    loader_next_batch(&ref, a, at);
-                    loader_next_batch(&dst[k % tw], b, bt);
+                    loader_next_batch(&ref, a, at, NULL);
+                    loader_next_batch(&dst[k % tw], b, bt, NULL);
                     CHECK(!memcmp(a, b, sizeof a) && !memcmp(at, bt, sizeof at),
                           "%d -> %d ranks after %d steps: step %d micro-batch %d differs", fw, tw, switch_at[sw], step,
                           k);
@@ -455,7 +455,7 @@ TEST(loader_over_a_pattern_of_shards_covers_each_shards_windows_once_and_never_s
     const int first_inputs[8] = {0, 8, 16, 200, 208, 216, 224, 232}; /* file order, unshuffled */
     int in[8], tg[8];
     for (int w = 0; w < 8; w++) {
-        loader_next_batch(&l, in, tg);
+        loader_next_batch(&l, in, tg, NULL);
         CHECK(in[0] == first_inputs[w], "window %d starts at %d, not %d", w, in[0], first_inputs[w]);
         for (int t = 0; t < 8; t++)
             CHECK(in[t] == in[0] + t && tg[t] == in[t] + 1, "window %d crosses a shard's end at %d", w, t);
@@ -479,7 +479,7 @@ TEST(loader_over_a_pattern_of_shards_covers_each_shards_windows_once_and_never_s
     for (int rank = 0; rank < 2; rank++) {
         REQUIRE(loader_open(&l, pattern, 1000, 1, 8, rank, 2, 1, 1, 42, err) == 0, "%s", err);
         for (int k = 0; k < 4; k++) {
-            loader_next_batch(&l, in, tg);
+            loader_next_batch(&l, in, tg, NULL);
             for (int w = 0; w < 8; w++) seen[w] += in[0] == first_inputs[w];
         }
         loader_close(&l);
@@ -545,7 +545,7 @@ TEST(a_shard_cut_short_under_the_loader_is_named_and_ends_the_process_cleanly) {
         if (loader_open(&l, path, 1000, 4, 64, 0, 1, 1, 1, 1, err) != 0) _exit(4);
         if (truncate(path, 64) != 0) _exit(5);
         int in[256], tg[256];
-        for (int k = 0; k < 1000; k++) loader_next_batch(&l, in, tg);
+        for (int k = 0; k < 1000; k++) loader_next_batch(&l, in, tg, NULL);
         _exit(0); /* every page still readable: the test would not test anything */
     }
     int status = 0;
@@ -567,13 +567,13 @@ TEST(a_shard_written_over_under_the_loader_is_named_as_changed) {
     Loader l;
     REQUIRE(loader_open(&l, path, 1000, 2, 16, 0, 1, 1, 0, 1, err) == 0, "%s", err);
     int in[32], tg[32];
-    loader_next_batch(&l, in, tg);
+    loader_next_batch(&l, in, tg, NULL);
     CHECK(!l.changed[0], "an untouched shard called changed: %s", l.changed);
     FILE *f = fopen(path, "r+b");
     const uint16_t big = 65535;
     /* the second batch's windows (file order): tokens 32..64; position 40 */
     REQUIRE(f && fseek(f, 64 + 2 * 40, SEEK_SET) == 0 && fwrite(&big, 2, 1, f) == 1 && fclose(f) == 0, "patching");
-    loader_next_batch(&l, in, tg);
+    loader_next_batch(&l, in, tg, NULL);
     CHECK(strstr(l.changed, "over.bin changed while the run read it: token 65535 at position 40 is not below 1000") &&
               strstr(l.changed, "resume with -y 1"),
           "got: '%s'", l.changed);

@@ -32,7 +32,7 @@ static float loss_of(const ParamTable *t, const float *params, const int *in, co
     if (!be) return NAN;
     float *zero = calloc(t->total, sizeof *zero);
     be->ops->write_state(be, params, zero, zero);
-    float loss = be->ops->eval_loss(be, in, tg);
+    float loss = be->ops->eval_loss(be, in, tg, NULL);
     be->ops->destroy(be);
     free(zero);
     return loss;

@@ -63,6 +63,26 @@ static uint64_t rng_u64(void) { /* splitmix64 */
 /* In (0, 1) strictly: 23 bits and a half, all exact in float (with 24, the largest rounded to 1.0,
  * and fill_normal's log of it made an exact ±0 about once in 2^25 values) */
 static float rng_uniform(void) { return (float)((rng_u64() >> 41) + 0.5) / (float)(1 << 23); }
+
+/* Documents packed end to end: each sequence's rows cut at random into documents, with documents of
+ * one row, of a tile (64) and of a tile and a row at the start, so that boundaries fall inside tiles,
+ * on their edges and a row past them; each query sees only its own document's keys (and within its
+ * window). Rows past a sequence's last document belong to a last one. */
+static void document_positions(int *pos, int B, int T) {
+    const int fixed[3] = {1, 64, 65};
+    for (int b = 0; b < B; b++) {
+        int at = 0, left = 0, k = b; /* each sequence starts on another of the fixed lengths */
+        for (int t = 0; t < T; t++) {
+            if (left == 0) {
+                left = k < 3 ? fixed[k] : 1 + (int)(rng_u64() % 150);
+                k++;
+                at = 0;
+            }
+            pos[(size_t)b * T + t] = at++;
+            left--;
+        }
+    }
+}
 static void fill_normal(float *x, size_t n, float std) {
     for (size_t i = 0; i < n; i++) {
         float u1 = rng_uniform(), u2 = rng_uniform();
@@ -164,7 +184,7 @@ static void dsync(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 
 /* ---- encoder ----------------------------------------------------------------------------- */
 
-static void encoder_case(int B, int T, int C, int Vp, int skewed) {
+static void encoder_case(int B, int T, int C, int Vp, int skewed, int docs = 0) {
     int N = B * T;
     char what[96];
     int *inp = (int *)malloc(N * sizeof(int));
@@ -176,16 +196,22 @@ static void encoder_case(int B, int T, int C, int Vp, int skewed) {
     fill_normal(wpe, (size_t)T * C, 1.0f);
     round_bf16(wte, (size_t)Vp * C);
     round_bf16(wpe, (size_t)T * C);
-    int *d_inp = (int *)dalloc(N * sizeof(int));
+    int *d_inp = (int *)dalloc(N * sizeof(int)), *pos = NULL, *d_pos = NULL;
     CUDA_CHECK(cudaMemcpy(d_inp, inp, N * sizeof(int), cudaMemcpyHostToDevice));
+    if (docs) { /* positions in documents: the position table's rows by them */
+        pos = (int *)malloc(N * sizeof(int));
+        document_positions(pos, B, T);
+        d_pos = (int *)dalloc(N * sizeof(int));
+        CUDA_CHECK(cudaMemcpy(d_pos, pos, N * sizeof(int), cudaMemcpyHostToDevice));
+    }
     bf16 *d_wte = up_bf16(wte, (size_t)Vp * C), *d_wpe = up_bf16(wpe, (size_t)T * C);
     bf16 *d_out = (bf16 *)dalloc((size_t)N * C * 2);
     poison(d_out, (size_t)N * C * 2);
-    encoder_forward(d_out, d_inp, d_wte, d_wpe, 1.0f, B, T, C, 0);
+    encoder_forward(d_out, d_inp, d_pos, d_wte, d_wpe, 1.0f, B, T, C, 0);
     dsync();
     down_bf16(out, d_out, (size_t)N * C);
-    encoder_forward_cpu(ref, inp, wte, wpe, B, T, C);
-    snprintf(what, sizeof what, "encoder fwd B=%d T=%d C=%d Vp=%d", B, T, C, Vp);
+    encoder_forward_cpu(ref, inp, pos, wte, wpe, B, T, C);
+    snprintf(what, sizeof what, "encoder fwd B=%d T=%d C=%d Vp=%d%s", B, T, C, Vp, docs ? " documents" : "");
     CHECK_REL(rel_l2(out, ref, (size_t)N * C), 4e-3, what);
 
     /* Backward: += into random fp32 gradients, twice from the same start for determinism. */
@@ -199,13 +225,13 @@ static void encoder_case(int B, int T, int C, int Vp, int skewed) {
     fill_normal(dwpe0, (size_t)T * C, 1.0f);
     memcpy(dwte_ref, dwte0, (size_t)Vp * C * 4);
     memcpy(dwpe_ref, dwpe0, (size_t)T * C * 4);
-    encoder_backward_cpu(dwte_ref, dwpe_ref, dout, inp, B, T, C);
+    encoder_backward_cpu(dwte_ref, dwpe_ref, dout, inp, pos, B, T, C);
     bf16 *d_dout = up_bf16(dout, (size_t)N * C);
     void *scratch = dalloc(encoder_backward_scratch_bytes(N, Vp));
     for (int run = 0; run < 2; run++) {
         poison(scratch, encoder_backward_scratch_bytes(N, Vp)); /* scratch contents must not matter */
         float *d_dwte = up_f32(dwte0, (size_t)Vp * C), *d_dwpe = up_f32(dwpe0, (size_t)T * C);
-        encoder_backward(d_dwte, d_dwpe, scratch, d_dout, d_inp, 1.0f, -1, B, T, C, Vp, 0);
+        encoder_backward(d_dwte, d_dwpe, scratch, d_dout, d_inp, d_pos, 1.0f, -1, B, T, C, Vp, 0);
         dsync();
         down_f32(run ? dwte2 : dwte1, d_dwte, (size_t)Vp * C);
         down_f32(run ? dwpe2 : dwpe1, d_dwpe, (size_t)T * C);
@@ -215,7 +241,7 @@ static void encoder_case(int B, int T, int C, int Vp, int skewed) {
     CHECK_REL(rel_l2(dwpe1, dwpe_ref, (size_t)T * C), 1e-5, "encoder bwd dwpe");
     CHECK(same_bytes(dwte1, dwte2, (size_t)Vp * C * 4) && same_bytes(dwpe1, dwpe2, (size_t)T * C * 4),
           "encoder backward is not bitwise deterministic (B=%d T=%d)", B, T);
-    free(inp); free(wte); free(wpe); free(out); free(ref); free(dout); free(dwte0); free(dwpe0);
+    free(pos); free(inp); free(wte); free(wpe); free(out); free(ref); free(dout); free(dwte0); free(dwpe0);
     free(dwte_ref); free(dwpe_ref); free(dwte1); free(dwpe1); free(dwte2); free(dwpe2);
     dfree_all();
 }
@@ -226,6 +252,13 @@ TEST(kernels_encoder_matches_cpu_and_backward_is_deterministic) {
     encoder_case(3, 7, 72, 136, 0);
     encoder_case(5, 127, 64, 64, 1);
     encoder_case(2, 1024, 768, 50304, 0);
+}
+
+TEST(kernels_encoder_takes_position_rows_by_document) {
+    seed_fresh();
+    encoder_case(3, 7, 72, 136, 0, 1);
+    encoder_case(5, 300, 64, 64, 1, 1);
+    encoder_case(2, 1024, 768, 50304, 0, 1);
 }
 
 /* R simulated ranks of the vocabulary-parallel token embedding (vocab_slice's split of Vp rows),
@@ -265,7 +298,7 @@ static void encoder_slices_case(int R, int N, int C, int Vp, int skewed, int T) 
     bf16 *d_wte = up_bf16(wte, vc), *d_dout = up_bf16(dout, nc), *d_out = (bf16 *)dalloc(nc * 2);
     float *d_dwte = up_f32(dwte0, vc);
     void *scratch = dalloc(encoder_backward_scratch_bytes(N, Vp));
-    encoder_backward(d_dwte, NULL, scratch, d_dout, d_inp, 1.0f, -1, 1, N, C, Vp, 0);
+    encoder_backward(d_dwte, NULL, scratch, d_dout, d_inp, NULL, 1.0f, -1, 1, N, C, Vp, 0);
     dsync();
     down_f32(dwte_whole, d_dwte, vc);
 
@@ -279,14 +312,14 @@ static void encoder_slices_case(int R, int N, int C, int Vp, int skewed, int T) 
         fill_normal(dwpe0, (size_t)T * C, 1.0f);
         d_wpe = up_bf16(wpe, (size_t)T * C);
         bf16 *d_ref = (bf16 *)dalloc(nc * 2);
-        encoder_forward(d_ref, d_inp, d_wte, d_wpe, 1.0f, N / T, T, C, 0);
+        encoder_forward(d_ref, d_inp, NULL, d_wte, d_wpe, 1.0f, N / T, T, C, 0);
         float *d_dwpe = up_f32(dwpe0, (size_t)T * C), *d_dwte2 = up_f32(dwte0, vc);
-        encoder_backward(d_dwte2, d_dwpe, scratch, d_dout, d_inp, 1.0f, -1, N / T, T, C, Vp, 0);
+        encoder_backward(d_dwte2, d_dwpe, scratch, d_dout, d_inp, NULL, 1.0f, -1, N / T, T, C, Vp, 0);
         dsync();
         down_bf16(ref, d_ref, nc);
         down_f32(dwpe_whole, d_dwpe, (size_t)T * C);
         CUDA_CHECK(cudaMemcpy(d_dwpe, dwpe0, (size_t)T * C * 4, cudaMemcpyHostToDevice));
-        encoder_backward(NULL, d_dwpe, scratch, d_dout, d_inp, 1.0f, -1, N / T, T, C, Vp, 0);
+        encoder_backward(NULL, d_dwpe, scratch, d_dout, d_inp, NULL, 1.0f, -1, N / T, T, C, Vp, 0);
         dsync();
         down_f32(dwpe_alone, d_dwpe, (size_t)T * C);
         CHECK(same_bytes(dwpe_alone, dwpe_whole, (size_t)T * C * 4),
@@ -364,7 +397,7 @@ static void scaled_embedding_case(int B, int T, int C, int Vp, int pad) {
     CUDA_CHECK(cudaMemcpy(d_inp, inp, N * sizeof(int), cudaMemcpyHostToDevice));
     bf16 *d_wte = up_bf16(wte, (size_t)Vp * C), *d_out = (bf16 *)dalloc((size_t)N * C * 2);
     poison(d_out, (size_t)N * C * 2);
-    encoder_forward(d_out, d_inp, d_wte, NULL, scale, B, T, C, 0);
+    encoder_forward(d_out, d_inp, NULL, d_wte, NULL, scale, B, T, C, 0);
     dsync();
     down_bf16(out, d_out, (size_t)N * C);
     embedding_forward_cpu(ref, inp, wte, scale, (size_t)N, C);
@@ -382,7 +415,7 @@ static void scaled_embedding_case(int B, int T, int C, int Vp, int pad) {
     void *scratch = dalloc(encoder_backward_scratch_bytes(N, Vp));
     poison(scratch, encoder_backward_scratch_bytes(N, Vp));
     float *d_dwte = up_f32(dwte0, (size_t)Vp * C);
-    encoder_backward(d_dwte, NULL, scratch, d_dout, d_inp, scale, pad, B, T, C, Vp, 0);
+    encoder_backward(d_dwte, NULL, scratch, d_dout, d_inp, NULL, scale, pad, B, T, C, Vp, 0);
     dsync();
     down_f32(dwte, d_dwte, (size_t)Vp * C);
     snprintf(what, sizeof what, "scaled embedding bwd dwte, pad %d", pad);
@@ -839,11 +872,12 @@ TEST(kernels_timed_matmul_plans_give_the_heuristics_first_choice_bits) {
 
 /* The attention's shape and the CPU reference's parameters for the same call. */
 static AttentionShape att_shape(int B, int T, int NH, int NKV, int HS, float scale, int window) {
-    AttentionShape s = {B, T, NH, NKV, HS, scale, window};
+    AttentionShape s = {B, T, NH, NKV, HS, scale, window, NULL};
     return s;
 }
-static AttentionParams att_params(const AttentionShape *s) {
-    AttentionParams p = {{s->B, s->T, s->NH, s->NKV, s->HS}, s->scale, s->window};
+/* pos: the rows' positions in their documents on the host (the shape's are on the device), or NULL. */
+static AttentionParams att_params(const AttentionShape *s, const int *pos) {
+    AttentionParams p = {{s->B, s->T, s->NH, s->NKV, s->HS, pos}, s->scale, s->window};
     return p;
 }
 
@@ -856,15 +890,25 @@ static float *columns(const float *x, size_t rows, size_t width, size_t c0, size
 
 /* Forward out and lse, and backward dqkv (each of the q, k and v parts on its own) and the qkv bias
  * sums, against the fp32 CPU reference on the same bf16 inputs; the backward twice, bitwise; and both
- * again with the value heads read from another buffer (v), bitwise the same. */
-static void attention_case_shape(const AttentionShape *sh) {
+ * again with the value heads read from another buffer (v), bitwise the same. pos: documents (the
+ * rows' positions in them, host memory), or NULL. */
+static void attention_case_docs(const AttentionShape *shape, const int *pos) {
     char what[160];
+    AttentionShape shape_docs = *shape;
+    const AttentionShape *sh = &shape_docs;
     const int B = sh->B, T = sh->T, NH = sh->NH, NKV = sh->NKV, HS = sh->HS;
     const size_t W = (size_t)(NH + 2 * NKV) * HS, C = (size_t)NH * HS, N = (size_t)B * T;
     const size_t nqkv = N * W, nout = N * C, natt = (size_t)B * NH * T * T, nlse = (size_t)B * NH * T;
-    const AttentionParams prm = att_params(sh);
-    snprintf(what, sizeof what, "attention B=%d T=%d NH=%d NKV=%d HS=%d scale=%g window=%d", B, T, NH, NKV, HS,
-             (double)sh->scale, sh->window);
+    const AttentionParams prm = att_params(sh, pos);
+    if (pos) {
+        int *d_pos = (int *)dalloc(N * sizeof(int));
+        CUDA_CHECK(cudaMemcpy(d_pos, pos, N * sizeof(int), cudaMemcpyHostToDevice));
+        shape_docs.pos = d_pos;
+    }
+    int docs = 0;
+    for (size_t n = 0; pos && n < N; n++) docs += pos[n] == 0;
+    snprintf(what, sizeof what, "attention B=%d T=%d NH=%d NKV=%d HS=%d scale=%g window=%d documents=%d", B, T, NH,
+             NKV, HS, (double)sh->scale, sh->window, docs);
     float *qkv = hmalloc(nqkv), *out_ref = hmalloc(nout), *att = hmalloc(natt), *out_g = hmalloc(nout);
     fill_normal(qkv, nqkv, 1.0f);
     round_bf16(qkv, nqkv);
@@ -978,6 +1022,10 @@ static void attention_case_shape(const AttentionShape *sh) {
     free(qkv); free(out_ref); free(att); free(out_g); free(out_g2); free(lse); free(dout); free(dqkv_ref);
     free(dqkv_g); free(dqkv_g2);
     dfree_all();
+}
+
+static void attention_case_shape(const AttentionShape *sh) {
+    attention_case_docs(sh, NULL);
 }
 
 /* GPT-2's attention: multi-head, scale 1/sqrt(HS), full causal. */
@@ -1230,6 +1278,38 @@ TEST(kernels_sliding_window_attention_sees_exactly_w_keys_head256) {
     sliding_window_cases(256);
 }
 
+static void document_cases(int HS, const int *T, int nT, const int *windows, int nw) {
+    const int heads[2][2] = {{4, 1}, {3, 3}}; /* NH, NKV */
+    for (int ti = 0; ti < nT; ti++)
+        for (int wi = 0; wi < nw; wi++)
+            for (int hi = 0; hi < 2; hi++) {
+                const int B = 2;
+                int *pos = (int *)malloc((size_t)B * T[ti] * sizeof(int));
+                document_positions(pos, B, T[ti]);
+                AttentionShape s =
+                    att_shape(B, T[ti], heads[hi][0], heads[hi][1], HS, 1.0f / sqrtf((float)HS), windows[wi]);
+                attention_case_docs(&s, pos);
+                free(pos);
+            }
+}
+
+TEST(kernels_attention_keeps_each_document_to_itself_head64_and_128) {
+    seed_fresh();
+    const int T[3] = {77, 300, 515}, windows[2] = {0, 100};
+    for (int wgmma = 1; wgmma >= 0; wgmma--) { /* the Hopper kernels (default) and the mma.sync ones */
+        attention_use_wgmma(wgmma);
+        document_cases(64, T, 3, windows, 2);
+        document_cases(128, T, 3, windows, 2);
+    }
+    attention_use_wgmma(1);
+}
+
+TEST(kernels_attention_keeps_each_document_to_itself_head256) {
+    seed_fresh();
+    const int T[2] = {130, 515}, windows[2] = {0, 129};
+    document_cases(256, T, 2, windows, 2);
+}
+
 /* ---- decode attention: one query row against the cache ---------------------------------- */
 
 /* Row ctx-1 of a sequence of ctx rows (its keys and values the cache), against the last row of the
@@ -1240,7 +1320,7 @@ static void attention_decode_case_shape(int ctx, int NH, int NKV, int HS, float 
     const int t = ctx - 1;
     const size_t C = (size_t)NH * HS, nqkv = (size_t)ctx * (NH + 2 * NKV) * HS;
     AttentionShape sh = att_shape(1, ctx, NH, NKV, HS, scale, window);
-    AttentionParams prm = att_params(&sh);
+    AttentionParams prm = att_params(&sh, NULL);
     float *qkv = hmalloc(nqkv), *ref = hmalloc((size_t)ctx * C), *att = hmalloc((size_t)NH * ctx * ctx),
           *got = hmalloc(C), *again = hmalloc(C);
     fill_normal(qkv, nqkv, 1.0f);
@@ -1677,9 +1757,16 @@ TEST(kernels_gemma_rmsnorm_multiplies_one_plus_w) {
 /* ---- QK-norm and RoPE ----------------------------------------------------------------------- */
 
 static void rope_case(int B, int T, int NH, int NKV, int hd, int qk_norm, RopeParams rp, int in_place,
-                      int one_plus_w = 0) {
+                      int one_plus_w = 0, int docs = 0) {
     char what[160];
-    QkvLayout L = {B, T, NH, NKV, hd};
+    int *doc_pos = NULL, *d_doc_pos = NULL; /* documents: each row rotated by its place in its own */
+    if (docs) {
+        doc_pos = (int *)malloc((size_t)B * T * sizeof(int));
+        document_positions(doc_pos, B, T);
+        d_doc_pos = (int *)dalloc((size_t)B * T * sizeof(int));
+        CUDA_CHECK(cudaMemcpy(d_doc_pos, doc_pos, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice));
+    }
+    QkvLayout L = {B, T, NH, NKV, hd, doc_pos};
     const int N = B * T, H = hd / 2, nheads = NH + NKV;
     const size_t R = qkv_row_width(&L), n = (size_t)N * R;
     const float eps = 1e-6f;
@@ -1703,7 +1790,7 @@ static void rope_case(int B, int T, int NH, int NKV, int hd, int qk_norm, RopePa
         memcpy(normed, qkv, n * 4);
     rope_forward_cpu(out_ref, normed, cos_t, sin_t, &L);
 
-    RopeShape s = {B, T, NH, NKV, hd, eps, one_plus_w};
+    RopeShape s = {B, T, NH, NKV, hd, eps, one_plus_w, d_doc_pos};
     bf16 *d_inp = up_bf16(qkv, n), *d_qn = up_bf16(qn, hd), *d_kn = up_bf16(kn, hd);
     float *d_cos = up_f32(cos_t, (size_t)T * H), *d_sin = up_f32(sin_t, (size_t)T * H);
     bf16 *d_out = in_place ? d_inp : (bf16 *)dalloc(n * 2);
@@ -1715,9 +1802,9 @@ static void rope_case(int B, int T, int NH, int NKV, int hd, int qk_norm, RopePa
     float *out_g = hmalloc(n), *rstd_g = hmalloc((size_t)N * nheads);
     down_bf16(out_g, d_out, n);
     down_f32(rstd_g, d_rstd, (size_t)N * nheads);
-    snprintf(what, sizeof what, "rope fwd B=%d T=%d NH=%d NKV=%d hd=%d%s%s scaling %d", B, T, NH, NKV, hd,
+    snprintf(what, sizeof what, "rope fwd B=%d T=%d NH=%d NKV=%d hd=%d%s%s scaling %d%s", B, T, NH, NKV, hd,
              qk_norm ? (one_plus_w ? " +qk-norm (1+w)" : " +qk-norm") : "", in_place ? " in place" : "",
-             (int)rp.scaling);
+             (int)rp.scaling, docs ? " documents" : "");
     /* value heads are never written: in place they stay the input's, else out's (poisoned) bytes; the
      * attention reads them from the input */
     size_t v_wrong = 0;
@@ -1784,7 +1871,7 @@ static void rope_case(int B, int T, int NH, int NKV, int hd, int qk_norm, RopePa
     for (int r = 0; r < 2; r++) { free(dinp_g[r]); free(dqn_g[r]); free(dkn_g[r]); }
     free(qkv); free(qn); free(kn); free(inv_freq); free(cos_t); free(sin_t); free(pos); free(normed); free(out_ref);
     free(rstd_ref); free(out_g); free(rstd_g); free(dout); free(drot); free(dinp_ref); free(dqn_ref); free(dkn_ref);
-    free(dqn0); free(dkn0);
+    free(dqn0); free(dkn0); free(doc_pos);
     dfree_all();
 }
 
@@ -1817,6 +1904,13 @@ TEST(kernels_rope_rotates_half_pairs_with_llama3_scaling_as_the_cpu) {
     linear.scaling = ROPE_SCALING_LINEAR;
     linear.factor = 4.0;
     rope_case(1, 67, 4, 1, 96, 0, linear, 1);
+}
+
+TEST(kernels_rope_rotates_each_row_by_its_place_in_its_document) {
+    seed_fresh();
+    rope_case(2, 137, 8, 2, 64, 0, rope_llama32(), 1, 0, 1);
+    rope_case(3, 200, 16, 8, 128, 1, rope_plain(1e6), 0, 0, 1); /* Qwen3: QK-norm */
+    rope_case(1, 301, 4, 1, 256, 1, rope_plain(10000.0), 1, 1, 1); /* Gemma 3 */
 }
 
 TEST(kernels_qk_norm_runs_per_head_before_rope_with_deterministic_weight_gradients) {

@@ -80,7 +80,7 @@ TEST(llmc_shard_defects_give_the_same_errors_as_ours) {
                        "is >= vocabulary 1000 (pass the -v of the tokenizer that made it, above 55340");
     /* a token no vocabulary holds (as eval reads shards, bounded by no model): no -v is offered */
     expect_llmc_defect(LLAMA3_FIXTURE, "token 0xFFFFFFFF", 1024, -1, -1, UINT32_MAX,
-                       "is above the largest vocabulary a model takes, 2000000000 (the shard is corrupt");
+                       "is above the largest vocabulary a model takes, 1073741824 (the shard is corrupt");
     expect_llmc_defect(LLAMA3_FIXTURE, "token 0xFFFFFFFF under a model", 1024, -1, -1, 128256,
                        "is above the largest vocabulary a model takes");
     expect_llmc_defect(LLAMA3_FIXTURE, "token 0xFFFFFFFE", 1024, -2, -1, UINT32_MAX,

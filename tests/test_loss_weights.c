@@ -37,9 +37,9 @@ TEST(masked_micro_batches_weighted_by_their_targets_give_the_gradient_of_one_bat
     micro->ops->zero_grad(micro);
     double loss = 0.0;
     for (int a = 0; a < 2; a++)
-        loss += micro->ops->train_micro_step(micro, in + a * BT, tg + a * BT, scales[a], a == 1) * scales[a];
+        loss += micro->ops->train_micro_step(micro, in + a * BT, tg + a * BT, NULL, scales[a], a == 1) * scales[a];
     whole->ops->zero_grad(whole);
-    const double want = whole->ops->train_micro_step(whole, in, tg, 1.0f, 1);
+    const double want = whole->ops->train_micro_step(whole, in, tg, NULL, 1.0f, 1);
     CHECK(fabs(loss - want) <= 1e-6 * want, "weighted loss %.8f, one batch's %.8f", loss, want);
     float *g = malloc(t.total * sizeof *g), *gw = malloc(t.total * sizeof *gw);
     micro->ops->read_grads(micro, g);
@@ -47,7 +47,7 @@ TEST(masked_micro_batches_weighted_by_their_targets_give_the_gradient_of_one_bat
     CHECK(rel_l2(g, gw, t.total) < 1e-5, "gradient %.3g off one batch's (relative L2)", rel_l2(g, gw, t.total));
     /* the plain mean of the two means weighs the first batch's 2 targets as much as the 11: not it */
     micro->ops->zero_grad(micro);
-    for (int a = 0; a < 2; a++) micro->ops->train_micro_step(micro, in + a * BT, tg + a * BT, 0.5f, a == 1);
+    for (int a = 0; a < 2; a++) micro->ops->train_micro_step(micro, in + a * BT, tg + a * BT, NULL, 0.5f, a == 1);
     micro->ops->read_grads(micro, g);
     CHECK(rel_l2(g, gw, t.total) > 1e-2, "the unweighted mean's gradient is as close (%.3g): the test cannot fail",
           rel_l2(g, gw, t.total));

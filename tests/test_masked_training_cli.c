@@ -44,7 +44,7 @@ TEST(a_masked_step_is_the_mean_over_all_of_its_unmarked_targets_with_or_without_
         const int w = (i - 1) / T, t = (i - 1) % T;
         if ((w == 0 && t != 5) || (w == 1 && t % 2 == 0)) tokens[i] |= SHARD_NO_LOSS;
     }
-    REQUIRE(shard_write_masked(masked, tokens, N, 300, 0, err) == 0, "%s", err);
+    REQUIRE(shard_write_flagged(masked, tokens, N, 300, 0, SHARD_LOSS_MASK, err) == 0, "%s", err);
     free(tokens);
     snprintf(args, sizeof args, "eval --init-from %s/step_00000030 -i %s -t %d --device cpu", trained, masked, T);
     rc = run_train(args, &out);

@@ -34,12 +34,12 @@ static void expect_config_counts_the_estimate(const GPTConfig *cfg, int B, int T
     const int n = be->ops->memory_items(be, items);
     const MemoryEstimate e = memory_estimate(&t, B, T, recompute, OPTIMIZER_STATE_FP32);
     const int N = B * T, C = cfg->dim, hd = cfg->head_dim, rope = cfg->positions == POS_ROPE;
-    const AttentionShape att = {B, T, cfg->num_heads, cfg->num_kv_heads, hd, 1.0f / sqrtf((float)hd), 0};
+    const AttentionShape att = {B, T, cfg->num_heads, cfg->num_kv_heads, hd, 1.0f / sqrtf((float)hd), 0, NULL};
     size_t scratch = encoder_backward_scratch_bytes(N, cfg->padded_vocab_size);
     scratch = largest(scratch, attention_backward_scratch_bytes(&att));
     scratch = largest(scratch, global_sumsq_scratch_bytes());
     if (rope) {
-        const RopeShape rs = {B, T, cfg->num_heads, cfg->num_kv_heads, hd, cfg->norm_eps, 0};
+        const RopeShape rs = {B, T, cfg->num_heads, cfg->num_kv_heads, hd, cfg->norm_eps, 0, NULL};
         scratch = largest(scratch, rmsnorm_backward_scratch_bytes(C));
         scratch = largest(scratch, rope_backward_scratch_bytes(&rs));
         if (cfg->qkv_bias)

@@ -57,13 +57,13 @@ static void check_gradients(GPTConfig cfg, OutputKind output, float eps) {
         if (targets[i] < 0) continue;
         int only[10];
         for (int k = 0; k < B * T; k++) only[k] = k == i ? targets[i] : -1;
-        sum_single += be->ops->eval_loss(be, inputs, only);
+        sum_single += be->ops->eval_loss(be, inputs, only, NULL);
     }
-    const double mean = be->ops->eval_loss(be, inputs, targets);
+    const double mean = be->ops->eval_loss(be, inputs, targets, NULL);
     CHECK(fabs(mean - sum_single / 9) <= 1e-5 * fabs(mean), "loss %.7g, mean of the 9 counted targets %.7g", mean,
           sum_single / 9);
     be->ops->zero_grad(be);
-    be->ops->train_micro_step(be, inputs, targets, 1.0f, 1);
+    be->ops->train_micro_step(be, inputs, targets, NULL, 1.0f, 1);
     be->ops->read_grads(be, g);
 
         for (int k = 0; k < t.count; k++) {
@@ -77,10 +77,10 @@ static void check_gradients(GPTConfig cfg, OutputKind output, float eps) {
             memcpy(q, p, t.total * 4);
             q[pi->offset + j] = p[pi->offset + j] + h;
             be->ops->write_state(be, q, NULL, NULL);
-            double up = be->ops->eval_loss(be, inputs, targets);
+            double up = be->ops->eval_loss(be, inputs, targets, NULL);
             q[pi->offset + j] = p[pi->offset + j] - h;
             be->ops->write_state(be, q, NULL, NULL);
-            double down = be->ops->eval_loss(be, inputs, targets);
+            double down = be->ops->eval_loss(be, inputs, targets, NULL);
             fd[j] = (float)((up - down) / (2.0 * h));
         }
         double num = 0, den = 0;

@@ -28,7 +28,7 @@ TEST(adamw_two_steps_match_hand_computation) {
     be->ops->read_state(be, hp, NULL, NULL);
     for (int step = 1; step <= 2; step++) {
         be->ops->zero_grad(be);
-        be->ops->train_micro_step(be, in, tg, 1.0f, 1);
+        be->ops->train_micro_step(be, in, tg, NULL, 1.0f, 1);
         be->ops->read_grads(be, g);
         be->ops->read_state(be, p0, NULL, NULL);
         AdamWStep s = {lr, b1, b2, eps, wd, clip, step};
@@ -132,7 +132,7 @@ TEST(adamw_on_bf16_state_lands_on_a_bf16_neighbour_of_the_fp32_update) {
         Backend *both[2] = {f, h};
         for (int j = 0; j < 2; j++) {
             both[j]->ops->zero_grad(both[j]);
-            both[j]->ops->train_micro_step(both[j], in, tg, 1.0f, 1);
+            both[j]->ops->train_micro_step(both[j], in, tg, NULL, 1.0f, 1);
             AdamWStep s = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step};
             both[j]->ops->adamw_update(both[j], &s);
         }

@@ -1197,7 +1197,7 @@ static size_t expected_pair_ids(const Tokenizer *tok, const char *prompt, const 
     size_t np, nw;
     uint32_t *p = tokenizer_encode_alloc(tok, prompt, strlen(prompt), TOKENIZER_SPECIALS, &np);
     uint32_t *w = tokenizer_encode_alloc(tok, whole, strlen(whole), TOKENIZER_SPECIALS, &nw);
-    for (size_t i = 0; i < nw; i++) ids[n + i] = w[i] | (i < np ? SHARD_NO_LOSS : 0);
+    for (size_t i = 0; i < nw; i++) ids[n + i] = w[i] | (i < np ? SHARD_NO_LOSS : 0) | (i == 0 ? SHARD_DOC_START : 0);
     free(w);
     free(p);
     return n + nw;
@@ -1246,20 +1246,21 @@ TEST(prepare_prompt_completion_marks_each_prompts_ids_as_no_target_and_ends_comp
     size_t nwant[2] = {0, 0};
     for (int i = 0; i < 10; i++) nwant[i >= 8] = expected_pair_ids(tok, prompt[i], completion[i], eos, want[i >= 8],
                                                                     nwant[i >= 8]);
-    const uint32_t bos = want[0][0] & ~SHARD_NO_LOSS, eos_id = want[0][nwant[0] - 1];
+    const uint32_t bos = shard_token_id(want[0][0]), eos_id = want[0][nwant[0] - 1];
     for (int k = 0; k < 2; k++) {
         snprintf(path, sizeof path, "%s/%s", out, k ? "val.bin" : "train.bin");
         uint32_t *got;
         uint64_t n;
         ShardHeader h;
         REQUIRE(shard_read(path, tokenizer_vocab_size(tok), &got, &n, &h, err) == 0, "%s", err);
-        CHECK(h.flags == SHARD_LOSS_MASK && h.tokenizer == tokenizer_fingerprint(tok), "%s: flags %u", path, h.flags);
+        CHECK(h.flags == (SHARD_LOSS_MASK | SHARD_DOCUMENTS) && h.tokenizer == tokenizer_fingerprint(tok),
+              "%s: flags %u", path, h.flags);
         CHECK(n == nwant[k] && memcmp(got, want[k], n * sizeof *got) == 0, "%s: %llu ids, %zu expected, or others",
               path, (unsigned long long)n, nwant[k]);
         /* each example: BOS first and marked, its last id the eos, once and not marked */
         uint64_t examples = 0, eos_seen = 0;
         for (uint64_t i = 0; i < n; i++) {
-            examples += got[i] == (bos | SHARD_NO_LOSS);
+            examples += got[i] == (bos | SHARD_NO_LOSS | SHARD_DOC_START); /* each example a document */
             eos_seen += got[i] == eos_id;
             CHECK(got[i] != (eos_id | SHARD_NO_LOSS), "%s: a marked eos at %llu", path, (unsigned long long)i);
         }

@@ -924,7 +924,7 @@ TEST(a_shard_token_no_vocabulary_flag_can_fix_gets_no_such_hint) {
     char err[ERR_LEN];
     REQUIRE(shard_write(path, t, 64, UINT32_MAX, 0, err) == 0, "%s", err);
     expect_run(1, "token 2147483653 at position 40", "(re-tokenize: the shard's vocabulary of 4294967295 is above the "
-               "largest a model takes, -v 2000000000)", "--device cpu -e tiny -v 64 -b 1 -t 8 -x 1 -i %s -o %s/w",
+               "largest a model takes, -v 1073741824)", "--device cpu -e tiny -v 64 -b 1 -t 8 -x 1 -i %s -o %s/w",
                path, d);
     /* a shard whose token contradicts its own header is corrupt, whatever -v is */
     snprintf(path, sizeof path, "%s/bad.bin", d);

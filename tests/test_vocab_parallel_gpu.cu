@@ -89,7 +89,7 @@ static void check_world_of_one(const GPTConfig *model, OptimizerState state = OP
         double sumsq[2];
         for (int j = 0; j < 2; j++) {
             be[j]->ops->zero_grad(be[j]);
-            loss[j] = be[j]->ops->train_micro_step(be[j], inputs + k * n, targets + k * n, 1.0f, 1);
+            loss[j] = be[j]->ops->train_micro_step(be[j], inputs + k * n, targets + k * n, NULL, 1.0f, 1);
             be[j]->ops->reduce_grads(be[j]);
             sumsq[j] = be[j]->ops->grad_sumsq(be[j]);
         }
@@ -138,8 +138,8 @@ static void check_world_of_one(const GPTConfig *model, OptimizerState state = OP
     Backend *c = create(&t, &one, 1, state, err);
     REQUIRE(c, "vocabulary-parallel backend: %s", err);
     c->ops->write_state(c, sb[0], sb[1], sb[2]);
-    float eb = b->ops->eval_loss(b, inputs, targets), ec = c->ops->eval_loss(c, inputs, targets),
-          ea = a->ops->eval_loss(a, inputs, targets);
+    float eb = b->ops->eval_loss(b, inputs, targets, NULL), ec = c->ops->eval_loss(c, inputs, targets, NULL),
+          ea = a->ops->eval_loss(a, inputs, targets, NULL);
     CHECK(memcmp(&ea, &eb, 4) == 0 && memcmp(&eb, &ec, 4) == 0, "eval loss: split %.9g, resumed %.9g, unsplit %.9g",
           eb, ec, ea);
     c->ops->destroy(c);

@@ -115,7 +115,7 @@ static void bench_attention(int B, int T, int NH, int NKV, int HS, float scale, 
     bf16 *qkv = rand_bf16(N * W, 1.0f), *out = (bf16 *)dmalloc(N * C * 2), *dout = rand_bf16(N * C, 1.0f);
     bf16 *dqkv = (bf16 *)dmalloc(N * W * 2);
     float *lse = (float *)dmalloc((size_t)B * NH * T * 4), *dbias = (float *)dmalloc(W * sizeof(float));
-    const AttentionShape sh = {B, T, NH, NKV, HS, scale, window};
+    const AttentionShape sh = {B, T, NH, NKV, HS, scale, window, NULL};
     void *scratch = dmalloc(attention_backward_scratch_bytes(&sh));
     double f = 4.0 * B * NH * HS * visible_pairs(T, window), bytes = (N * W + N * C) * 2.0;
     printf("attention B=%d T=%d NH=%d NKV=%d HS=%d causal window=%d\n", B, T, NH, NKV, HS, window);
@@ -182,9 +182,9 @@ int main(int argc, char **argv) {
         bf16 *wte = rand_bf16((size_t)Vp * C, 0.1f), *wpe = rand_bf16((size_t)T * C, 0.1f), *out = (bf16 *)dmalloc(N * C * 2);
         float *dwte = rand_f32((size_t)Vp * C, 0.1f), *dwpe = rand_f32((size_t)T * C, 0.1f);
         void *scratch = dmalloc(encoder_backward_scratch_bytes((int)N, Vp));
-        TIME_MS(ms, encoder_forward(out, tok, wte, wpe, 1.0f, B, T, C, 0));
+        TIME_MS(ms, encoder_forward(out, tok, NULL, wte, wpe, 1.0f, B, T, C, 0));
         row("encoder_forward", ms, N * C, 3.0 * N * C * 2);
-        TIME_MS(ms, encoder_backward(dwte, dwpe, scratch, out, tok, 1.0f, -1, B, T, C, Vp, 0));
+        TIME_MS(ms, encoder_backward(dwte, dwpe, scratch, out, tok, NULL, 1.0f, -1, B, T, C, Vp, 0));
         row("encoder_backward (sort + sums)", ms, 2.0 * N * C, 2.0 * N * C * 2 + 2.0 * (N + T) * C * 4);
         CUDA_CHECK(cudaFree(tok)); CUDA_CHECK(cudaFree(wte)); CUDA_CHECK(cudaFree(wpe)); CUDA_CHECK(cudaFree(out));
         CUDA_CHECK(cudaFree(dwte)); CUDA_CHECK(cudaFree(dwpe)); CUDA_CHECK(cudaFree(scratch));
@@ -279,7 +279,7 @@ int main(int argc, char **argv) {
             CUDA_CHECK(cudaFree(out)); CUDA_CHECK(cudaFree(dinp)); CUDA_CHECK(cudaFree(rstd)); CUDA_CHECK(cudaFree(dw));
             CUDA_CHECK(cudaFree(scratch));
         }
-        const RopeShape rs = {(int)(N / T), T, nh, nkv, hd, 1e-6f, 0};
+        const RopeShape rs = {(int)(N / T), T, nh, nkv, hd, 1e-6f, 0, NULL};
         bf16 *proj = rand_bf16(N * QW, 1.0f), *qkv = (bf16 *)dmalloc(N * QW * 2), *dqkv = rand_bf16(N * QW, 1.0f);
         bf16 *qn = rand_bf16(hd, 1.0f), *kn = rand_bf16(hd, 1.0f);
         float *cs = rand_f32((size_t)T * hd / 2, 1.0f), *sn = rand_f32((size_t)T * hd / 2, 1.0f);

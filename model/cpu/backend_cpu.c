@@ -173,8 +173,8 @@ static const float *branch_output_grad(CpuBackend *cb, float *dw, const float *w
 }
 
 /* Layer l's attention over B sequences of T: its window (sliding layers) and the family's scale. */
-static AttentionParams gqa_params(const GPTConfig *cfg, int l, int B, int T) {
-    AttentionParams p = {.qkv = {B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim},
+static AttentionParams gqa_params(const GPTConfig *cfg, int l, int B, int T, const int *pos) {
+    AttentionParams p = {.qkv = {B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, pos},
                          .scale = gpt_attention_scale(cfg),
                          .window = gpt_layer_is_sliding(cfg, l) ? cfg->sliding_window : 0};
     return p;
@@ -192,11 +192,12 @@ static GluActivation glu_of(const GPTConfig *cfg) {
 }
 
 /* The body's forward over the activation rows [t0, t0 + B·T): with t0 = 0, B sequences of T
- * tokens (a micro-batch, or a prompt with B = 1); with t0 > 0, one token (B = T = 1) at position
+ * tokens (a micro-batch, or a prompt with B = 1; pos: their positions, backend.h, or NULL); with
+ * t0 > 0, one token (B = T = 1; pos NULL) at position
  * t0 of sequence 0, whose attention reads the keys and values that rows 0..t0-1 of each layer's
  * qkv still hold (the sampling cache). inputs: the tokens of those rows. Every other layer works
  * row by row, so a row computed alone equals the same row of a whole forward. */
-static void forward_body(CpuBackend *cb, const int *inputs, int t0, int B, int T) {
+static void forward_body(CpuBackend *cb, const int *inputs, const int *pos, int t0, int B, int T) {
     const ParamTable *t = cb->t;
     const GPTConfig *cfg = &t->cfg;
     const BlockWidths w = gpt_block_widths(cfg);
@@ -206,12 +207,13 @@ static void forward_body(CpuBackend *cb, const int *inputs, int t0, int B, int T
     if (is_rope(cfg)) {
         embedding_forward_cpu(cb->encoded + r * C, inputs, wte, gpt_embed_scale(cfg), (size_t)N, C);
     } else {
-        encoder_forward_cpu(cb->encoded + r * C, inputs, wte, whole_tensor(t, cb->params, ROLE_WPE) + r * C, B, T, C);
+        encoder_forward_cpu(cb->encoded + r * C, inputs, pos, wte, whole_tensor(t, cb->params, ROLE_WPE) + r * C, B, T,
+                            C);
     }
     const float *residual = cb->encoded;
-    /* RoPE's rows: row n of the B·T is position t0 + n % T */
+    /* RoPE's rows: row n of the B·T is position t0 + n % T, or pos[n] */
     const size_t half = (size_t)cfg->head_dim / 2;
-    QkvLayout rows = {B, T, NH, cfg->num_kv_heads, cfg->head_dim};
+    QkvLayout rows = {B, T, NH, cfg->num_kv_heads, cfg->head_dim, pos};
     for (int l = 0; l < cfg->num_layers; l++) {
         LayerTensors p = layer_tensors(t, cb->params, l);
         LayerActs *a = &cb->layer[l];
@@ -230,10 +232,10 @@ static void forward_body(CpuBackend *cb, const int *inputs, int t0, int B, int T
             rope_forward_cpu(a->qkv + r * w.QW, src, cos_t + r * half, sin_t + r * half, &rows);
             /* decoding: row t0 attends to rows 0..t0 of the sequence, recomputed as one sequence
              * of t0 + 1 (each row alone, so rows 0..t0-1 come out as they were) */
-            AttentionParams ap = gqa_params(cfg, l, t0 == 0 ? B : 1, t0 == 0 ? T : t0 + 1);
+            AttentionParams ap = gqa_params(cfg, l, t0 == 0 ? B : 1, t0 == 0 ? T : t0 + 1, pos);
             gqa_attention_forward_cpu(a->atty, a->att, a->qkv, &ap);
         } else if (t0 == 0) {
-            attention_forward_cpu(a->atty, a->att, a->qkv, B, T, C, NH);
+            attention_forward_cpu(a->atty, a->att, a->qkv, pos, B, T, C, NH);
         } else {
             attention_decode_cpu(a->atty + r * C, a->att, a->qkv, t0, C, NH);
         }
@@ -291,9 +293,9 @@ static double output_layer(CpuBackend *cb, const int *targets, float grad_scale,
     return sum;
 }
 
-static float cpu_eval_loss(Backend *be, const int *inputs, const int *targets) {
+static float cpu_eval_loss(Backend *be, const int *inputs, const int *targets, const int *positions) {
     CpuBackend *cb = (CpuBackend *)be;
-    forward_body(cb, inputs, 0, be->B, be->T);
+    forward_body(cb, inputs, positions, 0, be->B, be->T);
     int valid = output_layer_count_valid(targets, be->B * be->T);
     double sum = output_layer(cb, targets, 0.0f, 0);
     return valid ? (float)(sum / valid) : 0.0f;
@@ -303,8 +305,8 @@ static void cpu_row_losses(Backend *be, float *out) {
     memcpy(out, ((CpuBackend *)be)->row_losses, (size_t)be->B * be->T * sizeof(float));
 }
 
-static float cpu_train_micro_step(Backend *be, const int *inputs, const int *targets, float loss_scale,
-                                  int last_micro) {
+static float cpu_train_micro_step(Backend *be, const int *inputs, const int *targets, const int *positions,
+                                  float loss_scale, int last_micro) {
     (void)last_micro; /* alone: nothing to reduce */
     CpuBackend *cb = (CpuBackend *)be;
     const ParamTable *t = cb->t;
@@ -313,7 +315,7 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
     int B = be->B, T = be->T, C = cfg->dim, NH = cfg->num_heads, N = B * T;
     size_t NC = (size_t)N * C;
 
-    forward_body(cb, inputs, 0, B, T);
+    forward_body(cb, inputs, positions, 0, B, T);
     int valid = output_layer_count_valid(targets, N);
     memset(cb->dlnf, 0, NC * sizeof(float));
     double sum = output_layer(cb, targets, valid ? loss_scale / valid : 0.0f, 1);
@@ -322,7 +324,7 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
     memset(cb->dres, 0, NC * sizeof(float));
     norm_backward(cfg, cb->dres, whole_tensor(t, cb->grads, ROLE_LNF_W), whole_tensor(t, cb->grads, ROLE_LNF_B),
                   cb->dlnf, last, whole_tensor(t, cb->params, ROLE_LNF_W), cb->lnf_mean, cb->lnf_rstd, N);
-    const QkvLayout rows = {B, T, NH, cfg->num_kv_heads, cfg->head_dim};
+    const QkvLayout rows = {B, T, NH, cfg->num_kv_heads, cfg->head_dim, positions};
     /* dres holds the gradient of the residual stream; walking down a layer, each branch's norm
      * backward adds its contribution into it (residual adds pass gradients through). */
     for (int l = cfg->num_layers - 1; l >= 0; l--) {
@@ -348,7 +350,7 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
         matmul_backward_cpu(s->datty, g.attprojw, g.attprojb, dattproj, a->atty, p.attprojw, N, (int)w.AW, C);
         /* dqkv: the gradient of qkv_proj, the projection's output */
         if (is_rope(cfg)) {
-            const AttentionParams ap = gqa_params(cfg, l, B, T);
+            const AttentionParams ap = gqa_params(cfg, l, B, T, positions);
             const float *cos_t, *sin_t;
             layer_rope(cb, l, &cos_t, &sin_t);
             memset(s->dqkv_rot, 0, N * w.QW * sizeof(float));
@@ -363,7 +365,7 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
                 qk_norm_backward_cpu(s->dqkv, g.qnormw, g.knormw, s->dqkv_normed, a->qkv_proj, p.qnormw, p.knormw,
                                      a->qk_rstd, &rows, cfg->norm == NORM_RMSNORM_ONE_PLUS_W);
         } else {
-            attention_backward_cpu(s->dqkv, s->datty, a->qkv, a->att, B, T, C, NH);
+            attention_backward_cpu(s->dqkv, s->datty, a->qkv, a->att, positions, B, T, C, NH);
         }
         matmul_backward_cpu(s->dln1, g.qkvw, g.qkvb, s->dqkv, a->ln1, p.qkvw, N, C, (int)w.QW);
         norm_backward(cfg, cb->dres, g.ln1w, g.ln1b, s->dln1, residual, p.ln1w, a->ln1_mean, a->ln1_rstd, N);
@@ -372,7 +374,7 @@ static float cpu_train_micro_step(Backend *be, const int *inputs, const int *tar
     if (is_rope(cfg)) {
         embedding_backward_cpu(dwte, cb->dres, inputs, gpt_embed_scale(cfg), gpt_embed_pad_token(cfg), (size_t)N, C);
     } else {
-        encoder_backward_cpu(dwte, whole_tensor(t, cb->grads, ROLE_WPE), cb->dres, inputs, B, T, C);
+        encoder_backward_cpu(dwte, whole_tensor(t, cb->grads, ROLE_WPE), cb->dres, inputs, positions, B, T, C);
     }
     return valid ? (float)(sum / valid) : 0.0f;
 }
@@ -387,19 +389,19 @@ static void logits_of_row(CpuBackend *cb, int row, float *logits) {
 
 static void cpu_logits_at(Backend *be, const int *tokens, int pos, float *logits) {
     CpuBackend *cb = (CpuBackend *)be;
-    forward_body(cb, tokens, 0, be->B, be->T);
+    forward_body(cb, tokens, NULL, 0, be->B, be->T);
     logits_of_row(cb, pos, logits);
 }
 
 static void cpu_prefill(Backend *be, const int *tokens, int n, float *logits) {
     CpuBackend *cb = (CpuBackend *)be;
-    forward_body(cb, tokens, 0, 1, n);
+    forward_body(cb, tokens, NULL, 0, 1, n);
     logits_of_row(cb, n - 1, logits);
 }
 
 static void cpu_decode_step(Backend *be, int token, int pos, float *logits) {
     CpuBackend *cb = (CpuBackend *)be;
-    forward_body(cb, &token, pos, 1, 1);
+    forward_body(cb, &token, NULL, pos, 1, 1);
     logits_of_row(cb, pos, logits);
 }
 

@@ -5,20 +5,27 @@
 #include <math.h>
 #include <string.h>
 
-void encoder_forward_cpu(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C) {
+/* Token t of sequence b's position (layers_cpu.h: documents). */
+static int position_of(const int *pos, int b, int T, int t) {
+    return pos ? pos[(size_t)b * T + t] : t;
+}
+
+void encoder_forward_cpu(float *out, const int *inp, const int *pos, const float *wte, const float *wpe, int B, int T,
+                         int C) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             float *o = out + ((size_t)b * T + t) * C;
-            const float *te = wte + (size_t)inp[b * T + t] * C, *pe = wpe + (size_t)t * C;
+            const float *te = wte + (size_t)inp[b * T + t] * C, *pe = wpe + (size_t)position_of(pos, b, T, t) * C;
             for (int i = 0; i < C; i++) o[i] = te[i] + pe[i];
         }
 }
 
-void encoder_backward_cpu(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C) {
+void encoder_backward_cpu(float *dwte, float *dwpe, const float *dout, const int *inp, const int *pos, int B, int T,
+                          int C) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             const float *d = dout + ((size_t)b * T + t) * C;
-            float *dte = dwte + (size_t)inp[b * T + t] * C, *dpe = dwpe + (size_t)t * C;
+            float *dte = dwte + (size_t)inp[b * T + t] * C, *dpe = dwpe + (size_t)position_of(pos, b, T, t) * C;
             for (int i = 0; i < C; i++) {
                 dte[i] += d[i];
                 dpe[i] += d[i];
@@ -111,15 +118,16 @@ void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float 
     }
 }
 
-/* Head h of query row t of one sequence (qkv its rows, stride 3C) against its rows 0..t: out [HS]
- * (=), a [t+1] the softmax probabilities (=). The whole forward and the one-row decode both run
+/* Head h of query row t of one sequence (qkv its rows, stride 3C) against its rows t0..t: out [HS]
+ * (=), a [t+1] the softmax probabilities (=; 0 before t0). The whole forward and the one-row decode both run
  * this, so a row decoded against cached keys and values is bit-identical to the same row of the
  * whole forward. */
-static void attend_row(float *out, float *a, const float *qkv, int t, int h, int C, int HS) {
+static void attend_row(float *out, float *a, const float *qkv, int t0, int t, int h, int C, int HS) {
     const float scale = 1.0f / sqrtf((float)HS);
     const float *q = qkv + (size_t)t * 3 * C + h * HS;
     float maxv = -INFINITY;
-    for (int t2 = 0; t2 <= t; t2++) {
+    for (int t2 = 0; t2 < t0; t2++) a[t2] = 0.0f;
+    for (int t2 = t0; t2 <= t; t2++) {
         const float *k = qkv + (size_t)t2 * 3 * C + C + h * HS;
         float s = 0.0f;
         for (int i = 0; i < HS; i++) s += q[i] * k[i];
@@ -128,37 +136,38 @@ static void attend_row(float *out, float *a, const float *qkv, int t, int h, int
         if (s > maxv) maxv = s;
     }
     float sum = 0.0f;
-    for (int t2 = 0; t2 <= t; t2++) {
+    for (int t2 = t0; t2 <= t; t2++) {
         a[t2] = expf(a[t2] - maxv);
         sum += a[t2];
     }
-    for (int t2 = 0; t2 <= t; t2++) a[t2] /= sum;
+    for (int t2 = t0; t2 <= t; t2++) a[t2] /= sum;
     for (int i = 0; i < HS; i++) out[i] = 0.0f;
-    for (int t2 = 0; t2 <= t; t2++) {
+    for (int t2 = t0; t2 <= t; t2++) {
         const float *v = qkv + (size_t)t2 * 3 * C + 2 * C + h * HS;
         for (int i = 0; i < HS; i++) out[i] += a[t2] * v[i];
     }
 }
 
-void attention_forward_cpu(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+void attention_forward_cpu(float *out, float *att, const float *qkv, const int *pos, int B, int T, int C, int NH) {
     int HS = C / NH;
 #pragma omp parallel for collapse(3)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
                 float *a = att + (((size_t)b * NH + h) * T + t) * T;
-                attend_row(out + ((size_t)b * T + t) * C + h * HS, a, qkv + (size_t)b * T * 3 * C, t, h, C, HS);
+                attend_row(out + ((size_t)b * T + t) * C + h * HS, a, qkv + (size_t)b * T * 3 * C,
+                           t - position_of(pos, b, T, t), t, h, C, HS);
                 for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
             }
 }
 
 void attention_decode_cpu(float *out, float *att, const float *qkv, int t, int C, int NH) {
     int HS = C / NH;
-    for (int h = 0; h < NH; h++) attend_row(out + (size_t)h * HS, att + (size_t)h * (t + 1), qkv, t, h, C, HS);
+    for (int h = 0; h < NH; h++) attend_row(out + (size_t)h * HS, att + (size_t)h * (t + 1), qkv, 0, t, h, C, HS);
 }
 
-void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
-                            int C, int NH) {
+void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, const int *pos,
+                            int B, int T, int C, int NH) {
     int HS = C / NH;
     float scale = 1.0f / sqrtf((float)HS);
     /* Parallel over (b, h) only: dk and dv of one head receive contributions from every t. */
@@ -170,9 +179,10 @@ void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, co
                 const float *d = dout + ((size_t)b * T + t) * C + h * HS;
                 const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * HS;
                 float *dq = dqkv + ((size_t)b * T + t) * 3 * C + h * HS;
+                const int t0 = t - position_of(pos, b, T, t);
                 /* datt[t2] = d · v[t2]; dv[t2] += a[t2]·d; softmax backward: ds = a·(datt − Σ a·datt) */
                 float dot = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = t0; t2 <= t; t2++) {
                     const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
                     float *dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
                     float datt = 0.0f;
@@ -182,7 +192,7 @@ void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, co
                     }
                     dot += a[t2] * datt;
                 }
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = t0; t2 <= t; t2++) {
                     const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * HS;
                     const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * HS;
                     float *dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * HS;

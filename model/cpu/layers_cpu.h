@@ -14,9 +14,15 @@
 
 #define LAYERNORM_EPS 1e-5f
 
-/* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] */
-void encoder_forward_cpu(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C);
-void encoder_backward_cpu(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C);
+/* Documents: pos [B·T] gives each token's position in its document, the rows of a sequence being one
+ * or more documents packed end to end (0 at each document's first token); NULL: every sequence is one
+ * document, token t at position t. */
+
+/* out[b,t,:] = wte[inp[b,t],:] + wpe[pos[b,t],:] */
+void encoder_forward_cpu(float *out, const int *inp, const int *pos, const float *wte, const float *wpe, int B, int T,
+                         int C);
+void encoder_backward_cpu(float *dwte, float *dwpe, const float *dout, const int *inp, const int *pos, int B, int T,
+                          int C);
 
 /* mean, rstd: [B·T], kept for the backward. */
 void layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *inp, const float *weight,
@@ -30,15 +36,16 @@ void matmul_backward_cpu(float *dinp, float *dweight, float *dbias, const float 
                          const float *weight, int N, int C, int OC);
 
 /* qkv [B, T, 3C] (q, k, v each C wide, heads contiguous within each); out [B, T, C];
- * att [B, NH, T, T] holds the causal softmax probabilities for the backward. */
-void attention_forward_cpu(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+ * att [B, NH, T, T] holds the causal softmax probabilities for the backward. With documents (pos),
+ * query t sees keys t − pos[t] .. t, its own document's. */
+void attention_forward_cpu(float *out, float *att, const float *qkv, const int *pos, int B, int T, int C, int NH);
 /* Row t alone of one sequence's causal attention, for decoding against cached keys and values:
  * qkv holds the sequence's rows 0..t ([t+1, 3C], each row's k and v as the forward left them);
  * out [C] (=) is row t's output, att [NH, t+1] (=) scratch for its probabilities. Bit-identical to
  * row t of attention_forward_cpu. */
 void attention_decode_cpu(float *out, float *att, const float *qkv, int t, int C, int NH);
-void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
-                            int C, int NH);
+void attention_backward_cpu(float *dqkv, const float *dout, const float *qkv, const float *att, const int *pos,
+                            int B, int T, int C, int NH);
 
 /* GELU, tanh approximation (GPT-2's; PyTorch's gelu(approximate="tanh")). The scalar forms are
  * shared with the gated MLPs (GeGLU). */

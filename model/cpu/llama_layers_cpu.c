@@ -135,7 +135,8 @@ void rope_forward_cpu(float *out, const float *qkv, const float *cos_t, const fl
     size_t R = qkv_row_width(s), qk = (size_t)(s->NH + s->NKV) * s->hd;
     int H = s->hd / 2;
     for (size_t n = 0; n < (size_t)s->B * s->T; n++) {
-        const float *c = cos_t + (n % s->T) * H, *sn = sin_t + (n % s->T) * H;
+        const size_t at = (size_t)qkv_row_position(s, n);
+        const float *c = cos_t + at * H, *sn = sin_t + at * H;
         const float *x = qkv + n * R;
         float *o = out + n * R;
         for (int h = 0; h < s->NH + s->NKV; h++) {
@@ -155,7 +156,8 @@ void rope_backward_cpu(float *dqkv, const float *dout, const float *cos_t, const
     size_t R = qkv_row_width(s), qk = (size_t)(s->NH + s->NKV) * s->hd;
     int H = s->hd / 2;
     for (size_t n = 0; n < (size_t)s->B * s->T; n++) {
-        const float *c = cos_t + (n % s->T) * H, *sn = sin_t + (n % s->T) * H;
+        const size_t at = (size_t)qkv_row_position(s, n);
+        const float *c = cos_t + at * H, *sn = sin_t + at * H;
         const float *d = dout + n * R;
         float *dx = dqkv + n * R;
         for (int h = 0; h < s->NH + s->NKV; h++) {
@@ -209,9 +211,11 @@ float attention_default_scale(int hd) {
     return (float)pow((double)hd, -0.5);
 }
 
-/* The first key that query t sees. */
-static int first_key(int t, int window) {
-    return window > 0 && t - window + 1 > 0 ? t - window + 1 : 0;
+/* The first key that query t of sequence b sees: its document's first row, or the window's. */
+static int first_key(const AttentionParams *p, int b, int t) {
+    const int doc = t - qkv_row_position(&p->qkv, (size_t)b * p->qkv.T + t);
+    const int win = p->window > 0 && t - p->window + 1 > 0 ? t - p->window + 1 : 0;
+    return doc > win ? doc : win;
 }
 
 void gqa_attention_forward_cpu(float *out, float *att, const float *qkv, const AttentionParams *p) {
@@ -222,7 +226,7 @@ void gqa_attention_forward_cpu(float *out, float *att, const float *qkv, const A
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const int kv = h / group, t0 = first_key(t, p->window);
+                const int kv = h / group, t0 = first_key(p, b, t);
                 const float *q = qkv + ((size_t)b * T + t) * R + (size_t)h * hd;
                 float *a = att + (((size_t)b * NH + h) * T + t) * T;
                 float maxv = -INFINITY;
@@ -260,7 +264,7 @@ void gqa_attention_backward_cpu(float *dqkv, const float *dout, const float *qkv
         for (int kv = 0; kv < NKV; kv++)
             for (int h = kv * group; h < (kv + 1) * group; h++)
                 for (int t = 0; t < T; t++) {
-                    const int t0 = first_key(t, p->window);
+                    const int t0 = first_key(p, b, t);
                     const float *a = att + (((size_t)b * NH + h) * T + t) * T;
                     const float *d = dout + ((size_t)b * T + t) * NH * hd + (size_t)h * hd;
                     const float *q = qkv + ((size_t)b * T + t) * R + (size_t)h * hd;

@@ -28,7 +28,17 @@ typedef struct {
     int B, T;    /* the rows are the N = B·T tokens, batch-major */
     int NH, NKV; /* query heads; key/value heads */
     int hd;      /* head_dim */
+    /* [N]: each row's position in its document, the rows of a sequence being one or more documents
+     * packed end to end (0 at each document's first row). RoPE rotates by it, and a query sees only
+     * the keys of its own document: from row t − pos[t] on. NULL: every sequence is one document,
+     * row t at position t. */
+    const int *pos;
 } QkvLayout;
+
+/* Row n's position in its document (QkvLayout's pos). */
+static inline int qkv_row_position(const QkvLayout *s, size_t n) {
+    return s->pos ? s->pos[n] : (int)(n % (size_t)s->T);
+}
 
 /* Width of one token's packed qkv row: (NH + 2·NKV)·hd. */
 static inline size_t qkv_row_width(const QkvLayout *s) {
@@ -64,10 +74,11 @@ void qk_norm_backward_cpu(float *dqkv, float *dq_norm, float *dk_norm, const flo
 /* inv_freq [hd/2] (hd even): theta^(-2i/hd) for pair i, then the scaling; computed in fp32 in
  * transformers' order of operations, as its inv_freq buffer is. */
 void rope_inv_freq(float *inv_freq, const RopeParams *p, int hd);
-/* cos, sin [T, hd/2]: the rotation of pair i at time t, angle pos[t]·inv_freq[i] (the product in fp32,
+/* cos, sin [T, hd/2]: the rotation of pair i at position t, angle pos[t]·inv_freq[i] (the product in fp32,
  * as transformers' rotary embedding forms it). Shared by the batch and by every layer. */
 void rope_cos_sin(float *cos_t, float *sin_t, const float *inv_freq, const int *pos, int T, int hd);
-/* Rotates every query and key head of the packed rows; value heads pass through unchanged. Pairs
+/* Rotates every query and key head of the packed rows, row n by its position (qkv_row_position:
+ * the row of cos, sin it reads); value heads pass through unchanged. Pairs
  * are (i, i + hd/2), transformers' rotate_half, not adjacent (2i, 2i + 1):
  *   out[i]        = x[i]·cos[t][i] − x[i + hd/2]·sin[t][i]
  *   out[i + hd/2] = x[i + hd/2]·cos[t][i] + x[i]·sin[t][i]
@@ -92,7 +103,8 @@ typedef struct {
     QkvLayout qkv;
     float scale; /* multiplies q·k before the softmax: hd^-1/2 for Llama and Qwen (attention_default_scale),
                   * query_pre_attn_scalar^-1/2 for Gemma 3 */
-    int window;  /* sliding window W > 0: query t sees keys t − W < t2 <= t (W keys); 0: every t2 <= t */
+    int window;  /* sliding window W > 0: query t sees keys t − W < t2 <= t (W keys); 0: every t2 <= t.
+                  * With documents (qkv.pos) also t2 >= t − pos[t]: the keys of its own document. */
 } AttentionParams;
 
 /* hd^-1/2 as transformers forms it (self.scaling = head_dim**-0.5). */

@@ -121,6 +121,8 @@ typedef struct {
     void *scratch; /* the largest of the kernels' scratch needs */
     size_t scratch_bytes;
     int *d_inputs, *d_targets;
+    int *d_positions;   /* the micro-batch's positions in their documents (backend.h) */
+    const int *pos;     /* d_positions while the micro-batch has them, else NULL */
     float *d_loss;     /* [3]: mean loss, objective, lse (one copy to the host) */
     float *d_row_loss; /* [N] per-token loss */
     double *d_sumsq;
@@ -221,6 +223,7 @@ static size_t layout_arena(CudaBackend *cb, char *base) {
     }
     TAKE(cb->scratch, char, cb->scratch_bytes);
     TAKE(cb->d_inputs, int, N);
+    TAKE(cb->d_positions, int, N);
     TAKE(cb->d_targets, int, N);
     TAKE(cb->d_loss, float, 3);
     TAKE(cb->d_row_loss, float, N);
@@ -236,8 +239,8 @@ static size_t max_size(size_t a, size_t b) {
 
 /* Layer l's attention over B sequences of T rows: its window (sliding layers) and the family's
  * scale (Gemma's query_pre_attn_scalar^-1/2). */
-static AttentionShape attention_shape(const GPTConfig *cfg, int l, int B, int T) {
-    AttentionShape a = {B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, 0.0f, 0};
+static AttentionShape attention_shape(const GPTConfig *cfg, int l, int B, int T, const int *pos) {
+    AttentionShape a = {B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, 0.0f, 0, pos};
     a.scale = is_rope(cfg) ? gpt_attention_scale(cfg) : 1.0f / sqrtf((float)cfg->head_dim);
     a.window = gpt_layer_is_sliding(cfg, l) ? cfg->sliding_window : 0;
     return a;
@@ -250,21 +253,21 @@ static void layer_rope(const CudaBackend *cb, int l, const float **cos_t, const 
     *sin_t = local ? cb->rope_local_sin : cb->rope_sin;
 }
 
-static RopeShape rope_shape(const GPTConfig *cfg, int B, int T) {
+static RopeShape rope_shape(const GPTConfig *cfg, int B, int T, const int *pos) {
     RopeShape r = {B, T, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->norm_eps,
-                   cfg->norm == NORM_RMSNORM_ONE_PLUS_W};
+                   cfg->norm == NORM_RMSNORM_ONE_PLUS_W, pos};
     return r;
 }
 
 static size_t scratch_needed(const GPTConfig *cfg, int B, int T) {
     int N = B * T, C = cfg->dim;
     const BlockWidths w = gpt_block_widths(cfg);
-    const AttentionShape as = attention_shape(cfg, 0, B, T); /* the scratch does not depend on the window */
+    const AttentionShape as = attention_shape(cfg, 0, B, T, NULL); /* the scratch depends on neither mask */
     size_t s = encoder_backward_scratch_bytes(N, cfg->padded_vocab_size);
     s = max_size(s, attention_backward_scratch_bytes(&as));
     s = max_size(s, global_sumsq_scratch_bytes());
     if (is_rope(cfg)) {
-        const RopeShape rs = rope_shape(cfg, B, T);
+        const RopeShape rs = rope_shape(cfg, B, T, NULL);
         s = max_size(s, rmsnorm_backward_scratch_bytes(C));
         s = max_size(s, rope_backward_scratch_bytes(&rs));
         if (cfg->qkv_bias) s = max_size(s, bias_backward_scratch_bytes((int)w.QW));
@@ -296,7 +299,7 @@ static void forward_embed(CudaBackend *cb, int t0, int B, int T) {
         vocab_parallel_embed(cb->vp, cb->encoded, cb->d_inputs, wpe, T, cb->stream);
         return;
     }
-    encoder_forward(cb->encoded + r * C, cb->d_inputs + r, param_bf16(cb, param_whole(cb->t, ROLE_WTE)),
+    encoder_forward(cb->encoded + r * C, cb->d_inputs + r, cb->pos, param_bf16(cb, param_whole(cb->t, ROLE_WTE)),
                     wpe ? wpe + r * C : NULL, gpt_embed_scale(cfg), B, T, (int)C, cb->stream);
 }
 
@@ -327,7 +330,7 @@ static void forward_body_gpt2(CudaBackend *cb, int t0, int B, int T) {
                                        C, s);
         const kbf16 *residual_in = (l == 0 ? cb->encoded : prev->residual3) + r * C;
         matmul_forward(a->qkv + r * 3 * C, NULL, a->ln1 + r * C, P(ROLE_QKV_W), P(ROLE_QKV_B), N, C, 3 * C, s);
-        const AttentionShape as = attention_shape(cfg, l, B, T);
+        const AttentionShape as = attention_shape(cfg, l, B, T, cb->pos);
         if (t0 == 0)
             attention_forward(a->atty, a->att_lse, a->qkv, NULL, &as, s);
         else
@@ -387,7 +390,7 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
     const size_t r = (size_t)t0, half = (size_t)cfg->head_dim / 2;
     const float eps = cfg->norm_eps;
     const GatedAct act = cfg->mlp == MLP_GEGLU ? GATED_GELU_TANH : GATED_SILU;
-    const RopeShape rs = rope_shape(cfg, B, T);
+    const RopeShape rs = rope_shape(cfg, B, T, cb->pos);
     cudaStream_t s = cb->stream;
     forward_embed(cb, t0, B, T);
     for (int l = 0; l < cfg->num_layers; l++) {
@@ -409,7 +412,7 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
         if (cfg->qk_norm && t0 > 0 && cb->recompute_gelu) {
             /* the rotated rows are shared by the layers, so the cache is the projections': rotate
              * this layer's rows 0..t0 again */
-            const RopeShape upto = rope_shape(cfg, 1, t0 + 1);
+            const RopeShape upto = rope_shape(cfg, 1, t0 + 1, NULL);
             rope_forward(a->qkv, a->qk_rstd, a->qkv_proj, P(ROLE_QNORM_W), P(ROLE_KNORM_W), cos_t, sin_t, &upto, s);
         } else {
             rope_forward(a->qkv + r * w.QW,
@@ -417,7 +420,7 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
                          a->qkv_proj + r * w.QW, P(ROLE_QNORM_W), P(ROLE_KNORM_W), cos_t + r * half, sin_t + r * half,
                          &rs, s);
         }
-        const AttentionShape as = attention_shape(cfg, l, B, T);
+        const AttentionShape as = attention_shape(cfg, l, B, T, cb->pos);
         if (t0 == 0)
             attention_forward(a->atty, a->att_lse, a->qkv, a->qkv_proj, &as, s);
         else
@@ -445,10 +448,20 @@ static void forward_body(CudaBackend *cb, int t0, int B, int T) {
         forward_body_gpt2(cb, t0, B, T);
 }
 
-/* Tokens of rows [t0, t0 + n) into d_inputs. */
+/* Tokens of rows [t0, t0 + n) into d_inputs; the rows are at positions t (sampling). */
 static void upload_inputs(CudaBackend *cb, const int *tokens, int t0, int n) {
     CUDA_CHECK(cudaMemcpyAsync(cb->d_inputs + t0, tokens, (size_t)n * sizeof(int), cudaMemcpyHostToDevice,
                                cb->stream));
+    cb->pos = NULL;
+}
+
+/* A micro-batch's tokens and their positions in their documents (NULL: none, backend.h). */
+static void upload_batch(CudaBackend *cb, const int *tokens, const int *positions) {
+    const size_t n = (size_t)cb->base.B * cb->base.T;
+    upload_inputs(cb, tokens, 0, (int)n);
+    if (positions)
+        CUDA_CHECK(cudaMemcpyAsync(cb->d_positions, positions, n * sizeof(int), cudaMemcpyHostToDevice, cb->stream));
+    cb->pos = positions ? cb->d_positions : NULL;
 }
 
 static OutputLayerArgs output_args(CudaBackend *cb, float grad_scale) {
@@ -502,9 +515,9 @@ static void cuda_row_losses(Backend *be, float *out) {
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
 }
 
-static float cuda_eval_loss(Backend *be, const int *inputs, const int *targets) {
+static float cuda_eval_loss(Backend *be, const int *inputs, const int *targets, const int *positions) {
     CudaBackend *cb = (CudaBackend *)be;
-    upload_inputs(cb, inputs, 0, be->B * be->T);
+    upload_batch(cb, inputs, positions);
     forward_body(cb, 0, be->B, be->T);
     upload_targets(cb, targets);
     OutputLayerArgs a = output_args(cb, 0.0f);
@@ -529,17 +542,17 @@ static void backward_encoder(CudaBackend *cb, GradSync *sync) {
          * table (GPT-2) stays data parallel */
         vocab_parallel_embed_backward(cb->vp, cb->dres, cb->stream);
         if (param_whole(t, ROLE_WPE))
-            encoder_backward(NULL, whole_tensor(t, grads, ROLE_WPE), cb->scratch, cb->dres, cb->d_inputs, 1.0f, -1,
+            encoder_backward(NULL, whole_tensor(t, grads, ROLE_WPE), cb->scratch, cb->dres, cb->d_inputs, cb->pos, 1.0f, -1,
                              cb->base.B, cb->base.T, t->cfg.dim, t->cfg.padded_vocab_size, cb->stream);
         grad_sync_ready(sync, SYNC_AFTER_ENCODER, -1, grads, cb->stream);
         return;
     }
     if (sync && grad_sync_owns_encoder(sync)) {
-        grad_sync_encoder(sync, grads, cb->dres, cb->d_inputs, cb->stream);
+        grad_sync_encoder(sync, grads, cb->dres, cb->d_inputs, cb->pos, cb->stream);
         return;
     }
     encoder_backward(whole_tensor(t, grads, ROLE_WTE), whole_tensor(t, grads, ROLE_WPE), cb->scratch, cb->dres,
-                     cb->d_inputs, gpt_embed_scale(&t->cfg), gpt_embed_pad_token(&t->cfg), cb->base.B, cb->base.T,
+                     cb->d_inputs, cb->pos, gpt_embed_scale(&t->cfg), gpt_embed_pad_token(&t->cfg), cb->base.B, cb->base.T,
                      t->cfg.dim, t->cfg.padded_vocab_size, cb->stream);
     grad_sync_ready(sync, SYNC_AFTER_ENCODER, -1, grads, cb->stream);
 }
@@ -552,7 +565,7 @@ static void backward_body_gpt2(CudaBackend *cb, GradSync *sync) {
     int B = cb->base.B, T = cb->base.T, C = cfg->dim, N = B * T;
     cudaStream_t s = cb->stream;
     float *grads = cb->grads;
-    const AttentionShape as = attention_shape(cfg, 0, B, T); /* GPT-2 has no sliding layers */
+    const AttentionShape as = attention_shape(cfg, 0, B, T, cb->pos); /* GPT-2 has no sliding layers */
     /* dres is the gradient of the residual stream; each LayerNorm backward ADDS into it. */
     CUDA_CHECK(cudaMemsetAsync(cb->dres, 0, (size_t)N * C * sizeof(kbf16), s));
     CudaLayerActs *last = &cb->layer[cfg->num_layers - 1];
@@ -603,7 +616,7 @@ static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
     const int B = cb->base.B, T = cb->base.T, C = cfg->dim, N = B * T;
     const int one_plus_w = cfg->norm == NORM_RMSNORM_ONE_PLUS_W;
     const GatedAct act = cfg->mlp == MLP_GEGLU ? GATED_GELU_TANH : GATED_SILU;
-    const RopeShape rs = rope_shape(cfg, B, T);
+    const RopeShape rs = rope_shape(cfg, B, T, cb->pos);
     cudaStream_t s = cb->stream;
     float *grads = cb->grads;
     CUDA_CHECK(cudaMemsetAsync(cb->dres, 0, (size_t)N * C * sizeof(kbf16), s));
@@ -615,7 +628,7 @@ static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
         CudaLayerActs *a = &cb->layer[l];
         LayerTensors g = layer_tensors(t, grads, l);
         const kbf16 *residual_in = l == 0 ? cb->encoded : cb->layer[l - 1].residual3;
-        const AttentionShape as = attention_shape(cfg, l, B, T);
+        const AttentionShape as = attention_shape(cfg, l, B, T, cb->pos);
         const float *cos_t, *sin_t;
         layer_rope(cb, l, &cos_t, &sin_t);
 #define P(role) param_bf16_opt(cb, param_of_layer(t, l, role))
@@ -664,15 +677,15 @@ static void backward_body(CudaBackend *cb, GradSync *sync) {
         backward_body_gpt2(cb, sync);
 }
 
-static float cuda_train_micro_step(Backend *be, const int *inputs, const int *targets, float loss_scale,
-                                   int last_micro) {
+static float cuda_train_micro_step(Backend *be, const int *inputs, const int *targets, const int *positions,
+                                   float loss_scale, int last_micro) {
     CudaBackend *cb = (CudaBackend *)be;
-    int B = be->B, T = be->T, N = B * T;
+    int B = be->B, T = be->T;
     cudaStream_t s = cb->stream;
     GradSync *sync = last_micro ? cb->sync : NULL; /* hooks only in the step's last backward */
     float *grads = cb->grads;
     CUDA_CHECK(cudaEventRecord(cb->mark[0], s));
-    upload_inputs(cb, inputs, 0, N);
+    upload_batch(cb, inputs, positions);
     forward_body(cb, 0, B, T);
     CUDA_CHECK(cudaEventRecord(cb->mark[1], s));
     upload_targets(cb, targets);

@@ -40,7 +40,7 @@ struct GradSync {
     int waits, step_waits;
     /* all-reduce with overlap: the encoder's backward over every rank's micro-batch */
     kbf16 *dres_all;
-    int *inputs_all;
+    int *inputs_all, *positions_all;
     void *encoder_scratch;
     /* the bf16 wire: one round's slices of every part, world slots of wire_slice values each; send
      * holds this rank's values for each other rank, recv every rank's values of this rank's part
@@ -102,7 +102,7 @@ size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overla
     size_t bytes = zero1 ? (t->total / (size_t)d->world + (size_t)t->cfg.num_layers + 3) * sizeof(float) : 0;
     if (owns_encoder(t, zero1, overlap, d->world)) {
         size_t n_all = (size_t)d->world * B * T;
-        bytes += n_all * t->cfg.dim * sizeof(kbf16) + n_all * sizeof(int) +
+        bytes += n_all * t->cfg.dim * sizeof(kbf16) + 2 * n_all * sizeof(int) +
                  encoder_backward_scratch_bytes((int)n_all, t->cfg.padded_vocab_size);
     }
     if (bf16_wire)
@@ -152,6 +152,7 @@ GradSync *grad_sync_create(const ParamTable *t, const Dist *d, int zero1, int ov
         size_t n_all = (size_t)gs->world * B * T;
         CUDA_CHECK(cudaMalloc((void **)&gs->dres_all, n_all * gs->C * sizeof(kbf16)));
         CUDA_CHECK(cudaMalloc((void **)&gs->inputs_all, n_all * sizeof(int)));
+        CUDA_CHECK(cudaMalloc((void **)&gs->positions_all, n_all * sizeof(int)));
         CUDA_CHECK(cudaMalloc(&gs->encoder_scratch, encoder_backward_scratch_bytes((int)n_all, gs->Vp)));
     }
     gs->bf16_wire = bf16_wire;
@@ -178,6 +179,7 @@ void grad_sync_free(GradSync *gs) {
     CUDA_CHECK(cudaFree(gs->encoder_scratch));
     CUDA_CHECK(cudaFree(gs->grad_shard));
     CUDA_CHECK(cudaFree(gs->inputs_all));
+    CUDA_CHECK(cudaFree(gs->positions_all));
     CUDA_CHECK(cudaFree(gs->dres_all));
     for (int k = 0; k < gs->plan.num_buckets; k++) {
         if (gs->wait_end && gs->wait_end[k]) CUDA_CHECK(cudaEventDestroy(gs->wait_end[k]));
@@ -277,17 +279,20 @@ void grad_sync_ready(GradSync *gs, SyncPoint p, int layer, float *grads, cudaStr
     }
 }
 
-void grad_sync_encoder(GradSync *gs, float *grads, const kbf16 *dres, const int *inputs, cudaStream_t main) {
+void grad_sync_encoder(GradSync *gs, float *grads, const kbf16 *dres, const int *inputs, const int *positions,
+                       cudaStream_t main) {
     const size_t N = (size_t)gs->B * gs->T;
     CUDA_CHECK(cudaEventRecord(gs->ready, main));
     CUDA_CHECK(cudaStreamWaitEvent(gs->comm, gs->ready, 0));
     dist_group_begin(gs->dist);
     dist_allgather(gs->dist, dres, gs->dres_all, N * gs->C, DIST_BFLOAT16, gs->comm);
     dist_allgather(gs->dist, inputs, gs->inputs_all, N, DIST_INT32, gs->comm);
+    /* the position table's rows (every rank has documents, or none: the same data) */
+    if (positions && gs->wpe) dist_allgather(gs->dist, positions, gs->positions_all, N, DIST_INT32, gs->comm);
     dist_group_end(gs->dist);
     /* after the embedding bucket's all-reduce (same stream): every rank adds the same values */
     encoder_backward(grads + gs->wte_offset, gs->wpe ? grads + gs->wpe->offset : NULL, gs->encoder_scratch,
-                     gs->dres_all, gs->inputs_all, gs->embed_scale, gs->pad_token, gs->world * gs->B, gs->T, gs->C,
+                     gs->dres_all, gs->inputs_all, positions && gs->wpe ? gs->positions_all : NULL, gs->embed_scale, gs->pad_token, gs->world * gs->B, gs->T, gs->C,
                      gs->Vp, gs->comm);
 }
 

@@ -96,9 +96,10 @@ size_t grad_sync_bytes(const ParamTable *t, const Dist *d, int zero1, int overla
 void grad_sync_ready(GradSync *gs, SyncPoint p, int layer, float *grads, cudaStream_t main);
 int grad_sync_owns_encoder(const GradSync *gs);
 /* Adds every rank's token- and (where the family has one) position-embedding gradient of this micro-batch (from dres, the
- * residual-stream gradient [N, C], and inputs [N]) into grads, after the embedding bucket's
- * reduction. */
-void grad_sync_encoder(GradSync *gs, float *grads, const kbf16 *dres, const int *inputs, cudaStream_t main);
+ * residual-stream gradient [N, C], inputs [N] and positions [N] or NULL, backend.h: every rank passes
+ * them or none) into grads, after the embedding bucket's reduction. */
+void grad_sync_encoder(GradSync *gs, float *grads, const kbf16 *dres, const int *inputs, const int *positions,
+                       cudaStream_t main);
 /* After the last micro-batch: enqueues whatever was not (overlap off), then makes main wait for
  * the reduced gradients (in grads, or ZeRO-1: in grad_sync_grad_shard). */
 void grad_sync_finish(GradSync *gs, float *grads, cudaStream_t main);

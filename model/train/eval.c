@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "data/loader.h"
 #include "data/shard.h"
 
 uint64_t eval_window_count(uint64_t n, int T) {
@@ -42,10 +43,11 @@ int eval_run(Backend *be, const uint32_t *tokens, uint64_t n, EvalMeans *means, 
     const size_t BT = (size_t)B * T;
     const uint64_t windows = eval_window_count(n, T);
     int *inputs = malloc(BT * sizeof *inputs), *targets = malloc(BT * sizeof *targets);
+    int *positions = malloc(BT * sizeof *positions);
     float *rows = per_token ? malloc(BT * sizeof *rows) : NULL;
     uint8_t *bytes = per_token ? malloc(BT * 4) : NULL;
-    if (!inputs || !targets || (per_token && (!rows || !bytes))) {
-        free(bytes), free(rows), free(targets), free(inputs);
+    if (!inputs || !targets || !positions || (per_token && (!rows || !bytes))) {
+        free(bytes), free(rows), free(positions), free(targets), free(inputs);
         snprintf(err, ERR_LEN, "out of host memory for a batch of %d x %d tokens (pass a smaller -b or -t)", B, T);
         return -1;
     }
@@ -54,22 +56,20 @@ int eval_run(Backend *be, const uint32_t *tokens, uint64_t n, EvalMeans *means, 
     int status = 0;
     for (uint64_t first = 0; first < windows && status == 0; first += (uint64_t)B) {
         uint64_t valid = 0;
+        int documents = 0;
         for (int b = 0; b < B; b++) {
             const uint64_t start = (first + (uint64_t)b) * (uint64_t)T;
-            for (int t = 0; t < T; t++) {
-                const uint64_t i = start + (uint64_t)t;
-                /* past the end: any valid token as input (causal attention keeps it out of the
-                 * positions before it), and an ignored target */
-                const int in_range = i + 1 < n;
-                const int target = in_range ? shard_token_target(tokens[i + 1]) : -1;
-                inputs[(size_t)b * T + t] = in_range ? (int)shard_token_id(tokens[i]) : 0;
-                targets[(size_t)b * T + t] = target;
-                valid += (uint64_t)(target >= 0);
-            }
+            /* past the end: input 0 (causal attention keeps it out of the positions before it), and
+             * ignored targets; a window past the last is all of that */
+            const uint64_t left = start < n ? n - start : 0;
+            const int count = left < (uint64_t)T + 1 ? (int)left : T + 1;
+            documents |= loader_split_window(tokens + (start < n ? start : 0), count, T, inputs + (size_t)b * T,
+                                             targets + (size_t)b * T, positions + (size_t)b * T);
+            for (int t = 0; t < T; t++) valid += (uint64_t)(targets[(size_t)b * T + t] >= 0);
         }
         /* the backend's mean over the batch's targets, weighted by their count: every target
          * weighs the same in the whole mean */
-        sum += (double)be->ops->eval_loss(be, inputs, targets) * (double)valid;
+        sum += (double)be->ops->eval_loss(be, inputs, targets, documents ? positions : NULL) * (double)valid;
         obj += (double)be->last_objective * (double)valid;
         lse += (double)be->last_mean_lse * (double)valid;
         all_valid += valid;
@@ -77,6 +77,7 @@ int eval_run(Backend *be, const uint32_t *tokens, uint64_t n, EvalMeans *means, 
     }
     free(bytes);
     free(rows);
+    free(positions);
     free(targets);
     free(inputs);
     const double d = all_valid ? (double)all_valid : 1.0; /* none: every mean is 0 */
