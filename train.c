@@ -1880,6 +1880,9 @@ static void print_header(Run *r) {
         printf("data: %.1f %% of the tokens are marked as no target (prompts): the loss is the mean over the rest, "
                "each step's over all of its targets on every rank\n",
                100.0 * (double)tl->no_loss_tokens / (double)tl->num_tokens);
+    if (tl->documents)
+        printf("data: the shards mark their documents (examples): each runs as if alone, at its own positions and "
+               "attending only within itself\n");
     if (be->optimizer_state == OPTIMIZER_STATE_BF16)
         printf("optimizer: AdamW on bf16 moments and the bf16 weights, no fp32 master copy, each value rounded "
                "stochastically (checkpoints stay fp32)\n");
