@@ -7,16 +7,7 @@
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p $OUT; S=$OUT/summary_two_gpus.txt; : >$S
 M=/tmp/sft2; rm -rf $M; mkdir -p $M
-python3 - $M/pairs.jsonl <<'PY'
-import json, random, sys
-r = random.Random(2)
-words = ["the", "answer", "is", "green", "red", "blue", "because", "one", "two", "three", "and", "it"]
-with open(sys.argv[1], "w") as f:
-    for i in range(3000):
-        p = "Question %d: " % i + " ".join(r.choice(words) for _ in range(r.randint(5, 60))) + "\nAnswer:"
-        c = " " + " ".join(r.choice(words) for _ in range(r.randint(1, 30)))
-        f.write(json.dumps({"prompt": p, "completion": c}) + "\n")
-PY
+python3 dev/check/make_pairs.py $M/pairs.jsonl 2
 ./train prepare --prompt-completion --tokenizer tests/fixtures/hf_llama3_bos.json -o $M/data $M/pairs.jsonl >$M/prepare.log 2>&1
 V=$(grep -o 'vocabulary [0-9]*' $M/prepare.log | head -1 | cut -d' ' -f2)
 data="-t 128 -b 8 -d 2048 -x 20 -l 2e-3 --warmup 3 -s 0 --val-every 0 -i $M/data/train.bin --tokenizer $M/data/tokenizer.json -v $V"

@@ -12,16 +12,7 @@ BASE=${BASE:-inputs/base_train}
 OUT=$OUT bash dev/results/closing_checks_2026-11-28_b/run.sh >$OUT/closing.log 2>&1
 BASE=$BASE TESTS=adamw THROUGHPUT=0 OUT=$OUT/ab bash dev/check/ab_one_gpu.sh >$OUT/ab.log 2>&1
 M=/tmp/sft; rm -rf $M; mkdir -p $M
-python3 - $M/pairs.jsonl <<'PY'
-import json, random, sys
-r = random.Random(1)
-words = ["the", "answer", "is", "green", "red", "blue", "because", "one", "two", "three", "and", "it"]
-with open(sys.argv[1], "w") as f:
-    for i in range(3000):
-        p = "Question %d: " % i + " ".join(r.choice(words) for _ in range(r.randint(5, 60))) + "\nAnswer:"
-        c = " " + " ".join(r.choice(words) for _ in range(r.randint(1, 30)))
-        f.write(json.dumps({"prompt": p, "completion": c}) + "\n")
-PY
+python3 dev/check/make_pairs.py $M/pairs.jsonl 1
 ./train prepare --prompt-completion --tokenizer tests/fixtures/hf_llama3_bos.json -o $M/data $M/pairs.jsonl >$M/prepare.log 2>&1
 echo "prepare --prompt-completion rc $?: $(grep -m1 'prepare: ' $M/prepare.log)" | tee -a $S
 common="--family llama --layers 2 --dim 128 --heads 2 --kv-heads 1 --ffn-dim 256 --head-dim 64 -v $(grep -o 'vocabulary [0-9]*' $M/prepare.log | head -1 | cut -d' ' -f2) -t 128 -d 1024 -x 30 -l 2e-3 --warmup 3 -s 0 --val-every 10 --val-batches 4 -i $M/data/train.bin -j $M/data/val.bin --tokenizer $M/data/tokenizer.json"
