@@ -106,19 +106,52 @@ static double visible_pairs(int T, int W) {
     return 0.5 * W * (W + 1.0) + (double)(T - W) * W;
 }
 
+/* Each row's position in its document, for documents packed end to end in every sequence of T rows:
+ * all of length `doc`, or (doc < 0) of lengths drawn uniformly from 1 to 2·|doc|. Returns the
+ * (query, key) pairs they leave visible, causal within a document and its window of W keys. */
+static double document_positions(int *pos, int B, int T, int doc, int W) {
+    uint32_t h = 2463534242u;
+    double pairs = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0, left = 0, at = 0; t < T; t++, at++, left--) {
+            if (left == 0) {
+                h ^= h << 13; h ^= h >> 17; h ^= h << 5; /* xorshift32 */
+                left = doc > 0 ? doc : 1 + (int)(h % (uint32_t)(-2 * doc));
+                at = 0;
+            }
+            pos[(size_t)b * T + t] = at;
+            pairs += W > 0 && at + 1 > W ? W : at + 1;
+        }
+    return pairs;
+}
+
 /* Attention forward and backward at one shape, the wgmma kernels then (at HS 64 and 128) the
  * mma.sync ones. FLOPs 4·B·NH·HS per visible pair forward, 2.5× that backward (FA2's count; ours
  * does 3.5× by recomputing P twice, 4.5× at HS 256 with dK,dV in two halves). Bytes: qkv and out,
- * and their gradients. */
-static void bench_attention(int B, int T, int NH, int NKV, int HS, float scale, int window) {
+ * and their gradients. doc != 0 packs documents into each sequence (document_positions): the
+ * rate then counts the pairs inside documents only, the work a document-aware kernel has to do. */
+static void bench_attention(int B, int T, int NH, int NKV, int HS, float scale, int window, int doc = 0) {
     const size_t N = (size_t)B * T, C = (size_t)NH * HS, W = (size_t)(NH + 2 * NKV) * HS;
     bf16 *qkv = rand_bf16(N * W, 1.0f), *out = (bf16 *)dmalloc(N * C * 2), *dout = rand_bf16(N * C, 1.0f);
     bf16 *dqkv = (bf16 *)dmalloc(N * W * 2);
     float *lse = (float *)dmalloc((size_t)B * NH * T * 4), *dbias = (float *)dmalloc(W * sizeof(float));
-    const AttentionShape sh = {B, T, NH, NKV, HS, scale, window, NULL};
+    double pairs = B * visible_pairs(T, window);
+    int *pos = NULL;
+    if (doc != 0) {
+        int *host = (int *)malloc(N * sizeof(int));
+        if (!host) { fprintf(stderr, "bench_kernels: out of host memory\n"); exit(1); }
+        pairs = document_positions(host, B, T, doc, window);
+        pos = (int *)dmalloc(N * sizeof(int));
+        CUDA_CHECK(cudaMemcpy(pos, host, N * sizeof(int), cudaMemcpyHostToDevice));
+        free(host);
+    }
+    const AttentionShape sh = {B, T, NH, NKV, HS, scale, window, pos};
     void *scratch = dmalloc(attention_backward_scratch_bytes(&sh));
-    double f = 4.0 * B * NH * HS * visible_pairs(T, window), bytes = (N * W + N * C) * 2.0;
-    printf("attention B=%d T=%d NH=%d NKV=%d HS=%d causal window=%d\n", B, T, NH, NKV, HS, window);
+    double f = 4.0 * NH * HS * pairs, bytes = (N * W + N * C) * 2.0;
+    printf("attention B=%d T=%d NH=%d NKV=%d HS=%d causal window=%d", B, T, NH, NKV, HS, window);
+    if (doc > 0) printf(" documents of %d", doc);
+    if (doc < 0) printf(" documents of 1-%d (uniform)", -2 * doc);
+    printf(" (%.3g visible pairs)\n", pairs);
     char name[64];
     float ms;
     for (int wgmma = 1; wgmma >= (HS == 256 ? 1 : 0); wgmma--) {
@@ -138,11 +171,13 @@ static void bench_attention(int B, int T, int NH, int NKV, int HS, float scale, 
     CUDA_CHECK(cudaFree(dbias));
     CUDA_CHECK(cudaFree(qkv)); CUDA_CHECK(cudaFree(out)); CUDA_CHECK(cudaFree(dout)); CUDA_CHECK(cudaFree(dqkv));
     CUDA_CHECK(cudaFree(lse)); CUDA_CHECK(cudaFree(scratch));
+    if (pos) CUDA_CHECK(cudaFree(pos));
 }
 
 int main(int argc, char **argv) {
     int B = argc > 1 ? atoi(argv[1]) : 16, T = 1024, C = 768, NH = 12, Vp = 50304;
-    /* run one section: encoder, layernorm, attention, gemma-attention, matmul, families, optimizer */
+    /* run one section: encoder, layernorm, attention, documents, gemma-attention, matmul, families,
+     * optimizer */
     const char *only = argc > 2 ? argv[2] : NULL;
 #define WANT(section) (!only || strcmp(only, section) == 0)
     size_t N = (size_t)B * T;
@@ -216,6 +251,14 @@ int main(int argc, char **argv) {
         bench_attention(qb, 2048, 16, 8, 128, 1.0f / sqrtf(128.0f), 0);
     for (int lb = 8; lb <= 16 && WANT("attention"); lb *= 2) /* Llama-3.2-1B's */
         bench_attention(lb, 2048, 32, 8, 64, 1.0f / sqrtf(64.0f), 0);
+    /* Packed documents at Qwen3-0.6B's and Llama-3.2-1B's attention (B = 8, T = 2048): one whole
+     * document a sequence (the positions' cost alone), documents of 512, and fine-tuning-like
+     * lengths of 1-512 and 1-2048, against the plain causal rows in the same run. */
+    for (int l = 0; l < 2 && WANT("documents"); l++) {
+        const int NH = l ? 32 : 16, HS = l ? 64 : 128;
+        const int docs[] = {0, 2048, 512, -256, -1024};
+        for (int d = 0; d < 5; d++) bench_attention(8, 2048, NH, 8, HS, 1.0f / sqrtf((float)HS), 0, docs[d]);
+    }
     /* Gemma-3-270M's attention (T = 2048, four query heads on one key/value head of 256, scale
      * 256^-1/2): its local layers' window of 512 and its global layers, at B = 8 and 16. */
     for (int gb = 8; gb <= 16 && WANT("gemma-attention"); gb *= 2)

@@ -17,7 +17,13 @@ global layers, its own local base and query_pre_attn_scalar) and saved with save
      `./train eval` gives transformers' loss with those labels at -100, and the first step of
      `./train --init-from HF_DIR` in two micro-batches of two windows each gives the loss and the
      gradient norm of transformers' one batch of the four windows (its mean over every valid label,
-     as the Trainer's num_items_in_batch makes it).
+     as the Trainer's num_items_in_batch makes it);
+  5. on a documents shard (each document's first token marked, some tokens no target, as
+     `prepare --prompt-completion` writes), the same two checks against transformers' padding-free
+     packing: position_ids restart at each document's first token and at each window's start, so
+     that its attention stays inside a document, and no document predicts the next one's first
+     token (label -100). On the CPU the same windows without position_ids must give another loss,
+     so that the check can fail.
 Both at 1e-4 relative, in fp32, with transformers' eager attention (its sliding-window mask is exact
 there). With --device cuda our side runs on the GPU: the tiny models take the widths the CUDA backend
 computes (hidden 128, head_dim 64, MLP width a multiple of 8), and the tolerance is 3e-2 relative
@@ -97,46 +103,69 @@ def write_shard(path, tokens, vocab):
         f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
 
 
-def write_masked_shard(path, tokens, marked, vocab):
-    """Version 3 with the loss-mask flag: 4-byte tokens, bit 31 on each token that is no target."""
-    header = b"FGPTTOK1" + struct.pack("<IIII", 3, 4, vocab, 1) + struct.pack("<Q", len(tokens))
+def write_masked_shard(path, tokens, marked, vocab, starts=None):
+    """Version 3 with the loss-mask flag: 4-byte tokens, bit 31 on each token that is no target; with
+    `starts` also the documents flag, bit 30 on each document's first token."""
+    flags = 1 if starts is None else 3
+    header = b"FGPTTOK1" + struct.pack("<IIII", 3, 4, vocab, flags) + struct.pack("<Q", len(tokens))
     words = np.asarray(tokens, dtype=np.uint32) | (np.asarray(marked, dtype=np.uint32) << np.uint32(31))
+    if starts is not None:
+        words |= np.asarray(starts, dtype=np.uint32) << np.uint32(30)
     with open(path, "wb") as f:
         f.write(header.ljust(64, b"\0"))
         f.write(words.astype("<u4").tobytes())
 
 
-def masked_labels(tokens, marked):
-    return [-100 if m else t for t, m in zip(tokens, marked)]
+def masked_labels(tokens, marked, starts=None):
+    """Each token as a target: -100 where it is marked, or where it starts a document."""
+    return [-100 if (marked is not None and marked[i]) or (starts is not None and starts[i]) else t
+            for i, t in enumerate(tokens)]
 
 
-def hf_masked_step(model_dir, tokens, marked, T, windows):
+def window_positions(starts, begin, end):
+    """position_ids of the window tokens[begin:end]: 0 at its start and at each document's first token."""
+    positions, at = [], 0
+    for i in range(begin, end):
+        at = 0 if i == begin or starts[i] else at + 1
+        positions.append(at)
+    return positions
+
+
+def hf_masked_step(model_dir, tokens, marked, T, windows, starts=None):
     """transformers' loss over `windows` windows of T + 1 tokens in one batch, labels of marked tokens
-    at -100 (the mean over every other), and the norm of its gradient."""
+    at -100 (the mean over every other), and the norm of its gradient; with `starts`, packed documents."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="eager")
     x = torch.tensor([tokens[w * T:w * T + T] for w in range(windows)], dtype=torch.long)
-    labels = masked_labels(tokens, marked)
+    labels = masked_labels(tokens, marked, starts)
     y = torch.tensor([labels[w * T + 1:w * T + T + 1] for w in range(windows)], dtype=torch.long)
-    logits = model(x).logits
+    kwargs = {"use_cache": False}
+    if starts is not None:
+        kwargs["position_ids"] = torch.tensor([window_positions(starts, w * T, w * T + T) for w in range(windows)])
+    logits = model(x, **kwargs).logits
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
     loss.backward()
     norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters() if p.grad is not None))
     return loss.item(), norm.item()
 
 
-def hf_loss(model_dir, tokens, T, marked=None):
-    """The mean next-token loss over ./train eval's windows, computed by transformers."""
+def hf_loss(model_dir, tokens, T, marked=None, starts=None, positions=True):
+    """The mean next-token loss over ./train eval's windows, computed by transformers. With `starts`
+    the documents are packed as its padding-free path takes them (position_ids, no cache), unless
+    `positions` is false: the same labels, attention across documents."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="eager")
     model.eval()
     total, count = 0.0, 0
     n = len(tokens)
+    labels = masked_labels(tokens, marked, starts)
     with torch.no_grad():
         for start in range(0, n - 1, T):
             end = min(start + T, n - 1)
             x = torch.tensor(tokens[start:end], dtype=torch.long)[None]
-            labels = tokens if marked is None else masked_labels(tokens, marked)
             y = torch.tensor(labels[start + 1:end + 1], dtype=torch.long)
-            logits = model(x).logits[0].double()
+            kwargs = {"use_cache": False}
+            if starts is not None and positions:
+                kwargs["position_ids"] = torch.tensor(window_positions(starts, start, end))[None]
+            logits = model(x, **kwargs).logits[0].double()
             total += F.cross_entropy(logits, y, reduction="sum", ignore_index=-100).item()
             count += int((y != -100).sum())
     return total / count, type(model).__name__
@@ -157,10 +186,10 @@ def our_loss(train, model_dir, shard, T, device):
     return float(m.group(1))
 
 
-def our_first_step(train, model_dir, shard, T, device, work):
+def our_first_step(train, model_dir, shard, T, device, run):
     """Step 1's loss and gradient norm of a run of two micro-batches of two windows."""
     out = train_cmd(train, ["--device", device, "--init-from", model_dir, "-i", shard, "-b", "2", "-t", str(T), "-d",
-                            str(4 * T), "-x", "1", "-s", "0", "--val-every", "0", "-o", os.path.join(work, "masked-run")])
+                            str(4 * T), "-x", "1", "-s", "0", "--val-every", "0", "-o", run])
     m = re.search(r"\| loss (\S+) .*\| norm (\S+) ", out)
     if not m:
         sys.exit(f"error: no step line in ./train's output:\n{out}")
@@ -180,10 +209,38 @@ def masked_checks(train, hf_dir, T, device, work, tolerance, rng):
     write_masked_shard(shard, tokens, marked, V)
     theirs, _ = hf_loss(hf_dir, tokens, T, marked)
     ok &= compare("eval of a masked shard", our_loss(train, hf_dir, shard, T, device), theirs, tolerance)
-    loss, norm = our_first_step(train, hf_dir, shard, T, device, work)
+    loss, norm = our_first_step(train, hf_dir, shard, T, device, os.path.join(work, "masked-run"))
     their_loss, their_norm = hf_masked_step(hf_dir, tokens, marked, T, 4)
     ok &= compare("masked step's loss, two micro-batches", loss, their_loss, tolerance)
     ok &= compare("masked step's gradient norm", norm, their_norm, tolerance)
+    return ok
+
+
+def documents_checks(train, hf_dir, T, device, work, tolerance, rng):
+    """Point 5 of the module's text: eval and a first step on packed documents."""
+    ok = True
+    os.makedirs(work, exist_ok=True)
+    n = 4 * T + 1
+    tokens = rng.integers(0, V, size=n).tolist()
+    marked = (rng.random(n) < 0.2).tolist()
+    starts, at = [False] * n, 0
+    while at < n:  # documents of 1 to 12 tokens, some crossing a window's end
+        starts[at] = True
+        at += int(rng.integers(1, 13))
+    shard = os.path.join(work, "documents.bin")
+    write_masked_shard(shard, tokens, marked, V, starts)
+    theirs, _ = hf_loss(hf_dir, tokens, T, marked, starts)
+    ok &= compare("eval of packed documents", our_loss(train, hf_dir, shard, T, device), theirs, tolerance)
+    across, _ = hf_loss(hf_dir, tokens, T, marked, starts, positions=False)
+    apart = abs(across - theirs) / abs(theirs)
+    if device == "cpu":
+        ok &= apart > 10 * tolerance
+    print(f"  transformers without position_ids (attention across documents): {across:.6f}, {apart:.2e} away"
+          f"{' (must exceed ' + format(10 * tolerance, '.0e') + ')' if device == 'cpu' else ''}")
+    loss, norm = our_first_step(train, hf_dir, shard, T, device, os.path.join(work, "documents-run"))
+    their_loss, their_norm = hf_masked_step(hf_dir, tokens, marked, T, 4, starts)
+    ok &= compare("documents step's loss, two micro-batches", loss, their_loss, tolerance)
+    ok &= compare("documents step's gradient norm", norm, their_norm, tolerance)
     return ok
 
 
@@ -245,6 +302,7 @@ def main():
         ok &= compare("--init-from of their checkpoint", our_loss(a.train, hf_dir, shard, a.t, a.device), theirs,
                       tolerance)
         ok &= masked_checks(a.train, hf_dir, a.t, a.device, os.path.join(work, family), tolerance, rng)
+        ok &= documents_checks(a.train, hf_dir, a.t, a.device, os.path.join(work, family), tolerance, rng)
         run = os.path.join(work, f"{family}-run")
         train_cmd(a.train, ["--device", a.device, "--init-from", hf_dir, "-i", shard, "-b", "2", "-t", str(a.t),
                             "-x", "3", "--warmup", "0", "-l", "1e-2", "-s", "0", "--val-every", "0", "-o", run])
