@@ -1876,13 +1876,14 @@ static void print_header(Run *r) {
     if (tl->num_shards > 1) snprintf(shards, sizeof shards, " in %zu shards", tl->num_shards);
     printf("data: %s, %llu tokens%s: %llu steps an epoch\n", r->train_path, (unsigned long long)tl->num_tokens, shards,
            (unsigned long long)(tl->num_batches / (uint64_t)r->accum));
-    if (tl->masked)
+    if (tl->masked && (tl->no_loss_tokens || !tl->documents))
         printf("data: %.1f %% of the tokens are marked as no target (prompts): the loss is the mean over the rest, "
                "each step's over all of its targets on every rank\n",
                100.0 * (double)tl->no_loss_tokens / (double)tl->num_tokens);
     if (tl->documents)
-        printf("data: the shards mark their documents (examples): each runs as if alone, at its own positions and "
-               "attending only within itself\n");
+        printf("data: the shards mark %llu documents (%.0f tokens each on average): each runs as if alone, at its "
+               "own positions and attending only within itself\n", (unsigned long long)tl->document_starts,
+               tl->document_starts ? (double)tl->num_tokens / (double)tl->document_starts : 0.0);
     if (be->optimizer_state == OPTIMIZER_STATE_BF16)
         printf("optimizer: AdamW on bf16 moments and the bf16 weights, no fp32 master copy, each value rounded "
                "stochastically (checkpoints stay fp32)\n");

@@ -125,7 +125,10 @@ static int check_tokens(Loader *l, uint32_t model_vocab, char *err) {
             rc = shard_decode_checked(&s->map.hdr, s->path, s->map.tokens + at * s->map.hdr.bytes_per_token, at, k,
                                       model_vocab, buf, err);
             fgpt_hash_add(&hash, buf, k * sizeof *buf);
-            for (size_t j = 0; rc == 0 && l->masked && j < k; j++) l->no_loss_tokens += (buf[j] & SHARD_NO_LOSS) != 0;
+            for (size_t j = 0; rc == 0 && l->masked && j < k; j++) {
+                l->no_loss_tokens += (buf[j] & SHARD_NO_LOSS) != 0;
+                l->document_starts += shard_token_starts_document(buf[j]);
+            }
         }
     }
     free(buf);

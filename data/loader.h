@@ -36,6 +36,7 @@ typedef struct {
                                * hold -1 targets, and a step's loss is the mean over the targets of all its batches */
     int documents;            /* a shard marks where documents start (SHARD_DOCUMENTS): batches have positions */
     uint64_t no_loss_tokens;  /* the tokens so marked, in all shards */
+    uint64_t document_starts; /* the tokens marked as a document's first, in all shards */
     int B, T;
     int rank, world;
     int shuffle;

@@ -6,7 +6,8 @@
  * separator takes its place, and each document gets its post-processor's tokens (Llama 3's BOS).
  * The tokenizer is trained on all of it; the last ~val_fraction of the bytes, starting at a
  * document boundary, becomes the validation shard. Shards are written through data/shard.h with the vocabulary size the tokenizer
- * reached (which can be below the one asked for on a small corpus). With --shard-tokens the text
+ * reached (which can be below the one asked for on a small corpus); with --documents they mark each
+ * document's first token (SHARD_DOCUMENTS, wrap_documents). With --shard-tokens the text
  * is streamed instead (data/prepare_stream.c); data/prepare_internal.h is what the two share. */
 #include "data/prepare.h"
 #include "data/prepare_internal.h"
@@ -464,18 +465,28 @@ static size_t val_cut(const char *text, size_t len, double fraction, const char 
  * there (Gemma's and Llama 2's <bos> is their separator). The post-processor's own tokens at the
  * part's ends (flags: where the encoder put them) are no separators, even where one of them is the
  * separator's id ("<s> $A </s>", "<bos> <bos> $A"). */
-static int wrap_documents(const Tokenizer *tok, int flags, uint32_t **ids, size_t *n, char *err) {
+static int wrap_documents(const Tokenizer *tok, int flags, int marks, uint32_t **ids, size_t *n, char *err) {
     const uint32_t *before, *after, sep = tokenizer_eot_token(tok);
     const size_t n_before = (size_t)tokenizer_post_tokens(tok, 0, &before);
     const size_t n_after = (size_t)tokenizer_post_tokens(tok, 1, &after);
     const int sep_there = (n_after && after[n_after - 1] == sep) || (n_before && before[0] == sep);
     const size_t each = n_after + n_before + !sep_there; /* the ids one separator becomes */
+    /* the next document starts after the ending one's ids: its post-processor's, then the separator
+     * unless it is one of theirs (at the next one's head where it is its <bos>) */
+    const size_t lead = n_after + !sep_there;
+    const int mark = marks & PREPARE_MARK_DOCUMENTS;
     size_t head = flags & TOKENIZER_MID_START ? 0 : n_before, tail = flags & TOKENIZER_MID_END ? 0 : n_after;
     if (head + tail > *n) head = tail = 0; /* cannot be: the encoder put them there */
     const size_t end = *n - tail;          /* separators lie in [head, end) */
     size_t seps = 0;
     for (size_t i = head; i < end; i++) seps += (*ids)[i] == sep;
-    if (each == 1 || seps == 0) return 0;
+    if (mark && (marks & PREPARE_STARTS_DOCUMENT) && *n) (*ids)[0] |= SHARD_DOC_START;
+    if (each == 1 || seps == 0) {
+        /* a mark never makes a separator (ids are below 2^30), nor hides one from the test */
+        for (size_t i = head; mark && i < end; i++)
+            if (shard_token_id((*ids)[i]) == sep && i + lead < *n) (*ids)[i + lead] |= SHARD_DOC_START;
+        return 0;
+    }
     const size_t total = *n + seps * (each - 1);
     uint32_t *grown = realloc(*ids, (total ? total : 1) * sizeof *grown);
     if (!grown) {
@@ -491,14 +502,15 @@ static int wrap_documents(const Tokenizer *tok, int flags, uint32_t **ids, size_
         for (size_t k = n_before; k-- > 0;) grown[--o] = before[k];
         if (!sep_there) grown[--o] = sep;
         for (size_t k = n_after; k-- > 0;) grown[--o] = after[k];
+        if (mark && o + lead < total) grown[o + lead] |= SHARD_DOC_START; /* in place from o on */
     }
     *ids = grown;
     *n = total;
     return 0;
 }
 
-int prepare_encode_part(const Tokenizer *tok, const char *text, size_t len, int flags, int threads, uint32_t **ids,
-                        size_t *n, char *err) {
+int prepare_encode_part(const Tokenizer *tok, const char *text, size_t len, int flags, int marks, int threads,
+                        uint32_t **ids, size_t *n, char *err) {
     char terr[ERR_LEN];
     *ids = NULL;
     *n = 0;
@@ -507,7 +519,7 @@ int prepare_encode_part(const Tokenizer *tok, const char *text, size_t len, int 
         fgpt_set_err(err, "%s", terr);
         return -1;
     }
-    if (wrap_documents(tok, flags, ids, n, err) != 0) {
+    if (wrap_documents(tok, flags, marks, ids, n, err) != 0) {
         free(*ids);
         *ids = NULL;
         return -1;
@@ -515,13 +527,15 @@ int prepare_encode_part(const Tokenizer *tok, const char *text, size_t len, int 
     return 0;
 }
 
-/* Encodes one part and writes it as a shard. */
-static int write_part(const Tokenizer *tok, const char *text, size_t len, int flags, int threads, const char *path,
-                      uint64_t *n_tokens, char *err) {
+/* Encodes one part and writes it as a shard (marks: prepare_encode_part's; with them a shard of
+ * SHARD_DOCUMENTS). */
+static int write_part(const Tokenizer *tok, const char *text, size_t len, int flags, int marks, int threads,
+                      const char *path, uint64_t *n_tokens, char *err) {
     uint32_t *ids;
     size_t n;
-    if (prepare_encode_part(tok, text, len, flags, threads, &ids, &n, err) != 0) return -1;
-    int rc = shard_write(path, ids, n, tokenizer_vocab_size(tok), tokenizer_fingerprint(tok), err);
+    if (prepare_encode_part(tok, text, len, flags, marks, threads, &ids, &n, err) != 0) return -1;
+    int rc = shard_write_flagged(path, ids, n, tokenizer_vocab_size(tok), tokenizer_fingerprint(tok),
+                                 marks ? SHARD_DOCUMENTS : 0, err);
     free(ids);
     *n_tokens = n;
     return rc;
@@ -618,8 +632,14 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
     t0 = prepare_seconds();
     fprintf(stderr, "prepare: encoding %.1f MB (train) + %.2f MB (validation)\n", cut / 1e6, (len - cut) / 1e6);
     const int mid_start = imported ? TOKENIZER_MID_START : 0, mid_end = imported ? TOKENIZER_MID_END : 0;
-    int rc = write_part(tok, text, cut, mid_end, opt->threads, set.train_new, &n_train, err);
-    if (rc == 0) rc = write_part(tok, text + cut, len - cut, mid_start, opt->threads, set.val_new, &n_val, err);
+    /* validation starts a document where it starts after our separator; an imported tokenizer's
+     * starts at the separator, whose ids end the document before */
+    const int marks = opt->documents ? PREPARE_MARK_DOCUMENTS : 0;
+    const int val_marks = marks | (marks && !imported && at_boundary ? PREPARE_STARTS_DOCUMENT : 0);
+    int rc = write_part(tok, text, cut, mid_end, marks | (marks ? PREPARE_STARTS_DOCUMENT : 0), opt->threads,
+                        set.train_new, &n_train, err);
+    if (rc == 0)
+        rc = write_part(tok, text + cut, len - cut, mid_start, val_marks, opt->threads, set.val_new, &n_val, err);
     if (rc == 0)
         fprintf(stderr, "prepare: %llu train + %llu validation tokens (%.3f tokens/byte) in %.1f s -> %s\n",
                 (unsigned long long)n_train, (unsigned long long)n_val, (double)(n_train + n_val) / (double)len,
@@ -770,7 +790,7 @@ static int prepare_default_locked(uint32_t vocab_size, const char *cache_dir, in
     }
     fprintf(stderr, "prepare: first use of the %s corpus with -v %u; preparing it once into %s\n", name, vocab_size,
             dir);
-    PrepareOptions opt = {vocab_size, PREPARE_DEFAULT_VAL, 0, NULL, 0};
+    PrepareOptions opt = {vocab_size, PREPARE_DEFAULT_VAL, 0, NULL, 0, 0};
     int rc = prepare_text(text, len, &opt, NULL, dir, out, err);
     snprintf(out->corpus, sizeof out->corpus, "%s", name);
     free(text);
@@ -833,6 +853,9 @@ static void usage(FILE *f) {
             "      --prompt-completion  with --tokenizer: each FILE is JSON Lines of {\"prompt\": ..., \"completion\":\n"
             "                         ...}, for fine-tuning: the prompts' tokens are no target (TRL's\n"
             "                         completion-only loss); --val-fraction counts examples\n"
+            "      --documents        mark where each document starts: training keeps each one's attention and\n"
+            "                         positions inside it, as if it ran alone (4-byte tokens; --prompt-completion\n"
+            "                         marks its examples so already)\n"
             "  -h, --help             this text\n"
             "Each FILE is one document; the tokenizer's separator (\"<|endoftext|>\", or Llama 3's\n"
             "\"<|end_of_text|>\") inside a file also separates documents.\n"
@@ -928,7 +951,7 @@ static int parse_u32(const char *s, uint32_t *v) {
 }
 
 int prepare_main(int argc, char **argv) {
-    PrepareOptions opt = {PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL, 0, NULL, 0};
+    PrepareOptions opt = {PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL, 0, NULL, 0, 0};
     const char *out_dir = "prepared", *cache_dir = ".cache";
     int default_corpus = 0, extended = -1, n_files = 0, vocab_given = 0, help = 0; /* extended -1: chosen by -v */
     int pairs = 0;
@@ -951,7 +974,7 @@ int prepare_main(int argc, char **argv) {
         const char *a = w.flag;
         const char *val = w.value ? w.value : i + 1 < argc ? argv[i + 1] : NULL;
         if (w.value && (!strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "--default-corpus") ||
-                        !strcmp(a, "--prompt-completion"))) {
+                        !strcmp(a, "--prompt-completion") || !strcmp(a, "--documents"))) {
             status = bad_arg(a, "takes no value");
             goto done;
         }
@@ -970,6 +993,9 @@ int prepare_main(int argc, char **argv) {
         } else if (!strcmp(a, "--prompt-completion")) {
             pairs = 1;
             for_files = "--prompt-completion";
+        } else if (!strcmp(a, "--documents")) {
+            opt.documents = 1;
+            for_files = "--documents";
         } else if (!strcmp(a, "--corpus")) {
             if (!val || (strcmp(val, "standard") && strcmp(val, "extended"))) {
                 status = bad_arg(a, "is standard or extended");

@@ -20,6 +20,8 @@ typedef struct {
     int threads;
     const char *tokenizer_in; /* encode with this tokenizer instead of training one */
     uint64_t shard_tokens;    /* tokens a numbered shard holds (prepare_stream); 0: train.bin and val.bin */
+    int documents;            /* mark each document's first token (SHARD_DOCUMENTS): training keeps the
+                               * attention and positions inside a document */
 } PrepareOptions;
 
 /* The fewest tokens --shard-tokens takes: smaller shards would be more files than data. */
@@ -70,10 +72,17 @@ int prepare_check_replaceable(const char *dir, int numbered_set, const char *tok
 void prepare_remove_earlier_set(const char *dir, int numbered, uint64_t n_train, uint64_t n_val,
                                 const char *other_name, const char *tokenizer_path);
 
+/* prepare_encode_part's marks: SHARD_DOC_START on each document's first id (the separator's, or the
+ * first of the post-processor's tokens before a document: Llama 3's <|begin_of_text|>, Gemma's
+ * <bos>), and on the part's first id, which starts a document when the part does. */
+#define PREPARE_MARK_DOCUMENTS 1
+#define PREPARE_STARTS_DOCUMENT 2
+
 /* Encodes one part of the text (flags: which end of it the text goes on from, tokenizer.h) and
- * gives each of its documents the post-processor's tokens: *ids (malloc'ed), *n. -1 + message. */
-int prepare_encode_part(const Tokenizer *tok, const char *text, size_t len, int flags, int threads, uint32_t **ids,
-                        size_t *n, char *err);
+ * gives each of its documents the post-processor's tokens, and with marks, marks where they start:
+ * *ids (malloc'ed), *n. -1 + message. */
+int prepare_encode_part(const Tokenizer *tok, const char *text, size_t len, int flags, int marks, int threads,
+                        uint32_t **ids, size_t *n, char *err);
 
 /* Writes the tokenizer beside the shards: an imported one's tokenizer.json as it was read, ours as
  * tokenizer.bin. -1 + message. */

@@ -147,6 +147,7 @@ typedef struct {
     uint64_t per_shard;
     uint32_t vocab;
     uint64_t fingerprint;
+    uint32_t flags;    /* SHARD_DOCUMENTS or 0 */
     ShardWriter *w;    /* the shard being written, under its staged name */
     uint64_t in_shard; /* its tokens so far */
     uint64_t shards;   /* shards closed */
@@ -177,7 +178,7 @@ static int sink_rotate(ShardSink *s, char *err) {
     }
     char path[PREPARE_PATH_LEN];
     if (staged_name(path, s, s->shards, 1, err) != 0) return -1;
-    s->w = shard_writer_open(path, s->vocab, s->fingerprint, err);
+    s->w = shard_writer_open_flagged(path, s->vocab, s->fingerprint, s->flags, err);
     return s->w ? 0 : -1;
 }
 
@@ -248,6 +249,7 @@ typedef struct {
     int imported;
     Joined text;
     uint64_t *stray, *first_stray; /* each file's bytes outside UTF-8 */
+    int starts_document;           /* the next piece starts a document (--documents marks its first id) */
 } Stream;
 
 /* Checks each file's bytes in the piece [at, at + len) of the joined text, then encodes it (last:
@@ -266,9 +268,16 @@ static int encode_piece(Stream *st, ShardSink *sink, const char *text, size_t le
      * no BOS, no prefix space, no end-of-text token there (ours adds none) */
     int flags = 0;
     if (st->imported) flags = (at > 0 ? TOKENIZER_MID_START : 0) | (last ? 0 : TOKENIZER_MID_END);
+    int marks = 0;
+    if (st->opt->documents) marks = PREPARE_MARK_DOCUMENTS | (st->starts_document ? PREPARE_STARTS_DOCUMENT : 0);
+    /* after our separator a document starts; an imported tokenizer's piece starts at its separator,
+     * whose ids the piece's own marks place */
+    size_t sep_len;
+    const char *sep = tokenizer_eot_text(st->tok, &sep_len);
+    st->starts_document = !st->imported && len >= sep_len && memcmp(text + len - sep_len, sep, sep_len) == 0;
     uint32_t *ids;
     size_t n;
-    if (prepare_encode_part(st->tok, text, len, flags, st->opt->threads, &ids, &n, err) != 0) return -1;
+    if (prepare_encode_part(st->tok, text, len, flags, marks, st->opt->threads, &ids, &n, err) != 0) return -1;
     const int rc = sink_add(sink, ids, n, err);
     free(ids);
     return rc;
@@ -537,14 +546,14 @@ int prepare_stream(const char *const *files, int n_files, const PrepareOptions *
     out->vocab_requested = out->vocab_reached = tokenizer_vocab_size(given);
 
     Stream st = {opt, given, imported, {files, n_files, 0, -1, 0, NULL, 0, sep, sep_len, 0, 0, NULL, NULL}, NULL,
-                 NULL};
+                 NULL, 1};
     st.text.start = calloc((size_t)n_files, sizeof *st.text.start);
     st.text.end = malloc((size_t)n_files * sizeof *st.text.end);
     st.stray = calloc((size_t)n_files, sizeof *st.stray);
     st.first_stray = calloc((size_t)n_files, sizeof *st.first_stray);
     for (int k = 0; st.text.end && k < n_files; k++) st.text.end[k] = UINT64_MAX;
     ShardSink train = {out_dir, "train", opt->shard_tokens, out->vocab_reached, tokenizer_fingerprint(given),
-                       NULL, 0, 0, 0, 0, 0};
+                       opt->documents ? SHARD_DOCUMENTS : 0, NULL, 0, 0, 0, 0, 0};
     ShardSink val = train;
     val.kind = "val";
     char tok_new[PREPARE_PATH_LEN];

@@ -68,3 +68,42 @@ TEST(a_masked_step_is_the_mean_over_all_of_its_unmarked_targets_with_or_without_
     }
     CHECK(fabs(norm[0] - norm[1]) <= 1e-4 * norm[0], "gradient norms %.4f and %.4f", norm[0], norm[1]);
 }
+
+/* A shard of documents (SHARD_DOCUMENTS, as `prepare --documents` writes) through ./train: the data
+ * line counts the documents and names no prompts, and the first step's loss is `./train eval`'s of
+ * the same weights over the same windows, each document alone. */
+TEST(a_documents_step_is_evals_loss_and_the_data_line_counts_the_documents) {
+    enum { T = 16, N = 4 * T + 1 };
+    char pattern[900], documents[900], trained[900], run[900], args[3000], err[ERR_LEN], *out = NULL;
+    snprintf(pattern, sizeof pattern, "%s/pattern.bin", test_tmpdir());
+    snprintf(documents, sizeof documents, "%s/documents.bin", test_tmpdir());
+    snprintf(trained, sizeof trained, "%s/trained", test_tmpdir());
+    REQUIRE(write_pattern_shard(pattern, 4000, 300, 3) == 0, "pattern shard");
+    snprintf(args, sizeof args, "-i %s --device cpu -e tiny --family llama -v 300 -b 4 -t 32 -x 20 -l 3e-3 "
+             "--warmup 1 --val-every 0 -s 0 -o %s", pattern, trained);
+    int rc = run_train(args, &out);
+    REQUIRE(rc == 0, "training the weights: %s", out);
+    free(out);
+    uint32_t *tokens;
+    uint64_t n;
+    ShardHeader h;
+    REQUIRE(shard_read(pattern, 300, &tokens, &n, &h, err) == 0, "%s", err);
+    for (int i = 0; i < N; i += 5) tokens[i] |= SHARD_DOC_START; /* 13 documents of 5 tokens */
+    REQUIRE(shard_write_flagged(documents, tokens, N, 300, 0, SHARD_DOCUMENTS, err) == 0, "%s", err);
+    free(tokens);
+    snprintf(args, sizeof args, "eval --init-from %s/step_00000020 -i %s -t %d --device cpu", trained, documents, T);
+    rc = run_train(args, &out);
+    REQUIRE(rc == 0, "eval: %s", out);
+    const double want = number_after(out, "\nloss ");
+    free(out);
+    snprintf(run, sizeof run, "%s/documents_run", test_tmpdir());
+    snprintf(args, sizeof args, "--init-from %s/step_00000020 -i %s --device cpu -b 2 -t %d -d %d -x 1 --val-every 0 "
+             "-s 0 -o %s", trained, documents, T, 4 * T, run);
+    rc = run_train(args, &out);
+    REQUIRE(rc == 0, "training on the documents shard: %s", out);
+    const double loss = number_after(out, "| loss ");
+    CHECK(fabs(loss - want) <= 2e-6 * want + 1e-6, "step 1's loss %.6f, eval's %.6f", loss, want);
+    CHECK(strstr(out, "data: the shards mark 13 documents (5 tokens each on average)"), "the data line: %s", out);
+    CHECK(!strstr(out, "no target"), "a shard of documents alone marks no prompts: %s", out);
+    free(out);
+}

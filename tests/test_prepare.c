@@ -261,6 +261,10 @@ TEST(prepare_rejects_bad_arguments) {
     said = read_text(log);
     CHECK(said && strstr(said, "error: prepare --default-corpus: takes no value"), "prepare said: %s", said ? said : "");
     free(said);
+    const char *inline_documents[] = {"prepare", "--documents=1", missing};
+    CHECK(run_prepare(3, inline_documents) == 2, "--documents takes no value");
+    const char *corpus_documents[] = {"prepare", "--default-corpus", "--documents"};
+    CHECK(run_prepare(3, corpus_documents) == 2, "--documents with --default-corpus is a command-line error");
     const char *miss[] = {"prepare", "-o", out, missing};
     CHECK(run_prepare(4, miss) == 1, "a missing file is a runtime error");
     char empty[1100];
@@ -938,18 +942,20 @@ static int write_documents(char files[][1100], const char *sep) {
 }
 
 /* Prepares files[0..n) whole and in shards of 1024 (into dir/whole and dir/streamed) with the
- * tokenizer tok_path, and checks the shards joined hold train.bin's and val.bin's ids, kind by kind. */
-static void expect_shards_as_whole(const char *tok_path, const char *const *files, int n, const char *dir,
-                                   const char *what) {
+ * tokenizer tok_path and the flags extra[0..n_extra), and checks the shards joined hold train.bin's
+ * and val.bin's ids (and marks), kind by kind. */
+static void expect_shards_as_whole(const char *tok_path, const char *const *files, int n, const char *const *extra,
+                                   int n_extra, const char *dir, const char *what) {
     char whole[1200], streamed[1200], err[ERR_LEN];
     snprintf(whole, sizeof whole, "%s/whole", dir);
     snprintf(streamed, sizeof streamed, "%s/streamed", dir);
-    const char *w_argv[16] = {"prepare", "--tokenizer", tok_path, "-o", whole};
-    const char *s_argv[20] = {"prepare", "--tokenizer", tok_path, "--shard-tokens", "1024", "--threads", "2", "-o",
+    const char *w_argv[24] = {"prepare", "--tokenizer", tok_path, "-o", whole};
+    const char *s_argv[28] = {"prepare", "--tokenizer", tok_path, "--shard-tokens", "1024", "--threads", "2", "-o",
                               streamed};
-    for (int k = 0; k < n; k++) w_argv[5 + k] = s_argv[9 + k] = files[k];
-    REQUIRE(run_prepare(5 + n, w_argv) == 0, "%s: the text whole", what);
-    REQUIRE(run_prepare(9 + n, s_argv) == 0, "%s: streamed", what);
+    for (int k = 0; k < n_extra; k++) w_argv[5 + k] = s_argv[9 + k] = extra[k];
+    for (int k = 0; k < n; k++) w_argv[5 + n_extra + k] = s_argv[9 + n_extra + k] = files[k];
+    REQUIRE(run_prepare(5 + n_extra + n, w_argv) == 0, "%s: the text whole", what);
+    REQUIRE(run_prepare(9 + n_extra + n, s_argv) == 0, "%s: streamed", what);
     Tokenizer *tok = tokenizer_load(tok_path, err);
     REQUIRE(tok, "%s", err);
     const uint32_t V = tokenizer_vocab_size(tok);
@@ -999,13 +1005,84 @@ TEST(prepare_in_shards_of_n_tokens_gives_the_ids_of_the_text_whole) {
         REQUIRE(write_documents(files, separators[t]) == 6, "writing the documents");
         snprintf(dir, sizeof dir, "%s/t%d", test_tmpdir(), t);
         const char *paths[6] = {files[0], files[1], files[2], files[3], files[4], files[5]};
-        expect_shards_as_whole(tokenizers[t], paths, 6, dir, tokenizers[t]);
+        expect_shards_as_whole(tokenizers[t], paths, 6, NULL, 0, dir, tokenizers[t]);
         /* the tokenizer goes beside the shards, as it was given */
         char beside[1300];
         snprintf(beside, sizeof beside, "%s/streamed/%s", dir, t ? "tokenizer.json" : "tokenizer.bin");
         Tokenizer *tok = tokenizer_load(tokenizers[t], err), *back = tokenizer_load(beside, err);
         CHECK(tok && back && tokenizer_fingerprint(back) == tokenizer_fingerprint(tok), "%s: %s", beside, err);
         tokenizer_free(back);
+        tokenizer_free(tok);
+    }
+}
+
+/* Occurrences of `sep` in the file at path. */
+static int count_in_file(const char *path, const char *sep) {
+    char *text = read_text(path);
+    int n = 0;
+    for (const char *p = text; p && (p = strstr(p, sep)); p += strlen(sep)) n++;
+    free(text);
+    return n;
+}
+
+/* --documents marks each document's first token: the first of the post-processor's tokens before a
+ * document where the tokenizer has them (Llama 3's <|begin_of_text|>, Gemma's <bos>, which is also
+ * its separator), else the token after the separator, and the first token of a part that starts a
+ * document. The ids are those without --documents, the streamed shards hold the same marks, and
+ * validation (cut at a document boundary here) starts a document of its own. */
+TEST(prepare_documents_marks_where_each_document_starts_whole_and_in_shards) {
+    char words[1100], ours[1200];
+    REQUIRE(prepare_our_tokenizer("ours_documents", 20000, 5, words, ours) == 0, "the tokenizer of our own kind");
+    const char *tokenizers[] = {ours, "tests/fixtures/hf_llama3_bos.json", "tests/fixtures/spm_gemma3.json"};
+    const char *separators[] = {"<|endoftext|>", "<|end_of_text|>", "<bos>"};
+    const char *documents[] = {"--documents", "--val-fraction", "0.05"}, *plain[] = {"--val-fraction", "0.05"};
+    for (int t = 0; t < 3; t++) {
+        char files[6][1100], dir[1100], plain_dir[1100], err[ERR_LEN];
+        REQUIRE(write_documents(files, separators[t]) == 6, "writing the documents");
+        const char *paths[6] = {files[0], files[1], files[2], files[3], files[4], files[5]};
+        const int n_documents = 6 + count_in_file(files[1], separators[t]);
+        snprintf(dir, sizeof dir, "%s/documents%d", test_tmpdir(), t);
+        snprintf(plain_dir, sizeof plain_dir, "%s/plain%d", test_tmpdir(), t);
+        expect_shards_as_whole(tokenizers[t], paths, 6, documents, 3, dir, tokenizers[t]);
+        expect_shards_as_whole(tokenizers[t], paths, 6, plain, 2, plain_dir, tokenizers[t]);
+        Tokenizer *tok = tokenizer_load(tokenizers[t], err);
+        REQUIRE(tok, "%s", err);
+        const uint32_t V = tokenizer_vocab_size(tok), eot = tokenizer_eot_token(tok);
+        const uint32_t *before;
+        const int n_before = tokenizer_post_tokens(tok, 0, &before);
+        int marked = 0;
+        for (int kind = 0; kind < 2; kind++) {
+            char path[1300], plain_path[1300];
+            snprintf(path, sizeof path, "%s/whole/%s.bin", dir, kind ? "val" : "train");
+            snprintf(plain_path, sizeof plain_path, "%s/whole/%s.bin", plain_dir, kind ? "val" : "train");
+            uint32_t *got = NULL, *want = NULL;
+            uint64_t n_got = 0, n_want = 0;
+            ShardHeader h, h_plain;
+            REQUIRE(shard_read(path, V, &got, &n_got, &h, err) == 0, "%s", err);
+            REQUIRE(shard_read(plain_path, V, &want, &n_want, &h_plain, err) == 0, "%s", err);
+            CHECK(h.flags == SHARD_DOCUMENTS && h.bytes_per_token == 4 && h_plain.flags == 0,
+                  "%s: flags %u in %u-byte tokens (without --documents: flags %u)", path, h.flags, h.bytes_per_token,
+                  h_plain.flags);
+            REQUIRE(n_got == n_want, "%s: %llu tokens, %llu without --documents", path, (unsigned long long)n_got,
+                    (unsigned long long)n_want);
+            int wrong = -1;
+            for (uint64_t i = 0; i < n_got; i++) {
+                const uint32_t id = shard_token_id(got[i]);
+                const int starts = n_before ? id == before[0] : i == 0 || shard_token_id(got[i - 1]) == eot;
+                if (id != want[i] || shard_token_starts_document(got[i]) != starts || got[i] & SHARD_NO_LOSS) {
+                    wrong = (int)i;
+                    break;
+                }
+                marked += starts;
+            }
+            CHECK(wrong < 0, "%s: token %d is %u (without --documents %u), its mark not where a document starts",
+                  path, wrong, wrong < 0 ? 0 : got[wrong], wrong < 0 ? 0 : want[wrong]);
+            CHECK(shard_token_starts_document(got[0]) || kind == 0 || n_before,
+                  "%s: validation starts a document, and its first token is not marked", path);
+            free(got);
+            free(want);
+        }
+        CHECK(marked == n_documents, "%s: %d tokens marked, for %d documents", tokenizers[t], marked, n_documents);
         tokenizer_free(tok);
     }
 }
@@ -1047,7 +1124,7 @@ TEST(prepare_in_shards_starts_validation_where_the_text_whole_does) {
             snprintf(dir, sizeof dir, "%s/%s", test_tmpdir(), tag);
             snprintf(what, sizeof what, "%s, %s", cases[c].what, tokenizers[t]);
             const char *paths[3] = {files[0], files[1], files[2]};
-            expect_shards_as_whole(tokenizers[t], paths, cases[c].n, dir, what);
+            expect_shards_as_whole(tokenizers[t], paths, cases[c].n, NULL, 0, dir, what);
         }
 }
 
