@@ -126,6 +126,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
      * this block is in dq_acc */
     __shared__ __align__(8) uint64_t bars[1 + 2 * ST + 5];
     __shared__ float stats[ST][2][BQ]; /* lse, D of a stage's query rows */
+    __shared__ int firsts[ST][BQ];     /* with documents, each of a stage's query rows' first key */
     const uint32_t Ks = (smem_addr(att_smem) + 1023) & ~1023u, Vs = Ks + OWN, Qs = Vs + OWN, dOs = Qs + ST * TILE;
     const uint32_t dSs = dOs + ST * TILE, dQs = dSs + DS;
     const uint32_t kv_full = smem_addr(bars), full = kv_full + 8, empty = full + 8 * ST, ds_full = empty + 8 * ST;
@@ -193,6 +194,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
                     const int t = t0 + c;
                     stats[s][0][c] = t < T ? lse[row + t] : INFINITY;
                     stats[s][1][c] = t < T ? D[row + t] : 0.0f;
+                    if (am.pos) firsts[s][c] = att_first_key(am, t);
                 }
                 mbar_arrive(full + 8 * s);
             }
@@ -204,9 +206,14 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
              * tile walked as att_bwd_tma_step without divisions, the count polled without acquire
              * (which would invalidate L1 on every poll) before the share is waited for. */
             int qt = qt0 + nper - 1, h = h0;
+            unsigned before = nsteps ? (unsigned)(kb - first_key_block<BQ>(qt, am)) : 0u;
             for (int i = 0; i < nsteps; i++) {
                 const size_t tile = ((size_t)b * NH + h) * nqt + qt;
-                const unsigned before = (unsigned)(kb - first_key_block<BQ>(qt, am));
+                /* the next step's count, loaded now so that its latency (documents: a row's position)
+                 * passes beside this step's waits, not on the chain */
+                const bool tile_done = h + 1 == h0 + grp;
+                const unsigned before_next = !tile_done ? before
+                                             : qt > qt0 ? (unsigned)(kb - first_key_block<BQ>(qt - 1, am)) : 0u;
                 if (before) {
                     while (ld_relaxed_gpu(dq_count + tile) < before) {
                     }
@@ -224,6 +231,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
                 bulk_wait_done();
                 fence_proxy_async_global();
                 red_release_gpu_inc(dq_count + tile);
+                before = before_next;
                 if (++h == h0 + grp) h = h0, qt--;
             }
             mbar_arrive(dq_done);
@@ -252,6 +260,7 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         mbar_wait(full + 8 * s, (uint32_t)((i / ST) & 1));
         const uint32_t Qt = Qs + s * TILE, dOt = dOs + s * TILE;
         const float *lse_t = stats[s][0], *D_t = stats[s][1];
+        const int *first_t = firsts[s];
 
         /* Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, [64 keys × BQ queries] as QT halves of 64 columns */
         float st[QT][32], dpt[QT][32];
@@ -273,10 +282,17 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
         for (int c = 0; c < QT; c++) fence_acc(st[c]), fence_acc(dpt[c]);
 
         /* Tiles that reach below this warpgroup's diagonal or past the window's edge need the mask (a
-         * uniform branch); at QT 1 the block's first tile lies wholly below warpgroup 1's keys. */
-        if (q0 < kw0 + 63 || crosses_window(kw0, q0, BQ, am))
+         * uniform branch); at QT 1 the block's first tile lies wholly below warpgroup 1's keys. With
+         * documents the rows' first keys come from the stage (the statistics warp's), not memory. */
+        if (am.pos) {
+            if (q0 < kw0 + 63 || kw0 < first_t[BQ - 1])
+#pragma unroll
+                for (int c = 0; c < QT; c++)
+                    mask_tile_t_by(st[c], krow, q0 + 64 * c, tq, [&](int qi) { return first_t[qi - q0]; });
+        } else if (q0 < kw0 + 63 || crosses_window(kw0, q0, BQ, am)) {
 #pragma unroll
             for (int c = 0; c < QT; c++) mask_tile_t(st[c], krow, q0 + 64 * c, tq, am);
+        }
 #pragma unroll
         for (int c = 0; c < QT; c++)
 #pragma unroll

@@ -260,10 +260,11 @@ __global__ void __launch_bounds__(ATT_TMA_THREADS, 1)
             for (int i = 0; i < 32; i++) o[p][i] = 0.0f;
         mrow[0] = mrow[1] = -INFINITY;
         lrow[0] = lrow[1] = 0.0f;
-        /* Only the diagonal tile and those at the window's edge need the mask (a uniform branch); the
-         * diagonal's also masks keys >= T, which are > every query. */
+        /* Only the diagonal tile and those at the window's or the document's edge need the mask (a
+         * uniform branch); the diagonal's also masks keys >= T, which are > every query. */
+        const int edge = am.window > 0 || am.pos ? tile_key_edge(row0, 64, am) : 0;
         auto mask = [&](int j) {
-            if (j == nkv - 1 || crosses_window(j * BN, row0, 64, am)) {
+            if (j == nkv - 1 || j * BN < edge) {
                 mask_tile(s[0], j * BN, qrow, tq, am);
                 mask_tile(s[1], j * BN + 64, qrow, tq, am);
             }

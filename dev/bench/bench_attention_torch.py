@@ -10,8 +10,16 @@ an explicit boolean mask, and flex_attention (compiled) with a block mask; the b
 figure. TFLOP/s count only the visible (query, key) pairs: 4·B·NH·HS per pair forward, 2.5× that
 backward (FA2's count), as bench_kernels does.
 
-On a GPU machine: python3 dev/bench/bench_attention_torch.py [B | gemma]. Medians of CUDA-event
-timings."""
+With `documents`: Qwen3-0.6B's and Llama-3.2-1B's attention (B 8, T 2048) over documents packed
+end to end in each sequence, the same positions `./build/bench_kernels 8 documents` draws (one
+document of 2048, documents of 512, lengths uniform in 1-512 and in 1-2048), against
+flex_attention (compiled) with a document block mask, the way PyTorch trainers mask packed
+documents, and flash's causal SDPA over the whole rows for reference. The block mask is built once
+per shape, outside the timing (a trainer builds one per batch). TFLOP/s count the pairs inside
+documents only.
+
+On a GPU machine: python3 dev/bench/bench_attention_torch.py [B | gemma | documents]. Medians of
+CUDA-event timings."""
 import sys
 
 import torch
@@ -129,7 +137,65 @@ def bench_gemma(B, window, T=2048, nh=4, nkv=1, hs=256):
         print(f"  best: {best[0]}: fwd {best[1]:.3f} ms, bwd {best[2]:.3f} ms")
 
 
+def document_positions(B, T, doc):
+    """bench_kernels.cu's document_positions: each row's place in its document, all of length doc, or
+    (doc < 0) of lengths uniform in 1..2|doc| from its xorshift32; and the visible pairs."""
+    h, pos = 2463534242, []
+    for _ in range(B):
+        row, left, at = [], 0, 0
+        for _ in range(T):
+            if left == 0:
+                h ^= (h << 13) & 0xFFFFFFFF
+                h ^= h >> 17
+                h ^= (h << 5) & 0xFFFFFFFF
+                left, at = (doc if doc > 0 else 1 + h % (-2 * doc)), 0
+            row.append(at)
+            at, left = at + 1, left - 1
+        pos.append(row)
+    pos = torch.tensor(pos, dtype=torch.int32)
+    return pos, float((pos + 1).sum())
+
+
+def bench_documents(B, T, nh, nkv, hs, doc):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    q = torch.randn(B, nh, T, hs, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(B, nkv, T, hs, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    dout = torch.randn(B, nh, T, hs, device="cuda", dtype=torch.bfloat16)
+    if doc:
+        pos, pairs = document_positions(B, T, doc)
+        what = f"documents of {doc}" if doc > 0 else f"documents of 1-{-2 * doc} (uniform)"
+    else:
+        pos, pairs, what = torch.arange(T).repeat(B, 1), B * T * (T + 1) / 2, "causal rows"
+    document = torch.cumsum((pos == 0).int(), dim=1).cuda()  # each row's document, by sequence
+
+    def visible(b, h, qi, kj):
+        return (kj <= qi) & (document[b, qi] == document[b, kj])
+    block_mask = create_block_mask(visible, B, None, T, T, device="cuda")
+    flex = torch.compile(flex_attention, dynamic=False)
+    flops = 4.0 * nh * hs * pairs
+    print(f"torch {torch.__version__} B={B} T={T} NH={nh} NKV={nkv} HS={hs} {what} ({pairs:.3g} visible pairs)")
+    paths = [("flex_attention (compiled), document block mask",
+              lambda q_, k_, v_: flex(q_, k_, v_, block_mask=block_mask, enable_gqa=True))]
+    if doc in (0, T):
+        paths.append(("sdpa flash, causal (the whole rows)", lambda q_, k_, v_: F.scaled_dot_product_attention(
+            q_, k_, v_, is_causal=True, enable_gqa=True)))
+    for name, attn in paths:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            r = timed_fwd_bwd(attn, q, k, v, dout)
+        if isinstance(r, str):
+            print(f"  {name:52s} failed: {r}")
+            continue
+        fwd, bwd = r
+        print(f"  {name:52s} fwd {fwd:8.3f} ms ({flops / fwd / 1e9:6.1f} TFLOP/s)  "
+              f"bwd {bwd:8.3f} ms ({2.5 * flops / bwd / 1e9:6.1f} TFLOP/s)")
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "documents":
+        for nh, hs in ((16, 128), (32, 64)):
+            for doc in (0, 2048, 512, -256, -1024):
+                bench_documents(8, 2048, nh, 8, hs, doc)
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "gemma":
         for B in (8, 16):
             for window in (512, 0):

@@ -14,17 +14,8 @@ grep -h "without position_ids" $OUT/hf_cuda.log $OUT/hf_cpu.log >>$OUT/summary.t
 timeout 200 ./build/bench_kernels 8 documents >$OUT/bench_documents.txt 2>&1
 echo "bench_kernels 8 documents: rc $?" | tee -a $S
 M=/tmp/documents; rm -rf $M; mkdir -p $M
-# documents of 3 to 120 counting sentences: a document's text depends on its own start only
-python3 - $M <<'PY'
-import random, sys
-r = random.Random(3)
-docs = []
-for i in range(2500):
-    start, step = r.randint(0, 50), r.randint(1, 4)
-    docs.append("Count %d by %d: " % (start, step) + " ".join(str(start + step * k) for k in range(r.randint(3, 120))) + ".")
-for name, sep in (("llama", "<|end_of_text|>"), ("ours", "<|endoftext|>")):
-    open(sys.argv[1] + "/text_%s.txt" % name, "w").write(sep.join(docs))
-PY
+python3 dev/check/make_documents.py $M/text_llama.txt "<|end_of_text|>"
+python3 dev/check/make_documents.py $M/text_ours.txt "<|endoftext|>"
 ./train prepare --documents --tokenizer tests/fixtures/hf_llama3_bos.json -o $M/llama_data $M/text_llama.txt >$M/prepare_llama.log 2>&1
 echo "prepare --documents, Llama 3's tokenizer: rc $?: $(grep -m1 'train + ' $M/prepare_llama.log)" | tee -a $S
 ./train prepare --documents -v 400 -o $M/ours_data $M/text_ours.txt >$M/prepare_ours.log 2>&1
