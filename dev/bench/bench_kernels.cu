@@ -90,8 +90,10 @@ static cudaEvent_t ev0, ev1;
     } while (0)
 
 static double g_gemm_tflops = 700.0, g_copy_gbs = 3000.0; /* replaced by the measured ceilings */
+static int g_quiet; /* a warm-up: time, print nothing */
 
 static void row(const char *name, float ms, double flops, double bytes) {
+    if (g_quiet) return;
     double floor_ms = 1e3 * (flops / (g_gemm_tflops * 1e12) > bytes / (g_copy_gbs * 1e9)
                                  ? flops / (g_gemm_tflops * 1e12)
                                  : bytes / (g_copy_gbs * 1e9));
@@ -148,10 +150,12 @@ static void bench_attention(int B, int T, int NH, int NKV, int HS, float scale, 
     const AttentionShape sh = {B, T, NH, NKV, HS, scale, window, pos};
     void *scratch = dmalloc(attention_backward_scratch_bytes(&sh));
     double f = 4.0 * NH * HS * pairs, bytes = (N * W + N * C) * 2.0;
-    printf("attention B=%d T=%d NH=%d NKV=%d HS=%d causal window=%d", B, T, NH, NKV, HS, window);
-    if (doc > 0) printf(" documents of %d", doc);
-    if (doc < 0) printf(" documents of 1-%d (uniform)", -2 * doc);
-    printf(" (%.3g visible pairs)\n", pairs);
+    if (!g_quiet) {
+        printf("attention B=%d T=%d NH=%d NKV=%d HS=%d causal window=%d", B, T, NH, NKV, HS, window);
+        if (doc > 0) printf(" documents of %d", doc);
+        if (doc < 0) printf(" documents of 1-%d (uniform)", -2 * doc);
+        printf(" (%.3g visible pairs)\n", pairs);
+    }
     char name[64];
     float ms;
     for (int wgmma = 1; wgmma >= (HS == 256 ? 1 : 0); wgmma--) {
@@ -253,7 +257,11 @@ int main(int argc, char **argv) {
         bench_attention(lb, 2048, 32, 8, 64, 1.0f / sqrtf(64.0f), 0);
     /* Packed documents at Qwen3-0.6B's and Llama-3.2-1B's attention (B = 8, T = 2048): one whole
      * document a sequence (the positions' cost alone), documents of 512, and fine-tuning-like
-     * lengths of 1-512 and 1-2048, against the plain causal rows in the same run. */
+     * lengths of 1-512 and 1-2048, against the plain causal rows in the same run. The first shape
+     * runs once unprinted: right after the ceilings' GEMM it ran 15-20 % slow. */
+    g_quiet = 1;
+    if (WANT("documents")) bench_attention(8, 2048, 16, 8, 128, 1.0f / sqrtf(128.0f), 0);
+    g_quiet = 0;
     for (int l = 0; l < 2 && WANT("documents"); l++) {
         const int NH = l ? 32 : 16, HS = l ? 64 : 128;
         const int docs[] = {0, 2048, 512, -256, -1024};
