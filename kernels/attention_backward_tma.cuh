@@ -29,7 +29,8 @@
  *   A block is the last key block of the two query tiles on its diagonal: once its own adds are in,
  *   it reads their sums back from L2 and writes bf16 dQ with their bias partials.
  * The producer's first warp copies Q and dO, its second the tile's lse and D = rowsum(dO∘O) into
- *   the ring beside them.
+ *   the ring beside them, and with documents each row's first key, which the consumers' masks read
+ *   there rather than from memory after their products.
  * Measured against the two kernels it replaced (dev/RESULTS.md, attention): 6-9 % faster at Qwen3's
  *   and 7-9 % at Llama's shapes (T 2048), level to 7 % at GPT-2's (T 1024, a noisy shape); storing
  *   dQ at each diagonal rather than in a kernel after it took 3-4 % more off at Qwen3's shape.
