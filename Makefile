@@ -166,6 +166,10 @@ $(BUILD)/bench_tokenizer: $(BUILD)/dev/bench/bench_tokenizer.o $(HOST_OBJ)
 bench-tokenizer: $(BUILD)/bench_tokenizer
 	./$(BUILD)/bench_tokenizer $(BENCH_TOKENIZER_ARGS)
 
+# the host's time to draw a token from V logits with top-k and top-p (dev/bench/bench_sample.c)
+$(BUILD)/bench_sample: $(BUILD)/dev/bench/bench_sample.o $(HOST_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
 # SentencePiece-style tokenizer.json: load time and encode MB/s (dev/bench/bench_spm.sh makes the
 # tokenizers it times).
 $(BUILD)/bench_spm: $(BUILD)/dev/bench/bench_spm.o $(HOST_OBJ)

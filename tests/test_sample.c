@@ -70,6 +70,87 @@ TEST(sample_top_k_keeps_the_ties_of_its_kth_logit) {
     CHECK(draws_as_plain(l, 6, 0, 0.0f, 7), "top-p 0 differs from the full draw");
 }
 
+/* The definition of sample_settings' draw, written the plain way: every id sorted by logit (the
+ * larger first, the lower id among equals), the first top_k kept with the k-th's equals, then the
+ * fewest of those whose running mass (in that order) reaches top_p of theirs, one draw among them
+ * (where neither applies, sample_token's draw over all V). */
+static int by_logit_desc_ref(const void *a, const void *b, void *logits) {
+    const float *l = logits;
+    const int x = *(const int *)a, y = *(const int *)b;
+    if (l[x] != l[y]) return l[x] > l[y] ? -1 : 1;
+    return (x > y) - (x < y);
+}
+static int reference_draw(const float *l, int V, const SampleSettings *s, Rng *rng) {
+    if ((s->top_k <= 0 || s->top_k >= V) && (s->top_p <= 0.0f || s->top_p >= 1.0f))
+        return sample_token(l, V, s->temperature, rng); /* neither applies: the plain draw, in id order */
+    int *ids = malloc((size_t)V * sizeof *ids);
+    double *w = malloc((size_t)V * sizeof *w);
+    for (int i = 0; i < V; i++) ids[i] = i;
+    qsort_r(ids, (size_t)V, sizeof *ids, by_logit_desc_ref, (void *)l);
+    int n = s->top_k > 0 && s->top_k < V ? s->top_k : V;
+    while (n < V && l[ids[n]] == l[ids[n - 1]]) n++;
+    double sum = 0.0;
+    for (int k = 0; k < n; k++) sum += w[k] = exp(((double)l[ids[k]] - l[ids[0]]) / s->temperature);
+    if (s->top_p > 0.0f && s->top_p < 1.0f) {
+        double before = 0.0;
+        for (int k = 0; k < n; k++)
+            if ((before += w[k]) >= (double)s->top_p * sum) {
+                n = k + 1;
+                break;
+            }
+        sum = 0.0;
+        for (int k = 0; k < n; k++) sum += w[k];
+    }
+    double r = rng_uniform(rng) * sum, acc = 0.0;
+    int pick = ids[n - 1];
+    for (int k = 0; k < n; k++)
+        if (r < (acc += w[k])) {
+            pick = ids[k];
+            break;
+        }
+    free(w);
+    free(ids);
+    return pick;
+}
+
+/* sample_draw finds the top-k and top-p tokens without sorting all V: on vocabularies of 1 to 20000,
+ * logits spread wide, peaked, flat, and full of ties (rounded to a few values), at temperatures 0.3
+ * to 3, with top-k alone, top-p alone and both, every draw is the plain definition's from the same
+ * generator state (top-p alone sums all V in another order, which may move a draw only where a
+ * random number falls within rounding of a boundary). */
+TEST(sample_top_k_and_top_p_draw_as_sorting_every_token_would) {
+    Rng gen, a, b;
+    rng_seed(&gen, 42);
+    const int sizes[] = {1, 2, 3, 7, 64, 1000, 5003, 20000};
+    int cases = 0, differ = 0, first_differ = -1;
+    for (int si = 0; si < 8; si++)
+        for (int shape = 0; shape < 4; shape++)
+            for (int set = 0; set < 6; set++) {
+                const int V = sizes[si];
+                float *l = malloc((size_t)V * sizeof *l);
+                for (int i = 0; i < V; i++) {
+                    const double u = rng_uniform(&gen);
+                    l[i] = shape == 0   ? (float)(40.0 * u - 20.0)                /* wide */
+                           : shape == 1 ? (float)(i % 97 == 0 ? 10.0 + u : u)     /* peaked */
+                           : shape == 2 ? (float)(0.01 * u)                       /* flat */
+                                        : (float)(int)(5.0 * u) * 0.5f;           /* ties */
+                }
+                const SampleSettings st[6] = {{1.0f, 5, 1.0f},   {0.3f, 1 + V / 3, 1.0f}, {1.0f, 0, 0.9f},
+                                              {3.0f, 0, 0.3f},   {1.0f, 40, 0.8f},        {0.7f, 0, 0.999f}};
+                rng_seed(&a, 100 + (uint64_t)cases);
+                rng_seed(&b, 100 + (uint64_t)cases);
+                for (int d = 0; d < 8; d++) {
+                    const int got = sample_draw(l, V, &st[set], &a), want = reference_draw(l, V, &st[set], &b);
+                    if (got != want && first_differ < 0) first_differ = cases;
+                    differ += got != want;
+                }
+                cases++;
+                free(l);
+            }
+    CHECK(differ == 0, "%d of %d draws differ from the plain definition's (first in case %d)", differ, cases * 8,
+          first_differ);
+}
+
 /* Probabilities 0.05, 0.5, 0.15, 0.3 at temperature 1: the likeliest first are ids 1, 3, 2, 0, whose
  * running totals are 0.5, 0.8, 0.95, 1. */
 static void counts_of(float top_p, int top_k, float temperature, int count[4]) {

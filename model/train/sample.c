@@ -34,6 +34,50 @@ static int by_logit_desc(const void *a, const void *b, void *logits) {
     return (x > y) - (x < y);
 }
 
+/* The ids whose logit lies in [floor, above), into ids likeliest first: a band of the order
+ * by_logit_desc gives all V, without sorting all V (a 262144-token vocabulary took a sort a token).
+ * Their count. */
+static int likeliest_band(const float *logits, int V, float floor, float above, int *ids) {
+    int n = 0;
+    for (int i = 0; i < V; i++)
+        if (logits[i] >= floor && logits[i] < above) ids[n++] = i;
+    qsort_r(ids, (size_t)n, sizeof *ids, by_logit_desc, (void *)logits);
+    return n;
+}
+
+/* The k-th largest of x[0..n) (1 <= k <= n), reordering x: Hoare's selection, O(n) on average. */
+static float kth_largest(float *x, int n, int k) {
+    int lo = 0, hi = n - 1;
+    const int want = k - 1; /* its index in descending order */
+    while (lo < hi) {
+        const float pivot = x[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (x[i] > pivot) i++;
+            while (x[j] < pivot) j--;
+            if (i <= j) {
+                const float swap = x[i];
+                x[i++] = x[j];
+                x[j--] = swap;
+            }
+        }
+        /* x[lo..j] >= pivot >= x[i..hi], and what lies between equals the pivot */
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else return pivot;
+    }
+    return x[lo];
+}
+
+/* How many of w[0..n), likeliest first, top_p keeps: a token stays while the likelier ones hold
+ * less than p_mass. 0 when all n hold less. */
+static int nucleus(const double *w, int n, double p_mass) {
+    double before = 0.0;
+    for (int k = 0; k < n; k++)
+        if ((before += w[k]) >= p_mass) return k + 1;
+    return 0;
+}
+
 int sample_draw(const float *logits, int V, const SampleSettings *s, Rng *rng) {
     const float t = s->temperature;
     if (t <= 0 || s->top_k == 1) return argmax(logits, V);
@@ -41,27 +85,40 @@ int sample_draw(const float *logits, int V, const SampleSettings *s, Rng *rng) {
     if (!by_k && !by_p) return sample_token(logits, V, t, rng);
     int *ids = malloc((size_t)V * sizeof *ids);
     double *w = malloc((size_t)V * sizeof *w);
-    if (!ids || !w) { /* out of memory: the likeliest token is still a fair answer */
+    float *copy = by_k ? malloc((size_t)V * sizeof *copy) : NULL;
+    if (!ids || !w || (by_k && !copy)) { /* out of memory: the likeliest token is still a fair answer */
         free(ids);
         free(w);
+        free(copy);
         return argmax(logits, V);
     }
-    for (int i = 0; i < V; i++) ids[i] = i;
-    qsort_r(ids, (size_t)V, sizeof *ids, by_logit_desc, (void *)logits);
-    int n = by_k ? s->top_k : V;
-    while (n < V && logits[ids[n]] == logits[ids[n - 1]]) n++; /* the k-th's equals stay, as in transformers */
-    double sum = 0.0, m = logits[ids[0]];
-    for (int k = 0; k < n; k++) sum += w[k] = exp((logits[ids[k]] - m) / t);
-    if (by_p) { /* a token stays while the likelier ones hold less than top_p of the mass */
-        double before = 0.0;
-        for (int k = 0; k < n; k++)
-            if ((before += w[k]) >= (double)s->top_p * sum) {
-                n = k + 1;
-                break;
-            }
-        sum = 0.0;
-        for (int k = 0; k < n; k++) sum += w[k];
+    const double m = logits[argmax(logits, V)];
+    int n;
+    if (by_k) { /* the k likeliest, and any equal to the k-th, as in transformers */
+        for (int i = 0; i < V; i++) copy[i] = logits[i];
+        n = likeliest_band(logits, V, kth_largest(copy, V, s->top_k), INFINITY, ids);
+        double sum = 0.0;
+        for (int k = 0; k < n; k++) sum += w[k] = exp((logits[ids[k]] - m) / t);
+        const int cut = by_p ? nucleus(w, n, (double)s->top_p * sum) : 0;
+        if (cut) n = cut;
+    } else { /* top_p of the mass of all V: the likeliest, band by band down from the top, until they hold it */
+        double total = 0.0, before = 0.0;
+        for (int i = 0; i < V; i++) total += exp((logits[i] - m) / t);
+        const double p_mass = (double)s->top_p * total;
+        int have = 0;
+        n = 0;
+        float above = INFINITY; /* the bands so far hold every logit at or above it */
+        for (double below = 4.0; !n && have < V; below *= 2.0) {
+            const float floor = (float)(m - below * t);
+            const int band = have + likeliest_band(logits, V, floor, above, ids + have);
+            for (; have < band; have++)
+                if ((before += w[have] = exp((logits[ids[have]] - m) / t)) >= p_mass && !n) n = have + 1;
+            above = floor;
+        }
+        if (!n) n = V; /* rounding kept the whole mass below top_p of it: every token */
     }
+    double sum = 0.0;
+    for (int k = 0; k < n; k++) sum += w[k];
     double r = rng_uniform(rng) * sum, acc = 0.0;
     int pick = ids[n - 1];
     for (int k = 0; k < n; k++)
@@ -69,6 +126,7 @@ int sample_draw(const float *logits, int V, const SampleSettings *s, Rng *rng) {
             pick = ids[k];
             break;
         }
+    free(copy);
     free(w);
     free(ids);
     return pick;
