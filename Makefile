@@ -63,7 +63,8 @@ GPU_TEST_OBJ := $(patsubst %.cu,$(CUDA_BUILD)/%.cu.o,$(GPU_TEST_SRC))
 .PHONY: all test test-gpu bench data clean deps compare FORCE
 .DEFAULT_GOAL := train
 all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer $(BUILD)/bench_kernels \
-     $(BUILD)/lt_algo_probe $(BUILD)/bench_gemm_sm90 $(BUILD)/bench_nccl_copy_engine $(BUILD)/kernel_trace.so
+     $(BUILD)/lt_algo_probe $(BUILD)/bench_gemm_sm90 $(BUILD)/bench_nccl_copy_engine $(BUILD)/kernel_trace.so \
+     $(BUILD)/bench_sample
 
 # Under SANITIZE=1 the tests run a sanitized trainer, $(BUILD)/train; ./train is never sanitized.
 TRAIN_BIN := $(if $(SANFLAGS),$(BUILD)/train,train)
