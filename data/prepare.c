@@ -480,11 +480,13 @@ static int wrap_documents(const Tokenizer *tok, int flags, int marks, uint32_t *
     const size_t end = *n - tail;          /* separators lie in [head, end) */
     size_t seps = 0;
     for (size_t i = head; i < end; i++) seps += (*ids)[i] == sep;
-    if (mark && (marks & PREPARE_STARTS_DOCUMENT) && *n) (*ids)[0] |= SHARD_DOC_START;
+    /* the part's first id is marked last: a mark must not hide a separator from the tests below */
+    const int mark_first = mark && (marks & PREPARE_STARTS_DOCUMENT);
     if (each == 1 || seps == 0) {
         /* a mark never makes a separator (ids are below 2^30), nor hides one from the test */
         for (size_t i = head; mark && i < end; i++)
             if (shard_token_id((*ids)[i]) == sep && i + lead < *n) (*ids)[i + lead] |= SHARD_DOC_START;
+        if (mark_first && *n) (*ids)[0] |= SHARD_DOC_START;
         return 0;
     }
     const size_t total = *n + seps * (each - 1);
@@ -504,6 +506,7 @@ static int wrap_documents(const Tokenizer *tok, int flags, int marks, uint32_t *
         for (size_t k = n_after; k-- > 0;) grown[--o] = after[k];
         if (mark && o + lead < total) grown[o + lead] |= SHARD_DOC_START; /* in place from o on */
     }
+    if (mark_first && total) grown[0] |= SHARD_DOC_START;
     *ids = grown;
     *n = total;
     return 0;

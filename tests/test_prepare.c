@@ -1087,6 +1087,55 @@ TEST(prepare_documents_marks_where_each_document_starts_whole_and_in_shards) {
     }
 }
 
+/* --documents with a template of a token after the text only ("$A <|im_end|>", a separator of its
+ * own, <|endoftext|>) and a first document that is empty, so that the text starts with the
+ * separator: the ids are those without --documents, and one mark stands at each document's first
+ * id (the part's first, then the id after each <|im_end|> <|endoftext|>). The part's first mark
+ * once hid that separator from the wrapping, which then wrote past its count. */
+TEST(prepare_documents_marks_a_template_of_a_token_after_the_text_and_an_empty_first_document) {
+    const char *edits[] = {
+        "\"post_processor\": null",
+        "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"Sequence\": {\"id\": \"A\", "
+        "\"type_id\": 0}}, {\"SpecialToken\": {\"id\": \"<|im_end|>\", \"type_id\": 0}}], \"pair\": [{\"Sequence\": "
+        "{\"id\": \"A\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"B\", \"type_id\": 0}}], \"special_tokens\": "
+        "{\"<|im_end|>\": {\"id\": \"<|im_end|>\", \"ids\": [2], \"tokens\": [\"<|im_end|>\"]}}}"};
+    char json[800], files[3][800], err[ERR_LEN];
+    snprintf(json, sizeof json, "%s/after_only.json", test_tmpdir());
+    REQUIRE(write_edited_copy("tests/fixtures/hf_qwen2_style.json", json, edits, 1) == 0, "the $A <|im_end|> template");
+    const char *docs[] = {"", "The quick brown fox jumps over the lazy dog, again and again and again.\n",
+                          "A second document, of some length, to encode here; and a third clause.\n"};
+    for (int d = 0; d < 3; d++) {
+        snprintf(files[d], sizeof files[d], "%s/after%d.txt", test_tmpdir(), d);
+        FILE *f = fopen(files[d], "w");
+        REQUIRE(f && fputs(docs[d], f) >= 0 && fclose(f) == 0, "%s", files[d]);
+    }
+    uint32_t *ids[2] = {NULL, NULL};
+    uint64_t n[2] = {0, 0};
+    for (int with = 0; with < 2; with++) {
+        char args[4000], path[900], *out = NULL;
+        snprintf(args, sizeof args, "prepare --tokenizer %s %s--val-fraction 0.01 -o %s/after_%d %s %s %s", json,
+                 with ? "--documents " : "", test_tmpdir(), with, files[0], files[1], files[2]);
+        REQUIRE(run_train(args, &out) == 0, "%s", out);
+        free(out);
+        ShardHeader h;
+        snprintf(path, sizeof path, "%s/after_%d/train.bin", test_tmpdir(), with);
+        REQUIRE(shard_read(path, 1 << 20, &ids[with], &n[with], &h, err) == 0, "%s", err);
+    }
+    int marks = 0, same = n[0] == n[1];
+    for (uint64_t i = 0; same && i < n[1]; i++) {
+        same &= shard_token_id(ids[1][i]) == ids[0][i];
+        marks += shard_token_starts_document(ids[1][i]);
+    }
+    CHECK(n[0] > 3 && ids[0][0] == 2 && ids[0][1] == 0, "the empty document's ids: %u %u (<|im_end|> <|endoftext|>)",
+          n[0] ? ids[0][0] : 0, n[0] > 1 ? ids[0][1] : 0);
+    CHECK(same, "%llu ids with --documents, %llu without, or other ids", (unsigned long long)n[1],
+          (unsigned long long)n[0]);
+    CHECK(marks == 3 && shard_token_starts_document(ids[1][0]) && shard_token_starts_document(ids[1][2]),
+          "%d marks for 3 documents", marks);
+    free(ids[0]);
+    free(ids[1]);
+}
+
 /* Files of `n` bytes of short lines each (0: empty). */
 static void write_sized(char paths[][1100], const size_t *sizes, int n, const char *tag) {
     for (int k = 0; k < n; k++) {
