@@ -1091,7 +1091,7 @@ TEST(prepare_documents_marks_where_each_document_starts_whole_and_in_shards) {
  * own, <|endoftext|>) and a first document that is empty, so that the text starts with the
  * separator: the ids are those without --documents, and one mark stands at each document's first
  * id (the part's first, then the id after each <|im_end|> <|endoftext|>). The part's first mark
- * once hid that separator from the wrapping, which then wrote past its count. */
+ * once hid that separator from the wrapping, which then left the part's first ids unwritten. */
 TEST(prepare_documents_marks_a_template_of_a_token_after_the_text_and_an_empty_first_document) {
     const char *edits[] = {
         "\"post_processor\": null",
