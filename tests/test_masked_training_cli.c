@@ -20,44 +20,67 @@ static double number_after(const char *out, const char *key) {
     return p ? strtod(p + strlen(key), NULL) : NAN;
 }
 
-TEST(a_masked_step_is_the_mean_over_all_of_its_unmarked_targets_with_or_without_accumulation) {
-    enum { T = 16, N = 4 * T + 1 };
-    char pattern[900], masked[900], trained[900], run[900], args[3000], *out = NULL;
+/* Weights that predict some targets of the pattern shard well and others badly (`steps` steps of
+ * `model` on it, into test_tmpdir()/trained, named in ckpt), and the pattern's tokens (malloc'ed);
+ * NULL after a failed check. */
+static uint32_t *weights_and_pattern(const char *model, int steps, char *ckpt, size_t ckpt_size) {
+    char pattern[900], trained[900], args[3000], err[ERR_LEN], *out = NULL;
     snprintf(pattern, sizeof pattern, "%s/pattern.bin", test_tmpdir());
-    snprintf(masked, sizeof masked, "%s/masked.bin", test_tmpdir());
     snprintf(trained, sizeof trained, "%s/trained", test_tmpdir());
-    REQUIRE(write_pattern_shard(pattern, 4000, 300, 3) == 0, "pattern shard");
-    /* weights that predict some targets well and others badly: 30 steps on the pattern */
-    snprintf(args, sizeof args, "-i %s --device cpu -e tiny -v 300 -b 4 -t 32 -x 30 -l 3e-3 --warmup 1 --val-every 0 "
-             "-s 0 -o %s", pattern, trained);
-    int rc = run_train(args, &out);
-    REQUIRE(rc == 0, "training the weights: %s", out);
+    snprintf(ckpt, ckpt_size, "%s/step_%08d", trained, steps);
+    if (write_pattern_shard(pattern, 4000, 300, 3) != 0) {
+        CHECK(0, "pattern shard");
+        return NULL;
+    }
+    snprintf(args, sizeof args, "-i %s --device cpu -e tiny %s -v 300 -b 4 -t 32 -x %d -l 3e-3 --warmup 1 "
+             "--val-every 0 -s 0 -o %s", pattern, model, steps, trained);
+    const int rc = run_train(args, &out);
+    CHECK(rc == 0, "training the weights: %s", out);
     free(out);
-    /* one step's four windows of the pattern's tokens: window 0 keeps 1 target, window 1 eight, windows 2
-     * and 3 all sixteen */
-    uint32_t *tokens;
+    uint32_t *tokens = NULL;
     uint64_t n;
     ShardHeader h;
-    char err[ERR_LEN];
-    REQUIRE(shard_read(pattern, 300, &tokens, &n, &h, err) == 0, "%s", err);
+    if (rc == 0 && shard_read(pattern, 300, &tokens, &n, &h, err) != 0) CHECK(0, "%s", err);
+    return tokens;
+}
+
+/* `./train eval` of the checkpoint on the shard in windows of T: its loss line, or NAN after a failed
+ * check; its output into *out when out is not NULL (free it). */
+static double eval_loss_of(const char *ckpt, const char *shard, int T, char **out) {
+    char args[3000], *said = NULL;
+    snprintf(args, sizeof args, "eval --init-from %s -i %s -t %d --device cpu", ckpt, shard, T);
+    const int rc = run_train(args, &said);
+    CHECK(rc == 0, "eval: %s", said);
+    const double loss = rc == 0 ? number_after(said, "\nloss ") : NAN;
+    if (out) *out = said;
+    else free(said);
+    return loss;
+}
+
+TEST(a_masked_step_is_the_mean_over_all_of_its_unmarked_targets_with_or_without_accumulation) {
+    enum { T = 16, N = 4 * T + 1 };
+    char masked[900], ckpt[1000], run[900], args[3000], err[ERR_LEN], *out = NULL;
+    snprintf(masked, sizeof masked, "%s/masked.bin", test_tmpdir());
+    uint32_t *tokens = weights_and_pattern("", 30, ckpt, sizeof ckpt);
+    REQUIRE(tokens, "the weights and the pattern");
+    /* one step's four windows of the pattern's tokens: window 0 keeps 1 target, window 1 eight, windows 2
+     * and 3 all sixteen */
     for (int i = 1; i < N; i++) {
         const int w = (i - 1) / T, t = (i - 1) % T;
         if ((w == 0 && t != 5) || (w == 1 && t % 2 == 0)) tokens[i] |= SHARD_NO_LOSS;
     }
     REQUIRE(shard_write_flagged(masked, tokens, N, 300, 0, SHARD_LOSS_MASK, err) == 0, "%s", err);
     free(tokens);
-    snprintf(args, sizeof args, "eval --init-from %s/step_00000030 -i %s -t %d --device cpu", trained, masked, T);
-    rc = run_train(args, &out);
-    REQUIRE(rc == 0, "eval: %s", out);
-    const double want = number_after(out, "\nloss ");
+    const double want = eval_loss_of(ckpt, masked, T, &out);
+    REQUIRE(!isnan(want), "eval");
     CHECK(strstr(out, "tokens 41\n"), "eval counts the 41 unmarked targets: %s", out);
     free(out);
     double norm[2];
     for (int accum = 1; accum <= 2; accum++) {
         snprintf(run, sizeof run, "%s/masked_run_%d", test_tmpdir(), accum);
-        snprintf(args, sizeof args, "--init-from %s/step_00000030 -i %s --device cpu -b %d -t %d -d %d -x 1 "
-                 "--val-every 0 -s 0 -o %s", trained, masked, 4 / accum, T, 4 * T, run);
-        rc = run_train(args, &out);
+        snprintf(args, sizeof args, "--init-from %s -i %s --device cpu -b %d -t %d -d %d -x 1 "
+                 "--val-every 0 -s 0 -o %s", ckpt, masked, 4 / accum, T, 4 * T, run);
+        const int rc = run_train(args, &out);
         REQUIRE(rc == 0, "training on the masked shard: %s", out);
         const double loss = number_after(out, "| loss ");
         norm[accum - 1] = number_after(out, "| norm ");
@@ -74,32 +97,19 @@ TEST(a_masked_step_is_the_mean_over_all_of_its_unmarked_targets_with_or_without_
  * the same weights over the same windows, each document alone. */
 TEST(a_documents_step_is_evals_loss_and_the_data_line_counts_the_documents) {
     enum { T = 16, N = 4 * T + 1 };
-    char pattern[900], documents[900], trained[900], run[900], args[3000], err[ERR_LEN], *out = NULL;
-    snprintf(pattern, sizeof pattern, "%s/pattern.bin", test_tmpdir());
+    char documents[900], ckpt[1000], run[900], args[3000], err[ERR_LEN], *out = NULL;
     snprintf(documents, sizeof documents, "%s/documents.bin", test_tmpdir());
-    snprintf(trained, sizeof trained, "%s/trained", test_tmpdir());
-    REQUIRE(write_pattern_shard(pattern, 4000, 300, 3) == 0, "pattern shard");
-    snprintf(args, sizeof args, "-i %s --device cpu -e tiny --family llama -v 300 -b 4 -t 32 -x 20 -l 3e-3 "
-             "--warmup 1 --val-every 0 -s 0 -o %s", pattern, trained);
-    int rc = run_train(args, &out);
-    REQUIRE(rc == 0, "training the weights: %s", out);
-    free(out);
-    uint32_t *tokens;
-    uint64_t n;
-    ShardHeader h;
-    REQUIRE(shard_read(pattern, 300, &tokens, &n, &h, err) == 0, "%s", err);
+    uint32_t *tokens = weights_and_pattern("--family llama", 20, ckpt, sizeof ckpt);
+    REQUIRE(tokens, "the weights and the pattern");
     for (int i = 0; i < N; i += 5) tokens[i] |= SHARD_DOC_START; /* 13 documents of 5 tokens */
     REQUIRE(shard_write_flagged(documents, tokens, N, 300, 0, SHARD_DOCUMENTS, err) == 0, "%s", err);
     free(tokens);
-    snprintf(args, sizeof args, "eval --init-from %s/step_00000020 -i %s -t %d --device cpu", trained, documents, T);
-    rc = run_train(args, &out);
-    REQUIRE(rc == 0, "eval: %s", out);
-    const double want = number_after(out, "\nloss ");
-    free(out);
+    const double want = eval_loss_of(ckpt, documents, T, NULL);
+    REQUIRE(!isnan(want), "eval");
     snprintf(run, sizeof run, "%s/documents_run", test_tmpdir());
-    snprintf(args, sizeof args, "--init-from %s/step_00000020 -i %s --device cpu -b 2 -t %d -d %d -x 1 --val-every 0 "
-             "-s 0 -o %s", trained, documents, T, 4 * T, run);
-    rc = run_train(args, &out);
+    snprintf(args, sizeof args, "--init-from %s -i %s --device cpu -b 2 -t %d -d %d -x 1 --val-every 0 "
+             "-s 0 -o %s", ckpt, documents, T, 4 * T, run);
+    const int rc = run_train(args, &out);
     REQUIRE(rc == 0, "training on the documents shard: %s", out);
     const double loss = number_after(out, "| loss ");
     CHECK(fabs(loss - want) <= 2e-6 * want + 1e-6, "step 1's loss %.6f, eval's %.6f", loss, want);
