@@ -82,6 +82,18 @@ def timed_fwd_bwd(attn, q, k, v, dout):
         return f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
 
 
+def print_timed(name, attn, q, k, v, dout, flops):
+    """One line of a path's forward and backward ms and TFLOP/s; (fwd, bwd), or None where it failed."""
+    r = timed_fwd_bwd(attn, q, k, v, dout)
+    if isinstance(r, str):
+        print(f"  {name:52s} failed: {r}")
+        return None
+    fwd, bwd = r
+    print(f"  {name:52s} fwd {fwd:8.3f} ms ({flops / fwd / 1e9:6.1f} TFLOP/s)  "
+          f"bwd {bwd:8.3f} ms ({2.5 * flops / bwd / 1e9:6.1f} TFLOP/s)")
+    return r
+
+
 def bench_gemma(B, window, T=2048, nh=4, nkv=1, hs=256):
     scale = hs ** -0.5
     q = torch.randn(B, nh, T, hs, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -124,13 +136,10 @@ def bench_gemma(B, window, T=2048, nh=4, nkv=1, hs=256):
     print(f"torch {torch.__version__} B={B} T={T} NH={nh} NKV={nkv} HS={hs} {what}")
     best = None
     for name, attn, (q_, k_, v_) in paths:
-        r = timed_fwd_bwd(attn, q_, k_, v_, dout)
-        if isinstance(r, str):
-            print(f"  {name:52s} failed: {r}")
+        r = print_timed(name, attn, q_, k_, v_, dout, flops)
+        if r is None:
             continue
         fwd, bwd = r
-        print(f"  {name:52s} fwd {fwd:8.3f} ms ({flops / fwd / 1e9:6.1f} TFLOP/s)  "
-              f"bwd {bwd:8.3f} ms ({2.5 * flops / bwd / 1e9:6.1f} TFLOP/s)")
         if best is None or fwd + bwd < best[1] + best[2]:
             best = (name, fwd, bwd)
     if best:
@@ -181,13 +190,7 @@ def bench_documents(B, T, nh, nkv, hs, doc):
             q_, k_, v_, is_causal=True, enable_gqa=True)))
     for name, attn in paths:
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            r = timed_fwd_bwd(attn, q, k, v, dout)
-        if isinstance(r, str):
-            print(f"  {name:52s} failed: {r}")
-            continue
-        fwd, bwd = r
-        print(f"  {name:52s} fwd {fwd:8.3f} ms ({flops / fwd / 1e9:6.1f} TFLOP/s)  "
-              f"bwd {bwd:8.3f} ms ({2.5 * flops / bwd / 1e9:6.1f} TFLOP/s)")
+            print_timed(name, attn, q, k, v, dout, flops)
 
 
 def main():
