@@ -196,9 +196,21 @@ def our_first_step(train, model_dir, shard, T, device, run):
     return float(m.group(1)), float(m.group(2))
 
 
+def eval_and_step_checks(what, train, hf_dir, shard, tokens, marked, starts, T, device, run, tolerance):
+    """./train eval of the shard, and the first step of two micro-batches of two windows, against
+    transformers' loss and its one batch of the four windows (labels -100 where marked, and with
+    starts, documents packed by position_ids). Whether all agree, and transformers' eval loss."""
+    theirs, _ = hf_loss(hf_dir, tokens, T, marked, starts)
+    ok = compare(f"eval of {what}", our_loss(train, hf_dir, shard, T, device), theirs, tolerance)
+    loss, norm = our_first_step(train, hf_dir, shard, T, device, run)
+    their_loss, their_norm = hf_masked_step(hf_dir, tokens, marked, T, 4, starts)
+    ok &= compare(f"{what}: step's loss, two micro-batches", loss, their_loss, tolerance)
+    ok &= compare(f"{what}: step's gradient norm", norm, their_norm, tolerance)
+    return ok, theirs
+
+
 def masked_checks(train, hf_dir, T, device, work, tolerance, rng):
     """Point 4 of the module's text: eval on a masked shard, and a masked step in micro-batches."""
-    ok = True
     os.makedirs(work, exist_ok=True)
     n = 4 * T + 1
     tokens = rng.integers(0, V, size=n).tolist()
@@ -207,18 +219,12 @@ def masked_checks(train, hf_dir, T, device, work, tolerance, rng):
     marked[2 * T + 1:2 * T + 4] = [False] * 3
     shard = os.path.join(work, "masked.bin")
     write_masked_shard(shard, tokens, marked, V)
-    theirs, _ = hf_loss(hf_dir, tokens, T, marked)
-    ok &= compare("eval of a masked shard", our_loss(train, hf_dir, shard, T, device), theirs, tolerance)
-    loss, norm = our_first_step(train, hf_dir, shard, T, device, os.path.join(work, "masked-run"))
-    their_loss, their_norm = hf_masked_step(hf_dir, tokens, marked, T, 4)
-    ok &= compare("masked step's loss, two micro-batches", loss, their_loss, tolerance)
-    ok &= compare("masked step's gradient norm", norm, their_norm, tolerance)
-    return ok
+    return eval_and_step_checks("a masked shard", train, hf_dir, shard, tokens, marked, None, T, device,
+                                os.path.join(work, "masked-run"), tolerance)[0]
 
 
 def documents_checks(train, hf_dir, T, device, work, tolerance, rng):
     """Point 5 of the module's text: eval and a first step on packed documents."""
-    ok = True
     os.makedirs(work, exist_ok=True)
     n = 4 * T + 1
     tokens = rng.integers(0, V, size=n).tolist()
@@ -229,18 +235,14 @@ def documents_checks(train, hf_dir, T, device, work, tolerance, rng):
         at += int(rng.integers(1, 13))
     shard = os.path.join(work, "documents.bin")
     write_masked_shard(shard, tokens, marked, V, starts)
-    theirs, _ = hf_loss(hf_dir, tokens, T, marked, starts)
-    ok &= compare("eval of packed documents", our_loss(train, hf_dir, shard, T, device), theirs, tolerance)
+    ok, theirs = eval_and_step_checks("packed documents", train, hf_dir, shard, tokens, marked, starts, T, device,
+                                      os.path.join(work, "documents-run"), tolerance)
     across, _ = hf_loss(hf_dir, tokens, T, marked, starts, positions=False)
     apart = abs(across - theirs) / abs(theirs)
     if device == "cpu":
         ok &= apart > 10 * tolerance
     print(f"  transformers without position_ids (attention across documents): {across:.6f}, {apart:.2e} away"
           f"{' (must exceed ' + format(10 * tolerance, '.0e') + ')' if device == 'cpu' else ''}")
-    loss, norm = our_first_step(train, hf_dir, shard, T, device, os.path.join(work, "documents-run"))
-    their_loss, their_norm = hf_masked_step(hf_dir, tokens, marked, T, 4, starts)
-    ok &= compare("documents step's loss, two micro-batches", loss, their_loss, tolerance)
-    ok &= compare("documents step's gradient norm", norm, their_norm, tolerance)
     return ok
 
 
