@@ -1,6 +1,7 @@
 /* bench_sample.c - the host's time to draw one token from V logits (sample_draw) with top-k, top-p
  * and both, at a vocabulary of V (default 262144); logits of a model's shape: most tokens near
- * the bottom, a few hundred within reach of the top. Timings live here, never in tests.
+ * the bottom, a few hundred within reach of the top (and at temperature 20 nearly flat, as an
+ * untrained model's are). Timings live here, never in tests.
  *
  *   make build/bench_sample && ./build/bench_sample [V [draws]] */
 #include <math.h>
@@ -38,7 +39,8 @@ int main(int argc, char **argv) {
                  {"top-k 50", {1.0f, 50, 1.0f}},
                  {"top-p 0.9", {1.0f, 0, 0.9f}},
                  {"top-k 50, top-p 0.9", {1.0f, 50, 0.9f}},
-                 {"temperature 0.7, top-p 0.95", {0.7f, 0, 0.95f}}};
+                 {"temperature 0.7, top-p 0.95", {0.7f, 0, 0.95f}},
+                 {"temperature 20, top-p 0.9 (flat)", {20.0f, 0, 0.9f}}};
     printf("sample_draw, V = %d, %d draws each\n", V, draws);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         Rng r;

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int sample_token(const float *logits, int V, float temperature, Rng *rng) {
     float m = -INFINITY;
@@ -26,23 +27,10 @@ static int argmax(const float *logits, int V) {
     return best;
 }
 
-/* The larger logit first, the lower id among equals: the order greedy decoding and top-k agree on. */
-static int by_logit_desc(const void *a, const void *b, void *logits) {
-    const float *l = logits;
-    int x = *(const int *)a, y = *(const int *)b;
-    if (l[x] != l[y]) return l[x] > l[y] ? -1 : 1;
-    return (x > y) - (x < y);
-}
-
-/* The ids whose logit lies in [floor, above), into ids likeliest first: a band of the order
- * by_logit_desc gives all V, without sorting all V (a 262144-token vocabulary took a sort a token).
- * Their count. */
-static int likeliest_band(const float *logits, int V, float floor, float above, int *ids) {
-    int n = 0;
-    for (int i = 0; i < V; i++)
-        if (logits[i] >= floor && logits[i] < above) ids[n++] = i;
-    qsort_r(ids, (size_t)n, sizeof *ids, by_logit_desc, (void *)logits);
-    return n;
+/* x before y in the order greedy decoding and top-k agree on: the larger logit first, the lower id
+ * among equals. Every pair of ids is ordered, so no two compare equal. */
+static int likelier(const float *logits, int x, int y) {
+    return logits[x] != logits[y] ? logits[x] > logits[y] : x < y;
 }
 
 /* The k-th largest of x[0..n) (1 <= k <= n), reordering x: Hoare's selection, O(n) on average. */
@@ -69,13 +57,67 @@ static float kth_largest(float *x, int n, int k) {
     return x[lo];
 }
 
-/* How many of w[0..n), likeliest first, top_p keeps: a token stays while the likelier ones hold
- * less than p_mass. 0 when all n hold less. */
-static int nucleus(const double *w, int n, double p_mass) {
+static void swap_entry(int *ids, double *w, int a, int b) {
+    const int id = ids[a];
+    const double wa = w[a];
+    ids[a] = ids[b], w[a] = w[b];
+    ids[b] = id, w[b] = wa;
+}
+
+/* The candidates ids[0..n) with their weights w[0..n) (moved together): the length of the shortest
+ * prefix, likeliest first, whose weight reaches `mass` (> mass when strict, >= otherwise), and in
+ * *last the prefix's least likely id. The prefix ends up in ids[0..length), in no particular
+ * order, so a second search can run inside it. Selection instead of a sort (a sort of V ids took a
+ * 262144-token vocabulary 34 ms a draw where top-p keeps most of it): each round splits the range
+ * around the median of three ids and goes on in the side that holds the end, O(n) on average.
+ * Returns n with *last = -1 when even all n fall short (rounding). */
+static int prefix_reaching(int *ids, double *w, int n, const float *logits, double mass, int strict, int *last) {
+    int lo = 0, hi = n; /* ids[0..lo) lie in the prefix and weigh `before`, which falls short; its end is in (lo, hi] */
     double before = 0.0;
-    for (int k = 0; k < n; k++)
-        if ((before += w[k]) >= p_mass) return k + 1;
-    return 0;
+    while (hi - lo > 1) {
+        int a = lo, b = lo + (hi - lo) / 2, c = hi - 1; /* the median of three goes to lo */
+        if (likelier(logits, ids[b], ids[a])) { const int t = a; a = b; b = t; }
+        if (likelier(logits, ids[c], ids[b])) { b = c; if (likelier(logits, ids[b], ids[a])) b = a; }
+        swap_entry(ids, w, lo, b);
+        const int pivot = ids[lo];
+        int k = lo; /* ids[lo + 1..k] are likelier than the pivot */
+        for (int i = lo + 1; i < hi; i++)
+            if (likelier(logits, ids[i], pivot)) swap_entry(ids, w, ++k, i);
+        swap_entry(ids, w, lo, k); /* the pivot at k, the likelier ones before it */
+        double ahead = before;
+        for (int i = lo; i < k; i++) ahead += w[i];
+        const double through = ahead + w[k];
+        if (strict ? ahead > mass : ahead >= mass) hi = k;
+        else if (strict ? through > mass : through >= mass) {
+            *last = pivot;
+            return k + 1;
+        } else before = through, lo = k + 1;
+    }
+    if (hi > lo) { /* one id left: the end unless even it falls short */
+        const double through = before + w[lo];
+        if (strict ? through > mass : through >= mass) {
+            *last = ids[lo];
+            return lo + 1;
+        }
+    }
+    *last = -1;
+    return n;
+}
+
+/* Logits fall in bands of one temperature (1 / inv_t) below the largest m, the last band holding all
+ * the rest. */
+#define SAMPLE_BANDS 64
+static int band_of(float logit, double m, double inv_t) {
+    const double below = (m - logit) * inv_t;
+    return below < SAMPLE_BANDS - 1 ? (int)below : SAMPLE_BANDS - 1;
+}
+
+/* The least likely of ids[0..n). */
+static int least_likely(const int *ids, int n, const float *logits) {
+    int worst = ids[0];
+    for (int i = 1; i < n; i++)
+        if (likelier(logits, worst, ids[i])) worst = ids[i];
+    return worst;
 }
 
 int sample_draw(const float *logits, int V, const SampleSettings *s, Rng *rng) {
@@ -93,39 +135,51 @@ int sample_draw(const float *logits, int V, const SampleSettings *s, Rng *rng) {
         return argmax(logits, V);
     }
     const double m = logits[argmax(logits, V)];
-    int n;
-    if (by_k) { /* the k likeliest, and any equal to the k-th, as in transformers */
-        for (int i = 0; i < V; i++) copy[i] = logits[i];
-        n = likeliest_band(logits, V, kth_largest(copy, V, s->top_k), INFINITY, ids);
-        double sum = 0.0;
-        for (int k = 0; k < n; k++) sum += w[k] = exp((logits[ids[k]] - m) / t);
-        const int cut = by_p ? nucleus(w, n, (double)s->top_p * sum) : 0;
-        if (cut) n = cut;
-    } else { /* top_p of the mass of all V: the likeliest, band by band down from the top, until they hold it */
-        double total = 0.0, before = 0.0;
-        for (int i = 0; i < V; i++) total += exp((logits[i] - m) / t);
-        const double p_mass = (double)s->top_p * total;
-        int have = 0;
-        n = 0;
-        float above = INFINITY; /* the bands so far hold every logit at or above it */
-        for (double below = 4.0; !n && have < V; below *= 2.0) {
-            const float floor = (float)(m - below * t);
-            const int band = have + likeliest_band(logits, V, floor, above, ids + have);
-            for (; have < band; have++)
-                if ((before += w[have] = exp((logits[ids[have]] - m) / t)) >= p_mass && !n) n = have + 1;
-            above = floor;
-        }
-        if (!n) n = V; /* rounding kept the whole mass below top_p of it: every token */
-    }
+    int n = 0;
     double sum = 0.0;
-    for (int k = 0; k < n; k++) sum += w[k];
-    double r = rng_uniform(rng) * sum, acc = 0.0;
-    int pick = ids[n - 1];
-    for (int k = 0; k < n; k++)
-        if (r < (acc += w[k])) {
-            pick = ids[k];
-            break;
+    if (by_k) { /* the k likeliest and any equal to the k-th, as in transformers */
+        memcpy(copy, logits, (size_t)V * sizeof *copy);
+        const float floor = kth_largest(copy, V, s->top_k);
+        for (int i = 0; i < V; i++)
+            if (logits[i] >= floor) {
+                ids[n] = i;
+                sum += w[n++] = exp((logits[i] - m) / t);
+            }
+    } else { /* top_p of all V: the search runs over the likeliest bands that hold it, not all V */
+        double band_mass[SAMPLE_BANDS] = {0};
+        const double inv_t = 1.0 / t;
+        for (int i = 0; i < V; i++) {
+            const double e = exp((logits[i] - m) / t);
+            sum += e;
+            band_mass[band_of(logits[i], m, inv_t)] += e;
         }
+        const double p_mass = (double)s->top_p * sum;
+        double held = 0.0;
+        int bands = 0;
+        while (bands < SAMPLE_BANDS && held < p_mass) held += band_mass[bands++];
+        bands++; /* and one more: the bands' sums round in another order than the search's */
+        for (int i = 0; i < V; i++)
+            if (bands >= SAMPLE_BANDS || band_of(logits[i], m, inv_t) < bands) {
+                ids[n] = i;
+                w[n++] = exp((logits[i] - m) / t);
+            }
+    }
+    int last;
+    if (by_p) { /* the fewest likeliest that hold top_p of the candidates' mass */
+        const int kept = prefix_reaching(ids, w, n, logits, (double)s->top_p * sum, 0, &last);
+        if (kept < n) {
+            n = kept;
+            sum = 0.0;
+            for (int k = 0; k < n; k++) sum += w[k];
+        }
+    }
+    /* one draw: the first of the kept, likeliest first, whose running weight passes r */
+    int pick = ids[0];
+    if (n > 1) {
+        prefix_reaching(ids, w, n, logits, rng_uniform(rng) * sum, 1, &pick);
+        if (pick < 0) pick = least_likely(ids, n, logits); /* r fell within rounding of the whole */
+    } else
+        rng_uniform(rng); /* one number a draw, as the plain definition takes */
     free(copy);
     free(w);
     free(ids);
