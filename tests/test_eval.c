@@ -18,6 +18,7 @@
 #include "model/train/hf_weights.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
+#include "tokenizer/tokenizer.h"
 
 /* The loss written out: target i (0 <= i < n - 1) is token i + 1 (none where a masked shard marks
  * it, SHARD_NO_LOSS), predicted at position i mod T of
@@ -180,6 +181,8 @@ static double checkpoint_reference_loss(const char *dir, const char *path, int T
     return loss;
 }
 
+static int one_line(const char *s);
+
 /* 87 tokens in windows of 16: five whole windows and one of 6 targets, 86 targets in all. A run's
  * checkpoint (-o), the same directory as a Hugging Face one (--init-from), in batches of 4 (the
  * second holds 2 windows), of 100 (more than the 6 windows: 6 are allocated) and through the
@@ -259,6 +262,30 @@ TEST(eval_of_a_checkpoint_prints_the_reference_loss_of_every_target_on_its_last_
     CHECK(run_train(args, &out) == 0 && out && strstr(out, "note: not checking the shard against the checkpoint's "
                                                            "tokenizer: ") && strstr(out, "tokenizer.json"),
           "%s", out);
+    free(out);
+    /* a shard that records no tokenizer but a vocabulary of 300, beside a checkpoint whose
+     * tokenizer.json has 257 tokens: that tokenizer did not make it, and eval says so before any
+     * work; one of 300 or more could have, and the loss is printed */
+    char err[ERR_LEN];
+    const TokenizerTrainOptions bytes_only = {257, 1, 0};
+    Tokenizer *small_tok = tokenizer_train("hello world", 11, &bytes_only, err);
+    REQUIRE(small_tok, "%s", err);
+    size_t json_len = 0;
+    char *json = tokenizer_hf_json(small_tok, &json_len, err);
+    tokenizer_free(small_tok);
+    REQUIRE(json, "%s", err);
+    f = fopen(tok, "wb");
+    REQUIRE(f && fwrite(json, 1, json_len, f) == json_len && fclose(f) == 0, "%s", tok);
+    free(json);
+    snprintf(args, sizeof args, "eval --init-from %s -i %s -t 16 --device cpu", dir, shard);
+    CHECK(run_train(args, &out) == 1 && out && one_line(out) &&
+              strstr(out, "tokenizer.json has 257 tokens but ") &&
+              strstr(out, "eval.bin was tokenized for a vocabulary of 300: it is not the tokenizer that made the "
+                          "shard (evaluate a shard made by it"),
+          "%s", out);
+    free(out);
+    remove(tok);
+    CHECK(run_train(args, &out) == 0 && out && parse_result(out, &by_default, &ppl, &count) == 0, "%s", out);
     free(out);
 }
 

@@ -214,12 +214,14 @@ static int parse(EvalOptions *o, int argc, char **argv) {
 }
 
 /* 1 after the message when the checkpoint in dir carries a tokenizer.json that is not the one
- * that made the shard at path (made_by: its header's fingerprint; the shards of a pattern share
- * theirs): the loss would be of other text. One with more tokens than the weights' vocabulary V is
- * not theirs at all, and is named as such. */
-static int made_by_other_tokenizer(const char *path, uint64_t made_by, const char *dir, int V) {
+ * that made the shard at path (made_by: its header's fingerprint, 0 where it records none;
+ * shard_vocab: the vocabulary it records; the shards of a pattern share both): the loss would be of
+ * other text. Without a fingerprint, a tokenizer with fewer tokens than the shard's vocabulary is
+ * not its maker, as training judges it. One with more tokens than the weights' vocabulary V is not
+ * theirs at all, and is named as such. */
+static int made_by_other_tokenizer(const char *path, uint64_t made_by, uint32_t shard_vocab, const char *dir, int V) {
     char tok_path[FGPT_PATH_LEN], err[ERR_LEN];
-    if (!made_by || !file_in_dir(tok_path, dir, "tokenizer.json")) return 0;
+    if (!file_in_dir(tok_path, dir, "tokenizer.json")) return 0;
     Tokenizer *tok = tokenizer_load(tok_path, err);
     if (!tok) { /* not needed to evaluate, but then nothing checks the shard against it */
         fprintf(stderr, "note: not checking the shard against the checkpoint's tokenizer: %s\n", err);
@@ -233,9 +235,14 @@ static int made_by_other_tokenizer(const char *path, uint64_t made_by, const cha
     }
     char fix[FGPT_PATH_LEN + 96];
     snprintf(fix, sizeof fix, "evaluate a shard made by it (`./train prepare --tokenizer %s`)", tok_path);
-    const int other = shard_check_tokenizer(path, made_by, tok_path, tokenizer_fingerprint(tok), fix, err) != 0;
+    const uint32_t words = tokenizer_vocab_size(tok);
+    const int other = made_by ? shard_check_tokenizer(path, made_by, tok_path, tokenizer_fingerprint(tok), fix, err) != 0
+                              : words < shard_vocab;
     tokenizer_free(tok);
-    if (other) print_error("%s", err);
+    if (other && made_by) print_error("%s", err);
+    else if (other)
+        print_error("%s has %u tokens but %s was tokenized for a vocabulary of %u: it is not the tokenizer that made "
+                    "the shard (%s)", tok_path, words, path, shard_vocab, fix);
     return other;
 }
 
@@ -491,8 +498,9 @@ static int evaluate(EvalOptions o, const char *dir, GPTConfig cfg, const EvalSha
         goto done;
     }
     if (!(params = read_weights(dir, &table))) goto done;
-    if (shards->named < num_shards &&
-        made_by_other_tokenizer(shard[shards->named], shards->hdr[shards->named].tokenizer, dir, cfg.vocab_size))
+    const size_t named = shards->named < num_shards ? shards->named : 0;
+    if (made_by_other_tokenizer(shard[named], shards->hdr[named].tokenizer, shards->hdr[0].vocab_size, dir,
+                                cfg.vocab_size))
         goto done;
     /* every shard's tokens before the model is made: the first read whole, the later ones checked */
     uint64_t n = 0;
