@@ -33,28 +33,61 @@ typedef struct {
     size_t first_stray_line;     /* the line of the first */
 } PairIds;
 
+/* 1 when text is one special token of tok: one id with special tokens recognised, and not the
+ * same id as plain text (a word of the vocabulary is no end token: TRL's eos is a special token). */
+static int is_special_token(const Tokenizer *tok, const char *text) {
+    uint32_t special[2], plain[2];
+    const int around = TOKENIZER_MID_START | TOKENIZER_MID_END, len = (int)strlen(text);
+    const size_t n = tokenizer_encode(tok, text, (size_t)len, TOKENIZER_SPECIALS | around, special, 2);
+    const size_t m = tokenizer_encode(tok, text, (size_t)len, around, plain, 2);
+    return n == 1 && !(m == 1 && plain[0] == special[0]);
+}
+
 /* The text transformers' tokenizer.eos_token names: tokenizer_config.json's eos_token beside the
- * tokenizer (a string, or an object with its "content"), else the tokenizer's separator. malloc'ed;
- * NULL + message. */
-static char *eos_text(const Tokenizer *tok, char *err) {
+ * tokenizer (a string, or an object with its "content"), else (no config, no key, or null) the
+ * tokenizer's separator, with *named 0. A config that is not JSON, or an eos_token that is not one
+ * of the tokenizer's special tokens (transformers would add it as a new token, which the model's
+ * vocabulary has no row for), is refused: completions would end in ordinary text. malloc'ed; NULL
+ * + message. */
+static char *eos_text(const Tokenizer *tok, int *named, char *err) {
     char terr[ERR_LEN];
-    char *config = tokenizer_hf_config_json(tok, 0, terr);
-    if (!config) {
+    *named = 0;
+    char *config = tokenizer_has_hf_config(tok) ? tokenizer_hf_config_json(tok, 0, terr) : NULL;
+    if (!config && tokenizer_has_hf_config(tok)) {
         fgpt_set_err(err, "%s", terr);
         return NULL;
     }
-    JsonValue *root = json_parse(config, strlen(config), "tokenizer_config.json", terr);
+    JsonValue *root = config ? json_parse(config, strlen(config), "the tokenizer_config.json beside the tokenizer", terr)
+                             : NULL;
     free(config);
+    if (config && (!root || root->type != JSON_OBJECT)) {
+        if (root) snprintf(terr, sizeof terr, "the tokenizer_config.json beside the tokenizer is not a JSON object");
+        fgpt_set_err(err, "%s (fix it, or remove it to end each completion with the document separator)", terr);
+        json_free(root);
+        return NULL;
+    }
     const JsonValue *eos = root ? json_get(root, "eos_token") : NULL;
     if (eos && eos->type == JSON_OBJECT) eos = json_get(eos, "content");
-    char *text = eos && json_string(eos) && eos->len ? strdup(json_string(eos)) : NULL;
-    json_free(root);
-    if (!text) { /* no config names one: the separator the tokenizer ends documents with */
-        size_t len;
-        const char *sep = tokenizer_eot_text(tok, &len);
-        text = strndup(sep, len);
+    char *text = NULL;
+    if (eos && eos->type != JSON_NULL) {
+        if (!json_string(eos) || !eos->len)
+            fgpt_set_err(err, "the eos_token of the tokenizer_config.json beside the tokenizer is %s, not a token's "
+                         "text (name one of its special tokens there)", json_string(eos) ? "empty" : json_type_name(eos->type));
+        else if (!is_special_token(tok, json_string(eos)))
+            fgpt_set_err(err, "the eos_token \"%.200s\" of the tokenizer_config.json beside the tokenizer is not one of "
+                         "the tokenizer's special tokens, so completions would end in ordinary text (name one of its "
+                         "special tokens there, as the model's own tokenizer_config.json does)", json_string(eos));
+        else if (!(text = strdup(json_string(eos))))
+            fgpt_set_err(err, "out of memory");
+        json_free(root);
+        if (text) *named = 1;
+        return text;
     }
-    if (!text) fgpt_set_err(err, "out of memory");
+    json_free(root);
+    /* no config names one: the separator the tokenizer ends documents with */
+    size_t len;
+    const char *sep = tokenizer_eot_text(tok, &len);
+    if (!(text = strndup(sep, len))) fgpt_set_err(err, "out of memory");
     return text;
 }
 
@@ -171,7 +204,8 @@ int prepare_pairs(const char *const *files, int n_files, const PrepareOptions *o
                   const char *out_dir, PreparedData *out, char *err) {
     memset(out, 0, sizeof *out);
     PairIds p = {0};
-    char *eos = eos_text(tok, err);
+    int eos_named = 0;
+    char *eos = eos_text(tok, &eos_named, err);
     int rc = eos ? 0 : -1;
     const double t0 = prepare_seconds();
     for (int f = 0; rc == 0 && f < n_files; f++) rc = read_pairs(files[f], tok, eos, &p, err);
@@ -209,10 +243,12 @@ int prepare_pairs(const char *const *files, int n_files, const PrepareOptions *o
                 "completion ends with %s) in %.1f s -> %s\n", p.examples - val, val,
                 (unsigned long long)p.prompt_ids, (unsigned long long)p.completion_ids, eos, prepare_seconds() - t0,
                 out_dir);
-        if (!tokenizer_has_hf_config(tok) && tokenizer_is_imported(tok))
-            fprintf(stderr, "prepare: note: no tokenizer_config.json beside the tokenizer names its eos_token, so each "
-                    "completion ends with the document separator %s (put the model's tokenizer_config.json beside "
-                    "the tokenizer.json to end them with its eos_token)\n", eos);
+        if (!eos_named && tokenizer_is_imported(tok))
+            fprintf(stderr, "prepare: note: %s, so each completion ends with the document separator %s (put the "
+                    "model's tokenizer_config.json beside the tokenizer.json to end them with its eos_token)\n",
+                    tokenizer_has_hf_config(tok) ? "the tokenizer_config.json beside the tokenizer names no eos_token"
+                                                 : "no tokenizer_config.json beside the tokenizer names its eos_token",
+                    eos);
         if (p.mismatched)
             fprintf(stderr, "prepare: note: in %llu example(s) the prompt's ids are not the start of the whole's (the "
                     "tokenizer merged across the join): as TRL does, the first as many ids as the prompt has are "

@@ -1401,6 +1401,57 @@ TEST(prepare_prompt_completion_marks_each_prompts_ids_as_no_target_and_ends_comp
     tokenizer_free(tok);
 }
 
+/* The tokenizer_config.json beside the tokenizer decides how completions end, so one that cannot
+ * do so is refused: not JSON, not an object, an eos_token that is no text, or one that is not a
+ * special token of the tokenizer (transformers would add it as a new token, which the model has no
+ * row for; ours would spell it in ordinary tokens). A config without the key (or a null one) ends
+ * them with the separator, and says so. */
+TEST(prepare_prompt_completion_refuses_a_tokenizer_config_that_names_no_usable_eos) {
+    char dir[1100], tok_path[1200], config[1200], pairs[1100], out[1100], log[1100];
+    snprintf(dir, sizeof dir, "%s/eos_model", test_tmpdir());
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", dir);
+    snprintf(config, sizeof config, "%s/tokenizer_config.json", dir);
+    snprintf(pairs, sizeof pairs, "%s/eos_pairs.jsonl", test_tmpdir());
+    snprintf(out, sizeof out, "%s/sft_eos", test_tmpdir());
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    REQUIRE(make_dirs(dir) == 0, "mkdir");
+    size_t len;
+    char *json = read_file("tests/fixtures/hf_llama3_bos.json", &len);
+    REQUIRE(json && write_file_whole(tok_path, json, len) == 0, "tokenizer copy");
+    free(json);
+    const char *lines = "{\"prompt\": \"Q: a color?\\nA:\", \"completion\": \" blue\"}\n"
+                        "{\"prompt\": \"Q: a number?\\nA:\", \"completion\": \" two\"}\n";
+    write_text_file(pairs, lines, strlen(lines));
+    const struct {
+        const char *config;
+        int rc;
+        const char *says;
+    } cases[] = {
+        {"{\"eos_token\": \"<|nonexistent|>\"}", 1, "the eos_token \"<|nonexistent|>\" of the tokenizer_config.json beside "
+                                                 "the tokenizer is not one of the tokenizer's special tokens"},
+        {"{\"eos_token\": \"hello\"}", 1, "\"hello\" of the tokenizer_config.json beside the tokenizer is not one of"},
+        {"{\"eos_token\": ", 1, "the tokenizer_config.json beside the tokenizer is not valid JSON: line 1 column 15"},
+        {"", 1, "the tokenizer_config.json beside the tokenizer is not valid JSON"},
+        {"[1]", 1, "the tokenizer_config.json beside the tokenizer is not a JSON object (fix it, or remove it"},
+        {"{\"eos_token\": 5}", 1, "the eos_token of the tokenizer_config.json beside the tokenizer is a number, not"},
+        {"{\"eos_token\": {\"content\": \"\"}}", 1, "is empty, not a token's text"},
+        {"{\"bos_token\": \"<|begin_of_text|>\"}", 0, "names no eos_token, so each completion ends with the document "
+                                                   "separator <|end_of_text|>"},
+        {"{\"eos_token\": null}", 0, "names no eos_token"},
+        {"{\"eos_token\": \"<|reserved_special_token_0|>\"}", 0, "(each completion ends with <|reserved_special_token_0|>)"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        REQUIRE(write_file_whole(config, cases[c].config, strlen(cases[c].config)) == 0, "config");
+        unlink(log);
+        const char *argv[] = {"prepare", "--prompt-completion", "--tokenizer", tok_path, "-o", out, pairs};
+        const int rc = run_prepare(7, argv);
+        char *said = read_text(log);
+        CHECK(rc == cases[c].rc && said && strstr(said, cases[c].says), "config '%s': exit %d, '%s' lacks '%s'",
+              cases[c].config, rc, said ? said : "", cases[c].says);
+        free(said);
+    }
+}
+
 TEST(prepare_prompt_completion_names_the_line_and_the_flag_that_is_wrong) {
     char pairs[1100], out[1100], log[1100];
     snprintf(pairs, sizeof pairs, "%s/bad.jsonl", test_tmpdir());
