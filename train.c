@@ -935,6 +935,7 @@ typedef struct {
     int have_val, val_batches_per_rank, val_batches_asked;
     uint64_t train_fingerprint; /* checkpoints record it */
     uint64_t val_tokens, val_fingerprint; /* and the validation shard's (0 0: none) */
+    int saved_step;                       /* the step of -o's newest checkpoint (-1: none yet) */
     int resumed_world;          /* a resume: the ranks of the checkpoint's run (0: a new run) */
     char resume_changes[1000];  /* a resume: what it changed, for the log */
     float *init_params;         /* --init-from's weights (table layout), until the backend takes them */
@@ -1958,7 +1959,15 @@ static int evaluate(Run *r, int step, int *stop_signal) {
         return RUN_ON;
     }
     printf("step %5d | val loss %.6f\n", step, vl);
-    return runlog_eval(&r->log, step, vl) != 0 ? fail_write(r, r->log.err) : RUN_ON;
+    if (runlog_eval(&r->log, step, vl) != 0) return fail_write(r, r->log.err);
+    /* every rank holds the same mean, so all of them stop here */
+    if (!isfinite(vl)) {
+        char why[512];
+        validation_is_finite(vl, step, r->saved_step == step, why, sizeof why);
+        fprintf(stderr, "%s\n", why);
+        return 1;
+    }
+    return RUN_ON;
 }
 
 /* Masked training data: the step's batches, all fetched before the first runs, and each one's
@@ -2189,13 +2198,13 @@ int main(int argc, char **argv) {
     if (status == RUN_ON) print_header(r);
 
     /* ---- the training loop ---- */
-    int saved = opt->resume ? r->start_step : -1; /* the step of -o's newest checkpoint */
+    r->saved_step = opt->resume ? r->start_step : -1;
     for (int step = r->start_step; status == RUN_ON && step < opt->steps; step++) {
         if (r->have_val && opt->val_every && step % opt->val_every == 0) {
             int asked;
             status = evaluate(r, step, &asked);
             /* a stop during validation leaves the checkpoint of the steps taken (step 0's included) */
-            if (status == RUN_ON && asked && saved != step) status = save_checkpoint(r, step);
+            if (status == RUN_ON && asked && r->saved_step != step) status = save_checkpoint(r, step);
             if (status == RUN_ON && asked) status = stop_after(r, step, asked);
             if (status != RUN_ON) break;
         }
@@ -2212,7 +2221,7 @@ int main(int argc, char **argv) {
             (opt->checkpoint_every && (step + 1) % opt->checkpoint_every == 0) || last || stop;
         if (status == RUN_ON && checkpoint_due) {
             status = save_checkpoint(r, step + 1);
-            saved = step + 1;
+            r->saved_step = step + 1;
             /* asked for while that checkpoint was written (seconds for a large model): stop at it,
              * not a step and a checkpoint later */
             if (status == RUN_ON && !stop && !last) stop = stop_agreed(&r->dist);

@@ -616,6 +616,30 @@ TEST(a_non_finite_loss_or_gradient_norm_stops_the_step_and_is_named) {
           "step 1 names the starting weights and loss options, not the learning rate: '%s'", msg);
 }
 
+/* The last update's weights meet no training step's check, only the validation after it: a
+ * non-finite validation loss ends the run with exit status 1 and names the checkpoint that holds
+ * those weights (an update at an absurd learning rate diverges them). */
+TEST(a_non_finite_validation_loss_ends_the_run_and_names_its_checkpoint) {
+    char train[700], val[700], args[2400], *out = NULL;
+    make_corpus(train, val, sizeof train);
+    snprintf(args, sizeof args,
+             "--device cpu -e tiny -v 64 -b 4 -t 32 -l 3e38 --warmup 0 --weight-decay 0.9 -x 1 -s 0 --val-every 1 "
+             "--val-batches 1 -i %s -j %s -o %s/diverged", train, val, test_tmpdir());
+    int rc = run_train(args, &out);
+    REQUIRE(out, "could not run ./train");
+    CHECK(rc == 1 && strstr(out, "step     1 | val loss") &&
+              strstr(out, "error: the validation loss is NaN after step 1 (the weights diverged: lower -l/--lr") &&
+              strstr(out, "the checkpoint of step 1 holds these weights"),
+          "exit %d: %s", rc, out);
+    free(out);
+    char msg[512] = "";
+    CHECK(validation_is_finite(2.5f, 3, 1, msg, sizeof msg) == 1 && msg[0] == 0, "a finite loss was refused: %s", msg);
+    CHECK(validation_is_finite(INFINITY, 0, 0, msg, sizeof msg) == 0 &&
+              strstr(msg, "error: the validation loss is Inf after step 0 (no update has run yet") == msg &&
+              !strstr(msg, "checkpoint of step"),
+          "before any update: '%s'", msg);
+}
+
 TEST(nan_loss_stops_the_run_and_keeps_the_last_checkpoint) {
     char train[700], val[700], args[2400], *out = NULL;
     make_corpus(train, val, sizeof train);

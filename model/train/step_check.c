@@ -18,3 +18,17 @@ int step_is_finite(float loss, float norm, int step, char *msg, size_t n) {
              loss_bad ? "loss" : "gradient norm", isnan(bad) ? "NaN" : "Inf", step, fix);
     return 0;
 }
+
+int validation_is_finite(float loss, int step, int saved, char *msg, size_t n) {
+    if (isfinite(loss)) return 1;
+    char held[160] = "";
+    if (saved && step > 0)
+        snprintf(held, sizeof held, "; the checkpoint of step %d holds these weights: resume from an earlier one, or "
+                 "start again", step);
+    snprintf(msg, n, "error: the validation loss is %s after step %d (%s%s)", isnan(loss) ? "NaN" : "Inf", step,
+             step == 0 ? "no update has run yet, so check the starting weights (a checkpoint given to --init-from) "
+                         "and the loss options"
+                       : "the weights diverged: lower -l/--lr or --weight-decay, or check the data",
+             held);
+    return 0;
+}

@@ -11,4 +11,9 @@
  * step 1, before any update, the starting weights or the loss options rather than the learning rate). */
 int step_is_finite(float loss, float norm, int step, char *msg, size_t n);
 
+/* The same for a validation loss after `step` updates (0: the starting weights): 1 when finite; else
+ * 0 with the error line, which says that the checkpoint of that step holds the weights that gave
+ * it (saved: one was written) and to resume from an earlier one. */
+int validation_is_finite(float loss, int step, int saved, char *msg, size_t n);
+
 #endif
