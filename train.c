@@ -2033,7 +2033,12 @@ static int take_step(Run *r, int step, StepResult *s) {
     s->norm = (float)sqrt(be->ops->grad_sumsq(be));
     char why[512];
     if (!step_is_finite((float)s->loss, s->norm, step + 1, why, sizeof why)) {
-        fprintf(stderr, "%s\n", why);
+        /* the weights that gave it are the newest checkpoint's when it was written right before */
+        if (r->saved_step == step && step > 0)
+            fprintf(stderr, "%s; the checkpoint of step %d holds the weights that gave it: resume from an earlier one, "
+                    "or start again\n", why, step);
+        else
+            fprintf(stderr, "%s\n", why);
         return 1;
     }
     const LrSchedule schedule = schedule_of(opt);

@@ -664,6 +664,11 @@ TEST(nan_loss_stops_the_run_and_keeps_the_last_checkpoint) {
     if (e && (e = strstr(e, "at step "))) failed_step = atoi(e + 8);
     CHECK(last_step >= 1 && last_step < failed_step, "latest is %s but the failure was at step %d", name,
           failed_step);
+    /* with a checkpoint every step, the newest holds the weights the failing step ran on, and the line says so */
+    char held[96];
+    snprintf(held, sizeof held, "; the checkpoint of step %d holds the weights that gave it", failed_step - 1);
+    CHECK(last_step == failed_step - 1 && strstr(out, held), "the error line does not name step %d's checkpoint: %s",
+          failed_step - 1, out);
     /* ... and holds finite weights and moments */
     GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 128, .max_seq_len = 1024, .vocab_size = 64};
     gpt_config_finish(&cfg);
