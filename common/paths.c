@@ -45,10 +45,32 @@ int make_dirs(const char *path) {
     return mkdir(tmp, 0755) == 0 || errno == EEXIST ? 0 : -1;
 }
 
+FILE *create_new_file(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) == 0) {
+        if (S_ISDIR(sb.st_mode)) {
+            errno = EISDIR;
+            return NULL;
+        }
+        if (unlink(path) != 0) return NULL;
+    }
+    /* O_EXCL with O_NOFOLLOW: a link put there after the unlink fails the open instead of being followed */
+    const int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        const int e = errno;
+        close(fd);
+        unlink(path);
+        errno = e;
+    }
+    return f;
+}
+
 int write_file_whole(const char *path, const void *data, size_t n) {
     char tmp[FGPT_PATH_LEN];
     if (path_format(tmp, "%s.tmp", path) != 0) return -1;
-    FILE *f = fopen(tmp, "wb");
+    FILE *f = create_new_file(tmp);
     if (!f) return -1;
     /* on disk before the rename: a rename that outlives a power loss must not name an empty file */
     int ok = fwrite(data, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;

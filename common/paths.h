@@ -28,6 +28,11 @@ int same_file(const char *a, const char *b);
 /* mkdir -p: creates path and its missing parents. 0, or -1 with errno set. */
 int make_dirs(const char *path);
 
+/* path created empty for writing ("wb"), as a new file: whatever was at path before (a file left by
+ * a crash, a link, a second name of another file) is unlinked first, so that writing a staging name
+ * never reaches a file outside the folder. NULL with errno set (EISDIR for a directory there). */
+FILE *create_new_file(const char *path);
+
 /* Writes n bytes to path whole or not at all: to path.tmp first, synced, then renamed over path, so
  * a failure (a full disk, a folder that is not writable) leaves what path held before. 0, or -1
  * with errno set and no path.tmp left behind. */

@@ -72,7 +72,7 @@ static ShardWriter *open_writer(const char *path, uint32_t vocab_size, uint64_t 
     w->tokenizer = tokenizer;
     w->flags = flags;
     w->bytes_per_token = flags ? 4u : width_for_vocab(vocab_size);
-    w->f = fopen(w->tmp_path, "wb");
+    w->f = create_new_file(w->tmp_path);
     unsigned char h[SHARD_HEADER_BYTES];
     encode_header(h, w);
     if (!w->f || fwrite(h, 1, sizeof h, w->f) != sizeof h) {

@@ -245,6 +245,51 @@ TEST(checkpoint_crash_midway_leaves_latest_intact_and_prunes_old) {
     param_table_free(&t);
 }
 
+/* Links at the names a save writes, prunes or clears (an old checkpoint kept on another disk, a
+ * leftover step_*.tmp, latest.tmp) are removed as links: the files they lead to stay as they were. */
+TEST(a_link_at_a_checkpoints_name_is_removed_as_a_link_and_its_target_is_left) {
+    ParamTable t;
+    tiny_table(&t, 50);
+    float *p = random_floats(t.total, 8);
+    char err[ERR_LEN], run[700], elsewhere[700], kept[760], link[760];
+    snprintf(run, sizeof run, "%s/linked_run", test_tmpdir());
+    snprintf(elsewhere, sizeof elsewhere, "%s/elsewhere", test_tmpdir());
+    REQUIRE(mkdir(run, 0755) == 0 && mkdir(elsewhere, 0755) == 0, "setup");
+    const char *names[] = {"state.bin", "model.safetensors", "config.json", "latest"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(kept, sizeof kept, "%s/%s", elsewhere, names[i]);
+        FILE *f = fopen(kept, "w");
+        REQUIRE(f && fputs("not this run's\n", f) >= 0 && fclose(f) == 0, "writing %s", kept);
+    }
+    snprintf(link, sizeof link, "%s/step_00000001", run); /* pruned below with keep 1 */
+    REQUIRE(symlink(elsewhere, link) == 0, "%s", link);
+    snprintf(link, sizeof link, "%s/step_00000002.tmp", run); /* a crash's leftover at the name step 2 writes */
+    REQUIRE(symlink(elsewhere, link) == 0, "%s", link);
+    snprintf(link, sizeof link, "%s/latest.tmp", run);
+    snprintf(kept, sizeof kept, "%s/latest", elsewhere);
+    REQUIRE(symlink(kept, link) == 0, "%s", link);
+    TrainState st = {.step = 2};
+    REQUIRE(checkpoint_save(run, &t, p, p, p, &st, 1, err) == 0, "%s", err);
+    for (int i = 0; i < 4; i++) {
+        snprintf(kept, sizeof kept, "%s/%s", elsewhere, names[i]);
+        char *got = read_text(kept);
+        CHECK(got && !strcmp(got, "not this run's\n"), "%s was written or removed through a link", kept);
+        free(got);
+    }
+    struct stat sb;
+    snprintf(link, sizeof link, "%s/step_00000001", run);
+    CHECK(lstat(link, &sb) != 0, "the link at the pruned step_00000001 is still there");
+    snprintf(link, sizeof link, "%s/step_00000002/state.bin", run);
+    CHECK(lstat(link, &sb) == 0 && S_ISREG(sb.st_mode), "step 2 was not saved whole");
+    TrainState back;
+    float *q = malloc(t.total * 4 * 3);
+    REQUIRE(checkpoint_load_latest(run, &t, q, q + t.total, q + 2 * t.total, &back, err) == 0, "%s", err);
+    CHECK(back.step == 2, "latest is step %d, expected 2", back.step);
+    free(q);
+    free(p);
+    param_table_free(&t);
+}
+
 /* Flips one byte of a file at offset at. */
 static void flip_byte(const char *path, long at) {
     FILE *f = fopen(path, "r+b");

@@ -824,6 +824,34 @@ TEST(prepare_names_an_empty_tokenizer_a_folder_at_a_staging_name_and_a_file_give
     free(said);
 }
 
+/* A link at a name prepare writes its shards and tokenizer under (left there by someone else) is
+ * replaced, not written through: the file it leads to, outside -o, keeps its bytes. */
+TEST(prepare_replaces_a_link_at_a_staging_name_without_writing_through_it) {
+    char text[1100], out[1100], victim[1100], link[1200], args[4000], *said = NULL;
+    snprintf(text, sizeof text, "%s/words.txt", test_tmpdir());
+    snprintf(out, sizeof out, "%s/set", test_tmpdir());
+    snprintf(victim, sizeof victim, "%s/precious.txt", test_tmpdir());
+    write_lines(text, 4000, 5);
+    write_text_file(victim, "precious", 8);
+    REQUIRE(mkdir(out, 0755) == 0, "%s", out);
+    const char *staging[] = {"train.bin.new.tmp", "val.bin.new.tmp", "tokenizer.json.new.tmp", "tokenizer.json.tmp"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(link, sizeof link, "%s/%s", out, staging[i]);
+        REQUIRE(symlink(victim, link) == 0, "%s", link);
+    }
+    snprintf(args, sizeof args, "prepare -v 300 -o %s %s", out, text);
+    int rc = run_train(args, &said);
+    CHECK(rc == 0, "(%d) %s", rc, said ? said : "");
+    free(said);
+    size_t n = 0;
+    char *got = read_file(victim, &n);
+    CHECK(got && n == 8 && !memcmp(got, "precious", 8), "the link's target was written through (%zu bytes)", n);
+    free(got);
+    snprintf(link, sizeof link, "%s/train.bin", out);
+    struct stat sb;
+    CHECK(lstat(link, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0, "%s was not written", link);
+}
+
 /* --files-from: the files a list names, one a line (blank lines and CRLF ends taken), in the list's
  * place among the command line's files; "-" reads the list from stdin. The shards are those of the
  * same files given on the command line. */

@@ -293,7 +293,7 @@ static int close_synced(FILE *f) {
 
 static int write_state(const char *path, const ParamTable *t, const float *params, const float *m, const float *v,
                        const TrainState *st) {
-    FILE *f = fopen(path, "wb");
+    FILE *f = create_new_file(path);
     if (!f) return 0;
     StateHeader h;
     memset(&h, 0, sizeof h);
@@ -355,7 +355,7 @@ static int append(char **buf, size_t *len, size_t *cap, const char *s) {
 }
 
 static int write_text(const char *path, const char *text, size_t len) {
-    FILE *f = fopen(path, "wb");
+    FILE *f = create_new_file(path);
     if (!f) return 0;
     int ok = write_all(f, text, len);
     return close_synced(f) && ok;
@@ -411,7 +411,7 @@ static int write_safetensors(const char *path, const ParamTable *t, const float 
         }
     ok = ok && append(&hdr, &len, &cap, "}");
     while (ok && len % 8) ok = append(&hdr, &len, &cap, " "); /* the format asks for 8-byte aligned data */
-    FILE *f = ok ? fopen(path, "wb") : NULL;
+    FILE *f = ok ? create_new_file(path) : NULL;
     if (!f) {
         free(hdr);
         return 0;
@@ -452,6 +452,15 @@ static void remove_checkpoint_dir(const char *dir) {
     static const char *files[] = {"model.safetensors", "config.json", "state.bin", "tokenizer.json",
                                   "tokenizer_config.json"};
     char p[FGPT_PATH_LEN];
+    struct stat sb;
+    if (lstat(dir, &sb) != 0) return;
+    /* a link at a checkpoint's name (one kept on another disk) goes as a link: the files it leads to
+     * may be another run's */
+    if (S_ISLNK(sb.st_mode)) {
+        unlink(dir);
+        return;
+    }
+    if (!S_ISDIR(sb.st_mode)) return;
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
         if (path_format(p, "%s/%s", dir, files[i]) == 0) unlink(p);
     rmdir(dir);
@@ -599,15 +608,26 @@ int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *
     /* A checkpoint of the same step (a future the user rolled back from) is replaced, and only
      * removed once the new one is in its place. */
     remove_checkpoint_dir(replaced);
-    if (rename(final_dir, replaced) != 0 && errno != ENOENT) {
+    const int moved_aside = rename(final_dir, replaced) == 0;
+    if (!moved_aside && errno != ENOENT) {
         snprintf(err, ERR_LEN, "cannot move %s aside: %s", final_dir, strerror(errno));
+        remove_checkpoint_dir(tmp_dir);
         return -1;
     }
-    if (rename(tmp_dir, final_dir) != 0 || !sync_dir(run_dir)) {
-        snprintf(err, ERR_LEN, "cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
+    if (rename(tmp_dir, final_dir) != 0) {
+        const int e = errno;
+        if (moved_aside) rename(replaced, final_dir); /* the checkpoint it was to replace keeps its name */
+        remove_checkpoint_dir(tmp_dir);
+        save_failed(err, "cannot rename the new checkpoint to", final_dir, e, run_dir);
         return -1;
     }
     remove_checkpoint_dir(replaced);
+    if (!sync_dir(run_dir)) {
+        const int e = errno;
+        snprintf(err, ERR_LEN, "cannot sync run directory %s after writing %s: %s (%s); latest still names the "
+                 "checkpoint before it", run_dir, final_dir, strerror(e), write_error_hint(e));
+        return -1;
+    }
     char line[32];
     int len = snprintf(line, sizeof line, "step_%08d\n", st->step);
     if (!write_text(latest_tmp, line, (size_t)len) || rename(latest_tmp, latest) != 0) {
@@ -784,7 +804,7 @@ int checkpoint_set_aside_after(const char *run_dir, int step, int damaged, char 
     int newest = newest_whole_checkpoint(dest, INT_MAX, name, sizeof name);
     if (newest >= 0 && newest == damaged) newest = newest_whole_checkpoint(dest, newest, name, sizeof name);
     if (newest < 0) return moved;
-    FILE *f = path_format(latest, "%s/latest", dest) == 0 ? fopen(latest, "w") : NULL;
+    FILE *f = path_format(latest, "%s/latest", dest) == 0 ? create_new_file(latest) : NULL;
     const int written = f && fprintf(f, "%s\n", name) >= 0;
     if (!f || !close_synced(f) || !written || !sync_dir(dest)) {
         snprintf(err, ERR_LEN, "cannot write %s/latest: %s", dest, strerror(errno));

@@ -23,6 +23,7 @@
 #include "common/err.h"
 #include "common/repeated_flags.h"
 #include "common/host_memory.h"
+#include "common/paths.h"
 #include "data/shard.h"
 #include "model/backend.h"
 #include "model/cuda/cuda_device.h"
@@ -483,10 +484,7 @@ static int evaluate(EvalOptions o, const char *dir, GPTConfig cfg, const EvalSha
     const int in_place = o.per_token && lstat(o.per_token, &lsb) == 0 && !S_ISREG(lsb.st_mode);
     if (in_place) tmp[0] = 0;
     if (o.per_token && !in_place) {
-        /* a link left under the temporary name is replaced, not written through */
-        struct stat tsb;
-        if (lstat(tmp, &tsb) == 0 && S_ISLNK(tsb.st_mode)) remove(tmp);
-        if (!(per_token = fopen(tmp, "wb"))) {
+        if (!(per_token = create_new_file(tmp))) {
             print_error("cannot create %s for --per-token: %s (pass a path in a writable directory)", tmp,
                         strerror(errno));
             tmp[0] = 0;

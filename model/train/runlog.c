@@ -1,6 +1,7 @@
 #include "model/train/runlog.h"
 #include "common/err.h"
 #include "common/json.h"
+#include "common/paths.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -253,7 +254,7 @@ int runlog_trim_after(const char *run_dir, int step, int eval_again, int sample_
         return bad ? -1 : 0;
     }
     rewind(in);
-    FILE *out = fopen(tmp, "w"), *moved = moved_log ? fopen(moved_log, "a") : NULL;
+    FILE *out = create_new_file(tmp), *moved = moved_log ? fopen(moved_log, "a") : NULL;
     int ok = out && (!moved_log || moved);
     while (ok && (len = getline(&line, &cap, in)) > 0) {
         int keep = line_stays(line, (size_t)len, &r, &at_step, why);
