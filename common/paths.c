@@ -32,6 +32,10 @@ int file_in_dir(char *dst, const char *dir, const char *name) {
 
 int make_dirs(const char *path) {
     char tmp[FGPT_PATH_LEN];
+    if (!path[0]) { /* as mkdir("") says */
+        errno = ENOENT;
+        return -1;
+    }
     if ((size_t)snprintf(tmp, sizeof tmp, "%s", path) >= sizeof tmp) {
         errno = ENAMETOOLONG;
         return -1;

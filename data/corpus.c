@@ -424,7 +424,7 @@ static int dictd_text(const char *dir, const char *log, const char *name, TextBu
         if (!t2 || (len >= 3 && memcmp(line, "00-", 3) == 0) || (len >= 10 && memcmp(line, "00database", 10) == 0))
             continue;
         Span s = {b64_value(t1 + 1, (size_t)(t2 - t1 - 1)), b64_value(t2 + 1, (size_t)(line + len - t2 - 1))};
-        if (s.off + s.len > dlen || s.len == 0) continue;
+        if (s.off > dlen || s.len > dlen - s.off || s.len == 0) continue; /* a sum could wrap */
         if (n == cap) {
             Span *bigger = realloc(spans, 2 * cap * sizeof *spans);
             if (!bigger) break;

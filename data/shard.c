@@ -95,6 +95,11 @@ ShardWriter *shard_writer_open_flagged(const char *path, uint32_t vocab_size, ui
         snprintf(err, ERR_LEN, "shard %s: flags 0x%x, of which only 0x%x exist", path, flags, SHARD_KNOWN_FLAGS);
         return NULL;
     }
+    if (flags && vocab_size > FGPT_MAX_VOCAB) { /* an id past 2^30 would read back as a marked one */
+        snprintf(err, ERR_LEN, "shard %s: a vocabulary of %u tokens leaves no room for the marks, which need ids "
+                 "below %u", path, vocab_size, FGPT_MAX_VOCAB);
+        return NULL;
+    }
     return open_writer(path, vocab_size, tokenizer, flags, err);
 }
 
@@ -297,6 +302,12 @@ static FILE *open_and_check(const char *path, ShardHeader *hdr, char *err) {
     if (hdr->flags && hdr->bytes_per_token != 4) {
         snprintf(err, ERR_LEN, "token shard %s marks tokens (flags 0x%x) in 2-byte tokens, which have no room for the "
                  "marks (corrupt header; re-create it)", path, hdr->flags);
+        fclose(f);
+        return NULL;
+    }
+    if (hdr->flags && hdr->vocab_size > FGPT_MAX_VOCAB) {
+        snprintf(err, ERR_LEN, "token shard %s marks tokens (flags 0x%x) but records a vocabulary of %u, whose ids "
+                 "would reach the marks' bits (corrupt header; re-create it)", path, hdr->flags, hdr->vocab_size);
         fclose(f);
         return NULL;
     }

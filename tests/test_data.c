@@ -212,6 +212,15 @@ TEST(a_masked_shard_gives_no_target_where_it_marks_one_and_refuses_what_it_canno
     f = fopen(path, "wb");
     REQUIRE(f && fwrite(hdr, 1, 64, f) == 64 && fwrite(small, 2, 3, f) == 3 && fclose(f) == 0, "write");
     expect_shard_refused(path, 300, "a mark in 2-byte tokens", "marks tokens (flags 0x1) in 2-byte tokens");
+    /* a vocabulary past 2^30 would have ids reach the marks' bits: not written, and refused when read */
+    CHECK(shard_write_flagged(path, toks, NT, FGPT_MAX_VOCAB + 1, 0, SHARD_DOCUMENTS, err) != 0 &&
+              strstr(err, "leaves no room for the marks"),
+          "a flagged shard of 2^30 + 1 tokens was written: %s", err);
+    REQUIRE(shard_write_flagged(path, toks, NT, 300, 0, SHARD_LOSS_MASK, err) == 0, "%s", err);
+    const uint32_t huge = FGPT_MAX_VOCAB + 1;
+    f = fopen(path, "r+b");
+    REQUIRE(f && fseek(f, 16, SEEK_SET) == 0 && fwrite(&huge, 4, 1, f) == 1 && fclose(f) == 0, "patch");
+    expect_shard_refused(path, 300, "a mark with a vocabulary past 2^30", "whose ids would reach the marks' bits");
     /* the id under the mark is checked */
     toks[5] = 301 | SHARD_NO_LOSS;
     REQUIRE(shard_write_flagged(path, toks, NT, 302, 0, SHARD_LOSS_MASK, err) == 0, "%s", err);
