@@ -14,6 +14,12 @@ extern "C" {
  * none of these is known. */
 size_t host_memory_available(void);
 
+/* What the memory cgroup of this process still allows, in bytes: the tightest of the limits set on
+ * its cgroup and the folders above it (v2 under cgroup_root, else v1 under cgroup_root/memory), less
+ * what each holds that cannot be reclaimed (usage less inactive page cache). The cgroup is read from
+ * self_cgroup (/proc/self/cgroup). 0 when no limit is set. */
+unsigned long long host_memory_cgroup_room(const char *cgroup_root, const char *self_cgroup);
+
 /* Linux overcommits: a large calloc succeeds and the process is killed later, when it touches the
  * pages. So a caller about to touch `bytes` asks first: 0 when they fit (or nothing is known), else
  * 1 with "<what> needs about X GB but this host has Y GB free; <fix>" in err (ERR_LEN bytes). */

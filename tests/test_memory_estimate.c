@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/host_memory.h"
 #include "model/memory_estimate.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
@@ -232,4 +233,49 @@ TEST(a_cpu_run_of_a_llama_prints_its_gpu_memory_estimate_and_largest_micro_batch
     CHECK(strstr(out, want), "no '%s': %s", want, out);
     free(out);
     param_table_free(&t);
+}
+
+/* Writes text to root/rel, creating its folders. */
+static void put_file(const char *root, const char *rel, const char *text) {
+    char path[1200], cmd[2600];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", path);
+    if (system(cmd) != 0) fprintf(stderr, "put_file: cannot create the folder of %s\n", path);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) fprintf(stderr, "put_file: cannot write %s\n", path);
+}
+
+/* A cgroup's room: the tightest limit on this process's cgroup or a folder above it, less what it
+ * holds that is not page cache the kernel can drop; v1 found by the memory controller's line. */
+TEST(the_cgroup_room_is_the_tightest_limit_above_this_process_less_what_cannot_be_reclaimed) {
+    char root[900], self[900];
+    snprintf(root, sizeof root, "%s/cg2", test_tmpdir());
+    snprintf(self, sizeof self, "%s/self_cgroup_v2", test_tmpdir());
+    put_file(test_tmpdir(), "self_cgroup_v2", "0::/pod/job\n");
+    put_file(root, "pod/memory.max", "1000000\n");
+    put_file(root, "pod/memory.current", "700000\n");
+    put_file(root, "pod/memory.stat", "anon 400000\nfile 300000\ninactive_file 250000\nactive_file 50000\n");
+    put_file(root, "pod/job/memory.max", "max\n");
+    put_file(root, "pod/job/memory.current", "650000\n");
+    unsigned long long room = host_memory_cgroup_room(root, self);
+    CHECK(room == 550000, "v2, limit on the parent: room %llu, not 1000000 - (700000 - 250000)", room);
+    /* a tighter limit on the process's own cgroup wins */
+    put_file(root, "pod/job/memory.max", "800000\n");
+    room = host_memory_cgroup_room(root, self);
+    CHECK(room == 150000, "v2, tighter own limit: room %llu, not 800000 - 650000", room);
+    /* no limit anywhere */
+    put_file(root, "pod/job/memory.max", "max\n");
+    put_file(root, "pod/memory.max", "max\n");
+    room = host_memory_cgroup_room(root, self);
+    CHECK(room == 0, "v2 without a limit: room %llu", room);
+
+    snprintf(root, sizeof root, "%s/cg1", test_tmpdir());
+    snprintf(self, sizeof self, "%s/self_cgroup_v1", test_tmpdir());
+    put_file(test_tmpdir(), "self_cgroup_v1", "5:cpu,cpuacct:/elsewhere\n4:memory:/batch/7\n0::/\n");
+    put_file(root, "memory/memory.limit_in_bytes", "9223372036854771712\n");
+    put_file(root, "memory/batch/7/memory.limit_in_bytes", "2000000\n");
+    put_file(root, "memory/batch/7/memory.usage_in_bytes", "1500000\n");
+    put_file(root, "memory/batch/7/memory.stat", "inactive_file 10\ntotal_inactive_file 900000\n");
+    room = host_memory_cgroup_room(root, self);
+    CHECK(room == 1400000, "v1: room %llu, not 2000000 - (1500000 - 900000)", room);
 }
