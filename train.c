@@ -58,6 +58,7 @@ typedef struct {
     const char *lr_schedule;
     uint64_t seed; /* checkpoints and `./train sample --seed` take all 64 bits */
     const char *train_data, *val_data, *out, *cache_dir, *tokenizer, *prompt, *init_from;
+    const char *pack;
     int checkpoint_every, keep_checkpoints;
     const char *resume_mode; /* -y as given: 0, 1 or auto */
     int resume;              /* what it decided: 1 resumes the run directory's checkpoint */
@@ -147,6 +148,10 @@ static const OptSpec options[] = {
     {'i', "train-data", OPT_STR, O(train_data), "", "FILE",
      "train token shard, or a quoted pattern of several ('data/train_*.bin') (default: the default corpus)"},
     {'j', "val-data", OPT_STR, O(val_data), "", "FILE", "validation token shard, or a quoted pattern of several"},
+    {0, "pack", OPT_STR, O(pack), "wrapped", "HOW",
+     "how a shard that marks documents becomes windows: wrapped (end to end, a document crossing a window's end "
+     "goes on in the next window) or bfd (whole documents, best fit decreasing, the rest padded; longer than -t "
+     "+ 1: cut into windows)"},
     {0, "tokenizer", OPT_STR, O(tokenizer), "", "FILE",
      "tokenizer (ours, or a Hugging Face tokenizer.json), to decode samples; checkpoints carry it"},
     {0, "init-from", OPT_STR, O(init_from), "", "DIR",
@@ -495,6 +500,8 @@ static void validate(Options *opt, GPTConfig *cfg) {
     if (opt->warmup < 0) bad("--warmup", "must be 0 or more");
     LrShape shape;
     if (lr_shape_parse(opt->lr_schedule, &shape) != 0) bad("--lr-schedule", "must be cosine, linear or wsd");
+    PackKind pack;
+    if (pack_kind_parse(opt->pack, &pack) != 0) bad("--pack", "must be wrapped or bfd");
     if (opt->decay_steps < 0) bad("--decay-steps", "must be 0 (a fifth of -x) or more");
     if (opt->decay_steps > 0 && shape != LR_WSD)
         bad("--decay-steps", "sets the decay of --lr-schedule wsd; cosine and linear decay over every step after the "
@@ -1434,11 +1441,13 @@ static int resolve_data(Run *r) {
     r->val_batches_per_rank = loader_batches_per_rank(opt->val_batches, world);
     r->have_val = r->val_path[0] != 0 && opt->val_every > 0; /* validation that never runs needs no shard */
     if (shards_of_the_tokenizer(r) != 0) return 1;
+    PackKind pack = PACK_WRAPPED;
+    pack_kind_parse(opt->pack, &pack);
     int rc = loader_open(&r->train_loader, r->train_path, (uint32_t)cfg->vocab_size, r->B, r->T, rank, world,
-                         r->accum, 1, opt->seed, r->err);
+                         r->accum, 1, opt->seed, pack, r->err);
     if (rc == 0 && r->have_val) {
         rc = loader_open(&r->val_loader, r->val_path, (uint32_t)cfg->vocab_size, r->B, r->T, rank, world, 1, 0, 0,
-                         r->err);
+                         pack, r->err);
         if (rc == LOADER_TOO_SHORT && r->val_path == r->prepared.val_path) {
             /* the default corpus's validation text is 1 % of it: a batch this large outgrows it */
             printf("validation: off (%s)\n", r->err);
@@ -1699,6 +1708,13 @@ static int resume(Run *r) {
         return 1;
     }
     const Loader *train = &r->train_loader;
+    const PackKind other_pack = train->pack == PACK_BFD ? PACK_WRAPPED : PACK_BFD;
+    if (st.data_fingerprint && st.data_tokens == train->num_tokens && st.data_fingerprint != r->train_fingerprint &&
+        st.data_fingerprint == loader_fingerprint_packed(train, other_pack)) {
+        print_error("checkpoint in %s was trained on these shards cut into windows by --pack %s: resume with --pack %s "
+                    "so the data order continues", opt->out, pack_kind_name(other_pack), pack_kind_name(other_pack));
+        return 1;
+    }
     if ((st.data_tokens || st.data_fingerprint) &&
         (st.data_tokens != train->num_tokens || st.data_fingerprint != r->train_fingerprint)) {
         fprintf(stderr,
@@ -1885,6 +1901,11 @@ static void print_header(Run *r) {
         printf("data: the shards mark %llu documents (%.0f tokens each on average): each runs as if alone, at its "
                "own positions and attending only within itself\n", (unsigned long long)tl->document_starts,
                tl->document_starts ? (double)tl->num_tokens / (double)tl->document_starts : 0.0);
+    if (tl->pack == PACK_BFD)
+        printf("data: whole documents packed best fit decreasing into %llu windows of %d tokens, %.1f %% of them "
+               "padding\n", (unsigned long long)tl->total_windows, r->T + 1,
+               tl->total_windows ? 100.0 * (1.0 - (double)tl->packed_tokens / ((double)tl->total_windows * (r->T + 1)))
+                                 : 0.0);
     if (be->optimizer_state == OPTIMIZER_STATE_BF16)
         printf("optimizer: AdamW on bf16 moments and the bf16 weights, no fp32 master copy, each value rounded "
                "stochastically (checkpoints stay fp32)\n");

@@ -106,7 +106,20 @@ static int map_shards(Loader *l, const ShardPaths *paths, const char *spec, uint
     return 0;
 }
 
-/* One pass over the shards' tokens: each checked against model_vocab and hashed for the fingerprint. */
+/* Appends v to a growing array; 0, or -1 when memory runs out. */
+static int push_start(uint64_t **a, size_t *n, size_t *cap, uint64_t v) {
+    if (*n == *cap) {
+        const size_t bigger = *cap ? 2 * *cap : 1024;
+        uint64_t *grown = realloc(*a, bigger * sizeof *grown);
+        if (!grown) return -1;
+        *a = grown, *cap = bigger;
+    }
+    (*a)[(*n)++] = v;
+    return 0;
+}
+
+/* One pass over the shards' tokens: each checked against model_vocab and hashed for the fingerprint;
+ * under PACK_BFD each shard's documents packed into windows of T + 1. */
 static int check_tokens(Loader *l, uint32_t model_vocab, char *err) {
     enum { CHUNK = 1 << 16 };
     uint32_t *buf = malloc(CHUNK * sizeof *buf);
@@ -117,9 +130,12 @@ static int check_tokens(Loader *l, uint32_t model_vocab, char *err) {
     FgptHashStream hash;
     fgpt_hash_begin(&hash, l->num_tokens);
     int rc = 0;
+    uint64_t *starts = NULL;
+    size_t num_starts = 0, cap = 0;
     for (size_t i = 0; rc == 0 && i < l->num_shards; i++) {
-        const LoaderShard *s = &l->shards[i];
+        LoaderShard *s = &l->shards[i];
         const uint64_t n = s->map.hdr.num_tokens;
+        num_starts = 0;
         for (uint64_t at = 0; rc == 0 && at < n; at += CHUNK) {
             const size_t k = n - at < CHUNK ? (size_t)(n - at) : CHUNK;
             rc = shard_decode_checked(&s->map.hdr, s->path, s->map.tokens + at * s->map.hdr.bytes_per_token, at, k,
@@ -127,10 +143,20 @@ static int check_tokens(Loader *l, uint32_t model_vocab, char *err) {
             fgpt_hash_add(&hash, buf, k * sizeof *buf);
             for (size_t j = 0; rc == 0 && l->masked && j < k; j++) {
                 l->no_loss_tokens += (buf[j] & SHARD_NO_LOSS) != 0;
-                l->document_starts += shard_token_starts_document(buf[j]);
+                const int starts_one = shard_token_starts_document(buf[j]);
+                l->document_starts += starts_one;
+                if (starts_one && l->pack == PACK_BFD && push_start(&starts, &num_starts, &cap, at + j) != 0) {
+                    snprintf(err, ERR_LEN, "out of memory for the documents of %s", s->path);
+                    rc = -1;
+                }
             }
         }
+        if (rc == 0 && l->pack == PACK_BFD) {
+            rc = pack_documents(starts, num_starts, n, l->T, &s->packed, err);
+            l->packed_tokens += s->packed.tokens;
+        }
     }
+    free(starts);
     free(buf);
     /* where the shards end decides the windows: the same tokens cut otherwise are other data (one
      * shard keeps the hash of its tokens alone, which checkpoints before patterns recorded) */
@@ -141,7 +167,7 @@ static int check_tokens(Loader *l, uint32_t model_vocab, char *err) {
 }
 
 int loader_open(Loader *l, const char *spec, uint32_t model_vocab, int B, int T, int rank, int world, int accum,
-                int shuffle, uint64_t seed, char *err) {
+                int shuffle, uint64_t seed, PackKind pack, char *err) {
     memset(l, 0, sizeof *l);
     ShardPaths paths;
     if (shard_paths(spec, &paths, err) != 0) return -1;
@@ -158,6 +184,13 @@ int loader_open(Loader *l, const char *spec, uint32_t model_vocab, int B, int T,
     l->world = world;
     l->shuffle = shuffle;
     l->seed = seed;
+    l->pack = pack;
+    if (pack == PACK_BFD && !l->documents) {
+        snprintf(err, ERR_LEN, "--pack bfd packs whole documents, and %s marks none: prepare it with --documents or "
+                 "--prompt-completion, or leave --pack out", spec);
+        loader_close(l);
+        return -1;
+    }
     for (size_t i = 0; i < l->num_shards; i++) {
         LoaderShard *s = &l->shards[i];
         s->first_window = l->total_windows;
@@ -176,6 +209,22 @@ int loader_open(Loader *l, const char *spec, uint32_t model_vocab, int B, int T,
     if (check_tokens(l, model_vocab, err) != 0) {
         loader_close(l);
         return -1;
+    }
+    if (pack == PACK_BFD) {
+        l->total_windows = 0;
+        for (size_t i = 0; i < l->num_shards; i++) {
+            LoaderShard *s = &l->shards[i];
+            s->first_window = l->total_windows;
+            s->windows = s->packed.windows;
+            l->total_windows += s->windows;
+        }
+        if (l->total_windows > UINT32_MAX) {
+            snprintf(err, ERR_LEN, "%s packs into %llu windows of %lld tokens, more than one run orders (%u): raise -t, "
+                     "or train on part of the shards at a time", spec, (unsigned long long)l->total_windows,
+                     (long long)T + 1, UINT32_MAX);
+            loader_close(l);
+            return -1;
+        }
     }
     l->num_batches = l->total_windows / (uint64_t)B / ((uint64_t)world * accum) * accum;
     if (l->num_batches == 0) {
@@ -212,6 +261,7 @@ void loader_close(Loader *l) {
     free(l->window);
     for (size_t i = 0; i < l->num_shards; i++) {
         shard_unmap(&l->shards[i].map);
+        packed_windows_free(&l->shards[i].packed);
         free(l->shards[i].path);
     }
     free(l->shards);
@@ -246,9 +296,40 @@ int loader_split_window(const uint32_t *stored, int count, int T, int *inputs, i
     return documents;
 }
 
+/* Token i of shard s, checked against its bound: checked when the loader opened, but a file written
+ * over in place shows through its mapping (l->changed then says so, and the token reads as 0). */
+static uint32_t checked_token(Loader *l, const LoaderShard *s, uint64_t i) {
+    const uint32_t tok = shard_token_at(s->map.tokens, s->map.hdr.bytes_per_token, i);
+    const uint32_t id = tok & shard_id_bits(&s->map.hdr);
+    if (id < s->limit) return tok;
+    if (!l->changed[0])
+        snprintf(l->changed, sizeof l->changed, "token shard %s changed while the run read it: token %u at position "
+                 "%llu is not below %u (written over in place?): put it back as it was and resume with -y 1 from the "
+                 "last checkpoint, or write new data under another name", s->path, id, (unsigned long long)i, s->limit);
+    return 0;
+}
+
+/* Window w of shard s into l->window; the count of its tokens (T + 1 unless packed). */
+static int window_tokens(Loader *l, const LoaderShard *s, uint64_t w) {
+    const int T = l->T;
+    if (l->pack == PACK_WRAPPED) {
+        const uint64_t base = w * (uint64_t)T;
+        for (int t = 0; t <= T; t++) l->window[t] = checked_token(l, s, base + (uint64_t)t);
+        return T + 1;
+    }
+    const PackedWindows *p = &s->packed;
+    int count = 0;
+    for (uint64_t k = p->first[w]; k < p->first[w + 1]; k++) {
+        const PackSpan span = p->spans[k];
+        for (uint32_t j = 0; j < span.len; j++) l->window[count + (int)j] = checked_token(l, s, span.start + j);
+        l->window[count] |= SHARD_DOC_START; /* as packed_window_tokens marks it */
+        count += (int)span.len;
+    }
+    return count;
+}
+
 int loader_next_batch(Loader *l, int *inputs, int *targets, int *positions) {
     int T = l->T, documents = 0;
-    uint32_t *window = l->window;
     if (l->position == l->num_batches) {
         l->epoch++;
         l->position = 0;
@@ -259,23 +340,8 @@ int loader_next_batch(Loader *l, int *inputs, int *targets, int *positions) {
     for (int b = 0; b < l->B; b++) {
         const uint64_t w = l->order[batch * (uint64_t)l->B + (uint64_t)b];
         const LoaderShard *s = shard_of_window(l, w);
-        const uint32_t width = s->map.hdr.bytes_per_token, id_bits = shard_id_bits(&s->map.hdr);
-        const unsigned char *p = s->map.tokens + (w - s->first_window) * (uint64_t)T * width;
-        for (int t = 0; t <= T; t++) {
-            uint32_t tok = shard_token_at(p, width, (uint64_t)t);
-            /* checked when the loader opened, but a file written over in place shows through its mapping */
-            if ((tok & id_bits) >= s->limit) {
-                if (!l->changed[0])
-                    snprintf(l->changed, sizeof l->changed, "token shard %s changed while the run read it: token %u "
-                             "at position %llu is not below %u (written over in place?): put it back as it was and "
-                             "resume with -y 1 from the last checkpoint, or write new data under another name",
-                             s->path, tok & id_bits,
-                             (unsigned long long)((w - s->first_window) * (uint64_t)T + (uint64_t)t), s->limit);
-                tok = 0;
-            }
-            window[t] = tok;
-        }
-        documents |= loader_split_window(window, T + 1, T, inputs + (size_t)b * T, targets + (size_t)b * T,
+        const int count = window_tokens(l, s, w - s->first_window);
+        documents |= loader_split_window(l->window, count, T, inputs + (size_t)b * T, targets + (size_t)b * T,
                                          positions ? positions + (size_t)b * T : NULL);
     }
     return documents;
@@ -291,7 +357,12 @@ LoaderState loader_get_state(const Loader *l) {
     return (LoaderState){l->epoch, l->position};
 }
 
-uint64_t loader_fingerprint(const Loader *l) { return l->fingerprint; }
+uint64_t loader_fingerprint_packed(const Loader *l, PackKind pack) {
+    /* consecutive windows keep the tokens' hash alone, which checkpoints before packing recorded */
+    return pack == PACK_WRAPPED ? l->fingerprint : fgpt_hash64(pack_kind_name(pack), 3, l->fingerprint);
+}
+
+uint64_t loader_fingerprint(const Loader *l) { return loader_fingerprint_packed(l, l->pack); }
 
 int loader_state_for_world(LoaderState *s, int from_world, int to_world, char *err) {
     const uint64_t consumed = s->position * (uint64_t)from_world;

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "data/pack.h"
 #include "data/shard.h"
 
 typedef struct {
@@ -23,6 +24,7 @@ typedef struct {
     char *path;
     uint64_t first_window, windows; /* its windows' place in the loader's numbering */
     uint32_t limit;                 /* every token is below it (checked at open, and as batches are made) */
+    PackedWindows packed;           /* its windows under PACK_BFD */
 } LoaderShard;
 
 typedef struct {
@@ -37,6 +39,8 @@ typedef struct {
     int documents;            /* a shard marks where documents start (SHARD_DOCUMENTS): batches have positions */
     uint64_t no_loss_tokens;  /* the tokens so marked, in all shards */
     uint64_t document_starts; /* the tokens marked as a document's first, in all shards */
+    PackKind pack;            /* how shards become windows (data/pack.h) */
+    uint64_t packed_tokens;   /* under PACK_BFD, the tokens all windows hold (the rest of them is padding) */
     int B, T;
     int rank, world;
     int shuffle;
@@ -61,10 +65,11 @@ typedef struct {
 /* Maps the shards that spec names (shard_paths: a file or a glob pattern) and checks every token
  * against model_vocab; the shards must share one vocabulary and tokenizer. accum is the number of micro-batches per
  * optimizer step on each rank: an epoch ends on a whole step, so epochs line up whatever the split
- * between ranks and accumulation. Returns 0; LOADER_TOO_SHORT when the shard is sound but too short
- * for one step; -1 when it cannot be read or is corrupt. Both failures leave a message in err. */
+ * between ranks and accumulation. pack says how a shard becomes windows: PACK_BFD needs shards that
+ * mark documents. Returns 0; LOADER_TOO_SHORT when the shard is sound but too short for one step; -1
+ * when it cannot be read or is corrupt, or cannot be packed. Both failures leave a message in err. */
 int loader_open(Loader *l, const char *spec, uint32_t model_vocab, int B, int T, int rank, int world, int accum,
-                int shuffle, uint64_t seed, char *err);
+                int shuffle, uint64_t seed, PackKind pack, char *err);
 void loader_close(Loader *l);
 
 /* A shard cut short while a loader maps it (a file rewritten in place) then ends the process with a
@@ -88,10 +93,13 @@ int loader_next_batch(Loader *l, int *inputs, int *targets, int *positions);
 void loader_reset(Loader *l);
 
 LoaderState loader_get_state(const Loader *l);
-/* A hash of the tokens of all shards in order, as 32-bit values (taken as loader_open checks them):
- * the same data gives the same value, whatever its files or token width. Checkpoints record the
- * training data's, so a resume can tell. */
+/* A hash of the tokens of all shards in order, as 32-bit values (taken as loader_open checks them),
+ * and of how they become windows: the same data gives the same value, whatever its files or token
+ * width. Checkpoints record the training data's, so a resume can tell. */
 uint64_t loader_fingerprint(const Loader *l);
+/* The fingerprint the same shards give under another packing, to name the --pack a checkpoint's
+ * data was cut with. */
+uint64_t loader_fingerprint_packed(const Loader *l, PackKind pack);
 /* The same data position for a run on another number of ranks (the same global batch). Ranks are
  * dealt the batches of one global order round-robin, so at a step boundary a run on from_world
  * ranks has consumed position x from_world batches of the epoch, and a run on to_world ranks goes

@@ -174,7 +174,7 @@ TEST(a_masked_shard_gives_no_target_where_it_marks_one_and_refuses_what_it_canno
           "version %u flags %u width %u: the marks do not come back", h.version, h.flags, h.bytes_per_token);
     free(back);
     Loader l;
-    REQUIRE(loader_open(&l, path, 300, 1, T, 0, 1, 1, 0, 42, err) == 0, "%s", err);
+    REQUIRE(loader_open(&l, path, 300, 1, T, 0, 1, 1, 0, 42, PACK_WRAPPED, err) == 0, "%s", err);
     CHECK(l.masked && l.no_loss_tokens == marked, "masked %d, %llu marked tokens of %llu", l.masked,
           (unsigned long long)l.no_loss_tokens, (unsigned long long)marked);
     for (int w = 0; w < 4; w++) {
@@ -230,7 +230,7 @@ TEST(a_masked_shard_gives_no_target_where_it_marks_one_and_refuses_what_it_canno
 static int open_loader_accum(Loader *l, const char *path, int B, int T, int rank, int world, int accum,
                              int shuffle) {
     char err[ERR_LEN];
-    int rc = loader_open(l, path, 1000, B, T, rank, world, accum, shuffle, 42, err);
+    int rc = loader_open(l, path, 1000, B, T, rank, world, accum, shuffle, 42, PACK_WRAPPED, err);
     if (rc) fprintf(stderr, "%s\n", err);
     return rc;
 }
@@ -301,7 +301,7 @@ TEST(loader_shuffle_is_seeded_and_state_resumes_exactly) {
     CHECK(differs_from_unshuffled, "shuffled order equals the file order");
     /* another seed, another order */
     Loader other;
-    REQUIRE(loader_open(&other, path, 1000, 3, 16, 0, 1, 1, 1, 43, err) == 0, "%s", err);
+    REQUIRE(loader_open(&other, path, 1000, 3, 16, 0, 1, 1, 1, 43, PACK_WRAPPED, err) == 0, "%s", err);
     loader_next_batch(&other, ic, tc, NULL);
     CHECK(memcmp(ib, ic, sizeof ib) != 0, "seeds 42 and 43 give the same first batch");
     loader_close(&other);
@@ -387,7 +387,7 @@ TEST(loader_rejects_a_shard_too_small_for_one_batch) {
     path_in_tmp(path, sizeof path, "small.bin");
     REQUIRE(write_pattern_shard(path, 100, 1000, 1) == 0, "write");
     Loader l;
-    CHECK(loader_open(&l, path, 1000, 4, 64, 0, 1, 1, 1, 1, err) == LOADER_TOO_SHORT && strstr(err, "too few for a batch"), "%s",
+    CHECK(loader_open(&l, path, 1000, 4, 64, 0, 1, 1, 1, 1, PACK_WRAPPED, err) == LOADER_TOO_SHORT && strstr(err, "too few for a batch"), "%s",
           err);
 }
 
@@ -405,7 +405,7 @@ TEST(loader_refuses_more_windows_than_its_order_holds_before_reading_the_tokens)
     struct stat sb;
     REQUIRE(stat(path, &sb) == 0 && (uint64_t)sb.st_blocks * 512 < (1u << 20), "%s is not sparse here", path);
     Loader l;
-    CHECK(loader_open(&l, path, 1000, 1, 1, 0, 1, 1, 1, 1, err) == -1 &&
+    CHECK(loader_open(&l, path, 1000, 1, 1, 0, 1, 1, 1, 1, PACK_WRAPPED, err) == -1 &&
               strstr(err, "holds 4294967297 windows of 2 tokens, more than one run orders (4294967295): raise -t"),
           "%s", err);
     remove(path);
@@ -456,7 +456,7 @@ TEST(loader_over_a_pattern_of_shards_covers_each_shards_windows_once_and_never_s
     write_numbered_shard("part_b.bin", 1, 5, 1000, 7);
     path_in_tmp(pattern, sizeof pattern, "part_*.bin");
     Loader l;
-    REQUIRE(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 0, 42, err) == 0, "%s", err);
+    REQUIRE(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 0, 42, PACK_WRAPPED, err) == 0, "%s", err);
     CHECK(l.num_shards == 3 && l.total_windows == 8 && l.num_tokens == 73 && l.shard_vocab == 1000 &&
               l.shard_tokenizer == 7,
           "%zu shards, %llu windows, %llu tokens", l.num_shards, (unsigned long long)l.total_windows,
@@ -486,7 +486,7 @@ TEST(loader_over_a_pattern_of_shards_covers_each_shards_windows_once_and_never_s
     /* shuffled, two ranks: every window once an epoch between them */
     int seen[8] = {0};
     for (int rank = 0; rank < 2; rank++) {
-        REQUIRE(loader_open(&l, pattern, 1000, 1, 8, rank, 2, 1, 1, 42, err) == 0, "%s", err);
+        REQUIRE(loader_open(&l, pattern, 1000, 1, 8, rank, 2, 1, 1, 42, PACK_WRAPPED, err) == 0, "%s", err);
         for (int k = 0; k < 4; k++) {
             loader_next_batch(&l, in, tg, NULL);
             for (int w = 0; w < 8; w++) seen[w] += in[0] == first_inputs[w];
@@ -497,7 +497,7 @@ TEST(loader_over_a_pattern_of_shards_covers_each_shards_windows_once_and_never_s
     /* one shard's fingerprint is what it was when the loader read the shard into memory */
     char one[700];
     path_in_tmp(one, sizeof one, "part_a.bin");
-    REQUIRE(loader_open(&l, one, 1000, 1, 8, 0, 1, 1, 1, 42, err) == 0, "%s", err);
+    REQUIRE(loader_open(&l, one, 1000, 1, 8, 0, 1, 1, 1, 42, PACK_WRAPPED, err) == 0, "%s", err);
     CHECK(loader_fingerprint(&l) == fgpt_hash64(all, 25 * sizeof(uint32_t), 25), "fingerprint of one shard");
     loader_close(&l);
 }
@@ -508,7 +508,7 @@ static void expect_pattern_refused(const char *pattern_name, uint32_t model_voca
     char pattern[700], err[ERR_LEN] = "";
     path_in_tmp(pattern, sizeof pattern, pattern_name);
     Loader l;
-    CHECK(loader_open(&l, pattern, model_vocab, 1, 8, 0, 1, 1, 1, 1, err) == -1 && strstr(err, needle) &&
+    CHECK(loader_open(&l, pattern, model_vocab, 1, 8, 0, 1, 1, 1, 1, PACK_WRAPPED, err) == -1 && strstr(err, needle) &&
               strstr(err, also),
           "%s: %s", pattern_name, err);
 }
@@ -532,7 +532,7 @@ TEST(a_pattern_of_shards_that_matches_nothing_or_mixes_tokenizers_or_holds_a_bad
     /* a file whose name holds a pattern's characters is read as itself */
     write_numbered_shard("odd[1].bin", 0, 40, 1000, 7);
     path_in_tmp(pattern, sizeof pattern, "odd[1].bin");
-    REQUIRE(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 1, 1, err) == 0, "%s", err);
+    REQUIRE(loader_open(&l, pattern, 1000, 1, 8, 0, 1, 1, 1, 1, PACK_WRAPPED, err) == 0, "%s", err);
     CHECK(l.num_shards == 1 && l.num_tokens == 40, "%zu shards", l.num_shards);
     loader_close(&l);
 }
@@ -551,7 +551,7 @@ TEST(a_shard_cut_short_under_the_loader_is_named_and_ends_the_process_cleanly) {
         if (!freopen(log, "w", stderr)) _exit(3);
         loader_catch_cut_shards();
         Loader l;
-        if (loader_open(&l, path, 1000, 4, 64, 0, 1, 1, 1, 1, err) != 0) _exit(4);
+        if (loader_open(&l, path, 1000, 4, 64, 0, 1, 1, 1, 1, PACK_WRAPPED, err) != 0) _exit(4);
         if (truncate(path, 64) != 0) _exit(5);
         int in[256], tg[256];
         for (int k = 0; k < 1000; k++) loader_next_batch(&l, in, tg, NULL);
@@ -574,7 +574,7 @@ TEST(a_shard_written_over_under_the_loader_is_named_as_changed) {
     path_in_tmp(path, sizeof path, "over.bin");
     REQUIRE(write_pattern_shard(path, 4000, 1000, 1) == 0, "write");
     Loader l;
-    REQUIRE(loader_open(&l, path, 1000, 2, 16, 0, 1, 1, 0, 1, err) == 0, "%s", err);
+    REQUIRE(loader_open(&l, path, 1000, 2, 16, 0, 1, 1, 0, 1, PACK_WRAPPED, err) == 0, "%s", err);
     int in[32], tg[32];
     loader_next_batch(&l, in, tg, NULL);
     CHECK(!l.changed[0], "an untouched shard called changed: %s", l.changed);
