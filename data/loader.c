@@ -106,18 +106,6 @@ static int map_shards(Loader *l, const ShardPaths *paths, const char *spec, uint
     return 0;
 }
 
-/* Appends v to a growing array; 0, or -1 when memory runs out. */
-static int push_start(uint64_t **a, size_t *n, size_t *cap, uint64_t v) {
-    if (*n == *cap) {
-        const size_t bigger = *cap ? 2 * *cap : 1024;
-        uint64_t *grown = realloc(*a, bigger * sizeof *grown);
-        if (!grown) return -1;
-        *a = grown, *cap = bigger;
-    }
-    (*a)[(*n)++] = v;
-    return 0;
-}
-
 /* One pass over the shards' tokens: each checked against model_vocab and hashed for the fingerprint;
  * under PACK_BFD each shard's documents packed into windows of T + 1. */
 static int check_tokens(Loader *l, uint32_t model_vocab, char *err) {
@@ -130,12 +118,11 @@ static int check_tokens(Loader *l, uint32_t model_vocab, char *err) {
     FgptHashStream hash;
     fgpt_hash_begin(&hash, l->num_tokens);
     int rc = 0;
-    uint64_t *starts = NULL;
-    size_t num_starts = 0, cap = 0;
+    PackStarts starts = {0};
     for (size_t i = 0; rc == 0 && i < l->num_shards; i++) {
         LoaderShard *s = &l->shards[i];
         const uint64_t n = s->map.hdr.num_tokens;
-        num_starts = 0;
+        starts.count = 0;
         for (uint64_t at = 0; rc == 0 && at < n; at += CHUNK) {
             const size_t k = n - at < CHUNK ? (size_t)(n - at) : CHUNK;
             rc = shard_decode_checked(&s->map.hdr, s->path, s->map.tokens + at * s->map.hdr.bytes_per_token, at, k,
@@ -143,20 +130,16 @@ static int check_tokens(Loader *l, uint32_t model_vocab, char *err) {
             fgpt_hash_add(&hash, buf, k * sizeof *buf);
             for (size_t j = 0; rc == 0 && l->masked && j < k; j++) {
                 l->no_loss_tokens += (buf[j] & SHARD_NO_LOSS) != 0;
-                const int starts_one = shard_token_starts_document(buf[j]);
-                l->document_starts += starts_one;
-                if (starts_one && l->pack == PACK_BFD && push_start(&starts, &num_starts, &cap, at + j) != 0) {
-                    snprintf(err, ERR_LEN, "out of memory for the documents of %s", s->path);
-                    rc = -1;
-                }
+                l->document_starts += shard_token_starts_document(buf[j]);
             }
+            if (rc == 0 && l->pack == PACK_BFD) rc = pack_note_starts(&starts, buf, k, at, err);
         }
         if (rc == 0 && l->pack == PACK_BFD) {
-            rc = pack_documents(starts, num_starts, n, l->T, &s->packed, err);
+            rc = pack_documents(starts.at, starts.count, n, l->T, &s->packed, err);
             l->packed_tokens += s->packed.tokens;
         }
     }
-    free(starts);
+    pack_starts_free(&starts);
     free(buf);
     /* where the shards end decides the windows: the same tokens cut otherwise are other data (one
      * shard keeps the hash of its tokens alone, which checkpoints before patterns recorded) */

@@ -8,7 +8,8 @@
  * with accumulation A·W, and an epoch is a whole number of optimizer steps on every rank (the
  * remainder of the windows is skipped). The whole state is (epoch, position), the same on every rank:
  * checkpoints save those two numbers and resume exactly. The shards are mapped, not read into
- * memory: a window's tokens are decoded as its batch is made. */
+ * memory: a window's tokens are decoded as its batch is made. Under PACK_BFD a shard's windows are
+ * its whole documents packed best fit decreasing instead (data/pack.h), made when the loader opens. */
 #ifndef FUSEDGPT_LOADER_H
 #define FUSEDGPT_LOADER_H
 

@@ -1,6 +1,7 @@
 /* data/pack.c - whole documents packed into windows, best fit decreasing (see pack.h). */
 #include "data/pack.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,28 @@ int pack_kind_parse(const char *name, PackKind *kind) {
     else if (!strcmp(name, "bfd")) *kind = PACK_BFD;
     else return -1;
     return 0;
+}
+
+int pack_note_starts(PackStarts *s, const uint32_t *tokens, size_t k, uint64_t at, char *err) {
+    for (size_t i = 0; i < k; i++) {
+        if (!shard_token_starts_document(tokens[i])) continue;
+        if (s->count == s->cap) {
+            const size_t bigger = s->cap ? 2 * s->cap : 1024;
+            uint64_t *grown = realloc(s->at, bigger * sizeof *grown);
+            if (!grown) {
+                snprintf(err, ERR_LEN, "out of memory for the starts of %zu documents", s->count);
+                return -1;
+            }
+            s->at = grown, s->cap = bigger;
+        }
+        s->at[s->count++] = at + i;
+    }
+    return 0;
+}
+
+void pack_starts_free(PackStarts *s) {
+    free(s->at);
+    memset(s, 0, sizeof *s);
 }
 
 void packed_windows_free(PackedWindows *p) {
@@ -128,6 +151,14 @@ int pack_documents(const uint64_t *starts, size_t count, uint64_t n, int T, Pack
         return -1;
     }
     return 0;
+}
+
+int pack_shard(const uint32_t *tokens, uint64_t n, int T, PackedWindows *out, char *err) {
+    PackStarts starts = {0};
+    int rc = pack_note_starts(&starts, tokens, (size_t)n, 0, err);
+    if (rc == 0) rc = pack_documents(starts.at, starts.count, n, T, out, err);
+    pack_starts_free(&starts);
+    return rc;
 }
 
 int packed_window_tokens(const PackedWindows *p, uint64_t w, const uint32_t *tokens, uint32_t *out) {

@@ -36,11 +36,24 @@ typedef struct {
     uint64_t tokens; /* in all spans: windows x (T + 1) less the padding */
 } PackedWindows;
 
+/* Where a shard's documents start, gathered as its tokens are read. */
+typedef struct {
+    uint64_t *at;
+    size_t count, cap;
+} PackStarts;
+
+/* Notes the documents that tokens[0..k) (as shard_read gives them: marks kept; token `at` of the
+ * shard first) start. 0, or -1 with a message in err when memory runs out. */
+int pack_note_starts(PackStarts *s, const uint32_t *tokens, size_t k, uint64_t at, char *err);
+void pack_starts_free(PackStarts *s);
+
 /* Packs the documents of a shard of n tokens whose documents start at starts[0..count) (ascending;
  * tokens before starts[0] are a document too) into windows of T + 1. 0, or -1 with a message in err
  * when memory runs out. */
 int pack_documents(const uint64_t *starts, size_t count, uint64_t n, int T, PackedWindows *out, char *err);
 void packed_windows_free(PackedWindows *p);
+/* pack_documents over the documents that a whole shard's tokens (as shard_read gives them) mark. */
+int pack_shard(const uint32_t *tokens, uint64_t n, int T, PackedWindows *out, char *err);
 
 /* Window w's tokens from a shard's tokens (as shard_read gives them) into out (T + 1 entries): its
  * spans one after another, each first token marked as a document's start (a piece of a long

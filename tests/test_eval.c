@@ -116,11 +116,57 @@ TEST(eval_of_a_masked_shard_is_the_mean_over_the_targets_it_does_not_mark) {
     }
     EvalMeans m;
     char err[ERR_LEN];
-    REQUIRE(eval_run(be, tokens, N, &m, NULL, NULL, err) == 0, "%s", err);
+    REQUIRE(eval_run(be, tokens, N, NULL, &m, NULL, NULL, err) == 0, "%s", err);
     const double want = reference_mean_loss(ref, tokens, N);
     CHECK(m.targets == kept, "%llu targets counted, %llu not marked", (unsigned long long)m.targets,
           (unsigned long long)kept);
     CHECK(fabs(m.loss - want) <= 1e-5 * want, "loss %.8f, the reference over the unmarked targets %.8f", m.loss, want);
+    be->ops->destroy(be);
+    ref->ops->destroy(ref);
+    param_table_free(&t);
+}
+
+/* Packed whole (data/pack.h), a documents shard's loss is its documents' each evaluated alone: one
+ * from its first token, and one longer than a window in consecutive windows of its own; documents
+ * of 1 to 2T tokens, some targets marked, in batches of 3. */
+TEST(eval_of_a_packed_shard_is_the_loss_of_each_document_alone) {
+    enum { T = 8, V = 37, N = 150 };
+    ParamTable t = {0};
+    Backend *ref = tiny_model(&t, 1, T, OUTPUT_FUSED), *be = tiny_model(&t, 3, T, OUTPUT_FUSED);
+    REQUIRE(ref && be, "backends");
+    uint32_t tokens[N];
+    Rng rng;
+    rng_seed(&rng, 21);
+    for (uint64_t i = 0, next = 0; i < N; i++) {
+        tokens[i] = (uint32_t)rng_below(&rng, V);
+        if (i == next) tokens[i] |= SHARD_DOC_START, next += 1 + rng_below(&rng, 2 * T);
+        else if (rng_below(&rng, 5) == 0) tokens[i] |= SHARD_NO_LOSS;
+    }
+    PackedWindows packed;
+    char err[ERR_LEN];
+    REQUIRE(pack_shard(tokens, N, T, &packed, err) == 0, "%s", err);
+    EvalMeans m;
+    REQUIRE(eval_run(be, tokens, N, &packed, &m, NULL, NULL, err) == 0, "%s", err);
+    double sum = 0.0;
+    uint64_t targets = 0;
+    for (uint64_t at = 0; at < N;) {
+        uint64_t end = at + 1;
+        while (end < N && !(tokens[end] & SHARD_DOC_START)) end++;
+        uint32_t doc[N];
+        uint64_t kept = 0;
+        for (uint64_t i = at; i < end; i++) {
+            doc[i - at] = tokens[i] & ~SHARD_DOC_START;
+            kept += i > at && !(tokens[i] & SHARD_NO_LOSS);
+        }
+        if (kept) sum += reference_mean_loss(ref, doc, end - at) * (double)kept;
+        targets += kept;
+        at = end;
+    }
+    const double want = sum / (double)targets;
+    CHECK(m.targets == targets, "%llu targets counted, the documents hold %llu", (unsigned long long)m.targets,
+          (unsigned long long)targets);
+    CHECK(fabs(m.loss - want) <= 1e-5 * want, "loss %.8f, the documents alone %.8f", m.loss, want);
+    packed_windows_free(&packed);
     be->ops->destroy(be);
     ref->ops->destroy(ref);
     param_table_free(&t);

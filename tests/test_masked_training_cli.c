@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "data/pack.h"
 #include "data/shard.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
@@ -116,4 +117,66 @@ TEST(a_documents_step_is_evals_loss_and_the_data_line_counts_the_documents) {
     CHECK(strstr(out, "data: the shards mark 13 documents (5 tokens each on average)"), "the data line: %s", out);
     CHECK(!strstr(out, "no target"), "a shard of documents alone marks no prompts: %s", out);
     free(out);
+}
+
+/* --pack bfd: whole documents packed best fit decreasing (data/pack.h). One step over every packed
+ * window has `./train eval --pack bfd`'s loss of the same weights; the data line counts the windows
+ * and the padding; a resume without the packing its checkpoint was trained with names it; and a
+ * shard that marks no documents is refused by both. */
+TEST(a_packed_step_is_evals_packed_loss_and_a_resume_names_the_packing) {
+    enum { T = 16, N = 66 };
+    /* 66 tokens: enough for 4 consecutive windows of 17 too, so that a resume without --pack gets as
+     * far as the checkpoint's fingerprint */
+    static const int lengths[] = {9, 8, 10, 7, 12, 5, 11, 4};
+    char documents[900], ckpt[1000], run[900], args[3000], err[ERR_LEN], *out = NULL;
+    snprintf(documents, sizeof documents, "%s/packed_documents.bin", test_tmpdir());
+    uint32_t *tokens = weights_and_pattern("--family llama", 20, ckpt, sizeof ckpt);
+    REQUIRE(tokens, "the weights and the pattern");
+    for (int d = 0, at = 0; d < 8; at += lengths[d++]) tokens[at] |= SHARD_DOC_START;
+    REQUIRE(shard_write_flagged(documents, tokens, N, 300, 0, SHARD_DOCUMENTS, err) == 0, "%s", err);
+    PackedWindows packed;
+    REQUIRE(pack_shard(tokens, N, T, &packed, err) == 0, "%s", err);
+    const int W = (int)packed.windows;
+    packed_windows_free(&packed);
+    CHECK(W == 4, "%d windows of 17 for 66 tokens in 8 documents", W);
+    snprintf(args, sizeof args, "eval --init-from %s -i %s -t %d --device cpu --pack bfd", ckpt, documents, T);
+    REQUIRE(run_train(args, &out) == 0, "eval --pack bfd: %s", out);
+    const double want = number_after(out, "\nloss ");
+    CHECK(strstr(out, "4 window(s) of T=16 packed with whole documents"), "eval's line: %s", out);
+    free(out);
+    snprintf(run, sizeof run, "%s/packed_run", test_tmpdir());
+    snprintf(args, sizeof args, "--init-from %s -i %s --device cpu -b %d -t %d -d %d -x 1 --val-every 0 -s 0 -n 1 "
+             "--pack bfd -o %s", ckpt, documents, W, T, W * T, run);
+    int rc = run_train(args, &out);
+    REQUIRE(rc == 0, "training on packed documents: %s", out);
+    const double loss = number_after(out, "| loss ");
+    CHECK(fabs(loss - want) <= 2e-6 * want + 1e-6, "step 1's loss %.6f, eval --pack bfd's %.6f", loss, want);
+    CHECK(strstr(out, "data: whole documents packed best fit decreasing into 4 windows of 17 tokens, 2.9 % of them "
+                      "padding"),
+          "the data line: %s", out);
+    free(out);
+    snprintf(args, sizeof args, "--init-from %s -i %s --device cpu -b %d -t %d -d %d -x 2 --val-every 0 -s 0 -y 1 "
+             "-o %s", ckpt, documents, W, T, W * T, run);
+    rc = run_train(args, &out);
+    CHECK(rc == 1 && strstr(out, "trained on these shards cut into windows by --pack bfd: resume with --pack bfd"),
+          "a resume without --pack bfd: (%d) %s", rc, out);
+    free(out);
+    char plain[900];
+    snprintf(plain, sizeof plain, "%s/pattern.bin", test_tmpdir());
+    snprintf(args, sizeof args, "-i %s --device cpu -e tiny -v 300 -b 2 -t %d -x 1 --val-every 0 -s 0 --pack bfd -o "
+             "%s/plain_run", plain, T, test_tmpdir());
+    rc = run_train(args, &out);
+    CHECK(rc == 1 && strstr(out, "marks none: prepare it with --documents or --prompt-completion"), "(%d) %s", rc,
+          out);
+    free(out);
+    snprintf(args, sizeof args, "eval --init-from %s -i %s -t %d --device cpu --pack bfd", ckpt, plain, T);
+    rc = run_train(args, &out);
+    CHECK(rc == 1 && strstr(out, "eval --pack bfd packs whole documents, and") && strstr(out, "marks none"), "(%d) %s",
+          rc, out);
+    free(out);
+    snprintf(args, sizeof args, "-i %s --device cpu -e tiny -v 300 --pack best -o %s/plain_run", plain, test_tmpdir());
+    rc = run_train(args, &out);
+    CHECK(rc == 2 && strstr(out, "--pack must be wrapped or bfd"), "(%d) %s", rc, out);
+    free(out);
+    free(tokens);
 }

@@ -37,17 +37,18 @@ static int write_per_token(Backend *be, const int *targets, float *rows, uint8_t
     return 0;
 }
 
-int eval_run(Backend *be, const uint32_t *tokens, uint64_t n, EvalMeans *means, FILE *per_token,
-             const char *per_token_name, char *err) {
+int eval_run(Backend *be, const uint32_t *tokens, uint64_t n, const PackedWindows *packed, EvalMeans *means,
+             FILE *per_token, const char *per_token_name, char *err) {
     const int B = be->B, T = be->T;
     const size_t BT = (size_t)B * T;
-    const uint64_t windows = eval_window_count(n, T);
+    const uint64_t windows = packed ? packed->windows : eval_window_count(n, T);
     int *inputs = malloc(BT * sizeof *inputs), *targets = malloc(BT * sizeof *targets);
     int *positions = malloc(BT * sizeof *positions);
+    uint32_t *window = packed ? malloc(((size_t)T + 1) * sizeof *window) : NULL;
     float *rows = per_token ? malloc(BT * sizeof *rows) : NULL;
     uint8_t *bytes = per_token ? malloc(BT * 4) : NULL;
-    if (!inputs || !targets || !positions || (per_token && (!rows || !bytes))) {
-        free(bytes), free(rows), free(positions), free(targets), free(inputs);
+    if (!inputs || !targets || !positions || (packed && !window) || (per_token && (!rows || !bytes))) {
+        free(bytes), free(rows), free(window), free(positions), free(targets), free(inputs);
         snprintf(err, ERR_LEN, "out of host memory for a batch of %d x %d tokens (pass a smaller -b or -t)", B, T);
         return -1;
     }
@@ -58,13 +59,18 @@ int eval_run(Backend *be, const uint32_t *tokens, uint64_t n, EvalMeans *means, 
         uint64_t valid = 0;
         int documents = 0;
         for (int b = 0; b < B; b++) {
-            const uint64_t start = (first + (uint64_t)b) * (uint64_t)T;
+            const uint64_t w = first + (uint64_t)b, start = w * (uint64_t)T;
             /* past the end: input 0 (causal attention keeps it out of the positions before it), and
              * ignored targets; a window past the last is all of that */
             const uint64_t left = start < n ? n - start : 0;
-            const int count = left < (uint64_t)T + 1 ? (int)left : T + 1;
-            documents |= loader_split_window(tokens + (start < n ? start : 0), count, T, inputs + (size_t)b * T,
-                                             targets + (size_t)b * T, positions + (size_t)b * T);
+            int count = left < (uint64_t)T + 1 ? (int)left : T + 1;
+            const uint32_t *stored = tokens + (start < n ? start : 0);
+            if (packed) {
+                count = w < windows ? packed_window_tokens(packed, w, tokens, window) : 0;
+                stored = window;
+            }
+            documents |= loader_split_window(stored, count, T, inputs + (size_t)b * T, targets + (size_t)b * T,
+                                             positions + (size_t)b * T);
             for (int t = 0; t < T; t++) valid += (uint64_t)(targets[(size_t)b * T + t] >= 0);
         }
         /* the backend's mean over the batch's targets, weighted by their count: every target
@@ -77,6 +83,7 @@ int eval_run(Backend *be, const uint32_t *tokens, uint64_t n, EvalMeans *means, 
     }
     free(bytes);
     free(rows);
+    free(window);
     free(positions);
     free(targets);
     free(inputs);
@@ -90,7 +97,7 @@ int eval_run(Backend *be, const uint32_t *tokens, uint64_t n, EvalMeans *means, 
 
 int eval_mean_loss(Backend *be, const uint32_t *tokens, uint64_t n, double *mean, char *err) {
     EvalMeans m;
-    if (eval_run(be, tokens, n, &m, NULL, NULL, err) != 0) return -1;
+    if (eval_run(be, tokens, n, NULL, &m, NULL, NULL, err) != 0) return -1;
     *mean = m.loss;
     return 0;
 }

@@ -6,13 +6,15 @@
  * target): every token after the first is a target exactly once, N - 1 of them, less those a
  * masked shard marks as no target (SHARD_NO_LOSS: tokens are as shard_read gives them). The windows
  * run through the backend's forward (no backward) be->B at a time; the rows of a last batch with
- * fewer windows, and the positions past the end of the last window, have ignored targets. */
+ * fewer windows, and the positions past the end of the last window, have ignored targets. Packed
+ * instead (data/pack.h), the windows are a PackedWindows' of the same tokens, in its order. */
 #ifndef FUSEDGPT_EVAL_H
 #define FUSEDGPT_EVAL_H
 
 #include <stdint.h>
 #include <stdio.h>
 
+#include "data/pack.h"
 #include "model/backend.h"
 
 #ifdef __cplusplus
@@ -34,11 +36,12 @@ typedef struct {
     uint64_t targets;
 } EvalMeans;
 
-/* eval_mean_loss's windows, with every mean, and with per_token non-NULL each target's loss in
- * window order (means->targets values) written to it as float32 little-endian. -1 with a message in err
- * also when a write fails (per_token_name names the file in it). */
-int eval_run(Backend *be, const uint32_t *tokens, uint64_t n, EvalMeans *means, FILE *per_token,
-             const char *per_token_name, char *err);
+/* eval_mean_loss's windows (packed's, when not NULL), with every mean, and with per_token non-NULL
+ * each target's loss in window order (means->targets values) written to it as float32
+ * little-endian. -1 with a message in err also when a write fails (per_token_name names the file in
+ * it). */
+int eval_run(Backend *be, const uint32_t *tokens, uint64_t n, const PackedWindows *packed, EvalMeans *means,
+             FILE *per_token, const char *per_token_name, char *err);
 
 #ifdef __cplusplus
 }

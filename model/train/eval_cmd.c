@@ -33,7 +33,7 @@
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
-    const char *init_from, *run, *data, *device, *output, *per_token;
+    const char *init_from, *run, *data, *device, *output, *per_token, *pack;
     int step, seq_len, batch, help;
     float z_loss, logit_softcap, label_smoothing;
 } EvalOptions;
@@ -63,6 +63,9 @@ static const EvalFlag flags[] = {
     {'t', "seq-len", "T", EVAL_INT, E(seq_len), 1,
      "window length (default: the model's context, or the longest shard's length less one if shorter)"},
     {'b', "batch", "B", EVAL_INT, E(batch), 1, "windows per forward (default 4; at most a shard's windows)"},
+    {0, "pack", "HOW", EVAL_STR, E(pack), 0,
+     "how a shard that marks documents becomes windows: wrapped (as above) or bfd (whole documents packed best fit "
+     "decreasing, as ./train --pack bfd trains on them) (default wrapped)"},
     {0, "device", "KIND", EVAL_STR, E(device), 0, "cuda or cpu (the fp32 reference backend) (default cuda)"},
     {0, "output", "KIND", EVAL_STR, E(output), 0,
      "output layer: fused (no logits tensor) or canonical (all logits) (default fused)"},
@@ -88,7 +91,9 @@ static void usage(FILE *f) {
                "`objective <mean>` follows the loss, which stays the cross-entropy of the (capped) logits.\n"
                "A pattern's shards (-i 'dir/val_*.bin', in the byte order of their paths) are cut into windows\n"
                "each, none spanning two; a line per shard, `shard <path>: loss <mean> tokens <count>`, comes\n"
-               "before the last, whose mean is over the targets of them all.\n"
+               "before the last, whose mean is over the targets of them all. With --pack bfd a documents\n"
+               "shard's windows are its whole documents packed best fit decreasing, as ./train --pack bfd\n"
+               "trains on them.\n"
                "\nflags:\n");
     for (size_t i = 0; i < NUM_FLAGS; i++) {
         const EvalFlag *o = &flags[i];
@@ -136,7 +141,7 @@ static int find_given(int argc, char **argv, const char *flag) {
 
 /* 0, or the exit status of a bad command line (after its message). */
 static int parse(EvalOptions *o, int argc, char **argv) {
-    *o = (EvalOptions){.device = "cuda", .output = "fused", .step = -1, .batch = 4};
+    *o = (EvalOptions){.device = "cuda", .output = "fused", .pack = "wrapped", .step = -1, .batch = 4};
     RepeatedFlags repeated = {0};
     for (int i = 1; i < argc; i++) {
         CliWord w;
@@ -193,6 +198,8 @@ static int parse(EvalOptions *o, int argc, char **argv) {
     if (strcmp(o->device, "cuda") && strcmp(o->device, "cpu")) return bad("--device", "must be cuda or cpu");
     if (strcmp(o->output, "fused") && strcmp(o->output, "canonical"))
         return bad("--output", "must be fused or canonical");
+    PackKind pack;
+    if (pack_kind_parse(o->pack, &pack) != 0) return bad("--pack", "must be wrapped or bfd");
     if (o->per_token && strlen(o->per_token) >= FGPT_PATH_LEN) return bad("--per-token", "is too long a path");
     /* known before the evaluation, not at its end, where the finished file is renamed into place */
     struct stat sb;
@@ -327,8 +334,9 @@ static uint32_t *read_tokens(const char *path, int V, const char *dir, uint64_t 
 
 /* The later shards of a pattern checked as read_tokens checks the first, before any work, mapped
  * (their pages stay in the cache for their turn): a bad token in the last shard is named before the
- * first shard's line. 0, or 1 after the message. */
-static int check_later_shards(const EvalShards *s, int V, const char *dir) {
+ * first shard's line. Under PACK_BFD each one's packed windows of T are counted into windows[k].
+ * 0, or 1 after the message. */
+static int check_later_shards(const EvalShards *s, int V, const char *dir, PackKind pack, int T, uint64_t *windows) {
     enum { CHUNK = 1 << 16 };
     char err[ERR_LEN];
     uint32_t *buf = malloc(CHUNK * sizeof *buf);
@@ -337,6 +345,7 @@ static int check_later_shards(const EvalShards *s, int V, const char *dir) {
         return 1;
     }
     int status = 0;
+    PackStarts starts = {0};
     for (size_t k = 1; status == 0 && k < s->paths.n; k++) {
         MappedShard m;
         const char *path = s->paths.paths[k];
@@ -345,6 +354,7 @@ static int check_later_shards(const EvalShards *s, int V, const char *dir) {
             status = 1;
             break;
         }
+        starts.count = 0;
         for (uint64_t at = 0; status == 0 && at < m.hdr.num_tokens; at += CHUNK) {
             const size_t n = m.hdr.num_tokens - at < CHUNK ? (size_t)(m.hdr.num_tokens - at) : CHUNK;
             if (shard_decode_checked(&m.hdr, path, m.tokens + at * m.hdr.bytes_per_token, at, n, UINT32_MAX, buf,
@@ -359,9 +369,24 @@ static int check_later_shards(const EvalShards *s, int V, const char *dir) {
                                 shard_token_id(buf[i]), (unsigned long long)(at + i), path, V, dir);
                     status = 1;
                 }
+            if (status == 0 && pack == PACK_BFD && pack_note_starts(&starts, buf, n, at, err) != 0) {
+                print_error("%s", err);
+                status = 1;
+            }
+        }
+        PackedWindows packed;
+        if (status == 0 && pack == PACK_BFD) {
+            if (pack_documents(starts.at, starts.count, m.hdr.num_tokens, T, &packed, err) != 0) {
+                print_error("%s", err);
+                status = 1;
+            } else {
+                windows[k] = packed.windows;
+                packed_windows_free(&packed);
+            }
         }
         shard_unmap(&m);
     }
+    pack_starts_free(&starts);
     free(buf);
     return status;
 }
@@ -469,6 +494,8 @@ static int evaluate(EvalOptions o, const char *dir, GPTConfig cfg, const EvalSha
         }
     }
     uint32_t *tokens = NULL;
+    uint64_t *shard_windows = NULL; /* under --pack bfd, each later shard's packed windows */
+    PackedWindows packed = {0};     /* the shard in hand's, under --pack bfd */
     float *params = NULL;
     ParamTable table;
     memset(&table, 0, sizeof table);
@@ -500,18 +527,38 @@ static int evaluate(EvalOptions o, const char *dir, GPTConfig cfg, const EvalSha
     if (made_by_other_tokenizer(shard[named], shards->hdr[named].tokenizer, shards->hdr[0].vocab_size, dir,
                                 cfg.vocab_size))
         goto done;
-    /* every shard's tokens before the model is made: the first read whole, the later ones checked */
-    uint64_t n = 0;
-    if (!(tokens = read_tokens(shard[0], cfg.vocab_size, dir, &n)) || check_later_shards(shards, cfg.vocab_size, dir))
+    PackKind pack = PACK_WRAPPED;
+    pack_kind_parse(o.pack, &pack);
+    int documents = 0;
+    for (size_t i = 0; i < num_shards; i++) documents |= (shards->hdr[i].flags & SHARD_DOCUMENTS) != 0;
+    if (pack == PACK_BFD && !documents) {
+        print_error("eval --pack bfd packs whole documents, and %s marks none: evaluate a shard prepared with "
+                    "--documents or --prompt-completion, or leave --pack out", num_shards > 1 ? o.data : shard[0]);
         goto done;
+    }
     /* by default the model's context, or the longest shard's targets when fewer: a longer window
      * holds the same targets in more memory (Llama 3's context is 131072) */
     uint64_t longest = 0, windows = 0, most = 0;
     for (size_t i = 0; i < num_shards; i++)
         if (shards->hdr[i].num_tokens - 1 > longest) longest = shards->hdr[i].num_tokens - 1;
     const int T = o.seq_len ? o.seq_len : longest < (uint64_t)cfg.max_seq_len ? (int)longest : cfg.max_seq_len;
+    /* every shard's tokens before the model is made: the first read whole, the later ones checked */
+    uint64_t n = 0;
+    if (!(shard_windows = calloc(num_shards, sizeof *shard_windows))) {
+        print_error("out of memory for the windows of %zu shards", num_shards);
+        goto done;
+    }
+    if (!(tokens = read_tokens(shard[0], cfg.vocab_size, dir, &n)) ||
+        check_later_shards(shards, cfg.vocab_size, dir, pack, T, shard_windows))
+        goto done;
+    if (pack == PACK_BFD && pack_shard(tokens, n, T, &packed, err) != 0) {
+        print_error("%s", err);
+        goto done;
+    }
     for (size_t i = 0; i < num_shards; i++) {
-        const uint64_t w = eval_window_count(shards->hdr[i].num_tokens, T);
+        const uint64_t w = pack == PACK_WRAPPED ? eval_window_count(shards->hdr[i].num_tokens, T)
+                         : i == 0               ? packed.windows
+                                                : shard_windows[i];
         windows += w;
         if (w > most) most = w;
     }
@@ -523,9 +570,10 @@ static int evaluate(EvalOptions o, const char *dir, GPTConfig cfg, const EvalSha
     be->z_loss = o.z_loss, be->label_smoothing = o.label_smoothing;
     char in_shards[48] = "";
     if (num_shards > 1) snprintf(in_shards, sizeof in_shards, " in %zu shards", num_shards);
-    printf("eval: %s on %s: %llu tokens%s, %llu window(s) of T=%d in batches of B=%d, output layer %s, device %s "
+    printf("eval: %s on %s: %llu tokens%s, %llu window(s) of T=%d%s in batches of B=%d, output layer %s, device %s "
            "(%s)\n", dir, num_shards > 1 ? o.data : shard[0], (unsigned long long)(shards->targets + num_shards),
-           in_shards, (unsigned long long)windows, T, B, o.output, o.device, be->device_name);
+           in_shards, (unsigned long long)windows, T, pack == PACK_BFD ? " packed with whole documents" : "", B,
+           o.output, o.device, be->device_name);
     if (in_place && !(per_token = fopen(o.per_token, "wb"))) {
         print_error("cannot open %s for --per-token: %s (pass a path in a writable directory)", o.per_token,
                     strerror(errno));
@@ -536,7 +584,14 @@ static int evaluate(EvalOptions o, const char *dir, GPTConfig cfg, const EvalSha
     for (size_t i = 0; i < num_shards; i++) {
         EvalMeans one;
         if (i > 0 && !(tokens = read_tokens(shard[i], cfg.vocab_size, dir, &n))) goto done;
-        if (eval_run(be, tokens, n, &one, per_token, o.per_token, err) != 0) {
+        if (i > 0 && pack == PACK_BFD) {
+            packed_windows_free(&packed);
+            if (pack_shard(tokens, n, T, &packed, err) != 0) {
+                print_error("%s", err);
+                goto done;
+            }
+        }
+        if (eval_run(be, tokens, n, pack == PACK_BFD ? &packed : NULL, &one, per_token, o.per_token, err) != 0) {
             print_error("%s", err);
             goto done;
         }
@@ -581,6 +636,8 @@ done:
     param_table_free(&table);
     free(params);
     free(tokens);
+    free(shard_windows);
+    packed_windows_free(&packed);
     return status;
 }
 
