@@ -23,7 +23,11 @@ global layers, its own local base and query_pre_attn_scalar) and saved with save
      packing: position_ids restart at each document's first token and at each window's start, so
      that its attention stays inside a document, and no document predicts the next one's first
      token (label -100). On the CPU the same windows without position_ids must give another loss,
-     so that the check can fail.
+     so that the check can fail;
+  6. on a documents shard with documents of 1 to 40 tokens, `./train eval --pack bfd` (whole
+     documents packed best fit decreasing) gives transformers' loss of each document run alone, one
+     longer than T + 1 tokens in consecutive windows of T of its own: which window the packing put
+     a document in, and what it shares it with, must not matter.
 Both at 1e-4 relative, in fp32, with transformers' eager attention (its sliding-window mask is exact
 there). With --device cuda our side runs on the GPU: the tiny models take the widths the CUDA backend
 computes (hidden 128, head_dim 64, MLP width a multiple of 8), and the tolerance is 3e-2 relative
@@ -171,6 +175,28 @@ def hf_loss(model_dir, tokens, T, marked=None, starts=None, positions=True):
     return total / count, type(model).__name__
 
 
+def hf_documents_alone(model_dir, tokens, T, marked, starts):
+    """transformers' mean loss over every document run alone (from its first token, in windows of T
+    of its own when longer), labels -100 where marked."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    bounds = [i for i, s in enumerate(starts) if s] + [len(tokens)]
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for a, b in zip(bounds, bounds[1:]):
+            doc, labels = tokens[a:b], masked_labels(tokens[a:b], marked[a:b])
+            for start in range(0, len(doc) - 1, T):
+                end = min(start + T, len(doc) - 1)
+                x = torch.tensor(doc[start:end], dtype=torch.long)[None]
+                y = torch.tensor(labels[start + 1:end + 1], dtype=torch.long)
+                if int((y != -100).sum()) == 0:
+                    continue
+                logits = model(x, use_cache=False).logits[0].double()
+                total += F.cross_entropy(logits, y, reduction="sum", ignore_index=-100).item()
+                count += int((y != -100).sum())
+    return total / count
+
+
 def train_cmd(train, args):
     out = subprocess.run([train] + args, capture_output=True, text=True)
     if out.returncode != 0:
@@ -178,8 +204,9 @@ def train_cmd(train, args):
     return out.stdout
 
 
-def our_loss(train, model_dir, shard, T, device):
-    out = train_cmd(train, ["eval", "--init-from", model_dir, "-i", shard, "-t", str(T), "--device", device])
+def our_loss(train, model_dir, shard, T, device, pack="wrapped"):
+    out = train_cmd(train, ["eval", "--init-from", model_dir, "-i", shard, "-t", str(T), "--device", device,
+                            "--pack", pack])
     m = re.search(r"^loss (\S+) ppl", out, re.M)
     if not m:
         sys.exit(f"error: no loss line in ./train eval's output:\n{out}")
@@ -246,6 +273,23 @@ def documents_checks(train, hf_dir, T, device, work, tolerance, rng):
     return ok
 
 
+def packed_checks(train, hf_dir, T, device, work, tolerance, rng):
+    """Point 6 of the module's text: eval of whole documents packed best fit decreasing."""
+    os.makedirs(work, exist_ok=True)
+    n = 6 * T + 1
+    tokens = rng.integers(0, V, size=n).tolist()
+    marked = (rng.random(n) < 0.2).tolist()
+    starts, at = [False] * n, 0
+    while at < n:  # some documents longer than a window
+        starts[at] = True
+        at += int(rng.integers(1, 41))
+    shard = os.path.join(work, "packed.bin")
+    write_masked_shard(shard, tokens, marked, V, starts)
+    theirs = hf_documents_alone(hf_dir, tokens, T, marked, starts)
+    return compare("eval --pack bfd of whole documents", our_loss(train, hf_dir, shard, T, device, "bfd"), theirs,
+                   tolerance)
+
+
 def compare(what, ours, theirs, tolerance):
     rel = abs(ours - theirs) / abs(theirs)
     ok = rel <= tolerance
@@ -305,6 +349,7 @@ def main():
                       tolerance)
         ok &= masked_checks(a.train, hf_dir, a.t, a.device, os.path.join(work, family), tolerance, rng)
         ok &= documents_checks(a.train, hf_dir, a.t, a.device, os.path.join(work, family), tolerance, rng)
+        ok &= packed_checks(a.train, hf_dir, a.t, a.device, os.path.join(work, family), tolerance, rng)
         run = os.path.join(work, f"{family}-run")
         train_cmd(a.train, ["--device", a.device, "--init-from", hf_dir, "-i", shard, "-b", "2", "-t", str(a.t),
                             "-x", "3", "--warmup", "0", "-l", "1e-2", "-s", "0", "--val-every", "0", "-o", run])
