@@ -1245,7 +1245,8 @@ prepared:
     print_shell_word(stdout, out.val_path);
     printf(" --tokenizer ");
     print_shell_word(stdout, out.tokenizer_path);
-    printf(" -v %u\n", out.vocab_reached);
+    /* examples kept whole, as TRL's SFTTrainer packs them by default */
+    printf(" -v %u%s\n", out.vocab_reached, pairs ? " --pack bfd" : "");
     status = 0;
 done:
     free(files);

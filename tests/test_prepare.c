@@ -1394,6 +1394,11 @@ TEST(prepare_prompt_completion_marks_each_prompts_ids_as_no_target_and_ends_comp
     const char *argv[] = {"prepare", "--prompt-completion", "--tokenizer", tok_path, "-o", out, "--val-fraction", "0.2",
                           pairs};
     REQUIRE(run_prepare(9, argv) == 0, "prepare --prompt-completion failed");
+    /* the command it suggests keeps each example whole in a window */
+    snprintf(path, sizeof path, "%s/prepare.log", test_tmpdir());
+    char *said = read_text(path);
+    CHECK(said && strstr(said, "train with: ./train -i ") && strstr(said, " --pack bfd\n"), "%s", said ? said : "");
+    free(said);
     Tokenizer *tok = tokenizer_load(tok_path, err);
     REQUIRE(tok, "%s", err);
     uint32_t want[2][1024];
