@@ -834,7 +834,7 @@ int prepare_default_corpus(uint32_t vocab_size, const char *cache_dir, PreparedD
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: ./train prepare [options] FILE...        text files -> tokenizer + train/val token shards\n"
+            "usage: ./train prepare [options] [--] FILE...   text files -> tokenizer + train/val token shards\n"
             "       ./train prepare --default-corpus [-v V]  fetch, clean and prepare the default corpus (cached)\n"
             "\n"
             "options:\n"
@@ -887,8 +887,8 @@ static int bad_arg(const char *flag, const char *why) {
     return 2;
 }
 
-/* Appends the paths listed in `list` (one a line; "-": stdin) to *files (n of them, capacity *cap),
- * keeping each line's text as the path. 0, or -1 with a message. */
+/* Appends the paths listed in `list` (one a line; "-": stdin; lines of blanks passed over) to *files
+ * (n of them, capacity *cap), keeping each line's text as the path. 0, or -1 with a message. */
 static int read_file_list(const char *list, const char ***files, int *n, size_t *cap, char **text, char *err) {
     FILE *f = strcmp(list, "-") ? fopen(list, "r") : stdin;
     if (!f) {
@@ -925,7 +925,7 @@ static int read_file_list(const char *list, const char ***files, int *n, size_t 
         if (end) *end = 0;
         const size_t k = strlen(line);
         if (k && line[k - 1] == '\r') line[k - 1] = 0; /* a list written on Windows */
-        if (line[0]) {
+        if (line[strspn(line, " \t")]) { /* a line of blanks is a blank line, not a path */
             if ((size_t)*n + 1 >= *cap) {
                 const char **grown = realloc(*files, (*cap *= 2) * sizeof *grown);
                 if (!grown) {
@@ -971,11 +971,17 @@ int prepare_main(int argc, char **argv) {
         {"--out", "-o/--out"},          {"--corpus", "--corpus"},       {"--tokenizer", "--tokenizer"},
         {"--val-fraction", "--val-fraction"}, {"--cache-dir", "--cache-dir"}, {"--threads", "--threads"},
         {"--shard-tokens", "--shard-tokens"}, {"--files-from", NULL}};
+    int only_files = 0; /* after "--": a file named like a flag ("-notes.txt") */
     for (int i = 1; i < argc; i++) {
+        if (!only_files && !strcmp(argv[i], "--")) {
+            only_files = 1;
+            continue;
+        }
         CliWord w;
         cli_word_split(argv[i], &w);
         const char *a = w.flag;
         const char *val = w.value ? w.value : i + 1 < argc ? argv[i + 1] : NULL;
+        if (only_files) a = ""; /* no flag: the file branch below */
         if (w.value && (!strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "--default-corpus") ||
                         !strcmp(a, "--prompt-completion") || !strcmp(a, "--documents"))) {
             status = bad_arg(a, "takes no value");
@@ -1085,7 +1091,8 @@ int prepare_main(int argc, char **argv) {
             opt.threads = (int)t;
             i += !w.value;
         } else if (a[0] == '-' && a[1]) {
-            print_error("prepare: unknown option %s (see ./train prepare --help)", argv[i]);
+            print_error("prepare: unknown option %s (see ./train prepare --help; a file whose name starts with - "
+                        "goes after --)", argv[i]);
             goto done;
         } else {
             if ((size_t)n_files + 1 >= files_cap) { /* lists came first */

@@ -863,7 +863,7 @@ TEST(prepare_takes_the_files_a_list_names_as_if_given_on_the_command_line) {
     }
     snprintf(list, sizeof list, "%s/list.txt", test_tmpdir());
     FILE *lf = fopen(list, "w");
-    REQUIRE(lf && fprintf(lf, "%s\r\n\n%s\n", f[0], f[1]) > 0 && fclose(lf) == 0, "%s", list);
+    REQUIRE(lf && fprintf(lf, "%s\r\n\n \t\n%s\n", f[0], f[1]) > 0 && fclose(lf) == 0, "%s", list);
     snprintf(a, sizeof a, "%s/a", test_tmpdir());
     snprintf(b, sizeof b, "%s/b", test_tmpdir());
     snprintf(c, sizeof c, "%s/c", test_tmpdir());
@@ -888,6 +888,20 @@ TEST(prepare_takes_the_files_a_list_names_as_if_given_on_the_command_line) {
     REQUIRE((lf = fopen(list, "w")) && fputs("/nonexistent/doc.txt\n", lf) >= 0 && fclose(lf) == 0, "%s", list);
     const char *listing_missing[] = {"prepare", "-o", a, "--files-from", list};
     CHECK(run_prepare(5, listing_missing) == 1, "a list naming a missing file is an error");
+    /* after --, a file named like a flag is a file: the set of the same text under another name */
+    char dashed[1100], d[1100];
+    snprintf(dashed, sizeof dashed, "%s/-v", test_tmpdir());
+    snprintf(d, sizeof d, "%s/d", test_tmpdir());
+    snprintf(args, sizeof args, "cp %s '%s'", f[2], dashed);
+    REQUIRE(system(args) == 0, "%s", args);
+    snprintf(args, sizeof args, "cd %s && %s/train prepare -v 300 -o %s -- %s %s -v >/dev/null 2>&1", test_tmpdir(),
+             getcwd(pb, sizeof pb), d, f[0], f[1]);
+    REQUIRE(system(args) == 0, "%s", args);
+    for (int k = 0; k < 2; k++) {
+        snprintf(pa, sizeof pa, "%s/%s", a, k ? "val.bin" : "train.bin");
+        snprintf(pb, sizeof pb, "%s/%s", d, k ? "val.bin" : "train.bin");
+        CHECK(same_bytes(pa, pb), "%s and %s differ", pa, pb);
+    }
 }
 
 /* The command prepare prints to train with pastes into a shell as it is: a path with a space or a
