@@ -23,6 +23,16 @@ static inline const char *write_error_hint(int errnum) {
     }
 }
 
+/* The same cause for a file that no -o names (eval's --per-token): its fix alone. */
+static inline const char *write_error_cause(int errnum) {
+    switch (errnum) {
+    case EFBIG: return "a file-size limit: raise ulimit -f";
+    case EACCES: case EPERM: case EROFS: return "not writable: fix its permissions";
+    case ENOSPC: case EDQUOT: return "disk full: free space";
+    default: return "check the disk";
+    }
+}
+
 /* Up to n bytes of src into dst (cap bytes, NUL-terminated) with control characters written as
  * escapes (\n, \t, \xNN; C1 controls, UTF-8 encoded, as \u0080-\u009f), so that text quoted from
  * a file or a peer cannot split a message's line or reach the terminal (a NUL byte is \x00). Stops

@@ -403,6 +403,12 @@ TEST(eval_of_a_pattern_of_shards_weighs_each_shards_loss_by_its_targets) {
               memcmp(fb, f0, len[0]) == 0 && memcmp(fb + len[0], f1, len[1]) == 0,
           "--per-token over the pattern is not the two shards' files one after the other");
     free(f0), free(f1), free(fb);
+    /* a file-size limit below the file's 500 bytes is named as such, with its fix */
+    snprintf(args, sizeof args, "eval -o %s -i %s -t 16 -b 3 --device cpu --per-token %s", run, spec, both);
+    CHECK(run_train_under("ulimit -f 0;", args, &out) == 1 && out &&
+              strstr(out, "File too large (a file-size limit: raise ulimit -f, or pass another path)"),
+          "%s", out);
+    free(out);
     /* without -t: the windows are the model's context (64), as the longest shard has more targets */
     snprintf(args, sizeof args, "eval -o %s -i %s --device cpu", run, spec);
     CHECK(run_train(args, &out) == 0 && out && strstr(out, "3 window(s) of T=64 in batches of B=2"), "%s", out);

@@ -29,9 +29,9 @@ static int write_per_token(Backend *be, const int *targets, float *rows, uint8_t
         k++;
     }
     if (fwrite(bytes, 4, k, f) != k) {
-        snprintf(err, ERR_LEN,
-                 "cannot write the per-token losses to %s: %s (free some disk space or pass another path)", name,
-                 strerror(errno));
+        const int e = errno;
+        snprintf(err, ERR_LEN, "cannot write the per-token losses to %s: %s (%s, or pass another path)", name,
+                 strerror(e), write_error_cause(e));
         return -1;
     }
     return 0;

@@ -619,8 +619,9 @@ static int evaluate(EvalOptions o, const char *dir, GPTConfig cfg, const EvalSha
         const int closed = fclose(per_token);
         per_token = NULL;
         if (closed != 0 || (tmp[0] && rename(tmp, o.per_token) != 0)) {
-            print_error("cannot write the per-token losses to %s: %s (free some disk space or pass another "
-                        "path)", o.per_token, strerror(errno));
+            const int e = errno;
+            print_error("cannot write the per-token losses to %s: %s (%s, or pass another path)", o.per_token,
+                        strerror(e), write_error_cause(e));
             goto done;
         }
         tmp[0] = 0;
