@@ -695,8 +695,11 @@ int prepare_end_set(SetInProgress *set, int rc, const Tokenizer *tok, char *err)
                                                                                           out->tokenizer_path};
     for (int k = 0; rc == 0 && k < 3; k++)
         if (rename(staged[k], final[k]) != 0) {
-            fgpt_set_err(err, "cannot move %s to %s: %s (check the folder is writable)", staged[k], final[k],
-                         strerror(errno));
+            /* the files moved before it are the new set's, the rest the earlier one's: ./train refuses
+             * such a pair (their tokenizers differ), and running prepare again mends it */
+            fgpt_set_err(err, "cannot move %s to %s: %s (check the folder is writable)%s", staged[k], final[k],
+                         strerror(errno), k ? "; the folder now holds part of the new set and part of the earlier "
+                                              "one: run prepare again" : "");
             rc = -1;
         }
     if (rc == 0)
