@@ -1,0 +1,209 @@
+"""Chat templates and conversations that exercise the template language as chat templates use it,
+for dev/check/chat_template_check.py (and the fixture of tests/test_chat_template.c it writes).
+The templates are written here in the manner of the families' own (ChatML with a reasoning block,
+Llama 3's headers, Gemma's turns), not copied from them."""
+
+CHATML_THINKING = r"""{%- if messages[0].role == 'system' %}
+    {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if message.content is string %}
+        {%- set content = message.content %}
+    {%- else %}
+        {%- set content = '' %}
+    {%- endif %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is string %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in content %}
+                {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+                {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+            {%- endif %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {%- if loop.last or (not loop.last and reasoning_content) %}
+                {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+            {%- else %}
+                {{- '<|im_start|>' + message.role + '\n' + content }}
+            {%- endif %}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\n' + content }}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}
+{%- endif %}
+"""
+
+LLAMA3_HEADERS = r"""{{- bos_token }}
+{%- if not date_string is defined %}
+    {%- set date_string = "26 Jul 2024" %}
+{%- endif %}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{{- "Cutting Knowledge Date: December 2023\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+{%- for message in messages %}
+    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+"""
+
+GEMMA_TURNS = r"""{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+"""
+
+# Every construct of the language once or more, with the white space rules around each kind of tag.
+KITCHEN_SINK = r"""{# a comment #}
+{%- macro turn(role, text, end='<|end|>') -%}
+<|{{ role }}|>{{ text }}{{ end }}
+{%- endmacro %}
+{% for m in messages %}
+  {% if m.role == 'system' %}
+    {{ turn('sys', m.content|upper, end='') }}
+  {% elif m.role in ['user', 'assistant'] %}
+{{ turn(m.role, m.content) }} #{{ loop.index }}/{{ loop.length }}{% if loop.first %} first{% endif %}{% if loop.last %} last{% endif %}
+
+  {% else %}
+    other:{{ m.role }}
+  {% endif %}
+{% else %}
+  no messages
+{% endfor %}
+{%- set total = namespace(chars=0, words=[]) %}
+{%- for m in messages if m.content is string %}{% set total.chars = total.chars + m.content|length %}{% set total.words = total.words + m.content.split() %}{% endfor %}
+chars {{ total.chars }} words {{ total.words|length }} first {{ total.words|first|default('-') }} last {{ (total.words|last) if total.words else 'none' }}
+{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 8 }} {{ 7 / 2 }} {{ 1.5 * 2 }} {{ 0.1 + 0.2 }} {{ 1e20 }} {{ 1e-5 }} {{ 123456789.0 }} {{ -0.5 }} {{ 3 - 5 }} {{ 10 / 4 * 2 }}
+{{ 'abc' ~ 1 ~ none ~ true }} {{ 'ab' * 3 }} {{ [1, 2] + [3] }} {{ 'x' in 'xyz' }} {{ 4 not in [1, 2] }} {{ 'k' in {'k': 1} }}
+{{ 'héllo wörld'[1:4] }} {{ 'héllo'[-1] }} {{ 'héllo'|length }} {{ [1, 2, 3, 4, 5][::2] }} {{ [1, 2, 3][::-1] }} {{ 'abcdef'[-2:] }} {{ 'abc'[5:] }}|
+{{ '  pad  '.strip() }}|{{ '--x--'.strip('-') }}|{{ '  l'.lstrip() }}|{{ 'r  '.rstrip() }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'a b c'.split(' ', 1) }}
+{{ 'Hello World'.lower() }} {{ 'hello world'.upper() }} {{ 'hello world'.title() }} {{ 'hello'.capitalize() }} {{ 'a-b-c'.replace('-', '+') }} {{ 'banana'.find('na') }} {{ 'banana'.count('a') }} {{ ', '.join(['x', 'y']) }}
+{{ 'abc'.startswith('ab') }} {{ 'abc'.endswith('bc') }} {{ 'abc'.startswith('abcd') }}
+{{ none is none }} {{ 1 is number }} {{ 1.5 is float }} {{ 1 is integer }} {{ true is boolean }} {{ 'x' is string }} {{ {} is mapping }} {{ [] is iterable }} {{ undefined_thing is defined }} {{ undefined_thing is undefined }} {{ 4 is even }} {{ 3 is odd }} {{ 9 is divisibleby 3 }} {{ 1 is eq 1 }} {{ 2 is gt 1 }} {{ 'a' is in ['a'] }} {{ 1 is not string }}
+{{ undefined_thing }}|{{ undefined_thing|default('dflt') }}|{{ none|default('dflt') }}|{{ ''|default('dflt', true) }}|{{ undefined_thing|length }}|{{ undefined_thing == undefined_thing }}
+{{ [3, 1, 2]|first }} {{ [3, 1, 2]|last }} {{ [1, 2, 3]|join('-') }} {{ ['a', 'b']|join }} {{ 'MiXed'|lower }} {{ 'MiXed'|upper }} {{ '  t  '|trim }} {{ 42|string }} {{ '7'|int + 1 }} {{ 2.9|int }} {{ 'abc'|list }} {{ [1, 2]|reverse|list }} {{ 'abc'|reverse }} {{ -3|abs }} {{ 'a-b'|replace('-', '_') }} {{ 'the cat'|title }}
+{{ {'b': 1, 'a': [1, 2.5, 'é"\n', none, true, false]}|tojson }}
+{{ {'a': {'b': [1, {}], 'c': []}}|tojson(indent=2) }}
+{{ [1, 'two', none, true, 1.0, {'k': 'v'}] }} {{ {'a': 1, 'b': 'it\'s'} }} {{ ["it's", 'say "hi"'] }}
+{% for k, v in {'x': 1, 'y': 2}.items() %}{{ k }}={{ v }}{% if not loop.last %},{% endif %}{% endfor %}
+{% for k in {'x': 1, 'y': 2} %}{{ k }}{% endfor %} {% for c in 'héy' %}[{{ c }}]{% endfor %} {{ {'x': 1}.get('x') }} {{ {'x': 1}.get('z') }} {{ {'x': 1}.get('z', 9) }} {{ {'x': 1, 'y': 2}.keys()|list }} {{ {'x': 1, 'y': 2}.values()|list }}
+{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i > 5 %}{% break %}{% endif %}{{ i }}{% endfor %} {{ range(3)|list }} {{ range(1, 10, 3)|list }} {{ range(5, 0, -2)|list }}
+{% for x in [1, 2, 3] %}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.previtem|default('_') }}{{ loop.nextitem|default('_') }} {% endfor %}
+{% for x in [10, 20, 30, 40] if x > 15 %}{{ loop.index }}:{{ x }}{% if loop.last %}.{% endif %} {% endfor %}
+{% set greeting %}hi {{ messages|length }}{% endset %}[{{ greeting }}] {% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}
+{{ 'yes' if messages else 'no' }} {{ 'a' if false }}| {{ 1 if 0 else 2 if 0 else 3 }} {{ not none }} {{ none or 'x' }} {{ 0 and 'y' }} {{ 'p' and 'q' }}
+{{ messages|selectattr('role', 'equalto', 'user')|list|length }} {{ messages|rejectattr('role', 'equalto', 'user')|map(attribute='role')|list }} {{ messages|map(attribute='role')|join(',') }}
+{{ (messages|length) > 1 and messages[0].role != messages[1].role }} {{ messages[0]['role'] }} {{ messages.0.role }} {{ messages[-1].content[:5] }}
+  {%- if true %}   strip-before{% endif -%}
+   strip-after
+{%+ if true %}keep-lstrip{% endif +%}
+keep-trim
+  {{ 'var tag keeps' }}  
+"""
+
+TEMPLATES = {"chatml_thinking": CHATML_THINKING, "llama3_headers": LLAMA3_HEADERS, "gemma_turns": GEMMA_TURNS,
+             "kitchen_sink": KITCHEN_SINK}
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hi there!"}],
+    [{"role": "system", "content": "  You are terse.  "}, {"role": "user", "content": "2+2?"},
+     {"role": "assistant", "content": "4"}],
+    [{"role": "user", "content": "Tell me a joke"}, {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nNo."},
+     {"role": "user", "content": "Again, héllo ünïcode \"quoted\" 'single'"},
+     {"role": "assistant", "content": "Why did the chicken\ncross the road?", "reasoning_content": "think more"}],
+    [{"role": "system", "content": "sys"}, {"role": "user", "content": "call a tool"},
+     {"role": "assistant", "content": "calling"}, {"role": "tool", "content": "result 1"},
+     {"role": "tool", "content": "result 2"}, {"role": "assistant", "content": "done"}],
+    [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],  # Gemma refuses: no alternation
+    [{"role": "system", "content": [{"type": "text", "text": "typed system"}]},
+     {"role": "user", "content": [{"type": "text", "text": " typed user "}, {"type": "image"}]}],
+]
+
+VARS = [
+    {"bos_token": '"<s>"', "eos_token": '"</s>"'},
+    {"bos_token": '"<|begin_of_text|>"', "eos_token": '"<|eot_id|>"', "date_string": '"01 Jan 2026"',
+     "enable_thinking": "false"},
+]
+
+
+def cases():
+    """Every template with every conversation, with and without the generation prompt, under each set of
+    variables: dicts of template, messages, add_generation_prompt and vars (name: JSON text)."""
+    out = []
+    for name, template in TEMPLATES.items():
+        for messages in CONVERSATIONS:
+            for gen in (False, True):
+                for vars_ in VARS:
+                    out.append({"name": name, "template": template, "messages": messages,
+                                "add_generation_prompt": gen, "vars": vars_})
+    return out

@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Renders dev/check/chat_template_cases.py's templates and conversations with transformers' own
+chat-template renderer (render_jinja_template: the Jinja environment, filters and globals of
+apply_chat_template) and writes what it gives, or its error, to the fixture that
+tests/test_chat_template.c compares tokenizer/chat_template.c against.
+
+    python3 dev/check/chat_template_check.py [--out tests/fixtures/chat_templates.json]
+
+Needs transformers and jinja2 (no torch, no network): a dev tool, never a dependency of ./train."""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from chat_template_cases import cases  # noqa: E402
+from transformers.utils.chat_template_utils import render_jinja_template  # noqa: E402
+
+
+def render(case):
+    kwargs = {k: json.loads(v) for k, v in case["vars"].items()}
+    try:
+        rendered, _ = render_jinja_template(conversations=[case["messages"]], chat_template=case["template"],
+                                            add_generation_prompt=case["add_generation_prompt"], **kwargs)
+        return {"text": rendered[0]}
+    except Exception as e:  # the C side must fail too: the kind of error is not compared
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="tests/fixtures/chat_templates.json")
+    a = ap.parse_args()
+    out = []
+    for case in cases():
+        case = dict(case)
+        case.update(render(case))
+        out.append(case)
+    with open(a.out, "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=False, indent=1)
+    errors = sum("error" in c for c in out)
+    print(f"{len(out)} renders ({errors} errors) -> {a.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1280 @@
+/* tokenizer/chat_template_render.c - a parsed chat template run on a conversation (see
+ * chat_template.h): Python's values and operators as Jinja gives them to templates, the filters,
+ * tests, methods and functions chat templates call, and Jinja's scoping (a set inside a loop lasts
+ * one pass; a namespace outlives it). */
+#include "tokenizer/chat_template.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tokenizer/chat_template_internal.h"
+
+typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_NS, V_MACRO, V_METHOD, V_BUILTIN } VKind;
+
+typedef struct Val Val;
+typedef struct List List;
+typedef struct Dict Dict;
+
+struct Val {
+    VKind k;
+    long long i;        /* V_BOOL, V_INT; V_METHOD and V_BUILTIN: which */
+    double f;           /* V_FLOAT */
+    const char *s;      /* V_STR's bytes; V_UNDEF: what was asked for, for the message */
+    size_t n;           /* V_STR's length */
+    List *list;         /* V_LIST */
+    Dict *dict;         /* V_DICT, V_NS */
+    const Stmt *macro;  /* V_MACRO */
+    const Val *self;    /* V_METHOD's object */
+};
+
+struct List {
+    size_t n;
+    Val *items;
+};
+
+struct Dict {
+    size_t n, cap;
+    const char **keys;
+    size_t *klen;
+    Val *vals;
+};
+
+typedef struct Frame Frame;
+struct Frame {
+    Frame *parent;
+    Dict vars;
+};
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+} Buf;
+
+typedef struct {
+    Arena arena;
+    char *err;
+    jmp_buf fail;
+    Frame *root;
+    int stop; /* 1: break, 2: continue, until the loop takes it */
+    int depth;
+} Render;
+
+enum { M_STARTSWITH, M_ENDSWITH, M_STRIP, M_LSTRIP, M_RSTRIP, M_SPLIT, M_UPPER, M_LOWER, M_TITLE, M_CAPITALIZE,
+       M_REPLACE, M_FIND, M_COUNT, M_JOIN, M_GET, M_ITEMS, M_KEYS, M_VALUES };
+static const char *const METHOD_NAMES[] = {"startswith", "endswith", "strip", "lstrip", "rstrip", "split", "upper",
+                                           "lower", "title", "capitalize", "replace", "find", "count", "join",
+                                           "get", "items", "keys", "values"};
+enum { F_NAMESPACE, F_RANGE, F_RAISE, F_STRFTIME, F_DICT };
+static const char *const BUILTIN_NAMES[] = {"namespace", "range", "raise_exception", "strftime_now", "dict"};
+
+static void fail(Render *r, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4), noreturn));
+static void fail(Render *r, int line, const char *fmt, ...) {
+    char why[ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    snprintf(r->err, ERR_LEN, "chat template line %d: %s", line, why);
+    longjmp(r->fail, 1);
+}
+
+static void *alloc(Render *r, size_t n) {
+    void *p = arena_alloc(&r->arena, n);
+    if (!p) {
+        snprintf(r->err, ERR_LEN, "out of memory rendering the chat template");
+        longjmp(r->fail, 1);
+    }
+    return p;
+}
+
+static void put(Render *r, Buf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *grown = alloc(r, cap); /* the old one stays in the arena until the render ends */
+        if (b->n) memcpy(grown, b->s, b->n);
+        b->s = grown, b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
+static void puts_(Render *r, Buf *b, const char *s) { put(r, b, s, strlen(s)); }
+
+static Val str_val(const char *s, size_t n) { return (Val){.k = V_STR, .s = s, .n = n}; }
+static Val int_val(long long i) { return (Val){.k = V_INT, .i = i}; }
+static Val bool_val(int b) { return (Val){.k = V_BOOL, .i = b != 0}; }
+static Val undef(const char *what) { return (Val){.k = V_UNDEF, .s = what}; }
+static Val buf_val(const Buf *b) { return str_val(b->s ? b->s : "", b->n); }
+
+static const char *kind_name(const Val *v) {
+    static const char *const names[] = {"undefined", "none", "a boolean", "an integer", "a float", "a string",
+                                        "a list", "a dict", "a namespace", "a macro", "a method", "a function"};
+    return names[v->k];
+}
+
+/* ---- dicts, lists ---- */
+
+static Val *dict_find(const Dict *d, const char *key, size_t len) {
+    for (size_t k = d->n; k-- > 0;)
+        if (d->klen[k] == len && !memcmp(d->keys[k], key, len)) return &d->vals[k];
+    return NULL;
+}
+
+static void dict_set(Render *r, Dict *d, const char *key, size_t len, Val v) {
+    Val *at = dict_find(d, key, len);
+    if (at) {
+        *at = v;
+        return;
+    }
+    if (d->n == d->cap) {
+        const size_t cap = d->cap ? 2 * d->cap : 8;
+        const char **keys = alloc(r, cap * sizeof *keys);
+        size_t *klen = alloc(r, cap * sizeof *klen);
+        Val *vals = alloc(r, cap * sizeof *vals);
+        if (d->n) {
+            memcpy(keys, d->keys, d->n * sizeof *keys);
+            memcpy(klen, d->klen, d->n * sizeof *klen);
+            memcpy(vals, d->vals, d->n * sizeof *vals);
+        }
+        d->keys = keys, d->klen = klen, d->vals = vals, d->cap = cap;
+    }
+    d->keys[d->n] = key, d->klen[d->n] = len, d->vals[d->n] = v;
+    d->n++;
+}
+
+static Val list_val(Render *r, size_t n) {
+    List *l = alloc(r, sizeof *l);
+    l->items = alloc(r, (n + 1) * sizeof *l->items);
+    l->n = n;
+    return (Val){.k = V_LIST, .list = l};
+}
+
+static Val dict_val(Render *r, VKind kind) {
+    Dict *d = alloc(r, sizeof *d);
+    return (Val){.k = kind, .dict = d};
+}
+
+static Val from_json(Render *r, const JsonValue *j) {
+    switch (j->type) {
+    case JSON_NULL: return (Val){.k = V_NONE};
+    case JSON_FALSE: return bool_val(0);
+    case JSON_TRUE: return bool_val(1);
+    case JSON_NUMBER:
+        if (j->integer && fabs(j->number) < 9e15) return int_val((long long)j->number);
+        return (Val){.k = V_FLOAT, .f = j->number};
+    case JSON_STRING: return str_val(j->string, j->len);
+    case JSON_ARRAY: {
+        Val v = list_val(r, j->len);
+        for (size_t k = 0; k < j->len; k++) v.list->items[k] = from_json(r, &j->items[k]);
+        return v;
+    }
+    case JSON_OBJECT: {
+        Val v = dict_val(r, V_DICT);
+        for (size_t k = 0; k < j->len; k++)
+            dict_set(r, v.dict, j->members[k].key, j->members[k].key_len, from_json(r, &j->members[k].value));
+        return v;
+    }
+    }
+    return (Val){.k = V_NONE};
+}
+
+/* ---- Python's str() and repr(), and json.dumps ---- */
+
+/* A float as Python's repr writes it: the fewest digits that read back the same. */
+static void put_float(Render *r, Buf *b, double f) {
+    if (isnan(f)) return puts_(r, b, "nan");
+    if (isinf(f)) return puts_(r, b, f < 0 ? "-inf" : "inf");
+    char e[40];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(e, sizeof e, "%.*e", p - 1, f);
+        if (strtod(e, NULL) == f) break;
+    }
+    char digits[24];
+    size_t nd = 0;
+    const char *c = e;
+    if (*c == '-') put(r, b, "-", 1), c++;
+    for (; *c && *c != 'e'; c++)
+        if (*c != '.') digits[nd++] = *c;
+    const int exp = atoi(c + 1);
+    if (exp >= -4 && exp < 16) {
+        if (exp < 0) {
+            puts_(r, b, "0.");
+            for (int k = 0; k < -exp - 1; k++) put(r, b, "0", 1);
+            put(r, b, digits, nd);
+        } else if ((size_t)exp + 1 >= nd) {
+            put(r, b, digits, nd);
+            for (size_t k = nd; k < (size_t)exp + 1; k++) put(r, b, "0", 1);
+            puts_(r, b, ".0");
+        } else {
+            put(r, b, digits, (size_t)exp + 1);
+            put(r, b, ".", 1);
+            put(r, b, digits + exp + 1, nd - (size_t)exp - 1);
+        }
+    } else {
+        put(r, b, digits, 1);
+        if (nd > 1) put(r, b, ".", 1), put(r, b, digits + 1, nd - 1);
+        char x[8];
+        snprintf(x, sizeof x, "e%c%02d", exp < 0 ? '-' : '+', abs(exp));
+        puts_(r, b, x);
+    }
+}
+
+static void put_repr(Render *r, Buf *b, const Val *v);
+
+/* Python's str(v). */
+static void put_str(Render *r, Buf *b, const Val *v) {
+    char num[32];
+    switch (v->k) {
+    case V_UNDEF: return;
+    case V_NONE: return puts_(r, b, "None");
+    case V_BOOL: return puts_(r, b, v->i ? "True" : "False");
+    case V_INT: snprintf(num, sizeof num, "%lld", v->i); return puts_(r, b, num);
+    case V_FLOAT: return put_float(r, b, v->f);
+    case V_STR: return put(r, b, v->s, v->n);
+    default: return put_repr(r, b, v);
+    }
+}
+
+static void put_repr(Render *r, Buf *b, const Val *v) {
+    switch (v->k) {
+    case V_STR: {
+        const int dq = memchr(v->s, '\'', v->n) && !memchr(v->s, '"', v->n);
+        const char q = dq ? '"' : '\'';
+        put(r, b, &q, 1);
+        for (size_t k = 0; k < v->n; k++) {
+            const unsigned char c = (unsigned char)v->s[k];
+            char esc[8];
+            if (c == '\\' || c == (unsigned char)q) esc[0] = '\\', esc[1] = (char)c, put(r, b, esc, 2);
+            else if (c == '\n') puts_(r, b, "\\n");
+            else if (c == '\r') puts_(r, b, "\\r");
+            else if (c == '\t') puts_(r, b, "\\t");
+            else if (c < 0x20 || c == 0x7f) snprintf(esc, sizeof esc, "\\x%02x", c), puts_(r, b, esc);
+            else put(r, b, (const char *)&c, 1);
+        }
+        return put(r, b, &q, 1);
+    }
+    case V_LIST:
+        put(r, b, "[", 1);
+        for (size_t k = 0; k < v->list->n; k++) {
+            if (k) puts_(r, b, ", ");
+            put_repr(r, b, &v->list->items[k]);
+        }
+        return put(r, b, "]", 1);
+    case V_DICT:
+    case V_NS:
+        puts_(r, b, v->k == V_NS ? "<Namespace {" : "{");
+        for (size_t k = 0; k < v->dict->n; k++) {
+            if (k) puts_(r, b, ", ");
+            const Val key = str_val(v->dict->keys[k], v->dict->klen[k]);
+            put_repr(r, b, &key);
+            puts_(r, b, ": ");
+            put_repr(r, b, &v->dict->vals[k]);
+        }
+        return puts_(r, b, v->k == V_NS ? "}>" : "}");
+    case V_MACRO: case V_METHOD: case V_BUILTIN: return puts_(r, b, "<function>");
+    default: return put_str(r, b, v);
+    }
+}
+
+/* json.dumps(v, ensure_ascii=False, indent=indent, separators=(item, key)), as transformers' tojson. */
+static void put_json(Render *r, Buf *b, const Val *v, int indent, int level, const char *item, const char *key,
+                     int line) {
+    switch (v->k) {
+    case V_NONE: return puts_(r, b, "null");
+    case V_BOOL: return puts_(r, b, v->i ? "true" : "false");
+    case V_INT: case V_FLOAT:
+        if (v->k == V_FLOAT && isnan(v->f)) return puts_(r, b, "NaN");
+        if (v->k == V_FLOAT && isinf(v->f)) return puts_(r, b, v->f < 0 ? "-Infinity" : "Infinity");
+        return put_str(r, b, v);
+    case V_STR:
+        put(r, b, "\"", 1);
+        for (size_t k = 0; k < v->n; k++) {
+            const unsigned char c = (unsigned char)v->s[k];
+            char esc[8];
+            if (c == '"') puts_(r, b, "\\\"");
+            else if (c == '\\') puts_(r, b, "\\\\");
+            else if (c == '\n') puts_(r, b, "\\n");
+            else if (c == '\r') puts_(r, b, "\\r");
+            else if (c == '\t') puts_(r, b, "\\t");
+            else if (c == '\b') puts_(r, b, "\\b");
+            else if (c == '\f') puts_(r, b, "\\f");
+            else if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c), puts_(r, b, esc);
+            else put(r, b, (const char *)&c, 1);
+        }
+        return put(r, b, "\"", 1);
+    case V_LIST: case V_DICT: case V_NS: {
+        const int dict = v->k != V_LIST;
+        const size_t n = dict ? v->dict->n : v->list->n;
+        put(r, b, dict ? "{" : "[", 1);
+        for (size_t k = 0; k < n; k++) {
+            if (k) puts_(r, b, item);
+            if (indent >= 0) {
+                put(r, b, "\n", 1);
+                for (int s = 0; s < indent * (level + 1); s++) put(r, b, " ", 1);
+            }
+            if (dict) {
+                const Val name = str_val(v->dict->keys[k], v->dict->klen[k]);
+                put_json(r, b, &name, indent, level + 1, item, key, line);
+                puts_(r, b, key);
+                put_json(r, b, &v->dict->vals[k], indent, level + 1, item, key, line);
+            } else {
+                put_json(r, b, &v->list->items[k], indent, level + 1, item, key, line);
+            }
+        }
+        if (indent >= 0 && n) {
+            put(r, b, "\n", 1);
+            for (int s = 0; s < indent * level; s++) put(r, b, " ", 1);
+        }
+        return put(r, b, dict ? "}" : "]", 1);
+    }
+    default: fail(r, line, "tojson of %s", kind_name(v));
+    }
+}
+
+/* ---- truth, equality, order ---- */
+
+static int truthy(const Val *v) {
+    switch (v->k) {
+    case V_UNDEF: case V_NONE: return 0;
+    case V_BOOL: case V_INT: return v->i != 0;
+    case V_FLOAT: return v->f != 0.0;
+    case V_STR: return v->n != 0;
+    case V_LIST: return v->list->n != 0;
+    case V_DICT: return v->dict->n != 0;
+    default: return 1;
+    }
+}
+
+static int is_num(const Val *v) { return v->k == V_BOOL || v->k == V_INT || v->k == V_FLOAT; }
+static double num(const Val *v) { return v->k == V_FLOAT ? v->f : (double)v->i; }
+
+static int equal(const Val *a, const Val *b) {
+    if (is_num(a) && is_num(b)) return a->k != V_FLOAT && b->k != V_FLOAT ? a->i == b->i : num(a) == num(b);
+    if (a->k != b->k) return 0;
+    switch (a->k) {
+    case V_UNDEF: case V_NONE: return 1;
+    case V_STR: return a->n == b->n && !memcmp(a->s, b->s, a->n);
+    case V_LIST:
+        if (a->list->n != b->list->n) return 0;
+        for (size_t k = 0; k < a->list->n; k++)
+            if (!equal(&a->list->items[k], &b->list->items[k])) return 0;
+        return 1;
+    case V_DICT:
+        if (a->dict->n != b->dict->n) return 0;
+        for (size_t k = 0; k < a->dict->n; k++) {
+            const Val *other = dict_find(b->dict, a->dict->keys[k], a->dict->klen[k]);
+            if (!other || !equal(&a->dict->vals[k], other)) return 0;
+        }
+        return 1;
+    default: return a->dict == b->dict && a->macro == b->macro && a->i == b->i;
+    }
+}
+
+/* <0, 0, >0 as a is below, equal to or above b; an error for values Python does not order. */
+static int order(Render *r, const Val *a, const Val *b, int line) {
+    if (is_num(a) && is_num(b)) return (num(a) > num(b)) - (num(a) < num(b));
+    if (a->k == V_STR && b->k == V_STR) {
+        const int c = memcmp(a->s, b->s, a->n < b->n ? a->n : b->n); /* UTF-8 bytes order as code points do */
+        return c ? c : (a->n > b->n) - (a->n < b->n);
+    }
+    if (a->k == V_LIST && b->k == V_LIST) {
+        for (size_t k = 0; k < a->list->n && k < b->list->n; k++) {
+            const int c = order(r, &a->list->items[k], &b->list->items[k], line);
+            if (c) return c;
+        }
+        return (a->list->n > b->list->n) - (a->list->n < b->list->n);
+    }
+    fail(r, line, "%s and %s cannot be compared", kind_name(a), kind_name(b));
+    return 0;
+}
+
+/* ---- strings by character, as Python indexes them ---- */
+
+static size_t utf8_chars(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t k = 0; k < n; k++) c += ((unsigned char)s[k] & 0xC0) != 0x80;
+    return c;
+}
+
+/* The byte offset of character i of s (n bytes; i may be the count, giving n). */
+static size_t utf8_offset(const char *s, size_t n, size_t i) {
+    size_t k = 0;
+    for (size_t c = 0; k < n; k++)
+        if (((unsigned char)s[k] & 0xC0) != 0x80 && c++ == i) return k;
+    return n;
+}
+
+static size_t length_of(Render *r, const Val *v, int line) {
+    switch (v->k) {
+    case V_UNDEF: return 0;
+    case V_STR: return utf8_chars(v->s, v->n);
+    case V_LIST: return v->list->n;
+    case V_DICT: case V_NS: return v->dict->n;
+    default: fail(r, line, "%s has no length", kind_name(v));
+    }
+    return 0;
+}
+
+/* The items a for loop or a filter walks: a list's, a dict's keys, a string's characters. */
+static List items_of(Render *r, const Val *v, int line) {
+    List l = {0};
+    switch (v->k) {
+    case V_UNDEF: return l;
+    case V_LIST: return *v->list;
+    case V_DICT: case V_NS:
+        l.items = alloc(r, (v->dict->n + 1) * sizeof *l.items);
+        for (size_t k = 0; k < v->dict->n; k++) l.items[l.n++] = str_val(v->dict->keys[k], v->dict->klen[k]);
+        return l;
+    case V_STR:
+        l.items = alloc(r, (v->n + 1) * sizeof *l.items);
+        for (size_t k = 0; k < v->n;) {
+            size_t e = k + 1;
+            while (e < v->n && ((unsigned char)v->s[e] & 0xC0) == 0x80) e++;
+            l.items[l.n++] = str_val(v->s + k, e - k);
+            k = e;
+        }
+        return l;
+    default: fail(r, line, "%s cannot be iterated", kind_name(v));
+    }
+    return l;
+}
+
+/* Python's index i (negative from the end) into a sequence of n, or -1 when outside it. */
+static long long python_index(long long i, size_t n) {
+    if (i < 0) i += (long long)n;
+    return i >= 0 && i < (long long)n ? i : -1;
+}
+
+static Val slice(Render *r, const Val *v, const Val *parts, int line) {
+    const int is_str = v->k == V_STR;
+    if (!is_str && v->k != V_LIST) fail(r, line, "%s cannot be sliced", kind_name(v));
+    const long long n = (long long)(is_str ? utf8_chars(v->s, v->n) : v->list->n);
+    long long step = parts[2].k == V_NONE || parts[2].k == V_UNDEF ? 1 : parts[2].i;
+    if (step == 0) fail(r, line, "a slice step of 0");
+    long long bound[2];
+    for (int k = 0; k < 2; k++) {
+        const Val *p = &parts[k];
+        if (p->k == V_NONE || p->k == V_UNDEF) {
+            bound[k] = step > 0 ? (k ? n : 0) : (k ? -1 : n - 1);
+            continue;
+        }
+        if (p->k != V_INT && p->k != V_BOOL) fail(r, line, "a slice bound that is %s", kind_name(p));
+        long long i = p->i < 0 ? p->i + n : p->i;
+        if (step > 0) i = i < 0 ? 0 : i > n ? n : i;
+        else i = i < -1 ? -1 : i > n - 1 ? n - 1 : i;
+        bound[k] = i;
+    }
+    Val out = list_val(r, 0);
+    List chars = is_str ? items_of(r, v, line) : *v->list;
+    Buf b = {0};
+    out.list->items = alloc(r, ((size_t)n + 1) * sizeof *out.list->items);
+    for (long long i = bound[0]; step > 0 ? i < bound[1] : i > bound[1]; i += step) {
+        if (is_str) put(r, &b, chars.items[i].s, chars.items[i].n);
+        else out.list->items[out.list->n++] = chars.items[i];
+    }
+    return is_str ? buf_val(&b) : out;
+}
+
+/* ---- attributes and items ---- */
+
+static int method_id(const char *name, int first, int last) {
+    for (int k = first; k <= last; k++)
+        if (!strcmp(name, METHOD_NAMES[k])) return k;
+    return -1;
+}
+
+static Val method_of(Render *r, const Val *obj, int which) {
+    Val *self = alloc(r, sizeof *self);
+    *self = *obj;
+    return (Val){.k = V_METHOD, .i = which, .self = self};
+}
+
+/* obj.name as Jinja's getattr takes it: a method of the object, else its item. */
+static Val attribute(Render *r, const Val *obj, const char *name, int line) {
+    if (obj->k == V_UNDEF)
+        fail(r, line, "%s%s is undefined, so it has no attribute '%s'", obj->s ? "'" : "a value",
+             obj->s ? obj->s : "", name);
+    int m;
+    if (obj->k == V_STR && (m = method_id(name, M_STARTSWITH, M_JOIN)) >= 0) return method_of(r, obj, m);
+    if (obj->k == V_DICT && (m = method_id(name, M_GET, M_VALUES)) >= 0) return method_of(r, obj, m);
+    if (obj->k == V_DICT || obj->k == V_NS) {
+        const Val *v = dict_find(obj->dict, name, strlen(name));
+        if (v) return *v;
+    }
+    return undef(name);
+}
+
+/* obj[key] as Jinja's getitem takes it: the item, else the attribute a string key names. */
+static Val item(Render *r, const Val *obj, const Val *key, int line) {
+    if (obj->k == V_UNDEF) fail(r, line, "%s%s is undefined, so it has no items", obj->s ? "'" : "a value", obj->s ? obj->s : "");
+    if ((obj->k == V_DICT || obj->k == V_NS) && key->k == V_STR) {
+        const Val *v = dict_find(obj->dict, key->s, key->n);
+        if (v) return *v;
+    }
+    if ((obj->k == V_LIST || obj->k == V_STR) && (key->k == V_INT || key->k == V_BOOL)) {
+        const size_t n = obj->k == V_LIST ? obj->list->n : utf8_chars(obj->s, obj->n);
+        const long long i = python_index(key->i, n);
+        if (i < 0) return undef("an index past the end");
+        if (obj->k == V_LIST) return obj->list->items[i];
+        const size_t a = utf8_offset(obj->s, obj->n, (size_t)i), b = utf8_offset(obj->s, obj->n, (size_t)i + 1);
+        return str_val(obj->s + a, b - a);
+    }
+    if (key->k == V_STR) {
+        char *name = alloc(r, key->n + 1);
+        memcpy(name, key->s, key->n);
+        return attribute(r, obj, name, line);
+    }
+    return undef("an item");
+}
+
+/* ---- evaluation ---- */
+
+static Val eval(Render *r, const Expr *e, Frame *f);
+static void exec_body(Render *r, const Body *body, Frame *f, Buf *out);
+
+static Val lookup(Frame *f, const char *name) {
+    for (; f; f = f->parent) {
+        const Val *v = dict_find(&f->vars, name, strlen(name));
+        if (v) return *v;
+    }
+    for (int k = 0; k < (int)(sizeof BUILTIN_NAMES / sizeof BUILTIN_NAMES[0]); k++)
+        if (!strcmp(name, BUILTIN_NAMES[k])) return (Val){.k = V_BUILTIN, .i = k};
+    return undef(name);
+}
+
+static const char *need_str(Render *r, const Val *v, const char *what, int line) {
+    if (v->k != V_STR) fail(r, line, "%s must be a string, not %s", what, kind_name(v));
+    return v->s;
+}
+
+/* Whether c (one byte) is among the characters chars[0..n), or white space when chars is NULL. */
+static int strip_char(unsigned char c, const char *chars, size_t n) {
+    return chars ? memchr(chars, c, n) != NULL : (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f');
+}
+
+static Val strip(const Val *s, const Val *chars, int left, int right) {
+    const char *set = chars && chars->k == V_STR ? chars->s : NULL;
+    const size_t ns = set ? chars->n : 0;
+    size_t a = 0, b = s->n;
+    while (left && a < b && strip_char((unsigned char)s->s[a], set, ns)) a++;
+    while (right && b > a && strip_char((unsigned char)s->s[b - 1], set, ns)) b--;
+    return str_val(s->s + a, b - a);
+}
+
+static const char *find_bytes(const char *h, size_t hn, const char *n, size_t nn) {
+    if (nn == 0) return h;
+    for (size_t k = 0; k + nn <= hn; k++)
+        if (!memcmp(h + k, n, nn)) return h + k;
+    return NULL;
+}
+
+static Val split(Render *r, const Val *s, const Val *sep, long long max, int line) {
+    Val out = list_val(r, 0);
+    out.list->items = alloc(r, (s->n + 2) * sizeof *out.list->items);
+    List *l = out.list;
+    if (!sep || sep->k == V_NONE) { /* runs of white space, none empty */
+        size_t k = 0;
+        for (;;) {
+            while (k < s->n && strip_char((unsigned char)s->s[k], NULL, 0)) k++;
+            if (k == s->n) break;
+            size_t e = k;
+            if (max >= 0 && (long long)l->n == max) e = s->n;
+            while (e < s->n && !strip_char((unsigned char)s->s[e], NULL, 0)) e++;
+            if (e == s->n && max >= 0 && (long long)l->n == max) {
+                size_t t = s->n;
+                while (t > k && strip_char((unsigned char)s->s[t - 1], NULL, 0)) t--;
+                e = t;
+            }
+            l->items[l->n++] = str_val(s->s + k, e - k);
+            k = e;
+        }
+        return out;
+    }
+    need_str(r, sep, "split's separator", line);
+    if (!sep->n) fail(r, line, "split with an empty separator");
+    size_t k = 0;
+    for (;;) {
+        const char *at = max >= 0 && (long long)l->n == max ? NULL : find_bytes(s->s + k, s->n - k, sep->s, sep->n);
+        if (!at) {
+            l->items[l->n++] = str_val(s->s + k, s->n - k);
+            return out;
+        }
+        l->items[l->n++] = str_val(s->s + k, (size_t)(at - s->s) - k);
+        k = (size_t)(at - s->s) + sep->n;
+    }
+}
+
+static Val case_map(Render *r, const Val *s, int mode) { /* 0 upper, 1 lower, 2 title, 3 capitalize (ASCII) */
+    char *o = alloc(r, s->n + 1);
+    int start = 1;
+    for (size_t k = 0; k < s->n; k++) {
+        char c = s->s[k];
+        const int alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+        int up = mode == 0 || (mode == 2 && start) || (mode == 3 && k == 0);
+        if (up && c >= 'a' && c <= 'z') c = (char)(c - 32);
+        if (!up && c >= 'A' && c <= 'Z') c = (char)(c + 32);
+        o[k] = c;
+        start = !alpha;
+    }
+    return str_val(o, s->n);
+}
+
+static Val replace(Render *r, const Val *s, const Val *old, const Val *new_, long long count, int line) {
+    need_str(r, old, "replace's old text", line);
+    need_str(r, new_, "replace's new text", line);
+    Buf b = {0};
+    size_t k = 0;
+    for (long long done = 0; count < 0 || done < count; done++) {
+        const char *at = old->n ? find_bytes(s->s + k, s->n - k, old->s, old->n) : NULL;
+        if (!at) break;
+        put(r, &b, s->s + k, (size_t)(at - s->s) - k);
+        put(r, &b, new_->s, new_->n);
+        k = (size_t)(at - s->s) + old->n;
+    }
+    put(r, &b, s->s + k, s->n - k);
+    return buf_val(&b);
+}
+
+static Val join(Render *r, const Val *seq, const Val *sep, int line) {
+    List l = items_of(r, seq, line);
+    Buf b = {0};
+    put(r, &b, "", 0);
+    for (size_t k = 0; k < l.n; k++) {
+        if (k && sep) put(r, &b, sep->s, sep->n);
+        put_str(r, &b, &l.items[k]);
+    }
+    return buf_val(&b);
+}
+
+/* Arguments as evaluated: positional args[0..na), then keyword (names, vals)[0..nk). */
+typedef struct {
+    Val args[8];
+    size_t na;
+    const char *names[8];
+    Val kw[8];
+    size_t nk;
+} Args;
+
+static void eval_args(Render *r, const Expr *e, Frame *f, Args *a, size_t skip_first) {
+    a->na = 0, a->nk = 0;
+    (void)skip_first;
+    if (e->nargs > 8 || e->nkw > 8) fail(r, e->line, "more than 8 arguments");
+    for (size_t k = 0; k < e->nargs; k++) a->args[a->na++] = eval(r, e->args[k], f);
+    for (size_t k = 0; k < e->nkw; k++) a->names[k] = e->kwnames[k], a->kw[a->nk++] = eval(r, e->kwargs[k], f);
+}
+
+/* Argument `pos`, or keyword `name`, or NULL. */
+static const Val *arg(const Args *a, size_t pos, const char *name) {
+    if (pos < a->na) return &a->args[pos];
+    for (size_t k = 0; name && k < a->nk; k++)
+        if (!strcmp(a->names[k], name)) return &a->kw[k];
+    return NULL;
+}
+
+static long long need_int(Render *r, const Val *v, const char *what, int line) {
+    if (!v || (v->k != V_INT && v->k != V_BOOL)) fail(r, line, "%s must be an integer", what);
+    return v->i;
+}
+
+static Val call_method(Render *r, const Val *self, int which, const Args *a, int line) {
+    const Val *a0 = arg(a, 0, NULL), *a1 = arg(a, 1, NULL);
+    switch (which) {
+    case M_STARTSWITH: case M_ENDSWITH: {
+        need_str(r, a0 ? a0 : &(Val){.k = V_UNDEF}, METHOD_NAMES[which], line);
+        if (a0->n > self->n) return bool_val(0);
+        return bool_val(!memcmp(which == M_STARTSWITH ? self->s : self->s + self->n - a0->n, a0->s, a0->n));
+    }
+    case M_STRIP: return strip(self, a0, 1, 1);
+    case M_LSTRIP: return strip(self, a0, 1, 0);
+    case M_RSTRIP: return strip(self, a0, 0, 1);
+    case M_SPLIT: {
+        const Val *max = arg(a, 1, "maxsplit");
+        return split(r, self, arg(a, 0, "sep"), max ? need_int(r, max, "maxsplit", line) : -1, line);
+    }
+    case M_UPPER: return case_map(r, self, 0);
+    case M_LOWER: return case_map(r, self, 1);
+    case M_TITLE: return case_map(r, self, 2);
+    case M_CAPITALIZE: return case_map(r, self, 3);
+    case M_REPLACE: {
+        if (!a0 || !a1) fail(r, line, "replace takes the old and the new text");
+        const Val *count = arg(a, 2, NULL);
+        return replace(r, self, a0, a1, count ? need_int(r, count, "replace's count", line) : -1, line);
+    }
+    case M_FIND: case M_COUNT: {
+        need_str(r, a0 ? a0 : &(Val){.k = V_UNDEF}, METHOD_NAMES[which], line);
+        long long count = 0;
+        for (size_t k = 0; k + a0->n <= self->n;) {
+            const char *at = find_bytes(self->s + k, self->n - k, a0->s, a0->n);
+            if (!at) break;
+            if (which == M_FIND) return int_val((long long)utf8_chars(self->s, (size_t)(at - self->s)));
+            count++;
+            k = (size_t)(at - self->s) + (a0->n ? a0->n : 1);
+        }
+        return int_val(which == M_FIND ? -1 : count);
+    }
+    case M_JOIN: if (!a0) fail(r, line, "join takes a sequence"); return join(r, a0, self, line);
+    case M_GET: {
+        if (!a0) fail(r, line, "get takes a key");
+        const Val *v = a0->k == V_STR ? dict_find(self->dict, a0->s, a0->n) : NULL;
+        return v ? *v : a1 ? *a1 : (Val){.k = V_NONE};
+    }
+    case M_ITEMS: case M_KEYS: case M_VALUES: {
+        Val out = list_val(r, self->dict->n);
+        for (size_t k = 0; k < self->dict->n; k++) {
+            const Val key = str_val(self->dict->keys[k], self->dict->klen[k]);
+            if (which == M_KEYS) out.list->items[k] = key;
+            else if (which == M_VALUES) out.list->items[k] = self->dict->vals[k];
+            else {
+                Val pair = list_val(r, 2);
+                pair.list->items[0] = key, pair.list->items[1] = self->dict->vals[k];
+                out.list->items[k] = pair;
+            }
+        }
+        return out;
+    }
+    }
+    return (Val){.k = V_NONE};
+}
+
+static Val call_macro(Render *r, const Stmt *m, const Args *a, int line) {
+    if (a->na > m->nnames - 1) fail(r, line, "macro %s takes %zu arguments, not %zu", m->names[0], m->nnames - 1, a->na);
+    if (++r->depth > 64) fail(r, line, "macros call each other more than 64 deep");
+    Frame f = {.parent = r->root};
+    for (size_t k = 1; k < m->nnames; k++) {
+        const Val *v = arg(a, k - 1, m->names[k]);
+        const Val value = v ? *v : m->defaults[k] ? eval(r, m->defaults[k], &f) : undef(m->names[k]);
+        dict_set(r, &f.vars, m->names[k], strlen(m->names[k]), value);
+    }
+    Buf out = {0};
+    put(r, &out, "", 0);
+    exec_body(r, &m->body, &f, &out);
+    r->depth--;
+    return buf_val(&out);
+}
+
+static Val call_builtin(Render *r, int which, const Args *a, int line) {
+    switch (which) {
+    case F_NAMESPACE: case F_DICT: {
+        Val d = dict_val(r, which == F_NAMESPACE ? V_NS : V_DICT);
+        const Val *from = arg(a, 0, NULL);
+        if (from && from->k == V_DICT)
+            for (size_t k = 0; k < from->dict->n; k++)
+                dict_set(r, d.dict, from->dict->keys[k], from->dict->klen[k], from->dict->vals[k]);
+        for (size_t k = 0; k < a->nk; k++) dict_set(r, d.dict, a->names[k], strlen(a->names[k]), a->kw[k]);
+        return d;
+    }
+    case F_RANGE: {
+        long long lo = 0, hi, step = 1;
+        if (a->na == 1) hi = need_int(r, &a->args[0], "range's end", line);
+        else {
+            lo = need_int(r, arg(a, 0, NULL), "range's start", line);
+            hi = need_int(r, arg(a, 1, NULL), "range's end", line);
+            if (a->na > 2) step = need_int(r, &a->args[2], "range's step", line);
+        }
+        if (step == 0) fail(r, line, "range with a step of 0");
+        const long long count = step > 0 ? (hi > lo ? (hi - lo + step - 1) / step : 0)
+                                         : (lo > hi ? (lo - hi - step - 1) / -step : 0);
+        if (count > 10000000) fail(r, line, "range of %lld numbers", count);
+        Val out = list_val(r, (size_t)count);
+        for (long long k = 0; k < count; k++) out.list->items[k] = int_val(lo + k * step);
+        return out;
+    }
+    case F_RAISE: {
+        const Val *m = arg(a, 0, NULL);
+        Buf b = {0};
+        put(r, &b, "", 0);
+        if (m) put_str(r, &b, m);
+        fail(r, line, "the template raised an error: %s", b.s);
+    }
+    case F_STRFTIME: {
+        const Val *fmt = arg(a, 0, NULL);
+        need_str(r, fmt ? fmt : &(Val){.k = V_UNDEF}, "strftime_now's format", line);
+        const time_t now = time(NULL);
+        struct tm tm;
+        localtime_r(&now, &tm);
+        char *out = alloc(r, 256), *cfmt = alloc(r, fmt->n + 1);
+        memcpy(cfmt, fmt->s, fmt->n);
+        const size_t n = strftime(out, 256, cfmt, &tm);
+        return str_val(out, n);
+    }
+    }
+    return (Val){.k = V_NONE};
+}
+
+static Val call(Render *r, const Val *fn, const Args *a, int line) {
+    switch (fn->k) {
+    case V_METHOD: return call_method(r, fn->self, (int)fn->i, a, line);
+    case V_MACRO: return call_macro(r, fn->macro, a, line);
+    case V_BUILTIN: return call_builtin(r, (int)fn->i, a, line);
+    case V_UNDEF: fail(r, line, "'%s' is undefined, so it cannot be called", fn->s ? fn->s : "a value");
+    default: fail(r, line, "%s cannot be called", kind_name(fn));
+    }
+    return (Val){.k = V_NONE};
+}
+
+static int test(Render *r, const char *name, const Val *v, const Args *a, int line);
+
+/* Jinja's filter `name` of v. */
+static Val filter(Render *r, const char *name, const Val *v, const Args *a, Frame *f, int line) {
+    (void)f;
+    const Val *a0 = arg(a, 0, NULL);
+    if (!strcmp(name, "length") || !strcmp(name, "count")) return int_val((long long)length_of(r, v, line));
+    if (!strcmp(name, "trim")) { /* of the value's str(), as Jinja's */
+        Buf b = {0};
+        put(r, &b, "", 0);
+        put_str(r, &b, v);
+        const Val s = buf_val(&b);
+        return strip(&s, arg(a, 0, "chars"), 1, 1);
+    }
+    if (!strcmp(name, "tojson")) {
+        const Val *indent = arg(a, 1, "indent"), *sep = arg(a, 2, "separators");
+        const int ind = indent && indent->k != V_NONE ? (int)need_int(r, indent, "tojson's indent", line) : -1;
+        const char *item = ind >= 0 ? "," : ", ", *key = ": ";
+        if (sep && sep->k == V_LIST && sep->list->n == 2 && sep->list->items[0].k == V_STR && sep->list->items[1].k == V_STR) {
+            item = sep->list->items[0].s, key = sep->list->items[1].s;
+        }
+        Buf b = {0};
+        put(r, &b, "", 0);
+        put_json(r, &b, v, ind, 0, item, key, line);
+        return buf_val(&b);
+    }
+    if (!strcmp(name, "first") || !strcmp(name, "last")) {
+        List l = items_of(r, v, line);
+        return l.n ? l.items[name[0] == 'f' ? 0 : l.n - 1] : undef(name);
+    }
+    if (!strcmp(name, "join")) {
+        const Val *sep = arg(a, 0, "d");
+        return join(r, v, sep && sep->k == V_STR ? sep : NULL, line);
+    }
+    if (!strcmp(name, "upper") || !strcmp(name, "lower") || !strcmp(name, "title") || !strcmp(name, "capitalize")) {
+        Buf b = {0};
+        put(r, &b, "", 0);
+        put_str(r, &b, v);
+        const Val s = buf_val(&b);
+        return case_map(r, &s, name[0] == 'u' ? 0 : name[0] == 'l' ? 1 : name[0] == 't' ? 2 : 3);
+    }
+    if (!strcmp(name, "default") || !strcmp(name, "d")) {
+        const Val *boolean = arg(a, 1, "boolean");
+        const int replace_it = v->k == V_UNDEF || (boolean && truthy(boolean) && !truthy(v));
+        return replace_it ? (a0 ? *a0 : str_val("", 0)) : *v;
+    }
+    if (!strcmp(name, "string")) {
+        Buf b = {0};
+        put(r, &b, "", 0);
+        put_str(r, &b, v);
+        return buf_val(&b);
+    }
+    if (!strcmp(name, "int")) {
+        if (v->k == V_FLOAT) return int_val((long long)v->f);
+        if (v->k == V_STR) return int_val(strtoll(v->s, NULL, 10));
+        return is_num(v) ? int_val(v->i) : int_val(0);
+    }
+    if (!strcmp(name, "list")) {
+        List l = items_of(r, v, line);
+        Val out = list_val(r, l.n);
+        memcpy(out.list->items, l.items, l.n * sizeof *l.items);
+        return out;
+    }
+    if (!strcmp(name, "items")) {
+        if (v->k != V_DICT) fail(r, line, "items of %s", kind_name(v));
+        return call_method(r, v, M_ITEMS, a, line);
+    }
+    if (!strcmp(name, "reverse")) {
+        if (v->k == V_STR) {
+            const Val parts[3] = {{.k = V_NONE}, {.k = V_NONE}, int_val(-1)};
+            return slice(r, v, parts, line);
+        }
+        List l = items_of(r, v, line);
+        Val out = list_val(r, l.n);
+        for (size_t k = 0; k < l.n; k++) out.list->items[k] = l.items[l.n - 1 - k];
+        return out;
+    }
+    if (!strcmp(name, "replace")) {
+        if (v->k != V_STR || !a0 || !arg(a, 1, NULL)) fail(r, line, "replace takes a string, the old and the new text");
+        const Val *count = arg(a, 2, "count");
+        return replace(r, v, a0, arg(a, 1, NULL), count ? need_int(r, count, "replace's count", line) : -1, line);
+    }
+    if (!strcmp(name, "abs")) return v->k == V_FLOAT ? (Val){.k = V_FLOAT, .f = fabs(v->f)} : int_val(llabs(v->i));
+    if (!strcmp(name, "safe")) return *v;
+    if (!strcmp(name, "selectattr") || !strcmp(name, "rejectattr") || !strcmp(name, "map")) {
+        List l = items_of(r, v, line);
+        Val out = list_val(r, l.n);
+        out.list->n = 0;
+        const Val *attr = !strcmp(name, "map") ? arg(a, 99, "attribute") : a0;
+        if (!attr || attr->k != V_STR) fail(r, line, "%s takes an attribute's name", name);
+        char *key = alloc(r, attr->n + 1);
+        memcpy(key, attr->s, attr->n);
+        for (size_t k = 0; k < l.n; k++) {
+            const Val got = attribute(r, &l.items[k], key, line);
+            if (name[0] == 'm') {
+                out.list->items[out.list->n++] = got;
+                continue;
+            }
+            Args rest = {.na = a->na > 2 ? a->na - 2 : 0};
+            for (size_t j = 0; j < rest.na; j++) rest.args[j] = a->args[j + 2];
+            const int pass = a->na > 1 ? test(r, need_str(r, &a->args[1], "the test's name", line), &got, &rest, line)
+                                       : truthy(&got);
+            if (pass == (name[0] == 's')) out.list->items[out.list->n++] = l.items[k];
+        }
+        return out;
+    }
+    fail(r, line, "the filter '%s' is no part of the template language", name);
+    return (Val){.k = V_NONE};
+}
+
+/* Jinja's test `name` of v. */
+static int test(Render *r, const char *name, const Val *v, const Args *a, int line) {
+    const Val *a0 = arg(a, 0, NULL);
+    if (!strcmp(name, "defined")) return v->k != V_UNDEF;
+    if (!strcmp(name, "undefined")) return v->k == V_UNDEF;
+    if (!strcmp(name, "none")) return v->k == V_NONE;
+    if (!strcmp(name, "string")) return v->k == V_STR;
+    if (!strcmp(name, "number")) return v->k == V_INT || v->k == V_FLOAT;
+    if (!strcmp(name, "integer")) return v->k == V_INT;
+    if (!strcmp(name, "float")) return v->k == V_FLOAT;
+    if (!strcmp(name, "boolean")) return v->k == V_BOOL;
+    if (!strcmp(name, "true")) return v->k == V_BOOL && v->i;
+    if (!strcmp(name, "false")) return v->k == V_BOOL && !v->i;
+    if (!strcmp(name, "mapping")) return v->k == V_DICT;
+    if (!strcmp(name, "sequence")) return v->k == V_LIST || v->k == V_STR || v->k == V_DICT;
+    if (!strcmp(name, "iterable")) return v->k == V_LIST || v->k == V_STR || v->k == V_DICT;
+    if (!strcmp(name, "callable")) return v->k == V_MACRO || v->k == V_METHOD || v->k == V_BUILTIN;
+    if (!strcmp(name, "even") || !strcmp(name, "odd")) return (int)(need_int(r, v, "even/odd's value", line) & 1) == (name[0] == 'o');
+    if (!strcmp(name, "divisibleby")) {
+        const long long d = need_int(r, a0, "divisibleby's divisor", line);
+        return d && need_int(r, v, "divisibleby's value", line) % d == 0;
+    }
+    if (!a0) fail(r, line, "the test '%s' takes a value to compare with", name);
+    if (!strcmp(name, "eq") || !strcmp(name, "equalto") || !strcmp(name, "==")) return equal(v, a0);
+    if (!strcmp(name, "ne") || !strcmp(name, "!=")) return !equal(v, a0);
+    if (!strcmp(name, "sameas")) return equal(v, a0) && v->k == a0->k;
+    if (!strcmp(name, "lt") || !strcmp(name, "lessthan")) return order(r, v, a0, line) < 0;
+    if (!strcmp(name, "le")) return order(r, v, a0, line) <= 0;
+    if (!strcmp(name, "gt") || !strcmp(name, "greaterthan")) return order(r, v, a0, line) > 0;
+    if (!strcmp(name, "ge")) return order(r, v, a0, line) >= 0;
+    if (!strcmp(name, "in")) {
+        List l = items_of(r, a0, line);
+        for (size_t k = 0; k < l.n; k++)
+            if (equal(v, &l.items[k])) return 1;
+        return 0;
+    }
+    fail(r, line, "the test '%s' is no part of the template language", name);
+    return 0;
+}
+
+static int contains(Render *r, const Val *hay, const Val *needle, int line) {
+    if (hay->k == V_STR) {
+        need_str(r, needle, "the left side of 'in' a string", line);
+        return find_bytes(hay->s, hay->n, needle->s, needle->n) != NULL;
+    }
+    if (hay->k == V_DICT || hay->k == V_NS)
+        return needle->k == V_STR && dict_find(hay->dict, needle->s, needle->n) != NULL;
+    List l = items_of(r, hay, line);
+    for (size_t k = 0; k < l.n; k++)
+        if (equal(needle, &l.items[k])) return 1;
+    return 0;
+}
+
+static Val arithmetic(Render *r, BinOp op, const Val *a, const Val *b, int line) {
+    if (op == OP_CONCAT) {
+        Buf out = {0};
+        put(r, &out, "", 0);
+        put_str(r, &out, a);
+        put_str(r, &out, b);
+        return buf_val(&out);
+    }
+    if (a->k == V_UNDEF || b->k == V_UNDEF)
+        fail(r, line, "'%s' is undefined, so it cannot be computed with", (a->k == V_UNDEF ? a : b)->s ? (a->k == V_UNDEF ? a : b)->s : "a value");
+    if (op == OP_ADD && a->k == V_STR && b->k == V_STR) {
+        char *s = alloc(r, a->n + b->n + 1);
+        memcpy(s, a->s, a->n);
+        memcpy(s + a->n, b->s, b->n);
+        return str_val(s, a->n + b->n);
+    }
+    if (op == OP_ADD && a->k == V_LIST && b->k == V_LIST) {
+        Val out = list_val(r, a->list->n + b->list->n);
+        memcpy(out.list->items, a->list->items, a->list->n * sizeof(Val));
+        memcpy(out.list->items + a->list->n, b->list->items, b->list->n * sizeof(Val));
+        return out;
+    }
+    if (op == OP_MUL && (a->k == V_STR || a->k == V_LIST) && (b->k == V_INT || b->k == V_BOOL)) {
+        Buf out = {0};
+        Val l = list_val(r, 0);
+        const long long times = b->i > 0 ? b->i : 0;
+        l.list->items = alloc(r, (a->k == V_LIST ? a->list->n * (size_t)times : 0) + 1);
+        put(r, &out, "", 0);
+        for (long long k = 0; k < times; k++) {
+            if (a->k == V_STR) put(r, &out, a->s, a->n);
+            else
+                for (size_t j = 0; j < a->list->n; j++) l.list->items[l.list->n++] = a->list->items[j];
+        }
+        return a->k == V_STR ? buf_val(&out) : l;
+    }
+    if (!is_num(a) || !is_num(b)) fail(r, line, "%s and %s cannot be computed with", kind_name(a), kind_name(b));
+    const int ints = a->k != V_FLOAT && b->k != V_FLOAT;
+    const double x = num(a), y = num(b);
+    switch (op) {
+    case OP_ADD: return ints ? int_val(a->i + b->i) : (Val){.k = V_FLOAT, .f = x + y};
+    case OP_SUB: return ints ? int_val(a->i - b->i) : (Val){.k = V_FLOAT, .f = x - y};
+    case OP_MUL: return ints ? int_val(a->i * b->i) : (Val){.k = V_FLOAT, .f = x * y};
+    case OP_DIV:
+        if (y == 0) fail(r, line, "division by zero");
+        return (Val){.k = V_FLOAT, .f = x / y};
+    case OP_FLOORDIV: case OP_MOD:
+        if (y == 0) fail(r, line, "division by zero");
+        if (ints) {
+            long long q = a->i / b->i, m = a->i % b->i;
+            if (m && ((m < 0) != (b->i < 0))) q--, m += b->i; /* Python floors */
+            return int_val(op == OP_MOD ? m : q);
+        } else {
+            const double q = floor(x / y);
+            return (Val){.k = V_FLOAT, .f = op == OP_MOD ? x - q * y : q};
+        }
+    case OP_POW:
+        if (ints && b->i >= 0) {
+            long long p = 1;
+            for (long long k = 0; k < b->i; k++) p *= a->i;
+            return int_val(p);
+        }
+        return (Val){.k = V_FLOAT, .f = pow(x, y)};
+    default: return (Val){.k = V_NONE};
+    }
+}
+
+static Val eval(Render *r, const Expr *e, Frame *f) {
+    switch (e->kind) {
+    case E_STR: return str_val(e->s, e->n);
+    case E_INT: return int_val(e->i);
+    case E_FLOAT: return (Val){.k = V_FLOAT, .f = e->f};
+    case E_BOOL: return bool_val((int)e->i);
+    case E_NONE: return (Val){.k = V_NONE};
+    case E_NAME: return lookup(f, e->s);
+    case E_ATTR: {
+        const Val obj = eval(r, e->a, f);
+        return attribute(r, &obj, e->s, e->line);
+    }
+    case E_ITEM: {
+        const Val obj = eval(r, e->a, f), key = eval(r, e->b, f);
+        return item(r, &obj, &key, e->line);
+    }
+    case E_SLICE: {
+        const Val obj = eval(r, e->a, f);
+        Val parts[3];
+        for (int k = 0; k < 3; k++) parts[k] = e->args[k] ? eval(r, e->args[k], f) : (Val){.k = V_NONE};
+        return slice(r, &obj, parts, e->line);
+    }
+    case E_CALL: {
+        const Val fn = eval(r, e->a, f);
+        Args a;
+        eval_args(r, e, f, &a, 0);
+        return call(r, &fn, &a, e->line);
+    }
+    case E_FILTER: {
+        const Val v = eval(r, e->a, f);
+        Args a;
+        eval_args(r, e, f, &a, 0);
+        return filter(r, e->s, &v, &a, f, e->line);
+    }
+    case E_TEST: {
+        const Val v = eval(r, e->a, f);
+        Args a;
+        eval_args(r, e, f, &a, 0);
+        return bool_val(test(r, e->s, &v, &a, e->line) != e->negate);
+    }
+    case E_NEG: case E_POS: {
+        const Val v = eval(r, e->a, f);
+        if (!is_num(&v)) fail(r, e->line, "a sign before %s", kind_name(&v));
+        if (e->kind == E_POS) return v.k == V_BOOL ? int_val(v.i) : v;
+        return v.k == V_FLOAT ? (Val){.k = V_FLOAT, .f = -v.f} : int_val(-v.i);
+    }
+    case E_NOT: {
+        const Val v = eval(r, e->a, f);
+        return bool_val(!truthy(&v));
+    }
+    case E_AND: case E_OR: { /* Python's: the deciding operand itself */
+        const Val a = eval(r, e->a, f);
+        if (truthy(&a) == (e->kind == E_OR)) return a;
+        return eval(r, e->b, f);
+    }
+    case E_COND: {
+        const Val c = eval(r, e->a, f);
+        if (truthy(&c)) return eval(r, e->b, f);
+        return e->c ? eval(r, e->c, f) : undef("the else of a conditional");
+    }
+    case E_BIN: {
+        const Val a = eval(r, e->a, f), b = eval(r, e->b, f);
+        switch (e->op) {
+        case OP_EQ: return bool_val(equal(&a, &b));
+        case OP_NE: return bool_val(!equal(&a, &b));
+        case OP_LT: return bool_val(order(r, &a, &b, e->line) < 0);
+        case OP_LE: return bool_val(order(r, &a, &b, e->line) <= 0);
+        case OP_GT: return bool_val(order(r, &a, &b, e->line) > 0);
+        case OP_GE: return bool_val(order(r, &a, &b, e->line) >= 0);
+        case OP_IN: return bool_val(contains(r, &b, &a, e->line));
+        case OP_NOT_IN: return bool_val(!contains(r, &b, &a, e->line));
+        default: return arithmetic(r, e->op, &a, &b, e->line);
+        }
+    }
+    case E_LIST: {
+        Val out = list_val(r, e->nargs);
+        for (size_t k = 0; k < e->nargs; k++) out.list->items[k] = eval(r, e->args[k], f);
+        return out;
+    }
+    case E_DICT: {
+        Val out = dict_val(r, V_DICT);
+        for (size_t k = 0; k < e->nargs; k++) {
+            const Val key = eval(r, e->args[k], f);
+            need_str(r, &key, "a dict's key", e->line);
+            dict_set(r, out.dict, key.s, key.n, eval(r, e->kwargs[k], f));
+        }
+        return out;
+    }
+    }
+    return (Val){.k = V_NONE};
+}
+
+/* ---- statements ---- */
+
+static void exec_for(Render *r, const Stmt *s, Frame *f, Buf *out) {
+    const Val seq = eval(r, s->e, f);
+    if (seq.k == V_NONE) fail(r, s->line, "a for loop over none");
+    List all = items_of(r, &seq, s->line);
+    /* the loop's filter runs first: loop.length and loop.last count what passes it */
+    List l = {.items = alloc(r, (all.n + 1) * sizeof(Val))};
+    for (size_t k = 0; k < all.n; k++) {
+        if (s->filter) {
+            Frame g = {.parent = f};
+            dict_set(r, &g.vars, s->names[0], strlen(s->names[0]), all.items[k]);
+            const Val keep = eval(r, s->filter, &g);
+            if (!truthy(&keep)) continue;
+        }
+        l.items[l.n++] = all.items[k];
+    }
+    for (size_t k = 0; k < l.n; k++) {
+        Frame g = {.parent = f};
+        if (s->nnames == 1) {
+            dict_set(r, &g.vars, s->names[0], strlen(s->names[0]), l.items[k]);
+        } else {
+            const Val *pair = &l.items[k];
+            if (pair->k != V_LIST || pair->list->n != s->nnames)
+                fail(r, s->line, "a for loop of %zu names over an item that is not %zu values", s->nnames, s->nnames);
+            for (size_t j = 0; j < s->nnames; j++)
+                dict_set(r, &g.vars, s->names[j], strlen(s->names[j]), pair->list->items[j]);
+        }
+        Val loop = dict_val(r, V_DICT);
+        const long long n = (long long)l.n, i = (long long)k;
+        dict_set(r, loop.dict, "index", 5, int_val(i + 1));
+        dict_set(r, loop.dict, "index0", 6, int_val(i));
+        dict_set(r, loop.dict, "revindex", 8, int_val(n - i));
+        dict_set(r, loop.dict, "revindex0", 9, int_val(n - i - 1));
+        dict_set(r, loop.dict, "first", 5, bool_val(i == 0));
+        dict_set(r, loop.dict, "last", 4, bool_val(i == n - 1));
+        dict_set(r, loop.dict, "length", 6, int_val(n));
+        dict_set(r, loop.dict, "depth", 5, int_val(1));
+        dict_set(r, loop.dict, "depth0", 6, int_val(0));
+        dict_set(r, loop.dict, "previtem", 8, k ? l.items[k - 1] : undef("loop.previtem"));
+        dict_set(r, loop.dict, "nextitem", 8, k + 1 < l.n ? l.items[k + 1] : undef("loop.nextitem"));
+        dict_set(r, &g.vars, "loop", 4, loop);
+        exec_body(r, &s->body, &g, out);
+        const int stop = r->stop;
+        r->stop = 0;
+        if (stop == 1) break;
+    }
+    if (!l.n) exec_body(r, &s->orelse, f, out);
+}
+
+static void exec_body(Render *r, const Body *body, Frame *f, Buf *out) {
+    for (size_t k = 0; k < body->n && !r->stop; k++) {
+        const Stmt *s = body->items[k];
+        switch (s->kind) {
+        case S_TEXT: put(r, out, s->text, s->n); break;
+        case S_OUT: {
+            const Val v = eval(r, s->e, f);
+            put_str(r, out, &v);
+            break;
+        }
+        case S_IF: {
+            const Val c = eval(r, s->e, f);
+            exec_body(r, truthy(&c) ? &s->body : &s->orelse, f, out);
+            break;
+        }
+        case S_FOR: exec_for(r, s, f, out); break;
+        case S_SET: {
+            const Val v = eval(r, s->e, f);
+            if (s->attr) {
+                const Val ns = lookup(f, s->names[0]);
+                if (ns.k != V_NS) fail(r, s->line, "set %s.%s: only a namespace's attributes can be set", s->names[0], s->attr);
+                dict_set(r, ns.dict, s->attr, strlen(s->attr), v);
+            } else {
+                dict_set(r, &f->vars, s->names[0], strlen(s->names[0]), v);
+            }
+            break;
+        }
+        case S_SET_BLOCK: {
+            Buf b = {0};
+            put(r, &b, "", 0);
+            exec_body(r, &s->body, f, &b);
+            dict_set(r, &f->vars, s->names[0], strlen(s->names[0]), buf_val(&b));
+            break;
+        }
+        case S_MACRO:
+            dict_set(r, &f->vars, s->names[0], strlen(s->names[0]), (Val){.k = V_MACRO, .macro = s});
+            break;
+        case S_BREAK: r->stop = 1; break;
+        case S_CONTINUE: r->stop = 2; break;
+        case S_BODY: exec_body(r, &s->body, f, out); break;
+        }
+    }
+}
+
+char *chat_template_render(const ChatTemplate *t, const JsonValue *messages, int add_generation_prompt,
+                           const ChatTemplateVar *vars, size_t num_vars, size_t *len, char *err) {
+    /* on the heap: what the render changes after setjmp is read again after a longjmp */
+    Render *volatile r = calloc(1, sizeof *r);
+    Frame *volatile root = calloc(1, sizeof *root);
+    char *volatile text = NULL;
+    if (!r || !root) {
+        free(root);
+        free(r);
+        snprintf(err, ERR_LEN, "out of memory rendering the chat template");
+        return NULL;
+    }
+    r->err = err;
+    r->root = root;
+    JsonValue *volatile parsed[16] = {NULL};
+    if (setjmp(r->fail) == 0) {
+        if (num_vars > 16) fail(r, 0, "more than 16 variables");
+        dict_set(r, &root->vars, "messages", 8, from_json(r, messages));
+        dict_set(r, &root->vars, "add_generation_prompt", 21, bool_val(add_generation_prompt));
+        dict_set(r, &root->vars, "tools", 5, (Val){.k = V_NONE});
+        dict_set(r, &root->vars, "documents", 9, (Val){.k = V_NONE});
+        for (size_t k = 0; k < num_vars; k++) {
+            char why[ERR_LEN];
+            if (!(parsed[k] = json_parse(vars[k].json, strlen(vars[k].json), vars[k].name, why)))
+                fail(r, 0, "the variable %s: %s", vars[k].name, why);
+            dict_set(r, &root->vars, vars[k].name, strlen(vars[k].name), from_json(r, parsed[k]));
+        }
+        Buf out = {0};
+        put(r, &out, "", 0);
+        exec_body(r, &t->body, root, &out);
+        if ((text = malloc(out.n + 1))) {
+            memcpy(text, out.s, out.n + 1);
+            *len = out.n;
+        } else {
+            snprintf(err, ERR_LEN, "out of memory rendering the chat template");
+        }
+    }
+    for (size_t k = 0; k < 16; k++) json_free(parsed[k]);
+    arena_free(&r->arena);
+    free(root);
+    free(r);
+    return text;
+}
