@@ -2,13 +2,20 @@
  * into shards whose prompt tokens carry no loss (SHARD_LOSS_MASK) and whose examples are documents
  * (SHARD_DOCUMENTS), for supervised fine-tuning.
  *
- * Each line of each file is an object with a "prompt" and a "completion" string (other keys are
- * passed over). An example is tokenized as TRL's SFTTrainer tokenizes a prompt-completion pair
- * with completion_only_loss: the completion gets the tokenizer's eos_token appended unless it ends
- * with it, tokenizer(prompt + completion) gives the ids, and the first len(tokenizer(prompt)) of
- * them are the prompt's, no target. Examples follow each other in the shard, each one's first token
- * marked: training packs them into windows, and each runs as if alone (its own positions, no
- * attention across examples). The last --val-fraction of them (at least one) go to validation. */
+ * Each line of each file is an object (other keys are passed over) of one of TRL's SFT formats,
+ * tokenized as TRL's SFTTrainer tokenizes it with completion_only_loss:
+ * - "prompt" and "completion" strings: the completion gets the tokenizer's eos_token appended
+ *   unless it ends with it, tokenizer(prompt + completion) gives the ids, and the first
+ *   len(tokenizer(prompt)) of them are the prompt's, no target;
+ * - "prompt" and "completion" lists of messages ({"role", "content"}): the model's chat template
+ *   renders the prompt with the generation prompt and the whole conversation without, each is
+ *   tokenized as apply_chat_template tokenizes (no post-processor tokens), and the first as many
+ *   ids as the prompt's are no target; a line's "tools" and "chat_template_kwargs" go to the
+ *   template;
+ * - "messages", a list of messages: the rendered conversation, every token a target.
+ * Examples follow each other in the shard, each one's first token marked: training packs them into
+ * windows, and each runs as if alone (its own positions, no attention across examples). The last
+ * --val-fraction of them (at least one) go to validation. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +26,7 @@
 #include "common/paths.h"
 #include "data/prepare_internal.h"
 #include "data/shard.h"
+#include "tokenizer/chat_template.h"
 
 /* The examples' ids, one after another, the prompt's with SHARD_NO_LOSS, each example's first with
  * SHARD_DOC_START; where each example starts. */
@@ -31,7 +39,21 @@ typedef struct {
     uint64_t prompt_ids, completion_ids;
     uint64_t stray;              /* a file's bytes outside UTF-8 in the examples' strings */
     size_t first_stray_line;     /* the line of the first */
+    uint64_t conversations;      /* examples rendered by the chat template */
 } PairIds;
+
+/* The model's chat template and what it sees besides a conversation, read at the first line that
+ * needs it. */
+typedef struct {
+    const Tokenizer *tok;
+    const char *tokenizer_path;
+    int loaded;
+    ChatTemplate *template;
+    JsonValue *config;         /* tokenizer_config.json, whose special tokens the template sees */
+    ChatTemplateVar vars[8];   /* bos_token, eos_token, ... as transformers' special_tokens_map */
+    size_t num_vars;
+    char source[64];           /* where the template came from, for the summary */
+} Chat;
 
 /* 1 when text is one special token of tok: one id with special tokens recognised, and not the
  * same id as plain text (a word of the vocabulary is no end token: TRL's eos is a special token). */
@@ -91,6 +113,164 @@ static char *eos_text(const Tokenizer *tok, int *named, char *err) {
     return text;
 }
 
+/* The chat template: tokenizer_config.json's chat_template (a string, or the one named "default" of
+ * a list), else chat_template.jinja beside the tokenizer, as transformers finds it. 0, or -1 +
+ * message naming what is missing and the fix. */
+static int load_chat(Chat *c, const char *where, char *err) {
+    if (c->loaded) return c->template ? 0 : -1;
+    c->loaded = 1;
+    char terr[ERR_LEN];
+    char *config = tokenizer_has_hf_config(c->tok) ? tokenizer_hf_config_json(c->tok, 0, terr) : NULL;
+    if (config) c->config = json_parse(config, strlen(config), "the tokenizer_config.json beside the tokenizer", terr);
+    free(config);
+    const JsonValue *tpl = c->config ? json_get(c->config, "chat_template") : NULL;
+    if (tpl && tpl->type == JSON_ARRAY) { /* [{"name": "default", "template": "..."}, ...] */
+        const JsonValue *found = NULL;
+        for (size_t k = 0; k < tpl->len && !found; k++)
+            if (json_string(json_get(&tpl->items[k], "name")) && !strcmp(json_string(json_get(&tpl->items[k], "name")), "default"))
+                found = json_get(&tpl->items[k], "template");
+        tpl = found;
+    }
+    if (tpl && json_string(tpl)) {
+        c->template = chat_template_parse(tpl->string, tpl->len, terr);
+        snprintf(c->source, sizeof c->source, "tokenizer_config.json");
+    } else {
+        char path[FGPT_PATH_LEN];
+        const char *slash = c->tokenizer_path ? strrchr(c->tokenizer_path, '/') : NULL;
+        const int dir = slash ? (int)(slash - c->tokenizer_path) : 1;
+        size_t len = 0;
+        char *text = NULL;
+        if (path_format(path, "%.*s/chat_template.jinja", dir, slash ? c->tokenizer_path : ".") == 0) {
+            FILE *f = fopen(path, "rb");
+            if (f) {
+                text = read_stream_whole(f, &len);
+                fclose(f);
+            }
+        }
+        if (!text) {
+            fgpt_set_err(err, "%s holds a conversation, which the model's chat template renders, but the tokenizer has "
+                         "none: put the model's tokenizer_config.json (with its chat_template) or chat_template.jinja "
+                         "beside the tokenizer.json", where);
+            return -1;
+        }
+        c->template = chat_template_parse(text, len, terr);
+        snprintf(c->source, sizeof c->source, "chat_template.jinja");
+        free(text);
+    }
+    if (!c->template) {
+        fgpt_set_err(err, "the model's chat template (%s beside the tokenizer) cannot be rendered here: %s",
+                     c->source, terr);
+        return -1;
+    }
+    static const char *const SPECIAL[] = {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
+                                          "mask_token"};
+    for (size_t k = 0; c->config && k < sizeof SPECIAL / sizeof SPECIAL[0]; k++) {
+        const JsonValue *v = json_get(c->config, SPECIAL[k]);
+        if (v && v->type == JSON_OBJECT) v = json_get(v, "content");
+        if (v && v->type == JSON_STRING) c->vars[c->num_vars++] = (ChatTemplateVar){SPECIAL[k], v};
+    }
+    return 0;
+}
+
+static void free_chat(Chat *c) {
+    chat_template_free(c->template);
+    json_free(c->config);
+}
+
+/* Appends ids[0..n) as one example whose first `masked` ids are no target. */
+static int append_example(PairIds *p, const uint32_t *ids, size_t n, size_t masked, char *err) {
+    if (grow_array((void **)&p->ids, &p->cap, p->n + n, sizeof *p->ids) != 0 ||
+        grow_array((void **)&p->starts, &p->starts_cap, p->examples + 2, sizeof *p->starts) != 0) {
+        fgpt_set_err(err, "out of memory for the ids of %zu examples; prepare fewer at a time", p->examples + 1);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) p->ids[p->n + i] = ids[i] | (i < masked ? SHARD_NO_LOSS : 0) | (i == 0 ? SHARD_DOC_START : 0);
+    p->starts[p->examples++] = p->n;
+    p->n += n;
+    p->starts[p->examples] = p->n;
+    p->prompt_ids += masked, p->completion_ids += n - masked;
+    return 0;
+}
+
+/* The text of messages rendered by the chat template with the line's tools and
+ * chat_template_kwargs, its ids into *ids (malloc'ed, *n). 0, or -1 + message. */
+static int render_ids(Chat *c, const JsonValue *line, const JsonValue *messages, int generation_prompt,
+                      const char *where, PairIds *p, size_t line_no, uint32_t **ids, size_t *n, char *err) {
+    ChatTemplateVar vars[8 + 32];
+    size_t nv = c->num_vars;
+    memcpy(vars, c->vars, nv * sizeof *vars);
+    const JsonValue *tools = json_get(line, "tools"), *kwargs = json_get(line, "chat_template_kwargs");
+    JsonValue *parsed_tools = NULL;
+    char terr[ERR_LEN];
+    if (tools && tools->type == JSON_STRING) /* TRL takes a JSON text too */
+        tools = parsed_tools = json_parse(tools->string, tools->len, "its \"tools\"", terr);
+    if (tools && tools->type != JSON_NULL) vars[nv++] = (ChatTemplateVar){"tools", tools};
+    if (kwargs && kwargs->type == JSON_OBJECT)
+        for (size_t k = 0; k < kwargs->len && nv < sizeof vars / sizeof vars[0]; k++)
+            vars[nv++] = (ChatTemplateVar){kwargs->members[k].key, &kwargs->members[k].value};
+    size_t len = 0;
+    char *text = chat_template_render(c->template, messages, generation_prompt, vars, nv, &len, terr);
+    json_free(parsed_tools);
+    if (!text) {
+        fgpt_set_err(err, "%s: the chat template does not render it: %s", where, terr);
+        return -1;
+    }
+    uint64_t stray = 0, first = 0;
+    if (prepare_check_file_text(c->tok, where, text, len, 0, &stray, &first, err) != 0) {
+        free(text);
+        return -1;
+    }
+    if (stray && !p->stray) p->first_stray_line = line_no;
+    p->stray += stray;
+    *ids = tokenizer_encode_alloc(c->tok, text, len, TOKENIZER_SPECIALS | TOKENIZER_NO_POST, n);
+    free(text);
+    if (!*ids) fgpt_set_err(err, "out of memory encoding %s", where);
+    return *ids ? 0 : -1;
+}
+
+/* Whether v is a list of message objects, each with a "role" string. */
+static int is_messages(const JsonValue *v) {
+    if (!v || v->type != JSON_ARRAY) return 0;
+    for (size_t k = 0; k < v->len; k++)
+        if (v->items[k].type != JSON_OBJECT || !json_string(json_get(&v->items[k], "role"))) return 0;
+    return 1;
+}
+
+/* One line of a conversational format: prompt and completion messages, or messages alone. */
+static int add_conversation(PairIds *p, Chat *c, const JsonValue *line, const char *where, size_t line_no,
+                            char *err) {
+    const JsonValue *prompt = json_get(line, "prompt"), *completion = json_get(line, "completion");
+    const JsonValue *messages = json_get(line, "messages");
+    if (load_chat(c, where, err) != 0) return -1;
+    uint32_t *whole = NULL, *head = NULL;
+    size_t n_whole = 0, n_head = 0;
+    int rc;
+    if (messages) {
+        rc = render_ids(c, line, messages, 0, where, p, line_no, &whole, &n_whole, err);
+    } else {
+        JsonValue both = {.type = JSON_ARRAY, .len = prompt->len + completion->len};
+        both.items = malloc((both.len + 1) * sizeof *both.items);
+        if (!both.items) {
+            fgpt_set_err(err, "out of memory");
+            return -1;
+        }
+        memcpy(both.items, prompt->items, prompt->len * sizeof *both.items);
+        memcpy(both.items + prompt->len, completion->items, completion->len * sizeof *both.items);
+        rc = render_ids(c, line, prompt, 1, where, p, line_no, &head, &n_head, err);
+        if (rc == 0) rc = render_ids(c, line, &both, 0, where, p, line_no, &whole, &n_whole, err);
+        free(both.items);
+    }
+    if (rc == 0) {
+        const size_t masked = n_head < n_whole ? n_head : n_whole;
+        if (head) p->mismatched += masked != n_head || memcmp(head, whole, masked * sizeof *whole) != 0;
+        rc = append_example(p, whole, n_whole, masked, err);
+        p->conversations++;
+    }
+    free(head);
+    free(whole);
+    return rc;
+}
+
 static int ends_with(const char *s, size_t n, const char *tail) {
     const size_t k = strlen(tail);
     return n >= k && memcmp(s + n - k, tail, k) == 0;
@@ -121,20 +301,12 @@ static int add_example(PairIds *p, const Tokenizer *tok, const JsonValue *prompt
         ids_whole = tokenizer_encode_alloc(tok, text, len, TOKENIZER_SPECIALS, &n_whole);
     }
     int rc = -1;
-    if (!text || !ids_prompt || !ids_whole ||
-        grow_array((void **)&p->ids, &p->cap, p->n + n_whole, sizeof *p->ids) != 0 ||
-        grow_array((void **)&p->starts, &p->starts_cap, p->examples + 2, sizeof *p->starts) != 0) {
+    if (!text || !ids_prompt || !ids_whole) {
         fgpt_set_err(err, "out of memory for the ids of %zu examples; prepare fewer at a time", p->examples + 1);
     } else {
         const size_t masked = n_prompt < n_whole ? n_prompt : n_whole;
         p->mismatched += masked != n_prompt || memcmp(ids_prompt, ids_whole, masked * sizeof *ids_whole) != 0;
-        for (size_t i = 0; i < n_whole; i++)
-            p->ids[p->n + i] = ids_whole[i] | (i < masked ? SHARD_NO_LOSS : 0) | (i == 0 ? SHARD_DOC_START : 0);
-        p->starts[p->examples++] = p->n;
-        p->n += n_whole;
-        p->starts[p->examples] = p->n;
-        p->prompt_ids += masked, p->completion_ids += n_whole - masked;
-        rc = 0;
+        rc = append_example(p, ids_whole, n_whole, masked, err);
     }
     free(ids_whole);
     free(ids_prompt);
@@ -150,12 +322,36 @@ static const JsonValue *pair_string(const JsonValue *v, const char *key, const c
     if (s) snprintf(what, sizeof what, "\"%s\" is %s, not a string", key, json_type_name(s->type));
     else snprintf(what, sizeof what, "no \"%s\"", key);
     fgpt_set_err(err, "%s line %zu: %s (each line of --prompt-completion is an object {\"prompt\": \"...\", "
-                 "\"completion\": \"...\"})", path, line, what);
+                 "\"completion\": \"...\"}, the two as lists of {\"role\", \"content\"} messages, or "
+                 "{\"messages\": [...]})", path, line, what);
     return NULL;
 }
 
+/* Whether line v is of a conversational format: 1 with *rc 0 when it is one whole, 1 with *rc -1
+ * and a message when it is one in part (a list of messages beside a string), 0 when it is not. */
+static int conversational(const JsonValue *v, const char *path, size_t line, int *rc, char *err) {
+    const JsonValue *prompt = json_get(v, "prompt"), *completion = json_get(v, "completion");
+    const JsonValue *messages = json_get(v, "messages");
+    *rc = 0;
+    if (messages && !prompt) {
+        if (is_messages(messages)) return 1;
+        fgpt_set_err(err, "%s line %zu: \"messages\" is not a list of {\"role\", \"content\"} messages", path, line);
+        *rc = -1;
+        return 1;
+    }
+    const int listed = (prompt && prompt->type == JSON_ARRAY) + (completion && completion->type == JSON_ARRAY);
+    if (!listed) return 0;
+    if (listed == 2 && is_messages(prompt) && is_messages(completion)) return 1;
+    fgpt_set_err(err, "%s line %zu: give \"prompt\" and \"completion\" both as strings, or both as lists of "
+                 "{\"role\", \"content\"} messages", path, line);
+    *rc = -1;
+    return 1;
+}
+
 /* Every example of one file, line by line (blank lines passed over). */
-static int read_pairs(const char *path, const Tokenizer *tok, const char *eos, PairIds *p, char *err) {
+/* (*eos: the text completions end with, found at the first pair of strings.) */
+static int read_pairs(const char *path, const Tokenizer *tok, char **eos, int *eos_named, Chat *chat, PairIds *p,
+                      char *err) {
     FILE *f = prepare_open_text(path, err);
     if (!f) return -1;
     size_t len;
@@ -184,9 +380,14 @@ static int read_pairs(const char *path, const Tokenizer *tok, const char *eos, P
             else if (v->type != JSON_OBJECT)
                 fgpt_set_err(err, "%s line %zu is %s, not an object {\"prompt\": \"...\", \"completion\": \"...\"}", path,
                              line, json_type_name(v->type));
-            else if ((prompt = pair_string(v, "prompt", path, line, err)) &&
-                     (completion = pair_string(v, "completion", path, line, err)))
-                rc = add_example(p, tok, prompt, completion, eos, what, line, err);
+            else if (conversational(v, path, line, &rc, err)) {
+                if (rc == 0) rc = add_conversation(p, chat, v, what, line, err);
+                prompt = completion = v; /* read */
+            } else if ((prompt = pair_string(v, "prompt", path, line, err)) &&
+                       (completion = pair_string(v, "completion", path, line, err))) {
+                if (!*eos && !(*eos = eos_text(tok, eos_named, err))) rc = -1;
+                else rc = add_example(p, tok, prompt, completion, *eos, what, line, err);
+            }
             if (!prompt || !completion) rc = -1;
             json_free(v);
         }
@@ -204,11 +405,11 @@ int prepare_pairs(const char *const *files, int n_files, const PrepareOptions *o
                   const char *out_dir, PreparedData *out, char *err) {
     memset(out, 0, sizeof *out);
     PairIds p = {0};
-    int eos_named = 0;
-    char *eos = eos_text(tok, &eos_named, err);
-    int rc = eos ? 0 : -1;
+    Chat chat = {.tok = tok, .tokenizer_path = opt->tokenizer_in};
+    int eos_named = 0, rc = 0;
+    char *eos = NULL;
     const double t0 = prepare_seconds();
-    for (int f = 0; rc == 0 && f < n_files; f++) rc = read_pairs(files[f], tok, eos, &p, err);
+    for (int f = 0; rc == 0 && f < n_files; f++) rc = read_pairs(files[f], tok, &eos, &eos_named, &chat, &p, err);
     if (rc == 0 && p.examples < 2)
         fgpt_set_err(err, "%zu prompt-completion example(s) in all: training and validation need one each at least "
                      "(give more examples)", p.examples), rc = -1;
@@ -239,11 +440,18 @@ int prepare_pairs(const char *const *files, int n_files, const PrepareOptions *o
     if (rc == 0) rc = shard_write_flagged(set.val_new, p.ids + cut, p.n - cut, V, fp, flags, err);
     rc = prepare_end_set(&set, rc, tok, err);
     if (rc == 0) {
-        fprintf(stderr, "prepare: %zu train + %zu validation examples, %llu prompt + %llu completion tokens (each "
-                "completion ends with %s) in %.1f s -> %s\n", p.examples - val, val,
-                (unsigned long long)p.prompt_ids, (unsigned long long)p.completion_ids, eos, prepare_seconds() - t0,
-                out_dir);
-        if (!eos_named && tokenizer_is_imported(tok))
+        char ends[160];
+        if (p.conversations == p.examples)
+            snprintf(ends, sizeof ends, "rendered by the chat template of %s", chat.source);
+        else if (p.conversations)
+            snprintf(ends, sizeof ends, "%llu rendered by the chat template of %s, the others' completions ending "
+                     "with %s", (unsigned long long)p.conversations, chat.source, eos);
+        else
+            snprintf(ends, sizeof ends, "each completion ends with %s", eos);
+        fprintf(stderr, "prepare: %zu train + %zu validation examples, %llu prompt + %llu completion tokens (%s) in "
+                "%.1f s -> %s\n", p.examples - val, val, (unsigned long long)p.prompt_ids,
+                (unsigned long long)p.completion_ids, ends, prepare_seconds() - t0, out_dir);
+        if (!eos_named && tokenizer_is_imported(tok) && p.conversations < p.examples)
             fprintf(stderr, "prepare: note: %s, so each completion ends with the document separator %s (put the "
                     "model's tokenizer_config.json beside the tokenizer.json to end them with its eos_token)\n",
                     tokenizer_has_hf_config(tok) ? "the tokenizer_config.json beside the tokenizer names no eos_token"
@@ -251,10 +459,12 @@ int prepare_pairs(const char *const *files, int n_files, const PrepareOptions *o
                     eos);
         if (p.mismatched)
             fprintf(stderr, "prepare: note: in %llu example(s) the prompt's ids are not the start of the whole's (the "
-                    "tokenizer merged across the join): as TRL does, the first as many ids as the prompt has are "
-                    "its, no target\n", (unsigned long long)p.mismatched);
+                    "tokenizer merged across the join%s): as TRL does, the first as many ids as the prompt has are "
+                    "its, no target\n", (unsigned long long)p.mismatched,
+                    p.conversations ? ", or the chat template renders a prompt alone otherwise than in the whole" : "");
     }
 done:
+    free_chat(&chat);
     free(p.starts);
     free(p.ids);
     free(eos);

@@ -30,13 +30,20 @@ TEST(chat_templates_render_as_transformers_renders_them) {
         const JsonValue *c = &cases->items[i], *tpl = json_get(c, "template"), *vars = json_get(c, "vars");
         const JsonValue *want = json_get(c, "text");
         ChatTemplateVar v[16];
+        JsonValue *parsed[16] = {NULL};
         size_t nv = 0;
-        for (size_t k = 0; vars && k < vars->len && nv < 16; k++)
-            v[nv++] = (ChatTemplateVar){vars->members[k].key, json_string(&vars->members[k].value)};
+        for (size_t k = 0; vars && k < vars->len && nv < 16; k++) { /* each a JSON text */
+            const JsonValue *text = &vars->members[k].value;
+            parsed[nv] = json_parse(text->string, text->len, vars->members[k].key, err);
+            REQUIRE(parsed[nv], "%s", err);
+            v[nv] = (ChatTemplateVar){vars->members[k].key, parsed[nv]};
+            nv++;
+        }
         ChatTemplate *t = chat_template_parse(tpl->string, tpl->len, err);
         if (!t) {
             CHECK(0, "case %zu (%s): not read: %s", i, json_string(json_get(c, "name")), err);
             wrong++;
+            for (size_t k = 0; k < nv; k++) json_free(parsed[k]);
             continue;
         }
         size_t len = 0;
@@ -58,6 +65,7 @@ TEST(chat_templates_render_as_transformers_renders_them) {
         }
         free(got);
         chat_template_free(t);
+        for (size_t k = 0; k < nv; k++) json_free(parsed[k]);
     }
     CHECK(wrong == 0, "%d of %zu cases differ", wrong, cases->len);
     CHECK(refused > 0, "no case where transformers raised was refused");

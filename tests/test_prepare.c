@@ -15,6 +15,7 @@
 
 #include "data/corpus.h"
 #include "common/err.h"
+#include "common/json.h"
 #include "common/paths.h"
 #include "data/prepare.h"
 #include "data/shard.h"
@@ -1351,6 +1352,106 @@ TEST(prepare_shard_tokens_flags_are_checked) {
     const char *corpus[] = {"prepare", "--default-corpus", "--shard-tokens", "4096"};
     CHECK(run_prepare(4, corpus) == 2, "--shard-tokens with --default-corpus is a command-line error");
     CHECK(access(out, F_OK) != 0, "nothing was made");
+}
+
+/* A shard's stored tokens, marks kept (NULL after a failed check). */
+static uint32_t *shard_words(const char *path, uint64_t *n) {
+    char err[ERR_LEN];
+    uint32_t *tokens = NULL;
+    ShardHeader h;
+    if (shard_read(path, UINT32_MAX, &tokens, n, &h, err) != 0) CHECK(0, "%s", err);
+    return tokens;
+}
+
+/* Conversations (TRL's conversational prompt-completion lines, with tools and chat_template_kwargs,
+ * and a line of messages alone) through three tokenizers, each beside a tokenizer_config.json whose
+ * chat template renders them: the shards hold the ids and marks that transformers' apply_chat_template
+ * and TRL's rule give (tests/fixtures/chat_pairs.json, from dev/check/chat_pairs_check.py). Without
+ * a chat template the line is refused, naming the fix. */
+TEST(prepare_prompt_completion_renders_conversations_with_the_chat_template_as_trl_tokenizes_them) {
+    size_t len;
+    char *text = read_file("tests/fixtures/chat_pairs.json", &len), err[ERR_LEN];
+    REQUIRE(text, "tests/fixtures/chat_pairs.json is missing");
+    JsonValue *sets = json_parse(text, len, "chat_pairs.json", err);
+    REQUIRE(sets && sets->type == JSON_ARRAY && sets->len == 3, "%s", err);
+    for (size_t k = 0; k < sets->len; k++) {
+        const JsonValue *set = &sets->items[k], *lines = json_get(set, "lines");
+        const char *name = json_string(json_get(set, "tokenizer"));
+        char dir[1100], path[1200], fixture[300], out[1200];
+        snprintf(dir, sizeof dir, "%s/chat_%s", test_tmpdir(), name);
+        REQUIRE(mkdir(dir, 0755) == 0, "%s", dir);
+        snprintf(fixture, sizeof fixture, "tests/fixtures/%s.json", name);
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        size_t n;
+        char *tok_json = read_file(fixture, &n);
+        REQUIRE(tok_json, "%s", fixture);
+        write_text_file(path, tok_json, n);
+        free(tok_json);
+        /* the config as the fixture holds it, written back as JSON text */
+        const JsonValue *config = json_get(set, "config");
+        snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+        FILE *f = fopen(path, "w");
+        REQUIRE(f, "%s", path);
+        fputs("{", f);
+        for (size_t m = 0; m < config->len; m++) {
+            const JsonValue *v = &config->members[m].value;
+            fprintf(f, "%s\"%s\": ", m ? ", " : "", config->members[m].key);
+            if (v->type == JSON_NULL) {
+                fputs("null", f);
+                continue;
+            }
+            fputc('"', f);
+            for (size_t c = 0; c < v->len; c++) {
+                const unsigned char ch = (unsigned char)v->string[c];
+                if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+                else if (ch == '\n') fputs("\\n", f);
+                else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+                else fputc(ch, f);
+            }
+            fputc('"', f);
+        }
+        fputs("}\n", f);
+        fclose(f);
+        snprintf(path, sizeof path, "%s/pairs.jsonl", dir);
+        f = fopen(path, "w");
+        REQUIRE(f, "%s", path);
+        for (size_t m = 0; m < lines->len; m++) fprintf(f, "%s\n", json_string(&lines->items[m]));
+        fclose(f);
+        char tok_path[1200], set_dir[1200];
+        snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", dir);
+        snprintf(set_dir, sizeof set_dir, "%s/set", dir);
+        const char *argv[] = {"prepare", "--prompt-completion", "--tokenizer", tok_path, "--val-fraction", "0.2", "-o",
+                              set_dir, path};
+        REQUIRE(run_prepare(9, argv) == 0, "%s: prepare of the conversations failed", name);
+        for (int part = 0; part < 2; part++) {
+            const JsonValue *want = json_get(set, part ? "val" : "train");
+            snprintf(out, sizeof out, "%s/%s", set_dir, part ? "val.bin" : "train.bin");
+            uint64_t got_n = 0;
+            uint32_t *got = shard_words(out, &got_n);
+            size_t differ = got_n == want->len ? want->len : 0;
+            for (size_t i = 0; got && got_n == want->len && i < want->len; i++)
+                if (got[i] == (uint32_t)want->items[i].number) differ--;
+            CHECK(got && got_n == want->len && differ == 0, "%s %s: %llu tokens (want %zu), %zu differ in id or mark",
+                  name, part ? "val" : "train", (unsigned long long)got_n, want->len, differ);
+            free(got);
+        }
+        if (k == 0) { /* no template: refused, naming the fix */
+            snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+            REQUIRE(unlink(path) == 0, "%s", path);
+            char log[1100];
+            snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+            unlink(log);
+            snprintf(set_dir, sizeof set_dir, "%s/set_without", dir); /* argv's -o */
+            snprintf(path, sizeof path, "%s/pairs.jsonl", dir);
+            CHECK(run_prepare(9, argv) == 1, "a conversation without a chat template was not refused");
+            char *said = read_text(log);
+            CHECK(said && strstr(said, "line 1 holds a conversation") && strstr(said, "chat_template.jinja beside"),
+                  "%s", said ? said : "");
+            free(said);
+        }
+    }
+    json_free(sets);
+    free(text);
 }
 
 /* The examples' expected ids, as TRL tokenizes a prompt-completion pair: tokenizer(prompt +

@@ -337,10 +337,10 @@ static const uint8_t *next_special(const Tokenizer *t, const uint8_t *s, size_t 
 
 size_t encode_with_ctx(EncodeCtx *c, const uint8_t *text, size_t len, int flags, uint32_t *out, size_t cap) {
     if (c->t->spm) return spm_encode(c, text, len, flags, out, cap);
-    const int allow_special = flags & TOKENIZER_SPECIALS;
+    const int allow_special = flags & TOKENIZER_SPECIALS, post = allow_special && !(flags & TOKENIZER_NO_POST);
     const Tokenizer *t = c->t;
     size_t done = 0;
-    for (int i = 0; allow_special && !(flags & TOKENIZER_MID_START) && i < t->n_prefix; i++, done++)
+    for (int i = 0; post && !(flags & TOKENIZER_MID_START) && i < t->n_prefix; i++, done++)
         if (done < cap) out[done] = t->prefix[i];
     while (len > 0) {
         uint32_t id = 0;
@@ -354,7 +354,7 @@ size_t encode_with_ctx(EncodeCtx *c, const uint8_t *text, size_t len, int flags,
         text += piece + special_len;
         len -= piece + special_len;
     }
-    for (int i = 0; allow_special && !(flags & TOKENIZER_MID_END) && i < t->n_suffix; i++, done++)
+    for (int i = 0; post && !(flags & TOKENIZER_MID_END) && i < t->n_suffix; i++, done++)
         if (done < cap) out[done] = t->suffix[i];
     return done;
 }

@@ -30,10 +30,11 @@ typedef struct ChatTemplate ChatTemplate;
 ChatTemplate *chat_template_parse(const char *src, size_t len, char *err);
 void chat_template_free(ChatTemplate *t);
 
-/* A variable the template sees besides the conversation: bos_token, eos_token, a template
- * argument (enable_thinking as JSON `false`). value is JSON text. */
+/* A variable the template sees besides the conversation: bos_token, eos_token, tools, a template
+ * argument (enable_thinking: false). A later one of a name replaces an earlier one. */
 typedef struct {
-    const char *name, *json;
+    const char *name;
+    const JsonValue *value;
 } ChatTemplateVar;
 
 /* The text of the conversation `messages` (a JSON array of {"role", "content", ...} objects) as the

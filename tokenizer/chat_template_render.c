@@ -1249,19 +1249,13 @@ char *chat_template_render(const ChatTemplate *t, const JsonValue *messages, int
     }
     r->err = err;
     r->root = root;
-    JsonValue *volatile parsed[16] = {NULL};
     if (setjmp(r->fail) == 0) {
-        if (num_vars > 16) fail(r, 0, "more than 16 variables");
         dict_set(r, &root->vars, "messages", 8, from_json(r, messages));
         dict_set(r, &root->vars, "add_generation_prompt", 21, bool_val(add_generation_prompt));
         dict_set(r, &root->vars, "tools", 5, (Val){.k = V_NONE});
         dict_set(r, &root->vars, "documents", 9, (Val){.k = V_NONE});
-        for (size_t k = 0; k < num_vars; k++) {
-            char why[ERR_LEN];
-            if (!(parsed[k] = json_parse(vars[k].json, strlen(vars[k].json), vars[k].name, why)))
-                fail(r, 0, "the variable %s: %s", vars[k].name, why);
-            dict_set(r, &root->vars, vars[k].name, strlen(vars[k].name), from_json(r, parsed[k]));
-        }
+        for (size_t k = 0; k < num_vars; k++)
+            dict_set(r, &root->vars, vars[k].name, strlen(vars[k].name), from_json(r, vars[k].value));
         Buf out = {0};
         put(r, &out, "", 0);
         exec_body(r, &t->body, root, &out);
@@ -1272,7 +1266,6 @@ char *chat_template_render(const ChatTemplate *t, const JsonValue *messages, int
             snprintf(err, ERR_LEN, "out of memory rendering the chat template");
         }
     }
-    for (size_t k = 0; k < 16; k++) json_free(parsed[k]);
     arena_free(&r->arena);
     free(root);
     free(r);

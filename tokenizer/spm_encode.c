@@ -416,10 +416,11 @@ size_t spm_encode(EncodeCtx *c, const uint8_t *text, size_t len, int flags, uint
     const Tokenizer *t = encode_ctx_tokenizer(c);
     Out o = {out, cap, 0};
     const int specials = flags & TOKENIZER_SPECIALS, starts = !(flags & TOKENIZER_MID_START);
-    if (specials && starts)
+    const int post = specials && !(flags & TOKENIZER_NO_POST);
+    if (post && starts)
         for (int i = 0; i < t->n_prefix; i++) put(&o, t->prefix[i]);
     encode_document(c, text, len, starts, specials, specials && (flags & TOKENIZER_DOCUMENTS), &o);
-    if (specials && !(flags & TOKENIZER_MID_END))
+    if (post && !(flags & TOKENIZER_MID_END))
         for (int i = 0; i < t->n_suffix; i++) put(&o, t->suffix[i]);
     return o.done;
 }

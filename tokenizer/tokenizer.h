@@ -112,11 +112,15 @@ int tokenizer_merge_pair(const Tokenizer *t, uint32_t id, uint32_t *left, uint32
  * TOKENIZER_DOCUMENTS: with TOKENIZER_SPECIALS, the separator (tokenizer_eot_token) ends a document
  *   and the text after it starts one, as Hugging Face encodes each document alone: a SentencePiece
  *   Metaspace whose prepend_scheme is "first" puts its "▁" at each document's start, not only the
- *   text's (`./train prepare`, whose files are documents). */
+ *   text's (`./train prepare`, whose files are documents).
+ * TOKENIZER_NO_POST: with TOKENIZER_SPECIALS, the post-processor adds nothing, as Hugging Face's
+ *   encode(text, add_special_tokens=False) does; apply_chat_template tokenizes a rendered chat so,
+ *   since the template writes the BOS itself. The text is still whole (a prefix space stays). */
 #define TOKENIZER_SPECIALS 1
 #define TOKENIZER_MID_START 2
 #define TOKENIZER_MID_END 4
 #define TOKENIZER_DOCUMENTS 8
+#define TOKENIZER_NO_POST 16
 
 /* Encodes len bytes of text into out (capacity cap) on the calling thread. Returns the number of
  * tokens the text needs; only the first cap are written. That number never exceeds len + 1 for
