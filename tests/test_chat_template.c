@@ -72,3 +72,52 @@ TEST(chat_templates_render_as_transformers_renders_them) {
     json_free(cases);
     free(text);
 }
+
+/* Renders src on `messages` (JSON text), with no variables; NULL with err set when it fails. */
+static char *render_text(const char *src, const char *messages, char *err) {
+    JsonValue *m = json_parse(messages, strlen(messages), "messages", err);
+    ChatTemplate *t = m ? chat_template_parse(src, strlen(src), err) : NULL;
+    size_t len = 0;
+    char *out = t ? chat_template_render(t, m, 0, NULL, 0, &len, err) : NULL;
+    chat_template_free(t);
+    json_free(m);
+    return out;
+}
+
+/* What the template language does not hold, or a template that fails as it runs, is one line that
+ * names the line of the template and the problem: never a crash, never a silent empty text. */
+TEST(a_chat_template_that_cannot_be_rendered_names_its_line_and_why) {
+    const char *msgs = "[{\"role\": \"user\", \"content\": \"hi\"}]";
+    static const struct {
+        const char *src, *says;
+    } cases[] = {
+        {"a\n{% if x %}b", "line 2: the template ends before {% endif %}"},
+        {"{{ 1 + }}", "line 1: a value was expected"},
+        {"x\ny\n{% include 'other' %}", "line 3: the statement 'include' is no part of the template language"},
+        {"{{ x|wordwrap(5) }}", "line 1: the filter 'wordwrap' is no part of the template language"},
+        {"{{ 'a' is tasty }}", "line 1: the test 'tasty' is no part of the template language"},
+        {"{% endfor %}", "line 1: {% endfor %} closes no block opened before it"},
+        {"{{ 'open", "a string in ' is not closed"},
+        {"{{ x", "a tag is not closed (}} missing)"},
+        {"{# never closed", "a comment is not closed (#} missing)"},
+        {"\n\n{{ raise_exception('roles must alternate') }}", "line 3: the template raised an error: roles must alternate"},
+        {"{{ messages[0].missing.deeper }}", "'missing' is undefined, so it has no attribute 'deeper'"},
+        {"{{ 'a' + 1 }}", "a string and an integer cannot be computed with"},
+        {"{{ 1 / 0 }}", "division by zero"},
+        {"{% set x.y = 1 %}", "only a namespace's attributes can be set"},
+        {"{% for a, b in [1, 2] %}{% endfor %}", "a for loop of 2 names over an item that is not 2 values"},
+        {"{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "macros call each other more than 64 deep"},
+        {"{{ none.x }}", NULL}, /* an attribute of none is undefined, as in Jinja: renders empty */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char err[ERR_LEN] = "";
+        char *out = render_text(cases[k].src, msgs, err);
+        if (!cases[k].says) {
+            CHECK(out && !strcmp(out, ""), "case %zu: '%s' (%s)", k, out ? out : "", err);
+        } else {
+            CHECK(!out && strstr(err, cases[k].says) && strstr(err, "chat template"), "case %zu: %s", k,
+                  out ? "rendered" : err);
+        }
+        free(out);
+    }
+}

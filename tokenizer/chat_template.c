@@ -770,7 +770,9 @@ static int parse_body(Parser *p, Body *body, const char *const *ends) {
         Tok *t = take(p);
         Stmt *s = NULL;
         if (t->kind == K_EOF) {
-            if (ends[0]) fail(p, t->line, "the template ends before {%% %s %%}", ends[0]);
+            size_t last = 0;
+            while (ends[last] && ends[last + 1]) last++;
+            if (ends[0]) fail(p, t->line, "the template ends before {%% %s %%}", ends[last]);
             break;
         }
         if (t->kind == K_TEXT) {

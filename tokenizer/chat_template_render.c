@@ -497,11 +497,17 @@ static Val method_of(Render *r, const Val *obj, int which) {
     return (Val){.k = V_METHOD, .i = which, .self = self};
 }
 
+/* An undefined value's name, quoted, for a message: 'x', or "a value". */
+static const char *undef_name(Render *r, const Val *v) {
+    if (!v->s) return "a value";
+    char *q = alloc(r, strlen(v->s) + 3);
+    sprintf(q, "'%s'", v->s);
+    return q;
+}
+
 /* obj.name as Jinja's getattr takes it: a method of the object, else its item. */
 static Val attribute(Render *r, const Val *obj, const char *name, int line) {
-    if (obj->k == V_UNDEF)
-        fail(r, line, "%s%s is undefined, so it has no attribute '%s'", obj->s ? "'" : "a value",
-             obj->s ? obj->s : "", name);
+    if (obj->k == V_UNDEF) fail(r, line, "%s is undefined, so it has no attribute '%s'", undef_name(r, obj), name);
     int m;
     if (obj->k == V_STR && (m = method_id(name, M_STARTSWITH, M_JOIN)) >= 0) return method_of(r, obj, m);
     if (obj->k == V_DICT && (m = method_id(name, M_GET, M_VALUES)) >= 0) return method_of(r, obj, m);
@@ -514,7 +520,7 @@ static Val attribute(Render *r, const Val *obj, const char *name, int line) {
 
 /* obj[key] as Jinja's getitem takes it: the item, else the attribute a string key names. */
 static Val item(Render *r, const Val *obj, const Val *key, int line) {
-    if (obj->k == V_UNDEF) fail(r, line, "%s%s is undefined, so it has no items", obj->s ? "'" : "a value", obj->s ? obj->s : "");
+    if (obj->k == V_UNDEF) fail(r, line, "%s is undefined, so it has no items", undef_name(r, obj));
     if ((obj->k == V_DICT || obj->k == V_NS) && key->k == V_STR) {
         const Val *v = dict_find(obj->dict, key->s, key->n);
         if (v) return *v;
@@ -814,7 +820,7 @@ static Val call(Render *r, const Val *fn, const Args *a, int line) {
     case V_METHOD: return call_method(r, fn->self, (int)fn->i, a, line);
     case V_MACRO: return call_macro(r, fn->macro, a, line);
     case V_BUILTIN: return call_builtin(r, (int)fn->i, a, line);
-    case V_UNDEF: fail(r, line, "'%s' is undefined, so it cannot be called", fn->s ? fn->s : "a value");
+    case V_UNDEF: fail(r, line, "%s is undefined, so it cannot be called", undef_name(r, fn));
     default: fail(r, line, "%s cannot be called", kind_name(fn));
     }
     return (Val){.k = V_NONE};
@@ -952,6 +958,11 @@ static int test(Render *r, const char *name, const Val *v, const Args *a, int li
         const long long d = need_int(r, a0, "divisibleby's divisor", line);
         return d && need_int(r, v, "divisibleby's value", line) % d == 0;
     }
+    static const char *const COMPARING[] = {"eq", "equalto", "==", "ne", "!=", "sameas", "lt", "lessthan", "le", "gt",
+                                            "greaterthan", "ge", "in"};
+    int known = 0;
+    for (size_t k = 0; k < sizeof COMPARING / sizeof COMPARING[0]; k++) known |= !strcmp(name, COMPARING[k]);
+    if (!known) fail(r, line, "the test '%s' is no part of the template language", name);
     if (!a0) fail(r, line, "the test '%s' takes a value to compare with", name);
     if (!strcmp(name, "eq") || !strcmp(name, "equalto") || !strcmp(name, "==")) return equal(v, a0);
     if (!strcmp(name, "ne") || !strcmp(name, "!=")) return !equal(v, a0);
@@ -992,7 +1003,7 @@ static Val arithmetic(Render *r, BinOp op, const Val *a, const Val *b, int line)
         return buf_val(&out);
     }
     if (a->k == V_UNDEF || b->k == V_UNDEF)
-        fail(r, line, "'%s' is undefined, so it cannot be computed with", (a->k == V_UNDEF ? a : b)->s ? (a->k == V_UNDEF ? a : b)->s : "a value");
+        fail(r, line, "%s is undefined, so it cannot be computed with", undef_name(r, a->k == V_UNDEF ? a : b));
     if (op == OP_ADD && a->k == V_STR && b->k == V_STR) {
         char *s = alloc(r, a->n + b->n + 1);
         memcpy(s, a->s, a->n);
