@@ -705,7 +705,10 @@ static int checkpoint_tokenizer(const Tokenizer *tok, int max_seq_len, Checkpoin
         free(json);
         return 0;
     }
-    *ck = (CheckpointTokenizer){json, len, config, (int)tokenizer_bos_token(tok), (int)tokenizer_eot_token(tok)};
+    size_t chat_len = 0;
+    const char *chat = tokenizer_hf_chat_template(tok, &chat_len);
+    *ck = (CheckpointTokenizer){json, len, config, chat, chat_len, (int)tokenizer_bos_token(tok),
+                                (int)tokenizer_eot_token(tok)};
     return 1;
 }
 

@@ -46,7 +46,6 @@ typedef struct {
  * needs it. */
 typedef struct {
     const Tokenizer *tok;
-    const char *tokenizer_path;
     int loaded;
     ChatTemplate *template;
     JsonValue *config;         /* tokenizer_config.json, whose special tokens the template sees */
@@ -114,7 +113,7 @@ static char *eos_text(const Tokenizer *tok, int *named, char *err) {
 }
 
 /* The chat template: tokenizer_config.json's chat_template (a string, or the one named "default" of
- * a list), else chat_template.jinja beside the tokenizer, as transformers finds it. 0, or -1 +
+ * a list), else the chat_template.jinja beside the tokenizer, as transformers finds it. 0, or -1 +
  * message naming what is missing and the fix. */
 static int load_chat(Chat *c, const char *where, char *err) {
     if (c->loaded) return c->template ? 0 : -1;
@@ -135,18 +134,8 @@ static int load_chat(Chat *c, const char *where, char *err) {
         c->template = chat_template_parse(tpl->string, tpl->len, terr);
         snprintf(c->source, sizeof c->source, "tokenizer_config.json");
     } else {
-        char path[FGPT_PATH_LEN];
-        const char *slash = c->tokenizer_path ? strrchr(c->tokenizer_path, '/') : NULL;
-        const int dir = slash ? (int)(slash - c->tokenizer_path) : 1;
         size_t len = 0;
-        char *text = NULL;
-        if (path_format(path, "%.*s/chat_template.jinja", dir, slash ? c->tokenizer_path : ".") == 0) {
-            FILE *f = fopen(path, "rb");
-            if (f) {
-                text = read_stream_whole(f, &len);
-                fclose(f);
-            }
-        }
+        const char *text = tokenizer_hf_chat_template(c->tok, &len);
         if (!text) {
             fgpt_set_err(err, "%s holds a conversation, which the model's chat template renders, but the tokenizer has "
                          "none: put the model's tokenizer_config.json (with its chat_template) or chat_template.jinja "
@@ -155,7 +144,6 @@ static int load_chat(Chat *c, const char *where, char *err) {
         }
         c->template = chat_template_parse(text, len, terr);
         snprintf(c->source, sizeof c->source, "chat_template.jinja");
-        free(text);
     }
     if (!c->template) {
         fgpt_set_err(err, "the model's chat template (%s beside the tokenizer) cannot be rendered here: %s",
@@ -405,7 +393,7 @@ int prepare_pairs(const char *const *files, int n_files, const PrepareOptions *o
                   const char *out_dir, PreparedData *out, char *err) {
     memset(out, 0, sizeof *out);
     PairIds p = {0};
-    Chat chat = {.tok = tok, .tokenizer_path = opt->tokenizer_in};
+    Chat chat = {.tok = tok};
     int eos_named = 0, rc = 0;
     char *eos = NULL;
     const double t0 = prepare_seconds();

@@ -1448,6 +1448,19 @@ TEST(prepare_prompt_completion_renders_conversations_with_the_chat_template_as_t
             CHECK(said && strstr(said, "line 1 holds a conversation") && strstr(said, "chat_template.jinja beside"),
                   "%s", said ? said : "");
             free(said);
+            /* the same template in a chat_template.jinja beside the tokenizer: the same shards */
+            snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+            const JsonValue *tpl = json_get(config, "chat_template");
+            write_text_file(path, tpl->string, tpl->len);
+            snprintf(set_dir, sizeof set_dir, "%s/set_jinja", dir);
+            snprintf(path, sizeof path, "%s/pairs.jsonl", dir);
+            REQUIRE(run_prepare(9, argv) == 0, "prepare with chat_template.jinja failed");
+            char a[1300], b[1300];
+            for (int part = 0; part < 2; part++) {
+                snprintf(a, sizeof a, "%s/set/%s", dir, part ? "val.bin" : "train.bin");
+                snprintf(b, sizeof b, "%s/set_jinja/%s", dir, part ? "val.bin" : "train.bin");
+                CHECK(same_bytes(a, b), "with chat_template.jinja, %s differs", b);
+            }
         }
     }
     json_free(sets);

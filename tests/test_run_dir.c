@@ -591,6 +591,34 @@ TEST(checkpoints_with_a_tokenizer_keep_it_through_pruning_and_a_rollback_at_the_
           "the set-aside or the new step 4 lacks its tokenizer files");
 }
 
+/* A tokenizer.json with a chat_template.jinja beside it (where transformers now saves a chat
+ * template) hands the template on: every checkpoint carries it byte for byte, so that transformers
+ * loading the checkpoint renders conversations as the model's own tokenizer does. */
+TEST(a_chat_template_beside_the_tokenizer_goes_into_every_checkpoint) {
+    char dir[800], path[900], args[3000], *out = NULL;
+    snprintf(dir, sizeof dir, "%s/chat_tok", test_tmpdir());
+    REQUIRE(mkdir(dir, 0755) == 0, "%s", dir);
+    snprintf(args, sizeof args, "cp tests/fixtures/hf_llama3_bos.json %s/tokenizer.json", dir);
+    REQUIRE(system(args) == 0, "%s", args);
+    const char *tpl = "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}\n";
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f && fputs(tpl, f) >= 0 && fclose(f) == 0, "%s", path);
+    snprintf(path, sizeof path, "%s/pattern.bin", dir);
+    REQUIRE(write_pattern_shard(path, 4000, 700, 1) == 0, "%s", path);
+    snprintf(args, sizeof args, "--device cpu -e tiny -v 700 -b 2 -t 32 -x 2 -n 1 -s 0 --val-every 0 "
+             "-i %s --tokenizer %s/tokenizer.json -o %s/run", path, dir, dir);
+    const int rc = run_train(args, &out);
+    REQUIRE(rc == 0, "(%d) %.400s", rc, out);
+    free(out);
+    for (int step = 1; step <= 2; step++) {
+        snprintf(path, sizeof path, "%s/run/step_%08d/chat_template.jinja", dir, step);
+        char *got = read_text(path);
+        CHECK(got && !strcmp(got, tpl), "step %d's chat_template.jinja: '%s'", step, got ? got : "(none)");
+        free(got);
+    }
+}
+
 /* A new run whose earlier run cannot be set aside whole moves none of it: a failed move puts back
  * what had moved, so that the folder still resumes as it did. The failure here: an entry whose path
  * fits the run's folder but not earlier_run_1 inside it. */

@@ -195,6 +195,11 @@ char *tokenizer_hf_json(const Tokenizer *t, size_t *len, char *err) {
 
 int tokenizer_has_hf_config(const Tokenizer *t) { return t->hf_config != NULL; }
 
+const char *tokenizer_hf_chat_template(const Tokenizer *t, size_t *len) {
+    *len = t->hf_chat_template_len;
+    return t->hf_chat_template;
+}
+
 char *tokenizer_hf_config_json(const Tokenizer *t, int model_max_length, char *err) {
     if (t->hf_config) {
         char *copy = strdup(t->hf_config);

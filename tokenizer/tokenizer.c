@@ -124,6 +124,7 @@ void tokenizer_free(Tokenizer *t) {
     if (t->ignore_merges) bytes_map_free(&t->whole_tokens);
     free(t->hf_json);
     free(t->hf_config);
+    free(t->hf_chat_template);
     free(t->load_note);
     free(t->special_ids);
     free(t->merge_result);

@@ -66,6 +66,9 @@ char *tokenizer_hf_json(const Tokenizer *t, size_t *len, char *err);
 char *tokenizer_hf_config_json(const Tokenizer *t, int model_max_length, char *err);
 /* 1 when a tokenizer_config.json sat beside the imported tokenizer.json (the one above is then it). */
 int tokenizer_has_hf_config(const Tokenizer *t);
+/* The chat_template.jinja that sat beside the imported tokenizer.json (*len bytes, NUL after), or
+ * NULL: where transformers now saves a chat template, instead of in tokenizer_config.json. */
+const char *tokenizer_hf_chat_template(const Tokenizer *t, size_t *len);
 
 /* ---- queries ---- */
 uint32_t tokenizer_vocab_size(const Tokenizer *t); /* includes the EOT token */

@@ -148,6 +148,17 @@ static Tokenizer *load_hf(FILE *f, const char *path, char *err) {
             return NULL;
         }
     }
+    snprintf(config, sizeof config, "%.*s/chat_template.jinja", dir_len, slash ? path : ".");
+    if ((c = open_regular(config, why)) != NULL) {
+        t->hf_chat_template = read_stream_whole(c, &t->hf_chat_template_len);
+        fclose(c);
+    }
+    if (!t->hf_chat_template && errno != ENOENT) {
+        tok_error(err, "cannot read %s beside tokenizer %s: %s (fix or remove it)", config, path,
+                  why[0] ? why : strerror(errno));
+        tokenizer_free(t);
+        return NULL;
+    }
     return t;
 }
 

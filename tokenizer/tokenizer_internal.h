@@ -113,6 +113,8 @@ struct Tokenizer {
     char *hf_json;
     size_t hf_json_len;
     char *hf_config; /* the tokenizer_config.json beside it, if any */
+    char *hf_chat_template; /* the chat_template.jinja beside it, if any (transformers' newer place for it) */
+    size_t hf_chat_template_len;
     char *load_note; /* what a user should know of how the file was read (tokenizer_load_note), or NULL */
     char unapplied[96]; /* its truncation and padding settings, which encoding a corpus leaves out, or "" */
     int nfc;         /* its normalizer is NFC: text must already be NFC (tokenizer_check_text) */

@@ -450,7 +450,7 @@ static int write_config_json(const char *path, const GPTConfig *cfg, int bos, in
 
 static void remove_checkpoint_dir(const char *dir) {
     static const char *files[] = {"model.safetensors", "config.json", "state.bin", "tokenizer.json",
-                                  "tokenizer_config.json"};
+                                  "tokenizer_config.json", "chat_template.jinja"};
     char p[FGPT_PATH_LEN];
     struct stat sb;
     if (lstat(dir, &sb) != 0) return;
@@ -598,6 +598,10 @@ int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *
     if (ok && tok) {
         path_format(p, "%s/tokenizer_config.json", tmp_dir);
         ok = write_text(p, tok->tokenizer_config_json, strlen(tok->tokenizer_config_json));
+    }
+    if (ok && tok && tok->chat_template) { /* where transformers looks for it when the config has none */
+        path_format(p, "%s/chat_template.jinja", tmp_dir);
+        ok = write_text(p, tok->chat_template, tok->chat_template_len);
     }
     if (!ok) {
         int e = errno;

@@ -84,6 +84,8 @@ typedef struct {
     const char *tokenizer_json;
     size_t tokenizer_json_len;
     const char *tokenizer_config_json;
+    const char *chat_template; /* chat_template.jinja's text (NULL: the tokenizer came with none) */
+    size_t chat_template_len;
     int bos_token_id, eos_token_id;
 } CheckpointTokenizer;
 
