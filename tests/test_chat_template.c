@@ -23,11 +23,15 @@ TEST(chat_templates_render_as_transformers_renders_them) {
     size_t n;
     char *text = read_file("tests/fixtures/chat_templates.json", &n), err[ERR_LEN];
     REQUIRE(text, "tests/fixtures/chat_templates.json is missing");
-    JsonValue *cases = json_parse(text, n, "chat_templates.json", err);
-    REQUIRE(cases && cases->type == JSON_ARRAY && cases->len > 0, "%s", err);
+    JsonValue *root = json_parse(text, n, "chat_templates.json", err);
+    REQUIRE(root, "%s", err);
+    const JsonValue *templates = json_get(root, "templates"), *cases = json_get(root, "cases");
+    REQUIRE(templates && cases && cases->type == JSON_ARRAY && cases->len > 0, "the fixture holds no cases");
     int wrong = 0, refused = 0;
     for (size_t i = 0; i < cases->len; i++) {
-        const JsonValue *c = &cases->items[i], *tpl = json_get(c, "template"), *vars = json_get(c, "vars");
+        const JsonValue *c = &cases->items[i], *tpl = json_get(templates, json_string(json_get(c, "name")));
+        const JsonValue *vars = json_get(c, "vars");
+        REQUIRE(tpl && json_string(tpl), "case %zu names no template of the fixture", i);
         const JsonValue *want = json_get(c, "text");
         ChatTemplateVar v[16];
         JsonValue *parsed[16] = {NULL};
@@ -69,7 +73,7 @@ TEST(chat_templates_render_as_transformers_renders_them) {
     }
     CHECK(wrong == 0, "%d of %zu cases differ", wrong, cases->len);
     CHECK(refused > 0, "no case where transformers raised was refused");
-    json_free(cases);
+    json_free(root);
     free(text);
 }
 

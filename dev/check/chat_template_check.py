@@ -31,13 +31,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="tests/fixtures/chat_templates.json")
     a = ap.parse_args()
-    out = []
+    templates, out = {}, []
     for case in cases():
-        case = dict(case)
-        case.update(render(case))
-        out.append(case)
+        templates[case["name"]] = case["template"]
+        result = {k: v for k, v in case.items() if k != "template"}  # the template once, by name
+        result.update(render(case))
+        out.append(result)
     with open(a.out, "w", encoding="utf-8") as f:
-        json.dump(out, f, ensure_ascii=False, indent=1)
+        json.dump({"templates": templates, "cases": out}, f, ensure_ascii=False, indent=None, separators=(",", ":"))
+        f.write("\n")
     errors = sum("error" in c for c in out)
     print(f"{len(out)} renders ({errors} errors) -> {a.out}")
 
