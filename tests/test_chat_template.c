@@ -111,6 +111,8 @@ TEST(a_chat_template_that_cannot_be_rendered_names_its_line_and_why) {
         {"{% set x.y = 1 %}", "only a namespace's attributes can be set"},
         {"{% for a, b in [1, 2] %}{% endfor %}", "a for loop of 2 names over an item that is not 2 values"},
         {"{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "macros call each other more than 64 deep"},
+        {"{{ 2 ** 70 }}", "an integer past 64 bits"}, /* Python's has no bound: refused, not wrapped */
+        {"{{ range(0, 9223372036854775807) }}", "range of more than 10000000 numbers"},
         {"{{ none.x }}", NULL}, /* an attribute of none is undefined, as in Jinja: renders empty */
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {

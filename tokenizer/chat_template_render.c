@@ -4,6 +4,7 @@
  * one pass; a namespace outlives it). */
 #include "tokenizer/chat_template.h"
 
+#include <limits.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -669,9 +670,8 @@ typedef struct {
     size_t nk;
 } Args;
 
-static void eval_args(Render *r, const Expr *e, Frame *f, Args *a, size_t skip_first) {
+static void eval_args(Render *r, const Expr *e, Frame *f, Args *a) {
     a->na = 0, a->nk = 0;
-    (void)skip_first;
     if (e->nargs > 8 || e->nkw > 8) fail(r, e->line, "more than 8 arguments");
     for (size_t k = 0; k < e->nargs; k++) a->args[a->na++] = eval(r, e->args[k], f);
     for (size_t k = 0; k < e->nkw; k++) a->names[k] = e->kwnames[k], a->kw[a->nk++] = eval(r, e->kwargs[k], f);
@@ -786,9 +786,10 @@ static Val call_builtin(Render *r, int which, const Args *a, int line) {
             if (a->na > 2) step = need_int(r, &a->args[2], "range's step", line);
         }
         if (step == 0) fail(r, line, "range with a step of 0");
-        const long long count = step > 0 ? (hi > lo ? (hi - lo + step - 1) / step : 0)
-                                         : (lo > hi ? (lo - hi - step - 1) / -step : 0);
-        if (count > 10000000) fail(r, line, "range of %lld numbers", count);
+        const __int128 span = step > 0 ? (__int128)hi - lo : (__int128)lo - hi, stride = step > 0 ? step : -(__int128)step;
+        const __int128 count128 = span > 0 ? (span + stride - 1) / stride : 0;
+        if (count128 > 10000000) fail(r, line, "range of more than 10000000 numbers");
+        const long long count = (long long)count128;
         Val out = list_val(r, (size_t)count);
         for (long long k = 0; k < count; k++) out.list->items[k] = int_val(lo + k * step);
         return out;
@@ -908,7 +909,10 @@ static Val filter(Render *r, const char *name, const Val *v, const Args *a, Fram
         const Val *count = arg(a, 2, "count");
         return replace(r, v, a0, arg(a, 1, NULL), count ? need_int(r, count, "replace's count", line) : -1, line);
     }
-    if (!strcmp(name, "abs")) return v->k == V_FLOAT ? (Val){.k = V_FLOAT, .f = fabs(v->f)} : int_val(llabs(v->i));
+    if (!strcmp(name, "abs")) {
+        if (!is_num(v) || (v->k != V_FLOAT && v->i == LLONG_MIN)) fail(r, line, "abs of %s", kind_name(v));
+        return v->k == V_FLOAT ? (Val){.k = V_FLOAT, .f = fabs(v->f)} : int_val(llabs(v->i));
+    }
     if (!strcmp(name, "safe")) return *v;
     if (!strcmp(name, "selectattr") || !strcmp(name, "rejectattr") || !strcmp(name, "map")) {
         List l = items_of(r, v, line);
@@ -1032,16 +1036,24 @@ static Val arithmetic(Render *r, BinOp op, const Val *a, const Val *b, int line)
     if (!is_num(a) || !is_num(b)) fail(r, line, "%s and %s cannot be computed with", kind_name(a), kind_name(b));
     const int ints = a->k != V_FLOAT && b->k != V_FLOAT;
     const double x = num(a), y = num(b);
-    switch (op) {
-    case OP_ADD: return ints ? int_val(a->i + b->i) : (Val){.k = V_FLOAT, .f = x + y};
-    case OP_SUB: return ints ? int_val(a->i - b->i) : (Val){.k = V_FLOAT, .f = x - y};
-    case OP_MUL: return ints ? int_val(a->i * b->i) : (Val){.k = V_FLOAT, .f = x * y};
+    long long z;
+    switch (op) { /* Python's integers have no bound; ours stop at 64 bits, with a message */
+    case OP_ADD:
+        if (ints && __builtin_add_overflow(a->i, b->i, &z)) fail(r, line, "an integer past 64 bits");
+        return ints ? int_val(z) : (Val){.k = V_FLOAT, .f = x + y};
+    case OP_SUB:
+        if (ints && __builtin_sub_overflow(a->i, b->i, &z)) fail(r, line, "an integer past 64 bits");
+        return ints ? int_val(z) : (Val){.k = V_FLOAT, .f = x - y};
+    case OP_MUL:
+        if (ints && __builtin_mul_overflow(a->i, b->i, &z)) fail(r, line, "an integer past 64 bits");
+        return ints ? int_val(z) : (Val){.k = V_FLOAT, .f = x * y};
     case OP_DIV:
         if (y == 0) fail(r, line, "division by zero");
         return (Val){.k = V_FLOAT, .f = x / y};
     case OP_FLOORDIV: case OP_MOD:
         if (y == 0) fail(r, line, "division by zero");
         if (ints) {
+            if (a->i == LLONG_MIN && b->i == -1) fail(r, line, "an integer past 64 bits");
             long long q = a->i / b->i, m = a->i % b->i;
             if (m && ((m < 0) != (b->i < 0))) q--, m += b->i; /* Python floors */
             return int_val(op == OP_MOD ? m : q);
@@ -1052,7 +1064,8 @@ static Val arithmetic(Render *r, BinOp op, const Val *a, const Val *b, int line)
     case OP_POW:
         if (ints && b->i >= 0) {
             long long p = 1;
-            for (long long k = 0; k < b->i; k++) p *= a->i;
+            for (long long k = 0; k < b->i && p != 0; k++)
+                if (__builtin_mul_overflow(p, a->i, &p)) fail(r, line, "an integer past 64 bits");
             return int_val(p);
         }
         return (Val){.k = V_FLOAT, .f = pow(x, y)};
@@ -1085,25 +1098,26 @@ static Val eval(Render *r, const Expr *e, Frame *f) {
     case E_CALL: {
         const Val fn = eval(r, e->a, f);
         Args a;
-        eval_args(r, e, f, &a, 0);
+        eval_args(r, e, f, &a);
         return call(r, &fn, &a, e->line);
     }
     case E_FILTER: {
         const Val v = eval(r, e->a, f);
         Args a;
-        eval_args(r, e, f, &a, 0);
+        eval_args(r, e, f, &a);
         return filter(r, e->s, &v, &a, f, e->line);
     }
     case E_TEST: {
         const Val v = eval(r, e->a, f);
         Args a;
-        eval_args(r, e, f, &a, 0);
+        eval_args(r, e, f, &a);
         return bool_val(test(r, e->s, &v, &a, e->line) != e->negate);
     }
     case E_NEG: case E_POS: {
         const Val v = eval(r, e->a, f);
         if (!is_num(&v)) fail(r, e->line, "a sign before %s", kind_name(&v));
         if (e->kind == E_POS) return v.k == V_BOOL ? int_val(v.i) : v;
+        if (v.k != V_FLOAT && v.i == LLONG_MIN) fail(r, e->line, "an integer past 64 bits");
         return v.k == V_FLOAT ? (Val){.k = V_FLOAT, .f = -v.f} : int_val(-v.i);
     }
     case E_NOT: {
