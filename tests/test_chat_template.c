@@ -113,6 +113,7 @@ TEST(a_chat_template_that_cannot_be_rendered_names_its_line_and_why) {
         {"{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "macros call each other more than 64 deep"},
         {"{{ 2 ** 70 }}", "an integer past 64 bits"}, /* Python's has no bound: refused, not wrapped */
         {"{{ range(0, 9223372036854775807) }}", "range of more than 10000000 numbers"},
+        {"{{ 'ab' * 9223372036854775807 }}", "a repetition past 64M items"},
         {"{{ none.x }}", NULL}, /* an attribute of none is undefined, as in Jinja: renders empty */
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {

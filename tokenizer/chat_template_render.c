@@ -887,7 +887,7 @@ static Val filter(Render *r, const char *name, const Val *v, const Args *a, Fram
     if (!strcmp(name, "list")) {
         List l = items_of(r, v, line);
         Val out = list_val(r, l.n);
-        memcpy(out.list->items, l.items, l.n * sizeof *l.items);
+        if (l.n) memcpy(out.list->items, l.items, l.n * sizeof *l.items);
         return out;
     }
     if (!strcmp(name, "items")) {
@@ -914,6 +914,19 @@ static Val filter(Render *r, const char *name, const Val *v, const Args *a, Fram
         return v->k == V_FLOAT ? (Val){.k = V_FLOAT, .f = fabs(v->f)} : int_val(llabs(v->i));
     }
     if (!strcmp(name, "safe")) return *v;
+    if (!strcmp(name, "select") || !strcmp(name, "reject")) { /* items passing a test (truthy without one) */
+        List l = items_of(r, v, line);
+        Val out = list_val(r, l.n);
+        out.list->n = 0;
+        Args rest = {.na = a->na > 1 ? a->na - 1 : 0};
+        for (size_t j = 0; j < rest.na && j < 8; j++) rest.args[j] = a->args[j + 1];
+        for (size_t k = 0; k < l.n; k++) {
+            const int pass = a0 ? test(r, need_str(r, a0, "the test's name", line), &l.items[k], &rest, line)
+                                : truthy(&l.items[k]);
+            if (pass == (name[0] == 's')) out.list->items[out.list->n++] = l.items[k];
+        }
+        return out;
+    }
     if (!strcmp(name, "selectattr") || !strcmp(name, "rejectattr") || !strcmp(name, "map")) {
         List l = items_of(r, v, line);
         Val out = list_val(r, l.n);
@@ -1024,6 +1037,8 @@ static Val arithmetic(Render *r, BinOp op, const Val *a, const Val *b, int line)
         Buf out = {0};
         Val l = list_val(r, 0);
         const long long times = b->i > 0 ? b->i : 0;
+        const size_t unit = a->k == V_STR ? a->n : a->list->n;
+        if (unit && (unsigned long long)times > (1ull << 26) / unit) fail(r, line, "a repetition past 64M items");
         l.list->items = alloc(r, (a->k == V_LIST ? a->list->n * (size_t)times : 0) + 1);
         put(r, &out, "", 0);
         for (long long k = 0; k < times; k++) {
@@ -1168,6 +1183,17 @@ static Val eval(Render *r, const Expr *e, Frame *f) {
 
 /* ---- statements ---- */
 
+/* A for loop's names bound to one item (unpacked when there are several) in frame g. */
+static void bind_targets(Render *r, const Stmt *s, Frame *g, const Val *item) {
+    if (s->nnames == 1) {
+        dict_set(r, &g->vars, s->names[0], strlen(s->names[0]), *item);
+        return;
+    }
+    if (item->k != V_LIST || item->list->n != s->nnames)
+        fail(r, s->line, "a for loop of %zu names over an item that is not %zu values", s->nnames, s->nnames);
+    for (size_t j = 0; j < s->nnames; j++) dict_set(r, &g->vars, s->names[j], strlen(s->names[j]), item->list->items[j]);
+}
+
 static void exec_for(Render *r, const Stmt *s, Frame *f, Buf *out) {
     const Val seq = eval(r, s->e, f);
     if (seq.k == V_NONE) fail(r, s->line, "a for loop over none");
@@ -1177,7 +1203,7 @@ static void exec_for(Render *r, const Stmt *s, Frame *f, Buf *out) {
     for (size_t k = 0; k < all.n; k++) {
         if (s->filter) {
             Frame g = {.parent = f};
-            dict_set(r, &g.vars, s->names[0], strlen(s->names[0]), all.items[k]);
+            bind_targets(r, s, &g, &all.items[k]);
             const Val keep = eval(r, s->filter, &g);
             if (!truthy(&keep)) continue;
         }
@@ -1185,15 +1211,7 @@ static void exec_for(Render *r, const Stmt *s, Frame *f, Buf *out) {
     }
     for (size_t k = 0; k < l.n; k++) {
         Frame g = {.parent = f};
-        if (s->nnames == 1) {
-            dict_set(r, &g.vars, s->names[0], strlen(s->names[0]), l.items[k]);
-        } else {
-            const Val *pair = &l.items[k];
-            if (pair->k != V_LIST || pair->list->n != s->nnames)
-                fail(r, s->line, "a for loop of %zu names over an item that is not %zu values", s->nnames, s->nnames);
-            for (size_t j = 0; j < s->nnames; j++)
-                dict_set(r, &g.vars, s->names[j], strlen(s->names[j]), pair->list->items[j]);
-        }
+        bind_targets(r, s, &g, &l.items[k]);
         Val loop = dict_val(r, V_DICT);
         const long long n = (long long)l.n, i = (long long)k;
         dict_set(r, loop.dict, "index", 5, int_val(i + 1));

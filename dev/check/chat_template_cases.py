@@ -155,7 +155,7 @@ chars {{ total.chars }} words {{ total.words|length }} first {{ total.words|firs
 {{ {'b': 1, 'a': [1, 2.5, 'é"\n', none, true, false]}|tojson }}
 {{ {'a': {'b': [1, {}], 'c': []}}|tojson(indent=2) }}
 {{ [1, 'two', none, true, 1.0, {'k': 'v'}] }} {{ {'a': 1, 'b': 'it\'s'} }} {{ ["it's", 'say "hi"'] }}
-{% for k, v in {'x': 1, 'y': 2}.items() %}{{ k }}={{ v }}{% if not loop.last %},{% endif %}{% endfor %}
+{% for k, v in {'x': 1, 'y': 2}.items() %}{{ k }}={{ v }}{% if not loop.last %},{% endif %}{% endfor %} {% for k, v in {'name': 'f', 'return': 'r', 'd': 'x'}.items() if k != 'return' %}{{ k }}{{ loop.length }},{% endfor %} {{ [1, 2, 3, 4]|select('even')|list }} {{ ['a', 'code', 'b']|reject('equalto', 'code')|list }} {{ [0, 1, '', 'x']|select|list }} {{ undefined_thing|list }}
 {% for k in {'x': 1, 'y': 2} %}{{ k }}{% endfor %} {% for c in 'héy' %}[{{ c }}]{% endfor %} {{ {'x': 1}.get('x') }} {{ {'x': 1}.get('z') }} {{ {'x': 1}.get('z', 9) }} {{ {'x': 1, 'y': 2}.keys()|list }} {{ {'x': 1, 'y': 2}.values()|list }}
 {% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i > 5 %}{% break %}{% endif %}{{ i }}{% endfor %} {{ range(3)|list }} {{ range(1, 10, 3)|list }} {{ range(5, 0, -2)|list }}
 {% for x in [1, 2, 3] %}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.previtem|default('_') }}{{ loop.nextitem|default('_') }} {% endfor %}
