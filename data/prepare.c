@@ -156,7 +156,9 @@ static int each_numbered(const char *dir, int (*fn)(const char *dir, const char 
 /* One name prepare's set writes or replaces must be free, an empty file, or a regular file of
  * prepare's kind: a shard, one of ours (*our_set then says so); the tokenizer, one of an earlier
  * prepare's set (our_set) or the very file given as --tokenizer (`given`). */
-static int check_one_name(const char *dir, const char *name, int shard, const char *given, int *our_set, char *err) {
+static int check_one_name(const char *dir, const char *name, const char *what, const char *given, int *our_set,
+                          char *err) {
+    const int shard = !strcmp(what, "shard");
     char path[PREPARE_PATH_LEN], staged[PREPARE_PATH_LEN + 8];
     if (prepare_path_join(path, dir, name, err) != 0) return -1;
     struct stat sb;
@@ -164,7 +166,7 @@ static int check_one_name(const char *dir, const char *name, int shard, const ch
     snprintf(staged, sizeof staged, "%s.new", path);
     if (lstat(staged, &sb) == 0 && !S_ISREG(sb.st_mode)) {
         fgpt_set_err(err, "prepare -o %s: %s is %s, where prepare stages its %s (move it, or pass another -o)", dir,
-                     staged, S_ISDIR(sb.st_mode) ? "a folder" : "no regular file", shard ? "shard" : "tokenizer");
+                     staged, S_ISDIR(sb.st_mode) ? "a folder" : "no regular file", what);
         return -1;
     }
     if (stat(path, &sb) != 0) {
@@ -175,16 +177,15 @@ static int check_one_name(const char *dir, const char *name, int shard, const ch
     }
     if (!S_ISREG(sb.st_mode)) {
         fgpt_set_err(err, "prepare -o %s: %s is %s, where prepare writes its %s (move it, or pass another -o)", dir,
-                     path, S_ISDIR(sb.st_mode) ? "a folder" : "no regular file (a pipe, device or socket)",
-                     shard ? "shard" : "tokenizer");
+                     path, S_ISDIR(sb.st_mode) ? "a folder" : "no regular file (a pipe, device or socket)", what);
         return -1;
     }
     if (sb.st_size == 0) return 0;
     if (!shard) {
         if (*our_set || (given && same_file_bytes(path, given))) return 0;
-        fgpt_set_err(err, "prepare -o %s: %s is not the tokenizer of an earlier prepare there (no shard of "
-                     "fusedgpt's beside it), and prepare would replace it with %s (move it, or pass another -o)",
-                     dir, path, given ? given : "the one it trains");
+        fgpt_set_err(err, "prepare -o %s: %s is not the %s of an earlier prepare there (no shard of fusedgpt's "
+                     "beside it), and prepare would replace it with %s (move it, or pass another -o)", dir, path, what,
+                     !strcmp(what, "tokenizer") ? given ? given : "the one it trains" : "its own or remove it");
         return -1;
     }
     FILE *f = fopen(path, "rb");
@@ -215,7 +216,7 @@ typedef struct {
 
 static int check_numbered(const char *dir, const char *name, const NumberedName *n, void *ctx) {
     NumberedCheck *c = ctx;
-    if (!n->staged) return check_one_name(dir, name, 1, NULL, c->our_set, c->err);
+    if (!n->staged) return check_one_name(dir, name, "shard", NULL, c->our_set, c->err);
     char path[PREPARE_PATH_LEN];
     struct stat sb;
     if (prepare_path_join(path, dir, name, c->err) != 0) return -1;
@@ -259,12 +260,23 @@ int prepare_check_replaceable(const char *dir, int numbered_set, const char *tok
                               const char *given, char *err) {
     int our_set = 0; /* a shard there is one of ours */
     NumberedCheck numbered = {&our_set, err};
-    if (check_one_name(dir, "train.bin", 1, NULL, &our_set, err) != 0 ||
-        check_one_name(dir, "val.bin", 1, NULL, &our_set, err) != 0 ||
+    if (check_one_name(dir, "train.bin", "shard", NULL, &our_set, err) != 0 ||
+        check_one_name(dir, "val.bin", "shard", NULL, &our_set, err) != 0 ||
         each_numbered(dir, check_numbered, &numbered) != 0 ||
-        check_one_name(dir, tokenizer_name, 0, given, &our_set, err) != 0 ||
+        check_one_name(dir, tokenizer_name, "tokenizer", given, &our_set, err) != 0 ||
         (numbered_set && check_pattern_strays(dir, err) != 0))
         return -1;
+    /* the tokenizer's own files: an earlier set's, or those beside the given tokenizer (-o is its
+     * folder), which the new set writes back unchanged */
+    for (int k = 0; k < 2; k++) {
+        char beside[PREPARE_PATH_LEN];
+        const char *slash = given ? strrchr(given, '/') : NULL;
+        snprintf(beside, sizeof beside, "%.*s/%s", slash ? (int)(slash - given) : 1, slash ? given : ".",
+                 tokenizer_file_names[k]);
+        if (check_one_name(dir, tokenizer_file_names[k], tokenizer_file_roles[k], given ? beside : NULL, &our_set,
+                           err) != 0)
+            return -1;
+    }
     char other[PREPARE_PATH_LEN];
     struct stat sb;
     if (prepare_path_join(other, dir, other_name, err) != 0) return -1;
@@ -568,6 +580,69 @@ int prepare_save_tokenizer(const Tokenizer *tok, const char *path, char *err) {
     return 0;
 }
 
+const char *const tokenizer_file_names[2] = {"tokenizer_config.json", "chat_template.jinja"};
+const char *const tokenizer_file_roles[2] = {"tokenizer's config", "chat template"};
+
+int prepare_stage_tokenizer_files(const Tokenizer *tok, const char *dir, char staged[2][PREPARE_PATH_LEN],
+                                  char *err) {
+    char terr[ERR_LEN];
+    for (int k = 0; k < 2; k++) {
+        staged[k][0] = 0;
+        size_t n = 0;
+        char *config = !k && tokenizer_is_imported(tok) && tokenizer_has_hf_config(tok)
+                           ? tokenizer_hf_config_json(tok, 0, terr) : NULL;
+        const char *text = k ? tokenizer_is_imported(tok) ? tokenizer_hf_chat_template(tok, &n) : NULL : config;
+        if (!k && tokenizer_is_imported(tok) && tokenizer_has_hf_config(tok) && !config) {
+            fgpt_set_err(err, "%s", terr);
+            return -1;
+        }
+        if (!k && config) n = strlen(config);
+        if (!text) continue;
+        char path[PREPARE_PATH_LEN];
+        int rc = prepare_path_join(path, dir, tokenizer_file_names[k], err);
+        if (rc == 0 && snprintf(staged[k], PREPARE_PATH_LEN, "%s.new", path) >= PREPARE_PATH_LEN) {
+            fgpt_set_err(err, "prepare -o %s: the path of %s is too long (choose a shorter -o)", dir, path);
+            rc = -1;
+        }
+        if (rc == 0 && write_file_whole(staged[k], text, n) != 0) {
+            fgpt_set_err(err, "cannot write %s: %s (check the folder is writable and the disk has room)", staged[k],
+                         strerror(errno));
+            rc = -1;
+        }
+        free(config);
+        if (rc != 0) {
+            staged[k][0] = 0;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int prepare_install_tokenizer_files(const char *dir, char staged[2][PREPARE_PATH_LEN], char *err) {
+    for (int k = 0; k < 2; k++) {
+        char path[PREPARE_PATH_LEN];
+        if (prepare_path_join(path, dir, tokenizer_file_names[k], err) != 0) return -1;
+        if (staged[k][0] && rename(staged[k], path) != 0) {
+            fgpt_set_err(err, "cannot move %s to %s: %s (check the folder is writable); the folder now holds part "
+                         "of the new set and part of the earlier one: run prepare again", staged[k], path,
+                         strerror(errno));
+            return -1;
+        }
+        if (staged[k][0]) {
+            staged[k][0] = 0;
+            continue;
+        }
+        /* the earlier set's (prepare_check_replaceable refused any other): the new tokenizer has none */
+        if (unlink(path) == 0)
+            fprintf(stderr, "prepare: removed %s, the earlier set's %s (the new tokenizer has none)\n", path,
+                    tokenizer_file_roles[k]);
+        else if (errno != ENOENT)
+            fprintf(stderr, "prepare: note: cannot remove %s, the earlier set's %s (%s): the new tokenizer has none, "
+                    "so delete it\n", path, tokenizer_file_roles[k], strerror(errno));
+    }
+    return 0;
+}
+
 /* The whole pipeline on a text in memory: tokenizer (trained, or `given`, which stays the
  * caller's), then the two shards. */
 static int prepare_text(const char *text, size_t len, const PrepareOptions *opt, Tokenizer *given,
@@ -689,11 +764,17 @@ int prepare_begin_set(const char *out_dir, int imported, PreparedData *out, SetI
 int prepare_end_set(SetInProgress *set, int rc, const Tokenizer *tok, char *err) {
     PreparedData *out = set->out;
     if (rc == 0 && prepare_save_tokenizer(tok, set->tok_new, err) != 0) rc = -1;
+    if (rc == 0 && prepare_stage_tokenizer_files(tok, set->out_dir, set->tok_files_new, err) != 0) rc = -1;
     /* the tokenizer last: in the instant between renames the trainer refuses shards of a larger
      * vocabulary than the old tokenizer's, and names those of a smaller one */
     const char *staged[3] = {set->val_new, set->train_new, set->tok_new}, *final[3] = {out->val_path, out->train_path,
                                                                                           out->tokenizer_path};
-    for (int k = 0; rc == 0 && k < 3; k++)
+    for (int k = 0; rc == 0 && k < 3; k++) {
+        /* the tokenizer's config and chat template just before it: the trainer reads them beside it */
+        if (k == 2 && prepare_install_tokenizer_files(set->out_dir, set->tok_files_new, err) != 0) {
+            rc = -1;
+            break;
+        }
         if (rename(staged[k], final[k]) != 0) {
             /* the files moved before it are the new set's, the rest the earlier one's: ./train refuses
              * such a pair (their tokenizers differ), and running prepare again mends it */
@@ -702,6 +783,7 @@ int prepare_end_set(SetInProgress *set, int rc, const Tokenizer *tok, char *err)
                                               "one: run prepare again" : "");
             rc = -1;
         }
+    }
     if (rc == 0)
         prepare_remove_earlier_set(set->out_dir, 0, 0, 0, set->imported ? "tokenizer.bin" : "tokenizer.json",
                                    out->tokenizer_path);
@@ -709,9 +791,12 @@ int prepare_end_set(SetInProgress *set, int rc, const Tokenizer *tok, char *err)
     if (rc == 0 && !sync_dir(set->out_dir))
         fprintf(stderr, "prepare: note: cannot sync the folder %s (%s): the new files are in place, but a power loss "
                 "in the next seconds may bring back the old ones\n", set->out_dir, strerror(errno));
-    if (rc != 0)
+    if (rc != 0) {
         for (int k = 0; k < 3; k++)
             if (staged[k][0]) unlink(staged[k]);
+        for (int k = 0; k < 2; k++)
+            if (set->tok_files_new[k][0]) unlink(set->tok_files_new[k]);
+    }
     if (set->lock >= 0) close(set->lock); /* releases it; the empty file stays, as a run's .lock does */
     if (rc != 0 && set->made_here) prepare_remove_made_folder(set->out_dir);
     return rc;

@@ -88,6 +88,21 @@ int prepare_encode_part(const Tokenizer *tok, const char *text, size_t len, int 
  * tokenizer.bin. -1 + message. */
 int prepare_save_tokenizer(const Tokenizer *tok, const char *path, char *err);
 
+/* The files an imported tokenizer brings beside its tokenizer.json, which a set carries with it (so
+ * that training with --tokenizer DIR/tokenizer.json sees the model's eos_token, special tokens and
+ * chat template, and hands them on in checkpoints): their names, and what each is, for messages. */
+extern const char *const tokenizer_file_names[2];
+extern const char *const tokenizer_file_roles[2];
+
+/* Writes those tok has (an imported tokenizer's tokenizer_config.json and chat_template.jinja) whole
+ * under staging names in dir: staged[k] names each, empty for one it lacks. -1 + message. */
+int prepare_stage_tokenizer_files(const Tokenizer *tok, const char *dir, char staged[2][PREPARE_PATH_LEN],
+                                  char *err);
+
+/* Renames the staged files into place (emptying staged[k]), and removes an earlier set's file of a
+ * name the new tokenizer lacks. -1 + message when a rename fails. */
+int prepare_install_tokenizer_files(const char *dir, char staged[2][PREPARE_PATH_LEN], char *err);
+
 /* Checks text[0..len), bytes [offset, offset + len) of the file `path`, against a given tokenizer's
  * normalizer (NULL: none), and adds its bytes outside UTF-8 to *stray (the first at *first_stray
  * when it is the first). -1 + message naming the file and the byte. */
@@ -104,6 +119,7 @@ typedef struct {
     PreparedData *out; /* its paths: the final names */
     int imported, made_here, lock;
     char train_new[PREPARE_PATH_LEN], val_new[PREPARE_PATH_LEN], tok_new[PREPARE_PATH_LEN];
+    char tok_files_new[2][PREPARE_PATH_LEN]; /* prepare_stage_tokenizer_files's */
 } SetInProgress;
 
 /* Makes out_dir (if need be), names the set's files in out and their staging names in set, and takes

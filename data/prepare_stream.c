@@ -590,11 +590,14 @@ int prepare_stream(const char *const *files, int n_files, const PrepareOptions *
                      (unsigned long long)total);
         rc = -1;
     }
+    char tok_files_new[2][PREPARE_PATH_LEN] = {"", ""};
     if (rc == 0) rc = prepare_save_tokenizer(given, tok_new, err);
+    if (rc == 0) rc = prepare_stage_tokenizer_files(given, out_dir, tok_files_new, err);
     /* validation's shards, training's, then the tokenizer: in the instant between renames the
      * trainer refuses shards of a larger vocabulary than an old tokenizer's */
     if (rc == 0) rc = sink_install(&val, err);
     if (rc == 0) rc = sink_install(&train, err);
+    if (rc == 0) rc = prepare_install_tokenizer_files(out_dir, tok_files_new, err);
     if (rc == 0 && rename(tok_new, out->tokenizer_path) != 0) {
         fgpt_set_err(err, "cannot move %s to %s: %s (check the folder is writable)", tok_new, out->tokenizer_path,
                      strerror(errno));
@@ -611,6 +614,8 @@ int prepare_stream(const char *const *files, int n_files, const PrepareOptions *
         sink_abort(&train);
         sink_abort(&val);
         unlink(tok_new);
+        for (int k = 0; k < 2; k++)
+            if (tok_files_new[k][0]) unlink(tok_files_new[k]);
     }
     free(st.text.start);
     free(st.text.end);

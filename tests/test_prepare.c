@@ -797,6 +797,100 @@ TEST(a_prepare_with_the_other_kind_of_tokenizer_removes_the_earlier_sets_tokeniz
           "a lone tokenizer.bin was replaced");
 }
 
+/* An imported tokenizer's tokenizer_config.json and chat_template.jinja travel with the set, so that
+ * training with --tokenizer DIR/tokenizer.json (the command prepare prints) sees the model's
+ * eos_token and chat template and writes them into its checkpoints, not a generated config. A later
+ * set whose tokenizer has none takes the earlier set's away; a foreign config in -o is refused and
+ * kept; -o as the tokenizer's own folder writes its files back unchanged. */
+TEST(a_prepared_set_carries_the_tokenizers_config_and_chat_template_into_training) {
+    char model[1100], set[1100], text[1100], path[1300], a[1300], b[1300], log[1200], args[4000];
+    snprintf(model, sizeof model, "%s/carried_model", test_tmpdir());
+    snprintf(set, sizeof set, "%s/carried_set", test_tmpdir());
+    snprintf(text, sizeof text, "%s/carried.txt", test_tmpdir());
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    write_lines(text, 4000, 7);
+    REQUIRE(mkdir(model, 0755) == 0, "%s", model);
+    snprintf(path, sizeof path, "%s/tokenizer.json", model);
+    REQUIRE(write_edited_copy("tests/fixtures/hf_gpt2_style.json", path, NULL, 0) == 0, "%s", path);
+    const char *config = "{\"eos_token\": \"<|endoftext|>\", \"model_max_length\": 777, \"tokenizer_class\": "
+                         "\"GPT2Tokenizer\", \"clean_up_tokenization_spaces\": false}\n";
+    const char *tpl = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}";
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", model);
+    write_text_file(path, config, strlen(config));
+    snprintf(path, sizeof path, "%s/chat_template.jinja", model);
+    write_text_file(path, tpl, strlen(tpl));
+    char tok[1200];
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", model);
+    const char *from_model[] = {"prepare", "--tokenizer", tok, "-o", set, text};
+    REQUIRE(run_prepare(6, from_model) == 0, "prepare with the model's tokenizer");
+    for (int k = 0; k < 2; k++) {
+        const char *name = k ? "chat_template.jinja" : "tokenizer_config.json";
+        snprintf(a, sizeof a, "%s/%s", model, name);
+        snprintf(b, sizeof b, "%s/%s", set, name);
+        CHECK(same_bytes(a, b), "the set's %s is not the model's", name);
+    }
+    /* and a set in numbered shards */
+    char sharded[1100];
+    snprintf(sharded, sizeof sharded, "%s/carried_shards", test_tmpdir());
+    const char *in_shards[] = {"prepare", "--tokenizer", tok, "--shard-tokens", "2000", "-o", sharded, text};
+    REQUIRE(run_prepare(8, in_shards) == 0, "prepare in shards with the model's tokenizer");
+    for (int k = 0; k < 2; k++) {
+        const char *name = k ? "chat_template.jinja" : "tokenizer_config.json";
+        snprintf(a, sizeof a, "%s/%s", model, name);
+        snprintf(b, sizeof b, "%s/%s", sharded, name);
+        CHECK(same_bytes(a, b), "the sharded set's %s is not the model's", name);
+    }
+    /* training from the set hands the model's files on, byte for byte */
+    snprintf(args, sizeof args, "--device cpu -e tiny -b 2 -t 32 -x 1 -n 1 -s 0 --val-every 0 -i %s/train.bin "
+             "--tokenizer %s/tokenizer.json -o %s/run", set, set, set);
+    char *out = NULL;
+    const int rc = run_train(args, &out);
+    REQUIRE(rc == 0, "(%d) %.400s", rc, out ? out : "");
+    free(out);
+    for (int k = 0; k < 2; k++) {
+        const char *name = k ? "chat_template.jinja" : "tokenizer_config.json";
+        snprintf(a, sizeof a, "%s/%s", model, name);
+        snprintf(b, sizeof b, "%s/run/step_00000001/%s", set, name);
+        CHECK(same_bytes(a, b), "the checkpoint's %s is not the model's", name);
+    }
+    /* a set whose tokenizer has neither takes the earlier set's away */
+    const char *bare[] = {"prepare", "--tokenizer", "tests/fixtures/hf_gpt2_style.json", "-o", set, text};
+    unlink(log);
+    REQUIRE(run_prepare(6, bare) == 0, "prepare with a tokenizer alone");
+    char *said = read_text(log);
+    snprintf(a, sizeof a, "%s/tokenizer_config.json", set);
+    snprintf(b, sizeof b, "%s/chat_template.jinja", set);
+    CHECK(access(a, F_OK) != 0 && access(b, F_OK) != 0, "the earlier set's config or chat template stayed");
+    CHECK(said && strstr(said, "the earlier set's tokenizer's config (the new tokenizer has none)") &&
+              strstr(said, "the earlier set's chat template"), "%s", said ? said : "");
+    free(said);
+    /* a config in a folder without a set of ours is another's: refused before any work, and kept */
+    char foreign[1100];
+    snprintf(foreign, sizeof foreign, "%s/foreign", test_tmpdir());
+    REQUIRE(mkdir(foreign, 0755) == 0, "%s", foreign);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", foreign);
+    write_text_file(path, "{}", 2);
+    const char *into_foreign[] = {"prepare", "--tokenizer", tok, "-o", foreign, text};
+    unlink(log);
+    CHECK(run_prepare(6, into_foreign) != 0, "a foreign tokenizer_config.json was replaced");
+    said = read_text(log);
+    CHECK(said && strstr(said, "tokenizer_config.json is not the tokenizer's config of an earlier prepare there"),
+          "%s", said ? said : "");
+    free(said);
+    said = read_text(path);
+    CHECK(said && !strcmp(said, "{}"), "the foreign config changed: %s", said ? said : "(gone)");
+    free(said);
+    snprintf(path, sizeof path, "%s/train.bin", foreign);
+    CHECK(access(path, F_OK) != 0, "shards were written beside the foreign config");
+    /* -o as the model's own folder: its files stay as they were */
+    const char *into_model[] = {"prepare", "--tokenizer", tok, "-o", model, text};
+    REQUIRE(run_prepare(6, into_model) == 0, "prepare into the tokenizer's own folder");
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", model);
+    said = read_text(path);
+    CHECK(said && !strcmp(said, config), "the model's config changed: %s", said ? said : "(gone)");
+    free(said);
+}
+
 /* Smaller refusals and notes: an empty tokenizer file is named empty; a folder under a staging name
  * is refused before any work; a file given twice is noted (its copy may land in validation). */
 TEST(prepare_names_an_empty_tokenizer_a_folder_at_a_staging_name_and_a_file_given_twice) {
