@@ -114,6 +114,14 @@ TEST(a_chat_template_that_cannot_be_rendered_names_its_line_and_why) {
         {"{{ 2 ** 70 }}", "an integer past 64 bits"}, /* Python's has no bound: refused, not wrapped */
         {"{{ range(0, 9223372036854775807) }}", "range of more than 10000000 numbers"},
         {"{{ 'ab' * 9223372036854775807 }}", "a repetition past 64M items"},
+        {"{{ '\\N{BULLET}' }}", "line 1: a \\N{...} escape (write the character itself, or its \\u escape)"},
+        {"{{ '\\U00110000' }}", "a \\U escape past U+10FFFF"},
+        {"{{ '\\ud800' }}", "an escape of a lone surrogate"},
+        {"{{ 'abc'.index('x') }}", "index: substring not found"},
+        {"{{ [1, 'a']|sort }}", "and an integer cannot be compared"},
+        {"{{ 'a'.partition('') }}", "partition with an empty separator"},
+        {"{{ [1]|batch(0) }}", "batch takes a count above 0"},
+        {"{{ 1.5|round(0, 'up') }}", "round's method must be common, ceil or floor"},
         {"{{ none.x }}", NULL}, /* an attribute of none is undefined, as in Jinja: renders empty */
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {

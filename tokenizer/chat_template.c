@@ -102,7 +102,19 @@ static int line_at(const Parser *p, size_t at) {
     return line;
 }
 
-/* A quoted string at src[*at] (the quote), its escapes decoded as Python decodes them, into the arena. */
+/* Code point cp as UTF-8 at out: its length. */
+static size_t put_utf8(char *out, unsigned cp) {
+    if (cp < 0x80) return out[0] = (char)cp, 1;
+    if (cp < 0x800) return out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 63)), 2;
+    if (cp < 0x10000)
+        return out[0] = (char)(0xE0 | cp >> 12), out[1] = (char)(0x80 | (cp >> 6 & 63)), out[2] = (char)(0x80 | (cp & 63)), 3;
+    out[0] = (char)(0xF0 | cp >> 18), out[1] = (char)(0x80 | (cp >> 12 & 63));
+    out[2] = (char)(0x80 | (cp >> 6 & 63)), out[3] = (char)(0x80 | (cp & 63));
+    return 4;
+}
+
+/* A quoted string at src[*at] (the quote), its escapes decoded as Python's unicode-escape decodes
+ * them (Jinja's lexer does so), into the arena. */
 static void lex_string(Parser *p, size_t *at, int line) {
     const char q = p->src[(*at)++];
     char *out = alloc(p, p->len - *at + 1);
@@ -114,25 +126,36 @@ static void lex_string(Parser *p, size_t *at, int line) {
             continue;
         }
         c = p->src[(*at)++];
+        unsigned cp = 0;
         switch (c) {
         case 'n': out[n++] = '\n'; break;
         case 't': out[n++] = '\t'; break;
         case 'r': out[n++] = '\r'; break;
-        case '0': out[n++] = '\0'; break;
+        case 'a': out[n++] = '\a'; break;
+        case 'b': out[n++] = '\b'; break;
+        case 'f': out[n++] = '\f'; break;
+        case 'v': out[n++] = '\v'; break;
+        case '\n': break; /* a line continued */
         case '\\': case '\'': case '"': out[n++] = c; break;
-        case 'u': case 'x': {
-            const int digits = c == 'u' ? 4 : 2;
-            unsigned cp = 0;
+        case '0': case '1': case '2': case '3': case '4': case '5': case '6': case '7': /* octal, up to 3 digits */
+            cp = (unsigned)(c - '0');
+            for (int k = 1; k < 3 && *at < p->len && p->src[*at] >= '0' && p->src[*at] <= '7'; k++)
+                cp = cp * 8 + (unsigned)(p->src[(*at)++] - '0');
+            n += put_utf8(out + n, cp);
+            break;
+        case 'u': case 'x': case 'U': {
+            const int digits = c == 'U' ? 8 : c == 'u' ? 4 : 2;
             for (int k = 0; k < digits; k++) {
                 const int h = *at < p->len && isxdigit((unsigned char)p->src[*at]) ? p->src[(*at)++] : -1;
-                if (h < 0) fail(p, line, "a \\%s escape without its hex digits", c == 'u' ? "u" : "x");
+                if (h < 0) fail(p, line, "a \\%s escape without its hex digits", c == 'U' ? "U" : c == 'u' ? "u" : "x");
                 cp = cp * 16 + (unsigned)(isdigit(h) ? h - '0' : tolower(h) - 'a' + 10);
             }
-            if (cp < 0x80) out[n++] = (char)cp;
-            else if (cp < 0x800) out[n++] = (char)(0xC0 | cp >> 6), out[n++] = (char)(0x80 | (cp & 63));
-            else out[n++] = (char)(0xE0 | cp >> 12), out[n++] = (char)(0x80 | (cp >> 6 & 63)), out[n++] = (char)(0x80 | (cp & 63));
+            if (cp > 0x10FFFF) fail(p, line, "a \\U escape past U+10FFFF%s", "");
+            if (cp >= 0xD800 && cp < 0xE000) fail(p, line, "an escape of a lone surrogate (U+D800 to U+DFFF)%s", "");
+            n += put_utf8(out + n, cp);
             break;
         }
+        case 'N': fail(p, line, "a \\N{...} escape (write the character itself, or its \\u escape)%s", "");
         default: out[n++] = '\\', out[n++] = c; /* Python keeps an unknown escape as it is */
         }
     }
@@ -366,10 +389,24 @@ static Expr *parse_primary(Parser *p) {
         e->f = t->f;
         return e;
     case K_OP:
-        if (is_op(t, "(")) {
-            e = parse_expr(p);
-            if (is_op(peek(p), ",")) fail(p, t->line, "tuples are no part of the template language%s", "");
+        if (is_op(t, "(")) { /* a value in parentheses, or a tuple: (), (a,), (a, b) */
+            Expr *items[256];
+            size_t n = 0;
+            int tuple = is_op(peek(p), ")");
+            while (!is_op(peek(p), ")")) {
+                if (n == 256) fail(p, t->line, "a literal of more than %s items", "256");
+                items[n++] = parse_expr(p);
+                if (!is_op(peek(p), ",")) break;
+                take(p);
+                tuple = 1;
+            }
             expect_op(p, ")");
+            if (!tuple) return items[0];
+            e = node(p, E_LIST, t->line);
+            e->tuple = 1;
+            e->args = alloc(p, (n + 1) * sizeof *e->args);
+            memcpy(e->args, items, n * sizeof *items);
+            e->nargs = n;
             return e;
         }
         if (is_op(t, "[") || is_op(t, "{")) {
@@ -548,27 +585,33 @@ static Expr *parse_product(Parser *p) {
     }
 }
 
-static Expr *parse_sum(Parser *p) {
-    Expr *e = parse_product(p);
-    for (;;) {
-        Tok *t = peek(p);
-        if (!is_op(t, "+") && !is_op(t, "-")) return e;
-        take(p);
-        e = binary(p, is_op(t, "+") ? OP_ADD : OP_SUB, e, parse_product(p), t->line);
-    }
-}
-
+/* `~` binds tighter than + and -, looser than * and /, as Jinja's grammar has it: 1 + 2 ~ 3 is
+ * 1 + '23', an error. */
 static Expr *parse_concat(Parser *p) {
-    Expr *e = parse_sum(p);
+    Expr *e = parse_product(p);
     while (is_op(peek(p), "~")) {
         const int line = take(p)->line;
-        e = binary(p, OP_CONCAT, e, parse_sum(p), line);
+        e = binary(p, OP_CONCAT, e, parse_product(p), line);
     }
     return e;
 }
 
-static Expr *parse_compare(Parser *p) {
+static Expr *parse_sum(Parser *p) {
     Expr *e = parse_concat(p);
+    for (;;) {
+        Tok *t = peek(p);
+        if (!is_op(t, "+") && !is_op(t, "-")) return e;
+        take(p);
+        e = binary(p, is_op(t, "+") ? OP_ADD : OP_SUB, e, parse_concat(p), t->line);
+    }
+}
+
+/* Comparisons chain as Python's: a < b < c is a < b and b < c, b computed once. */
+static Expr *parse_compare(Parser *p) {
+    Expr *first = parse_sum(p), *operands[65] = {first};
+    BinOp ops[64];
+    size_t n = 0;
+    const int line = peek(p)->line;
     for (;;) {
         Tok *t = peek(p);
         BinOp op;
@@ -580,10 +623,21 @@ static Expr *parse_compare(Parser *p) {
         else if (is_op(t, ">=")) op = OP_GE;
         else if (is_name(t, "in")) op = OP_IN;
         else if (is_name(t, "not") && is_name(&p->toks[p->at + 1], "in")) op = OP_NOT_IN, take(p);
-        else return e;
+        else break;
         take(p);
-        e = binary(p, op, e, parse_concat(p), t->line);
+        if (n == 64) fail(p, t->line, "a chain of more than %s comparisons", "64");
+        ops[n] = op;
+        operands[++n] = parse_sum(p);
     }
+    if (n == 0) return first;
+    if (n == 1) return binary(p, ops[0], first, operands[1], line);
+    Expr *e = node(p, E_COMPARE, line);
+    e->args = alloc(p, (n + 1) * sizeof *e->args);
+    memcpy(e->args, operands, (n + 1) * sizeof *operands);
+    e->ops = alloc(p, n * sizeof *e->ops);
+    memcpy(e->ops, ops, n * sizeof *ops);
+    e->nargs = n + 1;
+    return e;
 }
 
 static Expr *parse_not(Parser *p) {

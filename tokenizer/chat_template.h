@@ -7,12 +7,13 @@
  * exist, {% generation %} renders its body, and tojson is json.dumps (non-ASCII kept, ", " and ": "
  * between items). Statements: if / elif / else, for (a filter, else, loop.index ...), set (of a
  * name, a namespace's attribute, or a block), macro. Expressions: Python's literals and operators,
- * `~`, `in`, conditional expressions, subscripts and slices (strings by character), the string
- * methods chat templates call (startswith, split, strip ...), dict get / items / keys / values,
- * the filters and tests of Jinja they use, and namespace(), range(), dict(), raise_exception() and
- * strftime_now(). Anything else is refused when the template is read, naming the line. Undefined
- * values behave as Jinja's default Undefined: empty when printed, false, an error when an
- * attribute of one is asked for.
+ * `~`, `in`, chained comparisons, tuples, conditional expressions, subscripts and slices (strings
+ * by character), Python's string methods (by its Unicode tables: tokenizer/py_str.h), dict get /
+ * items / keys / values, the filters and tests of Jinja chat templates use (sort, dictsort, map,
+ * indent, round ... but not format or wordwrap), and namespace(), range(), dict(),
+ * raise_exception() and strftime_now(). Anything else is refused when the template is read or run,
+ * naming the line. Undefined values behave as Jinja's default Undefined: empty when printed, false,
+ * an error when an attribute of one is asked for.
  *
  * This module knows nothing else of the project. */
 #ifndef FUSEDGPT_CHAT_TEMPLATE_H

@@ -25,12 +25,12 @@ typedef struct {
 typedef enum {
     E_STR, E_INT, E_FLOAT, E_BOOL, E_NONE, /* literals */
     E_NAME, E_ATTR, E_ITEM, E_SLICE, E_CALL, E_FILTER, E_TEST,
-    E_NEG, E_POS, E_NOT, E_AND, E_OR, E_BIN, E_COND, E_LIST, E_DICT
+    E_NEG, E_POS, E_NOT, E_AND, E_OR, E_BIN, E_COMPARE, E_COND, E_LIST, E_DICT
 } ExprKind;
 
 typedef enum {
     OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW, OP_CONCAT,
-    OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_IN, OP_NOT_IN
+    OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_IN, OP_NOT_IN /* the comparisons last, from OP_EQ */
 } BinOp;
 
 struct Expr {
@@ -41,13 +41,16 @@ struct Expr {
     long long i;   /* E_INT, E_BOOL */
     double f;      /* E_FLOAT */
     BinOp op;      /* E_BIN */
+    BinOp *ops;    /* E_COMPARE: a chain as Python's, args[0] ops[0] args[1] ops[1] args[2] ... */
     Expr *a, *b, *c; /* operands: E_COND is b if a else c; E_SLICE's object is a */
-    Expr **args;   /* positional arguments; E_LIST's items; E_DICT's keys; E_SLICE's start, stop, step */
+    Expr **args;   /* positional arguments; E_LIST's items; E_DICT's keys; E_SLICE's start, stop, step;
+                      E_COMPARE's operands */
     size_t nargs;
     const char **kwnames; /* keyword arguments (E_DICT: none; its values are kwargs) */
     Expr **kwargs;
     size_t nkw;
     int negate; /* E_TEST: `is not` */
+    int tuple;  /* E_LIST: a tuple, (a, b) */
 };
 
 typedef enum { S_TEXT, S_OUT, S_IF, S_FOR, S_SET, S_SET_BLOCK, S_MACRO, S_BREAK, S_CONTINUE, S_BODY } StmtKind;

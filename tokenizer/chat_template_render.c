@@ -15,12 +15,14 @@
 #include <time.h>
 
 #include "tokenizer/chat_template_internal.h"
+#include "tokenizer/py_str.h"
 
 typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_NS, V_MACRO, V_METHOD, V_BUILTIN } VKind;
 
 typedef struct Val Val;
 typedef struct List List;
 typedef struct Dict Dict;
+typedef struct Frame Frame;
 
 struct Val {
     VKind k;
@@ -31,12 +33,17 @@ struct Val {
     List *list;         /* V_LIST */
     Dict *dict;         /* V_DICT, V_NS */
     const Stmt *macro;  /* V_MACRO */
+    Frame *scope;       /* V_MACRO: what its body sees besides its arguments */
     const Val *self;    /* V_METHOD's object */
 };
+
+/* What Python type a list stands for: its repr, and what it equals, differ. */
+typedef enum { L_LIST, L_TUPLE, L_DICT_ITEMS, L_DICT_KEYS, L_DICT_VALUES } ListKind;
 
 struct List {
     size_t n;
     Val *items;
+    ListKind kind;
 };
 
 struct Dict {
@@ -46,7 +53,6 @@ struct Dict {
     Val *vals;
 };
 
-typedef struct Frame Frame;
 struct Frame {
     Frame *parent;
     Dict vars;
@@ -66,11 +72,17 @@ typedef struct {
     int depth;
 } Render;
 
-enum { M_STARTSWITH, M_ENDSWITH, M_STRIP, M_LSTRIP, M_RSTRIP, M_SPLIT, M_UPPER, M_LOWER, M_TITLE, M_CAPITALIZE,
-       M_REPLACE, M_FIND, M_COUNT, M_JOIN, M_GET, M_ITEMS, M_KEYS, M_VALUES };
-static const char *const METHOD_NAMES[] = {"startswith", "endswith", "strip", "lstrip", "rstrip", "split", "upper",
-                                           "lower", "title", "capitalize", "replace", "find", "count", "join",
-                                           "get", "items", "keys", "values"};
+/* The string methods, then the dict methods (attribute() looks each kind's range up). */
+enum { M_STARTSWITH, M_ENDSWITH, M_STRIP, M_LSTRIP, M_RSTRIP, M_SPLIT, M_RSPLIT, M_SPLITLINES, M_UPPER, M_LOWER,
+       M_TITLE, M_CAPITALIZE, M_SWAPCASE, M_REPLACE, M_FIND, M_RFIND, M_INDEX, M_RINDEX, M_COUNT, M_JOIN,
+       M_REMOVEPREFIX, M_REMOVESUFFIX, M_ISALPHA, M_ISALNUM, M_ISDIGIT, M_ISDECIMAL, M_ISNUMERIC, M_ISSPACE,
+       M_ISLOWER, M_ISUPPER, M_ISTITLE, M_LJUST, M_RJUST, M_CENTER, M_ZFILL, M_PARTITION, M_RPARTITION,
+       M_GET, M_ITEMS, M_KEYS, M_VALUES };
+static const char *const METHOD_NAMES[] = {
+    "startswith", "endswith", "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "upper", "lower", "title",
+    "capitalize", "swapcase", "replace", "find", "rfind", "index", "rindex", "count", "join", "removeprefix",
+    "removesuffix", "isalpha", "isalnum", "isdigit", "isdecimal", "isnumeric", "isspace", "islower", "isupper",
+    "istitle", "ljust", "rjust", "center", "zfill", "partition", "rpartition", "get", "items", "keys", "values"};
 enum { F_NAMESPACE, F_RANGE, F_RAISE, F_STRFTIME, F_DICT };
 static const char *const BUILTIN_NAMES[] = {"namespace", "range", "raise_exception", "strftime_now", "dict"};
 
@@ -250,25 +262,33 @@ static void put_repr(Render *r, Buf *b, const Val *v) {
         const int dq = memchr(v->s, '\'', v->n) && !memchr(v->s, '"', v->n);
         const char q = dq ? '"' : '\'';
         put(r, b, &q, 1);
-        for (size_t k = 0; k < v->n; k++) {
-            const unsigned char c = (unsigned char)v->s[k];
-            char esc[8];
+        for (size_t k = 0; k < v->n;) {
+            const size_t at = k;
+            const uint32_t c = py_utf8_next(v->s, v->n, &k);
+            char esc[12];
             if (c == '\\' || c == (unsigned char)q) esc[0] = '\\', esc[1] = (char)c, put(r, b, esc, 2);
             else if (c == '\n') puts_(r, b, "\\n");
             else if (c == '\r') puts_(r, b, "\\r");
             else if (c == '\t') puts_(r, b, "\\t");
-            else if (c < 0x20 || c == 0x7f) snprintf(esc, sizeof esc, "\\x%02x", c), puts_(r, b, esc);
-            else put(r, b, (const char *)&c, 1);
+            else if (py_isprintable(c)) put(r, b, v->s + at, k - at);
+            else if (c < 0x100 || c >= 0x110000u) /* a stray byte is printed as the escape of its value */
+                snprintf(esc, sizeof esc, "\\x%02x", (unsigned)(c >= 0x110000u ? c - 0x110000u : c)), puts_(r, b, esc);
+            else snprintf(esc, sizeof esc, c < 0x10000 ? "\\u%04x" : "\\U%08x", (unsigned)c), puts_(r, b, esc);
         }
         return put(r, b, &q, 1);
     }
-    case V_LIST:
-        put(r, b, "[", 1);
+    case V_LIST: {
+        static const char *const open[] = {"[", "(", "dict_items([", "dict_keys([", "dict_values(["};
+        static const char *const close[] = {"]", ")", "])", "])", "])"};
+        const ListKind kind = v->list->kind;
+        puts_(r, b, open[kind]);
         for (size_t k = 0; k < v->list->n; k++) {
             if (k) puts_(r, b, ", ");
             put_repr(r, b, &v->list->items[k]);
         }
-        return put(r, b, "]", 1);
+        if (kind == L_TUPLE && v->list->n == 1) puts_(r, b, ",");
+        return puts_(r, b, close[kind]);
+    }
     case V_DICT:
     case V_NS:
         puts_(r, b, v->k == V_NS ? "<Namespace {" : "{");
@@ -364,7 +384,7 @@ static int equal(const Val *a, const Val *b) {
     case V_UNDEF: case V_NONE: return 1;
     case V_STR: return a->n == b->n && !memcmp(a->s, b->s, a->n);
     case V_LIST:
-        if (a->list->n != b->list->n) return 0;
+        if (a->list->n != b->list->n || a->list->kind != b->list->kind) return 0;
         for (size_t k = 0; k < a->list->n; k++)
             if (!equal(&a->list->items[k], &b->list->items[k])) return 0;
         return 1;
@@ -510,7 +530,7 @@ static const char *undef_name(Render *r, const Val *v) {
 static Val attribute(Render *r, const Val *obj, const char *name, int line) {
     if (obj->k == V_UNDEF) fail(r, line, "%s is undefined, so it has no attribute '%s'", undef_name(r, obj), name);
     int m;
-    if (obj->k == V_STR && (m = method_id(name, M_STARTSWITH, M_JOIN)) >= 0) return method_of(r, obj, m);
+    if (obj->k == V_STR && (m = method_id(name, M_STARTSWITH, M_RPARTITION)) >= 0) return method_of(r, obj, m);
     if (obj->k == V_DICT && (m = method_id(name, M_GET, M_VALUES)) >= 0) return method_of(r, obj, m);
     if (obj->k == V_DICT || obj->k == V_NS) {
         const Val *v = dict_find(obj->dict, name, strlen(name));
@@ -562,17 +582,37 @@ static const char *need_str(Render *r, const Val *v, const char *what, int line)
     return v->s;
 }
 
-/* Whether c (one byte) is among the characters chars[0..n), or white space when chars is NULL. */
-static int strip_char(unsigned char c, const char *chars, size_t n) {
-    return chars ? memchr(chars, c, n) != NULL : (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f');
+static long long need_int(Render *r, const Val *v, const char *what, int line);
+
+/* Whether code point cp is among the characters of chars (a string), or white space when chars is
+ * NULL or none. */
+static int strip_char(uint32_t cp, const Val *chars) {
+    if (!chars || chars->k != V_STR) return py_isspace(cp);
+    for (size_t k = 0; k < chars->n;)
+        if (py_utf8_next(chars->s, chars->n, &k) == cp) return 1;
+    return 0;
 }
 
-static Val strip(const Val *s, const Val *chars, int left, int right) {
-    const char *set = chars && chars->k == V_STR ? chars->s : NULL;
-    const size_t ns = set ? chars->n : 0;
+/* The byte where the character before byte b of s starts. */
+static size_t char_before(const char *s, size_t b) {
+    do b--;
+    while (b > 0 && ((unsigned char)s[b] & 0xC0) == 0x80);
+    return b;
+}
+
+static Val strip(Render *r, const Val *s, const Val *chars, int left, int right, int line) {
+    if (chars && chars->k != V_STR && chars->k != V_NONE) fail(r, line, "strip's characters must be a string or none");
     size_t a = 0, b = s->n;
-    while (left && a < b && strip_char((unsigned char)s->s[a], set, ns)) a++;
-    while (right && b > a && strip_char((unsigned char)s->s[b - 1], set, ns)) b--;
+    while (left && a < b) {
+        size_t next = a;
+        if (!strip_char(py_utf8_next(s->s, b, &next), chars)) break;
+        a = next;
+    }
+    while (right && b > a) {
+        size_t at = char_before(s->s, b), k = at;
+        if (at < a || !strip_char(py_utf8_next(s->s, b, &k), chars)) break;
+        b = at;
+    }
     return str_val(s->s + a, b - a);
 }
 
@@ -583,55 +623,122 @@ static const char *find_bytes(const char *h, size_t hn, const char *n, size_t nn
     return NULL;
 }
 
-static Val split(Render *r, const Val *s, const Val *sep, long long max, int line) {
-    Val out = list_val(r, 0);
-    out.list->items = alloc(r, (s->n + 2) * sizeof *out.list->items);
-    List *l = out.list;
-    if (!sep || sep->k == V_NONE) { /* runs of white space, none empty */
-        size_t k = 0;
-        for (;;) {
-            while (k < s->n && strip_char((unsigned char)s->s[k], NULL, 0)) k++;
-            if (k == s->n) break;
-            size_t e = k;
-            if (max >= 0 && (long long)l->n == max) e = s->n;
-            while (e < s->n && !strip_char((unsigned char)s->s[e], NULL, 0)) e++;
-            if (e == s->n && max >= 0 && (long long)l->n == max) {
-                size_t t = s->n;
-                while (t > k && strip_char((unsigned char)s->s[t - 1], NULL, 0)) t--;
-                e = t;
-            }
-            l->items[l->n++] = str_val(s->s + k, e - k);
-            k = e;
-        }
-        return out;
-    }
-    need_str(r, sep, "split's separator", line);
-    if (!sep->n) fail(r, line, "split with an empty separator");
-    size_t k = 0;
-    for (;;) {
-        const char *at = max >= 0 && (long long)l->n == max ? NULL : find_bytes(s->s + k, s->n - k, sep->s, sep->n);
-        if (!at) {
-            l->items[l->n++] = str_val(s->s + k, s->n - k);
-            return out;
-        }
-        l->items[l->n++] = str_val(s->s + k, (size_t)(at - s->s) - k);
-        k = (size_t)(at - s->s) + sep->n;
-    }
+static const char *rfind_bytes(const char *h, size_t hn, const char *n, size_t nn) {
+    for (size_t k = hn - (nn <= hn ? nn : hn) + 1; nn <= hn && k-- > 0;)
+        if (!memcmp(h + k, n, nn)) return h + k;
+    return NULL;
 }
 
-static Val case_map(Render *r, const Val *s, int mode) { /* 0 upper, 1 lower, 2 title, 3 capitalize (ASCII) */
-    char *o = alloc(r, s->n + 1);
-    int start = 1;
-    for (size_t k = 0; k < s->n; k++) {
-        char c = s->s[k];
-        const int alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-        int up = mode == 0 || (mode == 2 && start) || (mode == 3 && k == 0);
-        if (up && c >= 'a' && c <= 'z') c = (char)(c - 32);
-        if (!up && c >= 'A' && c <= 'Z') c = (char)(c + 32);
-        o[k] = c;
-        start = !alpha;
+/* s split at runs of white space (sep none) or at sep, from the left, or from the right (rsplit),
+ * at most max times (max < 0: no bound). */
+static Val split(Render *r, const Val *s, const Val *sep, long long max, int from_right, int line) {
+    Val out = list_val(r, 0);
+    Val *parts = alloc(r, (s->n + 2) * sizeof *parts);
+    size_t n = 0;
+    const int white = !sep || sep->k == V_NONE;
+    if (!white) {
+        need_str(r, sep, "split's separator", line);
+        if (!sep->n) fail(r, line, "split with an empty separator");
     }
-    return str_val(o, s->n);
+    size_t a = 0, b = s->n; /* what is left to split */
+    for (;;) {
+        if (white) { /* the ends' white space is never a part */
+            Val rest = strip(r, &(Val){.k = V_STR, .s = s->s + a, .n = b - a}, NULL, !from_right, from_right, line);
+            a = (size_t)(rest.s - s->s), b = a + rest.n;
+            if (a == b) break;
+        }
+        const int last = max >= 0 && (long long)n == max;
+        size_t at = 0, len = 0; /* the separator found: bytes [at, at + len) */
+        int found = 0;
+        if (!last && white) { /* the first (last) run of white space */
+            size_t k = from_right ? b : a;
+            while (!found && (from_right ? k > a : k < b)) {
+                size_t c = from_right ? char_before(s->s, k) : k, next = c;
+                if (py_isspace(py_utf8_next(s->s, s->n, &next))) found = 1, at = c, len = next - c;
+                else k = from_right ? c : next;
+            }
+            while (found && !from_right && at + len < b) { /* the whole run */
+                size_t next = at + len;
+                if (!py_isspace(py_utf8_next(s->s, s->n, &next))) break;
+                len = next - at;
+            }
+            while (found && from_right && at > a) {
+                size_t c = char_before(s->s, at), next = c;
+                if (!py_isspace(py_utf8_next(s->s, s->n, &next))) break;
+                len += at - c, at = c;
+            }
+        } else if (!last) {
+            const char *hit = from_right ? rfind_bytes(s->s + a, b - a, sep->s, sep->n)
+                                         : find_bytes(s->s + a, b - a, sep->s, sep->n);
+            if (hit) found = 1, at = (size_t)(hit - s->s), len = sep->n;
+        }
+        if (!found) {
+            parts[n++] = str_val(s->s + a, b - a);
+            break;
+        }
+        if (from_right) parts[n++] = str_val(s->s + at + len, b - at - len), b = at;
+        else parts[n++] = str_val(s->s + a, at - a), a = at + len;
+    }
+    out.list->items = parts;
+    out.list->n = n;
+    for (size_t k = 0; from_right && k < n / 2; k++) { /* rsplit found its parts last first */
+        const Val t = parts[k];
+        parts[k] = parts[n - 1 - k], parts[n - 1 - k] = t;
+    }
+    return out;
+}
+
+/* str.splitlines(keepends). */
+static Val split_lines(Render *r, const Val *s, int keep_ends) {
+    Val out = list_val(r, 0);
+    out.list->items = alloc(r, (s->n + 1) * sizeof *out.list->items);
+    for (size_t a = 0, k = 0; a < s->n; a = k) {
+        size_t end = s->n;
+        for (k = a; k < s->n;) {
+            const size_t at = k;
+            const uint32_t cp = py_utf8_next(s->s, s->n, &k);
+            if (!py_is_line_end(cp)) continue;
+            if (cp == '\r' && k < s->n && s->s[k] == '\n') k++;
+            end = at;
+            break;
+        }
+        out.list->items[out.list->n++] = str_val(s->s + a, (keep_ends ? k : end) - a);
+    }
+    return out;
+}
+
+static Val case_map(Render *r, const Val *s, PyCase mode) {
+    char *o = alloc(r, 3 * s->n + 1);
+    return str_val(o, py_case(s->s, s->n, mode, o));
+}
+
+/* Python's slice bounds of a string's characters [start, end) as bytes of s: 0 when start lies past
+ * the end, where find gives -1 and startswith false even for an empty text. */
+static int char_range(Render *r, const Val *s, const Val *start, const Val *end, size_t *a, size_t *b, int line) {
+    const long long n = (long long)utf8_chars(s->s, s->n);
+    long long i = start && start->k != V_NONE ? need_int(r, start, "the start", line) : 0;
+    long long j = end && end->k != V_NONE ? need_int(r, end, "the end", line) : n;
+    if (i < 0) i = i + n < 0 ? 0 : i + n;
+    if (j < 0) j = j + n < 0 ? 0 : j + n;
+    if (j > n) j = n;
+    if (i > n) return 0;
+    if (j < i) j = i;
+    *a = utf8_offset(s->s, s->n, (size_t)i), *b = utf8_offset(s->s, s->n, (size_t)j);
+    return 1;
+}
+
+/* str.startswith / endswith of a text or of a tuple of texts, within [start, end). */
+static int starts_or_ends(Render *r, const Val *s, const Val *with, int ends, const Val *start, const Val *end,
+                          int line) {
+    size_t a, b;
+    if (with && with->k == V_LIST && with->list->kind == L_TUPLE) {
+        for (size_t k = 0; k < with->list->n; k++)
+            if (starts_or_ends(r, s, &with->list->items[k], ends, start, end, line)) return 1;
+        return 0;
+    }
+    need_str(r, with ? with : &(Val){.k = V_UNDEF}, ends ? "endswith's text" : "startswith's text", line);
+    if (!char_range(r, s, start, end, &a, &b, line) || with->n > b - a) return 0;
+    return !memcmp(ends ? s->s + b - with->n : s->s + a, with->s, with->n);
 }
 
 static Val replace(Render *r, const Val *s, const Val *old, const Val *new_, long long count, int line) {
@@ -639,8 +746,17 @@ static Val replace(Render *r, const Val *s, const Val *old, const Val *new_, lon
     need_str(r, new_, "replace's new text", line);
     Buf b = {0};
     size_t k = 0;
+    put(r, &b, "", 0);
     for (long long done = 0; count < 0 || done < count; done++) {
-        const char *at = old->n ? find_bytes(s->s + k, s->n - k, old->s, old->n) : NULL;
+        if (!old->n) { /* Python puts the new text before each character and at the end */
+            put(r, &b, new_->s, new_->n);
+            if (k == s->n) break;
+            const size_t at = k;
+            py_utf8_next(s->s, s->n, &k);
+            put(r, &b, s->s + at, k - at);
+            continue;
+        }
+        const char *at = find_bytes(s->s + k, s->n - k, old->s, old->n);
         if (!at) break;
         put(r, &b, s->s + k, (size_t)(at - s->s) - k);
         put(r, &b, new_->s, new_->n);
@@ -677,12 +793,17 @@ static void eval_args(Render *r, const Expr *e, Frame *f, Args *a) {
     for (size_t k = 0; k < e->nkw; k++) a->names[k] = e->kwnames[k], a->kw[a->nk++] = eval(r, e->kwargs[k], f);
 }
 
-/* Argument `pos`, or keyword `name`, or NULL. */
-static const Val *arg(const Args *a, size_t pos, const char *name) {
-    if (pos < a->na) return &a->args[pos];
+/* Keyword argument `name`, or NULL. */
+static const Val *kwarg(const Args *a, const char *name) {
     for (size_t k = 0; name && k < a->nk; k++)
         if (!strcmp(a->names[k], name)) return &a->kw[k];
     return NULL;
+}
+
+/* Argument `pos`, or keyword `name`, or NULL. */
+static const Val *arg(const Args *a, size_t pos, const char *name) {
+    if (pos < a->na) return &a->args[pos];
+    return kwarg(a, name);
 }
 
 static long long need_int(Render *r, const Val *v, const char *what, int line) {
@@ -690,41 +811,116 @@ static long long need_int(Render *r, const Val *v, const char *what, int line) {
     return v->i;
 }
 
+/* A string padded to width characters with fill: on the right (ljust), left (rjust) or both. */
+static Val pad(Render *r, const Val *s, const Args *a, int which, int line) {
+    const long long width = need_int(r, arg(a, 0, NULL), "the width", line);
+    const Val *fill = arg(a, 1, NULL);
+    if (fill && (fill->k != V_STR || utf8_chars(fill->s, fill->n) != 1)) fail(r, line, "the fill must be one character");
+    const long long n = (long long)utf8_chars(s->s, s->n);
+    if (width <= n) return *s;
+    if (width > (1 << 26)) fail(r, line, "a width past 64M characters");
+    const long long extra = width - n;
+    /* Python's center puts the odd character on the left when the width is odd */
+    const long long left = which == M_LJUST ? 0 : which == M_RJUST ? extra : extra / 2 + (extra & width & 1);
+    Buf b = {0};
+    put(r, &b, "", 0);
+    for (long long k = 0; k < extra; k++) {
+        if (k == left) put(r, &b, s->s, s->n);
+        put(r, &b, fill ? fill->s : " ", fill ? fill->n : 1);
+    }
+    if (left == extra) put(r, &b, s->s, s->n);
+    return buf_val(&b);
+}
+
 static Val call_method(Render *r, const Val *self, int which, const Args *a, int line) {
     const Val *a0 = arg(a, 0, NULL), *a1 = arg(a, 1, NULL);
     switch (which) {
-    case M_STARTSWITH: case M_ENDSWITH: {
-        need_str(r, a0 ? a0 : &(Val){.k = V_UNDEF}, METHOD_NAMES[which], line);
-        if (a0->n > self->n) return bool_val(0);
-        return bool_val(!memcmp(which == M_STARTSWITH ? self->s : self->s + self->n - a0->n, a0->s, a0->n));
-    }
-    case M_STRIP: return strip(self, a0, 1, 1);
-    case M_LSTRIP: return strip(self, a0, 1, 0);
-    case M_RSTRIP: return strip(self, a0, 0, 1);
-    case M_SPLIT: {
+    case M_STARTSWITH: case M_ENDSWITH:
+        return bool_val(starts_or_ends(r, self, a0, which == M_ENDSWITH, a1, arg(a, 2, NULL), line));
+    case M_STRIP: return strip(r, self, a0, 1, 1, line);
+    case M_LSTRIP: return strip(r, self, a0, 1, 0, line);
+    case M_RSTRIP: return strip(r, self, a0, 0, 1, line);
+    case M_SPLIT: case M_RSPLIT: {
         const Val *max = arg(a, 1, "maxsplit");
-        return split(r, self, arg(a, 0, "sep"), max ? need_int(r, max, "maxsplit", line) : -1, line);
+        return split(r, self, arg(a, 0, "sep"), max ? need_int(r, max, "maxsplit", line) : -1, which == M_RSPLIT, line);
     }
-    case M_UPPER: return case_map(r, self, 0);
-    case M_LOWER: return case_map(r, self, 1);
-    case M_TITLE: return case_map(r, self, 2);
-    case M_CAPITALIZE: return case_map(r, self, 3);
+    case M_SPLITLINES: {
+        const Val *keep = arg(a, 0, "keepends");
+        return split_lines(r, self, keep && truthy(keep));
+    }
+    case M_UPPER: return case_map(r, self, PY_UPPER);
+    case M_LOWER: return case_map(r, self, PY_LOWER);
+    case M_TITLE: return case_map(r, self, PY_TITLE);
+    case M_CAPITALIZE: return case_map(r, self, PY_CAPITALIZE);
+    case M_SWAPCASE: return case_map(r, self, PY_SWAPCASE);
     case M_REPLACE: {
         if (!a0 || !a1) fail(r, line, "replace takes the old and the new text");
-        const Val *count = arg(a, 2, NULL);
+        const Val *count = arg(a, 2, "count");
         return replace(r, self, a0, a1, count ? need_int(r, count, "replace's count", line) : -1, line);
     }
-    case M_FIND: case M_COUNT: {
+    case M_FIND: case M_RFIND: case M_INDEX: case M_RINDEX: case M_COUNT: {
         need_str(r, a0 ? a0 : &(Val){.k = V_UNDEF}, METHOD_NAMES[which], line);
-        long long count = 0;
-        for (size_t k = 0; k + a0->n <= self->n;) {
-            const char *at = find_bytes(self->s + k, self->n - k, a0->s, a0->n);
-            if (!at) break;
-            if (which == M_FIND) return int_val((long long)utf8_chars(self->s, (size_t)(at - self->s)));
-            count++;
-            k = (size_t)(at - self->s) + (a0->n ? a0->n : 1);
+        size_t lo, hi;
+        const int in_range = char_range(r, self, a1, arg(a, 2, NULL), &lo, &hi, line);
+        const size_t skip = in_range ? utf8_chars(self->s, lo) : 0;
+        if (which == M_COUNT) {
+            long long count = 0;
+            for (size_t k = lo; in_range && k + a0->n <= hi;) {
+                const char *at = find_bytes(self->s + k, hi - k, a0->s, a0->n);
+                if (!at) break;
+                count++;
+                k = (size_t)(at - self->s) + (a0->n ? a0->n : 1);
+                if (!a0->n && k > hi) break;
+            }
+            if (in_range && !a0->n) count = (long long)utf8_chars(self->s + lo, hi - lo) + 1;
+            return int_val(count);
         }
-        return int_val(which == M_FIND ? -1 : count);
+        const int right = which == M_RFIND || which == M_RINDEX;
+        const char *at = !in_range ? NULL : right ? rfind_bytes(self->s + lo, hi - lo, a0->s, a0->n)
+                                                  : find_bytes(self->s + lo, hi - lo, a0->s, a0->n);
+        if (!at && (which == M_INDEX || which == M_RINDEX)) fail(r, line, "%s: substring not found", METHOD_NAMES[which]);
+        return int_val(at ? (long long)(skip + utf8_chars(self->s + lo, (size_t)(at - self->s) - lo)) : -1);
+    }
+    case M_REMOVEPREFIX: case M_REMOVESUFFIX: {
+        need_str(r, a0 ? a0 : &(Val){.k = V_UNDEF}, METHOD_NAMES[which], line);
+        const int suffix = which == M_REMOVESUFFIX;
+        if (a0->n > self->n || memcmp(suffix ? self->s + self->n - a0->n : self->s, a0->s, a0->n)) return *self;
+        return str_val(suffix ? self->s : self->s + a0->n, self->n - a0->n);
+    }
+    case M_ISALPHA: case M_ISALNUM: case M_ISDIGIT: case M_ISDECIMAL: case M_ISNUMERIC: case M_ISSPACE:
+    case M_ISLOWER: case M_ISUPPER: case M_ISTITLE:
+        return bool_val(py_str_is(self->s, self->n, (PyIs)(which - M_ISALPHA)));
+    case M_LJUST: case M_RJUST: case M_CENTER: return pad(r, self, a, which, line);
+    case M_ZFILL: { /* zeros after the sign */
+        const long long width = need_int(r, a0, "zfill's width", line), n = (long long)utf8_chars(self->s, self->n);
+        if (width <= n) return *self;
+        if (width > (1 << 26)) fail(r, line, "a width past 64M characters");
+        const int sign = self->n && (self->s[0] == '+' || self->s[0] == '-');
+        Buf b = {0};
+        put(r, &b, self->s, (size_t)sign);
+        for (long long k = 0; k < width - n; k++) put(r, &b, "0", 1);
+        put(r, &b, self->s + sign, self->n - (size_t)sign);
+        return buf_val(&b);
+    }
+    case M_PARTITION: case M_RPARTITION: {
+        need_str(r, a0 ? a0 : &(Val){.k = V_UNDEF}, METHOD_NAMES[which], line);
+        if (!a0->n) fail(r, line, "%s with an empty separator", METHOD_NAMES[which]);
+        const char *at = which == M_PARTITION ? find_bytes(self->s, self->n, a0->s, a0->n)
+                                              : rfind_bytes(self->s, self->n, a0->s, a0->n);
+        Val out = list_val(r, 3);
+        out.list->kind = L_TUPLE;
+        const Val empty = str_val("", 0);
+        if (!at) {
+            out.list->items[0] = which == M_PARTITION ? *self : empty;
+            out.list->items[1] = empty;
+            out.list->items[2] = which == M_PARTITION ? empty : *self;
+            return out;
+        }
+        const size_t k = (size_t)(at - self->s);
+        out.list->items[0] = str_val(self->s, k);
+        out.list->items[1] = str_val(at, a0->n);
+        out.list->items[2] = str_val(at + a0->n, self->n - k - a0->n);
+        return out;
     }
     case M_JOIN: if (!a0) fail(r, line, "join takes a sequence"); return join(r, a0, self, line);
     case M_GET: {
@@ -734,12 +930,14 @@ static Val call_method(Render *r, const Val *self, int which, const Args *a, int
     }
     case M_ITEMS: case M_KEYS: case M_VALUES: {
         Val out = list_val(r, self->dict->n);
+        out.list->kind = which == M_ITEMS ? L_DICT_ITEMS : which == M_KEYS ? L_DICT_KEYS : L_DICT_VALUES;
         for (size_t k = 0; k < self->dict->n; k++) {
             const Val key = str_val(self->dict->keys[k], self->dict->klen[k]);
             if (which == M_KEYS) out.list->items[k] = key;
             else if (which == M_VALUES) out.list->items[k] = self->dict->vals[k];
             else {
                 Val pair = list_val(r, 2);
+                pair.list->kind = L_TUPLE;
                 pair.list->items[0] = key, pair.list->items[1] = self->dict->vals[k];
                 out.list->items[k] = pair;
             }
@@ -750,10 +948,11 @@ static Val call_method(Render *r, const Val *self, int which, const Args *a, int
     return (Val){.k = V_NONE};
 }
 
-static Val call_macro(Render *r, const Stmt *m, const Args *a, int line) {
+static Val call_macro(Render *r, const Val *macro, const Args *a, int line) {
+    const Stmt *m = macro->macro;
     if (a->na > m->nnames - 1) fail(r, line, "macro %s takes %zu arguments, not %zu", m->names[0], m->nnames - 1, a->na);
     if (++r->depth > 64) fail(r, line, "macros call each other more than 64 deep");
-    Frame f = {.parent = r->root};
+    Frame f = {.parent = macro->scope};
     for (size_t k = 1; k < m->nnames; k++) {
         const Val *v = arg(a, k - 1, m->names[k]);
         const Val value = v ? *v : m->defaults[k] ? eval(r, m->defaults[k], &f) : undef(m->names[k]);
@@ -819,7 +1018,7 @@ static Val call_builtin(Render *r, int which, const Args *a, int line) {
 static Val call(Render *r, const Val *fn, const Args *a, int line) {
     switch (fn->k) {
     case V_METHOD: return call_method(r, fn->self, (int)fn->i, a, line);
-    case V_MACRO: return call_macro(r, fn->macro, a, line);
+    case V_MACRO: return call_macro(r, fn, a, line);
     case V_BUILTIN: return call_builtin(r, (int)fn->i, a, line);
     case V_UNDEF: fail(r, line, "%s is undefined, so it cannot be called", undef_name(r, fn));
     default: fail(r, line, "%s cannot be called", kind_name(fn));
@@ -830,6 +1029,284 @@ static Val call(Render *r, const Val *fn, const Args *a, int line) {
 static int test(Render *r, const char *name, const Val *v, const Args *a, int line);
 
 /* Jinja's filter `name` of v. */
+static Val arithmetic(Render *r, BinOp op, const Val *a, const Val *b, int line);
+
+/* ---- filters over sequences, and the rest of Jinja's text and number filters ---- */
+
+/* An item's attribute as Jinja's make_attrgetter reads it: dotted parts ("user.name"), a part of
+ * digits an index; with fold, a string lower-cased (the filters' case_sensitive=False). */
+static Val attr_path(Render *r, const Val *v, const Val *path, int fold, int line) {
+    Val got = *v;
+    if (path && path->k == V_INT) got = item(r, v, path, line);
+    else if (path && path->k != V_NONE) {
+        need_str(r, path, "the attribute", line);
+        for (size_t a = 0, b; a <= path->n; a = b + 1) {
+            for (b = a; b < path->n && path->s[b] != '.';) b++;
+            Val key = str_val(path->s + a, b - a);
+            if (b > a && strspn(key.s, "0123456789") >= b - a) key = int_val(strtoll(key.s, NULL, 10));
+            got = item(r, &got, &key, line);
+        }
+    }
+    if (fold && got.k == V_STR) got = case_map(r, &got, PY_LOWER);
+    return got;
+}
+
+/* The items of v ordered by keys[] as Python's sorted() orders them: stable, reverse keeping equal
+ * items in their order. In place; merge sort, as keys may be any comparable values. */
+static void sort_by_keys(Render *r, Val *items, Val *keys, size_t n, int reverse, int line) {
+    if (n < 2) return;
+    const size_t h = n / 2;
+    sort_by_keys(r, items, keys, h, reverse, line);
+    sort_by_keys(r, items + h, keys + h, n - h, reverse, line);
+    Val *ti = alloc(r, n * sizeof *ti), *tk = alloc(r, n * sizeof *tk);
+    size_t i = 0, j = h, k = 0;
+    while (i < h && j < n) {
+        const int c = order(r, &keys[j], &keys[i], line);
+        const int right_first = reverse ? c > 0 : c < 0;
+        const size_t from = right_first ? j++ : i++;
+        ti[k] = items[from], tk[k++] = keys[from];
+    }
+    while (i < h) ti[k] = items[i], tk[k++] = keys[i++];
+    while (j < n) ti[k] = items[j], tk[k++] = keys[j++];
+    memcpy(items, ti, n * sizeof *ti);
+    memcpy(keys, tk, n * sizeof *tk);
+}
+
+/* A list's keys for sort, unique, min and max: each item's attribute (or itself), folded unless
+ * case_sensitive. The attribute of sort may be several, comma-separated: a tuple of them. */
+static Val *item_keys(Render *r, const List *l, const Args *a, int many, int line) {
+    const Val *attr = kwarg(a, "attribute"), *cs = kwarg(a, "case_sensitive");
+    const int fold = !(cs && truthy(cs));
+    Val *keys = alloc(r, (l->n + 1) * sizeof *keys);
+    for (size_t k = 0; k < l->n; k++) {
+        if (!many || !attr || attr->k != V_STR || !memchr(attr->s, ',', attr->n)) {
+            keys[k] = attr_path(r, &l->items[k], attr, fold, line);
+            continue;
+        }
+        Val tuple = list_val(r, 0);
+        tuple.list->kind = L_TUPLE;
+        tuple.list->items = alloc(r, (attr->n + 1) * sizeof(Val));
+        for (size_t s = 0, e; s <= attr->n; s = e + 1) {
+            for (e = s; e < attr->n && attr->s[e] != ',';) e++;
+            const Val one = str_val(attr->s + s, e - s);
+            tuple.list->items[tuple.list->n++] = attr_path(r, &l->items[k], &one, fold, line);
+        }
+        keys[k] = tuple;
+    }
+    return keys;
+}
+
+/* a's positional arguments from `from` on as the keywords first and second (for item_keys). */
+static Args positional_as_named(Render *r, const Args *a, size_t from, const char *first, const char *second, int line) {
+    Args named = *a;
+    named.na = 0;
+    for (size_t k = from; k < a->na && k < from + 2; k++) {
+        if (named.nk == 8) fail(r, line, "more than 8 arguments");
+        named.names[named.nk] = k == from ? first : second, named.kw[named.nk++] = a->args[k];
+    }
+    return named;
+}
+
+/* A copy of a sequence's items. */
+static Val copy_items(Render *r, const Val *v, int line) {
+    const List l = items_of(r, v, line);
+    Val out = list_val(r, l.n);
+    if (l.n) memcpy(out.list->items, l.items, l.n * sizeof *l.items);
+    return out;
+}
+
+/* Python's round(x, digits) of a float: correctly rounded, ties to even, as printf rounds. */
+static double round_float(double x, long long digits) {
+    if (!isfinite(x) || digits > 300) return x;
+    if (digits < 0) {
+        const double scale = pow(10.0, (double)-digits);
+        return nearbyint(x / scale) * scale;
+    }
+    char text[400];
+    snprintf(text, sizeof text, "%.*f", (int)digits, x);
+    return strtod(text, NULL);
+}
+
+/* The sequence and number filters besides the common ones; 1 with *out set when name is one. */
+static int sequence_filter(Render *r, const char *name, const Val *v, const Args *a, Val *out, int line) {
+    const Val *a0 = arg(a, 0, NULL);
+    if (!strcmp(name, "sort")) { /* sort(reverse, case_sensitive, attribute) */
+        *out = copy_items(r, v, line);
+        const Val *reverse = arg(a, 0, "reverse");
+        const Args named = positional_as_named(r, a, 1, "case_sensitive", "attribute", line);
+        Val *keys = item_keys(r, out->list, &named, 1, line);
+        sort_by_keys(r, out->list->items, keys, out->list->n, reverse && truthy(reverse), line);
+        return 1;
+    }
+    if (!strcmp(name, "unique") || !strcmp(name, "min") || !strcmp(name, "max")) {
+        const List l = items_of(r, v, line);
+        const Args named = positional_as_named(r, a, 0, "case_sensitive", "attribute", line);
+        const Val *keys = item_keys(r, &l, &named, 0, line);
+        if (name[0] != 'u') { /* the first smallest (largest) item; undefined for none */
+            size_t best = 0;
+            for (size_t k = 1; k < l.n; k++) {
+                const int c = order(r, &keys[k], &keys[best], line);
+                if (name[1] == 'i' ? c < 0 : c > 0) best = k;
+            }
+            *out = l.n ? l.items[best] : undef("the min or max of an empty sequence");
+            return 1;
+        }
+        *out = list_val(r, l.n);
+        out->list->n = 0;
+        for (size_t k = 0; k < l.n; k++) {
+            int seen = 0;
+            for (size_t j = 0; j < k && !seen; j++) seen = equal(&keys[j], &keys[k]);
+            if (!seen) out->list->items[out->list->n++] = l.items[k];
+        }
+        return 1;
+    }
+    if (!strcmp(name, "dictsort")) {
+        if (v->k != V_DICT) fail(r, line, "dictsort of %s", kind_name(v));
+        const Val *cs = arg(a, 0, "case_sensitive"), *by = arg(a, 1, "by"), *reverse = arg(a, 2, "reverse");
+        const int value = by && by->k == V_STR && by->n == 5 && !memcmp(by->s, "value", 5);
+        if (by && !value && !(by->k == V_STR && by->n == 3 && !memcmp(by->s, "key", 3)))
+            fail(r, line, "dictsort's by must be 'key' or 'value'");
+        *out = call_method(r, v, M_ITEMS, &(Args){0}, line);
+        out->list->kind = L_LIST;
+        Val *keys = alloc(r, (out->list->n + 1) * sizeof *keys);
+        for (size_t k = 0; k < out->list->n; k++) {
+            keys[k] = out->list->items[k].list->items[value];
+            if (!(cs && truthy(cs)) && keys[k].k == V_STR) keys[k] = case_map(r, &keys[k], PY_LOWER);
+        }
+        sort_by_keys(r, out->list->items, keys, out->list->n, reverse && truthy(reverse), line);
+        return 1;
+    }
+    if (!strcmp(name, "sum")) {
+        const List l = items_of(r, v, line);
+        const Val *attr = arg(a, 0, "attribute"), *start = arg(a, 1, "start");
+        *out = start ? *start : int_val(0);
+        for (size_t k = 0; k < l.n; k++) {
+            const Val x = attr_path(r, &l.items[k], attr, 0, line);
+            *out = arithmetic(r, OP_ADD, out, &x, line);
+        }
+        return 1;
+    }
+    if (!strcmp(name, "batch") || !strcmp(name, "slice")) {
+        const List l = items_of(r, v, line);
+        const long long per = need_int(r, a0, name[0] == 'b' ? "batch's size" : "slice's count", line);
+        const Val *fill = arg(a, 1, "fill_with");
+        if (per <= 0) fail(r, line, "%s takes a count above 0", name);
+        const int batch = name[0] == 'b';
+        const size_t groups = batch ? (l.n + (size_t)per - 1) / (size_t)per : (size_t)per;
+        *out = list_val(r, groups);
+        const size_t each = batch ? (size_t)per : l.n / (size_t)per, extra = batch ? 0 : l.n % (size_t)per;
+        for (size_t g = 0, at = 0; g < groups; g++) {
+            const size_t n = each + (g < extra), room = batch ? (size_t)per : each + (extra > 0);
+            Val part = list_val(r, 0);
+            part.list->items = alloc(r, (room + 1) * sizeof(Val));
+            for (size_t k = 0; k < n && at < l.n; k++) part.list->items[part.list->n++] = l.items[at++];
+            /* batch fills the last group up to the size; slice adds one to the groups without the extra item */
+            while (fill && fill->k != V_NONE && part.list->n < room && (batch || g >= extra))
+                part.list->items[part.list->n++] = *fill;
+            out->list->items[g] = part;
+        }
+        return 1;
+    }
+    if (!strcmp(name, "round")) {
+        const Val *prec = arg(a, 0, "precision"), *method = arg(a, 1, "method");
+        const long long digits = prec ? need_int(r, prec, "round's precision", line) : 0;
+        const char *m = method ? need_str(r, method, "round's method", line) : "common";
+        const int common = !strcmp(m, "common");
+        if (!common && strcmp(m, "ceil") && strcmp(m, "floor")) fail(r, line, "round's method must be common, ceil or floor");
+        if (!is_num(v)) fail(r, line, "round of %s", kind_name(v));
+        if (common && v->k != V_FLOAT) *out = int_val(digits >= 0 ? v->i : (long long)round_float(num(v), digits));
+        else if (common) *out = (Val){.k = V_FLOAT, .f = round_float(num(v), digits)};
+        else {
+            const double scale = pow(10.0, (double)digits), x = num(v) * scale;
+            *out = (Val){.k = V_FLOAT, .f = (m[0] == 'c' ? ceil(x) : floor(x)) / scale};
+        }
+        return 1;
+    }
+    if (!strcmp(name, "float")) {
+        const Val *dflt = arg(a, 0, "default");
+        *out = dflt ? *dflt : (Val){.k = V_FLOAT, .f = 0.0};
+        if (is_num(v)) *out = (Val){.k = V_FLOAT, .f = num(v)};
+        if (v->k == V_STR) {
+            char *text = alloc(r, v->n + 1), *end;
+            memcpy(text, v->s, v->n);
+            const double x = strtod(text, &end);
+            while (end > text && (*end == ' ' || (*end >= '\t' && *end <= '\r'))) end++;
+            if (end > text && *end == 0) *out = (Val){.k = V_FLOAT, .f = x};
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* indent, center, wordcount, escape: 1 with *out set when name is one. */
+static int text_filter(Render *r, const char *name, const Val *v, const Args *a, Val *out, int line) {
+    if (!strcmp(name, "indent")) {
+        const Val *width = arg(a, 0, "width"), *first = arg(a, 1, "first"), *blank = arg(a, 2, "blank");
+        Buf pad = {0};
+        put(r, &pad, "", 0);
+        if (width && width->k == V_STR) put(r, &pad, width->s, width->n);
+        else
+            for (long long k = width ? need_int(r, width, "indent's width", line) : 4; k > 0; k--) put(r, &pad, " ", 1);
+        Buf text = {0};
+        put(r, &text, "", 0);
+        put_str(r, &text, v);
+        put(r, &text, "\n", 1); /* as Jinja does, so that splitlines sees a last empty line */
+        const Val lines = split_lines(r, &(Val){.k = V_STR, .s = text.s, .n = text.n}, 0);
+        Buf b = {0};
+        put(r, &b, "", 0);
+        if (first && truthy(first)) put(r, &b, pad.s, pad.n);
+        for (size_t k = 0; k < lines.list->n; k++) {
+            const Val *line_k = &lines.list->items[k];
+            if (k) put(r, &b, "\n", 1);
+            if (k && (line_k->n || (blank && truthy(blank)))) put(r, &b, pad.s, pad.n);
+            put(r, &b, line_k->s, line_k->n);
+        }
+        *out = buf_val(&b);
+        return 1;
+    }
+    if (!strcmp(name, "center")) {
+        Buf b = {0};
+        put(r, &b, "", 0);
+        put_str(r, &b, v);
+        const Val *width = arg(a, 0, "width");
+        Args pa = {.na = 1, .args = {width ? *width : int_val(80)}};
+        *out = pad(r, &(Val){.k = V_STR, .s = b.s, .n = b.n}, &pa, M_CENTER, line);
+        return 1;
+    }
+    if (!strcmp(name, "wordcount")) { /* re.findall(r"\w+"): runs of letters, digits and _ */
+        Buf b = {0};
+        put(r, &b, "", 0);
+        put_str(r, &b, v);
+        long long words = 0;
+        int in_word = 0;
+        for (size_t k = 0; k < b.n;) {
+            const size_t at = k;
+            const uint32_t cp = py_utf8_next(b.s, b.n, &k);
+            const int w = cp == '_' || py_str_is(b.s + at, k - at, PY_ISALNUM);
+            words += w && !in_word;
+            in_word = w;
+        }
+        *out = int_val(words);
+        return 1;
+    }
+    if (!strcmp(name, "escape") || !strcmp(name, "e") || !strcmp(name, "forceescape")) {
+        Buf text = {0}, b = {0};
+        put(r, &text, "", 0);
+        put(r, &b, "", 0);
+        put_str(r, &text, v);
+        for (size_t k = 0; k < text.n; k++) {
+            const char c = text.s[k];
+            const char *esc = c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&#34;"
+                            : c == '\'' ? "&#39;" : NULL;
+            if (esc) puts_(r, &b, esc);
+            else put(r, &b, &c, 1);
+        }
+        *out = buf_val(&b);
+        return 1;
+    }
+    return 0;
+}
+
 static Val filter(Render *r, const char *name, const Val *v, const Args *a, Frame *f, int line) {
     (void)f;
     const Val *a0 = arg(a, 0, NULL);
@@ -839,7 +1316,7 @@ static Val filter(Render *r, const char *name, const Val *v, const Args *a, Fram
         put(r, &b, "", 0);
         put_str(r, &b, v);
         const Val s = buf_val(&b);
-        return strip(&s, arg(a, 0, "chars"), 1, 1);
+        return strip(r, &s, arg(a, 0, "chars"), 1, 1, line);
     }
     if (!strcmp(name, "tojson")) {
         const Val *indent = arg(a, 1, "indent"), *sep = arg(a, 2, "separators");
@@ -866,7 +1343,8 @@ static Val filter(Render *r, const char *name, const Val *v, const Args *a, Fram
         put(r, &b, "", 0);
         put_str(r, &b, v);
         const Val s = buf_val(&b);
-        return case_map(r, &s, name[0] == 'u' ? 0 : name[0] == 'l' ? 1 : name[0] == 't' ? 2 : 3);
+        return case_map(r, &s, name[0] == 'u' ? PY_UPPER : name[0] == 'l' ? PY_LOWER : name[0] == 't' ? PY_JINJA_TITLE
+                                                                                                    : PY_CAPITALIZE);
     }
     if (!strcmp(name, "default") || !strcmp(name, "d")) {
         const Val *boolean = arg(a, 1, "boolean");
@@ -927,20 +1405,38 @@ static Val filter(Render *r, const char *name, const Val *v, const Args *a, Fram
         }
         return out;
     }
-    if (!strcmp(name, "selectattr") || !strcmp(name, "rejectattr") || !strcmp(name, "map")) {
+    if (!strcmp(name, "map")) { /* map('filter', args...) or map(attribute='a.b', default=d) */
+        List l = items_of(r, v, line);
+        Val out = list_val(r, l.n);
+        const Val *attr = kwarg(a, "attribute"), *dflt = kwarg(a, "default");
+        if (!a0 && !attr) fail(r, line, "map takes a filter's name or an attribute");
+        Args rest = *a;
+        rest.na = a->na ? a->na - 1 : 0;
+        for (size_t j = 0; j < rest.na; j++) rest.args[j] = a->args[j + 1];
+        const char *fname = NULL;
+        if (a0) {
+            need_str(r, a0, "map's filter", line);
+            char *copy = alloc(r, a0->n + 1);
+            memcpy(copy, a0->s, a0->n);
+            fname = copy;
+        }
+        for (size_t k = 0; k < l.n; k++) {
+            if (fname) {
+                out.list->items[k] = filter(r, fname, &l.items[k], &rest, f, line);
+                continue;
+            }
+            const Val got = attr_path(r, &l.items[k], attr, 0, line);
+            out.list->items[k] = got.k == V_UNDEF && dflt ? *dflt : got;
+        }
+        return out;
+    }
+    if (!strcmp(name, "selectattr") || !strcmp(name, "rejectattr")) {
         List l = items_of(r, v, line);
         Val out = list_val(r, l.n);
         out.list->n = 0;
-        const Val *attr = !strcmp(name, "map") ? arg(a, 99, "attribute") : a0;
-        if (!attr || attr->k != V_STR) fail(r, line, "%s takes an attribute's name", name);
-        char *key = alloc(r, attr->n + 1);
-        memcpy(key, attr->s, attr->n);
+        if (!a0 || a0->k != V_STR) fail(r, line, "%s takes an attribute's name", name);
         for (size_t k = 0; k < l.n; k++) {
-            const Val got = attribute(r, &l.items[k], key, line);
-            if (name[0] == 'm') {
-                out.list->items[out.list->n++] = got;
-                continue;
-            }
+            const Val got = attr_path(r, &l.items[k], a0, 0, line);
             Args rest = {.na = a->na > 2 ? a->na - 2 : 0};
             for (size_t j = 0; j < rest.na; j++) rest.args[j] = a->args[j + 2];
             const int pass = a->na > 1 ? test(r, need_str(r, &a->args[1], "the test's name", line), &got, &rest, line)
@@ -949,6 +1445,8 @@ static Val filter(Render *r, const char *name, const Val *v, const Args *a, Fram
         }
         return out;
     }
+    Val out;
+    if (sequence_filter(r, name, v, a, &out, line) || text_filter(r, name, v, a, &out, line)) return out;
     fail(r, line, "the filter '%s' is no part of the template language", name);
     return (Val){.k = V_NONE};
 }
@@ -970,13 +1468,36 @@ static int test(Render *r, const char *name, const Val *v, const Args *a, int li
     if (!strcmp(name, "sequence")) return v->k == V_LIST || v->k == V_STR || v->k == V_DICT;
     if (!strcmp(name, "iterable")) return v->k == V_LIST || v->k == V_STR || v->k == V_DICT;
     if (!strcmp(name, "callable")) return v->k == V_MACRO || v->k == V_METHOD || v->k == V_BUILTIN;
+    if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
+        Buf b = {0};
+        put(r, &b, "", 0);
+        put_str(r, &b, v);
+        return py_str_is(b.s, b.n, name[0] == 'l' ? PY_ISLOWER : PY_ISUPPER);
+    }
+    if (!strcmp(name, "filter") || !strcmp(name, "test")) { /* a name of Jinja's (the environment's, not ours) */
+        static const char *const FILTERS =
+            " abs attr batch capitalize center count d default dictsort e escape filesizeformat first float "
+            "forceescape format groupby indent int items join last length list lower map max min pprint random reject "
+            "rejectattr replace reverse round safe select selectattr slice sort string striptags sum title tojson trim "
+            "truncate unique upper urlencode urlize wordcount wordwrap xmlattr ";
+        static const char *const TESTS =
+            " odd even divisibleby defined undefined filter test none boolean false true integer float lower upper "
+            "string mapping number sequence iterable callable sameas escaped in == eq equalto != ne > gt greaterthan ge "
+            ">= < lt lessthan <= le ";
+        if (v->k != V_STR || !v->n || memchr(v->s, ' ', v->n)) return 0;
+        const char *list = name[0] == 'f' ? FILTERS : TESTS;
+        for (const char *at = strstr(list, " "); at && at[1]; at = strchr(at + 1, ' '))
+            if (!strncmp(at + 1, v->s, v->n) && at[1 + v->n] == ' ') return 1;
+        return 0;
+    }
+    if (!strcmp(name, "escaped")) return 0; /* no value here is Markup */
     if (!strcmp(name, "even") || !strcmp(name, "odd")) return (int)(need_int(r, v, "even/odd's value", line) & 1) == (name[0] == 'o');
     if (!strcmp(name, "divisibleby")) {
         const long long d = need_int(r, a0, "divisibleby's divisor", line);
         return d && need_int(r, v, "divisibleby's value", line) % d == 0;
     }
-    static const char *const COMPARING[] = {"eq", "equalto", "==", "ne", "!=", "sameas", "lt", "lessthan", "le", "gt",
-                                            "greaterthan", "ge", "in"};
+    static const char *const COMPARING[] = {"eq", "equalto", "==", "ne", "!=", "sameas", "lt", "lessthan", "<", "le",
+                                            "<=", "gt", "greaterthan", ">", "ge", ">=", "in"};
     int known = 0;
     for (size_t k = 0; k < sizeof COMPARING / sizeof COMPARING[0]; k++) known |= !strcmp(name, COMPARING[k]);
     if (!known) fail(r, line, "the test '%s' is no part of the template language", name);
@@ -984,10 +1505,10 @@ static int test(Render *r, const char *name, const Val *v, const Args *a, int li
     if (!strcmp(name, "eq") || !strcmp(name, "equalto") || !strcmp(name, "==")) return equal(v, a0);
     if (!strcmp(name, "ne") || !strcmp(name, "!=")) return !equal(v, a0);
     if (!strcmp(name, "sameas")) return equal(v, a0) && v->k == a0->k;
-    if (!strcmp(name, "lt") || !strcmp(name, "lessthan")) return order(r, v, a0, line) < 0;
-    if (!strcmp(name, "le")) return order(r, v, a0, line) <= 0;
-    if (!strcmp(name, "gt") || !strcmp(name, "greaterthan")) return order(r, v, a0, line) > 0;
-    if (!strcmp(name, "ge")) return order(r, v, a0, line) >= 0;
+    if (!strcmp(name, "lt") || !strcmp(name, "lessthan") || !strcmp(name, "<")) return order(r, v, a0, line) < 0;
+    if (!strcmp(name, "le") || !strcmp(name, "<=")) return order(r, v, a0, line) <= 0;
+    if (!strcmp(name, "gt") || !strcmp(name, "greaterthan") || !strcmp(name, ">")) return order(r, v, a0, line) > 0;
+    if (!strcmp(name, "ge") || !strcmp(name, ">=")) return order(r, v, a0, line) >= 0;
     if (!strcmp(name, "in")) {
         List l = items_of(r, a0, line);
         for (size_t k = 0; k < l.n; k++)
@@ -1009,6 +1530,19 @@ static int contains(Render *r, const Val *hay, const Val *needle, int line) {
     for (size_t k = 0; k < l.n; k++)
         if (equal(needle, &l.items[k])) return 1;
     return 0;
+}
+
+static int compare(Render *r, BinOp op, const Val *a, const Val *b, int line) {
+    switch (op) {
+    case OP_EQ: return equal(a, b);
+    case OP_NE: return !equal(a, b);
+    case OP_LT: return order(r, a, b, line) < 0;
+    case OP_LE: return order(r, a, b, line) <= 0;
+    case OP_GT: return order(r, a, b, line) > 0;
+    case OP_GE: return order(r, a, b, line) >= 0;
+    case OP_IN: return contains(r, b, a, line);
+    default: return !contains(r, b, a, line); /* OP_NOT_IN */
+    }
 }
 
 static Val arithmetic(Render *r, BinOp op, const Val *a, const Val *b, int line) {
@@ -1151,20 +1685,20 @@ static Val eval(Render *r, const Expr *e, Frame *f) {
     }
     case E_BIN: {
         const Val a = eval(r, e->a, f), b = eval(r, e->b, f);
-        switch (e->op) {
-        case OP_EQ: return bool_val(equal(&a, &b));
-        case OP_NE: return bool_val(!equal(&a, &b));
-        case OP_LT: return bool_val(order(r, &a, &b, e->line) < 0);
-        case OP_LE: return bool_val(order(r, &a, &b, e->line) <= 0);
-        case OP_GT: return bool_val(order(r, &a, &b, e->line) > 0);
-        case OP_GE: return bool_val(order(r, &a, &b, e->line) >= 0);
-        case OP_IN: return bool_val(contains(r, &b, &a, e->line));
-        case OP_NOT_IN: return bool_val(!contains(r, &b, &a, e->line));
-        default: return arithmetic(r, e->op, &a, &b, e->line);
+        return e->op >= OP_EQ ? bool_val(compare(r, e->op, &a, &b, e->line)) : arithmetic(r, e->op, &a, &b, e->line);
+    }
+    case E_COMPARE: { /* Python's chain: stops at the first false link, each operand computed once */
+        Val a = eval(r, e->args[0], f);
+        for (size_t k = 1; k < e->nargs; k++) {
+            const Val b = eval(r, e->args[k], f);
+            if (!compare(r, e->ops[k - 1], &a, &b, e->line)) return bool_val(0);
+            a = b;
         }
+        return bool_val(1);
     }
     case E_LIST: {
         Val out = list_val(r, e->nargs);
+        if (e->tuple) out.list->kind = L_TUPLE;
         for (size_t k = 0; k < e->nargs; k++) out.list->items[k] = eval(r, e->args[k], f);
         return out;
     }
@@ -1268,9 +1802,19 @@ static void exec_body(Render *r, const Body *body, Frame *f, Buf *out) {
             dict_set(r, &f->vars, s->names[0], strlen(s->names[0]), buf_val(&b));
             break;
         }
-        case S_MACRO:
-            dict_set(r, &f->vars, s->names[0], strlen(s->names[0]), (Val){.k = V_MACRO, .macro = s});
+        case S_MACRO: { /* the body sees the template's names, and those of the loops around it as they are now */
+            Frame *scope = r->root;
+            if (f != r->root) {
+                scope = alloc(r, sizeof *scope);
+                scope->parent = r->root;
+                for (const Frame *g = f; g != r->root; g = g->parent)
+                    for (size_t k = 0; k < g->vars.n; k++)
+                        if (!dict_find(&scope->vars, g->vars.keys[k], g->vars.klen[k]))
+                            dict_set(r, &scope->vars, g->vars.keys[k], g->vars.klen[k], g->vars.vals[k]);
+            }
+            dict_set(r, &f->vars, s->names[0], strlen(s->names[0]), (Val){.k = V_MACRO, .macro = s, .scope = scope});
             break;
+        }
         case S_BREAK: r->stop = 1; break;
         case S_CONTINUE: r->stop = 2; break;
         case S_BODY: exec_body(r, &s->body, f, out); break;

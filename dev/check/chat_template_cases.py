@@ -171,8 +171,66 @@ keep-trim
   {{ 'var tag keeps' }}  
 """
 
+# Python's semantics where chat templates meet them: chained comparisons, `~` between + and *,
+# tuples, string methods over Unicode (full case mappings, the final sigma, white space beyond
+# ASCII), the sequence filters, macros inside loops, and every message's text through them.
+PYTHON_SEMANTICS = r"""{% for m in messages if m.content is string %}{% set c = m.content %}
+{{ [c.upper(), c.lower(), c.title(), c|title, c|capitalize, c.swapcase(), c.strip(), c.split(), c.rsplit(None, 1), c.splitlines(), c.isalpha(), c.istitle(), c.find('a', 1), c|wordcount, c|indent(2, true)] }}
+{% endfor %}
+{{ [3, 1, 2, 1]|sort(true) }}
+{{ ['b', 'B', 'a', 'A']|sort }}
+{{ ['b', 'B', 'a', 'A']|sort(reverse=true) }}
+{{ ['b', 'B', 'a', 'A']|sort(false, true) }}
+{{ [{'n': 2, 'm': 'x'}, {'n': 1, 'm': 'y'}, {'n': 2, 'm': 'a'}]|sort(attribute='n,m') }}
+{{ [{'u': {'n': 'B'}}, {'u': {'n': 'a'}}]|sort(attribute='u.n')|map(attribute='u.n')|list }}
+{{ [[2, 'b'], [1, 'c']]|sort(attribute='0') }}
+{{ ['a', 'B', 'b', 'A']|unique|list }}
+{{ ['a', 'B', 'b', 'A']|unique(true)|list }}
+{{ [{'r': 'user'}, {'r': 'USER'}, {'r': 'bot'}]|unique(attribute='r')|list }}
+{{ {'B': 1, 'a': 2, 'c': 0}|dictsort }}
+{{ {'B': 1, 'a': 2, 'c': 0}|dictsort(true) }}
+{{ {'B': 1, 'a': 2, 'c': 0}|dictsort(false, 'value', true) }}
+{% for k, v in {'b': 1, 'a': 2}|dictsort %}{{ k }}{{ v }}{% endfor %}
+{{ ['B', 'a', 'C']|min }} {{ ['B', 'a', 'C']|max }} {{ ['B', 'a', 'C']|max(true) }}
+{{ []|max }}|{{ []|min is undefined }}
+{{ [{'x': 2}, {'x': 5}, {'x': 5}]|max(attribute='x') }}
+{{ 1234.5|round(-2) }} {{ 1250|round(-2) }} {{ 2.675|round(2) }} {{ -0.5|round }} {{ 0.125|round(2) }} {{ 7|round(0, 'ceil') }} {{ -2.5|round(0, 'floor') }}
+{{ [1, 2]|sum(start=0.5) }} {{ [[1], [2]]|sum(start=[]) }} {{ []|sum }}
+{{ [1, 2, 3, 4, 5]|batch(2, 'x')|list }} {{ [1, 2, 3, 4, 5]|batch(3)|list }} {{ []|batch(2)|list }}
+{{ [1, 2, 3, 4, 5]|slice(3)|list }} {{ [1, 2, 3, 4, 5]|slice(3, 0)|list }} {{ [1, 2]|slice(4, 'f')|list }}
+{{ "a\r\nb\rc\u2028d"|indent(3) }}
+{{ ""|indent(2, true, true) }}|{{ "x\n"|indent(2) }}|{{ "x\n\n"|indent(2, blank=true) }}
+{{ "\nx"|indent }}
+{{ ['a b', ' c ']|map('replace', ' ', '_')|list }} {{ [1.26, 2.5]|map('round', 1)|list }} {{ ['x']|map('default', 'y')|list }}
+{{ ['a', 'b']|map('upper')|join }}
+{% for i in range(2) %}{% for j in range(2) %}{% macro m(k) %}{{ i }}{{ j }}{{ k }}{% endmacro %}{{ m(9) }} {% endfor %}{% endfor %}
+{% set x = 1 %}{% macro g() %}{{ x }}{% endmacro %}{% set x = 2 %}{{ g() }}
+{% for i in [1] %}{% set y = 5 %}{% macro h() %}{{ y }}{{ i }}{% endmacro %}{{ h() }}{% endfor %}
+{{ (1, 2) }} {{ (1,) }} {{ () }} {{ (1, 'a') == (1, 'a') }} {{ (1, 2) == [1, 2] }} {{ ('a', 'b')|join('-') }} {{ 'a' in ('a', 'b') }}
+{{ (1, 2)|tojson }} {{ {'a': 1}.items()|list|tojson }}
+{% for a, b in [(1, 2), (3, 4)] %}{{ a + b }}{% endfor %}
+{{ 1 < 2 not in [2] }} {{ 'a' in 'abc' in ['abc'] }} {{ 1 == 1.0 != 2 }} {{ 2 > 1 == true }}
+{{ -1 ~ 2 }} {{ 2 ** 2 ~ 'x' }} {{ 'a' ~ 'b' * 2 }} {{ 10 - 2 ~ '' if false else 'z' }}
+{{ 'x'|float }} {{ ' 1e3 '|float }} {{ 'nan'|float }} {{ 'x'|float(1.5) }} {{ true|float }}
+{{ 'ab cd_e f-g'|wordcount }} {{ 'héllo wörld 12'|wordcount }} {{ ''|wordcount }}
+{{ 'ab'|center(7) }}|{{ 3|center(4) }}|
+{{ '<a href="x">&\'</a>'|e }}
+{{ 'A' is upper }} {{ 'Ab' is upper }} {{ '1' is lower }} {{ 'sort' is filter }} {{ 'casefold' is filter }} {{ 'lower' is test }} {{ 3 is filter }} {{ 'in' is test }}
+{{ [1, 2, 3]|select('>', 1)|list }} {{ [1, 2, 3]|reject('<=', 2)|list }} {{ [1, 2, 3]|select('ge', 2)|list }}
+{{ 'abc'.find('') }} {{ 'abc'.find('', 3) }} {{ 'abc'.find('', 4) }} {{ 'abc'.count('') }} {{ 'abc'.count('', 1) }} {{ 'héé'.rfind('é') }} {{ 'héé'.index('é', 2) }}
+{{ 'abc'.startswith('', 3) }} {{ 'abc'.startswith('', 4) }} {{ 'abc'.endswith('b', 0, 2) }} {{ 'abc'.startswith('c', -1) }}
+{{ 'a\u00a0b'.split('\u00a0') }} {{ '  a  b  '.rsplit(None, 1) }} {{ 'a,b,c'.rsplit(',', 1) }} {{ 'a,b,c'.rsplit(',') }} {{ ''.split() }} {{ ''.split(',') }} {{ ''.rsplit(',') }}
+{{ 'x'.ljust(4, '→') }} {{ '-5'.zfill(4) }} {{ '+'.zfill(3) }} {{ 'ab'.center(5, '.') }} {{ 'ab'.center(6, '.') }} {{ 'abc'.center(6) }}|
+{{ 'a=b=c'.rpartition('=') }} {{ 'abc'.partition('x') }} {{ 'abc'.rpartition('x') }}
+{{ '\101\x42\u0043\U00000044' }} {{ 'a\
+b' }} {{ '\q' }}
+{{ 'ǈ'.istitle() }} {{ 'Ab Cd'.istitle() }} {{ 'AB'.istitle() }} {{ ''.isspace() }} {{ '²'.isdigit() }} {{ '²'.isdecimal() }} {{ '½'.isnumeric() }}
+{{ 'abc'.replace('', '-', 2) }} {{ ''.replace('', 'x') }}
+{{ [1, 2][0:5:-1] }} {{ 'abc'|reverse }}
+"""
+
 TEMPLATES = {"chatml_thinking": CHATML_THINKING, "llama3_headers": LLAMA3_HEADERS, "gemma_turns": GEMMA_TURNS,
-             "kitchen_sink": KITCHEN_SINK}
+             "kitchen_sink": KITCHEN_SINK, "python_semantics": PYTHON_SEMANTICS}
 
 CONVERSATIONS = [
     [{"role": "user", "content": "Hi there!"}],
@@ -187,6 +245,8 @@ CONVERSATIONS = [
     [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],  # Gemma refuses: no alternation
     [{"role": "system", "content": [{"type": "text", "text": "typed system"}]},
      {"role": "user", "content": [{"type": "text", "text": " typed user "}, {"type": "image"}]}],
+    [{"role": "user", "content": "\u00a0ΣΑΣ straße İstanbul ǆemal\u2003they're 1st\u2028ﬁne\u00a0"},
+     {"role": "assistant", "content": "ΌΣΟΣ Σ. ΑΣ'Σ a\r\nb\x85c"}],
 ]
 
 VARS = [
