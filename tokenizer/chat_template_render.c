@@ -1822,6 +1822,31 @@ static void exec_body(Render *r, const Body *body, Frame *f, Buf *out) {
     }
 }
 
+/* A message's reasoning under each name templates read it by, as transformers passes messages: the
+ * first of reasoning_content, thinking and reasoning that is not none becomes reasoning_content,
+ * and thinking (gpt-oss templates read that) unless the message has its own, listed first
+ * ({"thinking": r, **message, "reasoning_content": r}). */
+static Val alias_reasoning(Render *r, Val messages) {
+    static const char *const NAMES[] = {"reasoning_content", "thinking", "reasoning"};
+    for (size_t k = 0; messages.k == V_LIST && k < messages.list->n; k++) {
+        Val *m = &messages.list->items[k];
+        const Val *reasoning = NULL;
+        for (int j = 0; m->k == V_DICT && !reasoning && j < 3; j++) {
+            const Val *v = dict_find(m->dict, NAMES[j], strlen(NAMES[j]));
+            if (v && v->k != V_NONE) reasoning = v;
+        }
+        if (!reasoning) continue;
+        Val aliased = dict_val(r, V_DICT);
+        const Val *own = dict_find(m->dict, "thinking", 8);
+        dict_set(r, aliased.dict, "thinking", 8, own ? *own : *reasoning);
+        for (size_t j = 0; j < m->dict->n; j++)
+            dict_set(r, aliased.dict, m->dict->keys[j], m->dict->klen[j], m->dict->vals[j]);
+        dict_set(r, aliased.dict, "reasoning_content", 17, *reasoning);
+        *m = aliased;
+    }
+    return messages;
+}
+
 char *chat_template_render(const ChatTemplate *t, const JsonValue *messages, int add_generation_prompt,
                            const ChatTemplateVar *vars, size_t num_vars, size_t *len, char *err) {
     /* on the heap: what the render changes after setjmp is read again after a longjmp */
@@ -1837,7 +1862,7 @@ char *chat_template_render(const ChatTemplate *t, const JsonValue *messages, int
     r->err = err;
     r->root = root;
     if (setjmp(r->fail) == 0) {
-        dict_set(r, &root->vars, "messages", 8, from_json(r, messages));
+        dict_set(r, &root->vars, "messages", 8, alias_reasoning(r, from_json(r, messages)));
         dict_set(r, &root->vars, "add_generation_prompt", 21, bool_val(add_generation_prompt));
         dict_set(r, &root->vars, "tools", 5, (Val){.k = V_NONE});
         dict_set(r, &root->vars, "documents", 9, (Val){.k = V_NONE});

@@ -267,3 +267,62 @@ def cases():
                     out.append({"name": name, "template": template, "messages": messages,
                                 "add_generation_prompt": gen, "vars": vars_})
     return out
+
+
+# Conversations as SFT data holds them, for models' own templates (chat_template_check.py --templates):
+# tool definitions, assistant tool calls (arguments as a dict and as JSON text), tool results,
+# reasoning, typed content parts, a system turn, several turns.
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"},
+                                                    "unit": {"type": "string", "enum": ["c", "f"]}},
+                   "required": ["city"]}}}
+REAL_CONVERSATIONS = [
+    ({}, [{"role": "user", "content": "Hello!"}, {"role": "assistant", "content": "Hi! How can I help?"}]),
+    ({}, [{"role": "system", "content": "You are a careful assistant."},
+          {"role": "user", "content": "Name a prime above 10."}, {"role": "assistant", "content": "11."},
+          {"role": "user", "content": "And one above 100, with ünïcode ✓?"},
+          {"role": "assistant", "content": "101 ✓"}]),
+    ({}, [{"role": "user", "content": "What is 7 × 6?"},
+          {"role": "assistant", "content": "<think>\n7 × 6 = 42\n</think>\n\n42"},
+          {"role": "user", "content": "And 8 × 6?"},
+          {"role": "assistant", "content": "48", "reasoning_content": "8 × 6 = 48"}]),
+    ({"tools": [WEATHER_TOOL]},
+     [{"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": "",
+       "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}}]},
+      {"role": "tool", "name": "get_weather", "content": "{\"temp\": 21}"},
+      {"role": "assistant", "content": "It is 21 °C in Paris."}]),
+    ({"tools": [WEATHER_TOOL]},
+     [{"role": "system", "content": "Use tools when needed."}, {"role": "user", "content": "Weather in Oslo and Rome?"},
+      {"role": "assistant", "content": "Checking both.",
+       "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}},
+                      {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Rome"}}}]},
+      {"role": "tool", "content": "cold"}, {"role": "tool", "content": "warm"},
+      {"role": "assistant", "content": "Oslo is cold, Rome warm."}]),
+    ({}, [{"role": "user", "content": [{"type": "text", "text": "Describe this."}]},
+          {"role": "assistant", "content": [{"type": "text", "text": "A plain text part."}]}]),
+    ({"enable_thinking": False}, [{"role": "user", "content": "Quick answer: 2+2?"}, {"role": "assistant", "content": "4"}]),
+]
+REAL_VARS = {"bos_token": '"<s>"', "eos_token": '"</s>"', "date_string": '"26 Jul 2024"'}
+
+
+def real_cases(folder):
+    """Every .jinja in folder on every REAL_CONVERSATIONS entry, the whole conversation and its prompt
+    (up to the last assistant turn, with the generation prompt), as the fixture's cases."""
+    import glob
+    import json
+    import os
+    out = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.jinja"))):
+        with open(path, encoding="utf-8") as f:
+            template = f.read()
+        name = os.path.basename(path)[:-len(".jinja")]
+        for extra, messages in REAL_CONVERSATIONS:
+            vars_ = dict(REAL_VARS)
+            vars_.update({k: json.dumps(v) for k, v in extra.items()})
+            last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+            for msgs, gen in ((messages, False), (messages[:last], True)):
+                out.append({"name": name, "template": template, "messages": msgs, "add_generation_prompt": gen,
+                            "vars": vars_})
+    return out

@@ -6,6 +6,13 @@ tests/test_chat_template.c compares tokenizer/chat_template.c against.
 
     python3 dev/check/chat_template_check.py [--out tests/fixtures/chat_templates.json]
 
+With --templates DIR it renders instead every DIR/*.jinja (models' own templates, such as those TRL
+keeps in trl/chat_templates/) on the conversations of chat_template_cases.REAL_CONVERSATIONS (tool
+calls, reasoning, typed parts, enable_thinking), to a file the C test then reads:
+
+    python3 dev/check/chat_template_check.py --templates trl/chat_templates --out /tmp/real.json
+    FGPT_CHAT_TEMPLATES=/tmp/real.json ./build/run_tests chat_templates_render
+
 Needs transformers and jinja2 (no torch, no network): a dev tool, never a dependency of ./train."""
 import argparse
 import json
@@ -13,7 +20,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from chat_template_cases import cases  # noqa: E402
+from chat_template_cases import cases, real_cases  # noqa: E402
 from transformers.utils.chat_template_utils import render_jinja_template  # noqa: E402
 
 
@@ -30,9 +37,12 @@ def render(case):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="tests/fixtures/chat_templates.json")
+    ap.add_argument("--templates", help="a folder of .jinja templates to render on real conversations")
     a = ap.parse_args()
+    if a.templates and a.out == ap.get_default("out"):
+        ap.error("--templates writes elsewhere than the fixture: give --out")
     templates, out = {}, []
-    for case in cases():
+    for case in real_cases(a.templates) if a.templates else cases():
         templates[case["name"]] = case["template"]
         result = {k: v for k, v in case.items() if k != "template"}  # the template once, by name
         result.update(render(case))
