@@ -53,9 +53,23 @@ TEST(chat_templates_render_as_transformers_renders_them) {
             for (size_t k = 0; k < nv; k++) json_free(parsed[k]);
             continue;
         }
-        size_t len = 0;
-        char *got = chat_template_render(t, json_get(c, "messages"), json_get(c, "add_generation_prompt")->type == JSON_TRUE,
-                                         v, nv, &len, err);
+        size_t len = 0, n_spans = 0;
+        ChatTemplateSpan *spans = NULL;
+        char *got = chat_template_render_marked(t, json_get(c, "messages"),
+                                                json_get(c, "add_generation_prompt")->type == JSON_TRUE, v, nv, &len,
+                                                &spans, &n_spans, err);
+        /* the {% generation %} blocks' spans, as transformers' return_assistant_tokens_mask takes them */
+        const JsonValue *want_spans = json_get(c, "spans");
+        if (got && want_spans) {
+            int same = want_spans->len == n_spans;
+            for (size_t k = 0; same && k < n_spans; k++)
+                same = want_spans->items[k].items[0].number == (double)spans[k].start &&
+                       want_spans->items[k].items[1].number == (double)spans[k].end;
+            CHECK(same, "case %zu (%s): %zu generation spans, transformers %zu (or at other places)", i,
+                  json_string(json_get(c, "name")), n_spans, want_spans->len);
+            wrong += !same;
+        }
+        free(spans);
         if (!want) { /* transformers raised: so must we */
             CHECK(!got, "case %zu (%s): rendered where transformers raised %s", i, json_string(json_get(c, "name")),
                   json_string(json_get(c, "error")));

@@ -856,7 +856,7 @@ static int parse_body(Parser *p, Body *body, const char *const *ends) {
                 expect_block_end(p);
             } else if (is_name(kw, "generation")) { /* transformers' marker of assistant text: its body */
                 expect_block_end(p);
-                s = stmt(p, S_BODY, kw->line);
+                s = stmt(p, S_GENERATION, kw->line);
                 static const char *const ENDGEN[] = {"endgeneration", NULL};
                 parse_body(p, &s->body, ENDGEN);
                 take(p);

@@ -45,4 +45,18 @@ typedef struct {
 char *chat_template_render(const ChatTemplate *t, const JsonValue *messages, int add_generation_prompt,
                            const ChatTemplateVar *vars, size_t num_vars, size_t *len, char *err);
 
+/* A stretch of rendered text, bytes [start, end). */
+typedef struct {
+    size_t start, end;
+} ChatTemplateSpan;
+
+/* chat_template_render, and where the template's {% generation %} blocks put their text, as
+ * transformers' return_assistant_tokens_mask finds it: each block's span starts after the text the
+ * template had written at its top level when the block ended (a block inside a macro or a set
+ * block is placed where that macro's text begins, as transformers' tracker places it). *spans
+ * (malloc'ed, NULL when none) in the order the blocks ran. */
+char *chat_template_render_marked(const ChatTemplate *t, const JsonValue *messages, int add_generation_prompt,
+                                  const ChatTemplateVar *vars, size_t num_vars, size_t *len, ChatTemplateSpan **spans,
+                                  size_t *n_spans, char *err);
+
 #endif

@@ -53,7 +53,7 @@ struct Expr {
     int tuple;  /* E_LIST: a tuple, (a, b) */
 };
 
-typedef enum { S_TEXT, S_OUT, S_IF, S_FOR, S_SET, S_SET_BLOCK, S_MACRO, S_BREAK, S_CONTINUE, S_BODY } StmtKind;
+typedef enum { S_TEXT, S_OUT, S_IF, S_FOR, S_SET, S_SET_BLOCK, S_MACRO, S_BREAK, S_CONTINUE, S_GENERATION } StmtKind;
 
 struct Stmt {
     StmtKind kind;
@@ -62,7 +62,8 @@ struct Stmt {
     size_t n;
     Expr *e;      /* S_OUT's value, S_IF's condition, S_FOR's sequence, S_SET's value */
     Expr *filter; /* S_FOR's `if` */
-    Body body, orelse; /* S_IF's branches (an elif is an S_IF alone in orelse); S_FOR's body and else */
+    Body body, orelse; /* S_IF's branches (an elif is an S_IF alone in orelse); S_FOR's body and else;
+                          S_MACRO's and S_GENERATION's body */
     const char **names; /* S_FOR's targets; S_SET's and S_SET_BLOCK's name; S_MACRO's name, then its parameters */
     size_t nnames;
     const char *attr;  /* S_SET of a namespace's attribute: names[0].attr */

@@ -70,6 +70,10 @@ typedef struct {
     Frame *root;
     int stop; /* 1: break, 2: continue, until the loop takes it */
     int depth;
+    Buf *top;                  /* the template's own output, as Jinja's generate() has yielded it */
+    ChatTemplateSpan *spans;   /* the {% generation %} blocks' text, when asked for */
+    size_t n_spans, spans_cap;
+    int track;
 } Render;
 
 /* The string methods, then the dict methods (attribute() looks each kind's range up). */
@@ -1817,7 +1821,23 @@ static void exec_body(Render *r, const Body *body, Frame *f, Buf *out) {
         }
         case S_BREAK: r->stop = 1; break;
         case S_CONTINUE: r->stop = 2; break;
-        case S_BODY: exec_body(r, &s->body, f, out); break;
+        case S_GENERATION: { /* transformers' marks of assistant text: a block of its own scope */
+            Frame g = {.parent = f};
+            Buf body = {0};
+            put(r, &body, "", 0);
+            exec_body(r, &s->body, &g, &body);
+            if (r->track) { /* where transformers' tracker puts it: after what the template has yielded so far */
+                if (r->n_spans == r->spans_cap) {
+                    const size_t cap = r->spans_cap ? 2 * r->spans_cap : 16;
+                    ChatTemplateSpan *grown = alloc(r, cap * sizeof *grown);
+                    if (r->n_spans) memcpy(grown, r->spans, r->n_spans * sizeof *grown);
+                    r->spans = grown, r->spans_cap = cap;
+                }
+                r->spans[r->n_spans++] = (ChatTemplateSpan){r->top->n, r->top->n + body.n};
+            }
+            put(r, out, body.s, body.n);
+            break;
+        }
         }
     }
 }
@@ -1849,6 +1869,12 @@ static Val alias_reasoning(Render *r, Val messages) {
 
 char *chat_template_render(const ChatTemplate *t, const JsonValue *messages, int add_generation_prompt,
                            const ChatTemplateVar *vars, size_t num_vars, size_t *len, char *err) {
+    return chat_template_render_marked(t, messages, add_generation_prompt, vars, num_vars, len, NULL, NULL, err);
+}
+
+char *chat_template_render_marked(const ChatTemplate *t, const JsonValue *messages, int add_generation_prompt,
+                                  const ChatTemplateVar *vars, size_t num_vars, size_t *len, ChatTemplateSpan **spans,
+                                  size_t *n_spans, char *err) {
     /* on the heap: what the render changes after setjmp is read again after a longjmp */
     Render *volatile r = calloc(1, sizeof *r);
     Frame *volatile root = calloc(1, sizeof *root);
@@ -1870,11 +1896,21 @@ char *chat_template_render(const ChatTemplate *t, const JsonValue *messages, int
             dict_set(r, &root->vars, vars[k].name, strlen(vars[k].name), from_json(r, vars[k].value));
         Buf out = {0};
         put(r, &out, "", 0);
+        r->top = &out;
+        r->track = spans != NULL;
         exec_body(r, &t->body, root, &out);
-        if ((text = malloc(out.n + 1))) {
+        ChatTemplateSpan *copy = NULL;
+        if (spans && r->n_spans && !(copy = malloc(r->n_spans * sizeof *copy))) {
+            snprintf(err, ERR_LEN, "out of memory rendering the chat template");
+        } else if ((text = malloc(out.n + 1))) {
             memcpy(text, out.s, out.n + 1);
             *len = out.n;
+            if (spans) {
+                if (copy) memcpy(copy, r->spans, r->n_spans * sizeof *copy);
+                *spans = copy, *n_spans = r->n_spans;
+            }
         } else {
+            free(copy);
             snprintf(err, ERR_LEN, "out of memory rendering the chat template");
         }
     }

@@ -174,7 +174,10 @@ keep-trim
 # Python's semantics where chat templates meet them: chained comparisons, `~` between + and *,
 # tuples, string methods over Unicode (full case mappings, the final sigma, white space beyond
 # ASCII), the sequence filters, macros inside loops, and every message's text through them.
-PYTHON_SEMANTICS = r"""{% for m in messages if m.content is string %}{% set c = m.content %}
+PYTHON_SEMANTICS = r"""{% macro said(m) %}{% generation %}<{{ m.role }}>{% endgeneration %}{% endmacro %}
+{%- for m in messages %}{% if m.role == 'assistant' %}[{{ said(m) }}]{% generation %}{{ m.content if m.content is string else '' }}<end>{% set inner = 1 %}{% endgeneration %}{{ inner is defined }}{% else %}{{ m.role }}{% endif %}{% endfor %}
+{% set block %}{% generation %}in a set block{% endgeneration %}{% endset %}{{ block }}
+{% for m in messages if m.content is string %}{% set c = m.content %}
 {{ [c.upper(), c.lower(), c.title(), c|title, c|capitalize, c.swapcase(), c.strip(), c.split(), c.rsplit(None, 1), c.splitlines(), c.isalpha(), c.istitle(), c.find('a', 1), c|wordcount, c|indent(2, true)] }}
 {% endfor %}
 {{ [3, 1, 2, 1]|sort(true) }}

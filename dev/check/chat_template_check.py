@@ -27,9 +27,13 @@ from transformers.utils.chat_template_utils import render_jinja_template  # noqa
 def render(case):
     kwargs = {k: json.loads(v) for k, v in case["vars"].items()}
     try:
-        rendered, _ = render_jinja_template(conversations=[case["messages"]], chat_template=case["template"],
-                                            add_generation_prompt=case["add_generation_prompt"], **kwargs)
-        return {"text": rendered[0]}
+        rendered, indices = render_jinja_template(conversations=[case["messages"]], chat_template=case["template"],
+                                                  add_generation_prompt=case["add_generation_prompt"],
+                                                  return_assistant_tokens_mask=True, **kwargs)
+        text = rendered[0]
+        # the {% generation %} blocks' text, as bytes of the UTF-8 text (transformers counts characters)
+        spans = [[len(text[:a].encode()), len(text[:b].encode())] for a, b in indices[0]]
+        return {"text": text, "spans": spans}
     except Exception as e:  # the C side must fail too: the kind of error is not compared
         return {"error": f"{type(e).__name__}: {e}"}
 
