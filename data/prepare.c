@@ -881,7 +881,7 @@ static int prepare_default_locked(uint32_t vocab_size, const char *cache_dir, in
     }
     fprintf(stderr, "prepare: first use of the %s corpus with -v %u; preparing it once into %s\n", name, vocab_size,
             dir);
-    PrepareOptions opt = {vocab_size, PREPARE_DEFAULT_VAL, 0, NULL, 0, 0};
+    PrepareOptions opt = {vocab_size, PREPARE_DEFAULT_VAL, 0, NULL, 0, 0, 0, NULL};
     int rc = prepare_text(text, len, &opt, NULL, dir, out, err);
     snprintf(out->corpus, sizeof out->corpus, "%s", name);
     free(text);
@@ -947,6 +947,10 @@ static void usage(FILE *f) {
             "                         lists of {\"role\", \"content\"} messages, or a line {\"messages\": [...]}:\n"
             "                         the chat template of the tokenizer_config.json beside the tokenizer\n"
             "                         renders them\n"
+            "      --chat-template FILE  render conversations with this template (a .jinja file) instead\n"
+            "      --assistant-only-loss  only the conversations' text that the template marks with\n"
+            "                         {%% generation %%} is a target (TRL's assistant_only_loss); needs a template\n"
+            "                         with those marks, such as TRL's training templates\n"
             "      --documents        mark where each document starts: training keeps each one's attention and\n"
             "                         positions inside it, as if it ran alone (4-byte tokens; --prompt-completion\n"
             "                         marks its examples so already)\n"
@@ -1045,7 +1049,7 @@ static int parse_u32(const char *s, uint32_t *v) {
 }
 
 int prepare_main(int argc, char **argv) {
-    PrepareOptions opt = {PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL, 0, NULL, 0, 0};
+    PrepareOptions opt = {PREPARE_DEFAULT_VOCAB, PREPARE_DEFAULT_VAL, 0, NULL, 0, 0, 0, NULL};
     const char *out_dir = "prepared", *cache_dir = ".cache";
     int default_corpus = 0, extended = -1, n_files = 0, vocab_given = 0, help = 0; /* extended -1: chosen by -v */
     int pairs = 0;
@@ -1061,7 +1065,7 @@ int prepare_main(int argc, char **argv) {
         {"-v", "-v/--vocab"},           {"--vocab", "-v/--vocab"},      {"-o", "-o/--out"},
         {"--out", "-o/--out"},          {"--corpus", "--corpus"},       {"--tokenizer", "--tokenizer"},
         {"--val-fraction", "--val-fraction"}, {"--cache-dir", "--cache-dir"}, {"--threads", "--threads"},
-        {"--shard-tokens", "--shard-tokens"}, {"--files-from", NULL}};
+        {"--shard-tokens", "--shard-tokens"}, {"--chat-template", "--chat-template"}, {"--files-from", NULL}};
     int only_files = 0; /* after "--": a file named like a flag ("-notes.txt") */
     for (int i = 1; i < argc; i++) {
         if (!only_files && !strcmp(argv[i], "--")) {
@@ -1074,7 +1078,8 @@ int prepare_main(int argc, char **argv) {
         const char *val = w.value ? w.value : i + 1 < argc ? argv[i + 1] : NULL;
         if (only_files) a = ""; /* no flag: the file branch below */
         if (w.value && (!strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "--default-corpus") ||
-                        !strcmp(a, "--prompt-completion") || !strcmp(a, "--documents"))) {
+                        !strcmp(a, "--prompt-completion") || !strcmp(a, "--documents") ||
+                        !strcmp(a, "--assistant-only-loss"))) {
             status = bad_arg(a, "takes no value");
             goto done;
         }
@@ -1093,6 +1098,15 @@ int prepare_main(int argc, char **argv) {
         } else if (!strcmp(a, "--prompt-completion")) {
             pairs = 1;
             for_files = "--prompt-completion";
+        } else if (!strcmp(a, "--assistant-only-loss")) {
+            opt.assistant_only_loss = 1;
+        } else if (!strcmp(a, "--chat-template")) {
+            if (!val || !*val) {
+                status = bad_arg(a, "needs a template file (.jinja)");
+                goto done;
+            }
+            opt.chat_template = val;
+            i += !w.value;
         } else if (!strcmp(a, "--documents")) {
             opt.documents = 1;
             for_files = "--documents";
@@ -1208,6 +1222,11 @@ int prepare_main(int argc, char **argv) {
     PreparedData out;
     if (default_corpus && (n_files || opt.tokenizer_in)) {
         status = bad_arg("--default-corpus", "takes no text files and no --tokenizer");
+        goto done;
+    }
+    if (!pairs && (opt.assistant_only_loss || opt.chat_template)) {
+        status = bad_arg(opt.assistant_only_loss ? "--assistant-only-loss" : "--chat-template",
+                         "applies to the conversations of --prompt-completion (add it)");
         goto done;
     }
     if (pairs && opt.shard_tokens) {

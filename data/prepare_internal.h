@@ -22,6 +22,8 @@ typedef struct {
     uint64_t shard_tokens;    /* tokens a numbered shard holds (prepare_stream); 0: train.bin and val.bin */
     int documents;            /* mark each document's first token (SHARD_DOCUMENTS): training keeps the
                                * attention and positions inside a document */
+    int assistant_only_loss;  /* --prompt-completion's conversations: only what {% generation %} marks is a target */
+    const char *chat_template; /* --prompt-completion's conversations: render with this template file */
 } PrepareOptions;
 
 /* The fewest tokens --shard-tokens takes: smaller shards would be more files than data. */

@@ -13,6 +13,11 @@
  *   ids as the prompt's are no target; a line's "tools" and "chat_template_kwargs" go to the
  *   template;
  * - "messages", a list of messages: the rendered conversation, every token a target.
+ * A message's keys whose value is null are left out, as apply_chat_template leaves them.
+ * --chat-template FILE renders with that template instead of the tokenizer's. With
+ * --assistant-only-loss (TRL's assistant_only_loss) a conversation's token is a target only where it
+ * overlaps text of the template's {% generation %} blocks, as return_assistant_tokens_mask finds it
+ * (and, for prompt and completion, only in the completion).
  * Examples follow each other in the shard, each one's first token marked: training packs them into
  * windows, and each runs as if alone (its own positions, no attention across examples). The last
  * --val-fraction of them (at least one) go to validation. */
@@ -46,12 +51,13 @@ typedef struct {
  * needs it. */
 typedef struct {
     const Tokenizer *tok;
+    const PrepareOptions *opt; /* --chat-template, --assistant-only-loss */
     int loaded;
     ChatTemplate *template;
     JsonValue *config;         /* tokenizer_config.json, whose special tokens the template sees */
     ChatTemplateVar vars[8];   /* bos_token, eos_token, ... as transformers' special_tokens_map */
     size_t num_vars;
-    char source[64];           /* where the template came from, for the summary */
+    char source[160];          /* where the template came from, for the summary */
 } Chat;
 
 /* 1 when text is one special token of tok: one id with special tokens recognised, and not the
@@ -112,7 +118,24 @@ static char *eos_text(const Tokenizer *tok, int *named, char *err) {
     return text;
 }
 
-/* The chat template: tokenizer_config.json's chat_template (a string, or the one named "default" of
+/* Whether a template's text holds a {% generation %} tag (white space and '-' allowed inside), as
+ * transformers looks for one. */
+static int has_generation_marks(const char *s, size_t n) {
+    for (size_t k = 0; k + 2 <= n; k++) {
+        if (s[k] != '{' || s[k + 1] != '%') continue;
+        size_t j = k + 2;
+        if (j < n && s[j] == '-') j++;
+        while (j < n && (s[j] == ' ' || (s[j] >= '\t' && s[j] <= '\r'))) j++;
+        if (n - j < 10 || memcmp(s + j, "generation", 10)) continue;
+        j += 10;
+        while (j < n && (s[j] == ' ' || (s[j] >= '\t' && s[j] <= '\r'))) j++;
+        if (j < n && s[j] == '-') j++;
+        if (j + 2 <= n && s[j] == '%' && s[j + 1] == '}') return 1;
+    }
+    return 0;
+}
+
+/* The chat template: --chat-template's file, else tokenizer_config.json's chat_template (a string, or the one named "default" of
  * a list), else the chat_template.jinja beside the tokenizer, as transformers finds it. 0, or -1 +
  * message naming what is missing and the fix. */
 static int load_chat(Chat *c, const char *where, char *err) {
@@ -122,7 +145,7 @@ static int load_chat(Chat *c, const char *where, char *err) {
     char *config = tokenizer_has_hf_config(c->tok) ? tokenizer_hf_config_json(c->tok, 0, terr) : NULL;
     if (config) c->config = json_parse(config, strlen(config), "the tokenizer_config.json beside the tokenizer", terr);
     free(config);
-    const JsonValue *tpl = c->config ? json_get(c->config, "chat_template") : NULL;
+    const JsonValue *tpl = c->config && !c->opt->chat_template ? json_get(c->config, "chat_template") : NULL;
     if (tpl && tpl->type == JSON_ARRAY) { /* [{"name": "default", "template": "..."}, ...] */
         const JsonValue *found = NULL;
         for (size_t k = 0; k < tpl->len && !found; k++)
@@ -130,7 +153,24 @@ static int load_chat(Chat *c, const char *where, char *err) {
                 found = json_get(&tpl->items[k], "template");
         tpl = found;
     }
-    if (tpl && json_string(tpl)) {
+    const char *src = NULL;
+    size_t src_len = 0;
+    char *from_file = NULL;
+    if (c->opt->chat_template) { /* --chat-template FILE */
+        FILE *f = prepare_open_text(c->opt->chat_template, err);
+        if (!f) return -1;
+        from_file = read_stream_whole(f, &src_len);
+        const int e = errno;
+        fclose(f);
+        if (!from_file) {
+            fgpt_set_err(err, "cannot read --chat-template %s: %s", c->opt->chat_template, strerror(e));
+            return -1;
+        }
+        src = from_file;
+        snprintf(c->source, sizeof c->source, "%.150s", c->opt->chat_template);
+        c->template = chat_template_parse(src, src_len, terr);
+    } else if (tpl && json_string(tpl)) {
+        src = tpl->string, src_len = tpl->len;
         c->template = chat_template_parse(tpl->string, tpl->len, terr);
         snprintf(c->source, sizeof c->source, "tokenizer_config.json");
     } else {
@@ -142,12 +182,24 @@ static int load_chat(Chat *c, const char *where, char *err) {
                          "beside the tokenizer.json", where);
             return -1;
         }
+        src = text, src_len = len;
         c->template = chat_template_parse(text, len, terr);
         snprintf(c->source, sizeof c->source, "chat_template.jinja");
     }
+    const int marked = src && has_generation_marks(src, src_len);
+    free(from_file);
     if (!c->template) {
-        fgpt_set_err(err, "the model's chat template (%s beside the tokenizer) cannot be rendered here: %s",
-                     c->source, terr);
+        if (c->opt->chat_template)
+            fgpt_set_err(err, "the chat template of --chat-template %s cannot be rendered here: %s", c->source, terr);
+        else
+            fgpt_set_err(err, "the model's chat template (%s beside the tokenizer) cannot be rendered here: %s",
+                         c->source, terr);
+        return -1;
+    }
+    if (c->opt->assistant_only_loss && !marked) {
+        fgpt_set_err(err, "--assistant-only-loss: the chat template (%s) marks no assistant text with {%% generation "
+                     "%%}: pass a template with those marks by --chat-template FILE (TRL's trl/chat_templates/ "
+                     "holds such training templates, e.g. qwen3_training.jinja)", c->source);
         return -1;
     }
     static const char *const SPECIAL[] = {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
@@ -165,25 +217,101 @@ static void free_chat(Chat *c) {
     json_free(c->config);
 }
 
-/* Appends ids[0..n) as one example whose first `masked` ids are no target. */
-static int append_example(PairIds *p, const uint32_t *ids, size_t n, size_t masked, char *err) {
+/* Appends ids[0..n) as one example whose first `masked` ids are no target, nor those whose
+ * targets[i] is 0 (targets NULL: all after the first `masked` are). */
+static int append_example(PairIds *p, const uint32_t *ids, size_t n, size_t masked, const unsigned char *targets,
+                          char *err) {
     if (grow_array((void **)&p->ids, &p->cap, p->n + n, sizeof *p->ids) != 0 ||
         grow_array((void **)&p->starts, &p->starts_cap, p->examples + 2, sizeof *p->starts) != 0) {
         fgpt_set_err(err, "out of memory for the ids of %zu examples; prepare fewer at a time", p->examples + 1);
         return -1;
     }
-    for (size_t i = 0; i < n; i++) p->ids[p->n + i] = ids[i] | (i < masked ? SHARD_NO_LOSS : 0) | (i == 0 ? SHARD_DOC_START : 0);
+    size_t no_target = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int none = i < masked || (targets && !targets[i]);
+        p->ids[p->n + i] = ids[i] | (none ? SHARD_NO_LOSS : 0) | (i == 0 ? SHARD_DOC_START : 0);
+        no_target += none;
+    }
     p->starts[p->examples++] = p->n;
     p->n += n;
     p->starts[p->examples] = p->n;
-    p->prompt_ids += masked, p->completion_ids += n - masked;
+    p->prompt_ids += no_target, p->completion_ids += n - no_target;
+    return 0;
+}
+
+/* messages as apply_chat_template hands them to the template: each message's keys whose value is
+ * null left out (as datasets fill keys a line lacks). The original when none is; else a copy into
+ * *copy, whose arrays free_copy frees. */
+static const JsonValue *without_nulls(const JsonValue *messages, JsonValue *copy) {
+    int any = 0;
+    for (size_t k = 0; k < messages->len; k++)
+        for (size_t j = 0; messages->items[k].type == JSON_OBJECT && j < messages->items[k].len; j++)
+            any |= messages->items[k].members[j].value.type == JSON_NULL;
+    *copy = (JsonValue){.type = JSON_ARRAY};
+    if (!any) return messages;
+    copy->items = calloc(messages->len + 1, sizeof *copy->items);
+    if (!copy->items) return NULL;
+    copy->len = messages->len;
+    for (size_t k = 0; k < messages->len; k++) {
+        const JsonValue *m = &messages->items[k];
+        copy->items[k] = *m;
+        if (m->type != JSON_OBJECT) continue;
+        JsonMember *kept = calloc(m->len + 1, sizeof *kept);
+        copy->items[k].members = kept, copy->items[k].len = 0;
+        if (!kept) return NULL;
+        for (size_t j = 0; j < m->len; j++)
+            if (m->members[j].value.type != JSON_NULL) kept[copy->items[k].len++] = m->members[j];
+    }
+    return copy;
+}
+
+static void free_copy(JsonValue *copy) {
+    for (size_t k = 0; copy->items && k < copy->len; k++)
+        if (copy->items[k].type == JSON_OBJECT) free(copy->items[k].members);
+    free(copy->items);
+}
+
+/* Which of ids (encoding text) are targets under --assistant-only-loss: those that overlap a span of
+ * {% generation %} text, as transformers' return_assistant_tokens_mask finds them (*targets
+ * malloc'ed). 0, or -1 + message. */
+static int assistant_targets(const Tokenizer *tok, const char *text, size_t len, const uint32_t *ids, size_t n,
+                             const ChatTemplateSpan *spans, size_t n_spans, const char *where,
+                             unsigned char **targets, char *err) {
+    size_t *at = malloc((n + 1) * sizeof *at);
+    *targets = calloc(n + 1, 1);
+    char terr[ERR_LEN];
+    if (!at || !*targets) {
+        free(at);
+        fgpt_set_err(err, "out of memory for %s's assistant mask", where);
+        return -1;
+    }
+    if (tokenizer_token_offsets(tok, ids, n, text, len, at, terr) != 0) {
+        free(at);
+        fgpt_set_err(err, "%s: --assistant-only-loss cannot place the marked text on this tokenizer's tokens: %s",
+                     where, terr);
+        return -1;
+    }
+    size_t span = 0, marked = 0;
+    for (size_t i = 0; i < n; i++) { /* transformers' walk: spans and tokens both in order */
+        while (span < n_spans && at[i] >= spans[span].end) span++;
+        if (span == n_spans) break;
+        if (at[i + 1] > spans[span].start) (*targets)[i] = 1, marked++;
+    }
+    free(at);
+    if (!marked) {
+        fgpt_set_err(err, "%s: the chat template marks no assistant text in it ({%% generation %%}), so it would hold "
+                     "no target (TRL refuses such an example too)", where);
+        return -1;
+    }
     return 0;
 }
 
 /* The text of messages rendered by the chat template with the line's tools and
- * chat_template_kwargs, its ids into *ids (malloc'ed, *n). 0, or -1 + message. */
+ * chat_template_kwargs, its ids into *ids (malloc'ed, *n); with targets, which of them
+ * --assistant-only-loss keeps as targets (malloc'ed). 0, or -1 + message. */
 static int render_ids(Chat *c, const JsonValue *line, const JsonValue *messages, int generation_prompt,
-                      const char *where, PairIds *p, size_t line_no, uint32_t **ids, size_t *n, char *err) {
+                      const char *where, PairIds *p, size_t line_no, uint32_t **ids, size_t *n,
+                      unsigned char **targets, char *err) {
     ChatTemplateVar vars[8 + 32];
     size_t nv = c->num_vars;
     memcpy(vars, c->vars, nv * sizeof *vars);
@@ -196,8 +324,14 @@ static int render_ids(Chat *c, const JsonValue *line, const JsonValue *messages,
     if (kwargs && kwargs->type == JSON_OBJECT)
         for (size_t k = 0; k < kwargs->len && nv < sizeof vars / sizeof vars[0]; k++)
             vars[nv++] = (ChatTemplateVar){kwargs->members[k].key, &kwargs->members[k].value};
-    size_t len = 0;
-    char *text = chat_template_render(c->template, messages, generation_prompt, vars, nv, &len, terr);
+    size_t len = 0, n_spans = 0;
+    ChatTemplateSpan *spans = NULL;
+    JsonValue copy;
+    const JsonValue *given = without_nulls(messages, &copy);
+    char *text = given ? chat_template_render_marked(c->template, given, generation_prompt, vars, nv, &len,
+                                                     targets ? &spans : NULL, &n_spans, terr)
+                       : (snprintf(terr, sizeof terr, "out of memory"), NULL);
+    free_copy(&copy);
     json_free(parsed_tools);
     if (!text) {
         fgpt_set_err(err, "%s: the chat template does not render it: %s", where, terr);
@@ -205,15 +339,19 @@ static int render_ids(Chat *c, const JsonValue *line, const JsonValue *messages,
     }
     uint64_t stray = 0, first = 0;
     if (prepare_check_file_text(c->tok, where, text, len, 0, &stray, &first, err) != 0) {
+        free(spans);
         free(text);
         return -1;
     }
     if (stray && !p->stray) p->first_stray_line = line_no;
     p->stray += stray;
     *ids = tokenizer_encode_alloc(c->tok, text, len, TOKENIZER_SPECIALS | TOKENIZER_NO_POST, n);
-    free(text);
+    int rc = *ids ? 0 : -1;
     if (!*ids) fgpt_set_err(err, "out of memory encoding %s", where);
-    return *ids ? 0 : -1;
+    if (rc == 0 && targets) rc = assistant_targets(c->tok, text, len, *ids, *n, spans, n_spans, where, targets, err);
+    free(spans);
+    free(text);
+    return rc;
 }
 
 /* Whether v is a list of message objects, each with a "role" string. */
@@ -231,10 +369,12 @@ static int add_conversation(PairIds *p, Chat *c, const JsonValue *line, const ch
     const JsonValue *messages = json_get(line, "messages");
     if (load_chat(c, where, err) != 0) return -1;
     uint32_t *whole = NULL, *head = NULL;
+    unsigned char *targets = NULL;
+    unsigned char **want_targets = c->opt->assistant_only_loss ? &targets : NULL;
     size_t n_whole = 0, n_head = 0;
     int rc;
     if (messages) {
-        rc = render_ids(c, line, messages, 0, where, p, line_no, &whole, &n_whole, err);
+        rc = render_ids(c, line, messages, 0, where, p, line_no, &whole, &n_whole, want_targets, err);
     } else {
         JsonValue both = {.type = JSON_ARRAY, .len = prompt->len + completion->len};
         both.items = malloc((both.len + 1) * sizeof *both.items);
@@ -244,16 +384,17 @@ static int add_conversation(PairIds *p, Chat *c, const JsonValue *line, const ch
         }
         memcpy(both.items, prompt->items, prompt->len * sizeof *both.items);
         memcpy(both.items + prompt->len, completion->items, completion->len * sizeof *both.items);
-        rc = render_ids(c, line, prompt, 1, where, p, line_no, &head, &n_head, err);
-        if (rc == 0) rc = render_ids(c, line, &both, 0, where, p, line_no, &whole, &n_whole, err);
+        rc = render_ids(c, line, prompt, 1, where, p, line_no, &head, &n_head, NULL, err);
+        if (rc == 0) rc = render_ids(c, line, &both, 0, where, p, line_no, &whole, &n_whole, want_targets, err);
         free(both.items);
     }
     if (rc == 0) {
         const size_t masked = n_head < n_whole ? n_head : n_whole;
         if (head) p->mismatched += masked != n_head || memcmp(head, whole, masked * sizeof *whole) != 0;
-        rc = append_example(p, whole, n_whole, masked, err);
+        rc = append_example(p, whole, n_whole, masked, targets, err);
         p->conversations++;
     }
+    free(targets);
     free(head);
     free(whole);
     return rc;
@@ -294,7 +435,7 @@ static int add_example(PairIds *p, const Tokenizer *tok, const JsonValue *prompt
     } else {
         const size_t masked = n_prompt < n_whole ? n_prompt : n_whole;
         p->mismatched += masked != n_prompt || memcmp(ids_prompt, ids_whole, masked * sizeof *ids_whole) != 0;
-        rc = append_example(p, ids_whole, n_whole, masked, err);
+        rc = append_example(p, ids_whole, n_whole, masked, NULL, err);
     }
     free(ids_whole);
     free(ids_prompt);
@@ -393,7 +534,7 @@ int prepare_pairs(const char *const *files, int n_files, const PrepareOptions *o
                   const char *out_dir, PreparedData *out, char *err) {
     memset(out, 0, sizeof *out);
     PairIds p = {0};
-    Chat chat = {.tok = tok};
+    Chat chat = {.tok = tok, .opt = opt};
     int eos_named = 0, rc = 0;
     char *eos = NULL;
     const double t0 = prepare_seconds();
@@ -436,9 +577,11 @@ int prepare_pairs(const char *const *files, int n_files, const PrepareOptions *o
                      "with %s", (unsigned long long)p.conversations, chat.source, eos);
         else
             snprintf(ends, sizeof ends, "each completion ends with %s", eos);
-        fprintf(stderr, "prepare: %zu train + %zu validation examples, %llu prompt + %llu completion tokens (%s) in "
-                "%.1f s -> %s\n", p.examples - val, val, (unsigned long long)p.prompt_ids,
-                (unsigned long long)p.completion_ids, ends, prepare_seconds() - t0, out_dir);
+        fprintf(stderr, "prepare: %zu train + %zu validation examples, %llu %s + %llu %s tokens (%s) in %.1f s -> %s\n",
+                p.examples - val, val, (unsigned long long)p.prompt_ids,
+                opt->assistant_only_loss ? "no-target" : "prompt", (unsigned long long)p.completion_ids,
+                opt->assistant_only_loss ? "target (assistant text)" : "completion", ends, prepare_seconds() - t0,
+                out_dir);
         if (!eos_named && tokenizer_is_imported(tok) && p.conversations < p.examples)
             fprintf(stderr, "prepare: note: %s, so each completion ends with the document separator %s (put the "
                     "model's tokenizer_config.json beside the tokenizer.json to end them with its eos_token)\n",

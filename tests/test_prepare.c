@@ -1457,6 +1457,24 @@ static uint32_t *shard_words(const char *path, uint64_t *n) {
     return tokens;
 }
 
+/* The shards in dir against the fixture set's expected words (key "train", "val" after prefix). */
+static void expect_pair_shards(const char *dir, const JsonValue *set, const char *prefix, const char *name) {
+    for (int part = 0; part < 2; part++) {
+        char key[64], out[1300];
+        snprintf(key, sizeof key, "%s%s", prefix, part ? "val" : "train");
+        const JsonValue *want = json_get(set, key);
+        snprintf(out, sizeof out, "%s/%s", dir, part ? "val.bin" : "train.bin");
+        uint64_t got_n = 0;
+        uint32_t *got = want ? shard_words(out, &got_n) : NULL;
+        size_t differ = want && got_n == want->len ? want->len : 0;
+        for (size_t i = 0; got && got_n == want->len && i < want->len; i++)
+            if (got[i] == (uint32_t)want->items[i].number) differ--;
+        CHECK(got && got_n == want->len && differ == 0, "%s %s: %llu tokens (want %zu), %zu differ in id or mark",
+              name, key, (unsigned long long)got_n, want ? want->len : 0, differ);
+        free(got);
+    }
+}
+
 /* Conversations (TRL's conversational prompt-completion lines, with tools and chat_template_kwargs,
  * and a line of messages alone) through three tokenizers, each beside a tokenizer_config.json whose
  * chat template renders them: the shards hold the ids and marks that transformers' apply_chat_template
@@ -1471,7 +1489,7 @@ TEST(prepare_prompt_completion_renders_conversations_with_the_chat_template_as_t
     for (size_t k = 0; k < sets->len; k++) {
         const JsonValue *set = &sets->items[k], *lines = json_get(set, "lines");
         const char *name = json_string(json_get(set, "tokenizer"));
-        char dir[1100], path[1200], fixture[300], out[1200];
+        char dir[1100], path[1200], fixture[300];
         snprintf(dir, sizeof dir, "%s/chat_%s", test_tmpdir(), name);
         REQUIRE(mkdir(dir, 0755) == 0, "%s", dir);
         snprintf(fixture, sizeof fixture, "tests/fixtures/%s.json", name);
@@ -1517,18 +1535,14 @@ TEST(prepare_prompt_completion_renders_conversations_with_the_chat_template_as_t
         const char *argv[] = {"prepare", "--prompt-completion", "--tokenizer", tok_path, "--val-fraction", "0.2", "-o",
                               set_dir, path};
         REQUIRE(run_prepare(9, argv) == 0, "%s: prepare of the conversations failed", name);
-        for (int part = 0; part < 2; part++) {
-            const JsonValue *want = json_get(set, part ? "val" : "train");
-            snprintf(out, sizeof out, "%s/%s", set_dir, part ? "val.bin" : "train.bin");
-            uint64_t got_n = 0;
-            uint32_t *got = shard_words(out, &got_n);
-            size_t differ = got_n == want->len ? want->len : 0;
-            for (size_t i = 0; got && got_n == want->len && i < want->len; i++)
-                if (got[i] == (uint32_t)want->items[i].number) differ--;
-            CHECK(got && got_n == want->len && differ == 0, "%s %s: %llu tokens (want %zu), %zu differ in id or mark",
-                  name, part ? "val" : "train", (unsigned long long)got_n, want->len, differ);
-            free(got);
-        }
+        expect_pair_shards(set_dir, set, "", name);
+        /* TRL's assistant_only_loss: only the {% generation %} text is a target */
+        char only_dir[1200];
+        snprintf(only_dir, sizeof only_dir, "%s/set_assistant", dir);
+        const char *only[] = {"prepare", "--prompt-completion", "--assistant-only-loss", "--tokenizer", tok_path,
+                              "--val-fraction", "0.2", "-o", only_dir, path};
+        REQUIRE(run_prepare(10, only) == 0, "%s: prepare --assistant-only-loss failed", name);
+        expect_pair_shards(only_dir, set, "assistant_", name);
         if (k == 0) { /* no template: refused, naming the fix */
             snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
             REQUIRE(unlink(path) == 0, "%s", path);
@@ -1654,6 +1668,111 @@ TEST(prepare_prompt_completion_marks_each_prompts_ids_as_no_target_and_ends_comp
     CHECK(n_eos == 2 && e[1] == eos_id, "the examples end with %u, not the config's eos_token", eos_id);
     free(e);
     tokenizer_free(tok);
+}
+
+/* --assistant-only-loss takes a template with {% generation %} marks (the tokenizer's, or one given
+ * by --chat-template): without marks it names the flag that brings them; a conversation with no
+ * marked text is refused by its line, as TRL refuses it; each flag without --prompt-completion is a
+ * usage error; a --chat-template that cannot be read is named. The marked template's targets are
+ * the assistant's text and end token only. */
+TEST(prepare_assistant_only_loss_needs_generation_marks_and_names_what_is_missing) {
+    char dir[1100], tok_path[1200], config[1200], pairs[1100], out[1100], log[1100], marked[1200];
+    snprintf(dir, sizeof dir, "%s/aol_model", test_tmpdir());
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", dir);
+    snprintf(config, sizeof config, "%s/tokenizer_config.json", dir);
+    snprintf(marked, sizeof marked, "%s/training.jinja", dir);
+    snprintf(pairs, sizeof pairs, "%s/aol.jsonl", test_tmpdir());
+    snprintf(out, sizeof out, "%s/sft_aol", test_tmpdir());
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    REQUIRE(make_dirs(dir) == 0, "mkdir");
+    size_t len;
+    char *json = read_file("tests/fixtures/hf_qwen2_style.json", &len);
+    REQUIRE(json && write_file_whole(tok_path, json, len) == 0, "tokenizer copy");
+    free(json);
+    const char *plain = "{\"eos_token\": \"<|im_end|>\", \"chat_template\": \"{% for m in messages %}<|im_start|>"
+                        "{{ m.role }}\\n{{ m.content }}<|im_end|>\\n{% endfor %}\"}";
+    REQUIRE(write_file_whole(config, plain, strlen(plain)) == 0, "config");
+    const char *tpl = "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}{% generation %}"
+                      "{{ m.content }}<|im_end|>{% endgeneration %}{% else %}{{ m.content }}<|im_end|>{% endif %}\n"
+                      "{% endfor %}";
+    write_text_file(marked, tpl, strlen(tpl));
+    const char *lines = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
+                        "\"content\": \"hello there\"}]}\n"
+                        "{\"messages\": [{\"role\": \"user\", \"content\": \"bye\"}, {\"role\": \"assistant\", "
+                        "\"content\": \"see you\"}]}\n";
+    write_text_file(pairs, lines, strlen(lines));
+    const char *unmarked_run[] = {"prepare", "--prompt-completion", "--assistant-only-loss", "--tokenizer", tok_path,
+                                  "-o", out, pairs};
+    unlink(log);
+    CHECK(run_prepare(8, unmarked_run) == 1, "a template without marks was taken");
+    char *said = read_text(log);
+    CHECK(said && strstr(said, "--assistant-only-loss: the chat template (tokenizer_config.json) marks no assistant "
+                               "text with {% generation %}: pass a template with those marks by --chat-template FILE"),
+          "%s", said ? said : "");
+    free(said);
+    const char *marked_run[] = {"prepare", "--prompt-completion", "--assistant-only-loss", "--chat-template", marked,
+                                "--tokenizer", tok_path, "-o", out, pairs};
+    REQUIRE(run_prepare(10, marked_run) == 0, "prepare with a marked --chat-template failed");
+    /* the targets decode to the assistant's text and its end token, nothing else */
+    Tokenizer *tok = tokenizer_load(tok_path, (char[ERR_LEN]){0});
+    REQUIRE(tok, "tokenizer");
+    char shard[1200], text[256];
+    snprintf(shard, sizeof shard, "%s/train.bin", out);
+    uint64_t n = 0;
+    uint32_t *words = shard_words(shard, &n), targets[64];
+    size_t n_targets = 0;
+    for (uint64_t i = 0; words && i < n && n_targets < 64; i++)
+        if (!(words[i] & SHARD_NO_LOSS)) targets[n_targets++] = words[i] & ~(SHARD_NO_LOSS | SHARD_DOC_START);
+    const size_t got = tokenizer_decode(tok, targets, n_targets, text, sizeof text - 1);
+    text[got < sizeof text ? got : sizeof text - 1] = 0;
+    CHECK(!strcmp(text, "hello there<|im_end|>"), "the targets decode to '%s'", text);
+    free(words);
+    tokenizer_free(tok);
+    /* a conversation with nothing marked has no target: refused by its line */
+    const char *no_reply = "{\"messages\": [{\"role\": \"user\", \"content\": \"only a question\"}]}\n";
+    write_text_file(pairs, no_reply, strlen(no_reply));
+    unlink(log);
+    CHECK(run_prepare(10, marked_run) == 1, "a conversation without marked text was taken");
+    said = read_text(log);
+    CHECK(said && strstr(said, "aol.jsonl line 1: the chat template marks no assistant text in it"), "%s",
+          said ? said : "");
+    free(said);
+    struct {
+        int argc;
+        const char *argv[8], *says;
+        int rc;
+    } cases[] = {
+        {5, {"prepare", "--assistant-only-loss", "--tokenizer", tok_path, pairs}, "--assistant-only-loss: applies to "
+                                                                                  "the conversations of --prompt-completion", 2},
+        {6, {"prepare", "--chat-template", marked, "--tokenizer", tok_path, pairs}, "--chat-template: applies to the "
+                                                                                    "conversations of --prompt-completion", 2},
+        {7, {"prepare", "--prompt-completion", "--chat-template", "no/such.jinja", "--tokenizer", tok_path, pairs},
+         "no/such.jinja", 1},
+    };
+    write_text_file(pairs, lines, strlen(lines));
+    /* a ByteLevel post-processor that trims offsets would move the mask's edges: refused, not guessed */
+    char trimming_dir[1100], trimming[1200];
+    snprintf(trimming_dir, sizeof trimming_dir, "%s/trimming", test_tmpdir());
+    snprintf(trimming, sizeof trimming, "%s/tokenizer.json", trimming_dir);
+    const char *trim_edit[] = {"\"trim_offsets\": false", "\"trim_offsets\": true"};
+    REQUIRE(make_dirs(trimming_dir) == 0 &&
+                write_edited_copy("tests/fixtures/hf_llama3_bos.json", trimming, trim_edit, 1) == 0, "%s", trimming);
+    const char *trim_run[] = {"prepare", "--prompt-completion", "--assistant-only-loss", "--chat-template", marked,
+                              "--tokenizer", trimming, "-o", out, pairs};
+    unlink(log);
+    CHECK(run_prepare(10, trim_run) == 1, "a tokenizer that trims offsets was taken");
+    said = read_text(log);
+    CHECK(said && strstr(said, "--assistant-only-loss cannot place the marked text on this tokenizer's tokens: this "
+                               "tokenizer's ByteLevel post-processor trims its offsets"), "%s", said ? said : "");
+    free(said);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        unlink(log);
+        const int rc = run_prepare(cases[c].argc, cases[c].argv);
+        said = read_text(log);
+        CHECK(rc == cases[c].rc && said && strstr(said, cases[c].says), "case %zu: exit %d, '%s'", c, rc,
+              said ? said : "");
+        free(said);
+    }
 }
 
 /* The tokenizer_config.json beside the tokenizer decides how completions end, so one that cannot

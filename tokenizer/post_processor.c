@@ -69,7 +69,11 @@ int read_post_processor(Tokenizer *t, const JsonValue *pp, const char *path, cha
     int templates = 0;
     for (size_t i = 0; i < n; i++) {
         const char *type = type_of(&steps[i]);
-        if (strcmp(type, "ByteLevel") == 0) continue;
+        if (strcmp(type, "ByteLevel") == 0) { /* tokenizers' default trims */
+            const JsonValue *trim = json_get(&steps[i], "trim_offsets");
+            t->trims_offsets |= !trim || trim->type == JSON_TRUE;
+            continue;
+        }
         if (strcmp(type, "TemplateProcessing") != 0) {
             tok_error(err, "%s: post_processor %s is not supported (TemplateProcessing, ByteLevel and a Sequence of "
                       "them are)", path, type);

@@ -217,6 +217,48 @@ size_t tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char 
     return need;
 }
 
+int tokenizer_token_offsets(const Tokenizer *t, const uint32_t *ids, size_t n, const char *text, size_t len,
+                            size_t *offsets, char *err) {
+    if (t->trims_offsets) {
+        tok_error(err, "this tokenizer's ByteLevel post-processor trims its offsets (trim_offsets), which is not "
+                  "supported here");
+        return -1;
+    }
+    char piece[256];
+    size_t at = 0;
+    for (size_t i = 0; i < n;) {
+        const size_t got = tokenizer_decode(t, &ids[i], 1, piece, sizeof piece);
+        char *long_piece = got > sizeof piece && got <= len - at ? malloc(got) : NULL;
+        if (long_piece) tokenizer_decode(t, &ids[i], 1, long_piece, got);
+        const int same = got <= len - at && (got <= sizeof piece || long_piece) &&
+                         memcmp(long_piece ? long_piece : piece, text + at, got) == 0;
+        free(long_piece);
+        if (same) {
+            offsets[i++] = at;
+            at += got;
+            continue;
+        }
+        /* a character in byte-fallback tokens decodes whole only: k tokens of its k bytes, a byte each */
+        size_t k = 2;
+        while (k <= 4 && i + k <= n &&
+               !(tokenizer_decode(t, &ids[i], k, piece, sizeof piece) == k && k <= len - at &&
+                 memcmp(piece, text + at, k) == 0))
+            k++;
+        if (k > 4 || i + k > n) {
+            tok_error(err, "token %zu (id %u) does not spell the text at byte %zu (the tokenizer's normalizer or "
+                      "decoder rewrites it)", i, ids[i], at);
+            return -1;
+        }
+        for (size_t j = 0; j < k; j++) offsets[i++] = at++;
+    }
+    offsets[n] = at;
+    if (at != len) {
+        tok_error(err, "the tokens spell %zu of the text's %zu bytes (the tokenizer's normalizer rewrites it)", at, len);
+        return -1;
+    }
+    return 0;
+}
+
 int tokenizer_check_text(const Tokenizer *t, const char *text, size_t len, size_t base, char *err) {
     if (!t->nfc) return 0;
     uint32_t cp = 0;

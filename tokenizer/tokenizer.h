@@ -153,6 +153,14 @@ size_t tokenizer_cut_near(const Tokenizer *t, const char *text, size_t len, size
  * decode(ids, skip_special_tokens=False) does ("▁" becomes a space, byte tokens their bytes). */
 size_t tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char *out, size_t cap);
 
+/* Where each of ids' tokens starts in text[0..len), which they encode (no post-processor tokens):
+ * offsets[i] for ids[i] and offsets[n] = len, as Hugging Face's offsets place them. 0, or -1 with a
+ * message when the tokens decoded one by one do not spell the text byte for byte (a normalizer that
+ * rewrites it, a space put before it) or the tokenizer trims its offsets (a ByteLevel
+ * post-processor's trim_offsets), where these places would not be Hugging Face's. */
+int tokenizer_token_offsets(const Tokenizer *t, const uint32_t *ids, size_t n, const char *text, size_t len,
+                            size_t *offsets, char *err);
+
 /* 0 when encoding gives what the tokenizer's own pipeline would; -1 with a message naming the
  * byte (counted from `base`: text's place in its file) and code point when an imported
  * tokenizer's NFC normalizer could rewrite the text there (we do not normalize: normalize such

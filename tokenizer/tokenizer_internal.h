@@ -118,6 +118,8 @@ struct Tokenizer {
     char *load_note; /* what a user should know of how the file was read (tokenizer_load_note), or NULL */
     char unapplied[96]; /* its truncation and padding settings, which encoding a corpus leaves out, or "" */
     int nfc;         /* its normalizer is NFC: text must already be NFC (tokenizer_check_text) */
+    int trims_offsets; /* a ByteLevel post-processor with trim_offsets: Hugging Face's offsets leave out
+                          a token's spaces at its ends */
     /* its post-processor's tokens before and after each encoded text (post_processor.c) */
     uint32_t prefix[TOKENIZER_MAX_AROUND], suffix[TOKENIZER_MAX_AROUND];
     int n_prefix, n_suffix;

@@ -5,8 +5,12 @@ template of dev/check/chat_template_cases.py, lines of TRL's conversational form
 completion as lists of messages, with tools or chat_template_kwargs on some; messages alone) are
 tokenized as TRL's SFTTrainer tokenizes them: apply_chat_template(prompt, add_generation_prompt=True)
 and apply_chat_template(prompt + completion), the first as many ids as the prompt's no target;
-messages alone all targets. Writes the sets and their expected ids to the fixture that
-tests/test_prepare.c compares ./train prepare's shards with, and with --train checks them itself.
+messages alone all targets. With TRL's assistant_only_loss (prepare --assistant-only-loss), a token is
+a target only where apply_chat_template's assistant mask (return_assistant_tokens_mask: the text of
+the templates' {% generation %} blocks) and the completion mask both say so. A message's keys whose
+value is null are left out, as apply_chat_template leaves them. Writes the sets and their expected
+ids to the fixture that tests/test_prepare.c compares ./train prepare's shards with, and with
+--train checks them itself.
 
     python3 dev/check/chat_pairs_check.py [--out tests/fixtures/chat_pairs.json] [--train ./train]
 
@@ -40,23 +44,33 @@ LINES = [
      "chat_template_kwargs": {"enable_thinking": False, "date_string": "02 Feb 2026"}},
     {"messages": [{"role": "user", "content": "a whole conversation"}, {"role": "assistant", "content": "all of it "
                   "learned"}]},
+    {"messages": [{"role": "system", "content": "Be kind.", "tool_calls": None},
+                  {"role": "user", "content": "first", "reasoning_content": None},
+                  {"role": "assistant", "content": "one answer", "tool_calls": None},
+                  {"role": "user", "content": "second"}, {"role": "assistant", "content": "another answer"}]},
     {"prompt": [{"role": "user", "content": "list three"}],
      "completion": [{"role": "assistant", "content": "one\ntwo\nthree"}], "tools": []},
 ]
 
 
-def expected(tok, line):
-    """TRL's ids and completion mask for one line."""
-    if "messages" in line:
-        ids = tok.apply_chat_template(line["messages"], tokenize=True, return_dict=True)["input_ids"]
-        return ids, [1] * len(ids)
+def expected(tok, line, assistant_only=False):
+    """TRL's ids and target mask for one line (labels not -100 where every mask applying is 1)."""
     kwargs = dict(line.get("chat_template_kwargs", {}))
     kwargs["tools"] = line.get("tools")
+    if "messages" in line:
+        out = tok.apply_chat_template(line["messages"], tokenize=True, return_dict=True,
+                                      return_assistant_tokens_mask=assistant_only, **kwargs)
+        ids = out["input_ids"]
+        return ids, out["assistant_masks"] if assistant_only else [1] * len(ids)
     head = tok.apply_chat_template(line["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True,
                                    **kwargs)["input_ids"]
-    whole = tok.apply_chat_template(line["prompt"] + line["completion"], tokenize=True, return_dict=True,
-                                    **kwargs)["input_ids"]
-    return whole, [0] * len(head) + [1] * (len(whole) - len(head))
+    out = tok.apply_chat_template(line["prompt"] + line["completion"], tokenize=True, return_dict=True,
+                                  return_assistant_tokens_mask=assistant_only, **kwargs)
+    whole = out["input_ids"]
+    mask = [0] * len(head) + [1] * (len(whole) - len(head))
+    if assistant_only:
+        mask = [m & a for m, a in zip(mask, out["assistant_masks"])]
+    return whole, mask
 
 
 def read_shard(path):
@@ -85,27 +99,33 @@ def main():
         with open(os.path.join(work, "tokenizer_config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f)
         tok = AutoTokenizer.from_pretrained(work)
-        words = []
-        for line in LINES:
-            ids, mask = expected(tok, line)
-            words += [i | (0 if m else 1 << 31) | (1 << 30 if k == 0 else 0) for k, (i, m) in enumerate(zip(ids, mask))]
-        # prepare's split: the last round(5 x 0.2) = 1 example is validation
-        last = expected(tok, LINES[-1])[0]
-        train, val = words[:len(words) - len(last)], words[len(words) - len(last):]
-        out.append({"tokenizer": name, "config": config, "lines": [json.dumps(x, ensure_ascii=False) for x in LINES],
-                    "train": train, "val": val})
+        entry = {"tokenizer": name, "config": config, "lines": [json.dumps(x, ensure_ascii=False) for x in LINES]}
+        for assistant_only, key in ((False, ""), (True, "assistant_")):
+            words = []
+            for line in LINES:
+                ids, mask = expected(tok, line, assistant_only)
+                words += [i | (0 if m else 1 << 31) | (1 << 30 if k == 0 else 0)
+                          for k, (i, m) in enumerate(zip(ids, mask))]
+            # prepare's split: the last round(6 x 0.2) = 1 example is validation
+            last = expected(tok, LINES[-1])[0]
+            entry[key + "train"], entry[key + "val"] = words[:len(words) - len(last)], words[len(words) - len(last):]
+        out.append(entry)
         if a.train:
             with open(os.path.join(work, "pairs.jsonl"), "w", encoding="utf-8") as f:
                 f.write("\n".join(out[-1]["lines"]) + "\n")
-            r = subprocess.run([a.train, "prepare", "--prompt-completion", "--tokenizer",
-                                os.path.join(work, "tokenizer.json"), "--val-fraction", "0.2", "-o",
-                                os.path.join(work, "set"), os.path.join(work, "pairs.jsonl")],
-                               capture_output=True, text=True)
-            same = r.returncode == 0 and read_shard(os.path.join(work, "set", "train.bin")) == train and \
-                read_shard(os.path.join(work, "set", "val.bin")) == val
-            ok &= same
-            print(f"{name}: {'same ids and marks' if same else 'DIFFERENT'} ({len(train)} + {len(val)} tokens)"
-                  f"{'' if r.returncode == 0 else ': ' + r.stderr.strip()}")
+            for key, flags in (("", []), ("assistant_", ["--assistant-only-loss"])):
+                r = subprocess.run([a.train, "prepare", "--prompt-completion", *flags, "--tokenizer",
+                                    os.path.join(work, "tokenizer.json"), "--val-fraction", "0.2", "-o",
+                                    os.path.join(work, "set"), os.path.join(work, "pairs.jsonl")],
+                                   capture_output=True, text=True)
+                train, val = entry[key + "train"], entry[key + "val"]
+                same = r.returncode == 0 and read_shard(os.path.join(work, "set", "train.bin")) == train and \
+                    read_shard(os.path.join(work, "set", "val.bin")) == val
+                ok &= same
+                print(f"{name}{' --assistant-only-loss' if flags else ''}: "
+                      f"{'same ids and marks' if same else 'DIFFERENT'} ({len(train)} + {len(val)} tokens, "
+                      f"{sum(1 for w in train + val if not w >> 31)} targets)"
+                      f"{'' if r.returncode == 0 else ': ' + r.stderr.strip()}")
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False, indent=1)
     print(f"{len(out)} sets -> {a.out}")

@@ -1,7 +1,8 @@
 """Chat templates and conversations that exercise the template language as chat templates use it,
 for dev/check/chat_template_check.py (and the fixture of tests/test_chat_template.c it writes).
 The templates are written here in the manner of the families' own (ChatML with a reasoning block,
-Llama 3's headers, Gemma's turns), not copied from them."""
+Llama 3's headers, Gemma's turns), not copied from them, with {% generation %} marks around the
+assistant's turns as TRL's training templates put them (they render the same text)."""
 
 CHATML_THINKING = r"""{%- if messages[0].role == 'system' %}
     {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
@@ -32,16 +33,19 @@ CHATML_THINKING = r"""{%- if messages[0].role == 'system' %}
                 {%- set content = content.split('</think>')[-1].lstrip('\n') %}
             {%- endif %}
         {%- endif %}
+        {{- '<|im_start|>' + message.role + '\n' }}
+        {%- generation %}
         {%- if loop.index0 > ns.last_query_index %}
             {%- if loop.last or (not loop.last and reasoning_content) %}
-                {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+                {{- '<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
             {%- else %}
-                {{- '<|im_start|>' + message.role + '\n' + content }}
+                {{- content }}
             {%- endif %}
         {%- else %}
-            {{- '<|im_start|>' + message.role + '\n' + content }}
+            {{- content }}
         {%- endif %}
         {{- '<|im_end|>\n' }}
+        {%- endgeneration %}
     {%- elif message.role == "tool" %}
         {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
             {{- '<|im_start|>user' }}
@@ -78,7 +82,12 @@ LLAMA3_HEADERS = r"""{{- bos_token }}
 {{- system_message }}
 {{- "<|eot_id|>" }}
 {%- for message in messages %}
-    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
+    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}
+    {%- if message['role'] == 'assistant' %}
+        {%- generation %}{{- message['content'] | trim + '<|eot_id|>' }}{%- endgeneration %}
+    {%- else %}
+        {{- message['content'] | trim + '<|eot_id|>' }}
+    {%- endif %}
 {%- endfor %}
 {%- if add_generation_prompt %}
     {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
@@ -107,6 +116,14 @@ GEMMA_TURNS = r"""{{ bos_token }}
         {%- set role = message['role'] -%}
     {%- endif -%}
     {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if role == 'model' -%}
+        {%- generation -%}
+        {%- if message['content'] is string -%}
+            {{ message['content'] | trim }}
+        {%- endif -%}
+        {{ '<end_of_turn>\n' }}
+        {%- endgeneration -%}
+    {%- else -%}
     {%- if message['content'] is string -%}
         {{ message['content'] | trim }}
     {%- elif message['content'] is iterable -%}
@@ -117,6 +134,7 @@ GEMMA_TURNS = r"""{{ bos_token }}
         {%- endfor -%}
     {%- endif -%}
     {{ '<end_of_turn>\n' }}
+    {%- endif -%}
 {%- endfor -%}
 {%- if add_generation_prompt -%}
     {{'<start_of_turn>model\n'}}
