@@ -207,7 +207,16 @@ static int load_chat(Chat *c, const char *where, char *err) {
     for (size_t k = 0; c->config && k < sizeof SPECIAL / sizeof SPECIAL[0]; k++) {
         const JsonValue *v = json_get(c->config, SPECIAL[k]);
         if (v && v->type == JSON_OBJECT) v = json_get(v, "content");
-        if (v && v->type == JSON_STRING) c->vars[c->num_vars++] = (ChatTemplateVar){SPECIAL[k], v};
+        if (!v || v->type != JSON_STRING) continue;
+        /* transformers adds a special token its tokenizer lacks as a new id: ours would spell it as text */
+        if (v->len && !is_special_token(c->tok, v->string)) {
+            fgpt_set_err(err, "the %s \"%.100s\" of the tokenizer_config.json beside the tokenizer is none of the "
+                         "tokenizer's special tokens, so transformers would add it as a new token where prepare spells "
+                         "it as text (give the model's own tokenizer.json and tokenizer_config.json)", SPECIAL[k],
+                         v->string);
+            return -1;
+        }
+        c->vars[c->num_vars++] = (ChatTemplateVar){SPECIAL[k], v};
     }
     return 0;
 }

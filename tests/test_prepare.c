@@ -1750,6 +1750,16 @@ TEST(prepare_assistant_only_loss_needs_generation_marks_and_names_what_is_missin
          "no/such.jinja", 1},
     };
     write_text_file(pairs, lines, strlen(lines));
+    /* a special token of the config that the tokenizer lacks (transformers would add it as a new id) */
+    const char *foreign = "{\"eos_token\": \"<|not_a_token|>\", \"chat_template\": \"{{ messages[0].content }}\"}";
+    REQUIRE(write_file_whole(config, foreign, strlen(foreign)) == 0, "config");
+    const char *foreign_run[] = {"prepare", "--prompt-completion", "--tokenizer", tok_path, "-o", out, pairs};
+    unlink(log);
+    CHECK(run_prepare(7, foreign_run) == 1, "a config naming a token the tokenizer lacks was taken");
+    said = read_text(log);
+    CHECK(said && strstr(said, "the eos_token \"<|not_a_token|>\" of the tokenizer_config.json beside the tokenizer "
+                               "is none of the tokenizer's special tokens"), "%s", said ? said : "");
+    free(said);
     /* a ByteLevel post-processor that trims offsets would move the mask's edges: refused, not guessed */
     char trimming_dir[1100], trimming[1200];
     snprintf(trimming_dir, sizeof trimming_dir, "%s/trimming", test_tmpdir());
