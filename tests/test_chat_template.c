@@ -140,8 +140,47 @@ TEST(a_chat_template_that_cannot_be_rendered_names_its_line_and_why) {
         {"{{ 'a'.partition('') }}", "partition with an empty separator"},
         {"{{ [1]|batch(0) }}", "batch takes a count above 0"},
         {"{{ 1.5|round(0, 'up') }}", "round's method must be common, ceil or floor"},
+        {"{{ 0 ** -1 }}", "0 cannot be raised to a negative power"},
+        {"{{ (-8) ** 0.5 }}", "a negative number raised to a fractional power"},
+        {"{{ 9223372036854775808 }}", "an integer past 64 bits"},
+        /* a runaway template is refused, never a crash: nesting, chains, growing values, loops */
+        {"{% set ns = namespace(x=[]) %}{% for i in range(2000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+         "values or expressions nested deeper than 500 levels"},
+        {"{% set ns = namespace(x=[]) %}{% for i in range(2000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x|tojson }}",
+         "a value nested deeper than 500 levels for tojson"},
+        {"{% for i in range(10000000) %}{% for j in range(10000000) %}{% endfor %}{% endfor %}",
+         "the chat template takes more than 2 GiB to render"},
+        {"{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+         "the chat template takes more than 2 GiB to render"},
         {"{{ none.x }}", NULL}, /* an attribute of none is undefined, as in Jinja: renders empty */
     };
+    /* nesting that would overflow the stack: brackets, signs, nots, blocks; a chain of 3000 filters */
+    static const char *const deep[][5] = {{"{{ ", "(", "1", ")", " }}"}, {"{{ ", "[", "1", "]", " }}"},
+                                          {"{{ ", "not ", "1", "", " }}"}, {"{{ ", "-", "1", "", " }}"},
+                                          {"", "{% if 1 %}", "x", "{% endif %}", ""}};
+    for (size_t k = 0; k < sizeof deep / sizeof deep[0]; k++) {
+        const size_t unit = strlen(deep[k][1]) + strlen(deep[k][3]);
+        char *src = malloc(unit * 5000 + 64), err[ERR_LEN] = "";
+        REQUIRE(src, "memory");
+        size_t n = (size_t)sprintf(src, "%s", deep[k][0]);
+        for (int i = 0; i < 5000; i++) n += (size_t)sprintf(src + n, "%s", deep[k][1]);
+        n += (size_t)sprintf(src + n, "%s", deep[k][2]);
+        for (int i = 0; i < 5000; i++) n += (size_t)sprintf(src + n, "%s", deep[k][3]);
+        sprintf(src + n, "%s", deep[k][4]);
+        char *out = render_text(src, msgs, err);
+        CHECK(!out && strstr(err, "line 1: nesting deeper than 500 levels"), "nesting of '%s': %s", deep[k][1],
+              out ? "rendered" : err);
+        free(out);
+        free(src);
+    }
+    char chain[3000 * 7 + 32], err_chain[ERR_LEN] = "";
+    size_t at = (size_t)sprintf(chain, "{{ 'x'");
+    for (int i = 0; i < 3000; i++) at += (size_t)sprintf(chain + at, "|string");
+    sprintf(chain + at, " }}");
+    char *chained = render_text(chain, msgs, err_chain);
+    CHECK(!chained && strstr(err_chain, "values or expressions nested deeper than 500 levels"), "%s",
+          chained ? "rendered" : err_chain);
+    free(chained);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char err[ERR_LEN] = "";
         char *out = render_text(cases[k].src, msgs, err);

@@ -4,6 +4,7 @@
 #include "tokenizer/chat_template.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -62,7 +63,11 @@ typedef struct {
     size_t n, cap, at;
     char *err;
     jmp_buf fail;
+    int depth; /* brackets, operators and blocks open: bounded, so that no template overflows the stack */
 } Parser;
+
+/* Python's parser stops near 200 levels of brackets; Jinja's blocks nest as deep as Python's code. */
+#define PARSE_DEPTH_LIMIT 500
 
 static __attribute__((noreturn)) void fail(Parser *p, int line, const char *fmt, const char *what) {
     char why[160];
@@ -195,10 +200,14 @@ static void lex_tag(Parser *p, size_t *at, const char *close, int *strip, int *k
             *at += n;
         } else if (isdigit((unsigned char)s[0])) {
             char *end;
+            errno = 0;
             const long long i = strtoll(s, &end, 10);
+            const int too_large = errno == ERANGE;
             if (end < s + left && ((*end == '.' && isdigit((unsigned char)end[1])) || *end == 'e' || *end == 'E')) {
                 Tok *t = push(p, K_FLOAT, line, s, 0);
                 t->f = strtod(s, &end);
+            } else if (too_large) { /* Python's integers have no bound; ours stop at 64 bits, with a message */
+                fail(p, line, "an integer past 64 bits%s", "");
             } else {
                 Tok *t = push(p, K_INT, line, s, 0);
                 t->i = i;
@@ -312,6 +321,11 @@ static const char *expect_name(Parser *p) {
     Tok *t = take(p);
     if (t->kind != K_NAME) fail(p, t->line, "expected a name%s", "");
     return token_text(p, t);
+}
+
+/* One level deeper into brackets, operators or blocks (p->depth-- comes back out). */
+static void enter(Parser *p) {
+    if (++p->depth > PARSE_DEPTH_LIMIT) fail(p, peek(p)->line, "nesting deeper than %s levels", "500");
 }
 
 static Expr *node(Parser *p, ExprKind kind, int line) {
@@ -550,7 +564,9 @@ static Expr *parse_signed(Parser *p) {
     if (is_op(t, "-") || is_op(t, "+")) {
         take(p);
         Expr *e = node(p, is_op(t, "-") ? E_NEG : E_POS, t->line);
+        enter(p);
         e->a = parse_signed(p);
+        p->depth--;
         return parse_postfix(p, e);
     }
     return parse_postfix(p, parse_primary(p));
@@ -644,7 +660,9 @@ static Expr *parse_not(Parser *p) {
     if (is_name(peek(p), "not")) {
         const int line = take(p)->line;
         Expr *e = node(p, E_NOT, line);
+        enter(p);
         e->a = parse_not(p);
+        p->depth--;
         return e;
     }
     return parse_compare(p);
@@ -671,6 +689,7 @@ static Expr *parse_or(Parser *p) {
 }
 
 static Expr *parse_expr(Parser *p) {
+    enter(p);
     Expr *e = parse_or(p);
     while (is_name(peek(p), "if")) { /* b if a else c; without else, undefined */
         Expr *c = node(p, E_COND, take(p)->line);
@@ -682,6 +701,7 @@ static Expr *parse_expr(Parser *p) {
         }
         e = c;
     }
+    p->depth--;
     return e;
 }
 
@@ -816,7 +836,17 @@ static Stmt *parse_macro(Parser *p, int line) {
     return s;
 }
 
+static int parse_statements(Parser *p, Body *body, const char *const *ends);
+
+/* A block's statements (nesting bounded): the index in ends of the tag that ended it. */
 static int parse_body(Parser *p, Body *body, const char *const *ends) {
+    enter(p);
+    const int end = parse_statements(p, body, ends);
+    p->depth--;
+    return end;
+}
+
+static int parse_statements(Parser *p, Body *body, const char *const *ends) {
     Stmt **items = NULL;
     size_t n = 0, cap = 0;
     int end = -1;

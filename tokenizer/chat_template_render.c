@@ -70,6 +70,9 @@ typedef struct {
     Frame *root;
     int stop; /* 1: break, 2: continue, until the loop takes it */
     int depth;
+    int nest;                  /* values and expressions being worked through, one inside another */
+    int line;                  /* the line of the expression being worked out, for messages */
+    uint64_t passes, bytes;    /* loop passes and memory taken so far: bounded, as a template is given */
     Buf *top;                  /* the template's own output, as Jinja's generate() has yielded it */
     ChatTemplateSpan *spans;   /* the {% generation %} blocks' text, when asked for */
     size_t n_spans, spans_cap;
@@ -101,7 +104,26 @@ static void fail(Render *r, int line, const char *fmt, ...) {
     longjmp(r->fail, 1);
 }
 
+/* What a render may take: Python stops at 1000 nested calls (Jinja's compiled templates sooner); a conversation's text needs neither
+ * millions of loop passes nor gigabytes, which only a runaway template (nested ranges, a text
+ * doubled in a loop) would ask for. */
+#define NEST_LIMIT 500
+#define PASS_LIMIT 10000000u
+#define BYTE_LIMIT (2ull << 30)
+
+/* One level deeper into a value or an expression; leave() comes back out. */
+static void enter(Render *r, int line) {
+    if (++r->nest > NEST_LIMIT) fail(r, line ? line : r->line, "values or expressions nested deeper than 500 levels");
+}
+static void leave(Render *r) { r->nest--; }
+
+
 static void *alloc(Render *r, size_t n) {
+    if ((r->bytes += n) > BYTE_LIMIT) {
+        snprintf(r->err, ERR_LEN, "the chat template takes more than 2 GiB to render (a loop or a text that keeps "
+                 "growing)");
+        longjmp(r->fail, 1);
+    }
     void *p = arena_alloc(&r->arena, n);
     if (!p) {
         snprintf(r->err, ERR_LEN, "out of memory rendering the chat template");
@@ -260,7 +282,15 @@ static void put_str(Render *r, Buf *b, const Val *v) {
     }
 }
 
+static void put_repr_value(Render *r, Buf *b, const Val *v);
+
 static void put_repr(Render *r, Buf *b, const Val *v) {
+    enter(r, 0);
+    put_repr_value(r, b, v);
+    leave(r);
+}
+
+static void put_repr_value(Render *r, Buf *b, const Val *v) {
     switch (v->k) {
     case V_STR: {
         const int dq = memchr(v->s, '\'', v->n) && !memchr(v->s, '"', v->n);
@@ -312,6 +342,7 @@ static void put_repr(Render *r, Buf *b, const Val *v) {
 /* json.dumps(v, ensure_ascii=False, indent=indent, separators=(item, key)), as transformers' tojson. */
 static void put_json(Render *r, Buf *b, const Val *v, int indent, int level, const char *item, const char *key,
                      int line) {
+    if (level >= NEST_LIMIT) fail(r, line, "a value nested deeper than 500 levels for tojson");
     switch (v->k) {
     case V_NONE: return puts_(r, b, "null");
     case V_BOOL: return puts_(r, b, v->i ? "true" : "false");
@@ -381,7 +412,9 @@ static int truthy(const Val *v) {
 static int is_num(const Val *v) { return v->k == V_BOOL || v->k == V_INT || v->k == V_FLOAT; }
 static double num(const Val *v) { return v->k == V_FLOAT ? v->f : (double)v->i; }
 
-static int equal(const Val *a, const Val *b) {
+static int equal(Render *r, const Val *a, const Val *b);
+
+static int equal_items(Render *r, const Val *a, const Val *b) {
     if (is_num(a) && is_num(b)) return a->k != V_FLOAT && b->k != V_FLOAT ? a->i == b->i : num(a) == num(b);
     if (a->k != b->k) return 0;
     switch (a->k) {
@@ -390,21 +423,37 @@ static int equal(const Val *a, const Val *b) {
     case V_LIST:
         if (a->list->n != b->list->n || a->list->kind != b->list->kind) return 0;
         for (size_t k = 0; k < a->list->n; k++)
-            if (!equal(&a->list->items[k], &b->list->items[k])) return 0;
+            if (!equal(r, &a->list->items[k], &b->list->items[k])) return 0;
         return 1;
     case V_DICT:
         if (a->dict->n != b->dict->n) return 0;
         for (size_t k = 0; k < a->dict->n; k++) {
             const Val *other = dict_find(b->dict, a->dict->keys[k], a->dict->klen[k]);
-            if (!other || !equal(&a->dict->vals[k], other)) return 0;
+            if (!other || !equal(r, &a->dict->vals[k], other)) return 0;
         }
         return 1;
     default: return a->dict == b->dict && a->macro == b->macro && a->i == b->i;
     }
 }
 
+static int equal(Render *r, const Val *a, const Val *b) {
+    enter(r, 0);
+    const int same = equal_items(r, a, b);
+    leave(r);
+    return same;
+}
+
 /* <0, 0, >0 as a is below, equal to or above b; an error for values Python does not order. */
+static int order_items(Render *r, const Val *a, const Val *b, int line);
+
 static int order(Render *r, const Val *a, const Val *b, int line) {
+    enter(r, line);
+    const int c = order_items(r, a, b, line);
+    leave(r);
+    return c;
+}
+
+static int order_items(Render *r, const Val *a, const Val *b, int line) {
     if (is_num(a) && is_num(b)) return (num(a) > num(b)) - (num(a) < num(b));
     if (a->k == V_STR && b->k == V_STR) {
         const int c = memcmp(a->s, b->s, a->n < b->n ? a->n : b->n); /* UTF-8 bytes order as code points do */
@@ -1159,7 +1208,7 @@ static int sequence_filter(Render *r, const char *name, const Val *v, const Args
         out->list->n = 0;
         for (size_t k = 0; k < l.n; k++) {
             int seen = 0;
-            for (size_t j = 0; j < k && !seen; j++) seen = equal(&keys[j], &keys[k]);
+            for (size_t j = 0; j < k && !seen; j++) seen = equal(r, &keys[j], &keys[k]);
             if (!seen) out->list->items[out->list->n++] = l.items[k];
         }
         return 1;
@@ -1506,9 +1555,9 @@ static int test(Render *r, const char *name, const Val *v, const Args *a, int li
     for (size_t k = 0; k < sizeof COMPARING / sizeof COMPARING[0]; k++) known |= !strcmp(name, COMPARING[k]);
     if (!known) fail(r, line, "the test '%s' is no part of the template language", name);
     if (!a0) fail(r, line, "the test '%s' takes a value to compare with", name);
-    if (!strcmp(name, "eq") || !strcmp(name, "equalto") || !strcmp(name, "==")) return equal(v, a0);
-    if (!strcmp(name, "ne") || !strcmp(name, "!=")) return !equal(v, a0);
-    if (!strcmp(name, "sameas")) return equal(v, a0) && v->k == a0->k;
+    if (!strcmp(name, "eq") || !strcmp(name, "equalto") || !strcmp(name, "==")) return equal(r, v, a0);
+    if (!strcmp(name, "ne") || !strcmp(name, "!=")) return !equal(r, v, a0);
+    if (!strcmp(name, "sameas")) return equal(r, v, a0) && v->k == a0->k;
     if (!strcmp(name, "lt") || !strcmp(name, "lessthan") || !strcmp(name, "<")) return order(r, v, a0, line) < 0;
     if (!strcmp(name, "le") || !strcmp(name, "<=")) return order(r, v, a0, line) <= 0;
     if (!strcmp(name, "gt") || !strcmp(name, "greaterthan") || !strcmp(name, ">")) return order(r, v, a0, line) > 0;
@@ -1516,7 +1565,7 @@ static int test(Render *r, const char *name, const Val *v, const Args *a, int li
     if (!strcmp(name, "in")) {
         List l = items_of(r, a0, line);
         for (size_t k = 0; k < l.n; k++)
-            if (equal(v, &l.items[k])) return 1;
+            if (equal(r, v, &l.items[k])) return 1;
         return 0;
     }
     fail(r, line, "the test '%s' is no part of the template language", name);
@@ -1532,14 +1581,14 @@ static int contains(Render *r, const Val *hay, const Val *needle, int line) {
         return needle->k == V_STR && dict_find(hay->dict, needle->s, needle->n) != NULL;
     List l = items_of(r, hay, line);
     for (size_t k = 0; k < l.n; k++)
-        if (equal(needle, &l.items[k])) return 1;
+        if (equal(r, needle, &l.items[k])) return 1;
     return 0;
 }
 
 static int compare(Render *r, BinOp op, const Val *a, const Val *b, int line) {
     switch (op) {
-    case OP_EQ: return equal(a, b);
-    case OP_NE: return !equal(a, b);
+    case OP_EQ: return equal(r, a, b);
+    case OP_NE: return !equal(r, a, b);
     case OP_LT: return order(r, a, b, line) < 0;
     case OP_LE: return order(r, a, b, line) <= 0;
     case OP_GT: return order(r, a, b, line) > 0;
@@ -1615,6 +1664,8 @@ static Val arithmetic(Render *r, BinOp op, const Val *a, const Val *b, int line)
             return (Val){.k = V_FLOAT, .f = op == OP_MOD ? x - q * y : q};
         }
     case OP_POW:
+        if (x == 0 && y < 0) fail(r, line, "0 cannot be raised to a negative power");
+        if (x < 0 && y != floor(y)) fail(r, line, "a negative number raised to a fractional power (Python's is complex)");
         if (ints && b->i >= 0) {
             long long p = 1;
             for (long long k = 0; k < b->i && p != 0; k++)
@@ -1626,7 +1677,27 @@ static Val arithmetic(Render *r, BinOp op, const Val *a, const Val *b, int line)
     }
 }
 
+static Val eval_expr(Render *r, const Expr *e, Frame *f);
+
+/* A call, filter or test of v with e's arguments. Apart from eval_expr, so that the arguments' room
+ * is taken only while they are worked out, not at each level of a chain such as x|f|f|f. */
+static __attribute__((noinline)) Val apply(Render *r, const Expr *e, Frame *f, const Val *v) {
+    Args a;
+    eval_args(r, e, f, &a);
+    if (e->kind == E_CALL) return call(r, v, &a, e->line);
+    if (e->kind == E_FILTER) return filter(r, e->s, v, &a, f, e->line);
+    return bool_val(test(r, e->s, v, &a, e->line) != e->negate);
+}
+
 static Val eval(Render *r, const Expr *e, Frame *f) {
+    enter(r, e->line);
+    r->line = e->line;
+    const Val v = eval_expr(r, e, f);
+    leave(r);
+    return v;
+}
+
+static Val eval_expr(Render *r, const Expr *e, Frame *f) {
     switch (e->kind) {
     case E_STR: return str_val(e->s, e->n);
     case E_INT: return int_val(e->i);
@@ -1648,23 +1719,9 @@ static Val eval(Render *r, const Expr *e, Frame *f) {
         for (int k = 0; k < 3; k++) parts[k] = e->args[k] ? eval(r, e->args[k], f) : (Val){.k = V_NONE};
         return slice(r, &obj, parts, e->line);
     }
-    case E_CALL: {
-        const Val fn = eval(r, e->a, f);
-        Args a;
-        eval_args(r, e, f, &a);
-        return call(r, &fn, &a, e->line);
-    }
-    case E_FILTER: {
+    case E_CALL: case E_FILTER: case E_TEST: {
         const Val v = eval(r, e->a, f);
-        Args a;
-        eval_args(r, e, f, &a);
-        return filter(r, e->s, &v, &a, f, e->line);
-    }
-    case E_TEST: {
-        const Val v = eval(r, e->a, f);
-        Args a;
-        eval_args(r, e, f, &a);
-        return bool_val(test(r, e->s, &v, &a, e->line) != e->negate);
+        return apply(r, e, f, &v);
     }
     case E_NEG: case E_POS: {
         const Val v = eval(r, e->a, f);
@@ -1748,6 +1805,7 @@ static void exec_for(Render *r, const Stmt *s, Frame *f, Buf *out) {
         l.items[l.n++] = all.items[k];
     }
     for (size_t k = 0; k < l.n; k++) {
+        if (++r->passes > PASS_LIMIT) fail(r, s->line, "loops of more than 10000000 passes in all");
         Frame g = {.parent = f};
         bind_targets(r, s, &g, &l.items[k]);
         Val loop = dict_val(r, V_DICT);
