@@ -13,25 +13,22 @@
 
 /* What a write that failed with errnum most likely met, and its fix, for the message: a file-size
  * limit (ulimit -f: EFBIG, the signal ignored), a folder that is not writable and a full disk
- * each read differently. */
-static inline const char *write_error_hint(int errnum) {
+ * each read differently. with_out: the file is in the folder -o names, so another -o is a fix too. */
+static inline const char *write_error_advice(int errnum, int with_out) {
     switch (errnum) {
     case EFBIG: return "a file-size limit: raise ulimit -f";
-    case EACCES: case EPERM: case EROFS: return "not writable: fix its permissions or pass another -o";
-    case ENOSPC: case EDQUOT: return "disk full: free space or pass another -o";
-    default: return "check the disk, or pass another -o";
+    case EACCES: case EPERM: case EROFS:
+        return with_out ? "not writable: fix its permissions or pass another -o" : "not writable: fix its permissions";
+    case ENOSPC: case EDQUOT: return with_out ? "disk full: free space or pass another -o" : "disk full: free space";
+    default: return with_out ? "check the disk, or pass another -o" : "check the disk";
     }
 }
 
-/* The same cause for a file that no -o names (eval's --per-token): its fix alone. */
-static inline const char *write_error_cause(int errnum) {
-    switch (errnum) {
-    case EFBIG: return "a file-size limit: raise ulimit -f";
-    case EACCES: case EPERM: case EROFS: return "not writable: fix its permissions";
-    case ENOSPC: case EDQUOT: return "disk full: free space";
-    default: return "check the disk";
-    }
-}
+/* For a file in the folder -o names. */
+static inline const char *write_error_hint(int errnum) { return write_error_advice(errnum, 1); }
+
+/* For a file that no -o names (eval's --per-token). */
+static inline const char *write_error_cause(int errnum) { return write_error_advice(errnum, 0); }
 
 /* Up to n bytes of src into dst (cap bytes, NUL-terminated) with control characters written as
  * escapes (\n, \t, \xNN; C1 controls, UTF-8 encoded, as \u0080-\u009f), so that text quoted from
