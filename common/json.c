@@ -373,6 +373,34 @@ const JsonValue *json_get(const JsonValue *v, const char *key) {
     return NULL;
 }
 
+int json_rename_member(JsonValue *obj, const char *key, const char *new_key) {
+    if (!obj || obj->type != JSON_OBJECT) return 0;
+    const size_t n = strlen(key), m = strlen(new_key);
+    size_t from = obj->len, to = obj->len;
+    for (size_t i = obj->len; i-- > 0;) {
+        const JsonMember *mb = &obj->members[i];
+        if (from == obj->len && mb->key_len == n && !memcmp(mb->key, key, n)) from = i;
+        if (to == obj->len && mb->key_len == m && !memcmp(mb->key, new_key, m)) to = i;
+    }
+    if (from == obj->len || from == to) return 0;
+    JsonMember moved = obj->members[from];
+    if (to < obj->len) { /* new_key's place keeps, with key's value */
+        free_value(&obj->members[to].value);
+        obj->members[to].value = moved.value;
+        free(moved.key);
+    } else {
+        char *name = malloc(m + 1);
+        if (!name) return -1;
+        memcpy(name, new_key, m + 1);
+        free(moved.key);
+        moved.key = name, moved.key_len = m;
+    }
+    memmove(&obj->members[from], &obj->members[from + 1], (obj->len - from - 1) * sizeof *obj->members);
+    if (to < obj->len) obj->len--;
+    else obj->members[obj->len - 1] = moved;
+    return 0;
+}
+
 const char *json_string(const JsonValue *v) {
     return v && v->type == JSON_STRING ? v->string : NULL;
 }

@@ -49,6 +49,10 @@ const JsonValue *json_get(const JsonValue *v, const char *key);
 const char *json_string(const JsonValue *v);
 /* 1 when v is a number written as an integer (512, not 512.0 or 5.12e2) in [lo, hi], stored in *out. */
 int json_int(const JsonValue *v, long long lo, long long hi, long long *out);
+/* Python's obj[new_key] = obj.pop(key) on an object: the member key (the last of that name), if
+ * any, takes the name new_key and moves to the end; a member already named new_key keeps its place
+ * and takes the value instead. 0 (also when key is missing), or -1 when memory runs out. */
+int json_rename_member(JsonValue *obj, const char *key, const char *new_key);
 /* The type's name, for messages ("an object", "a string", ...). */
 const char *json_type_name(JsonType t);
 

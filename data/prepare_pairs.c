@@ -12,7 +12,10 @@
  *   tokenized as apply_chat_template tokenizes (no post-processor tokens), and the first as many
  *   ids as the prompt's are no target; a line's "tools" and "chat_template_kwargs" go to the
  *   template;
- * - "messages", a list of messages: the rendered conversation, every token a target.
+ * - "messages", a list of messages: the rendered conversation, every token a target;
+ * - "text", a string (TRL's language-modeling form): tokenizer(text + eos), every token a target.
+ * Messages of ShareGPT's {"from", "value"} form, and "conversations" for "messages", are read as
+ * TRL's maybe_convert_to_chatml converts them.
  * A message's keys whose value is null are left out, as apply_chat_template leaves them.
  * --chat-template FILE renders with that template instead of the tokenizer's. With
  * --assistant-only-loss (TRL's assistant_only_loss) a conversation's token is a target only where it
@@ -452,6 +455,55 @@ static int add_example(PairIds *p, const Tokenizer *tok, const JsonValue *prompt
     return rc;
 }
 
+/* TRL's maybe_convert_to_chatml, in place: messages of ShareGPT's {"from", "value"} form in
+ * "prompt", "completion", "messages" or "conversations" take the names "role" and "content" (moved
+ * to the end, as Python's pop and set move them), and "conversations" becomes "messages". 0, or -1
+ * + message when memory runs out. */
+static int convert_to_chatml(JsonValue *line, char *err) {
+    static const char *const LISTS[] = {"prompt", "completion", "messages", "conversations"};
+    int rc = 0;
+    for (size_t k = 0; k < sizeof LISTS / sizeof LISTS[0]; k++) {
+        JsonValue *list = (JsonValue *)json_get(line, LISTS[k]);
+        for (size_t m = 0; list && list->type == JSON_ARRAY && m < list->len; m++)
+            if (json_rename_member(&list->items[m], "from", "role") != 0 ||
+                json_rename_member(&list->items[m], "value", "content") != 0)
+                rc = -1;
+    }
+    if (json_rename_member(line, "conversations", "messages") != 0) rc = -1;
+    if (rc != 0) fgpt_set_err(err, "out of memory reading the examples");
+    return rc;
+}
+
+/* Appends a line of TRL's language-modeling form, {"text": "..."}: tokenizer(text + eos) (eos unless
+ * it ends so), every token a target. */
+static int add_text(PairIds *p, const Tokenizer *tok, const JsonValue *text, const char *eos, const char *where,
+                    size_t line, char *err) {
+    const size_t eos_len = ends_with(text->string, text->len, eos) ? 0 : strlen(eos), len = text->len + eos_len;
+    char *whole = malloc(len + 1);
+    if (!whole) {
+        fgpt_set_err(err, "out of memory for the ids of %zu examples; prepare fewer at a time", p->examples + 1);
+        return -1;
+    }
+    memcpy(whole, text->string, text->len);
+    memcpy(whole + text->len, eos, eos_len);
+    whole[len] = 0;
+    uint64_t stray = 0, first = 0;
+    if (prepare_check_file_text(tok, where, whole, len, 0, &stray, &first, err) != 0) {
+        free(whole);
+        return -1;
+    }
+    if (stray && !p->stray) p->first_stray_line = line;
+    p->stray += stray;
+    size_t n = 0;
+    uint32_t *ids = tokenizer_encode_alloc(tok, whole, len, TOKENIZER_SPECIALS, &n);
+    free(whole);
+    int rc = -1;
+    if (!ids) fgpt_set_err(err, "out of memory for the ids of %zu examples; prepare fewer at a time", p->examples + 1);
+    else rc = append_example(p, ids, n, 0, NULL, err);
+    free(ids);
+    return rc;
+}
+
 /* The string member `key` of line `line` of path, or NULL + message. */
 static const JsonValue *pair_string(const JsonValue *v, const char *key, const char *path, size_t line, char *err) {
     const JsonValue *s = json_get(v, key);
@@ -460,8 +512,8 @@ static const JsonValue *pair_string(const JsonValue *v, const char *key, const c
     if (s) snprintf(what, sizeof what, "\"%s\" is %s, not a string", key, json_type_name(s->type));
     else snprintf(what, sizeof what, "no \"%s\"", key);
     fgpt_set_err(err, "%s line %zu: %s (each line of --prompt-completion is an object {\"prompt\": \"...\", "
-                 "\"completion\": \"...\"}, the two as lists of {\"role\", \"content\"} messages, or "
-                 "{\"messages\": [...]})", path, line, what);
+                 "\"completion\": \"...\"}, the two as lists of {\"role\", \"content\"} messages, "
+                 "{\"messages\": [...]} or {\"text\": \"...\"})", path, line, what);
     return NULL;
 }
 
@@ -518,7 +570,20 @@ static int read_pairs(const char *path, const Tokenizer *tok, char **eos, int *e
             else if (v->type != JSON_OBJECT)
                 fgpt_set_err(err, "%s line %zu is %s, not an object {\"prompt\": \"...\", \"completion\": \"...\"}", path,
                              line, json_type_name(v->type));
-            else if (conversational(v, path, line, &rc, err)) {
+            else if (convert_to_chatml(v, err) != 0)
+                rc = -1;
+            else if (chat->opt->assistant_only_loss && !is_messages(json_get(v, "messages")) &&
+                     !is_messages(json_get(v, "prompt"))) { /* as TRL refuses such a dataset */
+                fgpt_set_err(err, "%s line %zu is no conversation, and --assistant-only-loss takes conversations only "
+                             "(give its lines as messages, or drop the flag)", path, line);
+                prompt = completion = v;
+                rc = -1;
+            }
+            else if (!json_get(v, "prompt") && !json_get(v, "messages") && json_string(json_get(v, "text"))) {
+                if (!*eos && !(*eos = eos_text(tok, eos_named, err))) rc = -1;
+                else rc = add_text(p, tok, json_get(v, "text"), *eos, what, line, err);
+                prompt = completion = v; /* read */
+            } else if (conversational(v, path, line, &rc, err)) {
                 if (rc == 0) rc = add_conversation(p, chat, v, what, line, err);
                 prompt = completion = v; /* read */
             } else if ((prompt = pair_string(v, "prompt", path, line, err)) &&
@@ -582,10 +647,10 @@ int prepare_pairs(const char *const *files, int n_files, const PrepareOptions *o
         if (p.conversations == p.examples)
             snprintf(ends, sizeof ends, "rendered by the chat template of %s", chat.source);
         else if (p.conversations)
-            snprintf(ends, sizeof ends, "%llu rendered by the chat template of %s, the others' completions ending "
-                     "with %s", (unsigned long long)p.conversations, chat.source, eos);
+            snprintf(ends, sizeof ends, "%llu rendered by the chat template of %s, the others' completions and texts "
+                     "ending with %s", (unsigned long long)p.conversations, chat.source, eos);
         else
-            snprintf(ends, sizeof ends, "each completion ends with %s", eos);
+            snprintf(ends, sizeof ends, "each completion or text ends with %s", eos);
         fprintf(stderr, "prepare: %zu train + %zu validation examples, %llu %s + %llu %s tokens (%s) in %.1f s -> %s\n",
                 p.examples - val, val, (unsigned long long)p.prompt_ids,
                 opt->assistant_only_loss ? "no-target" : "prompt", (unsigned long long)p.completion_ids,

@@ -103,3 +103,26 @@ TEST(json_never_reads_past_the_given_length) {
     CHECK(v && v->len == 2, "string within length: %s", err);
     json_free(v);
 }
+
+/* Python's obj[new] = obj.pop(old): the renamed member moves to the end; one already named new
+ * keeps its place and takes the value; a missing key changes nothing. */
+TEST(json_rename_member_moves_as_pythons_pop_and_set_do) {
+    char err[ERR_LEN];
+    const char *text = "{\"from\": \"human\", \"x\": 1, \"value\": \"hi\"}";
+    JsonValue *v = json_parse(text, strlen(text), "test", err);
+    REQUIRE(v, "%s", err);
+    CHECK(json_rename_member(v, "from", "role") == 0 && json_rename_member(v, "value", "content") == 0 &&
+              json_rename_member(v, "missing", "other") == 0, "rename");
+    CHECK(v->len == 3 && !strcmp(v->members[0].key, "x") && !strcmp(v->members[1].key, "role") &&
+              !strcmp(v->members[2].key, "content") && !strcmp(json_string(json_get(v, "role")), "human") &&
+              !strcmp(json_string(json_get(v, "content")), "hi"), "order after renames: %s %s %s",
+          v->members[0].key, v->len > 1 ? v->members[1].key : "", v->len > 2 ? v->members[2].key : "");
+    json_free(v);
+    const char *both = "{\"role\": \"user\", \"a\": 2, \"from\": [\"gpt\"]}";
+    v = json_parse(both, strlen(both), "test", err);
+    REQUIRE(v, "%s", err);
+    CHECK(json_rename_member(v, "from", "role") == 0, "rename");
+    CHECK(v->len == 2 && !strcmp(v->members[0].key, "role") && v->members[0].value.type == JSON_ARRAY &&
+              !strcmp(v->members[1].key, "a"), "an existing role keeps its place and takes from's value");
+    json_free(v);
+}

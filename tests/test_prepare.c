@@ -1785,6 +1785,60 @@ TEST(prepare_assistant_only_loss_needs_generation_marks_and_names_what_is_missin
     }
 }
 
+/* TRL's language-modeling form, {"text": "..."}: tokenizer(text + eos), eos added unless the text
+ * ends with it, every token a target and the first marked as an example's start; under
+ * --assistant-only-loss such a line is refused, as TRL refuses a dataset that is no conversation. */
+TEST(prepare_prompt_completion_takes_text_lines_as_trls_language_modeling_form) {
+    char dir[1100], tok_path[1200], config[1200], pairs[1100], out[1100], log[1100], shard[1200];
+    snprintf(dir, sizeof dir, "%s/text_model", test_tmpdir());
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", dir);
+    snprintf(config, sizeof config, "%s/tokenizer_config.json", dir);
+    snprintf(pairs, sizeof pairs, "%s/texts.jsonl", test_tmpdir());
+    snprintf(out, sizeof out, "%s/sft_text", test_tmpdir());
+    snprintf(log, sizeof log, "%s/prepare.log", test_tmpdir());
+    REQUIRE(make_dirs(dir) == 0, "mkdir");
+    size_t len;
+    char *json = read_file("tests/fixtures/hf_llama3_bos.json", &len), err[ERR_LEN];
+    REQUIRE(json && write_file_whole(tok_path, json, len) == 0, "tokenizer copy");
+    free(json);
+    const char *cfg = "{\"eos_token\": \"<|end_of_text|>\"}";
+    REQUIRE(write_file_whole(config, cfg, strlen(cfg)) == 0, "config");
+    const char *texts[] = {"Hello world, a text to learn.", "Already ended<|end_of_text|>"};
+    const char *lines = "{\"text\": \"Hello world, a text to learn.\", \"id\": 1}\n"
+                        "{\"text\": \"Already ended<|end_of_text|>\"}\n";
+    write_text_file(pairs, lines, strlen(lines));
+    const char *argv[] = {"prepare", "--prompt-completion", "--tokenizer", tok_path, "--val-fraction", "0.5", "-o", out,
+                          pairs};
+    REQUIRE(run_prepare(9, argv) == 0, "prepare of text lines failed");
+    Tokenizer *tok = tokenizer_load(tok_path, err);
+    REQUIRE(tok, "%s", err);
+    for (int part = 0; part < 2; part++) {
+        char text[128];
+        snprintf(text, sizeof text, "%s%s", texts[part], part ? "" : "<|end_of_text|>");
+        size_t n_want = 0;
+        uint32_t *want = tokenizer_encode_alloc(tok, text, strlen(text), TOKENIZER_SPECIALS, &n_want);
+        snprintf(shard, sizeof shard, "%s/%s", out, part ? "val.bin" : "train.bin");
+        uint64_t n = 0;
+        uint32_t *got = shard_words(shard, &n);
+        size_t differ = n == n_want ? 0 : n_want + 1;
+        for (size_t i = 0; got && want && n == n_want && i < n; i++)
+            differ += got[i] != (want[i] | (i == 0 ? SHARD_DOC_START : 0));
+        CHECK(want && got && n_want > 3 && differ == 0, "%s: %llu ids (want %zu), %zu differ", texts[part],
+              (unsigned long long)n, n_want, differ);
+        free(want);
+        free(got);
+    }
+    tokenizer_free(tok);
+    const char *only[] = {"prepare", "--prompt-completion", "--assistant-only-loss", "--tokenizer", tok_path, "-o", out,
+                          pairs};
+    unlink(log);
+    CHECK(run_prepare(8, only) == 1, "a text line was taken under --assistant-only-loss");
+    char *said = read_text(log);
+    CHECK(said && strstr(said, "texts.jsonl line 1 is no conversation, and --assistant-only-loss takes conversations "
+                               "only"), "%s", said ? said : "");
+    free(said);
+}
+
 /* The tokenizer_config.json beside the tokenizer decides how completions end, so one that cannot
  * do so is refused: not JSON, not an object, an eos_token that is no text, or one that is not a
  * special token of the tokenizer (transformers would add it as a new token, which the model has no
@@ -1822,7 +1876,7 @@ TEST(prepare_prompt_completion_refuses_a_tokenizer_config_that_names_no_usable_e
         {"{\"bos_token\": \"<|begin_of_text|>\"}", 0, "names no eos_token, so each completion ends with the document "
                                                    "separator <|end_of_text|>"},
         {"{\"eos_token\": null}", 0, "names no eos_token"},
-        {"{\"eos_token\": \"<|reserved_special_token_0|>\"}", 0, "(each completion ends with <|reserved_special_token_0|>)"},
+        {"{\"eos_token\": \"<|reserved_special_token_0|>\"}", 0, "(each completion or text ends with <|reserved_special_token_0|>)"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         REQUIRE(write_file_whole(config, cases[c].config, strlen(cases[c].config)) == 0, "config");

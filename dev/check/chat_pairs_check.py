@@ -8,7 +8,8 @@ and apply_chat_template(prompt + completion), the first as many ids as the promp
 messages alone all targets. With TRL's assistant_only_loss (prepare --assistant-only-loss), a token is
 a target only where apply_chat_template's assistant mask (return_assistant_tokens_mask: the text of
 the templates' {% generation %} blocks) and the completion mask both say so. A message's keys whose
-value is null are left out, as apply_chat_template leaves them. Writes the sets and their expected
+value is null are left out, as apply_chat_template leaves them, and ShareGPT's {"from", "value"}
+messages under "conversations" are read as TRL converts them. Writes the sets and their expected
 ids to the fixture that tests/test_prepare.c compares ./train prepare's shards with, and with
 --train checks them itself.
 
@@ -48,13 +49,29 @@ LINES = [
                   {"role": "user", "content": "first", "reasoning_content": None},
                   {"role": "assistant", "content": "one answer", "tool_calls": None},
                   {"role": "user", "content": "second"}, {"role": "assistant", "content": "another answer"}]},
+    {"conversations": [{"from": "user", "value": "ShareGPT's form"}, {"from": "assistant", "value": "read as messages"}]},
     {"prompt": [{"role": "user", "content": "list three"}],
      "completion": [{"role": "assistant", "content": "one\ntwo\nthree"}], "tools": []},
 ]
 
 
+def as_chatml(line):
+    """The line as TRL's SFTTrainer reads ShareGPT's form: from -> role, value -> content (each moved to
+    the end of its message), conversations -> messages."""
+    line = json.loads(json.dumps(line))
+    for key in ("prompt", "completion", "messages", "conversations"):
+        for m in line.get(key) or []:
+            for old, new in (("from", "role"), ("value", "content")):
+                if isinstance(m, dict) and old in m:
+                    m[new] = m.pop(old)
+    if "conversations" in line:
+        line["messages"] = line.pop("conversations")
+    return line
+
+
 def expected(tok, line, assistant_only=False):
     """TRL's ids and target mask for one line (labels not -100 where every mask applying is 1)."""
+    line = as_chatml(line)
     kwargs = dict(line.get("chat_template_kwargs", {}))
     kwargs["tools"] = line.get("tools")
     if "messages" in line:
@@ -106,7 +123,7 @@ def main():
                 ids, mask = expected(tok, line, assistant_only)
                 words += [i | (0 if m else 1 << 31) | (1 << 30 if k == 0 else 0)
                           for k, (i, m) in enumerate(zip(ids, mask))]
-            # prepare's split: the last round(6 x 0.2) = 1 example is validation
+            # prepare's split: the last round(7 x 0.2) = 1 example is validation
             last = expected(tok, LINES[-1])[0]
             entry[key + "train"], entry[key + "val"] = words[:len(words) - len(last)], words[len(words) - len(last):]
         out.append(entry)
