@@ -1897,8 +1897,8 @@ static void print_header(Run *r) {
     printf("data: %s, %llu tokens%s: %llu steps an epoch\n", r->train_path, (unsigned long long)tl->num_tokens, shards,
            (unsigned long long)(tl->num_batches / (uint64_t)r->accum));
     if (tl->masked && (tl->no_loss_tokens || !tl->documents))
-        printf("data: %.1f %% of the tokens are marked as no target (prompts): the loss is the mean over the rest, "
-               "each step's over all of its targets on every rank\n",
+        printf("data: %.1f %% of the tokens are marked as no target (prompts, or text outside the assistant's "
+               "turns): the loss is the mean over the rest, each step's over all of its targets on every rank\n",
                100.0 * (double)tl->no_loss_tokens / (double)tl->num_tokens);
     if (tl->documents)
         printf("data: the shards mark %llu documents (%.0f tokens each on average): each runs as if alone, at its "
