@@ -683,7 +683,7 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
         return -1;
     }
     SetInProgress set;
-    if (prepare_begin_set(out_dir, imported, out, &set, err) != 0) return -1;
+    if (prepare_begin_set(out_dir, imported, 0, out, &set, err) != 0) return -1;
     out->vocab_requested = opt->vocab;
     Tokenizer *tok;
     double t0 = prepare_seconds();
@@ -738,16 +738,19 @@ static int prepare_text(const char *text, size_t len, const PrepareOptions *opt,
     return rc;
 }
 
-int prepare_begin_set(const char *out_dir, int imported, PreparedData *out, SetInProgress *set, char *err) {
+int prepare_begin_set(const char *out_dir, int imported, int numbered, PreparedData *out, SetInProgress *set,
+                      char *err) {
     struct stat before;
     memset(set, 0, sizeof *set);
     set->lock = -1;
     set->out_dir = out_dir;
     set->out = out;
     set->imported = imported;
+    set->numbered = numbered;
     set->made_here = stat(out_dir, &before) != 0; /* a failed prepare takes back a folder it made */
-    if (prepare_make_dirs(out_dir, err) != 0 || prepare_path_join(out->train_path, out_dir, "train.bin", err) != 0 ||
-        prepare_path_join(out->val_path, out_dir, "val.bin", err) != 0 ||
+    if (prepare_make_dirs(out_dir, err) != 0 ||
+        prepare_path_join(out->train_path, out_dir, numbered ? "train_*.bin" : "train.bin", err) != 0 ||
+        prepare_path_join(out->val_path, out_dir, numbered ? "val_*.bin" : "val.bin", err) != 0 ||
         prepare_path_join(out->tokenizer_path, out_dir, imported ? "tokenizer.json" : "tokenizer.bin", err) != 0)
         return -1;
     /* two prepares into one folder would stage and rename each other's files into a mixed set */
@@ -755,8 +758,10 @@ int prepare_begin_set(const char *out_dir, int imported, PreparedData *out, SetI
     /* the three files are written whole under staging names and renamed over the old ones only
      * when all are: a prepare stopped before that leaves the folder's earlier set as it was (and
      * staged files the next prepare overwrites), never new shards beside an old tokenizer */
-    snprintf(set->train_new, sizeof set->train_new, "%s.new", out->train_path);
-    snprintf(set->val_new, sizeof set->val_new, "%s.new", out->val_path);
+    if (!numbered) {
+        snprintf(set->train_new, sizeof set->train_new, "%s.new", out->train_path);
+        snprintf(set->val_new, sizeof set->val_new, "%s.new", out->val_path);
+    }
     snprintf(set->tok_new, sizeof set->tok_new, "%s.new", out->tokenizer_path);
     return 0;
 }
@@ -769,7 +774,8 @@ int prepare_end_set(SetInProgress *set, int rc, const Tokenizer *tok, char *err)
      * vocabulary than the old tokenizer's, and names those of a smaller one */
     const char *staged[3] = {set->val_new, set->train_new, set->tok_new}, *final[3] = {out->val_path, out->train_path,
                                                                                           out->tokenizer_path};
-    for (int k = 0; rc == 0 && k < 3; k++) {
+    if (rc == 0 && set->numbered && set->install_shards(set->shards, err) != 0) rc = -1;
+    for (int k = set->numbered ? 2 : 0; rc == 0 && k < 3; k++) {
         /* the tokenizer's config and chat template just before it: the trainer reads them beside it */
         if (k == 2 && prepare_install_tokenizer_files(set->out_dir, set->tok_files_new, err) != 0) {
             rc = -1;
@@ -779,14 +785,14 @@ int prepare_end_set(SetInProgress *set, int rc, const Tokenizer *tok, char *err)
             /* the files moved before it are the new set's, the rest the earlier one's: ./train refuses
              * such a pair (their tokenizers differ), and running prepare again mends it */
             fgpt_set_err(err, "cannot move %s to %s: %s (check the folder is writable)%s", staged[k], final[k],
-                         strerror(errno), k ? "; the folder now holds part of the new set and part of the earlier "
-                                              "one: run prepare again" : "");
+                         strerror(errno), k || set->numbered ? "; the folder now holds part of the new set and part "
+                                                               "of the earlier one: run prepare again" : "");
             rc = -1;
         }
     }
     if (rc == 0)
-        prepare_remove_earlier_set(set->out_dir, 0, 0, 0, set->imported ? "tokenizer.bin" : "tokenizer.json",
-                                   out->tokenizer_path);
+        prepare_remove_earlier_set(set->out_dir, set->numbered, set->n_train, set->n_val,
+                                   set->imported ? "tokenizer.bin" : "tokenizer.json", out->tokenizer_path);
     /* the set is in place either way; without the sync a power loss soon after may undo the renames */
     if (rc == 0 && !sync_dir(set->out_dir))
         fprintf(stderr, "prepare: note: cannot sync the folder %s (%s): the new files are in place, but a power loss "
@@ -796,6 +802,7 @@ int prepare_end_set(SetInProgress *set, int rc, const Tokenizer *tok, char *err)
             if (staged[k][0]) unlink(staged[k]);
         for (int k = 0; k < 2; k++)
             if (set->tok_files_new[k][0]) unlink(set->tok_files_new[k]);
+        if (set->numbered) set->abort_shards(set->shards);
     }
     if (set->lock >= 0) close(set->lock); /* releases it; the empty file stays, as a run's .lock does */
     if (rc != 0 && set->made_here) prepare_remove_made_folder(set->out_dir);

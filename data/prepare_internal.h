@@ -114,24 +114,31 @@ int prepare_check_file_text(const Tokenizer *given, const char *path, const char
 /* The note for a file with bytes outside UTF-8 (none when stray is 0). */
 void prepare_note_stray_bytes(const char *path, uint64_t stray, uint64_t first_stray);
 
-/* A set of train.bin, val.bin and their tokenizer being written into out_dir (prepare_begin_set):
- * the folder's lock and the files' staging names. */
+/* A set of shards and their tokenizer being written into out_dir (prepare_begin_set): train.bin and
+ * val.bin, or numbered shards that their writer stages and installs (prepare_stream's); the folder's
+ * lock and the files' staging names. */
 typedef struct {
     const char *out_dir;
     PreparedData *out; /* its paths: the final names */
     int imported, made_here, lock;
+    int numbered;      /* numbered shards: install_shards puts them in place, abort_shards takes them back */
+    int (*install_shards)(void *ctx, char *err);
+    void (*abort_shards)(void *ctx);
+    void *shards;      /* their context */
+    uint64_t n_train, n_val; /* numbered shards the new set holds, set before prepare_end_set */
     char train_new[PREPARE_PATH_LEN], val_new[PREPARE_PATH_LEN], tok_new[PREPARE_PATH_LEN];
     char tok_files_new[2][PREPARE_PATH_LEN]; /* prepare_stage_tokenizer_files's */
 } SetInProgress;
 
-/* Makes out_dir (if need be), names the set's files in out and their staging names in set, and takes
- * the folder's lock. -1 + message: then nothing is to be released (and a folder that another
- * prepare's lock holds is left to it). */
-int prepare_begin_set(const char *out_dir, int imported, PreparedData *out, SetInProgress *set, char *err);
+/* Makes out_dir (if need be), names the set's files in out (numbered: the patterns train_*.bin and
+ * val_*.bin) and their staging names in set, and takes the folder's lock. -1 + message: then nothing
+ * is to be released (and a folder that another prepare's lock holds is left to it). */
+int prepare_begin_set(const char *out_dir, int imported, int numbered, PreparedData *out, SetInProgress *set,
+                      char *err);
 
-/* rc == 0 (both shards written under their staging names): writes the tokenizer's, puts the three in
- * place, takes away what an earlier set left. rc != 0: takes the staged files back. Either way
- * releases the lock, and on failure removes a folder the set made. The final rc. */
+/* rc == 0 (the shards written under their staging names): writes the tokenizer's files, puts the
+ * set in place, takes away what an earlier set left. rc != 0: takes the staged files back. Either
+ * way releases the lock, and on failure removes a folder the set made. The final rc. */
 int prepare_end_set(SetInProgress *set, int rc, const Tokenizer *tok, char *err);
 
 /* JSON Lines of prompt-completion pairs into masked train.bin and val.bin (prepare_pairs.c),

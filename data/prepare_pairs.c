@@ -618,7 +618,7 @@ int prepare_pairs(const char *const *files, int n_files, const PrepareOptions *o
                      "(give more examples)", p.examples), rc = -1;
     SetInProgress set;
     /* a failed begin leaves the folder to whoever holds its lock */
-    if (rc != 0 || prepare_begin_set(out_dir, tokenizer_is_imported(tok), out, &set, err) != 0) {
+    if (rc != 0 || prepare_begin_set(out_dir, tokenizer_is_imported(tok), 0, out, &set, err) != 0) {
         rc = -1;
         goto done;
     }

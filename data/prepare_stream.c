@@ -502,6 +502,19 @@ static int run_stream(Stream *st, ShardSink *train, ShardSink *val, uint64_t tot
     return rc;
 }
 
+/* The set's numbered shards, validation's then training's (sinks[0], sinks[1]): prepare_end_set's
+ * install_shards and abort_shards. */
+static int install_sinks(void *ctx, char *err) {
+    ShardSink **sinks = ctx;
+    return sink_install(sinks[0], err) != 0 || sink_install(sinks[1], err) != 0 ? -1 : 0;
+}
+
+static void abort_sinks(void *ctx) {
+    ShardSink **sinks = ctx;
+    sink_abort(sinks[0]);
+    sink_abort(sinks[1]);
+}
+
 int prepare_stream(const char *const *files, int n_files, const PrepareOptions *opt, Tokenizer *given,
                    const char *out_dir, PreparedData *out, char *err) {
     memset(out, 0, sizeof *out);
@@ -530,16 +543,8 @@ int prepare_stream(const char *const *files, int n_files, const PrepareOptions *
                      "--val-fraction", (unsigned long long)total);
         return -1;
     }
-    struct stat before;
-    const int made_here = stat(out_dir, &before) != 0; /* a failed prepare takes back a folder it made */
-    if (prepare_make_dirs(out_dir, err) != 0 || prepare_path_join(out->train_path, out_dir, "train_*.bin", err) != 0 ||
-        prepare_path_join(out->val_path, out_dir, "val_*.bin", err) != 0 ||
-        prepare_path_join(out->tokenizer_path, out_dir, imported ? "tokenizer.json" : "tokenizer.bin", err) != 0) {
-        free(size);
-        return -1;
-    }
-    const int lock = prepare_lock_out_dir(out_dir, err);
-    if (lock < 0) {
+    SetInProgress set;
+    if (prepare_begin_set(out_dir, imported, 1, out, &set, err) != 0) {
         free(size);
         return -1;
     }
@@ -556,8 +561,8 @@ int prepare_stream(const char *const *files, int n_files, const PrepareOptions *
                        opt->documents ? SHARD_DOCUMENTS : 0, NULL, 0, 0, 0, 0, 0};
     ShardSink val = train;
     val.kind = "val";
-    char tok_new[PREPARE_PATH_LEN];
-    snprintf(tok_new, sizeof tok_new, "%s.new", out->tokenizer_path);
+    ShardSink *sinks[2] = {&val, &train};
+    set.install_shards = install_sinks, set.abort_shards = abort_sinks, set.shards = sinks;
     int rc = 0;
     if (!st.text.start || !st.text.end || !st.stray || !st.first_stray) {
         fgpt_set_err(err, "out of memory for the list of %d files", n_files);
@@ -590,39 +595,13 @@ int prepare_stream(const char *const *files, int n_files, const PrepareOptions *
                      (unsigned long long)total);
         rc = -1;
     }
-    char tok_files_new[2][PREPARE_PATH_LEN] = {"", ""};
-    if (rc == 0) rc = prepare_save_tokenizer(given, tok_new, err);
-    if (rc == 0) rc = prepare_stage_tokenizer_files(given, out_dir, tok_files_new, err);
-    /* validation's shards, training's, then the tokenizer: in the instant between renames the
-     * trainer refuses shards of a larger vocabulary than an old tokenizer's */
-    if (rc == 0) rc = sink_install(&val, err);
-    if (rc == 0) rc = sink_install(&train, err);
-    if (rc == 0) rc = prepare_install_tokenizer_files(out_dir, tok_files_new, err);
-    if (rc == 0 && rename(tok_new, out->tokenizer_path) != 0) {
-        fgpt_set_err(err, "cannot move %s to %s: %s (check the folder is writable)", tok_new, out->tokenizer_path,
-                     strerror(errno));
-        rc = -1;
-    }
-    if (rc == 0) {
-        prepare_remove_earlier_set(out_dir, 1, train.shards, val.shards, imported ? "tokenizer.bin" : "tokenizer.json",
-                                   out->tokenizer_path);
-        if (!sync_dir(out_dir))
-            fprintf(stderr, "prepare: note: cannot sync the folder %s (%s): the new files are in place, but a power "
-                    "loss in the next seconds may bring back the old ones\n", out_dir, strerror(errno));
-        for (int k = 0; k < n_files; k++) prepare_note_stray_bytes(files[k], st.stray[k], st.first_stray[k]);
-    } else {
-        sink_abort(&train);
-        sink_abort(&val);
-        unlink(tok_new);
-        for (int k = 0; k < 2; k++)
-            if (tok_files_new[k][0]) unlink(tok_files_new[k]);
-    }
+    set.n_train = train.shards, set.n_val = val.shards;
+    rc = prepare_end_set(&set, rc, given, err);
+    for (int k = 0; rc == 0 && k < n_files; k++) prepare_note_stray_bytes(files[k], st.stray[k], st.first_stray[k]);
     free(st.text.start);
     free(st.text.end);
     free(st.stray);
     free(st.first_stray);
     free(size);
-    close(lock); /* releases it; the empty file stays, as a run's .lock does */
-    if (rc != 0 && made_here) prepare_remove_made_folder(out_dir);
     return rc;
 }
