@@ -138,6 +138,8 @@ static int has_generation_marks(const char *s, size_t n) {
     return 0;
 }
 
+static int stop_token_trained(const Chat *c);
+
 /* The chat template: --chat-template's file, else tokenizer_config.json's chat_template (a string, or the one named "default" of
  * a list), else the chat_template.jinja beside the tokenizer, as transformers finds it. 0, or -1 +
  * message naming what is missing and the fix. */
@@ -199,12 +201,7 @@ static int load_chat(Chat *c, const char *where, char *err) {
                          c->source, terr);
         return -1;
     }
-    if (c->opt->assistant_only_loss && !marked) {
-        fgpt_set_err(err, "--assistant-only-loss: the chat template (%s) marks no assistant text with {%% generation "
-                     "%%}: pass a template with those marks by --chat-template FILE (TRL's trl/chat_templates/ "
-                     "holds such training templates, e.g. qwen3_training.jinja)", c->source);
-        return -1;
-    }
+
     static const char *const SPECIAL[] = {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
                                           "mask_token"};
     for (size_t k = 0; c->config && k < sizeof SPECIAL / sizeof SPECIAL[0]; k++) {
@@ -221,6 +218,15 @@ static int load_chat(Chat *c, const char *where, char *err) {
         }
         c->vars[c->num_vars++] = (ChatTemplateVar){SPECIAL[k], v};
     }
+    if (c->opt->assistant_only_loss && !marked) {
+        fgpt_set_err(err, "--assistant-only-loss: the chat template (%s) marks no assistant text with {%% generation "
+                     "%%}: pass a template with those marks by --chat-template FILE (TRL's trl/chat_templates/ "
+                     "holds such training templates, e.g. qwen3_training.jinja)", c->source);
+        return -1;
+    }
+    if (c->opt->assistant_only_loss && !stop_token_trained(c))
+        fprintf(stderr, "prepare: note: the chat template's {%% generation %%} text of an assistant turn does not end "
+                "with its end-of-turn token, so the model is not trained to end its turns (TRL warns of the same)\n");
     return 0;
 }
 
@@ -316,6 +322,43 @@ static int assistant_targets(const Tokenizer *tok, const char *text, size_t len,
         return -1;
     }
     return 0;
+}
+
+/* Whether the template's {% generation %} text of an assistant turn ends on a special token (its
+ * end of turn), as TRL's is_chat_template_stop_token_trained asks of a user, assistant, user
+ * conversation: trailing white space passed over, the last target must be one. 0 also when the
+ * probe does not render. */
+static int stop_token_trained(const Chat *c) {
+    static const char PROBE[] = "[{\"role\": \"user\", \"content\": \"dummy\"}, {\"role\": \"assistant\", "
+                                "\"content\": \"dummy\"}, {\"role\": \"user\", \"content\": \"dummy\"}]";
+    char terr[ERR_LEN];
+    JsonValue *probe = json_parse(PROBE, strlen(PROBE), "probe", terr);
+    size_t len = 0, n_spans = 0, n = 0;
+    ChatTemplateSpan *spans = NULL;
+    char *text = probe ? chat_template_render_marked(c->template, probe, 0, c->vars, c->num_vars, &len, &spans,
+                                                     &n_spans, terr)
+                       : NULL;
+    uint32_t *ids = text ? tokenizer_encode_alloc(c->tok, text, len, TOKENIZER_SPECIALS | TOKENIZER_NO_POST, &n) : NULL;
+    unsigned char *targets = NULL;
+    int trained = 0;
+    if (ids && assistant_targets(c->tok, text, len, ids, n, spans, n_spans, "the probe", &targets, terr) == 0) {
+        for (size_t i = n; i-- > 0;) {
+            if (!targets[i]) continue;
+            char piece[256];
+            const size_t got = tokenizer_decode(c->tok, &ids[i], 1, piece, sizeof piece);
+            size_t blank = 0;
+            while (got <= sizeof piece && blank < got && strchr(" \t\n\r\v\f", piece[blank])) blank++;
+            if (got <= sizeof piece && blank == got) continue; /* white space */
+            trained = tokenizer_is_added(c->tok, ids[i]); /* TRL: in get_added_vocab() */
+            break;
+        }
+    }
+    free(targets);
+    free(ids);
+    free(text);
+    free(spans);
+    json_free(probe);
+    return trained;
 }
 
 /* The text of messages rendered by the chat template with the line's tools and

@@ -1712,7 +1712,28 @@ TEST(prepare_assistant_only_loss_needs_generation_marks_and_names_what_is_missin
     free(said);
     const char *marked_run[] = {"prepare", "--prompt-completion", "--assistant-only-loss", "--chat-template", marked,
                                 "--tokenizer", tok_path, "-o", out, pairs};
+    unlink(log);
     REQUIRE(run_prepare(10, marked_run) == 0, "prepare with a marked --chat-template failed");
+    said = read_text(log);
+    CHECK(said && !strstr(said, "not trained to end its turns"), "a template whose marks hold <|im_end|>: %s",
+          said ? said : "");
+    free(said);
+    /* marks that leave the end-of-turn token out: taken, with TRL's warning as a note */
+    char short_marks[1200], short_out[1200];
+    snprintf(short_marks, sizeof short_marks, "%s/short.jinja", dir);
+    snprintf(short_out, sizeof short_out, "%s_short", out);
+    const char *short_tpl = "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}"
+                            "{% generation %}{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}"
+                            "<|im_end|>\n{% endfor %}";
+    write_text_file(short_marks, short_tpl, strlen(short_tpl));
+    const char *short_run[] = {"prepare", "--prompt-completion", "--assistant-only-loss", "--chat-template", short_marks,
+                               "--tokenizer", tok_path, "-o", short_out, pairs};
+    unlink(log);
+    CHECK(run_prepare(10, short_run) == 0, "marks without the end-of-turn token were refused");
+    said = read_text(log);
+    CHECK(said && strstr(said, "does not end with its end-of-turn token, so the model is not trained to end its turns"),
+          "%s", said ? said : "");
+    free(said);
     /* the targets decode to the assistant's text and its end token, nothing else */
     Tokenizer *tok = tokenizer_load(tok_path, (char[ERR_LEN]){0});
     REQUIRE(tok, "tokenizer");

@@ -217,6 +217,14 @@ size_t tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char 
     return need;
 }
 
+int tokenizer_is_added(const Tokenizer *t, uint32_t id) {
+    for (uint32_t k = 0; k < t->n_specials; k++)
+        if (t->special_ids[k] == id) return 1;
+    for (uint32_t k = 0; t->spm && k < t->spm->n_added; k++)
+        if (t->spm->added[k].id == id) return 1;
+    return id == t->eot;
+}
+
 int tokenizer_token_offsets(const Tokenizer *t, const uint32_t *ids, size_t n, const char *text, size_t len,
                             size_t *offsets, char *err) {
     if (t->trims_offsets) {
