@@ -35,6 +35,7 @@
 #include "data/prepare_internal.h"
 #include "data/shard.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/model_chat.h"
 
 /* The examples' ids, one after another, the prompt's with SHARD_NO_LOSS, each example's first with
  * SHARD_DOC_START; where each example starts. */
@@ -55,23 +56,9 @@ typedef struct {
 typedef struct {
     const Tokenizer *tok;
     const PrepareOptions *opt; /* --chat-template, --assistant-only-loss */
-    int loaded;
-    ChatTemplate *template;
-    JsonValue *config;         /* tokenizer_config.json, whose special tokens the template sees */
-    ChatTemplateVar vars[8];   /* bos_token, eos_token, ... as transformers' special_tokens_map */
-    size_t num_vars;
-    char source[160];          /* where the template came from, for the summary */
+    int loaded, ok;
+    ModelChat m;
 } Chat;
-
-/* 1 when text is one special token of tok: one id with special tokens recognised, and not the
- * same id as plain text (a word of the vocabulary is no end token: TRL's eos is a special token). */
-static int is_special_token(const Tokenizer *tok, const char *text) {
-    uint32_t special[2], plain[2];
-    const int around = TOKENIZER_MID_START | TOKENIZER_MID_END, len = (int)strlen(text);
-    const size_t n = tokenizer_encode(tok, text, (size_t)len, TOKENIZER_SPECIALS | around, special, 2);
-    const size_t m = tokenizer_encode(tok, text, (size_t)len, around, plain, 2);
-    return n == 1 && !(m == 1 && plain[0] == special[0]);
-}
 
 /* The text transformers' tokenizer.eos_token names: tokenizer_config.json's eos_token beside the
  * tokenizer (a string, or an object with its "content"), else (no config, no key, or null) the
@@ -103,7 +90,7 @@ static char *eos_text(const Tokenizer *tok, int *named, char *err) {
         if (!json_string(eos) || !eos->len)
             fgpt_set_err(err, "the eos_token of the tokenizer_config.json beside the tokenizer is %s, not a token's "
                          "text (name one of its special tokens there)", json_string(eos) ? "empty" : json_type_name(eos->type));
-        else if (!is_special_token(tok, json_string(eos)))
+        else if (!tokenizer_is_special_text(tok, json_string(eos)))
             fgpt_set_err(err, "the eos_token \"%.200s\" of the tokenizer_config.json beside the tokenizer is not one of "
                          "the tokenizer's special tokens, so completions would end in ordinary text (name one of its "
                          "special tokens there, as the model's own tokenizer_config.json does)", json_string(eos));
@@ -121,119 +108,39 @@ static char *eos_text(const Tokenizer *tok, int *named, char *err) {
     return text;
 }
 
-/* Whether a template's text holds a {% generation %} tag (white space and '-' allowed inside), as
- * transformers looks for one. */
-static int has_generation_marks(const char *s, size_t n) {
-    for (size_t k = 0; k + 2 <= n; k++) {
-        if (s[k] != '{' || s[k + 1] != '%') continue;
-        size_t j = k + 2;
-        if (j < n && s[j] == '-') j++;
-        while (j < n && (s[j] == ' ' || (s[j] >= '\t' && s[j] <= '\r'))) j++;
-        if (n - j < 10 || memcmp(s + j, "generation", 10)) continue;
-        j += 10;
-        while (j < n && (s[j] == ' ' || (s[j] >= '\t' && s[j] <= '\r'))) j++;
-        if (j < n && s[j] == '-') j++;
-        if (j + 2 <= n && s[j] == '%' && s[j + 1] == '}') return 1;
-    }
-    return 0;
-}
-
 static int stop_token_trained(const Chat *c);
 
-/* The chat template: --chat-template's file, else tokenizer_config.json's chat_template (a string, or the one named "default" of
- * a list), else the chat_template.jinja beside the tokenizer, as transformers finds it. 0, or -1 +
- * message naming what is missing and the fix. */
+/* The chat template (--chat-template's file, else the tokenizer's), read once. 0, or -1 + message
+ * naming what is missing and the fix. */
 static int load_chat(Chat *c, const char *where, char *err) {
-    if (c->loaded) return c->template ? 0 : -1;
+    if (c->loaded) return c->ok ? 0 : -1;
     c->loaded = 1;
     char terr[ERR_LEN];
-    char *config = tokenizer_has_hf_config(c->tok) ? tokenizer_hf_config_json(c->tok, 0, terr) : NULL;
-    if (config) c->config = json_parse(config, strlen(config), "the tokenizer_config.json beside the tokenizer", terr);
-    free(config);
-    const JsonValue *tpl = c->config && !c->opt->chat_template ? json_get(c->config, "chat_template") : NULL;
-    if (tpl && tpl->type == JSON_ARRAY) { /* [{"name": "default", "template": "..."}, ...] */
-        const JsonValue *found = NULL;
-        for (size_t k = 0; k < tpl->len && !found; k++)
-            if (json_string(json_get(&tpl->items[k], "name")) && !strcmp(json_string(json_get(&tpl->items[k], "name")), "default"))
-                found = json_get(&tpl->items[k], "template");
-        tpl = found;
-    }
-    const char *src = NULL;
-    size_t src_len = 0;
-    char *from_file = NULL;
-    if (c->opt->chat_template) { /* --chat-template FILE */
-        FILE *f = prepare_open_text(c->opt->chat_template, err);
-        if (!f) return -1;
-        from_file = read_stream_whole(f, &src_len);
-        const int e = errno;
-        fclose(f);
-        if (!from_file) {
-            fgpt_set_err(err, "cannot read --chat-template %s: %s", c->opt->chat_template, strerror(e));
-            return -1;
-        }
-        src = from_file;
-        snprintf(c->source, sizeof c->source, "%.150s", c->opt->chat_template);
-        c->template = chat_template_parse(src, src_len, terr);
-    } else if (tpl && json_string(tpl)) {
-        src = tpl->string, src_len = tpl->len;
-        c->template = chat_template_parse(tpl->string, tpl->len, terr);
-        snprintf(c->source, sizeof c->source, "tokenizer_config.json");
-    } else {
-        size_t len = 0;
-        const char *text = tokenizer_hf_chat_template(c->tok, &len);
-        if (!text) {
-            fgpt_set_err(err, "%s holds a conversation, which the model's chat template renders, but the tokenizer has "
-                         "none: put the model's tokenizer_config.json (with its chat_template) or chat_template.jinja "
-                         "beside the tokenizer.json", where);
-            return -1;
-        }
-        src = text, src_len = len;
-        c->template = chat_template_parse(text, len, terr);
-        snprintf(c->source, sizeof c->source, "chat_template.jinja");
-    }
-    const int marked = src && has_generation_marks(src, src_len);
-    free(from_file);
-    if (!c->template) {
-        if (c->opt->chat_template)
-            fgpt_set_err(err, "the chat template of --chat-template %s cannot be rendered here: %s", c->source, terr);
-        else
-            fgpt_set_err(err, "the model's chat template (%s beside the tokenizer) cannot be rendered here: %s",
-                         c->source, terr);
+    const int rc = model_chat_load(&c->m, c->tok, c->opt->chat_template, terr);
+    if (rc == MODEL_CHAT_NONE) {
+        fgpt_set_err(err, "%s holds a conversation, which the model's chat template renders, but the tokenizer has "
+                     "none: put the model's tokenizer_config.json (with its chat_template) or chat_template.jinja "
+                     "beside the tokenizer.json, or pass --chat-template FILE", where);
         return -1;
     }
-
-    static const char *const SPECIAL[] = {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
-                                          "mask_token"};
-    for (size_t k = 0; c->config && k < sizeof SPECIAL / sizeof SPECIAL[0]; k++) {
-        const JsonValue *v = json_get(c->config, SPECIAL[k]);
-        if (v && v->type == JSON_OBJECT) v = json_get(v, "content");
-        if (!v || v->type != JSON_STRING) continue;
-        /* transformers adds a special token its tokenizer lacks as a new id: ours would spell it as text */
-        if (v->len && !is_special_token(c->tok, v->string)) {
-            fgpt_set_err(err, "the %s \"%.100s\" of the tokenizer_config.json beside the tokenizer is none of the "
-                         "tokenizer's special tokens, so transformers would add it as a new token where prepare spells "
-                         "it as text (give the model's own tokenizer.json and tokenizer_config.json)", SPECIAL[k],
-                         v->string);
-            return -1;
-        }
-        c->vars[c->num_vars++] = (ChatTemplateVar){SPECIAL[k], v};
+    if (rc != 0) {
+        fgpt_set_err(err, "%s%s", c->opt->chat_template ? "--chat-template: " : "", terr);
+        return -1;
     }
-    if (c->opt->assistant_only_loss && !marked) {
+    if (c->opt->assistant_only_loss && !c->m.marked) {
         fgpt_set_err(err, "--assistant-only-loss: the chat template (%s) marks no assistant text with {%% generation "
                      "%%}: pass a template with those marks by --chat-template FILE (TRL's trl/chat_templates/ "
-                     "holds such training templates, e.g. qwen3_training.jinja)", c->source);
+                     "holds such training templates, e.g. qwen3_training.jinja)", c->m.source);
         return -1;
     }
     if (c->opt->assistant_only_loss && !stop_token_trained(c))
         fprintf(stderr, "prepare: note: the chat template's {%% generation %%} text of an assistant turn does not end "
                 "with its end-of-turn token, so the model is not trained to end its turns (TRL warns of the same)\n");
+    c->ok = 1;
     return 0;
 }
 
-static void free_chat(Chat *c) {
-    chat_template_free(c->template);
-    json_free(c->config);
-}
+static void free_chat(Chat *c) { model_chat_free(&c->m); }
 
 /* Appends ids[0..n) as one example whose first `masked` ids are no target, nor those whose
  * targets[i] is 0 (targets NULL: all after the first `masked` are). */
@@ -335,7 +242,7 @@ static int stop_token_trained(const Chat *c) {
     JsonValue *probe = json_parse(PROBE, strlen(PROBE), "probe", terr);
     size_t len = 0, n_spans = 0, n = 0;
     ChatTemplateSpan *spans = NULL;
-    char *text = probe ? chat_template_render_marked(c->template, probe, 0, c->vars, c->num_vars, &len, &spans,
+    char *text = probe ? chat_template_render_marked(c->m.template, probe, 0, c->m.vars, c->m.num_vars, &len, &spans,
                                                      &n_spans, terr)
                        : NULL;
     uint32_t *ids = text ? tokenizer_encode_alloc(c->tok, text, len, TOKENIZER_SPECIALS | TOKENIZER_NO_POST, &n) : NULL;
@@ -368,8 +275,8 @@ static int render_ids(Chat *c, const JsonValue *line, const JsonValue *messages,
                       const char *where, PairIds *p, size_t line_no, uint32_t **ids, size_t *n,
                       unsigned char **targets, char *err) {
     ChatTemplateVar vars[8 + 32];
-    size_t nv = c->num_vars;
-    memcpy(vars, c->vars, nv * sizeof *vars);
+    size_t nv = c->m.num_vars;
+    memcpy(vars, c->m.vars, nv * sizeof *vars);
     const JsonValue *tools = json_get(line, "tools"), *kwargs = json_get(line, "chat_template_kwargs");
     JsonValue *parsed_tools = NULL;
     char terr[ERR_LEN];
@@ -383,7 +290,7 @@ static int render_ids(Chat *c, const JsonValue *line, const JsonValue *messages,
     ChatTemplateSpan *spans = NULL;
     JsonValue copy;
     const JsonValue *given = without_nulls(messages, &copy);
-    char *text = given ? chat_template_render_marked(c->template, given, generation_prompt, vars, nv, &len,
+    char *text = given ? chat_template_render_marked(c->m.template, given, generation_prompt, vars, nv, &len,
                                                      targets ? &spans : NULL, &n_spans, terr)
                        : (snprintf(terr, sizeof terr, "out of memory"), NULL);
     free_copy(&copy);
@@ -688,10 +595,10 @@ int prepare_pairs(const char *const *files, int n_files, const PrepareOptions *o
     if (rc == 0) {
         char ends[160];
         if (p.conversations == p.examples)
-            snprintf(ends, sizeof ends, "rendered by the chat template of %s", chat.source);
+            snprintf(ends, sizeof ends, "rendered by the chat template of %s", chat.m.source);
         else if (p.conversations)
             snprintf(ends, sizeof ends, "%llu rendered by the chat template of %s, the others' completions and texts "
-                     "ending with %s", (unsigned long long)p.conversations, chat.source, eos);
+                     "ending with %s", (unsigned long long)p.conversations, chat.m.source, eos);
         else
             snprintf(ends, sizeof ends, "each completion or text ends with %s", eos);
         fprintf(stderr, "prepare: %zu train + %zu validation examples, %llu %s + %llu %s tokens (%s) in %.1f s -> %s\n",

@@ -217,6 +217,15 @@ size_t tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char 
     return need;
 }
 
+int tokenizer_is_special_text(const Tokenizer *t, const char *text) {
+    uint32_t special[2], plain[2];
+    const int around = TOKENIZER_MID_START | TOKENIZER_MID_END;
+    const size_t len = strlen(text);
+    const size_t n = tokenizer_encode(t, text, len, TOKENIZER_SPECIALS | around, special, 2);
+    const size_t m = tokenizer_encode(t, text, len, around, plain, 2);
+    return n == 1 && !(m == 1 && plain[0] == special[0]);
+}
+
 int tokenizer_is_added(const Tokenizer *t, uint32_t id) {
     for (uint32_t k = 0; k < t->n_specials; k++)
         if (t->special_ids[k] == id) return 1;

@@ -153,6 +153,10 @@ size_t tokenizer_cut_near(const Tokenizer *t, const char *text, size_t len, size
  * decode(ids, skip_special_tokens=False) does ("▁" becomes a space, byte tokens their bytes). */
 size_t tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char *out, size_t cap);
 
+/* 1 when text is one special token of t: one id with special tokens recognised, and not the same
+ * id as plain text (a word of the vocabulary is no end token). */
+int tokenizer_is_special_text(const Tokenizer *t, const char *text);
+
 /* 1 when id is one of an imported tokenizer's added tokens (its tokenizer.json's added_tokens,
  * special or not: transformers' get_added_vocab()), or our separator. */
 int tokenizer_is_added(const Tokenizer *t, uint32_t id);
