@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/err.h"
 #include "common/rng.h"
@@ -135,8 +136,9 @@ TEST(sample_top_k_and_top_p_draw_as_sorting_every_token_would) {
                            : shape == 2 ? (float)(0.01 * u)                       /* flat */
                                         : (float)(int)(5.0 * u) * 0.5f;           /* ties */
                 }
-                const SampleSettings st[6] = {{1.0f, 5, 1.0f},   {0.3f, 1 + V / 3, 1.0f}, {1.0f, 0, 0.9f},
-                                              {3.0f, 0, 0.3f},   {1.0f, 40, 0.8f},        {0.7f, 0, 0.999f}};
+                const SampleSettings st[6] = {{1.0f, 5, 1.0f, 0, 0},  {0.3f, 1 + V / 3, 1.0f, 0, 0},
+                                              {1.0f, 0, 0.9f, 0, 0},  {3.0f, 0, 0.3f, 0, 0},
+                                              {1.0f, 40, 0.8f, 0, 0}, {0.7f, 0, 0.999f, 0, 0}};
                 rng_seed(&a, 100 + (uint64_t)cases);
                 rng_seed(&b, 100 + (uint64_t)cases);
                 for (int d = 0; d < 8; d++) {
@@ -322,6 +324,32 @@ TEST(sample_generate_stops_at_logits_that_are_not_finite) {
           "greedy drew from NaN");
     free(zero);
     free(params);
+    be->ops->destroy(be);
+    param_table_free(&t);
+}
+
+/* A stop token ends the draws once drawn (it is the last of them); the tokens before it are those
+ * drawn without one. */
+TEST(sample_generate_ends_at_the_stop_token) {
+    ParamTable t;
+    REQUIRE(tiny_table(&t) == 0, "table");
+    enum { T = 16, V = 37, GEN = 10 };
+    Backend *be = tiny_model(&t, 1, T);
+    REQUIRE(be, "backend");
+    int all[1 + GEN] = {4}, upto[1 + GEN] = {4};
+    float logits[V];
+    Rng rng;
+    rng_seed(&rng, 9);
+    const SampleSettings greedy = {.top_k = 1, .top_p = 1.0f};
+    REQUIRE(sample_generate(be, all, 1, GEN, &greedy, &rng, logits, NULL, NULL) == GEN, "draws");
+    const int stop = all[1 + 3];
+    int first = 0;
+    while (all[1 + first] != stop) first++;
+    SampleSettings stopping = greedy;
+    stopping.has_stop = 1, stopping.stop_token = stop;
+    const int drawn = sample_generate(be, upto, 1, GEN, &stopping, &rng, logits, NULL, NULL);
+    CHECK(drawn == first + 1 && memcmp(all, upto, (size_t)(1 + drawn) * sizeof *all) == 0,
+          "drew %d tokens, want %d ending with %d", drawn, first + 1, stop);
     be->ops->destroy(be);
     param_table_free(&t);
 }
@@ -513,6 +541,54 @@ TEST(sample_with_an_imported_tokenizer_json_and_its_checkpoint_copy) {
     CHECK(run_train(args, &out) == 0 && strstr(out, "note: --tokenizer tests/fixtures/hf_llama3_style.json is not ") &&
               strstr(out, "the tokenizer the checkpoint carries"),
           "another tokenizer: %s", out);
+    free(out);
+}
+
+/* --chat renders the message as a user's turn with the checkpoint's chat template and the
+ * generation prompt, tokenized as apply_chat_template tokenizes it (the template writes the BOS);
+ * without a template, or beside --prompt, it is refused naming why. */
+TEST(sample_chat_renders_the_message_with_the_checkpoints_chat_template) {
+    char dir[800], path[900], run[800], args[1400], err[ERR_LEN];
+    snprintf(dir, sizeof dir, "%s/chat_model", test_tmpdir());
+    snprintf(run, sizeof run, "%s/chat_run", test_tmpdir());
+    REQUIRE(mkdir(dir, 0755) == 0, "%s", dir);
+    snprintf(args, sizeof args, "cp tests/fixtures/hf_llama3_bos.json %s/tokenizer.json", dir);
+    REQUIRE(system(args) == 0, "%s", args);
+    const char *config = "{\"bos_token\": \"<|begin_of_text|>\", \"eos_token\": \"<|end_of_text|>\"}";
+    const char *tpl = "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+                      "{% if add_generation_prompt %}<assistant>{% endif %}";
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f && fputs(config, f) >= 0 && fclose(f) == 0, "%s", path);
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    f = fopen(path, "w");
+    REQUIRE(f && fputs(tpl, f) >= 0 && fclose(f) == 0, "%s", path);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    train_tiny_run(run, path);
+    char *out = NULL;
+    snprintf(args, sizeof args, "sample -o %s --device cpu --chat 'Hello there' -G 6 --temperature 0 --ids", run);
+    const int rc = run_train(args, &out);
+    const char *rendered = "<|begin_of_text|><user>Hello there<assistant>";
+    CHECK(rc == 0 && out && !strncmp(out, rendered, strlen(rendered)), "(%d) %s", rc, out ? out : "");
+    Tokenizer *tok = tokenizer_load(path, err);
+    REQUIRE(tok, "%s", err);
+    uint32_t ids[64];
+    const size_t n = tokenizer_encode(tok, rendered, strlen(rendered), TOKENIZER_SPECIALS | TOKENIZER_NO_POST, ids, 64);
+    char want[600] = "prompt ids:";
+    for (size_t k = 0; k < n; k++) snprintf(want + strlen(want), sizeof want - strlen(want), " %u", ids[k]);
+    CHECK(out && strstr(out, want) && ids[0] != ids[1], "want '%s' in: %s", want, out ? out : "");
+    tokenizer_free(tok);
+    free(out);
+    snprintf(args, sizeof args, "sample -o %s --device cpu --chat hi --prompt hi", run);
+    CHECK(run_train(args, &out) == 2 && out && strstr(out, "--chat is a prompt of its own: give --prompt or --chat"),
+          "%s", out ? out : "");
+    free(out);
+    char plain[800];
+    snprintf(plain, sizeof plain, "%s/plain_run", test_tmpdir());
+    train_tiny_run(plain, "tests/fixtures/hf_llama3_bos.json");
+    snprintf(args, sizeof args, "sample -o %s --device cpu --chat hi", plain);
+    CHECK(run_train(args, &out) == 1 && out && strstr(out, "--chat needs the model's chat template"), "%s",
+          out ? out : "");
     free(out);
 }
 

@@ -35,12 +35,12 @@ int main(int argc, char **argv) {
     const struct {
         const char *name;
         SampleSettings s;
-    } cases[] = {{"temperature 1 (all V)", {1.0f, 0, 1.0f}},
-                 {"top-k 50", {1.0f, 50, 1.0f}},
-                 {"top-p 0.9", {1.0f, 0, 0.9f}},
-                 {"top-k 50, top-p 0.9", {1.0f, 50, 0.9f}},
-                 {"temperature 0.7, top-p 0.95", {0.7f, 0, 0.95f}},
-                 {"temperature 20, top-p 0.9 (flat)", {20.0f, 0, 0.9f}}};
+    } cases[] = {{"temperature 1 (all V)", {.temperature = 1.0f, .top_p = 1.0f}},
+                 {"top-k 50", {.temperature = 1.0f, .top_k = 50, .top_p = 1.0f}},
+                 {"top-p 0.9", {.temperature = 1.0f, .top_p = 0.9f}},
+                 {"top-k 50, top-p 0.9", {.temperature = 1.0f, .top_k = 50, .top_p = 0.9f}},
+                 {"temperature 0.7, top-p 0.95", {.temperature = 0.7f, .top_p = 0.95f}},
+                 {"temperature 20, top-p 0.9 (flat)", {.temperature = 20.0f, .top_p = 0.9f}}};
     printf("sample_draw, V = %d, %d draws each\n", V, draws);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         Rng r;

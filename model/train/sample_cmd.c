@@ -24,10 +24,11 @@
 #include "model/cuda/cuda_device.h"
 #include "model/train/hf_weights.h"
 #include "model/train/sample.h"
+#include "tokenizer/model_chat.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
-    const char *run, *checkpoint, *prompt, *tokenizer, *device;
+    const char *run, *checkpoint, *prompt, *chat, *tokenizer, *device;
     int step, gen_tokens, top_k, print_ids;
     float temperature, top_p;
     unsigned long long seed;
@@ -44,6 +45,9 @@ static void usage(FILE *f) {
             "      --checkpoint DIR   a directory with config.json + model.safetensors (+ tokenizer.json)\n"
             "      --init-from DIR    the same (./train's and eval's name for it)\n"
             "      --prompt TEXT      text to continue (default: start after the document separator)\n"
+            "      --chat TEXT        a user's message, rendered by the model's chat template with the generation\n"
+            "                         prompt (its tokenizer_config.json's or chat_template.jinja); the reply ends\n"
+            "                         at the tokenizer's eos_token\n"
             "  -G, --gen-tokens N     tokens to generate (default 64); past the model's context (n_positions)\n"
             "                         the last half of the context is kept and run again from position 0\n"
             "      --temperature T    softmax temperature; 0 is greedy (default 1.0)\n"
@@ -74,7 +78,7 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
 
 /* The flags that take a value, so that an unknown flag is named as such, not as one missing its value. */
 static int flag_takes_value(const char *a) {
-    static const char *const flags[] = {"-o",     "--out",        "--checkpoint", "--init-from", "--prompt",
+    static const char *const flags[] = {"-o",     "--out",        "--checkpoint", "--init-from", "--prompt", "--chat",
                                         "--tokenizer", "--device", "--step", "-G",         "--gen-tokens",
                                         "--top-k", "--top-p", "--temperature", "--seed"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
@@ -116,6 +120,8 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
             o->checkpoint = v;
         } else if (!strcmp(a, "--prompt")) {
             o->prompt = v;
+        } else if (!strcmp(a, "--chat")) {
+            o->chat = v;
         } else if (!strcmp(a, "--tokenizer")) {
             o->tokenizer = v;
         } else if (!strcmp(a, "--device")) {
@@ -147,6 +153,7 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
     if (*help) return 0;
     repeated_flags_note(&repeated, stderr);
     if (!o->run == !o->checkpoint) return bad("-o/--out", "or --checkpoint: give one of them");
+    if (o->prompt && o->chat) return bad("--chat", "is a prompt of its own: give --prompt or --chat, not both");
     if (o->checkpoint && o->step >= 0) return bad("--step", "goes with -o RUN, not --checkpoint");
     /* every file read below the directory must fit the system's paths, uncut */
     char err[ERR_LEN];
@@ -206,7 +213,7 @@ static void print_token(int token, void *ctx) {
 /* Generates o->gen_tokens tokens after the prompt (or after the document separator), printing them
  * as they come. */
 static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, int separator, const uint32_t *prompt,
-                    size_t n_prompt) {
+                    size_t n_prompt, int stop) {
     const int V = be->table->cfg.vocab_size;
     const int start = n_prompt ? (int)n_prompt : 1; /* no prompt: after the separator, as a new document */
     const size_t n = (size_t)start + (size_t)o->gen_tokens;
@@ -228,19 +235,22 @@ static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, i
     rng_seed(&rng, o->seed);
     const int drawn =
         sample_generate(be, tokens, start, o->gen_tokens,
-                        &(SampleSettings){.temperature = o->temperature, .top_k = o->top_k, .top_p = o->top_p}, &rng,
-                        logits, print_token, (void *)tok);
+                        &(SampleSettings){.temperature = o->temperature, .top_k = o->top_k, .top_p = o->top_p,
+                                          .has_stop = stop >= 0, .stop_token = stop},
+                        &rng, logits, print_token, (void *)tok);
     fputc('\n', stdout);
-    if (drawn < o->gen_tokens) {
+    const int stopped = stop >= 0 && drawn > 0 && tokens[start + drawn - 1] == stop;
+    if (drawn < o->gen_tokens && !stopped) {
         print_error("the model's logits are NaN or Inf after %d token(s): its weights are damaged or diverged "
                     "(sample from an earlier checkpoint: --step N)", drawn);
         free(logits);
         free(tokens);
         return 1;
     }
+    const size_t end = (size_t)start + (size_t)drawn; /* the stop token ends what was drawn */
     /* a model's vocabulary often has room past its tokenizer's (Qwen's 151936 over 151665 tokens) */
     int textless = 0, first = -1;
-    for (size_t i = (size_t)start; tok && i < n; i++)
+    for (size_t i = (size_t)start; tok && i < end; i++)
         if ((uint32_t)tokens[i] >= tokenizer_vocab_size(tok)) textless++, first = first < 0 ? tokens[i] : first;
     if (textless)
         printf("note: %d drawn token(s) (the first id %d) lie past the tokenizer's %u tokens and have no text: "
@@ -252,12 +262,58 @@ static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, i
     }
     if (o->print_ids && tok) {
         printf("ids:");
-        for (size_t i = (size_t)start; i < n; i++) printf(" %d", tokens[i]);
+        for (size_t i = (size_t)start; i < end; i++) printf(" %d", tokens[i]);
         printf("\n");
     }
     free(logits);
     free(tokens);
     return 0;
+}
+
+/* --chat: the message as a user's turn, rendered by the model's chat template with the generation
+ * prompt and tokenized as apply_chat_template tokenizes it (*prompt, malloc'ed); *stop the
+ * tokenizer_config.json's eos_token, which ends the reply (-1 when it names none). 0, or 1 after
+ * printing why. */
+static int chat_prompt(const Tokenizer *tok, const char *message, const char *dir, uint32_t **prompt, size_t *n,
+                       int *stop) {
+    ModelChat chat;
+    char err[ERR_LEN];
+    const int rc = model_chat_load(&chat, tok, NULL, err);
+    if (rc != 0) {
+        if (rc == MODEL_CHAT_NONE)
+            print_error("--chat needs the model's chat template: the tokenizer of %s has none (a tokenizer_config.json "
+                        "with its chat_template, or a chat_template.jinja, beside the tokenizer.json)", dir);
+        else
+            print_error("--chat: %s", err);
+        model_chat_free(&chat);
+        return 1;
+    }
+    /* [{"role": "user", "content": message}] */
+    JsonMember fields[2] = {{(char *)"role", 4, {.type = JSON_STRING, .len = 4, .string = (char *)"user"}},
+                            {(char *)"content", 7, {.type = JSON_STRING, .len = strlen(message), .string = (char *)message}}};
+    JsonValue turn = {.type = JSON_OBJECT, .len = 2, .members = fields};
+    JsonValue messages = {.type = JSON_ARRAY, .len = 1, .items = &turn};
+    size_t len = 0;
+    char *text = chat_template_render(chat.template, &messages, 1, chat.vars, chat.num_vars, &len, err);
+    int status = 1;
+    if (!text) {
+        print_error("--chat: the model's chat template (%s) does not render the message: %s", chat.source, err);
+    } else if (tokenizer_check_text(tok, text, len, 0, err) != 0) {
+        print_error("--chat: %s", err);
+    } else if (!(*prompt = tokenizer_encode_alloc(tok, text, len, TOKENIZER_SPECIALS | TOKENIZER_NO_POST, n))) {
+        print_error("out of host memory for the prompt");
+    } else {
+        status = 0;
+        for (size_t k = 0; k < chat.num_vars; k++)
+            if (!strcmp(chat.vars[k].name, "eos_token")) {
+                uint32_t id;
+                const JsonValue *eos = chat.vars[k].value;
+                if (tokenizer_encode(tok, eos->string, eos->len, TOKENIZER_SPECIALS, &id, 1) == 1) *stop = (int)id;
+            }
+    }
+    free(text);
+    model_chat_free(&chat);
+    return status;
 }
 
 int sample_main(int argc, char **argv) {
@@ -275,8 +331,9 @@ int sample_main(int argc, char **argv) {
         return 1;
     }
     char own_tok[FGPT_PATH_LEN]; /* what needs no reading comes first */
-    if (o.prompt && !o.tokenizer && !file_in_dir(own_tok, dir, "tokenizer.json")) {
-        print_error("--prompt needs a tokenizer: %s has no tokenizer.json (pass --tokenizer FILE)", dir);
+    if ((o.prompt || o.chat) && !o.tokenizer && !file_in_dir(own_tok, dir, "tokenizer.json")) {
+        print_error("%s needs a tokenizer: %s has no tokenizer.json (pass --tokenizer FILE)", o.chat ? "--chat" : "--prompt",
+                    dir);
         return 1;
     }
     /* the weights first, checked against config.json: a config whose vocabulary is not theirs is named
@@ -300,8 +357,9 @@ int sample_main(int argc, char **argv) {
     tok = open_tokenizer(&o, dir, &status);
     if (status) goto done;
     status = 1;
-    if (o.prompt && !tok) {
-        print_error("--prompt needs a tokenizer: %s has no tokenizer.json (pass --tokenizer FILE)", dir);
+    if ((o.prompt || o.chat) && !tok) {
+        print_error("%s needs a tokenizer: %s has no tokenizer.json (pass --tokenizer FILE)", o.chat ? "--chat" : "--prompt",
+                    dir);
         goto done;
     }
     if (tok && tokenizer_vocab_size(tok) > (uint32_t)cfg.vocab_size) {
@@ -310,6 +368,8 @@ int sample_main(int argc, char **argv) {
         goto done;
     }
     size_t n_prompt = 0;
+    int stop = -1;
+    if (o.chat && chat_prompt(tok, o.chat, dir, &prompt, &n_prompt, &stop) != 0) goto done;
     if (o.prompt) {
         size_t len = strlen(o.prompt);
         char terr[ERR_LEN];
@@ -349,7 +409,7 @@ int sample_main(int argc, char **argv) {
         goto done;
     }
     be->ops->write_state(be, params, NULL, NULL); /* no optimizer: the moments stay unset */
-    status = generate(&o, be, tok, separator, prompt, n_prompt);
+    status = generate(&o, be, tok, separator, prompt, n_prompt, stop);
 done:
     if (be) be->ops->destroy(be);
     free(params);
