@@ -10,6 +10,7 @@
 #include "common/err.h"
 #include "common/rng.h"
 #include "model/backend.h"
+#include "model/train/hf_weights.h"
 #include "model/train/sample.h"
 #include "common/paths.h"
 #include "tests/test.h"
@@ -136,9 +137,9 @@ TEST(sample_top_k_and_top_p_draw_as_sorting_every_token_would) {
                            : shape == 2 ? (float)(0.01 * u)                       /* flat */
                                         : (float)(int)(5.0 * u) * 0.5f;           /* ties */
                 }
-                const SampleSettings st[6] = {{1.0f, 5, 1.0f, 0, 0},  {0.3f, 1 + V / 3, 1.0f, 0, 0},
-                                              {1.0f, 0, 0.9f, 0, 0},  {3.0f, 0, 0.3f, 0, 0},
-                                              {1.0f, 40, 0.8f, 0, 0}, {0.7f, 0, 0.999f, 0, 0}};
+                const SampleSettings st[6] = {{1.0f, 5, 1.0f, NULL, 0},  {0.3f, 1 + V / 3, 1.0f, NULL, 0},
+                                              {1.0f, 0, 0.9f, NULL, 0},  {3.0f, 0, 0.3f, NULL, 0},
+                                              {1.0f, 40, 0.8f, NULL, 0}, {0.7f, 0, 0.999f, NULL, 0}};
                 rng_seed(&a, 100 + (uint64_t)cases);
                 rng_seed(&b, 100 + (uint64_t)cases);
                 for (int d = 0; d < 8; d++) {
@@ -346,12 +347,32 @@ TEST(sample_generate_ends_at_the_stop_token) {
     int first = 0;
     while (all[1 + first] != stop) first++;
     SampleSettings stopping = greedy;
-    stopping.has_stop = 1, stopping.stop_token = stop;
+    const int stops[2] = {V + 5, stop}; /* one that is never drawn, and the one that ends the draws */
+    stopping.stops = stops, stopping.n_stops = 2;
     const int drawn = sample_generate(be, upto, 1, GEN, &stopping, &rng, logits, NULL, NULL);
     CHECK(drawn == first + 1 && memcmp(all, upto, (size_t)(1 + drawn) * sizeof *all) == 0,
           "drew %d tokens, want %d ending with %d", drawn, first + 1, stop);
     be->ops->destroy(be);
     param_table_free(&t);
+}
+
+/* The ids that end a --chat reply: generation_config.json's eos_token_id (one or a list) where
+ * there is one, else config.json's; ids past the vocabulary and repeats left out. */
+TEST(a_replys_stop_tokens_come_from_generation_config_else_config) {
+    char dir[800], path[900];
+    snprintf(dir, sizeof dir, "%s/stops", test_tmpdir());
+    REQUIRE(mkdir(dir, 0755) == 0, "%s", dir);
+    int ids[8];
+    CHECK(hf_read_stop_tokens(dir, 100, ids, 8) == 0, "no files, no stops");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f && fputs("{\"eos_token_id\": 7}", f) >= 0 && fclose(f) == 0, "%s", path);
+    CHECK(hf_read_stop_tokens(dir, 100, ids, 8) == 1 && ids[0] == 7, "config.json's one");
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    f = fopen(path, "w");
+    REQUIRE(f && fputs("{\"eos_token_id\": [1, 106, 1, 5000, 3]}", f) >= 0 && fclose(f) == 0, "%s", path);
+    const int n = hf_read_stop_tokens(dir, 200, ids, 8);
+    CHECK(n == 3 && ids[0] == 1 && ids[1] == 106 && ids[2] == 3, "generation_config.json's list: %d ids", n);
 }
 
 /* A sample's text holds every token of its window, however long (a window of -t 8192 tokens, each

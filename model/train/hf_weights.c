@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "common/err.h"
@@ -651,6 +652,27 @@ int hf_read_eos_token(const char *dir, int vocab_size) {
     if (!json_int(eos, 0, vocab_size - 1, &id)) id = -1;
     json_free(root);
     return (int)id;
+}
+
+int hf_read_stop_tokens(const char *dir, int vocab_size, int *ids, int max) {
+    static const char *const FILES[] = {"generation_config.json", "config.json"};
+    int n = 0;
+    for (int f = 0; f < 2 && n == 0; f++) {
+        char path[FGPT_PATH_LEN], err[ERR_LEN];
+        if (path_format(path, "%s/%s", dir, FILES[f]) != 0 || access(path, F_OK) != 0) continue;
+        JsonValue *root = read_json(path, err);
+        const JsonValue *eos = root ? json_get(root, "eos_token_id") : NULL;
+        const size_t count = eos && eos->type == JSON_ARRAY ? eos->len : eos ? 1 : 0;
+        for (size_t k = 0; k < count && n < max; k++) {
+            long long id;
+            if (!json_int(eos->type == JSON_ARRAY ? &eos->items[k] : eos, 0, vocab_size - 1, &id)) continue;
+            int seen = 0;
+            for (int j = 0; j < n; j++) seen |= ids[j] == (int)id;
+            if (!seen) ids[n++] = (int)id;
+        }
+        json_free(root);
+    }
+    return n;
 }
 
 int hf_read_config(const char *dir, GPTConfig *cfg, char *err) {

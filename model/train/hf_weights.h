@@ -33,6 +33,11 @@ int hf_dropout_note(const char *dir, ModelFamily family, char *out, size_t n);
  * sample from a checkpoint without a tokenizer starts a new document. */
 int hf_read_eos_token(const char *dir, int vocab_size);
 
+/* The ids that end a reply, as transformers' generate takes them: generation_config.json's
+ * eos_token_id (one or a list), else config.json's, in dir; each below vocab_size, at most max into
+ * ids, without repeats. Their count (0 when neither file names one). */
+int hf_read_stop_tokens(const char *dir, int vocab_size, int *ids, int max);
+
 /* The weights of <dir> into params (t->total floats, t's layout; F32, F16 or BF16 tensors; the
  * padded vocabulary rows set to 0): model.safetensors, else the shards that
  * model.safetensors.index.json's weight_map names, every one checked whole (safetensors.h) and

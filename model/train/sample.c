@@ -202,7 +202,8 @@ int sample_generate(Backend *be, int *tokens, int n, int gen, const SampleSettin
         if (!all_finite(logits, V)) return i - n;
         tokens[i] = sample_draw(logits, V, s, rng);
         if (each) each(tokens[i], ctx);
-        if (s->has_stop && tokens[i] == s->stop_token) return i - n + 1;
+        for (int k = 0; k < s->n_stops; k++)
+            if (tokens[i] == s->stops[k]) return i - n + 1;
         if (i + 1 == n + gen) break;
         if (i - first < T) {
             be->ops->decode_step(be, tokens[i], i - first, logits);

@@ -18,7 +18,8 @@ typedef struct {
     float temperature;
     int top_k;
     float top_p;
-    int has_stop, stop_token; /* with has_stop: generation ends once stop_token is drawn */
+    const int *stops; /* stops[0..n_stops): generation ends once one of them is drawn */
+    int n_stops;
 } SampleSettings;
 
 int sample_draw(const float *logits, int V, const SampleSettings *s, Rng *rng);
@@ -29,7 +30,7 @@ int sample_draw(const float *logits, int V, const SampleSettings *s, Rng *rng);
  * window of be->T positions, so when the context fills it the last be->T/2 tokens are kept and run
  * again from position 0, and generation goes on; until then the tokens are exactly those a full
  * forward per token draws. each(token, ctx) sees every token as it is drawn (each may be NULL).
- * logits: V floats of scratch. Returns the number of tokens drawn: gen; fewer when the stop token
+ * logits: V floats of scratch. Returns the number of tokens drawn: gen; fewer when a stop token
  * was drawn (the last of them); or fewer when the model's logits came out NaN or Inf (damaged or
  * diverged weights), where it stops rather than draw. */
 int sample_generate(Backend *be, int *tokens, int n, int gen, const SampleSettings *s, Rng *rng, float *logits,

@@ -213,7 +213,7 @@ static void print_token(int token, void *ctx) {
 /* Generates o->gen_tokens tokens after the prompt (or after the document separator), printing them
  * as they come. */
 static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, int separator, const uint32_t *prompt,
-                    size_t n_prompt, int stop) {
+                    size_t n_prompt, const int *stops, int n_stops) {
     const int V = be->table->cfg.vocab_size;
     const int start = n_prompt ? (int)n_prompt : 1; /* no prompt: after the separator, as a new document */
     const size_t n = (size_t)start + (size_t)o->gen_tokens;
@@ -236,10 +236,11 @@ static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, i
     const int drawn =
         sample_generate(be, tokens, start, o->gen_tokens,
                         &(SampleSettings){.temperature = o->temperature, .top_k = o->top_k, .top_p = o->top_p,
-                                          .has_stop = stop >= 0, .stop_token = stop},
+                                          .stops = stops, .n_stops = n_stops},
                         &rng, logits, print_token, (void *)tok);
     fputc('\n', stdout);
-    const int stopped = stop >= 0 && drawn > 0 && tokens[start + drawn - 1] == stop;
+    int stopped = 0;
+    for (int k = 0; drawn > 0 && k < n_stops; k++) stopped |= tokens[start + drawn - 1] == stops[k];
     if (drawn < o->gen_tokens && !stopped) {
         print_error("the model's logits are NaN or Inf after %d token(s): its weights are damaged or diverged "
                     "(sample from an earlier checkpoint: --step N)", drawn);
@@ -271,11 +272,11 @@ static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, i
 }
 
 /* --chat: the message as a user's turn, rendered by the model's chat template with the generation
- * prompt and tokenized as apply_chat_template tokenizes it (*prompt, malloc'ed); *stop the
- * tokenizer_config.json's eos_token, which ends the reply (-1 when it names none). 0, or 1 after
- * printing why. */
+ * prompt and tokenized as apply_chat_template tokenizes it (*prompt, malloc'ed); the
+ * tokenizer_config.json's eos_token joins stops[0..*n_stops) (room for 9), which end the reply. 0,
+ * or 1 after printing why. */
 static int chat_prompt(const Tokenizer *tok, const char *message, const char *dir, uint32_t **prompt, size_t *n,
-                       int *stop) {
+                       int *stops, int *n_stops) {
     ModelChat chat;
     char err[ERR_LEN];
     const int rc = model_chat_load(&chat, tok, NULL, err);
@@ -308,7 +309,8 @@ static int chat_prompt(const Tokenizer *tok, const char *message, const char *di
             if (!strcmp(chat.vars[k].name, "eos_token")) {
                 uint32_t id;
                 const JsonValue *eos = chat.vars[k].value;
-                if (tokenizer_encode(tok, eos->string, eos->len, TOKENIZER_SPECIALS, &id, 1) == 1) *stop = (int)id;
+                if (tokenizer_encode(tok, eos->string, eos->len, TOKENIZER_SPECIALS, &id, 1) == 1 && *n_stops < 9)
+                    stops[(*n_stops)++] = (int)id;
             }
     }
     free(text);
@@ -368,8 +370,10 @@ int sample_main(int argc, char **argv) {
         goto done;
     }
     size_t n_prompt = 0;
-    int stop = -1;
-    if (o.chat && chat_prompt(tok, o.chat, dir, &prompt, &n_prompt, &stop) != 0) goto done;
+    /* a reply ends where transformers' generate ends it: generation_config.json's eos_token_id (else
+     * config.json's), and the tokenizer_config.json's eos_token */
+    int stops[9], n_stops = o.chat ? hf_read_stop_tokens(dir, cfg.vocab_size, stops, 8) : 0;
+    if (o.chat && chat_prompt(tok, o.chat, dir, &prompt, &n_prompt, stops, &n_stops) != 0) goto done;
     if (o.prompt) {
         size_t len = strlen(o.prompt);
         char terr[ERR_LEN];
@@ -409,7 +413,7 @@ int sample_main(int argc, char **argv) {
         goto done;
     }
     be->ops->write_state(be, params, NULL, NULL); /* no optimizer: the moments stay unset */
-    status = generate(&o, be, tok, separator, prompt, n_prompt, stop);
+    status = generate(&o, be, tok, separator, prompt, n_prompt, stops, n_stops);
 done:
     if (be) be->ops->destroy(be);
     free(params);
