@@ -108,7 +108,7 @@ static char *eos_text(const Tokenizer *tok, int *named, char *err) {
     return text;
 }
 
-static int stop_token_trained(const Chat *c);
+static int stop_token_trained(const Chat *c, char *why);
 
 /* The chat template (--chat-template's file, else the tokenizer's), read once. 0, or -1 + message
  * naming what is missing and the fix. */
@@ -133,9 +133,17 @@ static int load_chat(Chat *c, const char *where, char *err) {
                      "holds such training templates, e.g. qwen3_training.jinja)", c->m.source);
         return -1;
     }
-    if (c->opt->assistant_only_loss && !stop_token_trained(c))
-        fprintf(stderr, "prepare: note: the chat template's {%% generation %%} text of an assistant turn does not end "
-                "with its end-of-turn token, so the model is not trained to end its turns (TRL warns of the same)\n");
+    char why[ERR_LEN] = "";
+    if (c->opt->assistant_only_loss && !stop_token_trained(c, why)) {
+        if (why[0])
+            fprintf(stderr, "prepare: note: cannot check that the chat template's {%% generation %%} text of an "
+                    "assistant turn ends with its end-of-turn token (a user, assistant, user conversation: %s); TRL "
+                    "warns then that the model may not learn to end its turns\n", why);
+        else
+            fprintf(stderr, "prepare: note: the chat template's {%% generation %%} text of an assistant turn does not "
+                    "end with its end-of-turn token, so the model is not trained to end its turns (TRL warns of the "
+                    "same)\n");
+    }
     c->ok = 1;
     return 0;
 }
@@ -231,11 +239,11 @@ static int assistant_targets(const Tokenizer *tok, const char *text, size_t len,
     return 0;
 }
 
-/* Whether the template's {% generation %} text of an assistant turn ends on a special token (its
+/* Whether the template's {% generation %} text of an assistant turn ends on an added token (its
  * end of turn), as TRL's is_chat_template_stop_token_trained asks of a user, assistant, user
  * conversation: trailing white space passed over, the last target must be one. 0 also when the
- * probe does not render. */
-static int stop_token_trained(const Chat *c) {
+ * probe cannot be rendered or placed on the tokens, with why set. */
+static int stop_token_trained(const Chat *c, char *why) {
     static const char PROBE[] = "[{\"role\": \"user\", \"content\": \"dummy\"}, {\"role\": \"assistant\", "
                                 "\"content\": \"dummy\"}, {\"role\": \"user\", \"content\": \"dummy\"}]";
     char terr[ERR_LEN];
@@ -248,7 +256,11 @@ static int stop_token_trained(const Chat *c) {
     uint32_t *ids = text ? tokenizer_encode_alloc(c->tok, text, len, TOKENIZER_SPECIALS | TOKENIZER_NO_POST, &n) : NULL;
     unsigned char *targets = NULL;
     int trained = 0;
-    if (ids && assistant_targets(c->tok, text, len, ids, n, spans, n_spans, "the probe", &targets, terr) == 0) {
+    if (!text) snprintf(why, ERR_LEN, "%s", probe ? terr : "out of memory");
+    else if (!ids) snprintf(why, ERR_LEN, "out of memory");
+    if (ids && assistant_targets(c->tok, text, len, ids, n, spans, n_spans, "the probe", &targets, terr) != 0)
+        snprintf(why, ERR_LEN, "%s", terr);
+    else if (ids) {
         for (size_t i = n; i-- > 0;) {
             if (!targets[i]) continue;
             char piece[256];

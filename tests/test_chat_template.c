@@ -11,6 +11,7 @@
 #include "tests/test.h"
 #include "tests/test_util.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/py_str.h"
 
 /* The first byte where a and b differ, for the message. */
 static size_t first_difference(const char *a, size_t na, const char *b, size_t nb) {
@@ -152,6 +153,15 @@ TEST(a_chat_template_that_cannot_be_rendered_names_its_line_and_why) {
          "the chat template takes more than 2 GiB to render"},
         {"{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
          "the chat template takes more than 2 GiB to render"},
+        {"{{ [1, 2]|batch(4611686018427387904, 0)|list }}", "batch of more than 64M items"},
+        {"{{ [1]|slice(4611686018427387904)|list }}", "slice of more than 64M items"},
+        {"{{ [1]|tojson(sort_keys=true) }}", "tojson with ensure_ascii or sort_keys is not supported here"},
+        /* 64 macro calls deep, each inside 100 nested blocks: the nesting bound, not the stack */
+        {"{% macro f(n) %}{% for i in [1] %}{% for i in [1] %}{% for i in [1] %}{% for i in [1] %}{% for i in [1] %}"
+         "{% for i in [1] %}{% for i in [1] %}{% for i in [1] %}{% for i in [1] %}{% for i in [1] %}"
+         "{% if n > 0 %}{{ f(n - 1) }}{% endif %}"
+         "{% endfor %}{% endfor %}{% endfor %}{% endfor %}{% endfor %}{% endfor %}{% endfor %}{% endfor %}{% endfor %}"
+         "{% endfor %}{% endmacro %}{{ f(63) }}", "values or expressions nested deeper than 500 levels"},
         {"{{ none.x }}", NULL}, /* an attribute of none is undefined, as in Jinja: renders empty */
     };
     /* nesting that would overflow the stack: brackets, signs, nots, blocks; a chain of 3000 filters */
@@ -173,6 +183,16 @@ TEST(a_chat_template_that_cannot_be_rendered_names_its_line_and_why) {
         free(out);
         free(src);
     }
+    /* a chain of 30000 elifs nests as deep as it is long */
+    char *elifs = malloc(30000 * 20 + 64), err_elif[ERR_LEN] = "";
+    REQUIRE(elifs, "memory");
+    size_t at_elif = (size_t)sprintf(elifs, "{%% if false %%}");
+    for (int i = 0; i < 30000; i++) at_elif += (size_t)sprintf(elifs + at_elif, "{%% elif false %%}");
+    sprintf(elifs + at_elif, "{%% endif %%}");
+    char *elif_out = render_text(elifs, msgs, err_elif);
+    CHECK(!elif_out && strstr(err_elif, "nesting deeper than 500 levels"), "%s", elif_out ? "rendered" : err_elif);
+    free(elif_out);
+    free(elifs);
     char chain[3000 * 7 + 32], err_chain[ERR_LEN] = "";
     size_t at = (size_t)sprintf(chain, "{{ 'x'");
     for (int i = 0; i < 3000; i++) at += (size_t)sprintf(chain + at, "|string");
@@ -192,4 +212,20 @@ TEST(a_chat_template_that_cannot_be_rendered_names_its_line_and_why) {
         }
         free(out);
     }
+}
+
+/* Bytes that are no UTF-8 (an overlong form, a surrogate, a code point past U+10FFFF, a lone
+ * continuation byte) pass through Python's case mappings as they are, each a character of its own. */
+TEST(py_str_keeps_bytes_that_are_no_utf8_as_they_are) {
+    static const char *const bad[] = {"\xE0\x80\x80", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xF0\x80\x80\x80", "\x80", "\xC0\xAF"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char out[64];
+        const size_t n = strlen(bad[k]), got = py_case(bad[k], n, PY_UPPER, out);
+        CHECK(got == n && !memcmp(out, bad[k], n), "case %zu: %zu bytes out of %zu", k, got, n);
+        size_t at = 0, chars = 0;
+        while (at < n) py_utf8_next(bad[k], n, &at), chars++;
+        CHECK(chars == n, "case %zu: %zu characters, one a byte wanted", k, chars);
+    }
+    char out[16];
+    CHECK(py_case("a\xC3\xA9", 3, PY_UPPER, out) == 3 && !memcmp(out, "A\xC3\x89", 3), "valid text maps");
 }

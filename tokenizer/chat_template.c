@@ -732,7 +732,9 @@ static Stmt *parse_if(Parser *p, int line) {
     take(p); /* the keyword */
     if (end == 0) { /* elif: an if alone in the else branch */
         s->orelse.items = alloc(p, sizeof *s->orelse.items);
+        enter(p); /* each elif nests one deeper */
         s->orelse.items[0] = parse_if(p, p->toks[p->at - 1].line);
+        p->depth--;
         s->orelse.n = 1;
         return s;
     }

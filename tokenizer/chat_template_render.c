@@ -4,6 +4,7 @@
  * one pass; a namespace outlives it). */
 #include "tokenizer/chat_template.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <setjmp.h>
@@ -550,9 +551,12 @@ static Val slice(Render *r, const Val *v, const Val *parts, int line) {
     List chars = is_str ? items_of(r, v, line) : *v->list;
     Buf b = {0};
     out.list->items = alloc(r, ((size_t)n + 1) * sizeof *out.list->items);
-    for (long long i = bound[0]; step > 0 ? i < bound[1] : i > bound[1]; i += step) {
+    put(r, &b, "", 0);
+    for (long long i = bound[0]; step > 0 ? i < bound[1] : i > bound[1];) {
         if (is_str) put(r, &b, chars.items[i].s, chars.items[i].n);
         else out.list->items[out.list->n++] = chars.items[i];
+        if (step > 0 ? step >= bound[1] - i : step <= bound[1] - i) break; /* the next would pass the end */
+        i += step;
     }
     return is_str ? buf_val(&b) : out;
 }
@@ -619,6 +623,13 @@ static Val item(Render *r, const Val *obj, const Val *key, int line) {
 
 static Val eval(Render *r, const Expr *e, Frame *f);
 static void exec_body(Render *r, const Body *body, Frame *f, Buf *out);
+
+/* A frame whose names hide parent's, in the arena (it lives as long as the render: a macro may keep it). */
+static Frame *new_frame(Render *r, Frame *parent) {
+    Frame *g = alloc(r, sizeof *g);
+    g->parent = parent;
+    return g;
+}
 
 static Val lookup(Frame *f, const char *name) {
     for (; f; f = f->parent) {
@@ -766,7 +777,7 @@ static Val case_map(Render *r, const Val *s, PyCase mode) {
 }
 
 /* Python's slice bounds of a string's characters [start, end) as bytes of s: 0 when start lies past
- * the end, where find gives -1 and startswith false even for an empty text. */
+ * the end or past end, where find gives -1 and startswith false even for an empty text. */
 static int char_range(Render *r, const Val *s, const Val *start, const Val *end, size_t *a, size_t *b, int line) {
     const long long n = (long long)utf8_chars(s->s, s->n);
     long long i = start && start->k != V_NONE ? need_int(r, start, "the start", line) : 0;
@@ -774,8 +785,7 @@ static int char_range(Render *r, const Val *s, const Val *start, const Val *end,
     if (i < 0) i = i + n < 0 ? 0 : i + n;
     if (j < 0) j = j + n < 0 ? 0 : j + n;
     if (j > n) j = n;
-    if (i > n) return 0;
-    if (j < i) j = i;
+    if (i > n || j < i) return 0; /* Python: end - start below the text's length, even for an empty one */
     *a = utf8_offset(s->s, s->n, (size_t)i), *b = utf8_offset(s->s, s->n, (size_t)j);
     return 1;
 }
@@ -1005,15 +1015,15 @@ static Val call_macro(Render *r, const Val *macro, const Args *a, int line) {
     const Stmt *m = macro->macro;
     if (a->na > m->nnames - 1) fail(r, line, "macro %s takes %zu arguments, not %zu", m->names[0], m->nnames - 1, a->na);
     if (++r->depth > 64) fail(r, line, "macros call each other more than 64 deep");
-    Frame f = {.parent = macro->scope};
+    Frame *f = new_frame(r, macro->scope);
     for (size_t k = 1; k < m->nnames; k++) {
         const Val *v = arg(a, k - 1, m->names[k]);
-        const Val value = v ? *v : m->defaults[k] ? eval(r, m->defaults[k], &f) : undef(m->names[k]);
-        dict_set(r, &f.vars, m->names[k], strlen(m->names[k]), value);
+        const Val value = v ? *v : m->defaults[k] ? eval(r, m->defaults[k], f) : undef(m->names[k]);
+        dict_set(r, &f->vars, m->names[k], strlen(m->names[k]), value);
     }
     Buf out = {0};
     put(r, &out, "", 0);
-    exec_body(r, &m->body, &f, &out);
+    exec_body(r, &m->body, f, &out);
     r->depth--;
     return buf_val(&out);
 }
@@ -1244,18 +1254,19 @@ static int sequence_filter(Render *r, const char *name, const Val *v, const Args
         const long long per = need_int(r, a0, name[0] == 'b' ? "batch's size" : "slice's count", line);
         const Val *fill = arg(a, 1, "fill_with");
         if (per <= 0) fail(r, line, "%s takes a count above 0", name);
+        if (per > (1 << 26)) fail(r, line, "%s of more than 64M items", name);
         const int batch = name[0] == 'b';
         const size_t groups = batch ? (l.n + (size_t)per - 1) / (size_t)per : (size_t)per;
         *out = list_val(r, groups);
         const size_t each = batch ? (size_t)per : l.n / (size_t)per, extra = batch ? 0 : l.n % (size_t)per;
         for (size_t g = 0, at = 0; g < groups; g++) {
-            const size_t n = each + (g < extra), room = batch ? (size_t)per : each + (extra > 0);
+            const size_t n = each + (g < extra), room = batch ? (size_t)per : each + 1;
             Val part = list_val(r, 0);
             part.list->items = alloc(r, (room + 1) * sizeof(Val));
             for (size_t k = 0; k < n && at < l.n; k++) part.list->items[part.list->n++] = l.items[at++];
-            /* batch fills the last group up to the size; slice adds one to the groups without the extra item */
-            while (fill && fill->k != V_NONE && part.list->n < room && (batch || g >= extra))
-                part.list->items[part.list->n++] = *fill;
+            /* batch fills the last group up to the size; slice adds one to each group without an extra item */
+            while (batch && fill && fill->k != V_NONE && part.list->n < room) part.list->items[part.list->n++] = *fill;
+            if (!batch && fill && fill->k != V_NONE && g >= extra) part.list->items[part.list->n++] = *fill;
             out->list->items[g] = part;
         }
         return 1;
@@ -1373,10 +1384,16 @@ static Val filter(Render *r, const char *name, const Val *v, const Args *a, Fram
     }
     if (!strcmp(name, "tojson")) {
         const Val *indent = arg(a, 1, "indent"), *sep = arg(a, 2, "separators");
+        const Val *ascii = arg(a, 0, "ensure_ascii"), *sorted = arg(a, 3, "sort_keys");
+        if ((ascii && truthy(ascii)) || (sorted && truthy(sorted)))
+            fail(r, line, "tojson with ensure_ascii or sort_keys is not supported here");
         const int ind = indent && indent->k != V_NONE ? (int)need_int(r, indent, "tojson's indent", line) : -1;
         const char *item = ind >= 0 ? "," : ", ", *key = ": ";
         if (sep && sep->k == V_LIST && sep->list->n == 2 && sep->list->items[0].k == V_STR && sep->list->items[1].k == V_STR) {
-            item = sep->list->items[0].s, key = sep->list->items[1].s;
+            char *it = alloc(r, sep->list->items[0].n + 1), *ky = alloc(r, sep->list->items[1].n + 1);
+            memcpy(it, sep->list->items[0].s, sep->list->items[0].n);
+            memcpy(ky, sep->list->items[1].s, sep->list->items[1].n);
+            item = it, key = ky;
         }
         Buf b = {0};
         put(r, &b, "", 0);
@@ -1410,10 +1427,26 @@ static Val filter(Render *r, const char *name, const Val *v, const Args *a, Fram
         put_str(r, &b, v);
         return buf_val(&b);
     }
-    if (!strcmp(name, "int")) {
-        if (v->k == V_FLOAT) return int_val((long long)v->f);
-        if (v->k == V_STR) return int_val(strtoll(v->s, NULL, 10));
-        return is_num(v) ? int_val(v->i) : int_val(0);
+    if (!strcmp(name, "int")) { /* Jinja's: int(value), else int(float(value)), else the default */
+        const Val *dflt = arg(a, 0, "default");
+        const Val fallback = dflt ? *dflt : int_val(0);
+        if (v->k == V_FLOAT) return isfinite(v->f) && fabs(v->f) < 9.2e18 ? int_val((long long)v->f) : fallback;
+        if (v->k == V_STR) {
+            char *text = alloc(r, v->n + 1), *end;
+            memcpy(text, v->s, v->n);
+            char *at = text;
+            while (*at == ' ' || (*at >= '\t' && *at <= '\r')) at++;
+            errno = 0;
+            const long long i = strtoll(at, &end, 10);
+            while (end > at && (*end == ' ' || (*end >= '\t' && *end <= '\r'))) end++;
+            if (end > at && !*end && !errno) return int_val(i);
+            if (strpbrk(at, "xXpP")) return fallback; /* Python's float() reads no hexadecimal */
+            const double f = strtod(at, &end);
+            while (end > at && (*end == ' ' || (*end >= '\t' && *end <= '\r'))) end++;
+            if (end > at && !*end && isfinite(f) && fabs(f) < 9.2e18) return int_val((long long)f);
+            return fallback;
+        }
+        return is_num(v) ? int_val(v->i) : fallback;
     }
     if (!strcmp(name, "list")) {
         List l = items_of(r, v, line);
@@ -1505,13 +1538,15 @@ static Val filter(Render *r, const char *name, const Val *v, const Args *a, Fram
 }
 
 /* Jinja's test `name` of v. */
+static int contains(Render *r, const Val *hay, const Val *needle, int line);
+
 static int test(Render *r, const char *name, const Val *v, const Args *a, int line) {
     const Val *a0 = arg(a, 0, NULL);
     if (!strcmp(name, "defined")) return v->k != V_UNDEF;
     if (!strcmp(name, "undefined")) return v->k == V_UNDEF;
     if (!strcmp(name, "none")) return v->k == V_NONE;
     if (!strcmp(name, "string")) return v->k == V_STR;
-    if (!strcmp(name, "number")) return v->k == V_INT || v->k == V_FLOAT;
+    if (!strcmp(name, "number")) return v->k == V_INT || v->k == V_FLOAT || v->k == V_BOOL; /* Python's bool is one */
     if (!strcmp(name, "integer")) return v->k == V_INT;
     if (!strcmp(name, "float")) return v->k == V_FLOAT;
     if (!strcmp(name, "boolean")) return v->k == V_BOOL;
@@ -1562,12 +1597,7 @@ static int test(Render *r, const char *name, const Val *v, const Args *a, int li
     if (!strcmp(name, "le") || !strcmp(name, "<=")) return order(r, v, a0, line) <= 0;
     if (!strcmp(name, "gt") || !strcmp(name, "greaterthan") || !strcmp(name, ">")) return order(r, v, a0, line) > 0;
     if (!strcmp(name, "ge") || !strcmp(name, ">=")) return order(r, v, a0, line) >= 0;
-    if (!strcmp(name, "in")) {
-        List l = items_of(r, a0, line);
-        for (size_t k = 0; k < l.n; k++)
-            if (equal(r, v, &l.items[k])) return 1;
-        return 0;
-    }
+    if (!strcmp(name, "in")) return contains(r, a0, v, line); /* Python's `in`: a substring of a string */
     fail(r, line, "the test '%s' is no part of the template language", name);
     return 0;
 }
@@ -1626,7 +1656,7 @@ static Val arithmetic(Render *r, BinOp op, const Val *a, const Val *b, int line)
         const long long times = b->i > 0 ? b->i : 0;
         const size_t unit = a->k == V_STR ? a->n : a->list->n;
         if (unit && (unsigned long long)times > (1ull << 26) / unit) fail(r, line, "a repetition past 64M items");
-        l.list->items = alloc(r, (a->k == V_LIST ? a->list->n * (size_t)times : 0) + 1);
+        l.list->items = alloc(r, ((a->k == V_LIST ? a->list->n * (size_t)times : 0) + 1) * sizeof(Val));
         put(r, &out, "", 0);
         for (long long k = 0; k < times; k++) {
             if (a->k == V_STR) put(r, &out, a->s, a->n);
@@ -1659,17 +1689,23 @@ static Val arithmetic(Render *r, BinOp op, const Val *a, const Val *b, int line)
             long long q = a->i / b->i, m = a->i % b->i;
             if (m && ((m < 0) != (b->i < 0))) q--, m += b->i; /* Python floors */
             return int_val(op == OP_MOD ? m : q);
-        } else {
-            const double q = floor(x / y);
-            return (Val){.k = V_FLOAT, .f = op == OP_MOD ? x - q * y : q};
+        } else { /* Python's float_floor_div and float_rem: from fmod, not from x / y */
+            double m = fmod(x, y), q = (x - m) / y;
+            if (m != 0 && ((y < 0) != (m < 0))) m += y, q -= 1.0;
+            if (m == 0) m = copysign(0.0, y);
+            double fq = q != 0 ? floor(q) : copysign(0.0, x / y);
+            if (q != 0 && q - fq > 0.5) fq += 1.0;
+            return (Val){.k = V_FLOAT, .f = op == OP_MOD ? m : fq};
         }
     case OP_POW:
         if (x == 0 && y < 0) fail(r, line, "0 cannot be raised to a negative power");
         if (x < 0 && y != floor(y)) fail(r, line, "a negative number raised to a fractional power (Python's is complex)");
-        if (ints && b->i >= 0) {
-            long long p = 1;
-            for (long long k = 0; k < b->i && p != 0; k++)
-                if (__builtin_mul_overflow(p, a->i, &p)) fail(r, line, "an integer past 64 bits");
+        if (ints && b->i >= 0) { /* by squaring: 1 ** (2 ** 62) takes 62 steps */
+            long long p = 1, base = a->i;
+            for (long long e = b->i; e > 0; e >>= 1) {
+                if ((e & 1) && __builtin_mul_overflow(p, base, &p)) fail(r, line, "an integer past 64 bits");
+                if (e > 1 && __builtin_mul_overflow(base, base, &base)) fail(r, line, "an integer past 64 bits");
+            }
             return int_val(p);
         }
         return (Val){.k = V_FLOAT, .f = pow(x, y)};
@@ -1806,8 +1842,8 @@ static void exec_for(Render *r, const Stmt *s, Frame *f, Buf *out) {
     }
     for (size_t k = 0; k < l.n; k++) {
         if (++r->passes > PASS_LIMIT) fail(r, s->line, "loops of more than 10000000 passes in all");
-        Frame g = {.parent = f};
-        bind_targets(r, s, &g, &l.items[k]);
+        Frame *g = new_frame(r, f); /* in the arena: a macro defined in the loop keeps it */
+        bind_targets(r, s, g, &l.items[k]);
         Val loop = dict_val(r, V_DICT);
         const long long n = (long long)l.n, i = (long long)k;
         dict_set(r, loop.dict, "index", 5, int_val(i + 1));
@@ -1821,8 +1857,8 @@ static void exec_for(Render *r, const Stmt *s, Frame *f, Buf *out) {
         dict_set(r, loop.dict, "depth0", 6, int_val(0));
         dict_set(r, loop.dict, "previtem", 8, k ? l.items[k - 1] : undef("loop.previtem"));
         dict_set(r, loop.dict, "nextitem", 8, k + 1 < l.n ? l.items[k + 1] : undef("loop.nextitem"));
-        dict_set(r, &g.vars, "loop", 4, loop);
-        exec_body(r, &s->body, &g, out);
+        dict_set(r, &g->vars, "loop", 4, loop);
+        exec_body(r, &s->body, g, out);
         const int stop = r->stop;
         r->stop = 0;
         if (stop == 1) break;
@@ -1830,7 +1866,16 @@ static void exec_for(Render *r, const Stmt *s, Frame *f, Buf *out) {
     if (!l.n) exec_body(r, &s->orelse, f, out);
 }
 
+static void exec_statements(Render *r, const Body *body, Frame *f, Buf *out);
+
+/* A block's statements, one level deeper (blocks and macro calls nest: bounded with the rest). */
 static void exec_body(Render *r, const Body *body, Frame *f, Buf *out) {
+    enter(r, 0);
+    exec_statements(r, body, f, out);
+    leave(r);
+}
+
+static void exec_statements(Render *r, const Body *body, Frame *f, Buf *out) {
     for (size_t k = 0; k < body->n && !r->stop; k++) {
         const Stmt *s = body->items[k];
         switch (s->kind) {
@@ -1864,26 +1909,15 @@ static void exec_body(Render *r, const Body *body, Frame *f, Buf *out) {
             dict_set(r, &f->vars, s->names[0], strlen(s->names[0]), buf_val(&b));
             break;
         }
-        case S_MACRO: { /* the body sees the template's names, and those of the loops around it as they are now */
-            Frame *scope = r->root;
-            if (f != r->root) {
-                scope = alloc(r, sizeof *scope);
-                scope->parent = r->root;
-                for (const Frame *g = f; g != r->root; g = g->parent)
-                    for (size_t k = 0; k < g->vars.n; k++)
-                        if (!dict_find(&scope->vars, g->vars.keys[k], g->vars.klen[k]))
-                            dict_set(r, &scope->vars, g->vars.keys[k], g->vars.klen[k], g->vars.vals[k]);
-            }
-            dict_set(r, &f->vars, s->names[0], strlen(s->names[0]), (Val){.k = V_MACRO, .macro = s, .scope = scope});
+        case S_MACRO: /* the body sees the names of the frames around its definition as they are when it runs */
+            dict_set(r, &f->vars, s->names[0], strlen(s->names[0]), (Val){.k = V_MACRO, .macro = s, .scope = f});
             break;
-        }
         case S_BREAK: r->stop = 1; break;
         case S_CONTINUE: r->stop = 2; break;
         case S_GENERATION: { /* transformers' marks of assistant text: a block of its own scope */
-            Frame g = {.parent = f};
             Buf body = {0};
             put(r, &body, "", 0);
-            exec_body(r, &s->body, &g, &body);
+            exec_body(r, &s->body, new_frame(r, f), &body);
             if (r->track) { /* where transformers' tracker puts it: after what the template has yielded so far */
                 if (r->n_spans == r->spans_cap) {
                     const size_t cap = r->spans_cap ? 2 * r->spans_cap : 16;
@@ -1891,7 +1925,9 @@ static void exec_body(Render *r, const Body *body, Frame *f, Buf *out) {
                     if (r->n_spans) memcpy(grown, r->spans, r->n_spans * sizeof *grown);
                     r->spans = grown, r->spans_cap = cap;
                 }
-                r->spans[r->n_spans++] = (ChatTemplateSpan){r->top->n, r->top->n + body.n};
+                /* as characters, as transformers counts: the end is placed in the final text (a block in
+                 * a macro or a set block is not where its span says) */
+                r->spans[r->n_spans++] = (ChatTemplateSpan){r->top->n, utf8_chars(body.s, body.n)};
             }
             put(r, out, body.s, body.n);
             break;
@@ -1964,7 +2000,10 @@ char *chat_template_render_marked(const ChatTemplate *t, const JsonValue *messag
             memcpy(text, out.s, out.n + 1);
             *len = out.n;
             if (spans) {
-                if (copy) memcpy(copy, r->spans, r->n_spans * sizeof *copy);
+                for (size_t k = 0; copy && k < r->n_spans; k++) { /* a span's end: its characters on from its start */
+                    const size_t from = r->spans[k].start < out.n ? r->spans[k].start : out.n;
+                    copy[k] = (ChatTemplateSpan){from, from + utf8_offset(out.s + from, out.n - from, r->spans[k].end)};
+                }
                 *spans = copy, *n_spans = r->n_spans;
             }
         } else {

@@ -11,6 +11,11 @@ uint32_t py_utf8_next(const char *s, size_t n, size_t *k) {
     const int len = c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3 : c >= 0xF0 && c < 0xF5 ? 4 : 0;
     uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
     int ok = len > 0 && *k + (size_t)len <= n;
+    if (ok && len > 2) { /* no overlong form, surrogate or code point past U+10FFFF */
+        const unsigned char c1 = u[*k + 1];
+        ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0) && !(c == 0xF0 && c1 < 0x90) &&
+             !(c == 0xF4 && c1 >= 0x90);
+    }
     for (int j = 1; ok && j < len; j++) {
         ok = (u[*k + j] & 0xC0) == 0x80;
         cp = cp << 6 | (u[*k + j] & 0x3F);

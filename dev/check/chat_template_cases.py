@@ -195,6 +195,13 @@ keep-trim
 PYTHON_SEMANTICS = r"""{% macro said(m) %}{% generation %}<{{ m.role }}>{% endgeneration %}{% endmacro %}
 {%- for m in messages %}{% if m.role == 'assistant' %}[{{ said(m) }}]{% generation %}{{ m.content if m.content is string else '' }}<end>{% set inner = 1 %}{% endgeneration %}{{ inner is defined }}{% else %}{{ m.role }}{% endif %}{% endfor %}
 {% set block %}{% generation %}in a set block{% endgeneration %}{% endset %}{{ block }}
+{% set wide %}pré{% generation %}{{ messages[-1].content if messages[-1].content is string else '' }}é{% endgeneration %}{% endset %}[{{ wide }}]
+{{ [1, 2] * 3 }} {% set a = [1, 2] * 3 %}{% set b = ["x", "y", "z"] %}{{ a }} {{ "abc"[1::9223372036854775807] }} {{ "abcdef"[::-9223372036854775807] }}
+{{ "12".partition("2")[0]|int }} {{ "x"|int(7) }} {{ " 42 "|int }} {{ "42.7"|int }} {{ "0x10"|int }} {{ "-3"|int }} {{ 2.9|int }} {{ none|int(5) }}
+{{ [1, 2]|tojson(separators=("a,b".partition(",")[0], ":")) }} {{ {"k": [1]}|tojson(indent=1) }}
+{% for i in [1, 2] %}{% macro f() %}{{ y }}{% endmacro %}{% set y = i %}{{ f() }}{% endfor %} {% set x = 1 %}{% macro g() %}{{ x }}{% endmacro %}{% set x = 2 %}{{ g() }}
+{{ [1, 2, 3, 4]|slice(2, 'x')|list }} {{ [1, 2, 3, 4, 5]|slice(2, 'x')|list }} {{ "abc".find("", 2, 1) }} {{ "abc".count("", 2, 1) }} {{ "abc".startswith("", 2, 1) }} {{ "abc".find("", 3, 3) }}
+{{ "ab" is in "xaby" }} {{ 1 // 0.1 }} {{ 1 % 0.1 }} {{ -7.5 // 2 }} {{ -7.5 % 2 }} {{ 7.5 % -2 }} {{ -0.0 // 1 }} {{ true is number }} {{ 1 ** 9000000000000000000 }} {{ (-1) ** 9000000000000000001 }} {{ 3 ** 39 }}
 {% for m in messages if m.content is string %}{% set c = m.content %}
 {{ [c.upper(), c.lower(), c.title(), c|title, c|capitalize, c.swapcase(), c.strip(), c.split(), c.rsplit(None, 1), c.splitlines(), c.isalpha(), c.istitle(), c.find('a', 1), c|wordcount, c|indent(2, true)] }}
 {% endfor %}
