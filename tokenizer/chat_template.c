@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "tokenizer/chat_template_internal.h"
+#include "tokenizer/py_str.h"
 
 struct ArenaBlock {
     ArenaBlock *next;
@@ -107,17 +108,6 @@ static int line_at(const Parser *p, size_t at) {
     return line;
 }
 
-/* Code point cp as UTF-8 at out: its length. */
-static size_t put_utf8(char *out, unsigned cp) {
-    if (cp < 0x80) return out[0] = (char)cp, 1;
-    if (cp < 0x800) return out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 63)), 2;
-    if (cp < 0x10000)
-        return out[0] = (char)(0xE0 | cp >> 12), out[1] = (char)(0x80 | (cp >> 6 & 63)), out[2] = (char)(0x80 | (cp & 63)), 3;
-    out[0] = (char)(0xF0 | cp >> 18), out[1] = (char)(0x80 | (cp >> 12 & 63));
-    out[2] = (char)(0x80 | (cp >> 6 & 63)), out[3] = (char)(0x80 | (cp & 63));
-    return 4;
-}
-
 /* A quoted string at src[*at] (the quote), its escapes decoded as Python's unicode-escape decodes
  * them (Jinja's lexer does so), into the arena. */
 static void lex_string(Parser *p, size_t *at, int line) {
@@ -146,7 +136,7 @@ static void lex_string(Parser *p, size_t *at, int line) {
             cp = (unsigned)(c - '0');
             for (int k = 1; k < 3 && *at < p->len && p->src[*at] >= '0' && p->src[*at] <= '7'; k++)
                 cp = cp * 8 + (unsigned)(p->src[(*at)++] - '0');
-            n += put_utf8(out + n, cp);
+            n += py_utf8_put(out + n, cp);
             break;
         case 'u': case 'x': case 'U': {
             const int digits = c == 'U' ? 8 : c == 'u' ? 4 : 2;
@@ -157,7 +147,7 @@ static void lex_string(Parser *p, size_t *at, int line) {
             }
             if (cp > 0x10FFFF) fail(p, line, "a \\U escape past U+10FFFF%s", "");
             if (cp >= 0xD800 && cp < 0xE000) fail(p, line, "an escape of a lone surrogate (U+D800 to U+DFFF)%s", "");
-            n += put_utf8(out + n, cp);
+            n += py_utf8_put(out + n, cp);
             break;
         }
         case 'N': fail(p, line, "a \\N{...} escape (write the character itself, or its \\u escape)%s", "");

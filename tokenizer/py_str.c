@@ -28,7 +28,7 @@ uint32_t py_utf8_next(const char *s, size_t n, size_t *k) {
     return cp;
 }
 
-static size_t put_utf8(char *out, uint32_t cp) {
+size_t py_utf8_put(char *out, uint32_t cp) {
     if (cp >= 0x110000u) return out[0] = (char)(cp - 0x110000u), 1;
     if (cp < 0x80) return out[0] = (char)cp, 1;
     if (cp < 0x800) return out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 63)), 2;
@@ -94,10 +94,10 @@ size_t py_case(const char *s, size_t n, PyCase mode, char *out) {
             for (b = a + 1; b < count && jinja_word_break(cps[b]) == brk;) b++;
             uint32_t m[3];
             int got = mapped(case_upper, case_upper_len, cps[a], m);
-            for (int j = 0; j < got; j++) len += put_utf8(out + len, m[j]);
+            for (int j = 0; j < got; j++) len += py_utf8_put(out + len, m[j]);
             for (size_t i = a + 1; i < b; i++) {
                 got = lower_at(cps + a + 1, b - a - 1, i - a - 1, m);
-                for (int j = 0; j < got; j++) len += put_utf8(out + len, m[j]);
+                for (int j = 0; j < got; j++) len += py_utf8_put(out + len, m[j]);
             }
         }
         free(cps);
@@ -122,7 +122,7 @@ size_t py_case(const char *s, size_t n, PyCase mode, char *out) {
             got = p & CASE_UPPER ? lower_at(cps, count, i, m)
                 : p & CASE_LOWER ? mapped(case_upper, case_upper_len, cps[i], m) : (m[0] = cps[i], 1);
         }
-        for (int j = 0; j < got; j++) len += put_utf8(out + len, m[j]);
+        for (int j = 0; j < got; j++) len += py_utf8_put(out + len, m[j]);
     }
     free(cps);
     return len;

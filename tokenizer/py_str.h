@@ -13,6 +13,10 @@
 /* The code point at s[*k] (of n bytes), *k moved past it. */
 uint32_t py_utf8_next(const char *s, size_t n, size_t *k);
 
+/* Code point cp as UTF-8 at out (up to 4 bytes; a stray byte py_utf8_next gave, as that byte): its
+ * length. */
+size_t py_utf8_put(char *out, uint32_t cp);
+
 /* str.isspace() of one character (white space and the four information separators). */
 int py_isspace(uint32_t cp);
 
