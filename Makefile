@@ -63,7 +63,7 @@ GPU_TEST_OBJ := $(patsubst %.cu,$(CUDA_BUILD)/%.cu.o,$(GPU_TEST_SRC))
 .PHONY: all test test-gpu bench data clean deps compare FORCE
 .DEFAULT_GOAL := train
 all: train $(BUILD)/run_tests $(BUILD)/run_gpu_tests $(BUILD)/bench_output_layer $(BUILD)/bench_kernels \
-     $(BUILD)/lt_algo_probe $(BUILD)/bench_gemm_sm90 $(BUILD)/bench_nccl_copy_engine $(BUILD)/kernel_trace.so \
+     $(BUILD)/lt_algo_probe $(BUILD)/bench_gemm_sm90 $(BUILD)/bench_gemm_gated_sm90 $(BUILD)/bench_nccl_copy_engine $(BUILD)/kernel_trace.so \
      $(BUILD)/bench_sample
 
 # Under SANITIZE=1 the tests run a sanitized trainer, $(BUILD)/train; ./train is never sanitized.
@@ -125,6 +125,11 @@ $(BUILD)/bench_kernels: $(CUDA_BUILD)/dev/bench/bench_kernels.cu.o $(KERNEL_OBJ)
 # our Hopper GEMM for the fused output layer's dW and dH products, checked against cuBLAS and timed
 # beside it (dev/bench/gemm_sm90.cu; header-only kernels/ helpers, no kernel objects)
 $(BUILD)/bench_gemm_sm90: $(CUDA_BUILD)/dev/bench/gemm_sm90.cu.o
+	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
+
+# the gated MLP's products with the activation in their epilogues, beside the trainer's cuBLASLt
+# product and kernels/swiglu.cu pass (dev/bench/gemm_gated_sm90.cu)
+$(BUILD)/bench_gemm_gated_sm90: $(CUDA_BUILD)/dev/bench/gemm_gated_sm90.cu.o $(KERNEL_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
 
 # NCCL's kernel-driven exchanges against its copy-engine ones, alone and beside GEMMs (two GPUs or more)
