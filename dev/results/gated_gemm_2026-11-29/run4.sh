@@ -1,0 +1,10 @@
+#!/bin/bash
+# The epilogue by three epilogue warps from a staged bf16 tile (dev/bench/gemm_gated_sm90.cu), against
+# the trainer's path; build/tmp/gg_batch<n>: the backward's epilogue with n items' loads in flight
+# (the default is 8).
+set -u
+OUT=${OUT:-out}; mkdir -p "$OUT"
+./build/bench_gemm_gated_sm90 2>&1 | tee "$OUT/staged.txt" | grep -vE '^  |^check' 
+./build/bench_gemm_gated_sm90 --cluster 1 2>&1 | tail -5 | tee "$OUT/staged_cluster1.txt"
+for b in gg_batch4 gg_batch16; do echo "== $b"; ./build/tmp/$b 2>&1 | tail -5 | tee "$OUT/staged_$b.txt"; done
+echo "== again, default"; ./build/bench_gemm_gated_sm90 2>&1 | tail -5 | tee "$OUT/staged_again.txt"
