@@ -1,5 +1,6 @@
 #!/bin/bash
-# The gated MLP's products with the activation in their epilogues (dev/bench/gemm_gated_sm90.cu)
+# The gated MLP's products with the activation in the consumers' epilogue (dev/bench/gemm_gated_sm90.cu
+# at commit 774b2f4)
 # against the trainer's cuBLASLt product + kernels/swiglu.cu pass. Binaries built beside the tree:
 # build/bench_gemm_gated_sm90 (8 blocks of g, u a batch, the next batch in flight) and variants in
 # build/tmp/gg_b<batch>_d<double>.
