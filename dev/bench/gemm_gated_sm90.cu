@@ -64,8 +64,13 @@
 #define GG_STAGE_BYTES (GG_A_BYTES + GG_B_BYTES)
 #define GG_STAGING_BYTES (GG_BM * GG_BN * 2) /* a tile in bf16, rows of 512 bytes */
 #define GG_CONSUMERS 256
-#define GG_EPILOGUE_WARPS 3
-#define GG_THREADS (GG_CONSUMERS + 32 + 32 * GG_EPILOGUE_WARPS)
+#ifndef GG_INLINE_ISSUE
+#define GG_INLINE_ISSUE 1 /* consumer thread 0 issues the copies, so a fourth warp can drain */
+#endif
+/* ptxas allocates registers for threads in whole warpgroups: 384 threads leave 168 a thread, 512
+ * only 128, too few beside 128 accumulators; so one warpgroup besides the consumers */
+#define GG_EPILOGUE_WARPS (GG_INLINE_ISSUE ? 4 : 3)
+#define GG_THREADS (GG_CONSUMERS + 128)
 #define GG_BARRIERS (2 * GG_STAGES + 2)
 #define GG_SMEM (GG_STAGES * GG_STAGE_BYTES + GG_STAGING_BYTES + 1024 + 8 * GG_BARRIERS)
 #define GG_GROUP 8
@@ -241,6 +246,48 @@ __device__ __forceinline__ void gg_drain_backward(const GatedArgs &a, const unsi
     }
 }
 
+/* The copy issuer's place in the CTA's (unit, k block) sequence. */
+struct GgIssuer {
+    uint32_t u, stage, phase, fills;
+    int kb, tn;
+    int64_t m0;
+};
+
+/* Issues the next stage's copies (after waiting for its slot to be released), or returns false when
+ * the CTA's units are all issued. */
+template <int MODE, int CL>
+__device__ __forceinline__ bool gg_issue(const GatedArgs &a, const CUtensorMap *tm_a, const CUtensorMap *tm_b,
+                                         uint32_t ring, uint32_t full_bar, uint32_t empty_bar, uint32_t rank,
+                                         uint32_t nclusters, GgIssuer &p) {
+    if (p.u >= a.units) return false;
+    if (p.kb == 0) gg_unit(a, p.u, CL, rank, &p.m0, &p.tn);
+    if (p.fills >= GG_STAGES) gg_wait(empty_bar + 8 * p.stage, p.phase ^ 1);
+    const uint32_t fb = full_bar + 8 * p.stage, sa = ring + p.stage * GG_STAGE_BYTES, sb = sa + GG_A_BYTES;
+    mbar_expect_tx(fb, GG_STAGE_BYTES);
+    const int k0 = p.kb * GG_BK;
+    tma_load_2d(sa, tm_a, k0, (int)p.m0, fb);
+    if (MODE == GG_FORWARD) {
+        /* box 0: gate rows f0.., box 1: up rows F + f0.. */
+#pragma unroll
+        for (int b = (int)rank * (2 / CL); b < ((int)rank + 1) * (2 / CL); b++) {
+            const int wrow = b * a.F + p.tn * 128;
+            if (CL > 1) tma_load_2d_multicast(sb + b * 2 * GG_PANEL_BYTES, tm_b, k0, wrow, fb, 3);
+            else tma_load_2d(sb + b * 2 * GG_PANEL_BYTES, tm_b, k0, wrow, fb);
+        }
+    } else {
+#pragma unroll
+        for (int q = (int)rank * (4 / CL); q < ((int)rank + 1) * (4 / CL); q++) {
+            const int c0 = p.tn * GG_BN + 64 * q;
+            if (CL > 1) tma_load_2d_multicast(sb + q * GG_PANEL_BYTES, tm_b, c0, k0, fb, 3);
+            else tma_load_2d(sb + q * GG_PANEL_BYTES, tm_b, c0, k0, fb);
+        }
+    }
+    p.fills++;
+    if (++p.stage == GG_STAGES) p.stage = 0, p.phase ^= 1;
+    if (++p.kb == a.kbs) p.kb = 0, p.u += nclusters;
+    return true;
+}
+
 /* MODE: GG_FORWARD (A = X [N x C], B = Wfc [2F x C], both K-major) or GG_BACKWARD (A = dY [N x C]
  * K-major, B = Wproj [C x F] MN-major). tm_a: boxes {64 k, 128 rows}; tm_b: forward {64 k, 128
  * rows of Wfc}, backward {64 columns of F, 64 k}. Warps 0-7 multiply, warp 8's lane 0 copies,
@@ -273,43 +320,15 @@ __global__ void __launch_bounds__(GG_THREADS, 1)
     if (CL > 1) cluster_sync_all();
     else __syncthreads();
 
-    if (warp == GG_CONSUMERS / 32) {
-        if (lane == 0) {
-            uint32_t stage = 0, phase = 0, fills = 0;
-            for (uint32_t u = cluster; u < a.units; u += nclusters) {
-                int64_t m0;
-                int tn;
-                gg_unit(a, u, CL, rank, &m0, &tn);
-                for (int kb = 0; kb < a.kbs; kb++) {
-                    if (fills >= GG_STAGES) gg_wait(empty_bar + 8 * stage, phase ^ 1);
-                    const uint32_t fb = full_bar + 8 * stage, sa = ring + stage * GG_STAGE_BYTES, sb = sa + GG_A_BYTES;
-                    mbar_expect_tx(fb, GG_STAGE_BYTES);
-                    const int k0 = kb * GG_BK;
-                    tma_load_2d(sa, &tm_a, k0, (int)m0, fb);
-                    if (MODE == GG_FORWARD) {
-                        /* box 0: gate rows f0.., box 1: up rows F + f0.. */
-#pragma unroll
-                        for (int b = (int)rank * (2 / CL); b < ((int)rank + 1) * (2 / CL); b++) {
-                            const int wrow = b * a.F + tn * 128;
-                            if (CL > 1) tma_load_2d_multicast(sb + b * 2 * GG_PANEL_BYTES, &tm_b, k0, wrow, fb, 3);
-                            else tma_load_2d(sb + b * 2 * GG_PANEL_BYTES, &tm_b, k0, wrow, fb);
-                        }
-                    } else {
-#pragma unroll
-                        for (int p = (int)rank * (4 / CL); p < ((int)rank + 1) * (4 / CL); p++) {
-                            const int c0 = tn * GG_BN + 64 * p;
-                            if (CL > 1) tma_load_2d_multicast(sb + p * GG_PANEL_BYTES, &tm_b, c0, k0, fb, 3);
-                            else tma_load_2d(sb + p * GG_PANEL_BYTES, &tm_b, c0, k0, fb);
-                        }
-                    }
-                    fills++;
-                    if (++stage == GG_STAGES) stage = 0, phase ^= 1;
-                }
+    GgIssuer issuer = {cluster, 0, 0, 0, 0, 0, 0};
+    const int first_drain_warp = GG_CONSUMERS / 32 + (GG_INLINE_ISSUE ? 0 : 1);
+    if (!GG_INLINE_ISSUE && warp == GG_CONSUMERS / 32) {
+        if (lane == 0)
+            while (gg_issue<MODE, CL>(a, &tm_a, &tm_b, ring, full_bar, empty_bar, rank, nclusters, issuer)) {
             }
-        }
         __syncwarp();
-    } else if (warp > GG_CONSUMERS / 32) {
-        const int t = threadIdx.x - (GG_CONSUMERS + 32);
+    } else if (warp >= first_drain_warp) {
+        const int t = threadIdx.x - 32 * first_drain_warp;
         uint32_t j = 0;
         for (uint32_t u = cluster; u < a.units; u += nclusters, j++) {
             int64_t m0;
@@ -336,6 +355,11 @@ __global__ void __launch_bounds__(GG_THREADS, 1)
                 }
             }
         };
+        /* inline: GG_STAGES - 1 stages ahead; each iteration then refills the slot its previous one
+         * read, once every warp of the cluster released it */
+        if (GG_INLINE_ISSUE && threadIdx.x == 0)
+            for (int s = 0; s < GG_STAGES - 1; s++)
+                gg_issue<MODE, CL>(a, &tm_a, &tm_b, ring, full_bar, empty_bar, rank, nclusters, issuer);
         float acc[128];
         for (uint32_t u = cluster; u < a.units; u += nclusters, j++) {
             uint32_t prev = 0;
@@ -356,6 +380,8 @@ __global__ void __launch_bounds__(GG_THREADS, 1)
                 wgmma_commit();
                 wgmma_wait<1>();
                 if (kb > 0) release(prev);
+                if (GG_INLINE_ISSUE && threadIdx.x == 0)
+                    gg_issue<MODE, CL>(a, &tm_a, &tm_b, ring, full_bar, empty_bar, rank, nclusters, issuer);
                 prev = stage;
                 if (++stage == GG_STAGES) stage = 0, phase ^= 1;
             }
