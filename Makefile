@@ -127,8 +127,8 @@ $(BUILD)/bench_kernels: $(CUDA_BUILD)/dev/bench/bench_kernels.cu.o $(KERNEL_OBJ)
 $(BUILD)/bench_gemm_sm90: $(CUDA_BUILD)/dev/bench/gemm_sm90.cu.o
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
 
-# the gated MLP's products with the activation in their epilogues, beside the trainer's cuBLASLt
-# product and kernels/swiglu.cu pass (dev/bench/gemm_gated_sm90.cu)
+# the gated MLP's products with SwiGLU in their epilogues (kernels/gated_mlp.cu), beside cuBLASLt's
+# product and kernels/swiglu.cu's pass (dev/bench/gemm_gated_sm90.cu)
 $(BUILD)/bench_gemm_gated_sm90: $(CUDA_BUILD)/dev/bench/gemm_gated_sm90.cu.o $(KERNEL_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
 

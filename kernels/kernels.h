@@ -189,6 +189,20 @@ void gated_forward(kbf16 *out, const kbf16 *inp, size_t N, int F, GatedAct act, 
 void gated_backward(kbf16 *dinp, kbf16 *out, const kbf16 *dout, const kbf16 *inp, size_t N, int F, GatedAct act,
                     cudaStream_t stream);
 
+/* ---- gated_mlp.cu: the gated MLP's products with SwiGLU in their epilogues (Hopper) --------- */
+/* Whether the two launchers below take this MLP: SwiGLU, F % 128 == 0, C % 8 == 0 (else
+ * matmul_forward + gated_forward, matmul_backward + gated_backward). */
+int gated_mlp_fused(int C, int F, GatedAct act);
+/* gu [N, 2F] (=) x [N, C]·wfc [2F, C]^T in bf16 (gate rows then up rows, as matmul_forward's), and out
+ * [N, F] (=) silu(gate)·up: gated_forward's values. */
+void gated_mlp_forward(kbf16 *gu, kbf16 *out, const kbf16 *x, const kbf16 *wfc, size_t N, int C, int F,
+                       cudaStream_t stream);
+/* dgu [N, 2F] (=) gated_backward's gradient and out [N, F] (=) the product, from the down projection's
+ * input gradient dout [N, C]·wproj [C, F] (rounded to bf16 as matmul_backward's, never stored) and
+ * gu [N, 2F]. */
+void gated_mlp_backward(kbf16 *dgu, kbf16 *out, const kbf16 *dout, const kbf16 *wproj, const kbf16 *gu, size_t N,
+                        int C, int F, cudaStream_t stream);
+
 /* ---- matmul.cu: cuBLASLt, plans and heuristics cached per shape ------------------------- */
 /* out[N,OC] = inp[N,C]·weight[OC,C]^T (+ bias[OC] when bias != NULL)   (=).
  * When pre_gelu != NULL the GELU epilogue is fused: pre_gelu = inp·W^T + bias, out = gelu(pre_gelu). */

@@ -7,22 +7,12 @@
  *   thread per column. FLOPs ~10 per output (forward), ~20 (backward); bytes N·F·2·3 forward,
  *   N·F·2·5 backward, N·F·2·6 when the backward also re-forms the product (memory bound): a
  *   backward that needs the product for down_proj's weight gradient gets it from the pass that
- *   reads gate and up anyway, instead of a forward pass that reads them again. */
+ *   reads gate and up anyway, instead of a forward pass that reads them again.
+ * On Hopper the families' SwiGLU runs inside the products instead (kernels/gated_mlp.cu, the same
+ * activation from kernels/gated_act.cuh); this pass takes GeGLU and widths those products do not. */
+#include "kernels/gated_act.cuh"
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
-
-__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
-
-__device__ __forceinline__ float silu_grad_f(float x) {
-    float sig = 1.0f / (1.0f + expf(-x));
-    return sig * (1.0f + x * (1.0f - sig));
-}
-
-__device__ __forceinline__ float gated_act(float x, int act) { return act == GATED_SILU ? silu_f(x) : gelu_f(x); }
-
-__device__ __forceinline__ float gated_act_grad(float x, int act) {
-    return act == GATED_SILU ? silu_grad_f(x) : gelu_grad_f(x);
-}
 
 /* V adjacent columns of one token: V = 8 (F % 8 == 0) or 1. */
 template <int V>

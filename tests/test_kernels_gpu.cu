@@ -1978,6 +1978,94 @@ static void gated_case(int N, int F, int gelu) {
     dfree_all();
 }
 
+/* The gated MLP's products with SwiGLU in their epilogues (kernels/gated_mlp.cu) against the CPU
+ * reference: the product rounded to bf16, then glu_forward_cpu / glu_backward_cpu on it, as the
+ * separate path computes them; against that path on the GPU (the same activation: only a cuBLAS
+ * product summed in another order may differ); reruns bitwise equal. */
+static void gated_mlp_case(int N, int C, int F) {
+    char what[128];
+    const size_t nc = (size_t)N * C, nf = (size_t)N * F, ngu = 2 * nf, nw = (size_t)C * F;
+    float *x = hmalloc(nc), *wfc = hmalloc(2 * nw), *dy = hmalloc(nc), *wproj = hmalloc(nw), *gu_in = hmalloc(ngu);
+    fill_normal(x, nc, 1.0f);
+    fill_normal(wfc, 2 * nw, 1.5f / sqrtf((float)C));
+    fill_normal(dy, nc, 1.0f);
+    fill_normal(wproj, nw, 1.0f / sqrtf((float)C));
+    fill_normal(gu_in, ngu, 2.0f);
+    round_bf16(x, nc), round_bf16(wfc, 2 * nw), round_bf16(dy, nc), round_bf16(wproj, nw), round_bf16(gu_in, ngu);
+
+    /* forward: GU = x wfc^T in bf16, H from it */
+    float *gu_ref = hmalloc(ngu), *h_ref = hmalloc(nf);
+    matmul_forward_cpu(gu_ref, x, wfc, NULL, N, C, 2 * F);
+    round_bf16(gu_ref, ngu);
+    glu_forward_cpu(h_ref, gu_ref, N, F, GLU_SILU);
+    /* backward: D = dy wproj in bf16 (wproj [C, F]: the product's weight of OC = C rows), then the
+     * activation's gradient and product from gu_in */
+    float *d_ref = hmalloc(nf), *dgu_ref = hmalloc(ngu), *hb_ref = hmalloc(nf), *dw_unused = hmalloc(nw),
+          *db_unused = hmalloc(C);
+    memset(d_ref, 0, nf * 4), memset(dw_unused, 0, nw * 4), memset(dgu_ref, 0, ngu * 4);
+    matmul_backward_cpu(d_ref, dw_unused, db_unused, dy, gu_in /* its weight gradient reads any N x F */, wproj, N, F,
+                        C);
+    round_bf16(d_ref, nf);
+    glu_backward_cpu(dgu_ref, d_ref, gu_in, N, F, GLU_SILU);
+    glu_forward_cpu(hb_ref, gu_in, N, F, GLU_SILU);
+
+    bf16 *d_x = up_bf16(x, nc), *d_wfc = up_bf16(wfc, 2 * nw), *d_dy = up_bf16(dy, nc), *d_wproj = up_bf16(wproj, nw),
+         *d_gu_in = up_bf16(gu_in, ngu);
+    bf16 *d_gu[2], *d_h[2], *d_dgu[2], *d_hb[2];
+    for (int run = 0; run < 2; run++) {
+        d_gu[run] = (bf16 *)dalloc(ngu * 2), d_h[run] = (bf16 *)dalloc(nf * 2);
+        d_dgu[run] = (bf16 *)dalloc(ngu * 2), d_hb[run] = (bf16 *)dalloc(nf * 2);
+        poison(d_gu[run], ngu * 2), poison(d_h[run], nf * 2), poison(d_dgu[run], ngu * 2), poison(d_hb[run], nf * 2);
+        gated_mlp_forward(d_gu[run], d_h[run], d_x, d_wfc, N, C, F, 0);
+        gated_mlp_backward(d_dgu[run], d_hb[run], d_dy, d_wproj, d_gu_in, N, C, F, 0);
+    }
+    /* the separate path */
+    bf16 *s_gu = (bf16 *)dalloc(ngu * 2), *s_h = (bf16 *)dalloc(nf * 2), *s_d = (bf16 *)dalloc(nf * 2),
+         *s_dgu = (bf16 *)dalloc(ngu * 2), *s_hb = (bf16 *)dalloc(nf * 2);
+    matmul_forward(s_gu, NULL, d_x, d_wfc, NULL, N, C, 2 * F, 0);
+    gated_forward(s_h, s_gu, N, F, GATED_SILU, 0);
+    matmul_backward(s_d, NULL, NULL, NULL, d_dy, NULL, d_wproj, NULL, N, F, C, 0);
+    gated_backward(s_dgu, s_hb, s_d, d_gu_in, N, F, GATED_SILU, 0);
+    dsync();
+
+    struct {
+        const char *name;
+        bf16 *const *got;
+        bf16 *sep;
+        const float *ref;
+        size_t n;
+    } outs[] = {{"GU", d_gu, s_gu, gu_ref, ngu}, {"H", d_h, s_h, h_ref, nf},
+                {"dGU", d_dgu, s_dgu, dgu_ref, ngu}, {"backward H", d_hb, s_hb, hb_ref, nf}};
+    for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o++) {
+        float *g0 = hmalloc(outs[o].n), *g1 = hmalloc(outs[o].n), *sep = hmalloc(outs[o].n);
+        down_bf16(g0, outs[o].got[0], outs[o].n);
+        down_bf16(g1, outs[o].got[1], outs[o].n);
+        down_bf16(sep, outs[o].sep, outs[o].n);
+        snprintf(what, sizeof what, "gated MLP products N=%d C=%d F=%d: %s", N, C, F, outs[o].name);
+        CHECK_REL(rel_l2(g0, outs[o].ref, outs[o].n), 1e-2, what);
+        /* a product summed in another order moves a value by at most a bf16 step */
+        CHECK(rel_l2(g0, sep, outs[o].n) < 4e-3, "%s: %.2e from the separate path", what, rel_l2(g0, sep, outs[o].n));
+        CHECK(same_bytes(g0, g1, outs[o].n * 4), "%s: a second run differs", what);
+        free(g0), free(g1), free(sep);
+    }
+    free(x), free(wfc), free(dy), free(wproj), free(gu_in), free(gu_ref), free(h_ref), free(d_ref), free(dgu_ref);
+    free(hb_ref), free(dw_unused), free(db_unused);
+    dfree_all();
+}
+
+TEST(kernels_gated_mlp_products_carry_swiglu_and_match_cpu_and_the_separate_path) {
+    seed_fresh();
+    CHECK(gated_mlp_fused(1024, 3072, GATED_SILU), "Qwen3-0.6B's MLP should take the fused products");
+    CHECK(!gated_mlp_fused(1024, 3000, GATED_SILU) && !gated_mlp_fused(640, 2048, GATED_GELU_TANH) &&
+              !gated_mlp_fused(1020, 3072, GATED_SILU),
+          "F off 128, GeGLU or C off 8 must take the separate path");
+    gated_mlp_case(1, 64, 128);      /* one row: one cluster, its second CTA's rows all past N */
+    gated_mlp_case(37, 200, 384);    /* C off the k blocks; F off the backward's 256 columns */
+    gated_mlp_case(300, 1024, 256);  /* more tiles than a cluster's share: the ring and staging wrap */
+    gated_mlp_case(129, 2056, 640);  /* C past 1024: the backward's producer warp */
+    gated_mlp_case(1000, 640, 2048); /* Gemma-3-270M's widths, over a thousand rows */
+}
+
 TEST(kernels_swiglu_and_geglu_take_gate_then_up_match_cpu_and_the_backward_reforms_the_forwards_product) {
     seed_fresh();
     gated_case(1, 1, 0);

@@ -429,8 +429,13 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
                                   P(ROLE_ATTPROJ_W), P(ROLE_ATTPOST_W), N, (int)w.AW);
         residual_rmsnorm_forward(a->residual2 + r * C, a->ln2 + r * C, a->ln2_rstd + r, residual_in,
                                  cb->attproj + r * C, P(ROLE_LN2_W), N, C, eps, one_plus_w, s);
-        matmul_forward(a->fch_pre + r * w.FW, NULL, a->ln2 + r * C, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
-        gated_forward(a->fch_gelu + r * w.F, a->fch_pre + r * w.FW, (size_t)N, (int)w.F, act, s);
+        if (gated_mlp_fused(C, (int)w.F, act)) {
+            gated_mlp_forward(a->fch_pre + r * w.FW, a->fch_gelu + r * w.F, a->ln2 + r * C, P(ROLE_FC_W), (size_t)N, C,
+                              (int)w.F, s);
+        } else {
+            matmul_forward(a->fch_pre + r * w.FW, NULL, a->ln2 + r * C, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
+            gated_forward(a->fch_gelu + r * w.F, a->fch_pre + r * w.FW, (size_t)N, (int)w.F, act, s);
+        }
         branch_projection_forward(cb, cb->fcproj, a->fcproj, a->mlppost_rstd, r, a->fch_gelu + r * w.F,
                                   P(ROLE_FCPROJ_W), P(ROLE_MLPPOST_W), N, (int)w.F);
 #undef P
@@ -640,8 +645,12 @@ static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
         if (cb->recompute_gelu == 2)
             matmul_forward(a->fch_pre, NULL, a->ln2, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
         const kbf16 *dfcproj = branch_projection_grad(cb, g.mlppostw, a->fcproj, P(ROLE_MLPPOST_W), a->mlppost_rstd, N);
-        matmul_backward(cb->dact, NULL, NULL, NULL, dfcproj, NULL, P(ROLE_FCPROJ_W), NULL, N, (int)w.F, C, s);
-        gated_backward(cb->dfch, a->fch_gelu, cb->dact, a->fch_pre, (size_t)N, (int)w.F, act, s);
+        if (gated_mlp_fused(C, (int)w.F, act)) {
+            gated_mlp_backward(cb->dfch, a->fch_gelu, dfcproj, P(ROLE_FCPROJ_W), a->fch_pre, (size_t)N, C, (int)w.F, s);
+        } else {
+            matmul_backward(cb->dact, NULL, NULL, NULL, dfcproj, NULL, P(ROLE_FCPROJ_W), NULL, N, (int)w.F, C, s);
+            gated_backward(cb->dfch, a->fch_gelu, cb->dact, a->fch_pre, (size_t)N, (int)w.F, act, s);
+        }
         matmul_backward(NULL, g.fcprojw, NULL, NULL, dfcproj, a->fch_gelu, NULL, NULL, N, (int)w.F, C, s);
         matmul_backward(cb->dln, g.fcw, NULL, NULL, cb->dfch, a->ln2, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
         rmsnorm_backward(cb->dres, g.ln2w, cb->scratch, cb->dln, a->residual2, P(ROLE_LN2_W), a->ln2_rstd, N, C,
