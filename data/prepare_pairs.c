@@ -172,38 +172,6 @@ static int append_example(PairIds *p, const uint32_t *ids, size_t n, size_t mask
     return 0;
 }
 
-/* messages as apply_chat_template hands them to the template: each message's keys whose value is
- * null left out (as datasets fill keys a line lacks). The original when none is; else a copy into
- * *copy, whose arrays free_copy frees. */
-static const JsonValue *without_nulls(const JsonValue *messages, JsonValue *copy) {
-    int any = 0;
-    for (size_t k = 0; k < messages->len; k++)
-        for (size_t j = 0; messages->items[k].type == JSON_OBJECT && j < messages->items[k].len; j++)
-            any |= messages->items[k].members[j].value.type == JSON_NULL;
-    *copy = (JsonValue){.type = JSON_ARRAY};
-    if (!any) return messages;
-    copy->items = calloc(messages->len + 1, sizeof *copy->items);
-    if (!copy->items) return NULL;
-    copy->len = messages->len;
-    for (size_t k = 0; k < messages->len; k++) {
-        const JsonValue *m = &messages->items[k];
-        copy->items[k] = *m;
-        if (m->type != JSON_OBJECT) continue;
-        JsonMember *kept = calloc(m->len + 1, sizeof *kept);
-        copy->items[k].members = kept, copy->items[k].len = 0;
-        if (!kept) return NULL;
-        for (size_t j = 0; j < m->len; j++)
-            if (m->members[j].value.type != JSON_NULL) kept[copy->items[k].len++] = m->members[j];
-    }
-    return copy;
-}
-
-static void free_copy(JsonValue *copy) {
-    for (size_t k = 0; copy->items && k < copy->len; k++)
-        if (copy->items[k].type == JSON_OBJECT) free(copy->items[k].members);
-    free(copy->items);
-}
-
 /* Which of ids (encoding text) are targets under --assistant-only-loss: those that overlap a span of
  * {% generation %} text, as transformers' return_assistant_tokens_mask finds them (*targets
  * malloc'ed). 0, or -1 + message. */
@@ -301,11 +269,11 @@ static int render_ids(Chat *c, const JsonValue *line, const JsonValue *messages,
     size_t len = 0, n_spans = 0;
     ChatTemplateSpan *spans = NULL;
     JsonValue copy;
-    const JsonValue *given = without_nulls(messages, &copy);
+    const JsonValue *given = chat_messages_without_nulls(messages, &copy);
     char *text = given ? chat_template_render_marked(c->m.template, given, generation_prompt, vars, nv, &len,
                                                      targets ? &spans : NULL, &n_spans, terr)
                        : (snprintf(terr, sizeof terr, "out of memory"), NULL);
-    free_copy(&copy);
+    chat_messages_copy_free(&copy);
     json_free(parsed_tools);
     if (!text) {
         fgpt_set_err(err, "%s: the chat template does not render it: %s", where, terr);
@@ -326,14 +294,6 @@ static int render_ids(Chat *c, const JsonValue *line, const JsonValue *messages,
     free(spans);
     free(text);
     return rc;
-}
-
-/* Whether v is a list of message objects, each with a "role" string. */
-static int is_messages(const JsonValue *v) {
-    if (!v || v->type != JSON_ARRAY) return 0;
-    for (size_t k = 0; k < v->len; k++)
-        if (v->items[k].type != JSON_OBJECT || !json_string(json_get(&v->items[k], "role"))) return 0;
-    return 1;
 }
 
 /* One line of a conversational format: prompt and completion messages, or messages alone. */
@@ -486,14 +446,14 @@ static int conversational(const JsonValue *v, const char *path, size_t line, int
     const JsonValue *messages = json_get(v, "messages");
     *rc = 0;
     if (messages && !prompt) {
-        if (is_messages(messages)) return 1;
+        if (chat_is_messages(messages)) return 1;
         fgpt_set_err(err, "%s line %zu: \"messages\" is not a list of {\"role\", \"content\"} messages", path, line);
         *rc = -1;
         return 1;
     }
     const int listed = (prompt && prompt->type == JSON_ARRAY) + (completion && completion->type == JSON_ARRAY);
     if (!listed) return 0;
-    if (listed == 2 && is_messages(prompt) && is_messages(completion)) return 1;
+    if (listed == 2 && chat_is_messages(prompt) && chat_is_messages(completion)) return 1;
     fgpt_set_err(err, "%s line %zu: give \"prompt\" and \"completion\" both as strings, or both as lists of "
                  "{\"role\", \"content\"} messages", path, line);
     *rc = -1;
@@ -534,8 +494,8 @@ static int read_pairs(const char *path, const Tokenizer *tok, char **eos, int *e
                              line, json_type_name(v->type));
             else if (convert_to_chatml(v, err) != 0)
                 rc = -1;
-            else if (chat->opt->assistant_only_loss && !is_messages(json_get(v, "messages")) &&
-                     !is_messages(json_get(v, "prompt"))) { /* as TRL refuses such a dataset */
+            else if (chat->opt->assistant_only_loss && !chat_is_messages(json_get(v, "messages")) &&
+                     !chat_is_messages(json_get(v, "prompt"))) { /* as TRL refuses such a dataset */
                 fgpt_set_err(err, "%s line %zu is no conversation, and --assistant-only-loss takes conversations only "
                              "(give its lines as messages, or drop the flag)", path, line);
                 prompt = completion = v;

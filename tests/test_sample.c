@@ -613,6 +613,85 @@ TEST(sample_chat_renders_the_message_with_the_checkpoints_chat_template) {
     free(out);
 }
 
+/* --system puts a system turn before --chat's; --messages renders a whole conversation from a file
+ * (null-valued keys left out, as apply_chat_template leaves them), and the same turns give the same
+ * prompt either way. Mixed with --prompt or --chat, or a file that is no list of messages: refused,
+ * naming the flag. */
+TEST(sample_system_turn_and_messages_file_render_the_whole_conversation) {
+    char dir[800], path[900], run[800], args[1600], msgs[900];
+    snprintf(dir, sizeof dir, "%s/conv_model", test_tmpdir());
+    snprintf(run, sizeof run, "%s/conv_run", test_tmpdir());
+    REQUIRE(mkdir(dir, 0755) == 0, "%s", dir);
+    snprintf(args, sizeof args, "cp tests/fixtures/hf_llama3_bos.json %s/tokenizer.json", dir);
+    REQUIRE(system(args) == 0, "%s", args);
+    const char *config = "{\"bos_token\": \"<|begin_of_text|>\", \"eos_token\": \"<|end_of_text|>\"}";
+    /* a message's "name" shows only where the key is there: null must drop it */
+    const char *tpl = "{{ bos_token }}{% for m in messages %}<{{ m.role }}{% if 'name' in m %} {{ m.name }}{% endif %}>"
+                      "{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}";
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f && fputs(config, f) >= 0 && fclose(f) == 0, "%s", path);
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    f = fopen(path, "w");
+    REQUIRE(f && fputs(tpl, f) >= 0 && fclose(f) == 0, "%s", path);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    train_tiny_run(run, path);
+    char *out = NULL, *out2 = NULL;
+    snprintf(args, sizeof args, "sample -o %s --device cpu --system 'Be brief.' --chat 'Hello there' -G 4 "
+                                "--temperature 0 --ids", run);
+    int rc = run_train(args, &out);
+    const char *two = "<|begin_of_text|><system>Be brief.<user>Hello there<assistant>";
+    CHECK(rc == 0 && out && !strncmp(out, two, strlen(two)), "(%d) %s", rc, out ? out : "");
+    snprintf(msgs, sizeof msgs, "%s/two.json", test_tmpdir());
+    f = fopen(msgs, "w");
+    REQUIRE(f && fputs("[{\"role\": \"system\", \"content\": \"Be brief.\", \"name\": null},\n"
+                       " {\"role\": \"user\", \"content\": \"Hello there\"}]\n", f) >= 0 && fclose(f) == 0, "%s", msgs);
+    snprintf(args, sizeof args, "sample -o %s --device cpu --messages %s -G 4 --temperature 0 --ids", run, msgs);
+    rc = run_train(args, &out2);
+    CHECK(rc == 0 && out && out2 && !strcmp(out, out2), "--messages of the same turns: (%d) %s", rc, out2 ? out2 : "");
+    free(out), free(out2);
+    /* several turns, a name kept */
+    snprintf(msgs, sizeof msgs, "%s/four.json", test_tmpdir());
+    f = fopen(msgs, "w");
+    REQUIRE(f && fputs("[{\"role\": \"user\", \"content\": \"Hi\", \"name\": \"ann\"}, {\"role\": \"assistant\", "
+                       "\"content\": \"Hello!\"}, {\"role\": \"user\", \"content\": \"More?\"}]", f) >= 0 &&
+                fclose(f) == 0, "%s", msgs);
+    snprintf(args, sizeof args, "sample -o %s --device cpu --messages %s -G 4 --temperature 0", run, msgs);
+    rc = run_train(args, &out);
+    const char *four = "<|begin_of_text|><user ann>Hi<assistant>Hello!<user>More?<assistant>";
+    CHECK(rc == 0 && out && !strncmp(out, four, strlen(four)), "(%d) %s", rc, out ? out : "");
+    free(out);
+    struct {
+        const char *flags, *want;
+        int rc;
+    } refused[] = {
+        {"--system hi", "--system goes with --chat", 2},
+        {"--chat hi --messages x.json", "--messages holds the whole conversation", 2},
+        {"--messages x.json --prompt hi", "--messages is a prompt of its own", 2},
+        {"--messages x.json --system hi", "with --messages, put the system turn in the file", 2},
+        {"--messages /nonexistent/m.json", "--messages: cannot open /nonexistent/m.json", 1},
+    };
+    for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
+        snprintf(args, sizeof args, "sample -o %s --device cpu %s", run, refused[k].flags);
+        rc = run_train(args, &out);
+        CHECK(rc == refused[k].rc && out && strstr(out, refused[k].want), "%s: (%d) %s", refused[k].flags, rc,
+              out ? out : "");
+        free(out);
+    }
+    const char *not_lists[] = {"{\"role\": \"user\", \"content\": \"hi\"}", "[]", "[{\"content\": \"hi\"}]", "[1, 2"};
+    for (size_t k = 0; k < sizeof not_lists / sizeof not_lists[0]; k++) {
+        snprintf(msgs, sizeof msgs, "%s/bad%zu.json", test_tmpdir(), k);
+        f = fopen(msgs, "w");
+        REQUIRE(f && fputs(not_lists[k], f) >= 0 && fclose(f) == 0, "%s", msgs);
+        snprintf(args, sizeof args, "sample -o %s --device cpu --messages %s", run, msgs);
+        rc = run_train(args, &out);
+        CHECK(rc == 1 && out && strstr(out, "--messages: ") && strstr(out, msgs) &&
+                  (k == 3 || strstr(out, "is not a list of {\"role\", \"content\"} messages")),
+              "%s: (%d) %s", not_lists[k], rc, out ? out : "");
+        free(out);
+    }
+}
+
 /* A tokenizer whose post-processor opens each text with a token of its own (Llama 3's
  * <|begin_of_text|>) is exported with that token as bos and its separator as eos, as Meta's files
  * name them; transformers then reports the bos its encodings start with. */

@@ -105,3 +105,39 @@ void model_chat_free(ModelChat *c) {
     json_free(c->config);
     memset(c, 0, sizeof *c);
 }
+
+int chat_is_messages(const JsonValue *v) {
+    if (!v || v->type != JSON_ARRAY) return 0;
+    for (size_t k = 0; k < v->len; k++)
+        if (v->items[k].type != JSON_OBJECT || !json_string(json_get(&v->items[k], "role"))) return 0;
+    return 1;
+}
+
+const JsonValue *chat_messages_without_nulls(const JsonValue *messages, JsonValue *copy) {
+    int any = 0;
+    for (size_t k = 0; k < messages->len; k++)
+        for (size_t j = 0; messages->items[k].type == JSON_OBJECT && j < messages->items[k].len; j++)
+            any |= messages->items[k].members[j].value.type == JSON_NULL;
+    *copy = (JsonValue){.type = JSON_ARRAY};
+    if (!any) return messages;
+    copy->items = calloc(messages->len + 1, sizeof *copy->items);
+    if (!copy->items) return NULL;
+    copy->len = messages->len;
+    for (size_t k = 0; k < messages->len; k++) {
+        const JsonValue *m = &messages->items[k];
+        copy->items[k] = *m;
+        if (m->type != JSON_OBJECT) continue;
+        JsonMember *kept = calloc(m->len + 1, sizeof *kept);
+        copy->items[k].members = kept, copy->items[k].len = 0;
+        if (!kept) return NULL;
+        for (size_t j = 0; j < m->len; j++)
+            if (m->members[j].value.type != JSON_NULL) kept[copy->items[k].len++] = m->members[j];
+    }
+    return copy;
+}
+
+void chat_messages_copy_free(JsonValue *copy) {
+    for (size_t k = 0; copy->items && k < copy->len; k++)
+        if (copy->items[k].type == JSON_OBJECT) free(copy->items[k].members);
+    free(copy->items);
+}

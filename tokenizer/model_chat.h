@@ -2,7 +2,7 @@
  * finds it: tokenizer_config.json's chat_template (a string, or the one named "default" of a list),
  * else the chat_template.jinja beside the tokenizer.json; or a template file given instead. With it,
  * the special tokens the template sees (bos_token, eos_token, ... as transformers' special_tokens_map
- * passes them). */
+ * passes them). And the messages a template is given, as apply_chat_template hands them over. */
 #ifndef FUSEDGPT_MODEL_CHAT_H
 #define FUSEDGPT_MODEL_CHAT_H
 
@@ -30,5 +30,14 @@ typedef struct {
  * way. */
 int model_chat_load(ModelChat *c, const Tokenizer *tok, const char *template_file, char *err);
 void model_chat_free(ModelChat *c);
+
+/* Whether v is a list of message objects, each with a "role" string. */
+int chat_is_messages(const JsonValue *v);
+
+/* messages as apply_chat_template hands them to the template: each message's keys whose value is
+ * null left out (as datasets fill keys a line lacks). The original when none is; else a copy into
+ * *copy (NULL when out of memory), whose arrays chat_messages_copy_free frees (either way). */
+const JsonValue *chat_messages_without_nulls(const JsonValue *messages, JsonValue *copy);
+void chat_messages_copy_free(JsonValue *copy);
 
 #endif

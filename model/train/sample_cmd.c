@@ -18,6 +18,7 @@
 #include "common/err.h"
 #include "common/repeated_flags.h"
 #include "common/host_memory.h"
+#include "common/paths.h"
 #include "common/rng.h"
 #include "model/backend.h"
 #include "model/train/checkpoint.h"
@@ -28,7 +29,7 @@
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
-    const char *run, *checkpoint, *prompt, *chat, *tokenizer, *device;
+    const char *run, *checkpoint, *prompt, *chat, *system, *messages, *tokenizer, *device;
     int step, gen_tokens, top_k, print_ids;
     float temperature, top_p;
     unsigned long long seed;
@@ -48,6 +49,9 @@ static void usage(FILE *f) {
             "      --chat TEXT        a user's message, rendered by the model's chat template with the generation\n"
             "                         prompt (its tokenizer_config.json's or chat_template.jinja); the reply ends\n"
             "                         at the tokenizer's eos_token\n"
+            "      --system TEXT      with --chat: a system turn before the user's\n"
+            "      --messages FILE    instead of --chat: the conversation so far, a JSON list of {\"role\",\n"
+            "                         \"content\"} messages (system, user, assistant, ...), rendered the same way\n"
             "  -G, --gen-tokens N     tokens to generate (default 64); past the model's context (n_positions)\n"
             "                         the last half of the context is kept and run again from position 0\n"
             "      --temperature T    softmax temperature; 0 is greedy (default 1.0)\n"
@@ -79,6 +83,7 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
 /* The flags that take a value, so that an unknown flag is named as such, not as one missing its value. */
 static int flag_takes_value(const char *a) {
     static const char *const flags[] = {"-o",     "--out",        "--checkpoint", "--init-from", "--prompt", "--chat",
+                                        "--system", "--messages",
                                         "--tokenizer", "--device", "--step", "-G",         "--gen-tokens",
                                         "--top-k", "--top-p", "--temperature", "--seed"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
@@ -122,6 +127,10 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
             o->prompt = v;
         } else if (!strcmp(a, "--chat")) {
             o->chat = v;
+        } else if (!strcmp(a, "--system")) {
+            o->system = v;
+        } else if (!strcmp(a, "--messages")) {
+            o->messages = v;
         } else if (!strcmp(a, "--tokenizer")) {
             o->tokenizer = v;
         } else if (!strcmp(a, "--device")) {
@@ -154,6 +163,13 @@ static int parse(SampleOptions *o, int argc, char **argv, int *help) {
     repeated_flags_note(&repeated, stderr);
     if (!o->run == !o->checkpoint) return bad("-o/--out", "or --checkpoint: give one of them");
     if (o->prompt && o->chat) return bad("--chat", "is a prompt of its own: give --prompt or --chat, not both");
+    if (o->prompt && o->messages)
+        return bad("--messages", "is a prompt of its own: give --prompt or --messages, not both");
+    if (o->chat && o->messages)
+        return bad("--messages", "holds the whole conversation: give --messages or --chat, not both");
+    if (o->system && !o->chat)
+        return bad("--system", o->messages ? "goes with --chat; with --messages, put the system turn in the file"
+                                           : "goes with --chat (a system turn before the user's message)");
     if (o->checkpoint && o->step >= 0) return bad("--step", "goes with -o RUN, not --checkpoint");
     /* every file read below the directory must fit the system's paths, uncut */
     char err[ERR_LEN];
@@ -271,36 +287,83 @@ static int generate(const SampleOptions *o, Backend *be, const Tokenizer *tok, i
     return 0;
 }
 
-/* --chat: the message as a user's turn, rendered by the model's chat template with the generation
- * prompt and tokenized as apply_chat_template tokenizes it (*prompt, malloc'ed); the
- * tokenizer_config.json's eos_token joins stops[0..*n_stops) (room for 9), which end the reply. 0,
- * or 1 after printing why. */
-static int chat_prompt(const Tokenizer *tok, const char *message, const char *dir, uint32_t **prompt, size_t *n,
+/* --messages' file: a JSON list of message objects (*root, json_free), or NULL after printing why. */
+static JsonValue *read_messages(const char *path) {
+    char why[ERR_LEN], jerr[ERR_LEN];
+    FILE *f = open_regular(path, why);
+    if (!f) {
+        if (why[0]) print_error("--messages: %s", why);
+        else print_error("--messages: cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t len = 0;
+    char *text = read_stream_whole(f, &len);
+    fclose(f);
+    if (!text) {
+        print_error("--messages: cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    JsonValue *root = json_parse(text, len, path, jerr);
+    free(text);
+    if (!root) {
+        print_error("--messages: %s", jerr);
+        return NULL;
+    }
+    if (!chat_is_messages(root) || root->len == 0) {
+        print_error("--messages: %s is not a list of {\"role\", \"content\"} messages (write the conversation as "
+                    "[{\"role\": \"user\", \"content\": \"Hi\"}, ...])", path);
+        json_free(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* --chat (with --system's turn before it) or --messages: the conversation rendered by the model's
+ * chat template with the generation prompt, its null-valued keys left out, tokenized as
+ * apply_chat_template tokenizes it (*prompt, malloc'ed); the tokenizer_config.json's eos_token joins
+ * stops[0..*n_stops) (room for 9), which end the reply. 0, or 1 after printing why. */
+static int chat_prompt(const Tokenizer *tok, const SampleOptions *o, const char *dir, uint32_t **prompt, size_t *n,
                        int *stops, int *n_stops) {
+    const char *flag = o->messages ? "--messages" : "--chat";
     ModelChat chat;
     char err[ERR_LEN];
     const int rc = model_chat_load(&chat, tok, NULL, err);
     if (rc != 0) {
         if (rc == MODEL_CHAT_NONE)
-            print_error("--chat needs the model's chat template: the tokenizer of %s has none (a tokenizer_config.json "
-                        "with its chat_template, or a chat_template.jinja, beside the tokenizer.json)", dir);
+            print_error("%s needs the model's chat template: the tokenizer of %s has none (a tokenizer_config.json "
+                        "with its chat_template, or a chat_template.jinja, beside the tokenizer.json)", flag, dir);
         else
-            print_error("--chat: %s", err);
+            print_error("%s: %s", flag, err);
         model_chat_free(&chat);
         return 1;
     }
-    /* [{"role": "user", "content": message}] */
-    JsonMember fields[2] = {{(char *)"role", 4, {.type = JSON_STRING, .len = 4, .string = (char *)"user"}},
-                            {(char *)"content", 7, {.type = JSON_STRING, .len = strlen(message), .string = (char *)message}}};
-    JsonValue turn = {.type = JSON_OBJECT, .len = 2, .members = fields};
-    JsonValue messages = {.type = JSON_ARRAY, .len = 1, .items = &turn};
-    size_t len = 0;
-    char *text = chat_template_render(chat.template, &messages, 1, chat.vars, chat.num_vars, &len, err);
+    /* [{"role": "system", "content": system}, {"role": "user", "content": chat}] */
+    JsonMember fields[2][2];
+    JsonValue turns[2];
+    JsonValue list = {.type = JSON_ARRAY, .len = 0, .items = turns};
+    const char *roles[2] = {"system", "user"}, *texts[2] = {o->system, o->chat};
+    for (int t = 0; t < 2 && !o->messages; t++) {
+        if (!texts[t]) continue;
+        fields[t][0] = (JsonMember){(char *)"role", 4, {.type = JSON_STRING, .len = strlen(roles[t]), .string = (char *)roles[t]}};
+        fields[t][1] = (JsonMember){(char *)"content", 7, {.type = JSON_STRING, .len = strlen(texts[t]), .string = (char *)texts[t]}};
+        turns[list.len++] = (JsonValue){.type = JSON_OBJECT, .len = 2, .members = fields[t]};
+    }
+    JsonValue *root = o->messages ? read_messages(o->messages) : NULL, copy;
     int status = 1;
-    if (!text) {
-        print_error("--chat: the model's chat template (%s) does not render the message: %s", chat.source, err);
+    char *text = NULL;
+    if (o->messages && !root) {
+        model_chat_free(&chat);
+        return 1;
+    }
+    const JsonValue *messages = chat_messages_without_nulls(root ? root : &list, &copy);
+    size_t len = 0;
+    if (!messages) {
+        print_error("out of host memory for the conversation");
+    } else if (!(text = chat_template_render(chat.template, messages, 1, chat.vars, chat.num_vars, &len, err))) {
+        print_error("%s: the model's chat template (%s) does not render the %s: %s", flag, chat.source,
+                    o->messages ? "conversation" : "message", err);
     } else if (tokenizer_check_text(tok, text, len, 0, err) != 0) {
-        print_error("--chat: %s", err);
+        print_error("%s: %s", flag, err);
     } else if (!(*prompt = tokenizer_encode_alloc(tok, text, len, TOKENIZER_SPECIALS | TOKENIZER_NO_POST, n))) {
         print_error("out of host memory for the prompt");
     } else {
@@ -314,6 +377,8 @@ static int chat_prompt(const Tokenizer *tok, const char *message, const char *di
             }
     }
     free(text);
+    chat_messages_copy_free(&copy);
+    json_free(root);
     model_chat_free(&chat);
     return status;
 }
@@ -333,9 +398,10 @@ int sample_main(int argc, char **argv) {
         return 1;
     }
     char own_tok[FGPT_PATH_LEN]; /* what needs no reading comes first */
-    if ((o.prompt || o.chat) && !o.tokenizer && !file_in_dir(own_tok, dir, "tokenizer.json")) {
-        print_error("%s needs a tokenizer: %s has no tokenizer.json (pass --tokenizer FILE)", o.chat ? "--chat" : "--prompt",
-                    dir);
+    const int chat = o.chat || o.messages;
+    const char *prompt_flag = o.chat ? "--chat" : o.messages ? "--messages" : "--prompt";
+    if ((o.prompt || chat) && !o.tokenizer && !file_in_dir(own_tok, dir, "tokenizer.json")) {
+        print_error("%s needs a tokenizer: %s has no tokenizer.json (pass --tokenizer FILE)", prompt_flag, dir);
         return 1;
     }
     /* the weights first, checked against config.json: a config whose vocabulary is not theirs is named
@@ -359,9 +425,8 @@ int sample_main(int argc, char **argv) {
     tok = open_tokenizer(&o, dir, &status);
     if (status) goto done;
     status = 1;
-    if ((o.prompt || o.chat) && !tok) {
-        print_error("%s needs a tokenizer: %s has no tokenizer.json (pass --tokenizer FILE)", o.chat ? "--chat" : "--prompt",
-                    dir);
+    if ((o.prompt || chat) && !tok) {
+        print_error("%s needs a tokenizer: %s has no tokenizer.json (pass --tokenizer FILE)", prompt_flag, dir);
         goto done;
     }
     if (tok && tokenizer_vocab_size(tok) > (uint32_t)cfg.vocab_size) {
@@ -372,8 +437,8 @@ int sample_main(int argc, char **argv) {
     size_t n_prompt = 0;
     /* a reply ends where transformers' generate ends it: generation_config.json's eos_token_id (else
      * config.json's), and the tokenizer_config.json's eos_token */
-    int stops[9], n_stops = o.chat ? hf_read_stop_tokens(dir, cfg.vocab_size, stops, 8) : 0;
-    if (o.chat && chat_prompt(tok, o.chat, dir, &prompt, &n_prompt, stops, &n_stops) != 0) goto done;
+    int stops[9], n_stops = chat ? hf_read_stop_tokens(dir, cfg.vocab_size, stops, 8) : 0;
+    if (chat && chat_prompt(tok, &o, dir, &prompt, &n_prompt, stops, &n_stops) != 0) goto done;
     if (o.prompt) {
         size_t len = strlen(o.prompt);
         char terr[ERR_LEN];
