@@ -28,8 +28,8 @@
  *  panels in L2. Deterministic: every output is written once, by one thread, from sums in a fixed
  *  order (the products' k order is cuBLAS's: the stored GU comes out bitwise equal to its).
  *
- * Takes SwiGLU, F % 128 == 0 and C % 8 == 0 (gated_mlp_fused); the trainer runs the separate pass
- * otherwise. FLOPs 4 N C F (forward) and 2 N C F (backward). */
+ * Takes SwiGLU, F % 128 == 0, C % 8 == 0 and 16-byte-aligned tensors (gated_mlp_fused); the
+ * trainer runs the separate pass otherwise. FLOPs 4 N C F (forward) and 2 N C F (backward). */
 #include <cuda.h> /* CUtensorMap */
 #include <stdint.h>
 #include <string.h>
@@ -312,6 +312,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                 if (kb > 0) release(prev);
                 if (INLINE && threadIdx.x == 0)
                     gm_issue<MODE>(a, &tm_a, &tm_b, ring, full_bar, empty_bar, rank, nclusters, issuer);
+                __syncwarp(); /* wgmma_wait is .aligned: the warp converges after thread 0's issue */
                 prev = stage;
                 if (++stage == GM_STAGES) stage = 0, phase ^= 1;
             }
@@ -324,6 +325,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
             if (lane == 0) mbar_arrive(staged_bar);
         }
     }
+    __syncwarp(); /* the barrier is .aligned: every warp converges after its lane-0 branches */
     cluster_sync_all(); /* no CTA leaves while its peer may still multicast into it or arrive on it */
 #else
     __trap(); /* only the sm_90a build has wgmma and clusters */
@@ -348,11 +350,14 @@ static cudaLaunchConfig_t launch_config(dim3 grid, cudaLaunchAttribute *at, cuda
     return cfg;
 }
 
-/* Clusters resident at once (the persistent grid), found once per process: every GPU the trainer
- * drives is the same kind. */
+/* Clusters resident at once (the persistent grid), found once per device (the shared-memory
+ * attribute is set per device too). */
 static int resident_clusters(void) {
-    static int clusters = 0;
-    if (clusters) return clusters;
+    static int per_device[64];
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    int *clusters = device < 64 ? &per_device[device] : NULL;
+    if (clusters && *clusters) return *clusters;
     for (int mode = 0; mode < 2; mode++)
         for (int in = 0; in < 2; in++)
             CUDA_CHECK(cudaFuncSetAttribute((const void *)kernel_for(mode, in),
@@ -366,8 +371,8 @@ static int resident_clusters(void) {
                         "GPU (they need a Hopper GPU)\n", GM_CL, GM_SMEM);
         exit(1);
     }
-    clusters = n;
-    return clusters;
+    if (clusters) *clusters = n;
+    return n;
 }
 
 static CUtensorMap map_of(const kbf16 *p, int64_t rows, int64_t cols, int box_cols, int box_rows) {
@@ -379,6 +384,14 @@ static CUtensorMap map_of(const kbf16 *p, int64_t rows, int64_t cols, int box_co
 
 static void launch(int mode, int64_t N, int C, int F, const kbf16 *a_mat, const kbf16 *b_mat, kbf16 *gu, kbf16 *dgu,
                    kbf16 *h, cudaStream_t stream) {
+    const void *ptrs[] = {a_mat, b_mat, gu, dgu, h};
+    int aligned = 1;
+    for (int i = 0; i < 5; i++) aligned &= ((uintptr_t)ptrs[i] & 15) == 0;
+    if (!gated_mlp_fused(C, F, GATED_SILU, b_mat) || !aligned) {
+        fprintf(stderr, "error: gated MLP products: C = %d, F = %d or a tensor's address does not fit them (the "
+                        "caller checks gated_mlp_fused first)\n", C, F);
+        exit(1);
+    }
     if (N <= 0) return;
     GatedMlpArgs a = {};
     a.N = N, a.F = F, a.kbs = (int)ceil_div(C, GM_BK), a.gu = gu, a.dgu = dgu, a.h = h;
@@ -396,8 +409,10 @@ static void launch(int mode, int64_t N, int C, int F, const kbf16 *a_mat, const 
     CUDA_CHECK(cudaGetLastError());
 }
 
-extern "C" int gated_mlp_fused(int C, int F, GatedAct act) {
-    return act == GATED_SILU && F >= 128 && F % 128 == 0 && C >= 8 && C % 8 == 0;
+extern "C" int gated_mlp_fused(int C, int F, GatedAct act, const kbf16 *weight) {
+    /* TMA and the 16-byte accesses need 16-byte addresses; the activations' arena keeps them, a
+     * weight inside the flat parameter buffer has them when the tensors before it do */
+    return act == GATED_SILU && F >= 128 && F % 128 == 0 && C >= 8 && C % 8 == 0 && ((uintptr_t)weight & 15) == 0;
 }
 
 extern "C" void gated_mlp_forward(kbf16 *gu, kbf16 *out, const kbf16 *x, const kbf16 *wfc, size_t N, int C, int F,

@@ -190,9 +190,10 @@ void gated_backward(kbf16 *dinp, kbf16 *out, const kbf16 *dout, const kbf16 *inp
                     cudaStream_t stream);
 
 /* ---- gated_mlp.cu: the gated MLP's products with SwiGLU in their epilogues (Hopper) --------- */
-/* Whether the two launchers below take this MLP: SwiGLU, F % 128 == 0, C % 8 == 0 (else
- * matmul_forward + gated_forward, matmul_backward + gated_backward). */
-int gated_mlp_fused(int C, int F, GatedAct act);
+/* Whether the two launchers below take this MLP with this weight (wfc or wproj): SwiGLU, F % 128 ==
+ * 0, C % 8 == 0, the weight 16-byte aligned (else matmul_forward + gated_forward, matmul_backward +
+ * gated_backward). The activations' buffers must be 16-byte aligned too. */
+int gated_mlp_fused(int C, int F, GatedAct act, const kbf16 *weight);
 /* gu [N, 2F] (=) x [N, C]·wfc [2F, C]^T in bf16 (gate rows then up rows, as matmul_forward's), and out
  * [N, F] (=) silu(gate)·up: gated_forward's values. */
 void gated_mlp_forward(kbf16 *gu, kbf16 *out, const kbf16 *x, const kbf16 *wfc, size_t N, int C, int F,

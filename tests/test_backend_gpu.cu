@@ -218,6 +218,15 @@ TEST(backend_cuda_matches_cpu_on_a_tiny_untied_llama_with_llama3_rope_and_gqa) {
     compare_config_with_cpu(&cfg, OUTPUT_CANONICAL, 2, 29);
 }
 
+/* F a multiple of 128: the MLP takes kernels/gated_mlp.cu's products (a partial tile of 256 columns
+ * in the backward); at recompute level 2 the backward re-forms the gate/up rows with the same
+ * products, so both levels track the CPU alike. */
+TEST(backend_cuda_matches_cpu_on_a_tiny_llama_whose_mlp_carries_swiglu_in_its_products) {
+    GPTConfig cfg = family_config(FAMILY_LLAMA, 4, 2, 64, 192, 384);
+    compare_config_with_cpu(&cfg, OUTPUT_FUSED, 3, 37);
+    compare_config_with_cpu(&cfg, OUTPUT_FUSED, 2, 33, OUTPUT_FUSED_DEFAULT_BUDGET, 2);
+}
+
 /* bf16 optimizer state on both backends: the CPU holds its weights at bf16 values and updates them
  * with the GPU's rounding, so the two track as closely as with fp32 state. */
 TEST(backend_cuda_matches_cpu_on_a_tiny_llama_with_bf16_optimizer_state) {

@@ -2002,7 +2002,8 @@ static void gated_mlp_case(int N, int C, int F) {
      * activation's gradient and product from gu_in */
     float *d_ref = hmalloc(nf), *dgu_ref = hmalloc(ngu), *hb_ref = hmalloc(nf), *dw_unused = hmalloc(nw),
           *db_unused = hmalloc(C);
-    memset(d_ref, 0, nf * 4), memset(dw_unused, 0, nw * 4), memset(dgu_ref, 0, ngu * 4);
+    memset(d_ref, 0, nf * 4), memset(dw_unused, 0, nw * 4), memset(db_unused, 0, (size_t)C * 4);
+    memset(dgu_ref, 0, ngu * 4);
     matmul_backward_cpu(d_ref, dw_unused, db_unused, dy, gu_in /* its weight gradient reads any N x F */, wproj, N, F,
                         C);
     round_bf16(d_ref, nf);
@@ -2055,15 +2056,21 @@ static void gated_mlp_case(int N, int C, int F) {
 
 TEST(kernels_gated_mlp_products_carry_swiglu_and_match_cpu_and_the_separate_path) {
     seed_fresh();
-    CHECK(gated_mlp_fused(1024, 3072, GATED_SILU), "Qwen3-0.6B's MLP should take the fused products");
-    CHECK(!gated_mlp_fused(1024, 3000, GATED_SILU) && !gated_mlp_fused(640, 2048, GATED_GELU_TANH) &&
-              !gated_mlp_fused(1020, 3072, GATED_SILU),
-          "F off 128, GeGLU or C off 8 must take the separate path");
-    gated_mlp_case(1, 64, 128);      /* one row: one cluster, its second CTA's rows all past N */
-    gated_mlp_case(37, 200, 384);    /* C off the k blocks; F off the backward's 256 columns */
-    gated_mlp_case(300, 1024, 256);  /* more tiles than a cluster's share: the ring and staging wrap */
-    gated_mlp_case(129, 2056, 640);  /* C past 1024: the backward's producer warp */
-    gated_mlp_case(1000, 640, 2048); /* Gemma-3-270M's widths, over a thousand rows */
+    bf16 *w = (bf16 *)dalloc(64);
+    CHECK(gated_mlp_fused(1024, 3072, GATED_SILU, w), "Qwen3-0.6B's MLP should take the fused products");
+    CHECK(!gated_mlp_fused(1024, 3000, GATED_SILU, w) && !gated_mlp_fused(640, 2048, GATED_GELU_TANH, w) &&
+              !gated_mlp_fused(1020, 3072, GATED_SILU, w) && !gated_mlp_fused(1024, 3072, GATED_SILU, w + 4),
+          "F off 128, GeGLU, C off 8 or a weight off 16 bytes must take the separate path");
+    dfree_all();
+    gated_mlp_case(1, 64, 128);       /* one row: one cluster, its second CTA's rows all past N */
+    gated_mlp_case(37, 200, 384);     /* C off the k blocks; F off the backward's 256 columns */
+    gated_mlp_case(300, 1024, 256);   /* the ring wraps within a tile */
+    gated_mlp_case(129, 2056, 640);   /* C past 1024: the backward's producer warp */
+    gated_mlp_case(1000, 640, 2048);  /* Gemma-3-270M's widths, over a thousand rows */
+    /* more tiles than clusters (66 on 132 SMs): each CTA stages tile after tile, the drain one behind,
+     * and the issuer walks on to its next unit; once with the inline issuer, once with the producer warp */
+    gated_mlp_case(4100, 136, 2048);
+    gated_mlp_case(2100, 1032, 2048);
 }
 
 TEST(kernels_swiglu_and_geglu_take_gate_then_up_match_cpu_and_the_backward_reforms_the_forwards_product) {

@@ -429,7 +429,7 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
                                   P(ROLE_ATTPROJ_W), P(ROLE_ATTPOST_W), N, (int)w.AW);
         residual_rmsnorm_forward(a->residual2 + r * C, a->ln2 + r * C, a->ln2_rstd + r, residual_in,
                                  cb->attproj + r * C, P(ROLE_LN2_W), N, C, eps, one_plus_w, s);
-        if (gated_mlp_fused(C, (int)w.F, act)) {
+        if (gated_mlp_fused(C, (int)w.F, act, P(ROLE_FC_W))) {
             gated_mlp_forward(a->fch_pre + r * w.FW, a->fch_gelu + r * w.F, a->ln2 + r * C, P(ROLE_FC_W), (size_t)N, C,
                               (int)w.F, s);
         } else {
@@ -642,10 +642,14 @@ static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
          * gate/up anyway) before the down projection's weight gradient needs it */
         residual_rmsnorm_forward(NULL, a->ln2, a->ln2_rstd, a->residual2, NULL, P(ROLE_LN2_W), N, C, cfg->norm_eps,
                                  one_plus_w, s);
-        if (cb->recompute_gelu == 2)
-            matmul_forward(a->fch_pre, NULL, a->ln2, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
+        if (cb->recompute_gelu == 2) { /* the forward's bits: its product, whichever path ran it */
+            if (gated_mlp_fused(C, (int)w.F, act, P(ROLE_FC_W)))
+                gated_mlp_forward(a->fch_pre, a->fch_gelu, a->ln2, P(ROLE_FC_W), (size_t)N, C, (int)w.F, s);
+            else
+                matmul_forward(a->fch_pre, NULL, a->ln2, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
+        }
         const kbf16 *dfcproj = branch_projection_grad(cb, g.mlppostw, a->fcproj, P(ROLE_MLPPOST_W), a->mlppost_rstd, N);
-        if (gated_mlp_fused(C, (int)w.F, act)) {
+        if (gated_mlp_fused(C, (int)w.F, act, P(ROLE_FCPROJ_W))) {
             gated_mlp_backward(cb->dfch, a->fch_gelu, dfcproj, P(ROLE_FCPROJ_W), a->fch_pre, (size_t)N, C, (int)w.F, s);
         } else {
             matmul_backward(cb->dact, NULL, NULL, NULL, dfcproj, NULL, P(ROLE_FCPROJ_W), NULL, N, (int)w.F, C, s);
