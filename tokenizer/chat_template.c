@@ -20,7 +20,25 @@ struct ArenaBlock {
     max_align_t data[];
 };
 
+#if defined(__SANITIZE_ADDRESS__)
+#define ARENA_BLOCK_EACH 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ARENA_BLOCK_EACH 1
+#endif
+#endif
+
 void *arena_alloc(Arena *a, size_t n) {
+#ifdef ARENA_BLOCK_EACH
+    /* under AddressSanitizer each allocation is a block of its own, of exactly n bytes, so that a
+     * write past a value meets the sanitizer's redzone rather than the next value of a shared block */
+    ArenaBlock *own = malloc(sizeof *own + (n ? n : 1));
+    if (!own) return NULL;
+    own->next = a->head, own->used = own->size = n;
+    a->head = own;
+    memset(own->data, 0, n);
+    return own->data;
+#endif
     n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
     ArenaBlock *b = a->head;
     if (!b || b->size - b->used < n) {
