@@ -26,7 +26,8 @@
  *    128 accumulators: more drain warps do not fit.
  *  Tiles are rastered in groups of 8 cluster rows (m fastest), so the tiles in flight share their
  *  panels in L2. Deterministic: every output is written once, by one thread, from sums in a fixed
- *  order (the products' k order is cuBLAS's: the stored GU comes out bitwise equal to its).
+ *  order (k in order, as cuBLAS sums when it does not split k: at the families' shapes the stored GU
+ *  came out bitwise equal to its).
  *
  * Takes SwiGLU, F % 128 == 0, C % 8 == 0 and 16-byte-aligned tensors (gated_mlp_fused); the
  * trainer runs the separate pass otherwise. FLOPs 4 N C F (forward) and 2 N C F (backward). */
