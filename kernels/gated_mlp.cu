@@ -56,7 +56,7 @@
 #define GM_SMEM (GM_STAGES * GM_STAGE_BYTES + GM_STAGING_BYTES + 1024 + 8 * (2 * GM_STAGES + 2))
 #define GM_GROUP 8
 #define GM_LOADS 8                /* the backward's drain: items of 8 columns with g and u in flight */
-#define GM_SPIN_LIMIT (1u << 30) /* a wait that never ends traps (an error the host reports) */
+#define GM_SPIN_LIMIT (1u << 30)
 #define GM_INLINE_MAX_C 1024      /* the backward issues its copies inline up to this C */
 
 enum { GM_FORWARD = 0, GM_BACKWARD = 1 };
@@ -71,24 +71,10 @@ typedef struct {
     uint32_t tiles_m, tiles_n, units;
 } GatedMlpArgs;
 
+/* mbar_wait with a bound: a wait that never ends traps (an error the host reports) */
 __device__ __forceinline__ void gm_wait(uint32_t bar, uint32_t parity) {
-    for (uint32_t n = 0;; n++) {
-        uint32_t done;
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-        if (done) return;
+    for (uint32_t n = 0; !mbar_try_wait(bar, parity); n++)
         if (n == GM_SPIN_LIMIT) __trap();
-    }
-}
-
-/* a 128-byte-swizzled operand's descriptor; lbo: the distance between an MN-major operand's
- * 64-wide blocks (unused for K-major ones) */
-__device__ __forceinline__ uint64_t gm_desc(uint32_t addr, uint32_t lbo) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           (1ull << 62);
 }
 
 /* unit -> this CTA's first row and the tile's column index (32-bit: the issuer's registers) */
@@ -301,11 +287,11 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < GM_BK / 16; kk++) {
-                    const uint64_t da = gm_desc(sa + kk * 32, 16);
+                    const uint64_t da = smem_desc(sa + kk * 32);
                     if (MODE == GM_FORWARD)
-                        wgmma_m64n256k16_t<0, 0>(acc, da, gm_desc(sb + kk * 32, 16), (kb | kk) != 0);
+                        wgmma_m64n256k16_t<0, 0>(acc, da, smem_desc(sb + kk * 32), (kb | kk) != 0);
                     else
-                        wgmma_m64n256k16_t<0, 1>(acc, da, gm_desc(sb + kk * 2048, GM_PANEL_BYTES), (kb | kk) != 0);
+                        wgmma_m64n256k16_t<0, 1>(acc, da, smem_desc_lbo(sb + kk * 2048, GM_PANEL_BYTES), (kb | kk) != 0);
                 }
                 wgmma_commit();
                 /* the previous k block's products are done: its stage goes back while this one's run */

@@ -37,12 +37,14 @@ template <int n> __device__ __forceinline__ void warpgroup_reg_alloc() {
 /* cp.async writes through the generic proxy, wgmma reads through the async proxy */
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-/* 128-byte swizzle: 8-row atoms of 1024 B (stride byte offset 1024); the leading byte offset is
- * unused when one atom spans the whole 64-element row (16 by convention). */
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(16 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
+/* 128-byte swizzle: 8-row atoms of 1024 B (stride byte offset 1024). The leading byte offset is the
+ * distance between an MN-major operand's 64-wide blocks along m or n, unused when one atom spans the
+ * whole 64-element row (16 by convention, smem_desc). */
+__device__ __forceinline__ uint64_t smem_desc_lbo(uint32_t addr, uint32_t lbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
            (1ull << 62);
 }
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) { return smem_desc_lbo(addr, 16); }
 
 /* Byte offset of 16-byte chunk ch of row r in such a tile. */
 __device__ __forceinline__ uint32_t swz128(int r, int ch) { return (uint32_t)(r * 128 + ((ch ^ (r & 7)) << 4)); }

@@ -565,27 +565,36 @@ TEST(sample_with_an_imported_tokenizer_json_and_its_checkpoint_copy) {
     free(out);
 }
 
+/* A model folder named `name` under the test's directory, with a Llama 3-style tokenizer, its
+ * tokenizer_config.json (bos and eos) and the chat template tpl, and a tiny run trained with it into
+ * run; tok_path receives its tokenizer.json. */
+static void chat_model_run(const char *name, const char *tpl, char *run, size_t run_size, char *tok_path,
+                           size_t tok_size) {
+    char dir[800], path[900], cmd[1800];
+    snprintf(dir, sizeof dir, "%s/%s_model", test_tmpdir(), name);
+    snprintf(run, run_size, "%s/%s_run", test_tmpdir(), name);
+    REQUIRE(mkdir(dir, 0755) == 0, "%s", dir);
+    snprintf(cmd, sizeof cmd, "cp tests/fixtures/hf_llama3_bos.json %s/tokenizer.json", dir);
+    REQUIRE(system(cmd) == 0, "%s", cmd);
+    const char *config = "{\"bos_token\": \"<|begin_of_text|>\", \"eos_token\": \"<|end_of_text|>\"}";
+    const char *files[2][2] = {{"tokenizer_config.json", config}, {"chat_template.jinja", tpl}};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[k][0]);
+        FILE *f = fopen(path, "w");
+        REQUIRE(f && fputs(files[k][1], f) >= 0 && fclose(f) == 0, "%s", path);
+    }
+    snprintf(tok_path, tok_size, "%s/tokenizer.json", dir);
+    train_tiny_run(run, tok_path);
+}
+
 /* --chat renders the message as a user's turn with the checkpoint's chat template and the
  * generation prompt, tokenized as apply_chat_template tokenizes it (the template writes the BOS);
  * without a template, or beside --prompt, it is refused naming why. */
 TEST(sample_chat_renders_the_message_with_the_checkpoints_chat_template) {
-    char dir[800], path[900], run[800], args[1400], err[ERR_LEN];
-    snprintf(dir, sizeof dir, "%s/chat_model", test_tmpdir());
-    snprintf(run, sizeof run, "%s/chat_run", test_tmpdir());
-    REQUIRE(mkdir(dir, 0755) == 0, "%s", dir);
-    snprintf(args, sizeof args, "cp tests/fixtures/hf_llama3_bos.json %s/tokenizer.json", dir);
-    REQUIRE(system(args) == 0, "%s", args);
-    const char *config = "{\"bos_token\": \"<|begin_of_text|>\", \"eos_token\": \"<|end_of_text|>\"}";
-    const char *tpl = "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
-                      "{% if add_generation_prompt %}<assistant>{% endif %}";
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    FILE *f = fopen(path, "w");
-    REQUIRE(f && fputs(config, f) >= 0 && fclose(f) == 0, "%s", path);
-    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    f = fopen(path, "w");
-    REQUIRE(f && fputs(tpl, f) >= 0 && fclose(f) == 0, "%s", path);
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    train_tiny_run(run, path);
+    char path[900], run[800], args[1400], err[ERR_LEN];
+    chat_model_run("chat", "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+                           "{% if add_generation_prompt %}<assistant>{% endif %}",
+                   run, sizeof run, path, sizeof path);
     char *out = NULL;
     snprintf(args, sizeof args, "sample -o %s --device cpu --chat 'Hello there' -G 6 --temperature 0 --ids", run);
     const int rc = run_train(args, &out);
@@ -618,24 +627,12 @@ TEST(sample_chat_renders_the_message_with_the_checkpoints_chat_template) {
  * prompt either way. Mixed with --prompt or --chat, or a file that is no list of messages: refused,
  * naming the flag. */
 TEST(sample_system_turn_and_messages_file_render_the_whole_conversation) {
-    char dir[800], path[900], run[800], args[1600], msgs[900];
-    snprintf(dir, sizeof dir, "%s/conv_model", test_tmpdir());
-    snprintf(run, sizeof run, "%s/conv_run", test_tmpdir());
-    REQUIRE(mkdir(dir, 0755) == 0, "%s", dir);
-    snprintf(args, sizeof args, "cp tests/fixtures/hf_llama3_bos.json %s/tokenizer.json", dir);
-    REQUIRE(system(args) == 0, "%s", args);
-    const char *config = "{\"bos_token\": \"<|begin_of_text|>\", \"eos_token\": \"<|end_of_text|>\"}";
+    char path[900], run[800], args[1600], msgs[900];
     /* a message's "name" shows only where the key is there: null must drop it */
-    const char *tpl = "{{ bos_token }}{% for m in messages %}<{{ m.role }}{% if 'name' in m %} {{ m.name }}{% endif %}>"
-                      "{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}";
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    FILE *f = fopen(path, "w");
-    REQUIRE(f && fputs(config, f) >= 0 && fclose(f) == 0, "%s", path);
-    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    f = fopen(path, "w");
-    REQUIRE(f && fputs(tpl, f) >= 0 && fclose(f) == 0, "%s", path);
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    train_tiny_run(run, path);
+    chat_model_run("conv", "{{ bos_token }}{% for m in messages %}<{{ m.role }}{% if 'name' in m %} {{ m.name }}"
+                           "{% endif %}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}",
+                   run, sizeof run, path, sizeof path);
+    FILE *f;
     char *out = NULL, *out2 = NULL;
     snprintf(args, sizeof args, "sample -o %s --device cpu --system 'Be brief.' --chat 'Hello there' -G 4 "
                                 "--temperature 0 --ids", run);

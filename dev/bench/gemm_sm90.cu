@@ -123,13 +123,7 @@ __device__ __forceinline__ uint64_t global_ns() {
 __device__ __forceinline__ void gm_wait(uint32_t bar, uint32_t parity, const GemmDebug &dbg, int what, int stage) {
     uint64_t start = 0;
     for (uint32_t n = 0;; n++) {
-        uint32_t done;
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-        if (done) return;
+        if (mbar_try_wait(bar, parity)) return;
         if ((n & 255) == 255) {
             const uint64_t now = global_ns();
             if (!start) start = now;
@@ -143,14 +137,6 @@ __device__ __forceinline__ void gm_wait(uint32_t bar, uint32_t parity, const Gem
             }
         }
     }
-}
-
-/* A 128-byte-swizzled operand's descriptor with its leading byte offset: for an MN-major operand,
- * the distance between its 64-wide blocks along m or n (the stride byte offset, 1024, steps 8 k
- * rows); for a K-major one the leading offset is unused. */
-__device__ __forceinline__ uint64_t gm_desc(uint32_t addr, uint32_t lbo) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           (1ull << 62);
 }
 
 /* ---- the schedule: work unit -> (rows, columns, k-blocks) --------------------------------------- */
@@ -333,8 +319,8 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                 for (int kk = 0; kk < GM_BK / 16; kk++) {
                     /* K-major A steps 16 k = 32 bytes along its rows; MN-major operands step 16 k
                      * rows of 128 bytes */
-                    const uint64_t da = TA ? gm_desc(sa + kk * 2048, GM_PANEL_BYTES) : gm_desc(sa + kk * 32, 16);
-                    wgmma_m64n256k16_t<TA, 1>(acc, da, gm_desc(sb + kk * 2048, GM_PANEL_BYTES), (kb | kk) != 0);
+                    const uint64_t da = TA ? smem_desc_lbo(sa + kk * 2048, GM_PANEL_BYTES) : smem_desc(sa + kk * 32);
+                    wgmma_m64n256k16_t<TA, 1>(acc, da, smem_desc_lbo(sb + kk * 2048, GM_PANEL_BYTES), (kb | kk) != 0);
                 }
                 wgmma_commit();
                 /* the previous k-block's products are done: its stage goes back to the producer
