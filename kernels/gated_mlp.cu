@@ -1,8 +1,9 @@
-/* kernels/gated_mlp.cu - the gated MLP's two products with SwiGLU in their epilogues (Hopper, sm_90a):
+/* kernels/gated_mlp.cu - the gated MLP's two products with its activation in their epilogues
+ * (Hopper, sm_90a), act = SiLU (SwiGLU) or GELU-tanh (GeGLU):
  *
- *   forward:  GU [N, 2F] = X [N, C] · Wfc [2F, C]^T, stored in bf16, and H [N, F] = silu(gate)·up
- *   backward: D = dY [N, C] · Wproj [C, F] is never stored: dGU [N, 2F] = (D·up·silu'(gate),
- *             D·silu(gate)) and H again, for the down projection's weight gradient
+ *   forward:  GU [N, 2F] = X [N, C] · Wfc [2F, C]^T, stored in bf16, and H [N, F] = act(gate)·up
+ *   backward: D = dY [N, C] · Wproj [C, F] is never stored: dGU [N, 2F] = (D·up·act'(gate),
+ *             D·act(gate)) and H again, for the down projection's weight gradient
  *
  * the same values matmul.cu's product followed by swiglu.cu's pass give (the product's output
  * rounded to bf16 before the activation, kernels/gated_act.cuh's activation), without the pass's
@@ -29,7 +30,7 @@
  *  order (k in order, as cuBLAS sums when it does not split k: at the families' shapes the stored GU
  *  came out bitwise equal to its).
  *
- * Takes SwiGLU, F % 128 == 0, C % 8 == 0 and 16-byte-aligned tensors (gated_mlp_fused); the
+ * Takes F % 128 == 0, C % 8 == 0 and 16-byte-aligned tensors (kernels/gated_mlp_fits.h); the
  * trainer runs the separate pass otherwise. FLOPs 4 N C F (forward) and 2 N C F (backward). */
 #include <cuda.h> /* CUtensorMap */
 #include <stdint.h>
@@ -111,6 +112,7 @@ __device__ __forceinline__ void gm_stage(const float (&acc)[128], unsigned char 
 }
 
 /* forward drain (t of nt threads): staged columns 0-127 are gate f0.., 128-255 the same up columns */
+template <int ACT>
 __device__ __forceinline__ void gm_drain_forward(const GatedMlpArgs &a, const unsigned char *stg, int64_t m0, int f0,
                                                  int t, int nt) {
     for (int item = t; item < GM_BM * 16; item += nt) {
@@ -123,7 +125,8 @@ __device__ __forceinline__ void gm_drain_forward(const GatedMlpArgs &a, const un
         uint32_t hw[4];
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            hw[e] = pack_bf16x2(silu_f(bf16_lo(gw[e])) * bf16_lo(uw[e]), silu_f(bf16_hi(gw[e])) * bf16_hi(uw[e]));
+            hw[e] = pack_bf16x2(gated_act<ACT>(bf16_lo(gw[e])) * bf16_lo(uw[e]),
+                                gated_act<ACT>(bf16_hi(gw[e])) * bf16_hi(uw[e]));
         const int64_t c = f0 + 8 * k;
         bf16 *gu = a.gu + row * 2 * (int64_t)a.F;
         *reinterpret_cast<uint4 *>(gu + c) = g;
@@ -134,6 +137,7 @@ __device__ __forceinline__ void gm_drain_forward(const GatedMlpArgs &a, const un
 
 /* backward drain: the staged tile is D's columns f0 .. f0 + 255 (those past F unused); GM_LOADS
  * items' g and u loads in flight at once */
+template <int ACT>
 __device__ __forceinline__ void gm_drain_backward(const GatedMlpArgs &a, const unsigned char *stg, int64_t m0, int f0,
                                                   int t, int nt) {
     for (int first = t; first < GM_BM * 32; first += nt * GM_LOADS) {
@@ -165,9 +169,9 @@ __device__ __forceinline__ void gm_drain_backward(const GatedMlpArgs &a, const u
                     const float dv = half ? bf16_hi(dw[e]) : bf16_lo(dw[e]);
                     const float gv = half ? bf16_hi(gw[e]) : bf16_lo(gw[e]);
                     const float uv = half ? bf16_hi(uw[e]) : bf16_lo(uw[e]);
-                    const float act = silu_f(gv);
+                    const float act = gated_act<ACT>(gv);
                     o[half] = act * uv;
-                    dg[half] = dv * uv * silu_grad_f(gv);
+                    dg[half] = dv * uv * gated_act_grad<ACT>(gv);
                     du[half] = dv * act;
                 }
                 dgw[e] = pack_bf16x2(dg[0], dg[1]), duw[e] = pack_bf16x2(du[0], du[1]), hw[e] = pack_bf16x2(o[0], o[1]);
@@ -213,8 +217,9 @@ __device__ __forceinline__ bool gm_issue(const GatedMlpArgs &a, const CUtensorMa
 
 /* MODE: GM_FORWARD (A = X, B = Wfc, both K-major: tm_b boxes {64 k, 128 rows}) or GM_BACKWARD (A =
  * dY K-major, B = Wproj MN-major: boxes {64 columns of F, 64 k}); tm_a boxes {64 k, 128 rows}.
- * INLINE: consumer thread 0 issues the copies and warps 8-11 drain; else warp 8 issues, 9-11 drain. */
-template <int MODE, int INLINE>
+ * INLINE: consumer thread 0 issues the copies and warps 8-11 drain; else warp 8 issues, 9-11 drain.
+ * ACT: a GatedAct. */
+template <int MODE, int INLINE, int ACT>
 __global__ void __launch_bounds__(GM_THREADS, 1)
     gated_mlp_kernel(const GatedMlpArgs a, const __grid_constant__ CUtensorMap tm_a,
                      const __grid_constant__ CUtensorMap tm_b) {
@@ -255,8 +260,8 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
             int tn;
             gm_unit(a, u, rank, &m0, &tn);
             gm_wait(staged_bar, j & 1);
-            if (MODE == GM_FORWARD) gm_drain_forward(a, stg, m0, tn * 128, t, 32 * drain_warps);
-            else gm_drain_backward(a, stg, m0, tn * GM_BN, t, 32 * drain_warps);
+            if (MODE == GM_FORWARD) gm_drain_forward<ACT>(a, stg, m0, tn * 128, t, 32 * drain_warps);
+            else gm_drain_backward<ACT>(a, stg, m0, tn * GM_BN, t, 32 * drain_warps);
             __syncwarp();
             if (lane == 0) mbar_arrive(drained_bar);
         }
@@ -323,9 +328,16 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
 
 typedef void (*GatedMlpKernel)(const GatedMlpArgs, const CUtensorMap, const CUtensorMap);
 
-static GatedMlpKernel kernel_for(int mode, int inline_issue) {
-    if (mode == GM_FORWARD) return inline_issue ? gated_mlp_kernel<GM_FORWARD, 1> : gated_mlp_kernel<GM_FORWARD, 0>;
-    return inline_issue ? gated_mlp_kernel<GM_BACKWARD, 1> : gated_mlp_kernel<GM_BACKWARD, 0>;
+template <int ACT>
+static GatedMlpKernel kernel_for_act(int mode, int inline_issue) {
+    if (mode == GM_FORWARD)
+        return inline_issue ? gated_mlp_kernel<GM_FORWARD, 1, ACT> : gated_mlp_kernel<GM_FORWARD, 0, ACT>;
+    return inline_issue ? gated_mlp_kernel<GM_BACKWARD, 1, ACT> : gated_mlp_kernel<GM_BACKWARD, 0, ACT>;
+}
+
+static GatedMlpKernel kernel_for(int mode, int inline_issue, GatedAct act) {
+    return act == GATED_SILU ? kernel_for_act<GATED_SILU>(mode, inline_issue)
+                             : kernel_for_act<GATED_GELU_TANH>(mode, inline_issue);
 }
 
 static cudaLaunchConfig_t launch_config(dim3 grid, cudaLaunchAttribute *at, cudaStream_t stream) {
@@ -347,12 +359,13 @@ static int resident_clusters(void) {
     if (clusters && *clusters) return *clusters;
     for (int mode = 0; mode < 2; mode++)
         for (int in = 0; in < 2; in++)
-            CUDA_CHECK(cudaFuncSetAttribute((const void *)kernel_for(mode, in),
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM));
+            for (int act = 0; act < 2; act++)
+                CUDA_CHECK(cudaFuncSetAttribute((const void *)kernel_for(mode, in, (GatedAct)act),
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM));
     cudaLaunchAttribute at;
     const cudaLaunchConfig_t cfg = launch_config(dim3(2 * GM_CL), &at, 0);
     int n = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, (const void *)kernel_for(0, 0), &cfg));
+    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, (const void *)kernel_for(0, 0, GATED_SILU), &cfg));
     if (n < 1) {
         fprintf(stderr, "error: gated MLP products: no cluster of %d CTAs with %d bytes of shared memory fits this "
                         "GPU (they need a Hopper GPU)\n", GM_CL, GM_SMEM);
@@ -369,14 +382,14 @@ static CUtensorMap map_of(const kbf16 *p, int64_t rows, int64_t cols, int box_co
     return tma_tensor_map_bf16(p, 2, dims, strides, box, "gated MLP products");
 }
 
-static void launch(int mode, int64_t N, int C, int F, const kbf16 *a_mat, const kbf16 *b_mat, kbf16 *gu, kbf16 *dgu,
-                   kbf16 *h, cudaStream_t stream) {
+static void launch(int mode, int64_t N, int C, int F, GatedAct act, const kbf16 *a_mat, const kbf16 *b_mat, kbf16 *gu,
+                   kbf16 *dgu, kbf16 *h, cudaStream_t stream) {
     const void *ptrs[] = {a_mat, b_mat, gu, dgu, h};
     int aligned = 1;
     for (int i = 0; i < 5; i++) aligned &= ((uintptr_t)ptrs[i] & 15) == 0;
-    if (!gated_mlp_fused(C, F, GATED_SILU, b_mat) || !aligned) {
-        fprintf(stderr, "error: gated MLP products: C = %d, F = %d or a tensor's address does not fit them (the "
-                        "caller checks gated_mlp_fused first)\n", C, F);
+    if (!gated_mlp_fits(C, F, (uintptr_t)b_mat) || !aligned || (act != GATED_SILU && act != GATED_GELU_TANH)) {
+        fprintf(stderr, "error: gated MLP products: C = %d, F = %d, activation %d or a tensor's address does not fit "
+                        "them (the caller checks gated_mlp_fits first)\n", C, F, (int)act);
         exit(1);
     }
     if (N <= 0) return;
@@ -392,22 +405,16 @@ static void launch(int mode, int64_t N, int C, int F, const kbf16 *a_mat, const 
     cudaLaunchAttribute at;
     const cudaLaunchConfig_t lc = launch_config(dim3((unsigned)(grid * GM_CL)), &at, stream);
     const int inline_issue = mode == GM_BACKWARD && C <= GM_INLINE_MAX_C;
-    CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel_for(mode, inline_issue), a, tm_a, tm_b));
+    CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel_for(mode, inline_issue, act), a, tm_a, tm_b));
     CUDA_CHECK(cudaGetLastError());
 }
 
-extern "C" int gated_mlp_fused(int C, int F, GatedAct act, const kbf16 *weight) {
-    /* TMA and the 16-byte accesses need 16-byte addresses; the activations' arena keeps them, a
-     * weight inside the flat parameter buffer has them when the tensors before it do */
-    return act == GATED_SILU && F >= 128 && F % 128 == 0 && C >= 8 && C % 8 == 0 && ((uintptr_t)weight & 15) == 0;
-}
-
 extern "C" void gated_mlp_forward(kbf16 *gu, kbf16 *out, const kbf16 *x, const kbf16 *wfc, size_t N, int C, int F,
-                                  cudaStream_t stream) {
-    launch(GM_FORWARD, (int64_t)N, C, F, x, wfc, gu, NULL, out, stream);
+                                  GatedAct act, cudaStream_t stream) {
+    launch(GM_FORWARD, (int64_t)N, C, F, act, x, wfc, gu, NULL, out, stream);
 }
 
 extern "C" void gated_mlp_backward(kbf16 *dgu, kbf16 *out, const kbf16 *dout, const kbf16 *wproj, const kbf16 *gu,
-                                   size_t N, int C, int F, cudaStream_t stream) {
-    launch(GM_BACKWARD, (int64_t)N, C, F, dout, wproj, const_cast<kbf16 *>(gu), dgu, out, stream);
+                                   size_t N, int C, int F, GatedAct act, cudaStream_t stream) {
+    launch(GM_BACKWARD, (int64_t)N, C, F, act, dout, wproj, const_cast<kbf16 *>(gu), dgu, out, stream);
 }

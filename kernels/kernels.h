@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/gated_mlp_fits.h"
 #include "kernels/host_device.h"
 
 #ifdef __cplusplus
@@ -189,20 +190,19 @@ void gated_forward(kbf16 *out, const kbf16 *inp, size_t N, int F, GatedAct act, 
 void gated_backward(kbf16 *dinp, kbf16 *out, const kbf16 *dout, const kbf16 *inp, size_t N, int F, GatedAct act,
                     cudaStream_t stream);
 
-/* ---- gated_mlp.cu: the gated MLP's products with SwiGLU in their epilogues (Hopper) --------- */
-/* Whether the two launchers below take this MLP with this weight (wfc or wproj): SwiGLU, F % 128 ==
- * 0, C % 8 == 0, the weight 16-byte aligned (else matmul_forward + gated_forward, matmul_backward +
- * gated_backward). The activations' buffers must be 16-byte aligned too. */
-int gated_mlp_fused(int C, int F, GatedAct act, const kbf16 *weight);
+/* ---- gated_mlp.cu: the gated MLP's products with the activation in their epilogues (Hopper) ---- */
+/* They take an MLP whose weight (wfc or wproj) passes gated_mlp_fits (kernels/gated_mlp_fits.h); the
+ * others take matmul_forward + gated_forward, matmul_backward + gated_backward. The activations'
+ * buffers must be 16-byte aligned. */
 /* gu [N, 2F] (=) x [N, C]·wfc [2F, C]^T in bf16 (gate rows then up rows, as matmul_forward's), and out
- * [N, F] (=) silu(gate)·up: gated_forward's values. */
-void gated_mlp_forward(kbf16 *gu, kbf16 *out, const kbf16 *x, const kbf16 *wfc, size_t N, int C, int F,
+ * [N, F] (=) act(gate)·up: gated_forward's values. */
+void gated_mlp_forward(kbf16 *gu, kbf16 *out, const kbf16 *x, const kbf16 *wfc, size_t N, int C, int F, GatedAct act,
                        cudaStream_t stream);
 /* dgu [N, 2F] (=) gated_backward's gradient and out [N, F] (=) the product, from the down projection's
  * input gradient dout [N, C]·wproj [C, F] (rounded to bf16 as matmul_backward's, never stored) and
  * gu [N, 2F]. */
 void gated_mlp_backward(kbf16 *dgu, kbf16 *out, const kbf16 *dout, const kbf16 *wproj, const kbf16 *gu, size_t N,
-                        int C, int F, cudaStream_t stream);
+                        int C, int F, GatedAct act, cudaStream_t stream);
 
 /* ---- matmul.cu: cuBLASLt, plans and heuristics cached per shape ------------------------- */
 /* out[N,OC] = inp[N,C]·weight[OC,C]^T (+ bias[OC] when bias != NULL)   (=).

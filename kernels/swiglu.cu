@@ -8,8 +8,8 @@
  *   N·F·2·5 backward, N·F·2·6 when the backward also re-forms the product (memory bound): a
  *   backward that needs the product for down_proj's weight gradient gets it from the pass that
  *   reads gate and up anyway, instead of a forward pass that reads them again.
- * On Hopper the families' SwiGLU runs inside the products instead (kernels/gated_mlp.cu, the same
- * activation from kernels/gated_act.cuh); this pass takes GeGLU and widths those products do not. */
+ * On Hopper the families' gated MLPs run inside the products instead (kernels/gated_mlp.cu, the same
+ * activation from kernels/gated_act.cuh); this pass takes the widths those products do not. */
 #include "kernels/gated_act.cuh"
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
@@ -31,8 +31,8 @@ __device__ __forceinline__ void store_cols(bf16 *p, const float (&f)[V]) {
         *p = __float2bfloat16(f[0]);
 }
 
-template <int V>
-__global__ void gated_forward_kernel(bf16 *out, const bf16 *inp, size_t N, int F, int act) {
+template <int V, int ACT>
+__global__ void gated_forward_kernel(bf16 *out, const bf16 *inp, size_t N, int F) {
     size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x, per_row = (size_t)F / V;
     if (j >= N * per_row) return;
     size_t n = j / per_row, f = (j % per_row) * V;
@@ -41,13 +41,12 @@ __global__ void gated_forward_kernel(bf16 *out, const bf16 *inp, size_t N, int F
     load_cols<V>(g, gate);
     load_cols<V>(u, gate + F);
 #pragma unroll
-    for (int i = 0; i < V; i++) g[i] = gated_act(g[i], act) * u[i];
+    for (int i = 0; i < V; i++) g[i] = gated_act<ACT>(g[i]) * u[i];
     store_cols<V>(out + n * F + f, g);
 }
 
-template <int V>
-__global__ void gated_backward_kernel(bf16 *dinp, bf16 *out, const bf16 *dout, const bf16 *inp, size_t N, int F,
-                                      int act) {
+template <int V, int ACT>
+__global__ void gated_backward_kernel(bf16 *dinp, bf16 *out, const bf16 *dout, const bf16 *inp, size_t N, int F) {
     size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x, per_row = (size_t)F / V;
     if (j >= N * per_row) return;
     size_t n = j / per_row, f = (j % per_row) * V;
@@ -58,9 +57,9 @@ __global__ void gated_backward_kernel(bf16 *dinp, bf16 *out, const bf16 *dout, c
     load_cols<V>(d, dout + n * F + f);
 #pragma unroll
     for (int i = 0; i < V; i++) {
-        float a = gated_act(g[i], act);
+        float a = gated_act<ACT>(g[i]);
         o[i] = a * u[i];
-        dg[i] = d[i] * u[i] * gated_act_grad(g[i], act);
+        dg[i] = d[i] * u[i] * gated_act_grad<ACT>(g[i]);
         du[i] = d[i] * a;
     }
     store_cols<V>(dinp + n * 2 * F + f, dg);
@@ -68,23 +67,36 @@ __global__ void gated_backward_kernel(bf16 *dinp, bf16 *out, const bf16 *dout, c
     if (out) store_cols<V>(out + n * F + f, o);
 }
 
+/* The launch for V adjacent columns a thread, F % V == 0. */
+template <int V, int ACT>
+static void launch_forward(bf16 *out, const bf16 *inp, size_t N, int F, cudaStream_t stream) {
+    gated_forward_kernel<V, ACT><<<ceil_div(N * (size_t)F / V, 256), 256, 0, stream>>>(out, inp, N, F);
+}
+
+template <int V, int ACT>
+static void launch_backward(bf16 *dinp, bf16 *out, const bf16 *dout, const bf16 *inp, size_t N, int F,
+                            cudaStream_t stream) {
+    gated_backward_kernel<V, ACT><<<ceil_div(N * (size_t)F / V, 256), 256, 0, stream>>>(dinp, out, dout, inp, N, F);
+}
+
 extern "C" void gated_forward(kbf16 *out, const kbf16 *inp, size_t N, int F, GatedAct act, cudaStream_t stream) {
-    size_t threads = N * (size_t)F;
-    if (threads == 0) return;
-    if (F % 8 == 0)
-        gated_forward_kernel<8><<<ceil_div(threads / 8, 256), 256, 0, stream>>>(out, inp, N, F, act);
+    if (N * (size_t)F == 0) return;
+    const int wide = F % 8 == 0;
+    if (act == GATED_SILU)
+        (wide ? launch_forward<8, GATED_SILU> : launch_forward<1, GATED_SILU>)(out, inp, N, F, stream);
     else
-        gated_forward_kernel<1><<<ceil_div(threads, 256), 256, 0, stream>>>(out, inp, N, F, act);
+        (wide ? launch_forward<8, GATED_GELU_TANH> : launch_forward<1, GATED_GELU_TANH>)(out, inp, N, F, stream);
     CUDA_CHECK(cudaGetLastError());
 }
 
 extern "C" void gated_backward(kbf16 *dinp, kbf16 *out, const kbf16 *dout, const kbf16 *inp, size_t N, int F,
                                GatedAct act, cudaStream_t stream) {
-    size_t threads = N * (size_t)F;
-    if (threads == 0) return;
-    if (F % 8 == 0)
-        gated_backward_kernel<8><<<ceil_div(threads / 8, 256), 256, 0, stream>>>(dinp, out, dout, inp, N, F, act);
+    if (N * (size_t)F == 0) return;
+    const int wide = F % 8 == 0;
+    if (act == GATED_SILU)
+        (wide ? launch_backward<8, GATED_SILU> : launch_backward<1, GATED_SILU>)(dinp, out, dout, inp, N, F, stream);
     else
-        gated_backward_kernel<1><<<ceil_div(threads, 256), 256, 0, stream>>>(dinp, out, dout, inp, N, F, act);
+        (wide ? launch_backward<8, GATED_GELU_TANH> : launch_backward<1, GATED_GELU_TANH>)(dinp, out, dout, inp, N, F,
+                                                                                            stream);
     CUDA_CHECK(cudaGetLastError());
 }

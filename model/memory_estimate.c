@@ -14,13 +14,16 @@
  * statistics (LayerNorm's mean and 1/std, RMSNorm's 1/rms alone), QK-norm's 1/rms per head, and
  * the attention's log-sum-exp per head. Beside the layers: the embedding's output, the two
  * projections that feed the residual stream (one buffer each), the final norm, the backward's
- * gradients of one layer's activations (with a gated MLP, its product's too), RoPE's cos and sin
+ * gradients of one layer's activations (with a gated MLP whose products do not carry the activation,
+ * its product's too), RoPE's cos and sin
  * tables [T, hd/2] (a second pair when the sliding layers have their own base), the batch's inputs, targets and positions, the loss (with the objective and mean lse) and
  * its per-token values, and one row of logits for sampling. This is the CUDA backend's activation
  * arena without its scratch. */
 #include "model/memory_estimate.h"
 
 #include <stdint.h>
+
+#include "kernels/gated_mlp_fits.h"
 
 static size_t take(size_t bytes) {
     return (bytes + 255) / 256 * 256;
@@ -29,6 +32,18 @@ static size_t take(size_t bytes) {
 /* A norm's fp32 statistics over N rows. */
 static size_t norm_stats(const GPTConfig *cfg, size_t N) {
     return cfg->norm == NORM_LAYERNORM ? 2 * take(N * sizeof(float)) : take(N * sizeof(float));
+}
+
+int gated_products_take_every_layer(const ParamTable *t) {
+    const GPTConfig *cfg = &t->cfg;
+    if (cfg->mlp == MLP_GELU) return 0;
+    for (int l = 0; l < cfg->num_layers; l++) {
+        const ParamInfo *fc = param_of_layer(t, l, ROLE_FC_W), *proj = param_of_layer(t, l, ROLE_FCPROJ_W);
+        if (!gated_mlp_fits(cfg->dim, cfg->ffn_dim, fc->offset * 2) ||
+            !gated_mlp_fits(cfg->dim, cfg->ffn_dim, proj->offset * 2))
+            return 0;
+    }
+    return 1;
 }
 
 MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_mlp, OptimizerState state) {
@@ -60,7 +75,8 @@ MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_
     if (cfg->qk_norm && !keep_rotated) a += take(N * Q * bf); /* one layer's rotated q, k, v at a time */
     a += take(N * C * bf) + norm_stats(cfg, N);        /* final norm */
     a += 2 * take(N * C * bf) + take(N * MLP_IN * bf); /* backward: residual, final norm, MLP input */
-    if (cfg->mlp != MLP_GELU) a += take(N * F * bf);   /* the gated product */
+    if (cfg->mlp != MLP_GELU && !gated_products_take_every_layer(t))
+        a += take(N * F * bf); /* the gated product's gradient, unless the products carry the activation */
     a += take(N * C * bf) + take(N * A * bf) + take(N * Q * bf); /* norm, attention output, q k v */
     if (rope) a += 2 * take((size_t)T * (hd / 2) * sizeof(float)); /* cos, sin */
     if (gpt_first_local_rope_layer(cfg) >= 0) a += 2 * take((size_t)T * (hd / 2) * sizeof(float));

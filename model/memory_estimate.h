@@ -34,6 +34,10 @@ typedef struct {
  * rotated q and k (the RoPE families always recompute their gated product); 2: the RoPE families'
  * gate/up rows too, by their GEMM (GPT-2 reads it as 1). */
 MemoryEstimate memory_estimate(const ParamTable *t, int B, int T, int recompute_mlp, OptimizerState state);
+/* Whether every layer's gated MLP runs on the products that carry its activation (kernels/gated_mlp_fits.h:
+ * the weights' offsets into the flat buffer, which starts 256-byte aligned, give their alignment); 0 for
+ * GPT-2's MLP. */
+int gated_products_take_every_layer(const ParamTable *t);
 /* All of it, in bytes (without the runtime's reserve). */
 size_t memory_estimate_total(const MemoryEstimate *e);
 /* The largest B whose estimate, plus `extra` bytes, fits in `bytes`; 0 when not even one sequence

@@ -281,6 +281,14 @@ TEST(backend_cuda_matches_cpu_on_a_tiny_gemma3_with_sliding_and_global_layers_an
     compare_config_with_cpu(&cfg, OUTPUT_FUSED, 2, 33, OUTPUT_FUSED_DEFAULT_BUDGET, 2);
 }
 
+/* F a multiple of 128: GeGLU inside kernels/gated_mlp.cu's products, at recompute levels 0 and 2 */
+TEST(backend_cuda_matches_cpu_on_a_tiny_gemma3_whose_mlp_carries_geglu_in_its_products) {
+    GPTConfig cfg = tiny_gemma3(64);
+    cfg.ffn_dim = 384;
+    compare_config_with_cpu(&cfg, OUTPUT_FUSED, 3, 37);
+    compare_config_with_cpu(&cfg, OUTPUT_FUSED, 2, 33, OUTPUT_FUSED_DEFAULT_BUDGET, 2);
+}
+
 TEST(backend_cuda_matches_cpu_on_a_tiny_gemma3_at_head_dim_128) {
     GPTConfig cfg = tiny_gemma3(128);
     compare_config_with_cpu(&cfg, OUTPUT_FUSED, 3, 37);

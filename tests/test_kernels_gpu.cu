@@ -1978,11 +1978,13 @@ static void gated_case(int N, int F, int gelu) {
     dfree_all();
 }
 
-/* The gated MLP's products with SwiGLU in their epilogues (kernels/gated_mlp.cu) against the CPU
- * reference: the product rounded to bf16, then glu_forward_cpu / glu_backward_cpu on it, as the
- * separate path computes them; against that path on the GPU (the same activation: only a cuBLAS
- * product summed in another order may differ); reruns bitwise equal. */
-static void gated_mlp_case(int N, int C, int F) {
+/* The gated MLP's products with the activation in their epilogues (kernels/gated_mlp.cu) against
+ * the CPU reference: the product rounded to bf16, then glu_forward_cpu / glu_backward_cpu on it, as
+ * the separate path computes them; against that path on the GPU (the same activation: only a cuBLAS
+ * product summed in another order may differ); reruns bitwise equal. gelu: GeGLU, else SwiGLU. */
+static void gated_mlp_case(int N, int C, int F, int gelu) {
+    const GatedAct act = gelu ? GATED_GELU_TANH : GATED_SILU;
+    const GluActivation cpu_act = gelu ? GLU_GELU_TANH : GLU_SILU;
     char what[128];
     const size_t nc = (size_t)N * C, nf = (size_t)N * F, ngu = 2 * nf, nw = (size_t)C * F;
     float *x = hmalloc(nc), *wfc = hmalloc(2 * nw), *dy = hmalloc(nc), *wproj = hmalloc(nw), *gu_in = hmalloc(ngu);
@@ -1997,7 +1999,7 @@ static void gated_mlp_case(int N, int C, int F) {
     float *gu_ref = hmalloc(ngu), *h_ref = hmalloc(nf);
     matmul_forward_cpu(gu_ref, x, wfc, NULL, N, C, 2 * F);
     round_bf16(gu_ref, ngu);
-    glu_forward_cpu(h_ref, gu_ref, N, F, GLU_SILU);
+    glu_forward_cpu(h_ref, gu_ref, N, F, cpu_act);
     /* backward: D = dy wproj in bf16 (wproj [C, F]: the product's weight of OC = C rows), then the
      * activation's gradient and product from gu_in */
     float *d_ref = hmalloc(nf), *dgu_ref = hmalloc(ngu), *hb_ref = hmalloc(nf), *dw_unused = hmalloc(nw),
@@ -2007,8 +2009,8 @@ static void gated_mlp_case(int N, int C, int F) {
     matmul_backward_cpu(d_ref, dw_unused, db_unused, dy, gu_in /* its weight gradient reads any N x F */, wproj, N, F,
                         C);
     round_bf16(d_ref, nf);
-    glu_backward_cpu(dgu_ref, d_ref, gu_in, N, F, GLU_SILU);
-    glu_forward_cpu(hb_ref, gu_in, N, F, GLU_SILU);
+    glu_backward_cpu(dgu_ref, d_ref, gu_in, N, F, cpu_act);
+    glu_forward_cpu(hb_ref, gu_in, N, F, cpu_act);
 
     bf16 *d_x = up_bf16(x, nc), *d_wfc = up_bf16(wfc, 2 * nw), *d_dy = up_bf16(dy, nc), *d_wproj = up_bf16(wproj, nw),
          *d_gu_in = up_bf16(gu_in, ngu);
@@ -2017,16 +2019,16 @@ static void gated_mlp_case(int N, int C, int F) {
         d_gu[run] = (bf16 *)dalloc(ngu * 2), d_h[run] = (bf16 *)dalloc(nf * 2);
         d_dgu[run] = (bf16 *)dalloc(ngu * 2), d_hb[run] = (bf16 *)dalloc(nf * 2);
         poison(d_gu[run], ngu * 2), poison(d_h[run], nf * 2), poison(d_dgu[run], ngu * 2), poison(d_hb[run], nf * 2);
-        gated_mlp_forward(d_gu[run], d_h[run], d_x, d_wfc, N, C, F, 0);
-        gated_mlp_backward(d_dgu[run], d_hb[run], d_dy, d_wproj, d_gu_in, N, C, F, 0);
+        gated_mlp_forward(d_gu[run], d_h[run], d_x, d_wfc, N, C, F, act, 0);
+        gated_mlp_backward(d_dgu[run], d_hb[run], d_dy, d_wproj, d_gu_in, N, C, F, act, 0);
     }
     /* the separate path */
     bf16 *s_gu = (bf16 *)dalloc(ngu * 2), *s_h = (bf16 *)dalloc(nf * 2), *s_d = (bf16 *)dalloc(nf * 2),
          *s_dgu = (bf16 *)dalloc(ngu * 2), *s_hb = (bf16 *)dalloc(nf * 2);
     matmul_forward(s_gu, NULL, d_x, d_wfc, NULL, N, C, 2 * F, 0);
-    gated_forward(s_h, s_gu, N, F, GATED_SILU, 0);
+    gated_forward(s_h, s_gu, N, F, act, 0);
     matmul_backward(s_d, NULL, NULL, NULL, d_dy, NULL, d_wproj, NULL, N, F, C, 0);
-    gated_backward(s_dgu, s_hb, s_d, d_gu_in, N, F, GATED_SILU, 0);
+    gated_backward(s_dgu, s_hb, s_d, d_gu_in, N, F, act, 0);
     dsync();
 
     struct {
@@ -2042,7 +2044,8 @@ static void gated_mlp_case(int N, int C, int F) {
         down_bf16(g0, outs[o].got[0], outs[o].n);
         down_bf16(g1, outs[o].got[1], outs[o].n);
         down_bf16(sep, outs[o].sep, outs[o].n);
-        snprintf(what, sizeof what, "gated MLP products N=%d C=%d F=%d: %s", N, C, F, outs[o].name);
+        snprintf(what, sizeof what, "gated MLP products (%s) N=%d C=%d F=%d: %s", gelu ? "GeGLU" : "SwiGLU", N, C, F,
+                 outs[o].name);
         CHECK_REL(rel_l2(g0, outs[o].ref, outs[o].n), 1e-2, what);
         /* a product summed in another order moves a value by at most a bf16 step */
         CHECK(rel_l2(g0, sep, outs[o].n) < 4e-3, "%s: %.2e from the separate path", what, rel_l2(g0, sep, outs[o].n));
@@ -2054,23 +2057,55 @@ static void gated_mlp_case(int N, int C, int F) {
     dfree_all();
 }
 
-TEST(kernels_gated_mlp_products_carry_swiglu_and_match_cpu_and_the_separate_path) {
+TEST(kernels_gated_mlp_products_carry_swiglu_and_geglu_and_match_cpu_and_the_separate_path) {
     seed_fresh();
-    bf16 *w = (bf16 *)dalloc(64);
-    CHECK(gated_mlp_fused(1024, 3072, GATED_SILU, w), "Qwen3-0.6B's MLP should take the fused products");
-    CHECK(!gated_mlp_fused(1024, 3000, GATED_SILU, w) && !gated_mlp_fused(640, 2048, GATED_GELU_TANH, w) &&
-              !gated_mlp_fused(1020, 3072, GATED_SILU, w) && !gated_mlp_fused(1024, 3072, GATED_SILU, w + 4),
-          "F off 128, GeGLU, C off 8 or a weight off 16 bytes must take the separate path");
-    dfree_all();
-    gated_mlp_case(1, 64, 128);       /* one row: one cluster, its second CTA's rows all past N */
-    gated_mlp_case(37, 200, 384);     /* C off the k blocks; F off the backward's 256 columns */
-    gated_mlp_case(300, 1024, 256);   /* the ring wraps within a tile */
-    gated_mlp_case(129, 2056, 640);   /* C past 1024: the backward's producer warp */
-    gated_mlp_case(1000, 640, 2048);  /* Gemma-3-270M's widths, over a thousand rows */
-    /* more tiles than clusters (66 on 132 SMs): each CTA stages tile after tile, the drain one behind,
-     * and the issuer walks on to its next unit; once with the inline issuer, once with the producer warp */
-    gated_mlp_case(4100, 136, 2048);
-    gated_mlp_case(2100, 1032, 2048);
+    CHECK(gated_mlp_fits(1024, 3072, 256) && gated_mlp_fits(640, 2048, 16),
+          "Qwen3-0.6B's and Gemma-3-270M's MLPs should take the products");
+    CHECK(!gated_mlp_fits(1024, 3000, 256) && !gated_mlp_fits(1020, 3072, 256) && !gated_mlp_fits(1024, 3072, 264),
+          "F off 128, C off 8 or a weight off 16 bytes must take the separate path");
+    for (int gelu = 0; gelu < 2; gelu++) {
+        gated_mlp_case(1, 64, 128, gelu);      /* one row: one cluster, its second CTA's rows all past N */
+        gated_mlp_case(37, 200, 384, gelu);    /* C off the k blocks; F off the backward's 256 columns */
+        gated_mlp_case(300, 1024, 256, gelu);  /* the ring wraps within a tile */
+        gated_mlp_case(129, 2056, 640, gelu);  /* C past 1024: the backward's producer warp */
+        gated_mlp_case(1000, 640, 2048, gelu); /* Gemma-3-270M's widths, over a thousand rows */
+        /* more tiles than clusters (66 on 132 SMs): each CTA stages tile after tile, the drain one
+         * behind, and the issuer walks on to its next unit; with the inline issuer and the producer warp */
+        gated_mlp_case(4100, 136, 2048, gelu);
+        gated_mlp_case(2100, 1032, 2048, gelu);
+    }
+}
+
+/* Both activations at gates far into their tails (a diverging run's), against the CPU reference
+ * value by value: the sigmoid's 2^big saturates to inf and gives act -0 and slope 0, never a NaN. */
+TEST(kernels_gated_activations_saturate_at_extreme_gates_as_the_cpu_reference) {
+    const float gates[] = {-1e4f, -300.0f, -100.0f, -30.0f, -10.0f, -3.0f, -0.5f, 0.0f,
+                           0.5f,  3.0f,    10.0f,   30.0f,  100.0f, 300.0f, 1e4f, -1.5f};
+    const int F = (int)(sizeof gates / sizeof gates[0]);
+    float inp[2 * F], dout[F], out_ref[F], dinp_ref[2 * F], out_g[F], dinp_g[2 * F];
+    for (int i = 0; i < F; i++) inp[i] = gates[i], inp[F + i] = 1.0f, dout[i] = 1.0f;
+    round_bf16(inp, 2 * F);
+    for (int gelu = 0; gelu < 2; gelu++) {
+        const GluActivation cpu_act = gelu ? GLU_GELU_TANH : GLU_SILU;
+        const GatedAct act = gelu ? GATED_GELU_TANH : GATED_SILU;
+        glu_forward_cpu(out_ref, inp, 1, F, cpu_act);
+        memset(dinp_ref, 0, sizeof dinp_ref);
+        glu_backward_cpu(dinp_ref, dout, inp, 1, F, cpu_act);
+        bf16 *d_inp = up_bf16(inp, 2 * F), *d_dout = up_bf16(dout, F);
+        bf16 *d_out = (bf16 *)dalloc(F * 2), *d_dinp = (bf16 *)dalloc(2 * F * 2);
+        gated_forward(d_out, d_inp, 1, F, act, 0);
+        gated_backward(d_dinp, NULL, d_dout, d_inp, 1, F, act, 0);
+        dsync();
+        down_bf16(out_g, d_out, F);
+        down_bf16(dinp_g, d_dinp, 2 * F);
+        for (int i = 0; i < 2 * F; i++) {
+            const float got = i < F ? out_g[i] : dinp_g[i - F], ref = i < F ? out_ref[i] : dinp_ref[i - F];
+            CHECK(isfinite(got) && fabsf(got - ref) <= 1e-2f * fmaxf(1.0f, fabsf(ref)),
+                  "%s at gate %g: %s %g, the CPU %g", gelu ? "GeGLU" : "SwiGLU", (double)gates[i % F],
+                  i < F ? "act" : "slope", (double)got, (double)ref);
+        }
+        dfree_all();
+    }
 }
 
 TEST(kernels_swiglu_and_geglu_take_gate_then_up_match_cpu_and_the_backward_reforms_the_forwards_product) {

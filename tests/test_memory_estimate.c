@@ -69,27 +69,63 @@ TEST(gpt2_memory_estimate_counts_layernorm_statistics_and_a_4c_gelu_mlp) {
 /* Llama: q, k, v of 4 + 2·2 heads of 6 as the projection wrote them, the attention's output, the
  * two residuals and SwiGLU's gate and up (2F); RMSNorm without bias keeps only 1/rms. The norms'
  * outputs and the gated product are recomputed in the backward. */
+static size_t llama_layer_acts_f(size_t F) {
+    return r(16 * 48 * 2) + r(16 * 24 * 2) + 2 * r(512) + r(16 * 2 * F * 2) + 2 * r(64) + r(256);
+}
 static size_t llama_layer_acts(void) {
-    return r(16 * 48 * 2) + r(16 * 24 * 2) + 2 * r(512) + r(16 * 48 * 2) + 2 * r(64) + r(256);
+    return llama_layer_acts_f(24);
 }
 
-/* + the final norm's 1/rms; backward: gate/up 16·48, the gated product 16·24, norm 16·16, attention
- * output 16·24, q k v 16·48; the shared recompute buffers of one layer's gated product (16·24) and
- * norm output (16·16); cos and sin [8, 3] fp32 */
+/* + the final norm's 1/rms; backward: gate/up 16·2F, the gated product 16·F (unless the products
+ * carry the activation), norm 16·16, attention output 16·24, q k v 16·48; the shared recompute
+ * buffers of one layer's gated product (16·F) and norm output (16·16); cos and sin [8, 3] fp32 */
+static size_t llama_rest_f(size_t F, int products) {
+    return tail_common() + r(64) + r(16 * 2 * F * 2) + (products ? 0 : r(16 * F * 2)) + r(512) + r(16 * 24 * 2) +
+           r(16 * 48 * 2) + r(16 * F * 2) + r(512) + 2 * r(8 * 3 * 4);
+}
 static size_t llama_rest(void) {
-    return tail_common() + r(64) + r(16 * 48 * 2) + r(16 * 24 * 2) + r(512) + r(16 * 24 * 2) + r(16 * 48 * 2) +
-           r(16 * 24 * 2) + r(512) + 2 * r(8 * 3 * 4);
+    return llama_rest_f(24, 0);
 }
 
 /* embed 128·16, final norm 16; per layer: input norm 16, q k v 48·16, o_proj 16·24, post norm 16,
- * gate and up 48·16, down 16·24 */
-#define LLAMA_PARAMS (128 * 16 + 16 + 2 * (16 + 48 * 16 + 16 * 24 + 16 + 48 * 16 + 16 * 24))
+ * gate and up 2F·16, down 16·F */
+#define LLAMA_PARAMS_F(F) (128 * 16 + 16 + 2 * (16 + 48 * 16 + 16 * 24 + 16 + 2 * (F) * 16 + 16 * (F)))
+#define LLAMA_PARAMS LLAMA_PARAMS_F(24)
 
 TEST(llama_memory_estimate_counts_gqa_kv_heads_head_dim_and_swiglus_gate_and_up) {
     ParamTable t = tiny_table(FAMILY_LLAMA);
     expect_estimate(&t, 0, LLAMA_PARAMS, 2 * llama_layer_acts() + llama_rest(), "llama");
     /* the gated product is always recomputed: asking for it changes nothing */
     expect_estimate(&t, 1, LLAMA_PARAMS, 2 * llama_layer_acts() + llama_rest(), "llama, MLP recomputed");
+    param_table_free(&t);
+}
+
+/* F a multiple of 128 and the MLP's weights 16-byte aligned in the flat buffer: the products carry
+ * the activation (kernels/gated_mlp_fits.h) and the backward keeps no 16·F buffer for its gradient.
+ * A Qwen2 whose q, k, v bias of 30 values puts every weight after it 4 bytes off keeps it. */
+TEST(a_gated_mlp_whose_products_carry_the_activation_needs_no_buffer_for_its_gradient) {
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 4, .dim = 16, .max_seq_len = 8, .vocab_size = 37};
+    gpt_family_defaults(&cfg, FAMILY_LLAMA);
+    cfg.num_kv_heads = 2, cfg.head_dim = 6, cfg.ffn_dim = 128;
+    ParamTable t;
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    CHECK(gated_products_take_every_layer(&t), "a Llama with F = 128 should take the products");
+    expect_estimate(&t, 0, LLAMA_PARAMS_F(128), 2 * llama_layer_acts_f(128) + llama_rest_f(128, 1),
+                    "llama, F = 128 on the products");
+    param_table_free(&t);
+    ParamTable narrow = tiny_table(FAMILY_LLAMA);
+    CHECK(!gated_products_take_every_layer(&narrow), "F = 24 is off the products' 128-column tiles");
+    param_table_free(&narrow);
+    GPTConfig q = {.num_layers = 2, .num_heads = 3, .dim = 16, .max_seq_len = 8, .vocab_size = 37};
+    gpt_family_defaults(&q, FAMILY_QWEN2);
+    q.num_kv_heads = 1, q.head_dim = 6, q.ffn_dim = 128;
+    REQUIRE(param_table_build(&t, &q, err) == 0, "%s", err);
+    CHECK(!gated_products_take_every_layer(&t), "a weight 4 bytes off 16 must keep the separate path");
+    param_table_free(&t);
+    q.num_heads = 4, q.num_kv_heads = 2; /* a bias of 48 values: every weight 16-byte aligned */
+    REQUIRE(param_table_build(&t, &q, err) == 0, "%s", err);
+    CHECK(gated_products_take_every_layer(&t), "a Qwen2 with a bias of 48 should take the products");
     param_table_free(&t);
 }
 

@@ -1,16 +1,17 @@
-/* dev/bench/gemm_gated_sm90.cu - the gated MLP's products with SwiGLU in their epilogues
+/* dev/bench/gemm_gated_sm90.cu - the gated MLP's products with the activation in their epilogues
  * (kernels/gated_mlp.cu) against the trainer's other path, cuBLASLt's product then
  * kernels/swiglu.cu's pass, checked and timed side by side:
- *   forward:  GU = X Wfc^T and H = silu(gate) up        (matmul_forward, gated_forward)
+ *   forward:  GU = X Wfc^T and H = act(gate) up         (matmul_forward, gated_forward)
  *   backward: D = dY Wproj, then dGU and H from D and GU  (matmul_backward, gated_backward)
  * at N tokens, model width C and gated width F. Both paths take the same activation
  * (kernels/gated_act.cuh), so they differ only where cuBLAS sums a product in another order.
  *
- * Run: ./build/bench_gemm_gated_sm90 [--check-only] [--shape N,C,F]... [--reps R]
- * It checks both products at awkward sizes (N off the tiles, C off the k blocks and past 1024, F off
- * the backward's 256 columns) against the other path: every bf16 output within 1/32 of max(|ref|,
- * rms), relative L2 below 4e-3, a second run bitwise equal; then times both (and cuBLAS's product
- * alone) at the families' shapes, Qwen3-0.6B, Llama-3.2-1B and Gemma-3-270M at 32768 tokens.
+ * Run: ./build/bench_gemm_gated_sm90 [--check-only] [--shape N,C,F]... [--gelu] [--reps R]
+ * It checks both products with SiLU and with GELU-tanh at awkward sizes (N off the tiles, C off the k
+ * blocks and past 1024, F off the backward's 256 columns) against the other path: every bf16 output
+ * within 1/32 of max(|ref|, rms), relative L2 below 4e-3, a second run bitwise equal; then times both
+ * (and cuBLAS's product alone) at the families' shapes at 32768 tokens: Qwen3-0.6B and Llama-3.2-1B
+ * (SiLU), Gemma-3-270M and Gemma-3-1B (GELU-tanh); --shape's with SiLU, or GELU-tanh with --gelu.
  * The versions tried on the way, and the probes of where their time went, are in this file's history
  * (commits 774b2f4-64fe9ed) and dev/RESULTS.md (2026-11-29). */
 #include <cuda.h> /* CUtensorMap */
@@ -24,14 +25,15 @@
 #include "kernels/kernels.h"
 
 /* the trainer's path */
-static void trainer_forward(int64_t N, int C, int F, const bf16 *x, const bf16 *wfc, bf16 *gu, bf16 *h) {
+static void trainer_forward(int64_t N, int C, int F, GatedAct act, const bf16 *x, const bf16 *wfc, bf16 *gu,
+                            bf16 *h) {
     matmul_forward(gu, NULL, x, wfc, NULL, (int)N, C, 2 * F, 0);
-    gated_forward(h, gu, (size_t)N, F, GATED_SILU, 0);
+    gated_forward(h, gu, (size_t)N, F, act, 0);
 }
-static void trainer_backward(int64_t N, int C, int F, const bf16 *dy, const bf16 *wproj, const bf16 *gu, bf16 *d,
-                             bf16 *dgu, bf16 *h) {
+static void trainer_backward(int64_t N, int C, int F, GatedAct act, const bf16 *dy, const bf16 *wproj, const bf16 *gu,
+                             bf16 *d, bf16 *dgu, bf16 *h) {
     matmul_backward(d, NULL, NULL, NULL, dy, NULL, wproj, NULL, (int)N, F, C, 0);
-    gated_backward(dgu, h, d, gu, (size_t)N, F, GATED_SILU, 0);
+    gated_backward(dgu, h, d, gu, (size_t)N, F, act, 0);
 }
 
 static void sync_or_die(const char *what) {
@@ -126,6 +128,7 @@ static int compare(const char *what, const bf16 *o, const bf16 *o2, const bf16 *
 typedef struct {
     int64_t N;
     int C, F;
+    GatedAct act;
     bf16 *x, *wfc, *wproj, *dy, *gu_in;             /* inputs */
     bf16 *gu, *h, *d, *dgu;                         /* the trainer's outputs */
     bf16 *gu_o, *h_o, *dgu_o, *gu_o2, *h_o2, *dgu_o2; /* ours, twice */
@@ -137,9 +140,9 @@ static bf16 *alloc_bf16(int64_t n) {
     return p;
 }
 
-static void problem_init(Problem *p, int64_t N, int C, int F, uint32_t seed) {
+static void problem_init(Problem *p, int64_t N, int C, int F, GatedAct act, uint32_t seed) {
     memset(p, 0, sizeof *p);
-    p->N = N, p->C = C, p->F = F;
+    p->N = N, p->C = C, p->F = F, p->act = act;
     const int64_t NC = N * C, NF = N * F, W = (int64_t)C * F;
     p->x = alloc_bf16(NC), p->dy = alloc_bf16(NC), p->wfc = alloc_bf16(2 * W), p->wproj = alloc_bf16(W);
     p->gu_in = alloc_bf16(2 * NF);
@@ -159,10 +162,10 @@ static void problem_free(Problem *p) {
 }
 
 static void run_ours_forward(const Problem *p, bf16 *gu, bf16 *h) {
-    gated_mlp_forward(gu, h, p->x, p->wfc, (size_t)p->N, p->C, p->F, 0);
+    gated_mlp_forward(gu, h, p->x, p->wfc, (size_t)p->N, p->C, p->F, p->act, 0);
 }
 static void run_ours_backward(const Problem *p, bf16 *dgu, bf16 *h) {
-    gated_mlp_backward(dgu, h, p->dy, p->wproj, p->gu_in, (size_t)p->N, p->C, p->F, 0);
+    gated_mlp_backward(dgu, h, p->dy, p->wproj, p->gu_in, (size_t)p->N, p->C, p->F, p->act, 0);
 }
 
 static int check_problem(const Problem *p) {
@@ -170,19 +173,20 @@ static int check_problem(const Problem *p) {
     CUDA_CHECK(cudaMemset(p->gu_o, 0xFF, (size_t)(2 * NF) * sizeof(bf16))); /* NaN: every element written */
     CUDA_CHECK(cudaMemset(p->h_o, 0xFF, (size_t)NF * sizeof(bf16)));
     CUDA_CHECK(cudaMemset(p->dgu_o, 0xFF, (size_t)(2 * NF) * sizeof(bf16)));
-    trainer_forward(p->N, p->C, p->F, p->x, p->wfc, p->gu, p->h);
+    trainer_forward(p->N, p->C, p->F, p->act, p->x, p->wfc, p->gu, p->h);
     run_ours_forward(p, p->gu_o, p->h_o);
     run_ours_forward(p, p->gu_o2, p->h_o2);
     sync_or_die("the forward products");
-    printf("check forward  N=%lld C=%d F=%d\n", (long long)p->N, p->C, p->F);
+    const char *act = p->act == GATED_SILU ? "SiLU" : "GELU-tanh";
+    printf("check forward  N=%lld C=%d F=%d %s\n", (long long)p->N, p->C, p->F, act);
     int ok = compare("GU", p->gu_o, p->gu_o2, p->gu, p->N, 2 * (int64_t)p->F);
     ok &= compare("H", p->h_o, p->h_o2, p->h, p->N, p->F);
-    trainer_backward(p->N, p->C, p->F, p->dy, p->wproj, p->gu_in, p->d, p->dgu, p->h);
+    trainer_backward(p->N, p->C, p->F, p->act, p->dy, p->wproj, p->gu_in, p->d, p->dgu, p->h);
     CUDA_CHECK(cudaMemset(p->h_o, 0xFF, (size_t)NF * sizeof(bf16)));
     run_ours_backward(p, p->dgu_o, p->h_o);
     run_ours_backward(p, p->dgu_o2, p->h_o2);
     sync_or_die("the backward products");
-    printf("check backward N=%lld C=%d F=%d\n", (long long)p->N, p->C, p->F);
+    printf("check backward N=%lld C=%d F=%d %s\n", (long long)p->N, p->C, p->F, act);
     ok &= compare("dGU", p->dgu_o, p->dgu_o2, p->dgu, p->N, 2 * (int64_t)p->F);
     ok &= compare("H", p->h_o, p->h_o2, p->h, p->N, p->F);
     return ok;
@@ -214,17 +218,19 @@ template <class Fn> static float median_ms(Fn run, int reps) {
 }
 
 static void usage_error(const char *what) {
-    fprintf(stderr, "error: %s (usage: bench_gemm_gated_sm90 [--check-only] [--shape N,C,F]... [--reps R])\n",
-            what);
+    fprintf(stderr,
+            "error: %s (usage: bench_gemm_gated_sm90 [--check-only] [--shape N,C,F]... [--gelu] [--reps R])\n", what);
     exit(1);
 }
 
 int main(int argc, char **argv) {
     int check_only = 0, reps = 10, nshapes = 0;
-    int64_t shapes[16][3];
+    GatedAct shape_act = GATED_SILU;
+    int64_t shapes[16][4];
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (!strcmp(o, "--check-only")) check_only = 1;
+        else if (!strcmp(o, "--gelu")) shape_act = GATED_GELU_TANH;
         else if (!strcmp(o, "--shape") && i + 1 < argc) {
             long long n, c, f;
             int used = 0;
@@ -250,42 +256,49 @@ int main(int argc, char **argv) {
                                  {300, 2056, 640}};
     int failed = 0, total = 0;
     uint32_t seed = 11;
-    for (size_t c = 0; c < sizeof checks / sizeof checks[0]; c++) {
-        Problem p;
-        problem_init(&p, checks[c][0], (int)checks[c][1], (int)checks[c][2], seed += 7);
-        failed += !check_problem(&p), total++;
-        problem_free(&p);
-    }
+    for (size_t c = 0; c < sizeof checks / sizeof checks[0]; c++)
+        for (int act = 0; act < 2; act++) {
+            Problem p;
+            problem_init(&p, checks[c][0], (int)checks[c][1], (int)checks[c][2], (GatedAct)act, seed += 7);
+            failed += !check_problem(&p), total++;
+            problem_free(&p);
+        }
     printf("%d of %d checks passed\n", total - failed, total);
     if (check_only || failed) return failed ? 1 : 0;
 
-    /* Qwen3-0.6B, Llama-3.2-1B and Gemma-3-270M at 32768 tokens (B 16, T 2048) */
-    const int64_t families[][3] = {{32768, 1024, 3072}, {32768, 2048, 8192}, {32768, 640, 2048}};
-    const int64_t(*list)[3] = nshapes ? shapes : families;
-    const int nlist = nshapes ? nshapes : 3;
+    /* Qwen3-0.6B, Llama-3.2-1B, Gemma-3-270M and Gemma-3-1B at 32768 tokens (B 16, T 2048) */
+    const int64_t families[][4] = {{32768, 1024, 3072, GATED_SILU},
+                                   {32768, 2048, 8192, GATED_SILU},
+                                   {32768, 640, 2048, GATED_GELU_TANH},
+                                   {32768, 1152, 6912, GATED_GELU_TANH}};
+    for (int s = 0; s < nshapes; s++) shapes[s][3] = shape_act;
+    const int64_t(*list)[4] = nshapes ? shapes : families;
+    const int nlist = nshapes ? nshapes : 4;
     static char rows[16][320];
     for (int s = 0; s < nlist; s++) {
         Problem p;
-        problem_init(&p, list[s][0], (int)list[s][1], (int)list[s][2], seed += 7);
+        problem_init(&p, list[s][0], (int)list[s][1], (int)list[s][2], (GatedAct)list[s][3], seed += 7);
         if (!check_problem(&p)) failed++;
         const int64_t N = p.N;
         const int C = p.C, F = p.F;
-        const float tf = median_ms([&] { trainer_forward(N, C, F, p.x, p.wfc, p.gu, p.h); }, reps);
+        const GatedAct act = p.act;
+        const float tf = median_ms([&] { trainer_forward(N, C, F, act, p.x, p.wfc, p.gu, p.h); }, reps);
         const float tf_gemm = median_ms([&] { matmul_forward(p.gu, NULL, p.x, p.wfc, NULL, (int)N, C, 2 * F, 0); }, reps);
         const float of = median_ms([&] { run_ours_forward(&p, p.gu_o, p.h_o); }, reps);
-        const float tb = median_ms([&] { trainer_backward(N, C, F, p.dy, p.wproj, p.gu_in, p.d, p.dgu, p.h); }, reps);
+        const float tb =
+            median_ms([&] { trainer_backward(N, C, F, act, p.dy, p.wproj, p.gu_in, p.d, p.dgu, p.h); }, reps);
         const float tb_gemm =
             median_ms([&] { matmul_backward(p.d, NULL, NULL, NULL, p.dy, NULL, p.wproj, NULL, (int)N, F, C, 0); }, reps);
         const float ob = median_ms([&] { run_ours_backward(&p, p.dgu_o, p.h_o); }, reps);
         const double ff = 2.0 * N * C * 2.0 * F, fb = 2.0 * N * C * (double)F;
         snprintf(rows[s], sizeof rows[s],
-                 "| %lld, %d, %d | %.3f (GEMM %.3f, %.0f TF/s) | %.3f (%.0f TF/s) | %.3f | %.3f (GEMM %.3f, %.0f TF/s) | %.3f (%.0f TF/s) | %.3f |",
-                 (long long)N, C, F, tf, tf_gemm, ff / tf_gemm * 1e-9, of, ff / of * 1e-9, of / tf, tb, tb_gemm,
+                 "| %lld, %d, %d, %s | %.3f (GEMM %.3f, %.0f TF/s) | %.3f (%.0f TF/s) | %.3f | %.3f (GEMM %.3f, %.0f TF/s) | %.3f (%.0f TF/s) | %.3f |",
+                 (long long)N, C, F, act == GATED_SILU ? "SiLU" : "GELU-tanh", tf, tf_gemm, ff / tf_gemm * 1e-9, of, ff / of * 1e-9, of / tf, tb, tb_gemm,
                  fb / tb_gemm * 1e-9, ob, fb / ob * 1e-9, ob / tb);
         problem_free(&p);
     }
     printf("\n%s, CUDA events, 3 warm-ups, median of %d; ms\n", prop.name, reps);
-    printf("| N, C, F | forward: trainer | ours | ours / trainer | backward: trainer | ours | ours / trainer |\n");
+    printf("| N, C, F, act | forward: trainer | ours | ours / trainer | backward: trainer | ours | ours / trainer |\n");
     printf("|---|---|---|---|---|---|---|\n");
     for (int s = 0; s < nlist; s++) printf("%s\n", rows[s]);
     matmul_free();

@@ -30,7 +30,8 @@ global layers, its own local base and query_pre_attn_scalar) and saved with save
      a document in, and what it shares it with, must not matter.
 Both at 1e-4 relative, in fp32, with transformers' eager attention (its sliding-window mask is exact
 there). With --device cuda our side runs on the GPU: the tiny models take the widths the CUDA backend
-computes (hidden 128, head_dim 64, MLP width a multiple of 8), and the tolerance is 3e-2 relative
+computes (hidden 128, head_dim 64, MLP width 256: a multiple of 128, so that the MLPs run on the
+products that carry their activation, as the released models' do), and the tolerance is 3e-2 relative
 (bf16 weights and activations against transformers' fp32). The windows are `./train eval`'s: window
 w takes inputs tokens[w*T : w*T+T], each target the next token, the mean over all n - 1 targets. Gemma 3 needs transformers 4.53 or later (layer_types).
 
@@ -59,9 +60,10 @@ PAD = 7  # the untied Llama's and Qwen2's pad_token_id, a token of the inputs
 
 def cuda_widths(cfg):
     """The family's tiny model at widths the CUDA backend computes: hidden a multiple of 64, heads of
-    64, the MLP's width a multiple of 8. Each family keeps its trap: Llama's, Gemma's and Qwen3's
+    64, the MLP's width a multiple of 128 (the products that carry the activation take it, as they
+    take every released model's). Each family keeps its trap: Llama's, Gemma's and Qwen3's
     heads * head_dim != hidden."""
-    cfg.hidden_size, cfg.head_dim, cfg.intermediate_size = 128, 64, 200
+    cfg.hidden_size, cfg.head_dim, cfg.intermediate_size = 128, 64, 256
     if cfg.model_type == "qwen2":  # head_dim follows from hidden / heads
         cfg.num_attention_heads, cfg.num_key_value_heads = 2, 1
     return cfg

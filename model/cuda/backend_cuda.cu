@@ -115,7 +115,9 @@ typedef struct {
     kbf16 *dres, *dlnf, *dfch;
     kbf16 *dln; /* [N,C] the gradient at a norm's input, or at a sandwich norm's input (a projection's output) */
     kbf16 *datty, *dqkv;
-    kbf16 *dact;            /* [N,F] gated MLPs: the gradient of the activation's output */
+    kbf16 *dact;            /* [N,F] gated MLPs off the products: the gradient of the activation's output */
+    int gated_products;     /* every layer's gated MLP runs on the products that carry its activation
+                             * (kernels/gated_mlp.cu), which never store that gradient */
     float *rope_cos, *rope_sin; /* [T, hd/2] for positions 0..T-1 (RoPE families) */
     float *rope_local_cos, *rope_local_sin; /* the same for the sliding layers' own base (when they have one) */
     void *scratch; /* the largest of the kernels' scratch needs */
@@ -209,7 +211,7 @@ static size_t layout_arena(CudaBackend *cb, char *base) {
     TAKE(cb->dres, kbf16, N * C);
     TAKE(cb->dlnf, kbf16, N * C);
     TAKE(cb->dfch, kbf16, N * w.FW);
-    if (gated) TAKE(cb->dact, kbf16, N * w.F);
+    if (gated && !cb->gated_products) TAKE(cb->dact, kbf16, N * w.F);
     TAKE(cb->dln, kbf16, N * C);
     TAKE(cb->datty, kbf16, N * w.AW);
     TAKE(cb->dqkv, kbf16, N * w.QW);
@@ -429,9 +431,9 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
                                   P(ROLE_ATTPROJ_W), P(ROLE_ATTPOST_W), N, (int)w.AW);
         residual_rmsnorm_forward(a->residual2 + r * C, a->ln2 + r * C, a->ln2_rstd + r, residual_in,
                                  cb->attproj + r * C, P(ROLE_LN2_W), N, C, eps, one_plus_w, s);
-        if (gated_mlp_fused(C, (int)w.F, act, P(ROLE_FC_W))) {
+        if (cb->gated_products) {
             gated_mlp_forward(a->fch_pre + r * w.FW, a->fch_gelu + r * w.F, a->ln2 + r * C, P(ROLE_FC_W), (size_t)N, C,
-                              (int)w.F, s);
+                              (int)w.F, act, s);
         } else {
             matmul_forward(a->fch_pre + r * w.FW, NULL, a->ln2 + r * C, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
             gated_forward(a->fch_gelu + r * w.F, a->fch_pre + r * w.FW, (size_t)N, (int)w.F, act, s);
@@ -643,14 +645,15 @@ static void backward_body_rope(CudaBackend *cb, GradSync *sync) {
         residual_rmsnorm_forward(NULL, a->ln2, a->ln2_rstd, a->residual2, NULL, P(ROLE_LN2_W), N, C, cfg->norm_eps,
                                  one_plus_w, s);
         if (cb->recompute_gelu == 2) { /* the forward's bits: its product, whichever path ran it */
-            if (gated_mlp_fused(C, (int)w.F, act, P(ROLE_FC_W)))
-                gated_mlp_forward(a->fch_pre, a->fch_gelu, a->ln2, P(ROLE_FC_W), (size_t)N, C, (int)w.F, s);
+            if (cb->gated_products)
+                gated_mlp_forward(a->fch_pre, a->fch_gelu, a->ln2, P(ROLE_FC_W), (size_t)N, C, (int)w.F, act, s);
             else
                 matmul_forward(a->fch_pre, NULL, a->ln2, P(ROLE_FC_W), NULL, N, C, (int)w.FW, s);
         }
         const kbf16 *dfcproj = branch_projection_grad(cb, g.mlppostw, a->fcproj, P(ROLE_MLPPOST_W), a->mlppost_rstd, N);
-        if (gated_mlp_fused(C, (int)w.F, act, P(ROLE_FCPROJ_W))) {
-            gated_mlp_backward(cb->dfch, a->fch_gelu, dfcproj, P(ROLE_FCPROJ_W), a->fch_pre, (size_t)N, C, (int)w.F, s);
+        if (cb->gated_products) {
+            gated_mlp_backward(cb->dfch, a->fch_gelu, dfcproj, P(ROLE_FCPROJ_W), a->fch_pre, (size_t)N, C, (int)w.F,
+                               act, s);
         } else {
             matmul_backward(cb->dact, NULL, NULL, NULL, dfcproj, NULL, P(ROLE_FCPROJ_W), NULL, N, (int)w.F, C, s);
             gated_backward(cb->dfch, a->fch_gelu, cb->dact, a->fch_pre, (size_t)N, (int)w.F, act, s);
@@ -1211,6 +1214,7 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     const int most_recomputed = is_rope(cfg) ? 2 : 1;
     cb->recompute_gelu = recompute_gelu < 0 ? 0 : recompute_gelu < most_recomputed ? recompute_gelu : most_recomputed;
     cb->scratch_bytes = scratch_needed(cfg, B, T);
+    cb->gated_products = gated_products_take_every_layer(cb->t);
     cb->arena_bytes = layout_arena(cb, NULL);
     /* bf16 weights and gradients whole; master and moments (fp32: 12 bytes, bf16: 4) whole or 1/world (ZeRO-1) */
     size_t state_estimate = zero1 ? P / (size_t)dist->world + 1 : P;
