@@ -35,7 +35,7 @@ products that carry their activation, as the released models' do), and the toler
 (bf16 weights and activations against transformers' fp32). The windows are `./train eval`'s: window
 w takes inputs tokens[w*T : w*T+T], each target the next token, the mean over all n - 1 targets. Gemma 3 needs transformers 4.53 or later (layer_types).
 
-    python3 dev/check/hf_families_check.py [--train ./train] [--work DIR] [-t T] [--device cpu|cuda]
+    python3 dev/check/hf_families_check.py [--train ./train] [--work DIR] [-t T] [--device cpu|cuda] [--family F]...
 
 Exits 1 on any disagreement. Needs torch and transformers (no network): a dev tool, never a
 dependency of ./train."""
@@ -326,9 +326,11 @@ def main():
     ap.add_argument("--work", default=None, help="where the checkpoints go (default: a temporary directory)")
     ap.add_argument("-t", type=int, default=16, help="window length of the evaluation")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where ./train runs (default cpu)")
+    ap.add_argument("--family", choices=tuple(FAMILIES), action="append", help="only this family (repeatable)")
     a = ap.parse_args()
     tolerance = TOLERANCE[a.device]
-    configs = {f: (lambda m=m: cuda_widths(m())) if a.device == "cuda" else m for f, m in FAMILIES.items()}
+    configs = {f: (lambda m=m: cuda_widths(m())) if a.device == "cuda" else m for f, m in FAMILIES.items()
+               if not a.family or f in a.family}
     work = a.work or tempfile.mkdtemp(prefix="hf_families_")
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, V, size=600)
