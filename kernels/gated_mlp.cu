@@ -21,7 +21,8 @@
  *    and the products ran 1.1-2.6x slower than product + pass (dev/RESULTS.md, 2026-11-29). The
  *    staging tile is why the ring has 3 stages, not 4.
  *  - Copies: a producer warp (forward), or consumer thread 0 between its products (backward at
- *    C <= 1024, where the drain's loads and stores bound the kernel: that frees a fourth drain warp).
+ *    C <= 1536, where the drain's loads and stores bound the kernel: that frees a fourth drain warp;
+ *    at C = 2048 the products' two stages ahead instead of three cost more than the warp gives).
  *    ptxas gives every thread of the block the launch bound's registers (65536 / 384 = 168; it
  *    counts threads in whole warpgroups and setmaxnreg does not raise it), and the consumers hold
  *    128 accumulators: more drain warps do not fit.
@@ -58,7 +59,7 @@
 #define GM_GROUP 8
 #define GM_LOADS 8                /* the backward's drain: items of 8 columns with g and u in flight */
 #define GM_SPIN_LIMIT (1u << 30)
-#define GM_INLINE_MAX_C 1024      /* the backward issues its copies inline up to this C */
+#define GM_INLINE_MAX_C 1536      /* the backward issues its copies inline up to this C */
 
 enum { GM_FORWARD = 0, GM_BACKWARD = 1 };
 
