@@ -31,8 +31,9 @@ global layers, its own local base and query_pre_attn_scalar) and saved with save
 Both at 1e-4 relative, in fp32, with transformers' eager attention (its sliding-window mask is exact
 there). With --device cuda our side runs on the GPU: the tiny models take the widths the CUDA backend
 computes (hidden 128, head_dim 64, MLP width 256: a multiple of 128, so that the MLPs run on the
-products that carry their activation, as the released models' do), and the tolerance is 3e-2 relative
-(bf16 weights and activations against transformers' fp32). The windows are `./train eval`'s: window
+products that carry their activation, as the released models' do), and the bounds are 1e-3 relative
+for a checkpoint's loss either way, 2e-3 for the other losses and 3e-2 for the gradient norms (bf16
+weights and activations against transformers' fp32). The windows are `./train eval`'s: window
 w takes inputs tokens[w*T : w*T+T], each target the next token, the mean over all n - 1 targets. Gemma 3 needs transformers 4.53 or later (layer_types).
 
     python3 dev/check/hf_families_check.py [--train ./train] [--work DIR] [-t T] [--device cpu|cuda] [--family F]...
@@ -53,7 +54,12 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Qwen2Config, Qwen3Config
 
-TOLERANCE = {"cpu": 1e-4, "cuda": 3e-2}
+# Relative bounds: a checkpoint's loss either way (ours of theirs, theirs of ours), the other losses
+# (the masked, documents and packed shards' evals and steps) and the steps' gradient norms. On the GPU
+# bf16 moves the losses of these far-from-init models by up to ~1.2e-3 over a few hundred masked
+# targets, 3e-4 over the plain shard, and the gradient norms by up to 2.4e-2.
+TOLERANCE = {"cpu": {"checkpoint": 1e-4, "loss": 1e-4, "norm": 1e-4},
+             "cuda": {"checkpoint": 1e-3, "loss": 2e-3, "norm": 3e-2}}
 V = 300
 PAD = 7  # the untied Llama's and Qwen2's pad_token_id, a token of the inputs
 
@@ -230,11 +236,11 @@ def eval_and_step_checks(what, train, hf_dir, shard, tokens, marked, starts, T, 
     transformers' loss and its one batch of the four windows (labels -100 where marked, and with
     starts, documents packed by position_ids). Whether all agree, and transformers' eval loss."""
     theirs, _ = hf_loss(hf_dir, tokens, T, marked, starts)
-    ok = compare(f"eval of {what}", our_loss(train, hf_dir, shard, T, device), theirs, tolerance)
+    ok = compare(f"eval of {what}", our_loss(train, hf_dir, shard, T, device), theirs, tolerance["loss"])
     loss, norm = our_first_step(train, hf_dir, shard, T, device, run)
     their_loss, their_norm = hf_masked_step(hf_dir, tokens, marked, T, 4, starts)
-    ok &= compare(f"{what}: step's loss, two micro-batches", loss, their_loss, tolerance)
-    ok &= compare(f"{what}: step's gradient norm", norm, their_norm, tolerance)
+    ok &= compare(f"{what}: step's loss, two micro-batches", loss, their_loss, tolerance["loss"])
+    ok &= compare(f"{what}: step's gradient norm", norm, their_norm, tolerance["norm"])
     return ok, theirs
 
 
@@ -269,9 +275,9 @@ def documents_checks(train, hf_dir, T, device, work, tolerance, rng):
     across, _ = hf_loss(hf_dir, tokens, T, marked, starts, positions=False)
     apart = abs(across - theirs) / abs(theirs)
     if device == "cpu":
-        ok &= apart > 10 * tolerance
+        ok &= apart > 10 * tolerance["loss"]
     print(f"  transformers without position_ids (attention across documents): {across:.6f}, {apart:.2e} away"
-          f"{' (must exceed ' + format(10 * tolerance, '.0e') + ')' if device == 'cpu' else ''}")
+          f"{' (must exceed ' + format(10 * tolerance['loss'], '.0e') + ')' if device == 'cpu' else ''}")
     return ok
 
 
@@ -289,7 +295,7 @@ def packed_checks(train, hf_dir, T, device, work, tolerance, rng):
     write_masked_shard(shard, tokens, marked, V, starts)
     theirs = hf_documents_alone(hf_dir, tokens, T, marked, starts)
     return compare("eval --pack bfd of whole documents", our_loss(train, hf_dir, shard, T, device, "bfd"), theirs,
-                   tolerance)
+                   tolerance["loss"])
 
 
 def compare(what, ours, theirs, tolerance):
@@ -350,7 +356,7 @@ def main():
         model.save_pretrained(hf_dir, safe_serialization=True)
         theirs, _ = hf_loss(hf_dir, tokens, a.t)
         ok &= compare("--init-from of their checkpoint", our_loss(a.train, hf_dir, shard, a.t, a.device), theirs,
-                      tolerance)
+                      tolerance["checkpoint"])
         ok &= masked_checks(a.train, hf_dir, a.t, a.device, os.path.join(work, family), tolerance, rng)
         ok &= documents_checks(a.train, hf_dir, a.t, a.device, os.path.join(work, family), tolerance, rng)
         ok &= packed_checks(a.train, hf_dir, a.t, a.device, os.path.join(work, family), tolerance, rng)
@@ -360,7 +366,7 @@ def main():
         exported = os.path.join(run, "step_00000003")
         theirs, cls = hf_loss(exported, tokens, a.t)
         ok &= compare(f"our export loaded as {cls}", our_loss(a.train, exported, shard, a.t, a.device), theirs,
-                      tolerance)
+                      tolerance["checkpoint"])
         if getattr(make_config(), "pad_token_id", None) == PAD and not make_config().tie_word_embeddings:
             ok &= padding_row_kept(model, exported, PAD)
         with open(os.path.join(exported, "config.json")) as f:
