@@ -19,9 +19,7 @@
  *    the consumers go on to the next tile's products while the drain warps store it and apply the
  *    activation: with the consumers doing the epilogue themselves the tensor cores idled through it
  *    and the products ran 1.1-2.6x slower than product + pass (dev/RESULTS.md, 2026-11-29). The
- *    staging tile is why the ring has 3 stages, not 4; from C = 2048 (GM_HALVES_MIN_C) the producer-
- *    warp kernels stage one warpgroup's half at a time, 32 KiB beside 4 stages: the half waiting for
- *    the drain leaves the tensor cores to the other warpgroup, and the long k loops gain the stage.
+ *    staging tile is why the ring has 3 stages, not 4.
  *  - Copies: a producer warp (forward), or consumer thread 0 between its products (backward at
  *    C <= 1536, where the drain's loads and stores bound the kernel: that frees a fourth drain warp;
  *    at C = 2048 the products' two stages ahead instead of three cost more than the warp gives).
@@ -50,26 +48,18 @@
 #define GM_BN 256  /* accumulator columns per tile */
 #define GM_BK 64   /* k per stage: one 128-byte swizzle row of bf16 */
 #define GM_CL 2    /* CTAs per cluster sharing the B stages */
+#define GM_STAGES 3
 #define GM_PANEL_BYTES (64 * 128)
 #define GM_A_BYTES (GM_BM * GM_BK * 2)
 #define GM_STAGE_BYTES (GM_A_BYTES + GM_BN * GM_BK * 2)
+#define GM_STAGING_BYTES (GM_BM * GM_BN * 2) /* a tile in bf16, rows of 512 bytes */
 #define GM_CONSUMERS 256
 #define GM_THREADS (GM_CONSUMERS + 128)
+#define GM_SMEM (GM_STAGES * GM_STAGE_BYTES + GM_STAGING_BYTES + 1024 + 8 * (2 * GM_STAGES + 2))
 #define GM_GROUP 8
 #define GM_LOADS 8                /* the backward's drain: items of 8 columns with g and u in flight */
 #define GM_SPIN_LIMIT (1u << 30)
 #define GM_INLINE_MAX_C 1536      /* the backward issues its copies inline up to this C */
-#define GM_HALVES_MIN_C 2048      /* from this C the producer-warp kernels stage half tiles */
-
-/* The staging tile whole (a tile in bf16, rows of 512 bytes) beside a 3-stage ring, or in HALVES: one
- * warpgroup's 64 rows at a time (32 KiB), which leaves room for a fourth stage. */
-template <int HALVES>
-struct GmLayout {
-    static constexpr int stages = HALVES ? 4 : 3;
-    static constexpr int staging_rows = HALVES ? GM_BM / 2 : GM_BM;
-    static constexpr int staging_bytes = staging_rows * GM_BN * 2;
-    static constexpr int smem = stages * GM_STAGE_BYTES + staging_bytes + 1024 + 8 * (2 * stages + 4);
-};
 
 enum { GM_FORWARD = 0, GM_BACKWARD = 1 };
 
@@ -112,9 +102,9 @@ __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w 
  * every bank once. */
 __device__ __forceinline__ uint32_t gm_staged(int r, int k) { return (uint32_t)(r * 512 + ((k ^ (r & 7)) << 4)); }
 
-/* a consumer's 64 x 256 accumulators into the staging tile, from its row first_row */
-__device__ __forceinline__ void gm_stage(const float (&acc)[128], unsigned char *stg, int first_row, int wq, int lane) {
-    const int r0 = first_row + wq * 16 + (lane >> 2), byte = (lane & 3) * 4;
+/* a consumer's 64 x 256 accumulators into the staging tile */
+__device__ __forceinline__ void gm_stage(const float (&acc)[128], unsigned char *stg, int wg, int wq, int lane) {
+    const int r0 = wg * 64 + wq * 16 + (lane >> 2), byte = (lane & 3) * 4;
 #pragma unroll
     for (int i = 0; i < 32; i++) {
         *reinterpret_cast<uint32_t *>(stg + gm_staged(r0, i) + byte) = pack_bf16x2(acc[i * 4 + 0], acc[i * 4 + 1]);
@@ -122,12 +112,11 @@ __device__ __forceinline__ void gm_stage(const float (&acc)[128], unsigned char 
     }
 }
 
-/* forward drain (t of nt threads) of the staged rows, the output's rows m0..: staged columns 0-127
- * are gate f0.., 128-255 the same up columns */
+/* forward drain (t of nt threads): staged columns 0-127 are gate f0.., 128-255 the same up columns */
 template <int ACT>
-__device__ __forceinline__ void gm_drain_forward(const GatedMlpArgs &a, const unsigned char *stg, int rows, int64_t m0,
-                                                 int f0, int t, int nt) {
-    for (int item = t; item < rows * 16; item += nt) {
+__device__ __forceinline__ void gm_drain_forward(const GatedMlpArgs &a, const unsigned char *stg, int64_t m0, int f0,
+                                                 int t, int nt) {
+    for (int item = t; item < GM_BM * 16; item += nt) {
         const int r = item >> 4, k = item & 15;
         const int64_t row = m0 + r;
         if (row >= a.N) continue;
@@ -150,15 +139,15 @@ __device__ __forceinline__ void gm_drain_forward(const GatedMlpArgs &a, const un
 /* backward drain: the staged tile is D's columns f0 .. f0 + 255 (those past F unused); GM_LOADS
  * items' g and u loads in flight at once */
 template <int ACT>
-__device__ __forceinline__ void gm_drain_backward(const GatedMlpArgs &a, const unsigned char *stg, int rows, int64_t m0,
-                                                  int f0, int t, int nt) {
-    for (int first = t; first < rows * 32; first += nt * GM_LOADS) {
+__device__ __forceinline__ void gm_drain_backward(const GatedMlpArgs &a, const unsigned char *stg, int64_t m0, int f0,
+                                                  int t, int nt) {
+    for (int first = t; first < GM_BM * 32; first += nt * GM_LOADS) {
         uint4 g[GM_LOADS], u[GM_LOADS];
 #pragma unroll
         for (int j = 0; j < GM_LOADS; j++) {
             const int item = first + j * nt, r = item >> 5, k = item & 31;
             const int64_t row = m0 + r, c = f0 + 8 * k;
-            if (item < rows * 32 && row < a.N && c < a.F) {
+            if (item < GM_BM * 32 && row < a.N && c < a.F) {
                 const bf16 *gu = a.gu + row * 2 * (int64_t)a.F;
                 g[j] = __ldg(reinterpret_cast<const uint4 *>(gu + c));
                 u[j] = __ldg(reinterpret_cast<const uint4 *>(gu + a.F + c));
@@ -168,7 +157,7 @@ __device__ __forceinline__ void gm_drain_backward(const GatedMlpArgs &a, const u
         for (int j = 0; j < GM_LOADS; j++) {
             const int item = first + j * nt, r = item >> 5, k = item & 31;
             const int64_t row = m0 + r, c = f0 + 8 * k;
-            if (!(item < rows * 32 && row < a.N && c < a.F)) continue;
+            if (!(item < GM_BM * 32 && row < a.N && c < a.F)) continue;
             const uint4 d = *reinterpret_cast<const uint4 *>(stg + gm_staged(r, k));
             const uint32_t dw[4] = {d.x, d.y, d.z, d.w}, gw[4] = {g[j].x, g[j].y, g[j].z, g[j].w},
                            uw[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
@@ -204,13 +193,13 @@ struct GmIssuer {
 };
 
 /* Issues the next stage's copies once its slot is free; false when the CTA's units are all issued. */
-template <int MODE, int STAGES>
+template <int MODE>
 __device__ __forceinline__ bool gm_issue(const GatedMlpArgs &a, const CUtensorMap *tm_a, const CUtensorMap *tm_b,
                                          uint32_t ring, uint32_t full_bar, uint32_t empty_bar, uint32_t rank,
                                          uint32_t nclusters, GmIssuer &p) {
     if (p.u >= a.units) return false;
     if (p.kb == 0) gm_unit(a, p.u, rank, &p.m0, &p.tn);
-    if (p.fills >= STAGES) gm_wait(empty_bar + 8 * p.stage, p.phase ^ 1);
+    if (p.fills >= GM_STAGES) gm_wait(empty_bar + 8 * p.stage, p.phase ^ 1);
     const uint32_t fb = full_bar + 8 * p.stage, sa = ring + p.stage * GM_STAGE_BYTES, sb = sa + GM_A_BYTES;
     mbar_expect_tx(fb, GM_STAGE_BYTES); /* A and the whole B stage, whichever CTA fetches each half */
     const int k0 = p.kb * GM_BK;
@@ -222,7 +211,7 @@ __device__ __forceinline__ bool gm_issue(const GatedMlpArgs &a, const CUtensorMa
         for (int q = (int)rank * 2; q < (int)rank * 2 + 2; q++)
             tma_load_2d_multicast(sb + q * GM_PANEL_BYTES, tm_b, p.tn * GM_BN + 64 * q, k0, fb, 3);
     p.fills++;
-    if (++p.stage == STAGES) p.stage = 0, p.phase ^= 1;
+    if (++p.stage == GM_STAGES) p.stage = 0, p.phase ^= 1;
     if (++p.kb == a.kbs) p.kb = 0, p.u += nclusters;
     return true;
 }
@@ -230,39 +219,30 @@ __device__ __forceinline__ bool gm_issue(const GatedMlpArgs &a, const CUtensorMa
 /* MODE: GM_FORWARD (A = X, B = Wfc, both K-major: tm_b boxes {64 k, 128 rows}) or GM_BACKWARD (A =
  * dY K-major, B = Wproj MN-major: boxes {64 columns of F, 64 k}); tm_a boxes {64 k, 128 rows}.
  * INLINE: consumer thread 0 issues the copies and warps 8-11 drain; else warp 8 issues, 9-11 drain.
- * ACT: a GatedAct. HALVES (with a producer warp only): the staging tile holds one warpgroup's rows at a
- * time, warpgroup 0's then 1's; each half has its staged and drained barriers, so that every wait is
- * for the phase after the one its waiter saw last (a parity wait cannot tell phases two apart).
- * Warpgroup 1 waits for the drain of warpgroup 0's half and warpgroup 0 for that of 1's previous one,
- * while the other's products keep the tensor cores busy. */
-template <int MODE, int INLINE, int ACT, int HALVES>
+ * ACT: a GatedAct. */
+template <int MODE, int INLINE, int ACT>
 __global__ void __launch_bounds__(GM_THREADS, 1)
     gated_mlp_kernel(const GatedMlpArgs a, const __grid_constant__ CUtensorMap tm_a,
                      const __grid_constant__ CUtensorMap tm_b) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(!(INLINE && HALVES), "half tiles are staged behind a producer warp only");
-    typedef GmLayout<HALVES> L;
-    constexpr int STAGES = L::stages, halves = HALVES ? 2 : 1;
     constexpr int first_drain_warp = GM_CONSUMERS / 32 + (INLINE ? 0 : 1), drain_warps = 12 - first_drain_warp;
     extern __shared__ unsigned char gm_smem[];
     const uint32_t ring = (smem_addr(gm_smem) + 1023) & ~1023u;
-    const uint32_t staging = ring + STAGES * GM_STAGE_BYTES;
+    const uint32_t staging = ring + GM_STAGES * GM_STAGE_BYTES;
     unsigned char *stg = gm_smem + (staging - smem_addr(gm_smem));
-    const uint32_t full_bar = staging + L::staging_bytes, empty_bar = full_bar + 8 * STAGES;
-    const uint32_t staged_bar = empty_bar + 8 * STAGES, drained_bar = staged_bar + 16; /* [2] each */
+    const uint32_t full_bar = staging + GM_STAGING_BYTES, empty_bar = full_bar + 8 * GM_STAGES;
+    const uint32_t staged_bar = empty_bar + 8 * GM_STAGES, drained_bar = staged_bar + 8;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const uint32_t rank = cluster_rank();
     const uint32_t cluster = blockIdx.x / GM_CL, nclusters = gridDim.x / GM_CL;
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) {
+        for (int s = 0; s < GM_STAGES; s++) {
             mbar_init(full_bar + 8 * s, 1);             /* the issuer's expect-tx, then the bytes */
             mbar_init(empty_bar + 8 * s, 8 * GM_CL);    /* every consumer warp of both CTAs */
         }
-        for (int h = 0; h < halves; h++) {
-            mbar_init(staged_bar + 8 * h, GM_CONSUMERS / 32 / halves); /* the staging warpgroup(s)' warps */
-            mbar_init(drained_bar + 8 * h, drain_warps);
-        }
+        mbar_init(staged_bar, GM_CONSUMERS / 32);
+        mbar_init(drained_bar, drain_warps);
         mbar_init_fence();
     }
     cluster_sync_all(); /* the peer's barriers are initialised before any copy or arrive reaches them */
@@ -270,7 +250,7 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
     GmIssuer issuer = {cluster, 0, 0, 0, 0, 0, 0};
     if (!INLINE && warp == GM_CONSUMERS / 32) {
         if (lane == 0)
-            while (gm_issue<MODE, STAGES>(a, &tm_a, &tm_b, ring, full_bar, empty_bar, rank, nclusters, issuer)) {
+            while (gm_issue<MODE>(a, &tm_a, &tm_b, ring, full_bar, empty_bar, rank, nclusters, issuer)) {
             }
         __syncwarp();
     } else if (warp >= first_drain_warp) {
@@ -280,16 +260,11 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
             int64_t m0;
             int tn;
             gm_unit(a, u, rank, &m0, &tn);
-            for (int h = 0; h < halves; h++) {
-                gm_wait(staged_bar + 8 * h, j & 1);
-                const int64_t first = m0 + h * L::staging_rows;
-                if (MODE == GM_FORWARD)
-                    gm_drain_forward<ACT>(a, stg, L::staging_rows, first, tn * 128, t, 32 * drain_warps);
-                else
-                    gm_drain_backward<ACT>(a, stg, L::staging_rows, first, tn * GM_BN, t, 32 * drain_warps);
-                __syncwarp();
-                if (lane == 0) mbar_arrive(drained_bar + 8 * h);
-            }
+            gm_wait(staged_bar, j & 1);
+            if (MODE == GM_FORWARD) gm_drain_forward<ACT>(a, stg, m0, tn * 128, t, 32 * drain_warps);
+            else gm_drain_backward<ACT>(a, stg, m0, tn * GM_BN, t, 32 * drain_warps);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(drained_bar);
         }
     } else {
         const int wg = warp >> 2, wq = warp & 3;
@@ -302,11 +277,11 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
 #pragma unroll
                 for (int c = 0; c < GM_CL; c++) mbar_arrive_cluster(empty_bar + 8 * s, (uint32_t)c);
         };
-        /* inline: STAGES - 1 stages ahead; each iteration then refills the slot its previous one
+        /* inline: GM_STAGES - 1 stages ahead; each iteration then refills the slot its previous one
          * read, once every consumer warp of the cluster released it */
         if (INLINE && threadIdx.x == 0)
-            for (int s = 0; s < STAGES - 1; s++)
-                gm_issue<MODE, STAGES>(a, &tm_a, &tm_b, ring, full_bar, empty_bar, rank, nclusters, issuer);
+            for (int s = 0; s < GM_STAGES - 1; s++)
+                gm_issue<MODE>(a, &tm_a, &tm_b, ring, full_bar, empty_bar, rank, nclusters, issuer);
         float acc[128];
         for (uint32_t u = cluster; u < a.units; u += nclusters, j++) {
             uint32_t prev = 0;
@@ -329,24 +304,18 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
                 wgmma_wait<1>();
                 if (kb > 0) release(prev);
                 if (INLINE && threadIdx.x == 0)
-                    gm_issue<MODE, STAGES>(a, &tm_a, &tm_b, ring, full_bar, empty_bar, rank, nclusters, issuer);
+                    gm_issue<MODE>(a, &tm_a, &tm_b, ring, full_bar, empty_bar, rank, nclusters, issuer);
                 __syncwarp(); /* wgmma_wait is .aligned: the warp converges after thread 0's issue */
                 prev = stage;
-                if (++stage == STAGES) stage = 0, phase ^= 1;
+                if (++stage == GM_STAGES) stage = 0, phase ^= 1;
             }
             wgmma_wait<0>();
             fence_acc(acc);
             release(prev);
-            if (!HALVES) {
-                if (j > 0) gm_wait(drained_bar, (j - 1) & 1); /* the drain is done with the previous tile */
-            } else if (wg == 0) {
-                if (j > 0) gm_wait(drained_bar + 8, (j - 1) & 1); /* ... with warpgroup 1's previous half */
-            } else {
-                gm_wait(drained_bar, j & 1); /* ... with warpgroup 0's half of this tile */
-            }
-            gm_stage(acc, stg, HALVES ? 0 : wg * 64, wq, lane);
+            if (j > 0) gm_wait(drained_bar, (j - 1) & 1); /* the drain is done with the previous tile */
+            gm_stage(acc, stg, wg, wq, lane);
             __syncwarp();
-            if (lane == 0) mbar_arrive(staged_bar + (HALVES ? 8 * wg : 0));
+            if (lane == 0) mbar_arrive(staged_bar);
         }
     }
     __syncwarp(); /* the barrier is .aligned: every warp converges after its lane-0 branches */
@@ -360,63 +329,49 @@ __global__ void __launch_bounds__(GM_THREADS, 1)
 
 typedef void (*GatedMlpKernel)(const GatedMlpArgs, const CUtensorMap, const CUtensorMap);
 
-/* How a kernel feeds its products and hands their tiles over: a producer warp and whole tiles, the
- * copies inline and whole tiles, or a producer warp and half tiles (GmLayout). */
-enum { GM_WHOLE = 0, GM_INLINE = 1, GM_HALVES = 2, GM_KINDS = 3 };
-
-typedef struct {
-    GatedMlpKernel kernel;
-    int smem;
-} GmVariant;
-
-template <int MODE, int ACT>
-static GmVariant variant_of(int kind) {
-    if (kind == GM_INLINE) return {gated_mlp_kernel<MODE, 1, ACT, 0>, GmLayout<0>::smem};
-    if (kind == GM_HALVES) return {gated_mlp_kernel<MODE, 0, ACT, 1>, GmLayout<1>::smem};
-    return {gated_mlp_kernel<MODE, 0, ACT, 0>, GmLayout<0>::smem};
-}
-
-static GmVariant variant_for(int mode, int kind, GatedAct act) {
+template <int ACT>
+static GatedMlpKernel kernel_for_act(int mode, int inline_issue) {
     if (mode == GM_FORWARD)
-        return act == GATED_SILU ? variant_of<GM_FORWARD, GATED_SILU>(kind) : variant_of<GM_FORWARD, GATED_GELU_TANH>(kind);
-    return act == GATED_SILU ? variant_of<GM_BACKWARD, GATED_SILU>(kind) : variant_of<GM_BACKWARD, GATED_GELU_TANH>(kind);
+        return inline_issue ? gated_mlp_kernel<GM_FORWARD, 1, ACT> : gated_mlp_kernel<GM_FORWARD, 0, ACT>;
+    return inline_issue ? gated_mlp_kernel<GM_BACKWARD, 1, ACT> : gated_mlp_kernel<GM_BACKWARD, 0, ACT>;
 }
 
-static cudaLaunchConfig_t launch_config(dim3 grid, int smem, cudaLaunchAttribute *at, cudaStream_t stream) {
+static GatedMlpKernel kernel_for(int mode, int inline_issue, GatedAct act) {
+    return act == GATED_SILU ? kernel_for_act<GATED_SILU>(mode, inline_issue)
+                             : kernel_for_act<GATED_GELU_TANH>(mode, inline_issue);
+}
+
+static cudaLaunchConfig_t launch_config(dim3 grid, cudaLaunchAttribute *at, cudaStream_t stream) {
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = dim3(GM_THREADS), cfg.dynamicSmemBytes = (size_t)smem, cfg.stream = stream;
+    cfg.gridDim = grid, cfg.blockDim = dim3(GM_THREADS), cfg.dynamicSmemBytes = GM_SMEM, cfg.stream = stream;
     at->id = cudaLaunchAttributeClusterDimension;
     at->val.clusterDim.x = GM_CL, at->val.clusterDim.y = 1, at->val.clusterDim.z = 1;
     cfg.attrs = at, cfg.numAttrs = 1;
     return cfg;
 }
 
-/* Clusters resident at once (the persistent grid: the fewest any variant fits), found once per device
- * (the shared-memory attribute is set per device too). */
+/* Clusters resident at once (the persistent grid), found once per device (the shared-memory
+ * attribute is set per device too). */
 static int resident_clusters(void) {
     static int per_device[64];
     int device = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     int *clusters = device < 64 ? &per_device[device] : NULL;
     if (clusters && *clusters) return *clusters;
-    int n = 1 << 30;
     for (int mode = 0; mode < 2; mode++)
-        for (int kind = 0; kind < GM_KINDS; kind++)
-            for (int act = 0; act < 2; act++) {
-                const GmVariant v = variant_for(mode, kind, (GatedAct)act);
-                CUDA_CHECK(cudaFuncSetAttribute((const void *)v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                v.smem));
-                cudaLaunchAttribute at;
-                const cudaLaunchConfig_t cfg = launch_config(dim3(2 * GM_CL), v.smem, &at, 0);
-                int fit = 0;
-                CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fit, (const void *)v.kernel, &cfg));
-                if (fit < 1) {
-                    fprintf(stderr, "error: gated MLP products: no cluster of %d CTAs with %d bytes of shared memory "
-                                    "fits this GPU (they need a Hopper GPU)\n", GM_CL, v.smem);
-                    exit(1);
-                }
-                n = fit < n ? fit : n;
-            }
+        for (int in = 0; in < 2; in++)
+            for (int act = 0; act < 2; act++)
+                CUDA_CHECK(cudaFuncSetAttribute((const void *)kernel_for(mode, in, (GatedAct)act),
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, GM_SMEM));
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t cfg = launch_config(dim3(2 * GM_CL), &at, 0);
+    int n = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, (const void *)kernel_for(0, 0, GATED_SILU), &cfg));
+    if (n < 1) {
+        fprintf(stderr, "error: gated MLP products: no cluster of %d CTAs with %d bytes of shared memory fits this "
+                        "GPU (they need a Hopper GPU)\n", GM_CL, GM_SMEM);
+        exit(1);
+    }
     if (clusters) *clusters = n;
     return n;
 }
@@ -449,10 +404,9 @@ static void launch(int mode, int64_t N, int C, int F, GatedAct act, const kbf16 
     const int clusters = resident_clusters();
     const int64_t grid = (int64_t)a.units < clusters ? (int64_t)a.units : clusters;
     cudaLaunchAttribute at;
-    const int kind = mode == GM_BACKWARD && C <= GM_INLINE_MAX_C ? GM_INLINE : C >= GM_HALVES_MIN_C ? GM_HALVES : GM_WHOLE;
-    const GmVariant v = variant_for(mode, kind, act);
-    const cudaLaunchConfig_t lc = launch_config(dim3((unsigned)(grid * GM_CL)), v.smem, &at, stream);
-    CUDA_CHECK(cudaLaunchKernelEx(&lc, v.kernel, a, tm_a, tm_b));
+    const cudaLaunchConfig_t lc = launch_config(dim3((unsigned)(grid * GM_CL)), &at, stream);
+    const int inline_issue = mode == GM_BACKWARD && C <= GM_INLINE_MAX_C;
+    CUDA_CHECK(cudaLaunchKernelEx(&lc, kernel_for(mode, inline_issue, act), a, tm_a, tm_b));
     CUDA_CHECK(cudaGetLastError());
 }
 
