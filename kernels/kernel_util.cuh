@@ -67,7 +67,8 @@ __device__ __forceinline__ void block_tree_sum(float *s, int n) {
     }
 }
 
-/* GELU, tanh approximation (GPT-2's MLP, Gemma's GeGLU), and its derivative. */
+/* GELU, tanh approximation (GPT-2's MLP), and its derivative; Gemma's GeGLU takes the same function
+ * as x sigmoid(2u) (kernels/gated_act.cuh). */
 #define GELU_S 0.7978845608028654f /* sqrt(2/π) */
 __device__ __forceinline__ float gelu_f(float x) {
     return 0.5f * x * (1.0f + tanhf(GELU_S * (x + 0.044715f * x * x * x)));
