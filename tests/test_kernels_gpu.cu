@@ -2076,6 +2076,121 @@ TEST(kernels_gated_mlp_products_carry_swiglu_and_geglu_and_match_cpu_and_the_sep
     }
 }
 
+/* The QKV projection with QK-norm and RoPE in its epilogue (kernels/qkv_rope.cu): its qkv against the
+ * CPU reference's product rounded to bf16 and against cuBLAS's (another summation order moves a
+ * value by a bf16 step at most); its rotated heads and rstd bit for bit what rope_forward makes of
+ * its own qkv, and within bf16 of the CPU chain (product, QK-norm, RoPE); the value heads of out
+ * never written; reruns bitwise equal. */
+static void qkv_rope_case(int B, int T, int NH, int NKV, int hd, int C, int qk_norm, int one_plus_w, int docs) {
+    char what[160];
+    const int N = B * T, H = hd / 2, nheads = NH + NKV, QW = (NH + 2 * NKV) * hd;
+    snprintf(what, sizeof what, "QKV product with RoPE B=%d T=%d NH=%d NKV=%d hd=%d C=%d%s%s", B, T, NH, NKV, hd, C,
+             qk_norm ? (one_plus_w ? " +qk-norm (1+w)" : " +qk-norm") : "", docs ? " documents" : "");
+    int *doc_pos = NULL, *d_doc_pos = NULL;
+    if (docs) {
+        doc_pos = (int *)malloc((size_t)N * sizeof(int));
+        document_positions(doc_pos, B, T);
+        d_doc_pos = (int *)dalloc((size_t)N * sizeof(int));
+        CUDA_CHECK(cudaMemcpy(d_doc_pos, doc_pos, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
+    }
+    QkvLayout L = {B, T, NH, NKV, hd, doc_pos};
+    const size_t nx = (size_t)N * C, nw = (size_t)QW * C, n = (size_t)N * QW, nr = (size_t)N * nheads;
+    const float eps = 1e-6f;
+    float *x = hmalloc(nx), *w = hmalloc(nw), *qn = hmalloc(hd), *kn = hmalloc(hd);
+    fill_normal(x, nx, 1.0f);
+    fill_normal(w, nw, 1.0f / sqrtf((float)C));
+    fill_normal(qn, hd, 1.0f);
+    fill_normal(kn, hd, 1.0f);
+    round_bf16(x, nx), round_bf16(w, nw), round_bf16(qn, hd), round_bf16(kn, hd);
+    float *inv_freq = hmalloc(H), *cos_t = hmalloc((size_t)T * H), *sin_t = hmalloc((size_t)T * H);
+    int *pos = (int *)malloc((size_t)T * sizeof(int));
+    for (int t = 0; t < T; t++) pos[t] = t;
+    const RopeParams rp = qk_norm ? rope_plain(1e6) : rope_llama32();
+    rope_inv_freq(inv_freq, &rp, hd);
+    rope_cos_sin(cos_t, sin_t, inv_freq, pos, T, hd);
+
+    /* the CPU chain */
+    float *qkv_ref = hmalloc(n), *normed = hmalloc(n), *out_ref = hmalloc(n), *rstd_ref = hmalloc(nr);
+    matmul_forward_cpu(qkv_ref, x, w, NULL, N, C, QW);
+    round_bf16(qkv_ref, n);
+    if (qk_norm)
+        qk_norm_forward_cpu(normed, rstd_ref, qkv_ref, qn, kn, &L, eps, one_plus_w);
+    else
+        memcpy(normed, qkv_ref, n * 4);
+    rope_forward_cpu(out_ref, normed, cos_t, sin_t, &L);
+
+    RopeShape s = {B, T, NH, NKV, hd, eps, one_plus_w, d_doc_pos};
+    CHECK(qkv_rope_fits(&s, C, 0, 256), "%s: should take the fused product", what);
+    bf16 *d_x = up_bf16(x, nx), *d_w = up_bf16(w, nw), *d_qn = up_bf16(qn, hd), *d_kn = up_bf16(kn, hd);
+    float *d_cos = up_f32(cos_t, (size_t)T * H), *d_sin = up_f32(sin_t, (size_t)T * H);
+    bf16 *d_qkv[2], *d_out[2];
+    float *d_rstd[2];
+    for (int run = 0; run < 2; run++) {
+        d_qkv[run] = (bf16 *)dalloc(n * 2), d_out[run] = (bf16 *)dalloc(n * 2), d_rstd[run] = (float *)dalloc(nr * 4);
+        poison(d_qkv[run], n * 2), poison(d_out[run], n * 2), poison(d_rstd[run], nr * 4);
+        qkv_rope_forward(d_qkv[run], d_out[run], d_rstd[run], d_x, d_w, qk_norm ? d_qn : NULL, qk_norm ? d_kn : NULL,
+                         d_cos, d_sin, &s, C, 0);
+    }
+    /* rope_forward on the fused product's own qkv, and the separate path from cuBLAS's product */
+    bf16 *p_out = (bf16 *)dalloc(n * 2), *s_qkv = (bf16 *)dalloc(n * 2);
+    float *p_rstd = (float *)dalloc(nr * 4);
+    poison(p_out, n * 2), poison(p_rstd, nr * 4);
+    rope_forward(p_out, p_rstd, d_qkv[0], qk_norm ? d_qn : NULL, qk_norm ? d_kn : NULL, d_cos, d_sin, &s, 0);
+    matmul_forward(s_qkv, NULL, d_x, d_w, NULL, N, C, QW, 0);
+    dsync();
+
+    float *qkv_g = hmalloc(n), *qkv_s = hmalloc(n), *out_g = hmalloc(n), *out_p = hmalloc(n), *rstd_g = hmalloc(nr),
+          *rstd_p = hmalloc(nr), *again = hmalloc(n), *rstd_again = hmalloc(nr);
+    down_bf16(qkv_g, d_qkv[0], n), down_bf16(qkv_s, s_qkv, n), down_bf16(out_g, d_out[0], n), down_bf16(out_p, p_out, n);
+    down_f32(rstd_g, d_rstd[0], nr), down_f32(rstd_p, p_rstd, nr);
+    CHECK_REL(rel_l2(qkv_g, qkv_ref, n), 1e-2, what);
+    CHECK(rel_l2(qkv_g, qkv_s, n) < 4e-3, "%s: qkv %.2e from cuBLAS's product", what, rel_l2(qkv_g, qkv_s, n));
+    CHECK(same_bytes(out_g, out_p, n * 4), "%s: rotated heads differ from rope_forward's on the same qkv", what);
+    if (qk_norm) CHECK(same_bytes(rstd_g, rstd_p, nr * 4), "%s: rstd differs from rope_forward's", what);
+    down_bf16(again, d_qkv[1], n);
+    CHECK(same_bytes(again, qkv_g, n * 4), "%s: a second run's qkv differs", what);
+    down_bf16(again, d_out[1], n);
+    CHECK(same_bytes(again, out_g, n * 4), "%s: a second run's rotated heads differ", what);
+    if (qk_norm) {
+        down_f32(rstd_again, d_rstd[1], nr);
+        CHECK(same_bytes(rstd_again, rstd_g, nr * 4), "%s: a second run's rstd differs", what);
+        CHECK_REL(rel_l2(rstd_g, rstd_ref, nr), 1e-2, "  qk-norm rstd");
+    }
+    /* the value heads of out keep their poison (NaN); the comparison below sees the rotated heads */
+    size_t v_wrong = 0;
+    for (int r = 0; r < N; r++)
+        for (int i = nheads * hd; i < QW; i++) {
+            float *o = &out_g[(size_t)r * QW + i];
+            v_wrong += !isnan(*o);
+            *o = out_ref[(size_t)r * QW + i];
+        }
+    CHECK(v_wrong == 0, "%s: wrote %zu value-head elements of out", what, v_wrong);
+    CHECK_REL(rel_l2(out_g, out_ref, n), 1e-2, what);
+    free(x), free(w), free(qn), free(kn), free(inv_freq), free(cos_t), free(sin_t), free(pos), free(qkv_ref);
+    free(normed), free(out_ref), free(rstd_ref), free(qkv_g), free(qkv_s), free(out_g), free(out_p), free(rstd_g);
+    free(rstd_p), free(again), free(rstd_again), free(doc_pos);
+    dfree_all();
+}
+
+TEST(kernels_qkv_product_carries_qk_norm_and_rope_with_rope_forwards_bits) {
+    seed_fresh();
+    RopeShape qwen3 = {16, 2048, 16, 8, 128, 1e-6f, 0, NULL}, llama = {16, 2048, 32, 8, 64, 1e-5f, 0, NULL},
+              gemma = {16, 2048, 4, 1, 256, 1e-6f, 1, NULL}, odd = {1, 8, 4, 1, 96, 1e-6f, 0, NULL};
+    CHECK(qkv_rope_fits(&qwen3, 1024, 0, 16) && qkv_rope_fits(&llama, 2048, 0, 0) && qkv_rope_fits(&gemma, 640, 0, 32),
+          "Qwen3-0.6B's, Llama-3.2-1B's and Gemma-3-270M's projections should take the fused product");
+    CHECK(!qkv_rope_fits(&odd, 1024, 0, 16) && !qkv_rope_fits(&qwen3, 1024, 1, 16) &&
+              !qkv_rope_fits(&qwen3, 1020, 0, 16) && !qkv_rope_fits(&qwen3, 1024, 0, 8),
+          "head_dim 96, a bias, C off 8 or a weight off 16 bytes must take the separate path");
+    qkv_rope_case(1, 1, 2, 1, 64, 64, 1, 0, 0);       /* one row, one tile */
+    qkv_rope_case(1, 37, 16, 8, 128, 200, 1, 0, 0);   /* Qwen3's heads; C off the k blocks */
+    qkv_rope_case(2, 150, 8, 2, 64, 1024, 0, 0, 0);   /* Llama's head size without QK-norm */
+    qkv_rope_case(3, 100, 4, 1, 256, 640, 1, 1, 1);   /* Gemma 3: 1 + w, documents */
+    qkv_rope_case(2, 61, 3, 1, 64, 136, 1, 0, 0);     /* 320 columns: a tile of 64 past QW */
+    qkv_rope_case(1, 33, 4, 2, 16, 8, 1, 0, 0);       /* head size 16, one k block of 8 */
+    /* more tiles than clusters (66 on 132 SMs): tile after tile through the staging, with documents */
+    qkv_rope_case(4, 1025, 16, 8, 128, 136, 1, 0, 1);
+}
+
 /* Both activations at gates far into their tails (a diverging run's), against the CPU reference
  * value by value: the sigmoid's 2^big saturates to inf and gives act -0 and slope 0, never a NaN. */
 TEST(kernels_gated_activations_saturate_at_extreme_gates_as_the_cpu_reference) {
