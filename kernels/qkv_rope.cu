@@ -20,6 +20,8 @@
 #include "kernels/rope_lane.cuh"
 #include "kernels/staged_gemm.cuh"
 
+#define QR_ROWS 2 /* rows a drain thread has in flight */
+
 typedef struct {
     StagedShape sh;
     int64_t N;        /* tokens: the product's rows */
@@ -37,43 +39,62 @@ struct QkvRopeEpi {
     static constexpr int B_MN_MAJOR = 0;
     __device__ static int b_row(const Args &, uint32_t rank, int tn) { return tn * SG_BN + (int)rank * 128; }
 
-    /* Item = (row, lane of the row's 16): 256 columns a row, 16 values (8 pairs) a lane; a head's
-     * g = hd/16 lanes are adjacent items, so a group never straddles a warp (nt % 32 == 0). Rows
-     * past N and heads past QW are dead but join their warp's shuffles. */
+    /* Thread t of nt (nt % 16 == 0) owns one lane of every row it takes: lane li = t % 16 of the
+     * row's 16 (256 columns, 16 values a lane: 8 pairs (i, i + hd/2)), rows t / 16 + k · nt / 16. A
+     * head's g = hd/16 lanes are adjacent threads, so a group never straddles a warp. The lane's
+     * columns, head and norm gains are the tile's; QR_ROWS rows' loads are in flight at once (one at
+     * a time, the drain waited on each row's cos, sin and bound the kernel). Rows past N and heads
+     * past QW are dead but join their warp's shuffles. */
     __device__ static void drain(const Args &a, const unsigned char *stg, int64_t m0, int tn, int t, int nt) {
         const int hd = a.rs.hd, H = hd / 2, g = hd / 16, qk = a.rs.NH + a.rs.NKV;
-        for (int item = t; item < SG_BM * 16; item += nt) {
-            const int r = item >> 4, li = item & 15, j = li / g, lig = li % g;
-            const int64_t n = m0 + r;
-            const int c0 = tn * SG_BN + j * hd, h = c0 / hd; /* the head's first column and index */
-            const bool live = n < a.N && c0 < a.QW, rotated = live && h < qk;
-            const int k1 = (j * hd) / 8 + lig, k2 = k1 + g; /* staged chunks of columns i.. and i + H.. */
-            const uint4 w1 = *reinterpret_cast<const uint4 *>(stg + sg_staged(r, k1));
-            const uint4 w2 = *reinterpret_cast<const uint4 *>(stg + sg_staged(r, k2));
-            const int i = lig * 8;
-            if (live) {
-                bf16 *row = a.qkv + n * a.QW + c0;
-                *reinterpret_cast<uint4 *>(row + i) = w1;
-                *reinterpret_cast<uint4 *>(row + i + H) = w2;
-            }
-            float x1[1][8], x2[1][8];
-            const uint32_t u1[4] = {w1.x, w1.y, w1.z, w1.w}, u2[4] = {w2.x, w2.y, w2.z, w2.w};
+        const int li = t & 15, j = li / g, lig = li % g, i = lig * 8;
+        const int c0 = tn * SG_BN + j * hd, h = c0 / hd; /* the lane's head: first column, index */
+        const bool head_live = c0 < a.QW, rotated = head_live && h < qk, normed = a.q_norm != NULL;
+        const int k1 = (j * hd) / 8 + lig, k2 = k1 + g; /* staged chunks of columns i.. and i + H.. */
+        float g1[8], g2[8];
+        if (normed && rotated) rope_load_gains<8>(g1, g2, h < a.rs.NH ? a.q_norm : a.k_norm, i, H, a.rs.one_plus_w);
+        const int step = nt / 16;
+        for (int r0 = t >> 4; r0 < SG_BM; r0 += QR_ROWS * step) {
+            uint4 w1[QR_ROWS], w2[QR_ROWS];
+            float c[QR_ROWS][8], sn[QR_ROWS][8];
+            bool live[QR_ROWS];
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                x1[0][2 * e] = rotated ? bf16_lo(u1[e]) : 0.0f, x1[0][2 * e + 1] = rotated ? bf16_hi(u1[e]) : 0.0f;
-                x2[0][2 * e] = rotated ? bf16_lo(u2[e]) : 0.0f, x2[0][2 * e + 1] = rotated ? bf16_hi(u2[e]) : 0.0f;
-            }
-            if (a.q_norm) {
-                const float rs = rope_group_rstd<8, 1>(x1, x2, g, hd, a.rs.eps);
-                if (rotated) {
-                    rope_norm_pairs<8>(x1[0], x2[0], rs, h < a.rs.NH ? a.q_norm : a.k_norm, i, H, a.rs.one_plus_w);
-                    if (lig == 0) a.rstd[n * qk + h] = rs;
+            for (int q = 0; q < QR_ROWS; q++) {
+                const int r = r0 + q * step;
+                const int64_t n = m0 + r;
+                live[q] = r < SG_BM && n < a.N && head_live;
+                w1[q] = *reinterpret_cast<const uint4 *>(stg + sg_staged(r & (SG_BM - 1), k1));
+                w2[q] = *reinterpret_cast<const uint4 *>(stg + sg_staged(r & (SG_BM - 1), k2));
+                if (live[q] && rotated) {
+                    const int pos = a.rs.pos ? a.rs.pos[n] : (int)((uint32_t)n % (uint32_t)a.rs.T);
+                    load_v<8>(c[q], a.cos_t + (size_t)pos * H + i);
+                    load_v<8>(sn[q], a.sin_t + (size_t)pos * H + i);
                 }
             }
-            if (rotated) {
-                const int pos = a.rs.pos ? a.rs.pos[n] : (int)(n % a.rs.T);
-                rope_rotate_store<8>(a.out + n * a.QW + c0, x1[0], x2[0], a.cos_t + (size_t)pos * H,
-                                     a.sin_t + (size_t)pos * H, i, H);
+#pragma unroll
+            for (int q = 0; q < QR_ROWS; q++) {
+                const int64_t n = m0 + r0 + q * step;
+                if (live[q]) {
+                    bf16 *row = a.qkv + n * a.QW + c0;
+                    *reinterpret_cast<uint4 *>(row + i) = w1[q];
+                    *reinterpret_cast<uint4 *>(row + i + H) = w2[q];
+                }
+                const bool rot = live[q] && rotated;
+                float x1[1][8], x2[1][8];
+                const uint32_t u1[4] = {w1[q].x, w1[q].y, w1[q].z, w1[q].w}, u2[4] = {w2[q].x, w2[q].y, w2[q].z, w2[q].w};
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    x1[0][2 * e] = rot ? bf16_lo(u1[e]) : 0.0f, x1[0][2 * e + 1] = rot ? bf16_hi(u1[e]) : 0.0f;
+                    x2[0][2 * e] = rot ? bf16_lo(u2[e]) : 0.0f, x2[0][2 * e + 1] = rot ? bf16_hi(u2[e]) : 0.0f;
+                }
+                if (normed) {
+                    const float rs = rope_group_rstd<8, 1>(x1, x2, g, hd, a.rs.eps);
+                    if (rot) {
+                        rope_scale_pairs<8>(x1[0], x2[0], rs, g1, g2);
+                        if (lig == 0) a.rstd[n * qk + h] = rs;
+                    }
+                }
+                if (rot) rope_rotate_store_cs<8>(a.out + n * a.QW + c0, x1[0], x2[0], c[q], sn[q], i, H);
             }
         }
     }

@@ -55,28 +55,42 @@ __device__ __forceinline__ float rope_group_rstd(const float (&x1)[PMAX][V], con
     return rsqrtf(group_sum(ss, g) / (float)hd + eps);
 }
 
+/* a slot's pairs times rstd r and the norm's gains g1, g2 (columns i.. and i + H..) */
+template <int V>
+__device__ __forceinline__ void rope_scale_pairs(float (&x1)[V], float (&x2)[V], float r, const float (&g1)[V],
+                                                 const float (&g2)[V]) {
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+        x1[v] = (x1[v] * r) * g1[v];
+        x2[v] = (x2[v] * r) * g2[v];
+    }
+}
+
+/* the norm's gains w (1 + w when one_plus_w) of columns i.. and i + H.. */
+template <int V>
+__device__ __forceinline__ void rope_load_gains(float (&g1)[V], float (&g2)[V], const bf16 *w, int i, int H,
+                                                int one_plus_w) {
+    load_v<V>(g1, w + i);
+    load_v<V>(g2, w + i + H);
+#pragma unroll
+    for (int v = 0; v < V; v++) g1[v] = rope_gain(g1[v], one_plus_w), g2[v] = rope_gain(g2[v], one_plus_w);
+}
+
 /* a slot's pairs (columns i.. and i + H..) times rstd r and the norm's gain w */
 template <int V>
 __device__ __forceinline__ void rope_norm_pairs(float (&x1)[V], float (&x2)[V], float r, const bf16 *w, int i, int H,
                                                 int one_plus_w) {
-    float w1[V], w2[V];
-    load_v<V>(w1, w + i);
-    load_v<V>(w2, w + i + H);
-#pragma unroll
-    for (int v = 0; v < V; v++) {
-        x1[v] = (x1[v] * r) * rope_gain(w1[v], one_plus_w);
-        x2[v] = (x2[v] * r) * rope_gain(w2[v], one_plus_w);
-    }
+    float g1[V], g2[V];
+    rope_load_gains<V>(g1, g2, w, i, H, one_plus_w);
+    rope_scale_pairs<V>(x1, x2, r, g1, g2);
 }
 
-/* a slot's pairs rotated by their position's angles (cos_row, sin_row [H]) into out's columns i..
- * and i + H.. */
+/* a slot's pairs rotated by their position's angles c, sn (columns i..) into out's columns i.. and
+ * i + H.. */
 template <int V>
-__device__ __forceinline__ void rope_rotate_store(bf16 *out, const float (&x1)[V], const float (&x2)[V],
-                                                  const float *cos_row, const float *sin_row, int i, int H) {
-    float c[V], sn[V], o1[V], o2[V];
-    load_v<V>(c, cos_row + i);
-    load_v<V>(sn, sin_row + i);
+__device__ __forceinline__ void rope_rotate_store_cs(bf16 *out, const float (&x1)[V], const float (&x2)[V],
+                                                     const float (&c)[V], const float (&sn)[V], int i, int H) {
+    float o1[V], o2[V];
 #pragma unroll
     for (int v = 0; v < V; v++) {
         o1[v] = x1[v] * c[v] - x2[v] * sn[v];
@@ -84,6 +98,16 @@ __device__ __forceinline__ void rope_rotate_store(bf16 *out, const float (&x1)[V
     }
     store_v<V>(out + i, o1);
     store_v<V>(out + i + H, o2);
+}
+
+/* the same, the angles read from a position's rows cos_row, sin_row [H] */
+template <int V>
+__device__ __forceinline__ void rope_rotate_store(bf16 *out, const float (&x1)[V], const float (&x2)[V],
+                                                  const float *cos_row, const float *sin_row, int i, int H) {
+    float c[V], sn[V];
+    load_v<V>(c, cos_row + i);
+    load_v<V>(sn, sin_row + i);
+    rope_rotate_store_cs<V>(out, x1, x2, c, sn, i, H);
 }
 
 #endif
