@@ -121,17 +121,6 @@ void rope_backward(kbf16 *dinp, float *dq_norm, float *dk_norm, void *scratch, c
                    const kbf16 *q_norm, const kbf16 *k_norm, const float *rstd, const float *cos_t,
                    const float *sin_t, const RopeShape *s, cudaStream_t stream);
 
-/* ---- qkv_rope.cu: the QKV projection with QK-norm and RoPE in its epilogue (Hopper) ---------- */
-/* Whether it takes a projection: head_dim a multiple of 16 dividing 256, C % 8 == 0, no bias, the
- * weight at a 16-byte address; the others take matmul_forward + rope_forward. */
-int qkv_rope_fits(const RopeShape *s, int C, int has_bias, uintptr_t weight_at);
-/* qkv [B·T, QW] (=) x [B·T, C]·wqkv [QW, C]^T in bf16 (matmul_forward's values), and out (=), rstd
- * (=) rope_forward(out, rstd, qkv, ...)'s values, QW = (NH + 2·NKV)·hd; 16-byte-aligned qkv, out,
- * x. */
-void qkv_rope_forward(kbf16 *qkv, kbf16 *out, float *rstd, const kbf16 *x, const kbf16 *wqkv, const kbf16 *q_norm,
-                      const kbf16 *k_norm, const float *cos_t, const float *sin_t, const RopeShape *s, int C,
-                      cudaStream_t stream);
-
 /* ---- attention.cu: causal self-attention, flash-attention style ------------------------- */
 /* The shape of one attention call. qkv holds per token all NH query heads, then NKV key heads, then
  * NKV value heads, HS columns each ((NH + 2·NKV)·HS, the packed q/k/v rows of the parameter table);

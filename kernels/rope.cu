@@ -31,7 +31,6 @@
 
 #include "kernels/kernel_util.cuh"
 #include "kernels/kernels.h"
-#include "kernels/rope_lane.cuh"
 
 #define ROPE_WARPS 8
 #define ROPE_BWD_BLOCKS 528 /* fixed grid: partial-sum order never depends on the device */
@@ -49,6 +48,41 @@ static int rope_group(int H, int V) {
     int need = (int)ceil_div(H, V), g = 1;
     while (g < need && g < 32) g *= 2;
     return g;
+}
+
+__device__ __forceinline__ float rope_gain(float w, int one_plus_w) { return one_plus_w ? 1.0f + w : w; }
+
+/* V adjacent bf16 / fp32 values as floats. */
+template <int V>
+__device__ __forceinline__ void load_v(float (&f)[V], const bf16 *p) {
+    if constexpr (V == 8)
+        bf16x8_to_float(load_bf16x8(p), f);
+    else
+        f[0] = __bfloat162float(*p);
+}
+
+template <int V>
+__device__ __forceinline__ void load_v(float (&f)[V], const float *p) {
+    if constexpr (V == 8) {
+        float4 a = __ldg(reinterpret_cast<const float4 *>(p)), b = __ldg(reinterpret_cast<const float4 *>(p) + 1);
+        f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+    } else {
+        f[0] = __ldg(p);
+    }
+}
+
+template <int V>
+__device__ __forceinline__ void store_v(bf16 *p, const float (&f)[V]) {
+    if constexpr (V == 8)
+        store_bf16x8(p, float_to_bf16x8(f));
+    else
+        *p = __float2bfloat16(f[0]);
+}
+
+/* Sum over the g lanes of a group (g a power of two): every lane of the warp must call it. */
+__device__ __forceinline__ float group_sum(float x, int g) {
+    for (int o = g / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
 }
 
 /* Slots per lane the kernels unroll: V = 8 needs one (H/8 ≤ 16 < 32 lanes), V = 1 up to four. */
@@ -85,12 +119,24 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
     }
     if (q_norm) {
         const bf16 *w = h < s.NH ? q_norm : k_norm;
-        const float r = rope_group_rstd<V, PMAX>(x1, x2, rl.g, s.hd, s.eps);
+        float ss = 0.0f;
+#pragma unroll
+        for (int p = 0; p < PMAX; p++)
+#pragma unroll
+            for (int v = 0; v < V; v++) ss += x1[p][v] * x1[p][v] + x2[p][v] * x2[p][v];
+        const float r = rsqrtf(group_sum(ss, rl.g) / (float)s.hd + s.eps);
 #pragma unroll
         for (int p = 0; p < PMAX; p++) {
             const int i = (lig + rl.g * p) * V;
             if (!live || p >= rl.slots || i >= H) continue;
-            rope_norm_pairs<V>(x1[p], x2[p], r, w, i, H, s.one_plus_w);
+            float w1[V], w2[V];
+            load_v<V>(w1, w + i);
+            load_v<V>(w2, w + i + H);
+#pragma unroll
+            for (int v = 0; v < V; v++) {
+                x1[p][v] = (x1[p][v] * r) * rope_gain(w1[v], s.one_plus_w);
+                x2[p][v] = (x2[p][v] * r) * rope_gain(w2[v], s.one_plus_w);
+            }
         }
         if (live && lig == 0) rstd[(size_t)n * qk + h] = r;
     }
@@ -98,7 +144,16 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
     for (int p = 0; p < PMAX; p++) {
         const int i = (lig + rl.g * p) * V;
         if (!live || p >= rl.slots || i >= H) continue;
-        rope_rotate_store<V>(out + base, x1[p], x2[p], cos_t + (size_t)t * H, sin_t + (size_t)t * H, i, H);
+        float c[V], sn[V], o1[V], o2[V];
+        load_v<V>(c, cos_t + (size_t)t * H + i);
+        load_v<V>(sn, sin_t + (size_t)t * H + i);
+#pragma unroll
+        for (int v = 0; v < V; v++) {
+            o1[v] = x1[p][v] * c[v] - x2[p][v] * sn[v];
+            o2[v] = x2[p][v] * c[v] + x1[p][v] * sn[v];
+        }
+        store_v<V>(out + base + i, o1);
+        store_v<V>(out + base + i + H, o2);
     }
 }
 

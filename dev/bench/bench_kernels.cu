@@ -181,7 +181,7 @@ static void bench_attention(int B, int T, int NH, int NKV, int HS, float scale, 
 int main(int argc, char **argv) {
     int B = argc > 1 ? atoi(argv[1]) : 16, T = 1024, C = 768, NH = 12, Vp = 50304;
     /* run one section: encoder, layernorm, attention, documents, gemma-attention, matmul, families,
-     * qkv, optimizer */
+     * optimizer */
     const char *only = argc > 2 ? argv[2] : NULL;
 #define WANT(section) (!only || strcmp(only, section) == 0)
     size_t N = (size_t)B * T;
@@ -355,38 +355,6 @@ int main(int argc, char **argv) {
         CUDA_CHECK(cudaFree(kn)); CUDA_CHECK(cudaFree(cs)); CUDA_CHECK(cudaFree(sn)); CUDA_CHECK(cudaFree(rstd));
         CUDA_CHECK(cudaFree(dqn)); CUDA_CHECK(cudaFree(dkn)); CUDA_CHECK(cudaFree(scratch)); CUDA_CHECK(cudaFree(gu));
         CUDA_CHECK(cudaFree(act)); CUDA_CHECK(cudaFree(dgu)); CUDA_CHECK(cudaFree(prod));
-    }
-    /* The QKV projection and its QK-norm + RoPE: cuBLASLt's product then rope_forward's pass, against
-     * kernels/qkv_rope.cu's product with both in its epilogue, at three families' widths. */
-    if (WANT("families") || WANT("qkv")) {
-        struct {
-            const char *name;
-            int C, nh, nkv, hd, qk_norm, one_plus_w;
-        } shapes[] = {{"Qwen3-0.6B", 1024, 16, 8, 128, 1, 0}, {"Llama-3.2-1B", 2048, 32, 8, 64, 0, 0},
-                      {"Gemma-3-1B", 1152, 4, 1, 256, 1, 1}};
-        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
-            const int C = shapes[k].C, hd = shapes[k].hd, QW = (shapes[k].nh + 2 * shapes[k].nkv) * hd;
-            const RopeShape rs = {(int)(N / T), T, shapes[k].nh, shapes[k].nkv, hd, 1e-6f, shapes[k].one_plus_w, NULL};
-            bf16 *x = rand_bf16(N * C, 1.0f), *w = rand_bf16((size_t)QW * C, 0.03f), *proj = (bf16 *)dmalloc(N * QW * 2);
-            bf16 *qkv = (bf16 *)dmalloc(N * QW * 2), *qn = rand_bf16(hd, 1.0f), *kn = rand_bf16(hd, 1.0f);
-            float *cs = rand_f32((size_t)T * hd / 2, 1.0f), *sn = rand_f32((size_t)T * hd / 2, 1.0f);
-            float *rstd = (float *)dmalloc(N * (shapes[k].nh + shapes[k].nkv) * 4);
-            const bf16 *qnp = shapes[k].qk_norm ? qn : NULL, *knp = shapes[k].qk_norm ? kn : NULL;
-            const double flops = 2.0 * N * C * QW, bytes = (double)N * (C + 2.0 * QW) * 2;
-            char name[96];
-            float sep, fused;
-            TIME_MS(sep, (matmul_forward(proj, NULL, x, w, NULL, (int)N, C, QW, 0),
-                          rope_forward(qkv, rstd, proj, qnp, knp, cs, sn, &rs, 0)));
-            snprintf(name, sizeof name, "qkv + %srope %s: product, pass", shapes[k].qk_norm ? "qk-norm + " : "",
-                     shapes[k].name);
-            row(name, sep, flops, bytes);
-            TIME_MS(fused, qkv_rope_forward(proj, qkv, rstd, x, w, qnp, knp, cs, sn, &rs, C, 0));
-            snprintf(name, sizeof name, "  in the product's epilogue (%.3fx)", fused / sep);
-            row(name, fused, flops, bytes);
-            CUDA_CHECK(cudaFree(x)); CUDA_CHECK(cudaFree(w)); CUDA_CHECK(cudaFree(proj)); CUDA_CHECK(cudaFree(qkv));
-            CUDA_CHECK(cudaFree(qn)); CUDA_CHECK(cudaFree(kn)); CUDA_CHECK(cudaFree(cs)); CUDA_CHECK(cudaFree(sn));
-            CUDA_CHECK(cudaFree(rstd));
-        }
     }
     /* Optimizer over 124M parameters as one tensor list of GPT-2 small's sizes (approximate). */
     if (WANT("optimizer")) {

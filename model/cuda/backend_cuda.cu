@@ -410,20 +410,13 @@ static void forward_body_rope(CudaBackend *cb, int t0, int B, int T) {
             residual_rmsnorm_forward(prev->residual3 + r * C, a->ln1 + r * C, a->ln1_rstd + r, prev->residual2 + r * C,
                                      cb->fcproj + r * C, P(ROLE_LN1_W), N, C, eps, one_plus_w, s);
         const kbf16 *residual_in = (l == 0 ? cb->encoded : prev->residual3) + r * C;
-        if (t0 == 0 && qkv_rope_fits(&rs, C, P(ROLE_QKV_B) != NULL, (uintptr_t)P(ROLE_QKV_W))) {
-            /* the product's epilogue rotates the query and key heads: no pass reads them back */
-            qkv_rope_forward(a->qkv_proj, a->qkv, a->qk_rstd, a->ln1, P(ROLE_QKV_W), P(ROLE_QNORM_W), P(ROLE_KNORM_W),
-                             cos_t, sin_t, &rs, C, s);
-        } else if (cfg->qk_norm && t0 > 0 && cb->recompute_gelu) {
-            matmul_forward(a->qkv_proj + r * w.QW, NULL, a->ln1 + r * C, P(ROLE_QKV_W), P(ROLE_QKV_B), N, C, (int)w.QW,
-                           s);
+        matmul_forward(a->qkv_proj + r * w.QW, NULL, a->ln1 + r * C, P(ROLE_QKV_W), P(ROLE_QKV_B), N, C, (int)w.QW, s);
+        if (cfg->qk_norm && t0 > 0 && cb->recompute_gelu) {
             /* the rotated rows are shared by the layers, so the cache is the projections': rotate
              * this layer's rows 0..t0 again */
             const RopeShape upto = rope_shape(cfg, 1, t0 + 1, NULL);
             rope_forward(a->qkv, a->qk_rstd, a->qkv_proj, P(ROLE_QNORM_W), P(ROLE_KNORM_W), cos_t, sin_t, &upto, s);
         } else {
-            matmul_forward(a->qkv_proj + r * w.QW, NULL, a->ln1 + r * C, P(ROLE_QKV_W), P(ROLE_QKV_B), N, C, (int)w.QW,
-                           s);
             rope_forward(a->qkv + r * w.QW,
                          a->qk_rstd ? a->qk_rstd + r * (size_t)(cfg->num_heads + cfg->num_kv_heads) : NULL,
                          a->qkv_proj + r * w.QW, P(ROLE_QNORM_W), P(ROLE_KNORM_W), cos_t + r * half, sin_t + r * half,
