@@ -40,6 +40,7 @@
  * j (j < g, its index in the group) holding the pairs from (j + g·p)·V. */
 struct RopeLane {
     int g;     /* lanes per head, a power of two ≤ 32 */
+    int shift; /* log2(g) */
     int slots; /* ceil(H / (V·g)) */
 };
 
@@ -98,12 +99,14 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
     rope_forward_kernel(bf16 *out, float *rstd, const bf16 *inp, const bf16 *q_norm, const bf16 *k_norm,
                         const float *cos_t, const float *sin_t, RopeShape s, RopeLane rl) {
     constexpr int PMAX = RopeSlots<V>::max;
-    const int lane = threadIdx.x % 32, lig = lane % rl.g, qk = s.NH + s.NKV, H = s.hd / 2;
+    const int lane = threadIdx.x % 32, lig = lane & (rl.g - 1), qk = s.NH + s.NKV, H = s.hd / 2;
     const size_t R = (size_t)(s.NH + 2 * s.NKV) * s.hd;
-    const int64_t task = ((int64_t)blockIdx.x * ROPE_WARPS + threadIdx.x / 32) * (32 / rl.g) + lane / rl.g;
-    const bool live = task < (int64_t)s.B * s.T * qk; /* dead lanes still join the group's shuffles */
-    const int64_t n = live ? task / qk : 0;
-    const int h = live ? (int)(task % qk) : 0, t = s.pos ? s.pos[n] : (int)(n % s.T);
+    /* 32-bit indices (the launcher checks that they fit): 64-bit divisions cost more instructions than
+     * a lane's whole rotation, and on an H200 the pass issued them slower than it moved its bytes */
+    const uint32_t task = ((uint32_t)blockIdx.x * ROPE_WARPS + threadIdx.x / 32) * (32u >> rl.shift) + (lane >> rl.shift);
+    const bool live = task < (uint32_t)(s.B * s.T) * (uint32_t)qk; /* dead lanes still join the group's shuffles */
+    const uint32_t n = live ? task / (uint32_t)qk : 0;
+    const int h = live ? (int)(task - n * (uint32_t)qk) : 0, t = s.pos ? s.pos[n] : (int)(n % (uint32_t)s.T);
     const size_t base = (size_t)n * R + (size_t)h * s.hd;
     float x1[PMAX][V], x2[PMAX][V];
 #pragma unroll
@@ -173,21 +176,21 @@ __global__ void __launch_bounds__(ROPE_BWD_WARPS * 32, 4)
      * may have, and four blocks (with their reserved 1 KB each) fit an SM's 228 KB. */
     constexpr int NSUM = 4 * PMAX * V;
     __shared__ float sums[ROPE_BWD_WARPS][NSUM][32];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, lig = lane % rl.g, qk = s.NH + s.NKV, H = s.hd / 2;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, lig = lane & (rl.g - 1), qk = s.NH + s.NKV;
+    const int H = s.hd / 2;
     const size_t R = (size_t)(s.NH + 2 * s.NKV) * s.hd;
-    const int per_warp = 32 / rl.g;
-    const int64_t tasks = (int64_t)s.B * s.T * qk;
+    const uint32_t per_warp = 32u >> rl.shift, tasks = (uint32_t)(s.B * s.T) * (uint32_t)qk; /* 32-bit: as the forward */
     /* this lane's sums of norm·dy for its columns, dq's at sum p·2V + v and dk's 2·PMAX·V further:
      * v in [0, V) the first half, [V, 2V) the second */
     float(*acc)[32] = sums[warp];
 #pragma unroll
     for (int i = 0; i < NSUM; i++) acc[i][lane] = 0.0f;
-    for (int64_t first = ((int64_t)blockIdx.x * ROPE_BWD_WARPS + warp) * per_warp; first < tasks;
-         first += (int64_t)gridDim.x * ROPE_BWD_WARPS * per_warp) {
-        const int64_t task = first + lane / rl.g;
+    for (uint32_t first = ((uint32_t)blockIdx.x * ROPE_BWD_WARPS + warp) * per_warp; first < tasks;
+         first += gridDim.x * ROPE_BWD_WARPS * per_warp) {
+        const uint32_t task = first + (lane >> rl.shift);
         const bool live = task < tasks; /* dead lanes still join the group's shuffles */
-        const int64_t n = live ? task / qk : 0;
-        const int h = live ? (int)(task % qk) : 0, t = s.pos ? s.pos[n] : (int)(n % s.T);
+        const uint32_t n = live ? task / (uint32_t)qk : 0;
+        const int h = live ? (int)(task - n * (uint32_t)qk) : 0, t = s.pos ? s.pos[n] : (int)(n % (uint32_t)s.T);
         const size_t base = (size_t)n * R + (size_t)h * s.hd;
         float dy1[PMAX][V], dy2[PMAX][V], n1[PMAX][V], n2[PMAX][V];
 #pragma unroll
@@ -301,11 +304,19 @@ static void rope_check_shape(const RopeShape *s) {
         fprintf(stderr, "error: RoPE needs an even head_dim from 2 to 256, got %d (choose another head_dim)\n", s->hd);
         exit(1);
     }
+    /* the kernels' 32-bit task indices, with a grid stride of room above them */
+    if ((int64_t)s->B * s->T * (s->NH + s->NKV) >= ((int64_t)1 << 31)) {
+        fprintf(stderr, "error: RoPE over %lld rows of %d query and key heads: more than 2^31 heads in one call (use "
+                        "a smaller batch)\n", (long long)s->B * s->T, s->NH + s->NKV);
+        exit(1);
+    }
 }
 
 static RopeLane rope_lane(const RopeShape *s, int V) {
     const int H = s->hd / 2, g = rope_group(H, V);
-    return RopeLane{g, (int)ceil_div(H, (int64_t)V * g)};
+    int shift = 0;
+    while ((1 << shift) < g) shift++;
+    return RopeLane{g, shift, (int)ceil_div(H, (int64_t)V * g)};
 }
 
 /* The value heads (the last NKV·hd columns of each of the N rows) from src to dst, one strided copy:
