@@ -9,15 +9,7 @@ OUT=${OUT:-out}; mkdir -p $OUT /tmp/f; S=$OUT/summary.txt
 nvidia-smi --query-gpu=index,name,driver_version,power.limit --format=csv,noheader | tee $S
 t0=$SECONDS
 chmod +x inputs/train_parent build/tmp/qr/bench_*
-CK=/dev/shm/fp
-shard() { [ -f /tmp/f/$1.bin ] || python3 tests/fixtures/gen/make_shard.py /tmp/f/$1.bin 6000000 $2 random 3 >/dev/null; }
-trainer() { # round who preset shard
-  local bin=./train; [ $2 = parent ] && bin=inputs/train_parent
-  local log=$OUT/${2}_$3_r$1.log; rm -rf $CK
-  timeout 150 $bin -e $3 -b 16 -t 2048 --max-seq-len 2048 -x 14 --warmup 2 --val-every 0 -s 0 --step-parts 1 \
-    --optimizer-state bf16 -i /tmp/f/$4.bin -o $CK >$log 2>&1
-  echo "r$1 $2 $3: median $(grep '| loss' $log | tail -8 | grep -o '[0-9]* tok/s' | sort -n | sed -n 4p), $(grep '| loss' $log | tail -1 | grep -o '[0-9.]* GB'), step 14 $(grep -E '^step +14/' $log | cut -d'|' -f2) $(grep '| loss' $log | tail -1 | grep -o 'fwd.*' | cut -c1-50) $(grep -m1 error $log) [$((SECONDS - t0)) s]" | tee -a $S
-}
+. dev/bench/family_rounds.sh  # CK, shard, trainer
 for f in qkv rope; do
   timeout 120 ./build/run_gpu_tests $f >>$OUT/gpu_tests.log 2>&1
   echo "gpu tests $f rc $?: $(tail -1 $OUT/gpu_tests.log) $(grep -m5 -E 'FAIL' $OUT/gpu_tests.log | tr '\n' ' ') [$((SECONDS - t0)) s]" | tee -a $S
