@@ -44,6 +44,9 @@ variant noboth probe_no_loads_no_stores.patch "" ""
 variant noload probe_no_loads.patch "" ""
 variant nostore probe_no_stores.patch "" ""
 variant noproducts probe_no_products.patch "" ""
+# bk32 touches kernels/tma.cuh and wgmma.cuh too: `git apply` k_blocks_of_32_six_stages.patch to the tree,
+# `make build/bench_gemm_gated_sm90`, copy it to $D/bench_bk32, `git checkout kernels/`
+# cs, csf: summary.txt, call 9 (__ldcs/__stcs in place of the drain's loads and stores)
 variant noproducts_noboth probe_no_products_no_loads_no_stores.patch "" ""
 # run2.sh's trainers: ./train's link with a variant's object
 link=$(make -n -B train | grep -- '-o train ')
