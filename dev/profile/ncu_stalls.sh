@@ -4,11 +4,12 @@
 # sampling and source counters, then writes the per-instruction table (SASS, samples by stall reason)
 # and sums it with dev/profile/ncu_source_stalls.py:
 #   KERNEL=ILi1ELi1ELi0E [SKIP=10] [OUT=out] bash dev/profile/ncu_stalls.sh build/bench_gemm_gated_sm90 --shape 32768,1024,3072
-# SKIP launches of the kernel are let through first (past a bench's checks and warm-ups).
+# SKIP launches of the kernel are let through first (past a bench's checks and warm-ups). ncu locks the
+# clocks at base (its default), so durations run longer than at training clocks; the shares hold.
 # Output: $OUT/ncu_<tag>_details.txt (the sections), $OUT/ncu_<tag>_source.csv, and the summary on stdout.
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: KERNEL=regex bash $0 COMMAND [ARGS...]" >&2; exit 1; }
-: "${KERNEL:?set KERNEL to a regex of the kernel's mangled name}"
+: "${KERNEL:?set KERNEL to a regex of the mangled kernel name}"
 OUT=${OUT:-out}; mkdir -p "$OUT"
 command -v ncu >/dev/null || { echo "error: no ncu on PATH (Nsight Compute: /usr/local/cuda/bin)" >&2; exit 1; }
 tag=$(echo "$KERNEL" | tr -c 'A-Za-z0-9_\n' '_')
