@@ -3,14 +3,14 @@
 #   CK               where the end-of-run checkpoint goes (memory: it is not what is measured)
 #   shard NAME V     /tmp/f/NAME.bin, 6M random tokens below V, made once
 #   trainer R WHO PRESET SHARD
-#                    round R of ./train (WHO new) or inputs/train_parent (WHO parent): B 16, T 2048,
+#                    round R of ./train (WHO new) or inputs/train_WHO (parent, a variant): B 16, T 2048,
 #                    bf16 AdamW state, 14 steps; the median tokens/s of the last 8, GPU memory, step
 #                    14's loss and the step's parts go to $S (log $OUT/WHO_PRESET_rR.log)
 # The caller sets OUT, S and t0 (its start, in $SECONDS) and makes /tmp/f.
 CK=/dev/shm/fp
 shard() { [ -f /tmp/f/$1.bin ] || python3 tests/fixtures/gen/make_shard.py /tmp/f/$1.bin 6000000 $2 random 3 >/dev/null; }
 trainer() { # round who preset shard
-  local bin=./train; [ $2 = parent ] && bin=inputs/train_parent
+  local bin=./train; [ $2 = new ] || bin=inputs/train_$2
   local log=$OUT/${2}_$3_r$1.log; rm -rf $CK
   timeout 150 $bin -e $3 -b 16 -t 2048 --max-seq-len 2048 -x 14 --warmup 2 --val-every 0 -s 0 --step-parts 1 \
     --optimizer-state bf16 -i /tmp/f/$4.bin -o $CK >$log 2>&1

@@ -18,14 +18,10 @@ for r in 1 2; do for v in parent pf1 pf2 pf1inl pf2inl; do
   grep -E '^\| [0-9]' $OUT/bench_${v}_r$r.log | sed "s|^|r$r $v |" | tee -a $S
 done; done
 shard q 151936; shard l 128256
-# variants' trainers: WHO names inputs/train_WHO through a link
+# variants' trainers: family_rounds.sh's WHO names inputs/train_WHO, here a link
 ln -sf ../build/tmp/gd/train_pf1 inputs/train_pf1; ln -sf ../build/tmp/gd/train_pf2inl inputs/train_pf2inl
-trainer2() { local bin=inputs/train_$2; local log=$OUT/${2}_$3_r$1.log; rm -rf $CK
-  timeout 150 $bin -e $3 -b 16 -t 2048 --max-seq-len 2048 -x 14 --warmup 2 --val-every 0 -s 0 --step-parts 1 \
-    --optimizer-state bf16 -i /tmp/f/$4.bin -o $CK >$log 2>&1
-  echo "r$1 $2 $3: median $(grep '| loss' $log | tail -8 | grep -o '[0-9]* tok/s' | sort -n | sed -n 4p), step 14 $(grep -E '^step +14/' $log | cut -d'|' -f2) $(grep '| loss' $log | tail -1 | grep -o 'fwd.*' | cut -c1-50) $(grep -m1 error $log) [$((SECONDS - t0)) s]" | tee -a $S; }
-trainer 1 new qwen3-0.6b q; trainer 1 parent qwen3-0.6b q; trainer2 1 pf1 qwen3-0.6b q
-trainer 1 new llama3.2-1b l; trainer 1 parent llama3.2-1b l; trainer2 1 pf2inl llama3.2-1b l
+trainer 1 new qwen3-0.6b q; trainer 1 parent qwen3-0.6b q; trainer 1 pf1 qwen3-0.6b q
+trainer 1 new llama3.2-1b l; trainer 1 parent llama3.2-1b l; trainer 1 pf2inl llama3.2-1b l
 rm -rf $CK
 echo "---- elapsed $((SECONDS - t0)) s" | tee -a $S
 cat $S
