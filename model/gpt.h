@@ -239,7 +239,8 @@ ParamRole head_role(const GPTConfig *cfg);
 
 /* Init: N(0, 0.02), residual projections scaled by 1/sqrt(2L) for GPT-2 (the other families
  * initialise every matrix as their HF class does, N(0, 0.02)), norm weights 1 (0 for 1 + w), biases
- * 0, padded vocabulary rows and the pad token's embedding row 0. Deterministic in seed. */
+ * 0, padded vocabulary rows and the pad token's embedding row 0. Deterministic in seed, whatever the
+ * number of threads. */
 void param_init(const ParamTable *t, float *params, uint64_t seed);
 
 /* The widths of one block's activations per token: C; q, k, v packed ((NH + 2·NKV)·hd); the
