@@ -1,8 +1,9 @@
 /* The lists that the command line and the model read from one table each: presets in --help and
  * in the error for an unknown one, the fused layer's default budget as --logits-mb's default, the
  * output layer's paths named in plain words, and the parameter table of every family: its rows, HF
- * names and packed tensors, the layer ranges, and the shapes it refuses. */
+ * names and packed tensors, the layer ranges, the shapes it refuses, and its initial values. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,57 @@ TEST(the_parameter_table_holds_four_whole_model_tensors_and_every_layers_own) {
     for (int i = 0; i < 4; i++)
         CHECK(strcmp(param_whole(&t, roles[i])->name, names[i]) == 0, "role %d is %s", (int)roles[i],
               param_whole(&t, roles[i])->name);
+    param_table_free(&t);
+}
+
+/* The initial weights of a table on `threads` threads (malloc'ed). */
+static float *init_on(const ParamTable *t, uint64_t seed, int threads) {
+    float *p = malloc(t->total * sizeof *p);
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    param_init(t, p, seed);
+    omp_set_num_threads(before);
+    return p;
+}
+
+TEST(param_init_gives_the_same_bits_on_any_number_of_threads_and_each_tensor_its_own_normal_draws) {
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 128, .max_seq_len = 64, .vocab_size = 1000};
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    float *one = init_on(&t, 7, 1), *four = init_on(&t, 7, 4), *other = init_on(&t, 8, 4);
+    CHECK(memcmp(one, four, t.total * sizeof *one) == 0, "one thread and four gave different weights");
+    size_t same_seed_8 = 0;
+    for (size_t j = 0; j < t.total; j++) same_seed_8 += one[j] == other[j] && one[j] != 0.0f && one[j] != 1.0f;
+    CHECK(same_seed_8 == 0, "seeds 7 and 8 share %zu drawn values", same_seed_8);
+    for (int i = 0; i < t.count; i++) {
+        const ParamInfo *p = &t.params[i];
+        const float *x = one + p->offset;
+        size_t n = p->numel;
+        if (p->role == ROLE_WTE) n = (size_t)cfg.vocab_size * p->cols; /* the padded rows are zero */
+        if (p->init != INIT_NORMAL) {
+            size_t off = 0;
+            for (size_t j = 0; j < n; j++) off += x[j] != (p->init == INIT_ONES ? 1.0f : 0.0f);
+            CHECK(off == 0, "%s: %zu values are not its constant", p->name, off);
+            continue;
+        }
+        double sum = 0.0, sq = 0.0;
+        for (size_t j = 0; j < n; j++) sum += x[j], sq += (double)x[j] * x[j];
+        const double mean = sum / (double)n, sd = sqrt(sq / (double)n - mean * mean);
+        /* 5 standard errors: a mean of n draws has sd std/sqrt(n), a sample sd about std/sqrt(2n) */
+        CHECK(fabs(mean) < 5.0 * p->init_std / sqrt((double)n) && fabs(sd / p->init_std - 1.0) < 5.0 / sqrt(2.0 * n),
+              "%s: mean %g, sd %g for N(0, %g) over %zu values", p->name, mean, sd, p->init_std, n);
+    }
+    const ParamInfo *wte = param_whole(&t, ROLE_WTE);
+    size_t padded = 0;
+    for (size_t j = (size_t)cfg.vocab_size * wte->cols; j < wte->numel; j++) padded += one[wte->offset + j] != 0.0f;
+    CHECK(wte->numel > (size_t)cfg.vocab_size * wte->cols && padded == 0, "%zu padded embedding values are not 0",
+          padded);
+    /* two layers' matrices of one shape and std are different draws, not one stream read twice */
+    const ParamInfo *fc0 = param_of_layer(&t, 0, ROLE_FC_W), *fc1 = param_of_layer(&t, 1, ROLE_FC_W);
+    CHECK(memcmp(one + fc0->offset, one + fc1->offset, 64 * sizeof *one) != 0, "layers 0 and 1 begin alike");
+    free(one), free(four), free(other);
     param_table_free(&t);
 }
 
