@@ -33,6 +33,7 @@
 #include "model/backend.h"
 #include "model/memory_estimate.h"
 #include "model/train/checkpoint.h"
+#include "model/train/checkpoint_writer.h"
 #include "model/train/eval_cmd.h"
 #include "model/cuda/cuda_device.h"
 #include "model/dist/dist.h"
@@ -951,6 +952,7 @@ typedef struct {
     float *init_params;         /* --init-from's weights (table layout), until the backend takes them */
     Backend *be;
     CheckpointBuffers ck; /* host copies of the weights and moments that checkpoints are read into and written from */
+    CheckpointWriter writer; /* rank 0: writes a checkpoint from ck while training goes on */
     int *inputs, *targets; /* a batch; with masked training data a step's batches, one after another */
     int *positions;        /* theirs (loader_next_batch), given to the backend when the data has documents */
     float *loss_scales;    /* masked training data: each of a step's batches' (loss_weights.h) */
@@ -979,8 +981,12 @@ static int fail(const char *err) {
     return 1;
 }
 
-/* A failed write stops the run; the message says what of it is left. */
-static int fail_write(const Run *r, const char *err) {
+static int finish_checkpoint(Run *r);
+
+/* A failed write stops the run; the message says what of it is left, once a checkpoint in flight
+ * has landed (or failed: its own line says so). err must not be r->err. */
+static int fail_write(Run *r, const char *err) {
+    finish_checkpoint(r);
     char left[ERR_LEN];
     checkpoint_what_is_left(r->opt.out, left, sizeof left);
     print_error("%s; %s", err, left);
@@ -1986,6 +1992,7 @@ static int evaluate(Run *r, int step, int *stop_signal) {
     if (runlog_eval(&r->log, step, vl) != 0) return fail_write(r, r->log.err);
     /* every rank holds the same mean, so all of them stop here */
     if (!isfinite(vl)) {
+        if (finish_checkpoint(r) != RUN_ON) return 1; /* the line below may name it */
         char why[512];
         validation_is_finite(vl, step, r->saved_step == step, why, sizeof why);
         fprintf(stderr, "%s\n", why);
@@ -2057,6 +2064,7 @@ static int take_step(Run *r, int step, StepResult *s) {
     s->norm = (float)sqrt(be->ops->grad_sumsq(be));
     char why[512];
     if (!step_is_finite((float)s->loss, s->norm, step + 1, why, sizeof why)) {
+        if (finish_checkpoint(r) != RUN_ON) return 1; /* the line below may name it */
         /* the weights that gave it are the newest checkpoint's when it was written right before */
         if (r->saved_step == step && step > 0)
             fprintf(stderr, "%s; the checkpoint of step %d holds the weights that gave it: resume from an earlier one, "
@@ -2115,10 +2123,23 @@ static int log_step(Run *r, int step, const StepResult *s) {
     return RUN_ON;
 }
 
+/* Waits for the checkpoint being written, if any, and says that it is whole, or fails the run with
+ * the write's error. Every place that tells of the newest checkpoint, or ends the run, waits first. */
+static int finish_checkpoint(Run *r) {
+    int step;
+    double seconds;
+    const int rc = checkpoint_writer_wait(&r->writer, &step, &seconds, r->err);
+    if (rc < 0) return fail(r->err);
+    if (rc == 0) printf("checkpoint: %s/step_%08d (written in %.1f s)\n", r->opt.out, step, seconds);
+    return RUN_ON;
+}
+
 /* The checkpoint after `steps_done` steps: every rank takes part in reading the state (ZeRO-1
- * gathers the shards); rank 0 writes it. */
+ * gathers the shards); rank 0 writes it on the writer's thread while training goes on, or in this
+ * one when that thread cannot start. The previous write finishes first: its buffers are reused. */
 static int save_checkpoint(Run *r, int steps_done) {
     const Options *opt = &r->opt;
+    if (finish_checkpoint(r) != RUN_ON) return 1;
     r->be->ops->read_state(r->be, r->ck.params, r->ck.m, r->ck.v);
     if (r->dist.rank != 0) return RUN_ON;
     LoaderState ls = loader_get_state(&r->train_loader);
@@ -2129,8 +2150,12 @@ static int save_checkpoint(Run *r, int steps_done) {
                      .val_tokens = r->val_tokens, .val_fingerprint = r->val_fingerprint,
                      .settings = train_settings(opt)};
     memcpy(st.rng, r->rng.s, sizeof st.rng);
-    if (checkpoint_save_with(opt->out, &r->table, r->ck.params, r->ck.m, r->ck.v, &st,
-                             r->have_ck_tok ? &r->ck_tok : NULL, opt->keep_checkpoints, r->err) != 0)
+    const CheckpointTokenizer *tok = r->have_ck_tok ? &r->ck_tok : NULL;
+    if (checkpoint_writer_start(&r->writer, opt->out, &r->table, r->ck.params, r->ck.m, r->ck.v, &st, tok,
+                                opt->keep_checkpoints, r->err) == 0)
+        return RUN_ON;
+    if (checkpoint_save_with(opt->out, &r->table, r->ck.params, r->ck.m, r->ck.v, &st, tok, opt->keep_checkpoints,
+                             r->err) != 0)
         return fail(r->err);
     printf("checkpoint: %s/step_%08d\n", opt->out, steps_done);
     return RUN_ON;
@@ -2140,6 +2165,7 @@ static int save_checkpoint(Run *r, int steps_done) {
  * says how to go on. A launcher's worker exits 128 + sig, which the launcher counts as stopped; the
  * process a user or scheduler started ends by the signal itself (main). */
 static int stop_after(Run *r, int steps_done, int sig) {
+    if (finish_checkpoint(r) != RUN_ON) return 1;
     r->stopped_by = sig;
     const char *name = stop_request_name(sig), *out = r->opt.out;
     if (r->dist.rank != 0) return stop_request_exit_status(sig);
@@ -2159,6 +2185,8 @@ static int stop_after(Run *r, int steps_done, int sig) {
 /* Releases everything the stages created, in reverse order, whichever stage stopped the run; a rank
  * that succeeded tells the rendezvous so (without it, node 0's launcher counts the rank as failed). */
 static int close_run(Run *r, int status) {
+    /* a write in flight when the run failed still completes: it is the run's newest checkpoint */
+    if (finish_checkpoint(r) != RUN_ON && status == 0) status = 1;
     if (status != 0 && !r->log.f) release_run_dir(r);
     runlog_close(&r->log);
     free(r->logits);
@@ -2242,6 +2270,7 @@ int main(int argc, char **argv) {
         StepResult s = {0};
         status = take_step(r, step, &s);
         if (status == RUN_ON) status = log_step(r, step, &s);
+        if (status == RUN_ON && checkpoint_writer_finished(&r->writer)) status = finish_checkpoint(r);
         /* a stop asked for at the last step leaves its checkpoint as the last one: the run has finished
          * training, and the stop skips what would follow it (below) */
         const int last = step + 1 == opt->steps;
@@ -2251,6 +2280,9 @@ int main(int argc, char **argv) {
         if (status == RUN_ON && checkpoint_due) {
             status = save_checkpoint(r, step + 1);
             r->saved_step = step + 1;
+            /* the last one is whole before the validation and sample after it, which may fail or be
+             * stopped */
+            if (status == RUN_ON && last) status = finish_checkpoint(r);
             /* asked for while that checkpoint was written (seconds for a large model): stop at it,
              * not a step and a checkpoint later */
             if (status == RUN_ON && !stop && !last) stop = stop_agreed(&r->dist);

@@ -1,5 +1,6 @@
 /* Checkpoints: state round trip, HF-compatible safetensors (names, shapes, Conv1D transposes,
- * unpadded wte), config mismatch errors, and a crashed write leaving the last checkpoint intact. */
+ * unpadded wte), config mismatch errors, a crashed write leaving the last checkpoint intact, and
+ * the writer thread's checkpoints and errors. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "common/err.h"
 #include "common/rng.h"
 #include "model/train/checkpoint.h"
+#include "model/train/checkpoint_writer.h"
 #include "tests/test.h"
 #include "tests/test_util.h"
 
@@ -600,6 +602,73 @@ TEST(a_resealed_state_file_holding_a_nan_moment_is_refused_naming_its_tensor) {
               "case %zu restored: %s", c, err);
     }
     free(q);
+    free(p);
+    param_table_free(&t);
+}
+
+/* The writer's thread writes the very files a save in the caller's thread does, names its step when
+ * waited for, and then has nothing pending. */
+TEST(the_writer_thread_writes_the_files_a_save_in_the_callers_thread_writes) {
+    ParamTable t;
+    tiny_table(&t, 50);
+    float *p = random_floats(t.total, 4), *m = random_floats(t.total, 5), *v = random_floats(t.total, 6);
+    TrainState st = {.step = 12, .loader_position = 3, .B = 2, .T = 8, .total_batch = 16, .world = 1, .seed = 5};
+    char err[ERR_LEN], here[900], there[900], a[1000], b[1000];
+    snprintf(here, sizeof here, "%s/in_caller", test_tmpdir());
+    snprintf(there, sizeof there, "%s/on_thread", test_tmpdir());
+    REQUIRE(checkpoint_save(here, &t, p, m, v, &st, 2, err) == 0, "%s", err);
+    static CheckpointWriter w; /* zero: nothing pending */
+    int step = -1;
+    double seconds = -1;
+    CHECK(checkpoint_writer_wait(&w, &step, &seconds, err) == 1 && !checkpoint_writer_finished(&w),
+          "a writer that never started has a write pending");
+    REQUIRE(checkpoint_writer_start(&w, there, &t, p, m, v, &st, NULL, 2, err) == 0, "%s", err);
+    CHECK(checkpoint_writer_start(&w, there, &t, p, m, v, &st, NULL, 2, err) == -1 && strstr(err, "pending"),
+          "a second write started over a pending one: %s", err);
+    for (int n = 0; n < 6000 && !checkpoint_writer_finished(&w); n++) usleep(10000);
+    CHECK(checkpoint_writer_finished(&w), "the write did not finish within a minute");
+    CHECK(checkpoint_writer_wait(&w, &step, &seconds, err) == 0 && step == 12 && seconds >= 0, "wait: step %d: %s",
+          step, err);
+    CHECK(checkpoint_writer_wait(&w, &step, &seconds, err) == 1, "the write is still pending after its wait");
+    const char *files[3] = {"state.bin", "model.safetensors", "config.json"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(a, sizeof a, "%s/step_00000012/%s", here, files[i]);
+        snprintf(b, sizeof b, "%s/step_00000012/%s", there, files[i]);
+        CHECK(same_bytes(a, b), "%s differs from the caller's", b);
+    }
+    snprintf(b, sizeof b, "%s/latest", there);
+    char *latest = read_text(b);
+    CHECK(latest && strcmp(latest, "step_00000012\n") == 0, "latest: %s", latest ? latest : "(none)");
+    free(latest);
+    free(v);
+    free(m);
+    free(p);
+    param_table_free(&t);
+}
+
+/* A write that fails on the writer's thread fails its wait with the save's own message, and leaves
+ * the writer free for the next one. */
+TEST(a_write_that_fails_on_the_writer_thread_fails_its_wait_with_the_saves_message) {
+    ParamTable t;
+    tiny_table(&t, 50);
+    float *p = random_floats(t.total, 7);
+    TrainState st = {.step = 4, .B = 2, .T = 8, .total_batch = 16, .world = 1, .seed = 5};
+    char err[ERR_LEN], file[900], under[1000];
+    snprintf(file, sizeof file, "%s/a_file", test_tmpdir());
+    FILE *f = fopen(file, "w");
+    REQUIRE(f && fputs("not a folder\n", f) >= 0 && fclose(f) == 0, "writing %s", file);
+    snprintf(under, sizeof under, "%s/run", file); /* a run directory inside a file cannot be made */
+    static CheckpointWriter w;
+    REQUIRE(checkpoint_writer_start(&w, under, &t, p, p, p, &st, NULL, 2, err) == 0, "%s", err);
+    int step = -1;
+    double seconds;
+    CHECK(checkpoint_writer_wait(&w, &step, &seconds, err) == -1 && step == 4 && strstr(err, "cannot create run directory") &&
+              strstr(err, under),
+          "wait: %s", err);
+    snprintf(under, sizeof under, "%s/run", test_tmpdir());
+    CHECK(checkpoint_writer_start(&w, under, &t, p, p, p, &st, NULL, 2, err) == 0 &&
+              checkpoint_writer_wait(&w, &step, &seconds, err) == 0,
+          "the next write after a failed one: %s", err);
     free(p);
     param_table_free(&t);
 }
