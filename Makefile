@@ -87,6 +87,9 @@ $(CUDA_BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
+# its host code copies out on every core
+$(CUDA_BUILD)/model/cuda/copy_to_host.cu.o: NVFLAGS += -Xcompiler -fopenmp
+
 # CPU tests: host library only (no CUDA), so the sanitizer build stays clean. Tests that check the
 # command line run ./train, which is built first.
 $(BUILD)/run_tests: $(TEST_OBJ) $(HOST_OBJ)

@@ -953,6 +953,7 @@ typedef struct {
     Backend *be;
     CheckpointBuffers ck; /* host copies of the weights and moments that checkpoints are read into and written from */
     CheckpointWriter writer; /* rank 0: writes a checkpoint from ck while training goes on */
+    double state_read_s;     /* how long the pending checkpoint's state took to reach ck */
     int *inputs, *targets; /* a batch; with masked training data a step's batches, one after another */
     int *positions;        /* theirs (loader_next_batch), given to the backend when the data has documents */
     float *loss_scales;    /* masked training data: each of a step's batches' (loss_weights.h) */
@@ -2130,7 +2131,9 @@ static int finish_checkpoint(Run *r) {
     double seconds;
     const int rc = checkpoint_writer_wait(&r->writer, &step, &seconds, r->err);
     if (rc < 0) return fail(r->err);
-    if (rc == 0) printf("checkpoint: %s/step_%08d (written in %.1f s)\n", r->opt.out, step, seconds);
+    if (rc == 0)
+        printf("checkpoint: %s/step_%08d (state read in %.1f s, written in %.1f s)\n", r->opt.out, step,
+               r->state_read_s, seconds);
     return RUN_ON;
 }
 
@@ -2140,7 +2143,9 @@ static int finish_checkpoint(Run *r) {
 static int save_checkpoint(Run *r, int steps_done) {
     const Options *opt = &r->opt;
     if (finish_checkpoint(r) != RUN_ON) return 1;
+    const double t0 = now_ms();
     r->be->ops->read_state(r->be, r->ck.params, r->ck.m, r->ck.v);
+    r->state_read_s = (now_ms() - t0) / 1e3;
     if (r->dist.rank != 0) return RUN_ON;
     LoaderState ls = loader_get_state(&r->train_loader);
     TrainState st = {.step = steps_done, .loader_epoch = ls.epoch, .loader_position = ls.position,

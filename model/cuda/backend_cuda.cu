@@ -54,6 +54,7 @@
 #include "kernels/kernels.h"
 #include "kernels/output_layer.h"
 #include "model/backend.h"
+#include "model/cuda/copy_to_host.h"
 #include "model/dist/dist.h"
 #include "model/dist/grad_sync.h"
 #include "model/dist/vocab_parallel.h"
@@ -80,6 +81,7 @@ typedef struct {
     Backend base;
     const ParamTable *t;
     cudaStream_t stream;
+    HostStaging *staging; /* read_state's pinned buffers, made at its first call */
     kbf16 *params;                 /* bf16 weights, table layout (padded_total) */
     const Dist *exchange;          /* ZeRO-1: params come from dist_alloc_exchanged (its weight gather) */
     float *grads;                  /* fp32, table layout (padded_total) */
@@ -861,7 +863,7 @@ static void cuda_read_state(Backend *be, float *params, float *m, float *v) {
             grad_sync_gather_shard(cb->sync, from, cb->grads, cb->stream);
             from = cb->grads;
         }
-        if (host[i]) CUDA_CHECK(cudaMemcpyAsync(host[i] + cb->flat0, from, n, cudaMemcpyDeviceToHost, cb->stream));
+        if (host[i]) copy_to_host(&cb->staging, host[i] + cb->flat0, from, n, cb->stream);
         CUDA_CHECK(cudaStreamSynchronize(cb->stream));
     }
     if (cb->vp) vocab_parallel_read(cb->vp, params, m, v, cb->stream);
@@ -987,6 +989,7 @@ static void cuda_destroy(Backend *be) {
         dist_free_exchanged(cb->exchange, cb->params);
     else
         CUDA_CHECK(cudaFree(cb->params));
+    host_staging_free(cb->staging);
     matmul_free();
     if (cb->stream) CUDA_CHECK(cudaStreamDestroy(cb->stream));
     free(cb->replicated_rows);

@@ -10,6 +10,7 @@
 #include "common/err.h"
 #include "kernels/cuda_check.h"
 #include "kernels/output_layer.h"
+#include "model/cuda/copy_to_host.h"
 #include "model/dist/vocab_parallel.h"
 
 extern "C" {
@@ -26,6 +27,7 @@ struct VocabParallel {
     VocabSlice slice;
     size_t elems;              /* Vs·C: every slice buffer's values */
     size_t head_offset;        /* the head row's offset in the table's flat layout */
+    HostStaging *staging;      /* the state's reads to the host (copy_to_host), made at the first */
     kbf16 *W;                  /* [Vs, C] the slice's bf16 weights */
     float *master, *grad, *m, *v; /* master, m, v: NULL under bf16 state */
     kbf16 *m_bf16, *v_bf16;       /* bf16 state's moments (else NULL) */
@@ -145,6 +147,7 @@ void vocab_parallel_free(VocabParallel *vp) {
     if (!vp) return;
     if (vp->adamw) adamw_plan_free(vp->adamw);
     if (vp->out) output_layer_destroy(vp->out);
+    host_staging_free(vp->staging);
     free(vp->host_targets);
     free(vp->host_lse);
     CUDA_CHECK(cudaFree(vp->embed_scratch));
@@ -277,10 +280,10 @@ static void gather_to_host(VocabParallel *vp, const float *from, float *host, cu
     for (size_t r0 = 0; r0 < rows; r0 += vp->N) {
         const size_t n = rows - r0 < vp->N ? rows - r0 : vp->N;
         all_gather(vp, from + r0 * C, vp->dH_all, n * C, DIST_FLOAT32, s);
+        /* each returns once its rows are on the host: the next piece may then overwrite dH_all */
         for (int q = 0; host && q < vp->R; q++)
-            CUDA_CHECK(cudaMemcpyAsync(host + ((size_t)q * rows + r0) * C, vp->dH_all + (size_t)q * n * C,
-                                       n * C * sizeof(float), cudaMemcpyDeviceToHost, s));
-        /* the next piece overwrites the staging buffer */
+            copy_to_host(&vp->staging, host + ((size_t)q * rows + r0) * C, vp->dH_all + (size_t)q * n * C,
+                         n * C * sizeof(float), s);
         CUDA_CHECK(cudaStreamSynchronize(s));
     }
 }
