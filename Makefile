@@ -88,7 +88,7 @@ $(CUDA_BUILD)/%.cu.o: %.cu
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
 # its host code copies out on every core
-$(CUDA_BUILD)/model/cuda/copy_to_host.cu.o: NVFLAGS += -Xcompiler -fopenmp
+$(CUDA_BUILD)/model/cuda/host_transfer.cu.o: NVFLAGS += -Xcompiler -fopenmp
 
 # CPU tests: host library only (no CUDA), so the sanitizer build stays clean. Tests that check the
 # command line run ./train, which is built first.

@@ -54,7 +54,7 @@
 #include "kernels/kernels.h"
 #include "kernels/output_layer.h"
 #include "model/backend.h"
-#include "model/cuda/copy_to_host.h"
+#include "model/cuda/host_transfer.h"
 #include "model/dist/dist.h"
 #include "model/dist/grad_sync.h"
 #include "model/dist/vocab_parallel.h"
@@ -81,7 +81,7 @@ typedef struct {
     Backend base;
     const ParamTable *t;
     cudaStream_t stream;
-    HostStaging *staging; /* read_state's pinned buffers, made at its first call */
+    HostStaging *staging; /* read_state's and write_state's pinned pieces, made at the first call */
     kbf16 *params;                 /* bf16 weights, table layout (padded_total) */
     const Dist *exchange;          /* ZeRO-1: params come from dist_alloc_exchanged (its weight gather) */
     float *grads;                  /* fp32, table layout (padded_total) */
@@ -875,7 +875,7 @@ static void cuda_write_state(Backend *be, const float *params, const float *m, c
     grad_sync_weights_wait(cb->sync, cb->stream); /* a pending gather would overwrite what this writes */
     if (params) {
         /* bf16 weights are whole on every rank: convert from a full fp32 copy (the gradient buffer) */
-        CUDA_CHECK(cudaMemcpyAsync(cb->grads, params + cb->flat0, n, cudaMemcpyHostToDevice, cb->stream));
+        copy_to_device(&cb->staging, cb->grads, params + cb->flat0, n, cb->stream);
         convert_fp32_to_bf16(cb->params, cb->grads, cb->P, cb->stream);
     }
     const float *host[3] = {params, m, v};
@@ -889,7 +889,7 @@ static void cuda_write_state(Backend *be, const float *params, const float *m, c
         if (sharded(cb))
             grad_sync_scatter_shard(cb->sync, host[i] + cb->flat0, to, cb->stream);
         else
-            CUDA_CHECK(cudaMemcpyAsync(to, host[i] + cb->flat0, n, cudaMemcpyHostToDevice, cb->stream));
+            copy_to_device(&cb->staging, to, host[i] + cb->flat0, n, cb->stream);
         if (bf16) convert_fp32_to_bf16(state_bf16[i], to, cb->state_elems, cb->stream);
     }
     CUDA_CHECK(cudaMemsetAsync(cb->grads, 0, cb->padded_total * sizeof(float), cb->stream));

@@ -10,7 +10,7 @@
 #include "common/err.h"
 #include "kernels/cuda_check.h"
 #include "kernels/output_layer.h"
-#include "model/cuda/copy_to_host.h"
+#include "model/cuda/host_transfer.h"
 #include "model/dist/vocab_parallel.h"
 
 extern "C" {
@@ -27,7 +27,7 @@ struct VocabParallel {
     VocabSlice slice;
     size_t elems;              /* Vs·C: every slice buffer's values */
     size_t head_offset;        /* the head row's offset in the table's flat layout */
-    HostStaging *staging;      /* the state's reads to the host (copy_to_host), made at the first */
+    HostStaging *staging;      /* the state's copies to and from the host (host_transfer.h), made at the first */
     kbf16 *W;                  /* [Vs, C] the slice's bf16 weights */
     float *master, *grad, *m, *v; /* master, m, v: NULL under bf16 state */
     kbf16 *m_bf16, *v_bf16;       /* bf16 state's moments (else NULL) */
@@ -312,18 +312,18 @@ void vocab_parallel_write(VocabParallel *vp, const float *params, const float *m
     const size_t first = vp->head_offset + (size_t)vp->slice.begin * vp->C, bytes = vp->elems * sizeof(float);
     if (!vp->state_bf16) {
         if (params) {
-            CUDA_CHECK(cudaMemcpyAsync(vp->master, params + first, bytes, cudaMemcpyHostToDevice, s));
+            copy_to_device(&vp->staging, vp->master, params + first, bytes, s);
             convert_fp32_to_bf16(vp->W, vp->master, vp->elems, s);
         }
-        if (m) CUDA_CHECK(cudaMemcpyAsync(vp->m, m + first, bytes, cudaMemcpyHostToDevice, s));
-        if (v) CUDA_CHECK(cudaMemcpyAsync(vp->v, v + first, bytes, cudaMemcpyHostToDevice, s));
+        if (m) copy_to_device(&vp->staging, vp->m, m + first, bytes, s);
+        if (v) copy_to_device(&vp->staging, vp->v, v + first, bytes, s);
     } else {
         /* bf16 state: through the slice's gradient (zeroed below), rounded to nearest */
         const float *host[3] = {params, m, v};
         kbf16 *state[3] = {vp->W, vp->m_bf16, vp->v_bf16};
         for (int i = 0; i < 3; i++) {
             if (!host[i]) continue;
-            CUDA_CHECK(cudaMemcpyAsync(vp->grad, host[i] + first, bytes, cudaMemcpyHostToDevice, s));
+            copy_to_device(&vp->staging, vp->grad, host[i] + first, bytes, s);
             convert_fp32_to_bf16(state[i], vp->grad, vp->elems, s);
         }
     }

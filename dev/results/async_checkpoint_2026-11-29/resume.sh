@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One GPU: seconds from the trainer's start to its first step's line when it resumes a checkpoint
+# (-y 1) and when it starts from one as Hugging Face weights (--init-from), Qwen3-0.6B and
+# Llama-3.2-1B (B 16, T 2048, bf16 AdamW state): inputs/train_parent against ./train, alternating,
+# ROUNDS rounds (2). The checkpoint (step 4) is made once per model by ./train, on disk.
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p $OUT /tmp/f
+. dev/bench/family_rounds.sh # shard
+shard q 151936; shard l 128256
+first_step() { # who preset shard what args...
+  local who=$1 preset=$2 data=$3 what=$4; shift 4
+  local bin=./train; [ $who = new ] || bin=inputs/train_$who
+  python3 - "$who $preset $what" $bin -e $preset -b 16 -t 2048 --max-seq-len 2048 --warmup 2 --val-every 0 -s 0 \
+    --optimizer-state bf16 -i /tmp/f/$data.bin "$@" <<'PY'
+import subprocess, sys, time
+t0 = time.time()
+p = subprocess.Popen(sys.argv[2:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+first, seen = None, []
+for line in p.stdout:
+    seen.append(line)
+    if line.startswith('step     5/') or line.startswith('step     1/'):
+        first = time.time() - t0
+        p.kill()  # the start is what is timed
+        break
+p.wait()
+print('%s: first step after %.1f s%s' % (sys.argv[1], first or -1, '' if first else ' | ' + ''.join(seen[-3:]).strip()))
+PY
+}
+chmod +x inputs/*
+for m in "qwen3-0.6b q" "llama3.2-1b l"; do set -- $m
+  ck=$PWD/ck_$2; rm -rf $ck $PWD/init_$2
+  ./train -e $1 -b 16 -t 2048 --max-seq-len 2048 -x 4 -n 4 --warmup 2 --val-every 0 -s 0 --optimizer-state bf16 \
+    -i /tmp/f/$2.bin -o $ck > $OUT/make_$2.log 2>&1 || { echo "making $ck failed"; tail -3 $OUT/make_$2.log; }
+  for r in $(seq 1 ${ROUNDS:-2}); do
+    for who in parent new; do
+      first_step $who $1 $2 "resume r$r" -x 5 -y 1 -o $ck
+      first_step $who $1 $2 "init-from r$r" -x 5 --init-from $ck/step_00000004 -o $PWD/init_$2
+    done
+  done
+  rm -rf $ck $PWD/init_$2
+done | tee $OUT/resume_summary.txt
