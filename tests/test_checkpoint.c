@@ -606,6 +606,32 @@ TEST(a_resealed_state_file_holding_a_nan_moment_is_refused_naming_its_tensor) {
     param_table_free(&t);
 }
 
+/* A state of several read pieces (16 MB each, read on every core at once) and a ragged tail comes back
+ * whole: 13M parameters, 51 MB an array. */
+TEST(a_state_of_many_read_pieces_comes_back_whole) {
+    GPTConfig cfg = {.num_layers = 1, .num_heads = 2, .dim = 256, .max_seq_len = 16, .vocab_size = 50001};
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[ERR_LEN], dir[900];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    REQUIRE(t.total * sizeof(float) > ((size_t)48 << 20), "the state is only %zu bytes an array", t.total * 4);
+    float *p = random_floats(t.total, 21), *m = random_floats(t.total, 22), *v = random_floats(t.total, 23);
+    float *back = malloc(3 * t.total * sizeof(float));
+    REQUIRE(back, "host memory");
+    TrainState st = {.step = 2, .B = 2, .T = 8, .total_batch = 16, .world = 1, .seed = 1}, st2;
+    snprintf(dir, sizeof dir, "%s/large", test_tmpdir());
+    REQUIRE(checkpoint_save(dir, &t, p, m, v, &st, 2, err) == 0, "%s", err);
+    REQUIRE(checkpoint_load_latest(dir, &t, back, back + t.total, back + 2 * t.total, &st2, err) == 0, "%s", err);
+    CHECK(!memcmp(back, p, t.total * 4) && !memcmp(back + t.total, m, t.total * 4) &&
+              !memcmp(back + 2 * t.total, v, t.total * 4) && st2.step == 2,
+          "the weights or moments differ after the round trip");
+    free(back);
+    free(v);
+    free(m);
+    free(p);
+    param_table_free(&t);
+}
+
 /* The writer's thread writes the very files a save in the caller's thread does, names its step when
  * waited for, and then has nothing pending. */
 TEST(the_writer_thread_writes_the_files_a_save_in_the_callers_thread_writes) {

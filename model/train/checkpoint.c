@@ -835,6 +835,33 @@ int checkpoint_newest_step(const char *run_dir) {
 /* What reading a state file's three arrays found (read_state_arrays). */
 typedef enum { STATE_WHOLE, STATE_DAMAGED, STATE_WRONG_SIZE, STATE_UNREADABLE, STATE_TOO_LARGE } StateRead;
 
+/* Reads `bytes` of fd from `offset` into dst, pieces of it on every core at once: a virtual disk
+ * streams a 1B model's state several times faster to many reads in flight than to one. 1, or 0 with
+ * errno set (EIO for a file that ends early). */
+static int read_on_every_core(int fd, void *dst, size_t bytes, off_t offset) {
+    const size_t piece = (size_t)16 << 20;
+    const long pieces = (long)((bytes + piece - 1) / piece);
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (long i = 0; i < pieces; i++) {
+        const size_t at = (size_t)i * piece, n = bytes - at < piece ? bytes - at : piece;
+        for (size_t done = 0; done < n;) {
+            const ssize_t got = pread(fd, (char *)dst + at + done, n - done, offset + (off_t)(at + done));
+            if (got > 0) {
+                done += (size_t)got;
+                continue;
+            }
+            if (got < 0 && errno == EINTR) continue;
+            const int e = got < 0 ? errno : EIO;
+#pragma omp critical(state_read_error)
+            failed = e;
+            break;
+        }
+    }
+    if (failed) errno = failed;
+    return !failed;
+}
+
 /* Reads the arrays of state file f (header d, read; f at its arrays) into the caller's buffers of cap
  * values each and checks them against the checksum. A header that disagrees with the run is so also
  * told apart from one damaged on disk, whose fields would ask for flags that fix nothing. */
@@ -844,7 +871,11 @@ static StateRead read_state_arrays(FILE *f, const DiskHeader *d, float *params, 
     if (count > cap) return STATE_TOO_LARGE;
     const size_t n = (size_t)count * sizeof(float);
     if (fstat(fileno(f), &sb) != 0 || (uint64_t)sb.st_size != d->size + 3 * (uint64_t)n) return STATE_WRONG_SIZE;
-    if (fread(params, 1, n, f) != n || fread(m, 1, n, f) != n || fread(v, 1, n, f) != n) return STATE_UNREADABLE;
+    const int fd = fileno(f);
+    const off_t at = (off_t)d->size;
+    if (!read_on_every_core(fd, params, n, at) || !read_on_every_core(fd, m, n, at + (off_t)n) ||
+        !read_on_every_core(fd, v, n, at + 2 * (off_t)n))
+        return STATE_UNREADABLE;
     return state_checksum(d->raw, d->size, params, m, v, n) == d->h.checksum ? STATE_WHOLE : STATE_DAMAGED;
 }
 
