@@ -983,6 +983,7 @@ static int fail(const char *err) {
 }
 
 static int finish_checkpoint(Run *r);
+static int finish_checkpoint_on_every_rank(Run *r);
 
 /* A failed write stops the run; the message says what of it is left, once a checkpoint in flight
  * has landed (or failed: its own line says so). err must not be r->err. */
@@ -1993,9 +1994,9 @@ static int evaluate(Run *r, int step, int *stop_signal) {
     if (runlog_eval(&r->log, step, vl) != 0) return fail_write(r, r->log.err);
     /* every rank holds the same mean, so all of them stop here */
     if (!isfinite(vl)) {
-        if (finish_checkpoint(r) != RUN_ON) return 1; /* the line below may name it */
+        const int whole = finish_checkpoint_on_every_rank(r); /* the line below may name it */
         char why[512];
-        validation_is_finite(vl, step, r->saved_step == step, why, sizeof why);
+        validation_is_finite(vl, step, whole && r->saved_step == step, why, sizeof why);
         fprintf(stderr, "%s\n", why);
         return 1;
     }
@@ -2065,9 +2066,9 @@ static int take_step(Run *r, int step, StepResult *s) {
     s->norm = (float)sqrt(be->ops->grad_sumsq(be));
     char why[512];
     if (!step_is_finite((float)s->loss, s->norm, step + 1, why, sizeof why)) {
-        if (finish_checkpoint(r) != RUN_ON) return 1; /* the line below may name it */
+        const int whole = finish_checkpoint_on_every_rank(r); /* the line below may name it */
         /* the weights that gave it are the newest checkpoint's when it was written right before */
-        if (r->saved_step == step && step > 0)
+        if (whole && r->saved_step == step && step > 0)
             fprintf(stderr, "%s; the checkpoint of step %d holds the weights that gave it: resume from an earlier one, "
                     "or start again\n", why, step);
         else
@@ -2135,6 +2136,15 @@ static int finish_checkpoint(Run *r) {
         printf("checkpoint: %s/step_%08d (state read in %.1f s, written in %.1f s)\n", r->opt.out, step,
                r->state_read_s, seconds);
     return RUN_ON;
+}
+
+/* finish_checkpoint where every rank stops at once (a non-finite loss, which all of them see): the
+ * others wait for rank 0's write, since a rank that exits first has the launcher end the rest. 1
+ * when the newest checkpoint is whole (or none was pending), 0 when its write failed (said). */
+static int finish_checkpoint_on_every_rank(Run *r) {
+    double ok = finish_checkpoint(r) == RUN_ON;
+    dist_mean_scalars(&r->dist, &ok, 1);
+    return ok == 1.0;
 }
 
 /* The checkpoint after `steps_done` steps: every rank takes part in reading the state (ZeRO-1
@@ -2288,8 +2298,8 @@ int main(int argc, char **argv) {
             /* the last one is whole before the validation and sample after it, which may fail or be
              * stopped */
             if (status == RUN_ON && last) status = finish_checkpoint(r);
-            /* asked for while that checkpoint was written (seconds for a large model): stop at it,
-             * not a step and a checkpoint later */
+            /* asked for while that checkpoint's state was read (a second for a 1B model): stop at
+             * it, not a step and a checkpoint later */
             if (status == RUN_ON && !stop && !last) stop = stop_agreed(&r->dist);
         }
         if (status == RUN_ON && stop) status = stop_after(r, step + 1, stop);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "common/err.h"
 #include "common/rng.h"
@@ -649,6 +650,7 @@ TEST(the_writer_thread_writes_the_files_a_save_in_the_callers_thread_writes) {
     CHECK(checkpoint_writer_wait(&w, &step, &seconds, err) == 1 && !checkpoint_writer_finished(&w),
           "a writer that never started has a write pending");
     REQUIRE(checkpoint_writer_start(&w, there, &t, p, m, v, &st, NULL, 2, err) == 0, "%s", err);
+    st.step = 99; /* the writer took a copy: the caller's TrainState is its own again */
     CHECK(checkpoint_writer_start(&w, there, &t, p, m, v, &st, NULL, 2, err) == -1 && strstr(err, "pending"),
           "a second write started over a pending one: %s", err);
     for (int n = 0; n < 6000 && !checkpoint_writer_finished(&w); n++) usleep(10000);
@@ -695,6 +697,42 @@ TEST(a_write_that_fails_on_the_writer_thread_fails_its_wait_with_the_saves_messa
     CHECK(checkpoint_writer_start(&w, under, &t, p, p, p, &st, NULL, 2, err) == 0 &&
               checkpoint_writer_wait(&w, &step, &seconds, err) == 0,
           "the next write after a failed one: %s", err);
+    free(p);
+    param_table_free(&t);
+}
+
+/* A process that calls exit() while a write is in flight (a CUDA error, a shard changed under the
+ * run) waits for it: the checkpoint lands whole and latest names it. 13M parameters, so the write
+ * takes far longer than the exit. */
+TEST(an_exit_with_a_write_in_flight_waits_for_the_checkpoint_to_land_whole) {
+    GPTConfig cfg = {.num_layers = 1, .num_heads = 2, .dim = 256, .max_seq_len = 16, .vocab_size = 50001};
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[ERR_LEN], dir[900];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    float *p = random_floats(t.total, 31);
+    snprintf(dir, sizeof dir, "%s/exited", test_tmpdir());
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout)) _exit(9);
+        static CheckpointWriter w;
+        TrainState st = {.step = 6, .B = 2, .T = 8, .total_batch = 16, .world = 1, .seed = 1};
+        if (checkpoint_writer_start(&w, dir, &t, p, p, p, &st, NULL, 2, err) != 0) _exit(8);
+        st.step = 7; /* the writer has its own copy */
+        exit(3);
+    }
+    int status = 0;
+    REQUIRE(pid > 0 && waitpid(pid, &status, 0) == pid, "fork or wait failed");
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 3, "the child ended with status %#x", status);
+    float *back = malloc(3 * t.total * sizeof(float));
+    TrainState st2;
+    REQUIRE(back, "host memory");
+    CHECK(checkpoint_load_latest(dir, &t, back, back + t.total, back + 2 * t.total, &st2, err) == 0 && st2.step == 6 &&
+              !memcmp(back, p, t.total * 4),
+          "no whole checkpoint of step 6 after the exit: %s", err);
+    free(back);
     free(p);
     param_table_free(&t);
 }

@@ -112,3 +112,50 @@ TEST(copy_to_device_gives_every_byte_at_sizes_around_its_pieces_and_unaligned_ad
     free(back);
     free(src);
 }
+
+/* Keeps a stream busy for about `cycles` SM clocks. */
+__global__ void spin_kernel(long long cycles) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}
+
+/* With the stream held up (a kernel of ~0.1 s ahead of the copies), copy_to_device still refills a
+ * staging piece only after its last transfer left it, and returns only once the device holds every
+ * byte: read back at once through another stream, which has no order with the first. Two calls in a
+ * row, of three pieces and a tail each. */
+TEST(copy_to_device_refills_a_piece_only_after_it_crossed_and_returns_with_every_byte_there) {
+    const size_t n = 3 * PIECE + 5;
+    unsigned char *src[2] = {(unsigned char *)malloc(n), (unsigned char *)malloc(n)};
+    unsigned char *back = (unsigned char *)malloc(n);
+    REQUIRE(src[0] && src[1] && back, "host memory");
+    unsigned char *dev[2] = {NULL, NULL};
+    cudaStream_t s, other; /* non-blocking: neither waits for the other nor for the default stream */
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+    HostStaging *staging = NULL;
+    for (int c = 0; c < 2; c++) {
+        fill(src[c], n, 50 + c);
+        CUDA_CHECK(cudaMalloc(&dev[c], n));
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (int c = 0; c < 2; c++) {
+        spin_kernel<<<1, 1, 0, s>>>(150000000LL);
+        CUDA_CHECK(cudaGetLastError());
+        copy_to_device(&staging, dev[c], src[c], n, s);
+        CUDA_CHECK(cudaMemcpyAsync(back, dev[c], n, cudaMemcpyDeviceToHost, other));
+        CUDA_CHECK(cudaStreamSynchronize(other));
+        size_t first = n;
+        for (size_t i = 0; i < n && first == n; i++)
+            if (back[i] != src[c][i]) first = i;
+        CHECK(first == n, "call %d: the device differs from byte %zu on (piece %zu)", c, first, first / PIECE);
+    }
+    host_staging_free(staging);
+    CUDA_CHECK(cudaStreamDestroy(other));
+    CUDA_CHECK(cudaStreamDestroy(s));
+    CUDA_CHECK(cudaFree(dev[1]));
+    CUDA_CHECK(cudaFree(dev[0]));
+    free(back);
+    free(src[1]);
+    free(src[0]);
+}

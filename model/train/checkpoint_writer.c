@@ -3,6 +3,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -10,6 +11,23 @@ static double seconds_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The writer whose write may be in flight when the process calls exit() (a CUDA error, a shard
+ * changed under the run): exit waits for it, so that the checkpoint lands whole rather than being
+ * cut short with the process, and says which it was. Set and cleared on the thread that starts and
+ * waits; atexit handlers run on the thread that exits, before stdio is flushed and closed. */
+static CheckpointWriter *g_writer;
+
+static void wait_at_exit(void) {
+    CheckpointWriter *w = g_writer;
+    if (!w || !w->pending) return;
+    pthread_join(w->thread, NULL);
+    w->pending = 0;
+    if (w->rc == 0)
+        printf("checkpoint: %s/step_%08d (written before the exit)\n", w->run_dir, w->st.step);
+    else
+        fprintf(stderr, "error: %s\n", w->err);
 }
 
 static void *write_checkpoint(void *arg) {
@@ -52,6 +70,9 @@ int checkpoint_writer_start(CheckpointWriter *w, const char *run_dir, const Para
         return -1;
     }
     w->pending = 1;
+    static int wait_registered;
+    if (!wait_registered) wait_registered = atexit(wait_at_exit) == 0;
+    g_writer = w;
     return 0;
 }
 

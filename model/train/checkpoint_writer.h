@@ -5,7 +5,8 @@
  * (CheckpointBuffers) at the step boundary, hands them to this writer, and trains on; the next save
  * waits for the write before it reuses the buffers. The checkpoint itself is checkpoint_save_with's:
  * written under a .tmp name and renamed when whole, so a run that ends mid-write leaves the previous
- * checkpoint as `latest`. */
+ * checkpoint as `latest`. A process that calls exit() with a write in flight waits for it first (an
+ * atexit handler); one killed, or ended by _exit, leaves it unfinished. */
 #ifndef FUSEDGPT_CHECKPOINT_WRITER_H
 #define FUSEDGPT_CHECKPOINT_WRITER_H
 
