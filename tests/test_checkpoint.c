@@ -607,14 +607,20 @@ TEST(a_resealed_state_file_holding_a_nan_moment_is_refused_naming_its_tensor) {
     param_table_free(&t);
 }
 
+/* 13M parameters, 51 MB an array: several of the loader's 16 MB read pieces and a ragged tail, and a
+ * write that takes far longer than a process's exit. 0, or -1 with a message in err. */
+static int large_table(ParamTable *t, char *err) {
+    GPTConfig cfg = {.num_layers = 1, .num_heads = 2, .dim = 256, .max_seq_len = 16, .vocab_size = 50001};
+    gpt_config_finish(&cfg);
+    return param_table_build(t, &cfg, err);
+}
+
 /* A state of several read pieces (16 MB each, read on every core at once) and a ragged tail comes back
  * whole: 13M parameters, 51 MB an array. */
 TEST(a_state_of_many_read_pieces_comes_back_whole) {
-    GPTConfig cfg = {.num_layers = 1, .num_heads = 2, .dim = 256, .max_seq_len = 16, .vocab_size = 50001};
-    gpt_config_finish(&cfg);
     ParamTable t;
     char err[ERR_LEN], dir[900];
-    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    REQUIRE(large_table(&t, err) == 0, "%s", err);
     REQUIRE(t.total * sizeof(float) > ((size_t)48 << 20), "the state is only %zu bytes an array", t.total * 4);
     float *p = random_floats(t.total, 21), *m = random_floats(t.total, 22), *v = random_floats(t.total, 23);
     float *back = malloc(3 * t.total * sizeof(float));
@@ -705,11 +711,9 @@ TEST(a_write_that_fails_on_the_writer_thread_fails_its_wait_with_the_saves_messa
  * run) waits for it: the checkpoint lands whole and latest names it. 13M parameters, so the write
  * takes far longer than the exit. */
 TEST(an_exit_with_a_write_in_flight_waits_for_the_checkpoint_to_land_whole) {
-    GPTConfig cfg = {.num_layers = 1, .num_heads = 2, .dim = 256, .max_seq_len = 16, .vocab_size = 50001};
-    gpt_config_finish(&cfg);
     ParamTable t;
     char err[ERR_LEN], dir[900];
-    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    REQUIRE(large_table(&t, err) == 0, "%s", err);
     float *p = random_floats(t.total, 31);
     snprintf(dir, sizeof dir, "%s/exited", test_tmpdir());
     fflush(stdout);
