@@ -5,6 +5,7 @@
  * an error naming it; a rendezvous that cannot complete must say why within its time limit. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +49,7 @@ static int collect_ids(const char *out, int world, char ids[][32]) {
         char key[48];
         snprintf(key, sizeof key, "rank %d of %d: id ", r, world);
         const char *p = out ? strstr(out, key) : NULL;
-        if (p && sscanf(p + strlen(key), "%31s", ids[r]) == 1) n++;
+        if (p && sscanf(p + strlen(key), "%31[0-9a-f]", ids[r]) == 1) n++;
     }
     return n;
 }
@@ -102,6 +103,44 @@ TEST(dist_launcher_workers_agree_on_the_id) {
     CHECK(brought && ids[0][0] && strncmp(brought + 17, ids[0], strlen(ids[0])) == 0, "rank 0 brought another id: %s",
           out);
     free(out);
+}
+
+/* How many host threads each of out's ranks 0..world-1 says it has; -1 where one did not say. */
+static void collect_host_threads(const char *out, int world, int *threads) {
+    for (int r = 0; r < world; r++) {
+        char key[48];
+        snprintf(key, sizeof key, "rank %d of %d: id ", r, world);
+        const char *p = out ? strstr(out, key) : NULL;
+        threads[r] = -1;
+        if (p && sscanf(p + strlen(key), "%*s %d host threads", &threads[r]) != 1) threads[r] = -1;
+    }
+}
+
+TEST(dist_workers_share_the_hosts_cores_unless_omp_num_threads_says_otherwise) {
+    cpu_set_t cpus;
+    REQUIRE(sched_getaffinity(0, sizeof cpus, &cpus) == 0, "sched_getaffinity failed");
+    const int share = CPU_COUNT(&cpus) / 3 > 1 ? CPU_COUNT(&cpus) / 3 : 1;
+    const char *before = getenv("OMP_NUM_THREADS");
+    char *saved = before ? strdup(before) : NULL;
+    for (int given = 0; given < 2; given++) {
+        char *out = NULL;
+        if (given) setenv("OMP_NUM_THREADS", "5", 1);
+        else unsetenv("OMP_NUM_THREADS");
+        setenv("FUSEDGPT_TEST_LAUNCHER", "1", 1);
+        int rc = run_train("-g 3", &out);
+        unsetenv("FUSEDGPT_TEST_LAUNCHER");
+        REQUIRE(out, "could not run ./train");
+        CHECK(rc == 0, "launcher exit status %d: %s", rc, out);
+        int threads[3];
+        collect_host_threads(out, 3, threads);
+        for (int r = 0; r < 3; r++)
+            CHECK(threads[r] == (given ? 5 : share), "rank %d has %d host threads, expected %d: %s", r, threads[r],
+                  given ? 5 : share, out);
+        free(out);
+    }
+    if (saved) setenv("OMP_NUM_THREADS", saved, 1);
+    else unsetenv("OMP_NUM_THREADS");
+    free(saved);
 }
 
 TEST(dist_two_nodes_of_two_gpus_make_four_ranks_with_one_id) {

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -405,6 +406,15 @@ static void server_check_deadline(Launcher *L) {
 
 /* ---- the launcher ---- */
 
+/* The host threads each worker's OpenMP regions get (the checkpoints' copies and reads): this
+ * host's cores shared among its workers, unless OMP_NUM_THREADS says otherwise. Each worker taking
+ * every core would run G times as many threads as cores in a checkpoint that all ranks make at once. */
+static int worker_host_threads(int gpus) {
+    cpu_set_t cpus;
+    int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return cores / gpus > 1 ? cores / gpus : 1;
+}
+
 int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *master) {
     if (gpus < 1 || gpus > DIST_MAX_GPUS) {
         print_error("-g/--gpus %d is out of range (1..%d)", gpus, DIST_MAX_GPUS);
@@ -463,6 +473,8 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
     stop_request_catch(SIGTERM, on_stop_signal);
 
     pid_t launcher = getpid();
+    char host_threads[16];
+    snprintf(host_threads, sizeof host_threads, "%d", worker_host_threads(gpus));
     fflush(stdout);
     fflush(stderr);
     /* a stop signal waits until every worker exists: one passed on between a worker's fork and its
@@ -502,6 +514,7 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
             snprintf(value, sizeof value, "%d", node_rank);
             setenv("FUSEDGPT_NODE_RANK", value, 1);
             setenv("FUSEDGPT_MASTER", worker_master, 1);
+            setenv("OMP_NUM_THREADS", host_threads, 0);
             execv("/proc/self/exe", argv);
             print_error("worker %d cannot start %s: %s", L.base + r, argv[0], strerror(errno));
             _exit(127);

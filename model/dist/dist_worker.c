@@ -3,6 +3,7 @@
  * launcher's GPU-free self-test. */
 #include <errno.h>
 #include <fcntl.h>
+#include <omp.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
@@ -277,7 +278,8 @@ int dist_selftest_worker(Dist *d) {
         print_error("%s", err);
         return 1;
     }
-    printf("rank %d of %d: id %016llx\n", d->rank, d->world, (unsigned long long)id_hash(id));
+    printf("rank %d of %d: id %016llx, %d host threads\n", d->rank, d->world, (unsigned long long)id_hash(id),
+           omp_get_max_threads());
     fflush(stdout);
     if (fail_rank == d->rank) {
         fprintf(stderr, "rank %d: failing on purpose after the rendezvous (FUSEDGPT_TEST_FAIL_RANK)\n", d->rank);
