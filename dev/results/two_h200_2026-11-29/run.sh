@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Two GPUs, the code with checkpoints written on a thread of their own, the state's host copies
+# through pinned pieces and OpenMP, and each worker's OpenMP threads a share of the host's cores.
+# PARTS picks parts (default "gpu mg vp ckpt"):
+#   gpu: the host-transfer GPU tests, on GPU 0;
+#   mg: SECTIONS "tests correct bitwise nodes resume kill stop families" of dev/check/multigpu_check.sh;
+#   vp: its section vocabpar (with the V 262144 runs);
+#   ckpt: Qwen3-0.6B on two ranks with a checkpoint every 10 steps, then resumed from step 20: the
+#     checkpoint lines (state read, written), the steps around a write, the resume's start and its
+#     steps 21-30 against the uninterrupted run's;
+#   tp: GPT-2 124M tokens/s, one GPU alone on each GPU and the default on two, beside PyTorch
+#     torch.compile and DDP in the same call, at V 262144 and 50304.
+# Needs ./train and build/run_gpu_tests built beforehand. Summary last.
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p $OUT; S=$OUT/summary.txt; : >$S
+nvidia-smi --query-gpu=index,name,driver_version,power.limit --format=csv,noheader | tee -a $S
+nproc | sed 's/^/host cores: /' | tee -a $S
+t0=$SECONDS
+PARTS=${PARTS:-gpu mg vp ckpt}; has() { [[ " $PARTS " == *" $1 "* ]]; }
+if has gpu; then
+  CUDA_VISIBLE_DEVICES=0 timeout 120 ./build/run_gpu_tests host_transfer >$OUT/gpu_tests.log 2>&1
+  echo "gpu tests host_transfer rc $?: $(tail -1 $OUT/gpu_tests.log) $(grep -A3 -m3 FAILED $OUT/gpu_tests.log | tr '\n' ' ') [$((SECONDS - t0)) s]" | tee -a $S
+fi
+if has mg; then
+  G=2 TRAIN_PREBUILT=1 SECTIONS="tests correct bitwise nodes resume kill stop families" OUT=$OUT/mg timeout 400 bash dev/check/multigpu_check.sh >$OUT/multigpu.log 2>&1
+  echo "multigpu_check (tests correct bitwise nodes resume kill stop families): rc $? [$((SECONDS - t0)) s]" | tee -a $S
+  cat $OUT/mg/summary.txt >>$S
+fi
+if has vp; then
+  G=2 TRAIN_PREBUILT=1 SECTIONS="vocabpar" OUT=$OUT/vp MG_TMP=/tmp/mgvp timeout 300 bash dev/check/multigpu_check.sh >$OUT/vocabpar.log 2>&1
+  echo "multigpu_check (vocabpar): rc $? [$((SECONDS - t0)) s]" | tee -a $S
+  cat $OUT/vp/summary.txt >>$S
+fi
+if has ckpt; then
+  C=/tmp/ck; rm -rf $C; mkdir -p $C
+  python3 tests/fixtures/gen/make_shard.py $C/rand.bin 1500000 151936 random 1 >/dev/null
+  run() { timeout 200 ./train -g 2 -e qwen3-0.6b -b 8 -t 2048 --max-seq-len 2048 --warmup 2 --val-every 0 -s 0 -n 10 -i $C/rand.bin "$@"; }
+  run -x 30 -o $C/full >$OUT/ckpt_full.log 2>&1; echo "Qwen3-0.6B, two ranks, 30 steps, a checkpoint every 10: rc $? [$((SECONDS - t0)) s]" | tee -a $S
+  grep -E '^checkpoint:' $OUT/ckpt_full.log | tee -a $S
+  grep -E '^step +(9|1[0-3]|29|30)/' $OUT/ckpt_full.log | cut -c1-120 | tee -a $S
+  mkdir -p $C/cut && cp -r $C/full/step_00000020 $C/cut/ && echo step_00000020 >$C/cut/latest
+  s1=$SECONDS; run -x 30 -y 1 -o $C/cut >$OUT/ckpt_resumed.log 2>&1; echo "resumed at step 20: rc $? in $((SECONDS - s1)) s" | tee -a $S
+  grep -E 'resum|^checkpoint:' $OUT/ckpt_resumed.log | head -5 | tee -a $S
+  same=$(diff <(grep -E '^step +(2[1-9]|30)/' $OUT/ckpt_full.log | cut -d'|' -f1-5) \
+              <(grep -E '^step +(2[1-9]|30)/' $OUT/ckpt_resumed.log | cut -d'|' -f1-5) >/dev/null &&
+         [ $(grep -cE '^step +(2[1-9]|30)/' $OUT/ckpt_resumed.log) = 10 ] && echo equal || echo DIFFERENT)
+  echo "steps 21-30 resumed against one run: loss lines $same, final weights $(cmp -s $C/full/step_00000030/model.safetensors $C/cut/step_00000030/model.safetensors && echo equal || echo DIFFERENT) [$((SECONDS - t0)) s]" | tee -a $S
+  rm -rf $C
+fi
+if has tp; then
+  G=2 TRAIN_PREBUILT=1 SECTIONS="throughput peers" TP_VOCABS="262144 50304" TP_MODES="default|" OUT=$OUT/tp timeout 560 bash dev/check/multigpu_check.sh >$OUT/throughput.log 2>&1
+  echo "multigpu_check (throughput peers): rc $? [$((SECONDS - t0)) s]" | tee -a $S
+  cat $OUT/tp/summary.txt >>$S
+fi
+echo ===; cat $S
