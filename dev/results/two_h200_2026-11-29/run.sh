@@ -3,13 +3,17 @@
 # through pinned pieces and OpenMP, and each worker's OpenMP threads a share of the host's cores.
 # PARTS picks parts (default "gpu mg vp ckpt"):
 #   gpu: the host-transfer GPU tests, on GPU 0;
+#   suite: every GPU test, on GPU 0;
 #   mg: SECTIONS "tests correct bitwise nodes resume kill stop families" of dev/check/multigpu_check.sh;
 #   vp: its section vocabpar (with the V 262144 runs);
 #   ckpt: Qwen3-0.6B on two ranks with a checkpoint every 10 steps, then resumed from step 20: the
 #     checkpoint lines (state read, written), the steps around a write, the resume's start and its
 #     steps 21-30 against the uninterrupted run's;
-#   tp: GPT-2 124M tokens/s, one GPU alone on each GPU and the default on two, beside PyTorch
-#     torch.compile and DDP in the same call, at V 262144 and 50304.
+#   tp: GPT-2 124M tokens/s, one GPU alone on each GPU and the default on two (and the modes of
+#     TP_MODES, default "default|"), beside PyTorch torch.compile and DDP in the same call, at V 262144
+#     and 50304;
+#   fam: Qwen3-0.6B, B 16 a GPU, on one GPU and on two beside transformers + Liger eager bf16 alone
+#     and under PyTorch DDP (dev/check/families_ddp.sh; Liger's wheel in .whl/).
 # Needs ./train and build/run_gpu_tests built beforehand. Summary last.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p $OUT; S=$OUT/summary.txt; : >$S
@@ -18,8 +22,12 @@ nproc | sed 's/^/host cores: /' | tee -a $S
 t0=$SECONDS
 PARTS=${PARTS:-gpu mg vp ckpt}; has() { [[ " $PARTS " == *" $1 "* ]]; }
 if has gpu; then
-  CUDA_VISIBLE_DEVICES=0 timeout 120 ./build/run_gpu_tests host_transfer >$OUT/gpu_tests.log 2>&1
+  CUDA_VISIBLE_DEVICES=0 timeout 120 ./build/run_gpu_tests copy_to_ >$OUT/gpu_tests.log 2>&1
   echo "gpu tests host_transfer rc $?: $(tail -1 $OUT/gpu_tests.log) $(grep -A3 -m3 FAILED $OUT/gpu_tests.log | tr '\n' ' ') [$((SECONDS - t0)) s]" | tee -a $S
+fi
+if has suite; then
+  CUDA_VISIBLE_DEVICES=0 timeout 300 ./build/run_gpu_tests >$OUT/gpu_suite.log 2>&1
+  echo "every GPU test rc $?: $(tail -1 $OUT/gpu_suite.log) $(grep -m5 FAILED $OUT/gpu_suite.log | tr '\n' ' ') [$((SECONDS - t0)) s]" | tee -a $S
 fi
 if has mg; then
   G=2 TRAIN_PREBUILT=1 SECTIONS="tests correct bitwise nodes resume kill stop families" OUT=$OUT/mg timeout 400 bash dev/check/multigpu_check.sh >$OUT/multigpu.log 2>&1
@@ -48,8 +56,13 @@ if has ckpt; then
   rm -rf $C
 fi
 if has tp; then
-  G=2 TRAIN_PREBUILT=1 SECTIONS="throughput peers" TP_VOCABS="262144 50304" TP_MODES="default|" OUT=$OUT/tp timeout 560 bash dev/check/multigpu_check.sh >$OUT/throughput.log 2>&1
+  G=2 TRAIN_PREBUILT=1 SECTIONS="throughput peers" TP_VOCABS="262144 50304" TP_MODES="${TP_MODES:-default|}" OUT=$OUT/tp timeout 560 bash dev/check/multigpu_check.sh >$OUT/throughput.log 2>&1
   echo "multigpu_check (throughput peers): rc $? [$((SECONDS - t0)) s]" | tee -a $S
   cat $OUT/tp/summary.txt >>$S
+fi
+if has fam; then
+  MODEL=qwen3-0.6b B=16 G=2 STATES=bf16 BUDGET_S=300 OUT=$OUT/fam timeout 400 bash dev/check/families_ddp.sh >$OUT/families_ddp.log 2>&1
+  echo "families_ddp (qwen3-0.6b, B 16): rc $? [$((SECONDS - t0)) s]" | tee -a $S
+  cat $OUT/fam/summary.txt >>$S
 fi
 echo ===; cat $S
