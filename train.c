@@ -1547,9 +1547,11 @@ static int create_backend(Run *r) {
                                                                   : "lower -b or -t, or the model: -e, -v, --max-seq-len",
                                  r->err))
         return fail(r->err);
-    r->be = cpu ? backend_cpu_create(&r->table, r->B, r->T, output, optimizer_state_of(opt), opt->seed, r->err)
+    r->be = cpu ? backend_cpu_create(&r->table, r->B, r->T, output, optimizer_state_of(opt), opt->seed, r->init_params, r->err)
                 : backend_cuda_create(&r->table, r->B, r->T, output, (size_t)opt->logits_mb << 20,
-                                      opt->recompute_gelu, optimizer_state_of(opt), opt->seed, &dp, r->err);
+                                      opt->recompute_gelu, optimizer_state_of(opt), opt->seed, r->init_params, &dp, r->err);
+    free(r->init_params); /* the backend holds them now, AdamW's moments at zero */
+    r->init_params = NULL;
     if (!r->be) return fail(r->err);
     r->be->dist = &r->dist;
     r->be->z_loss = opt->z_loss, r->be->label_smoothing = opt->label_smoothing;
@@ -1803,21 +1805,7 @@ static int resume(Run *r) {
  * overwritten, pruned or mixed in (it moves aside). */
 static int start_new(Run *r) {
     const Options *opt = &r->opt;
-    if (r->init_params) {
-        /* AdamW's moments start at zero: the checkpoint buffers' m where the rank has them (each save
-         * refills them from the backend), else zeros of its own */
-        float *own_zero = NULL, *zero = r->ck.m;
-        if (zero)
-            memset(zero, 0, r->table.total * sizeof(float));
-        else
-            zero = own_zero = calloc(r->table.total, sizeof(float));
-        if (!zero) return fail("out of host memory for the AdamW moments of --init-from's weights");
-        r->be->ops->write_state(r->be, r->init_params, zero, zero);
-        free(own_zero);
-        free(r->init_params);
-        r->init_params = NULL;
-        printf("init: weights from %s\n", opt->init_from);
-    }
+    if (opt->init_from[0]) printf("init: weights from %s\n", opt->init_from);
     if (r->dist.rank != 0) return RUN_ON;
     if (opt->resume_auto) printf("note: %s holds no checkpoint to resume (-y auto): a new run\n", opt->out);
     char name[256] = "", moved_to[FGPT_PATH_LEN];

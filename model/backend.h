@@ -123,10 +123,12 @@ static inline OutputLossOptions backend_loss_options(const Backend *be) {
     return o;
 }
 
-/* CPU reference backend; params initialised from seed (at bf16 values under OPTIMIZER_STATE_BF16).
- * NULL + err on failure (allocation). */
+/* CPU reference backend; params init's values where init is given (fp32 in the table's layout, as
+ * write_state takes them: a checkpoint's, or Hugging Face weights), else initialised from seed; at
+ * bf16 values under OPTIMIZER_STATE_BF16. AdamW's moments start at zero. NULL + err on failure
+ * (allocation). */
 Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind output, OptimizerState state,
-                            unsigned long long seed, char *err);
+                            unsigned long long seed, const float *init, char *err);
 
 /* The bytes such a backend touches: the weights, activations, the output layer's workspace, and for
  * training (training = 1) the gradients and AdamW's moments too. Callers compare it with the host's
@@ -146,7 +148,8 @@ typedef struct {
 } DataParallel;
 
 /* CUDA backend on the current device: bf16 weights and activations, fp32 gradients, AdamW's state as
- * `state` says; params initialised from seed exactly as the CPU backend's. dp NULL: alone.
+ * `state` says; params init's values where init is given, else initialised from seed exactly as the
+ * CPU backend's (AdamW's moments at zero either way). dp NULL: alone.
  * fused_budget: bytes for the fused layer's chunks of scaled exponentials (kernels/output_layer.h;
  * 0: the streaming path). Where the GPU lacks the room, the chunk shrinks to what is free once
  * everything else is allocated, and when that holds fewer than min(B*T, 1024) rows the streaming
@@ -160,7 +163,7 @@ typedef struct {
  * memory (the message then gives the estimate and the largest micro-batch that would fit). */
 Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output, size_t fused_budget,
                              int recompute_gelu, OptimizerState state, unsigned long long seed,
-                             const DataParallel *dp, char *err);
+                             const float *init, const DataParallel *dp, char *err);
 
 #ifdef __cplusplus
 }

@@ -80,8 +80,8 @@ static void compare_config_with_cpu(const GPTConfig *cfg, OutputKind output, int
     Setup s;
     setup_config(&s, cfg, B, T, 10, 3);
     char err[ERR_LEN];
-    Backend *cpu = backend_cpu_create(&s.table, B, T, output, state, 42, err);
-    Backend *gpu = backend_cuda_create(&s.table, B, T, output, fused_budget, recompute_gelu, state, 42, NULL, err);
+    Backend *cpu = backend_cpu_create(&s.table, B, T, output, state, 42, NULL, err);
+    Backend *gpu = backend_cuda_create(&s.table, B, T, output, fused_budget, recompute_gelu, state, 42, NULL, NULL, err);
     REQUIRE(cpu && gpu, "%s", err);
     if (state == OPTIMIZER_STATE_BF16) {
         /* no master copy: both start from the init rounded to bf16, the same bits */
@@ -154,7 +154,7 @@ TEST(backend_cuda_refuses_a_gpt2_wider_than_its_layernorm_backward_at_creation) 
     ParamTable t;
     char err[ERR_LEN] = "";
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
-    Backend *gpu = backend_cuda_create(&t, 1, 8, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 42, NULL, err);
+    Backend *gpu = backend_cuda_create(&t, 1, 8, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 42, NULL, NULL, err);
     char want[96];
     snprintf(want, sizeof want, "runs up to --dim %d on this GPU", widest);
     CHECK(!gpu && strstr(err, want) && !strchr(err, '\n'), "--dim %d: %s", dim, err);
@@ -167,7 +167,7 @@ TEST(backend_cuda_refuses_more_sequences_times_heads_than_its_attention_grid_at_
     ParamTable t;
     char err[ERR_LEN] = "";
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
-    Backend *gpu = backend_cuda_create(&t, 16384, 1, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 42, NULL, err);
+    Backend *gpu = backend_cuda_create(&t, 16384, 1, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 42, NULL, NULL, err);
     CHECK(!gpu && strstr(err, "-b 16384 x 4 heads is 65536") && !strchr(err, '\n'), "B 16384 x 4 heads: %s", err);
     if (gpu) gpu->ops->destroy(gpu);
     param_table_free(&t);
@@ -233,6 +233,45 @@ TEST(backend_cuda_matches_cpu_on_a_tiny_llama_with_bf16_optimizer_state) {
     GPTConfig cfg = family_config(FAMILY_LLAMA, 4, 2, 64, 192, 328);
     cfg.untied_head = 1;
     compare_config_with_cpu(&cfg, OUTPUT_FUSED, 3, 37, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_BF16);
+}
+
+/* Weights given at creation (--init-from, eval, sample): the GPU holds the CPU backend's bits of
+ * them under either state, AdamW's moments at zero, and one step later the two still agree. */
+TEST(backend_cuda_created_with_weights_holds_the_cpus_bits_of_them_and_zero_moments) {
+    GPTConfig cfg = family_config(FAMILY_LLAMA, 4, 2, 64, 192, 328);
+    Setup s;
+    setup_config(&s, &cfg, 3, 37, 1, 11);
+    const size_t P = s.table.total;
+    float *init = (float *)malloc(P * 4), *wc = (float *)malloc(P * 4), *wg = (float *)malloc(P * 4);
+    float *m = (float *)malloc(P * 4), *v = (float *)malloc(P * 4);
+    Rng rng;
+    rng_seed(&rng, 0x1417);
+    for (size_t i = 0; i < P; i++) init[i] = (float)(rng_uniform(&rng) * 0.1 - 0.05);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        const OptimizerState state = bf16 ? OPTIMIZER_STATE_BF16 : OPTIMIZER_STATE_FP32;
+        char err[ERR_LEN];
+        Backend *cpu = backend_cpu_create(&s.table, 3, 37, OUTPUT_FUSED, state, 42, init, err);
+        Backend *gpu = backend_cuda_create(&s.table, 3, 37, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, state, 42,
+                                           init, NULL, err);
+        REQUIRE(cpu && gpu, "%s", err);
+        cpu->ops->read_state(cpu, wc, NULL, NULL);
+        gpu->ops->read_state(gpu, wg, m, v);
+        size_t differ = 0, moments = 0, given = 0;
+        for (size_t i = 0; i < P; i++) {
+            differ += memcmp(&wc[i], &wg[i], 4) != 0;
+            moments += m[i] != 0.0f || v[i] != 0.0f;
+            given += fabsf(wg[i] - init[i]) <= 0x1p-8f * fabsf(init[i]);
+        }
+        CHECK(differ == 0, "state %d: %zu of %zu weights differ from the CPU's", bf16, differ, P);
+        CHECK(moments == 0, "state %d: %zu moments are not zero", bf16, moments);
+        CHECK(given == P, "state %d: %zu of %zu weights are the given ones", bf16, given, P);
+        const float lc = step(cpu, &s, 0, 0), lg = step(gpu, &s, 0, 0);
+        CHECK(fabsf(lg - lc) <= 1e-2f * fabsf(lc), "state %d: first loss GPU %.6f CPU %.6f", bf16, lg, lc);
+        cpu->ops->destroy(cpu);
+        gpu->ops->destroy(gpu);
+    }
+    free(init), free(wc), free(wg), free(m), free(v);
+    teardown(&s);
 }
 
 TEST(backend_cuda_matches_cpu_on_a_tiny_tied_qwen3_with_qk_norm) {
@@ -313,8 +352,8 @@ static void eval_matches_cpu(OutputKind output) {
     uint32_t tokens[N];
     for (int i = 0; i < N; i++) tokens[i] = (uint32_t)s.inputs[i];
     char err[ERR_LEN];
-    Backend *cpu = backend_cpu_create(&s.table, 3, 37, output, OPTIMIZER_STATE_FP32, 42, err);
-    Backend *gpu = backend_cuda_create(&s.table, 3, 37, output, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 42, NULL, err);
+    Backend *cpu = backend_cpu_create(&s.table, 3, 37, output, OPTIMIZER_STATE_FP32, 42, NULL, err);
+    Backend *gpu = backend_cuda_create(&s.table, 3, 37, output, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 42, NULL, NULL, err);
     REQUIRE(cpu && gpu, "%s", err);
     double lc = 0, lg = 0;
     CHECK(eval_mean_loss(cpu, tokens, N, &lc, err) == 0 && eval_mean_loss(gpu, tokens, N, &lg, err) == 0, "%s", err);
@@ -342,9 +381,9 @@ static void decoding_matches_a_full_forward(const GPTConfig *cfg, int recompute 
     setup_config(&s, cfg, B, T, 1, 17);
     const int V = s.table.cfg.vocab_size;
     char err[ERR_LEN];
-    Backend *gpu = backend_cuda_create(&s.table, B, T, OUTPUT_FUSED, 0, recompute, OPTIMIZER_STATE_FP32, 5, NULL, err);
-    Backend *full = backend_cuda_create(&s.table, B, T, OUTPUT_FUSED, 0, 0, OPTIMIZER_STATE_FP32, 5, NULL, err);
-    Backend *cpu = backend_cpu_create(&s.table, B, T, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 5, err);
+    Backend *gpu = backend_cuda_create(&s.table, B, T, OUTPUT_FUSED, 0, recompute, OPTIMIZER_STATE_FP32, 5, NULL, NULL, err);
+    Backend *full = backend_cuda_create(&s.table, B, T, OUTPUT_FUSED, 0, 0, OPTIMIZER_STATE_FP32, 5, NULL, NULL, err);
+    Backend *cpu = backend_cpu_create(&s.table, B, T, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 5, NULL, err);
     REQUIRE(gpu && full && cpu, "%s", err);
     float *cached = (float *)malloc(V * sizeof(float)), *whole = (float *)malloc(V * sizeof(float)),
           *ref = (float *)malloc(V * sizeof(float));
@@ -398,7 +437,7 @@ static void deterministic_and_resumes_bit_exact(OptimizerState state) {
     Setup s;
     setup(&s, 2, 128, 1000, 3, 37, 10, 5);
     char err[ERR_LEN];
-    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, state, 9, NULL, err);
+    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, state, 9, NULL, NULL, err);
     REQUIRE(a, "%s", err);
     float la[10];
     size_t P = s.table.total;
@@ -408,14 +447,14 @@ static void deterministic_and_resumes_bit_exact(OptimizerState state) {
         if (k == 4) a->ops->read_state(a, p, m, v);
     }
     a->ops->destroy(a);
-    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, state, 9, NULL, err);
+    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, state, 9, NULL, NULL, err);
     REQUIRE(b, "%s", err);
     for (int k = 0; k < 10; k++) {
         float lb = step(b, &s, k, k + 1);
         CHECK(memcmp(&lb, &la[k], 4) == 0, "run 2 step %d loss %.9g vs %.9g (not deterministic)", k, lb, la[k]);
     }
     b->ops->destroy(b);
-    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, state, 1234, NULL, err);
+    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, state, 1234, NULL, NULL, err);
     REQUIRE(c, "%s", err);
     c->ops->write_state(c, p, m, v);
     for (int k = 5; k < 10; k++) {
@@ -445,7 +484,7 @@ TEST(backend_cuda_fused_chunk_gives_way_to_free_memory) {
     Setup s;
     setup(&s, 2, 128, 262144, 32, 64, 1, 7); /* N = 2048: a full chunk is 1.1 GB */
     char err[ERR_LEN];
-    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 9, NULL, err);
+    Backend *a = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 9, NULL, NULL, err);
     REQUIRE(a, "%s", err);
     CHECK(strstr(a->output_path, "chunk") && !strstr(a->output_path, "reduced"), "with room: %s", a->output_path);
     const float la = step(a, &s, 0, 0);
@@ -453,7 +492,7 @@ TEST(backend_cuda_fused_chunk_gives_way_to_free_memory) {
 
     size_t free0, free1, total;
     CUDA_CHECK(cudaMemGetInfo(&free0, &total));
-    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, 0, 0, OPTIMIZER_STATE_FP32, 9, NULL, err);
+    Backend *b = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, 0, 0, OPTIMIZER_STATE_FP32, 9, NULL, NULL, err);
     REQUIRE(b, "%s", err);
     CUDA_CHECK(cudaMemGetInfo(&free1, &total));
     b->ops->destroy(b);
@@ -464,7 +503,7 @@ TEST(backend_cuda_fused_chunk_gives_way_to_free_memory) {
     REQUIRE(free0 > leave + ((size_t)256 << 20), "too little GPU memory for this test");
     void *filler = NULL;
     CUDA_CHECK(cudaMalloc(&filler, free0 - leave));
-    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 9, NULL, err);
+    Backend *c = backend_cuda_create(&s.table, s.B, s.T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 9, NULL, NULL, err);
     REQUIRE(c, "with %zu MB free: %s", leave >> 20, err);
     fprintf(stderr, "[%zu MB free: %s] ", leave >> 20, c->output_path);
     CHECK(strstr(c->output_path, "streaming") || strstr(c->output_path, "reduced"), "without room: %s",

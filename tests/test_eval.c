@@ -214,7 +214,7 @@ static double checkpoint_reference_loss(const char *dir, const char *path, int T
     if (hf_read_config(dir, &cfg, err) != 0 || param_table_build(&t, &cfg, err) != 0 ||
         shard_read(path, (uint32_t)cfg.vocab_size, &tokens, n, &hdr, err) != 0 ||
         !(p = malloc(t.total * sizeof *p)) || hf_read_weights(dir, &t, p, err) != 0 ||
-        !(be = backend_cpu_create(&t, 1, T, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 1, err))) {
+        !(be = backend_cpu_create(&t, 1, T, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 1, NULL, err))) {
         test_fail(__FILE__, __LINE__, "the checkpoint's reference: %s", err);
     } else {
         be->ops->write_state(be, p, NULL, NULL);

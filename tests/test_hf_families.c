@@ -300,7 +300,7 @@ static uint32_t *write_tokens(const char *path, uint64_t n, uint32_t V) {
 /* The mean loss of params over tokens in windows of T, computed here on the CPU backend. */
 static double eval_here(const ParamTable *t, const float *params, const uint32_t *tok, uint64_t n, int T) {
     char err[ERR_LEN];
-    Backend *be = backend_cpu_create(t, 2, T, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 1, err);
+    Backend *be = backend_cpu_create(t, 2, T, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 1, NULL, err);
     if (!be) return NAN;
     be->ops->write_state(be, params, NULL, NULL);
     double mean = NAN;

@@ -28,7 +28,7 @@ static int tiny_table(ParamTable *t, int vocab) {
 
 static float loss_of(const ParamTable *t, const float *params, const int *in, const int *tg) {
     char err[ERR_LEN];
-    Backend *be = backend_cpu_create(t, 2, 16, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 1, err);
+    Backend *be = backend_cpu_create(t, 2, 16, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 1, NULL, err);
     if (!be) return NAN;
     float *zero = calloc(t->total, sizeof *zero);
     be->ops->write_state(be, params, zero, zero);

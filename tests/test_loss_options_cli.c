@@ -47,7 +47,7 @@ static Expected expected(const char *dir, const char *shard, int T, double cap, 
     if (hf_read_config(dir, &cfg, err) != 0 || param_table_build(&t, &cfg, err) != 0 ||
         shard_read(shard, (uint32_t)cfg.vocab_size, &tokens, &e.n, &hdr, err) != 0 ||
         !(p = malloc(t.total * sizeof *p)) || hf_read_weights(dir, &t, p, err) != 0 ||
-        !(be = backend_cpu_create(&t, 1, T, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 1, err))) {
+        !(be = backend_cpu_create(&t, 1, T, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 1, NULL, err))) {
         test_fail(__FILE__, __LINE__, "the checkpoint's reference: %s", err);
     } else {
         const int V = cfg.vocab_size;

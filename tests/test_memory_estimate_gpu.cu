@@ -28,7 +28,7 @@ static void expect_config_counts_the_estimate(const GPTConfig *cfg, int B, int T
     ParamTable t;
     char err[ERR_LEN];
     REQUIRE(param_table_build(&t, cfg, err) == 0, "%s", err);
-    Backend *be = backend_cuda_create(&t, B, T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, recompute, OPTIMIZER_STATE_FP32, 1, NULL, err);
+    Backend *be = backend_cuda_create(&t, B, T, OUTPUT_FUSED, OUTPUT_FUSED_DEFAULT_BUDGET, recompute, OPTIMIZER_STATE_FP32, 1, NULL, NULL, err);
     REQUIRE(be, "%s", err);
     MemoryItem items[MAX_MEMORY_ITEMS];
     const int n = be->ops->memory_items(be, items);

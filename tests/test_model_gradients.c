@@ -27,7 +27,7 @@ static void check_gradients(GPTConfig cfg, OutputKind output, float eps) {
     char err[ERR_LEN];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
     int B = 2, T = 5;
-    Backend *be = backend_cpu_create(&t, B, T, output, OPTIMIZER_STATE_FP32, 7, err);
+    Backend *be = backend_cpu_create(&t, B, T, output, OPTIMIZER_STATE_FP32, 7, NULL, err);
     REQUIRE(be, "%s", err);
     /* Perturb the init so LayerNorm weights and biases are not all 1 and 0 (their gradients
      * would then be degenerate and check less). */

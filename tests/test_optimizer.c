@@ -18,7 +18,7 @@ TEST(adamw_two_steps_match_hand_computation) {
     ParamTable t;
     char err[ERR_LEN];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
-    Backend *be = backend_cpu_create(&t, 1, 4, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 3, err);
+    Backend *be = backend_cpu_create(&t, 1, 4, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 3, NULL, err);
     REQUIRE(be, "%s", err);
     size_t P = t.total;
     float *p0 = malloc(P * 4), *g = malloc(P * 4), *p = malloc(P * 4), *m = malloc(P * 4), *v = malloc(P * 4);
@@ -108,6 +108,43 @@ TEST(bf16_nearest_rounding_ties_to_even) {
     CHECK(isnan(bf16_bits_to_float(bf16_bits_nearest(NAN))), "NaN lost");
 }
 
+/* A backend given weights at creation holds them (rounded to nearest bf16 under bf16 state), with
+ * AdamW's moments at zero, and not the seed's: how --init-from, eval and sample start. */
+TEST(a_cpu_backend_created_with_weights_holds_them_and_zero_moments) {
+    GPTConfig cfg = {.num_layers = 2, .num_heads = 2, .dim = 8, .max_seq_len = 4, .vocab_size = 13};
+    gpt_config_finish(&cfg);
+    ParamTable t;
+    char err[ERR_LEN];
+    REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
+    const size_t P = t.total;
+    float *init = malloc(P * 4), *p = malloc(P * 4), *m = malloc(P * 4), *v = malloc(P * 4), *seeded = malloc(P * 4);
+    Rng rng;
+    rng_seed(&rng, 0x1417);
+    for (size_t i = 0; i < P; i++) init[i] = rng_uniform(&rng) * 2.0f - 1.0f;
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        const OptimizerState state = bf16 ? OPTIMIZER_STATE_BF16 : OPTIMIZER_STATE_FP32;
+        Backend *given = backend_cpu_create(&t, 1, 4, OUTPUT_FUSED, state, 3, init, err);
+        Backend *from_seed = backend_cpu_create(&t, 1, 4, OUTPUT_FUSED, state, 3, NULL, err);
+        REQUIRE(given && from_seed, "%s", err);
+        given->ops->read_state(given, p, m, v);
+        from_seed->ops->read_state(from_seed, seeded, NULL, NULL);
+        size_t wrong = 0, moments = 0, as_seeded = 0;
+        for (size_t i = 0; i < P; i++) {
+            const float want = bf16 ? bf16_bits_to_float(bf16_bits_nearest(init[i])) : init[i];
+            wrong += memcmp(&p[i], &want, 4) != 0;
+            moments += m[i] != 0.0f || v[i] != 0.0f;
+            as_seeded += p[i] == seeded[i];
+        }
+        CHECK(wrong == 0, "state %d: %zu of %zu weights are not the given ones", bf16, wrong, P);
+        CHECK(moments == 0, "state %d: %zu moments are not zero", bf16, moments);
+        CHECK(as_seeded < P / 100, "state %d: %zu of %zu weights are the seed's", bf16, as_seeded, P);
+        given->ops->destroy(given);
+        from_seed->ops->destroy(from_seed);
+    }
+    free(init), free(p), free(m), free(v), free(seeded);
+    param_table_free(&t);
+}
+
 /* A tiny model on the CPU backend under both states, from the same bf16 weights and moments and
  * the same gradients: each bf16 value after the update is one of the two bf16 neighbours of the
  * fp32 update's result (and that itself when it is a bf16 value). */
@@ -117,8 +154,8 @@ TEST(adamw_on_bf16_state_lands_on_a_bf16_neighbour_of_the_fp32_update) {
     ParamTable t;
     char err[ERR_LEN];
     REQUIRE(param_table_build(&t, &cfg, err) == 0, "%s", err);
-    Backend *f = backend_cpu_create(&t, 1, 4, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 3, err);
-    Backend *h = backend_cpu_create(&t, 1, 4, OUTPUT_FUSED, OPTIMIZER_STATE_BF16, 3, err);
+    Backend *f = backend_cpu_create(&t, 1, 4, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, 3, NULL, err);
+    Backend *h = backend_cpu_create(&t, 1, 4, OUTPUT_FUSED, OPTIMIZER_STATE_BF16, 3, NULL, err);
     REQUIRE(f && h, "%s", err);
     const size_t P = t.total;
     float *st[3], *sf[3];

@@ -237,7 +237,7 @@ void expect_tokenizer_json_refused(const char *fixture_path, const char *from, c
 
 Backend *perturbed_cpu_backend(const ParamTable *t, int B, int T, OutputKind output) {
     char err[ERR_LEN];
-    Backend *be = backend_cpu_create(t, B, T, output, OPTIMIZER_STATE_FP32, 7, err);
+    Backend *be = backend_cpu_create(t, B, T, output, OPTIMIZER_STATE_FP32, 7, NULL, err);
     float *p = malloc(t->total * sizeof *p);
     if (!be || !p) {
         free(p);

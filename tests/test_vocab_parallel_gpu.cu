@@ -54,7 +54,7 @@ static Backend *create(const ParamTable *t, Dist *one, int split, OptimizerState
     DataParallel dp = {};
     dp.dist = one, dp.vocab_parallel = split;
     /* fused budget 0: the whole layer on the streaming path, which the slice layer runs */
-    return backend_cuda_create(t, VB, VT, OUTPUT_FUSED, 0, 0, state, 77, split ? &dp : NULL, err);
+    return backend_cuda_create(t, VB, VT, OUTPUT_FUSED, 0, 0, state, 77, NULL, split ? &dp : NULL, err);
 }
 
 static size_t bits_differ(const float *a, const float *b, size_t n) {

@@ -575,7 +575,7 @@ double backend_cpu_bytes(const ParamTable *table, int B, int T, OutputKind outpu
 }
 
 Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind output, OptimizerState state,
-                            unsigned long long seed, char *err) {
+                            unsigned long long seed, const float *init, char *err) {
     CpuBackend *cb = calloc(1, sizeof *cb);
     if (!cb) {
         snprintf(err, ERR_LEN, "out of host memory for the CPU backend");
@@ -623,7 +623,8 @@ Backend *backend_cpu_create(const ParamTable *table, int B, int T, OutputKind ou
         free(pos);
         free(inv_freq);
     }
-    param_init(table, cb->params, seed);
+    if (init) memcpy(cb->params, init, P * sizeof(float));
+    else param_init(table, cb->params, seed);
     if (state == OPTIMIZER_STATE_BF16) round_to_bf16(cb->params, P); /* the GPU's bf16 weights, with no master */
     return &cb->base;
 oom:

@@ -1136,7 +1136,8 @@ static void describe_output_layer(CudaBackend *cb, OutputKind output, size_t ask
 
 extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output,
                                         size_t fused_budget, int recompute_gelu, OptimizerState state,
-                                        unsigned long long seed, const DataParallel *dp, char *err) {
+                                        unsigned long long seed, const float *init_from, const DataParallel *dp,
+                                        char *err) {
     const Dist *dist = dp && dp->dist && dp->dist->world > 1 ? dp->dist : NULL;
     const int zero1 = dist && dp->zero1, overlap = dist && dp->overlap, bf16_wire = dist && dp->bf16_wire;
     const GPTConfig *cfg = &table->cfg;
@@ -1333,8 +1334,9 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     const int rows = cb->replicated.count;
     size_t *offsets = (size_t *)malloc(rows * sizeof(size_t)), *numels = (size_t *)malloc(rows * sizeof(size_t));
     int *decay = (int *)malloc(rows * sizeof(int));
-    float *init = (float *)malloc(table->total * sizeof(float));
-    if (!offsets || !numels || !decay || !init) {
+    /* seed's weights are drawn on the host (the CPU backend's bits); given ones are copied as they are */
+    float *init = init_from ? NULL : (float *)malloc(table->total * sizeof(float));
+    if (!offsets || !numels || !decay || (!init_from && !init)) {
         snprintf(err, ERR_LEN, "out of host memory for the initial weights (%.1f GB)", table->total * 4 / 1e9);
         free(offsets), free(numels), free(decay), free(init);
         cuda_destroy(&cb->base);
@@ -1358,8 +1360,8 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
         cb->adamw = adamw_plan_create(offsets, numels, decay, rows);
     }
     /* The same init as the CPU backend (host RNG), so the two can be compared step for step. */
-    param_init(table, init, seed);
-    cuda_write_state(&cb->base, init, NULL, NULL);
+    if (!init_from) param_init(table, init, seed);
+    cuda_write_state(&cb->base, init_from ? init_from : init, NULL, NULL);
     free(init), free(decay), free(numels), free(offsets);
     return &cb->base;
 }

@@ -411,15 +411,12 @@ static Backend *load_model(const EvalOptions *o, const ParamTable *table, const 
         if (cuda_device_count(why) == 0)
             snprintf(err, ERR_LEN, "no CUDA GPU available (%s); use --device cpu for the CPU reference backend", why);
         else
-            be = backend_cuda_create(table, B, T, output, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 0, NULL, err);
+            be = backend_cuda_create(table, B, T, output, OUTPUT_FUSED_DEFAULT_BUDGET, 0, OPTIMIZER_STATE_FP32, 0, params, NULL, err);
     } else if (!host_memory_short(backend_cpu_bytes(table, B, T, output, 0), "the CPU backend", "lower -b or -t",
                                   err)) {
-        be = backend_cpu_create(table, B, T, output, OPTIMIZER_STATE_FP32, 0, err);
+        be = backend_cpu_create(table, B, T, output, OPTIMIZER_STATE_FP32, 0, params, err);
     }
-    if (be)
-        be->ops->write_state(be, params, NULL, NULL); /* no optimizer: the moments stay unset */
-    else
-        print_error("%s", err);
+    if (!be) print_error("%s", err);
     return be;
 }
 

@@ -468,16 +468,15 @@ int sample_main(int argc, char **argv) {
             print_error("no CUDA GPU available (%s); use --device cpu for the CPU reference backend", why);
             goto done;
         }
-        be = backend_cuda_create(&table, 1, T, OUTPUT_FUSED, 0, 0, OPTIMIZER_STATE_FP32, o.seed, NULL, err);
+        be = backend_cuda_create(&table, 1, T, OUTPUT_FUSED, 0, 0, OPTIMIZER_STATE_FP32, o.seed, params, NULL, err);
     } else if (!host_memory_short(backend_cpu_bytes(&table, 1, T, OUTPUT_FUSED, 0), "the CPU backend", "ask for fewer "
                                   "tokens (-G) or give a shorter --prompt", err)) {
-        be = backend_cpu_create(&table, 1, T, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, o.seed, err);
+        be = backend_cpu_create(&table, 1, T, OUTPUT_FUSED, OPTIMIZER_STATE_FP32, o.seed, params, err);
     }
     if (!be) {
         print_error("%s", err);
         goto done;
     }
-    be->ops->write_state(be, params, NULL, NULL); /* no optimizer: the moments stay unset */
     status = generate(&o, be, tok, separator, prompt, n_prompt, stops, n_stops);
 done:
     if (be) be->ops->destroy(be);
