@@ -1,6 +1,7 @@
 /* common/safetensors.c - the safetensors reader (see safetensors.h). */
 #include "common/safetensors.h"
 
+#include "common/parallel_read.h"
 #include "common/paths.h"
 
 #include <errno.h>
@@ -260,6 +261,44 @@ void st_close(StFile *s) {
     s->count = 0;
 }
 
+/* n halves of fd from offset widened into out (bf16: bfloat16, else IEEE half), each core reading
+ * and widening pieces of its own: out cannot hold the halves in place while cores widen out of
+ * order. 0, or the errno that stopped it. */
+static int read_halves(int fd, float *out, size_t n, off_t offset, int bf16) {
+    const size_t per_piece = PARALLEL_READ_PIECE / 2;
+    const long pieces = (long)((n + per_piece - 1) / per_piece);
+    int failed = 0;
+#pragma omp parallel
+    {
+        uint16_t *h = malloc(PARALLEL_READ_PIECE);
+        if (!h) {
+#pragma omp critical(halves_error)
+            failed = ENOMEM;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (long i = 0; i < pieces; i++) {
+            const size_t at = (size_t)i * per_piece, len = n - at < per_piece ? n - at : per_piece;
+            const int e = h ? pread_whole(fd, h, len * 2, offset + (off_t)(at * 2)) : ENOMEM;
+            if (e) {
+#pragma omp critical(halves_error)
+                failed = e;
+                continue;
+            }
+            float *o = out + at;
+            if (bf16) {
+                for (size_t k = 0; k < len; k++) {
+                    const uint32_t bits = (uint32_t)h[k] << 16;
+                    memcpy(&o[k], &bits, 4);
+                }
+            } else {
+                for (size_t k = 0; k < len; k++) o[k] = half_to_float(h[k]);
+            }
+        }
+        free(h);
+    }
+    return failed;
+}
+
 int st_read_f32(StFile *s, const StTensor *t, float *out, char *err) {
     const uint64_t width = dtype_width(t->dtype);
     if (strcmp(t->dtype, "F32") && strcmp(t->dtype, "F16") && strcmp(t->dtype, "BF16")) {
@@ -267,30 +306,13 @@ int st_read_f32(StFile *s, const StTensor *t, float *out, char *err) {
         return -1;
     }
     const size_t n = (size_t)((t->end - t->begin) / width);
-    if (fseek(s->f, (long)(s->data_start + t->begin), SEEK_SET) != 0) {
-        snprintf(err, ERR_LEN, "cannot read %s: %s", s->path, strerror(errno));
-        return -1;
-    }
-    if (width == 4) {
-        if (fread(out, 4, n, s->f) == n) return 0;
+    const off_t at = (off_t)(s->data_start + t->begin);
+    const int fd = fileno(s->f);
+    const int e = width == 4 ? (read_on_every_core(fd, out, n * 4, at) ? 0 : errno)
+                             : read_halves(fd, out, n, at, strcmp(t->dtype, "BF16") == 0);
+    if (e == EIO)
         snprintf(err, ERR_LEN, "cannot read tensor %s from %s (truncated?)" DAMAGED_FIX, t->name, s->path);
-        return -1;
-    }
-    /* halves are widened in place: read into the upper half of out, convert front to back */
-    uint16_t *h = (uint16_t *)(out + n) - n;
-    if (fread(h, 2, n, s->f) != n) {
-        snprintf(err, ERR_LEN, "cannot read tensor %s from %s (truncated?)" DAMAGED_FIX, t->name, s->path);
-        return -1;
-    }
-    const int bf16 = strcmp(t->dtype, "BF16") == 0;
-    for (size_t i = 0; i < n; i++) {
-        const uint16_t x = h[i];
-        if (bf16) {
-            uint32_t bits = (uint32_t)x << 16;
-            memcpy(&out[i], &bits, 4);
-        } else {
-            out[i] = half_to_float(x);
-        }
-    }
-    return 0;
+    else if (e)
+        snprintf(err, ERR_LEN, "cannot read tensor %s from %s: %s", t->name, s->path, strerror(e));
+    return e ? -1 : 0;
 }

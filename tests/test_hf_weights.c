@@ -11,6 +11,7 @@
 
 #include "common/err.h"
 #include "common/rng.h"
+#include "common/safetensors.h"
 #include "model/backend.h"
 #include "model/train/checkpoint.h"
 #include "model/train/hf_weights.h"
@@ -267,6 +268,62 @@ TEST(a_config_field_of_the_wrong_type_is_refused_naming_the_field_and_both_types
     write_gpt2_config(test_tmpdir(), ", \"n_inner\": null, \"tie_word_embeddings\": true, \"scale_attn_weights\": true,"
                                      " \"scale_attn_by_inverse_layer_idx\": false, \"attention_dropout\": 1.5");
     CHECK(hf_read_config(test_tmpdir(), &cfg, err) == 0 && cfg.num_layers == 2, "GPT-2's own types refused: %s", err);
+}
+
+/* IEEE half h's value, from its fields (not the reader's bit moves). */
+static double half_value(uint16_t h) {
+    const int sign = h >> 15, e = h >> 10 & 0x1f, m = h & 0x3ff;
+    const double mag = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
+    return sign ? -mag : mag;
+}
+
+/* Tensors larger than a core's piece (16 MB), their last piece short, in each dtype: every element
+ * back, F16's every bit pattern included. */
+TEST(safetensors_reads_every_element_of_tensors_over_several_pieces_in_f32_bf16_and_f16) {
+    const size_t nf = ((size_t)4 << 20) + 5, nh = ((size_t)8 << 20) + 3, nb = ((size_t)8 << 20) + 7;
+    float *f = malloc(nf * 4);
+    uint16_t *h = malloc(nh * 2), *b = malloc(nb * 2);
+    REQUIRE(f && h && b, "memory");
+    for (size_t i = 0; i < nf; i++) f[i] = (float)i * 0.25f - 1000.0f;
+    for (size_t i = 0; i < nh; i++) h[i] = (uint16_t)(i * 40503u);
+    for (size_t i = 0; i < nb; i++) b[i] = (uint16_t)(i * 7919u + 3);
+    TestTensor ts[3] = {{.dtype = "F32", .d0 = 0, .d1 = nf, .bytes = nf * 4, .data = f},
+                        {.dtype = "F16", .d0 = 0, .d1 = nh, .bytes = nh * 2, .data = h},
+                        {.dtype = "BF16", .d0 = 0, .d1 = nb, .bytes = nb * 2, .data = b}};
+    snprintf(ts[0].name, sizeof ts[0].name, "f32");
+    snprintf(ts[1].name, sizeof ts[1].name, "f16");
+    snprintf(ts[2].name, sizeof ts[2].name, "bf16");
+    char path[900], err[ERR_LEN];
+    snprintf(path, sizeof path, "%s/pieces.safetensors", test_tmpdir());
+    write_test_safetensors(path, ts, 3);
+    StFile st;
+    REQUIRE(st_open(&st, path, err) == 0, "%s", err);
+    float *out = malloc(nb * 4);
+    REQUIRE(out, "memory");
+    for (size_t k = 0; k < st.count; k++) {
+        const StTensor *t = &st.tensors[k];
+        REQUIRE(st_read_f32(&st, t, out, err) == 0, "%s: %s", t->name, err);
+        size_t wrong = 0, first = 0;
+        if (!strcmp(t->name, "f32")) {
+            for (size_t i = 0; i < nf; i++)
+                if (out[i] != f[i] && !wrong++) first = i;
+        } else if (!strcmp(t->name, "f16")) {
+            for (size_t i = 0; i < nh; i++) {
+                const double want = half_value(h[i]);
+                const int ok = isnan(want) ? isnan(out[i]) : out[i] == want && !signbit(out[i]) == !signbit(want);
+                if (!ok && !wrong++) first = i;
+            }
+        } else {
+            for (size_t i = 0; i < nb; i++) {
+                uint32_t bits;
+                memcpy(&bits, &out[i], 4);
+                if (bits != (uint32_t)b[i] << 16 && !wrong++) first = i;
+            }
+        }
+        CHECK(wrong == 0, "%s: %zu elements wrong, the first at %zu", t->name, wrong, first);
+    }
+    st_close(&st);
+    free(out), free(f), free(h), free(b);
 }
 
 /* A safetensors file of the given header text and data_len bytes of data (zeros). */

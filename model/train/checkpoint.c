@@ -2,6 +2,7 @@
 #include "common/err.h"
 #include "common/host_memory.h"
 #include "common/hash.h"
+#include "common/parallel_read.h"
 #include "common/paths.h"
 #include "model/train/checkpoint.h"
 #include "model/train/hf_weights.h"
@@ -834,34 +835,6 @@ int checkpoint_newest_step(const char *run_dir) {
 
 /* What reading a state file's three arrays found (read_state_arrays). */
 typedef enum { STATE_WHOLE, STATE_DAMAGED, STATE_WRONG_SIZE, STATE_UNREADABLE, STATE_TOO_LARGE } StateRead;
-
-/* Reads `bytes` of fd from `offset` into dst, pieces of it on every core at once: from the page
- * cache one fread ran no faster than the disk (its fresh pages faulted in and filled by one thread),
- * and a Llama-3.2-1B resume reached its first step in 17.5 s instead of 26 (dev/RESULTS.md); from
- * the disk they are level. 1, or 0 with errno set (EIO for a file that ends early). */
-static int read_on_every_core(int fd, void *dst, size_t bytes, off_t offset) {
-    const size_t piece = (size_t)16 << 20;
-    const long pieces = (long)((bytes + piece - 1) / piece);
-    int failed = 0;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (long i = 0; i < pieces; i++) {
-        const size_t at = (size_t)i * piece, n = bytes - at < piece ? bytes - at : piece;
-        for (size_t done = 0; done < n;) {
-            const ssize_t got = pread(fd, (char *)dst + at + done, n - done, offset + (off_t)(at + done));
-            if (got > 0) {
-                done += (size_t)got;
-                continue;
-            }
-            if (got < 0 && errno == EINTR) continue;
-            const int e = got < 0 ? errno : EIO;
-#pragma omp critical(state_read_error)
-            failed = e;
-            break;
-        }
-    }
-    if (failed) errno = failed;
-    return !failed;
-}
 
 /* Reads the arrays of state file f (header d, read; f at its arrays) into the caller's buffers of cap
  * values each and checks them against the checksum. A header that disagrees with the run is so also

@@ -953,7 +953,10 @@ static int open_sources(const char *dir, Sources *s, char *err) {
 static int check_finite(const StFile *f, const StTensor *st, const float *x, char *err) {
     size_t n = 1;
     for (int d = 0; d < st->ndim; d++) n *= (size_t)st->shape[d];
-    for (size_t i = 0; i < n; i++)
+    int bad = 0;
+#pragma omp parallel for reduction(| : bad)
+    for (size_t i = 0; i < n; i++) bad |= !isfinite(x[i]);
+    for (size_t i = 0; bad && i < n; i++) /* the first, named */
         if (!isfinite(x[i])) {
             snprintf(err, ERR_LEN, "%s: tensor %s holds %s at element %zu (a damaged file, or a model saved after it "
                      "diverged: take another checkpoint)", f->path, st->name, isnan(x[i]) ? "a NaN" : "an infinity", i);
@@ -970,6 +973,7 @@ static int place(StFile *f, const StTensor *st, const Target *g, float *params, 
     if (!p->hf_transposed) return st_read_f32(f, st, dst, err) != 0 ? -1 : check_finite(f, st, dst, err);
     if (st_read_f32(f, st, tmp, err) != 0 || check_finite(f, st, tmp, err) != 0) return -1;
     /* stored [in, out] = [cols, rows] of ours */
+#pragma omp parallel for
     for (size_t r = 0; r < p->rows; r++)
         for (size_t c = 0; c < p->cols; c++) dst[r * p->cols + c] = tmp[c * p->rows + r];
     return 0;
@@ -1083,7 +1087,9 @@ static int read_matched(const char *dir, Sources *src, const ParamTable *t, floa
         snprintf(err, ERR_LEN, "out of host memory reading %s", dir);
         return -1;
     }
-    memset(params, 0, t->total * sizeof(float)); /* the padded vocabulary rows stay 0 */
+    /* the padded vocabulary rows stay 0; every core zeroes (and so maps) pages of its own */
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < t->total; i++) params[i] = 0.0f;
     const int rc = match_tensors(dir, src, t, params, tmp, err);
     free(tmp);
     return rc;
