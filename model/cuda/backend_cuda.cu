@@ -1136,7 +1136,7 @@ static void describe_output_layer(CudaBackend *cb, OutputKind output, size_t ask
 
 extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, OutputKind output,
                                         size_t fused_budget, int recompute_gelu, OptimizerState state,
-                                        unsigned long long seed, const float *init_from, const DataParallel *dp,
+                                        unsigned long long seed, const float *init, const DataParallel *dp,
                                         char *err) {
     const Dist *dist = dp && dp->dist && dp->dist->world > 1 ? dp->dist : NULL;
     const int zero1 = dist && dp->zero1, overlap = dist && dp->overlap, bf16_wire = dist && dp->bf16_wire;
@@ -1335,10 +1335,10 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     size_t *offsets = (size_t *)malloc(rows * sizeof(size_t)), *numels = (size_t *)malloc(rows * sizeof(size_t));
     int *decay = (int *)malloc(rows * sizeof(int));
     /* seed's weights are drawn on the host (the CPU backend's bits); given ones are copied as they are */
-    float *init = init_from ? NULL : (float *)malloc(table->total * sizeof(float));
-    if (!offsets || !numels || !decay || (!init_from && !init)) {
+    float *drawn = init ? NULL : (float *)malloc(table->total * sizeof(float));
+    if (!offsets || !numels || !decay || (!init && !drawn)) {
         snprintf(err, ERR_LEN, "out of host memory for the initial weights (%.1f GB)", table->total * 4 / 1e9);
-        free(offsets), free(numels), free(decay), free(init);
+        free(offsets), free(numels), free(decay), free(drawn);
         cuda_destroy(&cb->base);
         return NULL;
     }
@@ -1360,8 +1360,8 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
         cb->adamw = adamw_plan_create(offsets, numels, decay, rows);
     }
     /* The same init as the CPU backend (host RNG), so the two can be compared step for step. */
-    if (!init_from) param_init(table, init, seed);
-    cuda_write_state(&cb->base, init_from ? init_from : init, NULL, NULL);
-    free(init), free(decay), free(numels), free(offsets);
+    if (!init) param_init(table, drawn, seed);
+    cuda_write_state(&cb->base, init ? init : drawn, NULL, NULL);
+    free(drawn), free(decay), free(numels), free(offsets);
     return &cb->base;
 }

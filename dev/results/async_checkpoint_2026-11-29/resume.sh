@@ -7,27 +7,8 @@
 # is, and once more after dropping it from the page cache; COLD=1 drops it before every resume.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p $OUT /tmp/f
-. dev/bench/family_rounds.sh # shard
+. dev/bench/family_rounds.sh # shard, first_step
 shard q 151936; shard l 128256
-first_step() { # who preset shard what args...
-  local who=$1 preset=$2 data=$3 what=$4; shift 4
-  local bin=./train; [ $who = new ] || bin=inputs/train_$who
-  python3 - "$who $preset $what" $bin -e $preset -b 16 -t 2048 --max-seq-len 2048 --warmup 2 --val-every 0 -s 0 \
-    --optimizer-state bf16 -i /tmp/f/$data.bin "$@" <<'PY'
-import subprocess, sys, time
-t0 = time.time()
-p = subprocess.Popen(sys.argv[2:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-first, seen = None, []
-for line in p.stdout:
-    seen.append(line)
-    if line.startswith('step     5/') or line.startswith('step     1/'):
-        first = time.time() - t0
-        p.kill()  # the start is what is timed
-        break
-p.wait()
-print('%s: first step after %.1f s%s' % (sys.argv[1], first or -1, '' if first else ' | ' + ''.join(seen[-3:]).strip()))
-PY
-}
 drop_cached() { python3 -c "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)" $1; }
 chmod +x inputs/*
 for m in ${MODELS:-qwen3-0.6b:q llama3.2-1b:l}; do set -- ${m/:/ }
