@@ -950,6 +950,7 @@ typedef struct {
     int resumed_world;          /* a resume: the ranks of the checkpoint's run (0: a new run) */
     char resume_changes[1000];  /* a resume: what it changed, for the log */
     float *init_params;         /* --init-from's weights (table layout), until the backend takes them */
+    TrainState resumed;         /* a resume: the checkpoint's state (read_resumed_checkpoint) */
     Backend *be;
     CheckpointBuffers ck; /* host copies of the weights and moments that checkpoints are read into and written from */
     CheckpointWriter writer; /* rank 0: writes a checkpoint from ck while training goes on */
@@ -1531,32 +1532,65 @@ static int zero1_on(const Options *opt, int world) {
     return !strcmp(opt->zero, "1");
 }
 
-/* The backend that trains (CPU reference or CUDA), the checkpoint buffers and the host buffers of a
- * batch. */
+static OutputKind output_kind(const Options *opt) {
+    return strcmp(opt->output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
+}
+
+/* Rank 0 writes every checkpoint; a resume has each rank read one. */
+static int keeps_checkpoint(const Run *r) {
+    return r->dist.rank == 0 || r->opt.resume;
+}
+
+/* The CPU backend and its checkpoint buffers in this host's memory, asked before either is made or
+ * a checkpoint read into them. */
+static int check_host_memory(Run *r) {
+    const Options *opt = &r->opt;
+    if (strcmp(opt->device, "cpu") != 0) return RUN_ON;
+    if (host_memory_short(backend_cpu_bytes(&r->table, r->B, r->T, output_kind(opt), 1) +
+                              (keeps_checkpoint(r) ? (double)checkpoint_buffers_bytes(&r->table) : 0.0),
+                          "the CPU backend with its checkpoint buffers",
+                          opt->init_from[0] || opt->resume ? "lower -b or -t"
+                                                           : "lower -b or -t, or the model: -e, -v, --max-seq-len",
+                          r->err))
+        return fail(r->err);
+    return RUN_ON;
+}
+
+/* A resume reads its checkpoint into the checkpoint buffers before the backend is made, which then
+ * starts from the checkpoint's weights instead of drawing the seed's only to have them replaced
+ * (2 s of Llama-3.2-1B's start on 16 cores). resume() checks and applies the rest. */
+static int read_resumed_checkpoint(Run *r) {
+    const Options *opt = &r->opt;
+    if (!opt->resume) return RUN_ON;
+    if (opt->shape_unread[0] && r->dist.rank == 0)
+        printf("note: the resumed checkpoint's config.json does not read (%s): the model's shape comes from the flags, "
+               "and eval, sample and transformers cannot read that checkpoint (the next one is written whole)\n",
+               opt->shape_unread);
+    if (checkpoint_buffers_alloc(&r->ck, &r->table, r->err) != 0) return fail(r->err);
+    if (checkpoint_load_latest(opt->out, &r->table, r->ck.params, r->ck.m, r->ck.v, &r->resumed, r->err) != 0)
+        return fail(r->err);
+    return RUN_ON;
+}
+
+/* The backend that trains (CPU reference or CUDA), from --init-from's weights, a resumed
+ * checkpoint's or the seed's; the checkpoint buffers and the host buffers of a batch. */
 static int create_backend(Run *r) {
     const Options *opt = &r->opt;
-    OutputKind output = strcmp(opt->output, "canonical") == 0 ? OUTPUT_CANONICAL : OUTPUT_FUSED;
+    const OutputKind output = output_kind(opt);
     DataParallel dp = {.dist = &r->dist, .zero1 = zero1_on(opt, r->dist.world), .overlap = r->overlap_comm,
                        .bucket_bytes = (size_t)opt->bucket_mb << 20, .bf16_wire = !strcmp(opt->grad_reduce, "bf16"),
                        .vocab_parallel = opt->vocab_parallel};
-    const int cpu = strcmp(opt->device, "cpu") == 0, keeps_checkpoint = r->dist.rank == 0 || opt->resume;
-    if (cpu && host_memory_short(backend_cpu_bytes(&r->table, r->B, r->T, output, 1) +
-                                     (keeps_checkpoint ? (double)checkpoint_buffers_bytes(&r->table) : 0.0),
-                                 "the CPU backend with its checkpoint buffers",
-                                 opt->init_from[0] || opt->resume ? "lower -b or -t"
-                                                                  : "lower -b or -t, or the model: -e, -v, --max-seq-len",
-                                 r->err))
-        return fail(r->err);
-    r->be = cpu ? backend_cpu_create(&r->table, r->B, r->T, output, optimizer_state_of(opt), opt->seed, r->init_params, r->err)
+    const float *init = r->init_params ? r->init_params : opt->resume ? r->ck.params : NULL;
+    r->be = strcmp(opt->device, "cpu") == 0
+                ? backend_cpu_create(&r->table, r->B, r->T, output, optimizer_state_of(opt), opt->seed, init, r->err)
                 : backend_cuda_create(&r->table, r->B, r->T, output, (size_t)opt->logits_mb << 20,
-                                      opt->recompute_gelu, optimizer_state_of(opt), opt->seed, r->init_params, &dp, r->err);
+                                      opt->recompute_gelu, optimizer_state_of(opt), opt->seed, init, &dp, r->err);
     free(r->init_params); /* the backend holds them now, AdamW's moments at zero */
     r->init_params = NULL;
     if (!r->be) return fail(r->err);
     r->be->dist = &r->dist;
     r->be->z_loss = opt->z_loss, r->be->label_smoothing = opt->label_smoothing;
-    /* rank 0 writes every checkpoint; a resume has each rank read one */
-    if (keeps_checkpoint && checkpoint_buffers_alloc(&r->ck, &r->table, r->err) != 0)
+    if (keeps_checkpoint(r) && !r->ck.params && checkpoint_buffers_alloc(&r->ck, &r->table, r->err) != 0)
         return fail(r->err);
     /* masked data fetches a step's batches at once (fetch_masked_step) */
     const size_t batches = r->train_loader.masked ? (size_t)r->accum : 1;
@@ -1686,12 +1720,7 @@ static int resume(Run *r) {
     const Options *opt = &r->opt;
     const Dist *dist = &r->dist;
     char *err = r->err;
-    TrainState st;
-    if (opt->shape_unread[0] && dist->rank == 0)
-        printf("note: the resumed checkpoint's config.json does not read (%s): the model's shape comes from the flags, "
-               "and eval, sample and transformers cannot read that checkpoint (the next one is written whole)\n",
-               opt->shape_unread);
-    if (checkpoint_load_latest(opt->out, &r->table, r->ck.params, r->ck.m, r->ck.v, &st, err) != 0) return fail(err);
+    const TrainState st = r->resumed; /* read_resumed_checkpoint's */
     /* each rank read the checkpoint itself; on hosts that do not share -o they may have read
      * different ones, and would train different replicas or wait for each other forever */
     const int same_step = ranks_agree(dist, st.step);
@@ -1759,7 +1788,7 @@ static int resume(Run *r) {
                st.world, dist->world, st.world);
     }
     if (loader_set_state(&r->train_loader, ls, err) != 0) return fail(err);
-    r->be->ops->write_state(r->be, r->ck.params, r->ck.m, r->ck.v);
+    r->be->ops->write_state(r->be, NULL, r->ck.m, r->ck.v); /* the weights since create_backend */
     if (dist->rank != 0) checkpoint_buffers_free(&r->ck); /* only rank 0 writes checkpoints */
     memcpy(r->rng.s, st.rng, sizeof r->rng.s);
     r->start_step = st.step;
@@ -2247,6 +2276,8 @@ int main(int argc, char **argv) {
     if (status == RUN_ON) status = claim_run_dir(r);
     if (status == RUN_ON) status = resolve_data(r);
     if (status == RUN_ON) status = check_documents(r);
+    if (status == RUN_ON) status = check_host_memory(r);
+    if (status == RUN_ON) status = read_resumed_checkpoint(r);
     if (status == RUN_ON) status = create_backend(r);
     if (status == RUN_ON) status = opt->resume ? resume(r) : start_new(r);
     if (status == RUN_ON) status = open_log(r);
