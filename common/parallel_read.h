@@ -15,16 +15,9 @@
 extern "C" {
 #endif
 
-/* The pieces each core reads in turn. */
-#define PARALLEL_READ_PIECE ((size_t)16 << 20)
-
 /* Reads `bytes` of fd from `offset` into dst, pieces of it on every core at once. 1, or 0 with errno
  * set (EIO for a file that ends early). */
 int read_on_every_core(int fd, void *dst, size_t bytes, off_t offset);
-
-/* Reads `bytes` of fd from `offset` into dst in this thread, through short reads and EINTR. 0, or the
- * errno that stopped it (EIO for a file that ends early). */
-int pread_whole(int fd, void *dst, size_t bytes, off_t offset);
 
 #ifdef __cplusplus
 }

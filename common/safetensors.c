@@ -261,42 +261,27 @@ void st_close(StFile *s) {
     s->count = 0;
 }
 
-/* n halves of fd from offset widened into out (bf16: bfloat16, else IEEE half), each core reading
- * and widening pieces of its own: out cannot hold the halves in place while cores widen out of
- * order. 0, or the errno that stopped it. */
-static int read_halves(int fd, float *out, size_t n, off_t offset, int bf16) {
-    const size_t per_piece = PARALLEL_READ_PIECE / 2;
-    const long pieces = (long)((n + per_piece - 1) / per_piece);
-    int failed = 0;
-#pragma omp parallel
-    {
-        uint16_t *h = malloc(PARALLEL_READ_PIECE);
-        if (!h) {
-#pragma omp critical(halves_error)
-            failed = ENOMEM;
-        }
-#pragma omp for schedule(dynamic, 1)
-        for (long i = 0; i < pieces; i++) {
-            const size_t at = (size_t)i * per_piece, len = n - at < per_piece ? n - at : per_piece;
-            const int e = h ? pread_whole(fd, h, len * 2, offset + (off_t)(at * 2)) : ENOMEM;
-            if (e) {
-#pragma omp critical(halves_error)
-                failed = e;
-                continue;
-            }
-            float *o = out + at;
+/* The n halves in the upper half of out's bytes widened in place (bf16: bfloat16, else IEEE half).
+ * out[i] overwrites halves 2i - n and 2i - n + 1, which front to back were read already. So the
+ * cores widen waves [lo, hi) with hi <= (n + lo) / 2, in any order within a wave: a wave's writes
+ * end below the first half it reads. The last million go front to back in one thread. */
+static void widen_in_place(float *out, size_t n, int bf16) {
+    const uint16_t *h = (const uint16_t *)(out + n) - n;
+    size_t lo = 0;
+    for (;;) {
+        const size_t hi = n - lo > ((size_t)1 << 20) ? (n + lo) / 2 : n;
+#pragma omp parallel for schedule(static) if (hi < n)
+        for (size_t i = lo; i < hi; i++) {
             if (bf16) {
-                for (size_t k = 0; k < len; k++) {
-                    const uint32_t bits = (uint32_t)h[k] << 16;
-                    memcpy(&o[k], &bits, 4);
-                }
+                const uint32_t bits = (uint32_t)h[i] << 16;
+                memcpy(&out[i], &bits, 4);
             } else {
-                for (size_t k = 0; k < len; k++) o[k] = half_to_float(h[k]);
+                out[i] = half_to_float(h[i]);
             }
         }
-        free(h);
+        if (hi == n) return;
+        lo = hi;
     }
-    return failed;
 }
 
 int st_read_f32(StFile *s, const StTensor *t, float *out, char *err) {
@@ -308,8 +293,10 @@ int st_read_f32(StFile *s, const StTensor *t, float *out, char *err) {
     const size_t n = (size_t)((t->end - t->begin) / width);
     const off_t at = (off_t)(s->data_start + t->begin);
     const int fd = fileno(s->f);
-    const int e = width == 4 ? (read_on_every_core(fd, out, n * 4, at) ? 0 : errno)
-                             : read_halves(fd, out, n, at, strcmp(t->dtype, "BF16") == 0);
+    /* halves are read into the upper half of out, then widened there */
+    void *to = width == 4 ? (void *)out : (void *)((uint16_t *)(out + n) - n);
+    const int e = read_on_every_core(fd, to, n * (size_t)width, at) ? 0 : errno;
+    if (!e && width == 2) widen_in_place(out, n, strcmp(t->dtype, "BF16") == 0);
     if (e == EIO)
         snprintf(err, ERR_LEN, "cannot read tensor %s from %s (truncated?)" DAMAGED_FIX, t->name, s->path);
     else if (e)

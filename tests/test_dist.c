@@ -122,10 +122,12 @@ TEST(dist_workers_share_the_hosts_cores_unless_omp_num_threads_says_otherwise) {
     const int share = CPU_COUNT(&cpus) / 3 > 1 ? CPU_COUNT(&cpus) / 3 : 1;
     const char *before = getenv("OMP_NUM_THREADS");
     char *saved = before ? strdup(before) : NULL;
-    for (int given = 0; given < 2; given++) {
+    /* unset, set, and set but empty (which OpenMP ignores: the share applies) */
+    for (int k = 0; k < 3; k++) {
+        const int given = k == 1;
         char *out = NULL;
-        if (given) setenv("OMP_NUM_THREADS", "5", 1);
-        else unsetenv("OMP_NUM_THREADS");
+        if (k == 0) unsetenv("OMP_NUM_THREADS");
+        else setenv("OMP_NUM_THREADS", given ? "5" : "", 1);
         setenv("FUSEDGPT_TEST_LAUNCHER", "1", 1);
         int rc = run_train("-g 3", &out);
         unsetenv("FUSEDGPT_TEST_LAUNCHER");

@@ -514,7 +514,8 @@ int dist_launch(char **argv, int gpus, int nodes, int node_rank, const char *mas
             snprintf(value, sizeof value, "%d", node_rank);
             setenv("FUSEDGPT_NODE_RANK", value, 1);
             setenv("FUSEDGPT_MASTER", worker_master, 1);
-            setenv("OMP_NUM_THREADS", host_threads, 0);
+            const char *threads = getenv("OMP_NUM_THREADS");
+            if (!threads || !*threads) setenv("OMP_NUM_THREADS", host_threads, 1);
             execv("/proc/self/exe", argv);
             print_error("worker %d cannot start %s: %s", L.base + r, argv[0], strerror(errno));
             _exit(127);
