@@ -1,4 +1,4 @@
-/* common/parallel_read.c - reading a large span of a file with every core at once.
+/* common/parallel_read.h - reading a large span of a file with every core at once.
  *
  * From the page cache one read() runs no faster than the disk: its fresh destination pages are
  * faulted in and filled by one thread. Pieces read by every core at once (pread, OpenMP) fill them
