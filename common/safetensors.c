@@ -15,29 +15,6 @@
 /* Offsets and dimensions above this (a petabyte) are corrupt; below 2^53 a double holds them exactly. */
 #define MAX_OFFSET (1ll << 50)
 
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = h >> 10 & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: normalise */
-            int e = -1;
-            do {
-                e++;
-                man <<= 1;
-            } while (!(man & 0x400));
-            bits = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | man << 13;
-    } else {
-        bits = sign | (exp + 127 - 15) << 23 | man << 13;
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 /* safetensors' dtypes and their bytes per element. */
 static const struct {
     const char *name;
@@ -261,29 +238,6 @@ void st_close(StFile *s) {
     s->count = 0;
 }
 
-/* The n halves in the upper half of out's bytes widened in place (bf16: bfloat16, else IEEE half).
- * out[i] overwrites halves 2i - n and 2i - n + 1, which front to back were read already. So the
- * cores widen waves [lo, hi) with hi <= (n + lo) / 2, in any order within a wave: a wave's writes
- * end below the first half it reads. The last million go front to back in one thread. */
-static void widen_in_place(float *out, size_t n, int bf16) {
-    const uint16_t *h = (const uint16_t *)(out + n) - n;
-    size_t lo = 0;
-    for (;;) {
-        const size_t hi = n - lo > ((size_t)1 << 20) ? (n + lo) / 2 : n;
-#pragma omp parallel for schedule(static) if (hi < n)
-        for (size_t i = lo; i < hi; i++) {
-            if (bf16) {
-                const uint32_t bits = (uint32_t)h[i] << 16;
-                memcpy(&out[i], &bits, 4);
-            } else {
-                out[i] = half_to_float(h[i]);
-            }
-        }
-        if (hi == n) return;
-        lo = hi;
-    }
-}
-
 int st_read_f32(StFile *s, const StTensor *t, float *out, char *err) {
     const uint64_t width = dtype_width(t->dtype);
     if (strcmp(t->dtype, "F32") && strcmp(t->dtype, "F16") && strcmp(t->dtype, "BF16")) {
@@ -293,10 +247,9 @@ int st_read_f32(StFile *s, const StTensor *t, float *out, char *err) {
     const size_t n = (size_t)((t->end - t->begin) / width);
     const off_t at = (off_t)(s->data_start + t->begin);
     const int fd = fileno(s->f);
-    /* halves are read into the upper half of out, then widened there */
-    void *to = width == 4 ? (void *)out : (void *)((uint16_t *)(out + n) - n);
-    const int e = read_on_every_core(fd, to, n * (size_t)width, at) ? 0 : errno;
-    if (!e && width == 2) widen_in_place(out, n, strcmp(t->dtype, "BF16") == 0);
+    const int ok = width == 4 ? read_on_every_core(fd, out, n * sizeof(float), at)
+                              : read_widened_on_every_core(fd, out, n, at, strcmp(t->dtype, "BF16") == 0);
+    const int e = ok ? 0 : errno;
     if (e == EIO)
         snprintf(err, ERR_LEN, "cannot read tensor %s from %s (truncated?)" DAMAGED_FIX, t->name, s->path);
     else if (e)

@@ -2,6 +2,8 @@
  * unpadded wte), config mismatch errors, a crashed write leaving the last checkpoint intact, and
  * the writer thread's checkpoints and errors. */
 #include <limits.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -536,6 +538,92 @@ TEST(a_latest_file_whose_name_is_longer_than_a_name_can_be_is_corrupt_not_cut_sh
     REQUIRE(f && fputs("  step_00000006\n", f) >= 0 && fclose(f) == 0, "writing %s", path);
     CHECK(checkpoint_latest_name(test_tmpdir(), name, sizeof name, err) == 0 && !strcmp(name, "step_00000006"),
           "a name after spaces: %s", err);
+}
+
+/* The values of x rounded to bf16 (truncated: any bf16 will do), so that an array holds only bf16s. */
+static void to_bf16_values(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &x[i], 4);
+        bits &= 0xffff0000u;
+        memcpy(&x[i], &bits, 4);
+    }
+}
+
+static long file_size(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+/* An array whose every value is a bf16 (all three under --optimizer-state bf16) is stored in two
+ * bytes a value and loads back to the same bits; one value that is not keeps its array fp32; a
+ * changed byte of a bf16 array fails the checksum, a file cut short names the size it needs, and a
+ * resealed one loads. */
+TEST(arrays_of_bf16_values_are_stored_in_two_bytes_and_load_back_bit_for_bit) {
+    ParamTable t;
+    tiny_table(&t, 50);
+    const size_t n = t.total;
+    float *x = random_floats(3 * n, 21), *q = malloc(3 * n * sizeof(float));
+    TrainState st = {.step = 4, .B = 2, .T = 8, .total_batch = 16};
+    char err[ERR_LEN] = "", path[700];
+    REQUIRE(q && checkpoint_save(test_tmpdir(), &t, x, x + n, x + 2 * n, &st, 1, err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/step_00000004/state.bin", test_tmpdir());
+    const long header = file_size(path) - (long)(12 * n); /* every array fp32 */
+    REQUIRE(header > 0 && header < 4096, "header of %ld bytes", header);
+    /* m and v bf16 (the weights not): 4 + 2 + 2 bytes a parameter */
+    to_bf16_values(x + n, 2 * n);
+    x[2 * n + 5] = -0.0f; /* a signed zero and a tiny bf16 are bf16s too */
+    x[n + 7] = 0x1p-133f;
+    st.step = 5;
+    REQUIRE(checkpoint_save(test_tmpdir(), &t, x, x + n, x + 2 * n, &st, 1, err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/step_00000005/state.bin", test_tmpdir());
+    CHECK(file_size(path) == header + (long)(8 * n), "m and v bf16: %ld bytes, expected %ld", file_size(path),
+          header + (long)(8 * n));
+    memset(q, 0xff, 3 * n * sizeof(float));
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + n, q + 2 * n, &st, err) == 0 &&
+              memcmp(q, x, 3 * n * sizeof(float)) == 0 && signbit(q[2 * n + 5]),
+          "m and v bf16 loaded other values: %s", err);
+    /* all three: 6 bytes a parameter */
+    to_bf16_values(x, n);
+    st.step = 6;
+    REQUIRE(checkpoint_save(test_tmpdir(), &t, x, x + n, x + 2 * n, &st, 1, err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/step_00000006/state.bin", test_tmpdir());
+    CHECK(file_size(path) == header + (long)(6 * n), "all bf16: %ld bytes, expected %ld", file_size(path),
+          header + (long)(6 * n));
+    memset(q, 0xff, 3 * n * sizeof(float));
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + n, q + 2 * n, &st, err) == 0 && st.step == 6 &&
+              memcmp(q, x, 3 * n * sizeof(float)) == 0,
+          "all bf16 loaded other values: %s", err);
+    /* a changed byte of v (a bf16 array, the file's last 2n bytes) */
+    const long v_at = file_size(path) - (long)n;
+    flip_byte(path, v_at);
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + n, q + 2 * n, &st, err) == -1 &&
+              strstr(err, "does not match its checksum"),
+          "a changed bf16 byte: %s", err);
+    /* resealed, it loads with that value changed, the rest as saved */
+    REQUIRE(checkpoint_state_reseal(path, err) == 0, "%s", err);
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + n, q + 2 * n, &st, err) == 0 &&
+              memcmp(q, x, (2 * n + n / 2) * sizeof(float)) == 0 && q[2 * n + n / 2] != x[2 * n + n / 2],
+          "the resealed bf16 file: %s", err);
+    /* one value of the weights that is no bf16 keeps them fp32 */
+    x[3] = 1.0f + 0x1p-20f;
+    st.step = 7;
+    REQUIRE(checkpoint_save(test_tmpdir(), &t, x, x + n, x + 2 * n, &st, 1, err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/step_00000007/state.bin", test_tmpdir());
+    CHECK(file_size(path) == header + (long)(8 * n), "weights with one fp32 value: %ld bytes, expected %ld",
+          file_size(path), header + (long)(8 * n));
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + n, q + 2 * n, &st, err) == 0 &&
+              memcmp(q, x, 3 * n * sizeof(float)) == 0,
+          "weights fp32, moments bf16: %s", err);
+    /* cut short by one bf16: the size it needs is named */
+    REQUIRE(truncate(path, file_size(path) - 2) == 0, "truncate");
+    char expected[64];
+    snprintf(expected, sizeof expected, "expected %ld bytes", header + (long)(8 * n));
+    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + n, q + 2 * n, &st, err) == -1 && strstr(err, expected),
+          "cut short: %s", err);
+    free(q);
+    free(x);
+    param_table_free(&t);
 }
 
 /* A header's schedule that no run writes (a state file edited and resealed) is refused

@@ -857,10 +857,12 @@ TEST(a_version_5_state_file_of_a_llama_run_with_a_logit_cap_still_loads) {
     param_table_free(&t);
 }
 
-/* Version 8's header: version 9's without the schedule's shape (8 bytes before the checksum);
- * version 7's: version 8's without the validation shard (16 bytes before that); version 6's: version
- * 7's without its settings block (24 bytes before that). */
-#define STATE_V9_SCHEDULE 8
+/* Version 9's header: version 10's without the mask of bf16 arrays (8 bytes before the checksum);
+ * version 8's: version 9's without the schedule's shape (8 bytes before that); version 7's: version
+ * 8's without the validation shard (16 bytes before that); version 6's: version 7's without its
+ * settings block (24 bytes before that). */
+#define STATE_V10_BF16_ARRAYS 8
+#define STATE_V9_SCHEDULE (STATE_V10_BF16_ARRAYS + 8)
 #define STATE_V8_VALIDATION 16
 #define STATE_V7_SETTINGS 24
 
@@ -901,6 +903,15 @@ static const TrainState RECORDED = {
     .step = 5, .B = 2, .T = 16, .val_tokens = 4000, .val_fingerprint = 77,
     .settings = {.recorded = 1, .weight_decay = 0.1f, .grad_clip = 1},
     .schedule = {.shape = LR_WSD, .total_steps = 50, .warmup = 4, .decay_steps = 9, .lr = 1e-3f, .lr_final = 1e-4f}};
+
+TEST(a_version_9_state_file_loads_with_every_array_fp32) {
+    TrainState back;
+    load_as_older_version(&QWEN3, RECORDED, 9, STATE_V10_BF16_ARRAYS, &back);
+    CHECK(back.schedule.shape == LR_WSD && back.schedule.decay_steps == 9 && back.val_tokens == 4000 &&
+              back.settings.recorded,
+          "the version 9 file: shape %d, decay %d, validation %llu", (int)back.schedule.shape,
+          back.schedule.decay_steps, (unsigned long long)back.val_tokens);
+}
 
 TEST(a_version_8_state_file_loads_with_a_cosine_schedule) {
     TrainState back;

@@ -350,6 +350,7 @@ static int copy_checkpoint(const char *src, int step, const char *dst) {
 #define STATE_WORLD_AT 12
 #define STATE_POSITION_AT 72
 #define STATE_BATCH_AT 44 /* B (int32) */
+#define STATE_PARAMS_AT 112 /* the parameter count (uint64) */
 static int rewrite_state(const char *state, long at, const void *value, size_t bytes) {
     FILE *f = fopen(state, "r+b");
     if (!f) return -1;
@@ -512,9 +513,10 @@ TEST(resume_prints_exactly_the_losses_of_the_uninterrupted_run) {
     free(full);
 }
 
-/* --optimizer-state bf16 on the CPU: the run says so, learns, and a resume from its (fp32)
- * checkpoint prints exactly the uninterrupted run's losses: the state crosses fp32 exactly and the
- * rounding's random bits follow the step. */
+/* --optimizer-state bf16 on the CPU: the run says so, learns, its state file holds the weights, m
+ * and v in 2 bytes each, and a resume from its checkpoint prints exactly the uninterrupted run's
+ * losses: the state crosses bf16 exactly and the rounding's random bits follow the step. The
+ * checkpoint also resumes with fp32 state, which says so. */
 TEST(cpu_training_with_bf16_optimizer_state_learns_and_resumes_exactly) {
     char train[700], val[700], args[2400], *full = NULL, *resumed = NULL;
     make_corpus(train, val, sizeof train);
@@ -531,6 +533,17 @@ TEST(cpu_training_with_bf16_optimizer_state_learns_and_resumes_exactly) {
     char src[800], dst[800];
     snprintf(src, sizeof src, "%s/bf16a", d);
     snprintf(dst, sizeof dst, "%s/bf16b", d);
+    char state[900];
+    snprintf(state, sizeof state, "%s/step_00000010/state.bin", src);
+    FILE *f = fopen(state, "rb");
+    uint64_t params = 0;
+    struct stat sb;
+    REQUIRE(f && fseek(f, STATE_PARAMS_AT, SEEK_SET) == 0 && fread(&params, 8, 1, f) == 1 && stat(state, &sb) == 0,
+            "reading %s", state);
+    fclose(f);
+    CHECK(params > 1000 && (uint64_t)sb.st_size > 6 * params && (uint64_t)sb.st_size < 6 * params + 4096,
+          "state.bin of %lld bytes for %llu parameters: not 6 bytes each", (long long)sb.st_size,
+          (unsigned long long)params);
     REQUIRE(copy_checkpoint(src, 10, dst) == 0, "copying the checkpoint failed");
     snprintf(args, sizeof args, "%s -x 20 -n 10 --val-every 0 -y 1 -i %s -j %s -o %s/bf16b", llama, train, val, d);
     REQUIRE(run_train(args, &resumed) == 0, "resumed run failed: %s", resumed);
@@ -538,6 +551,19 @@ TEST(cpu_training_with_bf16_optimizer_state_learns_and_resumes_exactly) {
     losses_after(full, 10, a, sizeof a);
     losses_after(resumed, 10, b, sizeof b);
     CHECK(count_lines(a) == 10 && strcmp(a, b) == 0, "resumed losses differ:\n%s---\n%s", a, b);
+    free(resumed);
+    snprintf(dst, sizeof dst, "%s/bf16c", d);
+    REQUIRE(copy_checkpoint(src, 10, dst) == 0, "copying the checkpoint failed");
+    char fp32[2400];
+    snprintf(fp32, sizeof fp32, "%s", llama);
+    *strstr(fp32, " --optimizer-state bf16") = 0;
+    snprintf(args, sizeof args, "%s -x 12 --val-every 0 -y 1 -i %s -j %s -o %s/bf16c", fp32, train, val, d);
+    REQUIRE(run_train(args, &resumed) == 0, "the resume with fp32 state failed: %s", resumed);
+    /* step 11's loss is the checkpoint's weights' on the same batch, whichever state updates them */
+    const char *loss11 = strstr(resumed, "step    11/12 | loss "), *full11 = strstr(full, "step    11/20 | loss ");
+    CHECK(strstr(resumed, "--optimizer-state bf16 -> fp32") && loss11 && full11 &&
+              strncmp(loss11 + 13, full11 + 13, 17) == 0,
+          "the resume with fp32 state: %s", resumed);
     free(resumed);
     free(full);
 }

@@ -107,17 +107,32 @@ verdict = "ok" if ok else "FAIL"
 print(f"{sys.argv[3]}: {len(a)} vs {len(b)} steps, step 1 {first:.1e} relative, largest |loss difference| {worst:.2e}"
       f" ({verdict}, bound {bound:.2e}), final {a[-1] if a else None} vs {b[-1] if b else None}")
 '
+# state.bin's AdamW m as fp32: the arrays (weights, m, v) end the file, each fp32 or, from version 10,
+# bf16 where the header's mask (the 4 bytes 16 before the header's end) has its bit; the mask that
+# places the header's end where it names itself is the file's.
+state_m_py='
+def m_of(p):
+    import struct, numpy as np
+    b = open(p, "rb").read()
+    version, n = struct.unpack_from("<I", b, 8)[0], struct.unpack_from("<Q", b, 112)[0]
+    masks = range(8) if version >= 10 else [0]
+    for mask in masks:
+        w = [2 if mask >> a & 1 else 4 for a in range(3)]
+        end = len(b) - n * sum(w)
+        if end > 128 and (version < 10 or struct.unpack_from("<I", b, end - 16)[0] == mask):
+            at = end + w[0] * n
+            if w[1] == 4: return np.frombuffer(b[at:at + 4 * n], dtype=np.float32)
+            h = np.frombuffer(b[at:at + 2 * n], dtype=np.uint16).astype(np.uint32) << 16
+            return h.view(np.float32)
+    raise SystemExit(f"{p}: not a state file this script reads")
+'
 # AdamW's first moment after one step (m = 0.1 g, the clipped reduced gradient) of two checkpoints'
-# state.bin (params, m, v: fp32, the file's last 3n floats). The same micro-batch gradients summed
+# state.bin (m_of above). The same micro-batch gradients summed
 # in another order differ by a few fp32 roundings, relative L2 ~1e-7; the bound 1e-5 is far above
 # that and far below any real fault (a bucket not reduced, a wrong scale: 1e-2 and more).
-moment_py='
-import struct, sys, numpy as np
-def m_of(p):
-    b = open(p, "rb").read()
-    n = struct.unpack_from("<Q", b, 112)[0]
-    return np.frombuffer(b[len(b) - 8 * n:len(b) - 4 * n], dtype=np.float32).astype(np.float64)
-a, b = m_of(sys.argv[1]), m_of(sys.argv[2])
+moment_py="$state_m_py"'
+import sys, numpy as np
+a, b = m_of(sys.argv[1]).astype(np.float64), m_of(sys.argv[2]).astype(np.float64)
 rel = np.linalg.norm(a - b) / np.linalg.norm(a)
 verdict = "ok" if rel <= 1e-5 else "FAIL"
 print(f"AdamW m relative L2 difference {rel:.2e} ({verdict}, bound 1e-5), {np.mean(a == b) * 100:.1f} % of elements equal")
@@ -505,17 +520,10 @@ fi
 #   throughput); each run is under a timeout (WIRE_TIMEOUT, 420 s). On two H100s, about: step1
 #   2 min, rounds 2 min, bitwise 1 min, real 2 min (plus the corpus's preparation the first time),
 #   throughput 3-4 min a vocabulary: split the parts over calls of 10 minutes.
-wire_mpy='
-import struct, numpy as np
+wire_mpy="$state_m_py"'
+import numpy as np
 B1 = np.float32(0.9)
 C1 = float(np.float32(1) - B1)  # AdamW: m = 0.9 m + (1 - 0.9) g in fp32
-def m_of(p):  # AdamW m of a state.bin (params, m, v: fp32, the last 3n floats)
-    with open(p, "rb") as f:
-        f.seek(112)
-        n = struct.unpack("<Q", f.read(8))[0]
-        f.seek(0, 2)
-        size = f.tell()
-    return np.fromfile(p, dtype=np.float32, count=n, offset=size - 8 * n)
 def norm(x): return float(np.linalg.norm(x))
 def bf16(x):  # fp32 to the nearest bf16, ties to even (finite values)
     u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
@@ -760,13 +768,9 @@ fi
 # dH not reduced or to the wrong rows, an embedding row looked up or added on the wrong rank) gives
 # 0.3 and more; the bounds sit 10x to 50x above the estimates, so an estimate off by an order of
 # magnitude fails no correct run.
-vp_moment_py='
-import struct, sys, numpy as np
-def m_of(p):
-    b = open(p, "rb").read()
-    n = struct.unpack_from("<Q", b, 112)[0]
-    return np.frombuffer(b[len(b) - 8 * n:len(b) - 4 * n], dtype=np.float32).astype(np.float64)
-a, b, h, where = m_of(sys.argv[1]), m_of(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+vp_moment_py="$state_m_py"'
+import sys, numpy as np
+a, b, h, where = m_of(sys.argv[1]).astype(np.float64), m_of(sys.argv[2]).astype(np.float64), int(sys.argv[3]), sys.argv[4]
 head = slice(0, h) if where == "first" else slice(len(a) - h, len(a))
 head_bound = 1e-2 if where == "first" else 1e-3
 def rel(x, y): return np.linalg.norm(x - y) / np.linalg.norm(x)

@@ -24,14 +24,15 @@
 /* 2: a checksum of the whole file in the header; 3: the training data's fingerprint; 4: the schedule;
  * 5: the model family's switches and shape (StateFamily); 6: Gemma 3's switches and the logit cap;
  * 7: the optimizer's and the objective's settings (StateSettings); 8: the validation shard; 9: the
- * schedule's shape and decay steps */
-#define STATE_VERSION 9u
+ * schedule's shape and decay steps; 10: arrays whose every value is a bf16 stored as bf16 */
+#define STATE_VERSION 10u
 /* The oldest version still read: its files are GPT-2 runs (their family block is all GPT-2's). */
 #define STATE_VERSION_V4 4u
 #define STATE_VERSION_V5 5u
 #define STATE_VERSION_V6 6u
 #define STATE_VERSION_V7 7u
 #define STATE_VERSION_V8 8u
+#define STATE_VERSION_V9 9u
 
 /* Everything of GPTConfig beyond GPT-2's shape, in fixed widths: version 5's fields, then 6's. */
 #define STATE_FAMILY_V5_FIELDS                                                                           \
@@ -78,8 +79,22 @@ typedef struct {
     StateSettings settings;
     uint64_t val_tokens, val_fingerprint; /* the validation shard's (TrainState); 0 0: none */
     int32_t lr_shape, decay_steps;        /* the schedule's (LrSchedule) beyond the fields above */
+    /* bit a set: array a (0 weights, 1 m, 2 v) is stored as bf16, its upper 16 bits, because every
+     * value of it is a bf16 (--optimizer-state bf16 keeps all three so): 6 bytes a parameter
+     * instead of 12, nothing lost */
+    uint32_t bf16_arrays, reserved;
     uint64_t checksum; /* state_checksum of the header (this field 0) and the three arrays */
 } StateHeader;
+
+/* Version 9's header: runs written before arrays were stored as bf16 (all fp32). */
+typedef struct {
+    STATE_HEADER_FIELDS
+    StateFamily family;
+    StateSettings settings;
+    uint64_t val_tokens, val_fingerprint;
+    int32_t lr_shape, decay_steps;
+    uint64_t checksum;
+} StateHeaderV9;
 
 /* Version 8's header: runs written before the schedule's shape was kept (all cosine). */
 typedef struct {
@@ -155,7 +170,8 @@ void checkpoint_buffers_free(CheckpointBuffers *b) {
 }
 
 /* The file's checksum: the header's bytes (hsize of them, as on disk) with its checksum field, the
- * last 8 bytes, as 0, then params, m, v (n bytes each). */
+ * last 8 bytes, as 0, then the values of params, m, v as fp32 (n bytes each), however the file
+ * stores them. */
 static uint64_t state_checksum(const void *header, size_t hsize, const float *params, const float *m, const float *v,
                                size_t n) {
     unsigned char z[sizeof(StateHeader)];
@@ -231,6 +247,15 @@ static int read_header(FILE *f, DiskHeader *d) {
         return 0;
     }
     d->h.version = v4.version;
+    if (v4.version == STATE_VERSION_V9) {
+        StateHeaderV9 v9;
+        if (fread(d->raw + sizeof v4, sizeof v9 - sizeof v4, 1, f) != 1) return -3;
+        memcpy(&v9, d->raw, sizeof v9);
+        memcpy(&d->h, &v9, offsetof(StateHeaderV9, checksum)); /* every array fp32 */
+        d->h.checksum = v9.checksum;
+        d->size = sizeof v9;
+        return 0;
+    }
     if (v4.version == STATE_VERSION_V8) {
         StateHeaderV8 v8;
         if (fread(d->raw + sizeof v4, sizeof v8 - sizeof v4, 1, f) != 1) return -3;
@@ -292,6 +317,43 @@ static int close_synced(FILE *f) {
     return (fclose(f) == 0) && ok;
 }
 
+/* Bytes of array a in a state file of header h: 2 a value when stored as bf16, else 4. */
+static uint64_t array_bytes(const StateHeader *h, int a) {
+    return h->total_params * (h->bf16_arrays >> a & 1 ? sizeof(uint16_t) : sizeof(float));
+}
+
+static uint64_t arrays_bytes(const StateHeader *h) {
+    return array_bytes(h, 0) + array_bytes(h, 1) + array_bytes(h, 2);
+}
+
+/* Whether every one of the n values is a bf16: its low 16 bits zero. */
+static int all_bf16(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &x[i], 4);
+        if (bits & 0xffffu) return 0;
+    }
+    return 1;
+}
+
+/* Writes the n values of x, each a bf16, as their upper 16 bits, through a piece at a time. */
+static int write_bf16(FILE *f, const float *x, size_t n) {
+    enum { PIECE = 1 << 20 };
+    uint16_t *piece = malloc(PIECE * sizeof *piece);
+    int ok = piece != NULL;
+    for (size_t at = 0; ok && at < n; at += PIECE) {
+        const size_t k = n - at < PIECE ? n - at : PIECE;
+        for (size_t i = 0; i < k; i++) {
+            uint32_t bits;
+            memcpy(&bits, &x[at + i], 4);
+            piece[i] = (uint16_t)(bits >> 16);
+        }
+        ok = write_all(f, piece, k * sizeof *piece);
+    }
+    free(piece);
+    return ok;
+}
+
 static int write_state(const char *path, const ParamTable *t, const float *params, const float *m, const float *v,
                        const TrainState *st) {
     FILE *f = create_new_file(path);
@@ -330,9 +392,13 @@ static int write_state(const char *path, const ParamTable *t, const float *param
                                  .z_loss = st->settings.z_loss, .label_smoothing = st->settings.label_smoothing};
     h.val_tokens = st->val_tokens;
     h.val_fingerprint = st->val_fingerprint;
+    const float *arrays[3] = {params, m, v};
+    for (int a = 0; a < 3; a++) h.bf16_arrays |= (uint32_t)all_bf16(arrays[a], t->total) << a;
     size_t n = t->total * sizeof(float);
     h.checksum = state_checksum(&h, sizeof h, params, m, v, n);
-    int ok = write_all(f, &h, sizeof h) && write_all(f, params, n) && write_all(f, m, n) && write_all(f, v, n);
+    int ok = write_all(f, &h, sizeof h);
+    for (int a = 0; a < 3 && ok; a++)
+        ok = h.bf16_arrays >> a & 1 ? write_bf16(f, arrays[a], t->total) : write_all(f, arrays[a], n);
     return close_synced(f) && ok;
 }
 
@@ -774,7 +840,7 @@ static FILE *open_whole_state(const char *path, const char *mode, DiskHeader *d)
     if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return NULL; /* a FIFO would block the open */
     FILE *f = fopen(path, mode);
     if (f && read_header(f, d) == 0 && fstat(fileno(f), &sb) == 0 &&
-        (uint64_t)sb.st_size == d->size + 3 * d->h.total_params * sizeof(float))
+        (uint64_t)sb.st_size == d->size + arrays_bytes(&d->h))
         return f;
     if (f) fclose(f);
     return NULL;
@@ -833,6 +899,21 @@ int checkpoint_newest_step(const char *run_dir) {
         goto disagrees;                                                                                  \
     }
 
+/* Reads the arrays of a state file of header d from fd into params, m, v, as fp32 (bf16 ones widened).
+ * 1, or 0 with errno set. */
+static int read_arrays(int fd, const DiskHeader *d, float *params, float *m, float *v) {
+    float *const arrays[3] = {params, m, v};
+    off_t at = (off_t)d->size;
+    for (int a = 0; a < 3; a++) {
+        const size_t count = (size_t)d->h.total_params;
+        const int ok = d->h.bf16_arrays >> a & 1 ? read_widened_on_every_core(fd, arrays[a], count, at, 1)
+                                                 : read_on_every_core(fd, arrays[a], count * sizeof(float), at);
+        if (!ok) return 0;
+        at += (off_t)array_bytes(&d->h, a);
+    }
+    return 1;
+}
+
 /* What reading a state file's three arrays found (read_state_arrays). */
 typedef enum { STATE_WHOLE, STATE_DAMAGED, STATE_WRONG_SIZE, STATE_UNREADABLE, STATE_TOO_LARGE } StateRead;
 
@@ -844,12 +925,8 @@ static StateRead read_state_arrays(FILE *f, const DiskHeader *d, float *params, 
     const uint64_t count = d->h.total_params;
     if (count > cap) return STATE_TOO_LARGE;
     const size_t n = (size_t)count * sizeof(float);
-    if (fstat(fileno(f), &sb) != 0 || (uint64_t)sb.st_size != d->size + 3 * (uint64_t)n) return STATE_WRONG_SIZE;
-    const int fd = fileno(f);
-    const off_t at = (off_t)d->size;
-    if (!read_on_every_core(fd, params, n, at) || !read_on_every_core(fd, m, n, at + (off_t)n) ||
-        !read_on_every_core(fd, v, n, at + 2 * (off_t)n))
-        return STATE_UNREADABLE;
+    if (fstat(fileno(f), &sb) != 0 || (uint64_t)sb.st_size != d->size + arrays_bytes(&d->h)) return STATE_WRONG_SIZE;
+    if (!read_arrays(fileno(f), d, params, m, v)) return STATE_UNREADABLE;
     return state_checksum(d->raw, d->size, params, m, v, n) == d->h.checksum ? STATE_WHOLE : STATE_DAMAGED;
 }
 
@@ -1048,8 +1125,8 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
     const StateRead got_arrays =
         h.total_params == t->total ? read_state_arrays(f, &d, params, m, v, t->total) : STATE_WRONG_SIZE;
     if (got_arrays == STATE_WRONG_SIZE)
-        snprintf(err, ERR_LEN, "%s is truncated or corrupt (expected %zu bytes); %s", path,
-                 d.size + 3 * t->total * sizeof(float), OLDER_CHECKPOINT_HINT);
+        snprintf(err, ERR_LEN, "%s is truncated or corrupt (expected %llu bytes); %s", path,
+                 (unsigned long long)(d.size + arrays_bytes(&d.h)), OLDER_CHECKPOINT_HINT);
     else if (got_arrays == STATE_UNREADABLE)
         snprintf(err, ERR_LEN, "read error in %s: %s", path, strerror(errno));
     else if (got_arrays == STATE_DAMAGED)
@@ -1134,7 +1211,7 @@ int checkpoint_state_reseal(const char *path, char *err) {
     }
     const size_t total = d.h.total_params, n = total * sizeof(float);
     float *x = malloc(3 * n);
-    int ok = x && fread(x, 1, 3 * n, f) == 3 * n;
+    int ok = x && read_arrays(fileno(f), &d, x, x + total, x + 2 * total);
     if (ok) {
         const uint64_t c = state_checksum(d.raw, d.size, x, x + total, x + 2 * total, n);
         ok = fseek(f, (long)(d.size - sizeof c), SEEK_SET) == 0 && write_all(f, &c, sizeof c);

@@ -3,8 +3,9 @@
  * A checkpoint is a directory <run>/step_NNNNNNNN/ holding
  *   model.safetensors  fp32 weights named and oriented as HF GPT2LMHeadModel (wte unpadded)
  *   config.json        HF GPT2Config, so transformers.GPT2LMHeadModel.from_pretrained(dir) loads it
- *   state.bin          config, step, data position, RNG, and the fp32 master weights and AdamW m, v
- *                      in our table layout (resume reads only this file), with a checksum
+ *   state.bin          config, step, data position, RNG, and the master weights and AdamW m, v in our
+ *                      table layout (resume reads only this file), with a checksum; each array fp32,
+ *                      or bf16 when every value of it is one (all three under --optimizer-state bf16)
  *   tokenizer.json, tokenizer_config.json   the run's tokenizer in Hugging Face's format, when the
  *                      run has one (checkpoint_save_with), so AutoTokenizer loads it beside the model
  * It is written as step_NNNNNNNN.tmp/ and renamed when complete; then <run>/latest (the name of the
@@ -29,7 +30,7 @@
  * written before they were kept, whose values are unknown. */
 typedef struct {
     int recorded;
-    int bf16_state; /* --optimizer-state bf16 (the checkpoint's moments are fp32 either way) */
+    int bf16_state; /* --optimizer-state bf16 (a checkpoint of either loads under either) */
     float weight_decay, grad_clip, z_loss, label_smoothing;
 } TrainSettings;
 
