@@ -544,6 +544,17 @@ TEST(cpu_training_with_bf16_optimizer_state_learns_and_resumes_exactly) {
     CHECK(params > 1000 && (uint64_t)sb.st_size > 6 * params && (uint64_t)sb.st_size < 6 * params + 4096,
           "state.bin of %lld bytes for %llu parameters: not 6 bytes each", (long long)sb.st_size,
           (unsigned long long)params);
+    /* the weights are all bf16s: model.safetensors holds them as BF16 */
+    snprintf(state, sizeof state, "%s/step_00000010/model.safetensors", src);
+    size_t bytes = 0;
+    char *weights = read_file(state, &bytes);
+    uint64_t header = 0;
+    if (weights && bytes > 8) memcpy(&header, weights, 8);
+    REQUIRE(header > 2 && header < bytes - 8, "reading %s", state);
+    weights[8 + header] = 0; /* the JSON header alone */
+    CHECK(strstr(weights + 8, "\"dtype\":\"BF16\"") && !strstr(weights + 8, "\"F32\""),
+          "model.safetensors of a bf16 state run is not all BF16: %s", weights + 8);
+    free(weights);
     REQUIRE(copy_checkpoint(src, 10, dst) == 0, "copying the checkpoint failed");
     snprintf(args, sizeof args, "%s -x 20 -n 10 --val-every 0 -y 1 -i %s -j %s -o %s/bf16b", llama, train, val, d);
     REQUIRE(run_train(args, &resumed) == 0, "resumed run failed: %s", resumed);
@@ -551,6 +562,7 @@ TEST(cpu_training_with_bf16_optimizer_state_learns_and_resumes_exactly) {
     losses_after(full, 10, a, sizeof a);
     losses_after(resumed, 10, b, sizeof b);
     CHECK(count_lines(a) == 10 && strcmp(a, b) == 0, "resumed losses differ:\n%s---\n%s", a, b);
+    CHECK(!strstr(resumed, "holds other weights"), "the BF16 model.safetensors and state.bin disagree: %s", resumed);
     free(resumed);
     snprintf(dst, sizeof dst, "%s/bf16c", d);
     REQUIRE(copy_checkpoint(src, 10, dst) == 0, "copying the checkpoint failed");

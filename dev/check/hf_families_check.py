@@ -8,8 +8,9 @@ and global layers, QK-norm, sandwich norms, GQA, head_dim * heads != hidden, lin
 global layers, its own local base and query_pre_attn_scalar) and saved with save_pretrained. Then:
   1. `./train eval --init-from HF_DIR` and transformers give the same mean next-token
      loss on a token shard (our --init-from reads their checkpoint as they do);
-  2. `./train --init-from HF_DIR` fine-tunes it a few steps (on --device); transformers loads the
-     exported checkpoint with AutoModelForCausalLM.from_pretrained, and its loss equals
+  2. `./train --init-from HF_DIR` fine-tunes it a few steps (on --device), with fp32 and with bf16
+     AdamW state; transformers loads each exported checkpoint (F32, and BF16 for the bf16 state,
+     whose weights are all bf16s) with AutoModelForCausalLM.from_pretrained, and its loss equals
      `./train eval` of the same checkpoint (our export is their format);
   3. the untied Llama and Qwen2 set pad_token_id: transformers gives its embedding row no gradient
      from the lookups, and after our fine-tuning the row has only shrunk by weight decay;
@@ -205,6 +206,14 @@ def hf_documents_alone(model_dir, tokens, T, marked, starts):
     return total / count
 
 
+def safetensors_dtypes(path):
+    """The dtypes of a safetensors file's tensors, from its JSON header."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    return {v["dtype"] for k, v in header.items() if k != "__metadata__"}
+
+
 def train_cmd(train, args):
     out = subprocess.run([train] + args, capture_output=True, text=True)
     if out.returncode != 0:
@@ -360,13 +369,21 @@ def main():
         ok &= masked_checks(a.train, hf_dir, a.t, a.device, os.path.join(work, family), tolerance, rng)
         ok &= documents_checks(a.train, hf_dir, a.t, a.device, os.path.join(work, family), tolerance, rng)
         ok &= packed_checks(a.train, hf_dir, a.t, a.device, os.path.join(work, family), tolerance, rng)
-        run = os.path.join(work, f"{family}-run")
-        train_cmd(a.train, ["--device", a.device, "--init-from", hf_dir, "-i", shard, "-b", "2", "-t", str(a.t),
-                            "-x", "3", "--warmup", "0", "-l", "1e-2", "-s", "0", "--val-every", "0", "-o", run])
-        exported = os.path.join(run, "step_00000003")
-        theirs, cls = hf_loss(exported, tokens, a.t)
-        ok &= compare(f"our export loaded as {cls}", our_loss(a.train, exported, shard, a.t, a.device), theirs,
-                      tolerance["checkpoint"])
+        for state in ("fp32", "bf16"):
+            run = os.path.join(work, f"{family}-run-{state}")
+            train_cmd(a.train, ["--device", a.device, "--init-from", hf_dir, "-i", shard, "-b", "2", "-t", str(a.t),
+                                "-x", "3", "--warmup", "0", "-l", "1e-2", "-s", "0", "--val-every", "0",
+                                "--optimizer-state", state, "-o", run])
+            exported = os.path.join(run, "step_00000003")
+            dtypes = safetensors_dtypes(os.path.join(exported, "model.safetensors"))
+            want_dtype = "BF16" if state == "bf16" else "F32"  # bf16 state's weights are all bf16: stored so
+            if dtypes != {want_dtype}:
+                print(f"  --optimizer-state {state}: model.safetensors holds {sorted(dtypes)}, expected {want_dtype} FAILED")
+                ok = False
+            theirs, cls = hf_loss(exported, tokens, a.t)
+            ok &= compare(f"our export ({want_dtype}) loaded as {cls}", our_loss(a.train, exported, shard, a.t, a.device),
+                          theirs, tolerance["checkpoint"])
+        exported = os.path.join(work, f"{family}-run-fp32", "step_00000003")
         if getattr(make_config(), "pad_token_id", None) == PAD and not make_config().tie_word_embeddings:
             ok &= padding_row_kept(model, exported, PAD)
         with open(os.path.join(exported, "config.json")) as f:

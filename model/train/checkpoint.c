@@ -336,22 +336,27 @@ static int all_bf16(const float *x, size_t n) {
     return 1;
 }
 
-/* Writes the n values of x, each a bf16, as their upper 16 bits, through a piece at a time. */
+/* Writes the n values of x, each a bf16, as their upper 16 bits, a piece at a time (a save
+ * allocates nothing that could fail after hours of training). */
 static int write_bf16(FILE *f, const float *x, size_t n) {
-    enum { PIECE = 1 << 20 };
-    uint16_t *piece = malloc(PIECE * sizeof *piece);
-    int ok = piece != NULL;
-    for (size_t at = 0; ok && at < n; at += PIECE) {
-        const size_t k = n - at < PIECE ? n - at : PIECE;
+    uint16_t piece[1 << 15];
+    const size_t per = sizeof piece / sizeof piece[0];
+    int ok = 1;
+    for (size_t at = 0; ok && at < n; at += per) {
+        const size_t k = n - at < per ? n - at : per;
         for (size_t i = 0; i < k; i++) {
             uint32_t bits;
             memcpy(&bits, &x[at + i], 4);
             piece[i] = (uint16_t)(bits >> 16);
         }
-        ok = write_all(f, piece, k * sizeof *piece);
+        ok = write_all(f, piece, k * sizeof piece[0]);
     }
-    free(piece);
     return ok;
+}
+
+/* The n values of x as fp32, or as bf16 (each one a bf16). */
+static int write_values(FILE *f, const float *x, size_t n, int bf16) {
+    return bf16 ? write_bf16(f, x, n) : write_all(f, x, n * sizeof(float));
 }
 
 static int write_state(const char *path, const ParamTable *t, const float *params, const float *m, const float *v,
@@ -397,8 +402,7 @@ static int write_state(const char *path, const ParamTable *t, const float *param
     size_t n = t->total * sizeof(float);
     h.checksum = state_checksum(&h, sizeof h, params, m, v, n);
     int ok = write_all(f, &h, sizeof h);
-    for (int a = 0; a < 3 && ok; a++)
-        ok = h.bf16_arrays >> a & 1 ? write_bf16(f, arrays[a], t->total) : write_all(f, arrays[a], n);
+    for (int a = 0; a < 3 && ok; a++) ok = write_values(f, arrays[a], t->total, h.bf16_arrays >> a & 1);
     return close_synced(f) && ok;
 }
 
@@ -459,20 +463,26 @@ static int parts_of(const ParamInfo *p) {
     return p->num_parts ? p->num_parts : 1;
 }
 
+/* The weights as F32, or as BF16 when every one of them is a bf16 (--optimizer-state bf16 keeps no
+ * other): half the bytes, nothing lost. config.json's dtype stays the run's, so transformers holds
+ * them as it would the F32 file's. */
 static int write_safetensors(const char *path, const ParamTable *t, const float *params) {
     char *hdr = NULL, item[512];
     size_t len = 0, cap = 0, offset = 0;
+    const int bf16 = all_bf16(params, t->total);
+    const char *dtype = bf16 ? "BF16" : "F32";
+    const size_t width = bf16 ? sizeof(uint16_t) : sizeof(float);
     int ok = append(&hdr, &len, &cap, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (int i = 0; i < t->count; i++)
         for (int j = 0; j < parts_of(&t->params[i]); j++) {
             const HfTensor h = hf_tensor(t, &t->params[i], j, params);
-            const size_t bytes = h.d0 * (h.ndim == 2 ? h.d1 : 1) * sizeof(float);
+            const size_t bytes = h.d0 * (h.ndim == 2 ? h.d1 : 1) * width;
             if (h.ndim == 1)
-                snprintf(item, sizeof item, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu],\"data_offsets\":[%zu,%zu]}",
-                         h.name, h.d0, offset, offset + bytes);
+                snprintf(item, sizeof item, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%zu],\"data_offsets\":[%zu,%zu]}",
+                         h.name, dtype, h.d0, offset, offset + bytes);
             else
-                snprintf(item, sizeof item, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],\"data_offsets\":[%zu,%zu]}",
-                         h.name, h.d0, h.d1, offset, offset + bytes);
+                snprintf(item, sizeof item, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%zu,%zu],\"data_offsets\":[%zu,%zu]}",
+                         h.name, dtype, h.d0, h.d1, offset, offset + bytes);
             ok = ok && append(&hdr, &len, &cap, item);
             offset += bytes;
         }
@@ -493,7 +503,7 @@ static int write_safetensors(const char *path, const ParamTable *t, const float 
         for (int j = 0; ok && j < parts_of(&t->params[i]); j++) {
             const HfTensor h = hf_tensor(t, &t->params[i], j, params);
             if (!h.transposed) {
-                ok = write_all(f, h.data, h.d0 * (h.ndim == 2 ? h.d1 : 1) * sizeof(float));
+                ok = write_values(f, h.data, h.d0 * (h.ndim == 2 ? h.d1 : 1), bf16);
                 continue;
             }
             /* ours is [d1, d0]: HF's [d0, d1] is its transpose */
@@ -501,9 +511,9 @@ static int write_safetensors(const char *path, const ParamTable *t, const float 
             for (size_t c = 0; ok && c < h.d0; c++)
                 for (size_t r = 0; ok && r < h.d1; r++) {
                     chunk[k++] = h.data[r * h.d0 + c];
-                    if (k == sizeof chunk / sizeof chunk[0]) ok = write_all(f, chunk, sizeof chunk), k = 0;
+                    if (k == sizeof chunk / sizeof chunk[0]) ok = write_values(f, chunk, k, bf16), k = 0;
                 }
-            ok = ok && write_all(f, chunk, k * sizeof(float));
+            ok = ok && write_values(f, chunk, k, bf16);
         }
     return close_synced(f) && ok;
 }

@@ -1,8 +1,9 @@
 /* model/train/checkpoint.h - checkpoints a resumed run continues from bit for bit.
  *
  * A checkpoint is a directory <run>/step_NNNNNNNN/ holding
- *   model.safetensors  fp32 weights named and oriented as HF GPT2LMHeadModel (wte unpadded)
- *   config.json        HF GPT2Config, so transformers.GPT2LMHeadModel.from_pretrained(dir) loads it
+ *   model.safetensors  the weights named and oriented as the family's HF class (wte unpadded): F32,
+ *                      or BF16 when every weight is a bf16 (--optimizer-state bf16)
+ *   config.json        the family's HF config, so AutoModelForCausalLM.from_pretrained(dir) loads it
  *   state.bin          config, step, data position, RNG, and the master weights and AdamW m, v in our
  *                      table layout (resume reads only this file), with a checksum; each array fp32,
  *                      or bf16 when every value of it is one (all three under --optimizer-state bf16)
