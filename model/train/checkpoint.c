@@ -326,24 +326,42 @@ static uint64_t arrays_bytes(const StateHeader *h) {
     return array_bytes(h, 0) + array_bytes(h, 1) + array_bytes(h, 2);
 }
 
-/* Whether every one of the n values is a bf16: its low 16 bits zero. */
-static int all_bf16(const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) {
+/* The low 16 bits of x[at, end) ORed: 0 when every value there is a bf16 (a loop that vectorizes). */
+static uint32_t low_bits(const float *x, size_t at, size_t end) {
+    uint32_t low = 0;
+    for (size_t i = at; i < end; i++) {
         uint32_t bits;
         memcpy(&bits, &x[i], 4);
-        if (bits & 0xffffu) return 0;
+        low |= bits & 0xffffu;
     }
+    return low;
+}
+
+/* Whether every one of the n values is a bf16, block by block (a vectorized OR), so that an fp32
+ * array shows in its first block. One thread: the writer runs beside training, and OpenMP's teams
+ * spin between regions on the cores training needs. */
+static int all_bf16(const float *x, size_t n) {
+    enum { BLOCK = 1 << 14 };
+    for (size_t at = 0; at < n; at += BLOCK)
+        if (low_bits(x, at, n - at < BLOCK ? n : at + BLOCK)) return 0;
     return 1;
 }
 
-/* Writes the n values of x, each a bf16, as their upper 16 bits, a piece at a time (a save
- * allocates nothing that could fail after hours of training). */
-static int write_bf16(FILE *f, const float *x, size_t n) {
+/* Writes the n values of x, as fp32 or (bf16 set: each one a bf16) as their upper 16 bits, a piece at
+ * a time, adding each piece's fp32 values to the checksum stream s when it is given: one pass over
+ * memory that a piece's write then finds in cache. Nothing is allocated, so a save cannot fail for
+ * want of memory after hours of training. */
+static int write_values_hashed(FILE *f, const float *x, size_t n, int bf16, FgptHashStream *s) {
     uint16_t piece[1 << 15];
     const size_t per = sizeof piece / sizeof piece[0];
     int ok = 1;
     for (size_t at = 0; ok && at < n; at += per) {
         const size_t k = n - at < per ? n - at : per;
+        if (s) fgpt_hash_add(s, x + at, k * sizeof(float));
+        if (!bf16) {
+            ok = write_all(f, x + at, k * sizeof(float));
+            continue;
+        }
         for (size_t i = 0; i < k; i++) {
             uint32_t bits;
             memcpy(&bits, &x[at + i], 4);
@@ -354,13 +372,13 @@ static int write_bf16(FILE *f, const float *x, size_t n) {
     return ok;
 }
 
-/* The n values of x as fp32, or as bf16 (each one a bf16). */
 static int write_values(FILE *f, const float *x, size_t n, int bf16) {
-    return bf16 ? write_bf16(f, x, n) : write_all(f, x, n * sizeof(float));
+    return write_values_hashed(f, x, n, bf16, NULL);
 }
 
+/* weights_bf16: whether every weight is a bf16 (all_bf16 of params) */
 static int write_state(const char *path, const ParamTable *t, const float *params, const float *m, const float *v,
-                       const TrainState *st) {
+                       int weights_bf16, const TrainState *st) {
     FILE *f = create_new_file(path);
     if (!f) return 0;
     StateHeader h;
@@ -398,11 +416,19 @@ static int write_state(const char *path, const ParamTable *t, const float *param
     h.val_tokens = st->val_tokens;
     h.val_fingerprint = st->val_fingerprint;
     const float *arrays[3] = {params, m, v};
-    for (int a = 0; a < 3; a++) h.bf16_arrays |= (uint32_t)all_bf16(arrays[a], t->total) << a;
-    size_t n = t->total * sizeof(float);
-    h.checksum = state_checksum(&h, sizeof h, params, m, v, n);
+    h.bf16_arrays = (uint32_t)weights_bf16 | (uint32_t)all_bf16(m, t->total) << 1 | (uint32_t)all_bf16(v, t->total) << 2;
+    /* state_checksum as the arrays go out, the header's checksum written last (h.checksum 0 until then,
+     * as state_checksum hashes it) */
+    uint64_t c = fgpt_hash64(&h, sizeof h, 0);
     int ok = write_all(f, &h, sizeof h);
-    for (int a = 0; a < 3 && ok; a++) ok = write_values(f, arrays[a], t->total, h.bf16_arrays >> a & 1);
+    for (int a = 0; a < 3 && ok; a++) {
+        FgptHashStream s;
+        fgpt_hash_begin(&s, c);
+        ok = write_values_hashed(f, arrays[a], t->total, h.bf16_arrays >> a & 1, &s);
+        c = fgpt_hash_end(&s);
+    }
+    h.checksum = c;
+    ok = ok && fseek(f, (long)offsetof(StateHeader, checksum), SEEK_SET) == 0 && write_all(f, &h.checksum, sizeof c);
     return close_synced(f) && ok;
 }
 
@@ -463,13 +489,12 @@ static int parts_of(const ParamInfo *p) {
     return p->num_parts ? p->num_parts : 1;
 }
 
-/* The weights as F32, or as BF16 when every one of them is a bf16 (--optimizer-state bf16 keeps no
- * other): half the bytes, nothing lost. config.json's dtype stays the run's, so transformers holds
+/* The weights as F32, or as BF16 when every one of them is a bf16 (bf16; --optimizer-state bf16
+ * keeps no other): half the bytes, nothing lost. config.json's dtype stays the run's, so transformers holds
  * them as it would the F32 file's. */
-static int write_safetensors(const char *path, const ParamTable *t, const float *params) {
+static int write_safetensors(const char *path, const ParamTable *t, const float *params, int bf16) {
     char *hdr = NULL, item[512];
     size_t len = 0, cap = 0, offset = 0;
-    const int bf16 = all_bf16(params, t->total);
     const char *dtype = bf16 ? "BF16" : "F32";
     const size_t width = bf16 ? sizeof(uint16_t) : sizeof(float);
     int ok = append(&hdr, &len, &cap, "{\"__metadata__\":{\"format\":\"pt\"}");
@@ -662,10 +687,11 @@ int checkpoint_save_with(const char *run_dir, const ParamTable *t, const float *
         return -1;
     }
     int ok = 1;
+    const int weights_bf16 = all_bf16(params, t->total);
     path_format(p, "%s/state.bin", tmp_dir);
-    ok = ok && write_state(p, t, params, m, v, st);
+    ok = ok && write_state(p, t, params, m, v, weights_bf16, st);
     if (ok) path_format(p, "%s/model.safetensors", tmp_dir);
-    ok = ok && write_safetensors(p, t, params);
+    ok = ok && write_safetensors(p, t, params, weights_bf16);
     if (ok) path_format(p, "%s/config.json", tmp_dir);
     ok = ok && write_config_json(p, &t->cfg, tok ? tok->bos_token_id : -1, tok ? tok->eos_token_id : -1);
     if (ok && tok) {
