@@ -600,6 +600,11 @@ TEST(arrays_of_bf16_values_are_stored_in_two_bytes_and_load_back_bit_for_bit) {
     CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + n, q + 2 * n, &st, err) == -1 &&
               strstr(err, "does not match its checksum"),
           "a changed bf16 byte: %s", err);
+    /* a header whose mask has a bit no writer sets is corrupt, whatever its checksum */
+    flip_byte(path, header - 16);
+    const char *refused = checkpoint_load_latest(test_tmpdir(), &t, q, q + n, q + 2 * n, &st, err) == -1 ? err : NULL;
+    CHECK(refused && strstr(refused, "not a fusedgpt state file (corrupt)"), "a mask of 0x17: %s", err);
+    flip_byte(path, header - 16);
     /* resealed, it loads with that value changed, the rest as saved */
     REQUIRE(checkpoint_state_reseal(path, err) == 0, "%s", err);
     CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + n, q + 2 * n, &st, err) == 0 &&

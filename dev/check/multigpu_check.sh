@@ -112,18 +112,20 @@ print(f"{sys.argv[3]}: {len(a)} vs {len(b)} steps, step 1 {first:.1e} relative, 
 # places the header's end where it names itself is the file's.
 state_m_py='
 def m_of(p):
-    import struct, numpy as np
-    b = open(p, "rb").read()
-    version, n = struct.unpack_from("<I", b, 8)[0], struct.unpack_from("<Q", b, 112)[0]
-    masks = range(8) if version >= 10 else [0]
-    for mask in masks:
-        w = [2 if mask >> a & 1 else 4 for a in range(3)]
-        end = len(b) - n * sum(w)
-        if end > 128 and (version < 10 or struct.unpack_from("<I", b, end - 16)[0] == mask):
-            at = end + w[0] * n
-            if w[1] == 4: return np.frombuffer(b[at:at + 4 * n], dtype=np.float32)
-            h = np.frombuffer(b[at:at + 2 * n], dtype=np.uint16).astype(np.uint32) << 16
-            return h.view(np.float32)
+    import os, struct, numpy as np
+    size = os.path.getsize(p)
+    with open(p, "rb") as f:
+        head = f.read(120)
+        version, n = struct.unpack_from("<I", head, 8)[0], struct.unpack_from("<Q", head, 112)[0]
+        for mask in range(8) if version >= 10 else [0]:
+            w = [2 if mask >> a & 1 else 4 for a in range(3)]
+            end = size - n * sum(w)
+            if end <= 128: continue
+            f.seek(end - 16)
+            if version < 10 or struct.unpack("<I", f.read(4))[0] == mask:
+                at = end + w[0] * n
+                if w[1] == 4: return np.fromfile(p, dtype=np.float32, count=n, offset=at)
+                return (np.fromfile(p, dtype=np.uint16, count=n, offset=at).astype(np.uint32) << 16).view(np.float32)
     raise SystemExit(f"{p}: not a state file this script reads")
 '
 # AdamW's first moment after one step (m = 0.1 g, the clipped reduced gradient) of two checkpoints'

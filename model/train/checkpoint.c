@@ -244,7 +244,7 @@ static int read_header(FILE *f, DiskHeader *d) {
         if (fread(d->raw + sizeof v4, sizeof(StateHeader) - sizeof v4, 1, f) != 1) return -3;
         memcpy(&d->h, d->raw, sizeof d->h);
         d->size = sizeof d->h;
-        return 0;
+        return d->h.bf16_arrays & ~7u || d->h.reserved ? -1 : 0; /* bits no writer sets: corrupt */
     }
     d->h.version = v4.version;
     if (v4.version == STATE_VERSION_V9) {
@@ -316,6 +316,10 @@ static int close_synced(FILE *f) {
     int ok = fflush(f) == 0 && !ferror(f) && fsync(fileno(f)) == 0;
     return (fclose(f) == 0) && ok;
 }
+
+/* More parameters than any state file holds (a trillion): a header claiming so is corrupt, and its
+ * sizes would overflow. */
+#define MAX_STATE_PARAMS ((uint64_t)1 << 40)
 
 /* Bytes of array a in a state file of header h: 2 a value when stored as bf16, else 4. */
 static uint64_t array_bytes(const StateHeader *h, int a) {
@@ -875,7 +879,7 @@ static FILE *open_whole_state(const char *path, const char *mode, DiskHeader *d)
     struct stat sb;
     if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return NULL; /* a FIFO would block the open */
     FILE *f = fopen(path, mode);
-    if (f && read_header(f, d) == 0 && fstat(fileno(f), &sb) == 0 &&
+    if (f && read_header(f, d) == 0 && d->h.total_params <= MAX_STATE_PARAMS && fstat(fileno(f), &sb) == 0 &&
         (uint64_t)sb.st_size == d->size + arrays_bytes(&d->h))
         return f;
     if (f) fclose(f);
@@ -1160,9 +1164,11 @@ static int load_checkpoint(const char *run_dir, const char *name, const ParamTab
     }
     const StateRead got_arrays =
         h.total_params == t->total ? read_state_arrays(f, &d, params, m, v, t->total) : STATE_WRONG_SIZE;
+    StateHeader as_ours = d.h; /* this model's arrays, stored as the file says */
+    as_ours.total_params = t->total;
     if (got_arrays == STATE_WRONG_SIZE)
         snprintf(err, ERR_LEN, "%s is truncated or corrupt (expected %llu bytes); %s", path,
-                 (unsigned long long)(d.size + arrays_bytes(&d.h)), OLDER_CHECKPOINT_HINT);
+                 (unsigned long long)(d.size + arrays_bytes(&as_ours)), OLDER_CHECKPOINT_HINT);
     else if (got_arrays == STATE_UNREADABLE)
         snprintf(err, ERR_LEN, "read error in %s: %s", path, strerror(errno));
     else if (got_arrays == STATE_DAMAGED)
