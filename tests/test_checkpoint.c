@@ -555,6 +555,24 @@ static long file_size(const char *path) {
     return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
 }
 
+/* x (weights, m, v of t->total values each) saved as step `step` into the test's run directory,
+ * keeping only that checkpoint: its state.bin's path into path (size bytes) and its size in bytes,
+ * or -1 when the save failed (its message in err). */
+static long save_state(const ParamTable *t, const float *x, int step, char *path, size_t size, char *err) {
+    TrainState st = {.step = step, .B = 2, .T = 8, .total_batch = 16};
+    if (checkpoint_save(test_tmpdir(), t, x, x + t->total, x + 2 * t->total, &st, 1, err) != 0) return -1;
+    snprintf(path, size, "%s/step_%08d/state.bin", test_tmpdir(), step);
+    return file_size(path);
+}
+
+/* Whether the run directory's latest checkpoint loads into q with x's bits (count values compared). */
+static int loads_as(const ParamTable *t, float *q, const float *x, size_t count, char *err) {
+    TrainState st;
+    memset(q, 0xff, 3 * t->total * sizeof(float));
+    return checkpoint_load_latest(test_tmpdir(), t, q, q + t->total, q + 2 * t->total, &st, err) == 0 &&
+           memcmp(q, x, count * sizeof(float)) == 0;
+}
+
 /* An array whose every value is a bf16 (all three under --optimizer-state bf16) is stored in two
  * bytes a value and loads back to the same bits; one value that is not keeps its array fp32; a
  * changed byte of a bf16 array fails the checksum, a file cut short names the size it needs, and a
@@ -564,68 +582,47 @@ TEST(arrays_of_bf16_values_are_stored_in_two_bytes_and_load_back_bit_for_bit) {
     tiny_table(&t, 50);
     const size_t n = t.total;
     float *x = random_floats(3 * n, 21), *q = malloc(3 * n * sizeof(float));
-    TrainState st = {.step = 4, .B = 2, .T = 8, .total_batch = 16};
     char err[ERR_LEN] = "", path[700];
-    REQUIRE(q && checkpoint_save(test_tmpdir(), &t, x, x + n, x + 2 * n, &st, 1, err) == 0, "%s", err);
-    snprintf(path, sizeof path, "%s/step_00000004/state.bin", test_tmpdir());
-    const long header = file_size(path) - (long)(12 * n); /* every array fp32 */
-    REQUIRE(header > 0 && header < 4096, "header of %ld bytes", header);
+    REQUIRE(q, "out of memory");
+    const long header = save_state(&t, x, 4, path, sizeof path, err) - (long)(12 * n); /* every array fp32 */
+    REQUIRE(header > 0 && header < 4096, "header of %ld bytes: %s", header, err);
     /* m and v bf16 (the weights not): 4 + 2 + 2 bytes a parameter */
     to_bf16_values(x + n, 2 * n);
     x[2 * n + 5] = -0.0f; /* a signed zero and a tiny bf16 are bf16s too */
     x[n + 7] = 0x1p-133f;
-    st.step = 5;
-    REQUIRE(checkpoint_save(test_tmpdir(), &t, x, x + n, x + 2 * n, &st, 1, err) == 0, "%s", err);
-    snprintf(path, sizeof path, "%s/step_00000005/state.bin", test_tmpdir());
-    CHECK(file_size(path) == header + (long)(8 * n), "m and v bf16: %ld bytes, expected %ld", file_size(path),
-          header + (long)(8 * n));
-    memset(q, 0xff, 3 * n * sizeof(float));
-    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + n, q + 2 * n, &st, err) == 0 &&
-              memcmp(q, x, 3 * n * sizeof(float)) == 0 && signbit(q[2 * n + 5]),
-          "m and v bf16 loaded other values: %s", err);
+    long size = save_state(&t, x, 5, path, sizeof path, err);
+    CHECK(size == header + (long)(8 * n), "m and v bf16: %ld bytes, expected %ld (%s)", size, header + (long)(8 * n),
+          err);
+    CHECK(loads_as(&t, q, x, 3 * n, err) && signbit(q[2 * n + 5]), "m and v bf16 loaded other values: %s", err);
     /* all three: 6 bytes a parameter */
     to_bf16_values(x, n);
-    st.step = 6;
-    REQUIRE(checkpoint_save(test_tmpdir(), &t, x, x + n, x + 2 * n, &st, 1, err) == 0, "%s", err);
-    snprintf(path, sizeof path, "%s/step_00000006/state.bin", test_tmpdir());
-    CHECK(file_size(path) == header + (long)(6 * n), "all bf16: %ld bytes, expected %ld", file_size(path),
-          header + (long)(6 * n));
-    memset(q, 0xff, 3 * n * sizeof(float));
-    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + n, q + 2 * n, &st, err) == 0 && st.step == 6 &&
-              memcmp(q, x, 3 * n * sizeof(float)) == 0,
-          "all bf16 loaded other values: %s", err);
+    size = save_state(&t, x, 6, path, sizeof path, err);
+    CHECK(size == header + (long)(6 * n), "all bf16: %ld bytes, expected %ld (%s)", size, header + (long)(6 * n), err);
+    CHECK(loads_as(&t, q, x, 3 * n, err), "all bf16 loaded other values: %s", err);
     /* a changed byte of v (a bf16 array, the file's last 2n bytes) */
-    const long v_at = file_size(path) - (long)n;
-    flip_byte(path, v_at);
-    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + n, q + 2 * n, &st, err) == -1 &&
-              strstr(err, "does not match its checksum"),
-          "a changed bf16 byte: %s", err);
+    flip_byte(path, size - (long)n);
+    CHECK(!loads_as(&t, q, x, 3 * n, err) && strstr(err, "does not match its checksum"), "a changed bf16 byte: %s",
+          err);
     /* a header whose mask has a bit no writer sets is corrupt, whatever its checksum */
     flip_byte(path, header - 16);
-    const char *refused = checkpoint_load_latest(test_tmpdir(), &t, q, q + n, q + 2 * n, &st, err) == -1 ? err : NULL;
-    CHECK(refused && strstr(refused, "not a fusedgpt state file (corrupt)"), "a mask of 0x17: %s", err);
+    CHECK(!loads_as(&t, q, x, 3 * n, err) && strstr(err, "not a fusedgpt state file (corrupt)"), "a mask of 0x17: %s",
+          err);
     flip_byte(path, header - 16);
     /* resealed, it loads with that value changed, the rest as saved */
     REQUIRE(checkpoint_state_reseal(path, err) == 0, "%s", err);
-    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + n, q + 2 * n, &st, err) == 0 &&
-              memcmp(q, x, (2 * n + n / 2) * sizeof(float)) == 0 && q[2 * n + n / 2] != x[2 * n + n / 2],
-          "the resealed bf16 file: %s", err);
+    CHECK(loads_as(&t, q, x, 2 * n + n / 2, err) && q[2 * n + n / 2] != x[2 * n + n / 2], "the resealed bf16 file: %s",
+          err);
     /* one value of the weights that is no bf16 keeps them fp32 */
     x[3] = 1.0f + 0x1p-20f;
-    st.step = 7;
-    REQUIRE(checkpoint_save(test_tmpdir(), &t, x, x + n, x + 2 * n, &st, 1, err) == 0, "%s", err);
-    snprintf(path, sizeof path, "%s/step_00000007/state.bin", test_tmpdir());
-    CHECK(file_size(path) == header + (long)(8 * n), "weights with one fp32 value: %ld bytes, expected %ld",
-          file_size(path), header + (long)(8 * n));
-    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + n, q + 2 * n, &st, err) == 0 &&
-              memcmp(q, x, 3 * n * sizeof(float)) == 0,
-          "weights fp32, moments bf16: %s", err);
+    size = save_state(&t, x, 7, path, sizeof path, err);
+    CHECK(size == header + (long)(8 * n), "weights with one fp32 value: %ld bytes, expected %ld (%s)", size,
+          header + (long)(8 * n), err);
+    CHECK(loads_as(&t, q, x, 3 * n, err), "weights fp32, moments bf16: %s", err);
     /* cut short by one bf16: the size it needs is named */
-    REQUIRE(truncate(path, file_size(path) - 2) == 0, "truncate");
+    REQUIRE(truncate(path, size - 2) == 0, "truncate");
     char expected[64];
     snprintf(expected, sizeof expected, "expected %ld bytes", header + (long)(8 * n));
-    CHECK(checkpoint_load_latest(test_tmpdir(), &t, q, q + n, q + 2 * n, &st, err) == -1 && strstr(err, expected),
-          "cut short: %s", err);
+    CHECK(!loads_as(&t, q, x, 3 * n, err) && strstr(err, expected), "cut short: %s", err);
     free(q);
     free(x);
     param_table_free(&t);
