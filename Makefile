@@ -135,8 +135,9 @@ $(BUILD)/bench_gemm_sm90: $(CUDA_BUILD)/dev/bench/gemm_sm90.cu.o
 $(BUILD)/bench_gemm_gated_sm90: $(CUDA_BUILD)/dev/bench/gemm_gated_sm90.cu.o $(KERNEL_OBJ)
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS)
 
-# NCCL's kernel-driven exchanges against its copy-engine ones, alone and beside GEMMs (two GPUs or more)
-$(BUILD)/bench_nccl_copy_engine: $(CUDA_BUILD)/dev/bench/nccl_copy_engine.cu.o
+# NCCL's kernel-driven exchanges against its copy-engine ones and the rank sum's loads, alone and
+# beside GEMMs (two GPUs or more)
+$(BUILD)/bench_nccl_copy_engine: $(CUDA_BUILD)/dev/bench/nccl_copy_engine.cu.o $(CUDA_BUILD)/kernels/rank_sum.cu.o
 	$(NVCC) $(CUDA_GENCODE) -o $@ $^ $(CUDA_LIBS) -lpthread
 
 # A CUPTI injection library (CUDA_INJECTION64_PATH) for dev/profile/gap_profile.sh; never linked.

@@ -1957,6 +1957,8 @@ static void print_header(Run *r) {
                                     "weight gather, against 4 + 2"
                                   : "the fp32 sums are all-gathered: 2 + 4 bytes a parameter, against the fp32 "
                                     "all-reduce's 4 + 4");
+    else if (be->grad_reduce_path[0])
+        printf("gradient reduce: %s\n", be->grad_reduce_path);
     const OutputLossOptions lo = backend_loss_options(be);
     if (lo.z_loss > 0 || lo.logit_softcap > 0 || lo.label_smoothing > 0)
         printf("loss: z-loss %g, logit softcap %g, label smoothing %g (the logged loss is the cross-entropy)\n",

@@ -265,6 +265,26 @@ void convert_bf16_to_fp32(float *out, const kbf16 *in, size_t n, cudaStream_t st
  * (bf16 values, one part a rank): the same bits whichever rank sums them. */
 void sum_bf16_parts(float *out, const kbf16 *parts, size_t stride, int nparts, size_t n, cudaStream_t stream);
 
+/* ---- rank_sum.cu: ZeRO-1's reduce-scatter by loads on one NVLink host ---------------------- */
+/* Every rank's gradients as this GPU reads them (for a peer, the address that maps its memory), in
+ * rank order, each 16-byte aligned; all hold a value at the same index. */
+#define RANK_SUM_MAX_WORLD 8
+typedef struct {
+    const float *rank[RANK_SUM_MAX_WORLD];
+    int world;
+} RankSumSources;
+/* Values [src, src + count) of every rank's gradients, summed into dst[dst] onward. */
+typedef struct {
+    size_t src, dst, count;
+} RankSumPiece;
+typedef struct RankSumPlan RankSumPlan;
+RankSumPlan *rank_sum_plan_create(const RankSumSources *sources, const RankSumPiece *pieces, int count);
+void rank_sum_plan_free(RankSumPlan *plan);
+/* dst[p.dst + i] = rank_0[p.src + i] + rank_1[p.src + i] + ... in fp32, from rank 0 on, for every
+ * piece p and i < p.count: the same bits whichever rank sums them. The sources must be final on every
+ * rank before, and stay unchanged until every rank's sum is done (the caller's barriers). */
+void rank_sum(const RankSumPlan *plan, float *dst, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -109,6 +109,7 @@ struct Backend {
     const struct Dist *dist; /* data-parallel group (model/dist/dist.h); NULL: alone */
     char device_name[128];
     char output_path[192]; /* how the output layer runs, for the run header ("" : just its kind) */
+    char grad_reduce_path[96]; /* how the ranks' gradients are summed, for the run header ("": NCCL's collectives) */
     /* The objective's terms beyond the cross-entropy (kernels/output_kind.h), 0 at creation: set
      * them before a step. The logit soft-cap is the model's (table->cfg.logit_softcap). */
     float z_loss, label_smoothing;

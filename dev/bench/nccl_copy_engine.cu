@@ -3,7 +3,11 @@
  * multi-GPU entries of dev/RESULTS.md: a backward 1-2 ms longer under overlap). NCCL 2.28 can drive
  * all-to-all and all-gather with the copy engines instead (buffers in symmetric windows, a
  * communicator with CTA policy ZERO); a reduce-scatter is then an all-to-all of each rank's pieces
- * plus a sum in rank order on the receiver. This measures, per GPU, at ZeRO-1's sizes:
+ * plus a sum in rank order on the receiver. Two reduce-scatters more: NCCL's own between buffers
+ * registered as symmetric windows on a communicator of the default CTA policy (its symmetric
+ * kernels), and the trainer's rank sum on one NVLink host (kernels/rank_sum.cu: each rank loads its
+ * part of every rank's values through the window's peer addresses and sums them in rank order,
+ * between two one-value all-reduces as barriers). This measures, per GPU, at ZeRO-1's sizes:
  *   - each exchange alone (ms, bus GB/s);
  *   - a stream of bf16 GEMMs (8192 x 8192 x 4096) and of a memory-bound pass (1 GiB in, 1 GiB out),
  *     alone and with the exchange repeated beside them on another stream: how much longer the
@@ -15,12 +19,14 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <nccl.h>
+#include <nccl_device.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda_check.h"
+#include "kernels/kernels.h"
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 28, 0)
 /* the copy-engine exchanges came with NCCL 2.28: an older one still builds `make all` */
@@ -40,15 +46,16 @@ int main(void) {
             exit(1);                                                                                        \
         }                                                                                                   \
     } while (0)
-enum { OP_RS_SM, OP_A2A_SM, OP_A2A_CE, OP_AG_SM, OP_AG_CE, N_OPS };
-static const char *OP_NAME[N_OPS] = {"reduce-scatter fp32, kernels", "all-to-all fp32, kernels",
+enum { OP_RS_SM, OP_RS_SYM, OP_RS_LOAD, OP_A2A_SM, OP_A2A_CE, OP_AG_SM, OP_AG_CE, N_OPS };
+static const char *OP_NAME[N_OPS] = {"reduce-scatter fp32, kernels", "reduce-scatter fp32, symmetric",
+                                     "reduce-scatter fp32, rank sum", "all-to-all fp32, kernels",
                                      "all-to-all fp32, copy engines", "all-gather bf16, kernels",
                                      "all-gather bf16, copy engines"};
 enum { REPS = 4 };
 
 typedef struct {
     int rank, world;
-    ncclUniqueId id_sm, id_ce;
+    ncclUniqueId id_sm, id_ce, id_sym;
     pthread_barrier_t *barrier;
     const double *mbs;
     int n_sizes;
@@ -87,9 +94,15 @@ static void run_compute(Compute *c, int kind, int count, cudaStream_t s) {
     }
 }
 
+/* The addresses of every rank's gradients, for the rank sum's loads (resolved once a size). */
+static __global__ void peer_addresses(ncclWindow_t window, const float **out, int n) {
+    for (int j = 0; j < n; j++) out[j] = (const float *)ncclGetPeerPointer(window, 0, j);
+}
+
 typedef struct {
-    ncclComm_t sm, ce;
-    float *grads, *recv;
+    ncclComm_t sm, ce, sym;
+    RankSumPlan *rank_sum; /* this rank's part of every rank's grads into recv */
+    float *grads, *recv, *flag;
     __nv_bfloat16 *weights;
     size_t per_rank; /* values each rank owns (P / world) */
 } Exchange;
@@ -98,6 +111,14 @@ static void run_op(const Worker *w, Exchange *x, int op, cudaStream_t s) {
     const size_t n = x->per_rank;
     switch (op) {
     case OP_RS_SM: NCCL_CHECK(ncclReduceScatter(x->grads, x->recv, n, ncclFloat32, ncclSum, x->sm, s)); break;
+    case OP_RS_SYM: NCCL_CHECK(ncclReduceScatter(x->grads, x->recv, n, ncclFloat32, ncclSum, x->sym, s)); break;
+    case OP_RS_LOAD:
+        /* every rank's values are final before any is read: a one-value all-reduce as the barrier */
+        NCCL_CHECK(ncclAllReduce(x->flag, x->flag, 1, ncclFloat32, ncclSum, x->sm, s));
+        rank_sum(x->rank_sum, x->recv, s);
+        /* and none is changed before every rank has read it: a second one */
+        NCCL_CHECK(ncclAllReduce(x->flag, x->flag, 1, ncclFloat32, ncclSum, x->sm, s));
+        break;
     case OP_A2A_SM: NCCL_CHECK(ncclAlltoAll(x->grads, x->recv, n, ncclFloat32, x->sm, s)); break;
     case OP_A2A_CE: NCCL_CHECK(ncclAlltoAll(x->grads, x->recv, n, ncclFloat32, x->ce, s)); break;
     case OP_AG_SM:
@@ -133,6 +154,21 @@ static int check_alltoall(const Worker *w, const Exchange *x) {
     return 0;
 }
 
+/* The reduce-scatters' sums: value k of rank r's part is the sum over ranks j of j*16 + (r*n + k) % 13. */
+static int check_reduce_scatter(const Worker *w, const Exchange *x, const char *what) {
+    const size_t n = x->per_rank, probe[3] = {0, n / 2, n - 1};
+    for (int k = 0; k < 3; k++) {
+        float got, want = 0;
+        CUDA_CHECK(cudaMemcpy(&got, x->recv + probe[k], sizeof got, cudaMemcpyDeviceToHost));
+        for (int j = 0; j < w->world; j++) want += (float)(j * 16 + (int)((w->rank * n + probe[k]) % 13));
+        if (got != want) {
+            fprintf(stderr, "rank %d: %s value %zu is %g, expected %g\n", w->rank, what, probe[k], got, want);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static void *worker_main(void *arg) {
     Worker *w = (Worker *)arg;
     CUDA_CHECK(cudaSetDevice(w->rank));
@@ -142,6 +178,9 @@ static void *worker_main(void *arg) {
     cfg_ce.CTAPolicy = NCCL_CTA_POLICY_ZERO;
     NCCL_CHECK(ncclCommInitRankConfig(&x.sm, w->world, w->id_sm, w->rank, &cfg_sm));
     NCCL_CHECK(ncclCommInitRankConfig(&x.ce, w->world, w->id_ce, w->rank, &cfg_ce));
+    NCCL_CHECK(ncclCommInitRankConfig(&x.sym, w->world, w->id_sym, w->rank, &cfg_sm));
+    CUDA_CHECK(cudaMalloc((void **)&x.flag, sizeof(float)));
+    CUDA_CHECK(cudaMemset(x.flag, 0, sizeof(float)));
 
     Compute c;
     CUBLAS_CHECK(cublasCreate(&c.blas));
@@ -181,10 +220,22 @@ static void *worker_main(void *arg) {
         NCCL_CHECK(ncclMemAlloc((void **)&x.grads, total * 4));
         NCCL_CHECK(ncclMemAlloc((void **)&x.recv, total * 4));
         NCCL_CHECK(ncclMemAlloc((void **)&x.weights, total * 2));
-        ncclWindow_t win[3];
+        ncclWindow_t win[3], sym_win[2];
         NCCL_CHECK(ncclCommWindowRegister(x.ce, x.grads, total * 4, &win[0], NCCL_WIN_COLL_SYMMETRIC));
         NCCL_CHECK(ncclCommWindowRegister(x.ce, x.recv, total * 4, &win[1], NCCL_WIN_COLL_SYMMETRIC));
         NCCL_CHECK(ncclCommWindowRegister(x.ce, x.weights, total * 2, &win[2], NCCL_WIN_COLL_SYMMETRIC));
+        NCCL_CHECK(ncclCommWindowRegister(x.sym, x.grads, total * 4, &sym_win[0], NCCL_WIN_COLL_SYMMETRIC));
+        NCCL_CHECK(ncclCommWindowRegister(x.sym, x.recv, total * 4, &sym_win[1], NCCL_WIN_COLL_SYMMETRIC));
+        {
+            RankSumSources sources = {{NULL}, w->world};
+            const float **d_addr;
+            CUDA_CHECK(cudaMalloc((void **)&d_addr, w->world * sizeof *d_addr));
+            peer_addresses<<<1, 1>>>(win[0], d_addr, w->world);
+            CUDA_CHECK(cudaMemcpy(sources.rank, d_addr, w->world * sizeof *d_addr, cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaFree(d_addr));
+            const RankSumPiece piece = {w->rank * x.per_rank, 0, x.per_rank};
+            x.rank_sum = rank_sum_plan_create(&sources, &piece, 1);
+        }
         fill_rank_pattern<<<1024, 256>>>(x.grads, total, w->rank);
         CUDA_CHECK(cudaGetLastError());
         CUDA_CHECK(cudaMemset(x.weights, 0, total * 2));
@@ -193,9 +244,17 @@ static void *worker_main(void *arg) {
         NCCL_CHECK(ncclAlltoAll(x.grads, x.recv, x.per_rank, ncclFloat32, x.ce, sx));
         CUDA_CHECK(cudaStreamSynchronize(sx));
         const int a2a_ok = check_alltoall(w, &x) == 0;
+        int rs_ok = 1;
+        for (int op = OP_RS_SYM; op <= OP_RS_LOAD; op++) {
+            CUDA_CHECK(cudaMemset(x.recv, 0, x.per_rank * 4));
+            run_op(w, &x, op, sx);
+            CUDA_CHECK(cudaStreamSynchronize(sx));
+            rs_ok &= check_reduce_scatter(w, &x, OP_NAME[op]) == 0;
+        }
         if (w->rank == 0)
-            printf("\n%.0f MB of fp32 gradients (%zu values), %d GPUs; copy-engine all-to-all %s\n", w->mbs[si], total,
-                   w->world, a2a_ok ? "delivers every piece where expected" : "WRONG");
+            printf("\n%.0f MB of fp32 gradients (%zu values), %d GPUs; copy-engine all-to-all %s; reduce-scatters %s\n",
+                   w->mbs[si], total, w->world, a2a_ok ? "delivers every piece where expected" : "WRONG",
+                   rs_ok ? "sum right" : "WRONG");
         if (w->rank == 0)
             printf("%-32s %9s %9s | %-8s %9s %9s %9s | %-8s %9s %9s %9s\n", "exchange", "alone ms", "bus GB/s",
                    "GEMMs", "alone", "beside", "+ms", "passes", "alone", "beside", "+ms");
@@ -239,6 +298,8 @@ static void *worker_main(void *arg) {
         }
         CUDA_CHECK(cudaDeviceSynchronize());
         pthread_barrier_wait(w->barrier);
+        rank_sum_plan_free(x.rank_sum);
+        for (int i = 1; i >= 0; i--) NCCL_CHECK(ncclCommWindowDeregister(x.sym, sym_win[i]));
         for (int i = 2; i >= 0; i--) NCCL_CHECK(ncclCommWindowDeregister(x.ce, win[i]));
         NCCL_CHECK(ncclMemFree(x.weights));
         NCCL_CHECK(ncclMemFree(x.recv));
@@ -253,6 +314,8 @@ static void *worker_main(void *arg) {
     CUDA_CHECK(cudaFree(c.b));
     CUDA_CHECK(cudaFree(c.a));
     CUBLAS_CHECK(cublasDestroy(c.blas));
+    CUDA_CHECK(cudaFree(x.flag));
+    NCCL_CHECK(ncclCommDestroy(x.sym));
     NCCL_CHECK(ncclCommDestroy(x.ce));
     NCCL_CHECK(ncclCommDestroy(x.sm));
     return NULL;
@@ -282,15 +345,16 @@ int main(int argc, char **argv) {
     int v = 0;
     NCCL_CHECK(ncclGetVersion(&v));
     printf("NCCL %d, %d GPUs, %d repeats per measurement\n", v, world, REPS);
-    ncclUniqueId id_sm, id_ce;
+    ncclUniqueId id_sm, id_ce, id_sym;
     NCCL_CHECK(ncclGetUniqueId(&id_sm));
     NCCL_CHECK(ncclGetUniqueId(&id_ce));
+    NCCL_CHECK(ncclGetUniqueId(&id_sym));
     pthread_barrier_t barrier;
     pthread_barrier_init(&barrier, NULL, (unsigned)world);
     Worker *ws = (Worker *)calloc(world, sizeof *ws);
     pthread_t *tids = (pthread_t *)calloc(world, sizeof *tids);
     for (int r = 0; r < world; r++) {
-        ws[r] = (Worker){r, world, id_sm, id_ce, &barrier, mbs, n_sizes};
+        ws[r] = (Worker){r, world, id_sm, id_ce, id_sym, &barrier, mbs, n_sizes};
         if (pthread_create(&tids[r], NULL, worker_main, &ws[r]) != 0) {
             fprintf(stderr, "error: cannot start the thread for GPU %d\n", r);
             return 1;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two builds of ./train that must compute the same bits on G GPUs (a change that only moves bytes or
 # work around): tiny runs of both (evaluations between steps, accumulation, merged buckets, the bf16
-# wire, a Qwen3 for the RoPE body, the all-reduce), every loss, gradient-norm and validation line
+# wire, a Qwen3 for the RoPE body overlapped and after the backward, the all-reduce), every loss, gradient-norm and validation line
 # and the final weights compared exactly. One line a run on stdout:
 #   same bits as base, -g G FLAGS: losses/norms/val equal|DIFFERENT (N lines), final weights equal|DIFFERENT
 # usage: BASE=path/to/base/train NEW=path/to/new/train [G=2] [MG_TMP=/tmp/mg] bash dev/check/same_bits.sh
@@ -16,6 +16,7 @@ python3 tests/fixtures/gen/make_shard.py $MG/sb_val.bin 100000 1000 pattern 2 >/
 data="-v 1000 -b 8 -t 128 -x 30 -l 2e-3 --warmup 5 --val-every 7 --val-batches 2 -s 0 -i $MG/sb_train.bin -j $MG/sb_val.bin"
 qwen3="--family qwen3 --layers 2 --dim 128 --heads 2 --kv-heads 1 --head-dim 64 --ffn-dim 256"
 for run in "zero1|-e tiny --zero 1 --overlap-comm 1" "after_accum|-e tiny --zero 1 --overlap-comm 0 -d 4096" \
+    "qwen3_after|$qwen3 --zero 1 --overlap-comm 0" \
     "merged|-e tiny --zero 1 --overlap-comm 1 --bucket-mb 1" "wire|-e tiny --zero 1 --overlap-comm 1 --grad-reduce bf16" \
     "qwen3|$qwen3 --zero 1 --overlap-comm 1" "allreduce|-e tiny --zero 0 --overlap-comm 1"; do
     IFS='|' read -r tag flags <<<"$run"

@@ -85,6 +85,7 @@ typedef struct {
     kbf16 *params;                 /* bf16 weights, table layout (padded_total) */
     const Dist *exchange;          /* ZeRO-1: params come from dist_alloc_exchanged (its weight gather) */
     float *grads;                  /* fp32, table layout (padded_total) */
+    int grads_exchanged;           /* grads come from dist_alloc_exchanged too (the rank sum reads them) */
     float *master, *m, *v;         /* fp32, state_elems: table layout, or this rank's shard (NULL: bf16 state) */
     kbf16 *m_bf16, *v_bf16;        /* the same under OPTIMIZER_STATE_BF16, which keeps no master (else NULL) */
     float *state_grads;            /* the reduced gradients AdamW reads: grads, or the shard's */
@@ -983,7 +984,10 @@ static void cuda_destroy(Backend *be) {
     CUDA_CHECK(cudaFree(cb->m_bf16));
     CUDA_CHECK(cudaFree(cb->v));
     CUDA_CHECK(cudaFree(cb->m));
-    CUDA_CHECK(cudaFree(cb->grads));
+    if (cb->grads_exchanged)
+        dist_free_exchanged(cb->exchange, cb->grads);
+    else
+        CUDA_CHECK(cudaFree(cb->grads));
     CUDA_CHECK(cudaFree(cb->master));
     if (cb->exchange)
         dist_free_exchanged(cb->exchange, cb->params);
@@ -1291,7 +1295,14 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     } else {
         CUDA_CHECK(cudaMalloc((void **)&cb->params, cb->padded_total * sizeof(kbf16)));
     }
-    CUDA_CHECK(cudaMalloc((void **)&cb->grads, cb->padded_total * sizeof(float)));
+    cb->grads_exchanged = grad_sync_wants_exchanged_grads(cb->sync);
+    if (cb->grads_exchanged)
+        cb->grads = (float *)dist_alloc_exchanged(dist, cb->padded_total * sizeof(float));
+    else
+        CUDA_CHECK(cudaMalloc((void **)&cb->grads, cb->padded_total * sizeof(float)));
+    if (grad_sync_read_peers(cb->sync, cb->grads))
+        snprintf(cb->base.grad_reduce_path, sizeof cb->base.grad_reduce_path,
+                 "each rank sums its shard from every GPU's gradients, read over NVLink");
     if (state == OPTIMIZER_STATE_BF16) {
         CUDA_CHECK(cudaMalloc((void **)&cb->m_bf16, cb->state_elems * sizeof(kbf16)));
         CUDA_CHECK(cudaMalloc((void **)&cb->v_bf16, cb->state_elems * sizeof(kbf16)));

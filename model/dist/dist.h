@@ -131,6 +131,11 @@ void dist_allgather_parts(const Dist *d, void *buf, const size_t *counts, size_t
  * of one. Freed by dist_free_exchanged, or with the communicators. */
 void *dist_alloc_exchanged(const Dist *d, size_t bytes);
 void dist_free_exchanged(const Dist *d, void *p);
+/* Where this GPU reads every rank's copy of the exchanged buffer p (from dist_alloc_exchanged), in rank
+ * order: for a peer, the address that maps its memory over NVLink. 0, or -1 where some rank's copy
+ * cannot be read so (ranks on several hosts, an NCCL before 2.28 or one that gave p no window). The
+ * same answer on every rank (a collective). */
+int dist_peer_addresses(const Dist *d, const void *p, void **addresses, int n);
 /* dist_allgather by the copy engines; send and recv in memory from dist_alloc_exchanged. */
 void dist_allgather_copy(const Dist *d, const void *send, void *recv, size_t count, DistType type,
                          void *cuda_stream);

@@ -2,6 +2,9 @@
  * reductions and one whose gathers the copy engines drive (dist.h), gradient averaging, and scalar
  * averaging for the printed losses. */
 #include <nccl.h>
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+#include <nccl_device.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,6 +287,36 @@ extern "C" void dist_free_exchanged(const Dist *d, void *p) {
 #endif
     fprintf(stderr, "error: internal: %p is not an exchanged buffer\n", p);
     exit(1);
+}
+
+#if NCCL_HAS_COPY_ENGINES
+static __global__ void peer_addresses_kernel(ncclWindow_t window, void **out, int n) {
+    for (int j = 0; j < n; j++) out[j] = ncclGetPeerPointer(window, 0, j);
+}
+#endif
+
+extern "C" int dist_peer_addresses(const Dist *d, const void *p, void **addresses, int n) {
+    NcclState *s = (NcclState *)d->nccl;
+    if (!s || n != d->world) return -1;
+    int reachable = 0;
+#if NCCL_HAS_COPY_ENGINES
+    ncclWindow_t window = NULL;
+    for (int i = 0; i < MAX_EXCHANGED; i++)
+        if (s->exchanged[i].ptr == p) window = s->exchanged[i].window;
+    /* every rank in the team whose memory loads and stores reach */
+    reachable = window && ncclTeamLsa(copy_comm(s)).nRanks == d->world;
+    if (reachable) {
+        void **d_out;
+        CUDA_CHECK(cudaMalloc((void **)&d_out, (size_t)n * sizeof *d_out));
+        peer_addresses_kernel<<<1, 1>>>(window, d_out, n);
+        CUDA_CHECK(cudaGetLastError());
+        CUDA_CHECK(cudaMemcpy(addresses, d_out, (size_t)n * sizeof *d_out, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaFree(d_out));
+        for (int j = 0; j < n; j++) reachable &= addresses[j] != NULL;
+    }
+#endif
+    /* one rank that cannot read them all decides for all */
+    return dist_max_scalar(d, reachable ? 0.0 : 1.0) == 0.0 ? 0 : -1;
 }
 
 extern "C" void dist_allgather_copy(const Dist *d, const void *send, void *recv, size_t count, DistType type,
