@@ -1,8 +1,9 @@
 /* kernels/rank_sum.cu - ZeRO-1's reduce-scatter on one NVLink host, as loads: each rank reads its
  * shard's part of every rank's gradients through the addresses that map the other GPUs' memory, and
- * sums them in fp32 in rank order (model/dist/grad_sync.h). Each value crosses the link once, and no
- * value waits in a staging buffer, where NCCL's kernels move it in steps through their FIFOs (on two
- * H200s, 496 MB: 0.76 ms against NCCL's 0.99, dev/RESULTS.md, Multi-GPU).
+ * sums them in fp32 in rank order (model/dist/grad_sync.h). Each value crosses the link once, read
+ * where it lies and summed where it lands: on two H200s 0.76 ms for 496 MB against NCCL's
+ * reduce-scatter's 0.99 (dev/RESULTS.md, Multi-GPU). Beside other kernels it costs them more than
+ * NCCL's does, so it runs only where nothing runs beside it, after the backward.
  *   launch: one block per chunk of at most RANK_SUM_CHUNK values, a chunk inside one piece, its edges
  *   at multiples of 4 of the source index where the piece allows, so that a thread issues
  *   RANK_SUM_VECS 16-byte loads from one rank before it adds any: a load over NVLink takes

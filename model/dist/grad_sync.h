@@ -33,6 +33,13 @@
  * collectives on the other communicator: where NCCL moves the weights with kernels (no copy
  * engines), two communicators' kernels in flight at once could wait on each other.
  *
+ * ZeRO-1 after the backward on two ranks of one NVLink host reduce-scatters without NCCL's kernels:
+ * the gradients live in an NCCL symmetric window (dist_alloc_exchanged), each rank reads its shard's
+ * part of both ranks' gradients through the window's peer addresses and sums them in rank order
+ * (kernels/rank_sum.cu), between two one-value all-reduces: no rank reads gradients still being
+ * written, and none changes them before the other has read. NCCL's reduce-scatter gives the same
+ * bits for two ranks, in 1.2-1.3x the time (grad_sync_wants_exchanged_grads).
+ *
  * The bf16 wire (--grad-reduce bf16: grad_sync_create's bf16_wire). Each bucket is cut into world parts
  * (grad_buckets.h WireSplit; under ZeRO-1 the shard pieces). Every rank rounds its fp32 values once
  * to bf16 (to nearest, ties to even) and sends part j to rank j (NCCL send/recv, all to all, in
