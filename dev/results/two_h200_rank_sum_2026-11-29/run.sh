@@ -6,8 +6,8 @@
 #   bench: build/bench_nccl_copy_engine 496 1148 2384 (the exchanges alone and beside GEMMs);
 #   same: dev/check/same_bits.sh, parent against new on two GPUs (a sum of two is the same bits
 #     either way round, so every line and the final weights must be equal);
-#   ab: GPT-2 124M, B 32 a GPU, T 1024, the default mode on two GPUs, parent and new alternating
-#     AB_ROUNDS times (default 3) at V 50304 and 262144, median ms of steps 11-40, and the comm wait;
+#   ab: GPT-2 124M, B 32 a GPU, T 1024, the default mode on two GPUs, base and new alternating
+#     AB_ROUNDS times (default 3) at AB_VOCABS (default 50304 262144), median ms of steps 11-40, and the comm wait;
 #   qab: Qwen3-0.6B, B 16 a GPU, T 2048, bf16 state, the default on two GPUs, parent and new
 #     alternating twice, median ms of the last 10 of 20 steps;
 #   mg: SECTIONS "correct bitwise resume" of dev/check/multigpu_check.sh;
@@ -18,7 +18,7 @@ OUT=${OUT:-out}; mkdir -p $OUT; S=$OUT/summary.txt; : >$S
 nvidia-smi --query-gpu=index,name,driver_version,power.limit --format=csv,noheader | tee -a $S
 t0=$SECONDS
 PARTS=${PARTS:-tests same ab}; has() { [[ " $PARTS " == *" $1 "* ]]; }
-P=inputs/train_parent
+P=${BASE:-inputs/train_parent} # the base binary: the parent, or BASE
 if has tests; then
   CUDA_VISIBLE_DEVICES=0 timeout 200 ./build/run_gpu_tests rank_sum >$OUT/gpu_tests.log 2>&1
   CUDA_VISIBLE_DEVICES=0 timeout 200 ./build/run_gpu_tests grad_ >>$OUT/gpu_tests.log 2>&1
@@ -38,7 +38,7 @@ if has same; then
 fi
 if has ab; then
   mkdir -p /tmp/ab
-  for V in 50304 262144; do
+  for V in ${AB_VOCABS:-50304 262144}; do
     python3 tests/fixtures/gen/make_shard.py /tmp/ab/rand_$V.bin 40000000 $V random 3 >/dev/null
     for r in $(seq ${AB_ROUNDS:-3}); do
       for b in parent new; do
