@@ -23,8 +23,9 @@ struct GradSync {
     int pad_token;
     BucketPlan plan;
     float *grad_shard; /* ZeRO-1: this rank's reduced gradients, compact */
-    /* ZeRO-1 after the backward on one NVLink host: the reduce-scatter as loads of every rank's
-     * gradients (kernels/rank_sum.cu) between two barriers (one-value all-reduces); NULL: NCCL's */
+    /* ZeRO-1 after the backward on two ranks of one NVLink host: the reduce-scatter as loads of
+     * both ranks' gradients (kernels/rank_sum.cu) between two barriers (one-value all-reduces);
+     * NULL: NCCL's */
     RankSumPlan *rank_sum;
     float *barrier_value;
     cudaStream_t comm;

@@ -94,8 +94,8 @@ size_t grad_sync_padded_total(const GradSync *gs);
 int grad_sync_pieces(const GradSync *gs, const ShardPiece **pieces, size_t *shard_elems);
 /* ZeRO-1: this rank's reduced gradients (shard_elems fp32, compact, in piece order); else NULL. */
 float *grad_sync_grad_shard(const GradSync *gs);
-/* ZeRO-1 reducing after the backward on the fp32 wire: the reduce-scatter can read every rank's
- * gradients itself (kernels/rank_sum.cu), in rank order, where they lie in memory from
+/* ZeRO-1 on two ranks reducing after the backward on the fp32 wire: the reduce-scatter can read both
+ * ranks' gradients itself (kernels/rank_sum.cu), in rank order, where they lie in memory from
  * dist_alloc_exchanged; 1 if the backend should allocate them there. The same on every rank. */
 int grad_sync_wants_exchanged_grads(const GradSync *gs);
 /* Given those gradients (the buffer grad_sync_finish will get): 1 if every rank now reduces by
