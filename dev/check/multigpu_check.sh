@@ -257,7 +257,9 @@ if has families; then
                 $MG/fam_dp_step1_${name}_$tag/step_00000001/state.bin 2>&1 | tail -1)"
         done
     done
-    # Qwen3-0.6B, B=8, T=2048 per GPU, random tokens: median tok/s of the last 8 of 12 steps
+    # Qwen3-0.6B, B=8, T=2048 per GPU, random tokens: median tok/s of the last 8 of 12 steps. A smoke
+    # run of the path at the real shape: 8 steps swing with the pair's clocks at the power cap, so
+    # the scaling figure is dev/check/families_ddp.sh's (longer runs beside PyTorch DDP)
     python3 tests/fixtures/gen/make_shard.py $MG/rand_qwen3.bin 1000000 151936 random 3
     # on G GPUs the all-reduce (--zero 0) and ZeRO-1, overlapped
     declare -A tok
@@ -271,7 +273,7 @@ if has families; then
     done
     rm -rf $MG/fam_tp
     for tag in allreduce zero1; do
-        note "    qwen3-0.6b scaling, $G GPUs ($tag) against 1: $(python3 -c "print(f'{float(\"${tok[$tag]:-0}\") / float(\"${tok[1]:-0}\"):.3f}x')" 2>/dev/null || echo none)"
+        note "    qwen3-0.6b scaling, $G GPUs ($tag) against 1 (12-step smoke run; families_ddp.sh measures scaling): $(python3 -c "print(f'{float(\"${tok[$tag]:-0}\") / float(\"${tok[1]:-0}\"):.3f}x')" 2>/dev/null || echo none)"
     done
 fi
 if has bitwise; then
