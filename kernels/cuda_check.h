@@ -23,7 +23,7 @@ static inline void cuda_check_impl(cudaError_t err, const char *what, const char
 static inline void cublas_check_impl(cublasStatus_t st, const char *what, const char *file, int line) {
     if (st != CUBLAS_STATUS_SUCCESS) {
         fprintf(stderr, "error: cuBLAS call %s failed at %s:%d: %s\n", what, file, line,
-                cublasGetStatusString(st));
+                cublasLtGetStatusString(st));
         exit(1);
     }
 }

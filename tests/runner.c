@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_TESTS 1024
@@ -55,6 +56,12 @@ void test_skip(const char *why) {
     snprintf(current_skip, sizeof current_skip, "%s", why);
 }
 
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static int compare_by_file_then_order(const void *a, const void *b) {
     const TestEntry *x = a, *y = b;
     int c = strcmp(x->file, y->file);
@@ -90,12 +97,17 @@ int main(int argc, char **argv) {
         current_skip[0] = 0;
         fprintf(stderr, "  %-64s ", tests[i].name);
         fflush(stderr);
+        const double t0 = seconds_now();
         tests[i].fn();
+        /* a test's time when it is long enough to matter to CI's budget */
+        const double took = seconds_now() - t0;
+        char timing[32] = "";
+        if (took >= 1.0) snprintf(timing, sizeof timing, " (%.1f s)", took);
         if (current_failures == 0 && current_skip[0]) {
-            fprintf(stderr, "skipped (%s)\n", current_skip);
+            fprintf(stderr, "skipped (%s)%s\n", current_skip, timing);
             skipped++;
         } else if (current_failures == 0) {
-            fprintf(stderr, "ok\n");
+            fprintf(stderr, "ok%s\n", timing);
             passed++;
         } else {
             fprintf(stderr, "  ^ FAILED (%s)\n", tests[i].file);

@@ -135,6 +135,19 @@ TEST(cli_help_is_generated_from_the_option_table) {
     free(out);
 }
 
+/* cuBLASLt opens at the GPU's first matrix product (kernels/cublaslt_loader.cu): mapping it cost every
+ * ./train 0.13 s before main, and a run that never reaches the GPU must not pay that. The dynamic
+ * loader names what it loads under LD_DEBUG=libs; cudart, linked, shows that it does. */
+TEST(a_run_that_never_reaches_the_gpu_does_not_load_cublas) {
+    char *out = NULL;
+    int rc = run_train_under("LD_DEBUG=libs", "--help", &out);
+    REQUIRE(out, "could not run ./train --help");
+    CHECK(rc == 0, "--help exit status %d", rc);
+    CHECK(strstr(out, "libcudart") != NULL, "LD_DEBUG=libs names no libcudart: what ./train loads cannot be seen");
+    CHECK(strstr(out, "libcublas") == NULL, "./train --help loaded cuBLAS: %.300s", strstr(out, "libcublas"));
+    free(out);
+}
+
 /* --help beside a bad flag: every subcommand names the flag in one line and exits 2, as ./train does;
  * --help alone prints the usage and exits 0. */
 TEST(cli_help_beside_an_unknown_flag_is_one_error_line_in_every_subcommand) {
