@@ -16,6 +16,7 @@ struct LtPlan {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c; /* c describes D too */
     cublasLtMatmulAlgo_t algo;
+    size_t workspace_bytes; /* what algo is given: the cache's workspace, or none when it asks for none */
     int algo_fixed; /* the first call has run: algo is final */
 };
 
@@ -64,12 +65,13 @@ void lt_plans_destroy(LtPlans *c) {
     memset(c, 0, sizeof *c);
 }
 
-/* Up to max of the heuristic's algorithms for p's shape, best first; returns how many. */
-static int heuristic_offers(const LtPlans *c, const LtPlan *p, cublasLtMatmulHeuristicResult_t *res, int max) {
+/* Up to max of the heuristic's algorithms for p's shape that need at most ws bytes of workspace,
+ * best first; returns how many. */
+static int heuristic_offers(const LtPlans *c, const LtPlan *p, size_t ws, cublasLtMatmulHeuristicResult_t *res,
+                            int max) {
     const LtShape *s = &p->shape;
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = c->workspace_bytes;
     set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     if (s->min_alignment) {
         const cublasLtMatmulPreferenceAttributes_t which[] = {
@@ -83,6 +85,14 @@ static int heuristic_offers(const LtPlans *c, const LtPlan *p, cublasLtMatmulHeu
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(c->handle, p->desc, p->a, p->b, p->c, p->c, pref, max, res, &found));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     return found;
+}
+
+/* The workspace an offer is given: none when it asks for none. cuBLASLt clears the few bytes of
+ * workspace its Hopper kernels with beta = 0 ask for (a 1 µs memset and the launch gaps around it,
+ * about 4 µs before each product, 0.4 ms of GPT-2 124M's step); the same kernels offered under no
+ * workspace skip it (dev/RESULTS.md, 2026-11-30). */
+static size_t workspace_given(const LtPlans *c, const cublasLtMatmulHeuristicResult_t *offer) {
+    return offer->workspaceSize == 0 ? 0 : c->workspace_bytes;
 }
 
 /* The descriptors and the heuristic's algorithm for s; NULL when there is none. */
@@ -118,11 +128,12 @@ static LtPlan *make_plan(const LtPlans *c, const LtShape *s, const void *bias, c
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, s->ctype, s->m, s->n, s->ldc));
 
     cublasLtMatmulHeuristicResult_t res;
-    if (heuristic_offers(c, p, &res, 1) < 1) {
+    if (heuristic_offers(c, p, c->workspace_bytes, &res, 1) < 1) {
         free_plan(p);
         return NULL;
     }
     p->algo = res.algo;
+    p->workspace_bytes = workspace_given(c, &res);
     return p;
 }
 
@@ -166,15 +177,20 @@ typedef struct {
     unsigned long long *hash; /* device, one word */
 } TimedProduct;
 
-static cublasStatus_t run_candidate(LtPlans *c, LtPlan *p, const cublasLtMatmulAlgo_t *algo, const TimedProduct *t) {
+/* One of a timed plan's candidates: an offer and the workspace it is given. */
+typedef struct {
+    cublasLtMatmulAlgo_t algo;
+    size_t workspace_bytes;
+} Candidate;
+
+static cublasStatus_t run_candidate(LtPlans *c, LtPlan *p, const Candidate *k, const TimedProduct *t) {
     return cublasLtMatmul(c->handle, p->desc, t->alpha, t->A, p->a, t->B, p->b, t->beta, t->C, p->c, t->D, p->c,
-                          algo, c->workspace, c->workspace_bytes, t->stream);
+                          &k->algo, k->workspace_bytes ? c->workspace : NULL, k->workspace_bytes, t->stream);
 }
 
 /* Runs algo once and returns the hash of what it wrote; 0 with *ok = 0 when cuBLASLt refused it. */
-static unsigned long long candidate_hash(LtPlans *c, LtPlan *p, const cublasLtMatmulAlgo_t *algo,
-                                         const TimedProduct *t, int *ok) {
-    *ok = run_candidate(c, p, algo, t) == CUBLAS_STATUS_SUCCESS;
+static unsigned long long candidate_hash(LtPlans *c, LtPlan *p, const Candidate *k, const TimedProduct *t, int *ok) {
+    *ok = run_candidate(c, p, k, t) == CUBLAS_STATUS_SUCCESS;
     if (!*ok) return 0;
     CUDA_CHECK(cudaMemsetAsync(t->hash, 0, sizeof *t->hash, t->stream));
     hash_words_kernel<<<264, 256, 0, t->stream>>>((const unsigned long long *)t->D, t->d_bytes / 8, t->hash);
@@ -204,12 +220,12 @@ static int cmp_float(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
-/* The time of one call of algo, in ms. */
-static float candidate_ms(LtPlans *c, LtPlan *p, const cublasLtMatmulAlgo_t *algo, const TimedProduct *t,
-                          cudaEvent_t start, cudaEvent_t stop) {
+/* The time of one call of a candidate, in ms (with whatever cuBLASLt launches before its kernel). */
+static float candidate_ms(LtPlans *c, LtPlan *p, const Candidate *k, const TimedProduct *t, cudaEvent_t start,
+                          cudaEvent_t stop) {
     float ms;
     CUDA_CHECK(cudaEventRecord(start, t->stream));
-    CUBLAS_CHECK(run_candidate(c, p, algo, t));
+    CUBLAS_CHECK(run_candidate(c, p, k, t));
     CUDA_CHECK(cudaEventRecord(stop, t->stream));
     CUDA_CHECK(cudaEventSynchronize(stop));
     CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
@@ -217,9 +233,10 @@ static float candidate_ms(LtPlans *c, LtPlan *p, const cublasLtMatmulAlgo_t *alg
 }
 
 /* A timed plan's first call: p->algo becomes the fastest offer whose result hashes as the first
- * choice's does. The candidates take turns, one call each a round, so that the clocks' drift while
- * the GPU warms falls on all of them alike, and each is judged by its median round. One must be 1 %
- * faster than the best before it to replace it, so noise alone does not move the choice. */
+ * choice's does, among the heuristic's offers with the cache's workspace and with none. The
+ * candidates take turns, one call each a round, so that the clocks' drift while the GPU warms falls
+ * on all of them alike, and each is judged by its median round. One must be 1 % faster than the
+ * best before it to replace it, so noise alone does not move the choice. */
 static void choose_fastest_same_bits(LtPlans *c, LtPlan *p, const void *alpha, const void *A, const void *B,
                                      const void *beta, void *C, const void *aux, cudaStream_t stream) {
     const LtShape *s = &p->shape;
@@ -228,8 +245,9 @@ static void choose_fastest_same_bits(LtPlans *c, LtPlan *p, const void *alpha, c
     if (s->device_scalars || s->ldc != s->m || d_bytes % 8 || ((uintptr_t)C | (uintptr_t)aux) % 8 ||
         2.0 * s->m * s->n * s->k < c->timed_min_flop)
         return;
-    cublasLtMatmulHeuristicResult_t offers[LT_CANDIDATES];
-    const int found = heuristic_offers(c, p, offers, LT_CANDIDATES);
+    cublasLtMatmulHeuristicResult_t offers[2 * LT_CANDIDATES];
+    int found = heuristic_offers(c, p, c->workspace_bytes, offers, LT_CANDIDATES);
+    found += heuristic_offers(c, p, 0, offers + found, LT_CANDIDATES);
     if (found < 2) return;
     TimedProduct t = {alpha, A, B, beta, C, C, aux, d_bytes, 0, stream, NULL};
     if (s->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || s->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
@@ -251,19 +269,22 @@ static void choose_fastest_same_bits(LtPlans *c, LtPlan *p, const void *alpha, c
     /* the offers that give the first choice's bits, the first choice first; an offer must also split
      * K as the first choice does, so that one input that happens to round alike cannot let another
      * split through */
-    cublasLtMatmulAlgo_t same[LT_CANDIDATES + 1];
+    Candidate same[2 * LT_CANDIDATES + 1];
     int n_same = 0, ok;
     const int first_split = split_k_of(&p->algo);
-    const unsigned long long first_bits = candidate_hash(c, p, &p->algo, &t, &ok);
+    const Candidate first = {p->algo, p->workspace_bytes};
+    const unsigned long long first_bits = candidate_hash(c, p, &first, &t, &ok);
     if (ok) {
-        same[n_same++] = p->algo;
-        for (int i = 0; i < found; i++)
-            if (memcmp(&offers[i].algo, &p->algo, sizeof p->algo) != 0 && split_k_of(&offers[i].algo) == first_split &&
-                candidate_hash(c, p, &offers[i].algo, &t, &ok) == first_bits && ok)
-                same[n_same++] = offers[i].algo;
+        same[n_same++] = first;
+        for (int i = 0; i < found; i++) {
+            const Candidate k = {offers[i].algo, workspace_given(c, &offers[i])};
+            if ((memcmp(&k.algo, &first.algo, sizeof k.algo) != 0 || k.workspace_bytes != first.workspace_bytes) &&
+                split_k_of(&k.algo) == first_split && candidate_hash(c, p, &k, &t, &ok) == first_bits && ok)
+                same[n_same++] = k;
+        }
     }
     if (n_same > 1) {
-        float ms[LT_CANDIDATES + 1][LT_TIMED_ROUNDS];
+        float ms[2 * LT_CANDIDATES + 1][LT_TIMED_ROUNDS];
         for (int r = 0; r < LT_TIMED_ROUNDS; r++)
             for (int i = 0; i < n_same; i++) ms[i][r] = candidate_ms(c, p, &same[i], &t, start, stop);
         int best = 0;
@@ -271,7 +292,7 @@ static void choose_fastest_same_bits(LtPlans *c, LtPlan *p, const void *alpha, c
             qsort(ms[i], LT_TIMED_ROUNDS, sizeof ms[i][0], cmp_float);
             if (ms[i][LT_TIMED_ROUNDS / 2] < 0.99f * ms[best][LT_TIMED_ROUNDS / 2]) best = i;
         }
-        p->algo = same[best];
+        p->algo = same[best].algo, p->workspace_bytes = same[best].workspace_bytes;
     }
     CUDA_CHECK(cudaEventDestroy(stop));
     CUDA_CHECK(cudaEventDestroy(start));
@@ -289,5 +310,5 @@ void lt_matmul(LtPlans *c, LtPlan *p, const void *alpha, const void *A, const vo
         p->algo_fixed = 1;
     }
     CUBLAS_CHECK(cublasLtMatmul(c->handle, p->desc, alpha, A, p->a, B, p->b, beta, C, p->c, C, p->c, &p->algo,
-                                c->workspace, c->workspace_bytes, stream));
+                                p->workspace_bytes ? c->workspace : NULL, p->workspace_bytes, stream));
 }
