@@ -126,6 +126,8 @@ TEST(a_chat_template_that_cannot_be_rendered_names_its_line_and_why) {
         {"\n\n{{ raise_exception('roles must alternate') }}", "line 3: the template raised an error: roles must alternate"},
         {"{{ messages[0].missing.deeper }}", "'missing' is undefined, so it has no attribute 'deeper'"},
         {"{{ 'a' + 1 }}", "a string and an integer cannot be computed with"},
+        {"{{ 'abc'[::1.5] }}", "line 1: a slice step that is a float"},
+        {"{{ [1, 2][::'a'] }}", "line 1: a slice step that is a string"},
         {"{{ 1 / 0 }}", "division by zero"},
         {"{% set x.y = 1 %}", "only a namespace's attributes can be set"},
         {"{% for a, b in [1, 2] %}{% endfor %}", "a for loop of 2 names over an item that is not 2 values"},

@@ -532,7 +532,10 @@ static Val slice(Render *r, const Val *v, const Val *parts, int line) {
     const int is_str = v->k == V_STR;
     if (!is_str && v->k != V_LIST) fail(r, line, "%s cannot be sliced", kind_name(v));
     const long long n = (long long)(is_str ? utf8_chars(v->s, v->n) : v->list->n);
-    long long step = parts[2].k == V_NONE || parts[2].k == V_UNDEF ? 1 : parts[2].i;
+    const Val *by = &parts[2];
+    if (by->k != V_NONE && by->k != V_UNDEF && by->k != V_INT && by->k != V_BOOL)
+        fail(r, line, "a slice step that is %s", kind_name(by));
+    long long step = by->k == V_NONE || by->k == V_UNDEF ? 1 : by->i;
     if (step == 0) fail(r, line, "a slice step of 0");
     long long bound[2];
     for (int k = 0; k < 2; k++) {

@@ -1291,13 +1291,15 @@ extern "C" Backend *backend_cuda_create(const ParamTable *table, int B, int T, O
     if (npieces) {
         /* where the copy engines reach them on every rank: the gather after each update */
         cb->exchange = dist;
-        cb->params = (kbf16 *)dist_alloc_exchanged(dist, cb->padded_total * sizeof(kbf16));
+        cb->params = (kbf16 *)dist_alloc_exchanged(dist, cb->padded_total * sizeof(kbf16),
+                                                   "ZeRO-1's weights go through NCCL's kernels, not the copy engines");
     } else {
         CUDA_CHECK(cudaMalloc((void **)&cb->params, cb->padded_total * sizeof(kbf16)));
     }
     cb->grads_exchanged = grad_sync_wants_exchanged_grads(cb->sync);
     if (cb->grads_exchanged)
-        cb->grads = (float *)dist_alloc_exchanged(dist, cb->padded_total * sizeof(float));
+        cb->grads = (float *)dist_alloc_exchanged(dist, cb->padded_total * sizeof(float),
+                                                  "the gradients are summed by NCCL's reduce-scatter, not the rank sum");
     else
         CUDA_CHECK(cudaMalloc((void **)&cb->grads, cb->padded_total * sizeof(float)));
     if (grad_sync_read_peers(cb->sync, cb->grads))

@@ -126,15 +126,17 @@ void dist_allgather_parts(const Dist *d, void *buf, const size_t *counts, size_t
  * GPUs' copy engines instead of kernels where the buffers lie in symmetric windows (NCCL 2.28, the
  * GPUs of one NVLink domain), so the kernels beside a gather keep every SM; elsewhere NCCL runs the
  * same calls with its kernels, with the same results. */
-/* Device memory those gathers reach on every rank: NCCL's allocation, registered as a symmetric
- * window. Every rank allocates the same sizes in the same order (collective); cudaMalloc in a world
- * of one. Freed by dist_free_exchanged, or with the communicators. */
-void *dist_alloc_exchanged(const Dist *d, size_t bytes);
+/* Device memory those gathers (and the rank sum's loads) reach on every rank: NCCL's allocation,
+ * registered as a symmetric window. Every rank allocates the same sizes in the same order
+ * (collective); cudaMalloc in a world of one. what: the note's words where NCCL cannot register it
+ * (what moves the buffer instead). Freed by dist_free_exchanged, or with the
+ * communicators. */
+void *dist_alloc_exchanged(const Dist *d, size_t bytes, const char *what);
 void dist_free_exchanged(const Dist *d, void *p);
 /* Where this GPU reads every rank's copy of the exchanged buffer p (from dist_alloc_exchanged), in rank
  * order: for a peer, the address that maps its memory over NVLink. 0, or -1 where some rank's copy
- * cannot be read so (ranks on several hosts, an NCCL before 2.28 or one that gave p no window). The
- * same answer on every rank (a collective). */
+ * cannot be read so (ranks on several hosts, GPUs joined by PCIe only, an NCCL before 2.28 or one
+ * that gave p no window). The same answer on every rank (a collective). */
 int dist_peer_addresses(const Dist *d, const void *p, void **addresses, int n);
 /* dist_allgather by the copy engines; send and recv in memory from dist_alloc_exchanged. */
 void dist_allgather_copy(const Dist *d, const void *send, void *recv, size_t count, DistType type,

@@ -26,7 +26,7 @@ static void nccl_check_impl(ncclResult_t r, const char *what, const char *file, 
 /* NCCL 2.28 moves an all-gather between symmetric windows with the copy engines; an older NCCL
  * runs dist_allgather_copy with its kernels, on plain allocations. */
 #define NCCL_HAS_COPY_ENGINES (NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0))
-#define MAX_EXCHANGED 4 /* buffers from dist_alloc_exchanged: the ZeRO-1 bf16 weights */
+#define MAX_EXCHANGED 4 /* buffers from dist_alloc_exchanged: ZeRO-1's bf16 weights and its gradients */
 
 typedef struct {
     void *ptr;
@@ -232,7 +232,7 @@ extern "C" void dist_allgather_parts(const Dist *d, void *buf, const size_t *cou
     NCCL_CHECK(ncclGroupEnd());
 }
 
-extern "C" void *dist_alloc_exchanged(const Dist *d, size_t bytes) {
+extern "C" void *dist_alloc_exchanged(const Dist *d, size_t bytes, const char *what) {
     NcclState *s = (NcclState *)d->nccl;
     void *p = NULL;
     if (!s || !NCCL_HAS_COPY_ENGINES) {
@@ -258,10 +258,10 @@ extern "C" void *dist_alloc_exchanged(const Dist *d, size_t bytes) {
     ncclWindow_t window = NULL;
     ncclResult_t r = ncclCommWindowRegister(s->copy, p, bytes, &window, NCCL_WIN_COLL_SYMMETRIC);
     if (r != ncclSuccess) {
-        /* not fatal: the gathers still run, by NCCL's kernels (ranks on several hosts, say) */
+        /* not fatal: NCCL's kernels do the work instead (ranks on several hosts, say) */
         if (d->rank == 0)
-            fprintf(stderr, "note: NCCL cannot register %.0f MB for its copy engines (%s); its kernels move them\n",
-                    bytes / 1e6, ncclGetErrorString(r));
+            fprintf(stderr, "note: NCCL cannot register %.0f MB (%s): %s\n", bytes / 1e6, ncclGetErrorString(r),
+                    what);
         window = NULL;
     }
     s->exchanged[slot] = (Exchanged){p, window};
@@ -303,7 +303,8 @@ extern "C" int dist_peer_addresses(const Dist *d, const void *p, void **addresse
     ncclWindow_t window = NULL;
     for (int i = 0; i < MAX_EXCHANGED; i++)
         if (s->exchanged[i].ptr == p) window = s->exchanged[i].window;
-    /* every rank in the team whose memory loads and stores reach */
+    /* every rank in the team whose memory loads and stores reach (then ncclGetPeerPointer's
+     * arithmetic gives each one's address) */
     reachable = window && ncclTeamLsa(copy_comm(s)).nRanks == d->world;
     if (reachable) {
         void **d_out;
@@ -312,11 +313,14 @@ extern "C" int dist_peer_addresses(const Dist *d, const void *p, void **addresse
         CUDA_CHECK(cudaGetLastError());
         CUDA_CHECK(cudaMemcpy(addresses, d_out, (size_t)n * sizeof *d_out, cudaMemcpyDeviceToHost));
         CUDA_CHECK(cudaFree(d_out));
-        for (int j = 0; j < n; j++) reachable &= addresses[j] != NULL;
     }
 #endif
-    /* one rank that cannot read them all decides for all */
-    return dist_max_scalar(d, reachable ? 0.0 : 1.0) == 0.0 ? 0 : -1;
+    /* one rank that cannot read them all decides for all; a team joined by PCIe only could load
+     * them too, slower than NCCL's reduce-scatter, so NVLink is asked for as well (both collectives
+     * run on every rank) */
+    const int everyone = dist_max_scalar(d, reachable ? 0.0 : 1.0) == 0.0;
+    const int nvlink = dist_one_nvlink_host(d, 1);
+    return everyone && nvlink ? 0 : -1;
 }
 
 extern "C" void dist_allgather_copy(const Dist *d, const void *send, void *recv, size_t count, DistType type,
