@@ -4,7 +4,9 @@
  *
  * A shape's algorithm is fixed on its first call and kept: every later call of that shape runs the
  * same kernel. It is the heuristic's first choice, or, where the cache times candidates, the fastest
- * of the heuristic's offers whose result on that first call is the first choice's to the bit.
+ * of the heuristic's offers (with the workspace and without: an offer that needs none is given none,
+ * and skips the memset cuBLASLt issues before kernels that need a few bytes) whose result on that
+ * first call is the first choice's to the bit.
  * cuBLAS's Hopper kernels without split-K add along K in one order whatever their tile (tested at
  * the families' shapes: every offer without split-K gave the first choice's bits, every split-K
  * offer other bits), so timing picks a kernel but never the rounding: results are the same bits
