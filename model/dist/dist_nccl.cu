@@ -254,7 +254,14 @@ extern "C" void *dist_alloc_exchanged(const Dist *d, size_t bytes, const char *w
         fprintf(stderr, "error: internal: more than %d exchanged buffers\n", MAX_EXCHANGED);
         exit(1);
     }
-    NCCL_CHECK(ncclMemAlloc(&p, bytes));
+    /* NCCL rounds the allocation up to its granularity, which the memory estimate does not count:
+     * a run that just fits may fail here, and says so as the estimate would */
+    const ncclResult_t allocated = ncclMemAlloc(&p, bytes);
+    if (allocated != ncclSuccess) {
+        fprintf(stderr, "error: NCCL cannot allocate %.0f MB of GPU memory (%s): the run does not fit this GPU; use a "
+                        "smaller -b\n", bytes / 1e6, ncclGetErrorString(allocated));
+        exit(1);
+    }
     ncclWindow_t window = NULL;
     ncclResult_t r = ncclCommWindowRegister(s->copy, p, bytes, &window, NCCL_WIN_COLL_SYMMETRIC);
     if (r != ncclSuccess) {
