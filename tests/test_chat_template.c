@@ -117,6 +117,8 @@ TEST(a_chat_template_that_cannot_be_rendered_names_its_line_and_why) {
         {"a\n{% if x %}b", "line 2: the template ends before {% endif %}"},
         {"{{ 1 + }}", "line 1: a value was expected"},
         {"x\ny\n{% include 'other' %}", "line 3: the statement 'include' is no part of the template language"},
+        /* tags and a comment over several lines: the lexer counts lines on from the last token's */
+        {"{{ 'a'\n }}\n{# c\n #}\n{% if 1\n %}x{% endif %}\n{{ 1 + }}", "line 7: a value was expected"},
         {"{{ x|wordwrap(5) }}", "line 1: the filter 'wordwrap' is no part of the template language"},
         {"{{ 'a' is tasty }}", "line 1: the test 'tasty' is no part of the template language"},
         {"{% endfor %}", "line 1: {% endfor %} closes no block opened before it"},

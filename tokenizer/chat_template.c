@@ -83,6 +83,8 @@ typedef struct {
     char *err;
     jmp_buf fail;
     int depth; /* brackets, operators and blocks open: bounded, so that no template overflows the stack */
+    size_t line_from; /* line_at's last answer: src[line_from] is on line line_of_from */
+    int line_of_from;
 } Parser;
 
 /* Python's parser stops near 200 levels of brackets; Jinja's blocks nest as deep as Python's code. */
@@ -120,10 +122,13 @@ static Tok *push(Parser *p, TokKind kind, int line, const char *s, size_t n) {
     return t;
 }
 
-static int line_at(const Parser *p, size_t at) {
-    int line = 1;
-    for (size_t i = 0; i < at; i++) line += p->src[i] == '\n';
-    return line;
+/* The lexer asks for the line of every token, each further on than the last: counting on from the
+ * last answer keeps lexing linear (counting from the start each time took 7 s, 98 s under ASan, on
+ * the 500 KB chain of elifs of a test). A place before the last answer counts from the start. */
+static int line_at(Parser *p, size_t at) {
+    if (at < p->line_from) p->line_from = 0, p->line_of_from = 1;
+    for (; p->line_from < at; p->line_from++) p->line_of_from += p->src[p->line_from] == '\n';
+    return p->line_of_from;
 }
 
 /* A quoted string at src[*at] (the quote), its escapes decoded as Python's unicode-escape decodes
@@ -930,7 +935,7 @@ ChatTemplate *chat_template_parse(const char *src, size_t len, char *err) {
         snprintf(err, ERR_LEN, "out of memory reading the chat template");
         return NULL;
     }
-    p->arena = &t->arena, p->err = err;
+    p->arena = &t->arena, p->err = err, p->line_of_from = 1;
     if (setjmp(p->fail)) {
         free(p->toks);
         free(p);
