@@ -88,9 +88,9 @@ static int heuristic_offers(const LtPlans *c, const LtPlan *p, size_t ws, cublas
 }
 
 /* The workspace an offer is given: none when it asks for none. cuBLASLt clears the few bytes of
- * workspace its Hopper kernels with beta = 0 ask for (a 1 µs memset and the launch gaps around it,
- * about 4 µs before each product, 0.4 ms of GPT-2 124M's step); the same kernels offered under no
- * workspace skip it (dev/RESULTS.md, 2026-11-30). */
+ * workspace its Hopper kernels with beta = 0 ask for, a memset of about 1 µs with launch gaps around
+ * it before each product (126 in a GPT-2 124M step); the same kernels offered under no workspace
+ * skip it (dev/RESULTS.md, 2026-11-30). */
 static size_t workspace_given(const LtPlans *c, const cublasLtMatmulHeuristicResult_t *offer) {
     return offer->workspaceSize == 0 ? 0 : c->workspace_bytes;
 }

@@ -129,8 +129,7 @@ void dist_allgather_parts(const Dist *d, void *buf, const size_t *counts, size_t
 /* Device memory those gathers (and the rank sum's loads) reach on every rank: NCCL's allocation,
  * registered as a symmetric window. Every rank allocates the same sizes in the same order
  * (collective); cudaMalloc in a world of one. what: the note's words where NCCL cannot register it
- * (what moves the buffer instead). Freed by dist_free_exchanged, or with the
- * communicators. */
+ * (what moves the buffer instead). Freed by dist_free_exchanged, or with the communicators. */
 void *dist_alloc_exchanged(const Dist *d, size_t bytes, const char *what);
 void dist_free_exchanged(const Dist *d, void *p);
 /* Where this GPU reads every rank's copy of the exchanged buffer p (from dist_alloc_exchanged), in rank
