@@ -53,6 +53,12 @@ void *arena_alloc(Arena *a, size_t n) {
     return p;
 }
 
+size_t arena_bytes(const Arena *a) {
+    size_t bytes = 0;
+    for (const ArenaBlock *b = a->head; b; b = b->next) bytes += sizeof *b + b->size;
+    return bytes;
+}
+
 void arena_free(Arena *a) {
     for (ArenaBlock *b = a->head, *next; b; b = next) {
         next = b->next;
@@ -135,7 +141,12 @@ static int line_at(Parser *p, size_t at) {
  * them (Jinja's lexer does so), into the arena. */
 static void lex_string(Parser *p, size_t *at, int line) {
     const char q = p->src[(*at)++];
-    char *out = alloc(p, p->len - *at + 1);
+    /* no escape decodes to more bytes than it is written in, so the literal's own span bounds its
+     * value (the rest of the template did too, but made a template's memory grow as its length times
+     * its literals) */
+    size_t end = *at;
+    while (end < p->len && p->src[end] != q) end += p->src[end] == '\\' && end + 1 < p->len ? 2 : 1;
+    char *out = alloc(p, end - *at + 1);
     size_t n = 0;
     while (*at < p->len && p->src[*at] != q) {
         char c = p->src[(*at)++];

@@ -13,6 +13,7 @@ typedef struct {
 } Arena;
 void *arena_alloc(Arena *a, size_t n); /* zeroed */
 void arena_free(Arena *a);
+size_t arena_bytes(const Arena *a); /* its blocks' bytes, headers included */
 
 typedef struct Expr Expr;
 typedef struct Stmt Stmt;
