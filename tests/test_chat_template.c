@@ -219,8 +219,6 @@ TEST(a_chat_template_that_cannot_be_rendered_names_its_line_and_why) {
     }
 }
 
-/* Bytes that are no UTF-8 (an overlong form, a surrogate, a code point past U+10FFFF, a lone
- * continuation byte) pass through Python's case mappings as they are, each a character of its own. */
 /* A template's memory grows with its length, not with its length times its string literals: each
  * literal takes room for its own characters (it took room for the rest of the template: 187 MB for
  * this 76 KB one, against 1.9 MB now). */
@@ -242,6 +240,8 @@ TEST(a_chat_template_of_many_string_literals_takes_memory_in_proportion_to_its_l
     free(src);
 }
 
+/* Bytes that are no UTF-8 (an overlong form, a surrogate, a code point past U+10FFFF, a lone
+ * continuation byte) pass through Python's case mappings as they are, each a character of its own. */
 TEST(py_str_keeps_bytes_that_are_no_utf8_as_they_are) {
     static const char *const bad[] = {"\xE0\x80\x80", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xF0\x80\x80\x80", "\x80", "\xC0\xAF"};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
